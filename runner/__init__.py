@@ -1,0 +1,7 @@
+"""Study protocol, stimuli, lock, schedule, backends and execution (built by later issues).
+
+The package exists so the distribution's top-level layout is fixed from the start; it exports
+nothing yet.
+"""
+
+__all__: list[str] = []
