@@ -1,0 +1,167 @@
+"""Envelope v1: building, canonical bytes, parsing and validation (docs/ledger-format.md §1)."""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from typing import Any
+
+from ledger._canonical import MAX_SAFE_INTEGER, canonical_json
+from ledger._errors import CanonicalError, FormatError
+
+VERSION = 1
+MAX_ENVELOPE_BYTES = 1_048_576
+ZERO_HASH = "0" * 64
+FIELDS = frozenset({"v", "seq", "time", "kind", "actor", "prev", "body", "blobs"})
+
+KIND_RE = re.compile(r"^[a-z][a-z0-9_]*(\.[a-z][a-z0-9_]*)+$")
+TIME_RE = re.compile(r"^\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2}\.\d{6}Z$")
+HEX64_RE = re.compile(r"^[0-9a-f]{64}$")
+BLOB_NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$")
+ACTOR_RE = re.compile(r"^[^\s+]{1,128}\+[0-9a-f]{8}$")
+
+TIME_FORMAT = "%Y-%m-%dT%H:%M:%S.%fZ"
+
+
+def format_time(moment: datetime) -> str:
+    """Format an aware datetime as the envelope's UTC time with microseconds."""
+    if moment.tzinfo is None:
+        raise FormatError("time must be timezone-aware (UTC)")
+    return moment.astimezone(UTC).strftime(TIME_FORMAT)
+
+
+def check_kind(kind: str) -> str:
+    """Return ``kind`` if it is a valid event kind, else raise :class:`FormatError`."""
+    if not isinstance(kind, str) or not 3 <= len(kind) <= 64 or not KIND_RE.match(kind):
+        raise FormatError(
+            f"kind {kind!r} is invalid: use dotted lowercase words such as 'trial.responded'"
+        )
+    return kind
+
+
+def check_time(value: Any) -> str:
+    """Return ``value`` if it is a valid envelope time string."""
+    if not isinstance(value, str) or not TIME_RE.match(value):
+        raise FormatError(f"time {value!r} is not YYYY-MM-DDTHH:MM:SS.ffffffZ")
+    try:
+        datetime.strptime(value, TIME_FORMAT)
+    except ValueError as exc:
+        raise FormatError(f"time {value!r} is not a valid date and time") from exc
+    return value
+
+
+@dataclass(frozen=True)
+class Envelope:
+    """One ledger event, as signed. ``data`` is its canonical byte form."""
+
+    seq: int
+    time: str
+    kind: str
+    actor: str
+    prev: str
+    body: Mapping[str, Any]
+    blobs: Mapping[str, str]
+    data: bytes
+
+    def as_dict(self) -> dict[str, Any]:
+        """Return the envelope as a plain JSON object."""
+        return {
+            "v": VERSION,
+            "seq": self.seq,
+            "time": self.time,
+            "kind": self.kind,
+            "actor": self.actor,
+            "prev": self.prev,
+            "body": self.body,
+            "blobs": self.blobs,
+        }
+
+
+def build_envelope(
+    *,
+    seq: int,
+    time: str,
+    kind: str,
+    actor: str,
+    prev: str,
+    body: Mapping[str, Any],
+    blobs: Mapping[str, str],
+) -> Envelope:
+    """Validate the parts of an envelope and return it with its canonical bytes."""
+    obj = {
+        "v": VERSION,
+        "seq": seq,
+        "time": time,
+        "kind": kind,
+        "actor": actor,
+        "prev": prev,
+        "body": body,
+        "blobs": blobs,
+    }
+    _validate(obj)
+    try:
+        data = canonical_json(obj)
+    except CanonicalError as exc:
+        raise CanonicalError(f"{kind} body: {exc}") from exc
+    if len(data) > MAX_ENVELOPE_BYTES:
+        raise FormatError(
+            f"{kind} envelope is {len(data)} bytes, over the {MAX_ENVELOPE_BYTES}-byte limit; "
+            "move large content into a blob"
+        )
+    return Envelope(seq, time, kind, actor, prev, body, blobs, data)
+
+
+def _validate(obj: Mapping[str, Any]) -> None:
+    if set(obj) != FIELDS:
+        missing = sorted(FIELDS - set(obj))
+        extra = sorted(set(obj) - FIELDS)
+        raise FormatError(f"envelope members wrong (missing {missing}, unexpected {extra})")
+    v = obj["v"]
+    if type(v) is not int or v != VERSION:
+        raise FormatError(f"unknown envelope version {v!r}; this reader understands v={VERSION}")
+    seq = obj["seq"]
+    if type(seq) is not int or not 0 <= seq <= MAX_SAFE_INTEGER:
+        raise FormatError(f"seq {seq!r} is not a non-negative integer")
+    check_time(obj["time"])
+    check_kind(obj["kind"])
+    actor = obj["actor"]
+    if not isinstance(actor, str) or not ACTOR_RE.match(actor):
+        raise FormatError(f"actor {actor!r} is not <key name>+<8 hex key id>")
+    prev = obj["prev"]
+    if not isinstance(prev, str) or not HEX64_RE.match(prev):
+        raise FormatError(f"prev {prev!r} is not 64 lowercase hex characters")
+    if not isinstance(obj["body"], Mapping):
+        raise FormatError("body must be a JSON object")
+    blobs = obj["blobs"]
+    if not isinstance(blobs, Mapping):
+        raise FormatError("blobs must be a JSON object")
+    for name, digest in blobs.items():
+        if not isinstance(name, str) or not BLOB_NAME_RE.match(name):
+            raise FormatError(f"blob name {name!r} is invalid (letters, digits, '.', '_', '-')")
+        if not isinstance(digest, str) or not HEX64_RE.match(digest):
+            raise FormatError(f"blob {name!r}: {digest!r} is not a lowercase hex SHA-256")
+
+
+def parse_envelope(data: bytes) -> Envelope:
+    """Parse and fully validate canonical envelope bytes.
+
+    Raises :class:`FormatError` when the bytes are not JSON, not canonical, or break a field rule.
+    """
+    if len(data) > MAX_ENVELOPE_BYTES:
+        raise FormatError(f"envelope is {len(data)} bytes, over the limit")
+    try:
+        obj = json.loads(data)
+    except (ValueError, UnicodeDecodeError) as exc:
+        raise FormatError(f"envelope is not JSON: {exc}") from exc
+    if not isinstance(obj, dict):
+        raise FormatError("envelope is not a JSON object")
+    _validate(obj)
+    if canonical_json(obj) != data:
+        raise FormatError("envelope bytes are not RFC 8785 canonical")
+    return Envelope(
+        obj["seq"], obj["time"], obj["kind"], obj["actor"], obj["prev"],
+        obj["body"], obj["blobs"], data,
+    )

@@ -1,0 +1,60 @@
+"""The ledger's error tree.
+
+::
+
+    LedgerError                  base: every error the library raises on purpose
+    ├── FormatError              an envelope, body or value that breaks docs/ledger-format.md
+    │   └── CanonicalError       not representable in RFC 8785 (big integers, NaN, lone surrogates)
+    ├── KeyFileError             a private key file or vkey that is missing, unreadable or malformed
+    ├── AuthorizationError       a key that is unknown, revoked, or lacks the role for a kind
+    ├── NotALedgerError          a file that is not a PROMPT ledger
+    ├── SchemaVersionError       a ledger written by a newer version of this tool
+    ├── StoreError               SQLite failures (locked, corrupt, I/O) wrapped with the path
+    ├── ProofError               a proof request out of range, or a proof that does not verify
+    └── NoteError                a malformed signed note or checkpoint, or one that does not verify
+
+Every message names the file, field or seq at fault. The CLI catches ``LedgerError`` once and
+prints the message; the library itself never prints.
+"""
+
+from __future__ import annotations
+
+
+class LedgerError(Exception):
+    """Base class of every error raised by the ledger library."""
+
+
+class FormatError(LedgerError):
+    """An envelope, body or field value that breaks the v1 format."""
+
+
+class CanonicalError(FormatError):
+    """A value that RFC 8785 canonical JSON cannot represent."""
+
+
+class KeyFileError(LedgerError):
+    """A key file or vkey that is missing, unreadable or malformed."""
+
+
+class AuthorizationError(LedgerError):
+    """An append signed by an unknown or revoked key, or one whose role may not append the kind."""
+
+
+class NotALedgerError(LedgerError):
+    """A file that is not a PROMPT ledger."""
+
+
+class SchemaVersionError(LedgerError):
+    """A ledger whose schema version is newer than this library understands."""
+
+
+class StoreError(LedgerError):
+    """A failure of the underlying SQLite store."""
+
+
+class ProofError(LedgerError):
+    """A Merkle proof that was requested out of range or does not verify."""
+
+
+class NoteError(LedgerError):
+    """A malformed signed note or checkpoint, or one that does not verify."""

@@ -1,0 +1,228 @@
+"""Ed25519 keys in the C2SP signed-note formats (vkeys, key ids, signer-key files).
+
+A *vkey* is ``<name>+<8 hex key id>+<base64(0x01 || public key)>``; the private key file holds
+``PRIVATE+KEY+<name>+<8 hex key id>+<base64(0x01 || 32-byte seed)>``, the format of
+``golang.org/x/mod/sumdb/note``. The *actor id* that envelopes carry is ``<name>+<8 hex key id>``.
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import hashlib
+import os
+from dataclasses import dataclass
+from pathlib import Path
+
+from cryptography.exceptions import InvalidSignature
+from cryptography.hazmat.primitives.asymmetric.ed25519 import (
+    Ed25519PrivateKey,
+    Ed25519PublicKey,
+)
+from cryptography.hazmat.primitives.serialization import Encoding, PublicFormat
+
+from ledger._errors import KeyFileError
+
+ALG_ED25519 = 0x01
+MAX_KEY_NAME = 128
+_SKEY_PREFIX = "PRIVATE+KEY+"
+
+
+def check_key_name(name: str) -> str:
+    """Return ``name`` if it is a valid C2SP key name, else raise :class:`KeyFileError`.
+
+    Valid names are non-empty, at most 128 characters, with no white space, no ``+`` and no
+    control characters.
+    """
+    if not name:
+        raise KeyFileError("key name must not be empty")
+    if len(name) > MAX_KEY_NAME:
+        raise KeyFileError(f"key name {name[:20]!r}... is longer than {MAX_KEY_NAME} characters")
+    for ch in name:
+        if ch == "+" or ch.isspace() or ord(ch) < 0x20 or ord(ch) == 0x7F:
+            raise KeyFileError(
+                f"key name {name!r} must not contain white space, control characters or '+'"
+            )
+    return name
+
+
+def key_id(name: str, public_key: bytes) -> bytes:
+    """Return the 4-byte C2SP key id: SHA-256(name || 0x0A || 0x01 || public key)[:4]."""
+    return hashlib.sha256(name.encode() + b"\n" + bytes([ALG_ED25519]) + public_key).digest()[:4]
+
+
+def _b64decode(text: str, what: str) -> bytes:
+    try:
+        return base64.b64decode(text, validate=True)
+    except (binascii.Error, ValueError) as exc:
+        raise KeyFileError(f"{what}: invalid base64") from exc
+
+
+@dataclass(frozen=True)
+class VerifierKey:
+    """An Ed25519 public key with its C2SP name and key id."""
+
+    name: str
+    public_key: bytes
+
+    def __post_init__(self) -> None:
+        check_key_name(self.name)
+        if len(self.public_key) != 32:
+            raise KeyFileError(f"key {self.name}: Ed25519 public key must be 32 bytes")
+
+    @property
+    def key_id(self) -> bytes:
+        """The 4-byte key id."""
+        return key_id(self.name, self.public_key)
+
+    @property
+    def actor(self) -> str:
+        """The actor id envelopes carry: ``<name>+<8 hex key id>``."""
+        return f"{self.name}+{self.key_id.hex()}"
+
+    @property
+    def vkey(self) -> str:
+        """The C2SP verifier key string."""
+        blob = base64.b64encode(bytes([ALG_ED25519]) + self.public_key).decode()
+        return f"{self.actor}+{blob}"
+
+    @classmethod
+    def parse(cls, vkey: str) -> VerifierKey:
+        """Parse a C2SP vkey, checking its algorithm byte, length and key id."""
+        vkey = vkey.strip()
+        parts = vkey.split("+", 2)
+        if len(parts) != 3:
+            raise KeyFileError(f"malformed vkey {vkey!r}: expected <name>+<key id>+<key>")
+        name, hex_id, blob = parts
+        check_key_name(name)
+        if len(hex_id) != 8 or hex_id != hex_id.lower():
+            raise KeyFileError(f"malformed vkey {vkey!r}: key id must be 8 lowercase hex digits")
+        raw = _b64decode(blob, f"vkey {vkey!r}")
+        if len(raw) != 33 or raw[0] != ALG_ED25519:
+            raise KeyFileError(f"vkey {vkey!r} is not an Ed25519 key (0x01 + 32 bytes)")
+        key = cls(name, raw[1:])
+        if key.key_id.hex() != hex_id:
+            raise KeyFileError(f"vkey {vkey!r}: key id does not match the name and key")
+        return key
+
+    def verify(self, message: bytes, signature: bytes) -> bool:
+        """Return True when ``signature`` is a valid Ed25519 signature of ``message``."""
+        try:
+            _public(self.public_key).verify(signature, message)
+        except (InvalidSignature, ValueError):
+            return False
+        return True
+
+
+_PUBLIC_CACHE: dict[bytes, Ed25519PublicKey] = {}
+
+
+def _public(raw: bytes) -> Ed25519PublicKey:
+    key = _PUBLIC_CACHE.get(raw)
+    if key is None:
+        key = Ed25519PublicKey.from_public_bytes(raw)
+        _PUBLIC_CACHE[raw] = key
+    return key
+
+
+class SigningKey:
+    """An Ed25519 private key with its C2SP name; signs envelopes and notes."""
+
+    __slots__ = ("_private", "_seed", "name", "verifier")
+
+    def __init__(self, name: str, seed: bytes) -> None:
+        """Build a key from its name and 32-byte seed."""
+        check_key_name(name)
+        if len(seed) != 32:
+            raise KeyFileError(f"key {name}: Ed25519 seed must be 32 bytes")
+        self.name = name
+        self._seed = seed
+        self._private = Ed25519PrivateKey.from_private_bytes(seed)
+        public = self._private.public_key().public_bytes(Encoding.Raw, PublicFormat.Raw)
+        self.verifier = VerifierKey(name, public)
+
+    @classmethod
+    def generate(cls, name: str) -> SigningKey:
+        """Generate a fresh key from the operating system's random source."""
+        return cls(name, os.urandom(32))
+
+    @property
+    def actor(self) -> str:
+        """The actor id: ``<name>+<8 hex key id>``."""
+        return self.verifier.actor
+
+    @property
+    def vkey(self) -> str:
+        """The public C2SP verifier key."""
+        return self.verifier.vkey
+
+    @property
+    def skey(self) -> str:
+        """The private signer-key string (golang sumdb/note format). Keep it secret."""
+        blob = base64.b64encode(bytes([ALG_ED25519]) + self._seed).decode()
+        return f"{_SKEY_PREFIX}{self.actor}+{blob}"
+
+    def sign(self, message: bytes) -> bytes:
+        """Return the 64-byte Ed25519 signature of ``message``."""
+        return self._private.sign(message)
+
+    @classmethod
+    def parse(cls, skey: str, *, source: str = "key") -> SigningKey:
+        """Parse a ``PRIVATE+KEY+…`` signer-key string; ``source`` names it in errors."""
+        skey = skey.strip()
+        if not skey.startswith(_SKEY_PREFIX):
+            hint = " (it looks like a public vkey)" if skey.count("+") == 2 else ""
+            raise KeyFileError(f"{source}: not a private key file{hint}")
+        parts = skey[len(_SKEY_PREFIX) :].split("+", 2)
+        if len(parts) != 3:
+            raise KeyFileError(f"{source}: malformed private key")
+        name, hex_id, blob = parts
+        raw = _b64decode(blob, source)
+        if len(raw) != 33 or raw[0] != ALG_ED25519:
+            raise KeyFileError(f"{source}: not an Ed25519 private key")
+        key = cls(name, raw[1:])
+        if key.verifier.key_id.hex() != hex_id:
+            raise KeyFileError(f"{source}: key id does not match the key")
+        return key
+
+    @classmethod
+    def load(cls, path: str | os.PathLike[str]) -> SigningKey:
+        """Read a private key file written by :meth:`save`."""
+        p = Path(path)
+        try:
+            text = p.read_text(encoding="utf-8")
+        except FileNotFoundError as exc:
+            raise KeyFileError(f"key file {p}: not found") from exc
+        except IsADirectoryError as exc:
+            raise KeyFileError(f"key file {p}: is a directory") from exc
+        except PermissionError as exc:
+            raise KeyFileError(f"key file {p}: permission denied") from exc
+        except (OSError, UnicodeDecodeError) as exc:
+            raise KeyFileError(f"key file {p}: unreadable ({exc})") from exc
+        return cls.parse(text, source=f"key file {p}")
+
+    def save(self, path: str | os.PathLike[str]) -> Path:
+        """Write the private key to a new file with mode 0600; never overwrite an existing one."""
+        p = Path(path)
+        try:
+            fd = os.open(p, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+        except FileExistsError as exc:
+            raise KeyFileError(f"key file {p} already exists; refusing to overwrite it") from exc
+        except OSError as exc:
+            raise KeyFileError(f"key file {p}: cannot create ({exc.strerror})") from exc
+        with os.fdopen(fd, "w", encoding="utf-8") as fh:
+            fh.write(self.skey + "\n")
+            fh.flush()
+            os.fsync(fh.fileno())
+        return p
+
+
+def load_verifier(value: str) -> VerifierKey:
+    """Parse a vkey given inline or as ``@FILE`` / the path of a ``.vkey`` file."""
+    candidate = value[1:] if value.startswith("@") else value
+    if value.startswith("@") or (os.path.sep in value and Path(value).is_file()):
+        try:
+            candidate = Path(candidate).read_text(encoding="utf-8")
+        except OSError as exc:
+            raise KeyFileError(f"vkey file {candidate}: {exc.strerror}") from exc
+    return VerifierKey.parse(candidate)

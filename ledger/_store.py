@@ -1,0 +1,847 @@
+"""The ledger store: one SQLite file holding signed envelopes, blobs, checkpoints and the tree.
+
+Every append (one event or a batch) runs in one ``BEGIN IMMEDIATE`` transaction: the writer
+reads the head, signs the new envelopes against it and commits, so concurrent writers serialise
+and the chain never forks, and a killed writer leaves all of its batch or none of it.
+"""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+import json
+import os
+import sqlite3
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+import sqlite_utils
+
+from ledger._envelope import ZERO_HASH, build_envelope, check_kind, format_time
+from ledger._errors import (
+    AuthorizationError,
+    FormatError,
+    LedgerError,
+    NotALedgerError,
+    NoteError,
+    ProofError,
+    SchemaVersionError,
+    StoreError,
+)
+from ledger._keys import SigningKey, VerifierKey
+from ledger._merkle import (
+    EMPTY_ROOT,
+    consistency_proof,
+    decompose,
+    fold,
+    inclusion_proof,
+    node_hash,
+    verify_consistency,
+    verify_inclusion,
+)
+from ledger._note import Checkpoint, open_note, parse_checkpoint
+from ledger._roles import ROLES, role_may_append
+
+APPLICATION_ID = 0x504C4731  # "PLG1"
+SCHEMA_VERSION = 1
+MAX_ORIGIN = 256
+
+Clock = Callable[[], datetime]
+BlobValue = bytes | str
+"""A blob given to :meth:`Ledger.append`: raw bytes to store, or the hex SHA-256 of a stored one."""
+
+_SCHEMA = """
+CREATE TABLE meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
+CREATE TABLE events (
+  seq INTEGER PRIMARY KEY,
+  kind TEXT NOT NULL,
+  actor TEXT NOT NULL,
+  time TEXT NOT NULL,
+  envelope BLOB NOT NULL,
+  signature BLOB NOT NULL,
+  leaf_hash BLOB NOT NULL
+);
+CREATE INDEX events_kind ON events (kind, seq);
+CREATE TABLE blobs (sha256 TEXT PRIMARY KEY, size INTEGER NOT NULL, data BLOB NOT NULL);
+CREATE TABLE checkpoints (
+  id INTEGER PRIMARY KEY,
+  size INTEGER NOT NULL,
+  root BLOB NOT NULL,
+  note TEXT NOT NULL,
+  created TEXT NOT NULL
+);
+CREATE TABLE keys (
+  actor TEXT PRIMARY KEY,
+  name TEXT NOT NULL,
+  vkey TEXT NOT NULL,
+  role TEXT NOT NULL,
+  added_seq INTEGER NOT NULL,
+  revoked_seq INTEGER
+);
+CREATE TABLE tree (
+  level INTEGER NOT NULL,
+  idx INTEGER NOT NULL,
+  hash BLOB NOT NULL,
+  PRIMARY KEY (level, idx)
+) WITHOUT ROWID;
+"""
+
+
+def utc_now() -> datetime:
+    """The default clock: the current UTC time."""
+    return datetime.now(UTC)
+
+
+def check_origin(origin: str) -> str:
+    """Return ``origin`` if it is a valid checkpoint origin (non-empty, no spaces or '+')."""
+    if (
+        not origin
+        or len(origin) > MAX_ORIGIN
+        or any(c.isspace() or c == "+" or ord(c) < 0x20 for c in origin)
+    ):
+        raise FormatError(
+            f"origin {origin!r} must be 1-{MAX_ORIGIN} characters with no white space or '+' "
+            "(a schema-less URL such as example.org/study-1 is recommended)"
+        )
+    return origin
+
+
+@dataclass(frozen=True)
+class Event:
+    """One stored event: the parsed envelope, its bytes, signature and leaf hash."""
+
+    seq: int
+    time: str
+    kind: str
+    actor: str
+    prev: str
+    body: dict[str, Any]
+    blobs: dict[str, str]
+    envelope: bytes
+    signature: bytes
+    leaf_hash: bytes
+
+    def to_json(self) -> dict[str, Any]:
+        """Return ``{"envelope": {...}, "signature": base64, "leaf_hash": hex}``."""
+        return {
+            "envelope": json.loads(self.envelope),
+            "signature": base64.b64encode(self.signature).decode(),
+            "leaf_hash": self.leaf_hash.hex(),
+        }
+
+    @classmethod
+    def _from_row(cls, row: Sequence[Any]) -> Event:
+        envelope, signature, leaf = bytes(row[0]), bytes(row[1]), bytes(row[2])
+        obj = json.loads(envelope)
+        return cls(
+            obj["seq"], obj["time"], obj["kind"], obj["actor"], obj["prev"],
+            obj["body"], obj["blobs"], envelope, signature, leaf,
+        )
+
+
+@dataclass(frozen=True)
+class KeyRecord:
+    """A registered key: who it is, its role, and when it was added and revoked."""
+
+    actor: str
+    name: str
+    vkey: str
+    role: str
+    added_seq: int
+    revoked_seq: int | None
+
+    def valid_for(self, seq: int) -> bool:
+        """True when this key may sign event ``seq`` (format §4)."""
+        added_ok = self.added_seq < seq or (seq == 0 and self.added_seq == 0)
+        return added_ok and (self.revoked_seq is None or seq <= self.revoked_seq)
+
+
+@dataclass(frozen=True)
+class InclusionProof:
+    """An RFC 9162 inclusion proof of leaf ``index`` in the tree of ``size``."""
+
+    index: int
+    size: int
+    leaf_hash: bytes
+    root: bytes
+    path: tuple[bytes, ...]
+
+    def verify(self) -> bool:
+        """Check the proof against its own leaf hash and root."""
+        return verify_inclusion(self.index, self.size, self.leaf_hash, self.path, self.root)
+
+    def to_json(self) -> dict[str, Any]:
+        """Return the proof as JSON-ready data (hashes in hex)."""
+        return {
+            "type": "inclusion",
+            "leaf_index": self.index,
+            "tree_size": self.size,
+            "leaf_hash": self.leaf_hash.hex(),
+            "root": self.root.hex(),
+            "path": [p.hex() for p in self.path],
+        }
+
+
+@dataclass(frozen=True)
+class ConsistencyProof:
+    """An RFC 9162 consistency proof from the tree of ``old`` leaves to the tree of ``new``."""
+
+    old: int
+    new: int
+    old_root: bytes
+    new_root: bytes
+    path: tuple[bytes, ...]
+
+    def verify(self) -> bool:
+        """Check the proof against its own two roots."""
+        return verify_consistency(self.old, self.new, self.old_root, self.new_root, self.path)
+
+    def to_json(self) -> dict[str, Any]:
+        """Return the proof as JSON-ready data (hashes in hex)."""
+        return {
+            "type": "consistency",
+            "old_size": self.old,
+            "new_size": self.new,
+            "old_root": self.old_root.hex(),
+            "new_root": self.new_root.hex(),
+            "path": [p.hex() for p in self.path],
+        }
+
+
+@dataclass(frozen=True)
+class StoredCheckpoint:
+    """A signed checkpoint kept in the ledger."""
+
+    id: int
+    size: int
+    root: bytes
+    note: str
+    created: str
+
+
+@dataclass(frozen=True)
+class EventSpec:
+    """One event to append with :meth:`Ledger.append_many`."""
+
+    kind: str
+    body: Mapping[str, Any]
+    blobs: Mapping[str, BlobValue] | None = None
+
+
+class _Head:
+    """Head of the log inside a transaction: size, last leaf hash, and the Merkle frontier."""
+
+    __slots__ = ("frontier", "last", "size")
+
+    def __init__(self, size: int, last: bytes, frontier: list[tuple[int, bytes]]) -> None:
+        self.size = size
+        self.last = last
+        self.frontier = frontier  # complete subtrees of the whole log, largest first
+
+    def push(self, leaf: bytes, nodes: list[tuple[int, int, bytes]]) -> None:
+        """Add a leaf, merging equal subtrees; new interior nodes are appended to ``nodes``."""
+        index = self.size
+        level, cur = 0, leaf
+        frontier = self.frontier
+        while frontier and frontier[-1][0] == level:
+            cur = node_hash(frontier.pop()[1], cur)
+            level += 1
+            nodes.append((level, index >> level, cur))
+        frontier.append((level, cur))
+        self.size += 1
+        self.last = leaf
+
+    def root(self) -> bytes:
+        return fold([h for _, h in self.frontier]) if self.frontier else EMPTY_ROOT
+
+
+class Ledger:
+    """A PROMPT ledger stored in one SQLite file.
+
+    Create one with :meth:`create`, open one with :meth:`open`; use it as a context manager or
+    call :meth:`close`. Each instance holds one connection; use one instance per thread or
+    process (any number of processes may append to the same file).
+    """
+
+    def __init__(self, path: Path, conn: sqlite3.Connection, clock: Clock | None) -> None:
+        """Wrap an open connection; use :meth:`create` or :meth:`open` instead."""
+        self.path = path
+        self._conn = conn
+        self.db = sqlite_utils.Database(conn)
+        self._clock: Clock = clock or utc_now
+        self._head_cache: _Head | None = None
+        with self._errors():
+            row = conn.execute("SELECT value FROM meta WHERE key = 'origin'").fetchone()
+        if row is None:
+            raise NotALedgerError(f"{path}: ledger has no origin in its meta table")
+        self.origin: str = row[0]
+
+    # ------------------------------------------------------------------ opening and closing
+
+    @staticmethod
+    def _connect(path: Path, readonly: bool) -> sqlite3.Connection:
+        try:
+            if readonly:
+                conn = sqlite3.connect(
+                    f"{path.absolute().as_uri()}?mode=ro", uri=True,
+                    isolation_level=None, timeout=60, check_same_thread=False,
+                )
+            else:
+                conn = sqlite3.connect(
+                    path, isolation_level=None, timeout=60, check_same_thread=False
+                )
+        except sqlite3.Error as exc:
+            raise StoreError(f"{path}: cannot open ({exc})") from exc
+        return conn
+
+    @classmethod
+    def create(
+        cls,
+        path: str | os.PathLike[str],
+        *,
+        origin: str,
+        key: SigningKey,
+        clock: Clock | None = None,
+    ) -> Ledger:
+        """Create a new ledger file whose genesis event registers ``key`` as the owner.
+
+        Refuses to touch an existing file. The schema and the genesis event are committed in
+        one transaction.
+        """
+        p = Path(path)
+        check_origin(origin)
+        if p.exists():
+            raise StoreError(f"{p} already exists; refusing to overwrite it")
+        if not p.parent.is_dir():
+            raise StoreError(f"{p}: directory {p.parent} does not exist")
+        conn = cls._connect(p, readonly=False)
+        try:
+            conn.execute("PRAGMA journal_mode = WAL")
+            conn.execute("PRAGMA synchronous = FULL")
+            conn.execute("BEGIN IMMEDIATE")
+            for stmt in _SCHEMA.split(";"):
+                if stmt.strip():
+                    conn.execute(stmt)
+            conn.execute(f"PRAGMA application_id = {APPLICATION_ID}")
+            conn.execute(f"PRAGMA user_version = {SCHEMA_VERSION}")
+            conn.executemany(
+                "INSERT INTO meta (key, value) VALUES (?, ?)",
+                [
+                    ("format", "prompt-ledger"),
+                    ("schema_version", str(SCHEMA_VERSION)),
+                    ("origin", origin),
+                ],
+            )
+            conn.execute("COMMIT")
+        except sqlite3.Error as exc:
+            conn.close()
+            raise StoreError(f"{p}: cannot create ledger ({exc})") from exc
+        try:
+            ledger = cls(p, conn, clock)
+            ledger._append_batch(
+                [EventSpec("ledger.genesis", {"origin": origin, "vkey": key.vkey})],
+                key,
+                genesis=True,
+            )
+        except BaseException:
+            conn.close()
+            for suffix in ("", "-wal", "-shm"):
+                Path(str(p) + suffix).unlink(missing_ok=True)
+            raise
+        return ledger
+
+    @classmethod
+    def open(
+        cls,
+        path: str | os.PathLike[str],
+        *,
+        clock: Clock | None = None,
+        readonly: bool = False,
+    ) -> Ledger:
+        """Open an existing ledger file.
+
+        Raises:
+            StoreError: the file does not exist or cannot be opened.
+            NotALedgerError: the file is not SQLite, or not a PROMPT ledger.
+            SchemaVersionError: the file was written by a newer version of this tool.
+        """
+        p = Path(path)
+        if not p.is_file():
+            raise StoreError(f"{p}: no such ledger file")
+        conn = cls._connect(p, readonly)
+        try:
+            app_id = conn.execute("PRAGMA application_id").fetchone()[0]
+            version = conn.execute("PRAGMA user_version").fetchone()[0]
+        except sqlite3.DatabaseError as exc:
+            conn.close()
+            raise NotALedgerError(f"{p} is not a PROMPT ledger ({exc})") from exc
+        if app_id != APPLICATION_ID:
+            conn.close()
+            raise NotALedgerError(
+                f"{p} is not a PROMPT ledger (SQLite application id {app_id:#x}, "
+                f"expected {APPLICATION_ID:#x})"
+            )
+        if version > SCHEMA_VERSION:
+            conn.close()
+            raise SchemaVersionError(
+                f"{p} has schema version {version}, newer than {SCHEMA_VERSION} which this "
+                "version of prompt-ledger understands; upgrade prompt-ledger to read it"
+            )
+        if version < 1:
+            conn.close()
+            raise NotALedgerError(f"{p} is not a PROMPT ledger (schema version {version})")
+        try:
+            if not readonly:
+                conn.execute("PRAGMA journal_mode = WAL")
+                conn.execute("PRAGMA synchronous = FULL")
+        except sqlite3.Error as exc:
+            conn.close()
+            raise StoreError(f"{p}: cannot open for writing ({exc})") from exc
+        return cls(p, conn, clock)
+
+    def close(self) -> None:
+        """Close the connection."""
+        self._conn.close()
+
+    def __enter__(self) -> Ledger:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    @contextmanager
+    def _errors(self) -> Iterator[None]:
+        try:
+            yield
+        except sqlite3.Error as exc:
+            raise StoreError(f"{self.path}: {exc}") from exc
+
+    # ------------------------------------------------------------------ appending
+
+    def append(
+        self,
+        kind: str,
+        body: Mapping[str, Any],
+        *,
+        key: SigningKey,
+        blobs: Mapping[str, BlobValue] | None = None,
+    ) -> Event:
+        """Append one event signed by ``key`` and return it.
+
+        ``blobs`` maps blob names to raw bytes (stored content-addressed) or to the hex SHA-256
+        of a blob already in the ledger.
+        """
+        return self._append_batch([EventSpec(kind, body, blobs)], key)[0]
+
+    def append_many(
+        self, items: Iterable[EventSpec | tuple[str, Mapping[str, Any]]], *, key: SigningKey
+    ) -> list[Event]:
+        """Append several events signed by ``key`` in one transaction: all or none."""
+        specs = [i if isinstance(i, EventSpec) else EventSpec(i[0], i[1]) for i in items]
+        if not specs:
+            return []
+        return self._append_batch(specs, key)
+
+    def add_key(self, vkey: str | VerifierKey, role: str, *, key: SigningKey) -> Event:
+        """Register another key with a role (``key`` must be an owner key)."""
+        text = vkey.vkey if isinstance(vkey, VerifierKey) else VerifierKey.parse(vkey).vkey
+        return self.append("key.added", {"vkey": text, "role": role}, key=key)
+
+    def revoke_key(self, actor: str, *, key: SigningKey, reason: str = "") -> Event:
+        """Revoke a registered key (``key`` must be an owner key)."""
+        return self.append("key.revoked", {"actor": actor, "reason": reason}, key=key)
+
+    def _load_head(self) -> _Head:
+        row = self._conn.execute(
+            "SELECT seq, leaf_hash FROM events ORDER BY seq DESC LIMIT 1"
+        ).fetchone()
+        if row is None:
+            return _Head(0, b"", [])
+        size, last = row[0] + 1, bytes(row[1])
+        cached = self._head_cache
+        if cached is not None and cached.size == size and cached.last == last:
+            return _Head(size, last, list(cached.frontier))
+        frontier = [(lvl, self._node(lvl, idx)) for lvl, idx in decompose(0, size)]
+        return _Head(size, last, frontier)
+
+    def _append_batch(
+        self, specs: Sequence[EventSpec], key: SigningKey, *, genesis: bool = False
+    ) -> list[Event]:
+        conn = self._conn
+        for spec in specs:
+            check_kind(spec.kind)
+            if spec.kind == "ledger.genesis" and not genesis:
+                raise FormatError("ledger.genesis can only be the first event of a new ledger")
+        with self._errors():
+            conn.execute("BEGIN IMMEDIATE")
+            try:
+                events = self._append_locked(specs, key, genesis)
+            except BaseException:
+                conn.execute("ROLLBACK")
+                self._head_cache = None
+                raise
+            conn.execute("COMMIT")
+        return events
+
+    def _append_locked(
+        self, specs: Sequence[EventSpec], key: SigningKey, genesis: bool
+    ) -> list[Event]:
+        conn = self._conn
+        head = self._load_head()
+        if genesis and head.size:
+            raise StoreError(f"{self.path}: ledger already has a genesis event")
+        keys = _KeyView(conn)
+        actor = key.actor
+        event_rows: list[tuple[Any, ...]] = []
+        node_rows: list[tuple[int, int, bytes]] = []
+        events: list[Event] = []
+        clock = self._clock
+        for spec in specs:
+            seq = head.size
+            body = dict(spec.body)
+            if genesis:
+                keys.register(key.verifier, "owner", 0)
+            else:
+                keys.authorize(key, spec.kind, seq)
+                self._apply_key_event(keys, spec.kind, body, seq)
+            blob_refs = self._store_blobs(spec.blobs or {}, seq)
+            env = build_envelope(
+                seq=seq,
+                time=format_time(clock()),
+                kind=spec.kind,
+                actor=actor,
+                prev=head.last.hex() if seq else ZERO_HASH,
+                body=body,
+                blobs=blob_refs,
+            )
+            signature = key.sign(env.data)
+            leaf = hashlib.sha256(b"\x00" + env.data).digest()
+            event_rows.append(
+                (seq, env.kind, actor, env.time, env.data, signature, leaf)
+            )
+            head.push(leaf, node_rows)
+            events.append(
+                Event(
+                    seq, env.time, env.kind, actor, env.prev, body, dict(blob_refs),
+                    env.data, signature, leaf,
+                )
+            )
+        conn.executemany(
+            "INSERT INTO events (seq, kind, actor, time, envelope, signature, leaf_hash) "
+            "VALUES (?, ?, ?, ?, ?, ?, ?)",
+            event_rows,
+        )
+        conn.executemany("INSERT INTO tree (level, idx, hash) VALUES (?, ?, ?)", node_rows)
+        keys.flush()
+        self._head_cache = head
+        return events
+
+    def _apply_key_event(
+        self, keys: _KeyView, kind: str, body: dict[str, Any], seq: int
+    ) -> None:
+        if kind == "key.added":
+            if set(body) != {"vkey", "role"}:
+                raise FormatError("key.added body must be exactly {vkey, role}")
+            role = body["role"]
+            if role not in ROLES:
+                raise FormatError(f"key.added: role {role!r} is not one of {', '.join(ROLES)}")
+            if not isinstance(body["vkey"], str):
+                raise FormatError("key.added: vkey must be a string")
+            verifier = VerifierKey.parse(body["vkey"])
+            body["vkey"] = verifier.vkey
+            keys.register(verifier, role, seq)
+        elif kind == "key.revoked":
+            if set(body) != {"actor", "reason"} or not all(
+                isinstance(v, str) for v in body.values()
+            ):
+                raise FormatError("key.revoked body must be exactly {actor, reason} (strings)")
+            keys.revoke(body["actor"], seq)
+
+    def _store_blobs(self, blobs: Mapping[str, BlobValue], seq: int) -> dict[str, str]:
+        refs: dict[str, str] = {}
+        for name, value in blobs.items():
+            if isinstance(value, str):
+                digest = value.lower()
+                if not self._conn.execute(
+                    "SELECT 1 FROM blobs WHERE sha256 = ?", (digest,)
+                ).fetchone():
+                    raise FormatError(
+                        f"blob {name!r} of event {seq} refers to {digest}, which is not stored"
+                    )
+            elif isinstance(value, bytes | bytearray | memoryview):
+                data = bytes(value)
+                digest = hashlib.sha256(data).hexdigest()
+                self._conn.execute(
+                    "INSERT OR IGNORE INTO blobs (sha256, size, data) VALUES (?, ?, ?)",
+                    (digest, len(data), data),
+                )
+            else:
+                raise FormatError(f"blob {name!r} must be bytes or a stored blob's SHA-256")
+            refs[name] = digest
+        return refs
+
+    # ------------------------------------------------------------------ reading
+
+    @property
+    def size(self) -> int:
+        """Number of events in the log."""
+        with self._errors():
+            row = self._conn.execute("SELECT MAX(seq) FROM events").fetchone()
+        return 0 if row[0] is None else int(row[0]) + 1
+
+    def get(self, seq: int) -> Event:
+        """Return event ``seq``. Raises :class:`LedgerError` when there is none."""
+        with self._errors():
+            row = self._conn.execute(
+                "SELECT envelope, signature, leaf_hash FROM events WHERE seq = ?", (seq,)
+            ).fetchone()
+        if row is None:
+            raise LedgerError(f"{self.path}: no event with seq {seq} (log size {self.size})")
+        return Event._from_row(row)
+
+    def events(
+        self, kind: str | None = None, *, start: int = 0, end: int | None = None
+    ) -> Iterator[Event]:
+        """Iterate events in seq order, optionally of one kind and within ``[start, end)``."""
+        sql = "SELECT envelope, signature, leaf_hash FROM events WHERE seq >= ?"
+        args: list[Any] = [start]
+        if end is not None:
+            sql += " AND seq < ?"
+            args.append(end)
+        if kind is not None:
+            sql += " AND kind = ?"
+            args.append(kind)
+        sql += " ORDER BY seq"
+        with self._errors():
+            for row in self._conn.execute(sql, args):
+                yield Event._from_row(row)
+
+    def blob(self, sha256: str) -> bytes:
+        """Return a blob's bytes by its hex SHA-256."""
+        with self._errors():
+            row = self._conn.execute(
+                "SELECT data FROM blobs WHERE sha256 = ?", (sha256.lower(),)
+            ).fetchone()
+        if row is None:
+            raise LedgerError(f"{self.path}: no blob {sha256}")
+        return bytes(row[0])
+
+    def has_blob(self, sha256: str) -> bool:
+        """True when a blob with this SHA-256 is stored."""
+        with self._errors():
+            row = self._conn.execute(
+                "SELECT 1 FROM blobs WHERE sha256 = ?", (sha256.lower(),)
+            ).fetchone()
+        return row is not None
+
+    def keys(self) -> list[KeyRecord]:
+        """Every key ever registered, in registration order."""
+        with self._errors():
+            rows = self._conn.execute(
+                "SELECT actor, name, vkey, role, added_seq, revoked_seq FROM keys "
+                "ORDER BY added_seq"
+            ).fetchall()
+        return [KeyRecord(*r) for r in rows]
+
+    # ------------------------------------------------------------------ Merkle tree
+
+    def _node(self, level: int, index: int) -> bytes:
+        if level == 0:
+            row = self._conn.execute(
+                "SELECT leaf_hash FROM events WHERE seq = ?", (index,)
+            ).fetchone()
+        else:
+            row = self._conn.execute(
+                "SELECT hash FROM tree WHERE level = ? AND idx = ?", (level, index)
+            ).fetchone()
+        if row is None:
+            raise StoreError(f"{self.path}: Merkle node (level {level}, index {index}) is missing")
+        return bytes(row[0])
+
+    def _range_hash(self, start: int, end: int) -> bytes:
+        return fold([self._node(lvl, idx) for lvl, idx in decompose(start, end)])
+
+    def _check_size(self, size: int | None) -> int:
+        current = self.size
+        if size is None:
+            return current
+        if not 0 <= size <= current:
+            raise ProofError(f"tree size {size} is outside the log (size {current})")
+        return size
+
+    def root(self, size: int | None = None) -> bytes:
+        """Merkle root of the first ``size`` events (default: the whole log)."""
+        n = self._check_size(size)
+        if n == 0:
+            return EMPTY_ROOT
+        with self._errors():
+            return self._range_hash(0, n)
+
+    def inclusion_proof(self, index: int, size: int | None = None) -> InclusionProof:
+        """RFC 9162 inclusion proof of event ``index`` in the tree of ``size`` (default: now)."""
+        n = self._check_size(size)
+        with self._errors():
+            path = inclusion_proof(index, n, self._range_hash)
+            return InclusionProof(index, n, self._node(0, index), self.root(n), tuple(path))
+
+    def consistency_proof(self, old: int, new: int | None = None) -> ConsistencyProof:
+        """RFC 9162 consistency proof from the tree of ``old`` to ``new`` events (default: now)."""
+        n = self._check_size(new)
+        if not 0 < old <= n:
+            raise ProofError(f"consistency proof needs 0 < old <= new, got old={old}, new={n}")
+        with self._errors():
+            path = consistency_proof(old, n, self._range_hash)
+            return ConsistencyProof(old, n, self.root(old), self.root(n), tuple(path))
+
+    # ------------------------------------------------------------------ checkpoints
+
+    def checkpoint(self, size: int | None = None) -> Checkpoint:
+        """The unsigned checkpoint of the first ``size`` events (default: the whole log)."""
+        n = self._check_size(size)
+        return Checkpoint(self.origin, n, self.root(n))
+
+    def sign_checkpoint(
+        self, keys: SigningKey | Sequence[SigningKey], size: int | None = None
+    ) -> str:
+        """Sign a checkpoint with registered keys, store it, and return the signed note.
+
+        Every signing key must be registered in this ledger and valid for the tree's last event.
+        """
+        signers = [keys] if isinstance(keys, SigningKey) else list(keys)
+        if not signers:
+            raise NoteError("a checkpoint needs at least one signing key")
+        with self._errors():
+            self._conn.execute("BEGIN IMMEDIATE")
+            try:
+                n = self._check_size(size)
+                if n == 0:
+                    raise NoteError(f"{self.path}: cannot sign a checkpoint of an empty log")
+                view = _KeyView(self._conn)
+                for signer in signers:
+                    record = view.get(signer.actor)
+                    if record is None or record.vkey != signer.vkey:
+                        raise AuthorizationError(
+                            f"key {signer.actor} is not registered in {self.path}"
+                        )
+                    if not record.valid_for(n - 1):
+                        raise AuthorizationError(
+                            f"key {signer.actor} is not valid at tree size {n} (revoked)"
+                        )
+                cp = Checkpoint(self.origin, n, self._range_hash(0, n))
+                note = cp.sign(signers)
+                self._conn.execute(
+                    "INSERT INTO checkpoints (size, root, note, created) VALUES (?, ?, ?, ?)",
+                    (n, cp.root, note, format_time(self._clock())),
+                )
+            except BaseException:
+                self._conn.execute("ROLLBACK")
+                raise
+            self._conn.execute("COMMIT")
+        return note
+
+    def checkpoints(self) -> list[StoredCheckpoint]:
+        """Every stored checkpoint, oldest first."""
+        with self._errors():
+            rows = self._conn.execute(
+                "SELECT id, size, root, note, created FROM checkpoints ORDER BY id"
+            ).fetchall()
+        return [StoredCheckpoint(r[0], r[1], bytes(r[2]), r[3], r[4]) for r in rows]
+
+    def check_published(self, note: str) -> ConsistencyProof:
+        """Check that this log extends a published checkpoint; return the consistency proof.
+
+        The checkpoint must be signed by a key registered here, name this log's origin, and be
+        consistent with the current tree.
+        """
+        cp, parsed = parse_checkpoint(note)
+        if cp.origin != self.origin:
+            raise NoteError(f"checkpoint origin {cp.origin!r} is not this log's {self.origin!r}")
+        known = {(k.name, bytes.fromhex(k.actor[-8:])): k for k in self.keys()}
+        if not any((s.name, s.key_id) in known for s in parsed.signatures):
+            raise NoteError("checkpoint carries no signature by a key of this ledger")
+        open_note(note, [VerifierKey.parse(k.vkey) for k in known.values()])
+        size = self.size
+        if cp.size > size:
+            raise ProofError(
+                f"log rolled back: checkpoint has size {cp.size} but the log has {size} events"
+            )
+        proof = self.consistency_proof(cp.size, size) if cp.size else None
+        if proof is None or proof.old_root != cp.root or not proof.verify():
+            raise ProofError(f"log is not consistent with the checkpoint of size {cp.size}")
+        return proof
+
+
+class _KeyView:
+    """The key registry inside a transaction, with a write-through cache."""
+
+    def __init__(self, conn: sqlite3.Connection) -> None:
+        self._conn = conn
+        self._cache: dict[str, KeyRecord | None] = {}
+        self._inserts: list[tuple[Any, ...]] = []
+
+    def get(self, actor: str) -> KeyRecord | None:
+        if actor not in self._cache:
+            row = self._conn.execute(
+                "SELECT actor, name, vkey, role, added_seq, revoked_seq FROM keys WHERE actor = ?",
+                (actor,),
+            ).fetchone()
+            self._cache[actor] = KeyRecord(*row) if row else None
+        return self._cache[actor]
+
+    def authorize(self, key: SigningKey, kind: str, seq: int) -> None:
+        record = self.get(key.actor)
+        if record is None or record.vkey != key.vkey:
+            raise AuthorizationError(
+                f"key {key.actor} is not registered in this ledger; an owner must add it first "
+                "(ledger key add)"
+            )
+        if record.revoked_seq is not None:
+            raise AuthorizationError(
+                f"key {key.actor} was revoked at seq {record.revoked_seq}; it cannot append"
+            )
+        if not record.valid_for(seq):
+            raise AuthorizationError(f"key {key.actor} is not valid for seq {seq}")
+        if not role_may_append(record.role, kind):
+            raise AuthorizationError(
+                f"key {key.actor} has role {record.role!r}, which may not append {kind!r}"
+            )
+
+    def register(self, verifier: VerifierKey, role: str, seq: int) -> None:
+        if self.get(verifier.actor) is not None:
+            raise AuthorizationError(f"key {verifier.actor} is already registered")
+        record = KeyRecord(verifier.actor, verifier.name, verifier.vkey, role, seq, None)
+        self._cache[verifier.actor] = record
+        self._inserts.append((record.actor, record.name, record.vkey, role, seq))
+
+    def revoke(self, actor: str, seq: int) -> None:
+        record = self.get(actor)
+        if record is None:
+            raise AuthorizationError(f"key {actor} is not registered; nothing to revoke")
+        if record.revoked_seq is not None:
+            raise AuthorizationError(f"key {actor} was already revoked at seq {record.revoked_seq}")
+        if record.role == "owner":
+            self.flush()
+            owners = self._conn.execute(
+                "SELECT COUNT(*) FROM keys WHERE role = 'owner' AND revoked_seq IS NULL"
+            ).fetchone()[0]
+            if owners <= 1:
+                raise AuthorizationError(
+                    f"key {actor} is the last active owner key; add another owner first"
+                )
+        self.flush()
+        self._conn.execute("UPDATE keys SET revoked_seq = ? WHERE actor = ?", (seq, actor))
+        self._cache[actor] = KeyRecord(
+            record.actor, record.name, record.vkey, record.role, record.added_seq, seq
+        )
+
+    def flush(self) -> None:
+        if self._inserts:
+            self._conn.executemany(
+                "INSERT INTO keys (actor, name, vkey, role, added_seq) VALUES (?, ?, ?, ?, ?)",
+                self._inserts,
+            )
+            self._inserts = []
