@@ -61,6 +61,18 @@ def _big_int_message(value: int) -> str:
     )
 
 
+def _parse_int(text: str) -> int | float:
+    value = int(text)
+    # An integer literal beyond 2^53 - 1 is how RFC 8785 writes a large *double* (1e20 is
+    # written 100000000000000000000), so it is read back as a float, as JSON.parse would.
+    return value if -MAX_SAFE_INTEGER <= value <= MAX_SAFE_INTEGER else float(value)
+
+
+def loads_json(data: bytes | str) -> Any:
+    """Parse JSON as RFC 8785 does: numbers are doubles, so big integer literals become floats."""
+    return json.loads(data, parse_int=_parse_int)
+
+
 def canonical_json(value: Any) -> bytes:
     """Return the RFC 8785 canonical UTF-8 bytes of a JSON value.
 

@@ -2,14 +2,13 @@
 
 from __future__ import annotations
 
-import json
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 
-from ledger._canonical import MAX_SAFE_INTEGER, canonical_json
+from ledger._canonical import MAX_SAFE_INTEGER, canonical_json, loads_json
 from ledger._errors import CanonicalError, FormatError
 
 VERSION = 1
@@ -153,7 +152,7 @@ def parse_envelope(data: bytes) -> Envelope:
     if len(data) > MAX_ENVELOPE_BYTES:
         raise FormatError(f"envelope is {len(data)} bytes, over the limit")
     try:
-        obj = json.loads(data)
+        obj = loads_json(data)
     except (ValueError, UnicodeDecodeError) as exc:
         raise FormatError(f"envelope is not JSON: {exc}") from exc
     if not isinstance(obj, dict):

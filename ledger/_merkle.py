@@ -163,6 +163,8 @@ def verify_consistency(
         return False
     if old == new:
         return not proof and old_root == new_root
+    if old == 0 and new > 0:
+        return not proof  # the empty tree is a prefix of every tree (as transparency-dev/merkle)
     if not 0 < old < new or not proof:
         return False
     path = list(proof)

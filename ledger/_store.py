@@ -21,6 +21,7 @@ from typing import Any
 
 import sqlite_utils
 
+from ledger._canonical import loads_json
 from ledger._envelope import ZERO_HASH, build_envelope, check_kind, format_time
 from ledger._errors import (
     AuthorizationError,
@@ -136,7 +137,7 @@ class Event:
     @classmethod
     def _from_row(cls, row: Sequence[Any]) -> Event:
         envelope, signature, leaf = bytes(row[0]), bytes(row[1]), bytes(row[2])
-        obj = json.loads(envelope)
+        obj = loads_json(envelope)
         return cls(
             obj["seq"], obj["time"], obj["kind"], obj["actor"], obj["prev"],
             obj["body"], obj["blobs"], envelope, signature, leaf,
