@@ -1,0 +1,283 @@
+"""The SQLite store: appends, keys and roles, blobs, proofs, checkpoints, bad files."""
+
+from __future__ import annotations
+
+import sqlite3
+from pathlib import Path
+
+import pytest
+
+from ledger import (
+    AuthorizationError,
+    CanonicalError,
+    EventSpec,
+    FormatError,
+    Ledger,
+    LedgerError,
+    NotALedgerError,
+    NoteError,
+    ProofError,
+    SchemaVersionError,
+    SigningKey,
+    StoreError,
+    leaf_hash,
+    open_checkpoint,
+    root_from_leaf_hashes,
+)
+from ledger._merkle import consistency_proof, inclusion_proof, list_range_hash
+from helpers import fixed_clock, fixed_key
+
+
+def test_genesis_and_keys(log: Ledger, owner: SigningKey, runner: SigningKey) -> None:
+    genesis = log.get(0)
+    assert genesis.kind == "ledger.genesis"
+    assert genesis.body == {"origin": "example.org/test", "vkey": owner.vkey}
+    assert genesis.prev == "0" * 64
+    assert [(k.actor, k.role, k.added_seq) for k in log.keys()] == [
+        (owner.actor, "owner", 0),
+        (runner.actor, "runner", 1),
+    ]
+
+
+def test_chain_links_and_leaf_hashes(log: Ledger, runner: SigningKey) -> None:
+    log.append_many([("trial.requested", {"i": i}) for i in range(5)], key=runner)
+    events = list(log.events())
+    for before, after in zip(events, events[1:], strict=False):
+        assert after.prev == before.leaf_hash.hex()
+    for event in events:
+        assert event.leaf_hash == leaf_hash(event.envelope)
+        assert runner.verifier.verify(event.envelope, event.signature) or event.seq < 2
+
+
+def test_events_filter_by_kind_and_range(log: Ledger, runner: SigningKey) -> None:
+    log.append_many([("trial.requested", {}), ("trial.responded", {})] * 3, key=runner)
+    assert [e.seq for e in log.events("trial.responded")] == [3, 5, 7]
+    assert [e.seq for e in log.events(start=3, end=5)] == [3, 4]
+
+
+def test_blobs_are_content_addressed_and_stored_once(log: Ledger, runner: SigningKey) -> None:
+    a = log.append("trial.requested", {}, key=runner, blobs={"request": b"same"})
+    b = log.append("trial.requested", {}, key=runner, blobs={"request": b"same"})
+    assert a.blobs == b.blobs
+    digest = a.blobs["request"]
+    assert log.blob(digest) == b"same"
+    count = log.db.execute("SELECT COUNT(*) FROM blobs").fetchone()[0]
+    assert count == 1
+    c = log.append("trial.responded", {}, key=runner, blobs={"again": digest})
+    assert c.blobs == {"again": digest}
+    with pytest.raises(FormatError, match="not stored"):
+        log.append("trial.responded", {}, key=runner, blobs={"x": "ab" * 32})
+
+
+def test_role_permissions(log: Ledger, owner: SigningKey, runner: SigningKey) -> None:
+    with pytest.raises(AuthorizationError, match="role 'runner', which may not append 'protocol"):
+        log.append("protocol.locked", {}, key=runner)
+    with pytest.raises(AuthorizationError, match="may not append 'key.added'"):
+        log.add_key(SigningKey.generate("x").vkey, "owner", key=runner)
+    log.append("protocol.locked", {}, key=owner)
+    log.append("custom.note", {}, key=owner)
+    with pytest.raises(AuthorizationError, match="may not append 'custom.note'"):
+        log.append("custom.note", {}, key=runner)
+
+
+def test_unknown_key_is_refused(log: Ledger) -> None:
+    stranger = SigningKey.generate("stranger")
+    with pytest.raises(AuthorizationError, match="not registered"):
+        log.append("trial.requested", {}, key=stranger)
+    impostor = SigningKey.generate("example.org/runner")  # same name, different key
+    with pytest.raises(AuthorizationError, match="not registered"):
+        log.append("trial.requested", {}, key=impostor)
+    assert log.size == 2
+
+
+def test_revoked_key_is_refused(log: Ledger, owner: SigningKey, runner: SigningKey) -> None:
+    log.append("trial.requested", {}, key=runner)
+    event = log.revoke_key(runner.actor, key=owner, reason="laptop lost")
+    with pytest.raises(AuthorizationError, match=f"revoked at seq {event.seq}"):
+        log.append("trial.requested", {}, key=runner)
+    with pytest.raises(AuthorizationError, match="already revoked"):
+        log.revoke_key(runner.actor, key=owner)
+    with pytest.raises(AuthorizationError, match="already registered"):
+        log.add_key(runner.vkey, "runner", key=owner)
+
+
+def test_last_owner_cannot_be_revoked(log: Ledger, owner: SigningKey) -> None:
+    with pytest.raises(AuthorizationError, match="last active owner"):
+        log.revoke_key(owner.actor, key=owner)
+    second = fixed_key("example.org/owner2")
+    log.add_key(second.vkey, "owner", key=owner)
+    log.revoke_key(owner.actor, key=owner, reason="rotation")  # a key may sign its own revocation
+    with pytest.raises(AuthorizationError, match="revoked"):
+        log.append("custom.note", {}, key=owner)
+    log.append("custom.note", {}, key=second)
+
+
+@pytest.mark.parametrize(
+    ("kind", "body", "message"),
+    [
+        ("key.added", {"vkey": "nonsense", "role": "runner"}, "malformed vkey"),
+        ("key.added", {"vkey": "x", "role": "boss"}, "role 'boss'"),
+        ("key.added", {"vkey": "x"}, "exactly"),
+        ("key.revoked", {"actor": "nobody+00000000", "reason": ""}, "not registered"),
+        ("ledger.genesis", {}, "only be the first event"),
+        ("Bad.Kind", {}, "kind 'Bad.Kind' is invalid"),
+        ("trial.scored", {"seed": 2**64}, "write it as a decimal string"),
+    ],
+)
+def test_bad_appends_change_nothing(
+    log: Ledger, owner: SigningKey, kind: str, body: dict[str, object], message: str
+) -> None:
+    before = (log.size, log.root())
+    with pytest.raises(LedgerError, match=message):
+        log.append(kind, body, key=owner)
+    assert (log.size, log.root()) == before
+
+
+def test_append_many_is_all_or_nothing(log: Ledger, runner: SigningKey) -> None:
+    specs = [EventSpec("trial.requested", {"i": i}) for i in range(10)]
+    specs.append(EventSpec("trial.requested", {"bad": 2**60}))
+    with pytest.raises(CanonicalError):
+        log.append_many(specs, key=runner)
+    assert log.size == 2
+    assert len(log.append_many(specs[:10], key=runner)) == 10
+    assert log.size == 12
+
+
+def test_envelope_size_limit(log: Ledger, owner: SigningKey) -> None:
+    with pytest.raises(FormatError, match="move large content into a blob"):
+        log.append("custom.note", {"text": "x" * 1_100_000}, key=owner)
+
+
+def test_store_proofs_match_in_memory_tree(log: Ledger, runner: SigningKey) -> None:
+    log.append_many([("trial.requested", {"i": i}) for i in range(38)], key=runner)
+    hashes = [e.leaf_hash for e in log.events()]
+    reference = list_range_hash(hashes)
+    for size in range(1, log.size + 1):
+        assert log.root(size) == root_from_leaf_hashes(hashes[:size])
+        for index in range(size):
+            proof = log.inclusion_proof(index, size)
+            assert list(proof.path) == inclusion_proof(index, size, reference)
+            assert proof.verify()
+        for old in range(1, size + 1):
+            cproof = log.consistency_proof(old, size)
+            assert list(cproof.path) == consistency_proof(old, size, reference)
+            assert cproof.verify()
+
+
+def test_tree_rows_are_incremental(log: Ledger, runner: SigningKey) -> None:
+    log.append_many([("trial.requested", {})] * 62, key=runner)  # 64 leaves
+    rows = log.db.execute("SELECT COUNT(*) FROM tree").fetchone()[0]
+    assert rows == 32 + 16 + 8 + 4 + 2 + 1  # every interior node of a perfect 64-leaf tree
+    assert log.db.execute("SELECT COUNT(*) FROM tree WHERE level = 6").fetchone()[0] == 1
+
+
+def test_proof_requests_out_of_range(log: Ledger) -> None:
+    with pytest.raises(ProofError, match="outside the log"):
+        log.inclusion_proof(0, 99)
+    with pytest.raises(ProofError, match="outside a tree of size 2"):
+        log.inclusion_proof(5)
+    with pytest.raises(ProofError, match="0 < old <= new"):
+        log.consistency_proof(0)
+
+
+def test_checkpoint_is_stored_and_verifies(log: Ledger, owner: SigningKey) -> None:
+    note = log.sign_checkpoint(owner)
+    cp, opened = open_checkpoint(note, [owner.verifier])
+    assert (cp.origin, cp.size, cp.root) == ("example.org/test", 2, log.root())
+    stored = log.checkpoints()
+    assert [(c.size, c.root, c.note) for c in stored] == [(2, log.root(), note)]
+
+
+def test_checkpoint_by_unregistered_or_revoked_key(
+    log: Ledger, owner: SigningKey, runner: SigningKey
+) -> None:
+    with pytest.raises(AuthorizationError, match="not registered"):
+        log.sign_checkpoint(SigningKey.generate("x"))
+    log.revoke_key(runner.actor, key=owner)
+    log.append("custom.note", {}, key=owner)
+    with pytest.raises(AuthorizationError, match="not valid at tree size"):
+        log.sign_checkpoint(runner)
+
+
+def test_published_checkpoint_consistency_and_rollback(
+    ledger_path: Path, log: Ledger, owner: SigningKey, runner: SigningKey, tmp_path: Path
+) -> None:
+    log.append_many([("trial.requested", {})] * 3, key=runner)
+    old_copy = tmp_path / "old.db"
+    log.db.execute("PRAGMA wal_checkpoint(FULL)")
+    old_copy.write_bytes(ledger_path.read_bytes())
+    log.append_many([("trial.requested", {})] * 3, key=runner)
+    published = log.sign_checkpoint(owner)
+    log.append("trial.requested", {}, key=runner)
+    assert log.check_published(published).verify()
+    with Ledger.open(old_copy) as old:
+        with pytest.raises(ProofError, match="rolled back: checkpoint has size 8 but the log has 5"):
+            old.check_published(published)
+    foreign = Ledger.create(tmp_path / "f.db", origin="example.org/other", key=owner)
+    with pytest.raises(NoteError, match="origin"):
+        foreign.check_published(published)
+    foreign.close()
+
+
+def test_create_refuses_existing_file(log: Ledger, ledger_path: Path, owner: SigningKey) -> None:
+    with pytest.raises(StoreError, match="already exists"):
+        Ledger.create(ledger_path, origin="x.org/y", key=owner)
+
+
+@pytest.mark.parametrize("origin", ["", "has space", "a+b"])
+def test_bad_origin(tmp_path: Path, owner: SigningKey, origin: str) -> None:
+    with pytest.raises(FormatError, match="origin"):
+        Ledger.create(tmp_path / "x.db", origin=origin, key=owner)
+    assert not (tmp_path / "x.db").exists()
+
+
+def test_open_missing_file(tmp_path: Path) -> None:
+    with pytest.raises(StoreError, match="no such ledger file"):
+        Ledger.open(tmp_path / "missing.db")
+
+
+def test_open_text_file(tmp_path: Path) -> None:
+    path = tmp_path / "notes.txt"
+    path.write_text("hello, this is not a database\n" * 100)
+    with pytest.raises(NotALedgerError, match="is not a PROMPT ledger"):
+        Ledger.open(path)
+
+
+def test_open_other_sqlite_database(tmp_path: Path) -> None:
+    path = tmp_path / "other.db"
+    with sqlite3.connect(path) as conn:
+        conn.execute("CREATE TABLE t (x)")
+    conn.close()
+    with pytest.raises(NotALedgerError, match="application id 0x0"):
+        Ledger.open(path)
+
+
+def test_open_newer_schema(log: Ledger, ledger_path: Path) -> None:
+    log.db.execute("PRAGMA user_version = 2")
+    with pytest.raises(SchemaVersionError, match="schema version 2, newer than 1"):
+        Ledger.open(ledger_path)
+
+
+def test_corrupted_database_is_a_store_error(
+    log: Ledger, ledger_path: Path, runner: SigningKey
+) -> None:
+    log.append_many([("trial.requested", {"pad": "x" * 500})] * 200, key=runner)
+    log.db.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+    log.close()
+    data = bytearray(ledger_path.read_bytes())
+    for offset in range(4096 * 3, len(data), 4096):
+        data[offset : offset + 64] = b"\xff" * 64
+    ledger_path.write_bytes(bytes(data))
+    with pytest.raises(LedgerError, match=str(ledger_path.name)):
+        with Ledger.open(ledger_path) as broken:
+            list(broken.events())
+
+
+def test_fixed_key_and_clock_give_identical_bytes(tmp_path: Path) -> None:
+    def build(path: Path) -> bytes:
+        key = fixed_key("example.org/owner")
+        with Ledger.create(path, origin="example.org/d", key=key, clock=fixed_clock()) as led:
+            led.append_many([("custom.note", {"i": i}) for i in range(5)], key=key)
+            return b"".join(e.envelope + e.signature for e in led.events())
+
+    assert build(tmp_path / "a.db") == build(tmp_path / "b.db")
