@@ -11,6 +11,7 @@ The format is specified in ``docs/ledger-format.md``. Typical use::
 """
 
 from ledger._canonical import MAX_SAFE_INTEGER, canonical_json
+from ledger._clock import FixedClock
 from ledger._envelope import Envelope, parse_envelope
 from ledger._errors import (
     AuthorizationError,
@@ -58,6 +59,7 @@ __all__ = [
     "Envelope",
     "Event",
     "EventSpec",
+    "FixedClock",
     "FormatError",
     "InclusionProof",
     "KeyFileError",

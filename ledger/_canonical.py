@@ -24,34 +24,31 @@ _ENCODER = json.JSONEncoder(
 )
 
 
-def _simple(value: Any) -> bool:
+def simple_json(value: Any) -> bool:
     """Return True when the fast encoder gives RFC 8785 bytes for ``value``.
 
-    Raises :class:`CanonicalError` for integers outside the safe range, so both paths refuse them
-    with the same message.
+    Raises :class:`CanonicalError` for integers outside the safe range and non-string keys, so
+    both paths refuse them with the same message.
     """
-    stack = [value]
-    while stack:
-        item = stack.pop()
-        if isinstance(item, str):
-            if not item.isascii() and max(item) > "\uffff":
+    kind = type(value)
+    if kind is str:
+        return value.isascii() or max(value, default="") <= "\uffff"
+    if kind is int:
+        if not -MAX_SAFE_INTEGER <= value <= MAX_SAFE_INTEGER:
+            raise CanonicalError(_big_int_message(value))
+        return True
+    if kind is dict:
+        for key, sub in value.items():
+            if type(key) is not str:
+                raise CanonicalError(f"object keys must be strings, got {key!r}")
+            if not (key.isascii() or max(key, default="") <= "\uffff"):
                 return False
-        elif isinstance(item, bool) or item is None:
-            continue
-        elif isinstance(item, int):
-            if not -MAX_SAFE_INTEGER <= item <= MAX_SAFE_INTEGER:
-                raise CanonicalError(_big_int_message(item))
-        elif isinstance(item, dict):
-            for key, sub in item.items():
-                if not isinstance(key, str):
-                    raise CanonicalError(f"object keys must be strings, got {key!r}")
-                stack.append(key)
-                stack.append(sub)
-        elif isinstance(item, list | tuple):
-            stack.extend(item)
-        else:
-            return False  # floats and anything exotic go the reference way
-    return True
+            if not simple_json(sub):
+                return False
+        return True
+    if kind is list or kind is tuple:
+        return all(simple_json(item) for item in value)
+    return value is None or kind is bool  # floats, subclasses and the rest go the reference way
 
 
 def _big_int_message(value: int) -> str:
@@ -73,6 +70,11 @@ def loads_json(data: bytes | str) -> Any:
     return json.loads(data, parse_int=_parse_int)
 
 
+def fast_canonical_json(value: Any) -> bytes:
+    """Encode a value for which :func:`simple_json` returned True (no checks of its own)."""
+    return _ENCODER.encode(value).encode("utf-8")
+
+
 def canonical_json(value: Any) -> bytes:
     """Return the RFC 8785 canonical UTF-8 bytes of a JSON value.
 
@@ -81,7 +83,7 @@ def canonical_json(value: Any) -> bytes:
             floats, non-string object keys, lone surrogates, or non-JSON types.
     """
     try:
-        if _simple(value):
+        if simple_json(value):
             return _ENCODER.encode(value).encode("utf-8")
         return bytes(rfc8785.dumps(value))
     except CanonicalError:

@@ -8,7 +8,13 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 
-from ledger._canonical import MAX_SAFE_INTEGER, canonical_json, loads_json
+from ledger._canonical import (
+    MAX_SAFE_INTEGER,
+    canonical_json,
+    fast_canonical_json,
+    loads_json,
+    simple_json,
+)
 from ledger._errors import CanonicalError, FormatError
 
 VERSION = 1
@@ -46,7 +52,7 @@ def check_time(value: Any) -> str:
     if not isinstance(value, str) or not TIME_RE.match(value):
         raise FormatError(f"time {value!r} is not YYYY-MM-DDTHH:MM:SS.ffffffZ")
     try:
-        datetime.strptime(value, TIME_FORMAT)
+        datetime.fromisoformat(value[:-1])
     except ValueError as exc:
         raise FormatError(f"time {value!r} is not a valid date and time") from exc
     return value
@@ -102,7 +108,12 @@ def build_envelope(
     }
     _validate(obj)
     try:
-        data = canonical_json(obj)
+        # The other members were validated as ASCII-or-BMP strings and safe integers, so when
+        # the body is simple the whole envelope takes the fast path.
+        if simple_json(body) and simple_json(actor):
+            data = fast_canonical_json(obj)
+        else:
+            data = canonical_json(obj)
     except CanonicalError as exc:
         raise CanonicalError(f"{kind} body: {exc}") from exc
     if len(data) > MAX_ENVELOPE_BYTES:

@@ -12,6 +12,7 @@ import binascii
 import hashlib
 import os
 from dataclasses import dataclass
+from functools import cached_property
 from pathlib import Path
 
 from cryptography.exceptions import InvalidSignature
@@ -70,12 +71,12 @@ class VerifierKey:
         if len(self.public_key) != 32:
             raise KeyFileError(f"key {self.name}: Ed25519 public key must be 32 bytes")
 
-    @property
+    @cached_property
     def key_id(self) -> bytes:
         """The 4-byte key id."""
         return key_id(self.name, self.public_key)
 
-    @property
+    @cached_property
     def actor(self) -> str:
         """The actor id envelopes carry: ``<name>+<8 hex key id>``."""
         return f"{self.name}+{self.key_id.hex()}"
@@ -128,7 +129,7 @@ def _public(raw: bytes) -> Ed25519PublicKey:
 class SigningKey:
     """An Ed25519 private key with its C2SP name; signs envelopes and notes."""
 
-    __slots__ = ("_private", "_seed", "name", "verifier")
+    __slots__ = ("_private", "_seed", "actor", "name", "verifier")
 
     def __init__(self, name: str, seed: bytes) -> None:
         """Build a key from its name and 32-byte seed."""
@@ -140,16 +141,13 @@ class SigningKey:
         self._private = Ed25519PrivateKey.from_private_bytes(seed)
         public = self._private.public_key().public_bytes(Encoding.Raw, PublicFormat.Raw)
         self.verifier = VerifierKey(name, public)
+        self.actor: str = self.verifier.actor
+        """The actor id: ``<name>+<8 hex key id>``."""
 
     @classmethod
     def generate(cls, name: str) -> SigningKey:
         """Generate a fresh key from the operating system's random source."""
         return cls(name, os.urandom(32))
-
-    @property
-    def actor(self) -> str:
-        """The actor id: ``<name>+<8 hex key id>``."""
-        return self.verifier.actor
 
     @property
     def vkey(self) -> str:

@@ -15,13 +15,14 @@ import sqlite3
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
-from datetime import UTC, datetime
+from datetime import datetime
 from pathlib import Path
 from typing import Any
 
 import sqlite_utils
 
 from ledger._canonical import loads_json
+from ledger._clock import utc_now
 from ledger._envelope import ZERO_HASH, build_envelope, check_kind, format_time
 from ledger._errors import (
     AuthorizationError,
@@ -90,11 +91,6 @@ CREATE TABLE tree (
   PRIMARY KEY (level, idx)
 ) WITHOUT ROWID;
 """
-
-
-def utc_now() -> datetime:
-    """The default clock: the current UTC time."""
-    return datetime.now(UTC)
 
 
 def check_origin(origin: str) -> str:
