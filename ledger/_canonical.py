@@ -54,7 +54,7 @@ def simple_json(value: Any) -> bool:
 def _big_int_message(value: int) -> str:
     return (
         f"integer {value} is outside the JSON-safe range +/-(2^53 - 1); "
-        "write it as a decimal string instead (for example a seed: \"seed\": \"" + str(value) + "\")"
+        f'write it as a decimal string instead (for example "seed": "{value}")'
     )
 
 

@@ -121,13 +121,13 @@ def open_note(data: str | bytes, known: Iterable[VerifierKey]) -> Note:
     message = note.text.encode("utf-8")
     verified: list[VerifierKey] = []
     for sig in note.signatures:
-        key = by_id.get((sig.name, sig.key_id))
-        if key is None:
+        match = by_id.get((sig.name, sig.key_id))
+        if match is None:
             continue
-        if not key.verify(message, sig.signature):
-            raise NoteError(f"invalid signature for key {key.actor}")
-        if key not in verified:
-            verified.append(key)
+        if not match.verify(message, sig.signature):
+            raise NoteError(f"invalid signature for key {match.actor}")
+        if match not in verified:
+            verified.append(match)
     if not verified:
         raise NoteError("note has no verifiable signatures from a known key")
     return Note(note.text, note.signatures, tuple(verified))

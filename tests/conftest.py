@@ -6,7 +6,6 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-
 from helpers import fixed_clock, fixed_key
 
 from ledger import Ledger, SigningKey

@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 import sqlite3
+from itertools import pairwise
 from pathlib import Path
 
 import pytest
+from helpers import fixed_clock, fixed_key
 
 from ledger import (
     AuthorizationError,
@@ -25,7 +27,6 @@ from ledger import (
     root_from_leaf_hashes,
 )
 from ledger._merkle import consistency_proof, inclusion_proof, list_range_hash
-from helpers import fixed_clock, fixed_key
 
 
 def test_genesis_and_keys(log: Ledger, owner: SigningKey, runner: SigningKey) -> None:
@@ -33,7 +34,7 @@ def test_genesis_and_keys(log: Ledger, owner: SigningKey, runner: SigningKey) ->
     assert genesis.kind == "ledger.genesis"
     assert genesis.body == {"origin": "example.org/test", "vkey": owner.vkey}
     assert genesis.prev == "0" * 64
-    assert [(k.actor, k.role, k.added_seq) for k in log.keys()] == [
+    assert [(k.actor, k.role, k.added_seq) for k in log.keys()] == [  # noqa: SIM118
         (owner.actor, "owner", 0),
         (runner.actor, "runner", 1),
     ]
@@ -42,7 +43,7 @@ def test_genesis_and_keys(log: Ledger, owner: SigningKey, runner: SigningKey) ->
 def test_chain_links_and_leaf_hashes(log: Ledger, runner: SigningKey) -> None:
     log.append_many([("trial.requested", {"i": i}) for i in range(5)], key=runner)
     events = list(log.events())
-    for before, after in zip(events, events[1:], strict=False):
+    for before, after in pairwise(events):
         assert after.prev == before.leaf_hash.hex()
     for event in events:
         assert event.leaf_hash == leaf_hash(event.envelope)
@@ -70,13 +71,13 @@ def test_blobs_are_content_addressed_and_stored_once(log: Ledger, runner: Signin
 
 
 def test_role_permissions(log: Ledger, owner: SigningKey, runner: SigningKey) -> None:
-    with pytest.raises(AuthorizationError, match="role 'runner', which may not append 'protocol"):
+    with pytest.raises(AuthorizationError, match=r"role 'runner', which may not append 'protocol"):
         log.append("protocol.locked", {}, key=runner)
-    with pytest.raises(AuthorizationError, match="may not append 'key.added'"):
+    with pytest.raises(AuthorizationError, match=r"may not append 'key\.added'"):
         log.add_key(SigningKey.generate("x").vkey, "owner", key=runner)
     log.append("protocol.locked", {}, key=owner)
     log.append("custom.note", {}, key=owner)
-    with pytest.raises(AuthorizationError, match="may not append 'custom.note'"):
+    with pytest.raises(AuthorizationError, match=r"may not append 'custom\.note'"):
         log.append("custom.note", {}, key=runner)
 
 
@@ -182,7 +183,7 @@ def test_proof_requests_out_of_range(log: Ledger) -> None:
 
 def test_checkpoint_is_stored_and_verifies(log: Ledger, owner: SigningKey) -> None:
     note = log.sign_checkpoint(owner)
-    cp, opened = open_checkpoint(note, [owner.verifier])
+    cp, _ = open_checkpoint(note, [owner.verifier])
     assert (cp.origin, cp.size, cp.root) == ("example.org/test", 2, log.root())
     stored = log.checkpoints()
     assert [(c.size, c.root, c.note) for c in stored] == [(2, log.root(), note)]
@@ -210,9 +211,9 @@ def test_published_checkpoint_consistency_and_rollback(
     published = log.sign_checkpoint(owner)
     log.append("trial.requested", {}, key=runner)
     assert log.check_published(published).verify()
-    with Ledger.open(old_copy) as old:
-        with pytest.raises(ProofError, match="rolled back: checkpoint has size 8 but the log has 5"):
-            old.check_published(published)
+    expected = "rolled back: checkpoint has size 8 but the log has 5"
+    with Ledger.open(old_copy) as old, pytest.raises(ProofError, match=expected):
+        old.check_published(published)
     foreign = Ledger.create(tmp_path / "f.db", origin="example.org/other", key=owner)
     with pytest.raises(NoteError, match="origin"):
         foreign.check_published(published)
@@ -268,9 +269,8 @@ def test_corrupted_database_is_a_store_error(
     for offset in range(4096 * 3, len(data), 4096):
         data[offset : offset + 64] = b"\xff" * 64
     ledger_path.write_bytes(bytes(data))
-    with pytest.raises(LedgerError, match=str(ledger_path.name)):
-        with Ledger.open(ledger_path) as broken:
-            list(broken.events())
+    with pytest.raises(LedgerError, match=str(ledger_path.name)), Ledger.open(ledger_path) as b:
+        list(b.events())
 
 
 def test_fixed_key_and_clock_give_identical_bytes(tmp_path: Path) -> None:

@@ -80,17 +80,15 @@ def edit_body(path: Path) -> None:
 
 def edit_time(path: Path) -> None:
     env, _, _ = _row(path, TARGET)
-    _set_envelope(path, TARGET, env.replace(b'"time":"2026-01-01T00:00:00.', b'"time":"2025-01-01T00:00:00.'))
+    changed = env.replace(b'"time":"2026-', b'"time":"2025-')
+    assert changed != env
+    _set_envelope(path, TARGET, changed)
 
 
 def swap_events(path: Path) -> None:
     a, b = _row(path, TARGET), _row(path, TARGET + 2)
-    _sql(
-        path,
-        ("UPDATE events SET envelope = ?, signature = ?, leaf_hash = ? WHERE seq = ?", (*b, TARGET)),
-        ("UPDATE events SET envelope = ?, signature = ?, leaf_hash = ? WHERE seq = ?",
-         (*a, TARGET + 2)),
-    )
+    update = "UPDATE events SET envelope = ?, signature = ?, leaf_hash = ? WHERE seq = ?"
+    _sql(path, (update, (*b, TARGET)), (update, (*a, TARGET + 2)))
 
 
 def delete_middle(path: Path) -> None:
@@ -127,7 +125,8 @@ def replace_signature(path: Path) -> None:
 
 
 def replace_blob(path: Path) -> None:
-    _sql(path, ("UPDATE blobs SET data = ? WHERE data = ?", (b"payload X", f"payload {TARGET - 3}".encode())))
+    original = f"payload {TARGET - 3}".encode()
+    _sql(path, ("UPDATE blobs SET data = ? WHERE data = ?", (b"payload X", original)))
 
 
 def edit_leaf_hash(path: Path) -> None:
@@ -180,7 +179,7 @@ def test_tamper_is_detected(
     assert not report.ok
     named = [f for f in failures if f[0] == check]
     assert named, f"{check} did not fail: {failures}"
-    name, seq, text, where = named[0]
+    _, seq, text, where = named[0]
     assert seq == TARGET or (where is not None and str(TARGET) in where), failures
     assert reason.lower() in text.lower(), text
     first_seq = min(f[1] for f in failures if f[1] is not None)
@@ -222,7 +221,9 @@ def test_resigned_ledger_needs_trusted_key(pristine: Path, tmp_path: Path) -> No
     assert verify_ledger_file(pristine, trusted_keys=[owner.vkey]).ok
 
 
-@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@settings(
+    max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+)
 @given(
     seq=st.integers(min_value=0, max_value=18),
     column=st.sampled_from(["envelope", "signature"]),

@@ -1,0 +1,455 @@
+"""The ``ledger`` command line: a thin skin over the library.
+
+Each command parses its options, makes one library call and renders the result. Library errors
+(:class:`ledger.LedgerError`, :class:`verify.VerificationError`) are caught once, in
+:class:`_Group`, and printed as a one-line message with exit status 1.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import click
+from rich.console import Console
+from rich.table import Table
+
+from ledger._errors import FormatError, KeyFileError, LedgerError
+from ledger._keys import SigningKey, load_verifier
+from ledger._roles import ROLES
+from ledger._store import Ledger
+from verify import Report, Status, VerificationError, verify_ledger_file
+
+KEY_HOME_ENV = "PROMPT_LEDGER_HOME"
+
+
+def key_directory() -> Path:
+    """The user's key directory: ``$PROMPT_LEDGER_HOME/keys``, else ``~/.prompt-ledger/keys``."""
+    home = os.environ.get(KEY_HOME_ENV)
+    base = Path(home) if home else Path.home() / ".prompt-ledger"
+    return base / "keys"
+
+
+def key_file_stem(name: str) -> str:
+    """File name stem for a key name (``/`` and ``:`` become ``_``)."""
+    return name.replace("/", "_").replace(":", "_")
+
+
+class _Group(click.Group):
+    """A click group that turns library errors into one-line messages."""
+
+    def invoke(self, ctx: click.Context) -> Any:
+        try:
+            return super().invoke(ctx)
+        except (LedgerError, VerificationError) as exc:
+            raise click.ClickException(str(exc)) from exc
+
+
+def _out() -> Console:
+    return Console(soft_wrap=True, highlight=False)
+
+
+def _load_key(path: str) -> SigningKey:
+    return SigningKey.load(path)
+
+
+def _read_body(value: str) -> dict[str, Any]:
+    """Parse ``--body``: inline JSON, ``@FILE``, or ``-`` for standard input."""
+    source = "--body"
+    text = value
+    if value == "-":
+        text = sys.stdin.read()
+        source = "--body (stdin)"
+    elif value.startswith("@"):
+        path = Path(value[1:])
+        source = f"--body file {path}"
+        try:
+            text = path.read_text(encoding="utf-8")
+        except FileNotFoundError as exc:
+            raise FormatError(f"{source}: not found") from exc
+        except (OSError, UnicodeDecodeError) as exc:
+            raise FormatError(f"{source}: unreadable ({exc})") from exc
+    try:
+        body = json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise FormatError(
+            f"{source}: not valid JSON (line {exc.lineno} column {exc.colno}: {exc.msg})"
+        ) from exc
+    if not isinstance(body, dict):
+        raise FormatError(f"{source}: must be a JSON object, got {type(body).__name__}")
+    return body
+
+
+def _read_blobs(specs: Sequence[str]) -> dict[str, bytes]:
+    blobs: dict[str, bytes] = {}
+    for spec in specs:
+        name, sep, file = spec.partition("=")
+        if not sep or not name or not file:
+            raise FormatError(f"--blob {spec!r}: expected NAME=FILE")
+        try:
+            blobs[name] = Path(file).read_bytes()
+        except FileNotFoundError as exc:
+            raise FormatError(f"--blob {name}: file {file} not found") from exc
+        except OSError as exc:
+            raise FormatError(f"--blob {name}: cannot read {file} ({exc.strerror})") from exc
+    return blobs
+
+
+def _dump(data: Any) -> None:
+    click.echo(json.dumps(data, indent=2, ensure_ascii=False))
+
+
+@click.group(cls=_Group, context_settings={"help_option_names": ["-h", "--help"]})
+@click.version_option(package_name="prompt-ledger")
+def main() -> None:
+    """PROMPT Ledger: provable randomized prompt experiments.
+
+    Every protocol artifact, trial, score and result is an event in an append-only, hash-chained,
+    Ed25519-signed ledger with RFC 6962 Merkle checkpoints. See docs/ledger-format.md.
+
+    \b
+    Example:
+      ledger keygen example.org/owner --out keys
+      ledger init study.db --origin example.org/study-1 --key keys/example.org_owner.key
+      ledger verify study.db
+    """
+
+
+@main.command()
+@click.argument("name")
+@click.option(
+    "--out",
+    "out_dir",
+    type=click.Path(file_okay=False, path_type=Path),
+    default=None,
+    help="Key file directory (default: $PROMPT_LEDGER_HOME/keys, else ~/.prompt-ledger/keys).",
+)
+def keygen(name: str, out_dir: Path | None) -> None:
+    """Create an Ed25519 key NAME and print its vkey.
+
+    Writes NAME.key (private, mode 0600, never overwritten) and NAME.vkey (public) into the key
+    directory; '/' and ':' in NAME become '_' in the file names. Key names are C2SP names:
+    no spaces and no '+'; schema-less URLs such as example.org/owner are recommended.
+
+    \b
+    Example:
+      ledger keygen example.org/owner --out keys
+    """
+    directory = out_dir or key_directory()
+    key = SigningKey.generate(name)
+    try:
+        directory.mkdir(parents=True, exist_ok=True, mode=0o700)
+    except OSError as exc:
+        raise KeyFileError(f"key directory {directory}: {exc.strerror}") from exc
+    stem = key_file_stem(name)
+    key_path = key.save(directory / f"{stem}.key")
+    vkey_path = directory / f"{stem}.vkey"
+    vkey_path.write_text(key.vkey + "\n", encoding="utf-8")
+    click.echo(f"wrote {key_path} (private, keep it secret) and {vkey_path}", err=True)
+    click.echo(key.vkey)
+
+
+@main.command()
+@click.argument("path", type=click.Path(dir_okay=False, path_type=Path))
+@click.option("--origin", required=True, help="Checkpoint origin, e.g. example.org/study-1.")
+@click.option("--key", "key_file", required=True, help="Owner's private key file.")
+def init(path: Path, origin: str, key_file: str) -> None:
+    """Create a new ledger at PATH owned by the key in --key.
+
+    The genesis event registers the key as the owner; the file is never overwritten.
+
+    \b
+    Example:
+      ledger init study.db --origin example.org/study-1 --key keys/example.org_owner.key
+    """
+    key = _load_key(key_file)
+    with Ledger.create(path, origin=origin, key=key) as log:
+        event = log.get(0)
+    click.echo(f"created {path}: origin {origin}, owner {key.actor}")
+    click.echo(f"genesis leaf hash {event.leaf_hash.hex()}")
+
+
+@main.command()
+@click.argument("path", type=click.Path(dir_okay=False, path_type=Path))
+@click.argument("kind")
+@click.option("--body", "body_arg", required=True, help="JSON object, @FILE, or - for stdin.")
+@click.option("--blob", "blob_args", multiple=True, help="Attach a file as blob NAME=FILE.")
+@click.option("--key", "key_file", required=True, help="Private key file of a registered key.")
+def append(path: Path, kind: str, body_arg: str, blob_args: tuple[str, ...], key_file: str) -> None:
+    """Append one event of KIND to the ledger at PATH.
+
+    Everything is read and checked before the ledger is touched: a bad body, a missing blob file
+    or a wrong key appends nothing.
+
+    \b
+    Example:
+      ledger append study.db note.added --body '{"text": "pilot run"}' \\
+          --blob data=pilot.csv --key keys/example.org_owner.key
+    """
+    body = _read_body(body_arg)
+    blobs = _read_blobs(blob_args)
+    key = _load_key(key_file)
+    with Ledger.open(path) as log:
+        event = log.append(kind, body, key=key, blobs=blobs)
+    click.echo(f"appended seq {event.seq} ({event.kind}) leaf {event.leaf_hash.hex()}")
+
+
+@main.command("log")
+@click.argument("path", type=click.Path(dir_okay=False, path_type=Path))
+@click.option("--kind", default=None, help="Only events of this kind.")
+@click.option("--json", "as_json", is_flag=True, help="One JSON object per line.")
+def log_cmd(path: Path, kind: str | None, as_json: bool) -> None:
+    """List the events of the ledger at PATH.
+
+    \b
+    Example:
+      ledger log study.db --kind key.added
+    """
+    with Ledger.open(path, readonly=True) as log:
+        if as_json:
+            for event in log.events(kind):
+                click.echo(json.dumps(event.to_json(), ensure_ascii=False))
+            return
+        table = Table("seq", "time", "kind", "actor", "blobs", "leaf hash")
+        for event in log.events(kind):
+            table.add_row(
+                str(event.seq), event.time, event.kind, event.actor,
+                str(len(event.blobs)), event.leaf_hash.hex()[:16],
+            )
+        _out().print(table)
+
+
+@main.command()
+@click.argument("path", type=click.Path(dir_okay=False, path_type=Path))
+@click.argument("seq", type=int)
+@click.option("--json", "as_json", is_flag=True, help="Print JSON.")
+def show(path: Path, seq: int, as_json: bool) -> None:
+    """Show event SEQ of the ledger at PATH: envelope, signature, leaf hash and blobs.
+
+    \b
+    Example:
+      ledger show study.db 0
+    """
+    with Ledger.open(path, readonly=True) as log:
+        event = log.get(seq)
+        sizes = {name: len(log.blob(h)) for name, h in event.blobs.items()}
+    data = event.to_json()
+    data["blob_sizes"] = sizes
+    if as_json:
+        _dump(data)
+        return
+    console = _out()
+    console.print(f"[bold]seq {event.seq}[/] {event.kind} by {event.actor} at {event.time}")
+    console.print(json.dumps(data["envelope"], indent=2, ensure_ascii=False), markup=False)
+    console.print(f"leaf hash  {event.leaf_hash.hex()}")
+    console.print(f"signature  {data['signature']}")
+    for name, digest in event.blobs.items():
+        console.print(f"blob {name}: {digest} ({sizes[name]} bytes)")
+
+
+@main.command()
+@click.argument("path", type=click.Path(dir_okay=False, path_type=Path))
+@click.option(
+    "--key", "key_files", required=True, multiple=True, help="Signing key file (repeatable)."
+)
+@click.option(
+    "--out", "out_file", type=click.Path(dir_okay=False, path_type=Path), default=None,
+    help="Also write the signed note to this file.",
+)
+def checkpoint(path: Path, key_files: tuple[str, ...], out_file: Path | None) -> None:
+    """Sign a checkpoint of the ledger at PATH and print the signed note.
+
+    The note is a C2SP tlog-checkpoint (origin, size, root) to publish, for example in a
+    preregistration; `ledger verify --checkpoint FILE` later proves the log extends it.
+
+    \b
+    Example:
+      ledger checkpoint study.db --key keys/example.org_owner.key --out registration.checkpoint
+    """
+    keys = [_load_key(k) for k in key_files]
+    with Ledger.open(path) as log:
+        note = log.sign_checkpoint(keys)
+    if out_file is not None:
+        out_file.write_text(note, encoding="utf-8")
+    click.echo(note, nl=False)
+
+
+@main.command()
+@click.argument("path", type=click.Path(dir_okay=False, path_type=Path))
+@click.argument("proof_type", type=click.Choice(["inclusion", "consistency"]))
+@click.argument("numbers", nargs=-1, type=int, required=True)
+@click.option("--size", type=int, default=None, help="Tree size for an inclusion proof.")
+def proof(path: Path, proof_type: str, numbers: tuple[int, ...], size: int | None) -> None:
+    """Print an RFC 9162 proof as JSON, checked before it is printed.
+
+    `inclusion SEQ [--size N]` proves event SEQ is in the tree of N events (default: all).
+    `consistency OLD NEW` proves the tree of NEW events extends the tree of OLD events.
+
+    \b
+    Example:
+      ledger proof study.db inclusion 3 --size 10
+      ledger proof study.db consistency 5 10
+    """
+    with Ledger.open(path, readonly=True) as log:
+        if proof_type == "inclusion":
+            if len(numbers) != 1:
+                raise click.UsageError("inclusion takes one SEQ")
+            result: Any = log.inclusion_proof(numbers[0], size)
+        else:
+            if len(numbers) != 2 or size is not None:
+                raise click.UsageError("consistency takes OLD NEW (and no --size)")
+            result = log.consistency_proof(numbers[0], numbers[1])
+    if not result.verify():
+        raise click.ClickException("the proof the ledger produced does not verify")
+    _dump(result.to_json())
+
+
+def render_report(report: Report, console: Console) -> None:
+    """Render a verification report as a table and a summary line."""
+    colours = {Status.PASS: "green", Status.FAIL: "red", Status.WARN: "yellow"}
+    table = Table("check", "result", "where", "detail", title=f"verify {report.path}")
+    for check in report.checks:
+        where = check.where or ("" if check.seq is None else f"seq {check.seq}")
+        colour = colours[check.status]
+        table.add_row(
+            check.name, f"[{colour}]{check.status.value}[/]", where, check.reason
+        )
+    console.print(table)
+    failed = len(report.failures)
+    warned = sum(1 for c in report.checks if c.status is Status.WARN)
+    verdict = "[green]VERIFIED[/]" if report.ok else "[red]FAILED[/]"
+    console.print(
+        f"{verdict}: {report.size} events, {len(report.checks)} checks, "
+        f"{failed} failed, {warned} warnings"
+    )
+
+
+@main.command("verify")
+@click.argument("path", type=click.Path(path_type=Path))
+@click.option(
+    "--trusted-key", "trusted", multiple=True, help="A trusted vkey or @FILE (repeatable)."
+)
+@click.option(
+    "--checkpoint", "checkpoints", multiple=True,
+    type=click.Path(dir_okay=False, path_type=Path),
+    help="A checkpoint published elsewhere (repeatable).",
+)
+@click.option("--json", "as_json", is_flag=True, help="Print the report as JSON.")
+@click.option("--jobs", type=click.IntRange(min=1), default=1, help="Processes for signatures.")
+def verify_cmd(
+    path: Path,
+    trusted: tuple[str, ...],
+    checkpoints: tuple[Path, ...],
+    as_json: bool,
+    jobs: int,
+) -> None:
+    """Verify the ledger at PATH independently; exit 0 only if every check passes.
+
+    Uses the separate implementation in verify/ (which shares no code with the writer). Without
+    --trusted-key the keys are self-asserted: signatures then prove integrity, not authorship.
+
+    \b
+    Example:
+      ledger verify study.db --trusted-key @keys/example.org_owner.vkey \\
+          --checkpoint registration.checkpoint --jobs 2
+    """
+    vkeys = [load_verifier(t).vkey for t in trusted]
+    report = verify_ledger_file(path, trusted_keys=vkeys, checkpoints=checkpoints, jobs=jobs)
+    if as_json:
+        _dump(report.to_dict())
+    else:
+        render_report(report, _out())
+    if not report.ok:
+        sys.exit(1)
+
+
+@main.group()
+def key() -> None:
+    """Register, revoke and list the keys of a ledger (owner only for changes).
+
+    \b
+    Example:
+      ledger key add study.db @keys/runner.vkey --role runner --key keys/example.org_owner.key
+    """
+
+
+@key.command("add")
+@click.argument("path", type=click.Path(dir_okay=False, path_type=Path))
+@click.argument("vkey")
+@click.option("--role", type=click.Choice(ROLES), required=True, help="The key's role.")
+@click.option("--key", "key_file", required=True, help="An owner's private key file.")
+def key_add(path: Path, vkey: str, role: str, key_file: str) -> None:
+    """Register VKEY (inline or @FILE) with a role, signed by an owner key.
+
+    \b
+    Example:
+      ledger key add study.db @keys/runner.vkey --role runner --key keys/example.org_owner.key
+    """
+    verifier = load_verifier(vkey)
+    owner = _load_key(key_file)
+    with Ledger.open(path) as log:
+        event = log.add_key(verifier, role, key=owner)
+    click.echo(f"seq {event.seq}: added {verifier.actor} as {role}")
+
+
+@key.command("revoke")
+@click.argument("path", type=click.Path(dir_okay=False, path_type=Path))
+@click.argument("actor")
+@click.option("--reason", default="", help="Why the key is revoked.")
+@click.option("--key", "key_file", required=True, help="An owner's private key file.")
+def key_revoke(path: Path, actor: str, reason: str, key_file: str) -> None:
+    """Revoke the key ACTOR (name+keyid); it can append nothing afterwards.
+
+    \b
+    Example:
+      ledger key revoke study.db runner+1a2b3c4d --reason "laptop lost" --key keys/owner.key
+    """
+    owner = _load_key(key_file)
+    with Ledger.open(path) as log:
+        event = log.revoke_key(actor, key=owner, reason=reason)
+    click.echo(f"seq {event.seq}: revoked {actor}")
+
+
+@key.command("list")
+@click.argument("path", type=click.Path(dir_okay=False, path_type=Path))
+@click.option("--json", "as_json", is_flag=True, help="Print JSON.")
+def key_list(path: Path, as_json: bool) -> None:
+    """List every key ever registered in the ledger at PATH.
+
+    \b
+    Example:
+      ledger key list study.db
+    """
+    with Ledger.open(path, readonly=True) as log:
+        records = log.keys()
+    if as_json:
+        _dump([r.__dict__ for r in records])
+        return
+    table = Table("actor", "role", "added at", "revoked at", "vkey")
+    for r in records:
+        revoked = "" if r.revoked_seq is None else str(r.revoked_seq)
+        table.add_row(r.actor, r.role, str(r.added_seq), revoked, r.vkey)
+    _out().print(table)
+
+
+@main.command()
+@click.argument(
+    "directory", required=False, type=click.Path(file_okay=False, path_type=Path)
+)
+def demo(directory: Path | None) -> None:
+    """Walk through the ledger core offline: keys, appends, checkpoint, verify, tamper.
+
+    Creates DIRECTORY (default ./demo, which must not exist yet) with two keys, a ledger, a
+    published checkpoint, and a tampered copy, and verifies both with the independent verifier.
+
+    \b
+    Example:
+      ledger demo /tmp/ledger-demo
+    """
+    from ledger._demo import run_demo
+
+    run_demo(directory or Path("demo"), _out())
