@@ -169,8 +169,11 @@ class SigningKey:
         """Parse a ``PRIVATE+KEY+…`` signer-key string; ``source`` names it in errors."""
         skey = skey.strip()
         if not skey.startswith(_SKEY_PREFIX):
-            hint = " (it looks like a public vkey)" if skey.count("+") == 2 else ""
-            raise KeyFileError(f"{source}: not a private key file{hint}")
+            try:
+                VerifierKey.parse(skey)
+            except KeyFileError:
+                raise KeyFileError(f"{source}: not a private key file") from None
+            raise KeyFileError(f"{source}: not a private key file (it looks like a public vkey)")
         parts = skey[len(_SKEY_PREFIX) :].split("+", 2)
         if len(parts) != 3:
             raise KeyFileError(f"{source}: malformed private key")

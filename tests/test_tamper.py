@@ -154,7 +154,7 @@ TAMPERS: list[tuple[str, Callable[[Path], None], str, str]] = [
     ("insert an event", insert_event, "signatures", "signature does not verify"),
     ("replace a signature", replace_signature, "signatures", "signature does not verify"),
     ("replace a blob's bytes", replace_blob, "blobs", "hash"),
-    ("edit a stored leaf hash", edit_leaf_hash, "leaf-hashes", "leaf hash"),
+    ("edit a stored leaf hash", edit_leaf_hash, "leaf-hashes", "leaf_hash differs"),
     ("re-sign with an unregistered key", resign_unregistered, "signatures", "not a registered key"),
 ]
 
