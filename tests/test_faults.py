@@ -71,7 +71,7 @@ def _batch_setup(tmp_path: Path) -> tuple[Path, str]:
 
 def _kill(proc: subprocess.Popen[str]) -> None:
     os.kill(proc.pid, signal.SIGKILL)
-    proc.wait(timeout=30)
+    proc.communicate(timeout=30)  # reap it and close its pipes
     assert proc.returncode == -signal.SIGKILL
 
 
@@ -117,7 +117,7 @@ def test_sigkill_at_random_moments_keeps_batches_whole(tmp_path: Path) -> None:
         if proc.poll() is None:
             _kill(proc)
         else:
-            proc.wait()
+            proc.communicate()
         new_size = _assert_whole_or_nothing(path, size, 3000)
         outcomes["whole" if new_size > size else "none"] += 1
         size = new_size

@@ -11,6 +11,7 @@ Usage:
 
 from __future__ import annotations
 
+import os
 import random
 import sys
 import time
@@ -45,7 +46,11 @@ def batch(path: str, keyfile: str, count: int, stall_at: int | None) -> None:
 
     with Ledger.open(path, clock=clock) as log:
         specs = [
-            EventSpec("trial.responded", {"i": i, "pad": "x" * 200}, {"raw": f"r{i}".encode()})
+            EventSpec(
+                "trial.responded",
+                {"i": i, "pad": "x" * 200},
+                {"raw": f"{os.getpid()}-{i}".encode()},
+            )
             for i in range(count)
         ]
         print("ready", flush=True)
