@@ -23,7 +23,14 @@ import sqlite_utils
 
 from ledger._canonical import loads_json
 from ledger._clock import utc_now
-from ledger._envelope import ZERO_HASH, build_envelope, check_kind, format_time
+from ledger._envelope import (
+    ACTOR_RE,
+    BLOB_NAME_RE,
+    ZERO_HASH,
+    build_envelope,
+    check_kind,
+    format_time,
+)
 from ledger._errors import (
     AuthorizationError,
     FormatError,
@@ -493,6 +500,9 @@ class Ledger:
             raise StoreError(f"{self.path}: ledger already has a genesis event")
         keys = _KeyView(conn)
         actor = key.actor
+        if not ACTOR_RE.match(actor):
+            raise FormatError(f"actor id {actor!r} cannot be written in an envelope")
+        authorized: set[str] = set()
         event_rows: list[tuple[Any, ...]] = []
         node_rows: list[tuple[int, int, bytes]] = []
         events: list[Event] = []
@@ -502,9 +512,15 @@ class Ledger:
             body = dict(spec.body)
             if genesis:
                 keys.register(key.verifier, "owner", 0)
+            elif spec.kind in authorized:
+                pass  # same key, same kind, later seq in this batch: nothing can have changed
             else:
                 keys.authorize(key, spec.kind, seq)
-                self._apply_key_event(keys, spec.kind, body, seq)
+                if spec.kind in ("key.added", "key.revoked"):
+                    self._apply_key_event(keys, spec.kind, body, seq)
+                    authorized.clear()  # a revocation may have ended this key's rights
+                else:
+                    authorized.add(spec.kind)
             blob_refs = self._store_blobs(spec.blobs or {}, seq)
             env = build_envelope(
                 seq=seq,
@@ -514,6 +530,7 @@ class Ledger:
                 prev=head.last.hex() if seq else ZERO_HASH,
                 body=body,
                 blobs=blob_refs,
+                prevalidated=True,
             )
             signature = key.sign(env.data)
             leaf = hashlib.sha256(b"\x00" + env.data).digest()
@@ -561,6 +578,10 @@ class Ledger:
     def _store_blobs(self, blobs: Mapping[str, BlobValue], seq: int) -> dict[str, str]:
         refs: dict[str, str] = {}
         for name, value in blobs.items():
+            if not isinstance(name, str) or not BLOB_NAME_RE.match(name):
+                raise FormatError(
+                    f"blob name {name!r} of event {seq} is invalid (letters, digits, '.', '_', '-')"
+                )
             if isinstance(value, str):
                 digest = value.lower()
                 if not self._conn.execute(

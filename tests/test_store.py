@@ -281,3 +281,26 @@ def test_fixed_key_and_clock_give_identical_bytes(tmp_path: Path) -> None:
             return b"".join(e.envelope + e.signature for e in led.events())
 
     assert build(tmp_path / "a.db") == build(tmp_path / "b.db")
+
+
+def test_self_revocation_inside_a_batch_stops_the_rest(log: Ledger, owner: SigningKey) -> None:
+    second = fixed_key("example.org/owner2")
+    log.add_key(second.vkey, "owner", key=owner)
+    specs = [
+        EventSpec("custom.note", {}),
+        EventSpec("key.revoked", {"actor": owner.actor, "reason": "rotation"}),
+        EventSpec("custom.note", {}),
+    ]
+    with pytest.raises(AuthorizationError, match="revoked"):
+        log.append_many(specs, key=owner)
+    assert log.size == 3
+    log.append_many(specs[:2], key=owner)
+    assert log.size == 5
+
+
+def test_times_are_utc_with_microseconds(tmp_path: Path, owner: SigningKey) -> None:
+    from datetime import datetime, timedelta, timezone
+
+    local = datetime(2026, 3, 1, 1, 30, 0, 7, tzinfo=timezone(timedelta(hours=2)))
+    with Ledger.create(tmp_path / "t.db", origin="x.org/t", key=owner, clock=lambda: local) as led:
+        assert led.get(0).time == "2026-02-28T23:30:00.000007Z"
