@@ -1,0 +1,120 @@
+"""Independent verifier of PROMPT Ledger files, written from ``docs/ledger-format.md`` alone.
+
+It imports nothing from ``ledger``, ``runner`` or ``analysis``: only the standard library,
+``cryptography`` (Ed25519) and ``rfc8785`` (canonical JSON).
+
+Example::
+
+    from verify import verify_ledger_file, require_valid
+
+    report = verify_ledger_file("study.ledger", trusted_keys=[owner_vkey], checkpoints=["cp.txt"])
+    for check in report.checks:
+        print(check.name, check.status.value, check.reason)
+
+    require_valid("study.ledger")  # raises VerificationError naming the first failed check
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Sequence
+
+from verify._canonical import canonical_json
+from verify._errors import (
+    AmbiguousKeyError,
+    CheckpointFormatError,
+    InvalidSignatureError,
+    KeyFormatError,
+    MalformedNoteError,
+    NoteError,
+    ProofError,
+    UnverifiedNoteError,
+    VerificationError,
+)
+from verify._ledgerfile import APPLICATION_ID, SCHEMA_VERSION, verify_ledger_file
+from verify._merkle import (
+    EMPTY_ROOT,
+    CompactTree,
+    consistency_proof,
+    inclusion_proof,
+    leaf_hash,
+    merkle_root,
+    node_hash,
+    verify_consistency,
+    verify_inclusion,
+)
+from verify._note import (
+    MAX_NOTE_SIGNATURES,
+    Checkpoint,
+    Note,
+    NoteSignature,
+    Vkey,
+    compute_key_id,
+    open_checkpoint,
+    open_note,
+    parse_checkpoint,
+    parse_note,
+    parse_vkey,
+)
+from verify._report import CHECK_NAMES, Check, Report, Status
+
+__all__ = [
+    "APPLICATION_ID",
+    "CHECK_NAMES",
+    "EMPTY_ROOT",
+    "MAX_NOTE_SIGNATURES",
+    "SCHEMA_VERSION",
+    "AmbiguousKeyError",
+    "Check",
+    "Checkpoint",
+    "CheckpointFormatError",
+    "CompactTree",
+    "InvalidSignatureError",
+    "KeyFormatError",
+    "MalformedNoteError",
+    "Note",
+    "NoteError",
+    "NoteSignature",
+    "ProofError",
+    "Report",
+    "Status",
+    "UnverifiedNoteError",
+    "VerificationError",
+    "Vkey",
+    "canonical_json",
+    "compute_key_id",
+    "consistency_proof",
+    "inclusion_proof",
+    "leaf_hash",
+    "merkle_root",
+    "node_hash",
+    "open_checkpoint",
+    "open_note",
+    "parse_checkpoint",
+    "parse_note",
+    "parse_vkey",
+    "require_valid",
+    "verify_consistency",
+    "verify_inclusion",
+    "verify_ledger_file",
+]
+
+
+def require_valid(
+    path: str | os.PathLike[str],
+    *,
+    trusted_keys: Sequence[str] = (),
+    checkpoints: Sequence[str | os.PathLike[str]] = (),
+    jobs: int = 1,
+) -> Report:
+    """Verify like :func:`verify_ledger_file` and return the report if no check FAILed.
+
+    Raises :class:`VerificationError` for the first failed check (in report order); the error's
+    ``check`` and ``report`` attributes carry the details, and its message names the check, the seq
+    or place at fault and the reason.  WARN checks do not raise.
+    """
+    report = verify_ledger_file(path, trusted_keys=trusted_keys, checkpoints=checkpoints, jobs=jobs)
+    failure = report.first_failure
+    if failure is not None:
+        raise VerificationError.from_check(failure, report)
+    return report

@@ -1,0 +1,1037 @@
+"""Reads a PROMPT Ledger SQLite file read-only and runs every check of ``docs/ledger-format.md`` §8.
+
+One read transaction, one cursor over ``events`` in seq order, and a second cursor over ``tree``
+walked in lockstep with the incremental Merkle tree.  Ed25519 checks run inline (``jobs == 1``) or
+in worker processes that each open the file read-only and verify a range of seqs; the main process
+does every other check, so the report does not depend on ``jobs``.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import multiprocessing
+import os
+import sqlite3
+import urllib.parse
+from collections.abc import Iterator, Sequence
+from concurrent.futures import Future, ProcessPoolExecutor
+from typing import Any
+
+from cryptography.exceptions import InvalidSignature
+from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
+
+from verify._canonical import CanonicalError, Canonicalizer
+from verify._envelope import MAX_ENVELOPE_BYTES, ZERO_PREV, envelope_problem
+from verify._errors import CheckpointFormatError, KeyFormatError, NoteError
+from verify._keys import Registry, role_may_append
+from verify._merkle import (
+    EMPTY_ROOT,
+    CompactTree,
+    LeafHashes,
+    consistency_proof,
+    verify_consistency,
+)
+from verify._note import Checkpoint, Vkey, open_note, parse_checkpoint, parse_note, parse_vkey
+from verify._report import Check, Report, Status
+
+__all__ = ["APPLICATION_ID", "SCHEMA_VERSION", "verify_ledger_file"]
+
+APPLICATION_ID = 1347176241  # 0x504C4731, "PLG1"
+SCHEMA_VERSION = 1
+
+_REQUIRED_COLUMNS: dict[str, tuple[str, ...]] = {
+    "meta": ("key", "value"),
+    "events": ("seq", "kind", "actor", "time", "envelope", "signature", "leaf_hash"),
+    "blobs": ("sha256", "size", "data"),
+    "checkpoints": ("id", "size", "root", "note", "created"),
+    "keys": ("actor", "name", "vkey", "role", "added_seq", "revoked_seq"),
+    "tree": ("level", "idx", "hash"),
+}
+_KEY_KINDS = frozenset({"ledger.genesis", "key.added", "key.revoked"})
+_MAX_CHECKPOINT_FILE = 1 << 20
+_LAST = 1 << 62
+
+# Logs smaller than this are verified in-process even when jobs > 1 (tests set it to 0).
+_MIN_PARALLEL_EVENTS = 2048
+
+_sha256 = hashlib.sha256
+
+
+# --------------------------------------------------------------------------------------------------
+# per-check bookkeeping
+
+
+class _State:
+    """Accumulates one check's failures and warnings, keeping the first by seq."""
+
+    __slots__ = ("_n", "fails", "first", "first_warn", "name", "warns")
+
+    def __init__(self, name: str) -> None:
+        self.name = name
+        self.fails = 0
+        self.warns = 0
+        self._n = 0
+        self.first: tuple[tuple[int, int, int], str, int | None, str | None] | None = None
+        self.first_warn: tuple[tuple[int, int, int], str, int | None, str | None] | None = None
+
+    def _key(self, seq: int | None, rank: int = 0) -> tuple[int, int, int]:
+        self._n += 1
+        return (rank, seq if seq is not None else _LAST, self._n)
+
+    def fail(
+        self, reason: str, seq: int | None = None, where: str | None = None, *, rank: int = 0
+    ) -> None:
+        """Record a failure; the first is the lowest (rank, seq), then the earliest recorded.
+
+        ``rank`` 1 marks consequences (derived tables) that should not hide a root cause.
+        """
+        self.fails += 1
+        key = self._key(seq, rank)
+        if self.first is None or key < self.first[0]:
+            self.first = (key, reason, seq, where)
+
+    def warn(self, reason: str, seq: int | None = None, where: str | None = None) -> None:
+        self.warns += 1
+        key = self._key(seq)
+        if self.first_warn is None or key < self.first_warn[0]:
+            self.first_warn = (key, reason, seq, where)
+
+    def check(self, pass_reason: str) -> Check:
+        if self.first is not None:
+            _, reason, seq, where = self.first
+            if self.fails > 1:
+                reason += f" (and {self.fails - 1} more)"
+            return Check(self.name, Status.FAIL, reason, seq, where)
+        if self.first_warn is not None:
+            _, reason, seq, where = self.first_warn
+            if self.warns > 1:
+                reason += f" (and {self.warns - 1} more)"
+            return Check(self.name, Status.WARN, reason, seq, where)
+        return Check(self.name, Status.PASS, pass_reason)
+
+
+# --------------------------------------------------------------------------------------------------
+# signatures (shared by the inline path and the worker processes)
+
+
+def _as_bytes(value: object) -> bytes:
+    """Column value as bytes: BLOBs as they are, TEXT as UTF-8, anything else as its text."""
+    if isinstance(value, bytes):
+        return value
+    if isinstance(value, str):
+        return value.encode("utf-8", "surrogatepass")
+    return b"" if value is None else str(value).encode("ascii")
+
+
+def _signature_problem(
+    key: Ed25519PublicKey, signature: object, envelope: bytes, seq: int, actor: str
+) -> str | None:
+    if not isinstance(signature, bytes) or len(signature) != 64:
+        return f"seq {seq}: signature is not a 64-byte BLOB"
+    try:
+        key.verify(signature, envelope)
+    except InvalidSignature:
+        return f"seq {seq}: signature does not verify under key {actor}"
+    return None
+
+
+_worker_keys: dict[bytes, Ed25519PublicKey] = {}
+
+
+def _verify_range(
+    uri: str, lo: int, hi: int, keys: dict[str, bytes], overrides: dict[int, str | None]
+) -> list[tuple[int, str]]:
+    """Worker: verify the signatures of events ``lo..hi``; return ``(seq, reason)`` failures.
+
+    ``keys`` maps actor ids to raw public keys; ``overrides`` maps seqs to the actor to use instead
+    of the row's ``actor`` column, or to ``None`` to skip the event (the main process already
+    reported a structural problem there).
+    """
+    failures: list[tuple[int, str]] = []
+    con = sqlite3.connect(uri, uri=True, isolation_level=None, check_same_thread=False)
+    try:
+        rows = con.execute(
+            "SELECT seq, actor, envelope, signature FROM events "
+            "WHERE seq >= ? AND seq <= ? ORDER BY seq",
+            (lo, hi),
+        )
+        for seq, actor, envelope, signature in rows:
+            if seq in overrides:
+                actor = overrides[seq]
+                if actor is None:
+                    continue
+            raw = keys.get(actor)
+            if raw is None:
+                failures.append((seq, f"seq {seq}: actor {actor!r:.80} is not a registered key"))
+                continue
+            key = _worker_keys.get(raw)
+            if key is None:
+                key = _worker_keys[raw] = Ed25519PublicKey.from_public_bytes(raw)
+            problem = _signature_problem(key, signature, _as_bytes(envelope), seq, actor)
+            if problem is not None:
+                failures.append((seq, problem))
+    finally:
+        con.close()
+    return failures
+
+
+# --------------------------------------------------------------------------------------------------
+# the verifier run
+
+
+def _ro_uri(path: str, *, immutable: bool = False) -> str:
+    quoted = urllib.parse.quote(os.path.abspath(path))
+    return f"file:{quoted}?mode=ro" + ("&immutable=1" if immutable else "")
+
+
+class _NotALedger(Exception):
+    """Internal: the file check failed in a way that stops every other check."""
+
+
+class _StoredCheckpoint:
+    __slots__ = ("cp", "created", "id", "label", "note", "problem", "root_col", "size_col")
+
+    def __init__(self, row: tuple[Any, ...]) -> None:
+        self.id, self.size_col, self.root_col, self.note, self.created = row
+        self.cp: Checkpoint | None = None
+        self.problem: str | None = None
+        size = self.size_col
+        try:
+            note = self.note.decode("utf-8") if isinstance(self.note, bytes) else self.note
+            if not isinstance(note, str):
+                raise CheckpointFormatError("note is not text")
+            text, _ = parse_note(note)
+            self.cp = parse_checkpoint(text)
+            size = self.cp.size
+        except (NoteError, CheckpointFormatError, UnicodeDecodeError) as exc:
+            self.problem = str(exc)
+        self.label = f"checkpoint {self.id} (size {size})"
+
+
+class _PublishedCheckpoint:
+    __slots__ = ("cp", "data", "label", "path", "problem")
+
+    def __init__(self, path: str) -> None:
+        self.path = path
+        self.label = f"published checkpoint {path}"
+        self.cp: Checkpoint | None = None
+        self.data: bytes | None = None
+        self.problem: str | None = None
+        try:
+            with open(path, "rb") as fh:
+                data = fh.read(_MAX_CHECKPOINT_FILE + 1)
+        except OSError as exc:
+            self.problem = f"cannot be read: {exc.strerror or exc}"
+            return
+        if len(data) > _MAX_CHECKPOINT_FILE:
+            self.problem = "is larger than 1 MiB, not a checkpoint"
+            return
+        self.data = data
+        try:
+            text, _ = parse_note(data)
+            self.cp = parse_checkpoint(text)
+        except (NoteError, CheckpointFormatError) as exc:
+            self.problem = str(exc)
+
+
+class _Run:
+    def __init__(
+        self,
+        path: str,
+        trusted_keys: Sequence[str],
+        checkpoints: Sequence[str | os.PathLike[str]],
+        jobs: int,
+    ) -> None:
+        self.path = path
+        self.trusted_texts = [str(k) for k in trusted_keys]
+        self.published = [_PublishedCheckpoint(os.fspath(p)) for p in checkpoints]
+        self.jobs = max(1, int(jobs))
+        self.states = {
+            name: _State(name)
+            for name in (
+                "file", "envelopes", "sequence", "chain", "leaf-hashes", "keys", "signatures",
+                "blobs", "tree", "checkpoints", "published-checkpoints", "trust", "time-order",
+            )
+        }  # fmt: skip
+        self.registry = Registry()
+        self.uri = _ro_uri(path)
+        self.meta: dict[str, Any] = {}
+        self.size = 0
+        self.roots: dict[int, bytes] = {}
+        self.leaves: LeafHashes | None = LeafHashes() if self.published else None
+        self.blob_refs: dict[str, tuple[int, str]] = {}
+        self.crypto_failures: list[tuple[int, str]] = []
+        self.structural_sig_fails: set[int] = set()
+        self.tree_nodes = 0
+
+    # ---------------------------------------------------------------------------------- file
+
+    def _open(self) -> sqlite3.Connection:
+        st = self.states["file"]
+        path = self.path
+        if not os.path.exists(path):
+            st.fail(f"no such file: {path}", where=path)
+            raise _NotALedger
+        if os.path.isdir(path):
+            st.fail(f"{path} is a directory, not a ledger file", where=path)
+            raise _NotALedger
+        try:
+            con = self._connect(self.uri)
+        except sqlite3.OperationalError as exc:
+            wal = path + "-wal"
+            if "unable to open" in str(exc) and not (os.path.exists(wal) and os.path.getsize(wal)):
+                self.uri = _ro_uri(path, immutable=True)
+                try:
+                    con = self._connect(self.uri)
+                except sqlite3.DatabaseError as exc2:
+                    st.fail(f"{path} cannot be opened read-only: {exc2}", where=path)
+                    raise _NotALedger from None
+            else:
+                st.fail(f"{path} cannot be opened read-only: {exc}", where=path)
+                raise _NotALedger from None
+        except sqlite3.DatabaseError as exc:
+            st.fail(f"{path} is not a SQLite database ({exc})", where=path)
+            raise _NotALedger from None
+        return con
+
+    @staticmethod
+    def _connect(uri: str) -> sqlite3.Connection:
+        con = sqlite3.connect(uri, uri=True, isolation_level=None, check_same_thread=False)
+        try:
+            con.execute("BEGIN")
+            con.execute("SELECT count(*) FROM sqlite_master").fetchone()
+        except BaseException:
+            con.close()
+            raise
+        return con
+
+    def _check_file(self, con: sqlite3.Connection) -> None:
+        st = self.states["file"]
+        path = self.path
+        app_id = con.execute("PRAGMA application_id").fetchone()[0]
+        if app_id != APPLICATION_ID:
+            st.fail(
+                f"{path} is not a PROMPT ledger: application_id is {app_id} (0x{app_id:08X}), "
+                f"expected {APPLICATION_ID} (0x504C4731, 'PLG1')",
+                where=path,
+            )
+            raise _NotALedger
+        version = con.execute("PRAGMA user_version").fetchone()[0]
+        if version > SCHEMA_VERSION:
+            st.fail(
+                f"{path} has schema version {version}, newer than this verifier knows "
+                f"({SCHEMA_VERSION}); use a newer verifier",
+                where=path,
+            )
+            raise _NotALedger
+        if version != SCHEMA_VERSION:
+            st.fail(
+                f"{path} has schema version {version}, not a known schema version "
+                f"(this verifier knows {SCHEMA_VERSION})",
+                where=path,
+            )
+            raise _NotALedger
+        tables = {
+            name for (name,) in con.execute("SELECT name FROM sqlite_master WHERE type = 'table'")
+        }
+        for table, columns in _REQUIRED_COLUMNS.items():
+            if table not in tables:
+                st.fail(f"{path} has no table {table}", where=table)
+                raise _NotALedger
+            have = {row[1] for row in con.execute(f"PRAGMA table_info({table})")}
+            for column in columns:
+                if column not in have:
+                    st.fail(f"table {table} lacks column {column}", where=table)
+                    raise _NotALedger
+        self.meta = {key: value for key, value in con.execute("SELECT key, value FROM meta")}
+        if self.meta.get("format") != "prompt-ledger":
+            st.fail(
+                f"meta format is {self.meta.get('format')!r:.80}, expected 'prompt-ledger'",
+                where="meta.format",
+            )
+        if self.meta.get("schema_version") != str(SCHEMA_VERSION):
+            st.fail(
+                f"meta schema_version is {self.meta.get('schema_version')!r:.80}, "
+                f"expected '{SCHEMA_VERSION}' (user_version is {version})",
+                where="meta.schema_version",
+            )
+        if "origin" not in self.meta:
+            st.fail("meta has no origin row", where="meta.origin")
+        mode = con.execute("PRAGMA journal_mode").fetchone()[0]
+        if str(mode).lower() != "wal":
+            st.warn(f"journal mode is {mode}, not WAL", where=path)
+
+    # ---------------------------------------------------------------------------------- run
+
+    def run(self) -> Report:
+        report = Report(path=self.path)
+        try:
+            con = self._open()
+            try:
+                self._check_file(con)
+                self._verify(con, report)
+            finally:
+                con.close()
+        except _NotALedger:
+            report.checks = [self.states["file"].check("")]
+            return report
+        except sqlite3.Error as exc:
+            self.states["file"].fail(f"{self.path}: SQLite error while reading: {exc}")
+            report.checks = [self.states["file"].check("")]
+            return report
+        return report
+
+    def _verify(self, con: sqlite3.Connection, report: Report) -> None:
+        stored = [
+            _StoredCheckpoint(row)
+            for row in con.execute(
+                "SELECT id, size, root, note, created FROM checkpoints ORDER BY id"
+            )
+        ]
+        sizes: set[int] = set()
+        for s in stored:
+            if s.cp is not None:
+                sizes.add(s.cp.size)
+            if type(s.size_col) is int:
+                sizes.add(s.size_col)
+        for p in self.published:
+            if p.cp is not None:
+                sizes.add(p.cp.size)
+        total = con.execute("SELECT count(*) FROM events").fetchone()[0]
+        pool: ProcessPoolExecutor | None = None
+        if self.jobs > 1 and total >= _MIN_PARALLEL_EVENTS:
+            pool = ProcessPoolExecutor(
+                max_workers=self.jobs, mp_context=multiprocessing.get_context("spawn")
+            )
+        try:
+            futures = self._stream(con, sizes, pool, total)
+            for future in futures:
+                self.crypto_failures.extend(future.result())
+        finally:
+            if pool is not None:
+                pool.shutdown(wait=True, cancel_futures=True)
+        final_root = self.roots.get(self.size, EMPTY_ROOT)
+        report.size = self.size
+        report.root = final_root.hex()
+        report.origin = self.registry.origin
+        self._finish_signatures()
+        self._check_keys_table(con)
+        self._check_blobs(con)
+        trusted = self._trusted_keys()
+        self._check_stored_checkpoints(stored, trusted)
+        self._check_published(trusted, final_root)
+        self._check_origin_meta()
+        report.checks = self._checks(stored, trusted)
+
+    # ---------------------------------------------------------------------------------- stream
+
+    def _tree_rows(self, con: sqlite3.Connection) -> Iterator[tuple[Any, Any, Any]]:
+        cur = con.cursor()
+        cur.arraysize = 512
+        cur.execute(
+            "SELECT level, idx, hash FROM tree "
+            "ORDER BY CASE WHEN typeof(level) = 'integer' AND typeof(idx) = 'integer' "
+            "AND level BETWEEN 1 AND 61 AND idx BETWEEN 0 AND (1 << (61 - level)) "
+            "THEN (idx + 1) << level ELSE -1 END, level, idx"
+        )
+        while True:
+            rows = cur.fetchmany()
+            if not rows:
+                return
+            yield from rows
+
+    def _stream(
+        self,
+        con: sqlite3.Connection,
+        snapshot_sizes: set[int],
+        pool: ProcessPoolExecutor | None,
+        total: int,
+    ) -> list[Future[list[tuple[int, str]]]]:
+        st = self.states
+        st_env, st_seq, st_chain = st["envelopes"], st["sequence"], st["chain"]
+        st_leaf, st_keys, st_sig, st_time = (
+            st["leaf-hashes"], st["keys"], st["signatures"], st["time-order"]
+        )  # fmt: skip
+        parse = Canonicalizer().parse
+        tree = CompactTree()
+        tree_append = tree.append
+        leaves = self.leaves
+        roots = self.roots
+        if 0 in snapshot_sizes:
+            roots[0] = EMPTY_ROOT
+        registry = self.registry
+        reg_keys = registry.keys
+        blob_refs = self.blob_refs
+        structural = self.structural_sig_fails
+        crypto = self.crypto_failures
+        inline = pool is None
+        tree_rows = self._tree_rows(con)
+        pending = next(tree_rows, None)
+        sha256 = _sha256
+
+        futures: list[Future[list[tuple[int, str]]]] = []
+        chunk = max(256, min(8192, total // (self.jobs * 8) + 1))
+        chunk_lo: int | None = None
+        chunk_n = 0
+        overrides: dict[int, str | None] = {}
+        key_map: dict[str, bytes] = {}
+
+        expected = 0
+        position = 0
+        prev_hex = ZERO_PREV
+        prev_seq = -1
+        prev_time: str | None = None
+        prev_time_seq = -1
+
+        rows = con.execute(
+            "SELECT seq, kind, actor, time, envelope, signature, leaf_hash FROM events ORDER BY seq"
+        )
+        for seq, kind_col, actor_col, time_col, envelope, signature, stored_leaf in rows:
+            # sequence -----------------------------------------------------------------------
+            if seq != expected:
+                if position == 0:
+                    st_seq.fail(f"the first row has seq {seq}, not 0", seq=0)
+                else:
+                    st_seq.fail(
+                        f"seq {expected} is missing (the row after seq {prev_seq} has seq {seq})",
+                        seq=expected,
+                    )
+            expected = seq + 1
+
+            # leaf hash ----------------------------------------------------------------------
+            if type(envelope) is not bytes:
+                st_env.fail(
+                    f"seq {seq}: envelope is stored as {type(envelope).__name__}, not as a BLOB",
+                    seq,
+                )
+                envelope = _as_bytes(envelope)
+            lh = sha256(b"\x00" + envelope).digest()
+            if stored_leaf != lh:
+                st_leaf.fail(
+                    f"seq {seq}: stored leaf_hash differs from SHA-256(0x00 || envelope)", seq
+                )
+
+            # envelope -----------------------------------------------------------------------
+            env: Any = None
+            env_ok = False
+            try:
+                env, canonical = parse(envelope)
+            except CanonicalError as exc:
+                st_env.fail(f"seq {seq}: envelope is not valid JSON for JCS: {exc}", seq)
+            else:
+                if len(envelope) > MAX_ENVELOPE_BYTES:
+                    st_env.fail(
+                        f"seq {seq}: envelope is {len(envelope)} bytes, more than "
+                        f"{MAX_ENVELOPE_BYTES}",
+                        seq,
+                    )
+                elif canonical != envelope:
+                    st_env.fail(
+                        f"seq {seq}: envelope bytes are not in RFC 8785 canonical form", seq
+                    )
+                else:
+                    problem = envelope_problem(env, seq)
+                    if problem is not None:
+                        st_env.fail(f"seq {seq}: {problem}", seq)
+                    elif env["kind"] != kind_col:
+                        st_env.fail(
+                            f"seq {seq}: row kind {kind_col!r:.80} differs from the envelope's "
+                            f"{env['kind']!r}",
+                            seq,
+                        )
+                    elif env["actor"] != actor_col:
+                        st_env.fail(
+                            f"seq {seq}: row actor {actor_col!r:.80} differs from the envelope's "
+                            f"{env['actor']!r}",
+                            seq,
+                        )
+                    elif env["time"] != time_col:
+                        st_env.fail(
+                            f"seq {seq}: row time {time_col!r:.80} differs from the envelope's "
+                            f"{env['time']!r}",
+                            seq,
+                        )
+                    else:
+                        env_ok = True
+            is_obj = type(env) is dict
+            if is_obj:
+                kind = env.get("kind")
+                actor = env.get("actor")
+                prev = env.get("prev")
+            else:
+                kind = actor = prev = None
+
+            # chain --------------------------------------------------------------------------
+            if prev != prev_hex:
+                if not is_obj:
+                    st_chain.fail(
+                        f"seq {seq}: prev cannot be read: the envelope is not a JSON object", seq
+                    )
+                elif position == 0:
+                    st_chain.fail(f"seq {seq}: prev of the first event is not 64 zeros", seq)
+                else:
+                    st_chain.fail(
+                        f"seq {seq}: prev does not match leaf hash of seq {prev_seq}", seq
+                    )
+            prev_hex = lh.hex()
+            prev_seq = seq
+
+            # tree ---------------------------------------------------------------------------
+            if leaves is not None:
+                leaves.append(lh)
+            done = tree_append(lh)
+            position += 1
+            if done:
+                pending = self._compare_tree(done, pending, tree_rows, position)
+            if position in snapshot_sizes:
+                roots[position] = tree.root()
+
+            # keys ---------------------------------------------------------------------------
+            if position == 1 and kind != "ledger.genesis":
+                st_seq.fail(
+                    f"seq {seq}: the first event is {kind!r:.80}, not ledger.genesis"
+                    if is_obj
+                    else f"seq {seq}: the first event is unreadable, not a ledger.genesis",
+                    seq,
+                )
+                st_keys.fail(f"seq {seq}: no ledger.genesis event registers an owner key", seq)
+            if kind in _KEY_KINDS:
+                body = env.get("body")
+                if type(body) is dict:
+                    problem = registry.apply(seq, kind, actor, body)
+                    if problem is not None:
+                        st_keys.fail(f"seq {seq}: {problem}", seq)
+                else:
+                    st_keys.fail(f"seq {seq}: {kind} body is not a JSON object", seq)
+
+            # signatures ---------------------------------------------------------------------
+            problem = None
+            key_obj: Ed25519PublicKey | None = None
+            if type(actor) is not str:
+                problem = f"seq {seq}: actor cannot be read, so the signature cannot be checked"
+            else:
+                record = reg_keys.get(actor)
+                if record is None:
+                    problem = f"seq {seq}: actor {actor} is not a registered key"
+                elif not record.valid_for(seq):
+                    if record.revoked_seq is not None and seq > record.revoked_seq:
+                        problem = f"seq {seq}: key {actor} was revoked at seq {record.revoked_seq}"
+                    else:
+                        problem = (
+                            f"seq {seq}: key {actor} is registered by this event and may sign "
+                            "only later events"
+                        )
+                elif type(kind) is not str or not role_may_append(record.role, kind):
+                    problem = (
+                        f"seq {seq}: key {actor} has role {record.role}, which may not append "
+                        f"{kind!r:.80}"
+                    )
+                else:
+                    key_obj = record.vkey.ed25519
+            if problem is not None:
+                st_sig.fail(problem, seq)
+                structural.add(seq)
+                if not inline:
+                    overrides[seq] = None
+            elif key_obj is not None and inline:
+                bad = _signature_problem(key_obj, signature, envelope, seq, actor)
+                if bad is not None:
+                    crypto.append((seq, bad))
+            elif actor != actor_col:
+                overrides[seq] = actor
+            if not inline:
+                if chunk_lo is None:
+                    chunk_lo = seq
+                chunk_n += 1
+                if chunk_n >= chunk:
+                    if len(key_map) != len(reg_keys):
+                        key_map = {a: r.vkey.public_key for a, r in reg_keys.items()}
+                    futures.append(
+                        pool.submit(_verify_range, self.uri, chunk_lo, seq, key_map, overrides)  # type: ignore[union-attr]
+                    )
+                    chunk_lo, chunk_n, overrides = None, 0, {}
+
+            # blobs and time -----------------------------------------------------------------
+            if env_ok:
+                blobs = env["blobs"]
+                if blobs:
+                    for name, digest in blobs.items():
+                        if digest not in blob_refs:
+                            blob_refs[digest] = (seq, name)
+                t = env["time"]
+                if prev_time is not None and t < prev_time:
+                    st_time.warn(
+                        f"seq {seq}: time {t} is earlier than seq {prev_time_seq}'s {prev_time}",
+                        seq,
+                    )
+                prev_time, prev_time_seq = t, seq
+
+        if pool is not None and chunk_lo is not None:
+            key_map = {a: r.vkey.public_key for a, r in reg_keys.items()}
+            futures.append(
+                pool.submit(_verify_range, self.uri, chunk_lo, prev_seq, key_map, overrides)
+            )
+        while pending is not None:
+            self._tree_extra(pending)
+            pending = next(tree_rows, None)
+        if position == 0:
+            st_seq.fail("the log has no events (no ledger.genesis)", seq=0)
+            st_keys.fail("the log has no events, so no owner key is registered", seq=0)
+        self.size = position
+        roots[position] = tree.root()
+        return futures
+
+    # ---------------------------------------------------------------------------------- tree
+
+    def _tree_extra(self, row: tuple[Any, Any, Any]) -> None:
+        level, idx, _ = row
+        self.states["tree"].fail(
+            f"tree has node (level {level!r:.20}, index {idx!r:.20}), which is not a complete "
+            "subtree of the log",
+            where=f"tree level {level!r:.20} index {idx!r:.20}",
+        )
+
+    def _compare_tree(
+        self,
+        done: list[tuple[int, int, bytes]],
+        pending: tuple[Any, Any, Any] | None,
+        rows: Iterator[tuple[Any, Any, Any]],
+        size: int,
+    ) -> tuple[Any, Any, Any] | None:
+        """Compare the nodes the last append completed with the stored rows, in the same order."""
+        st = self.states["tree"]
+        for level, idx, h in done:
+            self.tree_nodes += 1
+            want = (size, level)
+            have: tuple[int, int] | None = None
+            while pending is not None:
+                plevel, pidx, _ = pending
+                if (
+                    type(plevel) is int
+                    and type(pidx) is int
+                    and 1 <= plevel <= 61
+                    and 0 <= pidx <= 1 << (61 - plevel)
+                ):
+                    have = ((pidx + 1) << plevel, plevel)
+                    if have >= want:
+                        break
+                self._tree_extra(pending)
+                pending = next(rows, None)
+                have = None
+            first, where = idx << level, f"tree level {level} index {idx}"
+            if pending is not None and have == want:
+                if pending[2] != h:
+                    st.fail(
+                        f"tree node (level {level}, index {idx}) over seqs {first}..{size - 1} "
+                        "differs from the recomputed hash",
+                        where=where,
+                    )
+                pending = next(rows, None)
+            else:
+                st.fail(
+                    f"tree lacks node (level {level}, index {idx}) over seqs {first}..{size - 1}",
+                    where=where,
+                )
+        return pending
+
+    # ---------------------------------------------------------------------------------- after
+
+    def _finish_signatures(self) -> None:
+        st = self.states["signatures"]
+        for seq, reason in self.crypto_failures:
+            if seq not in self.structural_sig_fails:
+                st.fail(reason, seq)
+
+    def _check_keys_table(self, con: sqlite3.Connection) -> None:
+        st = self.states["keys"]
+        rows = {
+            row[0]: row
+            for row in con.execute(
+                "SELECT actor, name, vkey, role, added_seq, revoked_seq FROM keys"
+            )
+        }
+        columns = ("actor", "name", "vkey", "role", "added_seq", "revoked_seq")
+        for actor, rec in self.registry.keys.items():
+            row = rows.pop(actor, None)
+            if row is None:
+                st.fail(
+                    f"keys table has no row for {actor} (registered at seq {rec.added_seq})",
+                    rec.added_seq,
+                    where=f"keys row {actor}",
+                    rank=1,
+                )
+                continue
+            want = (actor, rec.vkey.name, rec.vkey.text, rec.role, rec.added_seq, rec.revoked_seq)
+            for column, got, expect in zip(columns, row, want, strict=True):
+                if got != expect or type(got) is not type(expect):
+                    seq = rec.revoked_seq if column == "revoked_seq" and expect else rec.added_seq
+                    st.fail(
+                        f"keys table row for {actor}: {column} is {got!r:.80}, "
+                        f"the log says {expect!r}",
+                        seq,
+                        where=f"keys row {actor}",
+                        rank=1,
+                    )
+                    break
+        for actor in rows:
+            st.fail(
+                f"keys table has a row for {actor!r:.80} that no key event registers",
+                where=f"keys row {actor!r:.80}",
+                rank=1,
+            )
+
+    def _check_blobs(self, con: sqlite3.Connection) -> None:
+        st = self.states["blobs"]
+        refs = self.blob_refs
+        seen: set[str] = set()
+        unreferenced = 0
+        first_unreferenced: str | None = None
+        cur = con.execute("SELECT sha256, size, data FROM blobs ORDER BY sha256")
+        for address, size, data in cur:
+            ref = refs.get(address) if isinstance(address, str) else None
+            label = f"{address!r:.80}" if not isinstance(address, str) else address
+            prefix = f"seq {ref[0]}: blob {ref[1]!r} ({label})" if ref else f"blob {label}"
+            seq = ref[0] if ref else None
+            if ref is not None:
+                seen.add(address)
+            elif first_unreferenced is None or label < first_unreferenced:
+                unreferenced += 1
+                first_unreferenced = label
+            else:
+                unreferenced += 1
+            if not isinstance(data, bytes):
+                st.fail(f"{prefix}: data is not a BLOB", seq, where=label)
+            elif _sha256(data).hexdigest() != address:
+                st.fail(f"{prefix} does not hash to its address", seq, where=label)
+            elif size != len(data) or type(size) is not int:
+                st.fail(
+                    f"{prefix}: size column is {size!r:.40}, the data has {len(data)} bytes",
+                    seq,
+                    where=label,
+                )
+        for address, (seq, name) in refs.items():
+            if address not in seen:
+                st.fail(
+                    f"seq {seq}: blob {name!r} ({address}) is missing from the blobs table",
+                    seq,
+                    where=address,
+                )
+        if unreferenced:
+            st.warn(
+                f"{unreferenced} stored blob(s) are referenced by no event "
+                f"(first: {first_unreferenced})",
+                where=first_unreferenced,
+            )
+
+    def _trusted_keys(self) -> list[Vkey]:
+        st = self.states["trust"]
+        trusted: list[Vkey] = []
+        for number, text in enumerate(self.trusted_texts, start=1):
+            try:
+                trusted.append(parse_vkey(text.strip()))
+            except KeyFormatError as exc:
+                st.fail(
+                    f"trusted key {number} is not a valid vkey: {exc}",
+                    where=f"trusted key {number}",
+                )
+        genesis = self.registry.genesis
+        if st.fails:
+            pass  # a trusted key the caller gave is unusable: that is the failure to report
+        elif self.trusted_texts:
+            if genesis is None:
+                st.fail("the log has no valid genesis key to compare with the trusted keys", 0)
+            elif genesis.vkey not in trusted:
+                st.fail(
+                    f"seq 0: the genesis key {genesis.actor} is not among the trusted keys",
+                    0,
+                    where=genesis.vkey.text,
+                )
+        else:
+            st.warn("keys are self-asserted: signatures prove integrity, not authorship")
+        return trusted
+
+    def _signed_at(self, note_keys: Sequence[Vkey], size: int, trusted: Sequence[Vkey]) -> bool:
+        """Whether one verified signer is trusted or a ledger key valid for event ``size - 1``."""
+        for key in note_keys:
+            if key in trusted:
+                return True
+            record = self.registry.keys.get(key.actor)
+            if (
+                record is not None
+                and record.vkey == key
+                and size >= 1
+                and record.valid_for(size - 1)
+            ):
+                return True
+        return False
+
+    def _open_checkpoint(
+        self, data: str | bytes, trusted: Sequence[Vkey]
+    ) -> tuple[Checkpoint, tuple[Vkey, ...]]:
+        known = [r.vkey for r in self.registry.keys.values()] + list(trusted)
+        note = open_note(data, known)
+        return parse_checkpoint(note.text), note.verified_by
+
+    def _check_stored_checkpoints(
+        self, stored: list[_StoredCheckpoint], trusted: Sequence[Vkey]
+    ) -> None:
+        st = self.states["checkpoints"]
+        origin = self.registry.origin
+        n = self.size
+        for s in stored:
+            label = s.label
+            where = f"checkpoint {s.id}"
+            if s.problem is not None or not isinstance(s.note, str):
+                st.fail(f"{label}: {s.problem or 'note is not text'}", where=where)
+                continue
+            try:
+                cp, signers = self._open_checkpoint(s.note, trusted)
+            except (NoteError, CheckpointFormatError) as exc:
+                st.fail(f"{label}: {exc}", where=where)
+                continue
+            root = self.roots.get(cp.size)
+            if origin is None or cp.origin != origin:
+                st.fail(
+                    f"{label}: origin {cp.origin!r:.80} is not the log's origin {origin!r}",
+                    where=where,
+                )
+            elif cp.size > n:
+                # the first event the checkpoint covers and the log lacks is seq n
+                st.fail(f"{label}: size exceeds log size {n}", n, where=where)
+            elif root is None or cp.root != root:
+                st.fail(
+                    f"{label}: root differs from the recomputed root at size {cp.size}",
+                    where=where,
+                )
+            elif not self._signed_at(signers, cp.size, trusted):
+                st.fail(
+                    f"{label}: not signed by a trusted key or by a ledger key valid at size "
+                    f"{cp.size} (verified signers: {', '.join(k.actor for k in signers)})",
+                    where=where,
+                )
+            elif s.size_col != cp.size or type(s.size_col) is not int:
+                st.fail(
+                    f"{label}: size column is {s.size_col!r:.40}, the note says {cp.size}",
+                    where=where,
+                )
+            elif s.root_col != cp.root:
+                st.fail(f"{label}: root column differs from the note's root", where=where)
+
+    def _check_published(self, trusted: Sequence[Vkey], final_root: bytes) -> None:
+        st = self.states["published-checkpoints"]
+        origin = self.registry.origin
+        n = self.size
+        for p in self.published:
+            label, where = p.label, p.path
+            if p.problem is not None or p.data is None:
+                st.fail(f"{label}: {p.problem}", where=where)
+                continue
+            try:
+                cp, signers = self._open_checkpoint(p.data, trusted)
+            except (NoteError, CheckpointFormatError) as exc:
+                st.fail(f"{label}: {exc}", where=where)
+                continue
+            if origin is None or cp.origin != origin:
+                st.fail(
+                    f"{label}: origin {cp.origin!r:.80} is not the log's origin {origin!r}",
+                    where=where,
+                )
+            elif not self._signed_at(signers, cp.size, trusted):
+                st.fail(
+                    f"{label}: not signed by a trusted key or by a ledger key valid at size "
+                    f"{cp.size} (verified signers: {', '.join(k.actor for k in signers)})",
+                    where=where,
+                )
+            elif cp.size > n:
+                st.fail(
+                    f"{label}: log rolled back: checkpoint has size {cp.size} but the log has "
+                    f"{n} events",
+                    n,
+                    where=where,
+                )
+            else:
+                assert self.leaves is not None
+                proof = consistency_proof(cp.size, self.leaves)
+                if not verify_consistency(cp.size, n, proof, cp.root, final_root):
+                    st.fail(
+                        f"{label}: consistency proof from size {cp.size} to size {n} does not "
+                        f"verify: the log's root at size {cp.size} is not the checkpoint's (the "
+                        "log was rewritten after the checkpoint was published)",
+                        where=where,
+                    )
+
+    def _check_origin_meta(self) -> None:
+        origin = self.registry.origin
+        meta_origin = self.meta.get("origin")
+        if origin is not None and meta_origin is not None and meta_origin != origin:
+            self.states["file"].fail(
+                f"meta origin {meta_origin!r:.80} differs from the genesis origin {origin!r}",
+                where="meta.origin",
+            )
+
+    def _checks(self, stored: list[_StoredCheckpoint], trusted: list[Vkey]) -> list[Check]:
+        st = self.states
+        n = self.size
+        genesis = self.registry.genesis
+        published = len(self.published)
+        passes = {
+            "file": f"SQLite ledger, application id 0x504C4731, schema version {SCHEMA_VERSION}",
+            "envelopes": f"{n} envelopes are canonical v1 envelopes matching their rows",
+            "sequence": f"seqs 0..{n - 1} without gaps, event 0 is ledger.genesis",
+            "chain": f"every prev links to the previous leaf hash ({n} links)",
+            "leaf-hashes": f"{n} stored leaf hashes equal SHA-256(0x00 || envelope)",
+            "keys": f"{len(self.registry.keys)} key(s) registered by valid key events; "
+            "the keys table equals their projection",
+            "signatures": f"{n} signatures verify under keys valid for their seq and role",
+            "blobs": f"{len(self.blob_refs)} referenced blob(s) present and hashing to their "
+            "addresses",
+            "tree": f"{self.tree_nodes} stored interior nodes equal the recomputed ones",
+            "checkpoints": f"{len(stored)} stored checkpoint(s) parse, are validly signed and "
+            "match the recomputed roots",
+            "published-checkpoints": f"{published} published checkpoint(s) are signed and the log "
+            f"(size {n}) is consistent with each",
+            "trust": (
+                f"the genesis key {genesis.actor} is one of the {len(trusted)} trusted key(s)"
+                if genesis is not None
+                else "trusted"
+            ),
+            "time-order": "event times never step back",
+        }
+        checks = []
+        for name, state in st.items():
+            if name == "published-checkpoints" and not published:
+                continue
+            checks.append(state.check(passes[name]))
+        return checks
+
+
+def verify_ledger_file(
+    path: str | os.PathLike[str],
+    *,
+    trusted_keys: Sequence[str] = (),
+    checkpoints: Sequence[str | os.PathLike[str]] = (),
+    jobs: int = 1,
+) -> Report:
+    """Verify a ledger file and return a :class:`Report`; never raises for a bad ledger.
+
+    ``trusted_keys`` are vkeys the caller trusts (the genesis key must be one of them);
+    ``checkpoints`` are files each holding one published signed checkpoint, which the log must
+    extend; ``jobs > 1`` verifies Ed25519 signatures in that many worker processes (same report).
+    """
+    name = os.fspath(path)
+    run = _Run(name, trusted_keys, checkpoints, jobs)
+    try:
+        return run.run()
+    except Exception as exc:  # fail closed: a verifier that crashes must not look like a pass
+        return Report(
+            path=name,
+            checks=[
+                Check(
+                    "file",
+                    Status.FAIL,
+                    f"{name}: verification stopped by an unexpected error: "
+                    f"{type(exc).__name__}: {exc}",
+                    where=name,
+                )
+            ],
+        )

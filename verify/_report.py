@@ -1,0 +1,118 @@
+"""The verification report: checks with PASS, FAIL or WARN, as data."""
+
+from __future__ import annotations
+
+import enum
+from dataclasses import dataclass, field
+from typing import Any
+
+__all__ = ["CHECK_NAMES", "Check", "Report", "Status"]
+
+CHECK_NAMES: tuple[str, ...] = (
+    "file",
+    "envelopes",
+    "sequence",
+    "chain",
+    "leaf-hashes",
+    "keys",
+    "signatures",
+    "blobs",
+    "tree",
+    "checkpoints",
+    "published-checkpoints",
+    "trust",
+    "time-order",
+)
+"""Stable check names in report order (``published-checkpoints`` only when some were given)."""
+
+
+class Status(enum.Enum):
+    """Outcome of one check."""
+
+    PASS = "PASS"
+    FAIL = "FAIL"
+    WARN = "WARN"
+
+
+@dataclass(frozen=True)
+class Check:
+    """One check's outcome.
+
+    ``reason`` is a complete sentence naming the place at fault; ``seq`` is the first event at fault
+    (if the problem is tied to an event) and ``where`` another place (a file path, a blob hash, a
+    checkpoint label, a tree node, a table row).
+    """
+
+    name: str
+    status: Status
+    reason: str
+    seq: int | None = None
+    where: str | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        """Return a JSON-able dict of this check."""
+        return {
+            "name": self.name,
+            "status": self.status.value,
+            "reason": self.reason,
+            "seq": self.seq,
+            "where": self.where,
+        }
+
+
+@dataclass
+class Report:
+    """The result of :func:`verify.verify_ledger_file`.
+
+    ``size`` is the number of events read; ``root`` the hex Merkle root over them (``None`` when the
+    file could not be read); ``origin`` the log's origin from its genesis event, if readable.
+    A report is truthy exactly when no check FAILed (WARNs do not make it false).
+    """
+
+    path: str
+    checks: list[Check] = field(default_factory=list)
+    size: int = 0
+    root: str | None = None
+    origin: str | None = None
+
+    @property
+    def ok(self) -> bool:
+        """True when no check FAILed."""
+        return all(c.status is not Status.FAIL for c in self.checks)
+
+    def __bool__(self) -> bool:
+        return self.ok
+
+    @property
+    def failures(self) -> list[Check]:
+        """The FAILed checks, in report order."""
+        return [c for c in self.checks if c.status is Status.FAIL]
+
+    @property
+    def warnings(self) -> list[Check]:
+        """The WARNed checks, in report order."""
+        return [c for c in self.checks if c.status is Status.WARN]
+
+    @property
+    def first_failure(self) -> Check | None:
+        """The first FAILed check in report order, or ``None``."""
+        failures = self.failures
+        return failures[0] if failures else None
+
+    def get(self, name: str) -> Check | None:
+        """Return the check called ``name``, or ``None`` if it was not run."""
+        for check in self.checks:
+            if check.name == name:
+                return check
+        return None
+
+    def to_dict(self) -> dict[str, Any]:
+        """Return a JSON-able dict: path, ok, size, root, origin and the list of checks."""
+        return {
+            "path": self.path,
+            "ok": self.ok,
+            "size": self.size,
+            "root": self.root,
+            "origin": self.origin,
+            "checks": [c.to_dict() for c in self.checks],
+        }
