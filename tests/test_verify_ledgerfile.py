@@ -372,6 +372,22 @@ def test_missing_table_is_refused(built: Built) -> None:
     assert "has no table tree" in report.checks[0].reason
 
 
+def test_empty_log(tmp_path: Path) -> None:
+    b = build(tmp_path / "empty.db", [], checkpoint_sizes=())
+    report = verify_ledger_file(b.path)
+    assert report.size == 0
+    failed = report.get("sequence")
+    assert failed is not None and failed.status is Status.FAIL
+    assert failed.reason == "the log has no events (no ledger.genesis)"
+
+
+def test_single_vkey_and_path_are_accepted(built: Built, tmp_path: Path) -> None:
+    cp = tmp_path / "cp.txt"
+    cp.write_text(checkpoint_note(5, built.root(), OWNER), encoding="utf-8")
+    report = verify_ledger_file(built.path, trusted_keys=OWNER.vkey, checkpoints=cp)  # type: ignore[arg-type]
+    assert report.ok and statuses(report)["published-checkpoints"] == "PASS"
+
+
 def test_directory_is_refused(tmp_path: Path) -> None:
     report = verify_ledger_file(tmp_path)
     assert "is a directory" in report.checks[0].reason

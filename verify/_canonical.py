@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import json
 import re
+from collections.abc import Callable
 from typing import Any
 
 import rfc8785
@@ -28,7 +29,19 @@ __all__ = ["MAX_SAFE_INTEGER", "CanonicalError", "Canonicalizer", "canonical_jso
 
 MAX_SAFE_INTEGER = 2**53 - 1
 
-_SLOW = re.compile(rb"[\xf0-\xff]|\\u[dD]")
+_SURROGATE_ESCAPE = re.compile(rb"\\u[dD]")
+_BELOW_F0 = bytes(range(0xF0))
+
+
+def _may_hold_astral(data: bytes) -> bool:
+    """Whether ``data`` may encode a character beyond U+FFFF (a byte >= 0xF0 or a \\uD escape).
+
+    Conservative (an escaped backslash followed by ``uD`` also counts) and cheap: ``isascii`` and
+    ``in`` on one byte run in C without a regex for almost every envelope.
+    """
+    if b"\\" in data and _SURROGATE_ESCAPE.search(data) is not None:
+        return True
+    return not data.isascii() and len(data.translate(None, _BELOW_F0)) > 0
 
 
 class CanonicalError(ValueError):
@@ -44,6 +57,32 @@ _FAST_ENCODER = json.JSONEncoder(
 )
 
 
+def _make_fast_encode() -> Callable[[Any], str]:
+    """``_FAST_ENCODER.encode`` without rebuilding the C encoder on every call."""
+    make = getattr(json.encoder, "c_make_encoder", None)
+    if make is None:  # no C accelerator: the pure-Python encoder gives the same bytes
+        return _FAST_ENCODER.encode
+    c_encode = make(
+        None,  # no circular-reference markers: values come from the JSON parser
+        _FAST_ENCODER.default,
+        json.encoder.encode_basestring,
+        None,
+        ":",
+        ",",
+        True,  # sort_keys
+        False,  # skipkeys
+        False,  # allow_nan
+    )
+
+    def encode(value: Any) -> str:
+        return "".join(c_encode(value, 0))
+
+    return encode
+
+
+_fast_encode = _make_fast_encode()
+
+
 class Canonicalizer:
     """Parses JSON bytes and produces their RFC 8785 canonical form.
 
@@ -51,7 +90,7 @@ class Canonicalizer:
     :meth:`parse` used the fast path.
     """
 
-    __slots__ = ("_decoder", "_float_seen", "fast_path_taken")
+    __slots__ = ("_decoder", "_float_seen", "_scan", "fast_path_taken")
 
     def __init__(self) -> None:
         self._float_seen = False
@@ -59,6 +98,8 @@ class Canonicalizer:
         self._decoder = json.JSONDecoder(
             parse_float=self._parse_float, parse_int=self._parse_int, parse_constant=_no_constant
         )
+        # the C scanner itself, without raw_decode's wrapper
+        self._scan = self._decoder.scan_once  # type: ignore[attr-defined]
 
     def _parse_float(self, text: str) -> float:
         self._float_seen = True
@@ -89,7 +130,9 @@ class Canonicalizer:
         except UnicodeDecodeError as exc:
             raise CanonicalError(f"not valid UTF-8 at byte {exc.start}") from None
         try:
-            value, end = self._decoder.raw_decode(text)
+            value, end = self._scan(text, 0)
+        except StopIteration as exc:
+            raise CanonicalError(f"not JSON: expecting value at character {exc.value}") from None
         except json.JSONDecodeError as exc:
             raise CanonicalError(f"not JSON: {exc.msg} at character {exc.pos}") from None
         except RecursionError:
@@ -98,14 +141,19 @@ class Canonicalizer:
             raise CanonicalError(f"not JSON: {exc}") from None
         if end != len(text):
             raise CanonicalError(f"not JSON: extra data at character {end}")
+        if not self._float_seen and data.isascii() and b"\\" not in data:
+            # the commonest case, inlined: no number but integers, no character beyond ASCII
+            # and no escape at all, so nothing can differ from RFC 8785 but key order
+            self.fast_path_taken = True
+            return value, _fast_encode(value).encode("ascii")
         return value, self.dumps(value, data)
 
     def dumps(self, value: Any, source: bytes | None = None) -> bytes:
         """Return the canonical bytes of a value just parsed from ``source`` by :meth:`parse`."""
         try:
-            if not self._float_seen and source is not None and _SLOW.search(source) is None:
+            if not self._float_seen and source is not None and not _may_hold_astral(source):
                 self.fast_path_taken = True
-                return _FAST_ENCODER.encode(value).encode("utf-8")
+                return _fast_encode(value).encode("utf-8")
             return rfc8785.dumps(value)
         except (UnicodeEncodeError, rfc8785.CanonicalizationError) as exc:
             raise CanonicalError(f"cannot be canonicalised: {exc}") from None

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import re
-from datetime import datetime
+from datetime import date
 from typing import Any
 
 from verify._note import is_valid_key_name
@@ -22,12 +22,16 @@ ENVELOPE_MEMBERS = frozenset({"v", "seq", "time", "kind", "actor", "prev", "body
 MAX_ENVELOPE_BYTES = 1_048_576
 ZERO_PREV = "0" * 64
 
-_TIME = re.compile(r"[0-9]{4}-[0-9]{2}-[0-9]{2}T[0-9]{2}:[0-9]{2}:[0-9]{2}\.[0-9]{6}Z")
+_TIME_SHAPE = re.compile(r"[0-9]{4}-[0-9]{2}-[0-9]{2}T[0-9]{2}:[0-9]{2}:[0-9]{2}\.[0-9]{6}Z")
+_TIME = re.compile(
+    r"[0-9]{4}-[0-9]{2}-[0-9]{2}T(?:[01][0-9]|2[0-3]):[0-5][0-9]:[0-5][0-9]\.[0-9]{6}Z"
+)
 _KIND = re.compile(r"[a-z][a-z0-9_]*(?:\.[a-z][a-z0-9_]*)+")
 _HEX64 = re.compile(r"[0-9a-f]{64}")
 _HEX8 = re.compile(r"[0-9a-f]{8}")
 _BLOB_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,127}")
 
+_good_dates: set[str] = set()
 _good_kinds: set[str] = set()
 _good_actors: set[str] = set()
 
@@ -39,13 +43,20 @@ def is_hex64(value: object) -> bool:
 
 def time_problem(value: object) -> str | None:
     """Why ``value`` is not a ``YYYY-MM-DDTHH:MM:SS.ffffffZ`` UTC time, or ``None`` if it is one."""
-    if not isinstance(value, str) or _TIME.fullmatch(value) is None:
-        return f"time {_show(value)} is not of the form YYYY-MM-DDTHH:MM:SS.ffffffZ"
-    try:
-        datetime.fromisoformat(value[:-1])
-    except ValueError:
+    if type(value) is str and _TIME.fullmatch(value) is not None:
+        day = value[:10]
+        if day in _good_dates:
+            return None
+        try:
+            date.fromisoformat(day)
+        except ValueError:
+            return f"time {value!r} is not a valid calendar date and time"
+        if len(_good_dates) < 4096:
+            _good_dates.add(day)
+        return None
+    if isinstance(value, str) and _TIME_SHAPE.fullmatch(value) is not None:
         return f"time {value!r} is not a valid calendar date and time"
-    return None
+    return f"time {_show(value)} is not of the form YYYY-MM-DDTHH:MM:SS.ffffffZ"
 
 
 def kind_problem(value: object) -> str | None:
@@ -80,11 +91,14 @@ def _show(value: object) -> str:
     return text if len(text) <= 80 else text[:77] + "..."
 
 
-def envelope_problem(env: Any, row_seq: int) -> str | None:
-    """Return the first way ``env`` (parsed envelope) breaks §1 for row ``row_seq``, or ``None``."""
-    if not isinstance(env, dict):
+def envelope_problem(env: Any, row_seq: int, *, prev_ok: bool = False) -> str | None:
+    """Return the first way ``env`` (parsed envelope) breaks §1 for row ``row_seq``, or ``None``.
+
+    ``prev_ok`` says the caller already found ``prev`` equal to a 64-hex leaf hash.
+    """
+    if type(env) is not dict:
         return "envelope is not a JSON object"
-    if env.keys() != ENVELOPE_MEMBERS:
+    if len(env) != 8 or env.keys() != ENVELOPE_MEMBERS:
         missing = sorted(ENVELOPE_MEMBERS - env.keys())
         extra = sorted(env.keys() - ENVELOPE_MEMBERS)
         if missing:
@@ -99,12 +113,12 @@ def envelope_problem(env: Any, row_seq: int) -> str | None:
     problem = time_problem(env["time"]) or kind_problem(env["kind"]) or actor_problem(env["actor"])
     if problem:
         return problem
-    if not is_hex64(env["prev"]):
+    if not prev_ok and not is_hex64(env["prev"]):
         return f"prev {_show(env['prev'])} is not 64 lowercase hex digits"
-    if not isinstance(env["body"], dict):
+    if type(env["body"]) is not dict:
         return "body is not a JSON object"
     blobs = env["blobs"]
-    if not isinstance(blobs, dict):
+    if type(blobs) is not dict:
         return "blobs is not a JSON object"
     for name, digest in blobs.items():
         if not _BLOB_NAME.fullmatch(name):

@@ -26,7 +26,6 @@ from verify._errors import CheckpointFormatError, KeyFormatError, NoteError
 from verify._keys import Registry, role_may_append
 from verify._merkle import (
     EMPTY_ROOT,
-    CompactTree,
     LeafHashes,
     consistency_proof,
     verify_consistency,
@@ -173,6 +172,16 @@ def _verify_range(
     finally:
         con.close()
     return failures
+
+
+def _stack_root(stack: list[bytes]) -> bytes:
+    """The Merkle root of a compact range (complete-subtree hashes, largest first)."""
+    if not stack:
+        return EMPTY_ROOT
+    root = stack[-1]
+    for h in reversed(stack[:-1]):
+        root = _sha256(b"\x01" + h + root).digest()
+    return root
 
 
 # --------------------------------------------------------------------------------------------------
@@ -453,8 +462,7 @@ class _Run:
             st["leaf-hashes"], st["keys"], st["signatures"], st["time-order"]
         )  # fmt: skip
         parse = Canonicalizer().parse
-        tree = CompactTree()
-        tree_append = tree.append
+        stack: list[bytes] = []  # complete-subtree hashes, largest first (a compact range)
         leaves = self.leaves
         roots = self.roots
         if 0 in snapshot_sizes:
@@ -468,6 +476,9 @@ class _Run:
         tree_rows = self._tree_rows(con)
         pending = next(tree_rows, None)
         sha256 = _sha256
+        # (actor, kind) -> key, for pairs that were valid and allowed; valid for every later seq
+        # until the next key event, because validity only starts (a < seq) or ends (revocation)
+        authorized: dict[tuple[str, str], Ed25519PublicKey] = {}
 
         futures: list[Future[list[tuple[int, str]]]] = []
         chunk = max(256, min(8192, total // (self.jobs * 8) + 1))
@@ -530,7 +541,9 @@ class _Run:
                         f"seq {seq}: envelope bytes are not in RFC 8785 canonical form", seq
                     )
                 else:
-                    problem = envelope_problem(env, seq)
+                    problem = envelope_problem(
+                        env, seq, prev_ok=type(env) is dict and env.get("prev") == prev_hex
+                    )
                     if problem is not None:
                         st_env.fail(f"seq {seq}: {problem}", seq)
                     elif env["kind"] != kind_col:
@@ -553,11 +566,11 @@ class _Run:
                         )
                     else:
                         env_ok = True
-            is_obj = type(env) is dict
-            if is_obj:
-                kind = env.get("kind")
-                actor = env.get("actor")
-                prev = env.get("prev")
+            is_obj = env_ok or type(env) is dict
+            if env_ok:
+                kind, actor, prev = env["kind"], env["actor"], env["prev"]
+            elif is_obj:
+                kind, actor, prev = env.get("kind"), env.get("actor"), env.get("prev")
             else:
                 kind = actor = prev = None
 
@@ -576,15 +589,28 @@ class _Run:
             prev_hex = lh.hex()
             prev_seq = seq
 
-            # tree ---------------------------------------------------------------------------
+            # tree: the compact range inline; each completed subtree is checked against the next
+            # stored row, which the ORDER BY of _tree_rows puts in exactly this order ----------
             if leaves is not None:
                 leaves.append(lh)
-            done = tree_append(lh)
+            h = lh
+            m = position
             position += 1
-            if done:
-                pending = self._compare_tree(done, pending, tree_rows, position)
+            if m & 1:
+                level = 0
+                while m & 1:
+                    h = sha256(b"\x01" + stack.pop() + h).digest()
+                    m >>= 1
+                    level += 1
+                    if pending is not None and pending[0] == level and pending[1] == m:
+                        if pending[2] != h:
+                            self._tree_mismatch(level, m, position, h, pending)
+                        pending = next(tree_rows, None)
+                    else:
+                        pending = self._compare_tree([(level, m, h)], pending, tree_rows, position)
+            stack.append(h)
             if position in snapshot_sizes:
-                roots[position] = tree.root()
+                roots[position] = _stack_root(stack)
 
             # keys ---------------------------------------------------------------------------
             if position == 1 and kind != "ledger.genesis":
@@ -596,6 +622,7 @@ class _Run:
                 )
                 st_keys.fail(f"seq {seq}: no ledger.genesis event registers an owner key", seq)
             if kind in _KEY_KINDS:
+                authorized.clear()  # validity and roles may change from here on
                 body = env.get("body")
                 if type(body) is dict:
                     problem = registry.apply(seq, kind, actor, body)
@@ -607,7 +634,9 @@ class _Run:
             # signatures ---------------------------------------------------------------------
             problem = None
             key_obj: Ed25519PublicKey | None = None
-            if type(actor) is not str:
+            if env_ok and (key_obj := authorized.get((actor, kind))) is not None:
+                pass  # this actor passed every check below for this kind since the last key event
+            elif type(actor) is not str:
                 problem = f"seq {seq}: actor cannot be read, so the signature cannot be checked"
             else:
                 record = reg_keys.get(actor)
@@ -628,15 +657,22 @@ class _Run:
                     )
                 else:
                     key_obj = record.vkey.ed25519
+                    if env_ok:
+                        authorized[(actor, kind)] = key_obj
             if problem is not None:
                 st_sig.fail(problem, seq)
                 structural.add(seq)
                 if not inline:
                     overrides[seq] = None
             elif key_obj is not None and inline:
-                bad = _signature_problem(key_obj, signature, envelope, seq, actor)
-                if bad is not None:
-                    crypto.append((seq, bad))
+                try:
+                    if type(signature) is not bytes or len(signature) != 64:
+                        raise InvalidSignature
+                    key_obj.verify(signature, envelope)
+                except InvalidSignature:
+                    crypto.append(
+                        (seq, _signature_problem(key_obj, signature, envelope, seq, actor) or "")
+                    )
             elif actor != actor_col:
                 overrides[seq] = actor
             if not inline:
@@ -678,7 +714,8 @@ class _Run:
             st_seq.fail("the log has no events (no ledger.genesis)", seq=0)
             st_keys.fail("the log has no events, so no owner key is registered", seq=0)
         self.size = position
-        roots[position] = tree.root()
+        roots[position] = _stack_root(stack)
+        self.tree_nodes = position - bin(position).count("1")
         return futures
 
     # ---------------------------------------------------------------------------------- tree
@@ -691,6 +728,18 @@ class _Run:
             where=f"tree level {level!r:.20} index {idx!r:.20}",
         )
 
+    def _tree_mismatch(
+        self, level: int, idx: int, size: int, want: bytes, row: tuple[Any, Any, Any]
+    ) -> None:
+        if type(row[2]) is bytes and row[2] == want:
+            return
+        first = idx << level
+        self.states["tree"].fail(
+            f"tree node (level {level}, index {idx}) over seqs {first}..{size - 1} "
+            "differs from the recomputed hash",
+            where=f"tree level {level} index {idx}",
+        )
+
     def _compare_tree(
         self,
         done: list[tuple[int, int, bytes]],
@@ -701,7 +750,6 @@ class _Run:
         """Compare the nodes the last append completed with the stored rows, in the same order."""
         st = self.states["tree"]
         for level, idx, h in done:
-            self.tree_nodes += 1
             want = (size, level)
             have: tuple[int, int] | None = None
             while pending is not None:
@@ -720,12 +768,7 @@ class _Run:
                 have = None
             first, where = idx << level, f"tree level {level} index {idx}"
             if pending is not None and have == want:
-                if pending[2] != h:
-                    st.fail(
-                        f"tree node (level {level}, index {idx}) over seqs {first}..{size - 1} "
-                        "differs from the recomputed hash",
-                        where=where,
-                    )
+                self._tree_mismatch(level, idx, size, h, pending)
                 pending = next(rows, None)
             else:
                 st.fail(
@@ -1019,9 +1062,12 @@ def verify_ledger_file(
     extend; ``jobs > 1`` verifies Ed25519 signatures in that many worker processes (same report).
     """
     name = os.fspath(path)
-    run = _Run(name, trusted_keys, checkpoints, jobs)
+    if isinstance(trusted_keys, str):  # one vkey given where a list was meant
+        trusted_keys = [trusted_keys]
+    if isinstance(checkpoints, (str, os.PathLike)):  # one path given where a list was meant
+        checkpoints = [checkpoints]
     try:
-        return run.run()
+        return _Run(name, trusted_keys, checkpoints, jobs).run()
     except Exception as exc:  # fail closed: a verifier that crashes must not look like a pass
         return Report(
             path=name,
