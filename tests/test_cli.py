@@ -142,6 +142,12 @@ def test_wrong_and_missing_keys(study: dict[str, Path]) -> None:
     ]:
         r = run("append", db, "custom.note", "--body", "{}", "--key", key)
         assert r.exit_code == 1 and message in r.output, r.output
+    garbage = study["dir"] / "garbage.key"
+    garbage.write_bytes(b"\xff\xfe\x00binary")
+    r = run("append", db, "custom.note", "--body", "{}", "--key", garbage)
+    assert r.exit_code == 1 and "unreadable" in r.output, r.output
+    r = run("append", db, "custom.note", "--body", "{}", "--key", study["dir"])
+    assert r.exit_code == 1 and "is a directory" in r.output, r.output
     study["owner"].chmod(0)
     if os.geteuid() != 0:  # root reads any file
         r = run("append", db, "custom.note", "--body", "{}", "--key", study["owner"])
