@@ -1,0 +1,20 @@
+"""The benchmark script runs end to end on a small log (figures are read, never asserted)."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def test_bench_ledger_runs_and_reports_every_figure() -> None:
+    result = subprocess.run(
+        [sys.executable, str(ROOT / "benchmarks" / "bench_ledger.py"), "--events", "3000",
+         "--batch", "500", "--jobs", "2"],
+        capture_output=True, text=True, timeout=300, check=True,
+    )
+    for label in ("Ed25519 sign", "Ed25519 verify", "batched append", "single append",
+                  "verify, 1 job", "verify, 2 jobs", "inclusion proof", "ratio batched_append"):
+        assert label in result.stdout, result.stdout
