@@ -25,7 +25,7 @@ from ledger._errors import (
     SchemaVersionError,
     StoreError,
 )
-from ledger._keys import SigningKey, VerifierKey, load_verifier
+from ledger._keys import SigningKey, VerifierKey, load_verifier, user_home
 from ledger._merkle import (
     EMPTY_ROOT,
     leaf_hash,
@@ -87,6 +87,7 @@ __all__ = [
     "root_from_leaf_hashes",
     "root_from_leaves",
     "sign_note",
+    "user_home",
     "verify_consistency",
     "verify_inclusion",
 ]

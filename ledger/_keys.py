@@ -218,6 +218,19 @@ class SigningKey:
         return p
 
 
+HOME_ENV = "PROMPT_LEDGER_HOME"
+
+
+def user_home() -> Path:
+    """The user's PROMPT Ledger directory: ``$PROMPT_LEDGER_HOME``, else ``~/.prompt-ledger``.
+
+    Private keys live in its ``keys/`` and generated blinding secrets in its ``secrets/``:
+    never inside a study folder, which gets archived and published.
+    """
+    home = os.environ.get(HOME_ENV)
+    return Path(home) if home else Path.home() / ".prompt-ledger"
+
+
 def load_verifier(value: str) -> VerifierKey:
     """Parse a vkey given inline or as ``@FILE`` / the path of a ``.vkey`` file."""
     candidate = value[1:] if value.startswith("@") else value

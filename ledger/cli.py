@@ -8,7 +8,6 @@ Each command parses its options, makes one library call and renders the result. 
 from __future__ import annotations
 
 import json
-import os
 import sys
 from collections.abc import Sequence
 from pathlib import Path
@@ -19,19 +18,11 @@ from rich.console import Console
 from rich.table import Table
 
 from ledger._errors import FormatError, KeyFileError, LedgerError
-from ledger._keys import SigningKey, load_verifier
+from ledger._keys import SigningKey, load_verifier, user_home
 from ledger._roles import ROLES
 from ledger._store import Ledger
+from runner.spec import SpecError
 from verify import Report, Status, VerificationError, verify_ledger_file
-
-KEY_HOME_ENV = "PROMPT_LEDGER_HOME"
-
-
-def key_directory() -> Path:
-    """The user's key directory: ``$PROMPT_LEDGER_HOME/keys``, else ``~/.prompt-ledger/keys``."""
-    home = os.environ.get(KEY_HOME_ENV)
-    base = Path(home) if home else Path.home() / ".prompt-ledger"
-    return base / "keys"
 
 
 def key_file_stem(name: str) -> str:
@@ -45,7 +36,7 @@ class _Group(click.Group):
     def invoke(self, ctx: click.Context) -> Any:
         try:
             return super().invoke(ctx)
-        except (LedgerError, VerificationError) as exc:
+        except (LedgerError, VerificationError, SpecError) as exc:
             raise click.ClickException(str(exc)) from exc
 
 
@@ -139,7 +130,7 @@ def keygen(name: str, out_dir: Path | None) -> None:
     Example:
       ledger keygen example.org/owner --out keys
     """
-    directory = out_dir or key_directory()
+    directory = out_dir or user_home() / "keys"
     key = SigningKey.generate(name)
     try:
         directory.mkdir(parents=True, exist_ok=True, mode=0o700)
@@ -453,3 +444,142 @@ def demo(directory: Path | None) -> None:
     from ledger._demo import run_demo
 
     run_demo(directory or Path("demo"), _out())
+
+
+# ---------------------------------------------------------------------- study commands
+
+
+def _study_key(root: Path, key_file: str | None) -> SigningKey:
+    """The key given, else the owner key ``ledger new`` made for this study."""
+    if key_file:
+        return _load_key(key_file)
+    from runner.spec import load_study
+
+    default = user_home() / "keys" / f"{load_study(root).id}-owner.key"
+    if not default.exists():
+        raise KeyFileError(f"no --key given and no owner key at {default}")
+    return SigningKey.load(default)
+
+
+@main.command()
+@click.argument("directory", type=click.Path(file_okay=False, path_type=Path))
+@click.option("--template", default="prompt-tumbling-e", show_default=True, help="Study template.")
+@click.option("--key", "key_file", default=None, help="Owner key file (default: create one).")
+def new(directory: Path, template: str, key_file: str | None) -> None:
+    """Scaffold a complete, lockable study in DIRECTORY and create its ledger.
+
+    Without --key an owner key is created in the user's key directory
+    ($PROMPT_LEDGER_HOME/keys, else ~/.prompt-ledger/keys), never in the study folder.
+
+    \b
+    Example:
+      ledger new my-study --template prompt-tumbling-e
+    """
+    from runner.new import new_study
+
+    key = _load_key(key_file) if key_file else None
+    made = new_study(directory, template, key)
+    click.echo(f"created study {made.root} with ledger {made.ledger} (owner {made.owner})")
+    if made.key_path is not None:
+        click.echo(f"owner key: {made.key_path}")
+    click.echo(f"next: edit {made.root / 'study.toml'}, then: ledger lock {made.root}")
+
+
+@main.command()
+@click.argument("study_dir", metavar="STUDY", type=click.Path(file_okay=False, path_type=Path))
+def arms(study_dir: Path) -> None:
+    """Show each arm's components, its SHA-256, and how every pair of arms differs.
+
+    Matched-control declarations (differs_from) are checked and shown as held or FALSE.
+
+    \b
+    Example:
+      ledger arms my-study
+    """
+    from runner.spec import check_matched_controls, component_differences, load_study
+
+    study = load_study(study_dir)
+    names = list(study.components)
+    table = Table("component", *study.arms, title=f"arms of {study.id}")
+    for name in names:
+        table.add_row(name, *["x" if name in a.components else "" for a in study.arms.values()])
+    table.add_row("role", *[a.role for a in study.arms.values()])
+    table.add_row("sha256", *[study.arm_sha256(a)[:12] for a in study.arms])
+    console = _out()
+    console.print(table)
+    for (a, b), (only_a, only_b) in component_differences(study).items():
+        if a < b:
+            console.print(f"{a} vs {b}: only in {a}: {only_a or '-'}; only in {b}: {only_b or '-'}")
+    problems = check_matched_controls(study)
+    for arm in study.arms.values():
+        if arm.differs_from:
+            bad = [p for p in problems if f"arms.{arm.id}." in p]
+            state = "[red]FALSE[/]" if bad else "[green]holds[/]"
+            base, by = arm.differs_from
+            console.print(f"claim: {arm.id} differs from {base} by {list(by)}: {state}")
+    for problem in problems:
+        console.print(problem, markup=False)
+    if problems:
+        sys.exit(1)
+
+
+@main.command()
+@click.argument("study_dir", metavar="STUDY", type=click.Path(file_okay=False, path_type=Path))
+@click.option("--limit", type=int, default=None, help="Show only the first N trials.")
+def schedule(study_dir: Path, limit: int | None) -> None:
+    """Print the locked trial order (after checking no locked file changed).
+
+    \b
+    Example:
+      ledger schedule my-study --limit 10
+    """
+    from runner.lock import check_integrity
+    from runner.schedule import order_key, schedule_sha256, trial_ids
+    from runner.schedule import schedule as make_schedule
+
+    study = check_integrity(study_dir)
+    order = make_schedule(study.seed, trial_ids(study.arms, study.stimuli, study.replicates))
+    for position, trial in enumerate(order[:limit] if limit else order, 1):
+        click.echo(f"{position}\t{trial}\t{order_key(study.seed, trial)[:16]}")
+    click.echo(f"{len(order)} trials, schedule sha256 {schedule_sha256(order)}", err=True)
+
+
+@main.command()
+@click.argument("study_dir", metavar="STUDY", type=click.Path(file_okay=False, path_type=Path))
+@click.option("--key", "key_file", default=None, help="Owner key file (default: the study's).")
+def lock(study_dir: Path, key_file: str | None) -> None:
+    """Lock the study: every file, the protocol, and a registration checkpoint to publish.
+
+    \b
+    Example:
+      ledger lock my-study
+    """
+    from runner.lock import lock_study
+
+    result = lock_study(study_dir, _study_key(study_dir, key_file))
+    click.echo(
+        f"locked {result.artifacts} files; protocol.locked at seq {result.protocol_seq}; "
+        f"{result.trials} trials; schedule sha256 {result.schedule_sha256}"
+    )
+    click.echo(result.checkpoint, nl=False)
+    click.echo(
+        f"registration checkpoint written to {result.checkpoint_path}: publish it now, for "
+        "example in your preregistration, so the lock can be proven later"
+    )
+
+
+@main.command()
+@click.argument("study_dir", metavar="STUDY", type=click.Path(file_okay=False, path_type=Path))
+@click.option("--reason", required=True, help="Why the locked file changed (shown in the archive).")
+@click.option("--key", "key_file", default=None, help="Owner key file (default: the study's).")
+def amend(study_dir: Path, reason: str, key_file: str | None) -> None:
+    """Record changed amendable files as a protocol.amended deviation.
+
+    \b
+    Example:
+      ledger amend my-study --reason "fixed a typo in README.md"
+    """
+    from runner.lock import amend as record_amendment
+
+    seq = record_amendment(study_dir, _study_key(study_dir, key_file), reason)
+    click.echo(f"recorded protocol.amended at seq {seq}")

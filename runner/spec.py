@@ -1,0 +1,468 @@
+"""The study spec (``study.toml``): parsing and validation, with every error reported at once.
+
+See ``docs/study-spec.md`` for every field. :func:`load_study` returns a :class:`Study`; on bad
+input it raises :class:`SpecError` whose message lists each problem as ``file: field: what``.
+"""
+
+from __future__ import annotations
+
+import csv
+import hashlib
+import itertools
+import re
+import tomllib
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+ARM_ROLES = ("full", "matched-control", "vehicle", "dismantling", "factorial")
+TESTS = ("lmm", "paired-t", "independent-t", "bootstrap", "mcnemar", "chi-square", "equivalence")
+OUTCOMES = ("glyph_accuracy", "trial_accuracy", "parse_rate")
+CORRECTIONS = ("none", "bonferroni", "holm")
+SIDES = ("one-sided", "two-sided")
+PARSERS = ("tumbling-e-json", "multiple-choice", "yes-no-maybe", "orientation-word")
+SECRET_SOURCES = ("generate", "env:", "file:")
+ID_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$")
+IMAGE_SUFFIXES = (".png", ".jpg", ".jpeg", ".gif", ".webp")
+
+
+class SpecError(Exception):
+    """A study spec that cannot be used; the message lists every problem found."""
+
+    def __init__(self, problems: list[str]) -> None:
+        """Keep the list of problems; the message joins them one per line."""
+        self.problems = problems
+        super().__init__("\n".join(problems))
+
+
+@dataclass(frozen=True)
+class Arm:
+    """A prompt arm: an ordered list of components with a role."""
+
+    id: str
+    role: str
+    components: tuple[str, ...]
+    differs_from: tuple[str, tuple[str, ...]] | None = None
+
+
+@dataclass(frozen=True)
+class Hypothesis:
+    """A pre-registered hypothesis with its machine-readable decision rule."""
+
+    id: str
+    contrast: tuple[str, str]
+    outcome: str
+    test: str
+    sides: str
+    alpha: float | None
+    min_difference_pp: float | None
+    margin_pp: float | None
+    correction: str
+    family: str | None
+    description: str
+
+
+@dataclass(frozen=True)
+class Study:
+    """A validated study: everything :mod:`runner.lock` needs, with paths resolved."""
+
+    root: Path
+    spec_path: Path
+    id: str
+    title: str
+    origin: str
+    model: dict[str, Any]
+    components: dict[str, Path]
+    arms: dict[str, Arm]
+    stimuli_dir: Path
+    truth_path: Path
+    stimuli: dict[str, Path]
+    replicates: int
+    seed: str
+    bootstrap_seed: str
+    bootstrap_iterations: int
+    blinding_secret: str
+    response_format: str
+    parser: str
+    hypotheses: tuple[Hypothesis, ...]
+    analysis: dict[str, Any]
+    amendable: tuple[str, ...] = field(default=())
+
+    def component_text(self, name: str) -> str:
+        """The text of one component file."""
+        return self.components[name].read_text(encoding="utf-8")
+
+    def arm_text(self, arm: str) -> str:
+        """The composed prompt of an arm: its components' texts joined in order by a blank line."""
+        parts = [self.component_text(c).strip("\n") for c in self.arms[arm].components]
+        return "\n\n".join(parts) + "\n"
+
+    def arm_sha256(self, arm: str) -> str:
+        """SHA-256 (hex) of the composed arm text."""
+        return hashlib.sha256(self.arm_text(arm).encode("utf-8")).hexdigest()
+
+    def locked_files(self) -> dict[str, str]:
+        """Every file the lock covers, as study-relative path -> role."""
+        files: dict[str, str] = {self._rel(self.spec_path): "spec"}
+        for path in self.components.values():
+            files[self._rel(path)] = "component"
+        files[self._rel(self.truth_path)] = "truth"
+        for path in self.stimuli.values():
+            files[self._rel(path)] = "stimulus"
+        return dict(sorted(files.items()))
+
+    def _rel(self, path: Path) -> str:
+        return path.resolve().relative_to(self.root.resolve()).as_posix()
+
+
+class _Collector:
+    def __init__(self, file: str) -> None:
+        self.file = file
+        self.problems: list[str] = []
+
+    def add(self, field_name: str, message: str) -> None:
+        self.problems.append(f"{self.file}: {field_name}: {message}")
+
+
+def _table(c: _Collector, data: dict[str, Any], name: str) -> dict[str, Any]:
+    value = data.get(name)
+    if value is None:
+        c.add(name, "missing section")
+        return {}
+    if not isinstance(value, dict):
+        c.add(name, "must be a table")
+        return {}
+    return value
+
+
+def _str(
+    c: _Collector, table: dict[str, Any], key: str, where: str, default: str | None = None
+) -> str:
+    value = table.get(key, default)
+    if value is None:
+        c.add(f"{where}.{key}", "missing")
+        return ""
+    if not isinstance(value, str) or not value:
+        c.add(f"{where}.{key}", f"must be a non-empty string, got {value!r}")
+        return ""
+    return value
+
+
+def _int_seed(c: _Collector, table: dict[str, Any], key: str, where: str) -> str:
+    value = table.get(key)
+    if value is None:
+        c.add(f"{where}.{key}", "missing")
+        return ""
+    if isinstance(value, bool) or not isinstance(value, int | str):
+        c.add(f"{where}.{key}", f"must be an integer, got {value!r}")
+        return ""
+    text = str(value)
+    if not re.fullmatch(r"0|[1-9][0-9]*", text):
+        c.add(f"{where}.{key}", f"must be a non-negative integer, got {value!r}")
+        return ""
+    return text
+
+
+def _inside(c: _Collector, root: Path, rel: str, where: str, *, directory: bool = False) -> Path:
+    path = (root / rel).resolve()
+    try:
+        path.relative_to(root.resolve())
+    except ValueError:
+        c.add(where, f"{rel!r} is outside the study folder")
+        return path
+    if directory:
+        if not path.is_dir():
+            c.add(where, f"directory {rel!r} does not exist")
+    elif not path.is_file():
+        c.add(where, f"file {rel!r} does not exist")
+    return path
+
+
+def _hypotheses(c: _Collector, data: dict[str, Any], arms: dict[str, Arm]) -> list[Hypothesis]:
+    raw = data.get("hypotheses", [])
+    if not isinstance(raw, list) or not raw:
+        c.add("hypotheses", "declare at least one [[hypotheses]] table")
+        return []
+    out: list[Hypothesis] = []
+    seen: set[str] = set()
+    for i, h in enumerate(raw):
+        where = f"hypotheses[{i}]"
+        if not isinstance(h, dict):
+            c.add(where, "must be a table")
+            continue
+        hid = _str(c, h, "id", where)
+        if hid in seen:
+            c.add(f"{where}.id", f"duplicate hypothesis id {hid!r}")
+        seen.add(hid)
+        contrast = h.get("contrast")
+        pair: tuple[str, str] = ("", "")
+        if (
+            not isinstance(contrast, list)
+            or len(contrast) != 2
+            or not all(isinstance(a, str) for a in contrast)
+        ):
+            c.add(f"{where}.contrast", "must be a list of two arm ids, e.g. [\"A\", \"B\"]")
+        else:
+            pair = (contrast[0], contrast[1])
+            for arm in pair:
+                if arm not in arms:
+                    c.add(f"{where}.contrast", f"unknown arm {arm!r}")
+        outcome = _str(c, h, "outcome", where, "glyph_accuracy")
+        if outcome and outcome not in OUTCOMES:
+            c.add(f"{where}.outcome", f"unknown outcome {outcome!r}; use {', '.join(OUTCOMES)}")
+        test = _str(c, h, "test", where)
+        if test and test not in TESTS:
+            c.add(f"{where}.test", f"unknown test {test!r}; use one of {', '.join(TESTS)}")
+        sides = _str(c, h, "sides", where, "two-sided")
+        if sides and sides not in SIDES:
+            c.add(f"{where}.sides", f"must be one of {', '.join(SIDES)}")
+        correction = _str(c, h, "correction", where, "none")
+        if correction and correction not in CORRECTIONS:
+            c.add(f"{where}.correction", f"must be one of {', '.join(CORRECTIONS)}")
+        numbers: dict[str, float | None] = {}
+        for key in ("alpha", "min_difference_pp", "margin_pp"):
+            value = h.get(key)
+            bad = isinstance(value, bool) or not isinstance(value, int | float)
+            if value is not None and bad:
+                c.add(f"{where}.{key}", f"must be a number, got {value!r}")
+                value = None
+            numbers[key] = None if value is None else float(value)
+        alpha = numbers["alpha"]
+        if alpha is not None and not 0 < alpha < 1:
+            c.add(f"{where}.alpha", f"must be between 0 and 1, got {alpha}")
+        if test == "equivalence" and numbers["margin_pp"] is None:
+            c.add(f"{where}.margin_pp", "an equivalence rule needs a margin in percentage points")
+        if test and test != "equivalence" and alpha is None:
+            c.add(f"{where}.alpha", f"a {test} rule needs alpha")
+        family = h.get("family")
+        if family is not None and not isinstance(family, str):
+            c.add(f"{where}.family", "must be a string")
+            family = None
+        description = h.get("description", "")
+        out.append(
+            Hypothesis(
+                hid, pair, outcome, test, sides, alpha, numbers["min_difference_pp"],
+                numbers["margin_pp"], correction, family, str(description),
+            )
+        )
+    return out
+
+
+def _arms(c: _Collector, data: dict[str, Any], components: dict[str, Path]) -> dict[str, Arm]:
+    raw = _table(c, data, "arms")
+    arms: dict[str, Arm] = {}
+    for arm_id, spec in raw.items():
+        where = f"arms.{arm_id}"
+        if not ID_RE.match(arm_id):
+            c.add(where, "arm ids are letters, digits, '.', '_' or '-'")
+        if not isinstance(spec, dict):
+            c.add(where, "must be a table")
+            continue
+        role = _str(c, spec, "role", where)
+        if role and role not in ARM_ROLES:
+            c.add(f"{where}.role", f"unknown role {role!r}; use one of {', '.join(ARM_ROLES)}")
+        comps = spec.get("components")
+        names: tuple[str, ...] = ()
+        if not isinstance(comps, list) or not comps or not all(isinstance(x, str) for x in comps):
+            c.add(f"{where}.components", "must be a non-empty list of component names")
+        else:
+            names = tuple(comps)
+            for name in names:
+                if name not in components:
+                    c.add(f"{where}.components", f"unknown component {name!r}")
+            if len(set(names)) != len(names):
+                c.add(f"{where}.components", "a component is listed twice")
+        differs = spec.get("differs_from")
+        decl: tuple[str, tuple[str, ...]] | None = None
+        if differs is not None:
+            if (
+                not isinstance(differs, dict)
+                or not isinstance(differs.get("arm"), str)
+                or not isinstance(differs.get("by"), list)
+                or not all(isinstance(x, str) for x in differs["by"])
+            ):
+                c.add(f"{where}.differs_from", 'must be {arm = "A", by = ["component", ...]}')
+            else:
+                decl = (differs["arm"], tuple(differs["by"]))
+        arms[arm_id] = Arm(arm_id, role, names, decl)
+    for arm in arms.values():
+        if arm.differs_from and arm.differs_from[0] not in arms:
+            c.add(f"arms.{arm.id}.differs_from", f"unknown arm {arm.differs_from[0]!r}")
+    if raw and not arms:
+        c.add("arms", "declare at least one arm")
+    return arms
+
+
+def _stimuli(
+    c: _Collector, root: Path, data: dict[str, Any]
+) -> tuple[Path, Path, dict[str, Path]]:
+    table = _table(c, data, "stimuli")
+    directory = _inside(c, root, _str(c, table, "directory", "stimuli") or ".", "stimuli.directory",
+                        directory=True)
+    truth = _inside(c, root, _str(c, table, "truth", "stimuli") or "truth.csv", "stimuli.truth")
+    stimuli: dict[str, Path] = {}
+    if not truth.is_file() or not directory.is_dir():
+        return directory, truth, stimuli
+    try:
+        with truth.open(newline="", encoding="utf-8") as fh:
+            rows = list(csv.DictReader(fh))
+    except (OSError, UnicodeDecodeError, csv.Error) as exc:
+        c.add("stimuli.truth", f"cannot read {truth.name}: {exc}")
+        return directory, truth, stimuli
+    covered = {row.get("stimulus", "") for row in rows}
+    if "" in covered or not rows:
+        c.add("stimuli.truth", f"{truth.name} needs a 'stimulus' column with a value on every row")
+    images = sorted(
+        p for p in directory.iterdir() if p.suffix.lower() in IMAGE_SUFFIXES
+    )
+    for image in images:
+        stimuli[image.stem] = image
+    for image_id in stimuli:
+        if image_id not in covered:
+            c.add("stimuli.truth", f"the truth table does not cover stimulus {image_id!r}")
+    for stim in sorted(covered - set(stimuli) - {""}):
+        c.add("stimuli.truth", f"truth row for {stim!r} has no image in {directory.name}/")
+    if not stimuli:
+        c.add("stimuli.directory", "no images (.png, .jpg, .gif, .webp) found")
+    return directory, truth, stimuli
+
+
+def load_study(root: str | Path) -> Study:
+    """Read and validate ``ROOT/study.toml``. Raises :class:`SpecError` listing every problem."""
+    root = Path(root)
+    spec_path = root / "study.toml"
+    c = _Collector(str(spec_path))
+    try:
+        data = tomllib.loads(spec_path.read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        raise SpecError([f"{spec_path}: no study spec (study.toml) in {root}"]) from None
+    except (tomllib.TOMLDecodeError, UnicodeDecodeError) as exc:
+        raise SpecError([f"{spec_path}: not valid TOML: {exc}"]) from None
+
+    study = _table(c, data, "study")
+    study_id = _str(c, study, "id", "study")
+    if study_id and not ID_RE.match(study_id):
+        c.add("study.id", "use letters, digits, '.', '_' or '-' (at most 64)")
+    title = _str(c, study, "title", "study")
+    origin = study.get("origin", f"prompt-ledger.local/{study_id}")
+    amendable = study.get("amendable", [])
+    if not isinstance(amendable, list) or not all(isinstance(x, str) for x in amendable):
+        c.add("study.amendable", "must be a list of study-relative file paths")
+        amendable = []
+
+    model = _table(c, data, "model")
+    model_out = {
+        "provider": model.get("provider", "anthropic"),
+        "id": model.get("id", "claude-sonnet-4-6"),
+        "max_tokens": model.get("max_tokens", 2048),
+        "temperature": model.get("temperature", 1.0),
+    }
+    if not isinstance(model_out["max_tokens"], int) or model_out["max_tokens"] < 1:
+        c.add("model.max_tokens", "must be a positive integer")
+    temp = model_out["temperature"]
+    if isinstance(temp, bool) or not isinstance(temp, int | float) or not 0 <= temp <= 1:
+        c.add("model.temperature", "must be a number between 0 and 1")
+
+    components: dict[str, Path] = {}
+    for name, rel in _table(c, data, "components").items():
+        if not isinstance(rel, str):
+            c.add(f"components.{name}", "must be a file path")
+            continue
+        components[name] = _inside(c, root, rel, f"components.{name}")
+    arms = _arms(c, data, components)
+    stimuli_dir, truth, stimuli = _stimuli(c, root, data)
+
+    design = _table(c, data, "design")
+    replicates = design.get("replicates")
+    if isinstance(replicates, bool) or not isinstance(replicates, int) or replicates < 1:
+        c.add("design.replicates", f"must be an integer >= 1, got {replicates!r}")
+        replicates = 1
+    seed = _int_seed(c, design, "seed", "design")
+    bootstrap_seed = _int_seed(c, design, "bootstrap_seed", "design")
+    iterations = design.get("bootstrap_iterations", 10000)
+    if isinstance(iterations, bool) or not isinstance(iterations, int) or iterations < 100:
+        c.add("design.bootstrap_iterations", "must be an integer >= 100")
+        iterations = 10000
+    secret = design.get("blinding_secret", "generate")
+    if not isinstance(secret, str) or not any(
+        secret == s or (s.endswith(":") and secret.startswith(s) and len(secret) > len(s))
+        for s in SECRET_SOURCES
+    ):
+        c.add("design.blinding_secret", "must be 'generate', 'env:NAME' or 'file:PATH'")
+        secret = "generate"
+
+    response = _table(c, data, "response")
+    response_format = _str(c, response, "format", "response", "tumbling-e-json")
+    parser = _str(c, response, "parser", "response", "tumbling-e-json")
+    if parser and parser not in PARSERS:
+        c.add("response.parser", f"unknown parser {parser!r}; use one of {', '.join(PARSERS)}")
+
+    hypotheses = _hypotheses(c, data, arms)
+    analysis = _table(c, data, "analysis")
+    analysis_out = {
+        "model": analysis.get("model", "lmm"),
+        "random_intercept": analysis.get("random_intercept", "stimulus"),
+        "exclude_unparseable": analysis.get("exclude_unparseable", True),
+    }
+    if analysis_out["random_intercept"] not in ("stimulus", "source", "none"):
+        c.add("analysis.random_intercept", "must be 'stimulus', 'source' or 'none'")
+
+    if c.problems:
+        raise SpecError(c.problems)
+    return Study(
+        root=root, spec_path=spec_path, id=study_id, title=title, origin=str(origin),
+        model=model_out, components=components, arms=arms, stimuli_dir=stimuli_dir,
+        truth_path=truth, stimuli=stimuli, replicates=int(replicates), seed=seed,
+        bootstrap_seed=bootstrap_seed, bootstrap_iterations=int(iterations),
+        blinding_secret=secret, response_format=response_format, parser=parser,
+        hypotheses=tuple(hypotheses), analysis=analysis_out, amendable=tuple(amendable),
+    )
+
+
+def component_differences(study: Study) -> dict[tuple[str, str], tuple[list[str], list[str]]]:
+    """For every ordered pair of arms: (components only in the first, only in the second)."""
+    out: dict[tuple[str, str], tuple[list[str], list[str]]] = {}
+    for a, b in itertools.permutations(study.arms, 2):
+        ca, cb = study.arms[a].components, study.arms[b].components
+        out[(a, b)] = ([x for x in ca if x not in cb], [x for x in cb if x not in ca])
+    return out
+
+
+def check_matched_controls(study: Study) -> list[str]:
+    """Check every ``differs_from`` declaration; return one message per false claim.
+
+    ``B differs_from {arm = "A", by = ["rule"]}`` holds when B is A with exactly the components
+    in ``by`` removed or replaced one for one in the same position (a matched control block), and
+    nothing else differs.
+    """
+    problems: list[str] = []
+    for arm in study.arms.values():
+        if arm.differs_from is None:
+            continue
+        base_id, by = arm.differs_from
+        base = study.arms[base_id].components
+        mine = arm.components
+        removed = [x for x in base if x not in mine]
+        added = [x for x in mine if x not in base]
+        where = f"{study.spec_path}: arms.{arm.id}.differs_from"
+        if sorted(removed) != sorted(by):
+            problems.append(
+                f"{where}: arm {arm.id} is declared to differ from {base_id} by {list(by)}, but it "
+                f"lacks {removed} and adds {added}"
+            )
+            continue
+        if added and len(added) != len(removed):
+            problems.append(
+                f"{where}: {arm.id} adds {added} which do not replace {removed} one for one"
+            )
+            continue
+        swapped = list(base)
+        for old, new in zip(removed, added, strict=False):
+            swapped[swapped.index(old)] = new
+        expected = [x for x in swapped if x not in removed]
+        if list(mine) != expected:
+            problems.append(
+                f"{where}: apart from {list(by)}, arm {arm.id} must keep {base_id}'s components in "
+                f"order ({expected}), but it has {list(mine)}"
+            )
+    return problems
