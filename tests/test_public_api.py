@@ -16,7 +16,8 @@ def test_ledger_public_names() -> None:
             "SchemaVersionError", "SigningKey", "StoreError", "StoredCheckpoint", "VerifierKey",
             "canonical_json", "leaf_hash", "load_verifier", "node_hash", "open_checkpoint",
             "open_note", "parse_checkpoint", "parse_envelope", "role_may_append",
-            "root_from_leaf_hashes", "root_from_leaves", "sign_note", "user_home", "verify_consistency",
+            "root_from_leaf_hashes", "root_from_leaves", "sign_note", "user_home",
+            "verify_consistency",
             "verify_inclusion",
         ]
     )
