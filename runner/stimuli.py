@@ -374,22 +374,14 @@ def mixed_chart(
 def _snellen_letters(chart_id: str) -> list[str]:
     """61 Sloan letters derived from SHA-256 of the chart id; no letter repeats its neighbour."""
     letters: list[str] = []
+    row_starts = set(itertools.accumulate(SNELLEN_ROWS, initial=0))
     for i in range(_GLYPH_COUNT):
         d = _digest(chart_id, "letters", i)
         index = int.from_bytes(d[:8], "big") % len(SNELLEN_LETTERS)
-        starts_row = i in _row_starts()
-        if letters and not starts_row and SNELLEN_LETTERS[index] == letters[-1]:
+        if i not in row_starts and SNELLEN_LETTERS[index] == letters[-1]:
             index = (index + 1 + d[8] % (len(SNELLEN_LETTERS) - 1)) % len(SNELLEN_LETTERS)
         letters.append(SNELLEN_LETTERS[index])
     return letters
-
-
-def _row_starts() -> frozenset[int]:
-    starts, total = [], 0
-    for n in SNELLEN_ROWS:
-        starts.append(total)
-        total += n
-    return frozenset(starts)
 
 
 # 5x5 bitmaps, used only when Pillow has no FreeType support.
@@ -653,11 +645,20 @@ def write_probe_set(
             f"{existing[0]}: already exists; refusing to overwrite a probe set "
             f"({len(existing)} of {len(targets) + 1} files present)"
         )
-    directory.mkdir(parents=True, exist_ok=True)
+    _mkdir(directory)
     for chart, target in zip(charts, targets, strict=True):
         _write_new(target, chart.png)
     write_truth_csv(truth, charts)
     return [*targets, truth]
+
+
+def _mkdir(directory: Path) -> None:
+    try:
+        directory.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise StimulusError(
+            f"{directory}: cannot create directory: {exc.strerror or exc}"
+        ) from None
 
 
 def _write_new(path: Path, data: bytes) -> None:
@@ -666,6 +667,8 @@ def _write_new(path: Path, data: bytes) -> None:
             handle.write(data)
     except FileExistsError:
         raise StimulusError(f"{path}: already exists; refusing to overwrite") from None
+    except OSError as exc:
+        raise StimulusError(f"{path}: cannot write: {exc.strerror or exc}") from None
 
 
 def rotate_images(source_dir: Path, out_dir: Path) -> list[dict[str, str]]:
@@ -702,7 +705,7 @@ def rotate_images(source_dir: Path, out_dir: Path) -> list[dict[str, str]]:
     if existing:
         raise StimulusError(f"{existing[0]}: already exists; refusing to overwrite")
     images = [_load_source(source) for source in sources]
-    out_dir.mkdir(parents=True, exist_ok=True)
+    _mkdir(out_dir)
     rows: list[dict[str, str]] = []
     for source, image in zip(sources, images, strict=True):
         for orientation in ORIENTATIONS:

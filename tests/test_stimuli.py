@@ -8,6 +8,8 @@ import random
 from pathlib import Path
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from PIL import Image, features
 
 from runner import stimuli
@@ -197,6 +199,18 @@ def test_smallest_glyphs_are_clamped_to_5px_and_still_readable() -> None:
     assert [x1 - x0 for x0, _, x1, _ in boxes[-1]] == [5] * 9
 
 
+@settings(max_examples=15, deadline=None)
+@given(
+    orientations=st.lists(st.sampled_from(ORIENTATIONS), min_size=61, max_size=61),
+    width=st.integers(200, 700),
+    height=st.integers(260, 900),
+)
+def test_any_chart_reads_back_from_pixels(orientations: list[str], width: int, height: int) -> None:
+    chart = tumbling_e_chart("prop", orientations, width=width, height=height)
+    assert decode_orientations(chart.png) == truth_by_row(chart)
+    assert Image.open(io.BytesIO(chart.png)).size == (width, height)
+
+
 def test_glyph_sizes_follow_the_acuity_lines() -> None:
     sizes = glyph_sizes()
     assert len(sizes) == 11
@@ -231,6 +245,10 @@ def test_snellen_chart_has_letters_in_11_rows(probes: list[Chart]) -> None:
     image = Image.open(io.BytesIO(chart.png))
     assert image.size == (1000, 1400)
     assert len(_runs(_dark_lines(image.convert("L")))) == 11
+    boxes = glyph_boxes(chart.png)
+    assert [len(row) for row in boxes] == list(SNELLEN_ROWS)  # 61 separate letters
+    for row, size in zip(boxes, glyph_sizes(), strict=True):  # cap height about the row size
+        assert all(abs((y1 - y0) - size) <= max(2, size // 20) for _, y0, _, y1 in row)
     assert truth_rows([chart]) == [
         {
             "stimulus": "snellen-letters",
@@ -377,6 +395,10 @@ def test_write_probe_set(tmp_path: Path, probes: list[Chart]) -> None:
     with pytest.raises(StimulusError, match=r"truth\.csv: already exists"):
         write_probe_set(other, SEED)
     assert sorted(p.name for p in other.iterdir()) == ["truth.csv"]
+    blocker = tmp_path / "file"
+    blocker.write_text("", encoding="utf-8")
+    with pytest.raises(StimulusError, match=r"file: cannot create directory"):
+        write_probe_set(blocker, SEED)
 
 
 def _source(size: tuple[int, int], seed: int, mode: str = "RGB") -> Image.Image:
