@@ -109,6 +109,10 @@ class Study:
         files[self._rel(self.truth_path)] = "truth"
         for path in self.stimuli.values():
             files[self._rel(path)] = "stimulus"
+        for pattern in self.amendable:  # documents that may be amended are locked too
+            for path in sorted(self.root.glob(pattern)):
+                if path.is_file():
+                    files.setdefault(self._rel(path), "document")
         return dict(sorted(files.items()))
 
     def _rel(self, path: Path) -> str:

@@ -1,0 +1,261 @@
+"""``ledger lock`` and ``ledger amend``: turn a study folder into a locked, signed protocol.
+
+Lock appends one ``artifact.locked`` per file (the file as a blob), then ``protocol.locked``
+with the manifest, the arms, the design, the schedule's SHA-256, the trial count and the blinding
+commitment, and signs a registration checkpoint. Afterwards every command that uses the study
+re-hashes its files first (:func:`check_integrity`) and refuses if any changed, unless the change
+was recorded with :func:`amend`.
+"""
+
+from __future__ import annotations
+
+import fnmatch
+import hashlib
+import os
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from ledger import EventSpec, Ledger, LedgerError, SigningKey, user_home
+from runner.schedule import commitment, schedule, schedule_bytes, schedule_sha256, trial_ids
+from runner.spec import SpecError, Study, check_matched_controls, load_study
+from runner.stimuli import StimulusError, check_image_for_api
+
+LEDGER_FILE = "ledger.db"
+CHECKPOINT_FILE = "registration-checkpoint.txt"
+
+
+class StudyError(LedgerError):
+    """A study that cannot be locked or used as it stands (the message says why and where)."""
+
+
+@dataclass(frozen=True)
+class LockResult:
+    """What :func:`lock_study` wrote."""
+
+    protocol_seq: int
+    artifacts: int
+    trials: int
+    schedule_sha256: str
+    checkpoint: str
+    checkpoint_path: Path
+
+
+def ledger_path(root: Path) -> Path:
+    """The study's ledger file."""
+    return Path(root) / LEDGER_FILE
+
+
+def secret_path(study: Study) -> Path:
+    """Where a generated blinding secret is kept: the user's directory, never the study folder."""
+    tag = hashlib.sha256(study.origin.encode()).hexdigest()[:12]
+    return user_home() / "secrets" / f"{study.id}-{tag}.secret"
+
+
+def blinding_secret(study: Study, *, create: bool = False) -> bytes:
+    """Resolve the study's blinding secret from its declared source."""
+    source = study.blinding_secret
+    if source.startswith("env:"):
+        value = os.environ.get(source[4:])
+        if not value:
+            raise StudyError(f"blinding secret: environment variable {source[4:]} is not set")
+        return value.encode("utf-8")
+    if source.startswith("file:"):
+        path = (study.root / source[5:]).resolve()
+        try:
+            path.relative_to(study.root.resolve())
+        except ValueError:
+            pass
+        else:
+            raise StudyError(f"blinding secret file {path} is inside the study folder, which is "
+                             "archived; keep it elsewhere")
+        try:
+            return path.read_bytes()
+        except OSError as exc:
+            raise StudyError(f"blinding secret file {path}: {exc.strerror}") from exc
+    path = secret_path(study)
+    if path.exists():
+        return bytes.fromhex(path.read_text(encoding="ascii").strip())
+    if not create:
+        raise StudyError(f"blinding secret {path} does not exist (was the study locked here?)")
+    path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
+    secret = os.urandom(32)
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+    with os.fdopen(fd, "w", encoding="ascii") as fh:
+        fh.write(secret.hex() + "\n")
+    return secret
+
+
+def _sha256(path: Path) -> str:
+    return hashlib.sha256(path.read_bytes()).hexdigest()
+
+
+def protocol_event(log: Ledger) -> Any:
+    """The ``protocol.locked`` event of a ledger, or None before lock."""
+    return next(iter(log.events("protocol.locked")), None)
+
+
+def validate_for_lock(study: Study) -> list[str]:
+    """Every problem that stops a lock, beyond the spec's own validation."""
+    problems = check_matched_controls(study)
+    for stim_id, path in study.stimuli.items():
+        try:
+            check_image_for_api(path.read_bytes(), name=f"stimulus {stim_id} ({path.name})")
+        except StimulusError as exc:
+            problems.append(str(exc))
+    return problems
+
+
+def lock_study(root: str | Path, key: SigningKey) -> LockResult:
+    """Lock the study at ``root``: artifacts, protocol, registration checkpoint.
+
+    Creates the study ledger with ``key`` as owner if it does not exist yet. Everything is
+    validated before anything is appended; the artifacts and the protocol are one transaction.
+    """
+    root = Path(root)
+    try:
+        study = load_study(root)
+    except SpecError as exc:
+        count = len(exc.problems)
+        raise StudyError(f"cannot lock, the spec has {count} problem(s):\n{exc}") from exc
+    problems = validate_for_lock(study)
+    if problems:
+        raise StudyError("cannot lock:\n" + "\n".join(problems))
+    path = ledger_path(root)
+    log = (
+        Ledger.open(path) if path.exists() else Ledger.create(path, origin=study.origin, key=key)
+    )
+    with log:
+        if protocol_event(log) is not None:
+            raise StudyError(f"{root} is already locked; use 'ledger amend' to record a change")
+        secret = blinding_secret(study, create=True)
+        order = schedule(study.seed, trial_ids(study.arms, study.stimuli, study.replicates))
+        files = study.locked_files()
+        specs: list[EventSpec] = []
+        manifest: dict[str, str] = {}
+        for rel, role in files.items():
+            data = (root / rel).read_bytes()
+            digest = hashlib.sha256(data).hexdigest()
+            manifest[rel] = digest
+            specs.append(
+                EventSpec(
+                    "artifact.locked",
+                    {"path": rel, "role": role, "sha256": digest, "size": len(data)},
+                    {"content": data},
+                )
+            )
+        digest_of_schedule = schedule_sha256(order)
+        body = {
+            "study": study.id,
+            "title": study.title,
+            "manifest": manifest,
+            "arms": {
+                a.id: {
+                    "role": a.role,
+                    "components": list(a.components),
+                    "sha256": study.arm_sha256(a.id),
+                }
+                for a in study.arms.values()
+            },
+            "stimuli": sorted(study.stimuli),
+            "model": study.model,
+            "design": {
+                "replicates": study.replicates,
+                "seed": study.seed,
+                "bootstrap_seed": study.bootstrap_seed,
+                "bootstrap_iterations": study.bootstrap_iterations,
+                "order": "ascending SHA-256(seed|trial id)",
+            },
+            "trials": len(order),
+            "schedule_sha256": digest_of_schedule,
+            "blinding_commitment": commitment(secret),
+            "response": {"format": study.response_format, "parser": study.parser},
+            "hypotheses": [h.__dict__ | {"contrast": list(h.contrast)} for h in study.hypotheses],
+            "analysis": study.analysis,
+            "amendable": list(study.amendable),
+        }
+        specs.append(EventSpec("protocol.locked", body, {"schedule": schedule_bytes(order)}))
+        events = log.append_many(specs, key=key)
+        note = log.sign_checkpoint(key)
+    checkpoint_path = root / CHECKPOINT_FILE
+    checkpoint_path.write_text(note, encoding="utf-8")
+    return LockResult(
+        events[-1].seq, len(files), len(order), digest_of_schedule, note, checkpoint_path
+    )
+
+
+def locked_manifest(log: Ledger) -> dict[str, str]:
+    """The manifest as locked, updated by every recorded amendment."""
+    event = protocol_event(log)
+    if event is None:
+        raise StudyError(f"{log.path}: the study is not locked yet (run 'ledger lock')")
+    manifest: dict[str, str] = dict(event.body["manifest"])
+    for amendment in log.events("protocol.amended"):
+        for change in amendment.body["changes"]:
+            manifest[change["path"]] = change["sha256"]
+    return manifest
+
+
+def changed_files(root: Path, log: Ledger) -> list[tuple[str, str, str | None]]:
+    """(path, locked hash, current hash or None if missing) for every file that changed."""
+    out: list[tuple[str, str, str | None]] = []
+    for rel, digest in sorted(locked_manifest(log).items()):
+        path = root / rel
+        current = _sha256(path) if path.is_file() else None
+        if current != digest:
+            out.append((rel, digest, current))
+    return out
+
+
+def check_integrity(root: str | Path) -> Study:
+    """Re-hash every locked file; refuse, naming each changed file, unless all match."""
+    root = Path(root)
+    path = ledger_path(root)
+    if not path.exists():
+        raise StudyError(f"{root}: no ledger ({LEDGER_FILE}); run 'ledger new' and 'ledger lock'")
+    with Ledger.open(path, readonly=True) as log:
+        changes = changed_files(root, log)
+    if changes:
+        lines = [
+            f"  {rel}: locked {old}, now {new or 'missing'}" for rel, old, new in changes
+        ]
+        raise StudyError(
+            f"{root}: {len(changes)} locked file(s) changed since lock:\n" + "\n".join(lines)
+            + "\nrestore them, or record a deliberate change with 'ledger amend --reason'"
+        )
+    return load_study(root)
+
+
+def amend(root: str | Path, key: SigningKey, reason: str) -> int:
+    """Record changed amendable files as a ``protocol.amended`` deviation; return its seq."""
+    root = Path(root)
+    if not reason.strip():
+        raise StudyError("an amendment needs a reason (--reason)")
+    with Ledger.open(ledger_path(root)) as log:
+        event = protocol_event(log)
+        if event is None:
+            raise StudyError(f"{root} is not locked; nothing to amend")
+        changes = changed_files(root, log)
+        if not changes:
+            raise StudyError(f"{root}: no locked file has changed; nothing to amend")
+        patterns = event.body.get("amendable", [])
+        refused = [
+            rel for rel, _, _ in changes if not any(fnmatch.fnmatch(rel, p) for p in patterns)
+        ]
+        if refused:
+            raise StudyError(
+                "these files may not change after lock (not listed in study.amendable): "
+                + ", ".join(refused)
+            )
+        missing = [rel for rel, _, new in changes if new is None]
+        if missing:
+            raise StudyError(f"cannot amend deleted files: {', '.join(missing)}")
+        blobs = {f"file{i}": (root / rel).read_bytes() for i, (rel, _, _) in enumerate(changes)}
+        body = {
+            "reason": reason,
+            "changes": [
+                {"path": rel, "previous_sha256": old, "sha256": new, "blob": f"file{i}"}
+                for i, (rel, old, new) in enumerate(changes)
+            ],
+        }
+        return log.append("protocol.amended", body, key=key, blobs=blobs).seq
