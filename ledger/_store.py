@@ -52,7 +52,7 @@ from ledger._merkle import (
     verify_consistency,
     verify_inclusion,
 )
-from ledger._note import Checkpoint, open_note, parse_checkpoint
+from ledger._note import Checkpoint, open_checkpoint
 from ledger._roles import ROLES, role_may_append
 
 APPLICATION_ID = 0x504C4731  # "PLG1"
@@ -693,7 +693,9 @@ class Ledger:
 
     def root(self, size: int | None = None) -> bytes:
         """Merkle root of the first ``size`` events (default: the whole log)."""
-        n = self._check_size(size)
+        return self._root(self._check_size(size))
+
+    def _root(self, n: int) -> bytes:
         if n == 0:
             return EMPTY_ROOT
         with self._errors():
@@ -704,7 +706,7 @@ class Ledger:
         n = self._check_size(size)
         with self._errors():
             path = inclusion_proof(index, n, self._range_hash)
-            return InclusionProof(index, n, self._node(0, index), self.root(n), tuple(path))
+            return InclusionProof(index, n, self._node(0, index), self._root(n), tuple(path))
 
     def consistency_proof(self, old: int, new: int | None = None) -> ConsistencyProof:
         """RFC 9162 consistency proof from the tree of ``old`` to ``new`` events (default: now)."""
@@ -713,14 +715,14 @@ class Ledger:
             raise ProofError(f"consistency proof needs 0 < old <= new, got old={old}, new={n}")
         with self._errors():
             path = consistency_proof(old, n, self._range_hash)
-            return ConsistencyProof(old, n, self.root(old), self.root(n), tuple(path))
+            return ConsistencyProof(old, n, self._root(old), self._root(n), tuple(path))
 
     # ------------------------------------------------------------------ checkpoints
 
     def checkpoint(self, size: int | None = None) -> Checkpoint:
         """The unsigned checkpoint of the first ``size`` events (default: the whole log)."""
         n = self._check_size(size)
-        return Checkpoint(self.origin, n, self.root(n))
+        return Checkpoint(self.origin, n, self._root(n))
 
     def sign_checkpoint(
         self, keys: SigningKey | Sequence[SigningKey], size: int | None = None
@@ -775,13 +777,9 @@ class Ledger:
         The checkpoint must be signed by a key registered here, name this log's origin, and be
         consistent with the current tree.
         """
-        cp, parsed = parse_checkpoint(note)
+        cp, _ = open_checkpoint(note, [VerifierKey.parse(k.vkey) for k in self.keys()])
         if cp.origin != self.origin:
             raise NoteError(f"checkpoint origin {cp.origin!r} is not this log's {self.origin!r}")
-        known = {(k.name, bytes.fromhex(k.actor[-8:])): k for k in self.keys()}
-        if not any((s.name, s.key_id) in known for s in parsed.signatures):
-            raise NoteError("checkpoint carries no signature by a key of this ledger")
-        open_note(note, [VerifierKey.parse(k.vkey) for k in known.values()])
         size = self.size
         if cp.size > size:
             raise ProofError(
@@ -841,8 +839,8 @@ class _KeyView:
             raise AuthorizationError(f"key {actor} is not registered; nothing to revoke")
         if record.revoked_seq is not None:
             raise AuthorizationError(f"key {actor} was already revoked at seq {record.revoked_seq}")
+        self.flush()
         if record.role == "owner":
-            self.flush()
             owners = self._conn.execute(
                 "SELECT COUNT(*) FROM keys WHERE role = 'owner' AND revoked_seq IS NULL"
             ).fetchone()[0]
@@ -850,7 +848,6 @@ class _KeyView:
                 raise AuthorizationError(
                     f"key {actor} is the last active owner key; add another owner first"
                 )
-        self.flush()
         self._conn.execute("UPDATE keys SET revoked_seq = ? WHERE actor = ?", (seq, actor))
         self._cache[actor] = KeyRecord(
             record.actor, record.name, record.vkey, record.role, record.added_seq, seq

@@ -44,10 +44,6 @@ def _out() -> Console:
     return Console(soft_wrap=True, highlight=False)
 
 
-def _load_key(path: str) -> SigningKey:
-    return SigningKey.load(path)
-
-
 def _read_body(value: str) -> dict[str, Any]:
     """Parse ``--body``: inline JSON, ``@FILE``, or ``-`` for standard input."""
     source = "--body"
@@ -157,7 +153,7 @@ def init(path: Path, origin: str, key_file: str) -> None:
     Example:
       ledger init study.db --origin example.org/study-1 --key keys/example.org_owner.key
     """
-    key = _load_key(key_file)
+    key = SigningKey.load(key_file)
     with Ledger.create(path, origin=origin, key=key) as log:
         event = log.get(0)
     click.echo(f"created {path}: origin {origin}, owner {key.actor}")
@@ -183,7 +179,7 @@ def append(path: Path, kind: str, body_arg: str, blob_args: tuple[str, ...], key
     """
     body = _read_body(body_arg)
     blobs = _read_blobs(blob_args)
-    key = _load_key(key_file)
+    key = SigningKey.load(key_file)
     with Ledger.open(path) as log:
         event = log.append(kind, body, key=key, blobs=blobs)
     click.echo(f"appended seq {event.seq} ({event.kind}) leaf {event.leaf_hash.hex()}")
@@ -261,7 +257,7 @@ def checkpoint(path: Path, key_files: tuple[str, ...], out_file: Path | None) ->
     Example:
       ledger checkpoint study.db --key keys/example.org_owner.key --out registration.checkpoint
     """
-    keys = [_load_key(k) for k in key_files]
+    keys = [SigningKey.load(k) for k in key_files]
     with Ledger.open(path) as log:
         note = log.sign_checkpoint(keys)
     if out_file is not None:
@@ -381,7 +377,7 @@ def key_add(path: Path, vkey: str, role: str, key_file: str) -> None:
       ledger key add study.db @keys/runner.vkey --role runner --key keys/example.org_owner.key
     """
     verifier = load_verifier(vkey)
-    owner = _load_key(key_file)
+    owner = SigningKey.load(key_file)
     with Ledger.open(path) as log:
         event = log.add_key(verifier, role, key=owner)
     click.echo(f"seq {event.seq}: added {verifier.actor} as {role}")
@@ -399,7 +395,7 @@ def key_revoke(path: Path, actor: str, reason: str, key_file: str) -> None:
     Example:
       ledger key revoke study.db runner+1a2b3c4d --reason "laptop lost" --key keys/owner.key
     """
-    owner = _load_key(key_file)
+    owner = SigningKey.load(key_file)
     with Ledger.open(path) as log:
         event = log.revoke_key(actor, key=owner, reason=reason)
     click.echo(f"seq {event.seq}: revoked {actor}")
@@ -452,7 +448,7 @@ def demo(directory: Path | None) -> None:
 def _study_key(root: Path, key_file: str | None) -> SigningKey:
     """The key given, else the owner key ``ledger new`` made for this study."""
     if key_file:
-        return _load_key(key_file)
+        return SigningKey.load(key_file)
     from runner.spec import load_study
 
     default = user_home() / "keys" / f"{load_study(root).id}-owner.key"
@@ -477,7 +473,7 @@ def new(directory: Path, template: str, key_file: str | None) -> None:
     """
     from runner.new import new_study
 
-    key = _load_key(key_file) if key_file else None
+    key = SigningKey.load(key_file) if key_file else None
     made = new_study(directory, template, key)
     click.echo(f"created study {made.root} with ledger {made.ledger} (owner {made.owner})")
     if made.key_path is not None:
