@@ -18,6 +18,7 @@ KNOWN_KINDS = frozenset(
         "trial.requested",
         "trial.responded",
         "trial.failed",
+        "batch.submitted",
         "trial.scored",
         "scoring.sealed",
         "blinding.revealed",
@@ -28,7 +29,14 @@ KNOWN_KINDS = frozenset(
 
 ROLE_KINDS: dict[str, frozenset[str]] = {
     "runner": frozenset(
-        {"run.started", "run.stopped", "trial.requested", "trial.responded", "trial.failed"}
+        {
+            "run.started",
+            "run.stopped",
+            "trial.requested",
+            "trial.responded",
+            "trial.failed",
+            "batch.submitted",
+        }
     ),
     "scorer": frozenset({"trial.scored", "scoring.sealed"}),
     "analyst": frozenset({"analysis.result"}),

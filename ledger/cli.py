@@ -579,3 +579,254 @@ def amend(study_dir: Path, reason: str, key_file: str | None) -> None:
 
     seq = record_amendment(study_dir, _study_key(study_dir, key_file), reason)
     click.echo(f"recorded protocol.amended at seq {seq}")
+
+
+# ---------------------------------------------------------------------- running a study
+
+
+def _parse_until(value: str | None) -> Any:
+    """``--until``: an ISO 8601 time (local time if it has no offset) or a duration (90m, 8h)."""
+    from datetime import UTC, datetime, timedelta
+
+    if value is None:
+        return None
+    units = {"s": 1, "m": 60, "h": 3600, "d": 86400}
+    if value[:-1].isdigit() and value[-1:] in units:
+        return datetime.now(UTC) + timedelta(seconds=int(value[:-1]) * units[value[-1]])
+    try:
+        moment = datetime.fromisoformat(value)
+    except ValueError:
+        raise click.BadParameter(
+            f"{value!r} is neither an ISO time (2026-11-22T18:00) nor a duration (90m, 8h)",
+            param_hint="--until",
+        ) from None
+    return (moment if moment.tzinfo else moment.astimezone()).astimezone(UTC)
+
+
+class _RunDisplay:
+    """A rich progress bar on a terminal; one summary line per 10% otherwise."""
+
+    def __init__(self, console: Console, label: str, priced: bool) -> None:
+        from rich.progress import (
+            BarColumn,
+            MofNCompleteColumn,
+            Progress,
+            TextColumn,
+            TimeElapsedColumn,
+            TimeRemainingColumn,
+        )
+
+        self.console = console
+        self.priced = priced
+        self.last_decile = -1
+        self.progress = Progress(
+            TextColumn("[bold]{task.description}"),
+            BarColumn(),
+            MofNCompleteColumn(),
+            TextColumn("{task.fields[rate]}"),
+            TimeElapsedColumn(),
+            TextColumn("ETA"),
+            TimeRemainingColumn(),
+            TextColumn("{task.fields[extra]}"),
+            console=console,
+            disable=not console.is_terminal,
+        )
+        self.task = self.progress.add_task(label, total=None, rate="", extra="")
+        self.started: float | None = None
+        self.first_final: int | None = None
+
+    def __enter__(self) -> _RunDisplay:
+        self.progress.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.progress.stop()
+
+    def __call__(self, counters: Any, final: int, total: int) -> None:
+        import time
+
+        now = time.monotonic()
+        if self.started is None:
+            self.started, self.first_final = now, final
+        done_here = final - (self.first_final or 0)
+        elapsed = max(now - self.started, 1e-9)
+        cost = f" cost ${counters.cost_usd:.4f}" if self.priced else ""
+        extra = (
+            f"errors {counters.failed} retries {counters.retries} "
+            f"given up {counters.given_up} conc {counters.concurrency}{cost}"
+        )
+        self.progress.update(
+            self.task,
+            total=total,
+            completed=final,
+            rate=f"{done_here / elapsed:.1f}/s",
+            extra=extra,
+        )
+        if not self.console.is_terminal and total:
+            decile = final * 10 // total
+            if decile != self.last_decile:
+                self.last_decile = decile
+                click.echo(f"{final}/{total} trials final; {extra}", err=True)
+
+
+@main.command("run")
+@click.argument("study_dir", metavar="STUDY", type=click.Path(file_okay=False, path_type=Path))
+@click.option(
+    "--backend",
+    type=click.Choice(
+        ["anthropic", "anthropic-batch", "openai-compatible", "simulated", "replay"]
+    ),
+    default="anthropic",
+    show_default=True,
+    help="Who answers the trials.",
+)
+@click.option("--base-url", default=None, help="API root (default: $ANTHROPIC_BASE_URL).")
+@click.option("--replay-from", default=None, help="replay: the ledger.db (or study) to replay.")
+@click.option("--concurrency", type=click.IntRange(1, 1024), default=8, show_default=True)
+@click.option("--max-trials", type=click.IntRange(min=1), default=None, help="Stop after N trials.")
+@click.option("--until", default=None, help="Start no trial after this time or duration (8h).")
+@click.option("--budget-usd", type=click.FloatRange(min=0), default=None, help="Cost cap in USD.")
+@click.option("--max-attempts", type=click.IntRange(1, 100), default=5, show_default=True)
+@click.option("--key", "key_file", default=None, help="Signing key (default: the study owner's).")
+def run_cmd(
+    study_dir: Path,
+    backend: str,
+    base_url: str | None,
+    replay_from: str | None,
+    concurrency: int,
+    max_trials: int | None,
+    until: str | None,
+    budget_usd: float | None,
+    max_attempts: int,
+    key_file: str | None,
+) -> None:
+    """Run the locked schedule's pending trials; safe to stop and resume at any moment.
+
+    Each attempt is recorded before it is sent and its response or error right after;
+    a restart continues where the last session stopped. Rate limits and server errors are
+    retried with back-off; 400/401/403 stop the run with the server's message.
+
+    \b
+    Example:
+      export ANTHROPIC_API_KEY=...
+      ledger run my-study --concurrency 8 --budget-usd 25 --until 8h
+      ledger run my-study --backend simulated
+    """
+    from runner.backends import BackendError, make_backend
+    from runner.execute import RunOptions, run_study
+
+    options = RunOptions(
+        concurrency=concurrency,
+        max_trials=max_trials,
+        until=_parse_until(until),
+        budget_usd=budget_usd,
+        max_attempts=max_attempts,
+    )
+    console = Console(stderr=True, highlight=False)
+    try:
+        key = _study_key(study_dir, key_file)
+        engine = make_backend(backend, base_url=base_url, replay_from=replay_from)
+        label = f"{study_dir.name} [{engine.name}{' SIMULATED' if engine.simulated else ''}]"
+        with _RunDisplay(console, label, engine.priced) as display:
+            result = run_study(study_dir, key, engine, options, display)
+    except BackendError as exc:
+        raise click.ClickException(exc.message) from exc
+    c = result.counters
+    cost = f"${c.cost_usd:.4f}" if engine.priced else "n/a"
+    click.echo(
+        f"session seq {result.started_seq}-{result.stopped_seq}: {c.responded} responded, "
+        f"{c.failed} failed attempts ({c.retries} retried), {c.given_up} given up, "
+        f"{c.interrupted} interrupted; cost {cost}; {result.final} final, "
+        f"{result.pending} pending; stopped: {result.reason}"
+    )
+    if engine.simulated:
+        click.echo("backend: simulated (offline simulation, not a real model)")
+    if result.fatal:
+        raise click.ClickException(
+            f"run stopped by a non-retryable error: {result.fatal}; nothing was lost, fix the "
+            f"cause and run 'ledger run {study_dir}' again"
+        )
+
+
+@main.command()
+@click.argument("study_dir", metavar="STUDY", type=click.Path(file_okay=False, path_type=Path))
+@click.option("--json", "as_json", is_flag=True, help="Print JSON.")
+def status(study_dir: Path, as_json: bool) -> None:
+    """Summarise where a study stands: per arm, trials responded, given up and pending.
+
+    \b
+    Example:
+      ledger status my-study
+    """
+    from runner.lock import check_integrity, ledger_path
+    from runner.state import arm_status, load_state
+
+    study = check_integrity(study_dir)
+    with Ledger.open(ledger_path(study_dir), readonly=True) as log:
+        state = load_state(study, log)
+        kinds: dict[str, int] = {}
+        for event in log.events():
+            kinds[event.kind] = kinds.get(event.kind, 0) + 1
+    rows = arm_status(state)
+    if as_json:
+        _dump({"study": study.id, "sessions": state.sessions, "events": kinds,
+               "arms": [r.__dict__ for r in rows]})
+        return
+    table = Table("arm", "trials", "responded", "given up", "pending", "awaiting", "attempts",
+                  "cost USD", title=f"{study.id}: {state.sessions} run session(s)")
+    for r in rows:
+        table.add_row(r.arm, str(r.trials), str(r.responded), str(r.given_up), str(r.pending),
+                      str(r.in_flight), str(r.attempts), f"{r.cost_usd:.4f}")
+    total = len(state.order)
+    pending = len(state.pending())
+    console = _out()
+    console.print(table)
+    steps = ", ".join(f"{k} {v}" for k, v in sorted(kinds.items()) if not k.startswith("artifact"))
+    console.print(f"{total - pending}/{total} trials final; events: {steps}")
+
+
+@main.command()
+@click.argument("study_dir", metavar="STUDY", type=click.Path(file_okay=False, path_type=Path))
+@click.option(
+    "--backend",
+    type=click.Choice(["anthropic", "openai-compatible", "simulated"]),
+    default="anthropic",
+    show_default=True,
+    help="Whose token counter to use (anthropic: the count_tokens endpoint).",
+)
+@click.option("--base-url", default=None, help="API root (default: $ANTHROPIC_BASE_URL).")
+def estimate(study_dir: Path, backend: str, base_url: str | None) -> None:
+    """Predict the tokens and cost of the pending trials before anything is sent.
+
+    Input tokens are counted once per (arm, stimulus) with the API's count_tokens endpoint
+    (or estimated, and said so); output is bounded by max_tokens.
+
+    \b
+    Example:
+      ledger estimate my-study
+      ledger estimate my-study --backend simulated
+    """
+    from runner.backends import BackendError, make_backend
+    from runner.estimate import estimate_study
+
+    try:
+        est = estimate_study(study_dir, make_backend(backend, base_url=base_url))
+    except BackendError as exc:
+        raise click.ClickException(exc.message) from exc
+
+    def usd(value: float | None) -> str:
+        return "n/a (no price for this backend/model)" if value is None else f"${value:,.2f}"
+
+    click.echo(f"model {est.model}: {est.pending} of {est.trials} trials pending")
+    click.echo(f"input tokens: {est.input_tokens:,} ({est.source})")
+    typical = (
+        f"{est.output_tokens_typical:,} (mean of recorded responses)"
+        if est.output_tokens_typical is not None
+        else "unknown until responses are recorded"
+    )
+    click.echo(f"output tokens: at most {est.output_tokens_max:,}; typical {typical}")
+    click.echo(f"cost: input only {usd(est.cost_min_usd)}; typical {usd(est.cost_typical_usd)}; "
+               f"at most {usd(est.cost_max_usd)}")
+    if est.cost_max_usd is not None:
+        click.echo(f"with --backend anthropic-batch: at most "
+                   f"{usd(est.cost_max_usd * est.batch_factor)}; prices as of {est.prices_as_of}")

@@ -33,3 +33,24 @@ def log(ledger_path: Path, owner: SigningKey, runner: SigningKey) -> Iterator[Le
     ) as ledger:
         ledger.add_key(runner.vkey, "runner", key=owner)
         yield ledger
+
+
+@pytest.fixture(scope="session")
+def study_template(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The tumbling-E template with its stimuli drawn once per test session (no ledger)."""
+    from helpers import study_key
+
+    from runner.new import new_study
+
+    root = tmp_path_factory.mktemp("template") / "study"
+    new_study(root, "prompt-tumbling-e", study_key())
+    (root / "ledger.db").unlink()
+    return root
+
+
+@pytest.fixture
+def ledger_home(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """A private PROMPT_LEDGER_HOME (keys and blinding secrets) for one test."""
+    home = tmp_path / "home"
+    monkeypatch.setenv("PROMPT_LEDGER_HOME", str(home))
+    return home

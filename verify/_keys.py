@@ -15,7 +15,14 @@ ROLES = frozenset({"owner", "runner", "scorer", "analyst"})
 
 _ROLE_KINDS: dict[str, frozenset[str]] = {
     "runner": frozenset(
-        {"run.started", "run.stopped", "trial.requested", "trial.responded", "trial.failed"}
+        {
+            "run.started",
+            "run.stopped",
+            "trial.requested",
+            "trial.responded",
+            "trial.failed",
+            "batch.submitted",
+        }
     ),
     "scorer": frozenset({"trial.scored", "scoring.sealed"}),
     "analyst": frozenset({"analysis.result"}),

@@ -1,0 +1,480 @@
+"""Backends: one small interface the runner drives without knowing which one it is.
+
+A backend takes the exact request body of one trial (``docs/trials.md`` §1) and returns a
+:class:`Reply` holding the raw response bytes, or raises :class:`BackendError` saying what went
+wrong, whether retrying can help, and how long the server asked us to wait. Backends never
+retry on their own (the SDK's ``max_retries`` is 0): every attempt is a ledger event.
+
+- ``anthropic``: the official SDK; ``ANTHROPIC_API_KEY``; ``base_url`` configurable.
+- ``openai-compatible``: chat completions over httpx for local servers (vLLM, llama.cpp, Ollama).
+- ``simulated``: :class:`runner.simulated.SimulatedModel`, offline and deterministic.
+- ``replay``: answers each trial with the response recorded for it in another study's ledger.
+- ``anthropic-batch`` is driven by :mod:`runner.batch` (a different flow: submit, poll, collect).
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+import os
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Protocol
+
+import anthropic
+import httpx
+
+from ledger import Ledger, LedgerError
+
+FORMAT_ANTHROPIC = "anthropic-messages"
+FORMAT_OPENAI = "openai-chat"
+
+#: HTTP statuses worth another attempt (rate limit, overload, server errors, timeouts).
+RETRYABLE_STATUS = frozenset({408, 409, 429, 500, 502, 503, 504, 529})
+#: Request fields passed to the SDK by name; the rest (``temperature``, ``top_p``, ``top_k``,
+#: which some SDK releases no longer name) travel as ``extra_body``, so the JSON sent is the same.
+SDK_NAMED_PARAMS = frozenset({"model", "max_tokens", "messages", "system", "stop_sequences"})
+#: Statuses that mean the API is overloaded: the runner lowers its concurrency.
+OVERLOAD_STATUS = frozenset({429, 529})
+
+
+class BackendError(Exception):
+    """One failed attempt: what happened, and whether another attempt can help."""
+
+    def __init__(
+        self,
+        error_type: str,
+        message: str,
+        *,
+        http_status: int | None = None,
+        retryable: bool,
+        retry_after: float | None = None,
+        raw: bytes | None = None,
+    ) -> None:
+        """Describe the failure; ``raw`` keeps an unusable response body for the record."""
+        super().__init__(message)
+        self.error_type = error_type
+        self.message = message
+        self.http_status = http_status
+        self.retryable = retryable
+        self.retry_after = retry_after
+        self.raw = raw
+
+    @property
+    def overloaded(self) -> bool:
+        """True for 429 and 529: the runner should lower its concurrency."""
+        return self.http_status in OVERLOAD_STATUS
+
+
+@dataclass(frozen=True)
+class Reply:
+    """One response: raw body bytes and what the runner records beside them."""
+
+    raw: bytes
+    http_status: int
+    request_id: str | None
+    model: str | None
+    stop_reason: str | None
+    usage: dict[str, Any] = field(default_factory=dict)
+    format: str = FORMAT_ANTHROPIC
+
+
+class Backend(Protocol):
+    """What the runner needs from a backend."""
+
+    name: str
+    simulated: bool
+    priced: bool
+    wire_format: str
+
+    def wire_body(self, body: dict[str, Any]) -> dict[str, Any]:
+        """The exact body this backend sends for a Messages request body (it is recorded)."""
+        ...
+
+    async def send(self, body: dict[str, Any], *, seed: str) -> Reply:
+        """Send one wire body; ``seed`` is the trial's seed (used only by the simulation)."""
+        ...
+
+    async def count_tokens(self, body: dict[str, Any]) -> int | None:
+        """Input tokens of one request, or None when the backend cannot count them."""
+        ...
+
+    async def aclose(self) -> None:
+        """Release connections."""
+        ...
+
+
+def reply_from_messages_json(raw: bytes, http_status: int, request_id: str | None) -> Reply:
+    """Read a Messages API response body; raise :class:`BackendError` if it is not one."""
+    try:
+        data = json.loads(raw)
+    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
+        raise BackendError(
+            "malformed_response",
+            f"HTTP {http_status} body is not JSON ({exc}); first bytes {raw[:60]!r}",
+            http_status=http_status,
+            retryable=True,
+            raw=raw,
+        ) from None
+    if not isinstance(data, dict) or data.get("type") != "message":
+        raise BackendError(
+            "malformed_response",
+            f"HTTP {http_status} body is JSON but not a Messages API message",
+            http_status=http_status,
+            retryable=True,
+            raw=raw,
+        )
+    usage = data.get("usage")
+    return Reply(
+        raw=raw,
+        http_status=http_status,
+        request_id=request_id or (data.get("id") if isinstance(data.get("id"), str) else None),
+        model=data.get("model") if isinstance(data.get("model"), str) else None,
+        stop_reason=data.get("stop_reason") if isinstance(data.get("stop_reason"), str) else None,
+        usage=usage if isinstance(usage, dict) else {},
+    )
+
+
+def error_from_status(exc: anthropic.APIStatusError) -> BackendError:
+    """Map an SDK status error to a :class:`BackendError`, keeping retry-after."""
+    status = exc.status_code
+    retry_after: float | None = None
+    header = exc.response.headers.get("retry-after")
+    if header is not None:
+        try:
+            retry_after = max(float(header), 0.0)
+        except ValueError:
+            retry_after = None
+    body = exc.body if isinstance(exc.body, dict) else {}
+    error = body.get("error") if isinstance(body.get("error"), dict) else {}
+    kind = error.get("type") if isinstance(error, dict) and error.get("type") else f"http_{status}"
+    message = error.get("message") if isinstance(error, dict) and error.get("message") else str(exc)
+    return BackendError(
+        str(kind),
+        f"HTTP {status} {kind}: {message}",
+        http_status=status,
+        retryable=status in RETRYABLE_STATUS,
+        retry_after=retry_after,
+    )
+
+
+class AnthropicBackend:
+    """The official ``anthropic`` SDK over HTTP, with retries left to the runner."""
+
+    name = "anthropic"
+    simulated = False
+    priced = True
+    wire_format = FORMAT_ANTHROPIC
+
+    def __init__(
+        self,
+        *,
+        api_key: str | None = None,
+        base_url: str | None = None,
+        timeout: float = 600.0,
+        max_connections: int = 256,
+    ) -> None:
+        """Create the client; the key defaults to ``ANTHROPIC_API_KEY``."""
+        key = api_key or os.environ.get("ANTHROPIC_API_KEY")
+        if not key:
+            raise BackendError(
+                "configuration",
+                "the anthropic backend needs an API key: set ANTHROPIC_API_KEY",
+                retryable=False,
+            )
+        self.client = anthropic.AsyncAnthropic(
+            api_key=key,
+            base_url=base_url or os.environ.get("ANTHROPIC_BASE_URL"),
+            max_retries=0,
+            timeout=timeout,
+        )
+
+    def wire_body(self, body: dict[str, Any]) -> dict[str, Any]:
+        """Messages requests are sent as they are."""
+        return body
+
+    async def send(self, body: dict[str, Any], *, seed: str) -> Reply:
+        """POST /v1/messages with ``body``; read the raw bytes before parsing anything."""
+        try:
+            named = {k: v for k, v in body.items() if k in SDK_NAMED_PARAMS}
+            extra = {k: v for k, v in body.items() if k not in SDK_NAMED_PARAMS}
+            raw = await self.client.messages.with_raw_response.create(
+                **named, extra_body=extra or None
+            )
+            data = await raw.read()
+        except anthropic.APIStatusError as exc:
+            raise error_from_status(exc) from None
+        except anthropic.APITimeoutError as exc:
+            raise BackendError("timeout", f"request timed out: {exc}", retryable=True) from None
+        except anthropic.APIConnectionError as exc:
+            raise BackendError(
+                "connection_error", f"connection failed: {exc}", retryable=True
+            ) from None
+        except anthropic.APIResponseValidationError as exc:
+            raise BackendError(
+                "malformed_response", f"response failed validation: {exc}", retryable=True
+            ) from None
+        return reply_from_messages_json(data, raw.status_code, raw.request_id)
+
+    async def count_tokens(self, body: dict[str, Any]) -> int | None:
+        """POST /v1/messages/count_tokens for the request's model and messages."""
+        params = {k: body[k] for k in ("model", "messages", "system") if k in body}
+        try:
+            result = await self.client.messages.count_tokens(**params)
+        except anthropic.APIStatusError as exc:
+            raise error_from_status(exc) from None
+        except anthropic.APIConnectionError as exc:
+            raise BackendError("connection_error", str(exc), retryable=True) from None
+        return int(result.input_tokens)
+
+    async def aclose(self) -> None:
+        """Close the SDK's connection pool."""
+        await self.client.close()
+
+
+def openai_body(body: dict[str, Any]) -> dict[str, Any]:
+    """The chat-completions body equivalent to a Messages request (image as a data URL)."""
+    content: list[dict[str, Any]] = []
+    for block in body["messages"][0]["content"]:
+        if block["type"] == "image":
+            src = block["source"]
+            url = f"data:{src['media_type']};base64,{src['data']}"
+            content.append({"type": "image_url", "image_url": {"url": url}})
+        else:
+            content.append({"type": "text", "text": block["text"]})
+    out: dict[str, Any] = {
+        "model": body["model"],
+        "messages": [{"role": "user", "content": content}],
+        "max_tokens": body["max_tokens"],
+    }
+    for name in ("temperature", "top_p"):
+        if name in body:
+            out[name] = body[name]
+    return out
+
+
+class OpenAICompatibleBackend:
+    """``POST {base_url}/chat/completions`` over httpx, for local model servers."""
+
+    name = "openai-compatible"
+    simulated = False
+    priced = False
+    wire_format = FORMAT_OPENAI
+
+    def __init__(
+        self, *, base_url: str, api_key: str | None = None, timeout: float = 600.0
+    ) -> None:
+        """``base_url`` is the server's API root, e.g. ``http://127.0.0.1:8000/v1``."""
+        headers = {"authorization": f"Bearer {api_key}"} if api_key else {}
+        self.url = base_url.rstrip("/") + "/chat/completions"
+        self.client = httpx.AsyncClient(timeout=timeout, headers=headers)
+
+    def wire_body(self, body: dict[str, Any]) -> dict[str, Any]:
+        """The chat-completions translation of the Messages request."""
+        return openai_body(body)
+
+    async def send(self, body: dict[str, Any], *, seed: str) -> Reply:
+        """POST the chat-completions body (already translated by :meth:`wire_body`)."""
+        try:
+            response = await self.client.post(self.url, json=body)
+        except httpx.TimeoutException as exc:
+            raise BackendError("timeout", f"request timed out: {exc}", retryable=True) from None
+        except httpx.HTTPError as exc:
+            raise BackendError("connection_error", f"{self.url}: {exc}", retryable=True) from None
+        status = response.status_code
+        if status >= 400:
+            header = response.headers.get("retry-after")
+            raise BackendError(
+                f"http_{status}",
+                f"HTTP {status} from {self.url}: {response.text[:200]}",
+                http_status=status,
+                retryable=status in RETRYABLE_STATUS,
+                retry_after=float(header) if header and header.isdigit() else None,
+            )
+        raw = response.content
+        try:
+            data = json.loads(raw)
+            text = data["choices"][0]["message"]["content"]
+            if not isinstance(text, str):
+                raise TypeError("content is not a string")
+        except (ValueError, KeyError, IndexError, TypeError) as exc:
+            raise BackendError(
+                "malformed_response",
+                f"HTTP {status} body is not a chat completion ({exc})",
+                http_status=status,
+                retryable=True,
+                raw=raw,
+            ) from None
+        usage = data.get("usage") if isinstance(data.get("usage"), dict) else {}
+        choice = data["choices"][0]
+        return Reply(
+            raw=raw,
+            http_status=status,
+            request_id=data.get("id") if isinstance(data.get("id"), str) else None,
+            model=data.get("model") if isinstance(data.get("model"), str) else None,
+            stop_reason=choice.get("finish_reason") if isinstance(choice, dict) else None,
+            usage=usage,
+            format=FORMAT_OPENAI,
+        )
+
+    async def count_tokens(self, body: dict[str, Any]) -> int | None:
+        """Local servers have no standard token-counting route: None (the estimate says so)."""
+        return None
+
+    async def aclose(self) -> None:
+        """Close the connection pool."""
+        await self.client.aclose()
+
+
+class SimulatedBackend:
+    """The offline simulated model (:mod:`runner.simulated`); labelled as such everywhere."""
+
+    name = "simulated"
+    simulated = True
+    priced = False
+    wire_format = FORMAT_ANTHROPIC
+
+    def __init__(self) -> None:
+        """Create the model with its default, documented parameters."""
+        from runner.simulated import SimulatedModel
+
+        self.model = SimulatedModel()
+
+    def wire_body(self, body: dict[str, Any]) -> dict[str, Any]:
+        """Messages requests are sent as they are."""
+        return body
+
+    async def send(self, body: dict[str, Any], *, seed: str) -> Reply:
+        """Answer from the image's pixels and the prompt's components; never the truth table."""
+        data = self.model.respond(body, seed)
+        raw = json.dumps(data, ensure_ascii=False, separators=(",", ":")).encode("utf-8")
+        return reply_from_messages_json(raw, 200, None)
+
+    async def count_tokens(self, body: dict[str, Any]) -> int | None:
+        """The simulation's own token estimate for the request."""
+        data = self.model.respond(body, "count-tokens")
+        return int(data["usage"]["input_tokens"])
+
+    async def aclose(self) -> None:
+        """Nothing to release."""
+
+
+class ReplayBackend:
+    """Answer each request with the response recorded for the same request in another ledger.
+
+    Requests are matched by the SHA-256 of their canonical bytes, so a replay only answers a
+    request that is byte for byte one the source study sent. Where the source answered the same
+    request several times (replicates), the answers are given out in the source's order.
+    """
+
+    name = "replay"
+    simulated = False
+    priced = False
+    wire_format = FORMAT_ANTHROPIC
+
+    def __init__(self, source: str | Path) -> None:
+        """Index the responses of the ledger at ``source`` (a ``ledger.db`` or a study folder)."""
+        path = Path(source)
+        if path.is_dir():
+            path = path / "ledger.db"
+        self.source = path
+        self._answers: dict[str, list[tuple[bytes, Mapping[str, Any]]]] = {}
+        try:
+            with Ledger.open(path, readonly=True) as log:
+                requests: dict[int, str] = {}
+                for event in log.events():
+                    if event.kind == "trial.requested":
+                        requests[event.seq] = event.body["request_sha256"]
+                    elif event.kind == "trial.responded":
+                        digest = requests.get(event.body["request_seq"])
+                        if digest is not None:
+                            raw = log.blob(event.blobs["response"])
+                            self._answers.setdefault(digest, []).append((raw, event.body))
+        except LedgerError as exc:
+            raise BackendError("configuration", f"replay source: {exc}", retryable=False) from None
+
+    def wire_body(self, body: dict[str, Any]) -> dict[str, Any]:
+        """Messages requests are sent as they are."""
+        return body
+
+    async def send(self, body: dict[str, Any], *, seed: str) -> Reply:
+        """The next recorded response to this exact request."""
+        from runner.request import request_blob
+
+        _, digest = request_blob(body)
+        answers = self._answers.get(digest)
+        if not answers:
+            raise BackendError(
+                "replay_missing",
+                f"{self.source} has no (more) recorded responses to request {digest[:16]}",
+                retryable=False,
+            )
+        raw, recorded = answers.pop(0)
+        reply = reply_from_messages_json(raw, int(recorded.get("http_status", 200)), None)
+        return Reply(
+            raw=reply.raw,
+            http_status=reply.http_status,
+            request_id=recorded.get("request_id"),
+            model=reply.model,
+            stop_reason=reply.stop_reason,
+            usage=reply.usage,
+            format=str(recorded.get("format", FORMAT_ANTHROPIC)),
+        )
+
+    async def count_tokens(self, body: dict[str, Any]) -> int | None:
+        """The input tokens the source recorded for this request, if any."""
+        from runner.request import request_blob
+
+        _, digest = request_blob(body)
+        answers = self._answers.get(digest)
+        if answers:
+            value = answers[0][1].get("usage", {}).get("input_tokens")
+            return int(value) if isinstance(value, int) else None
+        return None
+
+    async def aclose(self) -> None:
+        """Nothing to release."""
+
+
+BACKENDS = ("anthropic", "anthropic-batch", "openai-compatible", "simulated", "replay")
+
+
+def make_backend(
+    name: str, *, base_url: str | None = None, replay_from: str | None = None
+) -> Backend:
+    """Construct the backend called ``name`` (``anthropic-batch``: see :mod:`runner.batch`)."""
+    if name == "anthropic":
+        return AnthropicBackend(base_url=base_url)
+    if name == "anthropic-batch":
+        from runner.batch import AnthropicBatchBackend
+
+        return AnthropicBatchBackend(base_url=base_url)
+    if name == "openai-compatible":
+        if not base_url:
+            raise BackendError(
+                "configuration",
+                "the openai-compatible backend needs --base-url, e.g. http://127.0.0.1:8000/v1",
+                retryable=False,
+            )
+        return OpenAICompatibleBackend(base_url=base_url, api_key=os.environ.get("OPENAI_API_KEY"))
+    if name == "simulated":
+        return SimulatedBackend()
+    if name == "replay":
+        if not replay_from:
+            raise BackendError(
+                "configuration", "the replay backend needs --replay-from LEDGER", retryable=False
+            )
+        return ReplayBackend(replay_from)
+    raise BackendError(
+        "configuration", f"unknown backend {name!r}; choose one of {', '.join(BACKENDS)}",
+        retryable=False,
+    )
+
+
+def image_bytes(body: Mapping[str, Any]) -> bytes:
+    """The decoded image of a request body (for checks and tests)."""
+    for block in body["messages"][0]["content"]:
+        if block["type"] == "image":
+            return base64.b64decode(block["source"]["data"], validate=True)
+    raise ValueError("request has no image block")

@@ -1,0 +1,564 @@
+"""``ledger run``: replay the locked schedule against a backend, crash-safe and resumable.
+
+The rules (``docs/trials.md``):
+
+- Before a request is sent, ``trial.requested`` (the exact body as a blob) is appended and
+  committed; after it, ``trial.responded`` (raw body as a blob) or ``trial.failed``. Nothing is
+  sent for a trial that has a final outcome, so a restart never answers a trial twice.
+- A request recorded with no outcome (the runner was killed) is closed at the next start with a
+  ``trial.failed`` of type ``interrupted`` and attempted again with the next attempt number.
+- 429, 529, 5xx, timeouts, dropped connections and malformed bodies are retried with
+  exponential back-off and jitter, honouring ``retry-after``; 429/529 halve the concurrency,
+  which then climbs back one step per window of successes. After ``max_attempts`` failed
+  attempts a trial is given up (``final: true``). Any other status (400, 401, 403, 404, ...)
+  stops the run with the server's message; the trial stays pending.
+- ``--budget-usd``: before each request the most it could cost (its input tokens and
+  ``max_tokens`` of output) is reserved; a request that could push the total over the budget is
+  not sent and the run stops.
+- Ctrl-C (SIGINT) or SIGTERM: no new request starts, requests in flight finish; a second Ctrl-C
+  cancels them and records them as interrupted. Then ``run.stopped`` and a signed checkpoint.
+- One runner per study: an exclusive ``flock`` on ``STUDY/.ledger-run.lock``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import fcntl
+import os
+import platform
+import random
+import signal
+import time
+from collections import deque
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from importlib.metadata import version
+from pathlib import Path
+from typing import Any
+
+from ledger import Ledger, SigningKey
+from runner.backends import Backend, BackendError, Reply
+from runner.lock import StudyError, check_integrity, ledger_path
+from runner.pricing import cost_usd, max_cost_usd, price_for
+from runner.request import RequestBuilder, Trial, request_blob
+from runner.spec import Study
+from runner.state import StudyState, load_state
+
+LOCK_FILE = ".ledger-run.lock"
+
+
+@dataclass(frozen=True)
+class RunOptions:
+    """How a session runs; every field has a CLI option of the same name."""
+
+    concurrency: int = 8
+    max_trials: int | None = None
+    until: datetime | None = None
+    budget_usd: float | None = None
+    max_attempts: int = 5
+    backoff_base: float = 1.0
+    backoff_max: float = 60.0
+    jitter_seed: int | None = None
+
+
+@dataclass
+class Counters:
+    """What a session did; shown live and recorded in ``run.stopped``."""
+
+    responded: int = 0
+    failed: int = 0
+    given_up: int = 0
+    interrupted: int = 0
+    retries: int = 0
+    cost_usd: float = 0.0
+    reserved_usd: float = 0.0
+    concurrency: int = 0
+
+
+@dataclass(frozen=True)
+class RunResult:
+    """The outcome of one session."""
+
+    started_seq: int
+    stopped_seq: int
+    reason: str
+    counters: Counters
+    final: int
+    pending: int
+    checkpoint: str
+    fatal: str | None = None
+
+
+ProgressHook = Callable[[Counters, int, int], None]
+"""Called after every outcome with (counters, trials final, trials in total)."""
+
+
+@contextlib.contextmanager
+def run_lock(root: Path) -> Iterator[None]:
+    """Hold the study's run lock, or refuse naming the process that holds it."""
+    path = Path(root) / LOCK_FILE
+    handle = path.open("a+")
+    try:
+        try:
+            fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            handle.seek(0)
+            holder = handle.read().strip() or "unknown"
+            raise StudyError(
+                f"{root}: another 'ledger run' is already running on this study "
+                f"(pid {holder}, lock {path}); wait for it to stop, or stop it with Ctrl-C"
+            ) from None
+        handle.seek(0)
+        handle.truncate()
+        handle.write(f"{os.getpid()}\n")
+        handle.flush()
+        yield
+    finally:
+        handle.close()
+
+
+class AdaptiveLimit:
+    """A concurrency limit that halves on overload and climbs back one step per window."""
+
+    def __init__(self, maximum: int) -> None:
+        """Start at ``maximum``."""
+        self.maximum = maximum
+        self.limit = maximum
+        self.active = 0
+        self._streak = 0
+        self._cond = asyncio.Condition()
+
+    async def acquire(self) -> None:
+        """Wait for a free slot under the current limit."""
+        async with self._cond:
+            await self._cond.wait_for(lambda: self.active < self.limit)
+            self.active += 1
+
+    async def release(self) -> None:
+        """Free a slot."""
+        async with self._cond:
+            self.active -= 1
+            self._cond.notify_all()
+
+    def overloaded(self) -> None:
+        """The API said 429 or 529: halve the limit."""
+        self.limit = max(1, self.limit // 2)
+        self._streak = 0
+
+    async def succeeded(self) -> None:
+        """One success; after ``limit`` successes in a row, allow one more in flight."""
+        if self.limit >= self.maximum:
+            return
+        self._streak += 1
+        if self._streak >= self.limit:
+            self._streak = 0
+            self.limit += 1
+            async with self._cond:
+                self._cond.notify_all()
+
+
+def estimate_input_tokens(body: dict[str, Any], width: int, height: int) -> int:
+    """A generous input-token estimate: text at 3 characters per token, image by its pixels.
+
+    Images cost about ``width * height / 750`` tokens after the API scales them to at most
+    1568 px on the long side (Anthropic's vision guide); text rarely needs more than one token
+    per 3 characters. Used only until a real ``usage`` is known for the same arm and stimulus.
+    """
+    text = "".join(
+        b.get("text", "") for b in body["messages"][0]["content"] if b.get("type") == "text"
+    )
+    scale = min(1.0, 1568 / max(width, height, 1))
+    image = int((width * scale) * (height * scale) / 750) + 1
+    return len(text) // 3 + image + 16
+
+
+class Runner:
+    """One session of ``ledger run`` over an open ledger."""
+
+    batch = False
+
+    def __init__(
+        self,
+        study: Study,
+        log: Ledger,
+        key: SigningKey,
+        backend: Backend,
+        options: RunOptions,
+        progress: ProgressHook | None = None,
+    ) -> None:
+        """Prepare a session; :meth:`run` does the work."""
+        self.study = study
+        self.log = log
+        self.key = key
+        self.backend = backend
+        self.options = options
+        self.progress = progress
+        self.builder = RequestBuilder(study)
+        self.model = self.builder.model
+        self.max_tokens = int(study.model.get("max_tokens", 4096))
+        self.counters = Counters(concurrency=options.concurrency)
+        self.stop_reason: str | None = None
+        self.fatal: str | None = None
+        self.rng = random.Random(options.jitter_seed)
+        self.input_tokens: dict[tuple[str, str], int] = {}
+        self.sizes: dict[str, tuple[int, int]] = {}
+        self.session = 0
+        self.state: StudyState | None = None
+        self.final = 0
+
+    # ------------------------------------------------------------------ events
+
+    def _priced(self) -> bool:
+        return self.backend.priced and price_for(self.model) is not None
+
+    def _open_session(self) -> StudyState:
+        state = load_state(self.study, self.log)
+        if self.options.budget_usd is not None and self.backend.priced and not self._priced():
+            raise StudyError(
+                f"--budget-usd: no price is known for model {self.model!r} "
+                "(runner/pricing.py lists the known models), so the budget cannot be enforced"
+            )
+        pending = state.pending()
+        started = self.log.append(
+            "run.started",
+            {
+                "backend": self.backend.name,
+                "model": self.model,
+                "simulated": self.backend.simulated,
+                "package_version": version("prompt-ledger"),
+                "host_python": platform.python_version(),
+                "trials": len(state.order),
+                "final_before": len(state.order) - len(pending),
+                "pending": len(pending),
+                "concurrency": self.options.concurrency,
+                "max_attempts": self.options.max_attempts,
+                "budget_usd": self.options.budget_usd,
+            },
+            key=self.key,
+        )
+        self.session = started.seq
+        for trial, seq in state.dangling():
+            self._append_failure(
+                trial,
+                state.trials[trial.id].attempts,
+                seq,
+                BackendError(
+                    "interrupted",
+                    "the runner stopped after this request was recorded and before its outcome "
+                    "was; the request may or may not have reached the API",
+                    retryable=True,
+                ),
+                final=False,
+            )
+            state.trials[trial.id].open_request = None
+            self.counters.interrupted += 1
+        self.final = len(state.order) - len(pending)
+        return state
+
+    def _append_request(self, trial: Trial, attempt: int, wire: dict[str, Any]) -> int:
+        blob, digest = request_blob(wire)
+        event = self.log.append(
+            "trial.requested",
+            {
+                "trial": trial.id,
+                "arm": trial.arm,
+                "stimulus": trial.stimulus,
+                "rep": trial.rep,
+                "position": trial.position,
+                "attempt": attempt,
+                "request_sha256": digest,
+                "session": self.session,
+                "backend": self.backend.name,
+                "simulated": self.backend.simulated,
+                **({"batch": True} if self.batch else {}),
+            },
+            key=self.key,
+            blobs={"request": blob},
+        )
+        return event.seq
+
+    def _append_response(
+        self, trial: Trial, attempt: int, request_seq: int, reply: Reply, latency: float
+    ) -> float | None:
+        cost = cost_usd(self.model, reply.usage) if self.backend.priced else None
+        self.log.append(
+            "trial.responded",
+            {
+                "trial": trial.id,
+                "attempt": attempt,
+                "request_seq": request_seq,
+                "request_id": reply.request_id,
+                "http_status": reply.http_status,
+                "latency_ms": round(latency * 1000, 3),
+                "stop_reason": reply.stop_reason,
+                "usage": reply.usage,
+                "cost_usd": cost,
+                "model": reply.model,
+                "format": reply.format,
+                "simulated": self.backend.simulated,
+            },
+            key=self.key,
+            blobs={"response": reply.raw},
+        )
+        return cost
+
+    def _append_failure(
+        self, trial: Trial, attempt: int, request_seq: int, error: BackendError, *, final: bool
+    ) -> None:
+        blobs = {"response": error.raw} if error.raw is not None else None
+        self.log.append(
+            "trial.failed",
+            {
+                "trial": trial.id,
+                "attempt": attempt,
+                "request_seq": request_seq,
+                "error_type": error.error_type,
+                "http_status": error.http_status,
+                "message": error.message[:2000],
+                "retryable": error.retryable,
+                "final": final,
+            },
+            key=self.key,
+            blobs=blobs,
+        )
+
+    # ------------------------------------------------------------------ control
+
+    def request_stop(self, reason: str) -> None:
+        """Start no new request; the first reason given is the one recorded."""
+        if self.stop_reason is None:
+            self.stop_reason = reason
+
+    def _tick(self) -> None:
+        if self.progress is not None:
+            assert self.state is not None
+            self.progress(self.counters, self.final, len(self.state.order))
+
+    def _reserve(self, trial: Trial, wire: dict[str, Any]) -> float | None:
+        """Reserve the most this request can cost; None (and stop) if the budget forbids it."""
+        if self.options.budget_usd is None or not self._priced():
+            return 0.0
+        tokens = self.input_tokens.get((trial.arm, trial.stimulus))
+        if tokens is None:
+            if trial.stimulus not in self.sizes:
+                from runner.stimuli import check_image_for_api
+
+                data = self.study.stimuli[trial.stimulus].read_bytes()
+                _, w, h = check_image_for_api(data, name=trial.stimulus)
+                self.sizes[trial.stimulus] = (w, h)
+            tokens = estimate_input_tokens(wire, *self.sizes[trial.stimulus])
+        worst = max_cost_usd(self.model, tokens, self.max_tokens)
+        if self.counters.cost_usd + self.counters.reserved_usd + worst > self.options.budget_usd:
+            self.request_stop(
+                f"budget: the next request could cost up to ${worst:.4f}, which with "
+                f"${self.counters.cost_usd:.4f} spent and ${self.counters.reserved_usd:.4f} in "
+                f"flight would exceed --budget-usd {self.options.budget_usd}"
+            )
+            return None
+        self.counters.reserved_usd += worst
+        return worst
+
+    def _backoff(self, failures: int, error: BackendError) -> float:
+        if error.retry_after is not None:
+            # the server's word wins over our own ceiling (but not beyond ten minutes)
+            return min(error.retry_after, 600.0) + self.rng.uniform(0, 0.1)
+        ceiling = min(self.options.backoff_max, self.options.backoff_base * 2 ** (failures - 1))
+        return self.rng.uniform(ceiling / 2, ceiling)  # "equal jitter"
+
+    async def _run_trial(self, trial: Trial, limit: AdaptiveLimit) -> None:
+        assert self.state is not None
+        record = self.state.trials[trial.id]
+        body = self.builder.body(trial)
+        wire = self.backend.wire_body(body)
+        while self.stop_reason is None:
+            if self.options.until is not None and datetime.now(UTC) >= self.options.until:
+                self.request_stop(f"until: reached {self.options.until.isoformat()}")
+                return
+            reserved = self._reserve(trial, wire)
+            if reserved is None:
+                return
+            attempt = record.attempts + 1
+            record.attempts = attempt
+            seq = self._append_request(trial, attempt, wire)
+            started = time.monotonic()
+            try:
+                seed = f"{self.study.seed}|{trial.id}|{attempt}"
+                reply = await self.backend.send(wire, seed=seed)
+            except BackendError as error:
+                self.counters.reserved_usd -= reserved
+                record.failures += 1
+                self.counters.failed += 1
+                if not error.retryable:
+                    self._append_failure(trial, attempt, seq, error, final=False)
+                    self.fatal = error.message
+                    self.request_stop(f"error: {error.message}")
+                    self._tick()
+                    return
+                final = record.failures >= self.options.max_attempts
+                self._append_failure(trial, attempt, seq, error, final=final)
+                if final:
+                    record.given_up = seq
+                    self.counters.given_up += 1
+                    self.final += 1
+                    self._tick()
+                    return
+                if error.overloaded:
+                    limit.overloaded()
+                    self.counters.concurrency = limit.limit
+                self.counters.retries += 1
+                self._tick()
+                await asyncio.sleep(self._backoff(record.failures, error))
+                continue
+            except asyncio.CancelledError:
+                self.counters.reserved_usd -= reserved
+                self._append_failure(
+                    trial,
+                    attempt,
+                    seq,
+                    BackendError(
+                        "interrupted", "cancelled by Ctrl-C while in flight", retryable=True
+                    ),
+                    final=False,
+                )
+                self.counters.interrupted += 1
+                raise
+            latency = time.monotonic() - started
+            self.counters.reserved_usd -= reserved
+            cost = self._append_response(trial, attempt, seq, reply, latency)
+            record.responded = seq
+            if isinstance(reply.usage.get("input_tokens"), int):
+                self.input_tokens[(trial.arm, trial.stimulus)] = int(reply.usage["input_tokens"])
+            self.counters.responded += 1
+            self.counters.cost_usd += cost or 0.0
+            self.final += 1
+            await limit.succeeded()
+            self.counters.concurrency = limit.limit
+            self._tick()
+            return
+
+    async def _worker(self, queue: deque[Trial], limit: AdaptiveLimit) -> None:
+        while queue and self.stop_reason is None:
+            await limit.acquire()
+            try:
+                if not queue or self.stop_reason is not None:
+                    return
+                trial = queue.popleft()
+                try:
+                    await self._run_trial(trial, limit)
+                except Exception as exc:  # a bug or a broken ledger: stop everyone else too
+                    self.request_stop(f"crash: {type(exc).__name__}: {exc}")
+                    raise
+            finally:
+                await limit.release()
+
+    async def run(self) -> RunResult:
+        """Run pending trials in schedule order until done, stopped, or out of budget."""
+        self.state = self._open_session()
+        pending = self.state.pending()
+        if self.options.max_trials is not None:
+            pending = pending[: self.options.max_trials]
+        queue = deque(pending)
+        limit = AdaptiveLimit(self.options.concurrency)
+        loop = asyncio.get_running_loop()
+        interrupts = 0
+        tasks: list[asyncio.Task[None]] = []
+
+        def on_signal(signame: str) -> None:
+            nonlocal interrupts
+            interrupts += 1
+            self.request_stop(f"interrupted: {signame}")
+            if interrupts >= 2:
+                for task in tasks:
+                    task.cancel()
+
+        installed = []
+        for sig in (signal.SIGINT, signal.SIGTERM):
+            try:
+                loop.add_signal_handler(sig, on_signal, sig.name)
+                installed.append(sig)
+            except (NotImplementedError, RuntimeError):  # not the main thread
+                pass
+        self._tick()
+        results: list[Any] = []
+        try:
+            workers = min(self.options.concurrency, len(queue)) or 0
+            tasks = [asyncio.create_task(self._worker(queue, limit)) for _ in range(workers)]
+            results = await asyncio.gather(*tasks, return_exceptions=True)
+        finally:
+            for sig in installed:
+                loop.remove_signal_handler(sig)
+        errors = [
+            r
+            for r in results
+            if isinstance(r, BaseException) and not isinstance(r, asyncio.CancelledError)
+        ]
+        result = self._close()
+        if errors:
+            raise StudyError(
+                f"the run stopped on an unexpected error ({type(errors[0]).__name__}: "
+                f"{errors[0]}); recorded run.stopped at seq {result.stopped_seq}"
+            ) from errors[0]
+        return result
+
+    def _close(self) -> RunResult:
+        assert self.state is not None
+        pending = sum(not s.final for s in self.state.trials.values())
+        if self.stop_reason is not None:
+            reason = self.stop_reason
+        elif pending == 0:
+            reason = "complete"
+        elif self.options.max_trials is not None:
+            reason = f"max-trials: {self.options.max_trials} trials run"
+        else:
+            reason = "complete"
+        c = self.counters
+        stopped = self.log.append(
+            "run.stopped",
+            {
+                "session": self.session,
+                "reason": reason,
+                "responded": c.responded,
+                "failed": c.failed,
+                "given_up": c.given_up,
+                "interrupted": c.interrupted,
+                "retries": c.retries,
+                "cost_usd": round(c.cost_usd, 8) if self._priced() else None,
+                "final": self.final,
+                "pending": pending,
+            },
+            key=self.key,
+        )
+        note = self.log.sign_checkpoint(self.key)
+        return RunResult(
+            self.session, stopped.seq, reason, c, self.final, pending, note, self.fatal
+        )
+
+
+def run_study(
+    root: str | Path,
+    key: SigningKey,
+    backend: Backend,
+    options: RunOptions,
+    progress: ProgressHook | None = None,
+) -> RunResult:
+    """Check the locked files, take the run lock, and run one session."""
+    root = Path(root)
+    study = check_integrity(root)
+    with run_lock(root), Ledger.open(ledger_path(root)) as log:
+        runner: Runner
+        if backend.name == "anthropic-batch":
+            from runner.batch import BatchRunner
+
+            runner = BatchRunner(study, log, key, backend, options, progress)
+        else:
+            runner = Runner(study, log, key, backend, options, progress)
+
+        async def main() -> RunResult:
+            try:
+                return await runner.run()
+            finally:
+                await backend.aclose()
+
+        return asyncio.run(main())

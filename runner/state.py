@@ -1,0 +1,165 @@
+"""Where a study stands: a projection of its trial events (nothing here is stored separately).
+
+The ledger is event-sourced: the state of every trial (attempts, final outcome, a request still
+waiting for its answer) is rebuilt from ``trial.requested``, ``trial.responded``,
+``trial.failed`` and ``batch.submitted`` events each time it is needed.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from ledger import Ledger
+from runner.lock import StudyError, protocol_event
+from runner.request import Trial
+from runner.schedule import schedule, schedule_sha256, trial_ids
+from runner.spec import Study
+
+
+@dataclass
+class TrialState:
+    """The recorded history of one trial."""
+
+    attempts: int = 0
+    failures: int = 0
+    responded: int | None = None
+    given_up: int | None = None
+    open_request: int | None = None
+    open_batch: str | None = None
+    cost_usd: float = 0.0
+
+    @property
+    def final(self) -> bool:
+        """True once the trial has a response or was given up."""
+        return self.responded is not None or self.given_up is not None
+
+
+@dataclass
+class StudyState:
+    """Every trial's state, in schedule order, and the batches still open."""
+
+    order: list[Trial]
+    trials: dict[str, TrialState]
+    open_batches: dict[str, list[int]] = field(default_factory=dict)
+    cost_usd: float = 0.0
+    sessions: int = 0
+
+    def pending(self) -> list[Trial]:
+        """Trials without a final outcome, in schedule order."""
+        return [t for t in self.order if not self.trials[t.id].final]
+
+    def dangling(self) -> list[tuple[Trial, int]]:
+        """(trial, request seq) for requests with no outcome and no open batch."""
+        return [
+            (t, s.open_request)
+            for t in self.order
+            if (s := self.trials[t.id]).open_request is not None and s.open_batch is None
+        ]
+
+
+def locked_order(study: Study, log: Ledger) -> list[Trial]:
+    """The schedule derived from the spec, checked against the locked schedule hash."""
+    protocol = protocol_event(log)
+    if protocol is None:
+        raise StudyError(f"{study.root}: the study is not locked yet; run 'ledger lock' first")
+    ids = schedule(study.seed, trial_ids(study.arms, study.stimuli, study.replicates))
+    if schedule_sha256(ids) != protocol.body["schedule_sha256"]:
+        raise StudyError(
+            f"{study.root}: the schedule derived from study.toml does not match the locked "
+            f"schedule_sha256 (protocol.locked seq {protocol.seq})"
+        )
+    return [Trial.from_id(tid, i) for i, tid in enumerate(ids, 1)]
+
+
+def load_state(study: Study, log: Ledger) -> StudyState:
+    """Rebuild every trial's state from the ledger."""
+    order = locked_order(study, log)
+    trials = {t.id: TrialState() for t in order}
+    state = StudyState(order, trials)
+    request_trial: dict[int, str] = {}
+    for event in log.events():
+        kind, body = event.kind, event.body
+        if kind == "run.started":
+            state.sessions += 1
+        elif kind == "trial.requested":
+            trial = trials.get(body.get("trial", ""))
+            if trial is None:
+                raise StudyError(
+                    f"{log.path}: seq {event.seq}: trial.requested for {body.get('trial')!r}, "
+                    "which is not in the locked schedule"
+                )
+            trial.attempts = max(trial.attempts, int(body["attempt"]))
+            trial.open_request = event.seq
+            request_trial[event.seq] = body["trial"]
+        elif kind in ("trial.responded", "trial.failed"):
+            trial = trials[request_trial[body["request_seq"]]]
+            if trial.open_request == body["request_seq"]:
+                trial.open_request = None
+                trial.open_batch = None
+            if kind == "trial.responded":
+                trial.responded = event.seq
+                cost = body.get("cost_usd")
+                if isinstance(cost, int | float):
+                    trial.cost_usd += cost
+                    state.cost_usd += cost
+            else:
+                if body.get("error_type") != "interrupted":
+                    trial.failures += 1
+                if body.get("final"):
+                    trial.given_up = event.seq
+        elif kind == "batch.submitted":
+            open_seqs = []
+            for seq in body["requests"]:
+                trial = trials[request_trial[seq]]
+                if trial.open_request == seq:
+                    trial.open_batch = body["batch_id"]
+                    open_seqs.append(seq)
+            state.open_batches[body["batch_id"]] = open_seqs
+    for batch_id in list(state.open_batches):
+        still = [
+            seq
+            for seq in state.open_batches[batch_id]
+            if trials[request_trial[seq]].open_request == seq
+        ]
+        if still:
+            state.open_batches[batch_id] = still
+        else:
+            del state.open_batches[batch_id]
+    return state
+
+
+@dataclass(frozen=True)
+class ArmStatus:
+    """Counts for one arm."""
+
+    arm: str
+    trials: int
+    responded: int
+    given_up: int
+    pending: int
+    in_flight: int
+    attempts: int
+    cost_usd: float
+
+
+def arm_status(state: StudyState) -> list[ArmStatus]:
+    """Per arm: trials, responded, given up, pending, awaiting an answer, attempts, cost."""
+    arms: dict[str, list[Trial]] = {}
+    for trial in state.order:
+        arms.setdefault(trial.arm, []).append(trial)
+    out = []
+    for arm, trials in sorted(arms.items()):
+        states = [state.trials[t.id] for t in trials]
+        out.append(
+            ArmStatus(
+                arm=arm,
+                trials=len(trials),
+                responded=sum(s.responded is not None for s in states),
+                given_up=sum(s.given_up is not None for s in states),
+                pending=sum(not s.final for s in states),
+                in_flight=sum(s.open_request is not None for s in states),
+                attempts=sum(s.attempts for s in states),
+                cost_usd=sum(s.cost_usd for s in states),
+            )
+        )
+    return out
