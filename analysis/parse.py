@@ -1,0 +1,605 @@
+"""Response parsers: raw model text to per-item answers, strictly and without guessing.
+
+``docs/scoring.md`` is the normative description; this module implements it. A parser reads
+one response *text* (see :func:`response_text` for how the text is taken from a stored
+response body) and returns a :class:`Parsed`:
+
+- ``status`` is ``"ok"``, ``"partial"``, ``"unparseable"`` or ``"refused"``;
+- ``answers`` is a tuple of :class:`AnswerRow` (row number and the values read on that row,
+  ``None`` for an item that is present but unreadable), sorted by row number;
+- ``chart_type`` is the normalised ``chart_type`` of a tumbling-E answer object, else ``None``;
+- ``problems`` says, in words, everything that kept the status from being ``"ok"``.
+
+The parsers know the *form* of an answer, never the truth: whether a grid has the right number
+of rows and glyphs is decided by the scorer (:mod:`analysis.score`), which may downgrade a
+trial from ``"ok"`` to ``"partial"``. Single-answer parsers (multiple choice, yes/no/maybe,
+orientation word) return one row ``1`` holding one value when they find exactly one answer,
+and no rows otherwise; their status is ``"ok"`` or ``"unparseable"``.
+
+Parsers never raise on any ``str``: anything they cannot read becomes a problem.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any, Final, Literal
+
+__all__ = [
+    "CHART_OTHER",
+    "CHART_TUMBLING_E",
+    "FORMATS",
+    "ORIENTATIONS",
+    "PARSERS",
+    "REFUSAL_PATTERNS",
+    "STATUSES",
+    "YES_NO_MAYBE",
+    "AnswerRow",
+    "ParseError",
+    "Parsed",
+    "Status",
+    "parse_multiple_choice",
+    "parse_orientation_word",
+    "parse_response",
+    "parse_tumbling_e",
+    "parse_yes_no_maybe",
+    "response_text",
+]
+
+Status = Literal["ok", "partial", "unparseable", "refused"]
+"""Parse (and trial) status."""
+
+STATUSES: Final[tuple[Status, ...]] = ("ok", "partial", "unparseable", "refused")
+
+ORIENTATIONS: Final = ("UP", "RIGHT", "DOWN", "LEFT")
+"""The orientation vocabulary (same as :data:`runner.stimuli.ORIENTATIONS`)."""
+
+YES_NO_MAYBE: Final = ("yes", "no", "maybe")
+"""The yes/no/maybe vocabulary; answers are reported in lower case (PubMedQA labels)."""
+
+CHART_TUMBLING_E: Final = "tumbling-e"
+CHART_OTHER: Final = "other"
+
+FORMATS: Final = ("anthropic-messages", "openai-chat")
+"""Response body formats of ``docs/trials.md`` section 2."""
+
+
+class ParseError(ValueError):
+    """A stored response body from which no text can be taken; the message says why."""
+
+
+@dataclass(frozen=True)
+class AnswerRow:
+    """The answers read on one row: ``values[i]`` is position ``i + 1``; ``None`` = unreadable."""
+
+    row: int
+    values: tuple[str | None, ...]
+
+    def as_dict(self) -> dict[str, Any]:
+        """JSON-ready form: ``{"row": int, "values": [str | null, ...]}``."""
+        return {"row": self.row, "values": list(self.values)}
+
+
+@dataclass(frozen=True)
+class Parsed:
+    """The result of parsing one response text (see the module docstring)."""
+
+    status: Status
+    answers: tuple[AnswerRow, ...] = ()
+    chart_type: str | None = None
+    problems: tuple[str, ...] = ()
+
+    @property
+    def answer(self) -> str | None:
+        """The single answer of a single-answer parser (row 1, position 1), else ``None``."""
+        for row in self.answers:
+            if row.row == 1 and row.values:
+                return row.values[0]
+        return None
+
+    def grid(self) -> dict[tuple[int, int], str | None]:
+        """Answers keyed by ``(row, position)``, positions counted from 1."""
+        return {
+            (row.row, position): value
+            for row in self.answers
+            for position, value in enumerate(row.values, start=1)
+        }
+
+    def as_dict(self) -> dict[str, Any]:
+        """JSON-ready form: ``{"status", "chart_type", "answers": [...], "problems": [...]}``."""
+        return {
+            "status": self.status,
+            "chart_type": self.chart_type,
+            "answers": [row.as_dict() for row in self.answers],
+            "problems": list(self.problems),
+        }
+
+
+def _unparseable(*problems: str) -> Parsed:
+    return Parsed("unparseable", (), None, tuple(problems))
+
+
+def _single(value: str) -> Parsed:
+    return Parsed("ok", (AnswerRow(1, (value,)),), None, ())
+
+
+# --------------------------------------------------------------------------- response bodies
+
+
+def response_text(raw: bytes, format: str) -> str:
+    """The text the scorer reads from a stored response body (``docs/trials.md`` section 2).
+
+    ``"anthropic-messages"``: the concatenation, in order, of the ``text`` of every
+    ``content`` block whose ``type`` is ``"text"`` (other blocks are skipped; no blocks gives
+    ``""``). ``"openai-chat"``: ``choices[0].message.content``, which must be a string.
+    Raises :class:`ParseError` when ``raw`` is not UTF-8 JSON of that shape or the format is
+    unknown.
+    """
+    if format not in FORMATS:
+        raise ParseError(f"unknown response format {format!r}; expected one of {FORMATS}")
+    try:
+        body = json.loads(raw.decode("utf-8"))
+    except UnicodeDecodeError as exc:
+        raise ParseError(
+            f"response body is not UTF-8 ({exc.reason} at byte {exc.start})"
+        ) from None
+    except RecursionError:
+        raise ParseError("response body is not JSON: nested too deeply") from None
+    except ValueError as exc:
+        raise ParseError(f"response body is not JSON: {exc}") from None
+    if not isinstance(body, dict):
+        raise ParseError(f"response body is a JSON {_json_type(body)}, not an object")
+    if format == "anthropic-messages":
+        content = body.get("content")
+        if not isinstance(content, list):
+            kind = body.get("type")
+            detail = f' (body type "{kind}")' if isinstance(kind, str) else ""
+            raise ParseError(f"response body has no content list{detail}")
+        parts: list[str] = []
+        for index, block in enumerate(content):
+            if not isinstance(block, dict):
+                raise ParseError(f"content[{index}] is a JSON {_json_type(block)}, not an object")
+            if block.get("type") == "text":
+                text = block.get("text")
+                if not isinstance(text, str):
+                    raise ParseError(f"content[{index}] is a text block without a string text")
+                parts.append(text)
+        return "".join(parts)
+    choices = body.get("choices")
+    if not isinstance(choices, list) or not choices:
+        raise ParseError("response body has no choices list")
+    first = choices[0]
+    message = first.get("message") if isinstance(first, dict) else None
+    if not isinstance(message, dict):
+        raise ParseError("choices[0] has no message object")
+    text = message.get("content")
+    if not isinstance(text, str):
+        raise ParseError(f"choices[0].message.content is a JSON {_json_type(text)}, not a string")
+    return text
+
+
+def parse_response(raw: bytes, format: str, parser: str) -> Parsed:
+    """Take the text from a stored body with :func:`response_text` and parse it.
+
+    A body from which no text can be taken gives status ``"unparseable"`` with the
+    :class:`ParseError` message as its problem. ``parser`` must be a key of :data:`PARSERS`
+    (a :class:`KeyError` otherwise: that is a study error, not a response error).
+    """
+    function = PARSERS[parser]
+    try:
+        text = response_text(raw, format)
+    except ParseError as exc:
+        return _unparseable(str(exc))
+    return function(text)
+
+
+def _json_type(value: object) -> str:
+    if value is None:
+        return "null"
+    if isinstance(value, bool):
+        return "boolean"
+    if isinstance(value, int | float):
+        return "number"
+    if isinstance(value, str):
+        return "string"
+    if isinstance(value, list):
+        return "array"
+    return "object"
+
+
+# --------------------------------------------------------------------------- JSON extraction
+
+
+class _Rejected(ValueError):
+    """A JSON value this module does not accept (duplicate key, NaN or Infinity)."""
+
+
+def _pairs(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    result: dict[str, Any] = {}
+    for key, value in pairs:
+        if key in result:
+            raise _Rejected(f"duplicate key {key!r}")
+        result[key] = value
+    return result
+
+
+def _constant(name: str) -> Any:
+    raise _Rejected(f"{name} is not JSON")
+
+
+_DECODER: Final = json.JSONDecoder(object_pairs_hook=_pairs, parse_constant=_constant)
+
+
+@dataclass(frozen=True)
+class _Scan:
+    values: tuple[tuple[int, Any], ...]  # (offset, value) of every top-level JSON value
+    first_error: str | None
+
+
+def _scan_json(text: str) -> _Scan:
+    """Every top-level JSON object or array in ``text``, left to right (docs/scoring.md 2.1)."""
+    values: list[tuple[int, Any]] = []
+    first_error: str | None = None
+    index = 0
+    length = len(text)
+    while index < length:
+        char = text[index]
+        if char not in "{[":
+            index += 1
+            continue
+        try:
+            value, end = _DECODER.raw_decode(text, index)
+        except (ValueError, RecursionError) as exc:
+            if first_error is None and char == "{":
+                reason = exc.msg if isinstance(exc, json.JSONDecodeError) else str(exc)
+                if isinstance(exc, RecursionError):
+                    reason = "nested too deeply"
+                first_error = f"JSON object at character {index} does not parse: {reason}"
+            index += 1
+            continue
+        values.append((index, value))
+        index = end
+    return _Scan(tuple(values), first_error)
+
+
+# --------------------------------------------------------------------------- refusals
+
+REFUSAL_PATTERNS: Final[tuple[str, ...]] = (
+    # "this is not a tumbling E chart", "isn't a tumbling-E chart"
+    r"(?:\bnot|n't)\s+(?:an?\s+|the\s+)?tumbling[\s-]*e\b",
+    # "there are no tumbling E optotypes"
+    r"\bno\s+tumbling[\s-]*e\b",
+    # "cannot be read as a tumbling-E chart"
+    r"\b(?:cannot|can't|can\s+not)\s+be\s+(?:read|interpreted|treated|scored|analy[sz]ed)"
+    r"\s+as\s+(?:an?\s+)?tumbling[\s-]*e\b",
+    # "letters rather than E optotypes", "letters, not rotated Es"
+    r"\bletters?\b[^.!?\n]{0,40}?\b(?:rather\s+than|instead\s+of|not)\s+(?:\w+\s+){0,2}?"
+    r"e(?:'?s)?\s*(?:optotypes?|glyphs?|symbols?|characters?|shapes?|figures?)?\b",
+    # "I cannot determine orientations because the chart shows letters"
+    r"(?:\bcannot|\bcan't|\bcan\s+not|\bunable\s+to)\b[^.!?\n]{0,60}?\borientations?\b"
+    r"[^.!?\n]{0,120}?\bletters?\b",
+    # "the chart shows letters, so I cannot determine orientations"
+    r"\bletters?\b[^.!?\n]{0,120}?(?:\bcannot|\bcan't|\bcan\s+not|\bunable\s+to)\b"
+    r"[^.!?\n]{0,60}?\borientations?\b",
+)
+"""Refusal regexes (Python ``re``, IGNORECASE), applied to the refusal-normalised text."""
+
+_REFUSALS: Final = tuple(re.compile(p, re.IGNORECASE) for p in REFUSAL_PATTERNS)
+_DASHES: Final = str.maketrans(
+    {"\u2010": "-", "\u2011": "-", "\u2012": "-", "\u2013": "-", "\u2014": "-", "\u2019": "'"}
+)
+
+
+def _markup_free(text: str) -> str:
+    """Drop ``*`` and backquotes, map Unicode dashes to ``-`` and U+2019 to ``'``."""
+    return text.translate(_DASHES).replace("*", "").replace("`", "")
+
+
+def _refusal(text: str) -> str | None:
+    normalised = _markup_free(text)
+    for pattern in _REFUSALS:
+        match = pattern.search(normalised)
+        if match:
+            return match.group(0)
+    return None
+
+
+# --------------------------------------------------------------------------- tumbling E
+
+
+def parse_tumbling_e(text: str) -> Parsed:
+    """Parse a tumbling-E answer object (``output_schema.txt``) out of ``text``.
+
+    Extraction, normalisation and status rules are those of ``docs/scoring.md`` section 2:
+    the one answer object among the top-level JSON values of the text is read; orientations
+    are matched case-insensitively after stripping whitespace and anything else becomes an
+    unreadable item (``None``) with a problem; ``chart_type`` ``"other"`` is a refusal; a
+    text without an answer object is ``"refused"`` if a refusal pattern matches and
+    ``"unparseable"`` otherwise.
+    """
+    if not text.strip():
+        return _unparseable("empty response")
+    scan = _scan_json(text)
+    candidates = [
+        (offset, value)
+        for offset, value in scan.values
+        if isinstance(value, dict) and ("chart_type" in value or "rows" in value)
+    ]
+    if not candidates:
+        phrase = _refusal(text)
+        if phrase is not None:
+            return Parsed("refused", (), None, (f"refusal without an answer object: {phrase!r}",))
+        problems = ['no JSON object with a "chart_type" or "rows" member']
+        arrays = [offset for offset, value in scan.values if isinstance(value, list)]
+        if arrays:
+            problems.append(f"a JSON array at character {arrays[0]} is not an answer object")
+        if scan.first_error is not None:
+            problems.append(scan.first_error)
+        return _unparseable(*problems)
+    distinct: dict[str, dict[str, Any]] = {}
+    for _, value in candidates:
+        distinct.setdefault(json.dumps(value, sort_keys=True), value)
+    if len(distinct) > 1:
+        offsets = ", ".join(str(offset) for offset, _ in candidates)
+        return _unparseable(
+            f"{len(distinct)} different answer objects (at characters {offsets}); "
+            "cannot tell which is the answer"
+        )
+    return _read_answer_object(next(iter(distinct.values())))
+
+
+def _read_answer_object(obj: dict[str, Any]) -> Parsed:
+    problems: list[str] = []
+    chart_type: str | None = None
+    raw_type = obj.get("chart_type")
+    if "chart_type" not in obj:
+        problems.append('"chart_type" is missing')
+    elif not isinstance(raw_type, str):
+        problems.append(f'"chart_type" is a JSON {_json_type(raw_type)}, not a string')
+    else:
+        chart_type = raw_type.strip().lower()
+        if chart_type == CHART_OTHER:
+            rows = obj.get("rows")
+            note: tuple[str, ...] = ()
+            if rows not in ([], None):
+                note = ('chart_type "other" with a non-empty "rows"; the rows are ignored',)
+            return Parsed("refused", (), CHART_OTHER, note)
+        if chart_type != CHART_TUMBLING_E:
+            problems.append(
+                f'"chart_type" {raw_type!r} is neither "{CHART_TUMBLING_E}" nor "{CHART_OTHER}"'
+            )
+    rows_value = obj.get("rows")
+    answers: list[AnswerRow] = []
+    if "rows" not in obj:
+        problems.append('"rows" is missing')
+    elif not isinstance(rows_value, list):
+        problems.append(f'"rows" is a JSON {_json_type(rows_value)}, not an array')
+    else:
+        answers = _read_rows(rows_value, problems)
+    return Parsed("partial" if problems else "ok", tuple(answers), chart_type, tuple(problems))
+
+
+def _read_rows(entries: list[Any], problems: list[str]) -> list[AnswerRow]:
+    read: dict[int, list[AnswerRow]] = {}
+    for index, entry in enumerate(entries):
+        where = f"rows[{index}]"
+        if not isinstance(entry, dict):
+            problems.append(f"{where} is a JSON {_json_type(entry)}, not an object")
+            continue
+        number = entry.get("row")
+        if "row" not in entry:
+            problems.append(f'{where} has no "row" number')
+            continue
+        if type(number) is not int or number < 1:
+            problems.append(f'{where}: "row" {json.dumps(number)} is not a positive integer')
+            continue
+        orientations = entry.get("orientations")
+        if not isinstance(orientations, list):
+            what = "missing" if "orientations" not in entry else (
+                f"a JSON {_json_type(orientations)}, not an array"
+            )
+            problems.append(f'row {number}: "orientations" is {what}')
+            continue
+        values: list[str | None] = []
+        for position, item in enumerate(orientations, start=1):
+            word = item.strip().upper() if isinstance(item, str) else None
+            if word in ORIENTATIONS:
+                values.append(word)
+            else:
+                values.append(None)
+                problems.append(
+                    f"row {number}, position {position}: {json.dumps(item)} is not one of "
+                    f"{', '.join(ORIENTATIONS)}"
+                )
+        read.setdefault(number, []).append(AnswerRow(number, tuple(values)))
+    answers: list[AnswerRow] = []
+    for number in sorted(read):
+        if len(read[number]) > 1:
+            problems.append(
+                f"row {number} is given {len(read[number])} times; none of its answers are used"
+            )
+            continue
+        answers.append(read[number][0])
+    return answers
+
+
+# --------------------------------------------------------------------------- single answers
+
+_KEY: Final = (
+    r"(?i:\b(?:(?:final|correct|best|right)\s+)?answer"
+    r"(?:\s+(?:is|would\s+be|will\s+be|should\s+be))?"
+    r"|\b(?:correct|best|right)\s+(?:option|choice)(?:\s+is)?)"
+    r"(?:\s*[:=]\s*|\s+-\s+|\s+)(?i:(?:option|choice|letter)\s+)?"
+)
+_JOIN: Final = r"\s*(?:,|/|&|(?i:\bor\b)|(?i:\band\b))\s*"
+
+
+@dataclass(frozen=True)
+class _Vocabulary:
+    """Regexes of one single-answer parser (docs/scoring.md section 3)."""
+
+    token: str  # one answer token; exactly one capture group is non-empty
+    canonical: Callable[[str], str]
+    whole: re.Pattern[str]  # the whole text (after stripping) is one answer
+    statement: re.Pattern[str]  # KEY followed by a list of tokens
+    reverse: re.Pattern[str] | None  # "<token> is the correct answer"
+    line: re.Pattern[str]  # a line that is only one answer
+    extra: tuple[re.Pattern[str], ...]  # further tier-3 patterns
+
+    def value(self, match: re.Match[str]) -> str:
+        """The canonical answer of a match: its first non-empty group."""
+        return self.canonical(next(g for g in match.groups() if g))
+
+    def tokens(self, span: str) -> list[str]:
+        """The canonical answers of every token in ``span``."""
+        return [self.value(match) for match in re.finditer(self.token, span)]
+
+
+def _choose(found: list[str], what: str) -> Parsed | None:
+    distinct = sorted(set(found))
+    if not distinct:
+        return None
+    if len(distinct) > 1:
+        return _unparseable(f"conflicting {what}: {', '.join(distinct)}")
+    return _single(distinct[0])
+
+
+def _parse_single(text: str, vocab: _Vocabulary, what: str) -> Parsed:
+    if not text.strip():
+        return _unparseable("empty response")
+    clean = _markup_free(text)
+    whole = vocab.whole.fullmatch(clean.strip())
+    if whole:
+        return _single(vocab.value(whole))
+    tier2: list[str] = []
+    for match in vocab.statement.finditer(clean):
+        tier2.extend(vocab.tokens(match.group("list")))
+    if vocab.reverse is not None:
+        for match in vocab.reverse.finditer(clean):
+            tier2.extend(vocab.tokens(match.group("list")))
+    chosen = _choose(tier2, f"{what} stated")
+    if chosen is not None:
+        return chosen
+    tier3: list[str] = []
+    for line in clean.splitlines():
+        only = vocab.line.fullmatch(line.strip())
+        if only:
+            tier3.append(vocab.value(only))
+    for pattern in vocab.extra:
+        tier3.extend(vocab.value(found) for found in pattern.finditer(clean))
+    chosen = _choose(tier3, what)
+    if chosen is not None:
+        return chosen
+    return _unparseable(f"no {what[:-1] if what.endswith('s') else what} found")
+
+
+def _choice_vocabulary(options: str) -> _Vocabulary:
+    upper, lower = options, options.lower()
+    token = (
+        rf"[(\[]\s*([{upper}{lower}])\s*[)\]]"
+        rf"|(?<![\w'-])([{upper}])(?![\w'-])"
+        rf"|(?<![\w'-])([{lower}])(?=[.)]?[ \t]*(?:$|\n))"
+    )
+    listed = rf"(?P<list>(?:{token})(?:{_JOIN}(?:{token}))*)"
+    return _Vocabulary(
+        token=token,
+        canonical=str.upper,
+        whole=re.compile(rf"[(\[]?\s*([{upper}{lower}])\s*[)\]]?\s*[.:]?"),
+        statement=re.compile(_KEY + listed, re.MULTILINE),
+        reverse=re.compile(
+            listed + r"(?i:\s+is\s+(?:the\s+)?(?:correct|right|best)\s+(?:answer|option|choice))",
+            re.MULTILINE,
+        ),
+        line=re.compile(rf"[(\[]?\s*([{upper}{lower}])\s*[)\]]?\s*[.:]?"),
+        extra=(
+            re.compile(
+                rf"^[ \t]*(?:[(\[]([{upper}])[)\]]|([{upper}])[.:)])[ \t]+\S", re.MULTILINE
+            ),
+        ),
+    )
+
+
+_OPTIONS_RE: Final = re.compile(r"[A-Z]{2,26}")
+
+
+def parse_multiple_choice(text: str, options: str = "ABCD") -> Parsed:
+    """Read one option letter (reported in upper case) from ``text``.
+
+    ``options`` are the allowed letters, distinct upper-case ASCII (``"ABCD"``,
+    ``"ABCDE"``). Tiers, first that finds something wins (``docs/scoring.md`` 3): the whole
+    text is one letter (``"B"``, ``"(c)"``, ``"**B**"``, ``"B."``); answer statements
+    (``"Answer: B"``, ``"The answer is (C)."``, ``"B is the correct answer"``); lines that
+    are one letter or start an option line (``"C. Hypertension"``). Two different letters in
+    the winning tier (``"Answer: B or C"``) give ``"unparseable"``.
+    """
+    if not _OPTIONS_RE.fullmatch(options) or len(set(options)) != len(options):
+        raise ValueError(f"options must be 2-26 distinct upper-case letters: {options!r}")
+    return _parse_single(text, _choice_vocabulary(options), "answer letters")
+
+
+def _word_vocabulary(words: tuple[str, ...], canonical: Callable[[str], str],
+                     extra: tuple[re.Pattern[str], ...], key: str) -> _Vocabulary:
+    alternatives = "|".join(words)
+    token = rf"(?i:(?<![\w'-])({alternatives})(?![\w'-]))"
+    listed = rf"(?P<list>{token}(?:{_JOIN}{token})*)"
+    return _Vocabulary(
+        token=token,
+        canonical=canonical,
+        whole=re.compile(rf"(?i:({alternatives}))\s*[.!]?"),
+        statement=re.compile(key + listed, re.MULTILINE),
+        reverse=None,
+        line=re.compile(rf"(?i:({alternatives}))\s*[.!]?"),
+        extra=extra,
+    )
+
+
+_YES_NO: Final = _word_vocabulary(
+    YES_NO_MAYBE,
+    str.lower,
+    (re.compile(r"\A[\s\"'>#-]*(?i:(yes|no|maybe))(?=[.,;:!])"),),
+    _KEY,
+)
+
+_ORIENTATION_KEY: Final = (
+    r"(?i:\b(?:(?:final\s+)?answer|orientation|direction)(?:\s+is)?)"
+    r"(?:\s*[:=]\s*|\s+-\s+|\s+)"
+)
+_ORIENTATION: Final = _word_vocabulary(
+    ORIENTATIONS,
+    str.upper,
+    (re.compile(r"(?<![A-Za-z])(UP|RIGHT|DOWN|LEFT)(?![A-Za-z])"),),
+    _ORIENTATION_KEY,
+)
+
+
+def parse_yes_no_maybe(text: str) -> Parsed:
+    """Read one of yes/no/maybe (reported in lower case) from ``text`` (PubMedQA style).
+
+    Tiers as for :func:`parse_multiple_choice`: the whole text is the word (``"Yes."``);
+    answer statements (``"Answer: no"``, ``"The final answer is maybe"``); lines that are only
+    the word, or a text that opens with the word followed by punctuation (``"No, because"``).
+    Two different words in the winning tier give ``"unparseable"``.
+    """
+    return _parse_single(text, _YES_NO, "yes/no/maybe answers")
+
+
+def parse_orientation_word(text: str) -> Parsed:
+    """Read one orientation word (UP, RIGHT, DOWN or LEFT, reported in upper case).
+
+    Tiers: the whole text is the word (``"left"``); statements (``"Answer: LEFT"``,
+    ``"Orientation: up"``, ``"direction is right"``); lines that are only the word, and words
+    written in capitals anywhere (``"the top points LEFT"``). Two different words in the
+    winning tier give ``"unparseable"``.
+    """
+    return _parse_single(text, _ORIENTATION, "orientation words")
+
+
+PARSERS: Final[dict[str, Callable[[str], Parsed]]] = {
+    "tumbling-e-json": parse_tumbling_e,
+    "multiple-choice": parse_multiple_choice,
+    "yes-no-maybe": parse_yes_no_maybe,
+    "orientation-word": parse_orientation_word,
+}
+"""Parsers by the names of ``runner.spec.PARSERS``."""

@@ -1,0 +1,259 @@
+"""Scoring: a parsed response against the truth of its stimulus, item by item.
+
+``docs/scoring.md`` is the normative description; this module implements it.
+
+**Blinding.** Scoring is a pure function of (response text, stimulus truth): the caller
+parses the text with the study's parser (:mod:`analysis.parse`), looks the truth up by the
+trial's stimulus id, and calls :func:`score_tumbling_e` or :func:`score_choice` (or
+:func:`score_text`, which does both). Nothing here takes, or can depend on, the arm, the
+replicate, the schedule position or any other response: the same text and truth always give
+the same :class:`TrialScore`, byte for byte (:meth:`TrialScore.items_bytes`).
+
+**Items.** A tumbling-E chart is scored per glyph: one item for each of its 61 glyphs, in
+reading order, whether or not the response answered it (unanswered and unreadable items are
+incorrect and have ``answered: false``). The Snellen letter control
+(truth ``"not-a-tumbling-e-chart"``) and single-answer tasks have one item. Each item is
+``{"row", "position", "truth", "answer", "answered", "correct"}`` (:class:`Item`).
+
+**Status.** The trial status is the parse status, except that a tumbling-E response parsed
+``"ok"`` becomes ``"partial"`` when its answer positions differ from the chart's glyph
+positions (a glyph without an answer, or an answer where the chart has no glyph). The parser
+judges the form of a response; only the scorer knows how many glyphs there are.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any, Final
+
+import rfc8785
+
+from analysis.parse import PARSERS, Parsed, Status
+from runner.stimuli import EXPECTED_ORIENTATIONS, NOT_A_TUMBLING_E_CHART, Glyph
+
+__all__ = [
+    "ANSWER_NOT_A_CHART",
+    "ANSWER_ORIENTATIONS",
+    "Item",
+    "TrialScore",
+    "canonical_items",
+    "score_choice",
+    "score_parsed",
+    "score_text",
+    "score_tumbling_e",
+]
+
+ANSWER_NOT_A_CHART: Final = NOT_A_TUMBLING_E_CHART
+"""Answer recorded for the Snellen control when the response rejected the chart."""
+
+ANSWER_ORIENTATIONS: Final = EXPECTED_ORIENTATIONS
+"""Answer recorded for the Snellen control when the response read the chart as tumbling E."""
+
+Truth = Sequence[Glyph] | str
+
+
+@dataclass(frozen=True)
+class Item:
+    """One scored item; ``row`` and ``position`` are ``None`` for single-item trials."""
+
+    row: int | None
+    position: int | None
+    truth: str
+    answer: str | None
+    answered: bool
+    correct: bool
+
+    def as_dict(self) -> dict[str, Any]:
+        """JSON-ready form with the keys ``row, position, truth, answer, answered, correct``."""
+        return {
+            "row": self.row,
+            "position": self.position,
+            "truth": self.truth,
+            "answer": self.answer,
+            "answered": self.answered,
+            "correct": self.correct,
+        }
+
+
+def canonical_items(items: Sequence[Item]) -> bytes:
+    """RFC 8785 canonical JSON (UTF-8) of the array of the items' :meth:`Item.as_dict`."""
+    return bytes(rfc8785.dumps([item.as_dict() for item in items]))
+
+
+@dataclass(frozen=True)
+class TrialScore:
+    """The score of one trial: status, counts, the items and the problems found on the way."""
+
+    status: Status
+    n_items: int
+    n_answered: int
+    n_correct: int
+    items: tuple[Item, ...]
+    problems: tuple[str, ...] = ()
+
+    def items_bytes(self) -> bytes:
+        """The canonical JSON of the items (:func:`canonical_items`): deterministic bytes."""
+        return canonical_items(self.items)
+
+    @property
+    def sha256(self) -> str:
+        """Lower-case hex SHA-256 of :meth:`items_bytes`."""
+        return hashlib.sha256(self.items_bytes()).hexdigest()
+
+    def as_dict(self) -> dict[str, Any]:
+        """JSON-ready form: status, counts, ``items_sha256``, problems and items."""
+        return {
+            "status": self.status,
+            "n_items": self.n_items,
+            "n_answered": self.n_answered,
+            "n_correct": self.n_correct,
+            "items_sha256": self.sha256,
+            "problems": list(self.problems),
+            "items": [item.as_dict() for item in self.items],
+        }
+
+
+def _trial(status: Status, items: list[Item], problems: Sequence[str]) -> TrialScore:
+    return TrialScore(
+        status=status,
+        n_items=len(items),
+        n_answered=sum(item.answered for item in items),
+        n_correct=sum(item.correct for item in items),
+        items=tuple(items),
+        problems=tuple(problems),
+    )
+
+
+def _check_glyphs(truth: Sequence[Glyph]) -> list[Glyph]:
+    glyphs = list(truth)
+    if not glyphs:
+        raise ValueError("truth has no glyphs")
+    seen: set[tuple[int, int]] = set()
+    for glyph in glyphs:
+        if not isinstance(glyph, Glyph):
+            raise ValueError(f"truth must hold Glyph objects, got {glyph!r}")
+        key = (glyph.row, glyph.position)
+        if key in seen:
+            raise ValueError(f"truth lists row {glyph.row}, position {glyph.position} twice")
+        seen.add(key)
+    return sorted(glyphs, key=lambda g: (g.row, g.position))
+
+
+def score_tumbling_e(parsed: Parsed, truth: Truth) -> TrialScore:
+    """Score a tumbling-E parse against a chart's glyphs or the Snellen control.
+
+    ``truth`` is the chart's list of :class:`~runner.stimuli.Glyph` (as from
+    :func:`runner.stimuli.read_truth_csv` or ``Chart.glyphs``), or the string
+    ``"not-a-tumbling-e-chart"`` for the Snellen control. Raises :class:`ValueError` for any
+    other string, an empty list or a glyph listed twice (errors in the truth, not the
+    response).
+    """
+    if isinstance(truth, str):
+        if truth != NOT_A_TUMBLING_E_CHART:
+            raise ValueError(
+                f"truth must be glyphs or {NOT_A_TUMBLING_E_CHART!r}, got the string {truth!r}"
+            )
+        return _score_control(parsed)
+    glyphs = _check_glyphs(truth)
+    grid = parsed.grid() if parsed.status in ("ok", "partial") else {}
+    items = [
+        Item(
+            row=g.row,
+            position=g.position,
+            truth=g.orientation,
+            answer=grid.get((g.row, g.position)),
+            answered=grid.get((g.row, g.position)) is not None,
+            correct=grid.get((g.row, g.position)) == g.orientation,
+        )
+        for g in glyphs
+    ]
+    problems = list(parsed.problems)
+    status = parsed.status
+    if status in ("ok", "partial"):
+        mismatches = _count_mismatches(glyphs, parsed)
+        problems.extend(mismatches)
+        if mismatches and status == "ok":
+            status = "partial"
+    return _trial(status, items, problems)
+
+
+def _count_mismatches(glyphs: Sequence[Glyph], parsed: Parsed) -> list[str]:
+    """One problem per row whose answer positions differ from its glyph positions."""
+    expected: dict[int, set[int]] = {}
+    for g in glyphs:
+        expected.setdefault(g.row, set()).add(g.position)
+    given = {row.row: set(range(1, len(row.values) + 1)) for row in parsed.answers}
+    problems: list[str] = []
+    for number in sorted(expected.keys() | given.keys()):
+        want, got = expected.get(number, set()), given.get(number, set())
+        if want == got:
+            continue
+        if not want:
+            problems.append(f"row {number}: {len(got)} answers, the chart has no such row")
+        elif not got:
+            problems.append(f"row {number}: no answers, the chart has {len(want)} glyphs")
+        else:
+            problems.append(f"row {number}: {len(got)} answers, the chart has {len(want)} glyphs")
+    return problems
+
+
+def _score_control(parsed: Parsed) -> TrialScore:
+    answer: str | None
+    if parsed.status == "refused":
+        answer = ANSWER_NOT_A_CHART
+    elif parsed.status in ("ok", "partial"):
+        answer = ANSWER_ORIENTATIONS
+    else:
+        answer = None
+    item = Item(
+        row=None,
+        position=None,
+        truth=NOT_A_TUMBLING_E_CHART,
+        answer=answer,
+        answered=answer is not None,
+        correct=answer == ANSWER_NOT_A_CHART,
+    )
+    return _trial(parsed.status, [item], parsed.problems)
+
+
+def score_choice(parsed: Parsed, truth_answer: str) -> TrialScore:
+    """Score a single-answer parse (multiple choice, yes/no/maybe, orientation word).
+
+    One item; the answer is the parsed answer when the status is ``"ok"``. It is correct when
+    it equals ``truth_answer`` ignoring case and surrounding whitespace of the truth
+    (``"B"``/``"b"``, ``"yes"``/``"Yes"``). The item's ``truth`` is ``truth_answer`` as given.
+    """
+    answer = parsed.answer if parsed.status == "ok" else None
+    item = Item(
+        row=None,
+        position=None,
+        truth=truth_answer,
+        answer=answer,
+        answered=answer is not None,
+        correct=answer is not None and answer.casefold() == truth_answer.strip().casefold(),
+    )
+    return _trial(parsed.status, [item], parsed.problems)
+
+
+def score_parsed(parsed: Parsed, parser: str, truth: Truth) -> TrialScore:
+    """Score ``parsed`` with the scorer for ``parser`` (a key of :data:`~analysis.parse.PARSERS`).
+
+    ``"tumbling-e-json"`` uses :func:`score_tumbling_e`; the others use :func:`score_choice`
+    and need a string truth.
+    """
+    if parser not in PARSERS:
+        raise KeyError(f"unknown parser {parser!r}")
+    if parser == "tumbling-e-json":
+        return score_tumbling_e(parsed, truth)
+    if not isinstance(truth, str):
+        raise ValueError(f"parser {parser!r} needs a single truth answer (a string)")
+    return score_choice(parsed, truth)
+
+
+def score_text(text: str, parser: str, truth: Truth) -> TrialScore:
+    """Parse ``text`` with ``PARSERS[parser]`` and score it against ``truth``."""
+    if parser not in PARSERS:
+        raise KeyError(f"unknown parser {parser!r}")
+    return score_parsed(PARSERS[parser](text), parser, truth)
