@@ -80,7 +80,9 @@ even if the client died before reading it, as the real API would bill it).
 
 Batches live in the server object; with ``state_path`` they are also saved to a JSON file
 (atomically, on every change) and loaded at start, so a client (or the server) can restart and
-resume polling a batch by id.
+resume polling a batch by id. A batch's results are computed (the responder called once per
+request) when it ends, under the server's lock; a batch answers each request once however often
+its results are fetched.
 
 Usage::
 
@@ -180,9 +182,9 @@ def canonical_sha256(body: Any) -> str:
 
         data = bytes(rfc8785.dumps(body))
     except ImportError:  # pragma: no cover - rfc8785 is a project dependency
-        data = json.dumps(
-            body, sort_keys=True, separators=(",", ":"), ensure_ascii=False
-        ).encode("utf-8")
+        data = json.dumps(body, sort_keys=True, separators=(",", ":"), ensure_ascii=False).encode(
+            "utf-8"
+        )
     return hashlib.sha256(data).hexdigest()
 
 
@@ -378,7 +380,9 @@ class FakeMessagesServer:
         httpd.fake = self
         self._httpd = httpd
         self._thread = threading.Thread(
-            target=httpd.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True,
+            target=httpd.serve_forever,
+            kwargs={"poll_interval": 0.05},
+            daemon=True,
             name=f"fake-messages:{self.port}",
         )
         self._thread.start()
@@ -551,11 +555,19 @@ class FakeMessagesServer:
         with self._lock:
             self._answered.append(Answered(sha, marker))
         if self.log_path is not None and route == "messages":
-            line = json.dumps(
-                {"time": time.time(), "sha256": sha, "text": marker, "status": 200,
-                 "route": route},
-                ensure_ascii=False,
-            ).encode("utf-8") + b"\n"
+            line = (
+                json.dumps(
+                    {
+                        "time": time.time(),
+                        "sha256": sha,
+                        "text": marker,
+                        "status": 200,
+                        "route": route,
+                    },
+                    ensure_ascii=False,
+                ).encode("utf-8")
+                + b"\n"
+            )
             with self._log_lock:
                 fd = os.open(self.log_path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
                 try:
@@ -573,7 +585,7 @@ class FakeMessagesServer:
 
     def _create_batch(self, requests: list[dict[str, Any]]) -> dict[str, Any]:
         now = time.time()
-        record = {
+        record: dict[str, Any] = {
             "id": _new_id("msgbatch"),
             "created": now,
             "polls": 0,
@@ -638,9 +650,7 @@ class FakeMessagesServer:
                     kind, error_type = "errored", "api_error"
                     message = {"responder_error": f"{type(exc).__name__}: {exc}"}
                 else:
-                    self._answered.append(
-                        Answered(canonical_sha256(params), first_text(params))
-                    )
+                    self._answered.append(Answered(canonical_sha256(params), first_text(params)))
                     result = {"type": "succeeded", "message": message}
             if kind == "errored":
                 error = _error_body(
@@ -827,8 +837,8 @@ class _Handler(BaseHTTPRequestHandler):
             requests = [
                 {"custom_id": r["custom_id"], "params": r["params"]} for r in body["requests"]
             ]
-            record = fake._create_batch(requests)
-            self._json(route, 200, fake._batch_object(record, self._base()))
+            created = fake._create_batch(requests)
+            self._json(route, 200, fake._batch_object(created, self._base()))
         else:
             assert batch_id is not None
             if route == "batches.cancel":
@@ -841,7 +851,9 @@ class _Handler(BaseHTTPRequestHandler):
                 self._json(route, 200, fake._batch_object(record, self._base()))
             elif record["results"] is None:
                 self._error(
-                    route, 400, "invalid_request_error",
+                    route,
+                    400,
+                    "invalid_request_error",
                     f"batch {batch_id} is still processing; results are not available yet",
                 )
             else:
@@ -970,7 +982,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--log", dest="log_path", default=None)
     parser.add_argument("--state", dest="state_path", default=None)
     parser.add_argument(
-        "--api-key", dest="api_keys", action="append", default=None,
+        "--api-key",
+        dest="api_keys",
+        action="append",
+        default=None,
         help="accepted key (repeatable; default 'test'); '*' accepts any key",
     )
     parser.add_argument("--batch-ready-after-polls", type=int, default=2)
