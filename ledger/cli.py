@@ -687,6 +687,13 @@ class _RunDisplay:
 @click.option("--until", default=None, help="Start no trial after this time or duration (8h).")
 @click.option("--budget-usd", type=click.FloatRange(min=0), default=None, help="Cost cap in USD.")
 @click.option("--max-attempts", type=click.IntRange(1, 100), default=5, show_default=True)
+@click.option(
+    "--poll-interval",
+    type=click.FloatRange(min=0.01),
+    default=10.0,
+    show_default=True,
+    help="anthropic-batch: seconds between batch status polls.",
+)
 @click.option("--key", "key_file", default=None, help="Signing key (default: the study owner's).")
 def run_cmd(
     study_dir: Path,
@@ -698,6 +705,7 @@ def run_cmd(
     until: str | None,
     budget_usd: float | None,
     max_attempts: int,
+    poll_interval: float,
     key_file: str | None,
 ) -> None:
     """Run the locked schedule's pending trials; safe to stop and resume at any moment.
@@ -721,6 +729,7 @@ def run_cmd(
         until=_parse_until(until),
         budget_usd=budget_usd,
         max_attempts=max_attempts,
+        poll_interval=poll_interval,
     )
     console = Console(stderr=True, highlight=False)
     try:

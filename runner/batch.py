@@ -77,7 +77,6 @@ class BatchRunner(Runner):
 
     backend: AnthropicBatchBackend
     batch = True
-    poll_interval: float = 10.0
     chunk: int = 10_000
 
     async def _collect(self, batch_id: str, by_custom: dict[str, tuple[Trial, int, int]]) -> None:
@@ -91,7 +90,7 @@ class BatchRunner(Runner):
                 break
             if self.stop_reason is not None:
                 return
-            await asyncio.sleep(self.poll_interval)
+            await asyncio.sleep(self.options.poll_interval)
         seen: set[str] = set()
         async for line in self.backend.results(url):
             try:

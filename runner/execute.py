@@ -61,6 +61,7 @@ class RunOptions:
     backoff_base: float = 1.0
     backoff_max: float = 60.0
     jitter_seed: int | None = None
+    poll_interval: float = 10.0
 
 
 @dataclass

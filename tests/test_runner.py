@@ -246,3 +246,33 @@ def test_status_and_estimate_commands(study: Path, server: FakeMessagesServer) -
     assert "30 of 35 trials pending" in est.output
     assert "anthropic count_tokens" in est.output
     assert server.count("count_tokens") == 30  # once per pending (arm, stimulus) pair
+
+
+def test_simulated_backend_runs_offline_and_is_labelled(study: Path) -> None:
+    from runner.backends import SimulatedBackend
+
+    result = run_study(study, study_key(), SimulatedBackend(), RunOptions(concurrency=8))
+    assert result.reason == "complete" and result.final == 35
+    started = events(study, "run.started")[0]
+    assert started.body["backend"] == "simulated" and started.body["simulated"] is True
+    for kind in ("trial.requested", "trial.responded"):
+        assert all(e.body["simulated"] is True for e in events(study, kind))
+    responded = events(study, "trial.responded")
+    assert all(e.body["cost_usd"] is None for e in responded)
+    assert all(e.body["model"].startswith("simulated/") for e in responded)
+    texts = sorted(blob(study, e.blobs["response"]) for e in responded)
+    assert len(set(texts)) > 1
+
+
+def test_replay_backend_reissues_recorded_responses(
+    study: Path, tmp_path: Path, study_template: Path
+) -> None:
+    from runner.backends import ReplayBackend, SimulatedBackend
+
+    run_study(study, study_key(), SimulatedBackend(), RunOptions(concurrency=4))
+    copy = make_study(tmp_path / "copy", replicates=1, template=study_template)
+    result = run_study(copy, study_key(), ReplayBackend(study / "ledger.db"), RunOptions())
+    assert result.final == 35
+    original = sorted(blob(study, e.blobs["response"]) for e in events(study, "trial.responded"))
+    replayed = sorted(blob(copy, e.blobs["response"]) for e in events(copy, "trial.responded"))
+    assert original == replayed

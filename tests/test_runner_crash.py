@@ -1,0 +1,175 @@
+"""The runner killed with SIGKILL, interrupted with Ctrl-C, and the Message Batches flow."""
+
+from __future__ import annotations
+
+import os
+import random
+import signal
+import subprocess
+import sys
+import time
+from collections import Counter
+from pathlib import Path
+from typing import Any
+
+import pytest
+from fake_messages import FakeMessagesServer
+from helpers import make_study, study_key
+
+from ledger import Ledger
+from runner.batch import AnthropicBatchBackend
+from runner.execute import RunOptions, run_study
+from verify import verify_ledger_file
+
+CLI = [sys.executable, "-c", "from ledger.cli import main; main()"]
+
+
+def start_run(study: Path, server: FakeMessagesServer, *extra: str) -> subprocess.Popen[bytes]:
+    env = dict(os.environ, ANTHROPIC_API_KEY="test")
+    return subprocess.Popen(
+        [*CLI, "run", str(study), "--base-url", server.base_url, *extra],
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+    )
+
+
+def all_events(study: Path) -> list[Any]:
+    with Ledger.open(study / "ledger.db", readonly=True) as log:
+        return list(log.events())
+
+
+def count_kind(study: Path, kind: str) -> int:
+    if not (study / "ledger.db").exists():
+        return 0
+    with Ledger.open(study / "ledger.db", readonly=True) as log:
+        return sum(1 for _ in log.events(kind))
+
+
+def check_outcomes(study: Path, trials: int) -> dict[str, int]:
+    """Every request has exactly one outcome; every trial exactly one final outcome."""
+    events = all_events(study)
+    requests = {e.seq: e.body["trial"] for e in events if e.kind == "trial.requested"}
+    outcomes = Counter(
+        e.body["request_seq"] for e in events if e.kind in ("trial.responded", "trial.failed")
+    )
+    assert set(outcomes) == set(requests), "a recorded request has no recorded outcome"
+    assert max(outcomes.values()) == 1, "a request has two outcomes"
+    final = Counter(
+        e.body["trial"]
+        for e in events
+        if e.kind == "trial.responded" or (e.kind == "trial.failed" and e.body["final"])
+    )
+    assert len(final) == trials and set(final.values()) == {1}
+    responded = Counter(e.body["trial"] for e in events if e.kind == "trial.responded")
+    assert max(responded.values()) == 1, "a trial was answered twice"
+    for event in events:  # nothing sent after a trial's final outcome
+        if event.kind == "trial.requested":
+            assert event.body["trial"] in final
+    report = verify_ledger_file(study / "ledger.db")
+    assert report.ok, report
+    return Counter(e.kind for e in events)
+
+
+@pytest.mark.slow
+def test_chaos_sigkill_runner_many_times(
+    tmp_path: Path, ledger_home: Path, study_template: Path
+) -> None:
+    study = make_study(tmp_path / "study", replicates=9, template=study_template)  # 315 trials
+    rng = random.Random(20261122)
+    kills = 0
+    with FakeMessagesServer(
+        latency_ms=150,
+        fault_rate=0.08,
+        fault_kinds=("429", "529", "500", "drop", "malformed"),
+        retry_after=0.2,
+        seed=7,
+        log_path=tmp_path / "answers.jsonl",
+    ) as server:
+        args = ("--concurrency", "4", "--max-attempts", "30")
+        while kills < 22:
+            sessions = count_kind(study, "run.started")
+            proc = start_run(study, server, *args)
+            deadline = time.monotonic() + 60
+            while count_kind(study, "run.started") == sessions and time.monotonic() < deadline:
+                time.sleep(0.02)  # kill while it runs, not while Python starts
+            time.sleep(rng.uniform(0.05, 0.6))
+            if proc.poll() is not None:
+                _out, err = proc.communicate()
+                assert proc.returncode == 0, err.decode()
+                break  # finished before we could kill it
+            proc.send_signal(signal.SIGKILL)
+            proc.communicate()
+            kills += 1
+        proc = start_run(study, server, *args)
+        _out, err = proc.communicate(timeout=300)
+        assert proc.returncode == 0, err.decode()
+    assert kills >= 20
+    kinds = check_outcomes(study, trials=315)
+    assert kinds["run.started"] == kills + 1 and kinds["run.stopped"] == 1
+    interrupted = sum(
+        1 for e in all_events(study) if e.kind == "trial.failed"
+        and e.body["error_type"] == "interrupted"
+    )
+    assert 0 < interrupted <= kills * 4
+    assert kinds["trial.failed"] > interrupted  # injected faults were recorded too
+
+
+def test_ctrl_c_finishes_in_flight_calls_and_records_the_stop(
+    tmp_path: Path, ledger_home: Path, study_template: Path
+) -> None:
+    study = make_study(tmp_path / "study", replicates=1, template=study_template)
+    with FakeMessagesServer(latency_ms=400) as server:
+        proc = start_run(study, server, "--concurrency", "4")
+        deadline = time.monotonic() + 30
+        while count_kind(study, "trial.responded") < 4 and time.monotonic() < deadline:
+            time.sleep(0.05)
+        proc.send_signal(signal.SIGINT)
+        out, err = proc.communicate(timeout=30)
+    assert proc.returncode == 0, err.decode()
+    assert b"stopped: interrupted: SIGINT" in out
+    events = all_events(study)
+    stopped = [e for e in events if e.kind == "run.stopped"]
+    assert len(stopped) == 1 and stopped[0].body["reason"] == "interrupted: SIGINT"
+    requests = {e.seq for e in events if e.kind == "trial.requested"}
+    outcomes = {e.body["request_seq"] for e in events if e.kind == "trial.responded"}
+    assert requests == outcomes  # the calls in flight were finished, not abandoned
+    assert 4 <= len(outcomes) < 35
+
+
+def test_batch_backend_completes_and_resumes_after_a_crash(
+    tmp_path: Path, ledger_home: Path, study_template: Path
+) -> None:
+    study = make_study(tmp_path / "study", replicates=1, template=study_template)
+    with FakeMessagesServer(batch_ready_after_polls=10**9) as server:
+        server.set_batch_result("t000003", "errored")
+        proc = start_run(study, server, "--backend", "anthropic-batch", "--poll-interval", "0.05")
+        deadline = time.monotonic() + 60
+        while count_kind(study, "batch.submitted") == 0 and time.monotonic() < deadline:
+            assert proc.poll() is None, proc.communicate()
+            time.sleep(0.05)
+        time.sleep(0.2)  # it is polling now
+        proc.send_signal(signal.SIGKILL)
+        proc.communicate()
+        assert count_kind(study, "trial.responded") == 0
+        assert count_kind(study, "trial.requested") == 35
+        server.batch_ready_after_polls = 1
+        backend = AnthropicBatchBackend(api_key="test", base_url=server.base_url)
+        result = run_study(
+            study, study_key(), backend, RunOptions(poll_interval=0.01, backoff_base=0.01)
+        )
+        assert result.reason == "complete", result
+        # the first batch, then t000003 (which always errors) alone until it is given up
+        assert server.count("batches.create") == 5
+    kinds = check_outcomes(study, trials=35)
+    assert kinds["batch.submitted"] == 5 and kinds["trial.responded"] == 34
+    events = all_events(study)
+    failed = [e for e in events if e.kind == "trial.failed"]
+    assert [f.body["final"] for f in failed] == [False] * 4 + [True]
+    assert {f.body["trial"] for f in failed} == {e.body["trial"] for e in events
+        if e.kind == "trial.requested" and e.body["position"] == 3}
+    assert all(e.body.get("batch") for e in events if e.kind == "trial.requested")
+    responded = [e for e in events if e.kind == "trial.responded"]
+    assert len({e.body["trial"] for e in responded}) == 34
+    assert {e.body["format"] for e in responded} == {"anthropic-batch-result"}
+    assert all(e.body["cost_usd"] > 0 for e in responded)
