@@ -1,0 +1,881 @@
+"""Pure statistical functions for PROMPT analyses (no I/O).
+
+Every function takes numpy arrays, sequences or pandas DataFrames and returns a small frozen
+dataclass whose fields are plain ``float``/``int``/``str``/``bool`` (or tuples of them, or of
+other result dataclasses). ``as_dict()`` turns a result into JSON-ready values: tuples become
+lists and NaN/±inf become ``None``. Inputs a test cannot run on raise :class:`StatsError` with a
+message naming the input. The formulas and conventions are specified in ``docs/statistics.md``;
+that page, not this module, is the contract an independent verifier implements.
+"""
+
+from __future__ import annotations
+
+import math
+import warnings
+from collections.abc import Hashable, Mapping, Sequence
+from dataclasses import dataclass, fields, is_dataclass
+from typing import Any, Literal
+
+import numpy as np
+import numpy.typing as npt
+import pandas as pd
+from scipy import stats as sps
+from statsmodels.regression.mixed_linear_model import MixedLM
+
+__all__ = [
+    "BootstrapResult",
+    "ChiSquareResult",
+    "ConfusionMatrix",
+    "ContrastResult",
+    "EquivalenceResult",
+    "FixedEffect",
+    "McNemarResult",
+    "MixedModelFit",
+    "MultipleTestingResult",
+    "PositionBiasResult",
+    "ProportionResult",
+    "StatsError",
+    "TTestResult",
+    "WilsonInterval",
+    "bonferroni",
+    "bootstrap_clustered",
+    "bootstrap_diff",
+    "bootstrap_replicates_diff",
+    "canonical_share",
+    "chi_square_gof",
+    "confusion_matrix",
+    "contrast",
+    "equivalence",
+    "flip_rate",
+    "holm",
+    "independent_t",
+    "mcnemar",
+    "mcnemar_paired",
+    "mixed_model",
+    "paired_t",
+    "position_bias_tvd",
+    "wilson",
+]
+
+#: Upper bound on the number of index draws held in memory at once by the bootstraps.
+CHUNK_ELEMENTS = 1 << 21
+
+Sides = Literal["two-sided", "one-sided"]
+
+
+class StatsError(Exception):
+    """Raised for inputs a statistic cannot be computed on (empty arm, zero variance, ...)."""
+
+
+def _json_value(value: Any) -> Any:
+    if is_dataclass(value) and not isinstance(value, type):
+        return {f.name: _json_value(getattr(value, f.name)) for f in fields(value)}
+    if isinstance(value, bool | str) or value is None:
+        return value
+    if isinstance(value, np.bool_):
+        return bool(value)
+    if isinstance(value, int | np.integer):
+        return int(value)
+    if isinstance(value, float | np.floating):
+        number = float(value)
+        return number if math.isfinite(number) else None
+    if isinstance(value, tuple | list):
+        return [_json_value(item) for item in value]
+    raise TypeError(f"cannot convert {type(value).__name__} to JSON")
+
+
+class _Result:
+    """Mixin giving frozen result dataclasses a JSON-ready ``as_dict``."""
+
+    def as_dict(self) -> dict[str, Any]:
+        """Fields as JSON-ready values: tuples become lists, NaN and ±inf become ``None``."""
+        converted = _json_value(self)
+        assert isinstance(converted, dict)
+        return converted
+
+
+# --------------------------------------------------------------------------------------------
+# input helpers
+
+
+def _floats(values: npt.ArrayLike, name: str, *, min_n: int = 1) -> npt.NDArray[np.float64]:
+    try:
+        array = np.asarray(values, dtype=np.float64)
+    except (TypeError, ValueError) as exc:
+        raise StatsError(f"{name}: values are not numeric ({exc})") from exc
+    if array.ndim != 1:
+        raise StatsError(f"{name}: expected a one-dimensional array, got shape {array.shape}")
+    if array.size < min_n:
+        raise StatsError(f"{name}: needs at least {min_n} values, got {array.size}")
+    if not np.all(np.isfinite(array)):
+        raise StatsError(f"{name}: contains NaN or infinite values")
+    return array
+
+
+def _labels(values: Sequence[Hashable] | npt.ArrayLike, name: str) -> list[Hashable]:
+    if isinstance(values, pd.Series | np.ndarray):
+        return list(values.tolist())
+    if isinstance(values, Sequence) and not isinstance(values, str | bytes):
+        return list(values)
+    raise StatsError(f"{name}: expected a sequence of labels")
+
+
+def _seed(seed: int | str) -> int:
+    try:
+        value = int(seed)
+    except (TypeError, ValueError) as exc:
+        raise StatsError(f"seed: {seed!r} is not an integer") from exc
+    if value < 0:
+        raise StatsError(f"seed: must be non-negative, got {value}")
+    return value
+
+
+def _check_conf(conf: float) -> None:
+    if not 0.0 < conf < 1.0:
+        raise StatsError(f"conf: must be strictly between 0 and 1, got {conf}")
+
+
+# --------------------------------------------------------------------------------------------
+# proportions
+
+
+@dataclass(frozen=True)
+class WilsonInterval(_Result):
+    """Wilson score interval for a binomial proportion (no continuity correction)."""
+
+    successes: int
+    n: int
+    conf: float
+    estimate: float
+    lower: float
+    upper: float
+
+
+def wilson(successes: int, n: int, conf: float = 0.95) -> WilsonInterval:
+    """Wilson score interval for ``successes`` out of ``n``; ``n == 0`` raises StatsError."""
+    _check_conf(conf)
+    if isinstance(successes, bool) or isinstance(n, bool):
+        raise StatsError("successes, n: must be integers, not booleans")
+    successes, n = int(successes), int(n)
+    if n <= 0:
+        raise StatsError(f"n: a proportion needs n >= 1 trials, got {n}")
+    if not 0 <= successes <= n:
+        raise StatsError(f"successes: must be between 0 and n={n}, got {successes}")
+    z = float(sps.norm.ppf(0.5 + conf / 2.0))
+    p = successes / n
+    z2 = z * z
+    denom = 1.0 + z2 / n
+    centre = (p + z2 / (2.0 * n)) / denom
+    half = (z / denom) * math.sqrt(p * (1.0 - p) / n + z2 / (4.0 * n * n))
+    lower = 0.0 if successes == 0 else max(0.0, centre - half)
+    upper = 1.0 if successes == n else min(1.0, centre + half)
+    return WilsonInterval(successes, n, conf, p, lower, upper)
+
+
+# --------------------------------------------------------------------------------------------
+# t-tests
+
+
+@dataclass(frozen=True)
+class TTestResult(_Result):
+    """A t-test: difference of means (x − y), t, df, p-values, CI and a standardized effect."""
+
+    method: str
+    n_x: int
+    n_y: int
+    mean_x: float
+    mean_y: float
+    difference: float
+    se: float
+    t: float
+    df: float
+    p: float
+    p_one_sided: float
+    ci_lower: float
+    ci_upper: float
+    effect_size: float
+    effect_size_name: str
+
+
+def _t_result(method: str, nx: int, ny: int, mx: float, my: float, se: float, df: float,
+              effect: float, effect_name: str) -> TTestResult:
+    diff = mx - my
+    t = diff / se
+    crit = float(sps.t.ppf(0.975, df))
+    return TTestResult(
+        method=method, n_x=nx, n_y=ny, mean_x=mx, mean_y=my, difference=diff, se=se, t=t,
+        df=df, p=float(2.0 * sps.t.sf(abs(t), df)), p_one_sided=float(sps.t.sf(t, df)),
+        ci_lower=diff - crit * se, ci_upper=diff + crit * se, effect_size=effect,
+        effect_size_name=effect_name,
+    )
+
+
+def paired_t(x: npt.ArrayLike, y: npt.ArrayLike) -> TTestResult:
+    """Paired t-test on ``d = x − y`` (df = n − 1) with Cohen's d_z = mean(d) / sd(d, ddof=1)."""
+    xa = _floats(x, "x", min_n=2)
+    ya = _floats(y, "y", min_n=2)
+    if xa.size != ya.size:
+        raise StatsError(f"x, y: paired samples need equal lengths, got {xa.size} and {ya.size}")
+    d = xa - ya
+    sd = float(np.std(d, ddof=1))
+    if sd == 0.0:
+        raise StatsError("x - y: the paired differences have zero variance")
+    n = d.size
+    return _t_result("paired", n, n, float(xa.mean()), float(ya.mean()), sd / math.sqrt(n),
+                     float(n - 1), float(d.mean()) / sd, "d_z")
+
+
+def independent_t(x: npt.ArrayLike, y: npt.ArrayLike, *, welch: bool = True) -> TTestResult:
+    """Two-sample t-test of mean(x) − mean(y); Welch by default, Student with ``welch=False``.
+
+    The effect size is always Cohen's d with the pooled SD,
+    ``sqrt(((n_x−1)s_x² + (n_y−1)s_y²) / (n_x+n_y−2))``, whichever test is chosen.
+    """
+    xa = _floats(x, "x", min_n=2)
+    ya = _floats(y, "y", min_n=2)
+    nx, ny = xa.size, ya.size
+    vx, vy = float(np.var(xa, ddof=1)), float(np.var(ya, ddof=1))
+    if vx == 0.0 and vy == 0.0:
+        raise StatsError("x, y: both samples have zero variance")
+    pooled_var = ((nx - 1) * vx + (ny - 1) * vy) / (nx + ny - 2)
+    d = (float(xa.mean()) - float(ya.mean())) / math.sqrt(pooled_var)
+    if welch:
+        ax, ay = vx / nx, vy / ny
+        se = math.sqrt(ax + ay)
+        df = (ax + ay) ** 2 / (ax**2 / (nx - 1) + ay**2 / (ny - 1))
+        method = "welch"
+    else:
+        se = math.sqrt(pooled_var * (1.0 / nx + 1.0 / ny))
+        df = float(nx + ny - 2)
+        method = "student"
+    return _t_result(method, nx, ny, float(xa.mean()), float(ya.mean()), se, df, d, "cohen_d")
+
+
+# --------------------------------------------------------------------------------------------
+# bootstrap
+
+
+@dataclass(frozen=True)
+class BootstrapResult(_Result):
+    """A percentile bootstrap CI; ``estimate`` is the statistic on the original data."""
+
+    method: str
+    estimate: float
+    lower: float
+    upper: float
+    conf: float
+    iterations: int
+    seed: int
+    n_x: int
+    n_y: int
+    n_clusters: int
+
+
+def _generator(seed: int) -> np.random.Generator:
+    return np.random.Generator(np.random.PCG64(seed))
+
+
+def _resampled_means(rng: np.random.Generator, values: npt.NDArray[np.float64],
+                     iterations: int) -> npt.NDArray[np.float64]:
+    """Means of ``iterations`` resamples; indices drawn as one (iterations, n) C-order block."""
+    n = values.size
+    out = np.empty(iterations, dtype=np.float64)
+    rows = max(1, CHUNK_ELEMENTS // n)
+    for start in range(0, iterations, rows):
+        m = min(rows, iterations - start)
+        idx = rng.integers(0, n, size=(m, n))
+        out[start:start + m] = values[idx].mean(axis=1)
+    return out
+
+
+def _percentile_ci(replicates: npt.NDArray[np.float64], conf: float) -> tuple[float, float]:
+    alpha = 1.0 - conf
+    lo, hi = np.quantile(replicates, [alpha / 2.0, 1.0 - alpha / 2.0])
+    return float(lo), float(hi)
+
+
+def _check_iterations(iterations: int) -> int:
+    if isinstance(iterations, bool) or int(iterations) < 1:
+        raise StatsError(f"iterations: must be a positive integer, got {iterations!r}")
+    return int(iterations)
+
+
+def bootstrap_replicates_diff(x: npt.ArrayLike, y: npt.ArrayLike, iterations: int,
+                              seed: int | str) -> npt.NDArray[np.float64]:
+    """The ``iterations`` bootstrap replicates of mean(x*) − mean(y*) used by bootstrap_diff."""
+    xa = _floats(x, "x")
+    ya = _floats(y, "y")
+    rng = _generator(_seed(seed))
+    n_iter = _check_iterations(iterations)
+    means_x = _resampled_means(rng, xa, n_iter)
+    means_y = _resampled_means(rng, ya, n_iter)
+    return means_x - means_y
+
+
+def bootstrap_diff(x: npt.ArrayLike, y: npt.ArrayLike, iterations: int = 5000,
+                   seed: int | str = 0, conf: float = 0.95) -> BootstrapResult:
+    """Unpaired percentile bootstrap CI of mean(x) − mean(y), resampling within each arm.
+
+    Draw order (numpy ``Generator(PCG64(int(seed)))``): first every x index, as if by one call
+    ``rng.integers(0, n_x, size=(iterations, n_x))``, then every y index, as if by
+    ``rng.integers(0, n_y, size=(iterations, n_y))``; row ``i`` is iteration ``i``. The work is
+    chunked by rows, which does not change the stream. The CI is ``np.quantile`` (linear
+    interpolation) of the replicates at (1−conf)/2 and (1+conf)/2.
+    """
+    _check_conf(conf)
+    xa = _floats(x, "x")
+    ya = _floats(y, "y")
+    seed_value = _seed(seed)
+    n_iter = _check_iterations(iterations)
+    replicates = bootstrap_replicates_diff(xa, ya, n_iter, seed_value)
+    lower, upper = _percentile_ci(replicates, conf)
+    return BootstrapResult("unpaired-percentile", float(xa.mean()) - float(ya.mean()), lower,
+                           upper, conf, n_iter, seed_value, xa.size, ya.size, 0)
+
+
+def bootstrap_clustered(values: npt.ArrayLike, questions: Sequence[Hashable] | npt.ArrayLike,
+                        runs: Sequence[Hashable] | npt.ArrayLike, iterations: int = 1000,
+                        seed: int | str = 0, conf: float = 0.95, *,
+                        unit: Literal["observation", "question"] = "observation",
+                        ) -> BootstrapResult:
+    """Percentile bootstrap CI of a mean over (question, run) observations.
+
+    ``unit="observation"`` (default) follows paper 001: each (question, run) pair is one
+    exchangeable observation; every iteration draws N indices uniformly with replacement from
+    the N observations (``rng.integers(0, N, size=(iterations, N))`` in C order) and the
+    replicate is the mean of the drawn values. ``unit="question"`` is a cluster bootstrap: the
+    Q distinct questions (sorted by ``str``) are drawn with ``rng.integers(0, Q, size=(iterations,
+    Q))`` and the replicate is (sum of the drawn questions' values) / (their observation count).
+    Each (question, run) pair must occur once. ``n_x`` is N, ``n_clusters`` is Q.
+    """
+    _check_conf(conf)
+    vals = _floats(values, "values")
+    qs = _labels(questions, "questions")
+    rs = _labels(runs, "runs")
+    if not len(qs) == len(rs) == vals.size:
+        raise StatsError(f"values, questions, runs: lengths differ ({vals.size}, {len(qs)}, "
+                         f"{len(rs)})")
+    pairs = set(zip(qs, rs, strict=True))
+    if len(pairs) != vals.size:
+        raise StatsError("questions, runs: a (question, run) pair occurs more than once")
+    seed_value = _seed(seed)
+    n_iter = _check_iterations(iterations)
+    rng = _generator(seed_value)
+    keys = sorted({str(q) for q in qs})
+    if len(keys) != len(set(qs)):
+        raise StatsError("questions: two question ids have the same string form")
+    if unit == "observation":
+        replicates = _resampled_means(rng, vals, n_iter)
+    elif unit == "question":
+        position = {key: i for i, key in enumerate(keys)}
+        codes = np.array([position[str(q)] for q in qs], dtype=np.intp)
+        sums = np.bincount(codes, weights=vals, minlength=len(keys))
+        counts = np.bincount(codes, minlength=len(keys)).astype(np.float64)
+        n_q = len(keys)
+        replicates = np.empty(n_iter, dtype=np.float64)
+        rows = max(1, CHUNK_ELEMENTS // n_q)
+        for start in range(0, n_iter, rows):
+            m = min(rows, n_iter - start)
+            idx = rng.integers(0, n_q, size=(m, n_q))
+            replicates[start:start + m] = sums[idx].sum(axis=1) / counts[idx].sum(axis=1)
+    else:
+        raise StatsError(f"unit: must be 'observation' or 'question', got {unit!r}")
+    lower, upper = _percentile_ci(replicates, conf)
+    return BootstrapResult(f"{unit}-percentile", float(vals.mean()), lower, upper, conf, n_iter,
+                           seed_value, vals.size, 0, len(keys))
+
+
+# --------------------------------------------------------------------------------------------
+# linear mixed model
+
+
+@dataclass(frozen=True)
+class FixedEffect(_Result):
+    """One fixed-effect coefficient with a Wald (normal) CI and two-sided p."""
+
+    name: str
+    estimate: float
+    se: float
+    z: float
+    p: float
+    ci_lower: float
+    ci_upper: float
+
+
+@dataclass(frozen=True)
+class MixedModelFit(_Result):
+    """REML fit of ``outcome ~ arm + (1 | group)`` with treatment coding against ``reference``.
+
+    ``fixed_effects[0]`` is the intercept (mean of the reference arm); then one coefficient
+    ``arm[T.<level>]`` per other arm, in ``arms`` order. ``fe_cov`` is the fixed effects'
+    covariance matrix in the same order. ``singular`` flags a boundary fit (group or residual
+    variance ~ 0, or a non-finite covariance); ``warnings`` holds every warning caught.
+    """
+
+    outcome: str
+    arm_col: str
+    group_col: str
+    reference: str
+    arms: tuple[str, ...]
+    n_obs: int
+    n_groups: int
+    fixed_effects: tuple[FixedEffect, ...]
+    fe_cov: tuple[tuple[float, ...], ...]
+    group_variance: float
+    residual_variance: float
+    icc: float
+    log_likelihood: float
+    converged: bool
+    singular: bool
+    warnings: tuple[str, ...]
+
+
+#: Variance components below this fraction of the outcome's variance count as zero (singular).
+SINGULAR_TOLERANCE = 1e-6
+
+
+def mixed_model(df: pd.DataFrame, outcome: str, arm_col: str, group_col: str,
+                reference: str) -> MixedModelFit:
+    """Fit a linear mixed model: arm as fixed effect, random intercept per group, REML.
+
+    Arm levels are compared as strings; the non-reference arms are sorted. Warnings raised
+    by statsmodels are caught into ``warnings``; a failed fit raises StatsError.
+    """
+    for column in (outcome, arm_col, group_col):
+        if column not in df.columns:
+            raise StatsError(f"df: no column {column!r}")
+    if len(df) == 0:
+        raise StatsError("df: no rows")
+    y = _floats(df[outcome].to_numpy(), f"df[{outcome!r}]", min_n=3)
+    if df[arm_col].isna().any() or df[group_col].isna().any():
+        raise StatsError(f"df: missing values in {arm_col!r} or {group_col!r}")
+    arm = df[arm_col].astype(str).to_numpy()
+    groups = df[group_col].astype(str).to_numpy()
+    levels = sorted(set(arm.tolist()))
+    reference = str(reference)
+    if reference not in levels:
+        raise StatsError(f"reference: arm {reference!r} not in df[{arm_col!r}] ({levels})")
+    if len(levels) < 2:
+        raise StatsError(f"df[{arm_col!r}]: needs at least two arms, got {levels}")
+    n_groups = len(set(groups.tolist()))
+    if n_groups < 2:
+        raise StatsError(f"df[{group_col!r}]: a random intercept needs at least two groups, "
+                         f"got {n_groups}")
+    total_var = float(np.var(y, ddof=1))
+    if total_var == 0.0:
+        raise StatsError(f"df[{outcome!r}]: the outcome has zero variance")
+    others = [level for level in levels if level != reference]
+    exog = np.column_stack([np.ones(y.size)] + [(arm == level).astype(np.float64)
+                                                for level in others])
+    names = ["Intercept"] + [f"{arm_col}[T.{level}]" for level in others]
+    if y.size <= exog.shape[1] + 1:
+        raise StatsError(f"df: {y.size} rows are too few for {exog.shape[1]} fixed effects")
+    caught: list[str] = []
+    with warnings.catch_warnings(record=True) as record:
+        warnings.simplefilter("always")
+        try:
+            result = MixedLM(y, exog, groups=groups).fit(reml=True)
+            fe = np.asarray(result.fe_params, dtype=np.float64)
+            cov = np.asarray(result.cov_params(), dtype=np.float64)[: len(names), : len(names)]
+            group_var = float(np.asarray(result.cov_re, dtype=np.float64)[0, 0])
+            resid_var = float(result.scale)
+            llf = float(result.llf)
+            converged = bool(result.converged)
+        except (np.linalg.LinAlgError, ValueError, FloatingPointError, ZeroDivisionError) as exc:
+            raise StatsError(f"mixed model for {outcome!r} by {arm_col!r} with groups "
+                             f"{group_col!r} could not be fitted: {exc}") from exc
+    for item in record:
+        caught.append(f"{item.category.__name__}: {item.message}")
+    se = np.sqrt(np.where(np.diag(cov) >= 0, np.diag(cov), np.nan))
+    z_crit = float(sps.norm.ppf(0.975))
+    effects = []
+    for i, name in enumerate(names):
+        z = fe[i] / se[i] if se[i] > 0 else math.nan
+        effects.append(FixedEffect(name, float(fe[i]), float(se[i]), float(z),
+                                   float(2.0 * sps.norm.sf(abs(z))),
+                                   float(fe[i] - z_crit * se[i]), float(fe[i] + z_crit * se[i])))
+    tol = SINGULAR_TOLERANCE * total_var
+    singular = (
+        group_var <= tol
+        or resid_var <= tol
+        or not np.all(np.isfinite(cov))
+        or not np.all(np.isfinite(se))
+        or any("boundary" in message or "singular" in message.lower() for message in caught)
+    )
+    total = group_var + resid_var
+    icc = group_var / total if total > 0 else math.nan
+    return MixedModelFit(
+        outcome=outcome, arm_col=arm_col, group_col=group_col, reference=reference,
+        arms=tuple([reference, *others]), n_obs=int(y.size), n_groups=n_groups,
+        fixed_effects=tuple(effects),
+        fe_cov=tuple(tuple(float(v) for v in row) for row in cov),
+        group_variance=group_var, residual_variance=resid_var, icc=float(icc),
+        log_likelihood=llf, converged=converged, singular=bool(singular),
+        warnings=tuple(caught),
+    )
+
+
+@dataclass(frozen=True)
+class ContrastResult(_Result):
+    """Wald contrast ``a − b`` of two arms from a mixed-model fit.
+
+    Two-sided: ``[lower, upper]`` is the ``conf`` CI and ``p`` is two-sided. One-sided
+    (H1: a > b): ``lower`` is the one-sided ``conf`` lower bound, ``upper`` is +inf (``None`` in
+    JSON) and ``p = P(Z ≥ z)``.
+    """
+
+    a: str
+    b: str
+    sides: str
+    estimate: float
+    se: float
+    z: float
+    p: float
+    lower: float
+    upper: float
+    conf: float
+
+
+def contrast(fit: MixedModelFit, a: str, b: str, sides: Sides = "two-sided",
+             conf: float = 0.95) -> ContrastResult:
+    """Estimate ``a − b`` from ``fit``: L·β with SE sqrt(L·Σ·Lᵀ), normal z and p."""
+    _check_conf(conf)
+    a, b = str(a), str(b)
+    for arm in (a, b):
+        if arm not in fit.arms:
+            raise StatsError(f"contrast: arm {arm!r} not in the fit's arms {fit.arms}")
+    if a == b:
+        raise StatsError(f"contrast: a and b are the same arm {a!r}")
+    if sides not in ("two-sided", "one-sided"):
+        raise StatsError(f"sides: must be 'two-sided' or 'one-sided', got {sides!r}")
+    weights = np.zeros(len(fit.arms), dtype=np.float64)
+    # coefficient k (k >= 1) is arm fit.arms[k]; the reference arm has no coefficient.
+    if a != fit.reference:
+        weights[fit.arms.index(a)] += 1.0
+    if b != fit.reference:
+        weights[fit.arms.index(b)] -= 1.0
+    beta = np.array([effect.estimate for effect in fit.fixed_effects], dtype=np.float64)
+    cov = np.array(fit.fe_cov, dtype=np.float64)
+    estimate = float(weights @ beta)
+    variance = float(weights @ cov @ weights)
+    se = math.sqrt(variance) if variance > 0 else math.nan
+    z = estimate / se if se > 0 else math.nan
+    if sides == "two-sided":
+        crit = float(sps.norm.ppf(0.5 + conf / 2.0))
+        p = float(2.0 * sps.norm.sf(abs(z)))
+        lower, upper = estimate - crit * se, estimate + crit * se
+    else:
+        crit = float(sps.norm.ppf(conf))
+        p = float(sps.norm.sf(z))
+        lower, upper = estimate - crit * se, math.inf
+    return ContrastResult(a, b, sides, estimate, se, z, p, lower, upper, conf)
+
+
+# --------------------------------------------------------------------------------------------
+# categorical outcomes
+
+
+@dataclass(frozen=True)
+class ChiSquareResult(_Result):
+    """Pearson chi-square goodness of fit with Cramér's V = sqrt(chi2 / (n·(k−1)))."""
+
+    chi2: float
+    df: int
+    p: float
+    n: int
+    k: int
+    cramers_v: float
+    observed: tuple[float, ...]
+    expected: tuple[float, ...]
+
+
+def chi_square_gof(counts: npt.ArrayLike, expected: npt.ArrayLike | None = None
+                   ) -> ChiSquareResult:
+    """Goodness of fit of ``counts`` to ``expected`` (uniform by default).
+
+    ``expected`` may be counts or proportions: it is rescaled to sum to ``n = sum(counts)``.
+    """
+    observed = _floats(counts, "counts", min_n=2)
+    if np.any(observed < 0):
+        raise StatsError("counts: negative counts")
+    n = float(observed.sum())
+    if n <= 0:
+        raise StatsError("counts: the total count is zero")
+    k = observed.size
+    if expected is None:
+        exp = np.full(k, n / k)
+    else:
+        raw = _floats(expected, "expected", min_n=2)
+        if raw.size != k:
+            raise StatsError(f"expected: {raw.size} categories, counts has {k}")
+        if np.any(raw <= 0):
+            raise StatsError("expected: every expected count must be positive")
+        exp = raw * (n / float(raw.sum()))
+    chi2 = float(np.sum((observed - exp) ** 2 / exp))
+    df = k - 1
+    return ChiSquareResult(chi2, df, float(sps.chi2.sf(chi2, df)), round(n), k,
+                           math.sqrt(chi2 / (n * (k - 1))), tuple(observed.tolist()),
+                           tuple(exp.tolist()))
+
+
+@dataclass(frozen=True)
+class ConfusionMatrix(_Result):
+    """Counts with rows = truth label, columns = predicted label, both in ``labels`` order.
+
+    ``other[i]`` counts predictions outside ``labels`` (e.g. unparseable) for truth row ``i``.
+    """
+
+    labels: tuple[str, ...]
+    counts: tuple[tuple[int, ...], ...]
+    other: tuple[int, ...]
+    n: int
+    correct: int
+    accuracy: float
+
+
+def _pair_labels(truth: Sequence[Hashable] | npt.ArrayLike,
+                 pred: Sequence[Hashable] | npt.ArrayLike) -> tuple[list[str], list[str]]:
+    t = [str(v) for v in _labels(truth, "truth")]
+    p = [str(v) for v in _labels(pred, "pred")]
+    if len(t) != len(p):
+        raise StatsError(f"truth, pred: lengths differ ({len(t)} and {len(p)})")
+    if not t:
+        raise StatsError("truth, pred: no items")
+    return t, p
+
+
+def confusion_matrix(truth: Sequence[Hashable] | npt.ArrayLike,
+                     pred: Sequence[Hashable] | npt.ArrayLike,
+                     labels: Sequence[str]) -> ConfusionMatrix:
+    """Confusion matrix of ``pred`` against ``truth``; labels are compared as strings."""
+    names = [str(label) for label in labels]
+    if len(set(names)) != len(names) or not names:
+        raise StatsError("labels: must be non-empty and distinct")
+    t, p = _pair_labels(truth, pred)
+    index = {label: i for i, label in enumerate(names)}
+    k = len(names)
+    matrix = np.zeros((k, k), dtype=np.int64)
+    other = np.zeros(k, dtype=np.int64)
+    for true_label, pred_label in zip(t, p, strict=True):
+        if true_label not in index:
+            raise StatsError(f"truth: label {true_label!r} is not in labels {names}")
+        if pred_label in index:
+            matrix[index[true_label], index[pred_label]] += 1
+        else:
+            other[index[true_label]] += 1
+    correct = int(np.trace(matrix))
+    return ConfusionMatrix(tuple(names), tuple(tuple(int(v) for v in row) for row in matrix),
+                           tuple(int(v) for v in other), len(t), correct, correct / len(t))
+
+
+@dataclass(frozen=True)
+class ProportionResult(_Result):
+    """``count`` of ``n`` with share and Wilson 95% CI; NaN (JSON ``None``) when ``n == 0``."""
+
+    name: str
+    count: int
+    n: int
+    share: float
+    lower: float
+    upper: float
+
+
+def _proportion(name: str, count: int, n: int) -> ProportionResult:
+    if n == 0:
+        return ProportionResult(name, 0, 0, math.nan, math.nan, math.nan)
+    interval = wilson(count, n)
+    return ProportionResult(name, count, n, interval.estimate, interval.lower, interval.upper)
+
+
+def canonical_share(truth: Sequence[Hashable] | npt.ArrayLike,
+                    pred: Sequence[Hashable] | npt.ArrayLike,
+                    canonical: str = "RIGHT") -> ProportionResult:
+    """Share of errors (pred ≠ truth) whose prediction is ``canonical``, with Wilson CI."""
+    t, p = _pair_labels(truth, pred)
+    errors = [pl for tl, pl in zip(t, p, strict=True) if tl != pl]
+    hits = sum(1 for pl in errors if pl == str(canonical))
+    return _proportion(f"canonical_share:{canonical}", hits, len(errors))
+
+
+def flip_rate(a: Sequence[Hashable] | npt.ArrayLike,
+              b: Sequence[Hashable] | npt.ArrayLike) -> ProportionResult:
+    """Share of paired items whose answers differ (compared as strings), with Wilson CI."""
+    first = [str(v) for v in _labels(a, "a")]
+    second = [str(v) for v in _labels(b, "b")]
+    if len(first) != len(second):
+        raise StatsError(f"a, b: paired answers need equal lengths ({len(first)}, "
+                         f"{len(second)})")
+    if not first:
+        raise StatsError("a, b: no paired items")
+    flips = sum(1 for u, v in zip(first, second, strict=True) if u != v)
+    return _proportion("flip_rate", flips, len(first))
+
+
+@dataclass(frozen=True)
+class PositionBiasResult(_Result):
+    """Predicted vs true answer distributions over ``labels`` (+ an 'other' prediction mass).
+
+    ``tvd = ½·Σ|p_pred − p_truth|`` over labels and 'other'; ``mad = (1/k)·Σ_labels|p_pred −
+    p_truth|`` is paper 002's "Bias" formula.
+    """
+
+    labels: tuple[str, ...]
+    p_pred: tuple[float, ...]
+    p_truth: tuple[float, ...]
+    p_other: float
+    n: int
+    tvd: float
+    mad: float
+
+
+def position_bias_tvd(pred: Sequence[Hashable] | npt.ArrayLike,
+                      truth: Sequence[Hashable] | npt.ArrayLike,
+                      labels: Sequence[str]) -> PositionBiasResult:
+    """Total variation distance between predicted and true answer distributions."""
+    names = [str(label) for label in labels]
+    if len(set(names)) != len(names) or not names:
+        raise StatsError("labels: must be non-empty and distinct")
+    t, p = _pair_labels(truth, pred)
+    n = len(t)
+    for label in t:
+        if label not in names:
+            raise StatsError(f"truth: label {label!r} is not in labels {names}")
+    p_pred = np.array([sum(1 for v in p if v == name) / n for name in names])
+    p_truth = np.array([sum(1 for v in t if v == name) / n for name in names])
+    p_other = sum(1 for v in p if v not in names) / n
+    diff = np.abs(p_pred - p_truth)
+    tvd = 0.5 * (float(diff.sum()) + p_other)
+    return PositionBiasResult(tuple(names), tuple(p_pred.tolist()), tuple(p_truth.tolist()),
+                              p_other, n, tvd, float(diff.mean()))
+
+
+@dataclass(frozen=True)
+class McNemarResult(_Result):
+    """McNemar's test on discordant counts ``b`` (x right, y wrong) and ``c`` (x wrong, y right).
+
+    ``primary`` names the p reported as ``p``: "exact" (two-sided binomial) when b + c < 25,
+    else "chi2_cc" (continuity-corrected chi-square, 1 df).
+    """
+
+    b: int
+    c: int
+    n_discordant: int
+    chi2: float
+    p_chi2: float
+    chi2_cc: float
+    p_chi2_cc: float
+    p_exact: float
+    primary: str
+    p: float
+
+
+#: Below this many discordant pairs the exact binomial p is primary.
+EXACT_THRESHOLD = 25
+
+
+def mcnemar(b: int, c: int) -> McNemarResult:
+    """McNemar's test from discordant counts; see :class:`McNemarResult` for conventions."""
+    if isinstance(b, bool) or isinstance(c, bool) or int(b) != b or int(c) != c:
+        raise StatsError("b, c: discordant counts must be integers")
+    b, c = int(b), int(c)
+    if b < 0 or c < 0:
+        raise StatsError(f"b, c: counts must be non-negative, got {b}, {c}")
+    n = b + c
+    if n == 0:
+        return McNemarResult(b, c, 0, math.nan, math.nan, math.nan, math.nan, 1.0, "exact", 1.0)
+    chi2 = (b - c) ** 2 / n
+    chi2_cc = max(0, abs(b - c) - 1) ** 2 / n
+    p_chi2 = float(sps.chi2.sf(chi2, 1))
+    p_cc = float(sps.chi2.sf(chi2_cc, 1))
+    p_exact = float(min(1.0, 2.0 * sps.binom.cdf(min(b, c), n, 0.5)))
+    primary = "exact" if n < EXACT_THRESHOLD else "chi2_cc"
+    return McNemarResult(b, c, n, chi2, p_chi2, chi2_cc, p_cc, p_exact, primary,
+                         p_exact if primary == "exact" else p_cc)
+
+
+def mcnemar_paired(x_correct: npt.ArrayLike, y_correct: npt.ArrayLike) -> McNemarResult:
+    """McNemar's test from paired booleans: b = x right & y wrong, c = x wrong & y right."""
+    xa = np.asarray(x_correct)
+    ya = np.asarray(y_correct)
+    if xa.ndim != 1 or xa.shape != ya.shape:
+        raise StatsError(f"x_correct, y_correct: need equal-length 1-D arrays, got {xa.shape} "
+                         f"and {ya.shape}")
+    if xa.size == 0:
+        raise StatsError("x_correct, y_correct: no pairs")
+    for name, arr in (("x_correct", xa), ("y_correct", ya)):
+        if not np.all(np.isin(arr, [0, 1])):
+            raise StatsError(f"{name}: values must be booleans or 0/1")
+    xb, yb = xa.astype(bool), ya.astype(bool)
+    return mcnemar(int(np.sum(xb & ~yb)), int(np.sum(~xb & yb)))
+
+
+# --------------------------------------------------------------------------------------------
+# multiplicity and decision rules
+
+
+@dataclass(frozen=True)
+class MultipleTestingResult(_Result):
+    """Adjusted p-values (capped at 1), in input order, and rejections at ``alpha``."""
+
+    method: str
+    pvalues: tuple[float, ...]
+    adjusted: tuple[float, ...]
+    alpha: float
+    reject: tuple[bool, ...]
+
+
+def _pvalues(pvalues: npt.ArrayLike) -> npt.NDArray[np.float64]:
+    p = _floats(pvalues, "pvalues")
+    if np.any((p < 0) | (p > 1)):
+        raise StatsError("pvalues: every p-value must lie in [0, 1]")
+    return p
+
+
+def bonferroni(pvalues: npt.ArrayLike, alpha: float = 0.05) -> MultipleTestingResult:
+    """Bonferroni: ``min(1, m·p_i)``."""
+    p = _pvalues(pvalues)
+    adjusted = np.minimum(1.0, p * p.size)
+    return MultipleTestingResult("bonferroni", tuple(p.tolist()), tuple(adjusted.tolist()),
+                                 alpha, tuple(bool(v <= alpha) for v in adjusted))
+
+
+def holm(pvalues: npt.ArrayLike, alpha: float = 0.05) -> MultipleTestingResult:
+    """Holm step-down: sorted ascending, ``max_{j≤i} min(1, (m−j+1)·p_(j))`` (ties stable)."""
+    p = _pvalues(pvalues)
+    m = p.size
+    order = np.argsort(p, kind="stable")
+    scaled = np.minimum(1.0, p[order] * (m - np.arange(m)))
+    monotone = np.maximum.accumulate(scaled)
+    adjusted = np.empty(m, dtype=np.float64)
+    adjusted[order] = monotone
+    return MultipleTestingResult("holm", tuple(p.tolist()), tuple(adjusted.tolist()), alpha,
+                                 tuple(bool(v <= alpha) for v in adjusted))
+
+
+@dataclass(frozen=True)
+class EquivalenceResult(_Result):
+    """Equivalence rule: holds iff max |diff| over groups < margin (strict)."""
+
+    max_abs_diff: float
+    group: str
+    margin: float
+    holds: bool
+    n_groups: int
+
+
+def equivalence(per_group_diffs: Mapping[str, float] | pd.Series,
+                margin: float) -> EquivalenceResult:
+    """Largest per-group |difference|, the group attaining it (first in order on ties)."""
+    items = [(str(k), float(v)) for k, v in per_group_diffs.items()]
+    if not items:
+        raise StatsError("per_group_diffs: no groups")
+    if not math.isfinite(margin) or margin <= 0:
+        raise StatsError(f"margin: must be a positive finite number, got {margin}")
+    for key, value in items:
+        if not math.isfinite(value):
+            raise StatsError(f"per_group_diffs: group {key!r} has a non-finite difference")
+    group, worst = items[0][0], abs(items[0][1])
+    for key, value in items[1:]:
+        if abs(value) > worst:
+            group, worst = key, abs(value)
+    return EquivalenceResult(worst, group, float(margin), worst < margin, len(items))
