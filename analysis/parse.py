@@ -25,12 +25,14 @@ import json
 import re
 from collections.abc import Callable
 from dataclasses import dataclass
+from functools import lru_cache
 from typing import Any, Final, Literal
 
 __all__ = [
     "CHART_OTHER",
     "CHART_TUMBLING_E",
     "FORMATS",
+    "MAX_DEPTH",
     "ORIENTATIONS",
     "PARSERS",
     "REFUSAL_PATTERNS",
@@ -229,6 +231,9 @@ def _constant(name: str) -> Any:
     raise _Rejected(f"{name} is not JSON")
 
 
+MAX_DEPTH: Final = 64
+"""JSON values nested deeper than this (the answer object has depth 4) do not parse."""
+
 _DECODER: Final = json.JSONDecoder(object_pairs_hook=_pairs, parse_constant=_constant)
 
 
@@ -259,9 +264,45 @@ def _scan_json(text: str) -> _Scan:
                 first_error = f"JSON object at character {index} does not parse: {reason}"
             index += 1
             continue
+        if _depth(value) > MAX_DEPTH:
+            if first_error is None and char == "{":
+                first_error = (
+                    f"JSON object at character {index} is nested deeper than {MAX_DEPTH} levels"
+                )
+            index += 1
+            continue
         values.append((index, value))
         index = end
     return _Scan(tuple(values), first_error)
+
+
+def _depth(value: Any) -> int:
+    """Nesting depth: 0 for a scalar, 1 + the deepest member for an array or object."""
+    deepest = 0
+    stack: list[tuple[Any, int]] = [(value, 0)]
+    while stack:
+        item, level = stack.pop()
+        if isinstance(item, dict):
+            item = list(item.values())
+        if isinstance(item, list):
+            deepest = max(deepest, level + 1)
+            stack.extend((member, level + 1) for member in item)
+    return deepest
+
+
+def _same_json(a: Any, b: Any) -> bool:
+    """JSON equality: same types (a boolean is not a number), members and elements."""
+    if isinstance(a, bool) or isinstance(b, bool) or a is None or b is None:
+        return a is b
+    if isinstance(a, int | float) and isinstance(b, int | float):
+        return a == b
+    if isinstance(a, str) and isinstance(b, str):
+        return a == b
+    if isinstance(a, list) and isinstance(b, list):
+        return len(a) == len(b) and all(_same_json(x, y) for x, y in zip(a, b, strict=True))
+    if isinstance(a, dict) and isinstance(b, dict):
+        return a.keys() == b.keys() and all(_same_json(a[k], b[k]) for k in a)
+    return False
 
 
 # --------------------------------------------------------------------------- refusals
@@ -284,9 +325,9 @@ REFUSAL_PATTERNS: Final[tuple[str, ...]] = (
     r"\bletters?\b[^.!?\n]{0,120}?(?:\bcannot|\bcan't|\bcan\s+not|\bunable\s+to)\b"
     r"[^.!?\n]{0,60}?\borientations?\b",
 )
-"""Refusal regexes (Python ``re``, IGNORECASE), applied to the refusal-normalised text."""
+"""Refusal regexes (Python ``re`` with IGNORECASE and ASCII), tried on the markup-free text."""
 
-_REFUSALS: Final = tuple(re.compile(p, re.IGNORECASE) for p in REFUSAL_PATTERNS)
+_REFUSALS: Final = tuple(re.compile(p, re.IGNORECASE | re.ASCII) for p in REFUSAL_PATTERNS)
 _DASHES: Final = str.maketrans(
     {"\u2010": "-", "\u2011": "-", "\u2012": "-", "\u2013": "-", "\u2014": "-", "\u2019": "'"}
 )
@@ -319,7 +360,7 @@ def parse_tumbling_e(text: str) -> Parsed:
     text without an answer object is ``"refused"`` if a refusal pattern matches and
     ``"unparseable"`` otherwise.
     """
-    if not text.strip():
+    if not text.strip(_SPACE):
         return _unparseable("empty response")
     scan = _scan_json(text)
     candidates = [
@@ -332,22 +373,27 @@ def parse_tumbling_e(text: str) -> Parsed:
         if phrase is not None:
             return Parsed("refused", (), None, (f"refusal without an answer object: {phrase!r}",))
         problems = ['no JSON object with a "chart_type" or "rows" member']
-        arrays = [offset for offset, value in scan.values if isinstance(value, list)]
+        arrays = [
+            offset
+            for offset, value in scan.values
+            if isinstance(value, list) and any(isinstance(item, dict) for item in value)
+        ]
         if arrays:
             problems.append(f"a JSON array at character {arrays[0]} is not an answer object")
         if scan.first_error is not None:
             problems.append(scan.first_error)
         return _unparseable(*problems)
-    distinct: dict[str, dict[str, Any]] = {}
+    distinct: list[dict[str, Any]] = []
     for _, value in candidates:
-        distinct.setdefault(json.dumps(value, sort_keys=True), value)
+        if not any(_same_json(value, seen) for seen in distinct):
+            distinct.append(value)
     if len(distinct) > 1:
         offsets = ", ".join(str(offset) for offset, _ in candidates)
         return _unparseable(
             f"{len(distinct)} different answer objects (at characters {offsets}); "
             "cannot tell which is the answer"
         )
-    return _read_answer_object(next(iter(distinct.values())))
+    return _read_answer_object(distinct[0])
 
 
 def _read_answer_object(obj: dict[str, Any]) -> Parsed:
@@ -359,7 +405,7 @@ def _read_answer_object(obj: dict[str, Any]) -> Parsed:
     elif not isinstance(raw_type, str):
         problems.append(f'"chart_type" is a JSON {_json_type(raw_type)}, not a string')
     else:
-        chart_type = raw_type.strip().lower()
+        chart_type = _ascii_lower(raw_type.strip(_SPACE))
         if chart_type == CHART_OTHER:
             rows = obj.get("rows")
             note: tuple[str, ...] = ()
@@ -404,7 +450,7 @@ def _read_rows(entries: list[Any], problems: list[str]) -> list[AnswerRow]:
             continue
         values: list[str | None] = []
         for position, item in enumerate(orientations, start=1):
-            word = item.strip().upper() if isinstance(item, str) else None
+            word = _ascii_upper(item.strip(_SPACE)) if isinstance(item, str) else None
             if word in ORIENTATIONS:
                 values.append(word)
             else:
@@ -426,27 +472,71 @@ def _read_rows(entries: list[Any], problems: list[str]) -> list[AnswerRow]:
 
 
 # --------------------------------------------------------------------------- single answers
+# Regex templates, quoted verbatim in docs/scoring.md section 3. ``{U}``/``{L}`` are the option
+# letters in upper/lower case, ``{W}`` the vocabulary words joined by ``|``. All are compiled
+# with re.ASCII | re.MULTILINE.
 
-_KEY: Final = (
+KEY_PATTERN: Final = (
     r"(?i:\b(?:(?:final|correct|best|right)\s+)?answer"
     r"(?:\s+(?:is|would\s+be|will\s+be|should\s+be))?"
     r"|\b(?:correct|best|right)\s+(?:option|choice)(?:\s+is)?)"
     r"(?:\s*[:=]\s*|\s+-\s+|\s+)(?i:(?:option|choice|letter)\s+)?"
 )
-_JOIN: Final = r"\s*(?:,|/|&|(?i:\bor\b)|(?i:\band\b))\s*"
+"""Start of an answer statement (multiple choice and yes/no/maybe)."""
+
+ORIENTATION_KEY_PATTERN: Final = (
+    r"(?i:\b(?:(?:final\s+)?answer|orientation|direction)(?:\s+is)?)"
+    r"(?:\s*[:=]\s*|\s+-\s+|\s+)"
+)
+"""Start of an answer statement (orientation word)."""
+
+JOIN_PATTERN: Final = r"\s*(?:,|/|&|(?i:\bor\b)|(?i:\band\b))\s*"
+"""Separator between answers listed in one statement (``B or C``)."""
+
+LETTER_TOKEN: Final = (
+    r"[(\[]\s*([{U}{L}])\s*[)\]]"
+    r"|(?<![\w'-])([{U}])(?![\w'-])"
+    r"|(?<![\w'-])([{L}])(?=[.)]?[ \t]*(?:$|\n))"
+)
+"""One option letter: bracketed (any case), a free-standing capital, or a lower-case letter
+that ends its line (optionally followed by ``.`` or ``)``)."""
+
+LETTER_ALONE: Final = r"[(\[]?\s*([{U}{L}])\s*[)\]]?\s*[.:]?"
+"""A whole text, or a whole line, that is only a letter."""
+
+LETTER_REVERSE_SUFFIX: Final = (
+    r"(?i:\s+is\s+(?:the\s+)?(?:correct|right|best)\s+(?:answer|option|choice))"
+)
+"""Follows a letter list in a reverse statement (``C is the correct answer``)."""
+
+LETTER_OPTION_LINE: Final = r"^[ \t]*(?:[(\[]([{U}])[)\]]|([{U}])[.:)])[ \t]+\S"
+"""A line that starts with a capital option label followed by text (``C. Hypertension``)."""
+
+WORD_TOKEN: Final = r"(?i:(?<![\w'-])({W})(?![\w'-]))"
+"""One vocabulary word, any case, not part of a longer word."""
+
+WORD_ALONE: Final = r"(?i:({W}))\s*[.!]?"
+"""A whole text, or a whole line, that is only a vocabulary word."""
+
+YES_NO_OPENING: Final = r"\A[\s\"'>#-]*(?i:(yes|no|maybe))(?=[.,;:!])"
+"""A text that opens with yes/no/maybe followed by punctuation (``No, because ...``)."""
+
+ORIENTATION_CAPITALS: Final = r"(?<![A-Za-z])(UP|RIGHT|DOWN|LEFT)(?![A-Za-z])"
+"""An orientation word written in capitals anywhere in the text."""
+
+_FLAGS: Final = re.ASCII | re.MULTILINE
+_SPACE: Final = " \t\n\r\x0b\x0c"  # what re.ASCII calls \s; str.strip(_SPACE) is used throughout
 
 
 @dataclass(frozen=True)
 class _Vocabulary:
-    """Regexes of one single-answer parser (docs/scoring.md section 3)."""
+    """Compiled regexes of one single-answer parser (docs/scoring.md section 3)."""
 
-    token: str  # one answer token; exactly one capture group is non-empty
+    token: re.Pattern[str]
     canonical: Callable[[str], str]
-    whole: re.Pattern[str]  # the whole text (after stripping) is one answer
-    statement: re.Pattern[str]  # KEY followed by a list of tokens
-    reverse: re.Pattern[str] | None  # "<token> is the correct answer"
-    line: re.Pattern[str]  # a line that is only one answer
-    extra: tuple[re.Pattern[str], ...]  # further tier-3 patterns
+    alone: re.Pattern[str]
+    statements: tuple[re.Pattern[str], ...]  # each has a group named "list"
+    tier3: tuple[re.Pattern[str], ...]
 
     def value(self, match: re.Match[str]) -> str:
         """The canonical answer of a match: its first non-empty group."""
@@ -454,7 +544,23 @@ class _Vocabulary:
 
     def tokens(self, span: str) -> list[str]:
         """The canonical answers of every token in ``span``."""
-        return [self.value(match) for match in re.finditer(self.token, span)]
+        return [self.value(match) for match in self.token.finditer(span)]
+
+
+def _ascii_upper(value: str) -> str:
+    return value.translate(_UPPER)
+
+
+def _ascii_lower(value: str) -> str:
+    return value.translate(_LOWER)
+
+
+_UPPER: Final = str.maketrans("abcdefghijklmnopqrstuvwxyz", "ABCDEFGHIJKLMNOPQRSTUVWXYZ")
+_LOWER: Final = str.maketrans("ABCDEFGHIJKLMNOPQRSTUVWXYZ", "abcdefghijklmnopqrstuvwxyz")
+
+
+def _listed(token: str) -> str:
+    return rf"(?P<list>(?:{token})(?:{JOIN_PATTERN}(?:{token}))*)"
 
 
 def _choose(found: list[str], what: str) -> Parsed | None:
@@ -466,112 +572,90 @@ def _choose(found: list[str], what: str) -> Parsed | None:
     return _single(distinct[0])
 
 
-def _parse_single(text: str, vocab: _Vocabulary, what: str) -> Parsed:
-    if not text.strip():
-        return _unparseable("empty response")
+def _parse_single(text: str, vocab: _Vocabulary, what: str, one: str) -> Parsed:
     clean = _markup_free(text)
-    whole = vocab.whole.fullmatch(clean.strip())
-    if whole:
-        return _single(vocab.value(whole))
+    if not clean.strip(_SPACE):
+        return _unparseable("empty response")
+    alone = vocab.alone.fullmatch(clean.strip(_SPACE))
+    if alone:
+        return _single(vocab.value(alone))
     tier2: list[str] = []
-    for match in vocab.statement.finditer(clean):
-        tier2.extend(vocab.tokens(match.group("list")))
-    if vocab.reverse is not None:
-        for match in vocab.reverse.finditer(clean):
+    for pattern in vocab.statements:
+        for match in pattern.finditer(clean):
             tier2.extend(vocab.tokens(match.group("list")))
     chosen = _choose(tier2, f"{what} stated")
     if chosen is not None:
         return chosen
     tier3: list[str] = []
-    for line in clean.splitlines():
-        only = vocab.line.fullmatch(line.strip())
+    for line in clean.split("\n"):
+        only = vocab.alone.fullmatch(line.strip(_SPACE))
         if only:
             tier3.append(vocab.value(only))
-    for pattern in vocab.extra:
+    for pattern in vocab.tier3:
         tier3.extend(vocab.value(found) for found in pattern.finditer(clean))
     chosen = _choose(tier3, what)
     if chosen is not None:
         return chosen
-    return _unparseable(f"no {what[:-1] if what.endswith('s') else what} found")
+    return _unparseable(f"no {one} found")
 
 
+def _fill(template: str, **values: str) -> str:
+    for name, value in values.items():
+        template = template.replace("{" + name + "}", value)
+    return template
+
+
+@lru_cache(maxsize=64)
 def _choice_vocabulary(options: str) -> _Vocabulary:
-    upper, lower = options, options.lower()
-    token = (
-        rf"[(\[]\s*([{upper}{lower}])\s*[)\]]"
-        rf"|(?<![\w'-])([{upper}])(?![\w'-])"
-        rf"|(?<![\w'-])([{lower}])(?=[.)]?[ \t]*(?:$|\n))"
-    )
-    listed = rf"(?P<list>(?:{token})(?:{_JOIN}(?:{token}))*)"
+    letters = {"U": options, "L": _ascii_lower(options)}
+    token = _fill(LETTER_TOKEN, **letters)
     return _Vocabulary(
-        token=token,
-        canonical=str.upper,
-        whole=re.compile(rf"[(\[]?\s*([{upper}{lower}])\s*[)\]]?\s*[.:]?"),
-        statement=re.compile(_KEY + listed, re.MULTILINE),
-        reverse=re.compile(
-            listed + r"(?i:\s+is\s+(?:the\s+)?(?:correct|right|best)\s+(?:answer|option|choice))",
-            re.MULTILINE,
+        token=re.compile(token, _FLAGS),
+        canonical=_ascii_upper,
+        alone=re.compile(_fill(LETTER_ALONE, **letters), _FLAGS),
+        statements=(
+            re.compile(KEY_PATTERN + _listed(token), _FLAGS),
+            re.compile(_listed(token) + LETTER_REVERSE_SUFFIX, _FLAGS),
         ),
-        line=re.compile(rf"[(\[]?\s*([{upper}{lower}])\s*[)\]]?\s*[.:]?"),
-        extra=(
-            re.compile(
-                rf"^[ \t]*(?:[(\[]([{upper}])[)\]]|([{upper}])[.:)])[ \t]+\S", re.MULTILINE
-            ),
-        ),
+        tier3=(re.compile(_fill(LETTER_OPTION_LINE, **letters), _FLAGS),),
     )
 
 
-_OPTIONS_RE: Final = re.compile(r"[A-Z]{2,26}")
+def _word_vocabulary(
+    words: tuple[str, ...], canonical: Callable[[str], str], key: str, tier3: str
+) -> _Vocabulary:
+    alternatives = "|".join(words)
+    token = _fill(WORD_TOKEN, W=alternatives)
+    return _Vocabulary(
+        token=re.compile(token, _FLAGS),
+        canonical=canonical,
+        alone=re.compile(_fill(WORD_ALONE, W=alternatives), _FLAGS),
+        statements=(re.compile(key + _listed(token), _FLAGS),),
+        tier3=(re.compile(tier3, _FLAGS),),
+    )
+
+
+_OPTIONS_RE: Final = re.compile(r"[A-Z]{2,26}", re.ASCII)
+_YES_NO: Final = _word_vocabulary(YES_NO_MAYBE, _ascii_lower, KEY_PATTERN, YES_NO_OPENING)
+_ORIENTATION: Final = _word_vocabulary(
+    ORIENTATIONS, _ascii_upper, ORIENTATION_KEY_PATTERN, ORIENTATION_CAPITALS
+)
 
 
 def parse_multiple_choice(text: str, options: str = "ABCD") -> Parsed:
     """Read one option letter (reported in upper case) from ``text``.
 
-    ``options`` are the allowed letters, distinct upper-case ASCII (``"ABCD"``,
-    ``"ABCDE"``). Tiers, first that finds something wins (``docs/scoring.md`` 3): the whole
-    text is one letter (``"B"``, ``"(c)"``, ``"**B**"``, ``"B."``); answer statements
-    (``"Answer: B"``, ``"The answer is (C)."``, ``"B is the correct answer"``); lines that
-    are one letter or start an option line (``"C. Hypertension"``). Two different letters in
-    the winning tier (``"Answer: B or C"``) give ``"unparseable"``.
+    ``options`` are the allowed letters, 2 to 26 distinct upper-case ASCII letters
+    (``"ABCD"``, ``"ABCDE"``); anything else raises :class:`ValueError`. Tiers, the first that
+    finds something wins (``docs/scoring.md`` section 3): the whole text is one letter
+    (``"B"``, ``"(c)"``, ``"**B**"``, ``"B."``); answer statements (``"Answer: B"``,
+    ``"The answer is (C)."``, ``"B is the correct answer"``); lines that are one letter or
+    start an option line (``"C. Hypertension"``). Two different letters in the winning tier
+    (``"Answer: B or C"``) give ``"unparseable"``.
     """
     if not _OPTIONS_RE.fullmatch(options) or len(set(options)) != len(options):
         raise ValueError(f"options must be 2-26 distinct upper-case letters: {options!r}")
-    return _parse_single(text, _choice_vocabulary(options), "answer letters")
-
-
-def _word_vocabulary(words: tuple[str, ...], canonical: Callable[[str], str],
-                     extra: tuple[re.Pattern[str], ...], key: str) -> _Vocabulary:
-    alternatives = "|".join(words)
-    token = rf"(?i:(?<![\w'-])({alternatives})(?![\w'-]))"
-    listed = rf"(?P<list>{token}(?:{_JOIN}{token})*)"
-    return _Vocabulary(
-        token=token,
-        canonical=canonical,
-        whole=re.compile(rf"(?i:({alternatives}))\s*[.!]?"),
-        statement=re.compile(key + listed, re.MULTILINE),
-        reverse=None,
-        line=re.compile(rf"(?i:({alternatives}))\s*[.!]?"),
-        extra=extra,
-    )
-
-
-_YES_NO: Final = _word_vocabulary(
-    YES_NO_MAYBE,
-    str.lower,
-    (re.compile(r"\A[\s\"'>#-]*(?i:(yes|no|maybe))(?=[.,;:!])"),),
-    _KEY,
-)
-
-_ORIENTATION_KEY: Final = (
-    r"(?i:\b(?:(?:final\s+)?answer|orientation|direction)(?:\s+is)?)"
-    r"(?:\s*[:=]\s*|\s+-\s+|\s+)"
-)
-_ORIENTATION: Final = _word_vocabulary(
-    ORIENTATIONS,
-    str.upper,
-    (re.compile(r"(?<![A-Za-z])(UP|RIGHT|DOWN|LEFT)(?![A-Za-z])"),),
-    _ORIENTATION_KEY,
-)
+    return _parse_single(text, _choice_vocabulary(options), "answer letters", "answer letter")
 
 
 def parse_yes_no_maybe(text: str) -> Parsed:
@@ -582,7 +666,7 @@ def parse_yes_no_maybe(text: str) -> Parsed:
     the word, or a text that opens with the word followed by punctuation (``"No, because"``).
     Two different words in the winning tier give ``"unparseable"``.
     """
-    return _parse_single(text, _YES_NO, "yes/no/maybe answers")
+    return _parse_single(text, _YES_NO, "yes/no/maybe answers", "yes/no/maybe answer")
 
 
 def parse_orientation_word(text: str) -> Parsed:
@@ -593,7 +677,7 @@ def parse_orientation_word(text: str) -> Parsed:
     written in capitals anywhere (``"the top points LEFT"``). Two different words in the
     winning tier give ``"unparseable"``.
     """
-    return _parse_single(text, _ORIENTATION, "orientation words")
+    return _parse_single(text, _ORIENTATION, "orientation words", "orientation word")
 
 
 PARSERS: Final[dict[str, Callable[[str], Parsed]]] = {
