@@ -288,9 +288,13 @@ def _resampled_means(rng: np.random.Generator, values: npt.NDArray[np.float64],
     return out
 
 
+def _quantile_levels(conf: float) -> list[float]:
+    """[(1 − conf)/2, (1 + conf)/2], each rounded to 12 decimals (0.95 → exactly 0.025, 0.975)."""
+    return [round((1.0 - conf) / 2.0, 12), round((1.0 + conf) / 2.0, 12)]
+
+
 def _percentile_ci(replicates: npt.NDArray[np.float64], conf: float) -> tuple[float, float]:
-    alpha = 1.0 - conf
-    lo, hi = np.quantile(replicates, [alpha / 2.0, 1.0 - alpha / 2.0])
+    lo, hi = np.quantile(replicates, _quantile_levels(conf))
     return float(lo), float(hi)
 
 
@@ -320,7 +324,7 @@ def bootstrap_diff(x: npt.ArrayLike, y: npt.ArrayLike, iterations: int = 5000,
     ``rng.integers(0, n_x, size=(iterations, n_x))``, then every y index, as if by
     ``rng.integers(0, n_y, size=(iterations, n_y))``; row ``i`` is iteration ``i``. The work is
     chunked by rows, which does not change the stream. The CI is ``np.quantile`` (linear
-    interpolation) of the replicates at (1−conf)/2 and (1+conf)/2.
+    interpolation) of the replicates at round((1−conf)/2, 12) and round((1+conf)/2, 12).
     """
     _check_conf(conf)
     xa = _floats(x, "x")
