@@ -58,7 +58,7 @@ __all__ = [
 ]
 
 #: Upper bound on the number of index draws held in memory at once by the bootstraps.
-CHUNK_ELEMENTS = 1 << 21
+CHUNK_ELEMENTS = 1 << 18
 
 Sides = Literal["two-sided", "one-sided"]
 
