@@ -839,3 +839,76 @@ def estimate(study_dir: Path, backend: str, base_url: str | None) -> None:
     if est.cost_max_usd is not None:
         click.echo(f"with --backend anthropic-batch: at most "
                    f"{usd(est.cost_max_usd * est.batch_factor)}; prices as of {est.prices_as_of}")
+
+
+# ---------------------------------------------------------------------- scoring and analysis
+
+
+@main.command()
+@click.argument("study_dir", metavar="STUDY", type=click.Path(file_okay=False, path_type=Path))
+@click.option("--key", "key_file", default=None, help="Signing key (default: the study owner's).")
+def score(study_dir: Path, key_file: str | None) -> None:
+    """Score every recorded response blind to its arm; seal once every trial is final.
+
+    The scorer sees the response, the stimulus and an arm code, never the arm. When no trial
+    is pending, scoring.sealed records the hash of all scores; nothing can be scored or run
+    after it.
+
+    \b
+    Example:
+      ledger score my-study
+    """
+    from analysis.scoring import score_study
+
+    result = score_study(study_dir, _study_key(study_dir, key_file))
+    statuses = ", ".join(f"{k} {v}" for k, v in sorted(result.by_status.items())) or "none new"
+    click.echo(f"scored {result.scored} responses ({statuses}); {result.already} scored before")
+    if result.sealed_seq is not None:
+        click.echo(f"scoring.sealed at seq {result.sealed_seq}; next: ledger unblind {study_dir}")
+    else:
+        click.echo(f"not sealed: {result.pending} trials have no final outcome yet "
+                   f"(run 'ledger run {study_dir}' to finish them)")
+
+
+@main.command()
+@click.argument("study_dir", metavar="STUDY", type=click.Path(file_okay=False, path_type=Path))
+@click.option("--key", "key_file", default=None, help="Signing key (default: the study owner's).")
+def unblind(study_dir: Path, key_file: str | None) -> None:
+    """Reveal the blinding secret after the seal; it must open the lock's commitment.
+
+    \b
+    Example:
+      ledger unblind my-study
+    """
+    from analysis.scoring import unblind_study
+
+    result = unblind_study(study_dir, _study_key(study_dir, key_file))
+    codes = ", ".join(f"{arm}={code}" for arm, code in result.arm_codes.items())
+    click.echo(f"blinding.revealed at seq {result.seq}; commitment {result.commitment} opens")
+    click.echo(f"arm codes: {codes}")
+
+
+@main.command()
+@click.argument("study_dir", metavar="STUDY", type=click.Path(file_okay=False, path_type=Path))
+@click.option("--key", "key_file", default=None, help="Signing key (default: the study owner's).")
+def analyze(study_dir: Path, key_file: str | None) -> None:
+    """Run the locked analysis plan and decision rules; record every number.
+
+    \b
+    Example:
+      ledger analyze my-study
+    """
+    from analysis.analyze import analyze_study
+
+    result = analyze_study(study_dir, _study_key(study_dir, key_file))
+    console = _out()
+    table = Table("hypothesis", "test", "verdict", "decided by", title="pre-registered verdicts")
+    for r in result.results:
+        if r["hypothesis"]:
+            why = r["error"] or json.dumps(r["decided_by"], default=str)[:90]
+            table.add_row(r["hypothesis"], r["test"], r["verdict"] or "-", why)
+    console.print(table)
+    failed = [r["id"] for r in result.results if r["status"] == "failed"]
+    click.echo(f"recorded {len(result.results)} analysis.result events from seq "
+               f"{result.first_seq}" + (f"; could not compute: {', '.join(failed)}" if failed
+                                        else ""))

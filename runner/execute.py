@@ -215,6 +215,12 @@ class Runner:
         return self.backend.priced and price_for(self.model) is not None
 
     def _open_session(self) -> StudyState:
+        sealed = next(iter(self.log.events("scoring.sealed")), None)
+        if sealed is not None:
+            raise StudyError(
+                f"{self.study.root}: scoring was sealed at seq {sealed.seq}; data collection "
+                "is closed and no trial may be run after it"
+            )
         state = load_state(self.study, self.log)
         if self.options.budget_usd is not None and self.backend.priced and not self._priced():
             raise StudyError(

@@ -1,0 +1,697 @@
+"""``ledger analyze``: the locked analysis plan and decision rules, run on the scored data.
+
+Everything here is a pure function of the *dataset* (:class:`Dataset`, built from the
+``trial.scored`` events and their item blobs, with arms from ``blinding.revealed``) and of the
+*plan* (the ``protocol.locked`` body: hypotheses, analysis table, bootstrap seed and
+iterations). ``docs/analysis.md`` lists every result, its inputs and its decision rule, so an
+auditor can recompute them; the verifier does (``verify/``).
+
+Each result is one ``analysis.result`` event: ``{"id", "title", "label", "hypothesis", "test",
+"status", "values", "verdict", "decided_by", "error", "inputs"}``. ``label`` is
+``"pre-registered"`` (a hypothesis's own test and the locked model), ``"descriptive"`` or
+``"exploratory"`` (not pre-registered; said so everywhere). A test that cannot run on the data
+(no scored trials, an arm without parseable responses, a singular model) gives ``status:
+"failed"`` with the reason and verdict ``"not computed"``; the other results are still computed.
+"""
+
+from __future__ import annotations
+
+import csv
+import hashlib
+import io
+import json
+import math
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from analysis import stats
+from ledger import EventSpec, Ledger, SigningKey
+from runner.lock import StudyError, check_integrity, ledger_path, protocol_event
+
+ORIENTATIONS = ("UP", "RIGHT", "DOWN", "LEFT")
+CONTROL_TRUTH = "not-a-tumbling-e-chart"
+TRIAL_COLUMNS = (
+    "trial", "arm", "stimulus", "rep", "response_seq", "status", "n_items", "n_answered",
+    "n_correct", "accuracy", "control", "excluded",
+)  # fmt: skip
+ITEM_COLUMNS = ("trial", "arm", "stimulus", "rep", "row", "position", "truth", "answer", "correct")
+
+
+@dataclass(frozen=True)
+class Dataset:
+    """The scored data of a study, unblinded: one row per scored trial and per item."""
+
+    trials: pd.DataFrame
+    items: pd.DataFrame
+    arms: tuple[str, ...]
+    given_up: tuple[str, ...]
+    scores_sha256: str
+
+    def trials_csv(self) -> bytes:
+        """The trial table as CSV (``\\n`` line ends, columns :data:`TRIAL_COLUMNS`)."""
+        return _csv(self.trials, TRIAL_COLUMNS)
+
+    def items_csv(self) -> bytes:
+        """The item table as CSV (columns :data:`ITEM_COLUMNS`)."""
+        return _csv(self.items, ITEM_COLUMNS)
+
+
+def _csv(df: pd.DataFrame, columns: Sequence[str]) -> bytes:
+    out = io.StringIO()
+    writer = csv.writer(out, lineterminator="\n")
+    writer.writerow(columns)
+    for row in df.loc[:, list(columns)].itertuples(index=False):
+        writer.writerow(
+            [
+                ""
+                if v is None or (isinstance(v, float) and math.isnan(v))
+                else (f"{v:.10g}" if isinstance(v, float) else v)
+                for v in row
+            ]
+        )
+    return out.getvalue().encode("utf-8")
+
+
+def load_dataset(log: Ledger, *, exclude_unparseable: bool = True) -> Dataset:
+    """Build the dataset from the ledger; refuses before ``blinding.revealed``."""
+    revealed = next(iter(log.events("blinding.revealed")), None)
+    sealed = next(iter(log.events("scoring.sealed")), None)
+    if sealed is None or revealed is None:
+        raise StudyError(
+            f"{log.path}: analysis needs sealed scores and revealed arm codes; "
+            "run 'ledger score' and 'ledger unblind' first"
+        )
+    code_arm = {code: arm for arm, code in revealed.body["arm_codes"].items()}
+    requests = {e.seq: e.body for e in log.events("trial.requested")}
+    responses = {e.seq: e.body for e in log.events("trial.responded")}
+    trial_rows: list[dict[str, Any]] = []
+    item_rows: list[dict[str, Any]] = []
+    for event in log.events("trial.scored"):
+        body = event.body
+        request = requests[responses[body["response_seq"]]["request_seq"]]
+        arm = code_arm.get(body["arm_code"])
+        if arm != request["arm"]:
+            raise StudyError(
+                f"{log.path}: seq {event.seq}: arm code {body['arm_code']} does not belong to "
+                f"arm {request['arm']} of trial {request['trial']}"
+            )
+        items = json.loads(log.blob(event.blobs["scores"]))
+        control = len(items) == 1 and items[0]["truth"] == CONTROL_TRUTH
+        n_items = int(body["n_items"])
+        trial_rows.append(
+            {
+                "trial": request["trial"], "arm": arm, "stimulus": request["stimulus"],
+                "rep": int(request["rep"]), "response_seq": body["response_seq"],
+                "status": body["status"], "n_items": n_items,
+                "n_answered": int(body["n_answered"]), "n_correct": int(body["n_correct"]),
+                "accuracy": int(body["n_correct"]) / n_items if n_items else math.nan,
+                "control": control,
+                "excluded": exclude_unparseable and body["status"] == "unparseable",
+            }
+        )  # fmt: skip
+        for item in items:
+            item_rows.append(
+                {
+                    "trial": request["trial"], "arm": arm, "stimulus": request["stimulus"],
+                    "rep": int(request["rep"]), "row": item["row"], "position": item["position"],
+                    "truth": item["truth"], "answer": item["answer"], "correct": item["correct"],
+                }
+            )  # fmt: skip
+    trials = pd.DataFrame(trial_rows, columns=list(TRIAL_COLUMNS))
+    items_df = pd.DataFrame(item_rows, columns=list(ITEM_COLUMNS))
+    trials = trials.sort_values("response_seq", kind="stable").reset_index(drop=True)
+    given_up = tuple(e.body["trial"] for e in log.events("trial.failed") if e.body.get("final"))
+    return Dataset(
+        trials,
+        items_df,
+        tuple(sorted(revealed.body["arm_codes"])),
+        given_up,
+        sealed.body["scores_sha256"],
+    )
+
+
+# ------------------------------------------------------------------------------- results
+
+
+@dataclass
+class Result:
+    """One analysis result (one ``analysis.result`` event)."""
+
+    id: str
+    title: str
+    label: str
+    test: str
+    hypothesis: str | None = None
+    status: str = "ok"
+    values: dict[str, Any] | None = None
+    verdict: str | None = None
+    decided_by: dict[str, Any] | None = None
+    error: str | None = None
+
+    def as_dict(self) -> dict[str, Any]:
+        """The event body (without ``inputs``), JSON-ready."""
+        return {
+            "id": self.id, "title": self.title, "label": self.label, "test": self.test,
+            "hypothesis": self.hypothesis, "status": self.status,
+            "values": _clean(self.values or {}), "verdict": self.verdict,
+            "decided_by": _clean(self.decided_by) if self.decided_by else None,
+            "error": self.error,
+        }  # fmt: skip
+
+
+def _clean(value: Any) -> Any:
+    """JSON-ready: NaN and infinities become None, numpy scalars Python numbers."""
+    if isinstance(value, dict):
+        return {str(k): _clean(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [_clean(v) for v in value]
+    if isinstance(value, np.bool_):
+        return bool(value)
+    if isinstance(value, np.integer):
+        return int(value)
+    if isinstance(value, float | np.floating):
+        f = float(value)
+        return f if math.isfinite(f) else None
+    return value
+
+
+def _guard(result: Result, compute: Callable[[], None]) -> Result:
+    """Run ``compute``; a test that cannot run becomes a failed result, not a crash."""
+    try:
+        compute()
+    except (stats.StatsError, ValueError, KeyError, ZeroDivisionError) as exc:
+        result.status = "failed"
+        result.error = (
+            f"{type(exc).__name__}: {exc}" if not isinstance(exc, stats.StatsError) else str(exc)
+        )
+        result.verdict = "not computed" if result.hypothesis else None
+    return result
+
+
+def _analysable(ds: Dataset) -> pd.DataFrame:
+    t = ds.trials
+    return t[(~t["control"]) & (~t["excluded"])]
+
+
+def _items(ds: Dataset) -> pd.DataFrame:
+    t = _analysable(ds)
+    it = ds.items
+    return it[it["trial"].isin(set(t["trial"])) & (it["truth"] != CONTROL_TRUTH)]
+
+
+def descriptive(ds: Dataset) -> list[Result]:
+    """Per arm and per (arm, stimulus): glyph accuracy with Wilson CIs; parse rates; control."""
+    out = []
+    by_arm = Result(
+        "descriptive.arms", "Glyph-level accuracy by arm (Wilson 95% CI)", "descriptive", "wilson"
+    )
+
+    def arms() -> None:
+        values: dict[str, Any] = {}
+        items = _items(ds)
+        for arm in ds.arms:
+            t = ds.trials[ds.trials["arm"] == arm]
+            tumbling = t[~t["control"]]
+            it = items[items["arm"] == arm]
+            statuses = {s: int(n) for s, n in tumbling["status"].value_counts().items()}
+            entry: dict[str, Any] = {
+                "trials_scored": len(tumbling),
+                "status": dict(sorted(statuses.items())),
+                "excluded": int(tumbling["excluded"].sum()),
+                "parse_rate": (statuses.get("ok", 0) + statuses.get("partial", 0)) / len(tumbling)
+                if len(tumbling)
+                else None,
+                "given_up": sum(1 for g in ds.given_up if g.split("|")[0] == arm),
+                "glyphs": len(it),
+                "correct": int(it["correct"].sum()),
+            }
+            if len(it):
+                entry["accuracy"] = stats.wilson(int(it["correct"].sum()), len(it)).as_dict()
+            else:
+                entry["accuracy"] = None
+                entry["note"] = "no parseable responses: accuracy not computed"
+            values[arm] = entry
+        by_arm.values = values
+
+    out.append(_guard(by_arm, arms))
+    by_stim = Result(
+        "descriptive.arm_stimulus",
+        "Glyph-level accuracy by arm and stimulus",
+        "descriptive",
+        "wilson",
+    )
+
+    def cells() -> None:
+        items = _items(ds)
+        values: dict[str, Any] = {}
+        for (arm, stim), it in items.groupby(["arm", "stimulus"], sort=True):
+            w = stats.wilson(int(it["correct"].sum()), len(it))
+            values[f"{arm}|{stim}"] = {"arm": arm, "stimulus": stim, **w.as_dict()}
+        by_stim.values = values
+
+    out.append(_guard(by_stim, cells))
+    control = Result(
+        "descriptive.control",
+        "Specificity control: non-tumbling-E chart rejected",
+        "descriptive",
+        "wilson",
+    )
+
+    def ctrl() -> None:
+        t = ds.trials[ds.trials["control"]]
+        values: dict[str, Any] = {}
+        for arm in ds.arms:
+            a = t[t["arm"] == arm]
+            values[arm] = (
+                stats.wilson(int(a["n_correct"].sum()), len(a)).as_dict() if len(a) else None
+            )
+        control.values = values
+
+    out.append(_guard(control, ctrl))
+    return out
+
+
+def _trial_outcome(ds: Dataset) -> pd.DataFrame:
+    return _analysable(ds).loc[:, ["trial", "arm", "stimulus", "rep", "accuracy"]]
+
+
+def fit_model(ds: Dataset, plan: dict[str, Any]) -> tuple[Result, stats.MixedModelFit | None]:
+    """The locked linear mixed model: trial accuracy ~ arm + (1 | stimulus), REML."""
+    arms = plan["arms"]
+    full = [a for a in sorted(arms) if arms[a].get("role") == "full"]
+    reference = full[0] if full else min(arms)
+    group = str(plan.get("analysis", {}).get("random_intercept", "stimulus"))
+    result = Result(
+        "model.lmm",
+        f"Linear mixed model: accuracy ~ arm + (1 | {group}), REML",
+        "pre-registered",
+        "lmm",
+    )
+    holder: list[stats.MixedModelFit] = []
+
+    def compute() -> None:
+        fit = stats.mixed_model(_trial_outcome(ds), "accuracy", "arm", group, reference)
+        holder.append(fit)
+        result.values = fit.as_dict()
+        if fit.singular or not fit.converged:
+            result.values["caution"] = (
+                "the fit is singular or did not converge; contrasts are reported but flagged"
+            )
+
+    _guard(result, compute)
+    return result, (holder[0] if holder else None)
+
+
+def _arm_values(ds: Dataset, arm: str) -> np.ndarray[Any, np.dtype[np.float64]]:
+    t = _trial_outcome(ds)
+    values: np.ndarray[Any, np.dtype[np.float64]] = t[t["arm"] == arm]["accuracy"].to_numpy(
+        dtype=np.float64
+    )
+    return values
+
+
+def _per_group_diff(ds: Dataset, a: str, b: str) -> dict[str, float]:
+    t = _trial_outcome(ds)
+    means = t.groupby(["stimulus", "arm"])["accuracy"].mean().unstack("arm")
+    if a not in means or b not in means:
+        raise stats.StatsError(f"arms {a!r} and {b!r} need scored trials on common stimuli")
+    diffs = (means[a] - means[b]).dropna()
+    if diffs.empty:
+        raise stats.StatsError(f"arms {a!r} and {b!r} share no stimulus with scored trials")
+    return {str(k): float(v) for k, v in diffs.items()}
+
+
+def _paired_items(ds: Dataset, a: str, b: str) -> pd.DataFrame:
+    it = _items(ds)
+    keys = ["stimulus", "rep", "row", "position"]
+    left = it[it["arm"] == a].loc[:, [*keys, "correct", "answer", "truth"]]
+    right = it[it["arm"] == b].loc[:, [*keys, "correct", "answer"]]
+    return left.merge(right, on=keys, suffixes=("_a", "_b"))
+
+
+def hypothesis_results(
+    ds: Dataset, plan: dict[str, Any], fit: stats.MixedModelFit | None
+) -> list[Result]:
+    """Each pre-registered hypothesis's test and decision rule, with multiplicity corrections."""
+    design = plan["design"]
+    out: list[Result] = []
+    for h in plan["hypotheses"]:
+        a, b = h["contrast"]
+        r = Result(
+            f"hypothesis.{h['id']}",
+            h["description"],
+            "pre-registered",
+            h["test"],
+            hypothesis=h["id"],
+        )
+        sides = h.get("sides") or "two-sided"
+        alpha = h.get("alpha") or 0.05
+        min_pp = h.get("min_difference_pp")
+
+        def compute(
+            h: dict[str, Any] = h, r: Result = r, a: str = a, b: str = b, sides: str = sides
+        ) -> None:
+            test = h["test"]
+            if test == "lmm":
+                if fit is None:
+                    raise stats.StatsError("the mixed model could not be fitted (model.lmm)")
+                c = stats.contrast(fit, a, b, sides)  # type: ignore[arg-type]
+                r.values = {**c.as_dict(), "singular_fit": fit.singular}
+                r.values["p_raw"] = c.p
+            elif test == "equivalence":
+                e = stats.equivalence(_per_group_diff(ds, a, b), h["margin_pp"] / 100)
+                r.values = e.as_dict()
+            elif test == "paired-t":
+                diffs = _per_group_diff(ds, a, b)
+                t = _trial_outcome(ds)
+                means = t.groupby(["stimulus", "arm"])["accuracy"].mean().unstack("arm")
+                keys = sorted(diffs)
+                res = stats.paired_t(means.loc[keys, a].to_numpy(), means.loc[keys, b].to_numpy())
+                r.values = {
+                    **res.as_dict(),
+                    "p_raw": res.p_one_sided if sides == "one-sided" else res.p,
+                    "estimate": res.difference,
+                }
+            elif test == "independent-t":
+                res = stats.independent_t(_arm_values(ds, a), _arm_values(ds, b))
+                r.values = {
+                    **res.as_dict(),
+                    "p_raw": res.p_one_sided if sides == "one-sided" else res.p,
+                    "estimate": res.difference,
+                }
+            elif test == "bootstrap":
+                boot = stats.bootstrap_diff(
+                    _arm_values(ds, a),
+                    _arm_values(ds, b),
+                    int(design["bootstrap_iterations"]),
+                    design["bootstrap_seed"],
+                )
+                r.values = boot.as_dict()
+            elif test == "mcnemar":
+                pairs = _paired_items(ds, a, b)
+                if pairs.empty:
+                    raise stats.StatsError(f"no paired items between arms {a!r} and {b!r}")
+                mc = stats.mcnemar_paired(
+                    pairs["correct_a"].to_numpy(), pairs["correct_b"].to_numpy()
+                )
+                r.values = {**mc.as_dict(), "p_raw": mc.p}
+            elif test == "chi-square":
+                it = _items(ds)
+                wrong = it[(it["arm"] == a) & (~it["correct"]) & it["answer"].isin(ORIENTATIONS)]
+                counts = [int((wrong["answer"] == o).sum()) for o in ORIENTATIONS]
+                chi = stats.chi_square_gof(counts)
+                r.values = {**chi.as_dict(), "labels": list(ORIENTATIONS), "p_raw": chi.p}
+            else:
+                raise stats.StatsError(f"unknown test {test!r}")
+
+        _guard(r, compute)
+        r.values = (r.values or {}) | {
+            "alpha": alpha,
+            "sides": sides,
+            "min_difference_pp": min_pp,
+            "correction": h.get("correction", "none"),
+            "family": h.get("family"),
+        }
+        out.append(r)
+    _apply_corrections(out, plan)
+    for h, r in zip(plan["hypotheses"], out, strict=True):
+        if r.status == "ok":
+            _decide(h, r)
+    return out
+
+
+def _apply_corrections(results: list[Result], plan: dict[str, Any]) -> None:
+    """Adjust p within each family (Bonferroni or Holm), as each hypothesis declares."""
+    families: dict[tuple[str, str], list[Result]] = {}
+    for h, r in zip(plan["hypotheses"], results, strict=True):
+        correction = h.get("correction", "none")
+        if correction in ("bonferroni", "holm") and r.status == "ok":
+            families.setdefault((h.get("family") or h["id"], correction), []).append(r)
+    for (_family, method), members in families.items():
+        ps = [m.values["p_raw"] for m in members if m.values and "p_raw" in m.values]
+        if len(ps) != len(members):
+            continue
+        adjust = stats.bonferroni if method == "bonferroni" else stats.holm
+        adjusted = adjust(ps).adjusted
+        for m, p_adj in zip(members, adjusted, strict=True):
+            assert m.values is not None
+            m.values["p_adjusted"] = p_adj
+            m.values["family_size"] = len(members)
+
+
+def _decide(h: dict[str, Any], r: Result) -> None:
+    """The decision rule of ``docs/analysis.md`` §3, applied to one computed result."""
+    v = r.values or {}
+    test = h["test"]
+    alpha = v["alpha"]
+    min_pp = v.get("min_difference_pp")
+    if test == "equivalence":
+        holds = bool(v["holds"])
+        r.verdict = "supported" if holds else "not supported"
+        r.decided_by = {
+            "rule": "max per-group |difference| < margin",
+            "max_abs_diff": v["max_abs_diff"],
+            "group": v["group"],
+            "margin": v["margin"],
+        }
+        return
+    if test == "bootstrap":
+        lower, upper, est = v["lower"], v["upper"], v["estimate"]
+        if h.get("sides") == "one-sided":
+            ok = lower is not None and lower > 0
+            rule = "95% bootstrap CI lower bound > 0"
+        else:
+            ok = (lower is not None and lower > 0) or (upper is not None and upper < 0)
+            rule = "95% bootstrap CI excludes 0"
+        if min_pp is not None:
+            ok = ok and est * 100 >= min_pp
+            rule += f" and estimate >= {min_pp} pp"
+        r.verdict = "supported" if ok else "not supported"
+        r.decided_by = {"rule": rule, "estimate": est, "lower": lower, "upper": upper}
+        return
+    p = v.get("p_adjusted", v.get("p_raw"))
+    estimate = v.get("estimate")
+    ok = p is not None and p < alpha
+    rule = f"p{' (adjusted)' if 'p_adjusted' in v else ''} < {alpha}"
+    if test in ("lmm", "paired-t", "independent-t") and h.get("sides") == "one-sided":
+        ok = ok and estimate is not None and estimate > 0
+        rule += " and the estimate in the predicted direction"
+    if min_pp is not None and estimate is not None:
+        ok = ok and estimate * 100 >= min_pp
+        rule += f" and estimate >= {min_pp} pp"
+    r.verdict = "supported" if ok else "not supported"
+    r.decided_by = {"rule": rule, "p": p, "estimate": estimate}
+
+
+def exploratory(ds: Dataset, plan: dict[str, Any]) -> list[Result]:
+    """Not pre-registered: error phenotype, rows, position bias, paired-arm metrics."""
+    out: list[Result] = []
+    items = _items(ds)
+    for arm in ds.arms:
+        it = items[items["arm"] == arm]
+        r = Result(
+            f"exploratory.errors.{arm}",
+            f"Error phenotype of arm {arm}",
+            "exploratory",
+            "confusion, canonical share, chi-square, rows, position bias",
+        )
+
+        def compute(it: pd.DataFrame = it, r: Result = r) -> None:
+            if it.empty:
+                raise stats.StatsError("no parseable tumbling-E responses in this arm")
+            answers = it["answer"].fillna("(none)").astype(str).tolist()
+            truth = it["truth"].astype(str).tolist()
+            confusion = stats.confusion_matrix(truth, answers, ORIENTATIONS)
+            wrong = it[(~it["correct"]) & it["answer"].isin(ORIENTATIONS)]
+            values: dict[str, Any] = {"confusion": confusion.as_dict()}
+            if len(wrong):
+                values["canonical_right_share"] = stats.canonical_share(
+                    wrong["truth"].astype(str).tolist(), wrong["answer"].astype(str).tolist()
+                ).as_dict()
+                counts = [int((wrong["answer"] == o).sum()) for o in ORIENTATIONS]
+                values["error_directions"] = dict(zip(ORIENTATIONS, counts, strict=True))
+                try:
+                    values["error_chi_square"] = stats.chi_square_gof(counts).as_dict()
+                except stats.StatsError as exc:
+                    values["error_chi_square"] = {"error": str(exc)}
+            rows = it.groupby("row")["correct"].agg(["sum", "count"])
+            values["accuracy_by_row"] = {
+                str(int(row)): {"correct": int(s), "n": int(c), "accuracy": s / c}
+                for row, (s, c) in rows.iterrows()
+            }
+            values["position_bias"] = stats.position_bias_tvd(
+                answers, truth, ORIENTATIONS
+            ).as_dict()
+            r.values = values
+
+        out.append(_guard(r, compute))
+    design = plan["design"]
+    pairs = sorted({tuple(h["contrast"]) for h in plan["hypotheses"]})
+    for a, b in pairs:
+        r = Result(
+            f"exploratory.pair.{a}-{b}",
+            f"Paired-arm metrics {a} vs {b}",
+            "exploratory",
+            "mcnemar, flip rate, t-tests, bootstraps",
+        )
+
+        def compute_pair(a: str = a, b: str = b, r: Result = r) -> None:
+            values: dict[str, Any] = {}
+            paired = _paired_items(ds, a, b)
+            if not paired.empty:
+                values["mcnemar"] = stats.mcnemar_paired(
+                    paired["correct_a"].to_numpy(), paired["correct_b"].to_numpy()
+                ).as_dict()
+                values["flip_rate"] = stats.flip_rate(
+                    paired["answer_a"].fillna("(none)").astype(str).tolist(),
+                    paired["answer_b"].fillna("(none)").astype(str).tolist(),
+                ).as_dict()
+            x, y = _arm_values(ds, a), _arm_values(ds, b)
+            values["independent_t"] = stats.independent_t(x, y).as_dict()
+            diffs = _per_group_diff(ds, a, b)
+            t = _trial_outcome(ds)
+            means = t.groupby(["stimulus", "arm"])["accuracy"].mean().unstack("arm")
+            keys = sorted(diffs)
+            if len(keys) >= 2:
+                values["paired_t"] = stats.paired_t(
+                    means.loc[keys, a].to_numpy(), means.loc[keys, b].to_numpy()
+                ).as_dict()
+            values["bootstrap_diff"] = stats.bootstrap_diff(
+                x, y, int(design["bootstrap_iterations"]), design["bootstrap_seed"]
+            ).as_dict()
+            r.values = values
+
+        out.append(_guard(r, compute_pair))
+    for arm in ds.arms:
+        r = Result(
+            f"exploratory.question_run.{arm}",
+            f"Accuracy of arm {arm}, bootstrap over (stimulus, replicate) observations",
+            "exploratory",
+            "bootstrap_clustered",
+        )
+
+        def compute_qr(arm: str = arm, r: Result = r) -> None:
+            t = _trial_outcome(ds)
+            t = t[t["arm"] == arm]
+            res = stats.bootstrap_clustered(
+                t["accuracy"].to_numpy(dtype=np.float64),
+                t["stimulus"].tolist(),
+                t["rep"].tolist(),
+                int(design["bootstrap_iterations"]),
+                design["bootstrap_seed"],
+            )
+            r.values = res.as_dict()
+
+        out.append(_guard(r, compute_qr))
+    return out
+
+
+def multiplicity(hypotheses: list[Result]) -> Result:
+    """Bonferroni and Holm over every hypothesis with a raw p (exploratory: a sensitivity view)."""
+    r = Result(
+        "exploratory.multiplicity",
+        "All hypothesis p-values, Bonferroni and Holm",
+        "exploratory",
+        "bonferroni, holm",
+    )
+
+    def compute() -> None:
+        rows = [
+            (h.hypothesis, h.values["p_raw"])
+            for h in hypotheses
+            if h.status == "ok" and h.values and h.values.get("p_raw") is not None
+        ]
+        if not rows:
+            raise stats.StatsError("no hypothesis produced a p-value")
+        ps = [p for _, p in rows]
+        r.values = {
+            "hypotheses": [h for h, _ in rows],
+            "bonferroni": stats.bonferroni(ps).as_dict(),
+            "holm": stats.holm(ps).as_dict(),
+        }
+
+    return _guard(r, compute)
+
+
+def run_analyses(ds: Dataset, plan: dict[str, Any]) -> list[Result]:
+    """Every result, in a fixed order: descriptive, model, hypotheses, exploratory."""
+    if ds.trials.empty:
+        empty = Result(
+            "descriptive.arms",
+            "Glyph-level accuracy by arm",
+            "descriptive",
+            "wilson",
+            status="failed",
+            error="no scored trials: nothing to analyse",
+        )
+        failed = [empty]
+        for h in plan["hypotheses"]:
+            failed.append(
+                Result(
+                    f"hypothesis.{h['id']}",
+                    h["description"],
+                    "pre-registered",
+                    h["test"],
+                    hypothesis=h["id"],
+                    status="failed",
+                    verdict="not computed",
+                    error="no scored trials",
+                )
+            )
+        return failed
+    out = descriptive(ds)
+    model, fit = fit_model(ds, plan)
+    out.append(model)
+    tested = hypothesis_results(ds, plan, fit)
+    out.extend(tested)
+    out.extend(exploratory(ds, plan))
+    out.append(multiplicity(tested))
+    return out
+
+
+@dataclass(frozen=True)
+class AnalyzeResult:
+    """What :func:`analyze_study` recorded."""
+
+    results: list[dict[str, Any]]
+    first_seq: int
+    dataset_sha256: str
+
+
+def analyze_study(root: str | Path, key: SigningKey) -> AnalyzeResult:
+    """Run the locked plan on the scored data; append one ``analysis.result`` per result."""
+    root = Path(root)
+    check_integrity(root)
+    with Ledger.open(ledger_path(root)) as log:
+        done = next(iter(log.events("analysis.result")), None)
+        if done is not None:
+            raise StudyError(f"{root}: already analysed (analysis.result from seq {done.seq})")
+        protocol = protocol_event(log)
+        assert protocol is not None
+        plan = protocol.body
+        exclude = bool(plan.get("analysis", {}).get("exclude_unparseable", True))
+        ds = load_dataset(log, exclude_unparseable=exclude)
+        results = run_analyses(ds, plan)
+        trials_csv, items_csv = ds.trials_csv(), ds.items_csv()
+        inputs = {
+            "scores_sha256": ds.scores_sha256,
+            "trials_csv_sha256": hashlib.sha256(trials_csv).hexdigest(),
+            "items_csv_sha256": hashlib.sha256(items_csv).hexdigest(),
+            "protocol_seq": protocol.seq,
+        }
+        specs = [
+            EventSpec(
+                "analysis.result",
+                r.as_dict() | {"inputs": inputs},
+                {"trials_csv": trials_csv, "items_csv": items_csv} if i == 0 else None,
+            )
+            for i, r in enumerate(results)
+        ]
+        events = log.append_many(specs, key=key)
+        log.sign_checkpoint(key)
+    return AnalyzeResult([r.as_dict() for r in results], events[0].seq, inputs["trials_csv_sha256"])

@@ -1,0 +1,210 @@
+"""``ledger score`` and ``ledger unblind``: blinded scoring, the seal, and the commit-reveal.
+
+Scoring reads each recorded response and hands the scorer a :class:`BlindTrial`: the response
+bytes, their wire format, the stimulus id and the *arm code* (``HMAC-SHA256(secret, arm)``
+truncated, ``docs/randomization.md``), never the arm, the trial id or the request. The scorer
+(:func:`score_blind`) is a pure function of that record and the locked truth table, so the
+same response always gets the same bytes, whatever arm it came from.
+
+Events (``docs/trials.md`` §4): one ``trial.scored`` per response (blob ``scores``: the
+per-item JSON of ``docs/scoring.md``), then, once every scheduled trial has a final outcome,
+``scoring.sealed`` with the hash of all scores. ``ledger unblind`` refuses before the seal,
+checks the blinding secret against the commitment made at lock, and appends
+``blinding.revealed`` with the secret and every arm's code.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import rfc8785
+
+from analysis.parse import parse_response
+from analysis.score import TrialScore, score_parsed
+from ledger import EventSpec, Ledger, SigningKey
+from runner.lock import StudyError, blinding_secret, check_integrity, ledger_path, protocol_event
+from runner.schedule import arm_code, commitment
+from runner.spec import Study
+from runner.state import load_state
+from runner.stimuli import Glyph, read_truth_csv
+
+BATCH = 500
+
+
+@dataclass(frozen=True)
+class BlindTrial:
+    """Everything the scorer may see of one response."""
+
+    response_seq: int
+    arm_code: str
+    stimulus: str
+    raw: bytes
+    format: str
+
+
+def score_blind(trial: BlindTrial, parser: str, truth: list[Glyph] | str) -> TrialScore:
+    """Parse and score one blinded response against its stimulus's truth."""
+    raw, fmt = trial.raw, trial.format
+    if fmt == "anthropic-batch-result":
+        raw, fmt = batch_message(raw), "anthropic-messages"
+    return score_parsed(parse_response(raw, fmt, parser), parser, truth)
+
+
+def batch_message(line: bytes) -> bytes:
+    """The ``result.message`` object of a Message Batches result line, as JSON bytes.
+
+    The runner stores the raw JSONL line; its message is re-encoded canonically (RFC 8785),
+    which keeps every text block exactly. A line without a message gives ``b"null"``, which
+    the parser reports as unparseable.
+    """
+    import json
+
+    try:
+        message = json.loads(line)["result"]["message"]
+    except (ValueError, KeyError, TypeError):
+        return b"null"
+    return bytes(rfc8785.dumps(message))
+
+
+def scores_digest(pairs: list[tuple[int, str]]) -> str:
+    """SHA-256 of the canonical JSON list ``[[response_seq, scores_sha256], ...]`` by seq."""
+    return hashlib.sha256(rfc8785.dumps([[s, h] for s, h in sorted(pairs)])).hexdigest()
+
+
+@dataclass(frozen=True)
+class ScoreResult:
+    """What :func:`score_study` did."""
+
+    scored: int
+    already: int
+    by_status: dict[str, int]
+    sealed_seq: int | None
+    pending: int
+
+
+def _find(log: Ledger, kind: str) -> Any:
+    return next(iter(log.events(kind)), None)
+
+
+def _arm_codes(study: Study) -> dict[str, str]:
+    secret = blinding_secret(study)
+    return {arm: arm_code(secret, arm) for arm in study.arms}
+
+
+def score_study(root: str | Path, key: SigningKey) -> ScoreResult:
+    """Score every response not yet scored; seal once every trial has a final outcome."""
+    root = Path(root)
+    study = check_integrity(root)
+    truth = read_truth_csv(study.truth_path)
+    codes = _arm_codes(study)
+    with Ledger.open(ledger_path(root)) as log:
+        sealed = _find(log, "scoring.sealed")
+        if sealed is not None:
+            raise StudyError(f"{root}: scoring was sealed at seq {sealed.seq}; nothing to score")
+        state = load_state(study, log)
+        scored = {
+            e.body["response_seq"]: e.body["scores_sha256"] for e in log.events("trial.scored")
+        }
+        requests = {e.seq: e.body for e in log.events("trial.requested")}
+        specs: list[EventSpec] = []
+        by_status: dict[str, int] = {}
+        count = 0
+        for event in log.events("trial.responded"):
+            if event.seq in scored:
+                continue
+            request = requests[event.body["request_seq"]]
+            blind = BlindTrial(
+                response_seq=event.seq,
+                arm_code=codes[request["arm"]],
+                stimulus=request["stimulus"],
+                raw=log.blob(event.blobs["response"]),
+                format=str(event.body.get("format", "anthropic-messages")),
+            )
+            result = score_blind(blind, study.parser, truth[blind.stimulus])
+            by_status[result.status] = by_status.get(result.status, 0) + 1
+            specs.append(
+                EventSpec(
+                    "trial.scored",
+                    {
+                        "response_seq": blind.response_seq,
+                        "arm_code": blind.arm_code,
+                        "stimulus": blind.stimulus,
+                        "parser": study.parser,
+                        "status": result.status,
+                        "n_items": result.n_items,
+                        "n_answered": result.n_answered,
+                        "n_correct": result.n_correct,
+                        "scores_sha256": result.sha256,
+                        "problems": [p[:300] for p in result.problems[:20]],
+                    },
+                    {"scores": result.items_bytes()},
+                )
+            )
+            scored[blind.response_seq] = result.sha256
+            count += 1
+            if len(specs) >= BATCH:
+                log.append_many(specs, key=key)
+                specs = []
+        if specs:
+            log.append_many(specs, key=key)
+        pending = len(state.pending())
+        sealed_seq = None
+        if pending == 0:
+            given_up = sum(s.given_up is not None for s in state.trials.values())
+            seal = log.append(
+                "scoring.sealed",
+                {
+                    "scored": len(scored),
+                    "given_up": given_up,
+                    "trials": len(state.order),
+                    "scores_sha256": scores_digest(list(scored.items())),
+                    "parser": study.parser,
+                },
+                key=key,
+            )
+            sealed_seq = seal.seq
+            log.sign_checkpoint(key)
+    return ScoreResult(count, len(scored) - count, by_status, sealed_seq, pending)
+
+
+@dataclass(frozen=True)
+class UnblindResult:
+    """What :func:`unblind_study` revealed."""
+
+    seq: int
+    arm_codes: dict[str, str]
+    commitment: str
+
+
+def unblind_study(root: str | Path, key: SigningKey) -> UnblindResult:
+    """Reveal the blinding secret after the seal, checked against the lock's commitment."""
+    root = Path(root)
+    study = check_integrity(root)
+    with Ledger.open(ledger_path(root)) as log:
+        if _find(log, "scoring.sealed") is None:
+            raise StudyError(
+                f"{root}: scoring is not sealed yet; run 'ledger score' after every trial has "
+                "a final outcome (unblinding before the seal would break the blind)"
+            )
+        revealed = _find(log, "blinding.revealed")
+        if revealed is not None:
+            raise StudyError(f"{root}: already unblinded at seq {revealed.seq}")
+        protocol = protocol_event(log)
+        assert protocol is not None
+        secret = blinding_secret(study)
+        committed = protocol.body["blinding_commitment"]
+        if commitment(secret) != committed:
+            raise StudyError(
+                f"{root}: the blinding secret does not open the commitment made at lock "
+                f"(protocol.locked seq {protocol.seq}: {committed}); wrong secret source?"
+            )
+        codes = {arm: arm_code(secret, arm) for arm in study.arms}
+        event = log.append(
+            "blinding.revealed",
+            {"secret_hex": secret.hex(), "commitment": committed, "arm_codes": codes},
+            key=key,
+        )
+    return UnblindResult(event.seq, codes, committed)
