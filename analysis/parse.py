@@ -32,12 +32,23 @@ __all__ = [
     "CHART_OTHER",
     "CHART_TUMBLING_E",
     "FORMATS",
+    "JOIN_PATTERN",
+    "KEY_PATTERN",
+    "LETTER_ALONE",
+    "LETTER_OPTION_LINE",
+    "LETTER_REVERSE_SUFFIX",
+    "LETTER_TOKEN",
     "MAX_DEPTH",
     "ORIENTATIONS",
+    "ORIENTATION_CAPITALS",
+    "ORIENTATION_KEY_PATTERN",
     "PARSERS",
     "REFUSAL_PATTERNS",
     "STATUSES",
+    "WORD_ALONE",
+    "WORD_TOKEN",
     "YES_NO_MAYBE",
+    "YES_NO_OPENING",
     "AnswerRow",
     "ParseError",
     "Parsed",
@@ -334,8 +345,9 @@ _DASHES: Final = str.maketrans(
 
 
 def _markup_free(text: str) -> str:
-    """Drop ``*`` and backquotes, map Unicode dashes to ``-`` and U+2019 to ``'``."""
-    return text.translate(_DASHES).replace("*", "").replace("`", "")
+    """Drop ``*`` and backquotes, map Unicode dashes to ``-``, U+2019 to ``'``, CR LF to LF."""
+    text = text.translate(_DASHES).replace("*", "").replace("`", "")
+    return text.replace("\r\n", "\n").replace("\r", "\n")
 
 
 def _refusal(text: str) -> str | None:
@@ -518,7 +530,7 @@ WORD_TOKEN: Final = r"(?i:(?<![\w'-])({W})(?![\w'-]))"
 WORD_ALONE: Final = r"(?i:({W}))\s*[.!]?"
 """A whole text, or a whole line, that is only a vocabulary word."""
 
-YES_NO_OPENING: Final = r"\A[\s\"'>#-]*(?i:(yes|no|maybe))(?=[.,;:!])"
+YES_NO_OPENING: Final = r'''\A[\s"'>#-]*(?i:(yes|no|maybe))(?=[.,;:!])'''
 """A text that opens with yes/no/maybe followed by punctuation (``No, because ...``)."""
 
 ORIENTATION_CAPITALS: Final = r"(?<![A-Za-z])(UP|RIGHT|DOWN|LEFT)(?![A-Za-z])"
