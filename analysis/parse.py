@@ -39,6 +39,7 @@ __all__ = [
     "LETTER_REVERSE_SUFFIX",
     "LETTER_TOKEN",
     "MAX_DEPTH",
+    "MAX_INT_DIGITS",
     "ORIENTATIONS",
     "ORIENTATION_CAPITALS",
     "ORIENTATION_KEY_PATTERN",
@@ -245,7 +246,19 @@ def _constant(name: str) -> Any:
 MAX_DEPTH: Final = 64
 """JSON values nested deeper than this (the answer object has depth 4) do not parse."""
 
-_DECODER: Final = json.JSONDecoder(object_pairs_hook=_pairs, parse_constant=_constant)
+MAX_INT_DIGITS: Final = 4300
+"""Integer literals with more digits do not parse (Python's default conversion limit)."""
+
+
+def _int(literal: str) -> int:
+    if len(literal.lstrip("-")) > MAX_INT_DIGITS:
+        raise _Rejected(f"integer literal of more than {MAX_INT_DIGITS} digits")
+    return int(literal)
+
+
+_DECODER: Final = json.JSONDecoder(
+    object_pairs_hook=_pairs, parse_constant=_constant, parse_int=_int
+)
 
 
 @dataclass(frozen=True)
@@ -372,7 +385,7 @@ def parse_tumbling_e(text: str) -> Parsed:
     text without an answer object is ``"refused"`` if a refusal pattern matches and
     ``"unparseable"`` otherwise.
     """
-    if not text.strip(_SPACE):
+    if not _markup_free(text).strip(_SPACE):
         return _unparseable("empty response")
     scan = _scan_json(text)
     candidates = [

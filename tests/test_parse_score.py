@@ -390,6 +390,14 @@ def test_nesting_limit() -> None:
     assert "nested deeper than 64 levels" in parsed.problems[-1]
 
 
+def test_integer_digit_limit() -> None:
+    base = '{"chart_type": "tumbling-e", "rows": [], "n": -%s}'
+    assert parse_tumbling_e(base % ("9" * 4300)).status == "ok"
+    parsed = parse_tumbling_e(base % ("9" * 4301))
+    assert parsed.status == "unparseable"
+    assert "more than 4300 digits" in parsed.problems[-1]
+
+
 def test_equal_answer_objects_are_compared_as_json() -> None:
     reordered = '{"rows": [{"orientations": ["UP"], "row": 1.0}], "chart_type": "tumbling-e"}'
     first = '{"chart_type": "tumbling-e", "rows": [{"row": 1, "orientations": ["UP"]}]}'
