@@ -912,3 +912,31 @@ def analyze(study_dir: Path, key_file: str | None) -> None:
     click.echo(f"recorded {len(result.results)} analysis.result events from seq "
                f"{result.first_seq}" + (f"; could not compute: {', '.join(failed)}" if failed
                                         else ""))
+
+
+@main.command("export")
+@click.argument("study_dir", metavar="STUDY", type=click.Path(file_okay=False, path_type=Path))
+@click.argument("directory", type=click.Path(file_okay=False, path_type=Path))
+@click.option("--force", is_flag=True, help="Replace a non-empty DIRECTORY.")
+@click.option("--key", "key_file", default=None, help="Signing key (default: the study owner's).")
+def export_cmd(study_dir: Path, directory: Path, force: bool, key_file: str | None) -> None:
+    """Write the OSF-style archive of an analysed study into DIRECTORY.
+
+    Records export.created (the hash of every archive file) and a final checkpoint first,
+    so the archived ledger covers the whole archive. Written to a temporary directory and
+    renamed into place.
+
+    \b
+    Example:
+      ledger export my-study my-study-archive
+      ledger verify my-study-archive
+    """
+    from analysis.export import export_study
+
+    result = export_study(study_dir, directory, _study_key(study_dir, key_file), force=force)
+    click.echo(
+        f"exported {result.files} files ({result.bytes:,} bytes) to {result.directory}; "
+        f"export.created at seq {result.export_seq}"
+    )
+    click.echo(f"check it: ledger verify {result.directory}  (or: cd {result.directory} && "
+               "sha256sum -c MANIFEST.sha256)")

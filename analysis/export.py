@@ -1,0 +1,305 @@
+"""``ledger export``: the OSF-style archive of ``docs/archive-format.md``.
+
+The archive is written into a temporary directory beside the target and renamed into place, so
+a crash never leaves half an archive. Before the ledger's own files are written, an
+``export.created`` event carrying the SHA-256 of every other archive file is appended and a
+checkpoint is signed, so the exported ledger covers the archive: a file changed afterwards is
+caught even if ``MANIFEST.sha256`` is rewritten to match.
+"""
+
+from __future__ import annotations
+
+import base64
+import csv
+import hashlib
+import io
+import json
+import os
+import shutil
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from ledger import Ledger, SigningKey, canonical_json
+from runner.lock import StudyError, check_integrity, ledger_path, protocol_event
+from runner.spec import Study
+
+ARCHIVE_FORMAT = 1
+LEDGER_DIR = "ledger"
+MANIFEST = "MANIFEST.sha256"
+
+
+@dataclass(frozen=True)
+class ExportResult:
+    """What :func:`export_study` wrote."""
+
+    directory: Path
+    files: int
+    bytes: int
+    export_seq: int
+    checkpoint: str
+
+
+def _csv_bytes(header: Sequence[str], rows: Iterable[Sequence[Any]]) -> bytes:
+    out = io.StringIO()
+    writer = csv.writer(out, lineterminator="\n")
+    writer.writerow(header)
+    for row in rows:
+        writer.writerow(["" if v is None else v for v in row])
+    return out.getvalue().encode("utf-8")
+
+
+def _json_bytes(value: Any) -> bytes:
+    return (json.dumps(value, indent=2, sort_keys=True, ensure_ascii=False) + "\n").encode()
+
+
+def archive_path(rel: str, role: str) -> str:
+    """Where a locked study file goes in the archive (``docs/archive-format.md`` §2)."""
+    name = rel.rsplit("/", 1)[-1]
+    if role == "stimulus":
+        return f"stimuli/{name}"
+    if role == "truth":
+        return f"truth/{name}"
+    return f"protocol/{rel}"
+
+
+class _Writer:
+    def __init__(self, root: Path) -> None:
+        self.root = root
+        self.files: dict[str, bytes] = {}
+
+    def put(self, rel: str, data: bytes) -> None:
+        if rel in self.files:
+            raise StudyError(f"archive: two files map to {rel}")
+        self.files[rel] = data
+
+    def flush(self) -> None:
+        for rel, data in sorted(self.files.items()):
+            path = self.root / rel
+            path.parent.mkdir(parents=True, exist_ok=True)
+            with path.open("wb") as fh:
+                fh.write(data)
+                fh.flush()
+                os.fsync(fh.fileno())
+
+
+def _protocol_files(w: _Writer, study: Study, log: Ledger) -> None:
+    protocol = protocol_event(log)
+    assert protocol is not None
+    locked: dict[str, tuple[str, str]] = {}
+    for event in log.events("artifact.locked"):
+        locked[event.body["path"]] = (event.body["role"], event.blobs["content"])
+    for amendment in log.events("protocol.amended"):
+        for change in amendment.body["changes"]:
+            role = locked.get(change["path"], ("document", ""))[0]
+            locked[change["path"]] = (role, change["sha256"])
+    rows = []
+    for rel, (role, digest) in sorted(locked.items()):
+        target = archive_path(rel, role)
+        w.put(target, log.blob(digest))
+        rows.append((rel, role, digest, target))
+    w.put("protocol/files.csv", _csv_bytes(("locked_path", "role", "sha256", "archive_path"), rows))
+    for arm in sorted(study.arms):
+        w.put(f"protocol/arms/{arm}.txt", study.arm_text(arm).encode("utf-8"))
+    w.put("protocol/protocol.json", _json_bytes({"seq": protocol.seq, **protocol.body}))
+
+
+def _trial_files(w: _Writer, log: Ledger) -> None:
+    revealed = next(iter(log.events("blinding.revealed")), None)
+    codes: dict[str, str] = revealed.body["arm_codes"] if revealed else {}
+    protocol = protocol_event(log)
+    assert protocol is not None
+    schedule = log.blob(protocol.blobs["schedule"]).decode("utf-8").splitlines()
+    w.put(
+        "trials/schedule.csv",
+        _csv_bytes(
+            ("position", "arm_code", "stimulus", "rep", "trial"),
+            (
+                (i, codes.get(t.split("|")[0], ""), t.split("|")[1], t.split("|")[2], t)
+                for i, t in enumerate(schedule, 1)
+            ),
+        ),
+    )
+    outcomes: dict[int, Any] = {}
+    for event in log.events():
+        if event.kind in ("trial.responded", "trial.failed"):
+            outcomes[event.body["request_seq"]] = event
+    rows = []
+    for event in log.events("trial.requested"):
+        out = outcomes.get(event.seq)
+        b = event.body
+        rows.append(
+            (
+                event.seq, b["position"], b["trial"], b["attempt"], b["request_sha256"],
+                out.kind.split(".")[1] if out else "none", out.seq if out else None,
+                out.blobs.get("response") if out else None,
+                out.body.get("error_type") if out and out.kind == "trial.failed" else None,
+                (out.kind == "trial.responded" or bool(out.body.get("final"))) if out else False,
+            )
+        )  # fmt: skip
+    w.put(
+        "trials/attempts.csv",
+        _csv_bytes(
+            ("request_seq", "position", "trial", "attempt", "request_sha256", "outcome",
+             "outcome_seq", "response_sha256", "error_type", "final"),
+            rows,
+        ),
+    )  # fmt: skip
+
+
+def _score_files(w: _Writer, log: Ledger) -> None:
+    rows = [
+        (
+            e.seq, e.body["response_seq"], e.body["arm_code"], e.body["stimulus"],
+            e.body["status"], e.body["n_items"], e.body["n_answered"], e.body["n_correct"],
+            e.body["scores_sha256"],
+        )
+        for e in log.events("trial.scored")
+    ]  # fmt: skip
+    w.put(
+        "scores/scores.csv",
+        _csv_bytes(
+            ("scored_seq", "response_seq", "arm_code", "stimulus", "status", "n_items",
+             "n_answered", "n_correct", "scores_sha256"),
+            rows,
+        ),
+    )  # fmt: skip
+
+
+def _analysis_files(w: _Writer, root: Path, log: Ledger) -> list[dict[str, Any]]:
+    results = [{"seq": e.seq, **e.body} for e in log.events("analysis.result")]
+    if not results:
+        raise StudyError(f"{root}: nothing to export yet; run 'ledger analyze' first")
+    first = next(iter(log.events("analysis.result")))
+    w.put("analysis/results.json", _json_bytes(results))
+    w.put("analysis/trials.csv", log.blob(first.blobs["trials_csv"]))
+    w.put("analysis/items.csv", log.blob(first.blobs["items_csv"]))
+    verdicts = [
+        (r["hypothesis"], r["test"], r["status"], r["verdict"],
+         json.dumps(r["decided_by"], sort_keys=True) if r["decided_by"] else "", r["error"] or "")
+        for r in results
+        if r["hypothesis"]
+    ]  # fmt: skip
+    w.put(
+        "analysis/tables/verdicts.csv",
+        _csv_bytes(("hypothesis", "test", "status", "verdict", "decided_by", "error"), verdicts),
+    )
+    try:
+        from analysis.report import build_report
+    except ImportError:  # the report module is optional for an export
+        return results
+    import tempfile
+
+    with tempfile.TemporaryDirectory() as tmp:
+        build_report(root, Path(tmp))
+        for path in sorted(Path(tmp).rglob("*")):
+            if path.is_file():
+                rel = path.relative_to(tmp).as_posix()
+                name = "analysis/report.html" if rel == "report.html" else f"analysis/figures/{rel}"
+                w.put(name, path.read_bytes())
+    return results
+
+
+def _readme(study: Study, log: Ledger, results: list[dict[str, Any]]) -> bytes:
+    simulated = any(e.body.get("simulated") for e in log.events("run.started"))
+    lines = [
+        f"# {study.title}",
+        "",
+        f"Study `{study.id}` (origin `{study.origin}`), exported by PROMPT Ledger as an "
+        f"OSF-style archive (format {ARCHIVE_FORMAT}, see `docs/archive-format.md` of the tool).",
+        "",
+    ]
+    if simulated:
+        lines += [
+            "**The responses in this archive come from the offline simulated model (backend "
+            "`simulated`), not from a real model. It demonstrates the method only.**",
+            "",
+        ]
+    lines += ["## Verdicts of the pre-registered hypotheses", "",
+              "| hypothesis | test | verdict |", "|---|---|---|"]  # fmt: skip
+    for r in results:
+        if r["hypothesis"]:
+            lines.append(f"| {r['hypothesis']} | {r['test']} | {r['verdict']} |")
+    lines += [
+        "",
+        "## How to verify",
+        "",
+        "With PROMPT Ledger (independent verifier, offline):",
+        "",
+        "    ledger verify . --trusted-key @<the owner's published vkey> "
+        "--checkpoint <the published registration checkpoint>",
+        "",
+        "By hand: `sha256sum -c MANIFEST.sha256` checks every file; `ledger/events.jsonl` has "
+        "one signed event per line (RFC 8785 JSON; Ed25519 over the envelope bytes); "
+        "`ledger/checkpoints/` holds every signed checkpoint (C2SP tlog-checkpoint) and "
+        "`ledger/keys/` every key. The `export.created` event lists the SHA-256 of every file "
+        "outside `ledger/`; the schedule is `sorted(trials, key=SHA-256(seed|trial id))` "
+        "(`protocol/protocol.json` has the seed). `blobs/` holds every request and response "
+        "byte for byte, named by SHA-256; `trials/attempts.csv` says which is which.",
+        "",
+    ]
+    return "\n".join(lines).encode("utf-8")
+
+
+def export_study(
+    root: str | Path, directory: str | Path, key: SigningKey, *, force: bool = False
+) -> ExportResult:
+    """Write the archive of the analysed study at ``root`` into ``directory``."""
+    root, target = Path(root), Path(directory)
+    if target.exists() and (not target.is_dir() or any(target.iterdir())) and not force:
+        raise StudyError(f"{target} exists and is not empty; choose another directory or --force")
+    study = check_integrity(root)
+    tmp = target.parent / f".{target.name}.tmp-{os.getpid()}"
+    if tmp.exists():
+        shutil.rmtree(tmp)
+    target.parent.mkdir(parents=True, exist_ok=True)
+    tmp.mkdir()
+    try:
+        with Ledger.open(ledger_path(root)) as log:
+            w = _Writer(tmp)
+            _protocol_files(w, study, log)
+            _trial_files(w, log)
+            _score_files(w, log)
+            results = _analysis_files(w, root, log)
+            w.put("README.md", _readme(study, log, results))
+            for event in log.events():
+                for digest in event.blobs.values():
+                    if f"blobs/{digest}" not in w.files:
+                        w.put(f"blobs/{digest}", log.blob(digest))
+            covered = {rel: hashlib.sha256(data).hexdigest() for rel, data in w.files.items()}
+            event = log.append(
+                "export.created",
+                {"archive_format": ARCHIVE_FORMAT, "study": study.id, "files": covered},
+                key=key,
+            )
+            note = log.sign_checkpoint(key)
+            lines = [
+                canonical_json(
+                    {
+                        "envelope": json.loads(e.envelope),
+                        "signature": base64.b64encode(e.signature).decode("ascii"),
+                    }
+                )
+                for e in log.events()
+            ]
+            w.put(f"{LEDGER_DIR}/events.jsonl", b"\n".join(lines) + b"\n")
+            for cp in log.checkpoints():
+                w.put(f"{LEDGER_DIR}/checkpoints/{cp.size:08d}.txt", cp.note.encode("utf-8"))
+            registered = log.keys()
+            for k in registered:
+                stem = k.actor.replace("/", "_").replace(":", "_").replace("+", "_")
+                w.put(f"{LEDGER_DIR}/keys/{stem}.vkey", (k.vkey + "\n").encode("ascii"))
+        manifest = "".join(
+            f"{hashlib.sha256(data).hexdigest()}  {rel}\n" for rel, data in sorted(w.files.items())
+        )
+        w.put(MANIFEST, manifest.encode("utf-8"))
+        w.flush()
+        if target.exists():
+            shutil.rmtree(target)
+        os.replace(tmp, target)
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+    size = sum(len(d) for d in w.files.values())
+    return ExportResult(target, len(w.files), size, event.seq, note)
