@@ -1,0 +1,209 @@
+"""ledger score, unblind and analyze on simulated studies: blinding, seal, the paper's pattern."""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+from typing import Any
+
+import pytest
+from click.testing import CliRunner
+from helpers import make_study, study_key
+
+import analysis.scoring as scoring
+from analysis.analyze import analyze_study, load_dataset, run_analyses
+from analysis.scoring import BlindTrial, score_blind, score_study, unblind_study
+from ledger import Ledger
+from ledger.cli import main
+from runner.backends import SimulatedBackend
+from runner.execute import RunOptions, run_study
+from runner.lock import StudyError, protocol_event
+from runner.stimuli import read_truth_csv
+
+
+def events(root: Path, kind: str) -> list[Any]:
+    with Ledger.open(root / "ledger.db", readonly=True) as log:
+        return list(log.events(kind))
+
+
+@pytest.fixture(scope="module")
+def run_study_dir(
+    tmp_path_factory: pytest.TempPathFactory, study_template: Path
+) -> tuple[Path, Path]:
+    """A simulated study with 12 replicates, run but not scored, and its home directory."""
+    mp = pytest.MonkeyPatch()
+    home = tmp_path_factory.mktemp("home")
+    mp.setenv("PROMPT_LEDGER_HOME", str(home))
+    root = make_study(
+        tmp_path_factory.mktemp("s") / "study", replicates=12, template=study_template
+    )
+    run_study(root, study_key(), SimulatedBackend(), RunOptions(concurrency=16))
+    mp.undo()
+    return root, home
+
+
+@pytest.fixture
+def study(
+    run_study_dir: tuple[Path, Path], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> Path:
+    """A private copy of the run study (the blinding secret is in the module's home)."""
+    source, home = run_study_dir
+    monkeypatch.setenv("PROMPT_LEDGER_HOME", str(home))
+    root = tmp_path / "study"
+    shutil.copytree(source, root)
+    return root
+
+
+def test_scores_do_not_depend_on_the_arm(study: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    other = study.parent / "swapped"
+    shutil.copytree(study, other)
+    score_study(study, study_key())
+    real = scoring._arm_codes
+
+    def swapped(s: Any) -> dict[str, str]:
+        codes = real(s)
+        return {"A": codes["B"], "B": codes["A"], "C": codes["E"], "D": codes["D"], "E": codes["C"]}
+
+    monkeypatch.setattr(scoring, "_arm_codes", swapped)
+    score_study(other, study_key())
+    first = {e.body["response_seq"]: e for e in events(study, "trial.scored")}
+    second = {e.body["response_seq"]: e for e in events(other, "trial.scored")}
+    assert first.keys() == second.keys() and len(first) == 420
+    for seq, event in first.items():
+        twin = second[seq]
+        for field in ("status", "n_items", "n_answered", "n_correct", "scores_sha256"):
+            assert event.body[field] == twin.body[field]
+    assert any(first[s].body["arm_code"] != second[s].body["arm_code"] for s in first)
+    # and the pure scorer, handed the same response under two codes, gives the same bytes
+    truth = read_truth_csv(study / "stimuli" / "truth.csv")
+    responded = events(study, "trial.responded")[0]
+    with Ledger.open(study / "ledger.db", readonly=True) as log:
+        raw = log.blob(responded.blobs["response"])
+        stim = log.get(responded.body["request_seq"]).body["stimulus"]
+    a = score_blind(
+        BlindTrial(1, "aaaaaaaaaaaa", stim, raw, "anthropic-messages"),
+        "tumbling-e-json",
+        truth[stim],
+    )
+    b = score_blind(
+        BlindTrial(1, "bbbbbbbbbbbb", stim, raw, "anthropic-messages"),
+        "tumbling-e-json",
+        truth[stim],
+    )
+    assert a.items_bytes() == b.items_bytes()
+
+
+def test_seal_unblind_order_and_commitment(study: Path) -> None:
+    with pytest.raises(StudyError, match="not sealed yet"):
+        unblind_study(study, study_key())
+    result = score_study(study, study_key())
+    assert result.sealed_seq is not None and result.pending == 0
+    with pytest.raises(StudyError, match="sealed at seq"):
+        score_study(study, study_key())
+    with pytest.raises(StudyError, match="sealed at seq"):
+        run_study(study, study_key(), SimulatedBackend(), RunOptions())
+    with pytest.raises(StudyError, match="unblind"):
+        analyze_study(study, study_key())
+    revealed = unblind_study(study, study_key())
+    with Ledger.open(study / "ledger.db", readonly=True) as log:
+        protocol = protocol_event(log)
+        assert protocol is not None
+        assert revealed.commitment == protocol.body["blinding_commitment"]
+    with pytest.raises(StudyError, match="already unblinded"):
+        unblind_study(study, study_key())
+
+
+def test_wrong_secret_does_not_open_the_commitment(
+    study: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    score_study(study, study_key())
+    monkeypatch.setattr(scoring, "blinding_secret", lambda s: b"\x00" * 32)
+    with pytest.raises(StudyError, match="does not open the commitment"):
+        unblind_study(study, study_key())
+    assert events(study, "blinding.revealed") == []
+
+
+def test_score_before_every_trial_is_final_does_not_seal(
+    tmp_path: Path, study_template: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("PROMPT_LEDGER_HOME", str(tmp_path / "home"))
+    root = make_study(tmp_path / "partial", replicates=1, template=study_template)
+    run_study(root, study_key(), SimulatedBackend(), RunOptions(max_trials=10))
+    result = score_study(root, study_key())
+    assert result.scored == 10 and result.sealed_seq is None and result.pending == 25
+    run_study(root, study_key(), SimulatedBackend(), RunOptions())
+    again = score_study(root, study_key())
+    assert again.scored == 25 and again.already == 10 and again.sealed_seq is not None
+
+
+def results_by_id(study: Path) -> dict[str, dict[str, Any]]:
+    return {e.body["id"]: e.body for e in events(study, "analysis.result")}
+
+
+def test_simulated_study_reproduces_the_papers_pattern(study: Path) -> None:
+    score_study(study, study_key())
+    unblind_study(study, study_key())
+    out = CliRunner().invoke(main, ["analyze", str(study)])
+    assert out.exit_code == 0, out.output
+    results = results_by_id(study)
+    acc = {
+        arm: v["accuracy"]["estimate"] for arm, v in results["descriptive.arms"]["values"].items()
+    }
+    assert acc["A"] > 0.95 and acc["E"] > 0.95  # near ceiling
+    assert acc["B"] < acc["C"]  # scaffolding without the rule is harmful
+    for arm in ("B", "D"):  # canonical-RIGHT phenotype in no-rule arms
+        share = results[f"exploratory.errors.{arm}"]["values"]["canonical_right_share"]["share"]
+        assert share > 0.5
+    rows = results["exploratory.errors.A"]["values"]["accuracy_by_row"]
+    errors = {r: v["n"] - v["correct"] for r, v in rows.items()}
+    assert errors["11"] >= 0.8 * sum(errors.values())  # residual A errors on the smallest row
+    h1 = results["hypothesis.H1"]
+    assert h1["label"] == "pre-registered" and h1["verdict"] in ("supported", "not supported")
+    assert h1["values"]["estimate"] * 100 >= 10 and h1["verdict"] == "supported"
+    assert h1["decided_by"]["rule"].startswith("p < 0.05")
+    for rid, body in results.items():
+        assert body["label"] == ("exploratory" if rid.startswith("exploratory.") else body["label"])
+    control = results["descriptive.control"]["values"]
+    assert all(v["estimate"] == 1.0 for v in control.values())  # Snellen rejected everywhere
+    for body in results.values():
+        assert (
+            body["inputs"]["scores_sha256"]
+            == events(study, "scoring.sealed")[0].body["scores_sha256"]
+        )
+    with pytest.raises(StudyError, match="already analysed"):
+        analyze_study(study, study_key())
+
+
+def test_bad_data_gives_failed_results_not_a_crash(study: Path) -> None:
+    score_study(study, study_key())
+    unblind_study(study, study_key())
+    with Ledger.open(study / "ledger.db", readonly=True) as log:
+        plan = protocol_event(log).body  # type: ignore[union-attr]
+        ds = load_dataset(log)
+    # an arm with zero parseable responses
+    trials = ds.trials.copy()
+    trials.loc[trials["arm"] == "B", "excluded"] = True
+    broken = type(ds)(trials, ds.items, ds.arms, ds.given_up, ds.scores_sha256)
+    results = {r.id: r for r in run_analyses(broken, plan)}
+    assert results["descriptive.arms"].values["B"]["accuracy"] is None  # type: ignore[index]
+    h1 = results["hypothesis.H1"]  # A vs B: B has nothing to analyse
+    assert h1.status == "failed" and h1.verdict == "not computed" and "'B'" in (h1.error or "")
+    assert results["exploratory.errors.B"].status == "failed"
+    assert "no parseable" in (results["exploratory.errors.B"].error or "")
+    assert results["hypothesis.H3"].status == "ok"  # A vs E is untouched
+    # a singular model: every trial of every arm has the same accuracy
+    flat = ds.trials.copy()
+    flat["accuracy"] = 0.5
+    same = type(ds)(flat, ds.items, ds.arms, ds.given_up, ds.scores_sha256)
+    results = {r.id: r for r in run_analyses(same, plan)}
+    assert results["model.lmm"].status == "failed"
+    assert "zero variance" in (results["model.lmm"].error or "")
+    assert results["hypothesis.H1"].verdict == "not computed"
+    assert results["descriptive.arms"].status == "ok"
+    # no scored trials at all
+    empty = type(ds)(ds.trials.iloc[0:0], ds.items.iloc[0:0], ds.arms, (), ds.scores_sha256)
+    results = {r.id: r for r in run_analyses(empty, plan)}
+    assert results["descriptive.arms"].error == "no scored trials: nothing to analyse"
+    assert all(r.verdict == "not computed" for r in results.values() if r.hypothesis)
+    json.dumps([r.as_dict() for r in run_analyses(same, plan)], allow_nan=False)
