@@ -15,14 +15,14 @@ import sqlite3
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
-from datetime import datetime
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
 import sqlite_utils
 
 from ledger._canonical import loads_json
-from ledger._clock import utc_now
+from ledger._clock import FixedClock, utc_now
 from ledger._envelope import (
     ACTOR_RE,
     BLOB_NAME_RE,
@@ -263,6 +263,36 @@ class _Head:
         return fold([h for _, h in self.frontier]) if self.frontier else EMPTY_ROOT
 
 
+FIXED_CLOCK_ENV = "PROMPT_LEDGER_FIXED_CLOCK"
+
+
+def _env_clock(conn: sqlite3.Connection) -> Clock | None:
+    """A :class:`FixedClock` when ``$PROMPT_LEDGER_FIXED_CLOCK`` holds an ISO 8601 start time.
+
+    For reproducible demonstrations only (``scripts/make_archive.py``): every process that
+    opens the ledger continues one millisecond after the last event, so times never step back.
+    """
+    value = os.environ.get(FIXED_CLOCK_ENV)
+    if not value:
+        return None
+    try:
+        start = datetime.fromisoformat(value.replace("Z", "+00:00"))
+    except ValueError:
+        raise StoreError(f"${FIXED_CLOCK_ENV}: {value!r} is not an ISO 8601 time") from None
+    if start.tzinfo is None:
+        start = start.replace(tzinfo=UTC)
+    try:
+        row = conn.execute("SELECT time FROM events ORDER BY seq DESC LIMIT 1").fetchone()
+        last = conn.execute("SELECT MAX(created) FROM checkpoints").fetchone()
+    except sqlite3.Error:
+        row, last = None, None
+    for text in (row[0] if row else None, last[0] if last else None):
+        if text:
+            seen = datetime.fromisoformat(text.replace("Z", "+00:00")) + timedelta(milliseconds=1)
+            start = max(start, seen)
+    return FixedClock(start)
+
+
 class Ledger:
     """A PROMPT ledger stored in one SQLite file.
 
@@ -276,7 +306,7 @@ class Ledger:
         self.path = path
         self._conn = conn
         self.db = sqlite_utils.Database(conn)
-        self._clock: Clock = clock or utc_now
+        self._clock: Clock = clock or _env_clock(conn) or utc_now
         self._head_cache: _Head | None = None
         with self._errors():
             row = conn.execute("SELECT value FROM meta WHERE key = 'origin'").fetchone()

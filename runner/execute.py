@@ -26,7 +26,6 @@ import asyncio
 import contextlib
 import fcntl
 import os
-import platform
 import random
 import signal
 import time
@@ -235,7 +234,6 @@ class Runner:
                 "model": self.model,
                 "simulated": self.backend.simulated,
                 "package_version": version("prompt-ledger"),
-                "host_python": platform.python_version(),
                 "trials": len(state.order),
                 "final_before": len(state.order) - len(pending),
                 "pending": len(pending),
@@ -298,7 +296,8 @@ class Runner:
                 "request_seq": request_seq,
                 "request_id": reply.request_id,
                 "http_status": reply.http_status,
-                "latency_ms": round(latency * 1000, 3),
+                # a simulation has no network latency worth recording (and must replay exactly)
+                "latency_ms": None if self.backend.simulated else round(latency * 1000, 3),
                 "stop_reason": reply.stop_reason,
                 "usage": reply.usage,
                 "cost_usd": cost,
