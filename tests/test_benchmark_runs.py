@@ -18,3 +18,12 @@ def test_bench_ledger_runs_and_reports_every_figure() -> None:
     for label in ("Ed25519 sign", "Ed25519 verify", "batched append", "single append",
                   "verify, 1 job", "verify, 2 jobs", "inclusion proof", "ratio batched_append"):
         assert label in result.stdout, result.stdout
+
+
+def test_bench_analysis_quick_runs_the_whole_plan() -> None:
+    result = subprocess.run(
+        [sys.executable, str(ROOT / "benchmarks" / "bench_analysis.py"), "--quick"],
+        capture_output=True, text=True, timeout=300, check=True,
+    )
+    assert "full analysis: 25 results" in result.stdout, result.stdout
+    assert "failed: none" in result.stdout, result.stdout
