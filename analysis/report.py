@@ -1,0 +1,1021 @@
+"""``ledger report``: figures, a self-contained HTML report and terminal tables of a study.
+
+Everything shown is read back from the study ledger: the ``analysis.result`` events (and the
+dataset blobs of the first one), ``protocol.locked``, ``protocol.amended`` (the deviations) and
+``run.started`` (which backend produced the data; simulated data are flagged prominently). The
+report recomputes no statistic except the Wilson intervals of the per-row figure, whose counts
+come from the recorded results. The ledger is also verified (:func:`verify.verify_ledger_file`)
+and the outcome of every check is listed.
+
+Figures are PNGs drawn with matplotlib's Agg canvas at a fixed size and dpi, without a
+``Software`` tag or timestamps, so the same data give the same bytes on the same machine. The
+HTML embeds them as ``data:`` URIs and uses inline CSS only: one file, no network, no scripts.
+Results labelled ``exploratory`` are marked "Exploratory (not pre-registered)" wherever they
+appear.
+"""
+
+from __future__ import annotations
+
+import base64
+import functools
+import html
+import io
+import json
+import math
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import matplotlib
+from matplotlib.backends.backend_agg import FigureCanvasAgg
+from matplotlib.figure import Figure
+from rich.console import Console
+from rich.table import Table
+
+from analysis import stats
+from analysis.analyze import ORIENTATIONS
+from ledger import Ledger
+from runner.lock import StudyError, ledger_path, protocol_event
+from verify import Report as VerificationReport
+from verify import Status, verify_ledger_file
+
+matplotlib.use("Agg")  # no display, ever; figures are drawn on FigureCanvasAgg directly
+
+__all__ = ["EXPLORATORY", "FigureFile", "Report", "build_report", "render_html",
+           "render_terminal"]  # fmt: skip
+
+EXPLORATORY = "Exploratory (not pre-registered)"
+"""The label every exploratory heading, caption and table carries."""
+
+DPI = 110
+ROWS = tuple(range(1, 12))
+OTHER_LABEL = "other/none"
+_RC: Any = {  # fixed style, whatever the user's matplotlibrc says
+    "font.family": "DejaVu Sans",
+    "font.size": 9.0,
+    "axes.titlesize": 10.0,
+    "axes.labelsize": 9.0,
+    "axes.unicode_minus": True,
+    "path.simplify": True,
+    "image.interpolation": "nearest",
+    "savefig.facecolor": "white",
+    "figure.facecolor": "white",
+    "svg.hashsalt": "prompt-ledger",
+}
+_PALETTE = ("#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd", "#8c564b", "#e377c2",
+            "#7f7f7f", "#bcbd22", "#17becf")  # fmt: skip
+_VERDICT_COLOURS = {"supported": "#1a7f37", "not supported": "#57606a", "not computed": "#cf222e"}
+
+
+# ----------------------------------------------------------------------------- data
+
+
+@dataclass(frozen=True)
+class FigureFile:
+    """One written figure: file ``name`` in the output folder, with its title and caption."""
+
+    name: str
+    title: str
+    caption: str
+    label: str
+    path: Path
+    png: bytes
+
+
+@dataclass
+class Report:
+    """What :func:`build_report` read and wrote."""
+
+    root: Path
+    ledger: Path
+    out_dir: Path
+    html_path: Path
+    protocol: dict[str, Any]
+    results: list[dict[str, Any]]
+    amendments: list[dict[str, Any]]
+    runs: list[dict[str, Any]]
+    verification: VerificationReport
+    figures: list[FigureFile] = field(default_factory=list)
+
+    @property
+    def simulated(self) -> bool:
+        """True when any run session used the offline simulation (``simulated: true``)."""
+        return any(run.get("simulated") for run in self.runs)
+
+    @property
+    def arms(self) -> list[str]:
+        """The arms of the locked protocol, sorted."""
+        return sorted(self.protocol.get("arms", {}))
+
+    def result(self, result_id: str) -> dict[str, Any] | None:
+        """The result body with this id, or None when it was not recorded."""
+        return next((r for r in self.results if r["id"] == result_id), None)
+
+    def by_label(self, label: str) -> list[dict[str, Any]]:
+        """Results with this label (``pre-registered``, ``descriptive``, ``exploratory``)."""
+        return [r for r in self.results if r.get("label") == label]
+
+    @property
+    def hypotheses(self) -> list[dict[str, Any]]:
+        """The results of the pre-registered hypotheses, in recorded order."""
+        return [r for r in self.results if r.get("hypothesis")]
+
+    @property
+    def failed(self) -> list[dict[str, Any]]:
+        """Every result that could not be computed."""
+        return [r for r in self.results if r.get("status") == "failed"]
+
+
+def _load(root: Path, out_dir: Path, html_path: Path) -> Report:
+    path = ledger_path(root)
+    if not path.is_file():
+        raise StudyError(f"{path}: no study ledger here; run 'ledger new' and 'ledger lock'")
+    with Ledger.open(path, readonly=True) as log:
+        protocol = protocol_event(log)
+        if protocol is None:
+            raise StudyError(f"{path}: the study is not locked yet (run 'ledger lock')")
+        events = list(log.events("analysis.result"))
+        if not events:
+            raise StudyError(
+                f"{path}: no analysis.result events; nothing to report yet. "
+                f"Run 'ledger analyze {root}' first"
+            )
+        results = [{"seq": e.seq, **e.body} for e in events]
+        amendments = [{"seq": e.seq, "time": e.time, **e.body}
+                      for e in log.events("protocol.amended")]  # fmt: skip
+        runs = [{"seq": e.seq, **e.body} for e in log.events("run.started")]
+        body = dict(protocol.body)
+    verification = verify_ledger_file(path)
+    return Report(root, path, out_dir, html_path, body, results, amendments, runs, verification)
+
+
+def build_report(
+    root: Path | str, out_dir: Path | str | None = None, *, html_path: Path | str | None = None
+) -> Report:
+    """Read the study ledger under ``root`` and write the figures and the HTML report.
+
+    Figures go to ``out_dir`` (default ``root/report``); the HTML to ``html_path`` (default
+    ``out_dir/report.html``). Raises :class:`runner.lock.StudyError` when the study has no
+    ledger or has not been analysed yet. A failed result is reported with its error.
+    """
+    root = Path(root)
+    out = Path(out_dir) if out_dir is not None else root / "report"
+    html_file = Path(html_path) if html_path is not None else out / "report.html"
+    report = _load(root, out, html_file)
+    out.mkdir(parents=True, exist_ok=True)
+    for name, title, caption, label, draw in _figure_specs(report):
+        png = _render_png(draw)
+        if png is None:
+            continue
+        path = out / name
+        path.write_bytes(png)
+        report.figures.append(FigureFile(name, title, caption, label, path, png))
+    html_file.parent.mkdir(parents=True, exist_ok=True)
+    html_file.write_text(render_html(report), encoding="utf-8")
+    return report
+
+
+# -------------------------------------------------------------------------- formatting
+
+
+def _num(value: Any) -> float | None:
+    if isinstance(value, bool) or value is None:
+        return None
+    if isinstance(value, int | float) and math.isfinite(float(value)):
+        return float(value)
+    return None
+
+
+def _pct(value: Any, digits: int = 1) -> str:
+    v = _num(value)
+    return "–" if v is None else f"{v * 100:.{digits}f}%"
+
+
+def _pp(value: Any, *, signed: bool = True) -> str:
+    v = _num(value)
+    if v is None:
+        return "–"
+    return f"{v * 100:+.1f} pp" if signed else f"{v * 100:.1f} pp"
+
+
+def _p(value: Any) -> str:
+    v = _num(value)
+    if v is None:
+        return "–"
+    if v == 0:
+        return "< 1e-300"
+    if v < 1e-4:
+        return f"{v:.1e}"
+    return f"{v:.4f}"
+
+
+def _fmt(value: Any) -> str:
+    if value is None:
+        return "–"
+    if isinstance(value, bool):
+        return "yes" if value else "no"
+    if isinstance(value, float):
+        return f"{value:.4g}"
+    if isinstance(value, list | tuple):
+        return ", ".join(_fmt(v) for v in value)
+    if isinstance(value, dict):
+        return json.dumps(value, sort_keys=True, default=str)
+    return str(value)
+
+
+def _contrast(values: dict[str, Any]) -> tuple[float | None, float | None, float | None]:
+    """(estimate, lower, upper) of a difference result, whatever test produced it."""
+    est = _num(values.get("estimate", values.get("difference")))
+    lower = _num(values.get("lower", values.get("ci_lower")))
+    upper = _num(values.get("upper", values.get("ci_upper")))
+    return est, lower, upper
+
+
+def _hypothesis_plan(report: Report, hypothesis: str | None) -> dict[str, Any]:
+    for h in report.protocol.get("hypotheses", []):
+        if h.get("id") == hypothesis:
+            return dict(h)
+    return {}
+
+
+def _estimate_text(result: dict[str, Any]) -> str:
+    """Estimate and CI of a hypothesis result in words (percentage points of accuracy)."""
+    if result.get("status") == "failed":
+        return "not computed"
+    v = result.get("values") or {}
+    test = result.get("test")
+    if test == "equivalence":
+        return (f"max |diff| {_pp(v.get('max_abs_diff'), signed=False)} "
+                f"(at {v.get('group', '?')}); margin ±{_pp(v.get('margin'), signed=False)}")
+    if test == "mcnemar":
+        return f"discordant b={_fmt(v.get('b'))}, c={_fmt(v.get('c'))}"
+    if test == "chi-square":
+        return f"chi2 {_fmt(v.get('chi2'))}, df {_fmt(v.get('df'))}"
+    est, lower, upper = _contrast(v)
+    if est is None:
+        return "–"
+    conf = _num(v.get("conf")) or 0.95
+    lo = "−∞" if lower is None else _pp(lower)
+    hi = "+∞" if upper is None else _pp(upper)
+    return f"{_pp(est)} ({conf * 100:.0f}% CI {lo} to {hi})"
+
+
+def _p_text(result: dict[str, Any]) -> str:
+    v = result.get("values") or {}
+    if result.get("status") == "failed" or "p_raw" not in v:
+        return "–"
+    text = f"p = {_p(v.get('p_raw'))}"
+    if "p_adjusted" in v:
+        text += f"; {v.get('correction')}-adjusted {_p(v.get('p_adjusted'))}"
+        if v.get("family"):
+            text += f" (family {v['family']}, {v.get('family_size', '?')} tests)"
+    return text
+
+
+def _rule_text(result: dict[str, Any]) -> str:
+    if result.get("status") == "failed":
+        return f"not computed: {result.get('error') or 'unknown error'}"
+    decided = result.get("decided_by") or {}
+    return str(decided.get("rule", "–"))
+
+
+def _contrast_text(report: Report, result: dict[str, Any]) -> str:
+    plan = _hypothesis_plan(report, result.get("hypothesis"))
+    contrast = plan.get("contrast") or []
+    if len(contrast) != 2:
+        return ""
+    sides = plan.get("sides") or "two-sided"
+    return f"{contrast[0]} vs {contrast[1]} ({sides})"
+
+
+# ---------------------------------------------------------------------------- figures
+
+DrawFn = Callable[[], Figure | None]
+
+
+def _render_png(draw: DrawFn) -> bytes | None:
+    with matplotlib.rc_context(_RC):
+        fig = draw()
+        if fig is None:
+            return None
+        FigureCanvasAgg(fig)
+        buf = io.BytesIO()
+        fig.savefig(buf, format="png", dpi=DPI, metadata={"Software": None})
+    return buf.getvalue()
+
+
+def _arm_colour(report: Report, arm: str) -> str:
+    arms = report.arms
+    return _PALETTE[arms.index(arm) % len(_PALETTE)] if arm in arms else "#333333"
+
+
+def _note_figure(title: str, text: str) -> Figure:
+    fig = Figure(figsize=(7.0, 1.6))
+    fig.text(0.5, 0.62, title, ha="center", va="center", fontsize=11, weight="bold")
+    fig.text(0.5, 0.3, text, ha="center", va="center", fontsize=9, color="#cf222e", wrap=True)
+    return fig
+
+
+def _fig_accuracy_by_arm(report: Report) -> Figure:
+    result = report.result("descriptive.arms")
+    title = "Glyph-level accuracy by arm (Wilson 95% CI)"
+    if result is None or result.get("status") != "ok":
+        return _note_figure(title, f"not computed: {(result or {}).get('error', 'no result')}")
+    values = result.get("values") or {}
+    arms = [a for a in report.arms if a in values] or sorted(values)
+    fig = Figure(figsize=(7.0, 4.0), layout="constrained")
+    ax = fig.add_subplot()
+    roles = report.protocol.get("arms", {})
+    for i, arm in enumerate(arms):
+        acc = (values.get(arm) or {}).get("accuracy") or {}
+        est, lower, upper = (_num(acc.get(k)) for k in ("estimate", "lower", "upper"))
+        if est is None:
+            ax.text(i, 0.05, "no parseable\nresponses", ha="center", fontsize=8, color="#cf222e")
+            continue
+        colour = _arm_colour(report, arm)
+        ax.bar(i, est * 100, color=colour, alpha=0.75, width=0.6)
+        if lower is not None and upper is not None:
+            ax.errorbar(i, est * 100, yerr=[[(est - lower) * 100], [(upper - est) * 100]],
+                        color="black", capsize=5, linewidth=1.2)  # fmt: skip
+        ax.text(i, min(est * 100 + 3, 103), f"{est * 100:.1f}%", ha="center", fontsize=8)
+        ax.text(i, 2, f"n={acc.get('n', '?')}", ha="center", fontsize=7, color="white")
+    ax.set_xticks(range(len(arms)))
+    ax.set_xticklabels([f"{a}\n{(roles.get(a) or {}).get('role', '')}" for a in arms])
+    ax.set_ylim(0, 108)
+    ax.set_ylabel("accuracy (% of glyphs correct)")
+    ax.set_title(title)
+    ax.axhline(25, color="#999999", linestyle=":", linewidth=1)
+    ax.text(-0.45, 26, "chance (25%)", ha="left", fontsize=7, color="#444444")
+    ax.grid(axis="y", alpha=0.3)
+    return fig
+
+
+def _fig_heatmap(report: Report) -> Figure:
+    result = report.result("descriptive.arm_stimulus")
+    title = "Accuracy by arm and stimulus"
+    if result is None or result.get("status") != "ok" or not result.get("values"):
+        return _note_figure(title, f"not computed: {(result or {}).get('error', 'no result')}")
+    cells = list((result.get("values") or {}).values())
+    arms = sorted({str(c["arm"]) for c in cells})
+    stimuli = sorted({str(c["stimulus"]) for c in cells})
+    grid = [[math.nan] * len(stimuli) for _ in arms]
+    for c in cells:
+        est = _num(c.get("estimate"))
+        grid[arms.index(str(c["arm"]))][stimuli.index(str(c["stimulus"]))] = (
+            math.nan if est is None else est * 100
+        )
+    fig = Figure(figsize=(max(6.0, 1.15 * len(stimuli) + 2.0), 0.6 * len(arms) + 2.2),
+                 layout="constrained")  # fmt: skip
+    ax = fig.add_subplot()
+    image = ax.imshow(grid, cmap="viridis", vmin=0, vmax=100, aspect="auto")
+    for i in range(len(arms)):
+        for j in range(len(stimuli)):
+            value = grid[i][j]
+            text = "–" if math.isnan(value) else f"{value:.0f}%"
+            colour = "black" if not math.isnan(value) and value > 60 else "white"
+            ax.text(j, i, text, ha="center", va="center", fontsize=8, color=colour)
+    ax.set_xticks(range(len(stimuli)))
+    ax.set_xticklabels(stimuli, rotation=30, ha="right")
+    ax.set_yticks(range(len(arms)))
+    ax.set_yticklabels(arms)
+    ax.set_xlabel("stimulus")
+    ax.set_ylabel("arm")
+    ax.set_title(title)
+    fig.colorbar(image, ax=ax, label="accuracy (%)")
+    return fig
+
+
+def _fig_confusion(report: Report, arm: str) -> Figure:
+    result = report.result(f"exploratory.errors.{arm}")
+    title = f"{EXPLORATORY}: confusion matrix, arm {arm}"
+    if result is None or result.get("status") != "ok":
+        return _note_figure(title, f"not computed: {(result or {}).get('error', 'no result')}")
+    confusion = (result.get("values") or {}).get("confusion") or {}
+    labels = [str(x) for x in confusion.get("labels", ORIENTATIONS)]
+    counts = confusion.get("counts") or [[0] * len(labels) for _ in labels]
+    other = confusion.get("other") or [0] * len(labels)
+    rows = [[int(c) for c in row] + [int(o)] for row, o in zip(counts, other, strict=False)]
+    shares = [[c / max(sum(row), 1) for c in row] for row in rows]
+    fig = Figure(figsize=(5.6, 4.4), layout="constrained")
+    ax = fig.add_subplot()
+    image = ax.imshow(shares, cmap="Blues", vmin=0, vmax=1, aspect="auto")
+    for i, row in enumerate(rows):
+        for j, count in enumerate(row):
+            colour = "white" if shares[i][j] > 0.55 else "black"
+            ax.text(j, i, f"{count}\n{shares[i][j] * 100:.0f}%", ha="center", va="center",
+                    fontsize=8, color=colour)  # fmt: skip
+    columns = [*labels, OTHER_LABEL]
+    ax.set_xticks(range(len(columns)))
+    ax.set_xticklabels(columns)
+    ax.set_yticks(range(len(labels)))
+    ax.set_yticklabels(labels)
+    ax.set_xlabel("answer")
+    ax.set_ylabel("truth")
+    ax.set_title(f"Confusion matrix, arm {arm}  (accuracy {_pct(confusion.get('accuracy'))}, "
+                 f"n={confusion.get('n', '?')})\n{EXPLORATORY}", fontsize=9)  # fmt: skip
+    fig.colorbar(image, ax=ax, label="share of the truth row")
+    return fig
+
+
+def _fig_forest(report: Report) -> Figure:
+    hyps = report.hypotheses
+    title = "Pre-registered contrasts (difference in accuracy, a − b)"
+    if not hyps:
+        return _note_figure(title, "no pre-registered hypotheses were recorded")
+    fig = Figure(figsize=(8.6, 0.75 * len(hyps) + 1.8), layout="constrained")
+    ax = fig.add_subplot()
+    xs: list[float] = [0.0]
+    for r in hyps:
+        v = r.get("values") or {}
+        est, lower, upper = _contrast(v)
+        xs += [x * 100 for x in (est, lower, upper) if x is not None]
+        if r.get("test") == "equivalence" and _num(v.get("margin")) is not None:
+            margin = _num(v.get("margin")) or 0.0
+            xs += [margin * 100, -margin * 100]
+        min_pp = _num(v.get("min_difference_pp"))
+        if min_pp is not None:
+            xs.append(min_pp)
+    span = max(xs) - min(xs) or 10.0
+    left, right = min(xs) - 0.12 * span, max(xs) + 0.12 * span
+    ax.set_xlim(left, right)
+    ax.axvline(0, color="#555555", linewidth=1)
+    labels = []
+    threshold_drawn = False
+    for i, r in enumerate(hyps):
+        y = len(hyps) - 1 - i
+        v = r.get("values") or {}
+        verdict = str(r.get("verdict") or "–")
+        colour = _VERDICT_COLOURS.get(verdict, "#333333")
+        labels.append(f"{r.get('hypothesis')}: {_contrast_text(report, r)}")
+        if r.get("status") == "failed":
+            ax.text(0, y, f"not computed: {str(r.get('error') or '')[:70]}", va="center",
+                    ha="center", fontsize=8, color=colour)  # fmt: skip
+        elif r.get("test") == "equivalence":
+            margin = (_num(v.get("margin")) or 0.0) * 100
+            ax.fill_betweenx([y - 0.25, y + 0.25], -margin, margin, color="#1a7f37", alpha=0.12)
+            for m in (-margin, margin):
+                ax.plot([m, m], [y - 0.3, y + 0.3], color="#1a7f37", linestyle="--", lw=1)
+            diff = (_num(v.get("max_abs_diff")) or 0.0) * 100
+            ax.plot([-diff, diff], [y, y], color=colour, lw=2)
+            ax.plot([diff], [y], marker="D", color=colour, markersize=7)
+            ax.text(diff, y + 0.28, "max |diff| vs ±margin", fontsize=7, ha="center")
+        else:
+            est, lower, upper = _contrast(v)
+            if est is None:
+                ax.text(0, y, f"no difference estimate (test {r.get('test')})", va="center",
+                        ha="center", fontsize=8)  # fmt: skip
+            else:
+                lo = left if lower is None else lower * 100
+                hi = right if upper is None else upper * 100
+                ax.plot([lo, hi], [y, y], color=colour, lw=2)
+                if upper is None:
+                    ax.annotate("", xy=(right, y), xytext=(right - 0.04 * span, y),
+                                arrowprops={"arrowstyle": "->", "color": colour})  # fmt: skip
+                if lower is None:
+                    ax.annotate("", xy=(left, y), xytext=(left + 0.04 * span, y),
+                                arrowprops={"arrowstyle": "->", "color": colour})  # fmt: skip
+                ax.plot([est * 100], [y], marker="o", color=colour, markersize=8)
+                ax.text(est * 100, y + 0.22, f"{est * 100:+.1f}", fontsize=7, ha="center")
+        min_pp = _num(v.get("min_difference_pp"))
+        if min_pp is not None:
+            ax.plot([min_pp, min_pp], [y - 0.35, y + 0.35], color="#cf222e", linestyle="--",
+                    lw=1.5, label=None if threshold_drawn else "decision threshold (min. pp)")
+            threshold_drawn = True
+        ax.text(1.01, y, verdict.upper(), transform=ax.get_yaxis_transform(), va="center",
+                fontsize=8, color=colour, weight="bold")  # fmt: skip
+    ax.set_yticks(range(len(hyps)))
+    ax.set_yticklabels(list(reversed(labels)))
+    ax.set_ylim(-0.7, len(hyps) - 0.3)
+    ax.set_xlabel("difference in accuracy (percentage points); arrow = one-sided CI")
+    ax.set_title(title)
+    ax.grid(axis="x", alpha=0.3)
+    if threshold_drawn:
+        ax.legend(loc="lower right", fontsize=7)
+    return fig
+
+
+def _fig_rows(report: Report) -> Figure:
+    title = f"{EXPLORATORY}: accuracy by chart row (Wilson 95% CI)"
+    fig = Figure(figsize=(8.0, 4.4), layout="constrained")
+    ax = fig.add_subplot()
+    drawn = 0
+    missing = []
+    for k, arm in enumerate(report.arms):
+        result = report.result(f"exploratory.errors.{arm}")
+        by_row = ((result or {}).get("values") or {}).get("accuracy_by_row") or {}
+        if not result or result.get("status") != "ok" or not by_row:
+            missing.append(arm)
+            continue
+        xs, ys, los, his = [], [], [], []
+        for row in ROWS:
+            cell = by_row.get(str(row))
+            if not cell or not cell.get("n"):
+                continue
+            w = stats.wilson(int(cell["correct"]), int(cell["n"]))
+            offset = (k - (len(report.arms) - 1) / 2) * 0.06
+            xs.append(row + offset)
+            ys.append(w.estimate * 100)
+            los.append((w.estimate - w.lower) * 100)
+            his.append((w.upper - w.estimate) * 100)
+        ax.errorbar(xs, ys, yerr=[los, his], marker="o", markersize=4, capsize=2, lw=1.3,
+                    color=_arm_colour(report, arm), label=f"arm {arm}")  # fmt: skip
+        drawn += 1
+    if missing:
+        ax.text(0.01, 0.02, f"not computed for arm(s) {', '.join(missing)}",
+                transform=ax.transAxes, fontsize=8, color="#cf222e")  # fmt: skip
+    ax.set_xticks(list(ROWS))
+    ax.set_xlim(0.5, 11.5)
+    ax.set_ylim(0, 105)
+    ax.set_xlabel("chart row (1 = largest optotypes)")
+    ax.set_ylabel("accuracy (%)")
+    ax.set_title(title)
+    ax.grid(alpha=0.3)
+    if drawn:
+        ax.legend(loc="lower left", fontsize=8, ncol=min(drawn, 5))
+    return fig
+
+
+def _figure_specs(report: Report) -> list[tuple[str, str, str, str, DrawFn]]:
+    specs: list[tuple[str, str, str, str, DrawFn]] = [
+        ("accuracy_by_arm.png", "Accuracy by arm",
+         "Glyph-level accuracy of each arm over the analysable trials, with Wilson 95% "
+         "confidence intervals (descriptive).", "descriptive",
+         lambda: _fig_accuracy_by_arm(report)),
+        ("accuracy_arm_stimulus.png", "Accuracy by arm and stimulus",
+         "Glyph-level accuracy in each arm × stimulus cell (descriptive).", "descriptive",
+         lambda: _fig_heatmap(report)),
+        ("forest_contrasts.png", "Pre-registered contrasts",
+         "Estimate and confidence interval of each pre-registered contrast in percentage points "
+         "(a one-sided interval runs to the edge as an arrow); red dashes mark a pre-registered "
+         "minimum difference; the verdict is at the right. Equivalence tests show the largest "
+         "per-stimulus |difference| against the ±margin band.", "pre-registered",
+         lambda: _fig_forest(report)),
+        ("accuracy_by_row.png", f"{EXPLORATORY}: accuracy by chart row",
+         f"{EXPLORATORY}. Accuracy by chart row (1–11) for each arm, Wilson 95% CIs.",
+         "exploratory", lambda: _fig_rows(report)),
+    ]  # fmt: skip
+    for arm in report.arms:
+        specs.append(
+            (f"confusion_{_safe(arm)}.png", f"{EXPLORATORY}: confusion matrix, arm {arm}",
+             f"{EXPLORATORY}. Truth (rows) × answer (columns) for arm {arm}, counts and share "
+             f"of each truth row; '{OTHER_LABEL}' counts answers that are not an orientation.",
+             "exploratory", functools.partial(_fig_confusion, report, arm))
+        )  # fmt: skip
+    return specs
+
+
+def _safe(name: str) -> str:
+    return "".join(ch if ch.isalnum() or ch in "-_" else "_" for ch in name)
+
+
+# ------------------------------------------------------------------------------- HTML
+
+_CSS = """
+body{font-family:-apple-system,'Segoe UI',Helvetica,Arial,sans-serif;margin:0 auto;
+max-width:1180px;padding:1.2em 2em;color:#1f2328;line-height:1.45;background:#fff}
+h1{font-size:1.6em;margin-bottom:.2em}h2{border-bottom:2px solid #d0d7de;padding-bottom:.2em;
+margin-top:1.8em}h3{margin-top:1.4em}
+table{border-collapse:collapse;margin:.6em 0 1.2em;font-size:.9em;width:100%}
+caption{text-align:left;font-weight:600;padding:.3em 0;color:#24292f}
+th,td{border:1px solid #d0d7de;padding:.3em .55em;text-align:left;vertical-align:top}
+th{background:#f6f8fa}td.num{text-align:right;font-variant-numeric:tabular-nums}
+.banner{padding:1em 1.2em;border-radius:6px;margin:1em 0;font-size:1.05em}
+.simulated{background:#fff1cc;border:3px solid #bf8700;color:#4d2d00;font-weight:600}
+.failed{background:#ffebe9;border:2px solid #cf222e;color:#82071e}
+.ok{background:#dafbe1;border:1px solid #1a7f37}
+.verdict{font-weight:700}.v-supported{color:#1a7f37}.v-not-supported{color:#57606a}
+.v-not-computed{color:#cf222e}
+.PASS{color:#1a7f37;font-weight:700}.FAIL{color:#cf222e;font-weight:700}
+.WARN{color:#9a6700;font-weight:700}
+.exploratory{border-left:6px solid #8250df;padding-left:1em;background:#fbf8ff}
+.tag{display:inline-block;font-size:.75em;padding:.1em .5em;border-radius:1em;
+background:#8250df;color:#fff;vertical-align:middle}
+figure{margin:1em 0 2em}figure img{max-width:100%;border:1px solid #d0d7de}
+figcaption{font-size:.88em;color:#57606a}.error{color:#cf222e;font-weight:600}
+code{background:#f6f8fa;padding:0 .25em;border-radius:3px}
+.muted{color:#57606a;font-size:.9em}
+"""
+
+
+def _e(value: Any) -> str:
+    return html.escape(value if isinstance(value, str) else _fmt(value), quote=True)
+
+
+def _table(caption: str, header: Sequence[str], rows: Iterable[Sequence[Any]],
+           *, numeric: Sequence[int] = (), raw: Sequence[int] = ()) -> str:  # fmt: skip
+    """An HTML table; cells are escaped unless their column is in ``raw`` (pre-escaped)."""
+    out = [f"<table><caption>{_e(caption)}</caption><thead><tr>"]
+    out += [f"<th>{_e(h)}</th>" for h in header]
+    out.append("</tr></thead><tbody>")
+    for row in rows:
+        out.append("<tr>")
+        for i, cell in enumerate(row):
+            cls = ' class="num"' if i in numeric else ""
+            out.append(f"<td{cls}>{cell if i in raw else _e(cell)}</td>")
+        out.append("</tr>")
+    out.append("</tbody></table>")
+    return "".join(out)
+
+
+def _verdict_html(verdict: Any) -> str:
+    text = str(verdict or "–")
+    return f'<span class="verdict v-{_e(text.replace(" ", "-"))}">{_e(text)}</span>'
+
+
+def _failed_html(result: dict[str, Any]) -> str:
+    return (f'<p class="error">{_e(result.get("title") or result.get("id"))} '
+            f'({_e(result.get("id"))}) could not be computed: '
+            f'{_e(result.get("error") or "unknown error")}</p>')  # fmt: skip
+
+
+def _figure_html(report: Report, name: str) -> str:
+    fig = next((f for f in report.figures if f.name == name), None)
+    if fig is None:
+        return ""
+    data = base64.b64encode(fig.png).decode("ascii")
+    return (f'<figure><img src="data:image/png;base64,{data}" alt="{_e(fig.title)}">'
+            f"<figcaption>{_e(fig.caption)}</figcaption></figure>")  # fmt: skip
+
+
+def _section_verdicts(report: Report) -> str:
+    rows = []
+    for r in report.hypotheses:
+        desc = f"{r.get('title', '')} [{_contrast_text(report, r)}]"
+        rows.append((r.get("hypothesis"), desc, r.get("test"), _estimate_text(r), _p_text(r),
+                     _verdict_html(r.get("verdict")), _rule_text(r)))  # fmt: skip
+    if not rows:
+        return "<h2>Verdicts of the pre-registered hypotheses</h2><p>No hypothesis results.</p>"
+    return ("<h2>Verdicts of the pre-registered hypotheses</h2>" + _table(
+        "Pre-registered hypotheses: each verdict and the locked rule that decided it",
+        ("hypothesis", "description", "test", "estimate (CI)", "p", "verdict", "decided by"),
+        rows, raw=(5,)))  # fmt: skip
+
+
+def _section_protocol(report: Report) -> str:
+    p = report.protocol
+    design = p.get("design") or {}
+    model = p.get("model") or {}
+    analysis = p.get("analysis") or {}
+    arms = p.get("arms") or {}
+    parts = ["<h2>Protocol (as locked)</h2>",
+             f"<p>Study <code>{_e(p.get('study'))}</code>: {_e(p.get('title'))}. "
+             f"{_e(p.get('trials'))} scheduled trials over {_e(len(p.get('stimuli') or []))} "
+             f"stimuli ({_e(', '.join(p.get('stimuli') or []))}).</p>"]  # fmt: skip
+    parts.append(_table("Arms and their prompt components", ("arm", "role", "components",
+                        "composed text SHA-256"),
+                        [(a, (arms[a] or {}).get("role"), " + ".join((arms[a] or {}).get(
+                            "components") or []), str((arms[a] or {}).get("sha256", ""))[:16]
+                          + "…") for a in sorted(arms)]))  # fmt: skip
+    parts.append(_table("Model", ("field", "value"), sorted(model.items())))
+    design_rows = [(k, design.get(k)) for k in ("replicates", "seed", "order", "bootstrap_seed",
+                                                "bootstrap_iterations") if k in design]
+    design_rows += [(k, v) for k, v in sorted(design.items()) if k not in dict(design_rows)]
+    parts.append(_table("Design", ("field", "value"), design_rows))
+    parts.append(_table("Analysis plan", ("field", "value"), sorted(analysis.items())))
+    hyps = p.get("hypotheses") or []
+    parts.append(_table(
+        "Pre-registered hypotheses",
+        ("id", "contrast", "test", "sides", "alpha", "correction", "family", "min. difference",
+         "equivalence margin"),
+        [(h.get("id"), " vs ".join(h.get("contrast") or []), h.get("test"), h.get("sides"),
+          h.get("alpha"), h.get("correction"), h.get("family"),
+          "–" if h.get("min_difference_pp") is None else f"{h['min_difference_pp']} pp",
+          "–" if h.get("margin_pp") is None else f"±{h['margin_pp']} pp") for h in hyps]))
+    return "".join(parts)
+
+
+def _section_deviations(report: Report) -> str:
+    head = "<h2>Deviations from the protocol</h2>"
+    if not report.amendments:
+        return head + "<p>None: no <code>protocol.amended</code> event was recorded.</p>"
+    rows = [(a["seq"], a.get("time"), a.get("reason"),
+             ", ".join(str(c.get("path")) for c in a.get("changes") or [])) for a in
+            report.amendments]  # fmt: skip
+    return head + _table("Recorded amendments (protocol.amended)",
+                         ("seq", "time", "reason", "files changed"), rows, numeric=(0,))
+
+
+def _section_data(report: Report) -> str:
+    parts = ["<h2>Data: parse rates and exclusions</h2>"]
+    arms_result = report.result("descriptive.arms")
+    if arms_result is None or arms_result.get("status") != "ok":
+        parts.append(_failed_html(arms_result or {"id": "descriptive.arms",
+                                                  "error": "not recorded"}))
+        return "".join(parts)
+    values = arms_result.get("values") or {}
+    rows = []
+    for arm in sorted(values):
+        v = values[arm] or {}
+        statuses = ", ".join(f"{k} {n}" for k, n in sorted((v.get("status") or {}).items()))
+        rows.append((arm, v.get("trials_scored"), statuses, _pct(v.get("parse_rate")),
+                     v.get("excluded"), v.get("given_up"), v.get("glyphs")))  # fmt: skip
+    parts.append(_table(
+        "Tumbling-E trials per arm: scoring status, parse rate, exclusions (unparseable "
+        "responses when the plan excludes them) and trials given up",
+        ("arm", "trials scored", "status", "parse rate", "excluded", "given up",
+         "glyphs analysed"), rows, numeric=(1, 3, 4, 5, 6)))  # fmt: skip
+    exclude = (report.protocol.get("analysis") or {}).get("exclude_unparseable", True)
+    parts.append(f'<p class="muted">Plan: exclude_unparseable = {_e(exclude)}.</p>')
+    return "".join(parts)
+
+
+def _section_descriptive(report: Report) -> str:
+    parts = ["<h2>Descriptive results</h2>"]
+    arms_result = report.result("descriptive.arms")
+    if arms_result and arms_result.get("status") == "ok":
+        values = arms_result.get("values") or {}
+        rows = []
+        for arm in sorted(values):
+            acc = (values[arm] or {}).get("accuracy") or {}
+            rows.append((arm, acc.get("successes", values[arm].get("correct")),
+                         acc.get("n", values[arm].get("glyphs")), _pct(acc.get("estimate")),
+                         f"{_pct(acc.get('lower'))} – {_pct(acc.get('upper'))}"
+                         if acc else values[arm].get("note", "–")))  # fmt: skip
+        parts.append(_table(str(arms_result.get("title")),
+                            ("arm", "correct", "glyphs", "accuracy", "Wilson 95% CI"), rows,
+                            numeric=(1, 2, 3)))  # fmt: skip
+    elif arms_result:
+        parts.append(_failed_html(arms_result))
+    parts.append(_figure_html(report, "accuracy_by_arm.png"))
+    stim = report.result("descriptive.arm_stimulus")
+    if stim and stim.get("status") == "failed":
+        parts.append(_failed_html(stim))
+    parts.append(_figure_html(report, "accuracy_arm_stimulus.png"))
+    parts.append("<h3>Specificity control</h3>")
+    control = report.result("descriptive.control")
+    if control is None:
+        parts.append("<p>Not recorded.</p>")
+    elif control.get("status") != "ok":
+        parts.append(_failed_html(control))
+    else:
+        values = control.get("values") or {}
+        rows = [(arm, (v or {}).get("successes", "–"), (v or {}).get("n", "–"),
+                 _pct((v or {}).get("estimate")),
+                 f"{_pct((v or {}).get('lower'))} – {_pct((v or {}).get('upper'))}" if v
+                 else "no control trials") for arm, v in sorted(values.items())]  # fmt: skip
+        parts.append(_table(str(control.get("title")),
+                            ("arm", "correctly rejected", "control trials", "rate",
+                             "Wilson 95% CI"), rows, numeric=(1, 2, 3)))  # fmt: skip
+    return "".join(parts)
+
+
+def _section_model(report: Report) -> str:
+    parts = ["<h2>Pre-registered model and contrasts</h2>"]
+    model = report.result("model.lmm")
+    if model is None:
+        parts.append("<p>No model result recorded.</p>")
+    elif model.get("status") != "ok":
+        parts.append(_failed_html(model))
+    else:
+        v = model.get("values") or {}
+        rows = [(fe.get("name"), _pp(fe.get("estimate")), _pp(fe.get("se"), signed=False),
+                 f"{_pp(fe.get('ci_lower'))} to {_pp(fe.get('ci_upper'))}", _p(fe.get("p")))
+                for fe in v.get("fixed_effects") or []]  # fmt: skip
+        parts.append(_table(
+            f"{model.get('title')} (reference arm {v.get('reference')}; {v.get('n_obs')} trials, "
+            f"{v.get('n_groups')} groups; ICC {_fmt(v.get('icc'))}; converged "
+            f"{_fmt(v.get('converged'))}, singular {_fmt(v.get('singular'))})",
+            ("term", "estimate", "SE", "95% CI", "p"), rows, numeric=(1, 2, 4)))
+        if v.get("caution"):
+            parts.append(f'<p class="error">{_e(v["caution"])}</p>')
+    parts.append(_figure_html(report, "forest_contrasts.png"))
+    return "".join(parts)
+
+
+def _section_exploratory(report: Report) -> str:
+    tag = f'<span class="tag">{_e(EXPLORATORY)}</span>'
+    parts = [f'<div class="exploratory"><h2>{_e(EXPLORATORY)}</h2>',
+             "<p>None of these results was pre-registered. They describe the data and may "
+             "suggest hypotheses for a future study; they decide nothing.</p>"]  # fmt: skip
+    errors = [report.result(f"exploratory.errors.{a}") for a in report.arms]
+    rows = []
+    for arm, r in zip(report.arms, errors, strict=True):
+        if r is None:
+            continue
+        if r.get("status") != "ok":
+            rows.append((arm, f'<span class="error">not computed: {_e(r.get("error"))}</span>',
+                         "", "", "", ""))  # fmt: skip
+            continue
+        v = r.get("values") or {}
+        share = v.get("canonical_right_share") or {}
+        chi = v.get("error_chi_square") or {}
+        dirs = v.get("error_directions") or {}
+        bias = v.get("position_bias") or {}
+        rows.append((arm, _e(_pct((v.get("confusion") or {}).get("accuracy"))),
+                     _e(", ".join(f"{k} {n}" for k, n in dirs.items()) or "no errors"),
+                     _e(f"{_pct(share.get('share'))} ({_pct(share.get('lower'))} – "
+                        f"{_pct(share.get('upper'))}), n={share.get('n', 0)}" if share else "–"),
+                     _e(chi.get("error") or (f"chi2 {_fmt(chi.get('chi2'))}, p {_p(chi.get('p'))}"
+                                             if chi else "–")),
+                     _e(f"TVD {_fmt(bias.get('tvd'))}" if bias else "–")))  # fmt: skip
+    parts.append(f"<h3>{_e(EXPLORATORY)}: error phenotype by arm {tag}</h3>")
+    parts.append(_table(
+        f"{EXPLORATORY}: error phenotype (wrong answers that name an orientation)",
+        ("arm", "accuracy", "error directions", "share of errors answering RIGHT (95% CI)",
+         "errors uniform? (chi-square)", "answer vs truth distribution"),
+        rows, raw=(0, 1, 2, 3, 4, 5)))  # fmt: skip
+    parts.append(_figure_html(report, "accuracy_by_row.png"))
+    for arm in report.arms:
+        parts.append(_figure_html(report, f"confusion_{_safe(arm)}.png"))
+    pair_rows = []
+    for r in report.results:
+        if not str(r.get("id", "")).startswith("exploratory.pair."):
+            continue
+        name = str(r["id"]).removeprefix("exploratory.pair.")
+        if r.get("status") != "ok":
+            pair_rows.append((name, f"not computed: {r.get('error')}", "", "", "", ""))
+            continue
+        v = r.get("values") or {}
+        mc, flip = v.get("mcnemar") or {}, v.get("flip_rate") or {}
+        it, pt, boot = v.get("independent_t") or {}, v.get("paired_t") or {}, v.get(
+            "bootstrap_diff") or {}  # fmt: skip
+        pair_rows.append((
+            name,
+            f"b={mc.get('b')}, c={mc.get('c')}, p {_p(mc.get('p'))}" if mc else "–",
+            _pct(flip.get("share")) if flip else "–",
+            f"{_pp(it.get('difference'))}, p {_p(it.get('p'))}" if it else "–",
+            f"{_pp(pt.get('difference'))}, p {_p(pt.get('p'))}" if pt else "–",
+            f"{_pp(boot.get('estimate'))} ({_pp(boot.get('lower'))} to {_pp(boot.get('upper'))})"
+            if boot else "–"))  # fmt: skip
+    parts.append(f"<h3>{_e(EXPLORATORY)}: paired-arm metrics {tag}</h3>")
+    parts.append(_table(
+        f"{EXPLORATORY}: paired-arm metrics (two-sided p, not adjusted)",
+        ("pair a-b", "McNemar", "answer flip rate", "Welch t", "paired t (per stimulus)",
+         "bootstrap difference (95% CI)"), pair_rows))  # fmt: skip
+    qr_rows = []
+    for arm in report.arms:
+        r = report.result(f"exploratory.question_run.{arm}")
+        if r is None:
+            continue
+        if r.get("status") != "ok":
+            qr_rows.append((arm, f"not computed: {r.get('error')}", ""))
+            continue
+        v = r.get("values") or {}
+        qr_rows.append((arm, _pct(v.get("estimate")),
+                        f"{_pct(v.get('lower'))} – {_pct(v.get('upper'))}"))  # fmt: skip
+    parts.append(f"<h3>{_e(EXPLORATORY)}: accuracy with a clustered bootstrap {tag}</h3>")
+    parts.append(_table(f"{EXPLORATORY}: accuracy by arm, bootstrap over (stimulus, replicate)",
+                        ("arm", "accuracy", "bootstrap 95% CI"), qr_rows))
+    mult = report.result("exploratory.multiplicity")
+    parts.append(f"<h3>{_e(EXPLORATORY)}: multiplicity sensitivity {tag}</h3>")
+    if mult is None:
+        parts.append("<p>Not recorded.</p>")
+    elif mult.get("status") != "ok":
+        parts.append(_failed_html(mult))
+    else:
+        v = mult.get("values") or {}
+        bonf = (v.get("bonferroni") or {}).get("adjusted") or []
+        holm = (v.get("holm") or {}).get("adjusted") or []
+        raw = (v.get("bonferroni") or {}).get("pvalues") or []
+        mrows = [(h, _p(p), _p(b), _p(hh)) for h, p, b, hh in
+                 zip(v.get("hypotheses") or [], raw, bonf, holm, strict=False)]  # fmt: skip
+        parts.append(_table(f"{EXPLORATORY}: every hypothesis p-value corrected as one family",
+                            ("hypothesis", "p raw", "Bonferroni", "Holm"), mrows))
+    other = [r for r in report.by_label("exploratory") if r.get("status") == "failed"
+             and not str(r.get("id", "")).startswith(("exploratory.errors.", "exploratory.pair.",
+                                                       "exploratory.question_run."))]
+    parts += [_failed_html(r) for r in other if r.get("id") != "exploratory.multiplicity"]
+    parts.append("</div>")
+    return "".join(parts)
+
+
+def _section_failed(report: Report) -> str:
+    if not report.failed:
+        return ""
+    rows = [(r.get("id"), r.get("label"), r.get("error") or "unknown error")
+            for r in report.failed]  # fmt: skip
+    return ('<div class="banner failed">Some results could not be computed; each is listed '
+            "with its reason below and shown as “not computed” where it belongs.</div>"
+            + _table("Results that could not be computed", ("result", "label", "error"),
+                     rows))  # fmt: skip
+
+
+def _section_verification(report: Report) -> str:
+    v = report.verification
+    status = "VERIFIED" if v.ok else "FAILED"
+    cls = "ok" if v.ok else "failed"
+    rows = [(c.name, f'<span class="{c.status.value}">{c.status.value}</span>',
+             _e(c.where or ("" if c.seq is None else f"seq {c.seq}")), _e(c.reason))
+            for c in v.checks]  # fmt: skip
+    return ("<h2>Verification of the ledger</h2>"
+            f'<div class="banner {cls}">{status}: {_e(v.size)} events, root '
+            f"<code>{_e(v.root or '–')}</code>, origin <code>{_e(v.origin or '–')}</code>."
+            "</div>"
+            + _table(f"Independent verifier checks of {report.ledger.name}",
+                     ("check", "result", "where", "detail"), rows, raw=(1, 2, 3))
+            + '<p class="muted">Re-run offline: <code>ledger verify '
+            f"{_e(report.ledger)} --trusted-key @OWNER.vkey</code> (trust needs the owner's "
+            "vkey, obtained out of band).</p>")  # fmt: skip
+
+
+def _simulated_banner(report: Report) -> str:
+    if not report.simulated:
+        return ""
+    sessions = [f"seq {r['seq']} ({r.get('backend')})" for r in report.runs if r.get("simulated")]
+    return ('<div class="banner simulated" id="simulated">SIMULATED DATA: the responses were '
+            "produced by the offline simulated model, not by a real model "
+            f"(run session{'s' if len(sessions) > 1 else ''} {_e(', '.join(sessions))}). "
+            "These results demonstrate the method only and say nothing about any model."
+            "</div>")  # fmt: skip
+
+
+def render_html(report: Report) -> str:
+    """The self-contained HTML report (inline CSS, figures as data URIs, no scripts)."""
+    p = report.protocol
+    title = f"PROMPT Ledger report: {p.get('title') or p.get('study') or report.root.name}"
+    first = report.results[0]
+    inputs = first.get("inputs") or {}
+    backends = sorted({str(r.get("backend")) for r in report.runs}) or ["none recorded"]
+    body = [
+        f"<h1>{_e(title)}</h1>",
+        f'<p class="muted">Study <code>{_e(p.get("study"))}</code>; ledger '
+        f"<code>{_e(report.ledger)}</code>; analysis results from seq {_e(first.get('seq'))} "
+        f"(trials.csv SHA-256 <code>{_e(str(inputs.get('trials_csv_sha256', '–'))[:16])}…"
+        f"</code>); backend{'s' if len(backends) > 1 else ''}: {_e(', '.join(backends))}.</p>",
+        _simulated_banner(report),
+        _section_failed(report),
+        _section_verdicts(report),
+        _section_protocol(report),
+        _section_deviations(report),
+        _section_data(report),
+        _section_descriptive(report),
+        _section_model(report),
+        _section_exploratory(report),
+        _section_verification(report),
+    ]
+    return ("<!DOCTYPE html>\n<html lang=\"en\"><head><meta charset=\"utf-8\">"
+            f"<title>{_e(title)}</title><style>{_CSS}</style></head><body>\n"
+            + "\n".join(b for b in body if b) + "\n</body></html>\n")  # fmt: skip
+
+
+# --------------------------------------------------------------------------- terminal
+
+
+def render_terminal(report: Report, console: Console) -> None:
+    """Rich tables: simulated warning, verdicts, descriptive accuracy, exploratory (labelled)."""
+    if report.simulated:
+        console.print("[bold black on yellow] SIMULATED DATA: responses from the offline "
+                      "simulated model, not a real model [/]")  # fmt: skip
+    colours = {"supported": "green", "not supported": "white", "not computed": "red"}
+    verdicts = Table("hypothesis", "contrast", "test", "estimate (CI)", "p", "verdict",
+                     "decided by", title="Pre-registered verdicts")  # fmt: skip
+    for r in report.hypotheses:
+        verdict = str(r.get("verdict") or "-")
+        verdicts.add_row(str(r.get("hypothesis")), _contrast_text(report, r), str(r.get("test")),
+                         _estimate_text(r), _p_text(r),
+                         f"[{colours.get(verdict, 'white')}]{verdict}[/]", _rule_text(r))
+    console.print(verdicts)
+    arms_table = Table("arm", "role", "accuracy", "Wilson 95% CI", "glyphs", "parse rate",
+                       "excluded", title="Descriptive: glyph-level accuracy by arm")  # fmt: skip
+    arms_result = report.result("descriptive.arms")
+    if arms_result and arms_result.get("status") == "ok":
+        roles = report.protocol.get("arms") or {}
+        for arm, v in sorted((arms_result.get("values") or {}).items()):
+            acc = (v or {}).get("accuracy") or {}
+            arms_table.add_row(arm, str((roles.get(arm) or {}).get("role", "")),
+                               _pct(acc.get("estimate")),
+                               f"{_pct(acc.get('lower'))} – {_pct(acc.get('upper'))}",
+                               str(v.get("glyphs")), _pct(v.get("parse_rate")),
+                               str(v.get("excluded")))  # fmt: skip
+        console.print(arms_table)
+    elif arms_result:
+        console.print(f"[red]descriptive.arms not computed: {arms_result.get('error')}[/]")
+    explore = Table("result", "summary", title=f"{EXPLORATORY}")
+    for r in report.by_label("exploratory"):
+        explore.add_row(str(r.get("id")), _exploratory_summary(r))
+    console.print(explore)
+    for r in report.failed:
+        if not r.get("hypothesis"):
+            console.print(f"[red]{r.get('id')} not computed: {r.get('error')}[/]")
+    v = report.verification
+    checks = ", ".join(f"{c.name} {c.status.value}" for c in v.checks
+                       if c.status is not Status.PASS)  # fmt: skip
+    console.print(("[green]ledger VERIFIED[/]" if v.ok else "[red]ledger verification FAILED[/]")
+                  + f": {len(v.checks)} checks" + (f" ({checks})" if checks else " all PASS"))
+
+
+def _exploratory_summary(r: dict[str, Any]) -> str:
+    if r.get("status") != "ok":
+        return f"not computed: {r.get('error')}"
+    v = r.get("values") or {}
+    rid = str(r.get("id", ""))
+    if rid.startswith("exploratory.errors."):
+        share = v.get("canonical_right_share") or {}
+        bias = v.get("position_bias") or {}
+        return (f"accuracy {_pct((v.get('confusion') or {}).get('accuracy'))}; errors answering "
+                f"RIGHT {_pct(share.get('share'))} of {share.get('n', 0)}; "
+                f"answer-vs-truth TVD {_fmt(bias.get('tvd'))}")  # fmt: skip
+    if rid.startswith("exploratory.pair."):
+        boot = v.get("bootstrap_diff") or {}
+        mc = v.get("mcnemar") or {}
+        return (f"bootstrap diff {_pp(boot.get('estimate'))} ({_pp(boot.get('lower'))} to "
+                f"{_pp(boot.get('upper'))}); McNemar p {_p(mc.get('p'))}")  # fmt: skip
+    if rid.startswith("exploratory.question_run."):
+        return (f"accuracy {_pct(v.get('estimate'))} ({_pct(v.get('lower'))} – "
+                f"{_pct(v.get('upper'))})")  # fmt: skip
+    if rid == "exploratory.multiplicity":
+        holm = (v.get("holm") or {}).get("adjusted") or []
+        return "Holm: " + ", ".join(f"{h} {_p(p)}" for h, p in
+                                    zip(v.get("hypotheses") or [], holm, strict=False))
+    return _fmt(v)[:120]
