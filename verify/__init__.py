@@ -11,6 +11,7 @@ Example::
     for check in report.checks:
         print(check.name, check.status.value, check.reason)
 
+    report = verify_path("archive-dir")  # an exported archive: adds the checks of the archive
     require_valid("study.ledger")  # raises VerificationError naming the first failed check
 """
 
@@ -19,6 +20,7 @@ from __future__ import annotations
 import os
 from collections.abc import Sequence
 
+from verify._archive import verify_archive
 from verify._canonical import canonical_json
 from verify._errors import (
     AmbiguousKeyError,
@@ -56,10 +58,11 @@ from verify._note import (
     parse_note,
     parse_vkey,
 )
-from verify._report import CHECK_NAMES, Check, Report, Status
+from verify._report import ARCHIVE_CHECK_NAMES, CHECK_NAMES, Check, Report, Status
 
 __all__ = [
     "APPLICATION_ID",
+    "ARCHIVE_CHECK_NAMES",
     "CHECK_NAMES",
     "EMPTY_ROOT",
     "MAX_NOTE_SIGNATURES",
@@ -94,10 +97,27 @@ __all__ = [
     "parse_note",
     "parse_vkey",
     "require_valid",
+    "verify_archive",
     "verify_consistency",
     "verify_inclusion",
     "verify_ledger_file",
+    "verify_path",
 ]
+
+
+def verify_path(
+    path: str | os.PathLike[str],
+    trusted_keys: Sequence[str] = (),
+    checkpoints: Sequence[str | os.PathLike[str]] = (),
+    jobs: int = 1,
+) -> Report:
+    """Verify ``path``: a directory as an archive (:func:`verify_archive`), a file as a ledger.
+
+    A file goes to :func:`verify_ledger_file`; neither raises for a bad ledger or archive.
+    """
+    if os.path.isdir(path):
+        return verify_archive(path, trusted_keys=trusted_keys, checkpoints=checkpoints, jobs=jobs)
+    return verify_ledger_file(path, trusted_keys=trusted_keys, checkpoints=checkpoints, jobs=jobs)
 
 
 def require_valid(
@@ -107,13 +127,13 @@ def require_valid(
     checkpoints: Sequence[str | os.PathLike[str]] = (),
     jobs: int = 1,
 ) -> Report:
-    """Verify like :func:`verify_ledger_file` and return the report if no check FAILed.
+    """Verify a ledger file or an archive (:func:`verify_path`); return the report unless it FAILed.
 
     Raises :class:`VerificationError` for the first failed check (in report order); the error's
     ``check`` and ``report`` attributes carry the details, and its message names the check, the seq
     or place at fault and the reason.  WARN checks do not raise.
     """
-    report = verify_ledger_file(path, trusted_keys=trusted_keys, checkpoints=checkpoints, jobs=jobs)
+    report = verify_path(path, trusted_keys=trusted_keys, checkpoints=checkpoints, jobs=jobs)
     failure = report.first_failure
     if failure is not None:
         raise VerificationError.from_check(failure, report)

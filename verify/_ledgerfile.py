@@ -12,8 +12,9 @@ import hashlib
 import multiprocessing
 import os
 import sqlite3
+import time
 import urllib.parse
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from concurrent.futures import Future, ProcessPoolExecutor
 from typing import Any
 
@@ -174,6 +175,31 @@ def _verify_range(
     return failures
 
 
+def _verify_items(
+    items: list[tuple[int, Any, bytes, Any]],
+    keys: dict[str, bytes],
+    overrides: dict[int, str | None],
+) -> list[tuple[int, str]]:
+    """Worker: like :func:`_verify_range` for ``(seq, actor, envelope, signature)`` given inline."""
+    failures: list[tuple[int, str]] = []
+    for seq, actor, envelope, signature in items:
+        if seq in overrides:
+            actor = overrides[seq]
+            if actor is None:
+                continue
+        raw = keys.get(actor)
+        if raw is None:
+            failures.append((seq, f"seq {seq}: actor {actor!r:.80} is not a registered key"))
+            continue
+        key = _worker_keys.get(raw)
+        if key is None:
+            key = _worker_keys[raw] = Ed25519PublicKey.from_public_bytes(raw)
+        problem = _signature_problem(key, signature, envelope, seq, actor)
+        if problem is not None:
+            failures.append((seq, problem))
+    return failures
+
+
 def _stack_root(stack: list[bytes]) -> bytes:
     """The Merkle root of a compact range (complete-subtree hashes, largest first)."""
     if not stack:
@@ -198,7 +224,9 @@ class _NotALedger(Exception):
 
 
 class _StoredCheckpoint:
-    __slots__ = ("cp", "created", "id", "label", "note", "problem", "root_col", "size_col")
+    __slots__ = (
+        "cp", "created", "id", "label", "note", "problem", "root_col", "size_col", "where"
+    )  # fmt: skip
 
     def __init__(self, row: tuple[Any, ...]) -> None:
         self.id, self.size_col, self.root_col, self.note, self.created = row
@@ -215,6 +243,7 @@ class _StoredCheckpoint:
         except (NoteError, CheckpointFormatError, UnicodeDecodeError) as exc:
             self.problem = str(exc)
         self.label = f"checkpoint {self.id} (size {size})"
+        self.where = f"checkpoint {self.id}"
 
 
 class _PublishedCheckpoint:
@@ -272,6 +301,9 @@ class _Run:
         self.crypto_failures: list[tuple[int, str]] = []
         self.structural_sig_fails: set[int] = set()
         self.tree_nodes = 0
+        self.sig_time = 0.0  # seconds spent in inline Ed25519 verification
+        self.has_tree = True  # the source stores interior tree nodes to compare
+        self.sig_buffer: list[tuple[int, Any, bytes, Any]] = []  # for sources without a file URI
 
     # ---------------------------------------------------------------------------------- file
 
@@ -434,7 +466,31 @@ class _Run:
 
     # ---------------------------------------------------------------------------------- stream
 
-    def _tree_rows(self, con: sqlite3.Connection) -> Iterator[tuple[Any, Any, Any]]:
+    def _event_rows(self, con: sqlite3.Connection | None) -> Iterator[tuple[Any, ...]]:
+        """``(seq, kind, actor, time, envelope, signature, leaf_hash)`` rows in seq order."""
+        assert con is not None
+        return iter(
+            con.execute(
+                "SELECT seq, kind, actor, time, envelope, signature, leaf_hash "
+                "FROM events ORDER BY seq"
+            )
+        )
+
+    def _submit(
+        self,
+        pool: ProcessPoolExecutor,
+        lo: int,
+        hi: int,
+        keys: dict[str, bytes],
+        overrides: dict[int, str | None],
+    ) -> Future[list[tuple[int, str]]]:
+        """Hand the signatures of seqs ``lo..hi`` to a worker process."""
+        return pool.submit(_verify_range, self.uri, lo, hi, keys, overrides)
+
+    def _tree_rows(self, con: sqlite3.Connection | None) -> Iterator[tuple[Any, Any, Any]]:
+        if con is None:
+            return
+
         cur = con.cursor()
         cur.arraysize = 512
         cur.execute(
@@ -451,7 +507,7 @@ class _Run:
 
     def _stream(
         self,
-        con: sqlite3.Connection,
+        con: sqlite3.Connection | None,
         snapshot_sizes: set[int],
         pool: ProcessPoolExecutor | None,
         total: int,
@@ -494,9 +550,11 @@ class _Run:
         prev_time: str | None = None
         prev_time_seq = -1
 
-        rows = con.execute(
-            "SELECT seq, kind, actor, time, envelope, signature, leaf_hash FROM events ORDER BY seq"
-        )
+        rows = self._event_rows(con)
+        clock = time.perf_counter
+        sig_time = 0.0
+        check_tree = self.has_tree
+        buffer = self.sig_buffer if not inline else None
         for seq, kind_col, actor_col, time_col, envelope, signature, stored_leaf in rows:
             # sequence -----------------------------------------------------------------------
             if seq != expected:
@@ -602,7 +660,9 @@ class _Run:
                     h = sha256(b"\x01" + stack.pop() + h).digest()
                     m >>= 1
                     level += 1
-                    if pending is not None and pending[0] == level and pending[1] == m:
+                    if not check_tree:
+                        pass
+                    elif pending is not None and pending[0] == level and pending[1] == m:
                         if pending[2] != h:
                             self._tree_mismatch(level, m, position, h, pending)
                         pending = next(tree_rows, None)
@@ -665,6 +725,7 @@ class _Run:
                 if not inline:
                     overrides[seq] = None
             elif key_obj is not None and inline:
+                t0 = clock()
                 try:
                     if type(signature) is not bytes or len(signature) != 64:
                         raise InvalidSignature
@@ -673,18 +734,19 @@ class _Run:
                     crypto.append(
                         (seq, _signature_problem(key_obj, signature, envelope, seq, actor) or "")
                     )
+                sig_time += clock() - t0
             elif actor != actor_col:
                 overrides[seq] = actor
             if not inline:
+                if buffer is not None:
+                    buffer.append((seq, actor_col, envelope, signature))
                 if chunk_lo is None:
                     chunk_lo = seq
                 chunk_n += 1
                 if chunk_n >= chunk:
                     if len(key_map) != len(reg_keys):
                         key_map = {a: r.vkey.public_key for a, r in reg_keys.items()}
-                    futures.append(
-                        pool.submit(_verify_range, self.uri, chunk_lo, seq, key_map, overrides)  # type: ignore[union-attr]
-                    )
+                    futures.append(self._submit(pool, chunk_lo, seq, key_map, overrides))  # type: ignore[arg-type]
                     chunk_lo, chunk_n, overrides = None, 0, {}
 
             # blobs and time -----------------------------------------------------------------
@@ -702,11 +764,10 @@ class _Run:
                     )
                 prev_time, prev_time_seq = t, seq
 
+        self.sig_time += sig_time
         if pool is not None and chunk_lo is not None:
             key_map = {a: r.vkey.public_key for a, r in reg_keys.items()}
-            futures.append(
-                pool.submit(_verify_range, self.uri, chunk_lo, prev_seq, key_map, overrides)
-            )
+            futures.append(self._submit(pool, chunk_lo, prev_seq, key_map, overrides))
         while pending is not None:
             self._tree_extra(pending)
             pending = next(tree_rows, None)
@@ -824,12 +885,18 @@ class _Run:
             )
 
     def _check_blobs(self, con: sqlite3.Connection) -> None:
+        self._check_blob_rows(
+            con.execute("SELECT sha256, size, data FROM blobs ORDER BY sha256"),
+            "is missing from the blobs table",
+        )
+
+    def _check_blob_rows(self, cur: Iterable[tuple[Any, Any, Any]], missing: str) -> None:
+        """Check stored ``(address, size, data)`` rows against the referenced blobs."""
         st = self.states["blobs"]
         refs = self.blob_refs
         seen: set[str] = set()
         unreferenced = 0
         first_unreferenced: str | None = None
-        cur = con.execute("SELECT sha256, size, data FROM blobs ORDER BY sha256")
         for address, size, data in cur:
             ref = refs.get(address) if isinstance(address, str) else None
             label = f"{address!r:.80}" if not isinstance(address, str) else address
@@ -855,7 +922,7 @@ class _Run:
         for address, (seq, name) in refs.items():
             if address not in seen:
                 st.fail(
-                    f"seq {seq}: blob {name!r} ({address}) is missing from the blobs table",
+                    f"seq {seq}: blob {name!r} ({address}) {missing}",
                     seq,
                     where=address,
                 )
@@ -923,7 +990,7 @@ class _Run:
         n = self.size
         for s in stored:
             label = s.label
-            where = f"checkpoint {s.id}"
+            where = s.where
             if s.problem is not None or not isinstance(s.note, str):
                 st.fail(f"{label}: {s.problem or 'note is not text'}", where=where)
                 continue

@@ -6,7 +6,7 @@ import enum
 from dataclasses import dataclass, field
 from typing import Any
 
-__all__ = ["CHECK_NAMES", "Check", "Report", "Status"]
+__all__ = ["ARCHIVE_CHECK_NAMES", "CHECK_NAMES", "Check", "Report", "Status"]
 
 CHECK_NAMES: tuple[str, ...] = (
     "file",
@@ -24,6 +24,19 @@ CHECK_NAMES: tuple[str, ...] = (
     "time-order",
 )
 """Stable check names in report order (``published-checkpoints`` only when some were given)."""
+
+ARCHIVE_CHECK_NAMES: tuple[str, ...] = (
+    "manifest",
+    "export-coverage",
+    "protocol",
+    "schedule",
+    "requests",
+    "outcomes",
+    "blinding",
+    "rescore",
+    "reanalysis",
+)
+"""Checks an archive adds after those of :data:`CHECK_NAMES` (``docs/archive-format.md`` §4)."""
 
 
 class Status(enum.Enum):
@@ -74,6 +87,8 @@ class Report:
     size: int = 0
     root: str | None = None
     origin: str | None = None
+    timings: dict[str, float] = field(default_factory=dict, compare=False)
+    """Seconds spent per phase (``ledger``, ``signatures``, ``hashing``, check names...)."""
 
     @property
     def ok(self) -> bool:
