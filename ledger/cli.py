@@ -940,3 +940,30 @@ def export_cmd(study_dir: Path, directory: Path, force: bool, key_file: str | No
     )
     click.echo(f"check it: ledger verify {result.directory}  (or: cd {result.directory} && "
                "sha256sum -c MANIFEST.sha256)")
+
+
+@main.command("report")
+@click.argument("study_dir", metavar="STUDY", type=click.Path(file_okay=False, path_type=Path))
+@click.option("--html", "html_file", type=click.Path(dir_okay=False, path_type=Path),
+              default=None, help="Write the HTML report here (default: FIGURES/report.html).")
+@click.option("--figures", "figures_dir", type=click.Path(file_okay=False, path_type=Path),
+              default=None, help="Figure directory (default: STUDY/report).")
+def report_cmd(study_dir: Path, html_file: Path | None, figures_dir: Path | None) -> None:
+    """Print the verdicts and write figures and a self-contained HTML report.
+
+    Reads the analysis.result events (run 'ledger analyze' first), the locked protocol and
+    its amendments; verifies the ledger; flags simulated data. Exploratory results are
+    labelled "Exploratory (not pre-registered)" everywhere.
+
+    \b
+    Example:
+      ledger report my-study
+      ledger report my-study --html my-study.html --figures figures/
+    """
+    from analysis.report import build_report, render_terminal
+
+    result = build_report(study_dir, figures_dir, html_path=html_file)
+    render_terminal(result, _out())
+    for figure in result.figures:
+        click.echo(f"figure: {figure.path}")
+    click.echo(f"report: {result.html_path}")
