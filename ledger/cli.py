@@ -334,18 +334,24 @@ def verify_cmd(
     as_json: bool,
     jobs: int,
 ) -> None:
-    """Verify the ledger at PATH independently; exit 0 only if every check passes.
+    """Verify a ledger file or an exported archive at PATH; exit 0 only if no check fails.
 
-    Uses the separate implementation in verify/ (which shares no code with the writer). Without
-    --trusted-key the keys are self-asserted: signatures then prove integrity, not authorship.
+    Uses the separate implementation in verify/ (which shares no code with the writer). A
+    directory is verified as an archive (docs/archive-format.md §4: the ledger checks on
+    ledger/events.jsonl plus manifest, export coverage, protocol, schedule, requests, outcomes,
+    blinding, re-scoring and re-analysis); a file as a SQLite ledger. Without --trusted-key the
+    keys are self-asserted: signatures then prove integrity, not authorship (a WARN).
 
     \b
     Example:
       ledger verify study.db --trusted-key @keys/example.org_owner.vkey \\
           --checkpoint registration.checkpoint --jobs 2
+      ledger verify archive/ --checkpoint registration-checkpoint.txt
     """
+    from verify import verify_path
+
     vkeys = [load_verifier(t).vkey for t in trusted]
-    report = verify_ledger_file(path, trusted_keys=vkeys, checkpoints=checkpoints, jobs=jobs)
+    report = verify_path(path, trusted_keys=vkeys, checkpoints=checkpoints, jobs=jobs)
     if as_json:
         _dump(report.to_dict())
     else:
