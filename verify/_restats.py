@@ -1,0 +1,579 @@
+"""Independent statistics, written from ``docs/statistics.md`` (numpy, scipy, statsmodels).
+
+Each function returns the JSON-ready dict the page describes (NaN and infinities as ``None``)
+and raises :class:`StatError` where the page says the statistic cannot be computed.
+"""
+
+from __future__ import annotations
+
+import math
+import warnings
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+from numpy.typing import NDArray
+from scipy import stats as sps
+
+__all__ = [
+    "StatError",
+    "bonferroni",
+    "bootstrap_clustered",
+    "bootstrap_diff",
+    "canonical_share",
+    "chi_square_gof",
+    "confusion_matrix",
+    "contrast",
+    "equivalence",
+    "flip_rate",
+    "holm",
+    "independent_t",
+    "mcnemar",
+    "mixed_model",
+    "paired_t",
+    "position_bias_tvd",
+    "wilson",
+]
+
+Floats = NDArray[np.float64]
+CHUNK_ELEMENTS = 1 << 18
+
+
+class StatError(ValueError):
+    """The statistic cannot be computed on this input."""
+
+
+def num(x: float) -> float | None:
+    """A JSON number: NaN and infinities become ``None``."""
+    f = float(x)
+    return f if math.isfinite(f) else None
+
+
+def _arr(x: Any, name: str) -> Floats:
+    a = np.asarray(x, dtype=np.float64)
+    if a.ndim != 1:
+        raise StatError(f"{name}: not one-dimensional")
+    if not np.all(np.isfinite(a)):
+        raise StatError(f"{name}: not finite")
+    return a
+
+
+def wilson(successes: int, n: int, conf: float = 0.95) -> dict[str, Any]:
+    """Wilson score interval without continuity correction."""
+    if n <= 0 or successes < 0 or successes > n or not 0 < conf < 1:
+        raise StatError(f"wilson: bad input {successes}/{n}")
+    p = successes / n
+    z = float(sps.norm.ppf(0.5 + conf / 2))
+    denom = 1 + z * z / n
+    centre = (p + z * z / (2 * n)) / denom
+    half = z / denom * math.sqrt(p * (1 - p) / n + z * z / (4 * n * n))
+    lower = 0.0 if successes == 0 else min(1.0, max(0.0, centre - half))
+    upper = 1.0 if successes == n else min(1.0, max(0.0, centre + half))
+    return {
+        "successes": successes,
+        "n": n,
+        "conf": conf,
+        "estimate": p,
+        "lower": lower,
+        "upper": upper,
+    }
+
+
+def _t_result(
+    method: str,
+    x: Floats,
+    y: Floats,
+    diff: float,
+    se: float,
+    df: float,
+    effect: float,
+    effect_name: str,
+) -> dict[str, Any]:
+    t = diff / se
+    q = float(sps.t.ppf(0.975, df))
+    return {
+        "method": method,
+        "n_x": int(x.size),
+        "n_y": int(y.size),
+        "mean_x": float(np.mean(x)),
+        "mean_y": float(np.mean(y)),
+        "difference": diff,
+        "se": num(se),
+        "t": num(t),
+        "df": num(df),
+        "p": num(2 * sps.t.sf(abs(t), df)),
+        "p_one_sided": num(sps.t.sf(t, df)),
+        "ci_lower": num(diff - q * se),
+        "ci_upper": num(diff + q * se),
+        "effect_size": num(effect),
+        "effect_size_name": effect_name,
+    }
+
+
+def paired_t(x: Any, y: Any) -> dict[str, Any]:
+    """Paired t-test with d_z."""
+    xa, ya = _arr(x, "x"), _arr(y, "y")
+    if xa.size != ya.size or xa.size < 2:
+        raise StatError("paired_t: needs two equal samples of n >= 2")
+    d = xa - ya
+    sd = float(np.std(d, ddof=1))
+    if sd == 0:
+        raise StatError("x - y: zero variance")
+    n = d.size
+    mean_d = float(np.mean(d))
+    se = sd / math.sqrt(n)
+    diff = float(np.mean(xa)) - float(np.mean(ya))
+    out = _t_result("paired", xa, ya, diff, se, n - 1, mean_d / sd, "d_z")
+    out["t"] = num(mean_d / se)
+    t = mean_d / se
+    q = float(sps.t.ppf(0.975, n - 1))
+    out.update(
+        p=num(2 * sps.t.sf(abs(t), n - 1)),
+        p_one_sided=num(sps.t.sf(t, n - 1)),
+        ci_lower=num(diff - q * se),
+        ci_upper=num(diff + q * se),
+    )
+    return out
+
+
+def independent_t(x: Any, y: Any, *, welch: bool = True) -> dict[str, Any]:
+    """Welch (default) or Student t-test, Cohen's d with the pooled SD."""
+    xa, ya = _arr(x, "x"), _arr(y, "y")
+    nx, ny = xa.size, ya.size
+    if nx < 2 or ny < 2:
+        raise StatError("independent_t: each sample needs n >= 2")
+    vx, vy = float(np.var(xa, ddof=1)), float(np.var(ya, ddof=1))
+    if vx == 0 and vy == 0:
+        raise StatError("independent_t: both variances are zero")
+    sp = math.sqrt(((nx - 1) * vx + (ny - 1) * vy) / (nx + ny - 2))
+    diff = float(np.mean(xa)) - float(np.mean(ya))
+    if welch:
+        a, b = vx / nx, vy / ny
+        se = math.sqrt(a + b)
+        df = (a + b) ** 2 / (a * a / (nx - 1) + b * b / (ny - 1))
+    else:
+        se = sp * math.sqrt(1 / nx + 1 / ny)
+        df = nx + ny - 2
+    return _t_result("welch" if welch else "student", xa, ya, diff, se, df, diff / sp, "cohen_d")
+
+
+def _seed(seed: Any) -> int:
+    try:
+        value = int(seed)
+    except (TypeError, ValueError):
+        raise StatError(f"seed: not an integer: {seed!r}") from None
+    if isinstance(seed, float) or value < 0:
+        raise StatError(f"seed: {seed!r}")
+    return value
+
+
+def _row_means(
+    rng: np.random.Generator, source: Floats, iterations: int, n: int, k: int | None = None
+) -> Floats:
+    """Row means of ``source[rng.integers(0, k or n, size=(iterations, n))]``, drawn in blocks."""
+    high = n if k is None else k
+    rows = max(1, CHUNK_ELEMENTS // max(1, n))
+    out = np.empty(iterations, dtype=np.float64)
+    for start in range(0, iterations, rows):
+        stop = min(iterations, start + rows)
+        idx = rng.integers(0, high, size=(stop - start, n))
+        out[start:stop] = source[idx].mean(axis=1)
+    return out
+
+
+def _quantiles(replicates: Floats, conf: float) -> tuple[float, float]:
+    lo, hi = np.quantile(replicates, [round((1 - conf) / 2, 12), round((1 + conf) / 2, 12)])
+    return float(lo), float(hi)
+
+
+def bootstrap_diff(
+    x: Any, y: Any, iterations: int = 5000, seed: Any = 0, conf: float = 0.95
+) -> dict[str, Any]:
+    """Unpaired percentile bootstrap of mean(x) - mean(y), in the documented draw order."""
+    xa, ya = _arr(x, "x"), _arr(y, "y")
+    if xa.size == 0 or ya.size == 0 or iterations < 1:
+        raise StatError("bootstrap_diff: empty arm or no iterations")
+    s = _seed(seed)
+    rng = np.random.Generator(np.random.PCG64(s))
+    mx = _row_means(rng, xa, iterations, xa.size)
+    my = _row_means(rng, ya, iterations, ya.size)
+    lower, upper = _quantiles(mx - my, conf)
+    return {
+        "method": "unpaired-percentile",
+        "estimate": float(np.mean(xa)) - float(np.mean(ya)),
+        "lower": lower,
+        "upper": upper,
+        "conf": conf,
+        "iterations": iterations,
+        "seed": s,
+        "n_x": int(xa.size),
+        "n_y": int(ya.size),
+        "n_clusters": 0,
+    }
+
+
+def bootstrap_clustered(
+    values: Any,
+    questions: Sequence[Any],
+    runs: Sequence[Any],
+    iterations: int = 1000,
+    seed: Any = 0,
+    conf: float = 0.95,
+    *,
+    unit: str = "observation",
+) -> dict[str, Any]:
+    """(question, run) bootstrap: observations (default) or question clusters."""
+    v = _arr(values, "values")
+    n = v.size
+    if n == 0 or len(questions) != n or len(runs) != n or iterations < 1:
+        raise StatError("bootstrap_clustered: bad input")
+    pairs = {(str(q), str(r)) for q, r in zip(questions, runs, strict=True)}
+    if len(pairs) != n:
+        raise StatError("bootstrap_clustered: a (question, run) pair occurs twice")
+    qs = sorted({str(q) for q in questions})
+    s = _seed(seed)
+    rng = np.random.Generator(np.random.PCG64(s))
+    if unit == "observation":
+        reps = _row_means(rng, v, iterations, n)
+        method = "observation-percentile"
+    elif unit == "question":
+        index = {q: i for i, q in enumerate(qs)}
+        sums = np.zeros(len(qs))
+        counts = np.zeros(len(qs))
+        for value, q in zip(v, questions, strict=True):
+            sums[index[str(q)]] += value
+            counts[index[str(q)]] += 1
+        reps = np.empty(iterations)
+        rows = max(1, CHUNK_ELEMENTS // len(qs))
+        for start in range(0, iterations, rows):
+            stop = min(iterations, start + rows)
+            idx = rng.integers(0, len(qs), size=(stop - start, len(qs)))
+            reps[start:stop] = sums[idx].sum(axis=1) / counts[idx].sum(axis=1)
+        method = "question-percentile"
+    else:
+        raise StatError(f"unit: {unit!r}")
+    lower, upper = _quantiles(reps, conf)
+    return {
+        "method": method,
+        "estimate": float(np.mean(v)),
+        "lower": lower,
+        "upper": upper,
+        "conf": conf,
+        "iterations": iterations,
+        "seed": s,
+        "n_x": n,
+        "n_y": 0,
+        "n_clusters": len(qs),
+    }
+
+
+def mixed_model(
+    y: Any, arms: Sequence[str], groups: Sequence[str], reference: str
+) -> dict[str, Any]:
+    """REML random-intercept model (statsmodels MixedLM), treatment coding against reference."""
+    from statsmodels.regression.mixed_linear_model import MixedLM
+
+    ya = _arr(y, "outcome")
+    arm = np.asarray([str(a) for a in arms])
+    grp = np.asarray([str(g) for g in groups])
+    levels = sorted(set(arm.tolist()))
+    if reference not in levels or len(levels) < 2:
+        raise StatError("mixed_model: reference or arms")
+    n_groups = len(set(grp.tolist()))
+    if n_groups < 2:
+        raise StatError("mixed_model: fewer than two groups")
+    total_var = float(np.var(ya, ddof=1)) if ya.size > 1 else 0.0
+    if total_var == 0:
+        raise StatError("mixed_model: zero outcome variance")
+    others = [lv for lv in levels if lv != reference]
+    names = ["Intercept"] + [f"arm[T.{lv}]" for lv in others]
+    exog = np.column_stack([np.ones(ya.size)] + [(arm == lv).astype(np.float64) for lv in others])
+    if ya.size <= exog.shape[1] + 1:
+        raise StatError("mixed_model: too few rows")
+    with warnings.catch_warnings(record=True) as record:
+        warnings.simplefilter("always")
+        try:
+            fit = MixedLM(ya, exog, groups=grp).fit(reml=True)
+            fe = np.asarray(fit.fe_params, dtype=np.float64)
+            cov = np.asarray(fit.cov_params(), dtype=np.float64)[: len(names), : len(names)]
+            group_var = float(np.asarray(fit.cov_re, dtype=np.float64)[0, 0])
+            resid_var = float(fit.scale)
+            llf = float(fit.llf)
+            converged = bool(fit.converged)
+        except (np.linalg.LinAlgError, ValueError, ZeroDivisionError) as exc:
+            raise StatError(f"mixed_model: fit failed: {exc}") from None
+    caught = [f"{w.category.__name__}: {w.message}" for w in record]
+    with np.errstate(invalid="ignore"):
+        se = np.sqrt(np.diag(cov))
+    z975 = float(sps.norm.ppf(0.975))
+    singular = (
+        group_var <= 1e-6 * total_var
+        or resid_var <= 1e-6 * total_var
+        or not np.all(np.isfinite(cov))
+        or not np.all(np.isfinite(se))
+        or any("boundary" in m or "singular" in m.lower() for m in caught)
+    )
+    effects = []
+    for name, b, s in zip(names, fe, se, strict=True):
+        z = b / s if s > 0 else math.nan
+        effects.append(
+            {
+                "name": name,
+                "estimate": num(b),
+                "se": num(s),
+                "z": num(z),
+                "p": num(2 * sps.norm.sf(abs(z))),
+                "ci_lower": num(b - z975 * s),
+                "ci_upper": num(b + z975 * s),
+            }
+        )
+    total = group_var + resid_var
+    return {
+        "arms": [reference, *others],
+        "n_obs": int(ya.size),
+        "n_groups": n_groups,
+        "fixed_effects": effects,
+        "fe_cov": [[num(c) for c in row] for row in cov],
+        "group_variance": num(group_var),
+        "residual_variance": num(resid_var),
+        "icc": num(group_var / total) if total > 0 else None,
+        "log_likelihood": num(llf),
+        "converged": converged,
+        "singular": bool(singular),
+        "warnings": caught,
+        "_fe": fe,
+        "_cov": cov,
+    }
+
+
+def contrast(
+    fit: dict[str, Any], a: str, b: str, sides: str = "two-sided", conf: float = 0.95
+) -> dict[str, Any]:
+    """Wald contrast a - b of a :func:`mixed_model` fit."""
+    arms: list[str] = fit["arms"]
+    if a not in arms or b not in arms:
+        raise StatError(f"contrast: unknown arm {a!r} or {b!r}")
+    fe: Floats = fit["_fe"]
+    cov: Floats = fit["_cov"]
+    vec = np.zeros(fe.size)
+    for arm, sign in ((a, 1.0), (b, -1.0)):
+        i = arms.index(arm)
+        if i > 0:
+            vec[i] += sign
+    est = float(vec @ fe)
+    se = float(math.sqrt(float(vec @ cov @ vec)))
+    z = est / se if se > 0 else math.nan
+    if sides == "one-sided":
+        p = float(sps.norm.sf(z))
+        lower, upper = est - float(sps.norm.ppf(conf)) * se, math.inf
+    elif sides == "two-sided":
+        p = float(2 * sps.norm.sf(abs(z)))
+        q = float(sps.norm.ppf(0.5 + conf / 2))
+        lower, upper = est - q * se, est + q * se
+    else:
+        raise StatError(f"sides: {sides!r}")
+    return {
+        "a": a,
+        "b": b,
+        "sides": sides,
+        "estimate": num(est),
+        "se": num(se),
+        "z": num(z),
+        "p": num(p),
+        "lower": num(lower),
+        "upper": num(upper),
+        "conf": conf,
+    }
+
+
+def chi_square_gof(
+    counts: Sequence[int], expected: Sequence[float] | None = None
+) -> dict[str, Any]:
+    """Chi-square goodness of fit with Cramér's V."""
+    obs = np.asarray(counts, dtype=np.float64)
+    k = obs.size
+    n = float(obs.sum())
+    if k < 2 or np.any(obs < 0) or n <= 0:
+        raise StatError("counts: need k >= 2 non-negative counts with total > 0")
+    if expected is None:
+        exp = np.full(k, n / k)
+    else:
+        e = np.asarray(expected, dtype=np.float64)
+        if e.size != k or np.any(e <= 0):
+            raise StatError("expected: bad")
+        exp = e / e.sum() * n
+    chi2 = float(np.sum((obs - exp) ** 2 / exp))
+    return {
+        "chi2": chi2,
+        "df": k - 1,
+        "p": num(sps.chi2.sf(chi2, k - 1)),
+        "n": int(n),
+        "k": k,
+        "cramers_v": math.sqrt(chi2 / (n * (k - 1))),
+        "observed": [int(c) for c in counts],
+        "expected": [float(v) for v in exp],
+    }
+
+
+def confusion_matrix(
+    truth: Sequence[str], pred: Sequence[str], labels: Sequence[str]
+) -> dict[str, Any]:
+    """Truth x prediction counts; predictions outside ``labels`` go to ``other``."""
+    index = {str(lb): i for i, lb in enumerate(labels)}
+    counts = [[0] * len(labels) for _ in labels]
+    other = [0] * len(labels)
+    for t, p in zip(truth, pred, strict=True):
+        if str(t) not in index:
+            raise StatError(f"truth: label {t!r} not in labels")
+        j = index.get(str(p))
+        if j is None:
+            other[index[str(t)]] += 1
+        else:
+            counts[index[str(t)]][j] += 1
+    n = len(truth)
+    correct = sum(counts[i][i] for i in range(len(labels)))
+    return {
+        "labels": [str(lb) for lb in labels],
+        "counts": counts,
+        "other": other,
+        "n": n,
+        "correct": correct,
+        "accuracy": correct / n if n else None,
+    }
+
+
+def _proportion(name: str, count: int, n: int) -> dict[str, Any]:
+    if n == 0:
+        return {"name": name, "count": count, "n": 0, "share": None, "lower": None, "upper": None}
+    w = wilson(count, n)
+    return {
+        "name": name,
+        "count": count,
+        "n": n,
+        "share": count / n,
+        "lower": w["lower"],
+        "upper": w["upper"],
+    }
+
+
+def canonical_share(
+    truth: Sequence[str], pred: Sequence[str], canonical: str = "RIGHT"
+) -> dict[str, Any]:
+    """Share of errors whose prediction is ``canonical``."""
+    errors = [(str(t), str(p)) for t, p in zip(truth, pred, strict=True) if str(t) != str(p)]
+    count = sum(1 for _, p in errors if p == canonical)
+    return _proportion(f"canonical_share:{canonical}", count, len(errors))
+
+
+def flip_rate(a: Sequence[str], b: Sequence[str]) -> dict[str, Any]:
+    """Share of paired answers that differ."""
+    if len(a) != len(b) or not a:
+        raise StatError("flip_rate: needs equal non-empty inputs")
+    count = sum(1 for x, y in zip(a, b, strict=True) if str(x) != str(y))
+    return _proportion("flip_rate", count, len(a))
+
+
+def position_bias_tvd(
+    pred: Sequence[str], truth: Sequence[str], labels: Sequence[str]
+) -> dict[str, Any]:
+    """Total variation distance between the prediction and truth distributions."""
+    n = len(pred)
+    if n == 0 or len(truth) != n:
+        raise StatError("position_bias_tvd: empty or unequal inputs")
+    labs = [str(lb) for lb in labels]
+    if any(str(t) not in labs for t in truth):
+        raise StatError("truth: label outside labels")
+    p_pred = [sum(1 for p in pred if str(p) == lb) / n for lb in labs]
+    p_truth = [sum(1 for t in truth if str(t) == lb) / n for lb in labs]
+    p_other = sum(1 for p in pred if str(p) not in labs) / n
+    diffs = [abs(p - t) for p, t in zip(p_pred, p_truth, strict=True)]
+    return {
+        "labels": labs,
+        "p_pred": p_pred,
+        "p_truth": p_truth,
+        "p_other": p_other,
+        "n": n,
+        "tvd": 0.5 * (sum(diffs) + p_other),
+        "mad": sum(diffs) / len(labs),
+    }
+
+
+def mcnemar(b: int, c: int) -> dict[str, Any]:
+    """McNemar chi-square, Edwards-corrected chi-square and exact binomial."""
+    n = b + c
+    if n == 0:
+        chi2 = chi2_cc = p_chi2 = p_chi2_cc = math.nan
+        p_exact = 1.0
+    else:
+        chi2 = (b - c) ** 2 / n
+        chi2_cc = max(0, abs(b - c) - 1) ** 2 / n
+        p_chi2 = float(sps.chi2.sf(chi2, 1))
+        p_chi2_cc = float(sps.chi2.sf(chi2_cc, 1))
+        p_exact = min(1.0, 2 * float(sps.binom.cdf(min(b, c), n, 0.5)))
+    primary = "exact" if n < 25 else "chi2_cc"
+    return {
+        "b": b,
+        "c": c,
+        "n_discordant": n,
+        "chi2": num(chi2),
+        "p_chi2": num(p_chi2),
+        "chi2_cc": num(chi2_cc),
+        "p_chi2_cc": num(p_chi2_cc),
+        "p_exact": p_exact,
+        "primary": primary,
+        "p": p_exact if primary == "exact" else num(p_chi2_cc),
+    }
+
+
+def mcnemar_paired(x: Sequence[bool], y: Sequence[bool]) -> dict[str, Any]:
+    """McNemar on paired correctness: b = x right & y wrong, c = x wrong & y right."""
+    if len(x) != len(y):
+        raise StatError("mcnemar_paired: unequal lengths")
+    b = sum(1 for p, q in zip(x, y, strict=True) if p and not q)
+    c = sum(1 for p, q in zip(x, y, strict=True) if q and not p)
+    return mcnemar(b, c)
+
+
+def _correction(
+    method: str, ps: Sequence[float], adjusted: list[float], alpha: float
+) -> dict[str, Any]:
+    return {
+        "method": method,
+        "pvalues": [float(p) for p in ps],
+        "adjusted": adjusted,
+        "alpha": alpha,
+        "reject": [a <= alpha for a in adjusted],
+    }
+
+
+def bonferroni(ps: Sequence[float], alpha: float = 0.05) -> dict[str, Any]:
+    """Bonferroni: min(1, m p)."""
+    m = len(ps)
+    return _correction("bonferroni", ps, [min(1.0, m * float(p)) for p in ps], alpha)
+
+
+def holm(ps: Sequence[float], alpha: float = 0.05) -> dict[str, Any]:
+    """Holm step-down, monotone, mapped back to input order."""
+    m = len(ps)
+    order = sorted(range(m), key=lambda i: ps[i])
+    adjusted = [0.0] * m
+    running = 0.0
+    for j, i in enumerate(order, start=1):
+        running = max(running, min(1.0, (m - j + 1) * float(ps[i])))
+        adjusted[i] = running
+    return _correction("holm", ps, adjusted, alpha)
+
+
+def equivalence(diffs: dict[str, float], margin: float) -> dict[str, Any]:
+    """Every |difference| below the margin (strict)."""
+    if not diffs or margin <= 0 or not all(math.isfinite(d) for d in diffs.values()):
+        raise StatError("per_group_diffs: empty or non-finite, or margin <= 0")
+    best = max(abs(d) for d in diffs.values())
+    group = next(g for g, d in diffs.items() if abs(d) == best)
+    return {
+        "max_abs_diff": best,
+        "group": group,
+        "margin": margin,
+        "holds": best < margin,
+        "n_groups": len(diffs),
+    }

@@ -1,0 +1,979 @@
+"""Science checks of an exported archive: re-scoring every response and re-running the analysis.
+
+Written from ``docs/scoring.md``, ``docs/statistics.md``, ``docs/analysis.md``, ``docs/trials.md``
+and ``docs/archive-format.md``; it imports nothing from ``ledger``, ``runner`` or ``analysis``.
+
+* ``rescore``: every response is re-extracted, re-parsed with the locked parser and re-scored
+  against the archived truth table; each ``trial.scored`` must match (status, counts, item hash,
+  item blob), every ``trial.responded`` must have exactly one ``trial.scored``, and the seal's
+  digest must be the digest over all scores.
+* ``reanalysis``: the dataset is rebuilt (``trials.csv`` / ``items.csv`` bytes and ``inputs``),
+  every result of ``docs/analysis.md`` §3 is recomputed with :mod:`verify._restats` and compared
+  number by number (relative tolerance :data:`REL_TOL`, absolute :data:`ABS_TOL`; mixed-model
+  numbers :data:`LMM_REL_TOL`), with every status, verdict and ``decided_by``; and
+  ``analysis/results.json`` must equal the events' bodies plus their seq.
+"""
+
+from __future__ import annotations
+
+import csv
+import hashlib
+import hmac
+import io
+import json
+import math
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import rfc8785
+
+from verify import _restats as st
+from verify._report import Check, Status
+from verify._rescore import CONTROL_TRUTH, Truth, TruthError, read_truth, score_body
+
+__all__ = ["ABS_TOL", "LMM_REL_TOL", "REL_TOL", "science_checks"]
+
+REL_TOL = 1e-6
+"""Relative tolerance for recomputed numbers (``docs/analysis.md``)."""
+ABS_TOL = 1e-9
+"""Absolute tolerance near zero."""
+LMM_REL_TOL = 1e-4
+"""Relative tolerance for mixed-model outputs (optimiser differences)."""
+
+ORIENTATIONS = ("UP", "RIGHT", "DOWN", "LEFT")
+TRIAL_COLUMNS = (
+    "trial", "arm", "stimulus", "rep", "response_seq", "status", "n_items", "n_answered",
+    "n_correct", "accuracy", "control", "excluded",
+)  # fmt: skip
+ITEM_COLUMNS = ("trial", "arm", "stimulus", "rep", "row", "position", "truth", "answer", "correct")
+
+
+class _Problem(Exception):
+    """A check cannot proceed: ``(reason, seq, where)``."""
+
+    def __init__(self, reason: str, seq: int | None = None, where: str | None = None) -> None:
+        super().__init__(reason)
+        self.reason = reason
+        self.seq = seq
+        self.where = where
+
+
+# ------------------------------------------------------------------------------ archive
+
+
+@dataclass
+class _Event:
+    seq: int
+    kind: str
+    body: dict[str, Any]
+    blobs: dict[str, str]
+
+
+@dataclass
+class _Archive:
+    root: Path
+    events: list[_Event]
+    by_seq: dict[int, _Event] = field(default_factory=dict)
+
+    def of(self, kind: str) -> list[_Event]:
+        return [e for e in self.events if e.kind == kind]
+
+    def first(self, kind: str) -> _Event | None:
+        return next((e for e in self.events if e.kind == kind), None)
+
+    def blob(self, digest: str, seq: int | None = None) -> bytes:
+        path = self.root / "blobs" / digest
+        try:
+            return path.read_bytes()
+        except OSError:
+            raise _Problem(
+                f"blob {digest} is missing from blobs/", seq, f"blobs/{digest}"
+            ) from None
+
+    def event_blob(self, event: _Event, name: str) -> bytes:
+        digest = event.blobs.get(name)
+        if not isinstance(digest, str):
+            raise _Problem(f"seq {event.seq} ({event.kind}) has no {name} blob", event.seq)
+        return self.blob(digest, event.seq)
+
+
+def _load(root: Path) -> _Archive:
+    path = root / "ledger" / "events.jsonl"
+    try:
+        lines = path.read_bytes().split(b"\n")
+    except OSError as exc:
+        raise _Problem(
+            f"cannot read ledger/events.jsonl: {exc}", where="ledger/events.jsonl"
+        ) from None
+    events: list[_Event] = []
+    for number, line in enumerate(lines, start=1):
+        if not line:
+            continue
+        try:
+            env = json.loads(line)["envelope"]
+            event = _Event(int(env["seq"]), str(env["kind"]), env["body"], env.get("blobs") or {})
+        except (ValueError, KeyError, TypeError) as exc:
+            raise _Problem(
+                f"ledger/events.jsonl line {number} is not an event: {exc}",
+                where=f"ledger/events.jsonl:{number}",
+            ) from None
+        if not isinstance(event.body, dict):
+            raise _Problem(f"seq {event.seq}: body is not an object", event.seq)
+        events.append(event)
+    archive = _Archive(root, events)
+    archive.by_seq = {e.seq: e for e in events}
+    return archive
+
+
+def _plan(archive: _Archive) -> dict[str, Any]:
+    event = archive.first("protocol.locked")
+    if event is None:
+        raise _Problem("the ledger has no protocol.locked event")
+    return event.body
+
+
+def _truth(archive: _Archive) -> dict[str, Truth]:
+    files = archive.root / "protocol" / "files.csv"
+    try:
+        rows = list(csv.DictReader(io.StringIO(files.read_text(encoding="utf-8"), newline="")))
+    except (OSError, UnicodeDecodeError) as exc:
+        raise _Problem(
+            f"cannot read protocol/files.csv: {exc}", where="protocol/files.csv"
+        ) from None
+    truth: dict[str, Truth] = {}
+    paths = [r.get("archive_path") or "" for r in rows if r.get("role") == "truth"]
+    if not paths:
+        raise _Problem("protocol/files.csv lists no truth table", where="protocol/files.csv")
+    for rel in paths:
+        try:
+            truth.update(read_truth((archive.root / rel).read_bytes()))
+        except OSError as exc:
+            raise _Problem(f"cannot read truth table {rel}: {exc}", where=rel) from None
+        except TruthError as exc:
+            raise _Problem(f"{rel}: {exc}", where=rel) from None
+    return truth
+
+
+# ------------------------------------------------------------------------------ rescore
+
+
+def _scores_digest(pairs: list[tuple[int, str]]) -> str:
+    return hashlib.sha256(rfc8785.dumps([[s, h] for s, h in sorted(pairs)])).hexdigest()
+
+
+def _rescore(archive: _Archive) -> Check:
+    plan = _plan(archive)
+    parser = str((plan.get("response") or {}).get("parser", "tumbling-e-json"))
+    truth = _truth(archive)
+    responded = {e.seq: e for e in archive.of("trial.responded")}
+    scored = archive.of("trial.scored")
+    count: dict[int, int] = {}
+    mismatches: list[tuple[int, str]] = []
+    for event in scored:
+        b = event.body
+        rseq = b.get("response_seq")
+        if not isinstance(rseq, int) or rseq not in responded:
+            mismatches.append((event.seq, f"response_seq {rseq!r} is not a trial.responded"))
+            continue
+        count[rseq] = count.get(rseq, 0) + 1
+        response = responded[rseq]
+        request = archive.by_seq.get(response.body.get("request_seq", -1))
+        stimulus = request.body.get("stimulus") if request is not None else None
+        if b.get("stimulus") != stimulus:
+            mismatches.append((event.seq, f"stimulus {b.get('stimulus')!r}, request {stimulus!r}"))
+            continue
+        if b.get("parser") != parser:
+            mismatches.append((event.seq, f"parser {b.get('parser')!r}, locked {parser!r}"))
+            continue
+        if stimulus not in truth:
+            mismatches.append((event.seq, f"stimulus {stimulus!r} is not in the truth table"))
+            continue
+        raw = archive.event_blob(response, "response")
+        try:
+            s = score_body(raw, str(response.body.get("format")), parser, truth[stimulus])
+        except (KeyError, ValueError) as exc:
+            mismatches.append((event.seq, f"cannot be re-scored: {exc}"))
+            continue
+        diffs = [
+            f"{name}: recorded {b.get(name)!r}, recomputed {value!r}"
+            for name, value in (
+                ("status", s.status),
+                ("n_items", s.n_items),
+                ("n_answered", s.n_answered),
+                ("n_correct", s.n_correct),
+                ("scores_sha256", s.sha256),
+            )
+            if b.get(name) != value or type(b.get(name)) is bool
+        ]
+        if not diffs and archive.event_blob(event, "scores") != s.items:
+            diffs.append("the scores blob differs from the recomputed item bytes")
+        if diffs:
+            mismatches.append((event.seq, "; ".join(diffs)))
+    if mismatches:
+        seq, what = mismatches[0]
+        more = f" ({len(mismatches) - 1} more trial.scored differ)" if len(mismatches) > 1 else ""
+        return Check(
+            "rescore", Status.FAIL, f"trial.scored seq {seq} does not re-score: {what}{more}.", seq
+        )
+    for rseq in responded:
+        if count.get(rseq, 0) != 1:
+            return Check(
+                "rescore",
+                Status.FAIL,
+                f"trial.responded seq {rseq} has {count.get(rseq, 0)} trial.scored events, "
+                "not exactly one.",
+                rseq,
+            )
+    seal = archive.first("scoring.sealed")
+    if seal is None:
+        return Check("rescore", Status.FAIL, "the ledger has no scoring.sealed event.")
+    digest = _scores_digest([(e.body["response_seq"], e.body["scores_sha256"]) for e in scored])
+    if seal.body.get("scores_sha256") != digest:
+        return Check(
+            "rescore",
+            Status.FAIL,
+            f"scoring.sealed seq {seal.seq} scores_sha256 {seal.body.get('scores_sha256')} is "
+            f"not the digest over every trial.scored ({digest}).",
+            seal.seq,
+        )
+    if seal.body.get("scored") != len(scored) or seal.body.get("parser") != parser:
+        return Check(
+            "rescore",
+            Status.FAIL,
+            f"scoring.sealed seq {seal.seq} records scored={seal.body.get('scored')!r}, "
+            f"parser={seal.body.get('parser')!r}; the ledger has {len(scored)} trial.scored "
+            f"and the locked parser is {parser!r}.",
+            seal.seq,
+        )
+    return Check(
+        "rescore",
+        Status.PASS,
+        f"All {len(scored)} responses re-score to their trial.scored events and the seal.",
+    )
+
+
+# ------------------------------------------------------------------------------ dataset
+
+
+@dataclass
+class _Dataset:
+    trials: list[dict[str, Any]]
+    items: list[dict[str, Any]]
+    arms: list[str]
+    given_up: list[str]
+    scores_sha256: str
+
+    def analysable(self) -> list[dict[str, Any]]:
+        return [t for t in self.trials if not t["control"] and not t["excluded"]]
+
+    def analysable_items(self) -> list[dict[str, Any]]:
+        ids = {t["trial"] for t in self.analysable()}
+        return [i for i in self.items if i["trial"] in ids and i["truth"] != CONTROL_TRUTH]
+
+    def accuracies(self, arm: str) -> list[float]:
+        return [t["accuracy"] for t in self.analysable() if t["arm"] == arm]
+
+
+def _csv_bytes(rows: list[dict[str, Any]], columns: tuple[str, ...]) -> bytes:
+    out = io.StringIO()
+    writer = csv.writer(out, lineterminator="\n")
+    writer.writerow(columns)
+    for row in rows:
+        cells: list[Any] = []
+        for c in columns:
+            v = row[c]
+            if v is None or (isinstance(v, float) and math.isnan(v)):
+                cells.append("")
+            elif isinstance(v, float):
+                cells.append(f"{v:.10g}")
+            else:
+                cells.append(v)
+        writer.writerow(cells)
+    return out.getvalue().encode("utf-8")
+
+
+def _dataset(archive: _Archive, plan: dict[str, Any]) -> _Dataset:
+    revealed = archive.first("blinding.revealed")
+    sealed = archive.first("scoring.sealed")
+    if revealed is None or sealed is None:
+        raise _Problem("the dataset needs scoring.sealed and blinding.revealed events")
+    arm_codes: dict[str, str] = revealed.body.get("arm_codes") or {}
+    secret_hex = revealed.body.get("secret_hex")
+    if isinstance(secret_hex, str):
+        try:
+            secret = bytes.fromhex(secret_hex)
+        except ValueError:
+            secret = b""
+        for arm, code in arm_codes.items():
+            expected = hmac.new(secret, arm.encode("utf-8"), hashlib.sha256).hexdigest()[:12]
+            if code != expected:
+                raise _Problem(
+                    f"blinding.revealed seq {revealed.seq}: code of arm {arm} is not "
+                    "HMAC-SHA256(secret, arm)",
+                    revealed.seq,
+                )
+    code_arm = {code: arm for arm, code in arm_codes.items()}
+    exclude = bool((plan.get("analysis") or {}).get("exclude_unparseable", True))
+    trials: list[tuple[int, dict[str, Any], list[dict[str, Any]]]] = []
+    for event in archive.of("trial.scored"):
+        b = event.body
+        response = archive.by_seq.get(b.get("response_seq", -1))
+        request = archive.by_seq.get(response.body.get("request_seq", -1)) if response else None
+        if response is None or request is None or request.kind != "trial.requested":
+            raise _Problem(f"trial.scored seq {event.seq}: its request cannot be found", event.seq)
+        rq = request.body
+        trial_arm = code_arm.get(b.get("arm_code", ""))
+        if trial_arm is None or trial_arm != rq.get("arm"):
+            raise _Problem(
+                f"trial.scored seq {event.seq}: arm code {b.get('arm_code')} is not the code of "
+                f"arm {rq.get('arm')} of trial {rq.get('trial')}",
+                event.seq,
+            )
+        try:
+            items = json.loads(archive.event_blob(event, "scores"))
+        except ValueError:
+            raise _Problem(
+                f"trial.scored seq {event.seq}: scores blob is not JSON", event.seq
+            ) from None
+        n_items = int(b["n_items"])
+        common = {
+            "trial": rq["trial"],
+            "arm": trial_arm,
+            "stimulus": rq["stimulus"],
+            "rep": int(rq["rep"]),
+        }
+        row = {
+            **common,
+            "response_seq": b["response_seq"],
+            "status": b["status"],
+            "n_items": n_items,
+            "n_answered": int(b["n_answered"]),
+            "n_correct": int(b["n_correct"]),
+            "accuracy": int(b["n_correct"]) / n_items if n_items else math.nan,
+            "control": len(items) == 1 and items[0].get("truth") == CONTROL_TRUTH,
+            "excluded": exclude and b["status"] == "unparseable",
+        }
+        item_rows = [
+            {
+                **common,
+                "row": i.get("row"),
+                "position": i.get("position"),
+                "truth": i.get("truth"),
+                "answer": i.get("answer"),
+                "correct": i.get("correct"),
+            }
+            for i in items
+        ]
+        trials.append((int(b["response_seq"]), row, item_rows))
+    trials.sort(key=lambda t: t[0])
+    given_up = [str(e.body.get("trial")) for e in archive.of("trial.failed") if e.body.get("final")]
+    return _Dataset(
+        [t[1] for t in trials],
+        [i for t in trials for i in t[2]],
+        sorted(arm_codes),
+        given_up,
+        str(sealed.body.get("scores_sha256")),
+    )
+
+
+# ------------------------------------------------------------------------------ results
+
+
+@dataclass
+class _Result:
+    id: str
+    hypothesis: str | None = None
+    status: str = "ok"
+    values: dict[str, Any] = field(default_factory=dict)
+    verdict: str | None = None
+    decided_by: dict[str, Any] | None = None
+    lmm: bool = False
+
+
+def _guard(result: _Result, compute: Callable[[], dict[str, Any]]) -> _Result:
+    try:
+        result.values = compute()
+    except (st.StatError, ValueError, KeyError, ZeroDivisionError):
+        result.status = "failed"
+        result.values = {}
+        result.verdict = "not computed" if result.hypothesis else None
+    return result
+
+
+def _mean(values: list[float]) -> float:
+    return math.fsum(values) / len(values)
+
+
+def _descriptive(ds: _Dataset) -> list[_Result]:
+    items = ds.analysable_items()
+
+    def arms() -> dict[str, Any]:
+        values: dict[str, Any] = {}
+        for arm in ds.arms:
+            tumbling = [t for t in ds.trials if t["arm"] == arm and not t["control"]]
+            it = [i for i in items if i["arm"] == arm]
+            statuses: dict[str, int] = {}
+            for t in tumbling:
+                statuses[t["status"]] = statuses.get(t["status"], 0) + 1
+            correct = sum(1 for i in it if i["correct"])
+            entry: dict[str, Any] = {
+                "trials_scored": len(tumbling),
+                "status": dict(sorted(statuses.items())),
+                "excluded": sum(1 for t in tumbling if t["excluded"]),
+                "parse_rate": (statuses.get("ok", 0) + statuses.get("partial", 0)) / len(tumbling)
+                if tumbling
+                else None,
+                "given_up": sum(1 for g in ds.given_up if g.split("|")[0] == arm),
+                "glyphs": len(it),
+                "correct": correct,
+                "accuracy": st.wilson(correct, len(it)) if it else None,
+            }
+            if not it:
+                entry["note"] = None  # text not compared
+            values[arm] = entry
+        return values
+
+    def cells() -> dict[str, Any]:
+        groups: dict[tuple[str, str], list[bool]] = {}
+        for i in items:
+            groups.setdefault((str(i["arm"]), str(i["stimulus"])), []).append(bool(i["correct"]))
+        return {
+            f"{arm}|{stim}": {"arm": arm, "stimulus": stim, **st.wilson(sum(c), len(c))}
+            for (arm, stim), c in sorted(groups.items())
+        }
+
+    def control() -> dict[str, Any]:
+        values: dict[str, Any] = {}
+        for arm in ds.arms:
+            a = [t for t in ds.trials if t["control"] and t["arm"] == arm]
+            values[arm] = st.wilson(sum(t["n_correct"] for t in a), len(a)) if a else None
+        return values
+
+    return [
+        _guard(_Result("descriptive.arms"), arms),
+        _guard(_Result("descriptive.arm_stimulus"), cells),
+        _guard(_Result("descriptive.control"), control),
+    ]
+
+
+def _reference(plan: dict[str, Any]) -> str:
+    arms: dict[str, Any] = plan["arms"]
+    full = [a for a in sorted(arms) if (arms[a] or {}).get("role") == "full"]
+    return full[0] if full else min(arms)
+
+
+def _model(ds: _Dataset, plan: dict[str, Any]) -> tuple[_Result, dict[str, Any] | None]:
+    group = str((plan.get("analysis") or {}).get("random_intercept", "stimulus"))
+    reference = _reference(plan)
+    holder: list[dict[str, Any]] = []
+
+    def compute() -> dict[str, Any]:
+        t = ds.analysable()
+        if group not in ("stimulus", "arm", "trial", "rep"):
+            raise st.StatError(f"no column {group!r} in the trial table")
+        fit = st.mixed_model(
+            [r["accuracy"] for r in t], [r["arm"] for r in t], [r[group] for r in t], reference
+        )
+        holder.append(fit)
+        values = {k: v for k, v in fit.items() if not k.startswith("_")}
+        values.update(outcome="accuracy", arm_col="arm", group_col=group, reference=reference)
+        if fit["singular"] or not fit["converged"]:
+            values["caution"] = None  # text not compared
+        return values
+
+    result = _guard(_Result("model.lmm", lmm=True), compute)
+    return result, (holder[0] if holder else None)
+
+
+def _stimulus_means(ds: _Dataset) -> dict[tuple[str, str], float]:
+    acc: dict[tuple[str, str], list[float]] = {}
+    for t in ds.analysable():
+        acc.setdefault((str(t["stimulus"]), str(t["arm"])), []).append(t["accuracy"])
+    return {k: _mean(v) for k, v in acc.items()}
+
+
+def _per_group_diff(ds: _Dataset, a: str, b: str) -> dict[str, float]:
+    means = _stimulus_means(ds)
+    arms = {arm for _, arm in means}
+    if a not in arms or b not in arms:
+        raise st.StatError(f"arms {a!r} and {b!r} need scored trials on common stimuli")
+    stimuli = sorted({s for s, _ in means})
+    diffs = {
+        s: means[(s, a)] - means[(s, b)] for s in stimuli if (s, a) in means and (s, b) in means
+    }
+    if not diffs:
+        raise st.StatError(f"arms {a!r} and {b!r} share no stimulus")
+    return diffs
+
+
+def _equivalence(ds: _Dataset, a: str, b: str, margin: float) -> dict[str, Any]:
+    diffs = _per_group_diff(ds, a, b)
+    values = st.equivalence(diffs, margin)
+    best = values["max_abs_diff"]
+    values["_group_ok"] = [g for g, d in diffs.items() if _close(abs(d), best, REL_TOL)]
+    return values
+
+
+def _paired_t_means(ds: _Dataset, a: str, b: str) -> dict[str, Any] | None:
+    diffs = _per_group_diff(ds, a, b)
+    keys = sorted(diffs)
+    if len(keys) < 2:
+        return None
+    means = _stimulus_means(ds)
+    return st.paired_t([means[(k, a)] for k in keys], [means[(k, b)] for k in keys])
+
+
+def _paired_items(ds: _Dataset, a: str, b: str) -> list[tuple[dict[str, Any], dict[str, Any]]]:
+    items = ds.analysable_items()
+
+    def key(i: dict[str, Any]) -> tuple[Any, ...]:
+        return (i["stimulus"], i["rep"], i["row"], i["position"])
+
+    right: dict[tuple[Any, ...], list[dict[str, Any]]] = {}
+    for i in items:
+        if i["arm"] == b:
+            right.setdefault(key(i), []).append(i)
+    return [(i, j) for i in items if i["arm"] == a for j in right.get(key(i), [])]
+
+
+def _answer(value: Any) -> str:
+    return "(none)" if value is None else str(value)
+
+
+def _wrong_counts(items: list[dict[str, Any]]) -> list[int]:
+    wrong = [i for i in items if not i["correct"] and i["answer"] in ORIENTATIONS]
+    return [sum(1 for i in wrong if i["answer"] == o) for o in ORIENTATIONS]
+
+
+def _hypotheses(ds: _Dataset, plan: dict[str, Any], fit: dict[str, Any] | None) -> list[_Result]:
+    design = plan["design"]
+    out: list[_Result] = []
+    for h in plan["hypotheses"]:
+        a, b = h["contrast"]
+        test = h["test"]
+        sides = h.get("sides") or "two-sided"
+        r = _Result(f"hypothesis.{h['id']}", hypothesis=h["id"], lmm=test == "lmm")
+
+        def compute(
+            h: dict[str, Any] = h, a: str = a, b: str = b, test: str = test, sides: str = sides
+        ) -> dict[str, Any]:
+            one = sides == "one-sided"
+            if test == "lmm":
+                if fit is None:
+                    raise st.StatError("the mixed model could not be fitted")
+                c = st.contrast(fit, a, b, sides)
+                return {**c, "singular_fit": fit["singular"], "p_raw": c["p"]}
+            if test == "equivalence":
+                return _equivalence(ds, a, b, h["margin_pp"] / 100)
+            if test == "paired-t":
+                res = _paired_t_means(ds, a, b)
+                if res is None:
+                    diffs = _per_group_diff(ds, a, b)
+                    means = _stimulus_means(ds)
+                    keys = sorted(diffs)
+                    res = st.paired_t([means[(k, a)] for k in keys], [means[(k, b)] for k in keys])
+                p = res["p_one_sided"] if one else res["p"]
+                return {**res, "p_raw": p, "estimate": res["difference"]}
+            if test == "independent-t":
+                res = st.independent_t(ds.accuracies(a), ds.accuracies(b))
+                p = res["p_one_sided"] if one else res["p"]
+                return {**res, "p_raw": p, "estimate": res["difference"]}
+            if test == "bootstrap":
+                return st.bootstrap_diff(
+                    ds.accuracies(a),
+                    ds.accuracies(b),
+                    int(design["bootstrap_iterations"]),
+                    design["bootstrap_seed"],
+                )
+            if test == "mcnemar":
+                pairs = _paired_items(ds, a, b)
+                if not pairs:
+                    raise st.StatError("no paired items")
+                mc = st.mcnemar_paired(
+                    [bool(x["correct"]) for x, _ in pairs], [bool(y["correct"]) for _, y in pairs]
+                )
+                return {**mc, "p_raw": mc["p"]}
+            if test == "chi-square":
+                counts = _wrong_counts([i for i in ds.analysable_items() if i["arm"] == a])
+                chi = st.chi_square_gof(counts)
+                return {**chi, "labels": list(ORIENTATIONS), "p_raw": chi["p"]}
+            raise st.StatError(f"unknown test {test!r}")
+
+        _guard(r, compute)
+        r.values = r.values | {
+            "alpha": h.get("alpha") or 0.05,
+            "sides": sides,
+            "min_difference_pp": h.get("min_difference_pp"),
+            "correction": h.get("correction", "none"),
+            "family": h.get("family"),
+        }
+        out.append(r)
+    families: dict[tuple[str, str], list[_Result]] = {}
+    for h, r in zip(plan["hypotheses"], out, strict=True):
+        correction = h.get("correction", "none")
+        if correction in ("bonferroni", "holm") and r.status == "ok":
+            families.setdefault((h.get("family") or h["id"], correction), []).append(r)
+    for (_, method), members in families.items():
+        ps = [m.values.get("p_raw") for m in members]
+        if any(p is None for p in ps):
+            continue
+        adjust = st.bonferroni if method == "bonferroni" else st.holm
+        for m, p_adj in zip(
+            members, adjust([float(p) for p in ps if p is not None])["adjusted"], strict=True
+        ):
+            m.values["p_adjusted"] = p_adj
+            m.values["family_size"] = len(members)
+    for h, r in zip(plan["hypotheses"], out, strict=True):
+        if r.status == "ok":
+            _decide(h, r)
+    return out
+
+
+def _decide(h: dict[str, Any], r: _Result) -> None:
+    v = r.values
+    test = h["test"]
+    alpha = v["alpha"]
+    min_pp = v.get("min_difference_pp")
+    if test == "equivalence":
+        r.verdict = "supported" if v["holds"] else "not supported"
+        r.decided_by = {
+            "rule": "max per-group |difference| < margin",
+            "max_abs_diff": v["max_abs_diff"],
+            "group": v["group"],
+            "margin": v["margin"],
+            "_group_ok": v.get("_group_ok", []),
+        }
+        return
+    if test == "bootstrap":
+        lower, upper, est = v["lower"], v["upper"], v["estimate"]
+        if h.get("sides") == "one-sided":
+            ok = lower is not None and lower > 0
+            rule = "95% bootstrap CI lower bound > 0"
+        else:
+            ok = (lower is not None and lower > 0) or (upper is not None and upper < 0)
+            rule = "95% bootstrap CI excludes 0"
+        if min_pp is not None:
+            ok = ok and est * 100 >= min_pp
+            rule += f" and estimate >= {min_pp} pp"
+        r.verdict = "supported" if ok else "not supported"
+        r.decided_by = {"rule": rule, "estimate": est, "lower": lower, "upper": upper}
+        return
+    p = v.get("p_adjusted", v.get("p_raw"))
+    estimate = v.get("estimate")
+    ok = p is not None and p < alpha
+    rule = f"p{' (adjusted)' if 'p_adjusted' in v else ''} < {alpha}"
+    if test in ("lmm", "paired-t", "independent-t") and h.get("sides") == "one-sided":
+        ok = ok and estimate is not None and estimate > 0
+        rule += " and the estimate in the predicted direction"
+    if min_pp is not None and estimate is not None:
+        ok = ok and estimate * 100 >= min_pp
+        rule += f" and estimate >= {min_pp} pp"
+    r.verdict = "supported" if ok else "not supported"
+    r.decided_by = {"rule": rule, "p": p, "estimate": estimate}
+
+
+def _exploratory(ds: _Dataset, plan: dict[str, Any]) -> list[_Result]:
+    out: list[_Result] = []
+    items = ds.analysable_items()
+    for arm in ds.arms:
+        it = [i for i in items if i["arm"] == arm]
+
+        def errors(it: list[dict[str, Any]] = it) -> dict[str, Any]:
+            if not it:
+                raise st.StatError("no parseable tumbling-E responses in this arm")
+            answers = [_answer(i["answer"]) for i in it]
+            truth = [str(i["truth"]) for i in it]
+            values: dict[str, Any] = {
+                "confusion": st.confusion_matrix(truth, answers, ORIENTATIONS)
+            }
+            wrong = [i for i in it if not i["correct"] and i["answer"] in ORIENTATIONS]
+            if wrong:
+                values["canonical_right_share"] = st.canonical_share(
+                    [str(i["truth"]) for i in wrong], [str(i["answer"]) for i in wrong]
+                )
+                counts = _wrong_counts(it)
+                values["error_directions"] = dict(zip(ORIENTATIONS, counts, strict=True))
+                try:
+                    values["error_chi_square"] = st.chi_square_gof(counts)
+                except st.StatError:
+                    values["error_chi_square"] = {"error": None}
+            rows: dict[int, list[bool]] = {}
+            for i in it:
+                rows.setdefault(int(i["row"]), []).append(bool(i["correct"]))
+            values["accuracy_by_row"] = {
+                str(row): {"correct": sum(c), "n": len(c), "accuracy": sum(c) / len(c)}
+                for row, c in sorted(rows.items())
+            }
+            values["position_bias"] = st.position_bias_tvd(answers, truth, ORIENTATIONS)
+            return values
+
+        out.append(_guard(_Result(f"exploratory.errors.{arm}"), errors))
+    design = plan["design"]
+    for a, b in sorted({(h["contrast"][0], h["contrast"][1]) for h in plan["hypotheses"]}):
+
+        def pair(a: str = a, b: str = b) -> dict[str, Any]:
+            values: dict[str, Any] = {}
+            paired = _paired_items(ds, a, b)
+            if paired:
+                values["mcnemar"] = st.mcnemar_paired(
+                    [bool(x["correct"]) for x, _ in paired], [bool(y["correct"]) for _, y in paired]
+                )
+                values["flip_rate"] = st.flip_rate(
+                    [_answer(x["answer"]) for x, _ in paired],
+                    [_answer(y["answer"]) for _, y in paired],
+                )
+            x, y = ds.accuracies(a), ds.accuracies(b)
+            values["independent_t"] = st.independent_t(x, y)
+            paired_t = _paired_t_means(ds, a, b)
+            if paired_t is not None:
+                values["paired_t"] = paired_t
+            values["bootstrap_diff"] = st.bootstrap_diff(
+                x, y, int(design["bootstrap_iterations"]), design["bootstrap_seed"]
+            )
+            return values
+
+        out.append(_guard(_Result(f"exploratory.pair.{a}-{b}"), pair))
+    for arm in ds.arms:
+
+        def question_run(arm: str = arm) -> dict[str, Any]:
+            t = [r for r in ds.analysable() if r["arm"] == arm]
+            return st.bootstrap_clustered(
+                [r["accuracy"] for r in t],
+                [r["stimulus"] for r in t],
+                [r["rep"] for r in t],
+                int(design["bootstrap_iterations"]),
+                design["bootstrap_seed"],
+            )
+
+        out.append(_guard(_Result(f"exploratory.question_run.{arm}"), question_run))
+    return out
+
+
+def _multiplicity(tested: list[_Result]) -> _Result:
+    def compute() -> dict[str, Any]:
+        rows = [
+            (r.hypothesis, r.values["p_raw"])
+            for r in tested
+            if r.status == "ok" and r.values.get("p_raw") is not None
+        ]
+        if not rows:
+            raise st.StatError("no hypothesis produced a p-value")
+        ps = [float(p) for _, p in rows]
+        return {
+            "hypotheses": [h for h, _ in rows],
+            "bonferroni": st.bonferroni(ps),
+            "holm": st.holm(ps),
+        }
+
+    return _guard(_Result("exploratory.multiplicity", lmm=any(r.lmm for r in tested)), compute)
+
+
+def _recompute(ds: _Dataset, plan: dict[str, Any]) -> list[_Result]:
+    if not ds.trials:
+        return [_Result("descriptive.arms", status="failed")] + [
+            _Result(
+                f"hypothesis.{h['id']}", hypothesis=h["id"], status="failed", verdict="not computed"
+            )
+            for h in plan["hypotheses"]
+        ]
+    out = _descriptive(ds)
+    model, fit = _model(ds, plan)
+    out.append(model)
+    tested = _hypotheses(ds, plan, fit)
+    out.extend(tested)
+    out.extend(_exploratory(ds, plan))
+    out.append(_multiplicity(tested))
+    return out
+
+
+# ------------------------------------------------------------------------------ comparison
+
+_TEXT_KEYS = frozenset({"warnings", "note", "caution", "error"})
+"""Members whose text is informative only: their presence is compared, not their wording."""
+
+
+def _close(a: float, b: float, rel: float) -> bool:
+    return math.isclose(a, b, rel_tol=rel, abs_tol=ABS_TOL)
+
+
+def _fmt(value: Any) -> str:
+    return json.dumps(value) if not isinstance(value, dict | list) else "a " + type(value).__name__
+
+
+def _first_difference(recorded: Any, new: Any, path: str, rel: float) -> str | None:
+    """The first path where ``recorded`` and ``new`` differ, with both values, or ``None``."""
+    if isinstance(new, dict):
+        if not isinstance(recorded, dict):
+            return f"{path}: recorded {_fmt(recorded)}, recomputed an object"
+        keys = [k for k in new if not k.startswith("_")]
+        for k in sorted(set(recorded) - set(keys)):
+            return f"{path}.{k}: recorded {_fmt(recorded[k])}, not recomputed (unexpected member)"
+        for k in sorted(keys):
+            if k not in recorded:
+                return f"{path}.{k}: missing, recomputed {_fmt(new[k])}"
+            if k in _TEXT_KEYS:
+                continue
+            if k == "group" and isinstance(new.get("_group_ok"), list):
+                if recorded[k] not in new["_group_ok"]:
+                    return f"{path}.{k}: recorded {_fmt(recorded[k])}, recomputed {_fmt(new[k])}"
+                continue
+            found = _first_difference(recorded[k], new[k], f"{path}.{k}", rel)
+            if found:
+                return found
+        return None
+    if isinstance(new, list | tuple):
+        if not isinstance(recorded, list) or len(recorded) != len(new):
+            return f"{path}: recorded {_fmt(recorded)}, recomputed a list of {len(new)}"
+        for i, (x, y) in enumerate(zip(recorded, new, strict=True)):
+            found = _first_difference(x, y, f"{path}[{i}]", rel)
+            if found:
+                return found
+        return None
+    if isinstance(new, bool) or isinstance(recorded, bool) or new is None or recorded is None:
+        same = type(new) is type(recorded) and new == recorded
+    elif isinstance(new, int | float) and isinstance(recorded, int | float):
+        same = _close(float(recorded), float(new), rel)
+    else:
+        same = type(new) is type(recorded) and new == recorded
+    if same:
+        return None
+    return f"{path}: recorded {_fmt(recorded)}, recomputed {_fmt(_plain(new))}"
+
+
+def _plain(value: Any) -> Any:
+    if isinstance(value, float) and not math.isfinite(value):
+        return None
+    return value
+
+
+# ------------------------------------------------------------------------------ reanalysis
+
+
+def _reanalysis(archive: _Archive) -> tuple[Check, list[str]]:
+    """The check and the list of result ids that could only be WARNed."""
+    plan = _plan(archive)
+    protocol = archive.first("protocol.locked")
+    results = archive.of("analysis.result")
+    if not results:
+        raise _Problem("the ledger has no analysis.result event")
+    ds = _dataset(archive, plan)
+    trials_csv = _csv_bytes(ds.trials, TRIAL_COLUMNS)
+    items_csv = _csv_bytes(ds.items, ITEM_COLUMNS)
+    first = results[0]
+    for name, data in (("trials_csv", trials_csv), ("items_csv", items_csv)):
+        if archive.event_blob(first, name) != data:
+            return Check(
+                "reanalysis",
+                Status.FAIL,
+                f"analysis.result seq {first.seq}: the {name} blob differs from the dataset "
+                "rebuilt from the trial.scored events.",
+                first.seq,
+                f"blobs/{first.blobs.get(name)}",
+            ), []
+        exported = archive.root / "analysis" / name.replace("_", ".")
+        if exported.is_file() and exported.read_bytes() != data:
+            where = f"analysis/{name.replace('_', '.')}"
+            return Check(
+                "reanalysis", Status.FAIL, f"{where} differs from the rebuilt dataset.", None, where
+            ), []
+    inputs = {
+        "scores_sha256": ds.scores_sha256,
+        "trials_csv_sha256": hashlib.sha256(trials_csv).hexdigest(),
+        "items_csv_sha256": hashlib.sha256(items_csv).hexdigest(),
+        "protocol_seq": protocol.seq if protocol else None,
+    }
+    for event in results:
+        if event.body.get("inputs") != inputs:
+            diff = _first_difference(event.body.get("inputs"), inputs, "inputs", 0.0)
+            return Check(
+                "reanalysis",
+                Status.FAIL,
+                f"{event.body.get('id')} (seq {event.seq}) {diff}.",
+                event.seq,
+            ), []
+    recomputed = _recompute(ds, plan)
+    recorded_ids = [e.body.get("id") for e in results]
+    new_ids = [r.id for r in recomputed]
+    if recorded_ids != new_ids:
+        return Check(
+            "reanalysis",
+            Status.FAIL,
+            f"the analysis.result ids are {recorded_ids}; the plan gives {new_ids}.",
+            results[0].seq,
+        ), []
+    for event, r in zip(results, recomputed, strict=True):
+        body = event.body
+        rel = LMM_REL_TOL if r.lmm else REL_TOL
+        problem: str | None = None
+        if body.get("status") != r.status:
+            problem = f"status: recorded {_fmt(body.get('status'))}, recomputed {_fmt(r.status)}"
+        elif body.get("hypothesis") != r.hypothesis:
+            problem = f"hypothesis: recorded {_fmt(body.get('hypothesis'))}"
+        elif body.get("verdict") != r.verdict:
+            problem = f"verdict: recorded {_fmt(body.get('verdict'))}, recomputed {_fmt(r.verdict)}"
+        else:
+            problem = _first_difference(body.get("values"), r.values, "values", rel)
+            if problem is None:
+                if r.decided_by is None or body.get("decided_by") is None:
+                    if r.decided_by != body.get("decided_by"):
+                        problem = f"decided_by: recorded {_fmt(body.get('decided_by'))}"
+                else:
+                    problem = _first_difference(
+                        body.get("decided_by"), r.decided_by, "decided_by", rel
+                    )
+        if problem:
+            return Check("reanalysis", Status.FAIL, f"{r.id} {problem}.", event.seq, r.id), []
+    results_json = archive.root / "analysis" / "results.json"
+    try:
+        listed = json.loads(results_json.read_bytes())
+    except (OSError, ValueError) as exc:
+        return Check(
+            "reanalysis",
+            Status.FAIL,
+            f"cannot read analysis/results.json: {exc}.",
+            None,
+            "analysis/results.json",
+        ), []
+    expected = [e.body | {"seq": e.seq} for e in results]
+    if listed != expected:
+        return Check(
+            "reanalysis",
+            Status.FAIL,
+            "analysis/results.json is not the analysis.result bodies with their seq.",
+            None,
+            "analysis/results.json",
+        ), []
+    return Check(
+        "reanalysis",
+        Status.PASS,
+        f"The dataset and all {len(results)} analysis results were recomputed and match "
+        f"(relative tolerance {REL_TOL:g}, mixed model {LMM_REL_TOL:g}, absolute {ABS_TOL:g}).",
+    ), []
+
+
+def _run(name: str, archive: _Archive | None, error: _Problem | None, fn: Any) -> Check:
+    if error is not None or archive is None:
+        assert error is not None
+        return Check(name, Status.FAIL, error.reason, error.seq, error.where)
+    try:
+        result = fn(archive)
+    except _Problem as exc:
+        return Check(name, Status.FAIL, exc.reason.rstrip(".") + ".", exc.seq, exc.where)
+    check: Check = result[0] if isinstance(result, tuple) else result
+    return check
+
+
+def science_checks(archive: Path) -> list[Check]:
+    """Run the ``rescore`` and ``reanalysis`` checks on an exported archive directory."""
+    loaded: _Archive | None = None
+    error: _Problem | None = None
+    try:
+        loaded = _load(Path(archive))
+    except _Problem as exc:
+        error = exc
+    return [
+        _run("rescore", loaded, error, _rescore),
+        _run("reanalysis", loaded, error, _reanalysis),
+    ]
