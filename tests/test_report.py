@@ -1,0 +1,256 @@
+"""``ledger report``: figures, the self-contained HTML report, terminal tables, failures."""
+
+from __future__ import annotations
+
+import io
+import re
+import shutil
+import subprocess
+from collections.abc import Iterator
+from pathlib import Path
+
+import numpy as np
+import pytest
+from click.testing import CliRunner
+from helpers import make_study, study_key
+from PIL import Image, ImageStat
+from rich.console import Console
+
+from analysis import stats
+from analysis.analyze import analyze_study
+from analysis.report import EXPLORATORY, build_report, render_terminal
+from analysis.scoring import score_study, unblind_study
+from ledger import Ledger
+from ledger.cli import main
+from runner.backends import SimulatedBackend
+from runner.execute import RunOptions, run_study
+from runner.lock import StudyError, amend
+
+INJECTED = "injected failure: the model matrix is singular <&>"
+REASON = "fixed a <typo> & clarified the README"
+
+
+@pytest.fixture(scope="module")
+def studies(
+    tmp_path_factory: pytest.TempPathFactory, study_template: Path
+) -> Iterator[dict[str, Path]]:
+    """One small simulated study, analysed; a copy analysed with the model failing; a copy
+    never analysed. Built once for the module (PROMPT_LEDGER_HOME private to it)."""
+    base = tmp_path_factory.mktemp("report")
+    key = study_key()
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setenv("PROMPT_LEDGER_HOME", str(base / "home"))
+        root = make_study(base / "s", replicates=3, template=study_template)
+        readme = root / "README.md"
+        readme.write_text(readme.read_text(encoding="utf-8") + "\nClarified.\n", "utf-8")
+        amend(root, key, REASON)
+        run_study(root, key, SimulatedBackend(), RunOptions(concurrency=8))
+        score_study(root, key)
+        unblind_study(root, key)
+        unanalysed = base / "unanalysed"
+        failed = base / "failed"
+        shutil.copytree(root, unanalysed)
+        shutil.copytree(root, failed)
+        analyze_study(root, key)
+
+        def broken(*args: object, **kwargs: object) -> None:
+            raise stats.StatsError(INJECTED)
+
+        mp.setattr(stats, "mixed_model", broken)
+        analyze_study(failed, key)
+        yield {"ok": root, "failed": failed, "unanalysed": unanalysed}
+
+
+@pytest.fixture(scope="module")
+def built(studies: dict[str, Path], tmp_path_factory: pytest.TempPathFactory) -> Path:
+    out = tmp_path_factory.mktemp("report-out")
+    build_report(studies["ok"], out)
+    return out
+
+
+def _hypothesis_results(root: Path) -> list[dict[str, object]]:
+    with Ledger.open(root / "ledger.db", readonly=True) as log:
+        return [e.body for e in log.events("analysis.result") if e.body["hypothesis"]]
+
+
+def test_html_is_written_and_self_contained(built: Path) -> None:
+    text = (built / "report.html").read_text(encoding="utf-8")
+    assert text.startswith("<!DOCTYPE html>")
+    assert "<script" not in text.lower()
+    assert not re.search(r"""(?:src|href)\s*=\s*["']?\s*(?:https?:)?//""", text, re.I)
+    assert not re.search(r"@import|url\(", text)
+    sources = re.findall(r"""<img[^>]*\ssrc="([^"]*)\"""", text)
+    assert len(sources) >= 5
+    assert all(s.startswith("data:image/png;base64,") for s in sources)
+    assert len(sources) == len(re.findall(r"<img\b", text))
+    assert not re.search(r"\shref=", text)
+
+
+def test_html_content(built: Path, studies: dict[str, Path]) -> None:
+    text = (built / "report.html").read_text(encoding="utf-8")
+    assert "SIMULATED DATA" in text
+    assert text.index("SIMULATED DATA") < text.index("Verdicts of the pre-registered")
+    verdicts = text.index("Verdicts of the pre-registered")
+    assert verdicts < text.index("Protocol (as locked)") < text.index(EXPLORATORY)
+    for r in _hypothesis_results(studies["ok"]):
+        assert r["status"] == "ok"
+        row = re.search(rf"<tr><td>{r['hypothesis']}</td>.*?</tr>", text)
+        assert row is not None, r["hypothesis"]
+        assert f">{r['verdict']}</span>" in row.group(0)
+        assert str(r["decided_by"]["rule"]).replace(">", "&gt;").replace("<", "&lt;") in (
+            row.group(0)
+        )
+    # every exploratory heading and table caption is labelled
+    exploratory = text[text.index('<div class="exploratory">'):]
+    for tag in ("h2", "h3", "caption"):
+        for heading in re.findall(rf"<{tag}>(.*?)</{tag}>", exploratory[: exploratory.index(
+                "</div>")]):  # fmt: skip
+            assert heading.startswith(EXPLORATORY), heading
+    assert text.count(EXPLORATORY) >= 8
+    # protocol, deviations (escaped), data, control, verification
+    assert "replicates" in text and "bootstrap_iterations" in text and "bootstrap_seed" in text
+    assert "fixed a &lt;typo&gt; &amp; clarified the README" in text
+    assert REASON not in text
+    assert "parse rate" in text and "excluded" in text
+    assert "Specificity control" in text
+    assert "Verification of the ledger" in text
+    for name in ("chain", "signatures", "blobs", "tree"):
+        assert re.search(rf"<td>{name}</td><td><span class=\"(PASS|WARN|FAIL)\">", text), name
+    assert "VERIFIED" in text
+
+
+def test_figures_are_valid_nonblank_pngs(built: Path) -> None:
+    names = sorted(p.name for p in built.glob("*.png"))
+    expected = {"accuracy_by_arm.png", "accuracy_arm_stimulus.png", "forest_contrasts.png",
+                "accuracy_by_row.png"} | {f"confusion_{a}.png" for a in "ABCDE"}  # fmt: skip
+    assert set(names) == expected
+    for name in names:
+        path = built / name
+        assert path.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+        with Image.open(path) as im:
+            im.verify()
+        with Image.open(path) as im:
+            assert im.width > 300 and im.height > 200
+            rgb = im.convert("RGB")
+            variance = ImageStat.Stat(rgb.convert("L")).var[0]
+            assert variance > 100, (name, variance)
+            colours = rgb.getcolors(maxcolors=1 << 20)
+            assert colours is not None and len(colours) > 20, name
+
+
+def test_same_data_same_png_bytes(
+    built: Path, studies: dict[str, Path], tmp_path: Path
+) -> None:
+    again = build_report(studies["ok"], tmp_path / "again")
+    assert again.figures
+    for figure in again.figures:
+        assert figure.path.read_bytes() == (built / figure.name).read_bytes(), figure.name
+    assert again.html_path.read_bytes() == (built / "report.html").read_bytes()
+
+
+def test_default_locations(studies: dict[str, Path], tmp_path: Path) -> None:
+    root = tmp_path / "copy"
+    shutil.copytree(studies["ok"], root)
+    report = build_report(root)
+    assert report.html_path == root / "report" / "report.html"
+    assert report.html_path.is_file()
+    assert all(f.path.parent == root / "report" for f in report.figures)
+
+
+def test_terminal_tables(studies: dict[str, Path], tmp_path: Path) -> None:
+    report = build_report(studies["ok"], tmp_path / "out")
+    buf = io.StringIO()
+    render_terminal(report, Console(file=buf, width=200, color_system=None))
+    out = buf.getvalue()
+    assert "SIMULATED DATA" in out
+    verdicts = out.index("Pre-registered verdicts")
+    assert verdicts < out.index("Descriptive: glyph-level accuracy") < out.index(EXPLORATORY)
+    for r in _hypothesis_results(studies["ok"]):
+        assert re.search(rf"{r['hypothesis']}\s.*{r['verdict']}", out)
+    assert "exploratory.errors.A" in out
+    assert "ledger VERIFIED" in out
+
+
+def test_failed_result_is_rendered_with_its_error(
+    studies: dict[str, Path], tmp_path: Path
+) -> None:
+    report = build_report(studies["failed"], tmp_path / "out")
+    failed_ids = {r["id"] for r in report.failed}
+    assert "model.lmm" in failed_ids and "hypothesis.H1" in failed_ids
+    text = report.html_path.read_text(encoding="utf-8")
+    escaped = INJECTED.replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;")
+    assert escaped in text
+    assert INJECTED not in text
+    assert "Results that could not be computed" in text
+    assert ">not computed</span>" in text
+    # the hypotheses that do not need the model are still decided
+    h3 = re.search(r"<tr><td>H3</td>.*?</tr>", text)
+    assert h3 is not None
+    assert "supported</span>" in h3.group(0) and "not computed" not in h3.group(0)
+    assert {f.name for f in report.figures} >= {"forest_contrasts.png", "accuracy_by_arm.png"}
+    buf = io.StringIO()
+    render_terminal(report, Console(file=buf, width=250, color_system=None))
+    assert "not computed" in buf.getvalue() and "injected failure" in buf.getvalue()
+
+
+def test_report_before_analyze_is_a_clear_error(
+    studies: dict[str, Path], tmp_path: Path
+) -> None:
+    with pytest.raises(StudyError, match=r"ledger\.db.*no analysis\.result.*ledger analyze"):
+        build_report(studies["unanalysed"], tmp_path / "out")
+    assert not (tmp_path / "out").exists()
+    result = CliRunner().invoke(main, ["report", str(studies["unanalysed"])])
+    assert result.exit_code == 1
+    assert "ledger analyze" in result.output and "ledger.db" in result.output
+    assert "Traceback" not in result.output
+
+
+def test_cli_report(studies: dict[str, Path], tmp_path: Path) -> None:
+    html_file = tmp_path / "out" / "study.html"
+    figures = tmp_path / "figs"
+    result = CliRunner().invoke(
+        main, ["report", str(studies["ok"]), "--html", str(html_file), "--figures", str(figures)]
+    )
+    assert result.exit_code == 0, result.output
+    assert html_file.is_file()
+    assert (figures / "forest_contrasts.png").is_file()
+    assert f"report: {html_file}" in result.output
+    assert f"figure: {figures / 'accuracy_by_arm.png'}" in result.output
+    assert "Pre-registered verdicts" in result.output
+
+
+# ------------------------------------------------------------------ headless browser
+
+
+def _screenshot(chromium: str, page: Path, out: Path, profile: Path) -> None:
+    cmd = [chromium, "--headless=new", "--no-sandbox", "--disable-gpu",
+           f"--user-data-dir={profile}", f"--screenshot={out}", "--window-size=1280,4000",
+           page.resolve().as_uri()]  # fmt: skip
+    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=180)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert out.is_file() and out.stat().st_size > 0, proc.stderr[-3000:]
+
+
+def _coloured_pixels(path: Path) -> int:
+    """Pixels clearly not grey (max - min channel > 40): figure colours, not text."""
+    with Image.open(path) as im:
+        pixels = np.asarray(im.convert("RGB"), dtype=np.int16)
+    return int(((pixels.max(axis=2) - pixels.min(axis=2)) > 40).sum())
+
+
+def test_browser_renders_the_figures(built: Path, tmp_path: Path) -> None:
+    # CI (.ci/run) installs chromium when it is missing; skip only where it is absent.
+    chromium = shutil.which("chromium") or shutil.which("chromium-browser")
+    if chromium is None:
+        pytest.skip("chromium not installed")
+    page = built / "report.html"
+    bare = tmp_path / "bare.html"
+    bare.write_text(re.sub(r"<img\b[^>]*>", "", page.read_text(encoding="utf-8")), "utf-8")
+    with_figures, without = tmp_path / "with.png", tmp_path / "without.png"
+    _screenshot(chromium, page, with_figures, tmp_path / "profile1")
+    _screenshot(chromium, bare, without, tmp_path / "profile2")
+    with Image.open(with_figures) as im:
+        assert im.size == (1280, 4000)
+    coloured, baseline = _coloured_pixels(with_figures), _coloured_pixels(without)
+    shutil.copy(with_figures, built.parent / "screenshot.png")  # for a human to look at
+    assert coloured > 3 * baseline + 50_000, (coloured, baseline)
