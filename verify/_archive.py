@@ -857,8 +857,8 @@ def _check_schedule(a: _Archive) -> Check:
     digest = _sha_hex(sched)
     if a.protocol.get("schedule_sha256") != digest:
         st.fail(
-            f"seq {pseq}: the recomputed schedule hashes to {digest}, protocol.locked says "
-            f"{a.protocol.get('schedule_sha256')}",
+            f"seq {pseq}: the recomputed schedule hashes to {digest}, but protocol.locked "
+            f"schedule_sha256 is {a.protocol.get('schedule_sha256')}",
             pseq,
         )
     if a.protocol.get("trials") != len(ids):
@@ -1251,10 +1251,10 @@ def verify_archive(
                 reason = f"check stopped by an unexpected error: {type(exc).__name__}: {exc}"
                 check = Check(check_name, Status.FAIL, reason)
             report.timings[check_name] = time.perf_counter() - t0
-            report.checks.append(check)
+            report.checks.append(run._archive_check(check))
         t0 = time.perf_counter()
         try:
-            report.checks.extend(_science(Path(name)))
+            report.checks.extend(run._archive_check(c) for c in _science(Path(name)))
         except Exception as exc:
             report.checks.append(Check("rescore", Status.FAIL,
                                        f"re-scoring stopped by an unexpected error: "

@@ -1,0 +1,596 @@
+"""Tampering with an exported archive: every tamper is caught by the check that owns it.
+
+A module-scoped fixture builds, runs, scores, unblinds, analyses and exports a small simulated
+study once; each test copies the archive, applies one tamper and verifies the copy with the
+independent verifier (``verify.verify_archive``).  File tampers also rewrite ``MANIFEST.sha256``
+so that only the signed ``export.created`` event can catch them; semantic tampers that need a
+consistent log re-sign the edited events with a new key (chain, signatures, checkpoints, keys
+and manifest all consistent) and must still fail on content.
+"""
+
+from __future__ import annotations
+
+import base64
+import copy
+import csv
+import hashlib
+import io
+import json
+import shutil
+import subprocess
+from pathlib import Path
+from typing import Any
+
+import pytest
+from helpers import make_study, study_key
+
+from ledger import (
+    Checkpoint,
+    SigningKey,
+    VerifierKey,
+    canonical_json,
+    leaf_hash,
+    root_from_leaf_hashes,
+)
+from verify import Report, Status, verify_archive, verify_path
+
+EVENTS = "ledger/events.jsonl"
+
+
+# --------------------------------------------------------------------------------------------------
+# fixtures and helpers
+
+
+@pytest.fixture(scope="module")
+def archive(tmp_path_factory: pytest.TempPathFactory, study_template: Path) -> Path:
+    """A fresh export of a simulated study (2 replicates: 70 trials), built once."""
+    from analysis.analyze import analyze_study
+    from analysis.export import export_study
+    from analysis.scoring import score_study, unblind_study
+    from runner.backends import SimulatedBackend
+    from runner.execute import RunOptions, run_study
+
+    mp = pytest.MonkeyPatch()
+    mp.setenv("PROMPT_LEDGER_HOME", str(tmp_path_factory.mktemp("home")))
+    try:
+        base = tmp_path_factory.mktemp("study")
+        root = make_study(base / "study", replicates=2, template=study_template)
+        key = study_key()
+        run_study(root, key, SimulatedBackend(), RunOptions(concurrency=8))
+        score_study(root, key)
+        unblind_study(root, key)
+        analyze_study(root, key)
+        out = base / "archive"
+        export_study(root, out, key)
+    finally:
+        mp.undo()
+    return out
+
+
+@pytest.fixture
+def copy_(archive: Path, tmp_path: Path) -> Path:
+    target = tmp_path / "archive"
+    shutil.copytree(archive, target)
+    return target
+
+
+def rewrite_manifest(root: Path) -> None:
+    """Rewrite MANIFEST.sha256 to match the files as they are now (what a forger would do)."""
+    lines = []
+    for path in sorted(p for p in root.rglob("*") if p.is_file()):
+        rel = path.relative_to(root).as_posix()
+        if rel != "MANIFEST.sha256":
+            lines.append(
+                (rel.encode(), f"{hashlib.sha256(path.read_bytes()).hexdigest()}  {rel}\n")
+            )
+    lines.sort()
+    (root / "MANIFEST.sha256").write_text("".join(line for _, line in lines), "utf-8")
+
+
+def flip_byte(path: Path, offset: int | None = None) -> None:
+    data = bytearray(path.read_bytes())
+    at = len(data) // 2 if offset is None else offset
+    data[at] ^= 0x01
+    path.write_bytes(bytes(data))
+
+
+def read_events(root: Path) -> list[dict[str, Any]]:
+    return [json.loads(line)["envelope"] for line in (root / EVENTS).read_bytes().splitlines()]
+
+
+def seqs_of(events: list[dict[str, Any]], kind: str) -> list[int]:
+    return [e["seq"] for e in events if e["kind"] == kind]
+
+
+def failed(report: Report, name: str) -> str:
+    """Assert check ``name`` FAILed; return its reason plus where."""
+    check = report.get(name)
+    assert check is not None, f"check {name} was not run: {[c.name for c in report.checks]}"
+    assert check.status is Status.FAIL, f"{name} did not fail: {check}"
+    assert not report.ok
+    return f"{check.reason} @ {check.where} seq {check.seq}"
+
+
+def passed(report: Report, name: str) -> None:
+    check = report.get(name)
+    assert check is not None and check.status is Status.PASS, check
+
+
+_REFS = ("request_seq", "response_seq", "session", "protocol_seq")
+
+
+def _remap(value: Any, mapping: dict[int, int]) -> Any:
+    if isinstance(value, dict):
+        out = {}
+        for k, v in value.items():
+            if k in _REFS and isinstance(v, int) and v in mapping:
+                out[k] = mapping[v]
+            elif k == "requests" and isinstance(v, list):
+                out[k] = [mapping.get(x, x) for x in v]
+            else:
+                out[k] = _remap(v, mapping)
+        return out
+    if isinstance(value, list):
+        return [_remap(v, mapping) for v in value]
+    return value
+
+
+def resign(root: Path, events: list[dict[str, Any]], key: SigningKey | None = None) -> SigningKey:
+    """Rewrite ``ledger/`` from ``events`` (old seqs kept in ``seq``), consistently re-signed.
+
+    Events are renumbered in list order and references to old seqs (``request_seq``,
+    ``response_seq``, ``session``, ``protocol_seq``, batch ``requests``) remapped; every event is
+    signed by ``key`` (a new key by default), which becomes the genesis key; checkpoints are
+    re-signed at the old sizes that still fit and at the final size; the manifest is rewritten.
+    """
+    key = key or SigningKey.generate("forger.example/owner")
+    verifier = VerifierKey.parse(key.vkey)
+    mapping = {e["seq"]: i for i, e in enumerate(events)}
+    lines: list[bytes] = []
+    leaves: list[bytes] = []
+    prev = "0" * 64
+    origin = ""
+    for i, old in enumerate(events):
+        env = copy.deepcopy(old)
+        env["body"] = _remap(env["body"], mapping)
+        env["seq"], env["prev"], env["actor"] = i, prev, verifier.actor
+        if env["kind"] == "ledger.genesis":
+            env["body"]["vkey"] = key.vkey
+            origin = env["body"]["origin"]
+        data = canonical_json(env)
+        signature = base64.b64encode(key.sign(data)).decode()
+        lines.append(canonical_json({"envelope": env, "signature": signature}) + b"\n")
+        lh = leaf_hash(data)
+        leaves.append(lh)
+        prev = lh.hex()
+    (root / EVENTS).write_bytes(b"".join(lines))
+    cps = root / "ledger" / "checkpoints"
+    sizes = {int(p.stem) for p in cps.iterdir()}
+    shutil.rmtree(cps)
+    cps.mkdir()
+    for size in sorted({s for s in sizes if s <= len(leaves)} | {len(leaves)}):
+        cp = Checkpoint(origin, size, root_from_leaf_hashes(leaves[:size]))
+        (cps / f"{size:08d}.txt").write_text(cp.sign([key]), "utf-8")
+    keys = root / "ledger" / "keys"
+    shutil.rmtree(keys)
+    keys.mkdir()
+    name = verifier.actor.replace("/", "_").replace(":", "_").replace("+", "_")
+    (keys / f"{name}.vkey").write_text(key.vkey + "\n", "utf-8")
+    rewrite_manifest(root)
+    return key
+
+
+def first_trial_events(events: list[dict[str, Any]], position: int) -> dict[str, dict[str, Any]]:
+    """The trial.requested, trial.responded and trial.scored events of the trial at ``position``."""
+    req = next(
+        e for e in events if e["kind"] == "trial.requested" and e["body"]["position"] == position
+    )
+    resp = next(
+        e for e in events
+        if e["kind"] == "trial.responded" and e["body"]["request_seq"] == req["seq"]
+    )  # fmt: skip
+    scored = next(
+        e for e in events
+        if e["kind"] == "trial.scored" and e["body"]["response_seq"] == resp["seq"]
+    )  # fmt: skip
+    return {"requested": req, "responded": resp, "scored": scored}
+
+
+# --------------------------------------------------------------------------------------------------
+# a fresh export
+
+
+def test_fresh_export_verifies(archive: Path) -> None:
+    report = verify_archive(archive)
+    assert report.ok, [c for c in report.checks if c.status is Status.FAIL]
+    names = [c.name for c in report.checks]
+    for name in ("manifest", "export-coverage", "protocol", "schedule", "requests", "outcomes",
+                 "blinding", "signatures", "chain", "checkpoints"):  # fmt: skip
+        assert name in names
+        passed(report, name)
+    assert report.get("trust") is not None and report.get("trust").status is Status.WARN  # type: ignore[union-attr]
+    assert "integrity, not authorship" in report.get("trust").reason  # type: ignore[union-attr]
+    assert "rescore" in names  # run by verify._science, or a WARN that it was not run
+    assert verify_path(archive).ok
+
+
+def test_fresh_export_passes_sha256sum(archive: Path) -> None:
+    if shutil.which("sha256sum") is None:
+        pytest.skip("sha256sum is not installed")
+    result = subprocess.run(
+        ["sha256sum", "--quiet", "-c", "MANIFEST.sha256"], cwd=archive, capture_output=True,
+        text=True, check=False,
+    )  # fmt: skip
+    assert result.returncode == 0, result.stdout + result.stderr
+
+
+def test_fresh_export_with_trusted_key_and_registration_checkpoint(archive: Path) -> None:
+    report = verify_archive(
+        archive,
+        trusted_keys=[study_key().vkey],
+        checkpoints=[sorted((archive / "ledger" / "checkpoints").iterdir())[0]],
+    )
+    assert report.ok, report.failures
+    passed(report, "trust")
+    passed(report, "published-checkpoints")
+
+
+def test_cli_verifies_an_archive(archive: Path) -> None:
+    from click.testing import CliRunner
+
+    from ledger.cli import main
+
+    result = CliRunner().invoke(main, ["verify", str(archive)])
+    assert result.exit_code == 0, result.output
+    assert "manifest" in result.output and "export-coverage" in result.output
+    result = CliRunner().invoke(main, ["verify", str(archive), "--json"])
+    assert json.loads(result.output)["ok"] is True
+
+
+def test_cli_fails_a_tampered_archive(copy_: Path) -> None:
+    from click.testing import CliRunner
+
+    from ledger.cli import main
+
+    flip_byte(copy_ / "README.md", 0)
+    result = CliRunner().invoke(main, ["verify", str(copy_)])
+    assert result.exit_code == 1
+    assert "README.md" in result.output and "FAILED" in result.output
+
+
+# --------------------------------------------------------------------------------------------------
+# one byte in a file, with the manifest rewritten to match
+
+
+def _stimulus(root: Path) -> Path:
+    return sorted((root / "stimuli").iterdir())[0]
+
+
+def test_flip_byte_in_stimulus(copy_: Path) -> None:
+    target = _stimulus(copy_)
+    flip_byte(target)
+    rewrite_manifest(copy_)
+    report = verify_archive(copy_)
+    passed(report, "manifest")
+    rel = target.relative_to(copy_).as_posix()
+    assert rel in failed(report, "export-coverage")
+    assert rel in failed(report, "protocol")
+
+
+def test_flip_byte_in_prompt(copy_: Path) -> None:
+    target = copy_ / "protocol" / "prompts" / "decoding_rule.txt"
+    flip_byte(target)
+    rewrite_manifest(copy_)
+    report = verify_archive(copy_)
+    assert "protocol/prompts/decoding_rule.txt" in failed(report, "export-coverage")
+    assert "protocol/prompts/decoding_rule.txt" in failed(report, "protocol")
+
+
+def test_flip_byte_in_arm_text(copy_: Path) -> None:
+    flip_byte(copy_ / "protocol" / "arms" / "A.txt")
+    rewrite_manifest(copy_)
+    report = verify_archive(copy_)
+    assert "protocol/arms/A.txt" in failed(report, "protocol")
+
+
+def test_flip_byte_in_response_blob(copy_: Path) -> None:
+    events = read_events(copy_)
+    digest = next(e for e in events if e["kind"] == "trial.responded")["blobs"]["response"]
+    flip_byte(copy_ / "blobs" / digest)
+    rewrite_manifest(copy_)
+    report = verify_archive(copy_)
+    assert f"blobs/{digest}" in failed(report, "blobs")
+    assert f"blobs/{digest}" in failed(report, "export-coverage")
+    assert digest in failed(report, "outcomes")
+
+
+def test_flip_byte_in_scores_csv(copy_: Path) -> None:
+    flip_byte(copy_ / "scores" / "scores.csv")
+    rewrite_manifest(copy_)
+    report = verify_archive(copy_)
+    passed(report, "manifest")
+    assert "scores/scores.csv" in failed(report, "export-coverage")
+
+
+def test_flip_byte_in_results_json(copy_: Path) -> None:
+    flip_byte(copy_ / "analysis" / "results.json")
+    rewrite_manifest(copy_)
+    report = verify_archive(copy_)
+    assert "analysis/results.json" in failed(report, "export-coverage")
+
+
+def test_flip_byte_in_readme(copy_: Path) -> None:
+    flip_byte(copy_ / "README.md")
+    rewrite_manifest(copy_)
+    report = verify_archive(copy_)
+    assert "README.md" in failed(report, "export-coverage")
+
+
+def test_flip_byte_in_events_jsonl(copy_: Path) -> None:
+    events = read_events(copy_)
+    seq = seqs_of(events, "trial.scored")[0]
+    lines = (copy_ / EVENTS).read_bytes().splitlines(keepends=True)
+    lines[seq] = lines[seq].replace(b'"n_correct":', b'"n_correcu":', 1)
+    (copy_ / EVENTS).write_bytes(b"".join(lines))
+    rewrite_manifest(copy_)
+    report = verify_archive(copy_)
+    passed(report, "manifest")
+    where = failed(report, "signatures")
+    assert f"seq {seq}" in where and f"line {seq + 1}" in where
+    assert f"seq {seq + 1}" in failed(report, "chain")
+
+
+def test_whitespace_flip_in_events_jsonl(copy_: Path) -> None:
+    lines = (copy_ / EVENTS).read_bytes().splitlines(keepends=True)
+    lines[5] = lines[5].replace(b'{"envelope":', b'{"envelope": ', 1)
+    (copy_ / EVENTS).write_bytes(b"".join(lines))
+    rewrite_manifest(copy_)
+    report = verify_archive(copy_)
+    reason = failed(report, "envelopes")
+    assert "ledger/events.jsonl line 6" in reason and "canonical" in reason
+    passed(report, "signatures")  # the content is intact: only the line's bytes changed
+    passed(report, "chain")
+
+
+# --------------------------------------------------------------------------------------------------
+# files added or removed
+
+
+def test_delete_file(copy_: Path) -> None:
+    (copy_ / "truth" / "truth.csv").unlink()
+    report = verify_archive(copy_)
+    assert "truth/truth.csv" in failed(report, "manifest")
+    assert "truth/truth.csv" in failed(report, "export-coverage")
+    assert "truth/truth.csv" in failed(report, "protocol")
+
+
+def test_add_file(copy_: Path) -> None:
+    (copy_ / "analysis" / "extra.csv").write_text("a,b\n1,2\n", "utf-8")
+    report = verify_archive(copy_)
+    assert "analysis/extra.csv" in failed(report, "manifest")
+    assert "analysis/extra.csv" in failed(report, "export-coverage")
+
+
+def test_add_file_with_manifest_rewritten(copy_: Path) -> None:
+    (copy_ / "stimuli" / "extra.png").write_bytes(_stimulus(copy_).read_bytes())
+    rewrite_manifest(copy_)
+    report = verify_archive(copy_)
+    passed(report, "manifest")
+    assert "stimuli/extra.png" in failed(report, "export-coverage")
+    assert "stimuli/extra.png" in failed(report, "protocol")
+
+
+def test_malformed_manifest_line(copy_: Path) -> None:
+    manifest = copy_ / "MANIFEST.sha256"
+    lines = manifest.read_text("utf-8").splitlines(keepends=True)
+    lines[2] = lines[2].replace("  ", " ", 1)
+    manifest.write_text("".join(lines), "utf-8")
+    assert "MANIFEST.sha256 line 3" in failed(verify_archive(copy_), "manifest")
+
+
+# --------------------------------------------------------------------------------------------------
+# trials and the schedule
+
+
+def test_drop_trial(copy_: Path) -> None:
+    events = read_events(copy_)
+    trial = first_trial_events(events, 3)
+    drop = {e["seq"] for e in trial.values()}
+    lines = (copy_ / EVENTS).read_bytes().splitlines(keepends=True)
+    (copy_ / EVENTS).write_bytes(b"".join(line for i, line in enumerate(lines) if i not in drop))
+    rewrite_manifest(copy_)
+    report = verify_archive(copy_)
+    first = min(drop)
+    assert f"seq {first}" in failed(report, "chain")  # the next event's prev names a dropped one
+    assert f"line {first + 1}" in failed(report, "envelopes")  # seqs no longer match the lines
+
+
+def test_drop_trial_resigned(copy_: Path) -> None:
+    events = read_events(copy_)
+    trial = first_trial_events(events, 3)
+    drop = {e["seq"] for e in trial.values()}
+    resign(copy_, [e for e in events if e["seq"] not in drop])
+    report = verify_archive(copy_)
+    for name in ("chain", "signatures", "checkpoints", "keys", "manifest"):
+        passed(report, name)
+    tid = trial["requested"]["body"]["trial"]
+    assert f"trial {tid} (position 3) has no final outcome" in failed(report, "outcomes")
+    failed(report, "blinding")  # the seal no longer covers the recorded scores
+
+
+def test_duplicate_trial_resigned(copy_: Path) -> None:
+    events = read_events(copy_)
+    one, two = first_trial_events(events, 1), first_trial_events(events, 2)
+    for kind in ("requested", "responded"):  # trial 2's events now claim to be trial 1's
+        body = two[kind]["body"]
+        for field in ("trial", "arm", "stimulus", "rep", "position", "request_sha256"):
+            if field in body:
+                body[field] = one[kind]["body"][field]
+    two["requested"]["blobs"] = dict(one["requested"]["blobs"])
+    resign(copy_, events)
+    report = verify_archive(copy_)
+    passed(report, "signatures")
+    tid = one["requested"]["body"]["trial"]
+    reason = failed(report, "outcomes")
+    assert f"trial {tid} (position 1) has 2 final outcomes" in reason or "attempt" in reason
+
+
+def test_swap_arms_of_two_trials_resigned(copy_: Path) -> None:
+    events = read_events(copy_)
+    reqs = [e for e in events if e["kind"] == "trial.requested"]
+    a = reqs[0]
+    b = next(e for e in reqs if e["body"]["arm"] != a["body"]["arm"])
+    a["body"]["arm"], b["body"]["arm"] = b["body"]["arm"], a["body"]["arm"]
+    resign(copy_, events)
+    report = verify_archive(copy_)
+    passed(report, "signatures")
+    assert f"seq {a['seq']}" in failed(report, "schedule")
+    assert f"seq {a['seq']}" in failed(report, "requests")
+
+
+def test_swap_request_blobs_of_two_trials_resigned(copy_: Path) -> None:
+    """The trials claim their own arms, but the prompts actually sent were swapped."""
+    events = read_events(copy_)
+    reqs = [e for e in events if e["kind"] == "trial.requested"]
+    a = reqs[0]
+    b = next(e for e in reqs if e["body"]["arm"] != a["body"]["arm"])
+    for field in ("request_sha256",):
+        a["body"][field], b["body"][field] = b["body"][field], a["body"][field]
+    a["blobs"], b["blobs"] = b["blobs"], a["blobs"]
+    resign(copy_, events)
+    report = verify_archive(copy_)
+    passed(report, "signatures")
+    assert "not the locked arm text" in failed(report, "requests") or "stimulus" in failed(
+        report, "requests"
+    )
+
+
+def test_reorder_schedule_csv(copy_: Path) -> None:
+    path = copy_ / "trials" / "schedule.csv"
+    lines = path.read_text("utf-8").splitlines(keepends=True)
+    lines[1], lines[2] = lines[2], lines[1]
+    path.write_text("".join(lines), "utf-8")
+    rewrite_manifest(copy_)
+    report = verify_archive(copy_)
+    assert "trials/schedule.csv line 2" in failed(report, "schedule")
+    assert "trials/schedule.csv" in failed(report, "export-coverage")
+
+
+def test_change_seed_in_study_toml(copy_: Path) -> None:
+    path = copy_ / "protocol" / "study.toml"
+    text = path.read_text("utf-8")
+    assert "seed = 20260421" in text
+    path.write_text(text.replace("seed = 20260421", "seed = 20260420", 1), "utf-8")
+    rewrite_manifest(copy_)
+    report = verify_archive(copy_)
+    assert "protocol/study.toml" in failed(report, "protocol")
+    assert "protocol/study.toml" in failed(report, "export-coverage")
+
+
+def test_change_seed_in_protocol_locked_resigned(copy_: Path) -> None:
+    events = read_events(copy_)
+    locked = next(e for e in events if e["kind"] == "protocol.locked")
+    locked["body"]["design"]["seed"] = "20260420"
+    resign(copy_, events)
+    report = verify_archive(copy_)
+    passed(report, "signatures")
+    assert "schedule_sha256" in failed(report, "schedule")
+
+
+# --------------------------------------------------------------------------------------------------
+# scores and results
+
+
+def test_edit_score_in_scores_csv(copy_: Path) -> None:
+    path = copy_ / "scores" / "scores.csv"
+    rows = list(csv.reader(io.StringIO(path.read_text("utf-8"), newline="")))
+    rows[1][7] = str(int(rows[1][7]) - 1)  # n_correct
+    out = io.StringIO()
+    csv.writer(out, lineterminator="\n").writerows(rows)
+    path.write_text(out.getvalue(), "utf-8")
+    rewrite_manifest(copy_)
+    report = verify_archive(copy_)
+    assert "scores/scores.csv" in failed(report, "export-coverage")
+
+
+def test_edit_score_in_event_resigned(copy_: Path) -> None:
+    events = read_events(copy_)
+    scored = next(e for e in events if e["kind"] == "trial.scored")
+    scored["body"]["n_correct"] -= 1
+    scored["body"]["scores_sha256"] = "0" * 64
+    resign(copy_, events)
+    report = verify_archive(copy_)
+    passed(report, "signatures")
+    assert "scores_sha256" in failed(report, "blinding")
+    rescore = report.get("rescore")
+    assert rescore is not None and rescore.status is not Status.PASS
+
+
+def test_change_p_value_in_results_json(copy_: Path) -> None:
+    path = copy_ / "analysis" / "results.json"
+    results = json.loads(path.read_text("utf-8"))
+    changed = False
+    for result in results:
+        values = result.get("values") or {}
+        if isinstance(values.get("p_raw"), float):
+            values["p_raw"] = values["p_raw"] / 2 + 1e-9
+            changed = True
+            break
+    assert changed
+    path.write_text(json.dumps(results, sort_keys=True, indent=2) + "\n", "utf-8")
+    rewrite_manifest(copy_)
+    report = verify_archive(copy_)
+    assert "analysis/results.json" in failed(report, "export-coverage")
+
+
+# --------------------------------------------------------------------------------------------------
+# protocol order, keys and rollback
+
+
+def test_move_protocol_locked_after_first_request_resigned(copy_: Path) -> None:
+    events = read_events(copy_)
+    locked = next(e for e in events if e["kind"] == "protocol.locked")
+    first_request = next(e for e in events if e["kind"] == "trial.requested")
+    events.remove(locked)
+    events.insert(events.index(first_request) + 1, locked)
+    resign(copy_, events)
+    report = verify_archive(copy_)
+    passed(report, "signatures")
+    assert "comes before protocol.locked" in failed(report, "protocol")
+
+
+def test_resign_whole_ledger_with_new_key(copy_: Path, archive: Path) -> None:
+    registration = sorted((archive / "ledger" / "checkpoints").iterdir())[0]
+    resign(copy_, read_events(copy_))
+    plain = verify_archive(copy_)
+    for check in plain.checks:
+        if check.name == "rescore":
+            continue
+        assert check.status is not Status.FAIL, check
+    assert plain.get("trust").status is Status.WARN  # type: ignore[union-attr]
+    trusted = verify_archive(copy_, trusted_keys=[study_key().vkey])
+    assert "not among the trusted keys" in failed(trusted, "trust")
+    published = verify_archive(copy_, checkpoints=[registration])
+    assert str(registration) in failed(published, "published-checkpoints")
+
+
+def test_roll_back_behind_published_checkpoint(copy_: Path, archive: Path) -> None:
+    final = sorted((archive / "ledger" / "checkpoints").iterdir())[-1]
+    lines = (copy_ / EVENTS).read_bytes().splitlines(keepends=True)
+    keep = len(lines) - 30
+    (copy_ / EVENTS).write_bytes(b"".join(lines[:keep]))
+    for cp in (copy_ / "ledger" / "checkpoints").iterdir():
+        if int(cp.stem) > keep:
+            cp.unlink()
+    rewrite_manifest(copy_)
+    report = verify_archive(copy_, checkpoints=[final])
+    assert "rolled back" in failed(report, "published-checkpoints")
+    for name in ("chain", "signatures", "checkpoints"):
+        passed(report, name)
+    failed(report, "export-coverage")  # export.created is gone
+
+
+def test_verifier_never_raises_on_garbage(copy_: Path) -> None:
+    (copy_ / EVENTS).write_bytes(b"not json\n")
+    report = verify_archive(copy_)
+    assert not report.ok
