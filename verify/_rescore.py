@@ -344,7 +344,7 @@ _LETTER_REVERSE_SUFFIX = (
 _LETTER_OPTION_LINE = r"^[ \t]*(?:[(\[]([{U}])[)\]]|([{U}])[.:)])[ \t]+\S"
 _WORD_TOKEN = r"(?i:(?<![\w'-])({W})(?![\w'-]))"
 _WORD_ALONE = r"(?i:({W}))\s*[.!]?"
-_YES_NO_OPENING = r"\A[\s\"'>#-]*(?i:(yes|no|maybe))(?=[.,;:!])"
+_YES_NO_OPENING = r"""\A[\s"'>#-]*(?i:(yes|no|maybe))(?=[.,;:!])"""
 _ORIENTATION_CAPITALS = r"(?<![A-Za-z])(UP|RIGHT|DOWN|LEFT)(?![A-Za-z])"
 
 SINGLE_PATTERNS: dict[str, str] = {
