@@ -27,3 +27,14 @@ def test_bench_analysis_quick_runs_the_whole_plan() -> None:
     )
     assert "full analysis: 25 results" in result.stdout, result.stdout
     assert "failed: none" in result.stdout, result.stdout
+
+
+def test_bench_verify_quick_runs_and_reports_every_share(tmp_path: Path) -> None:
+    result = subprocess.run(
+        [sys.executable, str(ROOT / "benchmarks" / "bench_verify.py"), "--quick",
+         "--cache", str(tmp_path / "cache")],
+        capture_output=True, text=True, timeout=600, check=True,
+    )
+    for label in ("Ed25519 verify", "trials", "(ok)", "signatures", "hashing", "rescore",
+                  "statistics", "ratio signatures/"):
+        assert label in result.stdout, result.stdout

@@ -1,0 +1,200 @@
+"""Benchmark: verifying exported archives of 2,000, 20,000 and 100,000 simulated trials.
+
+Each archive is built once with the simulated backend (lock, run, score, unblind, analyse,
+export) and cached under ``--cache`` (default: ``$TMPDIR/prompt-ledger-bench-verify``), then
+verified with the independent verifier (``verify.verify_archive``). Reported per size: total
+verify time, time per trial, the share spent on signatures, hashing, re-scoring and statistics
+(and every other check), and the ratio of the signature time to ``events / Ed25519 verify rate``
+with the rate measured in the same run (1.0 means signature checking costs exactly the raw
+Ed25519 verifications). Targets: 2,000 trials verify in under 10 s; cost linear in trials.
+
+Usage::
+
+    python benchmarks/bench_verify.py                    # 2000, 20000, 100000 trials
+    python benchmarks/bench_verify.py --trials 2000 20000
+    python benchmarks/bench_verify.py --quick            # ~200 trials (the test suite)
+"""
+
+from __future__ import annotations
+
+import argparse
+import hashlib
+import os
+import shutil
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parent.parent
+if str(ROOT) not in sys.path:
+    sys.path.insert(0, str(ROOT))
+
+PER_REPLICATE = 35  # the tumbling-E template: 5 arms x 7 stimuli
+ORIGIN = "prompt-ledger.local/prompt-tumbling-e"
+
+
+def _key() -> Any:
+    from ledger import SigningKey
+
+    name = f"{ORIGIN}/owner"
+    return SigningKey(name, hashlib.sha256(f"prompt-ledger bench key {name}".encode()).digest())
+
+
+def build_archive(target: Path, replicates: int) -> float:
+    """Build and export a simulated study with ``replicates``; return the seconds it took."""
+    from analysis.analyze import analyze_study
+    from analysis.export import export_study
+    from analysis.scoring import score_study, unblind_study
+    from runner.backends import SimulatedBackend
+    from runner.execute import RunOptions, run_study
+    from runner.lock import lock_study
+    from runner.new import new_study
+
+    started = time.perf_counter()
+    work = target.with_name(target.name + ".work")
+    shutil.rmtree(work, ignore_errors=True)
+    os.environ["PROMPT_LEDGER_HOME"] = str(work / "home")
+    key = _key()
+    study = work / "study"
+    new_study(study, "prompt-tumbling-e", key)
+    spec = study / "study.toml"
+    text = spec.read_text(encoding="utf-8")
+    spec.write_text(text.replace("replicates = 30", f"replicates = {replicates}"), "utf-8")
+    lock_study(study, key)
+    run_study(study, key, SimulatedBackend(), RunOptions(concurrency=32))
+    score_study(study, key)
+    unblind_study(study, key)
+    analyze_study(study, key)
+    shutil.rmtree(target, ignore_errors=True)
+    export_study(study, target, key)
+    shutil.rmtree(work, ignore_errors=True)
+    return time.perf_counter() - started
+
+
+def ed25519_rate(n: int = 3000) -> float:
+    """Ed25519 verifications per second on a 700-byte message (about one envelope)."""
+    from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
+
+    private = Ed25519PrivateKey.generate()
+    public = private.public_key()
+    message = os.urandom(700)
+    signature = private.sign(message)
+    started = time.perf_counter()
+    for _ in range(n):
+        public.verify(signature, message)
+    return n / (time.perf_counter() - started)
+
+
+def science_split(archive: Path) -> dict[str, float]:
+    """Time re-scoring and re-analysis separately (``verify._science`` internals, if present)."""
+    try:
+        from verify import _science as science
+    except ImportError:
+        return {}
+    out: dict[str, float] = {}
+    try:
+        started = time.perf_counter()
+        loaded = science._load(archive)
+        out["science load"] = time.perf_counter() - started
+        started = time.perf_counter()
+        science._rescore(loaded)
+        out["rescore"] = time.perf_counter() - started
+        started = time.perf_counter()
+        science._reanalysis(loaded)
+        out["statistics"] = time.perf_counter() - started
+    except Exception as exc:  # the split is informative only
+        print(f"  (science split unavailable: {type(exc).__name__}: {exc})")
+        return {}
+    return out
+
+
+def bench(archive: Path, trials: int, jobs: int, rate: float) -> dict[str, float]:
+    from verify import Status, verify_archive
+
+    started = time.perf_counter()
+    report = verify_archive(archive, jobs=jobs)
+    total = time.perf_counter() - started
+    failed = [c for c in report.checks if c.status is Status.FAIL]
+    status = "ok" if report.ok else f"FAILED {[c.name for c in failed]}"
+    timings = dict(report.timings)
+    split = science_split(archive)
+    science = timings.get("science", 0.0)
+    signatures = timings.get("signatures", 0.0)
+    hashing = timings.get("hashing", 0.0)
+    rescore = split.get("rescore", 0.0) + split.get("science load", 0.0)
+    statistics = split.get("statistics", 0.0)
+    if not split:
+        rescore, statistics = science, 0.0
+    else:  # scale the separate runs to the science time measured inside verify_archive
+        scale = science / max(rescore + statistics, 1e-9)
+        rescore, statistics = rescore * scale, statistics * scale
+    ledger_other = max(timings.get("ledger", 0.0) - signatures, 0.0)
+    archive_checks = sum(
+        v for k, v in timings.items() if k not in ("ledger", "signatures", "hashing", "science")
+    )
+    expected_sig = report.size / rate
+    print(f"{trials} trials, {report.size} events: verify {total:.2f} s ({status}), "
+          f"{1e3 * total / trials:.3f} ms/trial")  # fmt: skip
+    parts = {
+        "signatures": signatures,
+        "hashing": hashing,
+        "rescore": rescore,
+        "statistics": statistics,
+        "ledger parse/chain/tree/keys": ledger_other,
+        "archive checks": archive_checks,
+    }
+    for name, seconds in parts.items():
+        print(f"  {name:30} {seconds:8.3f} s  {100 * seconds / total:5.1f}%")
+    for name in ("manifest", "export-coverage", "protocol", "schedule", "requests", "outcomes",
+                 "blinding"):  # fmt: skip
+        if name in timings:
+            print(f"    check {name:24} {timings[name]:8.4f} s")
+    sig_note = "" if jobs == 1 else " (jobs > 1: signatures run in workers, not timed inline)"
+    print(
+        f"  ratio signatures/(events / Ed25519 rate) = {signatures:.3f} / {expected_sig:.3f} = "
+        f"{signatures / expected_sig if expected_sig else 0:.2f}{sig_note}"
+    )
+    return {"total": total, **parts}
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--trials", type=int, nargs="+", default=[2000, 20000, 100000])
+    parser.add_argument("--quick", action="store_true", help="one archive of about 200 trials")
+    parser.add_argument("--cache", type=Path, default=None, help="where built archives are kept")
+    parser.add_argument("--jobs", type=int, default=1, help="signature worker processes")
+    args = parser.parse_args(argv)
+    sizes = [200] if args.quick else args.trials
+    cache = args.cache or Path(tempfile.gettempdir()) / "prompt-ledger-bench-verify"
+    cache.mkdir(parents=True, exist_ok=True)
+    rate = ed25519_rate()
+    print(f"Ed25519 verify: {rate:,.0f} /s (700-byte messages)")
+    results: dict[int, dict[str, float]] = {}
+    for wanted in sizes:
+        replicates = max(1, round(wanted / PER_REPLICATE))
+        trials = replicates * PER_REPLICATE
+        archive = cache / f"archive-{trials}"
+        done = archive.with_name(archive.name + ".done")
+        if not done.exists():
+            seconds = build_archive(archive, replicates)
+            done.write_text(f"{seconds:.1f}\n", "utf-8")
+            print(f"built {trials} trials in {seconds:.1f} s -> {archive}")
+        else:
+            print(f"cached {trials} trials ({archive}, built in {done.read_text().strip()} s)")
+        rate = max(ed25519_rate(), ed25519_rate())  # re-measured beside each run
+        results[trials] = bench(archive, trials, args.jobs, rate)
+    if len(results) > 1:
+        items = sorted(results.items())
+        base_n, base = items[0]
+        for n, r in items[1:]:
+            print(
+                f"ratio per trial {n} vs {base_n}: "
+                f"{(r['total'] / n) / (base['total'] / base_n):.2f} (1.00 = linear)"
+            )
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
