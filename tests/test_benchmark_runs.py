@@ -38,3 +38,14 @@ def test_bench_verify_quick_runs_and_reports_every_share(tmp_path: Path) -> None
     for label in ("Ed25519 verify", "trials", "(ok)", "signatures", "hashing", "rescore",
                   "statistics", "ratio signatures/"):
         assert label in result.stdout, result.stdout
+
+
+def test_bench_runner_quick_compares_runner_and_plain_calls() -> None:
+    result = subprocess.run(
+        [sys.executable, str(ROOT / "benchmarks" / "bench_runner.py"), "--quick"],
+        capture_output=True, text=True, timeout=300, check=True,
+    )
+    for label in ("plain/s", "runner/s", "ratio", "ledger", "ms/append"):
+        assert label in result.stdout, result.stdout
+    rows = [line.split() for line in result.stdout.splitlines() if line.strip().startswith("0ms")]
+    assert [row[1] for row in rows] == ["1", "8"], result.stdout
