@@ -450,7 +450,8 @@ def _fig_forest(report: Report) -> Figure:
         labels.append(f"{r.get('hypothesis')}: {_contrast_text(report, r)}")
         if r.get("status") == "failed":
             ax.text(0, y, f"not computed: {str(r.get('error') or '')[:70]}", va="center",
-                    ha="center", fontsize=8, color=colour)  # fmt: skip
+                    ha="center", fontsize=8, color=colour,
+                    bbox={"facecolor": "white", "edgecolor": "none", "pad": 1.5})  # fmt: skip
         elif r.get("test") == "equivalence":
             margin = (_num(v.get("margin")) or 0.0) * 100
             ax.fill_betweenx([y - 0.25, y + 0.25], -margin, margin, color="#1a7f37", alpha=0.12)
