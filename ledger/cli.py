@@ -22,7 +22,7 @@ from ledger._keys import SigningKey, load_verifier, user_home
 from ledger._roles import ROLES
 from ledger._store import Ledger
 from runner.spec import SpecError
-from verify import Report, Status, VerificationError, verify_ledger_file
+from verify import Report, Status, VerificationError
 
 
 def key_file_stem(name: str) -> str:
@@ -433,19 +433,28 @@ def key_list(path: Path, as_json: bool) -> None:
 @click.argument(
     "directory", required=False, type=click.Path(file_okay=False, path_type=Path)
 )
-def demo(directory: Path | None) -> None:
-    """Walk through the ledger core offline: keys, appends, checkpoint, verify, tamper.
+@click.option(
+    "--replicates",
+    type=click.IntRange(1, 1000),
+    default=30,
+    show_default=True,
+    help="Replicates per arm and probe (the template's 30 give 1,050 trials).",
+)
+def demo(directory: Path | None, replicates: int) -> None:
+    """Run the whole PROMPT workflow offline on the simulated model, then verify and tamper.
 
-    Creates DIRECTORY (default ./demo, which must not exist yet) with two keys, a ledger, a
-    published checkpoint, and a tampered copy, and verifies both with the independent verifier.
+    Scaffolds the tumbling-E study in DIRECTORY (default ./prompt-ledger-demo, which must not
+    exist or be empty), locks it, runs it on the simulated backend, scores blind, unblinds,
+    analyses, reports, exports an archive, verifies it, and shows a one-byte change caught.
 
     \b
     Example:
       ledger demo /tmp/ledger-demo
+      ledger demo /tmp/quick-demo --replicates 3
     """
-    from ledger._demo import run_demo
+    from analysis.demo import run_demo
 
-    run_demo(directory or Path("demo"), _out())
+    run_demo(directory or Path("prompt-ledger-demo"), _out(), replicates=replicates)
 
 
 # ---------------------------------------------------------------------- study commands

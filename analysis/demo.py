@@ -1,0 +1,189 @@
+"""``ledger demo``: the whole PROMPT story offline, on the simulated model.
+
+Scaffold the tumbling-E study, make keys, lock it (registration checkpoint), run the locked
+schedule on the ``simulated`` backend, score blind, seal, unblind, analyse, report, export the
+archive, verify it with the independent verifier, then change one byte in a copy and show the
+verifier naming the place at fault. Keys and the blinding secret live in ``DIR/home``, outside
+the study folder, as they would for a real study.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+from rich.console import Console
+from rich.table import Table
+
+from ledger import LedgerError, SigningKey
+
+TEMPLATE = "prompt-tumbling-e"
+
+
+@dataclass(frozen=True)
+class DemoResult:
+    """Where the demo put things and whether verification behaved."""
+
+    study: Path
+    archive: Path
+    tampered: Path
+    report: Path | None
+    verified: bool
+    tamper_caught: bool
+    seconds: float
+
+
+def _step(console: Console, number: int, title: str, detail: str = "") -> None:
+    console.print(f"[bold cyan]{number:>2}. {title}[/] {detail}")
+
+
+def tamper_copy(archive: Path, target: Path) -> str:
+    """Copy ``archive`` to ``target`` and change one byte of a recorded response; return its path.
+
+    The manifest is rewritten to match, as a careful forger would; the signed events and the
+    ``export.created`` hashes still catch it.
+    """
+    import hashlib
+
+    shutil.copytree(archive, target)
+    attempts = (target / "trials" / "attempts.csv").read_text(encoding="utf-8").splitlines()
+    header = attempts[0].split(",")
+    column = header.index("response_sha256")
+    digest = next(line.split(",")[column] for line in attempts[1:] if line.split(",")[column])
+    blob = target / "blobs" / digest
+    data = bytearray(blob.read_bytes())
+    index = data.find(b"RIGHT")
+    if index < 0:
+        index = len(data) // 2
+    data[index : index + 5] = b"LEFT "[: len(data[index : index + 5])]
+    blob.write_bytes(bytes(data))
+    lines = []
+    for path in sorted(p for p in target.rglob("*") if p.is_file()):
+        rel = path.relative_to(target).as_posix()
+        if rel != "MANIFEST.sha256":
+            lines.append(f"{hashlib.sha256(path.read_bytes()).hexdigest()}  {rel}\n")
+    (target / "MANIFEST.sha256").write_text("".join(lines), encoding="utf-8")
+    return f"blobs/{digest}"
+
+
+def run_demo(directory: Path, console: Console, *, replicates: int = 30) -> DemoResult:
+    """Run the demonstration in ``directory`` (created; must not exist or be empty)."""
+    from analysis.analyze import analyze_study
+    from analysis.export import export_study
+    from analysis.scoring import score_study, unblind_study
+    from ledger.cli import _RunDisplay, render_report
+    from runner.backends import SimulatedBackend
+    from runner.execute import RunOptions, run_study
+    from runner.lock import lock_study
+    from runner.new import new_study
+    from verify import verify_path
+
+    started = time.monotonic()
+    directory = Path(directory)
+    if directory.exists() and any(directory.iterdir()):
+        raise LedgerError(f"demo directory {directory} is not empty; choose another")
+    directory.mkdir(parents=True, exist_ok=True)
+    home = directory / "home"
+    os.environ["PROMPT_LEDGER_HOME"] = str(home)
+    console.print(
+        "[bold]PROMPT Ledger demo[/]: a locked, randomized, blinded prompt experiment, fully "
+        "offline. [yellow]The model is the built-in SIMULATED backend, not a real model.[/]"
+    )
+
+    keys = home / "keys"
+    keys.mkdir(parents=True, mode=0o700)
+    owner = SigningKey.generate("prompt-ledger.local/prompt-tumbling-e/owner")
+    owner.save(keys / f"{TEMPLATE}-owner.key")
+    vkey_file = keys / f"{TEMPLATE}-owner.vkey"
+    vkey_file.write_text(owner.vkey + "\n", encoding="utf-8")
+    _step(console, 1, "keys", f"owner {owner.actor} (private key in {keys}, outside the study)")
+
+    study = directory / "study"
+    new_study(study, TEMPLATE, owner)
+    if replicates != 30:
+        spec = study / "study.toml"
+        spec.write_text(
+            spec.read_text(encoding="utf-8").replace(
+                "replicates = 30", f"replicates = {replicates}"
+            ),
+            encoding="utf-8",
+        )
+    _step(console, 2, "study", f"{study}: arms A-E, seven probes (PNG), truth table, H1-H5")
+
+    locked = lock_study(study, owner)
+    _step(
+        console, 3, "lock",
+        f"{locked.artifacts} files locked, {locked.trials} trials scheduled "
+        f"(schedule sha256 {locked.schedule_sha256[:16]}...); registration checkpoint to "
+        f"publish: {locked.checkpoint_path}",
+    )  # fmt: skip
+
+    _step(console, 4, "run", "every trial on the simulated backend (offline, deterministic)")
+    with _RunDisplay(console, "simulated run", priced=False) as display:
+        result = run_study(study, owner, SimulatedBackend(), RunOptions(concurrency=16), display)
+    console.print(
+        f"    {result.counters.responded} responses recorded; {result.final} of "
+        f"{result.final + result.pending} trials final"
+    )
+
+    scored = score_study(study, owner)
+    statuses = ", ".join(f"{k} {v}" for k, v in sorted(scored.by_status.items()))
+    _step(console, 5, "score", f"blind to the arm: {statuses}; sealed at seq {scored.sealed_seq}")
+    revealed = unblind_study(study, owner)
+    _step(console, 6, "unblind", f"the secret opens the lock's commitment; seq {revealed.seq}")
+    analysed = analyze_study(study, owner)
+    _step(console, 7, "analyze", f"{len(analysed.results)} results recorded")
+
+    report_path: Path | None = None
+    try:
+        from analysis.report import build_report
+    except ImportError:
+        pass
+    else:
+        built = build_report(study, study / "report")
+        report_path = Path(str(getattr(built, "html", study / "report" / "report.html")))
+        _step(console, 8, "report", f"{report_path}")
+
+    archive = directory / "archive"
+    exported = export_study(study, archive, owner)
+    _step(console, 9, "export", f"{exported.files} files, {exported.bytes:,} bytes in {archive}")
+
+    report = verify_path(archive, trusted_keys=[owner.vkey], checkpoints=[locked.checkpoint_path])
+    _step(console, 10, "verify", "the independent verifier, trusting the owner key and the "
+          "published registration checkpoint:")  # fmt: skip
+    render_report(report, console)
+
+    tampered = directory / "archive-tampered"
+    changed = tamper_copy(archive, tampered)
+    bad = verify_path(tampered, trusted_keys=[owner.vkey], checkpoints=[locked.checkpoint_path])
+    _step(console, 11, "tamper", f"one byte of {changed} changed, MANIFEST.sha256 rewritten:")
+    render_report(bad, console)
+
+    verdicts = Table(
+        "hypothesis", "test", "verdict", "description", title="pre-registered verdicts"
+    )
+    for r in analysed.results:
+        if r["hypothesis"]:
+            colour = "green" if r["verdict"] == "supported" else "yellow"
+            verdicts.add_row(r["hypothesis"], r["test"], f"[{colour}]{r['verdict']}[/]",
+                             r["title"])  # fmt: skip
+    console.print(verdicts)
+    console.print("[yellow]Simulated data: these verdicts demonstrate the method only.[/]")
+    seconds = time.monotonic() - started
+    console.print(f"\n[bold]Done in {seconds:.0f} s.[/] Study: {study}   Archive: {archive}")
+    if report_path:
+        console.print(f"Report: {report_path}")
+    console.print("\n[bold]Verify it yourself:[/]")
+    console.print(f"  ledger verify {archive} --trusted-key @{vkey_file} "
+                  f"--checkpoint {locked.checkpoint_path}")  # fmt: skip
+    console.print(f"  (cd {archive} && sha256sum -c MANIFEST.sha256)")
+    console.print("[bold]Tamper and verify:[/]")
+    console.print(f"  cp -r {archive} /tmp/t && printf X | dd of=/tmp/t/README.md bs=1 seek=10 "
+                  "conv=notrunc && ledger verify /tmp/t")  # fmt: skip
+    console.print(f"  ledger verify {tampered}    # fails, naming the response that changed")
+    if not report.ok or bad.ok:
+        raise LedgerError("demo: verification did not behave as expected (see the tables above)")
+    return DemoResult(study, archive, tampered, report_path, report.ok, not bad.ok, seconds)

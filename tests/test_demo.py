@@ -1,0 +1,30 @@
+"""`ledger demo` end to end in a subprocess, as the README's first command runs it."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+
+def test_demo_runs_offline_verifies_and_catches_the_tamper(tmp_path: Path) -> None:
+    env = dict(os.environ, COLUMNS="200")
+    env.pop("ANTHROPIC_API_KEY", None)  # offline: nothing may need it
+    result = subprocess.run(
+        [sys.executable, "-c", "from ledger.cli import main; main()", "demo",
+         str(tmp_path / "demo"), "--replicates", "2"],
+        capture_output=True, text=True, timeout=600, env=env,
+    )
+    out = result.stdout
+    assert result.returncode == 0, out + result.stderr
+    assert "SIMULATED" in out
+    assert "VERIFIED:" in out and "FAILED:" in out  # the archive, then the tampered copy
+    assert "pre-registered verdicts" in out
+    archive = tmp_path / "demo" / "archive"
+    assert (archive / "MANIFEST.sha256").is_file()
+    assert (archive / "analysis" / "report.html").is_file()
+    check = subprocess.run(["sha256sum", "--quiet", "-c", "MANIFEST.sha256"], cwd=archive,
+                           capture_output=True, text=True)  # fmt: skip
+    assert check.returncode == 0, check.stdout + check.stderr
+    assert not (tmp_path / "demo" / "study" / "home").exists()  # keys stay outside the study
