@@ -127,6 +127,15 @@ class Report:
         return [r for r in self.results if r.get("status") == "failed"]
 
 
+
+def _shown(path: Path) -> str:
+    """A ledger path as shown in the report: ``<study folder>/ledger.db``, never absolute.
+
+    The report is archived; an absolute path would leak the machine's layout and make the
+    same study export different bytes from different folders.
+    """
+    return f"{path.parent.name}/{path.name}"
+
 def _load(root: Path, out_dir: Path, html_path: Path) -> Report:
     path = ledger_path(root)
     if not path.is_file():
@@ -906,8 +915,8 @@ def _section_verification(report: Report) -> str:
             + _table(f"Independent verifier checks of {report.ledger.name}",
                      ("check", "result", "where", "detail"), rows, raw=(1, 2, 3))
             + '<p class="muted">Re-run offline: <code>ledger verify '
-            f"{_e(report.ledger)} --trusted-key @OWNER.vkey</code> (trust needs the owner's "
-            "vkey, obtained out of band).</p>")  # fmt: skip
+            f"{_e(_shown(report.ledger))} --trusted-key @OWNER.vkey</code> "
+            "(trust needs the owner's vkey, obtained out of band).</p>")  # fmt: skip
 
 
 def _simulated_banner(report: Report) -> str:
@@ -931,7 +940,8 @@ def render_html(report: Report) -> str:
     body = [
         f"<h1>{_e(title)}</h1>",
         f'<p class="muted">Study <code>{_e(p.get("study"))}</code>; ledger '
-        f"<code>{_e(report.ledger)}</code>; analysis results from seq {_e(first.get('seq'))} "
+        f"<code>{_e(_shown(report.ledger))}</code>; analysis results from seq "
+        f"{_e(first.get('seq'))} "
         f"(trials.csv SHA-256 <code>{_e(str(inputs.get('trials_csv_sha256', '–'))[:16])}…"
         f"</code>); backend{'s' if len(backends) > 1 else ''}: {_e(', '.join(backends))}.</p>",
         _simulated_banner(report),
