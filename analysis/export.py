@@ -54,6 +54,16 @@ def _json_bytes(value: Any) -> bytes:
     return (json.dumps(value, indent=2, sort_keys=True, ensure_ascii=False) + "\n").encode()
 
 
+def blob_listing_sha256(names: Iterable[str]) -> str:
+    """SHA-256 of the sorted blob names, each followed by ``\n`` (``docs/archive-format.md``).
+
+    Blob files are named by the SHA-256 of their content, so they need no hash of their own
+    in ``export.created``; this one digest pins which blobs the archive holds, and keeps the
+    event small however many trials the study has.
+    """
+    return hashlib.sha256("".join(f"{n}\n" for n in sorted(names)).encode("ascii")).hexdigest()
+
+
 def archive_path(rel: str, role: str) -> str:
     """Where a locked study file goes in the archive (``docs/archive-format.md`` §2)."""
     name = rel.rsplit("/", 1)[-1]
@@ -267,10 +277,20 @@ def export_study(
                 for digest in event.blobs.values():
                     if f"blobs/{digest}" not in w.files:
                         w.put(f"blobs/{digest}", log.blob(digest))
-            covered = {rel: hashlib.sha256(data).hexdigest() for rel, data in w.files.items()}
+            covered = {
+                rel: hashlib.sha256(data).hexdigest()
+                for rel, data in w.files.items()
+                if not rel.startswith("blobs/")
+            }
+            blobs = sorted(rel[len("blobs/") :] for rel in w.files if rel.startswith("blobs/"))
             event = log.append(
                 "export.created",
-                {"archive_format": ARCHIVE_FORMAT, "study": study.id, "files": covered},
+                {
+                    "archive_format": ARCHIVE_FORMAT,
+                    "study": study.id,
+                    "files": covered,
+                    "blobs": {"count": len(blobs), "listing_sha256": blob_listing_sha256(blobs)},
+                },
                 key=key,
             )
             note = log.sign_checkpoint(key)

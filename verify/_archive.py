@@ -636,7 +636,28 @@ def _check_export(a: _Archive) -> Check:
     if type(files) is not dict:
         st.fail(f"seq {seq}: export.created has no files object", seq)
         return st.check("")
-    covered = {p: h for p, h in a.hashes.items() if p != MANIFEST and not p.startswith("ledger/")}
+    covered = {
+        p: h
+        for p, h in a.hashes.items()
+        if p != MANIFEST and not p.startswith("ledger/") and not p.startswith("blobs/")
+    }
+    blob_names = sorted(p[len("blobs/") :] for p in a.hashes if p.startswith("blobs/"))
+    for name in blob_names:
+        if a.hashes[f"blobs/{name}"] != name:
+            st.fail(f"blobs/{name}: content SHA-256 is {a.hashes['blobs/' + name]}, not its name",
+                    seq, where=f"blobs/{name}")  # fmt: skip
+    blobs = body.get("blobs")
+    listing = hashlib.sha256("".join(f"{n}\n" for n in blob_names).encode("ascii")).hexdigest()
+    if type(blobs) is not dict:
+        st.fail(f"seq {seq}: export.created has no blobs object", seq)
+    elif blobs.get("count") != len(blob_names) or blobs.get("listing_sha256") != listing:
+        st.fail(
+            f"blobs/ holds {len(blob_names)} blobs (listing SHA-256 {listing}); export.created "
+            f"(seq {seq}) recorded {blobs.get('count')!r} ({blobs.get('listing_sha256')!r}): "
+            "a blob was added or removed",
+            seq,
+            where="blobs/",
+        )
     for path in sorted(files):
         have = covered.get(path)
         if have is None:
@@ -659,7 +680,8 @@ def _check_export(a: _Archive) -> Check:
         )
     return st.check(
         f"export.created (seq {seq}, the last event) covers the {len(files)} files outside "
-        f"ledger/ with matching SHA-256; checkpoint {a.n:08d} covers it"
+        f"ledger/ and blobs/ with matching SHA-256 and the {len(blob_names)} blobs by their "
+        f"listing; checkpoint {a.n:08d} covers it"
     )
 
 
