@@ -26,8 +26,10 @@ import asyncio
 import contextlib
 import fcntl
 import os
+import queue
 import random
 import signal
+import threading
 import time
 from collections import deque
 from collections.abc import Callable, Iterator
@@ -37,7 +39,7 @@ from importlib.metadata import version
 from pathlib import Path
 from typing import Any
 
-from ledger import Ledger, SigningKey
+from ledger import Event, EventSpec, Ledger, SigningKey
 from runner.backends import Backend, BackendError, Reply
 from runner.lock import StudyError, check_integrity, ledger_path
 from runner.pricing import cost_usd, max_cost_usd, price_for
@@ -159,6 +161,81 @@ class AdaptiveLimit:
                 self._cond.notify_all()
 
 
+class GroupWriter:
+    """Commit events from a thread, many per transaction, off the event loop.
+
+    Each worker submits an event and awaits its future; the thread takes every event waiting,
+    appends them with one :meth:`ledger.Ledger.append_many` (one fsync), and resolves the
+    futures with the stored events. A ``trial.requested`` is therefore durable before its
+    request is sent, while 32 workers share one disk flush instead of queueing for 32.
+    """
+
+    MAX_BATCH = 256
+
+    def __init__(self, log: Ledger, key: SigningKey, loop: asyncio.AbstractEventLoop) -> None:
+        """Start the writer thread for ``log``; nothing else may write to it until closed."""
+        self.log = log
+        self.key = key
+        self.loop = loop
+        self.queue: queue.SimpleQueue[tuple[EventSpec, asyncio.Future[Event]] | None] = (
+            queue.SimpleQueue()
+        )
+        self.commits = 0
+        self.events = 0
+        self.thread = threading.Thread(target=self._run, name="ledger-writer", daemon=True)
+        self.thread.start()
+
+    def submit(self, spec: EventSpec) -> asyncio.Future[Event]:
+        """Queue ``spec``; the future resolves to the stored event (or its append error)."""
+        future: asyncio.Future[Event] = self.loop.create_future()
+        self.queue.put((spec, future))
+        return future
+
+    def close(self) -> None:
+        """Commit what is queued, then stop the thread."""
+        self.queue.put(None)
+        self.thread.join()
+
+    def _run(self) -> None:
+        stop = False
+        while not stop:
+            item = self.queue.get()
+            if item is None:
+                break
+            batch = [item]
+            while len(batch) < self.MAX_BATCH:
+                try:
+                    nxt = self.queue.get_nowait()
+                except queue.Empty:
+                    break
+                if nxt is None:
+                    stop = True
+                    break
+                batch.append(nxt)
+            try:
+                stored = self.log.append_many([spec for spec, _ in batch], key=self.key)
+            except BaseException as exc:  # handed to every waiting worker
+                for _, future in batch:
+                    self.loop.call_soon_threadsafe(_resolve, future, None, exc)
+            else:
+                self.commits += 1
+                self.events += len(stored)
+                for (_, future), event in zip(batch, stored, strict=True):
+                    self.loop.call_soon_threadsafe(_resolve, future, event, None)
+
+
+def _resolve(
+    future: asyncio.Future[Event], event: Event | None, error: BaseException | None
+) -> None:
+    if future.done():
+        return
+    if error is not None:
+        future.set_exception(error)
+    else:
+        assert event is not None
+        future.set_result(event)
+
+
 def estimate_input_tokens(body: dict[str, Any], width: int, height: int) -> int:
     """A generous input-token estimate: text at 3 characters per token, image by its pixels.
 
@@ -207,6 +284,7 @@ class Runner:
         self.session = 0
         self.state: StudyState | None = None
         self.final = 0
+        self.writer: GroupWriter | None = None
 
     # ------------------------------------------------------------------ events
 
@@ -262,9 +340,9 @@ class Runner:
         self.final = len(state.order) - len(pending)
         return state
 
-    def _append_request(self, trial: Trial, attempt: int, wire: dict[str, Any]) -> int:
+    def _request_spec(self, trial: Trial, attempt: int, wire: dict[str, Any]) -> EventSpec:
         blob, digest = request_blob(wire)
-        event = self.log.append(
+        return EventSpec(
             "trial.requested",
             {
                 "trial": trial.id,
@@ -279,16 +357,14 @@ class Runner:
                 "simulated": self.backend.simulated,
                 **({"batch": True} if self.batch else {}),
             },
-            key=self.key,
-            blobs={"request": blob},
+            {"request": blob},
         )
-        return event.seq
 
-    def _append_response(
+    def _response_spec(
         self, trial: Trial, attempt: int, request_seq: int, reply: Reply, latency: float
-    ) -> float | None:
+    ) -> tuple[EventSpec, float | None]:
         cost = cost_usd(self.model, reply.usage) if self.backend.priced else None
-        self.log.append(
+        spec = EventSpec(
             "trial.responded",
             {
                 "trial": trial.id,
@@ -305,16 +381,14 @@ class Runner:
                 "format": reply.format,
                 "simulated": self.backend.simulated,
             },
-            key=self.key,
-            blobs={"response": reply.raw},
+            {"response": reply.raw},
         )
-        return cost
+        return spec, cost
 
-    def _append_failure(
+    def _failure_spec(
         self, trial: Trial, attempt: int, request_seq: int, error: BackendError, *, final: bool
-    ) -> None:
-        blobs = {"response": error.raw} if error.raw is not None else None
-        self.log.append(
+    ) -> EventSpec:
+        return EventSpec(
             "trial.failed",
             {
                 "trial": trial.id,
@@ -326,9 +400,30 @@ class Runner:
                 "retryable": error.retryable,
                 "final": final,
             },
-            key=self.key,
-            blobs=blobs,
+            {"response": error.raw} if error.raw is not None else None,
         )
+
+    def _append_request(self, trial: Trial, attempt: int, wire: dict[str, Any]) -> int:
+        """Append ``trial.requested`` now (outside the event loop's writer); return its seq."""
+        return self.log.append_many([self._request_spec(trial, attempt, wire)], key=self.key)[0].seq
+
+    def _append_failure(
+        self, trial: Trial, attempt: int, request_seq: int, error: BackendError, *, final: bool
+    ) -> None:
+        """Append ``trial.failed`` now (outside the event loop's writer)."""
+        spec = self._failure_spec(trial, attempt, request_seq, error, final=final)
+        self.log.append_many([spec], key=self.key)
+
+    async def _write(self, spec: EventSpec) -> int:
+        """Commit ``spec`` through the group writer; return its seq once it is durable."""
+        assert self.writer is not None
+        pending = self.writer.submit(spec)
+        try:
+            return (await asyncio.shield(pending)).seq
+        except asyncio.CancelledError:
+            # the event is being committed regardless: wait for it so the record stays whole
+            await asyncio.wait([pending])
+            raise
 
     # ------------------------------------------------------------------ control
 
@@ -387,7 +482,11 @@ class Runner:
                 return
             attempt = record.attempts + 1
             record.attempts = attempt
-            seq = self._append_request(trial, attempt, wire)
+            try:
+                seq = await self._write(self._request_spec(trial, attempt, wire))
+            except asyncio.CancelledError:
+                self.counters.reserved_usd -= reserved
+                raise  # nothing was sent; the next session closes the request as interrupted
             started = time.monotonic()
             try:
                 seed = f"{self.study.seed}|{trial.id}|{attempt}"
@@ -397,13 +496,13 @@ class Runner:
                 record.failures += 1
                 self.counters.failed += 1
                 if not error.retryable:
-                    self._append_failure(trial, attempt, seq, error, final=False)
+                    await self._write(self._failure_spec(trial, attempt, seq, error, final=False))
                     self.fatal = error.message
                     self.request_stop(f"error: {error.message}")
                     self._tick()
                     return
                 final = record.failures >= self.options.max_attempts
-                self._append_failure(trial, attempt, seq, error, final=final)
+                await self._write(self._failure_spec(trial, attempt, seq, error, final=final))
                 if final:
                     record.given_up = seq
                     self.counters.given_up += 1
@@ -419,20 +518,20 @@ class Runner:
                 continue
             except asyncio.CancelledError:
                 self.counters.reserved_usd -= reserved
-                self._append_failure(
-                    trial,
-                    attempt,
-                    seq,
-                    BackendError(
-                        "interrupted", "cancelled by Ctrl-C while in flight", retryable=True
-                    ),
-                    final=False,
+                interrupted = BackendError(
+                    "interrupted", "cancelled by Ctrl-C while in flight", retryable=True
                 )
+                assert self.writer is not None
+                done = self.writer.submit(
+                    self._failure_spec(trial, attempt, seq, interrupted, final=False)
+                )
+                await asyncio.wait([done])
                 self.counters.interrupted += 1
                 raise
             latency = time.monotonic() - started
             self.counters.reserved_usd -= reserved
-            cost = self._append_response(trial, attempt, seq, reply, latency)
+            spec, cost = self._response_spec(trial, attempt, seq, reply, latency)
+            seq = await self._write(spec)
             record.responded = seq
             if isinstance(reply.usage.get("input_tokens"), int):
                 self.input_tokens[(trial.arm, trial.stimulus)] = int(reply.usage["input_tokens"])
@@ -488,6 +587,7 @@ class Runner:
                 pass
         self._tick()
         results: list[Any] = []
+        self.writer = GroupWriter(self.log, self.key, loop)
         try:
             workers = min(self.options.concurrency, len(queue)) or 0
             tasks = [asyncio.create_task(self._worker(queue, limit)) for _ in range(workers)]
@@ -495,6 +595,8 @@ class Runner:
         finally:
             for sig in installed:
                 loop.remove_signal_handler(sig)
+            await loop.run_in_executor(None, self.writer.close)
+            self.writer = None
         errors = [
             r
             for r in results
