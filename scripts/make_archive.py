@@ -8,10 +8,16 @@ Run from the repository root::
 Everything that could vary is fixed: the owner key's seed and the blinding secret are derived
 from public strings (so this archive proves integrity, never authorship: anyone can re-sign it),
 the ledger clock is ``$PROMPT_LEDGER_FIXED_CLOCK``, the simulated model is seeded per trial, the
-Snellen control is drawn from rectangles rather than a font, and the run uses one worker. The
-same code and the same dependency versions give the same bytes; a dependency that renders
-differently (Pillow's zlib, matplotlib) shows up as a difference, and the fix is to rerun this
-script and commit the result.
+Snellen control is drawn from rectangles rather than a font, and the run uses one worker.
+
+Floating point is pinned too. The mixed model's last digits depend on which OpenBLAS kernel runs
+(OpenBLAS picks one per CPU at load time: SkylakeX on an AVX-512 machine, Haswell on an AVX2
+one) and on how many threads split a product, so the build runs with the environment in
+``NUMERIC_ENV``: the Haswell kernels (any x86-64 CPU with AVX2 and FMA), one thread, and NumPy
+without its AVX-512 loops. The dependency versions are pinned by ``constraints.txt``, which the
+README's test command and CI install with. Then the same code gives the same bytes on any such
+machine; a dependency upgrade that renders differently shows up as a difference, and the fix is
+to rerun this script and commit the result.
 """
 
 from __future__ import annotations
@@ -32,6 +38,13 @@ REPLICATES = 4
 CLOCK_START = "2026-11-22T09:00:00Z"
 KEY_SEED_TEXT = b"prompt-ledger demonstration archive owner key (public; not a secret)"
 SECRET_TEXT = b"prompt-ledger demonstration archive blinding secret (public after unblinding)"
+# Read by OpenBLAS and NumPy when they load, so main() re-executes the script with them set.
+NUMERIC_ENV = {
+    "OPENBLAS_CORETYPE": "Haswell",
+    "OPENBLAS_NUM_THREADS": "1",
+    "OMP_NUM_THREADS": "1",
+    "NPY_DISABLE_CPU_FEATURES": "X86_V4 AVX512_ICL AVX512_SPR",
+}
 
 README = """# The demonstration archive
 
@@ -122,6 +135,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--check", action="store_true", help="compare instead of rewriting")
     parser.add_argument("--out", type=Path, default=None, help="build here instead")
     args = parser.parse_args(argv)
+    if any(os.environ.get(name) != value for name, value in NUMERIC_ENV.items()):
+        # NumPy and OpenBLAS read these once, when they load: start afresh with them set.
+        argv = sys.argv[1:] if argv is None else argv
+        os.execve(sys.executable, [sys.executable, __file__, *argv], {**os.environ, **NUMERIC_ENV})
+    if "numpy" in sys.modules:
+        raise SystemExit("make_archive: numpy was loaded before the numeric environment was set")
     if args.check:
         fresh = Path(tempfile.mkdtemp(prefix="prompt-ledger-check-")) / "archive"
         build(fresh)
