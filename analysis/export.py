@@ -257,6 +257,13 @@ def export_study(
 ) -> ExportResult:
     """Write the archive of the analysed study at ``root`` into ``directory``."""
     root, target = Path(root), Path(directory)
+    real_root, real_target = root.resolve(), target.resolve()
+    if real_target == real_root or real_target in real_root.parents or real_target == Path.cwd():
+        raise StudyError(
+            f"{target} is the study directory, one of its parents or the current directory; "
+            "an export there would delete the study's ledger: choose another directory"
+        )
+    target = real_target
     if target.exists() and (not target.is_dir() or any(target.iterdir())) and not force:
         raise StudyError(f"{target} exists and is not empty; choose another directory or --force")
     study = check_integrity(root)

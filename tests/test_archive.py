@@ -68,3 +68,19 @@ def test_flipping_a_byte_of_any_file_fails(rel: str, tmp_path: Path) -> None:
     data[where] ^= 0x01
     path.write_bytes(bytes(data))
     assert not verify(copy), f"a flipped byte at offset {where} of {rel} went unnoticed"
+
+
+def test_export_refuses_the_study_directory_its_parents_and_cwd(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from analysis.export import export_study
+    from runner.lock import StudyError
+
+    study = tmp_path / "project" / "study"
+    study.mkdir(parents=True)
+    (study / "ledger.db").write_bytes(b"precious")
+    monkeypatch.chdir(tmp_path)
+    for target in (study, study.parent, Path("."), Path("project/study/..")):
+        with pytest.raises(StudyError, match="delete the study's ledger"):
+            export_study(study, target, None, force=True)  # type: ignore[arg-type]
+    assert (study / "ledger.db").read_bytes() == b"precious"

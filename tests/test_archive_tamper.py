@@ -594,3 +594,55 @@ def test_verifier_never_raises_on_garbage(copy_: Path) -> None:
     (copy_ / EVENTS).write_bytes(b"not json\n")
     report = verify_archive(copy_)
     assert not report.ok
+
+
+def test_trials_run_out_of_schedule_order_resigned(copy_: Path) -> None:
+    """Every request keeps its true position label, but two trials ran in swapped order."""
+    events = read_events(copy_)
+    one, two = first_trial_events(events, 1), first_trial_events(events, 2)
+    i, j = one["requested"]["seq"], two["requested"]["seq"]
+    assert j == i + 1, "the fixture's first two requests are adjacent"
+    events[i], events[j] = events[j], events[i]
+    resign(copy_, events)
+    report = verify_archive(copy_)
+    for name in ("signatures", "chain", "outcomes", "requests", "blinding"):
+        passed(report, name)
+    reason = failed(report, "schedule")
+    assert f"seq {i}" in reason and "(position 1)" in reason and "locked execution order" in reason
+
+
+def test_science_checks_that_cannot_run_fail(
+    archive: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import sys
+
+    monkeypatch.setitem(sys.modules, "verify._science", None)  # e.g. scipy not installed
+    report = verify_archive(archive)
+    assert "could not run" in failed(report, "rescore")
+    assert "could not run" in failed(report, "reanalysis")
+
+
+@pytest.mark.parametrize(
+    ("rel", "old", "new", "where"),
+    [
+        ("README.md", "| H1 | lmm | supported |", "| H1 | lmm | not supported |", "README.md line"),
+        ("analysis/tables/verdicts.csv", "H1,lmm,ok,supported", "H1,lmm,ok,not supported",
+         "analysis/tables/verdicts.csv line 2"),
+        ("trials/attempts.csv", ",responded,", ",failed,", "trials/attempts.csv line"),
+    ],
+)
+def test_derived_file_contradicting_the_events_signed_by_the_owner(
+    copy_: Path, rel: str, old: str, new: str, where: str
+) -> None:
+    """The owner's own key signs an export whose human-readable files contradict the events."""
+    path = copy_ / rel
+    text = path.read_text("utf-8")
+    assert old in text
+    path.write_text(text.replace(old, new, 1), "utf-8")
+    events = read_events(copy_)
+    events[-1]["body"]["files"][rel] = hashlib.sha256(path.read_bytes()).hexdigest()
+    resign(copy_, events, study_key())
+    report = verify_archive(copy_, trusted_keys=[study_key().vkey])
+    for name in ("trust", "signatures", "export-coverage", "reanalysis"):
+        passed(report, name)
+    assert where in failed(report, "derived")

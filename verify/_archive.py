@@ -3,7 +3,7 @@
 The ledger-level checks of ``docs/ledger-format.md`` §8 run on ``ledger/events.jsonl``,
 ``ledger/checkpoints/`` and ``blobs/`` through the same engine as a SQLite ledger file; then the
 archive checks (``manifest``, ``export-coverage``, ``protocol``, ``schedule``, ``requests``,
-``outcomes``, ``blinding``) and, when ``verify._science`` is present, ``rescore`` and
+``outcomes``, ``blinding``, ``derived``) and, when ``verify._science`` is present, ``rescore`` and
 ``reanalysis``.
 """
 
@@ -935,9 +935,33 @@ def _check_schedule(a: _Archive) -> Check:
         arm, stim, rep = str(trial).split("|")
         if (body.get("arm"), body.get("stimulus"), str(body.get("rep"))) != (arm, stim, rep):
             st.fail(f"seq {seq}: arm/stimulus/rep do not match the trial id {trial}", seq)
+    # executed order: within one run session (from a run.started to the next), trials are first
+    # requested in ascending schedule position (docs/randomization.md: "Trials run in ascending
+    # key order"); retries (attempt > 1) and a new session may go back.
+    session: int | None = None
+    last: tuple[int, int] | None = None  # (position, seq) of the latest first attempt
+    for seq in sorted(a.of_kind("run.started") + a.of_kind("trial.requested")):
+        env = a.envs[seq]
+        if env is not None and env.get("kind") == "run.started":
+            session, last = seq, None
+            continue
+        body = a.body(seq)
+        pos = body.get("position")
+        if body.get("attempt") != 1 or type(pos) is not int:
+            continue
+        if last is not None and pos < last[0]:
+            st.fail(
+                f"seq {seq}: trial {body.get('trial')} (position {pos}) was first requested "
+                f"after position {last[0]} (seq {last[1]}) in the same run session "
+                f"(run.started seq {session}): not the locked execution order",
+                seq,
+            )
+        else:
+            last = (pos, seq)
     return st.check(
         f"schedule of {len(ids)} trials recomputed from the locked seed: equals schedule_sha256, "
-        "the schedule blob, trials/schedule.csv and every request's position"
+        "the schedule blob, trials/schedule.csv, every request's position and, within each run "
+        "session, the order in which trials were first requested"
     )
 
 
@@ -1217,6 +1241,117 @@ def _check_blinding(a: _Archive) -> Check:
     )
 
 
+def _cell(value: Any) -> str:
+    return "" if value is None else str(value)
+
+
+def _compare_csv(st: _State, a: _Archive, rel: str, header: list[str], want: list[list[str]],
+                 same: Any = None) -> None:  # fmt: skip
+    data = a.file(rel)
+    if data is None:
+        st.fail(f"{rel} is missing", where=rel)
+        return
+    try:
+        rows = _read_csv(data)
+    except (UnicodeDecodeError, csv.Error) as exc:
+        st.fail(f"{rel} cannot be read: {exc}", where=rel)
+        return
+    if not rows or rows[0] != header:
+        st.fail(f"{rel} line 1: header is not {','.join(header)}", where=f"{rel} line 1")
+        return
+    if len(rows) - 1 != len(want):
+        st.fail(f"{rel} has {len(rows) - 1} rows, the events give {len(want)}", where=rel)
+    for number, (row, expected) in enumerate(zip(rows[1:], want, strict=False), start=2):
+        if row != expected and not (same is not None and same(row, expected)):
+            where = f"{rel} line {number}"
+            st.fail(f"{where}: {','.join(row)!r} is not {','.join(expected)!r} from the events",
+                    where=where)  # fmt: skip
+
+
+def _check_derived(a: _Archive) -> Check:
+    """The human-readable tables and the README verdicts say what the events say."""
+    st = _State("derived")
+    scores = [
+        [_cell(seq)] + [_cell(a.body(seq).get(k)) for k in (
+            "response_seq", "arm_code", "stimulus", "status", "n_items", "n_answered",
+            "n_correct", "scores_sha256")]
+        for seq in a.of_kind("trial.scored")
+    ]  # fmt: skip
+    header = ["scored_seq", "response_seq", "arm_code", "stimulus", "status", "n_items",
+              "n_answered", "n_correct", "scores_sha256"]  # fmt: skip
+    _compare_csv(st, a, "scores/scores.csv", header, scores)
+    outcome: dict[int, int] = {}
+    for seq in sorted(a.of_kind("trial.responded") + a.of_kind("trial.failed")):
+        rseq = a.body(seq).get("request_seq")
+        if type(rseq) is int:
+            outcome[rseq] = seq
+    attempts = []
+    for seq in a.of_kind("trial.requested"):
+        b = a.body(seq)
+        out = outcome.get(seq)
+        env = a.envs[out] if out is not None else None
+        kind = env.get("kind") if env is not None else None
+        ob = a.body(out) if out is not None else {}
+        final = kind == "trial.responded" or bool(ob.get("final")) if out is not None else False
+        attempts.append([
+            _cell(seq), _cell(b.get("position")), _cell(b.get("trial")), _cell(b.get("attempt")),
+            _cell(b.get("request_sha256")), str(kind).split(".")[1] if kind else "none",
+            _cell(out), _cell(a.blob_ref(out, "response")) if out is not None else "",
+            _cell(ob.get("error_type")) if kind == "trial.failed" else "", str(final),
+        ])  # fmt: skip
+    _compare_csv(st, a, "trials/attempts.csv", ["request_seq", "position", "trial", "attempt",
+                 "request_sha256", "outcome", "outcome_seq", "response_sha256", "error_type",
+                 "final"], attempts)  # fmt: skip
+    results = [a.body(seq) for seq in a.of_kind("analysis.result")]
+    hyps = [r for r in results if r.get("hypothesis")]
+    verdicts = [
+        [_cell(r.get("hypothesis")), _cell(r.get("test")), _cell(r.get("status")),
+         _cell(r.get("verdict")), json.dumps(r["decided_by"], sort_keys=True)
+         if r.get("decided_by") else "", _cell(r.get("error")) if r.get("error") else ""]
+        for r in hyps
+    ]  # fmt: skip
+
+    def same_verdict(row: list[str], want: list[str]) -> bool:  # decided_by compared as JSON
+        try:
+            parsed = json.loads(row[4]) if row[4] else None
+            return row[:4] + row[5:] == want[:4] + want[5:] and parsed == (
+                json.loads(want[4]) if want[4] else None)
+        except (ValueError, IndexError):
+            return False
+
+    _compare_csv(st, a, "analysis/tables/verdicts.csv", ["hypothesis", "test", "status",
+                 "verdict", "decided_by", "error"], verdicts, same_verdict)  # fmt: skip
+    readme = a.file("README.md")
+    if readme is None:
+        st.fail("README.md is missing", where="README.md")
+    else:
+        text = readme.decode("utf-8", errors="replace").split("\n")
+        table = {}
+        for number, line in enumerate(text, start=1):
+            cells = [c.strip() for c in line.strip().strip("|").split("|")]
+            if line.startswith("| ") and len(cells) == 3 and cells[0] not in ("hypothesis",):
+                table[cells[0]] = (cells[1], cells[2], number)
+        for r in hyps:
+            h = str(r.get("hypothesis"))
+            got = table.pop(h, None)
+            want_cells = (_cell(r.get("test")), _cell(r.get("verdict")))
+            if got is None:
+                st.fail(f"README.md has no verdict row for {h}", where="README.md")
+            elif got[:2] != want_cells:
+                st.fail(f"README.md line {got[2]}: {h} says {got[0]} / {got[1]}, the "
+                        f"analysis.result says {want_cells[0]} / {want_cells[1]}",
+                        where=f"README.md line {got[2]}")  # fmt: skip
+        for h, (_, _, number) in table.items():
+            if not h.startswith("---"):
+                st.fail(f"README.md line {number}: verdict row {h} has no analysis.result",
+                        where=f"README.md line {number}")  # fmt: skip
+    return st.check(
+        f"scores/scores.csv, trials/attempts.csv, analysis/tables/verdicts.csv and the README "
+        f"verdict table match the events ({len(scores)} scores, {len(attempts)} attempts, "
+        f"{len(hyps)} verdicts)"
+    )
+
+
 _ARCHIVE_CHECKS = (
     ("manifest", _check_manifest),
     ("export-coverage", _check_export),
@@ -1225,20 +1360,19 @@ _ARCHIVE_CHECKS = (
     ("requests", _check_requests),
     ("outcomes", _check_outcomes),
     ("blinding", _check_blinding),
+    ("derived", _check_derived),
 )
 
 
 def _science(root: Path) -> list[Check]:
     try:
         from verify._science import science_checks  # type: ignore[import-not-found,unused-ignore]
-    except ImportError:
-        return [
-            Check(
-                "rescore",
-                Status.WARN,
-                "re-scoring and re-analysis were not run: this verifier has no verify._science",
-            )
-        ]
+    except ImportError as exc:  # fail closed: a required check that cannot run has not passed
+        reason = (
+            f"re-scoring and re-analysis could not run ({type(exc).__name__}: {exc}); install "
+            "the verifier's dependencies (numpy, scipy, statsmodels, rfc8785)"
+        )
+        return [Check("rescore", Status.FAIL, reason), Check("reanalysis", Status.FAIL, reason)]
     return list(science_checks(root))
 
 

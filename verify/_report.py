@@ -33,6 +33,7 @@ ARCHIVE_CHECK_NAMES: tuple[str, ...] = (
     "requests",
     "outcomes",
     "blinding",
+    "derived",
     "rescore",
     "reanalysis",
 )
