@@ -10,7 +10,9 @@ the study folder, as they would for a real study.
 from __future__ import annotations
 
 import os
+import shlex
 import shutil
+import sys
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -40,6 +42,21 @@ def _step(console: Console, number: int, title: str, detail: str = "") -> None:
     console.print(f"[bold cyan]{number:>2}. {title}[/] {detail}")
 
 
+def _ledger_command() -> str:
+    """How the user can run this ``ledger``: plain ``ledger`` if that is on PATH, else its path.
+
+    The README's first command runs ``.venv/bin/ledger demo`` without activating the venv, so a
+    bare ``ledger`` in the printed commands would be "command not found".
+    """
+    argv0 = Path(sys.argv[0])
+    if argv0.name != "ledger" or not argv0.is_file():
+        return "ledger"
+    found = shutil.which("ledger")
+    if found and Path(found).resolve() == argv0.resolve():
+        return "ledger"
+    return shlex.quote(str(argv0.absolute()))
+
+
 def tamper_copy(archive: Path, target: Path) -> str:
     """Copy ``archive`` to ``target`` and change one byte of a recorded response; return its path.
 
@@ -58,7 +75,7 @@ def tamper_copy(archive: Path, target: Path) -> str:
     index = data.find(b"RIGHT")
     if index < 0:
         index = len(data) // 2
-    data[index : index + 5] = b"LEFT "[: len(data[index : index + 5])]
+    data[index] = ord("L") if data[index] != ord("L") else ord("R")  # one byte: RIGHT -> LIGHT
     blob.write_bytes(bytes(data))
     lines = []
     for path in sorted(p for p in target.rglob("*") if p.is_file()):
@@ -176,14 +193,18 @@ def run_demo(directory: Path, console: Console, *, replicates: int = 30) -> Demo
     console.print(f"\n[bold]Done in {seconds:.0f} s.[/] Study: {study}   Archive: {archive}")
     if report_path:
         console.print(f"Report: {report_path}")
+    ledger = _ledger_command()
+    q = shlex.quote
     console.print("\n[bold]Verify it yourself:[/]")
-    console.print(f"  ledger verify {archive} --trusted-key @{vkey_file} "
-                  f"--checkpoint {locked.checkpoint_path}")  # fmt: skip
-    console.print(f"  (cd {archive} && sha256sum -c MANIFEST.sha256)")
+    console.print(f"  {ledger} verify {q(str(archive))} --trusted-key @{q(str(vkey_file))} "
+                  f"--checkpoint {q(str(locked.checkpoint_path))}")  # fmt: skip
+    console.print(f"  (cd {q(str(archive))} && sha256sum -c --quiet MANIFEST.sha256)")
     console.print("[bold]Tamper and verify:[/]")
-    console.print(f"  cp -r {archive} /tmp/t && printf X | dd of=/tmp/t/README.md bs=1 seek=10 "
-                  "conv=notrunc && ledger verify /tmp/t")  # fmt: skip
-    console.print(f"  ledger verify {tampered}    # fails, naming the response that changed")
+    console.print(f'  t="$(mktemp -d)/archive" && cp -r {q(str(archive))} "$t" && printf X | '
+                  f'dd of="$t/README.md" bs=1 seek=10 conv=notrunc status=none && '
+                  f'{ledger} verify "$t"')  # fmt: skip
+    console.print(f"  {ledger} verify {q(str(tampered))}    # fails, naming the response that "
+                  "changed")  # fmt: skip
     if not report.ok or bad.ok:
         raise LedgerError("demo: verification did not behave as expected (see the tables above)")
     return DemoResult(study, archive, tampered, report_path, report.ok, not bad.ok, seconds)

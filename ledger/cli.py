@@ -920,13 +920,30 @@ def analyze(study_dir: Path, key_file: str | None) -> None:
     table = Table("hypothesis", "test", "verdict", "decided by", title="pre-registered verdicts")
     for r in result.results:
         if r["hypothesis"]:
-            why = r["error"] or json.dumps(r["decided_by"], default=str)[:90]
+            why = r["error"] or _decided_by(r["decided_by"])
             table.add_row(r["hypothesis"], r["test"], r["verdict"] or "-", why)
     console.print(table)
     failed = [r["id"] for r in result.results if r["status"] == "failed"]
     click.echo(f"recorded {len(result.results)} analysis.result events from seq "
                f"{result.first_seq}" + (f"; could not compute: {', '.join(failed)}" if failed
                                         else ""))
+
+
+def _decided_by(decided: Any) -> str:
+    """A decision rule and its numbers, short and never cut inside a number."""
+    if not isinstance(decided, dict):
+        return json.dumps(decided, default=str)
+    parts = [str(decided.get("rule", ""))] if decided.get("rule") else []
+    for name, value in decided.items():
+        if name == "rule":
+            continue
+        if isinstance(value, float):
+            parts.append(f"{name} {value:.3g}")
+        elif isinstance(value, (int, str, bool)) or value is None:
+            parts.append(f"{name} {value}")
+        else:
+            parts.append(f"{name} {json.dumps(value, default=str)}")
+    return "; ".join(parts)
 
 
 @main.command("export")

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from verify import verify_path
+from verify import VerificationError, verify_path
 
 ROOT = Path(__file__).resolve().parent.parent
 ARCHIVE = ROOT / "archive"
@@ -84,3 +84,26 @@ def test_export_refuses_the_study_directory_its_parents_and_cwd(
         with pytest.raises(StudyError, match="delete the study's ledger"):
             export_study(study, target, None, force=True)  # type: ignore[arg-type]
     assert (study / "ledger.db").read_bytes() == b"precious"
+
+
+@pytest.mark.parametrize("name", ["owner.vkey", "registration-checkpoint.txt"])
+def test_flipping_a_byte_of_a_trust_anchor_fails(name: str, tmp_path: Path) -> None:
+    """The files beside the study are what ``ledger verify`` is told to trust: a change fails.
+
+    (The vkey's trailing newline is whitespace the CLI strips; archive/README.md is unsigned prose.)
+    """
+    data = (ARCHIVE / name).read_bytes()
+    rng = random.Random(name)
+    for where in sorted(rng.sample(range(len(data) - 1), 6)):
+        changed = bytearray(data)
+        changed[where] ^= 0x01
+        path = tmp_path / f"{where}-{name}"
+        path.write_bytes(bytes(changed))
+        vkey = path if name == "owner.vkey" else ARCHIVE / "owner.vkey"
+        checkpoint = path if name != "owner.vkey" else ARCHIVE / "registration-checkpoint.txt"
+        try:
+            text = vkey.read_text(encoding="utf-8").strip()
+            ok = verify_path(STUDY, trusted_keys=[text], checkpoints=[checkpoint]).ok
+        except VerificationError:  # a malformed trusted key is refused outright
+            ok = False
+        assert not ok, f"a flipped byte at offset {where} of archive/{name} went unnoticed"

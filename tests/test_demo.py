@@ -28,3 +28,23 @@ def test_demo_runs_offline_verifies_and_catches_the_tamper(tmp_path: Path) -> No
                            capture_output=True, text=True)  # fmt: skip
     assert check.returncode == 0, check.stdout + check.stderr
     assert not (tmp_path / "demo" / "study" / "home").exists()  # keys stay outside the study
+
+
+def test_demo_prints_commands_that_run(tmp_path: Path) -> None:
+    """Without the venv activated, the printed commands name the ledger that ran the demo."""
+    from analysis.demo import _ledger_command
+
+    exe = tmp_path / "bin" / "ledger"
+    exe.parent.mkdir()
+    exe.write_text("#!/bin/sh\n", encoding="utf-8")
+    exe.chmod(0o755)
+    argv, path = sys.argv, os.environ.get("PATH", "")
+    try:
+        sys.argv = [str(exe)]
+        os.environ["PATH"] = "/usr/bin:/bin"
+        assert _ledger_command() == str(exe)
+        os.environ["PATH"] = f"{exe.parent}:/usr/bin:/bin"
+        assert _ledger_command() == "ledger"
+    finally:
+        sys.argv = argv
+        os.environ["PATH"] = path
