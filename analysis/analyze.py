@@ -283,8 +283,13 @@ def _trial_outcome(ds: Dataset) -> pd.DataFrame:
 def fit_model(ds: Dataset, plan: dict[str, Any]) -> tuple[Result, stats.MixedModelFit | None]:
     """The locked linear mixed model: trial accuracy ~ arm + (1 | stimulus), REML."""
     arms = plan["arms"]
+    present = set(_trial_outcome(ds)["arm"].astype(str))
     full = [a for a in sorted(arms) if arms[a].get("role") == "full"]
     reference = full[0] if full else min(arms)
+    if reference not in present and present:
+        # contrasts do not depend on the reference level: fall back to an arm with data, so an
+        # arm without analysable trials does not stop the contrasts between the other arms
+        reference = min(present)
     group = str(plan.get("analysis", {}).get("random_intercept", "stimulus"))
     result = Result(
         "model.lmm",
@@ -399,7 +404,7 @@ def hypothesis_results(
                 mc = stats.mcnemar_paired(
                     pairs["correct_a"].to_numpy(), pairs["correct_b"].to_numpy()
                 )
-                r.values = {**mc.as_dict(), "p_raw": mc.p}
+                r.values = {**mc.as_dict(), "p_raw": mc.p, "estimate": (mc.b - mc.c) / len(pairs)}
             elif test == "chi-square":
                 it = _items(ds)
                 wrong = it[(it["arm"] == a) & (~it["correct"]) & it["answer"].isin(ORIENTATIONS)]
@@ -426,22 +431,29 @@ def hypothesis_results(
 
 
 def _apply_corrections(results: list[Result], plan: dict[str, Any]) -> None:
-    """Adjust p within each family (Bonferroni or Holm), as each hypothesis declares."""
+    """Adjust p within each family (Bonferroni or Holm), as each hypothesis declares.
+
+    The family is the pre-registered one: a member that failed, or whose test gives no p,
+    still counts (as p = 1), so a failure never shrinks the correction.
+    """
     families: dict[tuple[str, str], list[Result]] = {}
     for h, r in zip(plan["hypotheses"], results, strict=True):
         correction = h.get("correction", "none")
-        if correction in ("bonferroni", "holm") and r.status == "ok":
+        if correction in ("bonferroni", "holm"):
             families.setdefault((h.get("family") or h["id"], correction), []).append(r)
     for (_family, method), members in families.items():
-        ps = [m.values["p_raw"] for m in members if m.values and "p_raw" in m.values]
-        if len(ps) != len(members):
-            continue
+        ps = [
+            float(m.values["p_raw"])
+            if m.status == "ok" and m.values and m.values.get("p_raw") is not None
+            else 1.0
+            for m in members
+        ]
         adjust = stats.bonferroni if method == "bonferroni" else stats.holm
         adjusted = adjust(ps).adjusted
         for m, p_adj in zip(members, adjusted, strict=True):
-            assert m.values is not None
-            m.values["p_adjusted"] = p_adj
-            m.values["family_size"] = len(members)
+            if m.status == "ok" and m.values and m.values.get("p_raw") is not None:
+                m.values["p_adjusted"] = p_adj
+                m.values["family_size"] = len(members)
 
 
 def _decide(h: dict[str, Any], r: Result) -> None:
@@ -478,7 +490,7 @@ def _decide(h: dict[str, Any], r: Result) -> None:
     estimate = v.get("estimate")
     ok = p is not None and p < alpha
     rule = f"p{' (adjusted)' if 'p_adjusted' in v else ''} < {alpha}"
-    if test in ("lmm", "paired-t", "independent-t") and h.get("sides") == "one-sided":
+    if test in ("lmm", "paired-t", "independent-t", "mcnemar") and h.get("sides") == "one-sided":
         ok = ok and estimate is not None and estimate > 0
         rule += " and the estimate in the predicted direction"
     if min_pp is not None and estimate is not None:

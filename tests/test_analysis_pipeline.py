@@ -207,3 +207,38 @@ def test_bad_data_gives_failed_results_not_a_crash(study: Path) -> None:
     assert results["descriptive.arms"].error == "no scored trials: nothing to analyse"
     assert all(r.verdict == "not computed" for r in results.values() if r.hypothesis)
     json.dumps([r.as_dict() for r in run_analyses(same, plan)], allow_nan=False)
+
+
+def test_decision_rules_keep_the_preregistered_family_and_direction(study: Path) -> None:
+    import copy
+
+    score_study(study, study_key())
+    unblind_study(study, study_key())
+    with Ledger.open(study / "ledger.db", readonly=True) as log:
+        plan = protocol_event(log).body  # type: ignore[union-attr]
+        ds = load_dataset(log)
+    # a failed member of a Bonferroni family does not shrink the family (H4 E-D, H5 A-D)
+    trials = ds.trials.copy()
+    trials.loc[trials["arm"] == "E", "excluded"] = True
+    no_e = type(ds)(trials, ds.items, ds.arms, ds.given_up, ds.scores_sha256)
+    results = {r.id: r for r in run_analyses(no_e, plan)}
+    h5 = results["hypothesis.H5"].values or {}
+    assert results["hypothesis.H4"].status == "failed"
+    assert h5["family_size"] == 2 and h5["p_adjusted"] == pytest.approx(min(1, 2 * h5["p_raw"]))
+    # contrasts not involving the reference arm survive its loss (H2 B-C, H4 E-D)
+    trials = ds.trials.copy()
+    trials.loc[trials["arm"] == "A", "excluded"] = True
+    no_a = type(ds)(trials, ds.items, ds.arms, ds.given_up, ds.scores_sha256)
+    results = {r.id: r for r in run_analyses(no_a, plan)}
+    assert results["model.lmm"].status == "ok"
+    assert results["hypothesis.H2"].status == "ok" and results["hypothesis.H4"].status == "ok"
+    assert results["hypothesis.H1"].verdict == "not computed"
+    # a one-sided McNemar hypothesis in the wrong direction is not supported
+    wrong = copy.deepcopy(plan)
+    wrong["hypotheses"] = [
+        {"id": "M1", "description": "B beats A", "contrast": ["B", "A"], "test": "mcnemar",
+         "sides": "one-sided", "alpha": 0.05, "outcome": "glyph_accuracy"},
+    ]  # fmt: skip
+    m1 = next(r for r in run_analyses(ds, wrong) if r.id == "hypothesis.M1")
+    assert m1.values is not None and m1.values["estimate"] < 0
+    assert m1.verdict == "not supported"

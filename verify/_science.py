@@ -473,12 +473,14 @@ def _model(ds: _Dataset, plan: dict[str, Any]) -> tuple[_Result, dict[str, Any] 
         t = ds.analysable()
         if group not in ("stimulus", "arm", "trial", "rep"):
             raise st.StatError(f"no column {group!r} in the trial table")
+        present = {str(r["arm"]) for r in t}
+        ref = reference if reference in present or not present else min(present)
         fit = st.mixed_model(
-            [r["accuracy"] for r in t], [r["arm"] for r in t], [r[group] for r in t], reference
+            [r["accuracy"] for r in t], [r["arm"] for r in t], [r[group] for r in t], ref
         )
         holder.append(fit)
         values = {k: v for k, v in fit.items() if not k.startswith("_")}
-        values.update(outcome="accuracy", arm_col="arm", group_col=group, reference=reference)
+        values.update(outcome="accuracy", arm_col="arm", group_col=group, reference=ref)
         if fit["singular"] or not fit["converged"]:
             values["caution"] = None  # text not compared
         return values
@@ -594,7 +596,7 @@ def _hypotheses(ds: _Dataset, plan: dict[str, Any], fit: dict[str, Any] | None) 
                 mc = st.mcnemar_paired(
                     [bool(x["correct"]) for x, _ in pairs], [bool(y["correct"]) for _, y in pairs]
                 )
-                return {**mc, "p_raw": mc["p"]}
+                return {**mc, "p_raw": mc["p"], "estimate": (mc["b"] - mc["c"]) / len(pairs)}
             if test == "chi-square":
                 counts = _wrong_counts([i for i in ds.analysable_items() if i["arm"] == a])
                 chi = st.chi_square_gof(counts)
@@ -613,18 +615,16 @@ def _hypotheses(ds: _Dataset, plan: dict[str, Any], fit: dict[str, Any] | None) 
     families: dict[tuple[str, str], list[_Result]] = {}
     for h, r in zip(plan["hypotheses"], out, strict=True):
         correction = h.get("correction", "none")
-        if correction in ("bonferroni", "holm") and r.status == "ok":
+        if correction in ("bonferroni", "holm"):
             families.setdefault((h.get("family") or h["id"], correction), []).append(r)
     for (_, method), members in families.items():
-        ps = [m.values.get("p_raw") for m in members]
-        if any(p is None for p in ps):
-            continue
+        has_p = [m.status == "ok" and m.values.get("p_raw") is not None for m in members]
+        ps = [float(m.values["p_raw"]) if ok else 1.0 for m, ok in zip(members, has_p, strict=True)]
         adjust = st.bonferroni if method == "bonferroni" else st.holm
-        for m, p_adj in zip(
-            members, adjust([float(p) for p in ps if p is not None])["adjusted"], strict=True
-        ):
-            m.values["p_adjusted"] = p_adj
-            m.values["family_size"] = len(members)
+        for m, ok, p_adj in zip(members, has_p, adjust(ps)["adjusted"], strict=True):
+            if ok:
+                m.values["p_adjusted"] = p_adj
+                m.values["family_size"] = len(members)
     for h, r in zip(plan["hypotheses"], out, strict=True):
         if r.status == "ok":
             _decide(h, r)
@@ -664,7 +664,7 @@ def _decide(h: dict[str, Any], r: _Result) -> None:
     estimate = v.get("estimate")
     ok = p is not None and p < alpha
     rule = f"p{' (adjusted)' if 'p_adjusted' in v else ''} < {alpha}"
-    if test in ("lmm", "paired-t", "independent-t") and h.get("sides") == "one-sided":
+    if test in ("lmm", "paired-t", "independent-t", "mcnemar") and h.get("sides") == "one-sided":
         ok = ok and estimate is not None and estimate > 0
         rule += " and the estimate in the predicted direction"
     if min_pp is not None and estimate is not None:
