@@ -696,7 +696,9 @@ class _RunDisplay:
     help="Who answers the trials.",
 )
 @click.option("--base-url", default=None, help="API root (default: $ANTHROPIC_BASE_URL).")
-@click.option("--replay-from", default=None, help="replay: the ledger.db (or study) to replay.")
+@click.option(
+    "--replay-from", default=None, help="replay: an exported archive, a study or its ledger.db."
+)
 @click.option("--concurrency", type=click.IntRange(1, 1024), default=8, show_default=True)
 @click.option("--max-trials", type=click.IntRange(min=1), default=None, help="Stop after N trials.")
 @click.option("--until", default=None, help="Start no trial after this time or duration (8h).")

@@ -193,6 +193,17 @@ class BatchRunner(Runner):
     async def run(self) -> RunResult:
         """Resume open batches, then submit and collect the pending trials chunk by chunk."""
         self.state = self._open_session()
+        loop = asyncio.get_running_loop()
+        installed = self._install_signals(loop, [])
+        try:
+            await self._run_batches()
+        finally:
+            for sig in installed:
+                loop.remove_signal_handler(sig)
+        return self._close()
+
+    async def _run_batches(self) -> None:
+        assert self.state is not None
         for batch_id, entries in self._open_batches().items():
             await self._collect(batch_id, entries)
         while self.stop_reason is None:
@@ -206,7 +217,13 @@ class BatchRunner(Runner):
                 pending = pending[: max(self.options.max_trials - done_here, 0)]
             if not pending:
                 break
-            chunk = pending[: self.chunk]
+            chunk = []
+            for trial in pending[: self.chunk]:
+                if self._reserve(trial, self.builder.body(trial)) is None:
+                    break  # the budget forbids more; the stop reason is recorded
+                chunk.append(trial)
+            if not chunk:
+                break
             requests = []
             seqs = []
             by_custom: dict[str, tuple[Trial, int, int]] = {}
@@ -235,6 +252,6 @@ class BatchRunner(Runner):
                 key=self.key,
             )
             await self._collect(batch_id, by_custom)
+            self.counters.reserved_usd = 0.0  # the batch ended: what it cost is now counted
             if self.options.until is not None and datetime.now(UTC) >= self.options.until:
                 self.request_stop(f"until: reached {self.options.until.isoformat()}")
-        return self._close()

@@ -285,6 +285,7 @@ class Runner:
         self.state: StudyState | None = None
         self.final = 0
         self.writer: GroupWriter | None = None
+        self.transport_streak = 0  # attempts in a row, across trials, with no HTTP response
 
     # ------------------------------------------------------------------ events
 
@@ -450,7 +451,7 @@ class Runner:
                 _, w, h = check_image_for_api(data, name=trial.stimulus)
                 self.sizes[trial.stimulus] = (w, h)
             tokens = estimate_input_tokens(wire, *self.sizes[trial.stimulus])
-        worst = max_cost_usd(self.model, tokens, self.max_tokens)
+        worst = max_cost_usd(self.model, tokens, self.max_tokens, batch=self.batch)
         if self.counters.cost_usd + self.counters.reserved_usd + worst > self.options.budget_usd:
             self.request_stop(
                 f"budget: the next request could cost up to ${worst:.4f}, which with "
@@ -502,6 +503,22 @@ class Runner:
                     self._tick()
                     return
                 final = record.failures >= self.options.max_attempts
+                if error.http_status is None:
+                    self.transport_streak += 1
+                else:
+                    self.transport_streak = 0
+                if final and self.transport_streak >= self.options.max_attempts:
+                    # nothing has answered for a while: the API is unreachable (wrong base URL,
+                    # network down), which is not this trial's fault. Stop instead of giving
+                    # trials up, so nothing is lost.
+                    await self._write(self._failure_spec(trial, attempt, seq, error, final=False))
+                    self.fatal = (
+                        f"the API did not answer {self.transport_streak} attempts in a row "
+                        f"(last: {error.message}); check --base-url and the network"
+                    )
+                    self.request_stop(f"error: unreachable: {error.message}")
+                    self._tick()
+                    return
                 await self._write(self._failure_spec(trial, attempt, seq, error, final=final))
                 if final:
                     record.given_up = seq
@@ -529,6 +546,7 @@ class Runner:
                 self.counters.interrupted += 1
                 raise
             latency = time.monotonic() - started
+            self.transport_streak = 0
             self.counters.reserved_usd -= reserved
             spec, cost = self._response_spec(trial, attempt, seq, reply, latency)
             seq = await self._write(spec)
@@ -558,17 +576,11 @@ class Runner:
             finally:
                 await limit.release()
 
-    async def run(self) -> RunResult:
-        """Run pending trials in schedule order until done, stopped, or out of budget."""
-        self.state = self._open_session()
-        pending = self.state.pending()
-        if self.options.max_trials is not None:
-            pending = pending[: self.options.max_trials]
-        queue = deque(pending)
-        limit = AdaptiveLimit(self.options.concurrency)
-        loop = asyncio.get_running_loop()
+    def _install_signals(
+        self, loop: asyncio.AbstractEventLoop, tasks: list[asyncio.Task[None]]
+    ) -> list[signal.Signals]:
+        """SIGINT/SIGTERM: stop starting work; a second one cancels ``tasks`` (in flight)."""
         interrupts = 0
-        tasks: list[asyncio.Task[None]] = []
 
         def on_signal(signame: str) -> None:
             nonlocal interrupts
@@ -585,6 +597,19 @@ class Runner:
                 installed.append(sig)
             except (NotImplementedError, RuntimeError):  # not the main thread
                 pass
+        return installed
+
+    async def run(self) -> RunResult:
+        """Run pending trials in schedule order until done, stopped, or out of budget."""
+        self.state = self._open_session()
+        pending = self.state.pending()
+        if self.options.max_trials is not None:
+            pending = pending[: self.options.max_trials]
+        queue = deque(pending)
+        limit = AdaptiveLimit(self.options.concurrency)
+        loop = asyncio.get_running_loop()
+        tasks: list[asyncio.Task[None]] = []
+        installed = self._install_signals(loop, tasks)
         self._tick()
         results: list[Any] = []
         self.writer = GroupWriter(self.log, self.key, loop)

@@ -63,9 +63,14 @@ def check_outcomes(study: Path, trials: int) -> dict[str, int]:
     assert len(final) == trials and set(final.values()) == {1}
     responded = Counter(e.body["trial"] for e in events if e.kind == "trial.responded")
     assert max(responded.values()) == 1, "a trial was answered twice"
+    final_seq: dict[str, int] = {}
+    for event in events:
+        is_final = event.kind == "trial.failed" and event.body["final"]
+        if event.kind == "trial.responded" or is_final:
+            final_seq[event.body["trial"]] = event.seq
     for event in events:  # nothing sent after a trial's final outcome
         if event.kind == "trial.requested":
-            assert event.body["trial"] in final
+            assert event.seq < final_seq[event.body["trial"]], event.seq
     report = verify_ledger_file(study / "ledger.db")
     assert report.ok, report
     return Counter(e.kind for e in events)
