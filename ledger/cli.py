@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import json
 import sys
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -30,8 +30,68 @@ def key_file_stem(name: str) -> str:
     return name.replace("/", "_").replace(":", "_")
 
 
+# Help is wrapped at most this wide: click's default, so `--help` in any terminal of 80 columns
+# or more prints exactly what scripts/cli_reference.py puts in the README.
+HELP_WIDTH = 80
+_NO_BREAK_HYPHEN = "\u2011"
+
+
+class _HelpFormatter(click.HelpFormatter):
+    """Click's formatter, except that lines never break at a hyphen.
+
+    Paths such as ``~/.prompt-ledger/keys`` and options such as ``--trusted-key`` stay whole:
+    hyphens are swapped for a non-breaking one (same width) while wrapping and back on output.
+    """
+
+    def write(self, string: str) -> None:
+        """Append ``string`` to the buffer with the ordinary hyphens restored."""
+        super().write(string.replace(_NO_BREAK_HYPHEN, "-"))
+
+    def write_usage(self, prog: str, args: str = "", prefix: str | None = None) -> None:
+        """Write the usage line, wrapping only at spaces."""
+        super().write_usage(prog, args.replace("-", _NO_BREAK_HYPHEN), prefix)
+
+    def write_text(self, text: str) -> None:
+        """Write a paragraph, wrapping only at spaces."""
+        super().write_text(text.replace("-", _NO_BREAK_HYPHEN))
+
+    def write_dl(
+        self, rows: Iterable[tuple[str, str]], col_max: int = 30, col_spacing: int = 2
+    ) -> None:
+        """Write a definition list (options, commands), wrapping only at spaces."""
+        protected = [(a, b.replace("-", _NO_BREAK_HYPHEN)) for a, b in rows]
+        super().write_dl(protected, col_max, col_spacing)
+
+
+class _Context(click.Context):
+    """A click context whose help uses :class:`_HelpFormatter`."""
+
+    formatter_class = _HelpFormatter
+
+
+class _Command(click.Command):
+    """A click command whose help uses :class:`_HelpFormatter`."""
+
+    context_class = _Context
+
+
 class _Group(click.Group):
     """A click group that turns library errors into one-line messages."""
+
+    context_class = _Context
+    command_class = _Command
+    group_class = type
+
+    def format_commands(self, ctx: click.Context, formatter: click.HelpFormatter) -> None:
+        """List the subcommands with their whole first sentence, wrapped rather than cut."""
+        rows = []
+        for name in self.list_commands(ctx):
+            command = self.get_command(ctx, name)
+            if command is not None and not command.hidden:
+                rows.append((name, command.get_short_help_str(limit=1000)))
+        if rows:
+            with formatter.section("Commands"):
+                formatter.write_dl(rows)
 
     def invoke(self, ctx: click.Context) -> Any:
         try:
@@ -90,7 +150,10 @@ def _dump(data: Any) -> None:
     click.echo(json.dumps(data, indent=2, ensure_ascii=False))
 
 
-@click.group(cls=_Group, context_settings={"help_option_names": ["-h", "--help"]})
+@click.group(
+    cls=_Group,
+    context_settings={"help_option_names": ["-h", "--help"], "max_content_width": HELP_WIDTH},
+)
 @click.version_option(package_name="prompt-ledger")
 def main() -> None:
     """PROMPT Ledger: provable randomized prompt experiments.
@@ -101,7 +164,8 @@ def main() -> None:
     \b
     Example:
       ledger keygen example.org/owner --out keys
-      ledger init study.db --origin example.org/study-1 --key keys/example.org_owner.key
+      ledger init study.db --origin example.org/study-1 \\
+          --key keys/example.org_owner.key
       ledger verify study.db
     """
 
@@ -151,7 +215,8 @@ def init(path: Path, origin: str, key_file: str) -> None:
 
     \b
     Example:
-      ledger init study.db --origin example.org/study-1 --key keys/example.org_owner.key
+      ledger init study.db --origin example.org/study-1 \\
+          --key keys/example.org_owner.key
     """
     key = SigningKey.load(key_file)
     with Ledger.create(path, origin=origin, key=key) as log:
@@ -255,7 +320,8 @@ def checkpoint(path: Path, key_files: tuple[str, ...], out_file: Path | None) ->
 
     \b
     Example:
-      ledger checkpoint study.db --key keys/example.org_owner.key --out registration.checkpoint
+      ledger checkpoint study.db --key keys/example.org_owner.key \\
+          --out registration.checkpoint
     """
     keys = [SigningKey.load(k) for k in key_files]
     with Ledger.open(path) as log:
@@ -366,7 +432,8 @@ def key() -> None:
 
     \b
     Example:
-      ledger key add study.db @keys/runner.vkey --role runner --key keys/example.org_owner.key
+      ledger key add study.db @keys/runner.vkey --role runner \\
+          --key keys/example.org_owner.key
     """
 
 
@@ -380,7 +447,8 @@ def key_add(path: Path, vkey: str, role: str, key_file: str) -> None:
 
     \b
     Example:
-      ledger key add study.db @keys/runner.vkey --role runner --key keys/example.org_owner.key
+      ledger key add study.db @keys/runner.vkey --role runner \\
+          --key keys/example.org_owner.key
     """
     verifier = load_verifier(vkey)
     owner = SigningKey.load(key_file)
@@ -399,7 +467,8 @@ def key_revoke(path: Path, actor: str, reason: str, key_file: str) -> None:
 
     \b
     Example:
-      ledger key revoke study.db runner+1a2b3c4d --reason "laptop lost" --key keys/owner.key
+      ledger key revoke study.db runner+1a2b3c4d --reason "laptop lost" \\
+          --key keys/owner.key
     """
     owner = SigningKey.load(key_file)
     with Ledger.open(path) as log:
@@ -464,35 +533,47 @@ def _study_key(root: Path, key_file: str | None) -> SigningKey:
     """The key given, else the owner key ``ledger new`` made for this study."""
     if key_file:
         return SigningKey.load(key_file)
-    from runner.spec import load_study
+    from runner.lock import study_owner_key
 
-    default = user_home() / "keys" / f"{load_study(root).id}-owner.key"
-    if not default.exists():
-        raise KeyFileError(f"no --key given and no owner key at {default}")
-    return SigningKey.load(default)
+    return study_owner_key(root)
 
 
 @main.command()
 @click.argument("directory", type=click.Path(file_okay=False, path_type=Path))
 @click.option("--template", default="prompt-tumbling-e", show_default=True, help="Study template.")
+@click.option(
+    "--id", "study_id", default=None, help="Study id (default: DIRECTORY's name, made valid)."
+)
+@click.option(
+    "--origin", default=None, help="Checkpoint origin (default: prompt-ledger.local/ID)."
+)
 @click.option("--key", "key_file", default=None, help="Owner key file (default: create one).")
-def new(directory: Path, template: str, key_file: str | None) -> None:
+def new(
+    directory: Path, template: str, study_id: str | None, origin: str | None, key_file: str | None
+) -> None:
     """Scaffold a complete, lockable study in DIRECTORY and create its ledger.
 
-    Without --key an owner key is created in the user's key directory
-    ($PROMPT_LEDGER_HOME/keys, else ~/.prompt-ledger/keys), never in the study folder.
+    The study gets its own id (written to study.toml) and checkpoint origin, fixed in the
+    ledger from now on. Without --key an owner key ID-owner.key (and its .vkey) is created in
+    the user's key directory ($PROMPT_LEDGER_HOME/keys, else ~/.prompt-ledger/keys), never in
+    the study folder; if that file exists already (another study with this id), pass another
+    --id, or --key to reuse it deliberately.
 
     \b
     Example:
       ledger new my-study --template prompt-tumbling-e
+      ledger new pilot --id tumbling-e-pilot --origin example.org/tumbling-e-pilot
     """
-    from runner.new import new_study
+    from runner.new import new_study, study_id_from_directory
 
     key = SigningKey.load(key_file) if key_file else None
-    made = new_study(directory, template, key)
+    chosen = study_id if study_id is not None else study_id_from_directory(directory)
+    made = new_study(directory, template, key, study_id=chosen, origin=origin)
     click.echo(f"created study {made.root} with ledger {made.ledger} (owner {made.owner})")
+    click.echo(f"study id: {made.study_id}   checkpoint origin: {made.origin}")
     if made.key_path is not None:
-        click.echo(f"owner key: {made.key_path}")
+        vkey = made.key_path.with_suffix(".vkey")
+        click.echo(f"owner key: {made.key_path} (verifier key, to publish: {vkey})")
     click.echo(f"next: edit {made.root / 'study.toml'}, then: ledger lock {made.root}")
 
 

@@ -46,6 +46,70 @@ def ledger_path(root: Path) -> Path:
     return Path(root) / LEDGER_FILE
 
 
+def default_key_path(study_id: str) -> Path:
+    """Where ``ledger new`` keeps a study's owner key: ``<user home>/keys/<study id>-owner.key``."""
+    return user_home() / "keys" / f"{study_id}-owner.key"
+
+
+def _ledger_owners(path: Path) -> set[str]:
+    """The vkeys of the active owners of the ledger at ``path``."""
+    with Ledger.open(path, readonly=True) as log:
+        records = log.keys()
+    return {r.vkey for r in records if r.role == "owner" and r.revoked_seq is None}
+
+
+def study_owner_key(root: str | Path) -> SigningKey:
+    """The owner key ``ledger new`` made for the study at ``root`` (used when no --key is given).
+
+    The key file is named after ``[study] id`` in ``study.toml``
+    (:func:`default_key_path`). Once the study has a ledger, the key must be one of the ledger's
+    active owners; if the id was edited after ``ledger new`` (so the file carries the old id),
+    the key directory is searched for the ledger's owner key. Raises :class:`StudyError`
+    naming the file expected and the owner wanted when no key fits.
+    """
+    root = Path(root)
+    study = load_study(root)
+    expected = default_key_path(study.id)
+    path = ledger_path(root)
+    if not path.exists():
+        if expected.exists():
+            return SigningKey.load(expected)
+        raise StudyError(
+            f"no --key given and no owner key at {expected} (named after study.id "
+            f"{study.id!r} in {study.spec_path}); pass --key FILE"
+        )
+    owners = _ledger_owners(path)
+    candidates = [expected] if expected.exists() else []
+    keys_dir = expected.parent
+    if keys_dir.is_dir():
+        candidates += sorted(p for p in keys_dir.glob("*.key") if p != expected)
+    for candidate in candidates:
+        try:
+            key = SigningKey.load(candidate)
+        except LedgerError:
+            continue
+        if key.vkey in owners:
+            return key
+    wanted = ", ".join(sorted(v.rsplit("+", 1)[0] for v in owners)) or "none"
+    found = f"{expected} is not one of them" if expected.exists() else f"no key at {expected}"
+    raise StudyError(
+        f"no --key given and no key in {keys_dir} is an owner of {path} (owners: {wanted}); "
+        f"{found} (named after study.id {study.id!r} in {study.spec_path}); pass --key FILE"
+    )
+
+
+def check_origin_matches(study: Study, ledger_origin: str, path: Path) -> None:
+    """Refuse, naming ``study.origin``, if the spec's origin is not the ledger's genesis origin."""
+    if study.origin != ledger_origin:
+        raise StudyError(
+            f"{study.spec_path}: study.origin is {study.origin!r}, but {path} was created (by "
+            f"'ledger new') with origin {ledger_origin!r}, and every checkpoint carries the "
+            f"ledger's origin. Set origin = {ledger_origin!r} in study.toml, or, since nothing "
+            f"is locked yet, delete {path} and run 'ledger lock' again to create the ledger "
+            "with the new origin (or start over with 'ledger new DIR --id ID --origin ORIGIN')"
+        )
+
+
 def secret_path(study: Study) -> Path:
     """Where a generated blinding secret is kept: the user's directory, never the study folder."""
     tag = hashlib.sha256(study.origin.encode()).hexdigest()[:12]
@@ -128,6 +192,7 @@ def lock_study(root: str | Path, key: SigningKey) -> LockResult:
     with log:
         if protocol_event(log) is not None:
             raise StudyError(f"{root} is already locked; use 'ledger amend' to record a change")
+        check_origin_matches(study, log.origin, path)
         secret = blinding_secret(study, create=True)
         order = schedule(study.seed, trial_ids(study.arms, study.stimuli, study.replicates))
         files = study.locked_files()

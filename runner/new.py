@@ -2,14 +2,18 @@
 
 from __future__ import annotations
 
+import json
+import re
 import shutil
+import tomllib
 from dataclasses import dataclass
 from importlib import resources
 from pathlib import Path
 
-from ledger import Ledger, SigningKey, user_home
-from runner.lock import LEDGER_FILE, StudyError
-from runner.spec import load_study
+from ledger import Ledger, LedgerError, SigningKey
+from ledger._store import check_origin
+from runner.lock import LEDGER_FILE, StudyError, default_key_path
+from runner.spec import ID_RE, load_study
 from runner.stimuli import write_probe_set
 
 TEMPLATES = {"prompt-tumbling-e": "prompt_tumbling_e"}
@@ -24,34 +28,122 @@ class NewStudy:
     ledger: Path
     key_path: Path | None
     owner: str
+    study_id: str = ""
+    origin: str = ""
 
 
-def new_study(directory: str | Path, template: str, key: SigningKey | None = None) -> NewStudy:
+def default_origin(study_id: str) -> str:
+    """The checkpoint origin ``ledger new`` gives a study: ``prompt-ledger.local/<id>``."""
+    return f"prompt-ledger.local/{study_id}"
+
+
+def study_id_from_directory(directory: str | Path) -> str:
+    """A valid study id made from a directory's name (other characters become ``-``).
+
+    ``my study (v2)`` gives ``my-study-v2``; raises :class:`StudyError` if nothing usable is left.
+    """
+    name = Path(directory).resolve().name
+    candidate = re.sub(r"[^A-Za-z0-9_.-]+", "-", name)
+    candidate = re.sub(r"^[^A-Za-z0-9]+", "", candidate)[:64].rstrip("-.")
+    if not ID_RE.match(candidate):
+        raise StudyError(
+            f"cannot make a study id from the directory name {name!r}; give one with --id "
+            "(letters, digits, '.', '_' or '-', at most 64)"
+        )
+    return candidate
+
+
+def _template_spec(template: str) -> dict[str, object]:
+    source = resources.files("runner") / "templates" / TEMPLATES[template] / "study.toml"
+    study = tomllib.loads(source.read_text(encoding="utf-8")).get("study", {})
+    return dict(study) if isinstance(study, dict) else {}
+
+
+def _set_study_fields(spec: Path, values: dict[str, str]) -> None:
+    """Rewrite ``key = "..."`` lines of the ``[study]`` table (added after its header if absent)."""
+    text = spec.read_text(encoding="utf-8")
+    match = re.search(r"^\[study\][^\n]*\n", text, flags=re.M)
+    if match is None:
+        raise StudyError(f"{spec}: the template has no [study] table")
+    following = re.search(r"^\[", text[match.end():], flags=re.M)
+    end = match.end() + (following.start() if following else len(text) - match.end())
+    table = text[match.end():end]
+    for field, value in values.items():
+        line = f"{field} = {json.dumps(value)}"
+        table, count = re.subn(rf"^{field}\s*=.*$", line, table, count=1, flags=re.M)
+        if count == 0:
+            table = line + "\n" + table
+    spec.write_text(text[:match.end()] + table + text[end:], encoding="utf-8")
+
+
+def new_study(
+    directory: str | Path,
+    template: str,
+    key: SigningKey | None = None,
+    *,
+    study_id: str | None = None,
+    origin: str | None = None,
+) -> NewStudy:
     """Write a complete, lockable study into ``directory`` and create its ledger.
 
+    ``study_id`` becomes ``[study] id`` in ``study.toml`` and ``origin`` its ``origin`` (default
+    ``prompt-ledger.local/<study_id>``); both default to the template's own when ``study_id`` is
+    None (``ledger new`` passes the directory's name instead). The ledger is created with that
+    origin, so every checkpoint of the study carries it.
+
     Without ``key``, an owner key named ``<origin>/owner`` is created in the user's key directory
-    (``$PROMPT_LEDGER_HOME/keys``, never inside the study folder), or reused if it exists.
+    (``$PROMPT_LEDGER_HOME/keys/<study id>-owner.key``, never inside the study folder), with its
+    ``.vkey`` beside it. If that file exists already, another study was made with the same id:
+    this refuses rather than share a key (and an origin) between studies; pass ``key`` to reuse
+    a key deliberately.
     """
     root = Path(directory)
     if template not in TEMPLATES:
         raise StudyError(f"unknown template {template!r}; available: {', '.join(TEMPLATES)}")
     if root.exists() and any(root.iterdir()):
         raise StudyError(f"{root} exists and is not empty; choose a new directory")
+    defaults = _template_spec(template)
+    changes: dict[str, str] = {}
+    if study_id is not None:
+        if not ID_RE.match(study_id):
+            raise StudyError(
+                f"study id {study_id!r}: use letters, digits, '.', '_' or '-' (at most 64)"
+            )
+        if study_id != defaults.get("id"):
+            changes["id"] = study_id
+    final_id = study_id if study_id is not None else str(defaults.get("id", ""))
+    if origin is None and study_id is not None:
+        origin = default_origin(study_id)
+    if origin is not None:
+        try:
+            check_origin(origin)
+        except LedgerError as exc:
+            raise StudyError(f"--origin: {exc}") from exc
+        if origin != defaults.get("origin"):
+            changes["origin"] = origin
+    key_path: Path | None = None
+    if key is None:
+        key_path = default_key_path(final_id)
+        if key_path.exists():
+            raise StudyError(
+                f"an owner key for study id {final_id!r} already exists at {key_path}: another "
+                "study was created with this id, and two studies must not share a key and a "
+                f"checkpoint origin. Choose another id (--id), or pass --key {key_path} to "
+                "reuse that key deliberately"
+            )
     source = resources.files("runner") / "templates" / TEMPLATES[template]
     with resources.as_file(source) as src:
         shutil.copytree(src, root, dirs_exist_ok=True)
+    if changes:
+        _set_study_fields(root / "study.toml", changes)
     write_probe_set(root / "stimuli", STIMULUS_SEED)
     study = load_study(root)
-    key_path: Path | None = None
     if key is None:
-        key_path = user_home() / "keys" / f"{study.id}-owner.key"
-        if key_path.exists():
-            key = SigningKey.load(key_path)
-        else:
-            key_path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
-            key = SigningKey.generate(f"{study.origin}/owner")
-            key.save(key_path)
-            key_path.with_suffix(".vkey").write_text(key.vkey + "\n", encoding="utf-8")
+        assert key_path is not None
+        key_path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
+        key = SigningKey.generate(f"{study.origin}/owner")
+        key.save(key_path)
+        key_path.with_suffix(".vkey").write_text(key.vkey + "\n", encoding="utf-8")
     with Ledger.create(root / LEDGER_FILE, origin=study.origin, key=key):
         pass
-    return NewStudy(root, root / LEDGER_FILE, key_path, key.actor)
+    return NewStudy(root, root / LEDGER_FILE, key_path, key.actor, study.id, study.origin)

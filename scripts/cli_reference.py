@@ -35,10 +35,25 @@ def _commands(group: click.Group, prefix: list[str]) -> list[tuple[list[str], cl
 
 
 def _help(path: list[str], command: click.Command, root: click.Group) -> str:
-    parent = click.Context(root, info_name="ledger", **root.context_settings)
-    ctx = click.Context(command, info_name=" ".join(path[1:]), parent=parent, terminal_width=100,
-                        max_content_width=100)  # fmt: skip
+    """``command``'s help as ``ledger ... --help`` prints it in a terminal of 80+ columns."""
+    from ledger.cli import HELP_WIDTH
+
+    # click wraps at min(terminal columns, max_content_width) - 2
+    width = HELP_WIDTH - 2
+    settings = {k: v for k, v in root.context_settings.items() if k != "max_content_width"}
+    parent = root.context_class(root, info_name="ledger", terminal_width=width, **settings)
+    if command is root:
+        return root.get_help(parent)
+    ctx = command.context_class(command, info_name=" ".join(path[1:]), parent=parent,
+                                terminal_width=width)  # fmt: skip
     return command.get_help(ctx)
+
+
+def commands() -> list[tuple[list[str], click.Command]]:
+    """Every command of ``ledger`` with its path, the group itself first, subcommands included."""
+    from ledger.cli import main
+
+    return [(["ledger"], main), *_commands(main, ["ledger"])]
 
 
 def reference() -> str:
@@ -46,7 +61,7 @@ def reference() -> str:
     from ledger.cli import main
 
     parts = [START, "", "Generated from `--help` by `scripts/cli_reference.py`; do not edit.", ""]
-    for path, command in _commands(main, ["ledger"]):
+    for path, command in commands():
         parts += [
             f"### `{' '.join(path)}`",
             "",

@@ -25,7 +25,7 @@ def template(tmp_path_factory: pytest.TempPathFactory) -> Path:
     mp = pytest.MonkeyPatch()
     mp.setenv("PROMPT_LEDGER_HOME", str(home))
     root = tmp_path_factory.mktemp("studies") / "template"
-    result = run("new", root, "--template", "prompt-tumbling-e")
+    result = run("new", root, "--template", "prompt-tumbling-e", "--id", "prompt-tumbling-e")
     mp.undo()
     assert result.exit_code == 0, result.output
     (root / "ledger.db").unlink()  # each test makes its own ledger
