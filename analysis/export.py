@@ -22,7 +22,13 @@ from pathlib import Path
 from typing import Any
 
 from ledger import Ledger, SigningKey, canonical_json
-from runner.lock import StudyError, check_integrity, ledger_path, protocol_event
+from runner.lock import (
+    StudyError,
+    check_integrity,
+    ledger_path,
+    protocol_event,
+    sign_missing_checkpoints,
+)
 from runner.spec import Study
 
 ARCHIVE_FORMAT = 1
@@ -211,45 +217,215 @@ def _analysis_files(w: _Writer, root: Path, log: Ledger) -> list[dict[str, Any]]
     return results
 
 
+def _cell_text(value: Any) -> str:
+    """One Markdown table cell: a pipe or a newline cannot split the row."""
+    return str(value).replace("\\", "\\\\").replace("|", "\\|").replace("\n", " ")
+
+
+def _number(value: Any) -> str:
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        return str(value)
+    return f"{value:.4g}"
+
+
+def _decision(result: dict[str, Any]) -> str:
+    """How the verdict was reached, in one line: the rule and the numbers it read."""
+    if result.get("status") != "ok":
+        return f"not decided: {result.get('error') or result.get('status')}"
+    decided = result.get("decided_by") or {}
+    numbers = ", ".join(
+        f"{k} = {_number(v)}" for k, v in sorted(decided.items()) if k != "rule"
+    )
+    rule = decided.get("rule")
+    text = f"rule `{rule}`" if rule else "no rule recorded"
+    return f"{text}; {numbers}" if numbers else text
+
+
 def _readme(study: Study, log: Ledger, results: list[dict[str, Any]]) -> bytes:
-    simulated = any(e.body.get("simulated") for e in log.events("run.started"))
+    """The archive's README: what the study is, its verdicts, and how to verify it.
+
+    Everything comes from the signed events (``protocol.locked``, ``run.started``,
+    ``analysis.result``). The verdict table (``| hypothesis | test | verdict |``) is the one the
+    verifier's ``derived`` check reads; no other table in this file has three columns.
+    """
+    protocol = protocol_event(log)
+    assert protocol is not None
+    body = protocol.body
+    sessions = [e.body for e in log.events("run.started")]
+    simulated = any(s.get("simulated") for s in sessions)
+    backends = sorted({str(s.get("backend")) for s in sessions})
+    model = body.get("model", {})
+    design = body.get("design", {})
+    arms: dict[str, Any] = body.get("arms", {})
+    title = body.get("title") or study.title
     lines = [
-        f"# {study.title}",
+        f"# {title}",
         "",
-        f"Study `{study.id}` (origin `{study.origin}`), exported by PROMPT Ledger as an "
-        f"OSF-style archive (format {ARCHIVE_FORMAT}, see `docs/archive-format.md` of the tool).",
+        f"Study `{body.get('study', study.id)}` (ledger origin `{study.origin}`), registered "
+        f"with `protocol.locked` at seq {protocol.seq} and exported by PROMPT Ledger as an "
+        f"OSF-style archive (format {ARCHIVE_FORMAT}, described in `docs/archive-format.md` of "
+        "the tool).",
         "",
     ]
     if simulated:
         lines += [
-            "**The responses in this archive come from the offline simulated model (backend "
-            "`simulated`), not from a real model. It demonstrates the method only.**",
+            "**SIMULATED DATA. The responses in this archive come from the offline simulated "
+            "model (backend `simulated`), not from a real model: no model was asked anything. "
+            "The archive demonstrates the method only; its verdicts say nothing about any "
+            "model.**",
             "",
         ]
-    lines += ["## Verdicts of the pre-registered hypotheses", "",
-              "| hypothesis | test | verdict |", "|---|---|---|"]  # fmt: skip
+    lines += [
+        "## The study",
+        "",
+        "A randomized experiment on prompts: each arm is a fixed prompt (its components joined "
+        "by a blank line) sent with one stimulus image per trial; responses are parsed and "
+        "scored against the truth table, blinded to the arm, then analysed as pre-registered.",
+        "",
+        f"- Model: `{model.get('id')}` (provider `{model.get('provider')}`), max_tokens "
+        f"{model.get('max_tokens')}, temperature {model.get('temperature')}"
+        + (f", top_p {model['top_p']}" if "top_p" in model else ""),
+        f"- Backend: {', '.join(f'`{b}`' for b in backends) or 'none (never run)'} in "
+        f"{len(sessions)} run session(s)"
+        + (" -- **SIMULATED: no real model answered**" if simulated else ""),
+        f"- Stimuli: {len(body.get('stimuli', []))} images (`stimuli/`, truth in `truth/`)",
+        f"- Trials: {body.get('trials')} = {len(arms)} arms x {len(body.get('stimuli', []))} "
+        f"stimuli x {design.get('replicates')} replicate(s), in the order fixed by seed "
+        f"`{design.get('seed')}` (schedule SHA-256 `{body.get('schedule_sha256')}`)",
+        f"- Response format `{body.get('response', {}).get('format')}`, parsed by "
+        f"`{body.get('response', {}).get('parser')}`",
+        "",
+        "### Arms",
+        "",
+        "The composed prompt of each arm is `protocol/arms/<arm>.txt`; its SHA-256 is locked in "
+        "`protocol.locked`.",
+        "",
+        "| arm | role | components | composed prompt SHA-256 |",
+        "|---|---|---|---|",
+    ]
+    for arm_id in sorted(arms):
+        arm = arms[arm_id]
+        lines.append(
+            f"| {_cell_text(arm_id)} | {_cell_text(arm.get('role'))} | "
+            f"{_cell_text(', '.join(arm.get('components', [])))} | `{arm.get('sha256')}` |"
+        )
+    by_id = {r["hypothesis"]: r for r in results if r["hypothesis"]}
+    lines += [
+        "",
+        "## Verdicts of the pre-registered hypotheses",
+        "",
+        "| hypothesis | test | verdict |",
+        "|---|---|---|",
+    ]
     for r in results:
         if r["hypothesis"]:
             lines.append(f"| {r['hypothesis']} | {r['test']} | {r['verdict']} |")
+    lines += ["", "### The hypotheses as registered", ""]
+    for h in body.get("hypotheses", []):
+        contrast = h.get("contrast") or ["?", "?"]
+        details = [f"{h.get('test')}", f"{h.get('sides')}"]
+        if h.get("alpha") is not None:
+            details.append(f"alpha {h['alpha']}")
+        if h.get("min_difference_pp") is not None:
+            details.append(f"minimum difference {h['min_difference_pp']} pp")
+        if h.get("margin_pp") is not None:
+            details.append(f"margin {h['margin_pp']} pp")
+        if h.get("correction") not in (None, "none"):
+            details.append(f"{h['correction']} within family `{h.get('family')}`")
+        res = by_id.get(h.get("id"))
+        desc = " ".join(str(h.get("description") or "(no description)").split())
+        verdict = (
+            f"**{res['verdict']}** ({_decision(res)})" if res is not None else "no analysis.result"
+        )
+        lines += [
+            f"- **{h.get('id')}**: {desc}  ",
+            f"  {contrast[0]} - {contrast[1]} on `{h.get('outcome')}`; {'; '.join(details)}.  ",
+            f"  Verdict: {verdict}",
+        ]
     lines += [
+        "",
+        "Every number is in `analysis/results.json` (the signed `analysis.result` events); "
+        "`analysis/report.html` shows them with figures.",
         "",
         "## How to verify",
         "",
-        "With PROMPT Ledger (independent verifier, offline):",
+        "Get the owner's vkey and the registration checkpoint from where the authors published "
+        "them (a preregistration, a registry entry), not from this archive. Then, offline, with "
+        "the independent verifier of PROMPT Ledger (`verify/`, which shares no code with the "
+        "writer and runs without it):",
         "",
-        "    ledger verify . --trusted-key @<the owner's published vkey> "
-        "--checkpoint <the published registration checkpoint>",
+        "    python -m verify . --trusted-key @OWNER.vkey --checkpoint REGISTRATION.txt",
         "",
-        "By hand: `sha256sum -c MANIFEST.sha256` checks every file; `ledger/events.jsonl` has "
-        "one signed event per line (RFC 8785 JSON; Ed25519 over the envelope bytes); "
-        "`ledger/checkpoints/` holds every signed checkpoint (C2SP tlog-checkpoint) and "
-        "`ledger/keys/` every key. The `export.created` event lists the SHA-256 of every file "
-        "outside `ledger/`; the schedule is `sorted(trials, key=SHA-256(seed|trial id))` "
-        "(`protocol/protocol.json` has the seed). `blobs/` holds every request and response "
-        "byte for byte, named by SHA-256; `trials/attempts.csv` says which is which.",
+        "where `OWNER.vkey` holds the published vkey and `REGISTRATION.txt` the published "
+        "checkpoint.",
+        "(`ledger verify .` with the same options runs the same checks.) It prints every check "
+        "with PASS, FAIL or WARN and the file, line or event seq at fault, and exits 0 only if "
+        "nothing failed.",
+        "",
+        "By hand:",
+        "",
+        "- `sha256sum -c MANIFEST.sha256` checks every file against the manifest. A forger can "
+        "rewrite the manifest, so the signed ledger is what counts:",
+        "- `ledger/events.jsonl` has one event per line, `{\"envelope\":ENVELOPE,"
+        "\"signature\":\"BASE64\"}`, where ENVELOPE is RFC 8785 canonical JSON, its leaf hash is "
+        "`SHA-256(0x00 || ENVELOPE)`, the next event's `prev` is that leaf hash, and the "
+        "signature is Ed25519 over ENVELOPE by the key in `ledger/keys/` its `actor` names.",
+        "- The last event, `export.created`, lists in `files` the SHA-256 of every file outside "
+        "`ledger/` and `blobs/` except `MANIFEST.sha256` (`sha256sum` each and compare). Each "
+        "file in `blobs/` is named by the SHA-256 of its content (`sha256sum blobs/*`), and the "
+        "event pins which blobs there are: `blobs.count` and `blobs.listing_sha256`, the "
+        "SHA-256 of the sorted names each followed by a newline "
+        "(`ls blobs | LC_ALL=C sort | sha256sum`; `ls blobs | wc -l` for the count).",
+        "- `ledger/checkpoints/<size>.txt` are signed C2SP checkpoints (origin, tree size, "
+        "RFC 6962 Merkle root), one signed at each step the protocol promises: the "
+        f"registration checkpoint `ledger/checkpoints/{protocol.seq + 1:08d}.txt` (signed at "
+        "lock, size = `protocol.locked` seq + 1) must equal the published one; then one right "
+        "after each run session's `run.stopped` and the final one (after `export.created`).",
+        "- The schedule is the trial ids (`arm|stimulus|rep`) sorted by "
+        "`SHA-256(\"{seed}|{trial id}\")` "
+        "(`protocol/protocol.json` has the seed; `trials/schedule.csv` the order); "
+        "`sha256sum protocol/arms/*.txt` gives the arm hashes above.",
+        "- `blobs/` holds every request and response byte for byte; `trials/attempts.csv` "
+        "says which blob is which attempt's request (`request_sha256`) and response "
+        "(`response_sha256`).",
         "",
     ]
     return "\n".join(lines).encode("utf-8")
+
+
+def _remove(path: Path) -> None:
+    if path.is_dir() and not path.is_symlink():
+        shutil.rmtree(path)
+    else:
+        path.unlink()
+
+
+def _swap_into_place(tmp: Path, target: Path) -> None:
+    """Rename the finished archive ``tmp`` to ``target`` with no moment without an archive.
+
+    An existing ``target`` (``--force``) is renamed aside first, the new archive renamed into
+    place, and only then is the old one deleted; if the second rename fails, the old archive is
+    put back.
+    """
+    if not target.exists() and not target.is_symlink():
+        os.replace(tmp, target)
+        return
+    aside = target.parent / f".{target.name}.old-{os.getpid()}"
+    if aside.exists() or aside.is_symlink():
+        _remove(aside)
+    os.replace(target, aside)
+    try:
+        os.replace(tmp, target)
+    except BaseException:
+        os.replace(aside, target)
+        raise
+    try:
+        _remove(aside)
+    except OSError as exc:
+        raise StudyError(
+            f"the new archive is in place at {target}, but the old one, renamed to {aside}, "
+            f"could not be deleted: {exc}"
+        ) from exc
 
 
 def export_study(
@@ -274,6 +450,7 @@ def export_study(
     tmp.mkdir()
     try:
         with Ledger.open(ledger_path(root)) as log:
+            sign_missing_checkpoints(log, key)  # a lock or a session killed before signing
             w = _Writer(tmp)
             _protocol_files(w, study, log)
             _trial_files(w, log)
@@ -322,9 +499,7 @@ def export_study(
         )
         w.put(MANIFEST, manifest.encode("utf-8"))
         w.flush()
-        if target.exists():
-            shutil.rmtree(target)
-        os.replace(tmp, target)
+        _swap_into_place(tmp, target)
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
         raise

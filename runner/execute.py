@@ -41,7 +41,7 @@ from typing import Any
 
 from ledger import Event, EventSpec, Ledger, SigningKey
 from runner.backends import Backend, BackendError, Reply
-from runner.lock import StudyError, check_integrity, ledger_path
+from runner.lock import StudyError, check_integrity, ledger_path, sign_missing_checkpoints
 from runner.pricing import cost_usd, max_cost_usd, price_for
 from runner.request import RequestBuilder, Trial, request_blob
 from runner.spec import Study
@@ -299,6 +299,7 @@ class Runner:
                 f"{self.study.root}: scoring was sealed at seq {sealed.seq}; data collection "
                 "is closed and no trial may be run after it"
             )
+        sign_missing_checkpoints(self.log, self.key)  # a session killed before its checkpoint
         state = load_state(self.study, self.log)
         if self.options.budget_usd is not None and self.backend.priced and not self._priced():
             raise StudyError(

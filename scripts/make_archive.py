@@ -63,6 +63,11 @@ Verify it:
     ledger verify archive/{study} --trusted-key @archive/owner.vkey \\
         --checkpoint archive/registration-checkpoint.txt
     (cd archive/{study} && sha256sum -c MANIFEST.sha256)
+
+or with the independent verifier alone (no writer installed), the same checks:
+
+    python -m verify archive/{study} --trusted-key @archive/owner.vkey \\
+        --checkpoint archive/registration-checkpoint.txt
 """
 
 

@@ -141,7 +141,9 @@ def resign(root: Path, events: list[dict[str, Any]], key: SigningKey | None = No
     Events are renumbered in list order and references to old seqs (``request_seq``,
     ``response_seq``, ``session``, ``protocol_seq``, batch ``requests``) remapped; every event is
     signed by ``key`` (a new key by default), which becomes the genesis key; checkpoints are
-    re-signed at the old sizes that still fit and at the final size; the manifest is rewritten.
+    re-signed at the new size of each old one (so the registration and run-session checkpoints
+    still follow their events, as a careful forger would make them) and at the final size; the
+    manifest is rewritten.
     """
     key = key or SigningKey.generate("forger.example/owner")
     verifier = VerifierKey.parse(key.vkey)
@@ -168,7 +170,8 @@ def resign(root: Path, events: list[dict[str, Any]], key: SigningKey | None = No
     sizes = {int(p.stem) for p in cps.iterdir()}
     shutil.rmtree(cps)
     cps.mkdir()
-    for size in sorted({s for s in sizes if s <= len(leaves)} | {len(leaves)}):
+    moved = {mapping[s - 1] + 1 for s in sizes if s - 1 in mapping}
+    for size in sorted(moved | {len(leaves)}):
         cp = Checkpoint(origin, size, root_from_leaf_hashes(leaves[:size]))
         (cps / f"{size:08d}.txt").write_text(cp.sign([key]), "utf-8")
     keys = root / "ledger" / "keys"
@@ -646,3 +649,230 @@ def test_derived_file_contradicting_the_events_signed_by_the_owner(
     for name in ("trust", "signatures", "export-coverage", "reanalysis"):
         passed(report, name)
     assert where in failed(report, "derived")
+
+
+# --------------------------------------------------------------------------------------------------
+# the checkpoints the protocol promises
+
+
+def test_delete_registration_checkpoint(copy_: Path) -> None:
+    """Lock signs a checkpoint right after protocol.locked; deleting it is caught, by name."""
+    events = read_events(copy_)
+    locked = seqs_of(events, "protocol.locked")[0]
+    path = copy_ / "ledger" / "checkpoints" / f"{locked + 1:08d}.txt"
+    assert path.is_file(), "the export holds the registration checkpoint"
+    path.unlink()
+    rewrite_manifest(copy_)
+    report = verify_archive(copy_)
+    passed(report, "manifest")
+    reason = failed(report, "checkpoints")
+    assert f"ledger/checkpoints/{locked + 1:08d}.txt" in reason
+    assert f"tree size {locked + 1}" in reason and f"protocol.locked (seq {locked})" in reason
+    assert report.get("checkpoints").seq == locked  # type: ignore[union-attr]
+
+
+def test_delete_run_session_checkpoint(copy_: Path) -> None:
+    """Every run session signs a checkpoint right after its run.stopped; one deleted is caught."""
+    events = read_events(copy_)
+    stopped = seqs_of(events, "run.stopped")[-1]
+    path = copy_ / "ledger" / "checkpoints" / f"{stopped + 1:08d}.txt"
+    assert path.is_file(), "the export holds the run session's checkpoint"
+    path.unlink()
+    rewrite_manifest(copy_)
+    report = verify_archive(copy_)
+    reason = failed(report, "checkpoints")
+    assert f"ledger/checkpoints/{stopped + 1:08d}.txt" in reason
+    assert f"tree size {stopped + 1}" in reason and f"run.stopped (seq {stopped}" in reason
+
+
+def test_fresh_export_has_the_promised_checkpoints(archive: Path) -> None:
+    report = verify_archive(archive)
+    passed(report, "checkpoints")
+    assert "registration size" in report.get("checkpoints").reason  # type: ignore[union-attr]
+
+
+# --------------------------------------------------------------------------------------------------
+# the archive README says what the study is
+
+
+def test_readme_says_what_the_study_is(archive: Path) -> None:
+    text = (archive / "README.md").read_text("utf-8")
+    protocol = json.loads((archive / "protocol" / "protocol.json").read_text("utf-8"))
+    assert text.startswith(f"# {protocol['title']}\n")
+    assert "SIMULATED DATA" in text and "Backend: `simulated`" in text
+    for arm, spec in protocol["arms"].items():
+        digest = hashlib.sha256((archive / "protocol" / "arms" / f"{arm}.txt").read_bytes())
+        assert spec["sha256"] == digest.hexdigest()
+        components = ", ".join(spec["components"])
+        assert f"| {arm} | {spec['role']} | {components} | `{spec['sha256']}` |" in text
+    assert f"Stimuli: {len(protocol['stimuli'])} images" in text
+    assert f"Trials: {protocol['trials']} = " in text
+    assert f"`{protocol['model']['id']}`" in text
+    for h in protocol["hypotheses"]:
+        assert f"**{h['id']}**: {h['description']}" in text
+    assert "Verdict: **" in text
+    assert "python -m verify . --trusted-key" in text and "sha256sum -c MANIFEST.sha256" in text
+    assert "except `MANIFEST.sha256`" in text and "listing_sha256" in text
+    locked = protocol["seq"]
+    assert f"ledger/checkpoints/{locked + 1:08d}.txt" in text
+    passed(verify_archive(archive), "derived")
+
+
+def _owner_signs_readme(root: Path, text: str) -> Report:
+    """The owner's own key signs an export whose README says ``text``."""
+    (root / "README.md").write_text(text, "utf-8")
+    events = read_events(root)
+    events[-1]["body"]["files"]["README.md"] = hashlib.sha256(text.encode()).hexdigest()
+    resign(root, events, study_key())
+    report = verify_archive(root, trusted_keys=[study_key().vkey])
+    for name in ("trust", "signatures", "export-coverage", "checkpoints"):
+        passed(report, name)
+    return report
+
+
+def test_readme_arm_hash_contradicting_protocol_signed_by_the_owner(copy_: Path) -> None:
+    arms = json.loads((copy_ / "protocol" / "protocol.json").read_text("utf-8"))["arms"]
+    text = (copy_ / "README.md").read_text("utf-8")
+    a, b = arms["A"]["sha256"], arms["B"]["sha256"]
+    report = _owner_signs_readme(copy_, text.replace(f"`{a}`", f"`{b}`", 1))
+    reason = failed(report, "derived")
+    assert "README.md line" in reason and "arm A" in reason and b in reason
+
+
+def test_readme_without_simulated_notice_signed_by_the_owner(copy_: Path) -> None:
+    text = (copy_ / "README.md").read_text("utf-8")
+    kept = [line for line in text.split("\n") if "simulated" not in line.lower()]
+    report = _owner_signs_readme(copy_, "\n".join(kept))
+    reason = failed(report, "derived")
+    assert "does not say the responses are simulated" in reason and "@ README.md" in reason
+
+
+# --------------------------------------------------------------------------------------------------
+# export --force replaces an archive without a moment with none
+
+
+def test_force_export_never_leaves_the_target_without_an_archive(
+    archive: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import analysis.export as export
+
+    study = archive.parent / "study"
+    target = tmp_path / "out"
+    export.export_study(study, target, study_key())
+    first = (target / "MANIFEST.sha256").read_bytes()
+    (target / "stale.txt").write_text("from the old archive\n", "utf-8")
+    real_rmtree = shutil.rmtree
+    deleted: list[Path] = []
+
+    def rmtree(path: Any, *args: Any, **kwargs: Any) -> None:
+        real_rmtree(path, *args, **kwargs)
+        deleted.append(Path(path))
+        assert (target / "MANIFEST.sha256").is_file(), f"no archive at {target} after {path}"
+
+    monkeypatch.setattr(export.shutil, "rmtree", rmtree)
+    with pytest.raises(export.StudyError, match="not empty"):
+        export.export_study(study, target, study_key())
+    export.export_study(study, target, study_key(), force=True)
+    assert deleted, "the old archive was deleted"
+    assert all(p != target for p in deleted)
+    assert not (target / "stale.txt").exists()
+    assert (target / "MANIFEST.sha256").read_bytes() != first  # a new export.created
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["out"]  # nothing left aside
+    assert verify_archive(target).get("export-coverage").status is Status.PASS  # type: ignore[union-attr]
+
+
+# --------------------------------------------------------------------------------------------------
+# python -m verify: the verifier without the writer
+
+_NO_WRITER = """
+import importlib.abc, runpy, sys
+class NoWriter(importlib.abc.MetaPathFinder):
+    def find_spec(self, name, path=None, target=None):
+        if name.split(".")[0] in ("ledger", "runner", "analysis"):
+            raise ImportError(f"the writer's {name} must not be imported")
+        return None
+sys.meta_path.insert(0, NoWriter())
+sys.argv = ["python -m verify", *sys.argv[1:]]
+runpy.run_module("verify", run_name="__main__", alter_sys=True)
+"""
+
+
+def _python_m_verify(*args: str) -> subprocess.CompletedProcess[str]:
+    import os
+    import sys
+
+    env = {**os.environ, "COLUMNS": "240"}  # rich wraps narrower tables; keep places whole
+    return subprocess.run(
+        [sys.executable, "-c", _NO_WRITER, *args], capture_output=True, text=True, timeout=600,
+        check=False, env=env,
+    )  # fmt: skip
+
+
+def test_python_m_verify_passes_a_good_archive_without_the_writer(
+    archive: Path, tmp_path: Path
+) -> None:
+    vkey = tmp_path / "owner.vkey"
+    vkey.write_text(study_key().vkey + "\n", "utf-8")
+    locked = seqs_of(read_events(archive), "protocol.locked")[0]
+    registration = archive / "ledger" / "checkpoints" / f"{locked + 1:08d}.txt"
+    result = _python_m_verify(
+        str(archive), "--trusted-key", f"@{vkey}", "--trusted-key", study_key().vkey,
+        "--checkpoint", str(registration), "--jobs", "2", "--json",
+    )  # fmt: skip
+    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
+    report = json.loads(result.stdout)
+    assert report["ok"] is True
+    statuses = {c["name"]: c["status"] for c in report["checks"]}
+    assert statuses["trust"] == "PASS" and statuses["published-checkpoints"] == "PASS"
+    assert statuses["reanalysis"] == "PASS"
+
+
+def test_python_m_verify_fails_a_tampered_archive(copy_: Path) -> None:
+    flip_byte(copy_ / "analysis" / "results.json")
+    rewrite_manifest(copy_)
+    result = _python_m_verify(str(copy_))
+    assert result.returncode == 1, result.stdout[-3000:] + result.stderr[-3000:]
+    assert "FAIL" in result.stdout and "analysis/results.json" in result.stdout
+    assert "FAILED:" in result.stdout
+
+
+def test_python_m_verify_refuses_a_malformed_trusted_key(archive: Path) -> None:
+    result = _python_m_verify(str(archive), "--trusted-key", "not-a-vkey")
+    assert result.returncode == 2
+    assert "--trusted-key" in result.stderr and "invalid vkey" in result.stderr
+
+
+def test_checkpoints_missing_after_a_kill_are_signed_before_export(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, study_template: Path
+) -> None:
+    """A process killed between protocol.locked or run.stopped and its checkpoint leaves a gap;
+    the next ``ledger run`` or ``ledger export`` signs it, so an honest study still verifies."""
+    import sqlite3
+
+    from analysis.analyze import analyze_study
+    from analysis.export import export_study
+    from analysis.scoring import score_study, unblind_study
+    from ledger import Ledger
+    from runner.backends import SimulatedBackend
+    from runner.execute import RunOptions, run_study
+    from runner.lock import promised_checkpoint_sizes
+
+    monkeypatch.setenv("PROMPT_LEDGER_HOME", str(tmp_path / "home"))
+    root = make_study(tmp_path / "study", replicates=1, template=study_template)
+    key = study_key()
+    run_study(root, key, SimulatedBackend(), RunOptions(concurrency=4))
+    with Ledger.open(root / "ledger.db") as log:
+        promised = promised_checkpoint_sizes(log)
+        roots = {size: log.checkpoint(size).root for size in promised}
+    assert len(promised) == 2  # the registration checkpoint and the session's
+    with sqlite3.connect(root / "ledger.db") as db:  # the state a kill in that window leaves
+        db.executemany("DELETE FROM checkpoints WHERE size = ?", [(s,) for s in promised])
+    score_study(root, key)
+    unblind_study(root, key)
+    analyze_study(root, key)
+    export_study(root, tmp_path / "archive", key)
+    for size in promised:
+        note = (tmp_path / "archive" / "ledger" / "checkpoints" / f"{size:08d}.txt").read_text()
+        assert base64.b64encode(roots[size]).decode() in note
+    report = verify_archive(tmp_path / "archive")
+    passed(report, "checkpoints")

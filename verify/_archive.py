@@ -112,6 +112,7 @@ class _ArchiveRun(_Run):
         self.file_sizes: dict[str, int] = {}
         self.hash_time = 0.0
         self.stored: list[_FileCheckpoint] = []
+        self.promised: list[tuple[int, int, str]] = []  # (size, seq, what) the protocol promises
 
     # ------------------------------------------------------------------ sources
 
@@ -257,6 +258,7 @@ class _ArchiveRun(_Run):
         t0 = time.perf_counter()
         trusted = self._trusted_keys()
         self._check_stored_checkpoints(self.stored, trusted)  # type: ignore[arg-type]
+        self._check_promised_checkpoints()
         self._check_published(trusted, final_root)
         checks = self._checks(self.stored, trusted)  # type: ignore[arg-type]
         report.checks = [self._archive_check(c) for c in checks]
@@ -264,6 +266,40 @@ class _ArchiveRun(_Run):
         report.timings["signatures"] = self.sig_time
         report.timings["hashing"] = self.hash_time
         return report
+
+    def _check_promised_checkpoints(self) -> None:
+        """Require the checkpoints the protocol promises (``docs/archive-format.md`` §4).
+
+        ``ledger lock`` signs the registration checkpoint in the transaction's wake, right after
+        ``protocol.locked`` (tree size = its seq + 1); every run session signs one right after
+        its ``run.stopped`` (size = that seq + 1). The final one (after ``export.created``) is
+        required by ``export-coverage``. Deleting one of them must not pass silently.
+        """
+        st = self.states["checkpoints"]
+        sizes = {s.cp.size for s in self.stored if s.cp is not None}
+        for seq, env in enumerate(self.envs):
+            kind = env.get("kind") if env is not None else None
+            if kind == "protocol.locked":
+                what = f"protocol.locked (seq {seq}): the registration checkpoint signed at lock"
+            elif kind == "run.stopped":
+                body = env.get("body") if env is not None else None
+                session = body.get("session") if type(body) is dict else None
+                what = (
+                    f"run.stopped (seq {seq}, run session of run.started seq {session}): the "
+                    "checkpoint signed at the end of the session"
+                )
+            else:
+                continue
+            size = seq + 1
+            self.promised.append((size, seq, what))
+            if size not in sizes:
+                name = f"ledger/checkpoints/{size:08d}.txt"
+                st.fail(
+                    f"{name} is missing: no checkpoint of tree size {size}, which {what} "
+                    "promises",
+                    seq,
+                    where=name,
+                )
 
     @staticmethod
     def _count_lines(path: Path) -> int:
@@ -286,11 +322,20 @@ class _ArchiveRun(_Run):
                 "tree": "no stored tree in an archive: roots are recomputed from the events",
                 "blobs": f"{len(self.blob_refs)} referenced blob(s) present in blobs/ and hashing "
                 "to their names",
+                "checkpoints": f"{len(self.stored)} checkpoint file(s) parse, are validly signed "
+                "and match the recomputed roots; the protocol's promised ones are present "
+                f"({self._promised_summary()})",
             }.get(check.name, check.reason)
             return Check(check.name, check.status, reason, check.seq, check.where)
         if check.where is None and check.seq is not None and check.seq < n:
             return Check(check.name, check.status, check.reason, check.seq, _line_where(check.seq))
         return check
+
+    def _promised_summary(self) -> str:
+        registration = [size for size, _, what in self.promised if what.startswith("protocol")]
+        sessions = len(self.promised) - len(registration)
+        reg = f"registration size {registration[0]}" if registration else "no registration"
+        return f"{reg}, {sessions} run session(s)"
 
     def _hash_files(self) -> None:
         root = self.root
@@ -1268,6 +1313,33 @@ def _compare_csv(st: _State, a: _Archive, rel: str, header: list[str], want: lis
                     where=where)  # fmt: skip
 
 
+def _check_readme_study(st: _State, a: _Archive, text: list[str]) -> None:
+    """The README's arm table and simulated-data notice say what the events say."""
+    arms = a.protocol.get("arms")
+    arms = arms if type(arms) is dict else {}
+    for number, line in enumerate(text, start=1):
+        cells = [c.strip() for c in line.strip().strip("|").split("|")]
+        if not line.startswith("| ") or len(cells) != 4 or cells[0] not in arms:
+            continue
+        locked = arms[cells[0]].get("sha256") if type(arms[cells[0]]) is dict else None
+        said = cells[3].strip("`")
+        if is_hex64(said) and said != locked:
+            where = f"README.md line {number}"
+            st.fail(
+                f"{where}: arm {cells[0]} has composed prompt SHA-256 {said}, protocol.locked "
+                f"says {locked}",
+                where=where,
+            )
+    simulated = [s for s in a.of_kind("run.started") if a.body(s).get("simulated") is True]
+    if simulated and "simulated model" not in "\n".join(text).lower():
+        st.fail(
+            f"README.md does not say the responses are simulated (run.started seq "
+            f"{simulated[0]} has simulated: true)",
+            simulated[0],
+            where="README.md",
+        )
+
+
 def _check_derived(a: _Archive) -> Check:
     """The human-readable tables and the README verdicts say what the events say."""
     st = _State("derived")
@@ -1345,10 +1417,11 @@ def _check_derived(a: _Archive) -> Check:
             if not h.startswith("---"):
                 st.fail(f"README.md line {number}: verdict row {h} has no analysis.result",
                         where=f"README.md line {number}")  # fmt: skip
+        _check_readme_study(st, a, text)
     return st.check(
         f"scores/scores.csv, trials/attempts.csv, analysis/tables/verdicts.csv and the README "
-        f"verdict table match the events ({len(scores)} scores, {len(attempts)} attempts, "
-        f"{len(hyps)} verdicts)"
+        f"(verdicts, arm hashes, simulated-data notice) match the events ({len(scores)} scores, "
+        f"{len(attempts)} attempts, {len(hyps)} verdicts)"
     )
 
 

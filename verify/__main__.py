@@ -1,0 +1,139 @@
+"""``python -m verify PATH``: the independent verifier's own command line.
+
+An auditor needs only ``verify/`` (and its dependencies), never the writer: this module imports
+nothing from ``ledger``, ``runner`` or ``analysis``. It runs the same checks as ``ledger verify``
+(:func:`verify.verify_path`): a directory is verified as an exported archive, a file as a SQLite
+ledger. Exit status: 0 when no check FAILed, 1 when one did, 2 for a usage error.
+
+Example::
+
+    python -m verify archive/prompt-tumbling-e --trusted-key @archive/owner.vkey \\
+        --checkpoint archive/registration-checkpoint.txt --jobs 2
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+from typing import TextIO
+
+from verify import KeyFormatError, Report, Status, parse_vkey, verify_path
+
+__all__ = ["build_parser", "main", "read_vkey", "render_report"]
+
+
+def read_vkey(value: str) -> str:
+    """A vkey given inline, as ``@FILE``, or as the path of a ``.vkey`` file; checked, stripped.
+
+    The vkey is parsed with this package's own parser (``docs/ledger-format.md`` §4); a file
+    that cannot be read or a malformed vkey raises :class:`argparse.ArgumentTypeError`.
+    """
+    text = value
+    if value.startswith("@") or (os.sep in value and os.path.isfile(value)):
+        path = value[1:] if value.startswith("@") else value
+        try:
+            text = Path(path).read_text(encoding="utf-8")
+        except FileNotFoundError:
+            raise argparse.ArgumentTypeError(f"vkey file {path}: not found") from None
+        except (OSError, UnicodeDecodeError) as exc:
+            raise argparse.ArgumentTypeError(f"vkey file {path}: unreadable ({exc})") from None
+    text = text.strip()
+    try:
+        parse_vkey(text)
+    except KeyFormatError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+    return text
+
+
+def _jobs(value: str) -> int:
+    try:
+        jobs = int(value)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{value!r} is not an integer") from None
+    if jobs < 1:
+        raise argparse.ArgumentTypeError(f"{jobs} is not >= 1")
+    return jobs
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """The argument parser of ``python -m verify`` (the options of ``ledger verify``)."""
+    parser = argparse.ArgumentParser(
+        prog="python -m verify",
+        description=(
+            "Verify a PROMPT Ledger archive directory or ledger file, offline, with the "
+            "independent verifier alone; exit 0 only if no check fails. Without --trusted-key "
+            "the keys are self-asserted: signatures then prove integrity, not authorship (a WARN)."
+        ),
+        epilog=(
+            "example: python -m verify archive/ --trusted-key @owner.vkey "
+            "--checkpoint registration-checkpoint.txt"
+        ),
+    )
+    parser.add_argument("path", type=Path, help="an exported archive directory or a ledger file")
+    parser.add_argument(
+        "--trusted-key", dest="trusted", action="append", default=[], type=read_vkey,
+        metavar="VKEY", help="a trusted vkey, inline or @FILE (repeatable)",
+    )  # fmt: skip
+    parser.add_argument(
+        "--checkpoint", dest="checkpoints", action="append", default=[], type=Path,
+        metavar="FILE", help="a checkpoint published elsewhere (repeatable)",
+    )  # fmt: skip
+    parser.add_argument("--json", dest="as_json", action="store_true",
+                        help="print the report as JSON")  # fmt: skip
+    parser.add_argument("--jobs", type=_jobs, default=1, metavar="N",
+                        help="processes for signatures (default 1)")  # fmt: skip
+    return parser
+
+
+def render_report(report: Report, stream: TextIO | None = None) -> None:
+    """Print ``report`` as a table of checks and a summary line (rich if installed, else text)."""
+    stream = stream if stream is not None else sys.stdout
+    failed = len(report.failures)
+    warned = len(report.warnings)
+    summary = (
+        f"{'VERIFIED' if report.ok else 'FAILED'}: {report.size} events, "
+        f"{len(report.checks)} checks, {failed} failed, {warned} warnings"
+    )
+    rows = [
+        (c.name, c.status, c.where or ("" if c.seq is None else f"seq {c.seq}"), c.reason)
+        for c in report.checks
+    ]
+    try:
+        from rich.console import Console
+        from rich.markup import escape
+        from rich.table import Table
+    except ImportError:  # rich is optional: plain text carries the same information
+        stream.write(f"verify {report.path}\n")
+        for name, status, where, reason in rows:
+            stream.write(f"{status.value:4}  {name}  {where}  {reason}\n")
+        stream.write(summary + "\n")
+        return
+    console = Console(file=stream, soft_wrap=True, highlight=False)
+    colours = {Status.PASS: "green", Status.FAIL: "red", Status.WARN: "yellow"}
+    table = Table("check", "result", "where", "detail", title=escape(f"verify {report.path}"))
+    for name, status, where, reason in rows:
+        table.add_row(name, f"[{colours[status]}]{status.value}[/]", escape(where), escape(reason))
+    console.print(table)
+    colour = "green" if report.ok else "red"
+    console.print(f"[{colour}]{escape(summary)}[/]")
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Run the verifier on the command line ``argv``; return the exit status (0, 1 or 2)."""
+    args = build_parser().parse_args(argv)
+    report = verify_path(
+        args.path, trusted_keys=args.trusted, checkpoints=args.checkpoints, jobs=args.jobs
+    )
+    if args.as_json:
+        sys.stdout.write(json.dumps(report.to_dict(), indent=2, ensure_ascii=False) + "\n")
+    else:
+        render_report(report)
+    return 0 if report.ok else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
