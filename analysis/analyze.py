@@ -241,17 +241,31 @@ def descriptive(ds: Dataset) -> list[Result]:
     out.append(_guard(by_arm, arms))
     by_stim = Result(
         "descriptive.arm_stimulus",
-        "Glyph-level accuracy by arm and stimulus",
+        "Glyph-level accuracy (Wilson 95% CI), parse rate and exclusions by arm and stimulus",
         "descriptive",
         "wilson",
     )
 
     def cells() -> None:
         items = _items(ds)
+        tumbling = ds.trials[~ds.trials["control"]]
         values: dict[str, Any] = {}
-        for (arm, stim), it in items.groupby(["arm", "stimulus"], sort=True):
-            w = stats.wilson(int(it["correct"].sum()), len(it))
-            values[f"{arm}|{stim}"] = {"arm": arm, "stimulus": stim, **w.as_dict()}
+        for (arm, stim), t in tumbling.groupby(["arm", "stimulus"], sort=True):
+            it = items[(items["arm"] == arm) & (items["stimulus"] == stim)]
+            statuses = {str(s): int(n) for s, n in t["status"].value_counts().items()}
+            entry: dict[str, Any] = {"arm": arm, "stimulus": stim}
+            if len(it):
+                entry.update(stats.wilson(int(it["correct"].sum()), len(it)).as_dict())
+            else:
+                entry.update(successes=0, n=0, conf=0.95, estimate=None, lower=None, upper=None,
+                             note="no analysable items: accuracy not computed")
+            entry.update(
+                trials_scored=len(t),
+                status=dict(sorted(statuses.items())),
+                excluded=int(t["excluded"].sum()),
+                parse_rate=(statuses.get("ok", 0) + statuses.get("partial", 0)) / len(t),
+            )
+            values[f"{arm}|{stim}"] = entry
         by_stim.values = values
 
     out.append(_guard(by_stim, cells))
@@ -274,6 +288,34 @@ def descriptive(ds: Dataset) -> list[Result]:
 
     out.append(_guard(control, ctrl))
     return out
+
+
+#: Recorded on ``model.lmm`` and on every ``lmm`` hypothesis when the fit is singular or did
+#: not converge; the report shows it beside each verdict that depends on the model.
+MODEL_CAUTION = (
+    "the mixed model is singular or did not converge; contrasts are reported but flagged "
+    "(not for confirmatory inference)"
+)
+
+
+def verdict_caution(result: dict[str, Any], model: dict[str, Any] | None) -> str | None:
+    """The caution behind a verdict that depends on the mixed model, or ``None``.
+
+    ``result`` is a hypothesis's ``analysis.result`` body and ``model`` the ``model.lmm`` one.
+    An ``lmm`` verdict carries the model's caution (singular or non-converged fit) whether the
+    hypothesis recorded it itself or only the model did.
+    """
+    values = result.get("values") or {}
+    if values.get("caution"):
+        return str(values["caution"])
+    if result.get("test") != "lmm" or result.get("status") == "failed":
+        return None
+    mv = (model or {}).get("values") or {}
+    if mv.get("caution"):
+        return str(mv["caution"])
+    if values.get("singular_fit") or mv.get("singular"):
+        return "the mixed model is singular; contrasts are reported but flagged"
+    return None
 
 
 def _trial_outcome(ds: Dataset) -> pd.DataFrame:
@@ -304,9 +346,7 @@ def fit_model(ds: Dataset, plan: dict[str, Any]) -> tuple[Result, stats.MixedMod
         holder.append(fit)
         result.values = fit.as_dict()
         if fit.singular or not fit.converged:
-            result.values["caution"] = (
-                "the fit is singular or did not converge; contrasts are reported but flagged"
-            )
+            result.values["caution"] = MODEL_CAUTION
 
     _guard(result, compute)
     return result, (holder[0] if holder else None)
@@ -367,6 +407,8 @@ def hypothesis_results(
                     raise stats.StatsError("the mixed model could not be fitted (model.lmm)")
                 c = stats.contrast(fit, a, b, sides)  # type: ignore[arg-type]
                 r.values = {**c.as_dict(), "singular_fit": fit.singular}
+                if fit.singular or not fit.converged:
+                    r.values["caution"] = MODEL_CAUTION
                 r.values["p_raw"] = c.p
             elif test == "equivalence":
                 e = stats.equivalence(_per_group_diff(ds, a, b), h["margin_pp"] / 100)

@@ -31,10 +31,11 @@ import matplotlib
 from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
 from rich.console import Console
+from rich.markup import escape
 from rich.table import Table
 
 from analysis import stats
-from analysis.analyze import ORIENTATIONS
+from analysis.analyze import ORIENTATIONS, verdict_caution
 from ledger import Ledger
 from runner.lock import StudyError, ledger_path, protocol_event
 from verify import Report as VerificationReport
@@ -652,8 +653,12 @@ def _section_verdicts(report: Report) -> str:
     rows = []
     for r in report.hypotheses:
         desc = f"{r.get('title', '')} [{_contrast_text(report, r)}]"
+        verdict = _verdict_html(r.get("verdict"))
+        caution = verdict_caution(r, report.result("model.lmm"))
+        if caution:
+            verdict += f'<br><span class="error caution">caution: {_e(caution)}</span>'
         rows.append((r.get("hypothesis"), desc, r.get("test"), _estimate_text(r), _p_text(r),
-                     _verdict_html(r.get("verdict")), _rule_text(r)))  # fmt: skip
+                     verdict, _rule_text(r)))  # fmt: skip
     if not rows:
         return "<h2>Verdicts of the pre-registered hypotheses</h2><p>No hypothesis results.</p>"
     return ("<h2>Verdicts of the pre-registered hypotheses</h2>" + _table(
@@ -973,9 +978,12 @@ def render_terminal(report: Report, console: Console) -> None:
                      "decided by", title="Pre-registered verdicts")  # fmt: skip
     for r in report.hypotheses:
         verdict = str(r.get("verdict") or "-")
+        shown = f"[{colours.get(verdict, 'white')}]{verdict}[/]"
+        caution = verdict_caution(r, report.result("model.lmm"))
+        if caution:
+            shown += f"\n[yellow]caution: {escape(caution)}[/]"
         verdicts.add_row(str(r.get("hypothesis")), _contrast_text(report, r), str(r.get("test")),
-                         _estimate_text(r), _p_text(r),
-                         f"[{colours.get(verdict, 'white')}]{verdict}[/]", _rule_text(r))
+                         _estimate_text(r), _p_text(r), shown, _rule_text(r))
     console.print(verdicts)
     arms_table = Table("arm", "role", "accuracy", "Wilson 95% CI", "glyphs", "parse rate",
                        "excluded", title="Descriptive: glyph-level accuracy by arm")  # fmt: skip

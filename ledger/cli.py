@@ -15,6 +15,7 @@ from typing import Any
 
 import click
 from rich.console import Console
+from rich.markup import escape
 from rich.table import Table
 
 from ledger._errors import FormatError, KeyFileError, LedgerError
@@ -1000,11 +1001,18 @@ def analyze(study_dir: Path, key_file: str | None) -> None:
 
     result = analyze_study(study_dir, _study_key(study_dir, key_file))
     console = _out()
+    from analysis.analyze import verdict_caution
+
     table = Table("hypothesis", "test", "verdict", "decided by", title="pre-registered verdicts")
+    model = next((r for r in result.results if r["id"] == "model.lmm"), None)
     for r in result.results:
         if r["hypothesis"]:
             why = r["error"] or _decided_by(r["decided_by"])
-            table.add_row(r["hypothesis"], r["test"], r["verdict"] or "-", why)
+            verdict = escape(r["verdict"] or "-")
+            caution = verdict_caution(r, model)
+            if caution:
+                verdict += f"\n[yellow]caution: {escape(caution)}[/]"
+            table.add_row(r["hypothesis"], r["test"], verdict, escape(why))
     console.print(table)
     failed = [r["id"] for r in result.results if r["status"] == "failed"]
     click.echo(f"recorded {len(result.results)} analysis.result events from seq "

@@ -192,7 +192,8 @@ def test_bad_data_gives_failed_results_not_a_crash(study: Path) -> None:
     assert results["exploratory.errors.B"].status == "failed"
     assert "no parseable" in (results["exploratory.errors.B"].error or "")
     assert results["hypothesis.H3"].status == "ok"  # A vs E is untouched
-    # a singular model: every trial of every arm has the same accuracy
+    # a zero-variance outcome (every trial of every arm has the same accuracy): the model's
+    # precheck refuses it (a failed result, not a singular fit; see the next test for that)
     flat = ds.trials.copy()
     flat["accuracy"] = 0.5
     same = type(ds)(flat, ds.items, ds.arms, ds.given_up, ds.scores_sha256)
@@ -242,3 +243,61 @@ def test_decision_rules_keep_the_preregistered_family_and_direction(study: Path)
     m1 = next(r for r in run_analyses(ds, wrong) if r.id == "hypothesis.M1")
     assert m1.values is not None and m1.values["estimate"] < 0
     assert m1.verdict == "not supported"
+
+
+def _singular_dataset(ds: Any) -> Any:
+    """Every stimulus has the same mean in every arm: the between-stimulus variance is 0."""
+    trials = ds.trials.copy()
+    base = {"A": 0.9, "B": 0.5, "C": 0.7, "D": 0.6, "E": 0.85}
+    tumbling = ~trials["control"]
+    trials.loc[tumbling, "excluded"] = False
+    trials.loc[tumbling, "accuracy"] = [
+        base[arm] + (0.05 if rep % 2 else -0.05)
+        for arm, rep in zip(trials.loc[tumbling, "arm"], trials.loc[tumbling, "rep"], strict=True)
+    ]
+    return type(ds)(trials, ds.items, ds.arms, ds.given_up, ds.scores_sha256)
+
+
+def test_a_really_singular_model_is_flagged_beside_every_model_verdict(
+    study: Path, tmp_path: Path
+) -> None:
+    from rich.console import Console
+
+    from analysis.analyze import MODEL_CAUTION
+    from analysis.report import Report, render_html, render_terminal
+
+    score_study(study, study_key())
+    unblind_study(study, study_key())
+    with Ledger.open(study / "ledger.db", readonly=True) as log:
+        plan = protocol_event(log).body  # type: ignore[union-attr]
+        ds = load_dataset(log)
+    flat = _singular_dataset(ds)
+    per_stimulus = flat.trials[~flat.trials["control"]].groupby(["arm", "stimulus"])["accuracy"]
+    assert per_stimulus.mean().groupby("arm").nunique().eq(1).all()  # no stimulus effect at all
+    results = {r.id: r for r in run_analyses(flat, plan)}
+    model = results["model.lmm"]
+    assert model.status == "ok", model.error  # fitted, not refused by a precheck
+    assert model.values is not None and model.values["singular"] is True
+    assert model.values["group_variance"] <= 1e-6 * float(flat.trials["accuracy"].var())
+    assert model.values["caution"] == MODEL_CAUTION
+    assert model.values["group_variance_ci_lower"] is None  # no log-scale CI at the boundary
+    lmm = [r for r in results.values() if r.hypothesis and r.test == "lmm"]
+    assert len(lmm) == 4
+    for r in lmm:
+        assert r.status == "ok" and r.values is not None, r.error
+        assert r.values["singular_fit"] is True and r.values["caution"] == MODEL_CAUTION
+    assert "caution" not in (results["hypothesis.H3"].values or {})  # equivalence: no model
+    # the caution is shown beside each model verdict: terminal and HTML verdict tables
+    from verify import verify_ledger_file
+
+    path = study / "ledger.db"
+    report = Report(study, path, tmp_path, tmp_path / "r.html", plan,
+                    [r.as_dict() for r in results.values()], [], [], verify_ledger_file(path))
+    console = Console(record=True, width=250)
+    render_terminal(report, console)
+    text = console.export_text()
+    verdict_table = text.split("Descriptive:")[0]
+    assert verdict_table.count("caution:") == 4
+    html = render_html(report)
+    verdicts_html = html.split("<h2>Verdicts")[1].split("<h2>")[0]
+    assert verdicts_html.count("caution:") == 4

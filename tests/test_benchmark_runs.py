@@ -27,6 +27,10 @@ def test_bench_analysis_quick_runs_the_whole_plan() -> None:
     )
     assert "full analysis: 25 results" in result.stdout, result.stdout
     assert "failed: none" in result.stdout, result.stdout
+    assert "mixed model: singular False" in result.stdout, result.stdout
+    for label in ("tracemalloc peak", "vectorized bootstrap_diff", "pandas per-iteration loop",
+                  "EXTRAPOLATED", "ratio pandas / vectorized"):
+        assert label in result.stdout, result.stdout
 
 
 def test_bench_verify_quick_runs_and_reports_every_share(tmp_path: Path) -> None:

@@ -222,13 +222,31 @@ def test_cli_report(studies: dict[str, Path], tmp_path: Path) -> None:
 # ------------------------------------------------------------------ headless browser
 
 
-def _screenshot(chromium: str, page: Path, out: Path, profile: Path) -> None:
-    cmd = [chromium, "--headless=new", "--no-sandbox", "--disable-gpu",
-           f"--user-data-dir={profile}", f"--screenshot={out}", "--window-size=1280,4000",
+_CHROMIUM_FLAGS = ("--headless=new", "--no-sandbox", "--disable-gpu",
+                   "--disable-background-networking", "--disable-extensions",
+                   "--no-first-run", "--enable-logging=stderr", "--v=0")
+
+#: Lines chromium writes to stderr (``--enable-logging=stderr``) for a script error, any
+#: console message (the report has no script, so any is unexpected: chromium logs
+#: console.error as ``INFO:CONSOLE:<line>]`` without its level) or a resource it refused.
+_PAGE_ERRORS = re.compile(r"Uncaught|:CONSOLE[:(]|net::ERR_|Failed to load|"
+                          r"Not allowed to load local resource")
+
+
+def _chromium(chromium: str, page: Path, profile: Path, *extra: str) -> str:
+    """Run headless chromium on ``page``; fail on a non-zero exit or any page error line."""
+    cmd = [chromium, *_CHROMIUM_FLAGS, f"--user-data-dir={profile}", *extra,
            page.resolve().as_uri()]  # fmt: skip
     proc = subprocess.run(cmd, capture_output=True, text=True, timeout=180)
     assert proc.returncode == 0, proc.stderr[-3000:]
-    assert out.is_file() and out.stat().st_size > 0, proc.stderr[-3000:]
+    errors = [line for line in proc.stderr.splitlines() if _PAGE_ERRORS.search(line)]
+    assert errors == [], "\n".join(errors)
+    return proc.stdout
+
+
+def _screenshot(chromium: str, page: Path, out: Path, profile: Path) -> None:
+    _chromium(chromium, page, profile, f"--screenshot={out}", "--window-size=1280,4000")
+    assert out.is_file() and out.stat().st_size > 0
 
 
 def _coloured_pixels(path: Path) -> int:
@@ -254,3 +272,12 @@ def test_browser_renders_the_figures(built: Path, tmp_path: Path) -> None:
     coloured, baseline = _coloured_pixels(with_figures), _coloured_pixels(without)
     shutil.copy(with_figures, built.parent / "screenshot.png")  # for a human to look at
     assert coloured > 3 * baseline + 50_000, (coloured, baseline)
+    # the loaded DOM: every figure is an <img> with an embedded PNG data: URL, nothing external
+    dom = _chromium(chromium, page, tmp_path / "profile3", "--dump-dom")
+    images = re.findall(r"<img\b[^>]*>", dom)
+    sources = [re.search(r'src="([^"]*)"', tag) for tag in images]
+    expected = len(re.findall(r"<img\b", page.read_text(encoding="utf-8")))
+    assert expected >= 5 and len(images) == expected, (len(images), expected)
+    assert all(m is not None and m.group(1).startswith("data:image/png;base64,iVBORw0KGgo")
+               for m in sources)
+    assert "</html>" in dom and "Verdicts of the pre-registered hypotheses" in dom

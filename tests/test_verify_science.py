@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import math
 import random
 import re
 import shutil
@@ -389,6 +390,12 @@ def test_mixed_model_matches_the_statsmodels_formula_fit() -> None:
     estimates = [e["estimate"] for e in fit["fixed_effects"]]
     assert estimates == pytest.approx(list(ref.fe_params), rel=1e-4)
     assert fit["group_variance"] == pytest.approx(float(ref.cov_re.iloc[0, 0]), rel=1e-3)
+    # log-scale Wald CIs: positive, containing the estimate, symmetric on the log scale
+    for name in ("group_variance", "residual_variance"):
+        lower, upper = fit[f"{name}_ci_lower"], fit[f"{name}_ci_upper"]
+        assert 0 < lower < fit[name] < upper
+        assert math.sqrt(lower * upper) == pytest.approx(fit[name], rel=1e-9)
+    assert fit["variance_ci_method"] == "wald-log-observed-reml" and not fit["singular"]
     c = st.contrast(fit, "B", "C")
     assert c["estimate"] == pytest.approx(ref.fe_params.iloc[1] - ref.fe_params.iloc[2], rel=1e-4)
     one = st.contrast(fit, "A", "B", "one-sided")

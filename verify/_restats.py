@@ -258,6 +258,108 @@ def bootstrap_clustered(
     }
 
 
+def _reml_by_groups(
+    y: Floats, exog: Floats, grp: NDArray[Any]
+) -> Any:
+    """``l_R(σ²_g, σ²_e)`` up to a constant, from per-group sums (Sherman–Morrison).
+
+    With ``V_j = σ²_e·I + σ²_g·J``: ``|V_j| = σ²_e^(n_j−1)·(σ²_e + n_j·σ²_g)`` and
+    ``V_j⁻¹ = (I − c_j·J)/σ²_e`` with ``c_j = σ²_g/(σ²_e + n_j·σ²_g)``. The outcome is centred
+    first (REML is invariant to adding ``X·b``, the model has an intercept) to limit cancellation.
+    """
+    yc = y - float(np.mean(y))
+    stats_by_group = []
+    for label in sorted(set(grp.tolist())):
+        rows = grp == label
+        xj, yj = exog[rows], yc[rows]
+        sj = xj.sum(axis=0)
+        stats_by_group.append(
+            (float(rows.sum()), xj.T @ xj, sj, xj.T @ yj, float(yj.sum()), float(yj @ yj))
+        )
+
+    def loglik(g: float, e: float) -> float:
+        k = exog.shape[1]
+        xvx = np.zeros((k, k))
+        xvy = np.zeros(k)
+        yvy = 0.0
+        logdet = 0.0
+        for nj, xtx, sj, xty, tj, yy in stats_by_group:
+            c = g / (e + nj * g)
+            xvx += (xtx - c * np.outer(sj, sj)) / e
+            xvy += (xty - c * sj * tj) / e
+            yvy += (yy - c * tj * tj) / e
+            logdet += (nj - 1.0) * math.log(e) + math.log(e + nj * g)
+        b = np.linalg.solve(xvx, xvy)
+        quad = yvy - float(xvy @ b)
+        return -0.5 * (logdet + float(np.linalg.slogdet(xvx)[1]) + quad)
+
+    return loglik
+
+
+def variance_cis(
+    y: Floats, exog: Floats, grp: NDArray[Any], group_var: float, resid_var: float
+) -> tuple[float, float, float, float]:
+    """95% Wald CIs on the log scale for (σ²_g, σ²_e): numerical Hessian of the REML likelihood.
+
+    Central differences with step ``h = 1e-3`` in ``(log σ²_g, log σ²_e)``; NaN when either
+    variance is not positive or the information is not positive definite.
+    """
+    bad = (math.nan, math.nan, math.nan, math.nan)
+    if not (group_var > 0 and resid_var > 0):
+        return bad
+    by_variance = _reml_by_groups(y, exog, grp)
+
+    def loglik(phi: Floats) -> float:
+        return float(by_variance(math.exp(float(phi[0])), math.exp(float(phi[1]))))
+
+    phi = np.log(np.array([group_var, resid_var]))
+    h = 1e-3
+    f0 = loglik(phi)
+    hess = np.empty((2, 2))
+    steps = np.eye(2) * h
+    try:
+        for i in range(2):
+            hess[i, i] = (loglik(phi + steps[i]) - 2 * f0 + loglik(phi - steps[i])) / h**2
+        hess[0, 1] = hess[1, 0] = (
+            loglik(phi + steps[0] + steps[1]) - loglik(phi + steps[0] - steps[1])
+            - loglik(phi - steps[0] + steps[1]) + loglik(phi - steps[0] - steps[1])
+        ) / (4 * h**2)
+        info = -hess
+        if not np.all(np.isfinite(info)) or info[0, 0] <= 0 or np.linalg.det(info) <= 0:
+            return bad
+        cov = np.linalg.inv(info)
+    except (np.linalg.LinAlgError, ValueError, ZeroDivisionError):
+        return bad
+    z = float(sps.norm.ppf(0.975))
+    sg, se = math.sqrt(cov[0, 0]), math.sqrt(cov[1, 1])
+    return (
+        group_var * math.exp(-z * sg),
+        group_var * math.exp(z * sg),
+        resid_var * math.exp(-z * se),
+        resid_var * math.exp(z * se),
+    )
+
+
+def _zero_group_variance_fits_as_well(
+    y: Floats, exog: Floats, grp: NDArray[Any], group_var: float, resid_var: float
+) -> bool:
+    """The boundary test: l_R(0, RSS/(n − p)) >= l_R(σ̂²_g, σ̂²_e) (relative slack 1e-9)."""
+    if group_var <= 0 or resid_var <= 0:
+        return True
+    loglik = _reml_by_groups(y, exog, grp)
+    try:
+        with np.errstate(all="ignore"):
+            fitted = np.linalg.lstsq(exog, y, rcond=None)[0]
+            resid = y - exog @ fitted
+            ols_var = float(resid @ resid) / (y.size - exog.shape[1])
+            zero, fit = loglik(0.0, ols_var), loglik(group_var, resid_var)
+    except (np.linalg.LinAlgError, ValueError, ZeroDivisionError):
+        return False
+    if not (math.isfinite(zero) and math.isfinite(fit)):
+        return False
+    return bool(zero >= fit - 1e-9 * max(1.0, abs(fit)))
+
+
 def mixed_model(
     y: Any, arms: Sequence[str], groups: Sequence[str], reference: str
 ) -> dict[str, Any]:
@@ -302,7 +404,8 @@ def mixed_model(
         or resid_var <= 1e-6 * total_var
         or not np.all(np.isfinite(cov))
         or not np.all(np.isfinite(se))
-        or any("boundary" in m or "singular" in m.lower() for m in caught)
+        or any("singular" in m.lower() or "not positive definite" in m for m in caught)
+        or _zero_group_variance_fits_as_well(ya, exog, grp, group_var, resid_var)
     )
     effects = []
     for name, b, s in zip(names, fe, se, strict=True):
@@ -319,6 +422,10 @@ def mixed_model(
             }
         )
     total = group_var + resid_var
+    cis = (math.nan,) * 4
+    if not singular:
+        with np.errstate(all="ignore"):
+            cis = variance_cis(ya, exog, grp, group_var, resid_var)
     return {
         "arms": [reference, *others],
         "n_obs": int(ya.size),
@@ -332,6 +439,11 @@ def mixed_model(
         "converged": converged,
         "singular": bool(singular),
         "warnings": caught,
+        "group_variance_ci_lower": num(cis[0]),
+        "group_variance_ci_upper": num(cis[1]),
+        "residual_variance_ci_lower": num(cis[2]),
+        "residual_variance_ci_upper": num(cis[3]),
+        "variance_ci_method": "wald-log-observed-reml",
         "_fe": fe,
         "_cov": cov,
     }

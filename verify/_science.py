@@ -436,13 +436,31 @@ def _descriptive(ds: _Dataset) -> list[_Result]:
         return values
 
     def cells() -> dict[str, Any]:
-        groups: dict[tuple[str, str], list[bool]] = {}
+        correct: dict[tuple[str, str], list[bool]] = {}
         for i in items:
-            groups.setdefault((str(i["arm"]), str(i["stimulus"])), []).append(bool(i["correct"]))
-        return {
-            f"{arm}|{stim}": {"arm": arm, "stimulus": stim, **st.wilson(sum(c), len(c))}
-            for (arm, stim), c in sorted(groups.items())
-        }
+            correct.setdefault((str(i["arm"]), str(i["stimulus"])), []).append(bool(i["correct"]))
+        trials: dict[tuple[str, str], list[dict[str, Any]]] = {}
+        for t in ds.trials:
+            if not t["control"]:
+                trials.setdefault((str(t["arm"]), str(t["stimulus"])), []).append(t)
+        out: dict[str, Any] = {}
+        for (arm, stim), ts in sorted(trials.items()):
+            c = correct.get((arm, stim), [])
+            cell: dict[str, Any] = {"arm": arm, "stimulus": stim}
+            if c:
+                cell.update(st.wilson(sum(c), len(c)))
+            else:
+                cell.update(successes=0, n=0, conf=0.95, estimate=None, lower=None, upper=None)
+                cell["note"] = None  # text not compared
+            counts: dict[str, int] = {}
+            for t in ts:
+                counts[t["status"]] = counts.get(t["status"], 0) + 1
+            cell["trials_scored"] = len(ts)
+            cell["status"] = dict(sorted(counts.items()))
+            cell["excluded"] = sum(1 for t in ts if t["excluded"])
+            cell["parse_rate"] = (counts.get("ok", 0) + counts.get("partial", 0)) / len(ts)
+            out[f"{arm}|{stim}"] = cell
+        return out
 
     def control() -> dict[str, Any]:
         values: dict[str, Any] = {}
@@ -566,7 +584,10 @@ def _hypotheses(ds: _Dataset, plan: dict[str, Any], fit: dict[str, Any] | None) 
                 if fit is None:
                     raise st.StatError("the mixed model could not be fitted")
                 c = st.contrast(fit, a, b, sides)
-                return {**c, "singular_fit": fit["singular"], "p_raw": c["p"]}
+                out = {**c, "singular_fit": fit["singular"], "p_raw": c["p"]}
+                if fit["singular"] or not fit["converged"]:
+                    out["caution"] = None  # text not compared
+                return out
             if test == "equivalence":
                 return _equivalence(ds, a, b, h["margin_pp"] / 100)
             if test == "paired-t":
