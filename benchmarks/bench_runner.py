@@ -8,8 +8,10 @@ threads do not share this process's GIL. For each server latency and each concur
 same run, this measures:
 
   * plain: the trials' exact request bodies (:class:`runner.request.RequestBuilder`) sent with
-    :meth:`runner.backends.AnthropicBackend.send` (``anthropic.AsyncAnthropic``,
-    ``max_retries=0``) by a pool of ``concurrency`` asyncio workers, with no ledger at all;
+    plain ``anthropic.AsyncAnthropic(max_retries=0).messages.create(...)``, one task per
+    trial, at most ``concurrency`` at once (an ``asyncio.Semaphore``): no ledger and none of
+    this project's code on the request path (``max_retries=0`` as in the runner, which does its
+    own retries; the fake server injects no faults, so none happen either way);
   * runner: :func:`runner.execute.run_study` with the ``anthropic`` backend on a fresh copy of a
     locked, never-run study (every trial appends ``trial.requested`` and ``trial.responded``,
     each a signed, durable SQLite transaction);
@@ -37,11 +39,12 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections import deque
 from collections.abc import Callable, Iterator
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
+
+import anthropic
 
 from ledger import Ledger, SigningKey
 from runner.backends import AnthropicBackend
@@ -155,25 +158,31 @@ def request_bodies(study_root: Path, trials: int) -> list[dict[str, Any]]:
     return [builder.body(trial) for trial in pending]
 
 
-async def _plain(backend: AnthropicBackend, bodies: list[dict[str, Any]], conc: int) -> float:
-    queue = deque(bodies)
+async def _plain(base_url: str, bodies: list[dict[str, Any]], conc: int) -> float:
+    client = anthropic.AsyncAnthropic(api_key="test", base_url=base_url, max_retries=0)
+    gate = asyncio.Semaphore(conc)
 
-    async def worker() -> None:
-        while queue:
-            await backend.send(queue.popleft(), seed="")
+    async def call(body: dict[str, Any]) -> None:
+        # anthropic 2.x no longer names ``temperature``: it travels in extra_body, so the JSON
+        # sent is the same as the runner's
+        named = {k: body[k] for k in ("model", "max_tokens", "messages")}
+        extra = {k: v for k, v in body.items() if k not in named}
+        async with gate:
+            message = await client.messages.create(**named, extra_body=extra or None)
+        if message.type != "message":
+            raise RuntimeError(f"plain call answered {message.type!r}")
 
     start = time.perf_counter()
     try:
-        await asyncio.gather(*(worker() for _ in range(min(conc, len(bodies)))))
+        await asyncio.gather(*(call(body) for body in bodies))
     finally:
-        await backend.aclose()
+        await client.close()
     return time.perf_counter() - start
 
 
 def plain_rate(base_url: str, bodies: list[dict[str, Any]], concurrency: int) -> float:
-    """Trials per second of plain SDK calls, no ledger."""
-    backend = AnthropicBackend(api_key="test", base_url=base_url)
-    elapsed = asyncio.run(_plain(backend, bodies, concurrency))
+    """Trials per second of plain ``AsyncAnthropic().messages.create`` calls, no ledger."""
+    elapsed = asyncio.run(_plain(base_url, bodies, concurrency))
     return len(bodies) / elapsed
 
 

@@ -784,7 +784,12 @@ class _RunDisplay:
 @click.option("--concurrency", type=click.IntRange(1, 1024), default=8, show_default=True)
 @click.option("--max-trials", type=click.IntRange(min=1), default=None, help="Stop after N trials.")
 @click.option("--until", default=None, help="Start no trial after this time or duration (8h).")
-@click.option("--budget-usd", type=click.FloatRange(min=0), default=None, help="Cost cap in USD.")
+@click.option(
+    "--budget-usd",
+    type=click.FloatRange(min=0),
+    default=None,
+    help="Cost cap in USD for the whole study: what earlier sessions spent counts against it.",
+)
 @click.option("--max-attempts", type=click.IntRange(1, 100), default=5, show_default=True)
 @click.option(
     "--poll-interval",
@@ -812,6 +817,7 @@ def run_cmd(
     Each attempt is recorded before it is sent and its response or error right after;
     a restart continues where the last session stopped. Rate limits and server errors are
     retried with back-off; 400/401/403 stop the run with the server's message.
+    --budget-usd caps the study's total spend across sessions, not each session's.
 
     \b
     Example:

@@ -190,6 +190,15 @@ class AnthropicBackend:
             max_retries=0,
             timeout=timeout,
         )
+        self.base_url = str(self.client.base_url).rstrip("/")
+
+    def unreachable(self, exc: Exception) -> str:
+        """Explain a failed connection: the URL tried, the SDK's words, and what to check."""
+        return (
+            f"cannot reach the Messages API at {self.base_url} ({exc}); check that the URL is "
+            "right (--base-url, else ANTHROPIC_BASE_URL, else the SDK's default), that the "
+            "server is up, and the network or proxy"
+        )
 
     def wire_body(self, body: dict[str, Any]) -> dict[str, Any]:
         """Messages requests are sent as they are."""
@@ -210,7 +219,7 @@ class AnthropicBackend:
             raise BackendError("timeout", f"request timed out: {exc}", retryable=True) from None
         except anthropic.APIConnectionError as exc:
             raise BackendError(
-                "connection_error", f"connection failed: {exc}", retryable=True
+                "connection_error", f"connection to {self.base_url} failed: {exc}", retryable=True
             ) from None
         except anthropic.APIResponseValidationError as exc:
             raise BackendError(
@@ -225,8 +234,8 @@ class AnthropicBackend:
             result = await self.client.messages.count_tokens(**params)
         except anthropic.APIStatusError as exc:
             raise error_from_status(exc) from None
-        except anthropic.APIConnectionError as exc:
-            raise BackendError("connection_error", str(exc), retryable=True) from None
+        except anthropic.APIConnectionError as exc:  # a timeout too
+            raise BackendError("connection_error", self.unreachable(exc), retryable=True) from None
         return int(result.input_tokens)
 
     async def aclose(self) -> None:

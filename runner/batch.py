@@ -43,7 +43,7 @@ class AnthropicBatchBackend(AnthropicBackend):
         except anthropic.APIStatusError as exc:
             raise error_from_status(exc) from None
         except anthropic.APIConnectionError as exc:
-            raise BackendError("connection_error", str(exc), retryable=True) from None
+            raise BackendError("connection_error", self.unreachable(exc), retryable=True) from None
         return str(batch.id)
 
     async def status(self, batch_id: str) -> tuple[str, dict[str, int], str | None]:
@@ -53,7 +53,7 @@ class AnthropicBatchBackend(AnthropicBackend):
         except anthropic.APIStatusError as exc:
             raise error_from_status(exc) from None
         except anthropic.APIConnectionError as exc:
-            raise BackendError("connection_error", str(exc), retryable=True) from None
+            raise BackendError("connection_error", self.unreachable(exc), retryable=True) from None
         counts = batch.request_counts.model_dump() if batch.request_counts else {}
         return str(batch.processing_status), counts, batch.results_url
 

@@ -9,12 +9,14 @@ The rules (``docs/trials.md``):
   ``trial.failed`` of type ``interrupted`` and attempted again with the next attempt number.
 - 429, 529, 5xx, timeouts, dropped connections and malformed bodies are retried with
   exponential back-off and jitter, honouring ``retry-after``; 429/529 halve the concurrency,
-  which then climbs back one step per window of successes. After ``max_attempts`` failed
-  attempts a trial is given up (``final: true``). Any other status (400, 401, 403, 404, ...)
-  stops the run with the server's message; the trial stays pending.
-- ``--budget-usd``: before each request the most it could cost (its input tokens and
-  ``max_tokens`` of output) is reserved; a request that could push the total over the budget is
-  not sent and the run stops.
+  which then climbs back one step per window of successes. A retry waits for a slot under the
+  current limit, so a lowered limit also holds back trials that were already in flight.
+  After ``max_attempts`` failed attempts a trial is given up (``final: true``). Any other
+  status (400, 401, 403, 404, ...) stops the run with the server's message; the trial stays pending.
+- ``--budget-usd`` caps the study's spend, across sessions: what earlier sessions spent (the
+  ``cost_usd`` of the recorded responses) counts against it. Before each request the most it
+  could cost (its input tokens and ``max_tokens`` of output) is reserved; a request that could
+  push the total over the budget is not sent and the run stops.
 - Ctrl-C (SIGINT) or SIGTERM: no new request starts, requests in flight finish; a second Ctrl-C
   cancels them and records them as interrupted. Then ``run.stopped`` and a signed checkpoint.
 - One runner per study: an exclusive ``flock`` on ``STUDY/.ledger-run.lock``.
@@ -143,6 +145,23 @@ class AdaptiveLimit:
         async with self._cond:
             self.active -= 1
             self._cond.notify_all()
+
+    async def requeue(self) -> None:
+        """Before a retry: wait for a slot under the current (perhaps lowered) limit.
+
+        If more are in flight than the limit allows, this slot is given back first, so a retry
+        obeys the limit like a new trial. Cancelled while waiting, the slot is taken back
+        anyway, so the caller's :meth:`release` stays balanced.
+        """
+        async with self._cond:
+            if self.active <= self.limit:
+                return
+            self.active -= 1
+            self._cond.notify_all()
+            try:
+                await self._cond.wait_for(lambda: self.active < self.limit)
+            finally:
+                self.active += 1
 
     def overloaded(self) -> None:
         """The API said 429 or 529: halve the limit."""
@@ -284,6 +303,7 @@ class Runner:
         self.session = 0
         self.state: StudyState | None = None
         self.final = 0
+        self.spent_before = 0.0  # cost recorded by earlier sessions; counts against the budget
         self.writer: GroupWriter | None = None
         self.transport_streak = 0  # attempts in a row, across trials, with no HTTP response
 
@@ -307,6 +327,7 @@ class Runner:
                 "(runner/pricing.py lists the known models), so the budget cannot be enforced"
             )
         pending = state.pending()
+        self.spent_before = state.cost_usd
         started = self.log.append(
             "run.started",
             {
@@ -320,6 +341,8 @@ class Runner:
                 "concurrency": self.options.concurrency,
                 "max_attempts": self.options.max_attempts,
                 "budget_usd": self.options.budget_usd,
+                # priced backends only (a simulated run's events stay as they were)
+                **({"cost_usd_before": round(state.cost_usd, 8)} if self._priced() else {}),
             },
             key=self.key,
         )
@@ -453,11 +476,13 @@ class Runner:
                 self.sizes[trial.stimulus] = (w, h)
             tokens = estimate_input_tokens(wire, *self.sizes[trial.stimulus])
         worst = max_cost_usd(self.model, tokens, self.max_tokens, batch=self.batch)
-        if self.counters.cost_usd + self.counters.reserved_usd + worst > self.options.budget_usd:
+        c = self.counters
+        if self.spent_before + c.cost_usd + c.reserved_usd + worst > self.options.budget_usd:
             self.request_stop(
                 f"budget: the next request could cost up to ${worst:.4f}, which with "
-                f"${self.counters.cost_usd:.4f} spent and ${self.counters.reserved_usd:.4f} in "
-                f"flight would exceed --budget-usd {self.options.budget_usd}"
+                f"${self.spent_before:.4f} spent by earlier sessions, ${c.cost_usd:.4f} by this "
+                f"one and ${c.reserved_usd:.4f} in flight would exceed --budget-usd "
+                f"{self.options.budget_usd} (the budget covers the whole study)"
             )
             return None
         self.counters.reserved_usd += worst
@@ -533,6 +558,7 @@ class Runner:
                 self.counters.retries += 1
                 self._tick()
                 await asyncio.sleep(self._backoff(record.failures, error))
+                await limit.requeue()  # a lowered limit applies to retries in flight too
                 continue
             except asyncio.CancelledError:
                 self.counters.reserved_usd -= reserved

@@ -52,14 +52,15 @@ Faults, thread-safe, checked after authentication and validation:
 
 Kinds: ``"429"`` (``rate_limit_error`` with a ``retry-after`` header, in seconds), ``"529"``
 (``overloaded_error``), ``"500"`` (``api_error``), ``"400"`` (``invalid_request_error``),
-``"401"`` (``authentication_error``), ``"slow"`` (wait ``seconds`` then answer normally),
-``"drop"`` (close the socket without any response), ``"malformed"`` (200,
-``application/json``, a body that is not JSON).
+``"401"`` (``authentication_error``), ``"403"`` (``permission_error``), ``"slow"`` (wait
+``seconds`` then answer normally), ``"drop"`` (close the socket without any response),
+``"malformed"`` (200, ``application/json``, a body that is not JSON).
 
 What anthropic 2.12 raises for them (``max_retries=0``): ``RateLimitError`` (``retry-after`` in
 ``exc.response.headers``), ``OverloadedError`` (an ``InternalServerError``, status 529),
-``InternalServerError``, ``BadRequestError``, ``AuthenticationError``, ``APITimeoutError`` (slow,
-with a shorter client timeout), ``APIConnectionError`` (drop) and, for malformed, a bare
+``InternalServerError``, ``BadRequestError``, ``AuthenticationError``,
+``PermissionDeniedError``, ``APITimeoutError`` (slow, with a shorter client timeout),
+``APIConnectionError`` (drop) and, for malformed, a bare
 ``json.JSONDecodeError`` (a ``ValueError``, *not* an ``anthropic.APIError``).
 
 ``latency_ms`` delays every answer (errors included) in the handler thread; the server is a
@@ -127,7 +128,7 @@ from typing import Any, NamedTuple
 Responder = Callable[[dict[str, Any]], "str | dict[str, Any]"]
 """Turns a request body into the assistant text, or into a whole Message object."""
 
-FAULT_KINDS = ("429", "529", "500", "400", "401", "slow", "drop", "malformed")
+FAULT_KINDS = ("429", "529", "500", "400", "401", "403", "slow", "drop", "malformed")
 """Every fault kind :meth:`FakeMessagesServer.inject` accepts."""
 
 ROUTES = (
@@ -150,6 +151,11 @@ _STATUS_ERRORS: dict[str, tuple[int, str, str]] = {
     "500": (500, "api_error", "Internal server error"),
     "400": (400, "invalid_request_error", "Injected invalid request."),
     "401": (401, "authentication_error", "invalid x-api-key"),
+    "403": (
+        403,
+        "permission_error",
+        "Your API key does not have permission to use the specified resource.",
+    ),
 }
 _CUSTOM_ID = re.compile(r"^[a-zA-Z0-9_-]{1,64}$")
 _BATCH_PATH = re.compile(r"^/v1/messages/batches/([^/]+)(/results|/cancel)?$")

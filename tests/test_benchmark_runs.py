@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+import importlib.util
 import subprocess
 import sys
 from pathlib import Path
+
+import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -53,3 +56,36 @@ def test_bench_runner_quick_compares_runner_and_plain_calls() -> None:
         assert label in result.stdout, result.stdout
     rows = [line.split() for line in result.stdout.splitlines() if line.strip().startswith("0ms")]
     assert [row[1] for row in rows] == ["1", "8"], result.stdout
+
+
+def test_bench_runner_plain_baseline_is_plain_sdk_calls(
+    tmp_path: Path, ledger_home: Path, study_template: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The baseline sends the same bodies with ``AsyncAnthropic().messages.create`` only."""
+    from fake_messages import FakeMessagesServer, canonical_sha256
+    from helpers import make_study
+
+    from runner.backends import AnthropicBackend
+
+    spec = importlib.util.spec_from_file_location(
+        "bench_runner", ROOT / "benchmarks" / "bench_runner.py"
+    )
+    assert spec is not None and spec.loader is not None
+    bench = importlib.util.module_from_spec(spec)
+    monkeypatch.setitem(sys.modules, "bench_runner", bench)  # its dataclasses look it up
+    spec.loader.exec_module(bench)
+
+    def not_plain(*args: object, **kwargs: object) -> None:
+        raise AssertionError("the plain baseline went through the project's backend")
+
+    monkeypatch.setattr(AnthropicBackend, "send", not_plain)
+    monkeypatch.setattr(AnthropicBackend, "__init__", not_plain)
+    study = make_study(tmp_path / "study", replicates=1, template=study_template)
+    bodies = bench.request_bodies(study, 12)
+    with FakeMessagesServer(latency_ms=30) as server:
+        rate = bench.plain_rate(server.base_url, bodies, 4)
+        assert rate > 0
+        assert sorted(a.sha256 for a in server.answered) == sorted(
+            canonical_sha256(b) for b in bodies
+        )  # the same bodies, each sent once
+        assert 2 <= server.max_in_flight <= 4  # bounded by the concurrency, and concurrent

@@ -178,6 +178,7 @@ STATUS_FAULTS = [
     ("500", anthropic.InternalServerError, 500, "api_error"),
     ("400", anthropic.BadRequestError, 400, "invalid_request_error"),
     ("401", anthropic.AuthenticationError, 401, "authentication_error"),
+    ("403", anthropic.PermissionDeniedError, 403, "permission_error"),
 ]
 
 

@@ -276,3 +276,107 @@ def test_replay_backend_reissues_recorded_responses(
     original = sorted(blob(study, e.blobs["response"]) for e in events(study, "trial.responded"))
     replayed = sorted(blob(copy, e.blobs["response"]) for e in events(copy, "trial.responded"))
     assert original == replayed
+
+
+def test_overload_lowers_concurrency_then_it_climbs_back(
+    study: Path, ledger_home: Path
+) -> None:
+    # starts at 8 (1 could not show a drop); the first 8 requests are answered 529, then the
+    # API is healthy. The limit is read from the progress counters after every outcome, and the
+    # server samples how many requests it holds whenever it answers one.
+    limits: list[int] = []
+    held: list[int] = []
+
+    def progress(counters: Any, final: int, total: int) -> None:
+        limits.append(counters.concurrency)
+
+    with FakeMessagesServer(latency_ms=20) as fake:
+
+        def responder(body: dict[str, Any]) -> str:
+            held.append(fake._in_flight)
+            return "{}"
+
+        fake.responder = responder
+        fake.inject("529", count=8)
+        result = run_study(
+            study, study_key(), backend(fake), RunOptions(concurrency=8, **FAST), progress
+        )
+        peak = fake.max_in_flight
+    assert result.reason == "complete" and result.counters.responded == 35
+    assert len(events(study, "trial.failed")) == 8
+    assert limits[0] == 8 and peak == 8  # really ran 8 at once before the overload
+    low = min(limits)
+    assert low < 8, limits  # the 529s lowered the limit ...
+    after_low = limits[limits.index(low):]
+    assert max(after_low) > low, limits  # ... and successes raised it again
+    assert limits[-1] >= 4, limits
+    # in flight at the server followed the limit, retries included: the first answers after
+    # the overload came one at a time (the 8 failed trials did not all resend at once), and
+    # later ones in parallel again
+    assert held[0] == 1 and max(held[:3]) <= 2, held
+    assert max(held[len(held) // 2 :]) >= 4, held
+
+
+def test_403_stops_the_run_with_a_clear_message(study: Path, server: FakeMessagesServer) -> None:
+    server.inject("403", count=100)
+    result = CliRunner().invoke(
+        main,
+        ["run", str(study), "--base-url", server.base_url, "--concurrency", "1"],
+        env={"ANTHROPIC_API_KEY": "test"},
+    )
+    assert result.exit_code == 1
+    assert "403 permission_error" in result.output and "nothing was lost" in result.output
+    assert server.count("messages", 403) == 1  # stopped at once, no retry
+    failed = events(study, "trial.failed")
+    assert len(failed) == 1 and not failed[0].body["final"] and not failed[0].body["retryable"]
+    assert failed[0].body["http_status"] == 403
+    stopped = events(study, "run.stopped")[-1]
+    assert stopped.body["reason"].startswith("error: HTTP 403")
+    assert stopped.body["pending"] == 35 and events(study, "trial.responded") == []
+    # once permission is granted the same study resumes and finishes
+    server.clear_faults()
+    again = run_study(study, study_key(), backend(server), RunOptions(concurrency=4, **FAST))
+    assert again.reason == "complete" and again.final == 35
+
+
+def test_estimate_against_an_unreachable_api_names_the_url(study: Path) -> None:
+    url = "http://127.0.0.1:9"  # discard port: nothing listens, the connection is refused
+    est = CliRunner().invoke(
+        main, ["estimate", str(study), "--base-url", url], env={"ANTHROPIC_API_KEY": "test"}
+    )
+    assert est.exit_code == 1
+    assert f"cannot reach the Messages API at {url}" in est.output
+    assert "--base-url" in est.output and "ANTHROPIC_BASE_URL" in est.output
+
+
+def test_budget_covers_the_whole_study_across_sessions(
+    study: Path, server: FakeMessagesServer
+) -> None:
+    first = run_study(
+        study, study_key(), backend(server), RunOptions(concurrency=2, max_trials=15, **FAST)
+    )
+    assert first.counters.responded == 15
+    earlier = sum(e.body["cost_usd"] for e in events(study, "trial.responded"))
+    budget = earlier + 0.045  # room for one request at its worst ($0.0376), not the whole study
+    # a later session with the same --budget-usd may spend only what is left of it
+    second = run_study(
+        study, study_key(), backend(server), RunOptions(concurrency=1, budget_usd=budget, **FAST)
+    )
+    spent = sum(e.body["cost_usd"] for e in events(study, "trial.responded"))
+    assert earlier < spent <= budget  # the study's total, not each session's, stays within it
+    assert second.reason.startswith("budget:")
+    assert f"${earlier:.4f} spent by earlier sessions" in second.reason, second.reason
+    assert second.counters.cost_usd == pytest.approx(spent - earlier)
+    started = events(study, "run.started")[-1]
+    assert started.body["cost_usd_before"] == pytest.approx(earlier)
+    # with the budget already used up, a session sends nothing
+    before = len(server.answered)
+    third = run_study(
+        study, study_key(), backend(server), RunOptions(budget_usd=spent, **FAST)
+    )
+    assert third.reason.startswith("budget:") and len(server.answered) == before
+
+
+def test_run_help_says_the_budget_is_for_the_study() -> None:
+    text = CliRunner().invoke(main, ["run", "--help"]).output
+    assert "whole study" in text and "across sessions" in text
