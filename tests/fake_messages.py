@@ -369,6 +369,9 @@ class FakeMessagesServer:
         self._connections: set[socket.socket] = set()
         self._in_flight = 0
         self.max_in_flight = 0
+        # called with the route as each request arrives, before any latency or fault: a test
+        # can hold requests there (a barrier) to make a concurrency pattern certain, not timed
+        self.on_arrival: Callable[[str], None] | None = None
         """Peak number of requests handled at the same time (shows the server is concurrent)."""
         self._httpd: _HTTPServer | None = None
         self._thread: threading.Thread | None = None
@@ -771,6 +774,8 @@ class _Handler(BaseHTTPRequestHandler):
             self.close_connection = True
             self._error(route, 400, "invalid_request_error", "bad Content-Length")
             return
+        if fake.on_arrival is not None:
+            fake.on_arrival(route)
         fake._sleep(fake.latency_ms / 1000)
         if route == "other":
             self._error(route, 404, "not_found_error", f"Not found: {method} {path}")
