@@ -13,6 +13,7 @@ from __future__ import annotations
 import math
 import warnings
 from collections.abc import Hashable, Mapping, Sequence
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, fields, is_dataclass
 from typing import Any, Literal
 
@@ -61,6 +62,8 @@ __all__ = [
 
 #: Upper bound on the number of index draws held in memory at once by the bootstraps.
 CHUNK_ELEMENTS = 1 << 18
+#: Below this many chunks a bootstrap is drawn and reduced on one thread (no pool to start).
+PIPELINE_MIN_CHUNKS = 4
 
 Sides = Literal["two-sided", "one-sided"]
 
@@ -279,14 +282,34 @@ def _generator(seed: int) -> np.random.Generator:
 
 def _resampled_means(rng: np.random.Generator, values: npt.NDArray[np.float64],
                      iterations: int) -> npt.NDArray[np.float64]:
-    """Means of ``iterations`` resamples; indices drawn as one (iterations, n) C-order block."""
+    """Means of ``iterations`` resamples; indices drawn as one (iterations, n) C-order block.
+
+    The block is drawn in cache-sized chunks of rows, in order, on this thread (so the stream is
+    the documented one). With several chunks, each chunk's gather-and-mean runs on a second
+    thread while the next chunk is drawn: numpy releases the GIL in both, so on two cores the
+    reduction hides behind the draws. At most two chunks are alive at a time.
+    """
     n = values.size
     out = np.empty(iterations, dtype=np.float64)
     rows = max(1, CHUNK_ELEMENTS // n)
-    for start in range(0, iterations, rows):
-        m = min(rows, iterations - start)
-        idx = rng.integers(0, n, size=(m, n))
-        out[start:start + m] = values[idx].mean(axis=1)
+
+    def reduce(start: int, idx: npt.NDArray[np.int64]) -> None:
+        out[start:start + idx.shape[0]] = values[idx].mean(axis=1)
+
+    starts = range(0, iterations, rows)
+    if len(starts) < PIPELINE_MIN_CHUNKS:
+        for start in starts:
+            reduce(start, rng.integers(0, n, size=(min(rows, iterations - start), n)))
+        return out
+    with ThreadPoolExecutor(max_workers=1) as worker:
+        pending: Future[None] | None = None
+        for start in starts:
+            idx = rng.integers(0, n, size=(min(rows, iterations - start), n))
+            if pending is not None:
+                pending.result()
+            pending = worker.submit(reduce, start, idx)
+        assert pending is not None
+        pending.result()
     return out
 
 

@@ -37,6 +37,7 @@ import pandas as pd
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
+from bench_bootstrap import REPEATS as BOOT_REPEATS
 from bench_bootstrap import SEED as BOOT_SEED
 from bench_bootstrap import make_arms, pandas_loop
 
@@ -138,13 +139,17 @@ def dataset(trials: int, seed: int = 1) -> Dataset:
     return Dataset(trial_df, items, tuple(ARMS), (), "0" * 64)
 
 
-def measure(work: Callable[[], T]) -> tuple[T, float, float]:
-    """``(result, seconds, peak MiB)``: a timed pass, then a separate tracemalloc pass."""
-    gc.collect()
-    start = time.perf_counter()
-    result = work()
-    seconds = time.perf_counter() - start
-    del result
+def measure(work: Callable[[], T], repeats: int = 1) -> tuple[T, float, float]:
+    """``(result, seconds, peak MiB)``: timed passes (the median of ``repeats``), then a
+    separate tracemalloc pass."""
+    times = []
+    for _ in range(repeats):
+        gc.collect()
+        start = time.perf_counter()
+        result = work()
+        times.append(time.perf_counter() - start)
+        del result
+    seconds = sorted(times)[len(times) // 2]
     gc.collect()
     tracemalloc.start()
     try:
@@ -183,7 +188,9 @@ def bootstrap_vs_pandas(trials: int, iterations: int, loop: int) -> dict[str, An
     """The vectorized bootstrap beside the per-iteration pandas loop, in this run."""
     x, y = make_arms(trials)
     bootstrap_diff(x[:100], y[:100], 10, BOOT_SEED)  # warm-up (imports, allocator)
-    result, seconds, peak = measure(lambda: bootstrap_diff(x, y, iterations, BOOT_SEED))
+    result, seconds, peak = measure(
+        lambda: bootstrap_diff(x, y, iterations, BOOT_SEED), repeats=BOOT_REPEATS
+    )
     loop_iterations = max(1, min(loop, iterations))
     loop_seconds = pandas_loop(x, y, loop_iterations)
     pandas_seconds = loop_seconds * iterations / loop_iterations
@@ -191,8 +198,8 @@ def bootstrap_vs_pandas(trials: int, iterations: int, loop: int) -> dict[str, An
     print(f"bootstrap: {iterations:,} iterations over {trials:,} trials (two arms), seed "
           f"{BOOT_SEED}: estimate {result.estimate:.4f}, 95% CI {result.lower:.4f} to "
           f"{result.upper:.4f}")  # fmt: skip
-    print(f"  vectorized bootstrap_diff: {seconds:.3f} s, tracemalloc peak {peak:.1f} MiB "
-          "(separate pass)")
+    print(f"  vectorized bootstrap_diff: {seconds:.3f} s (median of {BOOT_REPEATS} runs), "
+          f"tracemalloc peak {peak:.1f} MiB (separate pass)")
     if loop_iterations == iterations:
         print(f"  pandas per-iteration loop: {loop_seconds:.3f} s for all {iterations:,} "
               "iterations (measured, not extrapolated)")
