@@ -175,16 +175,31 @@ def test_simulated_study_reproduces_the_papers_pattern(study: Path) -> None:
         analyze_study(study, study_key())
 
 
-def test_bad_data_gives_failed_results_not_a_crash(study: Path) -> None:
+def _scored(study: Path) -> tuple[dict[str, Any], Any]:
+    """Score and unblind ``study``; return its locked plan and its dataset."""
     score_study(study, study_key())
     unblind_study(study, study_key())
     with Ledger.open(study / "ledger.db", readonly=True) as log:
         plan = protocol_event(log).body  # type: ignore[union-attr]
-        ds = load_dataset(log)
-    # an arm with zero parseable responses
+        return plan, load_dataset(log)
+
+
+def _with_trials(ds: Any, trials: Any) -> Any:
+    """``ds`` with its trial table replaced."""
+    return type(ds)(trials, ds.items, ds.arms, ds.given_up, ds.scores_sha256)
+
+
+def _without(ds: Any, arm: str) -> Any:
+    """``ds`` with every trial of ``arm`` excluded (as if none of them parsed)."""
     trials = ds.trials.copy()
-    trials.loc[trials["arm"] == "B", "excluded"] = True
-    broken = type(ds)(trials, ds.items, ds.arms, ds.given_up, ds.scores_sha256)
+    trials.loc[trials["arm"] == arm, "excluded"] = True
+    return _with_trials(ds, trials)
+
+
+def test_bad_data_gives_failed_results_not_a_crash(study: Path) -> None:
+    plan, ds = _scored(study)
+    # an arm with zero parseable responses
+    broken = _without(ds, "B")
     results = {r.id: r for r in run_analyses(broken, plan)}
     assert results["descriptive.arms"].values["B"]["accuracy"] is None  # type: ignore[index]
     h1 = results["hypothesis.H1"]  # A vs B: B has nothing to analyse
@@ -196,7 +211,7 @@ def test_bad_data_gives_failed_results_not_a_crash(study: Path) -> None:
     # precheck refuses it (a failed result, not a singular fit; see the next test for that)
     flat = ds.trials.copy()
     flat["accuracy"] = 0.5
-    same = type(ds)(flat, ds.items, ds.arms, ds.given_up, ds.scores_sha256)
+    same = _with_trials(ds, flat)
     results = {r.id: r for r in run_analyses(same, plan)}
     assert results["model.lmm"].status == "failed"
     assert "zero variance" in (results["model.lmm"].error or "")
@@ -213,23 +228,15 @@ def test_bad_data_gives_failed_results_not_a_crash(study: Path) -> None:
 def test_decision_rules_keep_the_preregistered_family_and_direction(study: Path) -> None:
     import copy
 
-    score_study(study, study_key())
-    unblind_study(study, study_key())
-    with Ledger.open(study / "ledger.db", readonly=True) as log:
-        plan = protocol_event(log).body  # type: ignore[union-attr]
-        ds = load_dataset(log)
+    plan, ds = _scored(study)
     # a failed member of a Bonferroni family does not shrink the family (H4 E-D, H5 A-D)
-    trials = ds.trials.copy()
-    trials.loc[trials["arm"] == "E", "excluded"] = True
-    no_e = type(ds)(trials, ds.items, ds.arms, ds.given_up, ds.scores_sha256)
+    no_e = _without(ds, "E")
     results = {r.id: r for r in run_analyses(no_e, plan)}
     h5 = results["hypothesis.H5"].values or {}
     assert results["hypothesis.H4"].status == "failed"
     assert h5["family_size"] == 2 and h5["p_adjusted"] == pytest.approx(min(1, 2 * h5["p_raw"]))
     # contrasts not involving the reference arm survive its loss (H2 B-C, H4 E-D)
-    trials = ds.trials.copy()
-    trials.loc[trials["arm"] == "A", "excluded"] = True
-    no_a = type(ds)(trials, ds.items, ds.arms, ds.given_up, ds.scores_sha256)
+    no_a = _without(ds, "A")
     results = {r.id: r for r in run_analyses(no_a, plan)}
     assert results["model.lmm"].status == "ok"
     assert results["hypothesis.H2"].status == "ok" and results["hypothesis.H4"].status == "ok"
@@ -255,7 +262,7 @@ def _singular_dataset(ds: Any) -> Any:
         base[arm] + (0.05 if rep % 2 else -0.05)
         for arm, rep in zip(trials.loc[tumbling, "arm"], trials.loc[tumbling, "rep"], strict=True)
     ]
-    return type(ds)(trials, ds.items, ds.arms, ds.given_up, ds.scores_sha256)
+    return _with_trials(ds, trials)
 
 
 def test_a_really_singular_model_is_flagged_beside_every_model_verdict(
@@ -266,11 +273,7 @@ def test_a_really_singular_model_is_flagged_beside_every_model_verdict(
     from analysis.analyze import MODEL_CAUTION
     from analysis.report import Report, render_html, render_terminal
 
-    score_study(study, study_key())
-    unblind_study(study, study_key())
-    with Ledger.open(study / "ledger.db", readonly=True) as log:
-        plan = protocol_event(log).body  # type: ignore[union-attr]
-        ds = load_dataset(log)
+    plan, ds = _scored(study)
     flat = _singular_dataset(ds)
     per_stimulus = flat.trials[~flat.trials["control"]].groupby(["arm", "stimulus"])["accuracy"]
     assert per_stimulus.mean().groupby("arm").nunique().eq(1).all()  # no stimulus effect at all
