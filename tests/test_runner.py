@@ -153,20 +153,31 @@ def test_trial_is_given_up_after_max_attempts(study: Path, server: FakeMessagesS
     assert len(state.pending()) == 34  # the given-up trial is final and is not run again
 
 
-def test_401_stops_the_run_with_a_clear_message(study: Path, server: FakeMessagesServer) -> None:
-    server.inject("401", count=100)
+@pytest.mark.parametrize(
+    ("status", "kind"), [(401, "authentication_error"), (403, "permission_error")]
+)
+def test_401_and_403_stop_the_run_with_a_clear_message(
+    status: int, kind: str, study: Path, server: FakeMessagesServer
+) -> None:
+    server.inject(str(status), count=100)
     result = CliRunner().invoke(
         main,
         ["run", str(study), "--base-url", server.base_url, "--concurrency", "1"],
         env={"ANTHROPIC_API_KEY": "test"},
     )
     assert result.exit_code == 1
-    assert "401 authentication_error" in result.output and "nothing was lost" in result.output
+    assert f"{status} {kind}" in result.output and "nothing was lost" in result.output
+    assert server.count("messages", status) == 1  # stopped at once, no retry
     failed = events(study, "trial.failed")
     assert len(failed) == 1 and not failed[0].body["final"] and not failed[0].body["retryable"]
+    assert failed[0].body["http_status"] == status
     stopped = events(study, "run.stopped")[-1]
-    assert stopped.body["reason"].startswith("error: HTTP 401")
-    assert stopped.body["pending"] == 35
+    assert stopped.body["reason"].startswith(f"error: HTTP {status}")
+    assert stopped.body["pending"] == 35 and events(study, "trial.responded") == []
+    # once the key or permission is right the same study resumes and finishes
+    server.clear_faults()
+    again = run_study(study, study_key(), backend(server), RunOptions(concurrency=4, **FAST))
+    assert again.reason == "complete" and again.final == 35
 
 
 def test_400_stops_the_run(study: Path, server: FakeMessagesServer) -> None:
@@ -325,28 +336,6 @@ def test_overload_lowers_concurrency_then_it_climbs_back(
     # later ones in parallel again
     assert held[0] == 1 and max(held[:3]) <= 2, held
     assert max(held[len(held) // 2 :]) >= 3, held
-
-
-def test_403_stops_the_run_with_a_clear_message(study: Path, server: FakeMessagesServer) -> None:
-    server.inject("403", count=100)
-    result = CliRunner().invoke(
-        main,
-        ["run", str(study), "--base-url", server.base_url, "--concurrency", "1"],
-        env={"ANTHROPIC_API_KEY": "test"},
-    )
-    assert result.exit_code == 1
-    assert "403 permission_error" in result.output and "nothing was lost" in result.output
-    assert server.count("messages", 403) == 1  # stopped at once, no retry
-    failed = events(study, "trial.failed")
-    assert len(failed) == 1 and not failed[0].body["final"] and not failed[0].body["retryable"]
-    assert failed[0].body["http_status"] == 403
-    stopped = events(study, "run.stopped")[-1]
-    assert stopped.body["reason"].startswith("error: HTTP 403")
-    assert stopped.body["pending"] == 35 and events(study, "trial.responded") == []
-    # once permission is granted the same study resumes and finishes
-    server.clear_faults()
-    again = run_study(study, study_key(), backend(server), RunOptions(concurrency=4, **FAST))
-    assert again.reason == "complete" and again.final == 35
 
 
 def test_estimate_against_an_unreachable_api_names_the_url(study: Path) -> None:
