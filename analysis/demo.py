@@ -91,12 +91,12 @@ def run_demo(directory: Path, console: Console, *, replicates: int = 30) -> Demo
     from analysis.analyze import analyze_study
     from analysis.export import export_study
     from analysis.scoring import score_study, unblind_study
-    from ledger.cli import _RunDisplay, render_report
+    from ledger.cli import _RunDisplay
     from runner.backends import SimulatedBackend
     from runner.execute import RunOptions, run_study
     from runner.lock import lock_study
     from runner.new import new_study
-    from verify import verify_path
+    from verify import render_report, verify_path
 
     started = time.monotonic()
     directory = Path(directory)
@@ -171,13 +171,13 @@ def run_demo(directory: Path, console: Console, *, replicates: int = 30) -> Demo
     report = verify_path(archive, trusted_keys=[owner.vkey], checkpoints=[locked.checkpoint_path])
     _step(console, 10, "verify", "the independent verifier, trusting the owner key and the "
           "published registration checkpoint:")  # fmt: skip
-    render_report(report, console)
+    render_report(report, console=console)
 
     tampered = directory / "archive-tampered"
     changed = tamper_copy(archive, tampered)
     bad = verify_path(tampered, trusted_keys=[owner.vkey], checkpoints=[locked.checkpoint_path])
     _step(console, 11, "tamper", f"one byte of {changed} changed, MANIFEST.sha256 rewritten:")
-    render_report(bad, console)
+    render_report(bad, console=console)
 
     verdicts = Table(
         "hypothesis", "test", "verdict", "description", title="pre-registered verdicts"

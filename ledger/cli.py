@@ -23,7 +23,7 @@ from ledger._keys import SigningKey, load_verifier, user_home
 from ledger._roles import ROLES
 from ledger._store import Ledger
 from runner.spec import SpecError
-from verify import Report, Status, VerificationError
+from verify import VerificationError
 
 
 def key_file_stem(name: str) -> str:
@@ -362,26 +362,6 @@ def proof(path: Path, proof_type: str, numbers: tuple[int, ...], size: int | Non
     _dump(result.to_json())
 
 
-def render_report(report: Report, console: Console) -> None:
-    """Render a verification report as a table and a summary line."""
-    colours = {Status.PASS: "green", Status.FAIL: "red", Status.WARN: "yellow"}
-    table = Table("check", "result", "where", "detail", title=f"verify {report.path}")
-    for check in report.checks:
-        where = check.where or ("" if check.seq is None else f"seq {check.seq}")
-        colour = colours[check.status]
-        table.add_row(
-            check.name, f"[{colour}]{check.status.value}[/]", where, check.reason
-        )
-    console.print(table)
-    failed = len(report.failures)
-    warned = sum(1 for c in report.checks if c.status is Status.WARN)
-    verdict = "[green]VERIFIED[/]" if report.ok else "[red]FAILED[/]"
-    console.print(
-        f"{verdict}: {report.size} events, {len(report.checks)} checks, "
-        f"{failed} failed, {warned} warnings"
-    )
-
-
 @main.command("verify")
 @click.argument("path", type=click.Path(path_type=Path))
 @click.option(
@@ -415,14 +395,14 @@ def verify_cmd(
           --checkpoint registration.checkpoint --jobs 2
       ledger verify archive/ --checkpoint registration-checkpoint.txt
     """
-    from verify import verify_path
+    from verify import render_report, verify_path
 
     vkeys = [load_verifier(t).vkey for t in trusted]
     report = verify_path(path, trusted_keys=vkeys, checkpoints=checkpoints, jobs=jobs)
     if as_json:
         _dump(report.to_dict())
     else:
-        render_report(report, _out())
+        render_report(report, console=_out())
     if not report.ok:
         sys.exit(1)
 

@@ -58,6 +58,7 @@ from verify._note import (
     parse_note,
     parse_vkey,
 )
+from verify._render import render_report
 from verify._report import ARCHIVE_CHECK_NAMES, CHECK_NAMES, Check, Report, Status
 
 __all__ = [
@@ -96,6 +97,7 @@ __all__ = [
     "parse_checkpoint",
     "parse_note",
     "parse_vkey",
+    "render_report",
     "require_valid",
     "verify_archive",
     "verify_consistency",

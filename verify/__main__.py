@@ -19,9 +19,8 @@ import os
 import sys
 from collections.abc import Sequence
 from pathlib import Path
-from typing import TextIO
 
-from verify import KeyFormatError, Report, Status, parse_vkey, verify_path
+from verify import KeyFormatError, parse_vkey, render_report, verify_path
 
 __all__ = ["build_parser", "main", "read_vkey", "render_report"]
 
@@ -87,39 +86,6 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--jobs", type=_jobs, default=1, metavar="N",
                         help="processes for signatures (default 1)")  # fmt: skip
     return parser
-
-
-def render_report(report: Report, stream: TextIO | None = None) -> None:
-    """Print ``report`` as a table of checks and a summary line (rich if installed, else text)."""
-    stream = stream if stream is not None else sys.stdout
-    failed = len(report.failures)
-    warned = len(report.warnings)
-    summary = (
-        f"{'VERIFIED' if report.ok else 'FAILED'}: {report.size} events, "
-        f"{len(report.checks)} checks, {failed} failed, {warned} warnings"
-    )
-    rows = [
-        (c.name, c.status, c.where or ("" if c.seq is None else f"seq {c.seq}"), c.reason)
-        for c in report.checks
-    ]
-    try:
-        from rich.console import Console
-        from rich.markup import escape
-        from rich.table import Table
-    except ImportError:  # rich is optional: plain text carries the same information
-        stream.write(f"verify {report.path}\n")
-        for name, status, where, reason in rows:
-            stream.write(f"{status.value:4}  {name}  {where}  {reason}\n")
-        stream.write(summary + "\n")
-        return
-    console = Console(file=stream, soft_wrap=True, highlight=False)
-    colours = {Status.PASS: "green", Status.FAIL: "red", Status.WARN: "yellow"}
-    table = Table("check", "result", "where", "detail", title=escape(f"verify {report.path}"))
-    for name, status, where, reason in rows:
-        table.add_row(name, f"[{colours[status]}]{status.value}[/]", escape(where), escape(reason))
-    console.print(table)
-    colour = "green" if report.ok else "red"
-    console.print(f"[{colour}]{escape(summary)}[/]")
 
 
 def main(argv: Sequence[str] | None = None) -> int:
