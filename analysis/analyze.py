@@ -248,14 +248,15 @@ def descriptive(ds: Dataset) -> list[Result]:
 
     def cells() -> None:
         items = _items(ds)
+        correct = items.groupby(["arm", "stimulus"], sort=False)["correct"].agg(["sum", "size"])
         tumbling = ds.trials[~ds.trials["control"]]
         values: dict[str, Any] = {}
         for (arm, stim), t in tumbling.groupby(["arm", "stimulus"], sort=True):
-            it = items[(items["arm"] == arm) & (items["stimulus"] == stim)]
             statuses = {str(s): int(n) for s, n in t["status"].value_counts().items()}
             entry: dict[str, Any] = {"arm": arm, "stimulus": stim}
-            if len(it):
-                entry.update(stats.wilson(int(it["correct"].sum()), len(it)).as_dict())
+            hits, n = correct.loc[(arm, stim)] if (arm, stim) in correct.index else (0, 0)
+            if n:
+                entry.update(stats.wilson(int(hits), int(n)).as_dict())
             else:
                 entry.update(successes=0, n=0, conf=0.95, estimate=None, lower=None, upper=None,
                              note="no analysable items: accuracy not computed")
@@ -298,24 +299,14 @@ MODEL_CAUTION = (
 )
 
 
-def verdict_caution(result: dict[str, Any], model: dict[str, Any] | None) -> str | None:
-    """The caution behind a verdict that depends on the mixed model, or ``None``.
+def verdict_caution(result: dict[str, Any]) -> str | None:
+    """The caution recorded on a verdict (an ``lmm`` one whose model fit is flagged), or ``None``.
 
-    ``result`` is a hypothesis's ``analysis.result`` body and ``model`` the ``model.lmm`` one.
-    An ``lmm`` verdict carries the model's caution (singular or non-converged fit) whether the
-    hypothesis recorded it itself or only the model did.
+    ``result`` is a hypothesis's ``analysis.result`` body; :func:`hypothesis_results` records
+    :data:`MODEL_CAUTION` on every ``lmm`` hypothesis whose fit is singular or did not converge.
     """
-    values = result.get("values") or {}
-    if values.get("caution"):
-        return str(values["caution"])
-    if result.get("test") != "lmm" or result.get("status") == "failed":
-        return None
-    mv = (model or {}).get("values") or {}
-    if mv.get("caution"):
-        return str(mv["caution"])
-    if values.get("singular_fit") or mv.get("singular"):
-        return "the mixed model is singular; contrasts are reported but flagged"
-    return None
+    caution = (result.get("values") or {}).get("caution")
+    return str(caution) if caution else None
 
 
 def _trial_outcome(ds: Dataset) -> pd.DataFrame:
@@ -484,16 +475,15 @@ def _apply_corrections(results: list[Result], plan: dict[str, Any]) -> None:
         if correction in ("bonferroni", "holm"):
             families.setdefault((h.get("family") or h["id"], correction), []).append(r)
     for (_family, method), members in families.items():
-        ps = [
-            float(m.values["p_raw"])
-            if m.status == "ok" and m.values and m.values.get("p_raw") is not None
-            else 1.0
+        has_p = [
+            m.status == "ok" and m.values is not None and m.values.get("p_raw") is not None
             for m in members
         ]
+        ps = [float(m.values["p_raw"]) if ok and m.values else 1.0
+              for m, ok in zip(members, has_p, strict=True)]  # fmt: skip
         adjust = stats.bonferroni if method == "bonferroni" else stats.holm
-        adjusted = adjust(ps).adjusted
-        for m, p_adj in zip(members, adjusted, strict=True):
-            if m.status == "ok" and m.values and m.values.get("p_raw") is not None:
+        for m, ok, p_adj in zip(members, has_p, adjust(ps).adjusted, strict=True):
+            if ok and m.values is not None:
                 m.values["p_adjusted"] = p_adj
                 m.values["family_size"] = len(members)
 

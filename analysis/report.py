@@ -654,7 +654,7 @@ def _section_verdicts(report: Report) -> str:
     for r in report.hypotheses:
         desc = f"{r.get('title', '')} [{_contrast_text(report, r)}]"
         verdict = _verdict_html(r.get("verdict"))
-        caution = verdict_caution(r, report.result("model.lmm"))
+        caution = verdict_caution(r)
         if caution:
             verdict += f'<br><span class="error caution">caution: {_e(caution)}</span>'
         rows.append((r.get("hypothesis"), desc, r.get("test"), _estimate_text(r), _p_text(r),
@@ -979,7 +979,7 @@ def render_terminal(report: Report, console: Console) -> None:
     for r in report.hypotheses:
         verdict = str(r.get("verdict") or "-")
         shown = f"[{colours.get(verdict, 'white')}]{verdict}[/]"
-        caution = verdict_caution(r, report.result("model.lmm"))
+        caution = verdict_caution(r)
         if caution:
             shown += f"\n[yellow]caution: {escape(caution)}[/]"
         verdicts.add_row(str(r.get("hypothesis")), _contrast_text(report, r), str(r.get("test")),

@@ -990,12 +990,11 @@ def analyze(study_dir: Path, key_file: str | None) -> None:
     from analysis.analyze import verdict_caution
 
     table = Table("hypothesis", "test", "verdict", "decided by", title="pre-registered verdicts")
-    model = next((r for r in result.results if r["id"] == "model.lmm"), None)
     for r in result.results:
         if r["hypothesis"]:
             why = r["error"] or _decided_by(r["decided_by"])
             verdict = escape(r["verdict"] or "-")
-            caution = verdict_caution(r, model)
+            caution = verdict_caution(r)
             if caution:
                 verdict += f"\n[yellow]caution: {escape(caution)}[/]"
             table.add_row(r["hypothesis"], r["test"], verdict, escape(why))
