@@ -299,6 +299,29 @@ MODEL_CAUTION = (
 )
 
 
+def _decision_number(value: Any) -> str:
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        return str(value)
+    return f"{value:.4g}"
+
+
+def describe_decision(result: dict[str, Any]) -> str:
+    """How the verdict was reached, in one line: the rule and the numbers it read.
+
+    The one formatter of ``decided_by``: the archive README's verdict table and ``ledger
+    analyze`` both print it (numbers to 4 significant digits, never cut inside a number).
+    """
+    if result.get("status") != "ok":
+        return f"not decided: {result.get('error') or result.get('status')}"
+    decided = result.get("decided_by") or {}
+    numbers = ", ".join(
+        f"{k} = {_decision_number(v)}" for k, v in sorted(decided.items()) if k != "rule"
+    )
+    rule = decided.get("rule")
+    text = f"rule `{rule}`" if rule else "no rule recorded"
+    return f"{text}; {numbers}" if numbers else text
+
+
 def verdict_caution(result: dict[str, Any]) -> str | None:
     """The caution recorded on a verdict (an ``lmm`` one whose model fit is flagged), or ``None``.
 

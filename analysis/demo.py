@@ -91,11 +91,11 @@ def run_demo(directory: Path, console: Console, *, replicates: int = 30) -> Demo
     from analysis.analyze import analyze_study
     from analysis.export import export_study
     from analysis.scoring import score_study, unblind_study
-    from ledger.cli import _RunDisplay
     from runner.backends import SimulatedBackend
     from runner.execute import RunOptions, run_study
     from runner.lock import lock_study
     from runner.new import new_study
+    from runner.progress import RunDisplay
     from verify import render_report, verify_path
 
     started = time.monotonic()
@@ -139,7 +139,7 @@ def run_demo(directory: Path, console: Console, *, replicates: int = 30) -> Demo
     )  # fmt: skip
 
     _step(console, 4, "run", "every trial on the simulated backend (offline, deterministic)")
-    with _RunDisplay(console, "simulated run", priced=False) as display:
+    with RunDisplay(console, "simulated run", priced=False) as display:
         result = run_study(study, owner, SimulatedBackend(), RunOptions(concurrency=16), display)
     console.print(
         f"    {result.counters.responded} responses recorded; {result.final} of "

@@ -21,6 +21,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from analysis.analyze import describe_decision
 from ledger import Ledger, SigningKey, canonical_json
 from runner.lock import (
     StudyError,
@@ -222,25 +223,6 @@ def _cell_text(value: Any) -> str:
     return str(value).replace("\\", "\\\\").replace("|", "\\|").replace("\n", " ")
 
 
-def _number(value: Any) -> str:
-    if isinstance(value, bool) or not isinstance(value, (int, float)):
-        return str(value)
-    return f"{value:.4g}"
-
-
-def _decision(result: dict[str, Any]) -> str:
-    """How the verdict was reached, in one line: the rule and the numbers it read."""
-    if result.get("status") != "ok":
-        return f"not decided: {result.get('error') or result.get('status')}"
-    decided = result.get("decided_by") or {}
-    numbers = ", ".join(
-        f"{k} = {_number(v)}" for k, v in sorted(decided.items()) if k != "rule"
-    )
-    rule = decided.get("rule")
-    text = f"rule `{rule}`" if rule else "no rule recorded"
-    return f"{text}; {numbers}" if numbers else text
-
-
 def _readme(study: Study, log: Ledger, results: list[dict[str, Any]]) -> bytes:
     """The archive's README: what the study is, its verdicts, and how to verify it.
 
@@ -335,7 +317,9 @@ def _readme(study: Study, log: Ledger, results: list[dict[str, Any]]) -> bytes:
         res = by_id.get(h.get("id"))
         desc = " ".join(str(h.get("description") or "(no description)").split())
         verdict = (
-            f"**{res['verdict']}** ({_decision(res)})" if res is not None else "no analysis.result"
+            f"**{res['verdict']}** ({describe_decision(res)})"
+            if res is not None
+            else "no analysis.result"
         )
         lines += [
             f"- **{h.get('id')}**: {desc}  ",

@@ -16,10 +16,12 @@ from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
+from functools import cached_property
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-import sqlite_utils
+if TYPE_CHECKING:
+    import sqlite_utils
 
 from ledger._canonical import loads_json
 from ledger._clock import FixedClock, utc_now
@@ -305,7 +307,6 @@ class Ledger:
         """Wrap an open connection; use :meth:`create` or :meth:`open` instead."""
         self.path = path
         self._conn = conn
-        self.db = sqlite_utils.Database(conn)
         self._clock: Clock = clock or _env_clock(conn) or utc_now
         self._head_cache: _Head | None = None
         with self._errors():
@@ -315,6 +316,13 @@ class Ledger:
         self.origin: str = row[0]
 
     # ------------------------------------------------------------------ opening and closing
+
+    @cached_property
+    def db(self) -> sqlite_utils.Database:
+        """The connection wrapped by sqlite-utils, for ad-hoc queries (imported on first use)."""
+        import sqlite_utils
+
+        return sqlite_utils.Database(self._conn)
 
     @staticmethod
     def _connect(path: Path, readonly: bool) -> sqlite3.Connection:

@@ -505,38 +505,6 @@ class ReplayBackend:
 BACKENDS = ("anthropic", "anthropic-batch", "openai-compatible", "simulated", "replay")
 
 
-def make_backend(
-    name: str, *, base_url: str | None = None, replay_from: str | None = None
-) -> Backend:
-    """Construct the backend called ``name`` (``anthropic-batch``: see :mod:`runner.batch`)."""
-    if name == "anthropic":
-        return AnthropicBackend(base_url=base_url)
-    if name == "anthropic-batch":
-        from runner.batch import AnthropicBatchBackend
-
-        return AnthropicBatchBackend(base_url=base_url)
-    if name == "openai-compatible":
-        if not base_url:
-            raise BackendError(
-                "configuration",
-                "the openai-compatible backend needs --base-url, e.g. http://127.0.0.1:8000/v1",
-                retryable=False,
-            )
-        return OpenAICompatibleBackend(base_url=base_url, api_key=os.environ.get("OPENAI_API_KEY"))
-    if name == "simulated":
-        return SimulatedBackend()
-    if name == "replay":
-        if not replay_from:
-            raise BackendError(
-                "configuration", "the replay backend needs --replay-from LEDGER", retryable=False
-            )
-        return ReplayBackend(replay_from)
-    raise BackendError(
-        "configuration", f"unknown backend {name!r}; choose one of {', '.join(BACKENDS)}",
-        retryable=False,
-    )
-
-
 def image_bytes(body: Mapping[str, Any]) -> bytes:
     """The decoded image of a request body (for checks and tests)."""
     for block in body["messages"][0]["content"]:

@@ -23,10 +23,12 @@ from typing import Any
 import anthropic
 import httpx2
 
+from ledger import Ledger, SigningKey
 from runner.backends import AnthropicBackend, BackendError, Reply, error_from_status
-from runner.execute import Runner, RunResult
+from runner.execute import ProgressHook, Runner, RunOptions, RunResult
 from runner.pricing import cost_usd
 from runner.request import Trial
+from runner.spec import Study
 
 FORMAT_BATCH = "anthropic-batch-result"
 
@@ -35,6 +37,17 @@ class AnthropicBatchBackend(AnthropicBackend):
     """The SDK's Message Batches routes; ``send`` is not used by the batch flow."""
 
     name = "anthropic-batch"
+
+    def make_runner(
+        self,
+        study: Study,
+        log: Ledger,
+        key: SigningKey,
+        options: RunOptions,
+        progress: ProgressHook | None,
+    ) -> Runner:
+        """The session driver for batches (:func:`runner.execute.run_study` calls this)."""
+        return BatchRunner(study, log, key, self, options, progress)
 
     async def submit(self, requests: list[dict[str, Any]]) -> str:
         """Create a batch of ``{"custom_id", "params"}`` requests; return its id."""

@@ -707,13 +707,14 @@ def run_study(
     root = Path(root)
     study = check_integrity(root)
     with run_lock(root), Ledger.open(ledger_path(root)) as log:
-        runner: Runner
-        if backend.name == "anthropic-batch":
-            from runner.batch import BatchRunner
-
-            runner = BatchRunner(study, log, key, backend, options, progress)
-        else:
-            runner = Runner(study, log, key, backend, options, progress)
+        # A backend that drives a session its own way (the Message Batches API) supplies its
+        # runner; every other backend is driven call by call.
+        make_runner = getattr(backend, "make_runner", None)
+        runner: Runner = (
+            make_runner(study, log, key, options, progress)
+            if make_runner is not None
+            else Runner(study, log, key, backend, options, progress)
+        )
 
         async def main() -> RunResult:
             try:

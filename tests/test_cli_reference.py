@@ -18,7 +18,10 @@ import cli_reference  # noqa: E402
 
 def _all_commands(group: click.Group, prefix: list[str]) -> list[list[str]]:
     out = [prefix]
-    for name, command in group.commands.items():
+    ctx = click.Context(group, info_name=" ".join(prefix))
+    for name in group.list_commands(ctx):  # entry-point commands are loaded on demand
+        command = group.get_command(ctx, name)
+        assert command is not None, name
         if isinstance(command, click.Group):
             out += _all_commands(command, [*prefix, name])
         elif not command.hidden:

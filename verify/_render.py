@@ -6,6 +6,7 @@ it the same rows and summary are written as plain text.
 
 from __future__ import annotations
 
+import os
 import sys
 from typing import TYPE_CHECKING, TextIO
 
@@ -13,6 +14,19 @@ from verify._report import Report, Status
 
 if TYPE_CHECKING:
     from rich.console import Console
+
+
+def _width() -> int:
+    """The terminal's width even when standard output is piped; 100 without any terminal."""
+    columns = os.environ.get("COLUMNS", "")
+    if columns.isdigit() and int(columns) > 0:
+        return int(columns)
+    for fd in (1, 2, 0):
+        try:
+            return os.get_terminal_size(fd).columns
+        except OSError:
+            continue
+    return 100
 
 
 def render_report(
@@ -46,9 +60,11 @@ def render_report(
         stream.write(summary + "\n")
         return
     if console is None:
-        console = Console(file=stream, soft_wrap=True, highlight=False)
+        console = Console(file=stream, soft_wrap=True, highlight=False, width=_width())
     colours = {Status.PASS: "green", Status.FAIL: "red", Status.WARN: "yellow"}
-    table = Table("check", "result", "where", "detail", title=escape(f"verify {report.path}"))
+    table = Table(title=escape(f"verify {report.path}"))
+    for column in ("check", "result", "where", "detail"):
+        table.add_column(column, overflow="fold")  # wrap long paths and reasons, never cut them
     for name, status, where, reason in rows:
         table.add_row(name, f"[{colours[status]}]{status.value}[/]", escape(where), escape(reason))
     console.print(table)

@@ -1,0 +1,194 @@
+"""The analysis commands: score, unblind, analyze, report, export, demo.
+
+Registered as ``ledger`` subcommands through the ``prompt_ledger.commands`` entry points; the
+statistics, plotting and export modules are imported inside the command that needs them.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import click
+
+from ledger.cliutil import Command, console, dump_json, table
+from runner.cli import study_key
+
+__all__ = ["analyze", "demo", "export_cmd", "report_cmd", "score", "unblind"]
+
+
+@click.command(cls=Command)
+@click.argument(
+    "directory", required=False, type=click.Path(file_okay=False, path_type=Path)
+)
+@click.option(
+    "--replicates",
+    type=click.IntRange(1, 1000),
+    default=30,
+    show_default=True,
+    help="Replicates per arm and probe (the template's 30 give 1,050 trials).",
+)
+def demo(directory: Path | None, replicates: int) -> None:
+    """Run the whole PROMPT workflow offline on the simulated model, then verify and tamper.
+
+    Scaffolds the tumbling-E study in DIRECTORY (default ./prompt-ledger-demo, which must not
+    exist or be empty), locks it, runs it on the simulated backend, scores blind, unblinds,
+    analyses, reports, exports an archive, verifies it, and shows a one-byte change caught.
+
+    \b
+    Example:
+      ledger demo /tmp/ledger-demo
+      ledger demo /tmp/quick-demo --replicates 3
+    """
+    from analysis.demo import run_demo
+
+    run_demo(directory or Path("prompt-ledger-demo"), console(), replicates=replicates)
+
+
+@click.command(cls=Command)
+@click.argument("study_dir", metavar="STUDY", type=click.Path(file_okay=False, path_type=Path))
+@click.option("--key", "key_file", default=None, help="Signing key (default: the study owner's).")
+def score(study_dir: Path, key_file: str | None) -> None:
+    """Score every recorded response blind to its arm; seal once every trial is final.
+
+    The scorer sees the response, the stimulus and an arm code, never the arm. When no trial
+    is pending, scoring.sealed records the hash of all scores; nothing can be scored or run
+    after it.
+
+    \b
+    Example:
+      ledger score my-study
+    """
+    from analysis.scoring import score_study
+
+    result = score_study(study_dir, study_key(study_dir, key_file))
+    statuses = ", ".join(f"{k} {v}" for k, v in sorted(result.by_status.items())) or "none new"
+    click.echo(f"scored {result.scored} responses ({statuses}); {result.already} scored before")
+    if result.sealed_seq is not None:
+        click.echo(f"scoring.sealed at seq {result.sealed_seq}; next: ledger unblind {study_dir}")
+    else:
+        click.echo(f"not sealed: {result.pending} trials have no final outcome yet "
+                   f"(run 'ledger run {study_dir}' to finish them)")
+
+
+@click.command(cls=Command)
+@click.argument("study_dir", metavar="STUDY", type=click.Path(file_okay=False, path_type=Path))
+@click.option("--key", "key_file", default=None, help="Signing key (default: the study owner's).")
+def unblind(study_dir: Path, key_file: str | None) -> None:
+    """Reveal the blinding secret after the seal; it must open the lock's commitment.
+
+    \b
+    Example:
+      ledger unblind my-study
+    """
+    from analysis.scoring import unblind_study
+
+    result = unblind_study(study_dir, study_key(study_dir, key_file))
+    codes = ", ".join(f"{arm}={code}" for arm, code in result.arm_codes.items())
+    click.echo(f"blinding.revealed at seq {result.seq}; commitment {result.commitment} opens")
+    click.echo(f"arm codes: {codes}")
+
+
+@click.command(cls=Command)
+@click.argument("study_dir", metavar="STUDY", type=click.Path(file_okay=False, path_type=Path))
+@click.option("--key", "key_file", default=None, help="Signing key (default: the study owner's).")
+@click.option("--json", "as_json", is_flag=True, help="Print every recorded result as JSON.")
+def analyze(study_dir: Path, key_file: str | None, as_json: bool) -> None:
+    """Run the locked analysis plan and decision rules; record every number.
+
+    \b
+    Example:
+      ledger analyze my-study
+      ledger analyze my-study --json
+    """
+    from rich.markup import escape
+
+    from analysis.analyze import analyze_study, describe_decision, verdict_caution
+
+    result = analyze_study(study_dir, study_key(study_dir, key_file))
+    failed = [r["id"] for r in result.results if r["status"] == "failed"]
+    if as_json:
+        dump_json({"first_seq": result.first_seq, "dataset_sha256": result.dataset_sha256,
+                   "failed": failed, "results": result.results})
+        return
+    grid = table("hypothesis", "test", "verdict", "decided by", title="pre-registered verdicts")
+    for r in result.results:
+        if r["hypothesis"]:
+            verdict = escape(r["verdict"] or "-")
+            caution = verdict_caution(r)
+            if caution:
+                verdict += f"\n[yellow]caution: {escape(caution)}[/]"
+            grid.add_row(r["hypothesis"], r["test"], verdict, escape(describe_decision(r)))
+    console().print(grid)
+    click.echo(f"recorded {len(result.results)} analysis.result events from seq "
+               f"{result.first_seq}" + (f"; could not compute: {', '.join(failed)}" if failed
+                                        else ""))
+
+
+@click.command("export", cls=Command)
+@click.argument("study_dir", metavar="STUDY", type=click.Path(file_okay=False, path_type=Path))
+@click.argument("directory", type=click.Path(file_okay=False, path_type=Path))
+@click.option("--force", is_flag=True, help="Replace a non-empty DIRECTORY.")
+@click.option("--key", "key_file", default=None, help="Signing key (default: the study owner's).")
+def export_cmd(study_dir: Path, directory: Path, force: bool, key_file: str | None) -> None:
+    """Write the OSF-style archive of an analysed study into DIRECTORY.
+
+    Records export.created (the hash of every archive file) and a final checkpoint first,
+    so the archived ledger covers the whole archive. Written to a temporary directory and
+    renamed into place.
+
+    \b
+    Example:
+      ledger export my-study my-study-archive
+      ledger verify my-study-archive
+    """
+    from analysis.export import export_study
+
+    result = export_study(study_dir, directory, study_key(study_dir, key_file), force=force)
+    click.echo(
+        f"exported {result.files} files ({result.bytes:,} bytes) to {result.directory}; "
+        f"export.created at seq {result.export_seq}"
+    )
+    click.echo(f"check it: ledger verify {result.directory}  (or: cd {result.directory} && "
+               "sha256sum -c MANIFEST.sha256)")
+
+
+@click.command("report", cls=Command)
+@click.argument("study_dir", metavar="STUDY", type=click.Path(file_okay=False, path_type=Path))
+@click.option("--html", "html_file", type=click.Path(dir_okay=False, path_type=Path),
+              default=None, help="Write the HTML report here (default: FIGURES/report.html).")
+@click.option("--figures", "figures_dir", type=click.Path(file_okay=False, path_type=Path),
+              default=None, help="Figure directory (default: STUDY/report).")
+@click.option("--json", "as_json", is_flag=True, help="Print the verdicts and files as JSON.")
+def report_cmd(
+    study_dir: Path, html_file: Path | None, figures_dir: Path | None, as_json: bool
+) -> None:
+    """Print the verdicts and write figures and a self-contained HTML report.
+
+    Reads the analysis.result events (run 'ledger analyze' first), the locked protocol and
+    its amendments; verifies the ledger; flags simulated data. Exploratory results are
+    labelled "Exploratory (not pre-registered)" everywhere.
+
+    \b
+    Example:
+      ledger report my-study
+      ledger report my-study --html my-study.html --figures figures/
+      ledger report my-study --json
+    """
+    from analysis.report import build_report, render_terminal
+
+    result = build_report(study_dir, figures_dir, html_path=html_file)
+    if as_json:
+        dump_json({
+            "study": str(result.root),
+            "simulated": result.simulated,
+            "verification": {"ok": result.verification.ok},
+            "hypotheses": result.hypotheses,
+            "results": result.results,
+            "figures": [str(f.path) for f in result.figures],
+            "html": str(result.html_path),
+        })
+        return
+    render_terminal(result, console())
+    for figure in result.figures:
+        click.echo(f"figure: {figure.path}")
+    click.echo(f"report: {result.html_path}")

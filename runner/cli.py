@@ -1,0 +1,449 @@
+"""The study's commands: new, arms, lock, amend, schedule, estimate, run, status.
+
+Registered as ``ledger`` subcommands through the ``prompt_ledger.commands`` entry points. Each
+command parses its options, makes one library call and renders the result; heavy modules
+(the SDKs, NumPy, Pillow) are imported inside the command that needs them.
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+from typing import Any
+
+import click
+
+from ledger import Ledger, SigningKey
+from ledger.cliutil import Command, console, dump_json, table
+from runner.progress import RunDisplay
+
+__all__ = [
+    "amend",
+    "arms",
+    "estimate",
+    "lock",
+    "new",
+    "run_cmd",
+    "schedule",
+    "status",
+    "study_key",
+]
+
+
+def study_key(root: Path, key_file: str | None) -> SigningKey:
+    """The key given, else the owner key ``ledger new`` made for this study."""
+    if key_file:
+        return SigningKey.load(key_file)
+    from runner.lock import study_owner_key
+
+    return study_owner_key(root)
+
+
+@click.command(cls=Command)
+@click.argument("directory", type=click.Path(file_okay=False, path_type=Path))
+@click.option("--template", default="prompt-tumbling-e", show_default=True, help="Study template.")
+@click.option(
+    "--id", "study_id", default=None, help="Study id (default: DIRECTORY's name, made valid)."
+)
+@click.option(
+    "--origin", default=None, help="Checkpoint origin (default: prompt-ledger.local/ID)."
+)
+@click.option("--key", "key_file", default=None, help="Owner key file (default: create one).")
+def new(
+    directory: Path, template: str, study_id: str | None, origin: str | None, key_file: str | None
+) -> None:
+    """Scaffold a complete, lockable study in DIRECTORY and create its ledger.
+
+    The study gets its own id (written to study.toml) and checkpoint origin, fixed in the
+    ledger from now on. Without --key an owner key ID-owner.key (and its .vkey) is created in
+    the user's key directory ($PROMPT_LEDGER_HOME/keys, else ~/.prompt-ledger/keys), never in
+    the study folder; if that file exists already (another study with this id), pass another
+    --id, or --key to reuse it deliberately.
+
+    \b
+    Example:
+      ledger new my-study --template prompt-tumbling-e
+      ledger new pilot --id tumbling-e-pilot --origin example.org/tumbling-e-pilot
+    """
+    from runner.new import new_study, study_id_from_directory
+
+    key = SigningKey.load(key_file) if key_file else None
+    chosen = study_id if study_id is not None else study_id_from_directory(directory)
+    made = new_study(directory, template, key, study_id=chosen, origin=origin)
+    click.echo(f"created study {made.root} with ledger {made.ledger} (owner {made.owner})")
+    click.echo(f"study id: {made.study_id}   checkpoint origin: {made.origin}")
+    if made.key_path is not None:
+        vkey = made.key_path.with_suffix(".vkey")
+        click.echo(f"owner key: {made.key_path} (verifier key, to publish: {vkey})")
+    click.echo(f"next: edit {made.root / 'study.toml'}, then: ledger lock {made.root}")
+
+
+@click.command(cls=Command)
+@click.argument("study_dir", metavar="STUDY", type=click.Path(file_okay=False, path_type=Path))
+@click.option("--json", "as_json", is_flag=True, help="Print JSON.")
+def arms(study_dir: Path, as_json: bool) -> None:
+    """Show each arm's components, its SHA-256, and how every pair of arms differs.
+
+    Matched-control declarations (differs_from) are checked and shown as held or FALSE.
+
+    \b
+    Example:
+      ledger arms my-study
+      ledger arms my-study --json
+    """
+    from runner.spec import check_matched_controls, component_differences, load_study
+
+    study = load_study(study_dir)
+    problems = check_matched_controls(study)
+    differences = component_differences(study)
+    claims = []
+    for arm in study.arms.values():
+        if arm.differs_from:
+            base, by = arm.differs_from
+            holds = not [p for p in problems if f"arms.{arm.id}." in p]
+            claims.append({"arm": arm.id, "differs_from": base, "by": list(by), "holds": holds})
+    if as_json:
+        dump_json({
+            "study": study.id,
+            "arms": [
+                {"id": a.id, "role": a.role, "components": list(a.components),
+                 "sha256": study.arm_sha256(a.id)}
+                for a in study.arms.values()
+            ],
+            "differences": [
+                {"arm": a, "other": b, "only_in_arm": list(only_a), "only_in_other": list(only_b)}
+                for (a, b), (only_a, only_b) in differences.items() if a < b
+            ],
+            "claims": claims,
+            "problems": problems,
+        })
+    else:
+        grid = table("component", *study.arms, title=f"arms of {study.id}")
+        for name in study.components:
+            grid.add_row(
+                name, *["x" if name in a.components else "" for a in study.arms.values()]
+            )
+        grid.add_row("role", *[a.role for a in study.arms.values()])
+        grid.add_row("sha256", *[study.arm_sha256(a)[:12] for a in study.arms])
+        out = console()
+        out.print(grid)
+        for (a, b), (only_a, only_b) in differences.items():
+            if a < b:
+                out.print(f"{a} vs {b}: only in {a}: {only_a or '-'}; only in {b}: {only_b or '-'}")
+        for claim in claims:
+            state = "[green]holds[/]" if claim["holds"] else "[red]FALSE[/]"
+            out.print(
+                f"claim: {claim['arm']} differs from {claim['differs_from']} by "
+                f"{claim['by']}: {state}"
+            )
+        for problem in problems:
+            out.print(problem, markup=False)
+    if problems:
+        sys.exit(1)
+
+
+@click.command(cls=Command)
+@click.argument("study_dir", metavar="STUDY", type=click.Path(file_okay=False, path_type=Path))
+@click.option("--limit", type=int, default=None, help="Show only the first N trials.")
+@click.option("--json", "as_json", is_flag=True, help="Print JSON.")
+def schedule(study_dir: Path, limit: int | None, as_json: bool) -> None:
+    """Print the locked trial order (after checking no locked file changed).
+
+    \b
+    Example:
+      ledger schedule my-study --limit 10
+      ledger schedule my-study --json
+    """
+    from runner.lock import check_integrity
+    from runner.schedule import order_key, schedule_sha256, trial_ids
+    from runner.schedule import schedule as make_schedule
+
+    study = check_integrity(study_dir)
+    order = make_schedule(study.seed, trial_ids(study.arms, study.stimuli, study.replicates))
+    shown = order[:limit] if limit else order
+    if as_json:
+        dump_json({
+            "study": study.id,
+            "trials": len(order),
+            "schedule_sha256": schedule_sha256(order),
+            "order": [
+                {"position": position, "trial": trial, "order_key": order_key(study.seed, trial)}
+                for position, trial in enumerate(shown, 1)
+            ],
+        })
+        return
+    for position, trial in enumerate(shown, 1):
+        click.echo(f"{position}\t{trial}\t{order_key(study.seed, trial)[:16]}")
+    click.echo(f"{len(order)} trials, schedule sha256 {schedule_sha256(order)}", err=True)
+
+
+@click.command(cls=Command)
+@click.argument("study_dir", metavar="STUDY", type=click.Path(file_okay=False, path_type=Path))
+@click.option("--key", "key_file", default=None, help="Owner key file (default: the study's).")
+def lock(study_dir: Path, key_file: str | None) -> None:
+    """Lock the study: every file, the protocol, and a registration checkpoint to publish.
+
+    \b
+    Example:
+      ledger lock my-study
+    """
+    from runner.lock import lock_study
+
+    result = lock_study(study_dir, study_key(study_dir, key_file))
+    click.echo(
+        f"locked {result.artifacts} files; protocol.locked at seq {result.protocol_seq}; "
+        f"{result.trials} trials; schedule sha256 {result.schedule_sha256}"
+    )
+    click.echo(result.checkpoint, nl=False)
+    click.echo(
+        f"registration checkpoint written to {result.checkpoint_path}: publish it now, for "
+        "example in your preregistration, so the lock can be proven later"
+    )
+
+
+@click.command(cls=Command)
+@click.argument("study_dir", metavar="STUDY", type=click.Path(file_okay=False, path_type=Path))
+@click.option("--reason", required=True, help="Why the locked file changed (shown in the archive).")
+@click.option("--key", "key_file", default=None, help="Owner key file (default: the study's).")
+def amend(study_dir: Path, reason: str, key_file: str | None) -> None:
+    """Record changed amendable files as a protocol.amended deviation.
+
+    \b
+    Example:
+      ledger amend my-study --reason "fixed a typo in README.md"
+    """
+    from runner.lock import amend as record_amendment
+
+    seq = record_amendment(study_dir, study_key(study_dir, key_file), reason)
+    click.echo(f"recorded protocol.amended at seq {seq}")
+
+
+def _parse_until(value: str | None) -> Any:
+    """``--until``: an ISO 8601 time (local time if it has no offset) or a duration (90m, 8h)."""
+    from datetime import UTC, datetime, timedelta
+
+    if value is None:
+        return None
+    units = {"s": 1, "m": 60, "h": 3600, "d": 86400}
+    if value[:-1].isdigit() and value[-1:] in units:
+        return datetime.now(UTC) + timedelta(seconds=int(value[:-1]) * units[value[-1]])
+    try:
+        moment = datetime.fromisoformat(value)
+    except ValueError:
+        raise click.BadParameter(
+            f"{value!r} is neither an ISO time (2026-11-22T18:00) nor a duration (90m, 8h)",
+            param_hint="--until",
+        ) from None
+    return (moment if moment.tzinfo else moment.astimezone()).astimezone(UTC)
+
+
+@click.command("run", cls=Command)
+@click.argument("study_dir", metavar="STUDY", type=click.Path(file_okay=False, path_type=Path))
+@click.option(
+    "--backend",
+    type=click.Choice(
+        ["anthropic", "anthropic-batch", "openai-compatible", "simulated", "replay"]
+    ),
+    default="anthropic",
+    show_default=True,
+    help="Who answers the trials.",
+)
+@click.option("--base-url", default=None, help="API root (default: $ANTHROPIC_BASE_URL).")
+@click.option(
+    "--replay-from", default=None, help="replay: an exported archive, a study or its ledger.db."
+)
+@click.option("--concurrency", type=click.IntRange(1, 1024), default=8, show_default=True)
+@click.option("--max-trials", type=click.IntRange(min=1), default=None, help="Stop after N trials.")
+@click.option("--until", default=None, help="Start no trial after this time or duration (8h).")
+@click.option(
+    "--budget-usd",
+    type=click.FloatRange(min=0),
+    default=None,
+    help="Cost cap in USD for the whole study: what earlier sessions spent counts against it.",
+)
+@click.option("--max-attempts", type=click.IntRange(1, 100), default=5, show_default=True)
+@click.option(
+    "--poll-interval",
+    type=click.FloatRange(min=0.01),
+    default=10.0,
+    show_default=True,
+    help="anthropic-batch: seconds between batch status polls.",
+)
+@click.option("--key", "key_file", default=None, help="Signing key (default: the study owner's).")
+@click.option("--json", "as_json", is_flag=True, help="Print the session summary as JSON.")
+def run_cmd(
+    study_dir: Path,
+    backend: str,
+    base_url: str | None,
+    replay_from: str | None,
+    concurrency: int,
+    max_trials: int | None,
+    until: str | None,
+    budget_usd: float | None,
+    max_attempts: int,
+    poll_interval: float,
+    key_file: str | None,
+    as_json: bool,
+) -> None:
+    """Run the locked schedule's pending trials; safe to stop and resume at any moment.
+
+    Each attempt is recorded before it is sent and its response or error right after;
+    a restart continues where the last session stopped. Rate limits and server errors are
+    retried with back-off; 400/401/403 stop the run with the server's message.
+    --budget-usd caps the study's total spend across sessions, not each session's.
+
+    \b
+    Example:
+      export ANTHROPIC_API_KEY=...
+      ledger run my-study --concurrency 8 --budget-usd 25 --until 8h
+      ledger run my-study --backend simulated
+    """
+    from runner.backends import BackendError
+    from runner.engines import make_backend
+    from runner.execute import RunOptions, run_study
+
+    options = RunOptions(
+        concurrency=concurrency,
+        max_trials=max_trials,
+        until=_parse_until(until),
+        budget_usd=budget_usd,
+        max_attempts=max_attempts,
+        poll_interval=poll_interval,
+    )
+    try:
+        key = study_key(study_dir, key_file)
+        engine = make_backend(backend, base_url=base_url, replay_from=replay_from)
+        label = f"{study_dir.name} [{engine.name}{' SIMULATED' if engine.simulated else ''}]"
+        with RunDisplay(console(stderr=True), label, engine.priced) as display:
+            result = run_study(study_dir, key, engine, options, display)
+    except BackendError as exc:
+        raise click.ClickException(exc.message) from exc
+    c = result.counters
+    if as_json:
+        dump_json({
+            "study": study_dir.name,
+            "backend": engine.name,
+            "simulated": engine.simulated,
+            "started_seq": result.started_seq,
+            "stopped_seq": result.stopped_seq,
+            "responded": c.responded,
+            "failed_attempts": c.failed,
+            "retries": c.retries,
+            "given_up": c.given_up,
+            "interrupted": c.interrupted,
+            "cost_usd": c.cost_usd if engine.priced else None,
+            "final": result.final,
+            "pending": result.pending,
+            "stopped": result.reason,
+            "fatal": result.fatal,
+        })
+    cost = f"${c.cost_usd:.4f}" if engine.priced else "n/a"
+    click.echo(
+        f"session seq {result.started_seq}-{result.stopped_seq}: {c.responded} responded, "
+        f"{c.failed} failed attempts ({c.retries} retried), {c.given_up} given up, "
+        f"{c.interrupted} interrupted; cost {cost}; {result.final} final, "
+        f"{result.pending} pending; stopped: {result.reason}",
+        err=as_json,
+    )
+    if engine.simulated:
+        click.echo("backend: simulated (offline simulation, not a real model)", err=as_json)
+    if result.fatal:
+        raise click.ClickException(
+            f"run stopped by a non-retryable error: {result.fatal}; nothing was lost, fix the "
+            f"cause and run 'ledger run {study_dir}' again"
+        )
+
+
+@click.command(cls=Command)
+@click.argument("study_dir", metavar="STUDY", type=click.Path(file_okay=False, path_type=Path))
+@click.option("--json", "as_json", is_flag=True, help="Print JSON.")
+def status(study_dir: Path, as_json: bool) -> None:
+    """Summarise where a study stands: per arm, trials responded, given up and pending.
+
+    \b
+    Example:
+      ledger status my-study
+    """
+    from runner.lock import check_integrity, ledger_path
+    from runner.state import arm_status, load_state
+
+    study = check_integrity(study_dir)
+    with Ledger.open(ledger_path(study_dir), readonly=True) as log:
+        state = load_state(study, log)
+        kinds: dict[str, int] = {}
+        for event in log.events():
+            kinds[event.kind] = kinds.get(event.kind, 0) + 1
+    rows = arm_status(state)
+    if as_json:
+        dump_json({"study": study.id, "sessions": state.sessions, "events": kinds,
+                   "arms": [r.__dict__ for r in rows]})
+        return
+    grid = table("arm", "trials", "responded", "given up", "pending", "awaiting", "attempts",
+                 "cost USD", title=f"{study.id}: {state.sessions} run session(s)")
+    for r in rows:
+        grid.add_row(r.arm, str(r.trials), str(r.responded), str(r.given_up), str(r.pending),
+                      str(r.in_flight), str(r.attempts), f"{r.cost_usd:.4f}")
+    total = len(state.order)
+    pending = len(state.pending())
+    out = console()
+    out.print(grid)
+    steps = ", ".join(f"{k} {v}" for k, v in sorted(kinds.items()) if not k.startswith("artifact"))
+    out.print(f"{total - pending}/{total} trials final; events: {steps}")
+
+
+@click.command(cls=Command)
+@click.argument("study_dir", metavar="STUDY", type=click.Path(file_okay=False, path_type=Path))
+@click.option(
+    "--backend",
+    type=click.Choice(["anthropic", "openai-compatible", "simulated"]),
+    default="anthropic",
+    show_default=True,
+    help="Whose token counter to use (anthropic: the count_tokens endpoint).",
+)
+@click.option("--base-url", default=None, help="API root (default: $ANTHROPIC_BASE_URL).")
+@click.option("--json", "as_json", is_flag=True, help="Print JSON.")
+def estimate(study_dir: Path, backend: str, base_url: str | None, as_json: bool) -> None:
+    """Predict the tokens and cost of the pending trials before anything is sent.
+
+    Input tokens are counted once per (arm, stimulus) with the API's count_tokens endpoint
+    (or estimated, and said so); output is bounded by max_tokens.
+
+    \b
+    Example:
+      ledger estimate my-study
+      ledger estimate my-study --backend simulated --json
+    """
+    from runner.backends import BackendError
+    from runner.engines import make_backend
+    from runner.estimate import estimate_study
+
+    try:
+        est = estimate_study(study_dir, make_backend(backend, base_url=base_url))
+    except BackendError as exc:
+        raise click.ClickException(exc.message) from exc
+    if as_json:
+        from dataclasses import asdict
+
+        data = asdict(est)
+        data["cost_max_batch_usd"] = (
+            None if est.cost_max_usd is None else est.cost_max_usd * est.batch_factor
+        )
+        dump_json(data)
+        return
+
+    def usd(value: float | None) -> str:
+        return "n/a (no price for this backend/model)" if value is None else f"${value:,.2f}"
+
+    click.echo(f"model {est.model}: {est.pending} of {est.trials} trials pending")
+    click.echo(f"input tokens: {est.input_tokens:,} ({est.source})")
+    typical = (
+        f"{est.output_tokens_typical:,} (mean of recorded responses)"
+        if est.output_tokens_typical is not None
+        else "unknown until responses are recorded"
+    )
+    click.echo(f"output tokens: at most {est.output_tokens_max:,}; typical {typical}")
+    click.echo(f"cost: input only {usd(est.cost_min_usd)}; typical {usd(est.cost_typical_usd)}; "
+               f"at most {usd(est.cost_max_usd)}")
+    if est.cost_max_usd is not None:
+        click.echo(f"with --backend anthropic-batch: at most "
+                   f"{usd(est.cost_max_usd * est.batch_factor)}; prices as of {est.prices_as_of}")

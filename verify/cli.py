@@ -1,0 +1,75 @@
+"""``ledger verify``: the verifier's own subcommand of the ``ledger`` command.
+
+Registered through the ``prompt_ledger.commands`` entry point. Like ``python -m verify`` it
+imports nothing from the writer (``ledger``, ``runner``, ``analysis``): trusted keys are parsed
+by this package's own vkey parser. Exit status: 0 when no check FAILed, 1 when one did, 2 for a
+usage error (a malformed ``--trusted-key`` among them), as for ``python -m verify``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+import click
+
+__all__ = ["verify_cmd"]
+
+
+def _trusted_key(ctx: click.Context, param: click.Parameter, values: tuple[str, ...]) -> list[str]:
+    from verify.__main__ import read_vkey
+
+    keys = []
+    for value in values:
+        try:
+            keys.append(read_vkey(value))
+        except argparse.ArgumentTypeError as exc:
+            raise click.BadParameter(str(exc), ctx=ctx, param=param) from None
+    return keys
+
+
+@click.command("verify")
+@click.argument("path", type=click.Path(path_type=Path))
+@click.option(
+    "--trusted-key", "trusted", multiple=True, callback=_trusted_key,
+    help="A trusted vkey or @FILE (repeatable).",
+)  # fmt: skip
+@click.option(
+    "--checkpoint", "checkpoints", multiple=True,
+    type=click.Path(dir_okay=False, path_type=Path),
+    help="A checkpoint published elsewhere (repeatable).",
+)  # fmt: skip
+@click.option("--json", "as_json", is_flag=True, help="Print the report as JSON.")
+@click.option("--jobs", type=click.IntRange(min=1), default=1, help="Processes for signatures.")
+def verify_cmd(
+    path: Path,
+    trusted: list[str],
+    checkpoints: tuple[Path, ...],
+    as_json: bool,
+    jobs: int,
+) -> None:
+    """Verify a ledger file or an exported archive at PATH; exit 0 only if no check fails.
+
+    Uses the separate implementation in verify/ (which shares no code with the writer). A
+    directory is verified as an archive (docs/archive-format.md §4: the ledger checks on
+    ledger/events.jsonl plus manifest, export coverage, protocol, schedule, requests, outcomes,
+    blinding, re-scoring and re-analysis); a file as a SQLite ledger. Without --trusted-key the
+    keys are self-asserted: signatures then prove integrity, not authorship (a WARN).
+
+    \b
+    Example:
+      ledger verify study.db --trusted-key @keys/example.org_owner.vkey \\
+          --checkpoint registration.checkpoint --jobs 2
+      ledger verify archive/ --checkpoint registration-checkpoint.txt
+    """
+    from verify import render_report, verify_path
+
+    report = verify_path(path, trusted_keys=trusted, checkpoints=checkpoints, jobs=jobs)
+    if as_json:
+        click.echo(json.dumps(report.to_dict(), indent=2, ensure_ascii=False))
+    else:
+        render_report(report)
+    if not report.ok:
+        sys.exit(1)
