@@ -18,9 +18,9 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from rich.console import Console
-from rich.table import Table
 
 from ledger import LedgerError, SigningKey
+from ledger.cliutil import table
 
 TEMPLATE = "prompt-tumbling-e"
 
@@ -179,7 +179,7 @@ def run_demo(directory: Path, console: Console, *, replicates: int = 30) -> Demo
     _step(console, 11, "tamper", f"one byte of {changed} changed, MANIFEST.sha256 rewritten:")
     render_report(bad, console=console)
 
-    verdicts = Table(
+    verdicts = table(
         "hypothesis", "test", "verdict", "description", title="pre-registered verdicts"
     )
     for r in analysed.results:

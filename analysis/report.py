@@ -32,11 +32,11 @@ from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
 from rich.console import Console
 from rich.markup import escape
-from rich.table import Table
 
 from analysis import stats
 from analysis.analyze import ORIENTATIONS, verdict_caution
 from ledger import Ledger
+from ledger.cliutil import table
 from runner.lock import StudyError, ledger_path, protocol_event
 from verify import Report as VerificationReport
 from verify import Status, verify_ledger_file
@@ -974,7 +974,7 @@ def render_terminal(report: Report, console: Console) -> None:
         console.print("[bold black on yellow] SIMULATED DATA: responses from the offline "
                       "simulated model, not a real model [/]")  # fmt: skip
     colours = {"supported": "green", "not supported": "white", "not computed": "red"}
-    verdicts = Table("hypothesis", "contrast", "test", "estimate (CI)", "p", "verdict",
+    verdicts = table("hypothesis", "contrast", "test", "estimate (CI)", "p", "verdict",
                      "decided by", title="Pre-registered verdicts")  # fmt: skip
     for r in report.hypotheses:
         verdict = str(r.get("verdict") or "-")
@@ -985,7 +985,7 @@ def render_terminal(report: Report, console: Console) -> None:
         verdicts.add_row(str(r.get("hypothesis")), _contrast_text(report, r), str(r.get("test")),
                          _estimate_text(r), _p_text(r), shown, _rule_text(r))
     console.print(verdicts)
-    arms_table = Table("arm", "role", "accuracy", "Wilson 95% CI", "glyphs", "parse rate",
+    arms_table = table("arm", "role", "accuracy", "Wilson 95% CI", "glyphs", "parse rate",
                        "excluded", title="Descriptive: glyph-level accuracy by arm")  # fmt: skip
     arms_result = report.result("descriptive.arms")
     if arms_result and arms_result.get("status") == "ok":
@@ -1000,7 +1000,7 @@ def render_terminal(report: Report, console: Console) -> None:
         console.print(arms_table)
     elif arms_result:
         console.print(f"[red]descriptive.arms not computed: {arms_result.get('error')}[/]")
-    explore = Table("result", "summary", title=f"{EXPLORATORY}")
+    explore = table("result", "summary", title=f"{EXPLORATORY}")
     for r in report.by_label("exploratory"):
         explore.add_row(str(r.get("id")), _exploratory_summary(r))
     console.print(explore)

@@ -10,42 +10,55 @@ The format is specified in ``docs/ledger-format.md``. Typical use::
         note = log.sign_checkpoint(owner)       # C2SP signed note to publish
 """
 
-from ledger._canonical import MAX_SAFE_INTEGER, canonical_json
-from ledger._clock import FixedClock
-from ledger._envelope import Envelope, parse_envelope
-from ledger._errors import (
-    AuthorizationError,
-    CanonicalError,
-    FormatError,
-    KeyFileError,
-    LedgerError,
-    NotALedgerError,
-    NoteError,
-    ProofError,
-    SchemaVersionError,
-    StoreError,
-)
-from ledger._keys import SigningKey, VerifierKey, load_verifier, user_home
-from ledger._merkle import (
-    EMPTY_ROOT,
-    leaf_hash,
-    node_hash,
-    root_from_leaf_hashes,
-    root_from_leaves,
-    verify_consistency,
-    verify_inclusion,
-)
-from ledger._note import Checkpoint, Note, open_checkpoint, open_note, parse_checkpoint, sign_note
-from ledger._roles import KNOWN_KINDS, ROLES, role_may_append
-from ledger._store import (
-    ConsistencyProof,
-    Event,
-    EventSpec,
-    InclusionProof,
-    KeyRecord,
-    Ledger,
-    StoredCheckpoint,
-)
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from ledger._canonical import MAX_SAFE_INTEGER, canonical_json
+    from ledger._clock import FixedClock
+    from ledger._envelope import Envelope, parse_envelope
+    from ledger._errors import (
+        AuthorizationError,
+        CanonicalError,
+        FormatError,
+        KeyFileError,
+        LedgerError,
+        NotALedgerError,
+        NoteError,
+        ProofError,
+        SchemaVersionError,
+        StoreError,
+    )
+    from ledger._keys import SigningKey, VerifierKey, load_verifier, user_home
+    from ledger._merkle import (
+        EMPTY_ROOT,
+        leaf_hash,
+        node_hash,
+        root_from_leaf_hashes,
+        root_from_leaves,
+        verify_consistency,
+        verify_inclusion,
+    )
+    from ledger._note import (
+        Checkpoint,
+        Note,
+        open_checkpoint,
+        open_note,
+        parse_checkpoint,
+        sign_note,
+    )
+    from ledger._roles import KNOWN_KINDS, ROLES, role_may_append
+    from ledger._store import (
+        ConsistencyProof,
+        Event,
+        EventSpec,
+        InclusionProof,
+        KeyRecord,
+        Ledger,
+        StoredCheckpoint,
+    )
 
 __all__ = [
     "EMPTY_ROOT",
@@ -91,3 +104,63 @@ __all__ = [
     "verify_consistency",
     "verify_inclusion",
 ]
+
+# Names are imported on first use (PEP 562), so `import ledger` (and the `ledger` command's
+# start-up) costs only what is used: the store pulls in SQLite, the keys pull in cryptography.
+_LAZY: dict[str, str] = {
+    "EMPTY_ROOT": "ledger._merkle",
+    "KNOWN_KINDS": "ledger._roles",
+    "MAX_SAFE_INTEGER": "ledger._canonical",
+    "ROLES": "ledger._roles",
+    "AuthorizationError": "ledger._errors",
+    "CanonicalError": "ledger._errors",
+    "Checkpoint": "ledger._note",
+    "ConsistencyProof": "ledger._store",
+    "Envelope": "ledger._envelope",
+    "Event": "ledger._store",
+    "EventSpec": "ledger._store",
+    "FixedClock": "ledger._clock",
+    "FormatError": "ledger._errors",
+    "InclusionProof": "ledger._store",
+    "KeyFileError": "ledger._errors",
+    "KeyRecord": "ledger._store",
+    "Ledger": "ledger._store",
+    "LedgerError": "ledger._errors",
+    "NotALedgerError": "ledger._errors",
+    "Note": "ledger._note",
+    "NoteError": "ledger._errors",
+    "ProofError": "ledger._errors",
+    "SchemaVersionError": "ledger._errors",
+    "SigningKey": "ledger._keys",
+    "StoreError": "ledger._errors",
+    "StoredCheckpoint": "ledger._store",
+    "VerifierKey": "ledger._keys",
+    "canonical_json": "ledger._canonical",
+    "leaf_hash": "ledger._merkle",
+    "load_verifier": "ledger._keys",
+    "node_hash": "ledger._merkle",
+    "open_checkpoint": "ledger._note",
+    "open_note": "ledger._note",
+    "parse_checkpoint": "ledger._note",
+    "parse_envelope": "ledger._envelope",
+    "role_may_append": "ledger._roles",
+    "root_from_leaf_hashes": "ledger._merkle",
+    "root_from_leaves": "ledger._merkle",
+    "sign_note": "ledger._note",
+    "user_home": "ledger._keys",
+    "verify_consistency": "ledger._merkle",
+    "verify_inclusion": "ledger._merkle",
+}
+
+
+def __getattr__(name: str) -> Any:
+    module = _LAZY.get(name)
+    if module is None:
+        raise AttributeError(f"module 'ledger' has no attribute {name!r}")
+    value = getattr(importlib.import_module(module), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted([*globals(), *__all__])

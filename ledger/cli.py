@@ -22,9 +22,7 @@ from typing import TYPE_CHECKING, Any
 import click
 
 from ledger._errors import FormatError, KeyFileError
-from ledger._keys import SigningKey, load_verifier, user_home
 from ledger._roles import ROLES
-from ledger._store import Ledger
 from ledger.cliutil import HELP_WIDTH, Context, Group, console, dump_json, table
 
 if TYPE_CHECKING:
@@ -163,6 +161,8 @@ def keygen(name: str, out_dir: Path | None) -> None:
     Example:
       ledger keygen example.org/owner --out keys
     """
+    from ledger._keys import SigningKey, user_home
+
     directory = out_dir or user_home() / "keys"
     key = SigningKey.generate(name)
     try:
@@ -191,6 +191,9 @@ def init(path: Path, origin: str, key_file: str) -> None:
       ledger init study.db --origin example.org/study-1 \\
           --key keys/example.org_owner.key
     """
+    from ledger._keys import SigningKey
+    from ledger._store import Ledger
+
     key = SigningKey.load(key_file)
     with Ledger.create(path, origin=origin, key=key) as log:
         event = log.get(0)
@@ -215,6 +218,9 @@ def append(path: Path, kind: str, body_arg: str, blob_args: tuple[str, ...], key
       ledger append study.db note.added --body '{"text": "pilot run"}' \\
           --blob data=pilot.csv --key keys/example.org_owner.key
     """
+    from ledger._keys import SigningKey
+    from ledger._store import Ledger
+
     body = _read_body(body_arg)
     blobs = _read_blobs(blob_args)
     key = SigningKey.load(key_file)
@@ -234,6 +240,8 @@ def log_cmd(path: Path, kind: str | None, as_json: bool) -> None:
     Example:
       ledger log study.db --kind key.added
     """
+    from ledger._store import Ledger
+
     with Ledger.open(path, readonly=True) as log:
         if as_json:
             for event in log.events(kind):
@@ -259,6 +267,8 @@ def show(path: Path, seq: int, as_json: bool) -> None:
     Example:
       ledger show study.db 0
     """
+    from ledger._store import Ledger
+
     with Ledger.open(path, readonly=True) as log:
         event = log.get(seq)
         sizes = {name: len(log.blob(h)) for name, h in event.blobs.items()}
@@ -296,6 +306,9 @@ def checkpoint(path: Path, key_files: tuple[str, ...], out_file: Path | None) ->
       ledger checkpoint study.db --key keys/example.org_owner.key \\
           --out registration.checkpoint
     """
+    from ledger._keys import SigningKey
+    from ledger._store import Ledger
+
     keys = [SigningKey.load(k) for k in key_files]
     with Ledger.open(path) as log:
         note = log.sign_checkpoint(keys)
@@ -320,6 +333,8 @@ def proof(path: Path, proof_type: str, numbers: tuple[int, ...], size: int | Non
       ledger proof study.db inclusion 3 --size 10
       ledger proof study.db consistency 5 10
     """
+    from ledger._store import Ledger
+
     with Ledger.open(path, readonly=True) as log:
         if proof_type == "inclusion":
             if len(numbers) != 1:
@@ -358,6 +373,9 @@ def key_add(path: Path, vkey: str, role: str, key_file: str) -> None:
       ledger key add study.db @keys/runner.vkey --role runner \\
           --key keys/example.org_owner.key
     """
+    from ledger._keys import SigningKey, load_verifier
+    from ledger._store import Ledger
+
     verifier = load_verifier(vkey)
     owner = SigningKey.load(key_file)
     with Ledger.open(path) as log:
@@ -378,6 +396,9 @@ def key_revoke(path: Path, actor: str, reason: str, key_file: str) -> None:
       ledger key revoke study.db runner+1a2b3c4d --reason "laptop lost" \\
           --key keys/owner.key
     """
+    from ledger._keys import SigningKey
+    from ledger._store import Ledger
+
     owner = SigningKey.load(key_file)
     with Ledger.open(path) as log:
         event = log.revoke_key(actor, key=owner, reason=reason)
@@ -394,6 +415,8 @@ def key_list(path: Path, as_json: bool) -> None:
     Example:
       ledger key list study.db
     """
+    from ledger._store import Ledger
+
     with Ledger.open(path, readonly=True) as log:
         records = log.keys()
     if as_json:

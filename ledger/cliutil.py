@@ -164,7 +164,7 @@ class Group(click.Group):
 
     context_class = Context
     command_class = Command
-    group_class = type
+    group_class: type[click.Group] | type[type] | None = type
 
     def format_commands(self, ctx: click.Context, formatter: click.HelpFormatter) -> None:
         """List the subcommands with their whole first sentence, wrapped rather than cut."""

@@ -9,13 +9,15 @@ from __future__ import annotations
 
 import sys
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import click
 
-from ledger import Ledger, SigningKey
 from ledger.cliutil import Command, console, dump_json, table
 from runner.progress import RunDisplay
+
+if TYPE_CHECKING:
+    from ledger import SigningKey
 
 __all__ = [
     "amend",
@@ -32,6 +34,8 @@ __all__ = [
 
 def study_key(root: Path, key_file: str | None) -> SigningKey:
     """The key given, else the owner key ``ledger new`` made for this study."""
+    from ledger import SigningKey
+
     if key_file:
         return SigningKey.load(key_file)
     from runner.lock import study_owner_key
@@ -65,6 +69,7 @@ def new(
       ledger new my-study --template prompt-tumbling-e
       ledger new pilot --id tumbling-e-pilot --origin example.org/tumbling-e-pilot
     """
+    from ledger import SigningKey
     from runner.new import new_study, study_id_from_directory
 
     key = SigningKey.load(key_file) if key_file else None
@@ -364,6 +369,7 @@ def status(study_dir: Path, as_json: bool) -> None:
     Example:
       ledger status my-study
     """
+    from ledger import Ledger
     from runner.lock import check_integrity, ledger_path
     from runner.state import arm_status, load_state
 
