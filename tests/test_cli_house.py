@@ -162,3 +162,17 @@ def test_unexpected_exception_is_one_line_and_a_trace_file(
     assert trace.parent == home / "crash"
     text = trace.read_text(encoding="utf-8")
     assert "Traceback" in text and "an injected fault" in text and "schedule" in text
+
+
+@pytest.mark.parametrize("value", ["bogus+key", "@/nonexistent/owner.vkey"])
+def test_malformed_trusted_key_is_a_usage_error_like_python_m_verify(
+    value: str, tmp_path: Path
+) -> None:
+    from verify.__main__ import main as verify_main
+
+    result = run("verify", tmp_path, "--trusted-key", value)
+    assert result.exit_code == 2, result.output
+    assert "--trusted-key" in result.output and "Traceback" not in result.output
+    with pytest.raises(SystemExit) as exited:
+        verify_main([str(tmp_path), "--trusted-key", value])
+    assert exited.value.code == 2
