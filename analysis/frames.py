@@ -209,6 +209,12 @@ class _Builder:
         blinded = revealed is None and not self.break_blind
         codes: dict[str, str] = dict(revealed.body["arm_codes"]) if revealed else {}
         order = schedule_ids(self.recorded.blob(protocol.blobs["schedule"]))
+        for number, trial in enumerate(order, 1):
+            parts = trial.split("|")
+            if len(parts) != 3 or not parts[2].isdigit():
+                raise self.fail(
+                    protocol, f"schedule line {number} is not a trial id arm|stimulus|rep"
+                )
         tried = attempts(self.events)
         by_response = {
             a.outcome.seq: a

@@ -7,6 +7,7 @@ JSON of the blobs), never a number written down.
 from __future__ import annotations
 
 import csv
+import hashlib
 import json
 import shutil
 from collections import Counter
@@ -320,9 +321,17 @@ def _changed_blob(root: Path) -> str:
     return rf"blobs/{digest}: content does not match its name"
 
 
+def _bad_schedule(root: Path) -> str:
+    data = b"A|uniform-up|1\nnot a trial id\n"
+    digest = hashlib.sha256(data).hexdigest()
+    (root / "blobs" / digest).write_bytes(data)
+    seq = _rewrite(root, "protocol.locked", lambda env: env["blobs"].update(schedule=digest))
+    return rf"seq {seq} \(protocol\.locked\): schedule line 2 is not a trial id"
+
+
 @pytest.mark.parametrize(
-    "damage", [_bad_line, _no_field, _missing_blob, _changed_blob],
-    ids=["line-not-an-event", "missing-field", "missing-blob", "changed-blob"],
+    "damage", [_bad_line, _no_field, _missing_blob, _changed_blob, _bad_schedule],
+    ids=["line-not-an-event", "missing-field", "missing-blob", "changed-blob", "bad-schedule"],
 )
 def test_a_damaged_archive_is_refused_naming_the_place(
     damage: Callable[[Path], str], stages: dict[str, Path], tmp_path: Path
