@@ -1,7 +1,99 @@
-"""Blinded parsing and scoring, statistics, decision rules and reports (built by later issues).
+"""Score blind, unblind, analyse, report, export, and load a study into pandas.
 
-The package exists so the distribution's top-level layout is fixed from the start; it exports
-nothing yet.
+The steps after :mod:`runner` has run a study, each one call that reads the study folder and
+appends to its ledger (what the ``ledger`` command does), plus :func:`load`, which reads a study
+folder or an exported archive into pandas DataFrames and writes nothing. Example::
+
+    import analysis
+    import runner
+
+    key = runner.study_owner_key("my-study")
+    analysis.score_study("my-study", key)     # blind to the arm; seals once all trials are final
+    analysis.unblind_study("my-study", key)   # reveal the arm codes (commit-reveal)
+    analysis.analyze_study("my-study", key)   # the locked plan and decision rules
+    report = analysis.build_report("my-study")           # figures and report.html
+    archive = analysis.export_study("my-study", "my-study-archive", key).directory
+
+    frames = analysis.load(archive)           # or analysis.load("my-study")
+    print(frames.scores.groupby("arm")["accuracy"].mean())
+    print(frames.attempts[["trial", "response_text", "output_tokens"]])
+
+Errors: :class:`AnalysisError` (a :class:`runner.StudyError`, so a :class:`ledger.LedgerError`)
+for what :func:`load` cannot read, naming the path; the other steps refuse a study that is not
+ready with :class:`runner.StudyError`, naming the study and what to run first.
+
+The package imports lazily (PEP 562): ``import analysis`` loads none of its modules (no pandas,
+statsmodels or matplotlib), so the ``ledger`` command starts fast; a name is imported from its
+module on first use.
 """
 
-__all__: list[str] = []
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from analysis._errors import AnalysisError
+    from analysis.analyze import AnalyzeResult, analyze_study
+    from analysis.demo import DemoResult, run_demo
+    from analysis.export import ExportResult, export_study
+    from analysis.frames import StudyFrames, load
+    from analysis.report import Report, build_report
+    from analysis.scoring import ScoreResult, UnblindResult, score_study, unblind_study
+
+# Public name -> the module that defines it (imported on first use).
+_EXPORTS: dict[str, str] = {
+    "AnalysisError": "analysis._errors",
+    # score blind, seal, unblind
+    "score_study": "analysis.scoring",
+    "ScoreResult": "analysis.scoring",
+    "unblind_study": "analysis.scoring",
+    "UnblindResult": "analysis.scoring",
+    # the locked analysis plan, the report, the archive
+    "analyze_study": "analysis.analyze",
+    "AnalyzeResult": "analysis.analyze",
+    "build_report": "analysis.report",
+    "Report": "analysis.report",
+    "export_study": "analysis.export",
+    "ExportResult": "analysis.export",
+    # DataFrames of a study or an archive
+    "load": "analysis.frames",
+    "StudyFrames": "analysis.frames",
+    # everything, offline
+    "run_demo": "analysis.demo",
+    "DemoResult": "analysis.demo",
+}
+
+__all__ = [
+    "AnalysisError",
+    "AnalyzeResult",
+    "DemoResult",
+    "ExportResult",
+    "Report",
+    "ScoreResult",
+    "StudyFrames",
+    "UnblindResult",
+    "analyze_study",
+    "build_report",
+    "export_study",
+    "load",
+    "run_demo",
+    "score_study",
+    "unblind_study",
+]
+
+if not TYPE_CHECKING:  # type checkers read the imports above instead
+
+    def __getattr__(name: str) -> Any:
+        """Import a public name from its module on first use (PEP 562)."""
+        module = _EXPORTS.get(name)
+        if module is None:
+            raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+        value = getattr(importlib.import_module(module), name)
+        globals()[name] = value
+        return value
+
+
+def __dir__() -> list[str]:
+    """The public names, loaded or not (what ``dir(analysis)`` and tab completion show)."""
+    return list(__all__)

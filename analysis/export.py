@@ -22,6 +22,15 @@ from pathlib import Path
 from typing import Any
 
 from analysis.analyze import describe_decision
+from analysis.rows import (
+    ATTEMPT_COLUMNS,
+    SCHEDULE_COLUMNS,
+    SCORE_COLUMNS,
+    attempts,
+    schedule_ids,
+    schedule_rows,
+    score_row,
+)
 from ledger import Ledger, SigningKey, canonical_json
 from runner.lock import (
     StudyError,
@@ -127,61 +136,15 @@ def _trial_files(w: _Writer, log: Ledger) -> None:
     codes: dict[str, str] = revealed.body["arm_codes"] if revealed else {}
     protocol = protocol_event(log)
     assert protocol is not None
-    schedule = log.blob(protocol.blobs["schedule"]).decode("utf-8").splitlines()
-    w.put(
-        "trials/schedule.csv",
-        _csv_bytes(
-            ("position", "arm_code", "stimulus", "rep", "trial"),
-            (
-                (i, codes.get(t.split("|")[0], ""), t.split("|")[1], t.split("|")[2], t)
-                for i, t in enumerate(schedule, 1)
-            ),
-        ),
-    )
-    outcomes: dict[int, Any] = {}
-    for event in log.events():
-        if event.kind in ("trial.responded", "trial.failed"):
-            outcomes[event.body["request_seq"]] = event
-    rows = []
-    for event in log.events("trial.requested"):
-        out = outcomes.get(event.seq)
-        b = event.body
-        rows.append(
-            (
-                event.seq, b["position"], b["trial"], b["attempt"], b["request_sha256"],
-                out.kind.split(".")[1] if out else "none", out.seq if out else None,
-                out.blobs.get("response") if out else None,
-                out.body.get("error_type") if out and out.kind == "trial.failed" else None,
-                (out.kind == "trial.responded" or bool(out.body.get("final"))) if out else False,
-            )
-        )  # fmt: skip
-    w.put(
-        "trials/attempts.csv",
-        _csv_bytes(
-            ("request_seq", "position", "trial", "attempt", "request_sha256", "outcome",
-             "outcome_seq", "response_sha256", "error_type", "final"),
-            rows,
-        ),
-    )  # fmt: skip
+    schedule = schedule_ids(log.blob(protocol.blobs["schedule"]))
+    w.put("trials/schedule.csv", _csv_bytes(SCHEDULE_COLUMNS, schedule_rows(schedule, codes)))
+    rows = (attempt.row() for attempt in attempts(log.events()))
+    w.put("trials/attempts.csv", _csv_bytes(ATTEMPT_COLUMNS, rows))
 
 
 def _score_files(w: _Writer, log: Ledger) -> None:
-    rows = [
-        (
-            e.seq, e.body["response_seq"], e.body["arm_code"], e.body["stimulus"],
-            e.body["status"], e.body["n_items"], e.body["n_answered"], e.body["n_correct"],
-            e.body["scores_sha256"],
-        )
-        for e in log.events("trial.scored")
-    ]  # fmt: skip
-    w.put(
-        "scores/scores.csv",
-        _csv_bytes(
-            ("scored_seq", "response_seq", "arm_code", "stimulus", "status", "n_items",
-             "n_answered", "n_correct", "scores_sha256"),
-            rows,
-        ),
-    )  # fmt: skip
+    rows = (score_row(e) for e in log.events("trial.scored"))
+    w.put("scores/scores.csv", _csv_bytes(SCORE_COLUMNS, rows))
 
 
 def _analysis_files(w: _Writer, root: Path, log: Ledger) -> list[dict[str, Any]]:

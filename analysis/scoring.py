@@ -47,10 +47,19 @@ class BlindTrial:
 
 def score_blind(trial: BlindTrial, parser: str, truth: list[Glyph] | str) -> TrialScore:
     """Parse and score one blinded response against its stimulus's truth."""
-    raw, fmt = trial.raw, trial.format
-    if fmt == "anthropic-batch-result":
-        raw, fmt = batch_message(raw), "anthropic-messages"
+    raw, fmt = unwrap_batch(trial.raw, trial.format)
     return score_parsed(parse_response(raw, fmt, parser), parser, truth)
+
+
+def unwrap_batch(raw: bytes, format: str) -> tuple[bytes, str]:
+    """A stored response body and its format as the parser reads them.
+
+    A Message Batches result line (``anthropic-batch-result``) becomes its message
+    (:func:`batch_message`) in ``anthropic-messages`` format; any other body is returned as is.
+    """
+    if format == "anthropic-batch-result":
+        return batch_message(raw), "anthropic-messages"
+    return raw, format
 
 
 def batch_message(line: bytes) -> bytes:

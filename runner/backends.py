@@ -15,10 +15,9 @@ retry on their own (the SDK's ``max_retries`` is 0): every attempt is a ledger e
 from __future__ import annotations
 
 import base64
-import hashlib
 import json
 import os
-from collections.abc import Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
@@ -26,7 +25,8 @@ from typing import Any, Protocol
 import anthropic
 import httpx
 
-from ledger import Ledger, LedgerError
+from ledger import LedgerError
+from runner.recorded import RecordedEvent, open_recorded
 
 FORMAT_ANTHROPIC = "anthropic-messages"
 FORMAT_OPENAI = "openai-chat"
@@ -390,74 +390,32 @@ class ReplayBackend:
         ``blobs/``), a study folder (its ``ledger.db``) or a ``ledger.db`` file. Where the
         source's responses came from the simulation, this backend is labelled simulated too.
         """
-        path = Path(source)
         self._answers: dict[str, list[tuple[bytes, Mapping[str, Any]]]] = {}
         self.simulated = False
-        if (path / "ledger" / "events.jsonl").is_file():
-            self.source = path
-            self._index(*self._archive_events(path))
-            return
-        if path.is_dir():
-            path = path / "ledger.db"
-        self.source = path
+        self.source = Path(source)
         try:
-            with Ledger.open(path, readonly=True) as log:
-                self._index(((e.seq, e.kind, e.body, e.blobs) for e in log.events()), log.blob)
+            with open_recorded(source) as recorded:
+                self.source = recorded.source
+                self._index(recorded.events(), recorded.blob)
         except LedgerError as exc:
             raise BackendError("configuration", f"replay source: {exc}", retryable=False) from None
 
-    @staticmethod
-    def _archive_events(root: Path) -> tuple[Any, Any]:
-        """(seq, kind, body, blobs) of an archive's events, and a blob reader checking names."""
-        events_path = root / "ledger" / "events.jsonl"
-
-        def events() -> Any:
-            with events_path.open("rb") as handle:
-                for number, line in enumerate(handle, 1):
-                    try:
-                        envelope = json.loads(line)["envelope"]
-                        yield (
-                            envelope["seq"], envelope["kind"], envelope["body"],
-                            envelope.get("blobs", {}),
-                        )
-                    except (ValueError, KeyError, TypeError) as exc:
-                        raise BackendError(
-                            "configuration",
-                            f"replay source: {events_path}: line {number} is not an event ({exc})",
-                            retryable=False,
-                        ) from None
-
-        def blob(digest: str) -> bytes:
-            blob_path = root / "blobs" / digest
-            try:
-                data = blob_path.read_bytes()
-            except OSError as exc:
-                raise BackendError(
-                    "configuration", f"replay source: {blob_path}: {exc.strerror}", retryable=False
-                ) from None
-            if hashlib.sha256(data).hexdigest() != digest:
-                raise BackendError(
-                    "configuration",
-                    f"replay source: {blob_path}: content does not match its name",
-                    retryable=False,
-                )
-            return data
-
-        return events(), blob
-
-    def _index(self, events: Any, blob: Any) -> None:
+    def _index(self, events: Iterable[RecordedEvent], blob: Callable[[str], bytes]) -> None:
         requests: dict[int, str] = {}
-        for seq, kind, body, blobs in events:
+        for event in events:
+            kind, body = event.kind, event.body
             if kind == "run.started" and body.get("simulated"):
                 self.simulated = True
             elif kind == "trial.requested":
-                requests[seq] = body["request_sha256"]
+                requests[event.seq] = body["request_sha256"]
             elif kind == "trial.responded":
                 if body.get("simulated"):
                     self.simulated = True
                 digest = requests.get(body["request_seq"])
                 if digest is not None:
-                    self._answers.setdefault(digest, []).append((blob(blobs["response"]), body))
+                    self._answers.setdefault(digest, []).append(
+                        (blob(event.blobs["response"]), body)
+                    )
 
     def wire_body(self, body: dict[str, Any]) -> dict[str, Any]:
         """Messages requests are sent as they are."""

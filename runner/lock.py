@@ -17,16 +17,13 @@ from pathlib import Path
 from typing import Any
 
 from ledger import AuthorizationError, EventSpec, Ledger, LedgerError, SigningKey, user_home
+from runner._errors import StudyError as StudyError
 from runner.schedule import commitment, schedule, schedule_bytes, schedule_sha256, trial_ids
 from runner.spec import SpecError, Study, check_matched_controls, load_study
 from runner.stimuli import StimulusError, check_image_for_api
 
 LEDGER_FILE = "ledger.db"
 CHECKPOINT_FILE = "registration-checkpoint.txt"
-
-
-class StudyError(LedgerError):
-    """A study that cannot be locked or used as it stands (the message says why and where)."""
 
 
 @dataclass(frozen=True)

@@ -15,6 +15,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from runner._errors import SpecError as SpecError
+
 ARM_ROLES = ("full", "matched-control", "vehicle", "dismantling", "factorial")
 TESTS = ("lmm", "paired-t", "independent-t", "bootstrap", "mcnemar", "chi-square", "equivalence")
 OUTCOMES = ("glyph_accuracy", "trial_accuracy", "parse_rate")
@@ -24,15 +26,6 @@ PARSERS = ("tumbling-e-json", "multiple-choice", "yes-no-maybe", "orientation-wo
 SECRET_SOURCES = ("generate", "env:", "file:")
 ID_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$")
 IMAGE_SUFFIXES = (".png", ".jpg", ".jpeg", ".gif", ".webp")
-
-
-class SpecError(Exception):
-    """A study spec that cannot be used; the message lists every problem found."""
-
-    def __init__(self, problems: list[str]) -> None:
-        """Keep the list of problems; the message joins them one per line."""
-        self.problems = problems
-        super().__init__("\n".join(problems))
 
 
 @dataclass(frozen=True)

@@ -8,9 +8,10 @@ waiting for its answer) is rebuilt from ``trial.requested``, ``trial.responded``
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from pathlib import Path
 
 from ledger import Ledger
-from runner.lock import StudyError, protocol_event
+from runner.lock import StudyError, check_integrity, ledger_path, protocol_event
 from runner.request import Trial
 from runner.schedule import schedule, schedule_sha256, trial_ids
 from runner.spec import Study
@@ -126,6 +127,17 @@ def load_state(study: Study, log: Ledger) -> StudyState:
         else:
             del state.open_batches[batch_id]
     return state
+
+
+def study_state(root: str | Path) -> StudyState:
+    """Where the study at ``root`` stands (``ledger status``): its trials rebuilt from the ledger.
+
+    Checks first that no locked file changed (:func:`runner.lock.check_integrity`), then reads
+    the ledger without writing to it. Raises :class:`StudyError` for a study not locked yet.
+    """
+    study = check_integrity(root)
+    with Ledger.open(ledger_path(Path(root)), readonly=True) as log:
+        return load_state(study, log)
 
 
 @dataclass(frozen=True)

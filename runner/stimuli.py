@@ -35,6 +35,8 @@ from typing import Final
 
 from PIL import Image, ImageDraw, ImageFont, ImageOps, UnidentifiedImageError, features
 
+from runner._errors import StimulusError
+
 __all__ = [
     "ACUITY_LINES",
     "API_MAX_IMAGE_BYTES",
@@ -128,10 +130,6 @@ _MAGIC: Final = (
     (b"GIF87a", "image/gif", "GIF"),
     (b"GIF89a", "image/gif", "GIF"),
 )
-
-
-class StimulusError(Exception):
-    """A stimulus could not be generated, read, written or checked; the message says why."""
 
 
 @dataclass(frozen=True)

@@ -2,7 +2,20 @@
 
 from __future__ import annotations
 
+import ast
+import importlib
+import json
+import pkgutil
+import subprocess
+import sys
+from pathlib import Path
+from types import ModuleType
+
+import pytest
+
+import analysis
 import ledger
+import runner
 import verify
 
 
@@ -42,3 +55,79 @@ def test_every_error_is_a_ledger_error() -> None:
         obj = getattr(ledger, name)
         if isinstance(obj, type) and issubclass(obj, Exception):
             assert issubclass(obj, ledger.LedgerError), name
+
+
+RUNNER_NAMES = [
+    "BACKENDS", "Arm", "ArmStatus", "Backend", "BackendError", "Counters", "Estimate",
+    "Hypothesis", "LockResult", "NewStudy", "Reply", "RunOptions", "RunResult", "SpecError",
+    "StimulusError", "Study", "StudyError", "StudyState", "Trial", "TrialState", "amend",
+    "arm_code", "arm_status", "check_integrity", "check_matched_controls", "commitment",
+    "component_differences", "estimate_study", "ledger_path", "load_state", "load_study",
+    "lock_study", "locked_order", "make_backend", "new_study", "order_key", "run_study",
+    "schedule_sha256", "study_id_from_directory", "study_owner_key", "study_state", "trial_ids",
+]
+ANALYSIS_NAMES = [
+    "AnalysisError", "AnalyzeResult", "DemoResult", "ExportResult", "Report", "ScoreResult",
+    "StudyFrames", "UnblindResult", "analyze_study", "build_report", "export_study", "load",
+    "run_demo", "score_study", "unblind_study",
+]
+HEAVY = ("pandas", "numpy", "statsmodels", "scipy", "matplotlib", "PIL", "anthropic")
+
+
+def _lazy_table(package: ModuleType) -> tuple[dict[str, str], dict[str, str]]:
+    """(the name -> module table, the names the TYPE_CHECKING block imports -> their module)."""
+    tree = ast.parse(Path(package.__file__ or "").read_text(encoding="utf-8"))
+    table: dict[str, str] = {}
+    typed: dict[str, str] = {}
+    for node in tree.body:
+        if isinstance(node, ast.AnnAssign) and getattr(node.target, "id", "") == "_EXPORTS":
+            table = ast.literal_eval(node.value)
+        if isinstance(node, ast.If) and getattr(node.test, "id", "") == "TYPE_CHECKING":
+            for imp in node.body:
+                assert isinstance(imp, ast.ImportFrom) and imp.module
+                for alias in imp.names:
+                    typed[alias.asname or alias.name] = imp.module
+    return table, typed
+
+
+@pytest.mark.parametrize(
+    ("package", "names"), [(runner, RUNNER_NAMES), (analysis, ANALYSIS_NAMES)],
+    ids=["runner", "analysis"],
+)
+def test_runner_and_analysis_public_names(package: ModuleType, names: list[str]) -> None:
+    assert sorted(package.__all__) == sorted(names)
+    table, typed = _lazy_table(package)
+    assert table == typed  # what type checkers see is what __getattr__ loads, name by name
+    assert sorted(table) == sorted(package.__all__)
+    submodules = {m.name for m in pkgutil.iter_modules(package.__path__)}
+    assert not submodules & set(package.__all__)  # a submodule import would shadow the name
+    for name in package.__all__:
+        value = getattr(package, name)
+        assert value is getattr(importlib.import_module(table[name]), name), name
+        if callable(value):
+            assert value.__doc__, f"{package.__name__}.{name} has no docstring"
+    assert dir(package) == sorted(package.__all__)
+    with pytest.raises(AttributeError, match=rf"module '{package.__name__}' has no attribute 'x'"):
+        package.x  # noqa: B018
+
+
+def test_runner_and_analysis_errors_are_study_errors() -> None:
+    for package in (runner, analysis):
+        for name in package.__all__:
+            obj = getattr(package, name)
+            if isinstance(obj, type) and issubclass(obj, Exception) and name != "BackendError":
+                assert issubclass(obj, runner.StudyError), name
+    assert issubclass(runner.StudyError, ledger.LedgerError)
+
+
+def test_importing_runner_and_analysis_loads_nothing_heavy() -> None:
+    code = (
+        "import json, sys\n"
+        "import runner, analysis\n"
+        "print(json.dumps(sorted(m for m in sys.modules if m.partition('.')[0] in "
+        f"{HEAVY!r} or m.startswith(('runner.', 'analysis.', 'ledger')))))\n"
+    )
+    result = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, check=True, timeout=120
+    )
+    assert json.loads(result.stdout) == []

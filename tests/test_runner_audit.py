@@ -98,8 +98,7 @@ def test_replay_from_an_exported_archive_is_labelled_simulated(
         root / "ledger" / "events.jsonl"
     ).open("w") as out:
         for e in log.events():
-            envelope = {"seq": e.seq, "kind": e.kind, "body": e.body, "blobs": e.blobs}
-            out.write(json.dumps({"envelope": envelope}) + "\n")
+            out.write(json.dumps(e.to_json()) + "\n")  # envelope, signature (and leaf hash)
             for digest in e.blobs.values():
                 (root / "blobs" / digest).write_bytes(log.blob(digest))
     copy = make_study(tmp_path / "copy", replicates=1, template=study_template)

@@ -1,0 +1,93 @@
+"""Rows derived from the trial and score events, shared by the archive and :func:`analysis.load`.
+
+``docs/archive-format.md`` §1 defines ``trials/schedule.csv``, ``trials/attempts.csv`` and
+``scores/scores.csv`` as functions of the events. :mod:`analysis.export` writes those files from
+the rows made here, and :func:`analysis.load` builds its DataFrames on the same rows, so a
+notebook and the archive cannot disagree. Everything here takes events from either a study's
+ledger or an archive (:mod:`runner.recorded`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from runner.recorded import RecordedEvent
+
+SCHEDULE_COLUMNS = ("position", "arm_code", "stimulus", "rep", "trial")
+ATTEMPT_COLUMNS = (
+    "request_seq", "position", "trial", "attempt", "request_sha256", "outcome", "outcome_seq",
+    "response_sha256", "error_type", "final",
+)  # fmt: skip
+SCORE_COLUMNS = (
+    "scored_seq", "response_seq", "arm_code", "stimulus", "status", "n_items", "n_answered",
+    "n_correct", "scores_sha256",
+)  # fmt: skip
+
+
+def schedule_ids(schedule_blob: bytes) -> list[str]:
+    """The trial ids of the locked schedule, in execution order (the ``schedule`` blob)."""
+    return schedule_blob.decode("utf-8").splitlines()
+
+
+def schedule_rows(order: Sequence[str], arm_codes: Mapping[str, str]) -> list[tuple[Any, ...]]:
+    """``trials/schedule.csv`` rows (:data:`SCHEDULE_COLUMNS`); codes empty before the reveal."""
+    rows = []
+    for position, trial in enumerate(order, 1):
+        arm, stimulus, rep = trial.split("|")
+        rows.append((position, arm_codes.get(arm, ""), stimulus, rep, trial))
+    return rows
+
+
+@dataclass(frozen=True)
+class Attempt:
+    """One ``trial.requested`` event and the ``trial.responded`` or ``trial.failed`` closing it."""
+
+    request: RecordedEvent
+    outcome: RecordedEvent | None
+
+    @property
+    def outcome_kind(self) -> str:
+        """``responded``, ``failed``, or ``none`` while no outcome is recorded."""
+        return self.outcome.kind.split(".")[1] if self.outcome is not None else "none"
+
+    @property
+    def final(self) -> bool:
+        """True when this attempt gave its trial a final outcome (``docs/trials.md`` §3)."""
+        out = self.outcome
+        if out is None:
+            return False
+        return out.kind == "trial.responded" or bool(out.body.get("final"))
+
+    def row(self) -> tuple[Any, ...]:
+        """The ``trials/attempts.csv`` row (:data:`ATTEMPT_COLUMNS`)."""
+        b, out = self.request.body, self.outcome
+        return (
+            self.request.seq, b["position"], b["trial"], b["attempt"], b["request_sha256"],
+            self.outcome_kind, out.seq if out else None,
+            out.blobs.get("response") if out else None,
+            out.body.get("error_type") if out and out.kind == "trial.failed" else None,
+            self.final,
+        )  # fmt: skip
+
+
+def attempts(events: Iterable[RecordedEvent]) -> list[Attempt]:
+    """Every attempt in request order, each with its outcome (the last recorded, if several)."""
+    requests: list[RecordedEvent] = []
+    outcomes: dict[int, RecordedEvent] = {}
+    for event in events:
+        if event.kind == "trial.requested":
+            requests.append(event)
+        elif event.kind in ("trial.responded", "trial.failed"):
+            outcomes[event.body["request_seq"]] = event
+    return [Attempt(r, outcomes.get(r.seq)) for r in requests]
+
+
+def score_row(event: RecordedEvent) -> tuple[Any, ...]:
+    """The ``scores/scores.csv`` row (:data:`SCORE_COLUMNS`) of one ``trial.scored`` event."""
+    b = event.body
+    return (
+        event.seq, b["response_seq"], b["arm_code"], b["stimulus"], b["status"], b["n_items"],
+        b["n_answered"], b["n_correct"], b["scores_sha256"],
+    )  # fmt: skip

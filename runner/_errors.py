@@ -1,0 +1,34 @@
+"""The runner's error tree (also drawn in the ``runner`` package docstring).
+
+::
+
+    ledger.LedgerError
+    └── StudyError          a study that cannot be locked, run or used as it stands
+        ├── SpecError       a study.toml with problems; ``problems`` lists every one
+        └── StimulusError   a stimulus that cannot be generated, read, written or checked
+
+Every message names the study, file or field at fault. :class:`runner.backends.BackendError`
+stands apart: it is one failed attempt (data the runner records and retries), and only
+:func:`runner.backends.make_backend` raises it to a caller, for a backend it cannot configure.
+"""
+
+from __future__ import annotations
+
+from ledger import LedgerError
+
+
+class StudyError(LedgerError):
+    """A study that cannot be locked or used as it stands (the message says why and where)."""
+
+
+class SpecError(StudyError):
+    """A study spec that cannot be used; the message lists every problem found."""
+
+    def __init__(self, problems: list[str]) -> None:
+        """Keep the list of problems; the message joins them one per line."""
+        self.problems = problems
+        super().__init__("\n".join(problems))
+
+
+class StimulusError(StudyError):
+    """A stimulus could not be generated, read, written or checked; the message says why."""

@@ -1,0 +1,192 @@
+"""The recorded events of a study, read alike from its ledger or from an exported archive.
+
+A study folder keeps its events in ``ledger.db`` (SQLite, :class:`ledger.Ledger`); an archive
+written by ``ledger export`` keeps the same events in ``ledger/events.jsonl`` and the blobs they
+name in ``blobs/`` (``docs/archive-format.md`` §1). :func:`open_recorded` gives both one
+read-only face: the events in seq order and the blobs by SHA-256. The replay backend and
+:func:`analysis.load` read through it.
+
+It reads; it does not verify (``verify/`` does), beyond refusing a line that is not an event
+and a blob file whose content does not match its name.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import re
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from types import TracebackType
+from typing import Any, Literal, Protocol
+
+from ledger import Ledger
+from runner._errors import StudyError
+from runner.lock import LEDGER_FILE
+
+EVENTS_FILE = "ledger/events.jsonl"
+BLOBS_DIR = "blobs"
+_SHA256 = re.compile(r"[0-9a-f]{64}")
+
+Layout = Literal["study", "archive", "ledger"]
+
+
+class RecordedEvent(Protocol):
+    """What a reader needs of one event (:class:`ledger.Event` and :class:`ArchivedEvent`)."""
+
+    @property
+    def seq(self) -> int:
+        """The event's position in the log, from 0."""
+        ...
+
+    @property
+    def time(self) -> str:
+        """The appender's clock, RFC 3339 UTC."""
+        ...
+
+    @property
+    def kind(self) -> str:
+        """The event kind, e.g. ``trial.responded``."""
+        ...
+
+    @property
+    def actor(self) -> str:
+        """The signing key's name and key id."""
+        ...
+
+    @property
+    def body(self) -> dict[str, Any]:
+        """The event body."""
+        ...
+
+    @property
+    def blobs(self) -> dict[str, str]:
+        """Blob name -> SHA-256 (hex)."""
+        ...
+
+
+@dataclass(frozen=True)
+class ArchivedEvent:
+    """One event read from an archive's ``ledger/events.jsonl``."""
+
+    seq: int
+    time: str
+    kind: str
+    actor: str
+    body: dict[str, Any]
+    blobs: dict[str, str]
+
+
+def layout(path: str | os.PathLike[str]) -> Layout | None:
+    """What ``path`` is: an archive folder, a study folder, a ledger file, or None (neither).
+
+    An archive holds ``ledger/events.jsonl``; a study folder holds ``ledger.db``; any other
+    existing file is taken to be a ledger file (:class:`ledger.Ledger` says whether it is one).
+    """
+    p = Path(path)
+    if (p / EVENTS_FILE).is_file():
+        return "archive"
+    if (p / LEDGER_FILE).is_file():
+        return "study"
+    if p.is_file():
+        return "ledger"
+    return None
+
+
+def _event(line: bytes, number: int, file: Path) -> ArchivedEvent:
+    try:
+        envelope = json.loads(line)["envelope"]
+        event = ArchivedEvent(
+            envelope["seq"], envelope["time"], envelope["kind"], envelope["actor"],
+            envelope["body"], envelope.get("blobs", {}),
+        )  # fmt: skip
+    except (ValueError, KeyError, TypeError, AttributeError) as exc:
+        raise StudyError(f"{file}: line {number} is not an event ({exc})") from None
+    if (
+        type(event.seq) is not int
+        or not isinstance(event.kind, str)
+        or not isinstance(event.body, dict)
+        or not isinstance(event.blobs, dict)
+    ):
+        raise StudyError(
+            f"{file}: line {number} is not an event (seq, kind, body or blobs of the wrong type)"
+        )
+    return event
+
+
+class Recorded:
+    """A study's or an archive's events and blobs, read-only; use :func:`open_recorded`."""
+
+    def __init__(self, path: Path, kind: Layout) -> None:
+        """Open ``path`` as ``kind`` (see :func:`layout`)."""
+        self.path = path
+        self.layout: Layout = kind
+        self._log: Ledger | None = None
+        if kind == "archive":
+            self.source = path
+        else:
+            self.source = path / LEDGER_FILE if kind == "study" else path
+            self._log = Ledger.open(self.source, readonly=True)
+
+    def events(self, kind: str | None = None) -> Iterator[RecordedEvent]:
+        """Every event in seq order (only those of ``kind`` when given)."""
+        if self._log is not None:
+            yield from self._log.events(kind)
+            return
+        file = self.path / EVENTS_FILE
+        try:
+            with file.open("rb") as handle:
+                for number, line in enumerate(handle, 1):
+                    event = _event(line, number, file)
+                    if kind is None or event.kind == kind:
+                        yield event
+        except OSError as exc:
+            raise StudyError(f"{file}: {exc.strerror}") from exc
+
+    def blob(self, digest: str) -> bytes:
+        """The bytes of the blob with this SHA-256 (hex); StudyError if missing or altered."""
+        if self._log is not None:
+            return self._log.blob(digest)
+        if not isinstance(digest, str) or not _SHA256.fullmatch(digest):
+            raise StudyError(f"{self.path}: blob name {digest!r} is not a SHA-256")
+        file = self.path / BLOBS_DIR / digest
+        try:
+            data = file.read_bytes()
+        except OSError as exc:
+            raise StudyError(f"{file}: {exc.strerror}") from None
+        if hashlib.sha256(data).hexdigest() != digest:
+            raise StudyError(f"{file}: content does not match its name")
+        return data
+
+    def close(self) -> None:
+        """Close the ledger (nothing to do for an archive)."""
+        if self._log is not None:
+            self._log.close()
+            self._log = None
+
+    def __enter__(self) -> Recorded:
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.close()
+
+
+def open_recorded(path: str | os.PathLike[str]) -> Recorded:
+    """Open a study folder, its ledger file or an exported archive for reading.
+
+    Raises :class:`StudyError` naming ``path`` when it is none of them, and
+    :class:`ledger.LedgerError` when the ledger file cannot be opened.
+    """
+    p = Path(path)
+    kind = layout(p)
+    if kind is None:
+        what = "does not exist" if not p.exists() else "holds neither ledger.db nor " + EVENTS_FILE
+        raise StudyError(f"{p}: {what}; expected a study folder or an exported archive")
+    return Recorded(p, kind)
