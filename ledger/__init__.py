@@ -21,10 +21,12 @@ from ledger._errors import (
     LedgerError,
     NotALedgerError,
     NoteError,
+    OutputError,
     ProofError,
     SchemaVersionError,
     StoreError,
 )
+from ledger._files import describe_os_error, describe_utf8_error, write_files
 from ledger._keys import SigningKey, VerifierKey, load_verifier, user_home
 from ledger._merkle import (
     EMPTY_ROOT,
@@ -69,6 +71,7 @@ __all__ = [
     "NotALedgerError",
     "Note",
     "NoteError",
+    "OutputError",
     "ProofError",
     "SchemaVersionError",
     "SigningKey",
@@ -76,6 +79,8 @@ __all__ = [
     "StoredCheckpoint",
     "VerifierKey",
     "canonical_json",
+    "describe_os_error",
+    "describe_utf8_error",
     "leaf_hash",
     "load_verifier",
     "node_hash",
@@ -90,4 +95,5 @@ __all__ = [
     "user_home",
     "verify_consistency",
     "verify_inclusion",
+    "write_files",
 ]
