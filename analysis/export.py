@@ -1,10 +1,12 @@
 """``ledger export``: the OSF-style archive of ``docs/archive-format.md``.
 
 The archive is written into a temporary directory beside the target and renamed into place, so
-a crash never leaves half an archive. Before the ledger's own files are written, an
+a crash never leaves half an archive. Before the ledger's own files are put in it, an
 ``export.created`` event carrying the SHA-256 of every other archive file is appended and a
 checkpoint is signed, so the exported ledger covers the archive: a file changed afterwards is
-caught even if ``MANIFEST.sha256`` is rewritten to match.
+caught even if ``MANIFEST.sha256`` is rewritten to match. Both are made in one ledger
+transaction that commits only after every archive file is written and synced: an export that
+fails (a full disk, an unwritable target) leaves no ``export.created`` behind.
 """
 
 from __future__ import annotations
@@ -31,7 +33,7 @@ from analysis.rows import (
     schedule_rows,
     score_row,
 )
-from ledger import Ledger, SigningKey, canonical_json
+from ledger import Ledger, OutputError, SigningKey, canonical_json, describe_os_error
 from runner.lock import (
     StudyError,
     check_integrity,
@@ -101,13 +103,37 @@ class _Writer:
         self.files[rel] = data
 
     def flush(self) -> None:
+        """Write every file into the (new, empty) root, each synced, then the directories."""
+        directories = {self.root}
         for rel, data in sorted(self.files.items()):
             path = self.root / rel
-            path.parent.mkdir(parents=True, exist_ok=True)
-            with path.open("wb") as fh:
-                fh.write(data)
-                fh.flush()
-                os.fsync(fh.fileno())
+            if path.parent not in directories:
+                path.parent.mkdir(parents=True, exist_ok=True)
+                directories.add(path.parent)
+            fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666)
+            try:
+                view = memoryview(data)
+                while view:
+                    view = view[os.write(fd, view) :]
+                os.fsync(fd)
+            finally:
+                os.close(fd)
+        for directory in sorted(directories, key=lambda d: len(d.parts), reverse=True):
+            _fsync_directory(directory)
+
+
+def _fsync_directory(directory: Path) -> None:
+    """Make the entries of ``directory`` durable (where the file system can sync one)."""
+    try:
+        fd = os.open(directory, os.O_RDONLY)
+    except OSError:
+        return
+    try:
+        os.fsync(fd)
+    except OSError:
+        pass
+    finally:
+        os.close(fd)
 
 
 def _protocol_files(w: _Writer, study: Study, log: Ledger) -> None:
@@ -391,12 +417,19 @@ def export_study(
         raise StudyError(f"{target} exists and is not empty; choose another directory or --force")
     study = check_integrity(root)
     tmp = target.parent / f".{target.name}.tmp-{os.getpid()}"
-    if tmp.exists():
-        shutil.rmtree(tmp)
-    target.parent.mkdir(parents=True, exist_ok=True)
-    tmp.mkdir()
     try:
-        with Ledger.open(ledger_path(root)) as log:
+        if tmp.exists():
+            shutil.rmtree(tmp)
+        target.parent.mkdir(parents=True, exist_ok=True)
+        tmp.mkdir()
+    except OSError as exc:
+        raise OutputError(f"cannot write the archive: {describe_os_error(exc, target)}") from exc
+    committed = False
+    try:
+        # One transaction holds export.created, the final checkpoint and any promised checkpoint
+        # signed here; it commits only once every archive file is written and synced, so an
+        # archive that cannot be written (a full disk) leaves the ledger as it was.
+        with Ledger.open(ledger_path(root)) as log, log.transaction():
             sign_missing_checkpoints(log, key)  # a lock or a session killed before signing
             w = _Writer(tmp)
             _protocol_files(w, study, log)
@@ -432,7 +465,7 @@ def export_study(
                         "signature": base64.b64encode(e.signature).decode("ascii"),
                     }
                 )
-                for e in log.events()
+                for e in log.events()  # this connection sees its own uncommitted events
             ]
             w.put(f"{LEDGER_DIR}/events.jsonl", b"\n".join(lines) + b"\n")
             for cp in log.checkpoints():
@@ -441,14 +474,29 @@ def export_study(
             for k in registered:
                 stem = k.actor.replace("/", "_").replace(":", "_").replace("+", "_")
                 w.put(f"{LEDGER_DIR}/keys/{stem}.vkey", (k.vkey + "\n").encode("ascii"))
-        manifest = "".join(
-            f"{hashlib.sha256(data).hexdigest()}  {rel}\n" for rel, data in sorted(w.files.items())
-        )
-        w.put(MANIFEST, manifest.encode("utf-8"))
-        w.flush()
+            manifest = "".join(
+                f"{hashlib.sha256(data).hexdigest()}  {rel}\n"
+                for rel, data in sorted(w.files.items())
+            )
+            w.put(MANIFEST, manifest.encode("utf-8"))
+            try:
+                w.flush()
+            except OSError as exc:
+                raise OutputError(
+                    f"cannot write the archive: {describe_os_error(exc, target)}; nothing "
+                    "was exported and the ledger is unchanged"
+                ) from exc
+        committed = True
         _swap_into_place(tmp, target)
-    except BaseException:
-        shutil.rmtree(tmp, ignore_errors=True)
+    except BaseException as exc:
+        if not committed:
+            shutil.rmtree(tmp, ignore_errors=True)
+        elif isinstance(exc, OSError):  # the archive is complete in tmp and recorded
+            raise StudyError(
+                f"the archive was written to {tmp} and export.created recorded, but it could "
+                f"not be renamed to {target} ({describe_os_error(exc)}); rename it yourself"
+            ) from exc
         raise
+    _fsync_directory(target.parent)
     size = sum(len(d) for d in w.files.values())
     return ExportResult(target, len(w.files), size, event.seq, note)

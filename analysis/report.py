@@ -35,7 +35,7 @@ from rich.markup import escape
 
 from analysis import stats
 from analysis.analyze import ORIENTATIONS, verdict_caution
-from ledger import Ledger
+from ledger import Ledger, write_files
 from ledger.cliutil import table
 from runner.lock import StudyError, ledger_path, protocol_event
 from verify import Report as VerificationReport
@@ -173,16 +173,15 @@ def build_report(
     out = Path(out_dir) if out_dir is not None else root / "report"
     html_file = Path(html_path) if html_path is not None else out / "report.html"
     report = _load(root, out, html_file)
-    out.mkdir(parents=True, exist_ok=True)
     for name, title, caption, label, draw in _figure_specs(report):
         png = _render_png(draw)
         if png is None:
             continue
-        path = out / name
-        path.write_bytes(png)
-        report.figures.append(FigureFile(name, title, caption, label, path, png))
-    html_file.parent.mkdir(parents=True, exist_ok=True)
-    html_file.write_text(render_html(report), encoding="utf-8")
+        report.figures.append(FigureFile(name, title, caption, label, out / name, png))
+    # Every file is rendered first and then written all together or not at all.
+    files: dict[Path, bytes | str] = {figure.path: figure.png for figure in report.figures}
+    files[html_file] = render_html(report)
+    write_files(files)
     return report
 
 

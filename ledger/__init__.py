@@ -27,10 +27,12 @@ if TYPE_CHECKING:
         LedgerError,
         NotALedgerError,
         NoteError,
+        OutputError,
         ProofError,
         SchemaVersionError,
         StoreError,
     )
+    from ledger._files import describe_os_error, describe_utf8_error, write_files
     from ledger._keys import SigningKey, VerifierKey, load_verifier, user_home
     from ledger._merkle import (
         EMPTY_ROOT,
@@ -82,6 +84,7 @@ __all__ = [
     "NotALedgerError",
     "Note",
     "NoteError",
+    "OutputError",
     "ProofError",
     "SchemaVersionError",
     "SigningKey",
@@ -89,6 +92,8 @@ __all__ = [
     "StoredCheckpoint",
     "VerifierKey",
     "canonical_json",
+    "describe_os_error",
+    "describe_utf8_error",
     "leaf_hash",
     "load_verifier",
     "node_hash",
@@ -103,6 +108,7 @@ __all__ = [
     "user_home",
     "verify_consistency",
     "verify_inclusion",
+    "write_files",
 ]
 
 # Names are imported on first use (PEP 562), so `import ledger` (and the `ledger` command's
@@ -129,6 +135,7 @@ _LAZY: dict[str, str] = {
     "NotALedgerError": "ledger._errors",
     "Note": "ledger._note",
     "NoteError": "ledger._errors",
+    "OutputError": "ledger._errors",
     "ProofError": "ledger._errors",
     "SchemaVersionError": "ledger._errors",
     "SigningKey": "ledger._keys",
@@ -136,6 +143,8 @@ _LAZY: dict[str, str] = {
     "StoredCheckpoint": "ledger._store",
     "VerifierKey": "ledger._keys",
     "canonical_json": "ledger._canonical",
+    "describe_os_error": "ledger._files",
+    "describe_utf8_error": "ledger._files",
     "leaf_hash": "ledger._merkle",
     "load_verifier": "ledger._keys",
     "node_hash": "ledger._merkle",
@@ -150,6 +159,7 @@ _LAZY: dict[str, str] = {
     "user_home": "ledger._keys",
     "verify_consistency": "ledger._merkle",
     "verify_inclusion": "ledger._merkle",
+    "write_files": "ledger._files",
 }
 
 

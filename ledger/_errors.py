@@ -9,7 +9,8 @@
     ├── AuthorizationError       a key that is unknown, revoked, or lacks the role for a kind
     ├── NotALedgerError          a file that is not a PROMPT ledger
     ├── SchemaVersionError       a ledger written by a newer version of this tool
-    ├── StoreError               SQLite failures (locked, corrupt, I/O) wrapped with the path
+    ├── StoreError               SQLite failures (locked, corrupt, read-only, I/O), with the path
+    ├── OutputError              an output file that cannot be written (permissions, disk full)
     ├── ProofError               a proof request out of range, or a proof that does not verify
     └── NoteError                a malformed signed note or checkpoint, or one that does not verify
 
@@ -50,6 +51,14 @@ class SchemaVersionError(LedgerError):
 
 class StoreError(LedgerError):
     """A failure of the underlying SQLite store."""
+
+
+class OutputError(LedgerError):
+    """A file the user asked for that cannot be written; nothing of it was left behind.
+
+    The message names the file and says what to do (a writable location, free space, a file
+    name rather than a directory).
+    """
 
 
 class ProofError(LedgerError):

@@ -23,6 +23,7 @@ from cryptography.hazmat.primitives.asymmetric.ed25519 import (
 from cryptography.hazmat.primitives.serialization import Encoding, PublicFormat
 
 from ledger._errors import KeyFileError
+from ledger._files import os_error_advice, write_files
 
 ALG_ED25519 = 0x01
 MAX_KEY_NAME = 128
@@ -202,19 +203,37 @@ class SigningKey:
             raise KeyFileError(f"key file {p}: unreadable ({exc})") from exc
         return cls.parse(text, source=f"key file {p}")
 
-    def save(self, path: str | os.PathLike[str]) -> Path:
-        """Write the private key to a new file with mode 0600; never overwrite an existing one."""
+    def save(self, path: str | os.PathLike[str], *, vkey: bool = False) -> Path:
+        """Write the private key to a new file with mode 0600; never overwrite an existing one.
+
+        A missing directory is created with mode 0700. With ``vkey`` the public vkey is also
+        written beside it, as the same name with the suffix ``.vkey``. Either every file is
+        written or none is left behind; failures raise :class:`KeyFileError` naming the file
+        and what to do.
+        """
         p = Path(path)
+        try:
+            p.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
+        except OSError as exc:
+            raise KeyFileError(f"key directory {p.parent}: {os_error_advice(exc)}") from exc
         try:
             fd = os.open(p, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
         except FileExistsError as exc:
             raise KeyFileError(f"key file {p} already exists; refusing to overwrite it") from exc
         except OSError as exc:
-            raise KeyFileError(f"key file {p}: cannot create ({exc.strerror})") from exc
-        with os.fdopen(fd, "w", encoding="utf-8") as fh:
-            fh.write(self.skey + "\n")
-            fh.flush()
-            os.fsync(fh.fileno())
+            raise KeyFileError(f"key file {p}: cannot create ({os_error_advice(exc)})") from exc
+        try:
+            with os.fdopen(fd, "w", encoding="utf-8") as fh:
+                fh.write(self.skey + "\n")
+                fh.flush()
+                os.fsync(fh.fileno())
+            if vkey:
+                write_files({p.with_suffix(".vkey"): self.vkey + "\n"})
+        except BaseException as exc:
+            p.unlink(missing_ok=True)
+            if isinstance(exc, OSError):
+                raise KeyFileError(f"key file {p}: cannot write ({os_error_advice(exc)})") from exc
+            raise
         return p
 
 

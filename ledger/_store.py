@@ -2,7 +2,10 @@
 
 Every append (one event or a batch) runs in one ``BEGIN IMMEDIATE`` transaction: the writer
 reads the head, signs the new envelopes against it and commits, so concurrent writers serialise
-and the chain never forks, and a killed writer leaves all of its batch or none of it.
+and the chain never forks, and a killed writer leaves all of its batch or none of it. Inside
+:meth:`Ledger.transaction` an append is a savepoint of the caller's transaction instead, and
+nothing is committed until the caller's block ends. Read-only opening works in a read-only
+folder (``docs/ledger-format.md``, "Store").
 """
 
 from __future__ import annotations
@@ -13,7 +16,7 @@ import json
 import os
 import sqlite3
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
-from contextlib import contextmanager
+from contextlib import contextmanager, suppress
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from functools import cached_property
@@ -43,6 +46,7 @@ from ledger._errors import (
     SchemaVersionError,
     StoreError,
 )
+from ledger._files import describe_os_error, os_error_advice, os_error_reason
 from ledger._keys import SigningKey, VerifierKey
 from ledger._merkle import (
     EMPTY_ROOT,
@@ -265,6 +269,40 @@ class _Head:
         return fold([h for _, h in self.frontier]) if self.frontier else EMPTY_ROOT
 
 
+# SQLite's answers when it cannot set up WAL's shared-memory file (-shm) for a connection:
+# the directory is read-only, or the file there cannot be created or opened.
+_READ_ONLY_PLACE = frozenset(
+    {"SQLITE_READONLY_DIRECTORY", "SQLITE_CANTOPEN", "SQLITE_READONLY_CANTINIT",
+     "SQLITE_READONLY_CANTLOCK", "SQLITE_READONLY"}
+)
+# A -wal file shorter than its 32-byte header, one 24-byte frame header and the smallest
+# page (512 bytes) holds no complete frame, so nothing that is not already in the main file.
+_WAL_FRAME_MINIMUM = 32 + 24 + 512
+_READ_ONLY_ADVICE = (
+    "this command records events in the ledger: make the study folder and its ledger writable "
+    "(chmod u+w), or run the command on a writable copy; read-only commands (ledger status, "
+    "schedule, log, show, verify) work as they are"
+)
+
+
+def _wal_has_frames(path: Path) -> bool:
+    """True when ``path``-wal may hold committed changes not yet written into ``path``."""
+    try:
+        return os.stat(f"{path}-wal").st_size >= _WAL_FRAME_MINIMUM
+    except FileNotFoundError:
+        return False
+
+
+def _probe(conn: sqlite3.Connection) -> sqlite3.Connection:
+    """Read the header through ``conn`` (SQLite opens files lazily); close it on failure."""
+    try:
+        conn.execute("PRAGMA application_id").fetchone()
+    except BaseException:
+        conn.close()
+        raise
+    return conn
+
+
 FIXED_CLOCK_ENV = "PROMPT_LEDGER_FIXED_CLOCK"
 
 
@@ -303,12 +341,16 @@ class Ledger:
     process (any number of processes may append to the same file).
     """
 
-    def __init__(self, path: Path, conn: sqlite3.Connection, clock: Clock | None) -> None:
+    def __init__(
+        self, path: Path, conn: sqlite3.Connection, clock: Clock | None, *, readonly: bool = False
+    ) -> None:
         """Wrap an open connection; use :meth:`create` or :meth:`open` instead."""
         self.path = path
+        self.readonly = readonly
         self._conn = conn
         self._clock: Clock = clock or _env_clock(conn) or utc_now
         self._head_cache: _Head | None = None
+        self._in_transaction = False
         with self._errors():
             row = conn.execute("SELECT value FROM meta WHERE key = 'origin'").fetchone()
         if row is None:
@@ -326,19 +368,60 @@ class Ledger:
 
     @staticmethod
     def _connect(path: Path, readonly: bool) -> sqlite3.Connection:
+        """Open a connection to an existing ledger file and read its header once.
+
+        Read-only connections use ``mode=ro``. In WAL mode SQLite needs the ``-shm`` file
+        beside the database even to read; when the directory is not writable and there is none,
+        the file is opened ``immutable=1`` instead, provided no ``-wal`` file holds changes not
+        yet in the main file (``docs/ledger-format.md``, "Store"). A writable connection is
+        refused with advice when the file or its directory is read-only.
+        """
         try:
+            os.close(os.open(path, os.O_RDONLY if readonly else os.O_RDWR))
+        except OSError as exc:
             if readonly:
-                conn = sqlite3.connect(
-                    f"{path.absolute().as_uri()}?mode=ro", uri=True,
-                    isolation_level=None, timeout=60, check_same_thread=False,
+                raise StoreError(f"{path} cannot be read ({os_error_advice(exc)})") from exc
+            raise StoreError(
+                f"{path} cannot be written ({os_error_reason(exc)}); {_READ_ONLY_ADVICE}"
+            ) from exc
+        uri = path.absolute().as_uri()
+        try:
+            try:
+                return _probe(
+                    sqlite3.connect(
+                        f"{uri}?mode=ro" if readonly else uri, uri=True,
+                        isolation_level=None, timeout=60, check_same_thread=False,
+                    )
                 )
-            else:
-                conn = sqlite3.connect(
-                    path, isolation_level=None, timeout=60, check_same_thread=False
+            except sqlite3.OperationalError as exc:
+                if exc.sqlite_errorname not in _READ_ONLY_PLACE:
+                    raise
+                if not readonly:
+                    raise StoreError(
+                        f"{path} cannot be written: its directory {path.parent} is read-only, "
+                        f"and SQLite must create {path.name}-wal and {path.name}-shm there to "
+                        f"write ({exc}); {_READ_ONLY_ADVICE}"
+                    ) from exc
+                if _wal_has_frames(path):
+                    raise StoreError(
+                        f"{path} cannot be read: {path.name}-wal beside it holds changes not yet "
+                        f"written into {path.name}, and SQLite cannot read them without "
+                        f"creating {path.name}-shm in {path.parent}, which is read-only ({exc}); "
+                        "make the directory writable (the next ledger command folds them in), "
+                        "or copy the folder with its -wal file somewhere writable"
+                    ) from exc
+                return _probe(
+                    sqlite3.connect(
+                        f"{uri}?mode=ro&immutable=1", uri=True,
+                        isolation_level=None, timeout=60, check_same_thread=False,
+                    )
                 )
-        except sqlite3.Error as exc:
+        except sqlite3.OperationalError as exc:
             raise StoreError(f"{path}: cannot open ({exc})") from exc
-        return conn
+        except sqlite3.DatabaseError as exc:
+            raise NotALedgerError(f"{path} is not a PROMPT ledger ({exc})") from exc
+        except OSError as exc:
+            raise StoreError(f"{path}: cannot open ({describe_os_error(exc)})") from exc
 
     @classmethod
     def create(
@@ -360,7 +443,12 @@ class Ledger:
             raise StoreError(f"{p} already exists; refusing to overwrite it")
         if not p.parent.is_dir():
             raise StoreError(f"{p}: directory {p.parent} does not exist")
-        conn = cls._connect(p, readonly=False)
+        try:
+            conn = sqlite3.connect(p, isolation_level=None, timeout=60, check_same_thread=False)
+        except sqlite3.Error as exc:
+            raise StoreError(
+                f"{p}: cannot create the ledger ({exc}); check that {p.parent} is writable"
+            ) from exc
         try:
             conn.execute("PRAGMA journal_mode = WAL")
             conn.execute("PRAGMA synchronous = FULL")
@@ -381,6 +469,8 @@ class Ledger:
             conn.execute("COMMIT")
         except sqlite3.Error as exc:
             conn.close()
+            for suffix in ("", "-wal", "-shm"):
+                Path(str(p) + suffix).unlink(missing_ok=True)
             raise StoreError(f"{p}: cannot create ledger ({exc})") from exc
         try:
             ledger = cls(p, conn, clock)
@@ -412,6 +502,11 @@ class Ledger:
             SchemaVersionError: the file was written by a newer version of this tool.
         """
         p = Path(path)
+        if p.is_dir():
+            raise StoreError(
+                f"{p} is a directory, where the ledger file is expected (a study's is "
+                "STUDY/ledger.db)"
+            )
         if not p.is_file():
             raise StoreError(f"{p}: no such ledger file")
         conn = cls._connect(p, readonly)
@@ -443,7 +538,7 @@ class Ledger:
         except sqlite3.Error as exc:
             conn.close()
             raise StoreError(f"{p}: cannot open for writing ({exc})") from exc
-        return cls(p, conn, clock)
+        return cls(p, conn, clock, readonly=readonly)
 
     def close(self) -> None:
         """Close the connection."""
@@ -461,6 +556,75 @@ class Ledger:
             yield
         except sqlite3.Error as exc:
             raise StoreError(f"{self.path}: {exc}") from exc
+
+    @contextmanager
+    def transaction(self) -> Iterator[Ledger]:
+        """Hold one write transaction across the block: committed when it ends, else undone.
+
+        Every append and checkpoint made through this ledger inside the block becomes visible
+        to other connections only when the block ends without an exception, and is rolled back
+        if it raises; reads through this ledger inside the block already see them. Use it when
+        a change to the ledger must not outlive work done outside it: ``ledger export`` appends
+        ``export.created`` and writes the archive in one transaction, so an archive that could
+        not be written leaves no event. Other writers wait (up to 60 s) until the block ends;
+        transactions do not nest.
+
+        Example::
+
+            with Ledger.open("study.db") as log, log.transaction():
+                note = log.sign_checkpoint(owner)
+                write_files({"registration.checkpoint": note})   # fails: no checkpoint kept
+        """
+        if self.readonly:
+            raise StoreError(f"{self.path} was opened read-only; open it for writing")
+        if self._in_transaction:
+            raise StoreError(f"{self.path}: a transaction is already open on this connection")
+        with self._errors():
+            self._conn.execute("BEGIN IMMEDIATE")
+        self._in_transaction = True
+        try:
+            yield self
+        except BaseException:
+            self._in_transaction = False
+            self._head_cache = None
+            with suppress(sqlite3.Error):
+                self._conn.execute("ROLLBACK")
+            raise
+        self._in_transaction = False
+        try:
+            self._conn.execute("COMMIT")
+        except sqlite3.Error as exc:
+            self._head_cache = None
+            with suppress(sqlite3.Error):
+                self._conn.execute("ROLLBACK")
+            raise StoreError(
+                f"{self.path}: cannot commit ({exc}); nothing of the transaction was recorded"
+            ) from exc
+
+    @contextmanager
+    def _write(self) -> Iterator[None]:
+        """One all-or-nothing write: its own transaction, or a savepoint in :meth:`transaction`."""
+        conn = self._conn
+        nested = self._in_transaction
+        conn.execute("SAVEPOINT write" if nested else "BEGIN IMMEDIATE")
+        try:
+            yield
+        except BaseException:
+            if nested:
+                conn.execute("ROLLBACK TO write")
+                conn.execute("RELEASE write")
+            else:
+                conn.execute("ROLLBACK")
+            self._head_cache = None
+            raise
+        try:
+            conn.execute("RELEASE write" if nested else "COMMIT")
+        except sqlite3.Error:
+            self._head_cache = None
+            if not nested:
+                with suppress(sqlite3.Error):
+                    conn.execute("ROLLBACK")
+            raise
 
     # ------------------------------------------------------------------ appending
 
@@ -513,21 +677,12 @@ class Ledger:
     def _append_batch(
         self, specs: Sequence[EventSpec], key: SigningKey, *, genesis: bool = False
     ) -> list[Event]:
-        conn = self._conn
         for spec in specs:
             check_kind(spec.kind)
             if spec.kind == "ledger.genesis" and not genesis:
                 raise FormatError("ledger.genesis can only be the first event of a new ledger")
-        with self._errors():
-            conn.execute("BEGIN IMMEDIATE")
-            try:
-                events = self._append_locked(specs, key, genesis)
-            except BaseException:
-                conn.execute("ROLLBACK")
-                self._head_cache = None
-                raise
-            conn.execute("COMMIT")
-        return events
+        with self._errors(), self._write():
+            return self._append_locked(specs, key, genesis)
 
     def _append_locked(
         self, specs: Sequence[EventSpec], key: SigningKey, genesis: bool
@@ -772,33 +927,27 @@ class Ledger:
         signers = [keys] if isinstance(keys, SigningKey) else list(keys)
         if not signers:
             raise NoteError("a checkpoint needs at least one signing key")
-        with self._errors():
-            self._conn.execute("BEGIN IMMEDIATE")
-            try:
-                n = self._check_size(size)
-                if n == 0:
-                    raise NoteError(f"{self.path}: cannot sign a checkpoint of an empty log")
-                view = _KeyView(self._conn)
-                for signer in signers:
-                    record = view.get(signer.actor)
-                    if record is None or record.vkey != signer.vkey:
-                        raise AuthorizationError(
-                            f"key {signer.actor} is not registered in {self.path}"
-                        )
-                    if not record.valid_for(n - 1):
-                        raise AuthorizationError(
-                            f"key {signer.actor} is not valid at tree size {n} (revoked)"
-                        )
-                cp = Checkpoint(self.origin, n, self._range_hash(0, n))
-                note = cp.sign(signers)
-                self._conn.execute(
-                    "INSERT INTO checkpoints (size, root, note, created) VALUES (?, ?, ?, ?)",
-                    (n, cp.root, note, format_time(self._clock())),
-                )
-            except BaseException:
-                self._conn.execute("ROLLBACK")
-                raise
-            self._conn.execute("COMMIT")
+        with self._errors(), self._write():
+            n = self._check_size(size)
+            if n == 0:
+                raise NoteError(f"{self.path}: cannot sign a checkpoint of an empty log")
+            view = _KeyView(self._conn)
+            for signer in signers:
+                record = view.get(signer.actor)
+                if record is None or record.vkey != signer.vkey:
+                    raise AuthorizationError(
+                        f"key {signer.actor} is not registered in {self.path}"
+                    )
+                if not record.valid_for(n - 1):
+                    raise AuthorizationError(
+                        f"key {signer.actor} is not valid at tree size {n} (revoked)"
+                    )
+            cp = Checkpoint(self.origin, n, self._range_hash(0, n))
+            note = cp.sign(signers)
+            self._conn.execute(
+                "INSERT INTO checkpoints (size, root, note, created) VALUES (?, ?, ?, ?)",
+                (n, cp.root, note, format_time(self._clock())),
+            )
         return note
 
     def checkpoints(self) -> list[StoredCheckpoint]:

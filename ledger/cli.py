@@ -21,7 +21,8 @@ from typing import TYPE_CHECKING, Any
 
 import click
 
-from ledger._errors import FormatError, KeyFileError
+from ledger._errors import FormatError
+from ledger._files import describe_os_error, describe_utf8_error, write_files
 from ledger._roles import ROLES
 from ledger.cliutil import HELP_WIDTH, Context, Group, console, dump_json, table
 
@@ -90,11 +91,15 @@ def _read_body(value: str) -> dict[str, Any]:
         path = Path(value[1:])
         source = f"--body file {path}"
         try:
-            text = path.read_text(encoding="utf-8")
+            data = path.read_bytes()
         except FileNotFoundError as exc:
             raise FormatError(f"{source}: not found") from exc
-        except (OSError, UnicodeDecodeError) as exc:
-            raise FormatError(f"{source}: unreadable ({exc})") from exc
+        except OSError as exc:
+            raise FormatError(f"{source}: unreadable ({describe_os_error(exc)})") from exc
+        try:
+            text = data.decode("utf-8")
+        except UnicodeDecodeError as exc:
+            raise FormatError(f"{source}: {describe_utf8_error(data, exc)}") from exc
     try:
         body = json.loads(text)
     except json.JSONDecodeError as exc:
@@ -165,14 +170,8 @@ def keygen(name: str, out_dir: Path | None) -> None:
 
     directory = out_dir or user_home() / "keys"
     key = SigningKey.generate(name)
-    try:
-        directory.mkdir(parents=True, exist_ok=True, mode=0o700)
-    except OSError as exc:
-        raise KeyFileError(f"key directory {directory}: {exc.strerror}") from exc
-    stem = key_file_stem(name)
-    key_path = key.save(directory / f"{stem}.key")
-    vkey_path = directory / f"{stem}.vkey"
-    vkey_path.write_text(key.vkey + "\n", encoding="utf-8")
+    key_path = key.save(directory / f"{key_file_stem(name)}.key", vkey=True)
+    vkey_path = key_path.with_suffix(".vkey")
     click.echo(f"wrote {key_path} (private, keep it secret) and {vkey_path}", err=True)
     click.echo(key.vkey)
 
@@ -310,10 +309,10 @@ def checkpoint(path: Path, key_files: tuple[str, ...], out_file: Path | None) ->
     from ledger._store import Ledger
 
     keys = [SigningKey.load(k) for k in key_files]
-    with Ledger.open(path) as log:
+    with Ledger.open(path) as log, log.transaction():  # no --out file, no stored checkpoint
         note = log.sign_checkpoint(keys)
-    if out_file is not None:
-        out_file.write_text(note, encoding="utf-8")
+        if out_file is not None:
+            write_files({out_file: note}, what="--out ")
     click.echo(note, nl=False)
 
 

@@ -12,9 +12,9 @@ the full trace to a file it names. Nothing here imports a heavy module at import
 
 from __future__ import annotations
 
-import errno
 import json
 import os
+import shlex
 import sys
 import tempfile
 import time
@@ -24,6 +24,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, NoReturn
 
 import click
+
+from ledger._files import describe_os_error
 
 if TYPE_CHECKING:
     from rich.console import Console
@@ -106,27 +108,9 @@ def is_library_error(exc: BaseException) -> bool:
     return False
 
 
-_ERRNO_ADVICE = {
-    errno.EACCES: "permission denied: choose a writable location or fix its permissions",
-    errno.EPERM: "operation not permitted: choose another location or fix its permissions",
-    errno.EROFS: "read-only file system: choose a writable location",
-    errno.ENOSPC: "no space left on the device: free some space and run the command again",
-    errno.EDQUOT: "disk quota exceeded: free some space and run the command again",
-    errno.EISDIR: "is a directory, where a file is expected",
-    errno.ENOTDIR: "a path component is not a directory",
-    errno.ENOENT: "no such file or directory",
-    errno.EEXIST: "already exists",
-    errno.ENAMETOOLONG: "file name too long",
-}
-
-
 def filesystem_message(exc: OSError) -> str:
     """One line naming the path of a failed file operation and what to do about it."""
-    where = exc.filename if exc.filename is not None else "a file"
-    if exc.filename2 is not None:
-        where = f"{where} -> {exc.filename2}"
-    advice = _ERRNO_ADVICE.get(exc.errno or 0) or (exc.strerror or str(exc))
-    return f"{where}: {advice}"
+    return describe_os_error(exc)
 
 
 def _encoding_message(exc: UnicodeError) -> str:
@@ -136,8 +120,8 @@ def _encoding_message(exc: UnicodeError) -> str:
     )
 
 
-def _write_trace() -> str:
-    """Write the current exception's trace to a file; return where, or why it could not be."""
+def _write_trace(argv: list[str]) -> str:
+    """Write the command and the current exception's trace to a file; return where it is."""
     text = traceback.format_exc()
     candidates = []
     home = os.environ.get("PROMPT_LEDGER_HOME")
@@ -152,11 +136,14 @@ def _write_trace() -> str:
                 prefix=f"ledger-crash-{stamp}-", suffix=".txt", dir=directory
             )
             with os.fdopen(fd, "w", encoding="utf-8") as handle:
-                handle.write(f"ledger {' '.join(sys.argv[1:])}\n\n{text}")
+                handle.write(f"ledger {shlex.join(argv)}\n\n{text}")
             return name
         except OSError:
             continue
     return "nowhere (no writable directory for it)"
+
+
+_ARGV = "prompt_ledger.argv"
 
 
 class Group(click.Group):
@@ -164,7 +151,7 @@ class Group(click.Group):
 
     context_class = Context
     command_class = Command
-    group_class: type[click.Group] | type[type] | None = type
+    group_class: type[click.Group | type] | None = type
 
     def format_commands(self, ctx: click.Context, formatter: click.HelpFormatter) -> None:
         """List the subcommands with their whole first sentence, wrapped rather than cut."""
@@ -176,6 +163,11 @@ class Group(click.Group):
         if rows:
             with formatter.section("Commands"):
                 formatter.write_dl(rows)
+
+    def parse_args(self, ctx: click.Context, args: list[str]) -> list[str]:
+        """Parse the group's arguments, remembering the whole command line for a crash report."""
+        ctx.meta.setdefault(_ARGV, list(args))  # the top-level group's: every word after ledger
+        return super().parse_args(ctx, args)
 
     def invoke(self, ctx: click.Context) -> Any:
         """Invoke the subcommand; turn every failure into one line and a non-zero exit."""
@@ -194,7 +186,7 @@ class Group(click.Group):
         except Exception as exc:
             if is_library_error(exc):
                 raise click.ClickException(str(exc)) from exc
-            where = _write_trace()
+            where = _write_trace(ctx.meta.get(_ARGV, sys.argv[1:]))
             _fail(
                 f"internal error: {type(exc).__name__}: {exc}; the full trace was written to "
                 f"{where} (please report it)"

@@ -306,7 +306,9 @@ def run_cmd(
     from runner.backends import BackendError
     from runner.engines import make_backend
     from runner.execute import RunOptions, run_study
+    from runner.lock import check_writable
 
+    check_writable(study_dir)  # a read-only study is refused before anything is written
     options = RunOptions(
         concurrency=concurrency,
         max_trials=max_trials,

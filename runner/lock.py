@@ -95,6 +95,18 @@ def study_owner_key(root: str | Path) -> SigningKey:
     )
 
 
+def check_writable(root: str | Path) -> None:
+    """Refuse, naming what is read-only and what to do, unless the study's ledger is writable.
+
+    For commands that write beside the ledger before they append to it (``ledger run`` takes
+    its run lock first): the refusal then comes before anything is touched.
+    """
+    path = ledger_path(Path(root))
+    if path.exists():  # without one, the command itself says how to create it
+        with Ledger.open(path):
+            pass
+
+
 def check_origin_matches(study: Study, ledger_origin: str, path: Path) -> None:
     """Refuse, naming ``study.origin``, if the spec's origin is not the ledger's genesis origin."""
     if study.origin != ledger_origin:
@@ -178,10 +190,13 @@ def lock_study(root: str | Path, key: SigningKey) -> LockResult:
         study = load_study(root)
     except SpecError as exc:
         count = len(exc.problems)
-        raise StudyError(f"cannot lock, the spec has {count} problem(s):\n{exc}") from exc
+        if count == 1:
+            raise StudyError(f"cannot lock: {exc}") from exc
+        raise StudyError(f"cannot lock, the spec has {count} problems:\n{exc}") from exc
     problems = validate_for_lock(study)
     if problems:
-        raise StudyError("cannot lock:\n" + "\n".join(problems))
+        sep = " " if len(problems) == 1 else "\n"
+        raise StudyError("cannot lock:" + sep + "\n".join(problems))
     path = ledger_path(root)
     log = (
         Ledger.open(path) if path.exists() else Ledger.create(path, origin=study.origin, key=key)

@@ -100,6 +100,9 @@ def new_study(
     root = Path(directory)
     if template not in TEMPLATES:
         raise StudyError(f"unknown template {template!r}; available: {', '.join(TEMPLATES)}")
+    if root.exists() and not root.is_dir():
+        raise StudyError(f"{root} is a file, where the study directory is expected; choose a "
+                         "new directory")
     if root.exists() and any(root.iterdir()):
         raise StudyError(f"{root} exists and is not empty; choose a new directory")
     defaults = _template_spec(template)
@@ -131,19 +134,51 @@ def new_study(
                 f"checkpoint origin. Choose another id (--id), or pass --key {key_path} to "
                 "reuse that key deliberately"
             )
-    source = resources.files("runner") / "templates" / TEMPLATES[template]
-    with resources.as_file(source) as src:
-        shutil.copytree(src, root, dirs_exist_ok=True)
-    if changes:
-        _set_study_fields(root / "study.toml", changes)
-    write_probe_set(root / "stimuli", STIMULUS_SEED)
-    study = load_study(root)
-    if key is None:
-        assert key_path is not None
-        key_path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
-        key = SigningKey.generate(f"{study.origin}/owner")
-        key.save(key_path)
-        key_path.with_suffix(".vkey").write_text(key.vkey + "\n", encoding="utf-8")
-    with Ledger.create(root / LEDGER_FILE, origin=study.origin, key=key):
-        pass
+    existed = root.exists()
+    made_key = False
+    try:
+        source = resources.files("runner") / "templates" / TEMPLATES[template]
+        with resources.as_file(source) as src:
+            shutil.copytree(src, root, dirs_exist_ok=True)
+        if changes:
+            _set_study_fields(root / "study.toml", changes)
+        write_probe_set(root / "stimuli", STIMULUS_SEED)
+        study = load_study(root)
+        if key is None:
+            assert key_path is not None
+            key = SigningKey.generate(f"{study.origin}/owner")
+            try:
+                key.save(key_path, vkey=True)
+            except LedgerError as exc:
+                raise StudyError(
+                    f"{exc} (new owner keys go to $PROMPT_LEDGER_HOME/keys, else "
+                    "~/.prompt-ledger/keys: set PROMPT_LEDGER_HOME to a writable directory, "
+                    "or pass --key FILE)"
+                ) from exc
+            made_key = True
+        with Ledger.create(root / LEDGER_FILE, origin=study.origin, key=key):
+            pass
+    except BaseException:
+        # A failed `ledger new` leaves nothing behind, so running it again just works.
+        if made_key and key_path is not None:
+            key_path.unlink(missing_ok=True)
+            key_path.with_suffix(".vkey").unlink(missing_ok=True)
+        _remove_created(root, existed)
+        raise
     return NewStudy(root, root / LEDGER_FILE, key_path, key.actor, study.id, study.origin)
+
+
+def _remove_created(root: Path, existed: bool) -> None:
+    """Remove what :func:`new_study` wrote: ``root`` itself, or only its contents if it existed.
+
+    ``root`` was empty when :func:`new_study` started (it refuses otherwise), so everything in
+    it is the study's.
+    """
+    if not existed:
+        shutil.rmtree(root, ignore_errors=True)
+        return
+    for child in list(root.iterdir()) if root.is_dir() else []:
+        if child.is_dir() and not child.is_symlink():
+            shutil.rmtree(child, ignore_errors=True)
+        else:
+            child.unlink(missing_ok=True)

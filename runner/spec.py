@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import csv
 import hashlib
+import io
 import itertools
 import re
 import tomllib
@@ -15,6 +16,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from ledger import describe_os_error, describe_utf8_error
 from runner._errors import SpecError as SpecError
 
 ARM_ROLES = ("full", "matched-control", "vehicle", "dismantling", "factorial")
@@ -82,8 +84,13 @@ class Study:
     amendable: tuple[str, ...] = field(default=())
 
     def component_text(self, name: str) -> str:
-        """The text of one component file."""
-        return self.components[name].read_text(encoding="utf-8")
+        """The text of one component file (:class:`SpecError` naming the byte if not UTF-8)."""
+        path = self.components[name]
+        data = path.read_bytes()
+        try:
+            return data.decode("utf-8")
+        except UnicodeDecodeError as exc:
+            raise SpecError([f"{path}: {describe_utf8_error(data, exc)}"]) from None
 
     def arm_text(self, arm: str) -> str:
         """The composed prompt of an arm: its components' texts joined in order by a blank line."""
@@ -168,11 +175,29 @@ def _inside(c: _Collector, root: Path, rel: str, where: str, *, directory: bool 
         c.add(where, f"{rel!r} is outside the study folder")
         return path
     if directory:
-        if not path.is_dir():
+        if path.is_file():
+            c.add(where, f"{rel!r} is a file, where a directory is expected")
+        elif not path.is_dir():
             c.add(where, f"directory {rel!r} does not exist")
+    elif path.is_dir():
+        c.add(where, f"{rel!r} is a directory, where a file is expected")
     elif not path.is_file():
         c.add(where, f"file {rel!r} does not exist")
     return path
+
+
+def _read_text(c: _Collector, path: Path, where: str) -> str | None:
+    """The UTF-8 text of ``path``, or None after recording why it cannot be read."""
+    try:
+        data = path.read_bytes()
+    except OSError as exc:
+        c.add(where, f"cannot read {describe_os_error(exc, path)}")
+        return None
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        c.add(where, f"{path}: {describe_utf8_error(data, exc)}")
+        return None
 
 
 def _hypotheses(c: _Collector, data: dict[str, Any], arms: dict[str, Arm]) -> list[Hypothesis]:
@@ -300,10 +325,12 @@ def _stimuli(
     stimuli: dict[str, Path] = {}
     if not truth.is_file() or not directory.is_dir():
         return directory, truth, stimuli
+    text = _read_text(c, truth, "stimuli.truth")
+    if text is None:
+        return directory, truth, stimuli
     try:
-        with truth.open(newline="", encoding="utf-8") as fh:
-            rows = list(csv.DictReader(fh))
-    except (OSError, UnicodeDecodeError, csv.Error) as exc:
+        rows = list(csv.DictReader(io.StringIO(text, newline="")))
+    except csv.Error as exc:
         c.add("stimuli.truth", f"cannot read {truth.name}: {exc}")
         return directory, truth, stimuli
     covered = {row.get("stimulus", "") for row in rows}
@@ -329,11 +356,19 @@ def load_study(root: str | Path) -> Study:
     root = Path(root)
     spec_path = root / "study.toml"
     c = _Collector(str(spec_path))
+    if spec_path.is_dir():
+        raise SpecError([f"{spec_path} is a directory, where the study spec file is expected"])
     try:
-        data = tomllib.loads(spec_path.read_text(encoding="utf-8"))
+        raw = spec_path.read_bytes()
     except FileNotFoundError:
         raise SpecError([f"{spec_path}: no study spec (study.toml) in {root}"]) from None
-    except (tomllib.TOMLDecodeError, UnicodeDecodeError) as exc:
+    except OSError as exc:
+        raise SpecError([f"cannot read {describe_os_error(exc, spec_path)}"]) from None
+    try:
+        data = tomllib.loads(raw.decode("utf-8"))
+    except UnicodeDecodeError as exc:
+        raise SpecError([f"{spec_path}: {describe_utf8_error(raw, exc)}"]) from None
+    except tomllib.TOMLDecodeError as exc:
         raise SpecError([f"{spec_path}: not valid TOML: {exc}"]) from None
 
     study = _table(c, data, "study")
@@ -366,6 +401,8 @@ def load_study(root: str | Path) -> Study:
             c.add(f"components.{name}", "must be a file path")
             continue
         components[name] = _inside(c, root, rel, f"components.{name}")
+        if components[name].is_file():
+            _read_text(c, components[name], f"components.{name}")
     arms = _arms(c, data, components)
     stimuli_dir, truth, stimuli = _stimuli(c, root, data)
 

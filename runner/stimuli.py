@@ -35,6 +35,7 @@ from typing import Final
 
 from PIL import Image, ImageDraw, ImageFont, ImageOps, UnidentifiedImageError, features
 
+from ledger import describe_os_error, describe_utf8_error
 from runner._errors import StimulusError
 
 __all__ = [
@@ -534,11 +535,13 @@ def read_truth_csv(path: str | Path) -> dict[str, list[Glyph] | str]:
     """
     path = Path(path)
     try:
-        text = path.read_text(encoding="utf-8")
-    except UnicodeDecodeError as exc:
-        raise StimulusError(f"{path}: not UTF-8 text ({exc.reason} at byte {exc.start})") from None
+        data = path.read_bytes()
     except OSError as exc:
-        raise StimulusError(f"{path}: cannot read: {exc.strerror or exc}") from None
+        raise StimulusError(f"cannot read {describe_os_error(exc, path)}") from None
+    try:
+        text = data.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise StimulusError(f"{path}: {describe_utf8_error(data, exc)}") from None
     reader = csv.reader(io.StringIO(text, newline=""))
     try:
         header = next(reader, None)

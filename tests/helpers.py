@@ -2,8 +2,13 @@
 
 from __future__ import annotations
 
+import ctypes
 import hashlib
+import os
 import shutil
+import sys
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 from ledger import FixedClock, Ledger, SigningKey
@@ -54,3 +59,58 @@ def make_study(root: Path, *, replicates: int, template: Path | None = None) -> 
     spec.write_text(text.replace("replicates = 30", f"replicates = {replicates}"), "utf-8")
     lock_study(root, key)
     return root
+
+
+# ---------------------------------------------------------------------- permission bits
+
+
+class _CapHeader(ctypes.Structure):
+    _fields_ = [("version", ctypes.c_uint32), ("pid", ctypes.c_int)]
+
+
+class _CapData(ctypes.Structure):
+    _fields_ = [
+        ("effective", ctypes.c_uint32),
+        ("permitted", ctypes.c_uint32),
+        ("inheritable", ctypes.c_uint32),
+    ]
+
+
+_CAP_VERSION_3 = 0x20080522
+_CAP_DAC_OVERRIDE = 1
+_CAP_DAC_READ_SEARCH = 2
+
+
+def _set_dac_capabilities(enabled: bool) -> None:
+    libc = ctypes.CDLL(None, use_errno=True)
+    header = _CapHeader(_CAP_VERSION_3, 0)
+    data = (_CapData * 2)()
+    if libc.capget(ctypes.byref(header), data) != 0:
+        raise OSError(ctypes.get_errno(), "capget failed")
+    mask = (1 << _CAP_DAC_OVERRIDE) | (1 << _CAP_DAC_READ_SEARCH)
+    if enabled:
+        data[0].effective |= mask & data[0].permitted
+    else:
+        data[0].effective &= ~mask
+    if libc.capset(ctypes.byref(header), data) != 0:
+        raise OSError(ctypes.get_errno(), "capset failed")
+
+
+@contextmanager
+def permissions_bind() -> Iterator[None]:
+    """Make file permission bits bind this thread even when it runs as root (CI does).
+
+    Root writes into a mode 0555 directory through CAP_DAC_OVERRIDE; inside this block the
+    calling thread has neither that capability nor CAP_DAC_READ_SEARCH in its effective set,
+    so a chmod'ed path refuses it exactly as it refuses an ordinary user (root still owns its
+    files, so it can read them and chmod them back). Outside Linux-as-root it changes nothing.
+    Capabilities are per thread: the code under test must do its file operations on this one.
+    """
+    if sys.platform != "linux" or os.geteuid() != 0:
+        yield
+        return
+    _set_dac_capabilities(False)
+    try:
+        yield
+    finally:
+        _set_dac_capabilities(True)

@@ -25,13 +25,14 @@ def test_ledger_public_names() -> None:
             "EMPTY_ROOT", "KNOWN_KINDS", "MAX_SAFE_INTEGER", "ROLES", "AuthorizationError",
             "CanonicalError", "Checkpoint", "ConsistencyProof", "Envelope", "Event", "EventSpec",
             "FixedClock", "FormatError", "InclusionProof", "KeyFileError", "KeyRecord", "Ledger",
-            "LedgerError", "NotALedgerError", "Note", "NoteError", "ProofError",
+            "LedgerError", "NotALedgerError", "Note", "NoteError", "OutputError", "ProofError",
             "SchemaVersionError", "SigningKey", "StoreError", "StoredCheckpoint", "VerifierKey",
-            "canonical_json", "leaf_hash", "load_verifier", "node_hash", "open_checkpoint",
+            "canonical_json", "describe_os_error", "describe_utf8_error", "leaf_hash",
+            "load_verifier", "node_hash", "open_checkpoint",
             "open_note", "parse_checkpoint", "parse_envelope", "role_may_append",
             "root_from_leaf_hashes", "root_from_leaves", "sign_note", "user_home",
             "verify_consistency",
-            "verify_inclusion",
+            "verify_inclusion", "write_files",
         ]
     )
     for name in ledger.__all__:

@@ -37,16 +37,21 @@ def sh_blocks(heading: str | None = None) -> list[str]:
     return re.findall(r"^```sh\n(.*?)^```$", text, flags=re.M | re.S)
 
 
-def commands(block: str) -> list[list[str]]:
-    """Each command line of a block as argv: continuations joined, comments dropped."""
+def command_lines(block: str) -> list[tuple[str, list[str]]]:
+    """Each command of a block as (its text, argv): continuations joined, comments dropped."""
     joined = block.replace("\\\n", " ")
     out = []
     for line in joined.splitlines():
         for part in re.split(r"\s+&&\s+", line):
             argv = shlex.split(part, comments=True)
             if argv:
-                out.append(argv)
+                out.append((part, argv))
     return out
+
+
+def commands(block: str) -> list[list[str]]:
+    """Each command line of a block as argv: continuations joined, comments dropped."""
+    return [argv for _, argv in command_lines(block)]
 
 
 def expand(arg: str) -> str:
@@ -121,26 +126,34 @@ def test_auditors_by_hand_check_runs(walkthrough: Path) -> None:
 def test_ledger_by_hand_walkthrough_runs(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.chdir(tmp_path)
+    """The block as written, from an empty directory: it makes every file it uses itself."""
+    work = tmp_path / "work"
+    work.mkdir()
+    monkeypatch.chdir(work)
     monkeypatch.setenv("PROMPT_LEDGER_HOME", str(tmp_path / "home"))
-    (tmp_path / "prompt.txt").write_text("Read the chart.\n", encoding="utf-8")
     (block,) = sh_blocks(BY_HAND)
     ran = 0
-    for argv in commands(block):
+    for text, argv in command_lines(block):
         if argv[0] == ".":
-            continue
-        assert argv[0] == "ledger", argv
-        out = invoke(argv)
-        ran += 1
+            continue  # activating the venv: this test already runs inside it
+        if argv[0] == "ledger":
+            out = invoke(argv)
+            ran += 1
+        else:  # a shell line (making a file): run verbatim by the shell
+            result = subprocess.run(
+                ["bash", "-e", "-c", text], cwd=work, capture_output=True, text=True, timeout=60
+            )
+            assert result.returncode == 0, f"{text}\n{result.stdout}{result.stderr}"
     assert ran >= 12
     assert "VERIFIED" in out  # the last command is ledger verify
+    assert (work / "prompt.txt").is_file()
 
 
 def _check_against_cli(argv: list[str]) -> None:
     command: click.Command = main
     words = argv[1:]
     while isinstance(command, click.Group) and words and not words[0].startswith("-"):
-        sub = command.commands.get(words[0])
+        sub = command.get_command(click.Context(command), words[0])  # loads entry points
         assert sub is not None, f"{shlex.join(argv)}: no command {words[0]!r}"
         command, words = sub, words[1:]
     names = {n for p in command.params for n in (*p.opts, *p.secondary_opts)}

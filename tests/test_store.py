@@ -304,3 +304,55 @@ def test_times_are_utc_with_microseconds(tmp_path: Path, owner: SigningKey) -> N
     local = datetime(2026, 3, 1, 1, 30, 0, 7, tzinfo=timezone(timedelta(hours=2)))
     with Ledger.create(tmp_path / "t.db", origin="x.org/t", key=owner, clock=lambda: local) as led:
         assert led.get(0).time == "2026-02-28T23:30:00.000007Z"
+
+
+# ---------------------------------------------------------------------- Ledger.transaction
+
+
+def test_transaction_commits_at_the_end_of_the_block(
+    log: Ledger, ledger_path: Path, owner: SigningKey, runner: SigningKey
+) -> None:
+    with log.transaction():
+        event = log.append("trial.requested", {"n": 1}, key=runner)
+        log.sign_checkpoint(owner)
+        assert log.size == 3 and log.get(2) == event  # this connection sees its own writes
+        with Ledger.open(ledger_path, readonly=True) as other:
+            assert other.size == 2 and other.checkpoints() == []  # nobody else does yet
+    with Ledger.open(ledger_path, readonly=True) as other:
+        assert other.size == 3 and [c.size for c in other.checkpoints()] == [3]
+
+
+def test_transaction_rolls_everything_back_on_an_exception(
+    log: Ledger, owner: SigningKey, runner: SigningKey
+) -> None:
+    root = log.root()
+    with pytest.raises(OSError, match="disk full"), log.transaction():
+        log.append("trial.requested", {"n": 1}, key=runner, blobs={"request": b"body"})
+        log.sign_checkpoint(owner)
+        raise OSError("disk full")
+    assert log.size == 2 and log.root() == root and log.checkpoints() == []
+    assert not log.has_blob("230d8358dc8e8890b4c58deeb62912ee2f20357ae92a5cc861b98e68fe31acb5")
+    later = log.append("trial.requested", {"n": 2}, key=runner)  # the head is not stale
+    assert later.seq == 2 and later.prev == log.get(1).leaf_hash.hex()
+
+
+def test_a_failed_append_inside_a_transaction_undoes_only_itself(
+    log: Ledger, owner: SigningKey, runner: SigningKey
+) -> None:
+    with log.transaction():
+        log.append("trial.requested", {"n": 1}, key=runner)
+        with pytest.raises(AuthorizationError, match="may not append"):
+            log.append_many([("trial.requested", {"n": 2}), ("key.added", {})], key=runner)
+        log.append("trial.requested", {"n": 3}, key=runner)
+    assert [e.body.get("n") for e in log.events("trial.requested")] == [1, 3]
+    assert [e.seq for e in log.events()] == [0, 1, 2, 3]
+
+
+def test_transactions_do_not_nest_and_need_a_writable_ledger(
+    log: Ledger, ledger_path: Path
+) -> None:
+    with log.transaction(), pytest.raises(StoreError, match="already open"), log.transaction():
+        pass
+    reader = Ledger.open(ledger_path, readonly=True)
+    with reader, pytest.raises(StoreError, match="opened read-only"), reader.transaction():
+        pass

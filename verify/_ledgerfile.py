@@ -214,6 +214,21 @@ def _stack_root(stack: list[bytes]) -> bytes:
 # the verifier run
 
 
+# SQLite's answers when a read-only connection cannot create or open the WAL index (-shm).
+_NO_SHM = frozenset(
+    {"SQLITE_CANTOPEN", "SQLITE_READONLY", "SQLITE_READONLY_DIRECTORY",
+     "SQLITE_READONLY_CANTINIT", "SQLITE_READONLY_CANTLOCK"}
+)
+
+
+def _wal_has_frames(path: str) -> bool:
+    """True when ``path``-wal is long enough to hold a frame (32 + 24 + 512 bytes at least)."""
+    try:
+        return os.path.getsize(path + "-wal") >= 32 + 24 + 512
+    except FileNotFoundError:
+        return False
+
+
 def _ro_uri(path: str, *, immutable: bool = False) -> str:
     quoted = urllib.parse.quote(os.path.abspath(path))
     return f"file:{quoted}?mode=ro" + ("&immutable=1" if immutable else "")
@@ -319,16 +334,17 @@ class _Run:
         try:
             con = self._connect(self.uri)
         except sqlite3.OperationalError as exc:
-            wal = path + "-wal"
-            if "unable to open" in str(exc) and not (os.path.exists(wal) and os.path.getsize(wal)):
-                self.uri = _ro_uri(path, immutable=True)
-                try:
-                    con = self._connect(self.uri)
-                except sqlite3.DatabaseError as exc2:
-                    st.fail(f"{path} cannot be opened read-only: {exc2}", where=path)
-                    raise _NotALedger from None
-            else:
+            # WAL mode needs the -shm file beside the database even to read. In a folder this
+            # process cannot write, with no -shm there, the file is read as immutable, which is
+            # sound only if no -wal file holds changes not yet in the main file.
+            if exc.sqlite_errorname not in _NO_SHM or _wal_has_frames(path):
                 st.fail(f"{path} cannot be opened read-only: {exc}", where=path)
+                raise _NotALedger from None
+            self.uri = _ro_uri(path, immutable=True)
+            try:
+                con = self._connect(self.uri)
+            except sqlite3.DatabaseError as exc2:
+                st.fail(f"{path} cannot be opened read-only: {exc2}", where=path)
                 raise _NotALedger from None
         except sqlite3.DatabaseError as exc:
             st.fail(f"{path} is not a SQLite database ({exc})", where=path)
