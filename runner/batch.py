@@ -24,7 +24,13 @@ import anthropic
 import httpx2
 
 from ledger import Ledger, SigningKey
-from runner.backends import AnthropicBackend, BackendError, Reply, error_from_status
+from runner.backends import (
+    AnthropicBackend,
+    BackendError,
+    Reply,
+    error_from_status,
+    not_found,
+)
 from runner.execute import ProgressHook, Runner, RunOptions, RunResult
 from runner.pricing import cost_usd
 from runner.request import Trial
@@ -53,6 +59,8 @@ class AnthropicBatchBackend(AnthropicBackend):
         """Create a batch of ``{"custom_id", "params"}`` requests; return its id."""
         try:
             batch = await self.client.messages.batches.create(requests=requests)  # type: ignore[arg-type]
+        except anthropic.NotFoundError as exc:
+            raise not_found(str(exc.response.request.url), error_from_status(exc).message) from None
         except anthropic.APIStatusError as exc:
             raise error_from_status(exc) from None
         except anthropic.APIConnectionError as exc:

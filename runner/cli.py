@@ -289,7 +289,8 @@ def run_cmd(
 
     Each attempt is recorded before it is sent and its response or error right after;
     a restart continues where the last session stopped. Rate limits and server errors are
-    retried with back-off; 400/401/403 stop the run with the server's message.
+    retried with back-off; 400/401/403 stop the run with the server's message, a 404 (wrong
+    --base-url) as a configuration error that uses up no trial's attempts.
     --budget-usd caps the study's total spend across sessions, not each session's.
 
     \b

@@ -12,7 +12,9 @@ The rules (``docs/trials.md``):
   which then climbs back one step per window of successes. A retry waits for a slot under the
   current limit, so a lowered limit also holds back trials that were already in flight.
   After ``max_attempts`` failed attempts a trial is given up (``final: true``). Any other
-  status (400, 401, 403, 404, ...) stops the run with the server's message; the trial stays pending.
+  status (400, 401, 403, ...) stops the run with the server's message; the trial stays pending.
+  A 404 (a wrong ``--base-url`` path, or a model the server does not have) is a configuration
+  error: it stops the run, naming the URL, and does not count against ``max_attempts``.
 - ``--budget-usd`` caps the study's spend, across sessions: what earlier sessions spent (the
   ``cost_usd`` of the recorded responses) counts against it. Before each request the most it
   could cost (its input tokens and ``max_tokens`` of output) is reserved; a request that could
@@ -47,7 +49,7 @@ from runner.lock import StudyError, check_integrity, ledger_path, sign_missing_c
 from runner.pricing import cost_usd, max_cost_usd, price_for
 from runner.request import RequestBuilder, Trial, request_blob
 from runner.spec import Study
-from runner.state import StudyState, load_state
+from runner.state import NOT_COUNTED, StudyState, load_state
 
 LOCK_FILE = ".ledger-run.lock"
 
@@ -520,7 +522,8 @@ class Runner:
                 reply = await self.backend.send(wire, seed=seed)
             except BackendError as error:
                 self.counters.reserved_usd -= reserved
-                record.failures += 1
+                if error.error_type not in NOT_COUNTED:
+                    record.failures += 1
                 self.counters.failed += 1
                 if not error.retryable:
                     await self._write(self._failure_spec(trial, attempt, seq, error, final=False))

@@ -187,6 +187,51 @@ def test_400_stops_the_run(study: Path, server: FakeMessagesServer) -> None:
     assert result.counters.responded == 0 and result.pending == 35
 
 
+def test_404_from_a_wrong_base_url_stops_the_run_without_using_attempts(
+    study: Path, server: FakeMessagesServer
+) -> None:
+    wrong = f"{server.base_url}/wrong"
+    result = CliRunner().invoke(
+        main,
+        ["run", str(study), "--base-url", wrong, "--concurrency", "1", "--max-attempts", "2"],
+        env={"ANTHROPIC_API_KEY": "test"},
+    )
+    assert result.exit_code == 1
+    assert f"HTTP 404 from {wrong}/v1/messages" in result.output
+    assert "check --base-url" in result.output and "nothing was lost" in result.output
+    assert "Traceback" not in result.output
+    # a second try with the same wrong URL: still stopped at once, still nothing given up
+    again = run_study(
+        study,
+        study_key(),
+        AnthropicBackend(api_key="test", base_url=wrong),
+        RunOptions(concurrency=1, max_attempts=2, **FAST),
+    )
+    assert again.fatal is not None and f"{wrong}/v1/messages" in again.fatal
+    assert again.counters.given_up == 0 and again.pending == 35
+    failed = events(study, "trial.failed")
+    assert len(failed) == 2 and len({f.body["trial"] for f in failed}) == 1
+    for f in failed:
+        assert f.body["error_type"] == "configuration" and f.body["http_status"] == 404
+        assert not f.body["final"] and not f.body["retryable"]
+    assert [e.body["reason"][:16] for e in events(study, "run.stopped")] == ["error: HTTP 404 "] * 2
+    assert server.count("other", 404) == 2 and server.count("messages") == 0
+    # the right URL: every trial completes. The first trial (two 404s already) now meets one
+    # 500: were the 404s counted, --max-attempts 2 would give it up instead of retrying it.
+    server.inject("500", count=1)
+    right = run_study(
+        study, study_key(), backend(server), RunOptions(concurrency=1, max_attempts=2, **FAST)
+    )
+    assert right.reason == "complete" and right.final == 35 and right.counters.given_up == 0
+    first = failed[0].body["trial"]
+    attempts = [e.body["attempt"] for e in events(study, "trial.requested")
+                if e.body["trial"] == first]
+    assert attempts == [1, 2, 3, 4]  # 404, 404, 500, answered
+    responded = [e.body["trial"] for e in events(study, "trial.responded")]
+    assert len(responded) == len(set(responded)) == 35
+    assert verify_ledger_file(study / "ledger.db").ok
+
+
 def test_budget_stops_before_it_is_exceeded(study: Path, server: FakeMessagesServer) -> None:
     budget = 0.05
     result = run_study(
