@@ -32,7 +32,7 @@ from runner.backends import (
     not_found,
 )
 from runner.execute import ProgressHook, Runner, RunOptions, RunResult
-from runner.pricing import cost_usd
+from runner.pricing import cost_at
 from runner.request import Trial
 from runner.spec import Study
 
@@ -175,7 +175,7 @@ class BatchRunner(Runner):
     def _append_batch_response(
         self, trial: Trial, attempt: int, request_seq: int, reply: Reply
     ) -> float | None:
-        cost = cost_usd(self.model, reply.usage, batch=True)
+        cost = cost_at(self.price, reply.usage, batch=True) if self.price is not None else None
         self.log.append(
             "trial.responded",
             {

@@ -18,7 +18,9 @@ The rules (``docs/trials.md``):
 - ``--budget-usd`` caps the study's spend, across sessions: what earlier sessions spent (the
   ``cost_usd`` of the recorded responses) counts against it. Before each request the most it
   could cost (its input tokens and ``max_tokens`` of output) is reserved; a request that could
-  push the total over the budget is not sent and the run stops.
+  push the total over the budget is not sent and the run stops. A session without a price (a
+  backend other than ``anthropic``, or a model missing from ``runner/pricing.py``) refuses a
+  budget unless it is given prices (``price_in`` / ``price_out``), recorded in ``run.started``.
 - Ctrl-C (SIGINT) or SIGTERM: no new request starts, requests in flight finish; a second Ctrl-C
   cancels them and records them as interrupted. Then ``run.stopped`` and a signed checkpoint.
 - One runner per study: an exclusive ``flock`` on ``STUDY/.ledger-run.lock``.
@@ -46,7 +48,15 @@ from typing import Any
 from ledger import Event, EventSpec, Ledger, SigningKey
 from runner.backends import Backend, BackendError, Reply
 from runner.lock import StudyError, check_integrity, ledger_path, sign_missing_checkpoints
-from runner.pricing import cost_usd, max_cost_usd, price_for
+from runner.pricing import (
+    PRICES_AS_OF,
+    Price,
+    cost_at,
+    given_price,
+    max_cost_usd,
+    price_for,
+    price_record,
+)
 from runner.request import RequestBuilder, Trial, request_blob
 from runner.spec import Study
 from runner.state import NOT_COUNTED, StudyState, load_state
@@ -56,7 +66,12 @@ LOCK_FILE = ".ledger-run.lock"
 
 @dataclass(frozen=True)
 class RunOptions:
-    """How a session runs; every field has a CLI option of the same name."""
+    """How a session runs; every field has a CLI option of the same name.
+
+    ``price_in`` and ``price_out`` (USD per million input and output tokens, given together)
+    price the session instead of the price table, and make ``budget_usd`` possible on a backend
+    or model that has no listed price.
+    """
 
     concurrency: int = 8
     max_trials: int | None = None
@@ -67,6 +82,26 @@ class RunOptions:
     backoff_max: float = 60.0
     jitter_seed: int | None = None
     poll_interval: float = 10.0
+    price_in: float | None = None
+    price_out: float | None = None
+
+    def __post_init__(self) -> None:
+        """Refuse one price without the other."""
+        given_prices(self.price_in, self.price_out)
+
+
+def given_prices(price_in: float | None, price_out: float | None) -> Price | None:
+    """The price given with ``--price-in`` and ``--price-out``, or None; both or neither."""
+    if price_in is None and price_out is None:
+        return None
+    if price_in is None or price_out is None:
+        raise StudyError(
+            "--price-in and --price-out go together: give both (USD per million input and "
+            "output tokens) or neither"
+        )
+    if price_in < 0 or price_out < 0:
+        raise StudyError("--price-in and --price-out must not be negative")
+    return given_price(price_in, price_out)
 
 
 @dataclass
@@ -95,6 +130,7 @@ class RunResult:
     pending: int
     checkpoint: str
     fatal: str | None = None
+    priced: bool = False
 
 
 ProgressHook = Callable[[Counters, int, int], None]
@@ -308,11 +344,36 @@ class Runner:
         self.spent_before = 0.0  # cost recorded by earlier sessions; counts against the budget
         self.writer: GroupWriter | None = None
         self.transport_streak = 0  # attempts in a row, across trials, with no HTTP response
+        self.price, self.price_source = self._session_price()
 
     # ------------------------------------------------------------------ events
 
+    def _session_price(self) -> tuple[Price | None, str | None]:
+        """The price this session is costed with, and where it comes from.
+
+        A budget without a price is refused here, before anything is recorded.
+        """
+        given = given_prices(self.options.price_in, self.options.price_out)
+        if given is not None:
+            return given, "--price-in/--price-out"
+        listed = price_for(self.model) if self.backend.priced else None
+        if listed is not None:
+            return listed, f"runner/pricing.py (prices as of {PRICES_AS_OF})"
+        if self.options.budget_usd is not None:
+            what = (
+                f"for model {self.model!r} (runner/pricing.py lists the known models)"
+                if self.backend.priced
+                else f"for the {self.backend.name} backend"
+            )
+            raise StudyError(
+                f"--budget-usd: no price is known {what}, so the budget cannot be enforced; "
+                "give the run its prices with --price-in and --price-out (USD per million "
+                "input and output tokens), or run without --budget-usd"
+            )
+        return None, None
+
     def _priced(self) -> bool:
-        return self.backend.priced and price_for(self.model) is not None
+        return self.price is not None
 
     def _open_session(self) -> StudyState:
         sealed = next(iter(self.log.events("scoring.sealed")), None)
@@ -323,11 +384,6 @@ class Runner:
             )
         sign_missing_checkpoints(self.log, self.key)  # a session killed before its checkpoint
         state = load_state(self.study, self.log)
-        if self.options.budget_usd is not None and self.backend.priced and not self._priced():
-            raise StudyError(
-                f"--budget-usd: no price is known for model {self.model!r} "
-                "(runner/pricing.py lists the known models), so the budget cannot be enforced"
-            )
         pending = state.pending()
         self.spent_before = state.cost_usd
         started = self.log.append(
@@ -343,8 +399,15 @@ class Runner:
                 "concurrency": self.options.concurrency,
                 "max_attempts": self.options.max_attempts,
                 "budget_usd": self.options.budget_usd,
-                # priced backends only (a simulated run's events stay as they were)
-                **({"cost_usd_before": round(state.cost_usd, 8)} if self._priced() else {}),
+                # priced sessions only (a simulated run's events stay as they were)
+                **(
+                    {
+                        "cost_usd_before": round(state.cost_usd, 8),
+                        "price_usd_per_mtok": price_record(self.price, self.price_source or ""),
+                    }
+                    if self.price is not None
+                    else {}
+                ),
             },
             key=self.key,
         )
@@ -390,7 +453,7 @@ class Runner:
     def _response_spec(
         self, trial: Trial, attempt: int, request_seq: int, reply: Reply, latency: float
     ) -> tuple[EventSpec, float | None]:
-        cost = cost_usd(self.model, reply.usage) if self.backend.priced else None
+        cost = cost_at(self.price, reply.usage) if self.price is not None else None
         spec = EventSpec(
             "trial.responded",
             {
@@ -466,7 +529,7 @@ class Runner:
 
     def _reserve(self, trial: Trial, wire: dict[str, Any]) -> float | None:
         """Reserve the most this request can cost; None (and stop) if the budget forbids it."""
-        if self.options.budget_usd is None or not self._priced():
+        if self.options.budget_usd is None or self.price is None:
             return 0.0
         tokens = self.input_tokens.get((trial.arm, trial.stimulus))
         if tokens is None:
@@ -477,7 +540,7 @@ class Runner:
                 _, w, h = check_image_for_api(data, name=trial.stimulus)
                 self.sizes[trial.stimulus] = (w, h)
             tokens = estimate_input_tokens(wire, *self.sizes[trial.stimulus])
-        worst = max_cost_usd(self.model, tokens, self.max_tokens, batch=self.batch)
+        worst = max_cost_usd(self.price, tokens, self.max_tokens, batch=self.batch)
         c = self.counters
         if self.spent_before + c.cost_usd + c.reserved_usd + worst > self.options.budget_usd:
             self.request_stop(
@@ -695,7 +758,8 @@ class Runner:
         )
         note = self.log.sign_checkpoint(self.key)
         return RunResult(
-            self.session, stopped.seq, reason, c, self.final, pending, note, self.fatal
+            self.session, stopped.seq, reason, c, self.final, pending, note, self.fatal,
+            priced=self.price is not None,
         )
 
 

@@ -236,6 +236,20 @@ def test_404_from_a_wrong_base_url_is_a_configuration_error(
     assert done.reason == "complete" and done.final == 35 and done.counters.given_up == 0
 
 
+def test_given_prices_cost_chat_completions_from_their_usage(
+    study: Path, server: FakeChatServer
+) -> None:
+    options = RunOptions(max_trials=3, budget_usd=1.0, price_in=0.5, price_out=1.5, **FAST)
+    result = run_study(study, study_key(), backend(server), options)
+    assert result.priced and result.counters.responded == 3
+    for event in events(study, "trial.responded"):
+        usage = event.body["usage"]
+        expected = (usage["prompt_tokens"] * 0.5 + usage["completion_tokens"] * 1.5) / 1e6
+        assert event.body["cost_usd"] == pytest.approx(expected) and expected > 0
+    [started] = events(study, "run.started")
+    assert started.body["price_usd_per_mtok"]["input"] == 0.5
+
+
 @pytest.mark.parametrize("kind", ["not-json", "no-choices"])
 def test_malformed_response_is_kept_and_retried(
     study: Path, server: FakeChatServer, kind: str

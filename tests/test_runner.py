@@ -257,6 +257,80 @@ def test_budget_refused_for_a_model_without_price(study: Path, server: FakeMessa
         PRICES["claude-sonnet-4-6"] = saved
 
 
+@pytest.mark.parametrize("name", ["openai-compatible", "simulated", "replay", "anthropic"])
+def test_budget_without_a_price_is_refused_before_anything_is_recorded(
+    name: str, study: Path, server: FakeMessagesServer, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from runner.pricing import PRICES
+
+    monkeypatch.delitem(PRICES, "claude-sonnet-4-6")  # anthropic: a model the table lacks
+    where = {
+        "openai-compatible": ["--base-url", f"{server.base_url}/v1"],
+        "anthropic": ["--base-url", server.base_url],
+        "replay": ["--replay-from", str(study)],
+        "simulated": [],
+    }[name]
+    args = ["run", str(study), "--backend", name, *where, "--budget-usd", "1"]
+    before = events(study)
+    result = CliRunner().invoke(main, args, env={"ANTHROPIC_API_KEY": "test"})
+    assert result.exit_code == 1, result.output
+    assert "--budget-usd: no price is known" in result.output
+    assert "give the run its prices with --price-in and --price-out" in result.output
+    assert len(result.output.strip().splitlines()) == 1 and "Traceback" not in result.output
+    assert events(study) == before and server.count() == 0  # nothing recorded, nothing sent
+    half = CliRunner().invoke(main, [*args, "--price-in", "3"], env={"ANTHROPIC_API_KEY": "t"})
+    assert half.exit_code == 1
+    assert "--price-in and --price-out go together" in half.output
+    assert events(study) == before
+
+
+def test_given_prices_cost_the_run_enforce_the_budget_and_are_recorded(study: Path) -> None:
+    budget = 0.1  # the simulation has no price table: $2 in and $10 out per million tokens
+    result = CliRunner().invoke(
+        main,
+        ["run", str(study), "--backend", "simulated", "--concurrency", "1", "--json",
+         "--budget-usd", str(budget), "--price-in", "2", "--price-out", "10"],
+    )
+    assert result.exit_code == 0, result.output
+    [started] = events(study, "run.started")
+    assert started.body["budget_usd"] == budget and started.body["cost_usd_before"] == 0
+    assert started.body["price_usd_per_mtok"] == {
+        "source": "--price-in/--price-out", "input": 2.0, "output": 10.0,
+        "cache_write_5m": 2.5, "cache_write_1h": 4.0, "cache_read": pytest.approx(0.2),
+        "batch_discount": 0.5,
+    }
+    responded = events(study, "trial.responded")
+    assert 0 < len(responded) < 35
+    for event in responded:  # each cost is recomputable from the recorded usage and price
+        usage = event.body["usage"]
+        expected = (usage["input_tokens"] * 2 + usage["output_tokens"] * 10) / 1e6
+        assert event.body["cost_usd"] == pytest.approx(expected)
+    spent = sum(e.body["cost_usd"] for e in responded)
+    assert spent <= budget
+    [stopped] = events(study, "run.stopped")
+    assert stopped.body["reason"].startswith("budget:")
+    assert stopped.body["cost_usd"] == pytest.approx(spent)
+    summary = json.loads(result.stdout)
+    assert summary["cost_usd"] == pytest.approx(spent)
+    # the estimate takes the same prices
+    est = CliRunner().invoke(
+        main,
+        ["estimate", str(study), "--backend", "simulated", "--price-in", "2", "--price-out", "10",
+         "--json"],
+    )
+    assert est.exit_code == 0, est.output
+    data = json.loads(est.stdout)
+    assert data["price_source"] == "--price-in/--price-out"
+    assert data["cost_max_usd"] == pytest.approx(
+        (data["input_tokens"] * 2 + data["output_tokens_max"] * 10) / 1e6
+    )
+    text = CliRunner().invoke(
+        main,
+        ["estimate", str(study), "--backend", "simulated", "--price-in", "2", "--price-out", "10"],
+    )
+    assert "prices: $2 in, $10 out per million tokens, from --price-in/--price-out" in text.output
+
+
 def test_second_runner_is_refused(study: Path, server: FakeMessagesServer) -> None:
     with run_lock(study), pytest.raises(StudyError, match="already running"):
         run_study(study, study_key(), backend(server), RunOptions())
