@@ -308,6 +308,8 @@ def run_cmd(
     404 (a wrong --base-url) stops it without using up any trial's attempts.
     --budget-usd caps the study's total spend across sessions, not each session's;
     where the backend or model has no listed price, give --price-in and --price-out.
+    Ctrl-C stops sending and lets the calls in flight finish; a second Ctrl-C, or SIGTERM,
+    records them as interrupted (exit status 130, or 143, while trials are pending).
 
     \b
     Example:
@@ -318,29 +320,54 @@ def run_cmd(
           --budget-usd 5 --price-in 0.2 --price-out 0.6
       ledger run my-study --backend simulated
     """
-    from runner.backends import BackendError
-    from runner.engines import make_backend
-    from runner.execute import RunOptions, run_study
+    # Ctrl-C and SIGTERM belong to this command from here on: runner.control imports nothing
+    # heavy, while the SDKs imported below take seconds on a busy machine.
+    from runner.control import RunControl, RunInterruptedError
 
-    options = RunOptions(
-        concurrency=concurrency,
-        max_trials=max_trials,
-        until=_parse_until(until),
-        budget_usd=budget_usd,
-        max_attempts=max_attempts,
-        poll_interval=poll_interval,
-        price_in=price_in,
-        price_out=price_out,
-    )
-    try:
-        key = study_key(study_dir, key_file)
-        engine = make_backend(backend, base_url=base_url, replay_from=replay_from)
-        label = f"{study_dir.name} [{engine.name}{' SIMULATED' if engine.simulated else ''}]"
-        priced = engine.priced or price_in is not None
-        with RunDisplay(console(stderr=True), label, priced) as display:
-            result = run_study(study_dir, key, engine, options, display)
-    except BackendError as exc:
-        raise click.ClickException(exc.message) from exc
+    shown: list[RunDisplay] = []
+
+    def notify(line: str) -> None:
+        if shown:
+            shown[0].say(line)
+        else:
+            click.echo(line, err=True)
+
+    # A program that ends with this command keeps the handlers to its end, so a late Ctrl-C
+    # cannot print a trace while Python shuts down; an in-process caller (click's CliRunner, a
+    # notebook) gets its own handlers back.
+    owns_process = sys.stdout is sys.__stdout__ and sys.stderr is sys.__stderr__
+    with RunControl(notify, release_on_exit=not owns_process) as control:
+        from runner.backends import BackendError
+        from runner.engines import make_backend
+        from runner.execute import RunOptions, run_study
+
+        options = RunOptions(
+            concurrency=concurrency,
+            max_trials=max_trials,
+            until=_parse_until(until),
+            budget_usd=budget_usd,
+            max_attempts=max_attempts,
+            poll_interval=poll_interval,
+            price_in=price_in,
+            price_out=price_out,
+        )
+        try:
+            key = study_key(study_dir, key_file)
+            engine = make_backend(backend, base_url=base_url, replay_from=replay_from)
+            control.check()
+            label = f"{study_dir.name} [{engine.name}{' SIMULATED' if engine.simulated else ''}]"
+            priced = engine.priced or price_in is not None
+            with RunDisplay(console(stderr=True), label, priced) as display:
+                shown.append(display)
+                result = run_study(study_dir, key, engine, options, display, control)
+        except BackendError as exc:
+            raise click.ClickException(exc.message) from exc
+        except RunInterruptedError as exc:
+            raise _interrupted(
+                f"{exc}; run 'ledger run {study_dir}' to start it", exc.exit_code
+            ) from None
+        finally:
+            shown.clear()
     c = result.counters
     if as_json:
         dump_json({
@@ -375,6 +402,25 @@ def run_cmd(
             f"run stopped by a non-retryable error: {result.fatal}; nothing was lost, fix the "
             f"cause and run 'ledger run {study_dir}' again"
         )
+    if result.signal is not None and result.pending:
+        n = c.cancelled
+        calls = (
+            f"{n} call{'' if n == 1 else 's'} in flight recorded as interrupted"
+            if n
+            else "no call was cut off"
+        )
+        raise _interrupted(
+            f"interrupted by {result.signal}: {calls}, {result.pending} trials pending; the "
+            f"session is closed (run.stopped at seq {result.stopped_seq}, checkpoint signed); "
+            f"run 'ledger run {study_dir}' to resume",
+            control.exit_code or 130,
+        )
+
+
+def _interrupted(message: str, exit_code: int) -> click.exceptions.Exit:
+    """A run stopped by a signal: one line, and exit status 128 + the signal's number."""
+    click.echo(f"Error: {message}", err=True)
+    return click.exceptions.Exit(exit_code)
 
 
 @click.command(cls=Command)
