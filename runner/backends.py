@@ -38,6 +38,10 @@ RETRYABLE_STATUS = frozenset({408, 409, 429, 500, 502, 503, 504, 529})
 SDK_NAMED_PARAMS = frozenset({"model", "max_tokens", "messages", "system", "stop_sequences"})
 #: Statuses that mean the API is overloaded: the runner lowers its concurrency.
 OVERLOAD_STATUS = frozenset({429, 529})
+#: ``error_type`` of a failure that is the run's configuration, not the trial's: a 404 from the
+#: API root (a wrong ``--base-url`` path, or a model the server does not have). The run stops;
+#: the attempt is recorded but does not count against ``--max-attempts`` (``docs/trials.md``).
+CONFIGURATION = "configuration"
 
 
 class BackendError(Exception):
@@ -137,6 +141,17 @@ def reply_from_messages_json(raw: bytes, http_status: int, request_id: str | Non
     )
 
 
+def not_found(url: str, detail: str) -> BackendError:
+    """A 404 from ``url``: the base URL (or the model) is wrong, which no retry can mend."""
+    return BackendError(
+        CONFIGURATION,
+        f"HTTP 404 from {url} ({detail}): no such API route or model there; check --base-url "
+        "(else ANTHROPIC_BASE_URL) and the study's model",
+        http_status=404,
+        retryable=False,
+    )
+
+
 def error_from_status(exc: anthropic.APIStatusError) -> BackendError:
     """Map an SDK status error to a :class:`BackendError`, keeping retry-after."""
     status = exc.status_code
@@ -213,6 +228,8 @@ class AnthropicBackend:
                 **named, extra_body=extra or None
             )
             data = await raw.read()
+        except anthropic.NotFoundError as exc:
+            raise not_found(str(exc.response.request.url), error_from_status(exc).message) from None
         except anthropic.APIStatusError as exc:
             raise error_from_status(exc) from None
         except anthropic.APITimeoutError as exc:
@@ -232,6 +249,8 @@ class AnthropicBackend:
         params = {k: body[k] for k in ("model", "messages", "system") if k in body}
         try:
             result = await self.client.messages.count_tokens(**params)
+        except anthropic.NotFoundError as exc:
+            raise not_found(str(exc.response.request.url), error_from_status(exc).message) from None
         except anthropic.APIStatusError as exc:
             raise error_from_status(exc) from None
         except anthropic.APIConnectionError as exc:  # a timeout too
@@ -293,6 +312,8 @@ class OpenAICompatibleBackend:
         except httpx.HTTPError as exc:
             raise BackendError("connection_error", f"{self.url}: {exc}", retryable=True) from None
         status = response.status_code
+        if status == 404:
+            raise not_found(self.url, response.text[:200])
         if status >= 400:
             header = response.headers.get("retry-after")
             raise BackendError(

@@ -24,9 +24,16 @@ import anthropic
 import httpx2
 
 from ledger import Ledger, SigningKey
-from runner.backends import AnthropicBackend, BackendError, Reply, error_from_status
-from runner.execute import ProgressHook, Runner, RunOptions, RunResult
-from runner.pricing import cost_usd
+from runner.backends import (
+    AnthropicBackend,
+    BackendError,
+    Reply,
+    error_from_status,
+    not_found,
+)
+from runner.control import RunControl
+from runner.execute import ProgressHook, Runner, RunOptions
+from runner.pricing import cost_at
 from runner.request import Trial
 from runner.spec import Study
 
@@ -45,14 +52,17 @@ class AnthropicBatchBackend(AnthropicBackend):
         key: SigningKey,
         options: RunOptions,
         progress: ProgressHook | None,
+        control: RunControl | None = None,
     ) -> Runner:
         """The session driver for batches (:func:`runner.execute.run_study` calls this)."""
-        return BatchRunner(study, log, key, self, options, progress)
+        return BatchRunner(study, log, key, self, options, progress, control)
 
     async def submit(self, requests: list[dict[str, Any]]) -> str:
         """Create a batch of ``{"custom_id", "params"}`` requests; return its id."""
         try:
             batch = await self.client.messages.batches.create(requests=requests)  # type: ignore[arg-type]
+        except anthropic.NotFoundError as exc:
+            raise not_found(str(exc.response.request.url), error_from_status(exc).message) from None
         except anthropic.APIStatusError as exc:
             raise error_from_status(exc) from None
         except anthropic.APIConnectionError as exc:
@@ -91,6 +101,7 @@ class BatchRunner(Runner):
     backend: AnthropicBatchBackend
     batch = True
     chunk: int = 10_000
+    _task: asyncio.Future[None] | None = None
 
     async def _collect(self, batch_id: str, by_custom: dict[str, tuple[Trial, int, int]]) -> None:
         """Poll ``batch_id`` until it ends; record every result not yet recorded."""
@@ -103,7 +114,7 @@ class BatchRunner(Runner):
                 break
             if self.stop_reason is not None:
                 return
-            await asyncio.sleep(self.options.poll_interval)
+            await self._pause(self.options.poll_interval)
         seen: set[str] = set()
         async for line in self.backend.results(url):
             try:
@@ -167,7 +178,7 @@ class BatchRunner(Runner):
     def _append_batch_response(
         self, trial: Trial, attempt: int, request_seq: int, reply: Reply
     ) -> float | None:
-        cost = cost_usd(self.model, reply.usage, batch=True)
+        cost = cost_at(self.price, reply.usage, batch=True) if self.price is not None else None
         self.log.append(
             "trial.responded",
             {
@@ -203,17 +214,36 @@ class BatchRunner(Runner):
                 )
         return out
 
-    async def run(self) -> RunResult:
-        """Resume open batches, then submit and collect the pending trials chunk by chunk."""
-        self.state = self._open_session()
-        loop = asyncio.get_running_loop()
-        installed = self._install_signals(loop, [])
+    async def _session(self) -> list[BaseException]:
+        """Resume open batches, then submit and collect the pending trials chunk by chunk.
+
+        A second Ctrl-C, or SIGTERM, stops waiting (:meth:`on_signal`): a submitted batch keeps
+        running on the API and the next session collects its results.
+        """
+        self._task = asyncio.ensure_future(self._run_batches())
         try:
-            await self._run_batches()
-        finally:
-            for sig in installed:
-                loop.remove_signal_handler(sig)
-        return self._close()
+            await self._task
+        except asyncio.CancelledError:
+            task = asyncio.current_task()
+            if task is not None and task.cancelling():
+                raise
+        return []
+
+    def on_signal(self, name: str, *, first: bool, interrupt: bool) -> str | None:
+        """Ctrl-C: submit no new batch; a second one (or SIGTERM): stop waiting for results."""
+        if self.signalled is None:
+            self.signalled = name
+        self.request_stop(f"interrupted: {name}")
+        waiting = "the batch in progress keeps running on the API and the next 'ledger run' " \
+            "collects its results"
+        if interrupt:
+            self.interrupted_by = name
+            if self._task is not None:
+                self._task.cancel()
+            return f"{name}: no longer waiting; {waiting}"
+        if first:
+            return f"stopping: no new batches; {waiting}; press Ctrl-C again to stop waiting"
+        return None
 
     async def _run_batches(self) -> None:
         assert self.state is not None
@@ -251,6 +281,21 @@ class BatchRunner(Runner):
                 requests.append({"custom_id": trial.custom_id, "params": wire})
             try:
                 batch_id = await self.backend.submit(requests)
+            except asyncio.CancelledError:
+                # interrupted while submitting: the batch may or may not exist on the API; its
+                # requests are closed here, and submitted again by the next session
+                error = BackendError(
+                    "interrupted",
+                    f"interrupted by {self.interrupted_by or 'a signal'} while the batch was "
+                    "being submitted; it may or may not have been created",
+                    retryable=True,
+                )
+                for trial in chunk:
+                    _, attempt, seq = by_custom[trial.custom_id]
+                    self._append_failure(trial, attempt, seq, error, final=False)
+                    self.state.trials[trial.id].open_request = None
+                    self.counters.interrupted += 1
+                raise
             except BackendError as error:
                 for trial in chunk:
                     _, attempt, seq = by_custom[trial.custom_id]

@@ -266,6 +266,19 @@ def _parse_until(value: str | None) -> Any:
     default=None,
     help="Cost cap in USD for the whole study: what earlier sessions spent counts against it.",
 )
+@click.option(
+    "--price-in",
+    type=click.FloatRange(min=0),
+    default=None,
+    help="USD per million input tokens: prices a backend or model without a listed price "
+    "(with --price-out; recorded in run.started).",
+)
+@click.option(
+    "--price-out",
+    type=click.FloatRange(min=0),
+    default=None,
+    help="USD per million output tokens (with --price-in).",
+)
 @click.option("--max-attempts", type=click.IntRange(1, 100), default=5, show_default=True)
 @click.option(
     "--poll-interval",
@@ -285,6 +298,8 @@ def run_cmd(
     max_trials: int | None,
     until: str | None,
     budget_usd: float | None,
+    price_in: float | None,
+    price_out: float | None,
     max_attempts: int,
     poll_interval: float,
     key_file: str | None,
@@ -294,37 +309,72 @@ def run_cmd(
 
     Each attempt is recorded before it is sent and its response or error right after;
     a restart continues where the last session stopped. Rate limits and server errors are
-    retried with back-off; 400/401/403 stop the run with the server's message.
-    --budget-usd caps the study's total spend across sessions, not each session's.
+    retried with back-off; 400/401/403 stop the run with the server's message, and a
+    404 (a wrong --base-url) stops it without using up any trial's attempts.
+    --budget-usd caps the study's total spend across sessions, not each session's;
+    where the backend or model has no listed price, give --price-in and --price-out.
+    Ctrl-C stops sending and lets the calls in flight finish; a second Ctrl-C, or SIGTERM,
+    records them as interrupted (exit status 130, or 143, while trials are pending).
 
     \b
     Example:
       export ANTHROPIC_API_KEY=...
       ledger run my-study --concurrency 8 --budget-usd 25 --until 8h
+      ledger run my-study --backend openai-compatible \\
+          --base-url http://127.0.0.1:8000/v1 \\
+          --budget-usd 5 --price-in 0.2 --price-out 0.6
       ledger run my-study --backend simulated
     """
-    from runner.backends import BackendError
-    from runner.engines import make_backend
-    from runner.execute import RunOptions, run_study
-    from runner.lock import check_writable
+    # Ctrl-C and SIGTERM belong to this command from here on: runner.control imports nothing
+    # heavy, while the SDKs imported below take seconds on a busy machine.
+    from runner.control import RunControl, RunInterruptedError
 
-    check_writable(study_dir)  # a read-only study is refused before anything is written
-    options = RunOptions(
-        concurrency=concurrency,
-        max_trials=max_trials,
-        until=_parse_until(until),
-        budget_usd=budget_usd,
-        max_attempts=max_attempts,
-        poll_interval=poll_interval,
-    )
-    try:
-        key = study_key(study_dir, key_file)
-        engine = make_backend(backend, base_url=base_url, replay_from=replay_from)
-        label = f"{study_dir.name} [{engine.name}{' SIMULATED' if engine.simulated else ''}]"
-        with RunDisplay(console(stderr=True), label, engine.priced) as display:
-            result = run_study(study_dir, key, engine, options, display)
-    except BackendError as exc:
-        raise click.ClickException(exc.message) from exc
+    shown: list[RunDisplay] = []
+
+    def notify(line: str) -> None:
+        if shown:
+            shown[0].say(line)
+        else:
+            click.echo(line, err=True)
+
+    # A program that ends with this command keeps the handlers to its end, so a late Ctrl-C
+    # cannot print a trace while Python shuts down; an in-process caller (click's CliRunner, a
+    # notebook) gets its own handlers back.
+    owns_process = sys.stdout is sys.__stdout__ and sys.stderr is sys.__stderr__
+    with RunControl(notify, release_on_exit=not owns_process) as control:
+        from runner.backends import BackendError
+        from runner.engines import make_backend
+        from runner.execute import RunOptions, run_study
+        from runner.lock import check_writable
+
+        check_writable(study_dir)  # a read-only study is refused before anything is written
+        options = RunOptions(
+            concurrency=concurrency,
+            max_trials=max_trials,
+            until=_parse_until(until),
+            budget_usd=budget_usd,
+            max_attempts=max_attempts,
+            poll_interval=poll_interval,
+            price_in=price_in,
+            price_out=price_out,
+        )
+        try:
+            key = study_key(study_dir, key_file)
+            engine = make_backend(backend, base_url=base_url, replay_from=replay_from)
+            control.check()
+            label = f"{study_dir.name} [{engine.name}{' SIMULATED' if engine.simulated else ''}]"
+            priced = engine.priced or price_in is not None
+            with RunDisplay(console(stderr=True), label, priced) as display:
+                shown.append(display)
+                result = run_study(study_dir, key, engine, options, display, control)
+        except BackendError as exc:
+            raise click.ClickException(exc.message) from exc
+        except RunInterruptedError as exc:
+            raise _interrupted(
+                f"{exc}; run 'ledger run {study_dir}' to start it", exc.exit_code
+            ) from None
+        finally:
+            shown.clear()
     c = result.counters
     if as_json:
         dump_json({
@@ -338,13 +388,13 @@ def run_cmd(
             "retries": c.retries,
             "given_up": c.given_up,
             "interrupted": c.interrupted,
-            "cost_usd": c.cost_usd if engine.priced else None,
+            "cost_usd": c.cost_usd if result.priced else None,
             "final": result.final,
             "pending": result.pending,
             "stopped": result.reason,
             "fatal": result.fatal,
         })
-    cost = f"${c.cost_usd:.4f}" if engine.priced else "n/a"
+    cost = f"${c.cost_usd:.4f}" if result.priced else "n/a"
     click.echo(
         f"session seq {result.started_seq}-{result.stopped_seq}: {c.responded} responded, "
         f"{c.failed} failed attempts ({c.retries} retried), {c.given_up} given up, "
@@ -359,6 +409,25 @@ def run_cmd(
             f"run stopped by a non-retryable error: {result.fatal}; nothing was lost, fix the "
             f"cause and run 'ledger run {study_dir}' again"
         )
+    if result.signal is not None and result.pending:
+        n = c.cancelled
+        calls = (
+            f"{n} call{'' if n == 1 else 's'} in flight recorded as interrupted"
+            if n
+            else "no call was cut off"
+        )
+        raise _interrupted(
+            f"interrupted by {result.signal}: {calls}, {result.pending} trials pending; the "
+            f"session is closed (run.stopped at seq {result.stopped_seq}, checkpoint signed); "
+            f"run 'ledger run {study_dir}' to resume",
+            control.exit_code or 130,
+        )
+
+
+def _interrupted(message: str, exit_code: int) -> click.exceptions.Exit:
+    """A run stopped by a signal: one line, and exit status 128 + the signal's number."""
+    click.echo(f"Error: {message}", err=True)
+    return click.exceptions.Exit(exit_code)
 
 
 @click.command(cls=Command)
@@ -409,24 +478,48 @@ def status(study_dir: Path, as_json: bool) -> None:
     help="Whose token counter to use (anthropic: the count_tokens endpoint).",
 )
 @click.option("--base-url", default=None, help="API root (default: $ANTHROPIC_BASE_URL).")
+@click.option(
+    "--price-in",
+    type=click.FloatRange(min=0),
+    default=None,
+    help="USD per million input tokens (with --price-out), instead of the price table.",
+)
+@click.option(
+    "--price-out",
+    type=click.FloatRange(min=0),
+    default=None,
+    help="USD per million output tokens (with --price-in).",
+)
 @click.option("--json", "as_json", is_flag=True, help="Print JSON.")
-def estimate(study_dir: Path, backend: str, base_url: str | None, as_json: bool) -> None:
+def estimate(
+    study_dir: Path,
+    backend: str,
+    base_url: str | None,
+    price_in: float | None,
+    price_out: float | None,
+    as_json: bool,
+) -> None:
     """Predict the tokens and cost of the pending trials before anything is sent.
 
     Input tokens are counted once per (arm, stimulus) with the API's count_tokens endpoint
-    (or estimated, and said so); output is bounded by max_tokens.
+    (or estimated, and said so); output is bounded by max_tokens. Costs use the price table
+    (anthropic), or the prices given with --price-in and --price-out.
 
     \b
     Example:
       ledger estimate my-study
       ledger estimate my-study --backend simulated --json
+      ledger estimate my-study --backend openai-compatible \\
+          --base-url http://127.0.0.1:8000/v1 --price-in 0.2 --price-out 0.6
     """
     from runner.backends import BackendError
     from runner.engines import make_backend
     from runner.estimate import estimate_study
+    from runner.execute import given_prices
 
+    price = given_prices(price_in, price_out)
     try:
-        est = estimate_study(study_dir, make_backend(backend, base_url=base_url))
+        est = estimate_study(study_dir, make_backend(backend, base_url=base_url), price)
     except BackendError as exc:
         raise click.ClickException(exc.message) from exc
     if as_json:
@@ -440,7 +533,9 @@ def estimate(study_dir: Path, backend: str, base_url: str | None, as_json: bool)
         return
 
     def usd(value: float | None) -> str:
-        return "n/a (no price for this backend/model)" if value is None else f"${value:,.2f}"
+        if value is None:
+            return "n/a (no price for this backend/model: give --price-in and --price-out)"
+        return f"${value:,.2f}"
 
     click.echo(f"model {est.model}: {est.pending} of {est.trials} trials pending")
     click.echo(f"input tokens: {est.input_tokens:,} ({est.source})")
@@ -452,6 +547,9 @@ def estimate(study_dir: Path, backend: str, base_url: str | None, as_json: bool)
     click.echo(f"output tokens: at most {est.output_tokens_max:,}; typical {typical}")
     click.echo(f"cost: input only {usd(est.cost_min_usd)}; typical {usd(est.cost_typical_usd)}; "
                f"at most {usd(est.cost_max_usd)}")
-    if est.cost_max_usd is not None:
+    if est.price_in_per_mtok is not None and est.price_out_per_mtok is not None:
+        click.echo(f"prices: ${est.price_in_per_mtok:g} in, ${est.price_out_per_mtok:g} out per "
+                   f"million tokens, from {est.price_source}")
+    if est.cost_max_usd is not None and backend == "anthropic":
         click.echo(f"with --backend anthropic-batch: at most "
-                   f"{usd(est.cost_max_usd * est.batch_factor)}; prices as of {est.prices_as_of}")
+                   f"{usd(est.cost_max_usd * est.batch_factor)}")

@@ -10,7 +10,7 @@ from ledger import Ledger
 from runner.backends import Backend
 from runner.execute import estimate_input_tokens
 from runner.lock import check_integrity, ledger_path
-from runner.pricing import BATCH_DISCOUNT, PRICES_AS_OF, price_for
+from runner.pricing import BATCH_DISCOUNT, PRICES_AS_OF, Price, price_for
 from runner.request import RequestBuilder
 from runner.state import load_state
 from runner.stimuli import check_image_for_api
@@ -33,15 +33,19 @@ class Estimate:
     cost_max_usd: float | None
     batch_factor: float
     prices_as_of: str
+    price_in_per_mtok: float | None = None
+    price_out_per_mtok: float | None = None
+    price_source: str | None = None
 
 
-def estimate_study(root: str | Path, backend: Backend) -> Estimate:
+def estimate_study(root: str | Path, backend: Backend, price: Price | None = None) -> Estimate:
     """Count input tokens once per (arm, stimulus) and scale by the pending trials.
 
     Input tokens come from the backend's counter (the ``count_tokens`` endpoint for
     ``anthropic``) where it has one, else from :func:`runner.execute.estimate_input_tokens`,
     and the result says which. Output is bounded by ``max_tokens``; the typical output is the
-    mean of the responses already recorded, when there are any.
+    mean of the responses already recorded, when there are any. Costs use ``price`` when it is
+    given (``--price-in`` / ``--price-out``), else the price table for a priced backend.
     """
     root = Path(root)
     study = check_integrity(root)
@@ -78,7 +82,10 @@ def estimate_study(root: str | Path, backend: Backend) -> Estimate:
     input_tokens = sum(per_pair[(t.arm, t.stimulus)] for t in pending)
     max_tokens = int(study.model.get("max_tokens", 4096))
     typical = round(sum(outputs) / len(outputs)) if outputs else None
-    price = price_for(builder.model) if backend.priced else None
+    source = "--price-in/--price-out" if price is not None else None
+    if price is None and backend.priced:
+        price = price_for(builder.model)
+        source = f"runner/pricing.py (prices as of {PRICES_AS_OF})" if price is not None else None
 
     def cost(output_per_trial: int | None) -> float | None:
         if price is None or output_per_trial is None:
@@ -100,4 +107,7 @@ def estimate_study(root: str | Path, backend: Backend) -> Estimate:
         cost_max_usd=cost(max_tokens),
         batch_factor=BATCH_DISCOUNT,
         prices_as_of=PRICES_AS_OF,
+        price_in_per_mtok=price.input if price is not None else None,
+        price_out_per_mtok=price.output if price is not None else None,
+        price_source=source,
     )

@@ -12,13 +12,19 @@ The rules (``docs/trials.md``):
   which then climbs back one step per window of successes. A retry waits for a slot under the
   current limit, so a lowered limit also holds back trials that were already in flight.
   After ``max_attempts`` failed attempts a trial is given up (``final: true``). Any other
-  status (400, 401, 403, 404, ...) stops the run with the server's message; the trial stays pending.
+  status (400, 401, 403, ...) stops the run with the server's message; the trial stays pending.
+  A 404 (a wrong ``--base-url`` path, or a model the server does not have) is a configuration
+  error: it stops the run, naming the URL, and does not count against ``max_attempts``.
 - ``--budget-usd`` caps the study's spend, across sessions: what earlier sessions spent (the
   ``cost_usd`` of the recorded responses) counts against it. Before each request the most it
   could cost (its input tokens and ``max_tokens`` of output) is reserved; a request that could
-  push the total over the budget is not sent and the run stops.
-- Ctrl-C (SIGINT) or SIGTERM: no new request starts, requests in flight finish; a second Ctrl-C
-  cancels them and records them as interrupted. Then ``run.stopped`` and a signed checkpoint.
+  push the total over the budget is not sent and the run stops. A session without a price (a
+  backend other than ``anthropic``, or a model missing from ``runner/pricing.py``) refuses a
+  budget unless it is given prices (``price_in`` / ``price_out``), recorded in ``run.started``.
+- Ctrl-C (SIGINT): no new request starts, requests in flight finish; a second Ctrl-C, or
+  SIGTERM, cancels them and records them as interrupted (:mod:`runner.control`). Then
+  ``run.stopped`` and a signed checkpoint. A signal before the session started stops the run
+  before anything is recorded.
 - One runner per study: an exclusive ``flock`` on ``STUDY/.ledger-run.lock``.
 """
 
@@ -30,7 +36,6 @@ import fcntl
 import os
 import queue
 import random
-import signal
 import threading
 import time
 from collections import deque
@@ -43,18 +48,32 @@ from typing import Any
 
 from ledger import Event, EventSpec, Ledger, SigningKey
 from runner.backends import Backend, BackendError, Reply
+from runner.control import RunControl
 from runner.lock import StudyError, check_integrity, ledger_path, sign_missing_checkpoints
-from runner.pricing import cost_usd, max_cost_usd, price_for
+from runner.pricing import (
+    PRICES_AS_OF,
+    Price,
+    cost_at,
+    given_price,
+    max_cost_usd,
+    price_for,
+    price_record,
+)
 from runner.request import RequestBuilder, Trial, request_blob
 from runner.spec import Study
-from runner.state import StudyState, load_state
+from runner.state import NOT_COUNTED, StudyState, TrialState, load_state
 
 LOCK_FILE = ".ledger-run.lock"
 
 
 @dataclass(frozen=True)
 class RunOptions:
-    """How a session runs; every field has a CLI option of the same name."""
+    """How a session runs; every field has a CLI option of the same name.
+
+    ``price_in`` and ``price_out`` (USD per million input and output tokens, given together)
+    price the session instead of the price table, and make ``budget_usd`` possible on a backend
+    or model that has no listed price.
+    """
 
     concurrency: int = 8
     max_trials: int | None = None
@@ -65,6 +84,26 @@ class RunOptions:
     backoff_max: float = 60.0
     jitter_seed: int | None = None
     poll_interval: float = 10.0
+    price_in: float | None = None
+    price_out: float | None = None
+
+    def __post_init__(self) -> None:
+        """Refuse one price without the other."""
+        given_prices(self.price_in, self.price_out)
+
+
+def given_prices(price_in: float | None, price_out: float | None) -> Price | None:
+    """The price given with ``--price-in`` and ``--price-out``, or None; both or neither."""
+    if price_in is None and price_out is None:
+        return None
+    if price_in is None or price_out is None:
+        raise StudyError(
+            "--price-in and --price-out go together: give both (USD per million input and "
+            "output tokens) or neither"
+        )
+    if price_in < 0 or price_out < 0:
+        raise StudyError("--price-in and --price-out must not be negative")
+    return given_price(price_in, price_out)
 
 
 @dataclass
@@ -75,6 +114,7 @@ class Counters:
     failed: int = 0
     given_up: int = 0
     interrupted: int = 0
+    cancelled: int = 0  # of the interrupted: calls in flight cancelled by a signal this session
     retries: int = 0
     cost_usd: float = 0.0
     reserved_usd: float = 0.0
@@ -93,6 +133,8 @@ class RunResult:
     pending: int
     checkpoint: str
     fatal: str | None = None
+    priced: bool = False
+    signal: str | None = None  # the first Ctrl-C (SIGINT) or SIGTERM of the session, if any
 
 
 ProgressHook = Callable[[Counters, int, int], None]
@@ -283,8 +325,13 @@ class Runner:
         backend: Backend,
         options: RunOptions,
         progress: ProgressHook | None = None,
+        control: RunControl | None = None,
     ) -> None:
-        """Prepare a session; :meth:`run` does the work."""
+        """Prepare a session; :meth:`run` does the work.
+
+        ``control`` handles Ctrl-C and SIGTERM (:mod:`runner.control`); without one, the
+        session makes its own, active while the session runs (in the main thread only).
+        """
         self.study = study
         self.log = log
         self.key = key
@@ -306,11 +353,42 @@ class Runner:
         self.spent_before = 0.0  # cost recorded by earlier sessions; counts against the budget
         self.writer: GroupWriter | None = None
         self.transport_streak = 0  # attempts in a row, across trials, with no HTTP response
+        self.price, self.price_source = self._session_price()
+        self.control = control
+        self.signalled: str | None = None  # the first signal received in the session
+        self.interrupted_by: str | None = None  # the signal that cancelled the calls in flight
+        self.calls: dict[asyncio.Future[Reply], Trial] = {}  # sends under way
+        self.in_flight: set[str] = set()  # trials between their request and its outcome
+        self._stopped = asyncio.Event()  # set with the first stop reason: wakes sleepers
 
     # ------------------------------------------------------------------ events
 
+    def _session_price(self) -> tuple[Price | None, str | None]:
+        """The price this session is costed with, and where it comes from.
+
+        A budget without a price is refused here, before anything is recorded.
+        """
+        given = given_prices(self.options.price_in, self.options.price_out)
+        if given is not None:
+            return given, "--price-in/--price-out"
+        listed = price_for(self.model) if self.backend.priced else None
+        if listed is not None:
+            return listed, f"runner/pricing.py (prices as of {PRICES_AS_OF})"
+        if self.options.budget_usd is not None:
+            what = (
+                f"for model {self.model!r} (runner/pricing.py lists the known models)"
+                if self.backend.priced
+                else f"for the {self.backend.name} backend"
+            )
+            raise StudyError(
+                f"--budget-usd: no price is known {what}, so the budget cannot be enforced; "
+                "give the run its prices with --price-in and --price-out (USD per million "
+                "input and output tokens), or run without --budget-usd"
+            )
+        return None, None
+
     def _priced(self) -> bool:
-        return self.backend.priced and price_for(self.model) is not None
+        return self.price is not None
 
     def _open_session(self) -> StudyState:
         sealed = next(iter(self.log.events("scoring.sealed")), None)
@@ -321,11 +399,8 @@ class Runner:
             )
         sign_missing_checkpoints(self.log, self.key)  # a session killed before its checkpoint
         state = load_state(self.study, self.log)
-        if self.options.budget_usd is not None and self.backend.priced and not self._priced():
-            raise StudyError(
-                f"--budget-usd: no price is known for model {self.model!r} "
-                "(runner/pricing.py lists the known models), so the budget cannot be enforced"
-            )
+        if self.control is not None:
+            self.control.open_session()  # a signal before this point: nothing is recorded
         pending = state.pending()
         self.spent_before = state.cost_usd
         started = self.log.append(
@@ -341,8 +416,15 @@ class Runner:
                 "concurrency": self.options.concurrency,
                 "max_attempts": self.options.max_attempts,
                 "budget_usd": self.options.budget_usd,
-                # priced backends only (a simulated run's events stay as they were)
-                **({"cost_usd_before": round(state.cost_usd, 8)} if self._priced() else {}),
+                # priced sessions only (a simulated run's events stay as they were)
+                **(
+                    {
+                        "cost_usd_before": round(state.cost_usd, 8),
+                        "price_usd_per_mtok": price_record(self.price, self.price_source or ""),
+                    }
+                    if self.price is not None
+                    else {}
+                ),
             },
             key=self.key,
         )
@@ -388,7 +470,7 @@ class Runner:
     def _response_spec(
         self, trial: Trial, attempt: int, request_seq: int, reply: Reply, latency: float
     ) -> tuple[EventSpec, float | None]:
-        cost = cost_usd(self.model, reply.usage) if self.backend.priced else None
+        cost = cost_at(self.price, reply.usage) if self.price is not None else None
         spec = EventSpec(
             "trial.responded",
             {
@@ -456,6 +538,42 @@ class Runner:
         """Start no new request; the first reason given is the one recorded."""
         if self.stop_reason is None:
             self.stop_reason = reason
+        self._stopped.set()
+
+    def on_signal(self, name: str, *, first: bool, interrupt: bool) -> str | None:
+        """Ctrl-C or SIGTERM in the session (called in the event loop by :mod:`runner.control`).
+
+        The first starts no new attempt (a request already being recorded is still sent and
+        awaited); ``interrupt`` (a second Ctrl-C, or SIGTERM) cancels the calls in flight,
+        which :meth:`_attempt` records as interrupted, as it does a request recorded but not
+        yet sent. Returns the line to show.
+        """
+        if self.signalled is None:
+            self.signalled = name
+        self.request_stop(f"interrupted: {name}")
+        n = len(self.in_flight)
+        calls = f"{n} call{'' if n == 1 else 's'} in flight"
+        if interrupt:
+            self.interrupted_by = name
+            for call in self.calls:
+                call.cancel()
+            if not n:
+                return f"{name}: stopping; no call in flight"
+            them = "it" if n == 1 else "them"
+            return f"{name}: interrupting {calls}; recording {them} as interrupted"
+        if first:
+            if not n:
+                return "stopping: no new requests; no call in flight"
+            return (
+                f"stopping: no new requests; waiting for {calls}; press Ctrl-C again to "
+                f"interrupt {'it' if n == 1 else 'them'}"
+            )
+        return None
+
+    async def _pause(self, seconds: float) -> None:
+        """Sleep ``seconds``, or less if the run is stopped meanwhile."""
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(self._stopped.wait(), seconds)
 
     def _tick(self) -> None:
         if self.progress is not None:
@@ -464,7 +582,7 @@ class Runner:
 
     def _reserve(self, trial: Trial, wire: dict[str, Any]) -> float | None:
         """Reserve the most this request can cost; None (and stop) if the budget forbids it."""
-        if self.options.budget_usd is None or not self._priced():
+        if self.options.budget_usd is None or self.price is None:
             return 0.0
         tokens = self.input_tokens.get((trial.arm, trial.stimulus))
         if tokens is None:
@@ -475,7 +593,7 @@ class Runner:
                 _, w, h = check_image_for_api(data, name=trial.stimulus)
                 self.sizes[trial.stimulus] = (w, h)
             tokens = estimate_input_tokens(wire, *self.sizes[trial.stimulus])
-        worst = max_cost_usd(self.model, tokens, self.max_tokens, batch=self.batch)
+        worst = max_cost_usd(self.price, tokens, self.max_tokens, batch=self.batch)
         c = self.counters
         if self.spent_before + c.cost_usd + c.reserved_usd + worst > self.options.budget_usd:
             self.request_stop(
@@ -498,8 +616,7 @@ class Runner:
     async def _run_trial(self, trial: Trial, limit: AdaptiveLimit) -> None:
         assert self.state is not None
         record = self.state.trials[trial.id]
-        body = self.builder.body(trial)
-        wire = self.backend.wire_body(body)
+        wire = self.backend.wire_body(self.builder.body(trial))
         while self.stop_reason is None:
             if self.options.until is not None and datetime.now(UTC) >= self.options.until:
                 self.request_stop(f"until: reached {self.options.until.isoformat()}")
@@ -507,86 +624,150 @@ class Runner:
             reserved = self._reserve(trial, wire)
             if reserved is None:
                 return
-            attempt = record.attempts + 1
-            record.attempts = attempt
+            self.in_flight.add(trial.id)
             try:
-                seq = await self._write(self._request_spec(trial, attempt, wire))
-            except asyncio.CancelledError:
-                self.counters.reserved_usd -= reserved
-                raise  # nothing was sent; the next session closes the request as interrupted
-            started = time.monotonic()
-            try:
-                seed = f"{self.study.seed}|{trial.id}|{attempt}"
-                reply = await self.backend.send(wire, seed=seed)
-            except BackendError as error:
-                self.counters.reserved_usd -= reserved
-                record.failures += 1
-                self.counters.failed += 1
-                if not error.retryable:
-                    await self._write(self._failure_spec(trial, attempt, seq, error, final=False))
-                    self.fatal = error.message
-                    self.request_stop(f"error: {error.message}")
-                    self._tick()
-                    return
-                final = record.failures >= self.options.max_attempts
-                if error.http_status is None:
-                    self.transport_streak += 1
-                else:
-                    self.transport_streak = 0
-                if final and self.transport_streak >= self.options.max_attempts:
-                    # nothing has answered for a while: the API is unreachable (wrong base URL,
-                    # network down), which is not this trial's fault. Stop instead of giving
-                    # trials up, so nothing is lost.
-                    await self._write(self._failure_spec(trial, attempt, seq, error, final=False))
-                    self.fatal = (
-                        f"the API did not answer {self.transport_streak} attempts in a row "
-                        f"(last: {error.message}); check --base-url and the network"
-                    )
-                    self.request_stop(f"error: unreachable: {error.message}")
-                    self._tick()
-                    return
-                await self._write(self._failure_spec(trial, attempt, seq, error, final=final))
-                if final:
-                    record.given_up = seq
-                    self.counters.given_up += 1
-                    self.final += 1
-                    self._tick()
-                    return
-                if error.overloaded:
-                    limit.overloaded()
-                    self.counters.concurrency = limit.limit
-                self.counters.retries += 1
-                self._tick()
-                await asyncio.sleep(self._backoff(record.failures, error))
-                await limit.requeue()  # a lowered limit applies to retries in flight too
-                continue
-            except asyncio.CancelledError:
-                self.counters.reserved_usd -= reserved
-                interrupted = BackendError(
-                    "interrupted", "cancelled by Ctrl-C while in flight", retryable=True
-                )
-                assert self.writer is not None
-                done = self.writer.submit(
-                    self._failure_spec(trial, attempt, seq, interrupted, final=False)
-                )
-                await asyncio.wait([done])
-                self.counters.interrupted += 1
-                raise
-            latency = time.monotonic() - started
-            self.transport_streak = 0
+                delay = await self._attempt(trial, record, wire, reserved, limit)
+            finally:
+                self.in_flight.discard(trial.id)
+            if delay is None:
+                return
+            await self._pause(delay)
+            await limit.requeue()  # a lowered limit applies to retries in flight too
+
+    async def _attempt(
+        self,
+        trial: Trial,
+        record: TrialState,
+        wire: dict[str, Any],
+        reserved: float,
+        limit: AdaptiveLimit,
+    ) -> float | None:
+        """One attempt: record the request, send it, record the outcome.
+
+        Returns the back-off to wait before the next attempt, or None when the trial is done
+        with in this session (answered, given up, stopped, interrupted).
+        """
+        attempt = record.attempts + 1
+        record.attempts = attempt
+        try:
+            seq = await self._write(self._request_spec(trial, attempt, wire))
+        except asyncio.CancelledError:
             self.counters.reserved_usd -= reserved
-            spec, cost = self._response_spec(trial, attempt, seq, reply, latency)
-            seq = await self._write(spec)
-            record.responded = seq
-            if isinstance(reply.usage.get("input_tokens"), int):
-                self.input_tokens[(trial.arm, trial.stimulus)] = int(reply.usage["input_tokens"])
-            self.counters.responded += 1
-            self.counters.cost_usd += cost or 0.0
-            self.final += 1
-            await limit.succeeded()
-            self.counters.concurrency = limit.limit
+            raise  # nothing was sent; the next session closes the request as interrupted
+        if self.interrupted_by is not None:
+            # a second Ctrl-C (or SIGTERM) came while the request was being recorded
+            self.counters.reserved_usd -= reserved
+            self.counters.cancelled += 1
+            await self._write_interrupted(
+                trial, attempt, seq,
+                f"not sent: interrupted by {self.interrupted_by} after this request was "
+                "recorded and before it was sent",
+            )
+            return None
+        started = time.monotonic()
+        seed = f"{self.study.seed}|{trial.id}|{attempt}"
+        call = asyncio.ensure_future(self.backend.send(wire, seed=seed))
+        self.calls[call] = trial
+        try:
+            try:
+                reply = await call
+            finally:
+                self.calls.pop(call, None)
+        except BackendError as error:
+            self.counters.reserved_usd -= reserved
+            return await self._failed(trial, record, attempt, seq, error, limit)
+        except asyncio.CancelledError:
+            self.counters.reserved_usd -= reserved
+            task = asyncio.current_task()
+            if task is not None and task.cancelling():
+                # this worker itself is being cancelled: record, then let it go
+                await self._write_interrupted(trial, attempt, seq, "cancelled while in flight")
+                raise
+            # the call alone was cancelled: a second Ctrl-C, or SIGTERM
+            self.counters.cancelled += 1
+            await self._write_interrupted(
+                trial, attempt, seq,
+                f"interrupted by {self.interrupted_by or 'a signal'} while in flight; the "
+                "request may or may not have reached the API",
+            )
+            return None
+        latency = time.monotonic() - started
+        self.transport_streak = 0
+        self.counters.reserved_usd -= reserved
+        spec, cost = self._response_spec(trial, attempt, seq, reply, latency)
+        seq = await self._write(spec)
+        record.responded = seq
+        if isinstance(reply.usage.get("input_tokens"), int):
+            self.input_tokens[(trial.arm, trial.stimulus)] = int(reply.usage["input_tokens"])
+        self.counters.responded += 1
+        self.counters.cost_usd += cost or 0.0
+        self.final += 1
+        await limit.succeeded()
+        self.counters.concurrency = limit.limit
+        self._tick()
+        return None
+
+    async def _write_interrupted(
+        self, trial: Trial, attempt: int, request_seq: int, message: str
+    ) -> None:
+        """Record the attempt ``request_seq`` as interrupted (its outcome is unknown)."""
+        error = BackendError("interrupted", message, retryable=True)
+        assert self.writer is not None
+        spec = self._failure_spec(trial, attempt, request_seq, error, final=False)
+        done = self.writer.submit(spec)
+        await asyncio.wait([done])
+        self.counters.interrupted += 1
+        self._tick()
+
+    async def _failed(
+        self,
+        trial: Trial,
+        record: TrialState,
+        attempt: int,
+        seq: int,
+        error: BackendError,
+        limit: AdaptiveLimit,
+    ) -> float | None:
+        """Record a failed attempt; the back-off before the next one, or None if none is due."""
+        if error.error_type not in NOT_COUNTED:
+            record.failures += 1
+        self.counters.failed += 1
+        if not error.retryable:
+            await self._write(self._failure_spec(trial, attempt, seq, error, final=False))
+            self.fatal = error.message
+            self.request_stop(f"error: {error.message}")
             self._tick()
-            return
+            return None
+        final = record.failures >= self.options.max_attempts
+        if error.http_status is None:
+            self.transport_streak += 1
+        else:
+            self.transport_streak = 0
+        if final and self.transport_streak >= self.options.max_attempts:
+            # nothing has answered for a while: the API is unreachable (wrong base URL,
+            # network down), which is not this trial's fault. Stop instead of giving
+            # trials up, so nothing is lost.
+            await self._write(self._failure_spec(trial, attempt, seq, error, final=False))
+            self.fatal = (
+                f"the API did not answer {self.transport_streak} attempts in a row "
+                f"(last: {error.message}); check --base-url and the network"
+            )
+            self.request_stop(f"error: unreachable: {error.message}")
+            self._tick()
+            return None
+        await self._write(self._failure_spec(trial, attempt, seq, error, final=final))
+        if final:
+            record.given_up = seq
+            self.counters.given_up += 1
+            self.final += 1
+            self._tick()
+            return None
+        if error.overloaded:
+            limit.overloaded()
+            self.counters.concurrency = limit.limit
+        self.counters.retries += 1
+        self._tick()
+        return self._backoff(record.failures, error)
 
     async def _worker(self, queue: deque[Trial], limit: AdaptiveLimit) -> None:
         while queue and self.stop_reason is None:
@@ -603,40 +784,46 @@ class Runner:
             finally:
                 await limit.release()
 
-    def _install_signals(
-        self, loop: asyncio.AbstractEventLoop, tasks: list[asyncio.Task[None]]
-    ) -> list[signal.Signals]:
-        """SIGINT/SIGTERM: stop starting work; a second one cancels ``tasks`` (in flight)."""
-        interrupts = 0
-
-        def on_signal(signame: str) -> None:
-            nonlocal interrupts
-            interrupts += 1
-            self.request_stop(f"interrupted: {signame}")
-            if interrupts >= 2:
-                for task in tasks:
-                    task.cancel()
-
-        installed = []
-        for sig in (signal.SIGINT, signal.SIGTERM):
-            try:
-                loop.add_signal_handler(sig, on_signal, sig.name)
-                installed.append(sig)
-            except (NotImplementedError, RuntimeError):  # not the main thread
-                pass
-        return installed
-
     async def run(self) -> RunResult:
-        """Run pending trials in schedule order until done, stopped, or out of budget."""
-        self.state = self._open_session()
+        """Open the session, run it (:meth:`_session`), and close it with ``run.stopped``.
+
+        Ctrl-C and SIGTERM are handled throughout (:mod:`runner.control`): before the session
+        they stop it from starting (:class:`runner.control.RunInterruptedError`, nothing
+        recorded); in it, the session still ends with ``run.stopped`` and a checkpoint.
+        """
+        own = self.control is None
+        control = self.control = self.control or RunControl()
+        if own:
+            control.install()
+        loop = asyncio.get_running_loop()
+        try:
+            control.check()
+            self.state = self._open_session()
+            control.attach(loop, self)
+            try:
+                errors = await self._session()
+            finally:
+                control.detach()
+            result = self._close()  # a signal now is ignored: the session closes whole
+        finally:
+            if own:
+                control.restore()
+        if errors:
+            raise StudyError(
+                f"the run stopped on an unexpected error ({type(errors[0]).__name__}: "
+                f"{errors[0]}); recorded run.stopped at seq {result.stopped_seq}"
+            ) from errors[0]
+        return result
+
+    async def _session(self) -> list[BaseException]:
+        """Run the pending trials call by call; return the unexpected errors of the workers."""
+        assert self.state is not None
         pending = self.state.pending()
         if self.options.max_trials is not None:
             pending = pending[: self.options.max_trials]
         queue = deque(pending)
         limit = AdaptiveLimit(self.options.concurrency)
         loop = asyncio.get_running_loop()
-        tasks: list[asyncio.Task[None]] = []
-        installed = self._install_signals(loop, tasks)
         self._tick()
         results: list[Any] = []
         self.writer = GroupWriter(self.log, self.key, loop)
@@ -645,30 +832,21 @@ class Runner:
             tasks = [asyncio.create_task(self._worker(queue, limit)) for _ in range(workers)]
             results = await asyncio.gather(*tasks, return_exceptions=True)
         finally:
-            for sig in installed:
-                loop.remove_signal_handler(sig)
             await loop.run_in_executor(None, self.writer.close)
             self.writer = None
-        errors = [
+        return [
             r
             for r in results
             if isinstance(r, BaseException) and not isinstance(r, asyncio.CancelledError)
         ]
-        result = self._close()
-        if errors:
-            raise StudyError(
-                f"the run stopped on an unexpected error ({type(errors[0]).__name__}: "
-                f"{errors[0]}); recorded run.stopped at seq {result.stopped_seq}"
-            ) from errors[0]
-        return result
 
     def _close(self) -> RunResult:
         assert self.state is not None
         pending = sum(not s.final for s in self.state.trials.values())
-        if self.stop_reason is not None:
+        if pending == 0:
+            reason = "complete"  # even if a stop came after the last trial was sent
+        elif self.stop_reason is not None:
             reason = self.stop_reason
-        elif pending == 0:
-            reason = "complete"
         elif self.options.max_trials is not None:
             reason = f"max-trials: {self.options.max_trials} trials run"
         else:
@@ -692,7 +870,8 @@ class Runner:
         )
         note = self.log.sign_checkpoint(self.key)
         return RunResult(
-            self.session, stopped.seq, reason, c, self.final, pending, note, self.fatal
+            self.session, stopped.seq, reason, c, self.final, pending, note, self.fatal,
+            priced=self.price is not None, signal=self.signalled,
         )
 
 
@@ -702,18 +881,29 @@ def run_study(
     backend: Backend,
     options: RunOptions,
     progress: ProgressHook | None = None,
+    control: RunControl | None = None,
 ) -> RunResult:
-    """Check the locked files, take the run lock, and run one session."""
+    """Check the locked files, take the run lock, and run one session.
+
+    ``control`` (:class:`runner.control.RunControl`) handles Ctrl-C and SIGTERM; the CLI
+    installs one before it does anything else, so a signal at any moment is handled. A signal
+    before the session started raises :class:`runner.control.RunInterruptedError` and records
+    nothing.
+    """
     root = Path(root)
     study = check_integrity(root)
+    if control is not None:
+        control.check()
     with run_lock(root), Ledger.open(ledger_path(root)) as log:
+        if control is not None:
+            control.check()
         # A backend that drives a session its own way (the Message Batches API) supplies its
         # runner; every other backend is driven call by call.
         make_runner = getattr(backend, "make_runner", None)
         runner: Runner = (
-            make_runner(study, log, key, options, progress)
+            make_runner(study, log, key, options, progress, control)
             if make_runner is not None
-            else Runner(study, log, key, backend, options, progress)
+            else Runner(study, log, key, backend, options, progress, control)
         )
 
         async def main() -> RunResult:

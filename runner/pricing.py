@@ -3,8 +3,11 @@
 Prices are USD per million tokens (MTok), copied from Anthropic's pricing page
 (https://platform.claude.com/docs/en/about-claude/pricing, "Model pricing" and "Batch
 processing"), as read on :data:`PRICES_AS_OF`. The Message Batches API costs half of every
-price. Prices change: check the page before you budget a real study. A model that is not listed
-has no price: its cost is recorded as null, and ``--budget-usd`` refuses to run with it.
+price. Prices change: check the page before you budget a real study. A model that is not listed,
+and every backend other than ``anthropic`` and ``anthropic-batch``, has no price: its cost is
+recorded as null, and ``--budget-usd`` refuses to run with it unless the run is given its prices
+(``--price-in`` / ``--price-out``, :func:`given_price`), which are then recorded in
+``run.started``.
 """
 
 from __future__ import annotations
@@ -52,6 +55,28 @@ PRICES: dict[str, Price] = {
 }
 
 
+def given_price(input_per_mtok: float, output_per_mtok: float) -> Price:
+    """The price of a run given by hand (USD per million input and output tokens).
+
+    Cache writes and reads, which only the Messages API reports, are priced with the pricing
+    page's multipliers of the input price (5-minute write 1.25x, 1-hour write 2x, hit 0.1x).
+    """
+    return _p(float(input_per_mtok), float(output_per_mtok))
+
+
+def price_record(price: Price, source: str) -> dict[str, Any]:
+    """What ``run.started`` records of the price a session is costed with (``docs/trials.md``)."""
+    return {
+        "source": source,
+        "input": price.input,
+        "output": price.output,
+        "cache_write_5m": price.cache_write_5m,
+        "cache_write_1h": price.cache_write_1h,
+        "cache_read": price.cache_read,
+        "batch_discount": BATCH_DISCOUNT,
+    }
+
+
 def price_for(model: str) -> Price | None:
     """The price of ``model`` (longest listed prefix), or None when it is not listed."""
     best = max((p for p in PRICES if model.startswith(p)), key=len, default=None)
@@ -64,15 +89,27 @@ def _tokens(usage: Mapping[str, Any], name: str) -> int:
 
 
 def cost_usd(model: str, usage: Mapping[str, Any], *, batch: bool = False) -> float | None:
-    """The cost of one response from its ``usage`` object, or None for an unlisted model.
-
-    Counts ``input_tokens``, ``output_tokens``, ``cache_read_input_tokens`` and
-    ``cache_creation_input_tokens`` (priced as 5-minute cache writes unless the usage splits
-    them by ``cache_creation.ephemeral_1h_input_tokens``). Batch requests cost half.
-    """
+    """The cost of one response from its ``usage`` object, or None for an unlisted model."""
     price = price_for(model)
     if price is None:
         return None
+    return cost_at(price, usage, batch=batch)
+
+
+def cost_at(price: Price, usage: Mapping[str, Any], *, batch: bool = False) -> float:
+    """The cost of one response at ``price`` from its ``usage`` object.
+
+    Counts ``input_tokens``, ``output_tokens``, ``cache_read_input_tokens`` and
+    ``cache_creation_input_tokens`` (priced as 5-minute cache writes unless the usage splits
+    them by ``cache_creation.ephemeral_1h_input_tokens``); a chat-completions usage object
+    (``prompt_tokens``, ``completion_tokens``) counts as input and output. Batch requests cost
+    half.
+    """
+    if "input_tokens" not in usage and "output_tokens" not in usage:
+        usage = {
+            "input_tokens": usage.get("prompt_tokens"),
+            "output_tokens": usage.get("completion_tokens"),
+        }
     creation = usage.get("cache_creation")
     one_hour = 0
     if isinstance(creation, Mapping):
@@ -88,10 +125,7 @@ def cost_usd(model: str, usage: Mapping[str, Any], *, batch: bool = False) -> fl
     return round(total * (BATCH_DISCOUNT if batch else 1.0), 8)
 
 
-def max_cost_usd(model: str, input_tokens: int, max_tokens: int, *, batch: bool = False) -> float:
-    """The most one request can cost: its input tokens and ``max_tokens`` of output."""
-    price = price_for(model)
-    if price is None:
-        return 0.0
+def max_cost_usd(price: Price, input_tokens: int, max_tokens: int, *, batch: bool = False) -> float:
+    """The most one request can cost at ``price``: its input tokens and ``max_tokens`` of output."""
     total = (input_tokens * price.input + max_tokens * price.output) / 1_000_000
     return total * (BATCH_DISCOUNT if batch else 1.0)

@@ -52,6 +52,10 @@ class RunDisplay:
     def __exit__(self, *exc: object) -> None:
         self.progress.stop()
 
+    def say(self, line: str) -> None:
+        """Show one line (above the progress bar on a terminal) on the display's stream."""
+        self.console.print(line, markup=False, highlight=False)
+
     def __call__(self, counters: Any, final: int, total: int) -> None:
         """Update the display: ``final`` of ``total`` trials have a final outcome."""
         now = time.monotonic()

@@ -16,6 +16,11 @@ from runner.request import Trial
 from runner.schedule import schedule, schedule_sha256, trial_ids
 from runner.spec import Study
 
+#: ``trial.failed`` error types that do not count against ``--max-attempts``: the outcome of an
+#: interrupted call was never observed, and a configuration error (a 404 from a wrong base URL)
+#: is the run's fault, not the trial's (``docs/trials.md`` §3).
+NOT_COUNTED = frozenset({"interrupted", "configuration"})
+
 
 @dataclass
 class TrialState:
@@ -104,7 +109,7 @@ def load_state(study: Study, log: Ledger) -> StudyState:
                     trial.cost_usd += cost
                     state.cost_usd += cost
             else:
-                if body.get("error_type") != "interrupted":
+                if body.get("error_type") not in NOT_COUNTED:
                     trial.failures += 1
                 if body.get("final"):
                     trial.given_up = event.seq

@@ -221,6 +221,35 @@ def test_400_stops_the_run(study: Path, server: FakeChatServer) -> None:
     assert len(server.received) == 1  # nothing else was sent
 
 
+def test_404_from_a_wrong_base_url_is_a_configuration_error(
+    study: Path, server: FakeChatServer
+) -> None:
+    wrong = OpenAICompatibleBackend(base_url=server.url)  # the API root lacks its /v1
+    result = run_study(study, study_key(), wrong, RunOptions(concurrency=2, **FAST))
+    assert result.fatal is not None
+    assert f"HTTP 404 from {server.url}/chat/completions" in result.fatal
+    assert result.counters.given_up == 0 and result.pending == 35
+    failed = events(study, "trial.failed")
+    assert failed and {f.body["error_type"] for f in failed} == {"configuration"}
+    assert not any(f.body["final"] for f in failed)
+    done = run_study(study, study_key(), backend(server), RunOptions(max_attempts=1, **FAST))
+    assert done.reason == "complete" and done.final == 35 and done.counters.given_up == 0
+
+
+def test_given_prices_cost_chat_completions_from_their_usage(
+    study: Path, server: FakeChatServer
+) -> None:
+    options = RunOptions(max_trials=3, budget_usd=1.0, price_in=0.5, price_out=1.5, **FAST)
+    result = run_study(study, study_key(), backend(server), options)
+    assert result.priced and result.counters.responded == 3
+    for event in events(study, "trial.responded"):
+        usage = event.body["usage"]
+        expected = (usage["prompt_tokens"] * 0.5 + usage["completion_tokens"] * 1.5) / 1e6
+        assert event.body["cost_usd"] == pytest.approx(expected) and expected > 0
+    [started] = events(study, "run.started")
+    assert started.body["price_usd_per_mtok"]["input"] == 0.5
+
+
 @pytest.mark.parametrize("kind", ["not-json", "no-choices"])
 def test_malformed_response_is_kept_and_retried(
     study: Path, server: FakeChatServer, kind: str

@@ -92,6 +92,8 @@ def walkthrough(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
             elif argv[0] == "ledger":
                 if argv[1] in ("run", "estimate") and "--backend" not in argv:
                     argv = [*argv, "--backend", "simulated"]
+                    if "--budget-usd" in argv:  # the API's model is priced, a simulation is not
+                        argv = [*argv, "--price-in", "3", "--price-out", "15"]
                 invoke(argv)
             else:
                 pytest.fail(f"README walkthrough: no rule to run {shlex.join(argv)}")

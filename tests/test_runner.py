@@ -187,6 +187,51 @@ def test_400_stops_the_run(study: Path, server: FakeMessagesServer) -> None:
     assert result.counters.responded == 0 and result.pending == 35
 
 
+def test_404_from_a_wrong_base_url_stops_the_run_without_using_attempts(
+    study: Path, server: FakeMessagesServer
+) -> None:
+    wrong = f"{server.base_url}/wrong"
+    result = CliRunner().invoke(
+        main,
+        ["run", str(study), "--base-url", wrong, "--concurrency", "1", "--max-attempts", "2"],
+        env={"ANTHROPIC_API_KEY": "test"},
+    )
+    assert result.exit_code == 1
+    assert f"HTTP 404 from {wrong}/v1/messages" in result.output
+    assert "check --base-url" in result.output and "nothing was lost" in result.output
+    assert "Traceback" not in result.output
+    # a second try with the same wrong URL: still stopped at once, still nothing given up
+    again = run_study(
+        study,
+        study_key(),
+        AnthropicBackend(api_key="test", base_url=wrong),
+        RunOptions(concurrency=1, max_attempts=2, **FAST),
+    )
+    assert again.fatal is not None and f"{wrong}/v1/messages" in again.fatal
+    assert again.counters.given_up == 0 and again.pending == 35
+    failed = events(study, "trial.failed")
+    assert len(failed) == 2 and len({f.body["trial"] for f in failed}) == 1
+    for f in failed:
+        assert f.body["error_type"] == "configuration" and f.body["http_status"] == 404
+        assert not f.body["final"] and not f.body["retryable"]
+    assert [e.body["reason"][:16] for e in events(study, "run.stopped")] == ["error: HTTP 404 "] * 2
+    assert server.count("other", 404) == 2 and server.count("messages") == 0
+    # the right URL: every trial completes. The first trial (two 404s already) now meets one
+    # 500: were the 404s counted, --max-attempts 2 would give it up instead of retrying it.
+    server.inject("500", count=1)
+    right = run_study(
+        study, study_key(), backend(server), RunOptions(concurrency=1, max_attempts=2, **FAST)
+    )
+    assert right.reason == "complete" and right.final == 35 and right.counters.given_up == 0
+    first = failed[0].body["trial"]
+    attempts = [e.body["attempt"] for e in events(study, "trial.requested")
+                if e.body["trial"] == first]
+    assert attempts == [1, 2, 3, 4]  # 404, 404, 500, answered
+    responded = [e.body["trial"] for e in events(study, "trial.responded")]
+    assert len(responded) == len(set(responded)) == 35
+    assert verify_ledger_file(study / "ledger.db").ok
+
+
 def test_budget_stops_before_it_is_exceeded(study: Path, server: FakeMessagesServer) -> None:
     budget = 0.05
     result = run_study(
@@ -210,6 +255,80 @@ def test_budget_refused_for_a_model_without_price(study: Path, server: FakeMessa
             run_study(study, study_key(), backend(server), RunOptions(budget_usd=1.0))
     finally:
         PRICES["claude-sonnet-4-6"] = saved
+
+
+@pytest.mark.parametrize("name", ["openai-compatible", "simulated", "replay", "anthropic"])
+def test_budget_without_a_price_is_refused_before_anything_is_recorded(
+    name: str, study: Path, server: FakeMessagesServer, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from runner.pricing import PRICES
+
+    monkeypatch.delitem(PRICES, "claude-sonnet-4-6")  # anthropic: a model the table lacks
+    where = {
+        "openai-compatible": ["--base-url", f"{server.base_url}/v1"],
+        "anthropic": ["--base-url", server.base_url],
+        "replay": ["--replay-from", str(study)],
+        "simulated": [],
+    }[name]
+    args = ["run", str(study), "--backend", name, *where, "--budget-usd", "1"]
+    before = events(study)
+    result = CliRunner().invoke(main, args, env={"ANTHROPIC_API_KEY": "test"})
+    assert result.exit_code == 1, result.output
+    assert "--budget-usd: no price is known" in result.output
+    assert "give the run its prices with --price-in and --price-out" in result.output
+    assert len(result.output.strip().splitlines()) == 1 and "Traceback" not in result.output
+    assert events(study) == before and server.count() == 0  # nothing recorded, nothing sent
+    half = CliRunner().invoke(main, [*args, "--price-in", "3"], env={"ANTHROPIC_API_KEY": "t"})
+    assert half.exit_code == 1
+    assert "--price-in and --price-out go together" in half.output
+    assert events(study) == before
+
+
+def test_given_prices_cost_the_run_enforce_the_budget_and_are_recorded(study: Path) -> None:
+    budget = 0.1  # the simulation has no price table: $2 in and $10 out per million tokens
+    result = CliRunner().invoke(
+        main,
+        ["run", str(study), "--backend", "simulated", "--concurrency", "1", "--json",
+         "--budget-usd", str(budget), "--price-in", "2", "--price-out", "10"],
+    )
+    assert result.exit_code == 0, result.output
+    [started] = events(study, "run.started")
+    assert started.body["budget_usd"] == budget and started.body["cost_usd_before"] == 0
+    assert started.body["price_usd_per_mtok"] == {
+        "source": "--price-in/--price-out", "input": 2.0, "output": 10.0,
+        "cache_write_5m": 2.5, "cache_write_1h": 4.0, "cache_read": pytest.approx(0.2),
+        "batch_discount": 0.5,
+    }
+    responded = events(study, "trial.responded")
+    assert 0 < len(responded) < 35
+    for event in responded:  # each cost is recomputable from the recorded usage and price
+        usage = event.body["usage"]
+        expected = (usage["input_tokens"] * 2 + usage["output_tokens"] * 10) / 1e6
+        assert event.body["cost_usd"] == pytest.approx(expected)
+    spent = sum(e.body["cost_usd"] for e in responded)
+    assert spent <= budget
+    [stopped] = events(study, "run.stopped")
+    assert stopped.body["reason"].startswith("budget:")
+    assert stopped.body["cost_usd"] == pytest.approx(spent)
+    summary = json.loads(result.stdout)
+    assert summary["cost_usd"] == pytest.approx(spent)
+    # the estimate takes the same prices
+    est = CliRunner().invoke(
+        main,
+        ["estimate", str(study), "--backend", "simulated", "--price-in", "2", "--price-out", "10",
+         "--json"],
+    )
+    assert est.exit_code == 0, est.output
+    data = json.loads(est.stdout)
+    assert data["price_source"] == "--price-in/--price-out"
+    assert data["cost_max_usd"] == pytest.approx(
+        (data["input_tokens"] * 2 + data["output_tokens_max"] * 10) / 1e6
+    )
+    text = CliRunner().invoke(
+        main,
+        ["estimate", str(study), "--backend", "simulated", "--price-in", "2", "--price-out", "10"],
+    )
+    assert "prices: $2 in, $10 out per million tokens, from --price-in/--price-out" in text.output
 
 
 def test_second_runner_is_refused(study: Path, server: FakeMessagesServer) -> None:

@@ -131,8 +131,10 @@ def test_ctrl_c_finishes_in_flight_calls_and_records_the_stop(
             time.sleep(0.05)
         proc.send_signal(signal.SIGINT)
         out, err = proc.communicate(timeout=30)
-    assert proc.returncode == 0, err.decode()
+    assert proc.returncode == 130, err.decode()  # stopped before the end: not a success
     assert b"stopped: interrupted: SIGINT" in out
+    assert b"stopping: no new requests; waiting for " in err
+    assert err.decode().strip().splitlines()[-1].startswith("Error: interrupted by SIGINT: ")
     events = all_events(study)
     stopped = [e for e in events if e.kind == "run.stopped"]
     assert len(stopped) == 1 and stopped[0].body["reason"] == "interrupted: SIGINT"

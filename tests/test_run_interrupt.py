@@ -1,0 +1,384 @@
+"""Ctrl-C and SIGTERM during ``ledger run``, at any moment after the command has started.
+
+The subprocess tests send real signals to ``ledger run`` against the fake Messages server (calls
+take 3 s, so some are always in flight once the session runs): Ctrl-C once and twice, at 0.2 s,
+0.5 s and 2 s after the command started, then SIGTERM. "Started" is when the command has taken
+over SIGTERM, read from ``/proc/PID/status`` (the interpreter's own start-up and the import of
+``ledger.cli`` come before it, and are Python's). Where the moment matters (2 s: calls in
+flight; the second Ctrl-C: after the first was acted on) the test waits for that state rather
+than sleeping. The in-process tests press Ctrl-C inside each step before any task exists,
+deterministically. Every case ends with one line and a non-zero exit, a ledger that verifies,
+and a later ``ledger run`` that completes every trial exactly once.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import re
+import signal
+import subprocess
+import sys
+import threading
+import time
+from collections import Counter
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from click.testing import CliRunner
+from fake_messages import FakeMessagesServer
+from helpers import make_study
+
+import runner.control
+import runner.engines
+import runner.execute
+from ledger import Ledger
+from ledger.cli import main
+from verify import verify_ledger_file
+
+CLI = [sys.executable, "-c", "from ledger.cli import main; main()"]
+LATENCY_MS = 3000
+TRIALS = 35  # the template with one replicate
+SIGTERM_CAUGHT = 1 << (signal.SIGTERM - 1)
+
+pytestmark = pytest.mark.skipif(
+    not Path("/proc/self/status").exists(), reason="needs /proc to see when the command started"
+)
+
+
+class RunProcess:
+    """``ledger run`` in a subprocess; its stderr is read line by line as it is written."""
+
+    def __init__(self, study: Path, server: FakeMessagesServer) -> None:
+        env = dict(os.environ, ANTHROPIC_API_KEY="test")
+        self.proc = subprocess.Popen(
+            [*CLI, "run", str(study), "--base-url", server.base_url, "--concurrency", "4"],
+            env=env,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        self.lines: list[str] = []
+        self.ended = False
+        self.changed = threading.Condition()
+        self.reader = threading.Thread(target=self._read, daemon=True)
+        self.reader.start()
+
+    def _read(self) -> None:
+        assert self.proc.stderr is not None
+        for line in self.proc.stderr:
+            with self.changed:
+                self.lines.append(line.rstrip("\n"))
+                self.changed.notify_all()
+        with self.changed:
+            self.ended = True
+            self.changed.notify_all()
+
+    def wait_for_line(self, text: str, timeout: float = 120) -> bool:
+        """Wait until a stderr line contains ``text``; False if stderr ended without one."""
+
+        def seen() -> bool:
+            return any(text in line for line in self.lines)
+
+        with self.changed:
+            self.changed.wait_for(lambda: seen() or self.ended, timeout)
+            return seen()
+
+    def wait_until_started(self, timeout: float = 120) -> float:
+        """The moment the command took over SIGTERM (its signal handling is in place).
+
+        ``SigCgt`` in ``/proc/PID/status`` is the mask of signals the process catches. Python
+        catches SIGINT from its start but SIGTERM only when a program asks, and ``ledger run``
+        asks in its first line.
+        """
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if self.proc.poll() is not None:
+                raise AssertionError(f"ledger run ended first: {self.finish()}")
+            with contextlib.suppress(OSError):
+                status = Path(f"/proc/{self.proc.pid}/status").read_text()
+                match = re.search(r"^SigCgt:\s*([0-9a-f]+)$", status, re.MULTILINE)
+                if match and int(match.group(1), 16) & SIGTERM_CAUGHT:
+                    return time.monotonic()
+            time.sleep(0.005)
+        raise AssertionError("ledger run did not start in time")
+
+    def send(self, sig: signal.Signals) -> None:
+        """Send ``sig`` unless the process has ended already."""
+        if self.proc.poll() is None:
+            self.proc.send_signal(sig)
+
+    def finish(self, timeout: float = 120) -> tuple[int, str, list[str]]:
+        """(exit status, stdout, stderr lines) once the process has ended."""
+        assert self.proc.stdout is not None
+        out = self.proc.stdout.read()
+        code = self.proc.wait(timeout)
+        self.reader.join(timeout)
+        return code, out, list(self.lines)
+
+    def __enter__(self) -> RunProcess:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        if self.proc.poll() is None:  # a failed test: do not leave it running
+            self.proc.kill()
+        self.proc.wait(60)
+        self.reader.join(60)
+        for pipe in (self.proc.stdout, self.proc.stderr):
+            if pipe is not None:
+                pipe.close()
+
+
+def all_events(study: Path) -> list[Any]:
+    with Ledger.open(study / "ledger.db", readonly=True) as log:
+        return list(log.events())
+
+
+def check_ledger(study: Path, *, complete: bool) -> list[Any]:
+    """The ledger verifies and every request has one outcome; with ``complete``, every trial
+    has exactly one final outcome."""
+    report = verify_ledger_file(study / "ledger.db")
+    assert report.ok, report
+    events = all_events(study)
+    requests = {e.seq for e in events if e.kind == "trial.requested"}
+    outcomes = Counter(
+        e.body["request_seq"] for e in events if e.kind in ("trial.responded", "trial.failed")
+    )
+    assert set(outcomes) == requests and set(outcomes.values()) <= {1}
+    if complete:
+        final = Counter(
+            e.body["trial"]
+            for e in events
+            if e.kind == "trial.responded" or (e.kind == "trial.failed" and e.body["final"])
+        )
+        assert len(final) == TRIALS and set(final.values()) == {1}
+    return events
+
+
+def resume(study: Path, server: FakeMessagesServer) -> None:
+    """A later ``ledger run`` (without latency) completes every trial exactly once."""
+    server.latency_ms = 0
+    result = CliRunner().invoke(
+        main,
+        ["run", str(study), "--base-url", server.base_url, "--concurrency", "8"],
+        env={"ANTHROPIC_API_KEY": "test"},
+    )
+    assert result.exit_code == 0, result.output
+    assert "stopped: complete" in result.output
+    check_ledger(study, complete=True)
+
+
+def interrupted_in_flight(events: list[Any]) -> list[Any]:
+    return [
+        e for e in events
+        if e.kind == "trial.failed" and e.body["error_type"] == "interrupted"
+        and "while in flight" in e.body["message"]
+    ]
+
+
+@pytest.mark.parametrize("presses", [1, 2], ids=["once", "twice"])
+@pytest.mark.parametrize("after", [0.2, 0.5, 2.0], ids=["0.2s", "0.5s", "2s"])
+def test_ctrl_c_at_any_moment_stops_cleanly_and_the_run_resumes(
+    after: float, presses: int, tmp_path: Path, ledger_home: Path, study_template: Path
+) -> None:
+    study = make_study(tmp_path / "study", replicates=1, template=study_template)
+    arrived = threading.Event()
+    with FakeMessagesServer(latency_ms=LATENCY_MS) as server:
+        server.on_arrival = lambda route: arrived.set()
+        with RunProcess(study, server) as run:
+            started = run.wait_until_started()
+            if after >= 2:  # here the moment matters: calls must be in flight
+                assert arrived.wait(120), "no request arrived"
+            time.sleep(max(0.0, started + after - time.monotonic()))
+            run.send(signal.SIGINT)
+            if presses == 2:
+                assert run.wait_for_line("stopping"), run.lines  # the first press was acted on
+                run.send(signal.SIGINT)
+            code, out, err = run.finish()
+        assert code == 130, (out, err)
+        assert not any("Traceback" in line or "KeyboardInterrupt" in line for line in err), err
+        assert err[-1].startswith("Error: interrupted by SIGINT"), err
+        assert sum(line.startswith("stopping") for line in err) == 1, err
+        events = check_ledger(study, complete=False)
+        sessions = [e for e in events if e.kind == "run.started"]
+        if not sessions:  # stopped before the session: nothing was sent or recorded
+            assert after < 2
+            assert "before the session started: nothing was sent or recorded" in err[-1]
+            assert not any(e.kind.startswith("trial.") for e in events)
+            assert server.count() == 0
+        else:
+            [stopped] = [e for e in events if e.kind == "run.stopped"]
+            assert stopped.body["reason"] == "interrupted: SIGINT"
+            pending = stopped.body["pending"]
+            assert pending > 0 and f"{pending} trials pending" in err[-1]
+            assert "stopped: interrupted: SIGINT" in out
+            cut = interrupted_in_flight(events)
+            if presses == 1:  # the calls in flight were finished, none cut off
+                assert cut == [] and "no call was cut off" in err[-1]
+            if after >= 2:
+                assert stopped.body["responded"] >= 1 or cut
+            if after >= 2 and presses == 2:  # calls were in flight at the second press
+                assert any(line.startswith("SIGINT: interrupting") for line in err), err
+                assert cut and f"{len(cut)} call" in err[-1]
+                assert stopped.body["interrupted"] == len(cut)
+        resume(study, server)
+
+
+def test_sigterm_interrupts_the_calls_in_flight_at_once(
+    tmp_path: Path, ledger_home: Path, study_template: Path
+) -> None:
+    study = make_study(tmp_path / "study", replicates=1, template=study_template)
+    arrived = threading.Event()
+    with FakeMessagesServer(latency_ms=LATENCY_MS) as server:
+        server.on_arrival = lambda route: arrived.set()
+        with RunProcess(study, server) as run:
+            run.wait_until_started()
+            assert arrived.wait(120), "no request arrived"
+            run.send(signal.SIGTERM)
+            code, out, err = run.finish()
+        assert code == 143, (out, err)
+        assert not any("Traceback" in line for line in err), err
+        assert any(line.startswith("SIGTERM: interrupting") for line in err), err
+        assert err[-1].startswith("Error: interrupted by SIGTERM: "), err
+        assert "recorded as interrupted" in err[-1]
+        events = check_ledger(study, complete=False)
+        [stopped] = [e for e in events if e.kind == "run.stopped"]
+        assert stopped.body["reason"] == "interrupted: SIGTERM"
+        assert interrupted_in_flight(events)
+        resume(study, server)
+
+
+# ------------------------------------------------------------------ the first moments, in process
+
+
+@contextlib.contextmanager
+def pressed_inside(
+    monkeypatch: pytest.MonkeyPatch, where: str, presses: int
+) -> Iterator[list[runner.control.RunControl]]:
+    """Press Ctrl-C ``presses`` times inside the step ``where`` of ``ledger run``.
+
+    The press is :meth:`runner.control.RunControl.press`, what the signal handler calls, on
+    the control the command made (a real SIGINT is the subprocess tests' part).
+    """
+    made: list[runner.control.RunControl] = []
+
+    class Recorded(runner.control.RunControl):
+        def __init__(self, *args: Any, **kwargs: Any) -> None:
+            super().__init__(*args, **kwargs)
+            made.append(self)
+
+    monkeypatch.setattr(runner.control, "RunControl", Recorded)
+    done = False
+
+    def press() -> None:
+        nonlocal done
+        if not done:
+            done = True
+            for _ in range(presses):
+                made[0].press("SIGINT")
+
+    def after(module: Any, name: str) -> None:
+        original = getattr(module, name)
+
+        def wrapped(*args: Any, **kwargs: Any) -> Any:
+            value = original(*args, **kwargs)
+            press()
+            return value
+
+        monkeypatch.setattr(module, name, wrapped)
+
+    if where == "backend-client":
+        after(runner.engines, "make_backend")
+    elif where == "study-check":
+        after(runner.execute, "check_integrity")
+    elif where == "ledger-read":
+        after(runner.execute, "load_state")
+    elif where == "session-opening":  # while run.started is being written
+        after(runner.execute, "version")
+    elif where == "before-tasks":  # the session's first progress tick, before any task
+        original_tick: Callable[[runner.execute.Runner], None] = runner.execute.Runner._tick
+
+        def tick(self: runner.execute.Runner) -> None:
+            original_tick(self)
+            press()
+
+        monkeypatch.setattr(runner.execute.Runner, "_tick", tick)
+    else:
+        raise AssertionError(where)
+    yield made
+
+
+@pytest.mark.parametrize("presses", [1, 2], ids=["once", "twice"])
+@pytest.mark.parametrize(
+    "where", ["backend-client", "study-check", "ledger-read", "session-opening", "before-tasks"]
+)
+def test_ctrl_c_in_each_step_before_any_task_exists(
+    where: str,
+    presses: int,
+    tmp_path: Path,
+    ledger_home: Path,
+    study_template: Path,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    study = make_study(tmp_path / "study", replicates=1, template=study_template)
+    before = len(all_events(study))
+    with FakeMessagesServer(latency_ms=0) as server:
+        with pressed_inside(monkeypatch, where, presses) as made:
+            result = CliRunner().invoke(
+                main,
+                ["run", str(study), "--base-url", server.base_url],
+                env={"ANTHROPIC_API_KEY": "test"},
+            )
+        assert made and made[0].signals == ["SIGINT"] * presses
+        assert not made[0].installed  # an in-process caller gets its handlers back
+        assert result.exit_code == 130, result.output
+        err = result.stderr.strip().splitlines()
+        assert err[-1].startswith("Error: interrupted by SIGINT"), err
+        assert sum(line.startswith("stopping") for line in err) == 1, err
+        assert server.count() == 0  # nothing was sent
+        events = check_ledger(study, complete=False)
+        if where in ("backend-client", "study-check", "ledger-read"):
+            assert "before the session started: nothing was sent or recorded" in err[-1]
+            assert len(events) == before
+        else:  # the session had begun: it is closed, with nothing sent
+            kinds = [e.kind for e in events[before:]]
+            assert kinds == ["run.started", "run.stopped"], kinds
+            assert events[-1].body["reason"] == "interrupted: SIGINT"
+        resume(study, server)  # the wrappers pass through after their one press
+
+
+def test_ctrl_c_wakes_a_retry_that_waits_out_a_long_retry_after(
+    tmp_path: Path, ledger_home: Path, study_template: Path
+) -> None:
+    from helpers import study_key
+
+    from runner.backends import AnthropicBackend
+    from runner.execute import RunOptions, RunResult, run_study
+
+    study = make_study(tmp_path / "study", replicates=1, template=study_template)
+    control = runner.control.RunControl()
+
+    def progress(counters: Any, final: int, total: int) -> None:
+        if counters.retries == 1 and not control.signals:
+            control.press("SIGINT")  # the trial is about to sleep 600 s (retry-after)
+
+    results: list[RunResult] = []
+    with FakeMessagesServer(latency_ms=0) as server:
+        server.inject("429", count=1, retry_after=3600)
+        backend = AnthropicBackend(api_key="test", base_url=server.base_url)
+        options = RunOptions(concurrency=1, backoff_base=0.01, jitter_seed=1)
+        thread = threading.Thread(
+            target=lambda: results.append(
+                run_study(study, study_key(), backend, options, progress, control)
+            ),
+            daemon=True,
+        )
+        thread.start()
+        thread.join(300)
+        assert not thread.is_alive(), "the retry slept through Ctrl-C"
+    [result] = results
+    assert result.reason == "interrupted: SIGINT" and result.signal == "SIGINT"
+    assert result.counters.retries == 1 and result.counters.responded == 0
+    check_ledger(study, complete=False)
