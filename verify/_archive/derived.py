@@ -23,7 +23,7 @@ def _compare_csv(st: _State, a: Archive, rel: str, header: list[str], want: list
                  same: Any = None) -> None:  # fmt: skip
     data = a.file(rel)
     if data is None:
-        st.fail(f"{rel} is missing", where=rel)
+        st.fail(a.absent(rel), where=rel)
         return
     try:
         rows = read_csv(data)
@@ -124,7 +124,7 @@ def check_derived(a: Archive) -> Check:
                  "verdict", "decided_by", "error"], verdicts, same_verdict)  # fmt: skip
     readme = a.file("README.md")
     if readme is None:
-        st.fail("README.md is missing", where="README.md")
+        st.fail(a.absent("README.md"), where="README.md")
     else:
         text = readme.decode("utf-8", errors="replace").split("\n")
         table = {}

@@ -2,24 +2,23 @@
 
 ``ledger/events.jsonl``, ``ledger/checkpoints/``, ``ledger/keys/`` and ``blobs/`` take the place of
 the SQLite tables; the engine is the one that verifies a ledger file (:mod:`verify._ledgerfile`).
-The walk over the archive (every file hashed once) happens here too.
+Every file is read through :class:`~verify._archive.files.ArchiveFiles`, whose walk also hashes
+each regular file once; the events are parsed once by :mod:`verify._archive.events`.
 """
 
 from __future__ import annotations
 
-import base64
-import binascii
 import hashlib
 import os
 import re
 import time
 from collections.abc import Iterator, Sequence
 from concurrent.futures import Future, ProcessPoolExecutor
-from pathlib import Path
 from typing import Any
 
 from verify._archive.common import EVENTS, line_where
-from verify._canonical import CanonicalError, Canonicalizer, canonical_json
+from verify._archive.events import EventReader
+from verify._archive.files import ArchiveFileError, ArchiveFiles, show
 from verify._errors import CheckpointFormatError, NoteError
 from verify._ledgerfile import _Run, _verify_items
 from verify._note import Checkpoint, parse_checkpoint, parse_note
@@ -28,20 +27,23 @@ from verify._report import Check, Report, Status
 __all__ = ["ArchiveRun", "FileCheckpoint"]
 
 _CHECKPOINT_NAME = re.compile(r"^([0-9]{8})\.txt$")
-_ENVELOPE_PREFIX = b'{"envelope":'
-_SIGNATURE_SEP = b',"signature":"'
+_CHECKPOINTS = "ledger/checkpoints/"
+_KEYS = "ledger/keys/"
 
 
 class FileCheckpoint:
-    """A checkpoint file in ``ledger/checkpoints/``, shaped like a stored checkpoint row."""
+    """A checkpoint file in ``ledger/checkpoints/``, shaped like a stored checkpoint row.
+
+    ``data`` is ``None`` when the file could not be read; ``unreadable`` then says why.
+    """
 
     __slots__ = (
         "cp", "created", "id", "label", "note", "problem", "root_col", "size_col", "where"
     )  # fmt: skip
 
-    def __init__(self, name: str, data: bytes) -> None:
+    def __init__(self, name: str, data: bytes | None, unreadable: str = "") -> None:
         self.id = name
-        self.where = f"ledger/checkpoints/{name}"
+        self.where = f"{_CHECKPOINTS}{name}"
         self.created = None
         self.cp: Checkpoint | None = None
         self.problem: str | None = None
@@ -51,6 +53,8 @@ class FileCheckpoint:
         self.root_col: bytes | None = None
         size: object = self.size_col
         try:
+            if data is None:
+                raise CheckpointFormatError(unreadable)
             self.note = data.decode("utf-8")
             text, _ = parse_note(self.note)
             self.cp = parse_checkpoint(text)
@@ -72,18 +76,16 @@ class ArchiveRun(_Run):
 
     def __init__(
         self,
-        root: Path,
+        files: ArchiveFiles,
         trusted_keys: Sequence[str],
         checkpoints: Sequence[str | os.PathLike[str]],
         jobs: int,
     ) -> None:
-        super().__init__(str(root), trusted_keys, checkpoints, jobs)
-        self.root = root
+        super().__init__(files.root, trusted_keys, checkpoints, jobs)
+        self.files = files
         self.has_tree = False
-        self.envs: list[Any] = []  # the parsed envelope of each line (None when unreadable)
+        self.envs: list[dict[str, Any] | None] = []  # each line's shared envelope, or None
         self.lines = 0
-        self.file_hashes: dict[str, str] = {}
-        self.file_sizes: dict[str, int] = {}
         self.hash_time = 0.0
         self.stored: list[FileCheckpoint] = []
         self.promised: list[tuple[int, int, str]] = []  # (size, seq, what) the protocol promises
@@ -92,81 +94,23 @@ class ArchiveRun(_Run):
 
     def _event_rows(self, con: object) -> Iterator[tuple[Any, ...]]:
         st = self.states["envelopes"]
-        path = self.root / EVENTS
-        with open(path, "rb") as fh:
-            data = fh.read()
-        if data and not data.endswith(b"\n"):
-            last = data.count(b"\n")
-            st.fail(
-                f"{EVENTS} line {last + 1}: the last line does not end in a newline",
-                last,
-                where=f"{EVENTS} line {last + 1}",
-            )
-        lines = data.split(b"\n")
-        if lines and lines[-1] == b"":
-            lines.pop()
-        self.lines = len(lines)
-        parse = Canonicalizer().parse
+        reader = EventReader(self.files)
         envs = self.envs
-        sha256 = hashlib.sha256
-        for index, line in enumerate(lines):
-            where = line_where(index)
-            envelope: bytes = line
-            signature: Any = None
-            env: Any = None
-            try:
-                obj, canonical = parse(line)
-            except CanonicalError as exc:
-                st.fail(f"{where}: not valid JSON for JCS: {exc}", index, where=where)
-                envs.append(None)
-                yield index, None, None, None, line, None, sha256(b"\x00" + line).digest()
-                continue
-            if type(obj) is not dict or set(obj) != {"envelope", "signature"}:
-                st.fail(
-                    f"{where}: a line must be an object with exactly the members 'envelope' and "
-                    "'signature'",
-                    index,
-                    where=where,
-                )
-            if type(obj) is dict:
-                env = obj.get("envelope")
-                sig_text = obj.get("signature")
-                if type(sig_text) is str:
-                    try:
-                        raw = base64.b64decode(sig_text.encode("ascii"), validate=True)
-                        if base64.b64encode(raw).decode("ascii") == sig_text:
-                            signature = raw
-                    except (binascii.Error, UnicodeEncodeError, ValueError):
-                        pass
-            if canonical != line:
-                st.fail(
-                    f"{where} (seq {index}): the line is not the RFC 8785 canonical JSON of its "
-                    "content (whitespace, member order, escaping or number form changed)",
-                    index,
-                    where=where,
-                )
-            if type(env) is dict:
-                if canonical == line and line.startswith(_ENVELOPE_PREFIX):
-                    envelope = line[len(_ENVELOPE_PREFIX) : line.rindex(_SIGNATURE_SEP)]
-                else:
-                    try:
-                        envelope = canonical_json(env)
-                    except CanonicalError:
-                        envelope = line
-            envs.append(env if type(env) is dict else None)
-            if type(env) is dict:
+        for ev in reader:
+            for problem in ev.problems:
+                where = line_where(ev.index)
+                st.fail(problem, ev.index, where=where)
+            envs.append(ev.shared)
+            env = ev.env
+            if env is not None:
                 kind, actor, etime = env.get("kind"), env.get("actor"), env.get("time")
             else:
                 kind = actor = etime = None
-            yield (
-                index,
-                kind,
-                actor,
-                etime,
-                envelope,
-                signature,
-                sha256(b"\x00" + envelope).digest(),
-            )
+            yield ev.index, kind, actor, etime, ev.envelope, ev.signature, ev.leaf_hash
+        self.lines = reader.lines
+        if reader.tail_problem is not None:
+            last = reader.lines - 1
+            st.fail(reader.tail_problem, last, where=line_where(last))
 
     def _submit(
         self,
@@ -185,14 +129,26 @@ class ArchiveRun(_Run):
     def run(self) -> Report:
         report = Report(path=self.path)
         st_file = self.states["file"]
-        events = self.root / EVENTS
-        if not events.is_file():
-            st_file.fail(f"{self.root}: {EVENTS} is missing: not an archive", where=EVENTS)
+        files = self.files
+        t0 = time.perf_counter()
+        files.walk()
+        if files.problems and not files.complete:
+            where, reason = files.problems[0]
+            st_file.fail(f"{reason}: not verified", where=show(where))
             report.checks = [st_file.check("")]
             return report
-        t0 = time.perf_counter()
-        self._hash_files()
+        if EVENTS not in files.files:
+            st_file.fail(
+                f"{self.path}: {EVENTS} {files.describe(EVENTS)}: not an archive", where=EVENTS
+            )
+            report.checks = [st_file.check("")]
+            return report
+        files.hash_all()
         self.hash_time += time.perf_counter() - t0
+        if EVENTS in files.unhashed:
+            st_file.fail(f"{EVENTS} {files.unhashed[EVENTS]}: not an archive", where=EVENTS)
+            report.checks = [st_file.check("")]
+            return report
         self.stored = self._read_checkpoints()
         sizes: set[int] = set()
         for s in self.stored:
@@ -202,8 +158,9 @@ class ArchiveRun(_Run):
             if p.cp is not None:
                 sizes.add(p.cp.size)
         pool: ProcessPoolExecutor | None = None
-        total = self._count_lines(events)
         from verify import _ledgerfile
+
+        total = self._count_lines() if self.jobs > 1 else 0
 
         if self.jobs > 1 and total >= _ledgerfile._MIN_PARALLEL_EVENTS:
             import multiprocessing
@@ -216,6 +173,10 @@ class ArchiveRun(_Run):
             futures = self._stream(None, sizes, pool, total)
             for future in futures:
                 self.crypto_failures.extend(future.result())
+        except ArchiveFileError as exc:
+            st_file.fail(f"{exc}: not an archive", where=EVENTS)
+            report.checks = [st_file.check("")]
+            return report
         finally:
             if pool is not None:
                 pool.shutdown(wait=True, cancel_futures=True)
@@ -268,17 +229,17 @@ class ArchiveRun(_Run):
             self.promised.append((size, seq, what))
             if size not in sizes:
                 name = f"ledger/checkpoints/{size:08d}.txt"
+                why = self.files.describe(name)
                 st.fail(
-                    f"{name} is missing: no checkpoint of tree size {size}, which {what} "
-                    "promises",
+                    f"{name} {'is missing' if why == 'is readable' else why}: no checkpoint of "
+                    f"tree size {size}, which {what} promises",
                     seq,
                     where=name,
                 )
 
-    @staticmethod
-    def _count_lines(path: Path) -> int:
+    def _count_lines(self) -> int:
         count = 0
-        with open(path, "rb") as fh:
+        with self.files.open(EVENTS) as fh:
             for block in iter(lambda: fh.read(1 << 20), b""):
                 count += block.count(b"\n")
         return count
@@ -311,83 +272,80 @@ class ArchiveRun(_Run):
         reg = f"registration size {registration[0]}" if registration else "no registration"
         return f"{reg}, {sessions} run session(s)"
 
-    def _hash_files(self) -> None:
-        root = self.root
-        for dirpath, dirnames, filenames in os.walk(root):
-            dirnames.sort()
-            for name in filenames:
-                full = os.path.join(dirpath, name)
-                rel = os.path.relpath(full, root).replace(os.sep, "/")
-                if os.path.islink(full) or not os.path.isfile(full):
-                    self.file_hashes[rel] = "not a regular file"
-                    continue
-                h = hashlib.sha256()
-                size = 0
-                with open(full, "rb") as fh:
-                    for block in iter(lambda: fh.read(1 << 20), b""):
-                        h.update(block)
-                        size += len(block)
-                self.file_hashes[rel] = h.hexdigest()
-                self.file_sizes[rel] = size
-
     def _blob_rows(self) -> Iterator[tuple[Any, Any, Any]]:
-        """``(name, size, digest)`` of every file in ``blobs/`` (hashed once, on reading)."""
-        for rel in sorted(self.file_hashes):
+        """``(name, size, digest)`` of each regular file in ``blobs/`` (hashed once by the walk)."""
+        files = self.files
+        for rel in sorted(files.files):
             if rel.startswith("blobs/"):
-                yield rel[6:], self.file_sizes.get(rel), self.file_hashes[rel]
+                yield rel[6:], files.files[rel].size, files.hashes.get(rel)
 
     def _check_blob_rows(self, cur: Any, missing: str) -> None:
         st = self.states["blobs"]
         refs = self.blob_refs
+        files = self.files
         seen: set[str] = set()
         unreferenced: list[str] = []
         for name, _size, digest in cur:
             ref = refs.get(name)
-            prefix = f"seq {ref[0]}: blob {ref[1]!r} (blobs/{name})" if ref else f"blobs/{name}"
+            rel = f"blobs/{name}"
+            prefix = f"seq {ref[0]}: blob {ref[1]!r} ({rel})" if ref else show(rel)
             if ref is not None:
                 seen.add(name)
             else:
                 unreferenced.append(name)
-            if digest != name:
+            if digest is None:
+                st.fail(f"{prefix} {files.describe(rel)}", ref[0] if ref else None, where=rel)
+            elif digest != name:
                 st.fail(f"{prefix} does not hash to its name", ref[0] if ref else None,
-                        where=f"blobs/{name}")  # fmt: skip
+                        where=show(rel))  # fmt: skip
         for address, (seq, bname) in refs.items():
             if address not in seen:
-                st.fail(f"seq {seq}: blob {bname!r} ({address}) {missing}", seq,
-                        where=f"blobs/{address}")  # fmt: skip
+                rel = f"blobs/{address}"
+                why = missing if rel not in files.others else files.describe(rel)
+                st.fail(f"seq {seq}: blob {bname!r} ({address}) {why}", seq, where=rel)
         if unreferenced:
             st.warn(
                 f"{len(unreferenced)} file(s) in blobs/ are referenced by no event "
-                f"(first: blobs/{unreferenced[0]})",
-                where=f"blobs/{unreferenced[0]}",
+                f"(first: blobs/{show(unreferenced[0])})",
+                where=f"blobs/{show(unreferenced[0])}",
             )
 
     def _read_checkpoints(self) -> list[FileCheckpoint]:
-        folder = self.root / "ledger" / "checkpoints"
+        files = self.files
         out: list[FileCheckpoint] = []
-        if not folder.is_dir():
+        if "ledger/checkpoints" not in files.dirs:
+            why = files.describe("ledger/checkpoints").replace("regular file", "directory")
             self.states["checkpoints"].fail(
-                "ledger/checkpoints/ is missing", where="ledger/checkpoints"
+                f"ledger/checkpoints/ {why if why != 'is readable' else 'is missing'}",
+                where="ledger/checkpoints",
             )
             return out
-        for entry in sorted(folder.iterdir()):
-            if entry.is_file():
-                out.append(FileCheckpoint(entry.name, entry.read_bytes()[: 1 << 20]))
+        for rel in sorted(files.files):
+            if rel.startswith(_CHECKPOINTS) and "/" not in rel[len(_CHECKPOINTS) :]:
+                data, why = files.get(rel)
+                out.append(FileCheckpoint(rel[len(_CHECKPOINTS) :], data, why))
+        for rel, what in sorted(files.others.items()):
+            if rel.startswith(_CHECKPOINTS):
+                self.states["checkpoints"].fail(f"{show(rel)} {what}", where=show(rel))
         return out
 
     def _check_key_files(self) -> None:
         st = self.states["keys"]
-        folder = self.root / "ledger" / "keys"
-        present: dict[str, bytes] = {}
-        if folder.is_dir():
-            present = {p.name: p.read_bytes() for p in folder.iterdir() if p.is_file()}
+        files = self.files
+        present: dict[str, tuple[bytes | None, str]] = {}
+        for rel in sorted(files.files):
+            if rel.startswith(_KEYS) and "/" not in rel[len(_KEYS) :]:
+                present[rel[len(_KEYS) :]] = files.get(rel)
+        for rel, what in sorted(files.others.items()):
+            if rel.startswith(_KEYS):
+                st.fail(f"{show(rel)} {what}", where=show(rel), rank=1)
         for actor, rec in self.registry.keys.items():
             name = re.sub(r"[/:+]", "_", actor) + ".vkey"
-            data = present.pop(name, None)
+            data, why = present.pop(name, (None, ""))
             if data is None:
                 st.fail(
-                    f"ledger/keys/{name} is missing (key {actor} registered at seq "
-                    f"{rec.added_seq})",
+                    (why or f"ledger/keys/{name} {files.describe(_KEYS + name)}")
+                    + f" (key {actor} registered at seq {rec.added_seq})",
                     rec.added_seq,
                     where=f"ledger/keys/{name}",
                     rank=1,
@@ -402,7 +360,7 @@ class ArchiveRun(_Run):
                 )
         for name in sorted(present):
             st.fail(
-                f"ledger/keys/{name} is the vkey of no registered key",
-                where=f"ledger/keys/{name}",
+                f"ledger/keys/{show(name)} is the vkey of no registered key",
+                where=f"ledger/keys/{show(name)}",
                 rank=1,
             )

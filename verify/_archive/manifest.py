@@ -6,6 +6,7 @@ import hashlib
 import re
 
 from verify._archive.common import EVENTS, MANIFEST, line_where
+from verify._archive.files import show
 from verify._archive.view import Archive
 from verify._ledgerfile import _State
 from verify._report import Check
@@ -20,7 +21,7 @@ def check_manifest(a: Archive) -> Check:
     st = _State("manifest")
     data = a.file(MANIFEST)
     if data is None:
-        st.fail(f"{MANIFEST} is missing", where=MANIFEST)
+        st.fail(a.absent(MANIFEST), where=MANIFEST)
         return st.check("")
     try:
         text = data.decode("utf-8")
@@ -50,14 +51,16 @@ def check_manifest(a: Archive) -> Check:
     for path, (digest, number) in listed.items():
         have = present.get(path)
         if have is None:
-            st.fail(f"{path} is listed ({MANIFEST} line {number}) but missing", where=path)
+            why = a.files.describe(path)
+            why = "missing" if why == "is missing" else f"it {why}"
+            st.fail(f"{path} is listed ({MANIFEST} line {number}) but {why}", where=path)
         elif have != digest:
             st.fail(
                 f"{path}: SHA-256 {have} differs from {MANIFEST} line {number} ({digest})",
                 where=path,
             )
-    for path in sorted(set(present) - set(listed)):
-        st.fail(f"{path} is present but not listed in {MANIFEST}", where=path)
+    for path in sorted(set(a.files.files) - set(listed) - {MANIFEST}):
+        st.fail(f"{show(path)} is present but not listed in {MANIFEST}", where=show(path))
     return st.check(f"{len(listed)} files listed, present and matching their SHA-256")
 
 
@@ -87,17 +90,23 @@ def check_export(a: Archive) -> Check:
         st.fail(f"seq {seq}: export.created has no files object", seq)
         return st.check("")
     covered = {
-        p: h
-        for p, h in a.hashes.items()
+        p: a.hashes.get(p)
+        for p in a.files.files
         if p != MANIFEST and not p.startswith("ledger/") and not p.startswith("blobs/")
     }
-    blob_names = sorted(p[len("blobs/") :] for p in a.hashes if p.startswith("blobs/"))
+    entries = [*a.files.files, *a.files.others, *a.files.dirs]
+    blob_names = sorted(p[len("blobs/") :] for p in entries if p.startswith("blobs/"))
     for name in blob_names:
-        if a.hashes[f"blobs/{name}"] != name:
-            st.fail(f"blobs/{name}: content SHA-256 is {a.hashes['blobs/' + name]}, not its name",
-                    seq, where=f"blobs/{name}")  # fmt: skip
+        have = a.hashes.get(f"blobs/{name}")
+        if have is None:
+            st.fail(f"blobs/{show(name)} {a.files.describe('blobs/' + name)}", seq,
+                    where=f"blobs/{show(name)}")  # fmt: skip
+        elif have != name:
+            st.fail(f"blobs/{show(name)}: content SHA-256 is {have}, not its name",
+                    seq, where=f"blobs/{show(name)}")  # fmt: skip
     blobs = body.get("blobs")
-    listing = hashlib.sha256("".join(f"{n}\n" for n in blob_names).encode("ascii")).hexdigest()
+    listing_text = "".join(f"{n}\n" for n in blob_names).encode("utf-8", "surrogateescape")
+    listing = hashlib.sha256(listing_text).hexdigest()
     if type(blobs) is not dict:
         st.fail(f"seq {seq}: export.created has no blobs object", seq)
     elif blobs.get("count") != len(blob_names) or blobs.get("listing_sha256") != listing:
@@ -111,7 +120,9 @@ def check_export(a: Archive) -> Check:
     for path in sorted(files):
         have = covered.get(path)
         if have is None:
-            st.fail(f"{path} is covered by export.created (seq {seq}) but missing", seq,
+            why = a.files.describe(path)
+            why = "missing" if why == "is missing" else f"it {why}"
+            st.fail(f"{path} is covered by export.created (seq {seq}) but {why}", seq,
                     where=path)  # fmt: skip
         elif have != files[path]:
             st.fail(
@@ -120,7 +131,8 @@ def check_export(a: Archive) -> Check:
                 where=path,
             )
     for path in sorted(set(covered) - set(files)):
-        st.fail(f"{path} is not covered by export.created (seq {seq})", seq, where=path)
+        st.fail(f"{show(path)} is not covered by export.created (seq {seq})", seq,
+                where=show(path))  # fmt: skip
     if a.n not in a.checkpoint_sizes:
         st.fail(
             f"no checkpoint in ledger/checkpoints/ has size {a.n}, so none covers export.created "

@@ -43,7 +43,7 @@ def check_outcomes(a: Archive) -> Check:
             st.fail(f"seq {seq}: {kind} trial/attempt differ from its request (seq {rseq})", seq)
         if kind == "trial.responded":
             ref = a.blob_ref(seq, "response")
-            if ref is None or a.blob(ref) is None:
+            if ref is None or not a.blob_ok(ref):
                 st.fail(f"seq {seq}: response blob {ref} is missing or altered", seq,
                         where=f"blobs/{ref}")  # fmt: skip
         if kind == "trial.responded" or body.get("final") is True:

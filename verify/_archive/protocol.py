@@ -7,6 +7,7 @@ import fnmatch
 import json
 
 from verify._archive.common import EVENTS, line_where, read_csv, sha_hex
+from verify._archive.files import show
 from verify._archive.view import Archive
 from verify._ledgerfile import _State
 from verify._report import Check
@@ -59,10 +60,10 @@ def check_protocol(a: Archive) -> Check:
         ref = a.blob_ref(seq, "content")
         if ref != digest:
             st.fail(f"seq {seq}: artifact.locked {path}: content blob is not its sha256", seq)
-        elif a.blob(ref) is None:
+        elif not a.blob_ok(ref):
             st.fail(f"seq {seq}: artifact.locked {path}: blob {ref} missing or altered", seq,
                     where=f"blobs/{ref}")  # fmt: skip
-        elif body.get("size") != len(a.blob(ref) or b""):
+        elif body.get("size") != a.blob_size(ref):
             st.fail(f"seq {seq}: artifact.locked {path}: size differs from the blob's", seq)
         if manifest.get(path) != digest:
             st.fail(
@@ -93,7 +94,7 @@ def check_protocol(a: Archive) -> Check:
                         "hash in force", seq)  # fmt: skip
             blob_name = change.get("blob")
             ref = a.blob_ref(seq, blob_name) if type(blob_name) is str else None
-            if ref != change.get("sha256") or a.blob(ref) is None:
+            if ref != change.get("sha256") or not a.blob_ok(ref):
                 st.fail(f"seq {seq}: protocol.amended {path}: blob missing or not its sha256",
                         seq)  # fmt: skip
             running[path] = str(change.get("sha256"))
@@ -102,7 +103,7 @@ def check_protocol(a: Archive) -> Check:
     files_csv = a.file("protocol/files.csv")
     listed: set[str] = set()
     if files_csv is None:
-        st.fail("protocol/files.csv is missing", where="protocol/files.csv")
+        st.fail(a.absent("protocol/files.csv"), where="protocol/files.csv")
     else:
         try:
             rows = read_csv(files_csv)
@@ -142,7 +143,8 @@ def check_protocol(a: Archive) -> Check:
         want = current.get(path, ("", seq))
         have = a.hashes.get(target)
         if have is None:
-            st.fail(f"{target} (locked {path}) is missing", want[1], where=target)
+            why = a.files.describe(target)
+            st.fail(f"{target} (locked {path}) {why}", want[1], where=target)
         elif have != want[0]:
             st.fail(
                 f"{target}: SHA-256 {have} is not the "
@@ -172,7 +174,7 @@ def check_protocol(a: Archive) -> Check:
     # protocol.json
     data = a.file("protocol/protocol.json")
     if data is None:
-        st.fail("protocol/protocol.json is missing", where="protocol/protocol.json")
+        st.fail(a.absent("protocol/protocol.json"), where="protocol/protocol.json")
     else:
         try:
             doc = json.loads(data)
@@ -186,9 +188,10 @@ def check_protocol(a: Archive) -> Check:
                 pseq,
                 where="protocol/protocol.json",
             )
-    for path in sorted(a.hashes):
+    for path in sorted([*a.files.files, *a.files.others]):
         if path.split("/", 1)[0] in ("protocol", "stimuli", "truth") and path not in expected_files:
-            st.fail(f"{path} is not a locked file, arm text or protocol record", where=path)
+            st.fail(f"{show(path)} is not a locked file, arm text or protocol record",
+                    where=show(path))  # fmt: skip
     return st.check(
         f"protocol.locked (seq {pseq}) precedes every request; {len(a.locked_files)} locked "
         f"files match their locked or amended hash; {len(texts)} arm texts and protocol.json "

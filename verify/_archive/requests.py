@@ -8,9 +8,11 @@ import json
 import re
 from typing import Any
 
+from verify._archive.files import MAX_PARSED_BYTES
 from verify._archive.view import Archive
 from verify._ledgerfile import _State
 from verify._report import Check
+from verify._safeio import human_bytes
 
 __all__ = ["check_requests"]
 
@@ -126,9 +128,12 @@ def check_requests(a: Archive) -> Check:
         arm, stim = body.get("arm"), body.get("stimulus")
         key = (ref, str(arm), str(stim))
         if key not in verdicts:
-            data = a.blob(ref)
+            data = a.blob(ref, MAX_PARSED_BYTES)
             if data is None:
-                verdicts[key] = f"request blob {ref} is missing or does not hash to its name"
+                verdicts[key] = (
+                    f"request blob {ref} is missing, larger than "
+                    f"{human_bytes(MAX_PARSED_BYTES)} or does not hash to its name"
+                )
             elif arm not in texts:
                 verdicts[key] = f"arm {arm!r} is not a locked arm"
             elif stimuli.get(str(stim)) is None:

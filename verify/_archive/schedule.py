@@ -6,6 +6,7 @@ import csv
 from typing import Any
 
 from verify._archive.common import read_csv, sha_hex
+from verify._archive.files import MAX_PARSED_BYTES
 from verify._archive.view import Archive
 from verify._ledgerfile import _State
 from verify._report import Check
@@ -22,7 +23,8 @@ def check_schedule(a: Archive) -> Check:
         return st.check("")
     ids = a.schedule()
     if not ids:
-        st.fail(f"seq {pseq}: protocol.locked lacks a usable design, arms or stimuli", pseq)
+        why = a.schedule_problem or "protocol.locked lacks a usable design, arms or stimuli"
+        st.fail(f"seq {pseq}: {why}", pseq)
         return st.check("")
     sched = "".join(t + "\n" for t in ids).encode("utf-8")
     digest = sha_hex(sched)
@@ -36,7 +38,7 @@ def check_schedule(a: Archive) -> Check:
         st.fail(f"seq {pseq}: trials is {a.protocol.get('trials')!r}, the design has {len(ids)}",
                 pseq)  # fmt: skip
     ref = a.blob_ref(pseq, "schedule")
-    blob = a.blob(ref)
+    blob = a.blob(ref, MAX_PARSED_BYTES)
     if blob is None:
         st.fail(f"seq {pseq}: the schedule blob is missing or altered", pseq,
                 where=f"blobs/{ref}")  # fmt: skip
@@ -48,7 +50,7 @@ def check_schedule(a: Archive) -> Check:
     codes = a.revealed_codes()
     data = a.file("trials/schedule.csv")
     if data is None:
-        st.fail("trials/schedule.csv is missing", where="trials/schedule.csv")
+        st.fail(a.absent("trials/schedule.csv"), where="trials/schedule.csv")
     else:
         try:
             rows = read_csv(data)

@@ -8,6 +8,7 @@ import tomllib
 from typing import Any
 
 from verify._archive.common import sha_hex
+from verify._archive.files import MAX_PARSED_BYTES, show
 from verify._archive.ledger_checks import ArchiveRun
 from verify._envelope import is_hex64
 
@@ -17,11 +18,17 @@ __all__ = ["Archive"]
 class Archive:
     """What the archive checks share: the events, the files and their hashes, the blobs."""
 
+    _CACHE_BYTES = 64 << 20  # blobs kept in memory between checks, at most
+
     def __init__(self, run: ArchiveRun) -> None:
-        self.root = run.root
-        self.hashes = run.file_hashes
+        self.files = run.files
+        self.hashes = run.files.hashes
         self.envs: list[dict[str, Any] | None] = run.envs
         self.n = len(run.envs)
+        self.current: int | None = None  # the last event read (named if a check stops on it)
+        self._unread: dict[str, str] = {}
+        self.schedule_problem: str | None = None
+        self._cached = 0
         self.checkpoint_sizes = {s.cp.size for s in run.stored if s.cp is not None}
         self.by_kind: dict[str, list[int]] = {}
         for seq, env in enumerate(self.envs):
@@ -46,49 +53,66 @@ class Archive:
 
     def body(self, seq: int) -> dict[str, Any]:
         """Event ``seq``'s body, or ``{}`` when it is unreadable or not an object."""
+        self.current = seq
         env = self.envs[seq]
         body = env.get("body") if env is not None else None
         return body if type(body) is dict else {}
 
     def blob_ref(self, seq: int, name: str) -> str | None:
         """The address event ``seq`` gives its blob ``name``, or ``None``."""
+        self.current = seq
         env = self.envs[seq]
         blobs = env.get("blobs") if env is not None else None
         digest = blobs.get(name) if type(blobs) is dict else None
-        return digest if type(digest) is str else None
+        return digest if is_hex64(digest) else None
 
-    def blob(self, digest: str | None) -> bytes | None:
-        """The bytes of ``blobs/<digest>`` if present and hashing to its name."""
+    def blob(self, digest: str | None, limit: int | None = None) -> bytes | None:
+        """The bytes of ``blobs/<digest>`` if listed, within ``limit`` and hashing to its name.
+
+        ``digest`` must be 64 lowercase hex (anything else is never looked up as a path).
+        """
         if digest is None or not is_hex64(digest):
             return None
         if digest in self._blob_cache:
-            return self._blob_cache[digest]
-        path = self.root / "blobs" / digest
-        data: bytes | None = None
-        if self.hashes.get(f"blobs/{digest}") == digest:
-            try:
-                data = path.read_bytes()
-            except OSError:
-                data = None
-            if data is not None and sha_hex(data) != digest:
-                data = None
-        if data is not None and len(data) < (1 << 22):
+            data = self._blob_cache[digest]
+            return data if data is None or limit is None or len(data) <= limit else None
+        rel = f"blobs/{digest}"
+        if self.hashes.get(rel) != digest:
+            return None
+        data = self.files.get(rel, limit)[0]
+        if data is not None and sha_hex(data) != digest:
+            data = None
+        if data is not None and self._cached + len(data) <= self._CACHE_BYTES:
             self._blob_cache[digest] = data
+            self._cached += len(data)
         return data
 
+    def blob_ok(self, digest: str | None) -> bool:
+        """Whether ``blobs/<digest>`` is a listed regular file whose content hashes to its name."""
+        return is_hex64(digest) and self.hashes.get(f"blobs/{digest}") == digest
+
+    def blob_size(self, digest: str) -> int | None:
+        """The size of the listed ``blobs/<digest>``, or ``None``."""
+        entry = self.files.files.get(f"blobs/{digest}")
+        return entry.size if entry is not None else None
+
     def file(self, rel: str) -> bytes | None:
-        """The bytes of the archive file ``rel``, or ``None``."""
-        try:
-            return (self.root / rel).read_bytes()
-        except OSError:
-            return None
+        """The bytes of the archive file ``rel``, or ``None`` (:meth:`absent` says why)."""
+        data, why = self.files.get(rel)
+        if data is None:
+            self._unread[rel] = why
+        return data
+
+    def absent(self, rel: str) -> str:
+        """Why :meth:`file` returned ``None`` for ``rel``, naming it: ``README.md is missing``."""
+        return self._unread.get(rel) or f"{show(rel)} {self.files.describe(rel)}"
 
     def locked_blob(self, path: str) -> bytes | None:
         """The locked content of ``path`` (its ``artifact.locked`` blob), or ``None``."""
         entry = self.locked_files.get(path)
         if entry is None:
             return None
-        return self.blob(self.blob_ref(entry[2], "content"))
+        return self.blob(self.blob_ref(entry[2], "content"), MAX_PARSED_BYTES)
 
     def current_manifest(self) -> dict[str, tuple[str, int]]:
         """Locked path -> (sha256, seq of the event that set it): as locked, then amended."""
@@ -156,7 +180,12 @@ class Archive:
         return texts, problem
 
     def schedule(self) -> list[str]:
-        """The trial ids in locked execution order (``docs/randomization.md``)."""
+        """The trial ids in locked execution order (``docs/randomization.md``).
+
+        Empty when the design cannot be read, or when it schedules more trials than the log
+        has events (each trial needs one): :attr:`schedule_problem` then says why.
+        """
+        self.schedule_problem = None
         design = self.protocol.get("design")
         arms = self.protocol.get("arms")
         stimuli = self.protocol.get("stimuli")
@@ -164,6 +193,12 @@ class Archive:
             return []
         seed, reps = design.get("seed"), design.get("replicates")
         if type(reps) is not int or isinstance(seed, (dict, list, bool)) or seed is None:
+            return []
+        if len(arms) * len(stimuli) * max(reps, 0) > self.n:
+            self.schedule_problem = (
+                f"the design schedules {len(arms)} arms x {len(stimuli)} stimuli x {reps} "
+                f"replicates, more trials than the log's {self.n} events could record"
+            )
             return []
         seed_text = seed if type(seed) is str else str(seed)
         ids = [f"{a}|{s}|{r}" for a in arms for s in stimuli for r in range(1, reps + 1)]
