@@ -680,3 +680,32 @@ def test_published_checkpoint_that_is_a_named_pipe(copy: Path, tmp_path: Path) -
     out = run_verify(copy, "--checkpoint", str(fifo), forbidden=(fifo,))
     assert out.rc == 1
     assert "is a named pipe (FIFO), not a regular file" in out.failed("published-checkpoints")
+
+
+# --------------------------------------------------------------------------------------------------
+# signed numbers that would make the verifier work forever
+
+
+@pytest.mark.parametrize(
+    ("field", "value", "check", "needle"),
+    [
+        ("replicates", 10**9, "schedule",
+         "more trials than the log's"),
+        ("bootstrap_iterations", 10**9, "reanalysis",
+         "asks for 1,000,000,000 bootstrap iterations"),
+    ],
+    ids=["replicates", "bootstrap-iterations"],
+)  # fmt: skip
+def test_signed_design_that_would_never_finish(
+    copy: Path, field: str, value: int, check: str, needle: str
+) -> None:
+    locked = seq_of(copy, "protocol.locked")
+
+    def change(events: list[dict[str, Any]]) -> None:
+        events[locked]["body"]["design"][field] = value
+
+    owner_resigns(copy, change)
+    out = run_verify(copy, "--trusted-key", owner_vkey())
+    assert out.rc == 1
+    out.passed("signatures")
+    assert needle in out.failed(check)

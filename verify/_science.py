@@ -37,7 +37,14 @@ from verify._envelope import is_hex64
 from verify._report import Check, Status
 from verify._rescore import CONTROL_TRUTH, Truth, TruthError, read_truth, score_body
 
-__all__ = ["ABS_TOL", "LMM_REL_TOL", "MAX_BOOTSTRAP_ITERATIONS", "REL_TOL", "science_checks"]
+__all__ = [
+    "ABS_TOL",
+    "LMM_REL_TOL",
+    "MAX_BOOTSTRAP_ITERATIONS",
+    "MAX_BOOTSTRAP_WORK",
+    "REL_TOL",
+    "science_checks",
+]
 
 REL_TOL = 1e-6
 """Relative tolerance for recomputed numbers (``docs/analysis.md``)."""
@@ -47,6 +54,8 @@ LMM_REL_TOL = 1e-4
 """Relative tolerance for mixed-model outputs (optimiser differences)."""
 MAX_BOOTSTRAP_ITERATIONS = 1_000_000
 """The most bootstrap iterations a plan may ask the verifier to recompute (time bound)."""
+MAX_BOOTSTRAP_WORK = 20_000_000_000
+"""The most bootstrap iterations x scored trials the verifier recomputes (time bound)."""
 
 ORIENTATIONS = ("UP", "RIGHT", "DOWN", "LEFT")
 TRIAL_COLUMNS = (
@@ -371,7 +380,7 @@ def _dataset(archive: _Archive, plan: dict[str, Any]) -> _Dataset:
             )
         try:
             items = json.loads(archive.event_blob(event, "scores"))
-        except ValueError:
+        except (ValueError, RecursionError):
             raise _Problem(
                 f"trial.scored seq {event.seq}: scores blob is not JSON", event.seq
             ) from None
@@ -919,11 +928,16 @@ def _reanalysis(archive: _Archive) -> tuple[Check, list[str]]:
         raise _Problem("the ledger has no analysis.result event")
     design = plan.get("design")
     iterations = design.get("bootstrap_iterations") if isinstance(design, dict) else None
-    if isinstance(iterations, int) and iterations > MAX_BOOTSTRAP_ITERATIONS:
+    scored = len(archive.of("trial.scored"))
+    if isinstance(iterations, int) and (
+        iterations > MAX_BOOTSTRAP_ITERATIONS or iterations * scored > MAX_BOOTSTRAP_WORK
+    ):
         seq = protocol.seq if protocol else None
         raise _Problem(
-            f"protocol.locked (seq {seq}) asks for {iterations:,} bootstrap iterations, more than "
-            f"the {MAX_BOOTSTRAP_ITERATIONS:,} this verifier recomputes",
+            f"protocol.locked (seq {seq}) asks for {iterations:,} bootstrap iterations over "
+            f"{scored:,} scored trials, more than this verifier recomputes "
+            f"({MAX_BOOTSTRAP_ITERATIONS:,} iterations, {MAX_BOOTSTRAP_WORK:,} iterations x "
+            "trials)",
             seq,
         )
     ds = _dataset(archive, plan)

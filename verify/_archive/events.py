@@ -25,12 +25,21 @@ from verify._canonical import CanonicalError, Canonicalizer, canonical_json
 from verify._envelope import MAX_ENVELOPE_BYTES, envelope_problem
 from verify._safeio import human_bytes
 
-__all__ = ["MAX_LINE_BYTES", "MAX_NESTING", "EventLine", "EventReader", "nesting_exceeds"]
+__all__ = [
+    "MAX_EVENT_LINES",
+    "MAX_LINE_BYTES",
+    "MAX_NESTING",
+    "EventLine",
+    "EventReader",
+    "nesting_exceeds",
+]
 
 MAX_LINE_BYTES = MAX_ENVELOPE_BYTES + 1024
 """A line holds one envelope (at most 1 MiB) and its signature; longer lines are not parsed."""
 MAX_NESTING = 64
 """Arrays and objects an envelope may nest (the writer's deepest is 6)."""
+MAX_EVENT_LINES = 4_000_000
+"""Lines of ``ledger/events.jsonl`` read (a 100,000-trial study has about 350,000)."""
 
 _ENVELOPE_PREFIX = b'{"envelope":'
 _SIGNATURE_SEP = b',"signature":"'
@@ -80,7 +89,8 @@ class EventReader:
     """Reads ``ledger/events.jsonl`` through :class:`ArchiveFiles`, one line at a time.
 
     Iterating yields an :class:`EventLine` per line; afterwards ``lines`` is the number of
-    lines and ``tail_problem`` says when the last line lacks its newline. Raises
+    lines, ``tail_problem`` says when the last line lacks its newline and ``cut_problem`` when
+    reading stopped at :data:`MAX_EVENT_LINES`. Raises
     :class:`~verify._archive.files.ArchiveFileError` when the file cannot be opened.
     """
 
@@ -88,6 +98,7 @@ class EventReader:
         self.files = files
         self.lines = 0
         self.tail_problem: str | None = None
+        self.cut_problem: str | None = None
 
     def __iter__(self) -> Iterator[EventLine]:
         parse = Canonicalizer().parse
@@ -96,6 +107,12 @@ class EventReader:
             while True:
                 raw = fh.readline(MAX_LINE_BYTES + 1)
                 if not raw:
+                    break
+                if index >= MAX_EVENT_LINES:
+                    self.cut_problem = (
+                        f"{EVENTS} has more than {MAX_EVENT_LINES:,} lines, the most this "
+                        "verifier reads: the rest was not read"
+                    )
                     break
                 oversize = False
                 if raw.endswith(b"\n"):

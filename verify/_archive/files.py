@@ -45,7 +45,7 @@ MAX_ENTRIES = 1_000_000
 """Files and directories an archive may hold (a 100,000-trial study holds about 300,000)."""
 MAX_DEPTH = 16
 """Directory levels below the archive root."""
-MAX_TOTAL_BYTES = 16 << 30
+MAX_TOTAL_BYTES = 8 << 30
 """Bytes the regular files of an archive may hold together (each is hashed once)."""
 MAX_EVENTS_BYTES = 2 << 30
 """Size of ``ledger/events.jsonl`` (read line by line)."""

@@ -108,6 +108,8 @@ class ArchiveRun(_Run):
                 kind = actor = etime = None
             yield ev.index, kind, actor, etime, ev.envelope, ev.signature, ev.leaf_hash
         self.lines = reader.lines
+        if reader.cut_problem is not None:
+            st.fail(reader.cut_problem, reader.lines, where=EVENTS)
         if reader.tail_problem is not None:
             last = reader.lines - 1
             st.fail(reader.tail_problem, last, where=line_where(last))

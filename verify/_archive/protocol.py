@@ -178,7 +178,7 @@ def check_protocol(a: Archive) -> Check:
     else:
         try:
             doc = json.loads(data)
-        except (ValueError, UnicodeDecodeError):
+        except (ValueError, UnicodeDecodeError, RecursionError):
             doc = None
         want_doc = dict(a.protocol)
         want_doc["seq"] = pseq

@@ -141,7 +141,7 @@ def check_requests(a: Archive) -> Check:
             else:
                 try:
                     req = json.loads(data)
-                except ValueError:
+                except (ValueError, RecursionError):
                     req = None
                 found = _request_problem(req, texts[str(arm)], stimuli[str(stim)] or b"", model)
                 verdicts[key] = None if found is None else f"request blob {ref}: {found}"
