@@ -161,7 +161,7 @@ def _load(
         try:
             envelopes = [line.shared for line in EventReader(files)]
         except ArchiveFileError as exc:
-            raise _Problem(f"cannot read {exc}", where=EVENTS) from None
+            raise _Problem(f"{exc}: nothing is re-scored or re-analysed", where=EVENTS) from None
     archive = _Archive(files, _events(envelopes))
     archive.by_seq = {e.seq: e for e in archive.events}
     return archive

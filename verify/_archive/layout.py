@@ -22,7 +22,8 @@ __all__ = ["FOLDERS", "check_layout"]
 FOLDERS: dict[str, str] = {
     "": "README.md, MANIFEST.sha256 and the folders ledger/, protocol/, stimuli/, truth/, "
     "trials/, scores/, analysis/ and blobs/",
-    "ledger": "events.jsonl, checkpoints/<8 digits>.txt and keys/<actor>.vkey",
+    "ledger": "events.jsonl, checkpoints/<8 digits>.txt and keys/<actor>.vkey of each "
+    "registered key",
     "blobs": "files named by the 64 lowercase hex SHA-256 of their content, each referenced by "
     "an event",
     "protocol": "files.csv, protocol.json, arms/<arm>.txt of each locked arm and each locked "
@@ -60,7 +61,6 @@ _FIXED_DIRS = frozenset(
     }
 )  # fmt: skip
 _CHECKPOINT = re.compile(r"ledger/checkpoints/[0-9]{8}\.txt")
-_KEY = re.compile(r"ledger/keys/[A-Za-z0-9._-]+\.vkey")
 _BLOB = re.compile(r"blobs/([0-9a-f]{64})")
 
 
@@ -82,6 +82,7 @@ def check_layout(a: Archive) -> Check:
     for arm in arms if type(arms) is dict else {}:
         allowed.add(f"protocol/arms/{arm}.txt")
     allowed.update(f"analysis/figures/{name}" for name in figure_names(a))
+    allowed.update(f"ledger/keys/{name}" for name in a.key_files)
     referenced: set[str] = set()
     for env in a.envs:
         blobs = env.get("blobs") if env is not None else None
@@ -101,7 +102,7 @@ def check_layout(a: Archive) -> Check:
             where=show(rel),
         )
     for rel in sorted(files.files):
-        if rel in allowed or _CHECKPOINT.fullmatch(rel) or _KEY.fullmatch(rel):
+        if rel in allowed or _CHECKPOINT.fullmatch(rel):
             continue
         blob = _BLOB.fullmatch(rel)
         if blob is not None:

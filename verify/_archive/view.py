@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import hashlib
 import hmac
+import re
 import tomllib
 from typing import Any
 
@@ -22,6 +23,7 @@ class Archive:
 
     def __init__(self, run: ArchiveRun) -> None:
         self.files = run.files
+        self.key_files = {re.sub(r"[/:+]", "_", actor) + ".vkey" for actor in run.registry.keys}
         self.hashes = run.files.hashes
         self.envs: list[dict[str, Any] | None] = run.envs
         self.n = len(run.envs)
