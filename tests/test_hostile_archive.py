@@ -549,6 +549,18 @@ def _script(root: Path) -> str:
     return "<script> is not an element of the report"
 
 
+def _paragraph(root: Path) -> str:
+    _edit_report(root, "<h2>Verdicts", "<p>Errata: H1 was not supported.</p><h2>Verdicts")
+    return "<p> says 'Errata: H1 was not supported.'"
+
+
+def _verifier_row(root: Path) -> str:
+    _edit_report(root, "<tr><td>file</td>",
+                 "<tr><td>errata</td><td>FAIL</td><td></td><td>H1 was not supported</td></tr>"
+                 "<tr><td>file</td>")  # fmt: skip
+    return "the last table is not the verifier's checks"
+
+
 def _figure_file_swapped(root: Path) -> str:
     figures = root / "analysis" / "figures"
     shutil.copyfile(figures / "confusion_B.png", figures / "confusion_A.png")
@@ -570,6 +582,8 @@ DOCTORED = {
     "model-p-value": _model_p,
     "simulated-banner-removed": _simulated_banner,
     "script-added": _script,
+    "paragraph-added": _paragraph,
+    "row-added-to-the-verifier-table": _verifier_row,
     "figure-file-swapped": _figure_file_swapped,
     "figure-truncated-in-file-and-html": _figure_not_a_png,
 }

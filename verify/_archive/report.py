@@ -34,7 +34,7 @@ from typing import Any
 
 from verify._archive.view import Archive
 from verify._ledgerfile import _State
-from verify._report import Check
+from verify._report import CHECK_NAMES, Check
 
 __all__ = ["REPORT", "STYLESHEET_SHA256", "check_report", "expected_figures", "figure_names"]
 
@@ -55,6 +55,7 @@ _ALLOWED_TAGS = frozenset(
      "figcaption"}
 )  # fmt: skip
 _VOID = frozenset({"br", "img", "meta"})
+_BLOCKS = frozenset({"h1", "h2", "h3", "p"})
 _ALLOWED_ATTRS = {"html": {"lang"}, "meta": {"charset"}, "div": {"class", "id"},
                   "span": {"class"}, "p": {"class"}, "td": {"class"},
                   "img": {"src", "alt"}}  # fmt: skip
@@ -183,14 +184,15 @@ class _ReportParser(HTMLParser):
         self.figures: list[_Figure] = []
         self.styles: list[str] = []
         self.banners: list[tuple[str, str]] = []  # (class, text)
+        self.blocks: list[tuple[str, str, int]] = []  # (h1/h2/h3/p/div, text, line) in order
         self.title = ""
-        self.h1 = ""
         self._stack: list[str] = []
         self._text: list[str] | None = None  # text of the cell, caption... being read
         self._table: _Table | None = None
         self._row: list[str] | None = None
         self._in = ""
         self._banner: list[Any] | None = None
+        self._block: tuple[str, list[str], int] | None = None
 
     def _where(self) -> str:
         return f"{REPORT} line {self.getpos()[0]}"
@@ -227,6 +229,11 @@ class _ReportParser(HTMLParser):
             )
         elif tag == "div" and "banner" in (values.get("class") or "").split():
             self._banner = [values.get("class") or "", []]
+        is_banner = tag == "div" and "banner" in (values.get("class") or "").split()
+        if (tag in _BLOCKS or is_banner) and self._table is None:
+            if self._block is not None:
+                self.problems.append(f"{self._where()}: <{tag}> inside <{self._block[0]}>")
+            self._block = (tag, [], self.getpos()[0])
         if tag == "meta" and (values.get("charset") or "").lower() != "utf-8":
             self.problems.append(f"{self._where()}: <meta> other than charset utf-8")
 
@@ -259,8 +266,6 @@ class _ReportParser(HTMLParser):
             self._table = None
         elif tag == "title":
             self.title = text
-        elif tag == "h1":
-            self.h1 = text
         elif tag == "figcaption" and self.figures:
             self.figures[-1].caption = text
         elif tag == "style":
@@ -268,6 +273,10 @@ class _ReportParser(HTMLParser):
         elif tag == "div" and self._banner is not None:
             self.banners.append((self._banner[0], "".join(self._banner[1])))
             self._banner = None
+        if self._block is not None and tag == self._block[0]:
+            kind, parts, line = self._block
+            self.blocks.append(("div" if kind == "div" else kind, "".join(parts), line))
+            self._block = None
         if tag in ("td", "th", "caption", "title", "h1", "figcaption", "style"):
             self._text = None
 
@@ -276,6 +285,15 @@ class _ReportParser(HTMLParser):
             self._text.append(data)
         if self._banner is not None:
             self._banner[1].append(data)
+        if self._block is not None:
+            self._block[1].append(data)
+        elif self._table is None and data.strip() and "style" not in self._stack[-1:] and (
+            "title" not in self._stack[-1:] and "figcaption" not in self._stack[-1:]
+        ):
+            self.problems.append(
+                f"{self._where()}: text outside any heading, paragraph or table: "
+                f"{data.strip()[:60]!r}"
+            )
 
     def handle_comment(self, data: str) -> None:
         self.problems.append(f"{self._where()}: a comment, which the report never has")
@@ -622,6 +640,97 @@ class _Expect:
         name = self.protocol.get("title") or self.protocol.get("study")
         return f"PROMPT Ledger report: {name}" if name else None
 
+    def blocks(self) -> list[tuple[str, str | re.Pattern[str]]]:
+        """Every heading, paragraph and banner outside the tables, in order (§7).
+
+        The ledger's local path (in the first paragraph and the last) and the verification
+        banner (the writer's verifier run) are the only text not derived from the events.
+        """
+        p = self.protocol
+        out: list[tuple[str, str | re.Pattern[str]]] = []
+        title = self.title()
+        out.append(("h1", title if title is not None else re.compile(r"PROMPT Ledger report: .*")))
+        first = self.results[0] if self.results else {}
+        inputs = _obj(first.get("inputs"))
+        backends = sorted({str(r.get("backend")) for r in self.runs}) or ["none recorded"]
+        out.append(("p", re.compile(
+            re.escape(f"Study {_cell(p.get('study'))}; ledger ") + r".*"
+            + re.escape(f"; analysis results from seq {_cell(first.get('seq'))} (trials.csv "
+                        f"SHA-256 {str(inputs.get('trials_csv_sha256', '–'))[:16]}…); "
+                        f"backend{'s' if len(backends) > 1 else ''}: {', '.join(backends)}."),
+            re.S)))  # fmt: skip
+        banner = self.simulated_banner()
+        if banner is not None:
+            out.append(("div", banner))
+        if any(r.get("status") == "failed" for r in self.results):
+            out.append(("div", "Some results could not be computed; each is listed with its "
+                        "reason below and shown as “not computed” where it belongs."))  # fmt: skip
+        out.append(("h2", "Verdicts of the pre-registered hypotheses"))
+        if not any(r.get("hypothesis") for r in self.results):
+            out.append(("p", "No hypothesis results."))
+        listed = p.get("stimuli")
+        stimuli: list[Any] = listed if isinstance(listed, list) else []
+        out += [("h2", "Protocol (as locked)"),
+                ("p", f"Study {_cell(p.get('study'))}: {_cell(p.get('title'))}. "
+                      f"{_cell(p.get('trials'))} scheduled trials over {len(stimuli)} stimuli "
+                      f"({', '.join(map(str, stimuli))}).")]  # fmt: skip
+        out.append(("h2", "Deviations from the protocol"))
+        if not self.amendments:
+            out.append(("p", "None: no protocol.amended event was recorded."))
+        out.append(("h2", "Data: parse rates and exclusions"))
+        arms_result = self.result("descriptive.arms")
+        if arms_result is None or arms_result.get("status") != "ok":
+            missing = {"id": "descriptive.arms", "error": "not recorded"}
+            out.append(("p", self._failed_text(arms_result or missing)))
+        else:
+            exclude = _obj(p.get("analysis")).get("exclude_unparseable", True)
+            out.append(("p", f"Plan: exclude_unparseable = {_cell(exclude)}."))
+        out.append(("h2", "Descriptive results"))
+        if arms_result is not None and arms_result.get("status") != "ok":
+            out.append(("p", self._failed_text(arms_result)))
+        stim = self.result("descriptive.arm_stimulus")
+        if stim is not None and stim.get("status") == "failed":
+            out.append(("p", self._failed_text(stim)))
+        out.append(("h3", "Specificity control"))
+        control = self.result("descriptive.control")
+        if control is None:
+            out.append(("p", "Not recorded."))
+        elif control.get("status") != "ok":
+            out.append(("p", self._failed_text(control)))
+        out.append(("h2", "Pre-registered model and contrasts"))
+        model = self.result("model.lmm")
+        if model is None:
+            out.append(("p", "No model result recorded."))
+        elif model.get("status") != "ok":
+            out.append(("p", self._failed_text(model)))
+        elif _obj(model.get("values")).get("caution"):
+            out.append(("p", _cell(_obj(model.get("values"))["caution"])))
+        out += [("h2", EXPLORATORY),
+                ("p", "None of these results was pre-registered. They describe the data and may "
+                      "suggest hypotheses for a future study; they decide nothing."),
+                ("h3", f"{EXPLORATORY}: error phenotype by arm {EXPLORATORY}"),
+                ("h3", f"{EXPLORATORY}: paired-arm metrics {EXPLORATORY}"),
+                ("h3", f"{EXPLORATORY}: accuracy with a clustered bootstrap {EXPLORATORY}"),
+                ("h3", f"{EXPLORATORY}: multiplicity sensitivity {EXPLORATORY}")]  # fmt: skip
+        mult = self.result("exploratory.multiplicity")
+        if mult is None:
+            out.append(("p", "Not recorded."))
+        elif mult.get("status") != "ok":
+            out.append(("p", self._failed_text(mult)))
+        skip = ("exploratory.errors.", "exploratory.pair.", "exploratory.question_run.")
+        for r in self.results:
+            rid = str(r.get("id", ""))
+            if (r.get("label") == "exploratory" and r.get("status") == "failed"
+                    and not rid.startswith(skip) and rid != "exploratory.multiplicity"):
+                out.append(("p", self._failed_text(r)))
+        out += [("h2", "Verification of the ledger"),
+                ("div", re.compile(r"(VERIFIED|FAILED): [0-9]+ events, root (–|[0-9a-f]{64}), "
+                                   r"origin .*\.", re.S)),
+                ("p", re.compile(r"Re-run offline: ledger verify .* --trusted-key @OWNER\.vkey "
+                                 r"\(trust needs the owner's vkey, obtained out of band\)\.",
+                                 re.S))]  # fmt: skip
+        return out
+
     def simulated_banner(self) -> str | None:
         sessions = [f"seq {r['seq']} ({r.get('backend')})" for r in self.runs
                     if r.get("simulated")]  # fmt: skip
@@ -641,8 +750,16 @@ def _compare_tables(st: _State, parsed: list[_Table], want: list[Any], a: Archiv
         st.fail(f"{REPORT} has no table", where=REPORT)
         return
     body, last = parsed[:-1], parsed[-1]
-    if not last.caption.startswith("Independent verifier checks of "):
-        st.fail(f"{REPORT} line {last.line}: the last table is not the verifier's checks",
+    names = [row[0] for row in last.rows if row]
+    order = [n for n in CHECK_NAMES if n in names]
+    if (
+        not last.caption.startswith("Independent verifier checks of ")
+        or last.header != ["check", "result", "where", "detail"]
+        or names != order
+        or any(len(row) != 4 or row[1] not in ("PASS", "WARN", "FAIL") for row in last.rows)
+    ):
+        st.fail(f"{REPORT} line {last.line}: the last table is not the verifier's checks "
+                "(one row per check, in the verifier's order, PASS, WARN or FAIL)",
                 where=f"{REPORT} line {last.line}")  # fmt: skip
     for i, (caption, header, rows) in enumerate(want):
         if i >= len(body):
@@ -688,6 +805,32 @@ def _compare_tables(st: _State, parsed: list[_Table], want: list[Any], a: Archiv
                     at = f"{REPORT} line {line}"
                     st.fail(f"{at}: the verdict of {r.get('hypothesis')} is styled "
                             f"{classes[:1]}, not [{want_cls!r}]", where=at)  # fmt: skip
+
+
+def _compare_blocks(
+    st: _State, parsed: list[tuple[str, str, int]], want: list[tuple[str, str | re.Pattern[str]]]
+) -> None:
+    """Every heading, paragraph and banner is the one the events give, in order."""
+    for i, (tag, text, line) in enumerate(parsed):
+        where = f"{REPORT} line {line}"
+        if i >= len(want):
+            st.fail(f"{where}: <{tag}> {text[:80]!r} is not text the events give", where=where)
+            return
+        want_tag, expected = want[i]
+        same = (
+            expected.fullmatch(text) is not None
+            if isinstance(expected, re.Pattern)
+            else text == expected
+        )
+        if tag != want_tag or not same:
+            shown = expected.pattern if isinstance(expected, re.Pattern) else expected
+            st.fail(f"{where}: <{tag}> says {text[:120]!r}; the events give <{want_tag}> "
+                    f"{shown[:120]!r}", where=where)  # fmt: skip
+            return  # the blocks no longer line up; one message is enough
+    if len(parsed) < len(want):
+        want_tag, expected = want[len(parsed)]
+        shown = expected.pattern if isinstance(expected, re.Pattern) else expected
+        st.fail(f"{REPORT} lacks <{want_tag}> {shown[:120]!r}", where=REPORT)
 
 
 def _compare_figures(st: _State, a: Archive, figures: list[_Figure]) -> int:
@@ -770,8 +913,8 @@ def check_report(a: Archive) -> Check:
                 where=REPORT)  # fmt: skip
     expect = _Expect(a)
     title = expect.title()
-    if title is not None and (parser.title != title or parser.h1 != title):
-        st.fail(f"{REPORT}: the title is {parser.h1!r}; the protocol gives {title!r}",
+    if title is not None and parser.title != title:
+        st.fail(f"{REPORT}: the <title> is {parser.title!r}; the protocol gives {title!r}",
                 where=REPORT)  # fmt: skip
     banner = expect.simulated_banner()
     simulated = [t for cls, t in parser.banners if "simulated" in cls.split()]
@@ -780,6 +923,7 @@ def check_report(a: Archive) -> Check:
                 "call for", where=REPORT)  # fmt: skip
     if banner is None and simulated:
         st.fail(f"{REPORT} says SIMULATED DATA, but no run.started is simulated", where=REPORT)
+    _compare_blocks(st, parser.blocks, expect.blocks())
     wanted = expect.tables()
     _compare_tables(st, parser.tables, wanted, a)
     n_figures = _compare_figures(st, a, parser.figures)
