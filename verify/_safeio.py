@@ -1,7 +1,7 @@
 """Reading a file the verifier was handed without trusting it: regular files only, size capped.
 
 Every file the verifier reads goes through :func:`read_regular` (archive files through
-:class:`verify._archive.files.ArchiveFiles`, which adds the archive's own rules). The path is
+:class:`verify._reader.files.ArchiveFiles`, which adds the archive's own rules). The path is
 examined with ``lstat`` (or ``stat`` when links may be followed) *before* anything is opened,
 so a named pipe, a device or a socket is never opened; then it is opened with ``O_NOFOLLOW``
 (unless links may be followed), ``O_NONBLOCK`` and ``O_NOCTTY``, ``fstat`` must show the very

@@ -30,10 +30,10 @@ from typing import Any
 import rfc8785
 
 from verify import _restats as st
-from verify._archive.common import EVENTS, line_where
-from verify._archive.events import EventReader
-from verify._archive.files import MAX_PARSED_BYTES, ArchiveFileError, ArchiveFiles
 from verify._envelope import is_hex64
+from verify._reader.events import EventReader
+from verify._reader.files import MAX_PARSED_BYTES, ArchiveFileError, ArchiveFiles
+from verify._reader.names import EVENTS, line_where
 from verify._report import Check, Status
 from verify._rescore import CONTROL_TRUTH, Truth, TruthError, read_truth, score_body
 

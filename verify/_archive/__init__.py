@@ -1,23 +1,26 @@
 """Verifies an exported archive directory (``docs/archive-format.md`` §4), from the docs alone.
 
-The ledger-level checks of ``docs/ledger-format.md`` §8 run on ``ledger/events.jsonl``,
-``ledger/checkpoints/`` and ``blobs/`` through the same engine as a SQLite ledger file; then the
-archive checks (``manifest``, ``export-coverage``, ``protocol``, ``schedule``, ``requests``,
-``outcomes``, ``blinding``, ``derived``) and, when ``verify._science`` is present, ``rescore`` and
-``reanalysis``.
+Every file is read through :mod:`verify._reader` (the walk, the one reader, the one strict
+parse of the events: ``docs/archive-format.md`` §6). The ledger-level checks of
+``docs/ledger-format.md`` §8 run on ``ledger/events.jsonl``, ``ledger/checkpoints/``,
+``ledger/keys/`` and ``blobs/`` through the same engine as a SQLite ledger file; then the archive
+checks (``layout``, ``manifest``, ``export-coverage``, ``protocol``, ``schedule``, ``requests``,
+``outcomes``, ``blinding``, ``derived``, ``report``) and, when ``verify._science`` is present,
+``rescore`` and ``reanalysis`` on the same parsed envelopes.
 
 One module per check or group of checks:
 
 =================  ======================================================================
-``common``         the archive's fixed names and small helpers
-``ledger_checks``  the file walk and the ledger-level checks on ``ledger/`` and ``blobs/``
+``ledger_checks``  the ledger-level checks on ``ledger/`` and ``blobs/``
 ``view``           :class:`~verify._archive.view.Archive`: what the archive checks share
+``layout``         ``layout``: every entry accounted for
 ``manifest``       ``manifest`` and ``export-coverage``
 ``protocol``       ``protocol``
 ``schedule``       ``schedule``
 ``requests``       ``requests``
 ``outcomes``       ``outcomes`` and ``blinding``
 ``derived``        ``derived``
+``report``         ``report``: ``analysis/report.html`` and the figures
 =================  ======================================================================
 """
 
@@ -28,9 +31,7 @@ import time
 from collections.abc import Sequence
 from pathlib import Path
 
-from verify._archive.common import line_where
 from verify._archive.derived import check_derived
-from verify._archive.files import ArchiveFiles
 from verify._archive.layout import check_layout
 from verify._archive.ledger_checks import ArchiveRun
 from verify._archive.manifest import check_export, check_manifest
@@ -40,6 +41,8 @@ from verify._archive.report import check_report
 from verify._archive.requests import check_requests
 from verify._archive.schedule import check_schedule
 from verify._archive.view import Archive
+from verify._reader.files import ArchiveFiles
+from verify._reader.names import line_where
 from verify._report import Check, Report, Status
 
 __all__ = ["verify_archive"]

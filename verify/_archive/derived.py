@@ -6,10 +6,10 @@ import csv
 import json
 from typing import Any
 
-from verify._archive.common import read_csv
 from verify._archive.view import Archive
 from verify._envelope import is_hex64
 from verify._ledgerfile import _State
+from verify._reader.names import read_csv
 from verify._report import Check
 
 __all__ = ["check_derived"]

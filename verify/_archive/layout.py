@@ -9,12 +9,12 @@ from __future__ import annotations
 
 import re
 
-from verify._archive.common import EVENTS, MANIFEST
-from verify._archive.files import show
 from verify._archive.protocol import locked_archive_path
 from verify._archive.report import figure_names
 from verify._archive.view import Archive
 from verify._ledgerfile import _State
+from verify._reader.files import show
+from verify._reader.names import EVENTS, MANIFEST
 from verify._report import Check
 
 __all__ = ["FOLDERS", "check_layout"]

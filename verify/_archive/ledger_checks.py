@@ -2,8 +2,8 @@
 
 ``ledger/events.jsonl``, ``ledger/checkpoints/``, ``ledger/keys/`` and ``blobs/`` take the place of
 the SQLite tables; the engine is the one that verifies a ledger file (:mod:`verify._ledgerfile`).
-Every file is read through :class:`~verify._archive.files.ArchiveFiles`, whose walk also hashes
-each regular file once; the events are parsed once by :mod:`verify._archive.events`.
+Every file is read through :class:`~verify._reader.files.ArchiveFiles`, whose walk also hashes
+each regular file once; the events are parsed once by :mod:`verify._reader.events`.
 """
 
 from __future__ import annotations
@@ -16,12 +16,12 @@ from collections.abc import Iterator, Sequence
 from concurrent.futures import Future, ProcessPoolExecutor
 from typing import Any
 
-from verify._archive.common import EVENTS, line_where
-from verify._archive.events import EventReader
-from verify._archive.files import ArchiveFileError, ArchiveFiles, show
 from verify._errors import CheckpointFormatError, NoteError
 from verify._ledgerfile import _Run, _verify_items
 from verify._note import Checkpoint, parse_checkpoint, parse_note
+from verify._reader.events import EventReader
+from verify._reader.files import ArchiveFileError, ArchiveFiles, show
+from verify._reader.names import EVENTS, line_where
 from verify._report import Check, Report, Status
 
 __all__ = ["ArchiveRun", "FileCheckpoint"]

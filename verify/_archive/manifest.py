@@ -5,10 +5,10 @@ from __future__ import annotations
 import hashlib
 import re
 
-from verify._archive.common import EVENTS, MANIFEST, line_where
-from verify._archive.files import show
 from verify._archive.view import Archive
 from verify._ledgerfile import _State
+from verify._reader.files import show
+from verify._reader.names import EVENTS, MANIFEST, line_where
 from verify._report import Check
 
 __all__ = ["check_export", "check_manifest"]

@@ -4,10 +4,10 @@ from __future__ import annotations
 
 from typing import Any
 
-from verify._archive.common import TRIAL_KINDS, sha_hex
 from verify._archive.view import Archive
 from verify._canonical import canonical_json
 from verify._ledgerfile import _State
+from verify._reader.names import TRIAL_KINDS, sha_hex
 from verify._report import Check
 
 __all__ = ["check_blinding", "check_outcomes"]

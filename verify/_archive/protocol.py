@@ -6,10 +6,10 @@ import csv
 import fnmatch
 import json
 
-from verify._archive.common import EVENTS, line_where, read_csv, sha_hex
-from verify._archive.files import show
 from verify._archive.view import Archive
 from verify._ledgerfile import _State
+from verify._reader.files import show
+from verify._reader.names import EVENTS, line_where, read_csv, sha_hex
 from verify._report import Check
 
 __all__ = ["check_protocol", "locked_archive_path"]

@@ -8,9 +8,9 @@ import json
 import re
 from typing import Any
 
-from verify._archive.files import MAX_PARSED_BYTES
 from verify._archive.view import Archive
 from verify._ledgerfile import _State
+from verify._reader.files import MAX_PARSED_BYTES
 from verify._report import Check
 from verify._safeio import human_bytes
 

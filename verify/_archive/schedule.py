@@ -5,10 +5,10 @@ from __future__ import annotations
 import csv
 from typing import Any
 
-from verify._archive.common import read_csv, sha_hex
-from verify._archive.files import MAX_PARSED_BYTES
 from verify._archive.view import Archive
 from verify._ledgerfile import _State
+from verify._reader.files import MAX_PARSED_BYTES
+from verify._reader.names import read_csv, sha_hex
 from verify._report import Check
 
 __all__ = ["check_schedule"]

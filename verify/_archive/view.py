@@ -8,10 +8,10 @@ import re
 import tomllib
 from typing import Any
 
-from verify._archive.common import sha_hex
-from verify._archive.files import MAX_PARSED_BYTES, show
 from verify._archive.ledger_checks import ArchiveRun
 from verify._envelope import is_hex64
+from verify._reader.files import MAX_PARSED_BYTES, show
+from verify._reader.names import sha_hex
 
 __all__ = ["Archive"]
 

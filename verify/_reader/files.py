@@ -24,7 +24,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import BinaryIO
 
-from verify._archive.common import EVENTS
+from verify._reader.names import EVENTS
 from verify._safeio import UnsafeFileError, describe_mode, human_bytes, open_regular
 
 __all__ = [

@@ -19,10 +19,10 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
-from verify._archive.common import EVENTS, line_where
-from verify._archive.files import ArchiveFiles
 from verify._canonical import CanonicalError, Canonicalizer, canonical_json
 from verify._envelope import MAX_ENVELOPE_BYTES, envelope_problem
+from verify._reader.files import ArchiveFiles
+from verify._reader.names import EVENTS, line_where
 from verify._safeio import human_bytes
 
 __all__ = [
@@ -91,7 +91,7 @@ class EventReader:
     Iterating yields an :class:`EventLine` per line; afterwards ``lines`` is the number of
     lines, ``tail_problem`` says when the last line lacks its newline and ``cut_problem`` when
     reading stopped at :data:`MAX_EVENT_LINES`. Raises
-    :class:`~verify._archive.files.ArchiveFileError` when the file cannot be opened.
+    :class:`~verify._reader.files.ArchiveFileError` when the file cannot be opened.
     """
 
     def __init__(self, files: ArchiveFiles) -> None:
