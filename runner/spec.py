@@ -414,8 +414,12 @@ def load_study(root: str | Path) -> Study:
     seed = _int_seed(c, design, "seed", "design")
     bootstrap_seed = _int_seed(c, design, "bootstrap_seed", "design")
     iterations = design.get("bootstrap_iterations", 10000)
-    if isinstance(iterations, bool) or not isinstance(iterations, int) or iterations < 100:
-        c.add("design.bootstrap_iterations", "must be an integer >= 100")
+    if (
+        isinstance(iterations, bool)
+        or not isinstance(iterations, int)
+        or not 100 <= iterations <= 1_000_000
+    ):  # the verifier recomputes at most 1,000,000 (docs/archive-format.md §6)
+        c.add("design.bootstrap_iterations", "must be an integer from 100 to 1000000")
         iterations = 10000
     secret = design.get("blinding_secret", "generate")
     if not isinstance(secret, str) or not any(

@@ -281,3 +281,20 @@ def test_browser_renders_the_figures(built: Path, tmp_path: Path) -> None:
     assert all(m is not None and m.group(1).startswith("data:image/png;base64,iVBORw0KGgo")
                for m in sources)
     assert "</html>" in dom and "Verdicts of the pre-registered hypotheses" in dom
+
+
+@pytest.mark.parametrize("which", ["ok", "failed"])
+def test_the_verifier_reads_the_report_as_written(
+    studies: dict[str, Path], tmp_path: Path, which: str
+) -> None:
+    """The verifier's ``report`` check re-derives every table of report.html from the events;
+    it agrees with the writer, also on an amendment and on results that could not be computed."""
+    from analysis.export import export_study
+    from verify import Status, verify_archive
+
+    export_study(studies[which], tmp_path / "archive", study_key())
+    report = verify_archive(tmp_path / "archive")
+    check = report.get("report")
+    assert check is not None and check.status is Status.PASS, check
+    layout = report.get("layout")
+    assert layout is not None and layout.status is Status.PASS, layout

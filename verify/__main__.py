@@ -14,6 +14,7 @@ Example::
 from __future__ import annotations
 
 import argparse
+import io
 import json
 import os
 import sys
@@ -21,8 +22,11 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from verify import KeyFormatError, parse_vkey, render_report, verify_path
+from verify._safeio import UnsafeFileError, read_regular
 
 __all__ = ["build_parser", "main", "read_vkey", "render_report"]
+
+_MAX_VKEY_FILE = 64 << 10
 
 
 def read_vkey(value: str) -> str:
@@ -34,11 +38,13 @@ def read_vkey(value: str) -> str:
     text = value
     if value.startswith("@") or (os.sep in value and os.path.isfile(value)):
         path = value[1:] if value.startswith("@") else value
-        try:
-            text = Path(path).read_text(encoding="utf-8")
-        except FileNotFoundError:
-            raise argparse.ArgumentTypeError(f"vkey file {path}: not found") from None
-        except (OSError, UnicodeDecodeError) as exc:
+        try:  # a regular file of at most 64 KiB: a pipe or device is never opened
+            text = read_regular(path, _MAX_VKEY_FILE, follow_links=True).decode("utf-8")
+        except UnsafeFileError as exc:
+            if str(exc) == "is missing":
+                raise argparse.ArgumentTypeError(f"vkey file {path}: not found") from None
+            raise argparse.ArgumentTypeError(f"vkey file {path}: unreadable ({exc})") from None
+        except UnicodeDecodeError as exc:
             raise argparse.ArgumentTypeError(f"vkey file {path}: unreadable ({exc})") from None
     text = text.strip()
     try:
@@ -89,15 +95,25 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    """Run the verifier on the command line ``argv``; return the exit status (0, 1 or 2)."""
+    """Run the verifier on the command line ``argv``; return the exit status (0, 1 or 2).
+
+    0: no check FAILed; 1: a check FAILed (or the verifier itself stopped, which never
+    counts as verified); 2: a usage error (an unknown option, a malformed ``--trusted-key``).
+    """
     args = build_parser().parse_args(argv)
-    report = verify_path(
-        args.path, trusted_keys=args.trusted, checkpoints=args.checkpoints, jobs=args.jobs
-    )
-    if args.as_json:
-        sys.stdout.write(json.dumps(report.to_dict(), indent=2, ensure_ascii=False) + "\n")
-    else:
-        render_report(report)
+    if isinstance(sys.stdout, io.TextIOWrapper):  # names from an archive never crash printing
+        sys.stdout.reconfigure(errors="backslashreplace")
+    try:
+        report = verify_path(
+            args.path, trusted_keys=args.trusted, checkpoints=args.checkpoints, jobs=args.jobs
+        )
+        if args.as_json:
+            sys.stdout.write(json.dumps(report.to_dict(), indent=2, ensure_ascii=False) + "\n")
+        else:
+            render_report(report)
+    except Exception as exc:  # fail closed, in one line
+        sys.stderr.write(f"python -m verify: stopped by an unexpected error: {exc!r:.300}\n")
+        return 1
     return 0 if report.ok else 1
 
 

@@ -12,6 +12,7 @@ import hashlib
 import multiprocessing
 import os
 import sqlite3
+import stat
 import time
 import urllib.parse
 from collections.abc import Iterable, Iterator, Sequence
@@ -33,6 +34,7 @@ from verify._merkle import (
 )
 from verify._note import Checkpoint, Vkey, open_note, parse_checkpoint, parse_note, parse_vkey
 from verify._report import Check, Report, Status
+from verify._safeio import UnsafeFileError, describe_mode, read_regular
 
 __all__ = ["APPLICATION_ID", "SCHEMA_VERSION", "verify_ledger_file"]
 
@@ -270,14 +272,10 @@ class _PublishedCheckpoint:
         self.cp: Checkpoint | None = None
         self.data: bytes | None = None
         self.problem: str | None = None
-        try:
-            with open(path, "rb") as fh:
-                data = fh.read(_MAX_CHECKPOINT_FILE + 1)
-        except OSError as exc:
-            self.problem = f"cannot be read: {exc.strerror or exc}"
-            return
-        if len(data) > _MAX_CHECKPOINT_FILE:
-            self.problem = "is larger than 1 MiB, not a checkpoint"
+        try:  # a regular file only (a pipe or device is never opened), size checked first
+            data = read_regular(path, _MAX_CHECKPOINT_FILE, follow_links=True)
+        except UnsafeFileError as exc:
+            self.problem = str(exc)
             return
         self.data = data
         try:
@@ -330,6 +328,10 @@ class _Run:
             raise _NotALedger
         if os.path.isdir(path):
             st.fail(f"{path} is a directory, not a ledger file", where=path)
+            raise _NotALedger
+        mode = os.stat(path).st_mode
+        if not stat.S_ISREG(mode):  # a pipe or device is never handed to SQLite to open
+            st.fail(f"{path} is {describe_mode(mode)}, not a ledger file", where=path)
             raise _NotALedger
         try:
             con = self._connect(self.uri)

@@ -26,6 +26,7 @@ CHECK_NAMES: tuple[str, ...] = (
 """Stable check names in report order (``published-checkpoints`` only when some were given)."""
 
 ARCHIVE_CHECK_NAMES: tuple[str, ...] = (
+    "layout",
     "manifest",
     "export-coverage",
     "protocol",
@@ -34,6 +35,7 @@ ARCHIVE_CHECK_NAMES: tuple[str, ...] = (
     "outcomes",
     "blinding",
     "derived",
+    "report",
     "rescore",
     "reanalysis",
 )

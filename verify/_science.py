@@ -22,7 +22,7 @@ import hmac
 import io
 import json
 import math
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -30,10 +30,21 @@ from typing import Any
 import rfc8785
 
 from verify import _restats as st
+from verify._envelope import is_hex64
+from verify._reader.events import EventReader
+from verify._reader.files import MAX_PARSED_BYTES, ArchiveFileError, ArchiveFiles
+from verify._reader.names import EVENTS, line_where
 from verify._report import Check, Status
 from verify._rescore import CONTROL_TRUTH, Truth, TruthError, read_truth, score_body
 
-__all__ = ["ABS_TOL", "LMM_REL_TOL", "REL_TOL", "science_checks"]
+__all__ = [
+    "ABS_TOL",
+    "LMM_REL_TOL",
+    "MAX_BOOTSTRAP_ITERATIONS",
+    "MAX_BOOTSTRAP_WORK",
+    "REL_TOL",
+    "science_checks",
+]
 
 REL_TOL = 1e-6
 """Relative tolerance for recomputed numbers (``docs/analysis.md``)."""
@@ -41,6 +52,10 @@ ABS_TOL = 1e-9
 """Absolute tolerance near zero."""
 LMM_REL_TOL = 1e-4
 """Relative tolerance for mixed-model outputs (optimiser differences)."""
+MAX_BOOTSTRAP_ITERATIONS = 1_000_000
+"""The most bootstrap iterations a plan may ask the verifier to recompute (time bound)."""
+MAX_BOOTSTRAP_WORK = 20_000_000_000
+"""The most bootstrap iterations x scored trials the verifier recomputes (time bound)."""
 
 ORIENTATIONS = ("UP", "RIGHT", "DOWN", "LEFT")
 TRIAL_COLUMNS = (
@@ -73,9 +88,10 @@ class _Event:
 
 @dataclass
 class _Archive:
-    root: Path
+    files: ArchiveFiles
     events: list[_Event]
     by_seq: dict[int, _Event] = field(default_factory=dict)
+    current: _Event | None = None  # the event being read (named if a check stops on it)
 
     def of(self, kind: str) -> list[_Event]:
         return [e for e in self.events if e.kind == kind]
@@ -83,47 +99,71 @@ class _Archive:
     def first(self, kind: str) -> _Event | None:
         return next((e for e in self.events if e.kind == kind), None)
 
-    def blob(self, digest: str, seq: int | None = None) -> bytes:
-        path = self.root / "blobs" / digest
-        try:
-            return path.read_bytes()
-        except OSError:
-            raise _Problem(
-                f"blob {digest} is missing from blobs/", seq, f"blobs/{digest}"
-            ) from None
+    def at(self, event: _Event) -> _Event:
+        """Note ``event`` as the one being read; return it."""
+        self.current = event
+        return event
 
-    def event_blob(self, event: _Event, name: str) -> bytes:
+    def blob(self, digest: str, seq: int | None = None, limit: int = MAX_PARSED_BYTES) -> bytes:
+        """The bytes of ``blobs/<digest>`` (64 lowercase hex only), read by the archive reader."""
+        if not is_hex64(digest):
+            raise _Problem(
+                f"seq {seq}: blob address {digest[:80]!r} is not 64 lowercase hex", seq,
+                line_where(seq) if seq is not None else None,
+            )  # fmt: skip
+        rel = f"blobs/{digest}"
+        try:
+            return self.files.read(rel, limit)
+        except ArchiveFileError as exc:
+            raise _Problem(f"seq {seq}: blob {exc}" if seq is not None else str(exc), seq,
+                           rel) from None  # fmt: skip
+
+    def event_blob(self, event: _Event, name: str, limit: int = MAX_PARSED_BYTES) -> bytes:
         digest = event.blobs.get(name)
         if not isinstance(digest, str):
             raise _Problem(f"seq {event.seq} ({event.kind}) has no {name} blob", event.seq)
-        return self.blob(digest, event.seq)
+        return self.blob(digest, event.seq, limit)
 
-
-def _load(root: Path) -> _Archive:
-    path = root / "ledger" / "events.jsonl"
-    try:
-        lines = path.read_bytes().split(b"\n")
-    except OSError as exc:
-        raise _Problem(
-            f"cannot read ledger/events.jsonl: {exc}", where="ledger/events.jsonl"
-        ) from None
-    events: list[_Event] = []
-    for number, line in enumerate(lines, start=1):
-        if not line:
-            continue
+    def file(self, rel: str) -> bytes:
         try:
-            env = json.loads(line)["envelope"]
-            event = _Event(int(env["seq"]), str(env["kind"]), env["body"], env.get("blobs") or {})
-        except (ValueError, KeyError, TypeError) as exc:
+            return self.files.read(rel)
+        except ArchiveFileError as exc:
+            raise _Problem(str(exc), None, rel) from None
+
+
+def _events(envelopes: Sequence[dict[str, Any] | None]) -> list[_Event]:
+    """The events of the shared strict parse; the first line it refused stops both checks."""
+    events: list[_Event] = []
+    for index, env in enumerate(envelopes):
+        if env is None:
+            where = line_where(index)
             raise _Problem(
-                f"ledger/events.jsonl line {number} is not an event: {exc}",
-                where=f"ledger/events.jsonl:{number}",
-            ) from None
-        if not isinstance(event.body, dict):
-            raise _Problem(f"seq {event.seq}: body is not an object", event.seq)
-        events.append(event)
-    archive = _Archive(root, events)
-    archive.by_seq = {e.seq: e for e in events}
+                f"{where} is not a valid event envelope (the envelopes check says why): "
+                "nothing is re-scored or re-analysed",
+                index,
+                where,
+            )
+        events.append(_Event(int(env["seq"]), str(env["kind"]), env["body"], env["blobs"]))
+    return events
+
+
+def _load(
+    root: Path,
+    envelopes: Sequence[dict[str, Any] | None] | None = None,
+    files: ArchiveFiles | None = None,
+) -> _Archive:
+    if files is None:
+        files = ArchiveFiles(root)
+        files.walk()
+    if envelopes is None:
+        if files.problems and not files.complete:
+            raise _Problem(files.problems[0][1], where=files.problems[0][0])
+        try:
+            envelopes = [line.shared for line in EventReader(files)]
+        except ArchiveFileError as exc:
+            raise _Problem(f"{exc}: nothing is re-scored or re-analysed", where=EVENTS) from None
+    archive = _Archive(files, _events(envelopes))
+    archive.by_seq = {e.seq: e for e in archive.events}
     return archive
 
 
@@ -135,24 +175,31 @@ def _plan(archive: _Archive) -> dict[str, Any]:
 
 
 def _truth(archive: _Archive) -> dict[str, Truth]:
-    files = archive.root / "protocol" / "files.csv"
-    try:
-        rows = list(csv.DictReader(io.StringIO(files.read_text(encoding="utf-8"), newline="")))
-    except (OSError, UnicodeDecodeError) as exc:
-        raise _Problem(
-            f"cannot read protocol/files.csv: {exc}", where="protocol/files.csv"
-        ) from None
+    """The truth tables in force: the signed ``artifact.locked`` events of role ``truth``.
+
+    Each is read from its blob (its address from the signed event, as locked or as last
+    amended by ``protocol.amended``), never from a path written in an unsigned file.
+    """
+    digests: dict[str, tuple[str, _Event]] = {}
+    for event in archive.of("artifact.locked"):
+        path = event.body.get("path")
+        if event.body.get("role") == "truth" and isinstance(path, str):
+            digests.setdefault(path, (str(event.blobs.get("content")), event))
+    for event in archive.of("protocol.amended"):
+        changes = event.body.get("changes")
+        for change in changes if isinstance(changes, list) else []:
+            path = change.get("path") if isinstance(change, dict) else None
+            if path in digests and isinstance(change.get("blob"), str):
+                digests[path] = (str(event.blobs.get(change["blob"])), event)
+    if not digests:
+        raise _Problem("no artifact.locked event locks a truth table (role truth)")
     truth: dict[str, Truth] = {}
-    paths = [r.get("archive_path") or "" for r in rows if r.get("role") == "truth"]
-    if not paths:
-        raise _Problem("protocol/files.csv lists no truth table", where="protocol/files.csv")
-    for rel in paths:
+    for path, (digest, event) in sorted(digests.items()):
+        archive.at(event)
         try:
-            truth.update(read_truth((archive.root / rel).read_bytes()))
-        except OSError as exc:
-            raise _Problem(f"cannot read truth table {rel}: {exc}", where=rel) from None
+            truth.update(read_truth(archive.blob(digest, event.seq)))
         except TruthError as exc:
-            raise _Problem(f"{rel}: {exc}", where=rel) from None
+            raise _Problem(f"truth table {path} (blob {digest}): {exc}", event.seq) from None
     return truth
 
 
@@ -172,7 +219,7 @@ def _rescore(archive: _Archive) -> Check:
     count: dict[int, int] = {}
     mismatches: list[tuple[int, str]] = []
     for event in scored:
-        b = event.body
+        b = archive.at(event).body
         rseq = b.get("response_seq")
         if not isinstance(rseq, int) or rseq not in responded:
             mismatches.append((event.seq, f"response_seq {rseq!r} is not a trial.responded"))
@@ -318,7 +365,7 @@ def _dataset(archive: _Archive, plan: dict[str, Any]) -> _Dataset:
     exclude = bool((plan.get("analysis") or {}).get("exclude_unparseable", True))
     trials: list[tuple[int, dict[str, Any], list[dict[str, Any]]]] = []
     for event in archive.of("trial.scored"):
-        b = event.body
+        b = archive.at(event).body
         response = archive.by_seq.get(b.get("response_seq", -1))
         request = archive.by_seq.get(response.body.get("request_seq", -1)) if response else None
         if response is None or request is None or request.kind != "trial.requested":
@@ -333,7 +380,7 @@ def _dataset(archive: _Archive, plan: dict[str, Any]) -> _Dataset:
             )
         try:
             items = json.loads(archive.event_blob(event, "scores"))
-        except ValueError:
+        except (ValueError, RecursionError):
             raise _Problem(
                 f"trial.scored seq {event.seq}: scores blob is not JSON", event.seq
             ) from None
@@ -879,23 +926,38 @@ def _reanalysis(archive: _Archive) -> tuple[Check, list[str]]:
     results = archive.of("analysis.result")
     if not results:
         raise _Problem("the ledger has no analysis.result event")
+    design = plan.get("design")
+    iterations = design.get("bootstrap_iterations") if isinstance(design, dict) else None
+    scored = len(archive.of("trial.scored"))
+    if isinstance(iterations, int) and (
+        iterations > MAX_BOOTSTRAP_ITERATIONS or iterations * scored > MAX_BOOTSTRAP_WORK
+    ):
+        seq = protocol.seq if protocol else None
+        raise _Problem(
+            f"protocol.locked (seq {seq}) asks for {iterations:,} bootstrap iterations over "
+            f"{scored:,} scored trials, more than this verifier recomputes "
+            f"({MAX_BOOTSTRAP_ITERATIONS:,} iterations, {MAX_BOOTSTRAP_WORK:,} iterations x "
+            "trials)",
+            seq,
+        )
     ds = _dataset(archive, plan)
     trials_csv = _csv_bytes(ds.trials, TRIAL_COLUMNS)
     items_csv = _csv_bytes(ds.items, ITEM_COLUMNS)
-    first = results[0]
+    first = archive.at(results[0])
     for name, data in (("trials_csv", trials_csv), ("items_csv", items_csv)):
-        if archive.event_blob(first, name) != data:
+        digest = hashlib.sha256(data).hexdigest()
+        ref = first.blobs.get(name)
+        if ref != digest or _file_sha(archive, f"blobs/{ref}") != digest:
             return Check(
                 "reanalysis",
                 Status.FAIL,
                 f"analysis.result seq {first.seq}: the {name} blob differs from the dataset "
                 "rebuilt from the trial.scored events.",
                 first.seq,
-                f"blobs/{first.blobs.get(name)}",
+                f"blobs/{ref}",
             ), []
-        exported = archive.root / "analysis" / name.replace("_", ".")
-        if exported.is_file() and exported.read_bytes() != data:
-            where = f"analysis/{name.replace('_', '.')}"
+        where = f"analysis/{name.replace('_', '.')}"
+        if where in archive.files.files and _file_sha(archive, where) != digest:
             return Check(
                 "reanalysis", Status.FAIL, f"{where} differs from the rebuilt dataset.", None, where
             ), []
@@ -906,6 +968,7 @@ def _reanalysis(archive: _Archive) -> tuple[Check, list[str]]:
         "protocol_seq": protocol.seq if protocol else None,
     }
     for event in results:
+        archive.at(event)
         if event.body.get("inputs") != inputs:
             diff = _first_difference(event.body.get("inputs"), inputs, "inputs", 0.0)
             return Check(
@@ -925,7 +988,7 @@ def _reanalysis(archive: _Archive) -> tuple[Check, list[str]]:
             results[0].seq,
         ), []
     for event, r in zip(results, recomputed, strict=True):
-        body = event.body
+        body = archive.at(event).body
         rel = LMM_REL_TOL if r.lmm else REL_TOL
         problem: str | None = None
         if body.get("status") != r.status:
@@ -946,10 +1009,12 @@ def _reanalysis(archive: _Archive) -> tuple[Check, list[str]]:
                     )
         if problem:
             return Check("reanalysis", Status.FAIL, f"{r.id} {problem}.", event.seq, r.id), []
-    results_json = archive.root / "analysis" / "results.json"
+    archive.current = None
     try:
-        listed = json.loads(results_json.read_bytes())
-    except (OSError, ValueError) as exc:
+        listed = json.loads(archive.file("analysis/results.json"))
+    except _Problem as exc:
+        return Check("reanalysis", Status.FAIL, f"{exc.reason}.", None, "analysis/results.json"), []
+    except (ValueError, RecursionError) as exc:
         return Check(
             "reanalysis",
             Status.FAIL,
@@ -974,24 +1039,65 @@ def _reanalysis(archive: _Archive) -> tuple[Check, list[str]]:
     ), []
 
 
+def _file_sha(archive: _Archive, rel: str) -> str | None:
+    """SHA-256 of the archive file ``rel`` (the walk's, else read in blocks), or ``None``."""
+    files = archive.files
+    if rel in files.hashes:
+        return files.hashes[rel]
+    try:
+        with files.open(rel) as fh:
+            h = hashlib.sha256()
+            for block in iter(lambda: fh.read(1 << 20), b""):
+                h.update(block)
+    except (ArchiveFileError, OSError):
+        return None
+    return h.hexdigest()
+
+
 def _run(name: str, archive: _Archive | None, error: _Problem | None, fn: Any) -> Check:
     if error is not None or archive is None:
         assert error is not None
         return Check(name, Status.FAIL, error.reason, error.seq, error.where)
+    archive.current = None
     try:
         result = fn(archive)
     except _Problem as exc:
         return Check(name, Status.FAIL, exc.reason.rstrip(".") + ".", exc.seq, exc.where)
+    except Exception as exc:  # malformed input must end as a FAIL naming its place
+        text = f"{type(exc).__name__}: {exc}"
+        text = text if len(text) <= 200 else text[:197] + "..."
+        event = archive.current
+        if event is None:
+            return Check(name, Status.FAIL, f"{name} stopped by an unexpected error: {text}.")
+        where = line_where(event.seq)
+        return Check(
+            name,
+            Status.FAIL,
+            f"{name} stopped by an unexpected error while reading {where} (seq {event.seq}, "
+            f"{event.kind}): {text}.",
+            event.seq,
+            where,
+        )
     check: Check = result[0] if isinstance(result, tuple) else result
     return check
 
 
-def science_checks(archive: Path) -> list[Check]:
-    """Run the ``rescore`` and ``reanalysis`` checks on an exported archive directory."""
+def science_checks(
+    archive: str | Path,
+    *,
+    envelopes: Sequence[dict[str, Any] | None] | None = None,
+    files: ArchiveFiles | None = None,
+) -> list[Check]:
+    """Run the ``rescore`` and ``reanalysis`` checks on an exported archive directory.
+
+    ``envelopes`` (one per line of ``ledger/events.jsonl``, ``None`` for a line the strict
+    parse refused) and ``files`` (the archive's walk and reader) are those the other checks
+    used; without them the archive is walked and its events parsed here, the same way.
+    """
     loaded: _Archive | None = None
     error: _Problem | None = None
     try:
-        loaded = _load(Path(archive))
+        loaded = _load(Path(archive), envelopes, files)
     except _Problem as exc:
         error = exc
     return [

@@ -1,0 +1,149 @@
+"""Verifies an exported archive directory (``docs/archive-format.md`` §4), from the docs alone.
+
+Every file is read through :mod:`verify._reader` (the walk, the one reader, the one strict
+parse of the events: ``docs/archive-format.md`` §6). The ledger-level checks of
+``docs/ledger-format.md`` §8 run on ``ledger/events.jsonl``, ``ledger/checkpoints/``,
+``ledger/keys/`` and ``blobs/`` through the same engine as a SQLite ledger file; then the archive
+checks (``layout``, ``manifest``, ``export-coverage``, ``protocol``, ``schedule``, ``requests``,
+``outcomes``, ``blinding``, ``derived``, ``report``) and, when ``verify._science`` is present,
+``rescore`` and ``reanalysis`` on the same parsed envelopes.
+
+One module per check or group of checks:
+
+=================  ======================================================================
+``ledger_checks``  the ledger-level checks on ``ledger/`` and ``blobs/``
+``view``           :class:`~verify._archive.view.Archive`: what the archive checks share
+``layout``         ``layout``: every entry accounted for
+``manifest``       ``manifest`` and ``export-coverage``
+``protocol``       ``protocol``
+``schedule``       ``schedule``
+``requests``       ``requests``
+``outcomes``       ``outcomes`` and ``blinding``
+``derived``        ``derived``
+``report``         ``report``: ``analysis/report.html`` and the figures
+=================  ======================================================================
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from collections.abc import Sequence
+from pathlib import Path
+
+from verify._archive.derived import check_derived
+from verify._archive.layout import check_layout
+from verify._archive.ledger_checks import ArchiveRun
+from verify._archive.manifest import check_export, check_manifest
+from verify._archive.outcomes import check_blinding, check_outcomes
+from verify._archive.protocol import check_protocol
+from verify._archive.report import check_report
+from verify._archive.requests import check_requests
+from verify._archive.schedule import check_schedule
+from verify._archive.view import Archive
+from verify._reader.files import ArchiveFiles
+from verify._reader.names import line_where
+from verify._report import Check, Report, Status
+
+__all__ = ["verify_archive"]
+
+
+_ARCHIVE_CHECKS = (
+    ("layout", check_layout),
+    ("manifest", check_manifest),
+    ("export-coverage", check_export),
+    ("protocol", check_protocol),
+    ("schedule", check_schedule),
+    ("requests", check_requests),
+    ("outcomes", check_outcomes),
+    ("blinding", check_blinding),
+    ("derived", check_derived),
+    ("report", check_report),
+)
+
+
+def _error(exc: BaseException) -> str:
+    text = f"{type(exc).__name__}: {exc}"
+    return text if len(text) <= 200 else text[:197] + "..."
+
+
+def stopped(name: str, exc: BaseException, seq: int | None) -> Check:
+    """The FAIL of check ``name`` that stopped on ``exc`` while reading event ``seq``."""
+    if seq is None:
+        return Check(name, Status.FAIL, f"check stopped by an unexpected error: {_error(exc)}")
+    where = line_where(seq)
+    return Check(
+        name,
+        Status.FAIL,
+        f"check stopped by an unexpected error while reading {where} (seq {seq}): "
+        f"{_error(exc)}",
+        seq,
+        where,
+    )
+
+
+def _science(run: ArchiveRun) -> list[Check]:
+    try:
+        from verify._science import science_checks  # type: ignore[import-not-found,unused-ignore]
+    except ImportError as exc:  # fail closed: a required check that cannot run has not passed
+        reason = (
+            f"re-scoring and re-analysis could not run ({type(exc).__name__}: {exc}); install "
+            "the verifier's dependencies (numpy, scipy, statsmodels, rfc8785)"
+        )
+        return [Check("rescore", Status.FAIL, reason), Check("reanalysis", Status.FAIL, reason)]
+    return list(science_checks(run.files.root, envelopes=run.envs, files=run.files))
+
+
+def verify_archive(
+    path: str | os.PathLike[str],
+    trusted_keys: Sequence[str] = (),
+    checkpoints: Sequence[str | os.PathLike[str]] = (),
+    jobs: int = 1,
+) -> Report:
+    """Verify an archive directory written by ``ledger export``; never raises for a bad archive.
+
+    Runs the ledger checks of ``docs/ledger-format.md`` §8 on ``ledger/`` and ``blobs/`` and
+    the archive checks of ``docs/archive-format.md`` §4; ``report.timings`` holds the seconds
+    spent per phase. Every file is read through one reader that never follows a link, never
+    opens anything but a regular file the walk listed, and caps sizes (§6).
+    """
+    name = os.fspath(path)
+    if isinstance(trusted_keys, str):
+        trusted_keys = [trusted_keys]
+    if isinstance(checkpoints, (str, os.PathLike)):
+        checkpoints = [checkpoints]
+    try:
+        run = ArchiveRun(ArchiveFiles(name), trusted_keys, checkpoints, jobs)
+        run.path = str(Path(name))
+        report = run.run()
+        if len(report.checks) == 1 and report.checks[0].name == "file":
+            return report
+        archive = Archive(run)
+        for check_name, func in _ARCHIVE_CHECKS:
+            t0 = time.perf_counter()
+            archive.current = None
+            try:
+                check = func(archive)
+            except Exception as exc:  # fail closed, but keep the other checks
+                check = stopped(check_name, exc, archive.current)
+            report.timings[check_name] = time.perf_counter() - t0
+            report.checks.append(run._archive_check(check))
+        t0 = time.perf_counter()
+        try:
+            report.checks.extend(run._archive_check(c) for c in _science(run))
+        except Exception as exc:
+            report.checks.append(stopped("rescore", exc, None))
+        report.timings["science"] = time.perf_counter() - t0
+        return report
+    except Exception as exc:  # fail closed: a verifier that crashes must not look like a pass
+        return Report(
+            path=name,
+            checks=[
+                Check(
+                    "file",
+                    Status.FAIL,
+                    f"{name}: verification stopped by an unexpected error: {_error(exc)}",
+                    where=name,
+                )
+            ],
+        )

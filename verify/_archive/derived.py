@@ -1,0 +1,154 @@
+"""The ``derived`` check: the human-readable tables and the README say what the events say."""
+
+from __future__ import annotations
+
+import csv
+import json
+from typing import Any
+
+from verify._archive.view import Archive
+from verify._envelope import is_hex64
+from verify._ledgerfile import _State
+from verify._reader.names import read_csv
+from verify._report import Check
+
+__all__ = ["check_derived"]
+
+
+def _cell(value: Any) -> str:
+    return "" if value is None else str(value)
+
+
+def _compare_csv(st: _State, a: Archive, rel: str, header: list[str], want: list[list[str]],
+                 same: Any = None) -> None:  # fmt: skip
+    data = a.file(rel)
+    if data is None:
+        st.fail(a.absent(rel), where=rel)
+        return
+    try:
+        rows = read_csv(data)
+    except (UnicodeDecodeError, csv.Error) as exc:
+        st.fail(f"{rel} cannot be read: {exc}", where=rel)
+        return
+    if not rows or rows[0] != header:
+        st.fail(f"{rel} line 1: header is not {','.join(header)}", where=f"{rel} line 1")
+        return
+    if len(rows) - 1 != len(want):
+        st.fail(f"{rel} has {len(rows) - 1} rows, the events give {len(want)}", where=rel)
+    for number, (row, expected) in enumerate(zip(rows[1:], want, strict=False), start=2):
+        if row != expected and not (same is not None and same(row, expected)):
+            where = f"{rel} line {number}"
+            st.fail(f"{where}: {','.join(row)!r} is not {','.join(expected)!r} from the events",
+                    where=where)  # fmt: skip
+
+
+def _check_readme_study(st: _State, a: Archive, text: list[str]) -> None:
+    """The README's arm table and simulated-data notice say what the events say."""
+    arms = a.protocol.get("arms")
+    arms = arms if type(arms) is dict else {}
+    for number, line in enumerate(text, start=1):
+        cells = [c.strip() for c in line.strip().strip("|").split("|")]
+        if not line.startswith("| ") or len(cells) != 4 or cells[0] not in arms:
+            continue
+        locked = arms[cells[0]].get("sha256") if type(arms[cells[0]]) is dict else None
+        said = cells[3].strip("`")
+        if is_hex64(said) and said != locked:
+            where = f"README.md line {number}"
+            st.fail(
+                f"{where}: arm {cells[0]} has composed prompt SHA-256 {said}, protocol.locked "
+                f"says {locked}",
+                where=where,
+            )
+    simulated = [s for s in a.of_kind("run.started") if a.body(s).get("simulated") is True]
+    if simulated and "simulated model" not in "\n".join(text).lower():
+        st.fail(
+            f"README.md does not say the responses are simulated (run.started seq "
+            f"{simulated[0]} has simulated: true)",
+            simulated[0],
+            where="README.md",
+        )
+
+
+def check_derived(a: Archive) -> Check:
+    """The human-readable tables and the README verdicts say what the events say."""
+    st = _State("derived")
+    scores = [
+        [_cell(seq)] + [_cell(a.body(seq).get(k)) for k in (
+            "response_seq", "arm_code", "stimulus", "status", "n_items", "n_answered",
+            "n_correct", "scores_sha256")]
+        for seq in a.of_kind("trial.scored")
+    ]  # fmt: skip
+    header = ["scored_seq", "response_seq", "arm_code", "stimulus", "status", "n_items",
+              "n_answered", "n_correct", "scores_sha256"]  # fmt: skip
+    _compare_csv(st, a, "scores/scores.csv", header, scores)
+    outcome: dict[int, int] = {}
+    for seq in sorted(a.of_kind("trial.responded") + a.of_kind("trial.failed")):
+        rseq = a.body(seq).get("request_seq")
+        if type(rseq) is int:
+            outcome[rseq] = seq
+    attempts = []
+    for seq in a.of_kind("trial.requested"):
+        b = a.body(seq)
+        out = outcome.get(seq)
+        env = a.envs[out] if out is not None else None
+        kind = env.get("kind") if env is not None else None
+        ob = a.body(out) if out is not None else {}
+        final = kind == "trial.responded" or bool(ob.get("final")) if out is not None else False
+        attempts.append([
+            _cell(seq), _cell(b.get("position")), _cell(b.get("trial")), _cell(b.get("attempt")),
+            _cell(b.get("request_sha256")), str(kind).split(".")[1] if kind else "none",
+            _cell(out), _cell(a.blob_ref(out, "response")) if out is not None else "",
+            _cell(ob.get("error_type")) if kind == "trial.failed" else "", str(final),
+        ])  # fmt: skip
+    _compare_csv(st, a, "trials/attempts.csv", ["request_seq", "position", "trial", "attempt",
+                 "request_sha256", "outcome", "outcome_seq", "response_sha256", "error_type",
+                 "final"], attempts)  # fmt: skip
+    results = [a.body(seq) for seq in a.of_kind("analysis.result")]
+    hyps = [r for r in results if r.get("hypothesis")]
+    verdicts = [
+        [_cell(r.get("hypothesis")), _cell(r.get("test")), _cell(r.get("status")),
+         _cell(r.get("verdict")), json.dumps(r["decided_by"], sort_keys=True)
+         if r.get("decided_by") else "", _cell(r.get("error")) if r.get("error") else ""]
+        for r in hyps
+    ]  # fmt: skip
+
+    def same_verdict(row: list[str], want: list[str]) -> bool:  # decided_by compared as JSON
+        try:
+            parsed = json.loads(row[4]) if row[4] else None
+            return row[:4] + row[5:] == want[:4] + want[5:] and parsed == (
+                json.loads(want[4]) if want[4] else None)
+        except (ValueError, IndexError, RecursionError):
+            return False
+
+    _compare_csv(st, a, "analysis/tables/verdicts.csv", ["hypothesis", "test", "status",
+                 "verdict", "decided_by", "error"], verdicts, same_verdict)  # fmt: skip
+    readme = a.file("README.md")
+    if readme is None:
+        st.fail(a.absent("README.md"), where="README.md")
+    else:
+        text = readme.decode("utf-8", errors="replace").split("\n")
+        table = {}
+        for number, line in enumerate(text, start=1):
+            cells = [c.strip() for c in line.strip().strip("|").split("|")]
+            if line.startswith("| ") and len(cells) == 3 and cells[0] not in ("hypothesis",):
+                table[cells[0]] = (cells[1], cells[2], number)
+        for r in hyps:
+            h = str(r.get("hypothesis"))
+            got = table.pop(h, None)
+            want_cells = (_cell(r.get("test")), _cell(r.get("verdict")))
+            if got is None:
+                st.fail(f"README.md has no verdict row for {h}", where="README.md")
+            elif got[:2] != want_cells:
+                st.fail(f"README.md line {got[2]}: {h} says {got[0]} / {got[1]}, the "
+                        f"analysis.result says {want_cells[0]} / {want_cells[1]}",
+                        where=f"README.md line {got[2]}")  # fmt: skip
+        for h, (_, _, number) in table.items():
+            if not h.startswith("---"):
+                st.fail(f"README.md line {number}: verdict row {h} has no analysis.result",
+                        where=f"README.md line {number}")  # fmt: skip
+        _check_readme_study(st, a, text)
+    return st.check(
+        f"scores/scores.csv, trials/attempts.csv, analysis/tables/verdicts.csv and the README "
+        f"(verdicts, arm hashes, simulated-data notice) match the events ({len(scores)} scores, "
+        f"{len(attempts)} attempts, {len(hyps)} verdicts)"
+    )

@@ -1,0 +1,122 @@
+"""The ``layout`` check: every entry of the archive is accounted for (archive-format §1).
+
+Each folder may hold only what the format lists for it; locked files, arm texts, figures and
+blobs are allowed by name only when the signed events call for them. Anything else (an extra
+file, an empty folder, a symbolic link, named pipe, device or socket) FAILs, named.
+"""
+
+from __future__ import annotations
+
+import re
+
+from verify._archive.protocol import locked_archive_path
+from verify._archive.report import figure_names
+from verify._archive.view import Archive
+from verify._ledgerfile import _State
+from verify._reader.files import show
+from verify._reader.names import EVENTS, MANIFEST
+from verify._report import Check
+
+__all__ = ["FOLDERS", "check_layout"]
+
+FOLDERS: dict[str, str] = {
+    "": "README.md, MANIFEST.sha256 and the folders ledger/, protocol/, stimuli/, truth/, "
+    "trials/, scores/, analysis/ and blobs/",
+    "ledger": "events.jsonl, checkpoints/<8 digits>.txt and keys/<actor>.vkey of each "
+    "registered key",
+    "blobs": "files named by the 64 lowercase hex SHA-256 of their content, each referenced by "
+    "an event",
+    "protocol": "files.csv, protocol.json, arms/<arm>.txt of each locked arm and each locked "
+    "file that is not a stimulus or truth table",
+    "stimuli": "the locked stimuli",
+    "truth": "the locked truth tables",
+    "trials": "schedule.csv and attempts.csv",
+    "scores": "scores.csv",
+    "analysis": "results.json, trials.csv, items.csv, report.html, tables/verdicts.csv and "
+    "figures/<name>.png of the report's figures",
+}
+"""What each folder may hold, as the ``layout`` check's messages say it."""
+
+_FIXED_FILES = frozenset(
+    {
+        "README.md",
+        MANIFEST,
+        EVENTS,
+        "protocol/files.csv",
+        "protocol/protocol.json",
+        "trials/schedule.csv",
+        "trials/attempts.csv",
+        "scores/scores.csv",
+        "analysis/results.json",
+        "analysis/trials.csv",
+        "analysis/items.csv",
+        "analysis/report.html",
+        "analysis/tables/verdicts.csv",
+    }
+)
+_FIXED_DIRS = frozenset(
+    {
+        "ledger", "ledger/checkpoints", "ledger/keys", "blobs", "protocol", "protocol/arms",
+        "stimuli", "truth", "trials", "scores", "analysis", "analysis/tables", "analysis/figures",
+    }
+)  # fmt: skip
+_CHECKPOINT = re.compile(r"ledger/checkpoints/[0-9]{8}\.txt")
+_BLOB = re.compile(r"blobs/([0-9a-f]{64})")
+
+
+def _folder_of(rel: str) -> str:
+    top = rel.split("/", 1)[0] if "/" in rel else ""
+    return top if top in FOLDERS else ""
+
+
+def check_layout(a: Archive) -> Check:
+    """Every entry is a regular file or folder at a place the archive format allows."""
+    st = _State("layout")
+    files = a.files
+    for where, reason in files.problems:
+        st.fail(reason, where=show(where))
+    allowed: set[str] = set(_FIXED_FILES)
+    for path, (role, _, _) in a.locked_files.items():
+        allowed.add(locked_archive_path(path, role))
+    arms = a.protocol.get("arms")
+    for arm in arms if type(arms) is dict else {}:
+        allowed.add(f"protocol/arms/{arm}.txt")
+    allowed.update(f"analysis/figures/{name}" for name in figure_names(a))
+    allowed.update(f"ledger/keys/{name}" for name in a.key_files)
+    referenced: set[str] = set()
+    for env in a.envs:
+        blobs = env.get("blobs") if env is not None else None
+        if type(blobs) is dict:
+            referenced.update(d for d in blobs.values() if type(d) is str)
+    dirs = set(_FIXED_DIRS)
+    for rel in allowed:
+        parts = rel.split("/")[:-1]
+        dirs.update("/".join(parts[: i + 1]) for i in range(len(parts)))
+    for rel, what in sorted(files.others.items()):
+        st.fail(f"{show(rel)} {what}", where=show(rel))
+    for rel in sorted(files.dirs - dirs):
+        folder = _folder_of(rel)
+        st.fail(
+            f"{show(rel)}/ is a folder the archive format does not have ({folder or 'the root'}"
+            f"{'/' if folder else ''} holds {FOLDERS[folder]})",
+            where=show(rel),
+        )
+    for rel in sorted(files.files):
+        if rel in allowed or _CHECKPOINT.fullmatch(rel):
+            continue
+        blob = _BLOB.fullmatch(rel)
+        if blob is not None:
+            if blob.group(1) in referenced:
+                continue
+            st.fail(f"{rel} is referenced by no event: not part of the archive", where=rel)
+            continue
+        folder = _folder_of(rel)
+        st.fail(
+            f"{show(rel)} is not part of the archive format ({folder or 'the root'}"
+            f"{'/' if folder else ''} holds {FOLDERS[folder]})",
+            where=show(rel),
+        )
+    return st.check(
+        f"{len(files.files)} files and {len(files.dirs)} folders, each where the format puts it "
+        "(no link, pipe, device or socket; no extra file)"
+    )

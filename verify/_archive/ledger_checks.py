@@ -1,0 +1,368 @@
+"""The ledger-level checks (``docs/ledger-format.md`` §8) on an archive's files.
+
+``ledger/events.jsonl``, ``ledger/checkpoints/``, ``ledger/keys/`` and ``blobs/`` take the place of
+the SQLite tables; the engine is the one that verifies a ledger file (:mod:`verify._ledgerfile`).
+Every file is read through :class:`~verify._reader.files.ArchiveFiles`, whose walk also hashes
+each regular file once; the events are parsed once by :mod:`verify._reader.events`.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import re
+import time
+from collections.abc import Iterator, Sequence
+from concurrent.futures import Future, ProcessPoolExecutor
+from typing import Any
+
+from verify._errors import CheckpointFormatError, NoteError
+from verify._ledgerfile import _Run, _verify_items
+from verify._note import Checkpoint, parse_checkpoint, parse_note
+from verify._reader.events import EventReader
+from verify._reader.files import ArchiveFileError, ArchiveFiles, show
+from verify._reader.names import EVENTS, line_where
+from verify._report import Check, Report, Status
+
+__all__ = ["ArchiveRun", "FileCheckpoint"]
+
+_CHECKPOINT_NAME = re.compile(r"^([0-9]{8})\.txt$")
+_CHECKPOINTS = "ledger/checkpoints/"
+_KEYS = "ledger/keys/"
+
+
+class FileCheckpoint:
+    """A checkpoint file in ``ledger/checkpoints/``, shaped like a stored checkpoint row.
+
+    ``data`` is ``None`` when the file could not be read; ``unreadable`` then says why.
+    """
+
+    __slots__ = (
+        "cp", "created", "id", "label", "note", "problem", "root_col", "size_col", "where"
+    )  # fmt: skip
+
+    def __init__(self, name: str, data: bytes | None, unreadable: str = "") -> None:
+        self.id = name
+        self.where = f"{_CHECKPOINTS}{name}"
+        self.created = None
+        self.cp: Checkpoint | None = None
+        self.problem: str | None = None
+        self.note: str | None = None
+        match = _CHECKPOINT_NAME.match(name)
+        self.size_col: int | None = int(match.group(1)) if match else None
+        self.root_col: bytes | None = None
+        size: object = self.size_col
+        try:
+            if data is None:
+                raise CheckpointFormatError(unreadable)
+            self.note = data.decode("utf-8")
+            text, _ = parse_note(self.note)
+            self.cp = parse_checkpoint(text)
+            size = self.cp.size
+            self.root_col = self.cp.root
+        except (NoteError, CheckpointFormatError) as exc:
+            self.problem = str(exc)
+        except UnicodeDecodeError as exc:
+            self.problem = f"not valid UTF-8 at byte {exc.start}"
+        if match is None and self.problem is None:
+            self.problem = "file name is not <size, 8 digits>.txt"
+        elif self.problem is None and self.size_col != size:
+            self.problem = f"file name says size {self.size_col}, the note says {size}"
+        self.label = f"{self.where} (size {size})"
+
+
+class ArchiveRun(_Run):
+    """The checks of ``docs/ledger-format.md`` §8 on an archive's ``ledger/`` and ``blobs/``."""
+
+    def __init__(
+        self,
+        files: ArchiveFiles,
+        trusted_keys: Sequence[str],
+        checkpoints: Sequence[str | os.PathLike[str]],
+        jobs: int,
+    ) -> None:
+        super().__init__(files.root, trusted_keys, checkpoints, jobs)
+        self.files = files
+        self.has_tree = False
+        self.envs: list[dict[str, Any] | None] = []  # each line's shared envelope, or None
+        self.lines = 0
+        self.hash_time = 0.0
+        self.stored: list[FileCheckpoint] = []
+        self.promised: list[tuple[int, int, str]] = []  # (size, seq, what) the protocol promises
+
+    # ------------------------------------------------------------------ sources
+
+    def _event_rows(self, con: object) -> Iterator[tuple[Any, ...]]:
+        st = self.states["envelopes"]
+        reader = EventReader(self.files)
+        envs = self.envs
+        for ev in reader:
+            for problem in ev.problems:
+                where = line_where(ev.index)
+                st.fail(problem, ev.index, where=where)
+            envs.append(ev.shared)
+            env = ev.env
+            if env is not None:
+                kind, actor, etime = env.get("kind"), env.get("actor"), env.get("time")
+            else:
+                kind = actor = etime = None
+            yield ev.index, kind, actor, etime, ev.envelope, ev.signature, ev.leaf_hash
+        self.lines = reader.lines
+        if reader.cut_problem is not None:
+            st.fail(reader.cut_problem, reader.lines, where=EVENTS)
+        if reader.tail_problem is not None:
+            last = reader.lines - 1
+            st.fail(reader.tail_problem, last, where=line_where(last))
+
+    def _submit(
+        self,
+        pool: ProcessPoolExecutor,
+        lo: int,
+        hi: int,
+        keys: dict[str, bytes],
+        overrides: dict[int, str | None],
+    ) -> Future[list[tuple[int, str]]]:
+        items = [item for item in self.sig_buffer if lo <= item[0] <= hi]
+        self.sig_buffer = [item for item in self.sig_buffer if item[0] > hi]
+        return pool.submit(_verify_items, items, keys, overrides)
+
+    # ------------------------------------------------------------------ run
+
+    def run(self) -> Report:
+        report = Report(path=self.path)
+        st_file = self.states["file"]
+        files = self.files
+        t0 = time.perf_counter()
+        files.walk()
+        if files.problems and not files.complete:
+            where, reason = files.problems[0]
+            st_file.fail(f"{reason}: not verified", where=show(where))
+            report.checks = [st_file.check("")]
+            return report
+        if EVENTS not in files.files:
+            st_file.fail(
+                f"{self.path}: {EVENTS} {files.describe(EVENTS)}: not an archive", where=EVENTS
+            )
+            report.checks = [st_file.check("")]
+            return report
+        files.hash_all()
+        self.hash_time += time.perf_counter() - t0
+        if EVENTS in files.unhashed:
+            st_file.fail(f"{EVENTS} {files.unhashed[EVENTS]}: not an archive", where=EVENTS)
+            report.checks = [st_file.check("")]
+            return report
+        self.stored = self._read_checkpoints()
+        sizes: set[int] = set()
+        for s in self.stored:
+            if s.cp is not None:
+                sizes.add(s.cp.size)
+        for p in self.published:
+            if p.cp is not None:
+                sizes.add(p.cp.size)
+        pool: ProcessPoolExecutor | None = None
+        from verify import _ledgerfile
+
+        total = self._count_lines() if self.jobs > 1 else 0
+
+        if self.jobs > 1 and total >= _ledgerfile._MIN_PARALLEL_EVENTS:
+            import multiprocessing
+
+            pool = ProcessPoolExecutor(
+                max_workers=self.jobs, mp_context=multiprocessing.get_context("spawn")
+            )
+        t0 = time.perf_counter()
+        try:
+            futures = self._stream(None, sizes, pool, total)
+            for future in futures:
+                self.crypto_failures.extend(future.result())
+        except ArchiveFileError as exc:
+            st_file.fail(f"{exc}: not an archive", where=EVENTS)
+            report.checks = [st_file.check("")]
+            return report
+        finally:
+            if pool is not None:
+                pool.shutdown(wait=True, cancel_futures=True)
+        stream_time = time.perf_counter() - t0
+        final_root = self.roots.get(self.size, hashlib.sha256(b"").digest())
+        report.size = self.size
+        report.root = final_root.hex()
+        report.origin = self.registry.origin
+        self._finish_signatures()
+        self._check_key_files()
+        t0 = time.perf_counter()
+        self._check_blob_rows(self._blob_rows(), "is missing from blobs/")
+        self.hash_time += time.perf_counter() - t0
+        t0 = time.perf_counter()
+        trusted = self._trusted_keys()
+        self._check_stored_checkpoints(self.stored, trusted)  # type: ignore[arg-type]
+        self._check_promised_checkpoints()
+        self._check_published(trusted, final_root)
+        checks = self._checks(self.stored, trusted)  # type: ignore[arg-type]
+        report.checks = [self._archive_check(c) for c in checks]
+        report.timings["ledger"] = stream_time + time.perf_counter() - t0
+        report.timings["signatures"] = self.sig_time
+        report.timings["hashing"] = self.hash_time
+        return report
+
+    def _check_promised_checkpoints(self) -> None:
+        """Require the checkpoints the protocol promises (``docs/archive-format.md`` §4).
+
+        ``ledger lock`` signs the registration checkpoint in the transaction's wake, right after
+        ``protocol.locked`` (tree size = its seq + 1); every run session signs one right after
+        its ``run.stopped`` (size = that seq + 1). The final one (after ``export.created``) is
+        required by ``export-coverage``. Deleting one of them must not pass silently.
+        """
+        st = self.states["checkpoints"]
+        sizes = {s.cp.size for s in self.stored if s.cp is not None}
+        for seq, env in enumerate(self.envs):
+            kind = env.get("kind") if env is not None else None
+            if kind == "protocol.locked":
+                what = f"protocol.locked (seq {seq}): the registration checkpoint signed at lock"
+            elif kind == "run.stopped":
+                body = env.get("body") if env is not None else None
+                session = body.get("session") if type(body) is dict else None
+                what = (
+                    f"run.stopped (seq {seq}, run session of run.started seq {session}): the "
+                    "checkpoint signed at the end of the session"
+                )
+            else:
+                continue
+            size = seq + 1
+            self.promised.append((size, seq, what))
+            if size not in sizes:
+                name = f"ledger/checkpoints/{size:08d}.txt"
+                why = self.files.describe(name)
+                st.fail(
+                    f"{name} {'is missing' if why == 'is readable' else why}: no checkpoint of "
+                    f"tree size {size}, which {what} promises",
+                    seq,
+                    where=name,
+                )
+
+    def _count_lines(self) -> int:
+        count = 0
+        with self.files.open(EVENTS) as fh:
+            for block in iter(lambda: fh.read(1 << 20), b""):
+                count += block.count(b"\n")
+        return count
+
+    def _archive_check(self, check: Check) -> Check:
+        """Reword the SQLite-specific checks for an archive and name the line of a seq."""
+        n = self.size
+        if check.status is Status.PASS:
+            reason = {
+                "file": f"archive with {EVENTS} ({self.lines} lines)",
+                "envelopes": f"{n} lines are canonical JSON holding canonical v1 envelopes",
+                "leaf-hashes": f"{n} leaf hashes recomputed (an archive stores none)",
+                "keys": f"{len(self.registry.keys)} key(s) registered by valid key events; "
+                "ledger/keys/ holds exactly their vkeys",
+                "tree": "no stored tree in an archive: roots are recomputed from the events",
+                "blobs": f"{len(self.blob_refs)} referenced blob(s) present in blobs/ and hashing "
+                "to their names",
+                "checkpoints": f"{len(self.stored)} checkpoint file(s) parse, are validly signed "
+                "and match the recomputed roots; the protocol's promised ones are present "
+                f"({self._promised_summary()})",
+            }.get(check.name, check.reason)
+            return Check(check.name, check.status, reason, check.seq, check.where)
+        if check.where is None and check.seq is not None and check.seq < n:
+            return Check(check.name, check.status, check.reason, check.seq, line_where(check.seq))
+        return check
+
+    def _promised_summary(self) -> str:
+        registration = [size for size, _, what in self.promised if what.startswith("protocol")]
+        sessions = len(self.promised) - len(registration)
+        reg = f"registration size {registration[0]}" if registration else "no registration"
+        return f"{reg}, {sessions} run session(s)"
+
+    def _blob_rows(self) -> Iterator[tuple[Any, Any, Any]]:
+        """``(name, size, digest)`` of each regular file in ``blobs/`` (hashed once by the walk)."""
+        files = self.files
+        for rel in sorted(files.files):
+            if rel.startswith("blobs/"):
+                yield rel[6:], files.files[rel].size, files.hashes.get(rel)
+
+    def _check_blob_rows(self, cur: Any, missing: str) -> None:
+        st = self.states["blobs"]
+        refs = self.blob_refs
+        files = self.files
+        seen: set[str] = set()
+        unreferenced: list[str] = []
+        for name, _size, digest in cur:
+            ref = refs.get(name)
+            rel = f"blobs/{name}"
+            prefix = f"seq {ref[0]}: blob {ref[1]!r} ({rel})" if ref else show(rel)
+            if ref is not None:
+                seen.add(name)
+            else:
+                unreferenced.append(name)
+            if digest is None:
+                st.fail(f"{prefix} {files.describe(rel)}", ref[0] if ref else None, where=rel)
+            elif digest != name:
+                st.fail(f"{prefix} does not hash to its name", ref[0] if ref else None,
+                        where=show(rel))  # fmt: skip
+        for address, (seq, bname) in refs.items():
+            if address not in seen:
+                rel = f"blobs/{address}"
+                why = missing if rel not in files.others else files.describe(rel)
+                st.fail(f"seq {seq}: blob {bname!r} ({address}) {why}", seq, where=rel)
+        if unreferenced:
+            st.warn(
+                f"{len(unreferenced)} file(s) in blobs/ are referenced by no event "
+                f"(first: blobs/{show(unreferenced[0])})",
+                where=f"blobs/{show(unreferenced[0])}",
+            )
+
+    def _read_checkpoints(self) -> list[FileCheckpoint]:
+        files = self.files
+        out: list[FileCheckpoint] = []
+        if "ledger/checkpoints" not in files.dirs:
+            why = files.describe("ledger/checkpoints").replace("regular file", "directory")
+            self.states["checkpoints"].fail(
+                f"ledger/checkpoints/ {why if why != 'is readable' else 'is missing'}",
+                where="ledger/checkpoints",
+            )
+            return out
+        for rel in sorted(files.files):
+            if rel.startswith(_CHECKPOINTS) and "/" not in rel[len(_CHECKPOINTS) :]:
+                data, why = files.get(rel)
+                out.append(FileCheckpoint(rel[len(_CHECKPOINTS) :], data, why))
+        for rel, what in sorted(files.others.items()):
+            if rel.startswith(_CHECKPOINTS):
+                self.states["checkpoints"].fail(f"{show(rel)} {what}", where=show(rel))
+        return out
+
+    def _check_key_files(self) -> None:
+        st = self.states["keys"]
+        files = self.files
+        present: dict[str, tuple[bytes | None, str]] = {}
+        for rel in sorted(files.files):
+            if rel.startswith(_KEYS) and "/" not in rel[len(_KEYS) :]:
+                present[rel[len(_KEYS) :]] = files.get(rel)
+        for rel, what in sorted(files.others.items()):
+            if rel.startswith(_KEYS):
+                st.fail(f"{show(rel)} {what}", where=show(rel), rank=1)
+        for actor, rec in self.registry.keys.items():
+            name = re.sub(r"[/:+]", "_", actor) + ".vkey"
+            data, why = present.pop(name, (None, ""))
+            if data is None:
+                st.fail(
+                    (why or f"ledger/keys/{name} {files.describe(_KEYS + name)}")
+                    + f" (key {actor} registered at seq {rec.added_seq})",
+                    rec.added_seq,
+                    where=f"ledger/keys/{name}",
+                    rank=1,
+                )
+            elif data != (rec.vkey.text + "\n").encode("utf-8"):
+                st.fail(
+                    f"ledger/keys/{name} is not the vkey registered at seq {rec.added_seq} "
+                    "followed by a newline",
+                    rec.added_seq,
+                    where=f"ledger/keys/{name}",
+                    rank=1,
+                )
+        for name in sorted(present):
+            st.fail(
+                f"ledger/keys/{show(name)} is the vkey of no registered key",
+                where=f"ledger/keys/{show(name)}",
+                rank=1,
+            )

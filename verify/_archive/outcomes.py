@@ -1,0 +1,158 @@
+"""The ``outcomes`` and ``blinding`` checks: one final outcome per trial; sealed, then unblinded."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from verify._archive.view import Archive
+from verify._canonical import canonical_json
+from verify._ledgerfile import _State
+from verify._reader.names import TRIAL_KINDS, sha_hex
+from verify._report import Check
+
+__all__ = ["check_blinding", "check_outcomes"]
+
+
+def check_outcomes(a: Archive) -> Check:
+    """Every request has one outcome; every scheduled trial exactly one final outcome."""
+    st = _State("outcomes")
+    requests: dict[int, dict[str, Any]] = {seq: a.body(seq) for seq in a.of_kind("trial.requested")}
+    outcomes: dict[int, list[int]] = {seq: [] for seq in requests}
+    final: dict[str, list[int]] = {}
+    attempts: dict[str, int] = {}
+    outcome_seqs = sorted(a.of_kind("trial.responded") + a.of_kind("trial.failed"))
+    for seq in sorted(requests):
+        body = requests[seq]
+        tid = body.get("trial")
+        want = attempts.get(str(tid), 0) + 1
+        if body.get("attempt") != want:
+            st.fail(f"seq {seq}: trial {tid} attempt is {body.get('attempt')!r}, expected {want}",
+                    seq)  # fmt: skip
+        attempts[str(tid)] = want
+    for seq in outcome_seqs:
+        env = a.envs[seq]
+        kind = env.get("kind") if env is not None else None
+        body = a.body(seq)
+        rseq = body.get("request_seq")
+        if type(rseq) is not int or rseq not in requests or rseq >= seq:
+            st.fail(f"seq {seq}: {kind} request_seq {rseq!r} is no earlier trial.requested", seq)
+            continue
+        outcomes[rseq].append(seq)
+        req = requests[rseq]
+        if body.get("trial") != req.get("trial") or body.get("attempt") != req.get("attempt"):
+            st.fail(f"seq {seq}: {kind} trial/attempt differ from its request (seq {rseq})", seq)
+        if kind == "trial.responded":
+            ref = a.blob_ref(seq, "response")
+            if ref is None or not a.blob_ok(ref):
+                st.fail(f"seq {seq}: response blob {ref} is missing or altered", seq,
+                        where=f"blobs/{ref}")  # fmt: skip
+        if kind == "trial.responded" or body.get("final") is True:
+            final.setdefault(str(req.get("trial")), []).append(seq)
+    for rseq, outs in outcomes.items():
+        if not outs:
+            st.fail(f"seq {rseq}: trial.requested ({requests[rseq].get('trial')}) has no "
+                    "outcome", rseq)  # fmt: skip
+        elif len(outs) > 1:
+            st.fail(f"seq {rseq}: trial.requested has {len(outs)} outcomes (seqs "
+                    f"{', '.join(map(str, outs))})", outs[1])  # fmt: skip
+    for seq, body in requests.items():
+        first_final = final.get(str(body.get("trial")), [])
+        if first_final and first_final[0] < seq:
+            st.fail(f"seq {seq}: trial {body.get('trial')} requested after its final outcome "
+                    f"(seq {first_final[0]})", seq)  # fmt: skip
+    ids = a.schedule()
+    for i, tid in enumerate(ids, start=1):
+        finals = final.get(tid, [])
+        if not finals:
+            st.fail(f"trial {tid} (position {i}) has no final outcome", where=f"trial {tid}")
+        elif len(finals) > 1:
+            st.fail(f"trial {tid} (position {i}) has {len(finals)} final outcomes (seqs "
+                    f"{', '.join(map(str, finals))})", finals[1])  # fmt: skip
+    for tid in sorted(set(final) - set(ids)):
+        st.fail(f"trial {tid!r} has an outcome but is not in the schedule",
+                final[tid][0])  # fmt: skip
+    return st.check(
+        f"{len(requests)} requests have one outcome each; each of {len(ids)} scheduled trials has "
+        "exactly one final outcome"
+    )
+
+
+def check_blinding(a: Archive) -> Check:
+    """Scores sealed before unblinding; the revealed secret opens the commitment."""
+    st = _State("blinding")
+    seals = a.of_kind("scoring.sealed")
+    revealed = a.of_kind("blinding.revealed")
+    scored = a.of_kind("trial.scored")
+    if len(seals) != 1:
+        st.fail(f"the ledger has {len(seals)} scoring.sealed events; exactly one is required",
+                seals[1] if len(seals) > 1 else None)  # fmt: skip
+    if len(revealed) != 1:
+        st.fail(f"the ledger has {len(revealed)} blinding.revealed events; exactly one is "
+                "required", revealed[1] if len(revealed) > 1 else None)  # fmt: skip
+    if not seals or not revealed:
+        return st.check("")
+    seal, reveal = seals[0], revealed[0]
+    last_trial = max((s for k in TRIAL_KINDS for s in a.of_kind(k)), default=-1)
+    if last_trial > seal:
+        st.fail(f"seq {last_trial}: a trial event follows scoring.sealed (seq {seal})", last_trial)
+    if reveal < seal:
+        st.fail(f"seq {reveal}: blinding.revealed comes before scoring.sealed (seq {seal})",
+                reveal)  # fmt: skip
+    commitment = a.protocol.get("blinding_commitment")
+    rbody = a.body(reveal)
+    secret_hex = rbody.get("secret_hex")
+    try:
+        secret = bytes.fromhex(secret_hex) if type(secret_hex) is str else None
+    except ValueError:
+        secret = None
+    if secret is None:
+        st.fail(f"seq {reveal}: secret_hex is not hex", reveal)
+        return st.check("")
+    if sha_hex(secret) != commitment:
+        st.fail(f"seq {reveal}: SHA-256(secret) {sha_hex(secret)} does not open the commitment "
+                f"{commitment} of protocol.locked (seq {a.protocol_seq})", reveal)  # fmt: skip
+    if rbody.get("commitment") != commitment:
+        st.fail(f"seq {reveal}: commitment differs from protocol.locked's", reveal)
+    codes = a.codes(secret)
+    if rbody.get("arm_codes") != codes:
+        st.fail(f"seq {reveal}: arm_codes are not HMAC-SHA256(secret, arm)[:12] of the locked "
+                "arms", reveal)  # fmt: skip
+    # every trial.scored: one per trial.responded, the code of its trial's arm
+    responded = set(a.of_kind("trial.responded"))
+    requests = {seq: a.body(seq) for seq in a.of_kind("trial.requested")}
+    seen: dict[int, int] = {}
+    pairs: list[tuple[int, str]] = []
+    for seq in scored:
+        body = a.body(seq)
+        rseq = body.get("response_seq")
+        if type(rseq) is not int or rseq not in responded:
+            st.fail(f"seq {seq}: trial.scored response_seq {rseq!r} is no trial.responded", seq)
+            continue
+        if rseq in seen:
+            st.fail(f"seq {seq}: second trial.scored for response seq {rseq} (first: seq "
+                    f"{seen[rseq]})", seq)  # fmt: skip
+            continue
+        seen[rseq] = seq
+        pairs.append((rseq, str(body.get("scores_sha256"))))
+        req = requests.get(a.body(rseq).get("request_seq"), {})  # type: ignore[arg-type]
+        arm = req.get("arm")
+        if body.get("arm_code") != codes.get(str(arm)):
+            st.fail(f"seq {seq}: arm_code {body.get('arm_code')!r} is not the code of arm "
+                    f"{arm!r} of trial {req.get('trial')}", seq)  # fmt: skip
+        if body.get("stimulus") != req.get("stimulus"):
+            st.fail(f"seq {seq}: stimulus differs from its trial's", seq)
+    for rseq in sorted(responded - set(seen)):
+        st.fail(f"seq {rseq}: trial.responded has no trial.scored", rseq)
+    sbody = a.body(seal)
+    pairs.sort()
+    digest = sha_hex(canonical_json([[r, h] for r, h in pairs]))
+    if sbody.get("scores_sha256") != digest:
+        st.fail(f"seq {seal}: the seal's scores_sha256 is not the hash of the recorded scores "
+                f"({digest})", seal)  # fmt: skip
+    if sbody.get("scored") != len(pairs):
+        st.fail(f"seq {seal}: scored is {sbody.get('scored')!r}, {len(pairs)} trials were scored",
+                seal)  # fmt: skip
+    return st.check(
+        f"scoring sealed (seq {seal}) after every trial event and before blinding.revealed "
+        f"(seq {reveal}); the commitment opens; {len(pairs)} scores carry their arm's code"
+    )

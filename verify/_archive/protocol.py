@@ -1,0 +1,199 @@
+"""The ``protocol`` check: locked before the first request, no locked file changed unrecorded."""
+
+from __future__ import annotations
+
+import csv
+import fnmatch
+import json
+
+from verify._archive.view import Archive
+from verify._ledgerfile import _State
+from verify._reader.files import show
+from verify._reader.names import EVENTS, line_where, read_csv, sha_hex
+from verify._report import Check
+
+__all__ = ["check_protocol", "locked_archive_path"]
+
+
+def locked_archive_path(locked_path: str, role: str) -> str:
+    """Where a locked file lies in the archive (``docs/archive-format.md`` §2)."""
+    name = locked_path.rsplit("/", 1)[-1]
+    if role == "stimulus":
+        return f"stimuli/{name}"
+    if role == "truth":
+        return f"truth/{name}"
+    return f"protocol/{locked_path}"
+
+
+def check_protocol(a: Archive) -> Check:
+    """Locked before the first request; every locked file as locked or as amended."""
+    st = _State("protocol")
+    locked = a.of_kind("protocol.locked")
+    if len(locked) != 1:
+        where = line_where(locked[1]) if len(locked) > 1 else EVENTS
+        st.fail(
+            f"the ledger has {len(locked)} protocol.locked events; exactly one is required"
+            + (f" (second at seq {locked[1]})" if len(locked) > 1 else ""),
+            locked[1] if len(locked) > 1 else None,
+            where=where,
+        )
+        if not locked:
+            return st.check("")
+    pseq = locked[0]
+    requested = a.of_kind("trial.requested")
+    if requested and requested[0] < pseq:
+        st.fail(
+            f"seq {requested[0]}: trial.requested comes before protocol.locked (seq {pseq})",
+            requested[0],
+        )
+    for kind in ("artifact.locked",):
+        for seq in a.of_kind(kind):
+            if seq > pseq:
+                st.fail(f"seq {seq}: artifact.locked after protocol.locked (seq {pseq})", seq)
+    # artifacts and the locked manifest
+    manifest = a.protocol.get("manifest")
+    if type(manifest) is not dict:
+        st.fail(f"seq {pseq}: protocol.locked has no manifest object", pseq)
+        manifest = {}
+    for path, (_role, digest, seq) in sorted(a.locked_files.items()):
+        body = a.body(seq)
+        ref = a.blob_ref(seq, "content")
+        if ref != digest:
+            st.fail(f"seq {seq}: artifact.locked {path}: content blob is not its sha256", seq)
+        elif not a.blob_ok(ref):
+            st.fail(f"seq {seq}: artifact.locked {path}: blob {ref} missing or altered", seq,
+                    where=f"blobs/{ref}")  # fmt: skip
+        elif body.get("size") != a.blob_size(ref):
+            st.fail(f"seq {seq}: artifact.locked {path}: size differs from the blob's", seq)
+        if manifest.get(path) != digest:
+            st.fail(
+                f"seq {seq}: artifact.locked {path} ({digest}) differs from the protocol.locked "
+                f"manifest (seq {pseq}): {manifest.get(path)!r}",
+                seq,
+            )
+    for path in sorted(set(manifest) - set(a.locked_files)):
+        st.fail(f"seq {pseq}: manifest path {path} has no artifact.locked event", pseq)
+    # amendments
+    amendable = a.protocol.get("amendable")
+    patterns = [p for p in amendable if type(p) is str] if type(amendable) is list else []
+    running = {p: str(h) for p, h in manifest.items()}
+    for seq in a.of_kind("protocol.amended"):
+        if seq < pseq:
+            st.fail(f"seq {seq}: protocol.amended before protocol.locked", seq)
+        changes = a.body(seq).get("changes")
+        for change in changes if type(changes) is list else [None]:
+            if type(change) is not dict or type(change.get("path")) is not str:
+                st.fail(f"seq {seq}: protocol.amended change is not an object with a path", seq)
+                continue
+            path = change["path"]
+            if not any(fnmatch.fnmatch(path, p) for p in patterns):
+                st.fail(f"seq {seq}: protocol.amended changes {path}, which is not amendable",
+                        seq)  # fmt: skip
+            if change.get("previous_sha256") != running.get(path):
+                st.fail(f"seq {seq}: protocol.amended {path}: previous_sha256 is not the "
+                        "hash in force", seq)  # fmt: skip
+            blob_name = change.get("blob")
+            ref = a.blob_ref(seq, blob_name) if type(blob_name) is str else None
+            if ref != change.get("sha256") or not a.blob_ok(ref):
+                st.fail(f"seq {seq}: protocol.amended {path}: blob missing or not its sha256",
+                        seq)  # fmt: skip
+            running[path] = str(change.get("sha256"))
+    current = a.current_manifest()
+    # protocol/files.csv and every locked file
+    files_csv = a.file("protocol/files.csv")
+    listed: set[str] = set()
+    if files_csv is None:
+        st.fail(a.absent("protocol/files.csv"), where="protocol/files.csv")
+    else:
+        try:
+            rows = read_csv(files_csv)
+        except (UnicodeDecodeError, csv.Error) as exc:
+            rows = []
+            st.fail(f"protocol/files.csv cannot be read: {exc}", where="protocol/files.csv")
+        if rows and rows[0] != ["locked_path", "role", "sha256", "archive_path"]:
+            st.fail("protocol/files.csv line 1: header is not locked_path,role,sha256,"
+                    "archive_path", where="protocol/files.csv line 1")  # fmt: skip
+        for number, row in enumerate(rows[1:], start=2):
+            where = f"protocol/files.csv line {number}"
+            if len(row) != 4:
+                st.fail(f"{where}: expected 4 cells, found {len(row)}", where=where)
+                continue
+            path, role, digest, archive_path = row
+            listed.add(path)
+            entry = a.locked_files.get(path)
+            want = current.get(path)
+            if entry is None or want is None:
+                st.fail(f"{where}: {path} is not a locked file", where=where)
+                continue
+            if role != entry[0]:
+                st.fail(f"{where}: role {role!r} is not the locked role {entry[0]!r}", where=where)
+            if digest != want[0]:
+                st.fail(f"{where}: {path}: sha256 {digest} is not the locked (or amended) "
+                        f"{want[0]} (seq {want[1]})", want[1], where=where)  # fmt: skip
+            if archive_path != locked_archive_path(path, entry[0]):
+                st.fail(f"{where}: archive_path {archive_path!r} should be "
+                        f"{locked_archive_path(path, entry[0])!r}", where=where)  # fmt: skip
+    for path in sorted(set(a.locked_files) - listed):
+        st.fail(f"protocol/files.csv does not list the locked file {path}",
+                where="protocol/files.csv")  # fmt: skip
+    expected_files: set[str] = {"protocol/files.csv", "protocol/protocol.json"}
+    for path, (role, _, seq) in sorted(a.locked_files.items()):
+        target = locked_archive_path(path, role)
+        expected_files.add(target)
+        want = current.get(path, ("", seq))
+        have = a.hashes.get(target)
+        if have is None:
+            why = a.files.describe(target)
+            st.fail(f"{target} (locked {path}) {why}", want[1], where=target)
+        elif have != want[0]:
+            st.fail(
+                f"{target}: SHA-256 {have} is not the "
+                f"{'locked' if want[1] == pseq else 'amended'} hash {want[0]} of {path} "
+                f"(seq {want[1]})",
+                want[1],
+                where=target,
+            )
+    # composed arms
+    texts, problem = a.arm_texts()
+    if problem is not None:
+        st.fail(f"seq {pseq}: cannot compose the arms: {problem}", pseq)
+    arms = a.protocol.get("arms")
+    for arm, text in sorted(texts.items()):
+        info = arms.get(arm) if type(arms) is dict else None
+        digest = sha_hex(text.encode("utf-8"))
+        if type(info) is dict and info.get("sha256") != digest:
+            st.fail(
+                f"seq {pseq}: arm {arm}: the composed text hashes to {digest}, protocol.locked "
+                f"says {info.get('sha256')}",
+                pseq,
+            )
+        target = f"protocol/arms/{arm}.txt"
+        expected_files.add(target)
+        if a.hashes.get(target) != digest:
+            st.fail(f"{target} is not the composed text of arm {arm}", where=target)
+    # protocol.json
+    data = a.file("protocol/protocol.json")
+    if data is None:
+        st.fail(a.absent("protocol/protocol.json"), where="protocol/protocol.json")
+    else:
+        try:
+            doc = json.loads(data)
+        except (ValueError, UnicodeDecodeError, RecursionError):
+            doc = None
+        want_doc = dict(a.protocol)
+        want_doc["seq"] = pseq
+        if doc != want_doc:
+            st.fail(
+                f"protocol/protocol.json differs from the protocol.locked body (seq {pseq})",
+                pseq,
+                where="protocol/protocol.json",
+            )
+    for path in sorted([*a.files.files, *a.files.others]):
+        if path.split("/", 1)[0] in ("protocol", "stimuli", "truth") and path not in expected_files:
+            st.fail(f"{show(path)} is not a locked file, arm text or protocol record",
+                    where=show(path))  # fmt: skip
+    return st.check(
+        f"protocol.locked (seq {pseq}) precedes every request; {len(a.locked_files)} locked "
+        f"files match their locked or amended hash; {len(texts)} arm texts and protocol.json "
+        "match"
+    )

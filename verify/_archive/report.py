@@ -1,0 +1,935 @@
+"""The ``report`` check: what readers look at says what the events say (archive-format §7).
+
+``analysis/report.html`` is parsed with :mod:`html.parser` (after refusing what the writer never
+writes: scripts, comments, links, forms, event handlers, style attributes, any resource that is
+not an embedded PNG) and compared with the signed events:
+
+* the stylesheet is the one of archive format 1 (its SHA-256 is pinned);
+* the title, the SIMULATED DATA banner and the failed-results banner;
+* every table but the last (the writer's own verifier run at report time, only signed): its
+  caption, header and every cell, re-derived from ``protocol.locked``, ``protocol.amended``,
+  ``run.started`` and the ``analysis.result`` bodies with the number formats of §7;
+* every figure: the image embedded in the HTML is byte for byte the file
+  ``analysis/figures/<name>.png`` the format names for its place, with its title and caption; each
+  PNG is well formed (chunks, CRCs, no text chunks, image data of exactly the stated size) and
+  every figure file is embedded once.
+
+The pixels of a figure are not recomputed (that needs the writer's plotting code): a figure
+redrawn and embedded consistently, then re-signed, is caught only by outside evidence.
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import hashlib
+import json
+import math
+import re
+import struct
+import zlib
+from dataclasses import dataclass, field
+from html.parser import HTMLParser
+from typing import Any
+
+from verify._archive.view import Archive
+from verify._ledgerfile import _State
+from verify._report import CHECK_NAMES, Check
+
+__all__ = ["REPORT", "STYLESHEET_SHA256", "check_report", "expected_figures", "figure_names"]
+
+REPORT = "analysis/report.html"
+STYLESHEET_SHA256 = "62a8aa12229232ebc7c5ec82a4e5cd4889cab9097cb2e6b0066a624af9aefde1"
+"""SHA-256 of the text of the report's one ``<style>`` element (archive format 1)."""
+
+EXPLORATORY = "Exploratory (not pre-registered)"
+OTHER_LABEL = "other/none"
+_DATA_PNG = "data:image/png;base64,"
+_PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
+_PNG_CHUNKS = frozenset({b"IHDR", b"PLTE", b"tRNS", b"pHYs", b"IDAT", b"IEND", b"gAMA",
+                         b"cHRM", b"sRGB", b"iCCP", b"bKGD"})  # fmt: skip
+_MAX_PIXELS = 40_000_000
+_ALLOWED_TAGS = frozenset(
+    {"html", "head", "meta", "title", "style", "body", "h1", "h2", "h3", "p", "div", "span",
+     "code", "br", "table", "caption", "thead", "tbody", "tr", "th", "td", "figure", "img",
+     "figcaption"}
+)  # fmt: skip
+_VOID = frozenset({"br", "img", "meta"})
+_BLOCKS = frozenset({"h1", "h2", "h3", "p"})
+_ALLOWED_ATTRS = {"html": {"lang"}, "meta": {"charset"}, "div": {"class", "id"},
+                  "span": {"class"}, "p": {"class"}, "td": {"class"},
+                  "img": {"src", "alt"}}  # fmt: skip
+
+
+# ------------------------------------------------------------------------------ figures
+
+
+def _safe(name: str) -> str:
+    return "".join(ch if ch.isalnum() or ch in "-_" else "_" for ch in name)
+
+
+def _arms(a: Archive) -> list[str]:
+    arms = a.protocol.get("arms")
+    return sorted(arms) if type(arms) is dict else []
+
+
+def expected_figures(a: Archive) -> list[tuple[str, str, str]]:
+    """``(file name, title, caption)`` of each figure, in the report's order (§7)."""
+    out = [
+        ("accuracy_by_arm.png", "Accuracy by arm",
+         "Glyph-level accuracy of each arm over the analysable trials, with Wilson 95% "
+         "confidence intervals (descriptive)."),
+        ("accuracy_arm_stimulus.png", "Accuracy by arm and stimulus",
+         "Glyph-level accuracy in each arm × stimulus cell (descriptive)."),
+        ("forest_contrasts.png", "Pre-registered contrasts",
+         "Estimate and confidence interval of each pre-registered contrast in percentage points "
+         "(a one-sided interval runs to the edge as an arrow); red dashes mark a pre-registered "
+         "minimum difference; the verdict is at the right. Equivalence tests show the largest "
+         "per-stimulus |difference| against the ±margin band."),
+        ("accuracy_by_row.png", f"{EXPLORATORY}: accuracy by chart row",
+         f"{EXPLORATORY}. Accuracy by chart row (1–11) for each arm, Wilson 95% CIs."),
+    ]  # fmt: skip
+    for arm in _arms(a):
+        out.append(
+            (f"confusion_{_safe(arm)}.png", f"{EXPLORATORY}: confusion matrix, arm {arm}",
+             f"{EXPLORATORY}. Truth (rows) × answer (columns) for arm {arm}, counts and share "
+             f"of each truth row; '{OTHER_LABEL}' counts answers that are not an orientation.")
+        )  # fmt: skip
+    return out
+
+
+def figure_names(a: Archive) -> list[str]:
+    """The file names ``analysis/figures/`` may hold (§1)."""
+    return [name for name, _, _ in expected_figures(a)]
+
+
+def png_problem(data: bytes) -> str | None:
+    """Why ``data`` is not a well-formed PNG without text chunks, or ``None``."""
+    if not data.startswith(_PNG_SIGNATURE):
+        return "does not start with the PNG signature"
+    pos = len(_PNG_SIGNATURE)
+    seen: list[bytes] = []
+    idat = zlib.decompressobj()
+    raw = 0
+    expected = -1
+    while pos < len(data):
+        if pos + 12 > len(data):
+            return f"chunk at byte {pos} is truncated"
+        (length,) = struct.unpack(">I", data[pos : pos + 4])
+        kind = data[pos + 4 : pos + 8]
+        end = pos + 12 + length
+        if end > len(data):
+            return f"chunk {kind!r} at byte {pos} runs past the end of the file"
+        payload = data[pos + 8 : pos + 8 + length]
+        (crc,) = struct.unpack(">I", data[end - 4 : end])
+        if zlib.crc32(kind + payload) != crc:
+            return f"chunk {kind!r} at byte {pos} has a wrong CRC"
+        if kind not in _PNG_CHUNKS:
+            return f"chunk {kind!r} at byte {pos} is not an image chunk (no text or private data)"
+        if not seen and kind != b"IHDR":
+            return "the first chunk is not IHDR"
+        if kind == b"IHDR":
+            if seen or length != 13:
+                return "IHDR is repeated or malformed"
+            width, height, depth, colour = struct.unpack(">IIBB", payload[:10])
+            channels = {0: 1, 2: 3, 3: 1, 4: 2, 6: 4}.get(colour)
+            if channels is None or depth not in (1, 2, 4, 8, 16) or payload[12] != 0:
+                return "IHDR has an unsupported colour type, depth or interlace"
+            if not 0 < width * height <= _MAX_PIXELS:
+                return f"IHDR says {width} x {height} pixels"
+            expected = height * (1 + (width * channels * depth + 7) // 8)
+        if kind == b"IDAT":
+            raw += len(idat.decompress(payload, max(expected - raw + 1, 1)))
+            if raw > expected or idat.unconsumed_tail:
+                return "the image data decode to more bytes than IHDR states"
+        seen.append(kind)
+        pos = end
+        if kind == b"IEND":
+            break
+    if not seen or seen[-1] != b"IEND" or pos != len(data):
+        return "does not end with IEND (or has bytes after it)"
+    if raw != expected or not idat.eof:
+        return f"the image data decode to {raw} bytes, IHDR states {expected}"
+    return None
+
+
+# ------------------------------------------------------------------------------ parsing
+
+
+@dataclass
+class _Table:
+    line: int
+    caption: str = ""
+    header: list[str] = field(default_factory=list)
+    rows: list[list[str]] = field(default_factory=list)
+    row_lines: list[int] = field(default_factory=list)
+    verdict_classes: list[list[str]] = field(default_factory=list)
+
+
+@dataclass
+class _Figure:
+    line: int
+    src: str
+    alt: str
+    caption: str = ""
+
+
+class _ReportParser(HTMLParser):
+    """Collects what the report check compares, and every construct the writer never writes."""
+
+    def __init__(self) -> None:
+        super().__init__(convert_charrefs=True)
+        self.problems: list[str] = []
+        self.tables: list[_Table] = []
+        self.figures: list[_Figure] = []
+        self.styles: list[str] = []
+        self.banners: list[tuple[str, str]] = []  # (class, text)
+        self.blocks: list[tuple[str, str, int]] = []  # (h1/h2/h3/p/div, text, line) in order
+        self.title = ""
+        self._stack: list[str] = []
+        self._text: list[str] | None = None  # text of the cell, caption... being read
+        self._table: _Table | None = None
+        self._row: list[str] | None = None
+        self._in = ""
+        self._banner: list[Any] | None = None
+        self._block: tuple[str, list[str], int] | None = None
+
+    def _where(self) -> str:
+        return f"{REPORT} line {self.getpos()[0]}"
+
+    def handle_starttag(self, tag: str, attrs: list[tuple[str, str | None]]) -> None:
+        if tag not in _ALLOWED_TAGS:
+            self.problems.append(f"{self._where()}: <{tag}> is not an element of the report")
+            return
+        names = {k for k, _ in attrs}
+        extra = sorted(names - _ALLOWED_ATTRS.get(tag, {"class"} if tag != "code" else set()))
+        if extra:
+            self.problems.append(
+                f"{self._where()}: <{tag}> has attribute {extra[0]!r}, which the report never "
+                "uses"
+            )
+        values = dict(attrs)
+        if tag not in _VOID:
+            self._stack.append(tag)
+        if tag == "table":
+            self._table = _Table(self.getpos()[0])
+        elif tag == "tr" and self._table is not None:
+            self._row = []
+            self._table.row_lines.append(self.getpos()[0])
+            self._table.verdict_classes.append([])
+        elif tag in ("td", "th", "caption", "title", "h1", "figcaption", "style"):
+            self._text = []
+        elif tag == "span" and self._table is not None and self._row is not None:
+            cls = values.get("class") or ""
+            if cls.startswith("verdict "):
+                self._table.verdict_classes[-1].append(cls)
+        elif tag == "img":
+            self.figures.append(
+                _Figure(self.getpos()[0], values.get("src") or "", values.get("alt") or "")
+            )
+        elif tag == "div" and "banner" in (values.get("class") or "").split():
+            self._banner = [values.get("class") or "", []]
+        is_banner = tag == "div" and "banner" in (values.get("class") or "").split()
+        if (tag in _BLOCKS or is_banner) and self._table is None:
+            if self._block is not None:
+                self.problems.append(f"{self._where()}: <{tag}> inside <{self._block[0]}>")
+            self._block = (tag, [], self.getpos()[0])
+        if tag == "meta" and (values.get("charset") or "").lower() != "utf-8":
+            self.problems.append(f"{self._where()}: <meta> other than charset utf-8")
+
+    def handle_startendtag(self, tag: str, attrs: list[tuple[str, str | None]]) -> None:
+        self.handle_starttag(tag, attrs)
+        if tag not in _VOID:
+            self.handle_endtag(tag)
+
+    def handle_endtag(self, tag: str) -> None:
+        if tag not in _ALLOWED_TAGS or tag in _VOID:
+            return
+        if tag in self._stack:
+            while self._stack and self._stack.pop() != tag:
+                pass
+        text = "".join(self._text) if self._text is not None else ""
+        table = self._table
+        if tag in ("td", "th") and self._row is not None:
+            self._row.append(text)
+        elif tag == "tr" and table is not None and self._row is not None:
+            table.rows.append(self._row)
+            self._row = None
+        elif tag == "caption" and table is not None:
+            table.caption = text
+        elif tag == "table" and table is not None:
+            if table.rows:
+                table.header = table.rows.pop(0)
+                table.row_lines.pop(0)
+                table.verdict_classes.pop(0)
+            self.tables.append(table)
+            self._table = None
+        elif tag == "title":
+            self.title = text
+        elif tag == "figcaption" and self.figures:
+            self.figures[-1].caption = text
+        elif tag == "style":
+            self.styles.append(text)
+        elif tag == "div" and self._banner is not None:
+            self.banners.append((self._banner[0], "".join(self._banner[1])))
+            self._banner = None
+        if self._block is not None and tag == self._block[0]:
+            kind, parts, line = self._block
+            self.blocks.append(("div" if kind == "div" else kind, "".join(parts), line))
+            self._block = None
+        if tag in ("td", "th", "caption", "title", "h1", "figcaption", "style"):
+            self._text = None
+
+    def handle_data(self, data: str) -> None:
+        if self._text is not None:
+            self._text.append(data)
+        if self._banner is not None:
+            self._banner[1].append(data)
+        if self._block is not None:
+            self._block[1].append(data)
+        elif self._table is None and data.strip() and "style" not in self._stack[-1:] and (
+            "title" not in self._stack[-1:] and "figcaption" not in self._stack[-1:]
+        ):
+            self.problems.append(
+                f"{self._where()}: text outside any heading, paragraph or table: "
+                f"{data.strip()[:60]!r}"
+            )
+
+    def handle_comment(self, data: str) -> None:
+        self.problems.append(f"{self._where()}: a comment, which the report never has")
+
+    def handle_decl(self, decl: str) -> None:
+        if decl.lower() != "doctype html":
+            self.problems.append(f"{self._where()}: declaration <!{decl[:40]}>")
+
+    def handle_pi(self, data: str) -> None:
+        self.problems.append(f"{self._where()}: a processing instruction")
+
+    def unknown_decl(self, data: str) -> None:
+        self.problems.append(f"{self._where()}: a marked section <![{data[:40]}")
+
+
+# ------------------------------------------------------------------------------ formats (§7)
+
+
+def _num(value: Any) -> float | None:
+    if isinstance(value, bool) or value is None:
+        return None
+    if isinstance(value, int | float) and math.isfinite(float(value)):
+        return float(value)
+    return None
+
+
+def _pct(value: Any, digits: int = 1) -> str:
+    v = _num(value)
+    return "–" if v is None else f"{v * 100:.{digits}f}%"
+
+
+def _pp(value: Any, *, signed: bool = True) -> str:
+    v = _num(value)
+    if v is None:
+        return "–"
+    return f"{v * 100:+.1f} pp" if signed else f"{v * 100:.1f} pp"
+
+
+def _p(value: Any) -> str:
+    v = _num(value)
+    if v is None:
+        return "–"
+    if v == 0:
+        return "< 1e-300"
+    if v < 1e-4:
+        return f"{v:.1e}"
+    return f"{v:.4f}"
+
+
+def _fmt(value: Any) -> str:
+    if value is None:
+        return "–"
+    if isinstance(value, bool):
+        return "yes" if value else "no"
+    if isinstance(value, float):
+        return f"{value:.4g}"
+    if isinstance(value, list | tuple):
+        return ", ".join(_fmt(v) for v in value)
+    if isinstance(value, dict):
+        return json.dumps(value, sort_keys=True, default=str)
+    return str(value)
+
+
+def _cell(value: Any) -> str:
+    return value if isinstance(value, str) else _fmt(value)
+
+
+def _get(value: Any, key: str) -> Any:
+    return value.get(key) if isinstance(value, dict) else None
+
+
+def _obj(value: Any) -> dict[str, Any]:
+    return value if isinstance(value, dict) else {}
+
+
+def _contrast(values: dict[str, Any]) -> tuple[float | None, float | None, float | None]:
+    est = _num(values.get("estimate", values.get("difference")))
+    lower = _num(values.get("lower", values.get("ci_lower")))
+    upper = _num(values.get("upper", values.get("ci_upper")))
+    return est, lower, upper
+
+
+def _estimate_text(result: dict[str, Any]) -> str:
+    if result.get("status") == "failed":
+        return "not computed"
+    v = _obj(result.get("values"))
+    test = result.get("test")
+    if test == "equivalence":
+        return (f"max |diff| {_pp(v.get('max_abs_diff'), signed=False)} "
+                f"(at {v.get('group', '?')}); margin ±{_pp(v.get('margin'), signed=False)}")
+    if test == "mcnemar":
+        return f"discordant b={_fmt(v.get('b'))}, c={_fmt(v.get('c'))}"
+    if test == "chi-square":
+        return f"chi2 {_fmt(v.get('chi2'))}, df {_fmt(v.get('df'))}"
+    est, lower, upper = _contrast(v)
+    if est is None:
+        return "–"
+    conf = _num(v.get("conf")) or 0.95
+    lo = "−∞" if lower is None else _pp(lower)
+    hi = "+∞" if upper is None else _pp(upper)
+    return f"{_pp(est)} ({conf * 100:.0f}% CI {lo} to {hi})"
+
+
+def _p_text(result: dict[str, Any]) -> str:
+    v = _obj(result.get("values"))
+    if result.get("status") == "failed" or "p_raw" not in v:
+        return "–"
+    text = f"p = {_p(v.get('p_raw'))}"
+    if "p_adjusted" in v:
+        text += f"; {v.get('correction')}-adjusted {_p(v.get('p_adjusted'))}"
+        if v.get("family"):
+            text += f" (family {v['family']}, {v.get('family_size', '?')} tests)"
+    return text
+
+
+def _rule_text(result: dict[str, Any]) -> str:
+    if result.get("status") == "failed":
+        return f"not computed: {result.get('error') or 'unknown error'}"
+    return str(_obj(result.get("decided_by")).get("rule", "–"))
+
+
+class _Expect:
+    """The report's content as the events give it."""
+
+    def __init__(self, a: Archive) -> None:
+        self.protocol = a.protocol
+        self.results = [{"seq": s, **a.body(s)} for s in a.of_kind("analysis.result")]
+        self.amendments = [
+            {"seq": s, "time": (a.envs[s] or {}).get("time"), **a.body(s)}
+            for s in a.of_kind("protocol.amended")
+        ]
+        self.runs = [{"seq": s, **a.body(s)} for s in a.of_kind("run.started")]
+        self.arms = _arms(a)
+
+    def result(self, rid: str) -> dict[str, Any] | None:
+        return next((r for r in self.results if r.get("id") == rid), None)
+
+    def _contrast_text(self, result: dict[str, Any]) -> str:
+        hyps = self.protocol.get("hypotheses")
+        plan: Any = {}
+        if isinstance(hyps, list):
+            plan = next((h for h in hyps if _get(h, "id") == result.get("hypothesis")), {})
+        contrast = _get(plan, "contrast") or []
+        if not isinstance(contrast, list) or len(contrast) != 2:
+            return ""
+        sides = _get(plan, "sides") or "two-sided"
+        return f"{contrast[0]} vs {contrast[1]} ({sides})"
+
+    def _failed_text(self, result: dict[str, Any]) -> str:
+        return (f"{result.get('title') or result.get('id')} ({result.get('id')}) could not be "
+                f"computed: {result.get('error') or 'unknown error'}")  # fmt: skip
+
+    def tables(self) -> list[tuple[str, list[str], list[list[str]]]]:
+        """Every table but the verification one, in order: (caption, header, rows)."""
+        out: list[tuple[str, list[str], list[list[str]]]] = []
+        failed = [r for r in self.results if r.get("status") == "failed"]
+        if failed:
+            out.append(("Results that could not be computed", ["result", "label", "error"],
+                        [[_cell(r.get("id")), _cell(r.get("label")),
+                          _cell(r.get("error") or "unknown error")] for r in failed]))  # fmt: skip
+        hyps = [r for r in self.results if r.get("hypothesis")]
+        if hyps:
+            rows = []
+            for r in hyps:
+                caution = _obj(r.get("values")).get("caution")
+                verdict = str(r.get("verdict") or "–") + (
+                    f"caution: {caution}" if caution else "")
+                rows.append([_cell(r.get("hypothesis")),
+                             f"{r.get('title', '')} [{self._contrast_text(r)}]",
+                             _cell(r.get("test")), _estimate_text(r), _p_text(r), verdict,
+                             _rule_text(r)])  # fmt: skip
+            out.append(("Pre-registered hypotheses: each verdict and the locked rule that "
+                        "decided it", ["hypothesis", "description", "test", "estimate (CI)",
+                        "p", "verdict", "decided by"], rows))  # fmt: skip
+        out.extend(self._protocol_tables())
+        if self.amendments:
+            out.append(("Recorded amendments (protocol.amended)",
+                        ["seq", "time", "reason", "files changed"],
+                        [[_cell(m["seq"]), _cell(m.get("time")), _cell(m.get("reason")),
+                          ", ".join(str(_get(c, "path")) for c in m.get("changes") or [])]
+                         for m in self.amendments]))  # fmt: skip
+        out.extend(self._data_tables())
+        out.extend(self._model_tables())
+        out.extend(self._exploratory_tables())
+        return out
+
+    def _protocol_tables(self) -> list[tuple[str, list[str], list[list[str]]]]:
+        p = self.protocol
+        design, model = _obj(p.get("design")), _obj(p.get("model"))
+        analysis, arms = _obj(p.get("analysis")), _obj(p.get("arms"))
+        out = [("Arms and their prompt components",
+                ["arm", "role", "components", "composed text SHA-256"],
+                [[a, _cell(_obj(arms[a]).get("role")),
+                  " + ".join(map(str, _obj(arms[a]).get("components") or [])),
+                  str(_obj(arms[a]).get("sha256", ""))[:16] + "…"] for a in sorted(arms)])]
+        out.append(("Model", ["field", "value"], [[k, _cell(v)] for k, v in sorted(model.items())]))
+        keys = ("replicates", "seed", "order", "bootstrap_seed", "bootstrap_iterations")
+        design_rows = [(k, design.get(k)) for k in keys if k in design]
+        design_rows += [(k, v) for k, v in sorted(design.items()) if k not in keys]
+        out.append(("Design", ["field", "value"], [[k, _cell(v)] for k, v in design_rows]))
+        out.append(("Analysis plan", ["field", "value"],
+                    [[k, _cell(v)] for k, v in sorted(analysis.items())]))  # fmt: skip
+        hyps = p.get("hypotheses")
+        rows = []
+        for item in hyps if isinstance(hyps, list) else []:
+            h = _obj(item)
+            rows.append([_cell(h.get("id")), " vs ".join(map(str, h.get("contrast") or [])),
+                         _cell(h.get("test")), _cell(h.get("sides")), _cell(h.get("alpha")),
+                         _cell(h.get("correction")), _cell(h.get("family")),
+                         "–" if h.get("min_difference_pp") is None
+                         else f"{h['min_difference_pp']} pp",
+                         "–" if h.get("margin_pp") is None else f"±{h['margin_pp']} pp"])
+        out.append(("Pre-registered hypotheses", ["id", "contrast", "test", "sides", "alpha",
+                    "correction", "family", "min. difference", "equivalence margin"], rows))
+        return out
+
+    def _data_tables(self) -> list[tuple[str, list[str], list[list[str]]]]:
+        out: list[tuple[str, list[str], list[list[str]]]] = []
+        arms_result = self.result("descriptive.arms")
+        if arms_result is not None and arms_result.get("status") == "ok":
+            values = _obj(arms_result.get("values"))
+            rows = []
+            for arm in sorted(values):
+                v = _obj(values[arm])
+                statuses = ", ".join(f"{k} {n}" for k, n in sorted(_obj(v.get("status")).items()))
+                rows.append([arm, _cell(v.get("trials_scored")), statuses,
+                             _pct(v.get("parse_rate")), _cell(v.get("excluded")),
+                             _cell(v.get("given_up")), _cell(v.get("glyphs"))])  # fmt: skip
+            out.append(("Tumbling-E trials per arm: scoring status, parse rate, exclusions "
+                        "(unparseable responses when the plan excludes them) and trials given up",
+                        ["arm", "trials scored", "status", "parse rate", "excluded", "given up",
+                         "glyphs analysed"], rows))  # fmt: skip
+            rows = []
+            for arm in sorted(values):
+                v = _obj(values[arm])
+                acc = _obj(v.get("accuracy"))
+                rows.append([arm, _cell(acc.get("successes", v.get("correct"))),
+                             _cell(acc.get("n", v.get("glyphs"))), _pct(acc.get("estimate")),
+                             f"{_pct(acc.get('lower'))} – {_pct(acc.get('upper'))}" if acc
+                             else _cell(v.get("note", "–"))])  # fmt: skip
+            out.append((str(arms_result.get("title")),
+                        ["arm", "correct", "glyphs", "accuracy", "Wilson 95% CI"], rows))
+        control = self.result("descriptive.control")
+        if control is not None and control.get("status") == "ok":
+            rows = []
+            for arm, value in sorted(_obj(control.get("values")).items()):
+                v = _obj(value)
+                rows.append([arm, _cell(v.get("successes", "–")), _cell(v.get("n", "–")),
+                             _pct(v.get("estimate")),
+                             f"{_pct(v.get('lower'))} – {_pct(v.get('upper'))}" if value
+                             else "no control trials"])  # fmt: skip
+            out.append((str(control.get("title")), ["arm", "correctly rejected",
+                        "control trials", "rate", "Wilson 95% CI"], rows))  # fmt: skip
+        return out
+
+    def _model_tables(self) -> list[tuple[str, list[str], list[list[str]]]]:
+        model = self.result("model.lmm")
+        if model is None or model.get("status") != "ok":
+            return []
+        v = _obj(model.get("values"))
+        rows = [[_cell(_get(fe, "name")), _pp(_get(fe, "estimate")),
+                 _pp(_get(fe, "se"), signed=False),
+                 f"{_pp(_get(fe, 'ci_lower'))} to {_pp(_get(fe, 'ci_upper'))}", _p(_get(fe, "p"))]
+                for fe in v.get("fixed_effects") or []]  # fmt: skip
+        caption = (f"{model.get('title')} (reference arm {v.get('reference')}; {v.get('n_obs')} "
+                   f"trials, {v.get('n_groups')} groups; ICC {_fmt(v.get('icc'))}; converged "
+                   f"{_fmt(v.get('converged'))}, singular {_fmt(v.get('singular'))})")  # fmt: skip
+        return [(caption, ["term", "estimate", "SE", "95% CI", "p"], rows)]
+
+    def _exploratory_tables(self) -> list[tuple[str, list[str], list[list[str]]]]:
+        out: list[tuple[str, list[str], list[list[str]]]] = []
+        rows = []
+        for arm in self.arms:
+            r = self.result(f"exploratory.errors.{arm}")
+            if r is None:
+                continue
+            if r.get("status") != "ok":
+                rows.append([arm, f"not computed: {_cell(r.get('error'))}", "", "", "", ""])
+                continue
+            v = _obj(r.get("values"))
+            share, chi = _obj(v.get("canonical_right_share")), _obj(v.get("error_chi_square"))
+            dirs, bias = _obj(v.get("error_directions")), _obj(v.get("position_bias"))
+            rows.append([arm, _pct(_obj(v.get("confusion")).get("accuracy")),
+                         ", ".join(f"{k} {n}" for k, n in dirs.items()) or "no errors",
+                         f"{_pct(share.get('share'))} ({_pct(share.get('lower'))} – "
+                         f"{_pct(share.get('upper'))}), n={share.get('n', 0)}" if share else "–",
+                         _cell(chi.get("error") or (f"chi2 {_fmt(chi.get('chi2'))}, p "
+                                                    f"{_p(chi.get('p'))}" if chi else "–")),
+                         f"TVD {_fmt(bias.get('tvd'))}" if bias else "–"])  # fmt: skip
+        out.append((f"{EXPLORATORY}: error phenotype (wrong answers that name an orientation)",
+                    ["arm", "accuracy", "error directions",
+                     "share of errors answering RIGHT (95% CI)", "errors uniform? (chi-square)",
+                     "answer vs truth distribution"], rows))  # fmt: skip
+        rows = []
+        for r in self.results:
+            rid = str(r.get("id", ""))
+            if not rid.startswith("exploratory.pair."):
+                continue
+            name = rid.removeprefix("exploratory.pair.")
+            if r.get("status") != "ok":
+                rows.append([name, f"not computed: {r.get('error')}", "", "", "", ""])
+                continue
+            v = _obj(r.get("values"))
+            mc, flip = _obj(v.get("mcnemar")), _obj(v.get("flip_rate"))
+            it, pt, boot = (_obj(v.get(k)) for k in ("independent_t", "paired_t",
+                                                      "bootstrap_diff"))  # fmt: skip
+            rows.append([
+                name,
+                f"b={mc.get('b')}, c={mc.get('c')}, p {_p(mc.get('p'))}" if mc else "–",
+                _pct(flip.get("share")) if flip else "–",
+                f"{_pp(it.get('difference'))}, p {_p(it.get('p'))}" if it else "–",
+                f"{_pp(pt.get('difference'))}, p {_p(pt.get('p'))}" if pt else "–",
+                f"{_pp(boot.get('estimate'))} ({_pp(boot.get('lower'))} to "
+                f"{_pp(boot.get('upper'))})" if boot else "–"])  # fmt: skip
+        out.append((f"{EXPLORATORY}: paired-arm metrics (two-sided p, not adjusted)",
+                    ["pair a-b", "McNemar", "answer flip rate", "Welch t",
+                     "paired t (per stimulus)", "bootstrap difference (95% CI)"], rows))
+        rows = []
+        for arm in self.arms:
+            r = self.result(f"exploratory.question_run.{arm}")
+            if r is None:
+                continue
+            if r.get("status") != "ok":
+                rows.append([arm, f"not computed: {r.get('error')}", ""])
+                continue
+            v = _obj(r.get("values"))
+            rows.append([arm, _pct(v.get("estimate")),
+                         f"{_pct(v.get('lower'))} – {_pct(v.get('upper'))}"])  # fmt: skip
+        out.append((f"{EXPLORATORY}: accuracy by arm, bootstrap over (stimulus, replicate)",
+                    ["arm", "accuracy", "bootstrap 95% CI"], rows))  # fmt: skip
+        mult = self.result("exploratory.multiplicity")
+        if mult is not None and mult.get("status") == "ok":
+            v = _obj(mult.get("values"))
+            bonf = _obj(v.get("bonferroni")).get("adjusted") or []
+            holm = _obj(v.get("holm")).get("adjusted") or []
+            raw = _obj(v.get("bonferroni")).get("pvalues") or []
+            rows = [[_cell(h), _p(p), _p(b), _p(hh)] for h, p, b, hh in
+                    zip(v.get("hypotheses") or [], raw, bonf, holm, strict=False)]  # fmt: skip
+            out.append((f"{EXPLORATORY}: every hypothesis p-value corrected as one family",
+                        ["hypothesis", "p raw", "Bonferroni", "Holm"], rows))  # fmt: skip
+        return out
+
+    def title(self) -> str | None:
+        name = self.protocol.get("title") or self.protocol.get("study")
+        return f"PROMPT Ledger report: {name}" if name else None
+
+    def blocks(self) -> list[tuple[str, str | re.Pattern[str]]]:
+        """Every heading, paragraph and banner outside the tables, in order (§7).
+
+        The ledger's local path (in the first paragraph and the last) and the verification
+        banner (the writer's verifier run) are the only text not derived from the events.
+        """
+        p = self.protocol
+        out: list[tuple[str, str | re.Pattern[str]]] = []
+        title = self.title()
+        out.append(("h1", title if title is not None else re.compile(r"PROMPT Ledger report: .*")))
+        first = self.results[0] if self.results else {}
+        inputs = _obj(first.get("inputs"))
+        backends = sorted({str(r.get("backend")) for r in self.runs}) or ["none recorded"]
+        out.append(("p", re.compile(
+            re.escape(f"Study {_cell(p.get('study'))}; ledger ") + r".*"
+            + re.escape(f"; analysis results from seq {_cell(first.get('seq'))} (trials.csv "
+                        f"SHA-256 {str(inputs.get('trials_csv_sha256', '–'))[:16]}…); "
+                        f"backend{'s' if len(backends) > 1 else ''}: {', '.join(backends)}."),
+            re.S)))  # fmt: skip
+        banner = self.simulated_banner()
+        if banner is not None:
+            out.append(("div", banner))
+        if any(r.get("status") == "failed" for r in self.results):
+            out.append(("div", "Some results could not be computed; each is listed with its "
+                        "reason below and shown as “not computed” where it belongs."))  # fmt: skip
+        out.append(("h2", "Verdicts of the pre-registered hypotheses"))
+        if not any(r.get("hypothesis") for r in self.results):
+            out.append(("p", "No hypothesis results."))
+        listed = p.get("stimuli")
+        stimuli: list[Any] = listed if isinstance(listed, list) else []
+        out += [("h2", "Protocol (as locked)"),
+                ("p", f"Study {_cell(p.get('study'))}: {_cell(p.get('title'))}. "
+                      f"{_cell(p.get('trials'))} scheduled trials over {len(stimuli)} stimuli "
+                      f"({', '.join(map(str, stimuli))}).")]  # fmt: skip
+        out.append(("h2", "Deviations from the protocol"))
+        if not self.amendments:
+            out.append(("p", "None: no protocol.amended event was recorded."))
+        out.append(("h2", "Data: parse rates and exclusions"))
+        arms_result = self.result("descriptive.arms")
+        if arms_result is None or arms_result.get("status") != "ok":
+            missing = {"id": "descriptive.arms", "error": "not recorded"}
+            out.append(("p", self._failed_text(arms_result or missing)))
+        else:
+            exclude = _obj(p.get("analysis")).get("exclude_unparseable", True)
+            out.append(("p", f"Plan: exclude_unparseable = {_cell(exclude)}."))
+        out.append(("h2", "Descriptive results"))
+        if arms_result is not None and arms_result.get("status") != "ok":
+            out.append(("p", self._failed_text(arms_result)))
+        stim = self.result("descriptive.arm_stimulus")
+        if stim is not None and stim.get("status") == "failed":
+            out.append(("p", self._failed_text(stim)))
+        out.append(("h3", "Specificity control"))
+        control = self.result("descriptive.control")
+        if control is None:
+            out.append(("p", "Not recorded."))
+        elif control.get("status") != "ok":
+            out.append(("p", self._failed_text(control)))
+        out.append(("h2", "Pre-registered model and contrasts"))
+        model = self.result("model.lmm")
+        if model is None:
+            out.append(("p", "No model result recorded."))
+        elif model.get("status") != "ok":
+            out.append(("p", self._failed_text(model)))
+        elif _obj(model.get("values")).get("caution"):
+            out.append(("p", _cell(_obj(model.get("values"))["caution"])))
+        out += [("h2", EXPLORATORY),
+                ("p", "None of these results was pre-registered. They describe the data and may "
+                      "suggest hypotheses for a future study; they decide nothing."),
+                ("h3", f"{EXPLORATORY}: error phenotype by arm {EXPLORATORY}"),
+                ("h3", f"{EXPLORATORY}: paired-arm metrics {EXPLORATORY}"),
+                ("h3", f"{EXPLORATORY}: accuracy with a clustered bootstrap {EXPLORATORY}"),
+                ("h3", f"{EXPLORATORY}: multiplicity sensitivity {EXPLORATORY}")]  # fmt: skip
+        mult = self.result("exploratory.multiplicity")
+        if mult is None:
+            out.append(("p", "Not recorded."))
+        elif mult.get("status") != "ok":
+            out.append(("p", self._failed_text(mult)))
+        skip = ("exploratory.errors.", "exploratory.pair.", "exploratory.question_run.")
+        for r in self.results:
+            rid = str(r.get("id", ""))
+            if (r.get("label") == "exploratory" and r.get("status") == "failed"
+                    and not rid.startswith(skip) and rid != "exploratory.multiplicity"):
+                out.append(("p", self._failed_text(r)))
+        out += [("h2", "Verification of the ledger"),
+                ("div", re.compile(r"(VERIFIED|FAILED): [0-9]+ events, root (–|[0-9a-f]{64}), "
+                                   r"origin .*\.", re.S)),
+                ("p", re.compile(r"Re-run offline: ledger verify .* --trusted-key @OWNER\.vkey "
+                                 r"\(trust needs the owner's vkey, obtained out of band\)\.",
+                                 re.S))]  # fmt: skip
+        return out
+
+    def simulated_banner(self) -> str | None:
+        sessions = [f"seq {r['seq']} ({r.get('backend')})" for r in self.runs
+                    if r.get("simulated")]  # fmt: skip
+        if not sessions:
+            return None
+        return ("SIMULATED DATA: the responses were produced by the offline simulated model, not "
+                f"by a real model (run session{'s' if len(sessions) > 1 else ''} "
+                f"{', '.join(sessions)}). These results demonstrate the method only and say "
+                "nothing about any model.")  # fmt: skip
+
+
+# ------------------------------------------------------------------------------ the check
+
+
+def _compare_tables(st: _State, parsed: list[_Table], want: list[Any], a: Archive) -> None:
+    if not parsed:
+        st.fail(f"{REPORT} has no table", where=REPORT)
+        return
+    body, last = parsed[:-1], parsed[-1]
+    names = [row[0] for row in last.rows if row]
+    order = [n for n in CHECK_NAMES if n in names]
+    if (
+        not last.caption.startswith("Independent verifier checks of ")
+        or last.header != ["check", "result", "where", "detail"]
+        or names != order
+        or any(len(row) != 4 or row[1] not in ("PASS", "WARN", "FAIL") for row in last.rows)
+    ):
+        st.fail(f"{REPORT} line {last.line}: the last table is not the verifier's checks "
+                "(one row per check, in the verifier's order, PASS, WARN or FAIL)",
+                where=f"{REPORT} line {last.line}")  # fmt: skip
+    for i, (caption, header, rows) in enumerate(want):
+        if i >= len(body):
+            st.fail(f"{REPORT}: table {caption!r} is missing (the events give it)", where=REPORT)
+            continue
+        table = body[i]
+        where = f"{REPORT} line {table.line}"
+        if table.caption != caption:
+            st.fail(f"{where}: table {i + 1} is {table.caption!r}; the events give {caption!r}",
+                    where=where)  # fmt: skip
+            return  # the tables no longer line up; one message is enough
+        if table.header != header:
+            st.fail(f"{where}: table {caption!r} has the header {table.header}, not {header}",
+                    where=where)  # fmt: skip
+        if len(table.rows) != len(rows):
+            st.fail(f"{where}: table {caption!r} has {len(table.rows)} rows; the events give "
+                    f"{len(rows)}", where=where)  # fmt: skip
+        for row, want_row, line in zip(table.rows, rows, table.row_lines, strict=False):
+            if row == want_row:
+                continue
+            at = f"{REPORT} line {line}"
+            for col, (got, exp) in enumerate(zip(row, want_row, strict=False)):
+                if got != exp:
+                    name = header[col] if col < len(header) else f"column {col + 1}"
+                    st.fail(f"{at}: table {caption!r}, row {want_row[0]!r}, {name}: the report "
+                            f"says {got!r}, the events say {exp!r}", where=at)  # fmt: skip
+                    break
+            else:
+                st.fail(f"{at}: table {caption!r}, row {want_row[0]!r} has {len(row)} cells, "
+                        f"not {len(want_row)}", where=at)  # fmt: skip
+    for table in body[len(want) :]:
+        where = f"{REPORT} line {table.line}"
+        st.fail(f"{where}: table {table.caption!r} is not one the events give", where=where)
+    # the verdict cells carry the class of their verdict (it colours them)
+    hyps = [r for r in (a.body(s) for s in a.of_kind("analysis.result")) if r.get("hypothesis")]
+    for table in body:
+        if table.caption.startswith("Pre-registered hypotheses: each verdict"):
+            for classes, r, line in zip(table.verdict_classes, hyps, table.row_lines,
+                                        strict=False):  # fmt: skip
+                text = str(r.get("verdict") or "–")
+                want_cls = f"verdict v-{text.replace(' ', '-')}"
+                if classes[:1] != [want_cls]:
+                    at = f"{REPORT} line {line}"
+                    st.fail(f"{at}: the verdict of {r.get('hypothesis')} is styled "
+                            f"{classes[:1]}, not [{want_cls!r}]", where=at)  # fmt: skip
+
+
+def _compare_blocks(
+    st: _State, parsed: list[tuple[str, str, int]], want: list[tuple[str, str | re.Pattern[str]]]
+) -> None:
+    """Every heading, paragraph and banner is the one the events give, in order."""
+    for i, (tag, text, line) in enumerate(parsed):
+        where = f"{REPORT} line {line}"
+        if i >= len(want):
+            st.fail(f"{where}: <{tag}> {text[:80]!r} is not text the events give", where=where)
+            return
+        want_tag, expected = want[i]
+        same = (
+            expected.fullmatch(text) is not None
+            if isinstance(expected, re.Pattern)
+            else text == expected
+        )
+        if tag != want_tag or not same:
+            shown = expected.pattern if isinstance(expected, re.Pattern) else expected
+            st.fail(f"{where}: <{tag}> says {text[:120]!r}; the events give <{want_tag}> "
+                    f"{shown[:120]!r}", where=where)  # fmt: skip
+            return  # the blocks no longer line up; one message is enough
+    if len(parsed) < len(want):
+        want_tag, expected = want[len(parsed)]
+        shown = expected.pattern if isinstance(expected, re.Pattern) else expected
+        st.fail(f"{REPORT} lacks <{want_tag}> {shown[:120]!r}", where=REPORT)
+
+
+def _compare_figures(st: _State, a: Archive, figures: list[_Figure]) -> int:
+    want = expected_figures(a)
+    present = sorted(r for r in a.files.files if r.startswith("analysis/figures/"))
+    embedded: set[str] = set()
+    for i, fig in enumerate(figures):
+        where = f"{REPORT} line {fig.line}"
+        if i >= len(want):
+            st.fail(f"{where}: image {i + 1} ({fig.alt!r}) is not a figure of the report",
+                    where=where)  # fmt: skip
+            continue
+        name, title, caption = want[i]
+        rel = f"analysis/figures/{name}"
+        if fig.alt != title or fig.caption != caption:
+            st.fail(f"{where}: figure {i + 1} is titled {fig.alt!r}; the report's figure {i + 1} "
+                    f"is {title!r} with its caption", where=where)  # fmt: skip
+        if not fig.src.startswith(_DATA_PNG):
+            st.fail(f"{where}: figure {name} is not an embedded PNG (data:image/png;base64)",
+                    where=where)  # fmt: skip
+            continue
+        text = fig.src[len(_DATA_PNG) :]
+        try:
+            data = base64.b64decode(text.encode("ascii"), validate=True)
+        except (binascii.Error, UnicodeEncodeError, ValueError):
+            st.fail(f"{where}: figure {name} is not valid base64", where=where)
+            continue
+        file_data = a.file(rel)
+        if file_data is None:
+            st.fail(f"{a.absent(rel)} (embedded at {where})", where=rel)
+            continue
+        embedded.add(rel)
+        if data != file_data:
+            st.fail(f"{where}: the image embedded as {name} is not the bytes of {rel} "
+                    f"(SHA-256 {hashlib.sha256(data).hexdigest()[:16]}… vs "
+                    f"{hashlib.sha256(file_data).hexdigest()[:16]}…)", where=rel)  # fmt: skip
+        problem = png_problem(file_data)
+        if problem is not None:
+            st.fail(f"{rel} {problem}", where=rel)
+    for _, title, _ in want[len(figures) :]:
+        st.fail(f"{REPORT} does not embed the figure {title!r}", where=REPORT)
+    for rel in present:
+        if rel not in embedded and rel in {f"analysis/figures/{n}" for n, _, _ in want}:
+            st.fail(f"{rel} is not embedded in {REPORT}", where=rel)
+    return len(figures)
+
+
+def check_report(a: Archive) -> Check:
+    """``report.html`` and every figure say what the events say (§7)."""
+    st = _State("report")
+    data = a.file(REPORT)
+    if data is None:
+        figures = [r for r in a.files.files if r.startswith("analysis/figures/")]
+        if REPORT not in a.files.others and REPORT not in a.files.dirs and not figures:
+            st.warn(f"{REPORT} is missing: the archive has no report to check (it was exported "
+                    "without the report module)", where=REPORT)  # fmt: skip
+            return st.check("")
+        st.fail(a.absent(REPORT), where=REPORT)
+        return st.check("")
+    try:
+        text = data.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        st.fail(f"{REPORT} is not UTF-8 (byte {exc.start})", where=REPORT)
+        return st.check("")
+    hidden = re.search(r"<!--|<!\[|<\?", text)
+    if hidden is not None:
+        line = text.count("\n", 0, hidden.start()) + 1
+        st.fail(f"{REPORT} line {line}: a comment or marked section, which the report never has",
+                where=f"{REPORT} line {line}")  # fmt: skip
+        return st.check("")
+    parser = _ReportParser()
+    parser.feed(text)
+    parser.close()
+    for problem in parser.problems:
+        st.fail(problem, where=problem.split(":", 1)[0])
+    if len(parser.styles) != 1 or (
+        hashlib.sha256(parser.styles[0].encode("utf-8")).hexdigest() != STYLESHEET_SHA256
+    ):
+        st.fail(f"{REPORT}: the stylesheet is not the report's (format 1) stylesheet",
+                where=REPORT)  # fmt: skip
+    expect = _Expect(a)
+    title = expect.title()
+    if title is not None and parser.title != title:
+        st.fail(f"{REPORT}: the <title> is {parser.title!r}; the protocol gives {title!r}",
+                where=REPORT)  # fmt: skip
+    banner = expect.simulated_banner()
+    simulated = [t for cls, t in parser.banners if "simulated" in cls.split()]
+    if banner is not None and simulated != [banner]:
+        st.fail(f"{REPORT} does not carry the SIMULATED DATA banner the run.started events "
+                "call for", where=REPORT)  # fmt: skip
+    if banner is None and simulated:
+        st.fail(f"{REPORT} says SIMULATED DATA, but no run.started is simulated", where=REPORT)
+    _compare_blocks(st, parser.blocks, expect.blocks())
+    wanted = expect.tables()
+    _compare_tables(st, parser.tables, wanted, a)
+    n_figures = _compare_figures(st, a, parser.figures)
+    return st.check(
+        f"{REPORT}: {len(wanted)} tables (verdicts, protocol, data, descriptive, model, "
+        f"exploratory) re-derived from the events cell by cell; {n_figures} figures embedded "
+        "byte for byte as analysis/figures/*.png, each a well-formed PNG; no script, link or "
+        "outside resource"
+    )

@@ -1,0 +1,116 @@
+"""The ``schedule`` check: the order recomputed from the locked seed is the order executed."""
+
+from __future__ import annotations
+
+import csv
+from typing import Any
+
+from verify._archive.view import Archive
+from verify._ledgerfile import _State
+from verify._reader.files import MAX_PARSED_BYTES
+from verify._reader.names import read_csv, sha_hex
+from verify._report import Check
+
+__all__ = ["check_schedule"]
+
+
+def check_schedule(a: Archive) -> Check:
+    """The schedule recomputed from the locked seed is the locked, listed and executed one."""
+    st = _State("schedule")
+    pseq = a.protocol_seq
+    if pseq is None:
+        st.fail("no protocol.locked: the schedule cannot be recomputed")
+        return st.check("")
+    ids = a.schedule()
+    if not ids:
+        why = a.schedule_problem or "protocol.locked lacks a usable design, arms or stimuli"
+        st.fail(f"seq {pseq}: {why}", pseq)
+        return st.check("")
+    sched = "".join(t + "\n" for t in ids).encode("utf-8")
+    digest = sha_hex(sched)
+    if a.protocol.get("schedule_sha256") != digest:
+        st.fail(
+            f"seq {pseq}: the recomputed schedule hashes to {digest}, but protocol.locked "
+            f"schedule_sha256 is {a.protocol.get('schedule_sha256')}",
+            pseq,
+        )
+    if a.protocol.get("trials") != len(ids):
+        st.fail(f"seq {pseq}: trials is {a.protocol.get('trials')!r}, the design has {len(ids)}",
+                pseq)  # fmt: skip
+    ref = a.blob_ref(pseq, "schedule")
+    blob = a.blob(ref, MAX_PARSED_BYTES)
+    if blob is None:
+        st.fail(f"seq {pseq}: the schedule blob is missing or altered", pseq,
+                where=f"blobs/{ref}")  # fmt: skip
+    elif blob != sched:
+        st.fail(f"seq {pseq}: the schedule blob is not the recomputed schedule", pseq,
+                where=f"blobs/{ref}")  # fmt: skip
+    position = {t: i for i, t in enumerate(ids, start=1)}
+    # trials/schedule.csv
+    codes = a.revealed_codes()
+    data = a.file("trials/schedule.csv")
+    if data is None:
+        st.fail(a.absent("trials/schedule.csv"), where="trials/schedule.csv")
+    else:
+        try:
+            rows = read_csv(data)
+        except (UnicodeDecodeError, csv.Error) as exc:
+            rows = [[]]
+            st.fail(f"trials/schedule.csv cannot be read: {exc}", where="trials/schedule.csv")
+        if not rows or rows[0] != ["position", "arm_code", "stimulus", "rep", "trial"]:
+            st.fail("trials/schedule.csv line 1: header is not position,arm_code,stimulus,rep,"
+                    "trial", where="trials/schedule.csv line 1")  # fmt: skip
+        body_rows = rows[1:]
+        if len(body_rows) != len(ids):
+            st.fail(f"trials/schedule.csv has {len(body_rows)} rows, the schedule {len(ids)}",
+                    where="trials/schedule.csv")  # fmt: skip
+        for i, (row, tid) in enumerate(zip(body_rows, ids, strict=False), start=1):
+            arm, stim, rep = tid.split("|")
+            want_row = [str(i), codes.get(arm, ""), stim, rep, tid]
+            if row != want_row:
+                where = f"trials/schedule.csv line {i + 1}"
+                st.fail(f"{where}: {','.join(row)!r} should be {','.join(want_row)!r}", where=where)
+    # executed order
+    for seq in a.of_kind("trial.requested"):
+        body = a.body(seq)
+        trial: Any = body.get("trial")
+        if trial not in position:
+            st.fail(f"seq {seq}: trial {trial!r} is not in the locked schedule", seq)
+            continue
+        if body.get("position") != position[trial]:
+            st.fail(
+                f"seq {seq}: trial {trial} has position {body.get('position')!r}, its place in "
+                f"the schedule is {position[trial]}",
+                seq,
+            )
+        arm, stim, rep = str(trial).split("|")
+        if (body.get("arm"), body.get("stimulus"), str(body.get("rep"))) != (arm, stim, rep):
+            st.fail(f"seq {seq}: arm/stimulus/rep do not match the trial id {trial}", seq)
+    # executed order: within one run session (from a run.started to the next), trials are first
+    # requested in ascending schedule position (docs/randomization.md: "Trials run in ascending
+    # key order"); retries (attempt > 1) and a new session may go back.
+    session: int | None = None
+    last: tuple[int, int] | None = None  # (position, seq) of the latest first attempt
+    for seq in sorted(a.of_kind("run.started") + a.of_kind("trial.requested")):
+        env = a.envs[seq]
+        if env is not None and env.get("kind") == "run.started":
+            session, last = seq, None
+            continue
+        body = a.body(seq)
+        pos = body.get("position")
+        if body.get("attempt") != 1 or type(pos) is not int:
+            continue
+        if last is not None and pos < last[0]:
+            st.fail(
+                f"seq {seq}: trial {body.get('trial')} (position {pos}) was first requested "
+                f"after position {last[0]} (seq {last[1]}) in the same run session "
+                f"(run.started seq {session}): not the locked execution order",
+                seq,
+            )
+        else:
+            last = (pos, seq)
+    return st.check(
+        f"schedule of {len(ids)} trials recomputed from the locked seed: equals schedule_sha256, "
+        "the schedule blob, trials/schedule.csv, every request's position and, within each run "
+        "session, the order in which trials were first requested"
+    )

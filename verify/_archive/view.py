@@ -1,0 +1,227 @@
+"""What the archive checks share: the events, the files and their hashes, the blobs."""
+
+from __future__ import annotations
+
+import hashlib
+import hmac
+import re
+import tomllib
+from typing import Any
+
+from verify._archive.ledger_checks import ArchiveRun
+from verify._envelope import is_hex64
+from verify._reader.files import MAX_PARSED_BYTES, show
+from verify._reader.names import sha_hex
+
+__all__ = ["Archive"]
+
+
+class Archive:
+    """What the archive checks share: the events, the files and their hashes, the blobs."""
+
+    _CACHE_BYTES = 64 << 20  # blobs kept in memory between checks, at most
+
+    def __init__(self, run: ArchiveRun) -> None:
+        self.files = run.files
+        self.key_files = {re.sub(r"[/:+]", "_", actor) + ".vkey" for actor in run.registry.keys}
+        self.hashes = run.files.hashes
+        self.envs: list[dict[str, Any] | None] = run.envs
+        self.n = len(run.envs)
+        self.current: int | None = None  # the last event read (named if a check stops on it)
+        self._unread: dict[str, str] = {}
+        self.schedule_problem: str | None = None
+        self._cached = 0
+        self.checkpoint_sizes = {s.cp.size for s in run.stored if s.cp is not None}
+        self.by_kind: dict[str, list[int]] = {}
+        for seq, env in enumerate(self.envs):
+            if env is not None and type(env.get("kind")) is str:
+                self.by_kind.setdefault(env["kind"], []).append(seq)
+        locked = self.of_kind("protocol.locked")
+        self.protocol_seq: int | None = locked[0] if locked else None
+        self.protocol: dict[str, Any] = self.body(locked[0]) if locked else {}
+        self.locked_files: dict[str, tuple[str, str, int]] = {}  # path -> (role, sha256, seq)
+        for seq in self.of_kind("artifact.locked"):
+            body = self.body(seq)
+            path, role, digest = body.get("path"), body.get("role"), body.get("sha256")
+            if type(path) is str and type(role) is str and type(digest) is str:
+                self.locked_files.setdefault(path, (role, digest, seq))
+        self._arm_texts: dict[str, str] | None = None
+        self._arm_problem: str | None = None
+        self._blob_cache: dict[str, bytes | None] = {}
+
+    def of_kind(self, kind: str) -> list[int]:
+        """The seqs of the events of ``kind``, ascending."""
+        return self.by_kind.get(kind, [])
+
+    def body(self, seq: int) -> dict[str, Any]:
+        """Event ``seq``'s body, or ``{}`` when it is unreadable or not an object."""
+        self.current = seq
+        env = self.envs[seq]
+        body = env.get("body") if env is not None else None
+        return body if type(body) is dict else {}
+
+    def blob_ref(self, seq: int, name: str) -> str | None:
+        """The address event ``seq`` gives its blob ``name``, or ``None``."""
+        self.current = seq
+        env = self.envs[seq]
+        blobs = env.get("blobs") if env is not None else None
+        digest = blobs.get(name) if type(blobs) is dict else None
+        return digest if is_hex64(digest) else None
+
+    def blob(self, digest: str | None, limit: int | None = None) -> bytes | None:
+        """The bytes of ``blobs/<digest>`` if listed, within ``limit`` and hashing to its name.
+
+        ``digest`` must be 64 lowercase hex (anything else is never looked up as a path).
+        """
+        if digest is None or not is_hex64(digest):
+            return None
+        if digest in self._blob_cache:
+            data = self._blob_cache[digest]
+            return data if data is None or limit is None or len(data) <= limit else None
+        rel = f"blobs/{digest}"
+        if self.hashes.get(rel) != digest:
+            return None
+        data = self.files.get(rel, limit)[0]
+        if data is not None and sha_hex(data) != digest:
+            data = None
+        if data is not None and self._cached + len(data) <= self._CACHE_BYTES:
+            self._blob_cache[digest] = data
+            self._cached += len(data)
+        return data
+
+    def blob_ok(self, digest: str | None) -> bool:
+        """Whether ``blobs/<digest>`` is a listed regular file whose content hashes to its name."""
+        return is_hex64(digest) and self.hashes.get(f"blobs/{digest}") == digest
+
+    def blob_size(self, digest: str) -> int | None:
+        """The size of the listed ``blobs/<digest>``, or ``None``."""
+        entry = self.files.files.get(f"blobs/{digest}")
+        return entry.size if entry is not None else None
+
+    def file(self, rel: str) -> bytes | None:
+        """The bytes of the archive file ``rel``, or ``None`` (:meth:`absent` says why)."""
+        data, why = self.files.get(rel)
+        if data is None:
+            self._unread[rel] = why
+        return data
+
+    def absent(self, rel: str) -> str:
+        """Why :meth:`file` returned ``None`` for ``rel``, naming it: ``README.md is missing``."""
+        return self._unread.get(rel) or f"{show(rel)} {self.files.describe(rel)}"
+
+    def locked_blob(self, path: str) -> bytes | None:
+        """The locked content of ``path`` (its ``artifact.locked`` blob), or ``None``."""
+        entry = self.locked_files.get(path)
+        if entry is None:
+            return None
+        return self.blob(self.blob_ref(entry[2], "content"), MAX_PARSED_BYTES)
+
+    def current_manifest(self) -> dict[str, tuple[str, int]]:
+        """Locked path -> (sha256, seq of the event that set it): as locked, then amended."""
+        out: dict[str, tuple[str, int]] = {}
+        manifest = self.protocol.get("manifest")
+        if type(manifest) is dict:
+            for path, digest in manifest.items():
+                out[path] = (str(digest), self.protocol_seq or 0)
+        for seq in self.of_kind("protocol.amended"):
+            changes = self.body(seq).get("changes")
+            for change in changes if type(changes) is list else []:
+                if type(change) is dict and type(change.get("path")) is str:
+                    out[change["path"]] = (str(change.get("sha256")), seq)
+        return out
+
+    def spec(self) -> dict[str, Any] | None:
+        """The locked ``study.toml`` (role ``spec``) parsed, or ``None``."""
+        for path, (role, _, _) in self.locked_files.items():
+            if role == "spec":
+                data = self.locked_blob(path)
+                if data is None:
+                    return None
+                try:
+                    return tomllib.loads(data.decode("utf-8"))
+                except (UnicodeDecodeError, tomllib.TOMLDecodeError):
+                    return None
+        return None
+
+    def arm_texts(self) -> tuple[dict[str, str], str | None]:
+        """Each locked arm's composed prompt, from the locked spec and component files."""
+        if self._arm_texts is not None:
+            return self._arm_texts, self._arm_problem
+        texts: dict[str, str] = {}
+        problem: str | None = None
+        spec = self.spec()
+        arms = self.protocol.get("arms")
+        components = spec.get("components") if spec is not None else None
+        if type(arms) is not dict:
+            problem = "protocol.locked has no arms object"
+        elif type(components) is not dict:
+            problem = "the locked study.toml cannot be read or has no [components] table"
+        else:
+            for arm, info in arms.items():
+                names = info.get("components") if type(info) is dict else None
+                if type(names) is not list:
+                    problem = problem or f"arm {arm} has no component list in protocol.locked"
+                    continue
+                parts: list[str] = []
+                for name in names:
+                    path = components.get(name)
+                    data = self.locked_blob(path) if type(path) is str else None
+                    if data is None:
+                        problem = problem or (
+                            f"arm {arm}: component {name!r} is not a locked file with a blob"
+                        )
+                        break
+                    try:
+                        parts.append(data.decode("utf-8").rstrip("\n"))
+                    except UnicodeDecodeError:
+                        problem = problem or f"arm {arm}: component {name!r} is not UTF-8"
+                        break
+                else:
+                    texts[arm] = "\n\n".join(parts) + "\n"
+        self._arm_texts, self._arm_problem = texts, problem
+        return texts, problem
+
+    def schedule(self) -> list[str]:
+        """The trial ids in locked execution order (``docs/randomization.md``).
+
+        Empty when the design cannot be read, or when it schedules more trials than the log
+        has events (each trial needs one): :attr:`schedule_problem` then says why.
+        """
+        self.schedule_problem = None
+        design = self.protocol.get("design")
+        arms = self.protocol.get("arms")
+        stimuli = self.protocol.get("stimuli")
+        if type(design) is not dict or type(arms) is not dict or type(stimuli) is not list:
+            return []
+        seed, reps = design.get("seed"), design.get("replicates")
+        if type(reps) is not int or isinstance(seed, (dict, list, bool)) or seed is None:
+            return []
+        if len(arms) * len(stimuli) * max(reps, 0) > self.n:
+            self.schedule_problem = (
+                f"the design schedules {len(arms)} arms x {len(stimuli)} stimuli x {reps} "
+                f"replicates, more trials than the log's {self.n} events could record"
+            )
+            return []
+        seed_text = seed if type(seed) is str else str(seed)
+        ids = [f"{a}|{s}|{r}" for a in arms for s in stimuli for r in range(1, reps + 1)]
+        return sorted(ids, key=lambda t: hashlib.sha256(f"{seed_text}|{t}".encode()).hexdigest())
+
+    def codes(self, secret: bytes) -> dict[str, str]:
+        """Each locked arm's blinded code: ``HMAC-SHA256(secret, arm)[:12]``."""
+        arms = self.protocol.get("arms")
+        return {
+            arm: hmac.new(secret, arm.encode("utf-8"), hashlib.sha256).hexdigest()[:12]
+            for arm in (arms if type(arms) is dict else {})
+        }
+
+    def revealed_codes(self) -> dict[str, str]:
+        """The arm codes opened by ``blinding.revealed`` (recomputed from its secret), or {}."""
+        revealed = self.of_kind("blinding.revealed")
+        if not revealed:
+            return {}
+        secret_hex = self.body(revealed[-1]).get("secret_hex")
+        try:
+            secret = bytes.fromhex(secret_hex) if type(secret_hex) is str else None
+        except ValueError:
+            secret = None
+        return self.codes(secret) if secret is not None else {}

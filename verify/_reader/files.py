@@ -1,0 +1,282 @@
+"""The walk over an archive and the one reader of its files (``docs/archive-format.md`` §6).
+
+The walk lists the archive with ``lstat`` only (``os.scandir`` without following links): each
+entry is a directory (descended into), a regular file (recorded with its size and identity)
+or something else (a symbolic link, named pipe, device or socket), which is recorded as what it
+is and never opened or followed. The walk stops at :data:`MAX_ENTRIES` entries or
+:data:`MAX_DEPTH` levels, and refuses an archive whose regular files hold more than
+:data:`MAX_TOTAL_BYTES`.
+
+:meth:`ArchiveFiles.read` is the only way a check reads an archive file: it accepts only a path
+the walk recorded as a regular file, refuses it when it is larger than its limit
+(:func:`limit_for`) before opening it, and opens it without following links, checking that the
+file opened is the one listed (:mod:`verify._safeio`).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import stat
+import unicodedata
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from typing import BinaryIO
+
+from verify._reader.names import EVENTS
+from verify._safeio import UnsafeFileError, describe_mode, human_bytes, open_regular
+
+__all__ = [
+    "MAX_DEPTH",
+    "MAX_DOCUMENT_BYTES",
+    "MAX_ENTRIES",
+    "MAX_EVENTS_BYTES",
+    "MAX_FILE_BYTES",
+    "MAX_PARSED_BYTES",
+    "MAX_TOTAL_BYTES",
+    "ArchiveFileError",
+    "ArchiveFiles",
+    "limit_for",
+    "show",
+]
+
+MAX_ENTRIES = 1_000_000
+"""Files and directories an archive may hold (a 100,000-trial study holds about 300,000)."""
+MAX_DEPTH = 16
+"""Directory levels below the archive root."""
+MAX_TOTAL_BYTES = 8 << 30
+"""Bytes the regular files of an archive may hold together (each is hashed once)."""
+MAX_EVENTS_BYTES = 2 << 30
+"""Size of ``ledger/events.jsonl`` (read line by line)."""
+MAX_FILE_BYTES = 1 << 30
+"""Size of a blob, a dataset CSV, a stimulus or any file without a smaller limit."""
+MAX_DOCUMENT_BYTES = 16 << 20
+"""Size of a file people read or the verifier parses whole: README, report, figures, JSON..."""
+MAX_PARSED_BYTES = 64 << 20
+"""Size of a blob the verifier parses (a request, response or scores body, a locked spec or
+truth table); larger ones are compared by hash only or refused."""
+MAX_CHECKPOINT_BYTES = 1 << 20
+MAX_KEY_BYTES = 64 << 10
+
+_DOCUMENTS = frozenset(
+    {
+        "README.md",
+        "analysis/report.html",
+        "analysis/results.json",
+        "analysis/tables/verdicts.csv",
+        "protocol/files.csv",
+        "protocol/protocol.json",
+    }
+)
+
+
+def limit_for(rel: str) -> int:
+    """The most bytes the verifier reads of the archive file ``rel``."""
+    if rel == EVENTS:
+        return MAX_EVENTS_BYTES
+    if rel.startswith("ledger/checkpoints/"):
+        return MAX_CHECKPOINT_BYTES
+    if rel.startswith("ledger/keys/"):
+        return MAX_KEY_BYTES
+    if rel in _DOCUMENTS or rel.startswith(("analysis/figures/", "protocol/arms/")):
+        return MAX_DOCUMENT_BYTES
+    return MAX_FILE_BYTES
+
+
+def show(name: str) -> str:
+    """A file name as it may be printed: undecodable bytes and control characters escaped.
+
+    A name is data from the archive; printed raw it could fake a line of the report.
+    """
+    raw = name.encode("utf-8", "surrogateescape").decode("utf-8", "backslashreplace")
+    if raw.isprintable():
+        return raw
+    return "".join(
+        ch if ch.isprintable() and unicodedata.category(ch) != "Cc" else ascii(ch)[1:-1]
+        for ch in raw
+    )
+
+
+class ArchiveFileError(Exception):
+    """Internal: an archive file was not read; the message names it and says why."""
+
+
+@dataclass(frozen=True)
+class Entry:
+    """A regular file the walk listed."""
+
+    size: int
+    identity: tuple[int, int]
+
+
+class ArchiveFiles:
+    """The archive as the walk found it, and the reader of its regular files."""
+
+    def __init__(self, root: str | os.PathLike[str]) -> None:
+        self.root = os.path.abspath(os.fspath(root))
+        self.files: dict[str, Entry] = {}
+        self.dirs: set[str] = set()
+        self.others: dict[str, str] = {}  # rel -> what it is, as a reason ("is a symbolic ...")
+        self.problems: list[tuple[str, str]] = []  # (where, reason) of the walk itself
+        self.hashes: dict[str, str] = {}
+        self.unhashed: dict[str, str] = {}  # rel -> why it was not hashed
+        self.complete = False  # the walk listed everything (no limit stopped it)
+
+    # ------------------------------------------------------------------------------ walk
+
+    def walk(self) -> None:
+        """List the archive (``lstat`` only; nothing is opened or followed)."""
+        try:
+            st = os.stat(self.root)
+        except OSError as exc:
+            self.problems.append((self.root, f"{self.root} cannot be examined ({exc.strerror})"))
+            return
+        if not stat.S_ISDIR(st.st_mode):
+            self.problems.append(
+                (self.root, f"{self.root} is {describe_mode(st.st_mode)}, not a directory")
+            )
+            return
+        count = 0
+        total = 0
+        pending: list[tuple[str, int]] = [("", 0)]
+        while pending:
+            rel_dir, depth = pending.pop()
+            path = os.path.join(self.root, rel_dir) if rel_dir else self.root
+            try:
+                with os.scandir(path) as it:
+                    entries = []
+                    for entry in it:
+                        entries.append(entry)
+                        if count + len(entries) > MAX_ENTRIES:
+                            break
+            except OSError as exc:
+                where = rel_dir or "."
+                self.problems.append((where, f"{show(where)}/ cannot be listed ({exc.strerror})"))
+                continue
+            entries.sort(key=lambda e: e.name)
+            children: list[tuple[str, int]] = []
+            for entry in entries:
+                count += 1
+                if count > MAX_ENTRIES:
+                    self.problems.append(
+                        (rel_dir or ".", f"the archive holds more than {MAX_ENTRIES:,} entries: "
+                         "the rest was not examined")
+                    )  # fmt: skip
+                    return
+                rel = f"{rel_dir}/{entry.name}" if rel_dir else entry.name
+                try:
+                    est = entry.stat(follow_symlinks=False)
+                except OSError as exc:
+                    self.others[rel] = f"cannot be examined ({exc.strerror})"
+                    continue
+                mode = est.st_mode
+                if stat.S_ISDIR(mode):
+                    self.dirs.add(rel)
+                    if depth + 1 >= MAX_DEPTH:
+                        self.problems.append(
+                            (rel, f"{show(rel)}/ is {MAX_DEPTH} levels deep: not examined")
+                        )
+                    else:
+                        children.append((rel, depth + 1))
+                elif stat.S_ISREG(mode):
+                    self.files[rel] = Entry(est.st_size, (est.st_dev, est.st_ino))
+                    total += est.st_size
+                elif stat.S_ISLNK(mode):
+                    try:
+                        target = f" to {show(os.readlink(entry.path))!r}"
+                    except OSError:
+                        target = ""
+                    self.others[rel] = (
+                        f"is a symbolic link{target}, not a regular file: not followed"
+                    )
+                else:
+                    what = describe_mode(mode)
+                    self.others[rel] = f"is {what}, not a regular file: not opened"
+            pending.extend(reversed(children))
+        if total > MAX_TOTAL_BYTES:
+            self.problems.append(
+                (".", f"the archive's files hold {total:,} bytes, more than the "
+                 f"{human_bytes(MAX_TOTAL_BYTES)} limit: no file was read")
+            )  # fmt: skip
+            return
+        self.complete = True
+
+    def hash_all(self) -> None:
+        """Hash every listed regular file within its limit, once, in 1 MiB blocks."""
+        if not self.complete:
+            for rel in self.files:
+                self.unhashed[rel] = "was not read (the walk stopped at a limit)"
+            return
+        for rel in sorted(self.files):
+            try:
+                with self.open(rel) as fh:
+                    h = hashlib.sha256()
+                    for block in iter(lambda fh=fh: fh.read(1 << 20), b""):  # type: ignore[misc]
+                        h.update(block)
+                self.hashes[rel] = h.hexdigest()
+            except ArchiveFileError as exc:
+                self.unhashed[rel] = str(exc).removeprefix(f"{show(rel)} ")
+            except OSError as exc:
+                self.unhashed[rel] = f"cannot be read ({exc.strerror or exc})"
+
+    # ------------------------------------------------------------------------------ read
+
+    def describe(self, rel: str) -> str:
+        """Why ``rel`` cannot be read as a regular file, as a predicate: ``is missing``..."""
+        if rel in self.others:
+            return self.others[rel]
+        if rel in self.dirs:
+            return "is a directory, not a regular file"
+        if rel in self.unhashed:
+            return self.unhashed[rel]
+        entry = self.files.get(rel)
+        if entry is not None and entry.size > limit_for(rel):
+            return (
+                f"is {entry.size:,} bytes, more than the {human_bytes(limit_for(rel))} limit: "
+                "not read"
+            )
+        if entry is None:
+            return "is missing"
+        return "is readable"
+
+    @contextmanager
+    def open(self, rel: str, limit: int | None = None) -> Iterator[BinaryIO]:
+        """Open the listed regular file ``rel`` (for streaming); see :meth:`read`."""
+        entry = self.files.get(rel)
+        if entry is None or not self.complete:
+            raise ArchiveFileError(f"{show(rel)} {self.describe(rel)}")
+        cap = limit_for(rel) if limit is None else min(limit, limit_for(rel))
+        path = os.path.join(self.root, *rel.split("/"))
+        try:
+            fh = open_regular(path, cap, identity=entry.identity)
+        except UnsafeFileError as exc:
+            raise ArchiveFileError(f"{show(rel)} {exc}") from None
+        with fh:
+            yield fh
+
+    def read(self, rel: str, limit: int | None = None) -> bytes:
+        """The bytes of ``rel`` if the walk listed it as a regular file within its limit.
+
+        ``limit`` lowers the file's limit (:func:`limit_for`). Raises
+        :class:`ArchiveFileError` naming the file and the reason otherwise; a file that is
+        not a regular file is never opened, a link never followed.
+        """
+        cap = limit_for(rel) if limit is None else min(limit, limit_for(rel))
+        with self.open(rel, cap) as fh:
+            try:
+                data = fh.read(cap + 1)
+            except OSError as exc:
+                raise ArchiveFileError(
+                    f"{show(rel)} cannot be read ({exc.strerror or exc})"
+                ) from None
+        if len(data) > cap:
+            raise ArchiveFileError(f"{show(rel)} grew past its limit while read: not read")
+        return data
+
+    def get(self, rel: str, limit: int | None = None) -> tuple[bytes | None, str]:
+        """``(bytes, "")`` of a readable file, else ``(None, reason naming the file)``."""
+        try:
+            return self.read(rel, limit), ""
+        except ArchiveFileError as exc:
+            return None, str(exc)
