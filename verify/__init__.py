@@ -17,49 +17,52 @@ Example::
 
 from __future__ import annotations
 
+import importlib
 import os
 from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any
 
-from verify._archive import verify_archive
-from verify._canonical import canonical_json
-from verify._errors import (
-    AmbiguousKeyError,
-    CheckpointFormatError,
-    InvalidSignatureError,
-    KeyFormatError,
-    MalformedNoteError,
-    NoteError,
-    ProofError,
-    UnverifiedNoteError,
-    VerificationError,
-)
-from verify._ledgerfile import APPLICATION_ID, SCHEMA_VERSION, verify_ledger_file
-from verify._merkle import (
-    EMPTY_ROOT,
-    CompactTree,
-    consistency_proof,
-    inclusion_proof,
-    leaf_hash,
-    merkle_root,
-    node_hash,
-    verify_consistency,
-    verify_inclusion,
-)
-from verify._note import (
-    MAX_NOTE_SIGNATURES,
-    Checkpoint,
-    Note,
-    NoteSignature,
-    Vkey,
-    compute_key_id,
-    open_checkpoint,
-    open_note,
-    parse_checkpoint,
-    parse_note,
-    parse_vkey,
-)
-from verify._render import render_report
-from verify._report import ARCHIVE_CHECK_NAMES, CHECK_NAMES, Check, Report, Status
+if TYPE_CHECKING:
+    from verify._archive import verify_archive
+    from verify._canonical import canonical_json
+    from verify._errors import (
+        AmbiguousKeyError,
+        CheckpointFormatError,
+        InvalidSignatureError,
+        KeyFormatError,
+        MalformedNoteError,
+        NoteError,
+        ProofError,
+        UnverifiedNoteError,
+        VerificationError,
+    )
+    from verify._ledgerfile import APPLICATION_ID, SCHEMA_VERSION, verify_ledger_file
+    from verify._merkle import (
+        EMPTY_ROOT,
+        CompactTree,
+        consistency_proof,
+        inclusion_proof,
+        leaf_hash,
+        merkle_root,
+        node_hash,
+        verify_consistency,
+        verify_inclusion,
+    )
+    from verify._note import (
+        MAX_NOTE_SIGNATURES,
+        Checkpoint,
+        Note,
+        NoteSignature,
+        Vkey,
+        compute_key_id,
+        open_checkpoint,
+        open_note,
+        parse_checkpoint,
+        parse_note,
+        parse_vkey,
+    )
+    from verify._render import render_report
+    from verify._report import ARCHIVE_CHECK_NAMES, CHECK_NAMES, Check, Report, Status
 
 __all__ = [
     "APPLICATION_ID",
@@ -106,6 +109,51 @@ __all__ = [
     "verify_path",
 ]
 
+# Names are imported on first use (PEP 562): `import verify` (and `ledger --help`, which lists
+# the verify command) does not load the checks until a verification runs.
+_LAZY: dict[str, str] = {
+    "APPLICATION_ID": "verify._ledgerfile",
+    "ARCHIVE_CHECK_NAMES": "verify._report",
+    "CHECK_NAMES": "verify._report",
+    "EMPTY_ROOT": "verify._merkle",
+    "MAX_NOTE_SIGNATURES": "verify._note",
+    "SCHEMA_VERSION": "verify._ledgerfile",
+    "AmbiguousKeyError": "verify._errors",
+    "Check": "verify._report",
+    "Checkpoint": "verify._note",
+    "CheckpointFormatError": "verify._errors",
+    "CompactTree": "verify._merkle",
+    "InvalidSignatureError": "verify._errors",
+    "KeyFormatError": "verify._errors",
+    "MalformedNoteError": "verify._errors",
+    "Note": "verify._note",
+    "NoteError": "verify._errors",
+    "NoteSignature": "verify._note",
+    "ProofError": "verify._errors",
+    "Report": "verify._report",
+    "Status": "verify._report",
+    "UnverifiedNoteError": "verify._errors",
+    "VerificationError": "verify._errors",
+    "Vkey": "verify._note",
+    "canonical_json": "verify._canonical",
+    "compute_key_id": "verify._note",
+    "consistency_proof": "verify._merkle",
+    "inclusion_proof": "verify._merkle",
+    "leaf_hash": "verify._merkle",
+    "merkle_root": "verify._merkle",
+    "node_hash": "verify._merkle",
+    "open_checkpoint": "verify._note",
+    "open_note": "verify._note",
+    "parse_checkpoint": "verify._note",
+    "parse_note": "verify._note",
+    "parse_vkey": "verify._note",
+    "render_report": "verify._render",
+    "verify_archive": "verify._archive",
+    "verify_consistency": "verify._merkle",
+    "verify_inclusion": "verify._merkle",
+    "verify_ledger_file": "verify._ledgerfile",
+}
+
 
 def verify_path(
     path: str | os.PathLike[str],
@@ -118,7 +166,11 @@ def verify_path(
     A file goes to :func:`verify_ledger_file`; neither raises for a bad ledger or archive.
     """
     if os.path.isdir(path):
+        from verify._archive import verify_archive
+
         return verify_archive(path, trusted_keys=trusted_keys, checkpoints=checkpoints, jobs=jobs)
+    from verify._ledgerfile import verify_ledger_file
+
     return verify_ledger_file(path, trusted_keys=trusted_keys, checkpoints=checkpoints, jobs=jobs)
 
 
@@ -138,5 +190,20 @@ def require_valid(
     report = verify_path(path, trusted_keys=trusted_keys, checkpoints=checkpoints, jobs=jobs)
     failure = report.first_failure
     if failure is not None:
+        from verify._errors import VerificationError
+
         raise VerificationError.from_check(failure, report)
     return report
+
+
+def __getattr__(name: str) -> Any:
+    module = _LAZY.get(name)
+    if module is None:
+        raise AttributeError(f"module 'verify' has no attribute {name!r}")
+    value = getattr(importlib.import_module(module), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted([*globals(), *__all__])
