@@ -1,4 +1,11 @@
-"""Shared fixtures: keys, a fixed clock, and small ledgers."""
+"""Shared fixtures (keys, a fixed clock, small ledgers, studies built once per session) and
+the grouping that keeps the parallel run (pytest-xdist, see README "Tests") cheap.
+
+Session-scoped fixtures are built once per xdist worker, never shared between workers: each
+lives in that worker's own ``tmp_path_factory`` directory. Tests must not change what a
+session- or module-scoped fixture returns; they copy it (``shutil.copytree``) and change the
+copy.
+"""
 
 from __future__ import annotations
 
@@ -9,6 +16,33 @@ import pytest
 from helpers import fixed_clock, fixed_key
 
 from ledger import Ledger, SigningKey
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Keep a module's tests on one xdist worker when they share a module-scoped fixture.
+
+    With ``--dist loadgroup`` (pyproject's addopts) tests are handed to workers one by one, so
+    a module-scoped fixture (a study run and analysed once for its module) would be built again
+    on every worker that gets one of the module's tests. A module whose tests use a module- or
+    class-scoped fixture is therefore one ``xdist_group`` (named after the module); every other
+    test is scheduled on its own. An explicit ``@pytest.mark.xdist_group`` is left as it is.
+    Runs before xdist reads the marks (tryfirst).
+    """
+    for item in items:
+        if item.get_closest_marker("xdist_group") is not None:
+            continue
+        info = getattr(item, "_fixtureinfo", None)
+        if info is None:
+            continue
+        scopes = {
+            fixturedef.scope
+            for fixturedefs in info.name2fixturedefs.values()
+            for fixturedef in fixturedefs
+        }
+        module = getattr(item, "module", None)
+        if module is not None and scopes & {"module", "class", "package"}:
+            item.add_marker(pytest.mark.xdist_group(module.__name__))
 
 
 @pytest.fixture
@@ -54,3 +88,4 @@ def ledger_home(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     home = tmp_path / "home"
     monkeypatch.setenv("PROMPT_LEDGER_HOME", str(home))
     return home
+
