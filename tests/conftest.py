@@ -82,6 +82,36 @@ def study_template(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return root
 
 
+@pytest.fixture(scope="session")
+def simulated_archive(tmp_path_factory: pytest.TempPathFactory, study_template: Path) -> Path:
+    """A fresh export of a simulated study (2 replicates: 70 trials), built once per session.
+
+    Run, scored, unblinded, analysed and exported with the study's owner key and a private
+    ``PROMPT_LEDGER_HOME``. The archive is ``<base>/archive``; the study it was exported from
+    is ``<base>/study`` beside it. Read-only for tests: copy it to change it.
+    """
+    from helpers import make_study, study_key
+
+    from analysis.analyze import analyze_study
+    from analysis.export import export_study
+    from analysis.scoring import score_study, unblind_study
+    from runner.backends import SimulatedBackend
+    from runner.execute import RunOptions, run_study
+
+    base = tmp_path_factory.mktemp("simulated-archive")
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setenv("PROMPT_LEDGER_HOME", str(base / "home"))
+        root = make_study(base / "study", replicates=2, template=study_template)
+        key = study_key()
+        run_study(root, key, SimulatedBackend(), RunOptions(concurrency=8))
+        score_study(root, key)
+        unblind_study(root, key)
+        analyze_study(root, key)
+        out = base / "archive"
+        export_study(root, out, key)
+    return out
+
+
 @pytest.fixture
 def ledger_home(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     """A private PROMPT_LEDGER_HOME (keys and blinding secrets) for one test."""
