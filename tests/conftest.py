@@ -1,5 +1,5 @@
 """Shared fixtures (keys, a fixed clock, small ledgers, studies built once per session) and
-the grouping that keeps the parallel run (pytest-xdist, see README "Tests") cheap.
+how the parallel run (pytest-xdist, see README) hands tests to workers.
 
 Session-scoped fixtures are built once per xdist worker, never shared between workers: each
 lives in that worker's own ``tmp_path_factory`` directory. Tests must not change what a
@@ -11,38 +11,43 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 from helpers import fixed_clock, fixed_key
 
 from ledger import Ledger, SigningKey
 
+SERIAL_MODULES = frozenset(
+    f"tests/{name}.py"
+    for name in ("test_faults", "test_runner", "test_runner_audit", "test_runner_crash")
+)
+"""Modules whose tests start processes and SIGKILL or SIGINT them, or depend on timeouts,
+Retry-After and overload timing: with ``--dist loadfile`` they form one unit of work, so they
+run on one worker one after another and never beside each other."""
 
-@pytest.hookimpl(tryfirst=True)
-def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    """Keep a module's tests on one xdist worker when they share a module-scoped fixture.
 
-    With ``--dist loadgroup`` (pyproject's addopts) tests are handed to workers one by one, so
-    a module-scoped fixture (a study run and analysed once for its module) would be built again
-    on every worker that gets one of the module's tests. A module whose tests use a module- or
-    class-scoped fixture is therefore one ``xdist_group`` (named after the module); every other
-    test is scheduled on its own. An explicit ``@pytest.mark.xdist_group`` is left as it is.
-    Runs before xdist reads the marks (tryfirst).
+@pytest.hookimpl(optionalhook=True)
+def pytest_xdist_make_scheduler(config: pytest.Config, log: Any) -> Any:
+    """``--dist loadfile`` (pyproject's addopts), with :data:`SERIAL_MODULES` as one unit.
+
+    A file is one unit of work, so a module-scoped fixture (a study run and analysed once for
+    its module) is built on one worker only. This replaces ``xdist_group`` marks with
+    ``--dist loadgroup``, which pytest-xdist 3.8 cannot honour on pytest 9.2: it tags a test's
+    group onto ``item._nodeid``, which pytest 9.2's ``item.nodeid`` no longer reads, so every
+    mark is silently ignored (pytest-dev/pytest-xdist#1386). Other ``--dist`` modes are left to
+    pytest-xdist.
     """
-    for item in items:
-        if item.get_closest_marker("xdist_group") is not None:
-            continue
-        info = getattr(item, "_fixtureinfo", None)
-        if info is None:
-            continue
-        scopes = {
-            fixturedef.scope
-            for fixturedefs in info.name2fixturedefs.values()
-            for fixturedef in fixturedefs
-        }
-        module = getattr(item, "module", None)
-        if module is not None and scopes & {"module", "class", "package"}:
-            item.add_marker(pytest.mark.xdist_group(module.__name__))
+    if config.getvalue("dist") != "loadfile":
+        return None
+    from xdist.scheduler import LoadFileScheduling
+
+    class SerialAwareLoadFile(LoadFileScheduling):
+        def _split_scope(self, nodeid: str) -> str:
+            path = nodeid.split("::", 1)[0]
+            return "serial: processes and timing" if path in SERIAL_MODULES else path
+
+    return SerialAwareLoadFile(config, log)
 
 
 @pytest.fixture

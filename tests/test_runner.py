@@ -118,7 +118,6 @@ def test_retryable_faults_are_recorded_then_retried(
         assert result.counters.concurrency == 1
 
 
-@pytest.mark.xdist_group("timing")
 def test_retry_after_is_honoured(study: Path, server: FakeMessagesServer) -> None:
     server.inject("429", count=1, retry_after=1)
     run_study(study, study_key(), backend(server), RunOptions(concurrency=1, max_trials=1, **FAST))
@@ -129,7 +128,6 @@ def test_retry_after_is_honoured(study: Path, server: FakeMessagesServer) -> Non
     assert gap.total_seconds() >= 1.0
 
 
-@pytest.mark.xdist_group("timing")
 def test_timeout_is_retried(study: Path, server: FakeMessagesServer) -> None:
     server.inject("slow", count=1, seconds=2)
     result = run_study(
@@ -293,7 +291,6 @@ def test_replay_backend_reissues_recorded_responses(
     assert original == replayed
 
 
-@pytest.mark.xdist_group("timing")
 def test_overload_lowers_concurrency_then_it_climbs_back(
     study: Path, ledger_home: Path
 ) -> None:

@@ -31,7 +31,6 @@ def events(study: Path, kind: str | None = None) -> list[Any]:
         return list(log.events(kind))
 
 
-@pytest.mark.xdist_group("timing")
 def test_overload_halves_concurrency_and_it_climbs_back(study: Path) -> None:
     trace: list[int] = []
     with FakeMessagesServer(latency_ms=20) as server:
@@ -74,7 +73,6 @@ def test_batch_budget_is_never_exceeded(study: Path) -> None:
     assert 0 < spent <= 0.02 and result.counters.responded < 35
 
 
-@pytest.mark.xdist_group("timing")
 def test_batch_ctrl_c_records_run_stopped(study: Path) -> None:
     with FakeMessagesServer(batch_ready_after_polls=10**9) as server:
         proc = start_run(study, server, "--backend", "anthropic-batch", "--poll-interval", "0.05")

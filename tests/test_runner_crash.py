@@ -77,7 +77,6 @@ def check_outcomes(study: Path, trials: int) -> dict[str, int]:
 
 
 @pytest.mark.slow
-@pytest.mark.xdist_group("timing")
 def test_chaos_sigkill_runner_many_times(
     tmp_path: Path, ledger_home: Path, study_template: Path
 ) -> None:
@@ -121,7 +120,6 @@ def test_chaos_sigkill_runner_many_times(
     assert kinds["trial.failed"] > interrupted  # injected faults were recorded too
 
 
-@pytest.mark.xdist_group("timing")
 def test_ctrl_c_finishes_in_flight_calls_and_records_the_stop(
     tmp_path: Path, ledger_home: Path, study_template: Path
 ) -> None:
@@ -144,7 +142,6 @@ def test_ctrl_c_finishes_in_flight_calls_and_records_the_stop(
     assert 4 <= len(outcomes) < 35
 
 
-@pytest.mark.xdist_group("timing")
 def test_batch_backend_completes_and_resumes_after_a_crash(
     tmp_path: Path, ledger_home: Path, study_template: Path
 ) -> None:
