@@ -123,4 +123,3 @@ def ledger_home(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     home = tmp_path / "home"
     monkeypatch.setenv("PROMPT_LEDGER_HOME", str(home))
     return home
-
