@@ -1,14 +1,53 @@
-"""Shared fixtures: keys, a fixed clock, and small ledgers."""
+"""Shared fixtures (keys, a fixed clock, small ledgers, studies built once per session) and
+how the parallel run (pytest-xdist, see README) hands tests to workers.
+
+Session-scoped fixtures are built once per xdist worker, never shared between workers: each
+lives in that worker's own ``tmp_path_factory`` directory. Tests must not change what a
+session- or module-scoped fixture returns; they copy it (``shutil.copytree``) and change the
+copy.
+"""
 
 from __future__ import annotations
 
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 from helpers import fixed_clock, fixed_key
 
 from ledger import Ledger, SigningKey
+
+SERIAL_MODULES = frozenset(
+    f"tests/{name}.py"
+    for name in ("test_faults", "test_runner", "test_runner_audit", "test_runner_crash")
+)
+"""Modules whose tests start processes and SIGKILL or SIGINT them, or depend on timeouts,
+Retry-After and overload timing: with ``--dist loadfile`` they form one unit of work, so they
+run on one worker one after another and never beside each other."""
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_xdist_make_scheduler(config: pytest.Config, log: Any) -> Any:
+    """``--dist loadfile`` (pyproject's addopts), with :data:`SERIAL_MODULES` as one unit.
+
+    A file is one unit of work, so a module-scoped fixture (a study run and analysed once for
+    its module) is built on one worker only. This replaces ``xdist_group`` marks with
+    ``--dist loadgroup``, which pytest-xdist 3.8 cannot honour on pytest 9.2: it tags a test's
+    group onto ``item._nodeid``, which pytest 9.2's ``item.nodeid`` no longer reads, so every
+    mark is silently ignored (pytest-dev/pytest-xdist#1386). Other ``--dist`` modes are left to
+    pytest-xdist.
+    """
+    if config.getvalue("dist") != "loadfile":
+        return None
+    from xdist.scheduler import LoadFileScheduling
+
+    class SerialAwareLoadFile(LoadFileScheduling):
+        def _split_scope(self, nodeid: str) -> str:
+            path = nodeid.split("::", 1)[0]
+            return "serial: processes and timing" if path in SERIAL_MODULES else path
+
+    return SerialAwareLoadFile(config, log)
 
 
 @pytest.fixture
@@ -46,6 +85,36 @@ def study_template(tmp_path_factory: pytest.TempPathFactory) -> Path:
     new_study(root, "prompt-tumbling-e", study_key())
     (root / "ledger.db").unlink()
     return root
+
+
+@pytest.fixture(scope="session")
+def simulated_archive(tmp_path_factory: pytest.TempPathFactory, study_template: Path) -> Path:
+    """A fresh export of a simulated study (2 replicates: 70 trials), built once per session.
+
+    Run, scored, unblinded, analysed and exported with the study's owner key and a private
+    ``PROMPT_LEDGER_HOME``. The archive is ``<base>/archive``; the study it was exported from
+    is ``<base>/study`` beside it. Read-only for tests: copy it to change it.
+    """
+    from helpers import make_study, study_key
+
+    from analysis.analyze import analyze_study
+    from analysis.export import export_study
+    from analysis.scoring import score_study, unblind_study
+    from runner.backends import SimulatedBackend
+    from runner.execute import RunOptions, run_study
+
+    base = tmp_path_factory.mktemp("simulated-archive")
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setenv("PROMPT_LEDGER_HOME", str(base / "home"))
+        root = make_study(base / "study", replicates=2, template=study_template)
+        key = study_key()
+        run_study(root, key, SimulatedBackend(), RunOptions(concurrency=8))
+        score_study(root, key)
+        unblind_study(root, key)
+        analyze_study(root, key)
+        out = base / "archive"
+        export_study(root, out, key)
+    return out
 
 
 @pytest.fixture

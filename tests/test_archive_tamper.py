@@ -41,30 +41,11 @@ EVENTS = "ledger/events.jsonl"
 # fixtures and helpers
 
 
-@pytest.fixture(scope="module")
-def archive(tmp_path_factory: pytest.TempPathFactory, study_template: Path) -> Path:
-    """A fresh export of a simulated study (2 replicates: 70 trials), built once."""
-    from analysis.analyze import analyze_study
-    from analysis.export import export_study
-    from analysis.scoring import score_study, unblind_study
-    from runner.backends import SimulatedBackend
-    from runner.execute import RunOptions, run_study
-
-    mp = pytest.MonkeyPatch()
-    mp.setenv("PROMPT_LEDGER_HOME", str(tmp_path_factory.mktemp("home")))
-    try:
-        base = tmp_path_factory.mktemp("study")
-        root = make_study(base / "study", replicates=2, template=study_template)
-        key = study_key()
-        run_study(root, key, SimulatedBackend(), RunOptions(concurrency=8))
-        score_study(root, key)
-        unblind_study(root, key)
-        analyze_study(root, key)
-        out = base / "archive"
-        export_study(root, out, key)
-    finally:
-        mp.undo()
-    return out
+@pytest.fixture
+def archive(simulated_archive: Path) -> Path:
+    """A fresh export of a simulated study (2 replicates: 70 trials), built once per session
+    (conftest's ``simulated_archive``; copy it to change it)."""
+    return simulated_archive
 
 
 @pytest.fixture
@@ -756,8 +737,10 @@ def test_force_export_never_leaves_the_target_without_an_archive(
 ) -> None:
     import analysis.export as export
 
-    study = archive.parent / "study"
-    target = tmp_path / "out"
+    study = tmp_path / "study"  # a private copy: each export appends to the study's ledger
+    shutil.copytree(archive.parent / "study", study)
+    target = tmp_path / "exports" / "out"
+    target.parent.mkdir()
     export.export_study(study, target, study_key())
     first = (target / "MANIFEST.sha256").read_bytes()
     (target / "stale.txt").write_text("from the old archive\n", "utf-8")
@@ -777,7 +760,7 @@ def test_force_export_never_leaves_the_target_without_an_archive(
     assert all(p != target for p in deleted)
     assert not (target / "stale.txt").exists()
     assert (target / "MANIFEST.sha256").read_bytes() != first  # a new export.created
-    assert sorted(p.name for p in tmp_path.iterdir()) == ["out"]  # nothing left aside
+    assert sorted(p.name for p in target.parent.iterdir()) == ["out"]  # nothing left aside
     assert verify_archive(target).get("export-coverage").status is Status.PASS  # type: ignore[union-attr]
 
 

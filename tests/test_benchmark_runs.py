@@ -15,7 +15,7 @@ ROOT = Path(__file__).resolve().parent.parent
 def test_bench_ledger_runs_and_reports_every_figure() -> None:
     result = subprocess.run(
         [sys.executable, str(ROOT / "benchmarks" / "bench_ledger.py"), "--events", "3000",
-         "--batch", "500", "--jobs", "2"],
+         "--batch", "500", "--jobs", "2", "--quick"],
         capture_output=True, text=True, timeout=300, check=True,
     )
     for label in ("Ed25519 sign", "Ed25519 verify", "batched append", "single append",

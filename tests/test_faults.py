@@ -29,7 +29,6 @@ def _spawn(*args: str) -> subprocess.Popen[str]:
     )
 
 
-@pytest.mark.slow
 def test_four_processes_append_into_one_linear_chain(tmp_path: Path) -> None:
     owner = fixed_key("example.org/owner")
     path = tmp_path / "ledger.db"
@@ -89,7 +88,6 @@ def _assert_whole_or_nothing(path: Path, before: int, batch: int) -> int:
     return size
 
 
-@pytest.mark.slow
 def test_sigkill_inside_the_transaction_leaves_nothing(tmp_path: Path) -> None:
     path, keyfile = _batch_setup(tmp_path)
     rng = random.Random(7)

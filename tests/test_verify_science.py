@@ -15,7 +15,6 @@ from typing import Any
 
 import numpy as np
 import pytest
-from helpers import make_study, study_key
 from scipy import stats as sps
 
 from verify import Status
@@ -29,31 +28,11 @@ DOCS = Path(__file__).resolve().parent.parent / "docs"
 # ------------------------------------------------------------------------------ the archive
 
 
-@pytest.fixture(scope="module")
-def archive(tmp_path_factory: pytest.TempPathFactory, study_template: Path) -> Path:
-    """A simulated study (2 replicates), run, scored, unblinded, analysed and exported."""
-    from analysis.analyze import analyze_study
-    from analysis.export import export_study
-    from analysis.scoring import score_study, unblind_study
-    from runner.backends import SimulatedBackend
-    from runner.execute import RunOptions, run_study
-
-    mp = pytest.MonkeyPatch()
-    mp.setenv("PROMPT_LEDGER_HOME", str(tmp_path_factory.mktemp("home")))
-    try:
-        root = make_study(
-            tmp_path_factory.mktemp("s") / "study", replicates=2, template=study_template
-        )
-        key = study_key()
-        run_study(root, key, SimulatedBackend(), RunOptions(concurrency=8))
-        score_study(root, key)
-        unblind_study(root, key)
-        analyze_study(root, key)
-        out = tmp_path_factory.mktemp("export") / "archive"
-        export_study(root, out, key)
-    finally:
-        mp.undo()
-    return out
+@pytest.fixture
+def archive(simulated_archive: Path) -> Path:
+    """A simulated study (2 replicates), run, scored, unblinded, analysed and exported, built
+    once per session (conftest's ``simulated_archive``; copy it to change it)."""
+    return simulated_archive
 
 
 @pytest.fixture
