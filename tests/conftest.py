@@ -20,7 +20,10 @@ from ledger import Ledger, SigningKey
 
 SERIAL_MODULES = frozenset(
     f"tests/{name}.py"
-    for name in ("test_faults", "test_runner", "test_runner_audit", "test_runner_crash")
+    for name in (
+        "test_faults", "test_runner", "test_runner_audit", "test_runner_crash",
+        "test_run_interrupt",
+    )
 )
 """Modules whose tests start processes and SIGKILL or SIGINT them, or depend on timeouts,
 Retry-After and overload timing: with ``--dist loadfile`` they form one unit of work, so they
@@ -123,32 +126,3 @@ def ledger_home(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     home = tmp_path / "home"
     monkeypatch.setenv("PROMPT_LEDGER_HOME", str(home))
     return home
-
-
-@pytest.fixture(scope="session")
-def exported_archive(tmp_path_factory: pytest.TempPathFactory, study_template: Path) -> Path:
-    """A small simulated study (1 replicate: 35 trials) run, scored, unblinded, analysed and
-    exported once per test session. Tests copy it (``shutil.copytree``) before changing it."""
-    from helpers import make_study, study_key
-
-    from analysis.analyze import analyze_study
-    from analysis.export import export_study
-    from analysis.scoring import score_study, unblind_study
-    from runner.backends import SimulatedBackend
-    from runner.execute import RunOptions, run_study
-
-    mp = pytest.MonkeyPatch()
-    mp.setenv("PROMPT_LEDGER_HOME", str(tmp_path_factory.mktemp("exported-home")))
-    try:
-        base = tmp_path_factory.mktemp("exported")
-        root = make_study(base / "study", replicates=1, template=study_template)
-        key = study_key()
-        run_study(root, key, SimulatedBackend(), RunOptions(concurrency=4))
-        score_study(root, key)
-        unblind_study(root, key)
-        analyze_study(root, key)
-        out = base / "archive"
-        export_study(root, out, key)
-    finally:
-        mp.undo()
-    return out

@@ -1,7 +1,7 @@
 """Hostile archives (issue 14): the verifier never hangs, never reads outside the archive,
 accounts for every entry, and checks what readers read.
 
-Each case copies the session's exported archive (``exported_archive`` in conftest.py), makes it
+Each case copies the session's exported archive (``simulated_archive`` in conftest.py), makes it
 hostile, and runs ``python -m verify ARCHIVE --json`` in a process of its own
 (``tests/workers/hostile_verify.py``) with an address-space limit (``RLIMIT_AS``), a CPU-time
 limit (``RLIMIT_CPU``) and an audit hook on ``open``. Every case must end non-zero, name the
@@ -116,9 +116,9 @@ def run_verify(
 
 
 @pytest.fixture
-def copy(exported_archive: Path, tmp_path: Path) -> Path:
+def copy(simulated_archive: Path, tmp_path: Path) -> Path:
     target = tmp_path / "archive"
-    shutil.copytree(exported_archive, target)
+    shutil.copytree(simulated_archive, target)
     return target
 
 
