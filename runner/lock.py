@@ -21,6 +21,7 @@ from runner._errors import StudyError as StudyError
 from runner.schedule import commitment, schedule, schedule_bytes, schedule_sha256, trial_ids
 from runner.spec import SpecError, Study, check_matched_controls, load_study
 from runner.stimuli import StimulusError, check_image_for_api
+from runner.truth import truth_problems
 
 LEDGER_FILE = "ledger.db"
 CHECKPOINT_FILE = "registration-checkpoint.txt"
@@ -169,8 +170,13 @@ def protocol_event(log: Ledger) -> Any:
 
 
 def validate_for_lock(study: Study) -> list[str]:
-    """Every problem that stops a lock, beyond the spec's own validation."""
+    """Every problem that stops a lock, beyond the spec's own validation.
+
+    False matched-control claims, images the API cannot take, and a truth table that does not
+    fit the parser (:func:`runner.truth.truth_problems`): a study that could not be scored.
+    """
     problems = check_matched_controls(study)
+    problems += truth_problems(study)
     for stim_id, path in study.stimuli.items():
         try:
             check_image_for_api(path.read_bytes(), name=f"stimulus {stim_id} ({path.name})")
@@ -246,7 +252,7 @@ def lock_study(root: str | Path, key: SigningKey) -> LockResult:
             "trials": len(order),
             "schedule_sha256": digest_of_schedule,
             "blinding_commitment": commitment(secret),
-            "response": {"format": study.response_format, "parser": study.parser},
+            "response": study.response_plan(),
             "hypotheses": [h.__dict__ | {"contrast": list(h.contrast)} for h in study.hypotheses],
             "analysis": study.analysis,
             "amendable": list(study.amendable),
