@@ -61,8 +61,9 @@ DOWN or LEFT; a blank or unreadable image has none (the model then guesses). So 
 whose content sits in its upper part, rotated by ``runner.stimuli.rotate_images``, is read as
 the rotation's direction. Behaviour (:class:`SimParams` ``single_*``): with probability
 ``single_error`` (``single_error_rule`` when the prompt has the decoding-rule marker) the
-answer is another label; with ``single_unparseable`` the reply names no label at all; the
-answer is written bare, as ``Answer: X`` or in a sentence.
+answer is another label (shifted per image by ``single_jitter``, so some images are harder);
+with ``single_unparseable`` the reply names no label at all; the answer is written bare, as
+``Answer: X`` or in a sentence.
 
 Randomness comes only from SHA-256 of the per-trial ``seed`` (``numpy`` PCG64); the same
 request and seed give byte-identical responses.
@@ -184,6 +185,8 @@ class SimParams:
       (letter, yes/no/maybe, orientation word) is another label; the second applies when the
       prompt has the decoding-rule marker.
     * ``single_unparseable = 0.04``: probability that a single-answer reply names no label.
+    * ``single_jitter = 1.5``: scale of a per-image log-odds offset (from SHA-256 of the image)
+      added to the error probability, so some images are harder than others.
     """
 
     noise: bool = True
@@ -210,6 +213,7 @@ class SimParams:
     single_error: float = 0.2
     single_error_rule: float = 0.05
     single_unparseable: float = 0.04
+    single_jitter: float = 1.5
 
     def as_dict(self) -> dict[str, Any]:
         """The parameters as a plain dict (with ``"version": PARAMS_VERSION``)."""
@@ -628,6 +632,9 @@ class SimulatedModel:
             seen = image_direction(image) or ORIENTATIONS[digest[0] % 4]
         p = self.params
         error = p.single_error_rule if "decoding_rule" in components else p.single_error
+        if 0.0 < error < 1.0:  # some images are harder than others: a per-image log-odds offset
+            jitter = int.from_bytes(digest[4:8], "big") / 0xFFFFFFFF * 2.0 - 1.0
+            error = _sigmoid(math.log(error / (1.0 - error)) + p.single_jitter * jitter)
         draw_error, draw_other, draw_style, draw_fail = rng.random(4)
         said = seen
         if p.noise and draw_error < error:
