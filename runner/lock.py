@@ -56,6 +56,13 @@ def _ledger_owners(path: Path) -> set[str]:
     return {r.vkey for r in records if r.role == "owner" and r.revoked_seq is None}
 
 
+def _is_locked(path: Path) -> bool:
+    if not path.exists():
+        return False
+    with Ledger.open(path, readonly=True) as log:
+        return protocol_event(log) is not None
+
+
 def study_owner_key(root: str | Path) -> SigningKey:
     """The owner key ``ledger new`` made for the study at ``root`` (used when no --key is given).
 
@@ -66,9 +73,9 @@ def study_owner_key(root: str | Path) -> SigningKey:
     naming the file expected and the owner wanted when no key fits.
     """
     root = Path(root)
-    study = load_study(root)
-    expected = default_key_path(study.id)
     path = ledger_path(root)
+    study = load_study(root, strict=not _is_locked(path))  # a locked spec cannot change
+    expected = default_key_path(study.id)
     if not path.exists():
         if expected.exists():
             return SigningKey.load(expected)
@@ -338,7 +345,7 @@ def check_integrity(root: str | Path) -> Study:
             f"{root}: {len(changes)} locked file(s) changed since lock:\n" + "\n".join(lines)
             + "\nrestore them, or record a deliberate change with 'ledger amend --reason'"
         )
-    return load_study(root)
+    return load_study(root, strict=False)  # locked as it is: strict at lock, never again
 
 
 def amend(root: str | Path, key: SigningKey, reason: str) -> int:

@@ -547,11 +547,13 @@ def _analysis(c: _Collector, data: dict[str, Any]) -> dict[str, Any]:
     return analysis_out
 
 
-def load_study(root: str | Path) -> Study:
+def load_study(root: str | Path, *, strict: bool = True) -> Study:
     """Read and validate ``ROOT/study.toml``. Raises :class:`SpecError` listing every problem.
 
     Every key must be one the spec knows (``docs/study-spec.md``); each problem names the file,
-    the line (when the key is written) and the field.
+    the line (when the key is written) and the field. ``strict=False`` leaves unknown keys
+    unreported: for a study already locked, whose spec can no longer change (``ledger new``,
+    ``arms`` and ``lock`` are strict, so a study locked now has none).
     """
     root = Path(root)
     spec_path = root / "study.toml"
@@ -571,7 +573,8 @@ def load_study(root: str | Path) -> Study:
     except tomllib.TOMLDecodeError as exc:
         raise SpecError([f"{spec_path}: not valid TOML: {exc}"]) from None
     c = _Collector(str(spec_path), LineFinder(text))
-    _unknown_problems(c, data)
+    if strict:
+        _unknown_problems(c, data)
 
     study = _table(c, data, "study")
     study_id = _str(c, study, "id", "study")

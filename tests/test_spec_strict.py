@@ -244,3 +244,19 @@ def test_line_finder_follows_the_documented_rule(
     path: tuple[str | int, ...], line: int | None
 ) -> None:
     assert LineFinder(TOML).line(path) == line
+
+
+def test_a_study_locked_before_keys_were_strict_keeps_working(
+    study: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Strict at new, arms and lock; a locked spec cannot change, so later commands read it."""
+    import runner.spec
+
+    line = edit(study, "temperature = 1.0", "temperature = 1.0\ntop_p = 0.9", key="top_p")
+    with monkeypatch.context() as patch:  # as an earlier version locked it: top_p ignored
+        patch.setattr(runner.spec, "_unknown_problems", lambda c, data: None)
+        assert run("lock", study, "--key", study.parent / "owner.key").exit_code == 0
+    assert run("schedule", study, "--limit", "1").exit_code == 0
+    assert load_study(study, strict=False).model["temperature"] == 1.0
+    refused = run("arms", study)
+    assert refused.exit_code == 1 and f"study.toml:{line}: [model] top_p" in refused.output
