@@ -785,6 +785,8 @@ def _section_descriptive(report: Report) -> str:
     if stim and stim.get("status") == "failed":
         parts.append(_failed_html(stim))
     parts.append(_figure_html(report, "accuracy_arm_stimulus.png"))
+    if not report.tumbling:  # only a tumbling-E study has specificity-control trials
+        return "".join(parts)
     parts.append("<h3>Specificity control</h3>")
     control = report.result("descriptive.control")
     if control is None:

@@ -20,6 +20,7 @@ from click.testing import CliRunner, Result
 from helpers import fixed_key
 from single_answer import rotation_study, yes_no_maybe_study
 
+import analysis
 from ledger import Ledger
 from ledger.cli import main
 from verify import Status
@@ -178,7 +179,12 @@ def test_yes_no_maybe_study_runs_end_to_end(yes_no_maybe: tuple[Path, Path]) -> 
     excluded = sum(a["excluded"] for a in arms.values())
     assert excluded == len(unparseable)  # exclude_unparseable = true
     html = (archive / "analysis" / "report.html").read_text(encoding="utf-8")
-    assert "Accuracy by arm" in html and "accuracy_by_row" not in html
+    assert "Accuracy by arm" in html and "accuracy by chart row" not in html
+    assert "Specificity control" not in html
+    frames = analysis.load(archive)
+    assert len(frames.scores) == len(items)
+    assert set(frames.scores["accuracy"]) <= {0.0, 1.0}
+    assert sorted(frames.scores["arm"].unique()) == ["bare.1", "with-note", "with-rule"]
 
 
 # ------------------------------------------------------------------------------ multiple choice
