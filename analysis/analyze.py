@@ -22,7 +22,7 @@ import io
 import json
 import math
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -32,9 +32,12 @@ import pandas as pd
 from analysis import stats
 from ledger import EventSpec, Ledger, SigningKey
 from runner.lock import StudyError, check_integrity, ledger_path, protocol_event
+from runner.truth import stimulus_sources
 
 ORIENTATIONS = ("UP", "RIGHT", "DOWN", "LEFT")
+YES_NO_MAYBE = ("yes", "no", "maybe")
 CONTROL_TRUTH = "not-a-tumbling-e-chart"
+TUMBLING_E = "tumbling-e-json"
 TRIAL_COLUMNS = (
     "trial", "arm", "stimulus", "rep", "response_seq", "status", "n_items", "n_answered",
     "n_correct", "accuracy", "control", "excluded",
@@ -51,6 +54,8 @@ class Dataset:
     arms: tuple[str, ...]
     given_up: tuple[str, ...]
     scores_sha256: str
+    sources: dict[str, str] = field(default_factory=dict)
+    """Each stimulus's source image (``random_intercept = "source"``), else empty."""
 
     def trials_csv(self) -> bytes:
         """The trial table as CSV (``\\n`` line ends, columns :data:`TRIAL_COLUMNS`)."""
@@ -77,8 +82,35 @@ def _csv(df: pd.DataFrame, columns: Sequence[str]) -> bytes:
     return out.getvalue().encode("utf-8")
 
 
-def load_dataset(log: Ledger, *, exclude_unparseable: bool = True) -> Dataset:
-    """Build the dataset from the ledger; refuses before ``blinding.revealed``."""
+def labels(plan: dict[str, Any]) -> tuple[str, ...] | None:
+    """The answers the study's parser can give (``docs/analysis.md`` §3), or None.
+
+    UP RIGHT DOWN LEFT for ``tumbling-e-json`` and ``orientation-word``; yes no maybe; the
+    letters of ``multiple-choice``; None for ``exact`` and ``normalized`` (free text).
+    """
+    response = plan.get("response") or {}
+    parser = response.get("parser", TUMBLING_E)
+    if parser in (TUMBLING_E, "orientation-word"):
+        return ORIENTATIONS
+    if parser == "yes-no-maybe":
+        return YES_NO_MAYBE
+    if parser == "multiple-choice":
+        return tuple(str(response.get("letters") or "ABCD"))
+    return None
+
+
+def load_dataset(
+    log: Ledger,
+    *,
+    exclude_unparseable: bool = True,
+    parser: str = TUMBLING_E,
+    sources: dict[str, str] | None = None,
+) -> Dataset:
+    """Build the dataset from the ledger; refuses before ``blinding.revealed``.
+
+    ``parser`` is the locked parser: only a ``tumbling-e-json`` trial can be a specificity
+    control. ``sources`` maps each stimulus to its source image, for a random intercept by source.
+    """
     revealed = next(iter(log.events("blinding.revealed")), None)
     sealed = next(iter(log.events("scoring.sealed")), None)
     if sealed is None or revealed is None:
@@ -101,7 +133,9 @@ def load_dataset(log: Ledger, *, exclude_unparseable: bool = True) -> Dataset:
                 f"arm {request['arm']} of trial {request['trial']}"
             )
         items = json.loads(log.blob(event.blobs["scores"]))
-        control = len(items) == 1 and items[0]["truth"] == CONTROL_TRUTH
+        control = (
+            parser == TUMBLING_E and len(items) == 1 and items[0]["truth"] == CONTROL_TRUTH
+        )
         n_items = int(body["n_items"])
         trial_rows.append(
             {
@@ -132,6 +166,7 @@ def load_dataset(log: Ledger, *, exclude_unparseable: bool = True) -> Dataset:
         tuple(sorted(revealed.body["arm_codes"])),
         given_up,
         sealed.body["scores_sha256"],
+        dict(sources or {}),
     )
 
 
@@ -204,11 +239,18 @@ def _items(ds: Dataset) -> pd.DataFrame:
     return it[it["trial"].isin(set(t["trial"])) & (it["truth"] != CONTROL_TRUTH)]
 
 
-def descriptive(ds: Dataset) -> list[Result]:
-    """Per arm and per (arm, stimulus): glyph accuracy with Wilson CIs; parse rates; control."""
+def _unit(plan: dict[str, Any] | None) -> str:
+    """What an item is called in titles: a glyph of a tumbling-E chart, else a trial's answer."""
+    parser = ((plan or {}).get("response") or {}).get("parser", TUMBLING_E)
+    return "Glyph-level accuracy" if parser == TUMBLING_E else "Accuracy"
+
+
+def descriptive(ds: Dataset, plan: dict[str, Any] | None = None) -> list[Result]:
+    """Per arm and per (arm, stimulus): item accuracy with Wilson CIs; parse rates; control."""
     out = []
+    unit = _unit(plan)
     by_arm = Result(
-        "descriptive.arms", "Glyph-level accuracy by arm (Wilson 95% CI)", "descriptive", "wilson"
+        "descriptive.arms", f"{unit} by arm (Wilson 95% CI)", "descriptive", "wilson"
     )
 
     def arms() -> None:
@@ -241,7 +283,7 @@ def descriptive(ds: Dataset) -> list[Result]:
     out.append(_guard(by_arm, arms))
     by_stim = Result(
         "descriptive.arm_stimulus",
-        "Glyph-level accuracy (Wilson 95% CI), parse rate and exclusions by arm and stimulus",
+        f"{unit} (Wilson 95% CI), parse rate and exclusions by arm and stimulus",
         "descriptive",
         "wilson",
     )
@@ -333,7 +375,10 @@ def verdict_caution(result: dict[str, Any]) -> str | None:
 
 
 def _trial_outcome(ds: Dataset) -> pd.DataFrame:
-    return _analysable(ds).loc[:, ["trial", "arm", "stimulus", "rep", "accuracy"]]
+    t = _analysable(ds).loc[:, ["trial", "arm", "stimulus", "rep", "accuracy"]]
+    if ds.sources:
+        t["source"] = t["stimulus"].map(ds.sources)
+    return t
 
 
 def fit_model(ds: Dataset, plan: dict[str, Any]) -> tuple[Result, stats.MixedModelFit | None]:
@@ -398,6 +443,7 @@ def hypothesis_results(
 ) -> list[Result]:
     """Each pre-registered hypothesis's test and decision rule, with multiplicity corrections."""
     design = plan["design"]
+    vocabulary = labels(plan)
     out: list[Result] = []
     for h in plan["hypotheses"]:
         a, b = h["contrast"]
@@ -462,11 +508,13 @@ def hypothesis_results(
                 )
                 r.values = {**mc.as_dict(), "p_raw": mc.p, "estimate": (mc.b - mc.c) / len(pairs)}
             elif test == "chi-square":
+                if vocabulary is None:
+                    raise stats.StatsError("chi-square needs a parser with a closed set of labels")
                 it = _items(ds)
-                wrong = it[(it["arm"] == a) & (~it["correct"]) & it["answer"].isin(ORIENTATIONS)]
-                counts = [int((wrong["answer"] == o).sum()) for o in ORIENTATIONS]
+                wrong = it[(it["arm"] == a) & (~it["correct"]) & it["answer"].isin(vocabulary)]
+                counts = [int((wrong["answer"] == o).sum()) for o in vocabulary]
                 chi = stats.chi_square_gof(counts)
-                r.values = {**chi.as_dict(), "labels": list(ORIENTATIONS), "p_raw": chi.p}
+                r.values = {**chi.as_dict(), "labels": list(vocabulary), "p_raw": chi.p}
             else:
                 raise stats.StatsError(f"unknown test {test!r}")
 
@@ -556,43 +604,58 @@ def _decide(h: dict[str, Any], r: Result) -> None:
 
 
 def exploratory(ds: Dataset, plan: dict[str, Any]) -> list[Result]:
-    """Not pre-registered: error phenotype, rows, position bias, paired-arm metrics."""
+    """Not pre-registered: error phenotype, rows, position bias, paired-arm metrics.
+
+    ``exploratory.errors.<arm>`` needs a parser with a closed set of labels (:func:`labels`);
+    its members follow ``docs/analysis.md`` §3 (rows and the canonical RIGHT share only for
+    tumbling-E charts).
+    """
     out: list[Result] = []
     items = _items(ds)
-    for arm in ds.arms:
+    vocabulary = labels(plan)
+    parser = (plan.get("response") or {}).get("parser", TUMBLING_E)
+    tumbling = parser == TUMBLING_E
+    oriented = parser in (TUMBLING_E, "orientation-word")
+    vocab: tuple[str, ...] = vocabulary or ()
+    for arm in ds.arms if vocabulary is not None else ():
         it = items[items["arm"] == arm]
         r = Result(
             f"exploratory.errors.{arm}",
             f"Error phenotype of arm {arm}",
             "exploratory",
-            "confusion, canonical share, chi-square, rows, position bias",
+            "confusion, canonical share, chi-square, rows, position bias"
+            if tumbling else "confusion, chi-square, position bias",
         )
 
         def compute(it: pd.DataFrame = it, r: Result = r) -> None:
             if it.empty:
-                raise stats.StatsError("no parseable tumbling-E responses in this arm")
+                kind = "tumbling-E " if tumbling else ""
+                raise stats.StatsError(f"no parseable {kind}responses in this arm")
             answers = it["answer"].fillna("(none)").astype(str).tolist()
             truth = it["truth"].astype(str).tolist()
-            confusion = stats.confusion_matrix(truth, answers, ORIENTATIONS)
-            wrong = it[(~it["correct"]) & it["answer"].isin(ORIENTATIONS)]
+            confusion = stats.confusion_matrix(truth, answers, vocab)
+            wrong = it[(~it["correct"]) & it["answer"].isin(vocab)]
             values: dict[str, Any] = {"confusion": confusion.as_dict()}
             if len(wrong):
-                values["canonical_right_share"] = stats.canonical_share(
-                    wrong["truth"].astype(str).tolist(), wrong["answer"].astype(str).tolist()
-                ).as_dict()
-                counts = [int((wrong["answer"] == o).sum()) for o in ORIENTATIONS]
-                values["error_directions"] = dict(zip(ORIENTATIONS, counts, strict=True))
+                if tumbling:
+                    values["canonical_right_share"] = stats.canonical_share(
+                        wrong["truth"].astype(str).tolist(), wrong["answer"].astype(str).tolist()
+                    ).as_dict()
+                counts = [int((wrong["answer"] == o).sum()) for o in vocab]
+                name = "error_directions" if oriented else "error_answers"
+                values[name] = dict(zip(vocab, counts, strict=True))
                 try:
                     values["error_chi_square"] = stats.chi_square_gof(counts).as_dict()
                 except stats.StatsError as exc:
                     values["error_chi_square"] = {"error": str(exc)}
-            rows = it.groupby("row")["correct"].agg(["sum", "count"])
-            values["accuracy_by_row"] = {
-                str(int(row)): {"correct": int(s), "n": int(c), "accuracy": s / c}
-                for row, (s, c) in rows.iterrows()
-            }
+            if tumbling:
+                rows = it.groupby("row")["correct"].agg(["sum", "count"])
+                values["accuracy_by_row"] = {
+                    str(int(row)): {"correct": int(s), "n": int(c), "accuracy": s / c}
+                    for row, (s, c) in rows.iterrows()
+                }
             values["position_bias"] = stats.position_bias_tvd(
-                answers, truth, ORIENTATIONS
+                answers, truth, vocab
             ).as_dict()
             r.values = values
 
@@ -690,7 +753,7 @@ def run_analyses(ds: Dataset, plan: dict[str, Any]) -> list[Result]:
     if ds.trials.empty:
         empty = Result(
             "descriptive.arms",
-            "Glyph-level accuracy by arm",
+            f"{_unit(plan)} by arm",
             "descriptive",
             "wilson",
             status="failed",
@@ -711,7 +774,7 @@ def run_analyses(ds: Dataset, plan: dict[str, Any]) -> list[Result]:
                 )
             )
         return failed
-    out = descriptive(ds)
+    out = descriptive(ds, plan)
     model, fit = fit_model(ds, plan)
     out.append(model)
     tested = hypothesis_results(ds, plan, fit)
@@ -733,7 +796,7 @@ class AnalyzeResult:
 def analyze_study(root: str | Path, key: SigningKey) -> AnalyzeResult:
     """Run the locked plan on the scored data; append one ``analysis.result`` per result."""
     root = Path(root)
-    check_integrity(root)
+    study = check_integrity(root)
     with Ledger.open(ledger_path(root)) as log:
         done = next(iter(log.events("analysis.result")), None)
         if done is not None:
@@ -741,8 +804,11 @@ def analyze_study(root: str | Path, key: SigningKey) -> AnalyzeResult:
         protocol = protocol_event(log)
         assert protocol is not None
         plan = protocol.body
-        exclude = bool(plan.get("analysis", {}).get("exclude_unparseable", True))
-        ds = load_dataset(log, exclude_unparseable=exclude)
+        settings = plan.get("analysis", {})
+        exclude = bool(settings.get("exclude_unparseable", True))
+        parser = str((plan.get("response") or {}).get("parser", TUMBLING_E))
+        sources = stimulus_sources(study) if settings.get("random_intercept") == "source" else {}
+        ds = load_dataset(log, exclude_unparseable=exclude, parser=parser, sources=sources)
         results = run_analyses(ds, plan)
         trials_csv, items_csv = ds.trials_csv(), ds.items_csv()
         inputs = {

@@ -13,8 +13,11 @@ response body) and returns a :class:`Parsed`:
 The parsers know the *form* of an answer, never the truth: whether a grid has the right number
 of rows and glyphs is decided by the scorer (:mod:`analysis.score`), which may downgrade a
 trial from ``"ok"`` to ``"partial"``. Single-answer parsers (multiple choice, yes/no/maybe,
-orientation word) return one row ``1`` holding one value when they find exactly one answer,
-and no rows otherwise; their status is ``"ok"`` or ``"unparseable"``.
+orientation word, exact and normalized text) return one row ``1`` holding one value when they
+find an answer, and no rows otherwise; their status is ``"ok"`` or ``"unparseable"``. The
+vocabulary parsers take a *mode*: ``"exactly-one"`` (the tiers of ``docs/scoring.md`` 5.2;
+conflicting answers are unparseable) or ``"first-token"`` (the leftmost answer token wins).
+:class:`ParserConfig` holds a study's parser, letters and mode (``protocol.locked`` ``response``).
 
 Parsers never raise on any ``str``: anything they cannot read becomes a problem.
 """
@@ -40,6 +43,7 @@ __all__ = [
     "LETTER_TOKEN",
     "MAX_DEPTH",
     "MAX_INT_DIGITS",
+    "MODES",
     "ORIENTATIONS",
     "ORIENTATION_CAPITALS",
     "ORIENTATION_KEY_PATTERN",
@@ -53,8 +57,12 @@ __all__ = [
     "AnswerRow",
     "ParseError",
     "Parsed",
+    "ParserConfig",
     "Status",
+    "normalize_text",
+    "parse_exact",
     "parse_multiple_choice",
+    "parse_normalized",
     "parse_orientation_word",
     "parse_response",
     "parse_tumbling_e",
@@ -75,6 +83,9 @@ YES_NO_MAYBE: Final = ("yes", "no", "maybe")
 
 CHART_TUMBLING_E: Final = "tumbling-e"
 CHART_OTHER: Final = "other"
+
+MODES: Final = ("exactly-one", "first-token")
+"""Modes of the vocabulary parsers (``docs/scoring.md`` section 5.2)."""
 
 FORMATS: Final = ("anthropic-messages", "openai-chat")
 """Response body formats of ``docs/trials.md`` section 2."""
@@ -194,19 +205,21 @@ def response_text(raw: bytes, format: str) -> str:
     return text
 
 
-def parse_response(raw: bytes, format: str, parser: str) -> Parsed:
+def parse_response(raw: bytes, format: str, parser: str | ParserConfig) -> Parsed:
     """Take the text from a stored body with :func:`response_text` and parse it.
 
     A body from which no text can be taken gives status ``"unparseable"`` with the
-    :class:`ParseError` message as its problem. ``parser`` must be a key of :data:`PARSERS`
-    (a :class:`KeyError` otherwise: that is a study error, not a response error).
+    :class:`ParseError` message as its problem. ``parser`` is a :class:`ParserConfig`, or a
+    key of :data:`PARSERS` (its defaults); an unknown name raises :class:`KeyError` (that is a
+    study error, not a response error).
     """
-    function = PARSERS[parser]
+    config = parser if isinstance(parser, ParserConfig) else ParserConfig(parser)
+    config.check()
     try:
         text = response_text(raw, format)
     except ParseError as exc:
         return _unparseable(str(exc))
-    return function(text)
+    return config.parse(text)
 
 
 def _json_type(value: object) -> str:
@@ -597,10 +610,17 @@ def _choose(found: list[str], what: str) -> Parsed | None:
     return _single(distinct[0])
 
 
-def _parse_single(text: str, vocab: _Vocabulary, what: str, one: str) -> Parsed:
+def _parse_single(
+    text: str, vocab: _Vocabulary, what: str, one: str, mode: str = "exactly-one"
+) -> Parsed:
+    if mode not in MODES:
+        raise ValueError(f"mode must be one of {', '.join(MODES)}: {mode!r}")
     clean = _markup_free(text)
     if not clean.strip(_SPACE):
         return _unparseable("empty response")
+    if mode == "first-token":
+        first = vocab.token.search(clean)
+        return _unparseable(f"no {one} found") if first is None else _single(vocab.value(first))
     alone = vocab.alone.fullmatch(clean.strip(_SPACE))
     if alone:
         return _single(vocab.value(alone))
@@ -667,42 +687,77 @@ _ORIENTATION: Final = _word_vocabulary(
 )
 
 
-def parse_multiple_choice(text: str, options: str = "ABCD") -> Parsed:
+def parse_multiple_choice(text: str, options: str = "ABCD", *, mode: str = "exactly-one") -> Parsed:
     """Read one option letter (reported in upper case) from ``text``.
 
     ``options`` are the allowed letters, 2 to 26 distinct upper-case ASCII letters
     (``"ABCD"``, ``"ABCDE"``); anything else raises :class:`ValueError`. Tiers, the first that
-    finds something wins (``docs/scoring.md`` section 3): the whole text is one letter
+    finds something wins (``docs/scoring.md`` section 5): the whole text is one letter
     (``"B"``, ``"(c)"``, ``"**B**"``, ``"B."``); answer statements (``"Answer: B"``,
     ``"The answer is (C)."``, ``"B is the correct answer"``); lines that are one letter or
     start an option line (``"C. Hypertension"``). Two different letters in the winning tier
-    (``"Answer: B or C"``) give ``"unparseable"``.
+    (``"Answer: B or C"``) give ``"unparseable"``. With ``mode="first-token"`` the leftmost
+    letter token is the answer, whatever follows.
     """
     if not _OPTIONS_RE.fullmatch(options) or len(set(options)) != len(options):
         raise ValueError(f"options must be 2-26 distinct upper-case letters: {options!r}")
-    return _parse_single(text, _choice_vocabulary(options), "answer letters", "answer letter")
+    return _parse_single(
+        text, _choice_vocabulary(options), "answer letters", "answer letter", mode
+    )
 
 
-def parse_yes_no_maybe(text: str) -> Parsed:
+def parse_yes_no_maybe(text: str, *, mode: str = "exactly-one") -> Parsed:
     """Read one of yes/no/maybe (reported in lower case) from ``text`` (PubMedQA style).
 
     Tiers as for :func:`parse_multiple_choice`: the whole text is the word (``"Yes."``);
     answer statements (``"Answer: no"``, ``"The final answer is maybe"``); lines that are only
     the word, or a text that opens with the word followed by punctuation (``"No, because"``).
-    Two different words in the winning tier give ``"unparseable"``.
+    Two different words in the winning tier give ``"unparseable"``. With
+    ``mode="first-token"`` the leftmost of the three words is the answer.
     """
-    return _parse_single(text, _YES_NO, "yes/no/maybe answers", "yes/no/maybe answer")
+    return _parse_single(text, _YES_NO, "yes/no/maybe answers", "yes/no/maybe answer", mode)
 
 
-def parse_orientation_word(text: str) -> Parsed:
+def parse_orientation_word(text: str, *, mode: str = "exactly-one") -> Parsed:
     """Read one orientation word (UP, RIGHT, DOWN or LEFT, reported in upper case).
 
     Tiers: the whole text is the word (``"left"``); statements (``"Answer: LEFT"``,
     ``"Orientation: up"``, ``"direction is right"``); lines that are only the word, and words
     written in capitals anywhere (``"the top points LEFT"``). Two different words in the
-    winning tier give ``"unparseable"``.
+    winning tier give ``"unparseable"``. With ``mode="first-token"`` the leftmost of the four
+    words (any case) is the answer.
     """
-    return _parse_single(text, _ORIENTATION, "orientation words", "orientation word")
+    return _parse_single(text, _ORIENTATION, "orientation words", "orientation word", mode)
+
+
+_PUNCTUATION_RUN: Final = re.compile(r"[\s!-/:-@\[-`{-~]+", re.ASCII)
+"""A run of whitespace and ASCII punctuation (``docs/scoring.md`` section 5.3)."""
+
+
+def normalize_text(text: str) -> str:
+    """The normalized form of ``docs/scoring.md`` section 5.3.
+
+    The markup-free text (section 3), ASCII letters lower-cased, every run of whitespace and
+    ASCII punctuation (``!"#$%&'()*+,-./:;<=>?@[\\]^_`{|}~``) replaced by one space, then
+    stripped. Other characters (digits, non-ASCII letters) are kept as they are.
+    """
+    return _PUNCTUATION_RUN.sub(" ", _ascii_lower(_markup_free(text))).strip(" ")
+
+
+def parse_exact(text: str) -> Parsed:
+    """The whole response text, stripped of whitespace at both ends, is the answer.
+
+    An empty text (after stripping) is ``"unparseable"``; nothing else is changed (no case
+    folding, no markup removal): the scorer compares it with the truth code point by code point.
+    """
+    answer = text.strip(_SPACE)
+    return _single(answer) if answer else _unparseable("empty response")
+
+
+def parse_normalized(text: str) -> Parsed:
+    """The :func:`normalize_text` form of the whole response is the answer (empty: unparseable)."""
+    answer = normalize_text(text)
+    return _single(answer) if answer else _unparseable("empty response")
 
 
 PARSERS: Final[dict[str, Callable[[str], Parsed]]] = {
@@ -710,5 +765,48 @@ PARSERS: Final[dict[str, Callable[[str], Parsed]]] = {
     "multiple-choice": parse_multiple_choice,
     "yes-no-maybe": parse_yes_no_maybe,
     "orientation-word": parse_orientation_word,
+    "exact": parse_exact,
+    "normalized": parse_normalized,
 }
-"""Parsers by the names of ``runner.spec.PARSERS``."""
+"""Parsers by the names of ``runner.spec.PARSERS``, with their defaults (letters ABCD,
+mode exactly-one); :class:`ParserConfig` applies a study's own."""
+
+_VOCABULARY: Final = ("multiple-choice", "yes-no-maybe", "orientation-word")
+
+
+@dataclass(frozen=True)
+class ParserConfig:
+    """A study's parser with its settings: ``[response] parser``, ``letters`` and ``mode``."""
+
+    parser: str
+    letters: str = "ABCD"
+    mode: str = "exactly-one"
+
+    @classmethod
+    def from_plan(cls, response: dict[str, Any]) -> ParserConfig:
+        """From the ``response`` member of ``protocol.locked`` (absent members: defaults)."""
+        return cls(
+            str(response.get("parser", "tumbling-e-json")),
+            str(response.get("letters") or "ABCD"),
+            str(response.get("mode") or "exactly-one"),
+        )
+
+    def check(self) -> None:
+        """Raise :class:`KeyError` for an unknown parser, :class:`ValueError` for bad settings."""
+        if self.parser not in PARSERS:
+            raise KeyError(f"unknown parser {self.parser!r}")
+        if self.mode not in MODES:
+            raise ValueError(f"mode must be one of {', '.join(MODES)}: {self.mode!r}")
+        if self.mode != "exactly-one" and self.parser not in _VOCABULARY:
+            raise ValueError(f"parser {self.parser!r} has only the mode exactly-one")
+
+    def parse(self, text: str) -> Parsed:
+        """Parse one response text with this parser and its settings."""
+        if self.parser == "multiple-choice":
+            return parse_multiple_choice(text, self.letters, mode=self.mode)
+        if self.parser == "yes-no-maybe":
+            return parse_yes_no_maybe(text, mode=self.mode)
+        if self.parser == "orientation-word":
+            return parse_orientation_word(text, mode=self.mode)
+        self.check()
+        return PARSERS[self.parser](text)

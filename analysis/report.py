@@ -34,7 +34,7 @@ from rich.console import Console
 from rich.markup import escape
 
 from analysis import stats
-from analysis.analyze import ORIENTATIONS, verdict_caution
+from analysis.analyze import ORIENTATIONS, TUMBLING_E, labels, verdict_caution
 from ledger import Ledger, write_files
 from ledger.cliutil import table
 from runner.lock import StudyError, ledger_path, protocol_event
@@ -103,6 +103,17 @@ class Report:
     def simulated(self) -> bool:
         """True when any run session used the offline simulation (``simulated: true``)."""
         return any(run.get("simulated") for run in self.runs)
+
+    @property
+    def tumbling(self) -> bool:
+        """True for a tumbling-E study (items are a chart's glyphs, with rows)."""
+        return bool((self.protocol.get("response") or {}).get("parser", TUMBLING_E) == TUMBLING_E)
+
+    @property
+    def chance(self) -> float | None:
+        """Accuracy of a uniform guess among the parser's labels (None for free text)."""
+        found = labels(self.protocol)
+        return 1 / len(found) if found else None
 
     @property
     def arms(self) -> list[str]:
@@ -328,7 +339,9 @@ def _note_figure(title: str, text: str) -> Figure:
 
 def _fig_accuracy_by_arm(report: Report) -> Figure:
     result = report.result("descriptive.arms")
-    title = "Glyph-level accuracy by arm (Wilson 95% CI)"
+    title = "Glyph-level accuracy by arm (Wilson 95% CI)" if report.tumbling else (
+        "Accuracy by arm (Wilson 95% CI)"
+    )
     if result is None or result.get("status") != "ok":
         return _note_figure(title, f"not computed: {(result or {}).get('error', 'no result')}")
     values = result.get("values") or {}
@@ -352,10 +365,14 @@ def _fig_accuracy_by_arm(report: Report) -> Figure:
     ax.set_xticks(range(len(arms)))
     ax.set_xticklabels([f"{a}\n{(roles.get(a) or {}).get('role', '')}" for a in arms])
     ax.set_ylim(0, 108)
-    ax.set_ylabel("accuracy (% of glyphs correct)")
+    ax.set_ylabel("accuracy (% of glyphs correct)" if report.tumbling else
+                  "accuracy (% of trials correct)")  # fmt: skip
     ax.set_title(title)
-    ax.axhline(25, color="#999999", linestyle=":", linewidth=1)
-    ax.text(-0.45, 26, "chance (25%)", ha="left", fontsize=7, color="#444444")
+    if report.chance is not None:
+        chance = report.chance * 100
+        ax.axhline(chance, color="#999999", linestyle=":", linewidth=1)
+        ax.text(-0.45, chance + 1, f"chance ({chance:.0f}%)", ha="left", fontsize=7,
+                color="#444444")  # fmt: skip
     ax.grid(axis="y", alpha=0.3)
     return fig
 
@@ -565,11 +582,22 @@ def _figure_specs(report: Report) -> list[tuple[str, str, str, str, DrawFn]]:
          f"{EXPLORATORY}. Accuracy by chart row (1–11) for each arm, Wilson 95% CIs.",
          "exploratory", lambda: _fig_rows(report)),
     ]  # fmt: skip
+    if not report.tumbling:  # single answers: no glyphs, no rows
+        specs[0] = (specs[0][0], specs[0][1], "Accuracy of each arm over the analysable trials "
+                    "(one answer each), with Wilson 95% confidence intervals (descriptive).",
+                    specs[0][3], specs[0][4])  # fmt: skip
+        specs[1] = (specs[1][0], specs[1][1], "Accuracy in each arm × stimulus cell "
+                    "(descriptive).", specs[1][3], specs[1][4])  # fmt: skip
+        specs.pop()
+    if labels(report.protocol) is None:  # free text: no confusion matrix
+        return specs
+    other = "an orientation" if report.tumbling or (report.protocol.get("response") or {}).get(
+        "parser") == "orientation-word" else "one of the parser's labels"
     for arm in report.arms:
         specs.append(
             (f"confusion_{_safe(arm)}.png", f"{EXPLORATORY}: confusion matrix, arm {arm}",
              f"{EXPLORATORY}. Truth (rows) × answer (columns) for arm {arm}, counts and share "
-             f"of each truth row; '{OTHER_LABEL}' counts answers that are not an orientation.",
+             f"of each truth row; '{OTHER_LABEL}' counts answers that are not {other}.",
              "exploratory", functools.partial(_fig_confusion, report, arm))
         )  # fmt: skip
     return specs
@@ -724,11 +752,12 @@ def _section_data(report: Report) -> str:
         statuses = ", ".join(f"{k} {n}" for k, n in sorted((v.get("status") or {}).items()))
         rows.append((arm, v.get("trials_scored"), statuses, _pct(v.get("parse_rate")),
                      v.get("excluded"), v.get("given_up"), v.get("glyphs")))  # fmt: skip
+    kind, unit = ("Tumbling-E trials", "glyphs") if report.tumbling else ("Trials", "items")
     parts.append(_table(
-        "Tumbling-E trials per arm: scoring status, parse rate, exclusions (unparseable "
+        f"{kind} per arm: scoring status, parse rate, exclusions (unparseable "
         "responses when the plan excludes them) and trials given up",
         ("arm", "trials scored", "status", "parse rate", "excluded", "given up",
-         "glyphs analysed"), rows, numeric=(1, 3, 4, 5, 6)))  # fmt: skip
+         f"{unit} analysed"), rows, numeric=(1, 3, 4, 5, 6)))  # fmt: skip
     exclude = (report.protocol.get("analysis") or {}).get("exclude_unparseable", True)
     parts.append(f'<p class="muted">Plan: exclude_unparseable = {_e(exclude)}.</p>')
     return "".join(parts)
@@ -747,8 +776,8 @@ def _section_descriptive(report: Report) -> str:
                          f"{_pct(acc.get('lower'))} – {_pct(acc.get('upper'))}"
                          if acc else values[arm].get("note", "–")))  # fmt: skip
         parts.append(_table(str(arms_result.get("title")),
-                            ("arm", "correct", "glyphs", "accuracy", "Wilson 95% CI"), rows,
-                            numeric=(1, 2, 3)))  # fmt: skip
+                            ("arm", "correct", "glyphs" if report.tumbling else "items",
+                             "accuracy", "Wilson 95% CI"), rows, numeric=(1, 2, 3)))  # fmt: skip
     elif arms_result:
         parts.append(_failed_html(arms_result))
     parts.append(_figure_html(report, "accuracy_by_arm.png"))
@@ -756,6 +785,8 @@ def _section_descriptive(report: Report) -> str:
     if stim and stim.get("status") == "failed":
         parts.append(_failed_html(stim))
     parts.append(_figure_html(report, "accuracy_arm_stimulus.png"))
+    if not report.tumbling:  # only a tumbling-E study has specificity-control trials
+        return "".join(parts)
     parts.append("<h3>Specificity control</h3>")
     control = report.result("descriptive.control")
     if control is None:
@@ -984,8 +1015,9 @@ def render_terminal(report: Report, console: Console) -> None:
         verdicts.add_row(str(r.get("hypothesis")), _contrast_text(report, r), str(r.get("test")),
                          _estimate_text(r), _p_text(r), shown, _rule_text(r))
     console.print(verdicts)
-    arms_table = table("arm", "role", "accuracy", "Wilson 95% CI", "glyphs", "parse rate",
-                       "excluded", title="Descriptive: glyph-level accuracy by arm")  # fmt: skip
+    unit, level = ("glyphs", "glyph-level accuracy") if report.tumbling else ("items", "accuracy")
+    arms_table = table("arm", "role", "accuracy", "Wilson 95% CI", unit, "parse rate",
+                       "excluded", title=f"Descriptive: {level} by arm")  # fmt: skip
     arms_result = report.result("descriptive.arms")
     if arms_result and arms_result.get("status") == "ok":
         roles = report.protocol.get("arms") or {}

@@ -30,7 +30,7 @@ from typing import Any, Final
 
 import rfc8785
 
-from analysis.parse import PARSERS, Parsed, Status
+from analysis.parse import PARSERS, Parsed, ParserConfig, Status, normalize_text
 from runner.stimuli import EXPECTED_ORIENTATIONS, NOT_A_TUMBLING_E_CHART, Glyph
 
 __all__ = [
@@ -52,6 +52,13 @@ ANSWER_ORIENTATIONS: Final = EXPECTED_ORIENTATIONS
 """Answer recorded for the Snellen control when the response read the chart as tumbling E."""
 
 Truth = Sequence[Glyph] | str
+
+_SPACE: Final = " \t\n\r\x0b\x0c"
+_LOWER: Final = str.maketrans("ABCDEFGHIJKLMNOPQRSTUVWXYZ", "abcdefghijklmnopqrstuvwxyz")
+
+
+def _ascii_lower(text: str) -> str:
+    return text.translate(_LOWER)
 
 
 @dataclass(frozen=True)
@@ -218,21 +225,32 @@ def _score_control(parsed: Parsed) -> TrialScore:
     return _trial(parsed.status, [item], parsed.problems)
 
 
-def score_choice(parsed: Parsed, truth_answer: str) -> TrialScore:
-    """Score a single-answer parse (multiple choice, yes/no/maybe, orientation word).
+def score_choice(parsed: Parsed, truth_answer: str, parser: str = "multiple-choice") -> TrialScore:
+    """Score a single-answer parse (``docs/scoring.md`` section 6.4).
 
-    One item; the answer is the parsed answer when the status is ``"ok"``. It is correct when
-    it equals ``truth_answer`` ignoring case and surrounding whitespace of the truth
-    (``"B"``/``"b"``, ``"yes"``/``"Yes"``). The item's ``truth`` is ``truth_answer`` as given.
+    One item; the answer is the parsed answer when the status is ``"ok"``. For the vocabulary
+    parsers (multiple choice, yes/no/maybe, orientation word) it is correct when it equals
+    ``truth_answer`` stripped, ignoring ASCII case (``"B"``/``"b"``, ``"yes"``/``"Yes"``); for
+    ``exact`` when it equals ``truth_answer`` code point by code point; for ``normalized`` when
+    it equals :func:`~analysis.parse.normalize_text` of ``truth_answer``. The item's ``truth``
+    is ``truth_answer`` as given.
     """
     answer = parsed.answer if parsed.status == "ok" else None
+    if answer is None:
+        correct = False
+    elif parser == "exact":
+        correct = answer == truth_answer
+    elif parser == "normalized":
+        correct = answer == normalize_text(truth_answer)
+    else:
+        correct = _ascii_lower(answer) == _ascii_lower(truth_answer.strip(_SPACE))
     item = Item(
         row=None,
         position=None,
         truth=truth_answer,
         answer=answer,
         answered=answer is not None,
-        correct=answer is not None and answer.casefold() == truth_answer.strip().casefold(),
+        correct=correct,
     )
     return _trial(parsed.status, [item], parsed.problems)
 
@@ -249,11 +267,11 @@ def score_parsed(parsed: Parsed, parser: str, truth: Truth) -> TrialScore:
         return score_tumbling_e(parsed, truth)
     if not isinstance(truth, str):
         raise ValueError(f"parser {parser!r} needs a single truth answer (a string)")
-    return score_choice(parsed, truth)
+    return score_choice(parsed, truth, parser)
 
 
-def score_text(text: str, parser: str, truth: Truth) -> TrialScore:
-    """Parse ``text`` with ``PARSERS[parser]`` and score it against ``truth``."""
-    if parser not in PARSERS:
-        raise KeyError(f"unknown parser {parser!r}")
-    return score_parsed(PARSERS[parser](text), parser, truth)
+def score_text(text: str, parser: str | ParserConfig, truth: Truth) -> TrialScore:
+    """Parse ``text`` with ``parser`` (a name of :data:`PARSERS` or a config) and score it."""
+    config = parser if isinstance(parser, ParserConfig) else ParserConfig(parser)
+    config.check()
+    return score_parsed(config.parse(text), config.parser, truth)

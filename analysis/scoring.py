@@ -22,14 +22,15 @@ from typing import Any
 
 import rfc8785
 
-from analysis.parse import parse_response
+from analysis.parse import ParserConfig, parse_response
 from analysis.score import TrialScore, score_parsed
 from ledger import EventSpec, Ledger, SigningKey
 from runner.lock import StudyError, blinding_secret, check_integrity, ledger_path, protocol_event
 from runner.schedule import arm_code, commitment
 from runner.spec import Study
 from runner.state import load_state
-from runner.stimuli import Glyph, read_truth_csv
+from runner.stimuli import Glyph
+from runner.truth import study_truth
 
 BATCH = 500
 
@@ -45,10 +46,17 @@ class BlindTrial:
     format: str
 
 
-def score_blind(trial: BlindTrial, parser: str, truth: list[Glyph] | str) -> TrialScore:
-    """Parse and score one blinded response against its stimulus's truth."""
+def score_blind(
+    trial: BlindTrial, parser: str | ParserConfig, truth: list[Glyph] | str
+) -> TrialScore:
+    """Parse and score one blinded response against its stimulus's truth.
+
+    ``parser`` is the study's :class:`~analysis.parse.ParserConfig` (or a parser name, with
+    its defaults); ``truth`` is the stimulus's entry of :func:`runner.truth.study_truth`.
+    """
+    config = parser if isinstance(parser, ParserConfig) else ParserConfig(parser)
     raw, fmt = unwrap_batch(trial.raw, trial.format)
-    return score_parsed(parse_response(raw, fmt, parser), parser, truth)
+    return score_parsed(parse_response(raw, fmt, config), config.parser, truth)
 
 
 def unwrap_batch(raw: bytes, format: str) -> tuple[bytes, str]:
@@ -107,12 +115,15 @@ def score_study(root: str | Path, key: SigningKey) -> ScoreResult:
     """Score every response not yet scored; seal once every trial has a final outcome."""
     root = Path(root)
     study = check_integrity(root)
-    truth = read_truth_csv(study.truth_path)
+    truth = study_truth(study)
     codes = _arm_codes(study)
     with Ledger.open(ledger_path(root)) as log:
         sealed = _find(log, "scoring.sealed")
         if sealed is not None:
             raise StudyError(f"{root}: scoring was sealed at seq {sealed.seq}; nothing to score")
+        protocol = protocol_event(log)
+        assert protocol is not None  # check_integrity refuses a study that is not locked
+        config = ParserConfig.from_plan(protocol.body.get("response") or {})
         state = load_state(study, log)
         scored = {
             e.body["response_seq"]: e.body["scores_sha256"] for e in log.events("trial.scored")
@@ -132,7 +143,7 @@ def score_study(root: str | Path, key: SigningKey) -> ScoreResult:
                 raw=log.blob(event.blobs["response"]),
                 format=str(event.body.get("format", "anthropic-messages")),
             )
-            result = score_blind(blind, study.parser, truth[blind.stimulus])
+            result = score_blind(blind, config, truth[blind.stimulus])
             by_status[result.status] = by_status.get(result.status, 0) + 1
             specs.append(
                 EventSpec(

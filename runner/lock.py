@@ -21,6 +21,7 @@ from runner._errors import StudyError as StudyError
 from runner.schedule import commitment, schedule, schedule_bytes, schedule_sha256, trial_ids
 from runner.spec import SpecError, Study, check_matched_controls, load_study
 from runner.stimuli import StimulusError, check_image_for_api
+from runner.truth import truth_problems
 
 LEDGER_FILE = "ledger.db"
 CHECKPOINT_FILE = "registration-checkpoint.txt"
@@ -55,6 +56,13 @@ def _ledger_owners(path: Path) -> set[str]:
     return {r.vkey for r in records if r.role == "owner" and r.revoked_seq is None}
 
 
+def _is_locked(path: Path) -> bool:
+    if not path.exists():
+        return False
+    with Ledger.open(path, readonly=True) as log:
+        return protocol_event(log) is not None
+
+
 def study_owner_key(root: str | Path) -> SigningKey:
     """The owner key ``ledger new`` made for the study at ``root`` (used when no --key is given).
 
@@ -65,9 +73,9 @@ def study_owner_key(root: str | Path) -> SigningKey:
     naming the file expected and the owner wanted when no key fits.
     """
     root = Path(root)
-    study = load_study(root)
-    expected = default_key_path(study.id)
     path = ledger_path(root)
+    study = load_study(root, strict=not _is_locked(path))  # a locked spec cannot change
+    expected = default_key_path(study.id)
     if not path.exists():
         if expected.exists():
             return SigningKey.load(expected)
@@ -169,8 +177,13 @@ def protocol_event(log: Ledger) -> Any:
 
 
 def validate_for_lock(study: Study) -> list[str]:
-    """Every problem that stops a lock, beyond the spec's own validation."""
+    """Every problem that stops a lock, beyond the spec's own validation.
+
+    False matched-control claims, images the API cannot take, and a truth table that does not
+    fit the parser (:func:`runner.truth.truth_problems`): a study that could not be scored.
+    """
     problems = check_matched_controls(study)
+    problems += truth_problems(study)
     for stim_id, path in study.stimuli.items():
         try:
             check_image_for_api(path.read_bytes(), name=f"stimulus {stim_id} ({path.name})")
@@ -246,7 +259,7 @@ def lock_study(root: str | Path, key: SigningKey) -> LockResult:
             "trials": len(order),
             "schedule_sha256": digest_of_schedule,
             "blinding_commitment": commitment(secret),
-            "response": {"format": study.response_format, "parser": study.parser},
+            "response": study.response_plan(),
             "hypotheses": [h.__dict__ | {"contrast": list(h.contrast)} for h in study.hypotheses],
             "analysis": study.analysis,
             "amendable": list(study.amendable),
@@ -332,7 +345,7 @@ def check_integrity(root: str | Path) -> Study:
             f"{root}: {len(changes)} locked file(s) changed since lock:\n" + "\n".join(lines)
             + "\nrestore them, or record a deliberate change with 'ledger amend --reason'"
         )
-    return load_study(root)
+    return load_study(root, strict=False)  # locked as it is: strict at lock, never again
 
 
 def amend(root: str | Path, key: SigningKey, reason: str) -> int:

@@ -38,6 +38,33 @@ replicates per probe), glyph-level accuracy over the six tumbling-E probes is ab
 A 98.7 % (row 11: 91 %), B 50 %, C 74 %, D 54 %, E 98.7 %; 66 % of B's wrong glyphs are RIGHT;
 the Snellen control is answered "other" in every arm (paper: A 98.6, B 50.1, C 74.8).
 
+**Single-answer questions** (:func:`answer_format`). A prompt may ask for something other
+than the tumbling-E JSON; the model then answers in that vocabulary, still from the pixels and
+never from a truth table. The first rule that holds decides, else the tumbling-E JSON above
+(byte for byte as in ``prompt-sim-1``):
+
+1. the prompt has an output-schema marker (:data:`COMPONENT_MARKERS`): tumbling-E JSON;
+2. the prompt has two or more option lines (``A. text``, ``(B) text``, ``C) text``, a capital
+   letter at the start of a line): a **letter**, the option whose text names the image's
+   direction (below) as a word, else (no option names it) the option chosen by the image's
+   SHA-256;
+3. the prompt names ``yes``, ``no`` and ``maybe`` (as words, any case): **yes/no/maybe** to
+   "is this a tumbling-E chart?": ``yes`` when at least 90 % of the symbols perceived are
+   E-shaped, ``no`` when at most half are (or none is found), else ``maybe``;
+4. the prompt says ``one word`` (any case) and names UP, RIGHT, DOWN and LEFT in capitals: an
+   **orientation word**, the image's direction.
+
+The *direction* of an image (:func:`image_direction`) is where its ink lies: the centroid of
+darkness (255 minus grey level) relative to the image's centre, on the axis with the larger
+offset (relative to the image's size): up, right, down or left of the centre gives UP, RIGHT,
+DOWN or LEFT; a blank or unreadable image has none (the model then guesses). So a source image
+whose content sits in its upper part, rotated by ``runner.stimuli.rotate_images``, is read as
+the rotation's direction. Behaviour (:class:`SimParams` ``single_*``): with probability
+``single_error`` (``single_error_rule`` when the prompt has the decoding-rule marker) the
+answer is another label (shifted per image by ``single_jitter``, so some images are harder);
+with ``single_unparseable`` the reply names no label at all; the answer is written bare, as
+``Answer: X`` or in a sentence.
+
 Randomness comes only from SHA-256 of the per-trial ``seed`` (``numpy`` PCG64); the same
 request and seed give byte-identical responses.
 """
@@ -50,9 +77,11 @@ import hashlib
 import io
 import json
 import math
+import re
 import threading
 from collections import OrderedDict
 from dataclasses import asdict, dataclass, field
+from functools import lru_cache
 from typing import Any, Final
 
 import numpy as np
@@ -62,6 +91,7 @@ from PIL import Image, UnidentifiedImageError
 from ledger import canonical_json
 
 __all__ = [
+    "ANSWER_FORMATS",
     "COMPONENT_MARKERS",
     "ORIENTATIONS",
     "PARAMS_VERSION",
@@ -69,12 +99,20 @@ __all__ = [
     "Perception",
     "SimParams",
     "SimulatedModel",
+    "answer_format",
     "detect_components",
+    "image_direction",
     "perceive",
 ]
 
-PARAMS_VERSION: Final = "prompt-sim-1"
-"""Version of the simulator and its default :class:`SimParams`; cite it in reports."""
+PARAMS_VERSION: Final = "prompt-sim-2"
+"""Version of the simulator and its default :class:`SimParams`; cite it in reports.
+
+``prompt-sim-2`` adds the single-answer questions; its tumbling-E answers are those of
+``prompt-sim-1``, byte for byte."""
+
+ANSWER_FORMATS: Final = ("tumbling-e-json", "multiple-choice", "yes-no-maybe", "orientation-word")
+"""What the simulated model can answer (:func:`answer_format`)."""
 
 ORIENTATIONS: Final = ("UP", "RIGHT", "DOWN", "LEFT")
 """Answer labels: the direction of the open side of an E (RIGHT is the ordinary letter)."""
@@ -143,6 +181,12 @@ class SimParams:
       ``format_slip_rule = 0.0``: probability that an answer leaves the bare-JSON form
       (no rule; extra when the output schema is absent; rule present).
     * ``unparseable_share = 0.35``: share of those slips that cannot be parsed at all.
+    * ``single_error = 0.2``, ``single_error_rule = 0.05``: probability that a single answer
+      (letter, yes/no/maybe, orientation word) is another label; the second applies when the
+      prompt has the decoding-rule marker.
+    * ``single_unparseable = 0.04``: probability that a single-answer reply names no label.
+    * ``single_jitter = 1.5``: scale of a per-image log-odds offset (from SHA-256 of the image)
+      added to the error probability, so some images are harder than others.
     """
 
     noise: bool = True
@@ -166,6 +210,10 @@ class SimParams:
     format_slip_no_schema: float = 0.10
     format_slip_rule: float = 0.0
     unparseable_share: float = 0.35
+    single_error: float = 0.2
+    single_error_rule: float = 0.05
+    single_unparseable: float = 0.04
+    single_jitter: float = 1.5
 
     def as_dict(self) -> dict[str, Any]:
         """The parameters as a plain dict (with ``"version": PARAMS_VERSION``)."""
@@ -347,6 +395,68 @@ def _rng(seed: str) -> np.random.Generator:
     return np.random.Generator(np.random.PCG64(value))
 
 
+# --------------------------------------------------------------------------- single answers
+
+_OPTION_LINE: Final = re.compile(r"^[ \t]*(?:\(([A-Z])\)|([A-Z])[.)])[ \t]+(\S.*?)[ \t]*$", re.M)
+_YES_NO_MAYBE: Final = tuple(
+    re.compile(rf"(?<![A-Za-z]){w}(?![A-Za-z])", re.I) for w in ("yes", "no", "maybe")
+)
+_CAPITAL_WORDS: Final = tuple(
+    re.compile(rf"(?<![A-Za-z]){w}(?![A-Za-z])") for w in ORIENTATIONS
+)
+_NO_ANSWER: Final = "Unable to tell from this image."
+
+
+def answer_format(prompt: str) -> tuple[str, tuple[tuple[str, str], ...]]:
+    """What the prompt asks for (rules 1-4 of the module docstring) and its option lines.
+
+    Returns one of :data:`ANSWER_FORMATS` and, for ``multiple-choice``, the ``(letter,
+    text)`` of every option line in order (a letter listed twice keeps its first line).
+    """
+    if any(p in prompt for p in COMPONENT_MARKERS["output_schema"]):
+        return "tumbling-e-json", ()
+    options: dict[str, str] = {}
+    for match in _OPTION_LINE.finditer(prompt):
+        options.setdefault(match.group(1) or match.group(2), match.group(3))
+    if len(options) >= 2:
+        return "multiple-choice", tuple(options.items())
+    if all(p.search(prompt) for p in _YES_NO_MAYBE):
+        return "yes-no-maybe", ()
+    if "one word" in prompt.lower() and all(p.search(prompt) for p in _CAPITAL_WORDS):
+        return "orientation-word", ()
+    return "tumbling-e-json", ()
+
+
+def image_direction(png: bytes) -> str | None:
+    """The direction of an image (module docstring): where the centroid of its ink lies."""
+    return _direction(png)
+
+
+@lru_cache(maxsize=_CACHE_SIZE)
+def _direction(png: bytes) -> str | None:
+    try:
+        with Image.open(io.BytesIO(png)) as opened:
+            image = opened.convert("RGBA")
+    except (UnidentifiedImageError, OSError, ValueError):
+        return None
+    background = Image.new("RGBA", image.size, (255, 255, 255, 255))
+    gray = np.asarray(Image.alpha_composite(background, image).convert("L"), dtype=np.float64)
+    ink = 255.0 - gray
+    total = float(ink.sum())
+    if total <= 0.0:
+        return None
+    height, width = ink.shape
+    cy = float(ink.sum(axis=1) @ np.arange(height)) / total
+    cx = float(ink.sum(axis=0) @ np.arange(width)) / total
+    dy = (cy - (height - 1) / 2) / height
+    dx = (cx - (width - 1) / 2) / width
+    if abs(dx) < 1e-9 and abs(dy) < 1e-9:
+        return None
+    if abs(dy) >= abs(dx):
+        return "UP" if dy < 0 else "DOWN"
+    return "RIGHT" if dx > 0 else "LEFT"
+
+
 class SimulatedModel:
     """A deterministic stand-in for a vision model on tumbling-E charts (see the module doc).
 
@@ -366,10 +476,14 @@ class SimulatedModel:
         """
         image, prompt = _request_parts(request)
         components = detect_components(prompt)
-        perception = _CACHE.get(image)
         rng = _rng(seed)
-        answer = self._answer(perception, components, rng)
-        text = self._format(answer, components, rng)
+        kind, options = answer_format(prompt)
+        if kind == "tumbling-e-json":
+            perception = _CACHE.get(image)
+            answer = self._answer(perception, components, rng)
+            text = self._format(answer, components, rng)
+        else:
+            text = self._single(kind, options, image, components, rng)
         request_id = hashlib.sha256(seed.encode("utf-8") + canonical_json(request)).hexdigest()
         return {
             "id": f"msg_sim_{request_id[:24]}",
@@ -484,3 +598,56 @@ class SimulatedModel:
         if style < 0.8:
             return f"Here is my reading of the chart, row by row:\n\n{body}"
         return f"```json\n{body}\n```\n\nThe bottom rows are small; those readings are less sure."
+
+    # ----------------------------------------------------------------- single answers
+
+    def _single(
+        self,
+        kind: str,
+        options: tuple[tuple[str, str], ...],
+        image: bytes,
+        components: frozenset[str],
+        rng: np.random.Generator,
+    ) -> str:
+        """A single-answer reply (module docstring, rules 2-4), from the image alone."""
+        digest = hashlib.sha256(image).digest()
+        labels: tuple[str, ...]
+        if kind == "multiple-choice":
+            labels = tuple(letter for letter, _ in options)
+            direction = image_direction(image)
+            named = [
+                letter
+                for letter, text in options
+                if direction is not None
+                and re.search(rf"(?<![A-Za-z]){direction}(?![A-Za-z])", text, re.I)
+            ]
+            seen = named[0] if named else labels[digest[0] % len(labels)]
+        elif kind == "yes-no-maybe":
+            labels = ("yes", "no", "maybe")
+            flat = [g for row in _CACHE.get(image).rows for g in row]
+            share = sum(g.e_shaped for g in flat) / len(flat) if flat else 0.0
+            seen = "yes" if share >= _E_SHARE_FOR_CHART else "no" if share <= 0.5 else "maybe"
+        else:
+            labels = ORIENTATIONS
+            seen = image_direction(image) or ORIENTATIONS[digest[0] % 4]
+        p = self.params
+        error = p.single_error_rule if "decoding_rule" in components else p.single_error
+        if 0.0 < error < 1.0:  # some images are harder than others: a per-image log-odds offset
+            jitter = int.from_bytes(digest[4:8], "big") / 0xFFFFFFFF * 2.0 - 1.0
+            error = _sigmoid(math.log(error / (1.0 - error)) + p.single_jitter * jitter)
+        draw_error, draw_other, draw_style, draw_fail = rng.random(4)
+        said = seen
+        if p.noise and draw_error < error:
+            others = [label for label in labels if label != seen]
+            said = others[int(draw_other * len(others))]
+        if p.noise and draw_fail < p.single_unparseable:
+            return _NO_ANSWER
+        if not p.noise or draw_style < 0.5:
+            return said
+        if draw_style < 0.8:
+            return f"Answer: {said}"
+        if kind == "multiple-choice":
+            return f"The answer is ({said})."
+        if kind == "yes-no-maybe":
+            return f"{said.capitalize()}."
+        return f"The top of the image points {said}."

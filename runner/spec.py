@@ -1,7 +1,10 @@
 """The study spec (``study.toml``): parsing and validation, with every error reported at once.
 
 See ``docs/study-spec.md`` for every field. :func:`load_study` returns a :class:`Study`; on bad
-input it raises :class:`SpecError` whose message lists each problem as ``file: field: what``.
+input it raises :class:`SpecError` whose message lists each problem as ``file:line: field:
+what`` (the line is found by :mod:`runner._schema`, since ``tomllib`` reports none). A key the
+spec does not know is a problem, never ignored: ``study.toml:14: [model] temprature: unknown key
+(did you mean 'temperature'?)``.
 """
 
 from __future__ import annotations
@@ -18,16 +21,44 @@ from typing import Any
 
 from ledger import describe_os_error, describe_utf8_error
 from runner._errors import SpecError as SpecError
+from runner._schema import KeyPath, LineFinder, path_of, unknown_keys
 
 ARM_ROLES = ("full", "matched-control", "vehicle", "dismantling", "factorial")
 TESTS = ("lmm", "paired-t", "independent-t", "bootstrap", "mcnemar", "chi-square", "equivalence")
-OUTCOMES = ("glyph_accuracy", "trial_accuracy", "parse_rate")
+OUTCOMES = ("glyph_accuracy", "trial_accuracy")
 CORRECTIONS = ("none", "bonferroni", "holm")
 SIDES = ("one-sided", "two-sided")
-PARSERS = ("tumbling-e-json", "multiple-choice", "yes-no-maybe", "orientation-word")
+PARSERS = (
+    "tumbling-e-json", "multiple-choice", "yes-no-maybe", "orientation-word", "exact",
+    "normalized",
+)  # fmt: skip
+"""Every parser a study may name (``docs/scoring.md``)."""
+VOCABULARY_PARSERS = ("multiple-choice", "yes-no-maybe", "orientation-word")
+"""Single-answer parsers with a closed set of labels (they take ``[response] mode``)."""
+TEXT_PARSERS = ("exact", "normalized")
+"""Single-answer parsers that compare the whole response text with the truth."""
+SINGLE_ANSWER_PARSERS = VOCABULARY_PARSERS + TEXT_PARSERS
+"""Parsers scored against one answer per stimulus (``[stimuli] answer_column``)."""
+MODES = ("exactly-one", "first-token")
+"""Parser modes of ``docs/scoring.md`` section 5.2."""
+DEFAULT_LETTERS = "ABCD"
+RANDOM_INTERCEPTS = ("stimulus", "source")
 SECRET_SOURCES = ("generate", "env:", "file:")
 ID_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$")
 IMAGE_SUFFIXES = (".png", ".jpg", ".jpeg", ".gif", ".webp")
+
+
+def default_answer_column(parser: str) -> str:
+    """The truth-table column a single-answer parser reads by default.
+
+    ``orientation`` for ``orientation-word`` (the rotation builder's table), else ``answer``.
+    """
+    return "orientation" if parser == "orientation-word" else "answer"
+
+
+def default_outcome(parser: str) -> str:
+    """The default hypothesis outcome: ``glyph_accuracy`` (tumbling-E), else ``trial_accuracy``."""
+    return "glyph_accuracy" if parser == "tumbling-e-json" else "trial_accuracy"
 
 
 @dataclass(frozen=True)
@@ -82,6 +113,25 @@ class Study:
     hypotheses: tuple[Hypothesis, ...]
     analysis: dict[str, Any]
     amendable: tuple[str, ...] = field(default=())
+    answer_column: str | None = None
+    letters: str | None = None
+    mode: str = "exactly-one"
+
+    def response_plan(self) -> dict[str, Any]:
+        """The ``response`` member of ``protocol.locked``: what shapes every score.
+
+        Always ``format`` and ``parser``; a single-answer parser adds ``answer_column``; a
+        parser with a closed vocabulary adds ``mode``; ``multiple-choice`` adds ``letters``
+        (``docs/study-spec.md``, "After lock").
+        """
+        plan: dict[str, Any] = {"format": self.response_format, "parser": self.parser}
+        if self.parser in SINGLE_ANSWER_PARSERS:
+            plan["answer_column"] = self.answer_column
+        if self.parser in VOCABULARY_PARSERS:
+            plan["mode"] = self.mode
+        if self.parser == "multiple-choice":
+            plan["letters"] = self.letters
+        return plan
 
     def component_text(self, name: str) -> str:
         """The text of one component file (:class:`SpecError` naming the byte if not UTF-8)."""
@@ -120,12 +170,19 @@ class Study:
 
 
 class _Collector:
-    def __init__(self, file: str) -> None:
+    def __init__(self, file: str, lines: LineFinder | None = None) -> None:
         self.file = file
+        self.lines = lines
         self.problems: list[str] = []
 
-    def add(self, field_name: str, message: str) -> None:
-        self.problems.append(f"{self.file}: {field_name}: {message}")
+    def where(self, path: KeyPath) -> str:
+        """``file:line`` of the key at ``path``, or ``file`` when it has no line."""
+        line = self.lines.line(path) if self.lines is not None else None
+        return f"{self.file}:{line}" if line else self.file
+
+    def add(self, field_name: str, message: str, path: KeyPath | None = None) -> None:
+        where = self.where(path if path is not None else path_of(field_name))
+        self.problems.append(f"{where}: {field_name}: {message}")
 
 
 def _table(c: _Collector, data: dict[str, Any], name: str) -> dict[str, Any]:
@@ -200,7 +257,30 @@ def _read_text(c: _Collector, path: Path, where: str) -> str | None:
         return None
 
 
-def _hypotheses(c: _Collector, data: dict[str, Any], arms: dict[str, Arm]) -> list[Hypothesis]:
+def _outcome(c: _Collector, h: dict[str, Any], where: str, parser: str) -> str:
+    outcome = _str(c, h, "outcome", where, default_outcome(parser))
+    if not outcome:
+        return outcome
+    if outcome not in OUTCOMES:
+        extra = (
+            " (parse rates are reported per arm by descriptive.arms, not tested)"
+            if outcome == "parse_rate" else ""
+        )
+        use = " or ".join(OUTCOMES)
+        c.add(f"{where}.outcome", f"unknown outcome {outcome!r}; use {use}{extra}")
+    elif outcome != default_outcome(parser):
+        c.add(
+            f"{where}.outcome",
+            f"{outcome!r} does not fit parser {parser!r}: glyph_accuracy is the share of a "
+            "tumbling-E chart's glyphs read correctly (tumbling-e-json), trial_accuracy is 1 "
+            f"when a single-answer trial is correct; use {default_outcome(parser)!r}",
+        )
+    return outcome
+
+
+def _hypotheses(
+    c: _Collector, data: dict[str, Any], arms: dict[str, Arm], parser: str
+) -> list[Hypothesis]:
     raw = data.get("hypotheses", [])
     if not isinstance(raw, list) or not raw:
         c.add("hypotheses", "declare at least one [[hypotheses]] table")
@@ -229,12 +309,16 @@ def _hypotheses(c: _Collector, data: dict[str, Any], arms: dict[str, Arm]) -> li
             for arm in pair:
                 if arm not in arms:
                     c.add(f"{where}.contrast", f"unknown arm {arm!r}")
-        outcome = _str(c, h, "outcome", where, "glyph_accuracy")
-        if outcome and outcome not in OUTCOMES:
-            c.add(f"{where}.outcome", f"unknown outcome {outcome!r}; use {', '.join(OUTCOMES)}")
+        outcome = _outcome(c, h, where, parser)
         test = _str(c, h, "test", where)
         if test and test not in TESTS:
             c.add(f"{where}.test", f"unknown test {test!r}; use one of {', '.join(TESTS)}")
+        if test == "chi-square" and parser in TEXT_PARSERS:
+            c.add(
+                f"{where}.test",
+                f"chi-square tests the spread of wrong answers over a parser's labels; parser "
+                f"{parser!r} has no closed set of labels",
+            )
         sides = _str(c, h, "sides", where, "two-sided")
         if sides and sides not in SIDES:
             c.add(f"{where}.sides", f"must be one of {', '.join(SIDES)}")
@@ -261,6 +345,9 @@ def _hypotheses(c: _Collector, data: dict[str, Any], arms: dict[str, Arm]) -> li
             c.add(f"{where}.family", "must be a string")
             family = None
         description = h.get("description", "")
+        if not isinstance(description, str):
+            c.add(f"{where}.description", f"must be a string, got {description!r}")
+            description = ""
         out.append(
             Hypothesis(
                 hid, pair, outcome, test, sides, alpha, numbers["min_difference_pp"],
@@ -351,11 +438,125 @@ def _stimuli(
     return directory, truth, stimuli
 
 
-def load_study(root: str | Path) -> Study:
-    """Read and validate ``ROOT/study.toml``. Raises :class:`SpecError` listing every problem."""
+def _unknown_problems(c: _Collector, data: dict[str, Any]) -> None:
+    """One problem per unknown key, in file order (before every other problem)."""
+    found: list[tuple[int, str]] = []
+    for unknown in unknown_keys(data):
+        line = c.lines.line(unknown.path) if c.lines is not None else None
+        where = f"{c.file}:{line}" if line else c.file
+        if unknown.table:
+            message = f"{where}: {unknown.table} {unknown.key}: unknown key ({unknown.hint})"
+        else:
+            what = "unknown section" if unknown.section else "unknown top-level key"
+            message = f"{where}: {unknown.key}: {what} ({unknown.hint})"
+        found.append((line or 0, message))
+    c.problems.extend(message for _, message in sorted(found, key=lambda f: f[0]))
+
+
+def _model(c: _Collector, data: dict[str, Any]) -> dict[str, Any]:
+    model = _table(c, data, "model")
+    model_out = {
+        "provider": _str(c, model, "provider", "model", "anthropic"),
+        "id": _str(c, model, "id", "model", "claude-sonnet-4-6"),
+        "max_tokens": model.get("max_tokens", 2048),
+        "temperature": model.get("temperature", 1.0),
+    }
+    tokens = model_out["max_tokens"]
+    if isinstance(tokens, bool) or not isinstance(tokens, int) or tokens < 1:
+        c.add("model.max_tokens", f"must be a positive integer, got {tokens!r}")
+    temp = model_out["temperature"]
+    if isinstance(temp, bool) or not isinstance(temp, int | float) or not 0 <= temp <= 1:
+        c.add("model.temperature", f"must be a number between 0 and 1, got {temp!r}")
+    return model_out
+
+
+@dataclass(frozen=True)
+class _Response:
+    format: str
+    parser: str
+    letters: str | None
+    mode: str
+
+
+def _response(c: _Collector, data: dict[str, Any]) -> _Response:
+    response = _table(c, data, "response")
+    parser = _str(c, response, "parser", "response", "tumbling-e-json")
+    if parser and parser not in PARSERS:
+        c.add("response.parser", f"unknown parser {parser!r}; use one of {', '.join(PARSERS)}")
+    response_format = _str(c, response, "format", "response", parser or "tumbling-e-json")
+    letters: str | None = None
+    if "letters" in response and parser != "multiple-choice":
+        c.add("response.letters", f"applies to the multiple-choice parser only, not {parser!r}")
+    elif parser == "multiple-choice":
+        letters = _str(c, response, "letters", "response", DEFAULT_LETTERS)
+        if letters and (
+            not re.fullmatch(r"[A-Z]{2,26}", letters) or len(set(letters)) != len(letters)
+        ):
+            c.add(
+                "response.letters", f"must be 2 to 26 distinct capital letters A-Z, got {letters!r}"
+            )
+    mode = _str(c, response, "mode", "response", "exactly-one")
+    if mode and mode not in MODES:
+        c.add("response.mode", f"unknown mode {mode!r}; use {' or '.join(MODES)}")
+    elif mode == "first-token" and parser not in VOCABULARY_PARSERS:
+        c.add(
+            "response.mode",
+            f"first-token applies to the {', '.join(VOCABULARY_PARSERS)} parsers, not {parser!r}",
+        )
+    return _Response(response_format, parser, letters, mode or "exactly-one")
+
+
+def _answer_column(c: _Collector, data: dict[str, Any], parser: str) -> str | None:
+    table = data.get("stimuli")
+    table = table if isinstance(table, dict) else {}
+    if parser not in SINGLE_ANSWER_PARSERS:
+        if "answer_column" in table:
+            c.add(
+                "stimuli.answer_column",
+                f"applies to single-answer parsers only; the {parser} truth table has the fixed "
+                "columns stimulus,row,position,orientation",
+            )
+        return None
+    column = _str(c, table, "answer_column", "stimuli", default_answer_column(parser))
+    if column == "stimulus":
+        c.add("stimuli.answer_column", "the answer cannot be the 'stimulus' column itself")
+    return column or None
+
+
+def _analysis(c: _Collector, data: dict[str, Any]) -> dict[str, Any]:
+    analysis = _table(c, data, "analysis")
+    analysis_out = {
+        "model": analysis.get("model", "lmm"),
+        "random_intercept": analysis.get("random_intercept", "stimulus"),
+        "exclude_unparseable": analysis.get("exclude_unparseable", True),
+    }
+    if analysis_out["model"] != "lmm":
+        c.add("analysis.model", f"must be 'lmm' (the only primary model of v1), got "
+                                f"{analysis_out['model']!r}")
+    group = analysis_out["random_intercept"]
+    if group not in RANDOM_INTERCEPTS:
+        extra = " (a model without a random intercept is not available in v1)" if (
+            group == "none"
+        ) else ""
+        c.add("analysis.random_intercept", f"must be 'stimulus' or 'source', got {group!r}{extra}")
+    if not isinstance(analysis_out["exclude_unparseable"], bool):
+        c.add(
+            "analysis.exclude_unparseable",
+            f"must be true or false, got {analysis_out['exclude_unparseable']!r}",
+        )
+    return analysis_out
+
+
+def load_study(root: str | Path, *, strict: bool = True) -> Study:
+    """Read and validate ``ROOT/study.toml``. Raises :class:`SpecError` listing every problem.
+
+    Every key must be one the spec knows (``docs/study-spec.md``); each problem names the file,
+    the line (when the key is written) and the field. ``strict=False`` leaves unknown keys
+    unreported: for a study already locked, whose spec can no longer change (``ledger new``,
+    ``arms`` and ``lock`` are strict, so a study locked now has none).
+    """
     root = Path(root)
     spec_path = root / "study.toml"
-    c = _Collector(str(spec_path))
     if spec_path.is_dir():
         raise SpecError([f"{spec_path} is a directory, where the study spec file is expected"])
     try:
@@ -365,36 +566,28 @@ def load_study(root: str | Path) -> Study:
     except OSError as exc:
         raise SpecError([f"cannot read {describe_os_error(exc, spec_path)}"]) from None
     try:
-        data = tomllib.loads(raw.decode("utf-8"))
+        text = raw.decode("utf-8")
+        data = tomllib.loads(text)
     except UnicodeDecodeError as exc:
         raise SpecError([f"{spec_path}: {describe_utf8_error(raw, exc)}"]) from None
     except tomllib.TOMLDecodeError as exc:
         raise SpecError([f"{spec_path}: not valid TOML: {exc}"]) from None
+    c = _Collector(str(spec_path), LineFinder(text))
+    if strict:
+        _unknown_problems(c, data)
 
     study = _table(c, data, "study")
     study_id = _str(c, study, "id", "study")
     if study_id and not ID_RE.match(study_id):
         c.add("study.id", "use letters, digits, '.', '_' or '-' (at most 64)")
     title = _str(c, study, "title", "study")
-    origin = study.get("origin", f"prompt-ledger.local/{study_id}")
+    origin = _str(c, study, "origin", "study", f"prompt-ledger.local/{study_id}")
     amendable = study.get("amendable", [])
     if not isinstance(amendable, list) or not all(isinstance(x, str) for x in amendable):
         c.add("study.amendable", "must be a list of study-relative file paths")
         amendable = []
 
-    model = _table(c, data, "model")
-    model_out = {
-        "provider": model.get("provider", "anthropic"),
-        "id": model.get("id", "claude-sonnet-4-6"),
-        "max_tokens": model.get("max_tokens", 2048),
-        "temperature": model.get("temperature", 1.0),
-    }
-    if not isinstance(model_out["max_tokens"], int) or model_out["max_tokens"] < 1:
-        c.add("model.max_tokens", "must be a positive integer")
-    temp = model_out["temperature"]
-    if isinstance(temp, bool) or not isinstance(temp, int | float) or not 0 <= temp <= 1:
-        c.add("model.temperature", "must be a number between 0 and 1")
-
+    model_out = _model(c, data)
     components: dict[str, Path] = {}
     for name, rel in _table(c, data, "components").items():
         if not isinstance(rel, str):
@@ -404,7 +597,9 @@ def load_study(root: str | Path) -> Study:
         if components[name].is_file():
             _read_text(c, components[name], f"components.{name}")
     arms = _arms(c, data, components)
+    response = _response(c, data)
     stimuli_dir, truth, stimuli = _stimuli(c, root, data)
+    answer_column = _answer_column(c, data, response.parser)
 
     design = _table(c, data, "design")
     replicates = design.get("replicates")
@@ -419,7 +614,10 @@ def load_study(root: str | Path) -> Study:
         or not isinstance(iterations, int)
         or not 100 <= iterations <= 1_000_000
     ):  # the verifier recomputes at most 1,000,000 (docs/archive-format.md §6)
-        c.add("design.bootstrap_iterations", "must be an integer from 100 to 1000000")
+        c.add(
+            "design.bootstrap_iterations",
+            f"must be an integer from 100 to 1000000, got {iterations!r}",
+        )
         iterations = 10000
     secret = design.get("blinding_secret", "generate")
     if not isinstance(secret, str) or not any(
@@ -429,31 +627,19 @@ def load_study(root: str | Path) -> Study:
         c.add("design.blinding_secret", "must be 'generate', 'env:NAME' or 'file:PATH'")
         secret = "generate"
 
-    response = _table(c, data, "response")
-    response_format = _str(c, response, "format", "response", "tumbling-e-json")
-    parser = _str(c, response, "parser", "response", "tumbling-e-json")
-    if parser and parser not in PARSERS:
-        c.add("response.parser", f"unknown parser {parser!r}; use one of {', '.join(PARSERS)}")
-
-    hypotheses = _hypotheses(c, data, arms)
-    analysis = _table(c, data, "analysis")
-    analysis_out = {
-        "model": analysis.get("model", "lmm"),
-        "random_intercept": analysis.get("random_intercept", "stimulus"),
-        "exclude_unparseable": analysis.get("exclude_unparseable", True),
-    }
-    if analysis_out["random_intercept"] not in ("stimulus", "source", "none"):
-        c.add("analysis.random_intercept", "must be 'stimulus', 'source' or 'none'")
+    hypotheses = _hypotheses(c, data, arms, response.parser)
+    analysis_out = _analysis(c, data)
 
     if c.problems:
         raise SpecError(c.problems)
     return Study(
-        root=root, spec_path=spec_path, id=study_id, title=title, origin=str(origin),
+        root=root, spec_path=spec_path, id=study_id, title=title, origin=origin,
         model=model_out, components=components, arms=arms, stimuli_dir=stimuli_dir,
         truth_path=truth, stimuli=stimuli, replicates=int(replicates), seed=seed,
         bootstrap_seed=bootstrap_seed, bootstrap_iterations=int(iterations),
-        blinding_secret=secret, response_format=response_format, parser=parser,
+        blinding_secret=secret, response_format=response.format, parser=response.parser,
         hypotheses=tuple(hypotheses), analysis=analysis_out, amendable=tuple(amendable),
+        answer_column=answer_column, letters=response.letters, mode=response.mode,
     )
 
 

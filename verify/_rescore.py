@@ -1,9 +1,10 @@
 """Independent re-parsing and re-scoring of responses, written from ``docs/scoring.md``.
 
 Nothing here comes from ``analysis/``: the response text (section 2), the tumbling-E parser
-(section 4), the single-answer parsers (section 5), the scorer (section 6) and the item bytes
-(section 7) are re-implemented from the page.  Only the status, the answers and the item bytes
-are normative; problems are counted (to tell ``ok`` from ``partial``), their wording is not kept.
+(section 4), the single-answer parsers with their modes (section 5), the scorer (section 6),
+the item bytes (section 7) and the truth tables (section 8) are re-implemented from the page.
+Only the status, the answers and the item bytes are normative; problems are counted (to tell
+``ok`` from ``partial``), their wording is not kept.
 """
 
 from __future__ import annotations
@@ -29,8 +30,10 @@ __all__ = [
     "TruthError",
     "batch_message",
     "item_bytes",
+    "normalized",
     "parse_body",
     "parse_text",
+    "read_sources",
     "read_truth",
     "response_text",
     "score",
@@ -403,10 +406,16 @@ def _value(match: re.Match[str]) -> str | None:
     return next((g for g in match.groups() if g), None)
 
 
-def _run_single(spec: _Single, text: str) -> Parsed:
+def _run_single(spec: _Single, text: str, mode: str = "exactly-one") -> Parsed:
     if is_empty(text):
         return UNPARSEABLE
     m = markup_free(text)
+    if mode == "first-token":
+        first = spec.token.search(m)
+        value = _value(first) if first is not None else None
+        return Parsed("ok", None, ((1, (spec.case(value),)),)) if value else UNPARSEABLE
+    if mode != "exactly-one":
+        raise ValueError(f"unknown mode {mode!r}")
     tiers: list[list[str]] = []
     alone = spec.alone.fullmatch(strip(m))
     if alone is not None and _value(alone):
@@ -451,33 +460,79 @@ def _words(words: str, key: str, extra: str, case: Callable[[str], str]) -> _Sin
     return _single(token, _fill(_WORD_ALONE, "", words), (key + _list(token),), extra, case)
 
 
-_MC = _multiple_choice()
+_MC: dict[str, _Single] = {"ABCD": _multiple_choice()}
 _YNM = _words("yes|no|maybe", _KEY, _YES_NO_OPENING, lower)
 _OW = _words("UP|RIGHT|DOWN|LEFT", _ORIENTATION_KEY, _ORIENTATION_CAPITALS, upper)
+_PUNCTUATION_RUN = re.compile(r"[ \t\n\r\v\f!\"#$%&'()*+,\-./:;<=>?@\[\\\]^_`{|}~]+")
+
+
+def normalized(text: str) -> str:
+    """Section 5.3: markup-free, ASCII lower case, whitespace and punctuation runs to a space."""
+    return _PUNCTUATION_RUN.sub(" ", lower(markup_free(text))).strip(" ")
+
+
+def _exact(text: str) -> Parsed:
+    answer = strip(text)
+    return Parsed("ok", None, ((1, (answer,)),)) if answer else UNPARSEABLE
+
+
+def _normalized(text: str) -> Parsed:
+    answer = normalized(text)
+    return Parsed("ok", None, ((1, (answer,)),)) if answer else UNPARSEABLE
+
+
+def _letters(letters: str) -> _Single:
+    if letters not in _MC:
+        if not re.fullmatch(r"[A-Z]{2,26}", letters) or len(set(letters)) != len(letters):
+            raise ValueError(f"letters must be 2-26 distinct capital letters: {letters!r}")
+        _MC[letters] = _multiple_choice(letters)
+    return _MC[letters]
+
 
 PARSERS: dict[str, Callable[[str], Parsed]] = {
     "tumbling-e-json": parse_tumbling_e,
-    "multiple-choice": lambda text: _run_single(_MC, text),
+    "multiple-choice": lambda text: _run_single(_MC["ABCD"], text),
     "yes-no-maybe": lambda text: _run_single(_YNM, text),
     "orientation-word": lambda text: _run_single(_OW, text),
+    "exact": _exact,
+    "normalized": _normalized,
 }
+"""Every parser with its defaults (letters ``ABCD``, mode ``exactly-one``)."""
+
+VOCABULARY_PARSERS = ("multiple-choice", "yes-no-maybe", "orientation-word")
 
 
-def parse_text(text: str, parser: str) -> Parsed:
-    """Parse ``text`` with the named parser (KeyError for an unknown one)."""
+def parse_text(text: str, parser: str, letters: str = "ABCD", mode: str = "exactly-one") -> Parsed:
+    """Parse ``text`` with the named parser, letters and mode (KeyError for an unknown parser).
+
+    A mode other than ``exactly-one`` for a parser without a vocabulary is a ValueError.
+    """
+    if parser not in PARSERS:
+        raise KeyError(parser)
+    if parser == "multiple-choice":
+        return _run_single(_letters(letters), text, mode)
+    if parser == "yes-no-maybe":
+        return _run_single(_YNM, text, mode)
+    if parser == "orientation-word":
+        return _run_single(_OW, text, mode)
+    if mode != "exactly-one":
+        raise ValueError(f"parser {parser!r} has no mode {mode!r}")
     return PARSERS[parser](text)
 
 
-def parse_body(raw: bytes, fmt: str, parser: str) -> Parsed:
+def parse_body(
+    raw: bytes, fmt: str, parser: str, letters: str = "ABCD", mode: str = "exactly-one"
+) -> Parsed:
     """Sections 2-5: take the text of a stored body and parse it."""
-    function = PARSERS[parser]
+    if parser not in PARSERS:
+        raise KeyError(parser)
     if fmt == "anthropic-batch-result":
         raw, fmt = batch_message(raw), "anthropic-messages"
     try:
         text = response_text(raw, fmt)
     except BodyError:
         return UNPARSEABLE
-    return function(text)
+    return parse_text(text, parser, letters, mode)
 
 
 # ------------------------------------------------------------------------------ section 6
@@ -558,7 +613,14 @@ def score(parsed: Parsed, parser: str, truth: Truth) -> Scored:
         if not isinstance(truth, str):
             raise ValueError(f"parser {parser!r} needs a single truth answer")
         value = parsed.answers[0][1][0] if status == "ok" and parsed.answers else None
-        correct = value is not None and lower(value) == lower(strip(truth))
+        if value is None:
+            correct = False
+        elif parser == "exact":
+            correct = value == truth
+        elif parser == "normalized":
+            correct = value == normalized(truth)
+        else:
+            correct = lower(value) == lower(strip(truth))
         items = [_item(None, None, truth, value, correct)]
     data = item_bytes(items)
     return Scored(
@@ -571,9 +633,16 @@ def score(parsed: Parsed, parser: str, truth: Truth) -> Scored:
     )
 
 
-def score_body(raw: bytes, fmt: str, parser: str, truth: Truth) -> Scored:
+def score_body(
+    raw: bytes,
+    fmt: str,
+    parser: str,
+    truth: Truth,
+    letters: str = "ABCD",
+    mode: str = "exactly-one",
+) -> Scored:
     """Parse and score one stored response body."""
-    return score(parse_body(raw, fmt, parser), parser, truth)
+    return score(parse_body(raw, fmt, parser, letters, mode), parser, truth)
 
 
 # ------------------------------------------------------------------------------ truth table
@@ -583,35 +652,62 @@ class TruthError(ValueError):
     """The truth table cannot be read."""
 
 
-def read_truth(data: bytes) -> dict[str, Truth]:
-    """Read a truth CSV into ``{stimulus: truth}``.
-
-    ``stimulus,row,position,orientation`` gives tumbling-E charts (the Snellen control is one row
-    with empty row and position); ``stimulus,...,orientation`` or ``stimulus,...,answer`` without
-    row and position gives one string per stimulus.
-    """
+def _rows(data: bytes) -> tuple[list[str], list[tuple[int, list[str]]]]:
     try:
         text = data.decode("utf-8")
     except UnicodeDecodeError as exc:
         raise TruthError(f"truth table is not UTF-8 ({exc.reason})") from None
     reader = csv.reader(io.StringIO(text, newline=""))
-    header = next(reader, None)
-    if not header or "stimulus" not in header:
-        raise TruthError("truth table has no stimulus column")
+    try:
+        header = next(reader, None)
+        if not header or "stimulus" not in header:
+            raise TruthError("truth table has no stimulus column")
+        rows: list[tuple[int, list[str]]] = []
+        for fields in reader:
+            if not fields:
+                continue
+            if len(fields) != len(header):
+                raise TruthError(f"truth table line {reader.line_num}: {len(fields)} fields")
+            rows.append((reader.line_num, fields))
+    except csv.Error as exc:
+        raise TruthError(f"truth table is not CSV: {exc}") from None
+    return header, rows
+
+
+def default_answer_column(parser: str) -> str:
+    """Section 8: ``orientation`` for ``orientation-word``, else ``answer``."""
+    return "orientation" if parser == "orientation-word" else "answer"
+
+
+def read_truth(
+    data: bytes, parser: str = "tumbling-e-json", answer_column: str | None = None
+) -> dict[str, Truth]:
+    """Read a truth CSV into ``{stimulus: truth}`` the way ``parser`` scores it (section 8).
+
+    ``tumbling-e-json``: a glyph table ``stimulus,row,position,orientation`` (a row with empty
+    row and position is the Snellen control's one string). Any other parser: an answer table,
+    one row per stimulus, the answer in ``answer_column`` (default by parser).
+    """
+    header, rows = _rows(data)
     col = {name: i for i, name in enumerate(header)}
+    out: dict[str, Truth] = {}
+    if parser != "tumbling-e-json":
+        column = answer_column or default_answer_column(parser)
+        if column not in col:
+            raise TruthError(f"truth table has no {column!r} column")
+        for line, fields in rows:
+            stimulus = fields[col["stimulus"]]
+            if stimulus in out:
+                raise TruthError(f"truth table line {line}: stimulus {stimulus!r} listed twice")
+            out[stimulus] = fields[col[column]]
+        return out
+    if not {"row", "position", "orientation"} <= set(col):
+        raise TruthError("truth table has no row, position and orientation columns")
     glyphs: dict[str, list[Glyph]] = {}
     strings: dict[str, str] = {}
-    tumbling = {"row", "position", "orientation"} <= set(col)
-    answer_col = col.get("answer", col.get("orientation"))
-    if answer_col is None:
-        raise TruthError("truth table has no orientation or answer column")
-    for line, fields in enumerate(reader, start=2):
-        if not fields:
-            continue
-        if len(fields) != len(header):
-            raise TruthError(f"truth table line {line}: {len(fields)} fields")
+    for line, fields in rows:
         stimulus = fields[col["stimulus"]]
-        if tumbling and fields[col["row"]] != "" and fields[col["position"]] != "":
+        if fields[col["row"]] != "" and fields[col["position"]] != "":
             try:
                 g = Glyph(
                     int(fields[col["row"]]),
@@ -622,10 +718,19 @@ def read_truth(data: bytes) -> dict[str, Truth]:
                 raise TruthError(f"truth table line {line}: bad row or position") from None
             glyphs.setdefault(stimulus, []).append(g)
         else:
-            strings[stimulus] = fields[answer_col]
-    out: dict[str, Truth] = {s: tuple(g) for s, g in glyphs.items()}
+            strings[stimulus] = fields[col["orientation"]]
+    out = {s: tuple(g) for s, g in glyphs.items()}
     for s, value in strings.items():
         if s in out:
             raise TruthError(f"truth table: stimulus {s!r} has glyphs and a single answer")
         out[s] = value
     return out
+
+
+def read_sources(data: bytes) -> dict[str, str]:
+    """Each stimulus's ``source`` column of an answer table (``random_intercept = "source"``)."""
+    header, rows = _rows(data)
+    if "source" not in header:
+        raise TruthError("truth table has no source column")
+    at_stimulus, at_source = header.index("stimulus"), header.index("source")
+    return {fields[at_stimulus]: fields[at_source] for _, fields in rows}

@@ -35,7 +35,14 @@ from verify._reader.events import EventReader
 from verify._reader.files import MAX_PARSED_BYTES, ArchiveFileError, ArchiveFiles
 from verify._reader.names import EVENTS, line_where
 from verify._report import Check, Status
-from verify._rescore import CONTROL_TRUTH, Truth, TruthError, read_truth, score_body
+from verify._rescore import (
+    CONTROL_TRUTH,
+    Truth,
+    TruthError,
+    read_sources,
+    read_truth,
+    score_body,
+)
 
 __all__ = [
     "ABS_TOL",
@@ -58,6 +65,7 @@ MAX_BOOTSTRAP_WORK = 20_000_000_000
 """The most bootstrap iterations x scored trials the verifier recomputes (time bound)."""
 
 ORIENTATIONS = ("UP", "RIGHT", "DOWN", "LEFT")
+TUMBLING_E = "tumbling-e-json"
 TRIAL_COLUMNS = (
     "trial", "arm", "stimulus", "rep", "response_seq", "status", "n_items", "n_answered",
     "n_correct", "accuracy", "control", "excluded",
@@ -174,8 +182,8 @@ def _plan(archive: _Archive) -> dict[str, Any]:
     return event.body
 
 
-def _truth(archive: _Archive) -> dict[str, Truth]:
-    """The truth tables in force: the signed ``artifact.locked`` events of role ``truth``.
+def _truth_tables(archive: _Archive) -> list[tuple[str, bytes, int]]:
+    """The truth tables in force: (path, bytes, seq) from the signed ``artifact.locked`` events.
 
     Each is read from its blob (its address from the signed event, as locked or as last
     amended by ``protocol.amended``), never from a path written in an unsigned file.
@@ -193,14 +201,35 @@ def _truth(archive: _Archive) -> dict[str, Truth]:
                 digests[path] = (str(event.blobs.get(change["blob"])), event)
     if not digests:
         raise _Problem("no artifact.locked event locks a truth table (role truth)")
-    truth: dict[str, Truth] = {}
+    tables = []
     for path, (digest, event) in sorted(digests.items()):
         archive.at(event)
+        tables.append((f"{path} (blob {digest})", archive.blob(digest, event.seq), event.seq))
+    return tables
+
+
+def _truth(archive: _Archive, response: dict[str, Any]) -> dict[str, Truth]:
+    """The truth of every stimulus, read as the locked parser scores it (scoring.md §8)."""
+    parser = str(response.get("parser", TUMBLING_E))
+    column = response.get("answer_column")
+    truth: dict[str, Truth] = {}
+    for name, data, seq in _truth_tables(archive):
         try:
-            truth.update(read_truth(archive.blob(digest, event.seq)))
+            truth.update(read_truth(data, parser, column))
         except TruthError as exc:
-            raise _Problem(f"truth table {path} (blob {digest}): {exc}", event.seq) from None
+            raise _Problem(f"truth table {name}: {exc}", seq) from None
     return truth
+
+
+def _sources(archive: _Archive) -> dict[str, str]:
+    """Each stimulus's source image, from the truth table's ``source`` column."""
+    sources: dict[str, str] = {}
+    for name, data, seq in _truth_tables(archive):
+        try:
+            sources.update(read_sources(data))
+        except TruthError as exc:
+            raise _Problem(f"truth table {name}: {exc}", seq) from None
+    return sources
 
 
 # ------------------------------------------------------------------------------ rescore
@@ -212,8 +241,11 @@ def _scores_digest(pairs: list[tuple[int, str]]) -> str:
 
 def _rescore(archive: _Archive) -> Check:
     plan = _plan(archive)
-    parser = str((plan.get("response") or {}).get("parser", "tumbling-e-json"))
-    truth = _truth(archive)
+    locked = plan.get("response") or {}
+    parser = str(locked.get("parser", TUMBLING_E))
+    letters = str(locked.get("letters") or "ABCD")
+    mode = str(locked.get("mode") or "exactly-one")
+    truth = _truth(archive, locked)
     responded = {e.seq: e for e in archive.of("trial.responded")}
     scored = archive.of("trial.scored")
     count: dict[int, int] = {}
@@ -239,7 +271,9 @@ def _rescore(archive: _Archive) -> Check:
             continue
         raw = archive.event_blob(response, "response")
         try:
-            s = score_body(raw, str(response.body.get("format")), parser, truth[stimulus])
+            s = score_body(
+                raw, str(response.body.get("format")), parser, truth[stimulus], letters, mode
+            )
         except (KeyError, ValueError) as exc:
             mismatches.append((event.seq, f"cannot be re-scored: {exc}"))
             continue
@@ -311,6 +345,7 @@ class _Dataset:
     arms: list[str]
     given_up: list[str]
     scores_sha256: str
+    sources: dict[str, str] = field(default_factory=dict)
 
     def analysable(self) -> list[dict[str, Any]]:
         return [t for t in self.trials if not t["control"] and not t["excluded"]]
@@ -363,6 +398,7 @@ def _dataset(archive: _Archive, plan: dict[str, Any]) -> _Dataset:
                 )
     code_arm = {code: arm for arm, code in arm_codes.items()}
     exclude = bool((plan.get("analysis") or {}).get("exclude_unparseable", True))
+    tumbling = (plan.get("response") or {}).get("parser", TUMBLING_E) == TUMBLING_E
     trials: list[tuple[int, dict[str, Any], list[dict[str, Any]]]] = []
     for event in archive.of("trial.scored"):
         b = archive.at(event).body
@@ -399,7 +435,7 @@ def _dataset(archive: _Archive, plan: dict[str, Any]) -> _Dataset:
             "n_answered": int(b["n_answered"]),
             "n_correct": int(b["n_correct"]),
             "accuracy": int(b["n_correct"]) / n_items if n_items else math.nan,
-            "control": len(items) == 1 and items[0].get("truth") == CONTROL_TRUTH,
+            "control": tumbling and len(items) == 1 and items[0].get("truth") == CONTROL_TRUTH,
             "excluded": exclude and b["status"] == "unparseable",
         }
         item_rows = [
@@ -416,12 +452,14 @@ def _dataset(archive: _Archive, plan: dict[str, Any]) -> _Dataset:
         trials.append((int(b["response_seq"]), row, item_rows))
     trials.sort(key=lambda t: t[0])
     given_up = [str(e.body.get("trial")) for e in archive.of("trial.failed") if e.body.get("final")]
+    by_source = (plan.get("analysis") or {}).get("random_intercept") == "source"
     return _Dataset(
         [t[1] for t in trials],
         [i for t in trials for i in t[2]],
         sorted(arm_codes),
         given_up,
         str(sealed.body.get("scores_sha256")),
+        _sources(archive) if by_source else {},
     )
 
 
@@ -536,13 +574,17 @@ def _model(ds: _Dataset, plan: dict[str, Any]) -> tuple[_Result, dict[str, Any] 
 
     def compute() -> dict[str, Any]:
         t = ds.analysable()
-        if group not in ("stimulus", "arm", "trial", "rep"):
+        if group == "source":
+            if any(r["stimulus"] not in ds.sources for r in t):
+                raise st.StatError("a stimulus has no source")
+            groups = [ds.sources[r["stimulus"]] for r in t]
+        elif group in ("stimulus", "arm", "trial", "rep"):
+            groups = [r[group] for r in t]
+        else:
             raise st.StatError(f"no column {group!r} in the trial table")
         present = {str(r["arm"]) for r in t}
         ref = reference if reference in present or not present else min(present)
-        fit = st.mixed_model(
-            [r["accuracy"] for r in t], [r["arm"] for r in t], [r[group] for r in t], ref
-        )
+        fit = st.mixed_model([r["accuracy"] for r in t], [r["arm"] for r in t], groups, ref)
         holder.append(fit)
         values = {k: v for k, v in fit.items() if not k.startswith("_")}
         values.update(outcome="accuracy", arm_col="arm", group_col=group, reference=ref)
@@ -609,13 +651,27 @@ def _answer(value: Any) -> str:
     return "(none)" if value is None else str(value)
 
 
-def _wrong_counts(items: list[dict[str, Any]]) -> list[int]:
-    wrong = [i for i in items if not i["correct"] and i["answer"] in ORIENTATIONS]
-    return [sum(1 for i in wrong if i["answer"] == o) for o in ORIENTATIONS]
+def _wrong_counts(items: list[dict[str, Any]], labels: tuple[str, ...]) -> list[int]:
+    wrong = [i for i in items if not i["correct"] and i["answer"] in labels]
+    return [sum(1 for i in wrong if i["answer"] == o) for o in labels]
+
+
+def _labels(plan: dict[str, Any]) -> tuple[str, ...] | None:
+    """analysis.md §3: the answers the locked parser can give; None for free text."""
+    response = plan.get("response") or {}
+    parser = response.get("parser", TUMBLING_E)
+    if parser in (TUMBLING_E, "orientation-word"):
+        return ORIENTATIONS
+    if parser == "yes-no-maybe":
+        return ("yes", "no", "maybe")
+    if parser == "multiple-choice":
+        return tuple(str(response.get("letters") or "ABCD"))
+    return None
 
 
 def _hypotheses(ds: _Dataset, plan: dict[str, Any], fit: dict[str, Any] | None) -> list[_Result]:
     design = plan["design"]
+    labels = _labels(plan)
     out: list[_Result] = []
     for h in plan["hypotheses"]:
         a, b = h["contrast"]
@@ -666,9 +722,12 @@ def _hypotheses(ds: _Dataset, plan: dict[str, Any], fit: dict[str, Any] | None) 
                 )
                 return {**mc, "p_raw": mc["p"], "estimate": (mc["b"] - mc["c"]) / len(pairs)}
             if test == "chi-square":
-                counts = _wrong_counts([i for i in ds.analysable_items() if i["arm"] == a])
+                if labels is None:
+                    raise st.StatError("chi-square needs a parser with labels")
+                mine = [i for i in ds.analysable_items() if i["arm"] == a]
+                counts = _wrong_counts(mine, labels)
                 chi = st.chi_square_gof(counts)
-                return {**chi, "labels": list(ORIENTATIONS), "p_raw": chi["p"]}
+                return {**chi, "labels": list(labels), "p_raw": chi["p"]}
             raise st.StatError(f"unknown test {test!r}")
 
         _guard(r, compute)
@@ -745,36 +804,43 @@ def _decide(h: dict[str, Any], r: _Result) -> None:
 def _exploratory(ds: _Dataset, plan: dict[str, Any]) -> list[_Result]:
     out: list[_Result] = []
     items = ds.analysable_items()
-    for arm in ds.arms:
+    labels = _labels(plan)
+    parser = (plan.get("response") or {}).get("parser", TUMBLING_E)
+    tumbling = parser == TUMBLING_E
+    oriented = parser in (TUMBLING_E, "orientation-word")
+    for arm in ds.arms if labels is not None else []:
         it = [i for i in items if i["arm"] == arm]
 
-        def errors(it: list[dict[str, Any]] = it) -> dict[str, Any]:
+        def errors(
+            it: list[dict[str, Any]] = it, labels: tuple[str, ...] = labels or ()
+        ) -> dict[str, Any]:
             if not it:
-                raise st.StatError("no parseable tumbling-E responses in this arm")
+                raise st.StatError("no parseable responses in this arm")
             answers = [_answer(i["answer"]) for i in it]
             truth = [str(i["truth"]) for i in it]
-            values: dict[str, Any] = {
-                "confusion": st.confusion_matrix(truth, answers, ORIENTATIONS)
-            }
-            wrong = [i for i in it if not i["correct"] and i["answer"] in ORIENTATIONS]
+            values: dict[str, Any] = {"confusion": st.confusion_matrix(truth, answers, labels)}
+            wrong = [i for i in it if not i["correct"] and i["answer"] in labels]
             if wrong:
-                values["canonical_right_share"] = st.canonical_share(
-                    [str(i["truth"]) for i in wrong], [str(i["answer"]) for i in wrong]
-                )
-                counts = _wrong_counts(it)
-                values["error_directions"] = dict(zip(ORIENTATIONS, counts, strict=True))
+                if tumbling:
+                    values["canonical_right_share"] = st.canonical_share(
+                        [str(i["truth"]) for i in wrong], [str(i["answer"]) for i in wrong]
+                    )
+                counts = _wrong_counts(it, labels)
+                name = "error_directions" if oriented else "error_answers"
+                values[name] = dict(zip(labels, counts, strict=True))
                 try:
                     values["error_chi_square"] = st.chi_square_gof(counts)
                 except st.StatError:
                     values["error_chi_square"] = {"error": None}
-            rows: dict[int, list[bool]] = {}
-            for i in it:
-                rows.setdefault(int(i["row"]), []).append(bool(i["correct"]))
-            values["accuracy_by_row"] = {
-                str(row): {"correct": sum(c), "n": len(c), "accuracy": sum(c) / len(c)}
-                for row, c in sorted(rows.items())
-            }
-            values["position_bias"] = st.position_bias_tvd(answers, truth, ORIENTATIONS)
+            if tumbling:
+                rows: dict[int, list[bool]] = {}
+                for i in it:
+                    rows.setdefault(int(i["row"]), []).append(bool(i["correct"]))
+                values["accuracy_by_row"] = {
+                    str(row): {"correct": sum(c), "n": len(c), "accuracy": sum(c) / len(c)}
+                    for row, c in sorted(rows.items())
+                }
+            values["position_bias"] = st.position_bias_tvd(answers, truth, labels)
             return values
 
         out.append(_guard(_Result(f"exploratory.errors.{arm}"), errors))

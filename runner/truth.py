@@ -1,0 +1,250 @@
+"""Truth tables, read the way the study's parser scores them, and checked against it at lock.
+
+A study's truth table (``[stimuli] truth``) takes one of two forms (``docs/study-spec.md``):
+
+- **glyph table** (parser ``tumbling-e-json``): exactly the columns
+  ``stimulus,row,position,orientation``, read by :func:`runner.stimuli.read_truth_csv`;
+- **answer table** (every single-answer parser): a ``stimulus`` column and the answer column
+  (``[stimuli] answer_column``; ``orientation`` for ``orientation-word``, else ``answer``), one
+  row per stimulus; other columns (``source``, notes) are allowed and not scored.
+
+:func:`truth_problems` is what ``ledger lock`` runs: it refuses a table the parser could not
+score, saying what does not fit (a missing column, a stimulus listed twice, an answer outside
+the parser's labels, a truth an exact match can never equal). :func:`study_truth` is what
+``ledger score`` reads.
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Final
+
+from ledger import describe_os_error, describe_utf8_error
+from runner._errors import StimulusError
+from runner.spec import DEFAULT_LETTERS, SINGLE_ANSWER_PARSERS, Study
+from runner.stimuli import ORIENTATIONS, TRUTH_HEADER, Glyph, read_truth_csv
+
+__all__ = [
+    "ANSWER_WHITESPACE",
+    "YES_NO_MAYBE",
+    "AnswerTable",
+    "labels",
+    "read_answer_table",
+    "stimulus_sources",
+    "study_truth",
+    "truth_problems",
+]
+
+YES_NO_MAYBE: Final = ("yes", "no", "maybe")
+"""The labels of the ``yes-no-maybe`` parser (lower case, as PubMedQA writes them)."""
+
+ANSWER_WHITESPACE: Final = " \t\n\r\x0b\x0c"
+"""Whitespace as ``docs/scoring.md`` section 3 defines it (what strip removes)."""
+
+_PUNCTUATION: Final = frozenset(
+    "!\"#$%&'()*+,-./:;<=>?@[\\]^_`{|}~\u2010\u2011\u2012\u2013\u2014\u2019"
+)
+
+
+def labels(parser: str, letters: str | None = None) -> tuple[str, ...] | None:
+    """The closed set of answers a parser can read, or None (``exact``, ``normalized``).
+
+    ``orientation-word``: UP RIGHT DOWN LEFT; ``yes-no-maybe``: yes no maybe;
+    ``multiple-choice``: the study's letters (default ``ABCD``), one label each.
+    """
+    if parser == "orientation-word":
+        return tuple(ORIENTATIONS)
+    if parser == "yes-no-maybe":
+        return YES_NO_MAYBE
+    if parser == "multiple-choice":
+        return tuple(letters or DEFAULT_LETTERS)
+    return None
+
+
+@dataclass(frozen=True)
+class AnswerTable:
+    """An answer table: each stimulus's answer (as written) and the line it is on."""
+
+    path: Path
+    columns: tuple[str, ...]
+    answers: dict[str, str]
+    lines: dict[str, int]
+    sources: dict[str, str] | None
+
+
+def _text(path: Path) -> str:
+    try:
+        data = path.read_bytes()
+    except OSError as exc:
+        raise StimulusError(f"cannot read {describe_os_error(exc, path)}") from None
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise StimulusError(f"{path}: {describe_utf8_error(data, exc)}") from None
+
+
+def read_answer_table(path: str | Path, column: str) -> AnswerTable:
+    """Read an answer table: one row per stimulus, its answer in ``column``.
+
+    Raises :class:`StimulusError` naming the file and line for a missing ``stimulus`` or
+    answer column, a row with the wrong number of fields, an empty stimulus id, a stimulus
+    listed twice, or an empty answer. A ``source`` column, when present, is read too.
+    """
+    path = Path(path)
+    reader = csv.reader(io.StringIO(_text(path), newline=""))
+    try:
+        header = next(reader, None)
+        if header is None:
+            raise StimulusError(f"{path}: empty file; expected a header with stimulus,{column}")
+        missing = [name for name in ("stimulus", column) if name not in header]
+        if missing:
+            raise StimulusError(
+                f"{path}:1: no {' or '.join(repr(m) for m in missing)} column (the header is "
+                f"{','.join(header)})"
+            )
+        if len(set(header)) != len(header):
+            raise StimulusError(f"{path}:1: a column name appears twice in {','.join(header)}")
+        at = {name: i for i, name in enumerate(header)}
+        answers: dict[str, str] = {}
+        lines: dict[str, int] = {}
+        sources: dict[str, str] | None = {} if "source" in at else None
+        for fields in reader:
+            where = f"{path}:{reader.line_num}"
+            if not fields:
+                continue
+            if len(fields) != len(header):
+                raise StimulusError(f"{where}: expected {len(header)} fields, got {len(fields)}")
+            stimulus = fields[at["stimulus"]]
+            if not stimulus:
+                raise StimulusError(f"{where}: empty stimulus id")
+            if stimulus in answers:
+                raise StimulusError(
+                    f"{where}: stimulus {stimulus!r} is listed twice (first on line "
+                    f"{lines[stimulus]}); an answer table has one row per stimulus"
+                )
+            answer = fields[at[column]]
+            if not answer.strip(ANSWER_WHITESPACE):
+                raise StimulusError(f"{where}: stimulus {stimulus!r} has an empty {column!r}")
+            answers[stimulus] = answer
+            lines[stimulus] = reader.line_num
+            if sources is not None:
+                sources[stimulus] = fields[at["source"]]
+    except csv.Error as exc:
+        raise StimulusError(f"{path}:{reader.line_num}: malformed CSV: {exc}") from None
+    return AnswerTable(path, tuple(header), answers, lines, sources)
+
+
+def _header(path: Path) -> list[str]:
+    try:
+        return next(csv.reader(io.StringIO(_text(path), newline="")), [])
+    except (StimulusError, csv.Error):
+        return []
+
+
+def _glyph_problems(study: Study) -> list[str]:
+    try:
+        read_truth_csv(study.truth_path)
+    except StimulusError as exc:
+        header = _header(study.truth_path)
+        hint = ""
+        if "stimulus" in header and tuple(header) != TRUTH_HEADER:
+            parser = "orientation-word" if "orientation" in header else "a single-answer parser"
+            hint = (
+                f"; the {study.parser} parser scores a chart glyph by glyph, and this looks like "
+                f"an answer table (one answer per stimulus): use {parser} in [response] parser"
+            )
+        return [f"truth table does not fit parser {study.parser}: {exc}{hint}"]
+    return []
+
+
+def _fits_text(answer: str, parser: str) -> str | None:
+    if parser == "exact" and answer != answer.strip(ANSWER_WHITESPACE):
+        return "has whitespace at its start or end, which an exact match can never equal"
+    if parser == "normalized" and all(
+        ch in _PUNCTUATION or ch in ANSWER_WHITESPACE or ch in "*`" for ch in answer
+    ):
+        return "is only punctuation and whitespace, so it normalizes to nothing"
+    return None
+
+
+def truth_problems(study: Study) -> list[str]:
+    """Every way the truth table does not fit the study's parser (``ledger lock`` refuses)."""
+    if study.parser not in SINGLE_ANSWER_PARSERS:
+        glyph_problems = _glyph_problems(study)
+        if study.analysis.get("random_intercept") == "source":
+            glyph_problems.append(
+                f"{study.spec_path}: analysis.random_intercept: 'source' needs a 'source' column "
+                f"in the truth table, and the {study.parser} table has the fixed columns "
+                f"{','.join(TRUTH_HEADER)}"
+            )
+        return glyph_problems
+    column = study.answer_column or ""
+    try:
+        table = read_answer_table(study.truth_path, column)
+    except StimulusError as exc:
+        return [
+            f"truth table does not fit parser {study.parser} (answer column {column!r}, "
+            f"[stimuli] answer_column): {exc}"
+        ]
+    problems: list[str] = []
+    allowed = labels(study.parser, study.letters)
+    for stimulus, answer in table.answers.items():
+        where = f"{table.path}:{table.lines[stimulus]}"
+        if allowed is not None:
+            canonical = answer.strip(ANSWER_WHITESPACE).lower()
+            if canonical not in {label.lower() for label in allowed} or not canonical.isascii():
+                source = "[response] letters" if study.parser == "multiple-choice" else (
+                    f"the {study.parser} parser"
+                )
+                problems.append(
+                    f"{where}: stimulus {stimulus!r}: {column} {answer!r} is not one of "
+                    f"{', '.join(allowed)} ({source}), so no answer could ever be scored correct"
+                )
+        else:
+            why = _fits_text(answer, study.parser)
+            if why:
+                problems.append(f"{where}: stimulus {stimulus!r}: {column} {answer!r} {why}")
+    if study.analysis.get("random_intercept") == "source":
+        if table.sources is None:
+            problems.append(
+                f"{study.spec_path}: analysis.random_intercept: 'source' needs a 'source' column "
+                f"in {table.path.name} (columns {','.join(table.columns)}); the rotation builder "
+                "writes one"
+            )
+        else:
+            empty = sorted(s for s, v in table.sources.items() if not v)
+            if empty:
+                problems.append(
+                    f"{table.path}:{table.lines[empty[0]]}: stimulus {empty[0]!r} has no source "
+                    "(analysis.random_intercept is 'source')"
+                )
+    return problems
+
+
+def study_truth(study: Study) -> dict[str, list[Glyph] | str]:
+    """Each stimulus's truth as the study's scorer reads it.
+
+    ``tumbling-e-json``: the chart's glyphs (or ``"not-a-tumbling-e-chart"``) from the glyph
+    table; a single-answer parser: the answer string exactly as written in the answer column.
+    Raises :class:`StimulusError` when the table cannot be read that way.
+    """
+    if study.parser not in SINGLE_ANSWER_PARSERS:
+        return read_truth_csv(study.truth_path)
+    table = read_answer_table(study.truth_path, study.answer_column or "")
+    return dict(table.answers)
+
+
+def stimulus_sources(study: Study) -> dict[str, str]:
+    """Each stimulus's ``source`` (its source image) from an answer table with that column.
+
+    Raises :class:`StimulusError` when the table has no ``source`` column.
+    """
+    if study.parser not in SINGLE_ANSWER_PARSERS:
+        raise StimulusError(f"{study.truth_path}: a glyph table has no source column")
+    table = read_answer_table(study.truth_path, study.answer_column or "")
+    if table.sources is None:
+        raise StimulusError(f"{study.truth_path}: no 'source' column")
+    return dict(table.sources)
