@@ -35,6 +35,8 @@ from typing import Any
 from verify._archive.view import Archive
 from verify._ledgerfile import _State
 from verify._report import CHECK_NAMES, Check
+from verify._science import TUMBLING_E
+from verify._science import _labels as parser_labels
 
 __all__ = ["REPORT", "STYLESHEET_SHA256", "check_report", "expected_figures", "figure_names"]
 
@@ -73,27 +75,51 @@ def _arms(a: Archive) -> list[str]:
     return sorted(arms) if type(arms) is dict else []
 
 
+def _tumbling(protocol: dict[str, Any]) -> bool:
+    """A tumbling-E study: items are a chart's glyphs, with rows and control trials (§7)."""
+    response = protocol.get("response")
+    parser = response.get("parser", TUMBLING_E) if isinstance(response, dict) else TUMBLING_E
+    return bool(parser == TUMBLING_E)
+
+
 def expected_figures(a: Archive) -> list[tuple[str, str, str]]:
-    """``(file name, title, caption)`` of each figure, in the report's order (§7)."""
+    """``(file name, title, caption)`` of each figure, in the report's order (§7).
+
+    A single-answer study (any parser but tumbling-E) has no chart rows, so no by-row figure,
+    and its captions speak of trials; a free-text parser (no label set) has no confusion
+    matrices.
+    """
+    tumbling = _tumbling(a.protocol)
     out = [
         ("accuracy_by_arm.png", "Accuracy by arm",
          "Glyph-level accuracy of each arm over the analysable trials, with Wilson 95% "
+         "confidence intervals (descriptive)." if tumbling else
+         "Accuracy of each arm over the analysable trials (one answer each), with Wilson 95% "
          "confidence intervals (descriptive)."),
         ("accuracy_arm_stimulus.png", "Accuracy by arm and stimulus",
-         "Glyph-level accuracy in each arm × stimulus cell (descriptive)."),
+         "Glyph-level accuracy in each arm × stimulus cell (descriptive)." if tumbling else
+         "Accuracy in each arm × stimulus cell (descriptive)."),
         ("forest_contrasts.png", "Pre-registered contrasts",
          "Estimate and confidence interval of each pre-registered contrast in percentage points "
          "(a one-sided interval runs to the edge as an arrow); red dashes mark a pre-registered "
          "minimum difference; the verdict is at the right. Equivalence tests show the largest "
          "per-stimulus |difference| against the ±margin band."),
-        ("accuracy_by_row.png", f"{EXPLORATORY}: accuracy by chart row",
-         f"{EXPLORATORY}. Accuracy by chart row (1–11) for each arm, Wilson 95% CIs."),
     ]  # fmt: skip
+    if tumbling:
+        out.append(("accuracy_by_row.png", f"{EXPLORATORY}: accuracy by chart row",
+                    f"{EXPLORATORY}. Accuracy by chart row (1–11) for each arm, Wilson 95% "
+                    "CIs."))  # fmt: skip
+    if parser_labels(a.protocol) is None:
+        return out
+    response = a.protocol.get("response")
+    parser = response.get("parser") if isinstance(response, dict) else None
+    other = ("an orientation" if tumbling or parser == "orientation-word"
+             else "one of the parser's labels")  # fmt: skip
     for arm in _arms(a):
         out.append(
             (f"confusion_{_safe(arm)}.png", f"{EXPLORATORY}: confusion matrix, arm {arm}",
              f"{EXPLORATORY}. Truth (rows) × answer (columns) for arm {arm}, counts and share "
-             f"of each truth row; '{OTHER_LABEL}' counts answers that are not an orientation.")
+             f"of each truth row; '{OTHER_LABEL}' counts answers that are not {other}.")
         )  # fmt: skip
     return out
 
@@ -427,6 +453,7 @@ class _Expect:
         ]
         self.runs = [{"seq": s, **a.body(s)} for s in a.of_kind("run.started")]
         self.arms = _arms(a)
+        self.tumbling = _tumbling(a.protocol)
 
     def result(self, rid: str) -> dict[str, Any] | None:
         return next((r for r in self.results if r.get("id") == rid), None)
@@ -522,10 +549,11 @@ class _Expect:
                 rows.append([arm, _cell(v.get("trials_scored")), statuses,
                              _pct(v.get("parse_rate")), _cell(v.get("excluded")),
                              _cell(v.get("given_up")), _cell(v.get("glyphs"))])  # fmt: skip
-            out.append(("Tumbling-E trials per arm: scoring status, parse rate, exclusions "
+            kind, unit = ("Tumbling-E trials", "glyphs") if self.tumbling else ("Trials", "items")
+            out.append((f"{kind} per arm: scoring status, parse rate, exclusions "
                         "(unparseable responses when the plan excludes them) and trials given up",
                         ["arm", "trials scored", "status", "parse rate", "excluded", "given up",
-                         "glyphs analysed"], rows))  # fmt: skip
+                         f"{unit} analysed"], rows))  # fmt: skip
             rows = []
             for arm in sorted(values):
                 v = _obj(values[arm])
@@ -535,9 +563,10 @@ class _Expect:
                              f"{_pct(acc.get('lower'))} – {_pct(acc.get('upper'))}" if acc
                              else _cell(v.get("note", "–"))])  # fmt: skip
             out.append((str(arms_result.get("title")),
-                        ["arm", "correct", "glyphs", "accuracy", "Wilson 95% CI"], rows))
+                        ["arm", "correct", "glyphs" if self.tumbling else "items", "accuracy",
+                         "Wilson 95% CI"], rows))  # fmt: skip
         control = self.result("descriptive.control")
-        if control is not None and control.get("status") == "ok":
+        if self.tumbling and control is not None and control.get("status") == "ok":
             rows = []
             for arm, value in sorted(_obj(control.get("values")).items()):
                 v = _obj(value)
@@ -691,12 +720,15 @@ class _Expect:
         stim = self.result("descriptive.arm_stimulus")
         if stim is not None and stim.get("status") == "failed":
             out.append(("p", self._failed_text(stim)))
-        out.append(("h3", "Specificity control"))
         control = self.result("descriptive.control")
-        if control is None:
-            out.append(("p", "Not recorded."))
+        if not self.tumbling:  # only a tumbling-E study has specificity-control trials
+            pass
+        elif control is None:
+            out += [("h3", "Specificity control"), ("p", "Not recorded.")]
         elif control.get("status") != "ok":
-            out.append(("p", self._failed_text(control)))
+            out += [("h3", "Specificity control"), ("p", self._failed_text(control))]
+        else:
+            out.append(("h3", "Specificity control"))
         out.append(("h2", "Pre-registered model and contrasts"))
         model = self.result("model.lmm")
         if model is None:
