@@ -29,8 +29,9 @@ module on first use.
 
 from __future__ import annotations
 
-import importlib
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
+
+from ledger._lazy import lazy_exports
 
 if TYPE_CHECKING:
     from analysis._errors import AnalysisError
@@ -83,17 +84,4 @@ __all__ = [
 ]
 
 if not TYPE_CHECKING:  # type checkers read the imports above instead
-
-    def __getattr__(name: str) -> Any:
-        """Import a public name from its module on first use (PEP 562)."""
-        module = _EXPORTS.get(name)
-        if module is None:
-            raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-        value = getattr(importlib.import_module(module), name)
-        globals()[name] = value
-        return value
-
-
-def __dir__() -> list[str]:
-    """The public names, loaded or not (what ``dir(analysis)`` and tab completion show)."""
-    return list(__all__)
+    __getattr__, __dir__ = lazy_exports(__name__, _EXPORTS, __all__)

@@ -34,6 +34,7 @@ from analysis.rows import (
     score_row,
 )
 from ledger import Ledger, OutputError, SigningKey, canonical_json, describe_os_error
+from ledger._files import fsync_directory
 from runner.lock import (
     StudyError,
     check_integrity,
@@ -119,21 +120,7 @@ class _Writer:
             finally:
                 os.close(fd)
         for directory in sorted(directories, key=lambda d: len(d.parts), reverse=True):
-            _fsync_directory(directory)
-
-
-def _fsync_directory(directory: Path) -> None:
-    """Make the entries of ``directory`` durable (where the file system can sync one)."""
-    try:
-        fd = os.open(directory, os.O_RDONLY)
-    except OSError:
-        return
-    try:
-        os.fsync(fd)
-    except OSError:
-        pass
-    finally:
-        os.close(fd)
+            fsync_directory(directory)
 
 
 def _protocol_files(w: _Writer, study: Study, log: Ledger) -> None:
@@ -497,6 +484,6 @@ def export_study(
                 f"not be renamed to {target} ({describe_os_error(exc)}); rename it yourself"
             ) from exc
         raise
-    _fsync_directory(target.parent)
+    fsync_directory(target.parent)
     size = sum(len(d) for d in w.files.values())
     return ExportResult(target, len(w.files), size, event.seq, note)

@@ -12,8 +12,9 @@ The format is specified in ``docs/ledger-format.md``. Typical use::
 
 from __future__ import annotations
 
-import importlib
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
+
+from ledger._lazy import lazy_exports
 
 if TYPE_CHECKING:
     from ledger._canonical import MAX_SAFE_INTEGER, canonical_json
@@ -163,14 +164,5 @@ _LAZY: dict[str, str] = {
 }
 
 
-def __getattr__(name: str) -> Any:
-    module = _LAZY.get(name)
-    if module is None:
-        raise AttributeError(f"module 'ledger' has no attribute {name!r}")
-    value = getattr(importlib.import_module(module), name)
-    globals()[name] = value
-    return value
-
-
-def __dir__() -> list[str]:
-    return sorted([*globals(), *__all__])
+if not TYPE_CHECKING:  # type checkers read the imports above instead
+    __getattr__, __dir__ = lazy_exports(__name__, _LAZY, __all__)

@@ -23,7 +23,8 @@ from pathlib import Path
 from ledger._errors import OutputError
 
 __all__ = [
-    "describe_os_error", "describe_utf8_error", "os_error_advice", "os_error_reason", "write_files",
+    "describe_os_error", "describe_utf8_error", "fsync_directory", "os_error_advice",
+    "os_error_reason", "write_files",
 ]
 
 # errno -> (what happened, what to do)
@@ -82,7 +83,7 @@ def describe_utf8_error(data: bytes, exc: UnicodeDecodeError) -> str:
     )
 
 
-def _fsync_directory(directory: Path) -> None:
+def fsync_directory(directory: Path) -> None:
     """Make the renames in ``directory`` durable (where the file system supports it)."""
     try:
         fd = os.open(directory, os.O_RDONLY)
@@ -153,4 +154,4 @@ def write_files(
     for temporary, target in staged:
         os.replace(temporary, target)
     for directory in {target.parent for _, target in staged}:
-        _fsync_directory(directory)
+        fsync_directory(directory)

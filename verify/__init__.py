@@ -196,14 +196,19 @@ def require_valid(
     return report
 
 
-def __getattr__(name: str) -> Any:
-    module = _LAZY.get(name)
-    if module is None:
-        raise AttributeError(f"module 'verify' has no attribute {name!r}")
-    value = getattr(importlib.import_module(module), name)
-    globals()[name] = value
-    return value
+
+if not TYPE_CHECKING:  # type checkers read the imports above instead
+
+    def __getattr__(name: str) -> Any:
+        """Import a public name from its module on first use (PEP 562)."""
+        module = _LAZY.get(name)
+        if module is None:
+            raise AttributeError(f"module 'verify' has no attribute {name!r}")
+        value = getattr(importlib.import_module(module), name)
+        globals()[name] = value
+        return value
 
 
 def __dir__() -> list[str]:
-    return sorted([*globals(), *__all__])
+    """The public names, loaded or not."""
+    return sorted(__all__)
