@@ -127,7 +127,9 @@ def server() -> Iterator[FakeChatServer]:
 
 @pytest.fixture
 def study(tmp_path: Path, ledger_home: Path, study_template: Path) -> Path:
-    return make_study(tmp_path / "study", replicates=1, template=study_template)
+    return make_study(
+        tmp_path / "study", replicates=1, template=study_template, provider="openai-compatible"
+    )
 
 
 def backend(server: FakeChatServer) -> OpenAICompatibleBackend:
