@@ -327,8 +327,8 @@ class OpenAICompatibleBackend:
         try:
             data = json.loads(raw)
             text = data["choices"][0]["message"]["content"]
-            if not isinstance(text, str):
-                raise TypeError("content is not a string")
+            if text is not None and not isinstance(text, str):  # null: no text, scored so
+                raise TypeError("content is neither a string nor null")
         except (ValueError, KeyError, IndexError, TypeError) as exc:
             raise BackendError(
                 "malformed_response",
