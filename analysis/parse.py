@@ -200,6 +200,8 @@ def response_text(raw: bytes, format: str) -> str:
     if not isinstance(message, dict):
         raise ParseError("choices[0] has no message object")
     text = message.get("content")
+    if text is None:  # content: null (a reply with no text, e.g. only reasoning)
+        return ""
     if not isinstance(text, str):
         raise ParseError(f"choices[0].message.content is a JSON {_json_type(text)}, not a string")
     return text

@@ -327,8 +327,8 @@ class OpenAICompatibleBackend:
         try:
             data = json.loads(raw)
             text = data["choices"][0]["message"]["content"]
-            if not isinstance(text, str):
-                raise TypeError("content is not a string")
+            if text is not None and not isinstance(text, str):  # null: no text, scored so
+                raise TypeError("content is neither a string nor null")
         except (ValueError, KeyError, IndexError, TypeError) as exc:
             raise BackendError(
                 "malformed_response",
@@ -482,6 +482,34 @@ class ReplayBackend:
 
 
 BACKENDS = ("anthropic", "anthropic-batch", "openai-compatible", "simulated", "replay")
+
+#: Which backends serve a locked ``[model] provider`` (``docs/study-spec.md``). ``simulated`` and
+#: ``replay`` answer for any provider: they are not the provider's model, and say so.
+PROVIDER_BACKENDS: dict[str, tuple[str, ...]] = {
+    "anthropic": ("anthropic", "anthropic-batch"),
+    "openai-compatible": ("openai-compatible",),
+    "openai": ("openai-compatible",),
+}
+ANY_PROVIDER = ("simulated", "replay")
+
+
+def provider_refusal(provider: str, backend: str) -> str | None:
+    """Why ``backend`` may not run a study locked for ``provider``, or None when it may."""
+    if backend in ANY_PROVIDER:
+        return None
+    served = PROVIDER_BACKENDS.get(provider, ())
+    if backend in served:
+        return None
+    known = ", ".join(f"{p} -> {' or '.join(b)}" for p, b in PROVIDER_BACKENDS.items())
+    if served:
+        use = f"use --backend {' or '.join(served)}"
+    else:
+        use = f"no real backend serves it (known providers: {known})"
+    return (
+        f"the study is locked for provider {provider!r} ([model] provider), which the "
+        f"{backend} backend does not serve; {use}, or simulated / replay (labelled simulated); "
+        "nothing was recorded"
+    )
 
 
 def image_bytes(body: Mapping[str, Any]) -> bytes:

@@ -47,7 +47,7 @@ from pathlib import Path
 from typing import Any
 
 from ledger import Event, EventSpec, Ledger, SigningKey
-from runner.backends import Backend, BackendError, Reply
+from runner.backends import CONFIGURATION, Backend, BackendError, Reply, provider_refusal
 from runner.control import RunControl
 from runner.lock import StudyError, check_integrity, ledger_path, sign_missing_checkpoints
 from runner.pricing import (
@@ -64,6 +64,11 @@ from runner.spec import Study
 from runner.state import NOT_COUNTED, StudyState, TrialState, load_state
 
 LOCK_FILE = ".ledger-run.lock"
+#: A session whose first attempts all fail with the same error (at most this many, and never
+#: more than --max-attempts) stops as a configuration error (``docs/trials.md`` §3).
+SAME_ERROR_ATTEMPTS = 3
+#: Statuses that say "try again later" by definition; they never make a configuration error.
+TRANSIENT_STATUS = frozenset({429, 503, 529})
 
 
 @dataclass(frozen=True)
@@ -360,6 +365,10 @@ class Runner:
         self.calls: dict[asyncio.Future[Reply], Trial] = {}  # sends under way
         self.in_flight: set[str] = set()  # trials between their request and its outcome
         self._stopped = asyncio.Event()  # set with the first stop reason: wakes sleepers
+        self.answered = False  # a response came in this session
+        # the session's first failures, while they are all alike (None: no longer compared)
+        self.same_errors: list[tuple[str, int | None, str]] | None = []
+        self.configuration_stop = False  # the session stopped on a configuration error
 
     # ------------------------------------------------------------------ events
 
@@ -693,6 +702,7 @@ class Runner:
             return None
         latency = time.monotonic() - started
         self.transport_streak = 0
+        self.answered = True
         self.counters.reserved_usd -= reserved
         spec, cost = self._response_spec(trial, attempt, seq, reply, latency)
         seq = await self._write(spec)
@@ -729,6 +739,7 @@ class Runner:
         limit: AdaptiveLimit,
     ) -> float | None:
         """Record a failed attempt; the back-off before the next one, or None if none is due."""
+        error = self._same_error(error)
         if error.error_type not in NOT_COUNTED:
             record.failures += 1
         self.counters.failed += 1
@@ -738,7 +749,8 @@ class Runner:
             self.request_stop(f"error: {error.message}")
             self._tick()
             return None
-        final = record.failures >= self.options.max_attempts
+        # after a configuration stop, no failure in flight counts (``docs/trials.md`` §3)
+        final = record.failures >= self.options.max_attempts and not self.configuration_stop
         if error.http_status is None:
             self.transport_streak += 1
         else:
@@ -768,6 +780,42 @@ class Runner:
         self.counters.retries += 1
         self._tick()
         return self._backoff(record.failures, error)
+
+    def _same_error(self, error: BackendError) -> BackendError:
+        """The error to record: ``configuration`` once the session's first attempts fail alike.
+
+        Before the session's first response, every failure with an HTTP status (other than
+        429, 503 and 529, which mean "later") is compared with the ones before it; when the
+        first ``min(3, --max-attempts)`` failed attempts of the session carry the same error
+        (type, status and message), the last one is recorded as ``configuration`` and the run
+        stops, before any trial can have used up its attempts. Any other outcome first (a
+        response, a different error, a transport error) ends the comparison for the session.
+        """
+        if self.answered or self.same_errors is None or not error.retryable:
+            return error
+        if error.http_status is None or error.http_status in TRANSIENT_STATUS:
+            self.same_errors = None
+            return error
+        key = (error.error_type, error.http_status, error.message)
+        if self.same_errors and self.same_errors[0] != key:
+            self.same_errors = None
+            return error
+        self.same_errors.append(key)
+        needed = min(SAME_ERROR_ATTEMPTS, self.options.max_attempts)
+        if len(self.same_errors) < needed:
+            return error
+        self.same_errors = None
+        self.configuration_stop = True
+        return BackendError(
+            CONFIGURATION,
+            f"configuration error: the first {needed} attempts of this session all failed "
+            f"with the same error ({error.message}); the backend cannot serve this study as "
+            "configured (a model that cannot take images, a wrong model or URL?); no trial "
+            "was given up",
+            http_status=error.http_status,
+            retryable=False,
+            raw=error.raw,
+        )
 
     async def _worker(self, queue: deque[Trial], limit: AdaptiveLimit) -> None:
         while queue and self.stop_reason is None:
@@ -875,6 +923,13 @@ class Runner:
         )
 
 
+def check_provider(study: Study, backend: Backend) -> None:
+    """Refuse a backend that does not serve the locked ``[model] provider`` (before any event)."""
+    refusal = provider_refusal(str(study.model.get("provider", "")), backend.name)
+    if refusal is not None:
+        raise StudyError(refusal)
+
+
 def run_study(
     root: str | Path,
     key: SigningKey,
@@ -905,6 +960,11 @@ def run_study(
             if make_runner is not None
             else Runner(study, log, key, backend, options, progress, control)
         )
+        try:
+            check_provider(study, backend)
+        except StudyError:
+            asyncio.run(backend.aclose())
+            raise
 
         async def main() -> RunResult:
             try:

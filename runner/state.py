@@ -18,7 +18,8 @@ from runner.spec import Study
 
 #: ``trial.failed`` error types that do not count against ``--max-attempts``: the outcome of an
 #: interrupted call was never observed, and a configuration error (a 404 from a wrong base URL)
-#: is the run's fault, not the trial's (``docs/trials.md`` §3).
+#: is the run's fault, not the trial's (``docs/trials.md`` §3). Nor does any failed attempt of a
+#: session that a configuration error stopped (:func:`load_state`).
 NOT_COUNTED = frozenset({"interrupted", "configuration"})
 
 
@@ -83,6 +84,9 @@ def load_state(study: Study, log: Ledger) -> StudyState:
     trials = {t.id: TrialState() for t in order}
     state = StudyState(order, trials)
     request_trial: dict[int, str] = {}
+    request_session: dict[int, int | None] = {}
+    failures: list[tuple[str, int | None]] = []  # counted-type failures: (trial, session)
+    configured: set[int | None] = set()  # sessions stopped by a configuration error
     for event in log.events():
         kind, body = event.kind, event.body
         if kind == "run.started":
@@ -97,6 +101,7 @@ def load_state(study: Study, log: Ledger) -> StudyState:
             trial.attempts = max(trial.attempts, int(body["attempt"]))
             trial.open_request = event.seq
             request_trial[event.seq] = body["trial"]
+            request_session[event.seq] = body.get("session")
         elif kind in ("trial.responded", "trial.failed"):
             trial = trials[request_trial[body["request_seq"]]]
             if trial.open_request == body["request_seq"]:
@@ -109,8 +114,11 @@ def load_state(study: Study, log: Ledger) -> StudyState:
                     trial.cost_usd += cost
                     state.cost_usd += cost
             else:
+                session = request_session.get(body["request_seq"])
+                if body.get("error_type") == "configuration":
+                    configured.add(session)
                 if body.get("error_type") not in NOT_COUNTED:
-                    trial.failures += 1
+                    failures.append((request_trial[body["request_seq"]], session))
                 if body.get("final"):
                     trial.given_up = event.seq
         elif kind == "batch.submitted":
@@ -121,6 +129,9 @@ def load_state(study: Study, log: Ledger) -> StudyState:
                     trial.open_batch = body["batch_id"]
                     open_seqs.append(seq)
             state.open_batches[body["batch_id"]] = open_seqs
+    for trial_id, session in failures:
+        if session not in configured:  # a session a configuration error stopped: none count
+            trials[trial_id].failures += 1
     for batch_id in list(state.open_batches):
         still = [
             seq

@@ -32,12 +32,15 @@ def study_key() -> SigningKey:
     return fixed_key(f"{STUDY_ORIGIN}/owner")
 
 
-def make_study(root: Path, *, replicates: int, template: Path | None = None) -> Path:
+def make_study(
+    root: Path, *, replicates: int, template: Path | None = None, provider: str | None = None
+) -> Path:
     """A study from the tumbling-E template with ``replicates`` replicates, locked.
 
     ``template`` (a folder made by :func:`runner.new.new_study` whose ledger was removed) is
     copied when given, which saves drawing the stimuli again. ``PROMPT_LEDGER_HOME`` must point
-    at a temporary directory (the blinding secret is written there).
+    at a temporary directory (the blinding secret is written there). ``provider`` replaces the
+    template's ``[model] provider``.
     """
     from ledger import user_home
     from runner.lock import lock_study
@@ -56,7 +59,10 @@ def make_study(root: Path, *, replicates: int, template: Path | None = None) -> 
             pass
     spec = root / "study.toml"
     text = spec.read_text(encoding="utf-8")
-    spec.write_text(text.replace("replicates = 30", f"replicates = {replicates}"), "utf-8")
+    text = text.replace("replicates = 30", f"replicates = {replicates}")
+    if provider is not None:  # the template is locked for anthropic
+        text = text.replace('provider = "anthropic"', f"provider = {provider!r}".replace("'", '"'))
+    spec.write_text(text, "utf-8")
     lock_study(root, key)
     return root
 

@@ -29,6 +29,11 @@ FAULTS: dict[str, tuple[int, bytes]] = {
     "400": (400, b'{"error": {"message": "bad image_url", "type": "invalid_request_error"}}'),
     "not-json": (200, b'{"id": "chatcmpl-1", "choices": [tru'),
     "no-choices": (200, b'{"id": "chatcmpl-1", "object": "chat.completion", "choices": []}'),
+    "null": (
+        200,
+        b'{"id": "chatcmpl-1", "object": "chat.completion", "model": "m", "choices": [{"index": '
+        b'0, "message": {"role": "assistant", "content": null}, "finish_reason": "length"}]}',
+    ),
 }
 
 
@@ -127,7 +132,9 @@ def server() -> Iterator[FakeChatServer]:
 
 @pytest.fixture
 def study(tmp_path: Path, ledger_home: Path, study_template: Path) -> Path:
-    return make_study(tmp_path / "study", replicates=1, template=study_template)
+    return make_study(
+        tmp_path / "study", replicates=1, template=study_template, provider="openai-compatible"
+    )
 
 
 def backend(server: FakeChatServer) -> OpenAICompatibleBackend:
@@ -266,3 +273,19 @@ def test_malformed_response_is_kept_and_retried(
     assert result.counters.retries == 1 and result.counters.responded == 1
     [responded] = events(study, "trial.responded")
     assert responded.body["attempt"] == 2 and responded.body["format"] == "openai-chat"
+
+
+def test_content_null_is_a_response_scored_unparseable(study: Path, server: FakeChatServer) -> None:
+    from analysis.parse import parse_response
+
+    server.inject("null")
+    result = run_study(
+        study, study_key(), backend(server), RunOptions(concurrency=1, max_trials=1, **FAST)
+    )
+    assert result.fatal is None and result.counters.responded == 1 and result.final == 1
+    assert events(study, "trial.failed") == []  # neither retried nor given up
+    [responded] = events(study, "trial.responded")
+    raw = blob(study, responded.blobs["response"])
+    assert raw == FAULTS["null"][1]
+    assert parse_response(raw, responded.body["format"], "tumbling-e-json").status == "unparseable"
+    assert verify_ledger_file(study / "ledger.db").ok

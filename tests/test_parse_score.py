@@ -603,7 +603,7 @@ def test_response_text_openai() -> None:
         (b'{"content": ["x"]}', "anthropic-messages", "content[0] is a JSON string"),
         (b'{"content": [{"type": "text"}]}', "anthropic-messages", "without a string text"),
         (b'{"choices": []}', "openai-chat", "no choices list"),
-        (b'{"choices": [{"message": {"content": null}}]}', "openai-chat", "JSON null"),
+        (b'{"choices": [{"message": {"content": 7}}]}', "openai-chat", "JSON number"),
         (b'{"choices": [7]}', "openai-chat", "no message object"),
         (b"{}", "gemini", "unknown response format"),
     ],
@@ -903,3 +903,15 @@ def test_bad_truth_is_a_caller_error() -> None:
         score_parsed(parse_multiple_choice("B"), "multiple-choice", [Glyph(1, 1, "UP")])
     with pytest.raises(KeyError):
         score_text("B", "free-text", "B")
+
+
+@pytest.mark.parametrize(
+    ("raw", "format"),
+    [
+        (b'{"choices": [{"message": {"role": "assistant", "content": null}}]}', "openai-chat"),
+        (b'{"content": [{"type": "thinking", "thinking": "hm"}]}', "anthropic-messages"),
+    ],
+)
+def test_a_reply_with_no_text_is_unparseable_not_malformed(raw: bytes, format: str) -> None:
+    assert response_text(raw, format) == ""
+    assert parse_response(raw, format, "tumbling-e-json").status == "unparseable"

@@ -100,20 +100,23 @@ def test_complete_run_records_exact_locked_requests(
 def test_retryable_faults_are_recorded_then_retried(
     study: Path, server: FakeMessagesServer, kind: str
 ) -> None:
-    server.inject(kind, count=3, retry_after=0 if kind == "429" else None)
+    # the same 500 or malformed body three times at a session's start is a configuration error
+    count = 2 if kind in ("500", "malformed") else 3
+    server.inject(kind, count=count, retry_after=0 if kind == "429" else None)
     result = run_study(
         study, study_key(), backend(server), RunOptions(concurrency=1, max_trials=2, **FAST)
     )
     failed = events(study, "trial.failed")
-    assert len(failed) == 3
+    assert len(failed) == count
     assert all(f.body["retryable"] and not f.body["final"] for f in failed)
     if kind in ("429", "529", "500"):
         assert {f.body["http_status"] for f in failed} == {int(kind)}
     if kind == "malformed":
         assert {f.body["error_type"] for f in failed} == {"malformed_response"}
         assert all("response" in f.blobs for f in failed)  # the bad body is kept
-    assert result.counters.retries == 3 and result.counters.responded == 2
-    assert [e.body["attempt"] for e in events(study, "trial.requested")] == [1, 2, 3, 4, 1]
+    assert result.counters.retries == count and result.counters.responded == 2
+    attempts = [e.body["attempt"] for e in events(study, "trial.requested")]
+    assert attempts == [*range(1, count + 2), 1]
     if kind in ("429", "529"):
         assert result.counters.concurrency == 1
 
@@ -138,7 +141,7 @@ def test_timeout_is_retried(study: Path, server: FakeMessagesServer) -> None:
 
 
 def test_trial_is_given_up_after_max_attempts(study: Path, server: FakeMessagesServer) -> None:
-    server.inject("500", count=3)
+    server.inject("529", count=3)  # overload: never a configuration error
     result = run_study(
         study,
         study_key(),
@@ -498,3 +501,59 @@ def test_budget_covers_the_whole_study_across_sessions(
 def test_run_help_says_the_budget_is_for_the_study() -> None:
     text = CliRunner().invoke(main, ["run", "--help"]).output
     assert "whole study" in text and "across sessions" in text
+
+
+def test_the_same_500_on_the_first_attempts_stops_the_run_as_a_configuration_error(
+    study: Path, server: FakeMessagesServer
+) -> None:
+    server.inject("500", count=1000)  # a server that cannot serve this study at all
+    result = run_study(
+        study, study_key(), backend(server), RunOptions(concurrency=4, max_attempts=5, **FAST)
+    )
+    assert result.fatal is not None
+    assert result.fatal.startswith("configuration error: the first 3 attempts of this session")
+    assert "HTTP 500 api_error: Internal server error" in result.fatal
+    assert "no trial was given up" in result.fatal
+    assert result.counters.given_up == 0 and result.pending == 35
+    failed = events(study, "trial.failed")
+    assert not any(f.body["final"] for f in failed)
+    assert [f.body["error_type"] for f in failed].count("configuration") == 1
+    assert events(study, "run.stopped")[-1].body["reason"].startswith("error: configuration")
+    # a healthy server: every trial completes exactly once, none given up; the failed attempts
+    # of the stopped session did not count against --max-attempts 1
+    server.clear_faults()
+    done = run_study(study, study_key(), backend(server), RunOptions(max_attempts=1, **FAST))
+    assert done.reason == "complete" and done.final == 35 and done.counters.given_up == 0
+    responded = [e.body["trial"] for e in events(study, "trial.responded")]
+    assert len(responded) == len(set(responded)) == 35
+    assert verify_ledger_file(study / "ledger.db").ok
+
+
+def test_a_different_error_or_a_response_first_keeps_retrying(
+    study: Path, server: FakeMessagesServer
+) -> None:
+    server.inject("500", count=2)
+    server.inject("529", count=1)
+    server.inject("500", count=1)
+    result = run_study(
+        study, study_key(), backend(server), RunOptions(concurrency=1, max_trials=2, **FAST)
+    )
+    assert result.fatal is None and result.counters.responded == 2
+    assert {f.body["error_type"] for f in events(study, "trial.failed")} == {
+        "api_error", "overloaded_error"
+    }
+
+
+def test_a_backend_that_does_not_serve_the_locked_provider_is_refused(study: Path) -> None:
+    before = events(study)
+    result = CliRunner().invoke(
+        main,
+        ["run", str(study), "--backend", "openai-compatible", "--base-url", "http://127.0.0.1:9/v1"],
+    )
+    assert result.exit_code == 1
+    assert (
+        "the study is locked for provider 'anthropic' ([model] provider), which the "
+        "openai-compatible backend does not serve; use --backend anthropic or anthropic-batch"
+    ) in result.output
+    assert len(result.output.strip().splitlines()) == 1 and "Traceback" not in result.output
+    assert events(study) == before  # nothing appended

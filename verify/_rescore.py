@@ -129,6 +129,8 @@ def response_text(raw: bytes, fmt: str) -> str:
     if not isinstance(message, dict):
         raise BodyError("no message")
     content = message.get("content")
+    if content is None:  # docs/trials.md §2: content null is a reply with no text
+        return ""
     if not isinstance(content, str):
         raise BodyError("content not a string")
     return content
