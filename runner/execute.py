@@ -924,7 +924,13 @@ class Runner:
 
 
 def check_provider(study: Study, backend: Backend) -> None:
-    """Refuse a backend that does not serve the locked ``[model] provider`` (before any event)."""
+    """Refuse a backend that does not serve the locked ``[model] provider`` (before any event).
+
+    A simulated backend (the offline simulation, a replay, a test double) answers for any
+    provider: its sessions carry ``simulated: true`` and every report labels them.
+    """
+    if backend.simulated:
+        return
     refusal = provider_refusal(str(study.model.get("provider", "")), backend.name)
     if refusal is not None:
         raise StudyError(refusal)
