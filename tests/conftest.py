@@ -29,6 +29,11 @@ SERIAL_MODULES = frozenset(
 Retry-After and overload timing: with ``--dist loadfile`` they form one unit of work, so they
 run on one worker one after another and never beside each other."""
 
+SPREAD_MODULES = frozenset(f"tests/{name}.py" for name in ("test_hostile_archive", "test_archive"))
+"""Large modules of independent tests (no module-scoped fixture; each copies what it changes):
+each test is its own unit of work, so the module is spread over the workers instead of
+holding one of them for minutes."""
+
 
 @pytest.hookimpl(optionalhook=True)
 def pytest_xdist_make_scheduler(config: pytest.Config, log: Any) -> Any:
@@ -48,7 +53,9 @@ def pytest_xdist_make_scheduler(config: pytest.Config, log: Any) -> Any:
     class SerialAwareLoadFile(LoadFileScheduling):
         def _split_scope(self, nodeid: str) -> str:
             path = nodeid.split("::", 1)[0]
-            return "serial: processes and timing" if path in SERIAL_MODULES else path
+            if path in SERIAL_MODULES:
+                return "serial: processes and timing"
+            return nodeid if path in SPREAD_MODULES else path
 
     return SerialAwareLoadFile(config, log)
 

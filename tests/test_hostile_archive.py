@@ -24,7 +24,7 @@ import re
 import shutil
 import subprocess
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -74,10 +74,46 @@ class Outcome:
         assert check["status"] == "PASS", f"{name} did not pass: {check}"
 
 
+class _ForkServer:
+    """``hostile_verify.py --serve``: the verifier imported once, a forked child per case."""
+
+    def __init__(self) -> None:
+        env = {**os.environ, "OPENBLAS_NUM_THREADS": "1", "OMP_NUM_THREADS": "1"}
+        self.proc = subprocess.Popen(
+            [sys.executable, str(WORKER), "--serve"], stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE, text=True, env=env, cwd=ROOT,
+        )  # fmt: skip
+
+    def run(self, config: dict[str, object], out: Path, err: Path) -> int:
+        assert self.proc.stdin is not None and self.proc.stdout is not None
+        request = {"config": config, "stdout": str(out), "stderr": str(err),
+                   "guard_seconds": HANG_GUARD_SECONDS}  # fmt: skip
+        self.proc.stdin.write(json.dumps(request) + "\n")
+        self.proc.stdin.flush()
+        answer = self.proc.stdout.readline()
+        assert answer, f"the fork server died (rc {self.proc.poll()})"
+        return int(json.loads(answer)["status"])
+
+    def close(self) -> None:
+        self.proc.communicate(timeout=60)  # closes stdin (the server ends) and stdout
+
+
+_SERVER: list[_ForkServer] = []
+
+
+@pytest.fixture(scope="session", autouse=True)
+def _fork_server() -> Iterator[None]:
+    """One fork server per test process (xdist worker), closed at the end of the session."""
+    yield
+    while _SERVER:
+        _SERVER.pop().close()
+
+
 def run_verify(
     archive: Path, *args: str, forbidden: tuple[Path, ...] = (), allow_outside: bool = False
 ) -> Outcome:
-    """``python -m verify ARCHIVE ARGS --json`` under the limits and the audit hook."""
+    """``python -m verify ARCHIVE ARGS --json`` in a fresh process, under the limits and the
+    audit hook (a child forked by :class:`_ForkServer`, which has the libraries imported)."""
     config = {
         "archive": str(archive),
         "forbidden": [str(p) for p in forbidden],
@@ -85,11 +121,15 @@ def run_verify(
         "as_bytes": AS_BYTES,
         "cpu_seconds": CPU_SECONDS,
         "argv": [str(archive), *args, "--json"],
+        "cwd": str(archive.parent),
     }
-    env = {**os.environ, "OPENBLAS_NUM_THREADS": "1", "OMP_NUM_THREADS": "1"}
-    proc = subprocess.run(
-        [sys.executable, str(WORKER), json.dumps(config)], capture_output=True, text=True,
-        timeout=HANG_GUARD_SECONDS, env=env, cwd=archive.parent, check=False,
+    if not _SERVER:
+        _SERVER.append(_ForkServer())
+    out, err = archive.parent / "verify.stdout", archive.parent / "verify.stderr"
+    returncode = _SERVER[0].run(config, out, err)
+    proc = subprocess.CompletedProcess(
+        [], returncode, out.read_text(encoding="utf-8", errors="replace"),
+        err.read_text(encoding="utf-8", errors="replace"),
     )  # fmt: skip
     lines = proc.stderr.strip().splitlines()
     assert lines, f"the verifier died without a word (rc {proc.returncode})"
