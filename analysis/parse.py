@@ -288,9 +288,12 @@ def _scan_json(text: str) -> _Scan:
     first_error: str | None = None
     index = 0
     length = len(text)
+    # An array can only parse if a "]" follows its "[": past the last one, a "[" is skipped
+    # without calling the decoder (same outcome, without retrying a deep nest at every "[").
+    last_close = text.rfind("]")
     while index < length:
         char = text[index]
-        if char not in "{[":
+        if char not in "{[" or (char == "[" and index > last_close):
             index += 1
             continue
         try:

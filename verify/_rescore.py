@@ -211,8 +211,11 @@ def top_level_values(text: str) -> list[Any]:
     out: list[Any] = []
     i, n = 0, len(text)
     find_brace, find_bracket = text.find, text.find
+    last_close = text.rfind("]")  # a "[" after the last "]" cannot start a value: not tried
     while i < n:
         a, b = find_brace("{", i), find_bracket("[", i)
+        if b > last_close:
+            b = -1
         if a < 0 and b < 0:
             break
         i = b if a < 0 else a if b < 0 else min(a, b)
