@@ -53,7 +53,7 @@ SECTIONS: Final = (
 """The top-level tables of a study spec, in the order the docs list them."""
 
 TABLE_KEYS: Final[dict[str, tuple[str, ...]]] = {
-    "study": ("id", "title", "origin", "amendable"),
+    "study": ("id", "title", "origin", "amendable", "phase"),
     "model": ("provider", "id", "max_tokens", "temperature", "top_p", "top_k", "stop"),
     "prompt": ("item", "option_format", "option_separator"),
     "stimuli": ("directory", "truth", "answer_column", "items"),

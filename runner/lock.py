@@ -18,6 +18,14 @@ from typing import Any
 
 from ledger import AuthorizationError, EventSpec, Ledger, LedgerError, SigningKey, user_home
 from runner._errors import StudyError as StudyError
+from runner.phases import (
+    GROWABLE_ROLES,
+    locked_bytes,
+    merge_hypotheses,
+    phase_of,
+    plan_problems,
+    protocol_events,
+)
 from runner.provenance import environment as environment
 from runner.schedule import commitment, schedule, schedule_bytes, schedule_sha256
 from runner.spec import SpecError, Study, check_matched_controls, load_study
@@ -173,8 +181,20 @@ def _sha256(path: Path) -> str:
 
 
 def protocol_event(log: Ledger) -> Any:
-    """The ``protocol.locked`` event of a ledger, or None before lock."""
-    return next(iter(log.events("protocol.locked")), None)
+    """The ``protocol.locked`` event in force (the latest phase's), or None before lock.
+
+    A study locked in phases (``docs/study-spec.md``, "Phases") has one ``protocol.locked``
+    per phase; each later one holds the whole plan (every earlier phase's arms, hypotheses and
+    files unchanged, plus the new phase's) and the whole schedule, the earlier phases' trials
+    first.
+    """
+    latest = None
+    for event in log.events("protocol.locked"):
+        latest = event
+    return latest
+
+
+
 
 
 def validate_for_lock(study: Study) -> list[str]:
@@ -231,13 +251,63 @@ def protocol_design(study: Study) -> dict[str, Any]:
     return out
 
 
-def lock_study(root: str | Path, key: SigningKey) -> LockResult:
-    """Lock the study at ``root``: artifacts, protocol, registration checkpoint.
+def protocol_body(study: Study, secret: bytes, order: list[str]) -> dict[str, Any]:
+    """The ``protocol.locked`` body of ``study`` with schedule ``order`` (manifest left empty).
 
-    Creates the study ledger with ``key`` as owner if it does not exist yet. Everything is
-    validated before anything is appended; the artifacts and the protocol are one transaction.
+    A study that declares ``[study] phase`` tags each hypothesis with it; :mod:`runner.phases`
+    adds the ``phase`` member and keeps an earlier phase's hypotheses as they were locked.
     """
-    root = Path(root)
+    hypotheses = []
+    for h in study.hypotheses:
+        record = h.__dict__ | {"contrast": list(h.contrast)}
+        if study.phase is not None:
+            record["phase"] = study.phase
+        hypotheses.append(record)
+    return {
+        "study": study.id,
+        "title": study.title,
+        "manifest": {},
+        "arms": {
+            a.id: {
+                "role": a.role,
+                "components": list(a.components),
+                "sha256": study.arm_sha256(a.id),
+                **a.protocol_record(),
+            }
+            for a in study.arms.values()
+        },
+        **protocol_design(study),
+        "design": {
+            "replicates": study.replicates,
+            "seed": study.seed,
+            "bootstrap_seed": study.bootstrap_seed,
+            "bootstrap_iterations": study.bootstrap_iterations,
+            "order": "ascending SHA-256(seed|trial id)",
+        },
+        "trials": len(order),
+        "schedule_sha256": schedule_sha256(order),
+        "blinding_commitment": commitment(secret),
+        "response": study.response_plan(),
+        "hypotheses": hypotheses,
+        "analysis": study.analysis,
+        "amendable": list(study.amendable),
+        "environment": environment(),
+    }
+
+
+def artifact_event(root: Path, rel: str, role: str) -> tuple[EventSpec, str]:
+    """The ``artifact.locked`` event of the study file ``rel`` and its SHA-256."""
+    data = (root / rel).read_bytes()
+    digest = hashlib.sha256(data).hexdigest()
+    spec = EventSpec(
+        "artifact.locked",
+        {"path": rel, "role": role, "sha256": digest, "size": len(data)},
+        {"content": data},
+    )
+    return spec, digest
+
+
+def _load_for_lock(root: Path) -> Study:
     try:
         study = load_study(root)
     except SpecError as exc:
@@ -249,13 +319,40 @@ def lock_study(root: str | Path, key: SigningKey) -> LockResult:
     if problems:
         sep = " " if len(problems) == 1 else "\n"
         raise StudyError("cannot lock:" + sep + "\n".join(problems))
+    return study
+
+
+def checkpoint_file(phase: str | None, index: int) -> str:
+    """The file a phase's registration checkpoint is written to.
+
+    The first phase's is ``registration-checkpoint.txt``, a later phase's
+    ``registration-checkpoint-<phase>.txt``.
+    """
+    if index == 0 or phase is None:
+        return CHECKPOINT_FILE
+    return f"registration-checkpoint-{phase}.txt"
+
+
+def lock_study(root: str | Path, key: SigningKey) -> LockResult:
+    """Lock the study at ``root``: artifacts, protocol, registration checkpoint.
+
+    Creates the study ledger with ``key`` as owner if it does not exist yet. Everything is
+    validated before anything is appended; the artifacts and the protocol are one transaction.
+    A study already locked is locked again only as a new phase (``[study] phase`` names one
+    not locked yet: :func:`runner.phases.lock_phase`).
+    """
+    root = Path(root)
+    study = _load_for_lock(root)
     path = ledger_path(root)
     log = (
         Ledger.open(path) if path.exists() else Ledger.create(path, origin=study.origin, key=key)
     )
     with log:
         if protocol_event(log) is not None:
-            raise StudyError(f"{root} is already locked; use 'ledger amend' to record a change")
+            note, seq, count, whole, digest, name = _lock_phase(root, study, log, key)
+            checkpoint_path = root / name
+            checkpoint_path.write_text(note, encoding="utf-8")
+            return LockResult(seq, count, len(whole), digest, note, checkpoint_path)
         check_origin_matches(study, log.origin, path)
         secret = blinding_secret(study, create=True)
         order = schedule(study.seed, study.trial_ids())
@@ -263,55 +360,108 @@ def lock_study(root: str | Path, key: SigningKey) -> LockResult:
         specs: list[EventSpec] = []
         manifest: dict[str, str] = {}
         for rel, role in files.items():
-            data = (root / rel).read_bytes()
-            digest = hashlib.sha256(data).hexdigest()
-            manifest[rel] = digest
-            specs.append(
-                EventSpec(
-                    "artifact.locked",
-                    {"path": rel, "role": role, "sha256": digest, "size": len(data)},
-                    {"content": data},
-                )
-            )
-        digest_of_schedule = schedule_sha256(order)
-        body = {
-            "study": study.id,
-            "title": study.title,
-            "manifest": manifest,
-            "arms": {
-                a.id: {
-                    "role": a.role,
-                    "components": list(a.components),
-                    "sha256": study.arm_sha256(a.id),
-                    **a.protocol_record(),
-                }
-                for a in study.arms.values()
-            },
-            **protocol_design(study),
-            "design": {
-                "replicates": study.replicates,
-                "seed": study.seed,
-                "bootstrap_seed": study.bootstrap_seed,
-                "bootstrap_iterations": study.bootstrap_iterations,
-                "order": "ascending SHA-256(seed|trial id)",
-            },
-            "trials": len(order),
-            "schedule_sha256": digest_of_schedule,
-            "blinding_commitment": commitment(secret),
-            "response": study.response_plan(),
-            "hypotheses": [h.__dict__ | {"contrast": list(h.contrast)} for h in study.hypotheses],
-            "analysis": study.analysis,
-            "amendable": list(study.amendable),
-            "environment": environment(),
-        }
+            spec, manifest[rel] = artifact_event(root, rel, role)
+            specs.append(spec)
+        body = protocol_body(study, secret, order)
+        body["manifest"] = manifest
+        if study.phase is not None:
+            body["phase"] = {"index": 0, "name": study.phase, "previous": None,
+                             "trials": len(order)}  # fmt: skip
         specs.append(EventSpec("protocol.locked", body, {"schedule": schedule_bytes(order)}))
         events = log.append_many(specs, key=key)
         note = log.sign_checkpoint(key)
     checkpoint_path = root / CHECKPOINT_FILE
     checkpoint_path.write_text(note, encoding="utf-8")
     return LockResult(
-        events[-1].seq, len(files), len(order), digest_of_schedule, note, checkpoint_path
+        events[-1].seq, len(files), len(order), body["schedule_sha256"], note, checkpoint_path
     )
+
+
+def _lock_phase(
+    root: Path, study: Study, log: Ledger, key: SigningKey
+) -> tuple[str, int, int, list[str], str, str]:
+    """Lock ``study`` as a new phase of the locked study in ``log``.
+
+    Returns (registration checkpoint note, ``protocol.locked`` seq, files locked by this phase,
+    whole schedule, schedule SHA-256, checkpoint file name). Raises :class:`StudyError`
+    naming every rule the new phase breaks; nothing is appended then.
+    """
+    events = protocol_events(log)
+    prev = events[-1]
+    names = [phase_of(e.body)[1] for e in events]
+    shown = ", ".join(repr(n) if n else "(unnamed)" for n in names)
+    if study.phase is None or study.phase in names:
+        raise StudyError(
+            f"{root} is already locked (phases: {shown}); use 'ledger amend' to record a "
+            "change, or name a new phase with [study] phase in study.toml to add arms, "
+            "stimuli, items or hypotheses"
+        )
+    sealed = next(iter(log.events("scoring.sealed")), None)
+    if sealed is not None:
+        raise StudyError(
+            f"{root}: scoring was sealed at seq {sealed.seq}; a new phase must be locked "
+            "before scoring, so its trials are scored blind under the same commitment"
+        )
+    check_origin_matches(study, log.origin, log.path)
+    where = f"cannot lock phase {study.phase!r} of {root}"
+    problems: list[str] = []
+    current = locked_manifest(log)
+    files = study.locked_files()
+    specs: list[EventSpec] = []
+    manifest: dict[str, str] = {}
+    roles = {e.body["path"]: e.body["role"] for e in log.events("artifact.locked")}
+    for rel in sorted(set(current) - set(files)):
+        problems.append(f"{rel}: locked by an earlier phase, no longer part of the study")
+    for rel, role in files.items():
+        data = (root / rel).read_bytes()
+        spec, digest = artifact_event(root, rel, role)
+        manifest[rel] = digest
+        if rel not in current:
+            specs.append(spec)
+            continue
+        if digest == current[rel]:
+            continue
+        if role == "spec":
+            specs.append(spec)
+        elif role in GROWABLE_ROLES and roles.get(rel) == role:
+            old = locked_bytes(log, rel, current[rel])
+            if old is None or not data.startswith(old):
+                problems.append(f"{rel}: the {role} file as locked is not a prefix of it now: an "
+                                "earlier phase's rows may not be edited or reordered, only new "
+                                "rows appended")  # fmt: skip
+            specs.append(spec)
+        else:
+            problems.append(f"{rel}: locked by an earlier phase and changed (role {role}); a "
+                            "phase may add files, not change them ('ledger amend' records a "
+                            "deliberate change of an amendable file)")  # fmt: skip
+    secret = blinding_secret(study)
+    ids = study.trial_ids()
+    prev_order = log.blob(prev.blobs["schedule"]).decode("utf-8").splitlines()
+    known = set(prev_order)
+    present = set(ids)
+    dropped = [t for t in prev_order if t not in present]
+    if dropped:
+        problems.append(f"{len(dropped)} trial(s) of an earlier phase are no longer in the "
+                        f"design, e.g. {dropped[0]}")  # fmt: skip
+    added = schedule(study.seed, [t for t in ids if t not in known])
+    order = prev_order + added
+    body = protocol_body(study, secret, order)
+    problems += plan_problems(prev.body, body)
+    body["hypotheses"], more = merge_hypotheses(prev.body, body, study.phase)
+    problems += more
+    if not added and len(body["hypotheses"]) == len(prev.body.get("hypotheses") or []):
+        problems.append("the phase adds no trial and no hypothesis")
+    if problems:
+        raise StudyError(f"{where}:\n" + "\n".join(f"  {p}" for p in problems))
+    index = phase_of(prev.body)[0] + 1
+    body["manifest"] = manifest
+    body["phase"] = {"index": index, "name": study.phase, "previous": prev.seq,
+                     "trials": len(added)}  # fmt: skip
+    specs.append(EventSpec("protocol.locked", body, {"schedule": schedule_bytes(order)}))
+    appended = log.append_many(specs, key=key)
+    note = log.sign_checkpoint(key)
+    return (note, appended[-1].seq, len(specs) - 1, order, body["schedule_sha256"],
+            checkpoint_file(study.phase, index))  # fmt: skip
 
 
 def promised_checkpoint_sizes(log: Ledger) -> list[int]:
@@ -353,6 +503,8 @@ def locked_manifest(log: Ledger) -> dict[str, str]:
         raise StudyError(f"{log.path}: the study is not locked yet (run 'ledger lock')")
     manifest: dict[str, str] = dict(event.body["manifest"])
     for amendment in log.events("protocol.amended"):
+        if amendment.seq < event.seq:  # already in the phase's manifest
+            continue
         for change in amendment.body["changes"]:
             manifest[change["path"]] = change["sha256"]
     return manifest

@@ -213,6 +213,7 @@ class Study:
     prompt: PromptSpec = field(default_factory=PromptSpec)
     fewshot: dict[str, FewShotSpec] = field(default_factory=dict)
     models: dict[str, ModelSpec] | None = None
+    phase: str | None = None
 
     def model_specs(self) -> list[ModelSpec]:
         """Every model, in declaration order (one, named None, for a ``[model]`` study)."""
@@ -1051,6 +1052,10 @@ def load_study(root: str | Path, *, strict: bool = True) -> Study:
     if not isinstance(amendable, list) or not all(isinstance(x, str) for x in amendable):
         c.add("study.amendable", "must be a list of study-relative file paths")
         amendable = []
+    phase = study.get("phase")
+    if phase is not None and not (isinstance(phase, str) and ID_RE.match(phase)):
+        c.add("study.phase", "must be a name: letters, digits, '.', '_' or '-' (at most 64)")
+        phase = None
 
     model_out = _model(c, data)
     models = _models(c, data)
@@ -1133,7 +1138,7 @@ def load_study(root: str | Path, *, strict: bool = True) -> Study:
         blinding_secret=secret, response_format=response.format, parser=response.parser,
         hypotheses=tuple(hypotheses), analysis=analysis_out, amendable=tuple(amendable),
         answer_column=answer_column, letters=letters, mode=response.mode,
-        items_path=items_path, prompt=prompt, fewshot=fewshot, models=models,
+        items_path=items_path, prompt=prompt, fewshot=fewshot, models=models, phase=phase,
     )
     if items is not None:  # read once, here: Study.load_items returns it from now on
         object.__setattr__(loaded, "_items", items)

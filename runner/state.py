@@ -65,12 +65,23 @@ class StudyState:
 
 
 def locked_order(study: Study, log: Ledger) -> list[Trial]:
-    """The schedule derived from the spec, checked against the locked schedule hash."""
+    """The locked schedule (the ``schedule`` blob of the ``protocol.locked`` in force).
+
+    Checked against its ``schedule_sha256`` and against the spec: the schedule derived from
+    ``study.toml`` is the locked one (for a study locked in phases, each phase's new trials
+    follow the earlier phases' in the seed's order, ``runner.phases``).
+    """
     protocol = protocol_event(log)
     if protocol is None:
         raise StudyError(f"{study.root}: the study is not locked yet; run 'ledger lock' first")
-    ids = schedule(study.seed, study.trial_ids())
-    if schedule_sha256(ids) != protocol.body["schedule_sha256"]:
+    ids = log.blob(protocol.blobs["schedule"]).decode("utf-8").splitlines()
+    derived = study.trial_ids()
+    phased = "phase" in protocol.body and protocol.body["phase"]["index"] > 0
+    if (
+        schedule_sha256(ids) != protocol.body["schedule_sha256"]
+        or (not phased and ids != schedule(study.seed, derived))
+        or (phased and set(ids) != set(derived))
+    ):
         raise StudyError(
             f"{study.root}: the schedule derived from study.toml does not match the locked "
             f"schedule_sha256 (protocol.locked seq {protocol.seq})"
