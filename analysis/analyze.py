@@ -21,7 +21,7 @@ import hashlib
 import io
 import json
 import math
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -33,6 +33,7 @@ from analysis import stats
 from analysis.rows import split_trial
 from ledger import EventSpec, Ledger, SigningKey
 from runner.lock import StudyError, check_integrity, ledger_path, protocol_event
+from runner.phases import hypothesis_phases, protocol_events, trial_phases
 from runner.provenance import model_mismatches
 from runner.truth import stimulus_sources
 
@@ -661,7 +662,7 @@ def hypothesis_results(
             "min_difference_pp": min_pp,
             "correction": h.get("correction", "none"),
             "family": h.get("family"),
-        }
+        } | ({"phase": h["phase"]} if h.get("phase") is not None else {})
         out.append(r)
     _apply_corrections(out, plan)
     for h, r in zip(plan["hypotheses"], out, strict=True):
@@ -940,8 +941,59 @@ def multiplicity(hypotheses: list[Result]) -> Result:
     return _guard(r, compute)
 
 
-def run_analyses(ds: Dataset, plan: dict[str, Any]) -> list[Result]:
-    """Every result, in a fixed order: descriptive, model, hypotheses, exploratory."""
+def phase_dataset(ds: Dataset, keep: set[str]) -> Dataset:
+    """``ds`` restricted to the trials in ``keep`` (one phase's trials and its predecessors')."""
+    trials = ds.trials[ds.trials["trial"].isin(keep)]
+    items = ds.items[ds.items["trial"].isin(keep)]
+    given_up = tuple(g for g in ds.given_up if g in keep)
+    return Dataset(trials, items, ds.arms, given_up, ds.scores_sha256, ds.sources, ds.models)
+
+
+def _phase_parts(
+    ds: Dataset,
+    plan: dict[str, Any],
+    fit: stats.MixedModelFit | None,
+    phases: Mapping[str, int] | None,
+    hypothesis_phases: Mapping[str, int] | None,
+) -> list[tuple[dict[str, Any], Dataset, stats.MixedModelFit | None]]:
+    """(the plan with one phase's hypotheses, the data up to that phase, its model fit).
+
+    One part per phase that locked hypotheses, in phase order. The last phase of the study
+    uses the whole dataset and ``fit``; an earlier phase gets its own data and its own fit.
+    A study not locked in phases gets one part: the whole plan, data and fit.
+    """
+    if not phases or not hypothesis_phases:
+        return [(plan, ds, fit)]
+    last = max(phases.values())
+    levels = sorted({hypothesis_phases.get(h["id"], 0) for h in plan["hypotheses"]})
+    out: list[tuple[dict[str, Any], Dataset, stats.MixedModelFit | None]] = []
+    for level in levels:
+        part = {**plan, "hypotheses": [
+            h for h in plan["hypotheses"] if hypothesis_phases.get(h["id"], 0) == level
+        ]}  # fmt: skip
+        if level >= last:
+            out.append((part, ds, fit))
+            continue
+        sub = phase_dataset(ds, {t for t, p in phases.items() if p <= level})
+        _, sub_fit = fit_model(sub, plan)
+        out.append((part, sub, sub_fit))
+    return out
+
+
+def run_analyses(
+    ds: Dataset,
+    plan: dict[str, Any],
+    phases: Mapping[str, int] | None = None,
+    hypothesis_phases: Mapping[str, int] | None = None,
+) -> list[Result]:
+    """Every result, in a fixed order: descriptive, model, hypotheses, exploratory.
+
+    ``phases`` maps each trial id to the index of the phase that scheduled it, and
+    ``hypothesis_phases`` each hypothesis id to the index of the phase that locked it (a study
+    locked in phases, ``runner.phases``): a hypothesis of phase *k* is then tested, with its
+    own mixed model, on the trials of phases up to *k* only, so a later phase never moves an
+    earlier phase's confirmatory result (``docs/analysis.md``, "Phases").
+    """
     if ds.trials.empty:
         empty = Result(
             "descriptive.arms",
@@ -969,15 +1021,20 @@ def run_analyses(ds: Dataset, plan: dict[str, Any]) -> list[Result]:
     out = descriptive(ds, plan)
     model, fit = fit_model(ds, plan)
     out.append(model)
-    pooled = hypothesis_results(ds, plan, fit)
     tested: list[Result] = []
-    if ds.several_models:
-        fits, by_model = per_model_results(ds, plan)
-        out.extend(fits)
-        for h, r in zip(plan["hypotheses"], pooled, strict=True):
-            tested += [r, *by_model[h["id"]]]
-    else:
-        tested = pooled
+    parts = _phase_parts(ds, plan, fit, phases, hypothesis_phases)
+    for part, sub, sub_fit in parts:
+        pooled = hypothesis_results(sub, part, sub_fit)
+        if sub.several_models:
+            fits, by_model = per_model_results(sub, part)
+            if sub is ds:  # the whole study's per-model fits; an earlier phase's stay internal
+                out.extend(fits)
+            for h, r in zip(part["hypotheses"], pooled, strict=True):
+                tested += [r, *by_model[h["id"]]]
+        else:
+            tested += pooled
+    order = {h["id"]: i for i, h in enumerate(plan["hypotheses"])}
+    tested.sort(key=lambda r: order[str(r.hypothesis).split("@", 1)[0]])
     out.extend(tested)
     out.extend(exploratory(ds, plan))
     out.append(multiplicity(tested))
@@ -1018,7 +1075,8 @@ def analyze_study(root: str | Path, key: SigningKey) -> AnalyzeResult:
         ds = load_dataset(
             log, exclude_unparseable=exclude, parser=parser, sources=sources, models=models(plan)
         )
-        results = run_analyses(ds, plan)
+        trial_phase = trial_phases(log) if len(protocol_events(log)) > 1 else None
+        results = run_analyses(ds, plan, trial_phase, hypothesis_phases(plan, log))
         trials_csv, items_csv = ds.trials_csv(), ds.items_csv()
         inputs = {
             "scores_sha256": ds.scores_sha256,

@@ -179,11 +179,43 @@ def _load(
     return archive
 
 
+def _protocol(archive: _Archive) -> _Event | None:
+    """The ``protocol.locked`` in force: the last one.
+
+    A study locked in phases has several, each holding the whole plan (``docs/study-spec.md``,
+    "Phases").
+    """
+    locked = archive.of("protocol.locked")
+    return locked[-1] if locked else None
+
+
 def _plan(archive: _Archive) -> dict[str, Any]:
-    event = archive.first("protocol.locked")
+    event = _protocol(archive)
     if event is None:
         raise _Problem("the ledger has no protocol.locked event")
     return event.body
+
+
+def _files_in_force(archive: _Archive) -> dict[str, tuple[str, str | None, _Event]]:
+    """Locked path -> (blob address, role, event) of each locked file in force.
+
+    The last ``artifact.locked`` of each path (a later phase re-locks a grown file), or the
+    last ``protocol.amended`` change after it.
+    """
+    out: dict[str, tuple[str, str | None, _Event]] = {}
+    for event in archive.events:
+        if event.kind == "artifact.locked":
+            path, role = event.body.get("path"), event.body.get("role")
+            if isinstance(path, str):
+                out[path] = (str(event.blobs.get("content")),
+                             role if isinstance(role, str) else None, event)  # fmt: skip
+        elif event.kind == "protocol.amended":
+            changes = event.body.get("changes")
+            for change in changes if isinstance(changes, list) else []:
+                path = change.get("path") if isinstance(change, dict) else None
+                if path in out and isinstance(change.get("blob"), str):
+                    out[path] = (str(event.blobs.get(change["blob"])), out[path][1], event)
+    return out
 
 
 def _truth_tables(archive: _Archive) -> list[tuple[str, bytes, int]]:
@@ -192,17 +224,11 @@ def _truth_tables(archive: _Archive) -> list[tuple[str, bytes, int]]:
     Each is read from its blob (its address from the signed event, as locked or as last
     amended by ``protocol.amended``), never from a path written in an unsigned file.
     """
-    digests: dict[str, tuple[str, _Event]] = {}
-    for event in archive.of("artifact.locked"):
-        path = event.body.get("path")
-        if event.body.get("role") == "truth" and isinstance(path, str):
-            digests.setdefault(path, (str(event.blobs.get("content")), event))
-    for event in archive.of("protocol.amended"):
-        changes = event.body.get("changes")
-        for change in changes if isinstance(changes, list) else []:
-            path = change.get("path") if isinstance(change, dict) else None
-            if path in digests and isinstance(change.get("blob"), str):
-                digests[path] = (str(event.blobs.get(change["blob"])), event)
+    digests = {
+        path: (digest, event)
+        for path, (digest, role, event) in _files_in_force(archive).items()
+        if role == "truth"
+    }
     if not digests:
         raise _Problem("no artifact.locked event locks a truth table (role truth)")
     tables = []
@@ -216,21 +242,14 @@ def _item_file(archive: _Archive) -> ItemFile:
     """The locked item file in force (``docs/prompts.md`` §1), read from its signed blob.
 
     Its path is ``protocol.locked`` ``items.path``; its bytes are the blob of the
-    ``artifact.locked`` event of that path, or of the last ``protocol.amended`` change to it.
+    last ``artifact.locked`` event of that path, or of the last ``protocol.amended`` change to it.
     """
     record = _plan(archive).get("items")
     path = record.get("path") if isinstance(record, dict) else None
     if not isinstance(path, str):
         raise _Problem("protocol.locked response.truth is 'items' but items has no path")
-    found: tuple[str, _Event] | None = None
-    for event in archive.of("artifact.locked"):
-        if event.body.get("path") == path and found is None:
-            found = (str(event.blobs.get("content")), event)
-    for event in archive.of("protocol.amended"):
-        changes = event.body.get("changes")
-        for change in changes if isinstance(changes, list) else []:
-            if isinstance(change, dict) and change.get("path") == path and found is not None:
-                found = (str(event.blobs.get(str(change.get("blob")))), event)
+    entry = _files_in_force(archive).get(path)
+    found = (entry[0], entry[2]) if entry is not None else None
     if found is None:
         raise _Problem(f"no artifact.locked event locks the item file {path}")
     digest, event = found
@@ -873,7 +892,7 @@ def _hypotheses(ds: _Dataset, plan: dict[str, Any], fit: dict[str, Any] | None) 
             "min_difference_pp": h.get("min_difference_pp"),
             "correction": h.get("correction", "none"),
             "family": h.get("family"),
-        }
+        } | ({"phase": h["phase"]} if h.get("phase") is not None else {})
         out.append(r)
     families: dict[tuple[str, str], list[_Result]] = {}
     for h, r in zip(plan["hypotheses"], out, strict=True):
@@ -1048,17 +1067,40 @@ def _multiplicity(tested: list[_Result]) -> _Result:
     return _guard(_Result("exploratory.multiplicity", lmm=any(r.lmm for r in tested)), compute)
 
 
-def _recompute(ds: _Dataset, plan: dict[str, Any]) -> list[_Result]:
-    if not ds.trials:
-        return [_Result("descriptive.arms", status="failed")] + [
-            _Result(
-                f"hypothesis.{h['id']}", hypothesis=h["id"], status="failed", verdict="not computed"
-            )
-            for h in plan["hypotheses"]
-        ]
-    out = _descriptive(ds)
-    model, fit = _model(ds, plan)
-    out.append(model)
+def _phases(archive: _Archive) -> tuple[dict[str, int], dict[str, int]] | None:
+    """(trial id -> phase index, phase name -> index) of a study locked in phases, else None.
+
+    A phase's trials are those its ``schedule`` blob adds after the previous phase's
+    (``docs/study-spec.md``, "Phases"); the ``schedule`` and ``phases`` checks verify the
+    blobs themselves.
+    """
+    locked = archive.of("protocol.locked")
+    if len(locked) < 2:
+        return None
+    trials: dict[str, int] = {}
+    names: dict[str, int] = {}
+    for index, event in enumerate(locked):
+        archive.at(event)
+        phase = event.body.get("phase")
+        if isinstance(phase, dict) and isinstance(phase.get("name"), str):
+            names[phase["name"]] = index
+        text = archive.event_blob(event, "schedule").decode("utf-8", "replace")
+        for trial in text.splitlines():
+            trials.setdefault(trial, index)
+    return trials, names
+
+
+def _restrict(ds: _Dataset, keep: set[str]) -> _Dataset:
+    return _Dataset(
+        [t for t in ds.trials if t["trial"] in keep],
+        [i for i in ds.items if i["trial"] in keep],
+        ds.arms, [g for g in ds.given_up if g in keep], ds.scores_sha256, ds.sources, ds.models,
+    )  # fmt: skip
+
+
+def _tested(ds: _Dataset, plan: dict[str, Any], fit: dict[str, Any] | None,
+            out: list[_Result]) -> list[_Result]:  # fmt: skip
+    """The hypotheses' results (pooled, then each model's); each model's fit goes to ``out``."""
     tested = _hypotheses(ds, plan, fit)
     if ds.several_models:
         # analysis.md §4: each model's own fit and verdicts, named <id>@<model>
@@ -1076,6 +1118,44 @@ def _recompute(ds: _Dataset, plan: dict[str, Any]) -> list[_Result]:
             per_model.append(results)
         tested = [r for i, pooled in enumerate(tested) for r in [pooled] + [
             results[i] for results in per_model]]  # fmt: skip
+    return tested
+
+
+def _recompute(
+    ds: _Dataset,
+    plan: dict[str, Any],
+    phases: tuple[dict[str, int], dict[str, int]] | None = None,
+) -> list[_Result]:
+    if not ds.trials:
+        return [_Result("descriptive.arms", status="failed")] + [
+            _Result(
+                f"hypothesis.{h['id']}", hypothesis=h["id"], status="failed", verdict="not computed"
+            )
+            for h in plan["hypotheses"]
+        ]
+    out = _descriptive(ds)
+    model, fit = _model(ds, plan)
+    out.append(model)
+    if phases is None:
+        tested = _tested(ds, plan, fit, out)
+    else:
+        # docs/analysis.md "Phases": a hypothesis of phase k is tested, with its own mixed
+        # model, on the trials of phases up to k; the last phase's on all of them
+        trial_phase, index = phases
+        level_of = {h["id"]: index.get(h.get("phase"), 0) for h in plan["hypotheses"]}
+        last = max(trial_phase.values())
+        tested = []
+        for level in sorted(set(level_of.values())):
+            part = {**plan, "hypotheses": [h for h in plan["hypotheses"]
+                                           if level_of[h["id"]] == level]}  # fmt: skip
+            if level >= last:
+                tested += _tested(ds, part, fit, out)
+                continue
+            sub = _restrict(ds, {t for t, p in trial_phase.items() if p <= level})
+            _, sub_fit = _model(sub, plan)
+            tested += _tested(sub, part, sub_fit, [])
+        order = {h["id"]: i for i, h in enumerate(plan["hypotheses"])}
+        tested.sort(key=lambda r: order[str(r.hypothesis).split("@", 1)[0]])
     out.extend(tested)
     out.extend(_exploratory(ds, plan))
     out.append(_multiplicity(tested))
@@ -1148,7 +1228,7 @@ def _plain(value: Any) -> Any:
 def _reanalysis(archive: _Archive) -> tuple[Check, list[str]]:
     """The check and the list of result ids that could only be WARNed."""
     plan = _plan(archive)
-    protocol = archive.first("protocol.locked")
+    protocol = _protocol(archive)
     results = archive.of("analysis.result")
     if not results:
         raise _Problem("the ledger has no analysis.result event")
@@ -1203,7 +1283,7 @@ def _reanalysis(archive: _Archive) -> tuple[Check, list[str]]:
                 f"{event.body.get('id')} (seq {event.seq}) {diff}.",
                 event.seq,
             ), []
-    recomputed = _recompute(ds, plan)
+    recomputed = _recompute(ds, plan, _phases(archive))
     recorded_ids = [e.body.get("id") for e in results]
     new_ids = [r.id for r in recomputed]
     if recorded_ids != new_ids:

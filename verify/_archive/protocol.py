@@ -66,75 +66,90 @@ def check_protocol(a: Archive) -> Check:
     """Locked before the first request; every locked file as locked or as amended."""
     st = _State("protocol")
     locked = a.of_kind("protocol.locked")
-    if len(locked) != 1:
-        where = line_where(locked[1]) if len(locked) > 1 else EVENTS
+    if not locked:
+        st.fail("the ledger has 0 protocol.locked events; exactly one is required, or one per "
+                "phase", where=EVENTS)  # fmt: skip
+        return st.check("")
+    if len(locked) > 1 and any(type(a.body(seq).get("phase")) is not dict for seq in locked):
         st.fail(
-            f"the ledger has {len(locked)} protocol.locked events; exactly one is required"
-            + (f" (second at seq {locked[1]})" if len(locked) > 1 else ""),
-            locked[1] if len(locked) > 1 else None,
-            where=where,
+            f"the ledger has {len(locked)} protocol.locked events (second at seq {locked[1]}); "
+            "only a study locked in phases has more than one, each naming its phase",
+            locked[1],
+            where=line_where(locked[1]),
         )
-        if not locked:
-            return st.check("")
-    pseq = locked[0]
+    first, pseq = locked[0], locked[-1]
     requested = a.of_kind("trial.requested")
-    if requested and requested[0] < pseq:
+    if requested and requested[0] < first:
         st.fail(
-            f"seq {requested[0]}: trial.requested comes before protocol.locked (seq {pseq})",
+            f"seq {requested[0]}: trial.requested comes before protocol.locked (seq {first})",
             requested[0],
         )
-    for kind in ("artifact.locked",):
-        for seq in a.of_kind(kind):
-            if seq > pseq:
-                st.fail(f"seq {seq}: artifact.locked after protocol.locked (seq {pseq})", seq)
-    # artifacts and the locked manifest
+    for seq in a.of_kind("artifact.locked"):
+        if seq > pseq:
+            st.fail(f"seq {seq}: artifact.locked after protocol.locked (seq {pseq})", seq)
+    # artifacts and each phase's manifest: the files in force when that phase was locked
     manifest = a.protocol.get("manifest")
     if type(manifest) is not dict:
         st.fail(f"seq {pseq}: protocol.locked has no manifest object", pseq)
         manifest = {}
-    for path, (_role, digest, seq) in sorted(a.locked_files.items()):
-        body = a.body(seq)
-        ref = a.blob_ref(seq, "content")
-        if ref != digest:
-            st.fail(f"seq {seq}: artifact.locked {path}: content blob is not its sha256", seq)
-        elif not a.blob_ok(ref):
-            st.fail(f"seq {seq}: artifact.locked {path}: blob {ref} missing or altered", seq,
-                    where=f"blobs/{ref}")  # fmt: skip
-        elif body.get("size") != a.blob_size(ref):
-            st.fail(f"seq {seq}: artifact.locked {path}: size differs from the blob's", seq)
-        if manifest.get(path) != digest:
-            st.fail(
-                f"seq {seq}: artifact.locked {path} ({digest}) differs from the protocol.locked "
-                f"manifest (seq {pseq}): {manifest.get(path)!r}",
-                seq,
-            )
-    for path in sorted(set(manifest) - set(a.locked_files)):
-        st.fail(f"seq {pseq}: manifest path {path} has no artifact.locked event", pseq)
-    # amendments
+    for path, versions in sorted(a.locked_versions.items()):
+        for _role, digest, seq in versions:
+            body = a.body(seq)
+            ref = a.blob_ref(seq, "content")
+            if ref != digest:
+                st.fail(f"seq {seq}: artifact.locked {path}: content blob is not its sha256", seq)
+            elif not a.blob_ok(ref):
+                st.fail(f"seq {seq}: artifact.locked {path}: blob {ref} missing or altered", seq,
+                        where=f"blobs/{ref}")  # fmt: skip
+            elif body.get("size") != a.blob_size(ref):
+                st.fail(f"seq {seq}: artifact.locked {path}: size differs from the blob's", seq)
+    running: dict[str, str] = {}
     amendable = a.protocol.get("amendable")
     patterns = [p for p in amendable if type(p) is str] if type(amendable) is list else []
-    running = {p: str(h) for p, h in manifest.items()}
-    for seq in a.of_kind("protocol.amended"):
-        if seq < pseq:
-            st.fail(f"seq {seq}: protocol.amended before protocol.locked", seq)
-        changes = a.body(seq).get("changes")
-        for change in changes if type(changes) is list else [None]:
-            if type(change) is not dict or type(change.get("path")) is not str:
-                st.fail(f"seq {seq}: protocol.amended change is not an object with a path", seq)
-                continue
-            path = change["path"]
-            if not any(fnmatch.fnmatch(path, p) for p in patterns):
-                st.fail(f"seq {seq}: protocol.amended changes {path}, which is not amendable",
-                        seq)  # fmt: skip
-            if change.get("previous_sha256") != running.get(path):
-                st.fail(f"seq {seq}: protocol.amended {path}: previous_sha256 is not the "
-                        "hash in force", seq)  # fmt: skip
-            blob_name = change.get("blob")
-            ref = a.blob_ref(seq, blob_name) if type(blob_name) is str else None
-            if ref != change.get("sha256") or not a.blob_ok(ref):
-                st.fail(f"seq {seq}: protocol.amended {path}: blob missing or not its sha256",
-                        seq)  # fmt: skip
-            running[path] = str(change.get("sha256"))
+    kinds = ("artifact.locked", "protocol.amended", "protocol.locked")
+    for seq in sorted(s for kind in kinds for s in a.of_kind(kind)):
+        env = a.envs[seq]
+        kind = env.get("kind") if env is not None else None
+        body = a.body(seq)
+        if kind == "artifact.locked":
+            locked_path, locked_digest = body.get("path"), body.get("sha256")
+            if type(locked_path) is str and type(locked_digest) is str:
+                running[locked_path] = locked_digest
+        elif kind == "protocol.locked":
+            locked_manifest = body.get("manifest")
+            locked_manifest = locked_manifest if type(locked_manifest) is dict else {}
+            for path in sorted(set(running) | set(locked_manifest)):
+                have, want = running.get(path), locked_manifest.get(path)
+                if want is None:
+                    st.fail(f"seq {seq}: artifact.locked {path} ({have}) is not in the "
+                            f"protocol.locked manifest (seq {seq})", seq)  # fmt: skip
+                elif have is None:
+                    st.fail(f"seq {seq}: manifest path {path} has no artifact.locked event", seq)
+                elif have != want:
+                    st.fail(f"seq {seq}: artifact.locked {path} ({have}) differs from the "
+                            f"protocol.locked manifest (seq {seq}): {want!r}", seq)  # fmt: skip
+        else:
+            if seq < first:
+                st.fail(f"seq {seq}: protocol.amended before protocol.locked", seq)
+            changes = body.get("changes")
+            for change in changes if type(changes) is list else [None]:
+                if type(change) is not dict or type(change.get("path")) is not str:
+                    st.fail(f"seq {seq}: protocol.amended change is not an object with a path",
+                            seq)  # fmt: skip
+                    continue
+                path = change["path"]
+                if not any(fnmatch.fnmatch(path, p) for p in patterns):
+                    st.fail(f"seq {seq}: protocol.amended changes {path}, which is not "
+                            "amendable", seq)  # fmt: skip
+                if change.get("previous_sha256") != running.get(path):
+                    st.fail(f"seq {seq}: protocol.amended {path}: previous_sha256 is not the "
+                            "hash in force", seq)  # fmt: skip
+                blob_name = change.get("blob")
+                ref = a.blob_ref(seq, blob_name) if type(blob_name) is str else None
+                if ref != change.get("sha256") or not a.blob_ok(ref):
+                    st.fail(f"seq {seq}: protocol.amended {path}: blob missing or not its "
+                            "sha256", seq)  # fmt: skip
+                running[path] = str(change.get("sha256"))
     current = a.current_manifest()
     # protocol/files.csv and every locked file
     files_csv = a.file("protocol/files.csv")

@@ -38,15 +38,20 @@ class Archive:
         for seq, env in enumerate(self.envs):
             if env is not None and type(env.get("kind")) is str:
                 self.by_kind.setdefault(env["kind"], []).append(seq)
+        # the protocol in force is the last protocol.locked: a study locked in phases has one
+        # per phase, each holding the whole plan (docs/study-spec.md, "Phases")
         locked = self.of_kind("protocol.locked")
-        self.protocol_seq: int | None = locked[0] if locked else None
-        self.protocol: dict[str, Any] = self.body(locked[0]) if locked else {}
+        self.phase_seqs: list[int] = list(locked)
+        self.protocol_seq: int | None = locked[-1] if locked else None
+        self.protocol: dict[str, Any] = self.body(locked[-1]) if locked else {}
         self.locked_files: dict[str, tuple[str, str, int]] = {}  # path -> (role, sha256, seq)
+        self.locked_versions: dict[str, list[tuple[str, str, int]]] = {}  # every version
         for seq in self.of_kind("artifact.locked"):
             body = self.body(seq)
             path, role, digest = body.get("path"), body.get("role"), body.get("sha256")
             if type(path) is str and type(role) is str and type(digest) is str:
-                self.locked_files.setdefault(path, (role, digest, seq))
+                self.locked_files[path] = (role, digest, seq)  # the last version is in force
+                self.locked_versions.setdefault(path, []).append((role, digest, seq))
         self._arm_texts: dict[str, str] | None = None
         self._arm_problem: str | None = None
         self._blob_cache: dict[str, bytes | None] = {}
@@ -113,12 +118,17 @@ class Archive:
         """Why :meth:`file` returned ``None`` for ``rel``, naming it: ``README.md is missing``."""
         return self._unread.get(rel) or f"{show(rel)} {self.files.describe(rel)}"
 
-    def locked_blob(self, path: str) -> bytes | None:
-        """The locked content of ``path`` (its ``artifact.locked`` blob), or ``None``."""
-        entry = self.locked_files.get(path)
-        if entry is None:
+    def locked_blob(self, path: str, before: int | None = None) -> bytes | None:
+        """The locked content of ``path`` (its last ``artifact.locked`` blob), or ``None``.
+
+        With ``before``, the version locked before that seq (a phase's files as it locked
+        them).
+        """
+        versions = [v for v in self.locked_versions.get(path, [])
+                    if before is None or v[2] < before]  # fmt: skip
+        if not versions:
             return None
-        return self.blob(self.blob_ref(entry[2], "content"), MAX_PARSED_BYTES)
+        return self.blob(self.blob_ref(versions[-1][2], "content"), MAX_PARSED_BYTES)
 
     def current_manifest(self) -> dict[str, tuple[str, int]]:
         """Locked path -> (sha256, seq of the event that set it): as locked, then amended."""
@@ -128,17 +138,22 @@ class Archive:
             for path, digest in manifest.items():
                 out[path] = (str(digest), self.protocol_seq or 0)
         for seq in self.of_kind("protocol.amended"):
+            if self.protocol_seq is not None and seq < self.protocol_seq:
+                continue  # in the manifest of the phase locked after it
             changes = self.body(seq).get("changes")
             for change in changes if type(changes) is list else []:
                 if type(change) is dict and type(change.get("path")) is str:
                     out[change["path"]] = (str(change.get("sha256")), seq)
         return out
 
-    def spec(self) -> dict[str, Any] | None:
-        """The locked ``study.toml`` (role ``spec``) parsed, or ``None``."""
+    def spec(self, before: int | None = None) -> dict[str, Any] | None:
+        """The locked ``study.toml`` (role ``spec``) parsed, or ``None``.
+
+        With ``before``, the version locked before that seq.
+        """
         for path, (role, _, _) in self.locked_files.items():
             if role == "spec":
-                data = self.locked_blob(path)
+                data = self.locked_blob(path, before)
                 if data is None:
                     return None
                 try:
@@ -190,12 +205,22 @@ class Archive:
     def study(self) -> tuple[LockedStudy | None, str | None]:
         """The locked study as ``docs/prompts.md`` renders it, or ``(None, why not)``.
 
-        Built from ``protocol.locked``, the locked spec's ``[components]`` and every locked
-        file as locked (requests are checked against the files as locked, not as amended).
+        Built from the ``protocol.locked`` in force, the locked spec's ``[components]`` and
+        every locked file as locked (requests are checked against the files as locked, not as
+        amended).
         """
         if self._study is not None or self._study_problem is not None:
             return self._study, self._study_problem
-        spec = self.spec()
+        self._study, self._study_problem = self.study_at(self.protocol_seq)
+        return self._study, self._study_problem
+
+    def study_at(self, pseq: int | None) -> tuple[LockedStudy | None, str | None]:
+        """The study as the ``protocol.locked`` at ``pseq`` locked it, with its files then."""
+        if pseq is None:
+            return None, "no protocol.locked"
+        before = pseq
+        protocol = self.body(pseq)
+        spec = self.spec(before)
         components = spec.get("components") if spec is not None else None
         paths = (
             {k: v for k, v in components.items() if type(v) is str}
@@ -204,14 +229,15 @@ class Archive:
         )
         stimuli = {
             path.rsplit("/", 1)[-1].rsplit(".", 1)[0]: path
-            for path, (role, _, _) in self.locked_files.items()
-            if role == "stimulus"
+            for path, versions in self.locked_versions.items()
+            if any(v[0] == "stimulus" and v[2] < before for v in versions)
         }
         try:
-            self._study = LockedStudy(self.protocol, self.locked_blob, paths, stimuli)
+            return LockedStudy(
+                protocol, lambda p: self.locked_blob(p, before), paths, stimuli
+            ), None
         except (PromptError, ItemError) as exc:
-            self._study_problem = str(exc)
-        return self._study, self._study_problem
+            return None, str(exc)
 
     def schedule(self) -> list[str]:
         """The trial ids in locked execution order (``docs/randomization.md``, prompts.md §7).
@@ -240,10 +266,43 @@ class Archive:
                     f"trials than the log's {self.n} events could record"
                 )
                 return []
-            return study.trial_ids()
+            if len(self.phase_seqs) < 2:
+                return study.trial_ids()
+            return self._phased_schedule()
         except PromptError as exc:
             self.schedule_problem = f"the locked design cannot be read: {exc}"
             return []
+
+    def _phased_schedule(self) -> list[str]:
+        """The schedule of a study locked in phases (``docs/study-spec.md``, "Phases").
+
+        Each phase's design, read as that phase locked it, adds the trials no earlier phase
+        had, in the seed's order, after the earlier phases' trials.
+        """
+        order: list[str] = []
+        seen: set[str] = set()
+        for pseq in self.phase_seqs:
+            study, problem = self.study_at(pseq)
+            if study is None:
+                self.schedule_problem = f"the design of phase seq {pseq} cannot be read: {problem}"
+                return []
+            added = [t for t in study.trial_ids() if t not in seen]
+            order += added
+            seen.update(added)
+        return order
+
+    def phase_schedules(self) -> list[tuple[int, list[str]]]:
+        """(protocol.locked seq, the trials that phase added) per phase, from the design."""
+        out: list[tuple[int, list[str]]] = []
+        seen: set[str] = set()
+        for pseq in self.phase_seqs:
+            study, _ = self.study_at(pseq)
+            if study is None:
+                return out
+            added = [t for t in study.trial_ids() if t not in seen]
+            seen.update(added)
+            out.append((pseq, added))
+        return out
 
     def codes(self, secret: bytes) -> dict[str, str]:
         """Each locked arm's blinded code: ``HMAC-SHA256(secret, arm)[:12]``."""
