@@ -4,9 +4,10 @@ Every file is read through :mod:`verify._reader` (the walk, the one reader, the 
 parse of the events: ``docs/archive-format.md`` §6). The ledger-level checks of
 ``docs/ledger-format.md`` §8 run on ``ledger/events.jsonl``, ``ledger/checkpoints/``,
 ``ledger/keys/`` and ``blobs/`` through the same engine as a SQLite ledger file; then the archive
-checks (``layout``, ``manifest``, ``export-coverage``, ``protocol``, ``schedule``, ``requests``,
-``preflight``, ``outcomes``, ``provenance``, ``blinding``, ``derived``, ``report``) and, when
-``verify._science`` is present, ``rescore`` and ``reanalysis`` on the same parsed envelopes.
+checks (``layout``, ``manifest``, ``export-coverage``, ``protocol``, ``phases``, ``schedule``,
+``requests``, ``preflight``, ``outcomes``, ``provenance``, ``blinding``, ``derived``,
+``report``) and, when ``verify._science`` is present, ``rescore`` and ``reanalysis`` on the
+same parsed envelopes.
 
 One module per check or group of checks:
 
@@ -16,6 +17,7 @@ One module per check or group of checks:
 ``layout``         ``layout``: every entry accounted for
 ``manifest``       ``manifest`` and ``export-coverage``
 ``protocol``       ``protocol``
+``phases``         ``phases``: a study locked in phases changed nothing earlier
 ``schedule``       ``schedule``
 ``requests``       ``requests``
 ``preflight``      ``preflight`` and ``provenance``
@@ -37,6 +39,7 @@ from verify._archive.layout import check_layout
 from verify._archive.ledger_checks import ArchiveRun
 from verify._archive.manifest import check_export, check_manifest
 from verify._archive.outcomes import check_blinding, check_outcomes
+from verify._archive.phases import check_phases
 from verify._archive.preflight import check_preflight, check_provenance
 from verify._archive.protocol import check_protocol
 from verify._archive.report import check_report
@@ -55,6 +58,7 @@ _ARCHIVE_CHECKS = (
     ("manifest", check_manifest),
     ("export-coverage", check_export),
     ("protocol", check_protocol),
+    ("phases", check_phases),
     ("schedule", check_schedule),
     ("requests", check_requests),
     ("preflight", check_preflight),

@@ -271,7 +271,11 @@ class ArchiveRun(_Run):
     def _promised_summary(self) -> str:
         registration = [size for size, _, what in self.promised if what.startswith("protocol")]
         sessions = len(self.promised) - len(registration)
-        reg = f"registration size {registration[0]}" if registration else "no registration"
+        reg = (
+            f"registration size {registration[0]}" if len(registration) == 1
+            else f"registration sizes {', '.join(map(str, registration))} (one per phase)"
+            if registration else "no registration"
+        )
         return f"{reg}, {sessions} run session(s)"
 
     def _blob_rows(self) -> Iterator[tuple[Any, Any, Any]]:
