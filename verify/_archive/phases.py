@@ -77,8 +77,8 @@ def _plan(st: _State, seq: int, prev: dict[str, Any], new: dict[str, Any]) -> No
 def _hypotheses(st: _State, seq: int, prev: dict[str, Any], new: dict[str, Any],
                 name: Any) -> None:  # fmt: skip
     """Earlier hypotheses unchanged (their phase kept); new ones tagged, in no earlier family."""
-    prev_h = prev.get("hypotheses") if type(prev.get("hypotheses")) is list else []
-    new_h = new.get("hypotheses") if type(new.get("hypotheses")) is list else []
+    prev_h: list[Any] = prev["hypotheses"] if type(prev.get("hypotheses")) is list else []
+    new_h: list[Any] = new["hypotheses"] if type(new.get("hypotheses")) is list else []
     earlier = {h.get("id"): h for h in prev_h if type(h) is dict}
     families = {h.get("family") for h in earlier.values() if h.get("family")}
     now = {h.get("id"): h for h in new_h if type(h) is dict}
@@ -184,10 +184,10 @@ def check_phases(a: Archive) -> Check:
         prev_order = order
     for kind, member in (("trial.requested", "trial"), ("run.preflight", "as_trial")):
         for seq in a.of_kind(kind):
-            trial = a.body(seq).get(member)
-            lock = first_of.get(trial) if type(trial) is str else None
+            named = a.body(seq).get(member)
+            lock = first_of.get(named) if type(named) is str else None
             if lock is not None and seq < lock:
-                st.fail(f"seq {seq}: {kind} of trial {trial} comes before the lock of its "
+                st.fail(f"seq {seq}: {kind} of trial {named} comes before the lock of its "
                         f"phase (protocol.locked seq {lock})", seq)  # fmt: skip
     return st.check(
         f"{len(seqs)} phases, each locked (with its registration checkpoint) before its first "
