@@ -635,10 +635,11 @@ class OrderAccuracy(_Result):
 class ConsistencyResult(_Result):
     """Consistency of predictions across ``orders`` per (item, rep) group.
 
-    ``levels[j]`` is ``(m, count, share)`` for the groups whose most common prediction was
-    given by ``m`` of the ``k`` orders, ``m = k, k−1, …, 1`` (the seed's Table 12; unparseable
-    predictions agree with nothing). ``agreement_mean``/``agreement_sd`` are over groups of
-    ``m/k`` (SD with ddof = 1); ``order_mean``/``order_sd`` over the ``k`` per-order accuracies
+    ``levels[j]`` is ``(m, count, share)`` for the groups whose most common parsed prediction
+    was given by ``m`` of the ``k`` orders, ``m = k, k−1, …, 0`` (the seed's Table 12;
+    unparseable predictions agree with nothing; ``m = 0``: none parsed). The agreement rate of
+    a group is ``m/k``; ``agreement_mean``/``agreement_sd`` are over groups (SD with ddof = 1,
+    NaN for one group); ``order_mean``/``order_sd`` over the ``k`` per-order accuracies
     (ddof = 1).
     """
 
@@ -779,10 +780,9 @@ def _consistency(wide: pd.DataFrame, codes: npt.NDArray[np.int64], arm: str, mod
     winner, top, tie = _majority(codes, len(letters))
     k = codes.shape[1]
     groups = codes.shape[0]
-    agree = np.maximum(top, 1)  # a group with no parsed prediction has one "agreeing" order
-    levels = tuple((m, int(np.sum(agree == m)), float(np.sum(agree == m)) / groups)
-                   for m in range(k, 0, -1))
-    agreement = agree / k
+    levels = tuple((m, int(np.sum(top == m)), float(np.sum(top == m)) / groups)
+                   for m in range(k, -1, -1))
+    agreement = top / k
     correct = wide["correct"][list(orders)].to_numpy(dtype=bool)
     per_order = tuple(OrderAccuracy(v, groups, int(correct[:, j].sum()),
                                     float(correct[:, j].mean()))
