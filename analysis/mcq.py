@@ -897,7 +897,7 @@ def self_consistency(trials: pd.DataFrame, condition: CondLike, n_samples: int,
         raise McqError(f"self-consistency {cond.label}: n_samples must be an integer >= 2, "
                        f"got {n_samples!r}")
     if not math.isfinite(float(temperature)) or float(temperature) <= 0:
-        raise McqError(f"self-consistency {cond.label}: temperature {temperature} is a "
+        raise McqError(f"self-consistency {cond.label}: temperature {temperature:g} is a "
                        "configuration error: at temperature 0 every sample is the same greedy "
                        "answer, so a majority over samples measures nothing; sample at a "
                        "temperature > 0 (the seed uses 0.7)")
@@ -1010,9 +1010,9 @@ def cloze(trials: pd.DataFrame, condition: CondLike, missing: Incomplete = "erro
     ordered = np.sort(lp, axis=1)
     margin = ordered[:, -1] - ordered[:, -2]
     chosen_letters = np.array(names, dtype=object)[chosen]
-    recorded = part["letter"].to_numpy()
-    disagree = np.array([r is not None and r != c for r, c in zip(recorded, chosen_letters,
-                                                                   strict=True)])
+    recorded = part["letter"].to_numpy(dtype=object)
+    read = ~_null(part["letter"])
+    disagree = read & (recorded != chosen_letters)
     if disagree.any():
         row = part.iloc[int(np.flatnonzero(disagree)[0])]
         raise McqError(f"cloze {cond.label}: trial {row['trial']!r} (item {row['item']!r}) "
