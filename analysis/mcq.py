@@ -18,7 +18,7 @@ import math
 import warnings
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, Literal
+from typing import Any, Literal, TypeAlias
 
 import numpy as np
 import numpy.typing as npt
@@ -62,6 +62,7 @@ __all__ = [
     "ReviewSample",
     "SeedSummary",
     "SelfConsistencyResult",
+    "Trials",
     "VoteResult",
     "accuracy_by_cell",
     "check_trials",
@@ -139,8 +140,8 @@ def _first_bad(frame: pd.DataFrame, mask: npt.NDArray[np.bool_]) -> str:
     return f"trial {row['trial']!r} (item {row['item']!r}, variant {row['variant']!r})"
 
 
-def check_trials(trials: pd.DataFrame, letters: Sequence[str] = LETTERS) -> pd.DataFrame:
-    """Validate a trials table; return a normalized copy (labels as ``str``, ``rep`` int).
+def check_trials(trials: TrialsLike, letters: Sequence[str] = LETTERS) -> Trials:
+    """Validate a trials table; return it normalized (labels ``str``, ``rep`` int) as Trials.
 
     Refused (``McqError`` naming the column and the first trial at fault): a missing column, a
     repeated ``trial`` or ``(item, arm, model, variant, rep)``, a ``key``/``key_original``
@@ -152,6 +153,8 @@ def check_trials(trials: pd.DataFrame, letters: Sequence[str] = LETTERS) -> pd.D
     names = [str(v) for v in letters]
     if len(names) < 2 or len(set(names)) != len(names):
         raise McqError(f"letters: need at least two distinct labels, got {names}")
+    if isinstance(trials, Trials):
+        trials = trials.frame
     if not isinstance(trials, pd.DataFrame):
         raise McqError("trials: expected a pandas DataFrame")
     missing = [c for c in REQUIRED_COLUMNS if c not in trials.columns]
@@ -225,23 +228,68 @@ def check_trials(trials: pd.DataFrame, letters: Sequence[str] = LETTERS) -> pd.D
         if wrong.any():
             raise McqError(f"trials table: column 'correct' differs from {basis} in "
                            f"{_first_bad(frame, wrong)}")
-    frame.attrs["letters"] = tuple(names)
-    return frame
+    return Trials(frame, tuple(names))
 
 
-def _checked(trials: pd.DataFrame, letters: Sequence[str]) -> pd.DataFrame:
-    if trials.attrs.get("letters") == tuple(str(v) for v in letters):
+class Trials:
+    """A validated trials table: what :func:`check_trials` returns and every statistic takes.
+
+    ``frame`` is a copy-on-write view of the normalized table (changing it does not change this
+    object: build a new one with :func:`check_trials`); ``letters`` the label set. Rows of each
+    (arm, variant, model) cell are indexed once, so the statistics do not re-scan the table.
+    """
+
+    __slots__ = ("_cells", "_frame", "letters")
+
+    def __init__(self, frame: pd.DataFrame, letters: tuple[str, ...]) -> None:
+        self._frame = frame
+        self.letters = letters
+        self._cells: dict[tuple[str, str, str], npt.NDArray[np.intp]] = {
+            (str(k[0]), str(k[1]), str(k[2])): np.asarray(v, dtype=np.intp)
+            for k, v in frame.groupby(["arm", "variant", "model"], sort=True).indices.items()
+        }
+
+    @property
+    def frame(self) -> pd.DataFrame:
+        """The normalized table (a copy-on-write shallow copy)."""
+        return self._frame.copy(deep=False)
+
+    def __len__(self) -> int:
+        return len(self._frame)
+
+    def cells(self) -> list[Condition]:
+        """The (arm, variant, model) cells present, sorted as strings."""
+        return [Condition(*key) for key in sorted(self._cells)]
+
+    def select(self, cond: Condition) -> pd.DataFrame:
+        """The rows of one cell, in table order; McqError when it has none."""
+        index = self._cells.get((cond.arm, cond.variant, cond.model))
+        if index is None:
+            raise McqError(f"condition {cond.label}: no trials in the table")
+        return self._frame.iloc[index]
+
+    def rows_in(self, arm: str, model: str, variants: Sequence[str]) -> pd.DataFrame:
+        """The rows of (arm, model) whose variant is one of ``variants``, in table order."""
+        parts = [self._cells[(arm, v, model)] for v in variants if (arm, v, model) in self._cells]
+        if not parts:
+            return self._frame.iloc[[]]
+        return self._frame.iloc[np.sort(np.concatenate(parts))]
+
+
+TrialsLike: TypeAlias = pd.DataFrame | Trials
+
+
+def _checked(trials: TrialsLike, letters: Sequence[str]) -> Trials:
+    if isinstance(trials, Trials):
+        if trials.letters != tuple(str(v) for v in letters):
+            raise McqError(f"letters: the table was checked with {list(trials.letters)}, not "
+                           f"{[str(v) for v in letters]}")
         return trials
     return check_trials(trials, letters)
 
 
-def _select(frame: pd.DataFrame, cond: Condition) -> pd.DataFrame:
-    mask = ((frame["arm"] == cond.arm) & (frame["variant"] == cond.variant)
-            & (frame["model"] == cond.model))  # fmt: skip
-    part = frame.loc[mask.to_numpy()]
-    if part.empty:
-        raise McqError(f"condition {cond.label}: no trials in the table")
-    return part
+def _select(table: Trials, cond: Condition) -> pd.DataFrame:
+    return table.select(cond)
 
 
 # --------------------------------------------------------------------------------------------
@@ -268,10 +316,11 @@ class CellAccuracy(_Result):
     conf: float
 
 
-def accuracy_by_cell(trials: pd.DataFrame, conf: float = 0.95,
+def accuracy_by_cell(trials: TrialsLike, conf: float = 0.95,
                      letters: Sequence[str] = LETTERS) -> tuple[CellAccuracy, ...]:
     """Accuracy with a Wilson ``conf`` interval per (arm, variant, model), sorted by those."""
-    frame = _checked(trials, letters)
+    table = _checked(trials, letters)
+    frame = table.frame
     grouped = frame.assign(unparsed=frame["letter"].isna()).groupby(
         ["arm", "variant", "model"], sort=True)[["correct", "unparsed"]].agg(["sum", "count"])
     out = []
@@ -289,13 +338,13 @@ def accuracy_by_cell(trials: pd.DataFrame, conf: float = 0.95,
 # pairing
 
 
-def _paired(frame: pd.DataFrame, a: Condition, b: Condition,
+def _paired(table: Trials, a: Condition, b: Condition,
             columns: Sequence[str]) -> tuple[pd.DataFrame, int, int]:
     """Rows of ``a`` and ``b`` joined on (item, rep); counts of unpaired rows of each."""
     if a == b:
         raise McqError(f"conditions: a and b are the same cell {a.label}")
-    left = _select(frame, a)[["item", "rep", *columns]]
-    right = _select(frame, b)[["item", "rep", *columns]]
+    left = _select(table, a)[["item", "rep", *columns]]
+    right = _select(table, b)[["item", "rep", *columns]]
     joined = left.merge(right, on=["item", "rep"], suffixes=("_a", "_b"), how="inner")
     if joined.empty:
         raise McqError(f"conditions {a.label} and {b.label}: no (item, rep) in common")
@@ -330,12 +379,12 @@ class PairedMcNemar(_Result):
     test: McNemarResult
 
 
-def paired_mcnemar(trials: pd.DataFrame, a: CondLike, b: CondLike,
+def paired_mcnemar(trials: TrialsLike, a: CondLike, b: CondLike,
                    letters: Sequence[str] = LETTERS) -> PairedMcNemar:
     """McNemar's test between two conditions, pairing their trials by (item, rep)."""
-    frame = _checked(trials, letters)
+    table = _checked(trials, letters)
     ca, cb = _cond(a), _cond(b)
-    joined, ua, ub = _paired(frame, ca, cb, ["correct"])
+    joined, ua, ub = _paired(table, ca, cb, ["correct"])
     xa = joined["correct_a"].to_numpy(dtype=bool)
     xb = joined["correct_b"].to_numpy(dtype=bool)
     b_count = int(np.sum(xa & ~xb))
@@ -359,7 +408,7 @@ class McNemarFamily(_Result):
     reject: tuple[bool, ...]
 
 
-def mcnemar_family(trials: pd.DataFrame, comparisons: Sequence[tuple[CondLike, CondLike]],
+def mcnemar_family(trials: TrialsLike, comparisons: Sequence[tuple[CondLike, CondLike]],
                    method: Literal["holm", "bonferroni"] = "holm", alpha: float = 0.05,
                    letters: Sequence[str] = LETTERS) -> McNemarFamily:
     """:func:`paired_mcnemar` for each declared comparison; the primary ``p`` adjusted over them.
@@ -370,8 +419,8 @@ def mcnemar_family(trials: pd.DataFrame, comparisons: Sequence[tuple[CondLike, C
         raise McqError("comparisons: the family is empty")
     if method not in ("holm", "bonferroni"):
         raise McqError(f"method: must be 'holm' or 'bonferroni', got {method!r}")
-    frame = _checked(trials, letters)
-    results = tuple(paired_mcnemar(frame, a, b, letters) for a, b in comparisons)
+    table = _checked(trials, letters)
+    results = tuple(paired_mcnemar(table, a, b, letters) for a, b in comparisons)
     ps = [r.test.p for r in results]
     adjusted = holm(ps, alpha) if method == "holm" else bonferroni(ps, alpha)
     return McNemarFamily(method, alpha, results, tuple(ps), adjusted.adjusted, adjusted.reject)
@@ -417,14 +466,14 @@ def _basis(basis: str) -> str:
     return basis
 
 
-def flip_rate_between(trials: pd.DataFrame, a: CondLike, b: CondLike, basis: Basis = "answer",
+def flip_rate_between(trials: TrialsLike, a: CondLike, b: CondLike, basis: Basis = "answer",
                       iterations: int = 2000, seed: int = 0, conf: float = 0.95,
                       letters: Sequence[str] = LETTERS) -> FlipRateResult:
     """Flip rate between two conditions (usually two variants), CI clustered by item."""
     column = _basis(basis)
-    frame = _checked(trials, letters)
+    table = _checked(trials, letters)
     ca, cb = _cond(a), _cond(b)
-    joined, ua, ub = _paired(frame, ca, cb, [column])
+    joined, ua, ub = _paired(table, ca, cb, [column])
     va = joined[f"{column}_a"].fillna("\x00none").to_numpy()
     vb = joined[f"{column}_b"].fillna("\x00none").to_numpy()
     flips = (va != vb).astype(np.float64)
@@ -539,15 +588,15 @@ class PositionResult(_Result):
     rstd_positions: tuple[str, ...]
 
 
-def position_metrics(trials: pd.DataFrame, condition: CondLike,
+def position_metrics(trials: TrialsLike, condition: CondLike,
                      reference: Literal["uniform", "truth"] = "uniform",
                      letters: Sequence[str] = LETTERS) -> PositionResult:
     """Position bias, per-position accuracy, CKLD and RStd of one condition (letters as shown)."""
     if reference not in ("uniform", "truth"):
         raise McqError(f"reference: must be 'uniform' or 'truth', got {reference!r}")
-    frame = _checked(trials, letters)
+    table = _checked(trials, letters)
     cond = _cond(condition)
-    part = _select(frame, cond)
+    part = _select(table, cond)
     names = tuple(str(v) for v in letters)
     n = len(part)
     pred = part["letter"].dropna().value_counts()
@@ -724,28 +773,26 @@ def _majority(codes: npt.NDArray[np.int64], n_letters: int
     return winner, top, tie
 
 
-def _rows_in(frame: pd.DataFrame, arm: str, model: str, variants: Sequence[str],
+def _rows_in(table: Trials, arm: str, model: str, variants: Sequence[str],
              incomplete: str, what: str) -> pd.DataFrame:
     """Rows of (arm, model) whose variant is one of ``variants``."""
     if incomplete not in ("exclude", "error"):
         raise McqError(f"incomplete: must be 'exclude' or 'error', got {incomplete!r}")
-    mask = ((frame["arm"] == arm) & (frame["model"] == model)
-            & frame["variant"].isin(list(variants)))  # fmt: skip
-    part = frame.loc[mask.to_numpy()]
+    part = table.rows_in(arm, model, variants)
     if part.empty:
         raise McqError(f"{what}: no trials for arm {arm!r}, model {model!r} in {list(variants)}")
     return part
 
 
-def _consistency_frame(frame: pd.DataFrame, arm: str, model: str, orders: Sequence[str],
+def _consistency_frame(table: Trials, arm: str, model: str, orders: Sequence[str],
                        basis: str, incomplete: str, what: str
                        ) -> tuple[pd.DataFrame, npt.NDArray[np.int64], list[Exclusion]]:
     """Wide table (item, rep) x orders of codes, complete groups only; the exclusions."""
     order_list = [str(v) for v in orders]
     if len(order_list) < 2 or len(set(order_list)) != len(order_list):
         raise McqError(f"{what}: orders must be >= 2 distinct variants, got {order_list}")
-    part = _rows_in(frame, arm, model, order_list, incomplete, what)
-    letters: tuple[str, ...] = frame.attrs["letters"]
+    part = _rows_in(table, arm, model, order_list, incomplete, what)
+    letters: tuple[str, ...] = table.letters
     index = _index_of(letters)
     counts = part.groupby(["item", "rep"], sort=True)["variant"].count()
     short = counts[counts < len(order_list)]
@@ -795,16 +842,16 @@ def _consistency(wide: pd.DataFrame, codes: npt.NDArray[np.int64], arm: str, mod
     return result, winner, top, tie
 
 
-def ordering_consistency(trials: pd.DataFrame, arm: str, model: str, orders: Sequence[str],
+def ordering_consistency(trials: TrialsLike, arm: str, model: str, orders: Sequence[str],
                          basis: Basis = "answer", incomplete: Incomplete = "exclude",
                          letters: Sequence[str] = LETTERS) -> ConsistencyResult:
     """Consistency of predictions across ``orders`` (all same, k−1 of k, …) per (item, rep)."""
-    frame = _checked(trials, letters)
+    table = _checked(trials, letters)
     column = _basis(basis)
-    wide, codes, excl = _consistency_frame(frame, str(arm), str(model), orders, column,
+    wide, codes, excl = _consistency_frame(table, str(arm), str(model), orders, column,
                                            incomplete, "consistency")
     result, _, _, _ = _consistency(wide, codes, str(arm), str(model),
-                                   [str(v) for v in orders], column, frame.attrs["letters"],
+                                   [str(v) for v in orders], column, table.letters,
                                    excl)
     return result
 
@@ -825,7 +872,7 @@ def _aggregated(wide: pd.DataFrame, columns: Sequence[str], winner: npt.NDArray[
     return tuple(out)
 
 
-def permutation_vote(trials: pd.DataFrame, arm: str, model: str, orders: Sequence[str],
+def permutation_vote(trials: TrialsLike, arm: str, model: str, orders: Sequence[str],
                      incomplete: Incomplete = "exclude", abstain_below: float | None = None,
                      conf: float = 0.95, letters: Sequence[str] = LETTERS) -> VoteResult:
     """Majority over the inverse-mapped answers of ``orders`` per (item, rep); see VoteResult.
@@ -834,11 +881,11 @@ def permutation_vote(trials: pd.DataFrame, arm: str, model: str, orders: Sequenc
     ``incomplete="exclude"`` and raises :class:`McqError` naming the item and the variant with
     ``incomplete="error"``. ``abstain_below`` adds the abstention summary at that agreement.
     """
-    frame = _checked(trials, letters)
+    table = _checked(trials, letters)
     order_list = [str(v) for v in orders]
-    wide, codes, excl = _consistency_frame(frame, str(arm), str(model), order_list, "answer",
+    wide, codes, excl = _consistency_frame(table, str(arm), str(model), order_list, "answer",
                                            incomplete, "permutation vote")
-    names: tuple[str, ...] = frame.attrs["letters"]
+    names: tuple[str, ...] = table.letters
     consistency, winner, top, tie = _consistency(wide, codes, str(arm), str(model),
                                                  order_list, "answer", names, excl)
     answers = _aggregated(wide, order_list, winner, top, tie, names)
@@ -881,7 +928,7 @@ class SelfConsistencyResult(_Result):
     exclusions: tuple[Exclusion, ...]
 
 
-def self_consistency(trials: pd.DataFrame, condition: CondLike, n_samples: int,
+def self_consistency(trials: TrialsLike, condition: CondLike, n_samples: int,
                      temperature: float, incomplete: Incomplete = "exclude",
                      conf: float = 0.95, letters: Sequence[str] = LETTERS
                      ) -> SelfConsistencyResult:
@@ -903,9 +950,9 @@ def self_consistency(trials: pd.DataFrame, condition: CondLike, n_samples: int,
                        "temperature > 0 (the seed uses 0.7)")
     if incomplete not in ("exclude", "error"):
         raise McqError(f"incomplete: must be 'exclude' or 'error', got {incomplete!r}")
-    frame = _checked(trials, letters)
-    names: tuple[str, ...] = frame.attrs["letters"]
-    part = _select(frame, cond).sort_values(["item", "rep"], kind="stable")
+    table = _checked(trials, letters)
+    names: tuple[str, ...] = table.letters
+    part = _select(table, cond).sort_values(["item", "rep"], kind="stable")
     part = part.assign(slot=part.groupby("item").cumcount())
     sizes = part.groupby("item")["slot"].count()
     exclusions: list[Exclusion] = []
@@ -970,7 +1017,7 @@ class ClozeResult(_Result):
     exclusions: tuple[Exclusion, ...]
 
 
-def cloze(trials: pd.DataFrame, condition: CondLike, missing: Incomplete = "error",
+def cloze(trials: TrialsLike, condition: CondLike, missing: Incomplete = "error",
           conf: float = 0.95, letters: Sequence[str] = LETTERS) -> ClozeResult:
     """Cloze accuracy, mean log-probability margin and position bias of one condition.
 
@@ -980,14 +1027,14 @@ def cloze(trials: pd.DataFrame, condition: CondLike, missing: Incomplete = "erro
     """
     if missing not in ("exclude", "error"):
         raise McqError(f"missing: must be 'exclude' or 'error', got {missing!r}")
-    frame = _checked(trials, letters)
+    table = _checked(trials, letters)
     cond = _cond(condition)
-    names: tuple[str, ...] = frame.attrs["letters"]
+    names: tuple[str, ...] = table.letters
     columns = [f"logprob_{v}" for v in names]
-    absent = [c for c in columns if c not in frame.columns]
+    absent = [c for c in columns if c not in table.frame.columns]
     if absent:
         raise McqError(f"cloze {cond.label}: trials table has no column {absent[0]!r}")
-    part = _select(frame, cond)
+    part = _select(table, cond)
     lp = part[columns].apply(pd.to_numeric, errors="coerce").to_numpy(dtype=np.float64)
     bad = ~np.isfinite(lp)
     exclusions: list[Exclusion] = []
@@ -1076,7 +1123,7 @@ def _dummies(values: npt.NDArray[Any], reference: str, name: str
     return [f"{name}[T.{v}]" for v in others], cols, levels
 
 
-def gee_arm_effects(trials: pd.DataFrame, reference: str,
+def gee_arm_effects(trials: TrialsLike, reference: str,
                     factors: Mapping[str, str] | None = None, conf: float = 0.95,
                     letters: Sequence[str] = LETTERS) -> GeeFit:
     """Logistic GEE (statsmodels, Binomial, Exchangeable, item as cluster) of arm effects.
@@ -1090,11 +1137,12 @@ def gee_arm_effects(trials: pd.DataFrame, reference: str,
     from statsmodels.genmod.families import Binomial
     from statsmodels.genmod.generalized_estimating_equations import GEE
 
-    frame = _checked(trials, letters)
+    table = _checked(trials, letters)
     extra = dict(factors or {})
     for column in extra:
         if column not in ("model", "variant"):
             raise McqError(f"factors: {column!r} is not 'model' or 'variant'")
+    frame = table.frame
     names = ["Intercept"]
     cols = [np.ones(len(frame))]
     arm_names, arm_cols, arms = _dummies(frame["arm"].to_numpy(), str(reference), "arm")
@@ -1209,19 +1257,21 @@ class ReviewSample(_Result):
     cases: tuple[ReviewCase, ...]
 
 
-def review_sample(trials: pd.DataFrame, failed: CondLike, succeeded: CondLike, size: int,
+def review_sample(trials: TrialsLike, failed: CondLike, succeeded: CondLike, size: int,
                   seed: int, letters: Sequence[str] = LETTERS) -> ReviewSample:
     """The declared review sample; responses come from the optional ``response`` column."""
     if isinstance(size, bool) or int(size) != size or size < 1:
         raise McqError(f"size: must be a positive integer, got {size!r}")
     if isinstance(seed, bool) or int(seed) != seed or seed < 0:
         raise McqError(f"seed: must be a non-negative integer, got {seed!r}")
-    frame = _checked(trials, letters)
-    if "response" not in frame.columns:
-        frame = frame.assign(response=None)
+    table = _checked(trials, letters)
+    has_response = "response" in table.frame.columns
     cf, cs = _cond(failed), _cond(succeeded)
-    joined, _, _ = _paired(frame, cf, cs, ["trial", "correct", "answer", "response",
-                                           "key_original"])
+    columns = ["trial", "correct", "answer", "key_original"] + (["response"] if has_response
+                                                                else [])
+    joined, _, _ = _paired(table, cf, cs, columns)
+    if not has_response:
+        joined = joined.assign(response_a=None, response_b=None)
     mask = ~joined["correct_a"].to_numpy(dtype=bool) & joined["correct_b"].to_numpy(dtype=bool)
     cand = joined.loc[mask]
     cases = []

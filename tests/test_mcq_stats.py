@@ -31,11 +31,12 @@ ROT1 = ("direct", "rotate-1", "m1")
 
 
 @pytest.fixture(scope="module")
-def table() -> pd.DataFrame:
+def table() -> mcq.Trials:
     return mcq.check_trials(synthetic_trials(items=60, reps=3, seed=5))
 
 
-def _row(frame: pd.DataFrame, **where: object) -> pd.Series:
+def _row(table: mcq.Trials | pd.DataFrame, **where: object) -> pd.DataFrame:
+    frame = table.frame if isinstance(table, mcq.Trials) else table
     mask = np.ones(len(frame), dtype=bool)
     for key, value in where.items():
         mask &= (frame[key] == value).to_numpy()
@@ -46,11 +47,18 @@ def _row(frame: pd.DataFrame, **where: object) -> pd.Series:
 # the table
 
 
-def test_check_trials_normalizes_and_remembers_letters(table: pd.DataFrame) -> None:
-    assert table.attrs["letters"] == mcq.LETTERS
-    assert table["rep"].dtype == np.int64
-    assert table["correct"].dtype == bool
-    assert table.loc[table["letter"].isna(), "parse"].ne("ok").all()
+def test_check_trials_normalizes_and_remembers_letters(table: mcq.Trials) -> None:
+    assert table.letters == mcq.LETTERS
+    frame = table.frame
+    assert frame["rep"].dtype == np.int64
+    assert frame["correct"].dtype == bool
+    assert frame.loc[frame["letter"].isna(), "parse"].ne("ok").all()
+    assert len(table.cells()) == 8 and len(table) == len(frame)
+    # a checked table is not changed through its frame (copy-on-write)
+    frame.loc[:, "correct"] = False
+    assert table.frame["correct"].any()
+    with pytest.raises(McqError, match="checked with"):
+        mcq.accuracy_by_cell(table, letters=("yes", "no"))
 
 
 @pytest.mark.parametrize(("change", "message"), [
@@ -93,7 +101,7 @@ def test_key_original_must_not_differ_within_an_item() -> None:
 # 1. accuracy
 
 
-def test_accuracy_by_cell_matches_counts_and_statsmodels_wilson(table: pd.DataFrame) -> None:
+def test_accuracy_by_cell_matches_counts_and_statsmodels_wilson(table: mcq.Trials) -> None:
     cells = mcq.accuracy_by_cell(table)
     assert len(cells) == 2 * 4  # arms x variants x one model
     for cell in cells:
@@ -110,7 +118,7 @@ def test_accuracy_by_cell_matches_counts_and_statsmodels_wilson(table: pd.DataFr
 # 2. McNemar
 
 
-def test_paired_mcnemar_matches_statsmodels(table: pd.DataFrame) -> None:
+def test_paired_mcnemar_matches_statsmodels(table: mcq.Trials) -> None:
     result = mcq.paired_mcnemar(table, DIRECT, COT)
     a = _row(table, arm="direct", variant="original").set_index(["item", "rep"])["correct"]
     b = _row(table, arm="cot", variant="original").set_index(["item", "rep"])["correct"]
@@ -145,7 +153,7 @@ def test_mcnemar_threshold_is_25_discordant_pairs(b: int, c: int, primary: str) 
 
 
 @pytest.mark.parametrize("method", ["holm", "bonferroni"])
-def test_mcnemar_family_adjusts_over_the_declared_family(table: pd.DataFrame,
+def test_mcnemar_family_adjusts_over_the_declared_family(table: mcq.Trials,
                                                          method: str) -> None:
     family = [(DIRECT, COT), (DIRECT, ROT1), (DIRECT, ("direct", "rotate-2", "m1")),
               (COT, ("cot", "swap", "m1"))]
@@ -177,7 +185,7 @@ def _cluster_bootstrap(values: np.ndarray, items: list[str], iterations: int,
 
 
 @pytest.mark.parametrize("basis", ["answer", "letter"])
-def test_flip_rate_counts_and_item_cluster_bootstrap(table: pd.DataFrame, basis: str) -> None:
+def test_flip_rate_counts_and_item_cluster_bootstrap(table: mcq.Trials, basis: str) -> None:
     result = mcq.flip_rate_between(table, DIRECT, ROT1, basis=basis,  # type: ignore[arg-type]
                                    iterations=400, seed=9)
     a = _row(table, arm="direct", variant="original").set_index(["item", "rep"])[basis]
@@ -214,7 +222,7 @@ def test_flip_bases_differ_as_in_the_seeds_table_5() -> None:
 # 4. position metrics
 
 
-def test_position_metrics_match_direct_formulas_and_scipy(table: pd.DataFrame) -> None:
+def test_position_metrics_match_direct_formulas_and_scipy(table: mcq.Trials) -> None:
     result = mcq.position_metrics(table, COT)
     part = _row(table, arm="cot", variant="original")
     parsed = part["letter"].dropna()
@@ -299,7 +307,7 @@ def test_vote_over_incomplete_orders_as_error_names_item_and_variant() -> None:
         mcq.permutation_vote(frame, "a", "m", ["o1", "o2", "o3", "o4"], incomplete="error")
 
 
-def test_vote_abstention_and_per_order_accuracy(table: pd.DataFrame) -> None:
+def test_vote_abstention_and_per_order_accuracy(table: mcq.Trials) -> None:
     result = mcq.permutation_vote(table, "direct", "m1", ORDERS, abstain_below=0.75)
     per = [_row(table, arm="direct", variant=v)["correct"].mean() for v in ORDERS]
     assert result.consistency.order_mean == pytest.approx(np.mean(per))
@@ -324,13 +332,13 @@ def test_consistency_levels_of_five_orders_over_four_letters_never_reach_one() -
     assert sum(levels.values()) == len(combos)
 
 
-def test_self_consistency_refuses_temperature_zero(table: pd.DataFrame) -> None:
+def test_self_consistency_refuses_temperature_zero(table: mcq.Trials) -> None:
     with pytest.raises(McqError, match=r"self-consistency direct/original/m1: temperature 0 is "
                                        r"a configuration error"):
         mcq.self_consistency(table, DIRECT, 3, 0.0)
 
 
-def test_self_consistency_majority_over_samples(table: pd.DataFrame) -> None:
+def test_self_consistency_majority_over_samples(table: mcq.Trials) -> None:
     result = mcq.self_consistency(table, COT, 3, 0.7)
     part = _row(table, arm="cot", variant="original").sort_values(["item", "rep"])
     for answer in result.answers[:10]:
@@ -344,9 +352,9 @@ def test_self_consistency_majority_over_samples(table: pd.DataFrame) -> None:
     assert result.mean_sample_accuracy == pytest.approx(part["correct"].mean())
 
 
-def test_self_consistency_with_missing_samples_excludes_or_refuses(table: pd.DataFrame) -> None:
-    frame = table.drop(index=_row(table, arm="cot", variant="original", item="q007",
-                                  rep=2).index)
+def test_self_consistency_with_missing_samples_excludes_or_refuses(table: mcq.Trials) -> None:
+    frame = table.frame.drop(index=_row(table, arm="cot", variant="original", item="q007",
+                                        rep=2).index)
     result = mcq.self_consistency(frame, COT, 3, 0.7)
     assert [e.item for e in result.exclusions] == ["q007"]
     assert result.n_items == 59
@@ -358,7 +366,7 @@ def test_self_consistency_with_missing_samples_excludes_or_refuses(table: pd.Dat
 # 7. cloze
 
 
-def test_cloze_choice_and_margin_match_a_direct_loop(table: pd.DataFrame) -> None:
+def test_cloze_choice_and_margin_match_a_direct_loop(table: mcq.Trials) -> None:
     result = mcq.cloze(table, DIRECT)
     part = _row(table, arm="direct", variant="original")
     margins, hits = [], 0
@@ -373,8 +381,8 @@ def test_cloze_choice_and_margin_match_a_direct_loop(table: pd.DataFrame) -> Non
 
 
 def test_cloze_with_a_missing_option_logprob_names_item_variant_and_letter(
-        table: pd.DataFrame) -> None:
-    frame = table.copy()
+        table: mcq.Trials) -> None:
+    frame = table.frame
     where = _row(frame, arm="direct", variant="rotate-1", item="q004", rep=1).index
     frame.loc[where, "logprob_C"] = np.nan
     with pytest.raises(McqError, match=r"item 'q004' variant 'rotate-1' .*no log-probability "
@@ -395,9 +403,9 @@ def test_cloze_on_a_table_without_logprobs_is_refused() -> None:
 # 8. GEE and seeds
 
 
-def test_gee_matches_the_statsmodels_formula_fit(table: pd.DataFrame) -> None:
+def test_gee_matches_the_statsmodels_formula_fit(table: mcq.Trials) -> None:
     fit = mcq.gee_arm_effects(table, "direct", {"variant": "original"})
-    data = table.assign(y=table["correct"].astype(float))
+    data = table.frame.assign(y=table.frame["correct"].astype(float))
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         ref = smf.gee("y ~ C(arm, Treatment('direct')) + C(variant, Treatment('original'))",
@@ -425,7 +433,7 @@ def test_mean_over_seeds_is_a_t_interval() -> None:
 # 9. review sample
 
 
-def test_review_sample_is_seeded_and_discordant(table: pd.DataFrame) -> None:
+def test_review_sample_is_seeded_and_discordant(table: mcq.Trials) -> None:
     sample = mcq.review_sample(table, COT, DIRECT, 5, seed=200)
     again = mcq.review_sample(table, COT, DIRECT, 5, seed=200)
     other = mcq.review_sample(table, COT, DIRECT, 5, seed=201)
@@ -433,7 +441,7 @@ def test_review_sample_is_seeded_and_discordant(table: pd.DataFrame) -> None:
     pair = mcq.paired_mcnemar(table, COT, DIRECT)
     assert sample.n_candidates == pair.c_count  # cot wrong, direct right
     for case in sample.cases:
-        failed = table.loc[table["trial"] == case.failed_trial].iloc[0]
+        failed = _row(table, trial=case.failed_trial).iloc[0]
         assert not failed["correct"] and failed["response"] == case.failed_response
     assert [c.order_key for c in sample.cases] == sorted(c.order_key for c in sample.cases)
 

@@ -41,7 +41,7 @@ def same(a: Any, b: Any, path: str = "", tol: float = 1e-9) -> None:
 
 
 @pytest.fixture(scope="module")
-def tables() -> tuple[pd.DataFrame, list[dict[str, Any]]]:
+def tables() -> tuple[mcq.Trials, list[dict[str, Any]]]:
     frame = synthetic_trials(items=40, arms=("direct", "cot"), models=("m1", "m2"),
                              variants=ORDERS, reps=3, seed=11, unparsed=0.06)
     return mcq.check_trials(frame), records(frame)
@@ -58,7 +58,7 @@ def test_verify_mcq_imports_nothing_from_the_writer() -> None:
                                                           "statsmodels", "pandas"), name
 
 
-def test_accuracy_mcnemar_family_agree(tables: tuple[pd.DataFrame, list[dict[str, Any]]]
+def test_accuracy_mcnemar_family_agree(tables: tuple[mcq.Trials, list[dict[str, Any]]]
                                        ) -> None:
     frame, rows = tables
     same([c.as_dict() for c in mcq.accuracy_by_cell(frame)], vm.accuracy_by_cell(rows))
@@ -70,7 +70,7 @@ def test_accuracy_mcnemar_family_agree(tables: tuple[pd.DataFrame, list[dict[str
 
 
 @pytest.mark.parametrize("basis", ["answer", "letter"])
-def test_flip_rates_agree_bit_for_bit(tables: tuple[pd.DataFrame, list[dict[str, Any]]],
+def test_flip_rates_agree_bit_for_bit(tables: tuple[mcq.Trials, list[dict[str, Any]]],
                                       basis: str) -> None:
     frame, rows = tables
     for other in ORDERS[1:]:
@@ -82,7 +82,7 @@ def test_flip_rates_agree_bit_for_bit(tables: tuple[pd.DataFrame, list[dict[str,
 
 
 @pytest.mark.parametrize("reference", ["uniform", "truth"])
-def test_position_metrics_agree(tables: tuple[pd.DataFrame, list[dict[str, Any]]],
+def test_position_metrics_agree(tables: tuple[mcq.Trials, list[dict[str, Any]]],
                                 reference: str) -> None:
     frame, rows = tables
     refused = 0
@@ -100,7 +100,7 @@ def test_position_metrics_agree(tables: tuple[pd.DataFrame, list[dict[str, Any]]
 
 
 def test_consistency_voting_and_self_consistency_agree(
-        tables: tuple[pd.DataFrame, list[dict[str, Any]]]) -> None:
+        tables: tuple[mcq.Trials, list[dict[str, Any]]]) -> None:
     frame, rows = tables
     for basis in ("answer", "letter"):
         same(mcq.ordering_consistency(frame, "cot", "m2", ORDERS, basis=basis).as_dict(),  # type: ignore[arg-type]
@@ -111,10 +111,10 @@ def test_consistency_voting_and_self_consistency_agree(
          vm.self_consistency(rows, COT, 3, 0.7))
 
 
-def test_exclusions_agree(tables: tuple[pd.DataFrame, list[dict[str, Any]]]) -> None:
+def test_exclusions_agree(tables: tuple[mcq.Trials, list[dict[str, Any]]]) -> None:
     frame, rows = tables
     given_up = {"direct|m1|rotate-2|q003|2", "direct|m1|swap|q010|1", "cot|m1|original|q005|3"}
-    kept = frame.loc[~frame["trial"].isin(given_up)]
+    kept = frame.frame.loc[~frame.frame["trial"].isin(given_up)]
     kept_rows = [r for r in rows if r["trial"] not in given_up]
     vote = mcq.permutation_vote(kept, "direct", "m1", ORDERS)
     assert [(e.item, e.rep) for e in vote.exclusions] == [("q003", 2), ("q010", 1)]
@@ -124,7 +124,7 @@ def test_exclusions_agree(tables: tuple[pd.DataFrame, list[dict[str, Any]]]) -> 
     same(sc.as_dict(), vm.self_consistency(kept_rows, COT, 3, 0.7))
 
 
-def test_cloze_review_and_seeds_agree(tables: tuple[pd.DataFrame, list[dict[str, Any]]]
+def test_cloze_review_and_seeds_agree(tables: tuple[mcq.Trials, list[dict[str, Any]]]
                                       ) -> None:
     frame, rows = tables
     for variant in ORDERS:
@@ -137,7 +137,7 @@ def test_cloze_review_and_seeds_agree(tables: tuple[pd.DataFrame, list[dict[str,
 
 
 def test_gee_mirror_agrees_with_analysis_and_statsmodels(
-        tables: tuple[pd.DataFrame, list[dict[str, Any]]]) -> None:
+        tables: tuple[mcq.Trials, list[dict[str, Any]]]) -> None:
     frame, rows = tables
     fit = mcq.gee_arm_effects(frame, "direct", {"model": "m1", "variant": "original"})
     mirror = vm.gee_arm_effects(rows, "direct", {"model": "m1", "variant": "original"})
@@ -145,11 +145,12 @@ def test_gee_mirror_agrees_with_analysis_and_statsmodels(
     expected = fit.as_dict()
     same({**expected, "warnings": []}, mirror, tol=1e-6)
     # and the mirror against statsmodels on a second, one-factor design
-    exog = np.column_stack([np.ones(len(frame)), (frame["arm"] == "cot").to_numpy(float)])
+    data = frame.frame
+    exog = np.column_stack([np.ones(len(data)), (data["arm"] == "cot").to_numpy(float)])
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        ref = sm.GEE(frame["correct"].to_numpy(float), exog,
-                     groups=pd.factorize(frame["item"], sort=True)[0],
+        ref = sm.GEE(data["correct"].to_numpy(float), exog,
+                     groups=pd.factorize(data["item"], sort=True)[0],
                      family=sm.families.Binomial(),
                      cov_struct=sm.cov_struct.Exchangeable()).fit()
     one = vm.gee_arm_effects(rows, "direct")
@@ -180,7 +181,7 @@ def test_other_label_sets_agree() -> None:
 
 
 def test_verify_mirror_matches_references_directly(
-        tables: tuple[pd.DataFrame, list[dict[str, Any]]]) -> None:
+        tables: tuple[mcq.Trials, list[dict[str, Any]]]) -> None:
     _, rows = tables
     result = vm.paired_mcnemar(rows, DIRECT, COT)
     grid = [[result["both_correct"], result["b_count"]],
@@ -202,7 +203,7 @@ def test_verify_mirror_matches_references_directly(
     (lambda r: vm.check_trials([{**x, "key": x["key_original"]} if x["variant"] == "rotate-1"
                                 else x for x in r]), "column 'correct' differs from"),
 ])  # fmt: skip
-def test_verify_mirror_refuses_bad_input(tables: tuple[pd.DataFrame, list[dict[str, Any]]],
+def test_verify_mirror_refuses_bad_input(tables: tuple[mcq.Trials, list[dict[str, Any]]],
                                          call, message: str) -> None:  # type: ignore[no-untyped-def]
     _, rows = tables
     with pytest.raises(vm.McqStatError, match=message):
