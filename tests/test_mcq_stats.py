@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import itertools
 import math
+import subprocess
+import sys
 import warnings
 from decimal import ROUND_HALF_UP, Decimal
 from pathlib import Path
@@ -588,3 +590,15 @@ def test_seed_text_differences_follow_from_its_tables() -> None:
     assert round(64.5 - 47.6, 1) == 16.9  # printed as 17.0 (Section 4.5): documented
     table_13 = {44.5: -1.3, 40.1: -5.7, 33.9: -11.9, 30.3: -15.5, 13.8: -32.0, 34.5: -11.3}
     assert {k: round(k - 45.8, 1) for k in table_13} == table_13
+
+
+@pytest.mark.slow
+def test_bench_mcq_quick_runs_every_statistic() -> None:
+    result = subprocess.run(
+        [sys.executable, str(ROOT / "benchmarks" / "bench_mcq.py"), "--items", "150",
+         "--iterations", "100"],
+        capture_output=True, text=True, timeout=300, check=False,
+    )  # fmt: skip
+    for label in ("6,000 scored trials", "12 McNemar tests", "16 flip rates", "4 votes",
+                  "tracemalloc peak", "x floor", "targets:"):
+        assert label in result.stdout, result.stdout + result.stderr

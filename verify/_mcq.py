@@ -288,7 +288,7 @@ def position_metrics(rows: Sequence[Mapping[str, Any]], condition: Any,
     p_truth = [v / n for v in truth]
     total = sum(abs(x - y) for x, y in zip(p_pred, p_truth, strict=True))
     value = ckld(pred, None if reference == "uniform" else truth)
-    per = []
+    per: list[dict[str, Any]] = []
     for v, count in zip(names, truth, strict=True):
         if count == 0:
             per.append({"letter": v, "n": 0, "correct": 0, "accuracy": None, "lower": None,
@@ -364,7 +364,7 @@ def _consistency(complete: Mapping[tuple[str, int], Mapping[str, Row]], arm: str
     tops = [_vote([g[v][basis] for v in orders])[1] for g in complete.values()]
     n = len(tops)
     agreement = [t / k for t in tops]
-    per_order = []
+    per_order: list[dict[str, Any]] = []
     for v in orders:
         c = sum(1 for g in complete.values() if g[v]["correct"])
         per_order.append({"variant": v, "n": n, "correct": c, "accuracy": c / n})
@@ -481,8 +481,9 @@ def cloze(rows: Sequence[Mapping[str, Any]], condition: Any, missing: str = "err
         lps = []
         for v in names:
             value = r.get(f"logprob_{v}")
-            ok = isinstance(value, int | float) and not isinstance(value, bool)
-            if not ok or not math.isfinite(float(value)):
+            number = (float(value) if isinstance(value, int | float)
+                      and not isinstance(value, bool) else math.nan)
+            if not math.isfinite(number):
                 reason = f"no log-probability for option letter {v!r}"
                 if missing == "error":
                     raise McqStatError(f"cloze: item {r['item']!r} variant {r['variant']!r}: "
@@ -490,7 +491,7 @@ def cloze(rows: Sequence[Mapping[str, Any]], condition: Any, missing: str = "err
                 exclusions.append({"item": r["item"], "rep": r["rep"], "arm": c[0],
                                    "model": c[2], "reason": reason, "trials": [r["trial"]]})
                 break
-            lps.append(float(value))
+            lps.append(number)
         else:
             best = max(range(len(names)), key=lambda j: (lps[j], -j))
             ordered = sorted(lps)
@@ -598,7 +599,7 @@ def gee_arm_effects(rows: Sequence[Mapping[str, Any]], reference: str,
             cross += (float(res.sum()) ** 2 - ssr) / 2.0
             pairs += len(idx) * (len(idx) - 1) / 2.0
         scale = ssr_total / (n - p)
-        return (cross / scale) / (pairs - p)
+        return float((cross / scale) / (pairs - p))
 
     converged = False
     for _ in range(max_iter):
