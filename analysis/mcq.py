@@ -792,6 +792,11 @@ def _consistency_frame(table: Trials, arm: str, model: str, orders: Sequence[str
     if len(order_list) < 2 or len(set(order_list)) != len(order_list):
         raise McqError(f"{what}: orders must be >= 2 distinct variants, got {order_list}")
     part = _rows_in(table, arm, model, order_list, incomplete, what)
+    present = set(part["variant"].unique().tolist())
+    absent = [v for v in order_list if v not in present]
+    if absent:
+        raise McqError(f"{what}: variant {absent[0]!r} has no trial for arm {arm!r}, model "
+                       f"{model!r}")
     letters: tuple[str, ...] = table.letters
     index = _index_of(letters)
     counts = part.groupby(["item", "rep"], sort=True)["variant"].count()

@@ -309,6 +309,12 @@ def test_vote_over_incomplete_orders_as_error_names_item_and_variant() -> None:
         mcq.permutation_vote(frame, "a", "m", ["o1", "o2", "o3", "o4"], incomplete="error")
 
 
+def test_vote_over_an_order_never_run_names_the_variant() -> None:
+    frame = _vote_rows({"q1": ["A", "A", "B", "A"], "q2": ["A", "B", "B", "C"]})
+    with pytest.raises(McqError, match="variant 'o5' has no trial for arm 'a', model 'm'"):
+        mcq.permutation_vote(frame, "a", "m", ["o1", "o2", "o3", "o4", "o5"])
+
+
 def test_vote_abstention_and_per_order_accuracy(table: mcq.Trials) -> None:
     result = mcq.permutation_vote(table, "direct", "m1", ORDERS, abstain_below=0.75)
     per = [_row(table, arm="direct", variant=v)["correct"].mean() for v in ORDERS]

@@ -338,6 +338,11 @@ def _groups(table: Sequence[Row], arm: str, model: str, orders: Sequence[str], i
             groups[(r["item"], r["rep"])][r["variant"]] = r
     if not groups:
         raise McqStatError(f"{what}: no trials for arm {arm!r}, model {model!r}")
+    present = {v for g in groups.values() for v in g}
+    for v in orders:
+        if v not in present:
+            raise McqStatError(f"{what}: variant {v!r} has no trial for arm {arm!r}, model "
+                               f"{model!r}")
     exclusions = []
     complete = {}
     for key in sorted(groups):
