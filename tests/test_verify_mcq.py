@@ -208,3 +208,23 @@ def test_verify_mirror_refuses_bad_input(tables: tuple[mcq.Trials, list[dict[str
     _, rows = tables
     with pytest.raises(vm.McqStatError, match=message):
         call(rows)
+
+
+@pytest.mark.parametrize("seed", [21, 22, 23])
+def test_random_small_tables_agree_with_many_ties_and_unparsed(seed: int) -> None:
+    orders = ["original", "rotate-1", "reverse", "shuffle-7"]
+    frame = synthetic_trials(items=9, arms=("x", "y"), models=("m",), variants=orders, reps=4,
+                             seed=seed, unparsed=0.3)
+    table, rows = mcq.check_trials(frame), records(frame)
+    same(mcq.permutation_vote(table, "x", "m", orders, abstain_below=0.5).as_dict(),
+         vm.permutation_vote(rows, "x", "m", orders, abstain_below=0.5))
+    same(mcq.ordering_consistency(table, "y", "m", orders, basis="letter").as_dict(),
+         vm.ordering_consistency(rows, "y", "m", orders, basis="letter"))
+    same(mcq.self_consistency(table, ("y", "reverse", "m"), 4, 1.0).as_dict(),
+         vm.self_consistency(rows, ("y", "reverse", "m"), 4, 1.0))
+    same(mcq.flip_rate_between(table, ("x", "original", "m"), ("y", "shuffle-7", "m"),
+                               iterations=50, seed=seed).as_dict(),
+         vm.flip_rate_between(rows, ("x", "original", "m"), ("y", "shuffle-7", "m"),
+                              iterations=50, seed=seed), tol=0.0)
+    same(mcq.paired_mcnemar(table, ("x", "rotate-1", "m"), ("y", "rotate-1", "m")).as_dict(),
+         vm.paired_mcnemar(rows, ("x", "rotate-1", "m"), ("y", "rotate-1", "m")))
