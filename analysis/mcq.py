@@ -1,7 +1,8 @@
 """Seed 002's multiple-choice statistics over a long-format table of scored trials (no I/O).
 
 The input is one row per scored trial (``docs/mcq-statistics.md`` gives every column and rule);
-:func:`check_trials` validates it and every other function calls it first. Conditions are
+:func:`check_trials` validates it once and returns a :class:`Trials` table, which every other
+function takes (a plain DataFrame is checked on each call). Conditions are
 ``(arm, variant, model)`` cells (:class:`Condition`); trials of two conditions are paired by
 ``(item, rep)``. Results are frozen dataclasses with ``as_dict()`` as in :mod:`analysis.stats`;
 inputs a statistic cannot be computed on raise :class:`McqError` (a :class:`StatsError`) with a
