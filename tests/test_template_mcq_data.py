@@ -471,6 +471,18 @@ def test_examples_are_disjoint_from_the_test_items(items: ItemSet, examples: Ite
         assert frozenset(map(norm, example.options)) not in option_sets, example.id
 
 
+def test_no_example_states_a_test_items_key(items: ItemSet, examples: ItemSet) -> None:
+    """The correct option of a test question appears in no example's question, options or
+    reasoning (the seed's concern: examples leaking information into the test item)."""
+    for example in examples:
+        shown = " ".join(
+            [example.data["question"], *example.options, example.data["rationale"]]
+        ).casefold()
+        for item in items:
+            key = item.options[LABELS.index(item.answer)].casefold()
+            assert not re.search(rf"\b{re.escape(key)}\b", shown), (example.id, item.id, key)
+
+
 def test_every_example_has_a_rationale_for_the_chain_of_thought_turns(examples: ItemSet) -> None:
     for example in examples:
         rationale = example.data.get("rationale", "")
@@ -604,11 +616,14 @@ def test_the_core_prompts_have_the_seeds_wording(
         q = item.data["question"]
         block = f"Question: {q}\n\n{options_block(item)}"
         direct = mcq.body("zs_direct", "medgemma_4b", item.id)
-        assert direct["messages"] == [{"role": "user", "content": [{"type": "text", "text": seed_mcq(
+        expected = seed_mcq(
             block,
             "Answer the following medical question by selecting the correct option.",
             "Answer with just the letter (A, B, C, or D):",
-        )}]}]
+        )
+        assert direct["messages"] == [
+            {"role": "user", "content": [{"type": "text", "text": expected}]}
+        ]
         assert direct["system"] == "You are a helpful medical assistant."
         assert direct["temperature"] == 0
         cot = mcq.body("zs_cot", "medgemma_4b", item.id)
