@@ -678,3 +678,39 @@ def test_the_evidence_prompts_have_the_seeds_wording(
             "Answer the following research question.\n\n"
             f"Question: {q}\n\nAnswer with one word: yes, no, or maybe.\n"
         )
+
+
+# ---------------------------------------------------------------- end to end (slow)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name", ["mcq", "evidence"])
+def test_the_draft_studies_run_end_to_end_and_verify(
+    name: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Locked, run on the simulated backend, scored, analysed, exported and verified: the
+    verifier re-renders every request (inline few-shot examples included) from these files."""
+    from click.testing import CliRunner
+
+    from ledger import SigningKey
+    from ledger.cli import main
+
+    monkeypatch.setenv("PROMPT_LEDGER_HOME", str(tmp_path / "home"))
+    key = tmp_path / "owner.key"
+    SigningKey.generate("mcq-data.example/owner").save(key)
+    root = tmp_path / name
+    shutil.copytree(DATA, root / "data")
+    shutil.copytree(PROMPTS, root / "prompts")
+    (root / "study.toml").write_text(STUDIES[name], encoding="utf-8")
+    archive = tmp_path / "archive"
+    for command in (
+        ["lock", root, "--key", key],
+        ["run", root, "--backend", "simulated", "--key", key],
+        ["score", root, "--key", key],
+        ["unblind", root, "--key", key],
+        ["analyze", root, "--key", key],
+        ["export", root, archive, "--key", key],
+        ["verify", archive],
+    ):
+        result = CliRunner().invoke(main, [str(a) for a in command])
+        assert result.exit_code == 0, (command[0], result.output)
