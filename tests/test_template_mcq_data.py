@@ -16,14 +16,15 @@ import glob
 import json
 import re
 import shutil
-import subprocess
-import sys
 import tomllib
 from collections import Counter
 from pathlib import Path
 
 import pytest
+from click.testing import CliRunner, Result
 
+from ledger import SigningKey
+from ledger.cli import main
 from runner.importers import import_dataset
 from runner.items import ItemSet, load_items
 from runner.lock import validate_for_lock
@@ -36,7 +37,6 @@ DATA = TEMPLATE / "data"
 PROMPTS = TEMPLATE / "prompts"
 ITEM_FILES = ("items.jsonl", "examples.jsonl", "abstracts.jsonl")
 LABELS = ("A", "B", "C", "D")
-LEDGER = Path(sys.executable).with_name("ledger")  # the console script of this environment
 SECTIONS = ["BACKGROUND", "METHODS", "RESULTS", "CONCLUSIONS"]
 
 # An option letter standing alone (the upper-case part of the multiple-choice parser's
@@ -362,11 +362,9 @@ def abstracts() -> ItemSet:
     return load_items(DATA / "abstracts.jsonl")
 
 
-def ledger(*args: str | Path) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [str(LEDGER), *map(str, args)],
-        capture_output=True, text=True, cwd=REPO, check=False,
-    )
+def ledger(*args: str | Path) -> Result:
+    """The ``ledger`` command line, in process."""
+    return CliRunner().invoke(main, [str(a) for a in args])
 
 
 # ---------------------------------------------------------------- the item files as files
@@ -376,8 +374,8 @@ def ledger(*args: str | Path) -> subprocess.CompletedProcess[str]:
 def test_ledger_items_check_accepts_each_item_file(name: str) -> None:
     path = DATA / name
     result = ledger("items", "check", path, "--json")
-    assert result.returncode == 0, result.stderr
-    report = json.loads(result.stdout)
+    assert result.exit_code == 0, result.output
+    report = json.loads(result.output)
     strict = load_items(path)
     assert report["count"] == len(strict)
     assert report["sha256"] == strict.sha256
@@ -566,8 +564,8 @@ def test_each_study_passes_the_lock_checks(studies: dict[str, Path], name: str) 
 
 def test_ledger_arms_shows_every_seed_condition(studies: dict[str, Path]) -> None:
     result = ledger("arms", studies["mcq"], "--json")
-    assert result.returncode == 0, result.stderr
-    shown = json.loads(result.stdout)
+    assert result.exit_code == 0, result.output
+    shown = json.loads(result.output)
     assert shown["problems"] == []
     arms = {a["id"]: a for a in shown["arms"]}
     assert len(arms) == 11
@@ -690,11 +688,6 @@ def test_the_draft_studies_run_end_to_end_and_verify(
 ) -> None:
     """Locked, run on the simulated backend, scored, analysed, exported and verified: the
     verifier re-renders every request (inline few-shot examples included) from these files."""
-    from click.testing import CliRunner
-
-    from ledger import SigningKey
-    from ledger.cli import main
-
     monkeypatch.setenv("PROMPT_LEDGER_HOME", str(tmp_path / "home"))
     key = tmp_path / "owner.key"
     SigningKey.generate("mcq-data.example/owner").save(key)
@@ -712,5 +705,5 @@ def test_the_draft_studies_run_end_to_end_and_verify(
         ["export", root, archive, "--key", key],
         ["verify", archive],
     ):
-        result = CliRunner().invoke(main, [str(a) for a in command])
+        result = ledger(*command)
         assert result.exit_code == 0, (command[0], result.output)
