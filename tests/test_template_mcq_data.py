@@ -158,9 +158,10 @@ components = ["direct_intro", "item", "direct_ask"]
 system = ["system"]
 
 [arms.zs_cot]
-role = "factorial"
+role = "matched-control"
 components = ["cot_intro", "item", "cot_ask"]
 system = ["system"]
+differs_from = { arm = "zs_direct", by = ["direct_intro", "direct_ask"] }
 
 [arms.fs_direct]
 role = "factorial"
@@ -175,9 +176,10 @@ system = ["system"]
 fewshot = "curated_cot"
 
 [arms.answer_only]
-role = "vehicle"
+role = "dismantling"
 components = ["item"]
 system = ["system"]
+differs_from = { arm = "zs_direct", by = ["direct_intro", "direct_ask"] }
 
 [arms.fs_random]
 role = "factorial"
@@ -567,6 +569,7 @@ def test_ledger_arms_shows_every_seed_condition(studies: dict[str, Path]) -> Non
     assert result.exit_code == 0, result.output
     shown = json.loads(result.output)
     assert shown["problems"] == []
+    assert {c["arm"]: c["holds"] for c in shown["claims"]} == {"zs_cot": True, "answer_only": True}
     arms = {a["id"]: a for a in shown["arms"]}
     assert len(arms) == 11
     fewshot = {a.get("fewshot") for a in arms.values()} - {None}
