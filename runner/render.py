@@ -264,6 +264,7 @@ class Renderer:
                 else parse_template("{answer}", f"[fewshot.{name}] answer")
             )  # fmt: skip
         self._images: dict[Path, tuple[str, str, int, int]] = {}
+        self._varied: dict[tuple[str, str], Item] = {}
 
     # ------------------------------------------------------------------ pieces
 
@@ -295,12 +296,27 @@ class Renderer:
         """The slot values of ``item``."""
         return item_values(item, self.option_format, self.separator, answers=answers)
 
-    def item_block(self, stimulus: str) -> str | None:
+    def varied_item(self, stimulus: str, variant: str | None) -> Item:
+        """The item of a trial: as written, or as its variant makes it (``docs/variants.md``)."""
+        assert self.items is not None
+        item = self.items.by_id[stimulus]
+        if variant is None:
+            return item
+        key = (stimulus, variant)
+        cached = self._varied.get(key)
+        if cached is None:
+            from runner.variants import apply
+
+            cached = apply(self.study.variant(variant), item)
+            self._varied[key] = cached
+        return cached
+
+    def item_block(self, stimulus: str, variant: str | None = None) -> str | None:
         """The item template rendered for a stimulus, trailing newlines removed (None: none)."""
         if self.item_template is None:
             return None
         if self.items is not None:
-            item = self.items.by_id[stimulus]
+            item = self.varied_item(stimulus, variant)
             values = self.values(item)
         else:
             values = {"id": stimulus}
@@ -322,13 +338,16 @@ class Renderer:
             for e in drawn
         ]
 
-    def arm_text(self, arm: str, stimulus: str, examples: Sequence[tuple[str, str]]) -> str:
+    def arm_text(
+        self, arm: str, stimulus: str, examples: Sequence[tuple[str, str]],
+        variant: str | None = None,
+    ) -> str:
         """The trial's user text (section 3): components, item block and inline examples."""
         spec = self.study.arms[arm]
         inline = (
             spec.fewshot is not None and self.study.fewshot[spec.fewshot].style == "inline"
         )
-        block = self.item_block(stimulus)
+        block = self.item_block(stimulus, variant)
         parts: list[str] = []
         for name in self.study.placed_components(arm):
             if name == "item":
@@ -350,12 +369,18 @@ class Renderer:
 
     # ------------------------------------------------------------------ the request
 
-    def body(self, arm: str, model: str | None, stimulus: str) -> dict[str, Any]:
-        """The Messages API request object of a trial (``docs/prompts.md`` section 6)."""
+    def body(
+        self, arm: str, model: str | None, stimulus: str, variant: str | None = None
+    ) -> dict[str, Any]:
+        """The Messages API request object of a trial (``docs/prompts.md`` section 6).
+
+        ``variant``: the trial's variant, applied to the item before the template
+        (``docs/variants.md`` section 4).
+        """
         spec = self.study.arms[arm]
         examples = self.example_texts(arm, stimulus)
         content: list[dict[str, Any]] = [self._image_block(p) for p in self.image_paths(stimulus)]
-        text = self.arm_text(arm, stimulus, examples)
+        text = self.arm_text(arm, stimulus, examples, variant)
         if text:
             content.append({"type": "text", "text": text})
         messages: list[dict[str, Any]] = []
@@ -399,7 +424,11 @@ class Renderer:
             return out
         if self.item_template is not None:
             pool = list(self.items) if self.items is not None else []
-            out += self._unfilled(self.item_template, pool, answers=False)
+            varied, variant_problems = self._varied_pool()
+            out += variant_problems
+            if variant_problems:
+                return out
+            out += self._unfilled(self.item_template, varied or pool, answers=False)
         for name, examples in self.examples.items():
             where = f"[fewshot.{name}]"
             if self.item_template is not None:
@@ -436,6 +465,43 @@ class Renderer:
                 out.append(f"{study.spec_path}: arms.{arm.id}.components: 'examples' needs "
                            "an example set (fewshot = \"NAME\")")  # fmt: skip
         return out
+
+    def _varied_pool(self) -> tuple[list[Item], list[str]]:
+        """Every (item, variant) of the schedule applied, and every variant that cannot apply.
+
+        Each problem names the item file and line, the item and the variant
+        (``docs/variants.md``); a variant that fails on many items is reported for the first
+        three.
+        """
+        from runner.schedule import subset
+        from runner.variants import VariantError
+
+        study = self.study
+        if not study.variants or self.items is None:
+            return [], []
+        try:
+            study.variant_list()
+        except VariantError as exc:
+            return [], [f"{study.spec_path}: {exc}"]
+        name = study.rel(study.items_path) if study.items_path is not None else "items"
+        pool: dict[tuple[str, str], Item] = {}
+        problems: dict[str, list[str]] = {}
+        stims = [i.id for i in self.items]
+        for arm in study.arms.values():
+            items = stims if arm.subset is None else subset(arm.subset[1], stims, arm.subset[0])
+            for variant in study.arm_variants(arm.id):
+                for item_id in items:
+                    if (item_id, variant.name) in pool:
+                        continue
+                    item = self.items.by_id[item_id]
+                    try:
+                        pool[(item_id, variant.name)] = self.varied_item(item_id, variant.name)
+                    except VariantError as exc:
+                        found = problems.setdefault(variant.name, [])
+                        if len(found) < 3 and not any(f.endswith(str(exc)) for f in found):
+                            found.append(f"{name}:{item.line}: {exc}")
+        out = [p for found in problems.values() for p in found]
+        return list(pool.values()), out
 
     def _unfilled(self, template: Template, items: Sequence[Item], *, answers: bool) -> list[str]:
         out: list[str] = []

@@ -35,6 +35,7 @@ __all__ = [
     "read_answer_table",
     "stimulus_sources",
     "study_truth",
+    "variant_truth",
     "truth_problems",
 ]
 
@@ -289,6 +290,28 @@ def study_truth(study: Study) -> dict[str, list[Glyph] | str]:
         return read_truth_csv(study.truth_path)
     table = read_answer_table(study.truth_path, study.answer_column or "")
     return dict(table.answers)
+
+
+def variant_truth(study: Study) -> dict[tuple[str, str], tuple[str, str | None]]:
+    """(answer, order) of every (item, variant) the schedule runs (``docs/variants.md`` §5).
+
+    The answer is the varied item's (a permutation's remapped key); the order is the
+    permutation's order string, None for a text variant. Empty for a study without variants.
+    """
+    from runner.variants import apply, variant_order
+
+    if not study.variants:
+        return {}
+    items = study.load_items()
+    out: dict[tuple[str, str], tuple[str, str | None]] = {}
+    for variant in study.variant_list():
+        for item in items:
+            try:
+                varied = apply(variant, item)
+            except ValueError:
+                continue  # not run (an arm subset): lock refused every pair that is
+            out[(item.id, variant.name)] = (varied.answer, variant_order(variant, item))
+    return out
 
 
 def stimulus_sources(study: Study) -> dict[str, str]:
