@@ -54,6 +54,16 @@ MODEL_ITEM_COLUMNS = (
     "trial", "arm", "model", "stimulus", "rep", "row", "position", "truth", "answer", "correct",
 )  # fmt: skip
 """``items.csv`` of a study with ``[models]``."""
+VARIANT_TRIAL_COLUMNS = (
+    "trial", "arm", "model", "stimulus", "variant", "rep", "response_seq", "status", "n_items",
+    "n_answered", "n_correct", "accuracy", "control", "excluded",
+)  # fmt: skip
+"""``trials.csv`` of a study with variants (``docs/variants.md`` section 5)."""
+VARIANT_ITEM_COLUMNS = (
+    "trial", "arm", "model", "stimulus", "variant", "order", "rep", "row", "position", "truth",
+    "answer", "correct", "truth_original", "answer_original",
+)  # fmt: skip
+"""``items.csv`` of a study with variants: the order and the answers mapped back."""
 
 
 @dataclass(frozen=True)
@@ -70,12 +80,18 @@ class Dataset:
     models: tuple[str, ...] = ()
     """The models of a ``[models]`` study in declaration order (``model_order``); empty for a
     ``[model]`` study. The frames' ``model`` column holds each row's model (``""`` without)."""
+    variants: bool = False
+    """Whether the study declares variants (``docs/variants.md``): the frames' ``variant``
+    column then names each row's variant (``""`` without)."""
 
     def __post_init__(self) -> None:
         for name in ("trials", "items"):
             frame = getattr(self, name)
             if "model" not in frame.columns:  # a frame built without models (benchmarks)
-                object.__setattr__(self, name, frame.assign(model=""))
+                frame = frame.assign(model="")
+            if "variant" not in frame.columns:
+                frame = frame.assign(variant="")
+            object.__setattr__(self, name, frame)
 
     @property
     def several_models(self) -> bool:
@@ -87,17 +103,24 @@ class Dataset:
         trials = self.trials[self.trials["model"] == model]
         items = self.items[self.items["model"] == model]
         given_up = tuple(g for g in self.given_up if split_trial(g)[1] == model)
-        return Dataset(trials, items, self.arms, given_up, self.scores_sha256, self.sources)
+        return Dataset(
+            trials, items, self.arms, given_up, self.scores_sha256, self.sources,
+            variants=self.variants,
+        )
 
     def trials_csv(self) -> bytes:
         """The trial table as CSV (``\\n`` line ends).
 
         Columns :data:`TRIAL_COLUMNS`, or :data:`MODEL_TRIAL_COLUMNS` for a ``[models]`` study.
         """
+        if self.variants:
+            return _csv(self.trials, VARIANT_TRIAL_COLUMNS)
         return _csv(self.trials, MODEL_TRIAL_COLUMNS if self.models else TRIAL_COLUMNS)
 
     def items_csv(self) -> bytes:
         """The item table as CSV (columns :data:`ITEM_COLUMNS` or :data:`MODEL_ITEM_COLUMNS`)."""
+        if self.variants:
+            return _csv(self.items, VARIANT_ITEM_COLUMNS)
         return _csv(self.items, MODEL_ITEM_COLUMNS if self.models else ITEM_COLUMNS)
 
 
@@ -150,6 +173,7 @@ def load_dataset(
     parser: str = TUMBLING_E,
     sources: dict[str, str] | None = None,
     models: Sequence[str] = (),
+    variants: bool = False,
 ) -> Dataset:
     """Build the dataset from the ledger; refuses before ``blinding.revealed``.
 
@@ -184,10 +208,12 @@ def load_dataset(
         )
         n_items = int(body["n_items"])
         model = split_trial(request["trial"])[1] or ""
+        variant = str(request.get("variant", ""))
+        order = str(body.get("order", ""))
         trial_rows.append(
             {
                 "trial": request["trial"], "arm": arm, "model": model,
-                "stimulus": request["stimulus"],
+                "stimulus": request["stimulus"], "variant": variant,
                 "rep": int(request["rep"]), "response_seq": body["response_seq"],
                 "status": body["status"], "n_items": n_items,
                 "n_answered": int(body["n_answered"]), "n_correct": int(body["n_correct"]),
@@ -200,13 +226,15 @@ def load_dataset(
             item_rows.append(
                 {
                     "trial": request["trial"], "arm": arm, "model": model,
-                    "stimulus": request["stimulus"],
+                    "stimulus": request["stimulus"], "variant": variant, "order": order,
                     "rep": int(request["rep"]), "row": item["row"], "position": item["position"],
                     "truth": item["truth"], "answer": item["answer"], "correct": item["correct"],
+                    "truth_original": _back(order, item["truth"]),
+                    "answer_original": _back(order, item["answer"]),
                 }
             )  # fmt: skip
-    trials = pd.DataFrame(trial_rows, columns=list(MODEL_TRIAL_COLUMNS))
-    items_df = pd.DataFrame(item_rows, columns=list(MODEL_ITEM_COLUMNS))
+    trials = pd.DataFrame(trial_rows, columns=list(VARIANT_TRIAL_COLUMNS))
+    items_df = pd.DataFrame(item_rows, columns=list(VARIANT_ITEM_COLUMNS))
     trials = trials.sort_values("response_seq", kind="stable").reset_index(drop=True)
     given_up = tuple(e.body["trial"] for e in log.events("trial.failed") if e.body.get("final"))
     return Dataset(
@@ -217,7 +245,20 @@ def load_dataset(
         sealed.body["scores_sha256"],
         dict(sources or {}),
         tuple(models),
+        variants,
     )
+
+
+def _back(order: str, label: Any) -> Any:
+    """A label mapped back to the original options (``docs/variants.md`` section 2).
+
+    ``order`` empty (no permutation) or an answer that is not one of its labels (None, or a
+    label the item does not have) gives the label unchanged.
+    """
+    if not order or not isinstance(label, str) or len(label) != 1:
+        return label
+    index = ord(label) - ord("A")
+    return order[index] if 0 <= index < len(order) else label
 
 
 # ------------------------------------------------------------------------------- results
@@ -568,7 +609,7 @@ def _per_group_diff(ds: Dataset, a: str, b: str) -> dict[str, float]:
 
 def _paired_items(ds: Dataset, a: str, b: str) -> pd.DataFrame:
     it = _items(ds)
-    keys = ["model", "stimulus", "rep", "row", "position"]
+    keys = ["model", "stimulus", "variant", "rep", "row", "position"]
     left = it[it["arm"] == a].loc[:, [*keys, "correct", "answer", "truth"]]
     right = it[it["arm"] == b].loc[:, [*keys, "correct", "answer"]]
     return left.merge(right, on=keys, suffixes=("_a", "_b"))
@@ -1016,7 +1057,8 @@ def analyze_study(root: str | Path, key: SigningKey) -> AnalyzeResult:
         parser = str((plan.get("response") or {}).get("parser", TUMBLING_E))
         sources = stimulus_sources(study) if settings.get("random_intercept") == "source" else {}
         ds = load_dataset(
-            log, exclude_unparseable=exclude, parser=parser, sources=sources, models=models(plan)
+            log, exclude_unparseable=exclude, parser=parser, sources=sources, models=models(plan),
+            variants=bool(plan.get("variants")),
         )
         results = run_analyses(ds, plan)
         trials_csv, items_csv = ds.trials_csv(), ds.items_csv()

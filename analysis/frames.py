@@ -212,11 +212,11 @@ class _Builder:
         order = schedule_ids(self.recorded.blob(protocol.blobs["schedule"]))
         for number, trial in enumerate(order, 1):
             parts = trial.split("|")
-            if len(parts) not in (3, 4) or not parts[-1].isdigit():
+            if len(parts) not in (3, 4, 5) or not parts[-1].isdigit():
                 raise self.fail(
                     protocol,
-                    f"schedule line {number} is not a trial id arm|stimulus|rep or "
-                    "arm|model|stimulus|rep",
+                    f"schedule line {number} is not a trial id arm|stimulus|rep, "
+                    "arm|model|stimulus|rep or arm|model|stimulus|variant|rep",
                 )
         tried = attempts(self.events)
         by_response = {
