@@ -504,7 +504,9 @@ def verdict_caution(result: dict[str, Any]) -> str | None:
 
 
 def _trial_outcome(ds: Dataset) -> pd.DataFrame:
-    t = _analysable(ds).loc[:, ["trial", "arm", "model", "stimulus", "rep", "accuracy"]]
+    t = _analysable(ds).loc[
+        :, ["trial", "arm", "model", "stimulus", "variant", "rep", "accuracy"]
+    ]
     if ds.sources:
         t["source"] = t["stimulus"].map(ds.sources)
     return t
@@ -942,6 +944,8 @@ def _question_run(ds: Dataset, design: dict[str, Any], arm: str, model: str | No
             if model is None and ds.several_models
             else t["rep"].tolist()
         )
+        if ds.variants:  # a run is (variant, replicate): docs/variants.md §5
+            runs = [f"{v}|{r}" for v, r in zip(t["variant"].tolist(), runs, strict=True)]
         res = stats.bootstrap_clustered(
             t["accuracy"].to_numpy(dtype=np.float64),
             t["stimulus"].tolist(),
