@@ -32,9 +32,12 @@ class Trial:
 
     @classmethod
     def from_id(cls, trial_id: str, position: int) -> Trial:
-        """Split ``"{arm}|{stimulus}|{rep}"``, ``"{arm}|{model}|{stimulus}|{rep}"`` or the
-        five-part ``"{arm}|{model}|{stimulus}|{variant}|{rep}"`` of a study with variants (an
-        empty model part: the one ``[model]``, ``docs/variants.md`` section 4)."""
+        """Split a trial id into its parts.
+
+        ``"{arm}|{stimulus}|{rep}"``, ``"{arm}|{model}|{stimulus}|{rep}"`` or the five-part
+        ``"{arm}|{model}|{stimulus}|{variant}|{rep}"`` of a study with variants (an empty model
+        part: the one ``[model]``, ``docs/variants.md`` section 4).
+        """
         parts = trial_id.split("|")
         if len(parts) == 5:
             arm, model, stimulus, variant, rep = parts

@@ -35,8 +35,8 @@ __all__ = [
     "read_answer_table",
     "stimulus_sources",
     "study_truth",
-    "variant_truth",
     "truth_problems",
+    "variant_truth",
 ]
 
 YES_NO_MAYBE: Final = ("yes", "no", "maybe")

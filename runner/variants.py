@@ -359,7 +359,9 @@ def transform_text(variant: Variant, item: Item) -> str | None:
                 f"but metadata {source!r} has {have}; one label per paragraph is needed"
             )
         wanted = set(params["labels"])
-        kept_paragraphs = [p for p, label in zip(paragraphs, labels, strict=True) if label in wanted]
+        kept_paragraphs = [
+            p for p, label in zip(paragraphs, labels, strict=True) if label in wanted
+        ]
         if not kept_paragraphs:
             raise VariantError(
                 f"{_where(variant, item)}: no paragraph is labelled "

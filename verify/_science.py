@@ -32,7 +32,6 @@ import rfc8785
 from verify import _restats as st
 from verify._envelope import is_hex64
 from verify._items import ItemError, ItemFile, read_items
-from verify._variants import VariantError, Variants, back_to_original
 from verify._reader.events import EventReader
 from verify._reader.files import MAX_PARSED_BYTES, ArchiveFileError, ArchiveFiles
 from verify._reader.names import EVENTS, line_where
@@ -45,6 +44,7 @@ from verify._rescore import (
     read_truth,
     score_body,
 )
+from verify._variants import VariantError, Variants, back_to_original
 
 __all__ = [
     "ABS_TOL",

@@ -89,11 +89,9 @@ def _sentence_spans(text: str) -> list[tuple[int, int, int]]:
         word = text[s:e]
         while word and word[-1] in CLOSING:
             word = word[:-1]
-        ends = word[-1:] in (".", "!", "?")
-        if k + 1 < len(spans):
-            ends = ends or text[e : spans[k + 1][0]].count("\n") > 1
-        else:
-            ends = True
+        last = k + 1 == len(spans)
+        gap = "" if last else text[e : spans[k + 1][0]]
+        ends = last or word[-1:] in (".", "!", "?") or gap.count("\n") > 1
         if ends:
             out.append((spans[begin][0], e, k + 1 - begin))
             begin = k + 1
@@ -262,7 +260,9 @@ class Variants:
         table = self.declared[self.defs[name][0]]
         kind = table["kind"]
         field = table.get("field")
-        text = item.get(field) if type(field) is str else None
+        if type(field) is not str:
+            raise VariantError(f"{where}: the declaration names no field")
+        text = item.get(field)
         if type(text) is not str:
             raise VariantError(f"{where}: the item has no text field {field!r}")
         if kind == "drop-field":
