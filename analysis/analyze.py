@@ -152,7 +152,7 @@ def labels(plan: dict[str, Any]) -> tuple[str, ...] | None:
         return ORIENTATIONS
     if parser == "yes-no-maybe":
         return YES_NO_MAYBE
-    if parser == "multiple-choice":
+    if parser in ("multiple-choice", "cloze"):
         return tuple(str(response.get("letters") or "ABCD"))
     return None
 

@@ -55,7 +55,9 @@ SECTIONS: Final = (
 
 TABLE_KEYS: Final[dict[str, tuple[str, ...]]] = {
     "study": ("id", "title", "origin", "amendable"),
-    "model": ("provider", "id", "max_tokens", "temperature", "top_p", "top_k", "stop"),
+    "model": (
+        "provider", "id", "max_tokens", "temperature", "top_p", "top_k", "stop", "logprobs",
+    ),
     "prompt": ("item", "option_format", "option_separator"),
     "stimuli": ("directory", "truth", "answer_column", "items"),
     "design": ("replicates", "seed", "bootstrap_seed", "bootstrap_iterations", "blinding_secret"),

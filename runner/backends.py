@@ -298,6 +298,9 @@ def openai_body(body: dict[str, Any]) -> dict[str, Any]:
             out[name] = body[name]
     if "stop_sequences" in body:
         out["stop"] = list(body["stop_sequences"])
+    for name in ("logprobs", "top_logprobs"):
+        if name in body:
+            out[name] = body[name]
     return out
 
 

@@ -234,6 +234,9 @@ def request_parameters(model: ModelSpec, sampling: Mapping[str, Any]) -> dict[st
     }
     if "stop" in merged:
         out["stop_sequences"] = list(merged["stop"])
+    if "logprobs" in merged:  # docs/prompts.md §5: cloze scoring reads them
+        out["logprobs"] = True
+        out["top_logprobs"] = merged["logprobs"]
     return out
 
 

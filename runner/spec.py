@@ -32,15 +32,19 @@ CORRECTIONS = ("none", "bonferroni", "holm")
 SIDES = ("one-sided", "two-sided")
 PARSERS = (
     "tumbling-e-json", "multiple-choice", "yes-no-maybe", "orientation-word", "exact",
-    "normalized",
+    "normalized", "cloze",
 )  # fmt: skip
 """Every parser a study may name (``docs/scoring.md``)."""
 VOCABULARY_PARSERS = ("multiple-choice", "yes-no-maybe", "orientation-word")
 """Single-answer parsers with a closed set of labels (they take ``[response] mode``)."""
 TEXT_PARSERS = ("exact", "normalized")
 """Single-answer parsers that compare the whole response text with the truth."""
-SINGLE_ANSWER_PARSERS = VOCABULARY_PARSERS + TEXT_PARSERS
+LETTER_PARSERS = ("multiple-choice", "cloze")
+"""Parsers whose answers are option letters (they take ``[response] letters``)."""
+SINGLE_ANSWER_PARSERS = (*VOCABULARY_PARSERS, *TEXT_PARSERS, "cloze")
 """Parsers scored against one answer per stimulus (``[stimuli] answer_column``)."""
+LOGPROB_PROVIDERS = ("openai", "openai-compatible")
+"""Providers whose servers return token log-probabilities (``logprobs``, ``top_logprobs``)."""
 MODES = ("exactly-one", "first-token")
 """Parser modes of ``docs/scoring.md`` section 5.2."""
 DEFAULT_LETTERS = "ABCD"
@@ -245,7 +249,7 @@ class Study:
             plan["answer_column"] = self.answer_column
         if self.parser in VOCABULARY_PARSERS:
             plan["mode"] = self.mode
-        if self.parser == "multiple-choice":
+        if self.parser in LETTER_PARSERS:
             plan["letters"] = self.letters
         return plan
 
@@ -865,6 +869,17 @@ def _sampling(
             c.add(f"{where}.top_k", "provider 'openai' takes no top_k (the chat API has none)")
         elif isinstance(top_k, bool) or not isinstance(top_k, int) or top_k < 1:
             c.add(f"{where}.top_k", f"must be a positive integer, got {top_k!r}")
+    if full and "logprobs" in table:
+        out["logprobs"] = table["logprobs"]
+        value = out["logprobs"]
+        if provider not in LOGPROB_PROVIDERS:
+            c.add(
+                f"{where}.logprobs",
+                f"provider {provider!r} cannot return log-probabilities (only "
+                f"{' and '.join(LOGPROB_PROVIDERS)} servers do)",
+            )
+        elif isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= 20:
+            c.add(f"{where}.logprobs", f"must be an integer from 1 to 20, got {value!r}")
     if "stop" in out:
         stop = out["stop"]
         most = 4 if openai else 8
@@ -1020,9 +1035,12 @@ def _response(c: _Collector, data: dict[str, Any]) -> _Response:
         c.add("response.parser", f"unknown parser {parser!r}; use one of {', '.join(PARSERS)}")
     response_format = _str(c, response, "format", "response", parser or "tumbling-e-json")
     letters: str | None = None
-    if "letters" in response and parser != "multiple-choice":
-        c.add("response.letters", f"applies to the multiple-choice parser only, not {parser!r}")
-    elif parser == "multiple-choice":
+    if "letters" in response and parser not in LETTER_PARSERS:
+        c.add(
+            "response.letters",
+            f"applies to the multiple-choice and cloze parsers only, not {parser!r}",
+        )
+    elif parser in LETTER_PARSERS:
         letters = _str(c, response, "letters", "response", DEFAULT_LETTERS)
         if letters and (
             not re.fullmatch(r"[A-Z]{2,26}", letters) or len(set(letters)) != len(letters)
@@ -1155,7 +1173,7 @@ def load_study(root: str | Path, *, strict: bool = True) -> Study:
     letters = response.letters
     response_table = data.get("response")
     if (
-        items is not None and response.parser == "multiple-choice"
+        items is not None and response.parser in LETTER_PARSERS
         and not (isinstance(response_table, dict) and "letters" in response_table)
         and not c.problems
     ):  # fmt: skip

@@ -425,6 +425,12 @@ def parameter_problems(where: str, params: Mapping[str, Any]) -> list[str]:
             bad("stop", "is not a list of non-empty strings")
         elif most is not None and not least <= len(stop) <= most:
             bad("stop", f"must hold {least} to {most} strings ({provider})")
+    logprobs = params.get("logprobs")
+    if logprobs is not None:
+        if provider not in ("openai", "openai-compatible"):
+            bad("logprobs", f"cannot be returned by provider {provider!r}")
+        elif type(logprobs) is not int or not 1 <= logprobs <= 20:
+            bad("logprobs", "is not an integer from 1 to 20")
     return problems
 
 
@@ -487,6 +493,9 @@ def messages_request(
             request[name] = params[name]
     if params.get("stop") is not None:
         request["stop_sequences"] = list(params["stop"])
+    if params.get("logprobs") is not None:  # §5: a model that returns log-probabilities
+        request["logprobs"] = True
+        request["top_logprobs"] = params["logprobs"]
     return request
 
 
@@ -515,6 +524,9 @@ def openai_request(request: Mapping[str, Any]) -> dict[str, Any]:
             out[name] = request[name]
     if "stop_sequences" in request:
         out["stop"] = request["stop_sequences"]
+    for name in ("logprobs", "top_logprobs"):
+        if name in request:
+            out[name] = request[name]
     return out
 
 

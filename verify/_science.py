@@ -888,7 +888,7 @@ def _labels(plan: dict[str, Any]) -> tuple[str, ...] | None:
         return ORIENTATIONS
     if parser == "yes-no-maybe":
         return ("yes", "no", "maybe")
-    if parser == "multiple-choice":
+    if parser in ("multiple-choice", "cloze"):
         return tuple(str(response.get("letters") or "ABCD"))
     return None
 
