@@ -28,6 +28,7 @@ from typing import Any
 
 import numpy as np
 import pandas as pd
+import rfc8785
 
 from analysis import stats
 from analysis.rows import split_trial
@@ -64,6 +65,9 @@ VARIANT_ITEM_COLUMNS = (
     "answer", "correct", "truth_original", "answer_original",
 )  # fmt: skip
 """``items.csv`` of a study with variants: the order and the answers mapped back."""
+CLOZE_ITEM_COLUMNS = ("logprobs", "margin")
+"""Appended to ``items.csv`` for the ``cloze`` parser: each letter's log-probability (the
+RFC 8785 JSON object of the scores) and the margin (``docs/scoring.md`` §5.5)."""
 
 
 @dataclass(frozen=True)
@@ -83,6 +87,8 @@ class Dataset:
     variants: bool = False
     """Whether the study declares variants (``docs/variants.md``): the frames' ``variant``
     column then names each row's variant (``""`` without)."""
+    cloze: bool = False
+    """Whether the parser is ``cloze``: ``items.csv`` then ends in :data:`CLOZE_ITEM_COLUMNS`."""
 
     def __post_init__(self) -> None:
         for name in ("trials", "items"):
@@ -105,7 +111,7 @@ class Dataset:
         given_up = tuple(g for g in self.given_up if split_trial(g)[1] == model)
         return Dataset(
             trials, items, self.arms, given_up, self.scores_sha256, self.sources,
-            variants=self.variants,
+            variants=self.variants, cloze=self.cloze,
         )
 
     def trials_csv(self) -> bytes:
@@ -119,9 +125,11 @@ class Dataset:
 
     def items_csv(self) -> bytes:
         """The item table as CSV (columns :data:`ITEM_COLUMNS` or :data:`MODEL_ITEM_COLUMNS`)."""
-        if self.variants:
-            return _csv(self.items, VARIANT_ITEM_COLUMNS)
-        return _csv(self.items, MODEL_ITEM_COLUMNS if self.models else ITEM_COLUMNS)
+        columns = (
+            VARIANT_ITEM_COLUMNS if self.variants
+            else MODEL_ITEM_COLUMNS if self.models else ITEM_COLUMNS
+        )  # fmt: skip
+        return _csv(self.items, columns + CLOZE_ITEM_COLUMNS if self.cloze else columns)
 
 
 def _csv(df: pd.DataFrame, columns: Sequence[str]) -> bytes:
@@ -231,10 +239,15 @@ def load_dataset(
                     "truth": item["truth"], "answer": item["answer"], "correct": item["correct"],
                     "truth_original": _back(order, item["truth"]),
                     "answer_original": _back(order, item["answer"]),
+                    "logprobs": (
+                        rfc8785.dumps(item["logprobs"]).decode("utf-8")
+                        if "logprobs" in item else None
+                    ),
+                    "margin": item.get("margin"),
                 }
             )  # fmt: skip
     trials = pd.DataFrame(trial_rows, columns=list(VARIANT_TRIAL_COLUMNS))
-    items_df = pd.DataFrame(item_rows, columns=list(VARIANT_ITEM_COLUMNS))
+    items_df = pd.DataFrame(item_rows, columns=[*VARIANT_ITEM_COLUMNS, *CLOZE_ITEM_COLUMNS])
     trials = trials.sort_values("response_seq", kind="stable").reset_index(drop=True)
     given_up = tuple(e.body["trial"] for e in log.events("trial.failed") if e.body.get("final"))
     return Dataset(
@@ -246,6 +259,7 @@ def load_dataset(
         dict(sources or {}),
         tuple(models),
         variants,
+        parser == "cloze",
     )
 
 

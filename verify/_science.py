@@ -460,6 +460,7 @@ class _Dataset:
     sources: dict[str, str] = field(default_factory=dict)
     models: list[str] = field(default_factory=list)  # model_order of a [models] study
     variants: bool = False  # the study declares variants (docs/variants.md)
+    cloze: bool = False  # the parser is cloze: items.csv ends in logprobs, margin
 
     @property
     def several_models(self) -> bool:
@@ -475,6 +476,7 @@ class _Dataset:
             self.scores_sha256,
             self.sources,
             variants=self.variants,
+            cloze=self.cloze,
         )
 
     def analysable(self) -> list[dict[str, Any]]:
@@ -597,6 +599,11 @@ def _dataset(archive: _Archive, plan: dict[str, Any]) -> _Dataset:
                 "order": order,
                 "truth_original": _original(order, i.get("truth")),
                 "answer_original": _original(order, i.get("answer")),
+                "logprobs": (
+                    bytes(rfc8785.dumps(i["logprobs"])).decode("utf-8")
+                    if "logprobs" in i else None
+                ),
+                "margin": i.get("margin"),
             }
             for i in items
         ]
@@ -613,6 +620,7 @@ def _dataset(archive: _Archive, plan: dict[str, Any]) -> _Dataset:
         _sources(archive) if by_source else {},
         _plan_models(plan),
         variants=plan.get("variants") is not None,
+        cloze=(plan.get("response") or {}).get("parser") == "cloze",
     )
 
 
@@ -1257,10 +1265,13 @@ def _reanalysis(archive: _Archive) -> tuple[Check, list[str]]:
     ds = _dataset(archive, plan)
     if ds.variants:
         trials_csv = _csv_bytes(ds.trials, VARIANT_TRIAL_COLUMNS)
-        items_csv = _csv_bytes(ds.items, VARIANT_ITEM_COLUMNS)
+        item_columns: tuple[str, ...] = VARIANT_ITEM_COLUMNS
     else:
         trials_csv = _csv_bytes(ds.trials, MODEL_TRIAL_COLUMNS if ds.models else TRIAL_COLUMNS)
-        items_csv = _csv_bytes(ds.items, MODEL_ITEM_COLUMNS if ds.models else ITEM_COLUMNS)
+        item_columns = MODEL_ITEM_COLUMNS if ds.models else ITEM_COLUMNS
+    if ds.cloze:  # analysis.md §2: each letter's log-probability and the margin
+        item_columns = (*item_columns, "logprobs", "margin")
+    items_csv = _csv_bytes(ds.items, item_columns)
     first = archive.at(results[0])
     for name, data in (("trials_csv", trials_csv), ("items_csv", items_csv)):
         digest = hashlib.sha256(data).hexdigest()
