@@ -228,7 +228,7 @@ class TextParams:
       the context must hold for ``yes`` or ``no`` (else ``maybe``).
     * ``negation_window = 3``: yes/no/maybe: how many words from a covered word a negation
       may stand to make the answer ``no``.
-    * ``weight_position = 1.0``, ``weight_position_shot = 0.5``: multiple choice: a slip goes
+    * ``weight_position = 0.5``, ``weight_position_shot = 1.0``: multiple choice: a slip goes
       to another option with weight ``exp(s)`` for the first option label (``A``) and 1 for
       the others, ``s = weight_position + weight_position_shot * examples``: a prior towards
       the first position that few-shot examples strengthen (module docstring, *Position*).
@@ -244,8 +244,8 @@ class TextParams:
     unparseable: float = 0.03
     coverage_threshold: float = 0.5
     negation_window: int = 3
-    weight_position: float = 1.0
-    weight_position_shot: float = 0.5
+    weight_position: float = 0.5
+    weight_position_shot: float = 1.0
 
     def as_dict(self) -> dict[str, Any]:
         """The parameters as a plain dict (with ``"version": TEXT_PARAMS_VERSION``)."""

@@ -15,6 +15,7 @@ import csv
 import hashlib
 import io
 import json
+import math
 import shutil
 from collections.abc import Iterator
 from pathlib import Path
@@ -31,6 +32,7 @@ from ledger.cli import main
 from runner import variants as rv
 from runner.items import Item
 from runner.request import RequestBuilder, Trial
+from runner.simulated_text import SimulatedTextModel
 from runner.spec import load_study
 from verify import verify_archive
 from verify._variants import VariantError, Variants
@@ -540,3 +542,73 @@ def test_the_verifier_refuses_an_order_that_is_not_the_expansion() -> None:
     names[-2], names[-1] = names[-1], names[-2]
     with pytest.raises(VariantError, match="is not the expansion"):
         verifier_variants(names)
+
+
+# ------------------------------------------------------------------------------ the simulation
+
+
+def mc_request(
+    question: str, options: list[str], shots: int, model: str = "m-1"
+) -> dict[str, Any]:
+    """A Messages request as docs/prompts.md renders one: ``shots`` worked examples as turns."""
+    messages: list[dict[str, Any]] = []
+    for k in range(shots):
+        example = f"Question: Example {k}?\nA. one\nB. two\nC. three\nD. four\n"
+        messages.append({"role": "user", "content": [{"type": "text", "text": example}]})
+        messages.append({"role": "assistant", "content": [{"type": "text", "text": "Answer: B"}]})
+    lines = "\n".join(f"{'ABCD'[i]}. {text}" for i, text in enumerate(options))
+    text = f"Question: {question}\n{lines}\n"
+    messages.append({"role": "user", "content": [{"type": "text", "text": text}]})
+    return {"model": model, "max_tokens": 16, "temperature": 0, "messages": messages}
+
+
+def test_the_simulated_model_favours_a_more_with_examples_and_flips_on_reordering() -> None:
+    """Seed 002's phenomena, from the prompt and options alone (docs/simulated.md)."""
+    from analysis.parse import parse_response
+
+    model = SimulatedTextModel()
+    words = ["heart", "lung", "liver", "kidney", "spleen", "brain", "skin", "bone"]
+
+    def answer(request: dict[str, Any]) -> str | None:
+        raw = json.dumps(model.respond(request, "s")).encode()
+        return parse_response(raw, "anthropic-messages", "multiple-choice").answer
+
+    expected: dict[int, float] = {}
+    observed: dict[int, float] = {}
+    flips = by_content = total = 0
+    for shots in (0, 3):
+        picks, mass = [], 0.0
+        for i in range(300):
+            options = [f"{words[(i + k) % 8]} {i}-{k}" for k in range(4)]
+            question = f"Which organ matters in case {i}?"
+            request = mc_request(question, options, shots)
+            mass += dict(model.letter_distribution(request))["A"]
+            first = answer(request)
+            picks.append(first)
+            if shots == 0:  # rotate-1 (docs/variants.md §2.2): order DABC
+                rotated = [options[3], options[0], options[1], options[2]]
+                second = answer(mc_request(question, rotated, shots))
+                if first and second:
+                    total += 1
+                    flips += first != second
+                    by_content += options["ABCD".index(first)] != rotated["ABCD".index(second)]
+        expected[shots] = mass / 300
+        observed[shots] = picks.count("A") / len(picks)
+    # a prior towards A that examples strengthen: the model's own probability of A, and what
+    # it answered, both above the quarter of a position-blind reader
+    assert expected[3] > expected[0] > 0.25, expected
+    assert observed[3] > 0.25 and observed[0] > 0.25, observed
+    assert flips / total > 0.2 and by_content < flips  # letters flip more often than contents
+
+
+def test_the_letter_distribution_gives_log_probabilities_from_the_prompt_alone() -> None:
+    model = SimulatedTextModel()
+    options = ["Liver", "Lung", "Heart pumps blood", "Skin"]
+    request = mc_request("Which organ pumps blood?", options, 0)
+    dist = dict(model.letter_distribution(request))
+    assert math.isclose(sum(dist.values()), 1.0)
+    assert max(dist, key=lambda k: dist[k]) == model.reader_answer(request) == "C"
+    data = model.respond_openai({**request, "logprobs": True, "top_logprobs": 4}, "s")
+    top = data["choices"][0]["logprobs"]["content"][0]["top_logprobs"]
+    assert top[0]["token"] == "C"
+    assert {t["token"]: t["logprob"] for t in top} == {k: math.log(v) for k, v in dist.items()}
