@@ -612,3 +612,20 @@ def test_the_letter_distribution_gives_log_probabilities_from_the_prompt_alone()
     top = data["choices"][0]["logprobs"]["content"][0]["top_logprobs"]
     assert top[0]["token"] == "C"
     assert {t["token"]: t["logprob"] for t in top} == {k: math.log(v) for k, v in dist.items()}
+
+
+def test_the_notebook_frames_carry_the_variant(built: tuple[Path, Path]) -> None:
+    from analysis import load
+
+    _, archive = built
+    frames = load(archive)
+    assert set(frames.trials["variant"]) == {
+        "original", "rot1", "swap", "s42", "first-half", "results", "salient",
+    }
+    rot = frames.items[frames.items["variant"] == "rot1"]
+    assert set(rot["order"]) == {"DABC"}
+    answered = rot[rot["answer"].notna()]
+    assert all(
+        o == "DABC"["ABCD".index(a)]
+        for a, o in zip(answered["answer"], answered["answer_original"], strict=True)
+    )
