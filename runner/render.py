@@ -489,6 +489,26 @@ class Renderer:
         name = study.rel(study.items_path) if study.items_path is not None else "items"
         pool: dict[tuple[str, str], Item] = {}
         problems: dict[str, list[str]] = {}
+        every = study.variant_list()
+        for arm in study.arms.values():
+            for listed in arm.variants or ():
+                if not any(v.name == listed or v.declared == listed for v in every):
+                    problems.setdefault(listed, []).append(
+                        f"{study.spec_path}: arms.{arm.id}.variants: {listed!r} is not a "
+                        f"variant of the study (its variants: {', '.join(v.name for v in every)})"
+                    )
+        slots = {s.name: s for s in self.item_template.slots()} if self.item_template else {}
+        for variant in every:
+            dropped = variant.spec.params.get("field")
+            if variant.spec.kind == "drop-field" and dropped in slots:
+                slot = slots[str(dropped)]
+                problems.setdefault(variant.name, []).append(
+                    f"{self.item_template.name if self.item_template else ''}:{slot.line}:"
+                    f"{slot.column}: slot {{{dropped}}}: variant {variant.name!r} (drop-field) "
+                    f"removes the field {dropped!r} that the item template places"
+                )
+        if problems:
+            return [], [p for found in problems.values() for p in found]
         stims = [i.id for i in self.items]
         for arm in study.arms.values():
             items = stims if arm.subset is None else subset(arm.subset[1], stims, arm.subset[0])

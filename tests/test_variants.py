@@ -629,3 +629,17 @@ def test_the_notebook_frames_carry_the_variant(built: tuple[Path, Path]) -> None
         o == "DABC"["ABCD".index(a)]
         for a, o in zip(answered["answer"], answered["answer_original"], strict=True)
     )
+
+
+def test_dropping_a_field_the_template_places_is_refused_naming_the_slot(tmp_path: Path) -> None:
+    table = '[variants.noctx]\nkind = "drop-field"\nfield = "context"\n'
+    out = lock_fails(tmp_path, with_variant(table))
+    assert "prompts/item.txt:1:10: slot {context}: variant 'noctx' (drop-field) removes" in out
+
+
+def test_an_arm_naming_an_order_beyond_the_expansion_is_refused(tmp_path: Path) -> None:
+    spec = with_variant('[variants.every]\nkind = "all-orders"\n').replace(
+        'variants = ["original", "rot1"]', 'variants = ["original", "every-99"]'
+    )
+    out = lock_fails(tmp_path, spec)
+    assert "arms.B.variants: 'every-99' is not a variant of the study" in out
