@@ -527,17 +527,21 @@ class Renderer:
         return list(pool.values()), out
 
     def _unfilled(self, template: Template, items: Sequence[Item], *, answers: bool) -> list[str]:
-        out: list[str] = []
-        for slot in template.slots():
-            for item in items:
-                values = self.values(item, answers=answers)
-                if slot.name not in values:
-                    out.append(
-                        f"{template.name}:{slot.line}:{slot.column}: slot {{{slot.name}}}: item "
-                        f"{item.id!r} has no such field{_hint(slot.name, item)}"
-                    )
-                    break
-        return out
+        """For each slot some item cannot fill, a problem naming the first such item."""
+        slots = template.slots()
+        lacking: dict[int, Item] = {}  # slot index -> the first item that lacks it
+        for item in items:
+            values = self.values(item, answers=answers)
+            for index, slot in enumerate(slots):
+                if index not in lacking and slot.name not in values:
+                    lacking[index] = item
+            if len(lacking) == len(slots):
+                break
+        return [
+            f"{template.name}:{slots[i].line}:{slots[i].column}: slot {{{slots[i].name}}}: item "
+            f"{lacking[i].id!r} has no such field{_hint(slots[i].name, lacking[i])}"
+            for i in sorted(lacking)
+        ]
 
     def _overlap(self, name: str, examples: ItemSet) -> list[str]:
         if self.items is None:

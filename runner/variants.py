@@ -269,9 +269,11 @@ def kept_count(total: int, fraction: float) -> int:
     return max(1, math.floor(total * exact + Fraction(1, 2)))
 
 
-def sentences(text: str) -> list[tuple[int, int, int]]:
-    """Section 3.3: (start, end, word count) of every sentence."""
-    spans = words(text)
+def sentences(
+    text: str, spans: list[tuple[int, int]] | None = None
+) -> list[tuple[int, int, int]]:
+    """Section 3.3: (start, end, word count) of every sentence (``spans``: its words, if known)."""
+    spans = words(text) if spans is None else spans
     out: list[tuple[int, int, int]] = []
     first = 0
     for index, (start, end) in enumerate(spans):
@@ -314,7 +316,7 @@ def _field(variant: Variant, item: Item) -> tuple[str, str]:
     value = item.data.get(name)
     if not isinstance(value, str):
         raise VariantError(f"{_where(variant, item)}: the item has no text field {name!r}")
-    if variant.spec.kind != "drop-field" and not words(value):
+    if variant.spec.kind != "drop-field" and _WORD.search(value) is None:
         raise VariantError(f"{_where(variant, item)}: field {name!r} has no words")
     return name, value
 
@@ -334,7 +336,7 @@ def transform_text(variant: Variant, item: Item) -> str | None:
             (total - k) // 2
         )
         return text[spans[start][0] : spans[start + k - 1][1]]
-    sents = sentences(text)
+    sents = sentences(text, spans)
     if kind == "keep-sentences-prefix":
         k = kept_count(total, float(params["fraction"]))
         kept, used = 1, sents[0][2]
