@@ -415,6 +415,16 @@ def test_a_variant_definition_changed_after_lock_fails_naming_the_trial(copy_: P
     assert "does not re-score" in failed(report, "rescore")
 
 
+def test_a_malformed_variant_definition_is_a_failure_not_a_crash(copy_: Path) -> None:
+    events = read_events(copy_)
+    protocol = next(e for e in events if e["kind"] == "protocol.locked")
+    protocol["body"]["variants"]["first-half"]["fraction"] = "half"
+    forge(copy_, events)
+    report = verify_archive(copy_)
+    reason = failed(report, "requests")
+    assert "variants.first-half.fraction: 'half'" in reason
+
+
 def test_a_changed_stopword_list_fails_naming_the_trial(copy_: Path) -> None:
     events = read_events(copy_)
     relock(copy_, events, "stop.txt", lambda b: b + b"vitamin\nc\n")

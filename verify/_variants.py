@@ -134,6 +134,7 @@ class Variants:
         for name, table in declared.items():
             if type(table) is not dict or table.get("kind") not in REORDER | TEXT:
                 raise VariantError(f"protocol.locked variants.{name}: not a declaration of a kind")
+            _check_declaration(name, table)
             self.declared[name] = table
             if table["kind"] == "keep-salient":
                 path = table.get("stopwords")
@@ -324,6 +325,41 @@ class Variants:
         keep = sorted(ranked[: int(table.get("count", 0))])
         out[field] = " ".join(text[sents[s][0] : sents[s][1]] for s in keep)
         return out
+
+
+_KEYS: dict[str, tuple[str, ...]] = {
+    "rotate": ("k",), "shuffle": ("seed",), "order": ("order",),
+    "keep-first": ("field", "fraction"), "keep-last": ("field", "fraction"),
+    "keep-middle": ("field", "fraction"), "keep-sentences-prefix": ("field", "fraction"),
+    "keep-first-sentences": ("field", "count"), "keep-last-sentences": ("field", "count"),
+    "keep-sections": ("field", "labels"), "keep-salient": ("field", "count", "stopwords"),
+    "drop-field": ("field",),
+}  # fmt: skip
+"""§1: the keys each kind needs (``labels_from`` and ``query`` have defaults)."""
+
+
+def _check_declaration(name: str, table: dict[str, Any]) -> None:
+    """§1: every key a kind needs, of its type; :class:`VariantError` naming the first fault."""
+    where = f"protocol.locked variants.{name}"
+    for key in _KEYS.get(str(table["kind"]), ()):
+        if key not in table:
+            raise VariantError(f"{where}: kind {table['kind']!r} needs {key!r}")
+    for key, value in table.items():
+        ok = True
+        if key in ("k", "count"):
+            ok = type(value) is int and value >= 1
+        elif key == "seed":
+            ok = (type(value) is int and value >= 0) or (type(value) is str and value.isdigit())
+        elif key == "fraction":
+            ok = type(value) in (int, float) and 0 < value < 1
+        elif key == "labels":
+            ok = type(value) is list and bool(value) and all(type(v) is str for v in value)
+        elif key in ("order", "field", "labels_from", "query", "stopwords", "kind"):
+            ok = type(value) is str and value != ""
+        else:
+            ok = False
+        if not ok:
+            raise VariantError(f"{where}.{key}: {value!r} is not what docs/variants.md §1 allows")
 
 
 def _permutations(labels: str) -> list[str]:
