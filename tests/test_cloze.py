@@ -392,3 +392,24 @@ def test_logprobs_on_an_anthropic_model_is_refused_naming_the_line(tmp_path: Pat
     spec = SPEC.replace('provider = "openai-compatible"', 'provider = "anthropic"')
     out = lock_fails(tmp_path, spec)
     assert "study.toml:10: models.local.logprobs: provider 'anthropic' cannot return" in out
+
+
+def test_the_mcq_trials_table_carries_each_letters_log_probability(
+    built: tuple[Path, Path, Any, str],
+) -> None:
+    from analysis.analyze import load_dataset
+    from analysis.mcq_rows import mcq_trials
+
+    root, _, _, _ = built
+    with Ledger.open(root / "ledger.db", readonly=True) as log:
+        ds = load_dataset(log, parser="cloze", variants=True, models=("local",))
+    table = mcq_trials(ds)
+    assert [c for c in table.columns if c.startswith("logprob_")] == [
+        "logprob_A", "logprob_B", "logprob_C", "logprob_D",
+    ]
+    ok = table[table["parse"] == "ok"]
+    for row in ok.to_dict("records"):
+        best = max("ABCD", key=lambda k: (row[f"logprob_{k}"], -ord(k)))
+        assert row["letter"] == best
+    dropped = table[table["item"] == "q2"]
+    assert dropped["logprob_D"].isna().all() and dropped["letter"].isna().all()

@@ -653,3 +653,28 @@ def test_an_arm_naming_an_order_beyond_the_expansion_is_refused(tmp_path: Path) 
     )
     out = lock_fails(tmp_path, spec)
     assert "arms.B.variants: 'every-99' is not a variant of the study" in out
+
+
+def test_the_mcq_trials_table_has_what_the_statistics_need(built: tuple[Path, Path]) -> None:
+    """The MCQ statistics' trials table from the dataset: keys remapped, answers mapped back."""
+    from analysis.analyze import load_dataset
+    from analysis.mcq_rows import MCQ_COLUMNS, mcq_trials
+
+    root, _ = built
+    with Ledger.open(root / "ledger.db", readonly=True) as log:
+        ds = load_dataset(log, parser="multiple-choice", variants=True)
+    table = mcq_trials(ds)
+    assert list(table.columns) == list(MCQ_COLUMNS)
+    assert len(table) == 4 * 7 + 4 * 2 and table["trial"].is_unique
+    keys = {i["id"]: i["answer"] for i in ITEMS}
+    for row in table.to_dict("records"):
+        assert row["key_original"] == keys[row["item"]]
+        assert (row["letter"] is None) == (row["answer"] is None) == (row["parse"] != "ok")
+        if row["letter"] is not None:
+            assert row["correct"] == (row["letter"] == row["key"])
+            assert row["correct"] == (row["answer"] == row["key_original"])
+        else:
+            assert row["correct"] is False
+    rot = table[table["variant"] == "rot1"]
+    assert all(k == "ABCD"[("ABCD".index(o) + 1) % 4]
+               for k, o in zip(rot["key"], rot["key_original"], strict=True))  # fmt: skip
