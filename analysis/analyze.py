@@ -28,6 +28,7 @@ from typing import Any
 
 import numpy as np
 import pandas as pd
+import rfc8785
 
 from analysis import stats
 from analysis.rows import split_trial
@@ -55,6 +56,19 @@ MODEL_ITEM_COLUMNS = (
     "trial", "arm", "model", "stimulus", "rep", "row", "position", "truth", "answer", "correct",
 )  # fmt: skip
 """``items.csv`` of a study with ``[models]``."""
+VARIANT_TRIAL_COLUMNS = (
+    "trial", "arm", "model", "stimulus", "variant", "rep", "response_seq", "status", "n_items",
+    "n_answered", "n_correct", "accuracy", "control", "excluded",
+)  # fmt: skip
+"""``trials.csv`` of a study with variants (``docs/variants.md`` section 5)."""
+VARIANT_ITEM_COLUMNS = (
+    "trial", "arm", "model", "stimulus", "variant", "order", "rep", "row", "position", "truth",
+    "answer", "correct", "truth_original", "answer_original",
+)  # fmt: skip
+"""``items.csv`` of a study with variants: the order and the answers mapped back."""
+CLOZE_ITEM_COLUMNS = ("logprobs", "margin")
+"""Appended to ``items.csv`` for the ``cloze`` parser: each letter's log-probability (the
+RFC 8785 JSON object of the scores) and the margin (``docs/scoring.md`` §5.5)."""
 
 
 @dataclass(frozen=True)
@@ -71,12 +85,20 @@ class Dataset:
     models: tuple[str, ...] = ()
     """The models of a ``[models]`` study in declaration order (``model_order``); empty for a
     ``[model]`` study. The frames' ``model`` column holds each row's model (``""`` without)."""
+    variants: bool = False
+    """Whether the study declares variants (``docs/variants.md``): the frames' ``variant``
+    column then names each row's variant (``""`` without)."""
+    cloze: bool = False
+    """Whether the parser is ``cloze``: ``items.csv`` then ends in :data:`CLOZE_ITEM_COLUMNS`."""
 
     def __post_init__(self) -> None:
         for name in ("trials", "items"):
             frame = getattr(self, name)
             if "model" not in frame.columns:  # a frame built without models (benchmarks)
-                object.__setattr__(self, name, frame.assign(model=""))
+                frame = frame.assign(model="")
+            if "variant" not in frame.columns:
+                frame = frame.assign(variant="")
+            object.__setattr__(self, name, frame)
 
     @property
     def several_models(self) -> bool:
@@ -88,18 +110,27 @@ class Dataset:
         trials = self.trials[self.trials["model"] == model]
         items = self.items[self.items["model"] == model]
         given_up = tuple(g for g in self.given_up if split_trial(g)[1] == model)
-        return Dataset(trials, items, self.arms, given_up, self.scores_sha256, self.sources)
+        return Dataset(
+            trials, items, self.arms, given_up, self.scores_sha256, self.sources,
+            variants=self.variants, cloze=self.cloze,
+        )
 
     def trials_csv(self) -> bytes:
         """The trial table as CSV (``\\n`` line ends).
 
         Columns :data:`TRIAL_COLUMNS`, or :data:`MODEL_TRIAL_COLUMNS` for a ``[models]`` study.
         """
+        if self.variants:
+            return _csv(self.trials, VARIANT_TRIAL_COLUMNS)
         return _csv(self.trials, MODEL_TRIAL_COLUMNS if self.models else TRIAL_COLUMNS)
 
     def items_csv(self) -> bytes:
         """The item table as CSV (columns :data:`ITEM_COLUMNS` or :data:`MODEL_ITEM_COLUMNS`)."""
-        return _csv(self.items, MODEL_ITEM_COLUMNS if self.models else ITEM_COLUMNS)
+        columns = (
+            VARIANT_ITEM_COLUMNS if self.variants
+            else MODEL_ITEM_COLUMNS if self.models else ITEM_COLUMNS
+        )  # fmt: skip
+        return _csv(self.items, columns + CLOZE_ITEM_COLUMNS if self.cloze else columns)
 
 
 def _csv(df: pd.DataFrame, columns: Sequence[str]) -> bytes:
@@ -130,7 +161,7 @@ def labels(plan: dict[str, Any]) -> tuple[str, ...] | None:
         return ORIENTATIONS
     if parser == "yes-no-maybe":
         return YES_NO_MAYBE
-    if parser == "multiple-choice":
+    if parser in ("multiple-choice", "cloze"):
         return tuple(str(response.get("letters") or "ABCD"))
     return None
 
@@ -151,6 +182,7 @@ def load_dataset(
     parser: str = TUMBLING_E,
     sources: dict[str, str] | None = None,
     models: Sequence[str] = (),
+    variants: bool = False,
 ) -> Dataset:
     """Build the dataset from the ledger; refuses before ``blinding.revealed``.
 
@@ -185,10 +217,12 @@ def load_dataset(
         )
         n_items = int(body["n_items"])
         model = split_trial(request["trial"])[1] or ""
+        variant = str(request.get("variant", ""))
+        order = str(body.get("order", ""))
         trial_rows.append(
             {
                 "trial": request["trial"], "arm": arm, "model": model,
-                "stimulus": request["stimulus"],
+                "stimulus": request["stimulus"], "variant": variant,
                 "rep": int(request["rep"]), "response_seq": body["response_seq"],
                 "status": body["status"], "n_items": n_items,
                 "n_answered": int(body["n_answered"]), "n_correct": int(body["n_correct"]),
@@ -201,13 +235,20 @@ def load_dataset(
             item_rows.append(
                 {
                     "trial": request["trial"], "arm": arm, "model": model,
-                    "stimulus": request["stimulus"],
+                    "stimulus": request["stimulus"], "variant": variant, "order": order,
                     "rep": int(request["rep"]), "row": item["row"], "position": item["position"],
                     "truth": item["truth"], "answer": item["answer"], "correct": item["correct"],
+                    "truth_original": _back(order, item["truth"]),
+                    "answer_original": _back(order, item["answer"]),
+                    "logprobs": (
+                        rfc8785.dumps(item["logprobs"]).decode("utf-8")
+                        if "logprobs" in item else None
+                    ),
+                    "margin": item.get("margin"),
                 }
             )  # fmt: skip
-    trials = pd.DataFrame(trial_rows, columns=list(MODEL_TRIAL_COLUMNS))
-    items_df = pd.DataFrame(item_rows, columns=list(MODEL_ITEM_COLUMNS))
+    trials = pd.DataFrame(trial_rows, columns=list(VARIANT_TRIAL_COLUMNS))
+    items_df = pd.DataFrame(item_rows, columns=[*VARIANT_ITEM_COLUMNS, *CLOZE_ITEM_COLUMNS])
     trials = trials.sort_values("response_seq", kind="stable").reset_index(drop=True)
     given_up = tuple(e.body["trial"] for e in log.events("trial.failed") if e.body.get("final"))
     return Dataset(
@@ -218,7 +259,21 @@ def load_dataset(
         sealed.body["scores_sha256"],
         dict(sources or {}),
         tuple(models),
+        variants,
+        parser == "cloze",
     )
+
+
+def _back(order: str, label: Any) -> Any:
+    """A label mapped back to the original options (``docs/variants.md`` section 2).
+
+    ``order`` empty (no permutation) or an answer that is not one of its labels (None, or a
+    label the item does not have) gives the label unchanged.
+    """
+    if not order or not isinstance(label, str) or len(label) != 1:
+        return label
+    index = ord(label) - ord("A")
+    return order[index] if 0 <= index < len(order) else label
 
 
 # ------------------------------------------------------------------------------- results
@@ -464,7 +519,9 @@ def verdict_caution(result: dict[str, Any]) -> str | None:
 
 
 def _trial_outcome(ds: Dataset) -> pd.DataFrame:
-    t = _analysable(ds).loc[:, ["trial", "arm", "model", "stimulus", "rep", "accuracy"]]
+    t = _analysable(ds).loc[
+        :, ["trial", "arm", "model", "stimulus", "variant", "rep", "accuracy"]
+    ]
     if ds.sources:
         t["source"] = t["stimulus"].map(ds.sources)
     return t
@@ -569,7 +626,7 @@ def _per_group_diff(ds: Dataset, a: str, b: str) -> dict[str, float]:
 
 def _paired_items(ds: Dataset, a: str, b: str) -> pd.DataFrame:
     it = _items(ds)
-    keys = ["model", "stimulus", "rep", "row", "position"]
+    keys = ["model", "stimulus", "variant", "rep", "row", "position"]
     left = it[it["arm"] == a].loc[:, [*keys, "correct", "answer", "truth"]]
     right = it[it["arm"] == b].loc[:, [*keys, "correct", "answer"]]
     return left.merge(right, on=keys, suffixes=("_a", "_b"))
@@ -902,6 +959,8 @@ def _question_run(ds: Dataset, design: dict[str, Any], arm: str, model: str | No
             if model is None and ds.several_models
             else t["rep"].tolist()
         )
+        if ds.variants:  # a run is (variant, replicate): docs/variants.md §5
+            runs = [f"{v}|{r}" for v, r in zip(t["variant"].tolist(), runs, strict=True)]
         res = stats.bootstrap_clustered(
             t["accuracy"].to_numpy(dtype=np.float64),
             t["stimulus"].tolist(),
@@ -1073,7 +1132,8 @@ def analyze_study(root: str | Path, key: SigningKey) -> AnalyzeResult:
         parser = str((plan.get("response") or {}).get("parser", TUMBLING_E))
         sources = stimulus_sources(study) if settings.get("random_intercept") == "source" else {}
         ds = load_dataset(
-            log, exclude_unparseable=exclude, parser=parser, sources=sources, models=models(plan)
+            log, exclude_unparseable=exclude, parser=parser, sources=sources, models=models(plan),
+            variants=bool(plan.get("variants")),
         )
         trial_phase = trial_phases(log) if len(protocol_events(log)) > 1 else None
         results = run_analyses(ds, plan, trial_phase, hypothesis_phases(plan, log))

@@ -40,6 +40,7 @@ from analysis.rows import (
     schedule_ids,
     score_row,
     split_trial,
+    trial_variant,
 )
 from analysis.scoring import unwrap_batch
 from ledger import LedgerError
@@ -47,7 +48,7 @@ from runner.recorded import EVENTS_FILE, Recorded, RecordedEvent, layout, open_r
 
 TRIAL_COLUMNS = (
     "position", "trial", "arm", "arm_code", "model", "stimulus", "rep", "outcome", "attempts",
-    "outcome_seq", "response_seq",
+    "outcome_seq", "response_seq", "variant",
 )  # fmt: skip
 ATTEMPTS_COLUMNS = (
     "request_seq", "position", "trial", "arm", "arm_code", "stimulus", "rep", "attempt",
@@ -59,10 +60,12 @@ ATTEMPTS_COLUMNS = (
 SCORES_COLUMNS = (
     "scored_seq", "response_seq", "trial", "arm", "arm_code", "stimulus", "rep", "parser",
     "status", "n_items", "n_answered", "n_correct", "accuracy", "scores_sha256", "problems",
+    "variant",
 )  # fmt: skip
 ITEMS_COLUMNS = (
     "scored_seq", "response_seq", "trial", "arm", "arm_code", "stimulus", "rep", "row",
-    "position", "truth", "answer", "answered", "correct",
+    "position", "truth", "answer", "answered", "correct", "variant", "order", "answer_original",
+    "logprobs", "margin",
 )  # fmt: skip
 EVENTS_COLUMNS = ("seq", "time", "kind", "actor", "blobs")
 
@@ -212,11 +215,11 @@ class _Builder:
         order = schedule_ids(self.recorded.blob(protocol.blobs["schedule"]))
         for number, trial in enumerate(order, 1):
             parts = trial.split("|")
-            if len(parts) not in (3, 4) or not parts[-1].isdigit():
+            if len(parts) not in (3, 4, 5) or not parts[-1].isdigit():
                 raise self.fail(
                     protocol,
-                    f"schedule line {number} is not a trial id arm|stimulus|rep or "
-                    "arm|model|stimulus|rep",
+                    f"schedule line {number} is not a trial id arm|stimulus|rep, "
+                    "arm|model|stimulus|rep or arm|model|stimulus|variant|rep",
                 )
         tried = attempts(self.events)
         by_response = {
@@ -296,6 +299,7 @@ class _Builder:
                     "outcome": "responded" if responded else "given_up" if given_up else "pending",
                     "attempts": len(mine), "outcome_seq": final.seq if final else None,
                     "response_seq": responded.seq if responded else None,
+                    "variant": trial_variant(trial),
                 }
             )  # fmt: skip
         return rows
@@ -350,6 +354,7 @@ class _Builder:
         row["parser"] = event.body.get("parser")
         row["accuracy"] = n_correct / n_items if n_items else math.nan
         row["problems"] = list(event.body.get("problems", []))
+        row["variant"] = event.body.get("variant")
         return row
 
     def item_rows(self, event: RecordedEvent, ident: dict[str, Any]) -> list[dict[str, Any]]:
@@ -361,6 +366,7 @@ class _Builder:
         except ValueError as exc:
             raise self.fail(event, f"blob 'scores' is not a JSON list of items ({exc})") from None
         rows = []
+        order = event.body.get("order")
         for item in items:
             missing = [k for k in ("truth", "answer", "answered", "correct") if k not in item]
             if missing:
@@ -372,7 +378,17 @@ class _Builder:
                     "stimulus": event.body["stimulus"], "row": item.get("row"),
                     "position": item.get("position"), "truth": item["truth"],
                     "answer": item["answer"], "answered": item["answered"],
-                    "correct": item["correct"],
+                    "correct": item["correct"], "variant": event.body.get("variant"),
+                    "order": order, "answer_original": _original(order, item["answer"]),
+                    "logprobs": item.get("logprobs"), "margin": item.get("margin"),
                 }
             )  # fmt: skip
         return rows
+
+
+def _original(order: Any, label: Any) -> Any:
+    """A permuted trial's answer mapped back to the original options (``docs/variants.md``)."""
+    if not isinstance(order, str) or not isinstance(label, str) or len(label) != 1:
+        return label
+    index = ord(label) - ord("A")
+    return order[index] if 0 <= index < len(order) else label

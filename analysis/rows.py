@@ -20,17 +20,39 @@ MODEL_SCHEDULE_COLUMNS = ("position", "arm_code", "model", "stimulus", "rep", "t
 """``trials/schedule.csv`` of a study with ``[models]`` (trial ids ``arm|model|item|rep``)."""
 
 
+VARIANT_SCHEDULE_COLUMNS = ("position", "arm_code", "model", "stimulus", "variant", "rep", "trial")
+"""``trials/schedule.csv`` of a study with variants (trial ids ``arm|model|item|variant|rep``)."""
+
+
 def split_trial(trial: str) -> tuple[str, str | None, str, str]:
-    """(arm, model or None, stimulus, rep) of ``"{arm}|{stimulus}|{rep}"`` or the 4-part id."""
+    """(arm, model or None, stimulus, rep) of ``"{arm}|{stimulus}|{rep}"`` or the 4-part id.
+
+    The five-part id of a study with variants (``arm|model|item|variant|rep``, an empty model
+    part for a ``[model]`` study: ``docs/variants.md`` section 4) gives its arm, model, item
+    and rep; :func:`trial_variant` gives its variant.
+    """
     parts = trial.split("|")
+    if len(parts) == 5:
+        return parts[0], parts[1] or None, parts[2], parts[4]
     if len(parts) == 4:
         return parts[0], parts[1], parts[2], parts[3]
     arm, stimulus, rep = parts
     return arm, None, stimulus, rep
 
 
+def trial_variant(trial: str) -> str | None:
+    """The variant part of a five-part trial id, or None (``docs/variants.md`` section 4)."""
+    parts = trial.split("|")
+    return parts[3] if len(parts) == 5 else None
+
+
 def schedule_columns(order: Sequence[str]) -> tuple[str, ...]:
-    """The columns of ``trials/schedule.csv`` for a schedule (a model column with models)."""
+    """The columns of ``trials/schedule.csv`` for a schedule (a model column with models).
+
+    With variants, a model column (empty for a ``[model]`` study) and a variant column.
+    """
+    if order and order[0].count("|") == 4:
+        return VARIANT_SCHEDULE_COLUMNS
     return MODEL_SCHEDULE_COLUMNS if order and order[0].count("|") == 3 else SCHEDULE_COLUMNS
 ATTEMPT_COLUMNS = (
     "request_seq", "position", "trial", "attempt", "request_sha256", "outcome", "outcome_seq",
@@ -52,7 +74,12 @@ def schedule_rows(order: Sequence[str], arm_codes: Mapping[str, str]) -> list[tu
     rows: list[tuple[Any, ...]] = []
     for position, trial in enumerate(order, 1):
         arm, model, stimulus, rep = split_trial(trial)
-        if model is None:
+        variant = trial_variant(trial)
+        if variant is not None:
+            rows.append(
+                (position, arm_codes.get(arm, ""), model or "", stimulus, variant, rep, trial)
+            )
+        elif model is None:
             rows.append((position, arm_codes.get(arm, ""), stimulus, rep, trial))
         else:
             rows.append((position, arm_codes.get(arm, ""), model, stimulus, rep, trial))

@@ -71,10 +71,15 @@ class Item:
     answer: str | None
     answered: bool
     correct: bool
+    logprobs: tuple[tuple[str, float | None], ...] | None = None
+    margin: float | None = None
 
     def as_dict(self) -> dict[str, Any]:
-        """JSON-ready form with the keys ``row, position, truth, answer, answered, correct``."""
-        return {
+        """JSON-ready form with the keys ``row, position, truth, answer, answered, correct``.
+
+        A ``cloze`` item adds ``logprobs`` (letter -> log-probability or null) and ``margin``.
+        """
+        out: dict[str, Any] = {
             "row": self.row,
             "position": self.position,
             "truth": self.truth,
@@ -82,6 +87,10 @@ class Item:
             "answered": self.answered,
             "correct": self.correct,
         }
+        if self.logprobs is not None:
+            out["logprobs"] = dict(self.logprobs)
+            out["margin"] = self.margin
+        return out
 
 
 def canonical_items(items: Sequence[Item]) -> bytes:
@@ -251,6 +260,8 @@ def score_choice(parsed: Parsed, truth_answer: str, parser: str = "multiple-choi
         answer=answer,
         answered=answer is not None,
         correct=correct,
+        logprobs=parsed.logprobs,
+        margin=parsed.margin,
     )
     return _trial(parsed.status, [item], parsed.problems)
 

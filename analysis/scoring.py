@@ -30,7 +30,7 @@ from runner.schedule import arm_code, commitment
 from runner.spec import Study
 from runner.state import load_state
 from runner.stimuli import Glyph
-from runner.truth import study_truth
+from runner.truth import study_truth, variant_truth
 
 BATCH = 500
 
@@ -44,6 +44,7 @@ class BlindTrial:
     stimulus: str
     raw: bytes
     format: str
+    variant: str | None = None
 
 
 def score_blind(
@@ -116,6 +117,7 @@ def score_study(root: str | Path, key: SigningKey) -> ScoreResult:
     root = Path(root)
     study = check_integrity(root)
     truth = study_truth(study)
+    varied = variant_truth(study)
     codes = _arm_codes(study)
     with Ledger.open(ledger_path(root)) as log:
         sealed = _find(log, "scoring.sealed")
@@ -142,8 +144,14 @@ def score_study(root: str | Path, key: SigningKey) -> ScoreResult:
                 stimulus=request["stimulus"],
                 raw=log.blob(event.blobs["response"]),
                 format=str(event.body.get("format", "anthropic-messages")),
+                variant=request.get("variant"),
             )
-            result = score_blind(blind, config, truth[blind.stimulus])
+            order: str | None = None
+            if blind.variant is None:
+                answer = truth[blind.stimulus]
+            else:  # docs/variants.md §5: the varied item's (remapped) key
+                answer, order = varied[(blind.stimulus, blind.variant)]
+            result = score_blind(blind, config, answer)
             by_status[result.status] = by_status.get(result.status, 0) + 1
             specs.append(
                 EventSpec(
@@ -152,6 +160,8 @@ def score_study(root: str | Path, key: SigningKey) -> ScoreResult:
                         "response_seq": blind.response_seq,
                         "arm_code": blind.arm_code,
                         "stimulus": blind.stimulus,
+                        **({"variant": blind.variant} if blind.variant is not None else {}),
+                        **({"order": order} if order is not None else {}),
                         "parser": study.parser,
                         "status": result.status,
                         "n_items": result.n_items,

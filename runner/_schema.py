@@ -36,6 +36,7 @@ __all__ = [
     "SECTIONS",
     "SUBSET_KEYS",
     "TABLE_KEYS",
+    "VARIANT_KEYS",
     "KeyPath",
     "LineFinder",
     "Unknown",
@@ -48,13 +49,15 @@ KeyPath = tuple[str | int, ...]
 
 SECTIONS: Final = (
     "study", "model", "models", "components", "prompt", "fewshot", "arms", "stimuli", "design",
-    "response", "hypotheses", "analysis",
+    "response", "hypotheses", "analysis", "variants",
 )  # fmt: skip
 """The top-level tables of a study spec, in the order the docs list them."""
 
 TABLE_KEYS: Final[dict[str, tuple[str, ...]]] = {
     "study": ("id", "title", "origin", "amendable", "phase"),
-    "model": ("provider", "id", "max_tokens", "temperature", "top_p", "top_k", "stop"),
+    "model": (
+        "provider", "id", "max_tokens", "temperature", "top_p", "top_k", "stop", "logprobs",
+    ),
     "prompt": ("item", "option_format", "option_separator"),
     "stimuli": ("directory", "truth", "answer_column", "items"),
     "design": ("replicates", "seed", "bootstrap_seed", "bootstrap_iterations", "blinding_secret"),
@@ -65,7 +68,7 @@ TABLE_KEYS: Final[dict[str, tuple[str, ...]]] = {
 
 ARM_KEYS: Final = (
     "role", "components", "differs_from", "system", "fewshot", "sampling", "models", "replicates",
-    "items",
+    "items", "variants",
 )  # fmt: skip
 MODEL_KEYS: Final = TABLE_KEYS["model"]
 """The keys of ``[model]`` and of each ``[models.<NAME>]``."""
@@ -77,6 +80,11 @@ FEWSHOT_KEYS: Final = (
     "examples", "rule", "count", "ids", "seed", "field", "order", "style", "answer",
 )  # fmt: skip
 """The keys of each ``[fewshot.<NAME>]``."""
+VARIANT_KEYS: Final = (
+    "kind", "k", "seed", "order", "field", "fraction", "count", "labels", "labels_from", "query",
+    "stopwords",
+)  # fmt: skip
+"""The keys a ``[variants.<NAME>]`` may hold (``docs/variants.md``; which apply depends on kind)."""
 DIFFERS_FROM_KEYS: Final = ("arm", "by")
 HYPOTHESIS_KEYS: Final = (
     "id", "description", "contrast", "outcome", "test", "sides", "alpha", "min_difference_pp",
@@ -163,7 +171,9 @@ def unknown_keys(data: dict[str, Any]) -> list[Unknown]:
                 inner = arm.get(sub)
                 if isinstance(inner, dict):
                     check(inner, ("arms", arm_id, sub), f"[arms.{_quote(arm_id)}.{sub}]", keys)
-    for section, keys in (("models", MODEL_KEYS), ("fewshot", FEWSHOT_KEYS)):
+    for section, keys in (
+        ("models", MODEL_KEYS), ("fewshot", FEWSHOT_KEYS), ("variants", VARIANT_KEYS),
+    ):  # fmt: skip
         named = data.get(section)
         if isinstance(named, dict):
             for name, table in named.items():

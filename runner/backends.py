@@ -298,6 +298,9 @@ def openai_body(body: dict[str, Any]) -> dict[str, Any]:
             out[name] = body[name]
     if "stop_sequences" in body:
         out["stop"] = list(body["stop_sequences"])
+    for name in ("logprobs", "top_logprobs"):
+        if name in body:
+            out[name] = body[name]
     return out
 
 
@@ -395,7 +398,21 @@ class SimulatedBackend:
         return body
 
     async def send(self, body: dict[str, Any], *, seed: str) -> Reply:
-        """Answer from the image's pixels and the prompt's components; never the truth table."""
+        """Answer from the image's pixels and the prompt's components; never the truth table.
+
+        A text request that asks for log-probabilities (``top_logprobs``) is answered in the
+        chat-completions form with them, as vLLM and llama.cpp answer (``docs/simulated.md``).
+        """
+        from runner.simulated_text import has_image
+
+        if "top_logprobs" in body and not has_image(body):
+            data = self.model.text.respond_openai(body, seed)
+            raw = json.dumps(data, ensure_ascii=False, separators=(",", ":")).encode("utf-8")
+            return Reply(
+                raw=raw, http_status=200, request_id=data["id"], model=data["model"],
+                stop_reason=data["choices"][0]["finish_reason"], usage=data["usage"],
+                format=FORMAT_OPENAI,
+            )  # fmt: skip
         data = self.model.respond(body, seed)
         raw = json.dumps(data, ensure_ascii=False, separators=(",", ":")).encode("utf-8")
         return reply_from_messages_json(raw, 200, None)

@@ -529,6 +529,7 @@ class Runner:
                 "arm": trial.arm,
                 **({"model": trial.model} if trial.model is not None else {}),
                 "stimulus": trial.stimulus,
+                **({"variant": trial.variant} if trial.variant is not None else {}),
                 "rep": trial.rep,
                 "position": trial.position,
                 "attempt": attempt,

@@ -248,6 +248,9 @@ def protocol_design(study: Study) -> dict[str, Any]:
             record["examples"] = examples.record(study.rel(fs.examples))
             sets[name] = record
         out["fewshot"] = sets
+    if study.variants:  # docs/variants.md: definitions and the expanded variant order
+        out["variants"] = {spec.name: spec.record() for spec in study.variants}
+        out["variant_order"] = [v.name for v in study.variant_list()]
     return out
 
 

@@ -95,7 +95,7 @@ def requested_model(protocol: Mapping[str, Any], trial_id: str) -> str | None:
     """
     models = protocol.get("models")
     parts = trial_id.split("|")
-    if isinstance(models, Mapping) and len(parts) == 4:
+    if isinstance(models, Mapping) and len(parts) in (4, 5):  # 5: with a variant
         entry = models.get(parts[1])
         model_id = entry.get("id") if isinstance(entry, Mapping) else None
         return model_id if isinstance(model_id, str) else None

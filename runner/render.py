@@ -234,6 +234,9 @@ def request_parameters(model: ModelSpec, sampling: Mapping[str, Any]) -> dict[st
     }
     if "stop" in merged:
         out["stop_sequences"] = list(merged["stop"])
+    if "logprobs" in merged:  # docs/prompts.md §5: cloze scoring reads them
+        out["logprobs"] = True
+        out["top_logprobs"] = merged["logprobs"]
     return out
 
 
@@ -264,6 +267,7 @@ class Renderer:
                 else parse_template("{answer}", f"[fewshot.{name}] answer")
             )  # fmt: skip
         self._images: dict[Path, tuple[str, str, int, int]] = {}
+        self._varied: dict[tuple[str, str], Item] = {}
 
     # ------------------------------------------------------------------ pieces
 
@@ -295,12 +299,27 @@ class Renderer:
         """The slot values of ``item``."""
         return item_values(item, self.option_format, self.separator, answers=answers)
 
-    def item_block(self, stimulus: str) -> str | None:
+    def varied_item(self, stimulus: str, variant: str | None) -> Item:
+        """The item of a trial: as written, or as its variant makes it (``docs/variants.md``)."""
+        assert self.items is not None
+        item = self.items.by_id[stimulus]
+        if variant is None:
+            return item
+        key = (stimulus, variant)
+        cached = self._varied.get(key)
+        if cached is None:
+            from runner.variants import apply
+
+            cached = apply(self.study.variant(variant), item)
+            self._varied[key] = cached
+        return cached
+
+    def item_block(self, stimulus: str, variant: str | None = None) -> str | None:
         """The item template rendered for a stimulus, trailing newlines removed (None: none)."""
         if self.item_template is None:
             return None
         if self.items is not None:
-            item = self.items.by_id[stimulus]
+            item = self.varied_item(stimulus, variant)
             values = self.values(item)
         else:
             values = {"id": stimulus}
@@ -322,13 +341,16 @@ class Renderer:
             for e in drawn
         ]
 
-    def arm_text(self, arm: str, stimulus: str, examples: Sequence[tuple[str, str]]) -> str:
+    def arm_text(
+        self, arm: str, stimulus: str, examples: Sequence[tuple[str, str]],
+        variant: str | None = None,
+    ) -> str:
         """The trial's user text (section 3): components, item block and inline examples."""
         spec = self.study.arms[arm]
         inline = (
             spec.fewshot is not None and self.study.fewshot[spec.fewshot].style == "inline"
         )
-        block = self.item_block(stimulus)
+        block = self.item_block(stimulus, variant)
         parts: list[str] = []
         for name in self.study.placed_components(arm):
             if name == "item":
@@ -350,12 +372,18 @@ class Renderer:
 
     # ------------------------------------------------------------------ the request
 
-    def body(self, arm: str, model: str | None, stimulus: str) -> dict[str, Any]:
-        """The Messages API request object of a trial (``docs/prompts.md`` section 6)."""
+    def body(
+        self, arm: str, model: str | None, stimulus: str, variant: str | None = None
+    ) -> dict[str, Any]:
+        """The Messages API request object of a trial (``docs/prompts.md`` section 6).
+
+        ``variant``: the trial's variant, applied to the item before the template
+        (``docs/variants.md`` section 4).
+        """
         spec = self.study.arms[arm]
         examples = self.example_texts(arm, stimulus)
         content: list[dict[str, Any]] = [self._image_block(p) for p in self.image_paths(stimulus)]
-        text = self.arm_text(arm, stimulus, examples)
+        text = self.arm_text(arm, stimulus, examples, variant)
         if text:
             content.append({"type": "text", "text": text})
         messages: list[dict[str, Any]] = []
@@ -399,7 +427,11 @@ class Renderer:
             return out
         if self.item_template is not None:
             pool = list(self.items) if self.items is not None else []
-            out += self._unfilled(self.item_template, pool, answers=False)
+            varied, variant_problems = self._varied_pool()
+            out += variant_problems
+            if variant_problems:
+                return out
+            out += self._unfilled(self.item_template, varied or pool, answers=False)
         for name, examples in self.examples.items():
             where = f"[fewshot.{name}]"
             if self.item_template is not None:
@@ -437,18 +469,79 @@ class Renderer:
                            "an example set (fewshot = \"NAME\")")  # fmt: skip
         return out
 
-    def _unfilled(self, template: Template, items: Sequence[Item], *, answers: bool) -> list[str]:
-        out: list[str] = []
-        for slot in template.slots():
-            for item in items:
-                values = self.values(item, answers=answers)
-                if slot.name not in values:
-                    out.append(
-                        f"{template.name}:{slot.line}:{slot.column}: slot {{{slot.name}}}: item "
-                        f"{item.id!r} has no such field{_hint(slot.name, item)}"
+    def _varied_pool(self) -> tuple[list[Item], list[str]]:
+        """Every (item, variant) of the schedule applied, and every variant that cannot apply.
+
+        Each problem names the item file and line, the item and the variant
+        (``docs/variants.md``); a variant that fails on many items is reported for the first
+        three.
+        """
+        from runner.schedule import subset
+        from runner.variants import VariantError
+
+        study = self.study
+        if not study.variants or self.items is None:
+            return [], []
+        try:
+            study.variant_list()
+        except VariantError as exc:
+            return [], [f"{study.spec_path}: {exc}"]
+        name = study.rel(study.items_path) if study.items_path is not None else "items"
+        pool: dict[tuple[str, str], Item] = {}
+        problems: dict[str, list[str]] = {}
+        every = study.variant_list()
+        for arm in study.arms.values():
+            for listed in arm.variants or ():
+                if not any(v.name == listed or v.declared == listed for v in every):
+                    problems.setdefault(listed, []).append(
+                        f"{study.spec_path}: arms.{arm.id}.variants: {listed!r} is not a "
+                        f"variant of the study (its variants: {', '.join(v.name for v in every)})"
                     )
-                    break
-        return out
+        slots = {s.name: s for s in self.item_template.slots()} if self.item_template else {}
+        for variant in every:
+            dropped = variant.spec.params.get("field")
+            if variant.spec.kind == "drop-field" and dropped in slots:
+                slot = slots[str(dropped)]
+                problems.setdefault(variant.name, []).append(
+                    f"{self.item_template.name if self.item_template else ''}:{slot.line}:"
+                    f"{slot.column}: slot {{{dropped}}}: variant {variant.name!r} (drop-field) "
+                    f"removes the field {dropped!r} that the item template places"
+                )
+        if problems:
+            return [], [p for found in problems.values() for p in found]
+        stims = [i.id for i in self.items]
+        for arm in study.arms.values():
+            items = stims if arm.subset is None else subset(arm.subset[1], stims, arm.subset[0])
+            for variant in study.arm_variants(arm.id):
+                for item_id in items:
+                    if (item_id, variant.name) in pool:
+                        continue
+                    item = self.items.by_id[item_id]
+                    try:
+                        pool[(item_id, variant.name)] = self.varied_item(item_id, variant.name)
+                    except VariantError as exc:
+                        found = problems.setdefault(variant.name, [])
+                        if len(found) < 3 and not any(f.endswith(str(exc)) for f in found):
+                            found.append(f"{name}:{item.line}: {exc}")
+        out = [p for found in problems.values() for p in found]
+        return list(pool.values()), out
+
+    def _unfilled(self, template: Template, items: Sequence[Item], *, answers: bool) -> list[str]:
+        """For each slot some item cannot fill, a problem naming the first such item."""
+        slots = template.slots()
+        lacking: dict[int, Item] = {}  # slot index -> the first item that lacks it
+        for item in items:
+            values = self.values(item, answers=answers)
+            for index, slot in enumerate(slots):
+                if index not in lacking and slot.name not in values:
+                    lacking[index] = item
+            if len(lacking) == len(slots):
+                break
+        return [
+            f"{template.name}:{slots[i].line}:{slots[i].column}: slot {{{slots[i].name}}}: item "
+            f"{lacking[i].id!r} has no such field{_hint(slots[i].name, lacking[i])}"
+            for i in sorted(lacking)
+        ]
 
     def _overlap(self, name: str, examples: ItemSet) -> list[str]:
         if self.items is None:

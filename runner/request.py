@@ -28,11 +28,20 @@ class Trial:
     rep: int
     position: int
     model: str | None = None
+    variant: str | None = None
 
     @classmethod
     def from_id(cls, trial_id: str, position: int) -> Trial:
-        """Split ``"{arm}|{stimulus}|{rep}"`` or ``"{arm}|{model}|{stimulus}|{rep}"``."""
+        """Split a trial id into its parts.
+
+        ``"{arm}|{stimulus}|{rep}"``, ``"{arm}|{model}|{stimulus}|{rep}"`` or the five-part
+        ``"{arm}|{model}|{stimulus}|{variant}|{rep}"`` of a study with variants (an empty model
+        part: the one ``[model]``, ``docs/variants.md`` section 4).
+        """
         parts = trial_id.split("|")
+        if len(parts) == 5:
+            arm, model, stimulus, variant, rep = parts
+            return cls(trial_id, arm, stimulus, int(rep), position, model or None, variant)
         if len(parts) == 4:
             arm, model, stimulus, rep = parts
             return cls(trial_id, arm, stimulus, int(rep), position, model)
@@ -64,7 +73,7 @@ class RequestBuilder:
 
     def body(self, trial: Trial) -> dict[str, Any]:
         """The Messages API request object for ``trial`` (``docs/prompts.md`` section 6)."""
-        return self.renderer.body(trial.arm, trial.model, trial.stimulus)
+        return self.renderer.body(trial.arm, trial.model, trial.stimulus, trial.variant)
 
 
 def request_blob(body: dict[str, Any]) -> tuple[bytes, str]:

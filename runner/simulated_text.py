@@ -90,6 +90,25 @@ last example's answer (its last line) is copied with its label replaced: ``Answe
 ``Answer: X or Y`` (half of them: the parsers' ``exactly-one`` mode finds two labels,
 ``first-token`` reads ``X``, the model's choice) or a sentence naming no label.
 
+**Position** (multiple choice). A slip is not uniform over the other options: option ``L``
+(other than the reader's answer ``R``) is drawn with weight ``exp(s)`` when ``L`` is the first
+label of the item's options and 1 otherwise, ``s = weight_position + weight_position_shot *
+examples``. So the model over-predicts position A, more so with few-shot examples, and since
+the reader follows content while slips follow position, reordering the options (a variant,
+``docs/variants.md``) changes its letter more often than its content. The model's *letter
+distribution* (:meth:`SimulatedTextModel.letter_distribution`) is ``P(R) = 1 - p`` and
+``P(L) = p * w(L) / sum of w`` for the others, ``p`` the slip probability (0 without noise:
+then ``P(R) = 1`` is written as log-probability 0 and the others as ``-1000``).
+
+**Log-probabilities.** A request that asks for them (``logprobs`` and ``top_logprobs``, a
+model with ``logprobs = N``, ``docs/prompts.md`` §5) is answered in the chat-completions form
+(``openai-chat``) with ``choices[0].logprobs.content``: one position, whose ``token`` is the
+reply's first whitespace-separated word (``""`` for an empty reply) and whose ``top_logprobs``
+are the option letters with their natural-log probabilities from the letter distribution,
+highest first (ties by label), at most ``top_logprobs`` of them; its ``logprob`` is the
+letter's when the token is a letter, else the highest letter's. Yes/no/maybe and free-text
+requests get the reply's first word with log-probability 0 and no alternatives.
+
 A request with an image block, or whose text asks for the tumbling-E JSON, is answered by the
 vision model of :mod:`runner.simulated`, exactly as before.
 """
@@ -122,7 +141,7 @@ __all__ = [
     "words",
 ]
 
-TEXT_PARAMS_VERSION: Final = "prompt-sim-text-1"
+TEXT_PARAMS_VERSION: Final = "prompt-sim-text-2"
 """Version of the text reader and its default :class:`TextParams`; cite it in reports."""
 
 KINDS: Final = ("multiple-choice", "yes-no-maybe", "free-text")
@@ -209,6 +228,10 @@ class TextParams:
       the context must hold for ``yes`` or ``no`` (else ``maybe``).
     * ``negation_window = 3``: yes/no/maybe: how many words from a covered word a negation
       may stand to make the answer ``no``.
+    * ``weight_position = 0.5``, ``weight_position_shot = 1.0``: multiple choice: a slip goes
+      to another option with weight ``exp(s)`` for the first option label (``A``) and 1 for
+      the others, ``s = weight_position + weight_position_shot * examples``: a prior towards
+      the first position that few-shot examples strengthen (module docstring, *Position*).
     """
 
     noise: bool = True
@@ -221,6 +244,8 @@ class TextParams:
     unparseable: float = 0.03
     coverage_threshold: float = 0.5
     negation_window: int = 3
+    weight_position: float = 0.5
+    weight_position_shot: float = 1.0
 
     def as_dict(self) -> dict[str, Any]:
         """The parameters as a plain dict (with ``"version": TEXT_PARAMS_VERSION``)."""
@@ -658,7 +683,7 @@ class SimulatedTextModel:
         if p.noise and draw_slip < self._slip(prompt, temperature):
             others = self._others(prompt, answer)
             if others:
-                answer = others[int(draw_other * len(others))]
+                answer = self._slip_to(prompt, others, float(draw_other))
         if p.noise and draw_fail < p.unparseable:
             text = self._unparseable(prompt, answer, draw_kind)
         else:
@@ -676,6 +701,89 @@ class SimulatedTextModel:
             "usage": {
                 "input_tokens": prompt.prompt_chars // 4,
                 "output_tokens": max(1, len(text) // 4),
+            },
+        }
+
+    def _weights(self, prompt: TextPrompt, others: list[str]) -> list[float]:
+        """Module docstring, *Position*: each other option's slip weight."""
+        if prompt.kind != "multiple-choice" or not prompt.options:
+            return [1.0] * len(others)
+        first = prompt.options[0][0]
+        s = self.params.weight_position + self.params.weight_position_shot * prompt.shots
+        return [math.exp(s) if label == first else 1.0 for label in others]
+
+    def _slip_to(self, prompt: TextPrompt, others: list[str], draw: float) -> str:
+        weights = self._weights(prompt, others)
+        total = sum(weights)
+        running = 0.0
+        for label, weight in zip(others, weights, strict=True):
+            running += weight
+            if draw * total < running:
+                return label
+        return others[-1]
+
+    def letter_distribution(self, request: dict[str, Any]) -> list[tuple[str, float]]:
+        """``(label, probability)`` of each option of a multiple-choice request, in label order.
+
+        Module docstring, *Position*: the reader's answer keeps ``1 - p``, the slip mass is
+        spread by the position weights. Empty for a request that is not multiple choice.
+        """
+        prompt = read_prompt(request)
+        if prompt.kind != "multiple-choice":
+            return []
+        answer = self._read(prompt).answer
+        slip = self._slip(prompt, self.effective_temperature(request)) if self.params.noise else 0.0
+        others = self._others(prompt, answer)
+        weights = dict(zip(others, self._weights(prompt, others), strict=True))
+        total = sum(weights.values()) or 1.0
+        return [
+            (label, 1.0 - slip if label == answer else slip * weights.get(label, 0.0) / total)
+            for label, _ in prompt.options
+        ]
+
+    def respond_openai(self, request: dict[str, Any], seed: str) -> dict[str, Any]:
+        """The chat-completions form of :meth:`respond`, with log-probabilities (docstring).
+
+        For a request that asks for them (``logprobs``, ``top_logprobs``): the first position's
+        ``top_logprobs`` are the option letters of :meth:`letter_distribution`.
+        """
+        message = self.respond(request, seed)
+        text = "".join(b["text"] for b in message["content"])
+        token = text.split()[0] if text.split() else ""
+        letters = sorted(
+            ((label, math.log(p) if p > 0 else -1000.0)
+             for label, p in self.letter_distribution(request)),
+            key=lambda pair: (-pair[1], pair[0]),
+        )  # fmt: skip
+        top = request.get("top_logprobs")
+        count = top if isinstance(top, int) and not isinstance(top, bool) else 0
+        found = dict(letters)
+        bare = token.strip(".:)(")
+        own = found.get(bare, letters[0][1] if letters else 0.0)
+        position = {
+            "token": token, "logprob": own, "bytes": list(token.encode("utf-8")),
+            "top_logprobs": [
+                {"token": label, "logprob": lp, "bytes": list(label.encode("utf-8"))}
+                for label, lp in letters[:count]
+            ],
+        }  # fmt: skip
+        usage = message["usage"]
+        return {
+            "id": "chatcmpl-" + message["id"][len("msg_sim_") :],
+            "object": "chat.completion",
+            "model": message["model"],
+            "choices": [
+                {
+                    "index": 0,
+                    "message": {"role": "assistant", "content": text},
+                    "logprobs": {"content": [position]},
+                    "finish_reason": "stop" if message["stop_reason"] != "max_tokens" else "length",
+                }
+            ],
+            "usage": {
+                "prompt_tokens": usage["input_tokens"],
+                "completion_tokens": usage["output_tokens"],
+                "total_tokens": usage["input_tokens"] + usage["output_tokens"],
             },
         }
 

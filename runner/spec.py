@@ -23,6 +23,7 @@ from ledger import describe_os_error, describe_utf8_error
 from runner._errors import SpecError as SpecError
 from runner._errors import StudyError
 from runner._schema import KeyPath, LineFinder, path_of, unknown_keys
+from runner.variants import FIELD_KINDS, KIND_KEYS, KINDS, Variant, VariantSpec
 
 ARM_ROLES = ("full", "matched-control", "vehicle", "dismantling", "factorial")
 TESTS = ("lmm", "paired-t", "independent-t", "bootstrap", "mcnemar", "chi-square", "equivalence")
@@ -31,15 +32,19 @@ CORRECTIONS = ("none", "bonferroni", "holm")
 SIDES = ("one-sided", "two-sided")
 PARSERS = (
     "tumbling-e-json", "multiple-choice", "yes-no-maybe", "orientation-word", "exact",
-    "normalized",
+    "normalized", "cloze",
 )  # fmt: skip
 """Every parser a study may name (``docs/scoring.md``)."""
 VOCABULARY_PARSERS = ("multiple-choice", "yes-no-maybe", "orientation-word")
 """Single-answer parsers with a closed set of labels (they take ``[response] mode``)."""
 TEXT_PARSERS = ("exact", "normalized")
 """Single-answer parsers that compare the whole response text with the truth."""
-SINGLE_ANSWER_PARSERS = VOCABULARY_PARSERS + TEXT_PARSERS
+LETTER_PARSERS = ("multiple-choice", "cloze")
+"""Parsers whose answers are option letters (they take ``[response] letters``)."""
+SINGLE_ANSWER_PARSERS = (*VOCABULARY_PARSERS, *TEXT_PARSERS, "cloze")
 """Parsers scored against one answer per stimulus (``[stimuli] answer_column``)."""
+LOGPROB_PROVIDERS = ("openai", "openai-compatible")
+"""Providers whose servers return token log-probabilities (``logprobs``, ``top_logprobs``)."""
 MODES = ("exactly-one", "first-token")
 """Parser modes of ``docs/scoring.md`` section 5.2."""
 DEFAULT_LETTERS = "ABCD"
@@ -90,6 +95,7 @@ class Arm:
     models: tuple[str, ...] | None = None
     replicates: int | None = None
     subset: tuple[int, str] | None = None
+    variants: tuple[str, ...] | None = None
 
     def protocol_record(self) -> dict[str, Any]:
         """The per-arm settings ``protocol.locked`` records (only those the arm sets)."""
@@ -106,6 +112,8 @@ class Arm:
             out["replicates"] = self.replicates
         if self.subset is not None:
             out["items"] = {"n": self.subset[0], "seed": self.subset[1]}
+        if self.variants is not None:
+            out["variants"] = list(self.variants)
         return out
 
 
@@ -214,6 +222,7 @@ class Study:
     fewshot: dict[str, FewShotSpec] = field(default_factory=dict)
     models: dict[str, ModelSpec] | None = None
     phase: str | None = None
+    variants: tuple[VariantSpec, ...] = ()
 
     def model_specs(self) -> list[ModelSpec]:
         """Every model, in declaration order (one, named None, for a ``[model]`` study)."""
@@ -241,7 +250,7 @@ class Study:
             plan["answer_column"] = self.answer_column
         if self.parser in VOCABULARY_PARSERS:
             plan["mode"] = self.mode
-        if self.parser == "multiple-choice":
+        if self.parser in LETTER_PARSERS:
             plan["letters"] = self.letters
         return plan
 
@@ -291,6 +300,9 @@ class Study:
             files[self._rel(fs.examples)] = "examples"
             if fs.answer is not None:
                 files[self._rel(fs.answer)] = "template"
+        for spec in self.variants:
+            if "stopwords" in spec.params:
+                files[str(spec.params["stopwords"])] = "stopwords"
         for pattern in self.amendable:  # documents that may be amended are locked too
             for path in sorted(self.root.glob(pattern)):
                 if path.is_file():
@@ -350,12 +362,63 @@ class Study:
 
         stims = self.stimulus_ids()
         names: list[str | None] = [None] if self.models is None else list(self.models)
+        if self.variants:
+            return self._variant_trial_ids(stims, names)
         design = []
         for arm in self.arms.values():
             models = list(arm.models) if arm.models is not None else names
             items = stims if arm.subset is None else subset(arm.subset[1], stims, arm.subset[0])
             design.append((arm.id, models, items, arm.replicates or self.replicates))
         return crossed_trial_ids(design)
+
+    def variant_list(self) -> list[Variant]:
+        """The variant order (``docs/variants.md`` section 1), ``all-orders`` expanded.
+
+        Raises :class:`runner.variants.VariantError` when an ``all-orders`` cannot expand.
+        """
+        from runner.variants import expand
+
+        cache = self.__dict__.get("_variant_list")
+        if cache is None:
+            counts = [len(i.options) for i in self.load_items()] if self.item_study else []
+            cache = expand(self.variants, counts)
+            object.__setattr__(self, "_variant_list", cache)
+        return list(cache)
+
+    def arm_variants(self, arm: str) -> list[Variant]:
+        """The variants an arm runs, in variant order (every variant unless it lists some)."""
+        chosen = self.arms[arm].variants
+        every = self.variant_list()
+        if chosen is None:
+            return every
+        return [v for v in every if v.name in chosen or v.declared in chosen]
+
+    def variant(self, name: str) -> Variant:
+        """The variant of the variant order called ``name`` (KeyError if none)."""
+        for v in self.variant_list():
+            if v.name == name:
+                return v
+        raise KeyError(name)
+
+    def _variant_trial_ids(self, stims: list[str], names: list[str | None]) -> list[str]:
+        """``arm|model|item|variant|rep`` of every trial (``docs/variants.md`` section 4)."""
+        from runner.schedule import subset
+
+        out: list[str] = []
+        for arm in self.arms.values():
+            models = list(arm.models) if arm.models is not None else names
+            items = stims if arm.subset is None else subset(arm.subset[1], stims, arm.subset[0])
+            variants = [v.name for v in self.arm_variants(arm.id)]
+            reps = arm.replicates or self.replicates
+            for model in models:
+                head = f"{arm.id}|{model or ''}"
+                out.extend(
+                    f"{head}|{item}|{variant}|{rep}"
+                    for item in items
+                    for variant in variants
+                    for rep in range(1, reps + 1)
+                )
+        return out
 
     def stimulus_ids(self) -> list[str]:
         """The stimulus (or item) ids in the order trials are listed."""
@@ -619,6 +682,17 @@ def _arm_settings(
             c.add(f"{where}.replicates", f"must be an integer >= 1, got {reps!r}")
         else:
             out["replicates"] = reps
+    if "variants" in spec:
+        names = spec["variants"]
+        if (
+            not isinstance(names, list) or not names
+            or not all(isinstance(x, str) for x in names)
+        ):  # fmt: skip
+            c.add(f"{where}.variants", "must be a non-empty list of variant names")
+        elif len(set(names)) != len(names):
+            c.add(f"{where}.variants", "a variant is listed twice")
+        else:
+            out["variants"] = tuple(names)
     subset = spec.get("items")
     if subset is not None:
         if not isinstance(subset, dict):
@@ -796,6 +870,17 @@ def _sampling(
             c.add(f"{where}.top_k", "provider 'openai' takes no top_k (the chat API has none)")
         elif isinstance(top_k, bool) or not isinstance(top_k, int) or top_k < 1:
             c.add(f"{where}.top_k", f"must be a positive integer, got {top_k!r}")
+    if full and "logprobs" in table:
+        out["logprobs"] = table["logprobs"]
+        value = out["logprobs"]
+        if provider not in LOGPROB_PROVIDERS:
+            c.add(
+                f"{where}.logprobs",
+                f"provider {provider!r} cannot return log-probabilities (only "
+                f"{' and '.join(LOGPROB_PROVIDERS)} servers do)",
+            )
+        elif isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= 20:
+            c.add(f"{where}.logprobs", f"must be an integer from 1 to 20, got {value!r}")
     if "stop" in out:
         stop = out["stop"]
         most = 4 if openai else 8
@@ -951,9 +1036,12 @@ def _response(c: _Collector, data: dict[str, Any]) -> _Response:
         c.add("response.parser", f"unknown parser {parser!r}; use one of {', '.join(PARSERS)}")
     response_format = _str(c, response, "format", "response", parser or "tumbling-e-json")
     letters: str | None = None
-    if "letters" in response and parser != "multiple-choice":
-        c.add("response.letters", f"applies to the multiple-choice parser only, not {parser!r}")
-    elif parser == "multiple-choice":
+    if "letters" in response and parser not in LETTER_PARSERS:
+        c.add(
+            "response.letters",
+            f"applies to the multiple-choice and cloze parsers only, not {parser!r}",
+        )
+    elif parser in LETTER_PARSERS:
         letters = _str(c, response, "letters", "response", DEFAULT_LETTERS)
         if letters and (
             not re.fullmatch(r"[A-Z]{2,26}", letters) or len(set(letters)) != len(letters)
@@ -1090,7 +1178,7 @@ def load_study(root: str | Path, *, strict: bool = True) -> Study:
     letters = response.letters
     response_table = data.get("response")
     if (
-        items is not None and response.parser == "multiple-choice"
+        items is not None and response.parser in LETTER_PARSERS
         and not (isinstance(response_table, dict) and "letters" in response_table)
         and not c.problems
     ):  # fmt: skip
@@ -1127,6 +1215,15 @@ def load_study(root: str | Path, *, strict: bool = True) -> Study:
 
     hypotheses = _hypotheses(c, data, arms, response.parser)
     analysis_out = _analysis(c, data)
+    variants = _variants(c, root, data, items is not None)
+    declared = {v.name for v in variants}
+    for arm in arms.values():
+        for name in arm.variants or ():
+            if name not in declared and not any(
+                name.startswith(f"{v.name}-") and v.kind == "all-orders" for v in variants
+            ):
+                known = ", ".join(sorted(declared)) or "none declared"
+                c.add(f"arms.{arm.id}.variants", f"unknown variant {name!r} (variants: {known})")
 
     if c.problems:
         raise SpecError(c.problems)
@@ -1139,6 +1236,7 @@ def load_study(root: str | Path, *, strict: bool = True) -> Study:
         hypotheses=tuple(hypotheses), analysis=analysis_out, amendable=tuple(amendable),
         answer_column=answer_column, letters=letters, mode=response.mode,
         items_path=items_path, prompt=prompt, fewshot=fewshot, models=models, phase=phase,
+        variants=tuple(variants),
     )
     if items is not None:  # read once, here: Study.load_items returns it from now on
         object.__setattr__(loaded, "_items", items)
@@ -1192,3 +1290,96 @@ def check_matched_controls(study: Study) -> list[str]:
                 f"order ({expected}), but it has {list(mine)}"
             )
     return problems
+
+
+def _variants(
+    c: _Collector, root: Path, data: dict[str, Any], item_study: bool
+) -> list[VariantSpec]:
+    """The ``[variants.<NAME>]`` tables (``docs/variants.md`` section 1), in declaration order."""
+    from runner.variants import VariantError, read_stopwords
+
+    raw = data.get("variants")
+    if raw is None:
+        return []
+    if not isinstance(raw, dict) or not raw or not all(isinstance(v, dict) for v in raw.values()):
+        c.add("variants", "declare each variant as a [variants.<NAME>] table")
+        return []
+    if not item_study:
+        c.add("variants", "variants transform items: they need an item file ([stimuli] items)")
+    out: list[VariantSpec] = []
+    for name, table in raw.items():
+        where = f"variants.{name}"
+        if not ID_RE.match(name):
+            c.add(where, "variant names are letters, digits, '.', '_' or '-' (at most 64)")
+        kind = _str(c, table, "kind", where)
+        if not kind:
+            continue
+        if kind not in KINDS:
+            c.add(f"{where}.kind", f"unknown kind {kind!r}; use one of {', '.join(KINDS)}")
+            continue
+        allowed = KIND_KEYS[kind]
+        params: dict[str, Any] = {}
+        for key in table:
+            if key != "kind" and key not in allowed:
+                took = ", ".join(allowed) or "no other key"
+                c.add(f"{where}.{key}", f"does not apply to kind {kind!r} (it takes {took})",
+                      ("variants", name, key))  # fmt: skip
+        stop: frozenset[str] | None = None
+        for key in allowed:
+            path = ("variants", name, key)
+            value = table.get(key)
+            if value is None and key in ("labels_from", "query"):
+                continue
+            if value is None:
+                c.add(f"{where}.{key}", f"missing (kind {kind!r} needs it)", path)
+                continue
+            ok = True
+            if key in ("k", "count"):
+                ok = isinstance(value, int) and not isinstance(value, bool) and value >= 1
+                what = "an integer >= 1"
+            elif key == "seed":
+                ok = isinstance(value, int) and not isinstance(value, bool) and value >= 0
+                what = "a non-negative integer"
+                value = str(value) if ok else value
+            elif key == "fraction":
+                ok = isinstance(value, int | float) and not isinstance(value, bool) and (
+                    0 < value < 1
+                )
+                what = "a number between 0 and 1 (exclusive)"
+            elif key == "order":
+                ok = isinstance(value, str) and bool(re.fullmatch(r"[A-Z]{2,26}", value))
+                what = "a string of option labels, e.g. \"DCBA\""
+            elif key == "labels":
+                ok = isinstance(value, list) and bool(value) and all(
+                    isinstance(x, str) and x for x in value
+                )
+                what = "a non-empty list of section labels"
+            elif key == "field" or key == "query":
+                ok = isinstance(value, str) and bool(re.fullmatch(r"[a-z][a-z0-9_]*", value)) and (
+                    value not in ("id", "answer", "options", "images", "metadata", "rationale")
+                )
+                what = "the name of a text field of the items"
+            elif key == "labels_from":
+                ok = isinstance(value, str) and bool(value)
+                what = "the name of a metadata field"
+            else:  # stopwords
+                ok = isinstance(value, str) and bool(value)
+                what = "the path of a stop-word file"
+                if ok:
+                    file = _inside(c, root, value, f"{where}.stopwords")
+                    if file.is_file():
+                        try:
+                            stop = read_stopwords(file.read_bytes(), value)
+                        except VariantError as exc:
+                            c.add(f"{where}.stopwords", str(exc), path)
+                        value = file.resolve().relative_to(root.resolve()).as_posix()
+            if not ok:
+                c.add(f"{where}.{key}", f"must be {what}, got {value!r}", path)
+                continue
+            params[key] = value
+        if kind in FIELD_KINDS and kind == "keep-sections":
+            params.setdefault("labels_from", "context_labels")
+        if kind == "keep-salient":
+            params.setdefault("query", "question")
+        out.append(VariantSpec(name, kind, params, stop))
+    return out

@@ -24,18 +24,20 @@ from typing import Final
 
 from ledger import describe_os_error, describe_utf8_error
 from runner._errors import SpecError, StimulusError
-from runner.spec import DEFAULT_LETTERS, SINGLE_ANSWER_PARSERS, Study
+from runner.spec import DEFAULT_LETTERS, LOGPROB_PROVIDERS, SINGLE_ANSWER_PARSERS, Study
 from runner.stimuli import ORIENTATIONS, TRUTH_HEADER, Glyph, read_truth_csv
 
 __all__ = [
     "ANSWER_WHITESPACE",
     "YES_NO_MAYBE",
     "AnswerTable",
+    "cloze_problems",
     "labels",
     "read_answer_table",
     "stimulus_sources",
     "study_truth",
     "truth_problems",
+    "variant_truth",
 ]
 
 YES_NO_MAYBE: Final = ("yes", "no", "maybe")
@@ -59,7 +61,7 @@ def labels(parser: str, letters: str | None = None) -> tuple[str, ...] | None:
         return tuple(ORIENTATIONS)
     if parser == "yes-no-maybe":
         return YES_NO_MAYBE
-    if parser == "multiple-choice":
+    if parser in ("multiple-choice", "cloze"):
         return tuple(letters or DEFAULT_LETTERS)
     return None
 
@@ -170,8 +172,47 @@ def _fits_text(answer: str, parser: str) -> str | None:
     return None
 
 
+def cloze_problems(study: Study) -> list[str]:
+    """Why a ``cloze`` study cannot be scored: a model that cannot return log-probabilities.
+
+    Every model an arm runs must be served by a provider that returns them
+    (``openai-compatible``, ``openai``) and ask for them (``logprobs = N``), or the letters'
+    log-probabilities would never be recorded (``docs/scoring.md`` section 5.5).
+    """
+    if study.parser != "cloze":
+        return []
+    used: dict[str | None, None] = {}
+    for arm in study.arms.values():
+        names: list[str | None] = list(arm.models) if arm.models is not None else [
+            m.name for m in study.model_specs()
+        ]
+        used.update(dict.fromkeys(names))
+    problems: list[str] = []
+    for model in study.model_specs():
+        if model.name not in used:
+            continue
+        table = "[model]" if model.name is None else f"[models.{model.name}]"
+        if model.provider not in LOGPROB_PROVIDERS:
+            problems.append(
+                f"{study.spec_path}: {table}: [response] parser 'cloze' reads option-letter "
+                f"log-probabilities, and provider {model.provider!r} cannot return them (use an "
+                "openai-compatible server such as vLLM or llama.cpp, with logprobs = 20)"
+            )
+        elif "logprobs" not in model.params:
+            problems.append(
+                f"{study.spec_path}: {table}: [response] parser 'cloze' reads option-letter "
+                "log-probabilities; set logprobs = 20 (the top log-probabilities per token to "
+                "ask for) so the server returns them"
+            )
+    return problems
+
+
 def truth_problems(study: Study) -> list[str]:
     """Every way the truth table does not fit the study's parser (``ledger lock`` refuses)."""
+    if study.parser == "cloze":
+        found = cloze_problems(study)
+        if found:
+            return found
     if study.item_study:
         return _item_problems(study)
     if study.parser not in SINGLE_ANSWER_PARSERS:
@@ -198,7 +239,7 @@ def truth_problems(study: Study) -> list[str]:
         if allowed is not None:
             canonical = answer.strip(ANSWER_WHITESPACE).lower()
             if canonical not in {label.lower() for label in allowed} or not canonical.isascii():
-                source = "[response] letters" if study.parser == "multiple-choice" else (
+                source = "[response] letters" if study.parser in ("multiple-choice", "cloze") else (
                     f"the {study.parser} parser"
                 )
                 problems.append(
@@ -243,7 +284,7 @@ def _item_problems(study: Study) -> list[str]:
     problems: list[str] = []
     for item in items:
         where = f"{name}:{item.line}: item {item.id!r}"
-        if study.parser == "multiple-choice":
+        if study.parser in ("multiple-choice", "cloze"):
             letters = study.letters or DEFAULT_LETTERS
             if len(item.options) > len(letters):
                 problems.append(
@@ -289,6 +330,28 @@ def study_truth(study: Study) -> dict[str, list[Glyph] | str]:
         return read_truth_csv(study.truth_path)
     table = read_answer_table(study.truth_path, study.answer_column or "")
     return dict(table.answers)
+
+
+def variant_truth(study: Study) -> dict[tuple[str, str], tuple[str, str | None]]:
+    """(answer, order) of every (item, variant) the schedule runs (``docs/variants.md`` §5).
+
+    The answer is the varied item's (a permutation's remapped key); the order is the
+    permutation's order string, None for a text variant. Empty for a study without variants.
+    """
+    from runner.variants import apply, variant_order
+
+    if not study.variants:
+        return {}
+    items = study.load_items()
+    out: dict[tuple[str, str], tuple[str, str | None]] = {}
+    for variant in study.variant_list():
+        for item in items:
+            try:
+                varied = apply(variant, item)
+            except ValueError:
+                continue  # not run (an arm subset): lock refused every pair that is
+            out[(item.id, variant.name)] = (varied.answer, variant_order(variant, item))
+    return out
 
 
 def stimulus_sources(study: Study) -> dict[str, str]:

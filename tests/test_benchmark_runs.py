@@ -112,3 +112,14 @@ def test_bench_witness_quick_reports_every_rate_and_ratio() -> None:
     for label in ("600 logs configured", "Ed25519 verify", "in process", "HTTP, 1 client",
                   "HTTP, 4 clients", "ratio", "every cosigned checkpoint is the witness's state"):
         assert label in result.stdout, result.stdout
+
+
+def test_bench_variants_quick_locks_renders_and_rederives() -> None:
+    result = subprocess.run(
+        [sys.executable, str(ROOT / "benchmarks" / "bench_variants.py"), "--quick"],
+        capture_output=True, text=True, timeout=300, check=False,
+    )  # fmt: skip
+    assert result.returncode in (0, 1), result.stderr  # 1: over a target (a figure, not a failure)
+    for label in ("design: 300 items x 11 variants", "floor: SHA-256", "lock ", "render ",
+                  "rederive ", "targets:"):  # fmt: skip
+        assert label in result.stdout, result.stdout

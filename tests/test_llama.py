@@ -251,3 +251,59 @@ def test_the_docs_text_study_runs_its_small_model_on_the_server(
     assert ledger("export", study, archive, "--key", key_path).exit_code == 0
     verified = ledger("verify", archive)
     assert verified.exit_code == 0, verified.output
+
+
+def test_a_cloze_condition_with_option_orders_reads_the_servers_log_probabilities(
+    llama: LlamaServer, tmp_path: Path, ledger_home: Path
+) -> None:
+    """Seed 002's cloze scoring on the real server: the text study with ``[response] parser =
+    "cloze"``, ``logprobs = 20`` and two option orders (``docs/variants.md``). llama.cpp's
+    server returns the first token's top-20 log-probabilities; each letter's is recorded with
+    the score, a letter outside the top 20 is a counted exclusion, and the verifier re-derives
+    every cloze score and every varied request."""
+    study = tmp_path / "cloze"
+    write_text_study(study)
+    spec = study / "study.toml"
+    text = spec.read_text("utf-8")
+    text = text.replace("temperature = 0.0\n", "temperature = 0.0\nlogprobs = 20\n", 1)
+    text = text.replace('parser = "multiple-choice"\nmode = "first-token"', 'parser = "cloze"')
+    text = text.replace("[stimuli]", '[variants.original]\nkind = "identity"\n\n'
+                        '[variants.rot1]\nkind = "rotate"\nk = 1\n\n[stimuli]')  # fmt: skip
+    spec.write_text(text, "utf-8")
+    (study / "prompts" / "item.txt").write_text(
+        "Question: {question}\n{options}\nAnswer with the letter only.\nAnswer:", "utf-8"
+    )
+    key_path = tmp_path / "owner.key"
+    SigningKey.generate("example.org/llama-cloze/owner").save(key_path)
+    outputs = {}
+    for step in (
+        ("lock", study),
+        ("run", study, "--backend", "openai-compatible", "--base-url", llama.base_url),
+        ("score", study), ("unblind", study), ("analyze", study),
+    ):  # fmt: skip
+        result = ledger(*step, "--key", key_path)
+        assert result.exit_code == 0, (step, result.output)
+        outputs[step[0]] = result.output
+    print(f"\nledger score (cloze on llama.cpp): {outputs['score']}")
+    requested = events(study, "trial.requested")
+    assert len(requested) == 2 * len(ITEMS) * 2
+    assert {e.body["variant"] for e in requested} == {"original", "rot1"}
+    with Ledger.open(study / "ledger.db", readonly=True) as log:
+        for e in log.events("trial.responded"):
+            body = json.loads(log.blob(e.blobs["response"]))
+            first = body["choices"][0]["logprobs"]["content"][0]
+            assert len(first["top_logprobs"]) == 20
+        scored = list(log.events("trial.scored"))
+        for e in scored:
+            items = json.loads(log.blob(e.blobs["scores"]))
+            assert set(items[0]["logprobs"]) == set("ABCD")
+            if e.body["status"] == "ok":
+                values = items[0]["logprobs"]
+                assert items[0]["answer"] == max("ABCD", key=lambda k: (values[k], -ord(k)))
+            else:
+                assert "no log-probability for option letter" in e.body["problems"][0]
+    assert len(scored) == 2 * len(ITEMS) * 2
+    archive = tmp_path / "archive"
+    assert ledger("export", study, archive, "--key", key_path).exit_code == 0
+    verified = ledger("verify", archive)
+    assert verified.exit_code == 0, verified.output

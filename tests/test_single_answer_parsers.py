@@ -194,7 +194,7 @@ def test_the_verifier_agrees_on_random_texts_for_every_parser_and_mode() -> None
     configs = [
         (parser, letters, mode)
         for parser in PARSERS
-        if parser != "tumbling-e-json"
+        if parser not in ("tumbling-e-json", "cloze")  # cloze reads bodies: tests/test_cloze.py
         for letters in ("ABCD", "ABCDE")
         for mode in ("exactly-one", "first-token")
         if (parser == "multiple-choice" or letters == "ABCD")

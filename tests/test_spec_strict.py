@@ -64,7 +64,7 @@ UNKNOWN_KEYS = [
      "system: unknown top-level key ('system' belongs in [arms.<ID>])"),
     ("top-level key far from any", "[study]", 'zzz = "x"\n\n[study]',
      "zzz: unknown top-level key (sections: study, model, models, components, prompt, "
-     "fewshot, arms, stimuli, design, response, hypotheses, analysis)"),
+     "fewshot, arms, stimuli, design, response, hypotheses, analysis, variants)"),
     ("misspelled section", "[model]", "[modle]",
      "modle: unknown section (did you mean 'model'?)"),
     ("study", 'amendable = ["README.md"]', 'amendable = ["README.md"]\ntitel = "x"',
@@ -75,7 +75,7 @@ UNKNOWN_KEYS = [
      "[model] top_q: unknown key (did you mean 'top_p'?)"),
     ("model penalty", "temperature = 1.0", "temperature = 1.0\npresence_penalty = 0.5",
      "[model] presence_penalty: unknown key (valid keys: provider, id, max_tokens, temperature, "
-     "top_p, top_k, stop)"),
+     "top_p, top_k, stop, logprobs)"),
     ("model seed", "temperature = 1.0", "temperature = 1.0\nseed = 3",
      "[model] seed: unknown key ('seed' belongs in [design])"),
     ("arm", 'role = "vehicle"', 'role = "vehicle"\ncomponets = ["vehicle"]',
@@ -95,7 +95,7 @@ UNKNOWN_KEYS = [
      "[analysis] random_intercepts: unknown key (did you mean 'random_intercept'?)"),
     ("subtable of an arm", "[arms.C]", '[arms.C.extra]\nx = 1\n\n[arms.C]',
      "[arms.C] extra: unknown key (valid keys: role, components, differs_from, system, fewshot, "
-     "sampling, models, replicates, items)"),
+     "sampling, models, replicates, items, variants)"),
     ("arm sampling", 'role = "vehicle"', 'role = "vehicle"\nsampling = { temprature = 0.5 }',
      "[arms.C.sampling] temprature: unknown key (did you mean 'temperature'?)"),
 ]  # fmt: skip
@@ -162,7 +162,8 @@ BAD_VALUES = [
      "analysis.exclude_unparseable: must be true or false, got 'no'"),
     ("letters for another parser", 'parser = "tumbling-e-json"',
      'parser = "tumbling-e-json"\nletters = "ABCD"',
-     "response.letters: applies to the multiple-choice parser only, not 'tumbling-e-json'"),
+     "response.letters: applies to the multiple-choice and cloze parsers only, not "
+     "'tumbling-e-json'"),
     ("first-token for tumbling-E", 'parser = "tumbling-e-json"',
      'parser = "tumbling-e-json"\nmode = "first-token"',
      "response.mode: first-token applies to the multiple-choice, yes-no-maybe, "

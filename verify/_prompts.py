@@ -27,6 +27,7 @@ from typing import Any
 
 from verify._canonical import CanonicalError, canonical_json
 from verify._items import Item, ItemError, ItemFile, item_format, read_items, resolve_image
+from verify._variants import VariantError, Variants
 
 __all__ = [
     "ANSWER_SLOTS",
@@ -424,6 +425,12 @@ def parameter_problems(where: str, params: Mapping[str, Any]) -> list[str]:
             bad("stop", "is not a list of non-empty strings")
         elif most is not None and not least <= len(stop) <= most:
             bad("stop", f"must hold {least} to {most} strings ({provider})")
+    logprobs = params.get("logprobs")
+    if logprobs is not None:
+        if provider not in ("openai", "openai-compatible"):
+            bad("logprobs", f"cannot be returned by provider {provider!r}")
+        elif type(logprobs) is not int or not 1 <= logprobs <= 20:
+            bad("logprobs", "is not an integer from 1 to 20")
     return problems
 
 
@@ -486,6 +493,9 @@ def messages_request(
             request[name] = params[name]
     if params.get("stop") is not None:
         request["stop_sequences"] = list(params["stop"])
+    if params.get("logprobs") is not None:  # §5: a model that returns log-probabilities
+        request["logprobs"] = True
+        request["top_logprobs"] = params["logprobs"]
     return request
 
 
@@ -514,20 +524,48 @@ def openai_request(request: Mapping[str, Any]) -> dict[str, Any]:
             out[name] = request[name]
     if "stop_sequences" in request:
         out["stop"] = request["stop_sequences"]
+    for name in ("logprobs", "top_logprobs"):
+        if name in request:
+            out[name] = request[name]
     return out
 
 
 # ------------------------------------------------------------------------------ §7 schedule
 
 
-def trial_id(arm: str, model: str | None, item: str, rep: int) -> str:
-    """``arm|item|rep`` (a study with ``[model]``) or ``arm|model|item|rep`` (``[models]``)."""
+def trial_id(arm: str, model: str | None, item: str, rep: int, variant: str | None = None) -> str:
+    """``arm|item|rep`` (a study with ``[model]``) or ``arm|model|item|rep`` (``[models]``).
+
+    With a variant (``docs/variants.md`` §4): ``arm|model|item|variant|rep``, the model part
+    empty for a ``[model]`` study.
+    """
+    if variant is not None:
+        return f"{arm}|{model or ''}|{item}|{variant}|{rep}"
     return f"{arm}|{item}|{rep}" if model is None else f"{arm}|{model}|{item}|{rep}"
 
 
-def parse_trial_id(tid: str, multi_model: bool) -> tuple[str, str | None, str, str]:
-    """``(arm, model or None, item, rep)`` of a trial id; :class:`PromptError` if malformed."""
+def trial_variant(tid: str) -> str | None:
+    """The variant part of a five-part trial id (``docs/variants.md`` §4), else ``None``."""
     parts = tid.split("|")
+    return parts[3] if len(parts) == 5 else None
+
+
+def parse_trial_id(
+    tid: str, multi_model: bool, variants: bool = False
+) -> tuple[str, str | None, str, str]:
+    """``(arm, model or None, item, rep)`` of a trial id; :class:`PromptError` if malformed.
+
+    ``variants``: the study declares variants, so every id has five parts (its variant:
+    :func:`trial_variant`); the model part is empty exactly when the study has one ``[model]``.
+    """
+    parts = tid.split("|")
+    if variants:
+        if len(parts) == 5 and (parts[1] != "") == multi_model and parts[3] and parts[2]:
+            return parts[0], parts[1] or None, parts[2], parts[4]
+        raise PromptError(
+            f"trial id {tid!r} is not "
+            f"{'arm|model|item|variant|rep' if multi_model else 'arm||item|variant|rep'}"
+        )
     if multi_model and len(parts) == 4:
         return parts[0], parts[1], parts[2], parts[3]
     if not multi_model and len(parts) == 3:
@@ -584,6 +622,7 @@ class Arm:
     models: tuple[str, ...] | None = None
     replicates: int | None = None
     items: tuple[int, str] | None = None
+    variants: tuple[str, ...] | None = None
 
     @classmethod
     def from_locked(cls, name: str, info: Any) -> Arm:
@@ -612,6 +651,7 @@ class Arm:
             if type(n) is not int or n < 1:
                 raise PromptError(f"{where}.items.n: {n!r} is not an integer >= 1")
             subset_of = (n, _seed(items["seed"], f"{where}.items.seed"))
+        variants = info.get("variants")
         return cls(
             name,
             components,
@@ -621,6 +661,7 @@ class Arm:
             None if models is None else _string_list(models, f"{where}.models"),
             replicates,
             subset_of,
+            None if variants is None else _string_list(variants, f"{where}.variants"),
         )
 
 
@@ -701,6 +742,17 @@ class LockedStudy:
                 raise PromptError("protocol.locked fewshot is not an object")
             for name, table in tables.items():
                 self.fewshot[name] = self._fewshot(name, table)
+        # docs/variants.md: the per-item variants
+        self.variants: Variants | None = None
+        if protocol.get("variants") is not None:
+            if self.items is None:
+                raise PromptError("protocol.locked variants: variants need an item file")
+            counts = [len(item.data.get("options") or []) for item in self.items.items]
+            try:
+                self.variants = Variants(protocol, self._read, counts)
+            except VariantError as exc:
+                raise PromptError(str(exc)) from None
+        self._varied: dict[tuple[str, str], dict[str, Any]] = {}
         for arm in self.arms.values():
             self._check_arm(arm)
         self._draws: dict[tuple[str, str], list[Item]] = {}
@@ -857,11 +909,25 @@ class LockedStudy:
         values = item_values(fields, self.option_format, self.option_separator, answer=answer)
         return template.render(values, f"item {fields.get('id')!r}").rstrip("\n")
 
-    def item_block(self, item_id: str) -> str:
+    def varied(self, item_id: str, variant: str | None) -> Mapping[str, Any]:
+        """The item as its variant makes it (``docs/variants.md``), or as written."""
+        if variant is None:
+            return self.fields(item_id)
+        if self.variants is None:
+            raise PromptError(f"variant {variant!r}: the study declares no variants")
+        key = (item_id, variant)
+        if key not in self._varied:
+            try:
+                self._varied[key] = self.variants.apply(variant, self.fields(item_id))
+            except VariantError as exc:
+                raise PromptError(str(exc)) from None
+        return self._varied[key]
+
+    def item_block(self, item_id: str, variant: str | None = None) -> str:
         """§3.1: the item template rendered for the item, trailing ``\\n`` removed."""
         if self.template is None:
             raise PromptError("the study has no item template ([prompt] item)")
-        return self._render(self.template, self.fields(item_id), False)
+        return self._render(self.template, self.varied(item_id, variant), False)
 
     def own_text(self, arm: str) -> str:
         """§3.2: the arm's own text (``arms.X.sha256`` hashes it); empty without components.
@@ -891,7 +957,7 @@ class LockedStudy:
             for e in self._draws[key]
         ]
 
-    def arm_text(self, arm: str, item_id: str) -> str | None:
+    def arm_text(self, arm: str, item_id: str, variant: str | None = None) -> str | None:
         """§3.2: the text block of the trial's user message, or ``None`` when it has none."""
         info = self.arms[arm]
         fs = self.fewshot_of(arm)
@@ -908,7 +974,7 @@ class LockedStudy:
         texts: list[str] = []
         for kind, name in parts:
             if kind == "item":
-                texts.append(self.item_block(item_id))
+                texts.append(self.item_block(item_id, variant))
             elif kind == "examples":
                 texts.append(
                     "\n\n".join(f"{u}\n{a}" for u, a in self.examples(arm, item_id)).rstrip("\n")
@@ -944,10 +1010,12 @@ class LockedStudy:
         images = self.fields(item_id).get("images") or []
         return [resolve_image(self.items.path, str(i)) for i in images]
 
-    def user_content(self, arm: str, item_id: str) -> list[dict[str, Any]]:
+    def user_content(
+        self, arm: str, item_id: str, variant: str | None = None
+    ) -> list[dict[str, Any]]:
         """§3.4: an image block per image, then the arm text's block if any."""
         content = [self._image(p) for p in self.image_paths(item_id)]
-        text = self.arm_text(arm, item_id)
+        text = self.arm_text(arm, item_id, variant)
         if text is not None:
             content.append(_text_block(text))
         if not content:
@@ -963,23 +1031,28 @@ class LockedStudy:
         return sampling_parameters(self.models[model], self.arms[arm].sampling)
 
     def request(
-        self, arm: str, model: str | None, item_id: str, wire: str = "messages"
+        self, arm: str, model: str | None, item_id: str, wire: str = "messages",
+        variant: str | None = None,
     ) -> dict[str, Any]:
-        """§6: the request of a trial; ``wire = "openai-compatible"`` for that backend's form."""
+        """§6: the request of a trial; ``wire = "openai-compatible"`` for that backend's form.
+
+        ``variant``: the trial's variant, applied to the item first (``docs/variants.md`` §4).
+        """
         messages: list[dict[str, Any]] = []
         for user, answer in self.examples(arm, item_id) if self._turns(arm) else []:
             messages.append({"role": "user", "content": [_text_block(user)]})
             messages.append({"role": "assistant", "content": [_text_block(answer)]})
-        messages.append({"role": "user", "content": self.user_content(arm, item_id)})
+        messages.append({"role": "user", "content": self.user_content(arm, item_id, variant)})
         request = messages_request(self.parameters(arm, model), messages, self.system(arm))
         return openai_request(request) if wire == "openai-compatible" else request
 
     def request_bytes(
-        self, arm: str, model: str | None, item_id: str, wire: str = "messages"
+        self, arm: str, model: str | None, item_id: str, wire: str = "messages",
+        variant: str | None = None,
     ) -> bytes:
         """The canonical JSON of :meth:`request` (what the request blob must be, byte for byte)."""
         try:
-            return canonical_json(self.request(arm, model, item_id, wire))
+            return canonical_json(self.request(arm, model, item_id, wire, variant))
         except CanonicalError as exc:
             raise PromptError(f"arm {arm}, item {item_id!r}: {exc}") from None
 
@@ -1008,26 +1081,47 @@ class LockedStudy:
         reps = self.arms[arm].replicates
         return self.replicates if reps is None else reps
 
+    def arm_variants(self, arm: str) -> list[str | None]:
+        """The arm's variants in variant order (``[None]`` for a study without variants)."""
+        if self.variants is None:
+            return [None]
+        return list(self.variants.of_arm(self.arms[arm].variants))
+
     def trial_count(self) -> int:
         """The number of trials (computed without listing them)."""
         return sum(
             len(self.arm_models(a)) * len(self.arm_items(a)) * self.arm_replicates(a)
+            * len(self.arm_variants(a))
             for a in self.arms
         )
 
-    def trials(self) -> list[tuple[str, str | None, str, int]]:
-        """``(arm, model, item, rep)`` of every trial, in the crossing order of §7."""
+    def trials(self) -> list[tuple[str, str | None, str, int, str | None]]:
+        """``(arm, model, item, rep, variant)`` of every trial, in the crossing order of §7.
+
+        With variants (``docs/variants.md`` §4) the variant loop runs inside the item loop.
+        """
         return [
-            (arm, model, item, rep)
+            (arm, model, item, rep, variant)
             for arm in self.arms
             for model in self.arm_models(arm)
             for item in self.arm_items(arm)
+            for variant in self.arm_variants(arm)
             for rep in range(1, self.arm_replicates(arm) + 1)
         ]
 
     def trial_ids(self) -> list[str]:
         """The trial ids in execution order (ascending ``SHA-256("{seed}|{trial id}")``)."""
         return execution_order((trial_id(*t) for t in self.trials()), self.seed)
+
+    def variant_truth(self, item_id: str, variant: str) -> tuple[str, str | None]:
+        """(answer, order) of a variant trial: the varied key and the permutation's order."""
+        varied = self.varied(item_id, variant)
+        assert self.variants is not None
+        try:
+            order = self.variants.order_for(variant, self.fields(item_id))
+        except VariantError as exc:
+            raise PromptError(str(exc)) from None
+        return str(varied.get("answer")), order
 
     # -------------------------------------------------------------------------- checks
 
@@ -1101,7 +1195,15 @@ class LockedStudy:
 
             return run
 
+        def variants() -> None:
+            for arm in self.arms:
+                for item_id in self.arm_items(arm) if self.template is not None else ():
+                    for variant in self.arm_variants(arm):
+                        if variant is not None:
+                            self.item_block(item_id, variant)
+
         first(items)
+        first(variants)
         for arm in self.arms:
             first(texts(arm))
         first(self._check_draw_work)

@@ -13,6 +13,7 @@ import csv
 import hashlib
 import io
 import json
+import math
 import re
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -159,6 +160,7 @@ class Parsed:
     chart_type: str | None = None
     answers: tuple[tuple[int, tuple[str | None, ...]], ...] = ()
     problems: int = 0
+    cloze: dict[str, Any] | None = None  # §5.5: {"logprobs": {letter: float|None}, "margin"}
 
 
 UNPARSEABLE = Parsed("unparseable", problems=1)
@@ -501,8 +503,54 @@ PARSERS: dict[str, Callable[[str], Parsed]] = {
     "orientation-word": lambda text: _run_single(_OW, text),
     "exact": _exact,
     "normalized": _normalized,
+    "cloze": lambda text: UNPARSEABLE,
 }
 """Every parser with its defaults (letters ``ABCD``, mode ``exactly-one``)."""
+
+
+def _finite(value: Any) -> float | None:
+    if type(value) not in (int, float):
+        return None
+    value = float(value)
+    return None if math.isnan(value) or math.isinf(value) else value
+
+
+def parse_cloze(raw: bytes, fmt: str, letters: str) -> Parsed:
+    """Section 5.5: the letter with the highest log-probability at the first position."""
+    if fmt != "openai-chat":
+        return UNPARSEABLE
+    try:
+        body = json.loads(raw)
+        position = body["choices"][0]["logprobs"]["content"][0]
+        candidates = [position, *list(position.get("top_logprobs") or [])]
+    except (ValueError, KeyError, IndexError, TypeError, AttributeError, RecursionError):
+        return UNPARSEABLE
+    best: dict[str, float] = {}
+    for candidate in candidates:
+        if type(candidate) is not dict or type(candidate.get("token")) is not str:
+            continue
+        token = candidate["token"]
+        while token and token[0] in " \t\n\x0b\x0c\r":
+            token = token[1:]
+        while token and token[-1] in " \t\n\x0b\x0c\r":
+            token = token[:-1]
+        value = _finite(candidate.get("logprob"))
+        if value is None or len(token) != 1 or token not in letters:
+            continue
+        if token not in best or value > best[token]:
+            best[token] = value
+    logprobs = {letter: best.get(letter) for letter in letters}
+    if len(best) < len(letters):
+        return Parsed("unparseable", problems=1, cloze={"logprobs": logprobs, "margin": None})
+    top = letters[0]
+    for letter in letters[1:]:
+        if best[letter] > best[top]:
+            top = letter
+    runner_up = max(best[letter] for letter in letters if letter != top)
+    return Parsed(
+        "ok", answers=((1, (top,)),),
+        cloze={"logprobs": logprobs, "margin": best[top] - runner_up},
+    )  # fmt: skip
 
 VOCABULARY_PARSERS = ("multiple-choice", "yes-no-maybe", "orientation-word")
 
@@ -533,6 +581,8 @@ def parse_body(
         raise KeyError(parser)
     if fmt == "anthropic-batch-result":
         raw, fmt = batch_message(raw), "anthropic-messages"
+    if parser == "cloze":
+        return parse_cloze(raw, fmt, letters)
     try:
         text = response_text(raw, fmt)
     except BodyError:
@@ -627,7 +677,11 @@ def score(parsed: Parsed, parser: str, truth: Truth) -> Scored:
         else:
             correct = lower(value) == lower(strip(truth))
         items = [_item(None, None, truth, value, correct)]
-    data = item_bytes(items)
+        if parser == "cloze":  # section 6.4: the letters' log-probabilities and the margin
+            cloze = parsed.cloze or {"logprobs": {}, "margin": None}
+            items[0]["logprobs"] = dict(cloze["logprobs"])
+            items[0]["margin"] = cloze["margin"]
+    data = item_bytes(items) if parser != "cloze" else bytes(rfc8785.dumps(items))
     return Scored(
         status,
         len(items),

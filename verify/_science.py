@@ -44,6 +44,7 @@ from verify._rescore import (
     read_truth,
     score_body,
 )
+from verify._variants import VariantError, Variants, back_to_original
 
 __all__ = [
     "ABS_TOL",
@@ -75,6 +76,12 @@ ITEM_COLUMNS = ("trial", "arm", "stimulus", "rep", "row", "position", "truth", "
 MODEL_TRIAL_COLUMNS = (*TRIAL_COLUMNS[:2], "model", *TRIAL_COLUMNS[2:])
 """``trials.csv`` of a study with ``[models]``: the model after the arm (analysis.md §2)."""
 MODEL_ITEM_COLUMNS = (*ITEM_COLUMNS[:2], "model", *ITEM_COLUMNS[2:])
+VARIANT_TRIAL_COLUMNS = (*MODEL_TRIAL_COLUMNS[:4], "variant", *MODEL_TRIAL_COLUMNS[4:])
+"""``trials.csv`` of a study with variants: the variant after the stimulus (variants.md §5)."""
+VARIANT_ITEM_COLUMNS = (
+    *MODEL_ITEM_COLUMNS[:4], "variant", "order", *MODEL_ITEM_COLUMNS[4:], "truth_original",
+    "answer_original",
+)  # fmt: skip
 
 
 class _Problem(Exception):
@@ -260,6 +267,48 @@ def _item_file(archive: _Archive) -> ItemFile:
         raise _Problem(f"item file {path} (blob {digest}): {exc}", event.seq) from None
 
 
+def _locked_bytes(archive: _Archive, path: str) -> bytes | None:
+    """The locked bytes of a study-relative path in force (as locked, or as last amended)."""
+    found: tuple[str, _Event] | None = None
+    for event in archive.of("artifact.locked"):
+        if event.body.get("path") == path and found is None:
+            found = (str(event.blobs.get("content")), event)
+    for event in archive.of("protocol.amended"):
+        changes = event.body.get("changes")
+        for change in changes if isinstance(changes, list) else []:
+            if isinstance(change, dict) and change.get("path") == path and found is not None:
+                found = (str(event.blobs.get(str(change.get("blob")))), event)
+    if found is None:
+        return None
+    digest, event = found
+    archive.at(event)
+    return archive.blob(digest, event.seq)
+
+
+def _variant_truth(archive: _Archive) -> Callable[[str, str], tuple[str, str | None]]:
+    """``(item, variant) -> (answer, order)`` re-derived by ``docs/variants.md`` (§2, §5)."""
+    plan = _plan(archive)
+    items = {item.id: item.data for item in _item_file(archive).items}
+    counts = [len(data.get("options") or []) for data in items.values()]
+    try:
+        variants = Variants(plan, lambda path: _locked_bytes(archive, path), counts)
+    except VariantError as exc:
+        raise _Problem(str(exc)) from None
+    cache: dict[tuple[str, str], tuple[str, str | None]] = {}
+
+    def truth(item: str, variant: str) -> tuple[str, str | None]:
+        if (item, variant) not in cache:
+            if item not in items:
+                raise VariantError(f"item {item!r} is not in the locked item file")
+            varied = variants.apply(variant, items[item])
+            cache[(item, variant)] = (
+                str(varied["answer"]), variants.order_for(variant, items[item])
+            )
+        return cache[(item, variant)]
+
+    return truth
+
+
 def _truth(archive: _Archive, response: dict[str, Any]) -> dict[str, Truth]:
     """The truth of every stimulus, read as the locked parser scores it (scoring.md §8).
 
@@ -312,6 +361,7 @@ def _rescore(archive: _Archive) -> Check:
     letters = str(locked.get("letters") or "ABCD")
     mode = str(locked.get("mode") or "exactly-one")
     truth = _truth(archive, locked)
+    varied = _variant_truth(archive) if plan.get("variants") is not None else None
     responded = {e.seq: e for e in archive.of("trial.responded")}
     scored = archive.of("trial.scored")
     count: dict[int, int] = {}
@@ -335,11 +385,26 @@ def _rescore(archive: _Archive) -> Check:
         if stimulus not in truth:
             mismatches.append((event.seq, f"stimulus {stimulus!r} is not in the truth table"))
             continue
+        answer: Truth = truth[stimulus]
+        variant = request.body.get("variant") if request is not None else None
+        if b.get("variant") != variant:
+            mismatches.append((event.seq, f"variant {b.get('variant')!r}, request {variant!r}"))
+            continue
+        if variant is not None:
+            if varied is None:
+                mismatches.append((event.seq, f"variant {variant!r}, but no variant is locked"))
+                continue
+            try:
+                answer, order = varied(str(stimulus), str(variant))
+            except VariantError as exc:
+                mismatches.append((event.seq, f"its variant cannot be re-derived: {exc}"))
+                continue
+            if b.get("order") != order:
+                mismatches.append((event.seq, f"order {b.get('order')!r}, re-derived {order!r}"))
+                continue
         raw = archive.event_blob(response, "response")
         try:
-            s = score_body(
-                raw, str(response.body.get("format")), parser, truth[stimulus], letters, mode
-            )
+            s = score_body(raw, str(response.body.get("format")), parser, answer, letters, mode)
         except (KeyError, ValueError) as exc:
             mismatches.append((event.seq, f"cannot be re-scored: {exc}"))
             continue
@@ -413,6 +478,8 @@ class _Dataset:
     scores_sha256: str
     sources: dict[str, str] = field(default_factory=dict)
     models: list[str] = field(default_factory=list)  # model_order of a [models] study
+    variants: bool = False  # the study declares variants (docs/variants.md)
+    cloze: bool = False  # the parser is cloze: items.csv ends in logprobs, margin
 
     @property
     def several_models(self) -> bool:
@@ -427,6 +494,8 @@ class _Dataset:
             [g for g in self.given_up if _trial_model(g) == model],
             self.scores_sha256,
             self.sources,
+            variants=self.variants,
+            cloze=self.cloze,
         )
 
     def analysable(self) -> list[dict[str, Any]]:
@@ -438,9 +507,12 @@ class _Dataset:
 
 
 def _trial_model(trial: str) -> str:
-    """The model part of a trial id ``arm|model|item|rep`` (``""`` for ``arm|stimulus|rep``)."""
+    """The model part of a trial id ``arm|model|item|rep`` (``""`` for ``arm|stimulus|rep``).
+
+    A five-part id (with a variant, ``docs/variants.md`` §4) has it second too (maybe empty).
+    """
     parts = trial.split("|")
-    return parts[1] if len(parts) == 4 else ""
+    return parts[1] if len(parts) in (4, 5) else ""
 
 
 def _plan_models(plan: dict[str, Any]) -> list[str]:
@@ -520,8 +592,10 @@ def _dataset(archive: _Archive, plan: dict[str, Any]) -> _Dataset:
             "arm": trial_arm,
             "model": _trial_model(str(rq["trial"])),
             "stimulus": rq["stimulus"],
+            "variant": str(rq.get("variant", "")),
             "rep": int(rq["rep"]),
         }
+        order = str(b.get("order", ""))
         row = {
             **common,
             "response_seq": b["response_seq"],
@@ -541,6 +615,14 @@ def _dataset(archive: _Archive, plan: dict[str, Any]) -> _Dataset:
                 "truth": i.get("truth"),
                 "answer": i.get("answer"),
                 "correct": i.get("correct"),
+                "order": order,
+                "truth_original": _original(order, i.get("truth")),
+                "answer_original": _original(order, i.get("answer")),
+                "logprobs": (
+                    bytes(rfc8785.dumps(i["logprobs"])).decode("utf-8")
+                    if "logprobs" in i else None
+                ),
+                "margin": i.get("margin"),
             }
             for i in items
         ]
@@ -556,7 +638,16 @@ def _dataset(archive: _Archive, plan: dict[str, Any]) -> _Dataset:
         str(sealed.body.get("scores_sha256")),
         _sources(archive) if by_source else {},
         _plan_models(plan),
+        variants=plan.get("variants") is not None,
+        cloze=(plan.get("response") or {}).get("parser") == "cloze",
     )
+
+
+def _original(order: str, label: Any) -> Any:
+    """variants.md §2/§5: a label of a permuted trial mapped back (unchanged without order)."""
+    if order and type(label) is str and len(label) == 1 and "A" <= label < chr(65 + len(order)):
+        return back_to_original(order, label)
+    return label
 
 
 # ------------------------------------------------------------------------------ results
@@ -798,7 +889,7 @@ def _paired_items(ds: _Dataset, a: str, b: str) -> list[tuple[dict[str, Any], di
     items = ds.analysable_items()
 
     def key(i: dict[str, Any]) -> tuple[Any, ...]:
-        return (i["model"], i["stimulus"], i["rep"], i["row"], i["position"])
+        return (i["model"], i["stimulus"], i["variant"], i["rep"], i["row"], i["position"])
 
     right: dict[tuple[Any, ...], list[dict[str, Any]]] = {}
     for i in items:
@@ -824,7 +915,7 @@ def _labels(plan: dict[str, Any]) -> tuple[str, ...] | None:
         return ORIENTATIONS
     if parser == "yes-no-maybe":
         return ("yes", "no", "maybe")
-    if parser == "multiple-choice":
+    if parser in ("multiple-choice", "cloze"):
         return tuple(str(response.get("letters") or "ABCD"))
     return None
 
@@ -1036,7 +1127,12 @@ def _exploratory(ds: _Dataset, plan: dict[str, Any]) -> list[_Result]:
                 return st.bootstrap_clustered(
                     [r["accuracy"] for r in t],
                     [r["stimulus"] for r in t],
-                    [f"{r['model']}|{r['rep']}" if pooled else r["rep"] for r in t],
+                    [
+                        (f"{r['variant']}|" if ds.variants else "")
+                        + (f"{r['model']}|{r['rep']}" if pooled else str(r["rep"]))
+                        if ds.variants or pooled else r["rep"]
+                        for r in t
+                    ],
                     int(design["bootstrap_iterations"]),
                     design["bootstrap_seed"],
                 )
@@ -1247,8 +1343,15 @@ def _reanalysis(archive: _Archive) -> tuple[Check, list[str]]:
             seq,
         )
     ds = _dataset(archive, plan)
-    trials_csv = _csv_bytes(ds.trials, MODEL_TRIAL_COLUMNS if ds.models else TRIAL_COLUMNS)
-    items_csv = _csv_bytes(ds.items, MODEL_ITEM_COLUMNS if ds.models else ITEM_COLUMNS)
+    if ds.variants:
+        trials_csv = _csv_bytes(ds.trials, VARIANT_TRIAL_COLUMNS)
+        item_columns: tuple[str, ...] = VARIANT_ITEM_COLUMNS
+    else:
+        trials_csv = _csv_bytes(ds.trials, MODEL_TRIAL_COLUMNS if ds.models else TRIAL_COLUMNS)
+        item_columns = MODEL_ITEM_COLUMNS if ds.models else ITEM_COLUMNS
+    if ds.cloze:  # analysis.md §2: each letter's log-probability and the margin
+        item_columns = (*item_columns, "logprobs", "margin")
+    items_csv = _csv_bytes(ds.items, item_columns)
     first = archive.at(results[0])
     for name, data in (("trials_csv", trials_csv), ("items_csv", items_csv)):
         digest = hashlib.sha256(data).hexdigest()

@@ -64,7 +64,7 @@ def _locked_model(a: Archive, trial: str) -> str | None:
     """The model id the protocol requests for ``trial`` (``[models]``: by the id's model part)."""
     models = a.protocol.get("models")
     parts = trial.split("|")
-    if type(models) is dict and len(parts) == 4:
+    if type(models) is dict and len(parts) in (4, 5):  # 5: with a variant
         entry = models.get(parts[1])
         found = entry.get("id") if type(entry) is dict else None
     else:

@@ -17,7 +17,7 @@ from typing import Any
 from verify._archive.view import Archive
 from verify._items import ItemError
 from verify._ledgerfile import _State
-from verify._prompts import LockedStudy, PromptError, parse_trial_id
+from verify._prompts import LockedStudy, PromptError, parse_trial_id, trial_variant
 from verify._prompts import media_type as _media_type
 from verify._reader.files import MAX_PARSED_BYTES
 from verify._report import Check
@@ -162,12 +162,12 @@ def _verdict(
     a: Archive,
     study: LockedStudy,
     ref: str,
-    trial: tuple[str, str | None, str],
+    trial: tuple[str, str | None, str, str | None],
     wire: str,
     legacy: tuple[dict[str, str], dict[str, bytes | None], dict[str, Any]] | None,
 ) -> str | None:
     """Why the request blob ``ref`` is not the re-rendered request of ``trial``, or ``None``."""
-    arm, model, item = trial
+    arm, model, item, variant = trial
     data = a.blob(ref, MAX_PARSED_BYTES)
     if data is None:
         return (
@@ -177,7 +177,7 @@ def _verdict(
     if arm not in study.arms:
         return f"arm {arm!r} is not a locked arm"
     try:
-        want = study.request_bytes(arm, model, item, wire)
+        want = study.request_bytes(arm, model, item, wire, variant)
     except (PromptError, ItemError) as exc:
         return f"the request cannot be re-rendered from the locked files: {exc}"
     if data == want:
@@ -224,7 +224,7 @@ def check_requests(a: Archive) -> Check:
             if role == "stimulus":
                 stimuli[path.rsplit("/", 1)[-1].rsplit(".", 1)[0]] = a.locked_blob(path)
         legacy = (texts, stimuli, model if type(model) is dict else {})
-    verdicts: dict[tuple[str, str, str | None, str, str], str | None] = {}
+    verdicts: dict[tuple[str, str, str | None, str, str, str | None], str | None] = {}
     count = 0
     for seq in a.of_kind("trial.requested"):
         count += 1
@@ -238,18 +238,26 @@ def check_requests(a: Archive) -> Check:
             continue
         trial = body.get("trial")
         try:
-            arm, model_name, item, _ = parse_trial_id(str(trial), study.multi_model)
+            arm, model_name, item, _ = parse_trial_id(
+                str(trial), study.multi_model, study.variants is not None
+            )
         except PromptError as exc:
             st.fail(f"seq {seq}: {exc}", seq)
             continue
+        variant = trial_variant(str(trial))
+        if body.get("variant") != variant:
+            st.fail(f"seq {seq}: trial {trial}: the event names variant "
+                    f"{body.get('variant')!r}, its trial id {variant!r}", seq)  # fmt: skip
         if (body.get("arm"), body.get("stimulus")) != (arm, item):
             st.fail(f"seq {seq}: trial {trial}: the event names arm {body.get('arm')!r} and "
                     f"stimulus {body.get('stimulus')!r}, its trial id arm {arm!r} and item "
                     f"{item!r} (the request is checked against the trial id's)", seq)  # fmt: skip
         wire = "openai-compatible" if body.get("backend") == "openai-compatible" else "messages"
-        key = (ref, arm, model_name, item, wire)
+        key = (ref, arm, model_name, item, wire, variant)
         if key not in verdicts:
-            verdicts[key] = _verdict(a, study, ref, (arm, model_name, item), wire, legacy)
+            verdicts[key] = _verdict(
+                a, study, ref, (arm, model_name, item, variant), wire, legacy
+            )
         verdict = verdicts[key]
         if verdict is not None:
             st.fail(f"seq {seq}: trial {trial}: {verdict}", seq)

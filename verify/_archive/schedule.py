@@ -7,17 +7,24 @@ from typing import Any
 
 from verify._archive.view import Archive
 from verify._ledgerfile import _State
-from verify._prompts import parse_trial_id
+from verify._prompts import parse_trial_id, trial_variant
 from verify._reader.files import MAX_PARSED_BYTES
 from verify._reader.names import read_csv, sha_hex
 from verify._report import Check
 
-__all__ = ["SCHEDULE_HEADER", "SCHEDULE_HEADER_WITH_MODEL", "check_schedule"]
+__all__ = [
+    "SCHEDULE_HEADER", "SCHEDULE_HEADER_WITH_MODEL", "SCHEDULE_HEADER_WITH_VARIANT",
+    "check_schedule",
+]  # fmt: skip
 
 SCHEDULE_HEADER = ("position", "arm_code", "stimulus", "rep", "trial")
 """The header of ``trials/schedule.csv`` (``docs/archive-format.md`` §1)."""
 SCHEDULE_HEADER_WITH_MODEL = ("position", "arm_code", "model", "stimulus", "rep", "trial")
 """The header of a study with ``[models]``: the model's name in its own column."""
+SCHEDULE_HEADER_WITH_VARIANT = (
+    "position", "arm_code", "model", "stimulus", "variant", "rep", "trial",
+)  # fmt: skip
+"""The header of a study with variants (``docs/variants.md`` §4; model empty with ``[model]``)."""
 
 
 def check_schedule(a: Archive) -> Check:
@@ -34,6 +41,7 @@ def check_schedule(a: Archive) -> Check:
         return st.check("")
     study, _ = a.study()
     multi = study is not None and study.multi_model
+    varied = study is not None and study.variants is not None
     sched = "".join(t + "\n" for t in ids).encode("utf-8")
     digest = sha_hex(sched)
     if a.protocol.get("schedule_sha256") != digest:
@@ -66,7 +74,10 @@ def check_schedule(a: Archive) -> Check:
             rows = [[]]
             st.fail(f"trials/schedule.csv cannot be read: {exc}", where="trials/schedule.csv")
         header = rows[0] if rows else []
-        want_header = list(SCHEDULE_HEADER_WITH_MODEL if multi else SCHEDULE_HEADER)
+        want_header = list(
+            SCHEDULE_HEADER_WITH_VARIANT if varied
+            else SCHEDULE_HEADER_WITH_MODEL if multi else SCHEDULE_HEADER
+        )  # fmt: skip
         if header != want_header:
             st.fail(f"trials/schedule.csv line 1: header is not {','.join(want_header)}",
                     where="trials/schedule.csv line 1")  # fmt: skip
@@ -75,10 +86,10 @@ def check_schedule(a: Archive) -> Check:
             st.fail(f"trials/schedule.csv has {len(body_rows)} rows, the schedule {len(ids)}",
                     where="trials/schedule.csv")  # fmt: skip
         for i, (row, tid) in enumerate(zip(body_rows, ids, strict=False), start=1):
-            arm, model, stim, rep = parse_trial_id(tid, multi)
+            arm, model, stim, rep = parse_trial_id(tid, multi, varied)
             want_row = [str(i), codes.get(arm, "")]
-            want_row += [model or ""] if multi else []
-            want_row += [stim, rep, tid]
+            want_row += [model or ""] if multi or varied else []
+            want_row += [stim, *([str(trial_variant(tid))] if varied else []), rep, tid]
             if row != want_row:
                 where = f"trials/schedule.csv line {i + 1}"
                 st.fail(f"{where}: {','.join(row)!r} should be {','.join(want_row)!r}", where=where)
@@ -95,9 +106,12 @@ def check_schedule(a: Archive) -> Check:
                 f"the schedule is {position[trial]}",
                 seq,
             )
-        arm, model, stim, rep = parse_trial_id(str(trial), multi)
+        arm, model, stim, rep = parse_trial_id(str(trial), multi, varied)
         if (body.get("arm"), body.get("stimulus"), str(body.get("rep"))) != (arm, stim, rep):
             st.fail(f"seq {seq}: arm/stimulus/rep do not match the trial id {trial}", seq)
+        if body.get("variant") != trial_variant(str(trial)):
+            st.fail(f"seq {seq}: variant {body.get('variant')!r} does not match the trial id "
+                    f"{trial}", seq)  # fmt: skip
         if ("model" in body or multi) and body.get("model") != model:
             st.fail(f"seq {seq}: model {body.get('model')!r} does not match the trial id {trial}",
                     seq)  # fmt: skip
