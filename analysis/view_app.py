@@ -44,6 +44,14 @@ PER_PAGE = 50
 _IMAGE_TYPES = {"image/png": "png", "image/jpeg": "jpg", "image/gif": "gif", "image/webp": "webp"}
 
 
+# Event kinds whose body names no trial: their envelope is shown on the proof page while the
+# study is blind (a trial event names its arm and trial id; a preflight names its trial).
+_OPEN_KINDS = frozenset({
+    "ledger.genesis", "key.added", "key.revoked", "artifact.locked", "protocol.locked",
+    "protocol.amended", "run.started", "run.stopped", "scoring.sealed",
+})
+
+
 class BlindingError(AnalysisError):
     """A request for something blinding hides (the arm filter or sort before the reveal)."""
 
@@ -597,8 +605,7 @@ class Viewer:
             return None
         path, root, size = self.index.inclusion(seq)
         ok = verify_inclusion(seq, size, leaf, path, root)
-        show_body = rows[0]["kind"] not in ("trial.requested", "trial.responded", "trial.failed",
-                                            "trial.scored") or not self.blind
+        show_body = rows[0]["kind"] in _OPEN_KINDS or not self.blind
         envelope = self.index.event_text(seq) if show_body else None
         return {
             **self.common(), "seq": seq, "kind": rows[0]["kind"], "time": rows[0]["time"],
