@@ -139,8 +139,9 @@ def _write(viewer: Viewer, root: Path) -> int:
         path.write_bytes(content)
         count += 1
 
-    shutil.copyfile(STATIC / "view.css", root / "view.css")
-    count += 1
+    for name in ("view.css", "favicon.svg"):
+        shutil.copyfile(STATIC / name, root / name)
+        count += 1
     page("index.html", "overview.html", viewer.overview())
     data("verification.json", json.dumps(viewer.verification.summary(), indent=2).encode())
     total = viewer.index.query("SELECT COUNT(*) FROM trials")[0][0]
