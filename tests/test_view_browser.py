@@ -116,7 +116,9 @@ def test_browser_filter_open_a_trial_see_its_image_and_response_then_compare(
     p.click("#apply")
     p.wait_for_url(re.compile(r"arm=B"))
     assert "2 trials match" in p.inner_text("#count")
-    arms = p.eval_on_selector_all("#trials tr td:nth-child(3)", "tds => tds.map(t => t.textContent)")
+    arms = p.eval_on_selector_all(
+        "#trials tr td:nth-child(3)", "tds => tds.map(t => t.textContent)"
+    )
     assert arms == ["B", "B"]
     p.click("a.trial-link >> nth=0")
     p.wait_for_selector("#arm")
