@@ -68,7 +68,11 @@ def open_viewer(path: str | os.PathLike[str], *, verify: bool = True) -> Viewer:
         verification.start(target)
     else:
         verification.state, verification.error = "error", "verification was turned off"
-    return Viewer(index, verification)
+    viewer = Viewer(index, verification)
+    viewer.overview()  # the aggregates and filter choices, computed once before the first page
+    viewer.choices()
+    viewer.counts()
+    return viewer
 
 
 def bind(host: str, port: int | None) -> tuple[socket.socket, str | None]:

@@ -274,6 +274,31 @@ class Viewer:
         self.index = index
         self.verification = verification
         self._refreshed = 0.0
+        self._memo: dict[str, tuple[int, Any]] = {}
+
+    def memo(self, name: str, compute: Callable[[], Any]) -> Any:
+        """``compute()``, kept until the index reads a new event (an archive: for good)."""
+        found = self._memo.get(name)
+        if found is not None and found[0] == self.index.next_seq:
+            return found[1]
+        value = compute()
+        if len(self._memo) > 1024:  # many distinct filters: start over
+            self._memo.clear()
+        self._memo[name] = (self.index.next_seq, value)
+        return value
+
+    def counts(self) -> dict[str, int]:
+        """Trials sent, responded and scored (for ``/api/status`` and the live pages)."""
+
+        def compute() -> dict[str, int]:
+            row = self.index.query(
+                "SELECT COUNT(*), SUM(status='responded'), SUM(scored_seq IS NOT NULL) "
+                "FROM trials"
+            )[0]
+            return {"trials": row[0], "responded": row[1] or 0, "scored": row[2] or 0}
+
+        result: dict[str, int] = self.memo("counts", compute)
+        return result
 
     def refresh(self) -> None:
         """Read new events of a live study (at most twice a second; an archive never changes)."""
@@ -323,6 +348,10 @@ class Viewer:
 
     def overview(self) -> dict[str, Any]:
         """The overview: protocol as locked, progress, cost, verdicts, verification."""
+        figures: dict[str, Any] = self.memo("overview", self._overview)
+        return {**self.common(), **figures}
+
+    def _overview(self) -> dict[str, Any]:
         idx = self.index
         protocol = idx.protocol() or {}
         arms = protocol.get("arms") if isinstance(protocol.get("arms"), dict) else {}
@@ -374,7 +403,6 @@ class Viewer:
             found = idx.singles(k)
             milestones[k] = found[0][0] if found else None
         return {
-            **self.common(),
             "protocol": {
                 "seq": protocol.get("seq"), "schedule_sha256": protocol.get("schedule_sha256"),
                 "design": protocol.get("design"), "model": protocol.get("model"),
@@ -398,6 +426,10 @@ class Viewer:
 
     def choices(self) -> dict[str, list[str]]:
         """Every filter's values, read from the index."""
+        found: dict[str, list[str]] = self.memo(f"choices-{self.blind}", self._choices)
+        return found
+
+    def _choices(self) -> dict[str, list[str]]:
         out: dict[str, list[str]] = {}
         for f in self.filters():
             rows = self.index.query(
@@ -437,7 +469,10 @@ class Viewer:
             raise AnalysisError(f"unknown sort {sort!r}; choose one of {', '.join(SORTS)}")
         order = SORTS[sort][0] + (" DESC" if params.get("desc") else "")
         clause = (" WHERE " + " AND ".join(where)) if where else ""
-        total = self.index.query(f"SELECT COUNT(*) FROM trials{clause}", args)[0][0]
+        total = self.memo(
+            f"count {clause} {args}",
+            lambda: self.index.query(f"SELECT COUNT(*) FROM trials{clause}", args)[0][0],
+        )
         pages = max(1, math.ceil(total / per_page))
         try:
             page = min(max(1, int(params.get("page", "1"))), pages)
@@ -747,12 +782,8 @@ def make_app(viewer: Viewer) -> Any:
 
     @page
     def status(request: Request) -> Response:
-        counts = viewer.index.query(
-            "SELECT COUNT(*), SUM(status='responded'), SUM(scored_seq IS NOT NULL) FROM trials"
-        )[0]
         return JSONResponse({
-            "events": viewer.index.next_seq, "trials": counts[0], "responded": counts[1] or 0,
-            "scored": counts[2] or 0, "blind": viewer.blind,
+            "events": viewer.index.next_seq, **viewer.counts(), "blind": viewer.blind,
             "verification": viewer.verification.summary(),
         }, headers={"Cache-Control": "no-store"})  # fmt: skip
 
