@@ -135,5 +135,6 @@ def serve(
         pass
     finally:
         sock.close()
+        viewer.verification.stop()
         viewer.index.close()
         sys.stdout.flush()

@@ -169,30 +169,52 @@ class Verification:
     seconds: float | None = None
     error: str | None = None
     command: str = ""
+    _proc: Any = field(default=None, repr=False)
 
     def start(self, target: Path) -> threading.Thread:
-        """Run ``verify.verify_path(target)`` in a daemon thread; return the thread."""
+        """Run ``python -m verify --json target`` from a daemon thread; return the thread.
+
+        A separate process, so the verifier's work never holds this process's GIL while pages
+        are served; :meth:`stop` ends it early.
+        """
+        import subprocess
+        import sys
 
         def work() -> None:
             started = time.perf_counter()
+            err = ""
             try:
-                import verify
-
-                report = verify.verify_path(target)
-            except Exception as exc:  # the verifier itself failed: say so, keep browsing
-                self.error, self.state = f"{type(exc).__name__}: {exc}", "error"
+                self._proc = subprocess.Popen(
+                    [sys.executable, "-m", "verify", "--json", str(target)],
+                    stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                )  # fmt: skip
+                out, err = self._proc.communicate()
+                report = json.loads(out)
+                checks = report["checks"]
+            except (OSError, ValueError, KeyError, TypeError) as exc:
+                code = self._proc.returncode if self._proc is not None else None
+                last = err.strip().splitlines()[-1:] if err else []
+                self.error = (f"python -m verify did not report (exit {code}; "
+                              f"{last[0] if last else exc})")  # fmt: skip
+                self.state = "error"
                 return
-            self.checks = [c.to_dict() for c in report.checks]
-            for c in report.failures:
-                if c.seq is not None:
-                    self.faults.setdefault(c.seq, []).append(f"{c.name}: {c.reason}")
-            self.size = report.size
+            self.checks = [c for c in checks if isinstance(c, dict)]
+            for c in self.checks:
+                if c.get("status") == "FAIL" and isinstance(c.get("seq"), int):
+                    self.faults.setdefault(c["seq"], []).append(f"{c['name']}: {c['reason']}")
+            self.size = report.get("size")
             self.seconds = time.perf_counter() - started
-            self.state = "passed" if report.ok else "failed"
+            self.state = "passed" if report.get("ok") else "failed"
 
         thread = threading.Thread(target=work, name="ledger-view-verify", daemon=True)
         thread.start()
         return thread
+
+    def stop(self) -> None:
+        """End a verification still running (when the viewer stops)."""
+        proc = self._proc
+        if proc is not None and proc.poll() is None:
+            proc.terminate()
 
     def summary(self) -> dict[str, Any]:
         """A JSON-able summary (state, failures, the command that re-checks)."""
