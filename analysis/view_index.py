@@ -181,6 +181,9 @@ class ViewIndex:
         except BaseException:
             index.close()
             raise
+        if index.kind == "archive":  # an archive never grows: its tree is built once, now
+            with index.lock:
+                index._tree = _Tree(index.db, index.next_seq)
         if index.protocol() is None:
             index.close()
             raise AnalysisError(
@@ -462,29 +465,61 @@ class ViewIndex:
                 proof = self._log.inclusion_proof(seq, self.next_seq)
                 return list(proof.path), proof.root, proof.size
             if self._tree is None or self._tree.size != self.next_seq:
-                self._tree = _Tree([bytes(r[0]) for r in
-                                    self.db.execute("SELECT leaf FROM events ORDER BY seq")])
+                self._tree = _Tree(self.db, self.next_seq)
             return self._tree.path(seq), self._tree.root(), self._tree.size
 
 
 class _Tree:
-    """RFC 9162 Merkle tree over fixed leaf hashes, subtree hashes memoized."""
+    """RFC 9162 Merkle tree over the index's leaf hashes, kept in the index (flat memory).
 
-    def __init__(self, leaves: list[bytes]) -> None:
-        self.leaves = leaves
-        self.size = len(leaves)
-        self._memo: dict[tuple[int, int], bytes] = {}
+    Every perfect, aligned subtree's hash is stored once, level by level (``tree`` table: level,
+    index, hash), when the first proof is asked for; a proof then reads O(log n) of them, and an
+    imperfect right edge is folded from the perfect subtrees it is made of.
+    """
+
+    def __init__(self, db: sqlite3.Connection, size: int) -> None:
+        self.db = db
+        self.size = size
+        db.execute("DROP TABLE IF EXISTS tree")
+        db.execute("CREATE TABLE tree(level INTEGER, idx INTEGER, hash BLOB, "
+                   "PRIMARY KEY(level, idx)) WITHOUT ROWID")  # fmt: skip
+        db.execute("BEGIN")
+        db.execute("INSERT INTO tree SELECT 0, seq, leaf FROM events WHERE seq < ?", (size,))
+        level, count = 0, size
+        while count > 1:
+            rows = db.execute(
+                "SELECT hash FROM tree WHERE level=? ORDER BY idx", (level,)
+            )  # one level at a time: the cursor streams it
+            pending: list[tuple[int, int, bytes]] = []
+            left: bytes | None = None
+            index = 0
+            for (h,) in rows:
+                if left is None:
+                    left = bytes(h)
+                    continue
+                pending.append((level + 1, index, node_hash(left, bytes(h))))
+                index += 1
+                left = None
+                if len(pending) >= _BATCH:
+                    db.executemany("INSERT INTO tree VALUES (?,?,?)", pending)
+                    pending = []
+            db.executemany("INSERT INTO tree VALUES (?,?,?)", pending)
+            level, count = level + 1, count // 2
+        db.execute("COMMIT")
+
+    def node(self, level: int, index: int) -> bytes:
+        row = self.db.execute(
+            "SELECT hash FROM tree WHERE level=? AND idx=?", (level, index)
+        ).fetchone()
+        return bytes(row[0])
 
     def mth(self, start: int, end: int) -> bytes:
         n = end - start
-        if n == 1:
-            return self.leaves[start]
-        found = self._memo.get((start, end))
-        if found is None:
-            k = 1 << ((n - 1).bit_length() - 1)
-            found = node_hash(self.mth(start, start + k), self.mth(start + k, end))
-            self._memo[(start, end)] = found
-        return found
+        if n & (n - 1) == 0:  # a perfect subtree (start is aligned to it in every call made)
+            level = n.bit_length() - 1
+            return self.node(level, start >> level)
+        k = 1 << ((n - 1).bit_length() - 1)
+        return node_hash(self.mth(start, start + k), self.mth(start + k, end))
 
     def root(self) -> bytes:
         return self.mth(0, self.size) if self.size else hashlib.sha256(b"").digest()
