@@ -18,14 +18,12 @@ from __future__ import annotations
 
 import errno
 import os
-import shlex
 import socket
 import sys
 from collections.abc import Callable
-from pathlib import Path
 
 from analysis._errors import AnalysisError
-from analysis.view_app import Verification, Viewer, make_app
+from analysis.view_app import Verification, Viewer, make_app, verify_command
 from analysis.view_bundle import BundleResult, write_bundle
 from analysis.view_index import FILTERS, ViewIndex
 
@@ -48,12 +46,6 @@ _TRIES = 50
 
 class PortInUseError(AnalysisError):
     """The port asked for with ``--port`` is taken (no other port is tried)."""
-
-
-def verify_command(path: Path) -> str:
-    """The shell command that re-checks ``path`` with the independent verifier."""
-    target = path / "ledger.db" if (path / "ledger.db").is_file() else path
-    return f"python -m verify {shlex.quote(str(target))}"
 
 
 def open_viewer(path: str | os.PathLike[str], *, verify: bool = True) -> Viewer:

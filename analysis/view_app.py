@@ -35,7 +35,9 @@ from analysis.parse import ParseError, response_text
 from analysis.scoring import unwrap_batch
 from analysis.view_index import FILTERS, SORTS, ViewIndex
 
-__all__ = ["BlindingError", "Links", "ServerLinks", "Verification", "Viewer", "make_app"]
+__all__ = [
+    "BlindingError", "Links", "ServerLinks", "Verification", "Viewer", "make_app", "verify_command",
+]
 
 HERE = Path(__file__).resolve().parent
 TEMPLATES = HERE / "view_templates"
@@ -156,6 +158,14 @@ class ServerLinks(Links):
 
 
 # ---------------------------------------------------------------------- verification
+
+
+def verify_command(path: Path) -> str:
+    """The shell command that re-checks ``path`` (a study folder or archive) independently."""
+    import shlex
+
+    target = path / "ledger.db" if (path / "ledger.db").is_file() else path
+    return f"python -m verify {shlex.quote(str(target))}"
 
 
 @dataclass

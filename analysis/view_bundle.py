@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from analysis._errors import AnalysisError
-from analysis.view_app import STATIC, Links, Verification, Viewer, environment
+from analysis.view_app import STATIC, Links, Verification, Viewer, environment, verify_command
 from analysis.view_index import ViewIndex
 
 __all__ = ["BundleLinks", "BundleResult", "write_bundle"]
@@ -99,8 +99,6 @@ def write_bundle(
                 f"{archive}: a bundle is made of an archive written by 'ledger export', not of "
                 "a study folder (serve a study with 'ledger view STUDY')"
             )
-        from analysis.view import verify_command
-
         verification = Verification(command=verify_command(index.path))
         verification.start(index.path).join()
         viewer = Viewer(index, verification)
