@@ -457,7 +457,7 @@ def test_bad_input_viewing_while_ledger_run_writes(
     from helpers import make_study
 
     monkeypatch.setenv("PROMPT_LEDGER_HOME", str(tmp_path / "home"))
-    study = make_study(tmp_path / "study", replicates=2, template=study_template)
+    study = make_study(tmp_path / "study", replicates=1, template=study_template)
     viewer = subprocess.Popen(
         [sys.executable, "-c", "from ledger.cli import main; main()", "view", str(study),
          "--port", "0"],
@@ -487,9 +487,9 @@ def test_bad_input_viewing_while_ledger_run_writes(
             assert "locked" not in out.lower() or "database is locked" not in out.lower()
             time.sleep(0.6)  # the viewer re-reads at most twice a second
             after = http.get("/api/status").json()
-            assert after["trials"] == 70 and after["responded"] == 70
+            assert after["trials"] == 35 and after["responded"] == 35
             page = http.get("/trials?format=json").json()
-            assert page["total"] == 70
+            assert page["total"] == 35
         assert len(seen) >= 1
     finally:
         viewer.terminate()
