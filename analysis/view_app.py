@@ -20,6 +20,7 @@ import binascii
 import hashlib
 import json
 import math
+import re
 import threading
 import time
 from collections.abc import Callable
@@ -52,6 +53,10 @@ _OPEN_KINDS = frozenset({
     "ledger.genesis", "key.added", "key.revoked", "artifact.locked", "protocol.locked",
     "protocol.amended", "run.started", "run.stopped", "scoring.sealed",
 })
+
+
+# A trial id (arm|stimulus|rep or arm|model|item|rep) inside a message, e.g. a verifier reason.
+_TRIAL_ID = re.compile(r"[^\s'\"|,;()]+\|[^\s'\"|,;()]+(?:\|[^\s'\"|,;()]+)?\|\d+")
 
 
 class BlindingError(AnalysisError):
@@ -352,13 +357,27 @@ class Viewer:
         return {
             "study": protocol.get("study", ""), "title": protocol.get("title", ""),
             "source": str(self.index.path), "kind": self.index.kind, "blind": self.blind,
-            "events": self.index.next_seq, "verification": self.verification.summary(),
+            "events": self.index.next_seq, "verification": self.verification_summary(),
             "simulated": any(b.get("simulated") for _, b, _ in self.index.singles("run.started")),
         }  # fmt: skip
 
+    def redact(self, text: str) -> str:
+        """``text`` with anything shaped like a trial id replaced while the study is blind."""
+        return _TRIAL_ID.sub("[a trial]", text) if self.blind else text
+
+    def verification_summary(self) -> dict[str, Any]:
+        """The verification summary, its reasons redacted while blind (:meth:`redact`)."""
+        summary = self.verification.summary()
+        if self.blind:
+            for key in ("checks", "failures"):
+                summary[key] = [{**c, "reason": self.redact(str(c.get("reason"))),
+                                 "where": self.redact(str(c.get("where") or "")) or None}
+                                for c in summary[key]]  # fmt: skip
+        return summary
+
     def faulted(self, seqs: list[int | None]) -> list[str]:
-        """The verifier's reasons for any of these seqs."""
-        return [f"seq {s}: {r}" for s in seqs if s is not None
+        """The verifier's reasons for any of these seqs (redacted while blind)."""
+        return [self.redact(f"seq {s}: {r}") for s in seqs if s is not None
                 for r in self.verification.faults.get(s, [])]  # fmt: skip
 
     def row(self, r: Any) -> dict[str, Any]:
@@ -816,7 +835,7 @@ def make_app(viewer: Viewer) -> Any:
     def status(request: Request) -> Response:
         return JSONResponse({
             "events": viewer.index.next_seq, **viewer.counts(), "blind": viewer.blind,
-            "verification": viewer.verification.summary(),
+            "verification": viewer.verification_summary(),
         }, headers={"Cache-Control": "no-store"})  # fmt: skip
 
     return Starlette(routes=[

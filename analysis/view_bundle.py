@@ -141,7 +141,7 @@ def _write(viewer: Viewer, root: Path) -> int:
         shutil.copyfile(STATIC / name, root / name)
         count += 1
     page("index.html", "overview.html", viewer.overview())
-    data("verification.json", json.dumps(viewer.verification.summary(), indent=2).encode())
+    data("verification.json", json.dumps(viewer.verification_summary(), indent=2).encode())
     total = viewer.index.query("SELECT COUNT(*) FROM trials")[0][0]
     pages = max(1, -(-total // PER_PAGE))
     for n in range(1, pages + 1):

@@ -243,6 +243,27 @@ def test_blinding_the_arm_filter_and_sort_are_refused_until_the_reveal(blind_stu
         viewer.index.close()
 
 
+def test_blinding_a_verifier_reason_naming_a_trial_is_redacted_while_blind(
+    blind_study: Path,
+) -> None:
+    viewer = open_viewer(blind_study, verify=False)
+    try:
+        h, trial = viewer.index.query("SELECT h, trial FROM trials ORDER BY h LIMIT 1")[0]
+        reason = f"trial {trial!r} has no final outcome (seq {h})"
+        v = viewer.verification
+        v.state, v.error = "failed", None
+        v.checks = [{"name": "outcomes", "status": "FAIL", "reason": reason, "seq": h,
+                     "where": trial}]  # fmt: skip
+        v.faults = {h: [f"outcomes: {reason}"]}
+        c = client(viewer)
+        for url in ("/", "/api/status", "/trials?format=json", f"/trial/{h}", "/trials"):
+            text = c.get(url).text
+            assert trial not in text, url
+        assert "[a trial]" in c.get(f"/trial/{h}").text
+    finally:
+        viewer.index.close()
+
+
 def test_unblinded_study_shows_arms_trial_ids_and_requests(simulated_archive: Path) -> None:
     study = simulated_archive.parent / "study"
     viewer = open_viewer(study, verify=False)
