@@ -145,6 +145,7 @@ class ViewIndex:
         self._log: Ledger | None = None
         self._archive: Recorded | None = None
         self._tree: _Tree | None = None
+        self._default_model: str | None = None
         if kind == "study":
             self._log = Ledger.open(path / "ledger.db", readonly=True)
             self.source = path / "ledger.db"
@@ -390,9 +391,13 @@ class ViewIndex:
             )
 
     def _model(self) -> str | None:
-        protocol = self.protocol()
-        model = protocol.get("model") if protocol else None
-        return str(model.get("id")) if isinstance(model, dict) and "id" in model else None
+        """The model of a study without ``[models]`` (``protocol.locked`` ``model.id``)."""
+        if self._default_model is None:
+            protocol = self.protocol()
+            model = protocol.get("model") if protocol else None
+            found = str(model.get("id")) if isinstance(model, dict) and "id" in model else ""
+            self._default_model = found
+        return self._default_model or None
 
     # ------------------------------------------------------------------ queries
 
