@@ -6,6 +6,7 @@ statistics, plotting and export modules are imported inside the command that nee
 
 from __future__ import annotations
 
+import sys
 from pathlib import Path
 
 import click
@@ -13,7 +14,7 @@ import click
 from ledger.cliutil import Command, console, dump_json, table
 from runner.cli import study_key
 
-__all__ = ["analyze", "demo", "export_cmd", "report_cmd", "score", "unblind"]
+__all__ = ["analyze", "demo", "export_cmd", "report_cmd", "score", "unblind", "view"]
 
 
 @click.command(cls=Command)
@@ -202,3 +203,76 @@ def report_cmd(
     for figure in result.figures:
         click.echo(f"figure: {figure.path}")
     click.echo(f"report: {result.html_path}")
+
+
+_LOCAL_HOSTS = ("127.0.0.1", "localhost", "::1")
+
+
+@click.command("view", cls=Command)
+@click.argument("path", type=click.Path(path_type=Path))
+@click.option("--port", type=click.IntRange(0, 65535), default=None,
+              help="Port to serve on (default: 8765, or the next free one).")
+@click.option("--host", default="127.0.0.1", show_default=True,
+              help="Address to bind; anything but the loopback needs --public.")
+@click.option("--public", is_flag=True,
+              help="Allow a non-local --host (anyone who reaches it sees the study).")
+@click.option("--open", "open_browser", is_flag=True, help="Open the overview in a browser.")
+@click.option("--bundle", "bundle_dir", type=click.Path(file_okay=False, path_type=Path),
+              default=None, help="Write a static site of the archive into this folder instead.")
+@click.option("--force", is_flag=True, help="With --bundle: replace a non-empty folder.")
+def view(
+    path: Path, port: int | None, host: str, public: bool, open_browser: bool,
+    bundle_dir: Path | None, force: bool,
+) -> None:  # fmt: skip
+    """Browse a study (live while 'ledger run' writes) or an archive in the browser.
+
+    Pages: the overview (protocol as locked, progress, cost, verdicts, verification), the
+    trial table (server-side filters and paging), each trial (request as sent, every
+    attempt, parse and score, event seqs with inclusion proofs) and a comparison of one item
+    across arms. Until blinding.revealed a trial shows only its arm code, item and response.
+    An archive is verified in the background; a failure is shown, and browsing goes on.
+    Reads only: the study's ledger is opened read-only and never locked.
+
+    \b
+    Example:
+      ledger view my-study
+      ledger view my-study-archive --port 8800 --open
+      ledger view my-study-archive --bundle my-study-site
+    """
+    from analysis.view import bind, open_viewer, serve, write_bundle
+
+    if bundle_dir is not None:
+        result = write_bundle(path, bundle_dir, force=force)
+        click.echo(f"wrote {result.files} files ({result.trials} trials) to {result.directory} "
+                   f"in {result.seconds:.1f} s; verification {result.verification.upper()}")
+        click.echo(f"open {result.directory / 'index.html'}; re-check the archive with: "
+                   f"python -m verify {path}")
+        return
+    if host not in _LOCAL_HOSTS and not public:
+        raise click.UsageError(
+            f"--host {host} would serve the study beyond this machine; add --public to do so"
+        )
+    if host not in _LOCAL_HOSTS:
+        click.echo(f"warning: serving on {host}: anyone who can reach it can read the study",
+                   err=True)
+    viewer = open_viewer(path)
+    try:
+        sock, note = bind(host, port)
+    except BaseException:
+        viewer.index.close()
+        raise
+    if note:
+        click.echo(note)
+    trials = viewer.index.query("SELECT COUNT(*) FROM trials")[0][0]
+    state = "blind" if viewer.blind else "unblinded"
+
+    def ready(url: str) -> None:
+        click.echo(f"ledger view: {viewer.index.kind} {path} ({trials} trials, {state}) on "
+                   f"{url}  (Ctrl-C to stop)")
+        sys.stdout.flush()
+        if open_browser:
+            import webbrowser
+
+            webbrowser.open(url)
+
+    serve(viewer, sock, on_ready=ready)

@@ -205,6 +205,10 @@ def run_demo(directory: Path, console: Console, *, replicates: int = 30) -> Demo
                   f'{ledger} verify "$t"')  # fmt: skip
     console.print(f"  {ledger} verify {q(str(tampered))}    # fails, naming the response that "
                   "changed")  # fmt: skip
+    console.print("[bold]Browse it, trial by trial:[/]")
+    console.print(f"  {ledger} view {q(str(study))}       # the study: requests, responses, "
+                  "scores, comparisons")  # fmt: skip
+    console.print(f"  {ledger} view {q(str(archive))}     # the archive, verified as you browse")
     if not report.ok or bad.ok:
         raise LedgerError("demo: verification did not behave as expected (see the tables above)")
     return DemoResult(study, archive, tampered, report_path, report.ok, not bad.ok, seconds)

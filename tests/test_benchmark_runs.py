@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import importlib.util
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -123,3 +124,17 @@ def test_bench_variants_quick_locks_renders_and_rederives() -> None:
     for label in ("design: 300 items x 11 variants", "floor: SHA-256", "lock ", "render ",
                   "rederive ", "targets:"):  # fmt: skip
         assert label in result.stdout, result.stdout
+
+
+def test_bench_view_quick_times_pages_and_a_watched_run(tmp_path: Path) -> None:
+    result = subprocess.run(
+        [sys.executable, str(ROOT / "benchmarks" / "bench_view.py"), "--quick",
+         "--cache", str(tmp_path / "cache")],
+        capture_output=True, text=True, timeout=600, check=True,
+    )
+    for label in ("2,000 trials", "index built", "peak RSS", "first page", "filter arm",
+                  "trial page", "comparison", "proof", "worst/target", "watched/s", "ratio"):
+        assert label in result.stdout, result.stdout
+    rows = [line.split() for line in result.stdout.splitlines()
+            if re.match(r"\s+(1|8)\s+[\d.]+\s+[\d.]+\s+[\d.]+\s+[\d.]+$", line)]  # fmt: skip
+    assert [row[0] for row in rows] == ["1", "1", "8", "8"], result.stdout

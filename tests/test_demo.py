@@ -28,6 +28,47 @@ def test_demo_runs_offline_verifies_and_catches_the_tamper(tmp_path: Path) -> No
                            capture_output=True, text=True)  # fmt: skip
     assert check.returncode == 0, check.stdout + check.stderr
     assert not (tmp_path / "demo" / "study" / "home").exists()  # keys stay outside the study
+    assert "ledger view" in out
+    view_the_demo(tmp_path / "demo", env)
+
+
+def view_the_demo(demo: Path, env: dict[str, str]) -> None:
+    """The README's `ledger view` lines on the demo's study and archive, as a user runs them."""
+    import re
+
+    import httpx
+
+    for target in (demo / "study", demo / "archive"):
+        server = subprocess.Popen(
+            [sys.executable, "-c", "from ledger.cli import main; main()", "view", str(target),
+             "--port", "0"],
+            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env,
+        )  # fmt: skip
+        try:
+            assert server.stdout is not None
+            line = server.stdout.readline()
+            url = re.search(r"http://[\d.]+:\d+", line)
+            assert url, line
+            with httpx.Client(base_url=url.group(0), timeout=60) as http:
+                overview = http.get("/")
+                assert overview.status_code == 200 and "prompt-tumbling-e" in overview.text
+                rows = http.get("/trials?format=json").json()["rows"]
+                assert rows and not http.get("/trials?format=json").json()["blind"]
+                trial = http.get(f"/trial/{rows[0]['h']}")
+                assert trial.status_code == 200 and "Request as sent" in trial.text
+        finally:
+            server.terminate()
+            _, err = server.communicate(timeout=30)
+        assert "Traceback" not in err, err
+    site = demo / "site"
+    bundle = subprocess.run(
+        [sys.executable, "-c", "from ledger.cli import main; main()", "view",
+         str(demo / "archive"), "--bundle", str(site)],
+        capture_output=True, text=True, timeout=600, env=env,
+    )  # fmt: skip
+    assert bundle.returncode == 0, bundle.stdout + bundle.stderr
+    assert "verification PASSED" in bundle.stdout
+    assert "PASSED" in (site / "index.html").read_text(encoding="utf-8")
 
 
 def test_demo_prints_commands_that_run(tmp_path: Path) -> None:

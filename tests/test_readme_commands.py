@@ -65,6 +65,23 @@ def invoke(argv: list[str]) -> str:
     return result.output
 
 
+def viewed(study: Path) -> None:
+    """What `ledger view STUDY` serves, fetched in process: the overview and the trial table."""
+    from starlette.testclient import TestClient
+
+    from analysis.view import open_viewer
+    from analysis.view_app import make_app
+
+    viewer = open_viewer(study, verify=False)
+    try:
+        client = TestClient(make_app(viewer))
+        assert client.get("/").status_code == 200
+        table = client.get("/trials?format=json").json()
+        assert table["total"] > 0 and table["blind"]  # run, not yet unblinded
+    finally:
+        viewer.index.close()
+
+
 @pytest.fixture(scope="module")
 def walkthrough(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
     """Run the real-study walkthrough in a temporary directory; yield that directory."""
@@ -89,6 +106,8 @@ def walkthrough(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
                 spec = work / "my-study" / "study.toml"
                 text = spec.read_text(encoding="utf-8")
                 spec.write_text(text.replace("replicates = 30", "replicates = 1"), "utf-8")
+            elif argv[0] == "ledger" and argv[1] == "view":
+                viewed(Path(expand(argv[2])))  # it serves until stopped: pages fetched here
             elif argv[0] == "ledger":
                 if argv[1] in ("run", "estimate") and "--backend" not in argv:
                     argv = [*argv, "--backend", "simulated"]

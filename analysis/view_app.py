@@ -1,0 +1,851 @@
+"""The viewer's pages: what each shows, computed from the index, and the Starlette routes.
+
+:class:`Viewer` turns the index (:mod:`analysis.view_index`) into the context of each page:
+overview, trial table, trial, comparison, inclusion proof. :func:`make_app` serves them with
+Starlette (server-rendered Jinja2 templates, autoescaped; one small local script for live
+mode; no CDN), and :mod:`analysis.view_bundle` writes the same pages as static files.
+
+Blinding (``docs/viewer.md``). Until ``blinding.revealed`` is indexed, every page, filter, URL
+and JSON document shows a trial by its handle (its first ``trial.requested`` seq), its arm code
+(from ``trial.scored``, once scored), model, stimulus, replicate and responses, never its arm,
+its trial id, its schedule position or its request (whose prompt text names the arm): those
+values are never put in a page's context (:meth:`Viewer.row`), and the arm filter and sorts are
+refused. The protocol page lists the arms as locked, never tied to trials.
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import hashlib
+import json
+import math
+import re
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from jinja2 import Environment, FileSystemLoader, select_autoescape
+from markupsafe import Markup
+
+from analysis._errors import AnalysisError
+from analysis.parse import ParseError, response_text
+from analysis.scoring import unwrap_batch
+from analysis.view_index import FILTERS, SORTS, ViewIndex
+
+__all__ = [
+    "BlindingError", "Links", "ServerLinks", "Verification", "Viewer", "make_app", "verify_command",
+]
+
+HERE = Path(__file__).resolve().parent
+TEMPLATES = HERE / "view_templates"
+STATIC = HERE / "view_static"
+PER_PAGE = 50
+_IMAGE_TYPES = {"image/png": "png", "image/jpeg": "jpg", "image/gif": "gif", "image/webp": "webp"}
+
+
+# Event kinds whose body names no trial: their envelope is shown on the proof page while the
+# study is blind (a trial event names its arm and trial id; a preflight names its trial).
+_OPEN_KINDS = frozenset({
+    "ledger.genesis", "key.added", "key.revoked", "artifact.locked", "protocol.locked",
+    "protocol.amended", "run.started", "run.stopped", "scoring.sealed",
+})
+
+
+# A trial id (arm|stimulus|rep or arm|model|item|rep) inside a message, e.g. a verifier reason.
+_TRIAL_ID = re.compile(r"[^\s'\"|,;()]+\|[^\s'\"|,;()]+(?:\|[^\s'\"|,;()]+)?\|\d+")
+
+
+class BlindingError(AnalysisError):
+    """A request for something blinding hides (the arm filter or sort before the reveal)."""
+
+
+def visible(text: Any) -> str:
+    """``text`` with control characters (terminal escapes) shown as their Unicode pictures.
+
+    ESC becomes U+241B (␛) and so on, so a response carrying ``\\x1b[31m`` reads as text;
+    newlines and tabs stay.
+    """
+    if text is None:
+        return ""
+    out = []
+    for ch in str(text):
+        code = ord(ch)
+        if (code < 32 and ch not in "\n\t") or code == 127:
+            out.append(chr(0x2400 + code) if code < 32 else "\u2421")
+        elif 0x80 <= code < 0xA0:
+            out.append(f"\\x{code:02x}")
+        else:
+            out.append(ch)
+    return "".join(out)
+
+
+# ---------------------------------------------------------------------- links
+
+
+class Links:
+    """Where each page lives; the server and the static bundle differ only here."""
+
+    live = False
+
+    def home(self) -> str:
+        """The overview."""
+        raise NotImplementedError
+
+    def trials(self, params: dict[str, str]) -> str:
+        """The trial table with these query parameters."""
+        raise NotImplementedError
+
+    def trial(self, h: int) -> str:
+        """One trial's page."""
+        raise NotImplementedError
+
+    def compare(self, stimulus: str, model: str | None, rep: int | None) -> str:
+        """The comparison of one item across arms or codes."""
+        raise NotImplementedError
+
+    def proof(self, seq: int) -> str:
+        """The inclusion proof of event ``seq``."""
+        raise NotImplementedError
+
+    def stimulus(self, name: str) -> str:
+        """A locked stimulus file."""
+        raise NotImplementedError
+
+    def image(self, sha: str, n: int) -> str:
+        """The ``n``-th image of a request blob."""
+        raise NotImplementedError
+
+    def static(self, name: str) -> str:
+        """A file of ``view_static/``."""
+        raise NotImplementedError
+
+
+class ServerLinks(Links):
+    """Links of the live server."""
+
+    live = True
+
+    def home(self) -> str:  # noqa: D102
+        return "/"
+
+    def trials(self, params: dict[str, str]) -> str:  # noqa: D102
+        from urllib.parse import urlencode
+
+        kept = {k: v for k, v in params.items() if v not in ("", None)}
+        return "/trials" + ("?" + urlencode(kept) if kept else "")
+
+    def trial(self, h: int) -> str:  # noqa: D102
+        return f"/trial/{h}"
+
+    def compare(self, stimulus: str, model: str | None, rep: int | None) -> str:  # noqa: D102
+        from urllib.parse import urlencode
+
+        params = {"stimulus": stimulus, "model": model or "", "rep": "" if rep is None else rep}
+        return "/compare?" + urlencode({k: v for k, v in params.items() if v != ""})
+
+    def proof(self, seq: int) -> str:  # noqa: D102
+        return f"/proof/{seq}"
+
+    def stimulus(self, name: str) -> str:  # noqa: D102
+        from urllib.parse import quote
+
+        return f"/stimulus/{quote(name, safe='')}"
+
+    def image(self, sha: str, n: int) -> str:  # noqa: D102
+        return f"/image/{sha}/{n}"
+
+    def static(self, name: str) -> str:  # noqa: D102
+        return f"/static/{name}"
+
+
+# ---------------------------------------------------------------------- verification
+
+
+def verify_command(path: Path) -> str:
+    """The shell command that re-checks ``path`` (a study folder or archive) independently."""
+    import shlex
+
+    target = path / "ledger.db" if (path / "ledger.db").is_file() else path
+    return f"python -m verify {shlex.quote(str(target))}"
+
+
+@dataclass
+class Verification:
+    """The verifier's verdict on the source, computed once in a background thread."""
+
+    state: str = "running"  # running | passed | failed | error
+    checks: list[dict[str, Any]] = field(default_factory=list)
+    faults: dict[int, list[str]] = field(default_factory=dict)  # seq -> reasons
+    size: int | None = None
+    seconds: float | None = None
+    error: str | None = None
+    command: str = ""
+    _proc: Any = field(default=None, repr=False)
+
+    def start(self, target: Path) -> threading.Thread:
+        """Run ``python -m verify --json target`` from a daemon thread; return the thread.
+
+        A separate process, so the verifier's work never holds this process's GIL while pages
+        are served; :meth:`stop` ends it early.
+        """
+        import subprocess
+        import sys
+
+        def work() -> None:
+            started = time.perf_counter()
+            err = ""
+            try:
+                self._proc = subprocess.Popen(
+                    [sys.executable, "-m", "verify", "--json", str(target)],
+                    stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                )  # fmt: skip
+                out, err = self._proc.communicate()
+                report = json.loads(out)
+                checks = report["checks"]
+            except (OSError, ValueError, KeyError, TypeError) as exc:
+                code = self._proc.returncode if self._proc is not None else None
+                last = err.strip().splitlines()[-1:] if err else []
+                self.error = (f"python -m verify did not report (exit {code}; "
+                              f"{last[0] if last else exc})")  # fmt: skip
+                self.state = "error"
+                return
+            self.checks = [c for c in checks if isinstance(c, dict)]
+            for c in self.checks:
+                if c.get("status") == "FAIL" and isinstance(c.get("seq"), int):
+                    self.faults.setdefault(c["seq"], []).append(f"{c['name']}: {c['reason']}")
+            self.size = report.get("size")
+            self.seconds = time.perf_counter() - started
+            self.state = "passed" if report.get("ok") else "failed"
+
+        thread = threading.Thread(target=work, name="ledger-view-verify", daemon=True)
+        thread.start()
+        return thread
+
+    def stop(self) -> None:
+        """End a verification still running (when the viewer stops)."""
+        proc = self._proc
+        if proc is not None and proc.poll() is None:
+            proc.terminate()
+
+    def summary(self) -> dict[str, Any]:
+        """A JSON-able summary (state, failures, the command that re-checks)."""
+        return {
+            "state": self.state, "size": self.size, "seconds": self.seconds,
+            "error": self.error, "command": self.command,
+            "failures": [c for c in self.checks if c["status"] == "FAIL"],
+            "checks": self.checks,
+        }  # fmt: skip
+
+
+# ---------------------------------------------------------------------- the pages' data
+
+
+def _request_turns(raw: bytes, sha: str) -> dict[str, Any]:
+    """The system prompt, turns and parameters of a stored request body, for display."""
+    try:
+        body = json.loads(raw.decode("utf-8"))
+    except (UnicodeDecodeError, ValueError) as exc:
+        return {"error": f"request blob {sha} is not JSON ({exc})", "turns": []}
+    if not isinstance(body, dict):
+        return {"error": f"request blob {sha} is not a JSON object", "turns": []}
+    images = 0
+    turns: list[dict[str, Any]] = []
+
+    def parts(content: Any) -> list[dict[str, Any]]:
+        nonlocal images
+        if isinstance(content, str):
+            return [{"type": "text", "text": content}]
+        out: list[dict[str, Any]] = []
+        for block in content if isinstance(content, list) else []:
+            if not isinstance(block, dict):
+                continue
+            kind = block.get("type")
+            if kind == "text":
+                out.append({"type": "text", "text": block.get("text", "")})
+            elif kind in ("image", "image_url"):
+                out.append({"type": "image", "n": images})
+                images += 1
+            else:
+                out.append({"type": "other", "text": json.dumps(block)[:2000]})
+        return out
+
+    system = body.get("system")
+    if system:
+        turns.append({"role": "system", "parts": parts(system)})
+    for message in body.get("messages", []) if isinstance(body.get("messages"), list) else []:
+        if isinstance(message, dict):
+            turns.append({"role": str(message.get("role")), "parts": parts(message.get("content"))})
+    params = {k: v for k, v in body.items() if k not in ("system", "messages")}
+    return {"error": None, "turns": turns, "params": params}
+
+
+def request_images(raw: bytes) -> list[tuple[str, bytes]]:
+    """(media type, bytes) of every image in a request body, in order (Anthropic or OpenAI)."""
+    body = json.loads(raw.decode("utf-8"))
+    found: list[tuple[str, bytes]] = []
+    for message in body.get("messages", []):
+        content = message.get("content") if isinstance(message, dict) else None
+        for block in content if isinstance(content, list) else []:
+            if not isinstance(block, dict):
+                continue
+            if block.get("type") == "image":
+                src = block.get("source", {})
+                found.append((str(src.get("media_type")), base64.b64decode(src.get("data", ""))))
+            elif block.get("type") == "image_url":
+                url = str(block.get("image_url", {}).get("url", ""))
+                head, _, data = url.partition(",")
+                media = head.removeprefix("data:").split(";")[0]
+                found.append((media, base64.b64decode(data)))
+    return found
+
+
+class Viewer:
+    """What each page shows, from one :class:`ViewIndex` and its :class:`Verification`."""
+
+    def __init__(self, index: ViewIndex, verification: Verification) -> None:
+        """Wrap an open index."""
+        self.index = index
+        self.verification = verification
+        self._refreshed = 0.0
+        self._memo: dict[str, tuple[int, Any]] = {}
+
+    def memo(self, name: str, compute: Callable[[], Any]) -> Any:
+        """``compute()``, kept until the index reads a new event (an archive: for good)."""
+        found = self._memo.get(name)
+        if found is not None and found[0] == self.index.next_seq:
+            return found[1]
+        value = compute()
+        if len(self._memo) > 1024:  # many distinct filters: start over
+            self._memo.clear()
+        self._memo[name] = (self.index.next_seq, value)
+        return value
+
+    def counts(self) -> dict[str, int]:
+        """Trials sent, responded and scored (for ``/api/status`` and the live pages)."""
+
+        def compute() -> dict[str, int]:
+            row = self.index.query(
+                "SELECT COUNT(*), SUM(status='responded'), SUM(scored_seq IS NOT NULL) "
+                "FROM trials"
+            )[0]
+            return {"trials": row[0], "responded": row[1] or 0, "scored": row[2] or 0}
+
+        result: dict[str, int] = self.memo("counts", compute)
+        return result
+
+    def refresh(self) -> None:
+        """Read new events of a live study (at most twice a second; an archive never changes)."""
+        if self.index.kind != "study":
+            return
+        now = time.monotonic()
+        if now - self._refreshed >= 0.5:
+            self._refreshed = now
+            self.index.refresh()
+
+    @property
+    def blind(self) -> bool:
+        """True until ``blinding.revealed``: the arms stay hidden."""
+        return not self.index.revealed
+
+    def common(self) -> dict[str, Any]:
+        """What every page shows in its header."""
+        protocol = self.index.protocol() or {}
+        return {
+            "study": protocol.get("study", ""), "title": protocol.get("title", ""),
+            "source": str(self.index.path), "kind": self.index.kind, "blind": self.blind,
+            "events": self.index.next_seq, "verification": self.verification_summary(),
+            "simulated": any(b.get("simulated") for _, b, _ in self.index.singles("run.started")),
+        }  # fmt: skip
+
+    def redact(self, text: str) -> str:
+        """``text`` with anything shaped like a trial id replaced while the study is blind."""
+        return _TRIAL_ID.sub("[a trial]", text) if self.blind else text
+
+    def verification_summary(self) -> dict[str, Any]:
+        """The verification summary, its reasons redacted while blind (:meth:`redact`)."""
+        summary = self.verification.summary()
+        if self.blind:
+            for key in ("checks", "failures"):
+                summary[key] = [{**c, "reason": self.redact(str(c.get("reason"))),
+                                 "where": self.redact(str(c.get("where") or "")) or None}
+                                for c in summary[key]]  # fmt: skip
+        return summary
+
+    def faulted(self, seqs: list[int | None]) -> list[str]:
+        """The verifier's reasons for any of these seqs (redacted while blind)."""
+        return [self.redact(f"seq {s}: {r}") for s in seqs if s is not None
+                for r in self.verification.faults.get(s, [])]  # fmt: skip
+
+    def row(self, r: Any) -> dict[str, Any]:
+        """A trial row as pages and JSON may show it (no arm, id or position while blind)."""
+        out = {
+            "h": r["h"], "arm_code": r["arm_code"], "model": r["model"],
+            "stimulus": r["stimulus"], "rep": r["rep"], "status": r["status"],
+            "attempts": r["attempts"], "parse": r["parse"], "n_items": r["n_items"],
+            "n_correct": r["n_correct"], "correct": r["correct"],
+            "response_seq": r["response_seq"], "scored_seq": r["scored_seq"],
+            "faults": self.faulted([r["h"], r["last_request_seq"], r["outcome_seq"],
+                                    r["response_seq"], r["scored_seq"]]),
+        }  # fmt: skip
+        if not self.blind:
+            out.update({"arm": r["arm"], "trial": r["trial"], "position": r["position"]})
+        return out
+
+    # ------------------------------------------------------------------ overview
+
+    def overview(self) -> dict[str, Any]:
+        """The overview: protocol as locked, progress, cost, verdicts, verification."""
+        figures: dict[str, Any] = self.memo("overview", self._overview)
+        return {**self.common(), **figures}
+
+    def _overview(self) -> dict[str, Any]:
+        idx = self.index
+        protocol = idx.protocol() or {}
+        arms = protocol.get("arms") if isinstance(protocol.get("arms"), dict) else {}
+        assert isinstance(arms, dict)
+        group = "arm" if not self.blind else "arm_code"
+        progress = [dict(r) for r in idx.query(
+            f"SELECT {group} AS grp, COUNT(*) AS attempted, "
+            "SUM(status='responded') AS responded, SUM(status='given_up') AS given_up, "
+            "SUM(status IN ('requested', 'retrying')) AS open, "
+            "SUM(scored_seq IS NOT NULL) AS scored, "
+            "SUM(n_correct) AS n_correct, SUM(n_items) AS n_items, SUM(cost) AS cost "
+            f"FROM trials GROUP BY {group} ORDER BY {group}"
+        )]  # fmt: skip
+        by_model = [dict(r) for r in idx.query(
+            "SELECT model AS grp, COUNT(*) AS attempted, SUM(status='responded') AS responded, "
+            "SUM(status='given_up') AS given_up, SUM(cost) AS cost FROM trials GROUP BY model"
+        )]  # fmt: skip
+        totals = dict(idx.query(
+            "SELECT COUNT(*) AS attempted, SUM(status='responded') AS responded, "
+            "SUM(status='given_up') AS given_up, SUM(scored_seq IS NOT NULL) AS scored, "
+            "SUM(cost) AS cost FROM trials"
+        )[0])  # fmt: skip
+        scheduled = protocol.get("trials") if isinstance(protocol.get("trials"), int) else None
+        totals["scheduled"] = scheduled
+        totals["pending"] = None if scheduled is None else scheduled - (totals["attempted"] or 0)
+        verdicts = []
+        for seq, body, _ in idx.singles("analysis.result"):
+            if body.get("hypothesis"):
+                verdicts.append({"seq": seq, "hypothesis": body.get("hypothesis"),
+                                 "test": body.get("test"), "status": body.get("status"),
+                                 "verdict": body.get("verdict"), "error": body.get("error")})
+        artifacts = [
+            {"seq": seq, "path": b.get("path"), "role": b.get("role"), "sha256": b.get("sha256"),
+             "amended": False}
+            for seq, b, _ in idx.singles("artifact.locked")
+        ] + [
+            {"seq": seq, "path": b.get("path"), "role": b.get("role"), "sha256": b.get("sha256"),
+             "amended": True}
+            for seq, b, _ in idx.singles("protocol.amended")
+        ]  # fmt: skip
+        sessions = [{"seq": s, **{k: b.get(k) for k in ("backend", "model", "simulated",
+                                                        "concurrency", "trials", "pending")}}
+                    for s, b, _ in idx.singles("run.started")]  # fmt: skip
+        stopped = [{"seq": s, **{k: b.get(k) for k in ("reason", "responded", "given_up",
+                                                       "pending", "cost_usd")}}
+                   for s, b, _ in idx.singles("run.stopped")]  # fmt: skip
+        milestones: dict[str, int | None] = {}
+        for k in ("scoring.sealed", "blinding.revealed", "export.created"):
+            found = idx.singles(k)
+            milestones[k] = found[0][0] if found else None
+        return {
+            "protocol": {
+                "seq": protocol.get("seq"), "schedule_sha256": protocol.get("schedule_sha256"),
+                "design": protocol.get("design"), "model": protocol.get("model"),
+                "models": protocol.get("models"), "trials": scheduled,
+                "blinding_commitment": protocol.get("blinding_commitment"),
+                "stimuli": len(protocol.get("stimuli") or []),
+            },
+            "arms": [{"arm": a, "role": v.get("role"), "components": v.get("components"),
+                      "sha256": v.get("sha256")} for a, v in arms.items() if isinstance(v, dict)],
+            "group": "arm" if not self.blind else "arm code",
+            "progress": progress, "by_model": by_model, "totals": totals,
+            "verdicts": verdicts, "artifacts": artifacts, "sessions": sessions,
+            "stopped": stopped, "milestones": milestones,
+        }  # fmt: skip
+
+    # ------------------------------------------------------------------ trial table
+
+    def filters(self) -> list[Any]:
+        """The filters offered now (the arm only after the reveal)."""
+        return [f for f in FILTERS if f.blind or not self.blind]
+
+    def choices(self) -> dict[str, list[str]]:
+        """Every filter's values, read from the index."""
+        found: dict[str, list[str]] = self.memo(f"choices-{self.blind}", self._choices)
+        return found
+
+    def _choices(self) -> dict[str, list[str]]:
+        out: dict[str, list[str]] = {}
+        for f in self.filters():
+            rows = self.index.query(
+                f"SELECT DISTINCT {f.column} FROM trials WHERE {f.column} IS NOT NULL "
+                f"ORDER BY {f.column}"
+            )
+            out[f.param] = [str(r[0]) for r in rows]
+        return out
+
+    def check_params(self, params: dict[str, str]) -> None:
+        """Refuse, with :class:`BlindingError`, what would tie a trial to its arm while blind."""
+        if not self.blind:
+            return
+        for f in FILTERS:
+            if not f.blind and params.get(f.param):
+                raise BlindingError(
+                    f"the {f.label} filter is not available until blinding.revealed "
+                    "(the study is still blind)"
+                )
+        sort = params.get("sort", "h")
+        if sort in SORTS and not SORTS[sort][1]:
+            raise BlindingError(f"sorting by {sort} is not available until blinding.revealed")
+
+    def trials(self, params: dict[str, str], per_page: int = PER_PAGE) -> dict[str, Any]:
+        """One page of the trial table: the rows, the filters and the pager."""
+        self.check_params(params)
+        where, args = [], []
+        active: dict[str, str] = {}
+        for f in self.filters():
+            value = params.get(f.param, "")
+            if value:
+                where.append(f"{f.column} = ?")
+                args.append(value)
+                active[f.param] = value
+        sort = params.get("sort", "h")
+        if sort not in SORTS:
+            raise AnalysisError(f"unknown sort {sort!r}; choose one of {', '.join(SORTS)}")
+        order = SORTS[sort][0] + (" DESC" if params.get("desc") else "")
+        clause = (" WHERE " + " AND ".join(where)) if where else ""
+        total = self.memo(
+            f"count {clause} {args}",
+            lambda: self.index.query(f"SELECT COUNT(*) FROM trials{clause}", args)[0][0],
+        )
+        pages = max(1, math.ceil(total / per_page))
+        try:
+            page = min(max(1, int(params.get("page", "1"))), pages)
+        except ValueError:
+            raise AnalysisError(f"page {params.get('page')!r} is not a number") from None
+        rows = self.index.query(
+            f"SELECT * FROM trials{clause} ORDER BY {order} LIMIT ? OFFSET ?",
+            [*args, per_page, (page - 1) * per_page],
+        )
+        return {
+            **self.common(), "rows": [self.row(r) for r in rows], "total": total,
+            "page": page, "pages": pages, "filters": self.filters(), "choices": self.choices(),
+            "active": active, "sort": sort, "desc": bool(params.get("desc")),
+            "sorts": [k for k, (_, ok) in SORTS.items() if ok or not self.blind],
+            "params": {**active, "sort": sort if sort != "h" else "",
+                       "desc": "1" if params.get("desc") else ""},
+        }  # fmt: skip
+
+    # ------------------------------------------------------------------ one trial
+
+    def response(self, sha: str | None, wire_format: str | None) -> dict[str, Any]:
+        """The text of a response blob (or why it cannot be read)."""
+        if sha is None:
+            return {"text": None, "error": None}
+        try:
+            raw = self.index.blob(sha)
+        except AnalysisError as exc:
+            return {"text": None, "error": str(exc)}
+        try:
+            return {"text": response_text(*unwrap_batch(raw, wire_format or
+                                                        "anthropic-messages")), "error": None}
+        except ParseError as exc:
+            return {"text": raw.decode("utf-8", "replace"),
+                    "error": f"the body is not a response the parser reads ({exc})"}
+
+    def stimulus_blob(self, name: str) -> tuple[str, str] | None:
+        """(sha256, file name) of the locked stimulus ``name`` (by file stem), if it is one."""
+        found = None
+        for kind in ("artifact.locked", "protocol.amended"):
+            for _, body, blobs in self.index.singles(kind):
+                path = str(body.get("path", ""))
+                if body.get("role") == "stimulus" and Path(path).stem == name:
+                    found = (blobs.get("content") or str(body.get("sha256")), Path(path).name)
+        return found
+
+    def trial(self, h: int) -> dict[str, Any] | None:
+        """The trial page, or None when ``h`` is not a trial's handle."""
+        rows = self.index.query("SELECT * FROM trials WHERE h=?", (h,))
+        if not rows:
+            return None
+        r = rows[0]
+        attempts = []
+        for a in self.index.query("SELECT * FROM attempts WHERE h=? ORDER BY request_seq", (h,)):
+            item = {k: a[k] for k in a.keys() if k != "request_sha"}  # noqa: SIM118
+            if a["outcome_kind"] == "responded":
+                item.update(self.response(a["response_sha"], a["format"]))
+            if not self.blind:
+                item["request_sha"] = a["request_sha"]
+            item["faults"] = self.faulted([a["request_seq"], a["outcome_seq"]])
+            attempts.append(item)
+        request = None
+        if not self.blind:
+            last = attempts[-1] if attempts else None
+            if last is not None and last.get("request_sha"):
+                sha = last["request_sha"]
+                try:
+                    request = {"sha": sha, **_request_turns(self.index.blob(sha), sha)}
+                except AnalysisError as exc:
+                    request = {"sha": sha, "error": str(exc), "turns": []}
+        score = None
+        if r["scored_seq"] is not None:
+            score = self.score(r["scored_seq"])
+        stim = self.stimulus_blob(str(r["stimulus"]))
+        events = [("trial.requested", a["request_seq"]) for a in attempts] + [
+            (("trial.responded" if a["outcome_kind"] == "responded" else "trial.failed"),
+             a["outcome_seq"]) for a in attempts if a["outcome_seq"] is not None
+        ] + ([("trial.scored", r["scored_seq"])] if r["scored_seq"] is not None else [])
+        return {
+            **self.common(), "t": self.row(r), "attempts": attempts, "request": request,
+            "score": score, "stimulus_file": stim[1] if stim else None,
+            "events": sorted(events, key=lambda e: e[1]),
+        }  # fmt: skip
+
+    def score(self, scored_seq: int) -> dict[str, Any]:
+        """A ``trial.scored`` event's body and its per-item scores."""
+        env = self.index.event_text(scored_seq) or {}
+        body, blobs = env.get("body", {}), env.get("blobs", {})
+        items: list[dict[str, Any]] = []
+        error = None
+        if "scores" in blobs:
+            try:
+                loaded = json.loads(self.index.blob(blobs["scores"]))
+                listed = loaded if isinstance(loaded, list) else []
+                items = [i for i in listed if isinstance(i, dict)]
+            except (AnalysisError, ValueError) as exc:
+                error = str(exc)
+        return {
+            "seq": scored_seq, "parser": body.get("parser"), "status": body.get("status"),
+            "n_items": body.get("n_items"), "n_answered": body.get("n_answered"),
+            "n_correct": body.get("n_correct"), "problems": body.get("problems") or [],
+            "item_scores": items, "error": error,
+        }  # fmt: skip
+
+    # ------------------------------------------------------------------ comparison
+
+    def compare(self, stimulus: str, model: str | None, rep: str | None) -> dict[str, Any]:
+        """The same item (stimulus, model, replicate) side by side across arms or arm codes."""
+        model_rows = self.index.query(
+            "SELECT DISTINCT model FROM trials WHERE stimulus=? ORDER BY model", (stimulus,)
+        )
+        models = [m[0] for m in model_rows]
+        if not models:
+            raise AnalysisError(f"no trial of stimulus {stimulus!r} has been run")
+        chosen_model = model if model in models else models[0]
+        reps = [x[0] for x in self.index.query(
+            "SELECT DISTINCT rep FROM trials WHERE stimulus=? AND model IS ? ORDER BY rep",
+            (stimulus, chosen_model),
+        )]  # fmt: skip
+        try:
+            chosen_rep = int(rep) if rep else reps[0]
+        except ValueError:
+            raise AnalysisError(f"rep {rep!r} is not a number") from None
+        rows = self.index.query(
+            "SELECT * FROM trials WHERE stimulus=? AND model IS ? AND rep=? "
+            f"ORDER BY {'arm' if not self.blind else 'arm_code'}, h",
+            (stimulus, chosen_model, chosen_rep),
+        )
+        columns: list[dict[str, Any]] = []
+        positions: dict[tuple[Any, Any], None] = {}
+        for r in rows:
+            response = {"text": None, "error": None}
+            if r["response_seq"] is not None:
+                att = self.index.query(
+                    "SELECT response_sha, format FROM attempts WHERE outcome_seq=?",
+                    (r["response_seq"],),
+                )
+                if att:
+                    response = self.response(att[0]["response_sha"], att[0]["format"])
+            score = self.score(r["scored_seq"]) if r["scored_seq"] is not None else None
+            answers: dict[tuple[Any, Any], dict[str, Any]] = {}
+            for item in score["item_scores"] if score else []:
+                key = (item.get("row"), item.get("position"))
+                positions[key] = None
+                answers[key] = item
+            columns.append({"t": self.row(r), **response, "score": score, "answers": answers})
+        grid = [{"key": k, "truth": next((c["answers"][k].get("truth") for c in columns
+                                          if k in c["answers"]), None),
+                 "cells": [c["answers"].get(k) for c in columns]} for k in positions]
+        stim = self.stimulus_blob(stimulus)
+        return {
+            **self.common(), "stimulus": stimulus, "model": chosen_model, "models": models,
+            "rep": chosen_rep, "reps": reps, "columns": columns, "grid": grid,
+            "stimulus_file": stim[1] if stim else None,
+        }  # fmt: skip
+
+    # ------------------------------------------------------------------ proofs
+
+    def proof(self, seq: int) -> dict[str, Any] | None:
+        """The RFC 9162 inclusion proof of event ``seq`` in the current log, checked."""
+        from ledger import verify_inclusion
+
+        rows = self.index.query("SELECT kind, time FROM events WHERE seq=?", (seq,))
+        leaf = self.index.leaf(seq)
+        if not rows or leaf is None:
+            return None
+        path, root, size = self.index.inclusion(seq)
+        ok = verify_inclusion(seq, size, leaf, path, root)
+        show_body = rows[0]["kind"] in _OPEN_KINDS or not self.blind
+        envelope = self.index.event_text(seq) if show_body else None
+        return {
+            **self.common(), "seq": seq, "kind": rows[0]["kind"], "time": rows[0]["time"],
+            "leaf": leaf.hex(), "size": size, "root": root.hex(),
+            "path": [p.hex() for p in path], "ok": ok,
+            "envelope": json.dumps(envelope, indent=2, sort_keys=True) if envelope else None,
+            "faults": self.faulted([seq]),
+        }  # fmt: skip
+
+    def stimulus_bytes(self, name: str) -> tuple[bytes, str] | None:
+        """The locked stimulus file ``name`` (by file stem or file name) and its media type."""
+        found = self.stimulus_blob(Path(name).stem)
+        if found is None:
+            return None
+        data = self.index.blob(found[0])
+        suffix = Path(found[1]).suffix.lower()
+        media = {".png": "image/png", ".jpg": "image/jpeg", ".jpeg": "image/jpeg",
+                 ".gif": "image/gif", ".webp": "image/webp"}.get(suffix, "text/plain")
+        return data, media
+
+    def image(self, sha: str, n: int) -> tuple[bytes, str] | None:
+        """The ``n``-th image of request blob ``sha``; None while blind or if there is none."""
+        if self.blind:
+            return None
+        known = self.index.query("SELECT 1 FROM attempts WHERE request_sha=? LIMIT 1", (sha,))
+        if not known:
+            return None
+        try:
+            images = request_images(self.index.blob(sha))
+        except (AnalysisError, ValueError, binascii.Error):
+            return None
+        if not 0 <= n < len(images):
+            return None
+        return images[n][1], images[n][0]
+
+
+def environment(links: Links) -> Environment:
+    """The Jinja2 environment (autoescape on for every template) with the viewer's helpers."""
+    env = Environment(
+        loader=FileSystemLoader(str(TEMPLATES)),
+        autoescape=select_autoescape(default=True, default_for_string=True),
+        trim_blocks=True, lstrip_blocks=True,
+    )  # fmt: skip
+    env.filters["visible"] = visible
+    env.globals["links"] = links
+    env.globals["short"] = lambda s, n=12: (str(s)[:n] + "…") if s and len(str(s)) > n else s
+    env.globals["pct"] = lambda a, b: f"{100 * a / b:.1f}%" if a is not None and b else "–"
+    env.globals["Markup"] = Markup
+    return env
+
+
+# ---------------------------------------------------------------------- the server
+
+
+def make_app(viewer: Viewer) -> Any:
+    """The Starlette application serving ``viewer``'s pages (HTML and JSON)."""
+    from starlette.applications import Starlette
+    from starlette.requests import Request
+    from starlette.responses import HTMLResponse, JSONResponse, Response
+    from starlette.routing import Mount, Route
+    from starlette.staticfiles import StaticFiles
+
+    links = ServerLinks()
+    env = environment(links)
+    headers = {
+        "Content-Security-Policy": "default-src 'self'; img-src 'self'; "
+        "style-src 'self'; script-src 'self'; object-src 'none'; base-uri 'none'",
+        "X-Content-Type-Options": "nosniff", "Referrer-Policy": "no-referrer",
+        "Cache-Control": "no-store",
+    }  # fmt: skip
+
+    def html(template: str, context: dict[str, Any], status: int = 200) -> Response:
+        body = env.get_template(template).render(**context)
+        return HTMLResponse(body, status, headers=headers)
+
+    def problem(message: str, status: int) -> Response:
+        return html("error.html", {**viewer.common(), "message": message}, status)
+
+    def page(build: Callable[[Request], Response]) -> Callable[[Request], Response]:
+        def endpoint(request: Request) -> Response:
+            try:
+                viewer.refresh()
+                return build(request)
+            except BlindingError as exc:
+                return problem(str(exc), 403)
+            except AnalysisError as exc:
+                return problem(str(exc), 400)
+
+        return endpoint
+
+    @page
+    def overview(request: Request) -> Response:
+        return html("overview.html", viewer.overview())
+
+    @page
+    def trials(request: Request) -> Response:
+        params = dict(request.query_params)
+        if params.pop("format", "") == "json":
+            data = viewer.trials(params)
+            return JSONResponse({k: data[k] for k in ("rows", "total", "page", "pages",
+                                                      "active", "blind", "events")})
+        return html("trials.html", viewer.trials(params))
+
+    @page
+    def trial(request: Request) -> Response:
+        context = viewer.trial(int(request.path_params["h"]))
+        if context is None:
+            return problem(f"no trial has handle {request.path_params['h']}", 404)
+        return html("trial.html", context)
+
+    @page
+    def compare(request: Request) -> Response:
+        q = request.query_params
+        stimulus = q.get("stimulus")
+        if not stimulus:
+            raise AnalysisError("compare needs ?stimulus=NAME (and optionally model and rep)")
+        return html("compare.html", viewer.compare(stimulus, q.get("model"), q.get("rep")))
+
+    @page
+    def proof(request: Request) -> Response:
+        context = viewer.proof(int(request.path_params["seq"]))
+        if context is None:
+            return problem(f"no event with seq {request.path_params['seq']}", 404)
+        return html("proof.html", context)
+
+    @page
+    def stimulus(request: Request) -> Response:
+        found = viewer.stimulus_bytes(str(request.path_params["name"]))
+        if found is None:
+            return problem(f"no locked stimulus {request.path_params['name']!r}", 404)
+        return Response(found[0], media_type=found[1], headers=headers)
+
+    @page
+    def image(request: Request) -> Response:
+        found = viewer.image(str(request.path_params["sha"]), int(request.path_params["n"]))
+        if found is None:
+            return problem("no such request image (or the study is still blind)", 404)
+        return Response(found[0], media_type=found[1], headers=headers)
+
+    @page
+    def status(request: Request) -> Response:
+        return JSONResponse({
+            "events": viewer.index.next_seq, **viewer.counts(), "blind": viewer.blind,
+            "verification": viewer.verification_summary(),
+        }, headers={"Cache-Control": "no-store"})  # fmt: skip
+
+    return Starlette(routes=[
+        Route("/", overview), Route("/trials", trials), Route("/trial/{h:int}", trial),
+        Route("/compare", compare), Route("/proof/{seq:int}", proof),
+        Route("/stimulus/{name:str}", stimulus), Route("/image/{sha:str}/{n:int}", image),
+        Route("/api/status", status),
+        Mount("/static", StaticFiles(directory=str(STATIC)), name="static"),
+    ])  # fmt: skip
+
+
+def _digest(*parts: Any) -> str:
+    return hashlib.sha256("\x00".join(str(p) for p in parts).encode()).hexdigest()[:16]

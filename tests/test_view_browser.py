@@ -1,0 +1,212 @@
+"""`ledger view` driven in a real Chromium (Playwright against the system browser), issue 21.
+
+Marked ``browser``: left out of the README's test command; ``.ci/run`` runs ``pytest -m
+browser`` (it installs Debian's chromium when missing). Playwright only drives the browser at
+``/usr/bin/chromium`` (``executable_path``): no browser is ever downloaded. Every test fails on
+any console error or page error. Screenshots of the trial page and the comparison page are
+written to ``tmp/view-artefacts/`` (ignored by git; ``LEDGER_VIEW_ARTEFACTS`` moves it).
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import shutil
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+pytestmark = pytest.mark.browser
+
+CHROMIUM = shutil.which("chromium") or "/usr/bin/chromium"
+ARGS = [
+    "--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
+    "--disable-background-networking", "--disable-component-update", "--disable-sync",
+]  # fmt: skip
+ARTEFACTS = Path(
+    os.environ.get("LEDGER_VIEW_ARTEFACTS", Path(__file__).resolve().parent.parent / "tmp" /
+                   "view-artefacts")
+)  # fmt: skip
+
+
+@pytest.fixture(scope="module")
+def browser() -> Iterator[Any]:
+    if not Path(CHROMIUM).is_file():
+        pytest.skip(f"no chromium at {CHROMIUM} (.ci/run installs Debian's chromium)")
+    from playwright.sync_api import sync_playwright
+
+    with sync_playwright() as p:
+        b = p.chromium.launch(executable_path=CHROMIUM, args=ARGS, headless=True)
+        yield b
+        b.close()
+
+
+class Page:
+    """A page that records every console error and page error."""
+
+    def __init__(self, browser: Any) -> None:
+        self.context = browser.new_context(viewport={"width": 1280, "height": 900})
+        self.page = self.context.new_page()
+        self.errors: list[str] = []
+        self.page.on("console", lambda m: self.errors.append(f"console {m.type}: {m.text}")
+                     if m.type == "error" else None)  # fmt: skip
+        self.page.on("pageerror", lambda e: self.errors.append(f"page error: {e}"))
+        self.page.on("requestfailed", lambda r: self.errors.append(f"failed: {r.url}"))
+
+    def close(self) -> None:
+        self.context.close()
+        assert not self.errors, self.errors
+
+
+@pytest.fixture
+def page(browser: Any) -> Iterator[Page]:
+    p = Page(browser)
+    yield p
+    p.close()
+
+
+class Viewer:
+    """`ledger view PATH --port 0` in a subprocess; its URL from the line it prints."""
+
+    def __init__(self, path: Path) -> None:
+        self.proc = subprocess.Popen(
+            [sys.executable, "-c", "from ledger.cli import main; main()", "view", str(path),
+             "--port", "0"],
+            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+        )  # fmt: skip
+        assert self.proc.stdout is not None
+        line = self.proc.stdout.readline()
+        found = re.search(r"http://[\d.]+:\d+", line)
+        if not found:
+            self.stop()
+            raise AssertionError(f"ledger view did not start: {line}")
+        self.url = found.group(0)
+
+    def stop(self) -> str:
+        self.proc.terminate()
+        _, err = self.proc.communicate(timeout=30)
+        return err
+
+
+@pytest.fixture
+def archive_viewer(simulated_archive: Path) -> Iterator[Viewer]:
+    v = Viewer(simulated_archive)
+    yield v
+    err = v.stop()
+    assert "Traceback" not in err, err
+
+
+def loaded(page: Any, selector: str) -> bool:
+    return bool(page.eval_on_selector(selector, "img => img.complete && img.naturalWidth > 0"))
+
+
+def test_browser_filter_open_a_trial_see_its_image_and_response_then_compare(
+    page: Page, archive_viewer: Viewer
+) -> None:
+    p = page.page
+    p.goto(archive_viewer.url + "/trials")
+    assert "70 trials" in p.inner_text("#count")
+    p.select_option("#filter-arm", "B")
+    p.select_option("#filter-stimulus", "mixed-1")
+    p.click("#apply")
+    p.wait_for_url(re.compile(r"arm=B"))
+    assert "2 trials match" in p.inner_text("#count")
+    arms = p.eval_on_selector_all(
+        "#trials tr td:nth-child(3)", "tds => tds.map(t => t.textContent)"
+    )
+    assert arms == ["B", "B"]
+    p.click("a.trial-link >> nth=0")
+    p.wait_for_selector("#arm")
+    assert p.inner_text("#arm") == "B"
+    p.wait_for_load_state("networkidle")
+    assert loaded(p, "#stimulus-image") and loaded(p, "img.request-image")
+    response = p.inner_text("pre.response")
+    assert "chart_type" in response and "orientations" in response
+    assert p.inner_text("#parse-status") == "ok"
+    ARTEFACTS.mkdir(parents=True, exist_ok=True)
+    p.screenshot(path=str(ARTEFACTS / "trial.png"), full_page=True)
+    p.click("#compare-link")
+    p.wait_for_selector("#compare")
+    assert p.locator("#compare .column").count() == 5
+    headings = p.eval_on_selector_all("#compare .column h2", "hs => hs.map(h => h.textContent)")
+    assert [h.split()[1] for h in headings] == ["A", "B", "C", "D", "E"]
+    p.wait_for_load_state("networkidle")
+    p.screenshot(path=str(ARTEFACTS / "compare.png"), full_page=True)
+    assert (ARTEFACTS / "trial.png").stat().st_size > 10_000
+    assert (ARTEFACTS / "compare.png").stat().st_size > 10_000
+
+
+def test_browser_overview_shows_verification_passed_once_the_background_check_ends(
+    page: Page, archive_viewer: Viewer
+) -> None:
+    p = page.page
+    p.goto(archive_viewer.url + "/")
+    # the page polls /api/status and swaps itself in when the verifier finishes
+    p.wait_for_selector("#verification-passed", timeout=120_000)
+    assert p.inner_text("#verification .big") == "PASSED"
+
+
+def test_browser_tampered_archive_shows_failed_and_still_browses(
+    page: Page, simulated_archive: Path, tmp_path: Path
+) -> None:
+    copy = tmp_path / "archive"
+    shutil.copytree(simulated_archive, copy)
+    events = copy / "ledger" / "events.jsonl"
+    data = events.read_bytes()
+    events.write_bytes(data.replace(b'"n_correct":61', b'"n_correct":59', 1))
+    viewer = Viewer(copy)
+    try:
+        p = page.page
+        p.goto(viewer.url + "/")
+        p.wait_for_selector("#verification-failed", timeout=120_000)
+        assert p.inner_text("#verification .big") == "FAILED"
+        p.goto(viewer.url + "/trials")
+        p.click("tr.fault a.trial-link >> nth=0")
+        p.wait_for_selector(".fault-detail")
+        assert "Verification FAILED at seq" in p.inner_text(".fault-detail >> nth=0")
+        assert "59 of 61" in p.inner_text("#score")
+    finally:
+        viewer.stop()
+
+
+def test_browser_watch_a_live_run_add_trials(
+    page: Page, tmp_path: Path, study_template: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from helpers import make_study
+
+    monkeypatch.setenv("PROMPT_LEDGER_HOME", str(tmp_path / "home"))
+    study = make_study(tmp_path / "study", replicates=2, template=study_template)
+    viewer = Viewer(study)
+    try:
+        p = page.page
+        p.goto(viewer.url + "/trials")
+        assert "0 trials" in p.inner_text("#count")
+        p.evaluate("window.__not_reloaded = true")
+        run = subprocess.Popen(
+            [sys.executable, "-c", "from ledger.cli import main; main()", "run", str(study),
+             "--backend", "simulated", "--concurrency", "1"],
+            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+        )  # fmt: skip
+        counts = set()
+        deadline = time.monotonic() + 120
+        while time.monotonic() < deadline:
+            text = p.inner_text("#count")
+            counts.add(int(text.split()[0]))
+            if text.startswith("70 trials"):
+                break
+            p.wait_for_timeout(200)
+        out = run.communicate(timeout=120)[0]
+        assert run.returncode == 0, out
+        assert "70 trials" in p.inner_text("#count")
+        assert p.evaluate("window.__not_reloaded") is True  # swapped in place, no reload
+        assert len(counts) >= 2, counts  # it grew while the run wrote
+        p.click("a.trial-link >> nth=0")
+        p.wait_for_selector("pre.response")
+    finally:
+        err = viewer.stop()
+    assert "Traceback" not in err, err
