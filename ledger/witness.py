@@ -27,7 +27,7 @@ import os
 import sqlite3
 import struct
 import time
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
@@ -448,10 +448,18 @@ class Witness:
     :meth:`add_checkpoint`. One instance per thread: it holds one SQLite connection.
     """
 
-    def __init__(self, directory: Path, key: CosignerKey, conn: sqlite3.Connection) -> None:
+    def __init__(
+        self,
+        directory: Path,
+        key: CosignerKey,
+        conn: sqlite3.Connection,
+        clock: Callable[[], int] | None = None,
+    ) -> None:
         self.directory = directory
         self.key = key
         self._conn = conn
+        #: the cosignatures' time source (POSIX seconds); a fixed one keeps a demo reproducible
+        self.clock: Callable[[], int] = clock or _now
 
     # -- set up
 
@@ -495,8 +503,13 @@ class Witness:
         return cls.open(d)
 
     @classmethod
-    def open(cls, directory: str | os.PathLike[str]) -> Witness:
-        """Open an initialised witness directory; errors name the file at fault."""
+    def open(
+        cls, directory: str | os.PathLike[str], clock: Callable[[], int] | None = None
+    ) -> Witness:
+        """Open an initialised witness directory; errors name the file at fault.
+
+        ``clock`` (POSIX seconds) times the cosignatures; the default is the system clock.
+        """
         d = Path(directory)
         key_path, db = d / KEY_FILE, d / STATE_FILE
         if not key_path.exists():
@@ -527,7 +540,7 @@ class Witness:
             raise WitnessStateError(
                 f"{db} belongs to another witness key than {key_path}; refusing to start"
             )
-        return cls(d, key, conn)
+        return cls(d, key, conn, clock)
 
     def close(self) -> None:
         """Close the state database."""
@@ -647,7 +660,7 @@ class Witness:
             if problem:
                 self._keep(request, cp, 422, problem, against)
                 return _text(422, problem)
-            stamp = _now()
+            stamp = self.clock()
             line = self.key.cosign(note.text, stamp)
             cosigned_note = request.note + line
             conn.execute(

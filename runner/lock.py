@@ -23,6 +23,7 @@ from runner.schedule import commitment, schedule, schedule_bytes, schedule_sha25
 from runner.spec import SpecError, Study, check_matched_controls, load_study
 from runner.stimuli import StimulusError, check_image_for_api
 from runner.truth import truth_problems
+from runner.witnessing import witness_registration
 
 LEDGER_FILE = "ledger.db"
 CHECKPOINT_FILE = "registration-checkpoint.txt"
@@ -303,15 +304,28 @@ def lock_study(root: str | Path, key: SigningKey) -> LockResult:
             "analysis": study.analysis,
             "amendable": list(study.amendable),
             "environment": environment(),
+            **witnessing_record(study),
         }
         specs.append(EventSpec("protocol.locked", body, {"schedule": schedule_bytes(order)}))
         events = log.append_many(specs, key=key)
         note = log.sign_checkpoint(key)
+        unwitnessed = None
+        if study.witnessing is not None:  # after the commit: docs/witness.md section 8
+            note, unwitnessed = witness_registration(
+                log, key, study.witnessing, events[-1].seq + 1
+            )
     checkpoint_path = root / CHECKPOINT_FILE
     checkpoint_path.write_text(note, encoding="utf-8")
+    if unwitnessed is not None:
+        raise unwitnessed
     return LockResult(
         events[-1].seq, len(files), len(order), digest_of_schedule, note, checkpoint_path
     )
+
+
+def witnessing_record(study: Study) -> dict[str, Any]:
+    """The ``witnessing`` member of ``protocol.locked``: the study's witnesses, if it has any."""
+    return {} if study.witnessing is None else {"witnessing": study.witnessing.record()}
 
 
 def promised_checkpoint_sizes(log: Ledger) -> list[int]:
