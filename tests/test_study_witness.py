@@ -1,0 +1,414 @@
+"""Studies that use witnesses (issue 20, docs/witness.md §8): the spec sections, lock and run
+getting cosignatures from a real witness served over HTTP on 127.0.0.1, the archive's trust
+policy, ``verify --witness``, and the fork attack caught end to end.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner
+from helpers import STUDY_ORIGIN, study_key
+
+from ledger import Ledger, SigningKey
+from ledger.cli import main
+from ledger.witness import CosignerVerifier, Witness
+from ledger.witness_server import LocalWitness
+from runner.spec import SpecError, load_study
+
+W1 = "witness.example/w1"
+W2 = "witness.example/w2"
+
+
+@pytest.fixture(scope="module")
+def home(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
+    base = tmp_path_factory.mktemp("witnessed-home")
+    old = os.environ.get("PROMPT_LEDGER_HOME")
+    os.environ["PROMPT_LEDGER_HOME"] = str(base / "home")
+    key = study_key()
+    key_file = base / "home" / "keys" / "prompt-tumbling-e-owner.key"
+    key_file.parent.mkdir(parents=True)
+    key.save(key_file)
+    yield base
+    if old is None:
+        os.environ.pop("PROMPT_LEDGER_HOME", None)
+    else:
+        os.environ["PROMPT_LEDGER_HOME"] = old
+
+
+@pytest.fixture(scope="module")
+def template(home: Path) -> Path:
+    """A tumbling-E study with one replicate per arm and probe, not locked (no ledger)."""
+    from runner.new import new_study
+
+    root = home / "template"
+    new_study(root, "prompt-tumbling-e", study_key())
+    (root / "ledger.db").unlink()
+    spec = root / "study.toml"
+    text = spec.read_text("utf-8").replace("replicates = 30", "replicates = 1")
+    spec.write_text(text.replace("bootstrap_iterations = 10000", "bootstrap_iterations = 100"),
+                    "utf-8")
+    return root
+
+
+def new_witness(directory: Path, name: str, key: SigningKey) -> str:
+    with Witness.init(directory, name) as w:
+        w.add_log(STUDY_ORIGIN, [key.vkey])
+        return w.key.vkey
+
+
+def witnessed_study(
+    template: Path, root: Path, witnesses: list[tuple[str, str, str]], **witnessing: object
+) -> Path:
+    """Copy the template to ``root`` and declare ``witnesses`` (name, vkey, url) in its spec."""
+    shutil.copytree(template, root)
+    with Ledger.create(root / "ledger.db", origin=STUDY_ORIGIN, key=study_key()):
+        pass
+    spec = root / "study.toml"
+    text = spec.read_text("utf-8")
+    for name, vkey, url in witnesses:
+        text += f'\n[[witnesses]]\nname = "{name}"\nvkey = "{vkey}"\nurl = "{url}"\n'
+    if witnessing:
+        text += "\n[witnessing]\n" + "".join(
+            f"{k} = {json.dumps(v)}\n" for k, v in witnessing.items()
+        )
+    spec.write_text(text, "utf-8")
+    return root
+
+
+def run(root: Path) -> object:
+    from runner.backends import SimulatedBackend
+    from runner.execute import RunOptions, run_study
+
+    return run_study(root, study_key(), SimulatedBackend(), RunOptions(concurrency=2))
+
+
+def export(root: Path, target: Path) -> Path:
+    """Score, unblind, analyse and export the study at ``root`` to ``target``."""
+    from analysis.analyze import analyze_study
+    from analysis.export import export_study
+    from analysis.scoring import score_study, unblind_study
+
+    key = study_key()
+    score_study(root, key)
+    unblind_study(root, key)
+    analyze_study(root, key)
+    export_study(root, target, key)
+    return target
+
+
+def checks(archive: Path, *args: str) -> dict[str, dict[str, object]]:
+    result = CliRunner().invoke(main, ["verify", str(archive), "--json", *args])
+    return {c["name"]: c for c in json.loads(result.stdout)["checks"]}
+
+
+def cosigners(note: str, vkeys: list[str]) -> list[str]:
+    text, _, block = note.partition("\n\n")
+    found = []
+    for vkey in vkeys:
+        verifier = CosignerVerifier.parse(vkey)
+        if any(verifier.verify_line(text + "\n", line) is not None
+               for line in block.splitlines(keepends=True)
+               if line.split(" ")[1] == verifier.name):
+            found.append(verifier.name)
+    return found
+
+
+# ----------------------------------------------------------------------- the spec
+
+
+GOOD_VKEY = CosignerVerifier(W1, bytes(range(32))).vkey
+
+
+@pytest.mark.parametrize(
+    ("name", "addition", "message"),
+    [
+        ("witnessing_without_witnesses", "[witnessing]\nquorum = 1\n",
+         "witnessing: declares how witnesses are used, but there is no [[witnesses]] entry"),
+        ("quorum_above_witnesses",
+         f'[[witnesses]]\nname = "{W1}"\nvkey = "{GOOD_VKEY}"\nurl = "http://127.0.0.1:1"\n'
+         "[witnessing]\nquorum = 2\n",
+         "witnessing.quorum: must be an integer from 1 to 1"),
+        ("ledger_key_as_witness_key",
+         f'[[witnesses]]\nname = "{W1}"\nvkey = "{study_key().vkey}"\nurl = "http://h"\n',
+         "witnesses[0].vkey: witness vkey"),
+        ("name_not_the_vkeys",
+         f'[[witnesses]]\nname = "other"\nvkey = "{GOOD_VKEY}"\nurl = "http://h"\n',
+         "witnesses[0].name: 'other' is not the name in its vkey"),
+        ("url_not_http",
+         f'[[witnesses]]\nname = "{W1}"\nvkey = "{GOOD_VKEY}"\nurl = "ftp://h"\n',
+         "witnesses[0].url: 'ftp://h' is not an http(s) URL"),
+        ("missing_url", f'[[witnesses]]\nname = "{W1}"\nvkey = "{GOOD_VKEY}"\n',
+         "witnesses[0].url: must be a non-empty string"),
+        ("unknown_key_in_witness",
+         f'[[witnesses]]\nname = "{W1}"\nvkey = "{GOOD_VKEY}"\nurl = "http://h"\nuri = "x"\n',
+         "[[witnesses]] #1 uri: unknown key (did you mean 'url'?)"),
+        ("unknown_key_in_witnessing",
+         f'[[witnesses]]\nname = "{W1}"\nvkey = "{GOOD_VKEY}"\nurl = "http://h"\n'
+         "[witnessing]\nquorom = 1\n", "did you mean 'quorum'?"),
+        ("unreachable_policy",
+         f'[[witnesses]]\nname = "{W1}"\nvkey = "{GOOD_VKEY}"\nurl = "http://h"\n'
+         '[witnessing]\nunreachable = "ignore"\n', "witnessing.unreachable: must be 'wait'"),
+        ("negative_interval",
+         f'[[witnesses]]\nname = "{W1}"\nvkey = "{GOOD_VKEY}"\nurl = "http://h"\n'
+         "[witnessing]\ninterval_trials = -1\n", "witnessing.interval_trials: must be an"),
+        ("witness_twice",
+         f'[[witnesses]]\nname = "{W1}"\nvkey = "{GOOD_VKEY}"\nurl = "http://h"\n'
+         f'[[witnesses]]\nname = "{W1}"\nvkey = "{GOOD_VKEY}"\nurl = "http://i"\n',
+         "witnesses[1].name: witness 'witness.example/w1' is listed twice"),
+    ],
+)
+def test_bad_witness_sections_are_refused_naming_the_field(
+    template: Path, tmp_path: Path, name: str, addition: str, message: str
+) -> None:
+    root = tmp_path / name
+    shutil.copytree(template, root, ignore=shutil.ignore_patterns("stimuli"))
+    spec = root / "study.toml"
+    spec.write_text(spec.read_text("utf-8") + "\n" + addition, "utf-8")
+    with pytest.raises(SpecError) as info:
+        load_study(root)
+    problems = [p for p in info.value.problems if "stimuli" not in p]
+    assert any(message in p and str(spec) in p for p in problems), problems
+
+
+def test_a_good_witness_section_is_parsed_with_its_line(template: Path, tmp_path: Path) -> None:
+    root = tmp_path / "good"
+    shutil.copytree(template, root)
+    spec = root / "study.toml"
+    spec.write_text(spec.read_text("utf-8") + f'\n[[witnesses]]\nname = "{W1}"\nvkey = '
+                    f'"{GOOD_VKEY}"\nurl = "http://127.0.0.1:7380/"\n', "utf-8")
+    study = load_study(root)
+    assert study.witnessing is not None
+    assert study.witnessing.quorum == 1 and study.witnessing.unreachable == "wait"
+    assert study.witnessing.witnesses[0].url == "http://127.0.0.1:7380"
+
+
+# ----------------------------------------------------------------------- a witnessed study
+
+
+@dataclass
+class Witnessed:
+    root: Path
+    vkeys: list[str]
+    witness_dirs: list[Path]
+    archive: Path = Path()
+
+
+@pytest.fixture(scope="module")
+def witnessed(home: Path, template: Path) -> Iterator[Witnessed]:
+    """Two witnesses, quorum 2, cosigning every 10 trials: locked and run."""
+    key = study_key()
+    dirs = [home / "w1", home / "w2"]
+    vkeys = [new_witness(dirs[0], W1, key), new_witness(dirs[1], W2, key)]
+    with LocalWitness(dirs[0]) as one, LocalWitness(dirs[1]) as two:
+        root = witnessed_study(
+            template, home / "study", [(W1, vkeys[0], one.url), (W2, vkeys[1], two.url)],
+            quorum=2, interval_trials=10,
+        )
+        from runner.lock import lock_study
+
+        lock_study(root, key)
+        run(root)
+    yield Witnessed(root, vkeys, dirs)
+
+
+@pytest.fixture(scope="module")
+def exported(witnessed: Witnessed, home: Path) -> Witnessed:
+    """The witnessed study scored, analysed and exported (slow: the analysis)."""
+    if not witnessed.archive.name:
+        witnessed.archive = export(witnessed.root, home / "archive")
+    return witnessed
+
+
+def test_lock_and_every_session_checkpoint_are_cosigned(witnessed: Witnessed) -> None:
+    from runner.witnessing import promised_sizes
+
+    published = (witnessed.root / "registration-checkpoint.txt").read_text("utf-8")
+    assert cosigners(published, witnessed.vkeys) == [W1, W2]
+    with Ledger.open(witnessed.root / "ledger.db", readonly=True) as log:
+        promised = promised_sizes(log)
+        notes = {cp.size: cp.note for cp in log.checkpoints()}
+        started = [e.seq for e in log.events("run.started")]
+        first_request = next(iter(log.events("trial.requested"))).seq
+    assert [what.split(" (")[0] for _, what in promised] == [
+        "registration", "session start", "session stop"
+    ]
+    for size, what in promised:
+        assert cosigners(notes[size], witnessed.vkeys) == [W1, W2], what
+    assert started[0] + 1 <= first_request  # the start checkpoint precedes every request
+    stopped = promised[-1][0]
+    interval = [s for s in notes if started[0] + 1 < s < stopped]
+    assert interval and all(cosigners(notes[s], witnessed.vkeys) == [W1, W2] for s in interval)
+
+
+@pytest.mark.slow
+def test_the_archive_carries_the_locked_trust_policy(exported: Witnessed) -> None:
+    policy = json.loads((exported.archive / "ledger/witnesses.json").read_text("utf-8"))
+    assert [w["vkey"] for w in policy["witnesses"]] == exported.vkeys
+    assert policy["quorum"] == 2 and policy["unreachable"] == "wait"
+
+
+@pytest.mark.slow
+def test_verify_with_the_witness_keys_reports_when_it_was_locked(exported: Witnessed) -> None:
+    result = CliRunner().invoke(main, [
+        "verify", str(exported.archive), "--witness", exported.vkeys[0],
+        "--witness", exported.vkeys[1], "--quorum", "2",
+    ])
+    assert result.exit_code == 0, result.output
+    assert "locked no later than" in result.output
+    found = checks(exported.archive, "--witness", exported.vkeys[0], "--witness",
+                   exported.vkeys[1])["witnesses"]
+    assert found["status"] == "PASS", found
+    reason = str(found["reason"])
+    assert "3 promised checkpoint(s) carry 2 of 2 witness cosignatures" in reason
+    assert f"witnessed by {W1}, {W2}" in reason or f"witnessed by {W2}, {W1}" in reason
+    own = checks(exported.archive)["witnesses"]  # the archive's own policy: owner-chosen keys
+    assert own["status"] == "WARN" and "pass --witness" in str(own["reason"])
+
+
+@pytest.mark.slow
+def test_verify_with_a_witness_that_never_cosigned_fails(exported: Witnessed) -> None:
+    stranger = CosignerVerifier("witness.example/stranger", bytes(32)).vkey
+    found = checks(exported.archive, "--witness", stranger)["witnesses"]
+    assert found["status"] == "FAIL"
+    assert "registration checkpoint" in str(found["reason"])
+    assert "0 valid cosignature(s) of the 1 required" in str(found["reason"])
+
+
+@pytest.mark.slow
+def test_a_policy_file_that_is_not_the_locked_one_fails(
+    exported: Witnessed, tmp_path: Path
+) -> None:
+    copy = tmp_path / "archive"
+    shutil.copytree(exported.archive, copy)
+    path = copy / "ledger/witnesses.json"
+    policy = json.loads(path.read_text("utf-8"))
+    policy["quorum"] = 1
+    path.write_text(json.dumps(policy), "utf-8")
+    found = checks(copy, "--witness", exported.vkeys[0])["witnesses"]
+    assert found["status"] == "FAIL"
+    assert "differs from the witnessing that protocol.locked" in str(found["reason"])
+
+
+@pytest.mark.slow
+def test_a_forged_cosignature_fails(exported: Witnessed, tmp_path: Path) -> None:
+    copy = tmp_path / "archive"
+    shutil.copytree(exported.archive, copy)
+    checkpoint = sorted((copy / "ledger/checkpoints").iterdir())[0]
+    lines = checkpoint.read_text("utf-8").splitlines(keepends=True)
+    w1 = next(i for i, line in enumerate(lines) if line.startswith(f"\u2014 {W1} "))
+    blob = bytearray(__import__("base64").b64decode(lines[w1].split(" ")[2]))
+    blob[-1] ^= 1
+    lines[w1] = f"\u2014 {W1} {__import__('base64').b64encode(bytes(blob)).decode()}\n"
+    checkpoint.write_text("".join(lines), "utf-8")
+    found = checks(copy, "--witness", exported.vkeys[0])["witnesses"]
+    assert found["status"] == "FAIL"
+    assert f"the cosignature of {W1} does not verify" in str(found["reason"])
+
+
+@pytest.mark.slow
+def test_the_fork_attack_is_caught_by_the_runner_the_witness_and_the_verifier(
+    home: Path, template: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Lock and witness, run and witness, copy the ledger back to the registration point, run
+    again: the witness refuses, ``ledger run`` stops with its answer, the evidence command prints
+    both checkpoints; and the second branch, run to the end by a runner altered to skip the
+    witnesses, exports an archive that fails ``verify --witness``."""
+    import runner.execute
+    from runner.lock import lock_study
+
+    def restore() -> None:
+        for suffix in ("-wal", "-shm"):
+            (root / f"ledger.db{suffix}").unlink(missing_ok=True)
+        shutil.copyfile(registration_point, root / "ledger.db")
+
+    key = study_key()
+    vkey = new_witness(tmp_path / "w", W1, key)
+    with LocalWitness(tmp_path / "w") as served:
+        root = witnessed_study(template, tmp_path / "study", [(W1, vkey, served.url)])
+        lock_study(root, key)
+        registration_point = tmp_path / "registration.db"
+        shutil.copyfile(root / "ledger.db", registration_point)
+        run(root)  # the first branch: witnessed throughout
+        first = export(root, tmp_path / "first")
+        restore()  # the owner dislikes the result and goes back to the registration point
+        result = CliRunner().invoke(main, ["run", str(root), "--backend", "simulated"])
+    assert result.exit_code == 1, result.output
+    assert f"witness {W1} ({served.url}) refused" in result.output
+    assert "HTTP 409" in result.output and "not the history the witness cosigned" in result.output
+    with Ledger.open(root / "ledger.db", readonly=True) as log:
+        assert not list(log.events("trial.requested"))  # nothing was sent on the second branch
+        stopped = list(log.events("run.stopped"))
+    assert len(stopped) == 1 and stopped[0].body["reason"].startswith("witness: ")
+
+    evidence = CliRunner().invoke(main, ["witness", "evidence", str(tmp_path / "w")])
+    assert evidence.exit_code == 1, evidence.output
+    assert f"FORK PROVEN: {STUDY_ORIGIN}" in evidence.output
+    assert evidence.output.count(f"    {STUDY_ORIGIN}") == 2  # both checkpoints, printed
+
+    restore()  # and runs the second branch with a runner that skips the witnesses
+    monkeypatch.setattr(runner.execute, "session_witnesses", lambda log: None)
+    run(root)
+    second = export(root, tmp_path / "second")
+    assert checks(first, "--witness", vkey)["witnesses"]["status"] == "PASS"
+    found = checks(second, "--witness", vkey)["witnesses"]
+    assert found["status"] == "FAIL"
+    assert "session start checkpoint" in str(found["reason"])
+    verdict = CliRunner().invoke(main, ["verify", str(second), "--witness", vkey])
+    assert verdict.exit_code == 1
+
+
+def test_an_unreachable_witness_stops_the_run_before_any_request(
+    home: Path, template: Path, tmp_path: Path
+) -> None:
+    from runner.lock import lock_study
+    from runner.witnessing import WitnessUnavailable
+
+    key = study_key()
+    vkey = new_witness(tmp_path / "w", W1, key)
+    root = witnessed_study(template, tmp_path / "study", [(W1, vkey, "http://127.0.0.1:9")],
+                           retry_seconds=1)
+    with pytest.raises(WitnessUnavailable, match="locked, but the registration checkpoint"):
+        lock_study(root, key)
+    with pytest.raises(WitnessUnavailable, match="stayed unreachable for 1 s") as info:
+        run(root)
+    assert "nothing more was sent" in str(info.value)
+    with Ledger.open(root / "ledger.db", readonly=True) as log:
+        assert list(log.events("protocol.locked"))  # the lock stands
+        assert not list(log.events("trial.requested"))
+    # once the witness is back, the next run gets every promised checkpoint cosigned first
+    with LocalWitness(tmp_path / "w") as served:
+        spec = root / "study.toml"
+        assert "http://127.0.0.1:9" in spec.read_text("utf-8")
+        import runner.witnessing as witnessing
+
+        policy = witnessing.WitnessPolicy((witnessing.WitnessSpec(W1, vkey, served.url),), 1)
+        with Ledger.open(root / "ledger.db") as log, witnessing.Cosigner(log, key, policy) as c:
+            outcomes = c.witness_promised()
+        assert [o.witnessed for o in outcomes] == [True, True, True]
+
+
+@pytest.mark.slow
+def test_a_study_that_may_continue_unwitnessed_says_so_in_the_archive(
+    home: Path, template: Path, tmp_path: Path
+) -> None:
+    from runner.lock import lock_study
+
+    key = study_key()
+    vkey = new_witness(tmp_path / "w", W1, key)
+    root = witnessed_study(template, tmp_path / "study", [(W1, vkey, "http://127.0.0.1:9")],
+                           unreachable="continue", retry_seconds=0)
+    lock_study(root, key)
+    result = run(root)
+    assert result.final == result.final + result.pending  # type: ignore[attr-defined]
+    assert result.unwitnessed  # type: ignore[attr-defined]
+    archive = export(root, tmp_path / "archive")
+    found = checks(archive, "--witness", vkey)["witnesses"]
+    assert found["status"] == "WARN"
+    assert "the study declared it may continue unwitnessed" in str(found["reason"])
