@@ -464,10 +464,13 @@ class Witness:
     # -- set up
 
     @classmethod
-    def init(cls, directory: str | os.PathLike[str], name: str) -> Witness:
+    def init(
+        cls, directory: str | os.PathLike[str], name: str, key: CosignerKey | None = None
+    ) -> Witness:
         """Create a witness in ``directory``: a new cosigning key ``name`` and its state database.
 
-        Refuses a directory that already holds a witness key or state database.
+        Refuses a directory that already holds a witness key or state database. ``key`` (named
+        ``name``) replaces the fresh random key: for a reproducible demonstration only.
         """
         d = Path(directory)
         check_key_name(name)
@@ -481,7 +484,10 @@ class Witness:
             d.mkdir(parents=True, exist_ok=True, mode=0o700)
         except OSError as exc:
             raise WitnessStateError(f"witness directory {d}: {os_error_advice(exc)}") from exc
-        key = CosignerKey.generate(name)
+        if key is None:
+            key = CosignerKey.generate(name)
+        elif key.name != name:
+            raise WitnessStateError(f"witness key {key.name!r} is not named {name!r}")
         db = d / STATE_FILE
         try:
             conn = sqlite3.connect(db, isolation_level=None, timeout=60)
