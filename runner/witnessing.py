@@ -247,6 +247,7 @@ class Cosigner:
         self.verifiers = {w.name: CosignerVerifier.parse(w.vkey) for w in policy.witnesses}
         self.waited = 0.0
         self._client: Any = None
+        self._verified: dict[str, list[str]] = {}
 
     def close(self) -> None:
         """Close the HTTP connections."""
@@ -280,7 +281,13 @@ class Cosigner:
         return best[0], best[1]
 
     def _cosigned_by(self, note: str) -> list[str]:
-        """The policy's witnesses whose valid cosignature ``note`` carries."""
+        """The policy's witnesses whose valid cosignature ``note`` carries (memoised)."""
+        known = self._verified.get(note)
+        if known is None:
+            known = self._verified[note] = self._verify_lines(note)
+        return known
+
+    def _verify_lines(self, note: str) -> list[str]:
         from ledger._errors import NoteError
 
         text, _, block = note.partition("\n\n")
