@@ -50,6 +50,7 @@ KeyPath = tuple[str | int, ...]
 SECTIONS: Final = (
     "study", "model", "models", "components", "prompt", "fewshot", "arms", "stimuli", "design",
     "response", "hypotheses", "analysis", "witnesses", "witnessing",
+    "timestamping",
 )  # fmt: skip
 """The top-level tables of a study spec, in the order the docs list them."""
 
@@ -62,6 +63,7 @@ TABLE_KEYS: Final[dict[str, tuple[str, ...]]] = {
     "response": ("format", "parser", "letters", "mode"),
     "analysis": ("model", "random_intercept", "exclude_unparseable"),
     "witnessing": ("quorum", "interval_trials", "unreachable", "retry_seconds"),
+    "timestamping": ("url",),
 }
 """The keys of each fixed-key section (``components`` and ``arms`` are named by the study)."""
 

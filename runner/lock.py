@@ -22,6 +22,7 @@ from runner.provenance import environment as environment
 from runner.schedule import commitment, schedule, schedule_bytes, schedule_sha256
 from runner.spec import SpecError, Study, check_matched_controls, load_study
 from runner.stimuli import StimulusError, check_image_for_api
+from runner.timestamping import TimestampSpec, timestamp_checkpoint
 from runner.truth import truth_problems
 from runner.witnessing import witness_registration
 
@@ -314,6 +315,8 @@ def lock_study(root: str | Path, key: SigningKey) -> LockResult:
             note, unwitnessed = witness_registration(
                 log, key, study.witnessing, events[-1].seq + 1
             )
+        if study.timestamping is not None and unwitnessed is None:
+            unwitnessed = timestamp_registration(log, key, study.timestamping, events[-1].seq + 1)
     checkpoint_path = root / CHECKPOINT_FILE
     checkpoint_path.write_text(note, encoding="utf-8")
     if unwitnessed is not None:
@@ -324,8 +327,24 @@ def lock_study(root: str | Path, key: SigningKey) -> LockResult:
 
 
 def witnessing_record(study: Study) -> dict[str, Any]:
-    """The ``witnessing`` member of ``protocol.locked``: the study's witnesses, if it has any."""
-    return {} if study.witnessing is None else {"witnessing": study.witnessing.record()}
+    """``protocol.locked``'s ``witnessing`` and ``timestamping`` members, when declared."""
+    out: dict[str, Any] = {}
+    if study.witnessing is not None:
+        out["witnessing"] = study.witnessing.record()
+    if study.timestamping is not None:
+        out["timestamping"] = study.timestamping.record()
+    return out
+
+
+def timestamp_registration(
+    log: Ledger, key: SigningKey, spec: TimestampSpec, size: int
+) -> StudyError | None:
+    """Time-stamp the registration checkpoint (after the commit); the error, if it failed."""
+    try:
+        timestamp_checkpoint(log, key, spec, size)
+    except StudyError as exc:
+        return type(exc)(f"locked, but the registration checkpoint is not time-stamped: {exc}")
+    return None
 
 
 def promised_checkpoint_sizes(log: Ledger) -> list[int]:

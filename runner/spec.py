@@ -23,6 +23,7 @@ from ledger import describe_os_error, describe_utf8_error
 from runner._errors import SpecError as SpecError
 from runner._errors import StudyError
 from runner._schema import KeyPath, LineFinder, path_of, unknown_keys
+from runner.timestamping import TimestampSpec, parse_timestamping
 from runner.witnessing import WitnessPolicy, parse_policy
 
 ARM_ROLES = ("full", "matched-control", "vehicle", "dismantling", "factorial")
@@ -215,6 +216,7 @@ class Study:
     fewshot: dict[str, FewShotSpec] = field(default_factory=dict)
     models: dict[str, ModelSpec] | None = None
     witnessing: WitnessPolicy | None = None  # [[witnesses]] and [witnessing] (docs/witness.md)
+    timestamping: TimestampSpec | None = None  # [timestamping] (docs/witness.md section 9)
 
     def model_specs(self) -> list[ModelSpec]:
         """Every model, in declaration order (one, named None, for a ``[model]`` study)."""
@@ -1125,6 +1127,7 @@ def load_study(root: str | Path, *, strict: bool = True) -> Study:
     hypotheses = _hypotheses(c, data, arms, response.parser)
     analysis_out = _analysis(c, data)
     witnessing = parse_policy(data, c.add)
+    timestamping = parse_timestamping(data, c.add)
 
     if c.problems:
         raise SpecError(c.problems)
@@ -1137,7 +1140,7 @@ def load_study(root: str | Path, *, strict: bool = True) -> Study:
         hypotheses=tuple(hypotheses), analysis=analysis_out, amendable=tuple(amendable),
         answer_column=answer_column, letters=letters, mode=response.mode,
         items_path=items_path, prompt=prompt, fewshot=fewshot, models=models,
-        witnessing=witnessing,
+        witnessing=witnessing, timestamping=timestamping,
     )
     if items is not None:  # read once, here: Study.load_items returns it from now on
         object.__setattr__(loaded, "_items", items)

@@ -24,7 +24,9 @@ from pathlib import Path
 from verify import KeyFormatError, parse_vkey, render_report, verify_path
 from verify._safeio import UnsafeFileError, read_regular
 
-__all__ = ["build_parser", "main", "read_vkey", "read_witness_vkey", "render_report"]
+__all__ = [
+    "build_parser", "main", "read_tsa_cert", "read_vkey", "read_witness_vkey", "render_report",
+]
 
 _MAX_VKEY_FILE = 64 << 10
 
@@ -53,6 +55,17 @@ def read_witness_vkey(value: str) -> str:
     except KeyFormatError as exc:
         raise argparse.ArgumentTypeError(str(exc)) from None
     return text
+
+
+def read_tsa_cert(value: str) -> bytes:
+    """The PEM certificate(s) of ``--tsa-cert FILE``: a regular file of at most 64 KiB."""
+    try:
+        data = read_regular(value, _MAX_VKEY_FILE, follow_links=True)
+    except UnsafeFileError as exc:
+        raise argparse.ArgumentTypeError(f"--tsa-cert {value}: {exc}") from None
+    if b"-----BEGIN CERTIFICATE-----" not in data:
+        raise argparse.ArgumentTypeError(f"--tsa-cert {value}: no PEM certificate in it")
+    return data
 
 
 def _read_text(value: str) -> str:
@@ -123,6 +136,9 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--witness-skew", dest="skew", type=_seconds, default=300.0,
                         metavar="SECONDS", help="allowed clock difference between witnesses "
                         "and the ledger's event times (default 300)")  # fmt: skip
+    parser.add_argument("--tsa-cert", dest="tsa_roots", type=read_tsa_cert, default=None,
+                        metavar="FILE", help="PEM root certificate(s) of the time-stamping "
+                        "authority: check the RFC 3161 time stamps")  # fmt: skip
     parser.add_argument("--json", dest="as_json", action="store_true",
                         help="print the report as JSON")  # fmt: skip
     parser.add_argument("--jobs", type=_jobs, default=1, metavar="N",
@@ -143,6 +159,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         report = verify_path(
             args.path, trusted_keys=args.trusted, checkpoints=args.checkpoints, jobs=args.jobs,
             witnesses=args.witnesses, quorum=args.quorum, skew=args.skew,
+            tsa_roots=args.tsa_roots,
         )
         if args.as_json:
             sys.stdout.write(json.dumps(report.to_dict(), indent=2, ensure_ascii=False) + "\n")

@@ -63,6 +63,8 @@ def _witness_key(
               help="Cosignatures required per checkpoint (default: every --witness).")
 @click.option("--witness-skew", "skew", type=click.FloatRange(0, 86400), default=300.0,
               show_default=True, help="Seconds witnesses' and events' clocks may differ.")
+@click.option("--tsa-cert", "tsa_cert", type=click.Path(dir_okay=False, path_type=Path),
+              default=None, help="PEM root certificate(s) of the time-stamping authority.")
 @click.option("--json", "as_json", is_flag=True, help="Print the report as JSON.")
 @click.option("--jobs", type=click.IntRange(min=1), default=1, help="Processes for signatures.")
 def verify_cmd(
@@ -72,6 +74,7 @@ def verify_cmd(
     witnesses: list[str],
     quorum: int | None,
     skew: float,
+    tsa_cert: Path | None,
     as_json: bool,
     jobs: int,
 ) -> None:
@@ -86,7 +89,9 @@ def verify_cmd(
     With --witness, every promised checkpoint (registration, each session's start and stop)
     must carry --quorum valid cosignatures from those witnesses, with times consistent within
     --witness-skew (docs/witness.md section 8); without it, a witnessed archive is checked
-    against its own ledger/witnesses.json (a WARN: the owner chose those keys).
+    against its own ledger/witnesses.json (a WARN: the owner chose those keys). With
+    --tsa-cert, every RFC 3161 time stamp on the registration checkpoint must verify against
+    that root (docs/witness.md section 9).
 
     \b
     Example:
@@ -94,11 +99,17 @@ def verify_cmd(
           --checkpoint registration.checkpoint --jobs 2
       ledger verify archive/ --checkpoint registration-checkpoint.txt
       ledger verify archive/ --witness @w1.vkey --witness @w2.vkey --quorum 1
+      ledger verify archive/ --tsa-cert tsa-root.pem
     """
     from verify import render_report, verify_path
+    from verify.__main__ import read_tsa_cert
 
+    try:
+        roots = read_tsa_cert(str(tsa_cert)) if tsa_cert is not None else None
+    except argparse.ArgumentTypeError as exc:
+        raise click.BadParameter(str(exc), param_hint="--tsa-cert") from None
     report = verify_path(path, trusted_keys=trusted, checkpoints=checkpoints, jobs=jobs,
-                         witnesses=witnesses, quorum=quorum, skew=skew)
+                         witnesses=witnesses, quorum=quorum, skew=skew, tsa_roots=roots)
     if as_json:
         click.echo(json.dumps(report.to_dict(), indent=2, ensure_ascii=False))
     else:

@@ -39,6 +39,7 @@ class Archive:
         self.witness_keys: tuple[str, ...] = ()
         self.witness_quorum: int | None = None
         self.witness_skew = 300.0
+        self.tsa_roots: bytes | None = None  # ``--tsa-cert``: PEM root certificates
         self.by_kind: dict[str, list[int]] = {}
         for seq, env in enumerate(self.envs):
             if env is not None and type(env.get("kind")) is str:
