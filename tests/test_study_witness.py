@@ -412,3 +412,49 @@ def test_a_study_that_may_continue_unwitnessed_says_so_in_the_archive(
     found = checks(archive, "--witness", vkey)["witnesses"]
     assert found["status"] == "WARN"
     assert "the study declared it may continue unwitnessed" in str(found["reason"])
+
+
+# ----------------------------------------------------------------------- ML-DSA-44
+
+
+def test_ml_dsa_44_cosignatures_verify_in_the_writer_and_the_verifier(tmp_path: Path) -> None:
+    """tlog-cosignature 1.1: a witness signing with ML-DSA-44 (key type 0x06, the subtree/v1
+    message); its cosignature verifies with ledger.witness and, independently, with verify/."""
+    from ledger.witness import ALG_COSIGNATURE_MLDSA44, format_request
+    from verify._note import parse_note
+    from verify._witness import parse_cosigner_vkey
+
+    key = study_key()
+    result = CliRunner().invoke(main, ["witness", "init", str(tmp_path / "w"), "--name", W2,
+                                       "--algorithm", "ml-dsa-44"])
+    assert result.exit_code == 0, result.output
+    vkey = result.stdout.strip()
+    verifier = CosignerVerifier.parse(vkey)
+    assert verifier.alg == ALG_COSIGNATURE_MLDSA44 and len(verifier.public_key) == 1312
+    with Ledger.create(tmp_path / "log.db", origin=STUDY_ORIGIN, key=key) as log:
+        log.append("artifact.locked", {"path": "a", "role": "spec", "sha256": "0" * 64,
+                                       "size": 0}, key=key)
+        note = log.sign_checkpoint(key)
+    with Witness.open(tmp_path / "w") as witness:
+        witness.add_log(STUDY_ORIGIN, [key.vkey])
+        answer = witness.add_checkpoint(format_request(0, [], note))
+    assert answer.status == 200, answer.body
+    text = note.partition("\n\n")[0] + "\n"
+    stamp = verifier.verify_line(text, answer.body)
+    assert stamp is not None and stamp > 0
+    cosigned = note + answer.body
+    parsed_text, sigs = parse_note(cosigned)
+    independent = parse_cosigner_vkey(vkey)
+    assert [independent.verify(parsed_text, s) for s in sigs] == [None, stamp]
+    forged = bytearray(sigs[1].signature)
+    forged[-1] ^= 1
+    with pytest.raises(ValueError, match="does not verify"):
+        independent.verify(parsed_text, type(sigs[1])(sigs[1].name, sigs[1].key_id,
+                                                      bytes(forged)))
+    # a study can declare an ML-DSA-44 witness like any other
+    from runner.witnessing import parse_policy
+
+    problems: list[str] = []
+    policy = parse_policy({"witnesses": [{"name": W2, "vkey": vkey, "url": "http://h"}]},
+                          lambda field, message: problems.append(f"{field}: {message}"))
+    assert not problems and policy is not None and policy.witnesses[0].vkey == vkey
