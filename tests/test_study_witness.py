@@ -458,3 +458,29 @@ def test_ml_dsa_44_cosignatures_verify_in_the_writer_and_the_verifier(tmp_path: 
     policy = parse_policy({"witnesses": [{"name": W2, "vkey": vkey, "url": "http://h"}]},
                           lambda field, message: problems.append(f"{field}: {message}"))
     assert not problems and policy is not None and policy.witnesses[0].vkey == vkey
+
+
+def test_the_specs_example_cosigned_checkpoint_reads_with_the_verifiers_note_code() -> None:
+    """c2sp.org/tlog-cosignature's example note: the verifier's own note parser reads it, and
+    the cosignature's timestamp is the one of the spec's example signed message (1679315147).
+    The spec publishes no key for witness.example.com/w1, so the signature itself cannot be
+    checked; a key of that name that is not the witness's ignores or refuses the line."""
+    from verify._note import parse_note
+    from verify._witness import parse_cosigner_vkey
+
+    example = (
+        "example.com/behind-the-sofa\n20852163\nCsUYapGGPo4dkMgIAUqom/Xajj7h2fB2MPA3j2jxq2I=\n\n"
+        "\u2014 example.com/behind-the-sofa Az3grlgtzPICa5OS8npVmf1Myq/5IZniMp+ZJurmRDeOoRDe4URY"
+        "N7u5/Zhcyv2q1gGzGku9nTo+zyWE+xeMcTOAYQ8=\n"
+        "\u2014 witness.example.com/w1 jWbPPwAAAABkGFDLEZMHwSRaJNiIDoe9DYn/zXcrtPHeolMI5OWXEhZCB9dl"
+        "rDJsX3b2oyin1nPZqhf5nNo0xUe+mbIUBkBIfZ+qnA==\n"
+    )
+    text, sigs = parse_note(example)
+    assert text.splitlines() == ["example.com/behind-the-sofa", "20852163",
+                                 "CsUYapGGPo4dkMgIAUqom/Xajj7h2fB2MPA3j2jxq2I="]
+    cosignature = sigs[1]
+    assert cosignature.name == "witness.example.com/w1"
+    assert len(cosignature.signature) == 8 + 64  # timestamped_signature, Ed25519
+    assert int.from_bytes(cosignature.signature[:8], "big") == 1679315147
+    other = parse_cosigner_vkey(CosignerVerifier("witness.example.com/w1", bytes(32)).vkey)
+    assert other.verify(text, cosignature) is None  # another key id: ignored, as MUST
