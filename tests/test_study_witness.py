@@ -394,6 +394,30 @@ def test_an_unreachable_witness_stops_the_run_before_any_request(
         assert [o.witnessed for o in outcomes] == [True, True, True]
 
 
+def test_a_witness_that_refuses_stops_the_run_with_its_answer(
+    home: Path, template: Path, tmp_path: Path
+) -> None:
+    """A witness that does not know the study's log answers 404: the lock stands unwitnessed,
+    and ``ledger run`` records run.stopped with the witness's answer and sends nothing."""
+    from runner.lock import lock_study
+    from runner.witnessing import WitnessRefusal
+
+    with Witness.init(tmp_path / "w", W1) as w:  # no add-log: the study's log is unknown
+        vkey = w.key.vkey
+    with LocalWitness(tmp_path / "w") as served:
+        root = witnessed_study(template, tmp_path / "study", [(W1, vkey, served.url)])
+        with pytest.raises(WitnessRefusal, match="HTTP 404: unknown log origin"):
+            lock_study(root, study_key())
+        result = CliRunner().invoke(main, ["run", str(root), "--backend", "simulated"])
+    assert result.exit_code == 1
+    assert f"witness {W1} ({served.url}) refused the checkpoint" in result.output
+    assert "HTTP 404: unknown log origin" in result.output
+    with Ledger.open(root / "ledger.db", readonly=True) as log:
+        assert not list(log.events("trial.requested"))
+        (stopped,) = list(log.events("run.stopped"))
+    assert stopped.body["reason"].startswith("witness: ") and "404" in stopped.body["reason"]
+
+
 @pytest.mark.slow
 def test_a_study_that_may_continue_unwitnessed_says_so_in_the_archive(
     home: Path, template: Path, tmp_path: Path
