@@ -393,11 +393,11 @@ def _readme(study: Study, log: Ledger, results: list[dict[str, Any]]) -> bytes:
 def witness_policy_file(log: Ledger) -> bytes | None:
     """``ledger/witnesses.json``: the trust policy the study locked (``docs/witness.md`` §8).
 
-    The ``witnessing`` member of ``protocol.locked`` as canonical JSON and a newline, or None
-    for a study without witnesses.
+    The ``witnessing`` member of the last ``protocol.locked`` (the one in force) as canonical
+    JSON and a newline, or None for a study without witnesses.
     """
-    event = next(iter(log.events("protocol.locked")), None)
-    record = None if event is None else event.body.get("witnessing")
+    locked = list(log.events("protocol.locked"))  # the last is in force (a later phase's)
+    record = locked[-1].body.get("witnessing") if locked else None
     return None if record is None else canonical_json(record) + b"\n"
 
 

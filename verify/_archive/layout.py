@@ -84,8 +84,8 @@ def check_layout(a: Archive) -> Check:
         allowed.add(f"protocol/arms/{arm}.txt")
     allowed.update(f"analysis/figures/{name}" for name in figure_names(a))
     allowed.update(f"ledger/keys/{name}" for name in a.key_files)
-    if "witnessing" in a.protocol:  # the trust policy of a witnessed study (docs/witness.md)
-        allowed.add(POLICY_FILE)
+    if any("witnessing" in a.body(s) for s in a.of_kind("protocol.locked")):
+        allowed.add(POLICY_FILE)  # the trust policy of a witnessed study (docs/witness.md)
     referenced: set[str] = set()
     for env in a.envs:
         blobs = env.get("blobs") if env is not None else None

@@ -53,8 +53,13 @@ def _iso(t: float) -> str:
 
 
 def witness_policy(a: Archive) -> tuple[dict[str, Any] | None, str | None]:
-    """The locked ``witnessing`` record, and what is wrong with it or its policy file."""
-    record = a.protocol.get("witnessing")
+    """The locked ``witnessing`` record, and what is wrong with it or its policy file.
+
+    The record is that of the last ``protocol.locked`` (a study locked in phases has one per
+    phase; the last is the one in force).
+    """
+    locked = a.of_kind("protocol.locked")
+    record = a.body(locked[-1]).get("witnessing") if locked else None
     present = POLICY_FILE in a.files.files
     if record is None:
         if present:
@@ -73,7 +78,7 @@ def witness_policy(a: Archive) -> tuple[dict[str, Any] | None, str | None]:
         return record, f"{POLICY_FILE} {why}"
     if parsed != record:
         return record, (f"{POLICY_FILE} differs from the witnessing that protocol.locked (seq "
-                        f"{a.protocol_seq}) recorded: it is not the policy the study locked")
+                        f"{locked[-1]}) recorded: it is not the policy the study locked")
     return record, None
 
 
