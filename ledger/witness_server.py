@@ -91,11 +91,13 @@ class LocalWitness:
     server stops (and its thread ends) when the block ends. ``clock`` times the cosignatures.
     """
 
-    def __init__(self, directory: Path, clock: Callable[[], int] | None = None) -> None:
+    def __init__(
+        self, directory: Path, clock: Callable[[], int] | None = None, port: int = 0
+    ) -> None:
         """Bind the socket (port 0: the system picks one); :meth:`start` serves it."""
         import uvicorn
 
-        self._sock = _listen(directory, "127.0.0.1", 0)
+        self._sock = _listen(directory, "127.0.0.1", port)
         self.url = f"http://127.0.0.1:{self._sock.getsockname()[1]}"
         config = uvicorn.Config(make_app(directory, clock), log_level="warning",
                                 access_log=False, lifespan="off")

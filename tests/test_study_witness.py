@@ -394,6 +394,63 @@ def test_an_unreachable_witness_stops_the_run_before_any_request(
         assert [o.witnessed for o in outcomes] == [True, True, True]
 
 
+def test_an_unreachable_witness_pauses_the_run_and_it_goes_on_once_the_witness_answers(
+    home: Path, template: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The witness is down when the session starts: the runner retries with back-off and sends
+    nothing; once the witness listens again (a second later) the session-start checkpoint is
+    cosigned, and only then are trials requested."""
+    import socket
+    import threading
+
+    from runner.lock import lock_study
+
+    key = study_key()
+    vkey = new_witness(tmp_path / "w", W1, key)
+    with socket.socket() as probe:  # a free port, for the witness to come back on
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    root = witnessed_study(template, tmp_path / "study", [(W1, vkey, f"http://127.0.0.1:{port}")],
+                           retry_seconds=60)
+    with LocalWitness(tmp_path / "w", port=port):
+        lock_study(root, key)
+    back: list[LocalWitness] = []
+    timer = threading.Timer(1.0, lambda: back.append(
+        LocalWitness(tmp_path / "w", port=port).start()))
+    import runner.execute
+
+    original = runner.execute.Runner._witness_start
+
+    async def start_then_witness(self: runner.execute.Runner, loop: object) -> None:
+        timer.start()  # the witness comes back one second after the session asks for it
+        await original(self, loop)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(runner.execute.Runner, "_witness_start", start_then_witness)
+    try:
+        result = run(root)
+    finally:
+        timer.join()
+        for witness in back:
+            witness.stop()
+    assert result.witness_wait >= 0.5  # type: ignore[attr-defined]
+    assert result.pending == 0  # type: ignore[attr-defined]
+    with Ledger.open(root / "ledger.db", readonly=True) as log:
+        (started,) = list(log.events("run.started"))
+        notes = {cp.size: cp.note for cp in log.checkpoints()}
+        first_request = next(iter(log.events("trial.requested")))
+    assert cosigners(notes[started.seq + 1], [vkey]) == [W1]
+    stamp = CosignerVerifier.parse(vkey).verify_line(
+        notes[started.seq + 1].partition("\n\n")[0] + "\n",
+        notes[started.seq + 1].splitlines(keepends=True)[-1],
+    )
+    assert stamp is not None
+    import datetime as dt
+
+    requested = dt.datetime.strptime(first_request.time, "%Y-%m-%dT%H:%M:%S.%fZ").replace(
+        tzinfo=dt.UTC)  # the writer's clock, as the cosignature's time is the witness's
+    assert int(requested.timestamp()) >= stamp
+
+
 def test_a_witness_that_refuses_stops_the_run_with_its_answer(
     home: Path, template: Path, tmp_path: Path
 ) -> None:
