@@ -4,18 +4,25 @@ Scaffold the tumbling-E study, make keys, lock it (registration checkpoint), run
 schedule on the ``simulated`` backend, score blind, seal, unblind, analyse, report, export the
 archive, verify it with the independent verifier, then change one byte in a copy and show the
 verifier naming the place at fault. Keys and the blinding secret live in ``DIR/home``, outside
-the study folder, as they would for a real study.
+the study folder, as they would for a real study. A witness (``DIR/witness``), served in this
+process on 127.0.0.1 while the study is locked and run, cosigns its checkpoints, and the final
+verification trusts its key (``docs/witness.md`` §8.4).
 """
 
 from __future__ import annotations
 
+import hashlib
+import itertools
 import os
 import shlex
 import shutil
 import sys
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
+from datetime import UTC, datetime
 from pathlib import Path
+from typing import Any
 
 from rich.console import Console
 
@@ -86,16 +93,86 @@ def tamper_copy(archive: Path, target: Path) -> str:
     return f"blobs/{digest}"
 
 
+WITNESS_NAME = "prompt-ledger.local/demo-witness"
+
+
+def demo_witness(directory: Path, owner: SigningKey, study: Path) -> str:
+    """Create the demo's witness in ``directory``, knowing the study's log; return its vkey.
+
+    With a fixed clock (``$PROMPT_LEDGER_FIXED_CLOCK``) its key is derived from the owner's
+    vkey, so a fixed owner key and clock give the same bytes; otherwise it is random.
+    """
+    from ledger import Ledger
+    from ledger.witness import CosignerKey, Witness
+
+    key = None
+    if os.environ.get("PROMPT_LEDGER_FIXED_CLOCK"):
+        seed = hashlib.sha256(f"prompt-ledger demo witness {owner.vkey}".encode()).digest()
+        key = CosignerKey(WITNESS_NAME, seed)
+    with Ledger.open(study / "ledger.db", readonly=True) as log:
+        origin = log.origin
+    with Witness.init(directory, WITNESS_NAME, key) as witness:
+        witness.add_log(origin, [owner.vkey])
+        return witness.key.vkey
+
+
+def demo_witness_clock() -> Callable[[], int] | None:
+    """The demo witness's clock: with a fixed ledger clock, its start plus one second a call."""
+    value = os.environ.get("PROMPT_LEDGER_FIXED_CLOCK")
+    if not value:
+        return None
+    start = datetime.fromisoformat(value.replace("Z", "+00:00"))
+    if start.tzinfo is None:
+        start = start.replace(tzinfo=UTC)
+    ticks = itertools.count(int(start.timestamp()) + 1)
+    return lambda: next(ticks)
+
+
+def declare_witness(study: Path, vkey: str, url: str) -> None:
+    """Add the witness to ``study.toml`` (before lock): quorum 1, cosigning every 50 trials."""
+    spec = study / "study.toml"
+    name = vkey.split("+")[0]
+    spec.write_text(
+        spec.read_text(encoding="utf-8")
+        + f'\n[[witnesses]]\nname = "{name}"\nvkey = "{vkey}"\nurl = "{url}"\n'
+        + "\n[witnessing]\nquorum = 1\ninterval_trials = 50\n",
+        encoding="utf-8",
+    )
+
+
+def _lock_and_run(console: Console, study: Path, owner: SigningKey) -> tuple[Any, Any]:
+    from runner.backends import SimulatedBackend
+    from runner.execute import RunOptions, run_study
+    from runner.lock import lock_study
+    from runner.progress import RunDisplay
+
+    locked = lock_study(study, owner)
+    _step(
+        console, 3, "lock",
+        f"{locked.artifacts} files locked, {locked.trials} trials scheduled "
+        f"(schedule sha256 {locked.schedule_sha256[:16]}...); registration checkpoint, "
+        f"cosigned by the witness, to publish: {locked.checkpoint_path}",
+    )  # fmt: skip
+
+    _step(console, 4, "run", "every trial on the simulated backend (offline, deterministic); "
+          "the witness cosigns the session's start, every 50 trials and its stop")  # fmt: skip
+    with RunDisplay(console, "simulated run", priced=False) as display:
+        result = run_study(study, owner, SimulatedBackend(), RunOptions(concurrency=16), display)
+    console.print(
+        f"    {result.counters.responded} responses recorded; {result.final} of "
+        f"{result.final + result.pending} trials final; "
+        f"{result.witness_wait:.2f} s spent waiting on the witness"
+    )
+    return locked, result
+
+
 def run_demo(directory: Path, console: Console, *, replicates: int = 30) -> DemoResult:
     """Run the demonstration in ``directory`` (created; must not exist or be empty)."""
     from analysis.analyze import analyze_study
     from analysis.export import export_study
     from analysis.scoring import score_study, unblind_study
-    from runner.backends import SimulatedBackend
-    from runner.execute import RunOptions, run_study
-    from runner.lock import lock_study
+    from ledger.witness_server import LocalWitness
     from runner.new import new_study
-    from runner.progress import RunDisplay
     from verify import render_report, verify_path
 
     started = time.monotonic()
@@ -130,21 +207,19 @@ def run_demo(directory: Path, console: Console, *, replicates: int = 30) -> Demo
         )
     _step(console, 2, "study", f"{study}: arms A-E, seven probes (PNG), truth table, H1-H5")
 
-    locked = lock_study(study, owner)
-    _step(
-        console, 3, "lock",
-        f"{locked.artifacts} files locked, {locked.trials} trials scheduled "
-        f"(schedule sha256 {locked.schedule_sha256[:16]}...); registration checkpoint to "
-        f"publish: {locked.checkpoint_path}",
-    )  # fmt: skip
-
-    _step(console, 4, "run", "every trial on the simulated backend (offline, deterministic)")
-    with RunDisplay(console, "simulated run", priced=False) as display:
-        result = run_study(study, owner, SimulatedBackend(), RunOptions(concurrency=16), display)
-    console.print(
-        f"    {result.counters.responded} responses recorded; {result.final} of "
-        f"{result.final + result.pending} trials final"
-    )
+    witness_dir = directory / "witness"
+    witness_vkey = demo_witness(witness_dir, owner, study)
+    served = LocalWitness(witness_dir, clock=demo_witness_clock()).start()
+    try:
+        declare_witness(study, witness_vkey, served.url)
+        console.print(
+            f"    witness {witness_vkey.split('+')[0]} (its state in {witness_dir}) serving on "
+            f"{served.url} in this process while the study is locked and run; the study "
+            "declares it, and every checkpoint of the lock and the run needs its cosignature"
+        )
+        locked, _ = _lock_and_run(console, study, owner)
+    finally:
+        served.stop()
 
     scored = score_study(study, owner)
     statuses = ", ".join(f"{k} {v}" for k, v in sorted(scored.by_status.items()))
@@ -168,14 +243,16 @@ def run_demo(directory: Path, console: Console, *, replicates: int = 30) -> Demo
     exported = export_study(study, archive, owner)
     _step(console, 9, "export", f"{exported.files} files, {exported.bytes:,} bytes in {archive}")
 
-    report = verify_path(archive, trusted_keys=[owner.vkey], checkpoints=[locked.checkpoint_path])
-    _step(console, 10, "verify", "the independent verifier, trusting the owner key and the "
-          "published registration checkpoint:")  # fmt: skip
+    report = verify_path(archive, trusted_keys=[owner.vkey], checkpoints=[locked.checkpoint_path],
+                         witnesses=[witness_vkey])
+    _step(console, 10, "verify", "the independent verifier, trusting the owner key, the "
+          "published registration checkpoint and the witness's key:")  # fmt: skip
     render_report(report, console=console)
 
     tampered = directory / "archive-tampered"
     changed = tamper_copy(archive, tampered)
-    bad = verify_path(tampered, trusted_keys=[owner.vkey], checkpoints=[locked.checkpoint_path])
+    bad = verify_path(tampered, trusted_keys=[owner.vkey], checkpoints=[locked.checkpoint_path],
+                      witnesses=[witness_vkey])
     _step(console, 11, "tamper", f"one byte of {changed} changed, MANIFEST.sha256 rewritten:")
     render_report(bad, console=console)
 
@@ -197,7 +274,8 @@ def run_demo(directory: Path, console: Console, *, replicates: int = 30) -> Demo
     q = shlex.quote
     console.print("\n[bold]Verify it yourself:[/]")
     console.print(f"  {ledger} verify {q(str(archive))} --trusted-key @{q(str(vkey_file))} "
-                  f"--checkpoint {q(str(locked.checkpoint_path))}")  # fmt: skip
+                  f"--checkpoint {q(str(locked.checkpoint_path))} "
+                  f"--witness @{q(str(witness_dir / 'witness.vkey'))}")  # fmt: skip
     console.print(f"  (cd {q(str(archive))} && sha256sum -c --quiet MANIFEST.sha256)")
     console.print("[bold]Tamper and verify:[/]")
     console.print(f'  t="$(mktemp -d)/archive" && cp -r {q(str(archive))} "$t" && printf X | '

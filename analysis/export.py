@@ -43,6 +43,7 @@ from runner.lock import (
     sign_missing_checkpoints,
 )
 from runner.spec import Study
+from runner.witnessing import POLICY_FILE
 
 ARCHIVE_FORMAT = 1
 LEDGER_DIR = "ledger"
@@ -389,6 +390,17 @@ def _readme(study: Study, log: Ledger, results: list[dict[str, Any]]) -> bytes:
     return "\n".join(lines).encode("utf-8")
 
 
+def witness_policy_file(log: Ledger) -> bytes | None:
+    """``ledger/witnesses.json``: the trust policy the study locked (``docs/witness.md`` §8).
+
+    The ``witnessing`` member of the last ``protocol.locked`` (the one in force) as canonical
+    JSON and a newline, or None for a study without witnesses.
+    """
+    locked = list(log.events("protocol.locked"))  # the last is in force (a later phase's)
+    record = locked[-1].body.get("witnessing") if locked else None
+    return None if record is None else canonical_json(record) + b"\n"
+
+
 def _remove(path: Path) -> None:
     if path.is_dir() and not path.is_symlink():
         shutil.rmtree(path)
@@ -491,8 +503,12 @@ def export_study(
                 for e in log.events()  # this connection sees its own uncommitted events
             ]
             w.put(f"{LEDGER_DIR}/events.jsonl", b"\n".join(lines) + b"\n")
-            for cp in log.checkpoints():
+            # of two notes of one size, the one with the most (co)signatures is the one kept
+            for cp in sorted(log.checkpoints(), key=lambda c: c.note.count("\n")):
                 w.put(f"{LEDGER_DIR}/checkpoints/{cp.size:08d}.txt", cp.note.encode("utf-8"))
+            policy = witness_policy_file(log)
+            if policy is not None:
+                w.put(POLICY_FILE, policy)
             registered = log.keys()
             for k in registered:
                 stem = k.actor.replace("/", "_").replace(":", "_").replace("+", "_")

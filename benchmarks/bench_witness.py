@@ -15,6 +15,11 @@ cosignature is returned. Prints, for this machine and this run:
   * add-checkpoint per second over HTTP to a ``ledger witness serve`` process, one client
     with keep-alive, and ``--threads`` clients at once, each with its ratio to the verify rate.
 
+  * a study run (the tumbling-E template, simulated backend) without witnesses and with a local
+    witness cosigning its start, every ``--interval`` trials and its stop: the seconds the run
+    spent waiting on the witness (requests and back-off, ``RunResult.witness_wait``) and their
+    share of the witnessed run, beside the unwitnessed run's time measured in the same run.
+
 Timings are never asserted; ``--quick`` (used by tests/test_benchmark_runs.py) shrinks
 everything so that every figure is printed in a few seconds.
 """
@@ -137,6 +142,62 @@ def over_http(url: str, bodies: list[bytes], threads: int) -> float:
     return len(bodies) / elapsed
 
 
+def study_runs(base: Path, replicates: int, interval: int) -> dict[str, float]:
+    """Run one study without witnesses and one with a local witness; return the timings."""
+    import os
+
+    from ledger import Ledger
+    from ledger.witness_server import LocalWitness
+    from runner.backends import SimulatedBackend
+    from runner.execute import RunOptions, run_study
+    from runner.lock import lock_study
+    from runner.new import new_study
+
+    os.environ["PROMPT_LEDGER_HOME"] = str(base / "home")
+    owner = SigningKey.generate("bench.example/study/owner")
+    template = base / "template"
+    new_study(template, "prompt-tumbling-e", owner)
+    (template / "ledger.db").unlink()
+    spec = template / "study.toml"
+    spec.write_text(spec.read_text("utf-8").replace("replicates = 30",
+                                                    f"replicates = {replicates}"), "utf-8")
+    with Witness.init(base / "study-witness", "bench.example/study-witness") as witness:
+        witness.add_log("prompt-ledger.local/prompt-tumbling-e", [owner.vkey])
+        vkey = witness.key.vkey
+    out: dict[str, float] = {}
+    with LocalWitness(base / "study-witness") as served:
+        # a first, unmeasured run warms up imports and caches for both measured ones
+        for label, witnessed in (("warm-up", False), ("plain", False), ("witnessed", True)):
+            root = base / label
+            import shutil
+
+            shutil.copytree(template, root)
+            with Ledger.create(root / "ledger.db", origin="prompt-ledger.local/prompt-tumbling-e",
+                               key=owner):
+                pass
+            if witnessed:
+                (root / "study.toml").write_text(
+                    (root / "study.toml").read_text("utf-8")
+                    + f'\n[[witnesses]]\nname = "bench.example/study-witness"\nvkey = "{vkey}"'
+                    + f'\nurl = "{served.url}"\n\n[witnessing]\ninterval_trials = {interval}\n',
+                    "utf-8",
+                )
+            t0 = time.perf_counter()
+            lock_study(root, owner)
+            out[f"{label}_lock_s"] = time.perf_counter() - t0
+            t0 = time.perf_counter()
+            result = run_study(root, owner, SimulatedBackend(), RunOptions(concurrency=8))
+            out[f"{label}_run_s"] = time.perf_counter() - t0
+            out[f"{label}_trials"] = result.final
+            if witnessed:
+                out["witness_wait_s"] = result.witness_wait
+                with Ledger.open(root / "ledger.db", readonly=True) as log:
+                    out["cosigned_checkpoints"] = sum(
+                        "bench.example/study-witness" in cp.note for cp in log.checkpoints()
+                    )
+    return out
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--logs", type=int, default=10_000)
@@ -144,10 +205,15 @@ def main() -> None:
                         help="requests per measurement (each to a different log)")
     parser.add_argument("--threads", type=int, default=4)
     parser.add_argument("--quick", action="store_true")
+    parser.add_argument("--replicates", type=int, default=6,
+                        help="replicates of the study run (35 trials each)")
+    parser.add_argument("--interval", type=int, default=25,
+                        help="the study run's witnessing interval, in trials")
     parser.add_argument("--json", action="store_true")
     args = parser.parse_args()
     if args.quick:
         args.logs, args.requests = min(args.logs, 600), min(args.requests, 150)
+        args.replicates = 1
     if 3 * args.requests > args.logs:
         parser.error("--requests: the three measurements need 3 x requests <= --logs")
     rng = random.Random(2026)
@@ -194,6 +260,17 @@ def main() -> None:
         if any(h is None or h[0] != log.size for h, log in zip(held, picked, strict=True)):
             raise SystemExit("the witness does not hold every cosigned size")
         print("check: every cosigned checkpoint is the witness's state (persisted)")
+
+        runs = study_runs(Path(tmp) / "study", args.replicates, args.interval)
+        wait, total = runs["witness_wait_s"], runs["witnessed_run_s"]
+        print(f"study run, {runs['plain_trials']:.0f} trials, no witness: "
+              f"{runs['plain_run_s']:.2f} s (lock {runs['plain_lock_s']:.2f} s)")
+        print(f"study run, witnessed every {args.interval} trials: {total:.2f} s "
+              f"(lock {runs['witnessed_lock_s']:.2f} s), "
+              f"{runs['cosigned_checkpoints']:.0f} checkpoints cosigned; waiting on witnesses "
+              f"{wait:.3f} s = {wait / total:.1%} of the run; ratio to the unwitnessed run "
+              f"{total / runs['plain_run_s']:.2f}")
+        figures.update({k: v for k, v in runs.items() if k.endswith("_s")})
     if args.json:
         print(json.dumps({k: round(v, 1) for k, v in figures.items()}))
 

@@ -950,6 +950,30 @@ class Ledger:
             )
         return note
 
+    def add_cosignatures(self, checkpoint_id: int, lines: Sequence[str]) -> str:
+        """Append witness cosignature lines to the stored checkpoint ``checkpoint_id``.
+
+        The stored note becomes the note as published: the log's signature lines, then each
+        cosignature line (``docs/witness.md`` §8) not already present. Returns the new note.
+        Lines must be note signature lines (``— <name> <base64>\\n``); the caller verifies them.
+        """
+        for line in lines:
+            if not line.startswith("\u2014 ") or not line.endswith("\n") or line.count("\n") != 1:
+                raise NoteError(f"{line!r} is not one note signature line")
+        with self._errors(), self._write():
+            row = self._conn.execute(
+                "SELECT note FROM checkpoints WHERE id = ?", (checkpoint_id,)
+            ).fetchone()
+            if row is None:
+                raise StoreError(f"{self.path}: no checkpoint #{checkpoint_id}")
+            note = str(row[0])
+            have = set(note.split("\n\n", 1)[1].splitlines(keepends=True))
+            note += "".join(line for line in dict.fromkeys(lines) if line not in have)
+            self._conn.execute(
+                "UPDATE checkpoints SET note = ? WHERE id = ?", (note, checkpoint_id)
+            )
+        return note
+
     def checkpoints(self) -> list[StoredCheckpoint]:
         """Every stored checkpoint, oldest first."""
         with self._errors():

@@ -27,11 +27,11 @@ import os
 import sqlite3
 import struct
 import time
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from cryptography.exceptions import InvalidSignature
 from cryptography.hazmat.primitives.asymmetric.ed25519 import (
@@ -50,6 +50,8 @@ if TYPE_CHECKING:
     import httpx
 
 __all__ = [
+    "ALGORITHMS",
+    "ALG_COSIGNATURE_MLDSA44",
     "ALG_COSIGNATURE_V1",
     "MAX_PROOF_LINES",
     "SIZE_CONTENT_TYPE",
@@ -69,10 +71,18 @@ __all__ = [
     "format_request",
     "new_client",
     "parse_request",
+    "subtree_message",
 ]
 
 #: The vkey signature type of an Ed25519 cosignature/v1 key (tlog-cosignature, Format).
 ALG_COSIGNATURE_V1 = 0x04
+#: The vkey signature type of an ML-DSA-44 cosigner key (tlog-cosignature 1.1, Format).
+ALG_COSIGNATURE_MLDSA44 = 0x06
+#: Public key and signature sizes per cosigner key type.
+_PUBLIC_SIZE = {ALG_COSIGNATURE_V1: 32, ALG_COSIGNATURE_MLDSA44: 1312}
+_SIGNATURE_SIZE = {ALG_COSIGNATURE_V1: 64, ALG_COSIGNATURE_MLDSA44: 2420}
+#: ``ledger witness init --algorithm`` names of the key types.
+ALGORITHMS = {"ed25519": ALG_COSIGNATURE_V1, "ml-dsa-44": ALG_COSIGNATURE_MLDSA44}
 #: At most this many consistency proof lines (tlog-witness, add-checkpoint).
 MAX_PROOF_LINES = 63
 #: The content type of a 409 response's body (tlog-witness, add-checkpoint).
@@ -119,10 +129,25 @@ class WitnessRefusedError(WitnessError):
 # ------------------------------------------------------------------------------- keys
 
 
-def _cosigner_key_id(name: str, public_key: bytes) -> bytes:
-    """tlog-cosignature, Format: ``SHA-256(<name> || "\\n" || 0x04 || public key)[:4]``."""
-    data = name.encode() + b"\n" + bytes([ALG_COSIGNATURE_V1]) + public_key
+def _cosigner_key_id(name: str, public_key: bytes, alg: int = ALG_COSIGNATURE_V1) -> bytes:
+    """tlog-cosignature, Format: ``SHA-256(<name> || "\\n" || <type> || public key)[:4]``."""
+    data = name.encode() + b"\n" + bytes([alg]) + public_key
     return hashlib.sha256(data).digest()[:4]
+
+
+def subtree_message(name: str, timestamp: int, checkpoint_text: str) -> bytes:
+    """The ML-DSA-44 signed message (tlog-cosignature, ML-DSA-44 signed message).
+
+    ``"subtree/v1\\n\\0"``, the cosigner name and the log origin each with a one-byte length,
+    the timestamp, start 0 and end = the checkpoint's size as big-endian u64, and the root hash.
+    Extension lines are not part of it.
+    """
+    cp = Checkpoint.from_text(checkpoint_text)
+    origin, cosigner = cp.origin.encode(), name.encode()
+    if not 1 <= len(cosigner) <= 255 or not 1 <= len(origin) <= 255:
+        raise WitnessError("an ML-DSA-44 cosignature needs a name and origin of 1 to 255 bytes")
+    return (b"subtree/v1\n\0" + bytes([len(cosigner)]) + cosigner + struct.pack(">Q", timestamp)
+            + bytes([len(origin)]) + origin + struct.pack(">QQ", 0, cp.size) + cp.root)
 
 
 def cosignature_message(checkpoint_text: str, timestamp: int) -> bytes:
@@ -138,25 +163,32 @@ def cosignature_message(checkpoint_text: str, timestamp: int) -> bytes:
 
 @dataclass(frozen=True)
 class CosignerVerifier:
-    """A cosigner's public key: its name and Ed25519 key, vkey type 0x04 (tlog-cosignature)."""
+    """A cosigner's public key: its name, type and key (tlog-cosignature).
+
+    Type 0x04: Ed25519 (cosignature/v1); type 0x06: ML-DSA-44 (tlog-cosignature 1.1).
+    """
 
     name: str
     public_key: bytes
+    alg: int = ALG_COSIGNATURE_V1
 
     def __post_init__(self) -> None:
         check_key_name(self.name)
-        if len(self.public_key) != 32:
-            raise KeyFileError(f"cosigner {self.name}: Ed25519 public key must be 32 bytes")
+        size = _PUBLIC_SIZE.get(self.alg)
+        if size is None:
+            raise KeyFileError(f"cosigner {self.name}: unknown key type 0x{self.alg:02x}")
+        if len(self.public_key) != size:
+            raise KeyFileError(f"cosigner {self.name}: public key must be {size} bytes")
 
     @property
     def key_id(self) -> bytes:
-        """The 4-byte cosignature/v1 key id."""
-        return _cosigner_key_id(self.name, self.public_key)
+        """The 4-byte cosigner key id."""
+        return _cosigner_key_id(self.name, self.public_key, self.alg)
 
     @property
     def vkey(self) -> str:
-        """``<name>+<8 hex key id>+<base64(0x04 || public key)>`` (signed-note, Verifier keys)."""
-        blob = base64.b64encode(bytes([ALG_COSIGNATURE_V1]) + self.public_key).decode()
+        """``<name>+<8 hex key id>+<base64(type || public key)>`` (signed-note, Verifier keys)."""
+        blob = base64.b64encode(bytes([self.alg]) + self.public_key).decode()
         return f"{self.name}+{self.key_id.hex()}+{blob}"
 
     @classmethod
@@ -171,11 +203,12 @@ class CosignerVerifier:
             raw = base64.b64decode(blob, validate=True)
         except (binascii.Error, ValueError) as exc:
             raise KeyFileError(f"witness vkey {vkey!r}: invalid base64") from exc
-        if len(raw) != 33 or raw[0] != ALG_COSIGNATURE_V1:
+        if not raw or raw[0] not in _PUBLIC_SIZE or len(raw) != 1 + _PUBLIC_SIZE[raw[0]]:
             raise KeyFileError(
-                f"witness vkey {vkey!r} is not an Ed25519 cosignature/v1 key (0x04 + 32 bytes)"
+                f"witness vkey {vkey!r} is not a cosigner key (Ed25519: 0x04 + 32 bytes, or "
+                "ML-DSA-44: 0x06 + 1312 bytes)"
             )
-        key = cls(name, raw[1:])
+        key = cls(name, raw[1:], raw[0])
         if key.key_id.hex() != hex_id:
             raise KeyFileError(f"witness vkey {vkey!r}: key id does not match the name and key")
         return key
@@ -198,43 +231,62 @@ class CosignerVerifier:
             raise NoteError(f"cosignature line of {name}: not base64") from exc
         if name != self.name or raw[:4] != self.key_id:
             return None
-        if len(raw) != 4 + 8 + 64:
-            raise NoteError(f"cosignature of {name}: {len(raw)} bytes, expected 76")
+        expected = 4 + 8 + _SIGNATURE_SIZE[self.alg]
+        if len(raw) != expected:
+            raise NoteError(f"cosignature of {name}: {len(raw)} bytes, expected {expected}")
         (timestamp,) = struct.unpack(">Q", raw[4:12])
         if timestamp > 2**63 - 1:
             raise NoteError(f"cosignature of {name}: timestamp exceeds 2^63-1")
         try:
-            Ed25519PublicKey.from_public_bytes(self.public_key).verify(
-                raw[12:], cosignature_message(checkpoint_text, timestamp)
-            )
+            if self.alg == ALG_COSIGNATURE_MLDSA44:
+                from cryptography.hazmat.primitives.asymmetric.mldsa import MLDSA44PublicKey
+
+                MLDSA44PublicKey.from_public_bytes(self.public_key).verify(
+                    raw[12:], subtree_message(self.name, timestamp, checkpoint_text)
+                )
+            else:
+                Ed25519PublicKey.from_public_bytes(self.public_key).verify(
+                    raw[12:], cosignature_message(checkpoint_text, timestamp)
+                )
         except InvalidSignature as exc:
             raise NoteError(f"cosignature of {name} does not verify") from exc
         return int(timestamp)
 
 
 class CosignerKey:
-    """A witness's Ed25519 cosigning key (tlog-cosignature, Ed25519 cosignature/v1).
+    """A witness's cosigning key: Ed25519 (cosignature/v1, type 0x04) or ML-DSA-44 (type 0x06).
 
-    Its private key file is one line ``PRIVATE+KEY+<name>+<8 hex key id>+<base64(0x04 || seed)>``
-    (the signer-key layout of golang.org/x/mod/sumdb/note with the cosignature type byte).
+    Its private key file is one line ``PRIVATE+KEY+<name>+<8 hex key id>+<base64(type || seed)>``
+    (the signer-key layout of golang.org/x/mod/sumdb/note with the cosignature type byte); the
+    seed is 32 bytes for both (FIPS 204 key generation seed for ML-DSA-44).
     """
 
-    __slots__ = ("_private", "name", "verifier")
+    __slots__ = ("_private", "_seed", "alg", "name", "verifier")
 
-    def __init__(self, name: str, seed: bytes) -> None:
-        """Build a key from its name and 32-byte seed."""
+    def __init__(self, name: str, seed: bytes, alg: int = ALG_COSIGNATURE_V1) -> None:
+        """Build a key from its name, 32-byte seed and type (0x04 Ed25519, 0x06 ML-DSA-44)."""
         check_key_name(name)
         if len(seed) != 32:
-            raise KeyFileError(f"witness key {name}: Ed25519 seed must be 32 bytes")
+            raise KeyFileError(f"witness key {name}: the seed must be 32 bytes")
         self.name = name
-        self._private = Ed25519PrivateKey.from_private_bytes(seed)
-        public = self._private.public_key().public_bytes(Encoding.Raw, PublicFormat.Raw)
-        self.verifier = CosignerVerifier(name, public)
+        self.alg = alg
+        self._seed = seed
+        if alg == ALG_COSIGNATURE_MLDSA44:
+            from cryptography.hazmat.primitives.asymmetric.mldsa import MLDSA44PrivateKey
+
+            self._private: Any = MLDSA44PrivateKey.from_seed_bytes(seed)
+            public = self._private.public_key().public_bytes_raw()
+        elif alg == ALG_COSIGNATURE_V1:
+            self._private = Ed25519PrivateKey.from_private_bytes(seed)
+            public = self._private.public_key().public_bytes(Encoding.Raw, PublicFormat.Raw)
+        else:
+            raise KeyFileError(f"witness key {name}: unknown key type 0x{alg:02x}")
+        self.verifier = CosignerVerifier(name, public, alg)
 
     @classmethod
-    def generate(cls, name: str) -> CosignerKey:
+    def generate(cls, name: str, alg: int = ALG_COSIGNATURE_V1) -> CosignerKey:
         """A fresh key from the operating system's random source."""
-        return cls(name, os.urandom(32))
+        return cls(name, os.urandom(32), alg)
 
     @property
     def vkey(self) -> str:
@@ -242,8 +294,7 @@ class CosignerKey:
         return self.verifier.vkey
 
     def _skey(self) -> str:
-        seed = self._private.private_bytes_raw()
-        blob = base64.b64encode(bytes([ALG_COSIGNATURE_V1]) + seed).decode()
+        blob = base64.b64encode(bytes([self.alg]) + self._seed).decode()
         return f"{_SKEY_PREFIX}{self.name}+{self.verifier.key_id.hex()}+{blob}"
 
     def cosign(self, checkpoint_text: str, timestamp: int) -> str:
@@ -253,7 +304,10 @@ class CosignerKey:
         """
         if timestamp <= 0:
             raise WitnessError("a witness cosignature MUST NOT have a zero timestamp")
-        signature = self._private.sign(cosignature_message(checkpoint_text, timestamp))
+        if self.alg == ALG_COSIGNATURE_MLDSA44:
+            signature = self._private.sign(subtree_message(self.name, timestamp, checkpoint_text))
+        else:
+            signature = self._private.sign(cosignature_message(checkpoint_text, timestamp))
         blob = self.verifier.key_id + struct.pack(">Q", timestamp) + signature
         return f"{EM_DASH} {self.name} {base64.b64encode(blob).decode()}\n"
 
@@ -294,9 +348,10 @@ class CosignerKey:
             raw = base64.b64decode(blob, validate=True)
         except (binascii.Error, ValueError) as exc:
             raise WitnessStateError(f"witness key {path}: invalid base64") from exc
-        if len(raw) != 33 or raw[0] != ALG_COSIGNATURE_V1:
-            raise WitnessStateError(f"witness key {path}: not an Ed25519 cosignature key")
-        key = cls(name, raw[1:])
+        if len(raw) != 33 or raw[0] not in _PUBLIC_SIZE:
+            raise WitnessStateError(f"witness key {path}: not a cosigner key (Ed25519 0x04 or "
+                                    "ML-DSA-44 0x06, 32-byte seed)")
+        key = cls(name, raw[1:], raw[0])
         if key.verifier.key_id.hex() != hex_id:
             raise WitnessStateError(f"witness key {path}: key id does not match the key")
         return key
@@ -448,18 +503,34 @@ class Witness:
     :meth:`add_checkpoint`. One instance per thread: it holds one SQLite connection.
     """
 
-    def __init__(self, directory: Path, key: CosignerKey, conn: sqlite3.Connection) -> None:
+    def __init__(
+        self,
+        directory: Path,
+        key: CosignerKey,
+        conn: sqlite3.Connection,
+        clock: Callable[[], int] | None = None,
+    ) -> None:
         self.directory = directory
         self.key = key
         self._conn = conn
+        #: the cosignatures' time source (POSIX seconds); a fixed one keeps a demo reproducible
+        self.clock: Callable[[], int] = clock or _now
 
     # -- set up
 
     @classmethod
-    def init(cls, directory: str | os.PathLike[str], name: str) -> Witness:
+    def init(
+        cls,
+        directory: str | os.PathLike[str],
+        name: str,
+        key: CosignerKey | None = None,
+        algorithm: str = "ed25519",
+    ) -> Witness:
         """Create a witness in ``directory``: a new cosigning key ``name`` and its state database.
 
-        Refuses a directory that already holds a witness key or state database.
+        ``algorithm`` is ``ed25519`` (cosignature/v1) or ``ml-dsa-44`` (tlog-cosignature 1.1).
+        Refuses a directory that already holds a witness key or state database. ``key`` (named
+        ``name``) replaces the fresh random key: for a reproducible demonstration only.
         """
         d = Path(directory)
         check_key_name(name)
@@ -473,7 +544,12 @@ class Witness:
             d.mkdir(parents=True, exist_ok=True, mode=0o700)
         except OSError as exc:
             raise WitnessStateError(f"witness directory {d}: {os_error_advice(exc)}") from exc
-        key = CosignerKey.generate(name)
+        if algorithm not in ALGORITHMS:
+            raise WitnessError(f"unknown witness key algorithm {algorithm!r} (ed25519, ml-dsa-44)")
+        if key is None:
+            key = CosignerKey.generate(name, ALGORITHMS[algorithm])
+        elif key.name != name:
+            raise WitnessStateError(f"witness key {key.name!r} is not named {name!r}")
         db = d / STATE_FILE
         try:
             conn = sqlite3.connect(db, isolation_level=None, timeout=60)
@@ -495,8 +571,13 @@ class Witness:
         return cls.open(d)
 
     @classmethod
-    def open(cls, directory: str | os.PathLike[str]) -> Witness:
-        """Open an initialised witness directory; errors name the file at fault."""
+    def open(
+        cls, directory: str | os.PathLike[str], clock: Callable[[], int] | None = None
+    ) -> Witness:
+        """Open an initialised witness directory; errors name the file at fault.
+
+        ``clock`` (POSIX seconds) times the cosignatures; the default is the system clock.
+        """
         d = Path(directory)
         key_path, db = d / KEY_FILE, d / STATE_FILE
         if not key_path.exists():
@@ -527,7 +608,7 @@ class Witness:
             raise WitnessStateError(
                 f"{db} belongs to another witness key than {key_path}; refusing to start"
             )
-        return cls(d, key, conn)
+        return cls(d, key, conn, clock)
 
     def close(self) -> None:
         """Close the state database."""
@@ -647,7 +728,7 @@ class Witness:
             if problem:
                 self._keep(request, cp, 422, problem, against)
                 return _text(422, problem)
-            stamp = _now()
+            stamp = self.clock()
             line = self.key.cosign(note.text, stamp)
             cosigned_note = request.note + line
             conn.execute(

@@ -35,19 +35,23 @@ def witness() -> None:
 @witness.command("init")
 @click.argument("directory", type=click.Path(file_okay=False, path_type=Path))
 @click.option("--name", required=True, help="The witness's key name, e.g. witness.example/w1.")
-def init_cmd(directory: Path, name: str) -> None:
-    """Create a witness in DIRECTORY: its Ed25519 cosigning key and state database.
+@click.option("--algorithm", type=click.Choice(["ed25519", "ml-dsa-44"]), default="ed25519",
+              show_default=True, help="Cosignature key type (tlog-cosignature).")
+def init_cmd(directory: Path, name: str, algorithm: str) -> None:
+    """Create a witness in DIRECTORY: its cosigning key and state database.
 
-    Writes witness.key (private, mode 0600), witness.vkey (the cosigner vkey, type 0x04, that
-    clients configure) and state.db. Refuses a directory that already holds a witness.
+    Writes witness.key (private, mode 0600), witness.vkey (the cosigner vkey that clients
+    configure: type 0x04 for Ed25519, 0x06 for ML-DSA-44) and state.db. Refuses a directory
+    that already holds a witness.
 
     \b
     Example:
       ledger witness init w1 --name witness.example/w1
+      ledger witness init w2 --name witness.example/w2 --algorithm ml-dsa-44
     """
     from ledger.witness import Witness
 
-    with Witness.init(directory, name) as w:
+    with Witness.init(directory, name, algorithm=algorithm) as w:
         click.echo(f"created witness {name} in {directory}", err=True)
         click.echo(w.key.vkey)
 

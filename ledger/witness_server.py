@@ -14,6 +14,7 @@ from __future__ import annotations
 import socket
 import sys
 import threading
+from collections.abc import Callable
 from pathlib import Path
 
 from starlette.applications import Starlette
@@ -24,18 +25,21 @@ from starlette.routing import Route
 
 from ledger.witness import MAX_BODY, AddResult, Witness, WitnessError
 
-__all__ = ["make_app", "serve"]
+__all__ = ["LocalWitness", "make_app", "serve"]
 
 
-def make_app(directory: Path) -> Starlette:
-    """The Starlette application of the witness in ``directory`` (opened once per thread)."""
+def make_app(directory: Path, clock: Callable[[], int] | None = None) -> Starlette:
+    """The Starlette application of the witness in ``directory`` (opened once per thread).
+
+    ``clock`` (POSIX seconds) times the cosignatures (default: the system clock).
+    """
     Witness.open(directory).close()  # refuse to start on a bad directory, before listening
     local = threading.local()
 
     def witness() -> Witness:
         current: Witness | None = getattr(local, "witness", None)
         if current is None:
-            current = Witness.open(directory)
+            current = Witness.open(directory, clock)
             local.witness = current
         return current
 
@@ -62,15 +66,7 @@ def make_app(directory: Path) -> Starlette:
     ])
 
 
-def serve(directory: Path, host: str, port: int) -> None:
-    """Serve the witness in ``directory`` on ``host:port`` until SIGINT or SIGTERM.
-
-    Port 0 picks a free port. The line ``witness <name> listening on http://HOST:PORT`` is
-    printed (and flushed) on standard output once the socket is bound.
-    """
-    import uvicorn
-
-    app = make_app(directory)
+def _listen(directory: Path, host: str, port: int) -> socket.socket:
     family = socket.AF_INET6 if ":" in host else socket.AF_INET
     # proto IPPROTO_TCP, not 0: asyncio sets TCP_NODELAY only on sockets that say they are TCP,
     # and without it every keep-alive response's body waits ~40 ms behind its headers
@@ -85,6 +81,66 @@ def serve(directory: Path, host: str, port: int) -> None:
             f"witness {directory}: cannot listen on {host}:{port} ({exc.strerror or exc}); "
             "choose another --port or --host"
         ) from exc
+    return sock
+
+
+class LocalWitness:
+    """A witness served in a thread of this process on ``127.0.0.1`` and an ephemeral port.
+
+    For ``ledger demo`` and tests: ``with LocalWitness(directory) as w: ... w.url ...``; the
+    server stops (and its thread ends) when the block ends. ``clock`` times the cosignatures.
+    """
+
+    def __init__(
+        self, directory: Path, clock: Callable[[], int] | None = None, port: int = 0
+    ) -> None:
+        """Bind the socket (port 0: the system picks one); :meth:`start` serves it."""
+        import uvicorn
+
+        self._sock = _listen(directory, "127.0.0.1", port)
+        self.url = f"http://127.0.0.1:{self._sock.getsockname()[1]}"
+        config = uvicorn.Config(make_app(directory, clock), log_level="warning",
+                                access_log=False, lifespan="off")
+        self._server = uvicorn.Server(config)
+        self._thread = threading.Thread(
+            target=self._server.run, kwargs={"sockets": [self._sock]}, daemon=True,
+            name="local-witness",
+        )
+
+    def start(self) -> LocalWitness:
+        """Serve until :meth:`stop`; returns once the server answers."""
+        self._thread.start()
+        while not self._server.started:
+            if not self._thread.is_alive():
+                raise WitnessError(f"the local witness at {self.url} did not start")
+            threading.Event().wait(0.01)
+        return self
+
+    def stop(self) -> None:
+        """Stop serving and wait for the server's thread."""
+        self._server.should_exit = True
+        if self._thread.is_alive():
+            self._thread.join(timeout=30)
+        self._sock.close()
+
+    def __enter__(self) -> LocalWitness:
+        return self.start()
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+
+def serve(directory: Path, host: str, port: int) -> None:
+    """Serve the witness in ``directory`` on ``host:port`` until SIGINT or SIGTERM.
+
+    Port 0 picks a free port. The line ``witness <name> listening on http://HOST:PORT`` is
+    printed (and flushed) on standard output once the socket is bound.
+    """
+    import uvicorn
+
+    app = make_app(directory)
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    sock = _listen(directory, host, port)
     bound = sock.getsockname()[1]
     with Witness.open(directory) as w:
         name = w.key.name

@@ -37,6 +37,7 @@ __all__ = [
     "SUBSET_KEYS",
     "TABLE_KEYS",
     "VARIANT_KEYS",
+    "WITNESS_KEYS",
     "KeyPath",
     "LineFinder",
     "Unknown",
@@ -49,7 +50,7 @@ KeyPath = tuple[str | int, ...]
 
 SECTIONS: Final = (
     "study", "model", "models", "components", "prompt", "fewshot", "arms", "stimuli", "design",
-    "response", "hypotheses", "analysis", "variants",
+    "response", "hypotheses", "analysis", "variants", "witnesses", "witnessing", "timestamping",
 )  # fmt: skip
 """The top-level tables of a study spec, in the order the docs list them."""
 
@@ -63,6 +64,8 @@ TABLE_KEYS: Final[dict[str, tuple[str, ...]]] = {
     "design": ("replicates", "seed", "bootstrap_seed", "bootstrap_iterations", "blinding_secret"),
     "response": ("format", "parser", "letters", "mode"),
     "analysis": ("model", "random_intercept", "exclude_unparseable"),
+    "witnessing": ("quorum", "interval_trials", "unreachable", "retry_seconds"),
+    "timestamping": ("url",),
 }
 """The keys of each fixed-key section (``components`` and ``arms`` are named by the study)."""
 
@@ -90,6 +93,8 @@ HYPOTHESIS_KEYS: Final = (
     "id", "description", "contrast", "outcome", "test", "sides", "alpha", "min_difference_pp",
     "margin_pp", "correction", "family",
 )  # fmt: skip
+WITNESS_KEYS: Final = ("name", "vkey", "url")
+"""The keys of each ``[[witnesses]]`` entry (``docs/witness.md`` §8)."""
 
 
 @dataclass(frozen=True)
@@ -188,6 +193,11 @@ def unknown_keys(data: dict[str, Any]) -> list[Unknown]:
                     f" ({label})" if isinstance(label, str) and label else ""
                 )
                 check(hypothesis, ("hypotheses", index), name, HYPOTHESIS_KEYS)
+    witnesses = data.get("witnesses")
+    if isinstance(witnesses, list):
+        for index, witness in enumerate(witnesses):
+            if isinstance(witness, dict):
+                check(witness, ("witnesses", index), f"[[witnesses]] #{index + 1}", WITNESS_KEYS)
     return found
 
 
@@ -323,10 +333,8 @@ def path_of(field: str) -> KeyPath:
                     if rest.endswith("." + key):
                         return ("arms", rest[: -len(key) - 1], key)
             return (prefix[:-1], rest)
-    match = re.fullmatch(r"hypotheses\[(\d+)\](?:\.(\w+))?", field)
+    match = re.fullmatch(r"(hypotheses|witnesses)\[(\d+)\](?:\.(\w+))?", field)
     if match:
-        index = int(match.group(1))
-        return ("hypotheses", index) if match.group(2) is None else (
-            "hypotheses", index, match.group(2)
-        )
+        table, index = match.group(1), int(match.group(2))
+        return (table, index) if match.group(3) is None else (table, index, match.group(3))
     return tuple(field.split("."))

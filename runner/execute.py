@@ -149,6 +149,8 @@ class RunResult:
     priced: bool = False
     signal: str | None = None  # the first Ctrl-C (SIGINT) or SIGTERM of the session, if any
     preflights: tuple[Preflight, ...] = ()  # the preflights sent before the session
+    witness_wait: float = 0.0  # seconds the session waited on its witnesses
+    unwitnessed: tuple[str, ...] = ()  # checkpoints that went on unwitnessed ('continue')
 
 
 ProgressHook = Callable[[Counters, int, int], None]
@@ -266,6 +268,16 @@ class GroupWriter:
         self.queue.put((spec, future))
         return future
 
+    def call(self, job: Callable[[], Any]) -> asyncio.Future[Any]:
+        """Run ``job()`` in the writer thread after what is queued; the future gets its result.
+
+        Events submitted after it wait until it returns (a witness request pauses recording,
+        and so sending: ``docs/witness.md`` section 8).
+        """
+        future: asyncio.Future[Any] = self.loop.create_future()
+        self.queue.put((job, future))  # type: ignore[arg-type]
+        return future
+
     def close(self) -> None:
         """Commit what is queued, then stop the thread."""
         self.queue.put(None)
@@ -277,7 +289,11 @@ class GroupWriter:
             item = self.queue.get()
             if item is None:
                 break
+            if not isinstance(item[0], EventSpec):
+                self._call(item)
+                continue
             batch = [item]
+            job = None
             while len(batch) < self.MAX_BATCH:
                 try:
                     nxt = self.queue.get_nowait()
@@ -285,6 +301,9 @@ class GroupWriter:
                     break
                 if nxt is None:
                     stop = True
+                    break
+                if not isinstance(nxt[0], EventSpec):
+                    job = nxt
                     break
                 batch.append(nxt)
             try:
@@ -297,18 +316,26 @@ class GroupWriter:
                 self.events += len(stored)
                 for (_, future), event in zip(batch, stored, strict=True):
                     self.loop.call_soon_threadsafe(_resolve, future, event, None)
+            if job is not None:
+                self._call(job)
+
+    def _call(self, item: tuple[Any, asyncio.Future[Any]]) -> None:
+        job, future = item
+        try:
+            result = job()
+        except BaseException as exc:
+            self.loop.call_soon_threadsafe(_resolve, future, None, exc)
+        else:
+            self.loop.call_soon_threadsafe(_resolve, future, result, None)
 
 
-def _resolve(
-    future: asyncio.Future[Event], event: Event | None, error: BaseException | None
-) -> None:
+def _resolve(future: asyncio.Future[Any], value: Any, error: BaseException | None) -> None:
     if future.done():
         return
     if error is not None:
         future.set_exception(error)
     else:
-        assert event is not None
-        future.set_result(event)
+        future.set_result(value)
 
 
 def request_input_tokens(body: dict[str, Any], sizes: Sequence[tuple[int, int]]) -> int:
@@ -387,6 +414,13 @@ class Runner:
         # the session's first failures, while they are all alike (None: no longer compared)
         self.same_errors: list[tuple[str, int | None, str]] | None = []
         self.configuration_stop = False  # the session stopped on a configuration error
+        # the study's witnesses, as locked (docs/witness.md section 8)
+        self.witnesses = session_witnesses(log)
+        self.witness_error: StudyError | None = None  # a refusal, or witnesses unreachable
+        self.witness_notes: list[str] = []  # checkpoints left unwitnessed ('continue')
+        self.witness_wait = 0.0  # seconds spent waiting on witnesses this session
+        self._witnessed_final = 0
+        self._interval: asyncio.Task[None] | None = None
 
     # ------------------------------------------------------------------ events
 
@@ -650,7 +684,75 @@ class Runner:
         with contextlib.suppress(TimeoutError):
             await asyncio.wait_for(self._stopped.wait(), seconds)
 
+    def _cosigner(self) -> Any:
+        from runner.witnessing import Cosigner
+
+        assert self.witnesses is not None
+        return Cosigner(
+            self.log, self.key, self.witnesses, should_stop=lambda: self.stop_reason is not None
+        )
+
+    def _witness(self, job: Callable[[Any], Any]) -> Any:
+        """Run ``job(cosigner)`` in any thread; keep a refusal in ``witness_error``.
+
+        The caller, in the event loop, turns ``witness_error`` into a stop.
+        """
+        from runner.witnessing import WitnessOutcome
+
+        with self._cosigner() as cosigner:
+            try:
+                result = job(cosigner)
+            except StudyError as exc:
+                if self.witness_error is None:
+                    self.witness_error = exc
+                return None
+            finally:
+                self.witness_wait += cosigner.waited
+        outcomes = result if isinstance(result, list) else [result]
+        for outcome in outcomes:
+            if isinstance(outcome, WitnessOutcome) and not outcome.witnessed:
+                self.witness_notes.append(
+                    f"checkpoint of size {outcome.size} continues unwitnessed ("
+                    f"{len(outcome.cosigned_by)} of {outcome.quorum} cosignatures; "
+                    + "; ".join(f"{k}: {v}" for k, v in outcome.missing.items()) + ")"
+                )
+        return result
+
+    async def _witness_start(self, loop: asyncio.AbstractEventLoop) -> None:
+        """Cosign every promised checkpoint up to this session's start, before any trial.
+
+        The session-start checkpoint is the tree right after ``run.started``
+        (``docs/witness.md`` section 8); earlier promised ones still short of the quorum (a
+        lock or a stop whose witnesses were unreachable) are asked for first.
+        """
+        if self.witnesses is None:
+            return
+        size = self.session + 1
+        await loop.run_in_executor(
+            None, self._witness, lambda c: c.witness_promised(upto=size)
+        )
+        self._witnessed_final = self.final
+        if self.witness_error is not None:
+            self.request_stop(f"witness: {self.witness_error}")
+
+    async def _witness_interval(self) -> None:
+        """Cosign the tree as it is now, in the writer thread: recording (and sending) waits."""
+        assert self.writer is not None
+        await self.writer.call(
+            lambda: self._witness(lambda c: c.witness(self.log.size, "interval"))
+        )
+        if self.witness_error is not None:
+            self.request_stop(f"witness: {self.witness_error}")
+
     def _tick(self) -> None:
+        interval = self.witnesses.interval_trials if self.witnesses is not None else 0
+        if (
+            interval and self.writer is not None and self.witness_error is None
+            and self.final - self._witnessed_final >= interval
+            and (self._interval is None or self._interval.done())
+        ):  # fmt: skip
+            self._witnessed_final = self.final
+            self._interval = asyncio.ensure_future(self._witness_interval())
         if self.progress is not None:
             assert self.state is not None
             self.progress(self.counters, self.final, len(self.state.order))
@@ -928,6 +1030,7 @@ class Runner:
             self.state = self._open_session()
             control.attach(loop, self)
             try:
+                await self._witness_start(loop)
                 errors = await self._session()
             finally:
                 control.detach()
@@ -936,6 +1039,11 @@ class Runner:
         finally:
             if own:
                 control.restore()
+        if self.witness_error is not None:
+            raise type(self.witness_error)(
+                f"{self.witness_error}; the run stopped (run.stopped at seq "
+                f"{result.stopped_seq}: {result.reason})"
+            ) from self.witness_error
         if errors:
             raise StudyError(
                 f"the run stopped on an unexpected error ({type(errors[0]).__name__}: "
@@ -962,6 +1070,8 @@ class Runner:
         finally:
             await loop.run_in_executor(None, self.writer.close)
             self.writer = None
+            if self._interval is not None:
+                await asyncio.wait([self._interval])
         return [
             r
             for r in results
@@ -997,10 +1107,23 @@ class Runner:
             key=self.key,
         )
         note = self.log.sign_checkpoint(self.key)
+        if self.witnesses is not None and self.witness_error is None:
+            outcome = self._witness(lambda cs: cs.witness(stopped.seq + 1, "session stop"))
+            note = outcome.note if outcome is not None else note
         return RunResult(
             self.session, stopped.seq, reason, c, self.final, pending, note, self.fatal,
             priced=self.price is not None, signal=self.signalled,
+            witness_wait=self.witness_wait, unwitnessed=tuple(self.witness_notes),
         )
+
+
+def session_witnesses(log: Ledger) -> Any:
+    """The witness policy the study locked (``protocol.locked`` ``witnessing``), or None."""
+    from runner.lock import protocol_event
+    from runner.witnessing import policy_of
+
+    event = protocol_event(log)
+    return None if event is None else policy_of(event.body)
 
 
 def session_models(

@@ -30,7 +30,9 @@ from runner.provenance import environment as environment
 from runner.schedule import commitment, schedule, schedule_bytes, schedule_sha256
 from runner.spec import SpecError, Study, check_matched_controls, load_study
 from runner.stimuli import StimulusError, check_image_for_api
+from runner.timestamping import TimestampSpec, timestamp_checkpoint
 from runner.truth import truth_problems
+from runner.witnessing import witness_registration
 
 LEDGER_FILE = "ledger.db"
 CHECKPOINT_FILE = "registration-checkpoint.txt"
@@ -295,6 +297,7 @@ def protocol_body(study: Study, secret: bytes, order: list[str]) -> dict[str, An
         "analysis": study.analysis,
         "amendable": list(study.amendable),
         "environment": environment(),
+        **witnessing_record(study),
     }
 
 
@@ -342,7 +345,7 @@ def lock_study(root: str | Path, key: SigningKey) -> LockResult:
     Creates the study ledger with ``key`` as owner if it does not exist yet. Everything is
     validated before anything is appended; the artifacts and the protocol are one transaction.
     A study already locked is locked again only as a new phase (``[study] phase`` names one
-    not locked yet: :func:`runner.phases.lock_phase`).
+    not locked yet: :func:`_lock_phase`, rules in :mod:`runner.phases`).
     """
     root = Path(root)
     study = _load_for_lock(root)
@@ -353,8 +356,15 @@ def lock_study(root: str | Path, key: SigningKey) -> LockResult:
     with log:
         if protocol_event(log) is not None:
             note, seq, count, whole, digest, name = _lock_phase(root, study, log, key)
+            failed = None
+            if study.witnessing is not None:  # after the commit, as at the first lock
+                note, failed = witness_registration(log, key, study.witnessing, seq + 1)
+            if study.timestamping is not None and failed is None:
+                failed = timestamp_registration(log, key, study.timestamping, seq + 1)
             checkpoint_path = root / name
             checkpoint_path.write_text(note, encoding="utf-8")
+            if failed is not None:
+                raise failed
             return LockResult(seq, count, len(whole), digest, note, checkpoint_path)
         check_origin_matches(study, log.origin, path)
         secret = blinding_secret(study, create=True)
@@ -373,8 +383,17 @@ def lock_study(root: str | Path, key: SigningKey) -> LockResult:
         specs.append(EventSpec("protocol.locked", body, {"schedule": schedule_bytes(order)}))
         events = log.append_many(specs, key=key)
         note = log.sign_checkpoint(key)
+        unwitnessed = None
+        if study.witnessing is not None:  # after the commit: docs/witness.md section 8
+            note, unwitnessed = witness_registration(
+                log, key, study.witnessing, events[-1].seq + 1
+            )
+        if study.timestamping is not None and unwitnessed is None:
+            unwitnessed = timestamp_registration(log, key, study.timestamping, events[-1].seq + 1)
     checkpoint_path = root / CHECKPOINT_FILE
     checkpoint_path.write_text(note, encoding="utf-8")
+    if unwitnessed is not None:
+        raise unwitnessed
     return LockResult(
         events[-1].seq, len(files), len(order), body["schedule_sha256"], note, checkpoint_path
     )
@@ -465,6 +484,27 @@ def _lock_phase(
     note = log.sign_checkpoint(key)
     return (note, appended[-1].seq, len(specs) - 1, order, body["schedule_sha256"],
             checkpoint_file(study.phase, index))  # fmt: skip
+
+
+def witnessing_record(study: Study) -> dict[str, Any]:
+    """``protocol.locked``'s ``witnessing`` and ``timestamping`` members, when declared."""
+    out: dict[str, Any] = {}
+    if study.witnessing is not None:
+        out["witnessing"] = study.witnessing.record()
+    if study.timestamping is not None:
+        out["timestamping"] = study.timestamping.record()
+    return out
+
+
+def timestamp_registration(
+    log: Ledger, key: SigningKey, spec: TimestampSpec, size: int
+) -> StudyError | None:
+    """Time-stamp the registration checkpoint (after the commit); the error, if it failed."""
+    try:
+        timestamp_checkpoint(log, key, spec, size)
+    except StudyError as exc:
+        return type(exc)(f"locked, but the registration checkpoint is not time-stamped: {exc}")
+    return None
 
 
 def promised_checkpoint_sizes(log: Ledger) -> list[int]:

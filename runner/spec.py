@@ -23,7 +23,9 @@ from ledger import describe_os_error, describe_utf8_error
 from runner._errors import SpecError as SpecError
 from runner._errors import StudyError
 from runner._schema import KeyPath, LineFinder, path_of, unknown_keys
+from runner.timestamping import TimestampSpec, parse_timestamping
 from runner.variants import FIELD_KINDS, KIND_KEYS, KINDS, Variant, VariantSpec
+from runner.witnessing import WitnessPolicy, parse_policy
 
 ARM_ROLES = ("full", "matched-control", "vehicle", "dismantling", "factorial")
 TESTS = ("lmm", "paired-t", "independent-t", "bootstrap", "mcnemar", "chi-square", "equivalence")
@@ -223,6 +225,8 @@ class Study:
     models: dict[str, ModelSpec] | None = None
     phase: str | None = None
     variants: tuple[VariantSpec, ...] = ()
+    witnessing: WitnessPolicy | None = None  # [[witnesses]] and [witnessing] (docs/witness.md)
+    timestamping: TimestampSpec | None = None  # [timestamping] (docs/witness.md section 9)
 
     def model_specs(self) -> list[ModelSpec]:
         """Every model, in declaration order (one, named None, for a ``[model]`` study)."""
@@ -1224,6 +1228,8 @@ def load_study(root: str | Path, *, strict: bool = True) -> Study:
             ):
                 known = ", ".join(sorted(declared)) or "none declared"
                 c.add(f"arms.{arm.id}.variants", f"unknown variant {name!r} (variants: {known})")
+    witnessing = parse_policy(data, c.add)
+    timestamping = parse_timestamping(data, c.add)
 
     if c.problems:
         raise SpecError(c.problems)
@@ -1237,6 +1243,7 @@ def load_study(root: str | Path, *, strict: bool = True) -> Study:
         answer_column=answer_column, letters=letters, mode=response.mode,
         items_path=items_path, prompt=prompt, fewshot=fewshot, models=models, phase=phase,
         variants=tuple(variants),
+        witnessing=witnessing, timestamping=timestamping,
     )
     if items is not None:  # read once, here: Study.load_items returns it from now on
         object.__setattr__(loaded, "_items", items)

@@ -111,7 +111,8 @@ def test_bench_witness_quick_reports_every_rate_and_ratio() -> None:
         capture_output=True, text=True, timeout=300, check=True,
     )
     for label in ("600 logs configured", "Ed25519 verify", "in process", "HTTP, 1 client",
-                  "HTTP, 4 clients", "ratio", "every cosigned checkpoint is the witness's state"):
+                  "HTTP, 4 clients", "ratio", "every cosigned checkpoint is the witness's state",
+                  "no witness:", "waiting on witnesses", "ratio to the unwitnessed run"):
         assert label in result.stdout, result.stdout
 
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -21,6 +22,9 @@ def test_demo_runs_offline_verifies_and_catches_the_tamper(tmp_path: Path) -> No
     assert "SIMULATED" in out
     assert "VERIFIED:" in out and "FAILED:" in out  # the archive, then the tampered copy
     assert "pre-registered verdicts" in out
+    # the demo's own witness cosigned the lock and the run, and the verifier trusted its key
+    assert re.search(r"│ witnesses\s+│ PASS", out), out
+    assert "--witness @" in out and (tmp_path / "demo" / "witness" / "state.db").is_file()
     archive = tmp_path / "demo" / "archive"
     assert (archive / "MANIFEST.sha256").is_file()
     assert (archive / "analysis" / "report.html").is_file()

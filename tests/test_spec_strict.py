@@ -64,7 +64,8 @@ UNKNOWN_KEYS = [
      "system: unknown top-level key ('system' belongs in [arms.<ID>])"),
     ("top-level key far from any", "[study]", 'zzz = "x"\n\n[study]',
      "zzz: unknown top-level key (sections: study, model, models, components, prompt, "
-     "fewshot, arms, stimuli, design, response, hypotheses, analysis, variants)"),
+     "fewshot, arms, stimuli, design, response, hypotheses, analysis, variants, witnesses, "
+     "witnessing, timestamping)"),
     ("misspelled section", "[model]", "[modle]",
      "modle: unknown section (did you mean 'model'?)"),
     ("study", 'amendable = ["README.md"]', 'amendable = ["README.md"]\ntitel = "x"',

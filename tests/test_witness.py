@@ -18,7 +18,7 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
@@ -231,6 +231,87 @@ def test_each_refusal_has_its_status_code(served: tuple[Path, str, str], tmp_pat
         "SELECT status, old_size, size FROM evidence WHERE origin = ? ORDER BY id", (log.origin,))]
     conn.close()
     assert kept == [(400, 5, 4), (409, 2, 7), (409, 0, 7), (422, 4, 7)]
+
+
+def _unknown_origin(url: str, log: Log, tmp_path: Path) -> httpx.Response:
+    stranger = Log(tmp_path / "stranger.db", "example.org/stranger-origin")
+    return post(url, format_request(0, [], stranger.note()))
+
+
+def _unsigned(url: str, log: Log, tmp_path: Path) -> httpx.Response:
+    note = log.note()
+    return post(url, b"old 0\n\n" + note[: note.index("\n\n") + 1].encode())
+
+
+def _untrusted_key(url: str, log: Log, tmp_path: Path) -> httpx.Response:
+    note = log.note()
+    impostor = SigningKey.generate(log.key.name)
+    text = note[: note.index("\n\n") + 1]
+    return post(url, format_request(0, [], Checkpoint.from_text(text).sign([impostor])))
+
+
+def _wrong_signature(url: str, log: Log, tmp_path: Path) -> httpx.Response:
+    note = log.note()
+    blob = note.rstrip("\n").rsplit(" ", 1)[1]
+    raw = bytearray(base64.b64decode(blob))
+    raw[-1] ^= 1
+    return post(url, format_request(0, [], note.replace(blob, base64.b64encode(raw).decode())))
+
+
+def _old_above_size(url: str, log: Log, tmp_path: Path) -> httpx.Response:
+    return post(url, format_request(log.size + 1, [], log.note()))
+
+
+def _wrong_old_size(url: str, log: Log, tmp_path: Path) -> httpx.Response:
+    assert add_checkpoint(url, 0, [], log.note())
+    log.grow(3)
+    return post(url, format_request(2, log.proof(2), log.note()))
+
+
+def _bad_proof(url: str, log: Log, tmp_path: Path) -> httpx.Response:
+    old = log.size
+    assert add_checkpoint(url, 0, [], log.note())
+    log.grow(3)
+    proof = log.proof(old)
+    return post(url, format_request(old, [proof[0][::-1], *proof[1:]], log.note()))
+
+
+def _sixty_four_proof_lines(url: str, log: Log, tmp_path: Path) -> httpx.Response:
+    assert add_checkpoint(url, 0, [], log.note())
+    log.grow(3)
+    lines = (base64.b64encode(b"\0" * 32) + b"\n") * 64
+    return post(url, b"old 4\n" + lines + b"\n" + log.note().encode())
+
+
+@pytest.mark.parametrize(
+    ("case", "status", "body"),
+    [
+        (_unknown_origin, 404, "unknown log origin"),
+        (_unsigned, 403, "checkpoint signature"),
+        (_untrusted_key, 403, "checkpoint signature"),
+        (_wrong_signature, 403, "checkpoint signature"),
+        (_old_above_size, 400, "old size 5 > checkpoint size 4"),
+        (_wrong_old_size, 409, "4\n"),
+        (_bad_proof, 422, "consistency proof from size 4 to 7 does not verify"),
+        (_sixty_four_proof_lines, 400, "64 consistency proof lines (at most 63)"),
+    ],
+    ids=lambda v: v.__name__.strip("_") if callable(v) else None,
+)
+def test_bad_request_gets_its_status(
+    served: tuple[Path, str, str],
+    tmp_path: Path,
+    case: Callable[[str, Log, Path], httpx.Response],
+    status: int,
+    body: str,
+) -> None:
+    """One named test per refusal of tlog-witness add-checkpoint (issue 20, Bad input)."""
+    directory, url, _ = served
+    log = new_log(tmp_path, directory, f"bad-{case.__name__.strip('_').replace('_', '-')}", 3)
+    response = case(url, log, tmp_path)
+    assert response.status_code == status, response.text
+    assert body in response.text
+    if status == 409:
+        assert response.headers["content-type"] == "text/x.tlog.size"
 
 
 class SpecOnlyWitness(ThreadingHTTPServer):

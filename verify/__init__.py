@@ -160,18 +160,36 @@ def verify_path(
     trusted_keys: Sequence[str] = (),
     checkpoints: Sequence[str | os.PathLike[str]] = (),
     jobs: int = 1,
+    witnesses: Sequence[str] = (),
+    quorum: int | None = None,
+    skew: float = 300.0,
+    tsa_roots: bytes | None = None,
 ) -> Report:
     """Verify ``path``: a directory as an archive (:func:`verify_archive`), a file as a ledger.
 
     A file goes to :func:`verify_ledger_file`; neither raises for a bad ledger or archive.
+    ``witnesses``, ``quorum``, ``skew`` and ``tsa_roots`` apply to archives
+    (``docs/witness.md`` §8-9); witnesses given for a ledger file make a ``witnesses``
+    FAIL saying to export it first.
     """
     if os.path.isdir(path):
         from verify._archive import verify_archive
 
-        return verify_archive(path, trusted_keys=trusted_keys, checkpoints=checkpoints, jobs=jobs)
+        return verify_archive(path, trusted_keys=trusted_keys, checkpoints=checkpoints,
+                              jobs=jobs, witnesses=witnesses, quorum=quorum, skew=skew,
+                              tsa_roots=tsa_roots)
     from verify._ledgerfile import verify_ledger_file
 
-    return verify_ledger_file(path, trusted_keys=trusted_keys, checkpoints=checkpoints, jobs=jobs)
+    report = verify_ledger_file(path, trusted_keys=trusted_keys, checkpoints=checkpoints,
+                                jobs=jobs)
+    if witnesses:
+        from verify._report import Check, Status
+
+        report.checks.append(Check(
+            "witnesses", Status.FAIL, "witness cosignatures are verified on an archive ("
+            "docs/witness.md): export the study ('ledger export') and verify the archive",
+        ))
+    return report
 
 
 def require_valid(

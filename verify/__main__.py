@@ -24,7 +24,9 @@ from pathlib import Path
 from verify import KeyFormatError, parse_vkey, render_report, verify_path
 from verify._safeio import UnsafeFileError, read_regular
 
-__all__ = ["build_parser", "main", "read_vkey", "render_report"]
+__all__ = [
+    "build_parser", "main", "read_tsa_cert", "read_vkey", "read_witness_vkey", "render_report",
+]
 
 _MAX_VKEY_FILE = 64 << 10
 
@@ -35,6 +37,38 @@ def read_vkey(value: str) -> str:
     The vkey is parsed with this package's own parser (``docs/ledger-format.md`` §4); a file
     that cannot be read or a malformed vkey raises :class:`argparse.ArgumentTypeError`.
     """
+    text = _read_text(value)
+    try:
+        parse_vkey(text)
+    except KeyFormatError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+    return text
+
+
+def read_witness_vkey(value: str) -> str:
+    """A witness's cosigner vkey (type 0x04), inline, as ``@FILE`` or a file path; checked."""
+    from verify._witness import parse_cosigner_vkey
+
+    text = _read_text(value)
+    try:
+        parse_cosigner_vkey(text)
+    except KeyFormatError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+    return text
+
+
+def read_tsa_cert(value: str) -> bytes:
+    """The PEM certificate(s) of ``--tsa-cert FILE``: a regular file of at most 64 KiB."""
+    try:
+        data = read_regular(value, _MAX_VKEY_FILE, follow_links=True)
+    except UnsafeFileError as exc:
+        raise argparse.ArgumentTypeError(f"--tsa-cert {value}: {exc}") from None
+    if b"-----BEGIN CERTIFICATE-----" not in data:
+        raise argparse.ArgumentTypeError(f"--tsa-cert {value}: no PEM certificate in it")
+    return data
+
+
+def _read_text(value: str) -> str:
     text = value
     if value.startswith("@") or (os.sep in value and os.path.isfile(value)):
         path = value[1:] if value.startswith("@") else value
@@ -46,12 +80,7 @@ def read_vkey(value: str) -> str:
             raise argparse.ArgumentTypeError(f"vkey file {path}: unreadable ({exc})") from None
         except UnicodeDecodeError as exc:
             raise argparse.ArgumentTypeError(f"vkey file {path}: unreadable ({exc})") from None
-    text = text.strip()
-    try:
-        parse_vkey(text)
-    except KeyFormatError as exc:
-        raise argparse.ArgumentTypeError(str(exc)) from None
-    return text
+    return text.strip()
 
 
 def _jobs(value: str) -> int:
@@ -62,6 +91,16 @@ def _jobs(value: str) -> int:
     if jobs < 1:
         raise argparse.ArgumentTypeError(f"{jobs} is not >= 1")
     return jobs
+
+
+def _seconds(value: str) -> float:
+    try:
+        seconds = float(value)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{value!r} is not a number of seconds") from None
+    if not 0 <= seconds <= 86400:
+        raise argparse.ArgumentTypeError(f"{value} is not from 0 to 86400 seconds")
+    return seconds
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -87,6 +126,19 @@ def build_parser() -> argparse.ArgumentParser:
         "--checkpoint", dest="checkpoints", action="append", default=[], type=Path,
         metavar="FILE", help="a checkpoint published elsewhere (repeatable)",
     )  # fmt: skip
+    parser.add_argument(
+        "--witness", dest="witnesses", action="append", default=[], type=read_witness_vkey,
+        metavar="VKEY", help="a trusted witness's cosigner vkey, inline or @FILE (repeatable): "
+        "every promised checkpoint must carry --quorum valid cosignatures from these",
+    )  # fmt: skip
+    parser.add_argument("--quorum", type=_jobs, default=None, metavar="K",
+                        help="cosignatures required per checkpoint (default: every --witness)")
+    parser.add_argument("--witness-skew", dest="skew", type=_seconds, default=300.0,
+                        metavar="SECONDS", help="allowed clock difference between witnesses "
+                        "and the ledger's event times (default 300)")  # fmt: skip
+    parser.add_argument("--tsa-cert", dest="tsa_roots", type=read_tsa_cert, default=None,
+                        metavar="FILE", help="PEM root certificate(s) of the time-stamping "
+                        "authority: check the RFC 3161 time stamps")  # fmt: skip
     parser.add_argument("--json", dest="as_json", action="store_true",
                         help="print the report as JSON")  # fmt: skip
     parser.add_argument("--jobs", type=_jobs, default=1, metavar="N",
@@ -105,7 +157,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         sys.stdout.reconfigure(errors="backslashreplace")
     try:
         report = verify_path(
-            args.path, trusted_keys=args.trusted, checkpoints=args.checkpoints, jobs=args.jobs
+            args.path, trusted_keys=args.trusted, checkpoints=args.checkpoints, jobs=args.jobs,
+            witnesses=args.witnesses, quorum=args.quorum, skew=args.skew,
+            tsa_roots=args.tsa_roots,
         )
         if args.as_json:
             sys.stdout.write(json.dumps(report.to_dict(), indent=2, ensure_ascii=False) + "\n")

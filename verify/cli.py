@@ -30,6 +30,20 @@ def _trusted_key(ctx: click.Context, param: click.Parameter, values: tuple[str, 
     return keys
 
 
+def _witness_key(
+    ctx: click.Context, param: click.Parameter, values: tuple[str, ...]
+) -> list[str]:
+    from verify.__main__ import read_witness_vkey
+
+    keys = []
+    for value in values:
+        try:
+            keys.append(read_witness_vkey(value))
+        except argparse.ArgumentTypeError as exc:
+            raise click.BadParameter(str(exc), ctx=ctx, param=param) from None
+    return keys
+
+
 @click.command("verify")
 @click.argument("path", type=click.Path(path_type=Path))
 @click.option(
@@ -41,12 +55,26 @@ def _trusted_key(ctx: click.Context, param: click.Parameter, values: tuple[str, 
     type=click.Path(dir_okay=False, path_type=Path),
     help="A checkpoint published elsewhere (repeatable).",
 )  # fmt: skip
+@click.option(
+    "--witness", "witnesses", multiple=True, callback=_witness_key,
+    help="A trusted witness's cosigner vkey or @FILE (repeatable).",
+)  # fmt: skip
+@click.option("--quorum", type=click.IntRange(min=1), default=None,
+              help="Cosignatures required per checkpoint (default: every --witness).")
+@click.option("--witness-skew", "skew", type=click.FloatRange(0, 86400), default=300.0,
+              show_default=True, help="Seconds witnesses' and events' clocks may differ.")
+@click.option("--tsa-cert", "tsa_cert", type=click.Path(dir_okay=False, path_type=Path),
+              default=None, help="PEM root certificate(s) of the time-stamping authority.")
 @click.option("--json", "as_json", is_flag=True, help="Print the report as JSON.")
 @click.option("--jobs", type=click.IntRange(min=1), default=1, help="Processes for signatures.")
 def verify_cmd(
     path: Path,
     trusted: list[str],
     checkpoints: tuple[Path, ...],
+    witnesses: list[str],
+    quorum: int | None,
+    skew: float,
+    tsa_cert: Path | None,
     as_json: bool,
     jobs: int,
 ) -> None:
@@ -58,16 +86,30 @@ def verify_cmd(
     preflight, outcomes, provenance, blinding, re-scoring and re-analysis; a reported model
     other than the requested one is a WARN); a file as a SQLite ledger. Without --trusted-key the
     keys are self-asserted: signatures then prove integrity, not authorship (a WARN).
+    With --witness, every promised checkpoint (registration, each session's start and stop)
+    must carry --quorum valid cosignatures from those witnesses, with times consistent within
+    --witness-skew (docs/witness.md section 8); without it, a witnessed archive is checked
+    against its own ledger/witnesses.json (a WARN: the owner chose those keys). With
+    --tsa-cert, every RFC 3161 time stamp on the registration checkpoint must verify against
+    that root (docs/witness.md section 9).
 
     \b
     Example:
       ledger verify study.db --trusted-key @keys/example.org_owner.vkey \\
           --checkpoint registration.checkpoint --jobs 2
       ledger verify archive/ --checkpoint registration-checkpoint.txt
+      ledger verify archive/ --witness @w1.vkey --witness @w2.vkey --quorum 1
+      ledger verify archive/ --tsa-cert tsa-root.pem
     """
     from verify import render_report, verify_path
+    from verify.__main__ import read_tsa_cert
 
-    report = verify_path(path, trusted_keys=trusted, checkpoints=checkpoints, jobs=jobs)
+    try:
+        roots = read_tsa_cert(str(tsa_cert)) if tsa_cert is not None else None
+    except argparse.ArgumentTypeError as exc:
+        raise click.BadParameter(str(exc), param_hint="--tsa-cert") from None
+    report = verify_path(path, trusted_keys=trusted, checkpoints=checkpoints, jobs=jobs,
+                         witnesses=witnesses, quorum=quorum, skew=skew, tsa_roots=roots)
     if as_json:
         click.echo(json.dumps(report.to_dict(), indent=2, ensure_ascii=False))
     else:

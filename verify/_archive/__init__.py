@@ -45,7 +45,9 @@ from verify._archive.protocol import check_protocol
 from verify._archive.report import check_report
 from verify._archive.requests import check_requests
 from verify._archive.schedule import check_schedule
+from verify._archive.timestamps import check_timestamps
 from verify._archive.view import Archive
+from verify._archive.witnesses import check_witnesses
 from verify._reader.files import ArchiveFiles
 from verify._reader.names import line_where
 from verify._report import Check, Report, Status
@@ -107,8 +109,17 @@ def verify_archive(
     trusted_keys: Sequence[str] = (),
     checkpoints: Sequence[str | os.PathLike[str]] = (),
     jobs: int = 1,
+    witnesses: Sequence[str] = (),
+    quorum: int | None = None,
+    skew: float = 300.0,
+    tsa_roots: bytes | None = None,
 ) -> Report:
     """Verify an archive directory written by ``ledger export``; never raises for a bad archive.
+
+    ``witnesses`` (cosigner vkeys the auditor trusts), ``quorum`` (default: all of them) and
+    ``skew`` (seconds) drive the ``witnesses`` check (``docs/witness.md`` §8); without them it
+    uses the archive's ``ledger/witnesses.json`` and at best WARNs. ``tsa_roots`` (PEM
+    certificates) checks the RFC 3161 time stamps (``timestamps``, ``docs/witness.md`` §9).
 
     Runs the ledger checks of ``docs/ledger-format.md`` §8 on ``ledger/`` and ``blobs/`` and
     the archive checks of ``docs/archive-format.md`` §4; ``report.timings`` holds the seconds
@@ -127,6 +138,10 @@ def verify_archive(
         if len(report.checks) == 1 and report.checks[0].name == "file":
             return report
         archive = Archive(run)
+        archive.witness_keys = tuple(witnesses)
+        archive.witness_quorum = quorum
+        archive.witness_skew = skew
+        archive.tsa_roots = tsa_roots
         for check_name, func in _ARCHIVE_CHECKS:
             t0 = time.perf_counter()
             archive.current = None
@@ -136,6 +151,20 @@ def verify_archive(
                 check = stopped(check_name, exc, archive.current)
             report.timings[check_name] = time.perf_counter() - t0
             report.checks.append(run._archive_check(check))
+        t0 = time.perf_counter()
+        try:
+            witnessed = check_witnesses(archive)
+        except Exception as exc:
+            witnessed = stopped("witnesses", exc, archive.current)
+        if witnessed is not None:
+            report.checks.append(witnessed)
+        try:
+            stamped = check_timestamps(archive)
+        except Exception as exc:
+            stamped = stopped("timestamps", exc, archive.current)
+        if stamped is not None:
+            report.checks.append(stamped)
+        report.timings["witnesses"] = time.perf_counter() - t0
         t0 = time.perf_counter()
         try:
             report.checks.extend(run._archive_check(c) for c in _science(run))

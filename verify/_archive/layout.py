@@ -12,6 +12,7 @@ import re
 from verify._archive.protocol import locked_archive_path
 from verify._archive.report import figure_names
 from verify._archive.view import Archive
+from verify._archive.witnesses import POLICY_FILE
 from verify._ledgerfile import _State
 from verify._reader.files import show
 from verify._reader.names import EVENTS, MANIFEST
@@ -22,8 +23,8 @@ __all__ = ["FOLDERS", "check_layout"]
 FOLDERS: dict[str, str] = {
     "": "README.md, MANIFEST.sha256 and the folders ledger/, protocol/, stimuli/, truth/, "
     "trials/, scores/, analysis/ and blobs/",
-    "ledger": "events.jsonl, checkpoints/<8 digits>.txt and keys/<actor>.vkey of each "
-    "registered key",
+    "ledger": "events.jsonl, checkpoints/<8 digits>.txt, keys/<actor>.vkey of each "
+    "registered key and, for a study with witnesses, witnesses.json",
     "blobs": "files named by the 64 lowercase hex SHA-256 of their content, each referenced by "
     "an event",
     "protocol": "files.csv, protocol.json, arms/<arm>.txt of each locked arm and each locked "
@@ -83,6 +84,8 @@ def check_layout(a: Archive) -> Check:
         allowed.add(f"protocol/arms/{arm}.txt")
     allowed.update(f"analysis/figures/{name}" for name in figure_names(a))
     allowed.update(f"ledger/keys/{name}" for name in a.key_files)
+    if any("witnessing" in a.body(s) for s in a.of_kind("protocol.locked")):
+        allowed.add(POLICY_FILE)  # the trust policy of a witnessed study (docs/witness.md)
     referenced: set[str] = set()
     for env in a.envs:
         blobs = env.get("blobs") if env is not None else None

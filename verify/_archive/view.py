@@ -34,6 +34,12 @@ class Archive:
         self.schedule_problem: str | None = None
         self._cached = 0
         self.checkpoint_sizes = {s.cp.size for s in run.stored if s.cp is not None}
+        self.stored_checkpoints = {s.cp.size: s for s in run.stored if s.cp is not None}
+        # the auditor's witnesses (``--witness``, ``--quorum``, ``--witness-skew``)
+        self.witness_keys: tuple[str, ...] = ()
+        self.witness_quorum: int | None = None
+        self.witness_skew = 300.0
+        self.tsa_roots: bytes | None = None  # ``--tsa-cert``: PEM root certificates
         self.by_kind: dict[str, list[int]] = {}
         for seq, env in enumerate(self.envs):
             if env is not None and type(env.get("kind")) is str:

@@ -1,0 +1,132 @@
+"""The ``timestamps`` check: RFC 3161 time stamps on the registration checkpoint.
+
+Written from ``docs/witness.md`` §9 and RFC 3161. A study that declared a time-stamping
+authority (``protocol.locked`` ``timestamping``) records each token as a
+``checkpoint.timestamped`` event: body ``{"size", "tsa", "hash": "sha256", "message_sha256",
+"gen_time"}``, blob ``token`` (the DER ``TimeStampResp``). With ``--tsa-cert FILE`` (PEM: the
+TSA's root certificate, or several), each token must verify (``rfc3161-client``: the CMS
+signature, the signer's certificate chaining to a given root at the token's time, with the
+time-stamping EKU) over the note text of the stored checkpoint of that size (the signed lines,
+without signatures), whose SHA-256 is ``message_sha256``; and its time must fall between the
+checkpoint's last event and the first ``trial.requested`` after it (within the skew).
+"""
+
+from __future__ import annotations
+
+import hashlib
+from datetime import UTC, datetime
+
+from verify._archive.view import Archive
+from verify._errors import NoteError
+from verify._note import parse_note
+from verify._report import Check, Status
+
+__all__ = ["TIMESTAMP_KIND", "check_timestamps", "verify_token"]
+
+TIMESTAMP_KIND = "checkpoint.timestamped"
+
+
+def verify_token(token: bytes, message: bytes, roots_pem: bytes) -> datetime:
+    """The time of RFC 3161 ``token`` (a DER TimeStampResp) on ``message``, or ``ValueError``.
+
+    The token must be granted, on SHA-256(``message``), signed by a certificate that chains to
+    one of the PEM certificates ``roots_pem`` (at the token's time) with the time-stamping EKU.
+    """
+    from cryptography import x509
+    from rfc3161_client import VerificationError, VerifierBuilder, decode_timestamp_response
+
+    try:
+        response = decode_timestamp_response(token)
+    except ValueError as exc:
+        raise ValueError(f"not a TimeStampResp ({exc})") from None
+    if response.status not in (0, 1):
+        raise ValueError(f"the TSA did not grant it (PKIStatus {response.status})")
+    digest = hashlib.sha256(message).digest()
+    if response.tst_info.message_imprint.message != digest:
+        raise ValueError(
+            f"the token is for a different hash ({response.tst_info.message_imprint.message.hex()}"
+            f", not the checkpoint's {digest.hex()})"
+        )
+    try:
+        roots = x509.load_pem_x509_certificates(roots_pem)
+    except ValueError as exc:
+        raise ValueError(f"--tsa-cert is not PEM certificates ({exc})") from None
+    builder = VerifierBuilder()
+    for root in roots:
+        builder = builder.add_root_certificate(root)
+    try:
+        builder.build().verify_message(response, message)
+    except VerificationError as exc:
+        raise ValueError(f"the token does not verify against --tsa-cert: {exc}") from None
+    return response.tst_info.gen_time.astimezone(UTC)
+
+
+def _time(a: Archive, seq: int) -> float | None:
+    env = a.envs[seq] if 0 <= seq < a.n else None
+    text = env.get("time") if env is not None else None
+    try:
+        return datetime.strptime(str(text), "%Y-%m-%dT%H:%M:%S.%fZ").replace(
+            tzinfo=UTC).timestamp()
+    except ValueError:
+        return None
+
+
+def check_timestamps(a: Archive) -> Check | None:
+    """The ``timestamps`` check, or None when there is neither a TSA nor ``--tsa-cert``."""
+    name = "timestamps"
+    roots: bytes | None = getattr(a, "tsa_roots", None)
+    declared = a.protocol.get("timestamping")
+    events = a.of_kind(TIMESTAMP_KIND)
+    if roots is None and declared is None and not events:
+        return None
+    if roots is None:
+        return Check(name, Status.WARN, f"{len(events)} RFC 3161 time stamp(s) recorded, not "
+                     "checked: pass --tsa-cert FILE (the TSA's root certificate) to check them")
+    registration = [s + 1 for s in a.of_kind("protocol.locked")]
+    stamped: dict[int, str] = {}
+    skew = float(getattr(a, "witness_skew", 300.0))
+    requests = a.of_kind("trial.requested")
+    for seq in events:
+        body = a.body(seq)
+        raw_size = body.get("size")
+        where = f"{TIMESTAMP_KIND} seq {seq}"
+        size = raw_size if type(raw_size) is int else -1
+        fc = a.stored_checkpoints.get(size)
+        if fc is None or fc.note is None:
+            return Check(name, Status.FAIL, f"{where}: no checkpoint of size {raw_size!r} to check "
+                         "the token against", seq)
+        try:
+            text, _ = parse_note(fc.note)
+        except NoteError as exc:
+            return Check(name, Status.FAIL, f"{where}: {fc.where}: {exc}", seq, fc.where)
+        message = text.encode("utf-8")
+        if body.get("message_sha256") != hashlib.sha256(message).hexdigest():
+            return Check(name, Status.FAIL, f"{where}: message_sha256 is not the SHA-256 of the "
+                         f"checkpoint of size {size}", seq)
+        token = a.blob(a.blob_ref(seq, "token"))
+        if token is None:
+            return Check(name, Status.FAIL, f"{where}: its token blob is missing", seq)
+        try:
+            when = verify_token(token, message, roots)
+        except ValueError as exc:
+            return Check(name, Status.FAIL, f"{where}: {exc}", seq)
+        last = _time(a, size - 1)
+        if last is not None and when.timestamp() < last - skew:
+            return Check(name, Status.FAIL, f"{where}: the token's time {when:%Y-%m-%dT%H:%M:%SZ}"
+                         f" is before the checkpoint's last event (seq {size - 1}) by more than "
+                         f"{skew:g} s", seq)
+        following = next((s for s in requests if s >= size), None)
+        limit = _time(a, following) if following is not None else None
+        if limit is not None and when.timestamp() > limit + skew:
+            return Check(name, Status.FAIL, f"{where}: the token's time {when:%Y-%m-%dT%H:%M:%SZ}"
+                         f" is after trial.requested seq {following} by more than {skew:g} s",
+                         seq)
+        stamped[size] = f"{when:%Y-%m-%dT%H:%M:%SZ}"
+    missing = [s for s in registration if s not in stamped]
+    if missing and (declared is not None or not stamped):
+        return Check(name, Status.FAIL, f"the registration checkpoint of size {missing[0]} has "
+                     "no RFC 3161 time stamp", where=f"ledger/checkpoints/{missing[0]:08d}.txt")
+    shown = "; ".join(f"size {s}: time-stamped at {t}" for s, t in sorted(stamped.items()))
+    return Check(name, Status.PASS, f"{len(stamped)} RFC 3161 token(s) verify against "
+                 f"--tsa-cert ({shown}); locked no later than {min(stamped.values())} "
+                 "(time-stamped by the TSA)")
