@@ -392,7 +392,8 @@ class Viewer:
                                     r["response_seq"], r["scored_seq"]]),
         }  # fmt: skip
         if not self.blind:
-            out.update({"arm": r["arm"], "trial": r["trial"], "position": r["position"]})
+            out.update({"arm": r["arm"], "trial": r["trial"], "position": r["position"],
+                        "variant": r["variant"]})  # fmt: skip
         return out
 
     # ------------------------------------------------------------------ overview

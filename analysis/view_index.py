@@ -29,7 +29,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 from analysis._errors import AnalysisError
-from analysis.rows import split_trial
+from analysis.rows import split_trial, trial_variant
 from ledger import Ledger, LedgerError, node_hash
 from runner.recorded import EVENTS_FILE, Recorded, layout
 
@@ -41,9 +41,10 @@ CREATE TABLE trials(
   position INTEGER, attempts INTEGER DEFAULT 0, status TEXT, last_request_seq INTEGER,
   outcome_seq INTEGER, response_seq INTEGER, scored_seq INTEGER, arm_code TEXT, parse TEXT,
   n_items INTEGER, n_answered INTEGER, n_correct INTEGER, correct TEXT, cost REAL,
-  output_tokens INTEGER, latency_ms INTEGER, requested_at TEXT
+  output_tokens INTEGER, latency_ms INTEGER, requested_at TEXT, variant TEXT
 );
 CREATE INDEX trials_arm ON trials(arm, h);
+CREATE INDEX trials_variant ON trials(variant, h);
 CREATE INDEX trials_code ON trials(arm_code, h);
 CREATE INDEX trials_stimulus ON trials(stimulus, model, rep);
 CREATE INDEX trials_model ON trials(model, h);
@@ -92,6 +93,8 @@ FILTERS: tuple[Filter, ...] = (
     Filter("code", "arm_code", "arm code"),
     Filter("stimulus", "stimulus", "stimulus / item"),
     Filter("model", "model", "model"),
+    # arms may run different variant sets (docs/variants.md), so a variant can point to an arm
+    Filter("variant", "variant", "variant", blind=False),
     Filter("status", "status", "status"),
     Filter("parse", "parse", "parse status"),
     Filter("correct", "correct", "correct"),
@@ -103,6 +106,7 @@ SORTS: dict[str, tuple[str, bool]] = {
     "h": ("h", True),
     "stimulus": ("stimulus, model, rep, h", True),
     "model": ("model, h", True),
+    "variant": ("variant, h", False),
     "status": ("status, h", True),
     "parse": ("parse, h", True),
     "accuracy": ("CAST(n_correct AS REAL) / NULLIF(n_items, 0), h", True),
@@ -328,10 +332,10 @@ class ViewIndex:
                 stimulus, rep = str(body.get("stimulus")), "0"
             cur.execute(
                 "INSERT INTO trials(h, trial, arm, model, stimulus, rep, position, status, "
-                "arm_code, requested_at) VALUES (?,?,?,?,?,?,?,?,?,?)",
+                "arm_code, requested_at, variant) VALUES (?,?,?,?,?,?,?,?,?,?,?)",
                 (h, trial, arm, model or self._model(), stimulus,
                  int(rep) if rep.isdigit() else None, _int(body.get("position")), "requested",
-                 self.codes.get(arm), env.get("time")),
+                 self.codes.get(arm), env.get("time"), trial_variant(trial)),
             )  # fmt: skip
         else:
             h = row[0]

@@ -678,3 +678,28 @@ def test_the_mcq_trials_table_has_what_the_statistics_need(built: tuple[Path, Pa
     rot = table[table["variant"] == "rot1"]
     assert all(k == "ABCD"[("ABCD".index(o) + 1) % 4]
                for k, o in zip(rot["key"], rot["key_original"], strict=True))  # fmt: skip
+
+
+def test_the_viewer_filters_an_unblinded_variant_study_by_variant(
+    built: tuple[Path, Path],
+) -> None:
+    from starlette.testclient import TestClient
+
+    from analysis.view import open_viewer
+    from analysis.view_app import make_app
+
+    _, archive = built
+    viewer = open_viewer(archive, verify=False)
+    try:
+        c = TestClient(make_app(viewer))
+        schedule = rows(archive / "trials" / "schedule.csv")
+        declared = sorted({r["variant"] for r in schedule})
+        assert viewer.choices()["variant"] == declared
+        for name in declared:
+            got = c.get(f"/trials?variant={name}&format=json&per_page=500").json()
+            assert got["total"] == sum(r["variant"] == name for r in schedule)
+            assert {r["variant"] for r in got["rows"]} == {name}
+        assert 'id="filter-variant"' in c.get("/trials").text
+    finally:
+        viewer.index.close()
+
