@@ -28,6 +28,7 @@ from typing import Any
 
 import numpy as np
 import pandas as pd
+from scipy import stats as sps
 
 from analysis import stats
 from analysis.rows import split_trial
@@ -940,6 +941,159 @@ def multiplicity(hypotheses: list[Result]) -> Result:
     return _guard(r, compute)
 
 
+SENSITIVITY_MODELS = ("registered", "probe_by_arm", "probe_by_arm_arm_residual")
+"""The models of ``sensitivity.lmm``, in order (``docs/statistics.md``, "Sensitivity")."""
+SENSITIVITY_NAMES = {
+    "registered": "registered random-intercept (Satterthwaite df)",
+    "probe_by_arm": "probe-by-arm",
+    "probe_by_arm_arm_residual": "probe-by-arm with a residual variance per arm",
+}
+"""How the report names each sensitivity model."""
+
+
+def _support(h: dict[str, Any], registered: dict[str, Any], p: float | None,
+             estimate: float | None) -> bool | None:  # fmt: skip
+    """Whether the registered decision rule would hold with this p and estimate.
+
+    The registered correction's factor (``p_adjusted / p_raw``) is applied; ``None`` without a p.
+    """
+    if p is None or estimate is None or not math.isfinite(p):
+        return None
+    raw, adjusted = registered.get("p_raw"), registered.get("p_adjusted")
+    factor = adjusted / raw if isinstance(adjusted, float) and raw else 1.0
+    ok = min(1.0, p * factor) < float(h.get("alpha") or 0.05)
+    if (h.get("sides") or "two-sided") == "one-sided":
+        ok = ok and estimate > 0
+    if h.get("min_difference_pp") is not None:
+        ok = ok and estimate * 100 >= float(h["min_difference_pp"])
+    return bool(ok)
+
+
+def sensitivity_lmm(
+    ds: Dataset, plan: dict[str, Any], fit: stats.MixedModelFit | None, tested: list[Result]
+) -> Result | None:
+    """``sensitivity.lmm``: the registered mixed model's contrasts under other assumptions.
+
+    Labelled sensitivity; never changes a verdict. ``None`` when the plan has no ``lmm``
+    hypothesis or the study has several models (not covered yet).
+    """
+    from analysis import sensitivity as sens
+
+    lmm = [h for h in plan["hypotheses"] if h["test"] == "lmm"]
+    if not lmm or ds.several_models:
+        return None
+    r = Result("sensitivity.lmm",
+               "Sensitivity analyses of the registered mixed model (not registered: they never "
+               "change a verdict)", "sensitivity", "lmm-sensitivity")  # fmt: skip
+    by_id = {x.hypothesis: x for x in tested}
+    design = plan["design"]
+
+    def compute() -> None:
+        if fit is None:
+            raise stats.StatsError("the registered mixed model could not be fitted")
+        t = _trial_outcome(ds)
+        group = fit.group_col
+        y = t["accuracy"].to_numpy(dtype=np.float64)
+        arm = t["arm"].astype(str).to_numpy()
+        groups = t[group].astype(str).tolist()
+        others = list(fit.arms[1:])
+        exog = np.column_stack([np.ones(y.size)] + [(arm == o).astype(np.float64)
+                                                    for o in others])  # fmt: skip
+        cells = [f"{g}|{a}" for g, a in zip(groups, arm, strict=True)]
+        one = [""] * y.size
+        fits: dict[str, Any] = {}
+        models: dict[str, Any] = {}
+        reg = sens.fit_at(y, exog, groups, [groups], one, ["group", "residual"],
+                          [fit.group_variance, fit.residual_variance])  # fmt: skip
+        fits["registered"] = reg
+        models["registered"] = {
+            "fitted": True, "log_likelihood": reg.loglik,
+            "variances": {"group": fit.group_variance, "residual": fit.residual_variance}}
+        why = sens.not_fittable(arm.tolist(), groups, False)
+        for name in SENSITIVITY_MODELS[1:]:
+            reason = why
+            classes = one if name == "probe_by_arm" else arm.tolist()
+            if reason is None and name == "probe_by_arm_arm_residual":
+                for a in sorted(set(arm.tolist())):
+                    sub = t[arm == a]
+                    spread = sub.groupby(group)["accuracy"].var(ddof=1).fillna(0.0)
+                    if float(spread.max()) <= 0.0:
+                        reason = (f"arm {a} has zero residual variance (every trial of a probe "
+                                  "scores the same, e.g. at ceiling): a residual variance per "
+                                  "arm cannot be estimated")  # fmt: skip
+                        break
+            if reason is not None:
+                models[name] = {"fitted": False, "reason": reason}
+                continue
+            labels = sorted(set(classes))
+            names = ["group", "group_by_arm"] + (
+                ["residual"] if name == "probe_by_arm" else [f"residual[{c}]" for c in labels])
+            try:
+                f = sens.fit_reml(y, exog, groups, [groups, cells], classes, names)
+            except (ValueError, np.linalg.LinAlgError) as exc:
+                models[name] = {"fitted": False, "reason": f"the REML fit failed: {exc}"}
+                continue
+            fits[name] = f
+            entry: dict[str, Any] = {
+                "fitted": True, "log_likelihood": f.loglik,
+                "variances": dict(zip(names, (float(v) for v in f.params), strict=True))}
+            if name == "probe_by_arm":
+                chi2 = max(0.0, 2.0 * (f.loglik - reg.loglik))
+                entry["lrt_chi2"] = chi2
+                entry["lrt_p"] = 0.5 * float(sps.chi2.sf(chi2, 1)) if chi2 > 0 else 1.0
+            models[name] = entry
+        contrasts = []
+        for h in lmm:
+            a, b = h["contrast"]
+            sides = h.get("sides") or "two-sided"
+            hyp = by_id.get(h["id"])
+            registered = (hyp.values or {}) if hyp is not None else {}
+            weights = np.zeros(exog.shape[1])
+            for level, sign in ((a, 1.0), (b, -1.0)):
+                if level in others:
+                    weights[1 + others.index(level)] += sign
+            row: dict[str, Any] = {
+                "hypothesis": h["id"], "a": a, "b": b, "sides": sides,
+                "as_registered": {k: registered.get(k) for k in ("estimate", "lower", "upper",
+                                                              "p_raw", "p_adjusted")},
+                "registered_verdict": by_id[h["id"]].verdict if h["id"] in by_id else None,
+            }  # fmt: skip
+            for name in SENSITIVITY_MODELS:
+                if name in fits:
+                    c = sens.satterthwaite_contrast(fits[name], weights, sides)
+                    c["supports"] = _support(h, registered, c["p"], c["estimate"])
+                    row[name] = c
+                else:
+                    row[name] = None
+            diffs = []
+            for _, cell in t.groupby(group):
+                xa = cell.loc[cell["arm"].astype(str) == a, "accuracy"]
+                xb = cell.loc[cell["arm"].astype(str) == b, "accuracy"]
+                if len(xa) and len(xb):
+                    diffs.append(float(xa.mean()) - float(xb.mean()))
+            boot = sens.cluster_bootstrap(np.asarray(diffs), int(design["bootstrap_iterations"]),
+                                          int(design["bootstrap_seed"]), sides)  # fmt: skip
+            lower_ok = boot["lower"] > 0
+            boot["supports"] = bool(lower_ok if sides == "one-sided"
+                                    else lower_ok or boot["upper"] < 0)  # fmt: skip
+            row["cluster_bootstrap"] = boot
+            primary = next((m for m in ("probe_by_arm_arm_residual", "probe_by_arm")
+                            if row[m] is not None), None)  # fmt: skip
+            row["primary"] = primary
+            row["supports"] = row[primary]["supports"] if primary else None
+            if (primary is not None and row["registered_verdict"] == "supported"
+                    and row["supports"] is False):
+                row["flag"] = (f"{h['id']} is supported as registered, but not under the "
+                               f"{SENSITIVITY_NAMES[primary]} model (p "
+                               f"{row[primary]['p']:.3g}, Satterthwaite df "
+                               f"{row[primary]['df']:.3g})")  # fmt: skip
+            contrasts.append(row)
+        r.values = {"group_col": group, "reference": fit.reference, "n_groups": fit.n_groups,
+                    "models": models, "contrasts": contrasts}  # fmt: skip
+
+    return _guard(r, compute)
+
+
 def run_analyses(ds: Dataset, plan: dict[str, Any]) -> list[Result]:
     """Every result, in a fixed order: descriptive, model, hypotheses, exploratory."""
     if ds.trials.empty:
@@ -981,6 +1135,9 @@ def run_analyses(ds: Dataset, plan: dict[str, Any]) -> list[Result]:
     out.extend(tested)
     out.extend(exploratory(ds, plan))
     out.append(multiplicity(tested))
+    extra = sensitivity_lmm(ds, plan, fit, tested)
+    if extra is not None:
+        out.append(extra)
     return out
 
 

@@ -892,6 +892,86 @@ def _model_html(model: dict[str, Any], extra: str = "", prefix: str = "") -> str
     return out
 
 
+SENSITIVITY = "Sensitivity (not registered; never changes a verdict)"
+SENSITIVITY_MODELS = {
+    "registered": "registered random intercept, Satterthwaite t",
+    "probe_by_arm": "probe-by-arm",
+    "probe_by_arm_arm_residual": "probe-by-arm, residual variance per arm",
+}
+
+
+def _interval(c: dict[str, Any]) -> str:
+    lo = "−∞" if c.get("lower") is None else _pp(c.get("lower"))
+    hi = "+∞" if c.get("upper") is None else _pp(c.get("upper"))
+    return f"{_pp(c.get('estimate'))} ({lo} to {hi})"
+
+
+def _sensitivity_cell(c: Any) -> str:
+    if not isinstance(c, dict):
+        return "not fitted"
+    return f"{_interval(c)}, p {_p(c.get('p'))}, df {_fmt(c.get('df'))}"
+
+
+def sensitivity_tables(result: dict[str, Any] | None) -> list[tuple[str, list[str],
+                                                                    list[list[str]]]]:
+    """The two sensitivity tables (caption, header, rows): contrasts side by side, models."""
+    if result is None or result.get("status") != "ok":
+        return []
+    v = result.get("values") or {}
+    rows = []
+    for c in v.get("contrasts") or []:
+        reg = c.get("as_registered") or {}
+        p = f"p {_p(reg.get('p_raw'))}" + (f", adjusted {_p(reg.get('p_adjusted'))}"
+                                           if reg.get("p_adjusted") is not None else "")
+        boot = c.get("cluster_bootstrap") or {}
+        supports = c.get("supports")
+        rows.append([str(c.get("hypothesis")), f"{c.get('a')} vs {c.get('b')} ({c.get('sides')})",
+                     f"{_interval(reg)}, {p}; {c.get('registered_verdict') or '–'}",
+                     *(_sensitivity_cell(c.get(m)) for m in SENSITIVITY_MODELS),
+                     f"{_interval(boot)} over {boot.get('n_clusters')} probes" if boot else "–",
+                     "–" if supports is None else ("yes" if supports else "no")])  # fmt: skip
+    out = [(f"{SENSITIVITY}: each registered mixed-model contrast beside its sensitivity "
+            "intervals (95%; one-sided hypotheses: lower bound)",
+            ["hypothesis", "contrast", "registered (z)", *SENSITIVITY_MODELS.values(),
+             "bootstrap over probes", "sensitivity supports the verdict?"], rows)]  # fmt: skip
+    mrows = []
+    for name, label in SENSITIVITY_MODELS.items():
+        m = (v.get("models") or {}).get(name) or {}
+        if not m.get("fitted"):
+            mrows.append([label, f"no: {m.get('reason')}", "–", "–", "–"])
+            continue
+        lrt = (f"chi2 {_fmt(m.get('lrt_chi2'))}, p {_p(m.get('lrt_p'))}"
+               if "lrt_chi2" in m else "–")
+        mrows.append([label, "yes", ", ".join(f"{k} {_fmt(x)}" for k, x in
+                                              (m.get("variances") or {}).items()),
+                      _fmt(m.get("log_likelihood")), lrt])  # fmt: skip
+    out.append((f"{SENSITIVITY}: the models (REML, groups {v.get('group_col')})",
+                ["model", "fitted", "variance components", "log-likelihood",
+                 "probe-by-arm vs registered (LRT, boundary-corrected)"], mrows))  # fmt: skip
+    return out
+
+
+def sensitivity_flags(result: dict[str, Any] | None) -> list[str]:
+    """The sentences flagging a registered verdict the sensitivity analysis would not support."""
+    if result is None or result.get("status") != "ok":
+        return []
+    return [str(c["flag"]) for c in (result.get("values") or {}).get("contrasts") or []
+            if c.get("flag")]  # fmt: skip
+
+
+def _section_sensitivity(report: Report) -> str:
+    result = report.result("sensitivity.lmm")
+    if result is None:
+        return ""
+    parts = [f"<h3>{_e(SENSITIVITY)}</h3>"]
+    if result.get("status") != "ok":
+        return "".join(parts) + _failed_html(result)
+    for caption, header, rows in sensitivity_tables(result):
+        parts.append(_table(caption, header, rows))
+    parts += [f'<p class="error">{_e(flag)}</p>' for flag in sensitivity_flags(result)]
+    return "".join(parts)
+
+
 def _section_model(report: Report) -> str:
     parts = ["<h2>Pre-registered model and contrasts</h2>"]
     model = report.result("model.lmm")
@@ -904,6 +984,7 @@ def _section_model(report: Report) -> str:
         if each is not None:
             parts.append(_model_html(each))
     parts.append(_figure_html(report, "forest_contrasts.png"))
+    parts.append(_section_sensitivity(report))
     return "".join(parts)
 
 

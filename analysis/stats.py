@@ -526,6 +526,28 @@ def reml_loglik(y: npt.NDArray[np.float64], exog: npt.NDArray[np.float64],
     return -0.5 * (logdet_v + float(np.linalg.slogdet(xvx)[1]) + yvy - float(xvy @ beta))
 
 
+def gls_at(y: npt.NDArray[np.float64], exog: npt.NDArray[np.float64],
+           codes: npt.NDArray[np.intp], group_var: float, resid_var: float,
+           ) -> tuple[npt.NDArray[np.float64], npt.NDArray[np.float64]]:
+    """``β̂ = (XᵀV⁻¹X)⁻¹XᵀV⁻¹y`` and its REML covariance ``(XᵀV⁻¹X)⁻¹`` at given variances.
+
+    ``(XᵀV⁻¹X)⁻¹`` is the inverse of the negative Hessian of the log-likelihood in β (the
+    covariance lme4 and nlme report); per-group sums with ``V_j⁻¹ = (I − c_j·J)/σ²_e``.
+    """
+    g, e = float(group_var), float(resid_var)
+    n_groups = int(codes.max()) + 1
+    n = np.bincount(codes, minlength=n_groups).astype(np.float64)
+    c = g / (e + n * g)
+    sx = np.zeros((n_groups, exog.shape[1]))
+    np.add.at(sx, codes, exog)
+    sy = np.bincount(codes, weights=y, minlength=n_groups)
+    xvx = (exog.T @ exog - np.einsum("j,jk,jl->kl", c, sx, sx)) / e
+    xvy = (exog.T @ y - sx.T @ (c * sy)) / e
+    cov = np.linalg.inv(xvx)
+    cov = (cov + cov.T) / 2.0
+    return cov @ xvy, cov
+
+
 def variance_component_cis(
     y: npt.NDArray[np.float64], exog: npt.NDArray[np.float64], codes: npt.NDArray[np.intp],
     group_var: float, resid_var: float, conf: float = 0.95,
@@ -716,10 +738,16 @@ def mixed_model(df: pd.DataFrame, outcome: str, arm_col: str, group_col: str,
         warnings.simplefilter("always")
         try:
             result = MixedLM(y, exog, groups=groups).fit(reml=True)
-            fe = np.asarray(result.fe_params, dtype=np.float64)
-            cov = np.asarray(result.cov_params(), dtype=np.float64)[: len(names), : len(names)]
             group_var = float(np.asarray(result.cov_re, dtype=np.float64)[0, 0])
             resid_var = float(result.scale)
+            codes = np.unique(groups, return_inverse=True)[1].astype(np.intp)
+            fe = np.asarray(result.fe_params, dtype=np.float64)
+            cov = np.asarray(result.cov_params(), dtype=np.float64)[: len(names), : len(names)]
+            if resid_var > 0 and group_var >= 0:
+                with np.errstate(all="ignore"):
+                    gls = gls_at(y, exog, codes, group_var, resid_var)
+                if np.all(np.isfinite(gls[0])) and np.all(np.isfinite(gls[1])):
+                    fe, cov = gls
             llf = float(result.llf)
             converged = bool(result.converged)
         except (np.linalg.LinAlgError, ValueError, FloatingPointError, ZeroDivisionError) as exc:
@@ -736,7 +764,6 @@ def mixed_model(df: pd.DataFrame, outcome: str, arm_col: str, group_col: str,
                                    float(2.0 * sps.norm.sf(abs(z))),
                                    float(fe[i] - z_crit * se[i]), float(fe[i] + z_crit * se[i])))
     tol = SINGULAR_TOLERANCE * total_var
-    codes = np.unique(groups, return_inverse=True)[1].astype(np.intp)
     singular = (
         group_var <= tol
         or resid_var <= tol

@@ -45,6 +45,12 @@ STYLESHEET_SHA256 = "62a8aa12229232ebc7c5ec82a4e5cd4889cab9097cb2e6b0066a624af9a
 """SHA-256 of the text of the report's one ``<style>`` element (archive format 1)."""
 
 EXPLORATORY = "Exploratory (not pre-registered)"
+SENSITIVITY = "Sensitivity (not registered; never changes a verdict)"
+SENSITIVITY_MODELS = {
+    "registered": "registered random intercept, Satterthwaite t",
+    "probe_by_arm": "probe-by-arm",
+    "probe_by_arm_arm_residual": "probe-by-arm, residual variance per arm",
+}
 OTHER_LABEL = "other/none"
 MODEL_FIELDS = ["model", "provider", "id", "max_tokens", "temperature", "top_p", "top_k", "stop"]
 """Columns of the protocol's models table (a study with ``[models]``, prompts.md §5)."""
@@ -655,6 +661,70 @@ class _Expect:
         out = self._model_table(self.result("model.lmm"))
         for name in self.models:
             out += self._model_table(self.result(f"model.lmm@{name}"))
+        return out + self._sensitivity_tables()
+
+    def _sensitivity_tables(self) -> list[tuple[str, list[str], list[list[str]]]]:
+        """``sensitivity.lmm`` (statistics.md "Sensitivity"): contrasts side by side, models."""
+        result = self.result("sensitivity.lmm")
+        if result is None or result.get("status") != "ok":
+            return []
+        v = _obj(result.get("values"))
+
+        def interval(c: dict[str, Any]) -> str:
+            lo = "−∞" if c.get("lower") is None else _pp(c.get("lower"))
+            hi = "+∞" if c.get("upper") is None else _pp(c.get("upper"))
+            return f"{_pp(c.get('estimate'))} ({lo} to {hi})"
+
+        rows = []
+        for c in v.get("contrasts") or []:
+            c = _obj(c)
+            reg = _obj(c.get("as_registered"))
+            p = f"p {_p(reg.get('p_raw'))}" + (
+                f", adjusted {_p(reg.get('p_adjusted'))}"
+                if reg.get("p_adjusted") is not None else "")  # fmt: skip
+            cells = []
+            for m in SENSITIVITY_MODELS:
+                got = c.get(m)
+                cells.append(f"{interval(got)}, p {_p(got.get('p'))}, df {_fmt(got.get('df'))}"
+                             if isinstance(got, dict) else "not fitted")  # fmt: skip
+            boot = _obj(c.get("cluster_bootstrap"))
+            supports = c.get("supports")
+            rows.append([_cell(c.get("hypothesis")),
+                         f"{c.get('a')} vs {c.get('b')} ({c.get('sides')})",
+                         f"{interval(reg)}, {p}; {c.get('registered_verdict') or '–'}", *cells,
+                         f"{interval(boot)} over {boot.get('n_clusters')} probes" if boot
+                         else "–",
+                         "–" if supports is None else ("yes" if supports else "no")])  # fmt: skip
+        out = [(f"{SENSITIVITY}: each registered mixed-model contrast beside its sensitivity "
+                "intervals (95%; one-sided hypotheses: lower bound)",
+                ["hypothesis", "contrast", "registered (z)", *SENSITIVITY_MODELS.values(),
+                 "bootstrap over probes", "sensitivity supports the verdict?"], rows)]
+        mrows = []
+        for name, label in SENSITIVITY_MODELS.items():
+            entry = _obj(_obj(v.get("models")).get(name))
+            if not entry.get("fitted"):
+                mrows.append([label, f"no: {entry.get('reason')}", "–", "–", "–"])
+                continue
+            lrt = (f"chi2 {_fmt(entry.get('lrt_chi2'))}, p {_p(entry.get('lrt_p'))}"
+                   if "lrt_chi2" in entry else "–")  # fmt: skip
+            mrows.append([label, "yes", ", ".join(f"{k} {_fmt(x)}" for k, x in
+                                                  _obj(entry.get("variances")).items()),
+                          _fmt(entry.get("log_likelihood")), lrt])  # fmt: skip
+        out.append((f"{SENSITIVITY}: the models (REML, groups {v.get('group_col')})",
+                    ["model", "fitted", "variance components", "log-likelihood",
+                     "probe-by-arm vs registered (LRT, boundary-corrected)"], mrows))
+        return out
+
+    def _sensitivity_blocks(self) -> list[tuple[str, str]]:
+        result = self.result("sensitivity.lmm")
+        if result is None:
+            return []
+        out = [("h3", SENSITIVITY)]
+        if result.get("status") != "ok":
+            return [*out, ("p", self._failed_text(result))]
+        for c in _obj(result.get("values")).get("contrasts") or []:
+            if _obj(c).get("flag"):
+                out.append(("p", str(_obj(c)["flag"])))
         return out
 
     def _exploratory_tables(self) -> list[tuple[str, list[str], list[list[str]]]]:
@@ -818,6 +888,7 @@ class _Expect:
         out += self._model_blocks(model)
         for name in self.models:
             out += self._model_blocks(self.result(f"model.lmm@{name}"))
+        out += self._sensitivity_blocks()
         out += [("h2", EXPLORATORY),
                 ("p", "None of these results was pre-registered. They describe the data and may "
                       "suggest hypotheses for a future study; they decide nothing."),
