@@ -83,6 +83,14 @@ class Dataset:
         """True when the study declares two or more models (per-model results are made)."""
         return len(self.models) >= 2
 
+    def for_stimuli(self, stimuli: Sequence[str]) -> Dataset:
+        """Only the trials and items of these stimuli (a hypothesis's ``stimuli`` subset)."""
+        keep = {str(x) for x in stimuli}
+        trials = self.trials[self.trials["stimulus"].astype(str).isin(keep)]
+        items = self.items[self.items["stimulus"].astype(str).isin(keep)]
+        return Dataset(trials, items, self.arms, self.given_up, self.scores_sha256,
+                       self.sources, self.models)  # fmt: skip
+
     def for_model(self, model: str) -> Dataset:
         """The trials and items of one model only, as a dataset of a one-model study."""
         trials = self.trials[self.trials["model"] == model]
@@ -496,9 +504,15 @@ def fit_model(
     group = str(plan.get("analysis", {}).get("random_intercept", "stimulus"))
     terms = "arm + model + arm:model" if interaction else "arm + model"
     formula = terms if ds.several_models else "arm"
+    model_arms = plan.get("analysis", {}).get("model_arms")
+    on = f" on arms {', '.join(model_arms)}" if model_arms else ""
+    if model_arms:
+        present &= set(model_arms)
+        if reference not in present and present:
+            reference = min(present)
     result = Result(
         "exploratory.arm_by_model" if interaction else "model.lmm",
-        f"Linear mixed model: accuracy ~ {formula} + (1 | {group}), REML",
+        f"Linear mixed model: accuracy ~ {formula} + (1 | {group}), REML{on}",
         "exploratory" if interaction else "pre-registered",
         "lmm",
     )
@@ -506,6 +520,8 @@ def fit_model(
 
     def compute() -> None:
         t = _trial_outcome(ds)
+        if model_arms:
+            t = t[t["arm"].astype(str).isin(set(model_arms))]
         factors = {"model": _model_reference(ds, t["model"])} if ds.several_models else None
         fit = stats.mixed_model(
             t, "accuracy", "arm", group, reference, factors=factors, interaction=interaction
@@ -567,6 +583,37 @@ def _per_group_diff(ds: Dataset, a: str, b: str) -> dict[str, float]:
     return {str(k): float(v) for k, v in (means[a] - means[b]).items()}
 
 
+SUBSET_MODEL_KEYS = ("n_obs", "n_groups", "group_variance", "residual_variance",
+                     "log_likelihood", "converged", "singular", "warnings")
+"""What an lmm hypothesis on a stimulus subset records of its own model fit."""
+
+
+def _trial_pairs(ds: Dataset, a: str, b: str) -> tuple[Any, Any]:
+    """Trial accuracies of a and b paired by (stimulus, rep); every trial must have its pair.
+
+    A key that does not pair (unequal replicates per stimulus, e.g. after exclusions) raises
+    :class:`~analysis.stats.StatsError` naming it: the pairing is part of the plan.
+    """
+    t = _analysable(ds)
+    keyed = {}
+    for arm in (a, b):
+        rows = t[t["arm"].astype(str) == arm]
+        keys = list(zip(rows["stimulus"].astype(str), rows["rep"].astype(int), strict=True))
+        if len(set(keys)) != len(keys):
+            raise stats.StatsError(f"pairing (stimulus, rep): arm {arm} has a key twice")
+        keyed[arm] = dict(zip(keys, rows["accuracy"].astype(float), strict=True))
+    only_a = sorted(set(keyed[a]) - set(keyed[b]))
+    only_b = sorted(set(keyed[b]) - set(keyed[a]))
+    if only_a or only_b:
+        arm, other, first = (a, b, only_a[0]) if only_a else (b, a, only_b[0])
+        raise stats.StatsError(
+            f"pairing (stimulus, rep) does not pair: arm {arm} has replicate {first[1]} of "
+            f"stimulus {first[0]!r} and arm {other} does not ({len(only_a) + len(only_b)} "
+            "unpaired trials; replicates per stimulus differ between the arms)")
+    keys = sorted(keyed[a])
+    return (np.array([keyed[a][k] for k in keys]), np.array([keyed[b][k] for k in keys]))
+
+
 def _paired_items(ds: Dataset, a: str, b: str) -> pd.DataFrame:
     it = _items(ds)
     keys = ["model", "stimulus", "rep", "row", "position"]
@@ -599,29 +646,52 @@ def hypothesis_results(
         alpha = h.get("alpha") or 0.05
         min_pp = h.get("min_difference_pp")
 
+        subset_ds = ds.for_stimuli(h["stimuli"]) if h.get("stimuli") else ds
+
         def compute(
-            h: dict[str, Any] = h, r: Result = r, a: str = a, b: str = b, sides: str = sides
+            h: dict[str, Any] = h, r: Result = r, a: str = a, b: str = b, sides: str = sides,
+            ds: Dataset = subset_ds,
         ) -> None:
             test = h["test"]
             if test == "lmm":
-                if fit is None:
+                model = fit
+                subset: dict[str, Any] | None = None
+                if h.get("stimuli"):
+                    sub_plan = {**plan, "analysis": {
+                        k: v for k, v in (plan.get("analysis") or {}).items()
+                        if k != "model_arms"}}  # fmt: skip
+                    sub_result, model = fit_model(ds, sub_plan)
+                    if model is None:
+                        raise stats.StatsError(f"the mixed model on stimuli {h['stimuli']} "
+                                               f"could not be fitted: {sub_result.error}")
+                    subset = {k: (sub_result.values or {}).get(k) for k in SUBSET_MODEL_KEYS}
+                    subset["stimuli"] = list(h["stimuli"])
+                if model is None:
                     raise stats.StatsError("the mixed model could not be fitted (model.lmm)")
-                c = stats.contrast(fit, a, b, sides)  # type: ignore[arg-type]
-                r.values = {**c.as_dict(), "singular_fit": fit.singular}
-                if fit.singular or not fit.converged:
+                c = stats.contrast(model, a, b, sides)  # type: ignore[arg-type]
+                r.values = {**c.as_dict(), "singular_fit": model.singular}
+                if subset is not None:
+                    r.values["subset_model"] = subset
+                if model.singular or not model.converged:
                     r.values["caution"] = MODEL_CAUTION
                 r.values["p_raw"] = c.p
             elif test == "equivalence":
                 e = stats.equivalence(_per_group_diff(ds, a, b), h["margin_pp"] / 100)
                 r.values = e.as_dict()
             elif test == "paired-t":
-                means = _stimulus_means(ds, a, b)
-                res = stats.paired_t(means[a].to_numpy(), means[b].to_numpy())
+                if h.get("pairing") == ["stimulus", "rep"]:
+                    x, y = _trial_pairs(ds, a, b)
+                else:
+                    means = _stimulus_means(ds, a, b)
+                    x, y = means[a].to_numpy(), means[b].to_numpy()
+                res = stats.paired_t(x, y)
                 r.values = {
                     **res.as_dict(),
                     "p_raw": res.p_one_sided if sides == "one-sided" else res.p,
                     "estimate": res.difference,
                 }
+                if h.get("pairing"):
+                    r.values["pairing"] = list(h["pairing"])
             elif test == "independent-t":
                 res = stats.independent_t(*_pair_values(ds, a, b))
                 r.values = {
@@ -979,7 +1049,7 @@ def sensitivity_lmm(
     """
     from analysis import sensitivity as sens
 
-    lmm = [h for h in plan["hypotheses"] if h["test"] == "lmm"]
+    lmm = [h for h in plan["hypotheses"] if h["test"] == "lmm" and not h.get("stimuli")]
     if not lmm or ds.several_models:
         return None
     r = Result("sensitivity.lmm",
@@ -992,6 +1062,7 @@ def sensitivity_lmm(
         if fit is None:
             raise stats.StatsError("the registered mixed model could not be fitted")
         t = _trial_outcome(ds)
+        t = t[t["arm"].astype(str).isin(set(fit.arms))]
         group = fit.group_col
         y = t["accuracy"].to_numpy(dtype=np.float64)
         arm = t["arm"].astype(str).to_numpy()

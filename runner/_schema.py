@@ -48,7 +48,7 @@ KeyPath = tuple[str | int, ...]
 
 SECTIONS: Final = (
     "study", "model", "models", "components", "prompt", "fewshot", "arms", "stimuli", "design",
-    "response", "hypotheses", "analysis",
+    "response", "hypotheses", "analysis", "deviations",
 )  # fmt: skip
 """The top-level tables of a study spec, in the order the docs list them."""
 
@@ -59,7 +59,7 @@ TABLE_KEYS: Final[dict[str, tuple[str, ...]]] = {
     "stimuli": ("directory", "truth", "answer_column", "items"),
     "design": ("replicates", "seed", "bootstrap_seed", "bootstrap_iterations", "blinding_secret"),
     "response": ("format", "parser", "letters", "mode"),
-    "analysis": ("model", "random_intercept", "exclude_unparseable"),
+    "analysis": ("model", "random_intercept", "exclude_unparseable", "model_arms"),
 }
 """The keys of each fixed-key section (``components`` and ``arms`` are named by the study)."""
 
@@ -80,8 +80,10 @@ FEWSHOT_KEYS: Final = (
 DIFFERS_FROM_KEYS: Final = ("arm", "by")
 HYPOTHESIS_KEYS: Final = (
     "id", "description", "contrast", "outcome", "test", "sides", "alpha", "min_difference_pp",
-    "margin_pp", "correction", "family",
+    "margin_pp", "correction", "family", "stimuli", "pairing",
 )  # fmt: skip
+DEVIATION_KEYS: Final = ("id", "source", "choice", "reason")
+"""The keys of each ``[[deviations]]`` entry (a declared deviation from the source protocol)."""
 
 
 @dataclass(frozen=True)
@@ -178,6 +180,12 @@ def unknown_keys(data: dict[str, Any]) -> list[Unknown]:
                     f" ({label})" if isinstance(label, str) and label else ""
                 )
                 check(hypothesis, ("hypotheses", index), name, HYPOTHESIS_KEYS)
+    deviations = data.get("deviations")
+    if isinstance(deviations, list):
+        for index, deviation in enumerate(deviations):
+            if isinstance(deviation, dict):
+                check(deviation, ("deviations", index), f"[[deviations]] #{index + 1}",
+                      DEVIATION_KEYS)  # fmt: skip
     return found
 
 

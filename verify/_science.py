@@ -415,6 +415,15 @@ class _Dataset:
             self.sources,
         )
 
+    def for_stimuli(self, stimuli: list[str]) -> _Dataset:
+        """Only the rows of these stimuli (a hypothesis's ``stimuli``, study-spec.md)."""
+        keep = {str(s) for s in stimuli}
+        return _Dataset(
+            [t for t in self.trials if str(t["stimulus"]) in keep],
+            [i for i in self.items if str(i["stimulus"]) in keep],
+            self.arms, self.given_up, self.scores_sha256, self.sources, self.models,
+        )  # fmt: skip
+
     def analysable(self) -> list[dict[str, Any]]:
         return [t for t in self.trials if not t["control"] and not t["excluded"]]
 
@@ -710,8 +719,12 @@ def _model(
     reference = _reference(plan)
     holder: list[dict[str, Any]] = []
 
+    model_arms = (plan.get("analysis") or {}).get("model_arms")
+
     def compute() -> dict[str, Any]:
         t = ds.analysable()
+        if isinstance(model_arms, list):
+            t = [r for r in t if str(r["arm"]) in set(model_arms)]
         if group == "source":
             if any(r["stimulus"] not in ds.sources for r in t):
                 raise st.StatError("a stimulus has no source")
@@ -839,35 +852,89 @@ def _labels(plan: dict[str, Any]) -> tuple[str, ...] | None:
     return None
 
 
-def _hypotheses(ds: _Dataset, plan: dict[str, Any], fit: dict[str, Any] | None) -> list[_Result]:
+SUBSET_MODEL_KEYS = ("n_obs", "n_groups", "group_variance", "residual_variance",
+                     "log_likelihood", "converged", "singular", "warnings")
+"""What an lmm hypothesis on a stimulus subset records of its own fit (analysis.md §3)."""
+
+
+def _pairs_by_trial(ds: _Dataset, a: str, b: str) -> tuple[list[float], list[float]]:
+    """analysis.md §3, paired-t with pairing (stimulus, rep): every trial must pair."""
+    keyed: dict[str, dict[tuple[str, int], float]] = {}
+    for arm in (a, b):
+        rows = [t for t in ds.analysable() if t["arm"] == arm]
+        keys = [(str(t["stimulus"]), int(t["rep"])) for t in rows]
+        if len(set(keys)) != len(keys):
+            raise st.StatError(f"pairing: arm {arm} has a key twice")
+        keyed[arm] = {k: float(t["accuracy"]) for k, t in zip(keys, rows, strict=True)}
+    if set(keyed[a]) != set(keyed[b]):
+        raise st.StatError("pairing (stimulus, rep) does not pair")
+    keys = sorted(keyed[a])
+    return [keyed[a][k] for k in keys], [keyed[b][k] for k in keys]
+
+
+def _hypotheses(
+    ds: _Dataset,
+    plan: dict[str, Any],
+    fit: dict[str, Any] | None,
+    recorded: dict[str, Any] | None = None,
+    suffix: str = "",
+) -> list[_Result]:
     design = plan["design"]
     labels = _labels(plan)
     out: list[_Result] = []
+    full_ds = ds
     for h in plan["hypotheses"]:
         a, b = h["contrast"]
         test = h["test"]
         sides = h.get("sides") or "two-sided"
         r = _Result(f"hypothesis.{h['id']}", hypothesis=h["id"], lmm=test == "lmm")
+        subset = h.get("stimuli")
+        hds = full_ds.for_stimuli(subset) if isinstance(subset, list) else full_ds
+        got = (recorded or {}).get(f"hypothesis.{h['id']}{suffix}")
+        rec_subset = got.get("subset_model") if isinstance(got, dict) else None
 
         def compute(
-            h: dict[str, Any] = h, a: str = a, b: str = b, test: str = test, sides: str = sides
+            h: dict[str, Any] = h, a: str = a, b: str = b, test: str = test, sides: str = sides,
+            ds: _Dataset = hds, rec_subset: Any = rec_subset,
         ) -> dict[str, Any]:
             one = sides == "one-sided"
             if test == "lmm":
-                if fit is None:
+                model = fit
+                sub: dict[str, Any] | None = None
+                if isinstance(h.get("stimuli"), list):
+                    sub_plan = {**plan, "analysis": {
+                        k: v for k, v in (plan.get("analysis") or {}).items()
+                        if k != "model_arms"}}  # fmt: skip
+                    result, model = _model(ds, sub_plan, recorded=rec_subset)
+                    if model is None:
+                        raise st.StatError("the subset's mixed model could not be fitted")
+                    sub = {k: result.values.get(k) for k in SUBSET_MODEL_KEYS}
+                    sub["stimuli"] = list(h["stimuli"])
+                if model is None:
                     raise st.StatError("the mixed model could not be fitted")
-                c = st.contrast(fit, a, b, sides)
-                out = {**c, "singular_fit": fit["singular"], "p_raw": c["p"]}
-                if fit["singular"] or not fit["converged"]:
+                c = st.contrast(model, a, b, sides)
+                out = {**c, "singular_fit": model["singular"], "p_raw": c["p"]}
+                if sub is not None:
+                    out["subset_model"] = sub
+                    if model["_reml_problem"] is not None:
+                        out["_reml_problem"] = f"subset model: {model['_reml_problem']}"
+                if model["singular"] or not model["converged"]:
                     out["caution"] = None  # text not compared
                 return out
             if test == "equivalence":
                 return _equivalence(ds, a, b, h["margin_pp"] / 100)
             if test == "paired-t":
-                means = _stimulus_pairs(ds, a, b)
-                res = st.paired_t([x for x, _ in means.values()], [y for _, y in means.values()])
+                if h.get("pairing") == ["stimulus", "rep"]:
+                    xs, ys = _pairs_by_trial(ds, a, b)
+                else:
+                    means = _stimulus_pairs(ds, a, b)
+                    xs, ys = [x for x, _ in means.values()], [y for _, y in means.values()]
+                res = st.paired_t(xs, ys)
                 p = res["p_one_sided"] if one else res["p"]
-                return {**res, "p_raw": p, "estimate": res["difference"]}
+                out = {**res, "p_raw": p, "estimate": res["difference"]}
+                if h.get("pairing"):
+                    out["pairing"] = list(h["pairing"])
+                return out
             if test == "independent-t":
                 res = st.independent_t(*_pair_accuracies(ds, a, b))
                 p = res["p_one_sided"] if one else res["p"]
@@ -1112,7 +1179,7 @@ def _sensitivity(
     recorded: dict[str, Any] | None,
 ) -> _Result | None:
     """``sensitivity.lmm`` (statistics.md "Sensitivity"), every fit checked by the own REML."""
-    lmm = [h for h in plan["hypotheses"] if h["test"] == "lmm"]
+    lmm = [h for h in plan["hypotheses"] if h["test"] == "lmm" and not h.get("stimuli")]
     if not lmm or ds.several_models:
         return None
     r = _Result("sensitivity.lmm")
@@ -1258,7 +1325,7 @@ def _recompute(
     out = _descriptive(ds)
     model, fit = _model(ds, plan, recorded=recorded.get("model.lmm"))
     out.append(model)
-    tested = _hypotheses(ds, plan, fit)
+    tested = _hypotheses(ds, plan, fit, recorded)
     if ds.several_models:
         # analysis.md §4: each model's own fit and verdicts, named <id>@<model>
         per_model: list[list[_Result]] = []
@@ -1267,7 +1334,7 @@ def _recompute(
             sub_model, sub_fit = _model(sub, plan, recorded=recorded.get(f"model.lmm@{name}"))
             sub_model.id += f"@{name}"
             out.append(sub_model)
-            results = _hypotheses(sub, plan, sub_fit)
+            results = _hypotheses(sub, plan, sub_fit, recorded, f"@{name}")
             for r in results:
                 r.id += f"@{name}"
                 r.hypothesis = f"{r.hypothesis}@{name}"
