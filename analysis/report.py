@@ -762,8 +762,16 @@ def _section_protocol(report: Report) -> str:
     return "".join(parts)
 
 
+DECLARED = "Declared deviations from the source protocol ([[deviations]], locked before the run)"
+
+
 def _section_deviations(report: Report) -> str:
     head = "<h2>Deviations from the protocol</h2>"
+    declared = report.protocol.get("deviations") or []
+    if declared:
+        head += _table(DECLARED, ("id", "source protocol says", "this study does", "reason"),
+                       [(d.get("id"), d.get("source"), d.get("choice"), d.get("reason"))
+                        for d in declared])  # fmt: skip
     if not report.amendments:
         return head + "<p>None: no <code>protocol.amended</code> event was recorded.</p>"
     rows = [(a["seq"], a.get("time"), a.get("reason"),

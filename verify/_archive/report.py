@@ -515,6 +515,13 @@ class _Expect:
                         "decided it", ["hypothesis", "description", "test", "estimate (CI)",
                         "p", "verdict", "decided by"], rows))  # fmt: skip
         out.extend(self._protocol_tables())
+        declared = self.protocol.get("deviations")
+        if isinstance(declared, list) and declared:
+            out.append(("Declared deviations from the source protocol ([[deviations]], locked "
+                        "before the run)", ["id", "source protocol says", "this study does",
+                                            "reason"],
+                        [[_cell(_obj(d).get(k)) for k in ("id", "source", "choice", "reason")]
+                         for d in declared]))  # fmt: skip
         if self.amendments:
             out.append(("Recorded amendments (protocol.amended)",
                         ["seq", "time", "reason", "files changed"],
