@@ -325,6 +325,10 @@ def _arm_entry(trials: pd.DataFrame, items: pd.DataFrame, given_up: int) -> dict
     }
     if len(items):
         entry["accuracy"] = stats.wilson(int(items["correct"].sum()), len(items)).as_dict()
+        by = items.groupby(items["stimulus"].astype(str))["correct"].agg(["sum", "count"])
+        entry["accuracy_clustered"] = stats.cluster_proportion(
+            [int(x) for x in by["sum"]], [int(x) for x in by["count"]]
+        ) | {"cluster": "stimulus"}
     else:
         entry["accuracy"] = None
         entry["note"] = "no parseable responses: accuracy not computed"
@@ -887,6 +891,13 @@ def exploratory(ds: Dataset, plan: dict[str, Any]) -> list[Result]:
                     values["error_chi_square"] = stats.chi_square_gof(counts).as_dict()
                 except stats.StatsError as exc:
                     values["error_chi_square"] = {"error": str(exc)}
+                try:
+                    shares = stats.error_null_excluding_truth(
+                        wrong["truth"].astype(str).tolist(), vocab)
+                    values["error_chi_square_excluding_truth"] = stats.chi_square_gof(
+                        counts, shares).as_dict()
+                except stats.StatsError as exc:
+                    values["error_chi_square_excluding_truth"] = {"error": str(exc)}
             if tumbling:
                 rows = it.groupby("row")["correct"].agg(["sum", "count"])
                 values["accuracy_by_row"] = {

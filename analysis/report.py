@@ -818,6 +818,20 @@ def _section_data(report: Report) -> str:
     return "".join(parts)
 
 
+WILSON_DESCRIPTIVE = "Wilson 95% CI (items as independent: descriptive)"
+CLUSTERED_CI = "95% CI clustered by probe (cluster-robust, t with probes − 1 df)"
+
+
+def _clustered_text(value: Any) -> str:
+    """The probe-clustered interval of ``descriptive.arms``, or why there is none."""
+    if not isinstance(value, dict):
+        return "–"
+    if value.get("lower") is None:
+        return f"none ({value.get('n_clusters')} probe)"
+    return (f"{_pct(value.get('lower'))} – {_pct(value.get('upper'))} "
+            f"({value.get('n_clusters')} probes)")  # fmt: skip
+
+
 def _section_descriptive(report: Report) -> str:
     parts = ["<h2>Descriptive results</h2>"]
     arms_result = report.result("descriptive.arms")
@@ -829,10 +843,12 @@ def _section_descriptive(report: Report) -> str:
             rows.append((arm, acc.get("successes", values[arm].get("correct")),
                          acc.get("n", values[arm].get("glyphs")), _pct(acc.get("estimate")),
                          f"{_pct(acc.get('lower'))} – {_pct(acc.get('upper'))}"
-                         if acc else values[arm].get("note", "–")))  # fmt: skip
+                         if acc else values[arm].get("note", "–"),
+                         _clustered_text(values[arm].get("accuracy_clustered"))))  # fmt: skip
         parts.append(_table(str(arms_result.get("title")),
                             ("arm", "correct", "glyphs" if report.tumbling else "items",
-                             "accuracy", "Wilson 95% CI"), rows, numeric=(1, 2, 3)))  # fmt: skip
+                             "accuracy", WILSON_DESCRIPTIVE, CLUSTERED_CI), rows,
+                            numeric=(1, 2, 3)))  # fmt: skip
     elif arms_result:
         parts.append(_failed_html(arms_result))
     by_model = report.result("descriptive.arm_model")
@@ -864,13 +880,13 @@ def _section_descriptive(report: Report) -> str:
         parts.append(_failed_html(control))
     else:
         values = control.get("values") or {}
-        rows = [(arm, (v or {}).get("successes", "–"), (v or {}).get("n", "–"),
+        crows = [(arm, (v or {}).get("successes", "–"), (v or {}).get("n", "–"),
                  _pct((v or {}).get("estimate")),
                  f"{_pct((v or {}).get('lower'))} – {_pct((v or {}).get('upper'))}" if v
                  else "no control trials") for arm, v in sorted(values.items())]  # fmt: skip
         parts.append(_table(str(control.get("title")),
                             ("arm", "correctly rejected", "control trials", "rate",
-                             "Wilson 95% CI"), rows, numeric=(1, 2, 3)))  # fmt: skip
+                             "Wilson 95% CI"), crows, numeric=(1, 2, 3)))  # fmt: skip
     return "".join(parts)
 
 
@@ -996,6 +1012,14 @@ def _section_model(report: Report) -> str:
     return "".join(parts)
 
 
+def _chi_text(chi: Any) -> str:
+    if not isinstance(chi, dict) or not chi:
+        return "–"
+    if chi.get("error"):
+        return str(chi["error"])
+    return f"chi2 {_fmt(chi.get('chi2'))}, p {_p(chi.get('p'))}"
+
+
 def _section_exploratory(report: Report) -> str:
     tag = f'<span class="tag">{_e(EXPLORATORY)}</span>'
     parts = [f'<div class="exploratory"><h2>{_e(EXPLORATORY)}</h2>',
@@ -1008,7 +1032,7 @@ def _section_exploratory(report: Report) -> str:
             continue
         if r.get("status") != "ok":
             rows.append((arm, f'<span class="error">not computed: {_e(r.get("error"))}</span>',
-                         "", "", "", ""))  # fmt: skip
+                         "", "", "", "", ""))  # fmt: skip
             continue
         v = r.get("values") or {}
         share = v.get("canonical_right_share") or {}
@@ -1021,13 +1045,16 @@ def _section_exploratory(report: Report) -> str:
                         f"{_pct(share.get('upper'))}), n={share.get('n', 0)}" if share else "–"),
                      _e(chi.get("error") or (f"chi2 {_fmt(chi.get('chi2'))}, p {_p(chi.get('p'))}"
                                              if chi else "–")),
+                     _e(_chi_text(v.get("error_chi_square_excluding_truth"))),
                      _e(f"TVD {_fmt(bias.get('tvd'))}" if bias else "–")))  # fmt: skip
     parts.append(f"<h3>{_e(EXPLORATORY)}: error phenotype by arm {tag}</h3>")
     parts.append(_table(
         f"{EXPLORATORY}: error phenotype (wrong answers that name an orientation)",
         ("arm", "accuracy", "error directions", "share of errors answering RIGHT (95% CI)",
-         "errors uniform? (chi-square)", "answer vs truth distribution"),
-        rows, raw=(0, 1, 2, 3, 4, 5)))  # fmt: skip
+         "errors uniform over all labels? (chi-square; the paper's null, replicated)",
+         "errors uniform over the wrong labels? (chi-square, true label excluded)",
+         "answer vs truth distribution"),
+        rows, raw=(0, 1, 2, 3, 4, 5, 6)))  # fmt: skip
     parts.append(_figure_html(report, "accuracy_by_row.png"))
     for arm in report.arms:
         parts.append(_figure_html(report, f"confusion_{_safe(arm)}.png"))
@@ -1067,7 +1094,8 @@ def _section_exploratory(report: Report) -> str:
         v = r.get("values") or {}
         qr_rows.append((name, _pct(v.get("estimate")),
                         f"{_pct(v.get('lower'))} – {_pct(v.get('upper'))}"))  # fmt: skip
-    parts.append(f"<h3>{_e(EXPLORATORY)}: accuracy with a clustered bootstrap {tag}</h3>")
+    parts.append(f"<h3>{_e(EXPLORATORY)}: accuracy with a bootstrap over trials (probes are not "
+                 f"resampled) {tag}</h3>")
     if len(report.models) >= 2:
         parts.append(_table(f"{EXPLORATORY}: accuracy by arm (pooled over models: a run is a "
                             "model and replicate) and by arm@model, bootstrap over (stimulus, "

@@ -964,6 +964,59 @@ def _pair_labels(truth: Sequence[Hashable] | npt.ArrayLike,
     return t, p
 
 
+def cluster_proportion(correct: Sequence[int], n: Sequence[int],
+                       conf: float = 0.95) -> dict[str, Any]:  # fmt: skip
+    """A proportion over items clustered in groups (the items of a probe's trials).
+
+    Ratio estimator ``p = Σc_j / Σn_j`` with the cluster-robust variance
+    ``G/(G − 1) · Σ(c_j − p·n_j)² / (Σn_j)²`` (statsmodels' ``cov_type="cluster"`` for the mean
+    of the item outcomes), and a ``t_{G−1}`` interval clipped to [0, 1]. Fewer than two
+    clusters: no interval (``lower = upper = None``) and a ``note``.
+    """
+    _check_conf(conf)
+    c = np.asarray(correct, dtype=np.float64)
+    m = np.asarray(n, dtype=np.float64)
+    keep = m > 0
+    c, m = c[keep], m[keep]
+    clusters = int(c.size)
+    total = float(m.sum())
+    if total <= 0:
+        raise StatsError("cluster_proportion: no items")
+    p = float(c.sum()) / total
+    out: dict[str, Any] = {"method": "cluster-robust-ratio-t", "estimate": p,
+                           "n_clusters": clusters, "n": int(total), "conf": conf}  # fmt: skip
+    if clusters < 2:
+        return out | {"se": None, "df": None, "lower": None, "upper": None,
+                      "note": "fewer than two clusters: no interval"}  # fmt: skip
+    resid = c - p * m
+    se = math.sqrt(clusters / (clusters - 1) * float(resid @ resid)) / total
+    df = clusters - 1
+    q = float(sps.t.ppf(0.5 + conf / 2.0, df))
+    return out | {"se": se, "df": df, "lower": max(0.0, p - q * se),
+                  "upper": min(1.0, p + q * se)}  # fmt: skip
+
+
+def error_null_excluding_truth(truth: Sequence[Hashable], labels: Sequence[str]) -> list[float]:
+    """Expected shares of the wrong answers when an error is any label but the true one.
+
+    Each wrong item adds ``1/(k − 1)`` to every label other than its truth (``1/k`` to each
+    when its truth is not a label); the result is divided by the number of items.
+    """
+    labs = [str(lb) for lb in labels]
+    k = len(labs)
+    if k < 2 or not truth:
+        raise StatsError("error_null_excluding_truth: needs two labels and one wrong item")
+    weights = np.zeros(k)
+    for t in truth:
+        if str(t) in labs:
+            row = np.full(k, 1.0 / (k - 1))
+            row[labs.index(str(t))] = 0.0
+        else:
+            row = np.full(k, 1.0 / k)
+        weights += row
+    return [float(w) for w in weights / len(truth)]
+
+
 def confusion_matrix(truth: Sequence[Hashable] | npt.ArrayLike,
                      pred: Sequence[Hashable] | npt.ArrayLike,
                      labels: Sequence[str]) -> ConfusionMatrix:

@@ -798,3 +798,36 @@ def probe_bootstrap(
         "estimate": float(np.mean(d)), "lower": num(lower), "upper": num(upper), "conf": conf,
         "n_clusters": int(d.size), "iterations": iterations, "seed": s,
     }  # fmt: skip
+
+
+def cluster_proportion(
+    correct: Sequence[int], n: Sequence[int], conf: float = 0.95
+) -> dict[str, Any]:
+    """statistics.md: ratio estimator with a cluster-robust SE and a t(G-1) interval."""
+    pairs = [(float(c), float(m)) for c, m in zip(correct, n, strict=True) if m > 0]
+    total = math.fsum(m for _, m in pairs)
+    if total <= 0:
+        raise StatError("cluster_proportion: no items")
+    p = math.fsum(c for c, _ in pairs) / total
+    g = len(pairs)
+    out: dict[str, Any] = {"method": "cluster-robust-ratio-t", "estimate": p, "n_clusters": g,
+                           "n": int(total), "conf": conf}  # fmt: skip
+    if g < 2:
+        return out | {"se": None, "df": None, "lower": None, "upper": None, "note": None}
+    se = math.sqrt(g / (g - 1) * math.fsum((c - p * m) ** 2 for c, m in pairs)) / total
+    q = float(sps.t.ppf(0.5 + conf / 2, g - 1))
+    return out | {"se": se, "df": g - 1, "lower": max(0.0, p - q * se),
+                  "upper": min(1.0, p + q * se)}  # fmt: skip
+
+
+def error_null_excluding_truth(truth: Sequence[str], labels: Sequence[str]) -> list[float]:
+    """statistics.md: expected error shares, each error spread over the labels but its truth."""
+    labs = list(labels)
+    k = len(labs)
+    if k < 2 or not truth:
+        raise StatError("error_null_excluding_truth: bad input")
+    weights = [0.0] * k
+    for t in truth:
+        for i, lb in enumerate(labs):
+            weights[i] += (0.0 if lb == t else 1.0 / (k - 1)) if t in labs else 1.0 / k
+    return [w / len(truth) for w in weights]

@@ -605,6 +605,16 @@ def _arm_entry(
     }
     if not items:
         entry["note"] = None  # text not compared
+    else:
+        by: dict[str, list[int]] = {}
+        for i in items:
+            cell = by.setdefault(str(i["stimulus"]), [0, 0])
+            cell[0] += 1 if i["correct"] else 0
+            cell[1] += 1
+        ordered = [by[k] for k in sorted(by)]
+        entry["accuracy_clustered"] = st.cluster_proportion(
+            [c for c, _ in ordered], [m for _, m in ordered]
+        ) | {"cluster": "stimulus"}
     return entry
 
 
@@ -1066,6 +1076,11 @@ def _exploratory(
                     values["error_chi_square"] = st.chi_square_gof(counts)
                 except st.StatError:
                     values["error_chi_square"] = {"error": None}
+                try:
+                    shares = st.error_null_excluding_truth([str(i["truth"]) for i in wrong], labels)
+                    values["error_chi_square_excluding_truth"] = st.chi_square_gof(counts, shares)
+                except st.StatError:
+                    values["error_chi_square_excluding_truth"] = {"error": None}
             if tumbling:
                 rows: dict[int, list[bool]] = {}
                 for i in it:

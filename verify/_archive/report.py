@@ -449,6 +449,14 @@ def _rule_text(result: dict[str, Any]) -> str:
     return str(_obj(result.get("decided_by")).get("rule", "–"))
 
 
+def _chi_text(chi: Any) -> str:
+    if not isinstance(chi, dict) or not chi:
+        return "–"
+    if chi.get("error"):
+        return _cell(chi["error"])
+    return f"chi2 {_fmt(chi.get('chi2'))}, p {_p(chi.get('p'))}"
+
+
 class _Expect:
     """The report's content as the events give it."""
 
@@ -604,13 +612,23 @@ class _Expect:
             for arm in sorted(values):
                 v = _obj(values[arm])
                 acc = _obj(v.get("accuracy"))
+                clu = v.get("accuracy_clustered")
+                if not isinstance(clu, dict):
+                    clustered = "–"
+                elif clu.get("lower") is None:
+                    clustered = f"none ({clu.get('n_clusters')} probe)"
+                else:
+                    clustered = (f"{_pct(clu.get('lower'))} – {_pct(clu.get('upper'))} "
+                                 f"({clu.get('n_clusters')} probes)")  # fmt: skip
                 rows.append([arm, _cell(acc.get("successes", v.get("correct"))),
                              _cell(acc.get("n", v.get("glyphs"))), _pct(acc.get("estimate")),
                              f"{_pct(acc.get('lower'))} – {_pct(acc.get('upper'))}" if acc
-                             else _cell(v.get("note", "–"))])  # fmt: skip
+                             else _cell(v.get("note", "–")), clustered])  # fmt: skip
             out.append((str(arms_result.get("title")),
                         ["arm", "correct", "glyphs" if self.tumbling else "items", "accuracy",
-                         "Wilson 95% CI"], rows))  # fmt: skip
+                         "Wilson 95% CI (items as independent: descriptive)",
+                         "95% CI clustered by probe (cluster-robust, t with probes − 1 df)"],
+                        rows))  # fmt: skip
         cells = self._arm_model_cells()
         if cells is not None:
             rows = []
@@ -742,7 +760,7 @@ class _Expect:
             if r is None:
                 continue
             if r.get("status") != "ok":
-                rows.append([arm, f"not computed: {_cell(r.get('error'))}", "", "", "", ""])
+                rows.append([arm, f"not computed: {_cell(r.get('error'))}", "", "", "", "", ""])
                 continue
             v = _obj(r.get("values"))
             share, chi = _obj(v.get("canonical_right_share")), _obj(v.get("error_chi_square"))
@@ -754,10 +772,13 @@ class _Expect:
                          f"{_pct(share.get('upper'))}), n={share.get('n', 0)}" if share else "–",
                          _cell(chi.get("error") or (f"chi2 {_fmt(chi.get('chi2'))}, p "
                                                     f"{_p(chi.get('p'))}" if chi else "–")),
+                         _chi_text(v.get("error_chi_square_excluding_truth")),
                          f"TVD {_fmt(bias.get('tvd'))}" if bias else "–"])  # fmt: skip
         out.append((f"{EXPLORATORY}: error phenotype (wrong answers that name an orientation)",
                     ["arm", "accuracy", "error directions",
-                     "share of errors answering RIGHT (95% CI)", "errors uniform? (chi-square)",
+                     "share of errors answering RIGHT (95% CI)",
+                     "errors uniform over all labels? (chi-square; the paper's null, replicated)",
+                     "errors uniform over the wrong labels? (chi-square, true label excluded)",
                      "answer vs truth distribution"], rows))  # fmt: skip
         rows = []
         for r in self.results:
@@ -901,7 +922,8 @@ class _Expect:
                       "suggest hypotheses for a future study; they decide nothing."),
                 ("h3", f"{EXPLORATORY}: error phenotype by arm {EXPLORATORY}"),
                 ("h3", f"{EXPLORATORY}: paired-arm metrics {EXPLORATORY}"),
-                ("h3", f"{EXPLORATORY}: accuracy with a clustered bootstrap {EXPLORATORY}")]
+                ("h3", f"{EXPLORATORY}: accuracy with a bootstrap over trials (probes are not "
+                       f"resampled) {EXPLORATORY}")]
         by_model = self.result("exploratory.arm_by_model")
         if by_model is not None:
             out.append(("h3", f"{EXPLORATORY}: does the arm effect differ between models? "
