@@ -894,8 +894,10 @@ def exploratory(ds: Dataset, plan: dict[str, Any]) -> list[Result]:
                 try:
                     shares = stats.error_null_excluding_truth(
                         wrong["truth"].astype(str).tolist(), vocab)
+                    kept = [i for i, sh in enumerate(shares) if sh > 0]  # structural zeros out
                     values["error_chi_square_excluding_truth"] = stats.chi_square_gof(
-                        counts, shares).as_dict()
+                        [counts[i] for i in kept], [shares[i] for i in kept]).as_dict() | {
+                        "labels": [vocab[i] for i in kept]}
                 except stats.StatsError as exc:
                     values["error_chi_square_excluding_truth"] = {"error": str(exc)}
             if tumbling:

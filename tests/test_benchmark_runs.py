@@ -112,3 +112,13 @@ def test_bench_witness_quick_reports_every_rate_and_ratio() -> None:
     for label in ("600 logs configured", "Ed25519 verify", "in process", "HTTP, 1 client",
                   "HTTP, 4 clients", "ratio", "every cosigned checkpoint is the witness's state"):
         assert label in result.stdout, result.stdout
+
+
+def test_bench_coverage_quick_prints_both_coverages_and_the_tool_check() -> None:
+    result = subprocess.run(
+        [sys.executable, str(ROOT / "benchmarks" / "bench_coverage.py"), "--quick"],
+        capture_output=True, text=True, timeout=600, check=True,
+    )
+    for label in ("registered (RI, z): coverage", "Satterthwaite t): coverage",
+                  "Monte Carlo SE", "closed forms vs the tool", " 4 replicates", "30 replicates"):
+        assert label in result.stdout, result.stdout

@@ -209,3 +209,60 @@ def test_all_arms_at_ceiling_fail_cleanly_with_the_registered_model() -> None:
     assert all(t.verdict == "not computed" for t in tested)
     assert result is not None and result.status == "failed"
     assert "registered mixed model could not be fitted" in str(result.error)
+
+
+# ------------------------------------------------------------------------------ clustered intervals
+
+
+def test_cluster_proportion_matches_statsmodels_cluster_robust_mean() -> None:
+    import statsmodels.api as sm
+    from scipy import stats as sps
+
+    from analysis import stats as ast
+
+    rng = np.random.default_rng(4)
+    groups, ys = [], []
+    for j in range(6):
+        p = rng.uniform(0.3, 0.95)
+        for _ in range(int(rng.integers(40, 80))):
+            groups.append(j)
+            ys.append(float(rng.uniform() < p))
+    y = np.array(ys)
+    g = np.array(groups)
+    ref = sm.OLS(y, np.ones_like(y)).fit(cov_type="cluster", cov_kwds={"groups": g})
+    correct = [int(y[g == j].sum()) for j in range(6)]
+    n = [int((g == j).sum()) for j in range(6)]
+    got = ast.cluster_proportion(correct, n)
+    assert got["estimate"] == pytest.approx(float(ref.params[0]), rel=1e-12)
+    assert got["se"] == pytest.approx(float(ref.bse[0]), rel=1e-10)
+    q = sps.t.ppf(0.975, 5)
+    assert got["lower"] == pytest.approx(got["estimate"] - q * got["se"], rel=1e-12)
+    assert got["df"] == 5
+    # wider than the Wilson interval that treats items as independent
+    wilson = ast.wilson(sum(correct), sum(n))
+    assert got["upper"] - got["lower"] > wilson.upper - wilson.lower
+    mirror = vst.cluster_proportion(correct, n)
+    assert mirror["se"] == pytest.approx(got["se"], rel=1e-12)
+    one = ast.cluster_proportion([3], [10])
+    assert one["lower"] is None and "fewer than two clusters" in one["note"]
+
+
+def test_error_null_excludes_the_true_direction() -> None:
+    from analysis import stats as ast
+
+    labels = ("UP", "RIGHT", "DOWN", "LEFT")
+    # every error of an UP glyph is RIGHT, DOWN or LEFT, each with 1/3 under the null
+    assert ast.error_null_excluding_truth(["UP"], labels) == pytest.approx([0, 1 / 3, 1 / 3, 1 / 3])
+    shares = ast.error_null_excluding_truth(["UP", "UP", "RIGHT", "LEFT"], labels)
+    assert shares == pytest.approx([2 / 12, 3 / 12, 4 / 12, 3 / 12])
+    assert sum(shares) == pytest.approx(1.0)
+    counts = [0, 30, 5, 5]
+    chi = ast.chi_square_gof(counts, shares)
+    from scipy import stats as sps
+
+    expected = np.array(shares) * 40
+    mask = expected > 0
+    ref = sps.chisquare(np.array(counts)[mask], expected[mask])
+    assert chi.chi2 == pytest.approx(float(ref.statistic), rel=1e-12)
+    assert vst.error_null_excluding_truth(["UP", "UP", "RIGHT", "LEFT"], labels) == \
+        pytest.approx(shares)  # fmt: skip

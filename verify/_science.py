@@ -1078,7 +1078,10 @@ def _exploratory(
                     values["error_chi_square"] = {"error": None}
                 try:
                     shares = st.error_null_excluding_truth([str(i["truth"]) for i in wrong], labels)
-                    values["error_chi_square_excluding_truth"] = st.chi_square_gof(counts, shares)
+                    kept = [k for k, sh in enumerate(shares) if sh > 0]
+                    values["error_chi_square_excluding_truth"] = st.chi_square_gof(
+                        [counts[k] for k in kept], [shares[k] for k in kept]
+                    ) | {"labels": [labels[k] for k in kept]}
                 except st.StatError:
                     values["error_chi_square_excluding_truth"] = {"error": None}
             if tumbling:
