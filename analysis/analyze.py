@@ -674,6 +674,9 @@ def hypothesis_results(
                     raise stats.StatsError("the mixed model could not be fitted (model.lmm)")
                 c = stats.contrast(model, a, b, sides)  # type: ignore[arg-type]
                 r.values = {**c.as_dict(), "singular_fit": model.singular}
+                if sides == "one-sided":  # as the paper reports H1: +48.5 pp, 95% CI +43.2 to +53.7
+                    both = stats.contrast(model, a, b, "two-sided")
+                    r.values["ci_two_sided"] = [both.lower, both.upper]
                 if subset is not None:
                     r.values["subset_model"] = subset
                 if model.singular or not model.converged:
@@ -943,6 +946,10 @@ def exploratory(ds: Dataset, plan: dict[str, Any]) -> list[Result]:
             values["bootstrap_diff"] = stats.bootstrap_diff(
                 x, y, int(design["bootstrap_iterations"]), design["bootstrap_seed"]
             ).as_dict()
+            binary = bool(np.isin(x, (0.0, 1.0)).all() and np.isin(y, (0.0, 1.0)).all())
+            if not tumbling and len(x) and len(y) and binary:  # one answer per trial
+                values["newcombe"] = stats.newcombe_diff(
+                    round(float(np.sum(x))), len(x), round(float(np.sum(y))), len(y))
             r.values = values
 
         out.append(_guard(r, compute_pair))

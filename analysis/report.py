@@ -297,7 +297,10 @@ def _estimate_text(result: dict[str, Any]) -> str:
     conf = _num(v.get("conf")) or 0.95
     lo = "−∞" if lower is None else _pp(lower)
     hi = "+∞" if upper is None else _pp(upper)
-    return f"{_pp(est)} ({conf * 100:.0f}% CI {lo} to {hi})"
+    both = v.get("ci_two_sided")
+    extra = (f"; two-sided 95% CI {_pp(both[0])} to {_pp(both[1])}"
+             if isinstance(both, list) and len(both) == 2 else "")  # fmt: skip
+    return f"{_pp(est)} ({conf * 100:.0f}% CI {lo} to {hi}{extra})"
 
 
 def _p_text(result: dict[str, Any]) -> str:
@@ -1012,6 +1015,16 @@ def _section_model(report: Report) -> str:
     return "".join(parts)
 
 
+NEWCOMBE = "Newcombe 95% CI of the difference (one answer per trial; – for charts)"
+
+
+def _newcombe_text(value: Any) -> str:
+    if not isinstance(value, dict):
+        return "–"
+    return (f"{_pp(value.get('estimate'))} ({_pp(value.get('lower'))} to "
+            f"{_pp(value.get('upper'))})")  # fmt: skip
+
+
 def _chi_text(chi: Any) -> str:
     if not isinstance(chi, dict) or not chi:
         return "–"
@@ -1064,7 +1077,7 @@ def _section_exploratory(report: Report) -> str:
             continue
         name = str(r["id"]).removeprefix("exploratory.pair.")
         if r.get("status") != "ok":
-            pair_rows.append((name, f"not computed: {r.get('error')}", "", "", "", ""))
+            pair_rows.append((name, f"not computed: {r.get('error')}", "", "", "", "", ""))
             continue
         v = r.get("values") or {}
         mc, flip = v.get("mcnemar") or {}, v.get("flip_rate") or {}
@@ -1077,12 +1090,12 @@ def _section_exploratory(report: Report) -> str:
             f"{_pp(it.get('difference'))}, p {_p(it.get('p'))}" if it else "–",
             f"{_pp(pt.get('difference'))}, p {_p(pt.get('p'))}" if pt else "–",
             f"{_pp(boot.get('estimate'))} ({_pp(boot.get('lower'))} to {_pp(boot.get('upper'))})"
-            if boot else "–"))  # fmt: skip
+            if boot else "–", _newcombe_text(v.get("newcombe"))))  # fmt: skip
     parts.append(f"<h3>{_e(EXPLORATORY)}: paired-arm metrics {tag}</h3>")
     parts.append(_table(
         f"{EXPLORATORY}: paired-arm metrics (two-sided p, not adjusted)",
         ("pair a-b", "McNemar", "answer flip rate", "Welch t", "paired t (per stimulus)",
-         "bootstrap difference (95% CI)"), pair_rows))  # fmt: skip
+         "bootstrap difference (95% CI)", NEWCOMBE), pair_rows))  # fmt: skip
     qr_rows = []
     for r in report.results:
         name = str(r.get("id", "")).removeprefix("exploratory.question_run.")

@@ -964,6 +964,22 @@ def _pair_labels(truth: Sequence[Hashable] | npt.ArrayLike,
     return t, p
 
 
+def newcombe_diff(x1: int, n1: int, x2: int, n2: int, conf: float = 0.95) -> dict[str, Any]:
+    """Newcombe's hybrid score interval for ``p1 − p2`` (his method 10, from Wilson intervals).
+
+    ``L = d − sqrt((p1 − l1)² + (u2 − p2)²)``, ``U = d + sqrt((u1 − p1)² + (p2 − l2)²)`` with
+    ``(l_i, u_i)`` the Wilson intervals of each proportion (statsmodels'
+    ``confint_proportions_2indep(..., method="newcomb")``). Independent proportions only.
+    """
+    w1, w2 = wilson(x1, n1, conf), wilson(x2, n2, conf)
+    p1, p2 = x1 / n1, x2 / n2
+    d = p1 - p2
+    lower = d - math.sqrt((p1 - w1.lower) ** 2 + (w2.upper - p2) ** 2)
+    upper = d + math.sqrt((w1.upper - p1) ** 2 + (p2 - w2.lower) ** 2)
+    return {"method": "newcombe-hybrid-score", "estimate": d, "lower": lower, "upper": upper,
+            "conf": conf, "x1": x1, "n1": n1, "x2": x2, "n2": n2}  # fmt: skip
+
+
 def cluster_proportion(correct: Sequence[int], n: Sequence[int],
                        conf: float = 0.95) -> dict[str, Any]:  # fmt: skip
     """A proportion over items clustered in groups (the items of a probe's trials).

@@ -266,3 +266,29 @@ def test_error_null_excludes_the_true_direction() -> None:
     assert chi.chi2 == pytest.approx(float(ref.statistic), rel=1e-12)
     assert vst.error_null_excluding_truth(["UP", "UP", "RIGHT", "LEFT"], labels) == \
         pytest.approx(shares)  # fmt: skip
+
+
+def test_newcombe_hybrid_score_interval_matches_statsmodels() -> None:
+    from statsmodels.stats.proportion import confint_proportions_2indep
+
+    from analysis import stats as ast
+
+    for x1, n1, x2, n2 in ((47, 64, 38, 64), (0, 10, 3, 10), (16, 16, 10, 16), (5, 40, 9, 31)):
+        got = ast.newcombe_diff(x1, n1, x2, n2)
+        lo, hi = confint_proportions_2indep(x1, n1, x2, n2, method="newcomb", compare="diff")
+        assert (got["lower"], got["upper"]) == pytest.approx((lo, hi), rel=1e-10, abs=1e-12)
+        assert got["estimate"] == pytest.approx(x1 / n1 - x2 / n2)
+        mirror = vst.newcombe_diff(x1, n1, x2, n2)
+        assert (mirror["lower"], mirror["upper"]) == pytest.approx((lo, hi), rel=1e-10, abs=1e-12)
+
+
+def test_one_sided_lmm_hypotheses_carry_the_two_sided_interval() -> None:
+    _, tested, _ = _run(_dataset(_rows(3)))
+    h1 = tested[0].values or {}
+    assert h1["sides"] == "one-sided" and h1["upper"] is None or h1["upper"] == math.inf
+    lo, hi = h1["ci_two_sided"]
+    assert lo < h1["estimate"] < hi
+    assert hi - h1["estimate"] == pytest.approx(h1["estimate"] - lo)
+    assert (hi - lo) / 2 == pytest.approx(1.959963984540054 * h1["se"], rel=1e-9)
+    assert lo < h1["lower"]  # the one-sided bound is the tighter one
+    assert "ci_two_sided" not in (tested[1].values or {})  # H2 is two-sided already

@@ -831,3 +831,16 @@ def error_null_excluding_truth(truth: Sequence[str], labels: Sequence[str]) -> l
         for i, lb in enumerate(labs):
             weights[i] += (0.0 if lb == t else 1.0 / (k - 1)) if t in labs else 1.0 / k
     return [w / len(truth) for w in weights]
+
+
+def newcombe_diff(x1: int, n1: int, x2: int, n2: int, conf: float = 0.95) -> dict[str, Any]:
+    """statistics.md: Newcombe's hybrid score interval for p1 - p2 from two Wilson intervals."""
+    w1, w2 = wilson(x1, n1, conf), wilson(x2, n2, conf)
+    p1, p2 = x1 / n1, x2 / n2
+    d = p1 - p2
+    return {
+        "method": "newcombe-hybrid-score", "estimate": d,
+        "lower": d - math.sqrt((p1 - w1["lower"]) ** 2 + (w2["upper"] - p2) ** 2),
+        "upper": d + math.sqrt((w1["upper"] - p1) ** 2 + (p2 - w2["lower"]) ** 2),
+        "conf": conf, "x1": x1, "n1": n1, "x2": x2, "n2": n2,
+    }  # fmt: skip

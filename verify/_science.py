@@ -924,6 +924,9 @@ def _hypotheses(
                     raise st.StatError("the mixed model could not be fitted")
                 c = st.contrast(model, a, b, sides)
                 out = {**c, "singular_fit": model["singular"], "p_raw": c["p"]}
+                if sides == "one-sided":
+                    both = st.contrast(model, a, b, "two-sided")
+                    out["ci_two_sided"] = [both["lower"], both["upper"]]
                 if sub is not None:
                     out["subset_model"] = sub
                     if model["_reml_problem"] is not None:
@@ -1118,6 +1121,11 @@ def _exploratory(
             values["bootstrap_diff"] = st.bootstrap_diff(
                 x, y, int(design["bootstrap_iterations"]), design["bootstrap_seed"]
             )
+            binary = all(v in (0.0, 1.0) for v in [*x, *y])
+            if not tumbling and x and y and binary:  # one answer per trial (statistics.md)
+                values["newcombe"] = st.newcombe_diff(
+                    round(math.fsum(x)), len(x), round(math.fsum(y)), len(y)
+                )
             return values
 
         out.append(_guard(_Result(f"exploratory.pair.{a}-{b}"), pair))

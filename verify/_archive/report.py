@@ -428,7 +428,10 @@ def _estimate_text(result: dict[str, Any]) -> str:
     conf = _num(v.get("conf")) or 0.95
     lo = "−∞" if lower is None else _pp(lower)
     hi = "+∞" if upper is None else _pp(upper)
-    return f"{_pp(est)} ({conf * 100:.0f}% CI {lo} to {hi})"
+    both = v.get("ci_two_sided")
+    extra = (f"; two-sided 95% CI {_pp(both[0])} to {_pp(both[1])}"
+             if isinstance(both, list) and len(both) == 2 else "")  # fmt: skip
+    return f"{_pp(est)} ({conf * 100:.0f}% CI {lo} to {hi}{extra})"
 
 
 def _p_text(result: dict[str, Any]) -> str:
@@ -787,10 +790,13 @@ class _Expect:
                 continue
             name = rid.removeprefix("exploratory.pair.")
             if r.get("status") != "ok":
-                rows.append([name, f"not computed: {r.get('error')}", "", "", "", ""])
+                rows.append([name, f"not computed: {r.get('error')}", "", "", "", "", ""])
                 continue
             v = _obj(r.get("values"))
             mc, flip = _obj(v.get("mcnemar")), _obj(v.get("flip_rate"))
+            nc = v.get("newcombe")
+            newcombe = (f"{_pp(nc.get('estimate'))} ({_pp(nc.get('lower'))} to "
+                        f"{_pp(nc.get('upper'))})" if isinstance(nc, dict) else "–")
             it, pt, boot = (_obj(v.get(k)) for k in ("independent_t", "paired_t",
                                                       "bootstrap_diff"))  # fmt: skip
             rows.append([
@@ -800,10 +806,12 @@ class _Expect:
                 f"{_pp(it.get('difference'))}, p {_p(it.get('p'))}" if it else "–",
                 f"{_pp(pt.get('difference'))}, p {_p(pt.get('p'))}" if pt else "–",
                 f"{_pp(boot.get('estimate'))} ({_pp(boot.get('lower'))} to "
-                f"{_pp(boot.get('upper'))})" if boot else "–"])  # fmt: skip
+                f"{_pp(boot.get('upper'))})" if boot else "–", newcombe])  # fmt: skip
         out.append((f"{EXPLORATORY}: paired-arm metrics (two-sided p, not adjusted)",
                     ["pair a-b", "McNemar", "answer flip rate", "Welch t",
-                     "paired t (per stimulus)", "bootstrap difference (95% CI)"], rows))
+                     "paired t (per stimulus)", "bootstrap difference (95% CI)",
+                     "Newcombe 95% CI of the difference (one answer per trial; – for charts)"],
+                    rows))
         rows = []
         for r in self.results:
             rid = str(r.get("id", ""))
