@@ -1063,7 +1063,8 @@ def _section_exploratory(report: Report) -> str:
     parts.append(f"<h3>{_e(EXPLORATORY)}: error phenotype by arm {tag}</h3>")
     parts.append(_table(
         f"{EXPLORATORY}: error phenotype (wrong answers that name an orientation)",
-        ("arm", "accuracy", "error directions", "share of errors answering RIGHT (95% CI)",
+        ("arm", "accuracy", "error directions",
+         "share of errors answering RIGHT (Wilson 95% CI, errors as independent: descriptive)",
          "errors uniform over all labels? (chi-square; the paper's null, replicated)",
          "errors uniform over the wrong labels? (chi-square, true label excluded)",
          "answer vs truth distribution"),
@@ -1094,7 +1095,8 @@ def _section_exploratory(report: Report) -> str:
     parts.append(f"<h3>{_e(EXPLORATORY)}: paired-arm metrics {tag}</h3>")
     parts.append(_table(
         f"{EXPLORATORY}: paired-arm metrics (two-sided p, not adjusted)",
-        ("pair a-b", "McNemar", "answer flip rate", "Welch t", "paired t (per stimulus)",
+        ("pair a-b", "McNemar (items as independent: descriptive)", "answer flip rate",
+         "Welch t", "paired t (per stimulus)",
          "bootstrap difference (95% CI)", NEWCOMBE), pair_rows))  # fmt: skip
     qr_rows = []
     for r in report.results:

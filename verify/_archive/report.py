@@ -779,7 +779,8 @@ class _Expect:
                          f"TVD {_fmt(bias.get('tvd'))}" if bias else "–"])  # fmt: skip
         out.append((f"{EXPLORATORY}: error phenotype (wrong answers that name an orientation)",
                     ["arm", "accuracy", "error directions",
-                     "share of errors answering RIGHT (95% CI)",
+                     "share of errors answering RIGHT (Wilson 95% CI, errors as independent: "
+                     "descriptive)",
                      "errors uniform over all labels? (chi-square; the paper's null, replicated)",
                      "errors uniform over the wrong labels? (chi-square, true label excluded)",
                      "answer vs truth distribution"], rows))  # fmt: skip
@@ -808,7 +809,8 @@ class _Expect:
                 f"{_pp(boot.get('estimate'))} ({_pp(boot.get('lower'))} to "
                 f"{_pp(boot.get('upper'))})" if boot else "–", newcombe])  # fmt: skip
         out.append((f"{EXPLORATORY}: paired-arm metrics (two-sided p, not adjusted)",
-                    ["pair a-b", "McNemar", "answer flip rate", "Welch t",
+                    ["pair a-b", "McNemar (items as independent: descriptive)",
+                     "answer flip rate", "Welch t",
                      "paired t (per stimulus)", "bootstrap difference (95% CI)",
                      "Newcombe 95% CI of the difference (one answer per trial; – for charts)"],
                     rows))
