@@ -140,7 +140,8 @@ def test_every_unknown_key_is_reported_at_once_in_file_order(study: Path) -> Non
         load_study(study)
     problems = info.value.problems
     assert len(problems) == 3
-    assert "[model] temprature" in problems[0] and "[[hypotheses]] #2 (H1-paired) side" in problems[1]
+    assert "[model] temprature" in problems[0]
+    assert "[[hypotheses]] #2 (H1-paired) side" in problems[1]
     assert "design.replicates: must be an integer >= 1, got 0" in problems[2]
     lines = [int(p.split(":")[1]) for p in problems]
     assert lines[0] < lines[1]
