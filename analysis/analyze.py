@@ -1094,13 +1094,19 @@ def sensitivity_lmm(
         one = [""] * y.size
         fits: dict[str, Any] = {}
         models: dict[str, Any] = {}
-        reg = sens.fit_at(y, exog, groups, [groups], one, ["group", "residual"],
-                          [fit.group_variance, fit.residual_variance])  # fmt: skip
-        fits["registered"] = reg
-        models["registered"] = {
-            "fitted": True, "log_likelihood": reg.loglik,
-            "variances": {"group": fit.group_variance, "residual": fit.residual_variance}}
-        why = sens.not_fittable(arm.tolist(), groups, False)
+        largest = max(pd.Series(groups).value_counts())
+        too_big = (f"a probe has {largest:,} trials, more than the {sens.MAX_GROUP_ROWS:,} the "
+                   "dense sensitivity fit handles") if largest > sens.MAX_GROUP_ROWS else None
+        if too_big is None:
+            reg = sens.fit_at(y, exog, groups, [groups], one, ["group", "residual"],
+                              [fit.group_variance, fit.residual_variance])  # fmt: skip
+            fits["registered"] = reg
+            models["registered"] = {
+                "fitted": True, "log_likelihood": reg.loglik,
+                "variances": {"group": fit.group_variance, "residual": fit.residual_variance}}
+        else:
+            models["registered"] = {"fitted": False, "reason": too_big}
+        why = too_big or sens.not_fittable(arm.tolist(), groups, False)
         for name in SENSITIVITY_MODELS[1:]:
             reason = why
             classes = one if name == "probe_by_arm" else arm.tolist()
@@ -1129,7 +1135,7 @@ def sensitivity_lmm(
                 "fitted": True, "log_likelihood": f.loglik,
                 "variances": dict(zip(names, (float(v) for v in f.params), strict=True))}
             if name == "probe_by_arm":
-                chi2 = max(0.0, 2.0 * (f.loglik - reg.loglik))
+                chi2 = max(0.0, 2.0 * (f.loglik - fits["registered"].loglik))
                 entry["lrt_chi2"] = chi2
                 entry["lrt_p"] = 0.5 * float(sps.chi2.sf(chi2, 1)) if chi2 > 0 else 1.0
             models[name] = entry

@@ -26,6 +26,7 @@ from scipy import stats as sps
 
 __all__ = [
     "BOUNDARY_FRACTION",
+    "MAX_GROUP_ROWS",
     "RemlFit",
     "cluster_bootstrap",
     "fit_at",
@@ -38,6 +39,8 @@ Floats = npt.NDArray[np.float64]
 
 BOUNDARY_FRACTION = 1e-6
 """A variance at or below this fraction of the outcome variance counts as zero."""
+MAX_GROUP_ROWS = 2000
+"""The dense per-probe fit forms ``n_j × n_j`` matrices: larger probes are not fitted."""
 
 
 @dataclass

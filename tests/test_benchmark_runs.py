@@ -30,7 +30,7 @@ def test_bench_analysis_quick_runs_the_whole_plan() -> None:
         [sys.executable, str(ROOT / "benchmarks" / "bench_analysis.py"), "--quick"],
         capture_output=True, text=True, timeout=300, check=True,
     )
-    assert "full analysis: 25 results" in result.stdout, result.stdout
+    assert "full analysis: 26 results" in result.stdout, result.stdout
     assert "failed: none" in result.stdout, result.stdout
     assert "mixed model: singular False" in result.stdout, result.stdout
     for label in ("tracemalloc peak", "vectorized bootstrap_diff", "pandas per-iteration loop",

@@ -292,3 +292,14 @@ def test_one_sided_lmm_hypotheses_carry_the_two_sided_interval() -> None:
     assert (hi - lo) / 2 == pytest.approx(1.959963984540054 * h1["se"], rel=1e-9)
     assert lo < h1["lower"]  # the one-sided bound is the tighter one
     assert "ci_two_sided" not in (tested[1].values or {})  # H2 is two-sided already
+
+
+def test_probes_too_large_for_the_dense_fit_are_not_fitted(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(sens, "MAX_GROUP_ROWS", 5)
+    _, tested, result = _run(_dataset(_rows(3)))
+    v = (result.values if result is not None else None) or {}
+    for name in ("registered", "probe_by_arm", "probe_by_arm_arm_residual"):
+        assert v["models"][name]["fitted"] is False
+        assert "more than the 5 the dense sensitivity fit handles" in v["models"][name]["reason"]
+    assert all(c["registered"] is None and c["cluster_bootstrap"] for c in v["contrasts"])
+    assert all(t.status == "ok" for t in tested)

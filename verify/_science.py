@@ -1156,6 +1156,8 @@ def _exploratory(
 
 
 SENSITIVITY_MODELS = ("registered", "probe_by_arm", "probe_by_arm_arm_residual")
+MAX_GROUP_ROWS = 2000
+"""statistics.md "Sensitivity": a probe with more trials is not fitted (dense n_j x n_j)."""
 SENSITIVITY_NAMES = {
     "registered": "registered random-intercept (Satterthwaite df)",
     "probe_by_arm": "probe-by-arm",
@@ -1225,17 +1227,22 @@ def _sensitivity(
         params: dict[str, Any] = {}
         reml: dict[str, RemlModel] = {}
         problems: list[str] = []
+        largest = max(groups.count(g) for g in set(groups))
+        too_big = largest > MAX_GROUP_ROWS
         reg = RemlModel(y, exog, groups, [groups])
-        reml["registered"] = reg
         params["registered"] = np.array([fit["group_variance"], fit["residual_variance"]])
         reg_ll = reg.loglik(params["registered"])
-        models: dict[str, Any] = {"registered": {
-            "fitted": True, "log_likelihood": reg_ll,
-            "variances": {"group": fit["group_variance"], "residual": fit["residual_variance"]},
-        }}  # fmt: skip
+        models: dict[str, Any] = {"registered": {"fitted": False, "reason": None}}
+        if not too_big:
+            reml["registered"] = reg
+            models["registered"] = {
+                "fitted": True, "log_likelihood": reg_ll,
+                "variances": {"group": fit["group_variance"],
+                              "residual": fit["residual_variance"]},
+            }  # fmt: skip
         for name in SENSITIVITY_MODELS[1:]:
             per_arm = name == "probe_by_arm_arm_residual"
-            reason = _unfittable(arm, groups, list(y), per_arm)
+            reason = "too big" if too_big else _unfittable(arm, groups, list(y), per_arm)
             if reason is not None:
                 models[name] = {"fitted": False, "reason": reason}
                 continue
