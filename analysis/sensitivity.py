@@ -39,7 +39,7 @@ Floats = npt.NDArray[np.float64]
 
 BOUNDARY_FRACTION = 1e-6
 """A variance at or below this fraction of the outcome variance counts as zero."""
-MAX_GROUP_ROWS = 2000
+MAX_GROUP_ROWS = 300
 """The dense per-probe fit forms ``n_j × n_j`` matrices: larger probes are not fitted."""
 
 

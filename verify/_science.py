@@ -1156,7 +1156,7 @@ def _exploratory(
 
 
 SENSITIVITY_MODELS = ("registered", "probe_by_arm", "probe_by_arm_arm_residual")
-MAX_GROUP_ROWS = 2000
+MAX_GROUP_ROWS = 300
 """statistics.md "Sensitivity": a probe with more trials is not fitted (dense n_j x n_j)."""
 SENSITIVITY_NAMES = {
     "registered": "registered random-intercept (Satterthwaite df)",
