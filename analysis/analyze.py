@@ -29,6 +29,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 import rfc8785
+from scipy import stats as sps
 
 from analysis import stats
 from analysis.rows import split_trial
@@ -104,6 +105,14 @@ class Dataset:
     def several_models(self) -> bool:
         """True when the study declares two or more models (per-model results are made)."""
         return len(self.models) >= 2
+
+    def for_stimuli(self, stimuli: Sequence[str]) -> Dataset:
+        """Only the trials and items of these stimuli (a hypothesis's ``stimuli`` subset)."""
+        keep = {str(x) for x in stimuli}
+        trials = self.trials[self.trials["stimulus"].astype(str).isin(keep)]
+        items = self.items[self.items["stimulus"].astype(str).isin(keep)]
+        return Dataset(trials, items, self.arms, self.given_up, self.scores_sha256,
+                       self.sources, self.models)  # fmt: skip
 
     def for_model(self, model: str) -> Dataset:
         """The trials and items of one model only, as a dataset of a one-model study."""
@@ -372,6 +381,10 @@ def _arm_entry(trials: pd.DataFrame, items: pd.DataFrame, given_up: int) -> dict
     }
     if len(items):
         entry["accuracy"] = stats.wilson(int(items["correct"].sum()), len(items)).as_dict()
+        by = items.groupby(items["stimulus"].astype(str))["correct"].agg(["sum", "count"])
+        entry["accuracy_clustered"] = stats.cluster_proportion(
+            [int(x) for x in by["sum"]], [int(x) for x in by["count"]]
+        ) | {"cluster": "stimulus"}
     else:
         entry["accuracy"] = None
         entry["note"] = "no parseable responses: accuracy not computed"
@@ -553,9 +566,15 @@ def fit_model(
     group = str(plan.get("analysis", {}).get("random_intercept", "stimulus"))
     terms = "arm + model + arm:model" if interaction else "arm + model"
     formula = terms if ds.several_models else "arm"
+    model_arms = plan.get("analysis", {}).get("model_arms")
+    on = f" on arms {', '.join(model_arms)}" if model_arms else ""
+    if model_arms:
+        present &= set(model_arms)
+        if reference not in present and present:
+            reference = min(present)
     result = Result(
         "exploratory.arm_by_model" if interaction else "model.lmm",
-        f"Linear mixed model: accuracy ~ {formula} + (1 | {group}), REML",
+        f"Linear mixed model: accuracy ~ {formula} + (1 | {group}), REML{on}",
         "exploratory" if interaction else "pre-registered",
         "lmm",
     )
@@ -563,6 +582,8 @@ def fit_model(
 
     def compute() -> None:
         t = _trial_outcome(ds)
+        if model_arms:
+            t = t[t["arm"].astype(str).isin(set(model_arms))]
         factors = {"model": _model_reference(ds, t["model"])} if ds.several_models else None
         fit = stats.mixed_model(
             t, "accuracy", "arm", group, reference, factors=factors, interaction=interaction
@@ -624,6 +645,37 @@ def _per_group_diff(ds: Dataset, a: str, b: str) -> dict[str, float]:
     return {str(k): float(v) for k, v in (means[a] - means[b]).items()}
 
 
+SUBSET_MODEL_KEYS = ("n_obs", "n_groups", "group_variance", "residual_variance",
+                     "log_likelihood", "converged", "singular", "warnings")
+"""What an lmm hypothesis on a stimulus subset records of its own model fit."""
+
+
+def _trial_pairs(ds: Dataset, a: str, b: str) -> tuple[Any, Any]:
+    """Trial accuracies of a and b paired by (stimulus, rep); every trial must have its pair.
+
+    A key that does not pair (unequal replicates per stimulus, e.g. after exclusions) raises
+    :class:`~analysis.stats.StatsError` naming it: the pairing is part of the plan.
+    """
+    t = _analysable(ds)
+    keyed = {}
+    for arm in (a, b):
+        rows = t[t["arm"].astype(str) == arm]
+        keys = list(zip(rows["stimulus"].astype(str), rows["rep"].astype(int), strict=True))
+        if len(set(keys)) != len(keys):
+            raise stats.StatsError(f"pairing (stimulus, rep): arm {arm} has a key twice")
+        keyed[arm] = dict(zip(keys, rows["accuracy"].astype(float), strict=True))
+    only_a = sorted(set(keyed[a]) - set(keyed[b]))
+    only_b = sorted(set(keyed[b]) - set(keyed[a]))
+    if only_a or only_b:
+        arm, other, first = (a, b, only_a[0]) if only_a else (b, a, only_b[0])
+        raise stats.StatsError(
+            f"pairing (stimulus, rep) does not pair: arm {arm} has replicate {first[1]} of "
+            f"stimulus {first[0]!r} and arm {other} does not ({len(only_a) + len(only_b)} "
+            "unpaired trials; replicates per stimulus differ between the arms)")
+    keys = sorted(keyed[a])
+    return (np.array([keyed[a][k] for k in keys]), np.array([keyed[b][k] for k in keys]))
+
+
 def _paired_items(ds: Dataset, a: str, b: str) -> pd.DataFrame:
     it = _items(ds)
     keys = ["model", "stimulus", "variant", "rep", "row", "position"]
@@ -656,29 +708,55 @@ def hypothesis_results(
         alpha = h.get("alpha") or 0.05
         min_pp = h.get("min_difference_pp")
 
+        subset_ds = ds.for_stimuli(h["stimuli"]) if h.get("stimuli") else ds
+
         def compute(
-            h: dict[str, Any] = h, r: Result = r, a: str = a, b: str = b, sides: str = sides
+            h: dict[str, Any] = h, r: Result = r, a: str = a, b: str = b, sides: str = sides,
+            ds: Dataset = subset_ds,
         ) -> None:
             test = h["test"]
             if test == "lmm":
-                if fit is None:
+                model = fit
+                subset: dict[str, Any] | None = None
+                if h.get("stimuli"):
+                    sub_plan = {**plan, "analysis": {
+                        k: v for k, v in (plan.get("analysis") or {}).items()
+                        if k != "model_arms"}}  # fmt: skip
+                    sub_result, model = fit_model(ds, sub_plan)
+                    if model is None:
+                        raise stats.StatsError(f"the mixed model on stimuli {h['stimuli']} "
+                                               f"could not be fitted: {sub_result.error}")
+                    subset = {k: (sub_result.values or {}).get(k) for k in SUBSET_MODEL_KEYS}
+                    subset["stimuli"] = list(h["stimuli"])
+                if model is None:
                     raise stats.StatsError("the mixed model could not be fitted (model.lmm)")
-                c = stats.contrast(fit, a, b, sides)  # type: ignore[arg-type]
-                r.values = {**c.as_dict(), "singular_fit": fit.singular}
-                if fit.singular or not fit.converged:
+                c = stats.contrast(model, a, b, sides)  # type: ignore[arg-type]
+                r.values = {**c.as_dict(), "singular_fit": model.singular}
+                if sides == "one-sided":  # as the paper reports H1: +48.5 pp, 95% CI +43.2 to +53.7
+                    both = stats.contrast(model, a, b, "two-sided")
+                    r.values["ci_two_sided"] = [both.lower, both.upper]
+                if subset is not None:
+                    r.values["subset_model"] = subset
+                if model.singular or not model.converged:
                     r.values["caution"] = MODEL_CAUTION
                 r.values["p_raw"] = c.p
             elif test == "equivalence":
                 e = stats.equivalence(_per_group_diff(ds, a, b), h["margin_pp"] / 100)
                 r.values = e.as_dict()
             elif test == "paired-t":
-                means = _stimulus_means(ds, a, b)
-                res = stats.paired_t(means[a].to_numpy(), means[b].to_numpy())
+                if h.get("pairing") == ["stimulus", "rep"]:
+                    x, y = _trial_pairs(ds, a, b)
+                else:
+                    means = _stimulus_means(ds, a, b)
+                    x, y = means[a].to_numpy(), means[b].to_numpy()
+                res = stats.paired_t(x, y)
                 r.values = {
                     **res.as_dict(),
                     "p_raw": res.p_one_sided if sides == "one-sided" else res.p,
                     "estimate": res.difference,
                 }
+                if h.get("pairing"):
+                    r.values["pairing"] = list(h["pairing"])
             elif test == "independent-t":
                 res = stats.independent_t(*_pair_values(ds, a, b))
                 r.values = {
@@ -874,6 +952,15 @@ def exploratory(ds: Dataset, plan: dict[str, Any]) -> list[Result]:
                     values["error_chi_square"] = stats.chi_square_gof(counts).as_dict()
                 except stats.StatsError as exc:
                     values["error_chi_square"] = {"error": str(exc)}
+                try:
+                    shares = stats.error_null_excluding_truth(
+                        wrong["truth"].astype(str).tolist(), vocab)
+                    kept = [i for i, sh in enumerate(shares) if sh > 0]  # structural zeros out
+                    values["error_chi_square_excluding_truth"] = stats.chi_square_gof(
+                        [counts[i] for i in kept], [shares[i] for i in kept]).as_dict() | {
+                        "labels": [vocab[i] for i in kept]}
+                except stats.StatsError as exc:
+                    values["error_chi_square_excluding_truth"] = {"error": str(exc)}
             if tumbling:
                 rows = it.groupby("row")["correct"].agg(["sum", "count"])
                 values["accuracy_by_row"] = {
@@ -917,6 +1004,10 @@ def exploratory(ds: Dataset, plan: dict[str, Any]) -> list[Result]:
             values["bootstrap_diff"] = stats.bootstrap_diff(
                 x, y, int(design["bootstrap_iterations"]), design["bootstrap_seed"]
             ).as_dict()
+            binary = bool(np.isin(x, (0.0, 1.0)).all() and np.isin(y, (0.0, 1.0)).all())
+            if not tumbling and len(x) and len(y) and binary:  # one answer per trial
+                values["newcombe"] = stats.newcombe_diff(
+                    round(float(np.sum(x))), len(x), round(float(np.sum(y))), len(y))
             r.values = values
 
         out.append(_guard(r, compute_pair))
@@ -1039,6 +1130,166 @@ def _phase_parts(
     return out
 
 
+SENSITIVITY_MODELS = ("registered", "probe_by_arm", "probe_by_arm_arm_residual")
+"""The models of ``sensitivity.lmm``, in order (``docs/statistics.md``, "Sensitivity")."""
+SENSITIVITY_NAMES = {
+    "registered": "registered random-intercept (Satterthwaite df)",
+    "probe_by_arm": "probe-by-arm",
+    "probe_by_arm_arm_residual": "probe-by-arm with a residual variance per arm",
+}
+"""How the report names each sensitivity model."""
+
+
+def _support(h: dict[str, Any], registered: dict[str, Any], p: float | None,
+             estimate: float | None) -> bool | None:  # fmt: skip
+    """Whether the registered decision rule would hold with this p and estimate.
+
+    The registered correction's factor (``p_adjusted / p_raw``) is applied; ``None`` without a p.
+    """
+    if p is None or estimate is None or not math.isfinite(p):
+        return None
+    raw, adjusted = registered.get("p_raw"), registered.get("p_adjusted")
+    factor = adjusted / raw if isinstance(adjusted, float) and raw else 1.0
+    ok = min(1.0, p * factor) < float(h.get("alpha") or 0.05)
+    if (h.get("sides") or "two-sided") == "one-sided":
+        ok = ok and estimate > 0
+    if h.get("min_difference_pp") is not None:
+        ok = ok and estimate * 100 >= float(h["min_difference_pp"])
+    return bool(ok)
+
+
+def sensitivity_lmm(
+    ds: Dataset, plan: dict[str, Any], fit: stats.MixedModelFit | None, tested: list[Result]
+) -> Result | None:
+    """``sensitivity.lmm``: the registered mixed model's contrasts under other assumptions.
+
+    Labelled sensitivity; never changes a verdict. ``None`` when the plan has no ``lmm``
+    hypothesis or the study has several models (not covered yet).
+    """
+    from analysis import sensitivity as sens
+
+    lmm = [h for h in plan["hypotheses"] if h["test"] == "lmm" and not h.get("stimuli")]
+    if not lmm or ds.several_models:
+        return None
+    r = Result("sensitivity.lmm",
+               "Sensitivity analyses of the registered mixed model (not registered: they never "
+               "change a verdict)", "sensitivity", "lmm-sensitivity")  # fmt: skip
+    by_id = {x.hypothesis: x for x in tested}
+    design = plan["design"]
+
+    def compute() -> None:
+        if fit is None:
+            raise stats.StatsError("the registered mixed model could not be fitted")
+        t = _trial_outcome(ds)
+        t = t[t["arm"].astype(str).isin(set(fit.arms))]
+        group = fit.group_col
+        y = t["accuracy"].to_numpy(dtype=np.float64)
+        arm = t["arm"].astype(str).to_numpy()
+        groups = t[group].astype(str).tolist()
+        others = list(fit.arms[1:])
+        exog = np.column_stack([np.ones(y.size)] + [(arm == o).astype(np.float64)
+                                                    for o in others])  # fmt: skip
+        cells = [f"{g}|{a}" for g, a in zip(groups, arm, strict=True)]
+        one = [""] * y.size
+        fits: dict[str, Any] = {}
+        models: dict[str, Any] = {}
+        largest = max(pd.Series(groups).value_counts())
+        too_big = (f"a probe has {largest:,} trials, more than the {sens.MAX_GROUP_ROWS:,} the "
+                   "dense sensitivity fit handles") if largest > sens.MAX_GROUP_ROWS else None
+        if too_big is None:
+            reg = sens.fit_at(y, exog, groups, [groups], one, ["group", "residual"],
+                              [fit.group_variance, fit.residual_variance])  # fmt: skip
+            fits["registered"] = reg
+            models["registered"] = {
+                "fitted": True, "log_likelihood": reg.loglik,
+                "variances": {"group": fit.group_variance, "residual": fit.residual_variance}}
+        else:
+            models["registered"] = {"fitted": False, "reason": too_big}
+        why = too_big or sens.not_fittable(arm.tolist(), groups, False)
+        for name in SENSITIVITY_MODELS[1:]:
+            reason = why
+            classes = one if name == "probe_by_arm" else arm.tolist()
+            if reason is None and name == "probe_by_arm_arm_residual":
+                for a in sorted(set(arm.tolist())):
+                    sub = t[arm == a]
+                    spread = sub.groupby(group)["accuracy"].var(ddof=1).fillna(0.0)
+                    if float(spread.max()) <= 0.0:
+                        reason = (f"arm {a} has zero residual variance (every trial of a probe "
+                                  "scores the same, e.g. at ceiling): a residual variance per "
+                                  "arm cannot be estimated")  # fmt: skip
+                        break
+            if reason is not None:
+                models[name] = {"fitted": False, "reason": reason}
+                continue
+            labels = sorted(set(classes))
+            names = ["group", "group_by_arm"] + (
+                ["residual"] if name == "probe_by_arm" else [f"residual[{c}]" for c in labels])
+            try:
+                f = sens.fit_reml(y, exog, groups, [groups, cells], classes, names)
+            except (ValueError, np.linalg.LinAlgError) as exc:
+                models[name] = {"fitted": False, "reason": f"the REML fit failed: {exc}"}
+                continue
+            fits[name] = f
+            entry: dict[str, Any] = {
+                "fitted": True, "log_likelihood": f.loglik,
+                "variances": dict(zip(names, (float(v) for v in f.params), strict=True))}
+            if name == "probe_by_arm":
+                chi2 = max(0.0, 2.0 * (f.loglik - fits["registered"].loglik))
+                entry["lrt_chi2"] = chi2
+                entry["lrt_p"] = 0.5 * float(sps.chi2.sf(chi2, 1)) if chi2 > 0 else 1.0
+            models[name] = entry
+        contrasts = []
+        for h in lmm:
+            a, b = h["contrast"]
+            sides = h.get("sides") or "two-sided"
+            hyp = by_id.get(h["id"])
+            registered = (hyp.values or {}) if hyp is not None else {}
+            weights = np.zeros(exog.shape[1])
+            for level, sign in ((a, 1.0), (b, -1.0)):
+                if level in others:
+                    weights[1 + others.index(level)] += sign
+            row: dict[str, Any] = {
+                "hypothesis": h["id"], "a": a, "b": b, "sides": sides,
+                "as_registered": {k: registered.get(k) for k in ("estimate", "lower", "upper",
+                                                              "p_raw", "p_adjusted")},
+                "registered_verdict": by_id[h["id"]].verdict if h["id"] in by_id else None,
+            }  # fmt: skip
+            for name in SENSITIVITY_MODELS:
+                if name in fits:
+                    c = sens.satterthwaite_contrast(fits[name], weights, sides)
+                    c["supports"] = _support(h, registered, c["p"], c["estimate"])
+                    row[name] = c
+                else:
+                    row[name] = None
+            diffs = []
+            for _, cell in t.groupby(group):
+                xa = cell.loc[cell["arm"].astype(str) == a, "accuracy"]
+                xb = cell.loc[cell["arm"].astype(str) == b, "accuracy"]
+                if len(xa) and len(xb):
+                    diffs.append(float(xa.mean()) - float(xb.mean()))
+            boot = sens.cluster_bootstrap(np.asarray(diffs), int(design["bootstrap_iterations"]),
+                                          int(design["bootstrap_seed"]), sides)  # fmt: skip
+            lower_ok = boot["lower"] > 0
+            boot["supports"] = bool(lower_ok if sides == "one-sided"
+                                    else lower_ok or boot["upper"] < 0)  # fmt: skip
+            row["cluster_bootstrap"] = boot
+            primary = next((m for m in ("probe_by_arm_arm_residual", "probe_by_arm")
+                            if row[m] is not None), None)  # fmt: skip
+            row["primary"] = primary
+            row["supports"] = row[primary]["supports"] if primary else None
+            if (primary is not None and row["registered_verdict"] == "supported"
+                    and row["supports"] is False):
+                row["flag"] = (f"{h['id']} is supported as registered, but not under the "
+                               f"{SENSITIVITY_NAMES[primary]} model (p "
+                               f"{row[primary]['p']:.3g}, Satterthwaite df "
+                               f"{row[primary]['df']:.3g})")  # fmt: skip
+            contrasts.append(row)
+        r.values = {"group_col": group, "reference": fit.reference, "n_groups": fit.n_groups,
+                    "models": models, "contrasts": contrasts}  # fmt: skip
+
+    return _guard(r, compute)
+
+
 def run_analyses(
     ds: Dataset,
     plan: dict[str, Any],
@@ -1097,6 +1348,10 @@ def run_analyses(
     out.extend(tested)
     out.extend(exploratory(ds, plan))
     out.append(multiplicity(tested))
+    last_part = parts[-1][0] if parts[-1][1] is ds else {**plan, "hypotheses": []}
+    extra = sensitivity_lmm(ds, last_part, fit, tested)  # the whole data's hypotheses only
+    if extra is not None:
+        out.append(extra)
     return out
 
 

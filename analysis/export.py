@@ -327,6 +327,10 @@ def _readme(study: Study, log: Ledger, results: list[dict[str, Any]]) -> bytes:
             details.append(f"margin {h['margin_pp']} pp")
         if h.get("correction") not in (None, "none"):
             details.append(f"{h['correction']} within family `{h.get('family')}`")
+        if h.get("stimuli"):
+            details.append(f"on stimuli {', '.join(map(str, h['stimuli']))} only")
+        if h.get("pairing"):
+            details.append(f"pairs by ({', '.join(map(str, h['pairing']))})")
         res = by_id.get(h.get("id"))
         desc = " ".join(str(h.get("description") or "(no description)").split())
         verdict = (
@@ -339,6 +343,15 @@ def _readme(study: Study, log: Ledger, results: list[dict[str, Any]]) -> bytes:
             f"  {contrast[0]} - {contrast[1]} on `{h.get('outcome')}`; {'; '.join(details)}.  ",
             f"  Verdict: {verdict}",
         ]
+    deviations = body.get("deviations") or []
+    if deviations:
+        lines += ["", "### Declared deviations from the source protocol", "",
+                  "Locked in `protocol.locked` (`[[deviations]]` of `study.toml`) before any "
+                  "trial ran:", ""]  # fmt: skip
+        for d in deviations:
+            lines.append(f"- **{d.get('id')}** ({' '.join(str(d.get('source')).split())}): "
+                         f"{' '.join(str(d.get('choice')).split())} Reason: "
+                         f"{' '.join(str(d.get('reason')).split())}")  # fmt: skip
     lines += [
         "",
         "Every number is in `analysis/results.json` (the signed `analysis.result` events); "

@@ -297,7 +297,10 @@ def _estimate_text(result: dict[str, Any]) -> str:
     conf = _num(v.get("conf")) or 0.95
     lo = "−∞" if lower is None else _pp(lower)
     hi = "+∞" if upper is None else _pp(upper)
-    return f"{_pp(est)} ({conf * 100:.0f}% CI {lo} to {hi})"
+    both = v.get("ci_two_sided")
+    extra = (f"; two-sided 95% CI {_pp(both[0])} to {_pp(both[1])}"
+             if isinstance(both, list) and len(both) == 2 else "")  # fmt: skip
+    return f"{_pp(est)} ({conf * 100:.0f}% CI {lo} to {hi}{extra})"
 
 
 def _p_text(result: dict[str, Any]) -> str:
@@ -762,8 +765,16 @@ def _section_protocol(report: Report) -> str:
     return "".join(parts)
 
 
+DECLARED = "Declared deviations from the source protocol ([[deviations]], locked before the run)"
+
+
 def _section_deviations(report: Report) -> str:
     head = "<h2>Deviations from the protocol</h2>"
+    declared = report.protocol.get("deviations") or []
+    if declared:
+        head += _table(DECLARED, ("id", "source protocol says", "this study does", "reason"),
+                       [(d.get("id"), d.get("source"), d.get("choice"), d.get("reason"))
+                        for d in declared])  # fmt: skip
     if not report.amendments:
         return head + "<p>None: no <code>protocol.amended</code> event was recorded.</p>"
     rows = [(a["seq"], a.get("time"), a.get("reason"),
@@ -810,6 +821,20 @@ def _section_data(report: Report) -> str:
     return "".join(parts)
 
 
+WILSON_DESCRIPTIVE = "Wilson 95% CI (items as independent: descriptive)"
+CLUSTERED_CI = "95% CI clustered by probe (cluster-robust, t with probes − 1 df)"
+
+
+def _clustered_text(value: Any) -> str:
+    """The probe-clustered interval of ``descriptive.arms``, or why there is none."""
+    if not isinstance(value, dict):
+        return "–"
+    if value.get("lower") is None:
+        return f"none ({value.get('n_clusters')} probe)"
+    return (f"{_pct(value.get('lower'))} – {_pct(value.get('upper'))} "
+            f"({value.get('n_clusters')} probes)")  # fmt: skip
+
+
 def _section_descriptive(report: Report) -> str:
     parts = ["<h2>Descriptive results</h2>"]
     arms_result = report.result("descriptive.arms")
@@ -821,10 +846,12 @@ def _section_descriptive(report: Report) -> str:
             rows.append((arm, acc.get("successes", values[arm].get("correct")),
                          acc.get("n", values[arm].get("glyphs")), _pct(acc.get("estimate")),
                          f"{_pct(acc.get('lower'))} – {_pct(acc.get('upper'))}"
-                         if acc else values[arm].get("note", "–")))  # fmt: skip
+                         if acc else values[arm].get("note", "–"),
+                         _clustered_text(values[arm].get("accuracy_clustered"))))  # fmt: skip
         parts.append(_table(str(arms_result.get("title")),
                             ("arm", "correct", "glyphs" if report.tumbling else "items",
-                             "accuracy", "Wilson 95% CI"), rows, numeric=(1, 2, 3)))  # fmt: skip
+                             "accuracy", WILSON_DESCRIPTIVE, CLUSTERED_CI), rows,
+                            numeric=(1, 2, 3)))  # fmt: skip
     elif arms_result:
         parts.append(_failed_html(arms_result))
     by_model = report.result("descriptive.arm_model")
@@ -856,13 +883,13 @@ def _section_descriptive(report: Report) -> str:
         parts.append(_failed_html(control))
     else:
         values = control.get("values") or {}
-        rows = [(arm, (v or {}).get("successes", "–"), (v or {}).get("n", "–"),
+        crows = [(arm, (v or {}).get("successes", "–"), (v or {}).get("n", "–"),
                  _pct((v or {}).get("estimate")),
                  f"{_pct((v or {}).get('lower'))} – {_pct((v or {}).get('upper'))}" if v
                  else "no control trials") for arm, v in sorted(values.items())]  # fmt: skip
         parts.append(_table(str(control.get("title")),
                             ("arm", "correctly rejected", "control trials", "rate",
-                             "Wilson 95% CI"), rows, numeric=(1, 2, 3)))  # fmt: skip
+                             "Wilson 95% CI"), crows, numeric=(1, 2, 3)))  # fmt: skip
     return "".join(parts)
 
 
@@ -892,6 +919,86 @@ def _model_html(model: dict[str, Any], extra: str = "", prefix: str = "") -> str
     return out
 
 
+SENSITIVITY = "Sensitivity (not registered; never changes a verdict)"
+SENSITIVITY_MODELS = {
+    "registered": "registered random intercept, Satterthwaite t",
+    "probe_by_arm": "probe-by-arm",
+    "probe_by_arm_arm_residual": "probe-by-arm, residual variance per arm",
+}
+
+
+def _interval(c: dict[str, Any]) -> str:
+    lo = "−∞" if c.get("lower") is None else _pp(c.get("lower"))
+    hi = "+∞" if c.get("upper") is None else _pp(c.get("upper"))
+    return f"{_pp(c.get('estimate'))} ({lo} to {hi})"
+
+
+def _sensitivity_cell(c: Any) -> str:
+    if not isinstance(c, dict):
+        return "not fitted"
+    return f"{_interval(c)}, p {_p(c.get('p'))}, df {_fmt(c.get('df'))}"
+
+
+def sensitivity_tables(result: dict[str, Any] | None) -> list[tuple[str, list[str],
+                                                                    list[list[str]]]]:
+    """The two sensitivity tables (caption, header, rows): contrasts side by side, models."""
+    if result is None or result.get("status") != "ok":
+        return []
+    v = result.get("values") or {}
+    rows = []
+    for c in v.get("contrasts") or []:
+        reg = c.get("as_registered") or {}
+        p = f"p {_p(reg.get('p_raw'))}" + (f", adjusted {_p(reg.get('p_adjusted'))}"
+                                           if reg.get("p_adjusted") is not None else "")
+        boot = c.get("cluster_bootstrap") or {}
+        supports = c.get("supports")
+        rows.append([str(c.get("hypothesis")), f"{c.get('a')} vs {c.get('b')} ({c.get('sides')})",
+                     f"{_interval(reg)}, {p}; {c.get('registered_verdict') or '–'}",
+                     *(_sensitivity_cell(c.get(m)) for m in SENSITIVITY_MODELS),
+                     f"{_interval(boot)} over {boot.get('n_clusters')} probes" if boot else "–",
+                     "–" if supports is None else ("yes" if supports else "no")])  # fmt: skip
+    out = [(f"{SENSITIVITY}: each registered mixed-model contrast beside its sensitivity "
+            "intervals (95%; one-sided hypotheses: lower bound)",
+            ["hypothesis", "contrast", "registered (z)", *SENSITIVITY_MODELS.values(),
+             "bootstrap over probes", "sensitivity supports the verdict?"], rows)]  # fmt: skip
+    mrows = []
+    for name, label in SENSITIVITY_MODELS.items():
+        m = (v.get("models") or {}).get(name) or {}
+        if not m.get("fitted"):
+            mrows.append([label, f"no: {m.get('reason')}", "–", "–", "–"])
+            continue
+        lrt = (f"chi2 {_fmt(m.get('lrt_chi2'))}, p {_p(m.get('lrt_p'))}"
+               if "lrt_chi2" in m else "–")
+        mrows.append([label, "yes", ", ".join(f"{k} {_fmt(x)}" for k, x in
+                                              (m.get("variances") or {}).items()),
+                      _fmt(m.get("log_likelihood")), lrt])  # fmt: skip
+    out.append((f"{SENSITIVITY}: the models (REML, groups {v.get('group_col')})",
+                ["model", "fitted", "variance components", "log-likelihood",
+                 "probe-by-arm vs registered (LRT, boundary-corrected)"], mrows))  # fmt: skip
+    return out
+
+
+def sensitivity_flags(result: dict[str, Any] | None) -> list[str]:
+    """The sentences flagging a registered verdict the sensitivity analysis would not support."""
+    if result is None or result.get("status") != "ok":
+        return []
+    return [str(c["flag"]) for c in (result.get("values") or {}).get("contrasts") or []
+            if c.get("flag")]  # fmt: skip
+
+
+def _section_sensitivity(report: Report) -> str:
+    result = report.result("sensitivity.lmm")
+    if result is None:
+        return ""
+    parts = [f"<h3>{_e(SENSITIVITY)}</h3>"]
+    if result.get("status") != "ok":
+        return "".join(parts) + _failed_html(result)
+    for caption, header, rows in sensitivity_tables(result):
+        parts.append(_table(caption, header, rows))
+    parts += [f'<p class="error">{_e(flag)}</p>' for flag in sensitivity_flags(result)]
+    return "".join(parts)
+
+
 def _section_model(report: Report) -> str:
     parts = ["<h2>Pre-registered model and contrasts</h2>"]
     model = report.result("model.lmm")
@@ -904,7 +1011,26 @@ def _section_model(report: Report) -> str:
         if each is not None:
             parts.append(_model_html(each))
     parts.append(_figure_html(report, "forest_contrasts.png"))
+    parts.append(_section_sensitivity(report))
     return "".join(parts)
+
+
+NEWCOMBE = "Newcombe 95% CI of the difference (one answer per trial; – for charts)"
+
+
+def _newcombe_text(value: Any) -> str:
+    if not isinstance(value, dict):
+        return "–"
+    return (f"{_pp(value.get('estimate'))} ({_pp(value.get('lower'))} to "
+            f"{_pp(value.get('upper'))})")  # fmt: skip
+
+
+def _chi_text(chi: Any) -> str:
+    if not isinstance(chi, dict) or not chi:
+        return "–"
+    if chi.get("error"):
+        return str(chi["error"])
+    return f"chi2 {_fmt(chi.get('chi2'))}, p {_p(chi.get('p'))}"
 
 
 def _section_exploratory(report: Report) -> str:
@@ -919,7 +1045,7 @@ def _section_exploratory(report: Report) -> str:
             continue
         if r.get("status") != "ok":
             rows.append((arm, f'<span class="error">not computed: {_e(r.get("error"))}</span>',
-                         "", "", "", ""))  # fmt: skip
+                         "", "", "", "", ""))  # fmt: skip
             continue
         v = r.get("values") or {}
         share = v.get("canonical_right_share") or {}
@@ -932,13 +1058,17 @@ def _section_exploratory(report: Report) -> str:
                         f"{_pct(share.get('upper'))}), n={share.get('n', 0)}" if share else "–"),
                      _e(chi.get("error") or (f"chi2 {_fmt(chi.get('chi2'))}, p {_p(chi.get('p'))}"
                                              if chi else "–")),
+                     _e(_chi_text(v.get("error_chi_square_excluding_truth"))),
                      _e(f"TVD {_fmt(bias.get('tvd'))}" if bias else "–")))  # fmt: skip
     parts.append(f"<h3>{_e(EXPLORATORY)}: error phenotype by arm {tag}</h3>")
     parts.append(_table(
         f"{EXPLORATORY}: error phenotype (wrong answers that name an orientation)",
-        ("arm", "accuracy", "error directions", "share of errors answering RIGHT (95% CI)",
-         "errors uniform? (chi-square)", "answer vs truth distribution"),
-        rows, raw=(0, 1, 2, 3, 4, 5)))  # fmt: skip
+        ("arm", "accuracy", "error directions",
+         "share of errors answering RIGHT (Wilson 95% CI, errors as independent: descriptive)",
+         "errors uniform over all labels? (chi-square; the paper's null, replicated)",
+         "errors uniform over the wrong labels? (chi-square, true label excluded)",
+         "answer vs truth distribution"),
+        rows, raw=(0, 1, 2, 3, 4, 5, 6)))  # fmt: skip
     parts.append(_figure_html(report, "accuracy_by_row.png"))
     for arm in report.arms:
         parts.append(_figure_html(report, f"confusion_{_safe(arm)}.png"))
@@ -948,7 +1078,7 @@ def _section_exploratory(report: Report) -> str:
             continue
         name = str(r["id"]).removeprefix("exploratory.pair.")
         if r.get("status") != "ok":
-            pair_rows.append((name, f"not computed: {r.get('error')}", "", "", "", ""))
+            pair_rows.append((name, f"not computed: {r.get('error')}", "", "", "", "", ""))
             continue
         v = r.get("values") or {}
         mc, flip = v.get("mcnemar") or {}, v.get("flip_rate") or {}
@@ -961,12 +1091,13 @@ def _section_exploratory(report: Report) -> str:
             f"{_pp(it.get('difference'))}, p {_p(it.get('p'))}" if it else "–",
             f"{_pp(pt.get('difference'))}, p {_p(pt.get('p'))}" if pt else "–",
             f"{_pp(boot.get('estimate'))} ({_pp(boot.get('lower'))} to {_pp(boot.get('upper'))})"
-            if boot else "–"))  # fmt: skip
+            if boot else "–", _newcombe_text(v.get("newcombe"))))  # fmt: skip
     parts.append(f"<h3>{_e(EXPLORATORY)}: paired-arm metrics {tag}</h3>")
     parts.append(_table(
         f"{EXPLORATORY}: paired-arm metrics (two-sided p, not adjusted)",
-        ("pair a-b", "McNemar", "answer flip rate", "Welch t", "paired t (per stimulus)",
-         "bootstrap difference (95% CI)"), pair_rows))  # fmt: skip
+        ("pair a-b", "McNemar (items as independent: descriptive)", "answer flip rate",
+         "Welch t", "paired t (per stimulus)",
+         "bootstrap difference (95% CI)", NEWCOMBE), pair_rows))  # fmt: skip
     qr_rows = []
     for r in report.results:
         name = str(r.get("id", "")).removeprefix("exploratory.question_run.")
@@ -978,7 +1109,8 @@ def _section_exploratory(report: Report) -> str:
         v = r.get("values") or {}
         qr_rows.append((name, _pct(v.get("estimate")),
                         f"{_pct(v.get('lower'))} – {_pct(v.get('upper'))}"))  # fmt: skip
-    parts.append(f"<h3>{_e(EXPLORATORY)}: accuracy with a clustered bootstrap {tag}</h3>")
+    parts.append(f"<h3>{_e(EXPLORATORY)}: accuracy with a bootstrap over trials (probes are not "
+                 f"resampled) {tag}</h3>")
     if len(report.models) >= 2:
         parts.append(_table(f"{EXPLORATORY}: accuracy by arm (pooled over models: a run is a "
                             "model and replicate) and by arm@model, bootstrap over (stimulus, "

@@ -526,6 +526,28 @@ def reml_loglik(y: npt.NDArray[np.float64], exog: npt.NDArray[np.float64],
     return -0.5 * (logdet_v + float(np.linalg.slogdet(xvx)[1]) + yvy - float(xvy @ beta))
 
 
+def gls_at(y: npt.NDArray[np.float64], exog: npt.NDArray[np.float64],
+           codes: npt.NDArray[np.intp], group_var: float, resid_var: float,
+           ) -> tuple[npt.NDArray[np.float64], npt.NDArray[np.float64]]:
+    """``β̂ = (XᵀV⁻¹X)⁻¹XᵀV⁻¹y`` and its REML covariance ``(XᵀV⁻¹X)⁻¹`` at given variances.
+
+    ``(XᵀV⁻¹X)⁻¹`` is the inverse of the negative Hessian of the log-likelihood in β (the
+    covariance lme4 and nlme report); per-group sums with ``V_j⁻¹ = (I − c_j·J)/σ²_e``.
+    """
+    g, e = float(group_var), float(resid_var)
+    n_groups = int(codes.max()) + 1
+    n = np.bincount(codes, minlength=n_groups).astype(np.float64)
+    c = g / (e + n * g)
+    sx = np.zeros((n_groups, exog.shape[1]))
+    np.add.at(sx, codes, exog)
+    sy = np.bincount(codes, weights=y, minlength=n_groups)
+    xvx = (exog.T @ exog - np.einsum("j,jk,jl->kl", c, sx, sx)) / e
+    xvy = (exog.T @ y - sx.T @ (c * sy)) / e
+    cov = np.linalg.inv(xvx)
+    cov = (cov + cov.T) / 2.0
+    return cov @ xvy, cov
+
+
 def variance_component_cis(
     y: npt.NDArray[np.float64], exog: npt.NDArray[np.float64], codes: npt.NDArray[np.intp],
     group_var: float, resid_var: float, conf: float = 0.95,
@@ -624,6 +646,50 @@ def _boundary_at_least_as_likely(y: npt.NDArray[np.float64], exog: npt.NDArray[n
     return at_zero >= at_fit - 1e-9 * max(1.0, abs(at_fit))
 
 
+def _reml_maximum(y: npt.NDArray[np.float64], exog: npt.NDArray[np.float64],
+                  codes: npt.NDArray[np.intp], group_var: float,
+                  resid_var: float) -> tuple[float, float, float] | None:
+    """The REML maximum near statsmodels' answer: ``(σ²_g, σ²_e, log-likelihood)`` or None.
+
+    statsmodels stops short of the maximum (by ~1e-8 in the interior; further near the
+    boundary, and sometimes far with a 0/1 outcome). Starting from its point, L-BFGS-B in
+    ``(log σ²_g, log σ²_e)`` on :func:`reml_loglik`; the boundary ``σ²_g = 0`` with
+    ``σ²_e = RSS/(n − p)`` is a candidate too. The best of the three is returned (with the
+    ``−(n − p)/2·log 2π`` constant statsmodels' ``llf`` has); None when nothing is finite.
+    """
+    n, p = int(exog.shape[0]), int(exog.shape[1])
+    const = -0.5 * float(n - p) * math.log(2 * math.pi)
+
+    def ll(g: float, e: float) -> float:
+        try:
+            return float(reml_loglik(y, exog, codes, g, e)) + const
+        except (np.linalg.LinAlgError, ValueError, ZeroDivisionError, FloatingPointError):
+            return -math.inf
+
+    candidates: list[tuple[float, float, float]] = [(ll(group_var, resid_var), group_var,
+                                                     resid_var)]  # fmt: skip
+    beta, *_ = np.linalg.lstsq(exog, y, rcond=None)
+    rss = float(np.sum((y - exog @ beta) ** 2))
+    if rss > 0:
+        candidates.append((ll(0.0, rss / (n - p)), 0.0, rss / (n - p)))
+    start = np.log([max(group_var, 1e-8 * resid_var, 1e-300), resid_var])
+
+    def neg(phi: npt.NDArray[np.float64]) -> float:
+        value = ll(math.exp(float(phi[0])), math.exp(float(phi[1])))
+        return -value if math.isfinite(value) else 1e300
+
+    from scipy import optimize
+
+    res = optimize.minimize(neg, start, method="L-BFGS-B",
+                            options={"ftol": 1e-15, "gtol": 1e-11, "maxiter": 500})
+    g, e = math.exp(float(res.x[0])), math.exp(float(res.x[1]))
+    candidates.append((ll(g, e), g, e))
+    best = max(candidates, key=lambda c: c[0])
+    if not math.isfinite(best[0]):
+        return None
+    return best[1], best[2], best[0]
+
+
 def _factor_columns(df: pd.DataFrame, arm: npt.NDArray[Any], others: Sequence[str],
                     arm_col: str, factors: Mapping[str, str], interaction: bool,
                     ) -> tuple[list[npt.NDArray[np.float64]], list[str], list[str]]:
@@ -716,12 +782,22 @@ def mixed_model(df: pd.DataFrame, outcome: str, arm_col: str, group_col: str,
         warnings.simplefilter("always")
         try:
             result = MixedLM(y, exog, groups=groups).fit(reml=True)
-            fe = np.asarray(result.fe_params, dtype=np.float64)
-            cov = np.asarray(result.cov_params(), dtype=np.float64)[: len(names), : len(names)]
             group_var = float(np.asarray(result.cov_re, dtype=np.float64)[0, 0])
             resid_var = float(result.scale)
+            codes = np.unique(groups, return_inverse=True)[1].astype(np.intp)
+            fe = np.asarray(result.fe_params, dtype=np.float64)
+            cov = np.asarray(result.cov_params(), dtype=np.float64)[: len(names), : len(names)]
             llf = float(result.llf)
             converged = bool(result.converged)
+            if resid_var > 0 and group_var >= 0:
+                with np.errstate(all="ignore"):
+                    polished = _reml_maximum(y, exog, codes, group_var, resid_var)
+                    if polished is not None:
+                        group_var, resid_var, llf = polished
+                        converged = True
+                    gls = gls_at(y, exog, codes, group_var, resid_var)
+                if np.all(np.isfinite(gls[0])) and np.all(np.isfinite(gls[1])):
+                    fe, cov = gls
         except (np.linalg.LinAlgError, ValueError, FloatingPointError, ZeroDivisionError) as exc:
             raise StatsError(f"mixed model for {outcome!r} by {arm_col!r} with groups "
                              f"{group_col!r} could not be fitted: {exc}") from exc
@@ -736,7 +812,6 @@ def mixed_model(df: pd.DataFrame, outcome: str, arm_col: str, group_col: str,
                                    float(2.0 * sps.norm.sf(abs(z))),
                                    float(fe[i] - z_crit * se[i]), float(fe[i] + z_crit * se[i])))
     tol = SINGULAR_TOLERANCE * total_var
-    codes = np.unique(groups, return_inverse=True)[1].astype(np.intp)
     singular = (
         group_var <= tol
         or resid_var <= tol
@@ -935,6 +1010,75 @@ def _pair_labels(truth: Sequence[Hashable] | npt.ArrayLike,
     if not t:
         raise StatsError("truth, pred: no items")
     return t, p
+
+
+def newcombe_diff(x1: int, n1: int, x2: int, n2: int, conf: float = 0.95) -> dict[str, Any]:
+    """Newcombe's hybrid score interval for ``p1 − p2`` (his method 10, from Wilson intervals).
+
+    ``L = d − sqrt((p1 − l1)² + (u2 − p2)²)``, ``U = d + sqrt((u1 − p1)² + (p2 − l2)²)`` with
+    ``(l_i, u_i)`` the Wilson intervals of each proportion (statsmodels'
+    ``confint_proportions_2indep(..., method="newcomb")``). Independent proportions only.
+    """
+    w1, w2 = wilson(x1, n1, conf), wilson(x2, n2, conf)
+    p1, p2 = x1 / n1, x2 / n2
+    d = p1 - p2
+    lower = d - math.sqrt((p1 - w1.lower) ** 2 + (w2.upper - p2) ** 2)
+    upper = d + math.sqrt((w1.upper - p1) ** 2 + (p2 - w2.lower) ** 2)
+    return {"method": "newcombe-hybrid-score", "estimate": d, "lower": lower, "upper": upper,
+            "conf": conf, "x1": x1, "n1": n1, "x2": x2, "n2": n2}  # fmt: skip
+
+
+def cluster_proportion(correct: Sequence[int], n: Sequence[int],
+                       conf: float = 0.95) -> dict[str, Any]:  # fmt: skip
+    """A proportion over items clustered in groups (the items of a probe's trials).
+
+    Ratio estimator ``p = Σc_j / Σn_j`` with the cluster-robust variance
+    ``G/(G − 1) · Σ(c_j − p·n_j)² / (Σn_j)²`` (statsmodels' ``cov_type="cluster"`` for the mean
+    of the item outcomes), and a ``t_{G−1}`` interval clipped to [0, 1]. Fewer than two
+    clusters: no interval (``lower = upper = None``) and a ``note``.
+    """
+    _check_conf(conf)
+    c = np.asarray(correct, dtype=np.float64)
+    m = np.asarray(n, dtype=np.float64)
+    keep = m > 0
+    c, m = c[keep], m[keep]
+    clusters = int(c.size)
+    total = float(m.sum())
+    if total <= 0:
+        raise StatsError("cluster_proportion: no items")
+    p = float(c.sum()) / total
+    out: dict[str, Any] = {"method": "cluster-robust-ratio-t", "estimate": p,
+                           "n_clusters": clusters, "n": int(total), "conf": conf}  # fmt: skip
+    if clusters < 2:
+        return out | {"se": None, "df": None, "lower": None, "upper": None,
+                      "note": "fewer than two clusters: no interval"}  # fmt: skip
+    resid = c - p * m
+    se = math.sqrt(clusters / (clusters - 1) * float(resid @ resid)) / total
+    df = clusters - 1
+    q = float(sps.t.ppf(0.5 + conf / 2.0, df))
+    return out | {"se": se, "df": df, "lower": max(0.0, p - q * se),
+                  "upper": min(1.0, p + q * se)}  # fmt: skip
+
+
+def error_null_excluding_truth(truth: Sequence[Hashable], labels: Sequence[str]) -> list[float]:
+    """Expected shares of the wrong answers when an error is any label but the true one.
+
+    Each wrong item adds ``1/(k − 1)`` to every label other than its truth (``1/k`` to each
+    when its truth is not a label); the result is divided by the number of items.
+    """
+    labs = [str(lb) for lb in labels]
+    k = len(labs)
+    if k < 2 or not truth:
+        raise StatsError("error_null_excluding_truth: needs two labels and one wrong item")
+    weights = np.zeros(k)
+    for t in truth:
+        if str(t) in labs:
+            row = np.full(k, 1.0 / (k - 1))
+            row[labs.index(str(t))] = 0.0
+        else:
+            row = np.full(k, 1.0 / k)
+        weights += row
+    return [float(w) for w in weights / len(truth)]
 
 
 def confusion_matrix(truth: Sequence[Hashable] | npt.ArrayLike,

@@ -50,7 +50,8 @@ KeyPath = tuple[str | int, ...]
 
 SECTIONS: Final = (
     "study", "model", "models", "components", "prompt", "fewshot", "arms", "stimuli", "design",
-    "response", "hypotheses", "analysis", "variants", "witnesses", "witnessing", "timestamping",
+    "response", "hypotheses", "analysis", "deviations", "variants", "witnesses", "witnessing",
+    "timestamping",
 )  # fmt: skip
 """The top-level tables of a study spec, in the order the docs list them."""
 
@@ -63,7 +64,7 @@ TABLE_KEYS: Final[dict[str, tuple[str, ...]]] = {
     "stimuli": ("directory", "truth", "answer_column", "items"),
     "design": ("replicates", "seed", "bootstrap_seed", "bootstrap_iterations", "blinding_secret"),
     "response": ("format", "parser", "letters", "mode"),
-    "analysis": ("model", "random_intercept", "exclude_unparseable"),
+    "analysis": ("model", "random_intercept", "exclude_unparseable", "model_arms"),
     "witnessing": ("quorum", "interval_trials", "unreachable", "retry_seconds"),
     "timestamping": ("url",),
 }
@@ -91,10 +92,12 @@ VARIANT_KEYS: Final = (
 DIFFERS_FROM_KEYS: Final = ("arm", "by")
 HYPOTHESIS_KEYS: Final = (
     "id", "description", "contrast", "outcome", "test", "sides", "alpha", "min_difference_pp",
-    "margin_pp", "correction", "family",
+    "margin_pp", "correction", "family", "stimuli", "pairing",
 )  # fmt: skip
 WITNESS_KEYS: Final = ("name", "vkey", "url")
 """The keys of each ``[[witnesses]]`` entry (``docs/witness.md`` §8)."""
+DEVIATION_KEYS: Final = ("id", "source", "choice", "reason")
+"""The keys of each ``[[deviations]]`` entry (a declared deviation from the source protocol)."""
 
 
 @dataclass(frozen=True)
@@ -198,6 +201,12 @@ def unknown_keys(data: dict[str, Any]) -> list[Unknown]:
         for index, witness in enumerate(witnesses):
             if isinstance(witness, dict):
                 check(witness, ("witnesses", index), f"[[witnesses]] #{index + 1}", WITNESS_KEYS)
+    deviations = data.get("deviations")
+    if isinstance(deviations, list):
+        for index, deviation in enumerate(deviations):
+            if isinstance(deviation, dict):
+                check(deviation, ("deviations", index), f"[[deviations]] #{index + 1}",
+                      DEVIATION_KEYS)  # fmt: skip
     return found
 
 

@@ -264,7 +264,7 @@ def protocol_body(study: Study, secret: bytes, order: list[str]) -> dict[str, An
     """
     hypotheses = []
     for h in study.hypotheses:
-        record = h.__dict__ | {"contrast": list(h.contrast)}
+        record = h.locked()
         if study.phase is not None:
             record["phase"] = study.phase
         hypotheses.append(record)
@@ -294,6 +294,7 @@ def protocol_body(study: Study, secret: bytes, order: list[str]) -> dict[str, An
         "blinding_commitment": commitment(secret),
         "response": study.response_plan(),
         "hypotheses": hypotheses,
+        **({"deviations": [dict(d) for d in study.deviations]} if study.deviations else {}),
         "analysis": study.analysis,
         "amendable": list(study.amendable),
         "environment": environment(),

@@ -15,9 +15,10 @@ import io
 import itertools
 import re
 import tomllib
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Final
 
 from ledger import describe_os_error, describe_utf8_error
 from runner._errors import SpecError as SpecError
@@ -189,6 +190,24 @@ class Hypothesis:
     correction: str
     family: str | None
     description: str
+    stimuli: tuple[str, ...] | None = None
+    """Only the trials of these stimuli (probes) enter this test (``docs/study-spec.md``)."""
+    pairing: tuple[str, ...] | None = None
+    """paired-t: the trial key that pairs a's and b's trials (``["stimulus", "rep"]``)."""
+
+    def locked(self) -> dict[str, Any]:
+        """The hypothesis as ``protocol.locked`` records it (``stimuli``/``pairing`` when set)."""
+        out = self.__dict__ | {"contrast": list(self.contrast)}
+        for key in ("stimuli", "pairing"):
+            if out[key] is None:
+                del out[key]
+            else:
+                out[key] = list(out[key])
+        return out
+
+
+PAIRINGS: Final = (("stimulus",), ("stimulus", "rep"))
+"""paired-t pairing keys: per-stimulus means (the default), or trials by (stimulus, rep)."""
 
 
 @dataclass(frozen=True)
@@ -216,6 +235,8 @@ class Study:
     hypotheses: tuple[Hypothesis, ...]
     analysis: dict[str, Any]
     amendable: tuple[str, ...] = field(default=())
+    deviations: tuple[dict[str, str], ...] = field(default=())
+    """Declared deviations from the source protocol (``[[deviations]]``), locked."""
     answer_column: str | None = None
     letters: str | None = None
     mode: str = "exactly-one"
@@ -540,8 +561,24 @@ def _outcome(c: _Collector, h: dict[str, Any], where: str, parser: str) -> str:
     return outcome
 
 
+def _name_list(c: _Collector, h: dict[str, Any], key: str, where: str) -> tuple[str, ...] | None:
+    """A non-empty list of distinct non-empty strings, or None when absent (errors collected)."""
+    value = h.get(key)
+    if value is None:
+        return None
+    if (not isinstance(value, list) or not value
+            or not all(isinstance(v, str) and v for v in value)):  # fmt: skip
+        c.add(f"{where}.{key}", f"must be a non-empty list of names, got {value!r}")
+        return None
+    if len(set(value)) != len(value):
+        c.add(f"{where}.{key}", f"names a value twice: {value!r}")
+        return None
+    return tuple(value)
+
+
 def _hypotheses(
-    c: _Collector, data: dict[str, Any], arms: dict[str, Arm], parser: str
+    c: _Collector, data: dict[str, Any], arms: dict[str, Arm], parser: str,
+    stimuli: Iterable[str] = (),
 ) -> list[Hypothesis]:
     raw = data.get("hypotheses", [])
     if not isinstance(raw, list) or not raw:
@@ -615,13 +652,56 @@ def _hypotheses(
         if not isinstance(description, str):
             c.add(f"{where}.description", f"must be a string, got {description!r}")
             description = ""
+        subset = _name_list(c, h, "stimuli", where)
+        known = set(stimuli)
+        if subset is not None and known:
+            for name in subset:
+                if name not in known:
+                    c.add(f"{where}.stimuli", f"unknown stimulus {name!r}")
+        pairing = _name_list(c, h, "pairing", where)
+        if pairing is not None:
+            if test != "paired-t":
+                c.add(f"{where}.pairing", f"applies to test 'paired-t' only, not {test!r}")
+            elif pairing not in PAIRINGS:
+                c.add(f"{where}.pairing", "must be [\"stimulus\"] (per-stimulus means) or "
+                      f"[\"stimulus\", \"rep\"] (trials), got {list(pairing)!r}")
         out.append(
             Hypothesis(
                 hid, pair, outcome, test, sides, alpha, numbers["min_difference_pp"],
-                numbers["margin_pp"], correction, family, str(description),
+                numbers["margin_pp"], correction, family, str(description), subset, pairing,
             )
         )
     return out
+
+
+def _deviations(c: _Collector, data: dict[str, Any]) -> tuple[dict[str, str], ...]:
+    """``[[deviations]]``: each {id, source, choice, reason}, all non-empty strings, ids unique."""
+    raw = data.get("deviations")
+    if raw is None:
+        return ()
+    if not isinstance(raw, list):
+        c.add("deviations", "must be an array of tables: [[deviations]]")
+        return ()
+    out: list[dict[str, str]] = []
+    seen: set[str] = set()
+    for i, d in enumerate(raw):
+        where = f"deviations[{i}]"
+        if not isinstance(d, dict):
+            c.add(where, "must be a table")
+            continue
+        entry: dict[str, str] = {}
+        for key in ("id", "source", "choice", "reason"):
+            value = d.get(key)
+            if not isinstance(value, str) or not value.strip():
+                c.add(f"{where}.{key}", f"must be a non-empty string, got {value!r}")
+                continue
+            entry[key] = value
+        if entry.get("id") in seen:
+            c.add(f"{where}.id", f"duplicate deviation id {entry['id']!r}")
+        seen.add(entry.get("id", ""))
+        if len(entry) == 4:
+            out.append(entry)
+    return tuple(out)
 
 
 def _arm_settings(
@@ -1081,7 +1161,7 @@ def _answer_column(c: _Collector, data: dict[str, Any], parser: str) -> str | No
     return column or None
 
 
-def _analysis(c: _Collector, data: dict[str, Any]) -> dict[str, Any]:
+def _analysis(c: _Collector, data: dict[str, Any], arms: Iterable[str] = ()) -> dict[str, Any]:
     analysis = _table(c, data, "analysis")
     analysis_out = {
         "model": analysis.get("model", "lmm"),
@@ -1102,6 +1182,14 @@ def _analysis(c: _Collector, data: dict[str, Any]) -> dict[str, Any]:
             "analysis.exclude_unparseable",
             f"must be true or false, got {analysis_out['exclude_unparseable']!r}",
         )
+    model_arms = _name_list(c, analysis, "model_arms", "analysis")
+    if model_arms is not None:
+        if len(model_arms) < 2:
+            c.add("analysis.model_arms", "the model needs at least two arms")
+        unknown = [a for a in model_arms if a not in arms]
+        if unknown:
+            c.add("analysis.model_arms", f"unknown arm {unknown[0]!r}")
+        analysis_out["model_arms"] = list(model_arms)
     return analysis_out
 
 
@@ -1217,8 +1305,15 @@ def load_study(root: str | Path, *, strict: bool = True) -> Study:
         c.add("design.blinding_secret", "must be 'generate', 'env:NAME' or 'file:PATH'")
         secret = "generate"
 
-    hypotheses = _hypotheses(c, data, arms, response.parser)
-    analysis_out = _analysis(c, data)
+    hypotheses = _hypotheses(c, data, arms, response.parser, stimuli)
+    analysis_out = _analysis(c, data, arms)
+    model_arms = analysis_out.get("model_arms")
+    if model_arms is not None:
+        for i, h in enumerate(hypotheses):
+            if h.test == "lmm" and h.stimuli is None and not set(h.contrast) <= set(model_arms):
+                c.add(f"hypotheses[{i}].contrast", f"an lmm contrast on the main model needs "
+                      f"both arms in analysis.model_arms {model_arms}")  # fmt: skip
+
     variants = _variants(c, root, data, items is not None)
     declared = {v.name for v in variants}
     for arm in arms.values():
@@ -1230,6 +1325,7 @@ def load_study(root: str | Path, *, strict: bool = True) -> Study:
                 c.add(f"arms.{arm.id}.variants", f"unknown variant {name!r} (variants: {known})")
     witnessing = parse_policy(data, c.add)
     timestamping = parse_timestamping(data, c.add)
+    deviations = _deviations(c, data)
 
     if c.problems:
         raise SpecError(c.problems)
@@ -1240,6 +1336,7 @@ def load_study(root: str | Path, *, strict: bool = True) -> Study:
         bootstrap_seed=bootstrap_seed, bootstrap_iterations=int(iterations),
         blinding_secret=secret, response_format=response.format, parser=response.parser,
         hypotheses=tuple(hypotheses), analysis=analysis_out, amendable=tuple(amendable),
+        deviations=deviations,
         answer_column=answer_column, letters=letters, mode=response.mode,
         items_path=items_path, prompt=prompt, fewshot=fewshot, models=models, phase=phase,
         variants=tuple(variants),

@@ -229,17 +229,23 @@ def test_decision_rules_keep_the_preregistered_family_and_direction(study: Path)
     import copy
 
     plan, ds = _scored(study)
-    # a failed member of a Bonferroni family does not shrink the family (H4 E-D, H5 A-D)
-    no_e = _without(ds, "E")
-    results = {r.id: r for r in run_analyses(no_e, plan)}
-    h5 = results["hypothesis.H5"].values or {}
-    assert results["hypothesis.H4"].status == "failed"
-    assert h5["family_size"] == 2 and h5["p_adjusted"] == pytest.approx(min(1, 2 * h5["p_raw"]))
-    # contrasts not involving the reference arm survive its loss (H2 B-C, H4 E-D)
+    # a failed member of a Bonferroni family does not shrink the family (H4-left/up/down: E-D
+    # per probe; without D's trials on uniform-left, H4-left cannot be computed)
+    trials, items = ds.trials, ds.items
+    gone = (trials["arm"] == "D") & (trials["stimulus"] == "uniform-left")
+    no_d_left = type(ds)(trials[~gone], items[~items["trial"].isin(set(trials[gone]["trial"]))],
+                         ds.arms, (), ds.scores_sha256)  # fmt: skip
+    results = {r.id: r for r in run_analyses(no_d_left, plan)}
+    assert results["hypothesis.H4-left"].status == "failed"
+    for hid in ("H4-up", "H4-down"):
+        v = results[f"hypothesis.{hid}"].values or {}
+        assert v["family_size"] == 3 and v["p_adjusted"] == pytest.approx(min(1, 3 * v["p_raw"]))
+    # contrasts not involving the reference arm survive its loss (H2 B-C, H4-pooled E-D)
     no_a = _without(ds, "A")
     results = {r.id: r for r in run_analyses(no_a, plan)}
     assert results["model.lmm"].status == "ok"
-    assert results["hypothesis.H2"].status == "ok" and results["hypothesis.H4"].status == "ok"
+    assert results["hypothesis.H2"].status == "ok"
+    assert results["hypothesis.H4-pooled"].status == "ok"
     assert results["hypothesis.H1"].verdict == "not computed"
     # a one-sided McNemar hypothesis in the wrong direction is not supported
     wrong = copy.deepcopy(plan)
@@ -285,7 +291,7 @@ def test_a_really_singular_model_is_flagged_beside_every_model_verdict(
     assert model.values["caution"] == MODEL_CAUTION
     assert model.values["group_variance_ci_lower"] is None  # no log-scale CI at the boundary
     lmm = [r for r in results.values() if r.hypothesis and r.test == "lmm"]
-    assert len(lmm) == 4
+    assert len(lmm) == 3  # H1, H2 on model.lmm; H4-pooled on its own three-probe model
     for r in lmm:
         assert r.status == "ok" and r.values is not None, r.error
         assert r.values["singular_fit"] is True and r.values["caution"] == MODEL_CAUTION
@@ -300,7 +306,7 @@ def test_a_really_singular_model_is_flagged_beside_every_model_verdict(
     render_terminal(report, console)
     text = console.export_text()
     verdict_table = text.split("Descriptive:")[0]
-    assert verdict_table.count("caution:") == 4
+    assert verdict_table.count("caution:") == 3
     html = render_html(report)
     verdicts_html = html.split("<h2>Verdicts")[1].split("<h2>")[0]
-    assert verdicts_html.count("caution:") == 4
+    assert verdicts_html.count("caution:") == 3

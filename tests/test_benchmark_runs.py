@@ -31,7 +31,7 @@ def test_bench_analysis_quick_runs_the_whole_plan() -> None:
         [sys.executable, str(ROOT / "benchmarks" / "bench_analysis.py"), "--quick"],
         capture_output=True, text=True, timeout=300, check=True,
     )
-    assert "full analysis: 25 results" in result.stdout, result.stdout
+    assert "full analysis: 26 results" in result.stdout, result.stdout
     assert "failed: none" in result.stdout, result.stdout
     assert "mixed model: singular False" in result.stdout, result.stdout
     for label in ("tracemalloc peak", "vectorized bootstrap_diff", "pandas per-iteration loop",
@@ -139,3 +139,13 @@ def test_bench_view_quick_times_pages_and_a_watched_run(tmp_path: Path) -> None:
     rows = [line.split() for line in result.stdout.splitlines()
             if re.match(r"\s+(1|8)\s+[\d.]+\s+[\d.]+\s+[\d.]+\s+[\d.]+$", line)]  # fmt: skip
     assert [row[0] for row in rows] == ["1", "1", "8", "8"], result.stdout
+
+
+def test_bench_coverage_quick_prints_both_coverages_and_the_tool_check() -> None:
+    result = subprocess.run(
+        [sys.executable, str(ROOT / "benchmarks" / "bench_coverage.py"), "--quick"],
+        capture_output=True, text=True, timeout=600, check=True,
+    )
+    for label in ("registered (RI, z): coverage", "Satterthwaite t): coverage",
+                  "Monte Carlo SE", "closed forms vs the tool", " 4 replicates", "30 replicates"):
+        assert label in result.stdout, result.stdout

@@ -245,7 +245,7 @@ def _chromium(chromium: str, page: Path, profile: Path, *extra: str) -> str:
 
 
 def _screenshot(chromium: str, page: Path, out: Path, profile: Path) -> None:
-    _chromium(chromium, page, profile, f"--screenshot={out}", "--window-size=1280,4000")
+    _chromium(chromium, page, profile, f"--screenshot={out}", "--window-size=1280,8000")
     assert out.is_file() and out.stat().st_size > 0
 
 
@@ -268,7 +268,7 @@ def test_browser_renders_the_figures(built: Path, tmp_path: Path) -> None:
     _screenshot(chromium, page, with_figures, tmp_path / "profile1")
     _screenshot(chromium, bare, without, tmp_path / "profile2")
     with Image.open(with_figures) as im:
-        assert im.size == (1280, 4000)
+        assert im.size == (1280, 8000)
     coloured, baseline = _coloured_pixels(with_figures), _coloured_pixels(without)
     shutil.copy(with_figures, built.parent / "screenshot.png")  # for a human to look at
     assert coloured > 3 * baseline + 50_000, (coloured, baseline)

@@ -457,7 +457,9 @@ def test_mixed_model_with_a_model_factor_matches_the_statsmodels_formula_fit() -
     assert [e.estimate for e in fit.fixed_effects] == pytest.approx(list(ref.fe_params), rel=1e-5)
     assert [e.se for e in fit.fixed_effects] == pytest.approx(
         list(ref.bse_fe), rel=1e-4)
-    assert fit.group_variance == pytest.approx(float(ref.cov_re.iloc[0, 0]), rel=1e-4)
+    # the writer polishes statsmodels' point to the REML maximum: never less likely, and close
+    assert fit.log_likelihood >= float(ref.llf) - 1e-9
+    assert fit.group_variance == pytest.approx(float(ref.cov_re.iloc[0, 0]), rel=1e-3)
     assert fit.residual_variance == pytest.approx(ref.scale, rel=1e-5)
     # the contrast is L·β with zero weight on the model coefficient
     cov = ref.cov_params().to_numpy()[:4, :4]

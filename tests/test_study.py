@@ -148,8 +148,8 @@ def test_arms_shows_components_and_claims(study: Path) -> None:
         ("seed = 20260421", 'seed = "abc"', ["design.seed: must be a non-negative integer"]),
         ('contrast = ["A", "B"]', 'contrast = ["A", "Z"]',
          ["hypotheses[0].contrast: unknown arm 'Z'"]),
-        ('test = "equivalence"', 'test = "magic"', ["hypotheses[2].test: unknown test 'magic'"]),
-        ('id = "H2"', 'id = "H1"', ["hypotheses[1].id: duplicate hypothesis id 'H1'"]),
+        ('test = "equivalence"', 'test = "magic"', ["hypotheses[3].test: unknown test 'magic'"]),
+        ('id = "H2"', 'id = "H1"', ["hypotheses[2].id: duplicate hypothesis id 'H1'"]),
     ],
 )
 def test_bad_specs_name_file_and_field(

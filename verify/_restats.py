@@ -1,4 +1,4 @@
-"""Independent statistics, written from ``docs/statistics.md`` (numpy, scipy, statsmodels).
+"""Independent statistics, written from ``docs/statistics.md`` (numpy and scipy only).
 
 Each function returns the JSON-ready dict the page describes (NaN and infinities as ``None``)
 and raises :class:`StatError` where the page says the statistic cannot be computed.
@@ -7,13 +7,14 @@ and raises :class:`StatError` where the page says the statistic cannot be comput
 from __future__ import annotations
 
 import math
-import warnings
 from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
 from numpy.typing import NDArray
 from scipy import stats as sps
+
+from verify._reml import RemlModel, check_point
 
 __all__ = [
     "StatError",
@@ -297,50 +298,6 @@ def _reml_by_groups(
     return loglik
 
 
-def variance_cis(
-    y: Floats, exog: Floats, grp: NDArray[Any], group_var: float, resid_var: float
-) -> tuple[float, float, float, float]:
-    """95% Wald CIs on the log scale for (σ²_g, σ²_e): numerical Hessian of the REML likelihood.
-
-    Central differences with step ``h = 1e-3`` in ``(log σ²_g, log σ²_e)``; NaN when either
-    variance is not positive or the information is not positive definite.
-    """
-    bad = (math.nan, math.nan, math.nan, math.nan)
-    if not (group_var > 0 and resid_var > 0):
-        return bad
-    by_variance = _reml_by_groups(y, exog, grp)
-
-    def loglik(phi: Floats) -> float:
-        return float(by_variance(math.exp(float(phi[0])), math.exp(float(phi[1]))))
-
-    phi = np.log(np.array([group_var, resid_var]))
-    h = 1e-3
-    f0 = loglik(phi)
-    hess = np.empty((2, 2))
-    steps = np.eye(2) * h
-    try:
-        for i in range(2):
-            hess[i, i] = (loglik(phi + steps[i]) - 2 * f0 + loglik(phi - steps[i])) / h**2
-        hess[0, 1] = hess[1, 0] = (
-            loglik(phi + steps[0] + steps[1]) - loglik(phi + steps[0] - steps[1])
-            - loglik(phi - steps[0] + steps[1]) + loglik(phi - steps[0] - steps[1])
-        ) / (4 * h**2)
-        info = -hess
-        if not np.all(np.isfinite(info)) or info[0, 0] <= 0 or np.linalg.det(info) <= 0:
-            return bad
-        cov = np.linalg.inv(info)
-    except (np.linalg.LinAlgError, ValueError, ZeroDivisionError):
-        return bad
-    z = float(sps.norm.ppf(0.975))
-    sg, se = math.sqrt(cov[0, 0]), math.sqrt(cov[1, 1])
-    return (
-        group_var * math.exp(-z * sg),
-        group_var * math.exp(z * sg),
-        resid_var * math.exp(-z * se),
-        resid_var * math.exp(z * se),
-    )
-
-
 def _zero_group_variance_fits_as_well(
     y: Floats, exog: Floats, grp: NDArray[Any], group_var: float, resid_var: float
 ) -> bool:
@@ -361,36 +318,14 @@ def _zero_group_variance_fits_as_well(
     return bool(zero >= fit - 1e-9 * max(1.0, abs(fit)))
 
 
-def mixed_model(
-    y: Any,
-    arms: Sequence[str],
-    groups: Sequence[str],
-    reference: str,
-    *,
-    factor: tuple[str, Sequence[str], str] | None = None,
-    interaction: bool = False,
-) -> dict[str, Any]:
-    """REML random-intercept model (statsmodels MixedLM), treatment coding against reference.
-
-    ``factor`` is ``(name, level of each row, reference level)`` of one more categorical fixed
-    effect (the model of a study with several models): a dummy ``name[T.<level>]`` per other
-    level (sorted), after the arms'; ``interaction`` then adds ``arm[T.<a>]:name[T.<level>]``
-    for every arm and level pair observed together.
-    """
-    from statsmodels.regression.mixed_linear_model import MixedLM
-
-    ya = _arr(y, "outcome")
-    arm = np.asarray([str(a) for a in arms])
-    grp = np.asarray([str(g) for g in groups])
+def _design(
+    ya: Floats, arm: NDArray[Any], reference: str,
+    factor: tuple[str, Sequence[str], str] | None, interaction: bool,
+) -> tuple[Floats, list[str], list[str]]:
+    """The treatment-coded design matrix, its column names, and the non-reference arms."""
     levels = sorted(set(arm.tolist()))
     if reference not in levels or len(levels) < 2:
         raise StatError("mixed_model: reference or arms")
-    n_groups = len(set(grp.tolist()))
-    if n_groups < 2:
-        raise StatError("mixed_model: fewer than two groups")
-    total_var = float(np.var(ya, ddof=1)) if ya.size > 1 else 0.0
-    if total_var == 0:
-        raise StatError("mixed_model: zero outcome variance")
     others = [lv for lv in levels if lv != reference]
     names = ["Intercept"] + [f"arm[T.{lv}]" for lv in others]
     columns = [np.ones(ya.size)] + [(arm == lv).astype(np.float64) for lv in others]
@@ -417,19 +352,86 @@ def mixed_model(
         singular_values = np.linalg.svd(exog, compute_uv=False)
         if singular_values[-1] <= singular_values[0] * max(exog.shape) * np.finfo(float).eps:
             raise StatError("mixed_model: the fixed effects are linearly dependent")
-    with warnings.catch_warnings(record=True) as record:
-        warnings.simplefilter("always")
-        try:
-            fit = MixedLM(ya, exog, groups=grp).fit(reml=True)
-            fe = np.asarray(fit.fe_params, dtype=np.float64)
-            cov = np.asarray(fit.cov_params(), dtype=np.float64)[: len(names), : len(names)]
-            group_var = float(np.asarray(fit.cov_re, dtype=np.float64)[0, 0])
-            resid_var = float(fit.scale)
-            llf = float(fit.llf)
-            converged = bool(fit.converged)
-        except (np.linalg.LinAlgError, ValueError, ZeroDivisionError) as exc:
-            raise StatError(f"mixed_model: fit failed: {exc}") from None
-    caught = [f"{w.category.__name__}: {w.message}" for w in record]
+    return exog, names, others
+
+
+def reml_variance_cis(
+    model: RemlModel, group_var: float, resid_var: float
+) -> tuple[float, float, float, float]:
+    """95% Wald CIs on the log scale for (σ²_g, σ²_e) from the verifier's own REML Hessian.
+
+    The observed information is minus the central-difference Hessian of ``l_R`` in
+    ``(log σ²_g, log σ²_e)``; NaN when a variance is not positive or the information is not
+    positive definite.
+    """
+    bad = (math.nan, math.nan, math.nan, math.nan)
+    if not (group_var > 0 and resid_var > 0):
+        return bad
+    _, hess = model.log_gradient_hessian(np.array([group_var, resid_var]), [0, 1])
+    info = -hess
+    if not np.all(np.isfinite(info)) or np.any(np.linalg.eigvalsh(info) <= 0):
+        return bad
+    cov = np.linalg.inv(info)
+    z = float(sps.norm.ppf(0.975))
+    sg, se = math.sqrt(cov[0, 0]), math.sqrt(cov[1, 1])
+    return (
+        group_var * math.exp(-z * sg),
+        group_var * math.exp(z * sg),
+        resid_var * math.exp(-z * se),
+        resid_var * math.exp(z * se),
+    )
+
+
+def mixed_model(
+    y: Any,
+    arms: Sequence[str],
+    groups: Sequence[str],
+    reference: str,
+    *,
+    factor: tuple[str, Sequence[str], str] | None = None,
+    interaction: bool = False,
+    at: tuple[float, float] | None = None,
+    recorded_warnings: Sequence[str] = (),
+) -> dict[str, Any]:
+    """REML random-intercept model by :mod:`verify._reml` (no statsmodels), treatment coding.
+
+    ``factor`` is ``(name, level of each row, reference level)`` of one more categorical fixed
+    effect (the model of a study with several models): a dummy ``name[T.<level>]`` per other
+    level (sorted), after the arms'; ``interaction`` then adds ``arm[T.<a>]:name[T.<level>]``
+    for every arm and level pair observed together.
+
+    ``at`` is the recorded ``(σ²_g, σ²_e)``: when it is a REML maximum (see
+    :func:`verify._reml.check_point`) every other number is evaluated there, in closed form;
+    when it is not, the fit is the verifier's own optimum and ``_reml_problem`` says why.
+    Without ``at`` the fit is the verifier's own optimum. ``recorded_warnings`` are the
+    writer's optimiser warnings: one naming a singular or not positive definite Hessian marks
+    the fit singular, as ``docs/statistics.md`` says.
+    """
+    ya = _arr(y, "outcome")
+    arm = np.asarray([str(a) for a in arms])
+    grp = np.asarray([str(g) for g in groups])
+    n_groups = len(set(grp.tolist()))
+    if n_groups < 2:
+        raise StatError("mixed_model: fewer than two groups")
+    total_var = float(np.var(ya, ddof=1)) if ya.size > 1 else 0.0
+    if total_var == 0:
+        raise StatError("mixed_model: zero outcome variance")
+    exog, names, others = _design(ya, arm, reference, factor, interaction)
+    try:
+        model = RemlModel(ya, exog, grp.tolist(), [grp.tolist()])
+    except ValueError as exc:
+        raise StatError(f"mixed_model: {exc}") from None
+    problem: str | None = None
+    if at is not None:
+        point, problem = check_point(model, at)
+        if problem is not None:
+            point = model.maximise()
+    else:
+        point = model.maximise()
+    if not math.isfinite(point.loglik):
+        raise StatError("mixed_model: the REML likelihood has no finite maximum")
+    group_var, resid_var = (float(v) for v in point.params)
+    fe, cov = point.beta, point.cov
     with np.errstate(invalid="ignore"):
         se = np.sqrt(np.diag(cov))
     z975 = float(sps.norm.ppf(0.975))
@@ -438,7 +440,7 @@ def mixed_model(
         or resid_var <= 1e-6 * total_var
         or not np.all(np.isfinite(cov))
         or not np.all(np.isfinite(se))
-        or any("singular" in m.lower() or "not positive definite" in m for m in caught)
+        or any("singular" in m.lower() or "not positive definite" in m for m in recorded_warnings)
         or _zero_group_variance_fits_as_well(ya, exog, grp, group_var, resid_var)
     )
     effects = []
@@ -459,7 +461,7 @@ def mixed_model(
     cis = (math.nan,) * 4
     if not singular:
         with np.errstate(all="ignore"):
-            cis = variance_cis(ya, exog, grp, group_var, resid_var)
+            cis = reml_variance_cis(model, group_var, resid_var)
     return {
         "arms": [reference, *others],
         "n_obs": int(ya.size),
@@ -469,10 +471,10 @@ def mixed_model(
         "group_variance": num(group_var),
         "residual_variance": num(resid_var),
         "icc": num(group_var / total) if total > 0 else None,
-        "log_likelihood": num(llf),
-        "converged": converged,
+        "log_likelihood": num(point.loglik),
+        "converged": problem is None,
         "singular": bool(singular),
-        "warnings": caught,
+        "warnings": list(recorded_warnings),
         "group_variance_ci_lower": num(cis[0]),
         "group_variance_ci_upper": num(cis[1]),
         "residual_variance_ci_lower": num(cis[2]),
@@ -487,6 +489,7 @@ def mixed_model(
         "_names": names,
         "_fe": fe,
         "_cov": cov,
+        "_reml_problem": problem,
     }
 
 
@@ -736,3 +739,108 @@ def equivalence(diffs: dict[str, float], margin: float) -> dict[str, Any]:
         "holds": best < margin,
         "n_groups": len(diffs),
     }
+
+
+def satterthwaite(
+    model: RemlModel, params: Any, weights: Any, sides: str, conf: float = 0.95
+) -> dict[str, Any]:
+    """``L·β̂``, ``SE² = LᵀCL`` and Satterthwaite ``df = 2(LᵀCL)² / (gᵀWg)`` (statistics.md).
+
+    ``g_i = Lᵀ(C·B_i·C)L`` over the variances above the boundary and ``W`` the inverse of the
+    expected REML information there (:meth:`verify._reml.RemlModel.information`, analytic).
+    t-distribution p and interval; one-sided: lower bound only.
+    """
+    theta = np.asarray(params, dtype=np.float64)
+    w = np.asarray(weights, dtype=np.float64)
+    pt = model.point(theta)
+    est = float(w @ pt.beta)
+    var = float(w @ pt.cov @ w)
+    se = math.sqrt(var) if var > 0 else math.nan
+    free = model._free(theta)
+    df = math.inf
+    if free:
+        info, dcov = model.information(theta)
+        g = np.array([float(w @ dcov[i] @ w) for i in free])
+        try:
+            denom = float(g @ np.linalg.solve(info[np.ix_(free, free)], g))
+        except np.linalg.LinAlgError:
+            denom = math.nan
+        df = 2 * var * var / denom if denom > 0 else math.inf
+    t = est / se if se > 0 else math.nan
+    if sides == "one-sided":
+        p = float(sps.t.sf(t, df))
+        lower, upper = est - float(sps.t.ppf(conf, df)) * se, math.inf
+    else:
+        p = float(2 * sps.t.sf(abs(t), df))
+        q = float(sps.t.ppf(0.5 + conf / 2, df))
+        lower, upper = est - q * se, est + q * se
+    return {
+        "estimate": num(est), "se": num(se), "df": num(df), "t": num(t), "p": num(p),
+        "lower": num(lower), "upper": num(upper), "conf": conf,
+    }  # fmt: skip
+
+
+def probe_bootstrap(
+    diffs: Sequence[float], iterations: int, seed: Any, sides: str, conf: float = 0.95
+) -> dict[str, Any]:
+    """Percentile bootstrap of the mean per-probe difference, probes resampled (statistics.md)."""
+    d = _arr(diffs, "per-probe differences")
+    if d.size == 0 or iterations < 1:
+        raise StatError("probe_bootstrap: no probe has both arms")
+    s = _seed(seed)
+    rng = np.random.Generator(np.random.PCG64(s))
+    reps = _row_means(rng, d, iterations, d.size)
+    if sides == "one-sided":
+        lower, upper = float(np.quantile(reps, round(1 - conf, 12))), math.inf
+    else:
+        lower, upper = _quantiles(reps, conf)
+    return {
+        "estimate": float(np.mean(d)), "lower": num(lower), "upper": num(upper), "conf": conf,
+        "n_clusters": int(d.size), "iterations": iterations, "seed": s,
+    }  # fmt: skip
+
+
+def cluster_proportion(
+    correct: Sequence[int], n: Sequence[int], conf: float = 0.95
+) -> dict[str, Any]:
+    """statistics.md: ratio estimator with a cluster-robust SE and a t(G-1) interval."""
+    pairs = [(float(c), float(m)) for c, m in zip(correct, n, strict=True) if m > 0]
+    total = math.fsum(m for _, m in pairs)
+    if total <= 0:
+        raise StatError("cluster_proportion: no items")
+    p = math.fsum(c for c, _ in pairs) / total
+    g = len(pairs)
+    out: dict[str, Any] = {"method": "cluster-robust-ratio-t", "estimate": p, "n_clusters": g,
+                           "n": int(total), "conf": conf}  # fmt: skip
+    if g < 2:
+        return out | {"se": None, "df": None, "lower": None, "upper": None, "note": None}
+    se = math.sqrt(g / (g - 1) * math.fsum((c - p * m) ** 2 for c, m in pairs)) / total
+    q = float(sps.t.ppf(0.5 + conf / 2, g - 1))
+    return out | {"se": se, "df": g - 1, "lower": max(0.0, p - q * se),
+                  "upper": min(1.0, p + q * se)}  # fmt: skip
+
+
+def error_null_excluding_truth(truth: Sequence[str], labels: Sequence[str]) -> list[float]:
+    """statistics.md: expected error shares, each error spread over the labels but its truth."""
+    labs = list(labels)
+    k = len(labs)
+    if k < 2 or not truth:
+        raise StatError("error_null_excluding_truth: bad input")
+    weights = [0.0] * k
+    for t in truth:
+        for i, lb in enumerate(labs):
+            weights[i] += (0.0 if lb == t else 1.0 / (k - 1)) if t in labs else 1.0 / k
+    return [w / len(truth) for w in weights]
+
+
+def newcombe_diff(x1: int, n1: int, x2: int, n2: int, conf: float = 0.95) -> dict[str, Any]:
+    """statistics.md: Newcombe's hybrid score interval for p1 - p2 from two Wilson intervals."""
+    w1, w2 = wilson(x1, n1, conf), wilson(x2, n2, conf)
+    p1, p2 = x1 / n1, x2 / n2
+    d = p1 - p2
+    return {
+        "method": "newcombe-hybrid-score", "estimate": d,
+        "lower": d - math.sqrt((p1 - w1["lower"]) ** 2 + (w2["upper"] - p2) ** 2),
+        "upper": d + math.sqrt((w1["upper"] - p1) ** 2 + (p2 - w2["lower"]) ** 2),
+        "conf": conf, "x1": x1, "n1": n1, "x2": x2, "n2": n2,
+    }  # fmt: skip

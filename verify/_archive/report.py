@@ -45,6 +45,12 @@ STYLESHEET_SHA256 = "62a8aa12229232ebc7c5ec82a4e5cd4889cab9097cb2e6b0066a624af9a
 """SHA-256 of the text of the report's one ``<style>`` element (archive format 1)."""
 
 EXPLORATORY = "Exploratory (not pre-registered)"
+SENSITIVITY = "Sensitivity (not registered; never changes a verdict)"
+SENSITIVITY_MODELS = {
+    "registered": "registered random intercept, Satterthwaite t",
+    "probe_by_arm": "probe-by-arm",
+    "probe_by_arm_arm_residual": "probe-by-arm, residual variance per arm",
+}
 OTHER_LABEL = "other/none"
 MODEL_FIELDS = ["model", "provider", "id", "max_tokens", "temperature", "top_p", "top_k", "stop"]
 """Columns of the protocol's models table (a study with ``[models]``, prompts.md §5)."""
@@ -422,7 +428,10 @@ def _estimate_text(result: dict[str, Any]) -> str:
     conf = _num(v.get("conf")) or 0.95
     lo = "−∞" if lower is None else _pp(lower)
     hi = "+∞" if upper is None else _pp(upper)
-    return f"{_pp(est)} ({conf * 100:.0f}% CI {lo} to {hi})"
+    both = v.get("ci_two_sided")
+    extra = (f"; two-sided 95% CI {_pp(both[0])} to {_pp(both[1])}"
+             if isinstance(both, list) and len(both) == 2 else "")  # fmt: skip
+    return f"{_pp(est)} ({conf * 100:.0f}% CI {lo} to {hi}{extra})"
 
 
 def _p_text(result: dict[str, Any]) -> str:
@@ -441,6 +450,14 @@ def _rule_text(result: dict[str, Any]) -> str:
     if result.get("status") == "failed":
         return f"not computed: {result.get('error') or 'unknown error'}"
     return str(_obj(result.get("decided_by")).get("rule", "–"))
+
+
+def _chi_text(chi: Any) -> str:
+    if not isinstance(chi, dict) or not chi:
+        return "–"
+    if chi.get("error"):
+        return _cell(chi["error"])
+    return f"chi2 {_fmt(chi.get('chi2'))}, p {_p(chi.get('p'))}"
 
 
 class _Expect:
@@ -509,6 +526,13 @@ class _Expect:
                         "decided it", ["hypothesis", "description", "test", "estimate (CI)",
                         "p", "verdict", "decided by"], rows))  # fmt: skip
         out.extend(self._protocol_tables())
+        declared = self.protocol.get("deviations")
+        if isinstance(declared, list) and declared:
+            out.append(("Declared deviations from the source protocol ([[deviations]], locked "
+                        "before the run)", ["id", "source protocol says", "this study does",
+                                            "reason"],
+                        [[_cell(_obj(d).get(k)) for k in ("id", "source", "choice", "reason")]
+                         for d in declared]))  # fmt: skip
         if self.amendments:
             out.append(("Recorded amendments (protocol.amended)",
                         ["seq", "time", "reason", "files changed"],
@@ -591,13 +615,23 @@ class _Expect:
             for arm in sorted(values):
                 v = _obj(values[arm])
                 acc = _obj(v.get("accuracy"))
+                clu = v.get("accuracy_clustered")
+                if not isinstance(clu, dict):
+                    clustered = "–"
+                elif clu.get("lower") is None:
+                    clustered = f"none ({clu.get('n_clusters')} probe)"
+                else:
+                    clustered = (f"{_pct(clu.get('lower'))} – {_pct(clu.get('upper'))} "
+                                 f"({clu.get('n_clusters')} probes)")  # fmt: skip
                 rows.append([arm, _cell(acc.get("successes", v.get("correct"))),
                              _cell(acc.get("n", v.get("glyphs"))), _pct(acc.get("estimate")),
                              f"{_pct(acc.get('lower'))} – {_pct(acc.get('upper'))}" if acc
-                             else _cell(v.get("note", "–"))])  # fmt: skip
+                             else _cell(v.get("note", "–")), clustered])  # fmt: skip
             out.append((str(arms_result.get("title")),
                         ["arm", "correct", "glyphs" if self.tumbling else "items", "accuracy",
-                         "Wilson 95% CI"], rows))  # fmt: skip
+                         "Wilson 95% CI (items as independent: descriptive)",
+                         "95% CI clustered by probe (cluster-robust, t with probes − 1 df)"],
+                        rows))  # fmt: skip
         cells = self._arm_model_cells()
         if cells is not None:
             rows = []
@@ -655,6 +689,70 @@ class _Expect:
         out = self._model_table(self.result("model.lmm"))
         for name in self.models:
             out += self._model_table(self.result(f"model.lmm@{name}"))
+        return out + self._sensitivity_tables()
+
+    def _sensitivity_tables(self) -> list[tuple[str, list[str], list[list[str]]]]:
+        """``sensitivity.lmm`` (statistics.md "Sensitivity"): contrasts side by side, models."""
+        result = self.result("sensitivity.lmm")
+        if result is None or result.get("status") != "ok":
+            return []
+        v = _obj(result.get("values"))
+
+        def interval(c: dict[str, Any]) -> str:
+            lo = "−∞" if c.get("lower") is None else _pp(c.get("lower"))
+            hi = "+∞" if c.get("upper") is None else _pp(c.get("upper"))
+            return f"{_pp(c.get('estimate'))} ({lo} to {hi})"
+
+        rows = []
+        for c in v.get("contrasts") or []:
+            c = _obj(c)
+            reg = _obj(c.get("as_registered"))
+            p = f"p {_p(reg.get('p_raw'))}" + (
+                f", adjusted {_p(reg.get('p_adjusted'))}"
+                if reg.get("p_adjusted") is not None else "")  # fmt: skip
+            cells = []
+            for m in SENSITIVITY_MODELS:
+                got = c.get(m)
+                cells.append(f"{interval(got)}, p {_p(got.get('p'))}, df {_fmt(got.get('df'))}"
+                             if isinstance(got, dict) else "not fitted")  # fmt: skip
+            boot = _obj(c.get("cluster_bootstrap"))
+            supports = c.get("supports")
+            rows.append([_cell(c.get("hypothesis")),
+                         f"{c.get('a')} vs {c.get('b')} ({c.get('sides')})",
+                         f"{interval(reg)}, {p}; {c.get('registered_verdict') or '–'}", *cells,
+                         f"{interval(boot)} over {boot.get('n_clusters')} probes" if boot
+                         else "–",
+                         "–" if supports is None else ("yes" if supports else "no")])  # fmt: skip
+        out = [(f"{SENSITIVITY}: each registered mixed-model contrast beside its sensitivity "
+                "intervals (95%; one-sided hypotheses: lower bound)",
+                ["hypothesis", "contrast", "registered (z)", *SENSITIVITY_MODELS.values(),
+                 "bootstrap over probes", "sensitivity supports the verdict?"], rows)]
+        mrows = []
+        for name, label in SENSITIVITY_MODELS.items():
+            entry = _obj(_obj(v.get("models")).get(name))
+            if not entry.get("fitted"):
+                mrows.append([label, f"no: {entry.get('reason')}", "–", "–", "–"])
+                continue
+            lrt = (f"chi2 {_fmt(entry.get('lrt_chi2'))}, p {_p(entry.get('lrt_p'))}"
+                   if "lrt_chi2" in entry else "–")  # fmt: skip
+            mrows.append([label, "yes", ", ".join(f"{k} {_fmt(x)}" for k, x in
+                                                  _obj(entry.get("variances")).items()),
+                          _fmt(entry.get("log_likelihood")), lrt])  # fmt: skip
+        out.append((f"{SENSITIVITY}: the models (REML, groups {v.get('group_col')})",
+                    ["model", "fitted", "variance components", "log-likelihood",
+                     "probe-by-arm vs registered (LRT, boundary-corrected)"], mrows))
+        return out
+
+    def _sensitivity_blocks(self) -> list[tuple[str, str]]:
+        result = self.result("sensitivity.lmm")
+        if result is None:
+            return []
+        out = [("h3", SENSITIVITY)]
+        if result.get("status") != "ok":
+            return [*out, ("p", self._failed_text(result))]
+        for c in _obj(result.get("values")).get("contrasts") or []:
+            if _obj(c).get("flag"):
+                out.append(("p", str(_obj(c)["flag"])))
         return out
 
     def _exploratory_tables(self) -> list[tuple[str, list[str], list[list[str]]]]:
@@ -665,7 +763,7 @@ class _Expect:
             if r is None:
                 continue
             if r.get("status") != "ok":
-                rows.append([arm, f"not computed: {_cell(r.get('error'))}", "", "", "", ""])
+                rows.append([arm, f"not computed: {_cell(r.get('error'))}", "", "", "", "", ""])
                 continue
             v = _obj(r.get("values"))
             share, chi = _obj(v.get("canonical_right_share")), _obj(v.get("error_chi_square"))
@@ -677,10 +775,14 @@ class _Expect:
                          f"{_pct(share.get('upper'))}), n={share.get('n', 0)}" if share else "–",
                          _cell(chi.get("error") or (f"chi2 {_fmt(chi.get('chi2'))}, p "
                                                     f"{_p(chi.get('p'))}" if chi else "–")),
+                         _chi_text(v.get("error_chi_square_excluding_truth")),
                          f"TVD {_fmt(bias.get('tvd'))}" if bias else "–"])  # fmt: skip
         out.append((f"{EXPLORATORY}: error phenotype (wrong answers that name an orientation)",
                     ["arm", "accuracy", "error directions",
-                     "share of errors answering RIGHT (95% CI)", "errors uniform? (chi-square)",
+                     "share of errors answering RIGHT (Wilson 95% CI, errors as independent: "
+                     "descriptive)",
+                     "errors uniform over all labels? (chi-square; the paper's null, replicated)",
+                     "errors uniform over the wrong labels? (chi-square, true label excluded)",
                      "answer vs truth distribution"], rows))  # fmt: skip
         rows = []
         for r in self.results:
@@ -689,10 +791,13 @@ class _Expect:
                 continue
             name = rid.removeprefix("exploratory.pair.")
             if r.get("status") != "ok":
-                rows.append([name, f"not computed: {r.get('error')}", "", "", "", ""])
+                rows.append([name, f"not computed: {r.get('error')}", "", "", "", "", ""])
                 continue
             v = _obj(r.get("values"))
             mc, flip = _obj(v.get("mcnemar")), _obj(v.get("flip_rate"))
+            nc = v.get("newcombe")
+            newcombe = (f"{_pp(nc.get('estimate'))} ({_pp(nc.get('lower'))} to "
+                        f"{_pp(nc.get('upper'))})" if isinstance(nc, dict) else "–")
             it, pt, boot = (_obj(v.get(k)) for k in ("independent_t", "paired_t",
                                                       "bootstrap_diff"))  # fmt: skip
             rows.append([
@@ -702,10 +807,13 @@ class _Expect:
                 f"{_pp(it.get('difference'))}, p {_p(it.get('p'))}" if it else "–",
                 f"{_pp(pt.get('difference'))}, p {_p(pt.get('p'))}" if pt else "–",
                 f"{_pp(boot.get('estimate'))} ({_pp(boot.get('lower'))} to "
-                f"{_pp(boot.get('upper'))})" if boot else "–"])  # fmt: skip
+                f"{_pp(boot.get('upper'))})" if boot else "–", newcombe])  # fmt: skip
         out.append((f"{EXPLORATORY}: paired-arm metrics (two-sided p, not adjusted)",
-                    ["pair a-b", "McNemar", "answer flip rate", "Welch t",
-                     "paired t (per stimulus)", "bootstrap difference (95% CI)"], rows))
+                    ["pair a-b", "McNemar (items as independent: descriptive)",
+                     "answer flip rate", "Welch t",
+                     "paired t (per stimulus)", "bootstrap difference (95% CI)",
+                     "Newcombe 95% CI of the difference (one answer per trial; – for charts)"],
+                    rows))
         rows = []
         for r in self.results:
             rid = str(r.get("id", ""))
@@ -818,12 +926,14 @@ class _Expect:
         out += self._model_blocks(model)
         for name in self.models:
             out += self._model_blocks(self.result(f"model.lmm@{name}"))
+        out += self._sensitivity_blocks()
         out += [("h2", EXPLORATORY),
                 ("p", "None of these results was pre-registered. They describe the data and may "
                       "suggest hypotheses for a future study; they decide nothing."),
                 ("h3", f"{EXPLORATORY}: error phenotype by arm {EXPLORATORY}"),
                 ("h3", f"{EXPLORATORY}: paired-arm metrics {EXPLORATORY}"),
-                ("h3", f"{EXPLORATORY}: accuracy with a clustered bootstrap {EXPLORATORY}")]
+                ("h3", f"{EXPLORATORY}: accuracy with a bootstrap over trials (probes are not "
+                       f"resampled) {EXPLORATORY}")]
         by_model = self.result("exploratory.arm_by_model")
         if by_model is not None:
             out.append(("h3", f"{EXPLORATORY}: does the arm effect differ between models? "

@@ -1,0 +1,152 @@
+"""The tumbling-E template follows the PROMPT paper's Experiment 1 plan (issue 19).
+
+The paper (Statistical Analysis, Results): the main LMM on arms A-C with probe as random
+intercept and a one-sided z test; a paired t-test on 180 trials paired by (probe, replicate);
+per-probe dismantling E - D on the probes LEFT, UP and DOWN with Bonferroni x3, plus a pooled
+LMM over those three probes; A - E equivalence below 10 pp. Every choice of the template's own
+is a declared deviation. Also the strict validation of the new spec fields, and a pairing key
+that does not pair.
+"""
+
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from analysis.analyze import Dataset, hypothesis_results
+from runner.spec import SpecError, load_study
+from verify import _science as vsci
+
+SEED = Path(__file__).resolve().parents[1] / ".." / "shared" / "seeds" / "000_430eb21b5fed3159.txt"
+
+
+def test_the_template_registers_the_papers_plan(study_template: Path) -> None:
+    study = load_study(study_template)
+    by_id = {h.id: h for h in study.hypotheses}
+    assert study.analysis["model_arms"] == ["A", "B", "C"]  # "Arms A-C" (Methods)
+    h1 = by_id["H1"]
+    assert (h1.test, h1.contrast, h1.sides, h1.stimuli) == ("lmm", ("A", "B"), "one-sided", None)
+    paired = by_id["H1-paired"]
+    assert paired.test == "paired-t" and paired.pairing == ("stimulus", "rep")
+    assert by_id["H2"].contrast == ("B", "C") and by_id["H2"].test == "lmm"
+    assert by_id["H3"].test == "equivalence" and by_id["H3"].margin_pp == 10
+    probes = [by_id[f"H4-{p}"] for p in ("left", "up", "down")]
+    assert [h.stimuli for h in probes] == [("uniform-left",), ("uniform-up",), ("uniform-down",)]
+    assert {(h.contrast, h.correction, h.family, h.sides) for h in probes} == {
+        (("E", "D"), "bonferroni", "dismantling", "one-sided")}
+    family = [h for h in study.hypotheses if h.family == "dismantling"]
+    assert family == probes  # Bonferroni x3, the pooled model is not in the family
+    pooled = by_id["H4-pooled"]
+    assert pooled.test == "lmm" and pooled.stimuli == ("uniform-left", "uniform-up",
+                                                       "uniform-down")  # fmt: skip
+    assert "H5" not in by_id  # A - D is not a contrast of the paper
+    assert [d["id"] for d in study.deviations] == ["D1", "D2", "D3", "D4"]
+    assert all(d["reason"] and d["choice"] and d["source"] for d in study.deviations)
+    if SEED.is_file():  # the probes the paper names for E - D
+        text = SEED.read_text("utf-8")
+        assert "E–D was +85.2 percentage points on LEFT, +46.7 on UP, and +90.0 on DOWN" in text
+        assert "paired t-test using 180 probe-matched pairs" in text
+
+
+def test_the_locked_protocol_carries_the_new_fields_only_when_set(study_template: Path) -> None:
+    study = load_study(study_template)
+    locked = {h.id: h.locked() for h in study.hypotheses}
+    assert "stimuli" not in locked["H1"] and "pairing" not in locked["H1"]
+    assert locked["H4-pooled"]["stimuli"] == ["uniform-left", "uniform-up", "uniform-down"]
+    assert locked["H1-paired"]["pairing"] == ["stimulus", "rep"]
+
+
+@pytest.fixture
+def spec(study_template: Path, tmp_path: Path) -> Path:
+    root = tmp_path / "study"
+    shutil.copytree(study_template, root)
+    return root
+
+
+def _edit(root: Path, old: str, new: str) -> None:
+    path = root / "study.toml"
+    text = path.read_text("utf-8")
+    assert old in text, old
+    path.write_text(text.replace(old, new, 1), "utf-8")
+
+
+@pytest.mark.parametrize(
+    ("old", "new", "field", "words"),
+    [
+        ('stimuli = ["uniform-left"]', 'stimuli = ["uniform-sideways"]',
+         "hypotheses[4].stimuli", "unknown stimulus 'uniform-sideways'"),
+        ('stimuli = ["uniform-left"]', "stimuli = []", "hypotheses[4].stimuli",
+         "non-empty list"),
+        ('stimuli = ["uniform-left"]', 'stimuli = ["uniform-left", "uniform-left"]',
+         "hypotheses[4].stimuli", "twice"),
+        ('pairing = ["stimulus", "rep"]', 'pairing = ["rep"]', "hypotheses[1].pairing",
+         "must be"),
+        ('test = "independent-t"\nstimuli = ["uniform-left"]',
+         'test = "independent-t"\npairing = ["stimulus", "rep"]\nstimuli = ["uniform-left"]',
+         "hypotheses[4].pairing", "'paired-t' only"),
+        ('model_arms = ["A", "B", "C"]', 'model_arms = ["A", "Z"]', "analysis.model_arms",
+         "unknown arm 'Z'"),
+        ('model_arms = ["A", "B", "C"]', 'model_arms = ["A", "B"]', "hypotheses[2].contrast",
+         "analysis.model_arms"),
+        ('reason = "Locked here so every exploratory bootstrap is reproducible."', "",
+         "deviations[3].reason", "non-empty string"),
+        ('id = "D2"', 'id = "D1"', "deviations[1].id", "duplicate deviation id"),
+    ],
+)  # fmt: skip
+def test_new_fields_are_validated_strictly(spec: Path, old: str, new: str, field: str,
+                                           words: str) -> None:  # fmt: skip
+    _edit(spec, old, new)
+    with pytest.raises(SpecError) as info:
+        load_study(spec)
+    text = str(info.value)
+    assert field in text and words in text, text
+
+
+def test_an_unknown_key_in_a_deviation_is_refused(spec: Path) -> None:
+    _edit(spec, 'id = "D4"', 'id = "D4"\nseverity = "minor"')
+    with pytest.raises(SpecError) as info:
+        load_study(spec)
+    assert "severity" in str(info.value) and "[[deviations]]" in str(info.value)
+
+
+def _dataset(reps: dict[str, int]) -> Dataset:
+    rng = np.random.default_rng(9)
+    rows = []
+    for arm, n in reps.items():
+        for s in ("s1", "s2", "s3"):
+            for r in range(1, n + 1):
+                rows.append({"trial": f"{arm}|{s}|{r}", "arm": arm, "model": "", "stimulus": s,
+                             "rep": r, "accuracy": float(rng.uniform(0, 1)), "control": False,
+                             "excluded": False, "status": "ok"})  # fmt: skip
+    items = pd.DataFrame(columns=["trial", "arm", "model", "stimulus", "rep", "row", "position",
+                                  "truth", "answer", "correct"])  # fmt: skip
+    return Dataset(pd.DataFrame(rows), items, tuple(reps), (), "0" * 64)
+
+
+PLAN = {
+    "arms": {"A": {"role": "full"}, "B": {"role": "matched-control"}},
+    "design": {"bootstrap_iterations": 100, "bootstrap_seed": 1},
+    "hypotheses": [{"id": "P", "description": "paired", "contrast": ["A", "B"],
+                    "test": "paired-t", "pairing": ["stimulus", "rep"], "sides": "two-sided",
+                    "alpha": 0.05}],
+}  # fmt: skip
+
+
+def test_a_pairing_key_that_does_not_pair_fails_the_hypothesis_clearly() -> None:
+    ok = hypothesis_results(_dataset({"A": 3, "B": 3}), PLAN, None)[0]
+    assert ok.status == "ok" and (ok.values or {})["n_x"] == 9  # 3 stimuli x 3 replicates
+    assert (ok.values or {})["df"] == 8 and (ok.values or {})["pairing"] == ["stimulus", "rep"]
+    bad = hypothesis_results(_dataset({"A": 3, "B": 2}), PLAN, None)[0]
+    assert bad.status == "failed" and bad.verdict == "not computed"
+    assert "does not pair: arm A has replicate 3 of stimulus 's1' and arm B does not" in str(
+        bad.error)
+    assert "3 unpaired trials" in str(bad.error)
+    # the verifier's mirror refuses the same data
+    trials = _dataset({"A": 3, "B": 2}).trials.to_dict("records")
+    ds = vsci._Dataset(trials, [], ["A", "B"], [], "0" * 64)
+    with pytest.raises(vsci.st.StatError, match="does not pair"):
+        vsci._pairs_by_trial(ds, "A", "B")

@@ -1,0 +1,305 @@
+"""Sensitivity analyses beside the registered mixed model (``analysis/sensitivity.py``).
+
+Satterthwaite degrees of freedom against the closed forms of balanced designs, the REML fits
+against statsmodels and the verifier's independent REML, the cluster bootstrap against its
+documented draw order, and the bad inputs of issue 19: a probe-by-arm model that cannot be
+fitted, arms at ceiling, all arms at ceiling.
+"""
+
+from __future__ import annotations
+
+import math
+import warnings
+from typing import Any
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from analysis import sensitivity as sens
+from analysis.analyze import Dataset, Result, fit_model, hypothesis_results, sensitivity_lmm
+from verify import _restats as vst
+from verify._reml import RemlModel
+
+
+def _balanced(seed: int, probes: int = 6, arms: str = "ABC", reps: int = 4,
+              sd_cell: float = 0.2) -> dict[str, Any]:  # fmt: skip
+    rng = np.random.default_rng(seed)
+    g, arm, y = [], [], []
+    for j in range(probes):
+        u = rng.normal(0, 0.3)
+        for k, a in enumerate(arms):
+            w = rng.normal(0, sd_cell)
+            for _ in range(reps):
+                g.append(f"p{j}")
+                arm.append(a)
+                y.append(0.1 * k + u + w + rng.normal(0, 0.1))
+    x = np.column_stack([np.ones(len(y))] + [[v == b for v in arm] for b in arms[1:]])
+    return {"y": np.array(y), "x": x.astype(float), "g": g, "arm": arm,
+            "cell": [f"{p}|{a}" for p, a in zip(g, arm, strict=True)]}  # fmt: skip
+
+
+def test_satterthwaite_df_match_closed_forms_of_balanced_designs() -> None:
+    d = _balanced(0)
+    n, probes, arms = d["y"].size, 6, 3
+    one = [""] * n
+    arm_b = np.array([0.0, 1.0, 0.0])
+    # split-plot: probe x arm random effect, arm contrast on (G - 1)(a - 1) df
+    split = sens.fit_reml(d["y"], d["x"], d["g"], [d["g"], d["cell"]], one,
+                          ["group", "group_by_arm", "residual"])  # fmt: skip
+    got = sens.satterthwaite_contrast(split, arm_b, "two-sided")
+    assert got["df"] == pytest.approx((probes - 1) * (arms - 1), rel=1e-4)
+    # random intercept only: the arm contrast rests on the within-probe residual, N - G - a + 1
+    ri = sens.fit_reml(d["y"], d["x"], d["g"], [d["g"]], one, ["group", "residual"])
+    assert sens.satterthwaite_contrast(ri, arm_b, "two-sided")["df"] == pytest.approx(
+        n - probes - arms + 1, rel=1e-4
+    )
+    # balanced one-way random effects: the grand mean on G - 1 df
+    ones = np.ones((n, 1))
+    oneway = sens.fit_reml(d["y"], ones, d["g"], [d["g"]], one, ["group", "residual"])
+    c = sens.satterthwaite_contrast(oneway, np.array([1.0]), "two-sided")
+    assert c["df"] == pytest.approx(probes - 1, rel=1e-4)
+    # and the one-way t interval is then exactly the t interval of the probe means
+    means = pd.Series(d["y"]).groupby(d["g"]).mean()
+    half = float(np.std(means, ddof=1) / math.sqrt(probes))
+    assert c["se"] == pytest.approx(half, rel=1e-6)
+    # the verifier's own Satterthwaite (numerical derivatives of another REML code) agrees
+    model = RemlModel(d["y"], d["x"], d["g"], [d["g"], d["cell"]])
+    mine = vst.satterthwaite(model, split.params, arm_b, "two-sided")
+    assert mine["df"] == pytest.approx(got["df"], rel=1e-4)
+    assert mine["p"] == pytest.approx(got["p"], rel=1e-4)
+
+
+def test_probe_by_arm_fit_matches_statsmodels_and_the_verifier() -> None:
+    import statsmodels.formula.api as smf
+
+    d = _balanced(1)
+    df = pd.DataFrame({"y": d["y"], "arm": d["arm"], "g": d["g"]})
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        ref = smf.mixedlm("y ~ arm", df, groups="g", re_formula="1",
+                          vc_formula={"cell": "0 + C(arm)"}).fit(reml=True)  # fmt: skip
+    fit = sens.fit_reml(d["y"], d["x"], d["g"], [d["g"], d["cell"]], [""] * len(d["g"]),
+                        ["group", "group_by_arm", "residual"])  # fmt: skip
+    assert fit.loglik >= float(ref.llf) - 1e-7
+    assert fit.params == pytest.approx(
+        [float(np.asarray(ref.cov_re)[0, 0]), float(ref.vcomp[0]), float(ref.scale)], rel=1e-3
+    )
+    assert fit.beta == pytest.approx(np.asarray(ref.fe_params), rel=1e-5)
+    verifier = RemlModel(d["y"], d["x"], d["g"], [d["g"], d["cell"]], d["arm"])
+    het = sens.fit_reml(d["y"], d["x"], d["g"], [d["g"], d["cell"]], d["arm"],
+                        ["group", "group_by_arm", "rA", "rB", "rC"])  # fmt: skip
+    assert verifier.loglik(het.params) == pytest.approx(het.loglik, abs=1e-9)
+    assert het.loglik >= verifier.maximise().loglik - 1e-6
+
+
+def test_cluster_bootstrap_follows_the_documented_draw_order() -> None:
+    diffs = np.array([0.1, 0.3, -0.2, 0.05, 0.4])
+    got = sens.cluster_bootstrap(diffs, 500, 7, "two-sided")
+    rng = np.random.Generator(np.random.PCG64(7))
+    reps = np.array([diffs[rng.integers(0, 5, size=5)].mean() for _ in range(500)])
+    assert (got["lower"], got["upper"]) == tuple(np.quantile(reps, [0.025, 0.975]))
+    one = sens.cluster_bootstrap(diffs, 500, 7, "one-sided")
+    assert one["lower"] == np.quantile(reps, 0.05) and one["upper"] == math.inf
+    mirror = vst.probe_bootstrap(list(diffs), 500, 7, "two-sided")
+    assert (mirror["lower"], mirror["upper"]) == (got["lower"], got["upper"])
+
+
+# ------------------------------------------------------------------------------ the result
+
+PLAN: dict[str, Any] = {
+    "arms": {"A": {"role": "full"}, "B": {"role": "matched-control"}, "C": {"role": "vehicle"}},
+    "design": {"bootstrap_iterations": 200, "bootstrap_seed": 5},
+    "analysis": {"random_intercept": "stimulus"},
+    "hypotheses": [
+        {"id": "H1", "description": "A beats B", "contrast": ["A", "B"], "test": "lmm",
+         "sides": "one-sided", "alpha": 0.05},
+        {"id": "H2", "description": "B vs C", "contrast": ["B", "C"], "test": "lmm",
+         "sides": "two-sided", "alpha": 0.05},
+    ],
+}  # fmt: skip
+
+
+def _dataset(rows: list[tuple[str, str, int, float]]) -> Dataset:
+    trials = pd.DataFrame(
+        [{"trial": f"{a}|{s}|{r}", "arm": a, "model": "", "stimulus": s, "rep": r,
+          "accuracy": acc, "control": False, "excluded": False, "status": "ok"}
+         for a, s, r, acc in rows]
+    )
+    items = pd.DataFrame(columns=["trial", "arm", "model", "stimulus", "rep", "row", "position",
+                                  "truth", "answer", "correct"])  # fmt: skip
+    return Dataset(trials, items, ("A", "B", "C"), (), "0" * 64)
+
+
+def _rows(seed: int, probes: int = 5, reps: int = 3, ceiling: str = "") -> list[Any]:
+    rng = np.random.default_rng(seed)
+    out = []
+    for j in range(probes):
+        u = rng.normal(0, 0.1)
+        for a, m in (("A", 0.9), ("B", 0.5), ("C", 0.6)):
+            w = rng.normal(0, 0.1)
+            for r in range(reps):
+                acc = 1.0 if a in ceiling else float(np.clip(m + u + w + rng.normal(0, .1), 0, 1))
+                out.append((a, f"s{j}", r + 1, acc))
+    return out
+
+
+def _run(ds: Dataset) -> tuple[Result, list[Result], Result | None]:
+    model, fit = fit_model(ds, PLAN)
+    tested = hypothesis_results(ds, PLAN, fit)
+    return model, tested, sensitivity_lmm(ds, PLAN, fit, tested)
+
+
+def test_sensitivity_result_sits_beside_the_registered_verdicts() -> None:
+    _, tested, result = _run(_dataset(_rows(3)))
+    assert result is not None and result.status == "ok" and result.label == "sensitivity"
+    v = result.values or {}
+    assert [c["hypothesis"] for c in v["contrasts"]] == ["H1", "H2"]
+    for c, h in zip(v["contrasts"], tested, strict=True):
+        assert c["registered_verdict"] == h.verdict  # copied, never changed
+        assert c["as_registered"]["estimate"] == (h.values or {})["estimate"]
+        for name in ("registered", "probe_by_arm", "probe_by_arm_arm_residual"):
+            assert c[name]["estimate"] == pytest.approx(c["as_registered"]["estimate"], abs=0.05)
+            assert c[name]["df"] > 0
+        assert c["cluster_bootstrap"]["n_clusters"] == 5
+        if c["registered_verdict"] == "supported" and c["supports"] is False:
+            assert "not under" in c["flag"]
+    assert v["models"]["probe_by_arm"]["fitted"] is True
+    assert v["models"]["probe_by_arm"]["lrt_p"] <= 1.0
+
+
+@pytest.mark.parametrize(
+    ("rows", "reason"),
+    [
+        (lambda: [r for r in _rows(4) if r[1] in ("s0", "s1")], "at least 3 probes"),
+        (lambda: [r for r in _rows(4) if not (r[1] == "s2" and r[0] != "A")],
+         "probe 's2' has trials in one arm only (A)"),
+        (lambda: [r for r in _rows(4) if r[2] == 1], "no probe × arm cell has two trials"),
+    ],
+)  # fmt: skip
+def test_probe_by_arm_model_that_cannot_be_fitted_says_why(rows: Any, reason: str) -> None:
+    model, tested, result = _run(_dataset(rows()))
+    assert result is not None and result.status == "ok"
+    v = result.values or {}
+    for name in ("probe_by_arm", "probe_by_arm_arm_residual"):
+        assert v["models"][name]["fitted"] is False
+        assert reason in v["models"][name]["reason"]
+    for c, h in zip(v["contrasts"], tested, strict=True):
+        assert c["probe_by_arm"] is None and c["primary"] is None and c["supports"] is None
+        assert c["registered_verdict"] == h.verdict
+    # the registered results are those of a run without any sensitivity analysis
+    again_model, again = fit_model(_dataset(rows()), PLAN)
+    assert again_model.values == model.values and again is not None
+
+
+def test_an_arm_at_ceiling_leaves_the_per_arm_residual_model_unfitted() -> None:
+    _, tested, result = _run(_dataset(_rows(5, ceiling="A")))
+    assert result is not None and result.status == "ok"
+    v = result.values or {}
+    het = v["models"]["probe_by_arm_arm_residual"]
+    assert het["fitted"] is False and "arm A has zero residual variance" in het["reason"]
+    assert v["models"]["probe_by_arm"]["fitted"] is True
+    assert all(c["primary"] == "probe_by_arm" for c in v["contrasts"])
+    assert all(t.status == "ok" for t in tested)
+
+
+def test_all_arms_at_ceiling_fail_cleanly_with_the_registered_model() -> None:
+    model, tested, result = _run(_dataset(_rows(6, ceiling="ABC")))
+    assert model.status == "failed" and "zero variance" in str(model.error)
+    assert all(t.verdict == "not computed" for t in tested)
+    assert result is not None and result.status == "failed"
+    assert "registered mixed model could not be fitted" in str(result.error)
+
+
+# ------------------------------------------------------------------------------ clustered intervals
+
+
+def test_cluster_proportion_matches_statsmodels_cluster_robust_mean() -> None:
+    import statsmodels.api as sm
+    from scipy import stats as sps
+
+    from analysis import stats as ast
+
+    rng = np.random.default_rng(4)
+    groups, ys = [], []
+    for j in range(6):
+        p = rng.uniform(0.3, 0.95)
+        for _ in range(int(rng.integers(40, 80))):
+            groups.append(j)
+            ys.append(float(rng.uniform() < p))
+    y = np.array(ys)
+    g = np.array(groups)
+    ref = sm.OLS(y, np.ones_like(y)).fit(cov_type="cluster", cov_kwds={"groups": g})
+    correct = [int(y[g == j].sum()) for j in range(6)]
+    n = [int((g == j).sum()) for j in range(6)]
+    got = ast.cluster_proportion(correct, n)
+    assert got["estimate"] == pytest.approx(float(ref.params[0]), rel=1e-12)
+    assert got["se"] == pytest.approx(float(ref.bse[0]), rel=1e-10)
+    q = sps.t.ppf(0.975, 5)
+    assert got["lower"] == pytest.approx(got["estimate"] - q * got["se"], rel=1e-12)
+    assert got["df"] == 5
+    # wider than the Wilson interval that treats items as independent
+    wilson = ast.wilson(sum(correct), sum(n))
+    assert got["upper"] - got["lower"] > wilson.upper - wilson.lower
+    mirror = vst.cluster_proportion(correct, n)
+    assert mirror["se"] == pytest.approx(got["se"], rel=1e-12)
+    one = ast.cluster_proportion([3], [10])
+    assert one["lower"] is None and "fewer than two clusters" in one["note"]
+
+
+def test_error_null_excludes_the_true_direction() -> None:
+    from analysis import stats as ast
+
+    labels = ("UP", "RIGHT", "DOWN", "LEFT")
+    # every error of an UP glyph is RIGHT, DOWN or LEFT, each with 1/3 under the null
+    assert ast.error_null_excluding_truth(["UP"], labels) == pytest.approx([0, 1 / 3, 1 / 3, 1 / 3])
+    shares = ast.error_null_excluding_truth(["UP", "UP", "RIGHT", "LEFT"], labels)
+    assert shares == pytest.approx([2 / 12, 3 / 12, 4 / 12, 3 / 12])
+    assert sum(shares) == pytest.approx(1.0)
+    counts = [0, 30, 5, 5]
+    chi = ast.chi_square_gof(counts, shares)
+    from scipy import stats as sps
+
+    expected = np.array(shares) * 40
+    mask = expected > 0
+    ref = sps.chisquare(np.array(counts)[mask], expected[mask])
+    assert chi.chi2 == pytest.approx(float(ref.statistic), rel=1e-12)
+    assert vst.error_null_excluding_truth(["UP", "UP", "RIGHT", "LEFT"], labels) == \
+        pytest.approx(shares)  # fmt: skip
+
+
+def test_newcombe_hybrid_score_interval_matches_statsmodels() -> None:
+    from statsmodels.stats.proportion import confint_proportions_2indep
+
+    from analysis import stats as ast
+
+    for x1, n1, x2, n2 in ((47, 64, 38, 64), (0, 10, 3, 10), (16, 16, 10, 16), (5, 40, 9, 31)):
+        got = ast.newcombe_diff(x1, n1, x2, n2)
+        lo, hi = confint_proportions_2indep(x1, n1, x2, n2, method="newcomb", compare="diff")
+        assert (got["lower"], got["upper"]) == pytest.approx((lo, hi), rel=1e-10, abs=1e-12)
+        assert got["estimate"] == pytest.approx(x1 / n1 - x2 / n2)
+        mirror = vst.newcombe_diff(x1, n1, x2, n2)
+        assert (mirror["lower"], mirror["upper"]) == pytest.approx((lo, hi), rel=1e-10, abs=1e-12)
+
+
+def test_one_sided_lmm_hypotheses_carry_the_two_sided_interval() -> None:
+    _, tested, _ = _run(_dataset(_rows(3)))
+    h1 = tested[0].values or {}
+    assert h1["sides"] == "one-sided" and h1["upper"] is None  # +inf, cleaned
+    lo, hi = h1["ci_two_sided"]
+    assert lo < h1["estimate"] < hi
+    assert hi - h1["estimate"] == pytest.approx(h1["estimate"] - lo)
+    assert (hi - lo) / 2 == pytest.approx(1.959963984540054 * h1["se"], rel=1e-9)
+    assert lo < h1["lower"]  # the one-sided bound is the tighter one
+    assert "ci_two_sided" not in (tested[1].values or {})  # H2 is two-sided already
+
+
+def test_probes_too_large_for_the_dense_fit_are_not_fitted(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(sens, "MAX_GROUP_ROWS", 5)
+    _, tested, result = _run(_dataset(_rows(3)))
+    v = (result.values if result is not None else None) or {}
+    for name in ("registered", "probe_by_arm", "probe_by_arm_arm_residual"):
+        assert v["models"][name]["fitted"] is False
+        assert "more than the 5 the dense sensitivity fit handles" in v["models"][name]["reason"]
+    assert all(c["registered"] is None and c["cluster_bootstrap"] for c in v["contrasts"])
+    assert all(t.status == "ok" for t in tested)

@@ -1,0 +1,376 @@
+"""The verifier's own REML, in numpy and scipy only (``docs/statistics.md`` §"Mixed model").
+
+A linear mixed model whose covariance is block-diagonal by a grouping factor (the probe):
+
+``V = R + Z·G·Zᵀ``, ``R = diag(φ_r(i))`` (one residual variance, or one per residual class such
+as the arm), ``G = diag(θ_k(c))`` (one variance per random-effect term ``k``: the group
+intercept, the group-by-arm cell, ...), ``Z`` the 0/1 indicators of each term's clusters, every
+cluster nested in one group. With ``L = G^½`` and per group ``M_j = I + L·Z_jᵀR_j⁻¹Z_j·L``:
+
+* ``V_j⁻¹ = R_j⁻¹ − R_j⁻¹Z_j·L·M_j⁻¹·L·Z_jᵀR_j⁻¹`` (Woodbury; a zero variance is allowed),
+* ``log|V_j| = log|R_j| + log|M_j|``,
+* ``l_R = −½[log|V| + log|XᵀV⁻¹X| + yᵀV⁻¹y − bᵀβ̂ + (n − p)·log 2π]`` with ``b = XᵀV⁻¹y``,
+  ``β̂ = (XᵀV⁻¹X)⁻¹b``; the covariance of ``β̂`` is ``(XᵀV⁻¹X)⁻¹``, the inverse of the negative
+  Hessian of the log-likelihood in ``β``.
+
+Everything that depends on the variances is computed from per-group sums, so no ``n × n``
+matrix is formed. It imports nothing from ``ledger``, ``runner`` or ``analysis``, and no
+statsmodels: the verifier's check of a recorded mixed model must not share the writer's
+optimiser.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+from numpy.typing import NDArray
+from scipy import optimize
+
+__all__ = ["RemlModel", "RemlPoint", "check_point"]
+
+Floats = NDArray[np.float64]
+
+STATIONARY_TOL = 1e-6
+"""Largest Newton decrement ``½·gᵀ(−H)⁻¹g`` (log-likelihood units) of a stationary point."""
+OPTIMUM_TOL = 1e-6
+"""How far (log-likelihood units) a recorded point may fall short of the verifier's optimum."""
+BOUNDARY_FRACTION = 1e-6
+"""A variance at or below this fraction of the outcome variance is on the boundary (zero)."""
+
+
+def _codes(values: Sequence[Any]) -> tuple[NDArray[np.intp], list[str]]:
+    labels = sorted({str(v) for v in values})
+    index = {v: i for i, v in enumerate(labels)}
+    return np.asarray([index[str(v)] for v in values], dtype=np.intp), labels
+
+
+@dataclass
+class RemlPoint:
+    """A REML log-likelihood and the fixed effects at one point of the variance parameters."""
+
+    params: Floats
+    loglik: float
+    beta: Floats
+    cov: Floats
+
+
+class RemlModel:
+    """``y = Xβ + Zu + e`` with block-diagonal ``V`` (see the module docstring).
+
+    ``groups`` gives the blocks; ``terms`` the cluster label of every row for each random
+    effect (each cluster inside one group; the group itself is the random intercept);
+    ``resid_classes`` the residual class of every row (``None``: one residual variance). The
+    parameters are ``(θ_1..θ_K, φ_1..φ_R)``: term variances, then residual variances (classes
+    in sorted order).
+    """
+
+    def __init__(
+        self,
+        y: Any,
+        exog: Any,
+        groups: Sequence[Any],
+        terms: Sequence[Sequence[Any]],
+        resid_classes: Sequence[Any] | None = None,
+    ) -> None:
+        yv = np.asarray(y, dtype=np.float64)
+        x = np.asarray(exog, dtype=np.float64)
+        n, p = x.shape
+        self.n, self.p = n, p
+        if n == 0 or not np.all(x[:, 0] == 1.0):
+            raise ValueError("the first column of the design must be the intercept")
+        self.mean = float(np.mean(yv))
+        self.yc = yv - self.mean  # REML is invariant to y + Xb: centred against cancellation
+        self.total_var = float(np.var(yv, ddof=1)) if n > 1 else 0.0
+        gcode, glabels = _codes(groups)
+        self.n_groups = len(glabels)
+        rcode, rlabels = _codes(resid_classes if resid_classes is not None else [""] * n)
+        self.resid_labels = rlabels
+        self.k = len(terms)
+        self.r = len(rlabels)
+        # columns of Z per group: every (term, cluster) in the group, padded to the same width
+        cols: list[list[tuple[int, str]]] = [[] for _ in range(self.n_groups)]
+        col_of_row = np.zeros((self.k, n), dtype=np.intp)
+        for k, labels in enumerate(terms):
+            seen: dict[tuple[int, str], int] = {}
+            for i, lab in enumerate(labels):
+                key = (int(gcode[i]), f"{k}\x00{lab}")
+                if key not in seen:
+                    seen[key] = len(cols[key[0]])
+                    cols[key[0]].append((k, str(lab)))
+                col_of_row[k, i] = seen[key]
+        q = max((len(c) for c in cols), default=0)
+        self.q = q
+        self.term_of_col = np.full((self.n_groups, q), -1, dtype=np.intp)
+        for j, group_cols in enumerate(cols):
+            for m, (k, _) in enumerate(group_cols):
+                self.term_of_col[j, m] = k
+        z = np.zeros((n, q))
+        for k in range(self.k):
+            z[np.arange(n), col_of_row[k]] = 1.0
+        g, r = self.n_groups, self.r
+        self.zz = np.zeros((r, g, q, q))
+        self.zx = np.zeros((r, g, q, p))
+        self.zy = np.zeros((r, g, q))
+        self.xx = np.zeros((r, p, p))
+        self.xy = np.zeros((r, p))
+        self.yy = np.zeros(r)
+        self.nr = np.zeros(r)
+        for c in range(r):
+            rows = rcode == c
+            xr, yr, zr, gr = x[rows], self.yc[rows], z[rows], gcode[rows]
+            np.add.at(self.zz[c], gr, zr[:, :, None] * zr[:, None, :])
+            np.add.at(self.zx[c], gr, zr[:, :, None] * xr[:, None, :])
+            np.add.at(self.zy[c], gr, zr * yr[:, None])
+            self.xx[c] = xr.T @ xr
+            self.xy[c] = xr.T @ yr
+            self.yy[c] = float(yr @ yr)
+            self.nr[c] = float(rows.sum())
+        self.n_params = self.k + self.r
+        # per group: rows' X, each term's cluster column and the residual class (for the
+        # information matrix and dC/dθ of Satterthwaite, which form V_j densely)
+        self._groups = []
+        for j in range(g):
+            rows = np.flatnonzero(gcode == j)
+            self._groups.append((x[rows], col_of_row[:, rows], rcode[rows]))
+
+    def _derivative_blocks(self, j: int) -> list[Floats]:
+        """``∂V_j/∂θ_i`` for every parameter, dense (terms: same cluster; residuals: diagonal)."""
+        _, cols, cls = self._groups[j]
+        out = [np.equal.outer(cols[k], cols[k]).astype(np.float64) for k in range(self.k)]
+        out += [np.diag((cls == c).astype(np.float64)) for c in range(self.r)]
+        return out
+
+    def information(self, params: Any) -> tuple[Floats, list[Floats]]:
+        """The expected REML information ``½·tr(P·V_i·P·V_k)`` and ``∂C/∂θ_i = C·B_i·C``.
+
+        With ``P = V⁻¹ − U·C·Uᵀ``, ``U = V⁻¹X``, ``C = (XᵀV⁻¹X)⁻¹`` and ``B_i = UᵀV_iU``:
+        ``tr(PV_iPV_k) = Σ_j tr(V_j⁻¹V_ijV_j⁻¹V_kj) − 2·tr(C·UᵀV_kV⁻¹V_iU) + tr(C·B_i·C·B_k)``.
+        """
+        theta = np.asarray(params, dtype=np.float64)
+        pt = self.point(theta)
+        c = pt.cov
+        m = self.n_params
+        t1 = np.zeros((m, m))
+        a = np.zeros((m, m, self.p, self.p))
+        b = np.zeros((m, self.p, self.p))
+        for j, (xj, _, _) in enumerate(self._groups):
+            dv = self._derivative_blocks(j)
+            v = sum(t * d for t, d in zip(theta, dv, strict=True))
+            vi = np.linalg.inv(v)
+            u = vi @ xj
+            vd = [vi @ d for d in dv]
+            du = [d @ u for d in dv]
+            for i in range(m):
+                b[i] += u.T @ du[i]
+                for k in range(m):
+                    t1[i, k] += float(np.sum(vd[i] * vd[k].T))
+                    a[i, k] += du[k].T @ vi @ du[i]
+        info = np.zeros((m, m))
+        for i in range(m):
+            for k in range(m):
+                tr = t1[i, k] - 2 * float(np.trace(c @ a[i, k])) + float(
+                    np.trace(c @ b[i] @ c @ b[k]))
+                info[i, k] = 0.5 * tr
+        return info, [c @ b[i] @ c for i in range(m)]
+
+    # -------------------------------------------------------------------------- likelihood
+
+    def point(self, params: Any) -> RemlPoint:
+        """``l_R``, ``β̂`` and ``(XᵀV⁻¹X)⁻¹`` at ``params``; ``loglik = -inf`` where undefined."""
+        theta = np.asarray(params, dtype=np.float64)
+        bad = RemlPoint(theta, -math.inf, np.full(self.p, math.nan),
+                        np.full((self.p, self.p), math.nan))  # fmt: skip
+        if theta.size != self.n_params or not np.all(np.isfinite(theta)):
+            return bad
+        re, phi = theta[: self.k], theta[self.k :]
+        if np.any(re < 0) or np.any(phi <= 0):
+            return bad
+        w = 1.0 / phi
+        ztz = np.einsum("r,rgab->gab", w, self.zz)
+        ztx = np.einsum("r,rgap->gap", w, self.zx)
+        zty = np.einsum("r,rga->ga", w, self.zy)
+        xtx = np.einsum("r,rpq->pq", w, self.xx)
+        xty = np.einsum("r,rp->p", w, self.xy)
+        yty = float(w @ self.yy)
+        lam = np.where(self.term_of_col >= 0, np.sqrt(re[np.maximum(self.term_of_col, 0)]), 0.0)
+        m = np.eye(self.q)[None] + lam[:, :, None] * ztz * lam[:, None, :]
+        try:
+            chol = np.linalg.cholesky(m)
+        except np.linalg.LinAlgError:
+            return bad
+        logdet_v = float(self.nr @ np.log(phi)) + 2.0 * float(
+            np.sum(np.log(np.diagonal(chol, axis1=1, axis2=2)))
+        )
+        ux = lam[:, :, None] * ztx
+        uy = lam * zty
+        sx = np.linalg.solve(chol, ux)  # C⁻¹·L·ZᵀR⁻¹X per group
+        sy = np.linalg.solve(chol, uy[:, :, None])[:, :, 0]
+        a = xtx - np.einsum("gap,gaq->pq", sx, sx)
+        b = xty - np.einsum("gap,ga->p", sx, sy)
+        c = yty - float(np.sum(sy * sy))
+        try:
+            ca = np.linalg.cholesky(a)
+        except np.linalg.LinAlgError:
+            return bad
+        cov = np.linalg.inv(a)
+        cov = (cov + cov.T) / 2
+        beta = cov @ b
+        logdet_a = 2.0 * float(np.sum(np.log(np.diag(ca))))
+        quad = c - float(b @ beta)
+        beta[0] += self.mean
+        ll = -0.5 * (logdet_v + logdet_a + quad + (self.n - self.p) * math.log(2 * math.pi))
+        return RemlPoint(theta, ll if math.isfinite(ll) else -math.inf, beta, cov)
+
+    def loglik(self, params: Any) -> float:
+        """``l_R`` at ``params`` (``-inf`` outside the parameter space)."""
+        return self.point(params).loglik
+
+    # -------------------------------------------------------------------------- derivatives
+
+    def log_gradient_hessian(self, params: Any, free: Sequence[int]) -> tuple[Floats, Floats]:
+        """Gradient and Hessian of ``l_R`` in ``log`` of the ``free`` params.
+
+        Central differences with steps ``h = 2e-3`` and ``h/2``, combined by Richardson
+        extrapolation (error ``O(h⁴)``), so they agree with an analytic Hessian to ~1e-9.
+        """
+        theta = np.asarray(params, dtype=np.float64)
+        idx = list(free)
+        base = np.log(theta[idx])
+
+        def f(v: Floats) -> float:
+            t = theta.copy()
+            t[idx] = np.exp(v)
+            return self.loglik(t)
+
+        m = len(idx)
+        f0 = f(base)
+
+        def at(h: float) -> tuple[Floats, Floats]:
+            grad = np.zeros(m)
+            hess = np.zeros((m, m))
+            e = np.eye(m) * h
+            for i in range(m):
+                fp, fm = f(base + e[i]), f(base - e[i])
+                grad[i] = (fp - fm) / (2 * h)
+                hess[i, i] = (fp - 2 * f0 + fm) / h**2
+                for j in range(i):
+                    hess[i, j] = hess[j, i] = (
+                        f(base + e[i] + e[j]) - f(base + e[i] - e[j])
+                        - f(base - e[i] + e[j]) + f(base - e[i] - e[j])
+                    ) / (4 * h * h)  # fmt: skip
+            return grad, hess
+
+        g1, h1 = at(2e-3)
+        g2, h2 = at(1e-3)
+        return (4 * g2 - g1) / 3, (4 * h2 - h1) / 3
+
+    # -------------------------------------------------------------------------- optimisation
+
+    def starts(self) -> list[Floats]:
+        """Starting points: the outcome variance split between the terms and the residual."""
+        v = self.total_var if self.total_var > 0 else 1.0
+        out = []
+        for share in (0.1, 0.5, 0.9):
+            re = np.full(self.k, share * v / max(1, self.k))
+            out.append(np.concatenate([re, np.full(self.r, (1 - share) * v)]))
+        return out
+
+    def maximise(self) -> RemlPoint:
+        """The verifier's own REML maximum.
+
+        L-BFGS-B in ``s`` (``θ = s²``) from every start, then Newton steps in ``log θ`` on the
+        components away from zero.
+        """
+        best: RemlPoint | None = None
+        for start in self.starts():
+
+            def negative(s: Floats) -> float:
+                ll = self.loglik(s * s)
+                return -ll if math.isfinite(ll) else 1e300
+
+            res = optimize.minimize(
+                negative, np.sqrt(start), method="L-BFGS-B",
+                options={"maxiter": 2000, "ftol": 1e-15, "gtol": 1e-10},
+            )  # fmt: skip
+            cand = self.point(np.asarray(res.x) ** 2)
+            cand = self._polish(cand)
+            if best is None or cand.loglik > best.loglik:
+                best = cand
+        assert best is not None
+        return best
+
+    def _free(self, theta: Floats) -> list[int]:
+        floor = BOUNDARY_FRACTION * (self.total_var if self.total_var > 0 else 1.0)
+        return [i for i in range(self.n_params) if theta[i] > floor]
+
+    def _polish(self, pt: RemlPoint) -> RemlPoint:
+        for _ in range(20):
+            free = self._free(pt.params)
+            if not free or not math.isfinite(pt.loglik):
+                return pt
+            g, h = self.log_gradient_hessian(pt.params, free)
+            try:
+                step = np.linalg.solve(-h, g)
+            except np.linalg.LinAlgError:
+                return pt
+            if not np.all(np.isfinite(step)) or np.any(np.linalg.eigvalsh(-h) <= 0):
+                return pt
+            improved = False
+            for scale in (1.0, 0.5, 0.25, 0.125):
+                t = pt.params.copy()
+                t[free] = t[free] * np.exp(scale * step)
+                cand = self.point(t)
+                if cand.loglik >= pt.loglik:
+                    improved = cand.loglik > pt.loglik
+                    pt = cand
+                    break
+            if not improved or float(g @ step) < 1e-14:
+                return pt
+        return pt
+
+
+def check_point(model: RemlModel, params: Sequence[float]) -> tuple[RemlPoint, str | None]:
+    """Is ``params`` (recorded) a REML maximum? Returns the point and ``None``, or a reason.
+
+    The recorded point must be inside the parameter space, a stationary point in the
+    components away from zero (Newton decrement at most :data:`STATIONARY_TOL`, with a
+    negative definite Hessian there), and at least as likely as the verifier's own optimum
+    from its own starts, less :data:`OPTIMUM_TOL`.
+    """
+    theta = np.asarray([float(v) for v in params], dtype=np.float64)
+    pt = model.point(theta)
+    if not math.isfinite(pt.loglik):
+        return pt, f"the REML log-likelihood is undefined at the recorded variances {_fmt(theta)}"
+    free = model._free(theta)
+    if free:
+        g, h = model.log_gradient_hessian(theta, free)
+        neg = -h
+        try:
+            definite = bool(np.all(np.linalg.eigvalsh(neg) > 0))
+            decrement = 0.5 * float(g @ np.linalg.solve(neg, g)) if definite else math.inf
+        except np.linalg.LinAlgError:
+            definite, decrement = False, math.inf
+        if not definite:
+            return pt, (f"the recorded variances {_fmt(theta)} are not a maximum of the REML "
+                        "log-likelihood (its Hessian there is not negative definite)")  # fmt: skip
+        if decrement > STATIONARY_TOL:
+            return pt, (
+                f"the recorded variances {_fmt(theta)} are not a stationary point of the REML "
+                f"log-likelihood (gradient in log variance {_fmt(g)}, Newton decrement "
+                f"{decrement:.3g} > {STATIONARY_TOL:g})"
+            )
+    best = model.maximise()
+    if pt.loglik < best.loglik - OPTIMUM_TOL:
+        return pt, (
+            f"the recorded variances {_fmt(theta)} give l_R = {pt.loglik:.10g}; the verifier's "
+            f"own REML optimum {_fmt(best.params)} gives {best.loglik:.10g}"
+        )
+    return pt, None
+
+
+def _fmt(values: Floats) -> str:
+    return "(" + ", ".join(f"{float(v):.6g}" for v in values) + ")"
