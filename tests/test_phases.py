@@ -133,6 +133,7 @@ def results(archive: Path) -> dict[str, dict[str, Any]]:
     return {r["id"]: r for r in json.loads((archive / "analysis/results.json").read_text())}
 
 
+@pytest.mark.slow  # two full studies: the slow set (.ci/run runs it)
 def test_the_two_phase_example_runs_and_verifies(phased: dict[str, Any]) -> None:
     report = verify_archive(phased["archive"])
     failed = [c for c in report.checks if c.status is Status.FAIL]
@@ -147,6 +148,7 @@ def test_the_two_phase_example_runs_and_verifies(phased: dict[str, Any]) -> None
     assert {t.split("|")[2] for t in first} == {"q1", "q2", "q3", "q4"}
 
 
+@pytest.mark.slow  # two full studies: the slow set (.ci/run runs it)
 def test_each_phase_has_its_own_registration_checkpoint(phased: dict[str, Any]) -> None:
     root = phased["root"]
     assert (root / "registration-checkpoint.txt").is_file()
@@ -163,6 +165,7 @@ def test_each_phase_has_its_own_registration_checkpoint(phased: dict[str, Any]) 
     assert "32/72 trials final" in phased["status"]
 
 
+@pytest.mark.slow  # two full studies: the slow set (.ci/run runs it)
 def test_an_earlier_phase_result_is_the_one_it_gives_alone(
     phased: dict[str, Any], single: Path
 ) -> None:
@@ -284,6 +287,7 @@ def phases_check(archive: Path) -> tuple[Status, str]:
     return check.status, check.reason
 
 
+@pytest.mark.slow  # two full studies: the slow set (.ci/run runs it)
 def test_a_trial_requested_before_its_phase_lock_fails_verification(
     phased: dict[str, Any], tmp_path: Path
 ) -> None:
@@ -305,6 +309,7 @@ def test_a_trial_requested_before_its_phase_lock_fails_verification(
     assert f"of trial {req['body']['trial']} comes before the lock of its phase" in reason
 
 
+@pytest.mark.slow  # two full studies: the slow set (.ci/run runs it)
 def test_a_later_phase_that_rewrites_an_earlier_arm_fails_verification(
     phased: dict[str, Any], tmp_path: Path
 ) -> None:

@@ -34,6 +34,10 @@ from analysis.view_index import FILTERS
 from ledger import Ledger
 from ledger.cli import main
 
+# end-to-end studies, servers and a live run: the slow set (.ci/run runs it), keeping the
+# README's test command within its budget
+pytestmark = pytest.mark.slow
+
 HOSTILE = (
     "<script>alert('x')</script> **bold** # Heading\n"
     "[a link](javascript:alert(1)) \x1b[31mRED\x1b[0m <img src=x onerror=alert(2)>"
