@@ -302,9 +302,8 @@ def protocol_body(study: Study, secret: bytes, order: list[str]) -> dict[str, An
     }
 
 
-def artifact_event(root: Path, rel: str, role: str) -> tuple[EventSpec, str]:
-    """The ``artifact.locked`` event of the study file ``rel`` and its SHA-256."""
-    data = (root / rel).read_bytes()
+def artifact_event(rel: str, role: str, data: bytes) -> tuple[EventSpec, str]:
+    """The ``artifact.locked`` event of study file ``rel`` with bytes ``data``, and their hash."""
     digest = hashlib.sha256(data).hexdigest()
     spec = EventSpec(
         "artifact.locked",
@@ -374,7 +373,7 @@ def lock_study(root: str | Path, key: SigningKey) -> LockResult:
         specs: list[EventSpec] = []
         manifest: dict[str, str] = {}
         for rel, role in files.items():
-            spec, manifest[rel] = artifact_event(root, rel, role)
+            spec, manifest[rel] = artifact_event(rel, role, (root / rel).read_bytes())
             specs.append(spec)
         body = protocol_body(study, secret, order)
         body["manifest"] = manifest
@@ -437,7 +436,7 @@ def _lock_phase(
         problems.append(f"{rel}: locked by an earlier phase, no longer part of the study")
     for rel, role in files.items():
         data = (root / rel).read_bytes()
-        spec, digest = artifact_event(root, rel, role)
+        spec, digest = artifact_event(rel, role, data)
         manifest[rel] = digest
         if rel not in current:
             specs.append(spec)

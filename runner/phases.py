@@ -68,7 +68,7 @@ def trial_phases(log: Ledger) -> dict[str, int]:
 
 def hypothesis_phases(plan: dict[str, Any], log: Ledger) -> dict[str, int]:
     """Hypothesis id -> index of the phase that locked it (0 when it carries no phase)."""
-    index = {phase_of(e.body)[1]: phase_of(e.body)[0] for e in protocol_events(log)}
+    index = {name: i for i, name in (phase_of(e.body) for e in protocol_events(log))}
     return {h["id"]: index.get(h.get("phase"), 0) for h in plan.get("hypotheses") or []}
 
 
