@@ -22,7 +22,7 @@ import io
 import json
 import math
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -1093,10 +1093,12 @@ def multiplicity(hypotheses: list[Result]) -> Result:
 
 def phase_dataset(ds: Dataset, keep: set[str]) -> Dataset:
     """``ds`` restricted to the trials in ``keep`` (one phase's trials and its predecessors')."""
-    trials = ds.trials[ds.trials["trial"].isin(keep)]
-    items = ds.items[ds.items["trial"].isin(keep)]
-    given_up = tuple(g for g in ds.given_up if g in keep)
-    return Dataset(trials, items, ds.arms, given_up, ds.scores_sha256, ds.sources, ds.models)
+    return replace(
+        ds,
+        trials=ds.trials[ds.trials["trial"].isin(keep)],
+        items=ds.items[ds.items["trial"].isin(keep)],
+        given_up=tuple(g for g in ds.given_up if g in keep),
+    )  # every other member (models, variants, cloze, ...) as the whole study's
 
 
 def _phase_parts(

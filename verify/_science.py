@@ -25,7 +25,7 @@ import io
 import json
 import math
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -1484,11 +1484,12 @@ def _phases(archive: _Archive) -> tuple[dict[str, int], dict[str, int]] | None:
 
 
 def _restrict(ds: _Dataset, keep: set[str]) -> _Dataset:
-    return _Dataset(
-        [t for t in ds.trials if t["trial"] in keep],
-        [i for i in ds.items if i["trial"] in keep],
-        ds.arms, [g for g in ds.given_up if g in keep], ds.scores_sha256, ds.sources, ds.models,
-    )  # fmt: skip
+    return replace(
+        ds,
+        trials=[t for t in ds.trials if t["trial"] in keep],
+        items=[i for i in ds.items if i["trial"] in keep],
+        given_up=[g for g in ds.given_up if g in keep],
+    )  # every other member (models, variants, cloze, ...) as the whole study's
 
 
 def _tested(ds: _Dataset, plan: dict[str, Any], fit: dict[str, Any] | None,
