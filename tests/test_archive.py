@@ -51,11 +51,23 @@ def test_archive_verifies_with_the_cli_and_sha256sum() -> None:
     assert sum(p.stat().st_size for p in ARCHIVE.rglob("*") if p.is_file()) < 10 * 2**20
 
 
-def _files() -> list[str]:
+def _files() -> list[object]:
+    """Every file but the blobs (12 sampled): one per top-level part in the default run.
+
+    A flipped byte costs a whole verification (about 2 s), so the README's test command flips one
+    seeded file of each part of the archive (protocol, analysis, ledger, stimuli, trials, blobs,
+    ...) and the slow set flips all the others.
+    """
     files = sorted(p.relative_to(STUDY).as_posix() for p in STUDY.rglob("*") if p.is_file())
     blobs = [f for f in files if f.startswith("blobs/")]
     others = [f for f in files if not f.startswith("blobs/")]
-    return others + random.Random(20261122).sample(blobs, 12)
+    chosen = others + random.Random(20261122).sample(blobs, 12)
+    parts: dict[str, list[str]] = {}
+    for rel in chosen:
+        parts.setdefault(rel.split("/")[0], []).append(rel)
+    rng = random.Random(20261123)
+    fast = {rng.choice(group) for group in parts.values()}
+    return [rel if rel in fast else pytest.param(rel, marks=pytest.mark.slow) for rel in chosen]
 
 
 @pytest.mark.parametrize("rel", _files())
@@ -86,15 +98,25 @@ def test_export_refuses_the_study_directory_its_parents_and_cwd(
     assert (study / "ledger.db").read_bytes() == b"precious"
 
 
-@pytest.mark.parametrize("name", ["owner.vkey", "registration-checkpoint.txt"])
-def test_flipping_a_byte_of_a_trust_anchor_fails(name: str, tmp_path: Path) -> None:
+@pytest.mark.parametrize(
+    ("name", "flips"),
+    [
+        ("owner.vkey", slice(0, 2)),
+        ("registration-checkpoint.txt", slice(0, 2)),
+        pytest.param("owner.vkey", slice(2, 6), marks=pytest.mark.slow),
+        pytest.param("registration-checkpoint.txt", slice(2, 6), marks=pytest.mark.slow),
+    ],
+)
+def test_flipping_a_byte_of_a_trust_anchor_fails(name: str, flips: slice, tmp_path: Path) -> None:
     """The files beside the study are what ``ledger verify`` is told to trust: a change fails.
 
-    (The vkey's trailing newline is whitespace the CLI strips; archive/README.md is unsigned prose.)
+    Six seeded offsets per file, two in the default run and four in the slow set (each costs a
+    whole verification). (The vkey's trailing newline is whitespace the CLI strips;
+    archive/README.md is unsigned prose.)
     """
     data = (ARCHIVE / name).read_bytes()
     rng = random.Random(name)
-    for where in sorted(rng.sample(range(len(data) - 1), 6)):
+    for where in rng.sample(range(len(data) - 1), 6)[flips]:
         changed = bytearray(data)
         changed[where] ^= 0x01
         path = tmp_path / f"{where}-{name}"
