@@ -12,7 +12,6 @@ import json
 import re
 from pathlib import Path
 
-
 import pytest
 
 from runner.spec import SpecError, load_study
