@@ -20,6 +20,7 @@ from helpers import fixed_key
 
 from ledger.cli import main
 from runner.spec import SpecError, load_study
+from verify import verify_archive
 
 ITEMS = [
     {
@@ -358,3 +359,8 @@ def test_every_kind_is_computed_with_a_verdict(built: tuple[Path, Path, Path]) -
             assert r["status"] == "ok", (hid, suffix, r["error"])
             assert r["verdict"] in ("supported", "not supported"), r
     assert got["descriptive.mcq"]["status"] == "ok"
+
+
+def test_the_archive_verifies(built: tuple[Path, Path, Path]) -> None:
+    report = verify_archive(built[1])
+    assert report.ok, [(c.name, c.detail) for c in report.checks if c.status.name == "FAIL"]
