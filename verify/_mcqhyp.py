@@ -26,6 +26,7 @@ __all__ = [
     "descriptive_values",
     "is_mcq_hypothesis",
     "registers_mcq",
+    "values_from_rows",
     "values_of",
 ]
 
@@ -166,6 +167,13 @@ def _gain(answers: list[dict[str, Any]], correct: dict[str, bool]) -> list[float
 def values_of(ds: Any, plan: dict[str, Any], h: dict[str, Any]) -> dict[str, Any]:
     """§11: the ``values`` one seed-002 hypothesis records, recomputed."""
     pooled, by_model = _tables(ds, plan)
+    return values_from_rows(pooled, by_model, plan, h, list(ds.models))
+
+
+def values_from_rows(pooled: list[dict[str, Any]], by_model: list[dict[str, Any]],
+                     plan: dict[str, Any], h: dict[str, Any], models: Sequence[str] = ()
+                     ) -> dict[str, Any]:
+    """:func:`values_of` on given checked rows (pooled: one model label)."""
     letters = _letters(plan)
     model = _model(pooled)
     design = plan["design"]
@@ -208,10 +216,10 @@ def values_of(ds: Any, plan: dict[str, Any], h: dict[str, Any]) -> dict[str, Any
         variant = h.get("variant") or ORIGINAL
         incomplete = "error" if h.get("incomplete") == "fail" else "exclude"
         present = {r["model"] for r in by_model if r["arm"] == h["arm"]}
-        order = list(ds.models)
-        models = sorted(present, key=lambda m: (order.index(m) if m in order else -1, m))
+        order = list(models)
+        ran = sorted(present, key=lambda m: (order.index(m) if m in order else -1, m))
         results, gains, items, runs = [], [], [], []
-        for j, m in enumerate(models):
+        for j, m in enumerate(ran):
             sc = vm.self_consistency(by_model, (h["arm"], variant, m), int(h["samples"]),
                                      _temperature(plan, h["arm"], m), incomplete,
                                      letters=letters)  # fmt: skip
@@ -254,7 +262,8 @@ def values_of(ds: Any, plan: dict[str, Any], h: dict[str, Any]) -> dict[str, Any
         factors: dict[str, str] = {}
         models_present = {r["model"] for r in rows}
         if len(models_present) > 1:
-            factors["model"] = next(m for m in ds.models if m in models_present)
+            factors["model"] = next((m for m in models if m in models_present),
+                                    min(models_present))  # fmt: skip
         variants_present = {r["variant"] for r in rows}
         if len(variants_present) > 1:
             order = [str(v) for v in plan.get("variant_order") or []]
