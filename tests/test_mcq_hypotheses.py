@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import re
+import shutil
 import warnings
 from collections.abc import Iterator
 from dataclasses import replace
@@ -28,6 +29,8 @@ from statsmodels.genmod.generalized_estimating_equations import GEE
 from statsmodels.stats.contingency_tables import mcnemar as sm_mcnemar
 from statsmodels.stats.multitest import multipletests
 from statsmodels.stats.proportion import proportion_confint
+from test_archive_tamper import failed, passed, read_events
+from test_verify_text_study import forge
 
 from analysis.analyze import Dataset, hypothesis_results, load_dataset, models
 from analysis.mcq_rows import mcq_trials
@@ -37,6 +40,8 @@ from runner.lock import ledger_path, protocol_event
 from runner.spec import SpecError, load_study
 from verify import _mcqhyp as vmh
 from verify import verify_archive
+from verify._report import Status
+from verify._science import science_checks
 
 ITEMS = [
     {
@@ -624,3 +629,82 @@ class VerifyDs:
                        for k, v in r.items()} for r in ds.items.to_dict("records")]  # fmt: skip
         self.models = list(ds.models)
         self.several_models = ds.several_models
+
+
+# ------------------------------------------------------------------------------ tampers
+
+
+def edit_result(root: Path, result_id: str, change: Any) -> tuple[list[dict[str, Any]], int]:
+    """Apply ``change`` to one analysis.result body, rewrite results.json; (events, seq)."""
+    events = read_events(root)
+    event = next(e for e in events if e["kind"] == "analysis.result"
+                 and e["body"]["id"] == result_id)  # fmt: skip
+    change(event["body"])
+    listed = [e["body"] | {"seq": e["seq"]} for e in events if e["kind"] == "analysis.result"]
+    (root / "analysis" / "results.json").write_text(json.dumps(listed, indent=2), "utf-8")
+    path = root / "ledger" / "events.jsonl"  # the line itself (forge() re-signs it)
+    lines = []
+    for line in path.read_text("utf-8").splitlines():
+        record = json.loads(line)
+        if record["envelope"]["seq"] == event["seq"]:
+            record["envelope"] = event
+            line = json.dumps(record, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+        lines.append(line)
+    path.write_text("\n".join(lines) + "\n", "utf-8")
+    return events, int(event["seq"])
+
+
+@pytest.fixture
+def copied(built: tuple[Path, Path, Path], tmp_path: Path) -> Path:
+    target = tmp_path / "archive"
+    shutil.copytree(built[1], target)
+    return target
+
+
+def test_an_edited_re_signed_flip_rate_fails_naming_the_hypothesis(copied: Path) -> None:
+    events, _ = edit_result(copied, "hypothesis.Hflip",
+                              lambda b: b["values"].__setitem__("rate", 0.35))
+    forge(copied, events)
+    report = verify_archive(copied)
+    passed(report, "signatures")
+    reason = failed(report, "reanalysis")
+    assert reason.startswith("hypothesis.Hflip values.rate: recorded 0.35, recomputed 0.6"), (
+        reason)
+
+
+def _vote_trial(b: dict[str, Any]) -> None:
+    answer = b["values"]["vote"]["answers"][0]
+    answer["trials"] = [*answer["trials"][:-1], "direct|large|q09|swap|1"]
+
+
+TAMPERS = [
+    ("hypothesis.Hvote", "values.vote.answers[0].trials[3]", _vote_trial),
+    ("hypothesis.Hvote@large", "values.estimate",
+     lambda b: b["values"].__setitem__("estimate", b["values"]["estimate"] + 0.01)),
+    ("hypothesis.Hbias", "values.upper",
+     lambda b: b["values"].__setitem__("upper", b["values"]["upper"] + 0.001)),
+    ("hypothesis.Hsc", "values.results[1].answers[2].answer",
+     lambda b: b["values"]["results"][1]["answers"][2].__setitem__("answer", "Z")),
+    ("hypothesis.Hmv", "values.c_count",
+     lambda b: b["values"].__setitem__("c_count", b["values"]["c_count"] + 1)),
+    ("hypothesis.Hgee@small", "values.estimate",
+     lambda b: b["values"].__setitem__("estimate", b["values"]["estimate"] * 1.01)),
+    ("hypothesis.Hflipl", "verdict",
+     lambda b: b.__setitem__("verdict", "supported")),
+    ("descriptive.mcq", "values.seeds[0].summary.mean",
+     lambda b: b["values"]["seeds"][0]["summary"].__setitem__("mean", 0.99)),
+]
+
+
+@pytest.mark.parametrize(
+    ("result_id", "path", "change"),
+    [TAMPERS[0], *(pytest.param(*t, marks=pytest.mark.slow) for t in TAMPERS[1:])],
+    ids=[t[0] + ":" + t[1] for t in TAMPERS],
+)
+def test_an_edited_value_fails_reanalysis_naming_the_result(
+    copied: Path, result_id: str, path: str, change: Any
+) -> None:
+    edit_result(copied, result_id, change)
+    check = {c.name: c for c in science_checks(copied)}["reanalysis"]
+    assert check.status is Status.FAIL
+    assert check.reason.startswith(f"{result_id} {path}"), check.reason
