@@ -708,3 +708,24 @@ def test_an_edited_value_fails_reanalysis_naming_the_result(
     check = {c.name: c for c in science_checks(copied)}["reanalysis"]
     assert check.status is Status.FAIL
     assert check.reason.startswith(f"{result_id} {path}"), check.reason
+
+
+def test_the_report_tables_the_seed_002_results(built: tuple[Path, Path, Path]) -> None:
+    html = (built[1] / "analysis" / "report.html").read_text("utf-8")
+    assert "Seed 002&#x27;s registered statistics" in html, html[:2000]
+    vote = results(built[1])["hypothesis.Hvote"]["values"]
+    assert f"vote {vote['accuracy_vote'] * 100:.1f}% vs mean order" in html
+    assert "Accuracy over the shuffle seeds" in html
+
+
+@pytest.mark.slow
+def test_the_terminal_report_tables_them_too(built: tuple[Path, Path, Path],
+                                            tmp_path: Path) -> None:
+    from rich.console import Console
+
+    from analysis.report import build_report, render_terminal
+
+    console = Console(record=True, width=240)
+    render_terminal(build_report(built[0], tmp_path / "report"), console)
+    text = console.export_text()
+    assert "Seed 002's registered statistics" in text and "Hsc@large" in text
