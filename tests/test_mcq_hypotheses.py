@@ -384,7 +384,7 @@ def test_every_kind_is_computed_with_a_verdict(built: tuple[Path, Path, Path]) -
 
 def test_the_archive_verifies(built: tuple[Path, Path, Path]) -> None:
     report = verify_archive(built[1])
-    assert report.ok, [(c.name, c.detail) for c in report.checks if c.status.name == "FAIL"]
+    assert report.ok, [(c.name, c.reason) for c in report.checks if c.status.name == "FAIL"]
 
 
 # ------------------------------------------------------------------------------ the numbers
