@@ -190,9 +190,9 @@ def mcq_dataset(items: int, iterations: int = 1000) -> tuple[Any, dict[str, Any]
             item_rows.append(pd.DataFrame({
                 "trial": trial, "arm": arm, "model": model, "stimulus": ids, "variant": variant,
                 "order": order, "rep": rep, "row": None, "position": None,
-                "truth": letters[shown], "answer": np.where(parsed, letters[letter], None),
+                "truth": letters[shown], "answer": pd.Series(letters[letter]).where(parsed, None),
                 "correct": correct, "truth_original": letters[keys],
-                "answer_original": np.where(parsed, letters[answer], None),
+                "answer_original": pd.Series(letters[answer]).where(parsed, None),
                 "logprobs": None, "margin": None}))
             seq += items
     ds = Dataset(pd.concat(trials, ignore_index=True), pd.concat(item_rows, ignore_index=True),
