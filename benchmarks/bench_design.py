@@ -136,10 +136,42 @@ results = run_analyses(ds, plan)
 seconds = time.perf_counter() - started
 rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
 failed = [r.id + ": " + str(r.error) for r in results if r.status != "ok"]
+parts = bench_design.breakdown(ds, plan)
 print(json.dumps({"seconds": seconds, "rss_mb": rss, "floor": floor, "trials": len(ds.trials),
-                  "results": len(results), "failed": failed,
+                  "results": len(results), "failed": failed, "parts": parts,
                   "verdicts": {r.id: r.verdict for r in results if r.hypothesis}}))
 """
+
+
+def breakdown(ds: Any, plan: dict[str, Any]) -> dict[str, float]:
+    """Where ``run_analyses``'s time goes, re-timed part by part on fresh copies of ``ds``.
+
+    ``mixed models``: the registered model pooled, per model and with the arm x model cells
+    (statsmodels' MixedLM, then the REML polish); ``seed-002 kinds``: every seed-002
+    hypothesis (pooled and per model, the trials table built as analyze builds it) and
+    ``descriptive.mcq``.
+    """
+    from dataclasses import replace
+
+    from analysis import analyze
+
+    out = {}
+    fresh = replace(ds)
+    started = time.perf_counter()
+    analyze.fit_model(fresh, plan)
+    for model in fresh.models:
+        analyze.fit_model(fresh.for_model(model), plan)
+    analyze.fit_model(fresh, plan, interaction=True)
+    out["mixed models (4 fits)"] = time.perf_counter() - started
+    fresh = replace(ds)
+    started = time.perf_counter()
+    analyze.mcq_descriptive(fresh, plan)
+    analyze.hypothesis_results(fresh, plan, None)
+    for model in fresh.models:
+        analyze.hypothesis_results(fresh.for_model(model), plan, None)
+    out["seed-002 kinds (pooled + per model) and descriptive.mcq"] = (
+        time.perf_counter() - started)
+    return out
 
 MCQ_ORDERS = ("original", "rot1", "rot2", "swap", "s42")
 
@@ -270,6 +302,8 @@ def analyse(items: int, iterations: int) -> int:
     print(f"run_analyses {got['seconds']:7.2f} s ({got['seconds'] / got['floor']:5.1f}x floor)  "
           f"peak RSS {got['rss_mb']:6.0f} MB  {got['results']} results"
           + ("  within target" if ok else "  OVER TARGET"))
+    for name, part in got["parts"].items():
+        print(f"  of which {name}: {part:.2f} s (re-timed separately)")
     print("failed: " + ("; ".join(got["failed"]) if got["failed"] else "none"))
     print("verdicts: " + ", ".join(f"{k} {v}" for k, v in got["verdicts"].items()
                                    if "@" not in k))
