@@ -809,3 +809,23 @@ def test_table_11_through_the_registered_position_bias_kind() -> None:
     assert v["estimate"] == pytest.approx(0.301, abs=1e-9)
     verdict, decided = decide_interval(h, v)
     assert verdict == "supported" and decided["lower"] > 0.2
+
+
+def test_an_unparseable_trial_stays_in_the_bias_denominators_both_ways() -> None:
+    """p_truth over every trial, p_pred over the parsed ones (a null letter is no letter)."""
+    arms = {"a": [("A", "A"), ("B", "A"), ("C", "A"), ("D", "D")],
+            "b": [("A", "A"), ("B", "B"), ("C", "C"), ("D", "D")]}
+    frame = seed_rows(arms)
+    frame.loc[1, ["letter", "answer", "parse"]] = [None, None, "unparseable"]
+    h = {"id": "U", "test": "position-bias", "contrast": ["a", "b"], "variant": "original",
+         "alpha": 0.05}
+    v = both_ways(frame, h)
+    assert v["a"]["n"] == 4 and v["a"]["n_parsed"] == 3
+    assert v["bias_a"] == pytest.approx(0.5 * (abs(2 / 3 - 0.25) + 0.25 + 0.25 + abs(1 / 3 - 0.25)))
+
+
+def test_the_archive_readme_names_the_arm_of_a_one_arm_test(
+    built: tuple[Path, Path, Path],
+) -> None:
+    text = (built[1] / "README.md").read_text("utf-8")
+    assert "arm direct, original vs rot1 on `trial_accuracy`; flip-rate" in text, text
