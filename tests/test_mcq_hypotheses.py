@@ -334,6 +334,15 @@ def test_a_kind_that_does_not_fit_is_refused_naming_line_and_field(
     assert re.search(r"study\.toml:\d+: " + re.escape(expected.split(":")[0]), text), text
 
 
+def test_a_mcnemar_at_a_variant_one_arm_does_not_run_is_refused(tmp_path: Path) -> None:
+    spec = SPEC.replace('contrast = ["direct", "bare"]\nvariant = "original"',
+                        'contrast = ["direct", "bare"]\nvariant = "swap"')
+    text = refused(tmp_path, spec)
+    line = line_of(spec, 'variant = "swap"')
+    assert f"study.toml:{line}: hypotheses[6].variant: arm 'bare' does not run variant 'swap'" in (
+        text), text
+
+
 def test_an_old_kind_refuses_the_new_keys(tmp_path: Path) -> None:
     spec = SPEC.replace('test = "gee"\ncontrast = ["direct", "bare"]',
                         'test = "lmm"\ncontrast = ["direct", "bare"]\nsamples = 3')
