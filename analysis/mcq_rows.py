@@ -12,10 +12,28 @@ one row per scored trial with the columns ``docs/mcq-statistics.md`` names: ``tr
 from __future__ import annotations
 
 import json
+from typing import Protocol
 
 import pandas as pd
 
-from analysis.analyze import Dataset
+
+class Dataset(Protocol):
+    """What :func:`mcq_trials` reads of an :class:`analysis.analyze.Dataset`.
+
+    Not imported: ``analysis.analyze`` computes the seed-002 tests through this module.
+    """
+
+    @property
+    def trials(self) -> pd.DataFrame:
+        """One row per scored trial."""
+
+    @property
+    def items(self) -> pd.DataFrame:
+        """One row per scored item."""
+
+    @property
+    def cloze(self) -> bool:
+        """Whether the parser is ``cloze``."""
 
 __all__ = ["MCQ_COLUMNS", "ORIGINAL", "mcq_trials"]
 
