@@ -349,9 +349,15 @@ def _analysable(ds: Dataset) -> pd.DataFrame:
 
 
 def _items(ds: Dataset) -> pd.DataFrame:
+    """The analysable items (of analysable trials, not controls); computed once per dataset."""
+    cached = ds.__dict__.get("_analysable_items")
+    if cached is not None:
+        return cached
     t = _analysable(ds)
     it = ds.items
-    return it[it["trial"].isin(set(t["trial"])) & (it["truth"] != CONTROL_TRUTH)]
+    out = it[it["trial"].isin(set(t["trial"])) & (it["truth"] != CONTROL_TRUTH)]
+    object.__setattr__(ds, "_analysable_items", out)
+    return out
 
 
 def _unit(plan: dict[str, Any] | None) -> str:

@@ -144,10 +144,14 @@ def position_bias_bootstrap(a: Any, b: Any, letters: Sequence[str], iterations: 
     for start in range(0, int(iterations), rows):
         m = min(rows, int(iterations) - start)
         draw = rng.integers(0, q, size=(m, q))
+        # how often each item is drawn in each replicate; the counts are integers, so the
+        # product sums them exactly, as summing the drawn items' rows would
+        times = np.bincount((np.arange(m)[:, None] * q + draw).ravel(),
+                            minlength=m * q).reshape(m, q).astype(np.float64)  # fmt: skip
         values = []
         for pred, truth in ((pred_a, truth_a), (pred_b, truth_b)):
-            p = pred[draw].sum(axis=1)
-            t = truth[draw].sum(axis=1)
+            p = times @ pred
+            t = times @ truth
             n_p = p.sum(axis=1, keepdims=True)
             n_t = t.sum(axis=1, keepdims=True)
             with np.errstate(invalid="ignore", divide="ignore"):
