@@ -75,11 +75,18 @@ class StatsError(Exception):
     """Raised for inputs a statistic cannot be computed on (empty arm, zero variance, ...)."""
 
 
+_FIELD_NAMES: dict[type, tuple[str, ...]] = {}
+"""Each result dataclass's field names, read once (aggregated answers come by the thousand)."""
+
+
 def _json_value(value: Any) -> Any:
-    if is_dataclass(value) and not isinstance(value, type):
-        return {f.name: _json_value(getattr(value, f.name)) for f in fields(value)}
     if isinstance(value, bool | str) or value is None:
         return value
+    names = _FIELD_NAMES.get(type(value))
+    if names is None and is_dataclass(value) and not isinstance(value, type):
+        names = _FIELD_NAMES.setdefault(type(value), tuple(f.name for f in fields(value)))
+    if names is not None:
+        return {name: _json_value(getattr(value, name)) for name in names}
     if isinstance(value, np.bool_):
         return bool(value)
     if isinstance(value, int | np.integer):
