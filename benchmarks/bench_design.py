@@ -138,8 +138,8 @@ rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
 failed = [r.id + ": " + str(r.error) for r in results if r.status != "ok"]
 parts = bench_design.breakdown(ds, plan)
 print(json.dumps({"seconds": seconds, "cpu": cpu, "rss_mb": rss, "floor": floor,
-                  "trials": len(ds.trials), "results": len(results), "failed": failed, "parts": parts,
-                  "verdicts": {r.id: r.verdict for r in results if r.hypothesis}}))
+                  "trials": len(ds.trials), "results": len(results), "failed": failed,
+                  "parts": parts, "verdicts": {r.id: r.verdict for r in results if r.hypothesis}}))
 """
 
 
