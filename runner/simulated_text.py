@@ -124,6 +124,7 @@ from typing import Any, Final
 import numpy as np
 
 from ledger import canonical_json
+from runner.simulated_knowledge import KNOWLEDGE
 
 __all__ = [
     "KINDS",
@@ -136,12 +137,14 @@ __all__ = [
     "content_words",
     "evaluate_arithmetic",
     "has_image",
+    "knowledge_coverage",
+    "knows",
     "model_base",
     "read_prompt",
     "words",
 ]
 
-TEXT_PARAMS_VERSION: Final = "prompt-sim-text-2"
+TEXT_PARAMS_VERSION: Final = "prompt-sim-text-3"
 """Version of the text reader and its default :class:`TextParams`; cite it in reports."""
 
 KINDS: Final = ("multiple-choice", "yes-no-maybe", "free-text")
@@ -232,6 +235,16 @@ class TextParams:
       to another option with weight ``exp(s)`` for the first option label (``A``) and 1 for
       the others, ``s = weight_position + weight_position_shot * examples``: a prior towards
       the first position that few-shot examples strengthen (module docstring, *Position*).
+    * ``knowledge_low = 0.5``, ``knowledge_high = 0.9``: the share of the background statements
+      (:data:`runner.simulated_knowledge.KNOWLEDGE`) a model id knows is ``knowledge_low +
+      (knowledge_high - knowledge_low) * v``, ``v`` in [0, 1] from SHA-256 of its id
+      (module docstring, *Knowledge*).
+    * ``weight_known = 1.5``: log-odds of a slip removed when the reader answers from a known
+      statement (the model is surer of what it knows).
+    * ``prior_base = -3.0``, ``prior_shot = 0.8``, ``prior_cot = 0.5``: multiple choice: the
+      log-odds of *position capture* (the reply is the first option, whatever the reader
+      read) is ``prior_base + prior_shot * examples + prior_cot * [chain of thought]``: about
+      5 % for a bare prompt, 35 % with three examples (module docstring, *Position*).
     """
 
     noise: bool = True
@@ -246,6 +259,12 @@ class TextParams:
     negation_window: int = 3
     weight_position: float = 0.5
     weight_position_shot: float = 1.0
+    knowledge_low: float = 0.5
+    knowledge_high: float = 0.9
+    weight_known: float = 1.5
+    prior_base: float = -3.0
+    prior_shot: float = 0.8
+    prior_cot: float = 0.5
 
     def as_dict(self) -> dict[str, Any]:
         """The parameters as a plain dict (with ``"version": TEXT_PARAMS_VERSION``)."""
@@ -345,6 +364,23 @@ def model_base(model_id: str, params: TextParams | None = None) -> float:
     digest = hashlib.sha256(f"prompt-sim-text|base|{model_id}".encode()).hexdigest()
     u = int(digest[:8], 16) / 0xFFFFFFFF
     return p.base_center + p.base_spread * (2.0 * u - 1.0)
+
+
+def knowledge_coverage(model_id: str, params: TextParams | None = None) -> float:
+    """The share of the background statements a model id knows (module docstring)."""
+    p = params if params is not None else TextParams()
+    digest = hashlib.sha256(f"prompt-sim-text|knowledge|{model_id}".encode()).hexdigest()
+    v = int(digest[:8], 16) / 0xFFFFFFFF
+    return p.knowledge_low + (p.knowledge_high - p.knowledge_low) * v
+
+
+def knows(model_id: str, statement: str, params: TextParams | None = None) -> bool:
+    """True when the model id knows the statement: its hash share is below the coverage."""
+    digest = hashlib.sha256(f"prompt-sim-text|knows|{model_id}|{statement}".encode()).hexdigest()
+    return int(digest[:8], 16) / 0xFFFFFFFF < knowledge_coverage(model_id, params)
+
+
+_KNOWLEDGE_WORDS: Final = tuple(frozenset(content_words(s)) for s in KNOWLEDGE)
 
 
 # --------------------------------------------------------------------------- reading
@@ -538,6 +574,7 @@ class _Reading:
 
     answer: str
     reasons: tuple[str, str]
+    known: bool = False
 
 
 class SimulatedTextModel:
@@ -577,6 +614,9 @@ class SimulatedTextModel:
                     return _Reading(
                         label, (f"{shown} makes {value}.", "One option states that number.")
                     )
+        recalled = self._recall(prompt)
+        if recalled is not None:
+            return recalled
         seen = set(content_words(prompt.question + "\n" + "\n".join(prompt.context)))
         scores = {
             label: len(set(content_words(text)) & seen) for label, text in prompt.options
@@ -591,6 +631,41 @@ class SimulatedTextModel:
             else "The question gives little to go on."
         )
         return _Reading(label, (first, "One option shares the most words with it."))
+
+    def _recall(self, prompt: TextPrompt) -> _Reading | None:
+        """The option the model's background knowledge points to (module docstring), or None.
+
+        The *relevant* statements share the most content words (at least two) with the
+        question and context; when the model knows at least one of them, each option scores
+        its content words (not in the question or context) found in the known relevant
+        statements, and a single highest positive score is the answer.
+        """
+        asked = set(content_words(prompt.question + "\n" + "\n".join(prompt.context)))
+        overlaps = [len(asked & statement) for statement in _KNOWLEDGE_WORDS]
+        top = max(overlaps, default=0)
+        if top < 2:
+            return None
+        known: set[str] = set()
+        for text, statement, overlap in zip(KNOWLEDGE, _KNOWLEDGE_WORDS, overlaps, strict=True):
+            if overlap == top and knows(prompt.model, text, self.params):
+                known |= statement
+        if not known:
+            return None
+        scores = {
+            label: len((set(content_words(text)) - asked) & known)
+            for label, text in prompt.options
+        }
+        best = max(scores.values())
+        tied = [label for label, score in scores.items() if score == best]
+        if best <= 0 or len(tied) != 1:
+            return None
+        topic = _distinct(content_words(prompt.question), 3)
+        first = (
+            f"The question is about {_join_words(topic)}."
+            if topic
+            else "The question gives little to go on."
+        )
+        return _Reading(tied[0], (first, "What is known of it points to one option."), True)
 
     def _read_yes_no(self, prompt: TextPrompt) -> _Reading:
         asked = set(content_words(prompt.question))
@@ -649,19 +724,37 @@ class SimulatedTextModel:
         return max(0.0, temperature) * min(1.0, max(0.0, top_p))
 
     def slip_probability(self, request: dict[str, Any]) -> float:
-        """The probability that the model answers other than its reader (0 without noise)."""
+        """The probability that the model answers other than its reader (0 without noise).
+
+        Position capture (:meth:`capture_probability`) comes on top of it.
+        """
         if not self.params.noise:
             return 0.0
-        return self._slip(read_prompt(request), self.effective_temperature(request))
+        prompt = read_prompt(request)
+        known = self._read(prompt).known
+        return self._slip(prompt, self.effective_temperature(request), known)
 
-    def _slip(self, prompt: TextPrompt, temperature: float) -> float:
+    def capture_probability(self, request: dict[str, Any]) -> float:
+        """Multiple choice: the probability that the reply is the first option (0 otherwise)."""
+        if not self.params.noise:
+            return 0.0
+        return self._capture(read_prompt(request))
+
+    def _slip(self, prompt: TextPrompt, temperature: float, known: bool = False) -> float:
         p = self.params
         logit = model_base(prompt.model, p)
         logit -= p.weight_system * prompt.has_system
         logit -= p.weight_shot * prompt.shots
         logit -= p.weight_cot * prompt.cot
+        logit -= p.weight_known * known
         logit += p.weight_temperature * temperature
         return _sigmoid(logit)
+
+    def _capture(self, prompt: TextPrompt) -> float:
+        if prompt.kind != "multiple-choice" or not prompt.options:
+            return 0.0
+        p = self.params
+        return _sigmoid(p.prior_base + p.prior_shot * prompt.shots + p.prior_cot * prompt.cot)
 
     def respond(self, request: dict[str, Any], seed: str) -> dict[str, Any]:
         """A Messages-API-shaped response object for one request; deterministic in (request, seed).
@@ -674,13 +767,15 @@ class SimulatedTextModel:
         canonical = canonical_json(request)
         material = b"prompt-sim-text|" + (seed.encode("utf-8") if temperature > 0 else b"")
         value = int.from_bytes(hashlib.sha256(material + b"|" + canonical).digest(), "big")
-        draw_slip, draw_other, draw_fail, draw_kind = np.random.Generator(
+        draw_slip, draw_other, draw_fail, draw_kind, draw_capture = np.random.Generator(
             np.random.PCG64(value)
-        ).random(4)
+        ).random(5)
         reading = self._read(prompt)
         answer = reading.answer
         p = self.params
-        if p.noise and draw_slip < self._slip(prompt, temperature):
+        if p.noise and draw_capture < self._capture(prompt):
+            answer = prompt.options[0][0]
+        elif p.noise and draw_slip < self._slip(prompt, temperature, reading.known):
             others = self._others(prompt, answer)
             if others:
                 answer = self._slip_to(prompt, others, float(draw_other))
@@ -731,13 +826,23 @@ class SimulatedTextModel:
         prompt = read_prompt(request)
         if prompt.kind != "multiple-choice":
             return []
-        answer = self._read(prompt).answer
-        slip = self._slip(prompt, self.effective_temperature(request)) if self.params.noise else 0.0
+        reading = self._read(prompt)
+        answer = reading.answer
+        temperature = self.effective_temperature(request)
+        noise = self.params.noise
+        slip = self._slip(prompt, temperature, reading.known) if noise else 0.0
+        capture = self._capture(prompt) if noise else 0.0
+        first = prompt.options[0][0]
         others = self._others(prompt, answer)
         weights = dict(zip(others, self._weights(prompt, others), strict=True))
         total = sum(weights.values()) or 1.0
         return [
-            (label, 1.0 - slip if label == answer else slip * weights.get(label, 0.0) / total)
+            (
+                label,
+                capture * (label == first)
+                + (1.0 - capture)
+                * (1.0 - slip if label == answer else slip * weights.get(label, 0.0) / total),
+            )
             for label, _ in prompt.options
         ]
 
