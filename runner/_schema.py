@@ -92,7 +92,8 @@ VARIANT_KEYS: Final = (
 DIFFERS_FROM_KEYS: Final = ("arm", "by")
 HYPOTHESIS_KEYS: Final = (
     "id", "description", "contrast", "outcome", "test", "sides", "alpha", "min_difference_pp",
-    "margin_pp", "correction", "family", "stimuli", "pairing",
+    "margin_pp", "correction", "family", "stimuli", "pairing", "arm", "variants", "variant",
+    "basis", "samples", "incomplete", "min_pp", "max_pp",
 )  # fmt: skip
 WITNESS_KEYS: Final = ("name", "vkey", "url")
 """The keys of each ``[[witnesses]]`` entry (``docs/witness.md`` §8)."""

@@ -29,7 +29,34 @@ from runner.variants import FIELD_KINDS, KIND_KEYS, KINDS, Variant, VariantSpec
 from runner.witnessing import WitnessPolicy, parse_policy
 
 ARM_ROLES = ("full", "matched-control", "vehicle", "dismantling", "factorial")
-TESTS = ("lmm", "paired-t", "independent-t", "bootstrap", "mcnemar", "chi-square", "equivalence")
+MCQ_TESTS = ("flip-rate", "position-bias", "voting", "self-consistency", "gee")
+"""Seed 002's statistics as registered tests (``docs/mcq-statistics.md`` §11): each needs an
+item file and a letter parser (``multiple-choice`` or ``cloze``)."""
+TESTS = (
+    "lmm", "paired-t", "independent-t", "bootstrap", "mcnemar", "chi-square", "equivalence",
+    *MCQ_TESTS,
+)  # fmt: skip
+ARM_TESTS = ("flip-rate", "voting", "self-consistency")
+"""Tests of one arm (``arm``, no ``contrast``); ``mcnemar`` is one too when it names ``arm``."""
+INTERVAL_TESTS = ("flip-rate", "position-bias", "voting", "self-consistency")
+"""Tests decided by an item-cluster bootstrap interval: they give no p, so take no correction."""
+BASES = ("answer", "letter")
+"""Flip-rate bases (``docs/mcq-statistics.md`` §3)."""
+INCOMPLETE = ("exclude", "fail")
+"""What voting and self-consistency do with an incomplete group (a trial given up)."""
+MCQ_KEYS: Final[dict[str, tuple[str, ...]]] = {
+    "flip-rate": ("arm", "variants", "basis", "min_pp", "max_pp"),
+    "position-bias": ("contrast", "variant", "sides", "min_difference_pp"),
+    "voting": ("arm", "variants", "incomplete", "sides", "min_difference_pp"),
+    "self-consistency": ("arm", "variant", "samples", "incomplete", "sides", "min_difference_pp"),
+    "gee": ("contrast", "variant", "sides", "correction"),
+}
+"""The keys each seed-002 test takes beyond ``id``, ``description``, ``test``, ``alpha``,
+``outcome`` and ``family`` (any other hypothesis key is refused for it)."""
+KIND_ONLY_KEYS = ("arm", "variants", "variant", "basis", "samples", "incomplete", "min_pp",
+                  "max_pp")  # fmt: skip
+"""Hypothesis keys only the seed-002 tests take (``mcnemar`` takes ``arm``, ``variants`` and
+``variant``)."""
 OUTCOMES = ("glyph_accuracy", "trial_accuracy")
 CORRECTIONS = ("none", "bonferroni", "holm")
 SIDES = ("one-sided", "two-sided")
@@ -194,15 +221,40 @@ class Hypothesis:
     """Only the trials of these stimuli (probes) enter this test (``docs/study-spec.md``)."""
     pairing: tuple[str, ...] | None = None
     """paired-t: the trial key that pairs a's and b's trials (``["stimulus", "rep"]``)."""
+    arm: str | None = None
+    """A test of one arm (flip-rate, voting, self-consistency, mcnemar between variants)."""
+    variants: tuple[str, ...] | None = None
+    """flip-rate and mcnemar: the two variants compared; voting: the orders voted over."""
+    variant: str | None = None
+    """position-bias, self-consistency, gee, mcnemar between arms: the variant tested."""
+    basis: str | None = None
+    """flip-rate: ``answer`` (mapped back to the original options) or ``letter``."""
+    samples: int | None = None
+    """self-consistency: N, the samples (replicates) per item the majority is taken over."""
+    incomplete: str | None = None
+    """voting and self-consistency: ``exclude`` (a counted exclusion) or ``fail``."""
+    min_pp: float | None = None
+    """flip-rate: supported when the interval's lower bound exceeds this (percentage points)."""
+    max_pp: float | None = None
+    """flip-rate: supported when the interval's upper bound is below this (percentage points)."""
 
     def locked(self) -> dict[str, Any]:
-        """The hypothesis as ``protocol.locked`` records it (``stimuli``/``pairing`` when set)."""
+        """The hypothesis as ``protocol.locked`` records it.
+
+        Optional members (``stimuli``, ``pairing`` and the seed-002 keys) only when set; a test
+        of one arm records ``arm`` and no ``contrast``.
+        """
         out = self.__dict__ | {"contrast": list(self.contrast)}
-        for key in ("stimuli", "pairing"):
+        if self.arm is not None:
+            del out["contrast"]
+        for key in ("stimuli", "pairing", "variants"):
             if out[key] is None:
                 del out[key]
             else:
                 out[key] = list(out[key])
+        for key in KIND_ONLY_KEYS:
+            if key in out and out[key] is None:
+                del out[key]
         return out
 
 
@@ -600,9 +652,15 @@ def _hypotheses(
         if hid in seen:
             c.add(f"{where}.id", f"duplicate hypothesis id {hid!r}")
         seen.add(hid)
+        test = _str(c, h, "test", where)
+        one_arm = test in ARM_TESTS or (test == "mcnemar" and "arm" in h)
         contrast = h.get("contrast")
         pair: tuple[str, str] = ("", "")
-        if (
+        if one_arm:
+            if contrast is not None:
+                c.add(f"{where}.contrast", f"a {test} test of one arm names 'arm', not a "
+                      "contrast")  # fmt: skip
+        elif (
             not isinstance(contrast, list)
             or len(contrast) != 2
             or not all(isinstance(a, str) for a in contrast)
@@ -614,7 +672,6 @@ def _hypotheses(
                 if arm not in arms:
                     c.add(f"{where}.contrast", f"unknown arm {arm!r}")
         outcome = _outcome(c, h, where, parser)
-        test = _str(c, h, "test", where)
         if test and test not in TESTS:
             c.add(f"{where}.test", f"unknown test {test!r}; use one of {', '.join(TESTS)}")
         if test == "chi-square" and parser in TEXT_PARSERS:
@@ -665,13 +722,181 @@ def _hypotheses(
             elif pairing not in PAIRINGS:
                 c.add(f"{where}.pairing", "must be [\"stimulus\"] (per-stimulus means) or "
                       f"[\"stimulus\", \"rep\"] (trials), got {list(pairing)!r}")
+        kind = _kind_keys(c, h, where, test, arms, parser)
         out.append(
             Hypothesis(
                 hid, pair, outcome, test, sides, alpha, numbers["min_difference_pp"],
                 numbers["margin_pp"], correction, family, str(description), subset, pairing,
+                **kind,
             )
         )
     return out
+
+
+def _kind_keys(
+    c: _Collector, h: dict[str, Any], where: str, test: str, arms: dict[str, Arm], parser: str
+) -> dict[str, Any]:
+    """The seed-002 keys of one hypothesis (``docs/study-spec.md`` ``[[hypotheses]]``).
+
+    Each key is refused where its test does not take it; what needs the variants, models and
+    replicates is checked by :func:`_check_kinds` once those are read.
+    """
+    out: dict[str, Any] = {}
+    takes = set(MCQ_KEYS.get(test, ()))
+    if test == "mcnemar":
+        takes = {"arm", "variants", "variant"}
+    if test in MCQ_TESTS:
+        if parser not in LETTER_PARSERS:
+            c.add(f"{where}.test", f"a {test} test reads option letters: it needs parser "
+                  f"'multiple-choice' or 'cloze', not {parser!r}")  # fmt: skip
+        for key in ("sides", "min_difference_pp", "margin_pp", "stimuli", "pairing",
+                    "correction", "contrast"):  # fmt: skip
+            if key in h and key not in takes and not (key == "correction" and test != "gee"
+                                                      and h.get(key) == "none"):
+                c.add(f"{where}.{key}", f"does not apply to test {test!r} (it takes "
+                      f"{', '.join(MCQ_KEYS[test])})")  # fmt: skip
+    for key in KIND_ONLY_KEYS:
+        if key in h and key not in takes:
+            where_ok = [t for t, keys in MCQ_KEYS.items() if key in keys]
+            if key in ("arm", "variants", "variant"):
+                where_ok.append("mcnemar")
+            c.add(f"{where}.{key}", f"does not apply to test {test!r} (only to "
+                  f"{', '.join(where_ok)})")  # fmt: skip
+    if test not in MCQ_TESTS and test != "mcnemar":
+        return out
+    if "arm" in h and "arm" in takes:
+        arm = h["arm"]
+        if not isinstance(arm, str) or arm not in arms:
+            c.add(f"{where}.arm", f"unknown arm {arm!r}")
+        else:
+            out["arm"] = arm
+    elif test in ARM_TESTS:
+        c.add(f"{where}.arm", f"missing (a {test} test names the arm it tests)")
+    if "variants" in takes and ("variants" in h or test in ("flip-rate", "voting")):
+        names = _name_list(c, h, "variants", where)
+        if names is None and "variants" not in h:
+            c.add(f"{where}.variants", f"missing (a {test} test names the variants it compares)")
+        elif names is not None:
+            two = test in ("flip-rate", "mcnemar")
+            if two and len(names) != 2:
+                c.add(f"{where}.variants", f"a {test} test compares exactly two variants, got "
+                      f"{list(names)!r}")  # fmt: skip
+            elif len(names) < 2:
+                c.add(f"{where}.variants", f"voting needs at least two orders, got {list(names)!r}")
+            else:
+                out["variants"] = names
+    if test == "mcnemar" and ("arm" in h) != ("variants" in h):
+        c.add(f"{where}.{'variants' if 'arm' in h else 'arm'}", "mcnemar between two variants "
+              "of one arm names both 'arm' and 'variants'")  # fmt: skip
+    if test == "mcnemar" and "arm" in h and "variant" in h:
+        c.add(f"{where}.variant", "mcnemar between two variants takes 'variants', not 'variant'")
+    if "variant" in h and "variant" in takes:
+        value = h["variant"]
+        if not isinstance(value, str) or not value:
+            c.add(f"{where}.variant", f"must be a variant name, got {value!r}")
+        else:
+            out["variant"] = value
+    if test == "flip-rate":
+        basis = h.get("basis", "answer")
+        if basis not in BASES:
+            c.add(f"{where}.basis", f"must be {' or '.join(map(repr, BASES))}, got {basis!r}")
+        else:
+            out["basis"] = basis
+        bounds = {}
+        for key in ("min_pp", "max_pp"):
+            value = h.get(key)
+            if value is None:
+                continue
+            if isinstance(value, bool) or not isinstance(value, int | float) or not (
+                0 <= value <= 100
+            ):
+                c.add(f"{where}.{key}", f"must be a number of percentage points from 0 to 100, "
+                      f"got {value!r}")  # fmt: skip
+                continue
+            bounds[key] = float(value)
+        if ("min_pp" in h) == ("max_pp" in h):
+            c.add(f"{where}.min_pp", "a flip-rate rule names exactly one of min_pp (the rate's "
+                  "lower bound must exceed it) and max_pp (its upper bound must stay below it)")
+        out.update(bounds)
+    if test in ("voting", "self-consistency"):
+        incomplete = h.get("incomplete", "exclude")
+        if incomplete not in INCOMPLETE:
+            c.add(f"{where}.incomplete", f"must be 'exclude' (a counted exclusion) or 'fail', "
+                  f"got {incomplete!r}")  # fmt: skip
+        else:
+            out["incomplete"] = incomplete
+    if test == "self-consistency":
+        samples = h.get("samples")
+        if isinstance(samples, bool) or not isinstance(samples, int) or samples < 2:
+            c.add(f"{where}.samples", f"must be an integer >= 2 (the samples a majority is "
+                  f"taken over), got {samples!r}")  # fmt: skip
+        else:
+            out["samples"] = samples
+    return out
+
+
+def _check_kinds(
+    c: _Collector, hypotheses: list[Hypothesis], arms: dict[str, Arm],
+    variants: list[VariantSpec], models: dict[str, ModelSpec] | None, model: dict[str, Any],
+    replicates: int, item_study: bool,
+) -> None:
+    """The seed-002 tests against the design: each variant one the arm runs, sampling > 0.
+
+    A study without variants has the one variant ``original`` (the items as written).
+    """
+    declared = {v.name: v for v in variants}
+
+    def runs(arm: Arm, name: str) -> bool:
+        if not variants:
+            return name == "original"
+        spec = declared.get(name)
+        if spec is None:
+            base = name.rsplit("-", 1)[0]
+            spec = declared.get(base)
+            if spec is None or spec.kind != "all-orders" or not name.rsplit("-", 1)[1].isdigit():
+                return False
+        return arm.variants is None or name in arm.variants or spec.name in arm.variants
+
+    for i, h in enumerate(hypotheses):
+        where = f"hypotheses[{i}]"
+        if h.test in MCQ_TESTS and not item_study:
+            c.add(f"{where}.test", f"a {h.test} test needs an item file ([stimuli] items)")
+            continue
+        if h.test not in MCQ_TESTS and not (h.test == "mcnemar" and h.arm is not None):
+            continue
+        tested = [arms[h.arm]] if h.arm is not None and h.arm in arms else [
+            arms[a] for a in h.contrast if a in arms]
+        names = list(h.variants or ())
+        if h.variant is not None:
+            names.append(h.variant)
+        elif variants and h.test in ("position-bias", "self-consistency"):
+            c.add(f"{where}.variant", f"missing: a {h.test} test in a study with variants names "
+                  "the variant it tests")  # fmt: skip
+        key = "variants" if h.variants else "variant"
+        for arm in tested:
+            for name in names:
+                if not runs(arm, name):
+                    known = ", ".join(
+                        [v.name for v in variants] if variants else ["original"])
+                    c.add(f"{where}.{key}", f"arm {arm.id!r} does not run variant {name!r} "
+                          f"(variants: {known}; the arm's variants: "
+                          f"{', '.join(arm.variants) if arm.variants else 'all'})")  # fmt: skip
+        if h.test == "self-consistency" and h.arm in arms and h.samples is not None:
+            arm = arms[h.arm]
+            reps = arm.replicates or replicates
+            if reps < h.samples:
+                c.add(f"{where}.samples", f"arm {arm.id!r} runs {reps} replicates, fewer than "
+                      f"the {h.samples} samples")  # fmt: skip
+            specs: list[tuple[str | None, dict[str, Any]]] = [(None, model)] if (
+                models is None) else [(m_name, dict(m.params)) for m_name, m in models.items()
+                                      if arm.models is None or m_name in arm.models]  # fmt: skip
+            for m_label, params in specs:
+                temp = arm.sampling.get("temperature", params.get("temperature", 1.0))
+                if isinstance(temp, int | float) and temp <= 0:
+                    on = f" on model {m_label!r}" if m_label else ""
+                    c.add(f"{where}.test", f"self-consistency {h.id!r}: arm {arm.id!r} samples "
+                          f"at temperature {temp}{on}; a majority over greedy samples measures "
+                          "nothing (set the arm's sampling temperature > 0)")  # fmt: skip
 
 
 def _deviations(c: _Collector, data: dict[str, Any]) -> tuple[dict[str, str], ...]:
@@ -1323,6 +1548,8 @@ def load_study(root: str | Path, *, strict: bool = True) -> Study:
             ):
                 known = ", ".join(sorted(declared)) or "none declared"
                 c.add(f"arms.{arm.id}.variants", f"unknown variant {name!r} (variants: {known})")
+    _check_kinds(c, hypotheses, arms, variants, models, model_out, int(replicates),
+                 items_path is not None)  # fmt: skip
     witnessing = parse_policy(data, c.add)
     timestamping = parse_timestamping(data, c.add)
     deviations = _deviations(c, data)
