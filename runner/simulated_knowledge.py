@@ -1,3 +1,4 @@
+# ruff: noqa: E501  (one statement a line: this module is data)
 """The simulated text model's background knowledge: short textbook statements (data, no code).
 
 The text reader of :mod:`runner.simulated_text` (version ``prompt-sim-text-3``) consults these
