@@ -692,11 +692,13 @@ def hypothesis_results(
     With several models these are the pooled results (pairs matched within a model, the
     model a fixed factor of the mixed model); :func:`per_model_results` gives each model's.
     """
+    from analysis import mcq_tests  # imports this module (through mcq_rows): not at the top
+
     design = plan["design"]
     vocabulary = labels(plan)
     out: list[Result] = []
     for h in plan["hypotheses"]:
-        a, b = h["contrast"]
+        a, b = h.get("contrast") or (h.get("arm", ""), "")
         r = Result(
             f"hypothesis.{h['id']}",
             h["description"],
@@ -715,7 +717,9 @@ def hypothesis_results(
             ds: Dataset = subset_ds,
         ) -> None:
             test = h["test"]
-            if test == "lmm":
+            if mcq_tests.is_mcq_hypothesis(h):  # seed 002's kinds: docs/mcq-statistics.md §11
+                r.values = mcq_tests.mcq_values(ds, plan, h)
+            elif test == "lmm":
                 model = fit
                 subset: dict[str, Any] | None = None
                 if h.get("stimuli"):
@@ -801,7 +805,9 @@ def hypothesis_results(
         out.append(r)
     _apply_corrections(out, plan)
     for h, r in zip(plan["hypotheses"], out, strict=True):
-        if r.status == "ok":
+        if r.status == "ok" and h["test"] in mcq_tests.INTERVAL_TESTS:
+            r.verdict, r.decided_by = mcq_tests.decide_interval(h, r.values or {})
+        elif r.status == "ok":
             _decide(h, r)
     return out
 
@@ -897,7 +903,9 @@ def _decide(h: dict[str, Any], r: Result) -> None:
     estimate = v.get("estimate")
     ok = p is not None and p < alpha
     rule = f"p{' (adjusted)' if 'p_adjusted' in v else ''} < {alpha}"
-    if test in ("lmm", "paired-t", "independent-t", "mcnemar") and h.get("sides") == "one-sided":
+    if test in ("lmm", "paired-t", "independent-t", "mcnemar", "gee") and (
+        h.get("sides") == "one-sided"
+    ):
         ok = ok and estimate is not None and estimate > 0
         rule += " and the estimate in the predicted direction"
     if min_pp is not None and estimate is not None:
@@ -974,7 +982,7 @@ def exploratory(ds: Dataset, plan: dict[str, Any]) -> list[Result]:
 
         out.append(_guard(r, compute))
     design = plan["design"]
-    pairs = sorted({tuple(h["contrast"]) for h in plan["hypotheses"]})
+    pairs = sorted({tuple(h["contrast"]) for h in plan["hypotheses"] if h.get("contrast")})
     for a, b in pairs:
         r = Result(
             f"exploratory.pair.{a}-{b}",
@@ -1292,6 +1300,25 @@ def sensitivity_lmm(
     return _guard(r, compute)
 
 
+def mcq_descriptive(ds: Dataset, plan: dict[str, Any]) -> Result | None:
+    """``descriptive.mcq`` when the plan registers a seed-002 test (else None).
+
+    Accuracy with Wilson intervals per (arm, variant, model) and the mean and t interval over
+    each arm's shuffle seeds (``docs/mcq-statistics.md`` §11).
+    """
+    from analysis import mcq_tests
+
+    if not mcq_tests.registers_mcq(plan):
+        return None
+    r = Result("descriptive.mcq", "Accuracy per arm, variant and model (Wilson 95%); means "
+               "over shuffle seeds (t interval)", "descriptive", "wilson, mean-over-seeds")
+
+    def compute() -> None:
+        r.values = mcq_tests.mcq_descriptive_values(ds, plan)
+
+    return _guard(r, compute)
+
+
 def run_analyses(
     ds: Dataset,
     plan: dict[str, Any],
@@ -1331,6 +1358,9 @@ def run_analyses(
             )
         return failed
     out = descriptive(ds, plan)
+    extra_mcq = mcq_descriptive(ds, plan)
+    if extra_mcq is not None:
+        out.append(extra_mcq)
     model, fit = fit_model(ds, plan)
     out.append(model)
     tested: list[Result] = []

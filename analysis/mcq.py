@@ -1167,6 +1167,14 @@ def gee_arm_effects(trials: TrialsLike, reference: str,
     endog = frame["correct"].to_numpy(dtype=np.float64)
     if endog.min() == endog.max():
         raise McqError("correct: every trial has the same outcome; the GEE cannot be fitted")
+    for column in ("arm", *extra):
+        values = frame[column].astype(str).to_numpy()
+        for level in sorted(set(values.tolist())):
+            outcomes = endog[values == level]
+            if outcomes.min() == outcomes.max():
+                raise McqError(f"GEE: every trial of {column} {level!r} is "
+                               f"{'correct' if outcomes[0] else 'wrong'} (separation): its "
+                               "log odds ratio is infinite and the GEE cannot be fitted")
     items = frame["item"].to_numpy()
     groups = pd.factorize(items, sort=True)[0]
     with warnings.catch_warnings(record=True) as seen:
@@ -1177,6 +1185,10 @@ def gee_arm_effects(trials: TrialsLike, reference: str,
     params = np.asarray(fit.params, dtype=np.float64)
     cov = np.asarray(fit.cov_params(), dtype=np.float64)
     se = np.sqrt(np.diag(cov))
+    if not np.all(np.isfinite(se) & (se > 0)):
+        bad = names[int(np.flatnonzero(~(np.isfinite(se) & (se > 0)))[0])]
+        raise McqError(f"GEE: the robust SE of {bad} is not positive and finite; the model "
+                       "cannot be fitted on these trials")
     crit = float(sps.norm.ppf(0.5 + conf / 2.0))
     terms = []
     for i, name in enumerate(names):

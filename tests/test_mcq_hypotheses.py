@@ -10,10 +10,15 @@ from __future__ import annotations
 
 import json
 import re
+from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
+from click.testing import CliRunner
+from helpers import fixed_key
 
+from ledger.cli import main
 from runner.spec import SpecError, load_study
 
 ITEMS = [
@@ -310,3 +315,46 @@ def test_an_old_kind_refuses_the_new_keys(tmp_path: Path) -> None:
         text), text
 
 
+
+
+# ------------------------------------------------------------------------------ end to end
+
+
+@pytest.fixture(scope="module")
+def built(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Path, Path, Path]]:
+    """The study locked, run (simulated), scored, unblinded, analysed and exported, once."""
+    base = tmp_path_factory.mktemp("mcqhyp")
+    mp = pytest.MonkeyPatch()
+    mp.setenv("PROMPT_LEDGER_HOME", str(base / "home"))
+    try:
+        key = base / "owner.key"
+        fixed_key("mcq-hyp/owner").save(key)
+        root = write_study(base / "study")
+        for step in (
+            ("lock", root), ("run", root, "--backend", "simulated"), ("score", root),
+            ("unblind", root), ("analyze", root),
+        ):  # fmt: skip
+            result = CliRunner().invoke(main, [*map(str, step), "--key", str(key)])
+            assert result.exit_code == 0, (step, result.output)
+        out = base / "archive"
+        result = CliRunner().invoke(main, ["export", str(root), str(out), "--key", str(key)])
+        assert result.exit_code == 0, result.output
+        yield root, out, key
+    finally:
+        mp.undo()
+
+
+def results(archive: Path) -> dict[str, dict[str, Any]]:
+    """The archive's analysis results by id."""
+    listed = json.loads((archive / "analysis" / "results.json").read_text("utf-8"))
+    return {r["id"]: r for r in listed}
+
+
+def test_every_kind_is_computed_with_a_verdict(built: tuple[Path, Path, Path]) -> None:
+    got = results(built[1])
+    for hid in ("Hflip", "Hflipl", "Hbias", "Hvote", "Hsc", "Hmv", "Hma", "Hgee"):
+        for suffix in ("", "@small", "@large"):
+            r = got[f"hypothesis.{hid}{suffix}"]
+            assert r["status"] == "ok", (hid, suffix, r["error"])
+            assert r["verdict"] in ("supported", "not supported"), r
+    assert got["descriptive.mcq"]["status"] == "ok"

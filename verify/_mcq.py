@@ -562,6 +562,14 @@ def gee_arm_effects(rows: Sequence[Mapping[str, Any]], reference: str,
     y = np.array([1.0 if r["correct"] else 0.0 for r in table])
     if y.min() == y.max():
         raise McqStatError("correct: every trial has the same outcome")
+    for column in ("arm", *extra):  # the page: a level whose trials all agree is separation
+        seen: dict[str, set[bool]] = {}
+        for r in table:
+            seen.setdefault(str(r[column]), set()).add(bool(r["correct"]))
+        for level in sorted(seen):
+            if len(seen[level]) == 1:
+                raise McqStatError(f"GEE: every trial of {column} {level!r} has one outcome "
+                                   "(separation)")
     items = sorted({r["item"] for r in table})
     index = {item: i for i, item in enumerate(items)}
     members: list[list[int]] = [[] for _ in items]
@@ -623,7 +631,10 @@ def gee_arm_effects(rows: Sequence[Mapping[str, Any]], reference: str,
     bmat, _, meat = solve_parts(beta, alpha)
     binv = np.linalg.inv(bmat)
     cov = binv @ meat @ binv
-    se = np.sqrt(np.diag(cov))
+    with np.errstate(invalid="ignore"):
+        se = np.sqrt(np.diag(cov))
+    if not np.all(np.isfinite(se) & (se > 0)):
+        raise McqStatError("GEE: a robust SE is not positive and finite")
     crit = float(sps.norm.ppf(0.5 + conf / 2.0))
     terms = []
     for i, name in enumerate(names):
