@@ -348,8 +348,14 @@ def suite_figures(results: list[dict[str, Any]], plan: dict[str, Any]) -> list[t
         else:
             figures = (f"majority {_share(v.get('accuracy_majority'))} vs one sample "
                        f"{_share(v.get('accuracy_single'))}")  # fmt: skip
-        what = (" vs ".join(h["contrast"]) if "contrast" in h
-                else f"{h['arm']}: {', '.join(h.get('variants') or [h.get('variant', '')])}")
+        if "contrast" in h:
+            what = " vs ".join(h["contrast"])
+        elif h["test"] == "flip-rate":
+            what = f"{h['arm']}: {' vs '.join(h['variants'])}"
+        elif h["test"] == "voting":
+            what = f"{h['arm']}: {len(h['variants'])} orders"
+        else:
+            what = f"{h['arm']}: {h.get('samples')} samples"
         rows.append((str(r["hypothesis"]), h["test"], what, figures, str(r.get("verdict") or "")))
     return rows
 
