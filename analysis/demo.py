@@ -329,7 +329,7 @@ def suite_figures(results: list[dict[str, Any]], plan: dict[str, Any]) -> list[t
     recorded them (the verified numbers, not recomputed here).
     """
     tests = {h["id"]: h for h in plan.get("hypotheses") or []}
-    rows = []
+    rows: list[tuple[str, ...]] = []
     for r in results:
         h = tests.get(str(r.get("hypothesis") or "").split("@")[0])
         if h is None or h["test"] not in SUITE_STATISTICS:

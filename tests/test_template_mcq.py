@@ -55,7 +55,8 @@ def test_ledger_new_writes_each_study_of_the_template(suite: list[NewStudy], hom
     root = home / "seed002"
     assert [s.root for s in suite] == [root / part for part in SUITES[TEMPLATE]]
     assert [s.study_id for s in suite] == [f"seed002-{part}" for part in SUITES[TEMPLATE]]
-    assert [s.origin for s in suite] == [f"prompt-ledger.local/seed002-{p}" for p in SUITES[TEMPLATE]]
+    origins = [f"prompt-ledger.local/seed002-{p}" for p in SUITES[TEMPLATE]]
+    assert [s.origin for s in suite] == origins
     assert (root / "README.md").is_file()
     for made in suite:
         assert made.ledger.is_file() and (made.root / "study.toml").is_file()
@@ -91,7 +92,7 @@ def test_the_mcq_study_registers_seed_002s_statistics(suite: list[NewStudy]) -> 
 def test_a_template_of_several_studies_is_refused_by_new_study(home: Path) -> None:
     from runner.lock import StudyError
 
-    with pytest.raises(StudyError, match="is 4 studies .*new_template"):
+    with pytest.raises(StudyError, match=r"is 4 studies .*new_template"):
         new_study(home / "one", TEMPLATE)
     assert not (home / "one").exists()
 
@@ -165,8 +166,10 @@ def test_few_shot_examples_raise_position_bias(trials: mcq.Trials, model: str) -
 @pytest.mark.parametrize("model", MODELS)
 def test_reordering_the_options_flips_answers(trials: mcq.Trials, model: str) -> None:
     for variant in ORDERS[1:]:
-        flips = mcq.flip_rate_between(trials, ("zs_direct/text", "original", model),
-                                      ("zs_direct/text", variant, model), iterations=200)  # fmt: skip
+        flips = mcq.flip_rate_between(
+            trials, ("zs_direct/text", "original", model), ("zs_direct/text", variant, model),
+            iterations=200,
+        )
         assert flips.rate > 0.1 and flips.lower > 0, (variant, flips.rate)
 
 
