@@ -48,22 +48,34 @@ of two or more characters (or digits) not in :data:`STOP_WORDS`.
    ``minus`` or ``times`` (the first such expression; ``*`` before ``+`` and ``-``), its value
    is computed; for multiple choice the option whose text (stripped, a final ``.`` and commas
    removed) is that number is chosen; a free-text answer is the number.
-2. *Multiple choice* otherwise: each option scores the number of its distinct content words
+2. *Knowledge* (multiple choice, version 3): the *relevant* background statements
+   (:data:`runner.simulated_knowledge.KNOWLEDGE`) are those sharing the most content words, at
+   least two, with the question and context. The model *knows* a statement when the first 8
+   hex digits of SHA-256(``"prompt-sim-text|knows|{model id}|{statement}"``) over
+   ``0xFFFFFFFF`` are below its *coverage* ``knowledge_low + (knowledge_high - knowledge_low)
+   * v``, ``v`` from SHA-256(``"prompt-sim-text|knowledge|{model id}"``) likewise. When it
+   knows at least one relevant statement, each option scores its distinct content words that
+   are not in the question or context but are in a known relevant statement; a single highest
+   positive score is the answer, read *from knowledge*. Otherwise (no relevant statement, none
+   known, a tie) the overlap rule below decides.
+3. *Multiple choice* otherwise: each option scores the number of its distinct content words
    that occur among the content words of the question and context; the highest wins, ties
-   broken by the smallest SHA-256 of ``"{item part}|{label}"``.
-3. *Yes/no/maybe*: the *coverage* is the share of the question's content words found in the
+   broken by the smallest SHA-256 of ``"{item part}|{label}"`` (so an unknown item's choice
+   moves with the option order).
+4. *Yes/no/maybe*: the *coverage* is the share of the question's content words found in the
    context. Below ``coverage_threshold`` (default 0.5): ``maybe``. Otherwise ``no`` when a
    negation word (:data:`NEGATIONS`) stands within ``negation_window`` (3) words of a covered
    word in the same context sentence, else ``yes``. With no context or no content word in the
    question there is nothing to read: the label is chosen by SHA-256 of the item part.
-4. *Free text*: the longest context sentence sharing a content word with the question, else a
+5. *Free text*: the longest context sentence sharing a content word with the question, else a
    content word of the question chosen by SHA-256 of the question (any word if it has no
    content word).
 
 **Behaviour** (:class:`TextParams`). The model *slips* (answers another option or label, chosen
 by a draw, or another context sentence or question word for free text) with probability
 ``sigmoid(base(model) - weight_system*[system prompt] - weight_shot*examples -
-weight_cot*[chain of thought] + weight_temperature*T)``, where ``examples`` counts the prior
+weight_cot*[chain of thought] - weight_known*[from knowledge] + weight_temperature*T)``, where
+``[from knowledge]`` is 1 when the reader answered from a known statement, ``examples`` counts the prior
 assistant turns plus the inline example answers, ``T`` is the effective temperature below and
 ``base(model) = base_center + base_spread * (2u - 1)`` with ``u`` the first 8 hex digits of
 SHA-256(``"prompt-sim-text|base|{model id}"``) over ``0xFFFFFFFF`` (so every model id has its
@@ -90,15 +102,19 @@ last example's answer (its last line) is copied with its label replaced: ``Answe
 ``Answer: X or Y`` (half of them: the parsers' ``exactly-one`` mode finds two labels,
 ``first-token`` reads ``X``, the model's choice) or a sentence naming no label.
 
-**Position** (multiple choice). A slip is not uniform over the other options: option ``L``
+**Position** (multiple choice). *Capture*: with probability ``c = sigmoid(prior_base +
+prior_shot * examples + prior_cot * [chain of thought])`` the reply is the first option label
+whatever the reader read (a draw of its own, the fifth of the request's generator); else the
+reader's answer, or a slip. A slip is not uniform over the other options: option ``L``
 (other than the reader's answer ``R``) is drawn with weight ``exp(s)`` when ``L`` is the first
 label of the item's options and 1 otherwise, ``s = weight_position + weight_position_shot *
 examples``. So the model over-predicts position A, more so with few-shot examples, and since
 the reader follows content while slips follow position, reordering the options (a variant,
 ``docs/variants.md``) changes its letter more often than its content. The model's *letter
-distribution* (:meth:`SimulatedTextModel.letter_distribution`) is ``P(R) = 1 - p`` and
-``P(L) = p * w(L) / sum of w`` for the others, ``p`` the slip probability (0 without noise:
-then ``P(R) = 1`` is written as log-probability 0 and the others as ``-1000``).
+distribution* (:meth:`SimulatedTextModel.letter_distribution`) is ``c * [L first] + (1 - c) *
+q(L)`` with ``q(R) = 1 - p`` and ``q(L) = p * w(L) / sum of w`` for the others, ``p`` the slip
+probability (``c = p = 0`` without noise: then ``P(R) = 1`` is written as log-probability 0
+and the others as ``-1000``).
 
 **Log-probabilities.** A request that asks for them (``logprobs`` and ``top_logprobs``, a
 model with ``logprobs = N``, ``docs/prompts.md`` §5) is answered in the chat-completions form

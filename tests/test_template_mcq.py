@@ -306,3 +306,27 @@ def test_a_changed_few_shot_example_fails_verification_naming_it(forged: Path) -
     passed(report, "signatures")
     assert "data/examples.jsonl" in failed(report, "protocol")
     assert "fs_" in failed(report, "requests")
+
+
+def test_the_docs_numbers_of_the_phenomena_are_the_models() -> None:
+    """docs/simulated.md §2: capture shares and knowledge coverage, recomputed."""
+    from runner.simulated_text import knowledge_coverage
+
+    path = Path(__file__).resolve().parent.parent / "docs" / "simulated.md"
+    doc = " ".join(path.read_text(encoding="utf-8").split())
+    p = TextParams()
+
+    def pct(logit: float) -> str:
+        return f"{round(100 / (1 + math.exp(-logit)))} %"
+
+    assert (
+        f"`sigmoid({p.prior_base} + {p.prior_shot}*examples + {p.prior_cot}*[step by step])` "
+        f"({pct(p.prior_base)} for a bare prompt, {pct(p.prior_base + p.prior_cot)} asked to "
+        f"think step by step, {pct(p.prior_base + 3 * p.prior_shot)} with three few-shot "
+        "examples)"
+    ) in doc
+    assert (f"between {round(100 * p.knowledge_low)} % and {round(100 * p.knowledge_high)} %"
+            in doc)  # fmt: skip
+    for model in ("google/medgemma-4b-it", "google/medgemma-27b-text-it"):
+        assert f"`{model}` knows about {round(100 * knowledge_coverage(model))} %" in doc
+    assert f"less `{p.weight_known}*[from knowledge]`" in doc
