@@ -27,6 +27,7 @@ __all__ = [
     "INTERVAL_TESTS",
     "MCQ_TESTS",
     "decide_interval",
+    "hypothesis_values",
     "interval_level",
     "is_mcq_hypothesis",
     "mcq_descriptive_values",
@@ -191,6 +192,17 @@ def mcq_values(ds: Any, plan: dict[str, Any], h: dict[str, Any]) -> dict[str, An
     when the data cannot give the statistic, naming what is missing.
     """
     pooled, by_model = _tables(ds, plan)
+    return hypothesis_values(pooled, by_model, plan, h, tuple(ds.models))
+
+
+def hypothesis_values(pooled: mcq.Trials, by_model: mcq.Trials, plan: dict[str, Any],
+                      h: dict[str, Any], models: Sequence[str] = ()) -> dict[str, Any]:
+    """:func:`mcq_values` on given tables: ``pooled`` (one model label) and ``by_model``.
+
+    ``models`` is the model order (for the GEE's reference model and the order of the
+    self-consistency results); ``plan`` needs ``design`` (bootstrap iterations and seed),
+    ``response.letters`` and, for self-consistency, the arms' and models' temperatures.
+    """
     letters = _letters(plan)
     model = _model_label(pooled)
     iterations, seed = _design(plan)
@@ -233,13 +245,13 @@ def mcq_values(ds: Any, plan: dict[str, Any], h: dict[str, Any]) -> dict[str, An
     if test == "self-consistency":
         variant = h.get("variant") or ORIGINAL
         incomplete = "error" if h.get("incomplete") == "fail" else "exclude"
-        models = sorted({c.model for c in by_model.cells() if c.arm == h["arm"]},
-                        key=lambda m: (list(ds.models).index(m) if m in ds.models else -1, m))
+        ran = sorted({c.model for c in by_model.cells() if c.arm == h["arm"]},
+                     key=lambda m: (list(models).index(m) if m in models else -1, m))
         results: list[dict[str, Any]] = []
         diffs: list[float] = []
         items: list[str] = []
         runs: list[int] = []
-        for j, m in enumerate(models):
+        for j, m in enumerate(ran):
             sc = mcq.self_consistency(by_model, (h["arm"], variant, m), int(h["samples"]),
                                        _temperature(plan, h["arm"], m), incomplete,  # type: ignore[arg-type]
                                        letters=letters)  # fmt: skip
@@ -286,7 +298,8 @@ def mcq_values(ds: Any, plan: dict[str, Any], h: dict[str, Any]) -> dict[str, An
         factors: dict[str, str] = {}
         present_models = set(sub["model"])
         if len(present_models) > 1:
-            factors["model"] = next(m for m in ds.models if m in present_models)
+            factors["model"] = next((m for m in models if m in present_models),
+                                    min(present_models))  # fmt: skip
         present_variants = set(sub["variant"])
         if len(present_variants) > 1:
             order = list(plan.get("variant_order") or [])

@@ -10,16 +10,38 @@ from __future__ import annotations
 
 import json
 import re
+import shutil
+import warnings
 from collections.abc import Iterator
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
+import numpy as np
+import pandas as pd
 import pytest
 from click.testing import CliRunner
 from helpers import fixed_key
+from scipy import stats as sps
+from statsmodels.genmod.cov_struct import Exchangeable
+from statsmodels.genmod.families import Binomial
+from statsmodels.genmod.generalized_estimating_equations import GEE
+from statsmodels.stats.contingency_tables import mcnemar as sm_mcnemar
+from statsmodels.stats.multitest import multipletests
+from statsmodels.stats.proportion import proportion_confint
+from test_archive_tamper import failed, passed, read_events
+from test_verify_text_study import forge
 
+from analysis.analyze import Dataset, hypothesis_results, load_dataset, models
+from analysis.mcq_rows import mcq_trials
+from ledger import Ledger
 from ledger.cli import main
+from runner.lock import ledger_path, protocol_event
 from runner.spec import SpecError, load_study
+from verify import _mcqhyp as vmh
+from verify import verify_archive
+from verify._report import Status
+from verify._science import science_checks
 
 ITEMS = [
     {
@@ -358,3 +380,331 @@ def test_every_kind_is_computed_with_a_verdict(built: tuple[Path, Path, Path]) -
             assert r["status"] == "ok", (hid, suffix, r["error"])
             assert r["verdict"] in ("supported", "not supported"), r
     assert got["descriptive.mcq"]["status"] == "ok"
+
+
+def test_the_archive_verifies(built: tuple[Path, Path, Path]) -> None:
+    report = verify_archive(built[1])
+    assert report.ok, [(c.name, c.detail) for c in report.checks if c.status.name == "FAIL"]
+
+
+# ------------------------------------------------------------------------------ the numbers
+
+
+@pytest.fixture(scope="module")
+def data(built: tuple[Path, Path, Path]) -> tuple[Dataset, dict[str, Any], pd.DataFrame]:
+    """The study's unblinded dataset, its locked plan and its seed-002 trials table."""
+    with Ledger.open(ledger_path(built[0]), readonly=True) as log:
+        event = protocol_event(log)
+        assert event is not None
+        plan = event.body
+        ds = load_dataset(log, exclude_unparseable=False, parser="multiple-choice",
+                          models=models(plan), variants=True)  # fmt: skip
+    return ds, plan, mcq_trials(ds)
+
+
+def pooled_reps(t: pd.DataFrame) -> pd.DataFrame:
+    """docs/mcq-statistics.md §11: pooled over models, rep + R * (model index)."""
+    top = int(t["rep"].max())
+    return t.assign(rep=t["rep"] + top * t["model"].map({"small": 0, "large": 1}))
+
+
+def cell(t: pd.DataFrame, arm: str, variant: str) -> pd.DataFrame:
+    return t[(t["arm"] == arm) & (t["variant"] == variant)]
+
+
+def quantiles(values: Any, conf: float) -> tuple[float, float]:
+    lo, hi = np.quantile(np.asarray(values), [round((1 - conf) / 2, 12),
+                                              round((1 + conf) / 2, 12)])
+    return float(lo), float(hi)
+
+
+def test_mcnemar_kinds_match_statsmodels_and_holm(
+    built: tuple[Path, Path, Path], data: tuple[Dataset, dict[str, Any], pd.DataFrame]
+) -> None:
+    got = results(built[1])
+    t = pooled_reps(data[2])
+    raw = []
+    for hid, (a, b) in {"Hmv": (("direct", "original"), ("direct", "rot1")),
+                        "Hma": (("direct", "original"), ("bare", "original"))}.items():
+        m = cell(t, *a).merge(cell(t, *b), on=["item", "rep"], suffixes=("_a", "_b"))
+        xa, xb = m["correct_a"].to_numpy(bool), m["correct_b"].to_numpy(bool)
+        n10, n01 = int((xa & ~xb).sum()), int((~xa & xb).sum())
+        table = [[int((xa & xb).sum()), n10], [n01, int((~xa & ~xb).sum())]]
+        ref = sm_mcnemar(table, exact=n10 + n01 < 25, correction=True)
+        v = got[f"hypothesis.{hid}"]["values"]
+        assert (v["n_pairs"], v["b_count"], v["c_count"]) == (len(m), n10, n01)
+        assert v["p_raw"] == pytest.approx(ref.pvalue, rel=1e-12)
+        assert v["estimate"] == pytest.approx(xa.mean() - xb.mean(), abs=1e-12)
+        raw.append(v["p_raw"])
+    holm = multipletests(raw, method="holm")[1]
+    assert [got[f"hypothesis.{h}"]["values"]["p_adjusted"] for h in ("Hmv", "Hma")] == (
+        pytest.approx(list(holm), rel=1e-12))
+
+
+def test_wilson_cells_and_the_seed_interval_match_statsmodels_and_scipy(
+    built: tuple[Path, Path, Path], data: tuple[Dataset, dict[str, Any], pd.DataFrame]
+) -> None:
+    values = results(built[1])["descriptive.mcq"]["values"]
+    t = data[2]
+    assert len(values["cells"]) == t.groupby(["arm", "variant", "model"]).ngroups
+    for c in values["cells"]:
+        rows = t[(t["arm"] == c["arm"]) & (t["variant"] == c["variant"])
+                 & (t["model"] == c["model"])]  # fmt: skip
+        k, n = int(rows["correct"].sum()), len(rows)
+        lo, hi = proportion_confint(k, n, alpha=0.05, method="wilson")
+        assert (c["n"], c["correct"]) == (n, k)
+        assert (c["lower"], c["upper"]) == (pytest.approx(lo, abs=1e-12), pytest.approx(hi,
+                                                                                 abs=1e-12))
+    seeds = {(s["arm"], s["model"]): s for s in values["seeds"]}
+    assert set(seeds) == {("direct", "small"), ("direct", "large")}
+    for (arm, model), s in seeds.items():
+        acc = [cell(t[t["model"] == model], arm, v)["correct"].mean() for v in ("s123", "s42")]
+        lo, hi = sps.t.interval(0.95, 1, loc=np.mean(acc), scale=sps.sem(acc))
+        assert s["summary"]["seeds"] == ["123", "42"]
+        if np.std(acc) > 0:
+            assert (s["summary"]["lower"], s["summary"]["upper"]) == (
+                pytest.approx(lo, rel=1e-9), pytest.approx(hi, rel=1e-9))
+
+
+def test_gee_matches_statsmodels(
+    built: tuple[Path, Path, Path], data: tuple[Dataset, dict[str, Any], pd.DataFrame]
+) -> None:
+    v = results(built[1])["hypothesis.Hgee"]["values"]
+    t = data[2]
+    sub = t[t["arm"].isin(["direct", "bare"]) & t["variant"].isin(["original", "rot1"])]
+    exog = np.column_stack([
+        np.ones(len(sub)), (sub["arm"] == "direct").to_numpy(float),
+        (sub["model"] == "large").to_numpy(float), (sub["variant"] == "rot1").to_numpy(float),
+    ])  # fmt: skip
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        ref = GEE(sub["correct"].to_numpy(float), exog,
+                  groups=pd.factorize(sub["item"], sort=True)[0], family=Binomial(),
+                  cov_struct=Exchangeable()).fit()  # fmt: skip
+    assert v["fit"]["factor_references"] == ["small", "original"]  # the first of each order
+    assert [t_["name"] for t_ in v["fit"]["terms"]] == [
+        "Intercept", "arm[T.direct]", "model[T.large]", "variant[T.rot1]"]
+    assert v["estimate"] == pytest.approx(float(ref.params[1]), rel=1e-9)
+    assert v["p_raw"] == pytest.approx(float(ref.pvalues[1]), rel=1e-9)
+
+
+def test_flip_rates_and_their_interval_by_hand(
+    built: tuple[Path, Path, Path], data: tuple[Dataset, dict[str, Any], pd.DataFrame]
+) -> None:
+    got = results(built[1])
+    t = pooled_reps(data[2])
+    for hid, other, basis in (("Hflip", "rot1", "answer"), ("Hflipl", "swap", "letter")):
+        v = got[f"hypothesis.{hid}"]["values"]
+        m = cell(t, "direct", "original").merge(cell(t, "direct", other), on=["item", "rep"])
+        flips = (m[f"{basis}_x"].fillna("-") != m[f"{basis}_y"].fillna("-")).to_numpy(float)
+        assert (v["flips"], v["n_pairs"]) == (int(flips.sum()), len(flips))
+        items = sorted(set(m["item"]))
+        sums = np.array([flips[(m["item"] == i).to_numpy()].sum() for i in items])
+        counts = np.array([(m["item"] == i).sum() for i in items], dtype=float)
+        rng = np.random.Generator(np.random.PCG64(6))
+        draw = rng.integers(0, len(items), size=(300, len(items)))
+        conf = 1 - 2 * 0.05
+        assert v["conf"] == conf
+        assert (v["lower"], v["upper"]) == quantiles(sums[draw].sum(1) / counts[draw].sum(1),
+                                                     conf)
+    assert got["hypothesis.Hflip"]["decided_by"]["rule"] == "90% interval lower bound > 1 pp"
+
+
+def bias(rows: pd.DataFrame) -> float:
+    pred = rows["letter"].dropna().value_counts(normalize=True)
+    truth = rows["key"].value_counts(normalize=True)
+    return 0.5 * sum(abs(pred.get(x, 0.0) - truth.get(x, 0.0)) for x in "ABCD")
+
+
+def test_position_bias_and_its_paired_bootstrap_by_hand(
+    built: tuple[Path, Path, Path], data: tuple[Dataset, dict[str, Any], pd.DataFrame]
+) -> None:
+    v = results(built[1])["hypothesis.Hbias"]["values"]
+    t = data[2]
+    a, b = cell(t, "bare", "original"), cell(t, "direct", "original")
+    assert v["estimate"] == pytest.approx(bias(a) - bias(b), abs=1e-12)
+    items = sorted(set(a["item"]) | set(b["item"]))
+    rng = np.random.Generator(np.random.PCG64(6))
+    draw = rng.integers(0, len(items), size=(300, len(items)))
+    reps = []
+    for row in draw:
+        chosen = [items[i] for i in row]
+        ra = pd.concat([a[a["item"] == i] for i in chosen])
+        rb = pd.concat([b[b["item"] == i] for i in chosen])
+        if ra["letter"].notna().any() and rb["letter"].notna().any():
+            reps.append(bias(ra) - bias(rb))
+    lower, upper = quantiles(reps, 1 - 2 * 0.05)
+    assert (v["lower"], v["upper"]) == (pytest.approx(lower, abs=1e-12),
+                                        pytest.approx(upper, abs=1e-12))
+
+
+def majority(answers: list[Any]) -> Any:
+    """Most common parsed answer; ties go to the one voted first (the documented rule)."""
+    counts: dict[Any, int] = {}
+    for x in answers:
+        if x is not None:
+            counts[x] = counts.get(x, 0) + 1
+    if not counts:
+        return None
+    top = max(counts.values())
+    return next(x for x in answers if x is not None and counts[x] == top)
+
+
+def test_voting_names_its_trials_and_gains_over_the_mean_order(
+    built: tuple[Path, Path, Path], data: tuple[Dataset, dict[str, Any], pd.DataFrame]
+) -> None:
+    v = results(built[1])["hypothesis.Hvote"]["values"]
+    t = pooled_reps(data[2])
+    orders = ["original", "rot1", "rot2", "swap"]
+    gains = []
+    answers = {(x["item"], x["rep"]): x for x in v["vote"]["answers"]}
+    for (item, rep), group in t[t["arm"] == "direct"].groupby(["item", "rep"]):
+        by = {r["variant"]: r for r in group.to_dict("records")}
+        rows = [by[o] for o in orders]
+        x = answers[(item, rep)]
+        assert x["trials"] == [r["trial"] for r in rows]
+        assert x["answer"] == majority([r["answer"] for r in rows])
+        gains.append(float(x["correct"]) - np.mean([r["correct"] for r in rows]))
+    assert v["n_groups"] == len(gains) == 20 and v["excluded"] == 0
+    assert v["estimate"] == pytest.approx(np.mean(gains), abs=1e-12)
+
+
+def test_self_consistency_names_its_samples(
+    built: tuple[Path, Path, Path], data: tuple[Dataset, dict[str, Any], pd.DataFrame]
+) -> None:
+    v = results(built[1])["hypothesis.Hsc"]["values"]
+    t = data[2]
+    assert [r["temperature"] for r in v["results"]] == [0.7, 0.7]
+    assert [r["condition"]["model"] for r in v["results"]] == ["small", "large"]
+    for r in v["results"]:
+        for x in r["answers"]:
+            rows = t[(t["arm"] == "sampled") & (t["model"] == r["condition"]["model"])
+                     & (t["item"] == x["item"])].sort_values("rep")  # fmt: skip
+            assert x["trials"] == rows["trial"].tolist()
+            assert x["answer"] == majority(rows["answer"].tolist())
+
+
+# ------------------------------------------------------------------------------ bad input
+
+
+def without(ds: Dataset, trial: str) -> Dataset:
+    """``ds`` as if ``trial`` had been given up (no score)."""
+    return replace(ds, trials=ds.trials[ds.trials["trial"] != trial],
+                   items=ds.items[ds.items["trial"] != trial], given_up=(trial,))  # fmt: skip
+
+
+@pytest.mark.parametrize(("hid", "trial"), [("Hvote", "direct|large|q03|rot2|1"),
+                                            ("Hsc", "sampled|small|q03|original|2")])
+def test_an_incomplete_group_is_a_counted_exclusion_or_a_failure_as_declared(
+    data: tuple[Dataset, dict[str, Any], pd.DataFrame], hid: str, trial: str
+) -> None:
+    ds, plan, _ = data
+    assert trial in set(ds.trials["trial"])
+    short = without(ds, trial)
+    h = next(x for x in plan["hypotheses"] if x["id"] == hid)
+    one = {**plan, "hypotheses": [h]}
+    [r] = hypothesis_results(short, one, None)
+    assert r.status == "ok" and r.values is not None
+    assert r.values["excluded"] == 1
+    excluded = (r.values["vote"]["exclusions"] if hid == "Hvote"
+                else [e for x in r.values["results"] for e in x["exclusions"]])  # fmt: skip
+    [e] = excluded
+    assert e["item"] == "q03" and trial not in e["trials"] and e["reason"].startswith(
+        "incomplete")
+    # the verifier's mirror counts the same exclusion
+    pooled, by_model = vmh._tables(VerifyDs(short), plan)
+    assert vmh.values_from_rows(pooled, by_model, plan, h, ["small", "large"])["excluded"] == 1
+    [failed_] = hypothesis_results(short, {**plan, "hypotheses": [{**h, "incomplete": "fail"}]},
+                                   None)
+    assert failed_.status == "failed" and failed_.verdict == "not computed"
+    assert "'q03'" in str(failed_.error), failed_.error
+
+
+class VerifyDs:
+    """The verifier's view of a dataset: plain dict rows (verify/_science.py's _Dataset)."""
+
+    def __init__(self, ds: Dataset) -> None:
+        self.trials = ds.trials.to_dict("records")
+        self.items = [{k: (None if isinstance(v, float) and np.isnan(v) else v)
+                       for k, v in r.items()} for r in ds.items.to_dict("records")]  # fmt: skip
+        self.models = list(ds.models)
+        self.several_models = ds.several_models
+
+
+# ------------------------------------------------------------------------------ tampers
+
+
+def edit_result(root: Path, result_id: str, change: Any) -> tuple[list[dict[str, Any]], int]:
+    """Apply ``change`` to one analysis.result body, rewrite results.json; (events, seq)."""
+    events = read_events(root)
+    event = next(e for e in events if e["kind"] == "analysis.result"
+                 and e["body"]["id"] == result_id)  # fmt: skip
+    change(event["body"])
+    listed = [e["body"] | {"seq": e["seq"]} for e in events if e["kind"] == "analysis.result"]
+    (root / "analysis" / "results.json").write_text(json.dumps(listed, indent=2), "utf-8")
+    path = root / "ledger" / "events.jsonl"  # the line itself (forge() re-signs it)
+    lines = []
+    for line in path.read_text("utf-8").splitlines():
+        record = json.loads(line)
+        if record["envelope"]["seq"] == event["seq"]:
+            record["envelope"] = event
+            line = json.dumps(record, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+        lines.append(line)
+    path.write_text("\n".join(lines) + "\n", "utf-8")
+    return events, int(event["seq"])
+
+
+@pytest.fixture
+def copied(built: tuple[Path, Path, Path], tmp_path: Path) -> Path:
+    target = tmp_path / "archive"
+    shutil.copytree(built[1], target)
+    return target
+
+
+def test_an_edited_re_signed_flip_rate_fails_naming_the_hypothesis(copied: Path) -> None:
+    events, _ = edit_result(copied, "hypothesis.Hflip",
+                              lambda b: b["values"].__setitem__("rate", 0.35))
+    forge(copied, events)
+    report = verify_archive(copied)
+    passed(report, "signatures")
+    reason = failed(report, "reanalysis")
+    assert reason.startswith("hypothesis.Hflip values.rate: recorded 0.35, recomputed 0.6"), (
+        reason)
+
+
+def _vote_trial(b: dict[str, Any]) -> None:
+    answer = b["values"]["vote"]["answers"][0]
+    answer["trials"] = [*answer["trials"][:-1], "direct|large|q09|swap|1"]
+
+
+TAMPERS = [
+    ("hypothesis.Hvote", "values.vote.answers[0].trials[3]", _vote_trial),
+    ("hypothesis.Hvote@large", "values.estimate",
+     lambda b: b["values"].__setitem__("estimate", b["values"]["estimate"] + 0.01)),
+    ("hypothesis.Hbias", "values.upper",
+     lambda b: b["values"].__setitem__("upper", b["values"]["upper"] + 0.001)),
+    ("hypothesis.Hsc", "values.results[1].answers[2].answer",
+     lambda b: b["values"]["results"][1]["answers"][2].__setitem__("answer", "Z")),
+    ("hypothesis.Hmv", "values.c_count",
+     lambda b: b["values"].__setitem__("c_count", b["values"]["c_count"] + 1)),
+    ("hypothesis.Hgee@small", "values.estimate",
+     lambda b: b["values"].__setitem__("estimate", b["values"]["estimate"] * 1.01)),
+    ("hypothesis.Hflipl", "verdict",
+     lambda b: b.__setitem__("verdict", "supported")),
+    ("descriptive.mcq", "values.seeds[0].summary.mean",
+     lambda b: b["values"]["seeds"][0]["summary"].__setitem__("mean", 0.99)),
+]
+
+
+@pytest.mark.parametrize(
+    ("result_id", "path", "change"),
+    [TAMPERS[0], *(pytest.param(*t, marks=pytest.mark.slow) for t in TAMPERS[1:])],
+    ids=[t[0] + ":" + t[1] for t in TAMPERS],
+)
+def test_an_edited_value_fails_reanalysis_naming_the_result(
+    copied: Path, result_id: str, path: str, change: Any
+) -> None:
+    edit_result(copied, result_id, change)
+    check = {c.name: c for c in science_checks(copied)}["reanalysis"]
+    assert check.status is Status.FAIL
+    assert check.reason.startswith(f"{result_id} {path}"), check.reason

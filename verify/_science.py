@@ -33,6 +33,7 @@ import numpy as np
 import rfc8785
 from scipy import stats as sps
 
+from verify import _mcqhyp
 from verify import _restats as st
 from verify._envelope import is_hex64
 from verify._items import ItemError, ItemFile, read_items
@@ -68,6 +69,9 @@ LMM_REL_TOL = 1e-4
 """Mixed-model outputs are compared at :data:`REL_TOL` (own REML check), except the profile
 likelihood bounds of variance components (``*_ci_lower``/``*_ci_upper``), iterative roots on
 both sides, compared at this tolerance."""
+GEE_REL_TOL = 1e-4
+"""A ``gee`` hypothesis's numbers (statsmodels's iterative fit and the verifier's own solver,
+each stopping at its own tolerance) are compared at this relative tolerance."""
 MAX_BOOTSTRAP_ITERATIONS = 1_000_000
 """The most bootstrap iterations a plan may ask the verifier to recompute (time bound)."""
 MAX_BOOTSTRAP_WORK = 20_000_000_000
@@ -1006,7 +1010,7 @@ def _hypotheses(
     out: list[_Result] = []
     full_ds = ds
     for h in plan["hypotheses"]:
-        a, b = h["contrast"]
+        a, b = h.get("contrast") or (h.get("arm", ""), "")
         test = h["test"]
         sides = h.get("sides") or "two-sided"
         r = _Result(f"hypothesis.{h['id']}", hypothesis=h["id"], lmm=test == "lmm")
@@ -1020,6 +1024,8 @@ def _hypotheses(
             ds: _Dataset = hds, rec_subset: Any = rec_subset,
         ) -> dict[str, Any]:
             one = sides == "one-sided"
+            if _mcqhyp.is_mcq_hypothesis(h):  # docs/mcq-statistics.md §11
+                return _mcqhyp.values_of(ds, plan, h)
             if test == "lmm":
                 model = fit
                 sub: dict[str, Any] | None = None
@@ -1110,7 +1116,9 @@ def _hypotheses(
                 m.values["p_adjusted"] = p_adj
                 m.values["family_size"] = len(members)
     for h, r in zip(plan["hypotheses"], out, strict=True):
-        if r.status == "ok":
+        if r.status == "ok" and h["test"] in _mcqhyp.INTERVAL_TESTS:
+            r.verdict, r.decided_by = _mcqhyp.decide_interval(h, r.values)
+        elif r.status == "ok":
             _decide(h, r)
     return out
 
@@ -1148,7 +1156,9 @@ def _decide(h: dict[str, Any], r: _Result) -> None:
     estimate = v.get("estimate")
     ok = p is not None and p < alpha
     rule = f"p{' (adjusted)' if 'p_adjusted' in v else ''} < {alpha}"
-    if test in ("lmm", "paired-t", "independent-t", "mcnemar") and h.get("sides") == "one-sided":
+    if test in ("lmm", "paired-t", "independent-t", "mcnemar", "gee") and (
+        h.get("sides") == "one-sided"
+    ):
         ok = ok and estimate is not None and estimate > 0
         rule += " and the estimate in the predicted direction"
     if min_pp is not None and estimate is not None:
@@ -1212,7 +1222,8 @@ def _exploratory(
 
         out.append(_guard(_Result(f"exploratory.errors.{arm}"), errors))
     design = plan["design"]
-    for a, b in sorted({(h["contrast"][0], h["contrast"][1]) for h in plan["hypotheses"]}):
+    for a, b in sorted({(h["contrast"][0], h["contrast"][1]) for h in plan["hypotheses"]
+                        if h.get("contrast")}):  # fmt: skip
 
         def pair(a: str = a, b: str = b) -> dict[str, Any]:
             values: dict[str, Any] = {}
@@ -1531,6 +1542,9 @@ def _recompute(
             for h in plan["hypotheses"]
         ]
     out = _descriptive(ds)
+    if _mcqhyp.registers_mcq(plan):  # docs/mcq-statistics.md §11
+        out.append(_guard(_Result("descriptive.mcq"),
+                          lambda: _mcqhyp.descriptive_values(ds, plan)))  # fmt: skip
     model, fit = _model(ds, plan, recorded=recorded.get("model.lmm"))
     out.append(model)
     last_plan = plan
@@ -1739,9 +1753,13 @@ def _reanalysis(archive: _Archive) -> tuple[Check, list[str]]:
             f"the analysis.result ids are {recorded_ids}; the plan gives {new_ids}.",
             results[0].seq,
         ), []
+    test_of = {str(h.get("id")): h.get("test") for h in plan.get("hypotheses") or []
+               if isinstance(h, dict)}  # fmt: skip
     for event, r in zip(results, recomputed, strict=True):
         body = archive.at(event).body
         rel = REL_TOL
+        if r.hypothesis and test_of.get(r.hypothesis.split("@", 1)[0]) == "gee":
+            rel = GEE_REL_TOL  # statsmodels stops at its own tolerance (mcq-statistics.md §11)
         problem: str | None = None
         reml_problem = r.values.get("_reml_problem")
         if isinstance(reml_problem, str):
