@@ -247,7 +247,9 @@ def test_the_template_demo_verifies_and_shows_the_phenomena(demo: tuple[Any, str
     # the printed table shows the recorded figures
     assert f"fs_direct {bias['bias_a']:.3f}, zs_direct {bias['bias_b']:.3f}" in printed
     assert f"vote {100 * vote['accuracy_vote']:.1f}% vs mean per order" in printed
-    assert (result.study / "mcq" / "report" / "report.html").is_file()
+    html = (result.study / "mcq" / "report" / "report.html").read_text(encoding="utf-8")
+    assert "Seed 002&#x27;s statistics" in html or "Seed 002's statistics" in html
+    assert f"fs_direct {bias['bias_a']:.3f}, zs_direct {bias['bias_b']:.3f}" in html
 
 
 @pytest.fixture
@@ -330,3 +332,29 @@ def test_the_docs_numbers_of_the_phenomena_are_the_models() -> None:
     for model in ("google/medgemma-4b-it", "google/medgemma-27b-text-it"):
         assert f"`{model}` knows about {round(100 * knowledge_coverage(model))} %" in doc
     assert f"less `{p.weight_known}*[from knowledge]`" in doc
+
+
+def test_the_report_rows_read_the_recorded_values() -> None:
+    """seed002_figures: one row per seed-002 result, from its recorded values alone."""
+    from analysis.report import seed002_figures
+
+    plan = {"hypotheses": [
+        {"id": "B", "test": "position-bias", "contrast": ["few", "zero"]},
+        {"id": "F", "test": "flip-rate", "arm": "zero", "variants": ["original", "rot1"]},
+        {"id": "V", "test": "voting", "arm": "zero", "variants": ["original", "rot1", "swap"]},
+        {"id": "M", "test": "mcnemar", "contrast": ["few", "zero"]},
+    ]}  # fmt: skip
+    results = [
+        {"hypothesis": "B", "status": "ok", "verdict": "supported",
+         "values": {"bias_a": 0.4, "bias_b": 0.1}},
+        {"hypothesis": "F@m1", "status": "ok", "verdict": "supported",
+         "values": {"estimate": 0.375}},
+        {"hypothesis": "V", "status": "failed", "error": "no complete group"},
+        {"hypothesis": "M", "status": "ok", "verdict": "supported", "values": {}},
+        {"hypothesis": None, "status": "ok"},
+    ]  # fmt: skip
+    assert seed002_figures(results, plan) == [
+        ("B", "position-bias", "few vs zero", "few 0.400, zero 0.100", "supported"),
+        ("F@m1", "flip-rate", "zero: original vs rot1", "37.5% of pairs (answer)", "supported"),
+        ("V", "voting", "zero: 3 orders", "not computed: no complete group", ""),
+    ]
