@@ -76,7 +76,8 @@ by a draw, or another context sentence or question word for free text) with prob
 ``sigmoid(base(model) - weight_system*[system prompt] - weight_shot*examples -
 weight_cot*[chain of thought] - weight_known*[from knowledge] + weight_temperature*T)``, where
 ``[from knowledge]`` is 1 when the reader answered from a known statement, ``examples``
-counts the prior assistant turns plus the inline example answers, ``T`` is the effective temperature below and
+counts the prior assistant turns plus the inline example answers, ``T`` is the effective
+temperature below and
 ``base(model) = base_center + base_spread * (2u - 1)`` with ``u`` the first 8 hex digits of
 SHA-256(``"prompt-sim-text|base|{model id}"``) over ``0xFFFFFFFF`` (so every model id has its
 own, fixed ability). With probability ``unparseable`` the reply names no label or two (free
