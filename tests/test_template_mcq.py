@@ -358,3 +358,18 @@ def test_the_report_rows_read_the_recorded_values() -> None:
         ("F@m1", "flip-rate", "zero: original vs rot1", "37.5% of pairs (answer)", "supported"),
         ("V", "voting", "zero: 3 orders", "not computed: no complete group", ""),
     ]
+
+
+@pytest.mark.slow
+def test_a_changed_figure_in_the_report_fails_verification_naming_it(forged: Path) -> None:
+    from test_archive_tamper import failed
+
+    from verify import verify_archive
+
+    report = forged / "analysis" / "report.html"
+    html = report.read_text(encoding="utf-8")
+    start = html.index("of pairs (answer)")
+    number = html.rindex(">", 0, start) + 1  # the flip rate's cell starts here
+    report.write_text(html[:number] + "9" + html[number + 1 :], encoding="utf-8")
+    reason = failed(verify_archive(forged), "report")
+    assert "figures: the report says" in reason and "of pairs (answer)" in reason
