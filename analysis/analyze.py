@@ -448,22 +448,31 @@ def descriptive(ds: Dataset, plan: dict[str, Any] | None = None) -> list[Result]
     def cells() -> None:
         items = _items(ds)
         correct = items.groupby(["arm", "stimulus"], sort=False)["correct"].agg(["sum", "size"])
+        hits_n = dict(zip(correct.index, zip(correct["sum"].tolist(), correct["size"].tolist(),
+                                             strict=True), strict=True))  # fmt: skip
         tumbling = ds.trials[~ds.trials["control"]]
+        grouped = tumbling.groupby(["arm", "stimulus"], sort=True)
+        excluded = grouped["excluded"].sum()
+        by_status: dict[tuple[Any, Any], dict[str, int]] = {}
+        for (arm, stim, status), count in tumbling.groupby(
+            ["arm", "stimulus", "status"], sort=True
+        ).size().items():  # one pass, not a value_counts per cell
+            by_status.setdefault((arm, stim), {})[str(status)] = int(count)
         values: dict[str, Any] = {}
-        for (arm, stim), t in tumbling.groupby(["arm", "stimulus"], sort=True):
-            statuses = {str(s): int(n) for s, n in t["status"].value_counts().items()}
+        for (arm, stim), size in grouped.size().items():
+            statuses = by_status[(arm, stim)]
             entry: dict[str, Any] = {"arm": arm, "stimulus": stim}
-            hits, n = correct.loc[(arm, stim)] if (arm, stim) in correct.index else (0, 0)
+            hits, n = hits_n.get((arm, stim), (0, 0))
             if n:
                 entry.update(stats.wilson(int(hits), int(n)).as_dict())
             else:
                 entry.update(successes=0, n=0, conf=0.95, estimate=None, lower=None, upper=None,
                              note="no analysable items: accuracy not computed")
             entry.update(
-                trials_scored=len(t),
+                trials_scored=int(size),
                 status=dict(sorted(statuses.items())),
-                excluded=int(t["excluded"].sum()),
-                parse_rate=(statuses.get("ok", 0) + statuses.get("partial", 0)) / len(t),
+                excluded=int(excluded.loc[(arm, stim)]),
+                parse_rate=(statuses.get("ok", 0) + statuses.get("partial", 0)) / int(size),
             )
             values[f"{arm}|{stim}"] = entry
         by_stim.values = values

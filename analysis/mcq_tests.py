@@ -130,7 +130,7 @@ def position_bias_bootstrap(a: Any, b: Any, letters: Sequence[str], iterations: 
         keys = np.array([code[str(x)] for x in rows["key"]], dtype=np.intp)
         np.add.at(truth, (idx, keys), 1.0)
         letter = rows["letter"].to_numpy(dtype=object)
-        parsed = np.array([isinstance(v, str) for v in letter], dtype=bool)  # null: None or NaN
+        parsed = rows["letter"].notna().to_numpy(dtype=bool)
         if parsed.any():
             got = np.array([code[str(v)] for v in letter[parsed]], dtype=np.intp)
             np.add.at(pred, (idx[parsed], got), 1.0)

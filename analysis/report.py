@@ -288,7 +288,14 @@ def _estimate_text(result: dict[str, Any]) -> str:
         return (f"max |diff| {_pp(v.get('max_abs_diff'), signed=False)} "
                 f"(at {v.get('group', '?')}); margin ±{_pp(v.get('margin'), signed=False)}")
     if test == "mcnemar":
-        return f"discordant b={_fmt(v.get('b'))}, c={_fmt(v.get('c'))}"
+        return (f"discordant b={_fmt(v.get('b', v.get('b_count')))}, "
+                f"c={_fmt(v.get('c', v.get('c_count')))}")
+    if test == "gee":
+        return (f"log OR {_fmt(v.get('estimate'))} (95% CI {_fmt(v.get('lower'))} to "
+                f"{_fmt(v.get('upper'))}; OR {_fmt(v.get('odds_ratio'))})")
+    if test == "flip-rate":
+        return (f"flip rate {_pct(v.get('rate'))} ({_pct(v.get('conf'), 0)} CI "
+                f"{_pct(v.get('lower'))} to {_pct(v.get('upper'))})")
     if test == "chi-square":
         return f"chi2 {_fmt(v.get('chi2'))}, df {_fmt(v.get('df'))}"
     est, lower, upper = _contrast(v)
@@ -324,6 +331,8 @@ def _rule_text(result: dict[str, Any]) -> str:
 
 def _contrast_text(report: Report, result: dict[str, Any]) -> str:
     plan = _hypothesis_plan(report, result.get("hypothesis"))
+    if plan.get("arm"):  # a seed-002 test of one arm: its variants (orders)
+        return f"arm {plan['arm']}: " + " vs ".join(plan.get("variants") or [])
     contrast = plan.get("contrast") or []
     if len(contrast) != 2:
         return ""
@@ -820,7 +829,9 @@ def _section_protocol(report: Report) -> str:
         "Pre-registered hypotheses",
         ("id", "contrast", "test", "sides", "alpha", "correction", "family", "min. difference",
          "equivalence margin"),
-        [(h.get("id"), " vs ".join(h.get("contrast") or []), h.get("test"), h.get("sides"),
+        [(h.get("id"), " vs ".join(h.get("contrast") or []) or (
+            f"arm {h.get('arm')}: {', '.join(h.get('variants') or [])}"), h.get("test"),
+          h.get("sides"),
           h.get("alpha"), h.get("correction"), h.get("family"),
           "–" if h.get("min_difference_pp") is None else f"{h['min_difference_pp']} pp",
           "–" if h.get("margin_pp") is None else f"±{h['margin_pp']} pp") for h in hyps]))
@@ -930,6 +941,7 @@ def _section_descriptive(report: Report) -> str:
                              "accuracy", "Wilson 95% CI"), cells, numeric=(2, 3, 4)))  # fmt: skip
     elif by_model is not None:
         parts.append(_failed_html(by_model))
+    parts.append(_section_mcq(report))
     parts.append(_figure_html(report, "accuracy_by_arm.png"))
     stim = report.result("descriptive.arm_stimulus")
     if stim and stim.get("status") == "failed":
@@ -952,6 +964,81 @@ def _section_descriptive(report: Report) -> str:
         parts.append(_table(str(control.get("title")),
                             ("arm", "correctly rejected", "control trials", "rate",
                              "Wilson 95% CI"), crows, numeric=(1, 2, 3)))  # fmt: skip
+    return "".join(parts)
+
+
+MCQ_KINDS = ("flip-rate", "position-bias", "voting", "self-consistency", "gee")
+
+
+def mcq_rows(report: Report) -> list[tuple[str, ...]]:
+    """One row per seed-002 hypothesis result (``docs/mcq-statistics.md`` §11).
+
+    (hypothesis, test, what, n, statistic, estimate, interval, excluded, verdict).
+    """
+    rows: list[tuple[str, ...]] = []
+    for r in report.hypotheses:
+        plan = _hypothesis_plan(report, r.get("hypothesis"))
+        test = str(r.get("test"))
+        if test not in MCQ_KINDS and not (test == "mcnemar" and (plan.get("arm")
+                                                                or plan.get("variant"))):
+            continue
+        v = r.get("values") or {}
+        what = _contrast_text(report, r) + (f" at {plan['variant']}" if plan.get("variant")
+                                            else "")  # fmt: skip
+        if r.get("status") != "ok":
+            rows.append((str(r.get("hypothesis")), test, what, "–", "–", "–", "–", "–",
+                         f"not computed: {r.get('error')}"))
+            continue
+        lo, hi = _num(v.get("lower")), _num(v.get("upper"))
+        interval = (f"{_pct(v.get('conf'), 0)} CI {_fmt(lo)} to {_fmt(hi)}"
+                    if test != "mcnemar" else f"p {_p(v.get('p_raw'))}")  # fmt: skip
+        n, stat = {
+            "flip-rate": (v.get("n_pairs"), f"{v.get('flips')} flips ({v.get('basis')})"),
+            "position-bias": (f"{(v.get('a') or {}).get('n')}/{(v.get('b') or {}).get('n')}",
+                              f"bias {_fmt(v.get('bias_a'))} vs {_fmt(v.get('bias_b'))}"),
+            "voting": (v.get("n_groups"), f"vote {_pct(v.get('accuracy_vote'))} vs mean order "
+                       f"{_pct(v.get('accuracy_orders'))}"),
+            "self-consistency": (v.get("n_units"), f"majority {_pct(v.get('accuracy_majority'))}"
+                                 f" vs single {_pct(v.get('accuracy_single'))}"),
+            "mcnemar": (v.get("n_pairs"), f"b={v.get('b_count')}, c={v.get('c_count')}"),
+            "gee": ((v.get("fit") or {}).get("n_obs"), f"OR {_fmt(v.get('odds_ratio'))}"),
+        }[test]  # fmt: skip
+        rows.append((str(r.get("hypothesis")), test, what, str(n), stat,
+                     _fmt(v.get("estimate")), interval, str(v.get("excluded", "–")),
+                     str(r.get("verdict"))))
+    return rows
+
+
+def _section_mcq(report: Report) -> str:
+    """Seed 002's registered statistics and ``descriptive.mcq``, when recorded."""
+    parts = []
+    rows = mcq_rows(report)
+    if rows:
+        parts.append(_table(
+            "Seed 002's registered statistics (flip rate, position bias, voting, "
+            "self-consistency, McNemar, GEE; excluded = incomplete groups, recorded with their "
+            "trials)", ("hypothesis", "test", "arms / variants", "n", "statistic", "estimate",
+                        "interval or p", "excluded", "verdict"), rows))  # fmt: skip
+    desc = report.result("descriptive.mcq")
+    if desc is not None and desc.get("status") == "ok":
+        v = desc.get("values") or {}
+        parts.append(_table(str(desc.get("title")), ("arm", "variant", "model", "correct", "n",
+                            "unparsed", "accuracy", "Wilson 95% CI"),
+                            [(c.get("arm"), c.get("variant"), c.get("model") or "–",
+                              c.get("correct"), c.get("n"), c.get("unparsed"),
+                              _pct(c.get("accuracy")),
+                              f"{_pct(c.get('lower'))} – {_pct(c.get('upper'))}")
+                             for c in v.get("cells") or []], numeric=(3, 4, 5, 6)))  # fmt: skip
+        if v.get("seeds"):
+            parts.append(_table("Accuracy over the shuffle seeds: mean and t interval", (
+                "arm", "model", "seeds", "per seed", "mean", "95% t interval"),
+                [(s.get("arm"), s.get("model") or "–", ", ".join(s["summary"]["seeds"]),
+                  ", ".join(_pct(x) for x in s["summary"]["values"]),
+                  _pct(s["summary"]["mean"]),
+                  f"{_pct(s['summary']['lower'])} – {_pct(s['summary']['upper'])}")
+                 for s in v["seeds"]]))  # fmt: skip
+    elif desc is not None:
+        parts.append(_failed_html(desc))
     return "".join(parts)
 
 
@@ -1303,6 +1390,14 @@ def render_terminal(report: Report, console: Console) -> None:
         verdicts.add_row(str(r.get("hypothesis")), _contrast_text(report, r), str(r.get("test")),
                          _estimate_text(r), _p_text(r), shown, _rule_text(r))
     console.print(verdicts)
+    seed002 = mcq_rows(report)
+    if seed002:
+        mcq_table = table("hypothesis", "test", "arms / variants", "n", "statistic", "estimate",
+                          "interval or p", "excluded", "verdict",
+                          title="Seed 002's registered statistics")  # fmt: skip
+        for row in seed002:
+            mcq_table.add_row(*(escape(x) for x in row))
+        console.print(mcq_table)
     unit, level = ("glyphs", "glyph-level accuracy") if report.tumbling else ("items", "accuracy")
     arms_table = table("arm", "role", "accuracy", "Wilson 95% CI", unit, "parse rate",
                        "excluded", title=f"Descriptive: {level} by arm")  # fmt: skip

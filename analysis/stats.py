@@ -10,6 +10,7 @@ that page, not this module, is the contract an independent verifier implements.
 
 from __future__ import annotations
 
+import functools
 import math
 import warnings
 from collections.abc import Hashable, Mapping, Sequence
@@ -158,6 +159,12 @@ class WilsonInterval(_Result):
     upper: float
 
 
+@functools.lru_cache(maxsize=64)
+def _z_two_sided(conf: float) -> float:
+    """``Φ⁻¹(½ + conf/2)``, computed once per level (a Wilson interval per cell adds up)."""
+    return float(sps.norm.ppf(0.5 + conf / 2.0))
+
+
 def wilson(successes: int, n: int, conf: float = 0.95) -> WilsonInterval:
     """Wilson score interval for ``successes`` out of ``n``; ``n == 0`` raises StatsError."""
     _check_conf(conf)
@@ -168,7 +175,7 @@ def wilson(successes: int, n: int, conf: float = 0.95) -> WilsonInterval:
         raise StatsError(f"n: a proportion needs n >= 1 trials, got {n}")
     if not 0 <= successes <= n:
         raise StatsError(f"successes: must be between 0 and n={n}, got {successes}")
-    z = float(sps.norm.ppf(0.5 + conf / 2.0))
+    z = _z_two_sided(conf)
     p = successes / n
     z2 = z * z
     denom = 1.0 + z2 / n
@@ -504,23 +511,51 @@ def _block_product(n: npt.NDArray[np.float64], left: tuple[Any, Any],
     return a1 * a2, a1 * b2 + b1 * a2 + n * b1 * b2
 
 
+@dataclass(frozen=True)
+class RemlParts:
+    """What :func:`reml_loglik` needs of the data, computed once: group sizes and sums."""
+
+    n: npt.NDArray[np.float64]
+    sx: npt.NDArray[np.float64]
+    sy: npt.NDArray[np.float64]
+    xtx: npt.NDArray[np.float64]
+    xty: npt.NDArray[np.float64]
+    yty: float
+
+
+def reml_parts(y: npt.NDArray[np.float64], exog: npt.NDArray[np.float64],
+               codes: npt.NDArray[np.intp]) -> RemlParts:
+    """Per-group sizes and sums (``Σ_j x``, ``Σ_j y``) and ``XᵀX``, ``Xᵀy``, ``yᵀy``.
+
+    The sums of a group are accumulated in row order (``numpy.bincount``), as ``np.add.at``
+    accumulates them, so the likelihood is the same number whichever computes it.
+    """
+    n_groups = int(codes.max()) + 1
+    n = np.bincount(codes, minlength=n_groups).astype(np.float64)
+    sx = np.zeros((n_groups, exog.shape[1]))
+    for k in range(exog.shape[1]):
+        sx[:, k] = np.bincount(codes, weights=exog[:, k], minlength=n_groups)
+    sy = np.asarray(np.bincount(codes, weights=y, minlength=n_groups), dtype=np.float64)
+    return RemlParts(n, sx, sy, exog.T @ exog, exog.T @ y, float(y @ y))
+
+
 def reml_loglik(y: npt.NDArray[np.float64], exog: npt.NDArray[np.float64],
-                codes: npt.NDArray[np.intp], group_var: float, resid_var: float) -> float:
+                codes: npt.NDArray[np.intp], group_var: float, resid_var: float,
+                parts: RemlParts | None = None) -> float:
     """REML log-likelihood of the random-intercept model, without the ``2π`` constant.
 
     ``−½[log|V| + log|XᵀV⁻¹X| + (y − Xβ̂)ᵀV⁻¹(y − Xβ̂)]`` with ``V_j = σ²_e·I + σ²_g·J``;
-    ``group_var = 0`` is allowed (the ordinary least-squares model).
+    ``group_var = 0`` is allowed (the ordinary least-squares model). ``parts``
+    (:func:`reml_parts` of the same data) saves recomputing the sums on every evaluation.
     """
     g, e = float(group_var), float(resid_var)
-    n_groups = int(codes.max()) + 1
-    n = np.bincount(codes, minlength=n_groups).astype(np.float64)
+    if parts is None:
+        parts = reml_parts(y, exog, codes)
+    n, sx, sy = parts.n, parts.sx, parts.sy
     c = g / (e + n * g)  # V_j⁻¹ = (I − c_j·J)/σ²_e
-    sx = np.zeros((n_groups, exog.shape[1]))
-    np.add.at(sx, codes, exog)
-    sy = np.bincount(codes, weights=y, minlength=n_groups)
-    xvx = (exog.T @ exog - np.einsum("j,jk,jl->kl", c, sx, sx)) / e
-    xvy = (exog.T @ y - sx.T @ (c * sy)) / e
-    yvy = (float(y @ y) - float(np.sum(c * sy * sy))) / e
+    xvx = (parts.xtx - np.einsum("j,jk,jl->kl", c, sx, sx)) / e
+    xvy = (parts.xty - sx.T @ (c * sy)) / e
+    yvy = (parts.yty - float(np.sum(c * sy * sy))) / e
     beta = np.linalg.solve(xvx, xvy)
     logdet_v = float(np.sum((n - 1.0) * math.log(e) + np.log(e + n * g)))
     return -0.5 * (logdet_v + float(np.linalg.slogdet(xvx)[1]) + yvy - float(xvy @ beta))
@@ -659,10 +694,11 @@ def _reml_maximum(y: npt.NDArray[np.float64], exog: npt.NDArray[np.float64],
     """
     n, p = int(exog.shape[0]), int(exog.shape[1])
     const = -0.5 * float(n - p) * math.log(2 * math.pi)
+    parts = reml_parts(y, exog, codes)
 
     def ll(g: float, e: float) -> float:
         try:
-            return float(reml_loglik(y, exog, codes, g, e)) + const
+            return float(reml_loglik(y, exog, codes, g, e, parts)) + const
         except (np.linalg.LinAlgError, ValueError, ZeroDivisionError, FloatingPointError):
             return -math.inf
 

@@ -105,6 +105,19 @@ def test_bench_design_locks_schedules_and_renders_a_small_design() -> None:
         assert label in result.stdout, result.stdout
 
 
+def test_bench_design_analyse_quick_runs_the_seed_002_plan() -> None:
+    result = subprocess.run(
+        [sys.executable, str(ROOT / "benchmarks" / "bench_design.py"), "--analyse", "--quick",
+         "--iterations", "200"],
+        capture_output=True, text=True, timeout=300,
+    )  # fmt: skip
+    assert "6,000 scored MCQ trials" in result.stdout, result.stdout + result.stderr
+    assert "failed: none" in result.stdout, result.stdout
+    for label in ("floor: pandas groupby", "run_analyses ", "x floor", "peak RSS",
+                  "mixed models (4 fits)", "seed-002 kinds", "hypothesis.Hvote "):
+        assert label in result.stdout, result.stdout
+
+
 def test_bench_witness_quick_reports_every_rate_and_ratio() -> None:
     result = subprocess.run(
         [sys.executable, str(ROOT / "benchmarks" / "bench_witness.py"), "--quick"],

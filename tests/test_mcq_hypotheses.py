@@ -22,6 +22,7 @@ import pandas as pd
 import pytest
 from click.testing import CliRunner
 from helpers import fixed_key
+from mcq_tables import records
 from scipy import stats as sps
 from statsmodels.genmod.cov_struct import Exchangeable
 from statsmodels.genmod.families import Binomial
@@ -32,12 +33,15 @@ from statsmodels.stats.proportion import proportion_confint
 from test_archive_tamper import failed, passed, read_events
 from test_verify_text_study import forge
 
-from analysis.analyze import Dataset, hypothesis_results, load_dataset, models
+from analysis import mcq
+from analysis.analyze import Dataset, _clean, hypothesis_results, load_dataset, models
 from analysis.mcq_rows import mcq_trials
+from analysis.mcq_tests import decide_interval, hypothesis_values
 from ledger import Ledger
 from ledger.cli import main
 from runner.lock import ledger_path, protocol_event
 from runner.spec import SpecError, load_study
+from verify import _mcq as vm
 from verify import _mcqhyp as vmh
 from verify import verify_archive
 from verify._report import Status
@@ -384,7 +388,7 @@ def test_every_kind_is_computed_with_a_verdict(built: tuple[Path, Path, Path]) -
 
 def test_the_archive_verifies(built: tuple[Path, Path, Path]) -> None:
     report = verify_archive(built[1])
-    assert report.ok, [(c.name, c.detail) for c in report.checks if c.status.name == "FAIL"]
+    assert report.ok, [(c.name, c.reason) for c in report.checks if c.status.name == "FAIL"]
 
 
 # ------------------------------------------------------------------------------ the numbers
@@ -708,3 +712,100 @@ def test_an_edited_value_fails_reanalysis_naming_the_result(
     check = {c.name: c for c in science_checks(copied)}["reanalysis"]
     assert check.status is Status.FAIL
     assert check.reason.startswith(f"{result_id} {path}"), check.reason
+
+
+def test_the_report_tables_the_seed_002_results(built: tuple[Path, Path, Path]) -> None:
+    html = (built[1] / "analysis" / "report.html").read_text("utf-8")
+    assert "Seed 002&#x27;s registered statistics" in html, html[:2000]
+    vote = results(built[1])["hypothesis.Hvote"]["values"]
+    assert f"vote {vote['accuracy_vote'] * 100:.1f}% vs mean order" in html
+    assert "Accuracy over the shuffle seeds" in html
+
+
+@pytest.mark.slow
+def test_the_terminal_report_tables_them_too(built: tuple[Path, Path, Path],
+                                            tmp_path: Path) -> None:
+    from rich.console import Console
+
+    from analysis.report import build_report, render_terminal
+
+    console = Console(record=True, width=240)
+    render_terminal(build_report(built[0], tmp_path / "report"), console)
+    text = console.export_text()
+    assert "Seed 002's registered statistics" in text and "Hsc@large" in text
+
+
+# ------------------------------------------------------------------------------ the seed's tables
+
+SEED_PLAN: dict[str, Any] = {"design": {"bootstrap_iterations": 1000, "bootstrap_seed": 1},
+                             "response": {"letters": "ABCD"}}
+
+
+def seed_rows(arms: dict[str, list[tuple[str, str]]]) -> pd.DataFrame:
+    """A table from (key, prediction) per item for each arm (one model, one rep, as written)."""
+    rows = []
+    for arm, pairs in arms.items():
+        for i, (key, letter) in enumerate(pairs):
+            rows.append({"trial": f"{arm}|q{i}", "item": f"q{i:05d}", "arm": arm, "model": "",
+                         "variant": "original", "rep": 1, "key": key, "key_original": key,
+                         "letter": letter, "answer": letter, "correct": letter == key,
+                         "parse": "ok"})  # fmt: skip
+    return pd.DataFrame(rows)
+
+
+def both_ways(frame: pd.DataFrame, h: dict[str, Any]) -> dict[str, Any]:
+    """The registered kind's values by analysis, checked against the verifier's mirror."""
+    table = mcq.check_trials(frame)
+    got = hypothesis_values(table, table, SEED_PLAN, h)
+    rows = vm.check_trials(records(frame))
+    mirror = vmh.values_from_rows(rows, rows, SEED_PLAN, h)
+    same(json.loads(json.dumps(_clean(got))), json.loads(json.dumps(mirror)))
+    return got
+
+
+def same(a: Any, b: Any, path: str = "") -> None:
+    """Equal JSON trees, floats to 1e-9."""
+    if isinstance(a, dict):
+        assert isinstance(b, dict) and set(a) == set(b), (path, set(a) ^ set(b))
+        for k in a:
+            same(a[k], b[k], f"{path}.{k}")
+    elif isinstance(a, list):
+        assert isinstance(b, list) and len(a) == len(b), path
+        for i, (x, y) in enumerate(zip(a, b, strict=True)):
+            same(x, y, f"{path}[{i}]")
+    elif isinstance(a, float) and not isinstance(b, bool):
+        assert b == pytest.approx(a, rel=1e-9, abs=1e-12), (path, a, b)
+    else:
+        assert a == b, (path, a, b)
+
+
+def test_table_9_through_the_registered_mcnemar_kind() -> None:
+    """Seed 002 Table 9: 1,511 both right, 1,410 both wrong, 750 direct only, 512 CoT only."""
+    cells = [(True, True)] * 1511 + [(False, False)] * 1410 + [(True, False)] * 750 + [
+        (False, True)] * 512
+    arms = {arm: [("A", "A" if ok[j] else "B") for ok in cells]
+            for j, arm in enumerate(("direct", "cot"))}  # fmt: skip
+    h = {"id": "T9", "test": "mcnemar", "contrast": ["direct", "cot"], "variant": "original",
+         "alpha": 0.05}
+    v = both_ways(seed_rows(arms), h)
+    assert (v["n_pairs"], v["b_count"], v["c_count"]) == (4183, 750, 512)
+    assert round(100 * v["estimate"], 1) == 5.7  # "CoT reduces accuracy by 5.7 points"
+    assert v["p_raw"] < 0.001 and v["test"]["primary"] == "chi2_cc"  # 1,262 discordant
+
+
+def test_table_11_through_the_registered_position_bias_kind() -> None:
+    """Table 11 as 1,000 items: zero-shot 0.137 (Table 4's value) and few-shot direct 0.438."""
+    keys = ["A"] * 322 + ["B"] * 251 + ["C"] * 214 + ["D"] * 213
+
+    def predictions(shares: tuple[int, ...]) -> list[str]:
+        return [x for x, n in zip("ABCD", shares, strict=True) for _ in range(n)]
+
+    arms = {"fewshot": list(zip(keys, predictions((760, 120, 70, 50)), strict=True)),
+            "zeroshot": list(zip(keys, predictions((459, 221, 178, 142)), strict=True))}
+    h = {"id": "T11", "test": "position-bias", "contrast": ["fewshot", "zeroshot"],
+         "variant": "original", "sides": "one-sided", "alpha": 0.05}
+    v = both_ways(seed_rows(arms), h)
+    assert round(v["bias_b"], 3) == 0.137 and round(v["bias_a"], 3) == 0.438
+    assert v["estimate"] == pytest.approx(0.301, abs=1e-9)
+    verdict, decided = decide_interval(h, v)
+    assert verdict == "supported" and decided["lower"] > 0.2

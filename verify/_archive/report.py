@@ -419,7 +419,14 @@ def _estimate_text(result: dict[str, Any]) -> str:
         return (f"max |diff| {_pp(v.get('max_abs_diff'), signed=False)} "
                 f"(at {v.get('group', '?')}); margin ±{_pp(v.get('margin'), signed=False)}")
     if test == "mcnemar":
-        return f"discordant b={_fmt(v.get('b'))}, c={_fmt(v.get('c'))}"
+        return (f"discordant b={_fmt(v.get('b', v.get('b_count')))}, "
+                f"c={_fmt(v.get('c', v.get('c_count')))}")
+    if test == "gee":
+        return (f"log OR {_fmt(v.get('estimate'))} (95% CI {_fmt(v.get('lower'))} to "
+                f"{_fmt(v.get('upper'))}; OR {_fmt(v.get('odds_ratio'))})")
+    if test == "flip-rate":
+        return (f"flip rate {_pct(v.get('rate'))} ({_pct(v.get('conf'), 0)} CI "
+                f"{_pct(v.get('lower'))} to {_pct(v.get('upper'))})")
     if test == "chi-square":
         return f"chi2 {_fmt(v.get('chi2'))}, df {_fmt(v.get('df'))}"
     est, lower, upper = _contrast(v)
@@ -541,7 +548,7 @@ class _Expect:
     def result(self, rid: str) -> dict[str, Any] | None:
         return next((r for r in self.results if r.get("id") == rid), None)
 
-    def _contrast_text(self, result: dict[str, Any]) -> str:
+    def _plan_of(self, result: dict[str, Any]) -> dict[str, Any]:
         hyps = self.protocol.get("hypotheses")
         plan: Any = {}
         hid = result.get("hypothesis")
@@ -550,6 +557,12 @@ class _Expect:
             if plan is None and isinstance(hid, str) and "@" in hid:  # one model's verdict
                 plan = next((h for h in hyps if _get(h, "id") == hid.rsplit("@", 1)[0]), {})
             plan = plan or {}
+        return _obj(plan)
+
+    def _contrast_text(self, result: dict[str, Any]) -> str:
+        plan = self._plan_of(result)
+        if plan.get("arm"):  # a seed-002 test of one arm (mcq-statistics.md §11)
+            return f"arm {plan['arm']}: " + " vs ".join(map(str, plan.get("variants") or []))
         contrast = _get(plan, "contrast") or []
         if not isinstance(contrast, list) or len(contrast) != 2:
             return ""
@@ -632,7 +645,8 @@ class _Expect:
         rows = []
         for item in hyps if isinstance(hyps, list) else []:
             h = _obj(item)
-            rows.append([_cell(h.get("id")), " vs ".join(map(str, h.get("contrast") or [])),
+            rows.append([_cell(h.get("id")), " vs ".join(map(str, h.get("contrast") or []))
+                         or f"arm {h.get('arm')}: {', '.join(map(str, h.get('variants') or []))}",
                          _cell(h.get("test")), _cell(h.get("sides")), _cell(h.get("alpha")),
                          _cell(h.get("correction")), _cell(h.get("family")),
                          "–" if h.get("min_difference_pp") is None
@@ -640,6 +654,76 @@ class _Expect:
                          "–" if h.get("margin_pp") is None else f"±{h['margin_pp']} pp"])
         out.append(("Pre-registered hypotheses", ["id", "contrast", "test", "sides", "alpha",
                     "correction", "family", "min. difference", "equivalence margin"], rows))
+        return out
+
+    def _mcq_tables(self) -> list[tuple[str, list[str], list[list[str]]]]:
+        """archive-format §7: seed 002's registered statistics and ``descriptive.mcq``."""
+        out: list[tuple[str, list[str], list[list[str]]]] = []
+        kinds = ("flip-rate", "position-bias", "voting", "self-consistency", "gee")
+        rows = []
+        for r in (r for r in self.results if r.get("hypothesis")):
+            plan = self._plan_of(r)
+            test = str(r.get("test"))
+            if test not in kinds and not (test == "mcnemar" and (plan.get("arm")
+                                                                or plan.get("variant"))):
+                continue
+            v = _obj(r.get("values"))
+            what = self._contrast_text(r) + (f" at {plan['variant']}" if plan.get("variant")
+                                             else "")  # fmt: skip
+            if r.get("status") != "ok":
+                rows.append([_cell(r.get("hypothesis")), test, what, "–", "–", "–", "–", "–",
+                             f"not computed: {r.get('error')}"])
+                continue
+            lo, hi = _num(v.get("lower")), _num(v.get("upper"))
+            interval = (f"{_pct(v.get('conf'), 0)} CI {_fmt(lo)} to {_fmt(hi)}"
+                        if test != "mcnemar" else f"p {_p(v.get('p_raw'))}")  # fmt: skip
+            if test == "flip-rate":
+                n, stat = v.get("n_pairs"), f"{v.get('flips')} flips ({v.get('basis')})"
+            elif test == "position-bias":
+                n = f"{_obj(v.get('a')).get('n')}/{_obj(v.get('b')).get('n')}"
+                stat = f"bias {_fmt(v.get('bias_a'))} vs {_fmt(v.get('bias_b'))}"
+            elif test == "voting":
+                n = v.get("n_groups")
+                stat = (f"vote {_pct(v.get('accuracy_vote'))} vs mean order "
+                        f"{_pct(v.get('accuracy_orders'))}")
+            elif test == "self-consistency":
+                n = v.get("n_units")
+                stat = (f"majority {_pct(v.get('accuracy_majority'))} vs single "
+                        f"{_pct(v.get('accuracy_single'))}")
+            elif test == "mcnemar":
+                n, stat = v.get("n_pairs"), f"b={v.get('b_count')}, c={v.get('c_count')}"
+            else:
+                n, stat = _obj(v.get("fit")).get("n_obs"), f"OR {_fmt(v.get('odds_ratio'))}"
+            rows.append([_cell(r.get("hypothesis")), test, what, str(n), stat,
+                         _fmt(v.get("estimate")), interval, str(v.get("excluded", "–")),
+                         str(r.get("verdict"))])
+        if rows:
+            out.append(("Seed 002's registered statistics (flip rate, position bias, voting, "
+                        "self-consistency, McNemar, GEE; excluded = incomplete groups, recorded "
+                        "with their trials)", ["hypothesis", "test", "arms / variants", "n",
+                        "statistic", "estimate", "interval or p", "excluded", "verdict"], rows))
+        desc = self.result("descriptive.mcq")
+        if desc is not None and desc.get("status") == "ok":
+            v = _obj(desc.get("values"))
+            out.append((str(desc.get("title")), ["arm", "variant", "model", "correct", "n",
+                        "unparsed", "accuracy", "Wilson 95% CI"],
+                        [[_cell(c.get("arm")), _cell(c.get("variant")),
+                          _cell(c.get("model") or "–"), _cell(c.get("correct")),
+                          _cell(c.get("n")), _cell(c.get("unparsed")), _pct(c.get("accuracy")),
+                          f"{_pct(c.get('lower'))} – {_pct(c.get('upper'))}"]
+                         for c in map(_obj, v.get("cells") or [])]))  # fmt: skip
+            seeds = [_obj(x) for x in v.get("seeds") or []]
+            if seeds:
+                out.append(("Accuracy over the shuffle seeds: mean and t interval",
+                            ["arm", "model", "seeds", "per seed", "mean", "95% t interval"],
+                            [[_cell(x.get("arm")), _cell(x.get("model") or "–"),
+                              ", ".join(map(str, _obj(x.get("summary")).get("seeds") or [])),
+                              ", ".join(_pct(y) for y in _obj(x.get("summary")).get("values")
+                                        or []),
+                              _pct(_obj(x.get("summary")).get("mean")),
+                              f"{_pct(_obj(x.get('summary')).get('lower'))} – "
+                              f"{_pct(_obj(x.get('summary')).get('upper'))}"]
+                             for x in seeds]))  # fmt: skip
         return out
 
     def _data_tables(self) -> list[tuple[str, list[str], list[list[str]]]]:
@@ -706,6 +790,7 @@ class _Expect:
             out.append((str(_obj(self.result("descriptive.arm_model")).get("title")),
                         ["arm", "model", "correct", "glyphs" if self.tumbling else "items",
                          "accuracy", "Wilson 95% CI"], rows))  # fmt: skip
+        out.extend(self._mcq_tables())
         control = self.result("descriptive.control")
         if self.tumbling and control is not None and control.get("status") == "ok":
             rows = []
