@@ -26,7 +26,8 @@ __all__ = ["analyze", "demo", "export_cmd", "report_cmd", "score", "unblind", "v
     type=click.IntRange(1, 1000),
     default=30,
     show_default=True,
-    help="Replicates per arm and probe (the template's 30 give 1,050 trials).",
+    help="Replicates per arm and probe (the template's 30 give 1,050 trials; "
+    "prompt-tumbling-e only).",
 )
 @click.option(
     "--template",
@@ -53,6 +54,10 @@ def demo(directory: Path | None, replicates: int, template: str) -> None:
     """
     from analysis.demo import run_demo
 
+    source = click.get_current_context().get_parameter_source("replicates")
+    if template != "prompt-tumbling-e" and source is not click.core.ParameterSource.DEFAULT:
+        raise click.UsageError(f"--replicates applies to the prompt-tumbling-e demo; the "
+                               f"{template} studies declare their own replicates")  # fmt: skip
     run_demo(directory or Path("prompt-ledger-demo"), console(), replicates=replicates,
              template=template)
 

@@ -373,3 +373,17 @@ def test_a_changed_figure_in_the_report_fails_verification_naming_it(forged: Pat
     report.write_text(html[:number] + "9" + html[number + 1 :], encoding="utf-8")
     reason = failed(verify_archive(forged), "report")
     assert "figures: the report says" in reason and "of pairs (answer)" in reason
+
+
+def test_the_template_demo_refuses_replicates(tmp_path: Path) -> None:
+    """--replicates shapes the tumbling-E demo only: with the template it is refused, not
+    ignored, and nothing is written."""
+    from click.testing import CliRunner
+
+    from ledger.cli import main
+
+    out = CliRunner().invoke(main, ["demo", str(tmp_path / "d"), "--template", TEMPLATE,
+                                    "--replicates", "3"])  # fmt: skip
+    assert out.exit_code == 2
+    assert "--replicates applies to the prompt-tumbling-e demo" in out.output
+    assert not (tmp_path / "d").exists()
