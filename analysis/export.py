@@ -319,6 +319,9 @@ def _readme(study: Study, log: Ledger, results: list[dict[str, Any]]) -> bytes:
     for h in body.get("hypotheses", []):
         contrast = h.get("contrast") or ["?", "?"]
         details = [f"{h.get('test')}", f"{h.get('sides')}"]
+        for key in ("variant", "basis", "samples", "incomplete", "min_pp", "max_pp"):
+            if h.get(key) is not None:  # seed 002's kinds (docs/mcq-statistics.md §11)
+                details.append(f"{key} {h[key]}")
         if h.get("alpha") is not None:
             details.append(f"alpha {h['alpha']}")
         if h.get("min_difference_pp") is not None:
@@ -340,7 +343,9 @@ def _readme(study: Study, log: Ledger, results: list[dict[str, Any]]) -> bytes:
         )
         lines += [
             f"- **{h.get('id')}**: {desc}  ",
-            f"  {contrast[0]} - {contrast[1]} on `{h.get('outcome')}`; {'; '.join(details)}.  ",
+            (f"  arm {h['arm']}, {' vs '.join(map(str, h.get('variants') or []))} on "
+             f"`{h.get('outcome')}`; {'; '.join(details)}.  " if h.get("arm") else
+             f"  {contrast[0]} - {contrast[1]} on `{h.get('outcome')}`; {'; '.join(details)}.  "),
             f"  Verdict: {verdict}",
         ]
     deviations = body.get("deviations") or []

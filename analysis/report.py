@@ -480,11 +480,18 @@ def _fig_confusion(report: Report, arm: str) -> Figure:
     return fig
 
 
+NOT_ACCURACY_DIFFERENCES = ("flip-rate", "position-bias", "gee")
+"""Seed-002 kinds whose estimate is not a difference in accuracy (a rate, a bias difference, a
+log odds ratio): the forest plot leaves them to the seed-002 table."""
+
+
 def _fig_forest(report: Report) -> Figure:
-    hyps = report.hypotheses
+    hyps = [r for r in report.hypotheses if r.get("test") not in NOT_ACCURACY_DIFFERENCES]
     title = "Pre-registered contrasts (difference in accuracy, a − b)"
     if not hyps:
-        return _note_figure(title, "no pre-registered hypotheses were recorded")
+        return _note_figure(title, "no pre-registered difference in accuracy was recorded"
+                            + (" (the registered statistics are tabled under seed 002's "
+                               "statistics)" if report.hypotheses else ""))
     fig = Figure(figsize=(8.6, 0.75 * len(hyps) + 1.8), layout="constrained")
     ax = fig.add_subplot()
     xs: list[float] = [0.0]

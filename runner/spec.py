@@ -862,7 +862,9 @@ def _check_kinds(
         if h.test in MCQ_TESTS and not item_study:
             c.add(f"{where}.test", f"a {h.test} test needs an item file ([stimuli] items)")
             continue
-        if h.test not in MCQ_TESTS and not (h.test == "mcnemar" and h.arm is not None):
+        if h.test not in MCQ_TESTS and not (
+            h.test == "mcnemar" and (h.arm is not None or h.variant is not None)
+        ):
             continue
         tested = [arms[h.arm]] if h.arm is not None and h.arm in arms else [
             arms[a] for a in h.contrast if a in arms]
