@@ -309,6 +309,58 @@ def run_demo(
     return DemoResult(study, archive, tampered, report_path, report.ok, not bad.ok, seconds)
 
 
+SUITE_STATISTICS = ("position-bias", "flip-rate", "voting", "self-consistency")
+"""The registered seed-002 tests whose figures the template demo prints after verification."""
+
+
+def _share(value: Any) -> str:
+    return f"{100 * value:.1f}%" if isinstance(value, int | float) else "–"
+
+
+def _bias(value: Any) -> str:
+    return f"{value:.3f}" if isinstance(value, int | float) else "–"
+
+
+def suite_figures(results: list[dict[str, Any]], plan: dict[str, Any]) -> list[tuple[str, ...]]:
+    """One row per recorded seed-002 hypothesis result of :data:`SUITE_STATISTICS`.
+
+    ``(hypothesis, test, what, figures, verdict)``: position bias of each arm, flip rate, vote
+    against the mean per-order accuracy, majority against the mean sample, as ``analysis``
+    recorded them (the verified numbers, not recomputed here; the report's table of seed 002's
+    registered statistics shows the same values).
+    """
+    tests = {h["id"]: h for h in plan.get("hypotheses") or []}
+    rows: list[tuple[str, ...]] = []
+    for r in results:
+        h = tests.get(str(r.get("hypothesis") or "").split("@")[0])
+        if h is None or h["test"] not in SUITE_STATISTICS:
+            continue
+        v = r.get("values") or {}
+        if r.get("status") != "ok":
+            figures = f"not computed: {r.get('error')}"
+        elif h["test"] == "position-bias":
+            a, b = h["contrast"]
+            figures = f"{a} {_bias(v.get('bias_a'))}, {b} {_bias(v.get('bias_b'))}"
+        elif h["test"] == "flip-rate":
+            figures = f"{_share(v.get('estimate'))} of pairs ({h.get('basis', 'answer')})"
+        elif h["test"] == "voting":
+            figures = (f"vote {_share(v.get('accuracy_vote'))} vs mean per order "
+                       f"{_share(v.get('accuracy_orders'))}")  # fmt: skip
+        else:
+            figures = (f"majority {_share(v.get('accuracy_majority'))} vs one sample "
+                       f"{_share(v.get('accuracy_single'))}")  # fmt: skip
+        if "contrast" in h:
+            what = " vs ".join(h["contrast"])
+        elif h["test"] == "flip-rate":
+            what = f"{h['arm']}: {' vs '.join(h['variants'])}"
+        elif h["test"] == "voting":
+            what = f"{h['arm']}: {len(h['variants'])} orders"
+        else:
+            what = f"{h['arm']}: {h.get('samples')} samples"
+        rows.append((str(r["hypothesis"]), h["test"], what, figures, str(r.get("verdict") or "")))
+    return rows
+
+
 def run_suite_demo(directory: Path, console: Console, template: str) -> DemoResult:
     """Every study of a template of several studies (``runner.new.SUITES``), end to end.
 
@@ -322,7 +374,7 @@ def run_suite_demo(directory: Path, console: Console, template: str) -> DemoResu
     """
     from analysis.analyze import analyze_study
     from analysis.export import export_study
-    from analysis.report import build_report, seed002_figures
+    from analysis.report import build_report
     from analysis.scoring import score_study, unblind_study
     from ledger import Ledger
     from ledger.witness_server import LocalWitness
@@ -397,7 +449,7 @@ def run_suite_demo(directory: Path, console: Console, template: str) -> DemoResu
         with Ledger.open(part / "ledger.db", readonly=True) as log:
             protocol = protocol_event(log)
         plan = protocol.body if protocol is not None else {}
-        figures += [(part.name, *row) for row in seed002_figures(analysed.results, plan)]
+        figures += [(part.name, *row) for row in suite_figures(analysed.results, plan)]
 
     first = parts[0]
     tampered = directory / "archive-tampered"

@@ -44,7 +44,7 @@ from verify import Status, verify_ledger_file
 matplotlib.use("Agg")  # no display, ever; figures are drawn on FigureCanvasAgg directly
 
 __all__ = ["EXPLORATORY", "FigureFile", "Report", "build_report", "render_html",
-           "render_terminal", "seed002_figures"]  # fmt: skip
+           "render_terminal"]  # fmt: skip
 
 EXPLORATORY = "Exploratory (not pre-registered)"
 """The label every exploratory heading, caption and table carries."""
@@ -737,68 +737,6 @@ def _section_verdicts(report: Report) -> str:
         rows, raw=(5,)))  # fmt: skip
 
 
-SEED002_FIGURES = ("position-bias", "flip-rate", "voting", "self-consistency")
-"""The registered seed-002 tests whose component figures the report and the template demo show."""
-
-
-def _share(value: Any) -> str:
-    return f"{100 * value:.1f}%" if isinstance(value, int | float) else "–"
-
-
-def _bias(value: Any) -> str:
-    return f"{value:.3f}" if isinstance(value, int | float) else "–"
-
-
-def seed002_figures(results: list[dict[str, Any]], plan: dict[str, Any]) -> list[tuple[str, ...]]:
-    """One row per recorded seed-002 hypothesis result of :data:`SEED002_FIGURES`.
-
-    ``(hypothesis, test, what, figures, verdict)``: position bias of each arm, flip rate, vote
-    against the mean per-order accuracy, majority against the mean sample, as ``analysis``
-    recorded them (the verified numbers, not recomputed here). ``ledger demo --template
-    medmcqa-prompt-sensitivity`` prints them; the report shows them under the verdicts.
-    """
-    tests = {h["id"]: h for h in plan.get("hypotheses") or []}
-    rows: list[tuple[str, ...]] = []
-    for r in results:
-        h = tests.get(str(r.get("hypothesis") or "").split("@")[0])
-        if h is None or h["test"] not in SEED002_FIGURES:
-            continue
-        v = r.get("values") or {}
-        if r.get("status") != "ok":
-            figures = f"not computed: {r.get('error')}"
-        elif h["test"] == "position-bias":
-            a, b = h["contrast"]
-            figures = f"{a} {_bias(v.get('bias_a'))}, {b} {_bias(v.get('bias_b'))}"
-        elif h["test"] == "flip-rate":
-            figures = f"{_share(v.get('estimate'))} of pairs ({h.get('basis', 'answer')})"
-        elif h["test"] == "voting":
-            figures = (f"vote {_share(v.get('accuracy_vote'))} vs mean per order "
-                       f"{_share(v.get('accuracy_orders'))}")  # fmt: skip
-        else:
-            figures = (f"majority {_share(v.get('accuracy_majority'))} vs one sample "
-                       f"{_share(v.get('accuracy_single'))}")  # fmt: skip
-        if "contrast" in h:
-            what = " vs ".join(h["contrast"])
-        elif h["test"] == "flip-rate":
-            what = f"{h['arm']}: {' vs '.join(h['variants'])}"
-        elif h["test"] == "voting":
-            what = f"{h['arm']}: {len(h['variants'])} orders"
-        else:
-            what = f"{h['arm']}: {h.get('samples')} samples"
-        rows.append((str(r["hypothesis"]), h["test"], what, figures, str(r.get("verdict") or "")))
-    return rows
-
-
-def _section_seed002(report: Report) -> str:
-    rows = seed002_figures(report.results, report.protocol)
-    if not rows:
-        return ""
-    return ("<h3>Seed 002's statistics behind the verdicts above</h3>" + _table(
-        "Position bias of each arm, flip rates, voting against the mean per-order accuracy, "
-        "majority against a single sample (the recorded values of each hypothesis)",
-        ("hypothesis", "test", "what", "figures", "verdict"), rows))  # fmt: skip
-
-
 def _section_protocol(report: Report) -> str:
     p = report.protocol
     design = p.get("design") or {}
@@ -1363,7 +1301,6 @@ def render_html(report: Report) -> str:
         _simulated_banner(report),
         _section_failed(report),
         _section_verdicts(report),
-        _section_seed002(report),
         _section_protocol(report),
         _section_deviations(report),
         _section_data(report),

@@ -247,9 +247,11 @@ def test_the_template_demo_verifies_and_shows_the_phenomena(demo: tuple[Any, str
     # the printed table shows the recorded figures
     assert f"fs_direct {bias['bias_a']:.3f}, zs_direct {bias['bias_b']:.3f}" in printed
     assert f"vote {100 * vote['accuracy_vote']:.1f}% vs mean per order" in printed
+    # the report's table of seed 002's registered statistics shows them too
     html = (result.study / "mcq" / "report" / "report.html").read_text(encoding="utf-8")
-    assert "Seed 002&#x27;s statistics" in html or "Seed 002's statistics" in html
-    assert f"fs_direct {bias['bias_a']:.3f}, zs_direct {bias['bias_b']:.3f}" in html
+    assert (f"vote {100 * vote['accuracy_vote']:.1f}% vs mean order "
+            f"{100 * vote['accuracy_orders']:.1f}%") in html  # fmt: skip
+    assert f"bias {bias['bias_a']:.4g} vs {bias['bias_b']:.4g}" in html
 
 
 @pytest.fixture
@@ -334,9 +336,9 @@ def test_the_docs_numbers_of_the_phenomena_are_the_models() -> None:
     assert f"less `{p.weight_known}*[from knowledge]`" in doc
 
 
-def test_the_report_rows_read_the_recorded_values() -> None:
-    """seed002_figures: one row per seed-002 result, from its recorded values alone."""
-    from analysis.report import seed002_figures
+def test_the_demo_rows_read_the_recorded_values() -> None:
+    """suite_figures: one row per seed-002 result, from its recorded values alone."""
+    from analysis.demo import suite_figures
 
     plan = {"hypotheses": [
         {"id": "B", "test": "position-bias", "contrast": ["few", "zero"]},
@@ -353,7 +355,7 @@ def test_the_report_rows_read_the_recorded_values() -> None:
         {"hypothesis": "M", "status": "ok", "verdict": "supported", "values": {}},
         {"hypothesis": None, "status": "ok"},
     ]  # fmt: skip
-    assert seed002_figures(results, plan) == [
+    assert suite_figures(results, plan) == [
         ("B", "position-bias", "few vs zero", "few 0.400, zero 0.100", "supported"),
         ("F@m1", "flip-rate", "zero: original vs rot1", "37.5% of pairs (answer)", "supported"),
         ("V", "voting", "zero: 3 orders", "not computed: no complete group", ""),
@@ -368,11 +370,11 @@ def test_a_changed_figure_in_the_report_fails_verification_naming_it(forged: Pat
 
     report = forged / "analysis" / "report.html"
     html = report.read_text(encoding="utf-8")
-    start = html.index("of pairs (answer)")
-    number = html.rindex(">", 0, start) + 1  # the flip rate's cell starts here
-    report.write_text(html[:number] + "9" + html[number + 1 :], encoding="utf-8")
+    number = html.index(">vote ") + len(">vote ")  # the first voting row's vote accuracy
+    digit = "1" if html[number] != "1" else "2"
+    report.write_text(html[:number] + digit + html[number + 1 :], encoding="utf-8")
     reason = failed(verify_archive(forged), "report")
-    assert "figures: the report says" in reason and "of pairs (answer)" in reason
+    assert "statistic: the report says 'vote " in reason, reason
 
 
 def test_the_template_demo_refuses_replicates(tmp_path: Path) -> None:

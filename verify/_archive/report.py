@@ -467,63 +467,6 @@ def _chi_text(chi: Any) -> str:
     return f"chi2 {_fmt(chi.get('chi2'))}, p {_p(chi.get('p'))}"
 
 
-SEED002_HEADING = "Seed 002's statistics behind the verdicts above"
-SEED002_CAPTION = ("Position bias of each arm, flip rates, voting against the mean per-order "
-                   "accuracy, majority against a single sample (the recorded values of each "
-                   "hypothesis)")  # fmt: skip
-SEED002_TESTS = ("position-bias", "flip-rate", "voting", "self-consistency")
-
-
-def _share3(value: Any) -> str:
-    return f"{100 * value:.1f}%" if isinstance(value, int | float) else "–"
-
-
-def _three(value: Any) -> str:
-    return f"{value:.3f}" if isinstance(value, int | float) else "–"
-
-
-def seed002_rows(results: list[dict[str, Any]], protocol: dict[str, Any]) -> list[list[str]]:
-    """The report's table of seed-002 figures (``docs/archive-format.md`` §7), from the events.
-
-    One row per ``analysis.result`` whose hypothesis (or ``<id>@<model>``) is a locked one of
-    :data:`SEED002_TESTS`: hypothesis, test, what it compares, its recorded figures, verdict.
-    """
-    locked = protocol.get("hypotheses")
-    tests = {_obj(h).get("id"): _obj(h) for h in (locked if isinstance(locked, list) else [])}
-    rows: list[list[str]] = []
-    for r in results:
-        h = tests.get(str(r.get("hypothesis") or "").split("@")[0])
-        if h is None or h.get("test") not in SEED002_TESTS:
-            continue
-        v = _obj(r.get("values"))
-        test = h["test"]
-        listed = h.get("variants")
-        variants: list[Any] = listed if isinstance(listed, list) else []
-        if isinstance(h.get("contrast"), list):
-            what = " vs ".join(str(x) for x in h["contrast"])
-        elif test == "flip-rate":
-            what = f"{h.get('arm')}: {' vs '.join(str(x) for x in variants)}"
-        elif test == "voting":
-            what = f"{h.get('arm')}: {len(variants)} orders"
-        else:
-            what = f"{h.get('arm')}: {h.get('samples')} samples"
-        if r.get("status") != "ok":
-            figures = f"not computed: {r.get('error')}"
-        elif test == "position-bias":
-            a, b = [*(h.get("contrast") or []), "", ""][:2]
-            figures = f"{a} {_three(v.get('bias_a'))}, {b} {_three(v.get('bias_b'))}"
-        elif test == "flip-rate":
-            figures = f"{_share3(v.get('estimate'))} of pairs ({h.get('basis', 'answer')})"
-        elif test == "voting":
-            figures = (f"vote {_share3(v.get('accuracy_vote'))} vs mean per order "
-                       f"{_share3(v.get('accuracy_orders'))}")  # fmt: skip
-        else:
-            figures = (f"majority {_share3(v.get('accuracy_majority'))} vs one sample "
-                       f"{_share3(v.get('accuracy_single'))}")  # fmt: skip
-        rows.append([str(r["hypothesis"]), str(test), what, figures, str(r.get("verdict") or "")])
-    return rows
-
-
 class _Expect:
     """The report's content as the events give it."""
 
@@ -595,10 +538,6 @@ class _Expect:
             out.append(("Pre-registered hypotheses: each verdict and the locked rule that "
                         "decided it", ["hypothesis", "description", "test", "estimate (CI)",
                         "p", "verdict", "decided by"], rows))  # fmt: skip
-        seed002 = seed002_rows(self.results, self.protocol)
-        if seed002:
-            out.append((SEED002_CAPTION, ["hypothesis", "test", "what", "figures", "verdict"],
-                        seed002))  # fmt: skip
         out.extend(self._protocol_tables())
         declared = self.protocol.get("deviations")
         if isinstance(declared, list) and declared:
@@ -1026,8 +965,6 @@ class _Expect:
         out.append(("h2", "Verdicts of the pre-registered hypotheses"))
         if not any(r.get("hypothesis") for r in self.results):
             out.append(("p", "No hypothesis results."))
-        if seed002_rows(self.results, p):
-            out.append(("h3", SEED002_HEADING))
         listed = p.get("stimuli")
         stimuli: list[Any] = listed if isinstance(listed, list) else []
         items = p.get("items")
