@@ -26,23 +26,40 @@ __all__ = ["analyze", "demo", "export_cmd", "report_cmd", "score", "unblind", "v
     type=click.IntRange(1, 1000),
     default=30,
     show_default=True,
-    help="Replicates per arm and probe (the template's 30 give 1,050 trials).",
+    help="Replicates per arm and probe (the template's 30 give 1,050 trials; "
+    "prompt-tumbling-e only).",
 )
-def demo(directory: Path | None, replicates: int) -> None:
+@click.option(
+    "--template",
+    type=click.Choice(["prompt-tumbling-e", "medmcqa-prompt-sensitivity"]),
+    default="prompt-tumbling-e",
+    show_default=True,
+    help="The study template to demonstrate.",
+)
+def demo(directory: Path | None, replicates: int, template: str) -> None:
     """Run the whole PROMPT workflow offline on the simulated model, then verify and tamper.
 
     Scaffolds the tumbling-E study in DIRECTORY (default ./prompt-ledger-demo, which must not
     exist or be empty), locks it, runs it on the simulated backend, scores blind, unblinds,
     analyses, reports, exports an archive, verifies it, and shows a one-byte change caught.
+    With --template medmcqa-prompt-sensitivity it does all of that for each of seed 002's
+    four studies (--replicates does not apply) and prints the registered statistics: position
+    bias per arm, flip rates, permutation voting, self-consistency.
 
     \b
     Example:
       ledger demo /tmp/ledger-demo
       ledger demo /tmp/quick-demo --replicates 3
+      ledger demo /tmp/seed002-demo --template medmcqa-prompt-sensitivity
     """
     from analysis.demo import run_demo
 
-    run_demo(directory or Path("prompt-ledger-demo"), console(), replicates=replicates)
+    source = click.get_current_context().get_parameter_source("replicates")
+    if template != "prompt-tumbling-e" and source is not click.core.ParameterSource.DEFAULT:
+        raise click.UsageError(f"--replicates applies to the prompt-tumbling-e demo; the "
+                               f"{template} studies declare their own replicates")  # fmt: skip
+    run_demo(directory or Path("prompt-ledger-demo"), console(), replicates=replicates,
+             template=template)
 
 
 @click.command(cls=Command)

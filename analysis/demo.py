@@ -96,8 +96,8 @@ def tamper_copy(archive: Path, target: Path) -> str:
 WITNESS_NAME = "prompt-ledger.local/demo-witness"
 
 
-def demo_witness(directory: Path, owner: SigningKey, study: Path) -> str:
-    """Create the demo's witness in ``directory``, knowing the study's log; return its vkey.
+def demo_witness(directory: Path, owner: SigningKey, study: Path | list[Path]) -> str:
+    """Create the demo's witness in ``directory``, knowing each study's log; return its vkey.
 
     With a fixed clock (``$PROMPT_LEDGER_FIXED_CLOCK``) its key is derived from the owner's
     vkey, so a fixed owner key and clock give the same bytes; otherwise it is random.
@@ -109,10 +109,13 @@ def demo_witness(directory: Path, owner: SigningKey, study: Path) -> str:
     if os.environ.get("PROMPT_LEDGER_FIXED_CLOCK"):
         seed = hashlib.sha256(f"prompt-ledger demo witness {owner.vkey}".encode()).digest()
         key = CosignerKey(WITNESS_NAME, seed)
-    with Ledger.open(study / "ledger.db", readonly=True) as log:
-        origin = log.origin
+    origins = []
+    for one in study if isinstance(study, list) else [study]:
+        with Ledger.open(one / "ledger.db", readonly=True) as log:
+            origins.append(log.origin)
     with Witness.init(directory, WITNESS_NAME, key) as witness:
-        witness.add_log(origin, [owner.vkey])
+        for origin in origins:
+            witness.add_log(origin, [owner.vkey])
         return witness.key.vkey
 
 
@@ -166,8 +169,22 @@ def _lock_and_run(console: Console, study: Path, owner: SigningKey) -> tuple[Any
     return locked, result
 
 
-def run_demo(directory: Path, console: Console, *, replicates: int = 30) -> DemoResult:
-    """Run the demonstration in ``directory`` (created; must not exist or be empty)."""
+def run_demo(
+    directory: Path, console: Console, *, replicates: int = 30, template: str = TEMPLATE
+) -> DemoResult:
+    """Run the demonstration in ``directory`` (created; must not exist or be empty).
+
+    ``template`` is ``prompt-tumbling-e`` (the default: one study, ``replicates`` per arm and
+    probe) or a template of several studies (``medmcqa-prompt-sensitivity``: every study of it
+    in turn, :func:`run_suite_demo`; ``replicates`` does not apply).
+    """
+    from runner.new import SUITES, TEMPLATES
+
+    if template in SUITES:
+        return run_suite_demo(directory, console, template)
+    if template != TEMPLATE:
+        raise LedgerError(f"demo: unknown template {template!r}; available: "
+                          f"{', '.join(TEMPLATES)}")  # fmt: skip
     from analysis.analyze import analyze_study
     from analysis.export import export_study
     from analysis.scoring import score_study, unblind_study
@@ -290,3 +307,178 @@ def run_demo(directory: Path, console: Console, *, replicates: int = 30) -> Demo
     if not report.ok or bad.ok:
         raise LedgerError("demo: verification did not behave as expected (see the tables above)")
     return DemoResult(study, archive, tampered, report_path, report.ok, not bad.ok, seconds)
+
+
+SUITE_STATISTICS = ("position-bias", "flip-rate", "voting", "self-consistency")
+"""The registered seed-002 tests whose figures the template demo prints after verification."""
+
+
+def _share(value: Any) -> str:
+    return f"{100 * value:.1f}%" if isinstance(value, int | float) else "–"
+
+
+def _bias(value: Any) -> str:
+    return f"{value:.3f}" if isinstance(value, int | float) else "–"
+
+
+def suite_figures(results: list[dict[str, Any]], plan: dict[str, Any]) -> list[tuple[str, ...]]:
+    """One row per recorded seed-002 hypothesis result of :data:`SUITE_STATISTICS`.
+
+    ``(hypothesis, test, what, figures, verdict)``: position bias of each arm, flip rate, vote
+    against the mean per-order accuracy, majority against the mean sample, as ``analysis``
+    recorded them (the verified numbers, not recomputed here; the report's table of seed 002's
+    registered statistics shows the same values).
+    """
+    tests = {h["id"]: h for h in plan.get("hypotheses") or []}
+    rows: list[tuple[str, ...]] = []
+    for r in results:
+        h = tests.get(str(r.get("hypothesis") or "").split("@")[0])
+        if h is None or h["test"] not in SUITE_STATISTICS:
+            continue
+        v = r.get("values") or {}
+        if r.get("status") != "ok":
+            figures = f"not computed: {r.get('error')}"
+        elif h["test"] == "position-bias":
+            a, b = h["contrast"]
+            figures = f"{a} {_bias(v.get('bias_a'))}, {b} {_bias(v.get('bias_b'))}"
+        elif h["test"] == "flip-rate":
+            figures = f"{_share(v.get('estimate'))} of pairs ({h.get('basis', 'answer')})"
+        elif h["test"] == "voting":
+            figures = (f"vote {_share(v.get('accuracy_vote'))} vs mean per order "
+                       f"{_share(v.get('accuracy_orders'))}")  # fmt: skip
+        else:
+            figures = (f"majority {_share(v.get('accuracy_majority'))} vs one sample "
+                       f"{_share(v.get('accuracy_single'))}")  # fmt: skip
+        if "contrast" in h:
+            what = " vs ".join(h["contrast"])
+        elif h["test"] == "flip-rate":
+            what = f"{h['arm']}: {' vs '.join(h['variants'])}"
+        elif h["test"] == "voting":
+            what = f"{h['arm']}: {len(h['variants'])} orders"
+        else:
+            what = f"{h['arm']}: {h.get('samples')} samples"
+        rows.append((str(r["hypothesis"]), h["test"], what, figures, str(r.get("verdict") or "")))
+    return rows
+
+
+def run_suite_demo(directory: Path, console: Console, template: str) -> DemoResult:
+    """Every study of a template of several studies (``runner.new.SUITES``), end to end.
+
+    One owner key (outside the studies) and one witness serve all of them. Each study is
+    locked (witnessed), run on the simulated backend, scored blind, unblinded, analysed,
+    reported, exported to ``DIR/archives/<part>`` and verified, trusting the owner key, its
+    registration checkpoint and the witness. Then one byte of the first study's archive is
+    changed (the manifest rewritten) and verification must fail. Last, the registered seed-002
+    statistics are printed as recorded: position bias per arm, flip rates, permutation voting
+    against the mean per-order accuracy, self-consistency.
+    """
+    from analysis.analyze import analyze_study
+    from analysis.export import export_study
+    from analysis.report import build_report
+    from analysis.scoring import score_study, unblind_study
+    from ledger import Ledger
+    from ledger.witness_server import LocalWitness
+    from runner.lock import protocol_event
+    from runner.new import new_template
+    from verify import render_report, verify_path
+
+    started = time.monotonic()
+    directory = Path(directory)
+    if directory.exists() and any(directory.iterdir()):
+        raise LedgerError(f"demo directory {directory} is not empty; choose another")
+    directory.mkdir(parents=True, exist_ok=True)
+    home = directory / "home"
+    os.environ["PROMPT_LEDGER_HOME"] = str(home)
+    console.print(
+        f"[bold]PROMPT Ledger demo, template {template}[/]: seed 002's design as locked, "
+        "randomized, blinded studies, fully offline. [yellow]The models are the built-in "
+        "SIMULATED backend, not real models.[/]"
+    )
+    keys = home / "keys"
+    keys.mkdir(parents=True, mode=0o700)
+    owner = SigningKey.generate(f"prompt-ledger.local/{template}/owner")
+    owner.save(keys / f"{template}-owner.key")
+    vkey_file = keys / f"{template}-owner.vkey"
+    vkey_file.write_text(owner.vkey + "\n", encoding="utf-8")
+    _step(console, 1, "keys", f"owner {owner.actor} (private key in {keys}, outside the studies)")
+
+    root = directory / "studies"
+    parts = [made.root for made in new_template(root, template, owner, study_id=template)]
+    _step(console, 2, "studies", f"{root}: {', '.join(p.name for p in parts)} (one parser and "
+          "one item template each; README.md there says why)")  # fmt: skip
+
+    witness_dir = directory / "witness"
+    witness_vkey = demo_witness(witness_dir, owner, parts)
+    served = LocalWitness(witness_dir, clock=demo_witness_clock()).start()
+    checkpoints: dict[Path, Path] = {}
+    try:
+        for part in parts:
+            declare_witness(part, witness_vkey, served.url)
+        console.print(f"    witness {witness_vkey.split('+')[0]} serving on {served.url} while "
+                      "the studies are locked and run")  # fmt: skip
+        for part in parts:
+            console.print(f"[bold]study {part.name}[/]")
+            locked, _ = _lock_and_run(console, part, owner)
+            checkpoints[part] = Path(locked.checkpoint_path)
+    finally:
+        served.stop()
+
+    archives = directory / "archives"
+    verified: dict[Path, bool] = {}
+    figures: list[tuple[str, ...]] = []
+    first_report: Path | None = None
+    for part in parts:
+        scored = score_study(part, owner)
+        statuses = ", ".join(f"{k} {v}" for k, v in sorted(scored.by_status.items()))
+        unblind_study(part, owner)
+        analysed = analyze_study(part, owner)
+        built = build_report(part, part / "report")
+        html = Path(str(getattr(built, "html", part / "report" / "report.html")))
+        first_report = first_report or html
+        exported = export_study(part, archives / part.name, owner)
+        report = verify_path(archives / part.name, trusted_keys=[owner.vkey],
+                             checkpoints=[checkpoints[part]], witnesses=[witness_vkey])
+        verified[part] = report.ok
+        _step(console, 5, f"{part.name}: score, unblind, analyze, report, export, verify",
+              f"scored blind ({statuses}); {len(analysed.results)} results; report {html}; "
+              f"{exported.files} files in {archives / part.name}; verify: "
+              f"{'[green]VERIFIED[/]' if report.ok else '[red]FAILED[/]'} ({report.size} "
+              f"events, {len(report.checks)} checks, {len(report.failures)} failed)")  # fmt: skip
+        if not report.ok:
+            render_report(report, console=console)
+        with Ledger.open(part / "ledger.db", readonly=True) as log:
+            protocol = protocol_event(log)
+        plan = protocol.body if protocol is not None else {}
+        figures += [(part.name, *row) for row in suite_figures(analysed.results, plan)]
+
+    first = parts[0]
+    tampered = directory / "archive-tampered"
+    changed = tamper_copy(archives / first.name, tampered)
+    bad = verify_path(tampered, trusted_keys=[owner.vkey], checkpoints=[checkpoints[first]],
+                      witnesses=[witness_vkey])
+    _step(console, 6, "tamper", f"one byte of {changed} in a copy of the {first.name} archive "
+          "changed, MANIFEST.sha256 rewritten:")  # fmt: skip
+    render_report(bad, console=console)
+
+    shown = table("study", "hypothesis", "test", "what", "figures", "verdict",
+                  title="seed 002's phenomena, as the analysis recorded them")  # fmt: skip
+    for row in figures:
+        colour = "green" if row[-1] == "supported" else "yellow"
+        shown.add_row(*row[:-1], f"[{colour}]{row[-1]}[/]")
+    console.print(shown)
+    console.print("[yellow]Simulated data: these figures demonstrate the method only.[/]")
+    seconds = time.monotonic() - started
+    console.print(f"\n[bold]Done in {seconds:.0f} s.[/] Studies: {root}   Archives: {archives}")
+    ledger = _ledger_command()
+    q = shlex.quote
+    console.print("\n[bold]Verify it yourself:[/]")
+    for part in parts:
+        console.print(f"  {ledger} verify {q(str(archives / part.name))} --trusted-key "
+                      f"@{q(str(vkey_file))} --checkpoint {q(str(checkpoints[part]))} "
+                      f"--witness @{q(str(witness_dir / 'witness.vkey'))}")  # fmt: skip
+    console.print(f"  {ledger} verify {q(str(tampered))}    # fails, naming what changed")
+    console.print(f"  {ledger} view {q(str(archives / first.name))}     # trial by trial")
+    ok = all(verified.values())
+    if not ok or bad.ok:
+        raise LedgerError("demo: verification did not behave as expected (see above)")
+    return DemoResult(root, archives, tampered, first_report, ok, not bad.ok, seconds)

@@ -38,7 +38,6 @@ import statistics
 import subprocess
 import sys
 import tempfile
-import threading
 import time
 from pathlib import Path
 from typing import Any
@@ -52,6 +51,22 @@ PAGE_TARGET = 1.0
 TRIAL_TARGET = 0.2
 _TRIAL_KINDS = ("trial.requested", "trial.responded", "trial.scored")
 POLLS = (1.5, 0.1)  # the page's own interval, and fifteen times as often
+POLLER = """
+import sys, threading, httpx
+url, every = sys.argv[1], float(sys.argv[2])
+stop, polls = threading.Event(), 0
+threading.Thread(target=lambda: (sys.stdin.readline(), stop.set()), daemon=True).start()
+with httpx.Client(base_url=url, timeout=30) as http:
+    while not stop.is_set():
+        http.get("/api/status")
+        http.get("/trials")
+        polls += 1
+        if polls == 1:
+            print("polling", flush=True)
+        stop.wait(every)
+print(polls)
+"""
+"""A browser's polling (the overview's status and the trial table), as a process of its own."""
 
 
 def base_archive(cache: Path) -> Path:
@@ -207,9 +222,8 @@ def _run_once(base_url: str, locked: Path, work: Path, conc: int, poll_s: float 
     shutil.rmtree(work, ignore_errors=True)
     shutil.copytree(locked, work)
     viewer = None
-    stop = threading.Event()
     polls = [0]
-    poller = None
+    poller: subprocess.Popen[str] | None = None
     if poll_s is not None:
         viewer = subprocess.Popen(
             [sys.executable, "-c", "from ledger.cli import main; main()", "view", str(work),
@@ -227,17 +241,14 @@ def _run_once(base_url: str, locked: Path, work: Path, conc: int, poll_s: float 
         with httpx.Client(base_url=url, timeout=60) as http:  # its start-up check first
             while http.get("/api/status").json()["verification"]["state"] == "running":
                 time.sleep(0.1)
-
-        def poll() -> None:
-            with httpx.Client(base_url=url, timeout=30) as http:
-                while not stop.is_set():
-                    http.get("/api/status")
-                    http.get("/trials")
-                    polls[0] += 1
-                    stop.wait(poll_s)
-
-        poller = threading.Thread(target=poll, daemon=True)
-        poller.start()
+        # the poller is a process of its own, as a browser is: never on the runner's GIL
+        poller = subprocess.Popen(
+            [sys.executable, "-c", POLLER, url, str(poll_s)],
+            stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True,
+        )  # fmt: skip
+        assert poller.stdout is not None
+        if poller.stdout.readline().strip() != "polling":  # its first poll is answered
+            raise RuntimeError("the poller did not start")
     key = SigningKey.load(locked.parent / "owner.key")
     options = RunOptions(concurrency=conc, jitter_seed=1)
     try:
@@ -246,9 +257,9 @@ def _run_once(base_url: str, locked: Path, work: Path, conc: int, poll_s: float 
                            options)  # fmt: skip
         elapsed = time.perf_counter() - start
     finally:
-        stop.set()
         if poller is not None:
-            poller.join(timeout=30)
+            out, _ = poller.communicate("stop\n", timeout=60)
+            polls[0] = int(out.split()[-1]) if out.split() else 0
         if viewer is not None:
             viewer.terminate()
             viewer.communicate(timeout=30)

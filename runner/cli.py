@@ -64,23 +64,28 @@ def new(
     the study folder; if that file exists already (another study with this id), pass another
     --id, or --key to reuse it deliberately.
 
+    A template of several studies (medmcqa-prompt-sensitivity: mcq, cloze, evidence,
+    question-only; one parser and one item template each) writes each into DIRECTORY/PART,
+    with the id ID-PART, its own ledger and (without --key) its own owner key.
+
     \b
     Example:
       ledger new my-study --template prompt-tumbling-e
       ledger new pilot --id tumbling-e-pilot --origin example.org/tumbling-e-pilot
+      ledger new seed002 --template medmcqa-prompt-sensitivity
     """
     from ledger import SigningKey
-    from runner.new import new_study, study_id_from_directory
+    from runner.new import new_template, study_id_from_directory
 
     key = SigningKey.load(key_file) if key_file else None
     chosen = study_id if study_id is not None else study_id_from_directory(directory)
-    made = new_study(directory, template, key, study_id=chosen, origin=origin)
-    click.echo(f"created study {made.root} with ledger {made.ledger} (owner {made.owner})")
-    click.echo(f"study id: {made.study_id}   checkpoint origin: {made.origin}")
-    if made.key_path is not None:
-        vkey = made.key_path.with_suffix(".vkey")
-        click.echo(f"owner key: {made.key_path} (verifier key, to publish: {vkey})")
-    click.echo(f"next: edit {made.root / 'study.toml'}, then: ledger lock {made.root}")
+    for made in new_template(directory, template, key, study_id=chosen, origin=origin):
+        click.echo(f"created study {made.root} with ledger {made.ledger} (owner {made.owner})")
+        click.echo(f"study id: {made.study_id}   checkpoint origin: {made.origin}")
+        if made.key_path is not None:
+            vkey = made.key_path.with_suffix(".vkey")
+            click.echo(f"owner key: {made.key_path} (verifier key, to publish: {vkey})")
+        click.echo(f"next: edit {made.root / 'study.toml'}, then: ledger lock {made.root}")
 
 
 def _setting(value: object) -> str:

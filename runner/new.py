@@ -16,7 +16,16 @@ from runner.lock import LEDGER_FILE, StudyError, default_key_path
 from runner.spec import ID_RE, load_study
 from runner.stimuli import write_probe_set
 
-TEMPLATES = {"prompt-tumbling-e": "prompt_tumbling_e"}
+TEMPLATES = {
+    "prompt-tumbling-e": "prompt_tumbling_e",
+    "medmcqa-prompt-sensitivity": "medmcqa_prompt_sensitivity",
+}
+SUITES: dict[str, tuple[str, ...]] = {
+    "medmcqa-prompt-sensitivity": ("mcq", "cloze", "evidence", "question-only"),
+}
+"""Templates made of several studies (a study has one parser and one item template): each part
+is scaffolded by :func:`new_template` into ``DIRECTORY/<part>`` from the template's
+``studies/<part>.toml``, with its own id ``<id>-<part>``, origin and ledger."""
 STIMULUS_SEED = 20260421
 
 
@@ -53,8 +62,9 @@ def study_id_from_directory(directory: str | Path) -> str:
     return candidate
 
 
-def _template_spec(template: str) -> dict[str, object]:
-    source = resources.files("runner") / "templates" / TEMPLATES[template] / "study.toml"
+def _template_spec(template: str, part: str | None = None) -> dict[str, object]:
+    folder = resources.files("runner") / "templates" / TEMPLATES[template]
+    source = folder / "studies" / f"{part}.toml" if part else folder / "study.toml"
     study = tomllib.loads(source.read_text(encoding="utf-8")).get("study", {})
     return dict(study) if isinstance(study, dict) else {}
 
@@ -96,7 +106,74 @@ def new_study(
     ``.vkey`` beside it. If that file exists already, another study was made with the same id:
     this refuses rather than share a key (and an origin) between studies; pass ``key`` to reuse
     a key deliberately.
+
+    A template of several studies (:data:`SUITES`) is refused here: :func:`new_template`
+    scaffolds each of them.
     """
+    if template in SUITES:
+        raise StudyError(
+            f"template {template!r} is {len(SUITES[template])} studies "
+            f"({', '.join(SUITES[template])}): scaffold them with new_template"
+        )
+    return _new_study(directory, template, key, study_id=study_id, origin=origin)
+
+
+def new_template(
+    directory: str | Path,
+    template: str,
+    key: SigningKey | None = None,
+    *,
+    study_id: str | None = None,
+    origin: str | None = None,
+) -> list[NewStudy]:
+    """Scaffold a template into ``directory``: one study, or each study of a :data:`SUITES` one.
+
+    A one-study template is :func:`new_study`. A template of several studies writes each part
+    into ``directory/<part>`` with the id ``<study_id>-<part>`` (``study_id`` defaults to the
+    template's name), the origin ``<origin>/<part>`` when ``origin`` is given (else
+    ``prompt-ledger.local/<id>``) and its own ledger, plus the template's ``README.md`` in
+    ``directory``; without ``key`` each part gets its own owner key, as :func:`new_study` makes
+    one. Nothing is left behind when any part fails.
+    """
+    if template not in SUITES:
+        return [new_study(directory, template, key, study_id=study_id, origin=origin)]
+    root = Path(directory)
+    if root.exists() and not root.is_dir():
+        raise StudyError(f"{root} is a file, where the study directory is expected; choose a "
+                         "new directory")
+    if root.exists() and any(root.iterdir()):
+        raise StudyError(f"{root} exists and is not empty; choose a new directory")
+    base = study_id if study_id is not None else template
+    existed = root.exists()
+    made: list[NewStudy] = []
+    try:
+        for part in SUITES[template]:
+            made.append(_new_study(
+                root / part, template, key, study_id=f"{base}-{part}",
+                origin=f"{origin}/{part}" if origin is not None else None, part=part,
+            ))  # fmt: skip
+        readme = resources.files("runner") / "templates" / TEMPLATES[template] / "README.md"
+        (root / "README.md").write_text(readme.read_text(encoding="utf-8"), encoding="utf-8")
+    except BaseException:
+        for study in made:
+            if study.key_path is not None:
+                study.key_path.unlink(missing_ok=True)
+                study.key_path.with_suffix(".vkey").unlink(missing_ok=True)
+        _remove_created(root, existed)
+        raise
+    return made
+
+
+def _new_study(
+    directory: str | Path,
+    template: str,
+    key: SigningKey | None,
+    *,
+    study_id: str | None,
+    origin: str | None,
+    part: str | None = None,
+) -> NewStudy:
+    """:func:`new_study`, or one ``part`` of a template of several studies."""
     root = Path(directory)
     if template not in TEMPLATES:
         raise StudyError(f"unknown template {template!r}; available: {', '.join(TEMPLATES)}")
@@ -105,7 +182,7 @@ def new_study(
                          "new directory")
     if root.exists() and any(root.iterdir()):
         raise StudyError(f"{root} exists and is not empty; choose a new directory")
-    defaults = _template_spec(template)
+    defaults = _template_spec(template, part)
     changes: dict[str, str] = {}
     if study_id is not None:
         if not ID_RE.match(study_id):
@@ -137,12 +214,22 @@ def new_study(
     existed = root.exists()
     made_key = False
     try:
-        source = resources.files("runner") / "templates" / TEMPLATES[template]
+        templates = resources.files("runner") / "templates"
+        source = templates / TEMPLATES[template]
         with resources.as_file(source) as src:
-            shutil.copytree(src, root, dirs_exist_ok=True)
+            if part is None:
+                shutil.copytree(src, root, dirs_exist_ok=True)
+            else:
+                shutil.copytree(src, root, dirs_exist_ok=True,
+                                ignore=shutil.ignore_patterns("studies", "__pycache__"))
+                shutil.copyfile(src / "studies" / f"{part}.toml", root / "study.toml")
+        if part is not None:
+            stopwords = (templates / "stopwords-en.txt").read_text(encoding="utf-8")
+            (root / "data" / "stopwords-en.txt").write_text(stopwords, encoding="utf-8")
         if changes:
             _set_study_fields(root / "study.toml", changes)
-        write_probe_set(root / "stimuli", STIMULUS_SEED)
+        if part is None:
+            write_probe_set(root / "stimuli", STIMULUS_SEED)
         study = load_study(root)
         if key is None:
             assert key_path is not None

@@ -48,23 +48,36 @@ of two or more characters (or digits) not in :data:`STOP_WORDS`.
    ``minus`` or ``times`` (the first such expression; ``*`` before ``+`` and ``-``), its value
    is computed; for multiple choice the option whose text (stripped, a final ``.`` and commas
    removed) is that number is chosen; a free-text answer is the number.
-2. *Multiple choice* otherwise: each option scores the number of its distinct content words
+2. *Knowledge* (multiple choice, version 3): the *relevant* background statements
+   (:data:`runner.simulated_knowledge.KNOWLEDGE`) are those sharing the most content words, at
+   least two, with the question and context. The model *knows* a statement when the first 8
+   hex digits of SHA-256(``"prompt-sim-text|knows|{model id}|{statement}"``) over
+   ``0xFFFFFFFF`` are below its *coverage* ``knowledge_low + (knowledge_high - knowledge_low)
+   * v``, ``v`` from SHA-256(``"prompt-sim-text|knowledge|{model id}"``) likewise. When it
+   knows at least one relevant statement, each option scores its distinct content words that
+   are not in the question or context but are in a known relevant statement; a single highest
+   positive score is the answer, read *from knowledge*. Otherwise (no relevant statement, none
+   known, a tie) the overlap rule below decides.
+3. *Multiple choice* otherwise: each option scores the number of its distinct content words
    that occur among the content words of the question and context; the highest wins, ties
-   broken by the smallest SHA-256 of ``"{item part}|{label}"``.
-3. *Yes/no/maybe*: the *coverage* is the share of the question's content words found in the
+   broken by the smallest SHA-256 of ``"{item part}|{label}"`` (so an unknown item's choice
+   moves with the option order).
+4. *Yes/no/maybe*: the *coverage* is the share of the question's content words found in the
    context. Below ``coverage_threshold`` (default 0.5): ``maybe``. Otherwise ``no`` when a
    negation word (:data:`NEGATIONS`) stands within ``negation_window`` (3) words of a covered
    word in the same context sentence, else ``yes``. With no context or no content word in the
    question there is nothing to read: the label is chosen by SHA-256 of the item part.
-4. *Free text*: the longest context sentence sharing a content word with the question, else a
+5. *Free text*: the longest context sentence sharing a content word with the question, else a
    content word of the question chosen by SHA-256 of the question (any word if it has no
    content word).
 
 **Behaviour** (:class:`TextParams`). The model *slips* (answers another option or label, chosen
 by a draw, or another context sentence or question word for free text) with probability
 ``sigmoid(base(model) - weight_system*[system prompt] - weight_shot*examples -
-weight_cot*[chain of thought] + weight_temperature*T)``, where ``examples`` counts the prior
-assistant turns plus the inline example answers, ``T`` is the effective temperature below and
+weight_cot*[chain of thought] - weight_known*[from knowledge] + weight_temperature*T)``, where
+``[from knowledge]`` is 1 when the reader answered from a known statement, ``examples``
+counts the prior assistant turns plus the inline example answers, ``T`` is the effective
+temperature below and
 ``base(model) = base_center + base_spread * (2u - 1)`` with ``u`` the first 8 hex digits of
 SHA-256(``"prompt-sim-text|base|{model id}"``) over ``0xFFFFFFFF`` (so every model id has its
 own, fixed ability). With probability ``unparseable`` the reply names no label or two (free
@@ -90,15 +103,19 @@ last example's answer (its last line) is copied with its label replaced: ``Answe
 ``Answer: X or Y`` (half of them: the parsers' ``exactly-one`` mode finds two labels,
 ``first-token`` reads ``X``, the model's choice) or a sentence naming no label.
 
-**Position** (multiple choice). A slip is not uniform over the other options: option ``L``
+**Position** (multiple choice). *Capture*: with probability ``c = sigmoid(prior_base +
+prior_shot * examples + prior_cot * [chain of thought])`` the reply is the first option label
+whatever the reader read (a draw of its own, the fifth of the request's generator); else the
+reader's answer, or a slip. A slip is not uniform over the other options: option ``L``
 (other than the reader's answer ``R``) is drawn with weight ``exp(s)`` when ``L`` is the first
 label of the item's options and 1 otherwise, ``s = weight_position + weight_position_shot *
 examples``. So the model over-predicts position A, more so with few-shot examples, and since
 the reader follows content while slips follow position, reordering the options (a variant,
 ``docs/variants.md``) changes its letter more often than its content. The model's *letter
-distribution* (:meth:`SimulatedTextModel.letter_distribution`) is ``P(R) = 1 - p`` and
-``P(L) = p * w(L) / sum of w`` for the others, ``p`` the slip probability (0 without noise:
-then ``P(R) = 1`` is written as log-probability 0 and the others as ``-1000``).
+distribution* (:meth:`SimulatedTextModel.letter_distribution`) is ``c * [L first] + (1 - c) *
+q(L)`` with ``q(R) = 1 - p`` and ``q(L) = p * w(L) / sum of w`` for the others, ``p`` the slip
+probability (``c = p = 0`` without noise: then ``P(R) = 1`` is written as log-probability 0
+and the others as ``-1000``).
 
 **Log-probabilities.** A request that asks for them (``logprobs`` and ``top_logprobs``, a
 model with ``logprobs = N``, ``docs/prompts.md`` §5) is answered in the chat-completions form
@@ -124,6 +141,7 @@ from typing import Any, Final
 import numpy as np
 
 from ledger import canonical_json
+from runner.simulated_knowledge import KNOWLEDGE
 
 __all__ = [
     "KINDS",
@@ -136,12 +154,14 @@ __all__ = [
     "content_words",
     "evaluate_arithmetic",
     "has_image",
+    "knowledge_coverage",
+    "knows",
     "model_base",
     "read_prompt",
     "words",
 ]
 
-TEXT_PARAMS_VERSION: Final = "prompt-sim-text-2"
+TEXT_PARAMS_VERSION: Final = "prompt-sim-text-3"
 """Version of the text reader and its default :class:`TextParams`; cite it in reports."""
 
 KINDS: Final = ("multiple-choice", "yes-no-maybe", "free-text")
@@ -232,6 +252,16 @@ class TextParams:
       to another option with weight ``exp(s)`` for the first option label (``A``) and 1 for
       the others, ``s = weight_position + weight_position_shot * examples``: a prior towards
       the first position that few-shot examples strengthen (module docstring, *Position*).
+    * ``knowledge_low = 0.5``, ``knowledge_high = 0.9``: the share of the background statements
+      (:data:`runner.simulated_knowledge.KNOWLEDGE`) a model id knows is ``knowledge_low +
+      (knowledge_high - knowledge_low) * v``, ``v`` in [0, 1] from SHA-256 of its id
+      (module docstring, *Knowledge*).
+    * ``weight_known = 1.5``: log-odds of a slip removed when the reader answers from a known
+      statement (the model is surer of what it knows).
+    * ``prior_base = -3.0``, ``prior_shot = 0.8``, ``prior_cot = 0.5``: multiple choice: the
+      log-odds of *position capture* (the reply is the first option, whatever the reader
+      read) is ``prior_base + prior_shot * examples + prior_cot * [chain of thought]``: about
+      5 % for a bare prompt, 35 % with three examples (module docstring, *Position*).
     """
 
     noise: bool = True
@@ -246,6 +276,12 @@ class TextParams:
     negation_window: int = 3
     weight_position: float = 0.5
     weight_position_shot: float = 1.0
+    knowledge_low: float = 0.5
+    knowledge_high: float = 0.9
+    weight_known: float = 1.5
+    prior_base: float = -3.0
+    prior_shot: float = 0.8
+    prior_cot: float = 0.5
 
     def as_dict(self) -> dict[str, Any]:
         """The parameters as a plain dict (with ``"version": TEXT_PARAMS_VERSION``)."""
@@ -345,6 +381,23 @@ def model_base(model_id: str, params: TextParams | None = None) -> float:
     digest = hashlib.sha256(f"prompt-sim-text|base|{model_id}".encode()).hexdigest()
     u = int(digest[:8], 16) / 0xFFFFFFFF
     return p.base_center + p.base_spread * (2.0 * u - 1.0)
+
+
+def knowledge_coverage(model_id: str, params: TextParams | None = None) -> float:
+    """The share of the background statements a model id knows (module docstring)."""
+    p = params if params is not None else TextParams()
+    digest = hashlib.sha256(f"prompt-sim-text|knowledge|{model_id}".encode()).hexdigest()
+    v = int(digest[:8], 16) / 0xFFFFFFFF
+    return p.knowledge_low + (p.knowledge_high - p.knowledge_low) * v
+
+
+def knows(model_id: str, statement: str, params: TextParams | None = None) -> bool:
+    """True when the model id knows the statement: its hash share is below the coverage."""
+    digest = hashlib.sha256(f"prompt-sim-text|knows|{model_id}|{statement}".encode()).hexdigest()
+    return int(digest[:8], 16) / 0xFFFFFFFF < knowledge_coverage(model_id, params)
+
+
+_KNOWLEDGE_WORDS: Final = tuple(frozenset(content_words(s)) for s in KNOWLEDGE)
 
 
 # --------------------------------------------------------------------------- reading
@@ -538,6 +591,7 @@ class _Reading:
 
     answer: str
     reasons: tuple[str, str]
+    known: bool = False
 
 
 class SimulatedTextModel:
@@ -577,6 +631,9 @@ class SimulatedTextModel:
                     return _Reading(
                         label, (f"{shown} makes {value}.", "One option states that number.")
                     )
+        recalled = self._recall(prompt)
+        if recalled is not None:
+            return recalled
         seen = set(content_words(prompt.question + "\n" + "\n".join(prompt.context)))
         scores = {
             label: len(set(content_words(text)) & seen) for label, text in prompt.options
@@ -591,6 +648,41 @@ class SimulatedTextModel:
             else "The question gives little to go on."
         )
         return _Reading(label, (first, "One option shares the most words with it."))
+
+    def _recall(self, prompt: TextPrompt) -> _Reading | None:
+        """The option the model's background knowledge points to (module docstring), or None.
+
+        The *relevant* statements share the most content words (at least two) with the
+        question and context; when the model knows at least one of them, each option scores
+        its content words (not in the question or context) found in the known relevant
+        statements, and a single highest positive score is the answer.
+        """
+        asked = set(content_words(prompt.question + "\n" + "\n".join(prompt.context)))
+        overlaps = [len(asked & statement) for statement in _KNOWLEDGE_WORDS]
+        top = max(overlaps, default=0)
+        if top < 2:
+            return None
+        known: set[str] = set()
+        for text, statement, overlap in zip(KNOWLEDGE, _KNOWLEDGE_WORDS, overlaps, strict=True):
+            if overlap == top and knows(prompt.model, text, self.params):
+                known |= statement
+        if not known:
+            return None
+        scores = {
+            label: len((set(content_words(text)) - asked) & known)
+            for label, text in prompt.options
+        }
+        best = max(scores.values())
+        tied = [label for label, score in scores.items() if score == best]
+        if best <= 0 or len(tied) != 1:
+            return None
+        topic = _distinct(content_words(prompt.question), 3)
+        first = (
+            f"The question is about {_join_words(topic)}."
+            if topic
+            else "The question gives little to go on."
+        )
+        return _Reading(tied[0], (first, "What is known of it points to one option."), True)
 
     def _read_yes_no(self, prompt: TextPrompt) -> _Reading:
         asked = set(content_words(prompt.question))
@@ -649,19 +741,37 @@ class SimulatedTextModel:
         return max(0.0, temperature) * min(1.0, max(0.0, top_p))
 
     def slip_probability(self, request: dict[str, Any]) -> float:
-        """The probability that the model answers other than its reader (0 without noise)."""
+        """The probability that the model answers other than its reader (0 without noise).
+
+        Position capture (:meth:`capture_probability`) comes on top of it.
+        """
         if not self.params.noise:
             return 0.0
-        return self._slip(read_prompt(request), self.effective_temperature(request))
+        prompt = read_prompt(request)
+        known = self._read(prompt).known
+        return self._slip(prompt, self.effective_temperature(request), known)
 
-    def _slip(self, prompt: TextPrompt, temperature: float) -> float:
+    def capture_probability(self, request: dict[str, Any]) -> float:
+        """Multiple choice: the probability that the reply is the first option (0 otherwise)."""
+        if not self.params.noise:
+            return 0.0
+        return self._capture(read_prompt(request))
+
+    def _slip(self, prompt: TextPrompt, temperature: float, known: bool = False) -> float:
         p = self.params
         logit = model_base(prompt.model, p)
         logit -= p.weight_system * prompt.has_system
         logit -= p.weight_shot * prompt.shots
         logit -= p.weight_cot * prompt.cot
+        logit -= p.weight_known * known
         logit += p.weight_temperature * temperature
         return _sigmoid(logit)
+
+    def _capture(self, prompt: TextPrompt) -> float:
+        if prompt.kind != "multiple-choice" or not prompt.options:
+            return 0.0
+        p = self.params
+        return _sigmoid(p.prior_base + p.prior_shot * prompt.shots + p.prior_cot * prompt.cot)
 
     def respond(self, request: dict[str, Any], seed: str) -> dict[str, Any]:
         """A Messages-API-shaped response object for one request; deterministic in (request, seed).
@@ -674,13 +784,15 @@ class SimulatedTextModel:
         canonical = canonical_json(request)
         material = b"prompt-sim-text|" + (seed.encode("utf-8") if temperature > 0 else b"")
         value = int.from_bytes(hashlib.sha256(material + b"|" + canonical).digest(), "big")
-        draw_slip, draw_other, draw_fail, draw_kind = np.random.Generator(
+        draw_slip, draw_other, draw_fail, draw_kind, draw_capture = np.random.Generator(
             np.random.PCG64(value)
-        ).random(4)
+        ).random(5)
         reading = self._read(prompt)
         answer = reading.answer
         p = self.params
-        if p.noise and draw_slip < self._slip(prompt, temperature):
+        if p.noise and draw_capture < self._capture(prompt):
+            answer = prompt.options[0][0]
+        elif p.noise and draw_slip < self._slip(prompt, temperature, reading.known):
             others = self._others(prompt, answer)
             if others:
                 answer = self._slip_to(prompt, others, float(draw_other))
@@ -731,13 +843,23 @@ class SimulatedTextModel:
         prompt = read_prompt(request)
         if prompt.kind != "multiple-choice":
             return []
-        answer = self._read(prompt).answer
-        slip = self._slip(prompt, self.effective_temperature(request)) if self.params.noise else 0.0
+        reading = self._read(prompt)
+        answer = reading.answer
+        temperature = self.effective_temperature(request)
+        noise = self.params.noise
+        slip = self._slip(prompt, temperature, reading.known) if noise else 0.0
+        capture = self._capture(prompt) if noise else 0.0
+        first = prompt.options[0][0]
         others = self._others(prompt, answer)
         weights = dict(zip(others, self._weights(prompt, others), strict=True))
         total = sum(weights.values()) or 1.0
         return [
-            (label, 1.0 - slip if label == answer else slip * weights.get(label, 0.0) / total)
+            (
+                label,
+                capture * (label == first)
+                + (1.0 - capture)
+                * (1.0 - slip if label == answer else slip * weights.get(label, 0.0) / total),
+            )
             for label, _ in prompt.options
         ]
 

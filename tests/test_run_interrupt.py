@@ -196,8 +196,23 @@ def interrupted_in_flight(events: list[Any]) -> list[Any]:
     ]
 
 
-@pytest.mark.parametrize("presses", [1, 2], ids=["once", "twice"])
-@pytest.mark.parametrize("after", [0.2, 0.5, 2.0], ids=["0.2s", "0.5s", "2s"])
+def _moments() -> list[Any]:
+    """(after, presses) cases: three in the default run, the other three in the slow set.
+
+    Each resumes a whole study afterwards (about 10 s on a loaded machine); the default run
+    keeps a press before the session (0.2 s, twice) and both presses with calls in flight (2 s).
+    """
+    fast = {(0.2, 2), (2.0, 1), (2.0, 2)}
+    out = []
+    for after in (0.2, 0.5, 2.0):
+        for presses in (1, 2):
+            ident = f"{after:g}s-{'once' if presses == 1 else 'twice'}"
+            marks = () if (after, presses) in fast else (pytest.mark.slow,)
+            out.append(pytest.param(after, presses, id=ident, marks=marks))
+    return out
+
+
+@pytest.mark.parametrize(("after", "presses"), _moments())
 def test_ctrl_c_at_any_moment_stops_cleanly_and_the_run_resumes(
     after: float, presses: int, tmp_path: Path, ledger_home: Path, study_template: Path
 ) -> None:

@@ -19,6 +19,7 @@ import pytest
 from PIL import Image
 
 import runner.simulated as simulated
+import runner.simulated_knowledge as simulated_knowledge
 import runner.simulated_text as simulated_text
 from analysis.parse import ParserConfig, parse_exact, parse_multiple_choice, parse_yes_no_maybe
 from ledger import canonical_json
@@ -142,8 +143,10 @@ def run_arm(arm: str, model: str = MODEL, mode: str = "exactly-one") -> dict[str
         parsed = config.parse(text_of(sim.respond(req, f"{arm}|{text[:20]}|1")))
         correct += parsed.answer == answer
         unparseable += parsed.status == "unparseable"
-        slip = sim.text.slip_probability(req)
-        expected += (1.0 - slip) * (1.0 - sim.text.params.unparseable)
+        # the model's own letter distribution: the reader's answer less slips, plus the share
+        # of position capture that lands on the key when the key is the first option
+        shares = dict(sim.text.letter_distribution(req))
+        expected += shares[answer] * (1.0 - sim.text.params.unparseable)
     return {
         "accuracy": correct / N_ITEMS,
         "expected": expected / N_ITEMS,
@@ -594,8 +597,18 @@ IMAGE_PIN = "3ae4539dc935b4631c19c98cdbdbd1fa2a99d467a976c61684ca06322523e632"
 
 def test_the_text_reader_never_sees_an_answer(monkeypatch: pytest.MonkeyPatch) -> None:
     """Structurally: no truth, item or stimulus module and no file; at run time: no open."""
-    allowed = {"__future__", "hashlib", "math", "re", "dataclasses", "typing", "numpy", "ledger"}
+    allowed = {"__future__", "hashlib", "math", "re", "dataclasses", "typing", "numpy", "ledger",
+               "runner.simulated_knowledge"}  # fmt: skip
     tree = ast.parse(Path(simulated_text.__file__).read_text(encoding="utf-8"))
+    # the background knowledge is data only: no import but __future__, no call, only strings
+    knowledge = ast.parse(Path(simulated_knowledge.__file__).read_text(encoding="utf-8"))
+    assert {
+        (n.module or "") if isinstance(n, ast.ImportFrom) else a.name
+        for n in ast.walk(knowledge) if isinstance(n, ast.Import | ast.ImportFrom)
+        for a in n.names
+    } == {"__future__"}
+    assert not [n for n in ast.walk(knowledge) if isinstance(n, ast.Call)]
+    assert all(isinstance(s, str) for s in simulated_knowledge.KNOWLEDGE)
     imported = {
         (node.module or "") if isinstance(node, ast.ImportFrom) else alias.name
         for node in ast.walk(tree)

@@ -80,9 +80,9 @@ temperature = 0.0
 top_p = 1.0
 """
 
-# A draft of the template's MCQ study: the seed's ten prompting conditions and its CoT
-# self-consistency sampling, on the files of the template (variants, cloze and voting come
-# with the per-item variant work and are not expressible yet).
+# A check of the data files with the seed's ten prompting conditions and its CoT
+# self-consistency sampling (the template's own studies, with variants, cloze and voting, are
+# runner/templates/medmcqa_prompt_sensitivity/studies/*.toml, tested by test_template_mcq.py).
 MCQ_STUDY = """
 [study]
 id = "medmcqa-data-check"

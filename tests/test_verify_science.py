@@ -137,21 +137,26 @@ def test_edited_seal_fails_rescore(copy: Path) -> None:
     [
         ("hypothesis.H1", "values.p", lambda b: b["values"].__setitem__("p", 0.0456)),
         ("hypothesis.H2", "verdict", None),
-        ("model.lmm", "values.icc", lambda b: b["values"].__setitem__("icc", 0.5)),
-        (
+        pytest.param(  # each case is a whole reanalysis: three here, three in the slow set
+            "model.lmm", "values.icc", lambda b: b["values"].__setitem__("icc", 0.5),
+            marks=pytest.mark.slow,
+        ),
+        pytest.param(
             "exploratory.pair.A-B",
             "values.mcnemar.b",
             lambda b: b["values"]["mcnemar"].__setitem__("b", b["values"]["mcnemar"]["b"] + 1),
+            marks=pytest.mark.slow,
         ),
         (
             "exploratory.question_run.C",
             "values.upper",
             lambda b: b["values"].__setitem__("upper", b["values"]["upper"] * 1.001),
         ),
-        (
+        pytest.param(
             "hypothesis.H3",
             "decided_by.max_abs_diff",
             lambda b: b["decided_by"].__setitem__("max_abs_diff", 0.5),
+            marks=pytest.mark.slow,
         ),
     ],
 )
