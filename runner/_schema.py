@@ -34,6 +34,7 @@ __all__ = [
     "MODEL_KEYS",
     "SAMPLING_KEYS",
     "SECTIONS",
+    "STEP_KEYS",
     "SUBSET_KEYS",
     "TABLE_KEYS",
     "VARIANT_KEYS",
@@ -51,7 +52,7 @@ KeyPath = tuple[str | int, ...]
 SECTIONS: Final = (
     "study", "model", "models", "components", "prompt", "fewshot", "arms", "stimuli", "design",
     "response", "hypotheses", "analysis", "deviations", "variants", "witnesses", "witnessing",
-    "timestamping",
+    "timestamping", "steps",
 )  # fmt: skip
 """The top-level tables of a study spec, in the order the docs list them."""
 
@@ -98,6 +99,11 @@ WITNESS_KEYS: Final = ("name", "vkey", "url")
 """The keys of each ``[[witnesses]]`` entry (``docs/witness.md`` §8)."""
 DEVIATION_KEYS: Final = ("id", "source", "choice", "reason")
 """The keys of each ``[[deviations]]`` entry (a declared deviation from the source protocol)."""
+STEP_KEYS: Final = (
+    "on", "models", "template", "system", "parser", "labels", "schema", "on_unparseable",
+    "aggregate", "sees", "keep",
+)  # fmt: skip
+"""The keys of each ``[steps.<NAME>]`` (``docs/prompts.md`` section 8; ``runner.steps``)."""
 
 
 @dataclass(frozen=True)
@@ -181,6 +187,7 @@ def unknown_keys(data: dict[str, Any]) -> list[Unknown]:
                     check(inner, ("arms", arm_id, sub), f"[arms.{_quote(arm_id)}.{sub}]", keys)
     for section, keys in (
         ("models", MODEL_KEYS), ("fewshot", FEWSHOT_KEYS), ("variants", VARIANT_KEYS),
+        ("steps", STEP_KEYS),
     ):  # fmt: skip
         named = data.get(section)
         if isinstance(named, dict):

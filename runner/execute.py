@@ -66,6 +66,8 @@ from runner.pricing import (
 from runner.request import RequestBuilder, Trial, request_blob
 from runner.spec import Study
 from runner.state import NOT_COUNTED, StudyState, TrialState, load_state
+from runner.step_state import CallState, StepWork, reply_text
+from runner.steps import StepCall
 
 LOCK_FILE = ".ledger-run.lock"
 #: A session whose first attempts all fail with the same error (at most this many, and never
@@ -407,7 +409,7 @@ class Runner:
         self.control = control
         self.signalled: str | None = None  # the first signal received in the session
         self.interrupted_by: str | None = None  # the signal that cancelled the calls in flight
-        self.calls: dict[asyncio.Future[Reply], Trial] = {}  # sends under way
+        self.calls: dict[asyncio.Future[Reply], Trial | StepCall] = {}  # sends under way
         self.in_flight: set[str] = set()  # trials between their request and its outcome
         self._stopped = asyncio.Event()  # set with the first stop reason: wakes sleepers
         self.answered = False  # a response came in this session
@@ -421,6 +423,9 @@ class Runner:
         self.witness_wait = 0.0  # seconds spent waiting on witnesses this session
         self._witnessed_final = 0
         self._interval: asyncio.Task[None] | None = None
+        # recorded model steps (docs/trials.md §5): None for a study without [steps]
+        self.steps = StepWork(study, self.builder.renderer) if study.steps else None
+        self.step_calls = 0  # step responses this session
 
     # ------------------------------------------------------------------ events
 
@@ -486,7 +491,25 @@ class Runner:
             trials = trials[: self.options.max_trials]
         if not trials and check:
             trials = [t for t in state.order if t.model in self.selected]
+        if self.steps is not None and self.steps.render.item_reads:
+            trials = self._renderable(trials)
         return await run_preflights(self, trials, check=check, spent=state.cost_usd)
+
+    def _renderable(self, trials: list[Trial]) -> list[Trial]:
+        """The trials whose requests can be rendered now: their item steps have decided.
+
+        A trial whose item template reads a step (``{steps.NAME}``) has no request before the
+        step's calls are answered, so it cannot be preflighted before then.
+        """
+        assert self.steps is not None
+        self.steps.load(self.log)
+        out = []
+        for trial in trials:
+            values = self.steps.item_inputs(trial.stimulus)
+            if values is not None:
+                self.builder.renderer.step_values[trial.stimulus] = values
+                out.append(trial)
+        return out
 
     async def check(self) -> list[Preflight]:
         """``ledger run --check``: the preflight alone, with this session's signal handling."""
@@ -551,11 +574,64 @@ class Runner:
             )
             state.trials[trial.id].open_request = None
             self.counters.interrupted += 1
+        if self.steps is not None:
+            self.steps.load(self.log)
+            for call_id, seq in self.steps.dangling():
+                record = self.steps.calls[call_id]
+                call = self._call_of(call_id)
+                self._append_failure(
+                    call, record.attempts, seq,
+                    BackendError(
+                        "interrupted",
+                        "the runner stopped after this request was recorded and before its "
+                        "outcome was; the request may or may not have reached the API",
+                        retryable=True,
+                    ),
+                    final=False,
+                )  # fmt: skip
+                record.open_request = None
+                self.counters.interrupted += 1
         self.final = len(state.order) - len(pending)
         return state
 
-    def _request_spec(self, trial: Trial, attempt: int, wire: dict[str, Any]) -> EventSpec:
+    def _call_of(self, call_id: str) -> StepCall:
+        """The :class:`StepCall` of a recorded call id."""
+        assert self.steps is not None
+        known = self.steps.info.get(call_id)
+        if known is not None:
+            return known
+        step, model, rest = call_id[len("step:") :].split("|", 2)
+        spec = self.study.steps[step]
+        if spec.on == "item":
+            item = rest.rsplit("|", 1)[0]
+            call = StepCall(call_id, step, model or None, item, None, 0)
+        else:
+            stimulus = self.steps.trial_stimulus.get(rest, "")
+            call = StepCall(call_id, step, model or None, stimulus, rest, 0)
+        self.steps.info[call_id] = call
+        return call
+
+    def _request_spec(
+        self, trial: Trial | StepCall, attempt: int, wire: dict[str, Any]
+    ) -> EventSpec:
         blob, digest = request_blob(wire)
+        if isinstance(trial, StepCall):
+            return EventSpec(
+                "step.requested",
+                {
+                    "call": trial.id,
+                    "step": trial.step,
+                    "model": trial.model or "",
+                    "item": trial.stimulus,
+                    **({"trial": trial.trial} if trial.trial is not None else {}),
+                    "attempt": attempt,
+                    "request_sha256": digest,
+                    "session": self.session,
+                    "backend": self.backend.name,
+                    "simulated": self.backend.simulated,
+                },
+                {"request": blob},
+            )
         return EventSpec(
             "trial.requested",
             {
@@ -577,13 +653,15 @@ class Runner:
         )
 
     def _response_spec(
-        self, trial: Trial, attempt: int, request_seq: int, reply: Reply, latency: float
+        self, trial: Trial | StepCall, attempt: int, request_seq: int, reply: Reply,
+        latency: float,
     ) -> tuple[EventSpec, float | None]:
         cost = cost_at(self.price, reply.usage) if self.price is not None else None
+        step = isinstance(trial, StepCall)
         spec = EventSpec(
-            "trial.responded",
+            "step.responded" if step else "trial.responded",
             {
-                "trial": trial.id,
+                **(_call_members(trial) if isinstance(trial, StepCall) else {"trial": trial.id}),
                 "attempt": attempt,
                 "request_seq": request_seq,
                 "request_id": reply.request_id,
@@ -602,12 +680,14 @@ class Runner:
         return spec, cost
 
     def _failure_spec(
-        self, trial: Trial, attempt: int, request_seq: int, error: BackendError, *, final: bool
+        self, trial: Trial | StepCall, attempt: int, request_seq: int, error: BackendError, *,
+        final: bool,
     ) -> EventSpec:
+        step = isinstance(trial, StepCall)
         return EventSpec(
-            "trial.failed",
+            "step.failed" if step else "trial.failed",
             {
-                "trial": trial.id,
+                **(_call_members(trial) if isinstance(trial, StepCall) else {"trial": trial.id}),
                 "attempt": attempt,
                 "request_seq": request_seq,
                 "error_type": error.error_type,
@@ -624,7 +704,8 @@ class Runner:
         return self.log.append_many([self._request_spec(trial, attempt, wire)], key=self.key)[0].seq
 
     def _append_failure(
-        self, trial: Trial, attempt: int, request_seq: int, error: BackendError, *, final: bool
+        self, trial: Trial | StepCall, attempt: int, request_seq: int, error: BackendError, *,
+        final: bool,
     ) -> None:
         """Append ``trial.failed`` now (outside the event loop's writer)."""
         spec = self._failure_spec(trial, attempt, request_seq, error, final=final)
@@ -757,7 +838,7 @@ class Runner:
             assert self.state is not None
             self.progress(self.counters, self.final, len(self.state.order))
 
-    def _reserve(self, trial: Trial, wire: dict[str, Any]) -> float | None:
+    def _reserve(self, trial: Trial | StepCall, wire: dict[str, Any]) -> float | None:
         """Reserve the most this request can cost; None (and stop) if the budget forbids it."""
         if self.options.budget_usd is None or self.price is None:
             return 0.0
@@ -775,7 +856,7 @@ class Runner:
         return worst
 
     def worst_cost(
-        self, trial: Trial, wire: dict[str, Any], *, batch: bool | None = None
+        self, trial: Trial | StepCall, wire: dict[str, Any], *, batch: bool | None = None
     ) -> float:
         """The most the request ``wire`` of ``trial`` can cost (a priced session only).
 
@@ -784,7 +865,10 @@ class Runner:
         assert self.price is not None
         tokens = self.input_tokens.get((trial.arm, trial.model, trial.stimulus))
         if tokens is None:
-            tokens = request_input_tokens(wire, self.builder.renderer.image_sizes(trial.stimulus))
+            sizes = [] if isinstance(trial, StepCall) else self.builder.renderer.image_sizes(
+                trial.stimulus
+            )
+            tokens = request_input_tokens(wire, sizes)
         discounted = self.batch if batch is None else batch
         max_tokens = wire.get("max_tokens", wire.get("max_completion_tokens", self.max_tokens))
         return max_cost_usd(self.price, tokens, int(max_tokens), batch=discounted)
@@ -800,10 +884,16 @@ class Runner:
         ceiling = min(self.options.backoff_max, self.options.backoff_base * 2 ** (failures - 1))
         return self.rng.uniform(ceiling / 2, ceiling)  # "equal jitter"
 
-    async def _run_trial(self, trial: Trial, limit: AdaptiveLimit) -> None:
+    async def _run_trial(self, trial: Trial | StepCall, limit: AdaptiveLimit) -> None:
         assert self.state is not None
-        record = self.state.trials[trial.id]
-        wire = self.backend.wire_body(self.builder.body(trial))
+        record: TrialState | CallState
+        if isinstance(trial, StepCall):
+            assert self.steps is not None
+            record = self.steps.state(trial)
+            wire = self.backend.wire_body(self.steps.body(trial))
+        else:
+            record = self.state.trials[trial.id]
+            wire = self.backend.wire_body(self.builder.body(trial))
         while self.stop_reason is None:
             if self.options.until is not None and datetime.now(UTC) >= self.options.until:
                 self.request_stop(f"until: reached {self.options.until.isoformat()}")
@@ -823,8 +913,8 @@ class Runner:
 
     async def _attempt(
         self,
-        trial: Trial,
-        record: TrialState,
+        trial: Trial | StepCall,
+        record: TrialState | CallState,
         wire: dict[str, Any],
         reserved: float,
         limit: AdaptiveLimit,
@@ -884,12 +974,20 @@ class Runner:
         self.counters.reserved_usd -= reserved
         spec, cost = self._response_spec(trial, attempt, seq, reply, latency)
         seq = await self._write(spec)
-        record.responded = seq
         if isinstance(reply.usage.get("input_tokens"), int):
             used = int(reply.usage["input_tokens"])
             self.input_tokens[(trial.arm, trial.model, trial.stimulus)] = used
         self.counters.responded += 1
         self.counters.cost_usd += cost or 0.0
+        if isinstance(trial, StepCall):
+            assert isinstance(record, CallState) and self.steps is not None
+            self.step_calls += 1
+            await limit.succeeded()
+            self.counters.concurrency = limit.limit
+            self._tick()
+            return self._step_answered(trial, record, seq, reply_text(reply.raw, reply.format))
+        assert isinstance(record, TrialState)
+        record.responded = seq
         self.final += 1
         await limit.succeeded()
         self.counters.concurrency = limit.limit
@@ -897,7 +995,7 @@ class Runner:
         return None
 
     async def _write_interrupted(
-        self, trial: Trial, attempt: int, request_seq: int, message: str
+        self, trial: Trial | StepCall, attempt: int, request_seq: int, message: str
     ) -> None:
         """Record the attempt ``request_seq`` as interrupted (its outcome is unknown)."""
         error = BackendError("interrupted", message, retryable=True)
@@ -910,8 +1008,8 @@ class Runner:
 
     async def _failed(
         self,
-        trial: Trial,
-        record: TrialState,
+        trial: Trial | StepCall,
+        record: TrialState | CallState,
         attempt: int,
         seq: int,
         error: BackendError,
@@ -950,7 +1048,8 @@ class Runner:
         if final:
             record.given_up = seq
             self.counters.given_up += 1
-            self.final += 1
+            if not isinstance(trial, StepCall):
+                self.final += 1
             self._tick()
             return None
         if error.overloaded:
@@ -996,7 +1095,29 @@ class Runner:
             raw=error.raw,
         )
 
-    async def _worker(self, queue: deque[Trial], limit: AdaptiveLimit) -> None:
+    def _step_answered(
+        self, call: StepCall, record: CallState, seq: int, text: str
+    ) -> float | None:
+        """After a step response: None when the call is final, else 0 (send it again).
+
+        A response that does not parse earns the call ``on_unparseable.retry`` more attempts;
+        after them its vote is missing, and with ``then = "stop"`` the run stops
+        (``docs/trials.md`` §5).
+        """
+        assert self.steps is not None
+        if not self.steps.observe(call.step, record, seq, text):
+            return 0.0
+        spec = self.study.steps[call.step]
+        if record.exhausted is not None and spec.then == "stop":
+            self.fatal = (
+                f"step {call.step}: call {call.id} gave {record.unparseable} unparseable "
+                f"response(s) (last at seq {seq}); [steps.{call.step}] on_unparseable then = "
+                "\"stop\""
+            )
+            self.request_stop(f"error: {self.fatal}")
+        return None
+
+    async def _worker(self, queue: deque[Any], limit: AdaptiveLimit) -> None:
         while queue and self.stop_reason is None:
             await limit.acquire()
             try:
@@ -1064,9 +1185,10 @@ class Runner:
         results: list[Any] = []
         self.writer = GroupWriter(self.log, self.key, loop)
         try:
-            workers = min(self.options.concurrency, len(queue)) or 0
-            tasks = [asyncio.create_task(self._worker(queue, limit)) for _ in range(workers)]
-            results = await asyncio.gather(*tasks, return_exceptions=True)
+            if self.steps is not None:
+                results = await self._phases(queue, limit)
+            else:
+                results = await self._drain(queue, limit)
         finally:
             await loop.run_in_executor(None, self.writer.close)
             self.writer = None
@@ -1078,10 +1200,98 @@ class Runner:
             if isinstance(r, BaseException) and not isinstance(r, asyncio.CancelledError)
         ]
 
+    async def _drain(self, queue: deque[Any], limit: AdaptiveLimit) -> list[Any]:
+        """Run every call of ``queue`` with the session's workers; their results."""
+        workers = min(self.options.concurrency, len(queue)) or 0
+        tasks = [asyncio.create_task(self._worker(queue, limit)) for _ in range(workers)]
+        return list(await asyncio.gather(*tasks, return_exceptions=True))
+
+    async def _phases(self, trials: deque[Trial], limit: AdaptiveLimit) -> list[Any]:
+        """A study with steps runs in phases (``docs/trials.md`` §5).
+
+        The item steps, layer by layer (a layer reads only earlier layers' decisions); then the
+        trials, those whose item the item steps keep out recorded as ``trial.excluded``; then
+        the trial steps on every answered trial, layer by layer. Each phase starts from the
+        ledger as committed, so a restart resumes exactly where the calls stopped.
+        """
+        assert self.steps is not None and self.writer is not None and self.state is not None
+        work = self.steps
+        results: list[Any] = []
+
+        async def reload() -> None:
+            assert self.writer is not None
+            await self.writer.call(lambda: work.load(self.log))
+
+        for layer in work.render.layers("item"):
+            await reload()
+            if self.stop_reason is not None:
+                return results
+            results += await self._drain(
+                deque(work.pending_item_calls(layer, self.selected)), limit
+            )
+        await reload()
+        if self.stop_reason is not None:
+            return results
+        ready: deque[Trial] = deque()
+        for trial in trials:
+            if not work.item_steps_final(trial.stimulus):
+                continue  # an item step still pending (another session's models): not yet
+            values = work.item_inputs(trial.stimulus)
+            if values is None:
+                await self._exclude(trial, work.missing_step(trial.stimulus))
+                continue
+            self.builder.renderer.step_values[trial.stimulus] = values
+            ready.append(trial)
+        results += await self._drain(ready, limit)
+        order = [t.id for t in self.state.order]
+        for layer in work.render.layers("trial"):
+            await reload()
+            if self.stop_reason is not None:
+                return results
+            results += await self._drain(
+                deque(work.pending_trial_calls(layer, order, self.selected)), limit
+            )
+        await reload()
+        return results
+
+    async def _exclude(self, trial: Trial, step: str) -> None:
+        """Record ``trial`` as excluded: an item step it reads has no decision that keeps it."""
+        assert self.steps is not None and self.state is not None
+        spec = self.study.steps[step]
+        decision = self.steps.decision(step, trial.stimulus)
+        reason = (
+            f"screened out by step {step!r} (decision {decision!r}, kept: {list(spec.keep)})"
+            if spec.keep is not None and decision is not None
+            else f"step {step!r} reached no decision for item {trial.stimulus!r}"
+        )
+        seq = await self._write(EventSpec(
+            "trial.excluded",
+            {"trial": trial.id, "item": trial.stimulus, "step": step, "reason": reason},
+        ))  # fmt: skip
+        self.state.trials[trial.id].excluded = seq
+        self.final += 1
+        self._tick()
+
+    def steps_pending(self) -> int:
+        """Step calls due and not final (after the session: what a next session would run)."""
+        if self.steps is None or self.state is None:
+            return 0
+        work = self.steps
+        pending = sum(
+            len(work.pending_item_calls(layer, self.selected))
+            for layer in work.render.layers("item")
+        )
+        order = [t.id for t in self.state.order]
+        return pending + sum(
+            len(work.pending_trial_calls(layer, order, self.selected))
+            for layer in work.render.layers("trial")
+        )
+
     def _close(self) -> RunResult:
         assert self.state is not None
         pending = sum(not s.final for s in self.state.trials.values())
-        if pending == 0:
+        steps_pending = self.steps_pending()
+        if pending == 0 and steps_pending == 0:
             reason = "complete"  # even if a stop came after the last trial was sent
         elif self.stop_reason is not None:
             reason = self.stop_reason
@@ -1103,6 +1313,10 @@ class Runner:
                 "cost_usd": round(c.cost_usd, 8) if self._priced() else None,
                 "final": self.final,
                 "pending": pending,
+                **(
+                    {"step_calls": self.step_calls, "steps_pending": steps_pending}
+                    if self.steps is not None else {}
+                ),
             },
             key=self.key,
         )
@@ -1115,6 +1329,11 @@ class Runner:
             priced=self.price is not None, signal=self.signalled,
             witness_wait=self.witness_wait, unwitnessed=tuple(self.witness_notes),
         )
+
+
+def _call_members(call: StepCall) -> dict[str, Any]:
+    """The members a step event's body names its call by (``docs/trials.md`` §5)."""
+    return {"call": call.id, "step": call.step}
 
 
 def session_witnesses(log: Ledger) -> Any:

@@ -36,7 +36,7 @@ __all__ = [
     "request_parameters",
 ]
 
-_SLOT_NAME: Final = re.compile(r"[A-Za-z_][A-Za-z0-9_]*(?:\.[A-Za-z0-9_]+)?")
+_SLOT_NAME: Final = re.compile(r"[A-Za-z_][A-Za-z0-9_]*(?:\.[A-Za-z0-9_]+){0,2}")
 ANSWER_SLOTS: Final = frozenset({"answer", "answer_text", "rationale"})
 """Slots only an answer template may use: the key must never reach the model."""
 _OPTION_SLOT: Final = re.compile(r"^option_([A-Z])$")
@@ -268,6 +268,8 @@ class Renderer:
             )  # fmt: skip
         self._images: dict[Path, tuple[str, str, int, int]] = {}
         self._varied: dict[tuple[str, str], Item] = {}
+        # {steps.NAME} slot values per item, once the item steps are decided (docs/prompts.md §8)
+        self.step_values: dict[str, dict[str, str]] = {}
 
     # ------------------------------------------------------------------ pieces
 
@@ -321,6 +323,7 @@ class Renderer:
         if self.items is not None:
             item = self.varied_item(stimulus, variant)
             values = self.values(item)
+            values.update(self.step_values.get(stimulus, {}))
         else:
             values = {"id": stimulus}
         return self.item_template.render(values).rstrip("\n")
@@ -529,6 +532,8 @@ class Renderer:
     def _unfilled(self, template: Template, items: Sequence[Item], *, answers: bool) -> list[str]:
         """For each slot some item cannot fill, a problem naming the first such item."""
         slots = template.slots()
+        if self.study.steps:  # step slots are checked by runner.step_render
+            slots = [s for s in slots if not s.name.startswith("steps.")]
         lacking: dict[int, Item] = {}  # slot index -> the first item that lacks it
         for item in items:
             values = self.values(item, answers=answers)

@@ -24,6 +24,7 @@ from ledger import describe_os_error, describe_utf8_error
 from runner._errors import SpecError as SpecError
 from runner._errors import StudyError
 from runner._schema import KeyPath, LineFinder, path_of, unknown_keys
+from runner.steps import StepSpec, parse_steps
 from runner.timestamping import TimestampSpec, parse_timestamping
 from runner.variants import FIELD_KINDS, KIND_KEYS, KINDS, Variant, VariantSpec
 from runner.witnessing import WitnessPolicy, parse_policy
@@ -248,6 +249,7 @@ class Study:
     variants: tuple[VariantSpec, ...] = ()
     witnessing: WitnessPolicy | None = None  # [[witnesses]] and [witnessing] (docs/witness.md)
     timestamping: TimestampSpec | None = None  # [timestamping] (docs/witness.md section 9)
+    steps: dict[str, StepSpec] = field(default_factory=dict)  # [steps.NAME] (docs/prompts.md §8)
 
     def model_specs(self) -> list[ModelSpec]:
         """Every model, in declaration order (one, named None, for a ``[model]`` study)."""
@@ -325,6 +327,10 @@ class Study:
             files[self._rel(fs.examples)] = "examples"
             if fs.answer is not None:
                 files[self._rel(fs.answer)] = "template"
+        for step in self.steps.values():
+            files[self._rel(step.template)] = "step-template"
+            if step.schema is not None:
+                files[self._rel(step.schema)] = "step-schema"
         for spec in self.variants:
             if "stopwords" in spec.params:
                 files[str(spec.params["stopwords"])] = "stopwords"
@@ -1326,6 +1332,10 @@ def load_study(root: str | Path, *, strict: bool = True) -> Study:
     witnessing = parse_policy(data, c.add)
     timestamping = parse_timestamping(data, c.add)
     deviations = _deviations(c, data)
+    steps = parse_steps(
+        data.get("steps"), root, c.add, list(models) if models is not None else None,
+        components, lambda rel, where: _inside(c, root, rel, where),
+    )
 
     if c.problems:
         raise SpecError(c.problems)
@@ -1340,7 +1350,7 @@ def load_study(root: str | Path, *, strict: bool = True) -> Study:
         answer_column=answer_column, letters=letters, mode=response.mode,
         items_path=items_path, prompt=prompt, fewshot=fewshot, models=models, phase=phase,
         variants=tuple(variants),
-        witnessing=witnessing, timestamping=timestamping,
+        witnessing=witnessing, timestamping=timestamping, steps=steps,
     )
     if items is not None:  # read once, here: Study.load_items returns it from now on
         object.__setattr__(loaded, "_items", items)

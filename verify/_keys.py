@@ -23,6 +23,10 @@ _ROLE_KINDS: dict[str, frozenset[str]] = {
             "trial.failed",
             "batch.submitted",
             "run.preflight",
+            "step.requested",
+            "step.responded",
+            "step.failed",
+            "trial.excluded",
         }
     ),
     "scorer": frozenset({"trial.scored", "scoring.sealed"}),

@@ -1,0 +1,302 @@
+"""Recorded model steps (issue 17, ``docs/prompts.md`` §8, ``docs/trials.md`` §5).
+
+A study with a screening and a rewriting item step, two target arms and two judges with
+majority aggregation (``tests/steps_study.py``) locks, shows its step graph, runs on the
+simulated backend with every step call recorded before it is sent, and resumes without calling
+anything twice. Each refusal of the study language is a named test that appends nothing.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner, Result
+from helpers import fixed_key
+from steps_study import STEPS, write_study
+
+from ledger import Ledger
+from ledger.cli import main
+from runner.backends import SimulatedBackend
+from runner.execute import RunOptions, run_study
+from runner.lock import lock_study
+from runner.spec import SpecError, load_study
+from runner.state import load_state
+from runner.steps import aggregate, parse_output
+
+KEY = fixed_key("steps.example/owner")
+
+
+def invoke(*args: str | Path) -> Result:
+    return CliRunner().invoke(main, [str(a) for a in args])
+
+
+@pytest.fixture(scope="module")
+def home(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
+    path = tmp_path_factory.mktemp("home")
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setenv("PROMPT_LEDGER_HOME", str(path))
+        yield path
+
+
+@pytest.fixture(scope="module")
+def ran(home: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The study, locked and run to completion on the simulated backend (shared)."""
+    root = write_study(tmp_path_factory.mktemp("ran") / "study")
+    lock_study(root, KEY)
+    result = run_study(root, KEY, SimulatedBackend(), RunOptions(concurrency=4, jitter_seed=1))
+    assert result.reason == "complete"
+    return root
+
+
+def events(root: Path) -> list[object]:
+    with Ledger.open(root / "ledger.db", readonly=True) as log:
+        return list(log.events())
+
+
+def lock_refused(root: Path) -> str:
+    """Lock ``root`` through the CLI; assert it is refused with nothing written; the message."""
+    result = invoke("lock", root, "--key", _key_file(root))
+    assert result.exit_code != 0, result.output
+    assert not (root / "ledger.db").exists()
+    return result.output
+
+
+def _key_file(root: Path) -> Path:
+    path = root.parent / "owner.key"
+    if not path.exists():
+        KEY.save(path)
+    return path
+
+
+# ------------------------------------------------------------------ lock and graph
+
+
+def test_steps_are_locked_and_hashed(ran: Path) -> None:
+    with Ledger.open(ran / "ledger.db", readonly=True) as log:
+        protocol = next(iter(log.events("protocol.locked")))
+    steps = protocol.body["steps"]
+    assert set(steps) == {"screen", "rewrite", "judge"}
+    assert steps["judge"]["aggregate"] == "majority"
+    assert steps["judge"]["models"] == ["judge_a", "judge_b"]
+    assert steps["judge"]["sees"] == "blind"
+    assert steps["rewrite"]["on_unparseable"] == {"retry": 2, "then": "exclude"}
+    manifest = protocol.body["manifest"]
+    for rel in ("prompts/judge.txt", "prompts/rewrite.txt", "prompts/screen.txt"):
+        assert manifest[rel] == __import__("hashlib").sha256((ran / rel).read_bytes()).hexdigest()
+
+
+def test_arms_and_schedule_show_the_step_graph(ran: Path) -> None:
+    result = invoke("arms", ran, "--json")
+    assert result.exit_code == 0, result.output
+    graph = json.loads(result.output)["steps"]
+    assert graph["trial_reads"] == ["rewrite"]
+    assert graph["order"][-2] == ["(trials)"] and graph["order"][-1] == ["judge"]
+    assert graph["steps"]["judge"]["calls"] == 2 * 16
+    text = invoke("schedule", ran, "--limit", "1")
+    assert "step judge: on trial, models judge_a, judge_b" in text.output
+
+
+def test_unknown_step_key_is_refused_naming_the_line(tmp_path: Path) -> None:
+    root = write_study(tmp_path / "s", STEPS.replace('sees = "blind"', "").replace(
+        'aggregate = "majority"', 'aggregate = "majority"\nvoting = "x"'))
+    with pytest.raises(SpecError) as err:
+        load_study(root)
+    assert "[steps.judge] voting: unknown key" in str(err.value)
+    assert "study.toml:" in str(err.value)
+
+
+def test_input_no_step_produces_is_refused(tmp_path: Path, home: Path) -> None:
+    root = write_study(tmp_path / "s", judge="Reference: {reference}\n{steps.summary}\n"
+                       "Candidate: {response}\n")  # fmt: skip
+    out = lock_refused(root)
+    assert "slot {steps.summary}: no step named 'summary' produces it" in out
+    assert "prompts/judge.txt:2:1" in out
+
+
+def test_cycle_is_refused(tmp_path: Path, home: Path) -> None:
+    root = write_study(
+        tmp_path / "s",
+        screen="Include or exclude?\n{steps.rewrite}\n",
+        rewrite="Text: {steps.screen}\n",
+    )
+    out = lock_refused(root)
+    assert "cycle: rewrite -> screen -> rewrite" in out
+
+
+def test_trial_step_read_by_item_step_is_refused(tmp_path: Path, home: Path) -> None:
+    root = write_study(tmp_path / "s", rewrite="Text: {context} {steps.judge}\n")
+    out = lock_refused(root)
+    assert "slot {steps.judge}: 'judge' is a trial step" in out
+
+
+@pytest.mark.parametrize("slot", ["arm", "factor.tone", "target_model", "trial", "request"])
+def test_blind_judge_with_a_leaking_slot_is_refused(tmp_path: Path, home: Path, slot: str) -> None:
+    root = write_study(
+        tmp_path / "s", judge=f"Reference: {{reference}}\nCandidate: {{response}}\n({{{slot}}})\n"
+    )
+    out = lock_refused(root)
+    assert f"slot {{{slot}}}: a blind step may not see the arm" in out
+    assert "prompts/judge.txt:3:2" in out
+
+
+def test_item_step_may_not_read_the_key_or_a_response(tmp_path: Path, home: Path) -> None:
+    root = write_study(tmp_path / "s", rewrite="Text: {context} {reference}\n")
+    out = lock_refused(root)
+    assert "slot {reference}: an item step runs before any trial" in out
+
+
+def test_grounding_step_may_see_the_request(tmp_path: Path, home: Path) -> None:
+    steps = STEPS + """
+[steps.grounded]
+on = "trial"
+models = ["judge_a"]
+template = "prompts/grounded.txt"
+parser = "label"
+labels = ["grounded", "ungrounded"]
+sees = "request"
+"""
+    root = write_study(tmp_path / "s", steps, grounded="Prompt: {request}\nAnswer: {response}\n")
+    lock_study(root, KEY)
+    with Ledger.open(root / "ledger.db", readonly=True) as log:
+        protocol = next(iter(log.events("protocol.locked")))
+    assert protocol.body["steps"]["grounded"]["sees"] == "request"
+
+
+def test_json_step_needs_a_schema_and_fields_must_exist(tmp_path: Path, home: Path) -> None:
+    steps = STEPS + """
+[steps.split]
+on = "item"
+models = ["judge_a"]
+template = "prompts/split.txt"
+parser = "json"
+"""
+    root = write_study(tmp_path / "s", steps, split="Text: {context}\n")
+    with pytest.raises(SpecError, match="the json parser needs a locked JSON Schema file"):
+        load_study(root)
+    (root / "schemas").mkdir()
+    (root / "schemas" / "split.json").write_text(json.dumps({
+        "type": "object", "properties": {"symptoms": {"type": "string"}},
+        "required": ["symptoms"], "additionalProperties": False,
+    }))  # fmt: skip
+    spec = (root / "study.toml").read_text().replace(
+        'parser = "json"', 'parser = "json"\nschema = "schemas/split.json"')
+    (root / "study.toml").write_text(spec)
+    (root / "prompts" / "rewrite.txt").write_text("Text: {steps.split.signs}\n")
+    out = lock_refused(root)
+    assert "the schema of step 'split' has no property 'signs'" in out
+
+
+# ------------------------------------------------------------------ parsing and votes
+
+
+def test_parsers_and_aggregation_rules() -> None:
+    study_steps = load_study.__module__  # the parser is pure: build specs from the study file
+    assert study_steps
+    root = Path(__file__).parent
+    assert root.is_dir()
+    from runner.steps import StepSpec
+
+    label = StepSpec("j", "trial", ("a",), root, (), "label", ("correct", "incorrect"), None, 0,
+                     "exclude", "majority", "blind", None)  # fmt: skip
+    assert parse_output(label, "Incorrect.") == "incorrect"
+    assert parse_output(label, "correct, not incorrect") is None  # two labels: unparseable
+    assert parse_output(label, "It depends.") is None
+    assert aggregate("majority", ["correct", "correct", "incorrect"]) == "correct"
+    assert aggregate("majority", ["correct", "incorrect"]) is None
+    assert aggregate("majority", ["correct", None, None]) is None
+    assert aggregate("unanimous", ["correct", "correct"]) == "correct"
+    assert aggregate("unanimous", ["correct", None]) is None
+    assert aggregate(2, ["x", "y", "x"]) == "x"
+    assert aggregate(3, ["x", "y", "x"]) is None
+
+
+# ------------------------------------------------------------------ running
+
+
+def test_every_step_call_is_recorded_before_it_is_answered(ran: Path) -> None:
+    with Ledger.open(ran / "ledger.db", readonly=True) as log:
+        evs = list(log.events())
+        requested = {e.seq: e for e in evs if e.kind == "step.requested"}
+        answered = [e for e in evs if e.kind == "step.responded"]
+        assert answered and len(answered) == len(requested)
+        for e in answered:
+            req = requested[e.body["request_seq"]]
+            assert req.seq < e.seq and e.body["call"] == req.body["call"]
+        # each call id once per attempt: nothing sent twice
+        seen = [(r.body["call"], r.body["attempt"]) for r in requested.values()]
+        assert len(seen) == len(set(seen))
+        # item steps before the trials that read them; judges after their trial's response
+        first_trial = min(e.seq for e in evs if e.kind == "trial.requested")
+        assert all(
+            r.seq < first_trial for r in requested.values() if r.body["step"] != "judge"
+        )
+        responded = {}
+        trial_of = {e.seq: e.body["trial"] for e in evs if e.kind == "trial.requested"}
+        for e in evs:
+            if e.kind == "trial.responded":
+                responded[trial_of[e.body["request_seq"]]] = e.seq
+        judges = [r for r in requested.values() if r.body["step"] == "judge"]
+        assert len(judges) >= 2 * len(responded)
+        for r in judges:
+            assert responded[r.body["trial"]] < r.seq
+        # the trial requests carry the rewriter's output
+        for e in evs:
+            if e.kind == "trial.requested":
+                text = json.loads(log.blob(e.blobs["request"]))["messages"][0]["content"][0]
+                assert "Case: I have the condition" in text["text"]
+        study = load_study(ran, strict=False)
+        state = load_state(study, log)
+    assert not state.pending()
+
+
+def test_screened_items_are_recorded_exclusions(ran: Path) -> None:
+    with Ledger.open(ran / "ledger.db", readonly=True) as log:
+        evs = list(log.events())
+        excluded = [e for e in evs if e.kind == "trial.excluded"]
+        screen = {}
+        for e in evs:
+            if e.kind == "step.responded" and e.body["step"] == "screen":
+                screen[e.body["call"]] = json.loads(log.blob(e.blobs["response"]))
+    out = {c.split("|")[2] for c, r in screen.items() if r["content"][0]["text"] == "exclude"}
+    assert out, "the simulated screen excludes some items (seeded)"
+    assert {e.body["item"] for e in excluded} == out
+    assert all(e.body["step"] == "screen" for e in excluded)
+
+
+def test_status_counts_the_step_calls(ran: Path) -> None:
+    result = invoke("status", ran, "--json")
+    assert result.exit_code == 0, result.output
+    data = json.loads(result.output)
+    steps = {s["step"]: s for s in data["steps"]}
+    assert steps["screen"]["calls"] == 8 and steps["screen"]["pending"] == 0
+    with Ledger.open(ran / "ledger.db", readonly=True) as log:
+        responded = sum(1 for _ in log.events("trial.responded"))
+        judge_calls = sum(
+            1 for e in log.events("step.requested") if e.body["step"] == "judge"
+            and e.body["attempt"] == 1
+        )  # fmt: skip
+    assert steps["judge"]["calls"] == judge_calls == 2 * responded
+    assert data["events"]["step.responded"] == sum(s["parsed"] + s["unparseable_responses"]
+                                                   for s in steps.values())  # fmt: skip
+
+
+def test_restart_runs_only_what_is_missing(home: Path, tmp_path: Path, ran: Path) -> None:
+    """A session stopped after some judge calls; the next runs only the calls left."""
+    root = tmp_path / "study"
+    shutil.copytree(ran.parent / "study", root, ignore=shutil.ignore_patterns("ledger.db*"))
+    (root / "registration-checkpoint.txt").unlink()
+    lock_study(root, KEY)
+    first = run_study(root, KEY, SimulatedBackend(), RunOptions(concurrency=1, max_trials=3))
+    assert first.reason.startswith("max-trials")
+    second = run_study(root, KEY, SimulatedBackend(), RunOptions(concurrency=3))
+    assert second.reason == "complete"
+    with Ledger.open(root / "ledger.db", readonly=True) as log:
+        calls = [(e.body["call"], e.body["attempt"]) for e in log.events("step.requested")]
+    with Ledger.open(ran / "ledger.db", readonly=True) as log:
+        once = sorted((e.body["call"], e.body["attempt"]) for e in log.events("step.requested"))
+    assert len(calls) == len(set(calls))
+    assert sorted(calls) == once  # the same calls as one uninterrupted session, each once
