@@ -181,7 +181,23 @@ def models(plan: dict[str, Any]) -> tuple[str, ...]:
     if not isinstance(declared, dict):
         return ()
     order = plan.get("model_order")
-    return tuple(order) if isinstance(order, list) else tuple(sorted(declared))
+    names = tuple(order) if isinstance(order, list) else tuple(sorted(declared))
+    return tuple(n for n in names if n in trial_models(plan, names))
+
+
+def trial_models(plan: dict[str, Any], names: tuple[str, ...]) -> set[str]:
+    """The models trials run: every model, unless the study has steps and every arm lists its
+    models (then their union; a model only steps use has no trial, ``docs/prompts.md`` §8)."""
+    arms = plan.get("arms")
+    if not plan.get("steps") or not isinstance(arms, dict):
+        return set(names)
+    used: set[str] = set()
+    for arm in arms.values():
+        listed = arm.get("models") if isinstance(arm, dict) else None
+        if not isinstance(listed, list):
+            return set(names)
+        used.update(str(m) for m in listed)
+    return used
 
 
 def load_dataset(

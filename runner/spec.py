@@ -49,6 +49,8 @@ SINGLE_ANSWER_PARSERS = (*VOCABULARY_PARSERS, *TEXT_PARSERS, "cloze")
 """Parsers scored against one answer per stimulus (``[stimuli] answer_column``)."""
 LOGPROB_PROVIDERS = ("openai", "openai-compatible")
 """Providers whose servers return token log-probabilities (``logprobs``, ``top_logprobs``)."""
+JUDGE_PREFIX: Final = "judge:"
+"""``[response] parser = "judge:<step>"``: a trial step's votes score each trial (scoring.md §7)."""
 MODES = ("exactly-one", "first-token")
 """Parser modes of ``docs/scoring.md`` section 5.2."""
 DEFAULT_LETTERS = "ABCD"
@@ -1122,7 +1124,7 @@ class _Response:
 def _response(c: _Collector, data: dict[str, Any]) -> _Response:
     response = _table(c, data, "response")
     parser = _str(c, response, "parser", "response", "tumbling-e-json")
-    if parser and parser not in PARSERS:
+    if parser and parser not in PARSERS and not parser.startswith(JUDGE_PREFIX):
         c.add("response.parser", f"unknown parser {parser!r}; use one of {', '.join(PARSERS)}")
     response_format = _str(c, response, "format", "response", parser or "tumbling-e-json")
     letters: str | None = None
@@ -1336,6 +1338,16 @@ def load_study(root: str | Path, *, strict: bool = True) -> Study:
         data.get("steps"), root, c.add, list(models) if models is not None else None,
         components, lambda rel, where: _inside(c, root, rel, where),
     )
+    if response.parser.startswith(JUDGE_PREFIX):
+        judge = steps.get(response.parser[len(JUDGE_PREFIX) :])
+        if judge is None or judge.on != "trial":
+            c.add("response.parser", f"{response.parser!r} names no trial step ([steps.<NAME>] "
+                  "with on = \"trial\")")  # fmt: skip
+        elif judge.parser != "label" or "correct" not in judge.labels:
+            c.add("response.parser", f"judge step {judge.name!r} must use the label parser with "
+                  "a label \"correct\" (a trial is correct when the judges' decision is it)")
+        if items is None:
+            c.add("response.parser", "a judge scores item studies ([stimuli] items) only")
 
     if c.problems:
         raise SpecError(c.problems)

@@ -80,6 +80,7 @@ class CallState:
     open_request: int | None = None
     value: Any = None
     cost_usd: float = 0.0
+    last_request: int | None = None  # seq of its latest step.requested
 
     @property
     def final(self) -> bool:
@@ -146,6 +147,7 @@ class StepWork:
                 record = self.calls.setdefault(body["call"], CallState())
                 record.attempts = max(record.attempts, int(body["attempt"]))
                 record.open_request = event.seq
+                record.last_request = event.seq
                 self.request_call[event.seq] = body["call"]
             elif kind == "step.responded":
                 call_id = self.request_call[body["request_seq"]]

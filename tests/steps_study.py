@@ -59,7 +59,7 @@ on_unparseable = { retry = 1, then = "exclude" }
 """
 
 
-def spec_text(steps: str = STEPS, parser: str = "normalized") -> str:
+def spec_text(steps: str = STEPS, parser: str = "judge:judge") -> str:
     """The study.toml text, with ``steps`` as its step tables."""
     return f"""[study]
 id = "steps-demo"

@@ -537,7 +537,23 @@ def _plan_models(plan: dict[str, Any]) -> list[str]:
     if not isinstance(declared, dict):
         return []
     order = plan.get("model_order")
-    return [str(m) for m in order] if isinstance(order, list) else sorted(declared)
+    names = [str(m) for m in order] if isinstance(order, list) else sorted(declared)
+    return trial_models(plan, names)
+
+
+def trial_models(plan: dict[str, Any], names: list[str]) -> list[str]:
+    """``names`` less the models only steps use (docs/prompts.md §8: every arm lists its models
+    and none lists them), in their order; every name for a study without steps."""
+    arms = plan.get("arms")
+    if not plan.get("steps") or not isinstance(arms, dict):
+        return names
+    used: set[str] = set()
+    for arm in arms.values():
+        listed = arm.get("models") if isinstance(arm, dict) else None
+        if not isinstance(listed, list):
+            return names
+        used.update(str(m) for m in listed)
+    return [n for n in names if n in used]
 
 
 def _csv_bytes(rows: list[dict[str, Any]], columns: tuple[str, ...]) -> bytes:
