@@ -186,8 +186,11 @@ def models(plan: dict[str, Any]) -> tuple[str, ...]:
 
 
 def trial_models(plan: dict[str, Any], names: tuple[str, ...]) -> set[str]:
-    """The models trials run: every model, unless the study has steps and every arm lists its
-    models (then their union; a model only steps use has no trial, ``docs/prompts.md`` §8)."""
+    """The models trials run (``docs/prompts.md`` §8).
+
+    Every model, unless the study has steps and every arm lists its models: then their union
+    (a model only steps use has no trial).
+    """
     arms = plan.get("arms")
     if not plan.get("steps") or not isinstance(arms, dict):
         return set(names)

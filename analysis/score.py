@@ -40,8 +40,8 @@ __all__ = [
     "TrialScore",
     "canonical_items",
     "score_choice",
-    "score_parsed",
     "score_judged",
+    "score_parsed",
     "score_text",
     "score_tumbling_e",
 ]

@@ -81,7 +81,7 @@ STYLES = ("turns", "inline")
 RESERVED_COMPONENTS = ("item", "examples")
 """§3: component names that stand for the item block and the inline examples block."""
 
-_SLOT = re.compile(r"\{([A-Za-z_][A-Za-z0-9_]*(?:\.[A-Za-z0-9_]+)?)\}")
+_SLOT = re.compile(r"\{([A-Za-z_][A-Za-z0-9_]*(?:\.[A-Za-z0-9_]+){0,2})\}")
 _BRACE = re.compile(r"[{}]")
 _LABELS = "ABCDEFGHIJKLMNOPQRSTUVWXYZ"
 _DECIMAL = re.compile(r"[0-9]+")
@@ -757,6 +757,10 @@ class LockedStudy:
             self._check_arm(arm)
         self._draws: dict[tuple[str, str], list[Item]] = {}
         self.draw_hashes = self._draw_hashes()
+        # §8: the {steps.*} values of each item, from the recorded step decisions
+        self.step_values: dict[str, dict[str, str]] = {}
+        self.has_steps = protocol.get("steps") is not None
+        self._lock_fill = False
 
     def _draw_hashes(self) -> int:
         """How many order hashes every draw of the study needs (``fixed`` sets need none)."""
@@ -927,7 +931,16 @@ class LockedStudy:
         """§3.1: the item template rendered for the item, trailing ``\\n`` removed."""
         if self.template is None:
             raise PromptError("the study has no item template ([prompt] item)")
-        return self._render(self.template, self.varied(item_id, variant), False)
+        if not self.has_steps:
+            return self._render(self.template, self.varied(item_id, variant), False)
+        fields = self.varied(item_id, variant)
+        values = item_values(fields, self.option_format, self.option_separator)
+        if self._lock_fill:  # at lock, the step slots are checked apart (verify._steps)
+            values.update({s.name: "" for s in self.template.slots
+                           if s.name.startswith("steps.")})  # fmt: skip
+        else:
+            values.update(self.step_values.get(item_id, {}))
+        return self.template.render(values, f"item {fields.get('id')!r}").rstrip("\n")
 
     def own_text(self, arm: str) -> str:
         """§3.2: the arm's own text (``arms.X.sha256`` hashes it); empty without components.
@@ -1202,8 +1215,12 @@ class LockedStudy:
                         if variant is not None:
                             self.item_block(item_id, variant)
 
-        first(items)
-        first(variants)
+        self._lock_fill = True
+        try:
+            first(items)
+            first(variants)
+        finally:
+            self._lock_fill = False
         for arm in self.arms:
             first(texts(arm))
         first(self._check_draw_work)

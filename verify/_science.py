@@ -43,8 +43,10 @@ from verify._reml import RemlModel, check_point
 from verify._report import Check, Status
 from verify._rescore import (
     CONTROL_TRUTH,
+    Scored,
     Truth,
     TruthError,
+    item_bytes,
     read_sources,
     read_truth,
     score_body,
@@ -361,6 +363,32 @@ def _scores_digest(pairs: list[tuple[int, str]]) -> str:
     return hashlib.sha256(rfc8785.dumps([[s, h] for s, h in sorted(pairs)])).hexdigest()
 
 
+def _judged(
+    archive: _Archive, plan: dict[str, Any], parser: str
+) -> dict[str, dict[str, Any] | None] | None:
+    """Each trial's re-derived judge record for a ``judge:<step>`` parser, else None."""
+    if not parser.startswith("judge:"):
+        return None
+    from verify._steps import judge_records
+
+    kinds = ("trial.requested", "step.requested", "step.responded", "step.failed")
+    events = [
+        (e.seq, e.kind, e.body,
+         (lambda name, e=e: archive.event_blob(e, name) if name in e.blobs else None))
+        for e in archive.events if e.kind in kinds
+    ]  # fmt: skip
+    return judge_records(plan, parser.split(":", 1)[1], events)
+
+
+def _judged_score(decision: Any, truth: str) -> Scored:
+    """scoring.md §7: one item, the decision as its answer, correct when it is "correct"."""
+    item = {"answer": decision, "answered": decision is not None,
+            "correct": decision == "correct", "position": None, "row": None, "truth": truth}
+    data = item_bytes([item])
+    return Scored("ok" if decision is not None else "unparseable", 1, int(decision is not None),
+                  int(decision == "correct"), data, hashlib.sha256(data).hexdigest())
+
+
 def _rescore(archive: _Archive) -> Check:
     plan = _plan(archive)
     locked = plan.get("response") or {}
@@ -373,6 +401,7 @@ def _rescore(archive: _Archive) -> Check:
     scored = archive.of("trial.scored")
     count: dict[int, int] = {}
     mismatches: list[tuple[int, str]] = []
+    judged = _judged(archive, plan, parser)
     for event in scored:
         b = archive.at(event).body
         rseq = b.get("response_seq")
@@ -409,12 +438,28 @@ def _rescore(archive: _Archive) -> Check:
             if b.get("order") != order:
                 mismatches.append((event.seq, f"order {b.get('order')!r}, re-derived {order!r}"))
                 continue
-        raw = archive.event_blob(response, "response")
-        try:
-            s = score_body(raw, str(response.body.get("format")), parser, answer, letters, mode)
-        except (KeyError, ValueError) as exc:
-            mismatches.append((event.seq, f"cannot be re-scored: {exc}"))
-            continue
+        if judged is not None:  # scoring.md §7: the judges' votes score the trial
+            trial = request.body.get("trial") if request is not None else None
+            record = judged.get(str(trial))
+            if record is None:
+                mismatches.append((event.seq, f"the judge calls of trial {trial} are not all "
+                                   "final, yet it was scored"))  # fmt: skip
+                continue
+            if b.get("judge") != record:
+                mismatches.append((event.seq, f"the judge votes or decision differ from those "
+                                   f"re-derived from the judge responses: recorded "
+                                   f"{b.get('judge')!r}, re-derived {record!r}"))  # fmt: skip
+                continue
+            s = _judged_score(record["decision"], str(answer))
+        else:
+            raw = archive.event_blob(response, "response")
+            try:
+                s = score_body(
+                    raw, str(response.body.get("format")), parser, answer, letters, mode
+                )
+            except (KeyError, ValueError) as exc:
+                mismatches.append((event.seq, f"cannot be re-scored: {exc}"))
+                continue
         diffs = [
             f"{name}: recorded {b.get(name)!r}, recomputed {value!r}"
             for name, value in (
@@ -542,8 +587,11 @@ def _plan_models(plan: dict[str, Any]) -> list[str]:
 
 
 def trial_models(plan: dict[str, Any], names: list[str]) -> list[str]:
-    """``names`` less the models only steps use (docs/prompts.md §8: every arm lists its models
-    and none lists them), in their order; every name for a study without steps."""
+    """``names`` less the models only steps use (docs/prompts.md §8), in their order.
+
+    A model only steps use: every arm lists its models and none lists it. A study without
+    steps keeps every name.
+    """
     arms = plan.get("arms")
     if not plan.get("steps") or not isinstance(arms, dict):
         return names

@@ -218,6 +218,10 @@ class Archive:
         if self._study is not None or self._study_problem is not None:
             return self._study, self._study_problem
         self._study, self._study_problem = self.study_at(self.protocol_seq)
+        if self._study is not None and "steps" in self.protocol:
+            from verify._archive.steps import attach_steps  # docs/prompts.md §8
+
+            attach_steps(self, self._study)
         return self._study, self._study_problem
 
     def study_at(self, pseq: int | None) -> tuple[LockedStudy | None, str | None]:
