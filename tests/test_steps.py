@@ -300,3 +300,43 @@ def test_restart_runs_only_what_is_missing(home: Path, tmp_path: Path, ran: Path
         once = sorted((e.body["call"], e.body["attempt"]) for e in log.events("step.requested"))
     assert len(calls) == len(set(calls))
     assert sorted(calls) == once  # the same calls as one uninterrupted session, each once
+
+
+# ------------------------------------------------------------------ judge agreement
+
+
+def _judged(rows: list[list[str]]) -> list[dict[str, object]]:
+    return [
+        {"votes": [{"model": f"j{i}", "vote": v} for i, v in enumerate(row)]} for row in rows
+    ]
+
+
+def test_cohens_kappa_matches_the_textbook_table() -> None:
+    """Two judges, the 2x2 table [[20, 5], [10, 15]]: p_o 0.7, p_e 0.5, kappa 0.4."""
+    from analysis.agreement import judge_agreement_values
+
+    rows = ([["yes", "yes"]] * 20 + [["yes", "no"]] * 5 + [["no", "yes"]] * 10
+            + [["no", "no"]] * 15 + [["yes", None]])  # fmt: skip
+    values = judge_agreement_values(_judged(rows), ["yes", "no"])  # type: ignore[arg-type]
+    assert values["method"] == "cohen" and values["n_trials"] == 50
+    assert values["incomplete"] == 1
+    assert values["kappa"] == pytest.approx(0.4, abs=1e-12)
+    assert values["all_agree"] == pytest.approx(0.7)
+
+
+def test_fleiss_kappa_matches_the_published_example() -> None:
+    """Fleiss (1971) as Wikipedia works it: 10 subjects, 14 raters, 5 categories, 0.210."""
+    from analysis.agreement import judge_agreement_values
+
+    table = [[0, 0, 0, 0, 14], [0, 2, 6, 4, 2], [0, 0, 3, 5, 6], [0, 3, 9, 2, 0],
+             [2, 2, 8, 1, 1], [7, 7, 0, 0, 0], [3, 2, 6, 3, 0], [2, 5, 3, 2, 2],
+             [6, 5, 2, 1, 0], [0, 2, 2, 3, 7]]  # fmt: skip
+    labels = ["a", "b", "c", "d", "e"]
+    rows = [[labels[j] for j, n in enumerate(counts) for _ in range(n)] for counts in table]
+    values = judge_agreement_values(_judged(rows), labels)  # type: ignore[arg-type]
+    n, m = 10, 14
+    p_bar = sum((sum(x * x for x in r) - m) / (m * (m - 1)) for r in table) / n
+    p_e = sum((sum(r[j] for r in table) / (n * m)) ** 2 for j in range(5))
+    assert values["method"] == "fleiss"
+    assert values["kappa"] == pytest.approx((p_bar - p_e) / (1 - p_e), abs=1e-12)
+    assert round(values["kappa"], 3) == 0.210

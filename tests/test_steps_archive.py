@@ -84,6 +84,15 @@ def test_the_study_runs_is_judged_and_verifies(study: Path) -> None:
         assert judge["decision"] == agreed
         assert body["status"] == ("ok" if agreed is not None else "unparseable")
         assert all(isinstance(v["request_seq"], int) for v in judge["votes"])
+    # the judges' agreement, recomputed here from the recorded votes (Cohen's formula)
+    pairs = [[v["vote"] for v in b["judge"]["votes"]] for b in scored]
+    pairs = [p for p in pairs if None not in p]
+    p_o = sum(a == b for a, b in pairs) / len(pairs)
+    p_e = sum((sum(p[0] == c for p in pairs) / len(pairs)) * (sum(p[1] == c for p in pairs)
+              / len(pairs)) for c in ("correct", "incorrect"))  # fmt: skip
+    kappa = next(e["body"]["values"]["kappa"] for e in events if e["kind"] == "analysis.result"
+                 and e["body"]["id"] == "exploratory.judge_agreement")  # fmt: skip
+    assert kappa == pytest.approx((p_o - p_e) / (1 - p_e), abs=1e-12)
     status = json.loads(invoke("status", study, "--json"))
     assert {s["step"] for s in status["steps"]} == {"screen", "rewrite", "judge"}
 

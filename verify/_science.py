@@ -1505,6 +1505,56 @@ def _sensitivity(
     return _guard(r, compute)
 
 
+def _judge_agreement(archive: _Archive, plan: dict[str, Any], step: str) -> _Result:
+    """analysis.md §8: Cohen's kappa (two judges) or Fleiss' kappa (more), by their formulas.
+
+    Over the trials every judge gave a parsed vote, the categories being the step's labels.
+    Cohen: (p_o - p_e) / (1 - p_e) with p_e the sum over labels of the product of the two
+    judges' label shares. Fleiss: (P - P_e) / (1 - P_e), P the mean over trials of
+    (sum_j n_ij^2 - n) / (n (n - 1)), P_e the sum over labels of the squared overall share.
+    """
+    spec = (plan.get("steps") or {}).get(step) or {}
+    labels = [str(x) for x in spec.get("labels") or []]
+    judged = [e.body["judge"] for e in archive.of("trial.scored")
+              if isinstance(e.body.get("judge"), dict)]  # fmt: skip
+
+    def compute() -> dict[str, Any]:
+        if not judged:
+            raise ValueError("no judged trial")
+        raters = [v["model"] for v in judged[0]["votes"]]
+        if len(raters) < 2:
+            raise ValueError("one judge")
+        rows = [[v["vote"] for v in j["votes"]] for j in judged
+                if all(v["vote"] in labels for v in j["votes"])]  # fmt: skip
+        if not rows:
+            raise ValueError("no complete trial")
+        n, m = len(rows), len(raters)
+        if m == 2:
+            p_o = math.fsum(a == b for a, b in rows) / n
+            p_e = math.fsum(
+                (sum(r[0] == c for r in rows) / n) * (sum(r[1] == c for r in rows) / n)
+                for c in labels
+            )
+            kappa = (p_o - p_e) / (1 - p_e)
+            method = "cohen"
+        else:
+            counts = [[r.count(c) for c in labels] for r in rows]
+            big_p = math.fsum(
+                (math.fsum(x * x for x in row) - m) / (m * (m - 1)) for row in counts
+            ) / n
+            shares = [math.fsum(row[j] for row in counts) / (n * m) for j in range(len(labels))]
+            p_e = math.fsum(s * s for s in shares)
+            kappa = (big_p - p_e) / (1 - p_e)
+            method = "fleiss"
+        return {
+            "judges": raters, "labels": labels, "method": method, "n_trials": n,
+            "incomplete": len(judged) - n,
+            "all_agree": math.fsum(len(set(r)) == 1 for r in rows) / n, "kappa": kappa,
+        }  # fmt: skip
+
+    return _guard(_Result("exploratory.judge_agreement"), compute)
+
+
 def _multiplicity(tested: list[_Result]) -> _Result:
     def compute() -> dict[str, Any]:
         rows = [
@@ -1794,6 +1844,9 @@ def _reanalysis(archive: _Archive) -> tuple[Check, list[str]]:
         str(e.body.get("id")): e.body.get("values") for e in results if isinstance(e.body, dict)
     }
     recomputed = _recompute(ds, plan, _phases(archive), recorded_values)
+    parser = str((plan.get("response") or {}).get("parser", ""))
+    if parser.startswith("judge:"):  # analysis.md §8
+        recomputed.append(_judge_agreement(archive, plan, parser.split(":", 1)[1]))
     recorded_ids = [e.body.get("id") for e in results]
     new_ids = [r.id for r in recomputed]
     if recorded_ids != new_ids:
