@@ -1,6 +1,6 @@
 """Judge agreement: Cohen's kappa for two judges, Fleiss' kappa for more (exploratory).
 
-``docs/analysis.md`` §8: a study scored by a judge step (``[response] parser =
+``docs/analysis.md`` §6: a study scored by a judge step (``[response] parser =
 "judge:<step>"``) gets one more exploratory result, ``exploratory.judge_agreement``: how
 often the step's judges agree beyond chance, over the trials every judge gave a parsed vote.
 The kappas come from :mod:`statsmodels.stats.inter_rater`; the verifier recomputes them with

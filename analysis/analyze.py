@@ -1429,7 +1429,7 @@ def analyze_study(root: str | Path, key: SigningKey) -> AnalyzeResult:
         )
         trial_phase = trial_phases(log) if len(protocol_events(log)) > 1 else None
         results = run_analyses(ds, plan, trial_phase, hypothesis_phases(plan, log))
-        if parser.startswith("judge:"):  # docs/analysis.md §8: exploratory judge agreement
+        if parser.startswith("judge:"):  # docs/analysis.md §6: exploratory judge agreement
             results.append(judge_agreement(log, plan, parser.split(":", 1)[1]))
         trials_csv, items_csv = ds.trials_csv(), ds.items_csv()
         inputs = {

@@ -283,7 +283,7 @@ def score_parsed(parsed: Parsed, parser: str, truth: Truth) -> TrialScore:
 
 
 def score_judged(decision: str | None, truth: str, problems: Sequence[str] = ()) -> TrialScore:
-    """Score a trial by its judges' decision (``docs/scoring.md`` §7).
+    """Score a trial by its judges' decision (``docs/scoring.md`` §10).
 
     One item whose ``answer`` is the decision (the aggregate of the judges' labels, None when
     the votes reached none) and which is correct when the decision is ``"correct"``. Status

@@ -228,7 +228,7 @@ def score_study(root: str | Path, key: SigningKey) -> ScoreResult:
 class Judges:
     """The votes of a study's judge step (``[response] parser = "judge:<step>"``).
 
-    A trial is scored from its judges' recorded responses alone (``docs/scoring.md`` §7): each
+    A trial is scored from its judges' recorded responses alone (``docs/scoring.md`` §10): each
     judge call's parsed label (its vote; missing when its responses never parsed or it was
     given up), the aggregate under the locked rule, and the seqs of every call's request and
     final response. Call ids carry the trial id (and so the arm), so ``trial.scored`` names the

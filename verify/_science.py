@@ -381,7 +381,7 @@ def _judged(
 
 
 def _judged_score(decision: Any, truth: str) -> Scored:
-    """scoring.md §7: one item, the decision as its answer, correct when it is "correct"."""
+    """scoring.md §10: one item, the decision as its answer, correct when it is "correct"."""
     item = {"answer": decision, "answered": decision is not None,
             "correct": decision == "correct", "position": None, "row": None, "truth": truth}
     data = item_bytes([item])
@@ -438,7 +438,7 @@ def _rescore(archive: _Archive) -> Check:
             if b.get("order") != order:
                 mismatches.append((event.seq, f"order {b.get('order')!r}, re-derived {order!r}"))
                 continue
-        if judged is not None:  # scoring.md §7: the judges' votes score the trial
+        if judged is not None:  # scoring.md §10: the judges' votes score the trial
             trial = request.body.get("trial") if request is not None else None
             record = judged.get(str(trial))
             if record is None:
@@ -1506,7 +1506,7 @@ def _sensitivity(
 
 
 def _judge_agreement(archive: _Archive, plan: dict[str, Any], step: str) -> _Result:
-    """analysis.md §8: Cohen's kappa (two judges) or Fleiss' kappa (more), by their formulas.
+    """analysis.md §6: Cohen's kappa (two judges) or Fleiss' kappa (more), by their formulas.
 
     Over the trials every judge gave a parsed vote, the categories being the step's labels.
     Cohen: (p_o - p_e) / (1 - p_e) with p_e the sum over labels of the product of the two
@@ -1845,7 +1845,7 @@ def _reanalysis(archive: _Archive) -> tuple[Check, list[str]]:
     }
     recomputed = _recompute(ds, plan, _phases(archive), recorded_values)
     parser = str((plan.get("response") or {}).get("parser", ""))
-    if parser.startswith("judge:"):  # analysis.md §8
+    if parser.startswith("judge:"):  # analysis.md §6
         recomputed.append(_judge_agreement(archive, plan, parser.split(":", 1)[1]))
     recorded_ids = [e.body.get("id") for e in results]
     new_ids = [r.id for r in recomputed]

@@ -1,6 +1,6 @@
 """Recorded model steps, re-derived from the docs alone.
 
-``docs/prompts.md`` §8, ``docs/trials.md`` §5, ``docs/scoring.md`` §7.
+``docs/prompts.md`` §8, ``docs/trials.md`` §5, ``docs/scoring.md`` §10.
 
 The verifier cannot call a model. It proves that everything follows from what the models
 answered: every step request is the one re-rendered from the locked template and the inputs
@@ -525,7 +525,7 @@ class Replay:
                       f"the locked template {plan.template.name} and its recorded inputs")
 
     def judge_record(self, step: str, trial: str) -> dict[str, Any] | None:
-        """scoring.md §7: the ``judge`` member of a judged trial (None: a call not final)."""
+        """scoring.md §10: the ``judge`` member of a judged trial (None: a call not final)."""
         return judge_record(self.plans[step], self.calls, trial)
 
 
@@ -534,7 +534,7 @@ def judge_records(
     step: str,
     events: Sequence[tuple[int, str, dict[str, Any], Callable[..., bytes | None]]],
 ) -> dict[str, dict[str, Any] | None]:
-    """scoring.md §7: the ``judge`` member of every trial the judge step ``step`` judged.
+    """scoring.md §10: the ``judge`` member of every trial the judge step ``step`` judged.
 
     Re-derived from the step's recorded responses alone (re-parsed by the locked parser and
     ``on_unparseable`` rule, aggregated by the locked rule); None for a trial whose judge
@@ -589,7 +589,7 @@ def unit_call_ids(plan: StepPlan, unit: str) -> list[str]:
 
 
 def judge_record(plan: StepPlan, calls: Mapping[str, Call], trial: str) -> dict[str, Any] | None:
-    """scoring.md §7: the ``judge`` member of a judged trial (None: a call not final)."""
+    """scoring.md §10: the ``judge`` member of a judged trial (None: a call not final)."""
     votes: list[dict[str, Any]] = []
     values: list[Any] = []
     for call_id in unit_call_ids(plan, trial):
