@@ -737,6 +737,10 @@ def estimate(
         else "unknown until responses are recorded"
     )
     click.echo(f"output tokens: at most {est.output_tokens_max:,}; typical {typical}")
+    if est.step_calls:
+        click.echo(f"step calls: {est.step_calls:,} to make; input tokens at least "
+                   f"{est.step_input_tokens:,} (estimated, inputs not yet known counted empty), "
+                   f"output at most {est.step_output_tokens_max:,}; included in the costs")
     click.echo(f"cost: input only {usd(est.cost_min_usd)}; typical {usd(est.cost_typical_usd)}; "
                f"at most {usd(est.cost_max_usd)}")
     if est.price_in_per_mtok is not None and est.price_out_per_mtok is not None:

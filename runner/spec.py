@@ -50,7 +50,7 @@ SINGLE_ANSWER_PARSERS = (*VOCABULARY_PARSERS, *TEXT_PARSERS, "cloze")
 LOGPROB_PROVIDERS = ("openai", "openai-compatible")
 """Providers whose servers return token log-probabilities (``logprobs``, ``top_logprobs``)."""
 JUDGE_PREFIX: Final = "judge:"
-"""``[response] parser = "judge:<step>"``: a trial step's votes score each trial (scoring.md §10)."""
+"""``[response] parser = "judge:<step>"``: a trial step scores each trial (scoring.md §10)."""
 MODES = ("exactly-one", "first-token")
 """Parser modes of ``docs/scoring.md`` section 5.2."""
 DEFAULT_LETTERS = "ABCD"

@@ -139,6 +139,10 @@ def load_state(study: Study, log: Ledger) -> StudyState:
                     failures.append((request_trial[body["request_seq"]], session))
                 if body.get("final"):
                     trial.given_up = event.seq
+        elif kind == "step.responded":  # a step call's cost counts against the budget
+            cost = body.get("cost_usd")
+            if isinstance(cost, int | float):
+                state.cost_usd += cost
         elif kind == "trial.excluded":
             trials[body["trial"]].excluded = event.seq
         elif kind == "batch.submitted":

@@ -229,6 +229,16 @@ class StepRenderer:
             values[slot.name] = text
         return values
 
+    def rough_values(self, call: StepCall) -> dict[str, str]:
+        """Every slot of ``call``'s template filled: the item's fields, the rest empty.
+
+        For ``ledger estimate``, before a call's inputs exist.
+        """
+        values = {s.name: "" for s in self.templates[call.step].slots()}
+        if self.renderer.items is not None:
+            values.update(self.renderer.values(self.renderer.items.by_id[call.stimulus]))
+        return values
+
     def template_values(
         self, item: str, outputs: Mapping[tuple[str, str], Any]
     ) -> dict[str, str] | None:

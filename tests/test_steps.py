@@ -340,3 +340,88 @@ def test_fleiss_kappa_matches_the_published_example() -> None:
     assert values["method"] == "fleiss"
     assert values["kappa"] == pytest.approx((p_bar - p_e) / (1 - p_e), abs=1e-12)
     assert round(values["kappa"], 3) == 0.210
+
+
+# ------------------------------------------------------------------ bad step responses
+
+
+class _Unsure(SimulatedBackend):
+    """The simulation, except that judge_b never gives a verdict and the first rewrite of
+    every item comes back empty (a rewriter that returns empty text)."""
+
+    async def send(self, body: dict[str, object], *, seed: str):  # type: ignore[no-untyped-def]
+        import json as _json
+
+        from runner.backends import reply_from_messages_json
+
+        reply = await super().send(body, seed=seed)
+        text = None
+        if "|step:judge|judge_b|" in seed:
+            text = "It depends on the context."
+        elif "|step:rewrite|" in seed and seed.endswith("|1"):
+            text = ""
+        if text is None:
+            return reply
+        data = _json.loads(reply.raw)
+        data["content"] = [{"type": "text", "text": text}]
+        return reply_from_messages_json(_json.dumps(data).encode(), 200, None)
+
+
+@pytest.fixture(scope="module")
+def unsure(home: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    from analysis.scoring import score_study
+
+    root = write_study(tmp_path_factory.mktemp("unsure") / "study")
+    lock_study(root, KEY)
+    result = run_study(root, KEY, _Unsure(), RunOptions(concurrency=4))
+    assert result.reason == "complete"
+    score_study(root, KEY)
+    return root
+
+
+def test_rewriter_empty_text_is_retried_by_rule(unsure: Path) -> None:
+    with Ledger.open(unsure / "ledger.db", readonly=True) as log:
+        rewrites = [e.body for e in log.events("step.requested") if e.body["step"] == "rewrite"]
+    attempts: dict[str, int] = {}
+    for body in rewrites:
+        attempts[body["call"]] = max(attempts.get(body["call"], 0), body["attempt"])
+    assert len(attempts) == 8 and set(attempts.values()) == {2}  # empty, then a rewrite
+    status = json.loads(invoke("status", unsure, "--json").output)
+    rewrite = next(s for s in status["steps"] if s["step"] == "rewrite")
+    assert rewrite["unparseable_responses"] == 8 and rewrite["parsed"] == 8
+
+
+def test_unparseable_judge_is_retried_counted_and_never_scored(unsure: Path) -> None:
+    with Ledger.open(unsure / "ledger.db", readonly=True) as log:
+        judge_b = [e.body for e in log.events("step.requested")
+                   if e.body["call"].startswith("step:judge|judge_b|")]  # fmt: skip
+        scored = [e.body for e in log.events("trial.scored")]
+        answered = sum(1 for _ in log.events("trial.responded"))
+    # retry = 1: two calls each, both recorded, then the vote is missing
+    assert len(judge_b) == 2 * answered
+    assert scored and len(scored) == answered
+    for body in scored:
+        b_vote = body["judge"]["votes"][1]
+        assert b_vote["status"] == "unparseable" and b_vote["vote"] is None
+        assert b_vote["responses"] == 2
+        assert body["judge"]["decision"] is None  # majority of two needs both
+        assert body["status"] == "unparseable" and body["n_correct"] == 0
+        assert "reached no decision" in body["problems"][0]
+    status = json.loads(invoke("status", unsure, "--json").output)
+    judge = next(s for s in status["steps"] if s["step"] == "judge")
+    assert judge["unparseable_responses"] == 2 * answered
+    assert judge["undecided"] == answered
+
+
+def test_estimate_counts_the_step_calls(home: Path, tmp_path: Path) -> None:
+    """Before the run: 8 screen + 8 rewrite calls, 2 judges on each of the 16 trials."""
+    root = write_study(tmp_path / "study")
+    lock_study(root, KEY)
+    data = json.loads(invoke("estimate", root, "--backend", "simulated", "--json").output)
+    assert data["step_calls"] == 8 + 8 + 2 * 16
+    assert data["step_output_tokens_max"] == 16 * (8 + 8 + 2 * 16)  # each step model: 16
+    assert data["step_input_tokens"] > 0 and data["pending"] == 16
+    priced = json.loads(invoke("estimate", root, "--backend", "simulated", "--json",
+                               "--price-in", "1", "--price-out", "1").output)  # fmt: skip
+    total = priced["input_tokens"] + priced["step_input_tokens"]
+    assert priced["cost_min_usd"] == pytest.approx(total / 1_000_000)
