@@ -405,6 +405,8 @@ class Runner:
         self.spent_before = 0.0  # cost recorded by earlier sessions; counts against the budget
         self.writer: GroupWriter | None = None
         self.transport_streak = 0  # attempts in a row, across trials, with no HTTP response
+        # a session of several listed models with steps prices each call at its model's price
+        self.prices_by_id: dict[str, Price] = {}
         self.price, self.price_source = self._session_price()
         self.control = control
         self.signalled: str | None = None  # the first signal received in the session
@@ -436,6 +438,12 @@ class Runner:
         """
         given = given_prices(self.options.price_in, self.options.price_out)
         ids = {m.id for m in self.study.model_specs() if m.name in self.selected}
+        if len(ids) > 1 and given is None and self.backend.priced and self.study.steps:
+            each = {i: price_for(i) for i in sorted(ids)}
+            if all(p is not None for p in each.values()):  # docs/trials.md §5
+                self.prices_by_id = {i: p for i, p in each.items() if p is not None}
+                return (self.prices_by_id[sorted(ids)[0]],
+                        f"runner/pricing.py (prices as of {PRICES_AS_OF}), per model")
         if len(ids) > 1 and (given is not None or self.backend.priced):
             raise StudyError(
                 f"this session would run {len(ids)} models ({', '.join(sorted(ids))}), each "
@@ -551,6 +559,10 @@ class Runner:
                     {
                         "cost_usd_before": round(state.cost_usd, 8),
                         "price_usd_per_mtok": price_record(self.price, self.price_source or ""),
+                        **({"prices_by_model_usd_per_mtok": {
+                            i: price_record(p, self.price_source or "")
+                            for i, p in self.prices_by_id.items()
+                        }} if self.prices_by_id else {}),
                     }
                     if self.price is not None
                     else {}
@@ -656,7 +668,8 @@ class Runner:
         self, trial: Trial | StepCall, attempt: int, request_seq: int, reply: Reply,
         latency: float,
     ) -> tuple[EventSpec, float | None]:
-        cost = cost_at(self.price, reply.usage) if self.price is not None else None
+        price = self._price_of(trial)
+        cost = cost_at(price, reply.usage) if price is not None else None
         step = isinstance(trial, StepCall)
         spec = EventSpec(
             "step.responded" if step else "trial.responded",
@@ -862,7 +875,8 @@ class Runner:
 
         ``batch`` (default: this runner's) prices it at the Message Batches discount.
         """
-        assert self.price is not None
+        price = self._price_of(trial)
+        assert price is not None
         tokens = self.input_tokens.get((trial.arm, trial.model, trial.stimulus))
         if tokens is None:
             sizes = [] if isinstance(trial, StepCall) else self.builder.renderer.image_sizes(
@@ -871,7 +885,13 @@ class Runner:
             tokens = request_input_tokens(wire, sizes)
         discounted = self.batch if batch is None else batch
         max_tokens = wire.get("max_tokens", wire.get("max_completion_tokens", self.max_tokens))
-        return max_cost_usd(self.price, tokens, int(max_tokens), batch=discounted)
+        return max_cost_usd(price, tokens, int(max_tokens), batch=discounted)
+
+    def _price_of(self, call: Trial | StepCall) -> Price | None:
+        """The price of ``call``: its model's in a per-model priced session, else the session's."""
+        if not self.prices_by_id:
+            return self.price
+        return self.prices_by_id.get(self.builder.renderer.models[call.model].id, self.price)
 
     def backoff(self, failures: int, error: BackendError) -> float:
         """Seconds to wait after the ``failures``-th failure (``retry-after``, else jitter)."""
