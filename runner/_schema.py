@@ -73,13 +73,15 @@ TABLE_KEYS: Final[dict[str, tuple[str, ...]]] = {
 
 ARM_KEYS: Final = (
     "role", "components", "differs_from", "system", "fewshot", "sampling", "models", "replicates",
-    "items", "variants",
+    "items", "variants", "after",
 )  # fmt: skip
 MODEL_KEYS: Final = TABLE_KEYS["model"]
 """The keys of ``[model]`` and of each ``[models.<NAME>]``."""
 SAMPLING_KEYS: Final = ("max_tokens", "temperature", "top_p", "top_k", "stop")
 """The keys of an arm's ``sampling`` table (``docs/prompts.md`` section 5)."""
 SUBSET_KEYS: Final = ("n", "seed")
+AFTER_KEYS: Final = ("arm", "answer", "rule")
+"""The keys of an arm's ``after`` table (``docs/prompts.md`` section 9)."""
 """The keys of an arm's ``items`` subset table."""
 FEWSHOT_KEYS: Final = (
     "examples", "rule", "count", "ids", "seed", "field", "order", "style", "answer",
@@ -180,7 +182,7 @@ def unknown_keys(data: dict[str, Any]) -> list[Unknown]:
             check(arm, ("arms", arm_id), name, ARM_KEYS)
             for sub, keys in (
                 ("differs_from", DIFFERS_FROM_KEYS), ("sampling", SAMPLING_KEYS),
-                ("items", SUBSET_KEYS),
+                ("items", SUBSET_KEYS), ("after", AFTER_KEYS),
             ):  # fmt: skip
                 inner = arm.get(sub)
                 if isinstance(inner, dict):

@@ -63,6 +63,13 @@ def estimate_study(root: str | Path, backend: Backend, price: Price | None = Non
         ]
         steps = _step_calls(study, builder, log, state) if study.steps else []
     pending = state.pending()
+    for trial in pending:  # a second stage's prior is not known yet: its slots count empty
+        after = study.arms[trial.arm].after
+        if after is not None:
+            builder.renderer.prior_values[trial.id] = {
+                s: "" for s in ("prior.response", "prior.answer", "prior.answer_text",
+                                "prior.other", "prior.other_text")
+            }  # fmt: skip
     keys = sorted({(t.arm, t.model or "", t.stimulus) for t in pending})
     sample = {(t.arm, t.model or "", t.stimulus): t for t in pending}
 

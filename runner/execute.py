@@ -63,10 +63,11 @@ from runner.pricing import (
     price_for,
     price_record,
 )
+from runner.render import prior_trial
 from runner.request import RequestBuilder, Trial, request_blob
 from runner.spec import Study
 from runner.state import NOT_COUNTED, StudyState, TrialState, load_state
-from runner.step_state import CallState, StepWork, reply_text
+from runner.step_state import CallState, StepWork, prior_values, reply_text
 from runner.steps import StepCall
 
 LOCK_FILE = ".ledger-run.lock"
@@ -426,7 +427,8 @@ class Runner:
         self._witnessed_final = 0
         self._interval: asyncio.Task[None] | None = None
         # recorded model steps (docs/trials.md §5): None for a study without [steps]
-        self.steps = StepWork(study, self.builder.renderer) if study.steps else None
+        staged = any(a.after is not None for a in study.arms.values())  # prompts.md §9
+        self.steps = StepWork(study, self.builder.renderer) if study.steps or staged else None
         self.step_calls = 0  # step responses this session
 
     # ------------------------------------------------------------------ events
@@ -499,11 +501,11 @@ class Runner:
             trials = trials[: self.options.max_trials]
         if not trials and check:
             trials = [t for t in state.order if t.model in self.selected]
-        if self.steps is not None and self.steps.render.item_reads:
-            trials = self._renderable(trials)
+        if self.steps is not None:
+            trials = self._renderable(trials, state)
         return await run_preflights(self, trials, check=check, spent=state.cost_usd)
 
-    def _renderable(self, trials: list[Trial]) -> list[Trial]:
+    def _renderable(self, trials: list[Trial], state: StudyState) -> list[Trial]:
         """The trials whose requests can be rendered now: their item steps have decided.
 
         A trial whose item template reads a step (``{steps.NAME}``) has no request before the
@@ -514,8 +516,13 @@ class Runner:
         out = []
         for trial in trials:
             values = self.steps.item_inputs(trial.stimulus)
-            if values is not None:
+            after = self.study.arms[trial.arm].after
+            prior = {} if after is None else prior_values(
+                self.study, self.steps, state, trial, after
+            )
+            if values is not None and isinstance(prior, dict):
                 self.builder.renderer.step_values[trial.stimulus] = values
+                self.builder.renderer.prior_values[trial.id] = prior
                 out.append(trial)
         return out
 
@@ -1252,42 +1259,75 @@ class Runner:
         await reload()
         if self.stop_reason is not None:
             return results
-        ready: deque[Trial] = deque()
-        for trial in trials:
-            if not work.item_steps_final(trial.stimulus):
-                continue  # an item step still pending (another session's models): not yet
-            values = work.item_inputs(trial.stimulus)
-            if values is None:
-                await self._exclude(trial, work.missing_step(trial.stimulus))
-                continue
-            self.builder.renderer.step_values[trial.stimulus] = values
-            ready.append(trial)
-        results += await self._drain(ready, limit)
         order = [t.id for t in self.state.order]
-        for layer in work.render.layers("trial"):
+        waiting: list[Trial] = list(trials)
+        while waiting:  # rounds: a second stage waits for its first stage (prompts.md §9)
+            ready: deque[Trial] = deque()
+            later: list[Trial] = []
+            for trial in waiting:
+                if not work.item_steps_final(trial.stimulus):
+                    continue  # an item step still pending (another session's models): not yet
+                values = work.item_inputs(trial.stimulus)
+                if values is None:
+                    await self._exclude(trial, work.missing_step(trial.stimulus))
+                    continue
+                prior = self._prior(trial)
+                if prior is None:
+                    later.append(trial)
+                    continue
+                if isinstance(prior, str):
+                    await self._exclude(trial, "", prior)
+                    continue
+                self.builder.renderer.prior_values[trial.id] = prior
+                self.builder.renderer.step_values[trial.stimulus] = values
+                ready.append(trial)
+            sent = len(ready)  # the workers empty the queue
+            results += await self._drain(ready, limit)
+            for layer in work.render.layers("trial"):
+                await reload()
+                if self.stop_reason is not None:
+                    return results
+                results += await self._drain(
+                    deque(work.pending_trial_calls(layer, order, self.selected)), limit
+                )
             await reload()
-            if self.stop_reason is not None:
-                return results
-            results += await self._drain(
-                deque(work.pending_trial_calls(layer, order, self.selected)), limit
-            )
-        await reload()
+            if not sent or self.stop_reason is not None:
+                break  # nothing more can become ready in this session
+            waiting = later
         return results
 
-    async def _exclude(self, trial: Trial, step: str) -> None:
-        """Record ``trial`` as excluded: an item step it reads has no decision that keeps it."""
+    def _prior(self, trial: Trial) -> dict[str, str] | str | None:
+        """The ``{prior.*}`` values of ``trial`` (prompts.md §9).
+
+        A string says why it is excluded; None: its first stage is not final yet.
+        """
+        spec = self.study.arms[trial.arm]
+        if spec.after is None:
+            return {}
         assert self.steps is not None and self.state is not None
-        spec = self.study.steps[step]
-        decision = self.steps.decision(step, trial.stimulus)
-        reason = (
-            f"screened out by step {step!r} (decision {decision!r}, kept: {list(spec.keep)})"
-            if spec.keep is not None and decision is not None
-            else f"step {step!r} reached no decision for item {trial.stimulus!r}"
-        )
-        seq = await self._write(EventSpec(
-            "trial.excluded",
-            {"trial": trial.id, "item": trial.stimulus, "step": step, "reason": reason},
-        ))  # fmt: skip
+        return prior_values(self.study, self.steps, self.state, trial, spec.after)
+
+    async def _exclude(self, trial: Trial, step: str, why: str | None = None) -> None:
+        """Record ``trial`` as excluded (``trial.excluded``).
+
+        An item step it reads has no decision that keeps it, or (``why``) its first stage gave
+        no answer to build on (prompts.md §9).
+        """
+        assert self.steps is not None and self.state is not None
+        if why is not None:
+            after = self.study.arms[trial.arm].after or {}
+            body = {"trial": trial.id, "item": trial.stimulus, "step": after.get("answer", ""),
+                    "prior": prior_trial(trial.id, after.get("arm", "")), "reason": why}
+        else:
+            spec = self.study.steps[step]
+            decision = self.steps.decision(step, trial.stimulus)
+            reason = (
+                f"screened out by step {step!r} (decision {decision!r}, kept: {list(spec.keep)})"
+                if spec.keep is not None and decision is not None
+                else f"step {step!r} reached no decision for item {trial.stimulus!r}"
+            )
+            body = {"trial": trial.id, "item": trial.stimulus, "step": step, "reason": reason}
+        seq = await self._write(EventSpec("trial.excluded", body))
         self.state.trials[trial.id].excluded = seq
         self.final += 1
         self._tick()

@@ -102,6 +102,8 @@ class Arm:
     replicates: int | None = None
     subset: tuple[int, str] | None = None
     variants: tuple[str, ...] | None = None
+    after: dict[str, str] | None = None
+    """An answer-dependent arm: ``{"arm", and "answer" (a trial step), "rule"}`` (prompts.md §9)."""
 
     def protocol_record(self) -> dict[str, Any]:
         """The per-arm settings ``protocol.locked`` records (only those the arm sets)."""
@@ -120,6 +122,8 @@ class Arm:
             out["items"] = {"n": self.subset[0], "seed": self.subset[1]}
         if self.variants is not None:
             out["variants"] = list(self.variants)
+        if self.after is not None:
+            out["after"] = dict(self.after)
         return out
 
 
@@ -785,6 +789,22 @@ def _arm_settings(
             c.add(f"{where}.variants", "a variant is listed twice")
         else:
             out["variants"] = tuple(names)
+    after = spec.get("after")
+    if after is not None:
+        if (
+            not isinstance(after, dict) or not isinstance(after.get("arm"), str)
+            or any(k not in ("arm", "answer", "rule") for k in after)
+            or not all(isinstance(v, str) and v for v in after.values())
+        ):  # fmt: skip
+            c.add(f"{where}.after", 'must be { arm = "A" } with, optionally, answer = "<trial '
+                  'step>" and rule = "next-option"')  # fmt: skip
+        elif after.get("rule", "next-option") != "next-option":
+            c.add(f"{where}.after.rule", f"unknown rule {after['rule']!r}; use next-option")
+        elif "rule" in after and "answer" not in after:
+            c.add(f"{where}.after.rule", "next-option needs the prior's answer (answer = "
+                  "\"<trial step>\")")  # fmt: skip
+        else:
+            out["after"] = dict(after)
     subset = spec.get("items")
     if subset is not None:
         if not isinstance(subset, dict):
@@ -843,6 +863,13 @@ def _arms(
     for arm in arms.values():
         if arm.differs_from and arm.differs_from[0] not in arms:
             c.add(f"arms.{arm.id}.differs_from", f"unknown arm {arm.differs_from[0]!r}")
+        if arm.after is not None:
+            prior = arms.get(arm.after["arm"])
+            if prior is None or prior.id == arm.id:
+                c.add(f"arms.{arm.id}.after", f"unknown arm {arm.after['arm']!r}")
+            elif prior.after is not None:
+                c.add(f"arms.{arm.id}.after", f"arm {prior.id!r} is itself answer-dependent; "
+                      "a second stage follows a first stage only")  # fmt: skip
     if raw and not arms:
         c.add("arms", "declare at least one arm")
     return arms

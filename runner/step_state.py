@@ -351,3 +351,49 @@ def step_status(study: Study, log: Ledger) -> list[dict[str, Any]]:
             "cost_usd": round(sum(r.cost_usd for r in made.values()), 8),
         })  # fmt: skip
     return out
+
+
+def prior_values(
+    study: Study, work: StepWork, state: Any, trial: Any, after: dict[str, str]
+) -> dict[str, str] | str | None:
+    """The ``{prior.*}`` values of an answer-dependent trial (``docs/prompts.md`` §9).
+
+    None while its first-stage trial (the same id under ``after["arm"]``) is not final or its
+    answer step has not decided; a string saying why when the trial must be excluded (the first
+    stage was given up or excluded, its answer step reached no decision, or, for
+    ``next-option``, the decision is not one of the item's option labels).
+    """
+    from runner.render import prior_trial
+    from runner.steps import output_text
+
+    prior = prior_trial(trial.id, after["arm"])
+    record = state.trials.get(prior)
+    if record is None:
+        return f"first-stage trial {prior} is not in the schedule"
+    if not record.final:
+        return None
+    answered = work.responses.get(prior)
+    if record.responded is None or answered is None:
+        return f"first-stage trial {prior} has no response (given up or excluded)"
+    values = {"prior.response": answered[1]}
+    step = after.get("answer")
+    if step is None:
+        return values
+    decision = work.decision(step, prior)
+    if decision is _PENDING:
+        return None
+    if decision is None:
+        return f"step {step!r} reached no decision on first-stage trial {prior}"
+    values["prior.answer"] = str(output_text(decision))
+    if after.get("rule") == "next-option":
+        item = work.render.renderer.items.by_id[trial.stimulus] if (
+            work.render.renderer.items is not None) else None
+        label = values["prior.answer"].strip().upper()
+        if item is None or label not in item.labels:
+            return (f"step {step!r} decided {values['prior.answer']!r} on {prior}, which is not "
+                    "an option label of the item")
+        i = item.labels.index(label)
+        other = (i + 1) % len(item.labels)
+        values.update({"prior.answer": label, "prior.answer_text": item.options[i],
+                       "prior.other": item.labels[other], "prior.other_text": item.options[other]})
+    return values

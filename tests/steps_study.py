@@ -1,4 +1,4 @@
-"""A small study with recorded model steps (issue 17), written from ``docs/prompts.md`` §8.
+"""A small study with recorded model steps (issue 17), written from ``docs/prompts.md`` §8-9.
 
 A screening item step, a rewriting item step read by the item template, a target model under
 two arms, an answer-dependent second-stage arm and two judges with majority aggregation, all on
@@ -29,6 +29,8 @@ PROMPTS = {
     "judge.txt": "Is the candidate answer correct? Answer correct or incorrect.\n"
     "Reference: {reference}\nCandidate: {response}\n",
     "judge-system.txt": "You grade answers against a reference.\n",
+    "doubt.txt": "Earlier you answered: {prior.response}\nAnother clinician disagrees. Answer "
+    "again in one sentence.\n",
 }
 
 STEPS = """
@@ -87,6 +89,7 @@ temperature = 0.0
 task = "prompts/task.txt"
 system = "prompts/system.txt"
 judge_system = "prompts/judge-system.txt"
+doubt = "prompts/doubt.txt"
 
 [prompt]
 item = "prompts/item.txt"
@@ -101,6 +104,12 @@ role = "dismantling"
 components = ["item", "task"]
 system = ["system"]
 models = ["target"]
+
+[arms.doubt]
+role = "factorial"
+components = ["item", "doubt"]
+models = ["target"]
+after = {{ arm = "plain" }}
 {steps}
 [stimuli]
 items = "data/items.jsonl"

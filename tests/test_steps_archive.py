@@ -215,3 +215,45 @@ def test_judge_called_before_its_trial_answered_fails(archive: Path) -> None:
     report = verify_archive(archive)
     reason = failed(report, "steps")
     assert "before its inputs existed" in reason and trial in reason
+
+
+def test_doctored_second_stage_request_fails_naming_the_trial(archive: Path) -> None:
+    """The first stage's answer, as the second-stage request quotes it, changed and re-signed."""
+    events = read_events(archive)
+    request = next(e for e in events if e["kind"] == "trial.requested"
+                   and e["body"]["arm"] == "doubt")  # fmt: skip
+    blob = archive / "blobs" / request["blobs"]["request"]
+    body = json.loads(blob.read_bytes())
+    text = body["messages"][0]["content"][0]["text"]
+    assert "Earlier you answered: " in text
+    body["messages"][0]["content"][0]["text"] = text.replace(
+        "Earlier you answered: ", "Earlier you answered: not "
+    )
+    import rfc8785
+
+    data = bytes(rfc8785.dumps(body))
+    digest = hashlib.sha256(data).hexdigest()
+    (archive / "blobs" / digest).write_bytes(data)
+    request["blobs"]["request"] = digest
+    request["body"]["request_sha256"] = digest
+    resign(archive, events)
+    report = verify_archive(archive)
+    passed(report, "signatures")
+    reason = failed(report, "requests")
+    assert f"trial {request['body']['trial']}" in reason
+
+
+def test_second_stage_before_its_first_stage_answered_fails(archive: Path) -> None:
+    events = read_events(archive)
+    second = next(e for e in events if e["kind"] == "trial.requested"
+                  and e["body"]["arm"] == "doubt")  # fmt: skip
+    prior = "plain|" + second["body"]["trial"].split("|", 1)[1]
+    first = next(i for i, e in enumerate(events) if e["kind"] == "trial.requested"
+                 and e["body"]["trial"] == prior)  # fmt: skip
+    events.remove(second)
+    events.insert(first + 1, second)  # after the first stage's request, before its response
+    resign(archive, events)
+    report = verify_archive(archive)
+    reason = failed(report, "steps")
+    assert f"trial {second['body']['trial']} (a second stage) was requested" in reason
+    assert f"waiting for its first-stage trial {prior}" in reason

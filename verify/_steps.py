@@ -298,6 +298,8 @@ class Replay:
     request_texts: dict[str, str] = field(default_factory=dict)
     stimulus: dict[str, str] = field(default_factory=dict)
     excluded: dict[str, int] = field(default_factory=dict)
+    given_up: set[str] = field(default_factory=set)
+    prior_values: dict[str, dict[str, str]] = field(default_factory=dict)  # §9, per trial
     rendered: int = 0
 
     def fail(self, seq: int | None, message: str) -> None:
@@ -413,6 +415,14 @@ class Replay:
                 trial_requests[seq] = trial
                 item = str(body.get("stimulus"))
                 self.stimulus[trial] = item
+                after = self._after(trial)
+                if after is not None and trial not in self.prior_values:
+                    prior = self.prior(trial, after)
+                    if isinstance(prior, str):
+                        self.fail(seq, f"trial {trial} (a second stage) was requested, but "
+                                  f"{prior}")  # fmt: skip
+                    else:
+                        self.prior_values[trial] = prior
                 try:
                     values = self.item_values(item) if needed else {}
                 except KeyError as missing:
@@ -433,6 +443,19 @@ class Replay:
                         self.request_texts[trial] = message if isinstance(message, str) else (
                             "".join(b.get("text", "") for b in message if b.get("type") == "text")
                         )
+            elif kind == "trial.failed":
+                if body.get("final") is True:
+                    self.given_up.add(trial_requests.get(body.get("request_seq"), ""))  # type: ignore[arg-type]
+            elif kind == "trial.excluded" and "prior" in body:
+                trial = str(body.get("trial"))
+                self.excluded[trial] = seq
+                after = self._after(trial)
+                found = self.prior(trial, after) if after is not None else "it has no first stage"
+                if not isinstance(found, str):
+                    self.fail(seq, f"trial {trial} was excluded, but its first stage gave what "
+                              "it reads")  # fmt: skip
+                elif found.startswith("waiting"):
+                    self.fail(seq, f"trial {trial} was excluded before {found[8:]}")
             elif kind == "trial.excluded":
                 trial, item = str(body.get("trial")), str(body.get("item"))
                 self.excluded[trial] = seq
@@ -472,6 +495,42 @@ class Replay:
                 if call.final_seq is not None:
                     unit = call.item if plan.on == "item" else (call.trial or "")
                     self._settle(call.step, unit, seq)
+
+    def _after(self, trial: str) -> Mapping[str, str] | None:
+        arm = self.study.arms.get(trial.split("|", 1)[0])
+        return arm.after if arm is not None else None
+
+    def prior(self, trial: str, after: Mapping[str, str]) -> dict[str, str] | str:
+        """§9: the ``{prior.*}`` values of a second-stage trial, from what is recorded so far.
+
+        A string says why there are none (``"waiting ..."`` while the first stage is not final).
+        """
+        prior = f"{after['arm']}|{trial.split('|', 1)[1]}"
+        if prior in self.given_up or prior in self.excluded:
+            return f"its first-stage trial {prior} has no response"
+        if prior not in self.responses:
+            return f"waiting for its first-stage trial {prior}"
+        values = {"prior.response": self.responses[prior][1]}
+        step = after.get("answer")
+        if step is None:
+            return values
+        decided = self.decisions.get((step, prior))
+        if decided is None:
+            return f"waiting for step {step!r} to decide on {prior}"
+        if decided[1] is None:
+            return f"step {step!r} reached no decision on {prior}"
+        values["prior.answer"] = str(slot_text(decided[1], None))
+        if after.get("rule") == "next-option":
+            options = self.study.fields(self.stimulus.get(trial, "")).get("options") or []
+            labels = [chr(ord("A") + i) for i in range(len(options))]
+            label = values["prior.answer"].strip().upper()
+            if label not in labels:
+                return f"step {step!r} decided {values['prior.answer']!r}: not an option label"
+            i = labels.index(label)
+            j = (i + 1) % len(labels)
+            values.update({"prior.answer": label, "prior.answer_text": str(options[i]),
+                           "prior.other": labels[j], "prior.other_text": str(options[j])})
+        return values
 
     def _requested(self, seq: int, body: dict[str, Any], blob: Callable[[str], bytes | None],
                    request_call: dict[int, str]) -> None:  # fmt: skip

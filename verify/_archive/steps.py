@@ -17,8 +17,15 @@ from verify._steps import Replay, plans_of, step_lock_problems
 
 __all__ = ["attach_steps", "check_steps", "replay_of"]
 
-_KINDS = ("trial.requested", "trial.responded", "trial.excluded", "step.requested",
-          "step.responded", "step.failed")  # fmt: skip
+_KINDS = ("trial.requested", "trial.responded", "trial.failed", "trial.excluded",
+          "step.requested", "step.responded", "step.failed")  # fmt: skip
+
+
+def staged(protocol: dict[str, Any]) -> bool:
+    """Whether the study has steps or answer-dependent arms (the replay has work)."""
+    arms = protocol.get("arms")
+    return "steps" in protocol or (type(arms) is dict and any(
+        type(a) is dict and "after" in a for a in arms.values()))
 
 
 def replay_of(a: Archive, study: LockedStudy) -> tuple[Replay | None, str | None]:
@@ -62,6 +69,7 @@ def attach_steps(a: Archive, study: LockedStudy) -> None:
     replay, _ = replay_of(a, study)
     if replay is None:
         return
+    study.prior_values = replay.prior_values
     for item in study.item_ids:
         try:
             values = replay.item_values(item)
@@ -74,8 +82,8 @@ def attach_steps(a: Archive, study: LockedStudy) -> None:
 def check_steps(a: Archive) -> Check:
     """Every step call re-rendered, re-parsed and re-derived; none before its inputs."""
     st = _State("steps")
-    if "steps" not in a.protocol:
-        kinds = [k for k in _KINDS[2:] if a.of_kind(k)]
+    if not staged(a.protocol):
+        kinds = [k for k in _KINDS[3:] if a.of_kind(k)]
         if kinds:
             seq = a.of_kind(kinds[0])[0]
             st.fail(f"seq {seq}: {kinds[0]} in a study that locked no steps", seq)
