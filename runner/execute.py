@@ -1261,7 +1261,7 @@ class Runner:
             return results
         order = [t.id for t in self.state.order]
         waiting: list[Trial] = list(trials)
-        while waiting:  # rounds: a second stage waits for its first stage (prompts.md §9)
+        while True:  # rounds: a second stage waits for its first stage (prompts.md §9)
             ready: deque[Trial] = deque()
             later: list[Trial] = []
             for trial in waiting:
@@ -1357,6 +1357,8 @@ class Runner:
             reason = self.stop_reason
         elif self.options.max_trials is not None:
             reason = f"max-trials: {self.options.max_trials} trials run"
+        elif steps_pending:
+            reason = f"steps: {steps_pending} step call(s) due and not final"
         else:
             reason = "complete"
         c = self.counters

@@ -494,3 +494,32 @@ def test_given_up_first_stage_makes_a_recorded_exclusion(home: Path, tmp_path: P
     assert [b["trial"] for b in given_up] == ["plain|target|q02|1"]
     doubt = excluded["doubt|target|q02|1"]
     assert doubt["prior"] == "plain|target|q02|1" and "no response" in doubt["reason"]
+
+
+class _RefusesLateJudges(SimulatedBackend):
+    """The simulation, except that judge calls on second-stage trials are refused (HTTP 400)."""
+
+    async def send(self, body: dict[str, object], *, seed: str):  # type: ignore[no-untyped-def]
+        from runner.backends import BackendError
+
+        if "|step:judge|" in seed and "|doubt|" in seed:
+            raise BackendError("invalid_request_error", "HTTP 400: no", http_status=400,
+                               retryable=False)  # fmt: skip
+        return await super().send(body, seed=seed)
+
+
+def test_a_session_with_only_judges_left_runs_them(home: Path, tmp_path: Path) -> None:
+    """Every trial final, some judge calls not: the next session sends those calls alone."""
+    root = write_study(tmp_path / "study")
+    lock_study(root, KEY)
+    first = run_study(root, KEY, _RefusesLateJudges(), RunOptions(concurrency=2))
+    assert first.reason.startswith("error:") and first.pending == 0
+    with Ledger.open(root / "ledger.db", readonly=True) as log:
+        before = sum(1 for _ in log.events("trial.requested"))
+    second = run_study(root, KEY, SimulatedBackend(), RunOptions(concurrency=2))
+    assert second.reason == "complete"
+    with Ledger.open(root / "ledger.db", readonly=True) as log:
+        assert sum(1 for _ in log.events("trial.requested")) == before  # no trial again
+        session = [e for e in log.events() if e.seq > second.started_seq]
+        judged = {e.body["trial"] for e in session if e.kind == "step.requested"}
+    assert judged and all(t.startswith("doubt|") for t in judged)
