@@ -14,6 +14,7 @@ from __future__ import annotations
 import hashlib
 import json
 import shutil
+from collections import Counter
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -257,3 +258,30 @@ def test_second_stage_before_its_first_stage_answered_fails(archive: Path) -> No
     reason = failed(report, "steps")
     assert f"trial {second['body']['trial']} (a second stage) was requested" in reason
     assert f"waiting for its first-stage trial {prior}" in reason
+
+
+def test_viewer_filters_trials_by_judge_verdict(study: Path) -> None:
+    """The judge filter reads trial.scored (arm codes only), so it is offered while blind too."""
+    from starlette.testclient import TestClient
+
+    from analysis.view import open_viewer
+    from analysis.view_app import make_app
+    from analysis.view_index import FILTERS
+
+    assert next(f for f in FILTERS if f.param == "judge").blind
+    events = read_events(study.parent / "archive")
+    expected: Counter[str] = Counter()
+    for e in events:
+        if e["kind"] == "trial.scored":
+            j = e["body"]["judge"]
+            votes = [v["vote"] for v in j["votes"]]
+            agree = "unanimous" if None not in votes and len(set(votes)) == 1 else "split"
+            expected[f"{j['decision'] or 'undecided'} ({agree})"] += 1
+    viewer = open_viewer(study, verify=False)
+    try:
+        c = TestClient(make_app(viewer))
+        for value, count in expected.items():
+            got = c.get("/trials", params={"judge": value, "format": "json"}).json()
+            assert got["total"] == count and all(r["judge"] == value for r in got["rows"])
+    finally:
+        viewer.index.close()
