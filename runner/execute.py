@@ -1493,6 +1493,15 @@ def _with_runner(
         # A backend that drives a session its own way (the Message Batches API) supplies its
         # runner; every other backend is driven call by call.
         make_runner = getattr(backend, "make_runner", None)
+        staged = study.steps or any(a.after is not None for a in study.arms.values())
+        if make_runner is not None and staged:
+            asyncio.run(backend.aclose())
+            raise StudyError(
+                f"the {backend.name} backend submits every pending trial in one batch, but "
+                f"{study.spec_path} has model steps or answer-dependent arms, whose calls wait "
+                "for earlier answers (docs/trials.md §5); run it with a call-by-call backend "
+                "(anthropic); nothing was recorded"
+            )
         try:
             runner: Runner = (
                 make_runner(study, log, key, options, progress, control)
