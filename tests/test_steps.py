@@ -523,3 +523,21 @@ def test_a_session_with_only_judges_left_runs_them(home: Path, tmp_path: Path) -
         session = [e for e in log.events() if e.seq > second.started_seq]
         judged = {e.body["trial"] for e in session if e.kind == "step.requested"}
     assert judged and all(t.startswith("doubt|") for t in judged)
+
+
+def test_batch_backend_is_refused_before_anything_is_recorded(
+    home: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from runner.engines import make_backend
+    from runner.lock import StudyError
+
+    monkeypatch.setenv("ANTHROPIC_API_KEY", "test")
+    root = write_study(tmp_path / "study")
+    lock_study(root, KEY)
+    with Ledger.open(root / "ledger.db", readonly=True) as log:
+        size = log.size
+    backend = make_backend("anthropic-batch", base_url="http://127.0.0.1:9")
+    with pytest.raises(StudyError, match="model steps or answer-dependent arms"):
+        run_study(root, KEY, backend, RunOptions())
+    with Ledger.open(root / "ledger.db", readonly=True) as log:
+        assert log.size == size
