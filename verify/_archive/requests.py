@@ -14,6 +14,7 @@ import json
 import re
 from typing import Any
 
+from verify._archive.steps import attach_steps, staged
 from verify._archive.view import Archive
 from verify._items import ItemError
 from verify._ledgerfile import _State
@@ -216,6 +217,8 @@ def check_requests(a: Archive) -> Check:
     study, problem = a.study()
     if study is None:
         st.fail(f"the locked study cannot be re-rendered: {problem}", a.protocol_seq)
+    elif staged(a.protocol):  # docs/prompts.md §8-9: requests that read steps or a first stage
+        attach_steps(a, study)
     legacy = None
     if is_legacy(a.protocol):
         texts, _ = a.arm_texts()
@@ -254,8 +257,8 @@ def check_requests(a: Archive) -> Check:
                     f"stimulus {body.get('stimulus')!r}, its trial id arm {arm!r} and item "
                     f"{item!r} (the request is checked against the trial id's)", seq)  # fmt: skip
         wire = "openai-compatible" if body.get("backend") == "openai-compatible" else "messages"
-        staged = arm in study.arms and study.arms[arm].after is not None  # prompts.md §9
-        key = (ref, arm, model_name, item, wire, variant, str(trial) if staged else None)
+        second = arm in study.arms and study.arms[arm].after is not None  # prompts.md §9
+        key = (ref, arm, model_name, item, wire, variant, str(trial) if second else None)
         if key not in verdicts:
             verdicts[key] = _verdict(
                 a, study, ref, (arm, model_name, item, variant), wire, legacy, str(trial)

@@ -218,10 +218,6 @@ class Archive:
         if self._study is not None or self._study_problem is not None:
             return self._study, self._study_problem
         self._study, self._study_problem = self.study_at(self.protocol_seq)
-        from verify._archive.steps import attach_steps, staged  # docs/prompts.md §8-9
-
-        if self._study is not None and staged(self.protocol):
-            attach_steps(self, self._study)
         return self._study, self._study_problem
 
     def study_at(self, pseq: int | None) -> tuple[LockedStudy | None, str | None]:
