@@ -152,6 +152,7 @@ def test_changed_judge_prompt_fails_naming_it(archive: Path) -> None:
     assert "the locked template prompts/judge.txt" in reason and "step:judge|" in reason
 
 
+@pytest.mark.slow
 def test_changed_aggregation_rule_fails_naming_it(archive: Path) -> None:
     events = read_events(archive)
     for e in events:
@@ -164,6 +165,7 @@ def test_changed_aggregation_rule_fails_naming_it(archive: Path) -> None:
     assert "judge votes or decision differ" in reason and "'aggregate': {'k': 1}" in reason
 
 
+@pytest.mark.slow
 def test_changed_reference_fails_naming_the_call(archive: Path) -> None:
     events = read_events(archive)
     judged = next(e for e in events if e["kind"] == "step.requested"
@@ -182,6 +184,7 @@ def test_changed_reference_fails_naming_the_call(archive: Path) -> None:
     assert f"|{item}|" in reason and "not the one re-rendered" in reason
 
 
+@pytest.mark.slow
 def test_doctored_request_that_reads_a_step_fails_naming_the_trial(archive: Path) -> None:
     events = read_events(archive)
     request = next(e for e in events if e["kind"] == "trial.requested")
@@ -202,6 +205,7 @@ def test_doctored_request_that_reads_a_step_fails_naming_the_trial(archive: Path
     assert f"trial {request['body']['trial']}" in failed(report, "requests")
 
 
+@pytest.mark.slow
 def test_judge_called_before_its_trial_answered_fails(archive: Path) -> None:
     """A judge call moved before its trial's response: the replay names the call."""
     events = read_events(archive)
