@@ -52,7 +52,7 @@ KeyPath = tuple[str | int, ...]
 SECTIONS: Final = (
     "study", "model", "models", "components", "prompt", "fewshot", "arms", "stimuli", "design",
     "response", "hypotheses", "analysis", "deviations", "variants", "witnesses", "witnessing",
-    "timestamping", "steps",
+    "timestamping", "steps", "reviews",
 )  # fmt: skip
 """The top-level tables of a study spec, in the order the docs list them."""
 
@@ -106,6 +106,8 @@ STEP_KEYS: Final = (
     "aggregate", "sees", "keep",
 )  # fmt: skip
 """The keys of each ``[steps.<NAME>]`` (``docs/prompts.md`` section 8; ``runner.steps``)."""
+REVIEW_KEYS: Final = ("step", "n", "seed")
+"""The keys of each ``[reviews.<NAME>]`` (``docs/scoring.md`` section 11)."""
 
 
 @dataclass(frozen=True)
@@ -189,7 +191,7 @@ def unknown_keys(data: dict[str, Any]) -> list[Unknown]:
                     check(inner, ("arms", arm_id, sub), f"[arms.{_quote(arm_id)}.{sub}]", keys)
     for section, keys in (
         ("models", MODEL_KEYS), ("fewshot", FEWSHOT_KEYS), ("variants", VARIANT_KEYS),
-        ("steps", STEP_KEYS),
+        ("steps", STEP_KEYS), ("reviews", REVIEW_KEYS),
     ):  # fmt: skip
         named = data.get(section)
         if isinstance(named, dict):

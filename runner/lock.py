@@ -257,6 +257,8 @@ def protocol_design(study: Study) -> dict[str, Any]:
         out["fewshot"] = sets
     if study.steps:  # docs/prompts.md §8: everything that shapes a step request
         out["steps"] = {name: spec.record(study.rel) for name, spec in study.steps.items()}
+    if study.reviews:  # docs/scoring.md §11: the review samples, declared before any decision
+        out["reviews"] = {name: dict(r) for name, r in study.reviews.items()}
     if study.variants:  # docs/variants.md: definitions and the expanded variant order
         out["variants"] = {spec.name: spec.record() for spec in study.variants}
         out["variant_order"] = [v.name for v in study.variant_list()]

@@ -256,6 +256,7 @@ class Study:
     witnessing: WitnessPolicy | None = None  # [[witnesses]] and [witnessing] (docs/witness.md)
     timestamping: TimestampSpec | None = None  # [timestamping] (docs/witness.md section 9)
     steps: dict[str, StepSpec] = field(default_factory=dict)  # [steps.NAME] (docs/prompts.md §8)
+    reviews: dict[str, dict[str, Any]] = field(default_factory=dict)  # [reviews.NAME] (§11)
 
     def model_specs(self) -> list[ModelSpec]:
         """Every model, in declaration order (one, named None, for a ``[model]`` study)."""
@@ -1228,6 +1229,31 @@ def _analysis(c: _Collector, data: dict[str, Any], arms: Iterable[str] = ()) -> 
     return analysis_out
 
 
+def _reviews(c: _Collector, data: dict[str, Any], steps: dict[str, Any]) -> dict[str, Any]:
+    """``[reviews.<NAME>]``: a seeded sample of judge decisions for human review (§11)."""
+    raw = data.get("reviews")
+    if raw is None:
+        return {}
+    if not isinstance(raw, dict) or not all(isinstance(v, dict) for v in raw.values()):
+        c.add("reviews", "declare each review sample as a [reviews.<NAME>] table")
+        return {}
+    out: dict[str, Any] = {}
+    for name, table in raw.items():
+        where = f"reviews.{name}"
+        if not ID_RE.match(name):
+            c.add(where, "review sample names are letters, digits, '.', '_' or '-'")
+        step = table.get("step")
+        spec = steps.get(step) if isinstance(step, str) else None
+        if spec is None or spec.on != "trial" or spec.parser != "label":
+            c.add(f"{where}.step", f"must name a trial step with the label parser, got {step!r}")
+        n = table.get("n")
+        if isinstance(n, bool) or not isinstance(n, int) or n < 1:
+            c.add(f"{where}.n", f"must be an integer >= 1 (decisions per stratum), got {n!r}")
+        seed = _int_seed(c, table, "seed", where)
+        out[name] = {"step": step, "n": n, "seed": seed, "strata": "unanimity"}
+    return out
+
+
 def load_study(root: str | Path, *, strict: bool = True) -> Study:
     """Read and validate ``ROOT/study.toml``. Raises :class:`SpecError` listing every problem.
 
@@ -1365,6 +1391,7 @@ def load_study(root: str | Path, *, strict: bool = True) -> Study:
         data.get("steps"), root, c.add, list(models) if models is not None else None,
         components, lambda rel, where: _inside(c, root, rel, where),
     )
+    reviews = _reviews(c, data, steps)
     if response.parser.startswith(JUDGE_PREFIX):
         judge = steps.get(response.parser[len(JUDGE_PREFIX) :])
         if judge is None or judge.on != "trial":
@@ -1389,7 +1416,7 @@ def load_study(root: str | Path, *, strict: bool = True) -> Study:
         answer_column=answer_column, letters=letters, mode=response.mode,
         items_path=items_path, prompt=prompt, fewshot=fewshot, models=models, phase=phase,
         variants=tuple(variants),
-        witnessing=witnessing, timestamping=timestamping, steps=steps,
+        witnessing=witnessing, timestamping=timestamping, steps=steps, reviews=reviews,
     )
     if items is not None:  # read once, here: Study.load_items returns it from now on
         object.__setattr__(loaded, "_items", items)

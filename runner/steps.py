@@ -39,6 +39,7 @@ __all__ = [
     "call_order",
     "item_step_calls",
     "parse_output",
+    "review_sample",
     "step_graph",
     "step_layers",
     "step_slots",
@@ -547,3 +548,18 @@ def trial_step_calls(spec: StepSpec, trial: str, stimulus: str) -> list[StepCall
         StepCall(trial_call_id(spec.name, m, trial), spec.name, m, stimulus, trial, 0)
         for m in spec.models
     ]
+
+
+def review_sample(judged: Sequence[tuple[int, bool]], n: int, seed: str) -> list[int]:
+    """``docs/scoring.md`` §11: the subjects (``response_seq``) of a review sample.
+
+    ``judged``: (response seq, whether every judge voted the same) of each judged trial. In each
+    stratum, unanimous then split, the ``n`` with the smallest ``SHA-256("{seed}|{seq}")``;
+    the sample is their seqs in ascending order.
+    """
+    out: list[int] = []
+    for unanimous in (True, False):
+        stratum = [seq for seq, same in judged if same is unanimous]
+        key = {s: hashlib.sha256(f"{seed}|{s}".encode()).hexdigest() for s in stratum}
+        out += sorted(stratum, key=lambda s: key[s])[:n]
+    return sorted(out)

@@ -58,6 +58,11 @@ parser = "label"
 labels = ["correct", "incorrect"]
 aggregate = "majority"
 on_unparseable = { retry = 1, then = "exclude" }
+
+[reviews.audit]
+step = "judge"
+n = 2
+seed = 9
 """
 
 

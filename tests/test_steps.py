@@ -541,3 +541,46 @@ def test_batch_backend_is_refused_before_anything_is_recorded(
         run_study(root, KEY, backend, RunOptions())
     with Ledger.open(root / "ledger.db", readonly=True) as log:
         assert log.size == size
+
+
+# ------------------------------------------------------------------ human review
+
+
+def test_review_sample_is_seeded_and_stratified_by_agreement() -> None:
+    from runner.steps import review_sample
+    from verify._steps import review_sample as verify_sample
+
+    judged = [(s, s % 3 == 0) for s in range(100, 160)]
+    sample = review_sample(judged, 4, "9")
+    assert sample == verify_sample(judged, 4, "9") == sorted(sample)
+    assert sum(s % 3 == 0 for s in sample) == 4 and len(sample) == 8
+    assert review_sample(judged, 4, "10") != sample  # the seed draws it
+
+
+def test_review_needs_a_reviewer_key_and_a_subject_of_the_sample(unsure: Path) -> None:
+    from analysis.review import record_review, review_subjects
+    from ledger import SigningKey
+    from runner.lock import StudyError
+
+    subjects = review_subjects(unsure, "audit")
+    assert subjects and all(s.decision is None for s in subjects)  # judge_b never decides
+    with pytest.raises(StudyError, match="role 'reviewer'"):
+        record_review(unsure, KEY, "audit", subjects[0].response_seq, "correct")
+    reviewer = SigningKey.generate("steps.example/reviewer")
+    with Ledger.open(unsure / "ledger.db") as log:
+        log.add_key(reviewer.vkey, "reviewer", key=KEY)
+        size = log.size
+    with pytest.raises(StudyError, match="is not in review sample 'audit'"):
+        record_review(unsure, reviewer, "audit", 1, "correct")
+    with pytest.raises(StudyError, match="is not a label"):
+        record_review(unsure, reviewer, "audit", subjects[0].response_seq, "maybe")
+    with Ledger.open(unsure / "ledger.db", readonly=True) as log:
+        assert log.size == size
+    seq = record_review(unsure, reviewer, "audit", subjects[0].response_seq, "incorrect")
+    assert review_subjects(unsure, "audit")[0].reviewed == ("incorrect",)
+    from ledger import AuthorizationError
+
+    with Ledger.open(unsure / "ledger.db") as log:
+        assert log.get(seq).kind == "review.recorded"
+        with pytest.raises(AuthorizationError):  # a reviewer key may append nothing else
+            log.append("analysis.result", {"id": "x"}, key=reviewer)

@@ -54,6 +54,14 @@ def study(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
         invoke("lock", root, "--key", key)
         invoke("run", root, "--backend", "simulated", "--key", key)
         invoke("score", root, "--key", key)
+        reviewer = fixed_key("steps.example/reviewer")
+        reviewer.save(base / "reviewer.key")
+        invoke("key", "add", root / "ledger.db", reviewer.vkey, "--role", "reviewer",
+               "--key", key)  # fmt: skip
+        listed = invoke("review", root, "--sample", "audit")
+        subject = listed.split("\t", 1)[0].removeprefix("seq ")
+        invoke("review", root, "--sample", "audit", "--subject", subject, "--value", "correct",
+               "--key", base / "reviewer.key")  # fmt: skip
         invoke("unblind", root, "--key", key)
         invoke("analyze", root, "--key", key)
         invoke("export", root, base / "archive", "--key", key)
@@ -72,6 +80,7 @@ def test_the_study_runs_is_judged_and_verifies(study: Path) -> None:
     assert report.ok, [c for c in report.checks if c.status.name == "FAIL"]
     steps = report.get("steps")
     assert steps is not None and "re-rendered byte for byte" in steps.reason
+    assert "1 reviews signed by reviewer keys" in steps.reason
     events = read_events(study.parent / "archive")
     kinds = {e["kind"] for e in events}
     assert {"step.requested", "step.responded", "trial.excluded"} <= kinds
@@ -289,3 +298,16 @@ def test_viewer_filters_trials_by_judge_verdict(study: Path) -> None:
             assert got["total"] == count and all(r["judge"] == value for r in got["rows"])
     finally:
         viewer.index.close()
+
+
+def test_review_signed_by_a_key_without_the_reviewer_role_fails(archive: Path) -> None:
+    """Re-signed by a forger's owner key, the review no longer carries a reviewer's signature."""
+    events = read_events(archive)
+    review = next(e for e in events if e["kind"] == "review.recorded")
+    resign(archive, [e for e in events if not (e["kind"] == "key.added"
+                                               and e["body"]["role"] == "reviewer")])
+    report = verify_archive(archive)
+    passed(report, "signatures")
+    reason = failed(report, "steps")
+    assert "review.recorded signed by" in reason and "not 'reviewer'" in reason
+    assert str(review["seq"] - 1) in reason  # the key.added before it was dropped: seq - 1

@@ -673,3 +673,18 @@ def judge_record(plan: StepPlan, calls: Mapping[str, Call], trial: str) -> dict[
         "decision": decide(rule, values),
         "votes": votes,
     }
+
+
+def review_sample(judged: Sequence[tuple[int, bool]], n: int, seed: str) -> list[int]:
+    """scoring.md §11: the subjects of a review sample, in ascending order.
+
+    Per stratum (unanimous, then split) the ``n`` response seqs with the smallest SHA-256 of
+    ``"{seed}|{seq}"``.
+    """
+    chosen: list[int] = []
+    for same in (True, False):
+        stratum = sorted(
+            (hashlib.sha256(f"{seed}|{s}".encode()).hexdigest(), s) for s, u in judged if u is same
+        )
+        chosen.extend(s for _, s in stratum[:n])
+    return sorted(chosen)

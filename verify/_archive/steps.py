@@ -13,12 +13,12 @@ from verify._archive.view import Archive
 from verify._ledgerfile import _State
 from verify._prompts import LockedStudy, PromptError
 from verify._report import Check
-from verify._steps import Replay, plans_of, step_lock_problems
+from verify._steps import Replay, plans_of, review_sample, step_lock_problems
 
 __all__ = ["attach_steps", "check_steps", "replay_of"]
 
 _KINDS = ("trial.requested", "trial.responded", "trial.failed", "trial.excluded",
-          "step.requested", "step.responded", "step.failed")  # fmt: skip
+          "step.requested", "step.responded", "step.failed", "review.recorded")  # fmt: skip
 
 
 def staged(protocol: dict[str, Any]) -> bool:
@@ -100,10 +100,54 @@ def check_steps(a: Archive) -> Check:
         st.fail(f"seq {a.protocol_seq}: {reason}", a.protocol_seq)
     for at, reason in replay.problems:
         st.fail(f"seq {at}: {reason}" if at is not None else reason, at)
+    reviews = _check_reviews(st, a, replay)
     decided = sum(v is not None for _, v in replay.decisions.values())
     return st.check(
         f"{replay.rendered} step requests re-rendered byte for byte from the locked templates "
         f"and their recorded inputs, {sum(c.responses for c in replay.calls.values())} step "
         f"responses re-parsed, {len(replay.decisions)} decisions re-derived ({decided} "
         f"decided), {len(replay.excluded)} exclusions justified; every call after its inputs"
+        + (f"; {reviews} reviews signed by reviewer keys, each of its locked sample" if reviews
+           else "")
     )
+
+
+def _check_reviews(st: _State, a: Archive, replay: Replay) -> int:
+    """scoring.md §11: each review.recorded by a reviewer key, of a subject of its sample."""
+    reviews = a.of_kind("review.recorded")
+    if not reviews:
+        return 0
+    plans = a.protocol.get("reviews") if type(a.protocol.get("reviews")) is dict else {}
+    seal = next(iter(a.of_kind("scoring.sealed")), None)
+    judged: dict[str, list[tuple[int, bool]]] = {}
+    for seq in a.of_kind("trial.scored"):
+        body = a.body(seq)
+        judge = body.get("judge")
+        if type(judge) is dict and type(body.get("response_seq")) is int:
+            votes = [v.get("vote") for v in judge.get("votes") or [] if type(v) is dict]
+            judged.setdefault(str(judge.get("step")), []).append(
+                (body["response_seq"], None not in votes and len(set(votes)) == 1))
+    for seq in reviews:
+        env = a.envs[seq] or {}
+        body = a.body(seq)
+        role = a.roles.get(str(env.get("actor")))
+        name = str(body.get("sample"))
+        plan = (plans or {}).get(name)
+        if role != "reviewer":
+            st.fail(f"seq {seq}: review.recorded signed by {env.get('actor')!r}, a key with "
+                    f"the role {role!r}, not 'reviewer'", seq)  # fmt: skip
+        elif type(plan) is not dict:
+            st.fail(f"seq {seq}: review.recorded names sample {name!r}, which was not locked", seq)
+        elif seal is None or seq < seal:
+            st.fail(f"seq {seq}: review.recorded before scoring.sealed", seq)
+        else:
+            step = replay.plans.get(str(plan.get("step")))
+            sample = review_sample(judged.get(str(plan.get("step")), []), int(plan.get("n", 0)),
+                                   str(plan.get("seed")))  # fmt: skip
+            if body.get("subject") not in sample:
+                st.fail(f"seq {seq}: review.recorded subject {body.get('subject')!r} is not in "
+                        f"sample {name!r} (re-derived: {sample})", seq)  # fmt: skip
+            elif step is None or body.get("value") not in step.labels:
+                st.fail(f"seq {seq}: review.recorded value {body.get('value')!r} is not a label "
+                        "of the sample's judge step", seq)  # fmt: skip
+    return len(reviews)
