@@ -90,7 +90,8 @@ def review(
     \b
     Example:
       ledger review my-study --sample audit
-      ledger review my-study --sample audit --subject 123 --value incorrect --key rev.key
+      ledger review my-study --sample audit --subject 123 --value correct \\
+        --key rev.key
     """
     from analysis.review import record_review, review_subjects
     from ledger import SigningKey
