@@ -181,7 +181,26 @@ def models(plan: dict[str, Any]) -> tuple[str, ...]:
     if not isinstance(declared, dict):
         return ()
     order = plan.get("model_order")
-    return tuple(order) if isinstance(order, list) else tuple(sorted(declared))
+    names = tuple(order) if isinstance(order, list) else tuple(sorted(declared))
+    return tuple(n for n in names if n in trial_models(plan, names))
+
+
+def trial_models(plan: dict[str, Any], names: tuple[str, ...]) -> set[str]:
+    """The models trials run (``docs/prompts.md`` §8).
+
+    Every model, unless the study has steps and every arm lists its models: then their union
+    (a model only steps use has no trial).
+    """
+    arms = plan.get("arms")
+    if not plan.get("steps") or not isinstance(arms, dict):
+        return set(names)
+    used: set[str] = set()
+    for arm in arms.values():
+        listed = arm.get("models") if isinstance(arm, dict) else None
+        if not isinstance(listed, list):
+            return set(names)
+        used.update(str(m) for m in listed)
+    return used
 
 
 def load_dataset(
@@ -1087,6 +1106,22 @@ def _question_run(ds: Dataset, design: dict[str, Any], arm: str, model: str | No
     return _guard(r, compute)
 
 
+def judge_agreement(log: Ledger, plan: dict[str, Any], step: str) -> Result:
+    """``exploratory.judge_agreement``: Cohen's (two judges) or Fleiss' kappa of a judge step."""
+    from analysis.agreement import judge_agreement_values
+
+    spec = (plan.get("steps") or {}).get(step) or {}
+    method = "cohens_kappa" if len(spec.get("models") or []) == 2 else "fleiss_kappa"
+    r = Result("exploratory.judge_agreement", f"Agreement of the judges of step {step}",
+               "exploratory", method)  # fmt: skip
+    judged = [e.body["judge"] for e in log.events("trial.scored") if "judge" in e.body]
+
+    def compute() -> None:
+        r.values = judge_agreement_values(judged, list(spec.get("labels") or []))
+
+    return _guard(r, compute)
+
+
 def multiplicity(hypotheses: list[Result]) -> Result:
     """Bonferroni and Holm over every hypothesis with a raw p (exploratory: a sensitivity view)."""
     r = Result(
@@ -1439,6 +1474,8 @@ def analyze_study(root: str | Path, key: SigningKey) -> AnalyzeResult:
         )
         trial_phase = trial_phases(log) if len(protocol_events(log)) > 1 else None
         results = run_analyses(ds, plan, trial_phase, hypothesis_phases(plan, log))
+        if parser.startswith("judge:"):  # docs/analysis.md §6: exploratory judge agreement
+            results.append(judge_agreement(log, plan, parser.split(":", 1)[1]))
         trials_csv, items_csv = ds.trials_csv(), ds.items_csv()
         inputs = {
             "scores_sha256": ds.scores_sha256,

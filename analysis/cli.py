@@ -14,7 +14,7 @@ import click
 from ledger.cliutil import Command, console, dump_json, table
 from runner.cli import study_key
 
-__all__ = ["analyze", "demo", "export_cmd", "report_cmd", "score", "unblind", "view"]
+__all__ = ["analyze", "demo", "export_cmd", "report_cmd", "review", "score", "unblind", "view"]
 
 
 @click.command(cls=Command)
@@ -86,6 +86,44 @@ def score(study_dir: Path, key_file: str | None) -> None:
     else:
         click.echo(f"not sealed: {result.pending} trials have no final outcome yet "
                    f"(run 'ledger run {study_dir}' to finish them)")
+
+
+@click.command(cls=Command)
+@click.argument("study_dir", metavar="STUDY", type=click.Path(file_okay=False, path_type=Path))
+@click.option("--sample", "sample", required=True, help="The locked review sample's name.")
+@click.option("--subject", type=int, default=None,
+              help="The response seq reviewed (omit to list the sample).")
+@click.option("--value", default=None, help="The reviewer's label (one of the judge's labels).")
+@click.option("--key", "key_file", default=None, help="The reviewer's key (role reviewer).")
+def review(
+    study_dir: Path, sample: str, subject: int | None, value: str | None, key_file: str | None
+) -> None:
+    """List a locked review sample of judge decisions, or record a reviewer's label.
+
+    The sample ([reviews.NAME] in study.toml) is drawn from the sealed judge decisions,
+    stratified by judge agreement; a label is a signed review.recorded event by a key with
+    the role reviewer.
+
+    \b
+    Example:
+      ledger review my-study --sample audit
+      ledger review my-study --sample audit --subject 123 --value correct \\
+        --key rev.key
+    """
+    from analysis.review import record_review, review_subjects
+    from ledger import SigningKey
+
+    if subject is None:
+        for s in review_subjects(study_dir, sample):
+            votes = ", ".join(str(v) for v in s.votes)
+            done = f"; reviewed: {', '.join(s.reviewed)}" if s.reviewed else ""
+            click.echo(f"seq {s.response_seq}\t{s.stimulus}\tcode {s.arm_code}\tjudges: "
+                       f"{votes} -> {s.decision}{done}")  # fmt: skip
+        return
+    if value is None or key_file is None:
+        raise click.UsageError("--subject needs --value and --key (the reviewer's key)")
+    seq = record_review(study_dir, SigningKey.load(key_file), sample, subject, value)
+    click.echo(f"review.recorded at seq {seq}")
 
 
 @click.command(cls=Command)

@@ -157,6 +157,57 @@ def _trial_files(w: _Writer, log: Ledger) -> None:
     w.put("trials/attempts.csv", _csv_bytes(ATTEMPT_COLUMNS, rows))
 
 
+STEP_COLUMNS = (
+    "request_seq", "call", "step", "model", "item", "trial", "attempt", "request_sha256",
+    "outcome", "outcome_seq", "response_sha256", "vote", "error_type", "final",
+)  # fmt: skip
+"""``trials/steps.csv``: one row per step call attempt (``docs/archive-format.md`` §1)."""
+
+
+def _step_file(w: _Writer, study: Study, log: Ledger) -> None:
+    """``trials/steps.csv``: each step request, its outcome and the vote its response parses to.
+
+    ``vote`` is the parsed value as the slot writes it (a string as is, other JSON as canonical
+    JSON), empty for an unparseable response or a failure; ``final`` says whether the attempt
+    made its call final (``docs/prompts.md`` §8.3).
+    """
+    from runner.render import Renderer
+    from runner.step_state import StepWork, reply_text
+    from runner.steps import output_text
+
+    work = StepWork(study, Renderer(study))
+    outcomes: dict[int, Any] = {}
+    for event in log.events():
+        if event.kind in ("step.responded", "step.failed"):
+            outcomes[event.body["request_seq"]] = event
+    responses: dict[str, int] = {}
+    rows = []
+    for event in log.events("step.requested"):
+        b = event.body
+        out = outcomes.get(event.seq)
+        vote = ""
+        final = False
+        if out is not None and out.kind == "step.responded":
+            text = reply_text(log.blob(out.blobs["response"]), out.body.get("format", ""))
+            value = work.parsed(b["step"], text)
+            responses[b["call"]] = responses.get(b["call"], 0) + 1
+            spec = study.steps[b["step"]]
+            vote = "" if value is None else str(output_text(value))
+            final = value is not None or responses[b["call"]] >= spec.retry + 1
+        elif out is not None:
+            final = bool(out.body.get("final"))
+        rows.append((
+            event.seq, b["call"], b["step"], b["model"], b["item"], b.get("trial", ""),
+            b["attempt"], b["request_sha256"],
+            out.kind.split(".")[1] if out is not None else "none",
+            out.seq if out is not None else "",
+            out.blobs.get("response", "") if out is not None else "", vote,
+            out.body.get("error_type", "") if out is not None and out.kind == "step.failed"
+            else "", str(final),
+        ))  # fmt: skip
+    w.put("trials/steps.csv", _csv_bytes(STEP_COLUMNS, rows))
+
+
 def _score_files(w: _Writer, log: Ledger) -> None:
     rows = (score_row(e) for e in log.events("trial.scored"))
     w.put("scores/scores.csv", _csv_bytes(SCORE_COLUMNS, rows))
@@ -487,6 +538,8 @@ def export_study(
             w = _Writer(tmp)
             _protocol_files(w, study, log)
             _trial_files(w, log)
+            if study.steps:
+                _step_file(w, study, log)
             _score_files(w, log)
             results = _analysis_files(w, root, log)
             w.put("README.md", _readme(study, log, results))

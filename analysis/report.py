@@ -131,7 +131,11 @@ class Report:
         if not isinstance(declared, dict):
             return []
         order = self.protocol.get("model_order")
-        return [str(m) for m in order] if isinstance(order, list) else sorted(declared)
+        names = [str(m) for m in order] if isinstance(order, list) else sorted(declared)
+        from analysis.analyze import trial_models
+
+        used = trial_models(self.protocol, tuple(names))
+        return [n for n in names if n in used]
 
     def result(self, result_id: str) -> dict[str, Any] | None:
         """The result body with this id, or None when it was not recorded."""

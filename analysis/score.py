@@ -40,6 +40,7 @@ __all__ = [
     "TrialScore",
     "canonical_items",
     "score_choice",
+    "score_judged",
     "score_parsed",
     "score_text",
     "score_tumbling_e",
@@ -279,6 +280,21 @@ def score_parsed(parsed: Parsed, parser: str, truth: Truth) -> TrialScore:
     if not isinstance(truth, str):
         raise ValueError(f"parser {parser!r} needs a single truth answer (a string)")
     return score_choice(parsed, truth, parser)
+
+
+def score_judged(decision: str | None, truth: str, problems: Sequence[str] = ()) -> TrialScore:
+    """Score a trial by its judges' decision (``docs/scoring.md`` §10).
+
+    One item whose ``answer`` is the decision (the aggregate of the judges' labels, None when
+    the votes reached none) and which is correct when the decision is ``"correct"``. Status
+    ``"ok"`` with a decision, else ``"unparseable"``: a trial the judges could not decide is
+    never counted as right or wrong.
+    """
+    item = Item(
+        row=None, position=None, truth=truth, answer=decision,
+        answered=decision is not None, correct=decision == "correct",
+    )  # fmt: skip
+    return _trial("ok" if decision is not None else "unparseable", [item], problems)
 
 
 def score_text(text: str, parser: str | ParserConfig, truth: Truth) -> TrialScore:

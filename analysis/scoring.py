@@ -23,7 +23,7 @@ from typing import Any
 import rfc8785
 
 from analysis.parse import ParserConfig, parse_response
-from analysis.score import TrialScore, score_parsed
+from analysis.score import TrialScore, score_judged, score_parsed
 from ledger import EventSpec, Ledger, SigningKey
 from runner.lock import StudyError, blinding_secret, check_integrity, ledger_path, protocol_event
 from runner.schedule import arm_code, commitment
@@ -134,10 +134,35 @@ def score_study(root: str | Path, key: SigningKey) -> ScoreResult:
         specs: list[EventSpec] = []
         by_status: dict[str, int] = {}
         count = 0
+        judges = Judges(study, log) if study.parser.startswith("judge:") else None
+        unjudged = 0
         for event in log.events("trial.responded"):
             if event.seq in scored:
                 continue
             request = requests[event.body["request_seq"]]
+            if judges is not None:
+                judged = judges.score(request["trial"], truth[request["stimulus"]])
+                if judged is None:
+                    unjudged += 1  # a judge call still to make: score after the next run
+                    continue
+                result, record = judged
+                by_status[result.status] = by_status.get(result.status, 0) + 1
+                specs.append(EventSpec("trial.scored", {
+                    "response_seq": event.seq,
+                    "arm_code": codes[request["arm"]],
+                    "stimulus": request["stimulus"],
+                    "parser": study.parser,
+                    "status": result.status,
+                    "n_items": result.n_items,
+                    "n_answered": result.n_answered,
+                    "n_correct": result.n_correct,
+                    "scores_sha256": result.sha256,
+                    "problems": [p[:300] for p in result.problems[:20]],
+                    "judge": record,
+                }, {"scores": result.items_bytes()}))  # fmt: skip
+                scored[event.seq] = result.sha256
+                count += 1
+                continue
             blind = BlindTrial(
                 response_seq=event.seq,
                 arm_code=codes[request["arm"]],
@@ -180,7 +205,7 @@ def score_study(root: str | Path, key: SigningKey) -> ScoreResult:
                 specs = []
         if specs:
             log.append_many(specs, key=key)
-        pending = len(state.pending())
+        pending = len(state.pending()) + unjudged
         sealed_seq = None
         if pending == 0:
             given_up = sum(s.given_up is not None for s in state.trials.values())
@@ -198,6 +223,73 @@ def score_study(root: str | Path, key: SigningKey) -> ScoreResult:
             sealed_seq = seal.seq
             log.sign_checkpoint(key)
     return ScoreResult(count, len(scored) - count, by_status, sealed_seq, pending)
+
+
+class Judges:
+    """The votes of a study's judge step (``[response] parser = "judge:<step>"``).
+
+    A trial is scored from its judges' recorded responses alone (``docs/scoring.md`` §10): each
+    judge call's parsed label (its vote; missing when its responses never parsed or it was
+    given up), the aggregate under the locked rule, and the seqs of every call's request and
+    final response. Call ids carry the trial id (and so the arm), so ``trial.scored`` names the
+    calls by seq only.
+    """
+
+    def __init__(self, study: Study, log: Ledger) -> None:
+        """Rebuild every step call's state from ``log``."""
+        from runner.render import Renderer
+        from runner.step_state import StepWork
+
+        self.study = study
+        self.step = study.parser.split(":", 1)[1]
+        self.spec = study.steps[self.step]
+        self.work = StepWork(study, Renderer(study))
+        self.work.load(log)
+
+    def score(self, trial: str, truth: Any) -> tuple[TrialScore, dict[str, Any]] | None:
+        """The score and the ``judge`` record of ``trial``; None while a judge call is due."""
+        from runner.steps import aggregate, aggregate_record, trial_step_calls
+
+        calls = trial_step_calls(self.spec, trial, self.work.trial_stimulus.get(trial, ""))
+        votes: list[dict[str, Any]] = []
+        values: list[Any] = []
+        for call in calls:
+            record = self.work.calls.get(call.id)
+            if record is None or not record.final:
+                if record is None and self.work.inputs(call) is None:
+                    values.append(None)  # an input of the judge has no decision: no call
+                    votes.append({"model": call.model or "", "vote": None, "status": "no-input",
+                                  "request_seq": None, "response_seq": None, "responses": 0})
+                    continue
+                return None
+            value = record.value if record.responded is not None else None
+            status = (
+                "parsed" if record.responded is not None
+                else "given-up" if record.given_up is not None else "unparseable"
+            )  # fmt: skip
+            values.append(value)
+            votes.append({
+                "model": call.model or "",
+                "vote": value,
+                "status": status,
+                "request_seq": record.last_request,
+                "response_seq": record.responded or record.exhausted or record.given_up,
+                "responses": record.unparseable + (record.responded is not None),
+            })  # fmt: skip
+        decision = aggregate(self.spec.aggregate, values)
+        problems = []
+        if decision is None:
+            shown = ", ".join(str(v["vote"]) if v["vote"] is not None else f"({v['status']})"
+                              for v in votes)  # fmt: skip
+            problems.append(f"the judges reached no decision under "
+                            f"{aggregate_record(self.spec.aggregate)}: {shown}")  # fmt: skip
+        record_out = {
+            "step": self.step,
+            "aggregate": aggregate_record(self.spec.aggregate),
+            "decision": decision,
+            "votes": votes,
+        }
+        return score_judged(decision, str(truth), problems), record_out
 
 
 @dataclass(frozen=True)

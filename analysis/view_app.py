@@ -386,7 +386,7 @@ class Viewer:
             "h": r["h"], "arm_code": r["arm_code"], "model": r["model"],
             "stimulus": r["stimulus"], "rep": r["rep"], "status": r["status"],
             "attempts": r["attempts"], "parse": r["parse"], "n_items": r["n_items"],
-            "n_correct": r["n_correct"], "correct": r["correct"],
+            "n_correct": r["n_correct"], "correct": r["correct"], "judge": r["judge"],
             "response_seq": r["response_seq"], "scored_seq": r["scored_seq"],
             "faults": self.faulted([r["h"], r["last_request_seq"], r["outcome_seq"],
                                     r["response_seq"], r["scored_seq"]]),

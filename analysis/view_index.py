@@ -41,7 +41,7 @@ CREATE TABLE trials(
   position INTEGER, attempts INTEGER DEFAULT 0, status TEXT, last_request_seq INTEGER,
   outcome_seq INTEGER, response_seq INTEGER, scored_seq INTEGER, arm_code TEXT, parse TEXT,
   n_items INTEGER, n_answered INTEGER, n_correct INTEGER, correct TEXT, cost REAL,
-  output_tokens INTEGER, latency_ms INTEGER, requested_at TEXT, variant TEXT
+  output_tokens INTEGER, latency_ms INTEGER, requested_at TEXT, variant TEXT, judge TEXT
 );
 CREATE INDEX trials_arm ON trials(arm, h);
 CREATE INDEX trials_variant ON trials(variant, h);
@@ -51,6 +51,7 @@ CREATE INDEX trials_model ON trials(model, h);
 CREATE INDEX trials_status ON trials(status, h);
 CREATE INDEX trials_parse ON trials(parse, h);
 CREATE INDEX trials_correct ON trials(correct, h);
+CREATE INDEX trials_judge ON trials(judge, h);
 CREATE INDEX trials_response ON trials(response_seq);
 CREATE TABLE attempts(
   request_seq INTEGER PRIMARY KEY, h INTEGER, attempt INTEGER, request_sha TEXT,
@@ -98,6 +99,9 @@ FILTERS: tuple[Filter, ...] = (
     Filter("status", "status", "status"),
     Filter("parse", "parse", "parse status"),
     Filter("correct", "correct", "correct"),
+    # docs/scoring.md §10: the judges' decision and whether they agreed, from trial.scored
+    # (which names the arm code only, so it is blind)
+    Filter("judge", "judge", "judge verdict"),
 )
 """The trial table's filters, in the order the page shows them."""
 
@@ -115,6 +119,21 @@ SORTS: dict[str, tuple[str, bool]] = {
     "position": ("position", False),
 }
 """Sort keys of the trial table; those marked False name or order by the arm."""
+
+
+def _judge_verdict(body: dict[str, Any]) -> str | None:
+    """The judge filter's value of a ``trial.scored``: the decision and the votes' agreement.
+
+    ``correct (unanimous)``, ``incorrect (split)``, ``undecided (split)``...; None for a trial
+    not scored by judges.
+    """
+    judge = body.get("judge")
+    if not isinstance(judge, dict) or not isinstance(judge.get("votes"), list):
+        return None
+    votes = [v.get("vote") for v in judge["votes"] if isinstance(v, dict)]
+    agree = "unanimous" if votes and None not in votes and len(set(votes)) == 1 else "split"
+    decision = judge.get("decision")
+    return f"{decision if isinstance(decision, str) else 'undecided'} ({agree})"
 
 
 def _int(value: Any) -> int | None:
@@ -306,9 +325,10 @@ class ViewIndex:
                 correct = "correct" if n_correct == n_items else "incorrect"
             cur.execute(
                 "UPDATE trials SET scored_seq=?, arm_code=COALESCE(arm_code, ?), parse=?, "
-                "n_items=?, n_answered=?, n_correct=?, correct=? WHERE response_seq=?",
+                "n_items=?, n_answered=?, n_correct=?, correct=?, judge=? WHERE response_seq=?",
                 (seq, body.get("arm_code"), body.get("status"), n_items,
-                 _int(body.get("n_answered")), n_correct, correct, body.get("response_seq")),
+                 _int(body.get("n_answered")), n_correct, correct, _judge_verdict(body),
+                 body.get("response_seq")),
             )  # fmt: skip
         elif kind == "blinding.revealed" and isinstance(body.get("arm_codes"), dict):
             self.codes = {str(k): str(v) for k, v in body["arm_codes"].items()}

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-ROLES = ("owner", "runner", "scorer", "analyst")
+ROLES = ("owner", "runner", "scorer", "analyst", "reviewer")
 
 #: Event kinds of DESIGN §4. Any other kind is an extension kind, which only owners may append.
 KNOWN_KINDS = frozenset(
@@ -20,6 +20,11 @@ KNOWN_KINDS = frozenset(
         "trial.failed",
         "batch.submitted",
         "run.preflight",
+        "step.requested",
+        "step.responded",
+        "step.failed",
+        "trial.excluded",
+        "review.recorded",
         "trial.scored",
         "scoring.sealed",
         "blinding.revealed",
@@ -38,10 +43,15 @@ ROLE_KINDS: dict[str, frozenset[str]] = {
             "trial.failed",
             "batch.submitted",
             "run.preflight",
+            "step.requested",
+            "step.responded",
+            "step.failed",
+            "trial.excluded",
         }
     ),
     "scorer": frozenset({"trial.scored", "scoring.sealed"}),
     "analyst": frozenset({"analysis.result"}),
+    "reviewer": frozenset({"review.recorded"}),  # human review (docs/scoring.md §11)
 }
 
 

@@ -34,6 +34,7 @@ __all__ = [
     "MODEL_KEYS",
     "SAMPLING_KEYS",
     "SECTIONS",
+    "STEP_KEYS",
     "SUBSET_KEYS",
     "TABLE_KEYS",
     "VARIANT_KEYS",
@@ -51,7 +52,7 @@ KeyPath = tuple[str | int, ...]
 SECTIONS: Final = (
     "study", "model", "models", "components", "prompt", "fewshot", "arms", "stimuli", "design",
     "response", "hypotheses", "analysis", "deviations", "variants", "witnesses", "witnessing",
-    "timestamping",
+    "timestamping", "steps", "reviews",
 )  # fmt: skip
 """The top-level tables of a study spec, in the order the docs list them."""
 
@@ -72,13 +73,15 @@ TABLE_KEYS: Final[dict[str, tuple[str, ...]]] = {
 
 ARM_KEYS: Final = (
     "role", "components", "differs_from", "system", "fewshot", "sampling", "models", "replicates",
-    "items", "variants",
+    "items", "variants", "after",
 )  # fmt: skip
 MODEL_KEYS: Final = TABLE_KEYS["model"]
 """The keys of ``[model]`` and of each ``[models.<NAME>]``."""
 SAMPLING_KEYS: Final = ("max_tokens", "temperature", "top_p", "top_k", "stop")
 """The keys of an arm's ``sampling`` table (``docs/prompts.md`` section 5)."""
 SUBSET_KEYS: Final = ("n", "seed")
+AFTER_KEYS: Final = ("arm", "answer", "rule")
+"""The keys of an arm's ``after`` table (``docs/prompts.md`` section 9)."""
 """The keys of an arm's ``items`` subset table."""
 FEWSHOT_KEYS: Final = (
     "examples", "rule", "count", "ids", "seed", "field", "order", "style", "answer",
@@ -99,6 +102,13 @@ WITNESS_KEYS: Final = ("name", "vkey", "url")
 """The keys of each ``[[witnesses]]`` entry (``docs/witness.md`` §8)."""
 DEVIATION_KEYS: Final = ("id", "source", "choice", "reason")
 """The keys of each ``[[deviations]]`` entry (a declared deviation from the source protocol)."""
+STEP_KEYS: Final = (
+    "on", "models", "template", "system", "parser", "labels", "schema", "on_unparseable",
+    "aggregate", "sees", "keep",
+)  # fmt: skip
+"""The keys of each ``[steps.<NAME>]`` (``docs/prompts.md`` section 8; ``runner.steps``)."""
+REVIEW_KEYS: Final = ("step", "n", "seed")
+"""The keys of each ``[reviews.<NAME>]`` (``docs/scoring.md`` section 11)."""
 
 
 @dataclass(frozen=True)
@@ -175,13 +185,14 @@ def unknown_keys(data: dict[str, Any]) -> list[Unknown]:
             check(arm, ("arms", arm_id), name, ARM_KEYS)
             for sub, keys in (
                 ("differs_from", DIFFERS_FROM_KEYS), ("sampling", SAMPLING_KEYS),
-                ("items", SUBSET_KEYS),
+                ("items", SUBSET_KEYS), ("after", AFTER_KEYS),
             ):  # fmt: skip
                 inner = arm.get(sub)
                 if isinstance(inner, dict):
                     check(inner, ("arms", arm_id, sub), f"[arms.{_quote(arm_id)}.{sub}]", keys)
     for section, keys in (
         ("models", MODEL_KEYS), ("fewshot", FEWSHOT_KEYS), ("variants", VARIANT_KEYS),
+        ("steps", STEP_KEYS), ("reviews", REVIEW_KEYS),
     ):  # fmt: skip
         named = data.get(section)
         if isinstance(named, dict):

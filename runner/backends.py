@@ -403,8 +403,14 @@ class SimulatedBackend:
         A text request that asks for log-probabilities (``top_logprobs``) is answered in the
         chat-completions form with them, as vLLM and llama.cpp answer (``docs/simulated.md``).
         """
+        from runner.simulated_steps import is_step_seed
         from runner.simulated_text import has_image
 
+        if is_step_seed(seed):  # a step call (docs/simulated.md §3)
+            from runner.simulated_steps import respond
+
+            step = json.dumps(respond(body, seed), ensure_ascii=False, separators=(",", ":"))
+            return reply_from_messages_json(step.encode("utf-8"), 200, None)
         if "top_logprobs" in body and not has_image(body):
             data = self.model.text.respond_openai(body, seed)
             raw = json.dumps(data, ensure_ascii=False, separators=(",", ":")).encode("utf-8")

@@ -142,6 +142,7 @@ def arms(study_dir: Path, as_json: bool) -> None:
             ],
             "claims": claims,
             "problems": problems,
+            **({"steps": _step_graph(study)} if study.steps else {}),
         })
     else:
         grid = table("component", *study.arms, title=f"arms of {study.id}")
@@ -170,10 +171,46 @@ def arms(study_dir: Path, as_json: bool) -> None:
                 f"claim: {claim['arm']} differs from {claim['differs_from']} by "
                 f"{claim['by']}: {state}"
             )
+        if study.steps:
+            for line in _step_lines(_step_graph(study)):
+                out.print(line, markup=False)
         for problem in problems:
             out.print(problem, markup=False)
     if problems:
         sys.exit(1)
+
+
+def _step_graph(study: Any) -> dict[str, Any]:
+    """The step graph of ``study`` (``docs/prompts.md`` §8), with each step's call count."""
+    from runner.render import Renderer
+    from runner.step_render import StepRenderer
+
+    graph = StepRenderer(study, Renderer(study)).graph()
+    trials = len(study.trial_ids())
+    items = len(study.stimulus_ids())
+    for spec in graph["steps"].values():
+        units = items if spec["on"] == "item" else trials
+        spec["calls"] = units * len(spec["models"])
+    return graph
+
+
+def _step_lines(graph: dict[str, Any]) -> list[str]:
+    """``ledger arms`` / ``ledger schedule``: the step graph as text, in run order."""
+    lines = []
+    for layer in graph["order"]:
+        for name in layer:
+            if name == "(trials)":
+                reads = ", ".join(f"steps.{s}" for s in graph["trial_reads"]) or "-"
+                lines.append(f"  trials (the calls under test; read {reads})")
+                continue
+            s = graph["steps"][name]
+            reads = ", ".join(f"steps.{r}" for r in s["reads"]) or "-"
+            models = ", ".join(m or "(model)" for m in s["models"])
+            lines.append(
+                f"  step {name}: on {s['on']}, models {models}"
+                f", parser {s['parser']}, sees {s['sees']}, reads {reads}, {s['calls']} calls"
+            )
+    return ["steps, in the order they run:", *lines]
 
 
 @click.command(cls=Command)
@@ -204,11 +241,15 @@ def schedule(study_dir: Path, limit: int | None, as_json: bool) -> None:
                 {"position": position, "trial": trial, "order_key": order_key(study.seed, trial)}
                 for position, trial in enumerate(shown, 1)
             ],
+            **({"steps": _step_graph(study)} if study.steps else {}),
         })
         return
     for position, trial in enumerate(shown, 1):
         click.echo(f"{position}\t{trial}\t{order_key(study.seed, trial)[:16]}")
     click.echo(f"{len(order)} trials, schedule sha256 {schedule_sha256(order)}", err=True)
+    if study.steps:
+        for line in _step_lines(_step_graph(study)):
+            click.echo(line, err=True)
 
 
 @click.command(cls=Command)
@@ -554,6 +595,12 @@ def status(study_dir: Path, as_json: bool) -> None:
                 if event.kind == "run.preflight":
                     preflight = event
         protocol = protocol_event(log)
+        if study.steps:
+            from runner.step_state import step_status
+
+            steps = step_status(study, log)
+        else:
+            steps = []
     mismatches = model_mismatches(protocol.body if protocol else {}, answers)
     rows = arm_status(state)
     if as_json:
@@ -564,7 +611,8 @@ def status(study_dir: Path, as_json: bool) -> None:
                        if preflight is not None else None
                    ),
                    "model_mismatches": {"count": len(mismatches),
-                                        "first": [m.as_dict() for m in mismatches[:5]]}})
+                                        "first": [m.as_dict() for m in mismatches[:5]]},
+                   **({"steps": steps} if study.steps else {})})
         return
     grid = table("arm", "trials", "responded", "given up", "pending", "awaiting", "attempts",
                  "cost USD", title=f"{study.id}: {state.sessions} run session(s)")
@@ -575,8 +623,20 @@ def status(study_dir: Path, as_json: bool) -> None:
     pending = len(state.pending())
     out = console()
     out.print(grid)
-    steps = ", ".join(f"{k} {v}" for k, v in sorted(kinds.items()) if not k.startswith("artifact"))
-    out.print(f"{total - pending}/{total} trials final; events: {steps}")
+    if steps:
+        sgrid = table("step", "on", "models", "calls", "parsed", "unparseable", "given up",
+                      "pending", "decided", "undecided", title="recorded model steps")
+        for st in steps:
+            sgrid.add_row(st["step"], st["on"], ", ".join(st["models"]), str(st["calls"]),
+                          str(st["parsed"]), str(st["unparseable_responses"]),
+                          str(st["given_up"]), str(st["pending"] + st["awaiting"]),
+                          str(st["decided"]), str(st["undecided"]))  # fmt: skip
+        out.print(sgrid)
+        excluded = kinds.get("trial.excluded", 0)
+        if excluded:
+            out.print(f"{excluded} trial(s) excluded by a step (trial.excluded)")
+    counts = ", ".join(f"{k} {v}" for k, v in sorted(kinds.items()) if not k.startswith("artifact"))
+    out.print(f"{total - pending}/{total} trials final; events: {counts}")
     if preflight is not None:
         out.print(_preflight_line(preflight), markup=False)
     if mismatches:
@@ -682,6 +742,10 @@ def estimate(
         else "unknown until responses are recorded"
     )
     click.echo(f"output tokens: at most {est.output_tokens_max:,}; typical {typical}")
+    if est.step_calls:
+        click.echo(f"step calls: {est.step_calls:,} to make; input tokens at least "
+                   f"{est.step_input_tokens:,} (estimated, inputs not yet known counted empty), "
+                   f"output at most {est.step_output_tokens_max:,}; included in the costs")
     click.echo(f"cost: input only {usd(est.cost_min_usd)}; typical {usd(est.cost_typical_usd)}; "
                f"at most {usd(est.cost_max_usd)}")
     if est.price_in_per_mtok is not None and est.price_out_per_mtok is not None:

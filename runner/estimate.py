@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from ledger import Ledger
 from runner.backends import Backend
@@ -35,6 +36,10 @@ class Estimate:
     price_in_per_mtok: float | None = None
     price_out_per_mtok: float | None = None
     price_source: str | None = None
+    step_calls: int = 0
+    """Step calls still to make (``docs/trials.md`` §5), counted in the tokens and costs."""
+    step_input_tokens: int = 0
+    step_output_tokens_max: int = 0
 
 
 def estimate_study(root: str | Path, backend: Backend, price: Price | None = None) -> Estimate:
@@ -56,7 +61,15 @@ def estimate_study(root: str | Path, backend: Backend, price: Price | None = Non
             for e in log.events("trial.responded")
             if isinstance(e.body.get("usage", {}).get("output_tokens"), int)
         ]
+        steps = _step_calls(study, builder, log, state) if study.steps else []
     pending = state.pending()
+    for trial in pending:  # a second stage's prior is not known yet: its slots count empty
+        after = study.arms[trial.arm].after
+        if after is not None:
+            builder.renderer.prior_values[trial.id] = {
+                s: "" for s in ("prior.response", "prior.answer", "prior.answer_text",
+                                "prior.other", "prior.other_text")
+            }  # fmt: skip
     keys = sorted({(t.arm, t.model or "", t.stimulus) for t in pending})
     sample = {(t.arm, t.model or "", t.stimulus): t for t in pending}
 
@@ -76,9 +89,13 @@ def estimate_study(root: str | Path, backend: Backend, price: Price | None = Non
         return found, counted
 
     per_key, counted = asyncio.run(count())
-    per_trial = [(t, *per_key[(t.arm, t.model or "", t.stimulus)]) for t in pending]
+    per_trial: list[tuple[Any, int, int]] = [
+        (t, *per_key[(t.arm, t.model or "", t.stimulus)]) for t in pending
+    ]
+    trial_rows = len(per_trial)
     input_tokens = sum(tokens for _, tokens, _ in per_trial)
     output_max = sum(most for _, _, most in per_trial)
+    per_trial += steps  # step calls are priced as their model's calls
     typical = round(sum(outputs) / len(outputs)) if outputs else None
     ids = {m.name: m.id for m in study.model_specs()}
     prices: dict[str | None, Price | None] = {}
@@ -112,7 +129,7 @@ def estimate_study(root: str | Path, backend: Backend, price: Price | None = Non
         counted=counted,
         source=f"{backend.name} count_tokens" if counted else "estimate (not counted)",
         output_tokens_max=output_max,
-        output_tokens_typical=typical * len(pending) if typical is not None else None,
+        output_tokens_typical=typical * trial_rows if typical is not None else None,
         cost_min_usd=cost(0),
         cost_typical_usd=cost(typical),
         cost_max_usd=cost(None, most=True),
@@ -121,4 +138,56 @@ def estimate_study(root: str | Path, backend: Backend, price: Price | None = Non
         price_in_per_mtok=shown.input if shown is not None else None,
         price_out_per_mtok=shown.output if shown is not None else None,
         price_source=source,
+        step_calls=len(steps),
+        step_input_tokens=sum(tokens for _, tokens, _ in steps),
+        step_output_tokens_max=sum(most for _, _, most in steps),
     )
+
+
+@dataclass(frozen=True)
+class _StepCallRow:
+    """A pending step call as the estimate prices it: its model's name."""
+
+    model: str | None
+
+
+def _step_calls(
+    study: Any, builder: RequestBuilder, log: Ledger, state: Any
+) -> list[tuple[Any, int, int]]:
+    """(call, input tokens, max_tokens) of every step call still to make.
+
+    Item step calls not final; trial step calls on every trial not excluded, given up or
+    already judged. Inputs not known yet (a response, a decision) count as empty text, so the
+    input is a lower bound; the output is bounded by the model's ``max_tokens``. Trial requests
+    that read a step not decided yet are rendered with that step's slot empty.
+    """
+    from runner.step_state import StepWork
+    from runner.steps import trial_step_calls
+
+    work = StepWork(study, builder.renderer)
+    work.load(log)
+    for item in work.items:  # so the trials' requests can be rendered for their token count
+        values = work.item_inputs(item)
+        tpl = builder.renderer.item_template
+        rough = {s.name: "" for s in tpl.slots() if s.name.startswith("steps.")} if tpl else {}
+        builder.renderer.step_values[item] = values if values is not None else rough
+    calls = [c for cs in work.item_calls.values() for c in cs]
+    for trial in state.order:
+        record = state.trials[trial.id]
+        if record.excluded is not None or record.given_up is not None:
+            continue
+        for spec in study.steps.values():
+            if spec.on == "trial":
+                calls += trial_step_calls(spec, trial.id, trial.stimulus)
+    out: list[tuple[Any, int, int]] = []
+    for call in calls:
+        record = work.calls.get(call.id)
+        if record is not None and record.final:
+            continue
+        values = work.inputs(call) if call.trial is None or call.trial in work.responses else None
+        if values is None:
+            values = work.render.rough_values(call)
+        body = work.render.body(call, values)
+        out.append((_StepCallRow(call.model), request_input_tokens(body, []),
+                    int(body.get("max_tokens", 4096))))  # fmt: skip
+    return out

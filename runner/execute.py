@@ -63,9 +63,12 @@ from runner.pricing import (
     price_for,
     price_record,
 )
+from runner.render import prior_trial
 from runner.request import RequestBuilder, Trial, request_blob
 from runner.spec import Study
 from runner.state import NOT_COUNTED, StudyState, TrialState, load_state
+from runner.step_state import CallState, StepWork, prior_values, reply_text
+from runner.steps import StepCall
 
 LOCK_FILE = ".ledger-run.lock"
 #: A session whose first attempts all fail with the same error (at most this many, and never
@@ -403,11 +406,13 @@ class Runner:
         self.spent_before = 0.0  # cost recorded by earlier sessions; counts against the budget
         self.writer: GroupWriter | None = None
         self.transport_streak = 0  # attempts in a row, across trials, with no HTTP response
+        # a session of several listed models with steps prices each call at its model's price
+        self.prices_by_id: dict[str, Price] = {}
         self.price, self.price_source = self._session_price()
         self.control = control
         self.signalled: str | None = None  # the first signal received in the session
         self.interrupted_by: str | None = None  # the signal that cancelled the calls in flight
-        self.calls: dict[asyncio.Future[Reply], Trial] = {}  # sends under way
+        self.calls: dict[asyncio.Future[Reply], Trial | StepCall] = {}  # sends under way
         self.in_flight: set[str] = set()  # trials between their request and its outcome
         self._stopped = asyncio.Event()  # set with the first stop reason: wakes sleepers
         self.answered = False  # a response came in this session
@@ -421,6 +426,10 @@ class Runner:
         self.witness_wait = 0.0  # seconds spent waiting on witnesses this session
         self._witnessed_final = 0
         self._interval: asyncio.Task[None] | None = None
+        # recorded model steps (docs/trials.md §5): None for a study without [steps]
+        staged = any(a.after is not None for a in study.arms.values())  # prompts.md §9
+        self.steps = StepWork(study, self.builder.renderer) if study.steps or staged else None
+        self.step_calls = 0  # step responses this session
 
     # ------------------------------------------------------------------ events
 
@@ -431,6 +440,12 @@ class Runner:
         """
         given = given_prices(self.options.price_in, self.options.price_out)
         ids = {m.id for m in self.study.model_specs() if m.name in self.selected}
+        if len(ids) > 1 and given is None and self.backend.priced and self.study.steps:
+            each = {i: price_for(i) for i in sorted(ids)}
+            if all(p is not None for p in each.values()):  # docs/trials.md §5
+                self.prices_by_id = {i: p for i, p in each.items() if p is not None}
+                return (self.prices_by_id[sorted(ids)[0]],
+                        f"runner/pricing.py (prices as of {PRICES_AS_OF}), per model")
         if len(ids) > 1 and (given is not None or self.backend.priced):
             raise StudyError(
                 f"this session would run {len(ids)} models ({', '.join(sorted(ids))}), each "
@@ -486,7 +501,30 @@ class Runner:
             trials = trials[: self.options.max_trials]
         if not trials and check:
             trials = [t for t in state.order if t.model in self.selected]
+        if self.steps is not None:
+            trials = self._renderable(trials, state)
         return await run_preflights(self, trials, check=check, spent=state.cost_usd)
+
+    def _renderable(self, trials: list[Trial], state: StudyState) -> list[Trial]:
+        """The trials whose requests can be rendered now: their item steps have decided.
+
+        A trial whose item template reads a step (``{steps.NAME}``) has no request before the
+        step's calls are answered, so it cannot be preflighted before then.
+        """
+        assert self.steps is not None
+        self.steps.load(self.log)
+        out = []
+        for trial in trials:
+            values = self.steps.item_inputs(trial.stimulus)
+            after = self.study.arms[trial.arm].after
+            prior = {} if after is None else prior_values(
+                self.study, self.steps, state, trial, after
+            )
+            if values is not None and isinstance(prior, dict):
+                self.builder.renderer.step_values[trial.stimulus] = values
+                self.builder.renderer.prior_values[trial.id] = prior
+                out.append(trial)
+        return out
 
     async def check(self) -> list[Preflight]:
         """``ledger run --check``: the preflight alone, with this session's signal handling."""
@@ -528,6 +566,10 @@ class Runner:
                     {
                         "cost_usd_before": round(state.cost_usd, 8),
                         "price_usd_per_mtok": price_record(self.price, self.price_source or ""),
+                        **({"prices_by_model_usd_per_mtok": {
+                            i: price_record(p, self.price_source or "")
+                            for i, p in self.prices_by_id.items()
+                        }} if self.prices_by_id else {}),
                     }
                     if self.price is not None
                     else {}
@@ -551,11 +593,64 @@ class Runner:
             )
             state.trials[trial.id].open_request = None
             self.counters.interrupted += 1
+        if self.steps is not None:
+            self.steps.load(self.log)
+            for call_id, seq in self.steps.dangling():
+                record = self.steps.calls[call_id]
+                call = self._call_of(call_id)
+                self._append_failure(
+                    call, record.attempts, seq,
+                    BackendError(
+                        "interrupted",
+                        "the runner stopped after this request was recorded and before its "
+                        "outcome was; the request may or may not have reached the API",
+                        retryable=True,
+                    ),
+                    final=False,
+                )  # fmt: skip
+                record.open_request = None
+                self.counters.interrupted += 1
         self.final = len(state.order) - len(pending)
         return state
 
-    def _request_spec(self, trial: Trial, attempt: int, wire: dict[str, Any]) -> EventSpec:
+    def _call_of(self, call_id: str) -> StepCall:
+        """The :class:`StepCall` of a recorded call id."""
+        assert self.steps is not None
+        known = self.steps.info.get(call_id)
+        if known is not None:
+            return known
+        step, model, rest = call_id[len("step:") :].split("|", 2)
+        spec = self.study.steps[step]
+        if spec.on == "item":
+            item = rest.rsplit("|", 1)[0]
+            call = StepCall(call_id, step, model or None, item, None, 0)
+        else:
+            stimulus = self.steps.trial_stimulus.get(rest, "")
+            call = StepCall(call_id, step, model or None, stimulus, rest, 0)
+        self.steps.info[call_id] = call
+        return call
+
+    def _request_spec(
+        self, trial: Trial | StepCall, attempt: int, wire: dict[str, Any]
+    ) -> EventSpec:
         blob, digest = request_blob(wire)
+        if isinstance(trial, StepCall):
+            return EventSpec(
+                "step.requested",
+                {
+                    "call": trial.id,
+                    "step": trial.step,
+                    "model": trial.model or "",
+                    "item": trial.stimulus,
+                    **({"trial": trial.trial} if trial.trial is not None else {}),
+                    "attempt": attempt,
+                    "request_sha256": digest,
+                    "session": self.session,
+                    "backend": self.backend.name,
+                    "simulated": self.backend.simulated,
+                },
+                {"request": blob},
+            )
         return EventSpec(
             "trial.requested",
             {
@@ -577,13 +672,16 @@ class Runner:
         )
 
     def _response_spec(
-        self, trial: Trial, attempt: int, request_seq: int, reply: Reply, latency: float
+        self, trial: Trial | StepCall, attempt: int, request_seq: int, reply: Reply,
+        latency: float,
     ) -> tuple[EventSpec, float | None]:
-        cost = cost_at(self.price, reply.usage) if self.price is not None else None
+        price = self._price_of(trial)
+        cost = cost_at(price, reply.usage) if price is not None else None
+        step = isinstance(trial, StepCall)
         spec = EventSpec(
-            "trial.responded",
+            "step.responded" if step else "trial.responded",
             {
-                "trial": trial.id,
+                **(_call_members(trial) if isinstance(trial, StepCall) else {"trial": trial.id}),
                 "attempt": attempt,
                 "request_seq": request_seq,
                 "request_id": reply.request_id,
@@ -602,12 +700,14 @@ class Runner:
         return spec, cost
 
     def _failure_spec(
-        self, trial: Trial, attempt: int, request_seq: int, error: BackendError, *, final: bool
+        self, trial: Trial | StepCall, attempt: int, request_seq: int, error: BackendError, *,
+        final: bool,
     ) -> EventSpec:
+        step = isinstance(trial, StepCall)
         return EventSpec(
-            "trial.failed",
+            "step.failed" if step else "trial.failed",
             {
-                "trial": trial.id,
+                **(_call_members(trial) if isinstance(trial, StepCall) else {"trial": trial.id}),
                 "attempt": attempt,
                 "request_seq": request_seq,
                 "error_type": error.error_type,
@@ -624,7 +724,8 @@ class Runner:
         return self.log.append_many([self._request_spec(trial, attempt, wire)], key=self.key)[0].seq
 
     def _append_failure(
-        self, trial: Trial, attempt: int, request_seq: int, error: BackendError, *, final: bool
+        self, trial: Trial | StepCall, attempt: int, request_seq: int, error: BackendError, *,
+        final: bool,
     ) -> None:
         """Append ``trial.failed`` now (outside the event loop's writer)."""
         spec = self._failure_spec(trial, attempt, request_seq, error, final=final)
@@ -757,7 +858,7 @@ class Runner:
             assert self.state is not None
             self.progress(self.counters, self.final, len(self.state.order))
 
-    def _reserve(self, trial: Trial, wire: dict[str, Any]) -> float | None:
+    def _reserve(self, trial: Trial | StepCall, wire: dict[str, Any]) -> float | None:
         """Reserve the most this request can cost; None (and stop) if the budget forbids it."""
         if self.options.budget_usd is None or self.price is None:
             return 0.0
@@ -775,19 +876,29 @@ class Runner:
         return worst
 
     def worst_cost(
-        self, trial: Trial, wire: dict[str, Any], *, batch: bool | None = None
+        self, trial: Trial | StepCall, wire: dict[str, Any], *, batch: bool | None = None
     ) -> float:
         """The most the request ``wire`` of ``trial`` can cost (a priced session only).
 
         ``batch`` (default: this runner's) prices it at the Message Batches discount.
         """
-        assert self.price is not None
+        price = self._price_of(trial)
+        assert price is not None
         tokens = self.input_tokens.get((trial.arm, trial.model, trial.stimulus))
         if tokens is None:
-            tokens = request_input_tokens(wire, self.builder.renderer.image_sizes(trial.stimulus))
+            sizes = [] if isinstance(trial, StepCall) else self.builder.renderer.image_sizes(
+                trial.stimulus
+            )
+            tokens = request_input_tokens(wire, sizes)
         discounted = self.batch if batch is None else batch
         max_tokens = wire.get("max_tokens", wire.get("max_completion_tokens", self.max_tokens))
-        return max_cost_usd(self.price, tokens, int(max_tokens), batch=discounted)
+        return max_cost_usd(price, tokens, int(max_tokens), batch=discounted)
+
+    def _price_of(self, call: Trial | StepCall) -> Price | None:
+        """The price of ``call``: its model's in a per-model priced session, else the session's."""
+        if not self.prices_by_id:
+            return self.price
+        return self.prices_by_id.get(self.builder.renderer.models[call.model].id, self.price)
 
     def backoff(self, failures: int, error: BackendError) -> float:
         """Seconds to wait after the ``failures``-th failure (``retry-after``, else jitter)."""
@@ -800,10 +911,16 @@ class Runner:
         ceiling = min(self.options.backoff_max, self.options.backoff_base * 2 ** (failures - 1))
         return self.rng.uniform(ceiling / 2, ceiling)  # "equal jitter"
 
-    async def _run_trial(self, trial: Trial, limit: AdaptiveLimit) -> None:
+    async def _run_trial(self, trial: Trial | StepCall, limit: AdaptiveLimit) -> None:
         assert self.state is not None
-        record = self.state.trials[trial.id]
-        wire = self.backend.wire_body(self.builder.body(trial))
+        record: TrialState | CallState
+        if isinstance(trial, StepCall):
+            assert self.steps is not None
+            record = self.steps.state(trial)
+            wire = self.backend.wire_body(self.steps.body(trial))
+        else:
+            record = self.state.trials[trial.id]
+            wire = self.backend.wire_body(self.builder.body(trial))
         while self.stop_reason is None:
             if self.options.until is not None and datetime.now(UTC) >= self.options.until:
                 self.request_stop(f"until: reached {self.options.until.isoformat()}")
@@ -823,8 +940,8 @@ class Runner:
 
     async def _attempt(
         self,
-        trial: Trial,
-        record: TrialState,
+        trial: Trial | StepCall,
+        record: TrialState | CallState,
         wire: dict[str, Any],
         reserved: float,
         limit: AdaptiveLimit,
@@ -884,12 +1001,20 @@ class Runner:
         self.counters.reserved_usd -= reserved
         spec, cost = self._response_spec(trial, attempt, seq, reply, latency)
         seq = await self._write(spec)
-        record.responded = seq
         if isinstance(reply.usage.get("input_tokens"), int):
             used = int(reply.usage["input_tokens"])
             self.input_tokens[(trial.arm, trial.model, trial.stimulus)] = used
         self.counters.responded += 1
         self.counters.cost_usd += cost or 0.0
+        if isinstance(trial, StepCall):
+            assert isinstance(record, CallState) and self.steps is not None
+            self.step_calls += 1
+            await limit.succeeded()
+            self.counters.concurrency = limit.limit
+            self._tick()
+            return self._step_answered(trial, record, seq, reply_text(reply.raw, reply.format))
+        assert isinstance(record, TrialState)
+        record.responded = seq
         self.final += 1
         await limit.succeeded()
         self.counters.concurrency = limit.limit
@@ -897,7 +1022,7 @@ class Runner:
         return None
 
     async def _write_interrupted(
-        self, trial: Trial, attempt: int, request_seq: int, message: str
+        self, trial: Trial | StepCall, attempt: int, request_seq: int, message: str
     ) -> None:
         """Record the attempt ``request_seq`` as interrupted (its outcome is unknown)."""
         error = BackendError("interrupted", message, retryable=True)
@@ -910,8 +1035,8 @@ class Runner:
 
     async def _failed(
         self,
-        trial: Trial,
-        record: TrialState,
+        trial: Trial | StepCall,
+        record: TrialState | CallState,
         attempt: int,
         seq: int,
         error: BackendError,
@@ -950,7 +1075,8 @@ class Runner:
         if final:
             record.given_up = seq
             self.counters.given_up += 1
-            self.final += 1
+            if not isinstance(trial, StepCall):
+                self.final += 1
             self._tick()
             return None
         if error.overloaded:
@@ -996,7 +1122,29 @@ class Runner:
             raw=error.raw,
         )
 
-    async def _worker(self, queue: deque[Trial], limit: AdaptiveLimit) -> None:
+    def _step_answered(
+        self, call: StepCall, record: CallState, seq: int, text: str
+    ) -> float | None:
+        """After a step response: None when the call is final, else 0 (send it again).
+
+        A response that does not parse earns the call ``on_unparseable.retry`` more attempts;
+        after them its vote is missing, and with ``then = "stop"`` the run stops
+        (``docs/trials.md`` §5).
+        """
+        assert self.steps is not None
+        if not self.steps.observe(call.step, record, seq, text):
+            return 0.0
+        spec = self.study.steps[call.step]
+        if record.exhausted is not None and spec.then == "stop":
+            self.fatal = (
+                f"step {call.step}: call {call.id} gave {record.unparseable} unparseable "
+                f"response(s) (last at seq {seq}); [steps.{call.step}] on_unparseable then = "
+                "\"stop\""
+            )
+            self.request_stop(f"error: {self.fatal}")
+        return None
+
+    async def _worker(self, queue: deque[Any], limit: AdaptiveLimit) -> None:
         while queue and self.stop_reason is None:
             await limit.acquire()
             try:
@@ -1064,9 +1212,10 @@ class Runner:
         results: list[Any] = []
         self.writer = GroupWriter(self.log, self.key, loop)
         try:
-            workers = min(self.options.concurrency, len(queue)) or 0
-            tasks = [asyncio.create_task(self._worker(queue, limit)) for _ in range(workers)]
-            results = await asyncio.gather(*tasks, return_exceptions=True)
+            if self.steps is not None:
+                results = await self._phases(queue, limit)
+            else:
+                results = await self._drain(queue, limit)
         finally:
             await loop.run_in_executor(None, self.writer.close)
             self.writer = None
@@ -1078,15 +1227,138 @@ class Runner:
             if isinstance(r, BaseException) and not isinstance(r, asyncio.CancelledError)
         ]
 
+    async def _drain(self, queue: deque[Any], limit: AdaptiveLimit) -> list[Any]:
+        """Run every call of ``queue`` with the session's workers; their results."""
+        workers = min(self.options.concurrency, len(queue)) or 0
+        tasks = [asyncio.create_task(self._worker(queue, limit)) for _ in range(workers)]
+        return list(await asyncio.gather(*tasks, return_exceptions=True))
+
+    async def _phases(self, trials: deque[Trial], limit: AdaptiveLimit) -> list[Any]:
+        """A study with steps runs in phases (``docs/trials.md`` §5).
+
+        The item steps, layer by layer (a layer reads only earlier layers' decisions); then the
+        trials, those whose item the item steps keep out recorded as ``trial.excluded``; then
+        the trial steps on every answered trial, layer by layer. Each phase starts from the
+        ledger as committed, so a restart resumes exactly where the calls stopped.
+        """
+        assert self.steps is not None and self.writer is not None and self.state is not None
+        work = self.steps
+        results: list[Any] = []
+
+        async def reload() -> None:
+            assert self.writer is not None
+            await self.writer.call(lambda: work.load(self.log))
+
+        for layer in work.render.layers("item"):
+            await reload()
+            if self.stop_reason is not None:
+                return results
+            results += await self._drain(
+                deque(work.pending_item_calls(layer, self.selected)), limit
+            )
+        await reload()
+        if self.stop_reason is not None:
+            return results
+        order = [t.id for t in self.state.order]
+        waiting: list[Trial] = list(trials)
+        while True:  # rounds: a second stage waits for its first stage (prompts.md §9)
+            ready: deque[Trial] = deque()
+            later: list[Trial] = []
+            for trial in waiting:
+                if not work.item_steps_final(trial.stimulus):
+                    continue  # an item step still pending (another session's models): not yet
+                values = work.item_inputs(trial.stimulus)
+                if values is None:
+                    await self._exclude(trial, work.missing_step(trial.stimulus))
+                    continue
+                prior = self._prior(trial)
+                if prior is None:
+                    later.append(trial)
+                    continue
+                if isinstance(prior, str):
+                    await self._exclude(trial, "", prior)
+                    continue
+                self.builder.renderer.prior_values[trial.id] = prior
+                self.builder.renderer.step_values[trial.stimulus] = values
+                ready.append(trial)
+            sent = len(ready)  # the workers empty the queue
+            results += await self._drain(ready, limit)
+            for layer in work.render.layers("trial"):
+                await reload()
+                if self.stop_reason is not None:
+                    return results
+                results += await self._drain(
+                    deque(work.pending_trial_calls(layer, order, self.selected)), limit
+                )
+            await reload()
+            if not sent or self.stop_reason is not None:
+                break  # nothing more can become ready in this session
+            waiting = later
+        return results
+
+    def _prior(self, trial: Trial) -> dict[str, str] | str | None:
+        """The ``{prior.*}`` values of ``trial`` (prompts.md §9).
+
+        A string says why it is excluded; None: its first stage is not final yet.
+        """
+        spec = self.study.arms[trial.arm]
+        if spec.after is None:
+            return {}
+        assert self.steps is not None and self.state is not None
+        return prior_values(self.study, self.steps, self.state, trial, spec.after)
+
+    async def _exclude(self, trial: Trial, step: str, why: str | None = None) -> None:
+        """Record ``trial`` as excluded (``trial.excluded``).
+
+        An item step it reads has no decision that keeps it, or (``why``) its first stage gave
+        no answer to build on (prompts.md §9).
+        """
+        assert self.steps is not None and self.state is not None
+        if why is not None:
+            after = self.study.arms[trial.arm].after or {}
+            body = {"trial": trial.id, "item": trial.stimulus, "step": after.get("answer", ""),
+                    "prior": prior_trial(trial.id, after.get("arm", "")), "reason": why}
+        else:
+            spec = self.study.steps[step]
+            decision = self.steps.decision(step, trial.stimulus)
+            reason = (
+                f"screened out by step {step!r} (decision {decision!r}, kept: {list(spec.keep)})"
+                if spec.keep is not None and decision is not None
+                else f"step {step!r} reached no decision for item {trial.stimulus!r}"
+            )
+            body = {"trial": trial.id, "item": trial.stimulus, "step": step, "reason": reason}
+        seq = await self._write(EventSpec("trial.excluded", body))
+        self.state.trials[trial.id].excluded = seq
+        self.final += 1
+        self._tick()
+
+    def steps_pending(self) -> int:
+        """Step calls due and not final (after the session: what a next session would run)."""
+        if self.steps is None or self.state is None:
+            return 0
+        work = self.steps
+        pending = sum(
+            len(work.pending_item_calls(layer, self.selected))
+            for layer in work.render.layers("item")
+        )
+        order = [t.id for t in self.state.order]
+        return pending + sum(
+            len(work.pending_trial_calls(layer, order, self.selected))
+            for layer in work.render.layers("trial")
+        )
+
     def _close(self) -> RunResult:
         assert self.state is not None
         pending = sum(not s.final for s in self.state.trials.values())
-        if pending == 0:
+        steps_pending = self.steps_pending()
+        if pending == 0 and steps_pending == 0:
             reason = "complete"  # even if a stop came after the last trial was sent
         elif self.stop_reason is not None:
             reason = self.stop_reason
         elif self.options.max_trials is not None:
             reason = f"max-trials: {self.options.max_trials} trials run"
+        elif steps_pending:
+            reason = f"steps: {steps_pending} step call(s) due and not final"
         else:
             reason = "complete"
         c = self.counters
@@ -1103,6 +1375,10 @@ class Runner:
                 "cost_usd": round(c.cost_usd, 8) if self._priced() else None,
                 "final": self.final,
                 "pending": pending,
+                **(
+                    {"step_calls": self.step_calls, "steps_pending": steps_pending}
+                    if self.steps is not None else {}
+                ),
             },
             key=self.key,
         )
@@ -1115,6 +1391,11 @@ class Runner:
             priced=self.price is not None, signal=self.signalled,
             witness_wait=self.witness_wait, unwitnessed=tuple(self.witness_notes),
         )
+
+
+def _call_members(call: StepCall) -> dict[str, Any]:
+    """The members a step event's body names its call by (``docs/trials.md`` §5)."""
+    return {"call": call.id, "step": call.step}
 
 
 def session_witnesses(log: Ledger) -> Any:
@@ -1212,6 +1493,15 @@ def _with_runner(
         # A backend that drives a session its own way (the Message Batches API) supplies its
         # runner; every other backend is driven call by call.
         make_runner = getattr(backend, "make_runner", None)
+        staged = study.steps or any(a.after is not None for a in study.arms.values())
+        if make_runner is not None and staged:
+            asyncio.run(backend.aclose())
+            raise StudyError(
+                f"the {backend.name} backend submits every pending trial in one batch, but "
+                f"{study.spec_path} has model steps or answer-dependent arms, whose calls wait "
+                "for earlier answers (docs/trials.md §5); run it with a call-by-call backend "
+                "(anthropic); nothing was recorded"
+            )
         try:
             runner: Runner = (
                 make_runner(study, log, key, options, progress, control)

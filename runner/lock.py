@@ -215,7 +215,12 @@ def validate_for_lock(study: Study) -> list[str]:
         except StimulusError as exc:
             problems.append(str(exc))
     try:
-        problems += Renderer(study).problems()
+        renderer = Renderer(study)
+        problems += renderer.problems()
+        if study.steps:
+            from runner.step_render import StepRenderer
+
+            problems += StepRenderer(study, renderer).problems()
     except SpecError as exc:
         problems += exc.problems
     return problems
@@ -250,6 +255,10 @@ def protocol_design(study: Study) -> dict[str, Any]:
             record["examples"] = examples.record(study.rel(fs.examples))
             sets[name] = record
         out["fewshot"] = sets
+    if study.steps:  # docs/prompts.md §8: everything that shapes a step request
+        out["steps"] = {name: spec.record(study.rel) for name, spec in study.steps.items()}
+    if study.reviews:  # docs/scoring.md §11: the review samples, declared before any decision
+        out["reviews"] = {name: dict(r) for name, r in study.reviews.items()}
     if study.variants:  # docs/variants.md: definitions and the expanded variant order
         out["variants"] = {spec.name: spec.record() for spec in study.variants}
         out["variant_order"] = [v.name for v in study.variant_list()]

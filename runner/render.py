@@ -32,11 +32,12 @@ __all__ = [
     "draw_examples",
     "item_values",
     "parse_template",
+    "prior_trial",
     "random_order",
     "request_parameters",
 ]
 
-_SLOT_NAME: Final = re.compile(r"[A-Za-z_][A-Za-z0-9_]*(?:\.[A-Za-z0-9_]+)?")
+_SLOT_NAME: Final = re.compile(r"[A-Za-z_][A-Za-z0-9_]*(?:\.[A-Za-z0-9_]+){0,2}")
 ANSWER_SLOTS: Final = frozenset({"answer", "answer_text", "rationale"})
 """Slots only an answer template may use: the key must never reach the model."""
 _OPTION_SLOT: Final = re.compile(r"^option_([A-Z])$")
@@ -268,6 +269,18 @@ class Renderer:
             )  # fmt: skip
         self._images: dict[Path, tuple[str, str, int, int]] = {}
         self._varied: dict[tuple[str, str], Item] = {}
+        # {steps.NAME} slot values per item, once the item steps are decided (docs/prompts.md §8)
+        self.step_values: dict[str, dict[str, str]] = {}
+        # docs/prompts.md §9: an answer-dependent arm's components are templates of {prior.*}
+        self.component_templates: dict[str, Template] = {}
+        for arm in study.arms.values():
+            if arm.after is not None:
+                for name in arm.components:
+                    if name in self.texts and name not in self.component_templates:
+                        self.component_templates[name] = parse_template(
+                            self.texts[name], study.rel(study.components[name])
+                        )
+        self.prior_values: dict[str, dict[str, str]] = {}  # trial id -> {prior.*} values
 
     # ------------------------------------------------------------------ pieces
 
@@ -321,6 +334,7 @@ class Renderer:
         if self.items is not None:
             item = self.varied_item(stimulus, variant)
             values = self.values(item)
+            values.update(self.step_values.get(stimulus, {}))
         else:
             values = {"id": stimulus}
         return self.item_template.render(values).rstrip("\n")
@@ -343,9 +357,12 @@ class Renderer:
 
     def arm_text(
         self, arm: str, stimulus: str, examples: Sequence[tuple[str, str]],
-        variant: str | None = None,
+        variant: str | None = None, prior: Mapping[str, str] | None = None,
     ) -> str:
-        """The trial's user text (section 3): components, item block and inline examples."""
+        """The trial's user text (section 3): components, item block and inline examples.
+
+        ``prior``: the ``{prior.*}`` values of an answer-dependent arm's trial (section 9).
+        """
         spec = self.study.arms[arm]
         inline = (
             spec.fewshot is not None and self.study.fewshot[spec.fewshot].style == "inline"
@@ -359,6 +376,8 @@ class Renderer:
             elif name == "examples":
                 if inline:
                     parts.append("\n\n".join(f"{u}\n{a}" for u, a in examples))
+            elif spec.after is not None:
+                parts.append(self.component_templates[name].render(prior or {}).strip("\n"))
             else:
                 parts.append(self.texts[name].strip("\n"))
         return "\n\n".join(parts) + "\n" if parts else ""
@@ -373,7 +392,8 @@ class Renderer:
     # ------------------------------------------------------------------ the request
 
     def body(
-        self, arm: str, model: str | None, stimulus: str, variant: str | None = None
+        self, arm: str, model: str | None, stimulus: str, variant: str | None = None,
+        prior: Mapping[str, str] | None = None,
     ) -> dict[str, Any]:
         """The Messages API request object of a trial (``docs/prompts.md`` section 6).
 
@@ -383,7 +403,7 @@ class Renderer:
         spec = self.study.arms[arm]
         examples = self.example_texts(arm, stimulus)
         content: list[dict[str, Any]] = [self._image_block(p) for p in self.image_paths(stimulus)]
-        text = self.arm_text(arm, stimulus, examples, variant)
+        text = self.arm_text(arm, stimulus, examples, variant, prior)
         if text:
             content.append({"type": "text", "text": text})
         messages: list[dict[str, Any]] = []
@@ -464,9 +484,53 @@ class Renderer:
             if self.item_template is None and "item" in arm.components:
                 out.append(f"{study.spec_path}: arms.{arm.id}.components: 'item' needs an item "
                            "template ([prompt] item)")  # fmt: skip
+            if arm.after is not None:
+                out += self._after_problems(arm.id)
             if arm.fewshot is None and "examples" in arm.components:
                 out.append(f"{study.spec_path}: arms.{arm.id}.components: 'examples' needs "
                            "an example set (fewshot = \"NAME\")")  # fmt: skip
+        return out
+
+    def _after_problems(self, arm: str) -> list[str]:
+        """An answer-dependent arm (section 9): its prior trials, slots and answer step."""
+        study = self.study
+        spec = study.arms[arm]
+        assert spec.after is not None
+        where = f"{study.spec_path}: arms.{arm}.after"
+        out: list[str] = []
+        ids = set(study.trial_ids())
+        for tid in study.trial_ids():
+            if tid.split("|", 1)[0] == arm:
+                prior = prior_trial(tid, spec.after["arm"])
+                if prior not in ids:
+                    out.append(f"{where}: trial {tid} has no first-stage trial {prior} (the "
+                               "prior arm must run the same models, items and replicates)")
+                    break
+        answer = spec.after.get("answer")
+        if answer is not None:
+            step = study.steps.get(answer)
+            if step is None or step.on != "trial":
+                out.append(f"{where}.answer: {answer!r} is no trial step ([steps.<NAME>] with "
+                           "on = \"trial\")")  # fmt: skip
+        allowed = {"prior.response"}
+        if answer is not None:
+            allowed |= {"prior.answer"}
+        if spec.after.get("rule") == "next-option":
+            allowed |= {"prior.answer_text", "prior.other", "prior.other_text"}
+            if self.items is not None and any(not i.options for i in self.items):
+                lacking = next(i for i in self.items if not i.options)
+                out.append(f"{where}.rule: next-option needs options; item {lacking.id!r} has "
+                           "none")  # fmt: skip
+        for name in spec.components:
+            tpl = self.component_templates.get(name)
+            if tpl is None:
+                continue
+            for slot in tpl.slots():
+                if slot.name not in allowed:
+                    out.append(f"{tpl.name}:{slot.line}:{slot.column}: slot {{{slot.name}}}: an "
+                               f"answer-dependent arm's components may use only "
+                               f"{', '.join('{' + a + '}' for a in sorted(allowed))} (arms."
+                               f"{arm}; section 9)")  # fmt: skip
         return out
 
     def _varied_pool(self) -> tuple[list[Item], list[str]]:
@@ -529,6 +593,8 @@ class Renderer:
     def _unfilled(self, template: Template, items: Sequence[Item], *, answers: bool) -> list[str]:
         """For each slot some item cannot fill, a problem naming the first such item."""
         slots = template.slots()
+        if self.study.steps:  # step slots are checked by runner.step_render
+            slots = [s for s in slots if not s.name.startswith("steps.")]
         lacking: dict[int, Item] = {}  # slot index -> the first item that lacks it
         for item in items:
             values = self.values(item, answers=answers)
@@ -584,6 +650,11 @@ class Renderer:
                 except StimulusError as exc:
                     out.append(str(exc))
         return out
+
+
+def prior_trial(trial_id: str, prior_arm: str) -> str:
+    """The first-stage trial of an answer-dependent trial: the same id under ``prior_arm``."""
+    return prior_arm + "|" + trial_id.split("|", 1)[1]
 
 
 def _hint(slot: str, item: Item) -> str:

@@ -73,7 +73,10 @@ class RequestBuilder:
 
     def body(self, trial: Trial) -> dict[str, Any]:
         """The Messages API request object for ``trial`` (``docs/prompts.md`` section 6)."""
-        return self.renderer.body(trial.arm, trial.model, trial.stimulus, trial.variant)
+        return self.renderer.body(
+            trial.arm, trial.model, trial.stimulus, trial.variant,
+            self.renderer.prior_values.get(trial.id),
+        )  # fmt: skip
 
 
 def request_blob(body: dict[str, Any]) -> tuple[bytes, str]:

@@ -24,6 +24,7 @@ from ledger import describe_os_error, describe_utf8_error
 from runner._errors import SpecError as SpecError
 from runner._errors import StudyError
 from runner._schema import KeyPath, LineFinder, path_of, unknown_keys
+from runner.steps import StepSpec, parse_steps
 from runner.timestamping import TimestampSpec, parse_timestamping
 from runner.variants import FIELD_KINDS, KIND_KEYS, KINDS, Variant, VariantSpec
 from runner.witnessing import WitnessPolicy, parse_policy
@@ -75,6 +76,8 @@ SINGLE_ANSWER_PARSERS = (*VOCABULARY_PARSERS, *TEXT_PARSERS, "cloze")
 """Parsers scored against one answer per stimulus (``[stimuli] answer_column``)."""
 LOGPROB_PROVIDERS = ("openai", "openai-compatible")
 """Providers whose servers return token log-probabilities (``logprobs``, ``top_logprobs``)."""
+JUDGE_PREFIX: Final = "judge:"
+"""``[response] parser = "judge:<step>"``: a trial step scores each trial (scoring.md §10)."""
 MODES = ("exactly-one", "first-token")
 """Parser modes of ``docs/scoring.md`` section 5.2."""
 DEFAULT_LETTERS = "ABCD"
@@ -126,6 +129,8 @@ class Arm:
     replicates: int | None = None
     subset: tuple[int, str] | None = None
     variants: tuple[str, ...] | None = None
+    after: dict[str, str] | None = None
+    """An answer-dependent arm: ``{"arm", and "answer" (a trial step), "rule"}`` (prompts.md §9)."""
 
     def protocol_record(self) -> dict[str, Any]:
         """The per-arm settings ``protocol.locked`` records (only those the arm sets)."""
@@ -144,6 +149,8 @@ class Arm:
             out["items"] = {"n": self.subset[0], "seed": self.subset[1]}
         if self.variants is not None:
             out["variants"] = list(self.variants)
+        if self.after is not None:
+            out["after"] = dict(self.after)
         return out
 
 
@@ -300,6 +307,8 @@ class Study:
     variants: tuple[VariantSpec, ...] = ()
     witnessing: WitnessPolicy | None = None  # [[witnesses]] and [witnessing] (docs/witness.md)
     timestamping: TimestampSpec | None = None  # [timestamping] (docs/witness.md section 9)
+    steps: dict[str, StepSpec] = field(default_factory=dict)  # [steps.NAME] (docs/prompts.md §8)
+    reviews: dict[str, dict[str, Any]] = field(default_factory=dict)  # [reviews.NAME] (§11)
 
     def model_specs(self) -> list[ModelSpec]:
         """Every model, in declaration order (one, named None, for a ``[model]`` study)."""
@@ -377,6 +386,10 @@ class Study:
             files[self._rel(fs.examples)] = "examples"
             if fs.answer is not None:
                 files[self._rel(fs.answer)] = "template"
+        for step in self.steps.values():
+            files[self._rel(step.template)] = "step-template"
+            if step.schema is not None:
+                files[self._rel(step.schema)] = "step-schema"
         for spec in self.variants:
             if "stopwords" in spec.params:
                 files[str(spec.params["stopwords"])] = "stopwords"
@@ -1004,6 +1017,22 @@ def _arm_settings(
             c.add(f"{where}.variants", "a variant is listed twice")
         else:
             out["variants"] = tuple(names)
+    after = spec.get("after")
+    if after is not None:
+        if (
+            not isinstance(after, dict) or not isinstance(after.get("arm"), str)
+            or any(k not in ("arm", "answer", "rule") for k in after)
+            or not all(isinstance(v, str) and v for v in after.values())
+        ):  # fmt: skip
+            c.add(f"{where}.after", 'must be { arm = "A" } with, optionally, answer = "<trial '
+                  'step>" and rule = "next-option"')  # fmt: skip
+        elif after.get("rule", "next-option") != "next-option":
+            c.add(f"{where}.after.rule", f"unknown rule {after['rule']!r}; use next-option")
+        elif "rule" in after and "answer" not in after:
+            c.add(f"{where}.after.rule", "next-option needs the prior's answer (answer = "
+                  "\"<trial step>\")")  # fmt: skip
+        else:
+            out["after"] = dict(after)
     subset = spec.get("items")
     if subset is not None:
         if not isinstance(subset, dict):
@@ -1062,6 +1091,13 @@ def _arms(
     for arm in arms.values():
         if arm.differs_from and arm.differs_from[0] not in arms:
             c.add(f"arms.{arm.id}.differs_from", f"unknown arm {arm.differs_from[0]!r}")
+        if arm.after is not None:
+            prior = arms.get(arm.after["arm"])
+            if prior is None or prior.id == arm.id:
+                c.add(f"arms.{arm.id}.after", f"unknown arm {arm.after['arm']!r}")
+            elif prior.after is not None:
+                c.add(f"arms.{arm.id}.after", f"arm {prior.id!r} is itself answer-dependent; "
+                      "a second stage follows a first stage only")  # fmt: skip
     if raw and not arms:
         c.add("arms", "declare at least one arm")
     return arms
@@ -1343,7 +1379,7 @@ class _Response:
 def _response(c: _Collector, data: dict[str, Any]) -> _Response:
     response = _table(c, data, "response")
     parser = _str(c, response, "parser", "response", "tumbling-e-json")
-    if parser and parser not in PARSERS:
+    if parser and parser not in PARSERS and not parser.startswith(JUDGE_PREFIX):
         c.add("response.parser", f"unknown parser {parser!r}; use one of {', '.join(PARSERS)}")
     response_format = _str(c, response, "format", "response", parser or "tumbling-e-json")
     letters: str | None = None
@@ -1418,6 +1454,31 @@ def _analysis(c: _Collector, data: dict[str, Any], arms: Iterable[str] = ()) -> 
             c.add("analysis.model_arms", f"unknown arm {unknown[0]!r}")
         analysis_out["model_arms"] = list(model_arms)
     return analysis_out
+
+
+def _reviews(c: _Collector, data: dict[str, Any], steps: dict[str, Any]) -> dict[str, Any]:
+    """``[reviews.<NAME>]``: a seeded sample of judge decisions for human review (§11)."""
+    raw = data.get("reviews")
+    if raw is None:
+        return {}
+    if not isinstance(raw, dict) or not all(isinstance(v, dict) for v in raw.values()):
+        c.add("reviews", "declare each review sample as a [reviews.<NAME>] table")
+        return {}
+    out: dict[str, Any] = {}
+    for name, table in raw.items():
+        where = f"reviews.{name}"
+        if not ID_RE.match(name):
+            c.add(where, "review sample names are letters, digits, '.', '_' or '-'")
+        step = table.get("step")
+        spec = steps.get(step) if isinstance(step, str) else None
+        if spec is None or spec.on != "trial" or spec.parser != "label":
+            c.add(f"{where}.step", f"must name a trial step with the label parser, got {step!r}")
+        n = table.get("n")
+        if isinstance(n, bool) or not isinstance(n, int) or n < 1:
+            c.add(f"{where}.n", f"must be an integer >= 1 (decisions per stratum), got {n!r}")
+        seed = _int_seed(c, table, "seed", where)
+        out[name] = {"step": step, "n": n, "seed": seed, "strata": "unanimity"}
+    return out
 
 
 def load_study(root: str | Path, *, strict: bool = True) -> Study:
@@ -1555,6 +1616,21 @@ def load_study(root: str | Path, *, strict: bool = True) -> Study:
     witnessing = parse_policy(data, c.add)
     timestamping = parse_timestamping(data, c.add)
     deviations = _deviations(c, data)
+    steps = parse_steps(
+        data.get("steps"), root, c.add, list(models) if models is not None else None,
+        components, lambda rel, where: _inside(c, root, rel, where),
+    )
+    reviews = _reviews(c, data, steps)
+    if response.parser.startswith(JUDGE_PREFIX):
+        judge = steps.get(response.parser[len(JUDGE_PREFIX) :])
+        if judge is None or judge.on != "trial":
+            c.add("response.parser", f"{response.parser!r} names no trial step ([steps.<NAME>] "
+                  "with on = \"trial\")")  # fmt: skip
+        elif judge.parser != "label" or "correct" not in judge.labels:
+            c.add("response.parser", f"judge step {judge.name!r} must use the label parser with "
+                  "a label \"correct\" (a trial is correct when the judges' decision is it)")
+        if items is None:
+            c.add("response.parser", "a judge scores item studies ([stimuli] items) only")
 
     if c.problems:
         raise SpecError(c.problems)
@@ -1569,7 +1645,7 @@ def load_study(root: str | Path, *, strict: bool = True) -> Study:
         answer_column=answer_column, letters=letters, mode=response.mode,
         items_path=items_path, prompt=prompt, fewshot=fewshot, models=models, phase=phase,
         variants=tuple(variants),
-        witnessing=witnessing, timestamping=timestamping,
+        witnessing=witnessing, timestamping=timestamping, steps=steps, reviews=reviews,
     )
     if items is not None:  # read once, here: Study.load_items returns it from now on
         object.__setattr__(loaded, "_items", items)

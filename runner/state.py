@@ -34,11 +34,14 @@ class TrialState:
     open_request: int | None = None
     open_batch: str | None = None
     cost_usd: float = 0.0
+    excluded: int | None = None  # seq of its trial.excluded (docs/trials.md §5)
 
     @property
     def final(self) -> bool:
-        """True once the trial has a response or was given up."""
-        return self.responded is not None or self.given_up is not None
+        """True once the trial has a response, was given up, or was excluded by a step."""
+        return self.responded is not None or self.given_up is not None or (
+            self.excluded is not None
+        )
 
 
 @dataclass
@@ -136,6 +139,12 @@ def load_state(study: Study, log: Ledger) -> StudyState:
                     failures.append((request_trial[body["request_seq"]], session))
                 if body.get("final"):
                     trial.given_up = event.seq
+        elif kind == "step.responded":  # a step call's cost counts against the budget
+            cost = body.get("cost_usd")
+            if isinstance(cost, int | float):
+                state.cost_usd += cost
+        elif kind == "trial.excluded":
+            trials[body["trial"]].excluded = event.seq
         elif kind == "batch.submitted":
             open_seqs = []
             for seq in body["requests"]:

@@ -270,6 +270,8 @@ def truth_problems(study: Study) -> list[str]:
 def _item_problems(study: Study) -> list[str]:
     """The truth of an item file: every item's answer must be one the parser can score."""
     where_spec = f"{study.spec_path}: response.parser"
+    if study.parser.startswith("judge:"):
+        return []  # the judges read the item's answer as the reference (docs/scoring.md §10)
     if study.parser not in SINGLE_ANSWER_PARSERS:
         return [
             f"{where_spec}: {study.parser!r} scores a tumbling-E chart glyph by glyph; an item "

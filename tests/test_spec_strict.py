@@ -65,7 +65,7 @@ UNKNOWN_KEYS = [
     ("top-level key far from any", "[study]", 'zzz = "x"\n\n[study]',
      "zzz: unknown top-level key (sections: study, model, models, components, prompt, "
      "fewshot, arms, stimuli, design, response, hypotheses, analysis, deviations, variants, "
-     "witnesses, witnessing, timestamping)"),
+     "witnesses, witnessing, timestamping, steps, reviews)"),
     ("misspelled section", "[model]", "[modle]",
      "modle: unknown section (did you mean 'model'?)"),
     ("study", 'amendable = ["README.md"]', 'amendable = ["README.md"]\ntitel = "x"',
@@ -96,7 +96,7 @@ UNKNOWN_KEYS = [
      "[analysis] random_intercepts: unknown key (did you mean 'random_intercept'?)"),
     ("subtable of an arm", "[arms.C]", '[arms.C.extra]\nx = 1\n\n[arms.C]',
      "[arms.C] extra: unknown key (valid keys: role, components, differs_from, system, fewshot, "
-     "sampling, models, replicates, items, variants)"),
+     "sampling, models, replicates, items, variants, after)"),
     ("arm sampling", 'role = "vehicle"', 'role = "vehicle"\nsampling = { temprature = 0.5 }',
      "[arms.C.sampling] temprature: unknown key (did you mean 'temperature'?)"),
 ]  # fmt: skip

@@ -68,7 +68,7 @@ def test_template_values_are_substituted_verbatim() -> None:
     [
         ("a { b", 1, 3, "{"),
         ("ok\nx } y", 2, 3, "}"),
-        ("line one\n  {a.b.c}", 2, 3, "{"),
+        ("line one\n  {a.b.c.d}", 2, 3, "{"),  # at most two dots (prompts.md §2)
         ("{1abc}", 1, 1, "{"),
         ("{ name}", 1, 1, "{"),
         ("{name", 1, 1, "{"),

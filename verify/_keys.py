@@ -11,7 +11,7 @@ from verify._note import Vkey, parse_vkey
 
 __all__ = ["ROLES", "KeyRecord", "Registry", "role_may_append"]
 
-ROLES = frozenset({"owner", "runner", "scorer", "analyst"})
+ROLES = frozenset({"owner", "runner", "scorer", "analyst", "reviewer"})
 
 _ROLE_KINDS: dict[str, frozenset[str]] = {
     "runner": frozenset(
@@ -23,10 +23,15 @@ _ROLE_KINDS: dict[str, frozenset[str]] = {
             "trial.failed",
             "batch.submitted",
             "run.preflight",
+            "step.requested",
+            "step.responded",
+            "step.failed",
+            "trial.excluded",
         }
     ),
     "scorer": frozenset({"trial.scored", "scoring.sealed"}),
     "analyst": frozenset({"analysis.result"}),
+    "reviewer": frozenset({"review.recorded"}),
 }
 
 _ORIGIN_BAD = re.compile(r"[\s+]")

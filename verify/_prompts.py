@@ -81,7 +81,7 @@ STYLES = ("turns", "inline")
 RESERVED_COMPONENTS = ("item", "examples")
 """§3: component names that stand for the item block and the inline examples block."""
 
-_SLOT = re.compile(r"\{([A-Za-z_][A-Za-z0-9_]*(?:\.[A-Za-z0-9_]+)?)\}")
+_SLOT = re.compile(r"\{([A-Za-z_][A-Za-z0-9_]*(?:\.[A-Za-z0-9_]+){0,2})\}")
 _BRACE = re.compile(r"[{}]")
 _LABELS = "ABCDEFGHIJKLMNOPQRSTUVWXYZ"
 _DECIMAL = re.compile(r"[0-9]+")
@@ -623,6 +623,7 @@ class Arm:
     replicates: int | None = None
     items: tuple[int, str] | None = None
     variants: tuple[str, ...] | None = None
+    after: Mapping[str, str] | None = None  # §9: an answer-dependent arm
 
     @classmethod
     def from_locked(cls, name: str, info: Any) -> Arm:
@@ -652,6 +653,10 @@ class Arm:
                 raise PromptError(f"{where}.items.n: {n!r} is not an integer >= 1")
             subset_of = (n, _seed(items["seed"], f"{where}.items.seed"))
         variants = info.get("variants")
+        after = info.get("after")
+        if after is not None and (type(after) is not dict or type(after.get("arm")) is not str
+                                  or not all(type(v) is str for v in after.values())):
+            raise PromptError(f"{where}.after is not an object {{arm, answer, rule}}")
         return cls(
             name,
             components,
@@ -662,6 +667,7 @@ class Arm:
             replicates,
             subset_of,
             None if variants is None else _string_list(variants, f"{where}.variants"),
+            after,
         )
 
 
@@ -757,6 +763,12 @@ class LockedStudy:
             self._check_arm(arm)
         self._draws: dict[tuple[str, str], list[Item]] = {}
         self.draw_hashes = self._draw_hashes()
+        # §8: the {steps.*} values of each item, from the recorded step decisions
+        self.step_values: dict[str, dict[str, str]] = {}
+        self.has_steps = protocol.get("steps") is not None
+        self._lock_fill = False
+        # §9: the {prior.*} values of each answer-dependent trial, from its first stage
+        self.prior_values: dict[str, dict[str, str]] = {}
 
     def _draw_hashes(self) -> int:
         """How many order hashes every draw of the study needs (``fixed`` sets need none)."""
@@ -927,7 +939,16 @@ class LockedStudy:
         """§3.1: the item template rendered for the item, trailing ``\\n`` removed."""
         if self.template is None:
             raise PromptError("the study has no item template ([prompt] item)")
-        return self._render(self.template, self.varied(item_id, variant), False)
+        if not self.has_steps:
+            return self._render(self.template, self.varied(item_id, variant), False)
+        fields = self.varied(item_id, variant)
+        values = item_values(fields, self.option_format, self.option_separator)
+        if self._lock_fill:  # at lock, the step slots are checked apart (verify._steps)
+            values.update({s.name: "" for s in self.template.slots
+                           if s.name.startswith("steps.")})  # fmt: skip
+        else:
+            values.update(self.step_values.get(item_id, {}))
+        return self.template.render(values, f"item {fields.get('id')!r}").rstrip("\n")
 
     def own_text(self, arm: str) -> str:
         """§3.2: the arm's own text (``arms.X.sha256`` hashes it); empty without components.
@@ -957,8 +978,14 @@ class LockedStudy:
             for e in self._draws[key]
         ]
 
-    def arm_text(self, arm: str, item_id: str, variant: str | None = None) -> str | None:
-        """§3.2: the text block of the trial's user message, or ``None`` when it has none."""
+    def arm_text(
+        self, arm: str, item_id: str, variant: str | None = None, trial: str | None = None
+    ) -> str | None:
+        """§3.2: the text block of the trial's user message, or ``None`` when it has none.
+
+        An answer-dependent arm's components are templates filled with the ``{prior.*}``
+        values of ``trial`` (§9).
+        """
         info = self.arms[arm]
         fs = self.fewshot_of(arm)
         inline = fs is not None and fs.style == "inline"
@@ -979,6 +1006,11 @@ class LockedStudy:
                 texts.append(
                     "\n\n".join(f"{u}\n{a}" for u, a in self.examples(arm, item_id)).rstrip("\n")
                 )
+            elif info.after is not None:
+                path = self.component_paths.get(name, name)
+                raw = self._bytes(path, f"component {name!r}").decode("utf-8")
+                texts.append(parse_template(raw, path).render(
+                    self.prior_values.get(trial or "", {}), f"trial {trial}").rstrip("\n"))
             else:
                 texts.append(self.component(name))
         joined = "\n\n".join(texts)
@@ -1011,11 +1043,11 @@ class LockedStudy:
         return [resolve_image(self.items.path, str(i)) for i in images]
 
     def user_content(
-        self, arm: str, item_id: str, variant: str | None = None
+        self, arm: str, item_id: str, variant: str | None = None, trial: str | None = None
     ) -> list[dict[str, Any]]:
         """§3.4: an image block per image, then the arm text's block if any."""
         content = [self._image(p) for p in self.image_paths(item_id)]
-        text = self.arm_text(arm, item_id, variant)
+        text = self.arm_text(arm, item_id, variant, trial)
         if text is not None:
             content.append(_text_block(text))
         if not content:
@@ -1032,7 +1064,7 @@ class LockedStudy:
 
     def request(
         self, arm: str, model: str | None, item_id: str, wire: str = "messages",
-        variant: str | None = None,
+        variant: str | None = None, trial: str | None = None,
     ) -> dict[str, Any]:
         """§6: the request of a trial; ``wire = "openai-compatible"`` for that backend's form.
 
@@ -1042,17 +1074,19 @@ class LockedStudy:
         for user, answer in self.examples(arm, item_id) if self._turns(arm) else []:
             messages.append({"role": "user", "content": [_text_block(user)]})
             messages.append({"role": "assistant", "content": [_text_block(answer)]})
-        messages.append({"role": "user", "content": self.user_content(arm, item_id, variant)})
+        messages.append(
+            {"role": "user", "content": self.user_content(arm, item_id, variant, trial)}
+        )
         request = messages_request(self.parameters(arm, model), messages, self.system(arm))
         return openai_request(request) if wire == "openai-compatible" else request
 
     def request_bytes(
         self, arm: str, model: str | None, item_id: str, wire: str = "messages",
-        variant: str | None = None,
+        variant: str | None = None, trial: str | None = None,
     ) -> bytes:
         """The canonical JSON of :meth:`request` (what the request blob must be, byte for byte)."""
         try:
-            return canonical_json(self.request(arm, model, item_id, wire, variant))
+            return canonical_json(self.request(arm, model, item_id, wire, variant, trial))
         except CanonicalError as exc:
             raise PromptError(f"arm {arm}, item {item_id!r}: {exc}") from None
 
@@ -1202,8 +1236,12 @@ class LockedStudy:
                         if variant is not None:
                             self.item_block(item_id, variant)
 
-        first(items)
-        first(variants)
+        self._lock_fill = True
+        try:
+            first(items)
+            first(variants)
+        finally:
+            self._lock_fill = False
         for arm in self.arms:
             first(texts(arm))
         first(self._check_draw_work)

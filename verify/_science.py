@@ -44,8 +44,10 @@ from verify._reml import RemlModel, check_point
 from verify._report import Check, Status
 from verify._rescore import (
     CONTROL_TRUTH,
+    Scored,
     Truth,
     TruthError,
+    item_bytes,
     read_sources,
     read_truth,
     score_body,
@@ -365,6 +367,32 @@ def _scores_digest(pairs: list[tuple[int, str]]) -> str:
     return hashlib.sha256(rfc8785.dumps([[s, h] for s, h in sorted(pairs)])).hexdigest()
 
 
+def _judged(
+    archive: _Archive, plan: dict[str, Any], parser: str
+) -> dict[str, dict[str, Any] | None] | None:
+    """Each trial's re-derived judge record for a ``judge:<step>`` parser, else None."""
+    if not parser.startswith("judge:"):
+        return None
+    from verify._steps import judge_records
+
+    kinds = ("trial.requested", "step.requested", "step.responded", "step.failed")
+    events = [
+        (e.seq, e.kind, e.body,
+         (lambda name, e=e: archive.event_blob(e, name) if name in e.blobs else None))
+        for e in archive.events if e.kind in kinds
+    ]  # fmt: skip
+    return judge_records(plan, parser.split(":", 1)[1], events)
+
+
+def _judged_score(decision: Any, truth: str) -> Scored:
+    """scoring.md §10: one item, the decision as its answer, correct when it is "correct"."""
+    item = {"answer": decision, "answered": decision is not None,
+            "correct": decision == "correct", "position": None, "row": None, "truth": truth}
+    data = item_bytes([item])
+    return Scored("ok" if decision is not None else "unparseable", 1, int(decision is not None),
+                  int(decision == "correct"), data, hashlib.sha256(data).hexdigest())
+
+
 def _rescore(archive: _Archive) -> Check:
     plan = _plan(archive)
     locked = plan.get("response") or {}
@@ -377,6 +405,7 @@ def _rescore(archive: _Archive) -> Check:
     scored = archive.of("trial.scored")
     count: dict[int, int] = {}
     mismatches: list[tuple[int, str]] = []
+    judged = _judged(archive, plan, parser)
     for event in scored:
         b = archive.at(event).body
         rseq = b.get("response_seq")
@@ -413,12 +442,28 @@ def _rescore(archive: _Archive) -> Check:
             if b.get("order") != order:
                 mismatches.append((event.seq, f"order {b.get('order')!r}, re-derived {order!r}"))
                 continue
-        raw = archive.event_blob(response, "response")
-        try:
-            s = score_body(raw, str(response.body.get("format")), parser, answer, letters, mode)
-        except (KeyError, ValueError) as exc:
-            mismatches.append((event.seq, f"cannot be re-scored: {exc}"))
-            continue
+        if judged is not None:  # scoring.md §10: the judges' votes score the trial
+            trial = request.body.get("trial") if request is not None else None
+            record = judged.get(str(trial))
+            if record is None:
+                mismatches.append((event.seq, f"the judge calls of trial {trial} are not all "
+                                   "final, yet it was scored"))  # fmt: skip
+                continue
+            if b.get("judge") != record:
+                mismatches.append((event.seq, f"the judge votes or decision differ from those "
+                                   f"re-derived from the judge responses: recorded "
+                                   f"{b.get('judge')!r}, re-derived {record!r}"))  # fmt: skip
+                continue
+            s = _judged_score(record["decision"], str(answer))
+        else:
+            raw = archive.event_blob(response, "response")
+            try:
+                s = score_body(
+                    raw, str(response.body.get("format")), parser, answer, letters, mode
+                )
+            except (KeyError, ValueError) as exc:
+                mismatches.append((event.seq, f"cannot be re-scored: {exc}"))
+                continue
         diffs = [
             f"{name}: recorded {b.get(name)!r}, recomputed {value!r}"
             for name, value in (
@@ -541,7 +586,26 @@ def _plan_models(plan: dict[str, Any]) -> list[str]:
     if not isinstance(declared, dict):
         return []
     order = plan.get("model_order")
-    return [str(m) for m in order] if isinstance(order, list) else sorted(declared)
+    names = [str(m) for m in order] if isinstance(order, list) else sorted(declared)
+    return trial_models(plan, names)
+
+
+def trial_models(plan: dict[str, Any], names: list[str]) -> list[str]:
+    """``names`` less the models only steps use (docs/prompts.md §8), in their order.
+
+    A model only steps use: every arm lists its models and none lists it. A study without
+    steps keeps every name.
+    """
+    arms = plan.get("arms")
+    if not plan.get("steps") or not isinstance(arms, dict):
+        return names
+    used: set[str] = set()
+    for arm in arms.values():
+        listed = arm.get("models") if isinstance(arm, dict) else None
+        if not isinstance(listed, list):
+            return names
+        used.update(str(m) for m in listed)
+    return [n for n in names if n in used]
 
 
 def _csv_bytes(rows: list[dict[str, Any]], columns: tuple[str, ...]) -> bytes:
@@ -1452,6 +1516,56 @@ def _sensitivity(
     return _guard(r, compute)
 
 
+def _judge_agreement(archive: _Archive, plan: dict[str, Any], step: str) -> _Result:
+    """analysis.md §6: Cohen's kappa (two judges) or Fleiss' kappa (more), by their formulas.
+
+    Over the trials every judge gave a parsed vote, the categories being the step's labels.
+    Cohen: (p_o - p_e) / (1 - p_e) with p_e the sum over labels of the product of the two
+    judges' label shares. Fleiss: (P - P_e) / (1 - P_e), P the mean over trials of
+    (sum_j n_ij^2 - n) / (n (n - 1)), P_e the sum over labels of the squared overall share.
+    """
+    spec = (plan.get("steps") or {}).get(step) or {}
+    labels = [str(x) for x in spec.get("labels") or []]
+    judged = [e.body["judge"] for e in archive.of("trial.scored")
+              if isinstance(e.body.get("judge"), dict)]  # fmt: skip
+
+    def compute() -> dict[str, Any]:
+        if not judged:
+            raise ValueError("no judged trial")
+        raters = [v["model"] for v in judged[0]["votes"]]
+        if len(raters) < 2:
+            raise ValueError("one judge")
+        rows = [[v["vote"] for v in j["votes"]] for j in judged
+                if all(v["vote"] in labels for v in j["votes"])]  # fmt: skip
+        if not rows:
+            raise ValueError("no complete trial")
+        n, m = len(rows), len(raters)
+        if m == 2:
+            p_o = math.fsum(a == b for a, b in rows) / n
+            p_e = math.fsum(
+                (sum(r[0] == c for r in rows) / n) * (sum(r[1] == c for r in rows) / n)
+                for c in labels
+            )
+            kappa = (p_o - p_e) / (1 - p_e)
+            method = "cohen"
+        else:
+            counts = [[r.count(c) for c in labels] for r in rows]
+            big_p = math.fsum(
+                (math.fsum(x * x for x in row) - m) / (m * (m - 1)) for row in counts
+            ) / n
+            shares = [math.fsum(row[j] for row in counts) / (n * m) for j in range(len(labels))]
+            p_e = math.fsum(s * s for s in shares)
+            kappa = (big_p - p_e) / (1 - p_e)
+            method = "fleiss"
+        return {
+            "judges": raters, "labels": labels, "method": method, "n_trials": n,
+            "incomplete": len(judged) - n,
+            "all_agree": math.fsum(len(set(r)) == 1 for r in rows) / n, "kappa": kappa,
+        }  # fmt: skip
+
+    return _guard(_Result("exploratory.judge_agreement"), compute)
+
+
 def _multiplicity(tested: list[_Result]) -> _Result:
     def compute() -> dict[str, Any]:
         rows = [
@@ -1744,6 +1858,9 @@ def _reanalysis(archive: _Archive) -> tuple[Check, list[str]]:
         str(e.body.get("id")): e.body.get("values") for e in results if isinstance(e.body, dict)
     }
     recomputed = _recompute(ds, plan, _phases(archive), recorded_values)
+    parser = str((plan.get("response") or {}).get("parser", ""))
+    if parser.startswith("judge:"):  # analysis.md §6
+        recomputed.append(_judge_agreement(archive, plan, parser.split(":", 1)[1]))
     recorded_ids = [e.body.get("id") for e in results]
     new_ids = [r.id for r in recomputed]
     if recorded_ids != new_ids:

@@ -45,6 +45,7 @@ from verify._archive.protocol import check_protocol
 from verify._archive.report import check_report
 from verify._archive.requests import check_requests
 from verify._archive.schedule import check_schedule
+from verify._archive.steps import check_steps
 from verify._archive.timestamps import check_timestamps
 from verify._archive.view import Archive
 from verify._archive.witnesses import check_witnesses
@@ -63,6 +64,7 @@ _ARCHIVE_CHECKS = (
     ("phases", check_phases),
     ("schedule", check_schedule),
     ("requests", check_requests),
+    ("steps", check_steps),
     ("preflight", check_preflight),
     ("outcomes", check_outcomes),
     ("provenance", check_provenance),

@@ -42,6 +42,52 @@ def _compare_csv(st: _State, a: Archive, rel: str, header: list[str], want: list
                     where=where)  # fmt: skip
 
 
+def _compare_steps(st: _State, a: Archive) -> None:
+    """``trials/steps.csv``: each step attempt, its outcome and its re-parsed vote (§1)."""
+    from verify._archive.steps import replay_of
+    from verify._steps import parse, slot_text, text_of
+
+    study, _ = a.study()
+    replay = replay_of(a, study)[0] if study is not None else None
+    if replay is None:
+        st.fail("trials/steps.csv cannot be re-derived: the locked steps cannot be read",
+                where="trials/steps.csv")  # fmt: skip
+        return
+    outcome: dict[int, int] = {}
+    for seq in sorted(a.of_kind("step.responded") + a.of_kind("step.failed")):
+        rseq = a.body(seq).get("request_seq")
+        if type(rseq) is int:
+            outcome[rseq] = seq
+    responses: dict[str, int] = {}
+    rows = []
+    for seq in a.of_kind("step.requested"):
+        b = a.body(seq)
+        out = outcome.get(seq)
+        kind = str((a.envs[out] or {}).get("kind")) if out is not None else ""
+        ob = a.body(out) if out is not None else {}
+        plan = replay.plans.get(str(b.get("step")))
+        vote, final = "", False
+        if kind == "step.responded" and plan is not None and out is not None:
+            raw = a.blob(a.blob_ref(out, "response")) or b""
+            value = parse(plan, text_of(raw, str(ob.get("format"))))
+            responses[str(b.get("call"))] = responses.get(str(b.get("call")), 0) + 1
+            vote = "" if value is None else str(slot_text(value, None))
+            final = value is not None or responses[str(b.get("call"))] >= plan.retry + 1
+        elif out is not None:
+            final = ob.get("final") is True
+        rows.append([
+            _cell(seq), _cell(b.get("call")), _cell(b.get("step")), _cell(b.get("model")),
+            _cell(b.get("item")), _cell(b.get("trial")) if "trial" in b else "",
+            _cell(b.get("attempt")), _cell(b.get("request_sha256")),
+            kind.split(".")[1] if kind else "none", _cell(out),
+            _cell(a.blob_ref(out, "response")) if kind == "step.responded" and out else "",
+            vote, _cell(ob.get("error_type")) if kind == "step.failed" else "", str(final),
+        ])  # fmt: skip
+    _compare_csv(st, a, "trials/steps.csv", [
+        "request_seq", "call", "step", "model", "item", "trial", "attempt", "request_sha256",
+        "outcome", "outcome_seq", "response_sha256", "vote", "error_type", "final"], rows)
+
+
 def _check_readme_study(st: _State, a: Archive, text: list[str]) -> None:
     """The README's arm table and simulated-data notice say what the events say."""
     arms = a.protocol.get("arms")
@@ -103,6 +149,8 @@ def check_derived(a: Archive) -> Check:
     _compare_csv(st, a, "trials/attempts.csv", ["request_seq", "position", "trial", "attempt",
                  "request_sha256", "outcome", "outcome_seq", "response_sha256", "error_type",
                  "final"], attempts)  # fmt: skip
+    if "steps" in a.protocol:
+        _compare_steps(st, a)
     results = [a.body(seq) for seq in a.of_kind("analysis.result")]
     hyps = [r for r in results if r.get("hypothesis")]
     verdicts = [

@@ -31,7 +31,7 @@ FOLDERS: dict[str, str] = {
     "file that is not a stimulus or truth table",
     "stimuli": "the locked stimuli",
     "truth": "the locked truth tables",
-    "trials": "schedule.csv and attempts.csv",
+    "trials": "schedule.csv, attempts.csv and, for a study with steps, steps.csv",
     "scores": "scores.csv",
     "analysis": "results.json, trials.csv, items.csv, report.html, tables/verdicts.csv and "
     "figures/<name>.png of the report's figures",
@@ -84,6 +84,8 @@ def check_layout(a: Archive) -> Check:
         allowed.add(f"protocol/arms/{arm}.txt")
     allowed.update(f"analysis/figures/{name}" for name in figure_names(a))
     allowed.update(f"ledger/keys/{name}" for name in a.key_files)
+    if "steps" in a.protocol:
+        allowed.add("trials/steps.csv")  # docs/archive-format.md §1: a study with steps
     if any("witnessing" in a.body(s) for s in a.of_kind("protocol.locked")):
         allowed.add(POLICY_FILE)  # the trust policy of a witnessed study (docs/witness.md)
     referenced: set[str] = set()

@@ -60,6 +60,10 @@ def check_outcomes(a: Archive) -> Check:
         if first_final and first_final[0] < seq:
             st.fail(f"seq {seq}: trial {body.get('trial')} requested after its final outcome "
                     f"(seq {first_final[0]})", seq)  # fmt: skip
+    for seq in a.of_kind("trial.excluded"):  # docs/trials.md §5: the steps check justifies it
+        final.setdefault(str(a.body(seq).get("trial")), []).append(seq)
+    for values in final.values():
+        values.sort()
     ids = a.schedule()
     for i, tid in enumerate(ids, start=1):
         finals = final.get(tid, [])

@@ -482,11 +482,13 @@ class _Expect:
         self.tumbling = _tumbling(a.protocol)
         declared = a.protocol.get("models")
         order = a.protocol.get("model_order")
-        self.models: list[str] = (
+        from verify._science import trial_models
+
+        self.models: list[str] = trial_models(a.protocol, (
             ([str(m) for m in order] if isinstance(order, list) else sorted(declared))
             if isinstance(declared, dict)
             else []
-        )
+        ))
 
     def result(self, rid: str) -> dict[str, Any] | None:
         return next((r for r in self.results if r.get("id") == rid), None)

@@ -14,6 +14,7 @@ import json
 import re
 from typing import Any
 
+from verify._archive.steps import attach_steps, staged
 from verify._archive.view import Archive
 from verify._items import ItemError
 from verify._ledgerfile import _State
@@ -165,6 +166,7 @@ def _verdict(
     trial: tuple[str, str | None, str, str | None],
     wire: str,
     legacy: tuple[dict[str, str], dict[str, bytes | None], dict[str, Any]] | None,
+    tid: str | None = None,
 ) -> str | None:
     """Why the request blob ``ref`` is not the re-rendered request of ``trial``, or ``None``."""
     arm, model, item, variant = trial
@@ -177,7 +179,7 @@ def _verdict(
     if arm not in study.arms:
         return f"arm {arm!r} is not a locked arm"
     try:
-        want = study.request_bytes(arm, model, item, wire, variant)
+        want = study.request_bytes(arm, model, item, wire, variant, tid)
     except (PromptError, ItemError) as exc:
         return f"the request cannot be re-rendered from the locked files: {exc}"
     if data == want:
@@ -215,6 +217,8 @@ def check_requests(a: Archive) -> Check:
     study, problem = a.study()
     if study is None:
         st.fail(f"the locked study cannot be re-rendered: {problem}", a.protocol_seq)
+    elif staged(a.protocol):  # docs/prompts.md §8-9: requests that read steps or a first stage
+        attach_steps(a, study)
     legacy = None
     if is_legacy(a.protocol):
         texts, _ = a.arm_texts()
@@ -224,7 +228,7 @@ def check_requests(a: Archive) -> Check:
             if role == "stimulus":
                 stimuli[path.rsplit("/", 1)[-1].rsplit(".", 1)[0]] = a.locked_blob(path)
         legacy = (texts, stimuli, model if type(model) is dict else {})
-    verdicts: dict[tuple[str, str, str | None, str, str, str | None], str | None] = {}
+    verdicts: dict[tuple[str, str, str | None, str, str, str | None, str | None], str | None] = {}
     count = 0
     for seq in a.of_kind("trial.requested"):
         count += 1
@@ -253,10 +257,11 @@ def check_requests(a: Archive) -> Check:
                     f"stimulus {body.get('stimulus')!r}, its trial id arm {arm!r} and item "
                     f"{item!r} (the request is checked against the trial id's)", seq)  # fmt: skip
         wire = "openai-compatible" if body.get("backend") == "openai-compatible" else "messages"
-        key = (ref, arm, model_name, item, wire, variant)
+        second = arm in study.arms and study.arms[arm].after is not None  # prompts.md §9
+        key = (ref, arm, model_name, item, wire, variant, str(trial) if second else None)
         if key not in verdicts:
             verdicts[key] = _verdict(
-                a, study, ref, (arm, model_name, item, variant), wire, legacy
+                a, study, ref, (arm, model_name, item, variant), wire, legacy, str(trial)
             )
         verdict = verdicts[key]
         if verdict is not None:

@@ -118,17 +118,23 @@ def check_schedule(a: Archive) -> Check:
     # executed order: within one run session (from a run.started to the next), trials are first
     # requested in ascending schedule position (docs/randomization.md: "Trials run in ascending
     # key order"); retries (attempt > 1) and a new session may go back.
+    # Second-stage trials (an arm with ``after``, docs/prompts.md §9) run after their first
+    # stages, in a later round: each stage is in ascending position on its own.
+    arms = a.protocol.get("arms") if type(a.protocol.get("arms")) is dict else {}
+    second = {n for n, info in (arms or {}).items() if type(info) is dict and "after" in info}
     session: int | None = None
-    last: tuple[int, int] | None = None  # (position, seq) of the latest first attempt
+    lasts: dict[bool, tuple[int, int]] = {}  # stage -> (position, seq) of its latest first attempt
     for seq in sorted(a.of_kind("run.started") + a.of_kind("trial.requested")):
         env = a.envs[seq]
         if env is not None and env.get("kind") == "run.started":
-            session, last = seq, None
+            session, lasts = seq, {}
             continue
         body = a.body(seq)
         pos = body.get("position")
         if body.get("attempt") != 1 or type(pos) is not int:
             continue
+        stage = body.get("arm") in second
+        last = lasts.get(stage)
         if last is not None and pos < last[0]:
             st.fail(
                 f"seq {seq}: trial {body.get('trial')} (position {pos}) was first requested "
@@ -137,7 +143,7 @@ def check_schedule(a: Archive) -> Check:
                 seq,
             )
         else:
-            last = (pos, seq)
+            lasts[stage] = (pos, seq)
     return st.check(
         f"schedule of {len(ids)} trials recomputed from the locked seed, arms, models, "
         "replicates and items: equals schedule_sha256, "

@@ -26,6 +26,7 @@ class Archive:
     def __init__(self, run: ArchiveRun) -> None:
         self.files = run.files
         self.key_files = {re.sub(r"[/:+]", "_", actor) + ".vkey" for actor in run.registry.keys}
+        self.roles = {actor: rec.role for actor, rec in run.registry.keys.items()}
         self.hashes = run.files.hashes
         self.envs: list[dict[str, Any] | None] = run.envs
         self.n = len(run.envs)

@@ -1,0 +1,64 @@
+"""Judge agreement: Cohen's kappa for two judges, Fleiss' kappa for more (exploratory).
+
+``docs/analysis.md`` §6: a study scored by a judge step (``[response] parser =
+"judge:<step>"``) gets one more exploratory result, ``exploratory.judge_agreement``: how
+often the step's judges agree beyond chance, over the trials every judge gave a parsed vote.
+The kappas come from :mod:`statsmodels.stats.inter_rater`; the verifier recomputes them with
+its own formulas.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+from statsmodels.stats.inter_rater import aggregate_raters, cohens_kappa, fleiss_kappa
+
+__all__ = ["judge_agreement_values"]
+
+
+def judge_agreement_values(
+    judged: Sequence[dict[str, Any]], labels: Sequence[str]
+) -> dict[str, Any]:
+    """The values of ``exploratory.judge_agreement`` from the ``judge`` records of the scores.
+
+    ``judged``: each scored trial's ``judge`` member (in ``trial.scored`` order); ``labels``:
+    the judge step's labels, in locked order (the categories). Trials where a judge has no
+    parsed vote are left out and counted. Raises :class:`ValueError` with fewer than two
+    judges or no trial every judge voted on.
+    """
+    if not judged:
+        raise ValueError("no judged trial")
+    raters = [v["model"] for v in judged[0]["votes"]]
+    if len(raters) < 2:
+        raise ValueError("agreement needs two or more judges")
+    index = {label: i for i, label in enumerate(labels)}
+    rows = [
+        [index[v["vote"]] for v in j["votes"]]
+        for j in judged
+        if all(v["vote"] in index for v in j["votes"])
+    ]
+    if not rows:
+        raise ValueError("no trial has a parsed vote from every judge")
+    data = np.array(rows, dtype=int)
+    observed = float(np.mean([len(set(r)) == 1 for r in rows]))
+    if len(raters) == 2:
+        table = np.zeros((len(labels), len(labels)))
+        for a, b in rows:
+            table[a, b] += 1
+        kappa = float(cohens_kappa(table, return_results=False))
+        method = "cohen"
+    else:
+        counts, _ = aggregate_raters(data, n_cat=len(labels))
+        kappa = float(fleiss_kappa(counts, method="fleiss"))
+        method = "fleiss"
+    return {
+        "judges": raters,
+        "labels": list(labels),
+        "method": method,
+        "n_trials": len(rows),
+        "incomplete": len(judged) - len(rows),
+        "all_agree": observed,
+        "kappa": kappa,
+    }

@@ -1,0 +1,281 @@
+"""Render and check step requests (``docs/prompts.md`` §8; ``docs/adr/0005``).
+
+:class:`StepRenderer` reads each step's template and schema once, lists what stops a lock
+(:meth:`StepRenderer.problems`: an input no earlier step produces, a cycle, a trial step read
+by an item step, a blind step with a slot that carries the condition), and renders the request
+of a step call from its inputs (:meth:`StepRenderer.body`). The verifier re-implements this
+from the docs and compares every recorded step request byte for byte.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping
+from typing import Any
+
+from runner.render import ANSWER_SLOTS, Renderer, Template, _read_template, request_parameters
+from runner.spec import Study
+from runner.steps import (
+    LEAK_SLOTS,
+    StepCall,
+    StepSpec,
+    output_text,
+    step_graph,
+    step_layers,
+    step_slots,
+)
+
+__all__ = ["TRIAL_SLOTS", "StepRenderer"]
+
+TRIAL_SLOTS = ("response", "reference", "reference_text")
+"""Slots only a trial step fills: the target's response text and the item's key."""
+
+
+class StepRenderer:
+    """Every step request of a study, rendered from its locked files."""
+
+    def __init__(self, study: Study, renderer: Renderer) -> None:
+        """Read each step's template and schema (:class:`runner.spec.SpecError` if unusable)."""
+        self.study = study
+        self.renderer = renderer
+        self.templates: dict[str, Template] = {
+            name: _read_template(spec.template, study.rel(spec.template))
+            for name, spec in study.steps.items()
+        }
+        self.schemas: dict[str, dict[str, Any]] = {
+            name: json.loads(spec.schema.read_bytes())
+            for name, spec in study.steps.items()
+            if spec.schema is not None
+        }
+        self.reads: dict[str, set[str]] = {
+            name: {s for s, _ in step_slots(p.name for p in tpl.slots())}
+            for name, tpl in self.templates.items()
+        }
+        self.item_reads: set[str] = (
+            {s for s, _ in step_slots(p.name for p in renderer.item_template.slots())}
+            if renderer.item_template is not None
+            else set()
+        )
+
+    # ------------------------------------------------------------------ graph
+
+    def layers(self, on: str) -> list[list[str]]:
+        """The steps run ``on`` ``"item"`` or ``"trial"``, in the layers they run in."""
+        steps = {n: s for n, s in self.study.steps.items() if s.on == on}
+        reads = {n: self.reads[n] & set(steps) for n in steps}
+        return step_layers(steps, reads)
+
+    def needed_item_steps(self) -> set[str]:
+        """The item steps a trial's request reads (through the item template), transitively."""
+        out: set[str] = set()
+        todo = [s for s in self.item_reads if s in self.study.steps]
+        while todo:
+            name = todo.pop()
+            if name in out:
+                continue
+            out.add(name)
+            todo += [s for s in self.reads.get(name, ()) if s in self.study.steps]
+        return out | {n for n, s in self.study.steps.items() if s.keep is not None}
+
+    def graph(self) -> dict[str, Any]:
+        """The step graph as ``ledger arms`` and ``ledger schedule`` show it."""
+        return {
+            "steps": {
+                name: {
+                    "on": spec.on,
+                    "models": [m or "" for m in spec.models],
+                    "reads": sorted(self.reads[name]),
+                    "sees": spec.sees,
+                    "parser": spec.parser,
+                }
+                for name, spec in self.study.steps.items()
+            },
+            "trial_reads": sorted(self.item_reads),
+            "order": [*self.layers("item"), ["(trials)"], *self.layers("trial")],
+        }
+
+    # ------------------------------------------------------------------ lock checks
+
+    def problems(self) -> list[str]:
+        """Everything about the steps that stops a lock, each naming template, line and slot."""
+        out: list[str] = []
+        steps = self.study.steps
+        for name, spec in steps.items():
+            tpl = self.templates[name]
+            for slot in tpl.slots():
+                problem = self._slot_problem(spec, slot.name)
+                if problem:
+                    out.append(f"{tpl.name}:{slot.line}:{slot.column}: slot {{{slot.name}}}: "
+                               f"{problem} ([steps.{name}])")  # fmt: skip
+            items = [
+                p for p in tpl.slots()
+                if not p.name.startswith("steps.") and p.name not in TRIAL_SLOTS
+                and p.name not in LEAK_SLOTS and not p.name.startswith("factor.")
+                and p.name not in ANSWER_SLOTS
+            ]  # fmt: skip
+            if items and self.renderer.items is not None:
+                out += self.renderer._unfilled(
+                    Template(tpl.name, tuple(items)), list(self.renderer.items), answers=False
+                )
+            elif items and self.renderer.items is None:
+                out.append(f"{tpl.name}: [steps.{name}] reads item fields, which need an item "
+                           "file ([stimuli] items)")  # fmt: skip
+        item_tpl = self.renderer.item_template
+        if item_tpl is not None:
+            for slot in item_tpl.slots():
+                if not slot.name.startswith("steps."):
+                    continue
+                problem = self._read_problem("item", slot.name, "the item template")
+                if problem:
+                    out.append(f"{item_tpl.name}:{slot.line}:{slot.column}: slot "
+                               f"{{{slot.name}}}: {problem}")  # fmt: skip
+        cycle = step_graph({n: self.reads[n] & set(steps) for n in steps})
+        if cycle:
+            out.append(f"{self.study.spec_path}: steps: the steps read each other in a cycle: "
+                       f"{' -> '.join(cycle)}; a step may read only steps that run before it")
+        return out
+
+    def _slot_problem(self, spec: StepSpec, slot: str) -> str | None:
+        if slot in LEAK_SLOTS or slot.startswith("factor."):
+            if slot == "request" and spec.sees == "request":
+                return None
+            if spec.sees == "blind":
+                return (
+                    "a blind step may not see the arm, a factor level, the model under test, "
+                    "the trial or the request (it would leak the condition); remove the slot, "
+                    "or declare sees = \"request\" for a grounding step that must see the input "
+                    "as sent (it is then never called blind)"
+                )
+            return "a step that sees the request reads it as {request}; this slot is not one"
+        if slot.startswith("steps."):
+            return self._read_problem(spec.on, slot, f"step {spec.name!r}")
+        if slot in TRIAL_SLOTS:
+            if spec.on == "item":
+                what = "the target's response" if slot == "response" else "the item's key"
+                return f"an item step runs before any trial, and may not read {what}"
+            return None
+        if slot in ANSWER_SLOTS:
+            return (
+                "a step reads the item's key as {reference} (trial steps only) and the target's "
+                "response as {response}"
+            )
+        return None
+
+    def _read_problem(self, on: str, slot: str, reader: str) -> str | None:
+        parts = slot.split(".")
+        if len(parts) not in (2, 3):
+            return "write {steps.NAME} or {steps.NAME.FIELD}"
+        name = parts[1]
+        target = self.study.steps.get(name)
+        if target is None:
+            known = ", ".join(self.study.steps) or "none"
+            return f"no step named {name!r} produces it (steps: {known})"
+        if target.on == "trial" and on == "item":
+            return (
+                f"{name!r} is a trial step (it runs after the trial's response), so "
+                f"{reader}, which runs before the trial, cannot read it"
+            )
+        if len(parts) == 3:
+            if target.parser != "json":
+                return f"step {name!r} has the {target.parser} parser; only a json step has fields"
+            props = self.schemas.get(name, {}).get("properties", {})
+            if parts[2] not in props:
+                return f"the schema of step {name!r} has no property {parts[2]!r}"
+        return None
+
+    # ------------------------------------------------------------------ requests
+
+    def values(
+        self,
+        call: StepCall,
+        outputs: Mapping[tuple[str, str], Any],
+        *,
+        response: str | None = None,
+        request: str | None = None,
+    ) -> dict[str, str] | None:
+        """The slot values of ``call``; None when a step it reads has no decision.
+
+        ``outputs`` maps (step, item id or trial id) to the step's decision there;
+        ``response``: the trial's response text (trial steps); ``request``: the user text of
+        the trial's request (``sees = "request"`` steps).
+        """
+        spec = self.study.steps[call.step]
+        values: dict[str, str] = {}
+        if self.renderer.items is not None:
+            item = self.renderer.items.by_id[call.stimulus]
+            values.update(self.renderer.values(item))
+            if spec.on == "trial":
+                values["reference"] = item.answer
+                if item.options and item.answer in item.labels:
+                    values["reference_text"] = item.options[item.labels.index(item.answer)]
+        else:
+            values["id"] = call.stimulus
+        if spec.on == "trial":
+            values["response"] = response if response is not None else ""
+            if request is not None:
+                values["request"] = request
+        for slot in self.templates[call.step].slots():
+            parts = slot.name.split(".")
+            if parts[0] != "steps" or len(parts) not in (2, 3):
+                continue
+            target = self.study.steps[parts[1]]
+            unit = call.stimulus if target.on == "item" else (call.trial or "")
+            decision = outputs.get((parts[1], unit))
+            text = None if decision is None else output_text(
+                decision, parts[2] if len(parts) == 3 else None
+            )
+            if text is None:
+                return None
+            values[slot.name] = text
+        return values
+
+    def rough_values(self, call: StepCall) -> dict[str, str]:
+        """Every slot of ``call``'s template filled: the item's fields, the rest empty.
+
+        For ``ledger estimate``, before a call's inputs exist.
+        """
+        values = {s.name: "" for s in self.templates[call.step].slots()}
+        if self.renderer.items is not None:
+            values.update(self.renderer.values(self.renderer.items.by_id[call.stimulus]))
+        return values
+
+    def template_values(
+        self, item: str, outputs: Mapping[tuple[str, str], Any]
+    ) -> dict[str, str] | None:
+        """The ``{steps.*}`` values the item template reads for ``item``; None if one is missing.
+
+        A screening step (``keep``) whose decision for the item is not a kept label, or that
+        has no decision, also gives None: the item's trials are then recorded exclusions.
+        """
+        for name, spec in self.study.steps.items():
+            if spec.keep is not None and outputs.get((name, item)) not in spec.keep:
+                return None
+        out: dict[str, str] = {}
+        tpl = self.renderer.item_template
+        for slot in tpl.slots() if tpl is not None else ():
+            parts = slot.name.split(".")
+            if parts[0] != "steps" or len(parts) not in (2, 3):
+                continue
+            decision = outputs.get((parts[1], item))
+            text = None if decision is None else output_text(
+                decision, parts[2] if len(parts) == 3 else None
+            )
+            if text is None:
+                return None
+            out[slot.name] = text
+        return out
+
+    def body(self, call: StepCall, values: Mapping[str, str]) -> dict[str, Any]:
+        """The Messages API request object of a step call (``docs/prompts.md`` §8)."""
+        spec = self.study.steps[call.step]
+        text = self.templates[call.step].render(values).rstrip("\n")
+        model = self.renderer.models[call.model]
+        body: dict[str, Any] = {
+            "model": model.id,
+            **request_parameters(model, {}),
+            "messages": [{"role": "user", "content": [{"type": "text", "text": text}]}],
+        }
+        if spec.system:
+            body["system"] = "\n\n".join(self.renderer.texts[n].strip("\n") for n in spec.system)
+        return body
+

@@ -1,0 +1,565 @@
+"""Recorded model steps: ``[steps.NAME]`` (``docs/adr/0005-recorded-model-steps.md``).
+
+A *step* is a model call around the call under test: an *item step* (``on = "item"``, once per
+item and model, before any trial that reads it: screening, rewriting, extraction) or a *trial
+step* (``on = "trial"``, once per trial and model, after the trial's response: judges). Its
+request is rendered from a locked template whose slots name its inputs (``docs/prompts.md``
+§8); the slots make a graph that :func:`step_problems` checks at lock (every input produced by
+an earlier step, no cycle, no trial step read before its trial, no blind step that could see
+the arm). The runner sends step calls through the same engine as trials (``docs/trials.md``
+§5); :func:`parse_output` and :func:`aggregate` turn the recorded responses into the values
+later requests and scores read.
+
+This module holds what the spec, the lock, the runner and the scorer share; it imports only
+``ledger`` and the spec helpers below it.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import re
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Final
+
+from runner._schema import STEP_KEYS as STEP_KEYS
+
+__all__ = [
+    "AGGREGATES",
+    "LEAK_SLOTS",
+    "STEP_KEYS",
+    "STEP_PARSERS",
+    "UNDECIDED",
+    "StepCall",
+    "StepSpec",
+    "aggregate",
+    "aggregate_record",
+    "call_order",
+    "item_step_calls",
+    "parse_output",
+    "review_sample",
+    "step_graph",
+    "step_layers",
+    "step_slots",
+    "trial_step_calls",
+]
+
+UNPARSEABLE_KEYS: Final = ("retry", "then")
+STEP_PARSERS: Final = ("text", "label", "json")
+AGGREGATES: Final = ("majority", "unanimous")
+SEES: Final = ("blind", "request")
+STEP_NAME: Final = re.compile(r"^[a-z][a-z0-9_]{0,31}$")
+LEAK_SLOTS: Final = frozenset({"arm", "trial", "target_model", "request"})
+"""Slots that carry the condition of a trial; a blind step may not use them (nor ``factor.*``)."""
+UNDECIDED: Final = None
+"""The aggregate of votes that reach no decision by the rule (a tie under majority, ...)."""
+
+
+@dataclass(frozen=True)
+class StepSpec:
+    """One ``[steps.<NAME>]`` table, validated.
+
+    ``models`` are ``[models.<NAME>]`` names (``(None,)`` in a study with one ``[model]``);
+    ``aggregate`` is ``"majority"``, ``"unanimous"`` or an integer k (k of n agree); ``retry``
+    is how many more calls an unparseable response earns, ``then`` what happens after them
+    (``"exclude"``: the step's decision is missing and what reads it is a recorded exclusion;
+    ``"stop"``: the run stops). ``keep`` (item steps with the ``label`` parser) lists the labels
+    that keep an item in the study: a screening step.
+    """
+
+    name: str
+    on: str
+    models: tuple[str | None, ...]
+    template: Path
+    system: tuple[str, ...]
+    parser: str
+    labels: tuple[str, ...]
+    schema: Path | None
+    retry: int
+    then: str
+    aggregate: str | int
+    sees: str
+    keep: tuple[str, ...] | None
+
+    def record(self, rel: Any) -> dict[str, Any]:
+        """The step as ``protocol.locked`` ``steps`` records it (``rel``: path -> study path)."""
+        out: dict[str, Any] = {
+            "on": self.on,
+            "models": [m if m is not None else "" for m in self.models],
+            "template": rel(self.template),
+            "system": list(self.system),
+            "parser": self.parser,
+            "on_unparseable": {"retry": self.retry, "then": self.then},
+            "aggregate": aggregate_record(self.aggregate),
+            "sees": self.sees,
+        }
+        if self.labels:
+            out["labels"] = list(self.labels)
+        if self.schema is not None:
+            out["schema"] = rel(self.schema)
+        if self.keep is not None:
+            out["keep"] = list(self.keep)
+        return out
+
+
+def aggregate_record(rule: str | int) -> Any:
+    """The aggregation rule as recorded: ``"majority"``, ``"unanimous"`` or ``{"k": N}``."""
+    return {"k": rule} if isinstance(rule, int) else rule
+
+
+# ------------------------------------------------------------------ spec
+
+
+def parse_steps(
+    raw: Any,
+    root: Path,
+    add: Any,
+    models: Sequence[str] | None,
+    components: Mapping[str, Path],
+    inside: Any,
+) -> dict[str, StepSpec]:
+    """Validate the ``steps`` section of a parsed ``study.toml``.
+
+    ``add(field, message)`` records a problem; ``models`` are the ``[models]`` names (None for
+    a ``[model]`` study); ``inside(rel, where)`` resolves a study path, recording a problem if
+    it is outside the study or missing.
+    """
+    if raw is None:
+        return {}
+    if not isinstance(raw, dict) or not all(isinstance(v, dict) for v in raw.values()):
+        add("steps", "declare each step as a [steps.<NAME>] table")
+        return {}
+    out: dict[str, StepSpec] = {}
+    for name, table in raw.items():
+        where = f"steps.{name}"
+        if not STEP_NAME.match(name):
+            add(where, "step names are a lowercase letter, then lowercase letters, digits or "
+                "'_' (at most 32): they are slot names ({steps.NAME})")  # fmt: skip
+        on = table.get("on")
+        if on not in ("item", "trial"):
+            add(f"{where}.on", f"must be \"item\" or \"trial\", got {on!r}")
+            on = "item"
+        step_models = _step_models(table, where, add, models)
+        template_rel = table.get("template")
+        if not isinstance(template_rel, str) or not template_rel:
+            add(f"{where}.template", f"must be a template file path, got {template_rel!r}")
+            template = root / "."
+        else:
+            template = inside(template_rel, f"{where}.template")
+        system = table.get("system", [])
+        if not isinstance(system, list) or not all(isinstance(s, str) for s in system):
+            add(f"{where}.system", "must be a list of component names")
+            system = []
+        for comp in system:
+            if comp not in components:
+                add(f"{where}.system", f"unknown component {comp!r}")
+        parser = table.get("parser", "text")
+        if parser not in STEP_PARSERS:
+            add(f"{where}.parser", f"unknown step parser {parser!r}; use one of "
+                f"{', '.join(STEP_PARSERS)}")  # fmt: skip
+            parser = "text"
+        labels = _labels(table, where, add, parser)
+        schema = None
+        if parser == "json":
+            rel = table.get("schema")
+            if not isinstance(rel, str) or not rel:
+                add(f"{where}.schema", "the json parser needs a locked JSON Schema file "
+                    "(schema = \"schemas/NAME.json\")")  # fmt: skip
+            else:
+                schema = inside(rel, f"{where}.schema")
+                if schema.is_file():
+                    problem = schema_problem(schema.read_bytes())
+                    if problem:
+                        add(f"{where}.schema", f"{rel}: {problem}")
+        elif "schema" in table:
+            add(f"{where}.schema", f"applies to the json parser only, not {parser!r}")
+        retry, then = _unparseable(table, where, add)
+        rule = _aggregate(table, where, add, len(step_models))
+        sees = table.get("sees", "blind")
+        if sees not in SEES:
+            add(f"{where}.sees", f"must be \"blind\" or \"request\", got {sees!r}")
+            sees = "blind"
+        if sees == "request" and on == "item":
+            add(f"{where}.sees", "an item step runs before any request exists; only a trial "
+                "step may see the request")  # fmt: skip
+        keep = None
+        if "keep" in table:
+            value = table["keep"]
+            if on != "item" or parser != "label":
+                add(f"{where}.keep", "applies to item steps with the label parser (screening)")
+            elif not isinstance(value, list) or not value or not all(v in labels for v in value):
+                add(f"{where}.keep",
+                    f"must be a non-empty list of the step's labels {list(labels)}")
+            else:
+                keep = tuple(value)
+        out[name] = StepSpec(
+            name, on, step_models, template, tuple(system), parser, labels, schema, retry, then,
+            rule, sees, keep,
+        )  # fmt: skip
+    return out
+
+
+def _step_models(
+    table: dict[str, Any], where: str, add: Any, models: Sequence[str] | None
+) -> tuple[str | None, ...]:
+    value = table.get("models")
+    if models is None:
+        if value is not None:
+            add(f"{where}.models", "applies to a study with [models.<NAME>] tables; this one has "
+                "a single [model], which every step uses")  # fmt: skip
+        return (None,)
+    if not isinstance(value, list) or not value or not all(isinstance(m, str) for m in value):
+        add(f"{where}.models", "must be a non-empty list of [models.<NAME>] names")
+        return (models[0],) if models else (None,)
+    for m in value:
+        if m not in models:
+            add(f"{where}.models", f"unknown model {m!r} (models: {', '.join(models)})")
+    if len(set(value)) != len(value):
+        add(f"{where}.models", "a model is listed twice")
+    return tuple(value)
+
+
+def _labels(table: dict[str, Any], where: str, add: Any, parser: str) -> tuple[str, ...]:
+    value = table.get("labels")
+    if parser != "label":
+        if value is not None:
+            add(f"{where}.labels", f"applies to the label parser only, not {parser!r}")
+        return ()
+    if (
+        not isinstance(value, list) or len(value) < 2
+        or not all(isinstance(v, str) and re.fullmatch(r"[a-z][a-z0-9_-]*", v) for v in value)
+        or len(set(value)) != len(value)
+    ):  # fmt: skip
+        add(f"{where}.labels", "the label parser needs 2 or more distinct lowercase words "
+            f"(labels = [\"correct\", \"incorrect\"]), got {value!r}")  # fmt: skip
+        return ("yes", "no")
+    return tuple(value)
+
+
+def _unparseable(table: dict[str, Any], where: str, add: Any) -> tuple[int, str]:
+    value = table.get("on_unparseable", {"retry": 0, "then": "exclude"})
+    if not isinstance(value, dict):
+        add(f"{where}.on_unparseable", "must be a table { retry = N, then = \"exclude\" | "
+            "\"stop\" }")  # fmt: skip
+        return 0, "exclude"
+    for key in value:
+        if key not in UNPARSEABLE_KEYS:
+            add(f"{where}.on_unparseable", f"unknown key {key!r} (keys: retry, then)")
+    retry = value.get("retry", 0)
+    if isinstance(retry, bool) or not isinstance(retry, int) or not 0 <= retry <= 10:
+        add(f"{where}.on_unparseable.retry", f"must be an integer from 0 to 10, got {retry!r}")
+        retry = 0
+    then = value.get("then", "exclude")
+    if then not in ("exclude", "stop"):
+        add(f"{where}.on_unparseable.then", f"must be \"exclude\" or \"stop\", got {then!r}")
+        then = "exclude"
+    return retry, then
+
+
+def _aggregate(table: dict[str, Any], where: str, add: Any, n: int) -> str | int:
+    value = table.get("aggregate", "majority")
+    if isinstance(value, dict):
+        k = value.get("k")
+        if set(value) != {"k"} or isinstance(k, bool) or not isinstance(k, int) or not 1 <= k <= n:
+            add(f"{where}.aggregate", f"{{ k = N }} needs 1 <= N <= {n} (the step's models), "
+                f"got {value!r}")  # fmt: skip
+            return "majority"
+        return k
+    if value not in AGGREGATES:
+        add(f"{where}.aggregate", f"must be majority, unanimous or {{ k = N }}, got {value!r}")
+        return "majority"
+    return str(value)
+
+
+# ------------------------------------------------------------------ json schema
+
+
+_SCHEMA_TYPES: Final = ("object", "string", "number", "integer", "boolean", "array")
+
+
+def schema_problem(data: bytes) -> str | None:
+    """Why ``data`` is not a step schema we can check, or None.
+
+    A step schema is the subset of JSON Schema the runner and the verifier both implement: an
+    ``object`` with ``properties`` (each ``{"type": T}`` with T one of ``string``, ``number``,
+    ``integer``, ``boolean``, ``array`` of strings via ``{"type": "array", "items": {"type":
+    "string"}}``), ``required`` and ``additionalProperties: false`` (``docs/prompts.md`` §8).
+    """
+    try:
+        schema = json.loads(data.decode("utf-8"))
+    except (UnicodeDecodeError, ValueError) as exc:
+        return f"not a JSON file: {exc}"
+    if not isinstance(schema, dict) or schema.get("type") != "object":
+        return "a step schema is a JSON object with \"type\": \"object\""
+    props = schema.get("properties")
+    if not isinstance(props, dict) or not props:
+        return "a step schema needs \"properties\""
+    for key in schema:
+        if key not in ("type", "properties", "required", "additionalProperties", "$schema",
+                       "title", "description"):  # fmt: skip
+            return f"unsupported schema keyword {key!r}"
+    for name, prop in props.items():
+        if not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", name):
+            return f"property {name!r}: names are letters, digits and '_' (they are slot names)"
+        if not isinstance(prop, dict) or prop.get("type") not in _SCHEMA_TYPES[1:]:
+            return f"property {name!r}: needs a \"type\" of {', '.join(_SCHEMA_TYPES[1:])}"
+        if prop["type"] == "array" and prop.get("items") != {"type": "string"}:
+            return f"property {name!r}: an array must have \"items\": {{\"type\": \"string\"}}"
+    required = schema.get("required", [])
+    if not isinstance(required, list) or not all(r in props for r in required):
+        return "\"required\" must list properties the schema declares"
+    if schema.get("additionalProperties", True) not in (True, False):
+        return "\"additionalProperties\" must be true or false"
+    return None
+
+
+def _matches(schema: dict[str, Any], value: Any) -> bool:
+    if not isinstance(value, dict):
+        return False
+    props: dict[str, Any] = schema["properties"]
+    if any(r not in value for r in schema.get("required", [])):
+        return False
+    if schema.get("additionalProperties", True) is False and any(k not in props for k in value):
+        return False
+    for key, item in value.items():
+        prop = props.get(key)
+        if prop is None:
+            continue
+        kind = prop["type"]
+        ok = {
+            "string": isinstance(item, str),
+            "number": isinstance(item, int | float) and not isinstance(item, bool),
+            "integer": isinstance(item, int) and not isinstance(item, bool),
+            "boolean": isinstance(item, bool),
+            "array": isinstance(item, list) and all(isinstance(x, str) for x in item),
+        }[kind]
+        if not ok:
+            return False
+    return True
+
+
+# ------------------------------------------------------------------ parsing and votes
+
+
+_WORD: Final = re.compile(r"[a-z0-9_-]+")
+
+
+def parse_output(spec: StepSpec, text: str, schema: dict[str, Any] | None = None) -> Any:
+    """The parsed value of a step response's text, or None when it does not parse.
+
+    ``text``: the response text, stripped of leading and trailing whitespace, non-empty;
+    ``label``: the one label among the lowercased words of the text (none or two different
+    ones: unparseable); ``json``: the text (or the first ```` ```json ```` fenced block in it)
+    as a JSON object that satisfies the locked schema (``docs/prompts.md`` §8).
+    """
+    if spec.parser == "text":
+        stripped = text.strip()
+        return stripped or None
+    if spec.parser == "label":
+        found = {w for w in _WORD.findall(text.lower()) if w in spec.labels}
+        return next(iter(found)) if len(found) == 1 else None
+    body = text.strip()
+    fence = re.search(r"```(?:json)?\n(.*?)```", body, re.S)
+    if fence:
+        body = fence.group(1).strip()
+    try:
+        value = json.loads(body)
+    except ValueError:
+        return None
+    if schema is None or not _matches(schema, value):
+        return None
+    return value
+
+
+def value_key(value: Any) -> str:
+    """A vote's identity for counting: its canonical JSON."""
+    return json.dumps(value, sort_keys=True, ensure_ascii=False, separators=(",", ":"))
+
+
+def aggregate(rule: str | int, votes: Sequence[Any]) -> Any:
+    """The decision of ``votes`` (parsed values, None for a missing one) under ``rule``.
+
+    ``majority``: the value more than half of the votes give; ``unanimous``: the value every
+    vote gives; k: the value at least k votes give (the first such in vote order when several
+    reach k). A missing vote counts as a vote for nothing. :data:`UNDECIDED` otherwise.
+    """
+    n = len(votes)
+    counts: dict[str, tuple[int, Any]] = {}
+    for vote in votes:
+        if vote is None:
+            continue
+        key = value_key(vote)
+        count, _ = counts.get(key, (0, vote))
+        counts[key] = (count + 1, vote)
+    if rule == "majority":
+        need = n // 2 + 1
+    elif rule == "unanimous":
+        need = n
+    else:
+        need = int(rule)
+    for count, value in counts.values():
+        if count >= need:
+            return value
+    return UNDECIDED
+
+
+def output_text(value: Any, field: str | None = None) -> str | None:
+    """The text a slot ``{steps.NAME}`` (or ``{steps.NAME.FIELD}``) is filled with, or None.
+
+    A string is itself; any other JSON value its canonical JSON (RFC 8785, as
+    :func:`value_key` writes it for the subset a schema allows).
+    """
+    if field is not None:
+        if not isinstance(value, dict) or field not in value:
+            return None
+        value = value[field]
+    if isinstance(value, str):
+        return value
+    return value_key(value)
+
+
+# ------------------------------------------------------------------ slots and graph
+
+
+@dataclass(frozen=True)
+class SlotUse:
+    """Where a template reads a step's output: the reader, the step, the field (json only)."""
+
+    reader: str
+    step: str
+    field: str | None
+
+
+def step_slots(names: Iterable[str]) -> list[tuple[str, str | None]]:
+    """(step, field) of every ``steps.NAME`` / ``steps.NAME.FIELD`` slot among ``names``."""
+    out = []
+    for name in names:
+        parts = name.split(".")
+        if parts[0] == "steps" and len(parts) in (2, 3):
+            out.append((parts[1], parts[2] if len(parts) == 3 else None))
+    return out
+
+
+def step_graph(edges: Mapping[str, set[str]]) -> list[str] | None:
+    """A cycle among ``edges`` (reader -> steps it reads) as a list of names, or None."""
+    state: dict[str, int] = {}
+    stack: list[str] = []
+
+    def visit(node: str) -> list[str] | None:
+        state[node] = 1
+        stack.append(node)
+        for nxt in sorted(edges.get(node, ())):
+            if state.get(nxt) == 1:
+                return [*stack[stack.index(nxt) :], nxt]
+            if state.get(nxt) is None and nxt in edges:
+                found = visit(nxt)
+                if found:
+                    return found
+        stack.pop()
+        state[node] = 2
+        return None
+
+    for node in sorted(edges):
+        if state.get(node) is None:
+            found = visit(node)
+            if found:
+                return found
+    return None
+
+
+def step_layers(steps: Mapping[str, StepSpec], reads: Mapping[str, set[str]]) -> list[list[str]]:
+    """The steps in layers: each reads only steps of earlier layers (names sorted in a layer)."""
+    done: set[str] = set()
+    layers: list[list[str]] = []
+    left = set(steps)
+    while left:
+        layer = sorted(s for s in left if reads.get(s, set()) <= done)
+        if not layer:  # a cycle: refused at lock
+            layer = sorted(left)
+        layers.append(layer)
+        done |= set(layer)
+        left -= set(layer)
+    return layers
+
+
+# ------------------------------------------------------------------ calls
+
+
+@dataclass(frozen=True)
+class StepCall:
+    """One step call: ``step:{name}|{model}|{item}|1`` or ``step:{name}|{model}|{trial id}``.
+
+    ``arm`` is ``"step:{name}"`` so the engine's per-request bookkeeping (token estimates) keys
+    a step apart from every arm. ``trial`` is the trial a trial step reads (None for item
+    steps); ``stimulus`` the item.
+    """
+
+    id: str
+    step: str
+    model: str | None
+    stimulus: str
+    trial: str | None
+    position: int
+    variant: str | None = None
+    rep: int = 1
+
+    @property
+    def arm(self) -> str:
+        """``step:{name}``: never an arm id (those cannot contain ':')."""
+        return f"step:{self.step}"
+
+    @property
+    def custom_id(self) -> str:
+        """A batch ``custom_id`` (``s`` and the position): steps are never batched today."""
+        return f"s{self.position:06d}"
+
+
+def item_call_id(step: str, model: str | None, item: str) -> str:
+    """The call id of an item step's call (one sample, ``k = 1``)."""
+    return f"step:{step}|{model or ''}|{item}|1"
+
+
+def trial_call_id(step: str, model: str | None, trial: str) -> str:
+    """The call id of a trial step's call on ``trial``."""
+    return f"step:{step}|{model or ''}|{trial}"
+
+
+def call_order(seed: str, ids: Iterable[str]) -> list[str]:
+    """Call ids by ascending ``SHA-256("{seed}|{call id}")`` (the schedule's rule)."""
+    return sorted(ids, key=lambda c: hashlib.sha256(f"{seed}|{c}".encode()).hexdigest())
+
+
+def item_step_calls(spec: StepSpec, items: Sequence[str], seed: str) -> list[StepCall]:
+    """Every call of an item step, in call order."""
+    by_id = {
+        item_call_id(spec.name, m, i): (m, i) for i in items for m in spec.models
+    }
+    return [
+        StepCall(cid, spec.name, by_id[cid][0], by_id[cid][1], None, 0)
+        for cid in call_order(seed, by_id)
+    ]
+
+
+def trial_step_calls(spec: StepSpec, trial: str, stimulus: str) -> list[StepCall]:
+    """The calls of a trial step on one trial, one per model in the step's model order."""
+    return [
+        StepCall(trial_call_id(spec.name, m, trial), spec.name, m, stimulus, trial, 0)
+        for m in spec.models
+    ]
+
+
+def review_sample(judged: Sequence[tuple[int, bool]], n: int, seed: str) -> list[int]:
+    """``docs/scoring.md`` §11: the subjects (``response_seq``) of a review sample.
+
+    ``judged``: (response seq, whether every judge voted the same) of each judged trial. In each
+    stratum, unanimous then split, the ``n`` with the smallest ``SHA-256("{seed}|{seq}")``;
+    the sample is their seqs in ascending order.
+    """
+    out: list[int] = []
+    for unanimous in (True, False):
+        stratum = [seq for seq, same in judged if same is unanimous]
+        key = {s: hashlib.sha256(f"{seed}|{s}".encode()).hexdigest() for s in stratum}
+        out += sorted(stratum, key=lambda s: key[s])[:n]
+    return sorted(out)

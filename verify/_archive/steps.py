@@ -1,0 +1,153 @@
+"""The ``steps`` check: recorded model steps re-derived (``docs/archive-format.md`` §4.1).
+
+Every step request re-rendered from its locked template and the inputs that existed when it
+was sent, every step response re-parsed, every decision, ``trial.excluded`` and judge vote
+re-derived, and no call made before its inputs existed (:mod:`verify._steps`).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from verify._archive.view import Archive
+from verify._ledgerfile import _State
+from verify._prompts import LockedStudy, PromptError
+from verify._report import Check
+from verify._steps import Replay, plans_of, review_sample, step_lock_problems
+
+__all__ = ["attach_steps", "check_steps", "replay_of"]
+
+_KINDS = ("trial.requested", "trial.responded", "trial.failed", "trial.excluded",
+          "step.requested", "step.responded", "step.failed", "review.recorded")  # fmt: skip
+
+
+def staged(protocol: dict[str, Any]) -> bool:
+    """Whether the study has steps or answer-dependent arms (the replay has work)."""
+    arms = protocol.get("arms")
+    return "steps" in protocol or (type(arms) is dict and any(
+        type(a) is dict and "after" in a for a in arms.values()))
+
+
+def replay_of(a: Archive, study: LockedStudy) -> tuple[Replay | None, str | None]:
+    """The replay of the archive's step events (computed once), or (None, why not)."""
+    cached: tuple[Replay | None, str | None] | None = getattr(a, "_steps_replay", None)
+    if cached is not None:
+        return cached
+    try:
+        plans = plans_of(a.protocol, study, lambda p: a.locked_blob(p, a.protocol_seq))
+    except (PromptError, ValueError) as exc:
+        result: tuple[Replay | None, str | None] = (None, str(exc))
+        a._steps_replay = result  # type: ignore[attr-defined]
+        return result
+    seqs = sorted(s for kind in _KINDS for s in a.of_kind(kind))
+    events = []
+    for seq in seqs:
+        kind = str((a.envs[seq] or {}).get("kind"))
+        body = a.body(seq)
+        events.append((seq, kind, body, _getter(a, seq, body)))
+    replay = Replay(study, plans, events)
+    replay.run()
+    result = (replay, None)
+    a._steps_replay = result  # type: ignore[attr-defined]
+    return result
+
+
+def _getter(a: Archive, seq: int, body: dict[str, Any]) -> Any:
+    def get(name: str) -> bytes | None:
+        if name == "__request__":  # the request a trial response answers
+            rseq = body.get("request_seq")
+            if type(rseq) is not int:
+                return None
+            return a.blob(a.blob_ref(rseq, "request"))
+        return a.blob(a.blob_ref(seq, name))
+
+    return get
+
+
+def attach_steps(a: Archive, study: LockedStudy) -> None:
+    """Give ``study`` the ``{steps.*}`` values its item template reads, item by item."""
+    replay, _ = replay_of(a, study)
+    if replay is None:
+        return
+    study.prior_values = replay.prior_values
+    for item in study.item_ids:
+        try:
+            values = replay.item_values(item)
+        except KeyError:
+            continue
+        if values is not None:
+            study.step_values[item] = values
+
+
+def check_steps(a: Archive) -> Check:
+    """Every step call re-rendered, re-parsed and re-derived; none before its inputs."""
+    st = _State("steps")
+    if not staged(a.protocol):
+        kinds = [k for k in _KINDS[3:] if a.of_kind(k)]
+        if kinds:
+            seq = a.of_kind(kinds[0])[0]
+            st.fail(f"seq {seq}: {kinds[0]} in a study that locked no steps", seq)
+        return st.check("the study locked no steps")
+    study, problem = a.study()
+    if study is None:
+        st.fail(f"the locked study cannot be rendered: {problem}", a.protocol_seq)
+        return st.check("")
+    replay, problem = replay_of(a, study)
+    if replay is None:
+        st.fail(f"protocol.locked steps cannot be read: {problem}", a.protocol_seq)
+        return st.check("")
+    for reason in step_lock_problems(replay.plans, study):
+        st.fail(f"seq {a.protocol_seq}: {reason}", a.protocol_seq)
+    for at, reason in replay.problems:
+        st.fail(f"seq {at}: {reason}" if at is not None else reason, at)
+    reviews = _check_reviews(st, a, replay)
+    decided = sum(v is not None for _, v in replay.decisions.values())
+    return st.check(
+        f"{replay.rendered} step requests re-rendered byte for byte from the locked templates "
+        f"and their recorded inputs, {sum(c.responses for c in replay.calls.values())} step "
+        f"responses re-parsed, {len(replay.decisions)} decisions re-derived ({decided} "
+        f"decided), {len(replay.excluded)} exclusions justified; every call after its inputs"
+        + (f"; {reviews} reviews signed by reviewer keys, each of its locked sample" if reviews
+           else "")
+    )
+
+
+def _check_reviews(st: _State, a: Archive, replay: Replay) -> int:
+    """scoring.md §11: each review.recorded by a reviewer key, of a subject of its sample."""
+    reviews = a.of_kind("review.recorded")
+    if not reviews:
+        return 0
+    plans = a.protocol.get("reviews") if type(a.protocol.get("reviews")) is dict else {}
+    seal = next(iter(a.of_kind("scoring.sealed")), None)
+    judged: dict[str, list[tuple[int, bool]]] = {}
+    for seq in a.of_kind("trial.scored"):
+        body = a.body(seq)
+        judge = body.get("judge")
+        if type(judge) is dict and type(body.get("response_seq")) is int:
+            votes = [v.get("vote") for v in judge.get("votes") or [] if type(v) is dict]
+            judged.setdefault(str(judge.get("step")), []).append(
+                (body["response_seq"], None not in votes and len(set(votes)) == 1))
+    for seq in reviews:
+        env = a.envs[seq] or {}
+        body = a.body(seq)
+        role = a.roles.get(str(env.get("actor")))
+        name = str(body.get("sample"))
+        plan = (plans or {}).get(name)
+        if role != "reviewer":
+            st.fail(f"seq {seq}: review.recorded signed by {env.get('actor')!r}, a key with "
+                    f"the role {role!r}, not 'reviewer'", seq)  # fmt: skip
+        elif type(plan) is not dict:
+            st.fail(f"seq {seq}: review.recorded names sample {name!r}, which was not locked", seq)
+        elif seal is None or seq < seal:
+            st.fail(f"seq {seq}: review.recorded before scoring.sealed", seq)
+        else:
+            step = replay.plans.get(str(plan.get("step")))
+            sample = review_sample(judged.get(str(plan.get("step")), []), int(plan.get("n", 0)),
+                                   str(plan.get("seed")))  # fmt: skip
+            if body.get("subject") not in sample:
+                st.fail(f"seq {seq}: review.recorded subject {body.get('subject')!r} is not in "
+                        f"sample {name!r} (re-derived: {sample})", seq)  # fmt: skip
+            elif step is None or body.get("value") not in step.labels:
+                st.fail(f"seq {seq}: review.recorded value {body.get('value')!r} is not a label "
+                        "of the sample's judge step", seq)  # fmt: skip
+    return len(reviews)

@@ -1,0 +1,690 @@
+"""Recorded model steps, re-derived from the docs alone.
+
+``docs/prompts.md`` §8, ``docs/trials.md`` §5, ``docs/scoring.md`` §10.
+
+The verifier cannot call a model. It proves that everything follows from what the models
+answered: every step request is the one re-rendered from the locked template and the inputs
+that existed when it was sent; every step response is re-parsed; each call's outcome, each
+step's decision (the aggregate of its votes), each ``trial.excluded``, each trial request that
+reads a step and each judge-scored ``trial.scored`` is re-derived; and no call was made before
+its inputs existed. Independent of ``ledger``, ``runner`` and ``analysis``.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import re
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from verify._canonical import canonical_json
+from verify._prompts import (
+    LockedStudy,
+    PromptError,
+    Template,
+    item_values,
+    messages_request,
+    openai_request,
+    read_template,
+)
+
+__all__ = ["Replay", "StepPlan", "plans_of", "step_lock_problems"]
+
+LEAK = frozenset({"arm", "trial", "target_model", "request"})
+TRIAL_SLOTS = ("response", "reference", "reference_text")
+ANSWER = ("answer", "answer_text", "rationale")
+_WORD = re.compile(r"[a-z0-9_-]+")
+
+
+@dataclass(frozen=True)
+class StepPlan:
+    """One locked step (``protocol.locked`` ``steps.NAME``)."""
+
+    name: str
+    on: str
+    models: tuple[str | None, ...]
+    template: Template
+    system: str | None
+    parser: str
+    labels: tuple[str, ...]
+    schema: dict[str, Any] | None
+    retry: int
+    then: str
+    aggregate: str | int
+    sees: str
+    keep: tuple[str, ...] | None
+
+    def reads(self) -> set[str]:
+        """The steps its template reads."""
+        return {s.name.split(".")[1] for s in self.template.slots
+                if s.name.startswith("steps.") and len(s.name.split(".")) in (2, 3)}  # fmt: skip
+
+
+def plans_of(protocol: Mapping[str, Any], study: LockedStudy,
+             read: Callable[[str], bytes | None]) -> dict[str, StepPlan]:  # fmt: skip
+    """Every locked step; :class:`PromptError` naming the first member that cannot be read."""
+    steps = protocol.get("steps")
+    if steps is None:
+        return {}
+    if type(steps) is not dict:
+        raise PromptError("protocol.locked steps is not an object")
+    out: dict[str, StepPlan] = {}
+    for name, rec in steps.items():
+        where = f"protocol.locked steps.{name}"
+        if type(rec) is not dict:
+            raise PromptError(f"{where} is not an object")
+        on = rec.get("on")
+        if on not in ("item", "trial"):
+            raise PromptError(f"{where}.on: {on!r}")
+        models = rec.get("models")
+        if type(models) is not list or not models:
+            raise PromptError(f"{where}.models is not a list of model names")
+        names = tuple(m or None for m in models)
+        for m in names:
+            if m not in study.models:
+                raise PromptError(f"{where}.models: {m!r} is not a locked model")
+        path = rec.get("template")
+        data = read(path) if type(path) is str else None
+        if data is None or type(path) is not str:
+            raise PromptError(f"{where}.template: {path!r} is not a locked file")
+        template = read_template(data, path)
+        system_names = rec.get("system") or []
+        system = (
+            "\n\n".join(study.component(n) for n in system_names) if system_names else None
+        )
+        parser = rec.get("parser")
+        if parser not in ("text", "label", "json"):
+            raise PromptError(f"{where}.parser: {parser!r}")
+        schema = None
+        if parser == "json":
+            schema_path = rec.get("schema")
+            raw = read(schema_path) if type(schema_path) is str else None
+            if raw is None:
+                raise PromptError(f"{where}.schema: {schema_path!r} is not a locked file")
+            schema = json.loads(raw)
+        unparseable = rec.get("on_unparseable") or {}
+        rule = rec.get("aggregate")
+        if isinstance(rule, dict):
+            rule = rule.get("k")
+        if rule not in ("majority", "unanimous") and not (type(rule) is int and rule >= 1):
+            raise PromptError(f"{where}.aggregate: {rec.get('aggregate')!r}")
+        keep = rec.get("keep")
+        out[name] = StepPlan(
+            name, on, names, template, system, parser, tuple(rec.get("labels") or ()), schema,
+            int(unparseable.get("retry", 0)), str(unparseable.get("then", "exclude")), rule,
+            str(rec.get("sees", "blind")), tuple(keep) if keep is not None else None,
+        )  # fmt: skip
+    return out
+
+
+def step_lock_problems(plans: Mapping[str, StepPlan], study: LockedStudy) -> list[str]:
+    """The lock rules of ``docs/prompts.md`` §8 on the locked steps (what a lock refuses)."""
+    out: list[str] = []
+
+    def read_problem(on: str, slot: str) -> str | None:
+        parts = slot.split(".")
+        if len(parts) not in (2, 3) or parts[1] not in plans:
+            return f"no step named {parts[1] if len(parts) > 1 else slot!r} produces it"
+        target = plans[parts[1]]
+        if target.on == "trial" and on == "item":
+            return f"{parts[1]!r} is a trial step, read before its trial"
+        if len(parts) == 3 and (
+            target.schema is None or parts[2] not in target.schema.get("properties", {})
+        ):
+            return f"step {parts[1]!r} has no field {parts[2]!r}"
+        return None
+
+    for name, plan in plans.items():
+        for slot in plan.template.slots:
+            where = f"{plan.template.name}:{slot.line}:{slot.column}: slot {{{slot.name}}}"
+            if slot.name in LEAK or slot.name.startswith("factor."):
+                if not (slot.name == "request" and plan.sees == "request"):
+                    out.append(f"{where}: a blind step ({name}) may not see the condition")
+            elif slot.name.startswith("steps."):
+                problem = read_problem(plan.on, slot.name)
+                if problem:
+                    out.append(f"{where}: {problem}")
+            elif slot.name in TRIAL_SLOTS and plan.on == "item":
+                out.append(f"{where}: an item step ({name}) may not read it")
+            elif slot.name in ANSWER:
+                out.append(f"{where}: not a step slot")
+    if study.template is not None:
+        for slot in study.template.slots:
+            if slot.name.startswith("steps."):
+                problem = read_problem("item", slot.name)
+                if problem:
+                    out.append(f"{study.template.name}: slot {{{slot.name}}}: {problem}")
+    # a cycle among the steps
+    state: dict[str, int] = {}
+
+    def cyclic(node: str) -> bool:
+        state[node] = 1
+        for nxt in plans[node].reads():
+            if nxt in plans and (state.get(nxt) == 1 or (state.get(nxt) is None and cyclic(nxt))):
+                return True
+        state[node] = 2
+        return False
+
+    if any(state.get(n) is None and cyclic(n) for n in sorted(plans)):
+        out.append("protocol.locked steps: the steps read each other in a cycle")
+    return out
+
+
+# ------------------------------------------------------------------ parsing and votes
+
+
+def _matches(schema: Mapping[str, Any], value: Any) -> bool:
+    if not isinstance(value, dict):
+        return False
+    props = schema.get("properties") or {}
+    if any(r not in value for r in schema.get("required", [])):
+        return False
+    if schema.get("additionalProperties", True) is False and any(k not in props for k in value):
+        return False
+    kinds: dict[str, Callable[[Any], bool]] = {
+        "string": lambda v: isinstance(v, str),
+        "number": lambda v: isinstance(v, int | float) and not isinstance(v, bool),
+        "integer": lambda v: isinstance(v, int) and not isinstance(v, bool),
+        "boolean": lambda v: isinstance(v, bool),
+        "array": lambda v: isinstance(v, list) and all(isinstance(x, str) for x in v),
+    }
+    return all(
+        kinds[props[k]["type"]](v) for k, v in value.items() if k in props
+    )
+
+
+def parse(plan: StepPlan, text: str) -> Any:
+    """§8: the parsed value of a step response's text, or None (unparseable)."""
+    if plan.parser == "text":
+        return text.strip() or None
+    if plan.parser == "label":
+        found = {w for w in _WORD.findall(text.lower()) if w in plan.labels}
+        return next(iter(found)) if len(found) == 1 else None
+    body = text.strip()
+    fence = re.search(r"```(?:json)?\n(.*?)```", body, re.S)
+    if fence:
+        body = fence.group(1).strip()
+    try:
+        value = json.loads(body)
+    except ValueError:
+        return None
+    return value if plan.schema is not None and _matches(plan.schema, value) else None
+
+
+def _key(value: Any) -> str:
+    return json.dumps(value, sort_keys=True, ensure_ascii=False, separators=(",", ":"))
+
+
+def decide(rule: str | int, votes: list[Any]) -> Any:
+    """§8: the value at least the rule's number of votes give (majority: more than half)."""
+    need = len(votes) // 2 + 1 if rule == "majority" else (
+        len(votes) if rule == "unanimous" else int(rule)
+    )
+    counts: dict[str, list[Any]] = {}
+    for vote in votes:
+        if vote is not None:
+            counts.setdefault(_key(vote), []).append(vote)
+    for same in counts.values():
+        if len(same) >= need:
+            return same[0]
+    return None
+
+
+def text_of(raw: bytes, fmt: str) -> str:
+    """The text of a stored response (``docs/trials.md`` §2); ``""`` when it has none."""
+    try:
+        body = json.loads(raw.decode("utf-8"))
+    except (UnicodeDecodeError, ValueError, RecursionError):
+        return ""
+    if fmt == "anthropic-batch-result" and isinstance(body, dict):
+        body = (body.get("result") or {}).get("message") or {}
+    if not isinstance(body, dict):
+        return ""
+    if fmt == "openai-chat":
+        try:
+            content = body["choices"][0]["message"]["content"]
+        except (KeyError, IndexError, TypeError):
+            return ""
+        return content if isinstance(content, str) else ""
+    content = body.get("content")
+    if not isinstance(content, list):
+        return ""
+    return "".join(b["text"] for b in content if isinstance(b, dict)
+                   and b.get("type") == "text" and isinstance(b.get("text"), str))  # fmt: skip
+
+
+def slot_text(value: Any, field_name: str | None) -> str | None:
+    """§8: a decision as slot text (a string as is, other JSON as canonical JSON)."""
+    if field_name is not None:
+        if not isinstance(value, dict) or field_name not in value:
+            return None
+        value = value[field_name]
+    return value if isinstance(value, str) else _key(value)
+
+
+# ------------------------------------------------------------------ the replay
+
+
+@dataclass
+class Call:
+    """One step call as the events record it."""
+
+    id: str
+    step: str
+    model: str | None
+    item: str
+    trial: str | None
+    attempts: int = 0
+    responses: int = 0
+    value: Any = None
+    final_seq: int | None = None
+    status: str = "pending"  # parsed | unparseable | given-up
+    last_request: int | None = None
+
+
+@dataclass
+class Replay:
+    """Walk the events in order and re-derive every step call, decision and exclusion."""
+
+    study: LockedStudy
+    plans: dict[str, StepPlan]
+    events: list[tuple[int, str, dict[str, Any], Callable[[str], bytes | None]]]
+    problems: list[tuple[int | None, str]] = field(default_factory=list)
+    calls: dict[str, Call] = field(default_factory=dict)
+    decisions: dict[tuple[str, str], tuple[int, Any]] = field(default_factory=dict)
+    responses: dict[str, tuple[int, str]] = field(default_factory=dict)  # trial -> (seq, text)
+    request_texts: dict[str, str] = field(default_factory=dict)
+    stimulus: dict[str, str] = field(default_factory=dict)
+    excluded: dict[str, int] = field(default_factory=dict)
+    given_up: set[str] = field(default_factory=set)
+    prior_values: dict[str, dict[str, str]] = field(default_factory=dict)  # §9, per trial
+    rendered: int = 0
+
+    def fail(self, seq: int | None, message: str) -> None:
+        """Record a problem at ``seq``."""
+        self.problems.append((seq, message))
+
+    def unit_calls(self, step: str, unit: str) -> list[str]:
+        """The call ids of ``step`` on an item (item step) or trial (trial step)."""
+        return unit_call_ids(self.plans[step], unit)
+
+    def _settle(self, step: str, unit: str, seq: int) -> None:
+        ids = self.unit_calls(step, unit)
+        calls = [self.calls.get(c) for c in ids]
+        if any(c is None or c.final_seq is None for c in calls):
+            return
+        votes = [c.value if c is not None and c.status == "parsed" else None for c in calls]
+        self.decisions[(step, unit)] = (seq, decide(self.plans[step].aggregate, votes))
+
+    def needed(self) -> set[str]:
+        """Item steps a trial's request reads (transitively), and every screening step."""
+        out: set[str] = set()
+        todo = [s.name.split(".")[1] for s in (self.study.template.slots if self.study.template
+                else ()) if s.name.startswith("steps.")]  # fmt: skip
+        while todo:
+            name = todo.pop()
+            if name in out or name not in self.plans:
+                continue
+            out.add(name)
+            todo += list(self.plans[name].reads())
+        return out | {n for n, p in self.plans.items() if p.keep is not None}
+
+    def item_values(self, item: str) -> dict[str, str] | None:
+        """The ``{steps.*}`` values of an item's trials, or None (the item is excluded).
+
+        None when a needed step has no decision that keeps it; KeyError while one is still to
+        decide.
+        """
+        for name in self.needed():
+            if (name, item) not in self.decisions:
+                raise KeyError(name)
+        for name, plan in self.plans.items():
+            if plan.keep is not None and self.decisions[(name, item)][1] not in plan.keep:
+                return None
+        out: dict[str, str] = {}
+        for slot in self.study.template.slots if self.study.template else ():
+            parts = slot.name.split(".")
+            if parts[0] != "steps" or len(parts) not in (2, 3):
+                continue
+            value = self.decisions[(parts[1], item)][1]
+            text = None if value is None else slot_text(value, parts[2] if len(parts) == 3
+                                                           else None)  # fmt: skip
+            if text is None:
+                return None
+            out[slot.name] = text
+        return out
+
+    def values(self, call: Call) -> dict[str, str] | str:
+        """The slot values of ``call`` from what existed before it, or why they did not."""
+        plan = self.plans[call.step]
+        fields = self.study.fields(call.item)
+        values = item_values(fields, self.study.option_format, self.study.option_separator)
+        if plan.on == "trial":
+            answer = fields.get("answer")
+            values["reference"] = str(answer)
+            options = fields.get("options")
+            if isinstance(options, list) and isinstance(answer, str) and len(answer) == 1:
+                index = ord(answer) - ord("A")
+                if 0 <= index < len(options):
+                    values["reference_text"] = str(options[index])
+            answered = self.responses.get(call.trial or "")
+            if answered is None:
+                return f"its trial {call.trial} had no response yet"
+            values["response"] = answered[1]
+            if call.trial in self.request_texts:
+                values["request"] = self.request_texts[call.trial]
+        for slot in plan.template.slots:
+            parts = slot.name.split(".")
+            if parts[0] != "steps" or len(parts) not in (2, 3):
+                continue
+            target = self.plans[parts[1]]
+            unit = call.item if target.on == "item" else (call.trial or "")
+            decided = self.decisions.get((parts[1], unit))
+            if decided is None:
+                return f"step {parts[1]!r} had not decided for {unit!r} yet"
+            text = None if decided[1] is None else slot_text(
+                decided[1], parts[2] if len(parts) == 3 else None
+            )
+            if text is None:
+                return f"step {parts[1]!r} reached no decision for {unit!r}"
+            values[slot.name] = text
+        return values
+
+    def request_bytes(self, call: Call, values: Mapping[str, str], wire: str) -> bytes:
+        """§8: the canonical JSON of the call's request."""
+        plan = self.plans[call.step]
+        text = plan.template.render(values, f"call {call.id}").rstrip("\n")
+        request = messages_request(
+            self.study.models[call.model], [{"role": "user", "content": [
+                {"type": "text", "text": text}]}], plan.system,
+        )  # fmt: skip
+        if wire == "openai-compatible":
+            request = openai_request(request)
+        return canonical_json(request)
+
+    def run(self) -> None:
+        """Replay every event (``self.events``: (seq, kind, body, blob getter) in order)."""
+        trial_requests: dict[int, str] = {}
+        request_call: dict[int, str] = {}
+        needed = self.needed()
+        for seq, kind, body, blob in self.events:
+            if kind == "trial.requested":
+                trial = str(body.get("trial"))
+                trial_requests[seq] = trial
+                item = str(body.get("stimulus"))
+                self.stimulus[trial] = item
+                after = self._after(trial)
+                if after is not None and trial not in self.prior_values:
+                    prior = self.prior(trial, after)
+                    if isinstance(prior, str):
+                        self.fail(seq, f"trial {trial} (a second stage) was requested, but "
+                                  f"{prior}")  # fmt: skip
+                    else:
+                        self.prior_values[trial] = prior
+                try:
+                    values = self.item_values(item) if needed else {}
+                except KeyError as missing:
+                    self.fail(seq, f"trial {trial} was requested before step {missing} "
+                              f"decided for item {item!r}")  # fmt: skip
+                    continue
+                if values is None:
+                    self.fail(seq, f"trial {trial} was requested, but the steps exclude item "
+                              f"{item!r}")  # fmt: skip
+            elif kind == "trial.responded":
+                trial = trial_requests.get(body.get("request_seq"), "")  # type: ignore[arg-type]
+                raw = blob("response") or b""
+                self.responses[trial] = (seq, text_of(raw, str(body.get("format"))))
+                if any(p.sees == "request" for p in self.plans.values()):
+                    req = blob("__request__")
+                    if req is not None:
+                        message = json.loads(req)["messages"][-1]["content"]
+                        self.request_texts[trial] = message if isinstance(message, str) else (
+                            "".join(b.get("text", "") for b in message if b.get("type") == "text")
+                        )
+            elif kind == "trial.failed":
+                if body.get("final") is True:
+                    self.given_up.add(trial_requests.get(body.get("request_seq"), ""))  # type: ignore[arg-type]
+            elif kind == "trial.excluded" and "prior" in body:
+                trial = str(body.get("trial"))
+                self.excluded[trial] = seq
+                after = self._after(trial)
+                found = self.prior(trial, after) if after is not None else "it has no first stage"
+                if not isinstance(found, str):
+                    self.fail(seq, f"trial {trial} was excluded, but its first stage gave what "
+                              "it reads")  # fmt: skip
+                elif found.startswith("waiting"):
+                    self.fail(seq, f"trial {trial} was excluded before {found[8:]}")
+            elif kind == "trial.excluded":
+                trial, item = str(body.get("trial")), str(body.get("item"))
+                self.excluded[trial] = seq
+                try:
+                    values = self.item_values(item)
+                except KeyError as missing:
+                    self.fail(seq, f"trial {trial} was excluded before step {missing} decided "
+                              f"for item {item!r}")  # fmt: skip
+                    continue
+                if values is not None:
+                    self.fail(seq, f"trial {trial} was excluded, but every step it reads "
+                              f"decided for item {item!r}")  # fmt: skip
+            elif kind == "step.requested":
+                self._requested(seq, body, blob, request_call)
+            elif kind in ("step.responded", "step.failed"):
+                call_id = request_call.get(body.get("request_seq"))  # type: ignore[arg-type]
+                call = self.calls.get(call_id or "")
+                if call is None:
+                    self.fail(seq, f"{kind} request_seq {body.get('request_seq')!r} is no "
+                              "step.requested")  # fmt: skip
+                    continue
+                if call.final_seq is not None:
+                    self.fail(seq, f"call {call.id} has an outcome after its final one "
+                              f"(seq {call.final_seq})")  # fmt: skip
+                    continue
+                plan = self.plans[call.step]
+                if kind == "step.responded":
+                    call.responses += 1
+                    value = parse(plan, text_of(blob("response") or b"",
+                                                str(body.get("format"))))  # fmt: skip
+                    if value is not None:
+                        call.value, call.status, call.final_seq = value, "parsed", seq
+                    elif call.responses >= plan.retry + 1:
+                        call.status, call.final_seq = "unparseable", seq
+                elif body.get("final") is True:
+                    call.status, call.final_seq = "given-up", seq
+                if call.final_seq is not None:
+                    unit = call.item if plan.on == "item" else (call.trial or "")
+                    self._settle(call.step, unit, seq)
+
+    def _after(self, trial: str) -> Mapping[str, str] | None:
+        arm = self.study.arms.get(trial.split("|", 1)[0])
+        return arm.after if arm is not None else None
+
+    def prior(self, trial: str, after: Mapping[str, str]) -> dict[str, str] | str:
+        """§9: the ``{prior.*}`` values of a second-stage trial, from what is recorded so far.
+
+        A string says why there are none (``"waiting ..."`` while the first stage is not final).
+        """
+        prior = f"{after['arm']}|{trial.split('|', 1)[1]}"
+        if prior in self.given_up or prior in self.excluded:
+            return f"its first-stage trial {prior} has no response"
+        if prior not in self.responses:
+            return f"waiting for its first-stage trial {prior}"
+        values = {"prior.response": self.responses[prior][1]}
+        step = after.get("answer")
+        if step is None:
+            return values
+        decided = self.decisions.get((step, prior))
+        if decided is None:
+            return f"waiting for step {step!r} to decide on {prior}"
+        if decided[1] is None:
+            return f"step {step!r} reached no decision on {prior}"
+        values["prior.answer"] = str(slot_text(decided[1], None))
+        if after.get("rule") == "next-option":
+            options = self.study.fields(self.stimulus.get(trial, "")).get("options") or []
+            labels = [chr(ord("A") + i) for i in range(len(options))]
+            label = values["prior.answer"].strip().upper()
+            if label not in labels:
+                return f"step {step!r} decided {values['prior.answer']!r}: not an option label"
+            i = labels.index(label)
+            j = (i + 1) % len(labels)
+            values.update({"prior.answer": label, "prior.answer_text": str(options[i]),
+                           "prior.other": labels[j], "prior.other_text": str(options[j])})
+        return values
+
+    def _requested(self, seq: int, body: dict[str, Any], blob: Callable[[str], bytes | None],
+                   request_call: dict[int, str]) -> None:  # fmt: skip
+        call_id = str(body.get("call"))
+        head, _, rest = call_id.partition("|")
+        step = head[len("step:"):] if head.startswith("step:") else ""
+        plan = self.plans.get(step)
+        if plan is None or body.get("step") != step:
+            self.fail(seq, f"step.requested call {call_id!r} names no locked step")
+            return
+        model, _, unit = rest.partition("|")
+        if plan.on == "item":
+            item, _, k = unit.rpartition("|")
+            trial = None
+            if k != "1" or item not in self.study.item_ids:
+                self.fail(seq, f"call {call_id!r} is not a call of item step {step!r}")
+                return
+        else:
+            trial, item = unit, self.stimulus.get(unit, "")
+        if (model or None) not in plan.models or body.get("item") != item or (
+            body.get("trial") != trial
+        ):
+            self.fail(seq, f"call {call_id!r}: the event's model, item or trial differ from "
+                      "its call id")  # fmt: skip
+            return
+        call = self.calls.setdefault(call_id, Call(call_id, step, model or None, item, trial))
+        request_call[seq] = call_id
+        call.attempts += 1
+        call.last_request = seq
+        if body.get("attempt") != call.attempts:
+            self.fail(seq, f"call {call_id}: attempt {body.get('attempt')!r}, expected "
+                      f"{call.attempts}")  # fmt: skip
+        if call.final_seq is not None:
+            self.fail(seq, f"call {call_id} was requested again after its final outcome "
+                      f"(seq {call.final_seq}): a call made twice")  # fmt: skip
+        values = self.values(call)
+        if isinstance(values, str):
+            self.fail(seq, f"call {call_id} was requested before its inputs existed: {values}")
+            return
+        wire = "openai-compatible" if body.get("backend") == "openai-compatible" else "messages"
+        try:
+            want = self.request_bytes(call, values, wire)
+        except PromptError as exc:
+            self.fail(seq, f"call {call_id}: the request cannot be re-rendered: {exc}")
+            return
+        self.rendered += 1
+        got = blob("request")
+        digest = hashlib.sha256(want).hexdigest()
+        if got != want or body.get("request_sha256") != digest:
+            self.fail(seq, f"call {call_id}: the step request is not the one re-rendered from "
+                      f"the locked template {plan.template.name} and its recorded inputs")
+
+    def judge_record(self, step: str, trial: str) -> dict[str, Any] | None:
+        """scoring.md §10: the ``judge`` member of a judged trial (None: a call not final)."""
+        return judge_record(self.plans[step], self.calls, trial)
+
+
+def judge_records(
+    protocol: Mapping[str, Any],
+    step: str,
+    events: Sequence[tuple[int, str, dict[str, Any], Callable[..., bytes | None]]],
+) -> dict[str, dict[str, Any] | None]:
+    """scoring.md §10: the ``judge`` member of every trial the judge step ``step`` judged.
+
+    Re-derived from the step's recorded responses alone (re-parsed by the locked parser and
+    ``on_unparseable`` rule, aggregated by the locked rule); None for a trial whose judge
+    calls are not all final. Every trial that has a ``trial.requested`` is listed.
+    """
+    rec = (protocol.get("steps") or {}).get(step)
+    if not isinstance(rec, dict):
+        raise PromptError(f"protocol.locked has no step {step!r}")
+    raw_rule = rec.get("aggregate")
+    rule = raw_rule.get("k") if isinstance(raw_rule, dict) else raw_rule
+    if rule not in ("majority", "unanimous") and type(rule) is not int:
+        raise PromptError(f"protocol.locked steps.{step}.aggregate: {raw_rule!r}")
+    plan = StepPlan(
+        step, "trial", tuple(m or None for m in rec.get("models") or []),
+        Template(step, ()), None, str(rec.get("parser")), tuple(rec.get("labels") or ()),
+        None, int((rec.get("on_unparseable") or {}).get("retry", 0)), "exclude", rule,
+        "blind", None,
+    )  # fmt: skip
+    calls: dict[str, Call] = {}
+    request_call: dict[int, str] = {}
+    trials: list[str] = []
+    for seq, kind, body, blob in events:
+        if kind == "trial.requested":
+            trials.append(str(body.get("trial")))
+        elif kind == "step.requested" and body.get("step") == step:
+            call_id = str(body.get("call"))
+            call = calls.setdefault(call_id, Call(call_id, step, None, "", body.get("trial")))
+            call.attempts += 1
+            call.last_request = seq
+            request_call[seq] = call_id
+        elif kind in ("step.responded", "step.failed"):
+            found = calls.get(request_call.get(body.get("request_seq"), ""))  # type: ignore[arg-type]
+            if found is None or found.final_seq is not None:
+                continue
+            if kind == "step.responded":
+                found.responses += 1
+                value = parse(plan, text_of(blob("response") or b"", str(body.get("format"))))
+                if value is not None:
+                    found.value, found.status, found.final_seq = value, "parsed", seq
+                elif found.responses >= plan.retry + 1:
+                    found.status, found.final_seq = "unparseable", seq
+            elif body.get("final") is True:
+                found.status, found.final_seq = "given-up", seq
+    return {trial: judge_record(plan, calls, trial) for trial in dict.fromkeys(trials)}
+
+
+def unit_call_ids(plan: StepPlan, unit: str) -> list[str]:
+    """The call ids of ``plan`` on an item (item step) or a trial (trial step)."""
+    if plan.on == "item":
+        return [f"step:{plan.name}|{m or ''}|{unit}|1" for m in plan.models]
+    return [f"step:{plan.name}|{m or ''}|{unit}" for m in plan.models]
+
+
+def judge_record(plan: StepPlan, calls: Mapping[str, Call], trial: str) -> dict[str, Any] | None:
+    """scoring.md §10: the ``judge`` member of a judged trial (None: a call not final)."""
+    votes: list[dict[str, Any]] = []
+    values: list[Any] = []
+    for call_id in unit_call_ids(plan, trial):
+        call = calls.get(call_id)
+        model = call_id.split("|")[1]
+        if call is None:
+            values.append(None)
+            votes.append({"model": model, "vote": None, "status": "no-input",
+                          "request_seq": None, "response_seq": None, "responses": 0})
+            continue
+        if call.final_seq is None:
+            return None
+        value = call.value if call.status == "parsed" else None
+        values.append(value)
+        votes.append({"model": model, "vote": value, "status": call.status,
+                      "request_seq": call.last_request, "response_seq": call.final_seq,
+                      "responses": call.responses})  # fmt: skip
+    rule = plan.aggregate
+    return {
+        "step": plan.name,
+        "aggregate": {"k": rule} if isinstance(rule, int) else rule,
+        "decision": decide(rule, values),
+        "votes": votes,
+    }
+
+
+def review_sample(judged: Sequence[tuple[int, bool]], n: int, seed: str) -> list[int]:
+    """scoring.md §11: the subjects of a review sample, in ascending order.
+
+    Per stratum (unanimous, then split) the ``n`` response seqs with the smallest SHA-256 of
+    ``"{seed}|{seq}"``.
+    """
+    chosen: list[int] = []
+    for same in (True, False):
+        stratum = sorted(
+            (hashlib.sha256(f"{seed}|{s}".encode()).hexdigest(), s) for s, u in judged if u is same
+        )
+        chosen.extend(s for _, s in stratum[:n])
+    return sorted(chosen)
