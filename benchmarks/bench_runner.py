@@ -23,6 +23,23 @@ method in this script only).
 Trials per configuration: ``rounds x concurrency`` (at least ``min-trials``) with latency, and
 ``fast-trials`` at 0 ms. Target: at 200 ms latency and concurrency 32, runner >= 0.9 x plain.
 Timings are never asserted in tests; this script is where they are read.
+
+``--e2e`` measures end to end instead, every side as its own process timed from start to exit
+(imports, set-up and close included), against the same fake server (its own process):
+
+  * ``ledger run STUDY --base-url URL --concurrency C`` on a fresh copy of a locked, never-run
+    study of the template (1,050 trials: 5 arms x 7 probes x 30 replicates), its preflight too;
+  * ``benchmarks/bare_sdk.py``: the same 1,050 request bodies, in the same order, sent with a
+    bare ``AsyncAnthropic(max_retries=0).messages.create`` script (no project code imported);
+  * when ``inspect`` (``inspect-ai``, the ``bench`` extra or ``--inspect PATH``) is found, the
+    same 1,050 requests (same messages, image, model, ``max_tokens`` and ``temperature``)
+    through ``inspect eval benchmarks/inspect_bodies_task.py`` (``--inspect-at``: where).
+
+Repetitions are interleaved (each repetition runs every side of every configuration once, the
+sides' order alternating), and the median of each side is compared: ratio = ``ledger run``
+trials/s over bare trials/s. The machine's load average is printed at the start and the end.
+Targets (docs/trials.md): >= 0.95 at 200 ms for concurrency 8 and 32, >= 0.9 at 200 ms / 128,
+>= 0.85 at 0 ms / 32, and ``ledger run`` >= 3 x ``inspect eval`` at 200 ms / 32.
 """
 
 from __future__ import annotations
@@ -35,6 +52,7 @@ import json
 import math
 import os
 import shutil
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -81,10 +99,15 @@ class Row:
 
 
 @contextlib.contextmanager
-def fake_server(latency_ms: float) -> Iterator[str]:
-    """Run ``tests/fake_messages.py`` as a child process; yield its base URL."""
+def fake_server(latency_ms: float, log: Path | None = None) -> Iterator[str]:
+    """Run ``tests/fake_messages.py`` as a child process; yield its base URL.
+
+    With ``log``, the server writes one line there per message it answered with 200.
+    """
+    logging = ["--log", str(log)] if log is not None else []
     proc = subprocess.Popen(
-        [sys.executable, str(FAKE_SERVER), "--port", "0", "--latency-ms", str(latency_ms)],
+        [sys.executable, str(FAKE_SERVER), "--port", "0", "--latency-ms", str(latency_ms),
+         *logging],
         stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True,
     )  # fmt: skip
     try:
@@ -277,19 +300,295 @@ def report(rows: list[Row]) -> None:
                   f"{r.ratio:.2f} {met}")
 
 
+# ---------------------------------------------------------------------------- end to end
+
+BARE_SDK = ROOT / "benchmarks" / "bare_sdk.py"
+INSPECT_TASK = ROOT / "benchmarks" / "inspect_bodies_task.py"
+#: (latency ms, concurrency, least ratio ledger run / bare SDK) of the end-to-end targets
+E2E_TARGETS = ((200.0, 8, 0.95), (200.0, 32, 0.95), (200.0, 128, 0.9), (0.0, 32, 0.85))
+#: (latency ms, concurrency, least ratio ledger run / inspect eval)
+INSPECT_TARGET = (200.0, 32, 3.0)
+
+
+@dataclass
+class E2ERow:
+    """End-to-end figures of one (latency, concurrency): medians of interleaved repetitions."""
+
+    latency_ms: float
+    concurrency: int
+    trials: int
+    bare_s: list[float]
+    ledger_s: list[float]
+    inspect_s: list[float]
+
+    @property
+    def ratio(self) -> float:
+        """``ledger run`` trials/s over bare-SDK trials/s (medians)."""
+        return statistics.median(self.bare_s) / statistics.median(self.ledger_s)
+
+    @property
+    def inspect_ratio(self) -> float | None:
+        """``ledger run`` trials/s over ``inspect eval`` trials/s (medians), if measured."""
+        if not self.inspect_s:
+            return None
+        return statistics.median(self.inspect_s) / statistics.median(self.ledger_s)
+
+
+def load_average() -> str:
+    """The 1, 5 and 15 minute load averages, as ``uptime`` shows them."""
+    one, five, fifteen = os.getloadavg()
+    return f"{one:.2f} {five:.2f} {fifteen:.2f}"
+
+
+def ledger_command() -> list[str]:
+    """The ``ledger`` console script of this interpreter (else its module entry point)."""
+    script = Path(sys.executable).with_name("ledger")
+    if script.exists():
+        return [str(script)]
+    return [sys.executable, "-c", "from ledger.cli import main; main()"]
+
+
+def inspect_command(given: str | None) -> list[str] | None:
+    """The ``inspect`` command to use: ``given``, else beside this interpreter, else on PATH."""
+    if given:
+        return [given]
+    beside = Path(sys.executable).with_name("inspect")
+    if beside.exists():
+        return [str(beside)]
+    found = shutil.which("inspect")
+    return [found] if found else None
+
+
+def e2e_study(tmp: Path, replicates: int) -> tuple[Path, Path, Path, int]:
+    """Lock a never-run template study; write its bodies. (study, key file, bodies, trials)."""
+    root = tmp / "locked" / "study"
+    key = SigningKey.generate("prompt-ledger.local/prompt-tumbling-e/owner")
+    new_study(root, TEMPLATE, key)
+    spec = root / "study.toml"
+    text = spec.read_text(encoding="utf-8")
+    if "replicates = 30" not in text:
+        raise RuntimeError(f"{spec}: the template no longer says 'replicates = 30'")
+    if replicates != 30:
+        spec.write_text(text.replace("replicates = 30", f"replicates = {replicates}"), "utf-8")
+    lock_study(root, key)
+    key_file = key.save(tmp / "owner.key")
+    study = load_study(root)
+    with Ledger.open(root / "ledger.db", readonly=True) as log:
+        pending = load_state(study, log).pending()
+    builder = RequestBuilder(study)
+    bodies = tmp / "bodies.jsonl"
+    with bodies.open("w", encoding="utf-8") as handle:
+        for trial in pending:
+            handle.write(json.dumps(builder.body(trial), ensure_ascii=False) + "\n")
+    return root, Path(key_file), bodies, len(pending)
+
+
+def _timed(
+    command: list[str], env: dict[str, str], what: str, cwd: Path | None = None
+) -> tuple[float, str]:
+    """Run ``command`` to its end; (seconds from start to exit, its standard output)."""
+    start = time.perf_counter()
+    proc = subprocess.run(
+        command, env=env, capture_output=True, text=True, check=False, cwd=cwd
+    )
+    elapsed = time.perf_counter() - start
+    if proc.returncode != 0:
+        raise RuntimeError(
+            f"{what} exited {proc.returncode}:\n{proc.stdout[-2000:]}\n{proc.stderr[-3000:]}"
+        )
+    return elapsed, proc.stdout
+
+
+def time_bare(base_url: str, bodies: Path, concurrency: int, env: dict[str, str]) -> float:
+    """Seconds of ``bare_sdk.py`` sending every body once, process start to exit."""
+    command = [sys.executable, str(BARE_SDK), base_url, str(bodies), str(concurrency)]
+    elapsed, out = _timed(command, env, "bare_sdk.py")
+    if not out.startswith("answered "):
+        raise RuntimeError(f"bare_sdk.py said {out!r}")
+    return elapsed
+
+
+def time_ledger(
+    base_url: str, locked: Path, key_file: Path, work: Path, trials: int, concurrency: int,
+    env: dict[str, str],
+) -> float:
+    """Seconds of ``ledger run`` on a fresh copy of ``locked``, process start to exit."""
+    if work.exists():
+        shutil.rmtree(work)
+    shutil.copytree(locked, work)
+    command = [*ledger_command(), "run", str(work), "--base-url", base_url,
+               "--concurrency", str(concurrency), "--key", str(key_file)]  # fmt: skip
+    elapsed, _ = _timed(command, env, "ledger run")
+    with Ledger.open(work / "ledger.db", readonly=True) as log:
+        responded = sum(1 for _ in log.events("trial.responded"))
+        failed = sum(1 for _ in log.events("trial.failed"))
+    if responded != trials or failed:
+        raise RuntimeError(f"ledger run answered {responded} of {trials} trials, {failed} failed")
+    shutil.rmtree(work)
+    return elapsed
+
+
+def time_inspect(
+    command: list[str], base_url: str, bodies: Path, model: str, concurrency: int,
+    logs: Path, env: dict[str, str],
+) -> float:
+    """Seconds of ``inspect eval`` over the same bodies, process start to exit."""
+    shutil.rmtree(logs, ignore_errors=True)
+    args = [*command, "eval", INSPECT_TASK.name, "-T", f"bodies={bodies}",
+            "--model", f"anthropic/{model}", "--model-base-url", base_url,
+            "--max-connections", str(concurrency), "--max-samples", str(concurrency),
+            "--max-retries", "0", "--fail-on-error", "0", "--display", "none",
+            "--log-dir", str(logs), "--no-score"]  # fmt: skip
+    elapsed, _ = _timed(args, env, "inspect eval", cwd=INSPECT_TASK.parent)  # a relative task
+    return elapsed
+
+
+def _lines(path: Path) -> int:
+    if not path.exists():
+        return 0
+    with path.open("rb") as handle:
+        return sum(1 for _ in handle)
+
+
+def run_e2e(args: argparse.Namespace) -> tuple[list[E2ERow], str, str]:
+    """Measure every configuration end to end; (rows, load at start, load at end)."""
+    load_start = load_average()
+    latencies = [float(x) for x in args.latencies.split(",")]
+    concurrencies = [int(x) for x in args.concurrency.split(",")]
+    inspect = inspect_command(args.inspect) if not args.no_inspect else None
+    inspect_at = {
+        (float(lat), int(conc))
+        for lat, conc in (pair.split(":") for pair in args.inspect_at.split(",") if pair)
+    }
+    rows: dict[tuple[float, int], E2ERow] = {}
+    with tempfile.TemporaryDirectory(dir=args.dir) as tmp_name:
+        tmp = Path(tmp_name)
+        env = dict(os.environ, ANTHROPIC_API_KEY="test", PROMPT_LEDGER_HOME=str(tmp / "home"))
+        env.pop("ANTHROPIC_BASE_URL", None)
+        locked, key_file, bodies, trials = e2e_study(tmp, args.replicates)
+        model = json.loads(bodies.read_text(encoding="utf-8").splitlines()[0])["model"]
+        answers = tmp / "answers.jsonl"
+        for latency in latencies:
+            with fake_server(latency, answers) as base_url:
+                time_bare(base_url, bodies, 8, env)  # warm the server, the disk cache, Python
+                for rep in range(args.repetitions):
+                    for conc in concurrencies:
+                        row = rows.setdefault(
+                            (latency, conc), E2ERow(latency, conc, trials, [], [], [])
+                        )
+                        run_dir = tmp / "run" / "study"
+                        sides: list[tuple[str, Callable[[], float], list[float]]] = [
+                            ("bare", functools.partial(time_bare, base_url, bodies, conc, env),
+                             row.bare_s),
+                            ("ledger", functools.partial(
+                                time_ledger, base_url, locked, key_file, run_dir, trials, conc,
+                                env), row.ledger_s),
+                        ]  # fmt: skip
+                        if inspect is not None and (latency, conc) in inspect_at:
+                            sides.append(("inspect", functools.partial(
+                                time_inspect, inspect, base_url, bodies, model, conc,
+                                tmp / "inspect-logs", env), row.inspect_s))  # fmt: skip
+                        if rep % 2:
+                            sides.reverse()
+                        for name, measure, into in sides:
+                            before = _lines(answers)
+                            into.append(measure())
+                            answered = _lines(answers) - before
+                            if answered < trials:  # ledger run adds its preflight request
+                                raise RuntimeError(
+                                    f"{name}: the server answered {answered} of {trials} requests"
+                                )
+                            if args.progress:
+                                print(f"  ... {latency:g} ms, concurrency {conc}, repetition "
+                                      f"{rep + 1}: {name} {into[-1]:.2f} s (load "
+                                      f"{load_average()})", file=sys.stderr)  # fmt: skip
+    return list(rows.values()), load_start, load_average()
+
+
+def report_e2e(rows: list[E2ERow], load_start: str, load_end: str, inspect: bool) -> None:
+    """Print the end-to-end table, the ratios and the targets."""
+    reps = len(rows[0].bare_s) if rows else 0
+    print(f"runner benchmark, end to end: ledger run vs a bare AsyncAnthropic script, each a "
+          f"process timed start to exit, fake server in its own process; {os.cpu_count()} "
+          f"cores; median of {reps} interleaved repetitions")  # fmt: skip
+    print(f"  load average at start: {load_start}")
+    head = (f"  {'latency':>7} {'conc':>4} {'trials':>6} {'bare s':>7} {'ledger s':>8} "
+            f"{'bare/s':>8} {'ledger/s':>8} {'ratio':>6} {'inspect s':>9} {'vs inspect':>10}")
+    print(head)
+    for r in rows:
+        bare, led = statistics.median(r.bare_s), statistics.median(r.ledger_s)
+        ins = f"{statistics.median(r.inspect_s):>9.2f}" if r.inspect_s else f"{'-':>9}"
+        vs = f"{r.inspect_ratio:>10.2f}" if r.inspect_ratio is not None else f"{'-':>10}"
+        print(f"  {r.latency_ms:>5g}ms {r.concurrency:>4} {r.trials:>6} {bare:>7.2f} "
+              f"{led:>8.2f} {r.trials / bare:>8.1f} {r.trials / led:>8.1f} {r.ratio:>6.2f} "
+              f"{ins} {vs}")  # fmt: skip
+    for r in rows:
+        every = " ".join(f"{x:.2f}" for x in r.bare_s)
+        runs = " ".join(f"{x:.2f}" for x in r.ledger_s)
+        extra = (" | inspect " + " ".join(f"{x:.2f}" for x in r.inspect_s)) if r.inspect_s else ""
+        print(f"    runs {r.latency_ms:g} ms / {r.concurrency}: bare {every} | ledger {runs}"
+              f"{extra}")
+    print("  (ratio = ledger run trials/s / bare SDK trials/s; vs inspect = ledger run trials/s "
+          "/ inspect eval trials/s)")
+    if not inspect:
+        print("  inspect eval: not measured (inspect-ai not found: pip install -e '.[bench]', "
+              "or --inspect PATH)")
+    print(f"  load average at end: {load_end}")
+    by_key = {(r.latency_ms, r.concurrency): r for r in rows}
+    for latency, conc, limit in E2E_TARGETS:
+        row = by_key.get((latency, conc))
+        if row is not None:
+            met = "met" if row.ratio >= limit else "MISSED"
+            print(f"  target ledger run >= {limit} x bare SDK at {latency:g} ms, concurrency "
+                  f"{conc}: {row.ratio:.2f} {met}")
+    latency, conc, limit = INSPECT_TARGET
+    row = by_key.get((latency, conc))
+    if row is not None and row.inspect_ratio is not None:
+        met = "met" if row.inspect_ratio >= limit else "MISSED"
+        print(f"  target ledger run >= {limit:g} x inspect eval at {latency:g} ms, concurrency "
+              f"{conc}: {row.inspect_ratio:.2f} {met}")
+
+
 def main() -> None:
     """Parse arguments, run, print."""
     parser = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
+    parser.add_argument("--e2e", action="store_true",
+                        help="end to end: ledger run and a bare SDK script as processes")
     parser.add_argument("--latencies", default="0,200", help="server latencies, ms")
-    parser.add_argument("--concurrency", default="1,8,32,128")
+    parser.add_argument("--concurrency", default=None,
+                        help="default 1,8,32,128 (8,32,128 with --e2e)")
     parser.add_argument("--rounds", type=int, default=10, help="trials = rounds x concurrency")
     parser.add_argument("--min-trials", type=int, default=20)
     parser.add_argument("--fast-trials", type=int, default=350, help="trials at 0 ms latency")
+    parser.add_argument("--repetitions", type=int, default=3, help="--e2e: interleaved runs")
+    parser.add_argument("--replicates", type=int, default=30,
+                        help="--e2e: the template's replicates (30: 1,050 trials)")
+    parser.add_argument("--inspect", default=None, help="--e2e: the inspect command to use")
+    parser.add_argument("--inspect-at", default="200:32",
+                        help="--e2e: latency:concurrency pairs that run inspect eval too")
+    parser.add_argument("--no-inspect", action="store_true")
     parser.add_argument("--dir", default=None, help="where the studies are written")
-    parser.add_argument("--quick", action="store_true", help="0 ms, concurrency 1 and 8, 35 trials")
+    parser.add_argument("--quick", action="store_true", help=(
+        "0 ms, concurrency 1 and 8, 35 trials; with --e2e: 0 ms, concurrency 8, 70 trials, "
+        "one repetition, inspect eval too if found"))
     parser.add_argument("--progress", action="store_true")
     parser.add_argument("--json", action="store_true")
     args = parser.parse_args()
+    if args.e2e:
+        if args.concurrency is None:
+            args.concurrency = "8,32,128"
+        if args.quick:
+            args.latencies, args.concurrency, args.repetitions = "0", "8", 1
+            args.replicates, args.inspect_at = 2, "0:8"
+        e2e_rows, load_start, load_end = run_e2e(args)
+        if args.json:
+            print(json.dumps({"load_start": load_start, "load_end": load_end,
+                              "rows": [asdict(r) for r in e2e_rows]}, indent=2))  # fmt: skip
+            return
+        report_e2e(e2e_rows, load_start, load_end, any(r.inspect_s for r in e2e_rows))
+        return
+    if args.concurrency is None:
+        args.concurrency = "1,8,32,128"
     if args.quick:
         args.latencies, args.concurrency, args.fast_trials = "0", "1,8", 35
     rows = run(args)
