@@ -26,6 +26,8 @@ MAX_SAFE_INTEGER = 2**53 - 1
 _ENCODER = json.JSONEncoder(
     sort_keys=True, separators=(",", ":"), ensure_ascii=False, allow_nan=False
 )
+#: The string form ``_ENCODER`` writes (``ensure_ascii=False``), in C
+_string = json.encoder.encode_basestring
 
 
 #: What :func:`_scan` finds in a value: a form only the reference writes, a value the C encoder
@@ -121,20 +123,23 @@ def ecma_number(value: float) -> str:
 def _encode_with_floats(value: Any) -> str:
     """RFC 8785 text of a value :func:`_scan` found ``_FLOATS`` (or ``_PLAIN``) for.
 
-    Floats by :func:`ecma_number`; containers joined here, keys in code point order (which is
-    UTF-16 order for BMP keys); every other value by the C encoder.
+    Floats by :func:`ecma_number`; strings by the C function the C encoder itself uses;
+    containers joined here, keys in code point order (which is UTF-16 order for BMP keys).
     """
     kind = type(value)
+    if kind is str:
+        return _string(value)
     if kind is float:
         return ecma_number(value)
     if kind is dict:
         encode = _encode_with_floats
-        key_text = _ENCODER.encode
-        parts = [f"{key_text(k)}:{encode(value[k])}" for k in sorted(value)]
+        parts = [f"{_string(k)}:{encode(value[k])}" for k in sorted(value)]
         return "{" + ",".join(parts) + "}"
     if kind is list or kind is tuple:
         return "[" + ",".join(map(_encode_with_floats, value)) + "]"
-    return _ENCODER.encode(value)
+    if kind is int:
+        return int.__repr__(value)
+    return "null" if value is None else "true" if value else "false"
 
 
 def _big_int_message(value: int) -> str:
