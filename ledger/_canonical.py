@@ -79,15 +79,6 @@ def _scan(value: Any) -> int:
     return _PLAIN if value is None or kind is bool else _REFERENCE  # subclasses, other types
 
 
-def simple_json(value: Any) -> bool:
-    """Return True when the C encoder alone gives RFC 8785 bytes for ``value`` (no floats).
-
-    Raises :class:`CanonicalError` for integers outside the safe range and non-string keys, so
-    both paths refuse them with the same message.
-    """
-    return _scan(value) == _PLAIN
-
-
 def ecma_number(value: float) -> str:
     """A finite float as RFC 8785 writes it (ECMAScript Number-to-String, RFC 8785 3.2.2.3).
 
@@ -159,11 +150,6 @@ def _parse_int(text: str) -> int | float:
 def loads_json(data: bytes | str) -> Any:
     """Parse JSON as RFC 8785 does: numbers are doubles, so big integer literals become floats."""
     return json.loads(data, parse_int=_parse_int)
-
-
-def fast_canonical_json(value: Any) -> bytes:
-    """Encode a value for which :func:`simple_json` returned True (no checks of its own)."""
-    return _ENCODER.encode(value).encode("utf-8")
 
 
 def canonical_json(value: Any) -> bytes:
