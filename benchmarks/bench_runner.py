@@ -51,6 +51,7 @@ import functools
 import json
 import math
 import os
+import resource
 import shutil
 import statistics
 import subprocess
@@ -311,27 +312,54 @@ INSPECT_TARGET = (200.0, 32, 3.0)
 
 
 @dataclass
+class Side:
+    """The repetitions of one side (bare SDK, ledger run or inspect eval) of a configuration."""
+
+    wall_s: list[float]
+    cpu_s: list[float]  # user + system CPU of the process and its children
+
+    @property
+    def wall(self) -> float:
+        """Median seconds, process start to exit."""
+        return statistics.median(self.wall_s)
+
+    @property
+    def cpu(self) -> float:
+        """Median CPU seconds."""
+        return statistics.median(self.cpu_s)
+
+
+@dataclass
 class E2ERow:
-    """End-to-end figures of one (latency, concurrency): medians of interleaved repetitions."""
+    """End-to-end figures of one (latency, concurrency): interleaved repetitions of each side."""
 
     latency_ms: float
     concurrency: int
     trials: int
-    bare_s: list[float]
-    ledger_s: list[float]
-    inspect_s: list[float]
+    bare: Side
+    ledger: Side
+    inspect: Side
 
     @property
     def ratio(self) -> float:
-        """``ledger run`` trials/s over bare-SDK trials/s (medians)."""
-        return statistics.median(self.bare_s) / statistics.median(self.ledger_s)
+        """``ledger run`` trials/s over bare-SDK trials/s, from the medians."""
+        return self.bare.wall / self.ledger.wall
+
+    @property
+    def paired_ratio(self) -> float:
+        """The median of each repetition's ratio (its two runs ran back to back)."""
+        pairs = zip(self.bare.wall_s, self.ledger.wall_s, strict=True)
+        return statistics.median(bare / led for bare, led in pairs)
+
+    @property
+    def cpu_ratio(self) -> float:
+        """Bare-SDK CPU seconds over ``ledger run`` CPU seconds (medians)."""
+        return self.bare.cpu / self.ledger.cpu
 
     @property
     def inspect_ratio(self) -> float | None:
         """``ledger run`` trials/s over ``inspect eval`` trials/s (medians), if measured."""
-        if not self.inspect_s:
-            return None
-        return statistics.median(self.inspect_s) / statistics.median(self.ledger_s)
+        return self.inspect.wall / self.ledger.wall if self.inspect.wall_s else None
 
 
 def load_average() -> str:
@@ -385,62 +413,67 @@ def e2e_study(tmp: Path, replicates: int) -> tuple[Path, Path, Path, int]:
 
 def _timed(
     command: list[str], env: dict[str, str], what: str, cwd: Path | None = None
-) -> tuple[float, str]:
-    """Run ``command`` to its end; (seconds from start to exit, its standard output)."""
+) -> tuple[float, float, str]:
+    """Run ``command`` to its end: (seconds start to exit, CPU seconds, standard output)."""
+    before = resource.getrusage(resource.RUSAGE_CHILDREN)
     start = time.perf_counter()
     proc = subprocess.run(
         command, env=env, capture_output=True, text=True, check=False, cwd=cwd
     )
     elapsed = time.perf_counter() - start
+    after = resource.getrusage(resource.RUSAGE_CHILDREN)
+    cpu = (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
     if proc.returncode != 0:
         raise RuntimeError(
             f"{what} exited {proc.returncode}:\n{proc.stdout[-2000:]}\n{proc.stderr[-3000:]}"
         )
-    return elapsed, proc.stdout
+    return elapsed, cpu, proc.stdout
 
 
-def time_bare(base_url: str, bodies: Path, concurrency: int, env: dict[str, str]) -> float:
-    """Seconds of ``bare_sdk.py`` sending every body once, process start to exit."""
+def time_bare(
+    base_url: str, bodies: Path, concurrency: int, env: dict[str, str]
+) -> tuple[float, float]:
+    """(seconds, CPU seconds) of ``bare_sdk.py`` sending every body once, start to exit."""
     command = [sys.executable, str(BARE_SDK), base_url, str(bodies), str(concurrency)]
-    elapsed, out = _timed(command, env, "bare_sdk.py")
+    elapsed, cpu, out = _timed(command, env, "bare_sdk.py")
     if not out.startswith("answered "):
         raise RuntimeError(f"bare_sdk.py said {out!r}")
-    return elapsed
+    return elapsed, cpu
 
 
 def time_ledger(
     base_url: str, locked: Path, key_file: Path, work: Path, trials: int, concurrency: int,
     env: dict[str, str],
-) -> float:
-    """Seconds of ``ledger run`` on a fresh copy of ``locked``, process start to exit."""
+) -> tuple[float, float]:
+    """(seconds, CPU seconds) of ``ledger run`` on a fresh copy of ``locked``, start to exit."""
     if work.exists():
         shutil.rmtree(work)
     shutil.copytree(locked, work)
     command = [*ledger_command(), "run", str(work), "--base-url", base_url,
                "--concurrency", str(concurrency), "--key", str(key_file)]  # fmt: skip
-    elapsed, _ = _timed(command, env, "ledger run")
+    elapsed, cpu, _ = _timed(command, env, "ledger run")
     with Ledger.open(work / "ledger.db", readonly=True) as log:
         responded = sum(1 for _ in log.events("trial.responded"))
         failed = sum(1 for _ in log.events("trial.failed"))
     if responded != trials or failed:
         raise RuntimeError(f"ledger run answered {responded} of {trials} trials, {failed} failed")
     shutil.rmtree(work)
-    return elapsed
+    return elapsed, cpu
 
 
 def time_inspect(
     command: list[str], base_url: str, bodies: Path, model: str, concurrency: int,
     logs: Path, env: dict[str, str],
-) -> float:
-    """Seconds of ``inspect eval`` over the same bodies, process start to exit."""
+) -> tuple[float, float]:
+    """(seconds, CPU seconds) of ``inspect eval`` over the same bodies, start to exit."""
     shutil.rmtree(logs, ignore_errors=True)
     args = [*command, "eval", INSPECT_TASK.name, "-T", f"bodies={bodies}",
             "--model", f"anthropic/{model}", "--model-base-url", base_url,
             "--max-connections", str(concurrency), "--max-samples", str(concurrency),
             "--max-retries", "0", "--fail-on-error", "0", "--display", "none",
             "--log-dir", str(logs), "--no-score"]  # fmt: skip
-    elapsed, _ = _timed(args, env, "inspect eval", cwd=INSPECT_TASK.parent)  # a relative task
-    return elapsed
+    elapsed, cpu, _ = _timed(args, env, "inspect eval", cwd=INSPECT_TASK.parent)  # relative task
+    return elapsed, cpu
 
 
 def _lines(path: Path) -> int:
@@ -468,31 +501,33 @@ def run_e2e(args: argparse.Namespace) -> tuple[list[E2ERow], str, str]:
         locked, key_file, bodies, trials = e2e_study(tmp, args.replicates)
         model = json.loads(bodies.read_text(encoding="utf-8").splitlines()[0])["model"]
         answers = tmp / "answers.jsonl"
+        run_dir = tmp / "run" / "study"
         for latency in latencies:
             with fake_server(latency, answers) as base_url:
                 time_bare(base_url, bodies, 8, env)  # warm the server, the disk cache, Python
                 for rep in range(args.repetitions):
                     for conc in concurrencies:
-                        row = rows.setdefault(
-                            (latency, conc), E2ERow(latency, conc, trials, [], [], [])
-                        )
-                        run_dir = tmp / "run" / "study"
-                        sides: list[tuple[str, Callable[[], float], list[float]]] = [
+                        row = rows.setdefault((latency, conc), E2ERow(
+                            latency, conc, trials, Side([], []), Side([], []), Side([], [])
+                        ))  # fmt: skip
+                        sides: list[tuple[str, Callable[[], tuple[float, float]], Side]] = [
                             ("bare", functools.partial(time_bare, base_url, bodies, conc, env),
-                             row.bare_s),
+                             row.bare),
                             ("ledger", functools.partial(
                                 time_ledger, base_url, locked, key_file, run_dir, trials, conc,
-                                env), row.ledger_s),
+                                env), row.ledger),
                         ]  # fmt: skip
                         if inspect is not None and (latency, conc) in inspect_at:
                             sides.append(("inspect", functools.partial(
                                 time_inspect, inspect, base_url, bodies, model, conc,
-                                tmp / "inspect-logs", env), row.inspect_s))  # fmt: skip
+                                tmp / "inspect-logs", env), row.inspect))  # fmt: skip
                         if rep % 2:
                             sides.reverse()
-                        for name, measure, into in sides:
+                        for name, measure, side in sides:
                             before = _lines(answers)
-                            into.append(measure())
+                            wall, cpu = measure()
+                            side.wall_s.append(wall)
+                            side.cpu_s.append(cpu)
                             answered = _lines(answers) - before
                             if answered < trials:  # ledger run adds its preflight request
                                 raise RuntimeError(
@@ -500,39 +535,42 @@ def run_e2e(args: argparse.Namespace) -> tuple[list[E2ERow], str, str]:
                                 )
                             if args.progress:
                                 print(f"  ... {latency:g} ms, concurrency {conc}, repetition "
-                                      f"{rep + 1}: {name} {into[-1]:.2f} s (load "
+                                      f"{rep + 1}: {name} {wall:.2f} s, CPU {cpu:.2f} s (load "
                                       f"{load_average()})", file=sys.stderr)  # fmt: skip
     return list(rows.values()), load_start, load_average()
 
 
 def report_e2e(rows: list[E2ERow], load_start: str, load_end: str, inspect: bool) -> None:
     """Print the end-to-end table, the ratios and the targets."""
-    reps = len(rows[0].bare_s) if rows else 0
+    reps = len(rows[0].bare.wall_s) if rows else 0
     print(f"runner benchmark, end to end: ledger run vs a bare AsyncAnthropic script, each a "
           f"process timed start to exit, fake server in its own process; {os.cpu_count()} "
           f"cores; median of {reps} interleaved repetitions")  # fmt: skip
     print(f"  load average at start: {load_start}")
-    head = (f"  {'latency':>7} {'conc':>4} {'trials':>6} {'bare s':>7} {'ledger s':>8} "
-            f"{'bare/s':>8} {'ledger/s':>8} {'ratio':>6} {'inspect s':>9} {'vs inspect':>10}")
-    print(head)
+    print(f"  {'latency':>7} {'conc':>4} {'trials':>6} {'bare s':>7} {'ledger s':>8} "
+          f"{'bare/s':>7} {'ledger/s':>8} {'ratio':>5} {'paired':>6} {'cpu':>5} "
+          f"{'inspect s':>9} {'vs inspect':>10}")  # fmt: skip
     for r in rows:
-        bare, led = statistics.median(r.bare_s), statistics.median(r.ledger_s)
-        ins = f"{statistics.median(r.inspect_s):>9.2f}" if r.inspect_s else f"{'-':>9}"
+        ins = f"{r.inspect.wall:>9.2f}" if r.inspect.wall_s else f"{'-':>9}"
         vs = f"{r.inspect_ratio:>10.2f}" if r.inspect_ratio is not None else f"{'-':>10}"
-        print(f"  {r.latency_ms:>5g}ms {r.concurrency:>4} {r.trials:>6} {bare:>7.2f} "
-              f"{led:>8.2f} {r.trials / bare:>8.1f} {r.trials / led:>8.1f} {r.ratio:>6.2f} "
-              f"{ins} {vs}")  # fmt: skip
+        print(f"  {r.latency_ms:>5g}ms {r.concurrency:>4} {r.trials:>6} {r.bare.wall:>7.2f} "
+              f"{r.ledger.wall:>8.2f} {r.trials / r.bare.wall:>7.1f} "
+              f"{r.trials / r.ledger.wall:>8.1f} {r.ratio:>5.2f} {r.paired_ratio:>6.2f} "
+              f"{r.cpu_ratio:>5.2f} {ins} {vs}")  # fmt: skip
     for r in rows:
-        every = " ".join(f"{x:.2f}" for x in r.bare_s)
-        runs = " ".join(f"{x:.2f}" for x in r.ledger_s)
-        extra = (" | inspect " + " ".join(f"{x:.2f}" for x in r.inspect_s)) if r.inspect_s else ""
-        print(f"    runs {r.latency_ms:g} ms / {r.concurrency}: bare {every} | ledger {runs}"
-              f"{extra}")
-    print("  (ratio = ledger run trials/s / bare SDK trials/s; vs inspect = ledger run trials/s "
-          "/ inspect eval trials/s)")
+        line = f"    runs {r.latency_ms:g} ms / {r.concurrency}:"
+        for name, side in (("bare", r.bare), ("ledger", r.ledger), ("inspect", r.inspect)):
+            if side.wall_s:
+                runs = " ".join(f"{w:.2f}" for w in side.wall_s)
+                cpus = " ".join(f"{c:.2f}" for c in side.cpu_s)
+                line += f" {name} {runs} (CPU {cpus});"
+        print(line.rstrip(";"))
+    print("  (ratio = ledger run trials/s / bare SDK trials/s, from the medians; paired = the "
+          "median of each repetition's ratio; cpu = bare CPU s / ledger run CPU s; vs inspect "
+          "= ledger run trials/s / inspect eval trials/s)")  # fmt: skip
     if not inspect:
-        print("  inspect eval: not measured (inspect-ai not found: pip install -e '.[bench]', "
-              "or --inspect PATH)")
+        print("  inspect eval: not measured (inspect-ai not found: see docs/trials.md "
+              "'Benchmarks', or give --inspect PATH)")  # fmt: skip
     print(f"  load average at end: {load_end}")
     by_key = {(r.latency_ms, r.concurrency): r for r in rows}
     for latency, conc, limit in E2E_TARGETS:
@@ -560,7 +598,7 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=10, help="trials = rounds x concurrency")
     parser.add_argument("--min-trials", type=int, default=20)
     parser.add_argument("--fast-trials", type=int, default=350, help="trials at 0 ms latency")
-    parser.add_argument("--repetitions", type=int, default=3, help="--e2e: interleaved runs")
+    parser.add_argument("--repetitions", type=int, default=5, help="--e2e: interleaved runs")
     parser.add_argument("--replicates", type=int, default=30,
                         help="--e2e: the template's replicates (30: 1,050 trials)")
     parser.add_argument("--inspect", default=None, help="--e2e: the inspect command to use")
@@ -585,7 +623,7 @@ def main() -> None:
             print(json.dumps({"load_start": load_start, "load_end": load_end,
                               "rows": [asdict(r) for r in e2e_rows]}, indent=2))  # fmt: skip
             return
-        report_e2e(e2e_rows, load_start, load_end, any(r.inspect_s for r in e2e_rows))
+        report_e2e(e2e_rows, load_start, load_end, any(r.inspect.wall_s for r in e2e_rows))
         return
     if args.concurrency is None:
         args.concurrency = "1,8,32,128"

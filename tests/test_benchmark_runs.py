@@ -61,6 +61,22 @@ def test_bench_runner_quick_compares_runner_and_plain_calls() -> None:
     assert [row[1] for row in rows] == ["1", "8"], result.stdout
 
 
+def test_bench_runner_e2e_quick_times_ledger_run_and_bare_sdk_processes() -> None:
+    result = subprocess.run(
+        [sys.executable, str(ROOT / "benchmarks" / "bench_runner.py"), "--e2e", "--quick"],
+        capture_output=True, text=True, timeout=600, check=True,
+    )
+    for label in ("load average at start", "load average at end", "bare s", "ledger s",
+                  "ratio", "paired", "runs 0 ms / 8: bare"):
+        assert label in result.stdout, result.stdout
+    rows = [line.split() for line in result.stdout.splitlines() if line.strip().startswith("0ms")]
+    assert [(row[1], row[2]) for row in rows] == [("8", "70")], result.stdout
+    # inspect eval runs beside them when inspect-ai is installed, and says so when it is not
+    assert ("vs inspect" in result.stdout and "inspect eval: not measured" in result.stdout) or (
+        " inspect " in result.stdout.split("runs 0 ms / 8:")[1]
+    ), result.stdout
+
+
 def test_bench_runner_plain_baseline_is_plain_sdk_calls(
     tmp_path: Path, ledger_home: Path, study_template: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
