@@ -22,7 +22,8 @@ def test_bench_ledger_runs_and_reports_every_figure() -> None:
         capture_output=True, text=True, timeout=300, check=True,
     )
     for label in ("Ed25519 sign", "Ed25519 verify", "batched append", "single append",
-                  "verify, 1 job", "verify, 2 jobs", "inclusion proof", "ratio batched_append"):
+                  "verify, 1 job", "verify, 2 jobs", "inclusion proof", "ratio batched_append",
+                  "load average at start", "load average at end"):
         assert label in result.stdout, result.stdout
 
 
@@ -46,7 +47,8 @@ def test_bench_verify_quick_runs_and_reports_every_share(tmp_path: Path) -> None
         capture_output=True, text=True, timeout=600, check=True,
     )
     for label in ("Ed25519 verify", "trials", "(ok)", "signatures", "hashing", "rescore",
-                  "statistics", "ratio signatures/"):
+                  "statistics", "ratio signatures/", "/s before", "load average at start",
+                  "load average at end"):
         assert label in result.stdout, result.stdout
 
 
