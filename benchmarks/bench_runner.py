@@ -23,6 +23,23 @@ method in this script only).
 Trials per configuration: ``rounds x concurrency`` (at least ``min-trials``) with latency, and
 ``fast-trials`` at 0 ms. Target: at 200 ms latency and concurrency 32, runner >= 0.9 x plain.
 Timings are never asserted in tests; this script is where they are read.
+
+``--e2e`` measures end to end instead, every side as its own process timed from start to exit
+(imports, set-up and close included), against the same fake server (its own process):
+
+  * ``ledger run STUDY --base-url URL --concurrency C`` on a fresh copy of a locked, never-run
+    study of the template (1,050 trials: 5 arms x 7 probes x 30 replicates), its preflight too;
+  * ``benchmarks/bare_sdk.py``: the same 1,050 request bodies, in the same order, sent with a
+    bare ``AsyncAnthropic(max_retries=0).messages.create`` script (no project code imported);
+  * when ``inspect`` (``inspect-ai``, the ``bench`` extra or ``--inspect PATH``) is found, the
+    same 1,050 requests (same messages, image, model, ``max_tokens`` and ``temperature``)
+    through ``inspect eval benchmarks/inspect_bodies_task.py`` (``--inspect-at``: where).
+
+Repetitions are interleaved (each repetition runs every side of every configuration once, the
+sides' order alternating), and the median of each side is compared: ratio = ``ledger run``
+trials/s over bare trials/s. The machine's load average is printed at the start and the end.
+Targets (docs/trials.md): >= 0.95 at 200 ms for concurrency 8 and 32, >= 0.9 at 200 ms / 128,
+>= 0.85 at 0 ms / 32, and ``ledger run`` >= 3 x ``inspect eval`` at 200 ms / 32.
 """
 
 from __future__ import annotations
@@ -34,7 +51,9 @@ import functools
 import json
 import math
 import os
+import resource
 import shutil
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -81,10 +100,15 @@ class Row:
 
 
 @contextlib.contextmanager
-def fake_server(latency_ms: float) -> Iterator[str]:
-    """Run ``tests/fake_messages.py`` as a child process; yield its base URL."""
+def fake_server(latency_ms: float, log: Path | None = None) -> Iterator[str]:
+    """Run ``tests/fake_messages.py`` as a child process; yield its base URL.
+
+    With ``log``, the server writes one line there per message it answered with 200.
+    """
+    logging = ["--log", str(log)] if log is not None else []
     proc = subprocess.Popen(
-        [sys.executable, str(FAKE_SERVER), "--port", "0", "--latency-ms", str(latency_ms)],
+        [sys.executable, str(FAKE_SERVER), "--port", "0", "--latency-ms", str(latency_ms),
+         *logging],
         stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True,
     )  # fmt: skip
     try:
@@ -277,19 +301,332 @@ def report(rows: list[Row]) -> None:
                   f"{r.ratio:.2f} {met}")
 
 
+# ---------------------------------------------------------------------------- end to end
+
+BARE_SDK = ROOT / "benchmarks" / "bare_sdk.py"
+INSPECT_TASK = ROOT / "benchmarks" / "inspect_bodies_task.py"
+#: (latency ms, concurrency, least ratio ledger run / bare SDK) of the end-to-end targets
+E2E_TARGETS = ((200.0, 8, 0.95), (200.0, 32, 0.95), (200.0, 128, 0.9), (0.0, 32, 0.85))
+#: (latency ms, concurrency, least ratio ledger run / inspect eval)
+INSPECT_TARGET = (200.0, 32, 3.0)
+
+
+@dataclass
+class Side:
+    """The repetitions of one side (bare SDK, ledger run or inspect eval) of a configuration."""
+
+    wall_s: list[float]
+    cpu_s: list[float]  # user + system CPU of the process and its children
+
+    @property
+    def wall(self) -> float:
+        """Median seconds, process start to exit."""
+        return statistics.median(self.wall_s)
+
+    @property
+    def cpu(self) -> float:
+        """Median CPU seconds."""
+        return statistics.median(self.cpu_s)
+
+
+@dataclass
+class E2ERow:
+    """End-to-end figures of one (latency, concurrency): interleaved repetitions of each side."""
+
+    latency_ms: float
+    concurrency: int
+    trials: int
+    bare: Side
+    ledger: Side
+    inspect: Side
+
+    @property
+    def ratio(self) -> float:
+        """``ledger run`` trials/s over bare-SDK trials/s, from the medians."""
+        return self.bare.wall / self.ledger.wall
+
+    @property
+    def paired_ratio(self) -> float:
+        """The median of each repetition's ratio (its two runs ran back to back)."""
+        pairs = zip(self.bare.wall_s, self.ledger.wall_s, strict=True)
+        return statistics.median(bare / led for bare, led in pairs)
+
+    @property
+    def cpu_ratio(self) -> float:
+        """Bare-SDK CPU seconds over ``ledger run`` CPU seconds (medians)."""
+        return self.bare.cpu / self.ledger.cpu
+
+    @property
+    def inspect_ratio(self) -> float | None:
+        """``ledger run`` trials/s over ``inspect eval`` trials/s (medians), if measured."""
+        return self.inspect.wall / self.ledger.wall if self.inspect.wall_s else None
+
+
+def load_average() -> str:
+    """The 1, 5 and 15 minute load averages, as ``uptime`` shows them."""
+    one, five, fifteen = os.getloadavg()
+    return f"{one:.2f} {five:.2f} {fifteen:.2f}"
+
+
+def ledger_command() -> list[str]:
+    """The ``ledger`` console script of this interpreter (else its module entry point)."""
+    script = Path(sys.executable).with_name("ledger")
+    if script.exists():
+        return [str(script)]
+    return [sys.executable, "-c", "from ledger.cli import main; main()"]
+
+
+def inspect_command(given: str | None) -> list[str] | None:
+    """The ``inspect`` command to use: ``given``, else beside this interpreter, else on PATH."""
+    if given:
+        return [given]
+    beside = Path(sys.executable).with_name("inspect")
+    if beside.exists():
+        return [str(beside)]
+    found = shutil.which("inspect")
+    return [found] if found else None
+
+
+def e2e_study(tmp: Path, replicates: int) -> tuple[Path, Path, Path, int]:
+    """Lock a never-run template study; write its bodies. (study, key file, bodies, trials)."""
+    root = tmp / "locked" / "study"
+    key = SigningKey.generate("prompt-ledger.local/prompt-tumbling-e/owner")
+    new_study(root, TEMPLATE, key)
+    spec = root / "study.toml"
+    text = spec.read_text(encoding="utf-8")
+    if "replicates = 30" not in text:
+        raise RuntimeError(f"{spec}: the template no longer says 'replicates = 30'")
+    if replicates != 30:
+        spec.write_text(text.replace("replicates = 30", f"replicates = {replicates}"), "utf-8")
+    lock_study(root, key)
+    key_file = key.save(tmp / "owner.key")
+    study = load_study(root)
+    with Ledger.open(root / "ledger.db", readonly=True) as log:
+        pending = load_state(study, log).pending()
+    builder = RequestBuilder(study)
+    bodies = tmp / "bodies.jsonl"
+    with bodies.open("w", encoding="utf-8") as handle:
+        for trial in pending:
+            handle.write(json.dumps(builder.body(trial), ensure_ascii=False) + "\n")
+    return root, Path(key_file), bodies, len(pending)
+
+
+def _timed(
+    command: list[str], env: dict[str, str], what: str, cwd: Path | None = None
+) -> tuple[float, float, str]:
+    """Run ``command`` to its end: (seconds start to exit, CPU seconds, standard output)."""
+    before = resource.getrusage(resource.RUSAGE_CHILDREN)
+    start = time.perf_counter()
+    proc = subprocess.run(
+        command, env=env, capture_output=True, text=True, check=False, cwd=cwd
+    )
+    elapsed = time.perf_counter() - start
+    after = resource.getrusage(resource.RUSAGE_CHILDREN)
+    cpu = (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
+    if proc.returncode != 0:
+        raise RuntimeError(
+            f"{what} exited {proc.returncode}:\n{proc.stdout[-2000:]}\n{proc.stderr[-3000:]}"
+        )
+    return elapsed, cpu, proc.stdout
+
+
+def time_bare(
+    base_url: str, bodies: Path, concurrency: int, env: dict[str, str]
+) -> tuple[float, float]:
+    """(seconds, CPU seconds) of ``bare_sdk.py`` sending every body once, start to exit."""
+    command = [sys.executable, str(BARE_SDK), base_url, str(bodies), str(concurrency)]
+    elapsed, cpu, out = _timed(command, env, "bare_sdk.py")
+    if not out.startswith("answered "):
+        raise RuntimeError(f"bare_sdk.py said {out!r}")
+    return elapsed, cpu
+
+
+def time_ledger(
+    base_url: str, locked: Path, key_file: Path, work: Path, trials: int, concurrency: int,
+    env: dict[str, str],
+) -> tuple[float, float]:
+    """(seconds, CPU seconds) of ``ledger run`` on a fresh copy of ``locked``, start to exit."""
+    if work.exists():
+        shutil.rmtree(work)
+    shutil.copytree(locked, work)
+    command = [*ledger_command(), "run", str(work), "--base-url", base_url,
+               "--concurrency", str(concurrency), "--key", str(key_file)]  # fmt: skip
+    elapsed, cpu, _ = _timed(command, env, "ledger run")
+    with Ledger.open(work / "ledger.db", readonly=True) as log:
+        responded = sum(1 for _ in log.events("trial.responded"))
+        failed = sum(1 for _ in log.events("trial.failed"))
+    if responded != trials or failed:
+        raise RuntimeError(f"ledger run answered {responded} of {trials} trials, {failed} failed")
+    shutil.rmtree(work)
+    return elapsed, cpu
+
+
+def time_inspect(
+    command: list[str], base_url: str, bodies: Path, model: str, concurrency: int,
+    logs: Path, env: dict[str, str],
+) -> tuple[float, float]:
+    """(seconds, CPU seconds) of ``inspect eval`` over the same bodies, start to exit."""
+    shutil.rmtree(logs, ignore_errors=True)
+    args = [*command, "eval", INSPECT_TASK.name, "-T", f"bodies={bodies}",
+            "--model", f"anthropic/{model}", "--model-base-url", base_url,
+            "--max-connections", str(concurrency), "--max-samples", str(concurrency),
+            "--max-retries", "0", "--fail-on-error", "0", "--display", "none",
+            "--log-dir", str(logs), "--no-score"]  # fmt: skip
+    elapsed, cpu, _ = _timed(args, env, "inspect eval", cwd=INSPECT_TASK.parent)  # relative task
+    return elapsed, cpu
+
+
+def _lines(path: Path) -> int:
+    if not path.exists():
+        return 0
+    with path.open("rb") as handle:
+        return sum(1 for _ in handle)
+
+
+def run_e2e(args: argparse.Namespace) -> tuple[list[E2ERow], str, str]:
+    """Measure every configuration end to end; (rows, load at start, load at end)."""
+    load_start = load_average()
+    latencies = [float(x) for x in args.latencies.split(",")]
+    concurrencies = [int(x) for x in args.concurrency.split(",")]
+    inspect = inspect_command(args.inspect) if not args.no_inspect else None
+    inspect_at = {
+        (float(lat), int(conc))
+        for lat, conc in (pair.split(":") for pair in args.inspect_at.split(",") if pair)
+    }
+    rows: dict[tuple[float, int], E2ERow] = {}
+    with tempfile.TemporaryDirectory(dir=args.dir) as tmp_name:
+        tmp = Path(tmp_name)
+        env = dict(os.environ, ANTHROPIC_API_KEY="test", PROMPT_LEDGER_HOME=str(tmp / "home"))
+        env.pop("ANTHROPIC_BASE_URL", None)
+        locked, key_file, bodies, trials = e2e_study(tmp, args.replicates)
+        model = json.loads(bodies.read_text(encoding="utf-8").splitlines()[0])["model"]
+        answers = tmp / "answers.jsonl"
+        run_dir = tmp / "run" / "study"
+        for latency in latencies:
+            with fake_server(latency, answers) as base_url:
+                time_bare(base_url, bodies, 8, env)  # warm the server, the disk cache, Python
+                for rep in range(args.repetitions):
+                    for conc in concurrencies:
+                        row = rows.setdefault((latency, conc), E2ERow(
+                            latency, conc, trials, Side([], []), Side([], []), Side([], [])
+                        ))  # fmt: skip
+                        sides: list[tuple[str, Callable[[], tuple[float, float]], Side]] = [
+                            ("bare", functools.partial(time_bare, base_url, bodies, conc, env),
+                             row.bare),
+                            ("ledger", functools.partial(
+                                time_ledger, base_url, locked, key_file, run_dir, trials, conc,
+                                env), row.ledger),
+                        ]  # fmt: skip
+                        if inspect is not None and (latency, conc) in inspect_at:
+                            sides.append(("inspect", functools.partial(
+                                time_inspect, inspect, base_url, bodies, model, conc,
+                                tmp / "inspect-logs", env), row.inspect))  # fmt: skip
+                        if rep % 2:
+                            sides.reverse()
+                        for name, measure, side in sides:
+                            before = _lines(answers)
+                            wall, cpu = measure()
+                            side.wall_s.append(wall)
+                            side.cpu_s.append(cpu)
+                            answered = _lines(answers) - before
+                            if answered < trials:  # ledger run adds its preflight request
+                                raise RuntimeError(
+                                    f"{name}: the server answered {answered} of {trials} requests"
+                                )
+                            if args.progress:
+                                print(f"  ... {latency:g} ms, concurrency {conc}, repetition "
+                                      f"{rep + 1}: {name} {wall:.2f} s, CPU {cpu:.2f} s (load "
+                                      f"{load_average()})", file=sys.stderr)  # fmt: skip
+    return list(rows.values()), load_start, load_average()
+
+
+def report_e2e(rows: list[E2ERow], load_start: str, load_end: str, inspect: bool) -> None:
+    """Print the end-to-end table, the ratios and the targets."""
+    reps = len(rows[0].bare.wall_s) if rows else 0
+    print(f"runner benchmark, end to end: ledger run vs a bare AsyncAnthropic script, each a "
+          f"process timed start to exit, fake server in its own process; {os.cpu_count()} "
+          f"cores; median of {reps} interleaved repetitions")  # fmt: skip
+    print(f"  load average at start: {load_start}")
+    print(f"  {'latency':>7} {'conc':>4} {'trials':>6} {'bare s':>7} {'ledger s':>8} "
+          f"{'bare/s':>7} {'ledger/s':>8} {'ratio':>5} {'paired':>6} {'cpu':>5} "
+          f"{'inspect s':>9} {'vs inspect':>10}")  # fmt: skip
+    for r in rows:
+        ins = f"{r.inspect.wall:>9.2f}" if r.inspect.wall_s else f"{'-':>9}"
+        vs = f"{r.inspect_ratio:>10.2f}" if r.inspect_ratio is not None else f"{'-':>10}"
+        print(f"  {r.latency_ms:>5g}ms {r.concurrency:>4} {r.trials:>6} {r.bare.wall:>7.2f} "
+              f"{r.ledger.wall:>8.2f} {r.trials / r.bare.wall:>7.1f} "
+              f"{r.trials / r.ledger.wall:>8.1f} {r.ratio:>5.2f} {r.paired_ratio:>6.2f} "
+              f"{r.cpu_ratio:>5.2f} {ins} {vs}")  # fmt: skip
+    for r in rows:
+        line = f"    runs {r.latency_ms:g} ms / {r.concurrency}:"
+        for name, side in (("bare", r.bare), ("ledger", r.ledger), ("inspect", r.inspect)):
+            if side.wall_s:
+                runs = " ".join(f"{w:.2f}" for w in side.wall_s)
+                cpus = " ".join(f"{c:.2f}" for c in side.cpu_s)
+                line += f" {name} {runs} (CPU {cpus});"
+        print(line.rstrip(";"))
+    print("  (ratio = ledger run trials/s / bare SDK trials/s, from the medians; paired = the "
+          "median of each repetition's ratio; cpu = bare CPU s / ledger run CPU s; vs inspect "
+          "= ledger run trials/s / inspect eval trials/s)")  # fmt: skip
+    if not inspect:
+        print("  inspect eval: not measured (inspect-ai not found: see docs/trials.md "
+              "'Benchmarks', or give --inspect PATH)")  # fmt: skip
+    print(f"  load average at end: {load_end}")
+    by_key = {(r.latency_ms, r.concurrency): r for r in rows}
+    for latency, conc, limit in E2E_TARGETS:
+        row = by_key.get((latency, conc))
+        if row is not None:
+            met = "met" if row.ratio >= limit else "MISSED"
+            print(f"  target ledger run >= {limit} x bare SDK at {latency:g} ms, concurrency "
+                  f"{conc}: {row.ratio:.2f} {met}")
+    latency, conc, limit = INSPECT_TARGET
+    row = by_key.get((latency, conc))
+    if row is not None and row.inspect_ratio is not None:
+        met = "met" if row.inspect_ratio >= limit else "MISSED"
+        print(f"  target ledger run >= {limit:g} x inspect eval at {latency:g} ms, concurrency "
+              f"{conc}: {row.inspect_ratio:.2f} {met}")
+
+
 def main() -> None:
     """Parse arguments, run, print."""
     parser = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
+    parser.add_argument("--e2e", action="store_true",
+                        help="end to end: ledger run and a bare SDK script as processes")
     parser.add_argument("--latencies", default="0,200", help="server latencies, ms")
-    parser.add_argument("--concurrency", default="1,8,32,128")
+    parser.add_argument("--concurrency", default=None,
+                        help="default 1,8,32,128 (8,32,128 with --e2e)")
     parser.add_argument("--rounds", type=int, default=10, help="trials = rounds x concurrency")
     parser.add_argument("--min-trials", type=int, default=20)
     parser.add_argument("--fast-trials", type=int, default=350, help="trials at 0 ms latency")
+    parser.add_argument("--repetitions", type=int, default=5, help="--e2e: interleaved runs")
+    parser.add_argument("--replicates", type=int, default=30,
+                        help="--e2e: the template's replicates (30: 1,050 trials)")
+    parser.add_argument("--inspect", default=None, help="--e2e: the inspect command to use")
+    parser.add_argument("--inspect-at", default="200:32",
+                        help="--e2e: latency:concurrency pairs that run inspect eval too")
+    parser.add_argument("--no-inspect", action="store_true")
     parser.add_argument("--dir", default=None, help="where the studies are written")
-    parser.add_argument("--quick", action="store_true", help="0 ms, concurrency 1 and 8, 35 trials")
+    parser.add_argument("--quick", action="store_true", help=(
+        "0 ms, concurrency 1 and 8, 35 trials; with --e2e: 0 ms, concurrency 8, 70 trials, "
+        "one repetition, inspect eval too if found"))
     parser.add_argument("--progress", action="store_true")
     parser.add_argument("--json", action="store_true")
     args = parser.parse_args()
+    if args.e2e:
+        if args.concurrency is None:
+            args.concurrency = "8,32,128"
+        if args.quick:
+            args.latencies, args.concurrency, args.repetitions = "0", "8", 1
+            args.replicates, args.inspect_at = 2, "0:8"
+        e2e_rows, load_start, load_end = run_e2e(args)
+        if args.json:
+            print(json.dumps({"load_start": load_start, "load_end": load_end,
+                              "rows": [asdict(r) for r in e2e_rows]}, indent=2))  # fmt: skip
+            return
+        report_e2e(e2e_rows, load_start, load_end, any(r.inspect.wall_s for r in e2e_rows))
+        return
+    if args.concurrency is None:
+        args.concurrency = "1,8,32,128"
     if args.quick:
         args.latencies, args.concurrency, args.fast_trials = "0", "1,8", 35
     rows = run(args)

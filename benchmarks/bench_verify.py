@@ -5,8 +5,11 @@ export) and cached under ``--cache`` (default: ``$TMPDIR/prompt-ledger-bench-ver
 verified with the independent verifier (``verify.verify_archive``). Reported per size: total
 verify time, time per trial, the share spent on signatures, hashing, re-scoring and statistics
 (and every other check), and the ratio of the signature time to ``events / Ed25519 verify rate``
-with the rate measured in the same run (1.0 means signature checking costs exactly the raw
-Ed25519 verifications). Targets: 2,000 trials verify in under 10 s; cost linear in trials.
+with the rate measured interleaved with the work: a window of Ed25519 verifications just
+before and just after each archive's verification, as long as it, whose mean is the rate (1.0
+means signature checking costs exactly the raw Ed25519 verifications), so a busy neighbour
+slows both sides alike. The machine's load average is printed at the start and at the end.
+Targets: 2,000 trials verify in under 10 s; cost linear in trials.
 
 Usage::
 
@@ -73,18 +76,32 @@ def build_archive(target: Path, replicates: int) -> float:
     return time.perf_counter() - started
 
 
-def ed25519_rate(n: int = 3000) -> float:
-    """Ed25519 verifications per second on a 700-byte message (about one envelope)."""
+def ed25519_rate(seconds: float = 0.5) -> float:
+    """Ed25519 verifications per second on a 700-byte message (about one envelope).
+
+    Measured for ``seconds`` (in slices of 200 verifications, at least one slice).
+    """
     from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
     private = Ed25519PrivateKey.generate()
     public = private.public_key()
     message = os.urandom(700)
     signature = private.sign(message)
+    done = 0
     started = time.perf_counter()
-    for _ in range(n):
-        public.verify(signature, message)
-    return n / (time.perf_counter() - started)
+    while True:
+        for _ in range(200):
+            public.verify(signature, message)
+        done += 200
+        elapsed = time.perf_counter() - started
+        if elapsed >= seconds:
+            return done / elapsed
+
+
+def load_average() -> str:
+    """The 1, 5 and 15 minute load averages, as ``uptime`` shows them."""
+    one, five, fifteen = os.getloadavg()
+    return f"{one:.2f} {five:.2f} {fifteen:.2f}"
 
 
 def science_split(archive: Path) -> dict[str, float]:
@@ -110,12 +127,19 @@ def science_split(archive: Path) -> dict[str, float]:
     return out
 
 
-def bench(archive: Path, trials: int, jobs: int, rate: float) -> dict[str, float]:
+def bench(archive: Path, trials: int, jobs: int, before: float) -> tuple[dict[str, float], float]:
+    """Verify ``archive`` and print its split; (figures, the Ed25519 rate measured after it).
+
+    Its signatures are compared with the mean of ``before`` (the rate measured just before)
+    and a window of the same length as the verification measured just after it.
+    """
     from verify import Status, verify_archive
 
     started = time.perf_counter()
     report = verify_archive(archive, jobs=jobs)
     total = time.perf_counter() - started
+    after = ed25519_rate(min(max(total, 0.2), 5.0))
+    rate = (before + after) / 2
     failed = [c for c in report.checks if c.status is Status.FAIL]
     status = "ok" if report.ok else f"FAILED {[c.name for c in failed]}"
     timings = dict(report.timings)
@@ -153,9 +177,10 @@ def bench(archive: Path, trials: int, jobs: int, rate: float) -> dict[str, float
     sig_note = "" if jobs == 1 else " (jobs > 1: signatures run in workers, not timed inline)"
     print(
         f"  ratio signatures/(events / Ed25519 rate) = {signatures:.3f} / {expected_sig:.3f} = "
-        f"{signatures / expected_sig if expected_sig else 0:.2f}{sig_note}"
+        f"{signatures / expected_sig if expected_sig else 0:.2f}{sig_note} (Ed25519 verify "
+        f"{before:,.0f} /s before, {after:,.0f} /s after)"
     )
-    return {"total": total, **parts}
+    return {"total": total, **parts}, after
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -168,6 +193,7 @@ def main(argv: list[str] | None = None) -> int:
     sizes = [200] if args.quick else args.trials
     cache = args.cache or Path(tempfile.gettempdir()) / "prompt-ledger-bench-verify"
     cache.mkdir(parents=True, exist_ok=True)
+    print(f"load average at start: {load_average()}")
     rate = ed25519_rate()
     print(f"Ed25519 verify: {rate:,.0f} /s (700-byte messages)")
     results: dict[int, dict[str, float]] = {}
@@ -182,8 +208,8 @@ def main(argv: list[str] | None = None) -> int:
             print(f"built {trials} trials in {seconds:.1f} s -> {archive}")
         else:
             print(f"cached {trials} trials ({archive}, built in {done.read_text().strip()} s)")
-        rate = max(ed25519_rate(), ed25519_rate())  # re-measured beside each run
-        results[trials] = bench(archive, trials, args.jobs, rate)
+        rate = ed25519_rate()  # measured just before the verification, and again after it
+        results[trials], rate = bench(archive, trials, args.jobs, rate)
     if len(results) > 1:
         items = sorted(results.items())
         base_n, base = items[0]
@@ -192,6 +218,7 @@ def main(argv: list[str] | None = None) -> int:
                 f"ratio per trial {n} vs {base_n}: "
                 f"{(r['total'] / n) / (base['total'] / base_n):.2f} (1.00 = linear)"
             )
+    print(f"load average at end: {load_average()}")
     return 0
 
 

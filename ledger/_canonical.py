@@ -1,16 +1,20 @@
 """RFC 8785 (JCS) canonical JSON, with a fast path for the common case.
 
-``rfc8785.dumps`` is the reference; it is pure Python and costs ~20 us for a typical envelope.
-When a value holds no floats and no characters outside the Basic Multilingual Plane, RFC 8785
-output is byte-identical to ``json.dumps(sort_keys=True, separators=(",", ":"),
-ensure_ascii=False)`` (same escaping rules, same integer form, and code point order equals UTF-16
-order for BMP keys), which runs in C. ``tests/test_canonical.py`` checks the equivalence with
-hypothesis.
+``rfc8785.dumps`` is the reference; it is pure Python and costs ~20 us for a typical envelope
+(~100 us for a request body holding an image). When a value holds no characters outside the
+Basic Multilingual Plane, RFC 8785 output is byte-identical to ``json.dumps(sort_keys=True,
+separators=(",", ":"), ensure_ascii=False)`` (same escaping rules, same integer form, and code
+point order equals UTF-16 order for BMP keys), which runs in C, except for floats. Floats are
+written as RFC 8785 section 3.2.2.3 requires (ECMAScript's Number-to-String, from Python's
+shortest round-trip ``repr``, exactly as the reference does) by :func:`ecma_number`, and only
+the containers on the way to a float are joined in Python; everything else is still encoded in
+C. ``tests/test_canonical.py`` checks both against the reference with hypothesis.
 """
 
 from __future__ import annotations
 
 import json
+import math
 from typing import Any
 
 import rfc8785
@@ -22,33 +26,111 @@ MAX_SAFE_INTEGER = 2**53 - 1
 _ENCODER = json.JSONEncoder(
     sort_keys=True, separators=(",", ":"), ensure_ascii=False, allow_nan=False
 )
+#: The string form ``_ENCODER`` writes (``ensure_ascii=False``), in C
+_string = json.encoder.encode_basestring
 
 
-def simple_json(value: Any) -> bool:
-    """Return True when the fast encoder gives RFC 8785 bytes for ``value``.
+#: What :func:`_scan` finds in a value: a form only the reference writes, a value the C encoder
+#: writes exactly, or one that also holds floats (written by :func:`_encode_with_floats`).
+_REFERENCE, _PLAIN, _FLOATS = 0, 1, 2
+
+
+def _bmp(text: str) -> bool:
+    return text.isascii() or max(text, default="") <= "\uffff"
+
+
+def _scan(value: Any) -> int:
+    """Which encoder gives RFC 8785 bytes for ``value``: ``_PLAIN``, ``_FLOATS`` or ``_REFERENCE``.
 
     Raises :class:`CanonicalError` for integers outside the safe range and non-string keys, so
-    both paths refuse them with the same message.
+    every path refuses them with the same message.
     """
     kind = type(value)
     if kind is str:
-        return value.isascii() or max(value, default="") <= "\uffff"
+        return _PLAIN if _bmp(value) else _REFERENCE
     if kind is int:
         if not -MAX_SAFE_INTEGER <= value <= MAX_SAFE_INTEGER:
             raise CanonicalError(_big_int_message(value))
-        return True
+        return _PLAIN
+    if kind is float:
+        # NaN and the infinities go the reference way, which refuses them
+        return _FLOATS if math.isfinite(value) else _REFERENCE
+    found = _PLAIN
     if kind is dict:
         for key, sub in value.items():
             if type(key) is not str:
                 raise CanonicalError(f"object keys must be strings, got {key!r}")
-            if not (key.isascii() or max(key, default="") <= "\uffff"):
-                return False
-            if not simple_json(sub):
-                return False
-        return True
+            if not _bmp(key):
+                return _REFERENCE
+            inner = _scan(sub)
+            if inner == _REFERENCE:
+                return _REFERENCE
+            if inner == _FLOATS:
+                found = _FLOATS
+        return found
     if kind is list or kind is tuple:
-        return all(simple_json(item) for item in value)
-    return value is None or kind is bool  # floats, subclasses and the rest go the reference way
+        for item in value:
+            inner = _scan(item)
+            if inner == _REFERENCE:
+                return _REFERENCE
+            if inner == _FLOATS:
+                found = _FLOATS
+        return found
+    return _PLAIN if value is None or kind is bool else _REFERENCE  # subclasses, other types
+
+
+def ecma_number(value: float) -> str:
+    """A finite float as RFC 8785 writes it (ECMAScript Number-to-String, RFC 8785 3.2.2.3).
+
+    The digits are Python's shortest round-trip ``repr`` (the ``k`` digits ECMAScript asks
+    for); the form follows ECMA-262 7.1.12.1: plain digits up to 21 integer digits, ``0.000ddd``
+    down to 1e-6, exponent form (``1e+21``, ``1.5e-7``) beyond; ``-0`` is ``0``. Equal to
+    ``rfc8785.dumps`` for every finite float (``tests/test_canonical.py``).
+    """
+    if value == 0:
+        return "0"
+    text = repr(value)
+    sign = ""
+    if text[0] == "-":
+        sign, text = "-", text[1:]
+    mantissa, _, exp_text = text.partition("e")
+    whole, _, frac = mantissa.partition(".")
+    if frac == "0":
+        frac = ""
+    if not exp_text:
+        # repr is already positional (1e-4 <= |value| < 1e16): ``ddd.ddd``, ``ddd`` or ``0.0ddd``
+        return f"{sign}{whole}.{frac}" if frac else sign + whole
+    exponent = int(exp_text)
+    digits = whole + frac  # repr's exponent form has one digit before the point
+    if 0 < exponent < 21:
+        # an integer below 1e21 (every double of 1e16 or more is one): all its digits
+        return sign + digits + "0" * (exponent + 1 - len(digits))
+    if -7 < exponent < 0:
+        return f"{sign}0.{'0' * (-exponent - 1)}{digits}"
+    point = f"{whole}.{frac}" if frac else whole
+    return f"{sign}{point}e{'+' if exponent > 0 else '-'}{abs(exponent)}"
+
+
+def _encode_with_floats(value: Any) -> str:
+    """RFC 8785 text of a value :func:`_scan` found ``_FLOATS`` (or ``_PLAIN``) for.
+
+    Floats by :func:`ecma_number`; strings by the C function the C encoder itself uses;
+    containers joined here, keys in code point order (which is UTF-16 order for BMP keys).
+    """
+    kind = type(value)
+    if kind is str:
+        return _string(value)
+    if kind is float:
+        return ecma_number(value)
+    if kind is dict:
+        encode = _encode_with_floats
+        parts = [f"{_string(k)}:{encode(value[k])}" for k in sorted(value)]
+        return "{" + ",".join(parts) + "}"
+    if kind is list or kind is tuple:
+        return "[" + ",".join(map(_encode_with_floats, value)) + "]"
+    if kind is int:
+        return int.__repr__(value)
+    return "null" if value is None else "true" if value else "false"
 
 
 def _big_int_message(value: int) -> str:
@@ -70,11 +152,6 @@ def loads_json(data: bytes | str) -> Any:
     return json.loads(data, parse_int=_parse_int)
 
 
-def fast_canonical_json(value: Any) -> bytes:
-    """Encode a value for which :func:`simple_json` returned True (no checks of its own)."""
-    return _ENCODER.encode(value).encode("utf-8")
-
-
 def canonical_json(value: Any) -> bytes:
     """Return the RFC 8785 canonical UTF-8 bytes of a JSON value.
 
@@ -83,8 +160,11 @@ def canonical_json(value: Any) -> bytes:
             floats, non-string object keys, lone surrogates, or non-JSON types.
     """
     try:
-        if simple_json(value):
+        found = _scan(value)
+        if found == _PLAIN:
             return _ENCODER.encode(value).encode("utf-8")
+        if found == _FLOATS:
+            return _encode_with_floats(value).encode("utf-8")
         return bytes(rfc8785.dumps(value))
     except CanonicalError:
         raise

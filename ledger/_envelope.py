@@ -8,13 +8,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 
-from ledger._canonical import (
-    MAX_SAFE_INTEGER,
-    canonical_json,
-    fast_canonical_json,
-    loads_json,
-    simple_json,
-)
+from ledger._canonical import MAX_SAFE_INTEGER, canonical_json, loads_json
 from ledger._errors import CanonicalError, FormatError
 
 VERSION = 1
@@ -116,12 +110,7 @@ def build_envelope(
     elif not isinstance(body, Mapping):
         raise FormatError("body must be a JSON object")
     try:
-        # The other members were validated as ASCII-or-BMP strings and safe integers, so when
-        # the body is simple the whole envelope takes the fast path.
-        if simple_json(body) and simple_json(actor):
-            data = fast_canonical_json(obj)
-        else:
-            data = canonical_json(obj)
+        data = canonical_json(obj)  # one scan picks the fast path (floats too) or the reference
     except CanonicalError as exc:
         raise CanonicalError(f"{kind} body: {exc}") from exc
     if len(data) > MAX_ENVELOPE_BYTES:

@@ -5,7 +5,9 @@ A backend takes the exact request body of one trial (``docs/trials.md`` §1) and
 wrong, whether retrying can help, and how long the server asked us to wait. Backends never
 retry on their own (the SDK's ``max_retries`` is 0): every attempt is a ledger event.
 
-- ``anthropic``: the official SDK; ``ANTHROPIC_API_KEY``; ``base_url`` configurable.
+- ``anthropic``: the official SDK; ``ANTHROPIC_API_KEY``; ``base_url`` configurable. The body
+  sent is the request blob itself (its canonical JSON bytes, recorded in ``trial.requested``),
+  posted with the SDK's raw ``post``, so the bytes on the wire are the bytes hashed.
 - ``openai-compatible``: chat completions over httpx for local servers (vLLM, llama.cpp, Ollama).
 - ``simulated``: :class:`runner.simulated.SimulatedModel`, offline and deterministic.
 - ``replay``: answers each trial with the response recorded for it in another study's ledger.
@@ -15,18 +17,20 @@ retry on their own (the SDK's ``max_retries`` is 0): every attempt is a ledger e
 from __future__ import annotations
 
 import base64
+import gc
 import json
 import os
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
-import anthropic
-import httpx
-
-from ledger import LedgerError
+from ledger import LedgerError, canonical_json
 from runner.recorded import RecordedEvent, open_recorded
+
+if TYPE_CHECKING:  # imported by the backends that use them: ``import anthropic`` takes seconds
+    import anthropic
+    import httpx2
 
 FORMAT_ANTHROPIC = "anthropic-messages"
 FORMAT_OPENAI = "openai-chat"
@@ -175,6 +179,24 @@ def error_from_status(exc: anthropic.APIStatusError) -> BackendError:
     )
 
 
+def import_sdk() -> tuple[Any, Any]:
+    """Import ``anthropic`` and ``httpx2`` (its HTTP client) with the garbage collector paused.
+
+    The SDK defines some 1,400 pydantic model classes; importing them with the collector on
+    triggers collection after collection over every object already loaded, a fifth of the
+    import's cost (which is most of ``ledger run``'s start). Nothing of the import is garbage.
+    """
+    paused = gc.isenabled()
+    gc.disable()
+    try:
+        import anthropic
+        import httpx2
+    finally:
+        if paused:
+            gc.enable()
+    return anthropic, httpx2
+
+
 class AnthropicBackend:
     """The official ``anthropic`` SDK over HTTP, with retries left to the runner."""
 
@@ -191,7 +213,12 @@ class AnthropicBackend:
         timeout: float = 600.0,
         max_connections: int = 256,
     ) -> None:
-        """Create the client; the key defaults to ``ANTHROPIC_API_KEY``."""
+        """Create the client; the key defaults to ``ANTHROPIC_API_KEY``.
+
+        Its connection pool keeps up to ``max_connections`` connections alive (the SDK's
+        default keeps 100 of its 1,000), so a run of up to that concurrency reuses its
+        connections instead of closing and reopening them.
+        """
         key = api_key or os.environ.get("ANTHROPIC_API_KEY")
         if not key:
             raise BackendError(
@@ -199,11 +226,18 @@ class AnthropicBackend:
                 "the anthropic backend needs an API key: set ANTHROPIC_API_KEY",
                 retryable=False,
             )
-        self.client = anthropic.AsyncAnthropic(
+        sdk, http = import_sdk()
+        self.sdk = sdk
+        self.response_type: type[httpx2.Response] = http.Response
+        limits = http.Limits(
+            max_connections=max_connections, max_keepalive_connections=max_connections
+        )
+        self.client: anthropic.AsyncAnthropic = sdk.AsyncAnthropic(
             api_key=key,
             base_url=base_url or os.environ.get("ANTHROPIC_BASE_URL"),
             max_retries=0,
             timeout=timeout,
+            http_client=sdk.DefaultAsyncHttpxClient(limits=limits),
         )
         self.base_url = str(self.client.base_url).rstrip("/")
 
@@ -220,40 +254,52 @@ class AnthropicBackend:
         return body
 
     async def send(self, body: dict[str, Any], *, seed: str) -> Reply:
-        """POST /v1/messages with ``body``; read the raw bytes before parsing anything."""
+        """POST /v1/messages with ``body`` as its canonical JSON bytes (:meth:`send_encoded`)."""
+        return await self.send_encoded(body, canonical_json(body), seed=seed)
+
+    async def send_encoded(self, body: dict[str, Any], data: bytes, *, seed: str) -> Reply:
+        """POST /v1/messages with ``data``, the canonical bytes of ``body`` (its request blob).
+
+        The SDK's raw ``post`` sends the bytes as they are (its headers, key, base URL and
+        error classes as ``messages.create`` has them), so the body is not serialised again
+        and what reaches the API is byte for byte what ``trial.requested`` recorded. The raw
+        response bytes are read before anything is parsed.
+        """
+        sdk = self.sdk
         try:
-            named = {k: v for k, v in body.items() if k in SDK_NAMED_PARAMS}
-            extra = {k: v for k, v in body.items() if k not in SDK_NAMED_PARAMS}
-            raw = await self.client.messages.with_raw_response.create(
-                **named, extra_body=extra or None
+            response = await self.client.post(
+                "/v1/messages", cast_to=self.response_type, content=data
             )
-            data = await raw.read()
-        except anthropic.NotFoundError as exc:
+            raw = response.content
+        except sdk.NotFoundError as exc:
             raise not_found(str(exc.response.request.url), error_from_status(exc).message) from None
-        except anthropic.APIStatusError as exc:
+        except sdk.APIStatusError as exc:
             raise error_from_status(exc) from None
-        except anthropic.APITimeoutError as exc:
+        except sdk.APITimeoutError as exc:
             raise BackendError("timeout", f"request timed out: {exc}", retryable=True) from None
-        except anthropic.APIConnectionError as exc:
+        except sdk.APIConnectionError as exc:
             raise BackendError(
                 "connection_error", f"connection to {self.base_url} failed: {exc}", retryable=True
             ) from None
-        except anthropic.APIResponseValidationError as exc:
+        except sdk.APIResponseValidationError as exc:
             raise BackendError(
                 "malformed_response", f"response failed validation: {exc}", retryable=True
             ) from None
-        return reply_from_messages_json(data, raw.status_code, raw.request_id)
+        return reply_from_messages_json(
+            raw, response.status_code, response.headers.get("request-id")
+        )
 
     async def count_tokens(self, body: dict[str, Any]) -> int | None:
         """POST /v1/messages/count_tokens for the request's model and messages."""
         params = {k: body[k] for k in ("model", "messages", "system") if k in body}
+        sdk = self.sdk
         try:
             result = await self.client.messages.count_tokens(**params)
-        except anthropic.NotFoundError as exc:
+        except sdk.NotFoundError as exc:
             raise not_found(str(exc.response.request.url), error_from_status(exc).message) from None
-        except anthropic.APIStatusError as exc:
+        except sdk.APIStatusError as exc:
             raise error_from_status(exc) from None
-        except anthropic.APIConnectionError as exc:  # a timeout too
+        except sdk.APIConnectionError as exc:  # a timeout too
             raise BackendError("connection_error", self.unreachable(exc), retryable=True) from None
         return int(result.input_tokens)
 
@@ -316,8 +362,11 @@ class OpenAICompatibleBackend:
         self, *, base_url: str, api_key: str | None = None, timeout: float = 600.0
     ) -> None:
         """``base_url`` is the server's API root, e.g. ``http://127.0.0.1:8000/v1``."""
+        import httpx
+
         headers = {"authorization": f"Bearer {api_key}"} if api_key else {}
         self.url = base_url.rstrip("/") + "/chat/completions"
+        self.httpx = httpx
         self.client = httpx.AsyncClient(timeout=timeout, headers=headers)
 
     def wire_body(self, body: dict[str, Any]) -> dict[str, Any]:
@@ -326,6 +375,7 @@ class OpenAICompatibleBackend:
 
     async def send(self, body: dict[str, Any], *, seed: str) -> Reply:
         """POST the chat-completions body (already translated by :meth:`wire_body`)."""
+        httpx = self.httpx
         try:
             response = await self.client.post(self.url, json=body)
         except httpx.TimeoutException as exc:

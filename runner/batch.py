@@ -20,9 +20,6 @@ from collections.abc import AsyncIterator
 from datetime import UTC, datetime
 from typing import Any
 
-import anthropic
-import httpx2
-
 from ledger import Ledger, SigningKey
 from runner.backends import (
     AnthropicBackend,
@@ -59,23 +56,25 @@ class AnthropicBatchBackend(AnthropicBackend):
 
     async def submit(self, requests: list[dict[str, Any]]) -> str:
         """Create a batch of ``{"custom_id", "params"}`` requests; return its id."""
+        sdk = self.sdk
         try:
             batch = await self.client.messages.batches.create(requests=requests)  # type: ignore[arg-type]
-        except anthropic.NotFoundError as exc:
+        except sdk.NotFoundError as exc:
             raise not_found(str(exc.response.request.url), error_from_status(exc).message) from None
-        except anthropic.APIStatusError as exc:
+        except sdk.APIStatusError as exc:
             raise error_from_status(exc) from None
-        except anthropic.APIConnectionError as exc:
+        except sdk.APIConnectionError as exc:
             raise BackendError("connection_error", self.unreachable(exc), retryable=True) from None
         return str(batch.id)
 
     async def status(self, batch_id: str) -> tuple[str, dict[str, int], str | None]:
         """(processing_status, request_counts, results_url) of a batch."""
+        sdk = self.sdk
         try:
             batch = await self.client.messages.batches.retrieve(batch_id)
-        except anthropic.APIStatusError as exc:
+        except sdk.APIStatusError as exc:
             raise error_from_status(exc) from None
-        except anthropic.APIConnectionError as exc:
+        except sdk.APIConnectionError as exc:
             raise BackendError("connection_error", self.unreachable(exc), retryable=True) from None
         counts = batch.request_counts.model_dump() if batch.request_counts else {}
         return str(batch.processing_status), counts, batch.results_url
@@ -85,10 +84,10 @@ class AnthropicBatchBackend(AnthropicBackend):
         try:
             response = await self.client.get(
                 results_url,
-                cast_to=httpx2.Response,
+                cast_to=self.response_type,
                 options={"headers": {"Accept": "application/binary"}},
             )
-        except anthropic.APIStatusError as exc:
+        except self.sdk.APIStatusError as exc:
             raise error_from_status(exc) from None
         for line in response.content.splitlines():
             if line.strip():

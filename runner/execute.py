@@ -36,13 +36,14 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import fcntl
+import functools
 import os
 import queue
 import random
 import threading
 import time
 from collections import deque
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Awaitable, Callable, Iterator, Sequence
 from dataclasses import dataclass, replace
 from datetime import UTC, datetime
 from importlib.metadata import version
@@ -246,8 +247,13 @@ class GroupWriter:
 
     Each worker submits an event and awaits its future; the thread takes every event waiting,
     appends them with one :meth:`ledger.Ledger.append_many` (one fsync), and resolves the
-    futures with the stored events. A ``trial.requested`` is therefore durable before its
-    request is sent, while 32 workers share one disk flush instead of queueing for 32.
+    futures with the stored events, all of a batch in one hand-off to the event loop. A
+    ``trial.requested`` is therefore durable before its request is sent, while 32 workers share
+    one disk flush instead of queueing for 32. Events are committed in the order submitted, so
+    an event submitted and not awaited (a response, :meth:`Runner._write_behind`) is durable
+    before any request submitted after it is sent. Once an append has failed, nothing more is
+    committed (every later event gets the same error), so no later event can be durable where
+    an earlier one is not.
     """
 
     MAX_BATCH = 256
@@ -262,6 +268,7 @@ class GroupWriter:
         )
         self.commits = 0
         self.events = 0
+        self.failed: BaseException | None = None  # the first append error: nothing more is written
         self.thread = threading.Thread(target=self._run, name="ledger-writer", daemon=True)
         self.thread.start()
 
@@ -310,15 +317,17 @@ class GroupWriter:
                     break
                 batch.append(nxt)
             try:
+                if self.failed is not None:
+                    raise self.failed
                 stored = self.log.append_many([spec for spec, _ in batch], key=self.key)
             except BaseException as exc:  # handed to every waiting worker
-                for _, future in batch:
-                    self.loop.call_soon_threadsafe(_resolve, future, None, exc)
+                self.failed = self.failed or exc
+                self.loop.call_soon_threadsafe(_resolve_all, [f for _, f in batch], None, exc)
             else:
                 self.commits += 1
                 self.events += len(stored)
-                for (_, future), event in zip(batch, stored, strict=True):
-                    self.loop.call_soon_threadsafe(_resolve, future, event, None)
+                futures = [future for _, future in batch]
+                self.loop.call_soon_threadsafe(_resolve_all, futures, stored, None)
             if job is not None:
                 self._call(job)
 
@@ -339,6 +348,19 @@ def _resolve(future: asyncio.Future[Any], value: Any, error: BaseException | Non
         future.set_exception(error)
     else:
         future.set_result(value)
+
+
+def _resolve_all(
+    futures: list[asyncio.Future[Event]], events: list[Event] | None, error: BaseException | None
+) -> None:
+    """Resolve a committed batch's futures with their events (or all with ``error``)."""
+    if events is None:
+        for future in futures:
+            _resolve(future, None, error)
+        return
+    for future, event in zip(futures, events, strict=True):
+        if not future.done():
+            future.set_result(event)
 
 
 def request_input_tokens(body: dict[str, Any], sizes: Sequence[tuple[int, int]]) -> int:
@@ -405,6 +427,8 @@ class Runner:
         self.final = 0
         self.spent_before = 0.0  # cost recorded by earlier sessions; counts against the budget
         self.writer: GroupWriter | None = None
+        self.behind: set[asyncio.Future[Event]] = set()  # responses submitted, not yet committed
+        self.write_error: BaseException | None = None  # the first of them that failed
         self.transport_streak = 0  # attempts in a row, across trials, with no HTTP response
         # a session of several listed models with steps prices each call at its model's price
         self.prices_by_id: dict[str, Price] = {}
@@ -731,6 +755,30 @@ class Runner:
         spec = self._failure_spec(trial, attempt, request_seq, error, final=final)
         self.log.append_many([spec], key=self.key)
 
+    def _write_behind(self, spec: EventSpec, record: TrialState) -> None:
+        """Submit a ``trial.responded`` to the group writer without waiting for its commit.
+
+        The worker goes on to its next trial at once; the writer commits in the order events
+        are submitted, so the response is durable before any request submitted after it is
+        sent (the next request's commit carries it, or follows it). ``record.responded`` is set
+        when it is committed; a failed commit stops the run like a crash, and the session waits
+        for every response before it closes.
+        """
+        assert self.writer is not None
+        future = self.writer.submit(spec)
+        self.behind.add(future)
+        future.add_done_callback(functools.partial(self._written_behind, record))
+
+    def _written_behind(self, record: TrialState, future: asyncio.Future[Event]) -> None:
+        self.behind.discard(future)
+        error = None if future.cancelled() else future.exception()
+        if error is None and not future.cancelled():
+            record.responded = future.result().seq
+            return
+        if error is not None and self.write_error is None:
+            self.write_error = error
+            self.request_stop(f"crash: {type(error).__name__}: {error}")
+
     async def _write(self, spec: EventSpec) -> int:
         """Commit ``spec`` through the group writer; return its seq once it is durable."""
         assert self.writer is not None
@@ -953,8 +1001,9 @@ class Runner:
         """
         attempt = record.attempts + 1
         record.attempts = attempt
+        request = self._request_spec(trial, attempt, wire)
         try:
-            seq = await self._write(self._request_spec(trial, attempt, wire))
+            seq = await self._write(request)
         except asyncio.CancelledError:
             self.counters.reserved_usd -= reserved
             raise  # nothing was sent; the next session closes the request as interrupted
@@ -970,7 +1019,7 @@ class Runner:
             return None
         started = time.monotonic()
         seed = f"{self.study.seed}|{trial.id}|{attempt}"
-        call = asyncio.ensure_future(self.backend.send(wire, seed=seed))
+        call = asyncio.ensure_future(self._send(wire, request, seed))
         self.calls[call] = trial
         try:
             try:
@@ -1000,7 +1049,12 @@ class Runner:
         self.answered = True
         self.counters.reserved_usd -= reserved
         spec, cost = self._response_spec(trial, attempt, seq, reply, latency)
-        seq = await self._write(spec)
+        staged = self.steps is not None  # later stages read this response: wait for its seq
+        if staged or isinstance(trial, StepCall):
+            seq = await self._write(spec)
+        else:
+            assert isinstance(record, TrialState)
+            self._write_behind(spec, record)  # durable before this session sends anything after it
         if isinstance(reply.usage.get("input_tokens"), int):
             used = int(reply.usage["input_tokens"])
             self.input_tokens[(trial.arm, trial.model, trial.stimulus)] = used
@@ -1014,12 +1068,26 @@ class Runner:
             self._tick()
             return self._step_answered(trial, record, seq, reply_text(reply.raw, reply.format))
         assert isinstance(record, TrialState)
-        record.responded = seq
+        if staged:  # else _written_behind sets it once committed
+            record.responded = seq
         self.final += 1
         await limit.succeeded()
         self.counters.concurrency = limit.limit
         self._tick()
         return None
+
+    def _send(self, wire: dict[str, Any], request: EventSpec, seed: str) -> Awaitable[Reply]:
+        """Send ``wire``: as the very bytes ``request`` recorded, where the backend takes them.
+
+        A backend with ``send_encoded`` (the ``anthropic`` one) posts the request blob as it is,
+        so it is not serialised a second time and the bytes sent are the bytes hashed.
+        """
+        send_encoded = getattr(self.backend, "send_encoded", None)
+        data = request.blobs.get("request") if request.blobs else None
+        if send_encoded is not None and isinstance(data, bytes):
+            sent: Awaitable[Reply] = send_encoded(wire, data, seed=seed)
+            return sent
+        return self.backend.send(wire, seed=seed)
 
     async def _write_interrupted(
         self, trial: Trial | StepCall, attempt: int, request_seq: int, message: str
@@ -1219,13 +1287,18 @@ class Runner:
         finally:
             await loop.run_in_executor(None, self.writer.close)
             self.writer = None
+            if self.behind:  # committed (or failed) by now: let their callbacks run
+                await asyncio.wait(list(self.behind))
             if self._interval is not None:
                 await asyncio.wait([self._interval])
-        return [
+        errors = [
             r
             for r in results
             if isinstance(r, BaseException) and not isinstance(r, asyncio.CancelledError)
         ]
+        if self.write_error is not None and not errors:
+            errors.append(self.write_error)
+        return errors
 
     async def _drain(self, queue: deque[Any], limit: AdaptiveLimit) -> list[Any]:
         """Run every call of ``queue`` with the session's workers; their results."""

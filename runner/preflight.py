@@ -124,10 +124,17 @@ def plan_preflights(
 ) -> list[tuple[Trial, dict[str, Any], Shape]]:
     """For each distinct shape among ``trials`` (in order), its first trial and request body.
 
-    ``body_of(trial)`` builds a trial's Messages request (the runner's request builder).
+    ``body_of(trial)`` builds a trial's Messages request (the runner's request builder). A
+    trial's request depends on its arm, model, stimulus and variant, not on its replicate, so
+    each of those is built once (a study of 30 replicates builds a thirtieth of its requests).
     """
     seen: dict[Shape, tuple[Trial, dict[str, Any], Shape]] = {}
+    built: set[tuple[str, str | None, str, str | None]] = set()
     for trial in trials:
+        request = (trial.arm, trial.model, trial.stimulus, trial.variant)
+        if request in built:
+            continue
+        built.add(request)
         body = body_of(trial)
         shape = request_shape(body)
         if shape not in seen:

@@ -22,7 +22,8 @@ def test_bench_ledger_runs_and_reports_every_figure() -> None:
         capture_output=True, text=True, timeout=300, check=True,
     )
     for label in ("Ed25519 sign", "Ed25519 verify", "batched append", "single append",
-                  "verify, 1 job", "verify, 2 jobs", "inclusion proof", "ratio batched_append"):
+                  "verify, 1 job", "verify, 2 jobs", "inclusion proof", "ratio batched_append",
+                  "load average at start", "load average at end"):
         assert label in result.stdout, result.stdout
 
 
@@ -46,7 +47,8 @@ def test_bench_verify_quick_runs_and_reports_every_share(tmp_path: Path) -> None
         capture_output=True, text=True, timeout=600, check=True,
     )
     for label in ("Ed25519 verify", "trials", "(ok)", "signatures", "hashing", "rescore",
-                  "statistics", "ratio signatures/"):
+                  "statistics", "ratio signatures/", "/s before", "load average at start",
+                  "load average at end"):
         assert label in result.stdout, result.stdout
 
 
@@ -59,6 +61,22 @@ def test_bench_runner_quick_compares_runner_and_plain_calls() -> None:
         assert label in result.stdout, result.stdout
     rows = [line.split() for line in result.stdout.splitlines() if line.strip().startswith("0ms")]
     assert [row[1] for row in rows] == ["1", "8"], result.stdout
+
+
+def test_bench_runner_e2e_quick_times_ledger_run_and_bare_sdk_processes() -> None:
+    result = subprocess.run(
+        [sys.executable, str(ROOT / "benchmarks" / "bench_runner.py"), "--e2e", "--quick"],
+        capture_output=True, text=True, timeout=600, check=True,
+    )
+    for label in ("load average at start", "load average at end", "bare s", "ledger s",
+                  "ratio", "paired", "runs 0 ms / 8: bare"):
+        assert label in result.stdout, result.stdout
+    rows = [line.split() for line in result.stdout.splitlines() if line.strip().startswith("0ms")]
+    assert [(row[1], row[2]) for row in rows] == [("8", "70")], result.stdout
+    # inspect eval runs beside them when inspect-ai is installed, and says so when it is not
+    assert ("vs inspect" in result.stdout and "inspect eval: not measured" in result.stdout) or (
+        " inspect " in result.stdout.split("runs 0 ms / 8:")[1]
+    ), result.stdout
 
 
 def test_bench_runner_plain_baseline_is_plain_sdk_calls(

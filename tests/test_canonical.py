@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import math
+import struct
 from typing import Any
 
 import pytest
@@ -10,7 +12,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from ledger import CanonicalError, FormatError, canonical_json, parse_envelope
-from ledger._canonical import loads_json
+from ledger._canonical import ecma_number, loads_json
 from ledger._envelope import build_envelope
 
 SAFE = 2**53 - 1
@@ -38,6 +40,66 @@ def test_canonical_equals_rfc8785_reference(value: Any) -> None:
             canonical_json(value)
         return
     assert canonical_json(value) == expected
+
+
+# Every finite double, by its bits: the spread of exponents (subnormals, 1e-7 .. 1e21, huge)
+# that plain st.floats() rarely reaches, and the boundaries where the written form changes.
+any_double = st.integers(min_value=0, max_value=2**64 - 1).map(
+    lambda bits: struct.unpack("<d", struct.pack("<Q", bits))[0]
+).filter(math.isfinite)
+FORM_BOUNDARIES = [
+    0.0, -0.0, 5e-324, 2.2250738585072014e-308, 1e-7, 9.999999999999999e-8, 1e-6, 1.5e-6,
+    9.99999e-7, 1e-5, 1e-4, 0.1, 0.5, 1.0, 1.5, 2.0**52 + 0.5, 2.0**53, 2.0**53 + 2, 1e15 + 0.3,
+    1e16, 1.5e16, 2.0**60, 1e20, 9.999999999999999e20, 1e21, 1.7976931348623157e308,
+]
+
+
+floats_to_write = st.one_of(
+    any_double, st.floats(allow_nan=False, allow_infinity=False), st.sampled_from(FORM_BOUNDARIES)
+)
+
+
+def _check_float(value: float) -> None:
+    assert ecma_number(value).encode() == rfc8785.dumps(value)
+    assert ecma_number(-value).encode() == rfc8785.dumps(-value)
+    body = {"model": "m", "temperature": value, "messages": [{"t": [value, 1, "\u00e9"]}]}
+    assert canonical_json(body) == rfc8785.dumps(body)
+
+
+@given(floats_to_write)
+@settings(max_examples=500)
+def test_float_fast_path_equals_rfc8785_reference(value: float) -> None:
+    """RFC 8785 3.2.2.3 (ECMAScript Number-to-String) by the fast path equals the reference."""
+    _check_float(value)
+
+
+@pytest.mark.slow
+@given(floats_to_write)
+@settings(max_examples=20_000, deadline=None)
+def test_float_fast_path_equals_rfc8785_reference_many(value: float) -> None:
+    """The same property over 20,000 doubles (the slow set)."""
+    _check_float(value)
+
+
+def test_float_bodies_take_the_fast_path(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A request body (``temperature`` is a float) no longer goes the pure-Python way."""
+
+    def reference(value: Any) -> bytes:
+        raise AssertionError("the reference encoder was used")
+
+    monkeypatch.setattr(rfc8785, "dumps", reference)
+    body = {"max_tokens": 2048, "temperature": 1.0, "top_p": 0.95, "model": "claude",
+            "messages": [{"role": "user", "content": [{"type": "text", "text": "caf\u00e9"}]}]}
+    assert canonical_json(body) == (
+        b'{"max_tokens":2048,"messages":[{"content":[{"text":"caf\xc3\xa9","type":"text"}],'
+        b'"role":"user"}],"model":"claude","temperature":1,"top_p":0.95}'
+    )
+
+
+def test_non_finite_floats_are_refused() -> None:
+    for value in (math.nan, math.inf, -math.inf):
+        with pytest.raises(CanonicalError):
+            canonical_json({"temperature": value})
 
 
 @given(json_values)
