@@ -53,8 +53,14 @@ def study_key(root: Path, key_file: str | None) -> SigningKey:
     "--origin", default=None, help="Checkpoint origin (default: prompt-ledger.local/ID)."
 )
 @click.option("--key", "key_file", default=None, help="Owner key file (default: create one).")
+@click.option(
+    "--images", default=None, type=click.Path(path_type=Path),
+    help="prompt-rotation: your own PNG/JPEG images and their orientation.csv "
+    "(default: the template's synthetic crops).",
+)  # fmt: skip
 def new(
-    directory: Path, template: str, study_id: str | None, origin: str | None, key_file: str | None
+    directory: Path, template: str, study_id: str | None, origin: str | None,
+    key_file: str | None, images: Path | None,
 ) -> None:
     """Scaffold a complete, lockable study in DIRECTORY and create its ledger.
 
@@ -68,13 +74,14 @@ def new(
     Example:
       ledger new my-study --template prompt-tumbling-e
       ledger new pilot --id tumbling-e-pilot --origin example.org/tumbling-e-pilot
+      ledger new rotation --template prompt-rotation --images my-crops
     """
     from ledger import SigningKey
     from runner.new import new_study, study_id_from_directory
 
     key = SigningKey.load(key_file) if key_file else None
     chosen = study_id if study_id is not None else study_id_from_directory(directory)
-    made = new_study(directory, template, key, study_id=chosen, origin=origin)
+    made = new_study(directory, template, key, study_id=chosen, origin=origin, images=images)
     click.echo(f"created study {made.root} with ledger {made.ledger} (owner {made.owner})")
     click.echo(f"study id: {made.study_id}   checkpoint origin: {made.origin}")
     if made.key_path is not None:
