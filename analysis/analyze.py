@@ -109,20 +109,21 @@ class Dataset:
     def for_stimuli(self, stimuli: Sequence[str]) -> Dataset:
         """Only the trials and items of these stimuli (a hypothesis's ``stimuli`` subset)."""
         keep = {str(x) for x in stimuli}
-        trials = self.trials[self.trials["stimulus"].astype(str).isin(keep)]
-        items = self.items[self.items["stimulus"].astype(str).isin(keep)]
-        return Dataset(trials, items, self.arms, self.given_up, self.scores_sha256,
-                       self.sources, self.models)  # fmt: skip
+        return replace(
+            self,
+            trials=self.trials[self.trials["stimulus"].astype(str).isin(keep)],
+            items=self.items[self.items["stimulus"].astype(str).isin(keep)],
+        )  # every other member (given_up, sources, models, variants, cloze) kept
 
     def for_model(self, model: str) -> Dataset:
         """The trials and items of one model only, as a dataset of a one-model study."""
-        trials = self.trials[self.trials["model"] == model]
-        items = self.items[self.items["model"] == model]
-        given_up = tuple(g for g in self.given_up if split_trial(g)[1] == model)
-        return Dataset(
-            trials, items, self.arms, given_up, self.scores_sha256, self.sources,
-            variants=self.variants, cloze=self.cloze,
-        )
+        return replace(
+            self,
+            trials=self.trials[self.trials["model"] == model],
+            items=self.items[self.items["model"] == model],
+            given_up=tuple(g for g in self.given_up if split_trial(g)[1] == model),
+            models=(),
+        )  # a one-model study's dataset; every other member (variants, cloze, ...) kept
 
     def trials_csv(self) -> bytes:
         """The trial table as CSV (``\\n`` line ends).
@@ -1011,6 +1012,8 @@ def exploratory(ds: Dataset, plan: dict[str, Any]) -> list[Result]:
             r.values = values
 
         out.append(_guard(r, compute_pair))
+    if parser == "orientation-word" and vocabulary is not None:
+        out.append(by_truth(ds, plan, vocabulary))
     for arm in ds.arms:
         out.append(_question_run(ds, design, arm, None))
         ran = set(ds.trials.loc[ds.trials["arm"] == arm, "model"])
@@ -1020,6 +1023,71 @@ def exploratory(ds: Dataset, plan: dict[str, Any]) -> list[Result]:
     if ds.several_models:
         out.append(fit_model(ds, plan, interaction=True)[0])
     return out
+
+
+def truth_contrasts(plan: dict[str, Any], arms: Sequence[str]) -> list[tuple[str, str]]:
+    """The arm pairs of ``exploratory.by_truth`` (``docs/analysis.md`` §3).
+
+    (full arm, each other arm), then each hypothesis contrast not already there in either order.
+    """
+    full = sorted(a for a, spec in plan.get("arms", {}).items() if spec.get("role") == "full")
+    pairs = [(full[0], arm) for arm in arms if arm != full[0]] if full else []
+    for h in plan["hypotheses"]:
+        a, b = str(h["contrast"][0]), str(h["contrast"][1])
+        if (a, b) not in pairs and (b, a) not in pairs:
+            pairs.append((a, b))
+    return pairs
+
+
+def by_truth(ds: Dataset, plan: dict[str, Any], vocab: Sequence[str]) -> Result:
+    """``exploratory.by_truth``: accuracy per arm and true label, and arm contrasts per label.
+
+    The PROMPT paper's per-orientation cells (Experiment 2): hypothesis-generating, not
+    adjusted for the number of cells, so labelled exploratory. Each cell is the Wilson 95%
+    interval of the arm's analysable items with that truth; each contrast the Newcombe
+    hybrid-score interval of the difference (:func:`truth_contrasts` names the pairs).
+    """
+    r = Result(
+        "exploratory.by_truth",
+        "Accuracy by true answer, per arm, with arm contrasts (exploratory, hypothesis-generating)",
+        "exploratory",
+        "wilson, newcombe",
+    )
+
+    def compute() -> None:
+        items = _items(ds)
+        counts: dict[str, dict[str, tuple[int, int]]] = {}
+        cells: dict[str, dict[str, Any]] = {}
+        for arm in ds.arms:
+            it = items[items["arm"] == arm]
+            counts[arm], cells[arm] = {}, {}
+            for label in vocab:
+                hit = it[it["truth"].astype(str) == label]
+                k, n = int(hit["correct"].sum()), len(hit)
+                counts[arm][label] = (k, n)
+                cells[arm][label] = {
+                    "correct": k, "n": n,
+                    "wilson": stats.wilson(k, n).as_dict() if n else None,
+                }  # fmt: skip
+        contrasts: dict[str, dict[str, Any]] = {}
+        for a, b in truth_contrasts(plan, ds.arms):
+            if a not in counts or b not in counts:
+                continue
+            contrasts[f"{a}-{b}"] = {}
+            for label in vocab:
+                (ka, na), (kb, nb) = counts[a][label], counts[b][label]
+                try:
+                    value: dict[str, Any] = stats.newcombe_diff(ka, na, kb, nb)
+                except stats.StatsError as exc:
+                    value = {"error": str(exc)}
+                contrasts[f"{a}-{b}"][label] = value
+        r.values = {
+            "labels": list(vocab), "cells": cells, "contrasts": contrasts,
+            "note": "exploratory and hypothesis-generating: one cell per arm and true answer, "
+                    "intervals not adjusted for the number of cells",
+        }  # fmt: skip
+
+    return _guard(r, compute)
 
 
 def _question_run(ds: Dataset, design: dict[str, Any], arm: str, model: str | None) -> Result:

@@ -24,25 +24,33 @@ __all__ = ["analyze", "demo", "export_cmd", "report_cmd", "score", "unblind", "v
 @click.option(
     "--replicates",
     type=click.IntRange(1, 1000),
-    default=30,
-    show_default=True,
-    help="Replicates per arm and probe (the template's 30 give 1,050 trials).",
+    default=None,
+    help="Replicates per arm and stimulus (default: the template's; tumbling-E's 30 give "
+    "1,050 trials, prompt-rotation's 1 gives 320).",
 )
-def demo(directory: Path | None, replicates: int) -> None:
+@click.option(
+    "--template", default="prompt-tumbling-e", show_default=True,
+    type=click.Choice(["prompt-tumbling-e", "prompt-rotation"]),
+    help="The study to run: Experiment 1 (tumbling-E) or 2 (image rotation) of the paper.",
+)  # fmt: skip
+def demo(directory: Path | None, replicates: int | None, template: str) -> None:
     """Run the whole PROMPT workflow offline on the simulated model, then verify and tamper.
 
-    Scaffolds the tumbling-E study in DIRECTORY (default ./prompt-ledger-demo, which must not
-    exist or be empty), locks it, runs it on the simulated backend, scores blind, unblinds,
-    analyses, reports, exports an archive, verifies it, and shows a one-byte change caught.
+    Scaffolds the template's study (default tumbling-E) in DIRECTORY (default
+    ./prompt-ledger-demo, which must not exist or be empty), locks it, runs it on the
+    simulated backend, scores blind, unblinds, analyses, reports, exports an archive, verifies
+    it, and shows a one-byte change caught.
 
     \b
     Example:
       ledger demo /tmp/ledger-demo
       ledger demo /tmp/quick-demo --replicates 3
+      ledger demo /tmp/rotation-demo --template prompt-rotation
     """
     from analysis.demo import run_demo
 
-    run_demo(directory or Path("prompt-ledger-demo"), console(), replicates=replicates)
+    run_demo(directory or Path("prompt-ledger-demo"), console(), replicates=replicates,
+             template=template)  # fmt: skip
 
 
 @click.command(cls=Command)

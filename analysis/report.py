@@ -1072,6 +1072,7 @@ def _section_exploratory(report: Report) -> str:
     parts.append(_figure_html(report, "accuracy_by_row.png"))
     for arm in report.arms:
         parts.append(_figure_html(report, f"confusion_{_safe(arm)}.png"))
+    parts.append(_by_truth_html(report, tag))
     pair_rows = []
     for r in report.results:
         if not str(r.get("id", "")).startswith("exploratory.pair."):
@@ -1144,10 +1145,51 @@ def _section_exploratory(report: Report) -> str:
     other = [r for r in report.by_label("exploratory") if r.get("status") == "failed"
              and not str(r.get("id", "")).startswith(("exploratory.errors.", "exploratory.pair.",
                                                        "exploratory.question_run.",
-                                                       "exploratory.arm_by_model"))]
+                                                       "exploratory.arm_by_model",
+                                                       "exploratory.by_truth"))]
     parts += [_failed_html(r) for r in other if r.get("id") != "exploratory.multiplicity"]
     parts.append("</div>")
     return "".join(parts)
+
+
+def _by_truth_html(report: Report, tag: str) -> str:
+    """``exploratory.by_truth``: accuracy per arm and true answer, and per-truth arm contrasts."""
+    r = report.result("exploratory.by_truth")
+    if r is None:
+        return ""
+    head = (f"<h3>{_e(EXPLORATORY)}: accuracy by true answer (per-orientation cells; "
+            f"hypothesis-generating) {tag}</h3>")  # fmt: skip
+    if r.get("status") != "ok":
+        return head + _failed_html(r)
+    v = r.get("values") or {}
+    labels = [str(x) for x in v.get("labels") or []]
+    cells = v.get("cells") or {}
+
+    def cell(c: dict[str, Any]) -> str:
+        w = c.get("wilson") or {}
+        if not c.get("n"):
+            return "no trials"
+        return (f"{c.get('correct')}/{c.get('n')} = {_pct(w.get('estimate'))} "
+                f"({_pct(w.get('lower'))} – {_pct(w.get('upper'))})")  # fmt: skip
+
+    rows = [(arm, *(cell((cells.get(arm) or {}).get(label) or {}) for label in labels))
+            for arm in cells]  # fmt: skip
+    contrast_rows = []
+    for name, per in (v.get("contrasts") or {}).items():
+        texts = []
+        for label in labels:
+            d = (per or {}).get(label) or {}
+            texts.append("not computable" if "error" in d or not d else
+                         f"{_pp(d.get('estimate'))} ({_pp(d.get('lower'))} to "
+                         f"{_pp(d.get('upper'))})")  # fmt: skip
+        contrast_rows.append((name, *texts))
+    return (head + "<p>Each cell holds few trials and nothing here is adjusted for the number "
+            "of cells: read these as hypotheses for a powered replication, as the paper does "
+            "for its per-orientation findings.</p>"
+            + _table(f"{EXPLORATORY}: accuracy by arm and true answer (Wilson 95% CI)",
+                     ("arm", *labels), rows)
+            + _table(f"{EXPLORATORY}: arm differences by true answer ({NEWCOMBE})",
+                     ("arms a-b", *labels), contrast_rows))  # fmt: skip
 
 
 def _section_failed(report: Report) -> str:
@@ -1306,6 +1348,11 @@ def _exploratory_summary(r: dict[str, Any]) -> str:
     if rid.startswith("exploratory.question_run."):
         return (f"accuracy {_pct(v.get('estimate'))} ({_pct(v.get('lower'))} – "
                 f"{_pct(v.get('upper'))})")  # fmt: skip
+    if rid == "exploratory.by_truth":
+        return "accuracy by arm and true answer, " + ", ".join(
+            f"{name}: " + "; ".join(f"{label} {_pp((d or {}).get('estimate'))}"
+                                   for label, d in (per or {}).items())
+            for name, per in (v.get("contrasts") or {}).items())
     if rid == "exploratory.multiplicity":
         holm = (v.get("holm") or {}).get("adjusted") or []
         return "Holm: " + ", ".join(f"{h} {_p(p)}" for h, p in

@@ -494,25 +494,22 @@ class _Dataset:
 
     def for_model(self, model: str) -> _Dataset:
         """Only the rows of one model, as the dataset of a one-model study."""
-        return _Dataset(
-            [t for t in self.trials if t["model"] == model],
-            [i for i in self.items if i["model"] == model],
-            self.arms,
-            [g for g in self.given_up if _trial_model(g) == model],
-            self.scores_sha256,
-            self.sources,
-            variants=self.variants,
-            cloze=self.cloze,
-        )
+        return replace(
+            self,
+            trials=[t for t in self.trials if t["model"] == model],
+            items=[i for i in self.items if i["model"] == model],
+            given_up=[g for g in self.given_up if _trial_model(g) == model],
+            models=[],
+        )  # a one-model study's dataset; every other member (variants, cloze, ...) kept
 
     def for_stimuli(self, stimuli: list[str]) -> _Dataset:
         """Only the rows of these stimuli (a hypothesis's ``stimuli``, study-spec.md)."""
         keep = {str(s) for s in stimuli}
-        return _Dataset(
-            [t for t in self.trials if str(t["stimulus"]) in keep],
-            [i for i in self.items if str(i["stimulus"]) in keep],
-            self.arms, self.given_up, self.scores_sha256, self.sources, self.models,
-        )  # fmt: skip
+        return replace(
+            self,
+            trials=[t for t in self.trials if str(t["stimulus"]) in keep],
+            items=[i for i in self.items if str(i["stimulus"]) in keep],
+        )  # every other member (given_up, sources, models, variants, cloze) kept
 
     def analysable(self) -> list[dict[str, Any]]:
         return [t for t in self.trials if not t["control"] and not t["excluded"]]
@@ -1241,6 +1238,8 @@ def _exploratory(
             return values
 
         out.append(_guard(_Result(f"exploratory.pair.{a}-{b}"), pair))
+    if parser == "orientation-word" and labels is not None:
+        out.append(_by_truth(ds, plan, labels))
     for arm in ds.arms:
         ran = {t["model"] for t in ds.trials if t["arm"] == arm}
         for model in [None] + [m for m in ds.models if m in ran and ds.several_models]:
@@ -1270,6 +1269,56 @@ def _exploratory(
             _model(ds, plan, True, (recorded or {}).get("exploratory.arm_by_model"))[0]
         )
     return out
+
+
+def _truth_pairs(plan: dict[str, Any], arms: list[str]) -> list[tuple[str, str]]:
+    """analysis.md §3 exploratory.by_truth: the arm pairs.
+
+    (full arm, every other arm), then each hypothesis contrast not yet listed in either order.
+    """
+    full = sorted(a for a, spec in plan.get("arms", {}).items() if spec.get("role") == "full")
+    pairs = [(full[0], arm) for arm in arms if arm != full[0]] if full else []
+    for h in plan["hypotheses"]:
+        a, b = str(h["contrast"][0]), str(h["contrast"][1])
+        if (a, b) not in pairs and (b, a) not in pairs:
+            pairs.append((a, b))
+    return pairs
+
+
+def _by_truth(ds: _Dataset, plan: dict[str, Any], labels: tuple[str, ...]) -> _Result:
+    """analysis.md §3 exploratory.by_truth: Wilson per (arm, truth), Newcombe per contrast."""
+
+    def compute() -> dict[str, Any]:
+        counts: dict[str, dict[str, tuple[int, int]]] = {arm: {} for arm in ds.arms}
+        for i in ds.analysable_items():
+            if str(i["truth"]) in labels:
+                k, n = counts[i["arm"]].get(str(i["truth"]), (0, 0))
+                counts[i["arm"]][str(i["truth"])] = (k + bool(i["correct"]), n + 1)
+        cells = {
+            arm: {
+                label: {
+                    "correct": k, "n": n, "wilson": st.wilson(k, n) if n else None,
+                }
+                for label in labels
+                for k, n in [counts[arm].get(label, (0, 0))]
+            }
+            for arm in ds.arms
+        }
+        contrasts: dict[str, Any] = {}
+        for a, b in _truth_pairs(plan, list(ds.arms)):
+            if a not in counts or b not in counts:
+                continue
+            contrasts[f"{a}-{b}"] = {}
+            for label in labels:
+                (ka, na), (kb, nb) = counts[a].get(label, (0, 0)), counts[b].get(label, (0, 0))
+                try:
+                    value: dict[str, Any] = st.newcombe_diff(ka, na, kb, nb)
+                except (st.StatError, ZeroDivisionError):
+                    value = {"error": None}
+                contrasts[f"{a}-{b}"][label] = value
+        return {"labels": list(labels), "cells": cells, "contrasts": contrasts, "note": None}
+
+    return _guard(_Result("exploratory.by_truth"), compute)
 
 
 SENSITIVITY_MODELS = ("registered", "probe_by_arm", "probe_by_arm_arm_residual")
