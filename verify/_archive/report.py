@@ -755,6 +755,40 @@ class _Expect:
                 out.append(("p", str(_obj(c)["flag"])))
         return out
 
+    def _by_truth_tables(self) -> list[tuple[str, list[str], list[list[str]]]]:
+        """analysis.md §3 exploratory.by_truth: the Wilson cells, then the Newcombe contrasts."""
+        r = self.result("exploratory.by_truth")
+        if r is None or r.get("status") != "ok":
+            return []
+        v = _obj(r.get("values"))
+        labels = [str(x) for x in v.get("labels") or []]
+        cells = _obj(v.get("cells"))
+
+        def cell(c: dict[str, Any]) -> str:
+            w = _obj(c.get("wilson"))
+            if not c.get("n"):
+                return "no trials"
+            return (f"{c.get('correct')}/{c.get('n')} = {_pct(w.get('estimate'))} "
+                    f"({_pct(w.get('lower'))} – {_pct(w.get('upper'))})")  # fmt: skip
+
+        rows = [[str(arm), *(cell(_obj(_obj(cells.get(arm)).get(label))) for label in labels)]
+                for arm in cells]  # fmt: skip
+        contrasts = []
+        for name, per in _obj(v.get("contrasts")).items():
+            texts = []
+            for label in labels:
+                d = _obj(_obj(per).get(label))
+                texts.append("not computable" if "error" in d or not d else
+                             f"{_pp(d.get('estimate'))} ({_pp(d.get('lower'))} to "
+                             f"{_pp(d.get('upper'))})")  # fmt: skip
+            contrasts.append([str(name), *texts])
+        return [
+            (f"{EXPLORATORY}: accuracy by arm and true answer (Wilson 95% CI)",
+             ["arm", *labels], rows),
+            (f"{EXPLORATORY}: arm differences by true answer (Newcombe 95% CI of the difference "
+             "(one answer per trial; – for charts))", ["arms a-b", *labels], contrasts),
+        ]  # fmt: skip
+
     def _exploratory_tables(self) -> list[tuple[str, list[str], list[list[str]]]]:
         out: list[tuple[str, list[str], list[list[str]]]] = []
         rows = []
@@ -784,6 +818,7 @@ class _Expect:
                      "errors uniform over all labels? (chi-square; the paper's null, replicated)",
                      "errors uniform over the wrong labels? (chi-square, true label excluded)",
                      "answer vs truth distribution"], rows))  # fmt: skip
+        out += self._by_truth_tables()
         rows = []
         for r in self.results:
             rid = str(r.get("id", ""))
@@ -930,8 +965,16 @@ class _Expect:
         out += [("h2", EXPLORATORY),
                 ("p", "None of these results was pre-registered. They describe the data and may "
                       "suggest hypotheses for a future study; they decide nothing."),
-                ("h3", f"{EXPLORATORY}: error phenotype by arm {EXPLORATORY}"),
-                ("h3", f"{EXPLORATORY}: paired-arm metrics {EXPLORATORY}"),
+                ("h3", f"{EXPLORATORY}: error phenotype by arm {EXPLORATORY}")]
+        by_truth = self.result("exploratory.by_truth")
+        if by_truth is not None:
+            out.append(("h3", f"{EXPLORATORY}: accuracy by true answer (per-orientation cells; "
+                              f"hypothesis-generating) {EXPLORATORY}"))  # fmt: skip
+            out.append(("p", self._failed_text(by_truth) if by_truth.get("status") != "ok" else
+                        "Each cell holds few trials and nothing here is adjusted for the number "
+                        "of cells: read these as hypotheses for a powered replication, as the "
+                        "paper does for its per-orientation findings."))  # fmt: skip
+        out += [("h3", f"{EXPLORATORY}: paired-arm metrics {EXPLORATORY}"),
                 ("h3", f"{EXPLORATORY}: accuracy with a bootstrap over trials (probes are not "
                        f"resampled) {EXPLORATORY}")]
         by_model = self.result("exploratory.arm_by_model")
@@ -946,7 +989,7 @@ class _Expect:
         elif mult.get("status") != "ok":
             out.append(("p", self._failed_text(mult)))
         skip = ("exploratory.errors.", "exploratory.pair.", "exploratory.question_run.",
-                "exploratory.arm_by_model")
+                "exploratory.arm_by_model", "exploratory.by_truth")
         for r in self.results:
             rid = str(r.get("id", ""))
             if (r.get("label") == "exploratory" and r.get("status") == "failed"
