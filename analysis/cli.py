@@ -14,7 +14,9 @@ import click
 from ledger.cliutil import Command, console, dump_json, table
 from runner.cli import study_key
 
-__all__ = ["analyze", "demo", "export_cmd", "report_cmd", "score", "unblind", "view"]
+__all__ = [
+    "analyze", "demo", "export_cmd", "posthoc", "report_cmd", "score", "unblind", "view",
+]
 
 
 @click.command(cls=Command)
@@ -51,6 +53,46 @@ def demo(directory: Path | None, replicates: int | None, template: str) -> None:
 
     run_demo(directory or Path("prompt-ledger-demo"), console(), replicates=replicates,
              template=template)  # fmt: skip
+
+
+@click.command(cls=Command)
+@click.argument("study_dir", metavar="STUDY", type=click.Path(file_okay=False, path_type=Path))
+@click.argument("name")
+@click.option("--contrast", nargs=2, required=True, help="The two arms, a b: estimates a - b.")
+@click.option("--reason", required=True, help="Why this analysis is added after unblinding.")
+@click.option(
+    "--random-intercept", type=click.Choice(["stimulus", "source"]), default="stimulus",
+    show_default=True, help="Grouping factor of the random intercept.",
+)  # fmt: skip
+@click.option("--arms", default=None, help="Comma-separated arms to fit (default: every arm).")
+@click.option("--key", "key_file", default=None, help="Signing key (default: the study owner's).")
+def posthoc(study_dir: Path, name: str, contrast: tuple[str, str], reason: str,
+            random_intercept: str, arms: str | None, key_file: str | None) -> None:  # fmt: skip
+    """Declare and record a post-hoc mixed model, after the registered analysis.
+
+    Fits accuracy ~ arm + (1 | stimulus or source), REML, on the chosen arms and records the
+    declaration and the two-sided contrast a - b as one analysis.posthoc event, labelled post
+    hoc in the report and the archive. It has no verdict and never changes a registered one.
+
+    \b
+    Example:
+      ledger posthoc my-study stimulus-lmm --contrast A B --arms A,B,C,D \\
+          --reason "the paper's post-hoc LMM with stimulus as random intercept"
+    """
+    from analysis.posthoc import declare_posthoc
+
+    chosen = [a.strip() for a in arms.split(",") if a.strip()] if arms else None
+    body = declare_posthoc(study_dir, study_key(study_dir, key_file), name, contrast,
+                           reason=reason, random_intercept=random_intercept,
+                           arms=chosen)  # fmt: skip
+    if body["status"] != "ok":
+        click.echo(f"recorded {body['id']} (post hoc): could not be computed: {body['error']}")
+        return
+    c = body["values"]["contrast"]
+    click.echo(f"recorded {body['id']} (post hoc, no verdict): {c['a']} - {c['b']} = "
+               f"{100 * c['estimate']:+.1f} pp (95% CI {100 * c['lower']:+.1f} to "
+               f"{100 * c['upper']:+.1f}), z = {c['z']:.2f}, two-sided p = {c['p']:.3g}; "
+               f"ICC {body['values']['icc']:.3f}")  # fmt: skip
 
 
 @click.command(cls=Command)

@@ -102,6 +102,8 @@ class Report:
     runs: list[dict[str, Any]]
     verification: VerificationReport
     figures: list[FigureFile] = field(default_factory=list)
+    posthoc: list[dict[str, Any]] = field(default_factory=list)
+    """The ``analysis.posthoc`` bodies (with ``seq``): declared after unblinding, no verdict."""
 
     @property
     def simulated(self) -> bool:
@@ -179,9 +181,11 @@ def _load(root: Path, out_dir: Path, html_path: Path) -> Report:
         amendments = [{"seq": e.seq, "time": e.time, **e.body}
                       for e in log.events("protocol.amended")]  # fmt: skip
         runs = [{"seq": e.seq, **e.body} for e in log.events("run.started")]
+        posthoc = [{"seq": e.seq, **e.body} for e in log.events("analysis.posthoc")]
         body = dict(protocol.body)
     verification = verify_ledger_file(path)
-    return Report(root, path, out_dir, html_path, body, results, amendments, runs, verification)
+    return Report(root, path, out_dir, html_path, body, results, amendments, runs, verification,
+                  posthoc=posthoc)  # fmt: skip
 
 
 def build_report(
@@ -1192,6 +1196,36 @@ def _by_truth_html(report: Report, tag: str) -> str:
                      ("arms a-b", *labels), contrast_rows))  # fmt: skip
 
 
+POSTHOC = "Post hoc (declared after unblinding; not pre-registered)"
+
+
+def _section_posthoc(report: Report) -> str:
+    """Every ``analysis.posthoc`` event: its declaration, contrast and reason; no verdict."""
+    if not report.posthoc:
+        return ""
+    rows = []
+    for r in report.posthoc:
+        d = r.get("declared") or {}
+        if r.get("status") != "ok":
+            rows.append((r.get("id"), r.get("seq"), r.get("title"), "", "", "",
+                         f"not computed: {r.get('error')}", d.get("reason")))  # fmt: skip
+            continue
+        v = r.get("values") or {}
+        c = v.get("contrast") or {}
+        rows.append((r.get("id"), r.get("seq"), r.get("title"),
+                     f"{_pp(c.get('estimate'))} ({_pp(c.get('lower'))} to {_pp(c.get('upper'))})",
+                     f"z {_fmt(c.get('z'))}, p {_p(c.get('p'))}", _fmt(v.get("icc")),
+                     "singular fit" if v.get("singular") else "–", d.get("reason")))  # fmt: skip
+    return (f'<div class="exploratory"><h2>{_e(POSTHOC)}</h2>'
+            "<p>Each analysis below was declared after the data were unblinded and the "
+            "registered analysis was recorded (an analysis.posthoc event after the last "
+            "analysis.result). It has no verdict and changes none.</p>"
+            + _table(f"{POSTHOC}: mixed models and their two-sided contrasts",
+                     ("id", "seq", "model", "difference (95% CI)", "two-sided test", "ICC",
+                      "caution", "reason"), rows)
+            + "</div>")  # fmt: skip
+
+
 def _section_failed(report: Report) -> str:
     if not report.failed:
         return ""
@@ -1255,6 +1289,7 @@ def render_html(report: Report) -> str:
         _section_descriptive(report),
         _section_model(report),
         _section_exploratory(report),
+        _section_posthoc(report),
         _section_verification(report),
     ]
     return ("<!DOCTYPE html>\n<html lang=\"en\"><head><meta charset=\"utf-8\">"

@@ -24,6 +24,7 @@ KNOWN_KINDS = frozenset(
         "scoring.sealed",
         "blinding.revealed",
         "analysis.result",
+        "analysis.posthoc",
         "export.created",
     }
 )
@@ -41,7 +42,7 @@ ROLE_KINDS: dict[str, frozenset[str]] = {
         }
     ),
     "scorer": frozenset({"trial.scored", "scoring.sealed"}),
-    "analyst": frozenset({"analysis.result"}),
+    "analyst": frozenset({"analysis.result", "analysis.posthoc"}),
 }
 
 

@@ -26,7 +26,7 @@ _ROLE_KINDS: dict[str, frozenset[str]] = {
         }
     ),
     "scorer": frozenset({"trial.scored", "scoring.sealed"}),
-    "analyst": frozenset({"analysis.result"}),
+    "analyst": frozenset({"analysis.result", "analysis.posthoc"}),
 }
 
 _ORIGIN_BAD = re.compile(r"[\s+]")

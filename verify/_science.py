@@ -1835,13 +1835,75 @@ def _reanalysis(archive: _Archive) -> tuple[Check, list[str]]:
             None,
             "analysis/results.json",
         ), []
+    posthoc = archive.of(POSTHOC_KIND)
+    for event in posthoc:
+        failed = _posthoc_problem(archive, event, ds, plan, inputs, results[-1].seq)
+        if failed is not None:
+            archive.current = None
+            return Check("reanalysis", Status.FAIL, f"{event.body.get('id')} (seq {event.seq}, "
+                         f"post hoc) {failed}.", event.seq, str(event.body.get("id"))), []
+    archive.current = None
+    extra = (f", and {len(posthoc)} post-hoc analysis(es) declared after them (labelled post "
+             "hoc, no verdict)") if posthoc else ""
     return Check(
         "reanalysis",
         Status.PASS,
-        f"The dataset and all {len(results)} analysis results were recomputed and match "
+        f"The dataset and all {len(results)} analysis results{extra} were recomputed and match "
         f"(relative tolerance {REL_TOL:g}, p-values relative only, absolute {ABS_TOL:g}; every "
         "recorded mixed model is a maximum of the verifier's own REML likelihood).",
     ), []
+
+
+POSTHOC_KIND = "analysis.posthoc"
+POSTHOC_KEYS = frozenset({"id", "title", "label", "hypothesis", "test", "status", "values",
+                          "verdict", "decided_by", "error", "declared", "inputs"})  # fmt: skip
+
+
+def _posthoc_problem(archive: _Archive, event: _Event, ds: _Dataset, plan: dict[str, Any],
+                     inputs: dict[str, Any], last_result: int) -> str | None:  # fmt: skip
+    """analysis.md §6: what is wrong with one analysis.posthoc event, or None."""
+    body = archive.at(event).body
+    if not isinstance(body, dict) or set(body) != POSTHOC_KEYS:
+        return "has not the members of a post-hoc result"
+    declared = body.get("declared")
+    if not isinstance(declared, dict):
+        return "has no declaration"
+    if body.get("label") != "post hoc" or body.get("hypothesis") is not None or body.get(
+            "verdict") is not None or body.get("decided_by") is not None:  # fmt: skip
+        return "is not labelled post hoc with no hypothesis and no verdict"
+    if event.seq < last_result or declared.get("after_seq") != last_result:
+        return (f"must follow the registered analysis (last analysis.result at seq "
+                f"{last_result}); declared after_seq {_fmt(declared.get('after_seq'))}")
+    if body.get("inputs") != inputs:
+        return str(_first_difference(body.get("inputs"), inputs, "inputs", 0.0))
+    contrast, arms = declared.get("contrast"), declared.get("arms")
+    group = declared.get("random_intercept")
+    if (not isinstance(contrast, list) or len(contrast) != 2 or group not in ("stimulus", "source")
+            or not (arms is None or isinstance(arms, list))):  # fmt: skip
+        return "declares no valid contrast, random intercept or arms"
+    name = str(body.get("id")).removeprefix("posthoc.")
+    if body.get("id") != f"posthoc.{name}" or not name:
+        return "has an id that is not posthoc.<name>"
+    if [e.body.get("id") for e in archive.of(POSTHOC_KIND)].count(body.get("id")) != 1:
+        return "repeats the id of another post-hoc analysis"
+    sub = replace(ds, sources=_sources(archive)) if group == "source" else ds
+    sub_plan = {**plan, "analysis": {**(plan.get("analysis") or {}), "random_intercept": group,
+                                     "model_arms": arms}}  # fmt: skip
+    recorded = body.get("values") if isinstance(body.get("values"), dict) else None
+    fitted, fit = _model(sub, sub_plan, recorded=recorded)
+    status, values = fitted.status, dict(fitted.values)
+    if fit is not None:
+        try:
+            values["contrast"] = st.contrast(fit, str(contrast[0]), str(contrast[1]), "two-sided")
+        except st.StatError:
+            status = "failed"
+    if isinstance(values.get("_reml_problem"), str):
+        return f"values: {values['_reml_problem']} (the verifier's own REML check, numpy only)"
+    if body.get("status") != status:
+        return f"status: recorded {_fmt(body.get('status'))}, recomputed {_fmt(status)}"
+    if status != "ok":
+        return None
+    return _first_difference(body.get("values"), values, "values", REL_TOL)
 
 
 def _file_sha(archive: _Archive, rel: str) -> str | None:

@@ -74,6 +74,9 @@ _ALLOWED_ATTRS = {"html": {"lang"}, "meta": {"charset"}, "div": {"class", "id"},
 # ------------------------------------------------------------------------------ figures
 
 
+POSTHOC = "Post hoc (declared after unblinding; not pre-registered)"
+
+
 def _safe(name: str) -> str:
     return "".join(ch if ch.isalnum() or ch in "-_" else "_" for ch in name)
 
@@ -466,6 +469,7 @@ class _Expect:
     def __init__(self, a: Archive) -> None:
         self.protocol = a.protocol
         self.results = [{"seq": s, **a.body(s)} for s in a.of_kind("analysis.result")]
+        self.posthoc = [{"seq": s, **a.body(s)} for s in a.of_kind("analysis.posthoc")]
         self.amendments = [
             {"seq": s, "time": (a.envs[s] or {}).get("time"), **a.body(s)}
             for s in a.of_kind("protocol.amended")
@@ -542,7 +546,31 @@ class _Expect:
         out.extend(self._data_tables())
         out.extend(self._model_tables())
         out.extend(self._exploratory_tables())
+        out.extend(self._posthoc_tables())
         return out
+
+    def _posthoc_tables(self) -> list[tuple[str, list[str], list[list[str]]]]:
+        """analysis.md §6: one row per analysis.posthoc event; none without one."""
+        if not self.posthoc:
+            return []
+        rows = []
+        for r in self.posthoc:
+            d = _obj(r.get("declared"))
+            if r.get("status") != "ok":
+                rows.append([_cell(r.get("id")), _cell(r.get("seq")), _cell(r.get("title")), "",
+                             "", "", f"not computed: {r.get('error')}",
+                             _cell(d.get("reason"))])  # fmt: skip
+                continue
+            v = _obj(r.get("values"))
+            c = _obj(v.get("contrast"))
+            rows.append([_cell(r.get("id")), _cell(r.get("seq")), _cell(r.get("title")),
+                         f"{_pp(c.get('estimate'))} ({_pp(c.get('lower'))} to "
+                         f"{_pp(c.get('upper'))})", f"z {_fmt(c.get('z'))}, p {_p(c.get('p'))}",
+                         _fmt(v.get("icc")), "singular fit" if v.get("singular") else "–",
+                         _cell(d.get("reason"))])  # fmt: skip
+        return [(f"{POSTHOC}: mixed models and their two-sided contrasts",
+                 ["id", "seq", "model", "difference (95% CI)", "two-sided test", "ICC",
+                  "caution", "reason"], rows)]  # fmt: skip
 
     def _protocol_tables(self) -> list[tuple[str, list[str], list[list[str]]]]:
         p = self.protocol
@@ -995,6 +1023,11 @@ class _Expect:
             if (r.get("label") == "exploratory" and r.get("status") == "failed"
                     and not rid.startswith(skip) and rid != "exploratory.multiplicity"):
                 out.append(("p", self._failed_text(r)))
+        if self.posthoc:
+            out += [("h2", POSTHOC),
+                     ("p", "Each analysis below was declared after the data were unblinded and "
+                           "the registered analysis was recorded (an analysis.posthoc event after "
+                           "the last analysis.result). It has no verdict and changes none.")]
         out += [("h2", "Verification of the ledger"),
                 ("div", re.compile(r"(VERIFIED|FAILED): [0-9]+ events, root (–|[0-9a-f]{64}), "
                                    r"origin .*\.", re.S)),
