@@ -18,6 +18,7 @@ import sys
 from dataclasses import fields
 from importlib import resources
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pandas as pd
@@ -344,3 +345,116 @@ def test_rotation_demo_runs_offline_and_its_export_verifies(tmp_path: Path) -> N
                            capture_output=True, text=True)  # fmt: skip
     assert check.returncode == 0, check.stdout + check.stderr
     assert resources.files("runner").joinpath("templates/prompt_rotation/study.toml").is_file()
+
+
+# ------------------------------------------------------------------ post-hoc analyses
+
+
+def test_posthoc_result_is_labelled_post_hoc_and_matches_the_verifier() -> None:
+    """The paper's post-hoc model (stimulus as random intercept) on a small dataset: the
+    writer's result and the verifier's recomputation (its own REML check) agree."""
+    from analysis.posthoc import POSTHOC_LABEL, posthoc_result
+
+    ds = _dataset()
+    plan = {**PLAN, "analysis": {"random_intercept": "source", "model_arms": None}}
+    declared = {"contrast": ["A", "B"], "random_intercept": "stimulus", "arms": ["A", "B"],
+                "reason": "as the paper did", "after_seq": 1}  # fmt: skip
+    result = posthoc_result(ds, plan, declared, "stim")
+    body = result.as_dict()
+    assert (body["id"], body["label"], body["hypothesis"], body["verdict"]) == (
+        "posthoc.stim", POSTHOC_LABEL, None, None)
+    assert body["status"] == "ok", body["error"]
+    c = body["values"]["contrast"]
+    assert (c["a"], c["b"], c["sides"]) == ("A", "B", "two-sided")
+    assert body["values"]["group_col"] == "stimulus"  # the declaration's, not the plan's
+    twin = vs._Dataset(ds.trials.to_dict("records"), ds.items.to_dict("records"),
+                       list(ds.arms), [], "0" * 64)  # fmt: skip
+    sub_plan = {**plan, "analysis": {"random_intercept": "stimulus", "model_arms": ["A", "B"]}}
+    fitted, fit = vs._model(twin, sub_plan, recorded=body["values"])
+    assert fit is not None and fitted.values["_reml_problem"] is None
+    values = dict(fitted.values) | {"contrast": vst.contrast(fit, "A", "B", "two-sided")}
+    assert vs._first_difference(body["values"], values, "values", 1e-6) is None
+    moved = {**body["values"], "contrast": {**c, "estimate": c["estimate"] * (1 + 1e-4)}}
+    assert "values.contrast.estimate" in str(
+        vs._first_difference(moved, values, "values", 1e-6))
+
+
+def _small_rotation(root: Path, images: Path) -> None:
+    images.mkdir()
+    lines = ["source,orientation"]
+    for index in range(2):
+        png, direction = synthetic_crop(11, index)
+        (images / f"scan-{index}.png").write_bytes(png)
+        lines.append(f"scan-{index},{direction}")
+    (images / "orientation.csv").write_text("\n".join(lines) + "\n", encoding="utf-8")
+    new_study(root, "prompt-rotation", fixed_key("rotation/posthoc"), images=images)
+    spec = root / "study.toml"
+    spec.write_text(spec.read_text(encoding="utf-8").replace(
+        "replicates = 1\n", "replicates = 3\n").replace(
+        "bootstrap_iterations = 5000", "bootstrap_iterations = 500"), encoding="utf-8")
+
+
+@pytest.mark.slow
+def test_posthoc_analysis_end_to_end_and_a_resigned_change_fails(tmp_path: Path) -> None:
+    import json
+
+    from click.testing import CliRunner
+    from test_archive_tamper import read_events, resign
+
+    from ledger.cli import main
+    from verify import Status, verify_archive
+
+    root = tmp_path / "study"
+    _small_rotation(root, tmp_path / "images")
+    key = tmp_path / "owner.key"
+    fixed_key("rotation/posthoc").save(key)
+
+    def run(*args: object) -> Any:
+        return CliRunner().invoke(main, [str(a) for a in args])
+
+    for step in (("lock", root), ("run", root, "--backend", "simulated"), ("score", root),
+                 ("unblind", root)):  # fmt: skip
+        assert run(*step, "--key", key).exit_code == 0, step
+    early = run("posthoc", root, "early", "--contrast", "A", "B", "--reason", "x", "--key", key)
+    assert early.exit_code != 0 and "after 'ledger analyze'" in early.output
+    assert run("analyze", root, "--key", key).exit_code == 0
+    registered = [e.body for e in _events(root, "analysis.result")]
+    made = run("posthoc", root, "stim-lmm", "--contrast", "A", "B", "--arms", "A,B,C,D",
+               "--reason", "the paper's post-hoc LMM with stimulus as random intercept",
+               "--key", key)  # fmt: skip
+    assert made.exit_code == 0, made.output
+    assert "post hoc, no verdict" in made.output
+    again = run("posthoc", root, "stim-lmm", "--contrast", "A", "B", "--reason", "x",
+                "--key", key)  # fmt: skip
+    assert again.exit_code != 0 and "already recorded" in again.output
+    assert [e.body for e in _events(root, "analysis.result")] == registered  # untouched
+    (event,) = _events(root, "analysis.posthoc")
+    assert event.body["label"] == "post hoc" and event.body["verdict"] is None
+    assert event.body["declared"]["after_seq"] == max(
+        e.seq for e in _events(root, "analysis.result"))
+    archive = tmp_path / "archive"
+    assert run("export", root, archive, "--key", key).exit_code == 0
+    report = verify_archive(archive)
+    assert report.ok, [c for c in report.checks if c.status is Status.FAIL]
+    assert "post-hoc" in str(report.get("reanalysis").reason)
+    html = (archive / "analysis" / "report.html").read_text(encoding="utf-8")
+    assert "Post hoc (declared after unblinding; not pre-registered)" in html
+    assert "posthoc.stim-lmm" in (archive / "README.md").read_text(encoding="utf-8")
+
+    events = read_events(archive)
+    target = next(e for e in events if e["kind"] == "analysis.posthoc")
+    target["body"]["values"]["contrast"]["estimate"] *= 1 + 1e-4
+    resign(archive, events)
+    forged = verify_archive(archive)
+    assert forged.get("signatures").status is Status.PASS
+    check = forged.get("reanalysis")
+    assert check.status is Status.FAIL
+    assert "posthoc.stim-lmm" in check.reason and "contrast.estimate" in check.reason, check
+    assert json.loads((archive / "analysis" / "results.json").read_text())  # untouched file
+
+
+def _events(root: Path, kind: str) -> list[Any]:
+    from ledger import Ledger
+
+    with Ledger.open(root / "ledger.db", readonly=True) as log:
+        return list(log.events(kind))
