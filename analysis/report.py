@@ -17,6 +17,7 @@ appear.
 from __future__ import annotations
 
 import base64
+import csv
 import functools
 import html
 import io
@@ -103,6 +104,8 @@ class Report:
     verification: VerificationReport
     figures: list[FigureFile] = field(default_factory=list)
     posthoc: list[dict[str, Any]] = field(default_factory=list)
+    trials: list[dict[str, str]] = field(default_factory=list)
+    """The rows of the analysis dataset's ``trials.csv`` (the first result's blob)."""
     """The ``analysis.posthoc`` bodies (with ``seq``): declared after unblinding, no verdict."""
 
     @property
@@ -182,10 +185,13 @@ def _load(root: Path, out_dir: Path, html_path: Path) -> Report:
                       for e in log.events("protocol.amended")]  # fmt: skip
         runs = [{"seq": e.seq, **e.body} for e in log.events("run.started")]
         posthoc = [{"seq": e.seq, **e.body} for e in log.events("analysis.posthoc")]
+        blob = events[0].blobs.get("trials_csv")
+        trials = (list(csv.DictReader(io.StringIO(log.blob(blob).decode("utf-8"))))
+                  if blob else [])  # fmt: skip
         body = dict(protocol.body)
     verification = verify_ledger_file(path)
     return Report(root, path, out_dir, html_path, body, results, amendments, runs, verification,
-                  posthoc=posthoc)  # fmt: skip
+                  posthoc=posthoc, trials=trials)  # fmt: skip
 
 
 def build_report(
@@ -725,6 +731,63 @@ def _section_verdicts(report: Report) -> str:
         rows, raw=(5,)))  # fmt: skip
 
 
+COMPONENT_RULE = (
+    'A unit is the set of components arm a has and arm b lacks in a registered hypothesis'
+    ' a vs b (a chi-square test names none). Each pooled hypothesis result is evidence: '
+    'supported with a positive estimate a benefit, with a negative one a harm; a '
+    'supported equivalence no effect; anything else not shown. A unit with benefit and '
+    'harm is task-dependent; with benefit only active; with harm only harmful; with no '
+    'effect only inactive; otherwise not established (docs/analysis.md, "Component '
+    'classes").'
+)
+
+
+def component_classes(protocol: dict[str, Any], results: list[dict[str, Any]]
+                      ) -> list[tuple[str, list[str], str]]:  # fmt: skip
+    """Each prompt-component unit's evidence and class, by :data:`COMPONENT_RULE`."""
+    arms = protocol.get("arms") or {}
+    plan = {h.get("id"): h for h in protocol.get("hypotheses") or []}
+    units: dict[str, list[tuple[str, str]]] = {}
+    for r in results:
+        h = plan.get(r.get("hypothesis"))
+        if h is None or h.get("test") == "chi-square" or r.get("status") != "ok":
+            continue
+        a, b = (str(x) for x in h.get("contrast") or ["", ""])
+        added = sorted(set((arms.get(a) or {}).get("components") or [])
+                       - set((arms.get(b) or {}).get("components") or []))  # fmt: skip
+        if not added:
+            continue
+        estimate = (r.get("values") or {}).get("estimate")
+        if h.get("test") == "equivalence":
+            effect = "no effect" if r.get("verdict") == "supported" else "not shown"
+        elif r.get("verdict") == "supported" and isinstance(estimate, int | float):
+            effect = "benefit" if estimate > 0 else "harm" if estimate < 0 else "not shown"
+        else:
+            effect = "not shown"
+        where = f" on {', '.join(map(str, h['stimuli']))}" if h.get("stimuli") else ""
+        units.setdefault(" + ".join(added), []).append((f"{h.get('id')} ({a} vs {b}{where}): "
+                                                       f"{effect}", effect))  # fmt: skip
+    out = []
+    for unit, evidence in units.items():
+        effects = {e for _, e in evidence}
+        cls = ("task-dependent" if {"benefit", "harm"} <= effects else "active"
+               if "benefit" in effects else "harmful" if "harm" in effects else "inactive"
+               if "no effect" in effects else "not established")  # fmt: skip
+        out.append((unit, [t for t, _ in evidence], cls))
+    return out
+
+
+def _section_components(report: Report) -> str:
+    classes = component_classes(report.protocol, report.hypotheses)
+    if not classes:
+        return ""
+    return ("<h2>Prompt components: active, inactive, harmful or task-dependent</h2>"
+            f"<p>{_e(COMPONENT_RULE)}</p>"
+            + _table("Prompt components classified from the registered contrasts",
+                     ("component(s) under test", "registered evidence", "class"),
+                     [(u, "; ".join(ev), c) for u, ev, c in classes]))  # fmt: skip
+
+
 def _section_protocol(report: Report) -> str:
     p = report.protocol
     design = p.get("design") or {}
@@ -1001,6 +1064,38 @@ def _section_sensitivity(report: Report) -> str:
         parts.append(_table(caption, header, rows))
     parts += [f'<p class="error">{_e(flag)}</p>' for flag in sensitivity_flags(result)]
     return "".join(parts)
+
+
+DISTRIBUTION_INTRO = (
+    "Each analysable trial's accuracy (its share of glyphs read correctly), counted i"
+    'n ten bins: an arm whose trials sit near ceiling and near collapse at once (the '
+    "paper's bimodal arm B) shows at both ends, which its mean hides."
+)
+DISTRIBUTION_BINS = tuple(f"{10 * i}–{10 * i + 10}%" for i in range(10))
+
+
+def trial_distribution(trials: list[dict[str, str]], arms: list[str]) -> list[list[str]]:
+    """Per arm: analysable trials, mean accuracy and the count in each of ten accuracy bins."""
+    rows = []
+    for arm in arms:
+        acc = [float(t["accuracy"]) for t in trials if t.get("arm") == arm
+               and t.get("control") == "False" and t.get("excluded") == "False"]  # fmt: skip
+        bins = [0] * 10
+        for value in acc:
+            bins[min(9, max(0, int(value * 10)))] += 1
+        rows.append([arm, str(len(acc)), _pct(sum(acc) / len(acc)) if acc else "–",
+                     *(str(b) for b in bins)])  # fmt: skip
+    return rows
+
+
+def _section_distribution(report: Report) -> str:
+    if not report.tumbling or not report.trials:
+        return ""
+    return ("<h3>Trial-level accuracy distribution per arm (descriptive)</h3>"
+            f"<p>{_e(DISTRIBUTION_INTRO)}</p>"
+            + _table("Analysable trials per arm by glyph accuracy",
+                     ("arm", "trials", "mean", *DISTRIBUTION_BINS),
+                     trial_distribution(report.trials, report.arms)))  # fmt: skip
 
 
 def _section_model(report: Report) -> str:
@@ -1283,10 +1378,12 @@ def render_html(report: Report) -> str:
         _simulated_banner(report),
         _section_failed(report),
         _section_verdicts(report),
+        _section_components(report),
         _section_protocol(report),
         _section_deviations(report),
         _section_data(report),
         _section_descriptive(report),
+        _section_distribution(report),
         _section_model(report),
         _section_exploratory(report),
         _section_posthoc(report),

@@ -22,7 +22,9 @@ from __future__ import annotations
 
 import base64
 import binascii
+import csv
 import hashlib
+import io
 import json
 import math
 import re
@@ -75,6 +77,94 @@ _ALLOWED_ATTRS = {"html": {"lang"}, "meta": {"charset"}, "div": {"class", "id"},
 
 
 POSTHOC = "Post hoc (declared after unblinding; not pre-registered)"
+COMPONENT_RULE = (
+    'A unit is the set of components arm a has and arm b lacks in a registered hypothesis'
+    ' a vs b (a chi-square test names none). Each pooled hypothesis result is evidence: '
+    'supported with a positive estimate a benefit, with a negative one a harm; a '
+    'supported equivalence no effect; anything else not shown. A unit with benefit and '
+    'harm is task-dependent; with benefit only active; with harm only harmful; with no '
+    'effect only inactive; otherwise not established (docs/analysis.md, "Component '
+    'classes").'
+)
+
+
+DISTRIBUTION_INTRO = (
+    "Each analysable trial's accuracy (its share of glyphs read correctly), counted i"
+    'n ten bins: an arm whose trials sit near ceiling and near collapse at once (the '
+    "paper's bimodal arm B) shows at both ends, which its mean hides."
+)
+
+
+def _distribution(a: Archive, first: int | None, arms: list[str]) -> list[list[str]] | None:
+    """analysis.md "Trial-level distribution": per arm, ten accuracy bins of trials.csv."""
+    data = a.blob(a.blob_ref(first, "trials_csv")) if first is not None else None
+    if data is None:
+        return None
+    try:
+        trials = list(csv.DictReader(io.StringIO(data.decode("utf-8"))))
+    except (UnicodeDecodeError, csv.Error):
+        return None
+    rows = []
+    for arm in arms:
+        acc: list[float] = []
+        for t in trials:
+            if t.get("arm") == arm and t.get("control") == "False" and t.get(
+                    "excluded") == "False":  # fmt: skip
+                try:
+                    acc.append(float(t.get("accuracy") or "nan"))
+                except ValueError:
+                    return None
+        bins = [0] * 10
+        for value in acc:
+            bins[min(9, max(0, int(value * 10)))] += 1
+        rows.append([arm, str(len(acc)), _pct(sum(acc) / len(acc)) if acc else "–",
+                     *(str(b) for b in bins)])  # fmt: skip
+    return rows
+
+
+def _component_classes(protocol: dict[str, Any], results: list[dict[str, Any]]
+                       ) -> list[list[str]]:  # fmt: skip
+    """analysis.md "Component classes": one row (unit, evidence, class) per unit."""
+    arms = _obj(protocol.get("arms"))
+    plan = {_obj(h).get("id"): _obj(h) for h in protocol.get("hypotheses") or []}
+    units: dict[str, list[tuple[str, str]]] = {}
+    for r in results:
+        h = plan.get(r.get("hypothesis"))
+        if h is None or h.get("test") == "chi-square" or r.get("status") != "ok":
+            continue
+        contrast = h.get("contrast") or ["", ""]
+        a, b = str(contrast[0]), str(contrast[1])
+        have = set(_obj(arms.get(a)).get("components") or [])
+        lack = set(_obj(arms.get(b)).get("components") or [])
+        added = sorted(str(c) for c in have - lack)
+        if not added:
+            continue
+        est = _obj(r.get("values")).get("estimate")
+        if h.get("test") == "equivalence":
+            effect = "no effect" if r.get("verdict") == "supported" else "not shown"
+        elif r.get("verdict") == "supported" and isinstance(est, int | float):
+            effect = "benefit" if est > 0 else "harm" if est < 0 else "not shown"
+        else:
+            effect = "not shown"
+        stimuli = h.get("stimuli")
+        where = f" on {', '.join(str(x) for x in stimuli)}" if stimuli else ""
+        units.setdefault(" + ".join(added), []).append(
+            (f"{h.get('id')} ({a} vs {b}{where}): {effect}", effect))
+    rows = []
+    for unit, evidence in units.items():
+        effects = {e for _, e in evidence}
+        if {"benefit", "harm"} <= effects:
+            cls = "task-dependent"
+        elif "benefit" in effects:
+            cls = "active"
+        elif "harm" in effects:
+            cls = "harmful"
+        elif "no effect" in effects:
+            cls = "inactive"
+        else:
+            cls = "not established"
+        rows.append([unit, "; ".join(t for t, _ in evidence), cls])
+    return rows
 
 
 def _safe(name: str) -> str:
@@ -467,6 +557,7 @@ class _Expect:
     """The report's content as the events give it."""
 
     def __init__(self, a: Archive) -> None:
+        self.a = a
         self.protocol = a.protocol
         self.results = [{"seq": s, **a.body(s)} for s in a.of_kind("analysis.result")]
         self.posthoc = [{"seq": s, **a.body(s)} for s in a.of_kind("analysis.posthoc")]
@@ -529,6 +620,10 @@ class _Expect:
             out.append(("Pre-registered hypotheses: each verdict and the locked rule that "
                         "decided it", ["hypothesis", "description", "test", "estimate (CI)",
                         "p", "verdict", "decided by"], rows))  # fmt: skip
+        classes = _component_classes(self.protocol, hyps)
+        if classes:
+            out.append(("Prompt components classified from the registered contrasts",
+                        ["component(s) under test", "registered evidence", "class"], classes))
         out.extend(self._protocol_tables())
         declared = self.protocol.get("deviations")
         if isinstance(declared, list) and declared:
@@ -544,6 +639,12 @@ class _Expect:
                           ", ".join(str(_get(c, "path")) for c in m.get("changes") or [])]
                          for m in self.amendments]))  # fmt: skip
         out.extend(self._data_tables())
+        first_seq = self.results[0].get("seq") if self.results else None
+        dist = _distribution(self.a, first_seq, self.arms) if self.tumbling else None
+        if dist:
+            out.append(("Analysable trials per arm by glyph accuracy",
+                        ["arm", "trials", "mean", *(f"{10 * i}–{10 * i + 10}%"
+                                                    for i in range(10))], dist))  # fmt: skip
         out.extend(self._model_tables())
         out.extend(self._exploratory_tables())
         out.extend(self._posthoc_tables())
@@ -943,6 +1044,9 @@ class _Expect:
         out.append(("h2", "Verdicts of the pre-registered hypotheses"))
         if not any(r.get("hypothesis") for r in self.results):
             out.append(("p", "No hypothesis results."))
+        if _component_classes(p, [r for r in self.results if r.get("hypothesis")]):
+            out += [("h2", "Prompt components: active, inactive, harmful or task-dependent"),
+                    ("p", COMPONENT_RULE)]
         listed = p.get("stimuli")
         stimuli: list[Any] = listed if isinstance(listed, list) else []
         items = p.get("items")
@@ -982,6 +1086,10 @@ class _Expect:
             out += [("h3", "Specificity control"), ("p", self._failed_text(control))]
         else:
             out.append(("h3", "Specificity control"))
+        first_seq = self.results[0].get("seq") if self.results else None
+        if self.tumbling and _distribution(self.a, first_seq, self.arms):
+            out += [("h3", "Trial-level accuracy distribution per arm (descriptive)"),
+                    ("p", DISTRIBUTION_INTRO)]
         out.append(("h2", "Pre-registered model and contrasts"))
         model = self.result("model.lmm")
         if model is None:
