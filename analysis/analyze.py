@@ -1239,7 +1239,8 @@ def sensitivity_lmm(
     from analysis import sensitivity as sens
 
     lmm = [h for h in plan["hypotheses"] if h["test"] == "lmm" and not h.get("stimuli")]
-    if not lmm or ds.several_models:
+    subsets = [h for h in plan["hypotheses"] if h["test"] == "lmm" and h.get("stimuli")]
+    if not (lmm or subsets) or ds.several_models:
         return None
     r = Result("sensitivity.lmm",
                "Sensitivity analyses of the registered mixed model (not registered: they never "
@@ -1247,10 +1248,9 @@ def sensitivity_lmm(
     by_id = {x.hypothesis: x for x in tested}
     design = plan["design"]
 
-    def compute() -> None:
-        if fit is None:
-            raise stats.StatsError("the registered mixed model could not be fitted")
-        t = _trial_outcome(ds)
+    def block(t: pd.DataFrame, fit: stats.MixedModelFit, hyps: list[dict[str, Any]]
+              ) -> tuple[dict[str, Any], list[dict[str, Any]]]:  # fmt: skip
+        """The sensitivity models of ``fit``'s data ``t`` and the rows of ``hyps``."""
         t = t[t["arm"].astype(str).isin(set(fit.arms))]
         group = fit.group_col
         y = t["accuracy"].to_numpy(dtype=np.float64)
@@ -1309,7 +1309,7 @@ def sensitivity_lmm(
                 entry["lrt_p"] = 0.5 * float(sps.chi2.sf(chi2, 1)) if chi2 > 0 else 1.0
             models[name] = entry
         contrasts = []
-        for h in lmm:
+        for h in hyps:
             a, b = h["contrast"]
             sides = h.get("sides") or "two-sided"
             hyp = by_id.get(h["id"])
@@ -1354,8 +1354,28 @@ def sensitivity_lmm(
                                f"{row[primary]['p']:.3g}, Satterthwaite df "
                                f"{row[primary]['df']:.3g})")  # fmt: skip
             contrasts.append(row)
-        r.values = {"group_col": group, "reference": fit.reference, "n_groups": fit.n_groups,
-                    "models": models, "contrasts": contrasts}  # fmt: skip
+        return models, contrasts
+
+    def compute() -> None:
+        if fit is None:
+            raise stats.StatsError("the registered mixed model could not be fitted")
+        models, contrasts = block(_trial_outcome(ds), fit, lmm)
+        for h in subsets:  # its own subset model, as hypothesis_results fits it
+            sub = ds.for_stimuli(h["stimuli"])
+            sub_plan = {**plan, "analysis": {k: v for k, v in (plan.get("analysis") or {}).items()
+                                             if k != "model_arms"}}  # fmt: skip
+            fitted, sub_fit = fit_model(sub, sub_plan)
+            if sub_fit is None:
+                contrasts.append({"hypothesis": h["id"], "stimuli": list(h["stimuli"]),
+                                  "error": f"the subset model could not be fitted: "
+                                           f"{fitted.error}"})  # fmt: skip
+                continue
+            sub_models, rows = block(_trial_outcome(sub), sub_fit, [h])
+            rows[0]["stimuli"] = list(h["stimuli"])
+            rows[0]["subset_models"] = sub_models
+            contrasts.append(rows[0])
+        r.values = {"group_col": fit.group_col, "reference": fit.reference,
+                    "n_groups": fit.n_groups, "models": models, "contrasts": contrasts}  # fmt: skip
 
     return _guard(r, compute)
 

@@ -1014,12 +1014,18 @@ def sensitivity_tables(result: dict[str, Any] | None) -> list[tuple[str, list[st
     v = result.get("values") or {}
     rows = []
     for c in v.get("contrasts") or []:
+        on = f" on {', '.join(map(str, c['stimuli']))}" if c.get("stimuli") else ""
+        if "error" in c:  # a stimulus subset whose model could not be fitted
+            rows.append([str(c.get("hypothesis")), f"subset{on}", f"not fitted: {c['error']}",
+                         *("–" for _ in SENSITIVITY_MODELS), "–", "–"])  # fmt: skip
+            continue
         reg = c.get("as_registered") or {}
         p = f"p {_p(reg.get('p_raw'))}" + (f", adjusted {_p(reg.get('p_adjusted'))}"
                                            if reg.get("p_adjusted") is not None else "")
         boot = c.get("cluster_bootstrap") or {}
         supports = c.get("supports")
-        rows.append([str(c.get("hypothesis")), f"{c.get('a')} vs {c.get('b')} ({c.get('sides')})",
+        rows.append([str(c.get("hypothesis")),
+                     f"{c.get('a')} vs {c.get('b')} ({c.get('sides')}){on}",
                      f"{_interval(reg)}, {p}; {c.get('registered_verdict') or '–'}",
                      *(_sensitivity_cell(c.get(m)) for m in SENSITIVITY_MODELS),
                      f"{_interval(boot)} over {boot.get('n_clusters')} probes" if boot else "–",

@@ -1374,16 +1374,16 @@ def _sensitivity(
 ) -> _Result | None:
     """``sensitivity.lmm`` (statistics.md "Sensitivity"), every fit checked by the own REML."""
     lmm = [h for h in plan["hypotheses"] if h["test"] == "lmm" and not h.get("stimuli")]
-    if not lmm or ds.several_models:
+    subsets = [h for h in plan["hypotheses"] if h["test"] == "lmm" and h.get("stimuli")]
+    if not (lmm or subsets) or ds.several_models:
         return None
     r = _Result("sensitivity.lmm")
     design = plan["design"]
     by_id = {x.hypothesis: x for x in tested}
     rec_models = (recorded or {}).get("models") if isinstance(recorded, dict) else None
 
-    def compute() -> dict[str, Any]:
-        if fit is None:
-            raise st.StatError("the registered mixed model could not be fitted")
+    def block(fit: dict[str, Any], hyps: list[dict[str, Any]], rec_models: Any
+              ) -> tuple[dict[str, Any], list[dict[str, Any]], list[str]]:  # fmt: skip
         y = np.asarray(fit["_y"], dtype=np.float64)
         arm, groups = list(fit["_arm"]), list(fit["_groups"])
         others = list(fit["arms"][1:])
@@ -1438,7 +1438,7 @@ def _sensitivity(
                 entry["lrt_p"] = 0.5 * float(sps.chi2.sf(chi2, 1)) if chi2 > 0 else 1.0
             models[name] = entry
         contrasts = []
-        for h in lmm:
+        for h in hyps:
             a, b = h["contrast"]
             sides = h.get("sides") or "two-sided"
             hyp = by_id.get(h["id"])
@@ -1479,6 +1479,32 @@ def _sensitivity(
             if row["registered_verdict"] == "supported" and row["supports"] is False:
                 row["flag"] = None  # text not compared
             contrasts.append(row)
+        return models, contrasts, problems
+
+    def compute() -> dict[str, Any]:
+        if fit is None:
+            raise st.StatError("the registered mixed model could not be fitted")
+        models, contrasts, problems = block(fit, lmm, rec_models)
+        rec_rows = (recorded or {}).get("contrasts") if isinstance(recorded, dict) else None
+        for h in subsets:  # statistics.md "Sensitivity": the subset's own models
+            sub_plan = {**plan, "analysis": {k: v for k, v in (plan.get("analysis") or {}).items()
+                                             if k != "model_arms"}}  # fmt: skip
+            rec_hyp = by_id.get(h["id"])
+            rec_subset = rec_hyp.values.get("subset_model") if rec_hyp is not None else None
+            _, sub_fit = _model(ds.for_stimuli(list(h["stimuli"])), sub_plan,
+                                     recorded=rec_subset if isinstance(rec_subset, dict)
+                                     else None)  # fmt: skip
+            if sub_fit is None:
+                contrasts.append({"hypothesis": h["id"], "stimuli": list(h["stimuli"]),
+                                  "error": None})  # fmt: skip
+                continue
+            rec_row = next((_obj_of(x) for x in rec_rows or []
+                            if _obj_of(x).get("hypothesis") == h["id"]), {})  # fmt: skip
+            sub_models, rows, sub_problems = block(sub_fit, [h], rec_row.get("subset_models"))
+            rows[0]["stimuli"] = list(h["stimuli"])
+            rows[0]["subset_models"] = sub_models
+            contrasts.append(rows[0])
+            problems += [f"{h['id']}: {x}" for x in sub_problems]
         out: dict[str, Any] = {
             "group_col": fit["_group_col"], "reference": fit["arms"][0],
             "n_groups": fit["n_groups"], "models": models, "contrasts": contrasts,
@@ -1488,6 +1514,10 @@ def _sensitivity(
         return out
 
     return _guard(r, compute)
+
+
+def _obj_of(value: Any) -> dict[str, Any]:
+    return value if isinstance(value, dict) else {}
 
 
 def _multiplicity(tested: list[_Result]) -> _Result:

@@ -835,6 +835,14 @@ class _Expect:
         rows = []
         for c in v.get("contrasts") or []:
             c = _obj(c)
+            stimuli = c.get("stimuli")
+            on = (f" on {', '.join(str(x) for x in stimuli)}"
+                  if isinstance(stimuli, list) and stimuli else "")  # fmt: skip
+            if "error" in c:  # statistics.md "Sensitivity": a subset that could not be fitted
+                rows.append([_cell(c.get("hypothesis")), f"subset{on}",
+                             f"not fitted: {c['error']}", *("–" for _ in SENSITIVITY_MODELS),
+                             "–", "–"])  # fmt: skip
+                continue
             reg = _obj(c.get("as_registered"))
             p = f"p {_p(reg.get('p_raw'))}" + (
                 f", adjusted {_p(reg.get('p_adjusted'))}"
@@ -847,7 +855,7 @@ class _Expect:
             boot = _obj(c.get("cluster_bootstrap"))
             supports = c.get("supports")
             rows.append([_cell(c.get("hypothesis")),
-                         f"{c.get('a')} vs {c.get('b')} ({c.get('sides')})",
+                         f"{c.get('a')} vs {c.get('b')} ({c.get('sides')}){on}",
                          f"{interval(reg)}, {p}; {c.get('registered_verdict') or '–'}", *cells,
                          f"{interval(boot)} over {boot.get('n_clusters')} probes" if boot
                          else "–",
