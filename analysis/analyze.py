@@ -1014,6 +1014,8 @@ def exploratory(ds: Dataset, plan: dict[str, Any]) -> list[Result]:
         out.append(_guard(r, compute_pair))
     if parser == "orientation-word" and vocabulary is not None:
         out.append(by_truth(ds, plan, vocabulary))
+    if tumbling and nested_pairs(plan):
+        out.append(by_stimulus(ds, plan))
     for arm in ds.arms:
         out.append(_question_run(ds, design, arm, None))
         ran = set(ds.trials.loc[ds.trials["arm"] == arm, "model"])
@@ -1086,6 +1088,47 @@ def by_truth(ds: Dataset, plan: dict[str, Any], vocab: Sequence[str]) -> Result:
             "note": "exploratory and hypothesis-generating: one cell per arm and true answer, "
                     "intervals not adjusted for the number of cells",
         }  # fmt: skip
+
+    return _guard(r, compute)
+
+
+def nested_pairs(plan: dict[str, Any]) -> list[tuple[str, str]]:
+    """Dismantling pairs (a, b): b's components a strict subset of a's (arms sorted)."""
+    arms = plan.get("arms") or {}
+    comps = {a: set((arms[a] or {}).get("components") or []) for a in sorted(arms)}
+    return [(a, b) for a in comps for b in comps if a != b and comps[b] < comps[a]]
+
+
+def by_stimulus(ds: Dataset, plan: dict[str, Any]) -> Result:
+    """``exploratory.by_stimulus``: each dismantling pair's difference on each probe.
+
+    The PROMPT paper's per-probe dismantling findings (Experiment 1: removing the
+    prohibited-reasoning block from arm B "harmful on P3 and beneficial on P4"): for every pair
+    of :func:`nested_pairs` and every stimulus with analysable trials, Welch's t on the two arms'
+    trial accuracies there (in dataset order). Exploratory, hypothesis-generating, unadjusted.
+    """
+    r = Result("exploratory.by_stimulus",
+               "Dismantling contrasts per probe (exploratory, hypothesis-generating)",
+               "exploratory", "welch t per stimulus")  # fmt: skip
+
+    def compute() -> None:
+        t = _analysable(ds)
+        stimuli = sorted(set(t["stimulus"].astype(str)))
+        contrasts: dict[str, dict[str, Any]] = {}
+        for a, b in nested_pairs(plan):
+            row: dict[str, Any] = {}
+            for stimulus in stimuli:
+                here = t[t["stimulus"].astype(str) == stimulus]
+                x = here.loc[here["arm"] == a, "accuracy"].to_numpy(dtype=np.float64)
+                y = here.loc[here["arm"] == b, "accuracy"].to_numpy(dtype=np.float64)
+                try:
+                    row[stimulus] = stats.independent_t(x, y).as_dict()
+                except stats.StatsError as exc:
+                    row[stimulus] = {"error": str(exc)}
+            contrasts[f"{a}-{b}"] = row
+        r.values = {"stimuli": stimuli, "contrasts": contrasts,
+                    "note": "exploratory and hypothesis-generating: Welch t per probe, not "
+                            "adjusted for the number of probes and pairs"}  # fmt: skip
 
     return _guard(r, compute)
 

@@ -1178,6 +1178,7 @@ def _section_exploratory(report: Report) -> str:
     for arm in report.arms:
         parts.append(_figure_html(report, f"confusion_{_safe(arm)}.png"))
     parts.append(_by_truth_html(report, tag))
+    parts.append(_by_stimulus_html(report, tag))
     pair_rows = []
     for r in report.results:
         if not str(r.get("id", "")).startswith("exploratory.pair."):
@@ -1251,10 +1252,44 @@ def _section_exploratory(report: Report) -> str:
              and not str(r.get("id", "")).startswith(("exploratory.errors.", "exploratory.pair.",
                                                        "exploratory.question_run.",
                                                        "exploratory.arm_by_model",
-                                                       "exploratory.by_truth"))]
+                                                       "exploratory.by_truth",
+                                                       "exploratory.by_stimulus"))]
     parts += [_failed_html(r) for r in other if r.get("id") != "exploratory.multiplicity"]
     parts.append("</div>")
     return "".join(parts)
+
+
+BY_STIMULUS_INTRO = (
+    "Each pair of arms where the second has a strict subset of the first's components (the"
+    " difference is the removed components), on each probe: Welch's t on the trials there."
+    ' Not adjusted for the number of probes and pairs: hypotheses for a powered replicatio'
+    "n, as the paper's per-probe dismantling findings are."
+)
+
+
+def _by_stimulus_html(report: Report, tag: str) -> str:
+    """``exploratory.by_stimulus``: each dismantling pair's difference on each probe."""
+    r = report.result("exploratory.by_stimulus")
+    if r is None:
+        return ""
+    head = (f"<h3>{_e(EXPLORATORY)}: dismantling contrasts per probe (hypothesis-generating) "
+            f"{tag}</h3>")  # fmt: skip
+    if r.get("status") != "ok":
+        return head + _failed_html(r)
+    v = r.get("values") or {}
+    stimuli = [str(x) for x in v.get("stimuli") or []]
+    rows = []
+    for name, per in (v.get("contrasts") or {}).items():
+        cells = []
+        for stimulus in stimuli:
+            d = (per or {}).get(stimulus) or {}
+            cells.append("not computable" if "error" in d or not d else
+                         f"{_pp(d.get('difference'))} ({_pp(d.get('ci_lower'))} to "
+                         f"{_pp(d.get('ci_upper'))}), p {_p(d.get('p'))}")  # fmt: skip
+        rows.append((name, *cells))
+    return (head + f"<p>{_e(BY_STIMULUS_INTRO)}</p>"
+            + _table(f"{EXPLORATORY}: dismantling differences per probe (Welch t, 95% CI, "
+                     "two-sided p)", ("arms a-b", *stimuli), rows))  # fmt: skip
 
 
 def _by_truth_html(report: Report, tag: str) -> str:
@@ -1486,6 +1521,11 @@ def _exploratory_summary(r: dict[str, Any]) -> str:
     if rid.startswith("exploratory.question_run."):
         return (f"accuracy {_pct(v.get('estimate'))} ({_pct(v.get('lower'))} – "
                 f"{_pct(v.get('upper'))})")  # fmt: skip
+    if rid == "exploratory.by_stimulus":
+        return "dismantling differences per probe, " + ", ".join(
+            f"{name}: " + "; ".join(f"{st} {_pp((d or {}).get('difference'))}"
+                                   for st, d in (per or {}).items())
+            for name, per in (v.get("contrasts") or {}).items())
     if rid == "exploratory.by_truth":
         return "accuracy by arm and true answer, " + ", ".join(
             f"{name}: " + "; ".join(f"{label} {_pp((d or {}).get('estimate'))}"

@@ -109,3 +109,40 @@ def test_trial_distribution_bins_match_the_twin() -> None:
                                    f"{t['excluded']}\n" for t in trials)).encode()  # fmt: skip
 
     assert twin._distribution(Blobs(), 1, ["A", "B", "C"]) == rows  # type: ignore[arg-type]
+
+
+def test_dismantling_contrasts_per_probe_match_the_verifiers_twin() -> None:
+    """exploratory.by_stimulus: Welch t per dismantling pair and probe (the paper's B vs D per
+    probe), writer against the verifier; an unfittable cell says so."""
+    import numpy as np
+    import pandas as pd
+
+    from analysis.analyze import Dataset, by_stimulus, nested_pairs
+    from verify import _science as vs
+
+    plan = {"arms": ARMS}
+    assert nested_pairs(plan) == [("A", "D"), ("A", "E"), ("B", "D"), ("E", "D")]
+    rng = np.random.default_rng(9)
+    rows = []
+    for n, (arm, stimulus, rep) in enumerate(
+            (a, s, r) for a in ARMS for s in ("p3", "p4") for r in range(4)):
+        acc = 1.0 if arm in ("D", "E") and stimulus == "p4" else (
+            float(np.clip(rng.normal(0.7, 0.2), 0, 1)))
+        rows.append({"trial": f"{arm}|{stimulus}|{rep}", "arm": arm, "stimulus": stimulus,
+                     "rep": rep, "response_seq": n, "accuracy": acc, "control": False,
+                     "excluded": False, "status": "ok"})  # fmt: skip
+    trials = pd.DataFrame(rows)
+    ds = Dataset(trials, pd.DataFrame(columns=["trial", "arm", "stimulus", "truth", "correct"]),
+                 tuple(ARMS), (), "0" * 64)  # fmt: skip
+    result = by_stimulus(ds, plan)
+    assert result.status == "ok" and result.label == "exploratory"
+    values = result.as_dict()["values"]
+    assert values["stimuli"] == ["p3", "p4"]
+    assert "error" in values["contrasts"]["E-D"]["p4"]  # both arms at ceiling there
+    bd = values["contrasts"]["B-D"]["p3"]
+    b = trials[(trials["arm"] == "B") & (trials["stimulus"] == "p3")]["accuracy"]
+    d = trials[(trials["arm"] == "D") & (trials["stimulus"] == "p3")]["accuracy"]
+    assert bd["difference"] == pytest.approx(b.mean() - d.mean())
+    twin = vs._by_stimulus(vs._Dataset(rows, [], list(ARMS), [], "0" * 64), plan)
+    assert twin.status == "ok"
+    assert vs._first_difference(values, twin.values, "values", 1e-9) is None

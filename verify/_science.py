@@ -1240,6 +1240,8 @@ def _exploratory(
         out.append(_guard(_Result(f"exploratory.pair.{a}-{b}"), pair))
     if parser == "orientation-word" and labels is not None:
         out.append(_by_truth(ds, plan, labels))
+    if tumbling and _nested_pairs(plan):
+        out.append(_by_stimulus(ds, plan))
     for arm in ds.arms:
         ran = {t["model"] for t in ds.trials if t["arm"] == arm}
         for model in [None] + [m for m in ds.models if m in ran and ds.several_models]:
@@ -1269,6 +1271,37 @@ def _exploratory(
             _model(ds, plan, True, (recorded or {}).get("exploratory.arm_by_model"))[0]
         )
     return out
+
+
+def _nested_pairs(plan: dict[str, Any]) -> list[tuple[str, str]]:
+    """analysis.md §3 exploratory.by_stimulus: (a, b) with b's components inside a's."""
+    arms: dict[str, Any] = plan["arms"] if isinstance(plan.get("arms"), dict) else {}
+    comps = {a: set((arms[a] or {}).get("components") or []) for a in sorted(arms)}
+    return [(a, b) for a in comps for b in comps if a != b and comps[b] < comps[a]]
+
+
+def _by_stimulus(ds: _Dataset, plan: dict[str, Any]) -> _Result:
+    """analysis.md §3 exploratory.by_stimulus: Welch t per dismantling pair and stimulus."""
+
+    def compute() -> dict[str, Any]:
+        trials = ds.analysable()
+        stimuli = sorted({str(t["stimulus"]) for t in trials})
+        contrasts: dict[str, Any] = {}
+        for a, b in _nested_pairs(plan):
+            row: dict[str, Any] = {}
+            for stimulus in stimuli:
+                x = [t["accuracy"] for t in trials if str(t["stimulus"]) == stimulus
+                     and t["arm"] == a]  # fmt: skip
+                y = [t["accuracy"] for t in trials if str(t["stimulus"]) == stimulus
+                     and t["arm"] == b]  # fmt: skip
+                try:
+                    row[stimulus] = st.independent_t(x, y)
+                except st.StatError:
+                    row[stimulus] = {"error": None}
+            contrasts[f"{a}-{b}"] = row
+        return {"stimuli": stimuli, "contrasts": contrasts, "note": None}
+
+    return _guard(_Result("exploratory.by_stimulus"), compute)
 
 
 def _truth_pairs(plan: dict[str, Any], arms: list[str]) -> list[tuple[str, str]]:

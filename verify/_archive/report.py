@@ -77,6 +77,12 @@ _ALLOWED_ATTRS = {"html": {"lang"}, "meta": {"charset"}, "div": {"class", "id"},
 
 
 POSTHOC = "Post hoc (declared after unblinding; not pre-registered)"
+BY_STIMULUS_INTRO = (
+    "Each pair of arms where the second has a strict subset of the first's components (the"
+    " difference is the removed components), on each probe: Welch's t on the trials there."
+    ' Not adjusted for the number of probes and pairs: hypotheses for a powered replicatio'
+    "n, as the paper's per-probe dismantling findings are."
+)
 COMPONENT_RULE = (
     'A unit is the set of components arm a has and arm b lacks in a registered hypothesis'
     ' a vs b (a chi-square test names none). Each pooled hypothesis result is evidence: '
@@ -892,6 +898,25 @@ class _Expect:
                 out.append(("p", str(_obj(c)["flag"])))
         return out
 
+    def _by_stimulus_tables(self) -> list[tuple[str, list[str], list[list[str]]]]:
+        """analysis.md §3 exploratory.by_stimulus: one row per dismantling pair."""
+        r = self.result("exploratory.by_stimulus")
+        if r is None or r.get("status") != "ok":
+            return []
+        v = _obj(r.get("values"))
+        stimuli = [str(x) for x in v.get("stimuli") or []]
+        rows = []
+        for name, per in _obj(v.get("contrasts")).items():
+            cells = []
+            for stimulus in stimuli:
+                d = _obj(_obj(per).get(stimulus))
+                cells.append("not computable" if "error" in d or not d else
+                             f"{_pp(d.get('difference'))} ({_pp(d.get('ci_lower'))} to "
+                             f"{_pp(d.get('ci_upper'))}), p {_p(d.get('p'))}")  # fmt: skip
+            rows.append([str(name), *cells])
+        return [(f"{EXPLORATORY}: dismantling differences per probe (Welch t, 95% CI, two-sided "
+                 "p)", ["arms a-b", *stimuli], rows)]  # fmt: skip
+
     def _by_truth_tables(self) -> list[tuple[str, list[str], list[list[str]]]]:
         """analysis.md §3 exploratory.by_truth: the Wilson cells, then the Newcombe contrasts."""
         r = self.result("exploratory.by_truth")
@@ -956,6 +981,7 @@ class _Expect:
                      "errors uniform over the wrong labels? (chi-square, true label excluded)",
                      "answer vs truth distribution"], rows))  # fmt: skip
         out += self._by_truth_tables()
+        out += self._by_stimulus_tables()
         rows = []
         for r in self.results:
             rid = str(r.get("id", ""))
@@ -1118,6 +1144,12 @@ class _Expect:
                         "Each cell holds few trials and nothing here is adjusted for the number "
                         "of cells: read these as hypotheses for a powered replication, as the "
                         "paper does for its per-orientation findings."))  # fmt: skip
+        by_stimulus = self.result("exploratory.by_stimulus")
+        if by_stimulus is not None:
+            out.append(("h3", f"{EXPLORATORY}: dismantling contrasts per probe "
+                              f"(hypothesis-generating) {EXPLORATORY}"))  # fmt: skip
+            out.append(("p", self._failed_text(by_stimulus)
+                        if by_stimulus.get("status") != "ok" else BY_STIMULUS_INTRO))
         out += [("h3", f"{EXPLORATORY}: paired-arm metrics {EXPLORATORY}"),
                 ("h3", f"{EXPLORATORY}: accuracy with a bootstrap over trials (probes are not "
                        f"resampled) {EXPLORATORY}")]
@@ -1133,7 +1165,7 @@ class _Expect:
         elif mult.get("status") != "ok":
             out.append(("p", self._failed_text(mult)))
         skip = ("exploratory.errors.", "exploratory.pair.", "exploratory.question_run.",
-                "exploratory.arm_by_model", "exploratory.by_truth")
+                "exploratory.arm_by_model", "exploratory.by_truth", "exploratory.by_stimulus")
         for r in self.results:
             rid = str(r.get("id", ""))
             if (r.get("label") == "exploratory" and r.get("status") == "failed"
