@@ -109,20 +109,21 @@ class Dataset:
     def for_stimuli(self, stimuli: Sequence[str]) -> Dataset:
         """Only the trials and items of these stimuli (a hypothesis's ``stimuli`` subset)."""
         keep = {str(x) for x in stimuli}
-        trials = self.trials[self.trials["stimulus"].astype(str).isin(keep)]
-        items = self.items[self.items["stimulus"].astype(str).isin(keep)]
-        return Dataset(trials, items, self.arms, self.given_up, self.scores_sha256,
-                       self.sources, self.models)  # fmt: skip
+        return replace(
+            self,
+            trials=self.trials[self.trials["stimulus"].astype(str).isin(keep)],
+            items=self.items[self.items["stimulus"].astype(str).isin(keep)],
+        )  # every other member (given_up, sources, models, variants, cloze) kept
 
     def for_model(self, model: str) -> Dataset:
         """The trials and items of one model only, as a dataset of a one-model study."""
-        trials = self.trials[self.trials["model"] == model]
-        items = self.items[self.items["model"] == model]
-        given_up = tuple(g for g in self.given_up if split_trial(g)[1] == model)
-        return Dataset(
-            trials, items, self.arms, given_up, self.scores_sha256, self.sources,
-            variants=self.variants, cloze=self.cloze,
-        )
+        return replace(
+            self,
+            trials=self.trials[self.trials["model"] == model],
+            items=self.items[self.items["model"] == model],
+            given_up=tuple(g for g in self.given_up if split_trial(g)[1] == model),
+            models=(),
+        )  # a one-model study's dataset; every other member (variants, cloze, ...) kept
 
     def trials_csv(self) -> bytes:
         """The trial table as CSV (``\\n`` line ends).
@@ -1053,6 +1054,10 @@ def exploratory(ds: Dataset, plan: dict[str, Any]) -> list[Result]:
             r.values = values
 
         out.append(_guard(r, compute_pair))
+    if parser == "orientation-word" and vocabulary is not None:
+        out.append(by_truth(ds, plan, vocabulary))
+    if tumbling and nested_pairs(plan):
+        out.append(by_stimulus(ds, plan))
     for arm in ds.arms:
         out.append(_question_run(ds, design, arm, None))
         ran = set(ds.trials.loc[ds.trials["arm"] == arm, "model"])
@@ -1062,6 +1067,112 @@ def exploratory(ds: Dataset, plan: dict[str, Any]) -> list[Result]:
     if ds.several_models:
         out.append(fit_model(ds, plan, interaction=True)[0])
     return out
+
+
+def truth_contrasts(plan: dict[str, Any], arms: Sequence[str]) -> list[tuple[str, str]]:
+    """The arm pairs of ``exploratory.by_truth`` (``docs/analysis.md`` §3).
+
+    (full arm, each other arm), then each hypothesis contrast not already there in either order.
+    """
+    full = sorted(a for a, spec in plan.get("arms", {}).items() if spec.get("role") == "full")
+    pairs = [(full[0], arm) for arm in arms if arm != full[0]] if full else []
+    for h in plan["hypotheses"]:
+        a, b = str(h["contrast"][0]), str(h["contrast"][1])
+        if (a, b) not in pairs and (b, a) not in pairs:
+            pairs.append((a, b))
+    return pairs
+
+
+def by_truth(ds: Dataset, plan: dict[str, Any], vocab: Sequence[str]) -> Result:
+    """``exploratory.by_truth``: accuracy per arm and true label, and arm contrasts per label.
+
+    The PROMPT paper's per-orientation cells (Experiment 2): hypothesis-generating, not
+    adjusted for the number of cells, so labelled exploratory. Each cell is the Wilson 95%
+    interval of the arm's analysable items with that truth; each contrast the Newcombe
+    hybrid-score interval of the difference (:func:`truth_contrasts` names the pairs).
+    """
+    r = Result(
+        "exploratory.by_truth",
+        "Accuracy by true answer, per arm, with arm contrasts (exploratory, hypothesis-generating)",
+        "exploratory",
+        "wilson, newcombe",
+    )
+
+    def compute() -> None:
+        items = _items(ds)
+        counts: dict[str, dict[str, tuple[int, int]]] = {}
+        cells: dict[str, dict[str, Any]] = {}
+        for arm in ds.arms:
+            it = items[items["arm"] == arm]
+            counts[arm], cells[arm] = {}, {}
+            for label in vocab:
+                hit = it[it["truth"].astype(str) == label]
+                k, n = int(hit["correct"].sum()), len(hit)
+                counts[arm][label] = (k, n)
+                cells[arm][label] = {
+                    "correct": k, "n": n,
+                    "wilson": stats.wilson(k, n).as_dict() if n else None,
+                }  # fmt: skip
+        contrasts: dict[str, dict[str, Any]] = {}
+        for a, b in truth_contrasts(plan, ds.arms):
+            if a not in counts or b not in counts:
+                continue
+            contrasts[f"{a}-{b}"] = {}
+            for label in vocab:
+                (ka, na), (kb, nb) = counts[a][label], counts[b][label]
+                try:
+                    value: dict[str, Any] = stats.newcombe_diff(ka, na, kb, nb)
+                except stats.StatsError as exc:
+                    value = {"error": str(exc)}
+                contrasts[f"{a}-{b}"][label] = value
+        r.values = {
+            "labels": list(vocab), "cells": cells, "contrasts": contrasts,
+            "note": "exploratory and hypothesis-generating: one cell per arm and true answer, "
+                    "intervals not adjusted for the number of cells",
+        }  # fmt: skip
+
+    return _guard(r, compute)
+
+
+def nested_pairs(plan: dict[str, Any]) -> list[tuple[str, str]]:
+    """Dismantling pairs (a, b): b's components a strict subset of a's (arms sorted)."""
+    arms = plan.get("arms") or {}
+    comps = {a: set((arms[a] or {}).get("components") or []) for a in sorted(arms)}
+    return [(a, b) for a in comps for b in comps if a != b and comps[b] < comps[a]]
+
+
+def by_stimulus(ds: Dataset, plan: dict[str, Any]) -> Result:
+    """``exploratory.by_stimulus``: each dismantling pair's difference on each probe.
+
+    The PROMPT paper's per-probe dismantling findings (Experiment 1: removing the
+    prohibited-reasoning block from arm B "harmful on P3 and beneficial on P4"): for every pair
+    of :func:`nested_pairs` and every stimulus with analysable trials, Welch's t on the two arms'
+    trial accuracies there (in dataset order). Exploratory, hypothesis-generating, unadjusted.
+    """
+    r = Result("exploratory.by_stimulus",
+               "Dismantling contrasts per probe (exploratory, hypothesis-generating)",
+               "exploratory", "welch t per stimulus")  # fmt: skip
+
+    def compute() -> None:
+        t = _analysable(ds)
+        stimuli = sorted(set(t["stimulus"].astype(str)))
+        contrasts: dict[str, dict[str, Any]] = {}
+        for a, b in nested_pairs(plan):
+            row: dict[str, Any] = {}
+            for stimulus in stimuli:
+                here = t[t["stimulus"].astype(str) == stimulus]
+                x = here.loc[here["arm"] == a, "accuracy"].to_numpy(dtype=np.float64)
+                y = here.loc[here["arm"] == b, "accuracy"].to_numpy(dtype=np.float64)
+                try:
+                    row[stimulus] = stats.independent_t(x, y).as_dict()
+                except stats.StatsError as exc:
+                    row[stimulus] = {"error": str(exc)}
+            contrasts[f"{a}-{b}"] = row
+        r.values = {"stimuli": stimuli, "contrasts": contrasts,
+                    "note": "exploratory and hypothesis-generating: Welch t per probe, not "
+                            "adjusted for the number of probes and pairs"}  # fmt: skip
+
+    return _guard(r, compute)
 
 
 def _question_run(ds: Dataset, design: dict[str, Any], arm: str, model: str | None) -> Result:
@@ -1229,7 +1340,8 @@ def sensitivity_lmm(
     from analysis import sensitivity as sens
 
     lmm = [h for h in plan["hypotheses"] if h["test"] == "lmm" and not h.get("stimuli")]
-    if not lmm or ds.several_models:
+    subsets = [h for h in plan["hypotheses"] if h["test"] == "lmm" and h.get("stimuli")]
+    if not (lmm or subsets) or ds.several_models:
         return None
     r = Result("sensitivity.lmm",
                "Sensitivity analyses of the registered mixed model (not registered: they never "
@@ -1237,10 +1349,9 @@ def sensitivity_lmm(
     by_id = {x.hypothesis: x for x in tested}
     design = plan["design"]
 
-    def compute() -> None:
-        if fit is None:
-            raise stats.StatsError("the registered mixed model could not be fitted")
-        t = _trial_outcome(ds)
+    def block(t: pd.DataFrame, fit: stats.MixedModelFit, hyps: list[dict[str, Any]]
+              ) -> tuple[dict[str, Any], list[dict[str, Any]]]:  # fmt: skip
+        """The sensitivity models of ``fit``'s data ``t`` and the rows of ``hyps``."""
         t = t[t["arm"].astype(str).isin(set(fit.arms))]
         group = fit.group_col
         y = t["accuracy"].to_numpy(dtype=np.float64)
@@ -1299,7 +1410,7 @@ def sensitivity_lmm(
                 entry["lrt_p"] = 0.5 * float(sps.chi2.sf(chi2, 1)) if chi2 > 0 else 1.0
             models[name] = entry
         contrasts = []
-        for h in lmm:
+        for h in hyps:
             a, b = h["contrast"]
             sides = h.get("sides") or "two-sided"
             hyp = by_id.get(h["id"])
@@ -1344,8 +1455,28 @@ def sensitivity_lmm(
                                f"{row[primary]['p']:.3g}, Satterthwaite df "
                                f"{row[primary]['df']:.3g})")  # fmt: skip
             contrasts.append(row)
-        r.values = {"group_col": group, "reference": fit.reference, "n_groups": fit.n_groups,
-                    "models": models, "contrasts": contrasts}  # fmt: skip
+        return models, contrasts
+
+    def compute() -> None:
+        if fit is None:
+            raise stats.StatsError("the registered mixed model could not be fitted")
+        models, contrasts = block(_trial_outcome(ds), fit, lmm)
+        for h in subsets:  # its own subset model, as hypothesis_results fits it
+            sub = ds.for_stimuli(h["stimuli"])
+            sub_plan = {**plan, "analysis": {k: v for k, v in (plan.get("analysis") or {}).items()
+                                             if k != "model_arms"}}  # fmt: skip
+            fitted, sub_fit = fit_model(sub, sub_plan)
+            if sub_fit is None:
+                contrasts.append({"hypothesis": h["id"], "stimuli": list(h["stimuli"]),
+                                  "error": f"the subset model could not be fitted: "
+                                           f"{fitted.error}"})  # fmt: skip
+                continue
+            sub_models, rows = block(_trial_outcome(sub), sub_fit, [h])
+            rows[0]["stimuli"] = list(h["stimuli"])
+            rows[0]["subset_models"] = sub_models
+            contrasts.append(rows[0])
+        r.values = {"group_col": fit.group_col, "reference": fit.reference,
+                    "n_groups": fit.n_groups, "models": models, "contrasts": contrasts}  # fmt: skip
 
     return _guard(r, compute)
 
@@ -1474,7 +1605,7 @@ def analyze_study(root: str | Path, key: SigningKey) -> AnalyzeResult:
         )
         trial_phase = trial_phases(log) if len(protocol_events(log)) > 1 else None
         results = run_analyses(ds, plan, trial_phase, hypothesis_phases(plan, log))
-        if parser.startswith("judge:"):  # docs/analysis.md §6: exploratory judge agreement
+        if parser.startswith("judge:"):  # docs/analysis.md §8: exploratory judge agreement
             results.append(judge_agreement(log, plan, parser.split(":", 1)[1]))
         trials_csv, items_csv = ds.trials_csv(), ds.items_csv()
         inputs = {

@@ -14,7 +14,9 @@ import click
 from ledger.cliutil import Command, console, dump_json, table
 from runner.cli import study_key
 
-__all__ = ["analyze", "demo", "export_cmd", "report_cmd", "review", "score", "unblind", "view"]
+__all__ = [
+    "analyze", "demo", "export_cmd", "posthoc", "report_cmd", "review", "score", "unblind", "view",
+]
 
 
 @click.command(cls=Command)
@@ -24,42 +26,82 @@ __all__ = ["analyze", "demo", "export_cmd", "report_cmd", "review", "score", "un
 @click.option(
     "--replicates",
     type=click.IntRange(1, 1000),
-    default=30,
-    show_default=True,
-    help="Replicates per arm and probe (the template's 30 give 1,050 trials; "
-    "prompt-tumbling-e only).",
+    default=None,
+    help="Replicates per arm and stimulus (default: the template's; tumbling-E's 30 give "
+    "1,050 trials, prompt-rotation's 1 gives 320; not medmcqa-prompt-sensitivity).",
 )
 @click.option(
-    "--template",
-    type=click.Choice(["prompt-tumbling-e", "medmcqa-prompt-sensitivity"]),
-    default="prompt-tumbling-e",
-    show_default=True,
-    help="The study template to demonstrate.",
-)
-def demo(directory: Path | None, replicates: int, template: str) -> None:
+    "--template", default="prompt-tumbling-e", show_default=True,
+    type=click.Choice(["prompt-tumbling-e", "prompt-rotation", "medmcqa-prompt-sensitivity"]),
+    help="The study to run: Experiment 1 (tumbling-E) or 2 (image rotation) of the PROMPT "
+    "paper, or seed 002's prompt-sensitivity design (four studies).",
+)  # fmt: skip
+def demo(directory: Path | None, replicates: int | None, template: str) -> None:
     """Run the whole PROMPT workflow offline on the simulated model, then verify and tamper.
 
-    Scaffolds the tumbling-E study in DIRECTORY (default ./prompt-ledger-demo, which must not
-    exist or be empty), locks it, runs it on the simulated backend, scores blind, unblinds,
-    analyses, reports, exports an archive, verifies it, and shows a one-byte change caught.
-    With --template medmcqa-prompt-sensitivity it does all of that for each of seed 002's
-    four studies (--replicates does not apply) and prints the registered statistics: position
-    bias per arm, flip rates, permutation voting, self-consistency.
+    Scaffolds the template's study (default tumbling-E) in DIRECTORY (default
+    ./prompt-ledger-demo, which must not exist or be empty), locks it, runs it on the
+    simulated backend, scores blind, unblinds, analyses, reports, exports an archive, verifies
+    it, and shows a one-byte change caught. With --template medmcqa-prompt-sensitivity it does
+    all of that for each of seed 002's four studies (--replicates does not apply) and prints the
+    registered statistics: position bias per arm, flip rates, permutation voting,
+    self-consistency.
 
     \b
     Example:
       ledger demo /tmp/ledger-demo
       ledger demo /tmp/quick-demo --replicates 3
+      ledger demo /tmp/rotation-demo --template prompt-rotation
       ledger demo /tmp/seed002-demo --template medmcqa-prompt-sensitivity
     """
     from analysis.demo import run_demo
 
-    source = click.get_current_context().get_parameter_source("replicates")
-    if template != "prompt-tumbling-e" and source is not click.core.ParameterSource.DEFAULT:
-        raise click.UsageError(f"--replicates applies to the prompt-tumbling-e demo; the "
-                               f"{template} studies declare their own replicates")  # fmt: skip
+    if template == "medmcqa-prompt-sensitivity" and replicates is not None:
+        raise click.UsageError(f"--replicates does not apply to the {template} demo: its "
+                               "studies declare their own replicates")  # fmt: skip
+
     run_demo(directory or Path("prompt-ledger-demo"), console(), replicates=replicates,
-             template=template)
+             template=template)  # fmt: skip
+
+
+@click.command(cls=Command)
+@click.argument("study_dir", metavar="STUDY", type=click.Path(file_okay=False, path_type=Path))
+@click.argument("name")
+@click.option("--contrast", nargs=2, required=True, help="The two arms, a b: estimates a - b.")
+@click.option("--reason", required=True, help="Why this analysis is added after unblinding.")
+@click.option(
+    "--random-intercept", type=click.Choice(["stimulus", "source"]), default="stimulus",
+    show_default=True, help="Grouping factor of the random intercept.",
+)  # fmt: skip
+@click.option("--arms", default=None, help="Comma-separated arms to fit (default: every arm).")
+@click.option("--key", "key_file", default=None, help="Signing key (default: the study owner's).")
+def posthoc(study_dir: Path, name: str, contrast: tuple[str, str], reason: str,
+            random_intercept: str, arms: str | None, key_file: str | None) -> None:  # fmt: skip
+    """Declare and record a post-hoc mixed model, after the registered analysis.
+
+    Fits accuracy ~ arm + (1 | stimulus or source), REML, on the chosen arms and records the
+    declaration and the two-sided contrast a - b as one analysis.posthoc event, labelled post
+    hoc in the report and the archive. It has no verdict and never changes a registered one.
+
+    \b
+    Example:
+      ledger posthoc my-study stimulus-lmm --contrast A B --arms A,B,C,D \\
+          --reason "the paper's post-hoc LMM with stimulus as random intercept"
+    """
+    from analysis.posthoc import declare_posthoc
+
+    chosen = [a.strip() for a in arms.split(",") if a.strip()] if arms else None
+    body = declare_posthoc(study_dir, study_key(study_dir, key_file), name, contrast,
+                           reason=reason, random_intercept=random_intercept,
+                           arms=chosen)  # fmt: skip
+    if body["status"] != "ok":
+        click.echo(f"recorded {body['id']} (post hoc): could not be computed: {body['error']}")
+        return
+    c = body["values"]["contrast"]
+    click.echo(f"recorded {body['id']} (post hoc, no verdict): {c['a']} - {c['b']} = "
+               f"{100 * c['estimate']:+.1f} pp (95% CI {100 * c['lower']:+.1f} to "
+               f"{100 * c['upper']:+.1f}), z = {c['z']:.2f}, two-sided p = {c['p']:.3g}; "
+               f"ICC {body['values']['icc']:.3f}")  # fmt: skip
 
 
 @click.command(cls=Command)

@@ -33,6 +33,24 @@ TEMPLATE = "prompt-tumbling-e"
 
 
 @dataclass(frozen=True)
+class DemoTemplate:
+    """What the demo needs to know of a template: its replicates and a one-line summary."""
+
+    replicates: int
+    summary: str
+
+
+DEMO_TEMPLATES: dict[str, DemoTemplate] = {
+    "prompt-tumbling-e": DemoTemplate(
+        30, "arms A-E, seven probes (PNG), truth table, H1-H4 (the paper's Experiment 1)"),
+    "prompt-rotation": DemoTemplate(
+        1, "arms A-E, 16 synthetic crops annotated with their orientation, 4 rotations each "
+        "(64 PNGs), H-mammo-1 and H-mammo-2 (the paper's Experiment 2)"),
+}  # fmt: skip
+"""The templates ``ledger demo --template`` runs."""
+
+
+@dataclass(frozen=True)
 class DemoResult:
     """Where the demo put things and whether verification behaved."""
 
@@ -170,21 +188,22 @@ def _lock_and_run(console: Console, study: Path, owner: SigningKey) -> tuple[Any
 
 
 def run_demo(
-    directory: Path, console: Console, *, replicates: int = 30, template: str = TEMPLATE
+    directory: Path, console: Console, *, replicates: int | None = None, template: str = TEMPLATE
 ) -> DemoResult:
     """Run the demonstration in ``directory`` (created; must not exist or be empty).
 
-    ``template`` is ``prompt-tumbling-e`` (the default: one study, ``replicates`` per arm and
-    probe) or a template of several studies (``medmcqa-prompt-sensitivity``: every study of it
-    in turn, :func:`run_suite_demo`; ``replicates`` does not apply).
+    ``template`` is one of :data:`DEMO_TEMPLATES` (one study; ``replicates``, default the
+    template's, replaces its replicates per arm and stimulus) or a template of several studies
+    (``medmcqa-prompt-sensitivity``: every study of it in turn, :func:`run_suite_demo`;
+    ``replicates`` does not apply).
     """
-    from runner.new import SUITES, TEMPLATES
+    from runner.new import SUITES
 
     if template in SUITES:
+        if replicates is not None:
+            raise LedgerError(f"demo: --replicates does not apply to {template}: its studies "
+                              "declare their own replicates")  # fmt: skip
         return run_suite_demo(directory, console, template)
-    if template != TEMPLATE:
-        raise LedgerError(f"demo: unknown template {template!r}; available: "
-                          f"{', '.join(TEMPLATES)}")  # fmt: skip
     from analysis.analyze import analyze_study
     from analysis.export import export_study
     from analysis.scoring import score_study, unblind_study
@@ -193,6 +212,10 @@ def run_demo(
     from verify import render_report, verify_path
 
     started = time.monotonic()
+    if template not in DEMO_TEMPLATES:
+        raise LedgerError(f"demo: unknown template {template!r}; available: "
+                          f"{', '.join([*DEMO_TEMPLATES, *SUITES])}")  # fmt: skip
+    chosen = DEMO_TEMPLATES[template]
     directory = Path(directory)
     if directory.exists() and any(directory.iterdir()):
         raise LedgerError(f"demo directory {directory} is not empty; choose another")
@@ -206,23 +229,23 @@ def run_demo(
 
     keys = home / "keys"
     keys.mkdir(parents=True, mode=0o700)
-    owner = SigningKey.generate("prompt-ledger.local/prompt-tumbling-e/owner")
-    owner.save(keys / f"{TEMPLATE}-owner.key")
-    vkey_file = keys / f"{TEMPLATE}-owner.vkey"
+    owner = SigningKey.generate(f"prompt-ledger.local/{template}/owner")
+    owner.save(keys / f"{template}-owner.key")
+    vkey_file = keys / f"{template}-owner.vkey"
     vkey_file.write_text(owner.vkey + "\n", encoding="utf-8")
     _step(console, 1, "keys", f"owner {owner.actor} (private key in {keys}, outside the study)")
 
     study = directory / "study"
-    new_study(study, TEMPLATE, owner)
-    if replicates != 30:
+    new_study(study, template, owner)
+    if replicates is not None and replicates != chosen.replicates:
         spec = study / "study.toml"
         spec.write_text(
             spec.read_text(encoding="utf-8").replace(
-                "replicates = 30", f"replicates = {replicates}"
+                f"replicates = {chosen.replicates}\n", f"replicates = {replicates}\n", 1
             ),
             encoding="utf-8",
         )
-    _step(console, 2, "study", f"{study}: arms A-E, seven probes (PNG), truth table, H1-H5")
+    _step(console, 2, "study", f"{study}: {chosen.summary}")
 
     witness_dir = directory / "witness"
     witness_vkey = demo_witness(witness_dir, owner, study)

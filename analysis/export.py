@@ -408,6 +408,19 @@ def _readme(study: Study, log: Ledger, results: list[dict[str, Any]]) -> bytes:
             lines.append(f"- **{d.get('id')}** ({' '.join(str(d.get('source')).split())}): "
                          f"{' '.join(str(d.get('choice')).split())} Reason: "
                          f"{' '.join(str(d.get('reason')).split())}")  # fmt: skip
+    posthoc = [e for e in log.events("analysis.posthoc")]
+    if posthoc:
+        lines += ["", "### Post hoc analyses (declared after unblinding; not pre-registered)", "",
+                  "Each was declared and recorded (`analysis.posthoc`) after the registered "
+                  "analysis; none has a verdict or changes one:", ""]  # fmt: skip
+        for e in posthoc:
+            b, d = e.body, e.body.get("declared") or {}
+            c = (b.get("values") or {}).get("contrast") or {}
+            outcome = (f"{100 * c['estimate']:+.1f} pp (95% CI {100 * c['lower']:+.1f} to "
+                       f"{100 * c['upper']:+.1f}), two-sided p = {c['p']:.3g}"
+                       if b.get("status") == "ok" and c else f"not computed: {b.get('error')}")
+            lines.append(f"- **{b.get('id')}** (seq {e.seq}, post hoc): {b.get('title')}: "
+                         f"{outcome}. Reason: {d.get('reason')}")  # fmt: skip
     lines += [
         "",
         "Every number is in `analysis/results.json` (the signed `analysis.result` events); "

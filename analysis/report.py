@@ -17,6 +17,7 @@ appear.
 from __future__ import annotations
 
 import base64
+import csv
 import functools
 import html
 import io
@@ -102,6 +103,10 @@ class Report:
     runs: list[dict[str, Any]]
     verification: VerificationReport
     figures: list[FigureFile] = field(default_factory=list)
+    posthoc: list[dict[str, Any]] = field(default_factory=list)
+    trials: list[dict[str, str]] = field(default_factory=list)
+    """The rows of the analysis dataset's ``trials.csv`` (the first result's blob)."""
+    """The ``analysis.posthoc`` bodies (with ``seq``): declared after unblinding, no verdict."""
 
     @property
     def simulated(self) -> bool:
@@ -183,9 +188,14 @@ def _load(root: Path, out_dir: Path, html_path: Path) -> Report:
         amendments = [{"seq": e.seq, "time": e.time, **e.body}
                       for e in log.events("protocol.amended")]  # fmt: skip
         runs = [{"seq": e.seq, **e.body} for e in log.events("run.started")]
+        posthoc = [{"seq": e.seq, **e.body} for e in log.events("analysis.posthoc")]
+        blob = events[0].blobs.get("trials_csv")
+        trials = (list(csv.DictReader(io.StringIO(log.blob(blob).decode("utf-8"))))
+                  if blob else [])  # fmt: skip
         body = dict(protocol.body)
     verification = verify_ledger_file(path)
-    return Report(root, path, out_dir, html_path, body, results, amendments, runs, verification)
+    return Report(root, path, out_dir, html_path, body, results, amendments, runs, verification,
+                  posthoc=posthoc, trials=trials)  # fmt: skip
 
 
 def build_report(
@@ -741,6 +751,63 @@ def _section_verdicts(report: Report) -> str:
         rows, raw=(5,)))  # fmt: skip
 
 
+COMPONENT_RULE = (
+    'A unit is the set of components arm a has and arm b lacks in a registered hypothesis'
+    ' a vs b (a chi-square test names none). Each pooled hypothesis result is evidence: '
+    'supported with a positive estimate a benefit, with a negative one a harm; a '
+    'supported equivalence no effect; anything else not shown. A unit with benefit and '
+    'harm is task-dependent; with benefit only active; with harm only harmful; with no '
+    'effect only inactive; otherwise not established (docs/analysis.md, "Component '
+    'classes").'
+)
+
+
+def component_classes(protocol: dict[str, Any], results: list[dict[str, Any]]
+                      ) -> list[tuple[str, list[str], str]]:  # fmt: skip
+    """Each prompt-component unit's evidence and class, by :data:`COMPONENT_RULE`."""
+    arms = protocol.get("arms") or {}
+    plan = {h.get("id"): h for h in protocol.get("hypotheses") or []}
+    units: dict[str, list[tuple[str, str]]] = {}
+    for r in results:
+        h = plan.get(r.get("hypothesis"))
+        if h is None or h.get("test") == "chi-square" or r.get("status") != "ok":
+            continue
+        a, b = (str(x) for x in h.get("contrast") or ["", ""])
+        added = sorted(set((arms.get(a) or {}).get("components") or [])
+                       - set((arms.get(b) or {}).get("components") or []))  # fmt: skip
+        if not added:
+            continue
+        estimate = (r.get("values") or {}).get("estimate")
+        if h.get("test") == "equivalence":
+            effect = "no effect" if r.get("verdict") == "supported" else "not shown"
+        elif r.get("verdict") == "supported" and isinstance(estimate, int | float):
+            effect = "benefit" if estimate > 0 else "harm" if estimate < 0 else "not shown"
+        else:
+            effect = "not shown"
+        where = f" on {', '.join(map(str, h['stimuli']))}" if h.get("stimuli") else ""
+        units.setdefault(" + ".join(added), []).append((f"{h.get('id')} ({a} vs {b}{where}): "
+                                                       f"{effect}", effect))  # fmt: skip
+    out = []
+    for unit, evidence in units.items():
+        effects = {e for _, e in evidence}
+        cls = ("task-dependent" if {"benefit", "harm"} <= effects else "active"
+               if "benefit" in effects else "harmful" if "harm" in effects else "inactive"
+               if "no effect" in effects else "not established")  # fmt: skip
+        out.append((unit, [t for t, _ in evidence], cls))
+    return out
+
+
+def _section_components(report: Report) -> str:
+    classes = component_classes(report.protocol, report.hypotheses)
+    if not classes:
+        return ""
+    return ("<h2>Prompt components: active, inactive, harmful or task-dependent</h2>"
+            f"<p>{_e(COMPONENT_RULE)}</p>"
+            + _table("Prompt components classified from the registered contrasts",
+                     ("component(s) under test", "registered evidence", "class"),
+                     [(u, "; ".join(ev), c) for u, ev, c in classes]))  # fmt: skip
+
+
 def _section_protocol(report: Report) -> str:
     p = report.protocol
     design = p.get("design") or {}
@@ -1045,12 +1112,18 @@ def sensitivity_tables(result: dict[str, Any] | None) -> list[tuple[str, list[st
     v = result.get("values") or {}
     rows = []
     for c in v.get("contrasts") or []:
+        on = f" on {', '.join(map(str, c['stimuli']))}" if c.get("stimuli") else ""
+        if "error" in c:  # a stimulus subset whose model could not be fitted
+            rows.append([str(c.get("hypothesis")), f"subset{on}", f"not fitted: {c['error']}",
+                         *("–" for _ in SENSITIVITY_MODELS), "–", "–"])  # fmt: skip
+            continue
         reg = c.get("as_registered") or {}
         p = f"p {_p(reg.get('p_raw'))}" + (f", adjusted {_p(reg.get('p_adjusted'))}"
                                            if reg.get("p_adjusted") is not None else "")
         boot = c.get("cluster_bootstrap") or {}
         supports = c.get("supports")
-        rows.append([str(c.get("hypothesis")), f"{c.get('a')} vs {c.get('b')} ({c.get('sides')})",
+        rows.append([str(c.get("hypothesis")),
+                     f"{c.get('a')} vs {c.get('b')} ({c.get('sides')}){on}",
                      f"{_interval(reg)}, {p}; {c.get('registered_verdict') or '–'}",
                      *(_sensitivity_cell(c.get(m)) for m in SENSITIVITY_MODELS),
                      f"{_interval(boot)} over {boot.get('n_clusters')} probes" if boot else "–",
@@ -1095,6 +1168,38 @@ def _section_sensitivity(report: Report) -> str:
         parts.append(_table(caption, header, rows))
     parts += [f'<p class="error">{_e(flag)}</p>' for flag in sensitivity_flags(result)]
     return "".join(parts)
+
+
+DISTRIBUTION_INTRO = (
+    "Each analysable trial's accuracy (its share of glyphs read correctly), counted i"
+    'n ten bins: an arm whose trials sit near ceiling and near collapse at once (the '
+    "paper's bimodal arm B) shows at both ends, which its mean hides."
+)
+DISTRIBUTION_BINS = tuple(f"{10 * i}–{10 * i + 10}%" for i in range(10))
+
+
+def trial_distribution(trials: list[dict[str, str]], arms: list[str]) -> list[list[str]]:
+    """Per arm: analysable trials, mean accuracy and the count in each of ten accuracy bins."""
+    rows = []
+    for arm in arms:
+        acc = [float(t["accuracy"]) for t in trials if t.get("arm") == arm
+               and t.get("control") == "False" and t.get("excluded") == "False"]  # fmt: skip
+        bins = [0] * 10
+        for value in acc:
+            bins[min(9, max(0, int(value * 10)))] += 1
+        rows.append([arm, str(len(acc)), _pct(sum(acc) / len(acc)) if acc else "–",
+                     *(str(b) for b in bins)])  # fmt: skip
+    return rows
+
+
+def _section_distribution(report: Report) -> str:
+    if not report.tumbling or not report.trials:
+        return ""
+    return ("<h3>Trial-level accuracy distribution per arm (descriptive)</h3>"
+            f"<p>{_e(DISTRIBUTION_INTRO)}</p>"
+            + _table("Analysable trials per arm by glyph accuracy",
+                     ("arm", "trials", "mean", *DISTRIBUTION_BINS),
+                     trial_distribution(report.trials, report.arms)))  # fmt: skip
 
 
 def _section_model(report: Report) -> str:
@@ -1170,6 +1275,8 @@ def _section_exploratory(report: Report) -> str:
     parts.append(_figure_html(report, "accuracy_by_row.png"))
     for arm in report.arms:
         parts.append(_figure_html(report, f"confusion_{_safe(arm)}.png"))
+    parts.append(_by_truth_html(report, tag))
+    parts.append(_by_stimulus_html(report, tag))
     pair_rows = []
     for r in report.results:
         if not str(r.get("id", "")).startswith("exploratory.pair."):
@@ -1242,10 +1349,115 @@ def _section_exploratory(report: Report) -> str:
     other = [r for r in report.by_label("exploratory") if r.get("status") == "failed"
              and not str(r.get("id", "")).startswith(("exploratory.errors.", "exploratory.pair.",
                                                        "exploratory.question_run.",
-                                                       "exploratory.arm_by_model"))]
+                                                       "exploratory.arm_by_model",
+                                                       "exploratory.by_truth",
+                                                       "exploratory.by_stimulus"))]
     parts += [_failed_html(r) for r in other if r.get("id") != "exploratory.multiplicity"]
     parts.append("</div>")
     return "".join(parts)
+
+
+BY_STIMULUS_INTRO = (
+    "Each pair of arms where the second has a strict subset of the first's components (the"
+    " difference is the removed components), on each probe: Welch's t on the trials there."
+    ' Not adjusted for the number of probes and pairs: hypotheses for a powered replicatio'
+    "n, as the paper's per-probe dismantling findings are."
+)
+
+
+def _by_stimulus_html(report: Report, tag: str) -> str:
+    """``exploratory.by_stimulus``: each dismantling pair's difference on each probe."""
+    r = report.result("exploratory.by_stimulus")
+    if r is None:
+        return ""
+    head = (f"<h3>{_e(EXPLORATORY)}: dismantling contrasts per probe (hypothesis-generating) "
+            f"{tag}</h3>")  # fmt: skip
+    if r.get("status") != "ok":
+        return head + _failed_html(r)
+    v = r.get("values") or {}
+    stimuli = [str(x) for x in v.get("stimuli") or []]
+    rows = []
+    for name, per in (v.get("contrasts") or {}).items():
+        cells = []
+        for stimulus in stimuli:
+            d = (per or {}).get(stimulus) or {}
+            cells.append("not computable" if "error" in d or not d else
+                         f"{_pp(d.get('difference'))} ({_pp(d.get('ci_lower'))} to "
+                         f"{_pp(d.get('ci_upper'))}), p {_p(d.get('p'))}")  # fmt: skip
+        rows.append((name, *cells))
+    return (head + f"<p>{_e(BY_STIMULUS_INTRO)}</p>"
+            + _table(f"{EXPLORATORY}: dismantling differences per probe (Welch t, 95% CI, "
+                     "two-sided p)", ("arms a-b", *stimuli), rows))  # fmt: skip
+
+
+def _by_truth_html(report: Report, tag: str) -> str:
+    """``exploratory.by_truth``: accuracy per arm and true answer, and per-truth arm contrasts."""
+    r = report.result("exploratory.by_truth")
+    if r is None:
+        return ""
+    head = (f"<h3>{_e(EXPLORATORY)}: accuracy by true answer (per-orientation cells; "
+            f"hypothesis-generating) {tag}</h3>")  # fmt: skip
+    if r.get("status") != "ok":
+        return head + _failed_html(r)
+    v = r.get("values") or {}
+    labels = [str(x) for x in v.get("labels") or []]
+    cells = v.get("cells") or {}
+
+    def cell(c: dict[str, Any]) -> str:
+        w = c.get("wilson") or {}
+        if not c.get("n"):
+            return "no trials"
+        return (f"{c.get('correct')}/{c.get('n')} = {_pct(w.get('estimate'))} "
+                f"({_pct(w.get('lower'))} – {_pct(w.get('upper'))})")  # fmt: skip
+
+    rows = [(arm, *(cell((cells.get(arm) or {}).get(label) or {}) for label in labels))
+            for arm in cells]  # fmt: skip
+    contrast_rows = []
+    for name, per in (v.get("contrasts") or {}).items():
+        texts = []
+        for label in labels:
+            d = (per or {}).get(label) or {}
+            texts.append("not computable" if "error" in d or not d else
+                         f"{_pp(d.get('estimate'))} ({_pp(d.get('lower'))} to "
+                         f"{_pp(d.get('upper'))})")  # fmt: skip
+        contrast_rows.append((name, *texts))
+    return (head + "<p>Each cell holds few trials and nothing here is adjusted for the number "
+            "of cells: read these as hypotheses for a powered replication, as the paper does "
+            "for its per-orientation findings.</p>"
+            + _table(f"{EXPLORATORY}: accuracy by arm and true answer (Wilson 95% CI)",
+                     ("arm", *labels), rows)
+            + _table(f"{EXPLORATORY}: arm differences by true answer ({NEWCOMBE})",
+                     ("arms a-b", *labels), contrast_rows))  # fmt: skip
+
+
+POSTHOC = "Post hoc (declared after unblinding; not pre-registered)"
+
+
+def _section_posthoc(report: Report) -> str:
+    """Every ``analysis.posthoc`` event: its declaration, contrast and reason; no verdict."""
+    if not report.posthoc:
+        return ""
+    rows = []
+    for r in report.posthoc:
+        d = r.get("declared") or {}
+        if r.get("status") != "ok":
+            rows.append((r.get("id"), r.get("seq"), r.get("title"), "", "", "",
+                         f"not computed: {r.get('error')}", d.get("reason")))  # fmt: skip
+            continue
+        v = r.get("values") or {}
+        c = v.get("contrast") or {}
+        rows.append((r.get("id"), r.get("seq"), r.get("title"),
+                     f"{_pp(c.get('estimate'))} ({_pp(c.get('lower'))} to {_pp(c.get('upper'))})",
+                     f"z {_fmt(c.get('z'))}, p {_p(c.get('p'))}", _fmt(v.get("icc")),
+                     "singular fit" if v.get("singular") else "–", d.get("reason")))  # fmt: skip
+    return (f'<div class="exploratory"><h2>{_e(POSTHOC)}</h2>'
+            "<p>Each analysis below was declared after the data were unblinded and the "
+            "registered analysis was recorded (an analysis.posthoc event after the last "
+            "analysis.result). It has no verdict and changes none.</p>"
+            + _table(f"{POSTHOC}: mixed models and their two-sided contrasts",
+                     ("id", "seq", "model", "difference (95% CI)", "two-sided test", "ICC",
+                      "caution", "reason"), rows)
+            + "</div>")  # fmt: skip
 
 
 def _section_failed(report: Report) -> str:
@@ -1305,12 +1517,15 @@ def render_html(report: Report) -> str:
         _simulated_banner(report),
         _section_failed(report),
         _section_verdicts(report),
+        _section_components(report),
         _section_protocol(report),
         _section_deviations(report),
         _section_data(report),
         _section_descriptive(report),
+        _section_distribution(report),
         _section_model(report),
         _section_exploratory(report),
+        _section_posthoc(report),
         _section_verification(report),
     ]
     return ("<!DOCTYPE html>\n<html lang=\"en\"><head><meta charset=\"utf-8\">"
@@ -1412,6 +1627,16 @@ def _exploratory_summary(r: dict[str, Any]) -> str:
     if rid.startswith("exploratory.question_run."):
         return (f"accuracy {_pct(v.get('estimate'))} ({_pct(v.get('lower'))} – "
                 f"{_pct(v.get('upper'))})")  # fmt: skip
+    if rid == "exploratory.by_stimulus":
+        return "dismantling differences per probe, " + ", ".join(
+            f"{name}: " + "; ".join(f"{st} {_pp((d or {}).get('difference'))}"
+                                   for st, d in (per or {}).items())
+            for name, per in (v.get("contrasts") or {}).items())
+    if rid == "exploratory.by_truth":
+        return "accuracy by arm and true answer, " + ", ".join(
+            f"{name}: " + "; ".join(f"{label} {_pp((d or {}).get('estimate'))}"
+                                   for label, d in (per or {}).items())
+            for name, per in (v.get("contrasts") or {}).items())
     if rid == "exploratory.multiplicity":
         holm = (v.get("holm") or {}).get("adjusted") or []
         return "Holm: " + ", ".join(f"{h} {_p(p)}" for h, p in

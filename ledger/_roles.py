@@ -29,6 +29,7 @@ KNOWN_KINDS = frozenset(
         "scoring.sealed",
         "blinding.revealed",
         "analysis.result",
+        "analysis.posthoc",
         "export.created",
     }
 )
@@ -50,7 +51,7 @@ ROLE_KINDS: dict[str, frozenset[str]] = {
         }
     ),
     "scorer": frozenset({"trial.scored", "scoring.sealed"}),
-    "analyst": frozenset({"analysis.result"}),
+    "analyst": frozenset({"analysis.result", "analysis.posthoc"}),
     "reviewer": frozenset({"review.recorded"}),  # human review (docs/scoring.md §11)
 }
 

@@ -53,8 +53,14 @@ def study_key(root: Path, key_file: str | None) -> SigningKey:
     "--origin", default=None, help="Checkpoint origin (default: prompt-ledger.local/ID)."
 )
 @click.option("--key", "key_file", default=None, help="Owner key file (default: create one).")
+@click.option(
+    "--images", default=None, type=click.Path(path_type=Path),
+    help="prompt-rotation: your own PNG/JPEG images and their orientation.csv "
+    "(default: the template's synthetic crops).",
+)  # fmt: skip
 def new(
-    directory: Path, template: str, study_id: str | None, origin: str | None, key_file: str | None
+    directory: Path, template: str, study_id: str | None, origin: str | None,
+    key_file: str | None, images: Path | None,
 ) -> None:
     """Scaffold a complete, lockable study in DIRECTORY and create its ledger.
 
@@ -72,6 +78,7 @@ def new(
     Example:
       ledger new my-study --template prompt-tumbling-e
       ledger new pilot --id tumbling-e-pilot --origin example.org/tumbling-e-pilot
+      ledger new rotation --template prompt-rotation --images my-crops
       ledger new seed002 --template medmcqa-prompt-sensitivity
     """
     from ledger import SigningKey
@@ -79,7 +86,8 @@ def new(
 
     key = SigningKey.load(key_file) if key_file else None
     chosen = study_id if study_id is not None else study_id_from_directory(directory)
-    for made in new_template(directory, template, key, study_id=chosen, origin=origin):
+    for made in new_template(directory, template, key, study_id=chosen, origin=origin,
+                             images=images):
         click.echo(f"created study {made.root} with ledger {made.ledger} (owner {made.owner})")
         click.echo(f"study id: {made.study_id}   checkpoint origin: {made.origin}")
         if made.key_path is not None:

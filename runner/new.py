@@ -6,6 +6,7 @@ import json
 import re
 import shutil
 import tomllib
+from collections.abc import Callable
 from dataclasses import dataclass
 from importlib import resources
 from pathlib import Path
@@ -14,10 +15,18 @@ from ledger import Ledger, LedgerError, SigningKey
 from ledger._store import check_origin
 from runner.lock import LEDGER_FILE, StudyError, default_key_path
 from runner.spec import ID_RE, load_study
-from runner.stimuli import write_probe_set
+from runner.stimuli import (
+    ANNOTATION_FILE,
+    SOURCE_SUFFIXES,
+    StimulusError,
+    rotate_images,
+    write_probe_set,
+    write_rotation_set,
+)
 
 TEMPLATES = {
     "prompt-tumbling-e": "prompt_tumbling_e",
+    "prompt-rotation": "prompt_rotation",
     "medmcqa-prompt-sensitivity": "medmcqa_prompt_sensitivity",
 }
 SUITES: dict[str, tuple[str, ...]] = {
@@ -27,6 +36,45 @@ SUITES: dict[str, tuple[str, ...]] = {
 is scaffolded by :func:`new_template` into ``DIRECTORY/<part>`` from the template's
 ``studies/<part>.toml``, with its own id ``<id>-<part>``, origin and ledger."""
 STIMULUS_SEED = 20260421
+ROTATION_SEED = 20260425
+"""Seed of the synthetic crops of ``prompt-rotation`` (the paper's Experiment 2 seed)."""
+
+
+def _tumbling_e_stimuli(root: Path, images: Path | None) -> None:
+    write_probe_set(root / "stimuli", STIMULUS_SEED)
+
+
+def _rotation_stimuli(root: Path, images: Path | None) -> None:
+    """The synthetic crops, or the user's annotated images (``--images``), and their rotations."""
+    if images is None:
+        write_rotation_set(root, ROTATION_SEED)
+        return
+    if not images.is_dir():
+        raise StudyError(f"--images {images}: not a directory")
+    if not (images / ANNOTATION_FILE).is_file():
+        raise StudyError(
+            f"--images {images}: no {ANNOTATION_FILE}; annotate each image's base orientation "
+            "(header source,orientation; one row per image stem, UP, RIGHT, DOWN or LEFT)"
+        )
+    sources = root / "sources"
+    sources.mkdir()
+    for path in sorted(images.iterdir()):
+        if path.is_file() and (path.suffix.lower() in SOURCE_SUFFIXES
+                               or path.name == ANNOTATION_FILE):  # fmt: skip
+            shutil.copyfile(path, sources / path.name)
+    try:
+        rotate_images(sources, root / "stimuli")
+    except StimulusError as exc:  # name the user's folder, not the copy
+        raise StudyError(str(exc).replace(str(sources), str(images))) from None
+
+
+STIMULI: dict[str, Callable[[Path, Path | None], None]] = {
+    "prompt-tumbling-e": _tumbling_e_stimuli,
+    "prompt-rotation": _rotation_stimuli,
+}
+"""How each template with stimuli writes them (``images``: the user's own, where it takes them)."""
+IMAGE_TEMPLATES = frozenset({"prompt-rotation"})
+"""Templates that take ``--images``."""
 
 
 @dataclass(frozen=True)
@@ -93,6 +141,7 @@ def new_study(
     *,
     study_id: str | None = None,
     origin: str | None = None,
+    images: str | Path | None = None,
 ) -> NewStudy:
     """Write a complete, lockable study into ``directory`` and create its ledger.
 
@@ -107,6 +156,10 @@ def new_study(
     this refuses rather than share a key (and an origin) between studies; pass ``key`` to reuse
     a key deliberately.
 
+    ``images`` (``prompt-rotation`` only) is a folder of the user's own PNG/JPEG images with an
+    ``orientation.csv`` annotating each one's base orientation: they replace the synthetic
+    crops (copied to ``sources/``, rotated into ``stimuli/``).
+
     A template of several studies (:data:`SUITES`) is refused here: :func:`new_template`
     scaffolds each of them.
     """
@@ -115,7 +168,7 @@ def new_study(
             f"template {template!r} is {len(SUITES[template])} studies "
             f"({', '.join(SUITES[template])}): scaffold them with new_template"
         )
-    return _new_study(directory, template, key, study_id=study_id, origin=origin)
+    return _new_study(directory, template, key, study_id=study_id, origin=origin, images=images)
 
 
 def new_template(
@@ -125,6 +178,7 @@ def new_template(
     *,
     study_id: str | None = None,
     origin: str | None = None,
+    images: str | Path | None = None,
 ) -> list[NewStudy]:
     """Scaffold a template into ``directory``: one study, or each study of a :data:`SUITES` one.
 
@@ -136,7 +190,8 @@ def new_template(
     one. Nothing is left behind when any part fails.
     """
     if template not in SUITES:
-        return [new_study(directory, template, key, study_id=study_id, origin=origin)]
+        return [new_study(directory, template, key, study_id=study_id, origin=origin,
+                          images=images)]
     root = Path(directory)
     if root.exists() and not root.is_dir():
         raise StudyError(f"{root} is a file, where the study directory is expected; choose a "
@@ -172,11 +227,15 @@ def _new_study(
     study_id: str | None,
     origin: str | None,
     part: str | None = None,
+    images: str | Path | None = None,
 ) -> NewStudy:
     """:func:`new_study`, or one ``part`` of a template of several studies."""
     root = Path(directory)
     if template not in TEMPLATES:
         raise StudyError(f"unknown template {template!r}; available: {', '.join(TEMPLATES)}")
+    if images is not None and template not in IMAGE_TEMPLATES:
+        raise StudyError(f"--images: the template {template!r} does not take images; use "
+                         f"{', '.join(sorted(IMAGE_TEMPLATES))}")  # fmt: skip
     if root.exists() and not root.is_dir():
         raise StudyError(f"{root} is a file, where the study directory is expected; choose a "
                          "new directory")
@@ -228,8 +287,9 @@ def _new_study(
             (root / "data" / "stopwords-en.txt").write_text(stopwords, encoding="utf-8")
         if changes:
             _set_study_fields(root / "study.toml", changes)
-        if part is None:
-            write_probe_set(root / "stimuli", STIMULUS_SEED)
+        writer = STIMULI.get(template) if part is None else None
+        if writer is not None:
+            writer(root, None if images is None else Path(images))
         study = load_study(root)
         if key is None:
             assert key_path is not None

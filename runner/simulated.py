@@ -65,6 +65,23 @@ answer is another label (shifted per image by ``single_jitter``, so some images 
 with ``single_unparseable`` the reply names no label at all; the answer is written bare, as
 ``Answer: X`` or in a sentence.
 
+An **orientation word** (rule 4) follows the phenotype of the paper's Experiment 2 instead
+(``orient_*``, since ``prompt-sim-4``): the error log-odds are those of ``orient_error``
+(``orient_error_rule`` with the decoding-rule marker), plus a per-*source* offset
+``orient_source_jitter`` from a hash that is the same for the four rotations of one image (so
+stimuli of one source are alike, as in the paper, where the source explained most of the
+variance), plus ``orient_right`` when the image's direction is the canonical RIGHT and
+``orient_down`` when it is DOWN, the direction most in conflict with the canonical prior; with
+both the decoding-rule and the prohibited-reasoning markers, ``orient_down_prohibited`` is
+added on DOWN (the block resists the collapse there). Without the rule a wrong answer is the
+canonical RIGHT with probability ``orient_canonical_right`` (else another wrong label); with it,
+any wrong label alike. The reply names no label with ``orient_unparseable_vehicle`` when the
+prompt has no framing marker, ``orient_unparseable_framing`` when it has the framing but none
+of the rule, matched-control and prohibited-reasoning markers, else never. With the defaults
+and the ``prompt-rotation`` template's 64 synthetic stimuli (20 replicates each) accuracy is
+about A 77 %, B 59 %, C 58 %, D 60 %, E 71 % (DOWN: A 74 %, E 48 %), and about half of B's
+wrong answers are RIGHT (paper: A 73.4 %, B 59.4 %; DOWN: A 62.5 %, E 37.5 %).
+
 **Text requests.** A request with no image block whose text (system prompt and messages) does
 not ask for the tumbling-E JSON (no output-schema marker) is answered from its text alone by
 :class:`runner.simulated_text.SimulatedTextModel` (parameters :class:`TextParams`): multiple
@@ -115,13 +132,15 @@ __all__ = [
     "perceive",
 ]
 
-PARAMS_VERSION: Final = "prompt-sim-3"
+PARAMS_VERSION: Final = "prompt-sim-4"
 """Version of the simulator and its default :class:`SimParams`; cite it in reports.
 
 ``prompt-sim-2`` adds the single-answer questions; its tumbling-E answers are those of
 ``prompt-sim-1``, byte for byte. ``prompt-sim-3`` answers requests without an image from their
 text (:data:`runner.simulated_text.TEXT_PARAMS_VERSION`); its answers to image requests are
-those of ``prompt-sim-2``, byte for byte."""
+those of ``prompt-sim-2``, byte for byte. ``prompt-sim-4`` gives orientation-word answers the
+Experiment 2 phenotype (``orient_*``); every other answer is that of ``prompt-sim-3``, byte for
+byte."""
 
 ANSWER_FORMATS: Final = ("tumbling-e-json", "multiple-choice", "yes-no-maybe", "orientation-word")
 """What the simulated model can answer (:func:`answer_format`)."""
@@ -199,6 +218,17 @@ class SimParams:
     * ``single_unparseable = 0.04``: probability that a single-answer reply names no label.
     * ``single_jitter = 1.5``: scale of a per-image log-odds offset (from SHA-256 of the image)
       added to the error probability, so some images are harder than others.
+    * ``orient_error = 0.6``, ``orient_error_rule = 0.45``: error probability of an orientation
+      word without and with the decoding-rule marker (before the terms below).
+    * ``orient_source_jitter = 2.0``: scale of a per-source log-odds offset (a hash invariant
+      to the four rotations of an image).
+    * ``orient_right = -1.0``, ``orient_down = 1.4``: log-odds added when the image's direction
+      is RIGHT (canonical) or DOWN.
+    * ``orient_down_prohibited = -1.2``: added on DOWN when the prompt has both the decoding-rule
+      and the prohibited-reasoning markers.
+    * ``orient_canonical_right = 0.6``: without the rule, share of wrong answers that are RIGHT.
+    * ``orient_unparseable_vehicle = 0.08``, ``orient_unparseable_framing = 0.03``: probability
+      that the reply names no label (no framing marker; framing alone).
     """
 
     noise: bool = True
@@ -226,6 +256,15 @@ class SimParams:
     single_error_rule: float = 0.05
     single_unparseable: float = 0.04
     single_jitter: float = 1.5
+    orient_error: float = 0.6
+    orient_error_rule: float = 0.45
+    orient_source_jitter: float = 2.0
+    orient_right: float = -1.0
+    orient_down: float = 1.4
+    orient_down_prohibited: float = -1.2
+    orient_canonical_right: float = 0.6
+    orient_unparseable_vehicle: float = 0.08
+    orient_unparseable_framing: float = 0.03
 
     def as_dict(self) -> dict[str, Any]:
         """The parameters as a plain dict (with ``"version": PARAMS_VERSION``)."""
@@ -454,6 +493,22 @@ def answer_format(prompt: str) -> tuple[str, tuple[tuple[str, str], ...]]:
     return "tumbling-e-json", ()
 
 
+@lru_cache(maxsize=_CACHE_SIZE)
+def _source_digest(png: bytes) -> bytes:
+    """A hash of an image that its four quarter-turn rotations share (its *source*)."""
+    try:
+        with Image.open(io.BytesIO(png)) as opened:
+            gray = opened.convert("L")
+    except (UnidentifiedImageError, OSError, ValueError):
+        return hashlib.sha256(png).digest()
+    turns = [gray, *(gray.transpose(t) for t in (
+        Image.Transpose.ROTATE_90, Image.Transpose.ROTATE_180, Image.Transpose.ROTATE_270))]
+    return min(
+        hashlib.sha256(f"{t.size[0]}x{t.size[1]}|".encode() + t.tobytes()).digest()
+        for t in turns
+    )
+
+
 def image_direction(png: bytes) -> str | None:
     """The direction of an image (module docstring): where the centroid of its ink lies."""
     return _direction(png)
@@ -663,8 +718,8 @@ class SimulatedModel:
             share = sum(g.e_shaped for g in flat) / len(flat) if flat else 0.0
             seen = "yes" if share >= _E_SHARE_FOR_CHART else "no" if share <= 0.5 else "maybe"
         else:
-            labels = ORIENTATIONS
             seen = image_direction(image) or ORIENTATIONS[digest[0] % 4]
+            return self._orientation_word(seen, image, components, rng)
         p = self.params
         error = p.single_error_rule if "decoding_rule" in components else p.single_error
         if 0.0 < error < 1.0:  # some images are harder than others: a per-image log-odds offset
@@ -683,6 +738,47 @@ class SimulatedModel:
             return f"Answer: {said}"
         if kind == "multiple-choice":
             return f"The answer is ({said})."
-        if kind == "yes-no-maybe":
-            return f"{said.capitalize()}."
+        return f"{said.capitalize()}."
+
+    def _orientation_word(
+        self, seen: str, image: bytes, components: frozenset[str], rng: np.random.Generator
+    ) -> str:
+        """An orientation word with the Experiment 2 phenotype (module docstring, ``orient_*``)."""
+        p = self.params
+        rule = "decoding_rule" in components
+        base = p.orient_error_rule if rule else p.orient_error
+        logit = math.log(base / (1.0 - base)) if 0.0 < base < 1.0 else None
+        if logit is not None:
+            jitter = int.from_bytes(_source_digest(image)[:4], "big") / 0xFFFFFFFF * 2.0 - 1.0
+            logit += p.orient_source_jitter * jitter
+            logit += p.orient_right * (seen == "RIGHT") + p.orient_down * (seen == "DOWN")
+            if seen == "DOWN" and rule and "prohibited_reasoning" in components:
+                logit += p.orient_down_prohibited
+        error = base if logit is None else _sigmoid(logit)
+        if "framing" not in components:
+            unparseable = p.orient_unparseable_vehicle
+        elif not components & {"decoding_rule", "matched_control", "prohibited_reasoning"}:
+            unparseable = p.orient_unparseable_framing
+        else:
+            unparseable = 0.0
+        draw_error, draw_other, draw_style, draw_fail = rng.random(4)
+        said = seen
+        if p.noise and draw_error < error:
+            others = [label for label in ORIENTATIONS if label != seen]
+            if not rule and seen != "RIGHT":
+                share = p.orient_canonical_right
+                if draw_other < share:
+                    said = "RIGHT"
+                else:
+                    rest = [label for label in others if label != "RIGHT"]
+                    said = rest[min(len(rest) - 1, int((draw_other - share) / (1.0 - share)
+                                                       * len(rest)))]  # fmt: skip
+            else:
+                said = others[int(draw_other * len(others))]
+        if p.noise and draw_fail < unparseable:
+            return _NO_ANSWER
+        if not p.noise or draw_style < 0.5:
+            return said
+        if draw_style < 0.8:
+            return f"Answer: {said}"
         return f"The top of the image points {said}."

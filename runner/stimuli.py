@@ -17,7 +17,11 @@ rectangles only; the Snellen chart renders Pillow's built-in Aileron font throug
 so its pixels can change with the Pillow or FreeType version.
 
 :func:`rotate_images` builds rotated stimuli (as in the mammography experiment) from source
-images, and :func:`check_image_for_api` checks an image against the Messages API limits.
+images, each source annotated with its own base orientation (``orientation.csv``, read by
+:func:`read_orientation_annotations`); :func:`synthetic_crop` and :func:`write_rotation_set`
+make the synthetic, mammogram-like source crops of the ``prompt-rotation`` template (the
+PROMPT paper's Experiment 2 used 16 CBIS-DDSM crops, which cannot be shipped); and
+:func:`check_image_for_api` checks an image against the Messages API limits.
 """
 
 from __future__ import annotations
@@ -40,6 +44,9 @@ from runner._errors import StimulusError
 
 __all__ = [
     "ACUITY_LINES",
+    "ANNOTATED_TRUTH_HEADER",
+    "ANNOTATION_FILE",
+    "ANNOTATION_HEADER",
     "API_MAX_IMAGE_BYTES",
     "API_MAX_IMAGE_SIDE",
     "DEFAULT_HEIGHT",
@@ -53,6 +60,7 @@ __all__ = [
     "ROTATION_TRUTH_HEADER",
     "SNELLEN_LETTERS",
     "SNELLEN_ROWS",
+    "SOURCE_SUFFIXES",
     "TRUTH_HEADER",
     "Chart",
     "Glyph",
@@ -62,13 +70,16 @@ __all__ = [
     "mixed_chart",
     "mixed_orientations",
     "probe_set",
+    "read_orientation_annotations",
     "read_truth_csv",
     "rotate_images",
     "snellen_letter_chart",
+    "synthetic_crop",
     "truth_rows",
     "tumbling_e_chart",
     "uniform_chart",
     "write_probe_set",
+    "write_rotation_set",
     "write_truth_csv",
 ]
 
@@ -103,6 +114,16 @@ PROBE_IDS: Final = (
 
 TRUTH_HEADER: Final = ("stimulus", "row", "position", "orientation")
 ROTATION_TRUTH_HEADER: Final = ("stimulus", "source", "orientation")
+ANNOTATED_TRUTH_HEADER: Final = (
+    "stimulus", "source", "orientation", "source_orientation", "rotation_cw",
+)  # fmt: skip
+"""The rotation builder's truth table when the sources are annotated (:data:`ANNOTATION_FILE`):
+each stimulus's truth, its source's annotated base orientation and the clockwise rotation in
+degrees that turned one into the other."""
+
+ANNOTATION_FILE: Final = "orientation.csv"
+"""A source folder's per-image base orientations (:func:`read_orientation_annotations`)."""
+ANNOTATION_HEADER: Final = ("source", "orientation")
 
 API_MAX_IMAGE_BYTES: Final = 5 * 1024 * 1024
 """Messages API per-image limit (5 MiB). The API measures the base64-encoded data."""
@@ -114,6 +135,8 @@ _GLYPH_COUNT: Final = sum(SNELLEN_ROWS)
 _MIN_GLYPH_PX: Final = 5
 _ID_RE: Final = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]*")
 _SOURCE_SUFFIXES: Final = (".png", ".jpg", ".jpeg")
+SOURCE_SUFFIXES: Final = _SOURCE_SUFFIXES
+"""File suffixes (lower case) of the source images :func:`rotate_images` reads."""
 _PNG_MODES: Final = frozenset({"1", "L", "LA", "I", "I;16", "P", "RGB", "RGBA"})
 
 # Rotation applied to a source image (defined as UP) to produce each orientation.
@@ -672,17 +695,87 @@ def _write_new(path: Path, data: bytes) -> None:
         raise StimulusError(f"{path}: cannot write: {exc.strerror or exc}") from None
 
 
+def read_orientation_annotations(path: Path, stems: Iterable[str]) -> dict[str, str]:
+    """Read a source folder's ``orientation.csv``: each source image's annotated base orientation.
+
+    The file has the header ``source,orientation`` and one row per source image: the image's
+    file name stem and the direction its reference vector points in the image as it is (for a
+    mammographic crop, the investigator-annotated chest-wall-to-nipple vector; for an ordinary
+    photograph, where its top is), one of :data:`ORIENTATIONS`. Every stem in ``stems`` needs
+    exactly one row and every row an image. Raises :class:`StimulusError` naming the file and
+    line.
+    """
+    path = Path(path)
+    wanted = set(stems)
+    try:
+        data = path.read_bytes()
+    except OSError as exc:
+        raise StimulusError(f"cannot read {describe_os_error(exc, path)}") from None
+    try:
+        text = data.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise StimulusError(f"{path}: {describe_utf8_error(data, exc)}") from None
+    reader = csv.reader(io.StringIO(text, newline=""))
+    header = next(reader, None)
+    if header is None or tuple(h.strip() for h in header) != ANNOTATION_HEADER:
+        raise StimulusError(
+            f"{path}:1: expected the header {','.join(ANNOTATION_HEADER)}, got "
+            f"{','.join(header or []) or 'an empty file'}"
+        )
+    found: dict[str, str] = {}
+    lines: dict[str, int] = {}
+    try:
+        for fields in reader:
+            where = f"{path}:{reader.line_num}"
+            if not fields:
+                continue
+            if len(fields) != 2:
+                raise StimulusError(f"{where}: expected 2 fields, got {len(fields)}")
+            source, orientation = (f.strip() for f in fields)
+            if orientation not in ORIENTATIONS:
+                raise StimulusError(
+                    f"{where}: source {source!r}: unknown orientation {orientation!r}; expected "
+                    f"one of {', '.join(ORIENTATIONS)}"
+                )
+            if source in found:
+                raise StimulusError(
+                    f"{where}: source {source!r} is annotated twice (first on line "
+                    f"{lines[source]})"
+                )
+            if source not in wanted:
+                raise StimulusError(
+                    f"{where}: source {source!r} has no .png, .jpg or .jpeg image in "
+                    f"{path.parent}"
+                )
+            found[source], lines[source] = orientation, reader.line_num
+    except csv.Error as exc:
+        raise StimulusError(f"{path}:{reader.line_num}: malformed CSV: {exc}") from None
+    missing = sorted(wanted - set(found))
+    if missing:
+        raise StimulusError(
+            f"{path}: no base orientation for source {missing[0]!r}"
+            + (f" (and {len(missing) - 1} more)" if len(missing) > 1 else "")
+            + "; every source image needs a row source,orientation"
+        )
+    return found
+
+
 def rotate_images(source_dir: Path, out_dir: Path) -> list[dict[str, str]]:
     """Build the four rotations of every PNG/JPEG in ``source_dir`` into ``out_dir``.
 
-    Each source image is defined as UP (after applying any EXIF orientation tag). For
-    orientation RIGHT the image is turned 90 degrees clockwise, DOWN 180, LEFT 90
-    counter-clockwise, with :meth:`PIL.Image.Image.transpose` (pixel-exact, no
-    resampling), and saved losslessly as ``<source-stem>-<orientation in lower case>.png``
-    (ICC profile and transparency kept; other metadata dropped). Writes ``truth.csv`` with
-    columns ``stimulus,source,orientation`` and returns its rows (sources sorted by file
-    name, orientations in :data:`ORIENTATIONS` order), so analyses can group stimuli by
-    source image. Refuses to overwrite any existing file.
+    Each source image is taken as it is (after applying any EXIF orientation tag). Its base
+    orientation is the one annotated for it in ``source_dir/orientation.csv``
+    (:func:`read_orientation_annotations`) or, without that file, UP (every source the right
+    way up). For each orientation ``o`` of :data:`ORIENTATIONS` the image is turned clockwise
+    by the quarter turns that bring its base orientation to ``o`` (UP -> RIGHT -> DOWN ->
+    LEFT is clockwise), with :meth:`PIL.Image.Image.transpose` (pixel-exact, no resampling),
+    and saved losslessly as ``<source-stem>-<o in lower case>.png`` (ICC profile and
+    transparency kept; other metadata dropped): a stimulus's name states its truth. Writes
+    ``truth.csv`` with columns ``stimulus,source,orientation`` (:data:`ROTATION_TRUTH_HEADER`;
+    with annotations :data:`ANNOTATED_TRUTH_HEADER`, which adds the source's base orientation
+    and the clockwise rotation in degrees) and returns its rows (sources sorted by file name,
+    orientations in :data:`ORIENTATIONS` order), so analyses can group stimuli by source
+    image. Refuses to overwrite any existing file.
     """
     source_dir, out_dir = Path(source_dir), Path(out_dir)
     if not source_dir.is_dir():
@@ -700,6 +793,11 @@ def rotate_images(source_dir: Path, out_dir: Path) -> list[dict[str, str]]:
         if source.stem in stems:
             raise StimulusError(f"{source}: same stem as {stems[source.stem].name}")
         stems[source.stem] = source
+    annotated = (source_dir / ANNOTATION_FILE).is_file()
+    base = (
+        read_orientation_annotations(source_dir / ANNOTATION_FILE, stems)
+        if annotated else dict.fromkeys(stems, "UP")
+    )  # fmt: skip
     truth = out_dir / "truth.csv"
     targets = [out_dir / f"{s.stem}-{o.lower()}.png" for s in sources for o in ORIENTATIONS]
     existing = [p for p in [*targets, truth] if p.exists()]
@@ -710,13 +808,88 @@ def rotate_images(source_dir: Path, out_dir: Path) -> list[dict[str, str]]:
     rows: list[dict[str, str]] = []
     for source, image in zip(sources, images, strict=True):
         for orientation in ORIENTATIONS:
-            method = _ROTATIONS[orientation]
+            turns = (ORIENTATIONS.index(orientation) - ORIENTATIONS.index(base[source.stem])) % 4
+            method = _ROTATIONS[ORIENTATIONS[turns]]
             rotated = image.copy() if method is None else image.transpose(method)
             stimulus = f"{source.stem}-{orientation.lower()}"
             _write_new(out_dir / f"{stimulus}.png", _png_lossless(rotated))
-            rows.append({"stimulus": stimulus, "source": source.stem, "orientation": orientation})
-    _write_csv(truth, ROTATION_TRUTH_HEADER, rows, overwrite=False)
+            row = {"stimulus": stimulus, "source": source.stem, "orientation": orientation}
+            if annotated:
+                row |= {"source_orientation": base[source.stem], "rotation_cw": str(90 * turns)}
+            rows.append(row)
+    header = ANNOTATED_TRUTH_HEADER if annotated else ROTATION_TRUTH_HEADER
+    _write_csv(truth, header, rows, overwrite=False)
     return rows
+
+
+# ------------------------------------------------------------------ synthetic crops
+
+CROP_SIZE: Final = 384
+"""Side in px of a synthetic crop (:func:`synthetic_crop`)."""
+
+
+def synthetic_crop(seed: int, index: int, *, size: int = CROP_SIZE) -> tuple[bytes, str]:
+    """A synthetic, mammogram-like grey-scale crop and its chest-wall-to-nipple direction.
+
+    Drawn as a crop of a mammogram looks: a dark background, a bright half-ellipse of tissue
+    standing on the chest wall (one edge of the image), brighter fibroglandular patches and
+    a nipple at the tissue's far end. The tissue's size, the patches and which edge carries
+    the chest wall derive from SHA-256 of ``(seed, index)``; the returned direction (one of
+    :data:`ORIENTATIONS`) is where the nipple points from the chest wall, the annotation the
+    paper's investigator made by hand. Even and odd indexes alternate between RIGHT and LEFT
+    (the two sides of a craniocaudal view); every fourth crop points UP or DOWN instead. All
+    geometry is integer; the PNG is written without metadata, so the same arguments give the
+    same bytes.
+    """
+    digest = _digest("prompt-rotation crop", seed, index)
+    width = size * (40 + digest[0] % 8) // 100  # half-width of the tissue
+    reach = size * (58 + digest[1] % 14) // 100  # chest wall to nipple
+    image = Image.new("L", (size, size), 12 + digest[2] % 10)
+    draw = ImageDraw.Draw(image)
+    centre = size // 2 + (digest[3] % 21) - 10
+    # drawn with the nipple pointing UP (chest wall along the bottom edge), turned below
+    draw.ellipse((centre - width, size - reach, centre + width, size + reach),
+                 fill=150 + digest[4] % 40)  # fmt: skip
+    for k in range(6):  # fibroglandular patches inside the tissue
+        d = _digest("patch", seed, index, k)
+        rx, ry = size * (5 + d[0] % 8) // 100, size * (4 + d[1] % 6) // 100
+        x = centre + (d[2] - 128) * (width - rx) // 160
+        y = size - reach // 4 - d[3] * (reach // 2) // 255
+        draw.ellipse((x - rx, y - ry, x + rx, y + ry), fill=200 + d[4] % 40)
+    nipple = max(4, size // 40)
+    top = size - reach
+    draw.ellipse((centre - nipple, top - nipple // 2, centre + nipple, top + nipple * 3 // 2),
+                 fill=215)  # fmt: skip
+    direction = "UP" if index % 4 == 3 and digest[5] % 2 else "DOWN" if index % 4 == 3 else (
+        "RIGHT" if index % 2 == 0 else "LEFT")  # fmt: skip
+    method = _ROTATIONS[direction]
+    turned = image if method is None else image.transpose(method)
+    return _png_lossless(turned), direction
+
+
+def write_rotation_set(root: Path, seed: int, count: int = 16) -> list[dict[str, str]]:
+    """Write ``count`` synthetic crops and their annotations, then their four rotations.
+
+    ``root/sources/crop-01.png`` ... (:func:`synthetic_crop`) and
+    ``root/sources/orientation.csv`` (each crop's chest-wall-to-nipple direction), then
+    :func:`rotate_images` into ``root/stimuli`` (``count`` x 4 stimuli and ``truth.csv``).
+    Refuses to overwrite any file. Returns the truth table's rows.
+    """
+    root = Path(root)
+    sources = root / "sources"
+    if count < 1:
+        raise StimulusError(f"count must be at least 1, not {count}")
+    if sources.exists():
+        raise StimulusError(f"{sources}: already exists; refusing to overwrite")
+    _mkdir(sources)
+    rows = []
+    for index in range(count):
+        png, direction = synthetic_crop(seed, index)
+        stem = f"crop-{index + 1:02d}"
+        _write_new(sources / f"{stem}.png", png)
+        rows.append({"source": stem, "orientation": direction})
+    _write_csv(sources / ANNOTATION_FILE, ANNOTATION_HEADER, rows, overwrite=False)
+    return rotate_images(sources, root / "stimuli")
 
 
 def _load_source(path: Path) -> Image.Image:

@@ -19,6 +19,7 @@ import pytest
 from analysis import sensitivity as sens
 from analysis.analyze import Dataset, Result, fit_model, hypothesis_results, sensitivity_lmm
 from verify import _restats as vst
+from verify import _science as vsci
 from verify._reml import RemlModel
 
 
@@ -303,3 +304,38 @@ def test_probes_too_large_for_the_dense_fit_are_not_fitted(monkeypatch: pytest.M
         assert "more than the 5 the dense sensitivity fit handles" in v["models"][name]["reason"]
     assert all(c["registered"] is None and c["cluster_bootstrap"] for c in v["contrasts"])
     assert all(t.status == "ok" for t in tested)
+
+
+def test_a_stimulus_subset_hypothesis_gets_its_own_sensitivity_models() -> None:
+    """An lmm hypothesis with ``stimuli`` (the paper's pooled dismantling model) is tested on
+    its subset model, so its sensitivity row is fitted on that subset, in the writer and the
+    verifier alike; the registered verdict is copied, never changed."""
+    plan = {**PLAN, "hypotheses": [*PLAN["hypotheses"], {
+        "id": "H3", "description": "pooled over s0-s3", "contrast": ["A", "B"], "test": "lmm",
+        "sides": "one-sided", "alpha": 0.05, "stimuli": ["s0", "s1", "s2", "s3"]}]}
+    ds = _dataset(_rows(6, probes=6))
+    _, fit = fit_model(ds, plan)
+    tested = hypothesis_results(ds, plan, fit)
+    result = sensitivity_lmm(ds, plan, fit, tested)
+    assert result is not None and result.status == "ok"
+    rows = (result.values or {})["contrasts"]
+    assert [c["hypothesis"] for c in rows] == ["H1", "H2", "H3"]
+    sub = rows[2]
+    assert sub["stimuli"] == ["s0", "s1", "s2", "s3"]
+    assert sub["cluster_bootstrap"]["n_clusters"] == 4 and rows[0]["cluster_bootstrap"][
+        "n_clusters"] == 6
+    subset_model = (tested[2].values or {})["subset_model"]
+    assert sub["subset_models"]["registered"]["variances"] == {
+        "group": subset_model["group_variance"], "residual": subset_model["residual_variance"]}
+    assert sub["registered_verdict"] == tested[2].verdict
+    assert sub["as_registered"]["estimate"] == (tested[2].values or {})["estimate"]
+    assert sub["probe_by_arm"]["df"] > 0
+    twin = vsci._Dataset(ds.trials.to_dict("records"), [], ["A", "B", "C"], [], "0" * 64)
+    _, vfit = vsci._model(twin, plan, recorded=None)
+    vtested = vsci._hypotheses(twin, plan, vfit, {f"hypothesis.{r.hypothesis}": r.values
+                                                  for r in tested})  # fmt: skip
+    recorded = result.as_dict()["values"]  # as the event holds it (JSON: inf as null)
+    again = vsci._sensitivity(twin, plan, vfit, vtested, recorded)
+    assert again is not None and again.status == "ok"
+    assert again.values.get("_reml_problem") is None
+    assert vsci._first_difference(recorded, again.values, "values", 1e-6) is None

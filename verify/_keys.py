@@ -30,7 +30,7 @@ _ROLE_KINDS: dict[str, frozenset[str]] = {
         }
     ),
     "scorer": frozenset({"trial.scored", "scoring.sealed"}),
-    "analyst": frozenset({"analysis.result"}),
+    "analyst": frozenset({"analysis.result", "analysis.posthoc"}),
     "reviewer": frozenset({"review.recorded"}),
 }
 

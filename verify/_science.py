@@ -543,25 +543,22 @@ class _Dataset:
 
     def for_model(self, model: str) -> _Dataset:
         """Only the rows of one model, as the dataset of a one-model study."""
-        return _Dataset(
-            [t for t in self.trials if t["model"] == model],
-            [i for i in self.items if i["model"] == model],
-            self.arms,
-            [g for g in self.given_up if _trial_model(g) == model],
-            self.scores_sha256,
-            self.sources,
-            variants=self.variants,
-            cloze=self.cloze,
-        )
+        return replace(
+            self,
+            trials=[t for t in self.trials if t["model"] == model],
+            items=[i for i in self.items if i["model"] == model],
+            given_up=[g for g in self.given_up if _trial_model(g) == model],
+            models=[],
+        )  # a one-model study's dataset; every other member (variants, cloze, ...) kept
 
     def for_stimuli(self, stimuli: list[str]) -> _Dataset:
         """Only the rows of these stimuli (a hypothesis's ``stimuli``, study-spec.md)."""
         keep = {str(s) for s in stimuli}
-        return _Dataset(
-            [t for t in self.trials if str(t["stimulus"]) in keep],
-            [i for i in self.items if str(i["stimulus"]) in keep],
-            self.arms, self.given_up, self.scores_sha256, self.sources, self.models,
-        )  # fmt: skip
+        return replace(
+            self,
+            trials=[t for t in self.trials if str(t["stimulus"]) in keep],
+            items=[i for i in self.items if str(i["stimulus"]) in keep],
+        )  # every other member (given_up, sources, models, variants, cloze) kept
 
     def analysable(self) -> list[dict[str, Any]]:
         return [t for t in self.trials if not t["control"] and not t["excluded"]]
@@ -1316,6 +1313,10 @@ def _exploratory(
             return values
 
         out.append(_guard(_Result(f"exploratory.pair.{a}-{b}"), pair))
+    if parser == "orientation-word" and labels is not None:
+        out.append(_by_truth(ds, plan, labels))
+    if tumbling and _nested_pairs(plan):
+        out.append(_by_stimulus(ds, plan))
     for arm in ds.arms:
         ran = {t["model"] for t in ds.trials if t["arm"] == arm}
         for model in [None] + [m for m in ds.models if m in ran and ds.several_models]:
@@ -1345,6 +1346,87 @@ def _exploratory(
             _model(ds, plan, True, (recorded or {}).get("exploratory.arm_by_model"))[0]
         )
     return out
+
+
+def _nested_pairs(plan: dict[str, Any]) -> list[tuple[str, str]]:
+    """analysis.md §3 exploratory.by_stimulus: (a, b) with b's components inside a's."""
+    arms: dict[str, Any] = plan["arms"] if isinstance(plan.get("arms"), dict) else {}
+    comps = {a: set((arms[a] or {}).get("components") or []) for a in sorted(arms)}
+    return [(a, b) for a in comps for b in comps if a != b and comps[b] < comps[a]]
+
+
+def _by_stimulus(ds: _Dataset, plan: dict[str, Any]) -> _Result:
+    """analysis.md §3 exploratory.by_stimulus: Welch t per dismantling pair and stimulus."""
+
+    def compute() -> dict[str, Any]:
+        trials = ds.analysable()
+        stimuli = sorted({str(t["stimulus"]) for t in trials})
+        contrasts: dict[str, Any] = {}
+        for a, b in _nested_pairs(plan):
+            row: dict[str, Any] = {}
+            for stimulus in stimuli:
+                x = [t["accuracy"] for t in trials if str(t["stimulus"]) == stimulus
+                     and t["arm"] == a]  # fmt: skip
+                y = [t["accuracy"] for t in trials if str(t["stimulus"]) == stimulus
+                     and t["arm"] == b]  # fmt: skip
+                try:
+                    row[stimulus] = st.independent_t(x, y)
+                except st.StatError:
+                    row[stimulus] = {"error": None}
+            contrasts[f"{a}-{b}"] = row
+        return {"stimuli": stimuli, "contrasts": contrasts, "note": None}
+
+    return _guard(_Result("exploratory.by_stimulus"), compute)
+
+
+def _truth_pairs(plan: dict[str, Any], arms: list[str]) -> list[tuple[str, str]]:
+    """analysis.md §3 exploratory.by_truth: the arm pairs.
+
+    (full arm, every other arm), then each hypothesis contrast not yet listed in either order.
+    """
+    full = sorted(a for a, spec in plan.get("arms", {}).items() if spec.get("role") == "full")
+    pairs = [(full[0], arm) for arm in arms if arm != full[0]] if full else []
+    for h in plan["hypotheses"]:
+        a, b = str(h["contrast"][0]), str(h["contrast"][1])
+        if (a, b) not in pairs and (b, a) not in pairs:
+            pairs.append((a, b))
+    return pairs
+
+
+def _by_truth(ds: _Dataset, plan: dict[str, Any], labels: tuple[str, ...]) -> _Result:
+    """analysis.md §3 exploratory.by_truth: Wilson per (arm, truth), Newcombe per contrast."""
+
+    def compute() -> dict[str, Any]:
+        counts: dict[str, dict[str, tuple[int, int]]] = {arm: {} for arm in ds.arms}
+        for i in ds.analysable_items():
+            if str(i["truth"]) in labels:
+                k, n = counts[i["arm"]].get(str(i["truth"]), (0, 0))
+                counts[i["arm"]][str(i["truth"])] = (k + bool(i["correct"]), n + 1)
+        cells = {
+            arm: {
+                label: {
+                    "correct": k, "n": n, "wilson": st.wilson(k, n) if n else None,
+                }
+                for label in labels
+                for k, n in [counts[arm].get(label, (0, 0))]
+            }
+            for arm in ds.arms
+        }
+        contrasts: dict[str, Any] = {}
+        for a, b in _truth_pairs(plan, list(ds.arms)):
+            if a not in counts or b not in counts:
+                continue
+            contrasts[f"{a}-{b}"] = {}
+            for label in labels:
+                (ka, na), (kb, nb) = counts[a].get(label, (0, 0)), counts[b].get(label, (0, 0))
+                try:
+                    value: dict[str, Any] = st.newcombe_diff(ka, na, kb, nb)
+                except (st.StatError, ZeroDivisionError):
+                    value = {"error": None}
+                contrasts[f"{a}-{b}"][label] = value
+        return {"labels": list(labels), "cells": cells, "contrasts": contrasts, "note": None}
+
+    return _guard(_Result("exploratory.by_truth"), compute)
 
 
 SENSITIVITY_MODELS = ("registered", "probe_by_arm", "probe_by_arm_arm_residual")
@@ -1400,16 +1482,16 @@ def _sensitivity(
 ) -> _Result | None:
     """``sensitivity.lmm`` (statistics.md "Sensitivity"), every fit checked by the own REML."""
     lmm = [h for h in plan["hypotheses"] if h["test"] == "lmm" and not h.get("stimuli")]
-    if not lmm or ds.several_models:
+    subsets = [h for h in plan["hypotheses"] if h["test"] == "lmm" and h.get("stimuli")]
+    if not (lmm or subsets) or ds.several_models:
         return None
     r = _Result("sensitivity.lmm")
     design = plan["design"]
     by_id = {x.hypothesis: x for x in tested}
     rec_models = (recorded or {}).get("models") if isinstance(recorded, dict) else None
 
-    def compute() -> dict[str, Any]:
-        if fit is None:
-            raise st.StatError("the registered mixed model could not be fitted")
+    def block(fit: dict[str, Any], hyps: list[dict[str, Any]], rec_models: Any
+              ) -> tuple[dict[str, Any], list[dict[str, Any]], list[str]]:  # fmt: skip
         y = np.asarray(fit["_y"], dtype=np.float64)
         arm, groups = list(fit["_arm"]), list(fit["_groups"])
         others = list(fit["arms"][1:])
@@ -1464,7 +1546,7 @@ def _sensitivity(
                 entry["lrt_p"] = 0.5 * float(sps.chi2.sf(chi2, 1)) if chi2 > 0 else 1.0
             models[name] = entry
         contrasts = []
-        for h in lmm:
+        for h in hyps:
             a, b = h["contrast"]
             sides = h.get("sides") or "two-sided"
             hyp = by_id.get(h["id"])
@@ -1505,6 +1587,32 @@ def _sensitivity(
             if row["registered_verdict"] == "supported" and row["supports"] is False:
                 row["flag"] = None  # text not compared
             contrasts.append(row)
+        return models, contrasts, problems
+
+    def compute() -> dict[str, Any]:
+        if fit is None:
+            raise st.StatError("the registered mixed model could not be fitted")
+        models, contrasts, problems = block(fit, lmm, rec_models)
+        rec_rows = (recorded or {}).get("contrasts") if isinstance(recorded, dict) else None
+        for h in subsets:  # statistics.md "Sensitivity": the subset's own models
+            sub_plan = {**plan, "analysis": {k: v for k, v in (plan.get("analysis") or {}).items()
+                                             if k != "model_arms"}}  # fmt: skip
+            rec_hyp = by_id.get(h["id"])
+            rec_subset = rec_hyp.values.get("subset_model") if rec_hyp is not None else None
+            _, sub_fit = _model(ds.for_stimuli(list(h["stimuli"])), sub_plan,
+                                     recorded=rec_subset if isinstance(rec_subset, dict)
+                                     else None)  # fmt: skip
+            if sub_fit is None:
+                contrasts.append({"hypothesis": h["id"], "stimuli": list(h["stimuli"]),
+                                  "error": None})  # fmt: skip
+                continue
+            rec_row = next((_obj_of(x) for x in rec_rows or []
+                            if _obj_of(x).get("hypothesis") == h["id"]), {})  # fmt: skip
+            sub_models, rows, sub_problems = block(sub_fit, [h], rec_row.get("subset_models"))
+            rows[0]["stimuli"] = list(h["stimuli"])
+            rows[0]["subset_models"] = sub_models
+            contrasts.append(rows[0])
+            problems += [f"{h['id']}: {x}" for x in sub_problems]
         out: dict[str, Any] = {
             "group_col": fit["_group_col"], "reference": fit["arms"][0],
             "n_groups": fit["n_groups"], "models": models, "contrasts": contrasts,
@@ -1517,7 +1625,7 @@ def _sensitivity(
 
 
 def _judge_agreement(archive: _Archive, plan: dict[str, Any], step: str) -> _Result:
-    """analysis.md §6: Cohen's kappa (two judges) or Fleiss' kappa (more), by their formulas.
+    """analysis.md §8: Cohen's kappa (two judges) or Fleiss' kappa (more), by their formulas.
 
     Over the trials every judge gave a parsed vote, the categories being the step's labels.
     Cohen: (p_o - p_e) / (1 - p_e) with p_e the sum over labels of the product of the two
@@ -1564,6 +1672,10 @@ def _judge_agreement(archive: _Archive, plan: dict[str, Any], step: str) -> _Res
         }  # fmt: skip
 
     return _guard(_Result("exploratory.judge_agreement"), compute)
+
+
+def _obj_of(value: Any) -> dict[str, Any]:
+    return value if isinstance(value, dict) else {}
 
 
 def _multiplicity(tested: list[_Result]) -> _Result:
@@ -1859,7 +1971,7 @@ def _reanalysis(archive: _Archive) -> tuple[Check, list[str]]:
     }
     recomputed = _recompute(ds, plan, _phases(archive), recorded_values)
     parser = str((plan.get("response") or {}).get("parser", ""))
-    if parser.startswith("judge:"):  # analysis.md §6
+    if parser.startswith("judge:"):  # analysis.md §8
         recomputed.append(_judge_agreement(archive, plan, parser.split(":", 1)[1]))
     recorded_ids = [e.body.get("id") for e in results]
     new_ids = [r.id for r in recomputed]
@@ -1921,13 +2033,75 @@ def _reanalysis(archive: _Archive) -> tuple[Check, list[str]]:
             None,
             "analysis/results.json",
         ), []
+    posthoc = archive.of(POSTHOC_KIND)
+    for event in posthoc:
+        failed = _posthoc_problem(archive, event, ds, plan, inputs, results[-1].seq)
+        if failed is not None:
+            archive.current = None
+            return Check("reanalysis", Status.FAIL, f"{event.body.get('id')} (seq {event.seq}, "
+                         f"post hoc) {failed}.", event.seq, str(event.body.get("id"))), []
+    archive.current = None
+    extra = (f", and {len(posthoc)} post-hoc analysis(es) declared after them (labelled post "
+             "hoc, no verdict)") if posthoc else ""
     return Check(
         "reanalysis",
         Status.PASS,
-        f"The dataset and all {len(results)} analysis results were recomputed and match "
+        f"The dataset and all {len(results)} analysis results{extra} were recomputed and match "
         f"(relative tolerance {REL_TOL:g}, p-values relative only, absolute {ABS_TOL:g}; every "
         "recorded mixed model is a maximum of the verifier's own REML likelihood).",
     ), []
+
+
+POSTHOC_KIND = "analysis.posthoc"
+POSTHOC_KEYS = frozenset({"id", "title", "label", "hypothesis", "test", "status", "values",
+                          "verdict", "decided_by", "error", "declared", "inputs"})  # fmt: skip
+
+
+def _posthoc_problem(archive: _Archive, event: _Event, ds: _Dataset, plan: dict[str, Any],
+                     inputs: dict[str, Any], last_result: int) -> str | None:  # fmt: skip
+    """analysis.md §6: what is wrong with one analysis.posthoc event, or None."""
+    body = archive.at(event).body
+    if not isinstance(body, dict) or set(body) != POSTHOC_KEYS:
+        return "has not the members of a post-hoc result"
+    declared = body.get("declared")
+    if not isinstance(declared, dict):
+        return "has no declaration"
+    if body.get("label") != "post hoc" or body.get("hypothesis") is not None or body.get(
+            "verdict") is not None or body.get("decided_by") is not None:  # fmt: skip
+        return "is not labelled post hoc with no hypothesis and no verdict"
+    if event.seq < last_result or declared.get("after_seq") != last_result:
+        return (f"must follow the registered analysis (last analysis.result at seq "
+                f"{last_result}); declared after_seq {_fmt(declared.get('after_seq'))}")
+    if body.get("inputs") != inputs:
+        return str(_first_difference(body.get("inputs"), inputs, "inputs", 0.0))
+    contrast, arms = declared.get("contrast"), declared.get("arms")
+    group = declared.get("random_intercept")
+    if (not isinstance(contrast, list) or len(contrast) != 2 or group not in ("stimulus", "source")
+            or not (arms is None or isinstance(arms, list))):  # fmt: skip
+        return "declares no valid contrast, random intercept or arms"
+    name = str(body.get("id")).removeprefix("posthoc.")
+    if body.get("id") != f"posthoc.{name}" or not name:
+        return "has an id that is not posthoc.<name>"
+    if [e.body.get("id") for e in archive.of(POSTHOC_KIND)].count(body.get("id")) != 1:
+        return "repeats the id of another post-hoc analysis"
+    sub = replace(ds, sources=_sources(archive)) if group == "source" else ds
+    sub_plan = {**plan, "analysis": {**(plan.get("analysis") or {}), "random_intercept": group,
+                                     "model_arms": arms}}  # fmt: skip
+    recorded = body.get("values") if isinstance(body.get("values"), dict) else None
+    fitted, fit = _model(sub, sub_plan, recorded=recorded)
+    status, values = fitted.status, dict(fitted.values)
+    if fit is not None:
+        try:
+            values["contrast"] = st.contrast(fit, str(contrast[0]), str(contrast[1]), "two-sided")
+        except st.StatError:
+            status = "failed"
+    if isinstance(values.get("_reml_problem"), str):
+        return f"values: {values['_reml_problem']} (the verifier's own REML check, numpy only)"
+    if body.get("status") != status:
+        return f"status: recorded {_fmt(body.get('status'))}, recomputed {_fmt(status)}"
+    if status != "ok":
+        return None
+    return _first_difference(body.get("values"), values, "values", REL_TOL)
 
 
 def _file_sha(archive: _Archive, rel: str) -> str | None:

@@ -22,7 +22,9 @@ from __future__ import annotations
 
 import base64
 import binascii
+import csv
 import hashlib
+import io
 import json
 import math
 import re
@@ -72,6 +74,103 @@ _ALLOWED_ATTRS = {"html": {"lang"}, "meta": {"charset"}, "div": {"class", "id"},
 
 
 # ------------------------------------------------------------------------------ figures
+
+
+POSTHOC = "Post hoc (declared after unblinding; not pre-registered)"
+BY_STIMULUS_INTRO = (
+    "Each pair of arms where the second has a strict subset of the first's components (the"
+    " difference is the removed components), on each probe: Welch's t on the trials there."
+    ' Not adjusted for the number of probes and pairs: hypotheses for a powered replicatio'
+    "n, as the paper's per-probe dismantling findings are."
+)
+COMPONENT_RULE = (
+    'A unit is the set of components arm a has and arm b lacks in a registered hypothesis'
+    ' a vs b (a chi-square test names none). Each pooled hypothesis result is evidence: '
+    'supported with a positive estimate a benefit, with a negative one a harm; a '
+    'supported equivalence no effect; anything else not shown. A unit with benefit and '
+    'harm is task-dependent; with benefit only active; with harm only harmful; with no '
+    'effect only inactive; otherwise not established (docs/analysis.md, "Component '
+    'classes").'
+)
+
+
+DISTRIBUTION_INTRO = (
+    "Each analysable trial's accuracy (its share of glyphs read correctly), counted i"
+    'n ten bins: an arm whose trials sit near ceiling and near collapse at once (the '
+    "paper's bimodal arm B) shows at both ends, which its mean hides."
+)
+
+
+def _distribution(a: Archive, first: int | None, arms: list[str]) -> list[list[str]] | None:
+    """analysis.md "Trial-level distribution": per arm, ten accuracy bins of trials.csv."""
+    data = a.blob(a.blob_ref(first, "trials_csv")) if first is not None else None
+    if data is None:
+        return None
+    try:
+        trials = list(csv.DictReader(io.StringIO(data.decode("utf-8"))))
+    except (UnicodeDecodeError, csv.Error):
+        return None
+    rows = []
+    for arm in arms:
+        acc: list[float] = []
+        for t in trials:
+            if t.get("arm") == arm and t.get("control") == "False" and t.get(
+                    "excluded") == "False":  # fmt: skip
+                try:
+                    acc.append(float(t.get("accuracy") or "nan"))
+                except ValueError:
+                    return None
+        bins = [0] * 10
+        for value in acc:
+            bins[min(9, max(0, int(value * 10)))] += 1
+        rows.append([arm, str(len(acc)), _pct(sum(acc) / len(acc)) if acc else "–",
+                     *(str(b) for b in bins)])  # fmt: skip
+    return rows
+
+
+def _component_classes(protocol: dict[str, Any], results: list[dict[str, Any]]
+                       ) -> list[list[str]]:  # fmt: skip
+    """analysis.md "Component classes": one row (unit, evidence, class) per unit."""
+    arms = _obj(protocol.get("arms"))
+    plan = {_obj(h).get("id"): _obj(h) for h in protocol.get("hypotheses") or []}
+    units: dict[str, list[tuple[str, str]]] = {}
+    for r in results:
+        h = plan.get(r.get("hypothesis"))
+        if h is None or h.get("test") == "chi-square" or r.get("status") != "ok":
+            continue
+        contrast = h.get("contrast") or ["", ""]
+        a, b = str(contrast[0]), str(contrast[1])
+        have = set(_obj(arms.get(a)).get("components") or [])
+        lack = set(_obj(arms.get(b)).get("components") or [])
+        added = sorted(str(c) for c in have - lack)
+        if not added:
+            continue
+        est = _obj(r.get("values")).get("estimate")
+        if h.get("test") == "equivalence":
+            effect = "no effect" if r.get("verdict") == "supported" else "not shown"
+        elif r.get("verdict") == "supported" and isinstance(est, int | float):
+            effect = "benefit" if est > 0 else "harm" if est < 0 else "not shown"
+        else:
+            effect = "not shown"
+        stimuli = h.get("stimuli")
+        where = f" on {', '.join(str(x) for x in stimuli)}" if stimuli else ""
+        units.setdefault(" + ".join(added), []).append(
+            (f"{h.get('id')} ({a} vs {b}{where}): {effect}", effect))
+    rows = []
+    for unit, evidence in units.items():
+        effects = {e for _, e in evidence}
+        if {"benefit", "harm"} <= effects:
+            cls = "task-dependent"
+        elif "benefit" in effects:
+            cls = "active"
+        elif "harm" in effects:
+            cls = "harmful"
+        elif "no effect" in effects:
+            cls = "inactive"
+        else:
+            cls = "not established"
+        rows.append([unit, "; ".join(t for t, _ in evidence), cls])
+    return rows
 
 
 def _safe(name: str) -> str:
@@ -471,8 +570,10 @@ class _Expect:
     """The report's content as the events give it."""
 
     def __init__(self, a: Archive) -> None:
+        self.a = a
         self.protocol = a.protocol
         self.results = [{"seq": s, **a.body(s)} for s in a.of_kind("analysis.result")]
+        self.posthoc = [{"seq": s, **a.body(s)} for s in a.of_kind("analysis.posthoc")]
         self.amendments = [
             {"seq": s, "time": (a.envs[s] or {}).get("time"), **a.body(s)}
             for s in a.of_kind("protocol.amended")
@@ -540,6 +641,10 @@ class _Expect:
             out.append(("Pre-registered hypotheses: each verdict and the locked rule that "
                         "decided it", ["hypothesis", "description", "test", "estimate (CI)",
                         "p", "verdict", "decided by"], rows))  # fmt: skip
+        classes = _component_classes(self.protocol, hyps)
+        if classes:
+            out.append(("Prompt components classified from the registered contrasts",
+                        ["component(s) under test", "registered evidence", "class"], classes))
         out.extend(self._protocol_tables())
         declared = self.protocol.get("deviations")
         if isinstance(declared, list) and declared:
@@ -555,9 +660,39 @@ class _Expect:
                           ", ".join(str(_get(c, "path")) for c in m.get("changes") or [])]
                          for m in self.amendments]))  # fmt: skip
         out.extend(self._data_tables())
+        first_seq = self.results[0].get("seq") if self.results else None
+        dist = _distribution(self.a, first_seq, self.arms) if self.tumbling else None
+        if dist:
+            out.append(("Analysable trials per arm by glyph accuracy",
+                        ["arm", "trials", "mean", *(f"{10 * i}–{10 * i + 10}%"
+                                                    for i in range(10))], dist))  # fmt: skip
         out.extend(self._model_tables())
         out.extend(self._exploratory_tables())
+        out.extend(self._posthoc_tables())
         return out
+
+    def _posthoc_tables(self) -> list[tuple[str, list[str], list[list[str]]]]:
+        """analysis.md §6: one row per analysis.posthoc event; none without one."""
+        if not self.posthoc:
+            return []
+        rows = []
+        for r in self.posthoc:
+            d = _obj(r.get("declared"))
+            if r.get("status") != "ok":
+                rows.append([_cell(r.get("id")), _cell(r.get("seq")), _cell(r.get("title")), "",
+                             "", "", f"not computed: {r.get('error')}",
+                             _cell(d.get("reason"))])  # fmt: skip
+                continue
+            v = _obj(r.get("values"))
+            c = _obj(v.get("contrast"))
+            rows.append([_cell(r.get("id")), _cell(r.get("seq")), _cell(r.get("title")),
+                         f"{_pp(c.get('estimate'))} ({_pp(c.get('lower'))} to "
+                         f"{_pp(c.get('upper'))})", f"z {_fmt(c.get('z'))}, p {_p(c.get('p'))}",
+                         _fmt(v.get("icc")), "singular fit" if v.get("singular") else "–",
+                         _cell(d.get("reason"))])  # fmt: skip
+        return [(f"{POSTHOC}: mixed models and their two-sided contrasts",
+                 ["id", "seq", "model", "difference (95% CI)", "two-sided test", "ICC",
+                  "caution", "reason"], rows)]  # fmt: skip
 
     def _protocol_tables(self) -> list[tuple[str, list[str], list[list[str]]]]:
         p = self.protocol
@@ -793,6 +928,14 @@ class _Expect:
         rows = []
         for c in v.get("contrasts") or []:
             c = _obj(c)
+            stimuli = c.get("stimuli")
+            on = (f" on {', '.join(str(x) for x in stimuli)}"
+                  if isinstance(stimuli, list) and stimuli else "")  # fmt: skip
+            if "error" in c:  # statistics.md "Sensitivity": a subset that could not be fitted
+                rows.append([_cell(c.get("hypothesis")), f"subset{on}",
+                             f"not fitted: {c['error']}", *("–" for _ in SENSITIVITY_MODELS),
+                             "–", "–"])  # fmt: skip
+                continue
             reg = _obj(c.get("as_registered"))
             p = f"p {_p(reg.get('p_raw'))}" + (
                 f", adjusted {_p(reg.get('p_adjusted'))}"
@@ -805,7 +948,7 @@ class _Expect:
             boot = _obj(c.get("cluster_bootstrap"))
             supports = c.get("supports")
             rows.append([_cell(c.get("hypothesis")),
-                         f"{c.get('a')} vs {c.get('b')} ({c.get('sides')})",
+                         f"{c.get('a')} vs {c.get('b')} ({c.get('sides')}){on}",
                          f"{interval(reg)}, {p}; {c.get('registered_verdict') or '–'}", *cells,
                          f"{interval(boot)} over {boot.get('n_clusters')} probes" if boot
                          else "–",
@@ -842,6 +985,59 @@ class _Expect:
                 out.append(("p", str(_obj(c)["flag"])))
         return out
 
+    def _by_stimulus_tables(self) -> list[tuple[str, list[str], list[list[str]]]]:
+        """analysis.md §3 exploratory.by_stimulus: one row per dismantling pair."""
+        r = self.result("exploratory.by_stimulus")
+        if r is None or r.get("status") != "ok":
+            return []
+        v = _obj(r.get("values"))
+        stimuli = [str(x) for x in v.get("stimuli") or []]
+        rows = []
+        for name, per in _obj(v.get("contrasts")).items():
+            cells = []
+            for stimulus in stimuli:
+                d = _obj(_obj(per).get(stimulus))
+                cells.append("not computable" if "error" in d or not d else
+                             f"{_pp(d.get('difference'))} ({_pp(d.get('ci_lower'))} to "
+                             f"{_pp(d.get('ci_upper'))}), p {_p(d.get('p'))}")  # fmt: skip
+            rows.append([str(name), *cells])
+        return [(f"{EXPLORATORY}: dismantling differences per probe (Welch t, 95% CI, two-sided "
+                 "p)", ["arms a-b", *stimuli], rows)]  # fmt: skip
+
+    def _by_truth_tables(self) -> list[tuple[str, list[str], list[list[str]]]]:
+        """analysis.md §3 exploratory.by_truth: the Wilson cells, then the Newcombe contrasts."""
+        r = self.result("exploratory.by_truth")
+        if r is None or r.get("status") != "ok":
+            return []
+        v = _obj(r.get("values"))
+        labels = [str(x) for x in v.get("labels") or []]
+        cells = _obj(v.get("cells"))
+
+        def cell(c: dict[str, Any]) -> str:
+            w = _obj(c.get("wilson"))
+            if not c.get("n"):
+                return "no trials"
+            return (f"{c.get('correct')}/{c.get('n')} = {_pct(w.get('estimate'))} "
+                    f"({_pct(w.get('lower'))} – {_pct(w.get('upper'))})")  # fmt: skip
+
+        rows = [[str(arm), *(cell(_obj(_obj(cells.get(arm)).get(label))) for label in labels)]
+                for arm in cells]  # fmt: skip
+        contrasts = []
+        for name, per in _obj(v.get("contrasts")).items():
+            texts = []
+            for label in labels:
+                d = _obj(_obj(per).get(label))
+                texts.append("not computable" if "error" in d or not d else
+                             f"{_pp(d.get('estimate'))} ({_pp(d.get('lower'))} to "
+                             f"{_pp(d.get('upper'))})")  # fmt: skip
+            contrasts.append([str(name), *texts])
+        return [
+            (f"{EXPLORATORY}: accuracy by arm and true answer (Wilson 95% CI)",
+             ["arm", *labels], rows),
+            (f"{EXPLORATORY}: arm differences by true answer (Newcombe 95% CI of the difference "
+             "(one answer per trial; – for charts))", ["arms a-b", *labels], contrasts),
+        ]  # fmt: skip
+
     def _exploratory_tables(self) -> list[tuple[str, list[str], list[list[str]]]]:
         out: list[tuple[str, list[str], list[list[str]]]] = []
         rows = []
@@ -871,6 +1067,8 @@ class _Expect:
                      "errors uniform over all labels? (chi-square; the paper's null, replicated)",
                      "errors uniform over the wrong labels? (chi-square, true label excluded)",
                      "answer vs truth distribution"], rows))  # fmt: skip
+        out += self._by_truth_tables()
+        out += self._by_stimulus_tables()
         rows = []
         for r in self.results:
             rid = str(r.get("id", ""))
@@ -967,6 +1165,9 @@ class _Expect:
         out.append(("h2", "Verdicts of the pre-registered hypotheses"))
         if not any(r.get("hypothesis") for r in self.results):
             out.append(("p", "No hypothesis results."))
+        if _component_classes(p, [r for r in self.results if r.get("hypothesis")]):
+            out += [("h2", "Prompt components: active, inactive, harmful or task-dependent"),
+                    ("p", COMPONENT_RULE)]
         listed = p.get("stimuli")
         stimuli: list[Any] = listed if isinstance(listed, list) else []
         items = p.get("items")
@@ -1006,6 +1207,10 @@ class _Expect:
             out += [("h3", "Specificity control"), ("p", self._failed_text(control))]
         else:
             out.append(("h3", "Specificity control"))
+        first_seq = self.results[0].get("seq") if self.results else None
+        if self.tumbling and _distribution(self.a, first_seq, self.arms):
+            out += [("h3", "Trial-level accuracy distribution per arm (descriptive)"),
+                    ("p", DISTRIBUTION_INTRO)]
         out.append(("h2", "Pre-registered model and contrasts"))
         model = self.result("model.lmm")
         if model is None:
@@ -1017,8 +1222,22 @@ class _Expect:
         out += [("h2", EXPLORATORY),
                 ("p", "None of these results was pre-registered. They describe the data and may "
                       "suggest hypotheses for a future study; they decide nothing."),
-                ("h3", f"{EXPLORATORY}: error phenotype by arm {EXPLORATORY}"),
-                ("h3", f"{EXPLORATORY}: paired-arm metrics {EXPLORATORY}"),
+                ("h3", f"{EXPLORATORY}: error phenotype by arm {EXPLORATORY}")]
+        by_truth = self.result("exploratory.by_truth")
+        if by_truth is not None:
+            out.append(("h3", f"{EXPLORATORY}: accuracy by true answer (per-orientation cells; "
+                              f"hypothesis-generating) {EXPLORATORY}"))  # fmt: skip
+            out.append(("p", self._failed_text(by_truth) if by_truth.get("status") != "ok" else
+                        "Each cell holds few trials and nothing here is adjusted for the number "
+                        "of cells: read these as hypotheses for a powered replication, as the "
+                        "paper does for its per-orientation findings."))  # fmt: skip
+        by_stimulus = self.result("exploratory.by_stimulus")
+        if by_stimulus is not None:
+            out.append(("h3", f"{EXPLORATORY}: dismantling contrasts per probe "
+                              f"(hypothesis-generating) {EXPLORATORY}"))  # fmt: skip
+            out.append(("p", self._failed_text(by_stimulus)
+                        if by_stimulus.get("status") != "ok" else BY_STIMULUS_INTRO))
+        out += [("h3", f"{EXPLORATORY}: paired-arm metrics {EXPLORATORY}"),
                 ("h3", f"{EXPLORATORY}: accuracy with a bootstrap over trials (probes are not "
                        f"resampled) {EXPLORATORY}")]
         by_model = self.result("exploratory.arm_by_model")
@@ -1033,12 +1252,17 @@ class _Expect:
         elif mult.get("status") != "ok":
             out.append(("p", self._failed_text(mult)))
         skip = ("exploratory.errors.", "exploratory.pair.", "exploratory.question_run.",
-                "exploratory.arm_by_model")
+                "exploratory.arm_by_model", "exploratory.by_truth", "exploratory.by_stimulus")
         for r in self.results:
             rid = str(r.get("id", ""))
             if (r.get("label") == "exploratory" and r.get("status") == "failed"
                     and not rid.startswith(skip) and rid != "exploratory.multiplicity"):
                 out.append(("p", self._failed_text(r)))
+        if self.posthoc:
+            out += [("h2", POSTHOC),
+                     ("p", "Each analysis below was declared after the data were unblinded and "
+                           "the registered analysis was recorded (an analysis.posthoc event after "
+                           "the last analysis.result). It has no verdict and changes none.")]
         out += [("h2", "Verification of the ledger"),
                 ("div", re.compile(r"(VERIFIED|FAILED): [0-9]+ events, root (–|[0-9a-f]{64}), "
                                    r"origin .*\.", re.S)),

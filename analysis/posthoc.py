@@ -1,0 +1,131 @@
+"""Post-hoc analyses: declared after unblinding, recorded as ``analysis.posthoc`` events.
+
+A post-hoc analysis is one the protocol did not register: the PROMPT paper's Experiment 2, for
+example, fitted "a post-hoc LMM sensitivity analysis with stimulus as random intercept" after it
+saw the data. ``ledger posthoc STUDY NAME --contrast A B`` declares one (its model, contrast and
+reason) once the registered analysis has been recorded, computes it on the same dataset, and
+appends one ``analysis.posthoc`` event holding the declaration and the result. It is labelled
+``post hoc`` in the event, the report and the archive, has no hypothesis and no verdict, and
+never changes an ``analysis.result``: the registered verdicts were recorded before it and stay
+as they are. The verifier recomputes every ``analysis.posthoc`` event from the dataset
+(``docs/analysis.md`` §6).
+"""
+
+from __future__ import annotations
+
+import hashlib
+from pathlib import Path
+from typing import Any
+
+from analysis import stats
+from analysis.analyze import Result, _guard, fit_model, load_dataset, models
+from ledger import EventSpec, Ledger, SigningKey
+from runner.lock import StudyError, check_integrity, ledger_path, protocol_event
+from runner.spec import ID_RE
+from runner.truth import stimulus_sources
+
+__all__ = ["POSTHOC_KIND", "POSTHOC_LABEL", "declare_posthoc", "posthoc_result"]
+
+POSTHOC_KIND = "analysis.posthoc"
+"""The event kind of a post-hoc analysis (``docs/ledger-format.md``)."""
+POSTHOC_LABEL = "post hoc"
+"""The label every post-hoc result carries (never ``pre-registered``)."""
+RANDOM_INTERCEPTS = ("stimulus", "source")
+
+
+def posthoc_result(ds: Any, plan: dict[str, Any], declared: dict[str, Any], name: str) -> Result:
+    """The result of one declared post-hoc mixed model (``docs/analysis.md`` §6).
+
+    ``declared`` = ``{"contrast": [a, b], "random_intercept", "arms", "reason"}``: accuracy ~
+    arm + (1 | random_intercept), REML, on the analysable trials of ``arms`` (all arms when
+    null), and the two-sided Wald contrast a − b with its 95% CI. ``values`` = the fit's members
+    plus ``contrast`` (and ``caution`` for a singular or unconverged fit).
+    """
+    a, b = (str(x) for x in declared["contrast"])
+    sub_plan = {**plan, "analysis": {**(plan.get("analysis") or {}),
+                                     "random_intercept": declared["random_intercept"],
+                                     "model_arms": declared.get("arms")}}  # fmt: skip
+    fitted, fit = fit_model(ds, sub_plan)
+    result = Result(
+        f"posthoc.{name}",
+        f"Post hoc (declared after unblinding): {a} - {b}, " + fitted.title.removeprefix(
+            "Linear mixed model: "),
+        POSTHOC_LABEL,
+        "lmm",
+    )  # fmt: skip
+
+    def compute() -> None:
+        if fit is None:
+            raise stats.StatsError(fitted.error or "the model could not be fitted")
+        result.values = {**(fitted.values or {}),
+                         "contrast": stats.contrast(fit, a, b, "two-sided").as_dict()}
+
+    return _guard(result, compute)
+
+
+def declare_posthoc(
+    root: str | Path,
+    key: SigningKey,
+    name: str,
+    contrast: tuple[str, str],
+    *,
+    reason: str,
+    random_intercept: str = "stimulus",
+    arms: list[str] | None = None,
+) -> dict[str, Any]:
+    """Declare, compute and record one post-hoc analysis; return the event body.
+
+    Refuses (naming what is wrong, appending nothing) before the registered analysis is
+    recorded, for a name already used, an unknown arm, a random intercept other than
+    ``stimulus`` or ``source`` (``source`` needs a truth table with a ``source`` column), or an
+    empty reason.
+    """
+    root = Path(root)
+    if not ID_RE.match(name):
+        raise StudyError(f"post-hoc name {name!r}: use letters, digits, '.', '_' or '-'")
+    if not reason.strip():
+        raise StudyError("--reason: say why this analysis is added after unblinding")
+    if random_intercept not in RANDOM_INTERCEPTS:
+        raise StudyError(f"--random-intercept {random_intercept!r}: use stimulus or source")
+    study = check_integrity(root)
+    with Ledger.open(ledger_path(root)) as log:
+        results = list(log.events("analysis.result"))
+        if not results:
+            raise StudyError(f"{root}: the registered analysis is not recorded yet; a post-hoc "
+                             "analysis comes after 'ledger analyze'")  # fmt: skip
+        for event in log.events(POSTHOC_KIND):
+            if event.body.get("id") == f"posthoc.{name}":
+                raise StudyError(f"{root}: post-hoc analysis {name!r} already recorded at seq "
+                                 f"{event.seq}; choose another name")  # fmt: skip
+        protocol = protocol_event(log)
+        assert protocol is not None
+        plan = protocol.body
+        known = sorted(plan["arms"])
+        for arm in [*contrast, *(arms or [])]:
+            if arm not in known:
+                raise StudyError(f"unknown arm {arm!r}; the study's arms are {', '.join(known)}")
+        if contrast[0] == contrast[1]:
+            raise StudyError(f"--contrast: {contrast[0]} against itself")
+        if arms is not None and not {*contrast} <= set(arms):
+            raise StudyError(f"--arms {','.join(arms)} must include both arms of the contrast")
+        settings = plan.get("analysis", {})
+        sources = stimulus_sources(study) if random_intercept == "source" else {}
+        ds = load_dataset(
+            log, exclude_unparseable=bool(settings.get("exclude_unparseable", True)),
+            parser=str((plan.get("response") or {}).get("parser", "tumbling-e-json")),
+            sources=sources, models=models(plan), variants=bool(plan.get("variants")),
+        )  # fmt: skip
+        declared = {"contrast": list(contrast), "random_intercept": random_intercept,
+                    "arms": sorted(arms) if arms is not None else None,
+                    "reason": " ".join(reason.split()), "after_seq": results[-1].seq}  # fmt: skip
+        result = posthoc_result(ds, plan, declared, name)
+        inputs = {
+            "scores_sha256": ds.scores_sha256,
+            "trials_csv_sha256": hashlib.sha256(ds.trials_csv()).hexdigest(),
+            "items_csv_sha256": hashlib.sha256(ds.items_csv()).hexdigest(),
+            "protocol_seq": protocol.seq,
+        }
+        body = {**result.as_dict(), "declared": declared, "inputs": inputs}
+        log.append_many([EventSpec(POSTHOC_KIND, body)], key=key)
+        log.sign_checkpoint(key)
+    return body
