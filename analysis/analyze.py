@@ -458,7 +458,8 @@ def descriptive(ds: Dataset, plan: dict[str, Any] | None = None) -> list[Result]
                                              strict=True), strict=True))  # fmt: skip
         tumbling = ds.trials[~ds.trials["control"]]
         grouped = tumbling.groupby(["arm", "stimulus"], sort=True)
-        excluded = grouped["excluded"].sum()
+        excluded_sums = grouped["excluded"].sum()
+        excluded = dict(zip(excluded_sums.index, excluded_sums.tolist(), strict=True))
         by_status: dict[tuple[Any, Any], dict[str, int]] = {}
         for (arm, stim, status), count in tumbling.groupby(
             ["arm", "stimulus", "status"], sort=True
@@ -477,7 +478,7 @@ def descriptive(ds: Dataset, plan: dict[str, Any] | None = None) -> list[Result]
             entry.update(
                 trials_scored=int(size),
                 status=dict(sorted(statuses.items())),
-                excluded=int(excluded.loc[(arm, stim)]),
+                excluded=int(excluded[(arm, stim)]),
                 parse_rate=(statuses.get("ok", 0) + statuses.get("partial", 0)) / int(size),
             )
             values[f"{arm}|{stim}"] = entry
