@@ -436,7 +436,7 @@ def test_mixed_model_flags_zero_residual_variance() -> None:
 def test_a_large_design_gets_the_reml_maximum_without_statsmodels(
         monkeypatch: pytest.MonkeyPatch) -> None:
     """CLOSED_FORM_MIN_GROUPS groups: statsmodels is not called; the verifier accepts the point
-    and statsmodels' own fit (then polished) is no more likely and agrees."""
+    and statsmodels' own fit is no more likely and agrees."""
     from verify._reml import RemlModel, check_point
 
     groups = stats.CLOSED_FORM_MIN_GROUPS
@@ -458,16 +458,15 @@ def test_a_large_design_gets_the_reml_maximum_without_statsmodels(
         [np.ones(len(df)), (df["arm"] == "B").to_numpy(float)]), df["item"].tolist(),
         [df["item"].tolist()]), [fit.group_variance, fit.residual_variance])
     assert reason is None and point.loglik == pytest.approx(fit.log_likelihood, abs=1e-6)
-    monkeypatch.setattr(stats, "CLOSED_FORM_MIN_GROUPS", groups + 1)
-    old = stats.mixed_model(df, "acc", "arm", "item", "A")
-    assert fit.log_likelihood >= old.log_likelihood - 1e-9 * abs(old.log_likelihood)
-    assert fit.group_variance == pytest.approx(old.group_variance, rel=1e-4)
-    assert fit.residual_variance == pytest.approx(old.residual_variance, rel=1e-6)
-    for new, ref in zip(fit.fixed_effects, old.fixed_effects, strict=True):
-        assert (new.estimate, new.se) == pytest.approx((ref.estimate, ref.se), rel=1e-6)
-    ref_sm = _quiet_fit(smf.mixedlm("acc ~ arm", df, groups=df["item"]))
-    assert [e.estimate for e in fit.fixed_effects] == pytest.approx(
-        list(ref_sm.fe_params), rel=1e-5)
+    # statsmodels' own formula fit: no more likely, and the same model within the tolerances
+    # of the small-design comparisons above
+    ref = _quiet_fit(smf.mixedlm("acc ~ arm", df, groups=df["item"]))
+    assert fit.log_likelihood >= float(ref.llf) - 1e-9 * abs(float(ref.llf))
+    assert fit.group_variance == pytest.approx(float(ref.cov_re.iloc[0, 0]), rel=1e-3)
+    assert fit.residual_variance == pytest.approx(ref.scale, rel=1e-5)
+    assert [e.estimate for e in fit.fixed_effects] == pytest.approx(list(ref.fe_params),
+                                                                    rel=1e-5)
+    assert [e.se for e in fit.fixed_effects] == pytest.approx(list(ref.bse_fe), rel=1e-4)
 
 
 def _quiet_fit(model: Any) -> Any:
