@@ -794,8 +794,9 @@ def _closed_form_fit(y: npt.NDArray[np.float64], exog: npt.NDArray[np.float64],
     bracket around :func:`_moment_start`'s ratio. The boundary ``σ²_g = 0``,
     ``σ²_e = RSS/(n − p)`` is a candidate too; the more likely of the two is returned (the
     log-likelihood from :func:`reml_loglik` with statsmodels' ``−(n − p)/2·log 2π``; the OLS
-    fit of the boundary by the normal equations on the centred outcome); None when nothing
-    finite is found.
+    fit of the boundary by the normal equations on the centred outcome). None (the caller
+    falls back to statsmodels) when Brent does not converge, stops at the bracket's upper
+    end, or nothing finite is found.
     """
     from scipy import optimize
 
@@ -827,6 +828,8 @@ def _closed_form_fit(y: npt.NDArray[np.float64], exog: npt.NDArray[np.float64],
     t0 = math.log(g0 / e0)
     res = optimize.minimize_scalar(neg, bounds=(t0 - 30.0, t0 + 12.0), method="bounded",
                                    options={"xatol": 1e-10, "maxiter": 500})
+    if not res.success or float(res.x) > t0 + 12.0 - 1e-3:
+        return None  # no maximum inside the bracket: statsmodels' path decides
     const = -0.5 * float(n_obs - p) * math.log(2 * math.pi)
     raw = reml_parts(y, exog, codes)
     candidates: list[tuple[float, float, float]] = []
