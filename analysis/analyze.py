@@ -375,7 +375,7 @@ def _items(ds: Dataset) -> pd.DataFrame:
         return cached
     t = _analysable(ds)
     it = ds.items
-    out = it[it["trial"].isin(set(t["trial"])) & (it["truth"] != CONTROL_TRUTH)]
+    out = it[it["trial"].isin(t["trial"].unique()) & (it["truth"] != CONTROL_TRUTH)]
     object.__setattr__(ds, "_analysable_items", out)
     return out
 
@@ -478,7 +478,8 @@ def descriptive(ds: Dataset, plan: dict[str, Any] | None = None) -> list[Result]
                                              strict=True), strict=True))  # fmt: skip
         tumbling = ds.trials[~ds.trials["control"]]
         grouped = tumbling.groupby(["arm", "stimulus"], sort=True)
-        excluded = grouped["excluded"].sum()
+        excluded_sums = grouped["excluded"].sum()
+        excluded = dict(zip(excluded_sums.index, excluded_sums.tolist(), strict=True))
         by_status: dict[tuple[Any, Any], dict[str, int]] = {}
         for (arm, stim, status), count in tumbling.groupby(
             ["arm", "stimulus", "status"], sort=True
@@ -497,7 +498,7 @@ def descriptive(ds: Dataset, plan: dict[str, Any] | None = None) -> list[Result]
             entry.update(
                 trials_scored=int(size),
                 status=dict(sorted(statuses.items())),
-                excluded=int(excluded.loc[(arm, stim)]),
+                excluded=int(excluded[(arm, stim)]),
                 parse_rate=(statuses.get("ok", 0) + statuses.get("partial", 0)) / int(size),
             )
             values[f"{arm}|{stim}"] = entry
@@ -577,7 +578,7 @@ def _trial_outcome(ds: Dataset) -> pd.DataFrame:
 
 def _model_reference(ds: Dataset, present: pd.Series) -> str:
     """The reference model of the model factor: the first declared model with data."""
-    seen = set(present.astype(str))
+    seen = set(present.astype(str).unique().tolist())
     return next((m for m in ds.models if m in seen), ds.models[0])
 
 
@@ -591,7 +592,7 @@ def fit_model(
     ``exploratory.arm_by_model``, which this function then returns under that id).
     """
     arms = plan["arms"]
-    present = set(_trial_outcome(ds)["arm"].astype(str))
+    present = set(_trial_outcome(ds)["arm"].astype(str).unique().tolist())
     full = [a for a in sorted(arms) if arms[a].get("role") == "full"]
     reference = full[0] if full else min(arms)
     if reference not in present and present:
@@ -645,7 +646,8 @@ def _pair_values(
     the arms share no model) every analysable trial of each arm is used.
     """
     t = _trial_outcome(ds)
-    shared = set(t.loc[t["arm"] == a, "model"]) & set(t.loc[t["arm"] == b, "model"])
+    shared = (set(t.loc[t["arm"] == a, "model"].unique().tolist())
+              & set(t.loc[t["arm"] == b, "model"].unique().tolist()))
     if shared:
         t = t[t["model"].isin(shared)]
     x = t[t["arm"] == a]["accuracy"].to_numpy(dtype=np.float64)
@@ -1060,7 +1062,7 @@ def exploratory(ds: Dataset, plan: dict[str, Any]) -> list[Result]:
         out.append(by_stimulus(ds, plan))
     for arm in ds.arms:
         out.append(_question_run(ds, design, arm, None))
-        ran = set(ds.trials.loc[ds.trials["arm"] == arm, "model"])
+        ran = set(ds.trials.loc[ds.trials["arm"] == arm, "model"].unique().tolist())
         for model in ds.models if ds.several_models else ():
             if model in ran:
                 out.append(_question_run(ds, design, arm, model))

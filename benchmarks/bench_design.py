@@ -147,9 +147,10 @@ def breakdown(ds: Any, plan: dict[str, Any]) -> dict[str, float]:
     """Where ``run_analyses``'s time goes, re-timed part by part on fresh copies of ``ds``.
 
     ``mixed models``: the registered model pooled, per model and with the arm x model cells
-    (statsmodels' MixedLM, then the REML polish); ``seed-002 kinds``: every seed-002
-    hypothesis (pooled and per model, the trials table built as analyze builds it) and
-    ``descriptive.mcq``.
+    (2,500 stimuli: the closed-form REML maximum, ``analysis.stats.CLOSED_FORM_MIN_GROUPS``;
+    smaller designs go through statsmodels' MixedLM and the polish); ``seed-002 kinds``:
+    every seed-002 hypothesis (pooled and per model, the trials table built as analyze builds
+    it) and ``descriptive.mcq``.
     """
     from dataclasses import replace
 

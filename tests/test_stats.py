@@ -246,7 +246,17 @@ def _simulate(rng: np.random.Generator, groups: int, reps: int, effects: dict[st
     return pd.DataFrame(rows)
 
 
-def test_mixed_model_recovers_known_parameters() -> None:
+@pytest.fixture(params=["statsmodels", "closed-form"])
+def lmm_path(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> str:
+    """A mixed-model test on both fitting paths: statsmodels' optimiser then the polish (small
+    designs), and the closed-form REML maximum of designs with ``CLOSED_FORM_MIN_GROUPS``
+    groups or more (here forced on the test's small data)."""
+    if request.param == "closed-form":
+        monkeypatch.setattr(stats, "CLOSED_FORM_MIN_GROUPS", 2)
+    return str(request.param)
+
+
+def test_mixed_model_recovers_known_parameters(lmm_path: str) -> None:
     truth = {"A": 0.95, "B": 0.55, "C": 0.75}
     df = _simulate(np.random.default_rng(11), 60, 4, truth, 0.15, 0.10)
     fit = stats.mixed_model(df, "acc", "arm", "probe", reference="B")
@@ -321,7 +331,7 @@ def _reml_loglik(phi: np.ndarray, y: np.ndarray, x: np.ndarray, z: np.ndarray) -
     return float(-0.5 * (np.linalg.slogdet(v)[1] + np.linalg.slogdet(xvx)[1] + r @ vi @ r))
 
 
-def test_variance_cis_match_a_dense_numerical_reml_hessian() -> None:
+def test_variance_cis_match_a_dense_numerical_reml_hessian(lmm_path: str) -> None:
     df = _simulate(np.random.default_rng(5), 8, 3, {"A": 0.8, "B": 0.5, "C": 0.6}, 0.2, 0.15)
     fit = stats.mixed_model(df, "acc", "arm", "probe", reference="B")
     y = df["acc"].to_numpy()
@@ -395,11 +405,16 @@ def test_mixed_model_degenerate_inputs() -> None:
         stats.mixed_model(df, "missing", "arm", "probe", reference="B")
 
 
-def test_mixed_model_flags_zero_group_variance_without_leaking_warnings() -> None:
+def test_mixed_model_flags_zero_group_variance_without_leaking_warnings(lmm_path: str) -> None:
     df = _simulate(np.random.default_rng(0), 30, 4, {"A": 0.7, "B": 0.5, "C": 0.4}, 0.0, 0.2)
     fit = stats.mixed_model(df, "acc", "arm", "probe", reference="B")
     assert fit.singular
     assert fit.group_variance <= 0.2**2 * 0.05
+    # statsmodels' boundary rule (σ²_g < 0.01) on both paths, recorded and not leaked (the
+    # statsmodels path records its optimiser's retries too)
+    assert "ConvergenceWarning: " + stats.BOUNDARY_WARNING in fit.warnings
+    if lmm_path == "closed-form":
+        assert fit.warnings == ("ConvergenceWarning: " + stats.BOUNDARY_WARNING,)
     assert math.isnan(fit.group_variance_ci_lower) and math.isnan(fit.residual_variance_ci_upper)
     assert json.loads(_json(fit))["group_variance_ci_upper"] is None
     assert math.isfinite(stats.contrast(fit, "A", "B").se)
@@ -416,6 +431,42 @@ def test_mixed_model_flags_zero_residual_variance() -> None:
     except StatsError:
         return
     assert fit.singular
+
+
+def test_a_large_design_gets_the_reml_maximum_without_statsmodels(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """CLOSED_FORM_MIN_GROUPS groups: statsmodels is not called; the verifier accepts the point
+    and statsmodels' own fit is no more likely and agrees."""
+    from verify._reml import RemlModel, check_point
+
+    groups = stats.CLOSED_FORM_MIN_GROUPS
+    rng = np.random.default_rng(31)
+    u = rng.normal(0.0, 0.1, groups)
+    df = pd.DataFrame({"item": np.repeat([f"q{g}" for g in range(groups)], 2),
+                       "arm": np.tile(["A", "B"], groups)})
+    df["acc"] = (rng.uniform(size=len(df)) < 0.6 + 0.1 * (df["arm"] == "B")
+                 + np.repeat(u, 2)).astype(float)
+
+    def refuse(*args: Any, **kwargs: Any) -> Any:
+        raise AssertionError("statsmodels' MixedLM was called")
+
+    with monkeypatch.context() as patch:
+        patch.setattr(stats, "MixedLM", refuse)
+        fit = stats.mixed_model(df, "acc", "arm", "item", "A")
+    assert fit.converged and not fit.singular
+    point, reason = check_point(RemlModel(df["acc"], np.column_stack(
+        [np.ones(len(df)), (df["arm"] == "B").to_numpy(float)]), df["item"].tolist(),
+        [df["item"].tolist()]), [fit.group_variance, fit.residual_variance])
+    assert reason is None and point.loglik == pytest.approx(fit.log_likelihood, abs=1e-6)
+    # statsmodels' own formula fit: no more likely, and the same model within the tolerances
+    # of the small-design comparisons above
+    ref = _quiet_fit(smf.mixedlm("acc ~ arm", df, groups=df["item"]))
+    assert fit.log_likelihood >= float(ref.llf) - 1e-9 * abs(float(ref.llf))
+    assert fit.group_variance == pytest.approx(float(ref.cov_re.iloc[0, 0]), rel=1e-3)
+    assert fit.residual_variance == pytest.approx(ref.scale, rel=1e-5)
+    assert [e.estimate for e in fit.fixed_effects] == pytest.approx(list(ref.fe_params),
+                                                                    rel=1e-5)
+    assert [e.se for e in fit.fixed_effects] == pytest.approx(list(ref.bse_fe), rel=1e-4)
 
 
 def _quiet_fit(model: Any) -> Any:
@@ -447,7 +498,7 @@ def _two_models(rng: np.random.Generator, *, drop: tuple[str, str] | None = None
     return pd.DataFrame(rows)
 
 
-def test_mixed_model_with_a_model_factor_matches_the_statsmodels_formula_fit() -> None:
+def test_mixed_model_with_a_model_factor_matches_the_statsmodels_formula_fit(lmm_path: str) -> None:
     df = _two_models(np.random.default_rng(21))
     fit = stats.mixed_model(df, "acc", "arm", "item", "A", factors={"model": "m1"})
     ref = _quiet_fit(smf.mixedlm("acc ~ C(arm, Treatment('A')) + C(model, Treatment('m1'))",
@@ -475,7 +526,8 @@ def test_mixed_model_with_a_model_factor_matches_the_statsmodels_formula_fit() -
     assert not {"factors", "factor_references", "interaction"} & set(plain)
 
 
-def test_arm_by_model_interaction_and_its_wald_test_match_a_direct_computation() -> None:
+def test_arm_by_model_interaction_and_its_wald_test_match_a_direct_computation(
+        lmm_path: str) -> None:
     df = _two_models(np.random.default_rng(22))
     fit = stats.mixed_model(df, "acc", "arm", "item", "A", factors={"model": "m1"},
                             interaction=True)
@@ -498,7 +550,8 @@ def test_arm_by_model_interaction_and_its_wald_test_match_a_direct_computation()
         stats.wald_test(fit, [])
 
 
-def test_an_arm_missing_on_a_model_drops_its_cell_or_refuses_a_confounded_design() -> None:
+def test_an_arm_missing_on_a_model_drops_its_cell_or_refuses_a_confounded_design(
+        lmm_path: str) -> None:
     df = _two_models(np.random.default_rng(23), drop=("C", "m2"))
     fit = stats.mixed_model(df, "acc", "arm", "item", "A", factors={"model": "m1"},
                             interaction=True)
