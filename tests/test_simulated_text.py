@@ -563,7 +563,11 @@ def test_image_requests_are_answered_as_before() -> None:
 
 
 def test_image_answers_are_pinned() -> None:
-    """Responses to image requests, hashed: the same bytes as before text requests existed."""
+    """Responses to image requests, hashed: the bytes of ``prompt-sim-4``.
+
+    Text requests never move them; a new simulated model version does (``prompt-sim-4`` gave
+    orientation words Experiment 2's phenotype) and re-pins them.
+    """
     image = Image.new("L", (120, 90), 255)
     image.paste(0, (20, 5, 60, 30))
     buffer = io.BytesIO()
@@ -591,7 +595,7 @@ def test_image_answers_are_pinned() -> None:
     assert digest.hexdigest() == IMAGE_PIN
 
 
-IMAGE_PIN = "3ae4539dc935b4631c19c98cdbdbd1fa2a99d467a976c61684ca06322523e632"
+IMAGE_PIN = "e4a6ce528ae638f1005059fbd9bd356731e82a92436dc3b2fdc2688a62f4548d"
 """Computed with ``runner/simulated.py`` of commit 184c475, before text requests existed."""
 
 

@@ -387,5 +387,5 @@ def test_the_template_demo_refuses_replicates(tmp_path: Path) -> None:
     out = CliRunner().invoke(main, ["demo", str(tmp_path / "d"), "--template", TEMPLATE,
                                     "--replicates", "3"])  # fmt: skip
     assert out.exit_code == 2
-    assert "--replicates applies to the prompt-tumbling-e demo" in out.output
+    assert "--replicates does not apply to the medmcqa-prompt-sensitivity demo" in out.output
     assert not (tmp_path / "d").exists()
