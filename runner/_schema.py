@@ -32,6 +32,7 @@ __all__ = [
     "FEWSHOT_KEYS",
     "HYPOTHESIS_KEYS",
     "MODEL_KEYS",
+    "REVIEW_KEYS",
     "SAMPLING_KEYS",
     "SECTIONS",
     "SUBSET_KEYS",
@@ -51,7 +52,7 @@ KeyPath = tuple[str | int, ...]
 SECTIONS: Final = (
     "study", "model", "models", "components", "prompt", "fewshot", "arms", "stimuli", "design",
     "response", "hypotheses", "analysis", "deviations", "variants", "witnesses", "witnessing",
-    "timestamping",
+    "timestamping", "reviews",
 )  # fmt: skip
 """The top-level tables of a study spec, in the order the docs list them."""
 
@@ -98,6 +99,10 @@ HYPOTHESIS_KEYS: Final = (
 WITNESS_KEYS: Final = ("name", "vkey", "url")
 """The keys of each ``[[witnesses]]`` entry (``docs/witness.md`` §8)."""
 DEVIATION_KEYS: Final = ("id", "source", "choice", "reason")
+REVIEW_KEYS: Final = ("failed", "succeeded", "n", "seed", "model", "description")
+"""The keys of each ``[reviews.<NAME>]`` (a declared review sample, ``docs/study-spec.md``)."""
+CONDITION_KEYS: Final = ("arm", "variant")
+"""The keys of a review's ``failed`` and ``succeeded`` tables."""
 """The keys of each ``[[deviations]]`` entry (a declared deviation from the source protocol)."""
 
 
@@ -202,6 +207,17 @@ def unknown_keys(data: dict[str, Any]) -> list[Unknown]:
         for index, witness in enumerate(witnesses):
             if isinstance(witness, dict):
                 check(witness, ("witnesses", index), f"[[witnesses]] #{index + 1}", WITNESS_KEYS)
+    reviews = data.get("reviews")
+    if isinstance(reviews, dict):
+        for name, review in reviews.items():
+            if not isinstance(review, dict):
+                continue
+            label = f"[reviews.{_quote(name)}]"
+            check(review, ("reviews", name), label, REVIEW_KEYS)
+            for side in ("failed", "succeeded"):
+                inner = review.get(side)
+                if isinstance(inner, dict):
+                    check(inner, ("reviews", name, side), f"{label} {side}", CONDITION_KEYS)
     deviations = data.get("deviations")
     if isinstance(deviations, list):
         for index, deviation in enumerate(deviations):

@@ -295,6 +295,7 @@ def protocol_body(study: Study, secret: bytes, order: list[str]) -> dict[str, An
         "response": study.response_plan(),
         "hypotheses": hypotheses,
         **({"deviations": [dict(d) for d in study.deviations]} if study.deviations else {}),
+        **({"reviews": {r.name: r.locked() for r in study.reviews}} if study.reviews else {}),
         "analysis": study.analysis,
         "amendable": list(study.amendable),
         "environment": environment(),

@@ -298,6 +298,8 @@ class Study:
     models: dict[str, ModelSpec] | None = None
     phase: str | None = None
     variants: tuple[VariantSpec, ...] = ()
+    reviews: tuple[Review, ...] = ()
+    """Declared review samples (``[reviews.<NAME>]``), locked."""
     witnessing: WitnessPolicy | None = None  # [[witnesses]] and [witnessing] (docs/witness.md)
     timestamping: TimestampSpec | None = None  # [timestamping] (docs/witness.md section 9)
 
@@ -835,6 +837,136 @@ def _kind_keys(
     return out
 
 
+def arm_runs(variants: Iterable[VariantSpec], arm: Arm, name: str) -> bool:
+    """Whether ``arm`` runs the variant ``name`` (``original`` alone in a study without any)."""
+    declared = {v.name: v for v in variants}
+    if not declared:
+        return name == "original"
+    spec = declared.get(name)
+    if spec is None:
+        base = name.rsplit("-", 1)[0]
+        spec = declared.get(base)
+        if spec is None or spec.kind != "all-orders" or not name.rsplit("-", 1)[1].isdigit():
+            return False
+    return arm.variants is None or name in arm.variants or spec.name in arm.variants
+
+
+@dataclass(frozen=True)
+class Review:
+    """A declared review sample (``[reviews.<NAME>]``, ``docs/study-spec.md``).
+
+    The ``n`` (item, rep) pairs with the smallest ``SHA-256("<seed>|<item>|<rep>")`` among
+    those where ``failed`` (arm, variant) was wrong and ``succeeded`` right, on ``model``
+    (``docs/mcq-statistics.md`` §9), exported with both responses for human coding.
+    """
+
+    name: str
+    failed: tuple[str, str]
+    succeeded: tuple[str, str]
+    n: int
+    seed: str
+    model: str | None = None
+    description: str = ""
+
+    def locked(self) -> dict[str, Any]:
+        """The review as ``protocol.locked`` ``reviews.<NAME>`` records it."""
+        out: dict[str, Any] = {
+            "failed": {"arm": self.failed[0], "variant": self.failed[1]},
+            "succeeded": {"arm": self.succeeded[0], "variant": self.succeeded[1]},
+            "n": self.n, "seed": self.seed, "description": self.description,
+        }  # fmt: skip
+        if self.model is not None:
+            out["model"] = self.model
+        return out
+
+
+def _reviews(
+    c: _Collector, data: dict[str, Any], arms: dict[str, Arm], variants: list[VariantSpec],
+    models: dict[str, ModelSpec] | None, parser: str, item_study: bool,
+) -> tuple[Review, ...]:
+    """The ``[reviews.<NAME>]`` tables, each checked against the design (module docstring)."""
+    raw = data.get("reviews")
+    if raw is None:
+        return ()
+    if not isinstance(raw, dict) or not raw or not all(isinstance(v, dict) for v in raw.values()):
+        c.add("reviews", "declare each review sample as a [reviews.<NAME>] table")
+        return ()
+    out: list[Review] = []
+    for name, table in raw.items():
+        where = f"reviews.{name}"
+        path: KeyPath = ("reviews", name)
+        if not ID_RE.match(name):
+            c.add(where, "review names are letters, digits, '.', '_' or '-' (at most 64)", path)
+        if not item_study:
+            c.add(where, "a review sample needs an item file ([stimuli] items)", path)
+        elif parser not in LETTER_PARSERS:
+            c.add(where, f"a review sample pairs trials scored right or wrong on option letters: "
+                  f"it needs parser 'multiple-choice' or 'cloze', not {parser!r}", path)
+        model = table.get("model")
+        if model is not None:
+            if models is None:
+                c.add(f"{where}.model", "the study has one [model]; name no model",
+                      (*path, "model"))  # fmt: skip
+                model = None
+            elif not isinstance(model, str) or model not in models:
+                c.add(f"{where}.model", f"unknown model {model!r} (models: "
+                      f"{', '.join(models)})", (*path, "model"))  # fmt: skip
+                model = None
+        elif models is not None and len(models) > 1:
+            c.add(f"{where}.model", f"missing: the study has {len(models)} models; a review "
+                  "sample names the one whose trials it draws", (*path, "model"))  # fmt: skip
+        elif models is not None:
+            model = next(iter(models))
+        sides: dict[str, tuple[str, str]] = {}
+        for side in ("failed", "succeeded"):
+            spot = (*path, side)
+            cond = table.get(side)
+            if cond is None:
+                c.add(f"{where}.{side}", "missing (e.g. { arm = \"A\", variant = \"original\" })",
+                      spot)  # fmt: skip
+                continue
+            if not isinstance(cond, dict):
+                c.add(f"{where}.{side}", f"must be a table {{ arm = ..., variant = ... }}, got "
+                      f"{cond!r}", spot)  # fmt: skip
+                continue
+            arm_id = cond.get("arm")
+            variant = cond.get("variant", "original")
+            if not isinstance(arm_id, str) or arm_id not in arms:
+                c.add(f"{where}.{side}.arm", f"unknown arm {arm_id!r} (arms: "
+                      f"{', '.join(arms)})", (*spot, "arm"))  # fmt: skip
+                continue
+            arm = arms[arm_id]
+            if not isinstance(variant, str) or not arm_runs(variants, arm, variant):
+                known = ", ".join([v.name for v in variants] if variants else ["original"])
+                c.add(f"{where}.{side}.variant", f"arm {arm_id!r} does not run variant "
+                      f"{variant!r} (variants: {known}; the arm's variants: "
+                      f"{', '.join(arm.variants) if arm.variants else 'all'})",
+                      (*spot, "variant" if "variant" in cond else "arm"))  # fmt: skip
+                continue
+            if isinstance(model, str) and arm.models is not None and model not in arm.models:
+                c.add(f"{where}.{side}.arm", f"arm {arm_id!r} does not run model {model!r}",
+                      (*spot, "arm"))  # fmt: skip
+                continue
+            sides[side] = (arm_id, variant)
+        if len(sides) == 2 and sides["failed"] == sides["succeeded"]:
+            c.add(f"{where}.succeeded", "names the same arm and variant as failed",
+                  (*path, "succeeded"))  # fmt: skip
+        n = table.get("n")
+        if isinstance(n, bool) or not isinstance(n, int) or n < 1:
+            c.add(f"{where}.n", f"must be an integer >= 1 (the cases to draw), got {n!r}",
+                  (*path, "n"))  # fmt: skip
+        seed = _int_seed(c, table, "seed", where)
+        description = table.get("description", "")
+        if not isinstance(description, str):
+            c.add(f"{where}.description", f"must be a string, got {description!r}",
+                  (*path, "description"))  # fmt: skip
+            description = ""
+        if len(sides) == 2 and isinstance(n, int) and seed:
+            out.append(Review(name, sides["failed"], sides["succeeded"], int(n), seed,
+                              model if isinstance(model, str) else None, description))
+    return tuple(out)
+
+
 def _check_kinds(
     c: _Collector, hypotheses: list[Hypothesis], arms: dict[str, Arm],
     variants: list[VariantSpec], models: dict[str, ModelSpec] | None, model: dict[str, Any],
@@ -844,18 +976,8 @@ def _check_kinds(
 
     A study without variants has the one variant ``original`` (the items as written).
     """
-    declared = {v.name: v for v in variants}
-
     def runs(arm: Arm, name: str) -> bool:
-        if not variants:
-            return name == "original"
-        spec = declared.get(name)
-        if spec is None:
-            base = name.rsplit("-", 1)[0]
-            spec = declared.get(base)
-            if spec is None or spec.kind != "all-orders" or not name.rsplit("-", 1)[1].isdigit():
-                return False
-        return arm.variants is None or name in arm.variants or spec.name in arm.variants
+        return arm_runs(variants, arm, name)
 
     for i, h in enumerate(hypotheses):
         where = f"hypotheses[{i}]"
@@ -1552,6 +1674,7 @@ def load_study(root: str | Path, *, strict: bool = True) -> Study:
                 c.add(f"arms.{arm.id}.variants", f"unknown variant {name!r} (variants: {known})")
     _check_kinds(c, hypotheses, arms, variants, models, model_out, int(replicates),
                  items_path is not None)  # fmt: skip
+    reviews = _reviews(c, data, arms, variants, models, response.parser, items_path is not None)
     witnessing = parse_policy(data, c.add)
     timestamping = parse_timestamping(data, c.add)
     deviations = _deviations(c, data)
@@ -1568,7 +1691,7 @@ def load_study(root: str | Path, *, strict: bool = True) -> Study:
         deviations=deviations,
         answer_column=answer_column, letters=letters, mode=response.mode,
         items_path=items_path, prompt=prompt, fewshot=fewshot, models=models, phase=phase,
-        variants=tuple(variants),
+        variants=tuple(variants), reviews=reviews,
         witnessing=witnessing, timestamping=timestamping,
     )
     if items is not None:  # read once, here: Study.load_items returns it from now on

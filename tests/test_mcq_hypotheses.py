@@ -209,6 +209,14 @@ bootstrap_iterations = 300
 parser = "multiple-choice"
 mode = "first-token"
 ''' + HYPOTHESES + '''
+[reviews.bare_hurt]
+description = "Cases where the bare prompt was wrong and the task prompt right, for coding."
+failed = { arm = "bare", variant = "original" }
+succeeded = { arm = "direct" }
+model = "small"
+n = 3
+seed = 7
+
 [analysis]
 exclude_unparseable = false
 '''

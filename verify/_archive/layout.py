@@ -83,6 +83,9 @@ def check_layout(a: Archive) -> Check:
     for arm in arms if type(arms) is dict else {}:
         allowed.add(f"protocol/arms/{arm}.txt")
     allowed.update(f"analysis/figures/{name}" for name in figure_names(a))
+    reviews = a.protocol.get("reviews")  # docs/archive-format.md: one CSV per review sample
+    for name in reviews if type(reviews) is dict else {}:
+        allowed.add(f"analysis/review/{name}.csv")
     allowed.update(f"ledger/keys/{name}" for name in a.key_files)
     if any("witnessing" in a.body(s) for s in a.of_kind("protocol.locked")):
         allowed.add(POLICY_FILE)  # the trust policy of a witnessed study (docs/witness.md)
