@@ -1567,6 +1567,32 @@ def run_analyses(
     extra = sensitivity_lmm(ds, last_part, fit, tested)  # the whole data's hypotheses only
     if extra is not None:
         out.append(extra)
+    out.extend(review_results(ds, plan))
+    return out
+
+
+def review_results(ds: Dataset, plan: dict[str, Any]) -> list[Result]:
+    """One ``review.<NAME>`` per declared contrast review sample, in name order.
+
+    (:mod:`analysis.review`; a ``judge-label`` sample is labelled by reviewers instead.)
+    """
+    from analysis import mcq
+    from analysis.review import review_values
+
+    out = []
+    for name, review in sorted((plan.get("reviews") or {}).items()):
+        if review.get("kind") != "contrast":
+            continue
+        r = Result(f"review.{name}", f"Review sample {name}: {review['failed']['arm']} wrong, "
+                   f"{review['succeeded']['arm']} right", "descriptive", "review-sample")
+
+        def compute(r: Result = r, review: dict[str, Any] = review) -> None:
+            try:
+                r.values = review_values(ds, plan, review)
+            except mcq.McqError as exc:
+                raise stats.StatsError(str(exc)) from None
+
+        out.append(_guard(r, compute))
     return out
 
 

@@ -142,9 +142,10 @@ def review(
 ) -> None:
     """List a locked review sample of judge decisions, or record a reviewer's label.
 
-    The sample ([reviews.NAME] in study.toml) is drawn from the sealed judge decisions,
-    stratified by judge agreement; a label is a signed review.recorded event by a key with
-    the role reviewer.
+    The sample ([reviews.NAME] with a step in study.toml) is drawn from the sealed judge
+    decisions, stratified by judge agreement; a label is a signed review.recorded event by a
+    key with the role reviewer. A contrast sample (failed, succeeded) is not listed here:
+    'ledger export' writes it to analysis/review/NAME.csv.
 
     \b
     Example:

@@ -213,7 +213,8 @@ def _score_files(w: _Writer, log: Ledger) -> None:
     w.put("scores/scores.csv", _csv_bytes(SCORE_COLUMNS, rows))
 
 
-def _analysis_files(w: _Writer, root: Path, log: Ledger) -> list[dict[str, Any]]:
+def _analysis_files(w: _Writer, root: Path, log: Ledger,
+                    study: Study | None = None) -> list[dict[str, Any]]:
     results = [{"seq": e.seq, **e.body} for e in log.events("analysis.result")]
     if not results:
         raise StudyError(f"{root}: nothing to export yet; run 'ledger analyze' first")
@@ -227,6 +228,7 @@ def _analysis_files(w: _Writer, root: Path, log: Ledger) -> list[dict[str, Any]]
         for r in results
         if r["hypothesis"]
     ]  # fmt: skip
+    _review_files(w, study or check_integrity(root), log, results)
     w.put(
         "analysis/tables/verdicts.csv",
         _csv_bytes(("hypothesis", "test", "status", "verdict", "decided_by", "error"), verdicts),
@@ -245,6 +247,25 @@ def _analysis_files(w: _Writer, root: Path, log: Ledger) -> list[dict[str, Any]]
                 name = "analysis/report.html" if rel == "report.html" else f"analysis/figures/{rel}"
                 w.put(name, path.read_bytes())
     return results
+
+
+def _review_files(w: _Writer, study: Study, log: Ledger, results: list[dict[str, Any]]) -> None:
+    """``analysis/review/<NAME>.csv`` of each computed ``review.<NAME>`` result."""
+    from analysis.review import review_csv, review_text
+
+    reviews = [r for r in results if str(r["id"]).startswith("review.") and r["status"] == "ok"]
+    if not reviews:
+        return
+    items = {item.id: item.data for item in study.load_items()}
+
+    def response(seq: int) -> str:
+        event = log.get(seq)
+        fmt = str(event.body.get("format", "anthropic-messages"))
+        return review_text(log.blob(event.blobs["response"]), fmt)
+
+    for r in reviews:
+        name = str(r["id"])[len("review."):]
+        w.put(f"analysis/review/{name}.csv", review_csv(r["values"], items, response))
 
 
 def _cell_text(value: Any) -> str:
@@ -554,7 +575,7 @@ def export_study(
             if study.steps:
                 _step_file(w, study, log)
             _score_files(w, log)
-            results = _analysis_files(w, root, log)
+            results = _analysis_files(w, root, log, study)
             w.put("README.md", _readme(study, log, results))
             for event in log.events():
                 for digest in event.blobs.values():

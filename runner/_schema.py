@@ -28,10 +28,14 @@ from typing import Any, Final
 
 __all__ = [
     "ARM_KEYS",
+    "CONDITION_KEYS",
+    "CONTRAST_REVIEW_KEYS",
     "DIFFERS_FROM_KEYS",
     "FEWSHOT_KEYS",
     "HYPOTHESIS_KEYS",
+    "JUDGE_REVIEW_KEYS",
     "MODEL_KEYS",
+    "REVIEW_KEYS",
     "SAMPLING_KEYS",
     "SECTIONS",
     "STEP_KEYS",
@@ -107,8 +111,15 @@ STEP_KEYS: Final = (
     "aggregate", "sees", "keep",
 )  # fmt: skip
 """The keys of each ``[steps.<NAME>]`` (``docs/prompts.md`` section 8; ``runner.steps``)."""
-REVIEW_KEYS: Final = ("step", "n", "seed")
-"""The keys of each ``[reviews.<NAME>]`` (``docs/scoring.md`` section 11)."""
+JUDGE_REVIEW_KEYS: Final = ("step",)
+"""The keys only a judge-label review sample has (``docs/scoring.md`` section 11)."""
+CONTRAST_REVIEW_KEYS: Final = ("failed", "succeeded", "model")
+"""The keys only a contrast review sample has (``docs/mcq-statistics.md`` section 9)."""
+REVIEW_KEYS: Final = ("step", "failed", "succeeded", "n", "seed", "model", "description")
+"""The keys of each ``[reviews.<NAME>]`` of either kind (``docs/study-spec.md``); which of
+:data:`JUDGE_REVIEW_KEYS` and :data:`CONTRAST_REVIEW_KEYS` a table has decides its kind."""
+CONDITION_KEYS: Final = ("arm", "variant")
+"""The keys of a contrast review's ``failed`` and ``succeeded`` tables."""
 
 
 @dataclass(frozen=True)
@@ -192,7 +203,7 @@ def unknown_keys(data: dict[str, Any]) -> list[Unknown]:
                     check(inner, ("arms", arm_id, sub), f"[arms.{_quote(arm_id)}.{sub}]", keys)
     for section, keys in (
         ("models", MODEL_KEYS), ("fewshot", FEWSHOT_KEYS), ("variants", VARIANT_KEYS),
-        ("steps", STEP_KEYS), ("reviews", REVIEW_KEYS),
+        ("steps", STEP_KEYS),
     ):  # fmt: skip
         named = data.get(section)
         if isinstance(named, dict):
@@ -213,6 +224,17 @@ def unknown_keys(data: dict[str, Any]) -> list[Unknown]:
         for index, witness in enumerate(witnesses):
             if isinstance(witness, dict):
                 check(witness, ("witnesses", index), f"[[witnesses]] #{index + 1}", WITNESS_KEYS)
+    reviews = data.get("reviews")
+    if isinstance(reviews, dict):
+        for name, review in reviews.items():
+            if not isinstance(review, dict):
+                continue
+            label = f"[reviews.{_quote(name)}]"
+            check(review, ("reviews", name), label, REVIEW_KEYS)
+            for side in ("failed", "succeeded"):
+                inner = review.get(side)
+                if isinstance(inner, dict):
+                    check(inner, ("reviews", name, side), f"{label} {side}", CONDITION_KEYS)
     deviations = data.get("deviations")
     if isinstance(deviations, list):
         for index, deviation in enumerate(deviations):

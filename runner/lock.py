@@ -257,8 +257,6 @@ def protocol_design(study: Study) -> dict[str, Any]:
         out["fewshot"] = sets
     if study.steps:  # docs/prompts.md §8: everything that shapes a step request
         out["steps"] = {name: spec.record(study.rel) for name, spec in study.steps.items()}
-    if study.reviews:  # docs/scoring.md §11: the review samples, declared before any decision
-        out["reviews"] = {name: dict(r) for name, r in study.reviews.items()}
     if study.variants:  # docs/variants.md: definitions and the expanded variant order
         out["variants"] = {spec.name: spec.record() for spec in study.variants}
         out["variant_order"] = [v.name for v in study.variant_list()]
@@ -304,6 +302,7 @@ def protocol_body(study: Study, secret: bytes, order: list[str]) -> dict[str, An
         "response": study.response_plan(),
         "hypotheses": hypotheses,
         **({"deviations": [dict(d) for d in study.deviations]} if study.deviations else {}),
+        **({"reviews": {r.name: r.locked() for r in study.reviews}} if study.reviews else {}),
         "analysis": study.analysis,
         "amendable": list(study.amendable),
         "environment": environment(),

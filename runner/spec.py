@@ -23,7 +23,7 @@ from typing import Any, Final
 from ledger import describe_os_error, describe_utf8_error
 from runner._errors import SpecError as SpecError
 from runner._errors import StudyError
-from runner._schema import KeyPath, LineFinder, path_of, unknown_keys
+from runner._schema import CONTRAST_REVIEW_KEYS, KeyPath, LineFinder, path_of, unknown_keys
 from runner.steps import StepSpec, parse_steps
 from runner.timestamping import TimestampSpec, parse_timestamping
 from runner.variants import FIELD_KINDS, KIND_KEYS, KINDS, Variant, VariantSpec
@@ -308,7 +308,8 @@ class Study:
     witnessing: WitnessPolicy | None = None  # [[witnesses]] and [witnessing] (docs/witness.md)
     timestamping: TimestampSpec | None = None  # [timestamping] (docs/witness.md section 9)
     steps: dict[str, StepSpec] = field(default_factory=dict)  # [steps.NAME] (docs/prompts.md §8)
-    reviews: dict[str, dict[str, Any]] = field(default_factory=dict)  # [reviews.NAME] (§11)
+    reviews: tuple[Review, ...] = ()
+    """Declared review samples (``[reviews.<NAME>]`` of either kind), locked."""
 
     def model_specs(self) -> list[ModelSpec]:
         """Every model, in declaration order (one, named None, for a ``[model]`` study)."""
@@ -848,6 +849,214 @@ def _kind_keys(
     return out
 
 
+def arm_runs(variants: Iterable[VariantSpec], arm: Arm, name: str) -> bool:
+    """Whether ``arm`` runs the variant ``name`` (``original`` alone in a study without any)."""
+    declared = {v.name: v for v in variants}
+    if not declared:
+        return name == "original"
+    spec = declared.get(name)
+    if spec is None:
+        base = name.rsplit("-", 1)[0]
+        spec = declared.get(base)
+        if spec is None or spec.kind != "all-orders" or not name.rsplit("-", 1)[1].isdigit():
+            return False
+    return arm.variants is None or name in arm.variants or spec.name in arm.variants
+
+
+REVIEW_KINDS = ("judge-label", "contrast")
+"""The kinds of ``[reviews.<NAME>]`` (``docs/study-spec.md``): a sample of judge decisions
+stratified by agreement (``docs/scoring.md`` §11), or of items where one condition failed and
+another succeeded (``docs/mcq-statistics.md`` §9). The keys a table has decide its kind."""
+
+
+@dataclass(frozen=True)
+class Review:
+    """A declared review sample (``[reviews.<NAME>]``, ``docs/study-spec.md``).
+
+    ``kind`` ``judge-label``: ``n`` decisions of the trial judge ``step`` per stratum of judge
+    agreement, drawn by ``seed`` (``docs/scoring.md`` §11), labelled by a reviewer with
+    ``ledger review``. ``kind`` ``contrast``: the ``n`` (item, rep) pairs with the smallest
+    ``SHA-256("<seed>|<item>|<rep>")`` among those where ``failed`` (arm, variant) was wrong and
+    ``succeeded`` right, on ``model`` (``docs/mcq-statistics.md`` §9), exported with both
+    responses for human coding.
+    """
+
+    name: str
+    kind: str
+    n: int
+    seed: str
+    description: str = ""
+    step: str | None = None
+    failed: tuple[str, str] | None = None
+    succeeded: tuple[str, str] | None = None
+    model: str | None = None
+
+    def locked(self) -> dict[str, Any]:
+        """The review as ``protocol.locked`` ``reviews.<NAME>`` records it."""
+        if self.kind == "judge-label":
+            return {"kind": self.kind, "step": self.step, "n": self.n, "seed": self.seed,
+                    "strata": "unanimity", "description": self.description}  # fmt: skip
+        assert self.failed is not None and self.succeeded is not None
+        out: dict[str, Any] = {
+            "kind": self.kind,
+            "failed": {"arm": self.failed[0], "variant": self.failed[1]},
+            "succeeded": {"arm": self.succeeded[0], "variant": self.succeeded[1]},
+            "n": self.n, "seed": self.seed, "description": self.description,
+        }  # fmt: skip
+        if self.model is not None:
+            out["model"] = self.model
+        return out
+
+
+def _review_kind(c: _Collector, name: str, table: dict[str, Any]) -> str | None:
+    """The kind of ``[reviews.<name>]`` from its keys, or ``None`` (reported) when unclear.
+
+    ``step`` makes a judge-label sample; ``failed``, ``succeeded`` or ``model`` a contrast
+    sample. Each key of the other kind in a table is refused at its line.
+    """
+    where, path = f"reviews.{name}", ("reviews", name)
+    if "step" in table:
+        for key in (k for k in CONTRAST_REVIEW_KEYS if k in table):
+            c.add(f"{where}.{key}", "a contrast sample's key (with failed and succeeded), but "
+                  "this table names a step, so it is a judge-label sample (keys: step, n, "
+                  "seed, description); a review sample is one kind", (*path, key))  # fmt: skip
+        return "judge-label"
+    if any(k in table for k in CONTRAST_REVIEW_KEYS):
+        return "contrast"
+    c.add(where, "say which sample it is: step = \"<judge step>\" (judge decisions, "
+          "docs/scoring.md §11) or failed = { arm = ... } and succeeded = { arm = ... } "
+          "(items where one condition failed and another succeeded)", path)  # fmt: skip
+    return None
+
+
+def _judge_review(
+    c: _Collector, name: str, table: dict[str, Any], steps: dict[str, StepSpec]
+) -> str | None:
+    """The judge step of a judge-label review sample (``docs/scoring.md`` §11), checked."""
+    where, path = f"reviews.{name}", ("reviews", name)
+    step = table.get("step")
+    spec = steps.get(step) if isinstance(step, str) else None
+    if spec is None or spec.on != "trial" or spec.parser != "label":
+        known = ", ".join(n for n, s in steps.items() if s.on == "trial" and s.parser == "label")
+        c.add(f"{where}.step", f"must name a trial step with the label parser, got {step!r} "
+              f"(such steps: {known or 'none declared'})", (*path, "step"))  # fmt: skip
+        return None
+    return str(step)
+
+
+def _contrast_review(
+    c: _Collector, name: str, table: dict[str, Any], arms: dict[str, Arm],
+    variants: list[VariantSpec], models: dict[str, ModelSpec] | None, parser: str,
+    item_study: bool,
+) -> tuple[dict[str, tuple[str, str]], str | None]:
+    """The conditions and model of a contrast review sample, checked against the design.
+
+    Returns the ``failed``/``succeeded`` conditions that check out and the model whose
+    trials are drawn (``docs/mcq-statistics.md`` §9).
+    """
+    where, path = f"reviews.{name}", ("reviews", name)
+    if not item_study:
+        c.add(where, "a contrast review sample needs an item file ([stimuli] items)", path)
+    elif parser not in LETTER_PARSERS:
+        c.add(where, f"a review sample pairs trials scored right or wrong on option letters: "
+              f"it needs parser 'multiple-choice' or 'cloze', not {parser!r}", path)
+    model = table.get("model")
+    if model is not None:
+        if models is None:
+            c.add(f"{where}.model", "the study has one [model]; name no model",
+                  (*path, "model"))  # fmt: skip
+            model = None
+        elif not isinstance(model, str) or model not in models:
+            c.add(f"{where}.model", f"unknown model {model!r} (models: "
+                  f"{', '.join(models)})", (*path, "model"))  # fmt: skip
+            model = None
+    elif models is not None and len(models) > 1:
+        c.add(f"{where}.model", f"missing: the study has {len(models)} models; a review "
+              "sample names the one whose trials it draws", (*path, "model"))  # fmt: skip
+    elif models is not None:
+        model = next(iter(models))
+    sides: dict[str, tuple[str, str]] = {}
+    for side in ("failed", "succeeded"):
+        spot = (*path, side)
+        cond = table.get(side)
+        if cond is None:
+            c.add(f"{where}.{side}", "missing (e.g. { arm = \"A\", variant = \"original\" })",
+                  spot)  # fmt: skip
+            continue
+        if not isinstance(cond, dict):
+            c.add(f"{where}.{side}", f"must be a table {{ arm = ..., variant = ... }}, got "
+                  f"{cond!r}", spot)  # fmt: skip
+            continue
+        arm_id = cond.get("arm")
+        variant = cond.get("variant", "original")
+        if not isinstance(arm_id, str) or arm_id not in arms:
+            c.add(f"{where}.{side}.arm", f"unknown arm {arm_id!r} (arms: "
+                  f"{', '.join(arms)})", (*spot, "arm"))  # fmt: skip
+            continue
+        arm = arms[arm_id]
+        if not isinstance(variant, str) or not arm_runs(variants, arm, variant):
+            known = ", ".join([v.name for v in variants] if variants else ["original"])
+            c.add(f"{where}.{side}.variant", f"arm {arm_id!r} does not run variant "
+                  f"{variant!r} (variants: {known}; the arm's variants: "
+                  f"{', '.join(arm.variants) if arm.variants else 'all'})",
+                  (*spot, "variant" if "variant" in cond else "arm"))  # fmt: skip
+            continue
+        if isinstance(model, str) and arm.models is not None and model not in arm.models:
+            c.add(f"{where}.{side}.arm", f"arm {arm_id!r} does not run model {model!r}",
+                  (*spot, "arm"))  # fmt: skip
+            continue
+        sides[side] = (arm_id, variant)
+    if len(sides) == 2 and sides["failed"] == sides["succeeded"]:
+        c.add(f"{where}.succeeded", "names the same arm and variant as failed",
+              (*path, "succeeded"))  # fmt: skip
+    return sides, model if isinstance(model, str) else None
+
+
+def _reviews(
+    c: _Collector, data: dict[str, Any], arms: dict[str, Arm], variants: list[VariantSpec],
+    models: dict[str, ModelSpec] | None, parser: str, item_study: bool,
+    steps: dict[str, StepSpec],
+) -> tuple[Review, ...]:
+    """The ``[reviews.<NAME>]`` tables of either kind (:data:`REVIEW_KINDS`), each checked."""
+    raw = data.get("reviews")
+    if raw is None:
+        return ()
+    if not isinstance(raw, dict) or not raw or not all(isinstance(v, dict) for v in raw.values()):
+        c.add("reviews", "declare each review sample as a [reviews.<NAME>] table")
+        return ()
+    out: list[Review] = []
+    for name, table in raw.items():
+        where = f"reviews.{name}"
+        path: KeyPath = ("reviews", name)
+        if not ID_RE.match(name):
+            c.add(where, "review names are letters, digits, '.', '_' or '-' (at most 64)", path)
+        kind = _review_kind(c, name, table)
+        n = table.get("n")
+        if isinstance(n, bool) or not isinstance(n, int) or n < 1:
+            what = "decisions per stratum" if kind == "judge-label" else "the cases to draw"
+            c.add(f"{where}.n", f"must be an integer >= 1 ({what}), got {n!r}",
+                  (*path, "n"))  # fmt: skip
+        seed = _int_seed(c, table, "seed", where)
+        description = table.get("description", "")
+        if not isinstance(description, str):
+            c.add(f"{where}.description", f"must be a string, got {description!r}",
+                  (*path, "description"))  # fmt: skip
+            description = ""
+        ok = isinstance(n, int) and not isinstance(n, bool) and n >= 1 and bool(seed)
+        if kind == "judge-label":
+            step = _judge_review(c, name, table, steps)
+            if ok and step is not None:
+                out.append(Review(name, kind, int(n), seed, description, step=step))
+        elif kind == "contrast":
+            sides, model = _contrast_review(c, name, table, arms, variants, models, parser,
+                                               item_study)  # fmt: skip
+            if ok and len(sides) == 2:
+                out.append(Review(name, kind, int(n), seed, description,
+                                  failed=sides["failed"], succeeded=sides["succeeded"],
+                                  model=model))  # fmt: skip
+    return tuple(out)
+
+
 def _check_kinds(
     c: _Collector, hypotheses: list[Hypothesis], arms: dict[str, Arm],
     variants: list[VariantSpec], models: dict[str, ModelSpec] | None, model: dict[str, Any],
@@ -857,18 +1066,8 @@ def _check_kinds(
 
     A study without variants has the one variant ``original`` (the items as written).
     """
-    declared = {v.name: v for v in variants}
-
     def runs(arm: Arm, name: str) -> bool:
-        if not variants:
-            return name == "original"
-        spec = declared.get(name)
-        if spec is None:
-            base = name.rsplit("-", 1)[0]
-            spec = declared.get(base)
-            if spec is None or spec.kind != "all-orders" or not name.rsplit("-", 1)[1].isdigit():
-                return False
-        return arm.variants is None or name in arm.variants or spec.name in arm.variants
+        return arm_runs(variants, arm, name)
 
     for i, h in enumerate(hypotheses):
         where = f"hypotheses[{i}]"
@@ -1456,31 +1655,6 @@ def _analysis(c: _Collector, data: dict[str, Any], arms: Iterable[str] = ()) -> 
     return analysis_out
 
 
-def _reviews(c: _Collector, data: dict[str, Any], steps: dict[str, Any]) -> dict[str, Any]:
-    """``[reviews.<NAME>]``: a seeded sample of judge decisions for human review (§11)."""
-    raw = data.get("reviews")
-    if raw is None:
-        return {}
-    if not isinstance(raw, dict) or not all(isinstance(v, dict) for v in raw.values()):
-        c.add("reviews", "declare each review sample as a [reviews.<NAME>] table")
-        return {}
-    out: dict[str, Any] = {}
-    for name, table in raw.items():
-        where = f"reviews.{name}"
-        if not ID_RE.match(name):
-            c.add(where, "review sample names are letters, digits, '.', '_' or '-'")
-        step = table.get("step")
-        spec = steps.get(step) if isinstance(step, str) else None
-        if spec is None or spec.on != "trial" or spec.parser != "label":
-            c.add(f"{where}.step", f"must name a trial step with the label parser, got {step!r}")
-        n = table.get("n")
-        if isinstance(n, bool) or not isinstance(n, int) or n < 1:
-            c.add(f"{where}.n", f"must be an integer >= 1 (decisions per stratum), got {n!r}")
-        seed = _int_seed(c, table, "seed", where)
-        out[name] = {"step": step, "n": n, "seed": seed, "strata": "unanimity"}
-    return out
-
-
 def load_study(root: str | Path, *, strict: bool = True) -> Study:
     """Read and validate ``ROOT/study.toml``. Raises :class:`SpecError` listing every problem.
 
@@ -1620,7 +1794,8 @@ def load_study(root: str | Path, *, strict: bool = True) -> Study:
         data.get("steps"), root, c.add, list(models) if models is not None else None,
         components, lambda rel, where: _inside(c, root, rel, where),
     )
-    reviews = _reviews(c, data, steps)
+    reviews = _reviews(c, data, arms, variants, models, response.parser, items_path is not None,
+                       steps)
     if response.parser.startswith(JUDGE_PREFIX):
         judge = steps.get(response.parser[len(JUDGE_PREFIX) :])
         if judge is None or judge.on != "trial":

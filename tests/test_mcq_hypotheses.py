@@ -8,6 +8,9 @@ re-derivation and its refusal of an edited, re-signed value, and check each bad 
 
 from __future__ import annotations
 
+import csv
+import hashlib
+import io
 import json
 import re
 import shutil
@@ -209,6 +212,14 @@ bootstrap_iterations = 300
 parser = "multiple-choice"
 mode = "first-token"
 ''' + HYPOTHESES + '''
+[reviews.bare_hurt]
+description = "Cases where the bare prompt was wrong and the task prompt right, for coding."
+failed = { arm = "bare", variant = "original" }
+succeeded = { arm = "direct" }
+model = "small"
+n = 3
+seed = 7
+
 [analysis]
 exclude_unparseable = false
 '''
@@ -852,3 +863,166 @@ def test_the_archive_readme_names_the_arm_of_a_one_arm_test(
 ) -> None:
     text = (built[1] / "README.md").read_text("utf-8")
     assert "arm direct, original vs rot1 on `trial_accuracy`; flip-rate" in text, text
+
+
+# ------------------------------------------------------------------------------ review sample
+
+
+def test_the_review_sample_is_locked_as_declared(built: tuple[Path, Path, Path]) -> None:
+    with Ledger.open(ledger_path(built[0]), readonly=True) as log:
+        event = protocol_event(log)
+        assert event is not None
+        locked = event.body["reviews"]
+    assert locked == {"bare_hurt": {
+        "kind": "contrast", "failed": {"arm": "bare", "variant": "original"},
+        "succeeded": {"arm": "direct", "variant": "original"}, "model": "small", "n": 3,
+        "seed": "7", "description": "Cases where the bare prompt was wrong and the task prompt "
+        "right, for coding."}}  # fmt: skip
+
+
+def test_the_review_sample_follows_the_documented_rule_by_hand(
+    built: tuple[Path, Path, Path], data: tuple[Dataset, dict[str, Any], pd.DataFrame]
+) -> None:
+    """docs/mcq-statistics.md §9: bare wrong and direct right on (item, rep) of model small;
+    the 3 smallest SHA-256("7|item|rep"); the CSV holds the items and the responses."""
+    _, _, table = data
+    small = table[(table["model"] == "small") & (table["variant"] == "original")]
+    right = {(r.item, r.rep): r for r in small[small["arm"] == "direct"].itertuples()}
+    cands = sorted(
+        (hashlib.sha256(f"7|{r.item}|{r.rep}".encode()).hexdigest(), r, right[(r.item, r.rep)])
+        for r in small[small["arm"] == "bare"].itertuples()
+        if not r.correct and (r.item, r.rep) in right and right[(r.item, r.rep)].correct
+    )
+    got = results(built[1])["review.bare_hurt"]
+    assert got["status"] == "ok" and got["label"] == "descriptive"
+    values = got["values"]
+    assert values["n_candidates"] == len(cands) and values["size"] == min(3, len(cands)) > 0
+    assert [(c["order_key"], c["failed_trial"], c["succeeded_trial"]) for c in values["cases"]] == [
+        (k, a.trial, b.trial) for k, a, b in cands[:3]]
+    rows = list(csv.DictReader(io.StringIO(
+        (built[1] / "analysis" / "review" / "bare_hurt.csv").read_text("utf-8"))))
+    items = {i["id"]: i for i in ITEMS}
+    with Ledger.open(ledger_path(built[0]), readonly=True) as log:
+        for row, case in zip(rows, values["cases"], strict=True):
+            item = items[row["item"]]
+            assert row["question"] == item["question"] and row["codes"] == ""
+            assert row["options"].splitlines() == [
+                f"{'ABCD'[i]}. {text}" for i, text in enumerate(item["options"])]
+            assert row["failed_answer"] != row["key_original"] == row["succeeded_answer"]
+            for side in ("failed", "succeeded"):
+                event = log.get(case[f"{side}_response_seq"])
+                assert event.kind == "trial.responded"
+                assert event.body["trial"] == row[f"{side}_trial"]
+                body = json.loads(log.blob(event.blobs["response"]))
+                text = "".join(b["text"] for b in body["content"] if b["type"] == "text")
+                assert row[f"{side}_response"] == text
+    listed = (built[1] / "MANIFEST.sha256").read_text("utf-8")
+    assert "  analysis/review/bare_hurt.csv\n" in listed
+
+
+REVIEW = '''[reviews.bare_hurt]
+description = "Cases where the bare prompt was wrong and the task prompt right, for coding."
+failed = { arm = "bare", variant = "original" }
+succeeded = { arm = "direct" }
+model = "small"
+n = 3
+seed = 7
+'''
+
+
+@pytest.mark.parametrize(
+    ("old", "new", "line_text", "expected"),
+    [
+        ('failed = { arm = "bare"', 'failed = { arm = "naked"', 'arm = "naked"',
+         "reviews.bare_hurt.failed.arm: unknown arm 'naked'"),
+        ('variant = "original" }\nsucceeded', 'variant = "swap" }\nsucceeded',
+         'failed = { arm = "bare", variant = "swap" }',
+         "reviews.bare_hurt.failed.variant: arm 'bare' does not run variant 'swap'"),
+        ('model = "small"\n', "", "[reviews.bare_hurt]",
+         "reviews.bare_hurt.model: missing: the study has 2 models"),
+        ('model = "small"', 'model = "medium"', 'model = "medium"',
+         "reviews.bare_hurt.model: unknown model 'medium'"),
+        ("n = 3", "n = 0", "n = 0", "reviews.bare_hurt.n: must be an integer >= 1"),
+        ("seed = 7", "seed = -7", "seed = -7", "reviews.bare_hurt.seed: must be a non-negative"),
+        ('succeeded = { arm = "direct" }', 'succeeded = { arm = "bare" }',
+         'succeeded = { arm = "bare" }',
+         "reviews.bare_hurt.succeeded: names the same arm and variant as failed"),
+        ('succeeded = { arm = "direct" }', 'succeeded = { arm = "direct", varient = "x" }',
+         "varient", "[reviews.bare_hurt] succeeded varient: unknown key (did you mean 'variant'?)"),
+        ("seed = 7", "seed = 7\nsize = 3", "size = 3",
+         "[reviews.bare_hurt] size: unknown key"),
+        # one kind per table: a judge-label sample's step refuses the contrast keys, line by line
+        ("seed = 7", 'seed = 7\nstep = "judge"', 'failed = { arm = "bare"',
+         "reviews.bare_hurt.failed: a contrast sample's key (with failed and succeeded), but "
+         "this table names a step, so it is a judge-label sample"),
+        ("seed = 7", 'seed = 7\nstep = "judge"', 'model = "small"',
+         "reviews.bare_hurt.model: a contrast sample's key"),
+        ('failed = { arm = "bare", variant = "original" }\nsucceeded = { arm = "direct" }\n'
+         'model = "small"\n', "", "[reviews.bare_hurt]",
+         "reviews.bare_hurt: say which sample it is: step = \"<judge step>\""),
+    ],
+)
+def test_a_bad_review_declaration_is_refused_naming_line_and_field(
+    tmp_path: Path, old: str, new: str, line_text: str, expected: str
+) -> None:
+    assert REVIEW in SPEC
+    spec = SPEC.replace(REVIEW, REVIEW.replace(old, new))
+    text = refused(tmp_path, spec)
+    assert f"study.toml:{line_of(spec, line_text)}: {expected}" in text, text
+
+
+def test_a_review_on_a_parser_without_letters_is_refused(tmp_path: Path) -> None:
+    spec = SPEC.replace(HYPOTHESES, "").replace(
+        'parser = "multiple-choice"\nmode = "first-token"', 'parser = "normalized"')
+    text = refused(tmp_path, spec)
+    assert (f"study.toml:{line_of(spec, '[reviews.bare_hurt]')}: reviews.bare_hurt: a review "
+            "sample pairs trials scored right or wrong on option letters: it needs parser "
+            "'multiple-choice' or 'cloze', not 'normalized'") in text, text
+
+
+def test_a_changed_review_sample_re_signed_fails_naming_it(copied: Path) -> None:
+    def swap(b: dict[str, Any]) -> None:
+        cases = b["values"]["cases"]
+        cases[0], cases[-1] = cases[-1], cases[0]
+
+    events, _ = edit_result(copied, "review.bare_hurt", swap)
+    forge(copied, events)
+    report = verify_archive(copied)
+    passed(report, "signatures")
+    assert failed(report, "reanalysis").startswith("review.bare_hurt values.cases[0]")
+
+
+@pytest.mark.slow
+def test_a_changed_review_declaration_re_signed_fails_naming_it(copied: Path) -> None:
+    events = read_events(copied)
+    protocol = next(e for e in events if e["kind"] == "protocol.locked")
+    protocol["body"]["reviews"]["bare_hurt"]["seed"] = "8"
+    forge(copied, events)
+    report = verify_archive(copied)
+    passed(report, "signatures")
+    assert failed(report, "reanalysis").startswith("review.bare_hurt values.")
+
+
+def test_a_changed_review_csv_fails_reanalysis_naming_it(copied: Path) -> None:
+    """The science checks alone (the manifest and export.created are the other checks')."""
+    path = copied / "analysis" / "review" / "bare_hurt.csv"
+    text = path.read_text("utf-8")
+    path.write_text(text.replace("finding", "finding (edited)", 1), "utf-8")
+    check = {c.name: c for c in science_checks(copied)}["reanalysis"]
+    assert check.status is Status.FAIL
+    reason = check.reason
+    assert "(first at line 2)" in reason, reason
+    assert reason.startswith("analysis/review/bare_hurt.csv differs from the review sample "
+                             "rebuilt from review.bare_hurt"), reason
+
+
+def test_ledger_review_refuses_a_contrast_sample_naming_its_export(
+    built: tuple[Path, Path, Path],
+) -> None:
+    """`ledger review` lists and labels judge-label samples; a contrast one is analyzed."""
+    from analysis.review import review_subjects
+    from runner.lock import StudyError
+
+    with pytest.raises(StudyError, match=r"'bare_hurt' is a contrast sample.*"
+                       r"analysis/review/bare_hurt\.csv"):  # fmt: skip
+        review_subjects(built[0], "bare_hurt")

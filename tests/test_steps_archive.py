@@ -311,3 +311,26 @@ def test_review_signed_by_a_key_without_the_reviewer_role_fails(archive: Path) -
     reason = failed(report, "steps")
     assert "review.recorded signed by" in reason and "not 'reviewer'" in reason
     assert str(review["seq"] - 1) in reason  # the key.added before it was dropped: seq - 1
+
+
+def test_a_review_of_a_sample_not_locked_as_judge_label_fails(study: Path) -> None:
+    """The kind gate of the ``steps`` check (``docs/scoring.md`` §11), on the archive as read.
+
+    A forger cannot isolate it by re-signing (every re-signed event loses the reviewer's
+    signature first), so the locked kind is changed in the verifier's own view of the archive.
+    """
+    from verify._archive.ledger_checks import ArchiveRun
+    from verify._archive.steps import check_steps
+    from verify._archive.view import Archive
+    from verify._reader.files import ArchiveFiles
+
+    run = ArchiveRun(ArchiveFiles(str(study.parent / "archive")), (), (), 1)
+    run.run()
+    archive = Archive(run)
+    assert check_steps(archive).status.name == "PASS"
+    archive.protocol["reviews"]["audit"]["kind"] = "contrast"
+    seq = archive.of_kind("review.recorded")[0]
+    check = check_steps(archive)
+    assert check.status.name == "FAIL"
+    assert (f"seq {seq}: review.recorded of kind 'judge-label' names sample 'audit', locked as "
+            "a 'contrast' sample") in check.reason, check.reason

@@ -9,6 +9,7 @@ through the statistics of ``analysis.mcq``; every threshold compares two compute
 
 from __future__ import annotations
 
+import csv
 import io
 import math
 import shutil
@@ -87,6 +88,8 @@ def test_the_mcq_study_registers_seed_002s_statistics(suite: list[NewStudy]) -> 
     assert tests == {"mcnemar", "position-bias", "flip-rate", "voting", "self-consistency", "gee"}
     assert {v.name for v in study.variant_list()} == set(ORDERS) | {"shuffle-123", "shuffle-456"}
     assert len(study.arms) == 11
+    review = study.reviews[0]
+    assert (review.failed, review.succeeded) == (("zs_cot", "original"), ("zs_direct", "original"))
 
 
 def test_a_template_of_several_studies_is_refused_by_new_study(home: Path) -> None:
@@ -252,6 +255,14 @@ def test_the_template_demo_verifies_and_shows_the_phenomena(demo: tuple[Any, str
     assert (f"vote {100 * vote['accuracy_vote']:.1f}% vs mean order "
             f"{100 * vote['accuracy_orders']:.1f}%") in html  # fmt: skip
     assert f"bias {bias['bias_a']:.4g} vs {bias['bias_b']:.4g}" in html
+    # the declared review sample: CoT wrong, direct right, exported for coding
+    review = found["review.cot_hurt"]["values"]
+    assert review["size"] == min(10, review["n_candidates"]) > 0
+    rows = list(csv.DictReader(io.StringIO(
+        (result.archive / "mcq" / "analysis" / "review" / "cot_hurt.csv").read_text("utf-8"))))
+    assert [r["failed_trial"] for r in rows] == [c["failed_trial"] for c in review["cases"]]
+    assert all(r["failed_answer"] != r["key_original"] == r["succeeded_answer"] for r in rows)
+    assert all(r["codes"] == "" and r["failed_response"] for r in rows)
 
 
 @pytest.fixture

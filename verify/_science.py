@@ -33,7 +33,7 @@ import numpy as np
 import rfc8785
 from scipy import stats as sps
 
-from verify import _mcqhyp
+from verify import _mcqhyp, _review
 from verify import _restats as st
 from verify._envelope import is_hex64
 from verify._items import ItemError, ItemFile, read_items
@@ -1803,7 +1803,80 @@ def _recompute(
     sens = _sensitivity(ds, last_plan, fit, tested, recorded.get("sensitivity.lmm"))
     if sens is not None:
         out.append(sens)
+    out.extend(_reviews(ds, plan))
     return out
+
+
+def _review_plan(plan: dict[str, Any]) -> dict[str, Any]:
+    """The contrast samples of ``protocol.locked`` ``reviews`` (docs/study-spec.md), by name.
+
+    ``{}`` when none is declared. A ``judge-label`` sample has no analysis result (the
+    ``steps`` check verifies its ``review.recorded`` labels); any other kind is a problem.
+    """
+    reviews = plan.get("reviews") or {}
+    if not isinstance(reviews, dict) or not all(isinstance(r, dict) for r in reviews.values()):
+        raise _Problem("protocol.locked reviews is not an object of review declarations")
+    for name, review in reviews.items():
+        if review.get("kind") not in ("judge-label", "contrast"):
+            raise _Problem(f"protocol.locked reviews.{name}: kind {review.get('kind')!r} is "
+                           "neither 'judge-label' nor 'contrast'")  # fmt: skip
+    return {name: r for name, r in reviews.items() if r["kind"] == "contrast"}
+
+
+def _reviews(ds: _Dataset, plan: dict[str, Any]) -> list[_Result]:
+    """``review.<NAME>`` of each declared review sample, in name order (mcq-statistics.md §9)."""
+    out = []
+    for name, review in sorted(_review_plan(plan).items()):
+
+        def compute(review: dict[str, Any] = review) -> dict[str, Any]:
+            return _review.values_of(ds, plan, review)
+
+        out.append(_guard(_Result(f"review.{name}"), compute))
+    return out
+
+
+def _review_files(archive: _Archive, plan: dict[str, Any],
+                  results: list[_Event]) -> Check | None:
+    """Each ``analysis/review/<NAME>.csv`` rebuilt (docs/archive-format.md), else a FAIL.
+
+    From its verified ``review.<NAME>`` result, the locked item file and the response blobs;
+    the FAIL names the first file that differs and its first differing line.
+    """
+    bodies = {str(e.body.get("id")): e.body for e in results}
+    items: dict[str, dict[str, Any]] | None = None
+    for name in sorted(_review_plan(plan)):
+        rel = f"analysis/review/{name}.csv"
+        body = bodies.get(f"review.{name}") or {}
+        present = rel in archive.files.files
+        if body.get("status") != "ok":
+            if present:
+                return Check("reanalysis", Status.FAIL, f"{rel} is in the archive but review."
+                             f"{name} was not computed.", None, rel)  # fmt: skip
+            continue
+        if not present:
+            return Check("reanalysis", Status.FAIL, f"{rel} is missing (review.{name} was "
+                         "computed).", None, rel)  # fmt: skip
+        if items is None:
+            items = {i.id: i.data for i in _item_file(archive).items}
+
+        def response(seq: int, rel: str = rel) -> str:
+            event = archive.by_seq.get(seq)
+            if event is None or event.kind != "trial.responded":
+                raise _Problem(f"{rel}: seq {seq} is not a trial.responded event", seq)
+            fmt = str(event.body.get("format", "anthropic-messages"))
+            return _review.shown_response(archive.event_blob(event, "response"), fmt)
+
+        expected = _review.csv_bytes(body["values"], items, response)
+        got = archive.file(rel)
+        if got != expected:
+            old = got.decode("utf-8", "replace").splitlines()
+            new = expected.decode("utf-8", "replace").splitlines()
+            line = next((i for i, (a, b) in enumerate(zip(old, new, strict=False), 1) if a != b),
+                        min(len(old), len(new)) + 1)  # fmt: skip
+            return Check("reanalysis", Status.FAIL, f"{rel} differs from the review sample "
+                         f"rebuilt from review.{name}, the item file and the responses (first at "
+                         f"line {line}).", None, rel)  # fmt: skip
+    return None
 
 
 # ------------------------------------------------------------------------------ comparison
@@ -2033,6 +2106,10 @@ def _reanalysis(archive: _Archive) -> tuple[Check, list[str]]:
             None,
             "analysis/results.json",
         ), []
+    review_problem = _review_files(archive, plan, results)
+    if review_problem is not None:
+        archive.current = None
+        return review_problem, []
     posthoc = archive.of(POSTHOC_KIND)
     for event in posthoc:
         failed = _posthoc_problem(archive, event, ds, plan, inputs, results[-1].seq)

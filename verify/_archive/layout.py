@@ -83,6 +83,10 @@ def check_layout(a: Archive) -> Check:
     for arm in arms if type(arms) is dict else {}:
         allowed.add(f"protocol/arms/{arm}.txt")
     allowed.update(f"analysis/figures/{name}" for name in figure_names(a))
+    reviews = a.protocol.get("reviews")  # docs/archive-format.md: one CSV per contrast sample
+    for name, review in reviews.items() if type(reviews) is dict else ():
+        if type(review) is dict and review.get("kind") == "contrast":
+            allowed.add(f"analysis/review/{name}.csv")
     allowed.update(f"ledger/keys/{name}" for name in a.key_files)
     if "steps" in a.protocol:
         allowed.add("trials/steps.csv")  # docs/archive-format.md §1: a study with steps

@@ -30,7 +30,7 @@ __all__ = ["UNCHANGED_MEMBERS", "check_phases"]
 
 UNCHANGED_MEMBERS = (
     "study", "title", "model", "design", "response", "analysis", "amendable", "prompt",
-    "fewshot", "blinding_commitment", "witnessing", "timestamping", "deviations",
+    "fewshot", "blinding_commitment", "witnessing", "timestamping", "deviations", "reviews",
 )  # fmt: skip
 """The members of ``protocol.locked`` every later phase carries exactly as the first did."""
 

@@ -138,6 +138,10 @@ def _check_reviews(st: _State, a: Archive, replay: Replay) -> int:
                     f"the role {role!r}, not 'reviewer'", seq)  # fmt: skip
         elif type(plan) is not dict:
             st.fail(f"seq {seq}: review.recorded names sample {name!r}, which was not locked", seq)
+        elif plan.get("kind") != "judge-label" or body.get("kind") != "judge-label":
+            st.fail(f"seq {seq}: review.recorded of kind {body.get('kind')!r} names sample "
+                    f"{name!r}, locked as a {plan.get('kind')!r} sample (labels are recorded "
+                    "for 'judge-label' samples only)", seq)  # fmt: skip
         elif seal is None or seq < seal:
             st.fail(f"seq {seq}: review.recorded before scoring.sealed", seq)
         else:
