@@ -283,7 +283,10 @@ class RemlModel:
         """The verifier's own REML maximum.
 
         L-BFGS-B in ``s`` (``θ = s²``) from every start, then Newton steps in ``log θ`` on the
-        components away from zero.
+        components away from zero. L-BFGS-B only has to reach the maximum's basin
+        (``ftol`` 1e-9): the Newton steps, whose convergence is quadratic, give the precision
+        (on the demo archive the optimum's ``l_R`` agrees to 1e-11 with ``ftol`` 1e-15, at 0.7
+        of the likelihood evaluations).
         """
         best: RemlPoint | None = None
         for start in self.starts():
@@ -294,7 +297,7 @@ class RemlModel:
 
             res = optimize.minimize(
                 negative, np.sqrt(start), method="L-BFGS-B",
-                options={"maxiter": 2000, "ftol": 1e-15, "gtol": 1e-10},
+                options={"maxiter": 2000, "ftol": 1e-9, "gtol": 1e-6},
             )  # fmt: skip
             cand = self.point(np.asarray(res.x) ** 2)
             cand = self._polish(cand)
