@@ -37,6 +37,11 @@ from verify import Report, Status, verify_archive, verify_path
 EVENTS = "ledger/events.jsonl"
 
 
+SLOW = pytest.mark.slow
+"""Cases of the slow set (.ci/run): each is a whole verification of a case the default run
+covers another way."""
+
+
 # --------------------------------------------------------------------------------------------------
 # fixtures and helpers
 
@@ -231,6 +236,7 @@ def test_cli_verifies_an_archive(archive: Path) -> None:
     assert json.loads(result.output)["ok"] is True
 
 
+@SLOW  # test_python_m_verify_fails_a_tampered_archive runs the same path by default
 def test_cli_fails_a_tampered_archive(copy_: Path) -> None:
     from click.testing import CliRunner
 
@@ -250,6 +256,7 @@ def _stimulus(root: Path) -> Path:
     return sorted((root / "stimuli").iterdir())[0]
 
 
+@SLOW  # a whole verification; test_archive flips a byte of each part by default
 def test_flip_byte_in_stimulus(copy_: Path) -> None:
     target = _stimulus(copy_)
     flip_byte(target)
@@ -261,6 +268,7 @@ def test_flip_byte_in_stimulus(copy_: Path) -> None:
     assert rel in failed(report, "protocol")
 
 
+@SLOW  # a whole verification; test_archive flips a byte of each part by default
 def test_flip_byte_in_prompt(copy_: Path) -> None:
     target = copy_ / "protocol" / "prompts" / "decoding_rule.txt"
     flip_byte(target)
@@ -270,6 +278,7 @@ def test_flip_byte_in_prompt(copy_: Path) -> None:
     assert "protocol/prompts/decoding_rule.txt" in failed(report, "protocol")
 
 
+@SLOW  # a whole verification; test_archive flips a byte of each part by default
 def test_flip_byte_in_arm_text(copy_: Path) -> None:
     flip_byte(copy_ / "protocol" / "arms" / "A.txt")
     rewrite_manifest(copy_)
@@ -277,6 +286,7 @@ def test_flip_byte_in_arm_text(copy_: Path) -> None:
     assert "protocol/arms/A.txt" in failed(report, "protocol")
 
 
+@SLOW  # a whole verification; test_archive flips a byte of each part by default
 def test_flip_byte_in_response_blob(copy_: Path) -> None:
     events = read_events(copy_)
     digest = next(e for e in events if e["kind"] == "trial.responded")["blobs"]["response"]
@@ -288,6 +298,7 @@ def test_flip_byte_in_response_blob(copy_: Path) -> None:
     assert digest in failed(report, "outcomes")
 
 
+@SLOW  # a whole verification; test_archive flips a byte of each part by default
 def test_flip_byte_in_scores_csv(copy_: Path) -> None:
     flip_byte(copy_ / "scores" / "scores.csv")
     rewrite_manifest(copy_)
@@ -296,6 +307,7 @@ def test_flip_byte_in_scores_csv(copy_: Path) -> None:
     assert "scores/scores.csv" in failed(report, "export-coverage")
 
 
+@SLOW  # a whole verification; test_archive flips a byte of each part by default
 def test_flip_byte_in_results_json(copy_: Path) -> None:
     flip_byte(copy_ / "analysis" / "results.json")
     rewrite_manifest(copy_)
@@ -303,6 +315,7 @@ def test_flip_byte_in_results_json(copy_: Path) -> None:
     assert "analysis/results.json" in failed(report, "export-coverage")
 
 
+@SLOW  # a whole verification; test_archive flips a byte of each part by default
 def test_flip_byte_in_readme(copy_: Path) -> None:
     flip_byte(copy_ / "README.md")
     rewrite_manifest(copy_)
@@ -324,6 +337,7 @@ def test_flip_byte_in_events_jsonl(copy_: Path) -> None:
     assert f"seq {seq + 1}" in failed(report, "chain")
 
 
+@SLOW  # a whole verification; test_archive flips a byte of each part by default
 def test_whitespace_flip_in_events_jsonl(copy_: Path) -> None:
     lines = (copy_ / EVENTS).read_bytes().splitlines(keepends=True)
     lines[5] = lines[5].replace(b'{"envelope":', b'{"envelope": ', 1)
