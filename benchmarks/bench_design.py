@@ -43,7 +43,7 @@ TARGET_MB = 500.0
 
 _CHILD = r"""
 import json, resource, sys, time
-started = time.perf_counter()
+started, cpu = time.perf_counter(), time.process_time()
 what, root, key = sys.argv[1], sys.argv[2], sys.argv[3]
 if what == "lock":
     from ledger import SigningKey
@@ -66,7 +66,7 @@ else:
     for position, trial_id in enumerate(study.trial_ids(), 1):
         request_blob(builder.body(Trial.from_id(trial_id, position)))
         count += 1
-seconds = time.perf_counter() - started
+seconds, cpu = time.perf_counter() - started, time.process_time() - cpu
 rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
 print(json.dumps({"seconds": seconds, "cpu": cpu, "rss_mb": rss, "count": count}))
 """
