@@ -161,6 +161,30 @@ def declare_witness(study: Path, vkey: str, url: str) -> None:
     )
 
 
+def _demo_home(directory: Path) -> Path:
+    """Create the (empty) demo ``directory`` and point ``PROMPT_LEDGER_HOME`` at its ``home``."""
+    if directory.exists() and any(directory.iterdir()):
+        raise LedgerError(f"demo directory {directory} is not empty; choose another")
+    directory.mkdir(parents=True, exist_ok=True)
+    home = directory / "home"
+    os.environ["PROMPT_LEDGER_HOME"] = str(home)
+    return home
+
+
+def _demo_owner(
+    console: Console, home: Path, template: str, where: str
+) -> tuple[SigningKey, Path]:
+    """Make the demo's owner key in ``home/keys`` (outside ``where``); return it, its vkey file."""
+    keys = home / "keys"
+    keys.mkdir(parents=True, mode=0o700)
+    owner = SigningKey.generate(f"prompt-ledger.local/{template}/owner")
+    owner.save(keys / f"{template}-owner.key")
+    vkey_file = keys / f"{template}-owner.vkey"
+    vkey_file.write_text(owner.vkey + "\n", encoding="utf-8")
+    _step(console, 1, "keys", f"owner {owner.actor} (private key in {keys}, outside {where})")
+    return owner, vkey_file
+
+
 def _lock_and_run(console: Console, study: Path, owner: SigningKey) -> tuple[Any, Any]:
     from runner.backends import SimulatedBackend
     from runner.execute import RunOptions, run_study
@@ -217,23 +241,13 @@ def run_demo(
                           f"{', '.join([*DEMO_TEMPLATES, *SUITES])}")  # fmt: skip
     chosen = DEMO_TEMPLATES[template]
     directory = Path(directory)
-    if directory.exists() and any(directory.iterdir()):
-        raise LedgerError(f"demo directory {directory} is not empty; choose another")
-    directory.mkdir(parents=True, exist_ok=True)
-    home = directory / "home"
-    os.environ["PROMPT_LEDGER_HOME"] = str(home)
+    home = _demo_home(directory)
     console.print(
         "[bold]PROMPT Ledger demo[/]: a locked, randomized, blinded prompt experiment, fully "
         "offline. [yellow]The model is the built-in SIMULATED backend, not a real model.[/]"
     )
 
-    keys = home / "keys"
-    keys.mkdir(parents=True, mode=0o700)
-    owner = SigningKey.generate(f"prompt-ledger.local/{template}/owner")
-    owner.save(keys / f"{template}-owner.key")
-    vkey_file = keys / f"{template}-owner.vkey"
-    vkey_file.write_text(owner.vkey + "\n", encoding="utf-8")
-    _step(console, 1, "keys", f"owner {owner.actor} (private key in {keys}, outside the study)")
+    owner, vkey_file = _demo_owner(console, home, template, "the study")
 
     study = directory / "study"
     new_study(study, template, owner)
@@ -407,23 +421,13 @@ def run_suite_demo(directory: Path, console: Console, template: str) -> DemoResu
 
     started = time.monotonic()
     directory = Path(directory)
-    if directory.exists() and any(directory.iterdir()):
-        raise LedgerError(f"demo directory {directory} is not empty; choose another")
-    directory.mkdir(parents=True, exist_ok=True)
-    home = directory / "home"
-    os.environ["PROMPT_LEDGER_HOME"] = str(home)
+    home = _demo_home(directory)
     console.print(
         f"[bold]PROMPT Ledger demo, template {template}[/]: seed 002's design as locked, "
         "randomized, blinded studies, fully offline. [yellow]The models are the built-in "
         "SIMULATED backend, not real models.[/]"
     )
-    keys = home / "keys"
-    keys.mkdir(parents=True, mode=0o700)
-    owner = SigningKey.generate(f"prompt-ledger.local/{template}/owner")
-    owner.save(keys / f"{template}-owner.key")
-    vkey_file = keys / f"{template}-owner.vkey"
-    vkey_file.write_text(owner.vkey + "\n", encoding="utf-8")
-    _step(console, 1, "keys", f"owner {owner.actor} (private key in {keys}, outside the studies)")
+    owner, vkey_file = _demo_owner(console, home, template, "the studies")
 
     root = directory / "studies"
     parts = [made.root for made in new_template(root, template, owner, study_id=template)]
