@@ -112,8 +112,7 @@ import numpy as np
 import numpy.typing as npt
 from PIL import Image, UnidentifiedImageError
 
-from ledger import canonical_json
-from runner.simulated_text import SimulatedTextModel, TextParams, has_image
+from runner.simulated_text import SimulatedTextModel, TextParams, has_image, message_reply
 
 __all__ = [
     "ANSWER_FORMATS",
@@ -574,20 +573,8 @@ class SimulatedModel:
             text = self._format(answer, components, rng)
         else:
             text = self._single(kind, options, image, components, rng)
-        request_id = hashlib.sha256(seed.encode("utf-8") + canonical_json(request)).hexdigest()
-        return {
-            "id": f"msg_sim_{request_id[:24]}",
-            "type": "message",
-            "role": "assistant",
-            "model": f"simulated/{request.get('model', '')}",
-            "content": [{"type": "text", "text": text}],
-            "stop_reason": "end_turn",
-            "stop_sequence": None,
-            "usage": {
-                "input_tokens": len(prompt) // 4 + (_IMAGE_TOKENS if image else 0),
-                "output_tokens": max(1, len(text) // 4),
-            },
-        }
+        return message_reply(request, seed, text,
+                             len(prompt) // 4 + (_IMAGE_TOKENS if image else 0))  # fmt: skip
 
     # ----------------------------------------------------------------- reading
 

@@ -30,6 +30,7 @@ import re
 from typing import Any
 
 from ledger import canonical_json
+from runner.simulated_text import message_reply
 
 __all__ = ["VERSION", "is_step_seed", "respond"]
 
@@ -93,17 +94,5 @@ def answer(text: str, draws: list[float]) -> str:
 def respond(request: dict[str, Any], seed: str) -> dict[str, Any]:
     """A Messages-API-shaped reply to a step request; deterministic in (request, seed)."""
     text = answer(_user_text(request), _draws(request, seed))
-    request_id = hashlib.sha256(seed.encode("utf-8") + canonical_json(request)).hexdigest()
-    return {
-        "id": f"msg_sim_{request_id[:24]}",
-        "type": "message",
-        "role": "assistant",
-        "model": f"simulated/{request.get('model', '')}",
-        "content": [{"type": "text", "text": text}],
-        "stop_reason": "end_turn",
-        "stop_sequence": None,
-        "usage": {
-            "input_tokens": len(canonical_json(request)) // 4,
-            "output_tokens": max(1, len(text) // 4),
-        },
-    }
+    canonical = canonical_json(request)
+    return message_reply(request, seed, text, len(canonical) // 4, canonical=canonical)

@@ -594,6 +594,29 @@ class _Reading:
     known: bool = False
 
 
+
+def message_reply(
+    request: dict[str, Any], seed: str, text: str, input_tokens: int, *,
+    canonical: bytes | None = None, stop_reason: str = "end_turn",
+    stop_sequence: str | None = None,
+) -> dict[str, Any]:
+    """A Messages-API reply of every simulated model: ``text``, its id from (seed, request).
+
+    ``canonical`` is the request's canonical JSON when the caller has it already.
+    """
+    body = canonical if canonical is not None else canonical_json(request)
+    request_id = hashlib.sha256(seed.encode("utf-8") + body).hexdigest()
+    return {
+        "id": f"msg_sim_{request_id[:24]}",
+        "type": "message",
+        "role": "assistant",
+        "model": f"simulated/{request.get('model', '')}",
+        "content": [{"type": "text", "text": text}],
+        "stop_reason": stop_reason,
+        "stop_sequence": stop_sequence,
+        "usage": {"input_tokens": input_tokens, "output_tokens": max(1, len(text) // 4)},
+    }
+
 class SimulatedTextModel:
     """A deterministic stand-in for a language model on text prompts (see the module doc).
 
@@ -801,20 +824,8 @@ class SimulatedTextModel:
         else:
             text = self._write(prompt, answer, reading.reasons)
         text, stop_reason, stop_sequence = _cut(text, request)
-        request_id = hashlib.sha256(seed.encode("utf-8") + canonical).hexdigest()
-        return {
-            "id": f"msg_sim_{request_id[:24]}",
-            "type": "message",
-            "role": "assistant",
-            "model": f"simulated/{request.get('model', '')}",
-            "content": [{"type": "text", "text": text}],
-            "stop_reason": stop_reason,
-            "stop_sequence": stop_sequence,
-            "usage": {
-                "input_tokens": prompt.prompt_chars // 4,
-                "output_tokens": max(1, len(text) // 4),
-            },
-        }
+        return message_reply(request, seed, text, prompt.prompt_chars // 4, canonical=canonical,
+                             stop_reason=stop_reason, stop_sequence=stop_sequence)  # fmt: skip
 
     def _weights(self, prompt: TextPrompt, others: list[str]) -> list[float]:
         """Module docstring, *Position*: each other option's slip weight."""
