@@ -1049,8 +1049,9 @@ class Runner:
         self.answered = True
         self.counters.reserved_usd -= reserved
         spec, cost = self._response_spec(trial, attempt, seq, reply, latency)
-        staged = self.steps is not None  # later stages read this response: wait for its seq
-        if staged or isinstance(trial, StepCall):
+        # with steps (a step call is one), later stages read this response: wait for its seq
+        staged = self.steps is not None
+        if staged:
             seq = await self._write(spec)
         else:
             assert isinstance(record, TrialState)
