@@ -729,8 +729,10 @@ def hypothesis_results(
     With several models these are the pooled results (pairs matched within a model, the
     model a fixed factor of the mixed model); :func:`per_model_results` gives each model's.
     """
-    from analysis import mcq_tests  # imports this module (through mcq_rows): not at the top
-    from analysis import qr_boot
+    from analysis import (
+        mcq_tests,  # imports this module (through mcq_rows): not at the top
+        qr_boot,
+    )
 
     design = plan["design"]
     vocabulary = labels(plan)

@@ -58,8 +58,11 @@ def registers_qr(plan: dict[str, Any]) -> bool:
 
 
 def level(h: dict[str, Any]) -> float:
-    """The interval level: ``1 - 2 alpha`` for a one-bound rule (a rate, or a one-sided
-    difference), else ``1 - alpha``: the one bound used is then a level-alpha test."""
+    """The interval level: ``1 - 2 alpha`` for a one-bound rule, else ``1 - alpha``.
+
+    One-bound rules are a rate's (``min_pp`` or ``max_pp``) and a one-sided difference's: the
+    one bound used is then a level-alpha test.
+    """
     alpha = float(h.get("alpha") or 0.05)
     one = h.get("statistic") != "difference" or (h.get("sides") or "two-sided") == "one-sided"
     return 1.0 - 2.0 * alpha if one else 1.0 - alpha
@@ -185,8 +188,7 @@ def observations(ds: Any, outcome: str, a: str, b: str | None = None) -> Observa
         return Observations(keys, values, None, excluded, len(excluded), gave_up)
     right = _scored(ds, b, outcome)
     lost_a, lost_b = _given_up(ds, a), _given_up(ds, b)
-    unpaired = sorted((k for k in (set(left) ^ set(right))
-                       if not (k in lost_a or k in lost_b)))  # fmt: skip
+    unpaired = sorted(k for k in set(left) ^ set(right) if k not in lost_a and k not in lost_b)
     if unpaired:
         first = unpaired[0]
         has, lacks = (a, b) if first in left else (b, a)
@@ -225,7 +227,8 @@ def statistic_column(obs: Observations, statistic: str) -> npt.NDArray[np.float6
     if statistic == "success-rate":
         return (obs.a != obs.b).astype(np.float64)
     if statistic == "difference":
-        return obs.a - obs.b
+        diff: npt.NDArray[np.float64] = obs.a - obs.b
+        return diff
     raise st.StatsError(f"unknown qr-bootstrap statistic {statistic!r}")
 
 
