@@ -225,7 +225,8 @@ def statistic_column(obs: Observations, statistic: str) -> npt.NDArray[np.float6
         return obs.a
     assert obs.b is not None
     if statistic == "success-rate":
-        return (obs.a != obs.b).astype(np.float64)
+        changed: npt.NDArray[np.float64] = (obs.a != obs.b).astype(np.float64)
+        return changed
     if statistic == "difference":
         diff: npt.NDArray[np.float64] = obs.a - obs.b
         return diff
