@@ -105,7 +105,7 @@ class Observations:
 
     ``keys`` sorted as (item, model, variant, rep); ``a`` the first arm's values (the only one
     for one arm), ``b`` the second's; ``excluded`` the keys left out, each ``{item, model,
-    variant, rep, reason, trials}``; ``undefined`` and ``given_up`` count them by reason.
+    variant, rep, kind, trials}``; ``undefined`` and ``given_up`` count them by reason.
     """
 
     keys: list[Key]
@@ -150,9 +150,9 @@ def _given_up(ds: Any, arm: str) -> dict[Key, str]:
     return out
 
 
-def _exclusion(key: Key, reason: str, trials: list[str]) -> dict[str, Any]:
+def _exclusion(key: Key, kind: str, trials: list[str]) -> dict[str, Any]:
     return {"item": key[0], "model": key[1], "variant": key[2], "rep": key[3],
-            "reason": reason, "trials": sorted(trials)}  # fmt: skip
+            "kind": kind, "trials": sorted(trials)}  # fmt: skip
 
 
 def _key_text(key: Key) -> str:
@@ -203,7 +203,7 @@ def observations(ds: Any, outcome: str, a: str, b: str | None = None) -> Observa
         if key not in left or key not in right:
             trials = [left[key][0]] if key in left else [right[key][0]]
             trials.append(lost_b[key] if key in left else lost_a[key])
-            excluded.append(_exclusion(key, "given up", trials))
+            excluded.append(_exclusion(key, "given-up", trials))
             gave_up += 1
         elif math.isnan(left[key][1]) or math.isnan(right[key][1]):
             excluded.append(_exclusion(key, "undefined", [left[key][0], right[key][0]]))
