@@ -382,3 +382,95 @@ def descriptive_values(ds: Any, plan: dict[str, Any]) -> dict[str, Any]:
         entries.append({**head, "outcome": outcome, "rows": rows})
     return {"conf": DESCRIPTIVE_CONF, "iterations": iterations, "seed": seed,
             "ci_method": CI_METHOD, "entries": entries}  # fmt: skip
+
+
+# ------------------------------------------------------------------------------ the report
+
+PM_NOTE = ("estimate ± half the width of the 95% percentile interval (the seed's \"±\"; the "
+           "interval, not always symmetric, in brackets)")
+"""What the report's "±" is (``docs/archive-format.md`` §7)."""
+
+
+def _share(outcome: str) -> bool:
+    spec = QR_OUTCOMES.get(outcome)
+    return spec.share if spec is not None else False
+
+
+def _numbers(*values: Any) -> list[float] | None:
+    """The values as floats, or None when one is not a number."""
+    if not all(isinstance(x, int | float) and not isinstance(x, bool) for x in values):
+        return None
+    return [float(x) for x in values]
+
+
+def pm_text(cell: Any, share: bool) -> str:
+    """``62.5 ± 4.1 [58.3, 66.7]`` (percent of a share) or ``3.2 ± 0.41 [2.8, 3.6]``."""
+    got = _numbers(*(cell.get(k) for k in ("estimate", "half_width", "lower", "upper"))) if (
+        isinstance(cell, dict)) else None
+    if got is None:
+        return "–"
+    e, hw, lo, hi = got
+    if share:
+        return f"{e * 100:.1f} ± {hw * 100:.1f} [{lo * 100:.1f}, {hi * 100:.1f}]"
+    return f"{e:.3g} ± {hw:.3g} [{lo:.3g}, {hi:.3g}]"
+
+
+def report_tables(result: dict[str, Any] | None) -> list[tuple[str, list[str], list[list[str]]]]:
+    """The report's tables of ``descriptive.qr_bootstrap``: (caption, header, rows).
+
+    One table per contrast entry (model, pairs, default, success rate, perturbed, difference,
+    excluded), then one for the arm entries (arm, outcome, model, n, mean, excluded). Shares are
+    shown in percent; cells as :func:`pm_text`.
+    """
+    if result is None or result.get("status") != "ok":
+        return []
+    v = result.get("values") or {}
+    out: list[tuple[str, list[str], list[list[str]]]] = []
+    arm_rows: list[list[str]] = []
+
+    def excluded(row: dict[str, Any]) -> str:
+        return f"{row.get('undefined', 0)} undefined, {row.get('given_up', 0)} given up"
+
+    for entry in v.get("entries") or []:
+        outcome = str(entry.get("outcome"))
+        share = _share(outcome)
+        rows: list[list[str]] = []
+        for row in entry.get("rows") or []:
+            model = str(row.get("model")) if row.get("model") is not None else "all (pooled)"
+            failed = f"not computed: {row['error']}" if "error" in row else None
+            if "contrast" not in entry:
+                arm_rows.append([str(entry.get("arm")), outcome, model, failed or str(row.get("n")),
+                                 "–" if failed else pm_text(row.get("mean"), share),
+                                 "–" if failed else excluded(row)])  # fmt: skip
+            elif failed:
+                rows.append([model, failed, "–", "–", "–", "–", "–"])
+            else:
+                rows.append([model, str(row.get("n")), pm_text(row.get("default"), share),
+                             pm_text(row.get("success_rate"), True),
+                             pm_text(row.get("perturbed"), share),
+                             pm_text(row.get("difference"), share), excluded(row)])  # fmt: skip
+        if "contrast" in entry:
+            arms = " vs ".join(str(a) for a in entry["contrast"])
+            out.append((f"{result.get('title')}: {arms} ({outcome}); {PM_NOTE}",
+                        ["model", "pairs", "default", "success rate", "perturbed",
+                         "difference (perturbed − default)", "excluded"], rows))  # fmt: skip
+    if arm_rows:
+        out.append((f"Mean outcome of one arm, bootstrap over (question, run) observations; "
+                    f"{PM_NOTE}", ["arm", "outcome", "model", "n", "mean", "excluded"], arm_rows))
+    return out
+
+
+def estimate_text(values: dict[str, Any]) -> str:
+    """A qr-bootstrap hypothesis's estimate and interval in the report's hypothesis table."""
+    share = _share(str(values.get("outcome")))
+    got = _numbers(*(values.get(k) for k in ("estimate", "lower", "upper", "conf")))
+    if got is None:
+        return "–"
+    e, lo, hi, conf = got
+    if share and values.get("statistic") == "difference":
+        text = f"{e * 100:+.1f} pp ({{c}} CI {lo * 100:+.1f} to {hi * 100:+.1f} pp)"
+    elif share:
+        text = f"{e * 100:.1f}% ({{c}} CI {lo * 100:.1f}% to {hi * 100:.1f}%)"
+    else:
+        text = f"{e:.4g} ({{c}} CI {lo:.4g} to {hi:.4g})"
+    return f"{values.get('statistic')} " + text.format(c=f"{round(100 * conf, 6):g}%")

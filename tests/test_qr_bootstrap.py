@@ -375,7 +375,7 @@ def test_the_report_shows_the_table_with_half_widths(built: tuple[Path, Path, Pa
     shown = (f"{cell['estimate'] * 100:.1f} ± {cell['half_width'] * 100:.1f}")
     assert "bootstrap over (question, run) observations" in html
     assert shown in html, shown
-    assert "± is half the width of the 95% percentile interval" in html
+    assert "estimate ± half the width of the 95% percentile interval" in html
 
 
 # ------------------------------------------------------------------------------ exclusions

@@ -272,3 +272,79 @@ def descriptive_values(ds: Any, plan: dict[str, Any]) -> dict[str, Any]:
         entries.append({**entry_head, "outcome": outcome, "rows": rows})
     return {"conf": 0.95, "iterations": iterations, "seed": seed, "ci_method": CI_METHOD,
             "entries": entries}  # fmt: skip
+
+
+# ------------------------------------------------------------------------------ report (§7)
+
+SHARES = ("trial_accuracy", "glyph_accuracy")
+"""Outcomes that are shares in [0, 1]: the report shows them in percent."""
+PM = ("estimate ± half the width of the 95% percentile interval (the seed's \"±\"; the "
+      "interval, not always symmetric, in brackets)")
+
+
+def _floats(*xs: Any) -> list[float] | None:
+    ok = all(isinstance(x, int | float) and not isinstance(x, bool) for x in xs)
+    return [float(x) for x in xs] if ok else None
+
+
+def _pm(cell: Any, share: bool) -> str:
+    got = _floats(*[cell.get(k) for k in ("estimate", "half_width", "lower", "upper")]) if (
+        isinstance(cell, dict)) else None
+    if got is None:
+        return "–"
+    scale = 100.0 if share else 1.0
+    e, hw, lo, hi = (x * scale for x in got)
+    if share:
+        return f"{e:.1f} ± {hw:.1f} [{lo:.1f}, {hi:.1f}]"
+    return f"{e:.3g} ± {hw:.3g} [{lo:.3g}, {hi:.3g}]"
+
+
+def estimate_text(v: dict[str, Any]) -> str:
+    """The hypothesis table's estimate cell of a qr-bootstrap result."""
+    got = _floats(v.get("estimate"), v.get("lower"), v.get("upper"), v.get("conf"))
+    if got is None:
+        return "–"
+    e, lo, hi, conf = got
+    level = f"{round(100 * conf, 6):g}%"
+    if v.get("outcome") not in SHARES:
+        body = f"{e:.4g} ({level} CI {lo:.4g} to {hi:.4g})"
+    elif v.get("statistic") == "difference":
+        body = f"{e * 100:+.1f} pp ({level} CI {lo * 100:+.1f} to {hi * 100:+.1f} pp)"
+    else:
+        body = f"{e * 100:.1f}% ({level} CI {lo * 100:.1f}% to {hi * 100:.1f}%)"
+    return f"{v.get('statistic')} {body}"
+
+
+def report_tables(result: dict[str, Any] | None) -> list[tuple[str, list[str], list[list[str]]]]:
+    """``descriptive.qr_bootstrap`` as the report tables it: a table per contrast, one of arms."""
+    if not isinstance(result, dict) or result.get("status") != "ok":
+        return []
+    values = result.get("values") if isinstance(result.get("values"), dict) else {}
+    tables: list[tuple[str, list[str], list[list[str]]]] = []
+    arm_rows: list[list[str]] = []
+    for entry in (values or {}).get("entries") or []:
+        outcome = str(entry.get("outcome"))
+        share = outcome in SHARES
+        rows = []
+        for row in entry.get("rows") or []:
+            model = "all (pooled)" if row.get("model") is None else str(row.get("model"))
+            note = f"not computed: {row['error']}" if "error" in row else None
+            gone = f"{row.get('undefined', 0)} undefined, {row.get('given_up', 0)} given up"
+            if "contrast" in entry:
+                rows.append([model, note, "–", "–", "–", "–", "–"] if note else [
+                    model, str(row.get("n")), _pm(row.get("default"), share),
+                    _pm(row.get("success_rate"), True), _pm(row.get("perturbed"), share),
+                    _pm(row.get("difference"), share), gone])  # fmt: skip
+            else:
+                arm_rows.append([str(entry.get("arm")), outcome, model, note or str(row.get("n")),
+                                 "–" if note else _pm(row.get("mean"), share),
+                                 "–" if note else gone])  # fmt: skip
+        if "contrast" in entry:
+            pair = " vs ".join(map(str, entry["contrast"]))
+            tables.append((f"{result.get('title')}: {pair} ({outcome}); {PM}",
+                           ["model", "pairs", "default", "success rate", "perturbed",
+                            "difference (perturbed − default)", "excluded"], rows))  # fmt: skip
+    if arm_rows:
+        tables.append(("Mean outcome of one arm, bootstrap over (question, run) observations; "
+                       + PM, ["arm", "outcome", "model", "n", "mean", "excluded"], arm_rows))
+    return tables
