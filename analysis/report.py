@@ -349,6 +349,8 @@ def _rule_text(result: dict[str, Any]) -> str:
 
 def _contrast_text(report: Report, result: dict[str, Any]) -> str:
     plan = _hypothesis_plan(report, result.get("hypothesis"))
+    if plan.get("arm") and plan.get("test") == "qr-bootstrap":  # one arm, no variants
+        return f"arm {plan['arm']}"
     if plan.get("arm"):  # a seed-002 test of one arm: its variants (orders)
         return f"arm {plan['arm']}: " + " vs ".join(plan.get("variants") or [])
     contrast = plan.get("contrast") or []

@@ -610,6 +610,8 @@ class _Expect:
 
     def _contrast_text(self, result: dict[str, Any]) -> str:
         plan = self._plan_of(result)
+        if plan.get("arm") and plan.get("test") == "qr-bootstrap":  # one arm, no variants
+            return f"arm {plan['arm']}"
         if plan.get("arm"):  # a seed-002 test of one arm (mcq-statistics.md §11)
             return f"arm {plan['arm']}: " + " vs ".join(map(str, plan.get("variants") or []))
         contrast = _get(plan, "contrast") or []
