@@ -582,3 +582,13 @@ def test_the_bootstrap_needs_an_observation(data: tuple[Dataset, dict[str, Any]]
     h = next(x for x in plan["hypotheses"] if x["id"] == "Hdefault")
     with pytest.raises(qr_boot.st.StatsError, match="no observation"):
         qr_boot.qr_values(empty, plan, h)
+
+
+def test_the_archive_readme_names_the_statistic_and_the_arm(
+    built: tuple[Path, Path, Path],
+) -> None:
+    text = (built[1] / "README.md").read_text("utf-8")
+    assert "arm default on `trial_accuracy`; qr-bootstrap; two-sided; statistic accuracy; " \
+        "min_pp 20; alpha 0.05." in text, text
+    assert "perturbed - default on `trial_accuracy`; qr-bootstrap; two-sided; statistic " \
+        "success-rate; max_pp 60; alpha 0.05." in text, text
