@@ -85,11 +85,13 @@ def resample_means(columns: Sequence[npt.NDArray[np.float64]], iterations: int,
     rng = np.random.default_rng(int(seed))
     out = [np.empty(n_iter, dtype=np.float64) for _ in columns]
     rows = max(1, st.CHUNK_ELEMENTS // n)
+    drawn = np.empty((min(rows, n_iter), n), dtype=np.float64)  # reused: no allocation per block
     for start in range(0, n_iter, rows):
         m = min(rows, n_iter - start)
         idx = rng.integers(0, n, size=(m, n))
         for column, reps in zip(columns, out, strict=True):
-            reps[start:start + m] = column[idx].mean(axis=1)
+            np.take(column, idx, out=drawn[:m], mode="clip")  # indices are in range
+            reps[start:start + m] = drawn[:m].mean(axis=1)
     return out
 
 
