@@ -1,9 +1,9 @@
 """Seed 001's bootstrap over (question, run) observations as a registered test.
 
 ``test = "qr-bootstrap"`` (docs/study-spec.md ``[[hypotheses]]``; docs/statistics.md "(question,
-run) bootstrap as a registered test"). One module-scoped text study (12 multiple-choice items,
+run) bootstrap as a registered test"). One module-scoped text study (8 multiple-choice items,
 arms ``default`` and ``perturbed`` = default plus an urgency sentence, two simulated models,
-three replicates) is locked, run, scored, unblinded, analysed and exported once; the tests
+two replicates) is locked, run, scored, unblinded, analysed and exported once; the tests
 recompute its results with a direct per-iteration implementation of the seed's Appendix A (bit
 for bit from the seed), check the verifier's re-derivation and its refusal of an edited,
 re-signed result, the report's table, and each bad input.
@@ -47,7 +47,7 @@ ITEMS = [
         "options": [f"finding {i}-{k}" for k in range(4)],
         "answer": "ABCD"[(i * 3) % 4],
     }
-    for i in range(1, 13)
+    for i in range(1, 9)
 ]
 
 HYPOTHESES = '''
@@ -123,7 +123,7 @@ components = ["task", "urgency"]
 items = "items.jsonl"
 
 [design]
-replicates = 3
+replicates = 2
 seed = 5
 bootstrap_seed = 6
 bootstrap_iterations = 400
@@ -234,7 +234,7 @@ def test_every_result_is_computed_with_a_verdict(built: tuple[Path, Path, Path])
             r = got[f"hypothesis.{hid}{suffix}"]
             assert r["status"] == "ok", (hid, suffix, r["error"])
             assert r["verdict"] in ("supported", "not supported"), r
-            assert r["values"]["n"] == (72 if not suffix else 36)
+            assert r["values"]["n"] == (32 if not suffix else 16)
     assert got["descriptive.qr_bootstrap"]["status"] == "ok"
 
 
@@ -391,7 +391,7 @@ def test_arms_that_do_not_pair_fail_naming_the_first_unpaired_key(
     data: tuple[Dataset, dict[str, Any]]
 ) -> None:
     ds, plan = data
-    lost = without(without(ds, "default|small|q05|2"), "perturbed|large|q07|3")
+    lost = without(without(ds, "default|small|q05|2"), "perturbed|large|q07|2")
     by_id = {r.hypothesis: r for r in hypothesis_results(lost, plan, None)}
     r = by_id["Hsuccess"]
     assert r.status == "failed" and r.verdict == "not computed"
@@ -411,14 +411,14 @@ def test_a_given_up_partner_is_a_counted_exclusion(data: tuple[Dataset, dict[str
     lost = replace(without(ds, gone), given_up=(gone,))
     h = next(x for x in plan["hypotheses"] if x["id"] == "Hsuccess")
     v = qr_boot.qr_values(lost, plan, h)
-    assert v["n"] == 71 and v["given_up"] == 1 and v["undefined"] == 0
+    assert v["n"] == 31 and v["given_up"] == 1 and v["undefined"] == 0
     assert v["excluded"] == [{"item": "q05", "model": "small", "variant": "", "rep": 2,
                               "kind": "given-up",
                               "trials": ["default|small|q05|2", "perturbed|small|q05|2"]}]
     assert vq.values_of(twin(lost), plan, h) == v
     h1 = next(x for x in plan["hypotheses"] if x["id"] == "Hdefault")
     one = qr_boot.qr_values(lost, plan, h1)
-    assert one["n"] == 71 and one["given_up"] == 1
+    assert one["n"] == 31 and one["given_up"] == 1
     assert vq.values_of(twin(lost), plan, h1) == one
 
 
@@ -429,7 +429,7 @@ def test_an_undefined_value_is_excluded_and_counted(data: tuple[Dataset, dict[st
     h = next(x for x in plan["hypotheses"] if x["id"] == "Hdiff")
     v = qr_boot.qr_values(replace(ds, trials=trials), plan, h)
     assert vq.values_of(twin(replace(ds, trials=trials)), plan, h) == v
-    assert v["n"] == 71 and v["undefined"] == 1
+    assert v["n"] == 31 and v["undefined"] == 1
     assert v["excluded"][0]["kind"] == "undefined"
     assert v["excluded"][0]["trials"] == ["default|large|q03|1", "perturbed|large|q03|1"]
 
