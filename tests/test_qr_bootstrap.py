@@ -592,3 +592,29 @@ def test_the_archive_readme_names_the_statistic_and_the_arm(
         "min_pp 20; alpha 0.05." in text, text
     assert "perturbed - default on `trial_accuracy`; qr-bootstrap; two-sided; statistic " \
         "success-rate; max_pp 60; alpha 0.05." in text, text
+
+
+def test_glyph_accuracy_pairs_charts_and_leaves_the_controls_out() -> None:
+    """A tumbling-E shape: glyph accuracies (not 0/1), a control trial per arm and rep."""
+    rows = []
+    for arm, shift in (("A", 0.0), ("B", 0.1)):
+        for stim in ("p1", "p2", "p3", "ctl"):
+            for rep in (1, 2):
+                control = stim == "ctl"
+                acc = 1.0 if control else round(0.5 + shift + 0.1 * rep - 0.05 * len(stim), 4)
+                rows.append({"trial": f"{arm}|{stim}|{rep}", "arm": arm, "model": "",
+                             "stimulus": stim, "variant": "", "rep": rep, "accuracy": acc,
+                             "control": control, "excluded": False})  # fmt: skip
+    trials = pd.DataFrame(rows)
+    ds = Dataset(trials, pd.DataFrame(columns=["trial", "stimulus", "model"]), ("A", "B"), (),
+                 "0" * 64)  # fmt: skip
+    plan = {"design": {"bootstrap_iterations": 300, "bootstrap_seed": "11"}}
+    h = {"id": "G", "test": "qr-bootstrap", "statistic": "difference", "contrast": ["B", "A"],
+         "outcome": "glyph_accuracy", "alpha": 0.05, "sides": "one-sided"}  # fmt: skip
+    v = qr_boot.qr_values(ds, plan, h)
+    assert v["n"] == 6 and v["excluded"] == [] and v["conf"] == 0.9
+    assert v["estimate"] == pytest.approx(0.1)
+    vds = vs._Dataset(trials.to_dict("records"), [], ["A", "B"], [], "0" * 64)
+    assert vq.values_of(vds, plan, h) == v
+    with pytest.raises(qr_boot.st.StatsError, match="values other than 0 and 1"):
+        qr_boot.qr_values(ds, plan, h | {"statistic": "success-rate", "max_pp": 50})
