@@ -618,3 +618,18 @@ def test_glyph_accuracy_pairs_charts_and_leaves_the_controls_out() -> None:
     assert vq.values_of(vds, plan, h) == v
     with pytest.raises(qr_boot.st.StatsError, match="values other than 0 and 1"):
         qr_boot.qr_values(ds, plan, h | {"statistic": "success-rate", "max_pp": 50})
+
+
+@pytest.mark.parametrize(
+    ("arm_line", "message"),
+    [("replicates = 1", "replicates 2 vs 1"),
+     ("models = [\"small\"]", "models None vs ('small',)")],
+    ids=["replicates", "models"],
+)
+def test_a_contrast_whose_arms_cannot_pair_is_refused_at_lock(
+    tmp_path: Path, arm_line: str, message: str
+) -> None:
+    spec = SPEC.replace('components = ["task"]\n', f'components = ["task"]\n{arm_line}\n', 1)
+    error = refused(tmp_path, spec)
+    assert ("hypotheses[1].contrast: hypothesis 'Hsuccess': arms 'perturbed' and 'default' "
+            f"cannot pair by (item, model, variant, rep): {message}") in error, error
