@@ -633,3 +633,16 @@ def test_a_contrast_whose_arms_cannot_pair_is_refused_at_lock(
     error = refused(tmp_path, spec)
     assert ("hypotheses[1].contrast: hypothesis 'Hsuccess': arms 'perturbed' and 'default' "
             f"cannot pair by (item, model, variant, rep): {message}") in error, error
+
+
+def test_the_verifier_knows_every_outcome_of_the_table() -> None:
+    """runner.qrboot.QR_OUTCOMES and the verifier's own lists describe the same outcomes.
+
+    A row added to the table (a new per-trial metric) must be added to the verifier too: its
+    column when it is not the outcome's own name, whether it is 0/1 and whether it is a share.
+    """
+    from runner.qrboot import QR_OUTCOMES
+
+    assert {k: o.column for k, o in QR_OUTCOMES.items() if o.column != k} == vq.COLUMNS
+    assert {k for k, o in QR_OUTCOMES.items() if o.binary} == set(vq.BINARY)
+    assert {k for k, o in QR_OUTCOMES.items() if o.share} == set(vq.SHARES)
