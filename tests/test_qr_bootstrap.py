@@ -646,3 +646,17 @@ def test_the_verifier_knows_every_outcome_of_the_table() -> None:
     assert {k: o.column for k, o in QR_OUTCOMES.items() if o.column != k} == vq.COLUMNS
     assert {k for k, o in QR_OUTCOMES.items() if o.binary} == set(vq.BINARY)
     assert {k for k, o in QR_OUTCOMES.items() if o.share} == set(vq.SHARES)
+
+
+@pytest.mark.slow
+def test_bench_bootstrap_quick_times_the_registered_bootstrap() -> None:
+    import subprocess
+    import sys
+
+    bench = Path(__file__).resolve().parents[1] / "benchmarks" / "bench_bootstrap.py"
+    result = subprocess.run([sys.executable, str(bench), "--quick"], capture_output=True,
+                            text=True, timeout=300, check=True)  # fmt: skip
+    for label in ("(question, run) bootstrap, registered", "qr_boot.resample_means",
+                  "numpy floor (the index draws alone)", "direct per-iteration loop",
+                  "time / floor", "speed-up over the loop"):  # fmt: skip
+        assert label in result.stdout, result.stdout
