@@ -660,3 +660,13 @@ def test_bench_bootstrap_quick_times_the_registered_bootstrap() -> None:
                   "numpy floor (the index draws alone)", "direct per-iteration loop",
                   "time / floor", "speed-up over the loop"):  # fmt: skip
         assert label in result.stdout, result.stdout
+
+
+def test_only_the_difference_is_evidence_about_the_added_component(
+    built: tuple[Path, Path, Path],
+) -> None:
+    """A success rate or a perturbed accuracy is a rate, not an a − b effect of the sentence."""
+    html = (built[1] / "analysis" / "report.html").read_text("utf-8")
+    assert "Hdiff (perturbed vs default): " in html, html
+    for hid in ("Hsuccess", "Hperturbed"):
+        assert f"{hid} (perturbed vs default)" not in html
