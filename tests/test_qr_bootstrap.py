@@ -670,3 +670,25 @@ def test_only_the_difference_is_evidence_about_the_added_component(
     assert "Hdiff (perturbed vs default): " in html, html
     for hid in ("Hsuccess", "Hperturbed"):
         assert f"{hid} (perturbed vs default)" not in html
+
+
+def test_a_row_that_cannot_pair_is_shown_not_computed_both_ways(
+    built: tuple[Path, Path, Path], data: tuple[Dataset, dict[str, Any]]
+) -> None:
+    ds, plan = data
+    lost = without(ds, "default|small|q05|2")
+    mine = qr_boot.descriptive_values(lost, plan)
+    theirs = vq.descriptive_values(twin(lost), plan)
+    assert vs._first_difference(mine, theirs, "values", 1e-12) is None
+    rows = {r["model"]: r for r in mine["entries"][0]["rows"]}
+    assert set(rows[None]) == set(rows["small"]) == {"model", "error"}
+    assert "default" in rows["large"] and "error" not in rows["large"]
+    result = {"status": "ok", "title": "T", "values": mine}
+    assert qr_boot.report_tables(result) == vq.report_tables(result)
+    assert qr_boot.report_tables(result)[0][2][0][1].startswith("not computed: qr-bootstrap "
+                                                                "pairs by")
+    recorded = results(built[1])["descriptive.qr_bootstrap"]
+    assert qr_boot.report_tables(recorded) == vq.report_tables(recorded)
+    for r in results(built[1]).values():
+        if r["test"] == "qr-bootstrap" and r["hypothesis"]:
+            assert qr_boot.estimate_text(r["values"]) == vq.estimate_text(r["values"])
