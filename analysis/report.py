@@ -312,6 +312,10 @@ def _estimate_text(result: dict[str, Any]) -> str:
                 f"{_pct(v.get('lower'))} to {_pct(v.get('upper'))})")
     if test == "chi-square":
         return f"chi2 {_fmt(v.get('chi2'))}, df {_fmt(v.get('df'))}"
+    if test == "qr-bootstrap":
+        from analysis import qr_boot
+
+        return qr_boot.estimate_text(v)
     est, lower, upper = _contrast(v)
     if est is None:
         return "–"
@@ -345,6 +349,8 @@ def _rule_text(result: dict[str, Any]) -> str:
 
 def _contrast_text(report: Report, result: dict[str, Any]) -> str:
     plan = _hypothesis_plan(report, result.get("hypothesis"))
+    if plan.get("arm") and plan.get("test") == "qr-bootstrap":  # one arm, no variants
+        return f"arm {plan['arm']}"
     if plan.get("arm"):  # a seed-002 test of one arm: its variants (orders)
         return f"arm {plan['arm']}: " + " vs ".join(plan.get("variants") or [])
     contrast = plan.get("contrast") or []
@@ -500,7 +506,8 @@ log odds ratio): the forest plot leaves them to the seed-002 table."""
 
 
 def _fig_forest(report: Report) -> Figure:
-    hyps = [r for r in report.hypotheses if r.get("test") not in NOT_ACCURACY_DIFFERENCES]
+    hyps = [r for r in report.hypotheses if r.get("test") not in NOT_ACCURACY_DIFFERENCES
+            and (r.get("values") or {}).get("statistic") in (None, "difference")]
     title = "Pre-registered contrasts (difference in accuracy, a − b)"
     if not hyps:
         return _note_figure(title, "no pre-registered difference in accuracy was recorded"
@@ -770,7 +777,8 @@ def component_classes(protocol: dict[str, Any], results: list[dict[str, Any]]
     units: dict[str, list[tuple[str, str]]] = {}
     for r in results:
         h = plan.get(r.get("hypothesis"))
-        if h is None or h.get("test") == "chi-square" or r.get("status") != "ok":
+        if h is None or h.get("test") == "chi-square" or r.get("status") != "ok" or (
+                h.get("test") == "qr-bootstrap" and h.get("statistic") != "difference"):
             continue
         a, b = (str(x) for x in h.get("contrast") or ["", ""])
         added = sorted(set((arms.get(a) or {}).get("components") or [])
@@ -958,6 +966,7 @@ def _section_descriptive(report: Report) -> str:
     elif by_model is not None:
         parts.append(_failed_html(by_model))
     parts.append(_section_mcq(report))
+    parts.append(_section_qr(report))
     parts.append(_figure_html(report, "accuracy_by_arm.png"))
     stim = report.result("descriptive.arm_stimulus")
     if stim and stim.get("status") == "failed":
@@ -1023,6 +1032,17 @@ def mcq_rows(report: Report) -> list[tuple[str, ...]]:
                      _fmt(v.get("estimate")), interval, str(v.get("excluded", "–")),
                      str(r.get("verdict"))))
     return rows
+
+
+def _section_qr(report: Report) -> str:
+    """``descriptive.qr_bootstrap``'s tables (analysis/qr_boot.py), or why it failed."""
+    from analysis import qr_boot
+
+    result = report.result("descriptive.qr_bootstrap")
+    if result is not None and result.get("status") != "ok":
+        return _failed_html(result)
+    return "".join(_table(caption, header, rows)
+                   for caption, header, rows in qr_boot.report_tables(result))
 
 
 def _section_mcq(report: Report) -> str:
@@ -1561,6 +1581,13 @@ def render_terminal(report: Report, console: Console) -> None:
         for row in seed002:
             mcq_table.add_row(*(escape(x) for x in row))
         console.print(mcq_table)
+    from analysis import qr_boot
+
+    for caption, header, rows in qr_boot.report_tables(report.result("descriptive.qr_bootstrap")):
+        qr_table = table(*header, title=caption)
+        for cells in rows:
+            qr_table.add_row(*(escape(x) for x in cells))
+        console.print(qr_table)
     unit, level = ("glyphs", "glyph-level accuracy") if report.tumbling else ("items", "accuracy")
     arms_table = table("arm", "role", "accuracy", "Wilson 95% CI", unit, "parse rate",
                        "excluded", title=f"Descriptive: {level} by arm")  # fmt: skip

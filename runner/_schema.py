@@ -100,7 +100,7 @@ DIFFERS_FROM_KEYS: Final = ("arm", "by")
 HYPOTHESIS_KEYS: Final = (
     "id", "description", "contrast", "outcome", "test", "sides", "alpha", "min_difference_pp",
     "margin_pp", "correction", "family", "stimuli", "pairing", "arm", "variants", "variant",
-    "basis", "samples", "incomplete", "min_pp", "max_pp",
+    "basis", "samples", "incomplete", "min_pp", "max_pp", "statistic",
 )  # fmt: skip
 WITNESS_KEYS: Final = ("name", "vkey", "url")
 """The keys of each ``[[witnesses]]`` entry (``docs/witness.md`` §8)."""
