@@ -141,10 +141,14 @@ class Factor:
         raise KeyError(name)
 
     def record(self, rel: Any) -> dict[str, Any]:
-        """The factor as ``protocol.locked`` records it: scope, then levels in order."""
+        """The factor as ``protocol.locked`` records it: scope, and the levels in order.
+
+        The levels are a list (canonical JSON sorts an object's keys); the first is the
+        reference level.
+        """
         return {
             "scope": self.scope,
-            "levels": {lv.name: lv.record(rel) for lv in self.levels},
+            "levels": [{"name": lv.name, **lv.record(rel)} for lv in self.levels],
         }
 
 
