@@ -176,9 +176,9 @@ def arms(study_dir: Path, as_json: bool) -> None:
                 out.print(f"{a} vs {b}: only in {a}: {only_a or '-'}; only in {b}: {only_b or '-'}")
         for claim in claims:
             state = "[green]holds[/]" if claim["holds"] else "[red]FALSE[/]"
-            said = "; ".join(f"{k} {claim[k]}" for k in ("by", "removes", "adds", "replaces")
-                             if k in claim)  # fmt: skip
-            out.print(f"claim: {claim['arm']} differs from {claim['differs_from']} {said}: "
+            stated = "; ".join(f"{k} {claim[k]}" for k in ("by", "removes", "adds", "replaces")
+                               if k in claim)  # fmt: skip
+            out.print(f"claim: {claim['arm']} differs from {claim['differs_from']} {stated}: "
                       f"{state}")  # fmt: skip
         if study.steps:
             for line in _step_lines(_step_graph(study)):

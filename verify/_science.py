@@ -2009,13 +2009,13 @@ def _reanalysis(archive: _Archive) -> tuple[Check, list[str]]:
             seq,
         )
     ds = _dataset(archive, plan)
-    extra = tuple(f"factor.{f}" for f in ds.factors)  # analysis.md §2
+    factor_columns = tuple(f"factor.{f}" for f in ds.factors)  # analysis.md §2
     if ds.variants:
-        trials_csv = _csv_bytes(ds.trials, VARIANT_TRIAL_COLUMNS + extra)
+        trials_csv = _csv_bytes(ds.trials, VARIANT_TRIAL_COLUMNS + factor_columns)
         item_columns: tuple[str, ...] = VARIANT_ITEM_COLUMNS
     else:
         trials_csv = _csv_bytes(
-            ds.trials, (MODEL_TRIAL_COLUMNS if ds.models else TRIAL_COLUMNS) + extra
+            ds.trials, (MODEL_TRIAL_COLUMNS if ds.models else TRIAL_COLUMNS) + factor_columns
         )
         item_columns = MODEL_ITEM_COLUMNS if ds.models else ITEM_COLUMNS
     if ds.cloze:  # analysis.md §2: each letter's log-probability and the margin
