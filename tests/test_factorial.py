@@ -37,6 +37,8 @@ from verify import _factorial as vf
 from verify import verify_archive
 
 BELIEF = "I am fairly sure the answer is 3."
+WRONG = ('levels.wrong = { insert = { field = "question", file = "prompts/belief.txt", '
+         'at = "end" } }')
 URGENCY = "Please hurry, I am really anxious about this!"
 
 SPEC = """\
@@ -274,7 +276,7 @@ def test_a_factor_naming_a_field_the_item_lacks_is_refused(tmp_path: Path) -> No
 
 def test_a_level_that_leaves_an_item_unchanged_is_refused(tmp_path: Path) -> None:
     spec = SPEC.replace(
-        'levels.wrong = { insert = { field = "question", file = "prompts/belief.txt", at = "end" } }',
+        WRONG,
         'levels.wrong = { replace = { field = "question", text = "What is 6 plus 6?" } }',
     )
     out = problems_of(tmp_path, spec)
@@ -339,7 +341,8 @@ def test_unknown_keys_in_factor_tables_are_refused_naming_the_line(tmp_path: Pat
     out = problems_of(tmp_path, spec)
     lines = SPEC.splitlines()
     insert_line = next(i for i, t in enumerate(lines, 1) if t.startswith("levels.wrong"))
-    assert f"study.toml:{insert_line}: [factors.belief] level wrong insert seperator: unknown key" in out
+    assert (f"study.toml:{insert_line}: [factors.belief] level wrong insert seperator: "
+            "unknown key") in out
     assert "did you mean 'separator'?" in out
     assert "[factorial] factor: unknown key (did you mean 'factors'?)" in out
 
@@ -353,9 +356,8 @@ def test_a_reference_level_with_an_edit_is_refused(tmp_path: Path) -> None:
 def test_a_level_template_makes_multiple_choice_against_open_ended(tmp_path: Path) -> None:
     items = [dict(r, options=[r["answer"], "1", "2"], answer="A") for r in ITEMS]
     spec = SPEC.replace(
-        'levels.wrong = { insert = { field = "question", file = "prompts/belief.txt", at = "end" } }',
-        'levels.wrong = { insert = { field = "question", file = "prompts/belief.txt", at = "end" } }'
-        '\n\n[factors.format]\nscope = "item"\nlevels.open = {}\n'
+        WRONG,
+        WRONG + '\n\n[factors.format]\nscope = "item"\nlevels.open = {}\n'
         'levels.choice = { template = "prompts/mc.txt" }',
     ).replace('factors = ["belief", "tone"]', 'factors = ["belief", "tone", "format"]').replace(
         'parser = "normalized"', 'parser = "multiple-choice"'

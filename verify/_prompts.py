@@ -970,6 +970,22 @@ class LockedStudy:
             self._level_templates[path] = template
         return self._level_templates[path]
 
+    def item_templates(self) -> list[Template]:
+        """``[prompt] item`` and every factor level's template (their step slots are read)."""
+        out = [self.template] if self.template is not None else []
+        if self.factors is not None:
+            for f, levels in self.factors.levels.items():
+                for lv, record in levels.items():
+                    path = record.get("template")
+                    if type(path) is not str:
+                        continue
+                    if path not in self._level_templates:
+                        template = self._template(path, f"protocol.locked factors.{f} level {lv}")
+                        _refuse_answer_slots(template)
+                        self._level_templates[path] = template
+                    out.append(self._level_templates[path])
+        return out
+
     def edited(self, item_id: str, variant: str | None, arm: str | None) -> Mapping[str, Any]:
         """The item of a trial: varied, then its cell's factor edits (study-spec.md)."""
         fields = self.varied(item_id, variant)
