@@ -239,6 +239,18 @@ def test_a_tampered_level_file_fails_naming_the_trial(copy_: Path) -> None:
     assert "factors.belief level 'wrong'" in failed(report, "protocol")
 
 
+def test_a_forged_null_level_fails_naming_item_factor_and_level(copy_: Path) -> None:
+    """The verifier re-checks the lock's null-arm rule on the locked records."""
+    events = read_events(copy_)
+    protocol = next(e for e in events if e["kind"] == "protocol.locked")
+    protocol["body"]["factors"]["belief"]["levels"][1] = {
+        "name": "wrong", "replace": {"field": "question", "text": ITEMS[2]["question"]},
+    }  # fmt: skip
+    forge(copy_, events)
+    reason = failed(verify_archive(copy_), "protocol")
+    assert "item 'q3': factor 'belief' level 'wrong' leaves the item's request unchanged" in reason
+
+
 def test_an_edited_expanded_arm_fails_naming_it(copy_: Path) -> None:
     """A forger drops the urgency component from one cell arm and re-signs everything."""
     events = read_events(copy_)

@@ -986,6 +986,12 @@ class LockedStudy:
                     out.append(self._level_templates[path])
         return out
 
+    def _lock_values(self, template: Template, fields: Mapping[str, Any]) -> str:
+        """``template`` rendered for ``fields``, each ``{steps.*}`` slot filled with ``""``."""
+        values = item_values(fields, self.option_format, self.option_separator)
+        values.update({s.name: "" for s in template.slots if s.name.startswith("steps.")})
+        return template.render(values, f"item {fields.get('id')!r}")
+
     def edited(self, item_id: str, variant: str | None, arm: str | None) -> Mapping[str, Any]:
         """The item of a trial: varied, then its cell's factor edits (study-spec.md)."""
         fields = self.varied(item_id, variant)
@@ -1314,11 +1320,34 @@ class LockedStudy:
                 for item_id in self.arm_items(arm) if self.template is not None else ():
                     self.item_block(item_id, None, arm)
 
+        def nulls() -> None:  # study-spec.md "Factors": no level leaves an item unchanged
+            fx = self.factors
+            if fx is None or self.template is None:
+                return
+            reference = {f: fx.order[f][0] for f in fx.crossed}
+            for f in fx.crossed:
+                for lv in fx.order[f][1:] if fx.scope[f] == "item" else ():
+                    cell = {**reference, f: lv}
+                    path = fx.template(cell)
+                    tpl = self.template if path is None else self._template(path, path)
+                    for item_id in self.item_ids:
+                        fields = self.fields(item_id)
+                        try:
+                            edited = fx.apply(fields, cell)
+                        except FactorialError as exc:
+                            raise PromptError(str(exc)) from None
+                        if self._lock_values(tpl, edited) == self._lock_values(
+                                self.template, fields):  # fmt: skip
+                            raise PromptError(f"item {item_id!r}: factor {f!r} level {lv!r} "
+                                              "leaves the item's request unchanged (a silent "
+                                              "null arm)")  # fmt: skip
+
         self._lock_fill = True
         try:
             first(items)
             first(variants)
             first(cells)
+            first(nulls)
         finally:
             self._lock_fill = False
         for arm in self.arms:
