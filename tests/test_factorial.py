@@ -387,6 +387,34 @@ def test_a_level_template_makes_multiple_choice_against_open_ended(tmp_path: Pat
     assert "prompts/mc.txt" in study.locked_files()
 
 
+REMOVE = SPEC.replace(
+    WRONG,
+    WRONG + '\n\n[factors.history]\nscope = "item"\nlevels.full = {}\n'
+    'levels.lacking = { remove = "context", template = "prompts/short.txt" }',
+).replace('factors = ["belief", "tone"]', 'factors = ["belief", "tone", "history"]')
+CONTEXT_ITEMS = [dict(r, context=f"History {r['id']}.") for r in ITEMS]
+CONTEXT_FILES = {"prompts/item.txt": "History: {context}\nQuestion: {question}\n",
+                 "prompts/short.txt": "Question: {question}\n"}  # fmt: skip
+
+
+def test_a_removed_field_and_its_level_template(tmp_path: Path) -> None:
+    root = write_study(tmp_path / "study", REMOVE, CONTEXT_ITEMS, CONTEXT_FILES)
+    study = load_study(root)
+    assert validate_for_lock(study) == []
+    renderer = Renderer(study)
+    full = renderer.item_block("q2", None, "F.none.neutral.full")
+    lacking = renderer.item_block("q2", None, "F.wrong.neutral.lacking")
+    assert full == "History: History q2.\nQuestion: What is 5 plus 4?"
+    assert lacking == f"Question: What is 5 plus 4? {BELIEF}"
+    assert "context" not in renderer.edited_item("F.none.urgent.lacking", "q2").data
+
+
+def test_a_removed_field_the_template_still_places_is_refused(tmp_path: Path) -> None:
+    spec = REMOVE.replace(', template = "prompts/short.txt"', "")
+    out = problems_of(tmp_path, spec, CONTEXT_ITEMS, CONTEXT_FILES)
+    assert "prompts/item.txt:1:10: slot {context}: item 'q1' has no such field" in out
+
+
 # ------------------------------------------------------------------------------ differs_from
 
 CLAIMS = """\
