@@ -406,9 +406,9 @@ def parse_factorial(
         add("factorial.base", f"arm {base!r} is the template of the cells: give it role = "
             "\"factorial\"")  # fmt: skip
     names = raw.get("factors")
-    if (not isinstance(names, list) or len(names) < 2
+    if (not isinstance(names, list) or not names
             or not all(isinstance(n, str) for n in names)):  # fmt: skip
-        add("factorial.factors", "must be a list of at least two factor names")
+        add("factorial.factors", "must be a non-empty list of factor names")
         return None
     if len(set(names)) != len(names):
         add("factorial.factors", f"names a factor twice: {names!r}")
