@@ -741,3 +741,17 @@ def test_a_judged_factorial_study_with_two_models_runs_and_verifies_by_subproces
         assert "model[T.target_b]" in [t["name"] for t in h1["values"]["terms"]]
     requested = [e for e in read_events(out) if e["kind"] == "trial.requested"]
     assert {e["body"]["arm"] for e in requested} == {a["id"] for a in arms}
+
+
+@pytest.mark.slow
+def test_bench_factorial_quick_reports_every_figure() -> None:
+    import subprocess
+    import sys
+
+    bench = Path(__file__).resolve().parent.parent / "benchmarks" / "bench_factorial.py"
+    result = subprocess.run([sys.executable, str(bench), "--quick"], capture_output=True,
+                            text=True, timeout=300, check=True)  # fmt: skip
+    for label in ("12 cells, 2400 trials; lock problems 0", "lock checks", "render every request",
+                  "factorial GEE, statsmodels", "verifier's solver", "ratio verifier",
+                  "load average at end"):  # fmt: skip
+        assert label in result.stdout, result.stdout
