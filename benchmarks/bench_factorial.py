@@ -23,6 +23,7 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+from typing import Any
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
@@ -141,7 +142,7 @@ def main() -> None:
         print(f"lock checks (edits, templates, null levels): {t2 - t1:.3f} s CPU")
         print(f"render every request: {t3 - t2:.3f} s CPU ({(t3 - t2) / len(ids) * 1e6:.1f} us "
               "per request)")  # fmt: skip
-        plan = {
+        plan: dict[str, Any] = {
             "factors": {f.name: f.record(study.rel) for f in study.factors.values()},
             "factorial": {"factors": list(study.factorial.factors) if study.factorial else []},
             "arms": {a.id: {"factors": a.factors} for a in cells},
@@ -149,12 +150,12 @@ def main() -> None:
         }
     rng = np.random.default_rng(1)
     rows = []
-    for arm in cells:
+    for cell in cells:
         shift = sum(0.3 * [lv.name for lv in study.factors[f].levels].index(level)
-                    for f, level in (arm.factors or {}).items())  # fmt: skip
+                    for f, level in (cell.factors or {}).items())  # fmt: skip
         for i in range(n):
             eta = -0.3 + shift + rng.normal(0, 0.3)
-            rows.append({"arm": arm.id, "model": "", "stimulus": f"q{i + 1}",
+            rows.append({"arm": cell.id, "model": "", "stimulus": f"q{i + 1}",
                          "accuracy": float(rng.random() < 1 / (1 + np.exp(-eta)))})  # fmt: skip
     frame = pd.DataFrame(rows)
     records = frame.to_dict("records")
