@@ -735,7 +735,7 @@ def _hypotheses(
             for arm in pair:
                 if arm not in arms:
                     c.add(f"{where}.contrast", f"unknown arm {arm!r}")
-        outcome = (_factorial_outcome(c, h, where) if test == "factorial"
+        outcome = (_factorial_outcome(c, h, where, parser) if test == "factorial"
                    else _outcome(c, h, where, parser))  # fmt: skip
         if test and test not in TESTS:
             c.add(f"{where}.test", f"unknown test {test!r}; use one of {', '.join(TESTS)}")
@@ -799,8 +799,11 @@ def _hypotheses(
     return out
 
 
-def _factorial_outcome(c: _Collector, h: dict[str, Any], where: str) -> str:
+def _factorial_outcome(c: _Collector, h: dict[str, Any], where: str, parser: str) -> str:
     """A factorial hypothesis's outcome: a name of :data:`runner.factors.FACTORIAL_OUTCOMES`."""
+    if parser == "tumbling-e-json":
+        c.add(f"{where}.test", "a factorial test models a per-trial outcome of a single-answer "
+              "parser (trial_accuracy), not a tumbling-E chart's glyph accuracy")  # fmt: skip
     outcome = _str(c, h, "outcome", where, "trial_accuracy")
     if outcome and outcome not in FACTORIAL_OUTCOMES:
         c.add(f"{where}.outcome", f"unknown outcome {outcome!r} for a factorial test; use "
