@@ -735,10 +735,15 @@ def test_a_judged_factorial_study_with_two_models_runs_and_verifies_by_subproces
         passed(report, name)
     results = json.loads((out / "analysis" / "results.json").read_text())
     results = results if isinstance(results, list) else results["results"]
-    h1 = next(r for r in results if r["id"] == "hypothesis.H1")
-    if h1["status"] == "ok":
-        assert h1["values"]["df"] == 2
-        assert "model[T.target_b]" in [t["name"] for t in h1["values"]["terms"]]
+    tested = {r["id"]: r for r in results if r.get("hypothesis")}
+    assert len(tested) == 9  # H1-H3 pooled, then per model (the model column left out)
+    assert all(r["status"] == "ok" for r in tested.values()), tested
+    h1 = tested["hypothesis.H1"]
+    assert h1["values"]["df"] == 2
+    assert "model[T.target_b]" in [t["name"] for t in h1["values"]["terms"]]
+    assert "model[T.target_b]" not in [
+        t["name"] for t in tested["hypothesis.H1@target_a"]["values"]["terms"]
+    ]
     requested = [e for e in read_events(out) if e["kind"] == "trial.requested"]
     assert {e["body"]["arm"] for e in requested} == {a["id"] for a in arms}
 
