@@ -200,6 +200,8 @@ def test_the_factorial_study_locks_runs_analyses_and_verifies(built: tuple[Path,
         "Intercept", "belief[T.wrong]", "tone[T.urgent]", "belief[T.wrong]:tone[T.urgent]",
     ]  # fmt: skip
     assert h1["values"]["n_obs"] == 128 and h1["values"]["n_clusters"] == 8
+    readme = (archive / "README.md").read_text("utf-8")
+    assert "effect belief × tone on `trial_accuracy`; factorial; two-sided" in readme
     html = (archive / "analysis" / "report.html").read_text("utf-8")
     assert "belief × tone: Wald chi2" in html
 
