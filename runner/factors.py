@@ -55,8 +55,9 @@ FACTORIAL_OUTCOMES: Final[dict[str, tuple[str, str]]] = {
 """``outcome`` name -> (analysis-dataset column, GEE family) of a ``factorial`` hypothesis.
 
 ``binomial`` is the logistic GEE of a 0/1 column; ``gaussian`` the identity-link GEE of a
-numeric per-trial column. Adding an outcome (a per-trial metric column) is one entry here and
-one in ``analysis.factorial.OUTCOMES`` and ``verify._factorial.OUTCOMES``."""
+numeric per-trial column. Adding an outcome (a per-trial metric column of the analysis
+dataset) is one entry here (the spec and the analysis read it) and one in the verifier's own
+``verify._factorial.OUTCOMES``."""
 _GENERATOR: Final = re.compile(
     r"^\s*([A-Za-z0-9_-]+)\s*=\s*(-?)\s*([A-Za-z0-9_-]+(?:\s*\*\s*[A-Za-z0-9_-]+)+)\s*$"
 )
