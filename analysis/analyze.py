@@ -91,6 +91,9 @@ class Dataset:
     column then names each row's variant (``""`` without)."""
     cloze: bool = False
     """Whether the parser is ``cloze``: ``items.csv`` then ends in :data:`CLOZE_ITEM_COLUMNS`."""
+    factors: tuple[str, ...] = ()
+    """A factorial study's crossed factors: ``trials.csv`` ends in one ``factor.<NAME>``
+    column each, the trial's level (empty for an arm that is no cell; analysis.md §2)."""
 
     def __post_init__(self) -> None:
         for name in ("trials", "items"):
@@ -130,9 +133,10 @@ class Dataset:
 
         Columns :data:`TRIAL_COLUMNS`, or :data:`MODEL_TRIAL_COLUMNS` for a ``[models]`` study.
         """
+        extra = tuple(f"factor.{f}" for f in self.factors)
         if self.variants:
-            return _csv(self.trials, VARIANT_TRIAL_COLUMNS)
-        return _csv(self.trials, MODEL_TRIAL_COLUMNS if self.models else TRIAL_COLUMNS)
+            return _csv(self.trials, VARIANT_TRIAL_COLUMNS + extra)
+        return _csv(self.trials, (MODEL_TRIAL_COLUMNS if self.models else TRIAL_COLUMNS) + extra)
 
     def items_csv(self) -> bytes:
         """The item table as CSV (columns :data:`ITEM_COLUMNS` or :data:`MODEL_ITEM_COLUMNS`)."""
@@ -212,12 +216,15 @@ def load_dataset(
     sources: dict[str, str] | None = None,
     models: Sequence[str] = (),
     variants: bool = False,
+    factorial: tuple[Sequence[str], Mapping[str, Mapping[str, str]]] | None = None,
 ) -> Dataset:
     """Build the dataset from the ledger; refuses before ``blinding.revealed``.
 
     ``parser`` is the locked parser: only a ``tumbling-e-json`` trial can be a specificity
     control. ``sources`` maps each stimulus to its source image, for a random intercept by source.
     ``models`` is the model order of a ``[models]`` study (its trial ids name the model).
+    ``factorial``: the crossed factors and each cell arm's levels
+    (:func:`analysis.factorial.plan_cells`), for the ``factor.<NAME>`` columns.
     """
     revealed = next(iter(log.events("blinding.revealed")), None)
     sealed = next(iter(log.events("scoring.sealed")), None)
@@ -276,7 +283,13 @@ def load_dataset(
                     "margin": item.get("margin"),
                 }
             )  # fmt: skip
-    trials = pd.DataFrame(trial_rows, columns=list(VARIANT_TRIAL_COLUMNS))
+    names, cells = factorial or ((), {})
+    for row in trial_rows:
+        for f in names:
+            row[f"factor.{f}"] = (cells.get(row["arm"]) or {}).get(f, "")
+    trials = pd.DataFrame(
+        trial_rows, columns=[*VARIANT_TRIAL_COLUMNS, *(f"factor.{f}" for f in names)]
+    )
     items_df = pd.DataFrame(item_rows, columns=[*VARIANT_ITEM_COLUMNS, *CLOZE_ITEM_COLUMNS])
     trials = trials.sort_values("response_seq", kind="stable").reset_index(drop=True)
     given_up = tuple(e.body["trial"] for e in log.events("trial.failed") if e.body.get("final"))
@@ -290,6 +303,7 @@ def load_dataset(
         tuple(models),
         variants,
         parser == "cloze",
+        tuple(names),
     )
 
 
@@ -761,6 +775,10 @@ def hypothesis_results(
                 r.values = mcq_tests.mcq_values(ds, plan, h)
             elif qr_boot.is_qr_hypothesis(h):  # seed 001's (question, run) bootstrap
                 r.values = qr_boot.qr_values(ds, plan, h)
+            elif test == "factorial":  # docs/analysis.md "Factorial designs"
+                from analysis.factorial import factorial_values
+
+                r.values = factorial_values(_analysable(ds), plan, h, ds.models)
             elif test == "lmm":
                 model = fit
                 subset: dict[str, Any] | None = None
@@ -1658,9 +1676,11 @@ def analyze_study(root: str | Path, key: SigningKey) -> AnalyzeResult:
         exclude = bool(settings.get("exclude_unparseable", True))
         parser = str((plan.get("response") or {}).get("parser", TUMBLING_E))
         sources = stimulus_sources(study) if settings.get("random_intercept") == "source" else {}
+        from analysis.factorial import plan_cells
+
         ds = load_dataset(
             log, exclude_unparseable=exclude, parser=parser, sources=sources, models=models(plan),
-            variants=bool(plan.get("variants")),
+            variants=bool(plan.get("variants")), factorial=plan_cells(plan),
         )
         trial_phase = trial_phases(log) if len(protocol_events(log)) > 1 else None
         results = run_analyses(ds, plan, trial_phase, hypothesis_phases(plan, log))

@@ -307,6 +307,15 @@ def _estimate_text(result: dict[str, Any]) -> str:
     if test == "gee":
         return (f"log OR {_fmt(v.get('estimate'))} (95% CI {_fmt(v.get('lower'))} to "
                 f"{_fmt(v.get('upper'))}; OR {_fmt(v.get('odds_ratio'))})")
+    if test == "factorial":  # analysis.md "Factorial designs": the term's joint Wald test
+        tested = v.get("tested") or []
+        text = (f"{' × '.join(map(str, v.get('effect') or []))}: Wald chi2 {_fmt(v.get('chi2'))}, "
+                f"df {_fmt(v.get('df'))} ({', '.join(map(str, tested))})")
+        if v.get("estimate") is not None:
+            text += f"; coefficient {_fmt(v.get('estimate'))}"
+        if v.get("odds_ratio") is not None:
+            text += f" (OR {_fmt(v.get('odds_ratio'))})"
+        return text
     if test == "flip-rate":
         return (f"flip rate {_pct(v.get('rate'))} ({_pct(v.get('conf'), 0)} CI "
                 f"{_pct(v.get('lower'))} to {_pct(v.get('upper'))})")

@@ -33,7 +33,7 @@ import numpy as np
 import rfc8785
 from scipy import stats as sps
 
-from verify import _mcqhyp, _qrboot, _review
+from verify import _factorial, _mcqhyp, _qrboot, _review
 from verify import _restats as st
 from verify._envelope import is_hex64
 from verify._items import ItemError, ItemFile, read_items
@@ -536,6 +536,7 @@ class _Dataset:
     models: list[str] = field(default_factory=list)  # model_order of a [models] study
     variants: bool = False  # the study declares variants (docs/variants.md)
     cloze: bool = False  # the parser is cloze: items.csv ends in logprobs, margin
+    factors: list[str] = field(default_factory=list)  # analysis.md §2: factor.<NAME> columns
 
     @property
     def several_models(self) -> bool:
@@ -709,6 +710,15 @@ def _dataset(archive: _Archive, plan: dict[str, Any]) -> _Dataset:
         ]
         trials.append((int(b["response_seq"]), row, item_rows))
     trials.sort(key=lambda t: t[0])
+    factorial = plan.get("factorial")
+    factor_names = [str(f) for f in factorial.get("factors") or []] if isinstance(
+        factorial, dict) else []  # fmt: skip
+    arm_table = plan.get("arms") if isinstance(plan.get("arms"), dict) else {}
+    for _, row, _ in trials:  # analysis.md §2: a factorial study's factor.<NAME> columns
+        info = arm_table.get(row["arm"]) if isinstance(arm_table, dict) else None
+        cell = info.get("factors") if isinstance(info, dict) else None
+        for f in factor_names:
+            row[f"factor.{f}"] = str(cell.get(f, "")) if isinstance(cell, dict) else ""
     given_up = [str(e.body.get("trial")) for e in archive.of("trial.failed") if e.body.get("final")]
     by_source = (plan.get("analysis") or {}).get("random_intercept") == "source"
     return _Dataset(
@@ -721,6 +731,7 @@ def _dataset(archive: _Archive, plan: dict[str, Any]) -> _Dataset:
         _plan_models(plan),
         variants=plan.get("variants") is not None,
         cloze=(plan.get("response") or {}).get("parser") == "cloze",
+        factors=factor_names,
     )
 
 
@@ -1089,6 +1100,8 @@ def _hypotheses(
                 return _mcqhyp.values_of(ds, plan, h)
             if _qrboot.is_qr(h):  # statistics.md: (question, run) bootstrap as a test
                 return _qrboot.values_of(ds, plan, h)
+            if test == "factorial":  # analysis.md "Factorial designs"
+                return _factorial.factorial_values(ds.analysable(), plan, h, ds.models)
             if test == "lmm":
                 model = fit
                 sub: dict[str, Any] | None = None
@@ -2003,11 +2016,14 @@ def _reanalysis(archive: _Archive) -> tuple[Check, list[str]]:
             seq,
         )
     ds = _dataset(archive, plan)
+    factor_columns = tuple(f"factor.{f}" for f in ds.factors)  # analysis.md §2
     if ds.variants:
-        trials_csv = _csv_bytes(ds.trials, VARIANT_TRIAL_COLUMNS)
+        trials_csv = _csv_bytes(ds.trials, VARIANT_TRIAL_COLUMNS + factor_columns)
         item_columns: tuple[str, ...] = VARIANT_ITEM_COLUMNS
     else:
-        trials_csv = _csv_bytes(ds.trials, MODEL_TRIAL_COLUMNS if ds.models else TRIAL_COLUMNS)
+        trials_csv = _csv_bytes(
+            ds.trials, (MODEL_TRIAL_COLUMNS if ds.models else TRIAL_COLUMNS) + factor_columns
+        )
         item_columns = MODEL_ITEM_COLUMNS if ds.models else ITEM_COLUMNS
     if ds.cloze:  # analysis.md §2: each letter's log-probability and the margin
         item_columns = (*item_columns, "logprobs", "margin")
@@ -2067,7 +2083,7 @@ def _reanalysis(archive: _Archive) -> tuple[Check, list[str]]:
     for event, r in zip(results, recomputed, strict=True):
         body = archive.at(event).body
         rel = REL_TOL
-        if r.hypothesis and test_of.get(r.hypothesis.split("@", 1)[0]) == "gee":
+        if r.hypothesis and test_of.get(r.hypothesis.split("@", 1)[0]) in ("gee", "factorial"):
             rel = GEE_REL_TOL  # statsmodels stops at its own tolerance (mcq-statistics.md §11)
         problem: str | None = None
         reml_problem = r.values.get("_reml_problem")
