@@ -1260,6 +1260,10 @@ def judge_agreement(log: Ledger, plan: dict[str, Any], step: str) -> Result:
     return _guard(r, compute)
 
 
+NO_P_VALUES = "no registered test gives a p-value (interval tests only): nothing to correct"
+"""``exploratory.multiplicity``'s note when every hypothesis was decided by an interval."""
+
+
 def multiplicity(hypotheses: list[Result]) -> Result:
     """Bonferroni and Holm over every hypothesis with a raw p (exploratory: a sensitivity view)."""
     r = Result(
@@ -1275,6 +1279,10 @@ def multiplicity(hypotheses: list[Result]) -> Result:
             for h in hypotheses
             if h.status == "ok" and h.values and h.values.get("p_raw") is not None
         ]
+        if not rows and all(h.status == "ok" for h in hypotheses):
+            # every registered test is an interval test (no p-value): nothing to correct
+            r.values = {"hypotheses": [], "note": NO_P_VALUES}
+            return
         if not rows:
             raise stats.StatsError("no hypothesis produced a p-value")
         ps = [p for _, p in rows]

@@ -1366,6 +1366,8 @@ def _section_exploratory(report: Report) -> str:
         parts.append("<p>Not recorded.</p>")
     elif mult.get("status") != "ok":
         parts.append(_failed_html(mult))
+    elif (mult.get("values") or {}).get("note"):
+        parts.append(f"<p>{_e((mult.get('values') or {}).get('note'))}.</p>")
     else:
         v = mult.get("values") or {}
         bonf = (v.get("bonferroni") or {}).get("adjusted") or []

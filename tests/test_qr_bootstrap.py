@@ -236,6 +236,12 @@ def test_every_result_is_computed_with_a_verdict(built: tuple[Path, Path, Path])
             assert r["verdict"] in ("supported", "not supported"), r
             assert r["values"]["n"] == (32 if not suffix else 16)
     assert got["descriptive.qr_bootstrap"]["status"] == "ok"
+    # interval tests only: nothing for the multiplicity view to correct, and nothing failed
+    assert got["exploratory.multiplicity"]["status"] == "ok"
+    assert got["exploratory.multiplicity"]["values"]["hypotheses"] == []
+    html = (built[1] / "analysis" / "report.html").read_text("utf-8")
+    assert "Some results could not be computed" not in html
+    assert "interval tests only): nothing to correct." in html
 
 
 def test_the_archive_verifies(built: tuple[Path, Path, Path]) -> None:

@@ -1702,6 +1702,10 @@ def _multiplicity(tested: list[_Result]) -> _Result:
             for r in tested
             if r.status == "ok" and r.values.get("p_raw") is not None
         ]
+        if not rows and all(r.status == "ok" for r in tested):
+            # docs/analysis.md: interval tests only, nothing to correct
+            return {"hypotheses": [], "note": "no registered test gives a p-value (interval "
+                    "tests only): nothing to correct"}
         if not rows:
             raise st.StatError("no hypothesis produced a p-value")
         ps = [float(p) for _, p in rows]

@@ -1138,7 +1138,8 @@ class _Expect:
             by_model, f"{EXPLORATORY}: ", f"; joint Wald test of the {test.get('df')} arm × "
             f"model terms: chi2 {_fmt(test.get('chi2'))}, p {_p(test.get('p'))}")
         mult = self.result("exploratory.multiplicity")
-        if mult is not None and mult.get("status") == "ok":
+        if (mult is not None and mult.get("status") == "ok"
+                and not _obj(mult.get("values")).get("note")):
             v = _obj(mult.get("values"))
             bonf = _obj(v.get("bonferroni")).get("adjusted") or []
             holm = _obj(v.get("holm")).get("adjusted") or []
@@ -1270,6 +1271,8 @@ class _Expect:
             out.append(("p", "Not recorded."))
         elif mult.get("status") != "ok":
             out.append(("p", self._failed_text(mult)))
+        elif _obj(mult.get("values")).get("note"):
+            out.append(("p", f"{_obj(mult.get('values')).get('note')}."))
         skip = ("exploratory.errors.", "exploratory.pair.", "exploratory.question_run.",
                 "exploratory.arm_by_model", "exploratory.by_truth", "exploratory.by_stimulus")
         for r in self.results:
