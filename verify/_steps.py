@@ -711,7 +711,7 @@ def judge_record(plan: StepPlan, calls: Mapping[str, Call], trial: str) -> dict[
     return {
         "step": plan.name,
         "aggregate": {"k": rule} if isinstance(rule, int) else rule,
-        "decision": decide(rule, values),
+        "decision": decide(rule, values, plan.sets),
         "votes": votes,
     }
 
