@@ -21,7 +21,7 @@ import rfc8785
 from verify._prompts import PromptError, Template
 from verify._steps import Call, StepPlan, judge_record, norm, parse, text_of
 
-__all__ = ["METRICS", "SETS", "ddx_descriptive", "ddx_records", "ddx_metrics"]
+__all__ = ["METRICS", "SETS", "ddx_descriptive", "ddx_metrics", "ddx_records"]
 
 METRICS = ("plausibility", "h_coverage", "s_coverage", "breadth", "grounding_rate",
            "indirect_rate", "uncertainty")  # fmt: skip
@@ -111,7 +111,7 @@ def ddx_records(
     if not isinstance(config, dict):
         raise PromptError("protocol.locked response.ddx is missing")
     steps = protocol.get("steps") or {}
-    roles = {r: config.get(r) for r in ("list", "match", "grounding", "uncertainty")
+    roles = {r: str(config[r]) for r in ("list", "match", "grounding", "uncertainty")
              if isinstance(config.get(r), str)}  # fmt: skip
     source = config.get("reference")
     names = set(roles.values()) | ({source} if source != "items" else set())

@@ -36,8 +36,8 @@ from scipy import stats as sps
 from verify import _ddx, _mcqhyp, _review
 from verify import _restats as st
 from verify._envelope import is_hex64
-from verify._prompts import PromptError
 from verify._items import ItemError, ItemFile, read_items
+from verify._prompts import PromptError
 from verify._reader.events import EventReader
 from verify._reader.files import MAX_PARSED_BYTES, ArchiveFileError, ArchiveFiles
 from verify._reader.names import EVENTS, line_where
