@@ -1605,6 +1605,12 @@ def render_terminal(report: Report, console: Console) -> None:
         for row in seed002:
             mcq_table.add_row(*(escape(x) for x in row))
         console.print(mcq_table)
+    ddx = report.result("descriptive.ddx")
+    if ddx is not None and ddx.get("status") == "ok":
+        ddx_table = table(*DDX_HEADER, title=str(ddx.get("title")))
+        for row in ddx_rows(ddx.get("values") or {}):
+            ddx_table.add_row(*(escape(x) for x in row))
+        console.print(ddx_table)
     unit, level = ("glyphs", "glyph-level accuracy") if report.tumbling else ("items", "accuracy")
     arms_table = table("arm", "role", "accuracy", "Wilson 95% CI", unit, "parse rate",
                        "excluded", title=f"Descriptive: {level} by arm")  # fmt: skip

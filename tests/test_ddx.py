@@ -21,7 +21,7 @@ from typing import Any
 
 import pytest
 from click.testing import CliRunner
-from ddx_study import REFERENCE_STEP, STEPS, SUPPLIED_MATCH, items, spec_text, write_study
+from ddx_study import STEPS, SUPPLIED_MATCH, items, spec_text, write_study
 from helpers import fixed_key
 from test_archive_tamper import failed, passed, read_events, resign
 from test_steps_archive import replace_locked
