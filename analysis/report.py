@@ -1608,8 +1608,8 @@ def render_terminal(report: Report, console: Console) -> None:
     ddx = report.result("descriptive.ddx")
     if ddx is not None and ddx.get("status") == "ok":
         ddx_table = table(*DDX_HEADER, title=str(ddx.get("title")))
-        for row in ddx_rows(ddx.get("values") or {}):
-            ddx_table.add_row(*(escape(x) for x in row))
+        for ddx_row in ddx_rows(ddx.get("values") or {}):
+            ddx_table.add_row(*(escape(x) for x in ddx_row))
         console.print(ddx_table)
     unit, level = ("glyphs", "glyph-level accuracy") if report.tumbling else ("items", "accuracy")
     arms_table = table("arm", "role", "accuracy", "Wilson 95% CI", unit, "parse rate",
