@@ -313,20 +313,27 @@ def test_trial_accuracy_in_a_ddx_study_is_refused(tmp_path: Path, home: Path) ->
 # ------------------------------------------------------------------ runs
 
 
+@pytest.mark.parametrize("broken", ["reference", "extract"])
 def test_reference_step_without_a_decision_excludes_the_items_trials(
-    tmp_path: Path, home: Path
+    tmp_path: Path, home: Path, broken: str
 ) -> None:
-    """The reference builder's replies do not parse: no reference sets, recorded exclusions."""
-    root = write_study(tmp_path / "s", reference="Give the reference sets.\nCase: {context}\n")
+    """The reference builder's (or the extractor it reads) replies do not parse: no reference
+    sets, so every trial is a recorded exclusion naming the step and the item (an extractor
+    without a decision blocks the reference step: it never waits forever)."""
+    root = write_study(tmp_path / "s", **{broken: "Give the sets.\nCase: {context}\n"})
     KEY.save(tmp_path / "owner.key")
     invoke("lock", root, "--key", tmp_path / "owner.key")
-    invoke("run", root, "--backend", "simulated", "--key", tmp_path / "owner.key")
+    out = invoke("run", root, "--backend", "simulated", "--key", tmp_path / "owner.key")
+    assert "stopped: complete" in out
     with Ledger.open(root / "ledger.db", readonly=True) as log:
         excluded = [e.body for e in log.events("trial.excluded")]
         assert not list(log.events("trial.requested"))
+        if broken == "extract":
+            assert not [e for e in log.events("step.requested") if e.body["step"] == "reference"]
     assert len(excluded) == 24
-    assert {e["step"] for e in excluded} == {"reference"}
+    assert {e["step"] for e in excluded} == {broken}
     assert "c01" in {e["item"] for e in excluded}
+    assert "scoring.sealed" in invoke("score", root, "--key", tmp_path / "owner.key")
 
 
 def test_supplied_reference_sets_score_and_verify(tmp_path: Path, home: Path) -> None:
@@ -374,21 +381,28 @@ def test_changed_match_prompt_fails_naming_it(archive: Path) -> None:
 
 @pytest.mark.slow
 def test_changed_reference_response_fails_naming_the_calls_that_read_it(archive: Path) -> None:
-    events = read_events(archive)
-    answer = next(e for e in events if e["kind"] == "step.responded"
-                  and e["body"]["step"] == "reference")  # fmt: skip
-    blob = archive / "blobs" / answer["blobs"]["response"]
-    body = json.loads(blob.read_bytes())
-    value = json.loads(body["content"][0]["text"])
-    value["plausible"] = [*value["plausible"], "a new diagnosis", "another"]
-    value["highly_likely"] = ["a new diagnosis"]
-    body["content"][0]["text"] = json.dumps(value)
+    """Every vote on one item's reference sets doctored (one vote alone may not move a k-of-n
+    decision, and then nothing that follows differs): the match requests no longer follow."""
     import hashlib
 
-    data = json.dumps(body).encode()
-    digest = hashlib.sha256(data).hexdigest()
-    (archive / "blobs" / digest).write_bytes(data)
-    answer["blobs"]["response"] = digest
+    events = read_events(archive)
+    calls = {e["seq"]: e["body"]["call"] for e in events if e["kind"] == "step.requested"}
+    item = next(e["body"]["item"] for e in events if e["kind"] == "step.requested"
+                and e["body"]["step"] == "reference")  # fmt: skip
+    for answer in events:
+        if answer["kind"] != "step.responded" or answer["body"]["step"] != "reference" or (
+            f"|{item}|" not in calls[answer["body"]["request_seq"]]
+        ):
+            continue
+        blob = archive / "blobs" / answer["blobs"]["response"]
+        body = json.loads(blob.read_bytes())
+        body["content"][0]["text"] = json.dumps({"plausible": ["a new diagnosis"],
+                                                 "highly_likely": ["a new diagnosis"],
+                                                 "safety_critical": []})  # fmt: skip
+        data = json.dumps(body).encode()
+        digest = hashlib.sha256(data).hexdigest()
+        (archive / "blobs" / digest).write_bytes(data)
+        answer["blobs"]["response"] = digest
     resign(archive, events)
     report = verify_archive(archive)
     passed(report, "signatures")
