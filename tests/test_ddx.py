@@ -424,3 +424,23 @@ def test_reference_call_after_the_first_trial_fails(archive: Path) -> None:
     report = verify_archive(archive)
     reason = failed(report, "steps")
     assert call in reason and "after the first trial" in reason
+
+
+def test_a_session_of_the_target_alone_waits_for_the_reference_sets(
+    tmp_path: Path, home: Path
+) -> None:
+    """Another session runs the reference models: no trial is sent before they have run."""
+    root = write_study(tmp_path / "s")
+    key = tmp_path / "owner.key"
+    KEY.save(key)
+    invoke("lock", root, "--key", key)
+    invoke("run", root, "--backend", "simulated", "--model", "target", "--key", key)
+    with Ledger.open(root / "ledger.db", readonly=True) as log:
+        assert not list(log.events("trial.requested"))
+        assert not list(log.events("step.requested"))
+    invoke("run", root, "--backend", "simulated", "--model", "judge_a", "--model", "judge_b",
+           "--model", "judge_c", "--key", key)  # fmt: skip
+    invoke("run", root, "--backend", "simulated", "--key", key)
+    test_reference_sets_are_final_before_any_trial(root)
+    with Ledger.open(root / "ledger.db", readonly=True) as log:
+        assert len(list(log.events("trial.responded"))) == 24
