@@ -864,7 +864,8 @@ def hypothesis_results(
             "min_difference_pp": min_pp,
             "correction": h.get("correction", "none"),
             "family": h.get("family"),
-        } | ({"phase": h["phase"]} if h.get("phase") is not None else {})
+        } | ({"phase": h["phase"]} if h.get("phase") is not None else {}) | (
+            {"outcome": h["outcome"]} if h.get("outcome") in DDX_METRICS else {})
         out.append(r)
     _apply_corrections(out, plan)
     for h, r in zip(plan["hypotheses"], out, strict=True):

@@ -155,6 +155,13 @@ contrast = ["sys", "plain"]
 outcome = "plausibility"
 test = "paired-t"
 alpha = 0.05
+
+[[hypotheses]]
+id = "H2"
+contrast = ["sys", "plain"]
+outcome = "breadth"
+test = "paired-t"
+alpha = 0.05
 """
 
 

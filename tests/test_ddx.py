@@ -280,7 +280,9 @@ def test_missing_reference_set_is_refused_naming_the_item(tmp_path: Path, home: 
 def test_metric_of_a_multiple_choice_study_is_refused_naming_the_hypothesis(
     tmp_path: Path, home: Path
 ) -> None:
-    text = spec_text().replace('outcome = "plausibility"', 'outcome = "h_coverage"')
+    one = ('\n[[hypotheses]]\nid = "H1"\ncontrast = ["sys", "plain"]\n'
+           'outcome = "h_coverage"\ntest = "paired-t"\n')
+    text = spec_text(hypotheses=one)
     text = text.replace('parser = "ddx"', 'parser = "multiple-choice"')
     text = text[: text.index("[response.ddx]")] + text[text.index("[analysis]"):]
     root = write_study(tmp_path / "s", text)
@@ -338,7 +340,7 @@ def test_reference_step_without_a_decision_excludes_the_items_trials(
 
 def test_supplied_reference_sets_score_and_verify(tmp_path: Path, home: Path) -> None:
     root = write_study(tmp_path / "s", spec_text(steps=STEPS, reference="items"),
-                       match=SUPPLIED_MATCH)  # fmt: skip
+                       items()[:3], match=SUPPLIED_MATCH)  # fmt: skip
     key = tmp_path / "owner.key"
     KEY.save(key)
     for command in ("lock", "run", "score", "unblind", "analyze"):

@@ -1199,7 +1199,8 @@ def _hypotheses(
             "min_difference_pp": h.get("min_difference_pp"),
             "correction": h.get("correction", "none"),
             "family": h.get("family"),
-        } | ({"phase": h["phase"]} if h.get("phase") is not None else {})
+        } | ({"phase": h["phase"]} if h.get("phase") is not None else {}) | (
+            {"outcome": h["outcome"]} if h.get("outcome") in _ddx.METRICS else {})
         out.append(r)
     families: dict[tuple[str, str], list[_Result]] = {}
     for h, r in zip(plan["hypotheses"], out, strict=True):
