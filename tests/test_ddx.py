@@ -446,3 +446,15 @@ def test_a_session_of_the_target_alone_waits_for_the_reference_sets(
     test_reference_sets_are_final_before_any_trial(root)
     with Ledger.open(root / "ledger.db", readonly=True) as log:
         assert len(list(log.events("trial.responded"))) == 24
+
+
+@pytest.mark.slow
+def test_bench_ddx_quick_runs_and_reports_every_phase() -> None:
+    import subprocess
+    import sys
+
+    bench = Path(__file__).resolve().parent.parent / "benchmarks" / "bench_ddx.py"
+    out = subprocess.run([sys.executable, str(bench), "--quick"], capture_output=True, text=True,
+                         timeout=600, check=True).stdout  # fmt: skip
+    for label in ("lock", "run", "score", "analyze", "verify_rescore", "floor", "load average"):
+        assert label in out, out
