@@ -22,6 +22,7 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+from typing import Any
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "tests"))
@@ -37,8 +38,8 @@ def main() -> None:
 
     import os
 
-    from ddx_study import items, write_study
-    from helpers import fixed_key
+    from ddx_study import items, write_study  # type: ignore[import-not-found]
+    from helpers import fixed_key  # type: ignore[import-not-found]
 
     from analysis.analyze import analyze_study
     from analysis.scoring import score_study, unblind_study
@@ -93,10 +94,12 @@ def main() -> None:
         file = root / path
         return file.read_bytes() if path in locked and file.is_file() else None
 
+    def getter(refs: dict[str, str]) -> Any:
+        return lambda name: blobs.get(refs[name]) if name in refs else None
+
     t0 = time.perf_counter()
     derived = _ddx.ddx_records(
-        protocol, [(s, k, body, (lambda name, b=b: blobs.get(b[name]) if name in b else None))
-                   for s, k, body, b in events], read, metadata)  # fmt: skip
+        protocol, [(s, k, body, getter(b)) for s, k, body, b in events], read, metadata)
     figures["verify_rescore"] = time.perf_counter() - t0
     trials = scored.scored
     steps = sum(1 for _, k, _, _ in events if k == "step.requested")
