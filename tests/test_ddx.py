@@ -458,3 +458,10 @@ def test_bench_ddx_quick_runs_and_reports_every_phase() -> None:
                          timeout=600, check=True).stdout  # fmt: skip
     for label in ("lock", "run", "score", "analyze", "verify_rescore", "floor", "load average"):
         assert label in out, out
+
+
+def test_a_match_step_that_does_not_read_the_list_is_refused(tmp_path: Path, home: Path) -> None:
+    root = write_study(tmp_path / "s", match="Match.\nPlausible set: {steps.reference.plausible}"
+                       "\n")  # fmt: skip
+    out = refused(root)
+    assert "response.ddx.match" in out and "{steps.dxlist}" in out
