@@ -23,6 +23,8 @@ import pytest
 from click.testing import CliRunner
 from ddx_study import STEPS, SUPPLIED_MATCH, items, spec_text, write_study
 from helpers import fixed_key
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from test_archive_tamper import failed, passed, read_events, resign
 from test_steps_archive import replace_locked
 
@@ -465,3 +467,31 @@ def test_a_match_step_that_does_not_read_the_list_is_refused(tmp_path: Path, hom
                        "\n")  # fmt: skip
     out = refused(root)
     assert "response.ddx.match" in out and "{steps.dxlist}" in out
+
+
+_NAMES = ["Migraine", "migraine", " MIGRAINE ", "tension  headache", "Tension headache",
+          "meningitis", "Ménière", "Me\u0301nie\u0300re", "", "sinusitis"]  # fmt: skip
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.lists(st.one_of(st.none(), st.fixed_dictionaries({
+    "a": st.lists(st.sampled_from(_NAMES), max_size=6),
+    "b": st.lists(st.sampled_from(_NAMES), max_size=6)})), min_size=1, max_size=5),
+    st.sampled_from(["majority", "unanimous", 1, 2, 3]))  # fmt: skip
+def test_runner_and_verifier_aggregate_sets_alike(votes: list[Any], rule: Any) -> None:
+    """Both implementations of the element-wise vote agree, and every element of a decision
+    is in at least N votes (normalised)."""
+    if isinstance(rule, int) and rule > len(votes):
+        rule = len(votes)
+    got = aggregate(rule, votes, ("a", "b"))
+    assert got == vsteps.decide(rule, list(votes), ("a", "b"))
+    need = len(votes) // 2 + 1 if rule == "majority" else (
+        len(votes) if rule == "unanimous" else rule)  # fmt: skip
+    if got is None:
+        assert sum(v is not None for v in votes) < need
+        return
+    for member in ("a", "b"):
+        keys = [norm(x) for x in got[member]]
+        assert len(set(keys)) == len(keys) and "" not in keys
+        for key in keys:
+            assert sum(key in {norm(x) for x in v[member]} for v in votes if v) >= need
