@@ -317,7 +317,7 @@ def test_trial_accuracy_in_a_ddx_study_is_refused(tmp_path: Path, home: Path) ->
 # ------------------------------------------------------------------ runs
 
 
-@pytest.mark.parametrize("broken", ["reference", "extract"])
+@pytest.mark.parametrize("broken", [pytest.param("reference", marks=pytest.mark.slow), "extract"])
 def test_reference_step_without_a_decision_excludes_the_items_trials(
     tmp_path: Path, home: Path, broken: str
 ) -> None:
