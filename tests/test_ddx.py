@@ -495,3 +495,13 @@ def test_runner_and_verifier_aggregate_sets_alike(votes: list[Any], rule: Any) -
         assert len(set(keys)) == len(keys) and "" not in keys
         for key in keys:
             assert sum(key in {norm(x) for x in v[member]} for v in votes if v) >= need
+
+
+def test_ddx_parser_without_its_table_and_a_table_without_the_parser_are_refused(
+    tmp_path: Path, home: Path
+) -> None:
+    text = spec_text()
+    bare = text[: text.index("[response.ddx]")] + text[text.index("[analysis]"):]
+    assert "needs a [response.ddx] table" in refused(write_study(tmp_path / "a", bare))
+    other = text.replace('parser = "ddx"', 'parser = "exact"')
+    assert "applies to parser = \"ddx\" only" in refused(write_study(tmp_path / "b", other))
