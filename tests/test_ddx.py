@@ -505,3 +505,16 @@ def test_ddx_parser_without_its_table_and_a_table_without_the_parser_are_refused
     assert "needs a [response.ddx] table" in refused(write_study(tmp_path / "a", bare))
     other = text.replace('parser = "ddx"', 'parser = "exact"')
     assert "applies to parser = \"ddx\" only" in refused(write_study(tmp_path / "b", other))
+
+
+def test_a_forged_inconsistent_ddx_protocol_fails_naming_the_role(archive: Path) -> None:
+    """protocol.locked re-signed with a match role that names the list step: the verifier
+    re-checks the lock rules of §12 and names the role."""
+    events = read_events(archive)
+    for e in events:
+        if e["kind"] == "protocol.locked":
+            e["body"]["response"]["ddx"]["match"] = "dxlist"
+    resign(archive, events)
+    report = verify_archive(archive)
+    passed(report, "signatures")
+    assert "response.ddx.match = 'dxlist'" in failed(report, "steps")
