@@ -99,7 +99,7 @@ def ddx_lock_problems(
             out.append(f"response.ddx.uncertainty = {doubt!r} is not a locked trial step with "
                        "the labels uncertain and certain")  # fmt: skip
     listed = str(config.get("list"))
-    reference = (["metadata.reference_"] if config.get("reference") == "items"
+    reference = ([f"metadata.reference_{n}" for n in SETS] if config.get("reference") == "items"
                  else [f"steps.{config.get('reference')}"])  # fmt: skip
     reads = {"list": [["response"]], "uncertainty": [["response"]],
              "match": [[f"steps.{listed}"], reference], "grounding": [[f"steps.{listed}"]]}
@@ -109,8 +109,7 @@ def ddx_lock_problems(
             continue
         names = [slot.name for slot in plan.template.slots]
         for group in groups:
-            if not any(n == g or n.startswith(g if g.endswith("_") else g + ".")
-                       for n in names for g in group):  # fmt: skip
+            if not any(n == g or n.startswith(g + ".") for n in names for g in group):
                 out.append(f"response.ddx.{role}: step {plan.name!r} "
                            f"({plan.template.name}) does not read {group[0]}")
     if config.get("reference") == "items":
