@@ -292,6 +292,12 @@ def _hypothesis_plan(report: Report, hypothesis: str | None) -> dict[str, Any]:
     return {}
 
 
+def _diagnoses(value: Any, *, signed: bool = True) -> str:
+    """A difference in breadth (a ddx hypothesis): a signed number of diagnoses."""
+    v = _num(value)
+    return "–" if v is None else f"{v:+.3g} diagnoses"
+
+
 def _estimate_text(result: dict[str, Any]) -> str:
     """Estimate and CI of a hypothesis result in words (percentage points of accuracy)."""
     if result.get("status") == "failed":
@@ -329,12 +335,14 @@ def _estimate_text(result: dict[str, Any]) -> str:
     if est is None:
         return "–"
     conf = _num(v.get("conf")) or 0.95
-    lo = "−∞" if lower is None else _pp(lower)
-    hi = "+∞" if upper is None else _pp(upper)
+    # a ddx breadth difference is a number of diagnoses, not percentage points (analysis.md §9)
+    pp = _pp if v.get("outcome") != "breadth" else _diagnoses
+    lo = "−∞" if lower is None else pp(lower)
+    hi = "+∞" if upper is None else pp(upper)
     both = v.get("ci_two_sided")
-    extra = (f"; two-sided 95% CI {_pp(both[0])} to {_pp(both[1])}"
+    extra = (f"; two-sided 95% CI {pp(both[0])} to {pp(both[1])}"
              if isinstance(both, list) and len(both) == 2 else "")  # fmt: skip
-    return f"{_pp(est)} ({conf * 100:.0f}% CI {lo} to {hi}{extra})"
+    return f"{pp(est)} ({conf * 100:.0f}% CI {lo} to {hi}{extra})"
 
 
 def _p_text(result: dict[str, Any]) -> str:
@@ -976,6 +984,7 @@ def _section_descriptive(report: Report) -> str:
         parts.append(_failed_html(by_model))
     parts.append(_section_mcq(report))
     parts.append(_section_qr(report))
+    parts.append(_section_ddx(report))
     parts.append(_figure_html(report, "accuracy_by_arm.png"))
     stim = report.result("descriptive.arm_stimulus")
     if stim and stim.get("status") == "failed":
@@ -1052,6 +1061,49 @@ def _section_qr(report: Report) -> str:
         return _failed_html(result)
     return "".join(_table(caption, header, rows)
                    for caption, header, rows in qr_boot.report_tables(result))
+
+
+DDX_HEADER = ("arm", "model", "trials", "plausibility", "H-coverage", "S-coverage", "breadth",
+              "grounding", "indirect", "uncertainty")  # fmt: skip
+"""The columns of the differential-diagnosis table (``docs/analysis.md`` §9)."""
+
+
+def ddx_rows(values: dict[str, Any]) -> list[list[str]]:
+    """The rows of the ``descriptive.ddx`` table: each arm (model ``all``), then arm x model.
+
+    A metric is its mean (a percentage, breadth a number) and how many trials leave it
+    undefined.
+    """
+
+    def cell(entry: Any, name: str) -> str:
+        m = entry.get(name) if isinstance(entry, dict) else None
+        if not isinstance(m, dict):
+            return "–"
+        mean = _fmt(m.get("mean")) if name == "breadth" else _pct(m.get("mean"))
+        return mean + (f" ({m.get('undefined')} undefined)" if m.get("undefined") else "")
+
+    names = ("plausibility", "h_coverage", "s_coverage", "breadth", "grounding_rate",
+             "indirect_rate", "uncertainty")  # fmt: skip
+    rows = []
+    for arm, entry in sorted((values.get("arms") or {}).items()):
+        rows.append([str(arm), "all", _fmt(entry.get("trials")),
+                     *(cell(entry, n) for n in names)])  # fmt: skip
+    for arm, models in sorted((values.get("arm_model") or {}).items()):
+        for model, entry in sorted(models.items()):
+            rows.append([str(arm), str(model), _fmt(entry.get("trials")),
+                         *(cell(entry, n) for n in names)])  # fmt: skip
+    return rows
+
+
+def _section_ddx(report: Report) -> str:
+    """``descriptive.ddx``: the differential-diagnosis metrics per arm and model, when recorded."""
+    desc = report.result("descriptive.ddx")
+    if desc is None:
+        return ""
+    if desc.get("status") != "ok":
+        return _failed_html(desc)
+    return _table(str(desc.get("title")), DDX_HEADER, ddx_rows(desc.get("values") or {}),
+                  numeric=tuple(range(2, 10)))
 
 
 def _section_mcq(report: Report) -> str:
@@ -1599,6 +1651,12 @@ def render_terminal(report: Report, console: Console) -> None:
         for cells in rows:
             qr_table.add_row(*(escape(x) for x in cells))
         console.print(qr_table)
+    ddx = report.result("descriptive.ddx")
+    if ddx is not None and ddx.get("status") == "ok":
+        ddx_table = table(*DDX_HEADER, title=str(ddx.get("title")))
+        for ddx_row in ddx_rows(ddx.get("values") or {}):
+            ddx_table.add_row(*(escape(x) for x in ddx_row))
+        console.print(ddx_table)
     unit, level = ("glyphs", "glyph-level accuracy") if report.tumbling else ("items", "accuracy")
     arms_table = table("arm", "role", "accuracy", "Wilson 95% CI", unit, "parse rate",
                        "excluded", title=f"Descriptive: {level} by arm")  # fmt: skip

@@ -192,8 +192,9 @@ class StepWork:
     def unit_calls(self, step: str, unit: str) -> list[StepCall]:
         """The calls of ``step`` on ``unit`` (an item id, or a trial id for a trial step)."""
         spec = self.study.steps[step]
-        if spec.on == "item":
-            return [c for c in self.item_calls[step] if c.stimulus == unit]
+        if spec.on == "item":  # in the step's model order (the votes' order, prompts.md §8.3)
+            calls = [c for c in self.item_calls[step] if c.stimulus == unit]
+            return sorted(calls, key=lambda c: spec.models.index(c.model))
         return trial_step_calls(spec, unit, self.trial_stimulus.get(unit, ""))
 
     def votes(self, step: str, unit: str) -> list[tuple[StepCall, CallState]] | None:
@@ -210,9 +211,28 @@ class StepWork:
         """The aggregate of ``step`` on ``unit`` (None: undecided), or ``_PENDING``."""
         votes = self.votes(step, unit)
         if votes is None:
-            return _PENDING
+            return None if self.blocked(step, unit) else _PENDING
         spec = self.study.steps[step]
-        return aggregate(spec.aggregate, [r.value if r.responded else None for _, r in votes])
+        return aggregate(
+            spec.aggregate, [r.value if r.responded else None for _, r in votes], spec.sets
+        )
+
+    def blocked(self, step: str, unit: str) -> bool:
+        """Whether item step ``step`` can never decide for item ``unit`` (prompts.md §8.3).
+
+        True when none of its calls there was made, every step it reads has decided, and one
+        of them reached no decision (or lacks the field it reads): its calls are never made,
+        so it has no decision either, and what reads it is excluded rather than left waiting.
+        """
+        if self.study.steps[step].on != "item":
+            return False
+        calls = self.unit_calls(step, unit)
+        if any(c.id in self.calls for c in calls):
+            return False
+        for read in self.render.reads.get(step, ()):
+            if self.decision(read, unit) is _PENDING:
+                return False
+        return any(self.inputs(c) is None for c in calls)
 
     def decisions(self, steps: Iterable[str], units: Iterable[str]) -> dict[tuple[str, str], Any]:
         """Every decided (step, unit) among ``steps`` x ``units`` (undecided ones as None)."""

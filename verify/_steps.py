@@ -15,6 +15,7 @@ from __future__ import annotations
 import hashlib
 import json
 import re
+import unicodedata
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -55,6 +56,16 @@ class StepPlan:
     aggregate: str | int
     sees: str
     keep: tuple[str, ...] | None
+
+    @property
+    def sets(self) -> tuple[str, ...]:
+        """§8.3: the members of a set-valued json step (every property an array), else ()."""
+        props = (self.schema or {}).get("properties") or {}
+        if self.parser == "json" and props and all(
+            isinstance(p, dict) and p.get("type") == "array" for p in props.values()
+        ):
+            return tuple(props)
+        return ()
 
     def reads(self) -> set[str]:
         """The steps its template reads."""
@@ -217,11 +228,40 @@ def _key(value: Any) -> str:
     return json.dumps(value, sort_keys=True, ensure_ascii=False, separators=(",", ":"))
 
 
-def decide(rule: str | int, votes: list[Any]) -> Any:
+def norm(text: str) -> str:
+    """§8.3: a set element as compared: NFC, casefold, NFC, whitespace runs one space, trimmed."""
+    text = unicodedata.normalize("NFC", unicodedata.normalize("NFC", text).casefold())
+    return " ".join(text.split())
+
+
+def decide_sets(need: int, votes: list[Any], fields: Sequence[str]) -> Any:
+    """§8.3: the element-wise decision of a set-valued step; None below ``need`` parsed votes."""
+    parsed = [v for v in votes if isinstance(v, dict)]
+    if len(parsed) < need:
+        return None
+    out: dict[str, list[str]] = {}
+    for name in fields:
+        tally: dict[str, list[Any]] = {}  # normalised -> [count, first surface]
+        for vote in parsed:
+            for key in {norm(x) for x in vote.get(name) or []} - {""}:
+                tally.setdefault(key, [0, None])[0] += 1
+        firsts: list[tuple[str, str]] = []
+        for vote in parsed:
+            for x in vote.get(name) or []:
+                key = norm(x)
+                if key and key not in {k for k, _ in firsts}:
+                    firsts.append((key, " ".join(unicodedata.normalize("NFC", x).split())))
+        out[name] = [surface for key, surface in firsts if tally[key][0] >= need]
+    return out
+
+
+def decide(rule: str | int, votes: list[Any], sets: Sequence[str] = ()) -> Any:
     """§8: the value at least the rule's number of votes give (majority: more than half)."""
     need = len(votes) // 2 + 1 if rule == "majority" else (
         len(votes) if rule == "unanimous" else int(rule)
     )
+    if sets:
+        return decide_sets(need, votes, sets)
     counts: dict[str, list[Any]] = {}
     for vote in votes:
         if vote is not None:
@@ -301,6 +341,8 @@ class Replay:
     given_up: set[str] = field(default_factory=set)
     prior_values: dict[str, dict[str, str]] = field(default_factory=dict)  # §9, per trial
     rendered: int = 0
+    reference_step: str | None = None  # scoring.md §12: a ddx study's reference item step
+    first_trial: int | None = None  # seq of the first trial.requested
 
     def fail(self, seq: int | None, message: str) -> None:
         """Record a problem at ``seq``."""
@@ -316,13 +358,16 @@ class Replay:
         if any(c is None or c.final_seq is None for c in calls):
             return
         votes = [c.value if c is not None and c.status == "parsed" else None for c in calls]
-        self.decisions[(step, unit)] = (seq, decide(self.plans[step].aggregate, votes))
+        plan = self.plans[step]
+        self.decisions[(step, unit)] = (seq, decide(plan.aggregate, votes, plan.sets))
 
     def needed(self) -> set[str]:
         """Item steps a trial's request reads (transitively), and every screening step."""
         out: set[str] = set()
         todo = [s.name.split(".")[1] for t in self.study.item_templates() for s in t.slots
                 if s.name.startswith("steps.")]  # fmt: skip
+        if self.reference_step is not None:  # scoring.md §12: a trial needs its references
+            todo.append(self.reference_step)
         while todo:
             name = todo.pop()
             if name in out or name not in self.plans:
@@ -331,24 +376,54 @@ class Replay:
             todo += list(self.plans[name].reads())
         return out | {n for n, p in self.plans.items() if p.keep is not None}
 
+    def decided(self, name: str, item: str) -> tuple[int | None, Any] | None:
+        """§8.3: item step ``name``'s decision for ``item`` so far: (seq, value), or None.
+
+        An item step none of whose calls was made, every input of which has decided, one with
+        no decision (or without the field read), has no decision: ``(None, None)``.
+        """
+        got = self.decisions.get((name, item))
+        if got is not None:
+            return got
+        plan = self.plans[name]
+        if plan.on != "item" or any(c in self.calls for c in self.unit_calls(name, item)):
+            return None
+        blocked = False
+        for slot in plan.template.slots:
+            parts = slot.name.split(".")
+            if parts[0] != "steps" or len(parts) not in (2, 3) or parts[1] not in self.plans:
+                continue
+            found = self.decided(parts[1], item)
+            if found is None:
+                return None
+            if found[1] is None or slot_text(found[1], parts[2] if len(parts) == 3
+                                             else None) is None:  # fmt: skip
+                blocked = True
+        return (None, None) if blocked else None
+
     def item_values(self, item: str) -> dict[str, str] | None:
         """The ``{steps.*}`` values of an item's trials, or None (the item is excluded).
 
         None when a needed step has no decision that keeps it; KeyError while one is still to
         decide.
         """
+        decided: dict[str, Any] = {}
         for name in self.needed():
-            if (name, item) not in self.decisions:
+            found = self.decided(name, item)
+            if found is None:
                 raise KeyError(name)
+            decided[name] = found[1]
         for name, plan in self.plans.items():
-            if plan.keep is not None and self.decisions[(name, item)][1] not in plan.keep:
+            if plan.keep is not None and decided[name] not in plan.keep:
                 return None
+        if self.reference_step is not None and decided[self.reference_step] is None:
+            return None  # scoring.md §12: no reference sets, the item's trials are excluded
         out: dict[str, str] = {}
         for slot in [s for t in self.study.item_templates() for s in t.slots]:
             parts = slot.name.split(".")
             if parts[0] != "steps" or len(parts) not in (2, 3):
                 continue
-            value = self.decisions[(parts[1], item)][1]
+            value = decided[parts[1]]
             text = None if value is None else slot_text(value, parts[2] if len(parts) == 3
                                                            else None)  # fmt: skip
             if text is None:
@@ -413,6 +488,8 @@ class Replay:
             if kind == "trial.requested":
                 trial = str(body.get("trial"))
                 trial_requests[seq] = trial
+                if self.first_trial is None:
+                    self.first_trial = seq
                 item = str(body.get("stimulus"))
                 self.stimulus[trial] = item
                 after = self._after(trial)
@@ -469,6 +546,11 @@ class Replay:
                     self.fail(seq, f"trial {trial} was excluded, but every step it reads "
                               f"decided for item {item!r}")  # fmt: skip
             elif kind == "step.requested":
+                if body.get("step") == self.reference_step and self.first_trial is not None:
+                    self.fail(seq, f"call {body.get('call')} of the reference step "
+                              f"{self.reference_step!r} was requested after the first trial "
+                              f"(seq {self.first_trial}): reference sets are final before any "
+                              "trial is sent (scoring.md §12)")  # fmt: skip
                 self._requested(seq, body, blob, request_call)
             elif kind in ("step.responded", "step.failed"):
                 call_id = request_call.get(body.get("request_seq"))  # type: ignore[arg-type]
@@ -670,7 +752,7 @@ def judge_record(plan: StepPlan, calls: Mapping[str, Call], trial: str) -> dict[
     return {
         "step": plan.name,
         "aggregate": {"k": rule} if isinstance(rule, int) else rule,
-        "decision": decide(rule, values),
+        "decision": decide(rule, values, plan.sets),
         "votes": votes,
     }
 

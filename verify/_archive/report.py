@@ -511,6 +511,12 @@ def _contrast(values: dict[str, Any]) -> tuple[float | None, float | None, float
     return est, lower, upper
 
 
+def _diagnoses(value: Any, *, signed: bool = True) -> str:
+    """A difference in breadth (a ddx hypothesis): a signed number of diagnoses."""
+    v = _num(value)
+    return "–" if v is None else f"{v:+.3g} diagnoses"
+
+
 def _estimate_text(result: dict[str, Any]) -> str:
     if result.get("status") == "failed":
         return "not computed"
@@ -545,12 +551,14 @@ def _estimate_text(result: dict[str, Any]) -> str:
     if est is None:
         return "–"
     conf = _num(v.get("conf")) or 0.95
-    lo = "−∞" if lower is None else _pp(lower)
-    hi = "+∞" if upper is None else _pp(upper)
+    # a ddx breadth difference is a number of diagnoses, not percentage points (analysis.md §9)
+    pp = _pp if v.get("outcome") != "breadth" else _diagnoses
+    lo = "−∞" if lower is None else pp(lower)
+    hi = "+∞" if upper is None else pp(upper)
     both = v.get("ci_two_sided")
-    extra = (f"; two-sided 95% CI {_pp(both[0])} to {_pp(both[1])}"
+    extra = (f"; two-sided 95% CI {pp(both[0])} to {pp(both[1])}"
              if isinstance(both, list) and len(both) == 2 else "")  # fmt: skip
-    return f"{_pp(est)} ({conf * 100:.0f}% CI {lo} to {hi}{extra})"
+    return f"{pp(est)} ({conf * 100:.0f}% CI {lo} to {hi}{extra})"
 
 
 def _p_text(result: dict[str, Any]) -> str:
@@ -747,6 +755,35 @@ class _Expect:
                     "correction", "family", "min. difference", "equivalence margin"], rows))
         return out
 
+    def _ddx_tables(self) -> list[tuple[str, list[str], list[list[str]]]]:
+        """analysis.md §9: ``descriptive.ddx``, each metric's mean per arm, then arm x model.
+
+        A percentage (breadth a number), with how many trials leave it undefined.
+        """
+        desc = self.result("descriptive.ddx")
+        if desc is None or desc.get("status") != "ok":
+            return []
+        v = _obj(desc.get("values"))
+        names = ("plausibility", "h_coverage", "s_coverage", "breadth", "grounding_rate",
+                 "indirect_rate", "uncertainty")  # fmt: skip
+
+        def cell(entry: dict[str, Any], name: str) -> str:
+            m = entry.get(name)
+            if not isinstance(m, dict):
+                return "–"
+            mean = _fmt(m.get("mean")) if name == "breadth" else _pct(m.get("mean"))
+            return mean + (f" ({m.get('undefined')} undefined)" if m.get("undefined") else "")
+
+        rows = [[str(arm), "all", _fmt(_obj(e).get("trials")), *(cell(_obj(e), n) for n in names)]
+                for arm, e in sorted(_obj(v.get("arms")).items())]  # fmt: skip
+        for arm, models in sorted(_obj(v.get("arm_model")).items()):
+            rows += [[str(arm), str(m), _fmt(_obj(e).get("trials")),
+                      *(cell(_obj(e), n) for n in names)]
+                     for m, e in sorted(_obj(models).items())]  # fmt: skip
+        return [(str(desc.get("title")), ["arm", "model", "trials", "plausibility",
+                 "H-coverage", "S-coverage", "breadth", "grounding", "indirect", "uncertainty"],
+                 rows)]  # fmt: skip
+
     def _mcq_tables(self) -> list[tuple[str, list[str], list[list[str]]]]:
         """archive-format §7: seed 002's registered statistics and ``descriptive.mcq``."""
         out: list[tuple[str, list[str], list[list[str]]]] = []
@@ -883,6 +920,7 @@ class _Expect:
                          "accuracy", "Wilson 95% CI"], rows))  # fmt: skip
         out.extend(self._mcq_tables())
         out.extend(_qrboot.report_tables(self.result("descriptive.qr_bootstrap")))
+        out.extend(self._ddx_tables())
         control = self.result("descriptive.control")
         if self.tumbling and control is not None and control.get("status") == "ok":
             rows = []
