@@ -117,10 +117,12 @@ class Dataset:
 
     def for_model(self, model: str) -> Dataset:
         """The trials and items of one model only, as a dataset of a one-model study."""
+        # with a data arm's rows (model ""), compared within each model (docs/trials.md §6)
+        mine = (model, "")
         return replace(
             self,
-            trials=self.trials[self.trials["model"] == model],
-            items=self.items[self.items["model"] == model],
+            trials=self.trials[self.trials["model"].isin(mine)].assign(model=model),
+            items=self.items[self.items["model"].isin(mine)].assign(model=model),
             given_up=tuple(g for g in self.given_up if split_trial(g)[1] == model),
             models=(),
         )  # a one-model study's dataset; every other member (variants, cloze, ...) kept
@@ -197,6 +199,8 @@ def trial_models(plan: dict[str, Any], names: tuple[str, ...]) -> set[str]:
         return set(names)
     used: set[str] = set()
     for arm in arms.values():
+        if isinstance(arm, dict) and "response_from" in arm:
+            continue  # a data arm runs no model (docs/trials.md §6)
         listed = arm.get("models") if isinstance(arm, dict) else None
         if not isinstance(listed, list):
             return set(names)

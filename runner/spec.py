@@ -131,6 +131,9 @@ class Arm:
     variants: tuple[str, ...] | None = None
     after: dict[str, str] | None = None
     """An answer-dependent arm: ``{"arm", and "answer" (a trial step), "rule"}`` (prompts.md §9)."""
+    response_from: str | None = None
+    """A data arm: the item field its responses are taken from; no model is called
+    (``docs/trials.md`` §6)."""
 
     def protocol_record(self) -> dict[str, Any]:
         """The per-arm settings ``protocol.locked`` records (only those the arm sets)."""
@@ -151,6 +154,8 @@ class Arm:
             out["variants"] = list(self.variants)
         if self.after is not None:
             out["after"] = dict(self.after)
+        if self.response_from is not None:
+            out["response_from"] = self.response_from
         return out
 
 
@@ -458,6 +463,8 @@ class Study:
         design = []
         for arm in self.arms.values():
             models = list(arm.models) if arm.models is not None else names
+            if arm.response_from is not None:  # a data arm runs once: model part "" (trials.md §6)
+                models = [None] if self.models is None else [""]
             items = stims if arm.subset is None else subset(arm.subset[1], stims, arm.subset[0])
             design.append((arm.id, models, items, arm.replicates or self.replicates))
         return crossed_trial_ids(design)
@@ -1262,6 +1269,9 @@ def _arms(
         role = _str(c, spec, "role", where)
         if role and role not in ARM_ROLES:
             c.add(f"{where}.role", f"unknown role {role!r}; use one of {', '.join(ARM_ROLES)}")
+        if "response_from" in spec:
+            arms[arm_id] = _data_arm(c, spec, where, arm_id, role)
+            continue
         comps = spec.get("components")
         names: tuple[str, ...] = ()
         if not isinstance(comps, list) or not all(isinstance(x, str) for x in comps):
@@ -1290,7 +1300,12 @@ def _arms(
     for arm in arms.values():
         if arm.differs_from and arm.differs_from[0] not in arms:
             c.add(f"arms.{arm.id}.differs_from", f"unknown arm {arm.differs_from[0]!r}")
-        if arm.after is not None:
+        if arm.after is not None and arms.get(arm.after["arm"]) is not None and (
+            arms[arm.after["arm"]].response_from is not None
+        ):  # fmt: skip
+            c.add(f"arms.{arm.id}.after", f"arm {arm.after['arm']!r} takes its responses from "
+                  "data; a second stage follows a model's answer")  # fmt: skip
+        elif arm.after is not None:
             prior = arms.get(arm.after["arm"])
             if prior is None or prior.id == arm.id:
                 c.add(f"arms.{arm.id}.after", f"unknown arm {arm.after['arm']!r}")
@@ -1300,6 +1315,67 @@ def _arms(
     if raw and not arms:
         c.add("arms", "declare at least one arm")
     return arms
+
+
+DATA_ARM_REFUSED: Final = (
+    "components", "differs_from", "system", "fewshot", "sampling", "models", "replicates",
+    "variants", "after",
+)  # fmt: skip
+"""Arm keys a data arm (``response_from``) refuses: each shapes a request, and it sends none."""
+
+
+def _data_arm(c: _Collector, spec: dict[str, Any], where: str, arm_id: str, role: str) -> Arm:
+    """A data arm (``response_from = "<item field>"``, ``docs/trials.md`` §6), checked.
+
+    Its responses are an item field as written; so every key that shapes a request or a
+    model's sampling is refused, naming it. ``items`` (a seeded subset) is kept.
+    """
+    field_name = spec.get("response_from")
+    if not isinstance(field_name, str) or not field_name:
+        c.add(f"{where}.response_from", f"must name an item field, got {field_name!r}",
+              ("arms", arm_id, "response_from"))  # fmt: skip
+        field_name = ""
+    for key in DATA_ARM_REFUSED:
+        if key in spec:
+            c.add(f"{where}.{key}", f"a data arm (response_from = {field_name!r}) sends no "
+                  f"request, so it has no {key}: its responses are the items' {field_name!r} "
+                  "as written", ("arms", arm_id, key))  # fmt: skip
+    subset = None
+    table = spec.get("items")
+    if table is not None:
+        n, seed = (table.get("n"), table.get("seed")) if isinstance(table, dict) else (None, "")
+        if isinstance(n, bool) or not isinstance(n, int) or n < 1 or not isinstance(table, dict):
+            c.add(f"{where}.items", "must be a table { n = 100, seed = 7 }")
+        else:
+            seed = _int_seed(c, table, "seed", f"{where}.items")
+            subset = (n, seed) if seed else None
+    return Arm(arm_id, role, (), None, subset=subset, replicates=1,
+               response_from=field_name or None)  # fmt: skip
+
+
+def _data_arm_items(c: _Collector, arms: dict[str, Arm], items: Any, variants: list[Any]) -> None:
+    """Each data arm's field is a non-empty text of every item it takes (naming item and field)."""
+    for arm in arms.values():
+        name = arm.response_from
+        if name is None:
+            continue
+        where = f"arms.{arm.id}.response_from"
+        if items is None:
+            c.add(where, "a data arm takes its responses from an item file ([stimuli] items)",
+                  ("arms", arm.id, "response_from"))  # fmt: skip
+            continue
+        if variants:
+            c.add(where, "a data arm cannot run item variants: its responses answer the items "
+                  "as written", ("arms", arm.id, "response_from"))  # fmt: skip
+        for item in items:
+            value = item.data.get(name)
+            if not isinstance(value, str) or not value:
+                what = "lacks it" if value is None else (
+                    "has it empty" if value == "" else f"has a {type(value).__name__}, not text")
+                c.add(where, f"item {item.id!r} (line {item.line}) {what}: every item of a data "
+                      f"arm supplies its response as a non-empty text field {name!r}",
+                      ("arms", arm.id, "response_from"))  # fmt: skip
+                break
 
 
 def _items_stimuli(c: _Collector, root: Path, table: dict[str, Any]) -> tuple[Path, Any]:
@@ -1787,6 +1863,7 @@ def load_study(root: str | Path, *, strict: bool = True) -> Study:
                 c.add(f"arms.{arm.id}.variants", f"unknown variant {name!r} (variants: {known})")
     _check_kinds(c, hypotheses, arms, variants, models, model_out, int(replicates),
                  items_path is not None)  # fmt: skip
+    _data_arm_items(c, arms, items, variants)
     witnessing = parse_policy(data, c.add)
     timestamping = parse_timestamping(data, c.add)
     deviations = _deviations(c, data)

@@ -624,6 +624,7 @@ class Arm:
     items: tuple[int, str] | None = None
     variants: tuple[str, ...] | None = None
     after: Mapping[str, str] | None = None  # §9: an answer-dependent arm
+    response_from: str | None = None  # trials.md §6: a data arm (no request, no model)
 
     @classmethod
     def from_locked(cls, name: str, info: Any) -> Arm:
@@ -657,6 +658,11 @@ class Arm:
         if after is not None and (type(after) is not dict or type(after.get("arm")) is not str
                                   or not all(type(v) is str for v in after.values())):
             raise PromptError(f"{where}.after is not an object {{arm, answer, rule}}")
+        source = info.get("response_from")
+        if source is not None and (type(source) is not str or not source or components
+                                   or replicates != 1 or models is not None):
+            raise PromptError(f"{where}.response_from: {source!r} must name an item field, on an "
+                              "arm with no components, no models and replicates 1")  # fmt: skip
         return cls(
             name,
             components,
@@ -668,6 +674,7 @@ class Arm:
             subset_of,
             None if variants is None else _string_list(variants, f"{where}.variants"),
             after,
+            source,
         )
 
 
@@ -1100,6 +1107,8 @@ class LockedStudy:
         """The arm's models in model order (``[None]`` for a study with one ``[model]``)."""
         if not self.multi_model:
             return [None]
+        if self.arms[arm].response_from is not None:  # trials.md §6: a data arm runs once
+            return [""]
         names = self.arms[arm].models
         return [m for m in self.models if names is None or m in names]
 

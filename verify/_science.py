@@ -545,8 +545,9 @@ class _Dataset:
         """Only the rows of one model, as the dataset of a one-model study."""
         return replace(
             self,
-            trials=[t for t in self.trials if t["model"] == model],
-            items=[i for i in self.items if i["model"] == model],
+            # with a data arm's rows (model ""), compared within each model (trials.md §6)
+            trials=[t | {"model": model} for t in self.trials if t["model"] in (model, "")],
+            items=[i | {"model": model} for i in self.items if i["model"] in (model, "")],
             given_up=[g for g in self.given_up if _trial_model(g) == model],
             models=[],
         )  # a one-model study's dataset; every other member (variants, cloze, ...) kept
@@ -598,6 +599,8 @@ def trial_models(plan: dict[str, Any], names: list[str]) -> list[str]:
         return names
     used: set[str] = set()
     for arm in arms.values():
+        if isinstance(arm, dict) and "response_from" in arm:
+            continue  # a data arm runs no model (docs/trials.md §6)
         listed = arm.get("models") if isinstance(arm, dict) else None
         if not isinstance(listed, list):
             return names
