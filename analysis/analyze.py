@@ -1600,6 +1600,15 @@ def review_results(ds: Dataset, plan: dict[str, Any]) -> list[Result]:
     return out
 
 
+def _review_tables(
+    log: Ledger, plan: dict[str, Any], study: Any, results: list[Result]
+) -> list[Result]:
+    """The tables of the recorded human reviews (:func:`analysis.review.review_tables`)."""
+    from analysis.review import review_tables
+
+    return review_tables(log, plan, study, results)
+
+
 @dataclass(frozen=True)
 class AnalyzeResult:
     """What :func:`analyze_study` recorded, and the study's provenance.
@@ -1639,6 +1648,7 @@ def analyze_study(root: str | Path, key: SigningKey) -> AnalyzeResult:
         results = run_analyses(ds, plan, trial_phase, hypothesis_phases(plan, log))
         if parser.startswith("judge:"):  # docs/analysis.md §8: exploratory judge agreement
             results.append(judge_agreement(log, plan, parser.split(":", 1)[1]))
+        results += _review_tables(log, plan, study, results)  # docs/analysis.md §9
         trials_csv, items_csv = ds.trials_csv(), ds.items_csv()
         inputs = {
             "scores_sha256": ds.scores_sha256,

@@ -522,9 +522,8 @@ class Runner:
         request, response = data_trial_events(self.study, trial, attempt, self.session)
 
         def commit() -> int:
-            seq = self.log.size
-            response.body["request_seq"] = seq
-            stored = self.log.append_many([request, response], key=self.key)
+            answer = replace(response, body={**response.body, "request_seq": self.log.size})
+            stored = self.log.append_many([request, answer], key=self.key)
             return stored[1].seq
 
         record.attempts = attempt

@@ -24,6 +24,7 @@ from ledger import describe_os_error, describe_utf8_error
 from runner._errors import SpecError as SpecError
 from runner._errors import StudyError
 from runner._schema import CONTRAST_REVIEW_KEYS, KeyPath, LineFinder, path_of, unknown_keys
+from runner.human_review import REFERENCE_FIELDS, REFERENCE_SETS, supplied_sets
 from runner.steps import StepSpec, parse_steps
 from runner.timestamping import TimestampSpec, parse_timestamping
 from runner.variants import FIELD_KINDS, KIND_KEYS, KINDS, Variant, VariantSpec
@@ -462,7 +463,7 @@ class Study:
             return self._variant_trial_ids(stims, names)
         design = []
         for arm in self.arms.values():
-            models = list(arm.models) if arm.models is not None else names
+            models: list[str | None] = list(arm.models) if arm.models is not None else names
             if arm.response_from is not None:  # a data arm runs once: model part "" (trials.md §6)
                 models = [None] if self.models is None else [""]
             items = stims if arm.subset is None else subset(arm.subset[1], stims, arm.subset[0])
@@ -870,7 +871,7 @@ def arm_runs(variants: Iterable[VariantSpec], arm: Arm, name: str) -> bool:
     return arm.variants is None or name in arm.variants or spec.name in arm.variants
 
 
-REVIEW_KINDS = ("judge-label", "contrast")
+REVIEW_KINDS = ("judge-label", "contrast", "reference-set")
 """The kinds of ``[reviews.<NAME>]`` (``docs/study-spec.md``): a sample of judge decisions
 stratified by agreement (``docs/scoring.md`` §11), or of items where one condition failed and
 another succeeded (``docs/mcq-statistics.md`` §9). The keys a table has decide its kind."""
@@ -897,9 +898,17 @@ class Review:
     failed: tuple[str, str] | None = None
     succeeded: tuple[str, str] | None = None
     model: str | None = None
+    reference: str | None = None
+    """A reference-set sample: ``"supplied"`` (item metadata) or the item step deciding them."""
+    codes: tuple[str, ...] | None = None
+    """A contrast sample's declared codes (``ledger review`` records them), or None."""
 
     def locked(self) -> dict[str, Any]:
         """The review as ``protocol.locked`` ``reviews.<NAME>`` records it."""
+        if self.kind == "reference-set":
+            return {"kind": self.kind, "reference": self.reference, "n": self.n,
+                    "seed": self.seed, "sets": list(REFERENCE_SETS),
+                    "description": self.description}  # fmt: skip
         if self.kind == "judge-label":
             return {"kind": self.kind, "step": self.step, "n": self.n, "seed": self.seed,
                     "strata": "unanimity", "description": self.description}  # fmt: skip
@@ -912,6 +921,8 @@ class Review:
         }  # fmt: skip
         if self.model is not None:
             out["model"] = self.model
+        if self.codes is not None:
+            out["codes"] = list(self.codes)
         return out
 
 
@@ -922,7 +933,17 @@ def _review_kind(c: _Collector, name: str, table: dict[str, Any]) -> str | None:
     sample. Each key of the other kind in a table is refused at its line.
     """
     where, path = f"reviews.{name}", ("reviews", name)
+    if "reference" in table:
+        for key in (k for k in (*CONTRAST_REVIEW_KEYS, "step", "codes") if k in table):
+            c.add(f"{where}.{key}", "a key of another kind of sample, but this table names a "
+                  "reference, so it is a reference-set sample (keys: reference, n, seed, "
+                  "description); a review sample is one kind", (*path, key))  # fmt: skip
+        return "reference-set"
     if "step" in table:
+        if "codes" in table:
+            c.add(f"{where}.codes", "codes are declared for a contrast sample (failed, "
+                  "succeeded); a judge-label sample's values are the step's labels",
+                  (*path, "codes"))  # fmt: skip
         for key in (k for k in CONTRAST_REVIEW_KEYS if k in table):
             c.add(f"{where}.{key}", "a contrast sample's key (with failed and succeeded), but "
                   "this table names a step, so it is a judge-label sample (keys: step, n, "
@@ -931,9 +952,58 @@ def _review_kind(c: _Collector, name: str, table: dict[str, Any]) -> str | None:
     if any(k in table for k in CONTRAST_REVIEW_KEYS):
         return "contrast"
     c.add(where, "say which sample it is: step = \"<judge step>\" (judge decisions, "
-          "docs/scoring.md §11) or failed = { arm = ... } and succeeded = { arm = ... } "
-          "(items where one condition failed and another succeeded)", path)  # fmt: skip
+          "docs/scoring.md §11), reference = \"supplied\" or \"<item step>\" (reference "
+          "sets) or failed = { arm = ... } and succeeded = { arm = ... } (items where one "
+          "condition failed and another succeeded)", path)  # fmt: skip
     return None
+
+
+def _reference_review(
+    c: _Collector, name: str, table: dict[str, Any], steps: dict[str, StepSpec],
+    items: Any,
+) -> str | None:
+    """The reference of a reference-set sample (``docs/scoring.md`` §11), checked.
+
+    ``"supplied"``: every item carries the three ``metadata`` arrays ``reference_*`` (an item
+    without them is named); otherwise an item step with the json parser whose decision holds
+    the three sets.
+    """
+    where, path = f"reviews.{name}.reference", ("reviews", name, "reference")
+    ref = table.get("reference")
+    if ref == "supplied":
+        if items is None:
+            c.add(where, "supplied reference sets are item metadata: the study needs an item "
+                  "file ([stimuli] items)", path)  # fmt: skip
+            return None
+        for item in items:
+            if supplied_sets(item.metadata) is None:
+                c.add(where, f"item {item.id!r} (line {item.line}) lacks its reference sets: "
+                      "metadata arrays of strings "
+                      f"{', '.join(REFERENCE_FIELDS.values())}", path)  # fmt: skip
+                return None
+        return "supplied"
+    spec = steps.get(ref) if isinstance(ref, str) else None
+    if spec is None or spec.on != "item" or spec.parser != "json":
+        known = ", ".join(n for n, s in steps.items() if s.on == "item" and s.parser == "json")
+        c.add(where, f"must be \"supplied\" (item metadata) or an item step with the json "
+              f"parser that decides the sets, got {ref!r} (such steps: "
+              f"{known or 'none declared'})", path)  # fmt: skip
+        return None
+    return str(ref)
+
+
+def _codes(c: _Collector, name: str, table: dict[str, Any]) -> tuple[str, ...] | None:
+    """A contrast sample's declared codes: distinct names (letters, digits, '.', '_', '-')."""
+    codes = table.get("codes")
+    if codes is None:
+        return None
+    if (not isinstance(codes, list) or not codes
+            or not all(isinstance(x, str) and ID_RE.match(x) for x in codes)
+            or len(set(codes)) != len(codes)):  # fmt: skip
+        c.add(f"reviews.{name}.codes", "must be a non-empty list of distinct code names "
+              "(letters, digits, '.', '_' or '-')", ("reviews", name, "codes"))  # fmt: skip
+        return None
+    return tuple(codes)
 
 
 def _judge_review(
@@ -1022,7 +1092,7 @@ def _contrast_review(
 def _reviews(
     c: _Collector, data: dict[str, Any], arms: dict[str, Arm], variants: list[VariantSpec],
     models: dict[str, ModelSpec] | None, parser: str, item_study: bool,
-    steps: dict[str, StepSpec],
+    steps: dict[str, StepSpec], items: Any = None,
 ) -> tuple[Review, ...]:
     """The ``[reviews.<NAME>]`` tables of either kind (:data:`REVIEW_KINDS`), each checked."""
     raw = data.get("reviews")
@@ -1057,10 +1127,16 @@ def _reviews(
         elif kind == "contrast":
             sides, model = _contrast_review(c, name, table, arms, variants, models, parser,
                                                item_study)  # fmt: skip
+            codes = _codes(c, name, table)
             if ok and len(sides) == 2:
                 out.append(Review(name, kind, int(n), seed, description,
                                   failed=sides["failed"], succeeded=sides["succeeded"],
-                                  model=model))  # fmt: skip
+                                  model=model, codes=codes))  # fmt: skip
+        elif kind == "reference-set":
+            reference = _reference_review(c, name, table, steps, items)
+            if ok and reference is not None:
+                out.append(Review(name, kind, int(n), seed, description,
+                                  reference=reference))  # fmt: skip
     return tuple(out)
 
 
@@ -1872,7 +1948,7 @@ def load_study(root: str | Path, *, strict: bool = True) -> Study:
         components, lambda rel, where: _inside(c, root, rel, where),
     )
     reviews = _reviews(c, data, arms, variants, models, response.parser, items_path is not None,
-                       steps)
+                       steps, items)
     if response.parser.startswith(JUDGE_PREFIX):
         judge = steps.get(response.parser[len(JUDGE_PREFIX) :])
         if judge is None or judge.on != "trial":

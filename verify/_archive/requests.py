@@ -262,8 +262,8 @@ def check_requests(a: Archive) -> Check:
         data_arm = arm in study.arms and study.arms[arm].response_from is not None
         if data_arm or body.get("backend") == "data":  # docs/trials.md §6: no request sent
             supplied += 1
-            for problem in _data_trial(a, study, seq, body, arm, item, answered.get(seq)):
-                st.fail(f"seq {problem[0]}: trial {trial}: {problem[1]}", problem[0])
+            for at, why in _data_trial(a, study, seq, body, arm, item, answered.get(seq)):
+                st.fail(f"seq {at}: trial {trial}: {why}", at)
             continue
         wire = "openai-compatible" if body.get("backend") == "openai-compatible" else "messages"
         second = arm in study.arms and study.arms[arm].after is not None  # prompts.md §9
