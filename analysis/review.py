@@ -33,7 +33,6 @@ from analysis.parse import ParseError, response_text
 from analysis.scoring import unwrap_batch
 from ledger import Ledger, SigningKey
 from runner.human_review import (
-    REFERENCE_FIELDS,
     code_problem,
     code_table,
     edit_problem,
@@ -44,9 +43,7 @@ from runner.human_review import (
 )
 from runner.items import OPTION_LABELS
 from runner.lock import StudyError, check_integrity, ledger_path, protocol_event
-from runner.render import Renderer
 from runner.spec import Study
-from runner.step_state import StepWork
 from runner.steps import review_sample
 
 __all__ = [
@@ -202,28 +199,14 @@ def _judge_sample(log: Ledger, plan: dict[str, Any]) -> dict[int, Any]:
     return {seq: scored[seq] for seq in chosen}
 
 
-def reference_sets(study: Study, log: Ledger, reference: str) -> dict[str, dict[str, list[str]]]:
-    """Each item's reference sets: its metadata (``"supplied"``) or the item step's decision.
-
-    Items without sets (a step that decided nothing for them, or a decision without the
-    three arrays of strings) are left out.
-    """
+def reference_sets(study: Study, reference: str) -> dict[str, dict[str, list[str]]]:
+    """Each item's reference sets as supplied in its metadata (``reference = "supplied"``)."""
+    assert reference == "supplied", reference
     out: dict[str, dict[str, list[str]]] = {}
-    if reference == "supplied":
-        for item in study.load_items():
-            sets = supplied_sets(item.metadata)
-            if sets is not None:
-                out[item.id] = sets
-        return out
-    work = StepWork(study, Renderer(study))
-    work.load(log)
-    for item in study.stimulus_ids():
-        decision = work.decision(reference, item)
-        if isinstance(decision, dict):
-            sets = supplied_sets({REFERENCE_FIELDS[k]: v for k, v in decision.items()
-                                  if k in REFERENCE_FIELDS})  # fmt: skip
-            if sets is not None:
-                out[item] = sets
+    for item in study.load_items():
+        sets = supplied_sets(item.metadata)
+        if sets is not None:
+            out[item.id] = sets
     return out
 
 
@@ -262,7 +245,7 @@ def review_subjects(root: str | Path, name: str) -> list[ReviewSubject]:
         plan = _plan(log, root, name)
         done = _reviewed(log, name)
         if plan["kind"] == "reference-set":
-            sets = reference_sets(study, log, str(plan["reference"]))
+            sets = reference_sets(study, str(plan["reference"]))
             chosen = item_sample(sets, int(plan["n"]), str(plan["seed"]))
             return [ReviewSubject(i, i, "", None, (), tuple(done.get(i, [])),
                                   json.dumps(sets[i], ensure_ascii=False))
@@ -325,7 +308,7 @@ def record_review(
         plan = _plan(log, root, name)
         kind = plan["kind"]
         if kind == "reference-set":
-            sets = reference_sets(study, log, str(plan["reference"]))
+            sets = reference_sets(study, str(plan["reference"]))
             chosen = item_sample(sets, int(plan["n"]), str(plan["seed"]))
             if str(subject) not in chosen:
                 raise StudyError(f"{root}: item {subject!r} is not in review sample {name!r} "
@@ -393,7 +376,7 @@ def review_tables(log: Ledger, plan: dict[str, Any], study: Study, results: list
 
             def table(r: Any = r, review: dict[str, Any] = review,
                       reviews: list[Any] = reviews) -> None:
-                sets = reference_sets(study, log, str(review["reference"]))
+                sets = reference_sets(study, str(review["reference"]))
                 sample = item_sample(sets, int(review["n"]), str(review["seed"]))
                 r.values = {"reference": review["reference"], "n": review["n"],
                             "seed": review["seed"], **reference_table(sample, reviews)}
