@@ -107,7 +107,7 @@ def test_data_trials_take_the_item_field_and_send_nothing(study: Path) -> None:
         requests = {e.seq: e for e in log.events("trial.requested")}
         data = {s: e for s, e in requests.items() if e.body["arm"] == "physicians"}
         assert len(data) == len(ITEMS)  # once per item, not once per model
-        for seq, event in data.items():
+        for event in data.values():
             body = event.body
             assert body["backend"] == "data" and body["simulated"] is False
             assert body["trial"] == f"physicians||{body['stimulus']}|1" and body["model"] == ""
@@ -184,10 +184,10 @@ def test_reference_sets_missing_on_an_item_are_refused(tmp_path: Path) -> None:
         load_study(root)
 
 
-def _reviewer(study: Path, tmp: Path) -> Any:
+def _reviewer(study: Path) -> Any:
     from ledger import SigningKey
 
-    return SigningKey.load(study.parent / "clinician-1.key") if tmp else None
+    return SigningKey.load(study.parent / "clinician-1.key")
 
 
 def test_review_of_an_item_outside_the_sample_is_refused(study: Path) -> None:
@@ -197,7 +197,7 @@ def test_review_of_an_item_outside_the_sample_is_refused(study: Path) -> None:
     outside = next(i["id"] for i in ITEMS if i["id"] not in sample)
     size = _size(study)
     with pytest.raises(StudyError, match=f"item '{outside}' is not in review sample 'refsets'"):
-        record_review(study, _reviewer(study, study), "refsets", outside, {})
+        record_review(study, _reviewer(study), "refsets", outside, {})
     assert _size(study) == size
 
 
@@ -206,12 +206,12 @@ def test_an_edit_removing_a_diagnosis_not_in_the_set_is_refused(study: Path) -> 
 
     item = str(review_subjects(study, "refsets")[0].response_seq)
     size = _size(study)
-    with pytest.raises(StudyError, match="plausible.remove: 'gout fever' is not in the plausible"):
-        record_review(study, _reviewer(study, study), "refsets", item,
+    with pytest.raises(StudyError, match=r"plausible\.remove: 'gout fever' is not in the plausible"):
+        record_review(study, _reviewer(study), "refsets", item,
                       {"plausible": {"remove": ["gout fever"]}})  # fmt: skip
     with pytest.raises(StudyError, match="already in the highly_likely set"):
         word = next(i["answer"] for i in ITEMS if i["id"] == item)
-        record_review(study, _reviewer(study, study), "refsets", item,
+        record_review(study, _reviewer(study), "refsets", item,
                       {"highly_likely": {"add": [f" {word.upper()} "]}})  # fmt: skip
     assert _size(study) == size
 
