@@ -364,3 +364,114 @@ def test_a_review_by_a_key_without_the_reviewer_role_fails_naming_its_seq(study:
     view.roles[actor] = "runner"
     check = check_steps(view)
     assert check.status.name == "FAIL" and f"seq {seq}: review.recorded signed by" in check.reason
+
+
+# ------------------------------------------------------------------ codes of a contrast sample
+
+CODED_SPEC = """[study]
+id = "coded"
+title = "A contrast sample coded by a reviewer"
+
+[model]
+provider = "anthropic"
+id = "claude-haiku-4-5"
+max_tokens = 16
+temperature = 0.0
+
+[components]
+task = "prompts/task.txt"
+
+[prompt]
+item = "prompts/item.txt"
+
+[arms.direct]
+role = "full"
+components = ["task"]
+
+[arms.bare]
+role = "vehicle"
+components = []
+
+[stimuli]
+items = "items.jsonl"
+
+[design]
+replicates = 2
+seed = 5
+bootstrap_seed = 6
+bootstrap_iterations = 200
+
+[response]
+parser = "multiple-choice"
+
+[[hypotheses]]
+id = "H1"
+contrast = ["direct", "bare"]
+test = "mcnemar"
+alpha = 0.05
+
+[analysis]
+exclude_unparseable = false
+
+[reviews.hurt]
+failed = { arm = "bare" }
+succeeded = { arm = "direct" }
+n = 3
+seed = 7
+codes = ["misread", "guess", "format"]
+"""
+
+
+@pytest.fixture(scope="module")
+def coded(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Path, list[str]]]:
+    """An MCQ study locked, run, scored and unblinded; its contrast cases listed for coding."""
+    from test_mcq_hypotheses import ITEMS as MCQ_ITEMS
+
+    base = tmp_path_factory.mktemp("coded")
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setenv("PROMPT_LEDGER_HOME", str(base / "home"))
+        root = base / "study"
+        files = {"study.toml": CODED_SPEC, "prompts/item.txt": "Question: {question}\n{options}\n",
+                 "prompts/task.txt": "Answer with the letter of the right option.\n",
+                 "items.jsonl": "".join(json.dumps(r) + "\n" for r in MCQ_ITEMS)}  # fmt: skip
+        for rel, text in files.items():
+            (root / rel).parent.mkdir(parents=True, exist_ok=True)
+            (root / rel).write_text(text, encoding="utf-8")
+        key = base / "owner.key"
+        fixed_key("coded/owner").save(key)
+        for step in (("lock",), ("run", "--backend", "simulated"), ("score",), ("unblind",)):
+            invoke(step[0], root, *step[1:], "--key", key)
+        coder = fixed_key("coded/coder")
+        coder.save(base / "coder.key")
+        invoke("key", "add", root / "ledger.db", coder.vkey, "--role", "reviewer", "--key", key)
+        listed = invoke("review", root, "--sample", "hurt")
+        yield root, [line.split("\t", 1)[0] for line in listed.splitlines() if line.strip()]
+
+
+def test_a_code_not_in_the_declared_list_is_refused(coded: tuple[Path, list[str]]) -> None:
+    root, cases = coded
+    assert cases, "the simulated models give no case where bare failed and direct succeeded"
+    size = _size(root)
+    out = invoke("review", root, "--sample", "hurt", "--subject", cases[0], "--value",
+                 "misread,nonsense", "--key", root.parent / "coder.key", ok=False)  # fmt: skip
+    assert "code 'nonsense' is not declared" in out
+    assert _size(root) == size
+
+
+def test_codes_are_signed_tabulated_and_verified(coded: tuple[Path, list[str]]) -> None:
+    root, cases = coded
+    given = {case: ["misread", "guess"] if i % 2 else ["format"] for i, case in enumerate(cases)}
+    for case, codes in given.items():
+        invoke("review", root, "--sample", "hurt", "--subject", case, "--value", ",".join(codes),
+               "--key", root.parent / "coder.key")  # fmt: skip
+    key = root.parent / "owner.key"
+    invoke("analyze", root, "--key", key)
+    table = results(root)["review.hurt.codes"]["values"]
+    (who,) = table["reviewers"]
+    for code in ("misread", "guess", "format"):
+        count = sum(code in v for v in given.values())
+        assert table["by_reviewer"][who][code] == count == table["agreement"][code]
+    assert table["coded"] == len(cases)
+    invoke("export", root, root.parent / "archive", "--key", key)
+    report = verify_archive(root.parent / "archive")
+    assert report.ok, [(c.name, c.reason) for c in report.checks if c.status.name == "FAIL"]
