@@ -475,3 +475,69 @@ def test_codes_are_signed_tabulated_and_verified(coded: tuple[Path, list[str]]) 
     invoke("export", root, root.parent / "archive", "--key", key)
     report = verify_archive(root.parent / "archive")
     assert report.ok, [(c.name, c.reason) for c in report.checks if c.status.name == "FAIL"]
+
+
+# ------------------------------------------------------------------ slow: kills and the whole run
+
+
+@pytest.mark.slow
+def test_data_trials_survive_sigkills_and_the_study_verifies(tmp_path: Path) -> None:
+    """Up to ten SIGKILLs of ``ledger run`` at random moments; then the whole study verifies.
+
+    A subprocess, the real SDK over HTTP to the fake server, a data arm of 40 items: every
+    data trial is recorded once, whole (request and response in one commit), the model trials
+    and judges resume, and the study is scored, analysed, exported and verified.
+    """
+    import os
+    import random
+    import signal
+    import subprocess
+    import sys
+    import time
+    from collections import Counter
+
+    from fake_messages import FakeMessagesServer
+    from human_study import WORDS
+    from test_steps_crash import responder
+
+    items = [{**ITEMS[i % len(ITEMS)], "id": f"c{i:03d}",
+              "physician": f"Reply {i}: likely {WORDS[i % len(WORDS)]}."} for i in range(40)]
+    root = write_study(tmp_path / "study", items=items)
+    home = tmp_path / "home"
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setenv("PROMPT_LEDGER_HOME", str(home))
+        lock_study(root, KEY)
+    key = tmp_path / "owner.key"
+    KEY.save(key)
+    env = dict(os.environ, ANTHROPIC_API_KEY="test", PROMPT_LEDGER_HOME=str(home))
+    cli = [sys.executable, "-c", "from ledger.cli import main; main()"]
+    rng = random.Random(23)
+    with FakeMessagesServer(latency_ms=60, responder=responder, seed=5) as server:
+        args = [*cli, "run", str(root), "--base-url", server.base_url, "--key", str(key),
+                "--concurrency", "4"]  # fmt: skip
+        for _ in range(10):
+            proc = subprocess.Popen(args, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+            time.sleep(rng.uniform(0.8, 2.5))
+            if proc.poll() is not None:
+                break
+            proc.send_signal(signal.SIGKILL)
+            proc.communicate()
+        done = subprocess.run(args, env=env, capture_output=True, text=True, timeout=600)
+        assert done.returncode == 0, done.stderr
+    with Ledger.open(root / "ledger.db", readonly=True) as log:
+        evs = list(log.events())
+    assert sum(e.kind == "run.started" for e in evs) >= 3, "the kills came too late"
+    requests = {e.seq: e.body for e in evs if e.kind == "trial.requested"}
+    data = {s: b for s, b in requests.items() if b["backend"] == "data"}
+    assert Counter(b["trial"] for b in data.values()) == Counter(
+        f"physicians||c{i:03d}|1" for i in range(40))  # each once, none twice
+    responded = {e.body["request_seq"]: e.seq for e in evs if e.kind == "trial.responded"}
+    assert all(responded.get(s) == s + 1 for s in data), "a data trial recorded in two commits"
+    assert not any(e.kind == "trial.failed" and e.body["request_seq"] in data for e in evs)
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setenv("PROMPT_LEDGER_HOME", str(home))
+        for step in ("score", "unblind", "analyze"):
+            invoke(step, root, "--key", key)
+        invoke("export", root, tmp_path / "archive", "--key", key)
+    report = verify_archive(tmp_path / "archive")
+    assert report.ok, [(c.name, c.reason) for c in report.checks if c.status.name == "FAIL"]
