@@ -516,8 +516,14 @@ def test_data_trials_survive_sigkills_and_the_study_verifies(tmp_path: Path) -> 
         args = [*cli, "run", str(root), "--base-url", server.base_url, "--key", str(key),
                 "--concurrency", "4"]  # fmt: skip
         for _ in range(10):
+            before = _size(root)
             proc = subprocess.Popen(args, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
-            time.sleep(rng.uniform(0.8, 2.5))
+            deadline = time.monotonic() + 120
+            while _size(root) <= before + 2 and proc.poll() is None and (
+                time.monotonic() < deadline
+            ):  # fmt: skip
+                time.sleep(0.02)  # wait for this session's calls
+            time.sleep(rng.uniform(0.0, 0.6))
             if proc.poll() is not None:
                 break
             proc.send_signal(signal.SIGKILL)
