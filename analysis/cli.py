@@ -161,7 +161,7 @@ def review(
       ledger review my-study --sample refsets --subject q07 \\
         --value '{"plausible": {"add": ["sepsis"]}}' --key rev.key
     """
-    from analysis.review import parse_value, record_review, review_subjects
+    from analysis.reviewing import parse_value, record_review, review_subjects
     from ledger import SigningKey
 
     if subject is None:

@@ -1,6 +1,6 @@
 """Human review of reference sets and codes (``docs/scoring.md`` §11): samples, edits, tables.
 
-Pure functions shared by ``ledger review`` (:mod:`analysis.review`, which records) and
+Pure functions shared by ``ledger review`` (:mod:`analysis.reviewing`, which records) and
 ``ledger analyze`` (which tabulates); ``verify/_human.py`` is the verifier's own second
 implementation of the same rules.
 

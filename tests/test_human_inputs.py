@@ -191,7 +191,7 @@ def _reviewer(study: Path) -> Any:
 
 
 def test_review_of_an_item_outside_the_sample_is_refused(study: Path) -> None:
-    from analysis.review import record_review, review_subjects
+    from analysis.reviewing import record_review, review_subjects
 
     sample = {str(s.response_seq) for s in review_subjects(study, "refsets")}
     outside = next(i["id"] for i in ITEMS if i["id"] not in sample)
@@ -202,7 +202,7 @@ def test_review_of_an_item_outside_the_sample_is_refused(study: Path) -> None:
 
 
 def test_an_edit_removing_a_diagnosis_not_in_the_set_is_refused(study: Path) -> None:
-    from analysis.review import record_review, review_subjects
+    from analysis.reviewing import record_review, review_subjects
 
     item = str(review_subjects(study, "refsets")[0].response_seq)
     size = _size(study)
@@ -217,7 +217,7 @@ def test_an_edit_removing_a_diagnosis_not_in_the_set_is_refused(study: Path) -> 
 
 
 def test_review_before_the_seal_is_refused(tmp_path: Path) -> None:
-    from analysis.review import record_review
+    from analysis.reviewing import record_review
 
     root = write_study(tmp_path / "s")
     with pytest.MonkeyPatch.context() as patch:
