@@ -150,6 +150,32 @@ def test_a_restart_takes_only_the_data_trials_not_recorded(tmp_path: Path) -> No
     assert len(trials) == len(set(trials)) == 3 * len(ITEMS)
 
 
+@pytest.mark.slow
+def test_a_batch_session_records_data_trials_without_batching_them(tmp_path: Path) -> None:
+    """With no steps the batch backend may run: the data trials are taken, never submitted."""
+    from fake_messages import FakeMessagesServer
+    from human_study import spec_text
+
+    from runner.batch import AnthropicBatchBackend
+
+    text = spec_text(reviews="")
+    start = text.index("[steps.judge]")
+    text = text[:start] + text[text.index("[stimuli]"):]
+    root = write_study(tmp_path / "s")
+    (root / "study.toml").write_text(text.replace('"judge:judge"', '"normalized"'), "utf-8")
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setenv("PROMPT_LEDGER_HOME", str(tmp_path / "home"))
+        lock_study(root, KEY)
+        with FakeMessagesServer(batch_ready_after_polls=1) as server:
+            backend = AnthropicBatchBackend(api_key="test", base_url=server.base_url)
+            result = run_study(root, KEY, backend, RunOptions(
+                poll_interval=0.01, preflight=False, models=("target",)))  # one price a session
+            submitted = [b for batch in server._batches.values() for b in batch["requests"]]
+    with Ledger.open(root / "ledger.db", readonly=True) as log:
+        data = [e for e in log.events("trial.requested") if e.body["backend"] == "data"]
+    assert len(data) == len(ITEMS) and len(submitted) == len(ITEMS), result.reason
+
+
 # ------------------------------------------------------------------ bad input
 
 
