@@ -16,8 +16,8 @@ from the table's keys and is locked as ``protocol.locked`` ``reviews.<NAME>.kind
   :func:`review_csv` is ``analysis/review/<NAME>.csv`` of the archive (both responses, both
   parsed answers, the question and options, a blank ``codes`` column). ``verify/_review.py``
   re-derives both. With declared ``codes``, coders record them (:mod:`analysis.reviewing`).
-- ``reference-set`` (``reference = "supplied"``, ``n``, ``seed``): the ``n`` items with the
-  smallest ``SHA-256("<seed>|<item>")`` whose supplied reference sets clinicians edit
+- ``reference-set`` (``reference = "supplied"`` or an item step, ``n``, ``seed``): the ``n``
+  items with the smallest ``SHA-256("<seed>|<item>")`` whose reference sets clinicians edit
   (:func:`reference_sets`, :func:`runner.human_review.item_sample`).
 
 :func:`review_tables` gives the tables ``ledger analyze`` records of every sample's reviews
@@ -36,6 +36,7 @@ from analysis.parse import ParseError, response_text
 from analysis.scoring import unwrap_batch
 from ledger import Ledger
 from runner.human_review import (
+    REFERENCE_FIELDS,
     code_table,
     item_sample,
     label_table,
@@ -43,7 +44,9 @@ from runner.human_review import (
     supplied_sets,
 )
 from runner.items import OPTION_LABELS
+from runner.render import Renderer
 from runner.spec import Study
+from runner.step_state import StepWork
 from runner.steps import review_sample
 
 __all__ = [
@@ -159,14 +162,25 @@ def _judge_sample(log: Ledger, plan: dict[str, Any]) -> dict[int, Any]:
     return {seq: scored[seq] for seq in chosen}
 
 
-def reference_sets(study: Study, reference: str) -> dict[str, dict[str, list[str]]]:
-    """Each item's reference sets as supplied in its metadata (``reference = "supplied"``)."""
-    assert reference == "supplied", reference
-    out: dict[str, dict[str, list[str]]] = {}
-    for item in study.load_items():
-        sets = supplied_sets(item.metadata)
-        if sets is not None:
-            out[item.id] = sets
+def reference_sets(
+    study: Study, reference: str, log: Ledger
+) -> dict[str, dict[str, list[str]] | None]:
+    """Each item's reference sets (``docs/scoring.md`` §11.1), by item id in item order.
+
+    ``"supplied"``: its metadata arrays; otherwise the decision of the item step
+    ``reference`` (its three members, arrays of strings), read with the step-state readers;
+    None for an item without them (a step that reached no decision).
+    """
+    if reference == "supplied":
+        return {item.id: supplied_sets(item.metadata) for item in study.load_items()}
+    work = StepWork(study, Renderer(study))
+    work.load(log)
+    out: dict[str, dict[str, list[str]] | None] = {}
+    for item in study.stimulus_ids():
+        decision = work.decision(reference, item)
+        found = {REFERENCE_FIELDS[k]: v for k, v in decision.items()
+                 if k in REFERENCE_FIELDS} if isinstance(decision, dict) else {}  # fmt: skip
+        out[item] = supplied_sets(found)
     return out
 
 
@@ -196,8 +210,7 @@ def review_tables(
 
             def table(review: dict[str, Any] = review,
                       reviews: list[Any] = reviews) -> dict[str, Any]:
-                sets = reference_sets(study, str(review["reference"]))
-                sample = item_sample(sets, int(review["n"]), str(review["seed"]))
+                sample = item_sample(study.stimulus_ids(), int(review["n"]), str(review["seed"]))
                 return {"reference": review["reference"], "n": review["n"],
                         "seed": review["seed"], **reference_table(sample, reviews)}
 

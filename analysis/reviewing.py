@@ -102,10 +102,11 @@ def review_subjects(root: str | Path, name: str) -> list[ReviewSubject]:
         plan = _plan(log, root, name)
         done = _reviewed(log, name)
         if plan["kind"] == "reference-set":
-            sets = reference_sets(study, str(plan["reference"]))
-            chosen = item_sample(sets, int(plan["n"]), str(plan["seed"]))
+            sets = reference_sets(study, str(plan["reference"]), log)
+            chosen = item_sample(study.stimulus_ids(), int(plan["n"]), str(plan["seed"]))
             return [ReviewSubject(i, i, "", None, (), tuple(done.get(i, [])),
-                                  json.dumps(sets[i], ensure_ascii=False))
+                                  json.dumps(sets[i], ensure_ascii=False) if sets[i]
+                                  else "(no reference sets: the step reached no decision)")
                     for i in chosen]  # fmt: skip
         if plan["kind"] == "contrast":
             protocol = protocol_event(log)
@@ -165,13 +166,17 @@ def record_review(
         plan = _plan(log, root, name)
         kind = plan["kind"]
         if kind == "reference-set":
-            sets = reference_sets(study, str(plan["reference"]))
-            chosen = item_sample(sets, int(plan["n"]), str(plan["seed"]))
+            sets = reference_sets(study, str(plan["reference"]), log)
+            chosen = item_sample(study.stimulus_ids(), int(plan["n"]), str(plan["seed"]))
             if str(subject) not in chosen:
                 raise StudyError(f"{root}: item {subject!r} is not in review sample {name!r} "
                                  f"(its items: {', '.join(chosen)})")  # fmt: skip
             subject = str(subject)
-            problem = edit_problem(value, sets[subject])
+            found = sets[subject]
+            if found is None:
+                raise StudyError(f"{root}: item {subject!r} has no reference sets to review "
+                                 f"(step {plan['reference']!r} reached no decision)")
+            problem = edit_problem(value, found)
             if problem is not None:
                 raise StudyError(f"review of item {subject!r}: {problem}")
         elif kind == "contrast":

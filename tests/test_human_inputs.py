@@ -176,6 +176,64 @@ def test_a_batch_session_records_data_trials_without_batching_them(tmp_path: Pat
     assert len(data) == len(ITEMS) and len(submitted) == len(ITEMS), result.reason
 
 
+@pytest.mark.slow
+def test_reference_sets_decided_by_a_step_are_reviewed_and_verified(tmp_path: Path) -> None:
+    """``reference = "<item step>"``: the sets are the step's decision (a json item step; the
+    simulated model answers with the first line of the prompt, here the sets as JSON)."""
+    from human_study import spec_text
+
+    items = [{**i, "sets": json.dumps({
+        "plausible": [i["answer"], "stress"], "highly_likely": [i["answer"]],
+        "safety_critical": []})} for i in ITEMS]  # fmt: skip
+    root = write_study(tmp_path / "s", items=items)
+    (root / "prompts" / "refs.txt").write_text("{sets}\nThe reference sets, as JSON.\n", "utf-8")
+    (root / "prompts" / "refs.json").write_text(json.dumps({
+        "type": "object", "required": ["plausible", "highly_likely", "safety_critical"],
+        "properties": {k: {"type": "array", "items": {"type": "string"}}
+                       for k in ("plausible", "highly_likely", "safety_critical")}}), "utf-8")
+    steps = """[steps.refs]
+on = "item"
+models = ["judge_a"]
+template = "prompts/refs.txt"
+parser = "json"
+schema = "prompts/refs.json"
+
+[reviews.refsets]
+reference = "refs"
+n = 3
+seed = 11
+"""
+    (root / "study.toml").write_text(spec_text(reviews=steps), "utf-8")
+    key = tmp_path / "owner.key"
+    KEY.save(key)
+    reviewer = fixed_key(CLINICIANS[0])
+    reviewer.save(tmp_path / "r.key")
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setenv("PROMPT_LEDGER_HOME", str(tmp_path / "home"))
+        invoke("lock", root, "--key", key)
+        invoke("run", root, "--backend", "simulated", "--key", key)
+        invoke("score", root, "--key", key)
+        invoke("key", "add", root / "ledger.db", reviewer.vkey, "--role", "reviewer",
+               "--key", key)  # fmt: skip
+        listed = invoke("review", root, "--sample", "refsets").splitlines()
+        item = listed[0].split("\t", 1)[0]
+        assert '"highly_likely":' in listed[0]
+        out = invoke("review", root, "--sample", "refsets", "--subject", item, "--value",
+                     json.dumps({"plausible": {"remove": ["gout fever"]}}), "--key",
+                     tmp_path / "r.key", ok=False)  # fmt: skip
+        assert "is not in the plausible set" in out
+        invoke("review", root, "--sample", "refsets", "--subject", item, "--value",
+               json.dumps({"plausible": {"remove": ["stress"]}}), "--key", tmp_path / "r.key")
+        for step in ("unblind", "analyze"):
+            invoke(step, root, "--key", key)
+        invoke("export", root, tmp_path / "archive", "--key", key)
+    table = results(root)["review.refsets"]["values"]
+    assert table["reviewed"] == 1 and table["sets"]["plausible"]["either"]["commission"] == {
+        "items": 1, "n": 1, "share": 1}
+    report = verify_archive(tmp_path / "archive")
+    assert report.ok, [(c.name, c.reason) for c in report.checks if c.status.name == "FAIL"]
+
+
 # ------------------------------------------------------------------ bad input
 
 
@@ -207,6 +265,15 @@ def test_reference_sets_missing_on_an_item_are_refused(tmp_path: Path) -> None:
     items[2] = {**items[2], "metadata": {"reference_plausible": ["x"]}}
     root = write_study(tmp_path / "s", items=items)
     with pytest.raises(SpecError, match=r"reviews\.refsets\.reference.*item 'q03'"):
+        load_study(root)
+
+
+def test_a_reference_that_is_not_a_json_item_step_is_refused(tmp_path: Path) -> None:
+    from human_study import REVIEWS
+
+    root = write_study(tmp_path / "s", reviews=REVIEWS.replace('"supplied"', '"judge"'))
+    with pytest.raises(SpecError, match=r"reviews\.refsets\.reference.*an item step with the "
+                       r"json parser.*got 'judge'"):  # fmt: skip
         load_study(root)
 
 
