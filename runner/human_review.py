@@ -5,8 +5,8 @@ Pure functions shared by ``ledger review`` (:mod:`analysis.reviewing`, which rec
 implementation of the same rules.
 
 - A *reference-set* sample (``[reviews.NAME] reference = "supplied"`` or ``"<item step>"``)
-  is the ``n`` items with the smallest ``SHA-256("{seed}|{item id}")`` among the items that
-  have reference sets, in that order. A review of item I is an edit of each of its three sets,
+  is the ``n`` items of the item file with the smallest ``SHA-256("{seed}|{item id}")``, in
+  that order. A review of item I is an edit of each of its three sets,
   ``{"<set>": {"remove": [...], "add": [...]}}``: a removal must be in the set, an addition
   must not, both compared after :func:`normal`.
 - The table of a reference-set sample (:func:`reference_table`) counts, per set, the reviewed
