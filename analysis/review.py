@@ -223,9 +223,12 @@ def review_tables(
                        reviews: list[Any] = reviews) -> dict[str, Any]:
                 chosen = _judge_sample(log, review)
                 decisions = {seq: b["judge"]["decision"] for seq, b in chosen.items()}
+                same = {seq: None not in (v := [x.get("vote") for x in b["judge"]["votes"]])
+                        and len(set(v)) == 1 for seq, b in chosen.items()}  # fmt: skip
                 step = (plan.get("steps") or {}).get(review["step"]) or {}
                 return {"step": review["step"], "sample": sorted(chosen),
-                        **label_table(decisions, list(step.get("labels") or []), reviews)}
+                        **label_table(decisions, list(step.get("labels") or []), reviews,
+                                      same)}  # fmt: skip
 
             out.append((f"review.{name}", f"Reviewers against the judges of step "
                         f"{review['step']}, sample {name}", "judge-review", labels))

@@ -372,6 +372,8 @@ def test_reviews_against_the_judges_match_statsmodels_kappa(study: Path) -> None
     with Ledger.open(study / "ledger.db", readonly=True) as log:
         decisions = {e.body["response_seq"]: e.body["judge"]["decision"]
                      for e in log.events("trial.scored")}  # fmt: skip
+        votes = {e.body["response_seq"]: [v["vote"] for v in e.body["judge"]["votes"]]
+                 for e in log.events("trial.scored")}  # fmt: skip
         reviews = {e.body["subject"]: e.body["value"] for e in log.events("review.recorded")
                    if e.body["sample"] == "audit"}  # fmt: skip
     pairs = [(v, decisions[s]) for s, v in reviews.items() if decisions[s] is not None]
@@ -382,6 +384,14 @@ def test_reviews_against_the_judges_match_statsmodels_kappa(study: Path) -> None
     labels = ["correct", "incorrect"]
     grid = [[sum(1 for a, b in pairs if (a, b) == (x, y)) for y in labels] for x in labels]
     assert got["kappa"] == pytest.approx(float(cohens_kappa(grid, return_results=False)))
+    for name, same in (("unanimous", True), ("split", False)):
+        inside = [(v, decisions[s]) for s, v in reviews.items() if decisions[s] is not None
+                  and (None not in votes[s] and len(set(votes[s])) == 1) is same]
+        cell = got["strata"][name]
+        assert cell["n"] == len(inside)
+        if inside:
+            assert cell["agreement"] == pytest.approx(
+                sum(a == b for a, b in inside) / len(inside))
 
 
 # ------------------------------------------------------------------ the archive

@@ -1881,7 +1881,8 @@ def _human_tables(archive: _Archive, plan: dict[str, Any], done: list[_Result]) 
                 step = (plan.get("steps") or {}).get(review["step"]) or {}
                 return {"step": review["step"], "sample": chosen,
                         **_human.label_table({s: scored[s]["decision"] for s in chosen},
-                                             list(step.get("labels") or []), mine)}  # fmt: skip
+                                             list(step.get("labels") or []), mine,
+                                             dict(judged))}  # fmt: skip
 
             out.append(_guard(_Result(f"review.{name}"), labels))
         elif review.get("kind") == "contrast" and review.get("codes"):
