@@ -521,6 +521,8 @@ class Runner:
         between reading the ledger's size and the append, so each response's ``request_seq``
         is the seq its request receives.
         """
+        if self.writer is not None and self.writer.failed is not None:
+            raise self.writer.failed  # nothing is committed after a failed commit
         if self._items is None:
             self._items = {i.id: i.data for i in self.study.load_items()}
         base = self.log.size
@@ -1379,7 +1381,11 @@ class Runner:
             rest = [t for t in queue if not (isinstance(t, Trial) and self._is_data(t))]
             queue.clear()
             queue.extend(rest)
-            await self._supply(data)
+            try:
+                await self._supply(data)
+            except Exception as exc:  # a broken ledger: stop as a worker would
+                self.request_stop(f"crash: {type(exc).__name__}: {exc}")
+                return [exc]
         workers = min(self.options.concurrency, len(queue)) or 0
         tasks = [asyncio.create_task(self._worker(queue, limit)) for _ in range(workers)]
         return list(await asyncio.gather(*tasks, return_exceptions=True))
