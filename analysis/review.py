@@ -1,4 +1,4 @@
-"""Declared review samples (``[reviews.<NAME>]``, ``docs/study-spec.md``), of two kinds.
+"""Declared review samples (``[reviews.<NAME>]``, ``docs/study-spec.md``), of three kinds.
 
 A study declares, before it runs, which decisions will be looked at by hand; the kind follows
 from the table's keys and is locked as ``protocol.locked`` ``reviews.<NAME>.kind``:
@@ -7,15 +7,21 @@ from the table's keys and is locked as ``protocol.locked`` ``reviews.<NAME>.kind
   sealed, ``n`` decisions of a trial judge step per stratum of judge agreement, a function of
   the recorded votes alone (:func:`runner.steps.review_sample`). A reviewer, holding a key
   registered with the role ``reviewer`` (which may append ``review.recorded`` and nothing
-  else), records one label per subject (:func:`review_subjects`, :func:`record_review`); the
-  verifier checks each against the locked sample and the reviewer's role.
+  else), records one label per subject (:mod:`analysis.reviewing`); the verifier checks each
+  against the locked sample and the reviewer's role.
 - ``contrast`` (``failed``, ``succeeded``, ``n``, ``seed``, ``model``;
   ``docs/mcq-statistics.md`` §9): the items where one condition (arm, variant, on one model)
   was wrong and another right, ``n`` of them drawn by ``SHA-256("<seed>|<item>|<rep>")``.
   :func:`review_values` is the ``review.<NAME>`` analysis result (pure, from the dataset);
   :func:`review_csv` is ``analysis/review/<NAME>.csv`` of the archive (both responses, both
   parsed answers, the question and options, a blank ``codes`` column). ``verify/_review.py``
-  re-derives both.
+  re-derives both. With declared ``codes``, coders record them (:mod:`analysis.reviewing`).
+- ``reference-set`` (``reference = "supplied"`` or an item step, ``n``, ``seed``): the ``n``
+  items with the smallest ``SHA-256("<seed>|<item>")`` whose reference sets clinicians edit
+  (:func:`reference_sets`, :func:`runner.human_review.item_sample`).
+
+:func:`review_tables` gives the tables ``ledger analyze`` records of every sample's reviews
+(``docs/analysis.md`` §9); ``verify/_human.py`` re-derives them.
 """
 
 from __future__ import annotations
@@ -23,21 +29,29 @@ from __future__ import annotations
 import csv
 import io
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
 from analysis import mcq, mcq_tests
 from analysis.parse import ParseError, response_text
 from analysis.scoring import unwrap_batch
-from ledger import Ledger, SigningKey
+from ledger import Ledger
+from runner.human_review import (
+    REFERENCE_FIELDS,
+    code_table,
+    item_sample,
+    label_table,
+    reference_table,
+    supplied_sets,
+)
 from runner.items import OPTION_LABELS
-from runner.lock import StudyError, check_integrity, ledger_path, protocol_event
+from runner.render import Renderer
+from runner.spec import Study
+from runner.step_state import StepWork
 from runner.steps import review_sample
 
 __all__ = [
-    "CSV_COLUMNS", "ORDER_RULE", "ReviewSubject", "record_review", "review_csv", "review_subjects",
-    "review_text", "review_values",
+    "CSV_COLUMNS", "ORDER_RULE", "reference_sets", "review_csv", "review_tables", "review_text",
+    "review_values",
 ]  # fmt: skip
 
 ORDER_RULE = "ascending SHA-256(seed|item|rep)"
@@ -132,37 +146,10 @@ def review_csv(values: Mapping[str, Any], items: Mapping[str, Mapping[str, Any]]
     return out.getvalue().encode("utf-8")
 
 
-# ------------------------------------------------------------- judge-label samples
+# ------------------------------------------------------------- recorded reviews
 
 
-@dataclass(frozen=True)
-class ReviewSubject:
-    """One decision of a review sample: its ``trial.scored`` and what the judges said."""
-
-    response_seq: int
-    stimulus: str
-    arm_code: str
-    decision: str | None
-    votes: tuple[Any, ...]
-    reviewed: tuple[str, ...]
-
-
-def _sample(log: Ledger, root: Path, name: str) -> tuple[dict[str, Any], dict[int, Any]]:
-    protocol = protocol_event(log)
-    assert protocol is not None
-    reviews = protocol.body.get("reviews") or {}
-    if name not in reviews:
-        known = ", ".join(reviews) or "none declared"
-        raise StudyError(f"{root}: no review sample {name!r} was locked (samples: {known})")
-    plan = reviews[name]
-    if plan.get("kind") != "judge-label":
-        raise StudyError(f"{root}: review sample {name!r} is a {plan.get('kind')} sample, not "
-                         "one of judge decisions: its cases are the result review."
-                         f"{name} of 'ledger analyze', exported for coding as "
-                         f"analysis/review/{name}.csv by 'ledger export'")  # fmt: skip
-    if next(iter(log.events("scoring.sealed")), None) is None:
-        raise StudyError(f"{root}: scoring is not sealed yet; a review sample is drawn from the "
-                         "sealed judge decisions (run 'ledger score')")  # fmt: skip
+def _judge_sample(log: Ledger, plan: dict[str, Any]) -> dict[int, Any]:
     scored = {
         e.body["response_seq"]: e.body for e in log.events("trial.scored")
         if isinstance(e.body.get("judge"), dict) and e.body["judge"].get("step") == plan["step"]
@@ -172,53 +159,89 @@ def _sample(log: Ledger, root: Path, name: str) -> tuple[dict[str, Any], dict[in
         votes = [v.get("vote") for v in body["judge"]["votes"]]
         judged.append((seq, None not in votes and len(set(votes)) == 1))
     chosen = review_sample(judged, int(plan["n"]), str(plan["seed"]))
-    return plan, {seq: scored[seq] for seq in chosen}
+    return {seq: scored[seq] for seq in chosen}
 
 
-def review_subjects(root: str | Path, name: str) -> list[ReviewSubject]:
-    """The subjects of review sample ``name``, with the labels already recorded for each."""
-    root = Path(root)
-    check_integrity(root)
-    with Ledger.open(ledger_path(root), readonly=True) as log:
-        _, chosen = _sample(log, root, name)
-        done: dict[int, list[str]] = {}
-        for e in log.events("review.recorded"):
-            if e.body.get("sample") == name:
-                done.setdefault(e.body["subject"], []).append(str(e.body["value"]))
-    return [
-        ReviewSubject(seq, b["stimulus"], b["arm_code"], b["judge"]["decision"],
-                      tuple(v["vote"] for v in b["judge"]["votes"]), tuple(done.get(seq, [])))
-        for seq, b in chosen.items()
-    ]  # fmt: skip
+def reference_sets(
+    study: Study, reference: str, log: Ledger
+) -> dict[str, dict[str, list[str]] | None]:
+    """Each item's reference sets (``docs/scoring.md`` §11.1), by item id in item order.
 
-
-def record_review(root: str | Path, key: SigningKey, name: str, subject: int, value: str) -> int:
-    """Append a ``review.recorded`` for ``subject`` (a ``response_seq`` of sample ``name``).
-
-    The key must be registered with the role ``reviewer``; ``value`` one of the judge step's
-    labels; ``subject`` in the sample. Returns the event's seq; nothing is appended otherwise.
+    ``"supplied"``: its metadata arrays; otherwise the decision of the item step
+    ``reference`` (its three members, arrays of strings), read with the step-state readers;
+    None for an item without them (a step that reached no decision).
     """
-    root = Path(root)
-    study = check_integrity(root)
-    with Ledger.open(ledger_path(root)) as log:
-        records = log.keys()
-        role = next((k.role for k in records if k.vkey == key.vkey
-                     and k.revoked_seq is None), None)  # fmt: skip
-        if role != "reviewer":
-            raise StudyError(f"{root}: a review is signed by a key with the role 'reviewer' "
-                             f"(this key's role: {role or 'not registered'}); register one "
-                             "with 'ledger key add ... --role reviewer'")  # fmt: skip
-        plan, chosen = _sample(log, root, name)
-        if subject not in chosen:
-            raise StudyError(f"{root}: seq {subject} is not in review sample {name!r} (its "
-                             f"subjects: {', '.join(map(str, chosen))})")  # fmt: skip
-        labels = study.steps[plan["step"]].labels
-        if value not in labels:
-            raise StudyError(f"value {value!r} is not a label of step {plan['step']!r} "
-                             f"({', '.join(labels)})")  # fmt: skip
-        event = log.append(
-            "review.recorded",
-            {"sample": name, "subject": subject, "kind": "judge-label", "value": value},
-            key=key,
-        )
-    return event.seq
+    if reference == "supplied":
+        return {item.id: supplied_sets(item.metadata) for item in study.load_items()}
+    work = StepWork(study, Renderer(study))
+    work.load(log)
+    out: dict[str, dict[str, list[str]] | None] = {}
+    for item in study.stimulus_ids():
+        decision = work.decision(reference, item)
+        found = {REFERENCE_FIELDS[k]: v for k, v in decision.items()
+                 if k in REFERENCE_FIELDS} if isinstance(decision, dict) else {}  # fmt: skip
+        out[item] = supplied_sets(found)
+    return out
+
+
+# ------------------------------------------------------------- tabulations (ledger analyze)
+
+
+def review_tables(
+    log: Ledger, plan: dict[str, Any], study: Study, drawn: Mapping[str, Any]
+) -> list[tuple[str, str, str, Callable[[], dict[str, Any]]]]:
+    """The tables of the recorded reviews: ``(id, title, test, compute)``, in name order.
+
+    ``review.<NAME>`` of a reference-set sample (commission and omission per set, agreement
+    and either criteria) and of a judge-label sample (reviewers against the judges: agreement
+    and Cohen's kappa); ``review.<NAME>.codes`` of a contrast sample with codes (its cases are
+    those of the ``values`` of ``review.<NAME>`` in ``drawn``, by result id). ``compute()``
+    gives the ``values`` (``docs/analysis.md`` §9); :mod:`analysis.analyze` records them.
+    """
+    by_sample: dict[str, list[tuple[int, str, Any, Any]]] = {}
+    for e in log.events("review.recorded"):
+        by_sample.setdefault(str(e.body.get("sample")), []).append(
+            (e.seq, e.actor, e.body.get("subject"), e.body.get("value")))
+    out: list[tuple[str, str, str, Callable[[], dict[str, Any]]]] = []
+    for name, review in sorted((plan.get("reviews") or {}).items()):
+        kind = review.get("kind")
+        reviews = by_sample.get(name, [])
+        if kind == "reference-set":
+
+            def table(review: dict[str, Any] = review,
+                      reviews: list[Any] = reviews) -> dict[str, Any]:
+                sample = item_sample(study.stimulus_ids(), int(review["n"]), str(review["seed"]))
+                return {"reference": review["reference"], "n": review["n"],
+                        "seed": review["seed"], **reference_table(sample, reviews)}
+
+            out.append((f"review.{name}", f"Review of reference sets, sample {name}: "
+                        "commission and omission, agreement-based and either-annotator",
+                        "reference-review", table))  # fmt: skip
+        elif kind == "judge-label":
+
+            def labels(review: dict[str, Any] = review,
+                       reviews: list[Any] = reviews) -> dict[str, Any]:
+                chosen = _judge_sample(log, review)
+                decisions = {seq: b["judge"]["decision"] for seq, b in chosen.items()}
+                same = {seq: None not in (v := [x.get("vote") for x in b["judge"]["votes"]])
+                        and len(set(v)) == 1 for seq, b in chosen.items()}  # fmt: skip
+                step = (plan.get("steps") or {}).get(review["step"]) or {}
+                return {"step": review["step"], "sample": sorted(chosen),
+                        **label_table(decisions, list(step.get("labels") or []), reviews,
+                                      same)}  # fmt: skip
+
+            out.append((f"review.{name}", f"Reviewers against the judges of step "
+                        f"{review['step']}, sample {name}", "judge-review", labels))
+        elif kind == "contrast" and review.get("codes"):
+
+            def codes(review: dict[str, Any] = review, name: str = name,
+                      reviews: list[Any] = reviews) -> dict[str, Any]:
+                values = drawn.get(f"review.{name}")
+                if values is None:
+                    raise ValueError(f"review.{name} was not drawn")
+                sample = [c["failed_response_seq"] for c in values["cases"]]
+                return code_table(sample, list(review["codes"]), reviews)
+
+            out.append((f"review.{name}.codes", f"Codes of review sample {name}",
+                        "review-codes", codes))
+    return out
