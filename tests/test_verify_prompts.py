@@ -128,11 +128,12 @@ def test_answer_slots_only_in_answer_templates() -> None:
     assert plain["answer"] == "yes" and "answer_text" not in plain
 
 
-def test_metadata_slots_are_string_values_only() -> None:
+def test_metadata_slots_are_strings_and_string_arrays_only() -> None:
     fields = {"id": "q", "answer": "a", "metadata": {"s": "bio", "n": 3, "tags": ["a"]}}
     values = item_values(fields, _fmt(), "\n")
     assert values["metadata.s"] == "bio"
-    assert "metadata.n" not in values and "metadata.tags" not in values
+    # an array of strings fills its slot as canonical JSON (prompts.md §8.1); a number fills none
+    assert "metadata.n" not in values and values["metadata.tags"] == '["a"]'
 
 
 # ------------------------------------------------------------------------------ §1 item files
