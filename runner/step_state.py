@@ -24,7 +24,14 @@ from ledger import Ledger
 from runner.render import Renderer
 from runner.spec import Study
 from runner.step_render import StepRenderer
-from runner.steps import StepCall, aggregate, item_step_calls, parse_output, trial_step_calls
+from runner.steps import (
+    StepCall,
+    aggregate,
+    item_call_id,
+    item_step_calls,
+    parse_output,
+    trial_step_calls,
+)
 
 __all__ = ["CallState", "StepWork", "reply_text", "request_user_text"]
 
@@ -103,6 +110,9 @@ class StepWork:
             for name, spec in study.steps.items()
             if spec.on == "item"
         }
+        # prompts.md §8.6: verified item steps and their verifiers (verifier -> verified step)
+        self.verified = {n: s.verified_by for n, s in study.steps.items() if s.verified_by}
+        self.verifier_of = {v.step: n for n, v in self.verified.items()}
         self.calls: dict[str, CallState] = {}
         self.info: dict[str, StepCall] = {}
         self.request_call: dict[int, str] = {}
@@ -207,8 +217,89 @@ class StepWork:
             out.append((call, record))
         return out
 
+    def sample_calls(self, step: str, item: str, k: int) -> list[StepCall]:
+        """The calls of sample ``k`` of item step ``step`` on ``item``, in model order."""
+        if k == 1:
+            return self.unit_calls(step, item)
+        spec = self.study.steps[step]
+        return [
+            StepCall(item_call_id(step, m, item, k), step, m, item, None, 0, rep=k)
+            for m in spec.models
+        ]
+
+    def sample_decision(self, step: str, item: str, k: int) -> Any:
+        """The aggregate of sample ``k`` of ``step`` on ``item`` (None: undecided), or pending."""
+        out = []
+        for call in self.sample_calls(step, item, k):
+            record = self.calls.get(call.id)
+            if record is None or not record.final:
+                if step in self.verifier_of:
+                    return None if record is None and self._verifier_blocked(call) else _PENDING
+                return None if k == 1 and self.blocked(step, item) else _PENDING
+            out.append(record.value if record.responded else None)
+        spec = self.study.steps[step]
+        return aggregate(spec.aggregate, out, spec.sets)
+
+    def _verifier_blocked(self, call: StepCall) -> bool:
+        """Whether a verifier call can never be made: another step it reads decided nothing.
+
+        (Its own sample is read apart, by :meth:`chain`.)
+        """
+        host = self.verifier_of[call.step]
+        for read in self.render.reads.get(call.step, ()):
+            if read == host or self.study.steps[read].on != "item":
+                continue
+            d = self.decision(read, call.stimulus)
+            if d is _PENDING:
+                return False
+            if d is None:
+                return True
+        return False
+
+    def chain(self, step: str, item: str) -> tuple[str, int, Any, Any]:
+        """Where the samples of verified step ``step`` stand on ``item`` (prompts.md §8.6).
+
+        ``("step", k, ...)``: sample k of the step is due or waiting; ``("verifier", k, d,
+        ...)``: its verifier's sample k is; ``("accepted", k, d, v)``: the verifier accepted
+        sample k (decision d, verdict v); ``("rejected", n, None, None)``: every allowed
+        sample was rejected (a sample with no decision counts as rejected).
+        """
+        ver = self.verified[step]
+        for k in range(1, ver.samples + 1):
+            d = self.sample_decision(step, item, k)
+            if d is _PENDING:
+                return ("step", k, None, None)
+            if d is None:
+                continue
+            v = self.sample_decision(ver.step, item, k)
+            if v is _PENDING:
+                return ("verifier", k, d, None)
+            if v in ver.accept:
+                return ("accepted", k, d, v)
+        return ("rejected", ver.samples, None, None)
+
+    def rejection(self, step: str, item: str) -> str | None:
+        """Why verified step ``step`` has no decision for ``item`` (every sample rejected)."""
+        if step not in self.verified:
+            return None
+        state, n, _, _ = self.chain(step, item)
+        if state != "rejected":
+            return None
+        return (f"step {step!r}: its verifier {self.verified[step].step!r} accepted none of "
+                f"its {n} sample(s) for item {item!r}")  # fmt: skip
+
     def decision(self, step: str, unit: str) -> Any:
-        """The aggregate of ``step`` on ``unit`` (None: undecided), or ``_PENDING``."""
+        """The aggregate of ``step`` on ``unit`` (None: undecided), or ``_PENDING``.
+
+        A verified step's decision is its accepted sample's, its verifier's the verdict on that
+        sample; none when every sample was rejected (prompts.md §8.6).
+        """
+        host = step if step in self.verified else self.verifier_of.get(step)
+        if host is not None:
+            state, _, d, v = self.chain(host, unit)
+            if state in ("step", "verifier"):
+                return _PENDING
+            return (d if host == step else v) if state == "accepted" else None
         votes = self.votes(step, unit)
         if votes is None:
             return None if self.blocked(step, unit) else _PENDING
@@ -249,7 +340,10 @@ class StepWork:
         out: dict[tuple[str, str], Any] = {}
         for step in self.render.reads.get(call.step, ()):
             unit = call.stimulus if self.study.steps[step].on == "item" else (call.trial or "")
-            d = self.decision(step, unit)
+            if self.verifier_of.get(call.step) == step:  # a verifier reads its own sample
+                d = self.sample_decision(step, unit, call.rep)
+            else:
+                d = self.decision(step, unit)
             if d is not _PENDING:
                 out[(step, unit)] = d
         return out
@@ -282,9 +376,18 @@ class StepWork:
         """The due, not final calls of the item steps of ``layer`` (call order, step by step)."""
         out = []
         for step in layer:
+            host = step if step in self.verified else self.verifier_of.get(step)
             for call in self.item_calls[step]:
                 if call.model not in models:
                     continue
+                if host is not None:  # prompts.md §8.6: the sample the chain is at
+                    state, k, _, _ = self.chain(host, call.stimulus)
+                    if state != ("step" if step == host else "verifier"):
+                        continue
+                    if k > 1:
+                        call = self.sample_calls(step, call.stimulus, k)[
+                            self.study.steps[step].models.index(call.model)
+                        ]
                 record = self.calls.get(call.id)
                 if (record is None or not record.final) and self.inputs(call) is not None:
                     self.info.setdefault(call.id, call)
@@ -324,7 +427,7 @@ class StepWork:
         for name in sorted(self.render.needed_item_steps()):
             d = self.decision(name, item)
             spec = self.study.steps[name]
-            if d is _PENDING or d is None or (spec.keep is not None and d not in spec.keep):
+            if d is _PENDING or d is None or (spec.screens and not spec.keeps(d)):
                 return name
         return ""
 

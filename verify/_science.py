@@ -276,7 +276,7 @@ def _item_file(archive: _Archive) -> ItemFile:
     digest, event = found
     archive.at(event)
     try:
-        return read_items(archive.blob(digest, event.seq), path)
+        return read_items(archive.blob(digest, event.seq), path).ranged(record)
     except ItemError as exc:
         raise _Problem(f"item file {path} (blob {digest}): {exc}", event.seq) from None
 

@@ -56,6 +56,35 @@ class StepPlan:
     aggregate: str | int
     sees: str
     keep: tuple[str, ...] | None
+    keep_rule: Mapping[str, Mapping[str, Any]] | None = None  # §8.3: a json screening rule
+
+    @property
+    def screens(self) -> bool:
+        """§8.3: a screening step (``keep`` as labels or as a json rule)."""
+        return self.keep is not None or self.keep_rule is not None
+
+    def keeps(self, decision: Any) -> bool:
+        """§8.3: whether a screening step's decision keeps the item."""
+        if self.keep is not None:
+            return decision in self.keep
+        if self.keep_rule is None:
+            return True
+        if not isinstance(decision, dict):
+            return False
+        for name, want in (self.keep_rule.get("equals") or {}).items():
+            if name not in decision:
+                return False
+            got = decision[name]
+            if isinstance(got, bool) or isinstance(want, bool):
+                if not (isinstance(got, bool) and isinstance(want, bool) and got == want):
+                    return False
+            elif isinstance(got, str) != isinstance(want, str) or got != want:
+                return False
+        for name, low in (self.keep_rule.get("at_least") or {}).items():
+            got = decision.get(name)
+            if type(got) not in (int, float) or got < low:
+                return False
+        return True
 
     @property
     def sets(self) -> tuple[str, ...]:
@@ -122,10 +151,17 @@ def plans_of(protocol: Mapping[str, Any], study: LockedStudy,
         if rule not in ("majority", "unanimous") and not (type(rule) is int and rule >= 1):
             raise PromptError(f"{where}.aggregate: {rec.get('aggregate')!r}")
         keep = rec.get("keep")
+        rule_keep = None
+        if isinstance(keep, dict):
+            if parser != "json" or not set(keep) <= {"equals", "at_least"} or not all(
+                isinstance(v, dict) for v in keep.values()
+            ):
+                raise PromptError(f"{where}.keep: {keep!r} is not a json screening rule")
+            rule_keep, keep = keep, None
         out[name] = StepPlan(
             name, on, names, template, system, parser, tuple(rec.get("labels") or ()), schema,
             int(unparseable.get("retry", 0)), str(unparseable.get("then", "exclude")), rule,
-            str(rec.get("sees", "blind")), tuple(keep) if keep is not None else None,
+            str(rec.get("sees", "blind")), tuple(keep) if keep is not None else None, rule_keep,
         )  # fmt: skip
     return out
 
@@ -374,7 +410,7 @@ class Replay:
                 continue
             out.add(name)
             todo += list(self.plans[name].reads())
-        return out | {n for n, p in self.plans.items() if p.keep is not None}
+        return out | {n for n, p in self.plans.items() if p.screens}
 
     def decided(self, name: str, item: str) -> tuple[int | None, Any] | None:
         """§8.3: item step ``name``'s decision for ``item`` so far: (seq, value), or None.
@@ -414,7 +450,7 @@ class Replay:
                 raise KeyError(name)
             decided[name] = found[1]
         for name, plan in self.plans.items():
-            if plan.keep is not None and decided[name] not in plan.keep:
+            if plan.screens and (decided[name] is None or not plan.keeps(decided[name])):
                 return None
         if self.reference_step is not None and decided[self.reference_step] is None:
             return None  # scoring.md §12: no reference sets, the item's trials are excluded
