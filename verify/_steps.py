@@ -57,6 +57,7 @@ class StepPlan:
     sees: str
     keep: tuple[str, ...] | None
     keep_rule: Mapping[str, Mapping[str, Any]] | None = None  # §8.3: a json screening rule
+    verified_by: Mapping[str, Any] | None = None  # §8.6: {step, accept, retry, then}
 
     @property
     def screens(self) -> bool:
@@ -158,11 +159,31 @@ def plans_of(protocol: Mapping[str, Any], study: LockedStudy,
             ):
                 raise PromptError(f"{where}.keep: {keep!r} is not a json screening rule")
             rule_keep, keep = keep, None
+        verified = rec.get("verified_by")
+        if verified is not None and (
+            type(verified) is not dict or set(verified) != {"step", "accept", "retry", "then"}
+            or type(verified["retry"]) is not int or verified["retry"] < 0
+            or type(verified["accept"]) is not list or on != "item"
+        ):  # fmt: skip
+            raise PromptError(f"{where}.verified_by: {verified!r} is not "
+                              "{step, accept, retry, then} of an item step")  # fmt: skip
         out[name] = StepPlan(
             name, on, names, template, system, parser, tuple(rec.get("labels") or ()), schema,
             int(unparseable.get("retry", 0)), str(unparseable.get("then", "exclude")), rule,
             str(rec.get("sees", "blind")), tuple(keep) if keep is not None else None, rule_keep,
+            verified,
         )  # fmt: skip
+    for name, plan in out.items():  # §8.6: the verifier is an item step reading the sample
+        ver = plan.verified_by
+        if ver is None:
+            continue
+        other = out.get(ver["step"])
+        if other is None or other.on != "item" or other.parser != "label" or (
+            name not in other.reads()
+        ) or not set(ver["accept"]) <= set(other.labels):
+            raise PromptError(f"protocol.locked steps.{name}.verified_by: {ver['step']!r} is "
+                              "not a label item step reading {steps." + name + "} whose labels "
+                              "hold accept")  # fmt: skip
     return out
 
 
@@ -358,6 +379,7 @@ class Call:
     final_seq: int | None = None
     status: str = "pending"  # parsed | unparseable | given-up
     last_request: int | None = None
+    k: int = 1  # §8.6: the sample of an item step's call
 
 
 @dataclass
@@ -374,6 +396,8 @@ class Replay:
     request_texts: dict[str, str] = field(default_factory=dict)
     stimulus: dict[str, str] = field(default_factory=dict)
     excluded: dict[str, int] = field(default_factory=dict)
+    samples: dict[tuple[str, str, int], tuple[int, Any]] = field(default_factory=dict)  # §8.6
+    rejected: dict[tuple[str, str], int] = field(default_factory=dict)  # §8.6: no sample kept
     given_up: set[str] = field(default_factory=set)
     prior_values: dict[str, dict[str, str]] = field(default_factory=dict)  # §9, per trial
     rendered: int = 0
@@ -388,14 +412,79 @@ class Replay:
         """The call ids of ``step`` on an item (item step) or trial (trial step)."""
         return unit_call_ids(self.plans[step], unit)
 
-    def _settle(self, step: str, unit: str, seq: int) -> None:
+    def host_of(self, step: str) -> str | None:
+        """§8.6: the verified step of a chain ``step`` belongs to (itself or its verifier)."""
+        if step in self.plans and self.plans[step].verified_by is not None:
+            return step
+        for name, plan in self.plans.items():
+            if plan.verified_by is not None and plan.verified_by["step"] == step:
+                return name
+        return None
+
+    def _settle(self, step: str, unit: str, seq: int, k: int = 1) -> None:
+        plan = self.plans[step]
         ids = self.unit_calls(step, unit)
+        if k > 1:
+            ids = [c[: -len("|1")] + f"|{k}" for c in ids]
         calls = [self.calls.get(c) for c in ids]
         if any(c is None or c.final_seq is None for c in calls):
             return
         votes = [c.value if c is not None and c.status == "parsed" else None for c in calls]
-        plan = self.plans[step]
-        self.decisions[(step, unit)] = (seq, decide(plan.aggregate, votes, plan.sets))
+        decision = decide(plan.aggregate, votes, plan.sets)
+        host = self.host_of(step) if plan.on == "item" else None
+        if host is None:
+            self.decisions[(step, unit)] = (seq, decision)
+            return
+        self.samples[(step, unit, k)] = (seq, decision)
+        self._resolve(host, unit, seq)
+
+    def _resolve(self, host: str, item: str, seq: int) -> None:
+        """§8.6: the verified step's and its verifier's decisions once the chain settles."""
+        ver = self.plans[host].verified_by
+        assert ver is not None
+        for k in range(1, ver["retry"] + 2):
+            d = self.samples.get((host, item, k))
+            if d is None:
+                return
+            if d[1] is None:
+                continue
+            v = self.samples.get((ver["step"], item, k))
+            if v is None:
+                return
+            if v[1] in ver["accept"]:
+                self.decisions[(host, item)] = (seq, d[1])
+                self.decisions[(ver["step"], item)] = (seq, v[1])
+                return
+        self.decisions[(host, item)] = (seq, None)
+        self.decisions[(ver["step"], item)] = (seq, None)
+        self.rejected[(host, item)] = seq
+
+    def sample_due(self, call: Call) -> str | None:
+        """§8.6: why sample ``call.k`` of a chain step was not due when requested, or None."""
+        host = self.host_of(call.step)
+        if host is None or (call.k == 1 and call.step == host):
+            return None
+        ver = self.plans[host].verified_by
+        assert ver is not None
+        item, k, verifier = call.item, call.k, ver["step"]
+        if call.step == verifier:
+            own = self.samples.get((host, item, k))
+            if own is not None and own[1] is None:
+                return f"sample {k} of step {host!r} reached no decision: nothing to verify"
+            return None
+        if k > ver["retry"] + 1:
+            return f"verified_by allows {ver['retry'] + 1} sample(s) of step {host!r}"
+        prev = self.samples.get((host, item, k - 1))
+        if prev is None:
+            return f"sample {k - 1} of step {host!r} had not decided yet"
+        if prev[1] is not None:
+            verdict = self.samples.get((verifier, item, k - 1))
+            if verdict is None:
+                return f"the verifier {verifier!r} had not judged sample {k - 1} yet"
+            if verdict[1] in ver["accept"]:
+                return (f"the verifier {verifier!r} accepted sample {k - 1} (seq {verdict[0]}): "
+                        "no further sample was due")  # fmt: skip
+        return None
 
     def needed(self) -> set[str]:
         """Item steps a trial's request reads (transitively), and every screening step."""
@@ -493,6 +582,8 @@ class Replay:
             target = self.plans[parts[1]]
             unit = call.item if target.on == "item" else (call.trial or "")
             decided = self.decisions.get((parts[1], unit))
+            if target.verified_by is not None and target.verified_by["step"] == call.step:
+                decided = self.samples.get((parts[1], unit, call.k))  # §8.6: its own sample
             if decided is None:
                 return f"step {parts[1]!r} had not decided for {unit!r} yet"
             text = None if decided[1] is None else slot_text(
@@ -612,7 +703,7 @@ class Replay:
                     call.status, call.final_seq = "given-up", seq
                 if call.final_seq is not None:
                     unit = call.item if plan.on == "item" else (call.trial or "")
-                    self._settle(call.step, unit, seq)
+                    self._settle(call.step, unit, seq, call.k)
 
     def _after(self, trial: str) -> Mapping[str, str] | None:
         arm = self.study.arms.get(trial.split("|", 1)[0])
@@ -660,10 +751,14 @@ class Replay:
             self.fail(seq, f"step.requested call {call_id!r} names no locked step")
             return
         model, _, unit = rest.partition("|")
+        sample = 1
         if plan.on == "item":
             item, _, k = unit.rpartition("|")
             trial = None
-            if k != "1" or item not in self.study.item_ids:
+            sample = int(k) if k.isdigit() and k == str(int(k)) else 0
+            if sample < 1 or (sample > 1 and self.host_of(step) is None) or (
+                item not in self.study.item_ids
+            ):  # §8.6: samples k > 1 only of a verified step and its verifier
                 self.fail(seq, f"call {call_id!r} is not a call of item step {step!r}")
                 return
         else:
@@ -674,8 +769,14 @@ class Replay:
             self.fail(seq, f"call {call_id!r}: the event's model, item or trial differ from "
                       "its call id")  # fmt: skip
             return
-        call = self.calls.setdefault(call_id, Call(call_id, step, model or None, item, trial))
+        call = self.calls.setdefault(
+            call_id, Call(call_id, step, model or None, item, trial, k=sample)
+        )
         request_call[seq] = call_id
+        if call.attempts == 0:
+            why = self.sample_due(call)
+            if why is not None:
+                self.fail(seq, f"call {call_id} was requested, but {why}")
         call.attempts += 1
         call.last_request = seq
         if body.get("attempt") != call.attempts:
