@@ -69,7 +69,7 @@ TABLE_KEYS: Final[dict[str, tuple[str, ...]]] = {
     "stimuli": ("directory", "truth", "answer_column", "items", "range"),
     "design": ("replicates", "seed", "bootstrap_seed", "bootstrap_iterations", "blinding_secret"),
     "response": ("format", "parser", "letters", "mode", "ddx"),
-    "analysis": ("model", "random_intercept", "exclude_unparseable", "model_arms"),
+    "analysis": ("model", "random_intercept", "exclude_unparseable", "model_arms", "covariates"),
     "witnessing": ("quorum", "interval_trials", "unreachable", "retry_seconds"),
     "timestamping": ("url",),
 }

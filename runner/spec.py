@@ -1693,6 +1693,12 @@ def _analysis(c: _Collector, data: dict[str, Any], arms: Iterable[str] = ()) -> 
         if unknown:
             c.add("analysis.model_arms", f"unknown arm {unknown[0]!r}")
         analysis_out["model_arms"] = list(model_arms)
+    if "covariates" in analysis:  # docs/analysis.md §10 (checked against the step below)
+        from runner.steps import covariates_table
+
+        covariates = covariates_table(analysis["covariates"], c.add)
+        if covariates is not None:
+            analysis_out["covariates"] = covariates
     return analysis_out
 
 
@@ -1835,6 +1841,10 @@ def load_study(root: str | Path, *, strict: bool = True) -> Study:
         data.get("steps"), root, c.add, list(models) if models is not None else None,
         components, lambda rel, where: _inside(c, root, rel, where),
     )
+    if "covariates" in analysis_out:
+        from runner.steps import covariate_problems
+
+        covariate_problems(analysis_out["covariates"], steps, c.add)
     reviews = _reviews(c, data, arms, variants, models, response.parser, items_path is not None,
                        steps)
     if response.parser.startswith(JUDGE_PREFIX):

@@ -40,6 +40,8 @@ __all__ = [
     "aggregate_record",
     "aggregate_sets",
     "call_order",
+    "covariate_problems",
+    "covariates_table",
     "item_step_calls",
     "kept_by_rule",
     "normalise_element",
@@ -851,3 +853,72 @@ def review_sample(judged: Sequence[tuple[int, bool]], n: int, seed: str) -> list
         key = {s: hashlib.sha256(f"{seed}|{s}".encode()).hexdigest() for s in stratum}
         out += sorted(stratum, key=lambda s: key[s])[:n]
     return sorted(out)
+
+
+# ------------------------------------------------------------------ covariates
+
+
+COVARIATE_KEYS: Final = ("step", "perturbable", "indicators")
+"""The keys of ``[analysis] covariates`` (``docs/analysis.md`` §10)."""
+
+
+def covariates_table(value: Any, add: Any) -> dict[str, Any] | None:
+    """Validate ``[analysis] covariates = { step, perturbable, indicators }`` (its shape).
+
+    The step and the names are checked against the steps by :func:`covariate_problems`.
+    """
+    where = "analysis.covariates"
+    if not isinstance(value, dict):
+        add(where, 'must be a table { step = "NAME", perturbable = [...], indicators = [...] }')
+        return None
+    ok = True
+    for key in value:
+        if key not in COVARIATE_KEYS:
+            add(where, f"unknown key {key!r} (keys: {', '.join(COVARIATE_KEYS)})")
+            ok = False
+    step = value.get("step")
+    if not isinstance(step, str) or not step:
+        add(f"{where}.step", "must name the item step whose json decision holds the labels")
+        ok = False
+    lists: dict[str, list[str]] = {}
+    for key in ("perturbable", "indicators"):
+        names = value.get(key, [])
+        if not isinstance(names, list) or not all(isinstance(n, str) for n in names) or (
+            len(set(names)) != len(names)
+        ):
+            add(f"{where}.{key}", "must be a list of distinct field names of the step's schema")
+            ok = False
+            names = []
+        lists[key] = list(names)
+    both = set(lists["perturbable"]) & set(lists["indicators"])
+    if both:
+        add(f"{where}.indicators", f"{sorted(both)[0]!r} is listed as perturbable too: an "
+            "indicator is only annotated, never edited, and is kept apart")  # fmt: skip
+        ok = False
+    if ok and not lists["perturbable"] and not lists["indicators"]:
+        add(where, "lists no covariate (perturbable or indicators)")
+        ok = False
+    return {"step": step, **lists} if ok else None
+
+
+def covariate_problems(table: Mapping[str, Any], steps: Mapping[str, StepSpec], add: Any) -> None:
+    """The covariates' step is a plain json item step whose schema declares each as boolean."""
+    where = "analysis.covariates"
+    spec = steps.get(table["step"])
+    if spec is None or spec.on != "item" or spec.parser != "json":
+        add(f"{where}.step", f"{table['step']!r} is not an item step with the json parser "
+            "([steps.<NAME>] on = \"item\", parser = \"json\")")  # fmt: skip
+        return
+    if spec.verified_by is not None or spec.sets:
+        add(f"{where}.step", f"step {spec.name!r} is verified or set-valued; covariates are "
+            "read from a plain item step's decision")  # fmt: skip
+        return
+    if spec.schema is None or not spec.schema.is_file():
+        return
+    props = (json.loads(spec.schema.read_bytes()).get("properties") or {})
+    for key in ("perturbable", "indicators"):
+        for name in table[key]:
+            prop = props.get(name)
+            if not isinstance(prop, dict) or prop.get("type") != "boolean":
+                add(f"{where}.{key}", f"{name!r} is not a boolean field of the schema of step "
+                    f"{spec.name!r}")  # fmt: skip

@@ -566,6 +566,7 @@ class _Dataset:
     variants: bool = False  # the study declares variants (docs/variants.md)
     cloze: bool = False  # the parser is cloze: items.csv ends in logprobs, margin
     ddx: bool = False  # the parser is ddx: trials.csv ends in the metrics (scoring.md §12)
+    covariates: list[str] = field(default_factory=list)  # analysis.md §10: covariate.NAME
 
     @property
     def several_models(self) -> bool:
@@ -744,6 +745,14 @@ def _dataset(archive: _Archive, plan: dict[str, Any]) -> _Dataset:
         ]
         trials.append((int(b["response_seq"]), row, item_rows))
     trials.sort(key=lambda t: t[0])
+    covariates = _covariate_names(plan)
+    if covariates:  # analysis.md §10: each trial's item labels, from the step's responses
+        labels = _item_labels(archive, plan)
+        for _, row, _ in trials:
+            decision = labels.get(str(row["stimulus"]))
+            for name in covariates:
+                value = decision.get(name) if isinstance(decision, dict) else None
+                row[f"covariate.{name}"] = value if isinstance(value, bool) else None
     given_up = [str(e.body.get("trial")) for e in archive.of("trial.failed") if e.body.get("final")]
     by_source = (plan.get("analysis") or {}).get("random_intercept") == "source"
     return _Dataset(
@@ -757,7 +766,71 @@ def _dataset(archive: _Archive, plan: dict[str, Any]) -> _Dataset:
         variants=plan.get("variants") is not None,
         cloze=(plan.get("response") or {}).get("parser") == "cloze",
         ddx=ddx,
+        covariates=covariates,
     )
+
+
+def _covariate_names(plan: dict[str, Any]) -> list[str]:
+    """analysis.md §10: the declared labels, perturbable then indicators (else [])."""
+    table = (plan.get("analysis") or {}).get("covariates")
+    if not isinstance(table, dict):
+        return []
+    return [str(n) for key in ("perturbable", "indicators") for n in table.get(key) or []]
+
+
+def _item_labels(archive: _Archive, plan: dict[str, Any]) -> dict[str, Any]:
+    """analysis.md §10: the covariate step's decision per item, re-derived from its responses."""
+    from verify._steps import item_decisions
+
+    step = str(plan["analysis"]["covariates"].get("step"))
+    rec = (plan.get("steps") or {}).get(step) or {}
+    schema_path = rec.get("schema")
+    raw = _locked_bytes(archive, schema_path) if isinstance(schema_path, str) else None
+    if raw is None:
+        raise _Problem(f"protocol.locked analysis.covariates: step {step!r} has no locked schema")
+    kinds = ("step.requested", "step.responded", "step.failed")
+    events = [
+        (e.seq, e.kind, e.body,
+         (lambda name, e=e: archive.event_blob(e, name) if name in e.blobs else None))
+        for e in archive.events if e.kind in kinds
+    ]  # fmt: skip
+    return item_decisions(plan, step, json.loads(raw), events)
+
+
+def _covariates_result(ds: _Dataset, plan: dict[str, Any]) -> _Result:
+    """analysis.md §10: per label, value (true, false) and arm, trials and outcome means."""
+    table = plan["analysis"]["covariates"]
+    outcomes = list(_ddx.METRICS) if ds.ddx else ["accuracy"]
+
+    def compute() -> dict[str, Any]:
+        rows = [t for t in ds.trials if not t["control"] and not t["excluded"]]
+        arms = sorted({str(t["arm"]) for t in rows})
+
+        def cell(part: list[dict[str, Any]]) -> dict[str, Any]:
+            out: dict[str, Any] = {"trials": len(part)}
+            for name in outcomes:
+                got = [float(t[name]) for t in part
+                       if t[name] is not None and not math.isnan(float(t[name]))]  # fmt: skip
+                out[name] = {"mean": math.fsum(got) / len(got) if got else None, "n": len(got)}
+            return out
+
+        strata: dict[str, Any] = {}
+        for group, key in (("perturbable", "perturbable"), ("indicator", "indicators")):
+            for name in table[key]:
+                column = f"covariate.{name}"
+                strata[name] = {
+                    "group": group,
+                    "levels": {
+                        level: {a: cell([t for t in rows if t[column] is value and t["arm"] == a])
+                                for a in arms}
+                        for level, value in (("true", True), ("false", False))
+                    },
+                    "undecided": sum(t[column] is None for t in rows),
+                }  # fmt: skip
+        return {"step": table["step"], "perturbable": list(table["perturbable"]),
+                "indicators": list(table["indicators"]), "outcomes": outcomes, "strata": strata}
+
+    return _guard(_Result("descriptive.covariates"), compute)
 
 
 def _original(order: str, label: Any) -> Any:
@@ -2058,7 +2131,8 @@ def _reanalysis(archive: _Archive) -> tuple[Check, list[str]]:
             seq,
         )
     ds = _dataset(archive, plan)
-    metric_columns = _ddx.METRICS if ds.ddx else ()  # analysis.md §2: a ddx study's metrics
+    metric_columns = (*(_ddx.METRICS if ds.ddx else ()),  # analysis.md §2: a ddx study's metrics
+                      *(f"covariate.{n}" for n in ds.covariates))  # §10: the factor labels
     if ds.variants:
         trials_csv = _csv_bytes(ds.trials, (*VARIANT_TRIAL_COLUMNS, *metric_columns))
         item_columns: tuple[str, ...] = VARIANT_ITEM_COLUMNS
@@ -2110,6 +2184,8 @@ def _reanalysis(archive: _Archive) -> tuple[Check, list[str]]:
     parser = str((plan.get("response") or {}).get("parser", ""))
     if parser.startswith("judge:"):  # analysis.md §8
         recomputed.append(_judge_agreement(archive, plan, parser.split(":", 1)[1]))
+    if ds.covariates:  # analysis.md §10
+        recomputed.append(_covariates_result(ds, plan))
     recorded_ids = [e.body.get("id") for e in results]
     new_ids = [r.id for r in recomputed]
     if recorded_ids != new_ids:

@@ -31,7 +31,7 @@ from verify._prompts import (
     read_template,
 )
 
-__all__ = ["Replay", "StepPlan", "plans_of", "step_lock_problems"]
+__all__ = ["Replay", "StepPlan", "item_decisions", "plans_of", "step_lock_problems"]
 
 LEAK = frozenset({"arm", "trial", "target_model", "request"})
 TRIAL_SLOTS = ("response", "reference", "reference_text")
@@ -907,3 +907,61 @@ def review_sample(judged: Sequence[tuple[int, bool]], n: int, seed: str) -> list
         )
         chosen.extend(s for _, s in stratum[:n])
     return sorted(chosen)
+
+
+def item_decisions(
+    protocol: Mapping[str, Any],
+    step: str,
+    schema: Mapping[str, Any] | None,
+    events: Sequence[tuple[int, str, dict[str, Any], Callable[..., bytes | None]]],
+) -> dict[str, Any]:
+    """§8.3: the decision of plain item step ``step`` on each item whose calls are all final.
+
+    From the step's recorded responses alone: each call ``step:{step}|{model}|{item}|1``
+    re-parsed by the locked parser (``schema`` for ``json``) and ``on_unparseable`` rule, the
+    votes aggregated by the locked rule (None: no decision).
+    """
+    rec = (protocol.get("steps") or {}).get(step)
+    if not isinstance(rec, dict):
+        raise PromptError(f"protocol.locked has no step {step!r}")
+    raw_rule = rec.get("aggregate")
+    rule = raw_rule.get("k") if isinstance(raw_rule, dict) else raw_rule
+    if rule not in ("majority", "unanimous") and type(rule) is not int:
+        raise PromptError(f"protocol.locked steps.{step}.aggregate: {raw_rule!r}")
+    models = tuple(m or None for m in rec.get("models") or [])
+    plan = StepPlan(
+        step, "item", models, Template(step, ()), None, str(rec.get("parser")),
+        tuple(rec.get("labels") or ()), dict(schema) if schema is not None else None,
+        int((rec.get("on_unparseable") or {}).get("retry", 0)), "exclude", rule, "blind", None,
+    )  # fmt: skip
+    calls: dict[str, Call] = {}
+    request_call: dict[int, str] = {}
+    for seq, kind, body, blob in events:
+        if kind == "step.requested" and body.get("step") == step:
+            call_id = str(body.get("call"))
+            calls.setdefault(call_id, Call(call_id, step, None, str(body.get("item")), None))
+            request_call[seq] = call_id
+        elif kind in ("step.responded", "step.failed"):
+            found = calls.get(request_call.get(body.get("request_seq"), ""))  # type: ignore[arg-type]
+            if found is None or found.final_seq is not None:
+                continue
+            if kind == "step.responded":
+                found.responses += 1
+                value = parse(plan, text_of(blob("response") or b"", str(body.get("format"))))
+                if value is not None:
+                    found.value, found.status, found.final_seq = value, "parsed", seq
+                elif found.responses >= plan.retry + 1:
+                    found.status, found.final_seq = "unparseable", seq
+            elif body.get("final") is True:
+                found.status, found.final_seq = "given-up", seq
+    out: dict[str, Any] = {}
+    for item in sorted({c.item for c in calls.values()}):
+        votes = []
+        for call_id in unit_call_ids(plan, item):
+            made = calls.get(call_id)
+            if made is None or made.final_seq is None:
+                break
+            votes.append(made.value if made.status == "parsed" else None)
+        else:
+            out[item] = decide(plan.aggregate, votes, plan.sets)
+    return out
