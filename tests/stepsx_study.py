@@ -2,8 +2,10 @@
 
 Built on ``tests/steps_study.py``: a json screening step with a confidence rule, a declared item
 range (the file's first 6 of 8 items), a rewriting step checked by a semantic verifier
-(``verified_by``), two judges. :class:`Scripted` is the simulated backend with the screening
-and verifier replies scripted per item and sample, so each action is exercised on known items.
+(``verified_by``), an annotation step whose seven boolean labels are covariates
+(``[analysis] covariates``), two judges. :class:`Scripted` is the simulated backend with the
+screening, annotation and verifier replies scripted per item and sample, so each action is
+exercised on known items.
 """
 
 from __future__ import annotations
@@ -23,9 +25,21 @@ SCHEMA = {
     "additionalProperties": False,
 }
 
+PERTURBABLE = ["diagnostic_guess", "irrelevant_details", "unstructured", "emotional_tone",
+               "first_person"]
+INDICATORS = ["lack_objective_data", "lack_symptom_history"]
+LABELS_SCHEMA = {
+    "type": "object",
+    "properties": {n: {"type": "boolean"} for n in PERTURBABLE + INDICATORS},
+    "required": PERTURBABLE + INDICATORS,
+    "additionalProperties": False,
+}
+
 PROMPTS = {
     "screen": "Does the question ask for a diagnosis? Reply in JSON with diagnostic and "
     "confidence.\nQuestion: {context}\n",
+    "annotate": "Label the seven user-level factors of the query (JSON booleans).\n"
+    "Query: {context}\n",
     "semcheck": "Does the rewrite keep every clinical fact of the original? Answer retained or "
     "lost.\nOriginal: {context}\nRewrite: {steps.rewrite}\n",
 }
@@ -57,6 +71,13 @@ template = "prompts/semcheck.txt"
 parser = "label"
 labels = ["retained", "lost"]
 
+[steps.annotate]
+on = "item"
+models = ["judge_a"]
+template = "prompts/annotate.txt"
+parser = "json"
+schema = "prompts/labels.json"
+
 [steps.judge]
 on = "trial"
 models = ["judge_a", "judge_b"]
@@ -69,12 +90,19 @@ on_unparseable = {{ retry = 1, then = "exclude" }}
 """
 
 
-def write(root: Path, step_tables: str | None = None, first: int | None = 6) -> Path:
+def write(
+    root: Path, step_tables: str | None = None, first: int | None = 6, covariates: bool = True
+) -> Path:
     """Write the study into ``root``; ``first``: ``[stimuli] range = { first = N }``."""
     write_study(root, step_tables if step_tables is not None else steps(), **PROMPTS)
     (root / "prompts" / "screen.json").write_text(json.dumps(SCHEMA), encoding="utf-8")
+    (root / "prompts" / "labels.json").write_text(json.dumps(LABELS_SCHEMA), encoding="utf-8")
     spec = root / "study.toml"
     text = spec.read_text(encoding="utf-8")
+    if covariates:
+        text = text.replace("[analysis]\n", "[analysis]\ncovariates = { step = \"annotate\", "
+                            f"perturbable = {json.dumps(PERTURBABLE)}, "
+                            f"indicators = {json.dumps(INDICATORS)} }}\n")
     if first is not None:
         text = text.replace('items = "data/items.jsonl"\n',
                             f'items = "data/items.jsonl"\nrange = {{ first = {first} }}\n')
@@ -106,10 +134,12 @@ class Scripted(SimulatedBackend):
     async def send(self, body: dict[str, Any], *, seed: str):  # type: ignore[no-untyped-def]
         reply = await super().send(body, seed=seed)
         found = _seed_parts(seed)
-        if found is None or found[0] not in ("screen", "semcheck"):
+        if found is None or found[0] not in ("screen", "semcheck", "annotate"):
             return reply
         step, item, k = found
-        if step == "screen":
+        if step == "annotate":
+            text = json.dumps(item_labels(item))
+        elif step == "screen":
             text = json.dumps(SCREEN.get(item, {"diagnostic": True, "confidence": 0.9}))
         else:
             lost = item in LOST_ALWAYS or (item in LOST_ONCE and k == 1)
@@ -117,3 +147,9 @@ class Scripted(SimulatedBackend):
         data = json.loads(reply.raw)
         data["content"] = [{"type": "text", "text": text}]
         return reply_from_messages_json(json.dumps(data).encode(), 200, None)
+
+
+def item_labels(item: str) -> dict[str, bool]:
+    """The scripted factor labels of an item: a pattern of its number's bits."""
+    n = int(item[1:])
+    return {name: bool((n >> i) & 1) for i, name in enumerate(PERTURBABLE + INDICATORS)}
