@@ -276,3 +276,75 @@ def test_changed_keep_rule_fails_naming_the_exclusion(archive: Path) -> None:
     report = verify_archive(archive)
     reason = failed(report, "steps")
     assert "excluded, but every step it reads decided for item 'q03'" in reason
+
+
+# ------------------------------------------------------------------ factor labels as covariates
+
+
+def test_covariates_are_columns_of_the_dataset(study: Path) -> None:
+    import csv
+
+    from stepsx_study import INDICATORS, PERTURBABLE, item_labels
+
+    with (study.parent / "archive" / "analysis" / "trials.csv").open() as f:
+        rows = list(csv.DictReader(f))
+    names = PERTURBABLE + INDICATORS
+    assert list(rows[0])[-7:] == [f"covariate.{n}" for n in names]
+    for row in rows:
+        labels = item_labels(row["stimulus"])
+        assert [row[f"covariate.{n}"] for n in names] == [str(labels[n]) for n in names]
+
+
+def test_covariate_strata_are_the_means_by_label_and_arm(study: Path) -> None:
+    import csv
+
+    from stepsx_study import INDICATORS, PERTURBABLE
+
+    results = json.loads((study.parent / "archive" / "analysis" / "results.json").read_text())
+    desc = next(r for r in results if r["id"] == "descriptive.covariates")
+    values = desc["values"]
+    assert values["perturbable"] == PERTURBABLE and values["indicators"] == INDICATORS
+    assert {values["strata"][n]["group"] for n in INDICATORS} == {"indicator"}
+    with (study.parent / "archive" / "analysis" / "trials.csv").open() as f:
+        rows = [r for r in csv.DictReader(f) if r["excluded"] == "False"]
+    for name in PERTURBABLE + INDICATORS:
+        for level in ("true", "false"):
+            for arm, cell in values["strata"][name]["levels"][level].items():
+                part = [float(r["accuracy"]) for r in rows if r["arm"] == arm
+                        and r[f"covariate.{name}"] == level.capitalize()]  # fmt: skip
+                assert cell["trials"] == len(part)
+                assert cell["accuracy"]["mean"] == (pytest.approx(sum(part) / len(part))
+                                                    if part else None)  # fmt: skip
+    html = (study.parent / "archive" / "analysis" / "report.html").read_text()
+    assert html.index("perturbable factors, step annotate") < html.index(
+        "indicator factors (annotated, never edited), step annotate")
+
+
+def test_covariates_are_refused_when_malformed(tmp_path: Path, home: Path) -> None:
+    root = write(tmp_path / "a")
+    spec = root / "study.toml"
+    text = spec.read_text()
+    spec.write_text(text.replace('"lack_objective_data", ', '"lack_objective_data", '
+                                 '"diagnostic_guess", '))  # fmt: skip
+    assert "listed as perturbable too" in refused(root)
+    spec.write_text(text.replace('step = "annotate"', 'step = "screen"'))
+    assert "is not a boolean field of the schema of step 'screen'" in refused(root)
+    spec.write_text(text.replace('step = "annotate"', 'step = "rewrite"'))
+    assert "'rewrite' is not an item step with the json parser" in refused(root)
+    spec.write_text(text.replace('covariates = { step', 'covariates = { stratify = true, step'))
+    assert re.search(r"study\.toml:\d+: analysis\.covariates: unknown key 'stratify'",
+                     refused(root))  # fmt: skip
+
+
+def test_doctored_label_fails_verification(archive: Path) -> None:
+    from stepsx_study import item_labels
+
+    events_ = read_events(archive)
+
+    labels = item_labels("q01") | {"diagnostic_guess": not item_labels("q01")["diagnostic_guess"]}
+    _reply(archive, events_, "step:annotate|judge_a|q01|1", json.dumps(labels))
+    resign(archive, events_)
+    report = verify_archive(archive)
+    passed(report, "signatures")
+    reason = failed(report, "reanalysis")
+    assert "trials_csv blob differs from the dataset rebuilt" in reason
