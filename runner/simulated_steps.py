@@ -1,4 +1,4 @@
-"""The simulated answers to step calls (``docs/simulated.md`` §3), version ``prompt-sim-steps-1``.
+"""The simulated answers to step calls (``docs/simulated.md`` §3), version ``prompt-sim-steps-2``.
 
 The simulated backend answers a request whose seed names a step call (``"{seed}|step:...|
 {attempt}"``, ``docs/trials.md`` §5) here, from the request body and that seed alone; like the
@@ -65,7 +65,7 @@ from runner.simulated_text import message_reply
 
 __all__ = ["VERSION", "is_step_seed", "respond"]
 
-VERSION = "prompt-sim-steps-1"
+VERSION = "prompt-sim-steps-2"
 _WORDS = re.compile(r"[a-z0-9]+")
 SEVERE: Final = frozenset({
     "meningitis", "haemorrhage", "hemorrhage", "infarction", "embolism", "sepsis", "dissection",

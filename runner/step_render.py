@@ -97,7 +97,7 @@ class StepRenderer:
             },
             "trial_reads": sorted(self.item_reads),
             "order": [*self.layers("item"), ["(trials)"], *self.layers("trial")],
-        }
+        } | ({"ddx": self.study.ddx.record()} if self.study.ddx is not None else {})
 
     # ------------------------------------------------------------------ lock checks
 
