@@ -372,7 +372,7 @@ class Study:
         carries. Empty when the arm has no components of its own.
         """
         parts = [
-            self.component_text(c).strip("\n")
+            self.component_text(c).rstrip("\n")
             for c in self.arms[arm].components
             if c not in RESERVED_COMPONENTS
         ]
