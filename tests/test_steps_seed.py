@@ -348,3 +348,17 @@ def test_doctored_label_fails_verification(archive: Path) -> None:
     passed(report, "signatures")
     reason = failed(report, "reanalysis")
     assert "trials_csv blob differs from the dataset rebuilt" in reason
+
+
+def test_the_simulated_semantic_verifier() -> None:
+    """docs/simulated.md §3: a rewrite that drops a number is lost; sampling noise 0.1."""
+    from runner.simulated_steps import answer
+
+    ask = "Does the rewrite keep every fact? Answer retained or lost.\nOriginal: {o}\nRewrite: {r}"
+    keep = [0.5, 0.5, 0.5, 0.5]
+    assert answer(ask.format(o="Fever of 39.5 for 3 days.", r="I had 39.5 for 3 days."),
+                  keep) == "retained"  # fmt: skip
+    assert answer(ask.format(o="Fever of 39.5 for 3 days.", r="I had a fever for 3 days."),
+                  keep) == "lost"  # fmt: skip
+    assert answer(ask.format(o="Fever.", r=""), keep) == "lost"
+    assert answer(ask.format(o="Fever.", r="I have a fever."), [0.05, 0.5, 0.5, 0.5]) == "lost"
