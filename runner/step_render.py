@@ -92,7 +92,9 @@ class StepRenderer:
                     "reads": sorted(self.reads[name]),
                     "sees": spec.sees,
                     "parser": spec.parser,
-                }
+                } | (
+                    {"verified_by": spec.verified_by.record()} if spec.verified_by else {}
+                )
                 for name, spec in self.study.steps.items()
             },
             "trial_reads": sorted(self.item_reads),

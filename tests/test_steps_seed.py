@@ -362,3 +362,10 @@ def test_the_simulated_semantic_verifier() -> None:
                   keep) == "lost"  # fmt: skip
     assert answer(ask.format(o="Fever.", r=""), keep) == "lost"
     assert answer(ask.format(o="Fever.", r="I have a fever."), [0.05, 0.5, 0.5, 0.5]) == "lost"
+
+
+def test_arms_show_the_verifier_and_the_range(tmp_path: Path, home: Path) -> None:
+    root = write(tmp_path / "study")
+    out = invoke("arms", root)
+    assert "verified by semcheck (accept retained; up to 2 samples, then exclude)" in out
+    assert "step screen: on item, models judge_a, parser json, sees blind, reads -, 6 calls" in out
