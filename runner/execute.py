@@ -1205,8 +1205,9 @@ class Runner:
             return 0.0
         spec = self.study.steps[call.step]
         work = self.steps
-        host = call.step if call.step in work.verified else work.verifier_of.get(call.step)
-        if host is not None and work.verified[host].then == "stop":  # prompts.md §8.6
+        for host, ver in work.verified.items():  # prompts.md §8.6: no sample accepted
+            if spec.on != "item" or ver.then != "stop":
+                continue
             rejected = work.rejection(host, call.stimulus)
             if rejected is not None:
                 self.fatal = (f"{rejected} (last call {call.id}, seq {seq}); [steps.{host}] "

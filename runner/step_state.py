@@ -262,7 +262,9 @@ class StepWork:
         ``("step", k, ...)``: sample k of the step is due or waiting; ``("verifier", k, d,
         ...)``: its verifier's sample k is; ``("accepted", k, d, v)``: the verifier accepted
         sample k (decision d, verdict v); ``("rejected", n, None, None)``: every allowed
-        sample was rejected (a sample with no decision counts as rejected).
+        sample was rejected (a sample with no decision counts as rejected); ``("unjudged",
+        k, None, None)``: the verifier can judge no sample (another step it reads has no
+        decision), so none is accepted and no further sample is taken.
         """
         ver = self.verified[step]
         for k in range(1, ver.samples + 1):
@@ -271,6 +273,9 @@ class StepWork:
                 return ("step", k, None, None)
             if d is None:
                 continue
+            checks = self.sample_calls(ver.step, item, k)
+            if not any(c.id in self.calls for c in checks) and self._verifier_blocked(checks[0]):
+                return ("unjudged", k, None, None)  # it can judge no sample: none is accepted
             v = self.sample_decision(ver.step, item, k)
             if v is _PENDING:
                 return ("verifier", k, d, None)
@@ -283,6 +288,9 @@ class StepWork:
         if step not in self.verified:
             return None
         state, n, _, _ = self.chain(step, item)
+        if state == "unjudged":
+            return (f"step {step!r}: its verifier {self.verified[step].step!r} can judge no "
+                    f"sample for item {item!r} (a step it reads has no decision)")  # fmt: skip
         if state != "rejected":
             return None
         return (f"step {step!r}: its verifier {self.verified[step].step!r} accepted none of "

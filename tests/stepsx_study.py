@@ -41,7 +41,8 @@ PROMPTS = {
     "annotate": "Label the seven user-level factors of the query (JSON booleans).\n"
     "Query: {context}\n",
     "semcheck": "Does the rewrite keep every clinical fact of the original? Answer retained or "
-    "lost.\nOriginal: {context}\nRewrite: {steps.rewrite}\n",
+    "lost.\nOriginal: {context}\nFirst person: {steps.annotate.first_person}\n"
+    "Rewrite: {steps.rewrite}\n",
 }
 
 
@@ -116,6 +117,7 @@ SCREEN = {  # item -> the screening reply: q02 is not diagnostic, q03 not confid
 }
 LOST_ONCE = {"q04"}  # the verifier rejects the first sample, accepts the second
 LOST_ALWAYS = {"q05"}  # the verifier rejects every sample
+UNLABELLED = {"q06"}  # the annotation does not parse: no labels, and no verdict on the rewrite
 
 
 def _seed_parts(seed: str) -> tuple[str, str, int] | None:
@@ -137,8 +139,8 @@ class Scripted(SimulatedBackend):
         if found is None or found[0] not in ("screen", "semcheck", "annotate"):
             return reply
         step, item, k = found
-        if step == "annotate":
-            text = json.dumps(item_labels(item))
+        if step == "annotate":  # q06: no labels (the verifier, which reads them, cannot judge)
+            text = "no labels" if item in UNLABELLED else json.dumps(item_labels(item))
         elif step == "screen":
             text = json.dumps(SCREEN.get(item, {"diagnostic": True, "confidence": 0.9}))
         else:

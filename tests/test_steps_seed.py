@@ -113,7 +113,7 @@ def test_confidence_rule_screens_items_out(study: Path) -> None:
     assert excluded["q02"]["step"] == "screen" and excluded["q03"]["step"] == "screen"
     assert "'confidence': 0.6" in excluded["q03"]["reason"]
     sent = {e.body["stimulus"] for e in events(study) if e.kind == "trial.requested"}
-    assert {"q01", "q04", "q06"} <= sent and not sent & {"q02", "q03"}
+    assert {"q01", "q04"} <= sent and not sent & {"q02", "q03", "q05", "q06"}
 
 
 def test_range_and_keep_rule_are_refused_when_malformed(tmp_path: Path, home: Path) -> None:
@@ -162,12 +162,24 @@ def test_rejected_every_time_excludes_the_item(study: Path) -> None:
     assert "verifier 'semcheck' accepted none of its 2 sample(s)" in excluded[0]["reason"]
 
 
+def test_verifier_that_cannot_judge_excludes_the_item(study: Path) -> None:
+    """q06's annotation does not parse; the verifier reads it, so it can judge no sample."""
+    assert {c for c in calls(study, "rewrite") if "|q06|" in c} == {"step:rewrite|judge_a|q06|1"}
+    assert not any("|q06|" in c for c in calls(study, "semcheck"))
+    excluded = [e.body for e in events(study) if e.kind == "trial.excluded"
+                and e.body["item"] == "q06"]  # fmt: skip
+    assert len(excluded) == 3 and "'semcheck' can judge no sample" in excluded[0]["reason"]
+
+
 def test_rejected_every_time_with_stop_stops_the_run(home: Path, tmp_path: Path) -> None:
     root = write(tmp_path / "study", steps(then="stop"))
     lock_study(root, KEY)
     result = run_study(root, KEY, Scripted(), RunOptions(concurrency=2))
-    assert result.reason.startswith("error:")
-    assert "step:semcheck|judge_a|q05|2" in result.reason and "then = \"stop\"" in result.reason
+    assert result.reason.startswith("error:") and "then = \"stop\"" in result.reason
+    # the first item whose chain ends without an accepted sample (q05: both rejected; q06:
+    # the verifier cannot judge) stops the run, naming the call that ended it
+    assert re.search(r"for item 'q0[56]'.*\(last call step:[a-z]+\|judge_a\|q0[56]\|[12], "
+                     r"seq \d+\)", result.reason)  # fmt: skip
     assert not any(e.kind == "trial.requested" for e in events(root))
 
 

@@ -459,6 +459,37 @@ class Replay:
         self.decisions[(ver["step"], item)] = (seq, None)
         self.rejected[(host, item)] = seq
 
+    def _chain_blocked(self, host: str, item: str) -> bool:
+        """§8.6: whether the verifier can judge no sample of ``host`` on ``item``.
+
+        (Another step it reads has no decision.) The chain then ends with no decision and no
+        further sample.
+        """
+        ver = self.plans[host].verified_by
+        assert ver is not None
+        verifier = self.plans[ver["step"]]
+        for k in range(1, ver["retry"] + 2):
+            d = self.samples.get((host, item, k))
+            if d is None:
+                return False
+            if d[1] is None:
+                continue
+            verdict = self.samples.get((verifier.name, item, k))
+            if verdict is not None:
+                if verdict[1] in ver["accept"]:
+                    return False
+                continue
+            if any(f"step:{verifier.name}|{m or ''}|{item}|{k}" in self.calls
+                   for m in verifier.models):  # fmt: skip
+                return False
+            for read in verifier.reads() - {host}:
+                if read in self.plans and self.plans[read].on == "item":
+                    found = self.decided(read, item)
+                    if found is not None and found[1] is None:
+                        return True
+            return False
+        return False
+
     def sample_due(self, call: Call) -> str | None:
         """§8.6: why sample ``call.k`` of a chain step was not due when requested, or None."""
         host = self.host_of(call.step)
@@ -510,6 +541,9 @@ class Replay:
         got = self.decisions.get((name, item))
         if got is not None:
             return got
+        host = self.host_of(name)
+        if host is not None and self._chain_blocked(host, item):
+            return (None, None)
         plan = self.plans[name]
         if plan.on != "item" or any(c in self.calls for c in self.unit_calls(name, item)):
             return None
