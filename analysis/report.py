@@ -1667,6 +1667,16 @@ def render_terminal(report: Report, console: Console) -> None:
         for ddx_row in ddx_rows(ddx.get("values") or {}):
             ddx_table.add_row(*(escape(x) for x in ddx_row))
         console.print(ddx_table)
+    strata = report.result("descriptive.covariates")  # docs/analysis.md §10
+    if strata is not None and strata.get("status") == "ok":
+        values = strata.get("values") or {}
+        outcomes = [str(o) for o in values.get("outcomes") or []]
+        for what, strata_rows in covariate_tables(values):
+            strata_table = table("label", "value", "arm", "trials", *outcomes,
+                                 title=f"Outcomes by factor label: {what}")  # fmt: skip
+            for strata_row in strata_rows:
+                strata_table.add_row(*(escape(x) for x in strata_row))
+            console.print(strata_table)
     unit, level = ("glyphs", "glyph-level accuracy") if report.tumbling else ("items", "accuracy")
     arms_table = table("arm", "role", "accuracy", "Wilson 95% CI", unit, "parse rate",
                        "excluded", title=f"Descriptive: {level} by arm")  # fmt: skip
