@@ -176,6 +176,7 @@ def test_rejected_every_time_with_stop_stops_the_run(home: Path, tmp_path: Path)
     lock_study(root, KEY)
     result = run_study(root, KEY, Scripted(), RunOptions(concurrency=2))
     assert result.reason.startswith("error:") and "then = \"stop\"" in result.reason
+    assert result.fatal  # `ledger run` exits 1 on a fatal stop (a ClickException)
     # the first item whose chain ends without an accepted sample (q05: both rejected; q06:
     # the verifier cannot judge) stops the run, naming the call that ended it
     assert re.search(r"for item 'q0[56]'.*\(last call step:[a-z]+\|judge_a\|q0[56]\|[12], "
