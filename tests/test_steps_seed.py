@@ -382,3 +382,30 @@ def test_arms_show_the_verifier_and_the_range(tmp_path: Path, home: Path) -> Non
     out = invoke("arms", root)
     assert "verified by semcheck (accept retained; up to 2 samples, then exclude)" in out
     assert "step screen: on item, models judge_a, parser json, sees blind, reads -, 6 calls" in out
+
+
+@pytest.mark.slow
+def test_covariates_of_a_ddx_study_stratify_its_metrics(tmp_path: Path, home: Path) -> None:
+    """A ddx study (``tests/ddx_study.py``) with the annotation step: the strata are the seven
+    metrics' means, and the archive verifies."""
+    from ddx_study import REFERENCE_STEP, STEPS, spec_text, write_study
+    from stepsx_study import INDICATORS, LABELS_SCHEMA, PERTURBABLE
+
+    annotate = ('\n[steps.annotate]\non = "item"\nmodels = ["judge_a"]\ntemplate = '
+                '"prompts/annotate.txt"\nparser = "json"\nschema = "schemas/labels.json"\n')
+    text = spec_text(steps=REFERENCE_STEP + STEPS + annotate).replace(
+        "[analysis]\n", f"[analysis]\ncovariates = {{ step = \"annotate\", perturbable = "
+        f"{json.dumps(PERTURBABLE)}, indicators = {json.dumps(INDICATORS)} }}\n")  # fmt: skip
+    root = write_study(tmp_path / "study", text, annotate="Label the factors.\nQuery: {question}\n")
+    (root / "schemas" / "labels.json").write_text(json.dumps(LABELS_SCHEMA), encoding="utf-8")
+    KEY.save(tmp_path / "owner.key")
+    lock_study(root, KEY)
+    assert run_study(root, KEY, Scripted(), RunOptions(concurrency=4)).reason == "complete"
+    for command in ("score", "unblind", "analyze"):
+        invoke(command, root, "--key", tmp_path / "owner.key")
+    invoke("export", root, tmp_path / "archive", "--key", tmp_path / "owner.key")
+    report = verify_archive(tmp_path / "archive")
+    assert report.ok, [c for c in report.checks if c.status.name == "FAIL"]
+    results = json.loads((tmp_path / "archive" / "analysis" / "results.json").read_text())
+    values = next(r for r in results if r["id"] == "descriptive.covariates")["values"]
+    assert values["outcomes"][0] == "plausibility" and len(values["outcomes"]) == 7
