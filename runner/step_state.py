@@ -110,6 +110,15 @@ class StepWork:
             for name, spec in study.steps.items()
             if spec.on == "item"
         }
+        self._by_item: dict[str, dict[str, list[StepCall]]] = {}  # step -> item -> its calls
+        for name, listed in self.item_calls.items():
+            models = study.steps[name].models
+            index: dict[str, list[StepCall]] = {}
+            for call in listed:
+                index.setdefault(call.stimulus, []).append(call)
+            for calls in index.values():
+                calls.sort(key=lambda c: models.index(c.model))
+            self._by_item[name] = index
         # prompts.md §8.6: verified item steps and their verifiers (verifier -> verified step)
         self.verified = {n: s.verified_by for n, s in study.steps.items() if s.verified_by}
         self.verifier_of = {v.step: n for n, v in self.verified.items()}
@@ -203,8 +212,7 @@ class StepWork:
         """The calls of ``step`` on ``unit`` (an item id, or a trial id for a trial step)."""
         spec = self.study.steps[step]
         if spec.on == "item":  # in the step's model order (the votes' order, prompts.md §8.3)
-            calls = [c for c in self.item_calls[step] if c.stimulus == unit]
-            return sorted(calls, key=lambda c: spec.models.index(c.model))
+            return self._by_item.get(step, {}).get(unit, [])
         return trial_step_calls(spec, unit, self.trial_stimulus.get(unit, ""))
 
     def votes(self, step: str, unit: str) -> list[tuple[StepCall, CallState]] | None:
