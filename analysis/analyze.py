@@ -97,6 +97,9 @@ class Dataset:
     covariates: tuple[str, ...] = ()
     """Declared factor labels (``docs/analysis.md`` §10): ``trials.csv`` then ends in a
     ``covariate.NAME`` column for each (:mod:`analysis.covariates`)."""
+    factors: tuple[str, ...] = ()
+    """A factorial study's crossed factors: ``trials.csv`` ends in one ``factor.<NAME>``
+    column each, the trial's level (empty for an arm that is no cell; analysis.md §2)."""
 
     def __post_init__(self) -> None:
         for name in ("trials", "items"):
@@ -136,7 +139,10 @@ class Dataset:
 
         Columns :data:`TRIAL_COLUMNS`, or :data:`MODEL_TRIAL_COLUMNS` for a ``[models]`` study.
         """
-        extra = (*(DDX_METRICS if self.ddx else ()), *(f"covariate.{n}" for n in self.covariates))
+        extra = (
+            *(DDX_METRICS if self.ddx else ()), *(f"factor.{f}" for f in self.factors),
+            *(f"covariate.{n}" for n in self.covariates),
+        )  # analysis.md §2: ddx metrics, factor levels, factor labels (§10)
         if self.variants:
             return _csv(self.trials, (*VARIANT_TRIAL_COLUMNS, *extra))
         return _csv(self.trials, (*(MODEL_TRIAL_COLUMNS if self.models else TRIAL_COLUMNS),
@@ -220,12 +226,15 @@ def load_dataset(
     sources: dict[str, str] | None = None,
     models: Sequence[str] = (),
     variants: bool = False,
+    factorial: tuple[Sequence[str], Mapping[str, Mapping[str, str]]] | None = None,
 ) -> Dataset:
     """Build the dataset from the ledger; refuses before ``blinding.revealed``.
 
     ``parser`` is the locked parser: only a ``tumbling-e-json`` trial can be a specificity
     control. ``sources`` maps each stimulus to its source image, for a random intercept by source.
     ``models`` is the model order of a ``[models]`` study (its trial ids name the model).
+    ``factorial``: the crossed factors and each cell arm's levels
+    (:func:`analysis.factorial.plan_cells`), for the ``factor.<NAME>`` columns.
     """
     revealed = next(iter(log.events("blinding.revealed")), None)
     sealed = next(iter(log.events("scoring.sealed")), None)
@@ -286,7 +295,14 @@ def load_dataset(
                     "margin": item.get("margin"),
                 }
             )  # fmt: skip
-    trials = pd.DataFrame(trial_rows, columns=[*VARIANT_TRIAL_COLUMNS, *DDX_METRICS])
+    names, cells = factorial or ((), {})
+    for row in trial_rows:
+        for f in names:
+            row[f"factor.{f}"] = (cells.get(row["arm"]) or {}).get(f, "")
+    trials = pd.DataFrame(
+        trial_rows,
+        columns=[*VARIANT_TRIAL_COLUMNS, *DDX_METRICS, *(f"factor.{f}" for f in names)],
+    )
     items_df = pd.DataFrame(item_rows, columns=[*VARIANT_ITEM_COLUMNS, *CLOZE_ITEM_COLUMNS])
     trials = trials.sort_values("response_seq", kind="stable").reset_index(drop=True)
     given_up = tuple(e.body["trial"] for e in log.events("trial.failed") if e.body.get("final"))
@@ -300,7 +316,8 @@ def load_dataset(
         tuple(models),
         variants,
         parser == "cloze",
-        parser == "ddx",
+        ddx=parser == "ddx",
+        factors=tuple(names),
     )
 
 
@@ -756,7 +773,10 @@ def hypothesis_results(
     With several models these are the pooled results (pairs matched within a model, the
     model a fixed factor of the mixed model); :func:`per_model_results` gives each model's.
     """
-    from analysis import mcq_tests  # imports this module (through mcq_rows): not at the top
+    from analysis import (
+        mcq_tests,  # imports this module (through mcq_rows): not at the top
+        qr_boot,
+    )
 
     design = plan["design"]
     vocabulary = labels(plan)
@@ -785,6 +805,12 @@ def hypothesis_results(
             test = h["test"]
             if mcq_tests.is_mcq_hypothesis(h):  # seed 002's kinds: docs/mcq-statistics.md §11
                 r.values = mcq_tests.mcq_values(ds, plan, h)
+            elif qr_boot.is_qr_hypothesis(h):  # seed 001's (question, run) bootstrap
+                r.values = qr_boot.qr_values(ds, plan, h)
+            elif test == "factorial":  # docs/analysis.md "Factorial designs"
+                from analysis.factorial import factorial_values
+
+                r.values = factorial_values(_analysable(ds), plan, h, ds.models)
             elif test == "lmm":
                 model = fit
                 subset: dict[str, Any] | None = None
@@ -874,6 +900,8 @@ def hypothesis_results(
     for h, r in zip(plan["hypotheses"], out, strict=True):
         if r.status == "ok" and h["test"] in mcq_tests.INTERVAL_TESTS:
             r.verdict, r.decided_by = mcq_tests.decide_interval(h, r.values or {})
+        elif r.status == "ok" and qr_boot.is_qr_hypothesis(h):
+            r.verdict, r.decided_by = qr_boot.decide(h, r.values or {})
         elif r.status == "ok":
             _decide(h, r)
     return out
@@ -1265,6 +1293,10 @@ def judge_agreement(log: Ledger, plan: dict[str, Any], step: str) -> Result:
     return _guard(r, compute)
 
 
+NO_P_VALUES = "no registered test gives a p-value (interval tests only): nothing to correct"
+"""``exploratory.multiplicity``'s note when every hypothesis was decided by an interval."""
+
+
 def multiplicity(hypotheses: list[Result]) -> Result:
     """Bonferroni and Holm over every hypothesis with a raw p (exploratory: a sensitivity view)."""
     r = Result(
@@ -1280,6 +1312,10 @@ def multiplicity(hypotheses: list[Result]) -> Result:
             for h in hypotheses
             if h.status == "ok" and h.values and h.values.get("p_raw") is not None
         ]
+        if not rows and all(h.status == "ok" for h in hypotheses):
+            # every registered test is an interval test (no p-value): nothing to correct
+            r.values = {"hypotheses": [], "note": NO_P_VALUES}
+            return
         if not rows:
             raise stats.StatsError("no hypothesis produced a p-value")
         ps = [p for _, p in rows]
@@ -1532,6 +1568,27 @@ def mcq_descriptive(ds: Dataset, plan: dict[str, Any]) -> Result | None:
     return _guard(r, compute)
 
 
+def qr_descriptive(ds: Dataset, plan: dict[str, Any]) -> Result | None:
+    """``descriptive.qr_bootstrap`` when the plan registers a qr-bootstrap test (else None).
+
+    Default accuracy, success rate and perturbed accuracy (or an outcome's means and
+    difference) with their (question, run) bootstrap intervals, pooled and per model
+    (``docs/statistics.md``, "(question, run) bootstrap as a registered test").
+    """
+    from analysis import qr_boot
+
+    if not qr_boot.registers_qr(plan):
+        return None
+    r = Result("descriptive.qr_bootstrap", "Default accuracy, success rate and perturbed "
+               "accuracy, bootstrap over (question, run) observations (95%)", "descriptive",
+               "qr-bootstrap")  # fmt: skip
+
+    def compute() -> None:
+        r.values = qr_boot.descriptive_values(ds, plan)
+
+    return _guard(r, compute)
+
+
 def run_analyses(
     ds: Dataset,
     plan: dict[str, Any],
@@ -1576,6 +1633,9 @@ def run_analyses(
     extra_mcq = mcq_descriptive(ds, plan)
     if extra_mcq is not None:
         out.append(extra_mcq)
+    extra_qr = qr_descriptive(ds, plan)
+    if extra_qr is not None:
+        out.append(extra_qr)
     model, fit = fit_model(ds, plan)
     out.append(model)
     tested: list[Result] = []
@@ -1686,9 +1746,11 @@ def analyze_study(root: str | Path, key: SigningKey) -> AnalyzeResult:
         exclude = bool(settings.get("exclude_unparseable", True))
         parser = str((plan.get("response") or {}).get("parser", TUMBLING_E))
         sources = stimulus_sources(study) if settings.get("random_intercept") == "source" else {}
+        from analysis.factorial import plan_cells
+
         ds = load_dataset(
             log, exclude_unparseable=exclude, parser=parser, sources=sources, models=models(plan),
-            variants=bool(plan.get("variants")),
+            variants=bool(plan.get("variants")), factorial=plan_cells(plan),
         )
         from analysis.covariates import attach_covariates, covariates_result
 

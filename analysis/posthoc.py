@@ -19,6 +19,7 @@ from typing import Any
 
 from analysis import stats
 from analysis.analyze import Result, _guard, fit_model, load_dataset, models
+from analysis.factorial import plan_cells
 from ledger import EventSpec, Ledger, SigningKey
 from runner.lock import StudyError, check_integrity, ledger_path, protocol_event
 from runner.spec import ID_RE
@@ -114,6 +115,7 @@ def declare_posthoc(
             log, exclude_unparseable=bool(settings.get("exclude_unparseable", True)),
             parser=str((plan.get("response") or {}).get("parser", "tumbling-e-json")),
             sources=sources, models=models(plan), variants=bool(plan.get("variants")),
+            factorial=plan_cells(plan),
         )  # fmt: skip
         declared = {"contrast": list(contrast), "random_intercept": random_intercept,
                     "arms": sorted(arms) if arms is not None else None,

@@ -313,11 +313,24 @@ def _estimate_text(result: dict[str, Any]) -> str:
     if test == "gee":
         return (f"log OR {_fmt(v.get('estimate'))} (95% CI {_fmt(v.get('lower'))} to "
                 f"{_fmt(v.get('upper'))}; OR {_fmt(v.get('odds_ratio'))})")
+    if test == "factorial":  # analysis.md "Factorial designs": the term's joint Wald test
+        tested = v.get("tested") or []
+        text = (f"{' × '.join(map(str, v.get('effect') or []))}: Wald chi2 {_fmt(v.get('chi2'))}, "
+                f"df {_fmt(v.get('df'))} ({', '.join(map(str, tested))})")
+        if v.get("estimate") is not None:
+            text += f"; coefficient {_fmt(v.get('estimate'))}"
+        if v.get("odds_ratio") is not None:
+            text += f" (OR {_fmt(v.get('odds_ratio'))})"
+        return text
     if test == "flip-rate":
         return (f"flip rate {_pct(v.get('rate'))} ({_pct(v.get('conf'), 0)} CI "
                 f"{_pct(v.get('lower'))} to {_pct(v.get('upper'))})")
     if test == "chi-square":
         return f"chi2 {_fmt(v.get('chi2'))}, df {_fmt(v.get('df'))}"
+    if test == "qr-bootstrap":
+        from analysis import qr_boot
+
+        return qr_boot.estimate_text(v)
     est, lower, upper = _contrast(v)
     if est is None:
         return "–"
@@ -353,6 +366,8 @@ def _rule_text(result: dict[str, Any]) -> str:
 
 def _contrast_text(report: Report, result: dict[str, Any]) -> str:
     plan = _hypothesis_plan(report, result.get("hypothesis"))
+    if plan.get("arm") and plan.get("test") == "qr-bootstrap":  # one arm, no variants
+        return f"arm {plan['arm']}"
     if plan.get("arm"):  # a seed-002 test of one arm: its variants (orders)
         return f"arm {plan['arm']}: " + " vs ".join(plan.get("variants") or [])
     contrast = plan.get("contrast") or []
@@ -508,7 +523,8 @@ log odds ratio): the forest plot leaves them to the seed-002 table."""
 
 
 def _fig_forest(report: Report) -> Figure:
-    hyps = [r for r in report.hypotheses if r.get("test") not in NOT_ACCURACY_DIFFERENCES]
+    hyps = [r for r in report.hypotheses if r.get("test") not in NOT_ACCURACY_DIFFERENCES
+            and (r.get("values") or {}).get("statistic") in (None, "difference")]
     title = "Pre-registered contrasts (difference in accuracy, a − b)"
     if not hyps:
         return _note_figure(title, "no pre-registered difference in accuracy was recorded"
@@ -778,7 +794,8 @@ def component_classes(protocol: dict[str, Any], results: list[dict[str, Any]]
     units: dict[str, list[tuple[str, str]]] = {}
     for r in results:
         h = plan.get(r.get("hypothesis"))
-        if h is None or h.get("test") == "chi-square" or r.get("status") != "ok":
+        if h is None or h.get("test") == "chi-square" or r.get("status") != "ok" or (
+                h.get("test") == "qr-bootstrap" and h.get("statistic") != "difference"):
             continue
         a, b = (str(x) for x in h.get("contrast") or ["", ""])
         added = sorted(set((arms.get(a) or {}).get("components") or [])
@@ -966,6 +983,7 @@ def _section_descriptive(report: Report) -> str:
     elif by_model is not None:
         parts.append(_failed_html(by_model))
     parts.append(_section_mcq(report))
+    parts.append(_section_qr(report))
     parts.append(_section_ddx(report))
     parts.append(_section_covariates(report))
     parts.append(_figure_html(report, "accuracy_by_arm.png"))
@@ -1123,6 +1141,15 @@ def _section_covariates(report: Report) -> str:
                numeric=tuple(range(3, len(header))))
         for what, rows in covariate_tables(values)
     )  # fmt: skip
+def _section_qr(report: Report) -> str:
+    """``descriptive.qr_bootstrap``'s tables (analysis/qr_boot.py), or why it failed."""
+    from analysis import qr_boot
+
+    result = report.result("descriptive.qr_bootstrap")
+    if result is not None and result.get("status") != "ok":
+        return _failed_html(result)
+    return "".join(_table(caption, header, rows)
+                   for caption, header, rows in qr_boot.report_tables(result))
 
 
 def _section_mcq(report: Report) -> str:
@@ -1437,6 +1464,8 @@ def _section_exploratory(report: Report) -> str:
         parts.append("<p>Not recorded.</p>")
     elif mult.get("status") != "ok":
         parts.append(_failed_html(mult))
+    elif (mult.get("values") or {}).get("note"):
+        parts.append(f"<p>{_e((mult.get('values') or {}).get('note'))}.</p>")
     else:
         v = mult.get("values") or {}
         bonf = (v.get("bonferroni") or {}).get("adjusted") or []
@@ -1661,6 +1690,13 @@ def render_terminal(report: Report, console: Console) -> None:
         for row in seed002:
             mcq_table.add_row(*(escape(x) for x in row))
         console.print(mcq_table)
+    from analysis import qr_boot
+
+    for caption, header, rows in qr_boot.report_tables(report.result("descriptive.qr_bootstrap")):
+        qr_table = table(*header, title=caption)
+        for cells in rows:
+            qr_table.add_row(*(escape(x) for x in cells))
+        console.print(qr_table)
     ddx = report.result("descriptive.ddx")
     if ddx is not None and ddx.get("status") == "ok":
         ddx_table = table(*DDX_HEADER, title=str(ddx.get("title")))

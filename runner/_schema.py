@@ -31,9 +31,12 @@ __all__ = [
     "CONDITION_KEYS",
     "CONTRAST_REVIEW_KEYS",
     "DIFFERS_FROM_KEYS",
+    "FACTORIAL_KEYS",
+    "FACTOR_KEYS",
     "FEWSHOT_KEYS",
     "HYPOTHESIS_KEYS",
     "JUDGE_REVIEW_KEYS",
+    "LEVEL_KEYS",
     "MODEL_KEYS",
     "REVIEW_KEYS",
     "SAMPLING_KEYS",
@@ -56,7 +59,7 @@ KeyPath = tuple[str | int, ...]
 SECTIONS: Final = (
     "study", "model", "models", "components", "prompt", "fewshot", "arms", "stimuli", "design",
     "response", "hypotheses", "analysis", "deviations", "variants", "witnesses", "witnessing",
-    "timestamping", "steps", "reviews",
+    "timestamping", "steps", "reviews", "factors", "factorial",
 )  # fmt: skip
 """The top-level tables of a study spec, in the order the docs list them."""
 
@@ -72,6 +75,7 @@ TABLE_KEYS: Final[dict[str, tuple[str, ...]]] = {
     "analysis": ("model", "random_intercept", "exclude_unparseable", "model_arms", "covariates"),
     "witnessing": ("quorum", "interval_trials", "unreachable", "retry_seconds"),
     "timestamping": ("url",),
+    "factorial": ("base", "factors", "fraction"),
 }
 """The keys of each fixed-key section (``components`` and ``arms`` are named by the study)."""
 
@@ -96,11 +100,21 @@ VARIANT_KEYS: Final = (
     "stopwords",
 )  # fmt: skip
 """The keys a ``[variants.<NAME>]`` may hold (``docs/variants.md``; which apply depends on kind)."""
-DIFFERS_FROM_KEYS: Final = ("arm", "by")
+DIFFERS_FROM_KEYS: Final = ("arm", "by", "removes", "adds", "replaces")
+"""The keys of an arm's ``differs_from`` (``docs/study-spec.md``): ``by`` (removed or replaced,
+as before), or what the arm ``removes``, ``adds`` and ``replaces`` (``{old = "new"}``)."""
+FACTOR_KEYS: Final = ("scope", "levels")
+"""The keys of each ``[factors.<NAME>]`` (``docs/study-spec.md``, "Factors")."""
+LEVEL_KEYS: Final = ("insert", "remove", "replace", "template", "components", "system")
+"""The keys of one level of a factor (which apply depends on the factor's scope)."""
+EDIT_KEYS: Final = ("field", "text", "file", "at", "separator")
+"""The keys of a level's ``insert`` and ``replace`` tables."""
+FACTORIAL_KEYS: Final = TABLE_KEYS["factorial"]
+"""The keys of ``[factorial]``."""
 HYPOTHESIS_KEYS: Final = (
     "id", "description", "contrast", "outcome", "test", "sides", "alpha", "min_difference_pp",
     "margin_pp", "correction", "family", "stimuli", "pairing", "arm", "variants", "variant",
-    "basis", "samples", "incomplete", "min_pp", "max_pp",
+    "basis", "samples", "incomplete", "min_pp", "max_pp", "statistic", "effect",
 )  # fmt: skip
 WITNESS_KEYS: Final = ("name", "vkey", "url")
 """The keys of each ``[[witnesses]]`` entry (``docs/witness.md`` §8)."""
@@ -218,6 +232,7 @@ def unknown_keys(data: dict[str, Any]) -> list[Unknown]:
             for name, table in named.items():
                 if isinstance(table, dict):
                     check(table, (section, name), f"[{section}.{_quote(name)}]", keys)
+    _factor_unknowns(data, check)
     hypotheses = data.get("hypotheses")
     if isinstance(hypotheses, list):
         for index, hypothesis in enumerate(hypotheses):
@@ -250,6 +265,33 @@ def unknown_keys(data: dict[str, Any]) -> list[Unknown]:
                 check(deviation, ("deviations", index), f"[[deviations]] #{index + 1}",
                       DEVIATION_KEYS)  # fmt: skip
     return found
+
+
+def _factor_unknowns(data: dict[str, Any], check: Any) -> None:
+    """Unknown keys of ``[factors.<NAME>]``, their levels and edit tables, and fraction."""
+    factors = data.get("factors")
+    if isinstance(factors, dict):
+        for name, table in factors.items():
+            if not isinstance(table, dict):
+                continue
+            label = f"[factors.{_quote(name)}]"
+            check(table, ("factors", name), label, FACTOR_KEYS)
+            levels = table.get("levels")
+            if not isinstance(levels, dict):
+                continue
+            for level, edit in levels.items():
+                if not isinstance(edit, dict):
+                    continue
+                where = ("factors", name, "levels", level)
+                check(edit, where, f"{label} level {level}", LEVEL_KEYS)
+                for sub in ("insert", "replace"):
+                    inner = edit.get(sub)
+                    if isinstance(inner, dict):
+                        check(inner, (*where, sub), f"{label} level {level} {sub}", EDIT_KEYS)
+    factorial = data.get("factorial")
+    fraction = factorial.get("fraction") if isinstance(factorial, dict) else None
+    if isinstance(fraction, dict):
+        check(fraction, ("factorial", "fraction"), "[factorial] fraction", ("generators",))
 
 
 # ------------------------------------------------------------------------------ lines

@@ -135,7 +135,8 @@ def arms(study_dir: Path, as_json: bool) -> None:
         if arm.differs_from:
             base, by = arm.differs_from
             holds = not [p for p in problems if f"arms.{arm.id}." in p]
-            claims.append({"arm": arm.id, "differs_from": base, "by": list(by), "holds": holds})
+            said: dict[str, Any] = dict(arm.differs) if arm.differs else {"by": list(by)}
+            claims.append({"arm": arm.id, "differs_from": base, **said, "holds": holds})
     if as_json:
         dump_json({
             "study": study.id,
@@ -165,7 +166,7 @@ def arms(study_dir: Path, as_json: bool) -> None:
         grid.add_row("role", *[a.role for a in study.arms.values()])
         grid.add_row("sha256", *[study.arm_sha256(a)[:12] for a in study.arms])
         settings = [a.protocol_record() for a in study.arms.values()]
-        for key in ("fewshot", "models", "sampling", "replicates", "items"):
+        for key in ("fewshot", "models", "sampling", "replicates", "items", "factors"):
             if any(key in record for record in settings):
                 grid.add_row(key, *[_setting(record.get(key)) for record in settings])
         out = console()
@@ -175,10 +176,10 @@ def arms(study_dir: Path, as_json: bool) -> None:
                 out.print(f"{a} vs {b}: only in {a}: {only_a or '-'}; only in {b}: {only_b or '-'}")
         for claim in claims:
             state = "[green]holds[/]" if claim["holds"] else "[red]FALSE[/]"
-            out.print(
-                f"claim: {claim['arm']} differs from {claim['differs_from']} by "
-                f"{claim['by']}: {state}"
-            )
+            stated = "; ".join(f"{k} {claim[k]}" for k in ("by", "removes", "adds", "replaces")
+                               if k in claim)  # fmt: skip
+            out.print(f"claim: {claim['arm']} differs from {claim['differs_from']} {stated}: "
+                      f"{state}")  # fmt: skip
         if study.steps:
             for line in _step_lines(_step_graph(study)):
                 out.print(line, markup=False)

@@ -257,6 +257,10 @@ def protocol_design(study: Study) -> dict[str, Any]:
         out["fewshot"] = sets
     if study.steps:  # docs/prompts.md §8: everything that shapes a step request
         out["steps"] = {name: spec.record(study.rel) for name, spec in study.steps.items()}
+    if study.factors:  # docs/study-spec.md "Factors": every level's edit, texts inline
+        out["factors"] = {name: f.record(study.rel) for name, f in study.factors.items()}
+    if study.factorial is not None:
+        out["factorial"] = study.factorial.record()
     if study.variants:  # docs/variants.md: definitions and the expanded variant order
         out["variants"] = {spec.name: spec.record() for spec in study.variants}
         out["variant_order"] = [v.name for v in study.variant_list()]

@@ -262,6 +262,15 @@ class Renderer:
         self.item_template = (
             _read_template(prompt.item, study.rel(prompt.item)) if prompt.item else None
         )
+        # docs/study-spec.md "Factors": a level's item template, and the cells' edited items
+        self.level_templates: dict[Path, Template] = {}
+        for factor in study.factors.values():
+            for lv in factor.levels:
+                if lv.template is not None and lv.template not in self.level_templates:
+                    self.level_templates[lv.template] = _read_template(
+                        lv.template, study.rel(lv.template)
+                    )
+        self._edited: dict[tuple[str, str, str | None], Item] = {}
         self.items: ItemSet | None = study.load_items() if study.item_study else None
         self.examples: dict[str, ItemSet] = {}
         self.answer_templates: dict[str, Template] = {}
@@ -331,29 +340,71 @@ class Renderer:
             self._varied[key] = cached
         return cached
 
-    def item_block(self, stimulus: str, variant: str | None = None) -> str | None:
-        """The item template rendered for a stimulus, trailing newlines removed (None: none)."""
-        if self.item_template is None:
+    def item_templates(self) -> list[Template]:
+        """``[prompt] item`` and every factor level's template: all an item block may use."""
+        return ([self.item_template] if self.item_template is not None else []) + list(
+            self.level_templates.values()
+        )
+
+    def template_of(self, arm: str | None) -> Template | None:
+        """The item template of an arm: a factor level's ``template``, else ``[prompt] item``."""
+        if arm is None or not self.study.arms[arm].factors:
+            return self.item_template
+        path = self.study.arm_template(arm)
+        if path is not None and path in self.level_templates:
+            return self.level_templates[path]
+        return self.item_template
+
+    def edited_item(self, arm: str | None, stimulus: str, variant: str | None = None) -> Item:
+        """The item of a trial: varied (``docs/variants.md``), then the arm's factor edits.
+
+        Raises :class:`runner.factors.FactorError` naming item, factor and level when an edit
+        names a field the item lacks.
+        """
+        item = self.varied_item(stimulus, variant)
+        edits = self.study.arm_item_edits(arm) if arm is not None else []
+        if not edits:
+            return item
+        assert arm is not None
+        key = (arm, stimulus, variant)
+        cached = self._edited.get(key)
+        if cached is None:
+            from runner.factors import apply_edits
+
+            cached = Item(item.id, apply_edits(item.data, edits, item.id), item.line)
+            self._edited[key] = cached
+        return cached
+
+    def item_block(
+        self, stimulus: str, variant: str | None = None, arm: str | None = None
+    ) -> str | None:
+        """The item template rendered for a stimulus, trailing newlines removed (None: none).
+
+        ``arm``: a factorial cell's template and item edits apply (``docs/prompts.md`` §3).
+        """
+        template = self.template_of(arm)
+        if template is None:
             return None
         if self.items is not None:
-            item = self.varied_item(stimulus, variant)
+            item = self.edited_item(arm, stimulus, variant)
             values = self.values(item)
             values.update(self.step_values.get(stimulus, {}))
         else:
             values = {"id": stimulus}
-        return self.item_template.render(values).rstrip("\n")
+        return template.render(values).rstrip("\n")
 
     def example_texts(self, arm: str, stimulus: str) -> list[tuple[str, str]]:
         """(user text, answer text) of each example the arm shows for a stimulus."""
         name = self.study.arms[arm].fewshot
-        if name is None or self.items is None or self.item_template is None:
+        template = self.template_of(arm)
+        if name is None or self.items is None or template is None:
             return []
         spec = self.study.fewshot[name]
         drawn = draw_examples(spec, self.examples[name], self.items.by_id[stimulus])
         answer = self.answer_templates[name]
         return [
             (
-                self.item_template.render(self.values(e)).rstrip("\n"),
+                template.render(self.values(e)).rstrip("\n"),
                 answer.render(self.values(e, answers=True)).rstrip("\n"),
             )
             for e in drawn
@@ -371,7 +422,7 @@ class Renderer:
         inline = (
             spec.fewshot is not None and self.study.fewshot[spec.fewshot].style == "inline"
         )
-        block = self.item_block(stimulus, variant)
+        block = self.item_block(stimulus, variant, arm)
         parts: list[str] = []
         for name in self.study.placed_components(arm):
             if name == "item":
@@ -447,8 +498,13 @@ class Renderer:
             if slot.name not in ("label", "text"):
                 out.append(f"[prompt] option_format: slot {{{slot.name}}}: only {{label}} and "
                            "{text} may be used")  # fmt: skip
+        out += self._level_template_problems()
         if out:
             return out
+        if self.study.factorial is not None:
+            out += self.factor_problems()
+            if out:
+                return out
         if self.item_template is not None:
             pool = list(self.items) if self.items is not None else []
             varied, variant_problems = self._varied_pool()
@@ -494,6 +550,90 @@ class Renderer:
                 out.append(f"{study.spec_path}: arms.{arm.id}.components: 'examples' needs "
                            "an example set (fewshot = \"NAME\")")  # fmt: skip
         return out
+
+    def _level_template_problems(self) -> list[str]:
+        """A level's item template may not show the key (answer slots), as ``[prompt] item``."""
+        out: list[str] = []
+        for template in self.level_templates.values():
+            for slot in template.slots():
+                if slot.name in ANSWER_SLOTS:
+                    out.append(f"{template.name}:{slot.line}:{slot.column}: slot {{{slot.name}}} "
+                               "would show the test item's key to the model; it is for few-shot "
+                               "answer templates only")  # fmt: skip
+        return out
+
+    def factor_problems(self) -> list[str]:
+        """The factorial cells at lock (``docs/study-spec.md``, "Factors").
+
+        Every edit of every cell applies to every item the cell runs (a field the item lacks
+        is refused naming item, factor and level); every cell's template fills for its edited
+        items; and every non-reference level changes every item's request against the
+        reference level (alone, the other factors at their reference): a level that leaves it
+        unchanged would be a silent null arm, refused naming item, factor and level.
+        """
+        from runner.factors import FactorError, apply_edits
+        from runner.schedule import subset
+
+        study = self.study
+        fx = study.factorial
+        assert fx is not None
+        out: list[str] = []
+        name = study.rel(study.items_path) if study.items_path is not None else "items"
+        stims = study.stimulus_ids()
+        cells = [a for a in study.arms.values() if a.factors]
+        for arm in cells:
+            items = stims if arm.subset is None else subset(arm.subset[1], stims, arm.subset[0])
+            template = self.template_of(arm.id)
+            edited: list[Item] = []
+            for item_id in items if self.items is not None else ():
+                try:
+                    edited.append(self.edited_item(arm.id, item_id))
+                except FactorError as exc:
+                    line = self.items.by_id[item_id].line if self.items is not None else 0
+                    out.append(f"{name}:{line}: {exc} (arm {arm.id})")
+                    break
+            if template is not None and edited:
+                out += self._unfilled(template, edited, answers=False)
+        if out:
+            return list(dict.fromkeys(out))
+        for factor_name in fx.factors:
+            factor = study.factors[factor_name]
+            for lv in factor.levels[1:]:
+                if factor.scope == "prompt":
+                    texts = [self.texts[n].strip() for n in (*lv.components, *lv.system)]
+                    if not any(texts):
+                        out.append(f"{study.spec_path}: factors.{factor.name}.levels.{lv.name}: "
+                                   "its components are empty, so it leaves every request "
+                                   "unchanged (a silent null arm)")  # fmt: skip
+                    continue
+                ref_tpl = self.item_template
+                tpl = self.level_templates.get(lv.template) if lv.template else ref_tpl
+                for item in self.items or ():
+                    edits = [(factor.name, lv.name, e) for e in lv.edits]
+                    try:
+                        data = apply_edits(item.data, edits, item.id)
+                    except FactorError:
+                        continue  # reported above for the cells that run it
+                    if ref_tpl is None or tpl is None:
+                        continue
+                    changed = Item(item.id, data, item.line)
+                    try:
+                        same = tpl.render(self._filled(tpl, changed)) == ref_tpl.render(
+                            self._filled(ref_tpl, item)
+                        )
+                    except KeyError:
+                        continue  # an unfilled slot: reported by the cells' checks
+                    if same:
+                        out.append(f"{name}:{item.line}: item {item.id!r}: factor "
+                                   f"{factor.name!r} level {lv.name!r} leaves the item's "
+                                   "request unchanged (a silent null arm)")  # fmt: skip
+        return out
+
+    def _filled(self, template: Template, item: Item) -> dict[str, str]:
+        """``item``'s slot values, each ``{steps.*}`` slot of ``template`` filled with ``""``."""
+        values = self.values(item)
+        values.update({s.name: "" for s in template.slots() if s.name.startswith("steps.")})
+        return values
 
     def _after_problems(self, arm: str) -> list[str]:
         """An answer-dependent arm (section 9): its prior trials, slots and answer step."""

@@ -16,7 +16,7 @@ import itertools
 import re
 import tomllib
 from collections.abc import Iterable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Final
 
@@ -32,6 +32,17 @@ from runner._schema import (
     unknown_keys,
 )
 from runner.ddx import DDX_METRICS, DdxSpec, hypothesis_problems, parse_ddx
+from runner.factors import (
+    FACTORIAL_OUTCOMES,
+    Factor,
+    Factorial,
+    ItemEdit,
+    cell_arm_id,
+    design_columns,
+    parse_factorial,
+    parse_factors,
+)
+from runner.qrboot import QR_KEYS, QR_TEST, check_outcomes, check_pairing, qr_keys
 from runner.steps import StepSpec, parse_steps
 from runner.timestamping import TimestampSpec, parse_timestamping
 from runner.variants import FIELD_KINDS, KIND_KEYS, KINDS, Variant, VariantSpec
@@ -43,7 +54,7 @@ MCQ_TESTS = ("flip-rate", "position-bias", "voting", "self-consistency", "gee")
 item file and a letter parser (``multiple-choice`` or ``cloze``)."""
 TESTS = (
     "lmm", "paired-t", "independent-t", "bootstrap", "mcnemar", "chi-square", "equivalence",
-    *MCQ_TESTS,
+    *MCQ_TESTS, QR_TEST, "factorial",
 )  # fmt: skip
 ARM_TESTS = ("flip-rate", "voting", "self-consistency")
 """Tests of one arm (``arm``, no ``contrast``); ``mcnemar`` is one too when it names ``arm``."""
@@ -139,6 +150,10 @@ class Arm:
     variants: tuple[str, ...] | None = None
     after: dict[str, str] | None = None
     """An answer-dependent arm: ``{"arm", and "answer" (a trial step), "rule"}`` (prompts.md §9)."""
+    factors: dict[str, str] | None = None
+    """A cell of ``[factorial]``: ``{factor: level}`` (``docs/study-spec.md``, "Factors")."""
+    differs: dict[str, Any] | None = None
+    """``differs_from``'s exact claims: ``removes``, ``adds`` (lists), ``replaces`` ({old: new})."""
 
     def protocol_record(self) -> dict[str, Any]:
         """The per-arm settings ``protocol.locked`` records (only those the arm sets)."""
@@ -159,6 +174,8 @@ class Arm:
             out["variants"] = list(self.variants)
         if self.after is not None:
             out["after"] = dict(self.after)
+        if self.factors is not None:
+            out["factors"] = dict(self.factors)
         return out
 
 
@@ -252,6 +269,10 @@ class Hypothesis:
     """flip-rate: supported when the interval's lower bound exceeds this (percentage points)."""
     max_pp: float | None = None
     """flip-rate: supported when the interval's upper bound is below this (percentage points)."""
+    statistic: str | None = None
+    """qr-bootstrap: the statistic bootstrapped (``runner.qrboot.STATISTICS``)."""
+    effect: tuple[str, ...] | None = None
+    """factorial: the factor (main effect) or factors (interaction) whose term is tested."""
 
     def locked(self) -> dict[str, Any]:
         """The hypothesis as ``protocol.locked`` records it.
@@ -260,14 +281,18 @@ class Hypothesis:
         of one arm records ``arm`` and no ``contrast``.
         """
         out = self.__dict__ | {"contrast": list(self.contrast)}
-        if self.arm is not None:
+        if self.arm is not None or self.effect is not None:
             del out["contrast"]
+        if self.effect is None:
+            del out["effect"]
+        else:
+            out["effect"] = list(self.effect)
         for key in ("stimuli", "pairing", "variants"):
             if out[key] is None:
                 del out[key]
             else:
                 out[key] = list(out[key])
-        for key in KIND_ONLY_KEYS:
+        for key in (*KIND_ONLY_KEYS, "statistic"):
             if key in out and out[key] is None:
                 del out[key]
         return out
@@ -322,6 +347,26 @@ class Study:
     """Declared review samples (``[reviews.<NAME>]`` of either kind), locked."""
     ddx: DdxSpec | None = None
     """``[response.ddx]`` of a ``parser = "ddx"`` study (``docs/scoring.md`` §12)."""
+    factors: dict[str, Factor] = field(default_factory=dict)
+    """``[factors.<NAME>]`` (``docs/study-spec.md``, "Factors"), in declaration order."""
+    factorial: Factorial | None = None
+    """``[factorial]``: its cells are arms of :attr:`arms` (the base arm is not)."""
+
+    def arm_levels(self, arm: str) -> list[tuple[Factor, Any]]:
+        """The (factor, level) of each factor of a cell arm, in ``[factorial]`` order."""
+        chosen = self.arms[arm].factors or {}
+        return [(self.factors[f], self.factors[f].level(lv)) for f, lv in chosen.items()]
+
+    def arm_item_edits(self, arm: str) -> list[tuple[str, str, ItemEdit]]:
+        """The item edits of a cell arm: ``(factor, level, edit)`` in factor order."""
+        return [(f.name, lv.name, e) for f, lv in self.arm_levels(arm) for e in lv.edits]
+
+    def arm_template(self, arm: str) -> Path | None:
+        """A cell arm's item template: its level's ``template``, else ``[prompt] item``."""
+        for _, lv in self.arm_levels(arm):
+            if lv.template is not None:
+                return Path(lv.template)
+        return self.prompt.item
 
     def model_specs(self) -> list[ModelSpec]:
         """Every model, in declaration order (one, named None, for a ``[model]`` study)."""
@@ -408,6 +453,13 @@ class Study:
         for spec in self.variants:
             if "stopwords" in spec.params:
                 files[str(spec.params["stopwords"])] = "stopwords"
+        for factor in self.factors.values():  # docs/study-spec.md "Factors"
+            for lv in factor.levels:
+                if lv.template is not None:
+                    files[self._rel(lv.template)] = "template"
+                for edit in lv.edits:
+                    if edit.file is not None:
+                        files.setdefault(edit.file, "factor-text")
         for pattern in self.amendable:  # documents that may be amended are locked too
             for path in sorted(self.root.glob(pattern)):
                 if path.is_file():
@@ -683,13 +735,15 @@ def _hypotheses(
             c.add(f"{where}.id", f"duplicate hypothesis id {hid!r}")
         seen.add(hid)
         test = _str(c, h, "test", where)
-        one_arm = test in ARM_TESTS or (test == "mcnemar" and "arm" in h)
+        one_arm = test in ARM_TESTS or (test in ("mcnemar", QR_TEST) and "arm" in h) or (
+            test == "factorial")
         contrast = h.get("contrast")
         pair: tuple[str, str] = ("", "")
         if one_arm:
             if contrast is not None:
-                c.add(f"{where}.contrast", f"a {test} test of one arm names 'arm', not a "
-                      "contrast")  # fmt: skip
+                c.add(f"{where}.contrast", "a factorial test names effect = [...], not a "
+                      "contrast" if test == "factorial" else f"a {test} test of one arm names "
+                      "'arm', not a contrast")  # fmt: skip
         elif (
             not isinstance(contrast, list)
             or len(contrast) != 2
@@ -701,7 +755,10 @@ def _hypotheses(
             for arm in pair:
                 if arm not in arms:
                     c.add(f"{where}.contrast", f"unknown arm {arm!r}")
-        outcome = _outcome(c, h, where, parser)
+        outcome = (  # qr-bootstrap: runner.qrboot.check_outcomes, once the steps are read
+            _str(c, h, "outcome", where, default_outcome(parser)) if test == QR_TEST
+            else _factorial_outcome(c, h, where, parser) if test == "factorial"
+            else _outcome(c, h, where, parser))  # fmt: skip
         if test and test not in TESTS:
             c.add(f"{where}.test", f"unknown test {test!r}; use one of {', '.join(TESTS)}")
         if test == "chi-square" and parser in TEXT_PARSERS:
@@ -753,6 +810,7 @@ def _hypotheses(
                 c.add(f"{where}.pairing", "must be [\"stimulus\"] (per-stimulus means) or "
                       f"[\"stimulus\", \"rep\"] (trials), got {list(pairing)!r}")
         kind = _kind_keys(c, h, where, test, arms, parser)
+        kind.update(_effect_keys(c, h, where, test))
         out.append(
             Hypothesis(
                 hid, pair, outcome, test, sides, alpha, numbers["min_difference_pp"],
@@ -761,6 +819,40 @@ def _hypotheses(
             )
         )
     return out
+
+
+def _factorial_outcome(c: _Collector, h: dict[str, Any], where: str, parser: str) -> str:
+    """A factorial hypothesis's outcome: a name of :data:`runner.factors.FACTORIAL_OUTCOMES`."""
+    if parser == "tumbling-e-json":
+        c.add(f"{where}.test", "a factorial test models a per-trial outcome of a single-answer "
+              "parser (trial_accuracy), not a tumbling-E chart's glyph accuracy")  # fmt: skip
+    outcome = _str(c, h, "outcome", where, "trial_accuracy")
+    if outcome and outcome not in FACTORIAL_OUTCOMES:
+        c.add(f"{where}.outcome", f"unknown outcome {outcome!r} for a factorial test; use "
+              f"{' or '.join(FACTORIAL_OUTCOMES)}")  # fmt: skip
+    return outcome
+
+
+def _effect_keys(c: _Collector, h: dict[str, Any], where: str, test: str) -> dict[str, Any]:
+    """``effect`` of a factorial hypothesis (and the keys a factorial test refuses)."""
+    if test != "factorial":
+        if "effect" in h:
+            c.add(f"{where}.effect", f"does not apply to test {test!r} (only to factorial)")
+        return {}
+    for key in ("min_difference_pp", "margin_pp", "stimuli", "pairing"):
+        if key in h:
+            c.add(f"{where}.{key}", "does not apply to test 'factorial' (it takes effect, "
+                  "outcome, alpha, sides, correction, family)")  # fmt: skip
+    if h.get("sides", "two-sided") != "two-sided":
+        c.add(f"{where}.sides", "a factorial test is a two-sided Wald test: sides = "
+              "\"two-sided\"")  # fmt: skip
+    effect = _name_list(c, h, "effect", where)
+    if effect is None:
+        if "effect" not in h:
+            c.add(f"{where}.effect", "missing (a factorial test names the factor of a main "
+                  "effect, or the factors of an interaction: effect = [\"belief\", \"tone\"])")
+        return {}
+    return {"effect": effect}
 
 
 def _kind_keys(
@@ -775,6 +867,8 @@ def _kind_keys(
     takes = set(MCQ_KEYS.get(test, ()))
     if test == "mcnemar":
         takes = {"arm", "variants", "variant"}
+    if test == QR_TEST:
+        takes = set(QR_KEYS)
     if test in MCQ_TESTS:
         if parser not in LETTER_PARSERS:
             c.add(f"{where}.test", f"a {test} test reads option letters: it needs parser "
@@ -790,8 +884,12 @@ def _kind_keys(
             where_ok = [t for t, keys in MCQ_KEYS.items() if key in keys]
             if key in ("arm", "variants", "variant"):
                 where_ok.append("mcnemar")
+            if key in QR_KEYS:
+                where_ok.append(QR_TEST)
             c.add(f"{where}.{key}", f"does not apply to test {test!r} (only to "
                   f"{', '.join(where_ok)})")  # fmt: skip
+    if test == QR_TEST:
+        return qr_keys(c.add, h, where, arms)
     if test not in MCQ_TESTS and test != "mcnemar":
         return out
     if "arm" in h and "arm" in takes:
@@ -1291,18 +1389,11 @@ def _arms(
                 c.add(f"{where}.components", "a component is listed twice")
         differs = spec.get("differs_from")
         decl: tuple[str, tuple[str, ...]] | None = None
+        claims: dict[str, Any] | None = None
         if differs is not None:
-            if (
-                not isinstance(differs, dict)
-                or not isinstance(differs.get("arm"), str)
-                or not isinstance(differs.get("by"), list)
-                or not all(isinstance(x, str) for x in differs["by"])
-            ):
-                c.add(f"{where}.differs_from", 'must be {arm = "A", by = ["component", ...]}')
-            else:
-                decl = (differs["arm"], tuple(differs["by"]))
+            decl, claims = _differs(c, differs, where)
         settings = _arm_settings(c, spec, where, components, models, providers, fewshot)
-        arms[arm_id] = Arm(arm_id, role, names, decl, **settings)
+        arms[arm_id] = Arm(arm_id, role, names, decl, **settings, differs=claims)
     for arm in arms.values():
         if arm.differs_from and arm.differs_from[0] not in arms:
             c.add(f"arms.{arm.id}.differs_from", f"unknown arm {arm.differs_from[0]!r}")
@@ -1316,6 +1407,197 @@ def _arms(
     if raw and not arms:
         c.add("arms", "declare at least one arm")
     return arms
+
+
+def _differs(
+    c: _Collector, differs: Any, where: str
+) -> tuple[tuple[str, tuple[str, ...]] | None, dict[str, Any] | None]:
+    """``differs_from``: ``{arm, by}`` as before, or ``{arm, removes, adds, replaces}``.
+
+    Returns (``(arm, by)``, the exact claims or None); ``by`` is empty with the exact form.
+    """
+    exact = ("removes", "adds", "replaces")
+    usage = ('must be {arm = "A", by = ["component", ...]} or {arm = "A"} with removes = '
+             '[...], adds = [...] and/or replaces = { old = "new" }')  # fmt: skip
+    if not isinstance(differs, dict) or not isinstance(differs.get("arm"), str):
+        c.add(f"{where}.differs_from", usage)
+        return None, None
+    if "by" in differs:
+        by = differs["by"]
+        if not isinstance(by, list) or not all(isinstance(x, str) for x in by):
+            c.add(f"{where}.differs_from", usage)
+            return None, None
+        if any(k in differs for k in exact):
+            c.add(f"{where}.differs_from", "states either by (removed or replaced) or the exact "
+                  "removes / adds / replaces, not both")  # fmt: skip
+            return None, None
+        return (differs["arm"], tuple(by)), None
+    claims: dict[str, Any] = {}
+    for key in ("removes", "adds"):
+        if key in differs:
+            value = differs[key]
+            if not isinstance(value, list) or not value or not all(
+                isinstance(x, str) and x for x in value
+            ):
+                c.add(f"{where}.differs_from.{key}", "must be a non-empty list of component "
+                      "names")  # fmt: skip
+                return None, None
+            claims[key] = list(value)
+    if "replaces" in differs:
+        value = differs["replaces"]
+        if not isinstance(value, dict) or not value or not all(
+            isinstance(v, str) and v for v in value.values()
+        ):
+            c.add(f"{where}.differs_from.replaces", 'must be a table { old = "new", ... } of '
+                  "component names")  # fmt: skip
+            return None, None
+        claims["replaces"] = dict(value)
+    if not claims:
+        c.add(f"{where}.differs_from", usage)
+        return None, None
+    return (differs["arm"], ()), claims
+
+
+def _factorial_arms(
+    c: _Collector, arms: dict[str, Arm], factors: dict[str, Factor], factorial: Factorial | None,
+    has_template: bool,
+) -> dict[str, Arm]:
+    """The arms with ``[factorial]``'s base replaced by one arm per cell, in cell order.
+
+    A cell is the base arm with ``factors = {factor: level}``, its prompt levels' components
+    after the base's (the item block placed explicitly before them) and their system
+    components after the base's system (``docs/prompts.md`` §3).
+    """
+    for name in factors:
+        if factorial is None or name not in factorial.factors:
+            c.add(f"factors.{name}", "is not crossed by [factorial] (factors = [...]): a factor "
+                  "no design uses would be locked without effect")  # fmt: skip
+    if factorial is None:
+        return arms
+    base = arms[factorial.base]
+    for arm in arms.values():
+        if arm.differs_from is not None and arm.differs_from[0] == base.id:
+            c.add(f"arms.{arm.id}.differs_from", f"arm {base.id!r} is the template of the "
+                  "factorial cells and is not run; name a cell arm")  # fmt: skip
+        if arm.after is not None and arm.after["arm"] == base.id:
+            c.add(f"arms.{arm.id}.after", f"arm {base.id!r} is the template of the factorial "
+                  "cells and is not run")  # fmt: skip
+    if base.after is not None or base.differs_from is not None:
+        c.add(f"arms.{base.id}", "the factorial base arm may not be answer-dependent (after) "
+              "or declare differs_from")  # fmt: skip
+    out: dict[str, Arm] = {}
+    for arm_id, arm in arms.items():
+        if arm_id != base.id:
+            out[arm_id] = arm
+            continue
+        for cell in factorial.cells:
+            levels = [factors[f].level(lv) for f, lv in cell.items()]
+            components = list(base.components)
+            added = [n for lv in levels for n in lv.components]
+            if has_template and "item" not in components:
+                components.append("item")
+            components += added
+            system = tuple(base.system) + tuple(n for lv in levels for n in lv.system)
+            for name in set(components) | set(system):
+                if components.count(name) > 1 or system.count(name) > 1:
+                    c.add("factorial", f"cell {cell_arm_id(base.id, factorial.factors, cell)}: "
+                          f"component {name!r} is listed twice")  # fmt: skip
+            if sum(1 for lv in levels if lv.template is not None) > 1:
+                c.add("factorial", f"cell {cell_arm_id(base.id, factorial.factors, cell)}: two "
+                      "factors set the item template")  # fmt: skip
+            cid = cell_arm_id(base.id, factorial.factors, cell)
+            out[cid] = replace(base, id=cid, components=tuple(components), system=system,
+                               factors=dict(cell))  # fmt: skip
+    return out
+
+
+def _factorial_hypotheses(
+    c: _Collector, hypotheses: list[Hypothesis], factors: dict[str, Factor],
+    factorial: Factorial | None, has_variants: bool,
+) -> None:
+    """Each factorial hypothesis's effect: factors crossed by ``[factorial]``, and estimable.
+
+    The model (docs/analysis.md "Factorial designs") has every crossed factor's main effects
+    and every interaction a hypothesis registers; over the design's cells its columns must be
+    linearly independent, else a term is aliased (a fraction) and its test is refused.
+    """
+    import numpy as np
+
+    tests = [(i, h) for i, h in enumerate(hypotheses) if h.test == "factorial"]
+    if not tests:
+        return
+    if factorial is None:
+        for i, _ in tests:
+            c.add(f"hypotheses[{i}].test", "a factorial test needs a [factorial] design")
+        return
+    if has_variants:
+        for i, _ in tests:
+            c.add(f"hypotheses[{i}].test", "a factorial test of a study with [variants] is not "
+                  "available (the variants are not factors of the model)")  # fmt: skip
+        return
+    order = list(factorial.factors)
+    inters: list[tuple[str, ...]] = []
+    for i, h in tests:
+        effect = h.effect or ()
+        outside = [f for f in effect if f not in order]
+        if outside:
+            c.add(f"hypotheses[{i}].effect", f"factor {outside[0]!r} is not crossed by "
+                  f"[factorial] (its factors: {', '.join(order)})")  # fmt: skip
+            return
+        if len(effect) > 1:
+            key = tuple(sorted(effect, key=order.index))
+            if key not in inters:
+                inters.append(key)
+    levels = [(f, [lv.name for lv in factors[f].levels]) for f in order]
+    cols = design_columns(levels, inters)
+    cells = list(factorial.cells)
+
+    def column(at: dict[str, str]) -> list[float]:
+        return [1.0 if all(cell[f] == v for f, v in at.items()) else 0.0 for cell in cells]
+
+    x = np.array([[1.0] * len(cells)] + [column(at) for _, at in cols]).T
+    full = int(np.linalg.matrix_rank(x))
+    if full == x.shape[1]:
+        return
+    for i, h in tests:
+        effect = tuple(sorted(h.effect or (), key=order.index))
+        mine = [j + 1 for j, (_, at) in enumerate(cols) if tuple(at) == effect]
+        rest = [j for j in range(x.shape[1]) if j not in mine]
+        if int(np.linalg.matrix_rank(x[:, rest])) + len(mine) == full:
+            continue
+        partner = _alias_of(effect, cols, cells, factors)
+        what = ("interaction " + " × ".join(effect) if len(effect) > 1
+                else f"main effect {effect[0]}")  # fmt: skip
+        c.add(f"hypotheses[{i}].effect", f"the {what} is aliased{partner} in this design: the "
+              "cells do not cross those factors, so its term cannot be estimated apart from "
+              "the model's other terms")  # fmt: skip
+
+
+def _alias_of(
+    effect: tuple[str, ...], cols: list[tuple[str, dict[str, str]]], cells: list[dict[str, str]],
+    factors: dict[str, Factor],
+) -> str:
+    """`` with <term>`` when another model term has the same ±1 contrast over the cells."""
+    def code(names: Iterable[str]) -> list[int]:
+        out = []
+        for cell in cells:
+            sign = 1
+            for f in names:
+                sign *= -1 if cell[f] == factors[f].reference else 1
+            out.append(sign)
+        return out
+
+    mine = code(effect)
+    seen: list[tuple[str, ...]] = []
+    for _, at in cols:
+        names = tuple(at)
+        if names == effect or names in seen:
+            continue
+        seen.append(names)
+        other = code(names)
+        if other == mine or other == [-v for v in mine]:
+            return " with " + (" × ".join(names) if len(names) > 1 else names[0])
+    return ""
 
 
 def _items_stimuli(c: _Collector, root: Path, table: dict[str, Any]) -> tuple[Path, Any]:
@@ -1766,6 +2048,13 @@ def load_study(root: str | Path, *, strict: bool = True) -> Study:
         m.provider for m in models.values()
     ]
     arms = _arms(c, data, components, models, providers, fewshot)
+    factors = parse_factors(
+        data.get("factors"), c.add, lambda rel, where: _inside(c, root, rel, where),
+        lambda path, where: _read_text(c, path, where),
+        lambda path: path.resolve().relative_to(root.resolve()).as_posix(), components,
+    )
+    factorial = parse_factorial(data.get("factorial"), factors, arms, c.add)
+    arms = _factorial_arms(c, arms, factors, factorial, prompt.item is not None)
     response = _response(c, data)
     stimuli_dir, truth, stimuli, items = _stimuli(c, root, data)
     stimuli_table = data.get("stimuli")
@@ -1815,6 +2104,7 @@ def load_study(root: str | Path, *, strict: bool = True) -> Study:
         secret = "generate"
 
     hypotheses = _hypotheses(c, data, arms, response.parser, stimuli)
+    _factorial_hypotheses(c, hypotheses, factors, factorial, "variants" in data)
     analysis_out = _analysis(c, data, arms)
     model_arms = analysis_out.get("model_arms")
     if model_arms is not None:
@@ -1847,6 +2137,8 @@ def load_study(root: str | Path, *, strict: bool = True) -> Study:
         covariate_problems(analysis_out["covariates"], steps, c.add)
     reviews = _reviews(c, data, arms, variants, models, response.parser, items_path is not None,
                        steps)
+    check_outcomes(c.add, hypotheses, response.parser, steps)
+    check_pairing(c.add, hypotheses, arms, int(replicates))
     if response.parser.startswith(JUDGE_PREFIX):
         judge = steps.get(response.parser[len(JUDGE_PREFIX) :])
         if judge is None or judge.on != "trial":
@@ -1882,6 +2174,7 @@ def load_study(root: str | Path, *, strict: bool = True) -> Study:
         variants=tuple(variants),
         witnessing=witnessing, timestamping=timestamping, steps=steps, reviews=reviews,
         ddx=ddx,
+        factors=factors, factorial=factorial,
     )
     if items is not None:  # read once, here: Study.load_items returns it from now on
         object.__setattr__(loaded, "_items", items)
@@ -1907,6 +2200,9 @@ def check_matched_controls(study: Study) -> list[str]:
     problems: list[str] = []
     for arm in study.arms.values():
         if arm.differs_from is None:
+            continue
+        if arm.differs is not None:
+            problems += _exact_claims(study, arm)
             continue
         base_id, by = arm.differs_from
         base = study.placed_components(base_id)
@@ -1935,6 +2231,56 @@ def check_matched_controls(study: Study) -> list[str]:
                 f"order ({expected}), but it has {list(mine)}"
             )
     return problems
+
+
+def _exact_claims(study: Study, arm: Arm) -> list[str]:
+    """``differs_from = {arm, removes, adds, replaces}``: each claim held exactly.
+
+    Against the base's placed components, the arm must lack exactly ``removes`` and the keys of
+    ``replaces``, have exactly ``adds`` and the values of ``replaces`` beyond them, each
+    replacement in the position of the component it replaces, and every other component in the
+    base's order.
+    """
+    assert arm.differs_from is not None and arm.differs is not None
+    base_id = arm.differs_from[0]
+    where = f"{study.spec_path}: arms.{arm.id}.differs_from"
+    base = list(study.placed_components(base_id))
+    mine = list(study.placed_components(arm.id))
+    removes = list(arm.differs.get("removes", []))
+    adds = list(arm.differs.get("adds", []))
+    replaces: dict[str, str] = dict(arm.differs.get("replaces", {}))
+    removed = [x for x in base if x not in mine]
+    added = [x for x in mine if x not in base]
+    out: list[str] = []
+    for name in [*removes, *replaces]:
+        if name not in base:
+            out.append(f"{where}: {base_id} has no component {name!r} for {arm.id} to remove or "
+                       f"replace ({base_id}: {base})")  # fmt: skip
+    for name in [*adds, *replaces.values()]:
+        if name in base:
+            out.append(f"{where}: {name!r} is already in {base_id} ({base}); {arm.id} cannot add "
+                       "it")  # fmt: skip
+    if out:
+        return out
+    claimed_removed = sorted([*removes, *replaces])
+    claimed_added = sorted([*adds, *replaces.values()])
+    if sorted(removed) != claimed_removed or sorted(added) != claimed_added:
+        said = []
+        if removes:
+            said.append(f"removes {removes}")
+        if adds:
+            said.append(f"adds {adds}")
+        if replaces:
+            said.append(f"replaces {replaces}")
+        return [f"{where}: arm {arm.id} is declared to differ from {base_id} as it "
+                f"{', '.join(said)}, but it lacks {removed} and adds {added}"]  # fmt: skip
+    expected = [replaces.get(x, x) for x in base if x not in removes]
+    kept = [x for x in mine if x not in adds]
+    if kept != expected:
+        return [f"{where}: apart from what it adds, arm {arm.id} must have {base_id}'s components "
+                f"with {replaces or 'nothing'} replaced in place and {removes or 'nothing'} "
+                f"removed ({expected}), but it has {kept}"]  # fmt: skip
+    return []
 
 
 def _variants(

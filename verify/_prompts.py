@@ -27,6 +27,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from verify._canonical import CanonicalError, canonical_json
+from verify._factorial import FactorialError, Factors, expansion_problems
 from verify._items import Item, ItemError, ItemFile, item_format, read_items, resolve_image
 from verify._variants import VariantError, Variants
 
@@ -628,6 +629,7 @@ class Arm:
     items: tuple[int, str] | None = None
     variants: tuple[str, ...] | None = None
     after: Mapping[str, str] | None = None  # §9: an answer-dependent arm
+    factors: Mapping[str, str] | None = None  # a factorial cell (study-spec.md "Factors")
 
     @classmethod
     def from_locked(cls, name: str, info: Any) -> Arm:
@@ -661,6 +663,10 @@ class Arm:
         if after is not None and (type(after) is not dict or type(after.get("arm")) is not str
                                   or not all(type(v) is str for v in after.values())):
             raise PromptError(f"{where}.after is not an object {{arm, answer, rule}}")
+        factors = info.get("factors")
+        if factors is not None and (type(factors) is not dict
+                                    or not all(type(v) is str for v in factors.values())):
+            raise PromptError(f"{where}.factors is not an object {{factor: level}}")
         return cls(
             name,
             components,
@@ -672,6 +678,7 @@ class Arm:
             subset_of,
             None if variants is None else _string_list(variants, f"{where}.variants"),
             after,
+            factors,
         )
 
 
@@ -691,8 +698,10 @@ class LockedStudy:
         read: Callable[[str], bytes | None],
         components: Mapping[str, str],
         stimuli: Mapping[str, str] | None = None,
+        spec: Mapping[str, Any] | None = None,
     ) -> None:
         self.protocol = protocol
+        self.spec = spec
         self._read = read
         self.component_paths = dict(components)
         self.stimulus_paths = dict(stimuli or {})
@@ -768,6 +777,15 @@ class LockedStudy:
             except VariantError as exc:
                 raise PromptError(str(exc)) from None
         self._varied: dict[tuple[str, str], dict[str, Any]] = {}
+        # study-spec.md "Factors": each cell's item edits and template
+        self.factors: Factors | None = None
+        if protocol.get("factorial") is not None:
+            try:
+                self.factors = Factors(protocol)
+            except FactorialError as exc:
+                raise PromptError(str(exc)) from None
+        self._level_templates: dict[str, Template] = {}
+        self._edited: dict[tuple[str, str, str | None], Mapping[str, Any]] = {}
         for arm in self.arms.values():
             self._check_arm(arm)
         self._draws: dict[tuple[str, str], list[Item]] = {}
@@ -944,20 +962,78 @@ class LockedStudy:
                 raise PromptError(str(exc)) from None
         return self._varied[key]
 
-    def item_block(self, item_id: str, variant: str | None = None) -> str:
-        """§3.1: the item template rendered for the item, trailing ``\\n`` removed."""
-        if self.template is None:
-            raise PromptError("the study has no item template ([prompt] item)")
-        if not self.has_steps:
-            return self._render(self.template, self.varied(item_id, variant), False)
+    def template_of(self, arm: str | None) -> Template | None:
+        """The item template of an arm: its cell's level template, else ``[prompt] item``."""
+        info = self.arms.get(arm) if arm is not None else None
+        if info is None or info.factors is None or self.factors is None:
+            return self.template
+        try:
+            path = self.factors.template(info.factors)
+        except FactorialError as exc:
+            raise PromptError(f"arm {arm}: {exc}") from None
+        if path is None:
+            return self.template
+        if path not in self._level_templates:
+            template = self._template(path, f"protocol.locked factors (arm {arm}) template")
+            _refuse_answer_slots(template)
+            self._level_templates[path] = template
+        return self._level_templates[path]
+
+    def item_templates(self) -> list[Template]:
+        """``[prompt] item`` and every factor level's template (their step slots are read)."""
+        out = [self.template] if self.template is not None else []
+        if self.factors is not None:
+            for f, levels in self.factors.levels.items():
+                for lv, record in levels.items():
+                    path = record.get("template")
+                    if type(path) is not str:
+                        continue
+                    if path not in self._level_templates:
+                        template = self._template(path, f"protocol.locked factors.{f} level {lv}")
+                        _refuse_answer_slots(template)
+                        self._level_templates[path] = template
+                    out.append(self._level_templates[path])
+        return out
+
+    def _lock_values(self, template: Template, fields: Mapping[str, Any]) -> str:
+        """``template`` rendered for ``fields``, each ``{steps.*}`` slot filled with ``""``."""
+        values = item_values(fields, self.option_format, self.option_separator)
+        values.update({s.name: "" for s in template.slots if s.name.startswith("steps.")})
+        return template.render(values, f"item {fields.get('id')!r}")
+
+    def edited(self, item_id: str, variant: str | None, arm: str | None) -> Mapping[str, Any]:
+        """The item of a trial: varied, then its cell's factor edits (study-spec.md)."""
         fields = self.varied(item_id, variant)
+        info = self.arms.get(arm) if arm is not None else None
+        if info is None or info.factors is None or self.factors is None:
+            return fields
+        assert arm is not None
+        key = (arm, item_id, variant)
+        if key not in self._edited:
+            try:
+                self._edited[key] = self.factors.apply(fields, info.factors)
+            except FactorialError as exc:
+                raise PromptError(f"arm {arm}: {exc}") from None
+        return self._edited[key]
+
+    def item_block(self, item_id: str, variant: str | None = None, arm: str | None = None) -> str:
+        """§3.1: the item template rendered for the item, trailing ``\\n`` removed.
+
+        ``arm``: a factorial cell's template and item edits apply.
+        """
+        template = self.template_of(arm)
+        if template is None:
+            raise PromptError("the study has no item template ([prompt] item)")
+        fields = self.edited(item_id, variant, arm)
+        if not self.has_steps:
+            return self._render(template, fields, False)
         values = item_values(fields, self.option_format, self.option_separator)
         if self._lock_fill:  # at lock, the step slots are checked apart (verify._steps)
-            values.update({s.name: "" for s in self.template.slots
+            values.update({s.name: "" for s in template.slots
                            if s.name.startswith("steps.")})  # fmt: skip
         else:
             values.update(self.step_values.get(item_id, {}))
-        return self.template.render(values, f"item {fields.get('id')!r}").rstrip("\n")
+        return template.render(values, f"item {fields.get('id')!r}").rstrip("\n")
 
     def own_text(self, arm: str) -> str:
         """§3.2: the arm's own text (``arms.X.sha256`` hashes it); empty without components.
@@ -976,14 +1052,15 @@ class LockedStudy:
     def examples(self, arm: str, item_id: str) -> list[tuple[str, str]]:
         """§4: ``(user text, answer text)`` of each example arm ``arm`` shows for the item."""
         fs = self.fewshot_of(arm)
-        if fs is None or self.template is None:
+        template = self.template_of(arm)
+        if fs is None or template is None:
             return []
         key = (fs.name, item_id)
         if key not in self._draws:
             self._check_draw_work()
             self._draws[key] = draw(fs, item_id, self.fields(item_id).get("metadata") or {})
         return [
-            (self._render(self.template, e.data, False), self._render(fs.answer, e.data, True))
+            (self._render(template, e.data, False), self._render(fs.answer, e.data, True))
             for e in self._draws[key]
         ]
 
@@ -1010,7 +1087,7 @@ class LockedStudy:
         texts: list[str] = []
         for kind, name in parts:
             if kind == "item":
-                texts.append(self.item_block(item_id, variant))
+                texts.append(self.item_block(item_id, variant, arm))
             elif kind == "examples":
                 texts.append(
                     "\n\n".join(f"{u}\n{a}" for u, a in self.examples(arm, item_id)).rstrip("\n")
@@ -1245,10 +1322,41 @@ class LockedStudy:
                         if variant is not None:
                             self.item_block(item_id, variant)
 
+        def cells() -> None:  # study-spec.md "Factors": every cell's edits and template fill
+            for arm, info in self.arms.items():
+                if info.factors is None:
+                    continue
+                for item_id in self.arm_items(arm) if self.template is not None else ():
+                    self.item_block(item_id, None, arm)
+
+        def nulls() -> None:  # study-spec.md "Factors": no level leaves an item unchanged
+            fx = self.factors
+            if fx is None or self.template is None:
+                return
+            reference = {f: fx.order[f][0] for f in fx.crossed}
+            for f in fx.crossed:
+                for lv in fx.order[f][1:] if fx.scope[f] == "item" else ():
+                    cell = {**reference, f: lv}
+                    path = fx.template(cell)
+                    tpl = self.template if path is None else self._template(path, path)
+                    for item_id in self.item_ids:
+                        fields = self.fields(item_id)
+                        try:
+                            edited = fx.apply(fields, cell)
+                        except FactorialError as exc:
+                            raise PromptError(str(exc)) from None
+                        if self._lock_values(tpl, edited) == self._lock_values(
+                                self.template, fields):  # fmt: skip
+                            raise PromptError(f"item {item_id!r}: factor {f!r} level {lv!r} "
+                                              "leaves the item's request unchanged (a silent "
+                                              "null arm)")  # fmt: skip
+
         self._lock_fill = True
         try:
             first(items)
             first(variants)
+            first(cells)
+            first(nulls)
         finally:
             self._lock_fill = False
         for arm in self.arms:
@@ -1271,4 +1379,6 @@ class LockedStudy:
                 where = "[model]" if model is None else f"[models.{model}]"
                 where += f" with [arms.{arm}] sampling"
                 problems.extend(parameter_problems(where, self.parameters(arm, model)))
+        if self.factors is not None:
+            problems += expansion_problems(self.protocol, self.spec, self._read)
         return list(dict.fromkeys(problems))

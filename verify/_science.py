@@ -33,7 +33,7 @@ import numpy as np
 import rfc8785
 from scipy import stats as sps
 
-from verify import _ddx, _mcqhyp, _review
+from verify import _ddx, _factorial, _mcqhyp, _qrboot, _review
 from verify import _restats as st
 from verify._envelope import is_hex64
 from verify._items import ItemError, ItemFile, read_items
@@ -567,6 +567,7 @@ class _Dataset:
     cloze: bool = False  # the parser is cloze: items.csv ends in logprobs, margin
     ddx: bool = False  # the parser is ddx: trials.csv ends in the metrics (scoring.md §12)
     covariates: list[str] = field(default_factory=list)  # analysis.md §10: covariate.NAME
+    factors: list[str] = field(default_factory=list)  # analysis.md §2: factor.<NAME> columns
 
     @property
     def several_models(self) -> bool:
@@ -753,6 +754,15 @@ def _dataset(archive: _Archive, plan: dict[str, Any]) -> _Dataset:
             for name in covariates:
                 value = decision.get(name) if isinstance(decision, dict) else None
                 row[f"covariate.{name}"] = value if isinstance(value, bool) else None
+    factorial = plan.get("factorial")
+    factor_names = [str(f) for f in factorial.get("factors") or []] if isinstance(
+        factorial, dict) else []  # fmt: skip
+    arm_table = plan.get("arms") if isinstance(plan.get("arms"), dict) else {}
+    for _, row, _ in trials:  # analysis.md §2: a factorial study's factor.<NAME> columns
+        info = arm_table.get(row["arm"]) if isinstance(arm_table, dict) else None
+        cell = info.get("factors") if isinstance(info, dict) else None
+        for f in factor_names:
+            row[f"factor.{f}"] = str(cell.get(f, "")) if isinstance(cell, dict) else ""
     given_up = [str(e.body.get("trial")) for e in archive.of("trial.failed") if e.body.get("final")]
     by_source = (plan.get("analysis") or {}).get("random_intercept") == "source"
     return _Dataset(
@@ -767,6 +777,7 @@ def _dataset(archive: _Archive, plan: dict[str, Any]) -> _Dataset:
         cloze=(plan.get("response") or {}).get("parser") == "cloze",
         ddx=ddx,
         covariates=covariates,
+        factors=factor_names,
     )
 
 
@@ -1198,6 +1209,10 @@ def _hypotheses(
             one = sides == "one-sided"
             if _mcqhyp.is_mcq_hypothesis(h):  # docs/mcq-statistics.md §11
                 return _mcqhyp.values_of(ds, plan, h)
+            if _qrboot.is_qr(h):  # statistics.md: (question, run) bootstrap as a test
+                return _qrboot.values_of(ds, plan, h)
+            if test == "factorial":  # analysis.md "Factorial designs"
+                return _factorial.factorial_values(ds.analysable(), plan, h, ds.models)
             if test == "lmm":
                 model = fit
                 sub: dict[str, Any] | None = None
@@ -1291,6 +1306,8 @@ def _hypotheses(
     for h, r in zip(plan["hypotheses"], out, strict=True):
         if r.status == "ok" and h["test"] in _mcqhyp.INTERVAL_TESTS:
             r.verdict, r.decided_by = _mcqhyp.decide_interval(h, r.values)
+        elif r.status == "ok" and _qrboot.is_qr(h):
+            r.verdict, r.decided_by = _qrboot.decide(h, r.values)
         elif r.status == "ok":
             _decide(h, r)
     return out
@@ -1797,6 +1814,10 @@ def _multiplicity(tested: list[_Result]) -> _Result:
             for r in tested
             if r.status == "ok" and r.values.get("p_raw") is not None
         ]
+        if not rows and all(r.status == "ok" for r in tested):
+            # docs/analysis.md: interval tests only, nothing to correct
+            return {"hypotheses": [], "note": "no registered test gives a p-value (interval "
+                    "tests only): nothing to correct"}
         if not rows:
             raise st.StatError("no hypothesis produced a p-value")
         ps = [float(p) for _, p in rows]
@@ -1906,6 +1927,9 @@ def _recompute(
     if _mcqhyp.registers_mcq(plan):  # docs/mcq-statistics.md §11
         out.append(_guard(_Result("descriptive.mcq"),
                           lambda: _mcqhyp.descriptive_values(ds, plan)))  # fmt: skip
+    if _qrboot.registers_qr(plan):
+        out.append(_guard(_Result("descriptive.qr_bootstrap"),
+                          lambda: _qrboot.descriptive_values(ds, plan)))  # fmt: skip
     model, fit = _model(ds, plan, recorded=recorded.get("model.lmm"))
     out.append(model)
     last_plan = plan
@@ -2132,6 +2156,7 @@ def _reanalysis(archive: _Archive) -> tuple[Check, list[str]]:
         )
     ds = _dataset(archive, plan)
     metric_columns = (*(_ddx.METRICS if ds.ddx else ()),  # analysis.md §2: a ddx study's metrics
+                      *(f"factor.{f}" for f in ds.factors),  # a factorial study's levels
                       *(f"covariate.{n}" for n in ds.covariates))  # §10: the factor labels
     if ds.variants:
         trials_csv = _csv_bytes(ds.trials, (*VARIANT_TRIAL_COLUMNS, *metric_columns))
@@ -2200,7 +2225,7 @@ def _reanalysis(archive: _Archive) -> tuple[Check, list[str]]:
     for event, r in zip(results, recomputed, strict=True):
         body = archive.at(event).body
         rel = REL_TOL
-        if r.hypothesis and test_of.get(r.hypothesis.split("@", 1)[0]) == "gee":
+        if r.hypothesis and test_of.get(r.hypothesis.split("@", 1)[0]) in ("gee", "factorial"):
             rel = GEE_REL_TOL  # statsmodels stops at its own tolerance (mcq-statistics.md §11)
         problem: str | None = None
         reml_problem = r.values.get("_reml_problem")

@@ -34,6 +34,7 @@ from dataclasses import dataclass, field
 from html.parser import HTMLParser
 from typing import Any
 
+from verify import _qrboot
 from verify._archive.view import Archive
 from verify._ledgerfile import _State
 from verify._report import CHECK_NAMES, Check
@@ -136,7 +137,8 @@ def _component_classes(protocol: dict[str, Any], results: list[dict[str, Any]]
     units: dict[str, list[tuple[str, str]]] = {}
     for r in results:
         h = plan.get(r.get("hypothesis"))
-        if h is None or h.get("test") == "chi-square" or r.get("status") != "ok":
+        if h is None or h.get("test") == "chi-square" or r.get("status") != "ok" or (
+                h.get("test") == "qr-bootstrap" and h.get("statistic") != "difference"):
             continue
         contrast = h.get("contrast") or ["", ""]
         a, b = str(contrast[0]), str(contrast[1])
@@ -529,11 +531,22 @@ def _estimate_text(result: dict[str, Any]) -> str:
     if test == "gee":
         return (f"log OR {_fmt(v.get('estimate'))} (95% CI {_fmt(v.get('lower'))} to "
                 f"{_fmt(v.get('upper'))}; OR {_fmt(v.get('odds_ratio'))})")
+    if test == "factorial":  # analysis.md "Factorial designs": the term's joint Wald test
+        tested = v.get("tested") or []
+        text = (f"{' × '.join(map(str, v.get('effect') or []))}: Wald chi2 {_fmt(v.get('chi2'))}, "
+                f"df {_fmt(v.get('df'))} ({', '.join(map(str, tested))})")
+        if v.get("estimate") is not None:
+            text += f"; coefficient {_fmt(v.get('estimate'))}"
+        if v.get("odds_ratio") is not None:
+            text += f" (OR {_fmt(v.get('odds_ratio'))})"
+        return text
     if test == "flip-rate":
         return (f"flip rate {_pct(v.get('rate'))} ({_pct(v.get('conf'), 0)} CI "
                 f"{_pct(v.get('lower'))} to {_pct(v.get('upper'))})")
     if test == "chi-square":
         return f"chi2 {_fmt(v.get('chi2'))}, df {_fmt(v.get('df'))}"
+    if test == "qr-bootstrap":
+        return _qrboot.estimate_text(v)
     est, lower, upper = _contrast(v)
     if est is None:
         return "–"
@@ -615,6 +628,8 @@ class _Expect:
 
     def _contrast_text(self, result: dict[str, Any]) -> str:
         plan = self._plan_of(result)
+        if plan.get("arm") and plan.get("test") == "qr-bootstrap":  # one arm, no variants
+            return f"arm {plan['arm']}"
         if plan.get("arm"):  # a seed-002 test of one arm (mcq-statistics.md §11)
             return f"arm {plan['arm']}: " + " vs ".join(map(str, plan.get("variants") or []))
         contrast = _get(plan, "contrast") or []
@@ -937,6 +952,7 @@ class _Expect:
                         ["arm", "model", "correct", "glyphs" if self.tumbling else "items",
                          "accuracy", "Wilson 95% CI"], rows))  # fmt: skip
         out.extend(self._mcq_tables())
+        out.extend(_qrboot.report_tables(self.result("descriptive.qr_bootstrap")))
         out.extend(self._ddx_tables())
         out.extend(self._covariate_tables())
         control = self.result("descriptive.control")
@@ -1194,7 +1210,8 @@ class _Expect:
             by_model, f"{EXPLORATORY}: ", f"; joint Wald test of the {test.get('df')} arm × "
             f"model terms: chi2 {_fmt(test.get('chi2'))}, p {_p(test.get('p'))}")
         mult = self.result("exploratory.multiplicity")
-        if mult is not None and mult.get("status") == "ok":
+        if (mult is not None and mult.get("status") == "ok"
+                and not _obj(mult.get("values")).get("note")):
             v = _obj(mult.get("values"))
             bonf = _obj(v.get("bonferroni")).get("adjusted") or []
             holm = _obj(v.get("holm")).get("adjusted") or []
@@ -1267,6 +1284,9 @@ class _Expect:
         by_model = self.result("descriptive.arm_model")
         if by_model is not None and by_model.get("status") != "ok":
             out.append(("p", self._failed_text(by_model)))
+        qr = self.result("descriptive.qr_bootstrap")
+        if qr is not None and qr.get("status") != "ok":
+            out.append(("p", self._failed_text(qr)))
         stim = self.result("descriptive.arm_stimulus")
         if stim is not None and stim.get("status") == "failed":
             out.append(("p", self._failed_text(stim)))
@@ -1323,6 +1343,8 @@ class _Expect:
             out.append(("p", "Not recorded."))
         elif mult.get("status") != "ok":
             out.append(("p", self._failed_text(mult)))
+        elif _obj(mult.get("values")).get("note"):
+            out.append(("p", f"{_obj(mult.get('values')).get('note')}."))
         skip = ("exploratory.errors.", "exploratory.pair.", "exploratory.question_run.",
                 "exploratory.arm_by_model", "exploratory.by_truth", "exploratory.by_stimulus")
         for r in self.results:

@@ -241,7 +241,7 @@ class Archive:
         }
         try:
             return LockedStudy(
-                protocol, lambda p: self.locked_blob(p, before), paths, stimuli
+                protocol, lambda p: self.locked_blob(p, before), paths, stimuli, spec
             ), None
         except (PromptError, ItemError) as exc:
             return None, str(exc)
