@@ -280,6 +280,8 @@ class StepWork:
             if d is _PENDING:
                 return ("step", k, None, None)
             if d is None:
+                if k == 1 and not any(c.id in self.calls for c in self.sample_calls(step, item, 1)):
+                    return ("rejected", 1, None, None)  # blocked (§8.3): no sample can be taken
                 continue
             checks = self.sample_calls(ver.step, item, k)
             if not any(c.id in self.calls for c in checks) and self._verifier_blocked(checks[0]):

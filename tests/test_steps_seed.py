@@ -410,3 +410,22 @@ def test_covariates_of_a_ddx_study_stratify_its_metrics(tmp_path: Path, home: Pa
     results = json.loads((tmp_path / "archive" / "analysis" / "results.json").read_text())
     values = next(r for r in results if r["id"] == "descriptive.covariates")["values"]
     assert values["outcomes"][0] == "plausibility" and len(values["outcomes"]) == 7
+
+
+def test_a_verified_step_whose_input_has_no_decision_excludes_the_item(
+    home: Path, tmp_path: Path
+) -> None:
+    """The rewrite reads q06's annotation, which does not parse: no sample can be taken, and
+    q06's trials are recorded exclusions instead of waiting; the session completes."""
+    root = write(tmp_path / "study", steps().replace('template = "prompts/rewrite.txt"',
+                                                     'template = "prompts/rewrite2.txt"'))
+    (root / "prompts" / "rewrite2.txt").write_text(
+        "Rewrite the case in the first person ({steps.annotate.first_person}).\nText: {context}\n")
+    (root / "prompts" / "semcheck.txt").write_text(
+        "Answer retained or lost.\nOriginal: {context}\nRewrite: {steps.rewrite}\n")
+    lock_study(root, KEY)
+    assert run_study(root, KEY, Scripted(), RunOptions(concurrency=2)).reason == "complete"
+    assert not any("|q06|" in c for c in calls(root, "rewrite"))
+    excluded = {e.body["trial"]: e.body for e in events(root) if e.kind == "trial.excluded"}
+    assert {t for t, b in excluded.items() if b["item"] == "q06"} == {
+        "plain|target|q06|1", "sys|target|q06|1", "doubt|target|q06|1"}
