@@ -326,6 +326,10 @@ class StepWork:
             spec.aggregate, [r.value if r.responded else None for _, r in votes], spec.sets
         )
 
+    def settled(self, step: str, unit: str) -> bool:
+        """Whether ``step`` has its decision (or its lack of one) on ``unit``: nothing to call."""
+        return self.decision(step, unit) is not _PENDING
+
     def blocked(self, step: str, unit: str) -> bool:
         """Whether item step ``step`` can never decide for item ``unit`` (prompts.md §8.3).
 

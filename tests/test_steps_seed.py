@@ -429,3 +429,6 @@ def test_a_verified_step_whose_input_has_no_decision_excludes_the_item(
     excluded = {e.body["trial"]: e.body for e in events(root) if e.kind == "trial.excluded"}
     assert {t for t, b in excluded.items() if b["item"] == "q06"} == {
         "plain|target|q06|1", "sys|target|q06|1", "doubt|target|q06|1"}
+    # q06's rewrite and verifier calls can never be made: the estimate counts none of them
+    estimate = json.loads(invoke("estimate", root, "--backend", "simulated", "--json"))
+    assert estimate.get("step_calls", 0) == 0, estimate
