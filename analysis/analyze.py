@@ -92,11 +92,14 @@ class Dataset:
     column then names each row's variant (``""`` without)."""
     cloze: bool = False
     """Whether the parser is ``cloze``: ``items.csv`` then ends in :data:`CLOZE_ITEM_COLUMNS`."""
+    ddx: bool = False
+    """Whether the parser is ``ddx``: ``trials.csv`` then ends in :data:`DDX_METRICS`."""
+    covariates: tuple[str, ...] = ()
+    """Declared factor labels (``docs/analysis.md`` §11): ``trials.csv`` then ends in a
+    ``covariate.NAME`` column for each (:mod:`analysis.covariates`)."""
     factors: tuple[str, ...] = ()
     """A factorial study's crossed factors: ``trials.csv`` ends in one ``factor.<NAME>``
     column each, the trial's level (empty for an arm that is no cell; analysis.md §2)."""
-    ddx: bool = False
-    """Whether the parser is ``ddx``: ``trials.csv`` then ends in :data:`DDX_METRICS`."""
 
     def __post_init__(self) -> None:
         for name in ("trials", "items"):
@@ -138,7 +141,10 @@ class Dataset:
 
         Columns :data:`TRIAL_COLUMNS`, or :data:`MODEL_TRIAL_COLUMNS` for a ``[models]`` study.
         """
-        extra = (*(f"factor.{f}" for f in self.factors), *(DDX_METRICS if self.ddx else ()))
+        extra = (
+            *(f"factor.{f}" for f in self.factors), *(DDX_METRICS if self.ddx else ()),
+            *(f"covariate.{n}" for n in self.covariates),
+        )  # analysis.md §2: factor levels, ddx metrics, factor labels (§11)
         if self.variants:
             return _csv(self.trials, (*VARIANT_TRIAL_COLUMNS, *extra))
         return _csv(self.trials, (*(MODEL_TRIAL_COLUMNS if self.models else TRIAL_COLUMNS),
@@ -314,8 +320,8 @@ def load_dataset(
         tuple(models),
         variants,
         parser == "cloze",
-        tuple(names),
-        parser == "ddx",
+        ddx=parser == "ddx",
+        factors=tuple(names),
     )
 
 
@@ -1768,11 +1774,16 @@ def analyze_study(root: str | Path, key: SigningKey) -> AnalyzeResult:
             log, exclude_unparseable=exclude, parser=parser, sources=sources, models=models(plan),
             variants=bool(plan.get("variants")), factorial=plan_cells(plan),
         )
+        from analysis.covariates import attach_covariates, covariates_result
+
+        ds = attach_covariates(ds, plan, study, log)  # docs/analysis.md §11: factor labels
         trial_phase = trial_phases(log) if len(protocol_events(log)) > 1 else None
         results = run_analyses(ds, plan, trial_phase, hypothesis_phases(plan, log))
         if parser.startswith("judge:"):  # docs/analysis.md §8: exploratory judge agreement
             results.append(judge_agreement(log, plan, parser.split(":", 1)[1]))
         results += _review_tables(log, plan, study, results)  # docs/analysis.md §10
+        if ds.covariates:
+            results.append(covariates_result(ds, plan))
         trials_csv, items_csv = ds.trials_csv(), ds.items_csv()
         inputs = {
             "scores_sha256": ds.scores_sha256,

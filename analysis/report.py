@@ -985,6 +985,7 @@ def _section_descriptive(report: Report) -> str:
     parts.append(_section_mcq(report))
     parts.append(_section_qr(report))
     parts.append(_section_ddx(report))
+    parts.append(_section_covariates(report))
     parts.append(_figure_html(report, "accuracy_by_arm.png"))
     stim = report.result("descriptive.arm_stimulus")
     if stim and stim.get("status") == "failed":
@@ -1052,17 +1053,6 @@ def mcq_rows(report: Report) -> list[tuple[str, ...]]:
     return rows
 
 
-def _section_qr(report: Report) -> str:
-    """``descriptive.qr_bootstrap``'s tables (analysis/qr_boot.py), or why it failed."""
-    from analysis import qr_boot
-
-    result = report.result("descriptive.qr_bootstrap")
-    if result is not None and result.get("status") != "ok":
-        return _failed_html(result)
-    return "".join(_table(caption, header, rows)
-                   for caption, header, rows in qr_boot.report_tables(result))
-
-
 DDX_HEADER = ("arm", "model", "trials", "plausibility", "H-coverage", "S-coverage", "breadth",
               "grounding", "indirect", "uncertainty")  # fmt: skip
 """The columns of the differential-diagnosis table (``docs/analysis.md`` §9)."""
@@ -1104,6 +1094,64 @@ def _section_ddx(report: Report) -> str:
         return _failed_html(desc)
     return _table(str(desc.get("title")), DDX_HEADER, ddx_rows(desc.get("values") or {}),
                   numeric=tuple(range(2, 10)))
+
+
+def covariate_tables(values: dict[str, Any]) -> list[tuple[str, list[list[str]]]]:
+    """``descriptive.covariates`` (``docs/analysis.md`` §11): perturbable, then indicators.
+
+    Each table is (caption suffix, rows of label, value, arm, trials and each outcome's mean:
+    a percentage, breadth a number), a label's ``no label`` row last.
+    """
+    outcomes = [str(o) for o in values.get("outcomes") or []]
+
+    def mean(entry: Any, name: str) -> str:
+        m = entry.get(name) if isinstance(entry, dict) else None
+        got = m.get("mean") if isinstance(m, dict) else None
+        return _fmt(got) if name == "breadth" else _pct(got)
+
+    out = []
+    strata = values.get("strata") or {}
+    for key, what in (("perturbable", "perturbable factors"),
+                      ("indicators", "indicator factors (annotated, never edited)")):
+        rows: list[list[str]] = []
+        for name in values.get(key) or []:
+            stratum = strata.get(name) or {}
+            for level in ("true", "false"):
+                for arm, entry in sorted(((stratum.get("levels") or {}).get(level) or {}).items()):
+                    rows.append([str(name), level, str(arm), _fmt(entry.get("trials")),
+                                 *(mean(entry, o) for o in outcomes)])  # fmt: skip
+            rows.append([str(name), "no label", "all", _fmt(stratum.get("undecided")),
+                         *("–" for _ in outcomes)])  # fmt: skip
+        if rows:
+            out.append((f"{what}, step {values.get('step')}", rows))
+    return out
+
+
+def _section_covariates(report: Report) -> str:
+    """``descriptive.covariates``: outcomes by factor label, indicators apart, when recorded."""
+    desc = report.result("descriptive.covariates")
+    if desc is None:
+        return ""
+    if desc.get("status") != "ok":
+        return _failed_html(desc)
+    values = desc.get("values") or {}
+    header = ("label", "value", "arm", "trials", *(str(o) for o in values.get("outcomes") or []))
+    return "".join(
+        _table(f"Outcomes by factor label: {what}", header, rows,
+               numeric=tuple(range(3, len(header))))
+        for what, rows in covariate_tables(values)
+    )  # fmt: skip
+
+
+def _section_qr(report: Report) -> str:
+    """``descriptive.qr_bootstrap``'s tables (analysis/qr_boot.py), or why it failed."""
+    from analysis import qr_boot
+
+    result = report.result("descriptive.qr_bootstrap")
+    if result is not None and result.get("status") != "ok":
+        return _failed_html(result)
+    return "".join(_table(caption, header, rows)
+                   for caption, header, rows in qr_boot.report_tables(result))
 
 
 def _section_mcq(report: Report) -> str:
@@ -1657,6 +1705,16 @@ def render_terminal(report: Report, console: Console) -> None:
         for ddx_row in ddx_rows(ddx.get("values") or {}):
             ddx_table.add_row(*(escape(x) for x in ddx_row))
         console.print(ddx_table)
+    strata = report.result("descriptive.covariates")  # docs/analysis.md §11
+    if strata is not None and strata.get("status") == "ok":
+        values = strata.get("values") or {}
+        outcomes = [str(o) for o in values.get("outcomes") or []]
+        for what, strata_rows in covariate_tables(values):
+            strata_table = table("label", "value", "arm", "trials", *outcomes,
+                                 title=f"Outcomes by factor label: {what}")  # fmt: skip
+            for strata_row in strata_rows:
+                strata_table.add_row(*(escape(x) for x in strata_row))
+            console.print(strata_table)
     unit, level = ("glyphs", "glyph-level accuracy") if report.tumbling else ("items", "accuracy")
     arms_table = table("arm", "role", "accuracy", "Wilson 95% CI", unit, "parse rate",
                        "excluded", title=f"Descriptive: {level} by arm")  # fmt: skip

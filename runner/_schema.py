@@ -70,10 +70,10 @@ TABLE_KEYS: Final[dict[str, tuple[str, ...]]] = {
         "provider", "id", "max_tokens", "temperature", "top_p", "top_k", "stop", "logprobs",
     ),
     "prompt": ("item", "option_format", "option_separator"),
-    "stimuli": ("directory", "truth", "answer_column", "items"),
+    "stimuli": ("directory", "truth", "answer_column", "items", "range"),
     "design": ("replicates", "seed", "bootstrap_seed", "bootstrap_iterations", "blinding_secret"),
     "response": ("format", "parser", "letters", "mode", "ddx"),
-    "analysis": ("model", "random_intercept", "exclude_unparseable", "model_arms"),
+    "analysis": ("model", "random_intercept", "exclude_unparseable", "model_arms", "covariates"),
     "witnessing": ("quorum", "interval_trials", "unreachable", "retry_seconds"),
     "timestamping": ("url",),
     "factorial": ("base", "factors", "fraction"),
@@ -121,11 +121,13 @@ WITNESS_KEYS: Final = ("name", "vkey", "url")
 """The keys of each ``[[witnesses]]`` entry (``docs/witness.md`` §8)."""
 DEVIATION_KEYS: Final = ("id", "source", "choice", "reason")
 """The keys of each ``[[deviations]]`` entry (a declared deviation from the source protocol)."""
+RANGE_KEYS: Final = ("first",)
+"""The keys of ``[stimuli] range`` (``docs/prompts.md`` §1.4)."""
 DDX_KEYS: Final = ("list", "match", "reference", "grounding", "uncertainty")
 """The keys of ``[response.ddx]`` (``docs/scoring.md`` §12; ``runner.ddx``)."""
 STEP_KEYS: Final = (
     "on", "models", "template", "system", "parser", "labels", "schema", "on_unparseable",
-    "aggregate", "sees", "keep",
+    "aggregate", "sees", "keep", "verified_by",
 )  # fmt: skip
 """The keys of each ``[steps.<NAME>]`` (``docs/prompts.md`` section 8; ``runner.steps``)."""
 JUDGE_REVIEW_KEYS: Final = ("step",)

@@ -216,9 +216,15 @@ def _step_lines(graph: dict[str, Any]) -> list[str]:
             s = graph["steps"][name]
             reads = ", ".join(f"steps.{r}" for r in s["reads"]) or "-"
             models = ", ".join(m or "(model)" for m in s["models"])
+            ver = s.get("verified_by")
+            checked = (
+                f", verified by {ver['step']} (accept {', '.join(ver['accept'])}; up to "
+                f"{ver['retry'] + 1} samples, then {ver['then']})" if ver else ""
+            )  # docs/prompts.md §8.6
             lines.append(
                 f"  step {name}: on {s['on']}, models {models}"
                 f", parser {s['parser']}, sees {s['sees']}, reads {reads}, {s['calls']} calls"
+                f"{checked}"
             )
     if "ddx" in graph:  # docs/scoring.md §12: the roles of the ddx scoring
         roles = ", ".join(f"{k} {v}" for k, v in graph["ddx"].items())

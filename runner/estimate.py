@@ -185,6 +185,8 @@ def _step_calls(
         record = work.calls.get(call.id)
         if record is not None and record.final:
             continue
+        if call.trial is None and work.settled(call.step, call.stimulus):
+            continue  # never to be called: the step has no decision there and cannot get one
         values = work.inputs(call) if call.trial is None or call.trial in work.responses else None
         if values is None:
             values = work.render.rough_values(call)

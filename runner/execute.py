@@ -712,8 +712,8 @@ class Runner:
         step, model, rest = call_id[len("step:") :].split("|", 2)
         spec = self.study.steps[step]
         if spec.on == "item":
-            item = rest.rsplit("|", 1)[0]
-            call = StepCall(call_id, step, model or None, item, None, 0)
+            item, k = rest.rsplit("|", 1)
+            call = StepCall(call_id, step, model or None, item, None, 0, rep=int(k))
         else:
             stimulus = self.steps.trial_stimulus.get(rest, "")
             call = StepCall(call_id, step, model or None, stimulus, rest, 0)
@@ -1273,6 +1273,16 @@ class Runner:
         if not self.steps.observe(call.step, record, seq, text):
             return 0.0
         spec = self.study.steps[call.step]
+        work = self.steps
+        for host, ver in work.verified.items():  # prompts.md §8.6: no sample accepted
+            if spec.on != "item" or ver.then != "stop":
+                continue
+            rejected = work.rejection(host, call.stimulus)
+            if rejected is not None:
+                self.fatal = (f"{rejected} (last call {call.id}, seq {seq}); [steps.{host}] "
+                              "verified_by then = \"stop\"")  # fmt: skip
+                self.request_stop(f"error: {self.fatal}")
+                return None
         if record.exhausted is not None and spec.then == "stop":
             self.fatal = (
                 f"step {call.step}: call {call.id} gave {record.unparseable} unparseable "
@@ -1406,13 +1416,18 @@ class Runner:
             assert self.writer is not None
             await self.writer.call(lambda: work.load(self.log))
 
-        for layer in work.render.layers("item"):
-            await reload()
-            if self.stop_reason is not None:
-                return results
-            results += await self._drain(
-                deque(work.pending_item_calls(layer, self.selected)), limit
-            )
+        more, tried = True, set[str]()
+        while more:  # a rejected sample makes an earlier layer's next sample due (§8.6)
+            more = False
+            for layer in work.render.layers("item"):
+                await reload()
+                if self.stop_reason is not None:
+                    return results
+                due = deque(work.pending_item_calls(layer, self.selected))
+                fresh = {c.id for c in due} - tried  # a call tried this session waits
+                more = more or (bool(fresh) and bool(work.verified))
+                tried |= fresh
+                results += await self._drain(due, limit)
         await reload()
         if self.stop_reason is not None:
             return results
@@ -1484,10 +1499,12 @@ class Runner:
         else:
             spec = self.study.steps[step]
             decision = self.steps.decision(step, trial.stimulus)
+            kept = list(spec.keep) if spec.keep is not None else spec.keep_rule
             reason = (
-                f"screened out by step {step!r} (decision {decision!r}, kept: {list(spec.keep)})"
-                if spec.keep is not None and decision is not None
-                else f"step {step!r} reached no decision for item {trial.stimulus!r}"
+                f"screened out by step {step!r} (decision {decision!r}, kept: {kept})"
+                if spec.screens and decision is not None
+                else self.steps.rejection(step, trial.stimulus)
+                or f"step {step!r} reached no decision for item {trial.stimulus!r}"
             )
             body = {"trial": trial.id, "item": trial.stimulus, "step": step, "reason": reason}
         seq = await self._write(EventSpec("trial.excluded", body))

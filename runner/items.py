@@ -107,6 +107,13 @@ class ItemSet:
     format: str
     items: tuple[Item, ...]
     by_id: dict[str, Item] = field(compare=False)
+    first: int | None = None
+    """``[stimuli] range = { first = N }``: the set is the file's first N items (else all)."""
+
+    def head(self, n: int) -> ItemSet:
+        """The first ``n`` items in file order, as the set a ``range = { first = n }`` uses."""
+        kept = self.items[:n]
+        return ItemSet(self.path, self.format, kept, {i.id: i for i in kept}, n)
 
     def __iter__(self) -> Iterator[Item]:
         """The items in file order."""
@@ -127,7 +134,12 @@ class ItemSet:
 
     def record(self, rel: str) -> dict[str, Any]:
         """The object ``protocol.locked`` records for this file (``rel``: study-relative path)."""
-        return {"path": rel, "format": self.format, "count": len(self.items), "sha256": self.sha256}
+        out: dict[str, Any] = {
+            "path": rel, "format": self.format, "count": len(self.items), "sha256": self.sha256,
+        }
+        if self.first is not None:  # docs/prompts.md §1.4: count and sha256 of the range
+            out["range"] = {"first": self.first}
+        return out
 
 
 def _check_value(name: str, value: Any, where: str, problems: list[str]) -> bool:

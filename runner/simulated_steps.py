@@ -1,4 +1,4 @@
-"""The simulated answers to step calls (``docs/simulated.md`` §3), version ``prompt-sim-steps-2``.
+"""The simulated answers to step calls (``docs/simulated.md`` §3), version ``prompt-sim-steps-3``.
 
 The simulated backend answers a request whose seed names a step call (``"{seed}|step:...|
 {attempt}"``, ``docs/trials.md`` §5) here, from the request body and that seed alone; like the
@@ -13,6 +13,11 @@ on the lines of the final user text:
 - **rewriter**: a line starting ``Text:``. The rest of the text from there, with ``The patient``
   / ``the patient`` written ``I``, `` his `` / `` her `` written `` my ``, and ``is`` / ``has``
   after ``I`` written ``am`` / ``have``; with probability 0.05 the reply is empty.
+- **semantic verifier** (``docs/prompts.md`` §8.6): the words ``retained or lost``, a line
+  starting ``Original:`` and one starting ``Rewrite:``. ``lost`` when the rewrite (the text
+  from its line to the end, or to the ``Original:`` line) is empty or leaves out a number
+  (a run of digits, with an optional decimal part) of the original (the text from its line to
+  the ``Rewrite:`` line, or to the end), or with probability 0.1; else ``retained``.
 - **screening**: the words ``include or exclude``. ``include`` with probability 0.85, else
   ``exclude``.
 - **differential-diagnosis steps** (``docs/scoring.md`` §12), each with a JSON reply
@@ -65,7 +70,7 @@ from runner.simulated_text import message_reply
 
 __all__ = ["VERSION", "is_step_seed", "respond"]
 
-VERSION = "prompt-sim-steps-2"
+VERSION = "prompt-sim-steps-3"
 _WORDS = re.compile(r"[a-z0-9]+")
 SEVERE: Final = frozenset({
     "meningitis", "haemorrhage", "hemorrhage", "infarction", "embolism", "sepsis", "dissection",
@@ -223,6 +228,9 @@ def answer(text: str, draws: list[float]) -> str:
         if draws[0] < 0.15:
             correct = not correct
         return "correct" if correct else "incorrect"
+    verdict = _semantic_verdict(text, lines, draws)
+    if verdict is not None:
+        return verdict
     start = next((i for i, line in enumerate(lines) if line.startswith("Text:")), None)
     if start is not None:
         if draws[0] < 0.05:
@@ -236,6 +244,25 @@ def answer(text: str, draws: list[float]) -> str:
     if "include or exclude" in text.lower():
         return "include" if draws[0] < 0.85 else "exclude"
     return lines[0] if lines else ""
+
+
+_NUMBER: Final = re.compile(r"\d+(?:\.\d+)?")
+
+
+def _semantic_verdict(text: str, lines: list[str], draws: list[float]) -> str | None:
+    """The semantic verifier's verdict (module docstring), or None for another step."""
+    if "retained or lost" not in text.lower():
+        return None
+    orig = next((i for i, line in enumerate(lines) if line.startswith("Original:")), None)
+    rew = next((i for i, line in enumerate(lines) if line.startswith("Rewrite:")), None)
+    if orig is None or rew is None:
+        return None
+    original = "\n".join(lines[orig : rew if rew > orig else len(lines)])[len("Original:") :]
+    rewrite = "\n".join(lines[rew : orig if orig > rew else len(lines)])[len("Rewrite:") :]
+    missing = set(_NUMBER.findall(original)) - set(_NUMBER.findall(rewrite))
+    if not rewrite.strip() or missing or draws[0] < 0.1:
+        return "lost"
+    return "retained"
 
 
 def respond(request: dict[str, Any], seed: str) -> dict[str, Any]:

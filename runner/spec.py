@@ -23,7 +23,14 @@ from typing import Any, Final
 from ledger import describe_os_error, describe_utf8_error
 from runner._errors import SpecError as SpecError
 from runner._errors import StudyError
-from runner._schema import CONTRAST_REVIEW_KEYS, KeyPath, LineFinder, path_of, unknown_keys
+from runner._schema import (
+    CONTRAST_REVIEW_KEYS,
+    RANGE_KEYS,
+    KeyPath,
+    LineFinder,
+    path_of,
+    unknown_keys,
+)
 from runner.ddx import DDX_METRICS, DdxSpec, hypothesis_problems, parse_ddx
 from runner.factors import (
     FACTORIAL_OUTCOMES,
@@ -332,6 +339,8 @@ class Study:
     letters: str | None = None
     mode: str = "exactly-one"
     items_path: Path | None = None
+    item_first: int | None = None
+    """``[stimuli] range = { first = N }``: only the item file's first N items are used."""
     prompt: PromptSpec = field(default_factory=PromptSpec)
     fewshot: dict[str, FewShotSpec] = field(default_factory=dict)
     models: dict[str, ModelSpec] | None = None
@@ -479,6 +488,8 @@ class Study:
         cache = self.__dict__.get("_items")
         if cache is None:
             cache = load_items(self.items_path, display=self._rel(self.items_path))
+            if self.item_first is not None:  # [stimuli] range (docs/prompts.md §1.4)
+                cache = cache.head(self.item_first)
             object.__setattr__(self, "_items", cache)
         return cache
 
@@ -1751,6 +1762,7 @@ def _items_stimuli(c: _Collector, root: Path, table: dict[str, Any]) -> tuple[Pa
                 "image folder with a truth table, not both",
             )
     path = _inside(c, root, _str(c, table, "items", "stimuli") or ".", "stimuli.items")
+    first = _item_range(c, table)
     items = None
     if path.is_file():
         from runner.items import load_items
@@ -1760,7 +1772,29 @@ def _items_stimuli(c: _Collector, root: Path, table: dict[str, Any]) -> tuple[Pa
         except SpecError as exc:
             for problem in exc.problems:
                 c.add("stimuli.items", problem)
+    if items is not None and first is not None:
+        if first > len(items):
+            c.add("stimuli.range.first", f"{first} is more than the {len(items)} items of "
+                  f"{path.name}")  # fmt: skip
+        items = items.head(first)
     return path, items
+
+
+def _item_range(c: _Collector, table: dict[str, Any]) -> int | None:
+    """``[stimuli] range = { first = N }``: the study uses the file's first N items (§1.4)."""
+    if "range" not in table:
+        return None
+    value = table["range"]
+    if not isinstance(value, dict) or set(value) != {"first"}:
+        extra = sorted(set(value) - set(RANGE_KEYS)) if isinstance(value, dict) else []
+        c.add("stimuli.range", "must be a table { first = N } (the first N items of the file, "
+              "in file order)" + (f"; unknown key {extra[0]!r}" if extra else ""))  # fmt: skip
+        return None
+    first = value["first"]
+    if isinstance(first, bool) or not isinstance(first, int) or first < 1:
+        c.add("stimuli.range.first", f"must be an integer >= 1, got {first!r}")
+        return None
+    return first
 
 
 def _stimuli(
@@ -1771,6 +1805,8 @@ def _stimuli(
     if "items" in table:
         path, items = _items_stimuli(c, root, table)
         return path, path, {}, items
+    if "range" in table:
+        c.add("stimuli.range", "applies to an item file ([stimuli] items), not an image folder")
     directory = _inside(c, root, _str(c, table, "directory", "stimuli") or ".", "stimuli.directory",
                         directory=True)
     truth = _inside(c, root, _str(c, table, "truth", "stimuli") or "truth.csv", "stimuli.truth")
@@ -2091,6 +2127,12 @@ def _analysis(c: _Collector, data: dict[str, Any], arms: Iterable[str] = ()) -> 
         if unknown:
             c.add("analysis.model_arms", f"unknown arm {unknown[0]!r}")
         analysis_out["model_arms"] = list(model_arms)
+    if "covariates" in analysis:  # docs/analysis.md §11 (checked against the step below)
+        from runner.steps import covariates_table
+
+        covariates = covariates_table(analysis["covariates"], c.add)
+        if covariates is not None:
+            analysis_out["covariates"] = covariates
     return analysis_out
 
 
@@ -2242,6 +2284,10 @@ def load_study(root: str | Path, *, strict: bool = True) -> Study:
         data.get("steps"), root, c.add, list(models) if models is not None else None,
         components, lambda rel, where: _inside(c, root, rel, where),
     )
+    if "covariates" in analysis_out:
+        from runner.steps import covariate_problems
+
+        covariate_problems(analysis_out["covariates"], steps, c.add)
     reviews = _reviews(c, data, arms, variants, models, response.parser, items_path is not None,
                        steps, items)
     check_outcomes(c.add, hypotheses, response.parser, steps)
@@ -2276,7 +2322,8 @@ def load_study(root: str | Path, *, strict: bool = True) -> Study:
         hypotheses=tuple(hypotheses), analysis=analysis_out, amendable=tuple(amendable),
         deviations=deviations,
         answer_column=answer_column, letters=letters, mode=response.mode,
-        items_path=items_path, prompt=prompt, fewshot=fewshot, models=models, phase=phase,
+        items_path=items_path, item_first=items.first if items is not None else None,
+        prompt=prompt, fewshot=fewshot, models=models, phase=phase,
         variants=tuple(variants),
         witnessing=witnessing, timestamping=timestamping, steps=steps, reviews=reviews,
         factors=factors, factorial=factorial,

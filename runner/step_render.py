@@ -78,7 +78,7 @@ class StepRenderer:
                 continue
             out.add(name)
             todo += [s for s in self.reads.get(name, ()) if s in self.study.steps]
-        return out | {n for n, s in self.study.steps.items() if s.keep is not None}
+        return out | {n for n, s in self.study.steps.items() if s.screens}
 
     def graph(self) -> dict[str, Any]:
         """The step graph as ``ledger arms`` and ``ledger schedule`` show it."""
@@ -90,7 +90,9 @@ class StepRenderer:
                     "reads": sorted(self.reads[name]),
                     "sees": spec.sees,
                     "parser": spec.parser,
-                }
+                } | (
+                    {"verified_by": spec.verified_by.record()} if spec.verified_by else {}
+                )
                 for name, spec in self.study.steps.items()
             },
             "trial_reads": sorted(self.item_reads),
@@ -131,6 +133,12 @@ class StepRenderer:
                 if problem:
                     out.append(f"{item_tpl.name}:{slot.line}:{slot.column}: slot "
                                f"{{{slot.name}}}: {problem}")  # fmt: skip
+        for name, spec in steps.items():  # prompts.md §8.6: a verifier reads what it judges
+            ver = spec.verified_by
+            if ver is not None and ver.step in steps and name not in self.reads.get(ver.step, ()):
+                out.append(f"{self.templates[ver.step].name}: [steps.{name}] verified_by "
+                           f"{ver.step!r}, whose template reads no {{steps.{name}}}: a verifier "
+                           "must read the sample it judges")  # fmt: skip
         cycle = step_graph({n: self.reads[n] & set(steps) for n in steps})
         if cycle:
             out.append(f"{self.study.spec_path}: steps: the steps read each other in a cycle: "
@@ -274,11 +282,12 @@ class StepRenderer:
     ) -> dict[str, str] | None:
         """The ``{steps.*}`` values the item template reads for ``item``; None if one is missing.
 
-        A screening step (``keep``) whose decision for the item is not a kept label, or that
-        has no decision, also gives None: the item's trials are then recorded exclusions.
+        A screening step (``keep``) whose decision for the item does not keep it (not a kept
+        label, or a json decision the rule refuses), or that has no decision, also gives None:
+        the item's trials are then recorded exclusions.
         """
         for name, spec in self.study.steps.items():
-            if spec.keep is not None and outputs.get((name, item)) not in spec.keep:
+            if spec.screens and not spec.keeps(outputs.get((name, item))):
                 return None
         reference = self.study.ddx.reference_step if self.study.ddx is not None else None
         if reference is not None and outputs.get((reference, item)) is None:

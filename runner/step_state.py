@@ -24,7 +24,14 @@ from ledger import Ledger
 from runner.render import Renderer
 from runner.spec import Study
 from runner.step_render import StepRenderer
-from runner.steps import StepCall, aggregate, item_step_calls, parse_output, trial_step_calls
+from runner.steps import (
+    StepCall,
+    aggregate,
+    item_call_id,
+    item_step_calls,
+    parse_output,
+    trial_step_calls,
+)
 
 __all__ = ["CallState", "StepWork", "reply_text", "request_user_text"]
 
@@ -108,6 +115,18 @@ class StepWork:
             for name, spec in study.steps.items()
             if spec.on == "item"
         }
+        self._by_item: dict[str, dict[str, list[StepCall]]] = {}  # step -> item -> its calls
+        for name, listed in self.item_calls.items():
+            models = study.steps[name].models
+            index: dict[str, list[StepCall]] = {}
+            for call in listed:
+                index.setdefault(call.stimulus, []).append(call)
+            for calls in index.values():
+                calls.sort(key=lambda c: models.index(c.model))
+            self._by_item[name] = index
+        # prompts.md §8.6: verified item steps and their verifiers (verifier -> verified step)
+        self.verified = {n: s.verified_by for n, s in study.steps.items() if s.verified_by}
+        self.verifier_of = {v.step: n for n, v in self.verified.items()}
         self.calls: dict[str, CallState] = {}
         self.info: dict[str, StepCall] = {}
         self.request_call: dict[int, str] = {}
@@ -198,8 +217,7 @@ class StepWork:
         """The calls of ``step`` on ``unit`` (an item id, or a trial id for a trial step)."""
         spec = self.study.steps[step]
         if spec.on == "item":  # in the step's model order (the votes' order, prompts.md §8.3)
-            calls = [c for c in self.item_calls[step] if c.stimulus == unit]
-            return sorted(calls, key=lambda c: spec.models.index(c.model))
+            return self._by_item.get(step, {}).get(unit, [])
         return trial_step_calls(spec, unit, self.trial_stimulus.get(unit, ""))
 
     def votes(self, step: str, unit: str) -> list[tuple[StepCall, CallState]] | None:
@@ -212,8 +230,99 @@ class StepWork:
             out.append((call, record))
         return out
 
+    def sample_calls(self, step: str, item: str, k: int) -> list[StepCall]:
+        """The calls of sample ``k`` of item step ``step`` on ``item``, in model order."""
+        if k == 1:
+            return self.unit_calls(step, item)
+        spec = self.study.steps[step]
+        return [
+            StepCall(item_call_id(step, m, item, k), step, m, item, None, 0, rep=k)
+            for m in spec.models
+        ]
+
+    def sample_decision(self, step: str, item: str, k: int) -> Any:
+        """The aggregate of sample ``k`` of ``step`` on ``item`` (None: undecided), or pending."""
+        out = []
+        for call in self.sample_calls(step, item, k):
+            record = self.calls.get(call.id)
+            if record is None or not record.final:
+                if step in self.verifier_of:
+                    return None if record is None and self._verifier_blocked(call) else _PENDING
+                return None if k == 1 and self.blocked(step, item) else _PENDING
+            out.append(record.value if record.responded else None)
+        spec = self.study.steps[step]
+        return aggregate(spec.aggregate, out, spec.sets)
+
+    def _verifier_blocked(self, call: StepCall) -> bool:
+        """Whether a verifier call can never be made: another step it reads decided nothing.
+
+        (Its own sample is read apart, by :meth:`chain`.)
+        """
+        host = self.verifier_of[call.step]
+        for read in self.render.reads.get(call.step, ()):
+            if read == host or self.study.steps[read].on != "item":
+                continue
+            d = self.decision(read, call.stimulus)
+            if d is _PENDING:
+                return False
+            if d is None:
+                return True
+        return False
+
+    def chain(self, step: str, item: str) -> tuple[str, int, Any, Any]:
+        """Where the samples of verified step ``step`` stand on ``item`` (prompts.md §8.6).
+
+        ``("step", k, ...)``: sample k of the step is due or waiting; ``("verifier", k, d,
+        ...)``: its verifier's sample k is; ``("accepted", k, d, v)``: the verifier accepted
+        sample k (decision d, verdict v); ``("rejected", n, None, None)``: every allowed
+        sample was rejected (a sample with no decision counts as rejected); ``("unjudged",
+        k, None, None)``: the verifier can judge no sample (another step it reads has no
+        decision), so none is accepted and no further sample is taken.
+        """
+        ver = self.verified[step]
+        for k in range(1, ver.samples + 1):
+            d = self.sample_decision(step, item, k)
+            if d is _PENDING:
+                return ("step", k, None, None)
+            if d is None:
+                if k == 1 and not any(c.id in self.calls for c in self.sample_calls(step, item, 1)):
+                    return ("rejected", 1, None, None)  # blocked (§8.3): no sample can be taken
+                continue
+            checks = self.sample_calls(ver.step, item, k)
+            if not any(c.id in self.calls for c in checks) and self._verifier_blocked(checks[0]):
+                return ("unjudged", k, None, None)  # it can judge no sample: none is accepted
+            v = self.sample_decision(ver.step, item, k)
+            if v is _PENDING:
+                return ("verifier", k, d, None)
+            if v in ver.accept:
+                return ("accepted", k, d, v)
+        return ("rejected", ver.samples, None, None)
+
+    def rejection(self, step: str, item: str) -> str | None:
+        """Why verified step ``step`` has no decision for ``item`` (every sample rejected)."""
+        if step not in self.verified:
+            return None
+        state, n, _, _ = self.chain(step, item)
+        if state == "unjudged":
+            return (f"step {step!r}: its verifier {self.verified[step].step!r} can judge no "
+                    f"sample for item {item!r} (a step it reads has no decision)")  # fmt: skip
+        if state != "rejected":
+            return None
+        return (f"step {step!r}: its verifier {self.verified[step].step!r} accepted none of "
+                f"its {n} sample(s) for item {item!r}")  # fmt: skip
+
     def decision(self, step: str, unit: str) -> Any:
-        """The aggregate of ``step`` on ``unit`` (None: undecided), or ``_PENDING``."""
+        """The aggregate of ``step`` on ``unit`` (None: undecided), or ``_PENDING``.
+
+        A verified step's decision is its accepted sample's, its verifier's the verdict on that
+        sample; none when every sample was rejected (prompts.md §8.6).
+        """
+        host = step if step in self.verified else self.verifier_of.get(step)
+        if host is not None:
+            state, _, d, v = self.chain(host, unit)
+            if state in ("step", "verifier"):
+                return _PENDING
+            return (d if host == step else v) if state == "accepted" else None
         votes = self.votes(step, unit)
         if votes is None:
             return None if self.blocked(step, unit) else _PENDING
@@ -221,6 +330,10 @@ class StepWork:
         return aggregate(
             spec.aggregate, [r.value if r.responded else None for _, r in votes], spec.sets
         )
+
+    def settled(self, step: str, unit: str) -> bool:
+        """Whether ``step`` has its decision (or its lack of one) on ``unit``: nothing to call."""
+        return self.decision(step, unit) is not _PENDING
 
     def blocked(self, step: str, unit: str) -> bool:
         """Whether item step ``step`` can never decide for item ``unit`` (prompts.md §8.3).
@@ -254,7 +367,10 @@ class StepWork:
         out: dict[tuple[str, str], Any] = {}
         for step in self.render.reads.get(call.step, ()):
             unit = call.stimulus if self.study.steps[step].on == "item" else (call.trial or "")
-            d = self.decision(step, unit)
+            if self.verifier_of.get(call.step) == step:  # a verifier reads its own sample
+                d = self.sample_decision(step, unit, call.rep)
+            else:
+                d = self.decision(step, unit)
             if d is not _PENDING:
                 out[(step, unit)] = d
         return out
@@ -287,9 +403,18 @@ class StepWork:
         """The due, not final calls of the item steps of ``layer`` (call order, step by step)."""
         out = []
         for step in layer:
+            host = step if step in self.verified else self.verifier_of.get(step)
             for call in self.item_calls[step]:
                 if call.model not in models:
                     continue
+                if host is not None:  # prompts.md §8.6: the sample the chain is at
+                    state, k, _, _ = self.chain(host, call.stimulus)
+                    if state != ("step" if step == host else "verifier"):
+                        continue
+                    if k > 1:
+                        call = self.sample_calls(step, call.stimulus, k)[
+                            self.study.steps[step].models.index(call.model)
+                        ]
                 record = self.calls.get(call.id)
                 if (record is None or not record.final) and self.inputs(call) is not None:
                     self.info.setdefault(call.id, call)
@@ -329,7 +454,7 @@ class StepWork:
         for name in sorted(self.render.needed_item_steps()):
             d = self.decision(name, item)
             spec = self.study.steps[name]
-            if d is _PENDING or d is None or (spec.keep is not None and d not in spec.keep):
+            if d is _PENDING or d is None or (spec.screens and not spec.keeps(d)):
                 return name
         return ""
 

@@ -35,11 +35,15 @@ __all__ = [
     "UNDECIDED",
     "StepCall",
     "StepSpec",
+    "Verification",
     "aggregate",
     "aggregate_record",
     "aggregate_sets",
     "call_order",
+    "covariate_problems",
+    "covariates_table",
     "item_step_calls",
+    "kept_by_rule",
     "normalise_element",
     "parse_output",
     "review_sample",
@@ -89,6 +93,25 @@ class StepSpec:
     sees: str
     keep: tuple[str, ...] | None
     sets: tuple[str, ...] = ()
+    verified_by: Verification | None = None
+    """``verified_by``: a semantic verifier (another item step) that accepts or rejects each
+    sample of this item step (``docs/prompts.md`` §8.6)."""
+    keep_rule: dict[str, dict[str, Any]] | None = None
+    """A ``json`` screening step's rule (``{"equals": {field: value}, "at_least": {field: x}}``,
+    ``docs/prompts.md`` §8.3): an item is kept when every member holds."""
+
+    @property
+    def screens(self) -> bool:
+        """Whether the step is a screening step (``keep``, of either form)."""
+        return self.keep is not None or self.keep_rule is not None
+
+    def keeps(self, decision: Any) -> bool:
+        """Whether a screening step's ``decision`` keeps the item (no decision keeps none)."""
+        if self.keep is not None:
+            return decision is not None and decision in self.keep
+        if self.keep_rule is not None:
+            return kept_by_rule(self.keep_rule, decision)
+        return True
 
     def record(self, rel: Any) -> dict[str, Any]:
         """The step as ``protocol.locked`` ``steps`` records it (``rel``: path -> study path)."""
@@ -108,7 +131,136 @@ class StepSpec:
             out["schema"] = rel(self.schema)
         if self.keep is not None:
             out["keep"] = list(self.keep)
+        if self.keep_rule is not None:
+            out["keep"] = {k: dict(v) for k, v in self.keep_rule.items()}
+        if self.verified_by is not None:
+            out["verified_by"] = self.verified_by.record()
         return out
+
+
+@dataclass(frozen=True)
+class Verification:
+    """``verified_by = { step, accept, retry, then }`` of an item step (prompts.md §8.6).
+
+    Sample k of the verified step is judged by sample k of ``step`` (an item step with the
+    label parser reading ``{steps.<verified>}``); a decision in ``accept`` accepts it. Up to
+    ``retry`` rejected samples earn another; after them ``then`` says what happens:
+    ``"exclude"`` (no decision: what reads the step is a recorded exclusion) or ``"stop"``.
+    """
+
+    step: str
+    accept: tuple[str, ...]
+    retry: int
+    then: str
+
+    @property
+    def samples(self) -> int:
+        """The most samples the verified step may take per item (``retry + 1``)."""
+        return self.retry + 1
+
+    def record(self) -> dict[str, Any]:
+        """As ``protocol.locked`` ``steps.NAME.verified_by`` records it."""
+        return {"step": self.step, "accept": list(self.accept), "retry": self.retry,
+                "then": self.then}  # fmt: skip
+
+
+VERIFIED_BY_KEYS: Final = ("step", "accept", "retry", "then")
+"""The keys of ``verified_by`` (``docs/prompts.md`` §8.6)."""
+
+
+def _verified_by(value: Any, where: str, add: Any, on: str) -> Verification | None:
+    """Validate a ``verified_by`` table (the verifier step itself is checked once all are read)."""
+    shape = ('verified_by = { step = "NAME", accept = ["label", ...], retry = N, '
+             'then = "exclude" | "stop" }')  # fmt: skip
+    if on != "item":
+        add(where, "applies to item steps (a verifier judges each sample of an item step)")
+        return None
+    if not isinstance(value, dict):
+        add(where, f"must be a table: {shape}")
+        return None
+    ok = True
+    for key in value:
+        if key not in VERIFIED_BY_KEYS:
+            add(where, f"unknown key {key!r} (keys: {', '.join(VERIFIED_BY_KEYS)})")
+            ok = False
+    step = value.get("step")
+    if not isinstance(step, str) or not step:
+        add(f"{where}.step", f"must name the verifier step: {shape}")
+        ok = False
+    accept = value.get("accept")
+    if not isinstance(accept, list) or not accept or not all(isinstance(a, str) for a in accept):
+        add(f"{where}.accept", "must be a non-empty list of the verifier's labels that accept "
+            "a sample")  # fmt: skip
+        ok = False
+    retry = value.get("retry", 0)
+    if isinstance(retry, bool) or not isinstance(retry, int) or not 0 <= retry <= 10:
+        add(f"{where}.retry", f"must be an integer from 0 to 10, got {retry!r}")
+        ok = False
+    then = value.get("then", "exclude")
+    if then not in ("exclude", "stop"):
+        add(f"{where}.then", f"must be \"exclude\" or \"stop\", got {then!r}")
+        ok = False
+    if not ok:
+        return None
+    return Verification(str(step), tuple(accept or ()), int(retry), str(then))
+
+
+def _check_verifiers(steps: Mapping[str, StepSpec], add: Any) -> None:
+    """Each ``verified_by`` names an item step with the label parser, not itself verified."""
+    hosts: dict[str, str] = {}
+    for name, spec in steps.items():
+        ver = spec.verified_by
+        if ver is None:
+            continue
+        where = f"steps.{name}.verified_by"
+        other = steps.get(ver.step)
+        if other is None or ver.step == name:
+            add(f"{where}.step", f"{ver.step!r} is not another step ([steps.<NAME>])")
+            continue
+        if other.on != "item" or other.parser != "label":
+            add(f"{where}.step", f"the verifier {ver.step!r} must be an item step with the "
+                "label parser (its labels say whether a sample is accepted)")  # fmt: skip
+            continue
+        bad = [a for a in ver.accept if a not in other.labels]
+        if bad:
+            add(f"{where}.accept", f"{bad[0]!r} is not a label of step {ver.step!r} "
+                f"({list(other.labels)})")  # fmt: skip
+        if other.verified_by is not None:
+            add(f"{where}.step", f"the verifier {ver.step!r} is itself verified; a verifier's "
+                "samples follow its step's")  # fmt: skip
+        if other.screens:
+            add(f"{where}.step", f"the verifier {ver.step!r} is a screening step (keep); a "
+                "verifier judges samples, not items")  # fmt: skip
+        if ver.step in hosts:
+            add(f"{where}.step", f"step {ver.step!r} already verifies {hosts[ver.step]!r}")
+        hosts[ver.step] = name
+
+
+def kept_by_rule(rule: Mapping[str, Mapping[str, Any]], decision: Any) -> bool:
+    """Whether a ``json`` decision satisfies a screening rule (``docs/prompts.md`` §8.3).
+
+    Every ``equals`` member must be present and equal (same JSON type: ``true`` is not ``1``);
+    every ``at_least`` member present, a number (not a boolean), and ``>=`` its threshold.
+    """
+    if not isinstance(decision, dict):
+        return False
+    for name, want in (rule.get("equals") or {}).items():
+        got = decision.get(name, _MISSING)
+        same_kind = type(got) is type(want) or (_number(got) and _number(want))
+        if got is _MISSING or not same_kind or got != want:
+            return False
+    for name, low in (rule.get("at_least") or {}).items():
+        got = decision.get(name)
+        if not _number(got) or got < low:
+            return False
+    return True
+
+
+_MISSING: Final = object()
+
+
+def _number(value: Any) -> bool:
+    return isinstance(value, int | float) and not isinstance(value, bool)
 
 
 def aggregate_record(rule: str | int) -> Any:
@@ -194,11 +346,19 @@ def parse_steps(
         if sees == "request" and on == "item":
             add(f"{where}.sees", "an item step runs before any request exists; only a trial "
                 "step may see the request")  # fmt: skip
+        verified = (
+            _verified_by(table["verified_by"], f"{where}.verified_by", add, on)
+            if "verified_by" in table else None
+        )  # fmt: skip
         keep = None
+        keep_rule = None
         if "keep" in table:
             value = table["keep"]
-            if on != "item" or parser != "label":
-                add(f"{where}.keep", "applies to item steps with the label parser (screening)")
+            if on != "item" or parser not in ("label", "json"):
+                add(f"{where}.keep", "applies to item steps with the label or json parser "
+                    "(screening)")  # fmt: skip
+            elif parser == "json":
+                keep_rule = _keep_rule(value, f"{where}.keep", add, schema)
             elif not isinstance(value, list) or not value or not all(v in labels for v in value):
                 add(f"{where}.keep",
                     f"must be a non-empty list of the step's labels {list(labels)}")
@@ -206,9 +366,71 @@ def parse_steps(
                 keep = tuple(value)
         out[name] = StepSpec(
             name, on, step_models, template, tuple(system), parser, labels, schema, retry, then,
-            rule, sees, keep, sets,
+            rule, sees, keep, sets, verified, keep_rule,
         )  # fmt: skip
+    _check_verifiers(out, add)
     return out
+
+
+KEEP_RULE_KEYS: Final = ("equals", "at_least")
+"""The keys of a ``json`` screening step's ``keep`` table (``docs/prompts.md`` §8.3)."""
+
+
+def _keep_rule(
+    value: Any, where: str, add: Any, schema: Path | None
+) -> dict[str, dict[str, Any]] | None:
+    """Validate ``keep = { equals = {...}, at_least = {...} }`` against the step's schema."""
+    shape = ("keep = { equals = { FIELD = value, ... }, at_least = { FIELD = number, ... } } "
+             "(one or both)")  # fmt: skip
+    if not isinstance(value, dict) or not value:
+        add(where, f"a json screening step's keep is a table: {shape}")
+        return None
+    props: dict[str, Any] = {}
+    if schema is not None and schema.is_file() and schema_problem(schema.read_bytes()) is None:
+        props = json.loads(schema.read_bytes())["properties"]
+    ok = True
+    for key in value:
+        if key not in KEEP_RULE_KEYS:
+            add(where, f"unknown key {key!r} (keys: {', '.join(KEEP_RULE_KEYS)})")
+            ok = False
+    out: dict[str, dict[str, Any]] = {}
+    for key in KEEP_RULE_KEYS:
+        if key not in value:
+            continue
+        table = value[key]
+        if not isinstance(table, dict) or not table:
+            add(f"{where}.{key}", f"must be a non-empty table of schema fields: {shape}")
+            ok = False
+            continue
+        for name, want in table.items():
+            prop = props.get(name)
+            kind = prop.get("type") if isinstance(prop, dict) else None
+            if props and kind is None:
+                add(f"{where}.{key}.{name}", f"the step's schema declares no field {name!r}")
+                ok = False
+            elif key == "at_least" and (not _number(want) or kind not in (None, "number",
+                                                                          "integer")):  # fmt: skip
+                add(f"{where}.{key}.{name}", "at_least compares a number or integer field "
+                    f"with a number, got {want!r} for a {kind} field")  # fmt: skip
+                ok = False
+            elif key == "equals" and not _fits(kind, want):
+                add(f"{where}.{key}.{name}", f"{want!r} is not a value of the field's type "
+                    f"({kind}): equals compares a string, number, integer or boolean field")
+                ok = False
+        out[key] = dict(table)
+    return out if ok and out else None
+
+
+def _fits(kind: str | None, value: Any) -> bool:
+    if kind == "boolean":
+        return isinstance(value, bool)
+    if kind == "string":
+        return isinstance(value, str)
+    if kind == "integer":
+        return isinstance(value, int) and not isinstance(value, bool)
+    if kind == "number":
+        return _number(value)
+    return kind is None and isinstance(value, str | bool | int | float)
 
 
 def _step_models(
@@ -584,9 +806,9 @@ class StepCall:
         return f"s{self.position:06d}"
 
 
-def item_call_id(step: str, model: str | None, item: str) -> str:
-    """The call id of an item step's call (one sample, ``k = 1``)."""
-    return f"step:{step}|{model or ''}|{item}|1"
+def item_call_id(step: str, model: str | None, item: str, k: int = 1) -> str:
+    """The call id of an item step's call: sample ``k`` (from 1; ``docs/trials.md`` §5)."""
+    return f"step:{step}|{model or ''}|{item}|{k}"
 
 
 def trial_call_id(step: str, model: str | None, trial: str) -> str:
@@ -631,3 +853,72 @@ def review_sample(judged: Sequence[tuple[int, bool]], n: int, seed: str) -> list
         key = {s: hashlib.sha256(f"{seed}|{s}".encode()).hexdigest() for s in stratum}
         out += sorted(stratum, key=lambda s: key[s])[:n]
     return sorted(out)
+
+
+# ------------------------------------------------------------------ covariates
+
+
+COVARIATE_KEYS: Final = ("step", "perturbable", "indicators")
+"""The keys of ``[analysis] covariates`` (``docs/analysis.md`` §11)."""
+
+
+def covariates_table(value: Any, add: Any) -> dict[str, Any] | None:
+    """Validate ``[analysis] covariates = { step, perturbable, indicators }`` (its shape).
+
+    The step and the names are checked against the steps by :func:`covariate_problems`.
+    """
+    where = "analysis.covariates"
+    if not isinstance(value, dict):
+        add(where, 'must be a table { step = "NAME", perturbable = [...], indicators = [...] }')
+        return None
+    ok = True
+    for key in value:
+        if key not in COVARIATE_KEYS:
+            add(where, f"unknown key {key!r} (keys: {', '.join(COVARIATE_KEYS)})")
+            ok = False
+    step = value.get("step")
+    if not isinstance(step, str) or not step:
+        add(f"{where}.step", "must name the item step whose json decision holds the labels")
+        ok = False
+    lists: dict[str, list[str]] = {}
+    for key in ("perturbable", "indicators"):
+        names = value.get(key, [])
+        if not isinstance(names, list) or not all(isinstance(n, str) for n in names) or (
+            len(set(names)) != len(names)
+        ):
+            add(f"{where}.{key}", "must be a list of distinct field names of the step's schema")
+            ok = False
+            names = []
+        lists[key] = list(names)
+    both = set(lists["perturbable"]) & set(lists["indicators"])
+    if both:
+        add(f"{where}.indicators", f"{sorted(both)[0]!r} is listed as perturbable too: an "
+            "indicator is only annotated, never edited, and is kept apart")  # fmt: skip
+        ok = False
+    if ok and not lists["perturbable"] and not lists["indicators"]:
+        add(where, "lists no covariate (perturbable or indicators)")
+        ok = False
+    return {"step": step, **lists} if ok else None
+
+
+def covariate_problems(table: Mapping[str, Any], steps: Mapping[str, StepSpec], add: Any) -> None:
+    """The covariates' step is a plain json item step whose schema declares each as boolean."""
+    where = "analysis.covariates"
+    spec = steps.get(table["step"])
+    if spec is None or spec.on != "item" or spec.parser != "json":
+        add(f"{where}.step", f"{table['step']!r} is not an item step with the json parser "
+            "([steps.<NAME>] on = \"item\", parser = \"json\")")  # fmt: skip
+        return
+    if spec.verified_by is not None or spec.sets:
+        add(f"{where}.step", f"step {spec.name!r} is verified or set-valued; covariates are "
+            "read from a plain item step's decision")  # fmt: skip
+        return
+    if spec.schema is None or not spec.schema.is_file():
+        return
+    props = (json.loads(spec.schema.read_bytes()).get("properties") or {})
+    for key in ("perturbable", "indicators"):
+        for name in table[key]:
+            prop = props.get(name)
+            if not isinstance(prop, dict) or prop.get("type") != "boolean":
+                add(f"{where}.{key}", f"{name!r} is not a boolean field of the schema of step "
+                    f"{spec.name!r}")  # fmt: skip

@@ -120,6 +120,7 @@ class ItemFile:
     path: str
     format: str
     items: tuple[Item, ...]
+    first: int | None = None  # §1.4: [stimuli] range = { first = N }
 
     @property
     def digest(self) -> str:
@@ -128,12 +129,32 @@ class ItemFile:
 
     def record(self) -> dict[str, Any]:
         """The object ``protocol.locked`` records for this file: path, format, count, sha256."""
-        return {
+        out: dict[str, Any] = {
             "path": self.path,
             "format": self.format,
             "count": len(self.items),
             "sha256": self.digest,
         }
+        if self.first is not None:
+            out["range"] = {"first": self.first}
+        return out
+
+    def ranged(self, record: Any) -> ItemFile:
+        """§1.4: the items a locked ``items`` record uses (its ``range``: the first N).
+
+        :class:`ItemError` when the range is malformed or longer than the file.
+        """
+        spec = record.get("range") if isinstance(record, dict) else None
+        if spec is None:
+            return self
+        first = spec.get("first") if isinstance(spec, dict) else None
+        if type(spec) is not dict or set(spec) != {"first"} or type(first) is not int or first < 1:
+            raise ItemError(f"{self.path}: protocol.locked items.range {spec!r} is not "
+                            "{\"first\": N}")  # fmt: skip
+        if first > len(self.items):
+            raise ItemError(f"{self.path}: protocol.locked items.range.first {first} is more "
+                            f"than the file's {len(self.items)} items")  # fmt: skip
+        return ItemFile(self.path, self.format, self.items[:first], first)
 
     def by_id(self) -> dict[str, Item]:
         """The items by id."""

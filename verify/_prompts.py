@@ -732,7 +732,12 @@ class LockedStudy:
         if record is not None:
             if type(record) is not dict or type(record.get("path")) is not str:
                 raise PromptError("protocol.locked items is not an object with a path")
-            self.items = self._item_file(record["path"], "protocol.locked items")
+            try:  # §1.4: a locked range keeps the file's first N items
+                self.items = self._item_file(record["path"], "protocol.locked items").ranged(
+                    record
+                )
+            except ItemError as exc:
+                raise PromptError(str(exc)) from None
             self.item_ids = [item.id for item in self.items.items]
             self._fields: dict[str, Mapping[str, Any]] = {
                 item.id: item.data for item in self.items.items

@@ -279,7 +279,7 @@ def _item_file(archive: _Archive) -> ItemFile:
     digest, event = found
     archive.at(event)
     try:
-        return read_items(archive.blob(digest, event.seq), path)
+        return read_items(archive.blob(digest, event.seq), path).ranged(record)
     except ItemError as exc:
         raise _Problem(f"item file {path} (blob {digest}): {exc}", event.seq) from None
 
@@ -568,8 +568,9 @@ class _Dataset:
     models: list[str] = field(default_factory=list)  # model_order of a [models] study
     variants: bool = False  # the study declares variants (docs/variants.md)
     cloze: bool = False  # the parser is cloze: items.csv ends in logprobs, margin
-    factors: list[str] = field(default_factory=list)  # analysis.md §2: factor.<NAME> columns
     ddx: bool = False  # the parser is ddx: trials.csv ends in the metrics (scoring.md §12)
+    covariates: list[str] = field(default_factory=list)  # analysis.md §11: covariate.NAME
+    factors: list[str] = field(default_factory=list)  # analysis.md §2: factor.<NAME> columns
 
     @property
     def several_models(self) -> bool:
@@ -751,6 +752,14 @@ def _dataset(archive: _Archive, plan: dict[str, Any]) -> _Dataset:
         ]
         trials.append((int(b["response_seq"]), row, item_rows))
     trials.sort(key=lambda t: t[0])
+    covariates = _covariate_names(plan)
+    if covariates:  # analysis.md §11: each trial's item labels, from the step's responses
+        labels = _item_labels(archive, plan)
+        for _, row, _ in trials:
+            decision = labels.get(str(row["stimulus"]))
+            for name in covariates:
+                value = decision.get(name) if isinstance(decision, dict) else None
+                row[f"covariate.{name}"] = value if isinstance(value, bool) else None
     factorial = plan.get("factorial")
     factor_names = [str(f) for f in factorial.get("factors") or []] if isinstance(
         factorial, dict) else []  # fmt: skip
@@ -772,9 +781,73 @@ def _dataset(archive: _Archive, plan: dict[str, Any]) -> _Dataset:
         _plan_models(plan),
         variants=plan.get("variants") is not None,
         cloze=(plan.get("response") or {}).get("parser") == "cloze",
-        factors=factor_names,
         ddx=ddx,
+        covariates=covariates,
+        factors=factor_names,
     )
+
+
+def _covariate_names(plan: dict[str, Any]) -> list[str]:
+    """analysis.md §10: the declared labels, perturbable then indicators (else [])."""
+    table = (plan.get("analysis") or {}).get("covariates")
+    if not isinstance(table, dict):
+        return []
+    return [str(n) for key in ("perturbable", "indicators") for n in table.get(key) or []]
+
+
+def _item_labels(archive: _Archive, plan: dict[str, Any]) -> dict[str, Any]:
+    """analysis.md §11: the covariate step's decision per item, re-derived from its responses."""
+    from verify._steps import item_decisions
+
+    step = str(plan["analysis"]["covariates"].get("step"))
+    rec = (plan.get("steps") or {}).get(step) or {}
+    schema_path = rec.get("schema")
+    raw = _locked_bytes(archive, schema_path) if isinstance(schema_path, str) else None
+    if raw is None:
+        raise _Problem(f"protocol.locked analysis.covariates: step {step!r} has no locked schema")
+    kinds = ("step.requested", "step.responded", "step.failed")
+    events = [
+        (e.seq, e.kind, e.body,
+         (lambda name, e=e: archive.event_blob(e, name) if name in e.blobs else None))
+        for e in archive.events if e.kind in kinds
+    ]  # fmt: skip
+    return item_decisions(plan, step, json.loads(raw), events)
+
+
+def _covariates_result(ds: _Dataset, plan: dict[str, Any]) -> _Result:
+    """analysis.md §10: per label, value (true, false) and arm, trials and outcome means."""
+    table = plan["analysis"]["covariates"]
+    outcomes = list(_ddx.METRICS) if ds.ddx else ["accuracy"]
+
+    def compute() -> dict[str, Any]:
+        rows = [t for t in ds.trials if not t["control"] and not t["excluded"]]
+        arms = sorted({str(t["arm"]) for t in rows})
+
+        def cell(part: list[dict[str, Any]]) -> dict[str, Any]:
+            out: dict[str, Any] = {"trials": len(part)}
+            for name in outcomes:
+                got = [float(t[name]) for t in part
+                       if t[name] is not None and not math.isnan(float(t[name]))]  # fmt: skip
+                out[name] = {"mean": math.fsum(got) / len(got) if got else None, "n": len(got)}
+            return out
+
+        strata: dict[str, Any] = {}
+        for group, key in (("perturbable", "perturbable"), ("indicator", "indicators")):
+            for name in table[key]:
+                column = f"covariate.{name}"
+                strata[name] = {
+                    "group": group,
+                    "levels": {
+                        level: {a: cell([t for t in rows if t[column] is value and t["arm"] == a])
+                                for a in arms}
+                        for level, value in (("true", True), ("false", False))
+                    },
+                    "undecided": sum(t[column] is None for t in rows),
+                }  # fmt: skip
+        return {"step": table["step"], "perturbable": list(table["perturbable"]),
+                "indicators": list(table["indicators"]), "outcomes": outcomes, "strata": strata}
+
+    return _guard(_Result("descriptive.covariates"), compute)
 
 
 def _original(order: str, label: Any) -> Any:
@@ -2146,8 +2219,9 @@ def _reanalysis(archive: _Archive) -> tuple[Check, list[str]]:
             seq,
         )
     ds = _dataset(archive, plan)
-    trial_extra = (*(f"factor.{f}" for f in ds.factors), *(_ddx.METRICS if ds.ddx else ()))
-    if ds.variants:  # analysis.md §2: factor.<NAME> columns, then a ddx study's metrics
+    trial_extra = (*(f"factor.{f}" for f in ds.factors), *(_ddx.METRICS if ds.ddx else ()),
+                   *(f"covariate.{n}" for n in ds.covariates))
+    if ds.variants:  # analysis.md §2: factor.<NAME>, a ddx study's metrics, covariate.<NAME>
         trials_csv = _csv_bytes(ds.trials, (*VARIANT_TRIAL_COLUMNS, *trial_extra))
         item_columns: tuple[str, ...] = VARIANT_ITEM_COLUMNS
     else:
@@ -2199,6 +2273,8 @@ def _reanalysis(archive: _Archive) -> tuple[Check, list[str]]:
     if parser.startswith("judge:"):  # analysis.md §8
         recomputed.append(_judge_agreement(archive, plan, parser.split(":", 1)[1]))
     recomputed += _human_tables(archive, plan, recomputed)  # analysis.md §10
+    if ds.covariates:  # analysis.md §11
+        recomputed.append(_covariates_result(ds, plan))
     recorded_ids = [e.body.get("id") for e in results]
     new_ids = [r.id for r in recomputed]
     if recorded_ids != new_ids:

@@ -31,7 +31,7 @@ from verify._prompts import (
     read_template,
 )
 
-__all__ = ["Replay", "StepPlan", "plans_of", "step_lock_problems"]
+__all__ = ["Replay", "StepPlan", "item_decisions", "plans_of", "step_lock_problems"]
 
 LEAK = frozenset({"arm", "trial", "target_model", "request"})
 TRIAL_SLOTS = ("response", "reference", "reference_text")
@@ -56,6 +56,36 @@ class StepPlan:
     aggregate: str | int
     sees: str
     keep: tuple[str, ...] | None
+    keep_rule: Mapping[str, Mapping[str, Any]] | None = None  # §8.3: a json screening rule
+    verified_by: Mapping[str, Any] | None = None  # §8.6: {step, accept, retry, then}
+
+    @property
+    def screens(self) -> bool:
+        """§8.3: a screening step (``keep`` as labels or as a json rule)."""
+        return self.keep is not None or self.keep_rule is not None
+
+    def keeps(self, decision: Any) -> bool:
+        """§8.3: whether a screening step's decision keeps the item."""
+        if self.keep is not None:
+            return decision in self.keep
+        if self.keep_rule is None:
+            return True
+        if not isinstance(decision, dict):
+            return False
+        for name, want in (self.keep_rule.get("equals") or {}).items():
+            if name not in decision:
+                return False
+            got = decision[name]
+            if isinstance(got, bool) or isinstance(want, bool):
+                if not (isinstance(got, bool) and isinstance(want, bool) and got == want):
+                    return False
+            elif isinstance(got, str) != isinstance(want, str) or got != want:
+                return False
+        for name, low in (self.keep_rule.get("at_least") or {}).items():
+            got = decision.get(name)
+            if type(got) not in (int, float) or got < low:
+                return False
+        return True
 
     @property
     def sets(self) -> tuple[str, ...]:
@@ -122,11 +152,38 @@ def plans_of(protocol: Mapping[str, Any], study: LockedStudy,
         if rule not in ("majority", "unanimous") and not (type(rule) is int and rule >= 1):
             raise PromptError(f"{where}.aggregate: {rec.get('aggregate')!r}")
         keep = rec.get("keep")
+        rule_keep = None
+        if isinstance(keep, dict):
+            if parser != "json" or not set(keep) <= {"equals", "at_least"} or not all(
+                isinstance(v, dict) for v in keep.values()
+            ):
+                raise PromptError(f"{where}.keep: {keep!r} is not a json screening rule")
+            rule_keep, keep = keep, None
+        verified = rec.get("verified_by")
+        if verified is not None and (
+            type(verified) is not dict or set(verified) != {"step", "accept", "retry", "then"}
+            or type(verified["retry"]) is not int or verified["retry"] < 0
+            or type(verified["accept"]) is not list or on != "item"
+        ):  # fmt: skip
+            raise PromptError(f"{where}.verified_by: {verified!r} is not "
+                              "{step, accept, retry, then} of an item step")  # fmt: skip
         out[name] = StepPlan(
             name, on, names, template, system, parser, tuple(rec.get("labels") or ()), schema,
             int(unparseable.get("retry", 0)), str(unparseable.get("then", "exclude")), rule,
-            str(rec.get("sees", "blind")), tuple(keep) if keep is not None else None,
+            str(rec.get("sees", "blind")), tuple(keep) if keep is not None else None, rule_keep,
+            verified,
         )  # fmt: skip
+    for name, plan in out.items():  # §8.6: the verifier is an item step reading the sample
+        ver = plan.verified_by
+        if ver is None:
+            continue
+        other = out.get(ver["step"])
+        if other is None or other.on != "item" or other.parser != "label" or (
+            name not in other.reads()
+        ) or not set(ver["accept"]) <= set(other.labels):
+            raise PromptError(f"protocol.locked steps.{name}.verified_by: {ver['step']!r} is "
+                              "not a label item step reading {steps." + name + "} whose labels "
+                              "hold accept")  # fmt: skip
     return out
 
 
@@ -324,6 +381,7 @@ class Call:
     final_seq: int | None = None
     status: str = "pending"  # parsed | unparseable | given-up
     last_request: int | None = None
+    k: int = 1  # §8.6: the sample of an item step's call
 
 
 @dataclass
@@ -340,6 +398,8 @@ class Replay:
     request_texts: dict[str, str] = field(default_factory=dict)
     stimulus: dict[str, str] = field(default_factory=dict)
     excluded: dict[str, int] = field(default_factory=dict)
+    samples: dict[tuple[str, str, int], tuple[int, Any]] = field(default_factory=dict)  # §8.6
+    rejected: dict[tuple[str, str], int] = field(default_factory=dict)  # §8.6: no sample kept
     given_up: set[str] = field(default_factory=set)
     prior_values: dict[str, dict[str, str]] = field(default_factory=dict)  # §9, per trial
     rendered: int = 0
@@ -354,14 +414,110 @@ class Replay:
         """The call ids of ``step`` on an item (item step) or trial (trial step)."""
         return unit_call_ids(self.plans[step], unit)
 
-    def _settle(self, step: str, unit: str, seq: int) -> None:
+    def host_of(self, step: str) -> str | None:
+        """§8.6: the verified step of a chain ``step`` belongs to (itself or its verifier)."""
+        if step in self.plans and self.plans[step].verified_by is not None:
+            return step
+        for name, plan in self.plans.items():
+            if plan.verified_by is not None and plan.verified_by["step"] == step:
+                return name
+        return None
+
+    def _settle(self, step: str, unit: str, seq: int, k: int = 1) -> None:
+        plan = self.plans[step]
         ids = self.unit_calls(step, unit)
+        if k > 1:
+            ids = [c[: -len("|1")] + f"|{k}" for c in ids]
         calls = [self.calls.get(c) for c in ids]
         if any(c is None or c.final_seq is None for c in calls):
             return
         votes = [c.value if c is not None and c.status == "parsed" else None for c in calls]
-        plan = self.plans[step]
-        self.decisions[(step, unit)] = (seq, decide(plan.aggregate, votes, plan.sets))
+        decision = decide(plan.aggregate, votes, plan.sets)
+        host = self.host_of(step) if plan.on == "item" else None
+        if host is None:
+            self.decisions[(step, unit)] = (seq, decision)
+            return
+        self.samples[(step, unit, k)] = (seq, decision)
+        self._resolve(host, unit, seq)
+
+    def _resolve(self, host: str, item: str, seq: int) -> None:
+        """§8.6: the verified step's and its verifier's decisions once the chain settles."""
+        ver = self.plans[host].verified_by
+        assert ver is not None
+        for k in range(1, ver["retry"] + 2):
+            d = self.samples.get((host, item, k))
+            if d is None:
+                return
+            if d[1] is None:
+                continue
+            v = self.samples.get((ver["step"], item, k))
+            if v is None:
+                return
+            if v[1] in ver["accept"]:
+                self.decisions[(host, item)] = (seq, d[1])
+                self.decisions[(ver["step"], item)] = (seq, v[1])
+                return
+        self.decisions[(host, item)] = (seq, None)
+        self.decisions[(ver["step"], item)] = (seq, None)
+        self.rejected[(host, item)] = seq
+
+    def _chain_blocked(self, host: str, item: str) -> bool:
+        """§8.6: whether the verifier can judge no sample of ``host`` on ``item``.
+
+        (Another step it reads has no decision.) The chain then ends with no decision and no
+        further sample.
+        """
+        ver = self.plans[host].verified_by
+        assert ver is not None
+        verifier = self.plans[ver["step"]]
+        for k in range(1, ver["retry"] + 2):
+            d = self.samples.get((host, item, k))
+            if d is None:
+                return False
+            if d[1] is None:
+                continue
+            verdict = self.samples.get((verifier.name, item, k))
+            if verdict is not None:
+                if verdict[1] in ver["accept"]:
+                    return False
+                continue
+            if any(f"step:{verifier.name}|{m or ''}|{item}|{k}" in self.calls
+                   for m in verifier.models):  # fmt: skip
+                return False
+            for read in verifier.reads() - {host}:
+                if read in self.plans and self.plans[read].on == "item":
+                    found = self.decided(read, item)
+                    if found is not None and found[1] is None:
+                        return True
+            return False
+        return False
+
+    def sample_due(self, call: Call) -> str | None:
+        """§8.6: why sample ``call.k`` of a chain step was not due when requested, or None."""
+        host = self.host_of(call.step)
+        if host is None or (call.k == 1 and call.step == host):
+            return None
+        ver = self.plans[host].verified_by
+        assert ver is not None
+        item, k, verifier = call.item, call.k, ver["step"]
+        if call.step == verifier:
+            own = self.samples.get((host, item, k))
+            if own is not None and own[1] is None:
+                return f"sample {k} of step {host!r} reached no decision: nothing to verify"
+            return None
+        if k > ver["retry"] + 1:
+            return f"verified_by allows {ver['retry'] + 1} sample(s) of step {host!r}"
+        prev = self.samples.get((host, item, k - 1))
+        if prev is None:
+            return f"sample {k - 1} of step {host!r} had not decided yet"
+        if prev[1] is not None:
+            verdict = self.samples.get((verifier, item, k - 1))
+            if verdict is None:
+                return f"the verifier {verifier!r} had not judged sample {k - 1} yet"
+            if verdict[1] in ver["accept"]:
+                return (f"the verifier {verifier!r} accepted sample {k - 1} (seq {verdict[0]}): "
+                        "no further sample was due")  # fmt: skip
+        return None
 
     def needed(self) -> set[str]:
         """Item steps a trial's request reads (transitively), and every screening step."""
@@ -376,7 +532,7 @@ class Replay:
                 continue
             out.add(name)
             todo += list(self.plans[name].reads())
-        return out | {n for n, p in self.plans.items() if p.keep is not None}
+        return out | {n for n, p in self.plans.items() if p.screens}
 
     def decided(self, name: str, item: str) -> tuple[int | None, Any] | None:
         """§8.3: item step ``name``'s decision for ``item`` so far: (seq, value), or None.
@@ -387,6 +543,9 @@ class Replay:
         got = self.decisions.get((name, item))
         if got is not None:
             return got
+        host = self.host_of(name)
+        if host is not None and self._chain_blocked(host, item):
+            return (None, None)
         plan = self.plans[name]
         if plan.on != "item" or any(c in self.calls for c in self.unit_calls(name, item)):
             return None
@@ -416,7 +575,7 @@ class Replay:
                 raise KeyError(name)
             decided[name] = found[1]
         for name, plan in self.plans.items():
-            if plan.keep is not None and decided[name] not in plan.keep:
+            if plan.screens and (decided[name] is None or not plan.keeps(decided[name])):
                 return None
         if self.reference_step is not None and decided[self.reference_step] is None:
             return None  # scoring.md §12: no reference sets, the item's trials are excluded
@@ -459,6 +618,8 @@ class Replay:
             target = self.plans[parts[1]]
             unit = call.item if target.on == "item" else (call.trial or "")
             decided = self.decisions.get((parts[1], unit))
+            if target.verified_by is not None and target.verified_by["step"] == call.step:
+                decided = self.samples.get((parts[1], unit, call.k))  # §8.6: its own sample
             if decided is None:
                 return f"step {parts[1]!r} had not decided for {unit!r} yet"
             text = None if decided[1] is None else slot_text(
@@ -578,7 +739,7 @@ class Replay:
                     call.status, call.final_seq = "given-up", seq
                 if call.final_seq is not None:
                     unit = call.item if plan.on == "item" else (call.trial or "")
-                    self._settle(call.step, unit, seq)
+                    self._settle(call.step, unit, seq, call.k)
 
     def _after(self, trial: str) -> Mapping[str, str] | None:
         arm = self.study.arms.get(trial.split("|", 1)[0])
@@ -626,10 +787,14 @@ class Replay:
             self.fail(seq, f"step.requested call {call_id!r} names no locked step")
             return
         model, _, unit = rest.partition("|")
+        sample = 1
         if plan.on == "item":
             item, _, k = unit.rpartition("|")
             trial = None
-            if k != "1" or item not in self.study.item_ids:
+            sample = int(k) if k.isdigit() and k == str(int(k)) else 0
+            if sample < 1 or (sample > 1 and self.host_of(step) is None) or (
+                item not in self.study.item_ids
+            ):  # §8.6: samples k > 1 only of a verified step and its verifier
                 self.fail(seq, f"call {call_id!r} is not a call of item step {step!r}")
                 return
         else:
@@ -640,8 +805,14 @@ class Replay:
             self.fail(seq, f"call {call_id!r}: the event's model, item or trial differ from "
                       "its call id")  # fmt: skip
             return
-        call = self.calls.setdefault(call_id, Call(call_id, step, model or None, item, trial))
+        call = self.calls.setdefault(
+            call_id, Call(call_id, step, model or None, item, trial, k=sample)
+        )
         request_call[seq] = call_id
+        if call.attempts == 0:
+            why = self.sample_due(call)
+            if why is not None:
+                self.fail(seq, f"call {call_id} was requested, but {why}")
         call.attempts += 1
         call.last_request = seq
         if body.get("attempt") != call.attempts:
@@ -772,3 +943,61 @@ def review_sample(judged: Sequence[tuple[int, bool]], n: int, seed: str) -> list
         )
         chosen.extend(s for _, s in stratum[:n])
     return sorted(chosen)
+
+
+def item_decisions(
+    protocol: Mapping[str, Any],
+    step: str,
+    schema: Mapping[str, Any] | None,
+    events: Sequence[tuple[int, str, dict[str, Any], Callable[..., bytes | None]]],
+) -> dict[str, Any]:
+    """§8.3: the decision of plain item step ``step`` on each item whose calls are all final.
+
+    From the step's recorded responses alone: each call ``step:{step}|{model}|{item}|1``
+    re-parsed by the locked parser (``schema`` for ``json``) and ``on_unparseable`` rule, the
+    votes aggregated by the locked rule (None: no decision).
+    """
+    rec = (protocol.get("steps") or {}).get(step)
+    if not isinstance(rec, dict):
+        raise PromptError(f"protocol.locked has no step {step!r}")
+    raw_rule = rec.get("aggregate")
+    rule = raw_rule.get("k") if isinstance(raw_rule, dict) else raw_rule
+    if rule not in ("majority", "unanimous") and type(rule) is not int:
+        raise PromptError(f"protocol.locked steps.{step}.aggregate: {raw_rule!r}")
+    models = tuple(m or None for m in rec.get("models") or [])
+    plan = StepPlan(
+        step, "item", models, Template(step, ()), None, str(rec.get("parser")),
+        tuple(rec.get("labels") or ()), dict(schema) if schema is not None else None,
+        int((rec.get("on_unparseable") or {}).get("retry", 0)), "exclude", rule, "blind", None,
+    )  # fmt: skip
+    calls: dict[str, Call] = {}
+    request_call: dict[int, str] = {}
+    for seq, kind, body, blob in events:
+        if kind == "step.requested" and body.get("step") == step:
+            call_id = str(body.get("call"))
+            calls.setdefault(call_id, Call(call_id, step, None, str(body.get("item")), None))
+            request_call[seq] = call_id
+        elif kind in ("step.responded", "step.failed"):
+            found = calls.get(request_call.get(body.get("request_seq"), ""))  # type: ignore[arg-type]
+            if found is None or found.final_seq is not None:
+                continue
+            if kind == "step.responded":
+                found.responses += 1
+                value = parse(plan, text_of(blob("response") or b"", str(body.get("format"))))
+                if value is not None:
+                    found.value, found.status, found.final_seq = value, "parsed", seq
+                elif found.responses >= plan.retry + 1:
+                    found.status, found.final_seq = "unparseable", seq
+            elif body.get("final") is True:
+                found.status, found.final_seq = "given-up", seq
+    out: dict[str, Any] = {}
+    for item in sorted({c.item for c in calls.values()}):
+        votes = []
+        for call_id in unit_call_ids(plan, item):
+            made = calls.get(call_id)
+            if made is None or made.final_seq is None:
+                break
+            votes.append(made.value if made.status == "parsed" else None)
+        else:
+            out[item] = decide(plan.aggregate, votes, plan.sets)
+    return out

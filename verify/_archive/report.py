@@ -784,6 +784,39 @@ class _Expect:
                  "H-coverage", "S-coverage", "breadth", "grounding", "indirect", "uncertainty"],
                  rows)]  # fmt: skip
 
+    def _covariate_tables(self) -> list[tuple[str, list[str], list[list[str]]]]:
+        """analysis.md §11: ``descriptive.covariates``, perturbable labels, then indicators.
+
+        Per label: a row per value (true, false) and arm (trials, each outcome's mean: a
+        percentage, breadth a number), then ``no label`` (trials without a value).
+        """
+        desc = self.result("descriptive.covariates")
+        if desc is None or desc.get("status") != "ok":
+            return []
+        v = _obj(desc.get("values"))
+        outcomes = [str(o) for o in v.get("outcomes") or []]
+        strata = _obj(v.get("strata"))
+        out: list[tuple[str, list[str], list[list[str]]]] = []
+        for key, what in (("perturbable", "perturbable factors"),
+                          ("indicators", "indicator factors (annotated, never edited)")):
+            rows: list[list[str]] = []
+            for name in v.get(key) or []:
+                stratum = _obj(strata.get(name))
+                for level in ("true", "false"):
+                    for arm, e in sorted(_obj(_obj(stratum.get("levels")).get(level)).items()):
+                        cells = []
+                        for o in outcomes:
+                            got = _obj(_obj(e).get(o)).get("mean")
+                            cells.append(_fmt(got) if o == "breadth" else _pct(got))
+                        rows.append([str(name), level, str(arm), _fmt(_obj(e).get("trials")),
+                                     *cells])  # fmt: skip
+                rows.append([str(name), "no label", "all", _fmt(stratum.get("undecided")),
+                             *("–" for _ in outcomes)])  # fmt: skip
+            if rows:
+                out.append((f"Outcomes by factor label: {what}, step {v.get('step')}",
+                            ["label", "value", "arm", "trials", *outcomes], rows))
+        return out
+
     def _mcq_tables(self) -> list[tuple[str, list[str], list[list[str]]]]:
         """archive-format §7: seed 002's registered statistics and ``descriptive.mcq``."""
         out: list[tuple[str, list[str], list[list[str]]]] = []
@@ -921,6 +954,7 @@ class _Expect:
         out.extend(self._mcq_tables())
         out.extend(_qrboot.report_tables(self.result("descriptive.qr_bootstrap")))
         out.extend(self._ddx_tables())
+        out.extend(self._covariate_tables())
         control = self.result("descriptive.control")
         if self.tumbling and control is not None and control.get("status") == "ok":
             rows = []
