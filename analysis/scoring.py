@@ -135,11 +135,31 @@ def score_study(root: str | Path, key: SigningKey) -> ScoreResult:
         by_status: dict[str, int] = {}
         count = 0
         judges = Judges(study, log) if study.parser.startswith("judge:") else None
+        ddx_work = _step_work(study, log) if study.ddx is not None else None
         unjudged = 0
         for event in log.events("trial.responded"):
             if event.seq in scored:
                 continue
             request = requests[event.body["request_seq"]]
+            if ddx_work is not None:  # docs/scoring.md §12: scored from the recorded steps
+                from analysis.ddx import score_trial
+
+                found = score_trial(study, ddx_work, request["trial"], request["stimulus"])
+                if found is None:
+                    unjudged += 1  # a step call still to make: score after the next run
+                    continue
+                blob = found.pop("blob")
+                by_status[found["status"]] = by_status.get(found["status"], 0) + 1
+                specs.append(EventSpec("trial.scored", {
+                    "response_seq": event.seq,
+                    "arm_code": codes[request["arm"]],
+                    "stimulus": request["stimulus"],
+                    "parser": study.parser,
+                    **found,
+                }, {"scores": blob}))  # fmt: skip
+                scored[event.seq] = found["scores_sha256"]
+                count += 1
+                continue
             if judges is not None:
                 judged = judges.score(request["trial"], truth[request["stimulus"]])
                 if judged is None:
@@ -225,6 +245,16 @@ def score_study(root: str | Path, key: SigningKey) -> ScoreResult:
     return ScoreResult(count, len(scored) - count, by_status, sealed_seq, pending)
 
 
+def _step_work(study: Study, log: Ledger) -> Any:
+    """Every step call's state, rebuilt from ``log`` (the runner's projection)."""
+    from runner.render import Renderer
+    from runner.step_state import StepWork
+
+    work = StepWork(study, Renderer(study))
+    work.load(log)
+    return work
+
+
 class Judges:
     """The votes of a study's judge step (``[response] parser = "judge:<step>"``).
 
@@ -276,7 +306,7 @@ class Judges:
                 "response_seq": record.responded or record.exhausted or record.given_up,
                 "responses": record.unparseable + (record.responded is not None),
             })  # fmt: skip
-        decision = aggregate(self.spec.aggregate, values)
+        decision = aggregate(self.spec.aggregate, values, self.spec.sets)
         problems = []
         if decision is None:
             shown = ", ".join(str(v["vote"]) if v["vote"] is not None else f"({v['status']})"

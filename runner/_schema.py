@@ -71,7 +71,7 @@ TABLE_KEYS: Final[dict[str, tuple[str, ...]]] = {
     "prompt": ("item", "option_format", "option_separator"),
     "stimuli": ("directory", "truth", "answer_column", "items"),
     "design": ("replicates", "seed", "bootstrap_seed", "bootstrap_iterations", "blinding_secret"),
-    "response": ("format", "parser", "letters", "mode"),
+    "response": ("format", "parser", "letters", "mode", "ddx"),
     "analysis": ("model", "random_intercept", "exclude_unparseable", "model_arms"),
     "witnessing": ("quorum", "interval_trials", "unreachable", "retry_seconds"),
     "timestamping": ("url",),
@@ -120,6 +120,8 @@ WITNESS_KEYS: Final = ("name", "vkey", "url")
 """The keys of each ``[[witnesses]]`` entry (``docs/witness.md`` §8)."""
 DEVIATION_KEYS: Final = ("id", "source", "choice", "reason")
 """The keys of each ``[[deviations]]`` entry (a declared deviation from the source protocol)."""
+DDX_KEYS: Final = ("list", "match", "reference", "grounding", "uncertainty")
+"""The keys of ``[response.ddx]`` (``docs/scoring.md`` §12; ``runner.ddx``)."""
 STEP_KEYS: Final = (
     "on", "models", "template", "system", "parser", "labels", "schema", "on_unparseable",
     "aggregate", "sees", "keep",
@@ -201,6 +203,10 @@ def unknown_keys(data: dict[str, Any]) -> list[Unknown]:
         table = data.get(section)
         if isinstance(table, dict):
             check(table, (section,), f"[{section}]", keys)
+    response = data.get("response")
+    ddx = response.get("ddx") if isinstance(response, dict) else None
+    if isinstance(ddx, dict):
+        check(ddx, ("response", "ddx"), "[response.ddx]", DDX_KEYS)
     arms = data.get("arms")
     if isinstance(arms, dict):
         for arm_id, arm in arms.items():

@@ -1333,6 +1333,12 @@ class Runner:
         await reload()
         if self.stop_reason is not None:
             return results
+        ddx = self.study.ddx
+        reference = ddx.reference_step if ddx is not None else None
+        if reference is not None and work.pending_item_calls(
+            [reference], list(self.study.steps[reference].models)
+        ):
+            return results  # scoring.md §12: reference sets are final before any trial is sent
         order = [t.id for t in self.state.order]
         waiting: list[Trial] = list(trials)
         while True:  # rounds: a second stage waits for its first stage (prompts.md §9)

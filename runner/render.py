@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import base64
 import hashlib
+import json
 import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -165,6 +166,9 @@ def item_values(
     for key, value in item.metadata.items():
         if isinstance(value, str):
             values[f"metadata.{key}"] = value
+        elif isinstance(value, list) and all(isinstance(v, str) for v in value):
+            # an array of strings (a supplied reference set, scoring.md §12): canonical JSON
+            values[f"metadata.{key}"] = json.dumps(value, ensure_ascii=False, separators=(",", ":"))
     if answers:
         values["answer"] = item.answer
         if item.options and item.answer in item.labels:
@@ -798,5 +802,5 @@ def _hint(slot: str, item: Item) -> str:
     if slot in ANSWER_SLOTS:
         return ""
     if slot.startswith("metadata."):
-        return " (only string metadata values fill a slot)"
+        return " (only string metadata values and arrays of strings fill a slot)"
     return ""

@@ -15,6 +15,31 @@ on the lines of the final user text:
   after ``I`` written ``am`` / ``have``; with probability 0.05 the reply is empty.
 - **screening**: the words ``include or exclude``. ``include`` with probability 0.85, else
   ``exclude``.
+- **differential-diagnosis steps** (``docs/scoring.md`` §12), each with a JSON reply
+  (with probability 0.05 the reply is ``I cannot tell.``: unparseable):
+
+  - *list*: a line starting ``Diagnoses in:``; the text from there to the end. Each line's
+    part after its last ``:`` is split at ``,``, ``;``, `` or `` and `` and ``; each piece is
+    trimmed of white space and a final ``.``; empty pieces are dropped:
+    ``{"diagnoses": [...]}``; with probability 0.1 the last piece is left out.
+  - *match*: lines starting ``Listed:``, ``Plausible set:``, ``Highly likely set:`` and
+    ``Safety-critical set:``, each a JSON array. Two diagnoses *match* when their lower-cased
+    words are equal or one's words are a run of the other's (``migraine`` and ``migraine
+    without aura``). ``plausible``: the listed diagnoses matching one of the plausible set;
+    ``highly_likely`` / ``safety_critical``: the entries of those sets matching a listed one;
+    with probability 0.1 the last of ``plausible`` is left out.
+  - *reference*: a line starting ``Case for reference sets:``; the text from there. The
+    *candidates* are the pieces (split as for *list*) of each sentence that contains
+    ``consistent with:``, after it. ``plausible``: the candidates; ``highly_likely``: the first
+    two; ``safety_critical``: those containing a word of :data:`SEVERE`. With probability 0.3
+    one candidate (chosen by a draw) is left out of all three: models disagree, and an
+    element-wise vote settles it.
+  - *grounding*: lines starting ``Diagnoses to ground:`` (a JSON array) and ``Input:`` (the
+    text from there to the end). ``grounded``: the diagnoses sharing a word of four or more
+    letters with the input; ``indirect``: the others.
+  - *uncertainty*: a line starting ``Uncertainty of:``; ``uncertain`` when the text from there
+    holds one of the words ``may``, ``might``, ``possible``, ``possibly``, ``unclear``,
+    ``perhaps``, ``cannot``, else ``certain``.
 - anything else: the first line of the text.
 
 Every draw is ``SHA-256("prompt-sim-steps|{seed}|" + canonical request)`` read as uniforms, so
@@ -26,8 +51,9 @@ same request and seed always give the same reply. Replies have the Messages API 
 from __future__ import annotations
 
 import hashlib
+import json
 import re
-from typing import Any
+from typing import Any, Final
 
 from ledger import canonical_json
 from runner.simulated_text import message_reply
@@ -36,6 +62,14 @@ __all__ = ["VERSION", "is_step_seed", "respond"]
 
 VERSION = "prompt-sim-steps-1"
 _WORDS = re.compile(r"[a-z0-9]+")
+SEVERE: Final = frozenset({
+    "meningitis", "haemorrhage", "hemorrhage", "infarction", "embolism", "sepsis", "dissection",
+    "appendicitis", "ectopic", "torsion", "stroke", "pneumothorax", "tamponade", "tumour",
+    "tumor", "cancer", "obstruction", "perforation",
+})  # fmt: skip
+"""Words that make a reference candidate safety-critical for the simulated reference builder."""
+_HEDGES: Final = frozenset({"may", "might", "possible", "possibly", "unclear", "perhaps", "cannot"})
+_SPLIT: Final = re.compile(r",|;| or | and ")
 
 
 def is_step_seed(seed: str) -> bool:
@@ -60,8 +94,101 @@ def _user_text(request: dict[str, Any]) -> str:
     return "".join(b.get("text", "") for b in content or [] if b.get("type") == "text")
 
 
+def _pieces(text: str) -> list[str]:
+    out = []
+    for line in text.split("\n"):
+        tail = line.rsplit(":", 1)[-1]
+        for piece in _SPLIT.split(tail):
+            piece = piece.strip().rstrip(".").strip()
+            if piece:
+                out.append(piece)
+    return out
+
+
+def _labelled(lines: list[str], label: str) -> int | None:
+    return next((i for i, line in enumerate(lines) if line.startswith(label)), None)
+
+
+def _array(line: str) -> list[str]:
+    try:
+        value = json.loads(line.split(":", 1)[1])
+    except (ValueError, IndexError):
+        return []
+    return [v for v in value if isinstance(v, str)] if isinstance(value, list) else []
+
+
+def _same(a: str, b: str) -> bool:
+    x, y = _WORDS.findall(a.lower()), _WORDS.findall(b.lower())
+    if not x or not y:
+        return False
+    short, long = (x, y) if len(x) <= len(y) else (y, x)
+    return any(long[i : i + len(short)] == short for i in range(len(long) - len(short) + 1))
+
+
+def ddx_answer(text: str, draws: list[float]) -> str | None:
+    """The reply to a differential-diagnosis step (module docstring), or None if it is none."""
+    lines = text.split("\n")
+    at = {label: _labelled(lines, label) for label in (
+        "Diagnoses in:", "Listed:", "Plausible set:", "Highly likely set:",
+        "Safety-critical set:", "Case for reference sets:", "Diagnoses to ground:", "Input:",
+        "Uncertainty of:")}  # fmt: skip
+    kinds = [at["Diagnoses in:"], at["Listed:"], at["Case for reference sets:"],
+             at["Diagnoses to ground:"], at["Uncertainty of:"]]  # fmt: skip
+    if all(k is None for k in kinds):
+        return None
+    if draws[1] < 0.05:
+        return "I cannot tell."
+    if at["Listed:"] is not None:
+        listed = _array(lines[at["Listed:"]])
+        sets = {name: _array(lines[i]) if i is not None else [] for name, i in (
+            ("plausible", at["Plausible set:"]), ("highly_likely", at["Highly likely set:"]),
+            ("safety_critical", at["Safety-critical set:"]))}  # fmt: skip
+        plausible = [d for d in listed if any(_same(d, r) for r in sets["plausible"])]
+        if draws[0] < 0.1 and plausible:
+            plausible = plausible[:-1]
+        return json.dumps({
+            "plausible": plausible,
+            "highly_likely": [r for r in sets["highly_likely"] if any(_same(d, r) for d in listed)],
+            "safety_critical": [r for r in sets["safety_critical"]
+                                if any(_same(d, r) for d in listed)],
+        })  # fmt: skip
+    if at["Diagnoses in:"] is not None:
+        i = at["Diagnoses in:"]
+        found = _pieces("\n".join(lines[i:])[len("Diagnoses in:") :])
+        if draws[0] < 0.1 and found:
+            found = found[:-1]
+        return json.dumps({"diagnoses": found})
+    if at["Case for reference sets:"] is not None:
+        case = "\n".join(lines[at["Case for reference sets:"] :])
+        candidates: list[str] = []
+        for sentence in re.split(r"(?<=[.!?])\s+", case):
+            if "consistent with:" in sentence:
+                candidates += _pieces(sentence.split("consistent with:", 1)[1])
+        if draws[0] < 0.3 and candidates:
+            candidates.pop(int(draws[2] * len(candidates)))
+        return json.dumps({
+            "plausible": candidates,
+            "highly_likely": candidates[:2],
+            "safety_critical": [c for c in candidates if SEVERE & set(_WORDS.findall(c.lower()))],
+        })  # fmt: skip
+    if at["Diagnoses to ground:"] is not None:
+        listed = _array(lines[at["Diagnoses to ground:"]])
+        start = at["Input:"]
+        source = "\n".join(lines[start:]) if start is not None else ""
+        known = {w for w in _WORDS.findall(source.lower()) if len(w) >= 4}
+        grounded = [d for d in listed if known & set(_WORDS.findall(d.lower()))]
+        return json.dumps({"grounded": grounded,
+                           "indirect": [d for d in listed if d not in grounded]})  # fmt: skip
+    assert at["Uncertainty of:"] is not None
+    said = set(_WORDS.findall("\n".join(lines[at["Uncertainty of:"] :]).lower()))
+    return "uncertain" if said & _HEDGES else "certain"
+
+
 def answer(text: str, draws: list[float]) -> str:
     """The reply text for a step request's user ``text`` (module docstring)."""
+    ddx = ddx_answer(text, draws)
+    if ddx is not None:
+        return ddx
     lines = text.split("\n")
     ref = next((i for i, line in enumerate(lines) if line.startswith("Reference:")), None)
     cand = next((i for i, line in enumerate(lines) if line.startswith("Candidate:")), None)

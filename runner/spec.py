@@ -34,6 +34,7 @@ from runner.factors import (
     parse_factorial,
     parse_factors,
 )
+from runner.ddx import DDX_METRICS, DdxSpec, hypothesis_problems, parse_ddx
 from runner.steps import StepSpec, parse_steps
 from runner.timestamping import TimestampSpec, parse_timestamping
 from runner.variants import FIELD_KINDS, KIND_KEYS, KINDS, Variant, VariantSpec
@@ -352,6 +353,8 @@ class Study:
             if lv.template is not None:
                 return Path(lv.template)
         return self.prompt.item
+    ddx: DdxSpec | None = None
+    """``[response.ddx]`` of a ``parser = "ddx"`` study (``docs/scoring.md`` §12)."""
 
     def model_specs(self) -> list[ModelSpec]:
         """Every model, in declaration order (one, named None, for a ``[model]`` study)."""
@@ -381,6 +384,8 @@ class Study:
             plan["mode"] = self.mode
         if self.parser in LETTER_PARSERS:
             plan["letters"] = self.letters
+        if self.ddx is not None:
+            plan["ddx"] = self.ddx.record()
         return plan
 
     def component_text(self, name: str) -> str:
@@ -657,7 +662,7 @@ def _read_text(c: _Collector, path: Path, where: str) -> str | None:
 
 def _outcome(c: _Collector, h: dict[str, Any], where: str, parser: str) -> str:
     outcome = _str(c, h, "outcome", where, default_outcome(parser))
-    if not outcome:
+    if not outcome or outcome in DDX_METRICS or parser == "ddx":  # runner.ddx checks those
         return outcome
     if outcome not in OUTCOMES:
         extra = (
@@ -1851,7 +1856,7 @@ class _Response:
 def _response(c: _Collector, data: dict[str, Any]) -> _Response:
     response = _table(c, data, "response")
     parser = _str(c, response, "parser", "response", "tumbling-e-json")
-    if parser and parser not in PARSERS and not parser.startswith(JUDGE_PREFIX):
+    if parser and parser not in PARSERS and parser != "ddx" and not parser.startswith(JUDGE_PREFIX):
         c.add("response.parser", f"unknown parser {parser!r}; use one of {', '.join(PARSERS)}")
     response_format = _str(c, response, "format", "response", parser or "tumbling-e-json")
     letters: str | None = None
@@ -2087,6 +2092,14 @@ def load_study(root: str | Path, *, strict: bool = True) -> Study:
                   "a label \"correct\" (a trial is correct when the judges' decision is it)")
         if items is None:
             c.add("response.parser", "a judge scores item studies ([stimuli] items) only")
+    raw_response = data.get("response")
+    ddx = parse_ddx(c.add, raw_response if isinstance(raw_response, dict) else {}, response.parser,
+                    steps, items)
+    for where, message in hypothesis_problems(
+        [{"id": h.id, "outcome": h.outcome, "test": h.test} for h in hypotheses],
+        response.parser, ddx,
+    ):
+        c.add(where, message)
 
     if c.problems:
         raise SpecError(c.problems)
@@ -2103,6 +2116,7 @@ def load_study(root: str | Path, *, strict: bool = True) -> Study:
         variants=tuple(variants),
         witnessing=witnessing, timestamping=timestamping, steps=steps, reviews=reviews,
         factors=factors, factorial=factorial,
+        ddx=ddx,
     )
     if items is not None:  # read once, here: Study.load_items returns it from now on
         object.__setattr__(loaded, "_items", items)

@@ -66,9 +66,14 @@ class StepRenderer:
         return step_layers(steps, reads)
 
     def needed_item_steps(self) -> set[str]:
-        """The item steps a trial's request reads (through the item template), transitively."""
+        """The item steps a trial's request reads (through the item template), transitively.
+
+        The reference step of a ddx study (``docs/scoring.md`` §12) is needed too: a trial waits
+        for its item's reference sets, and an item without them is a recorded exclusion.
+        """
         out: set[str] = set()
-        todo = [s for s in self.item_reads if s in self.study.steps]
+        reference = self.study.ddx.reference_step if self.study.ddx is not None else None
+        todo = [s for s in [*self.item_reads, reference] if s in self.study.steps]
         while todo:
             name = todo.pop()
             if name in out:
@@ -250,6 +255,9 @@ class StepRenderer:
         for name, spec in self.study.steps.items():
             if spec.keep is not None and outputs.get((name, item)) not in spec.keep:
                 return None
+        reference = self.study.ddx.reference_step if self.study.ddx is not None else None
+        if reference is not None and outputs.get((reference, item)) is None:
+            return None  # no reference sets for the item: its trials are excluded
         out: dict[str, str] = {}
         tpl = self.renderer.item_template
         for slot in tpl.slots() if tpl is not None else ():

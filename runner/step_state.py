@@ -212,7 +212,9 @@ class StepWork:
         if votes is None:
             return _PENDING
         spec = self.study.steps[step]
-        return aggregate(spec.aggregate, [r.value if r.responded else None for _, r in votes])
+        return aggregate(
+            spec.aggregate, [r.value if r.responded else None for _, r in votes], spec.sets
+        )
 
     def decisions(self, steps: Iterable[str], units: Iterable[str]) -> dict[tuple[str, str], Any]:
         """Every decided (step, unit) among ``steps`` x ``units`` (undecided ones as None)."""

@@ -19,6 +19,7 @@ from __future__ import annotations
 import hashlib
 import json
 import re
+import unicodedata
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -36,10 +37,13 @@ __all__ = [
     "StepSpec",
     "aggregate",
     "aggregate_record",
+    "aggregate_sets",
     "call_order",
     "item_step_calls",
+    "normalise_element",
     "parse_output",
     "review_sample",
+    "set_fields",
     "step_graph",
     "step_layers",
     "step_slots",
@@ -66,7 +70,9 @@ class StepSpec:
     is how many more calls an unparseable response earns, ``then`` what happens after them
     (``"exclude"``: the step's decision is missing and what reads it is a recorded exclusion;
     ``"stop"``: the run stops). ``keep`` (item steps with the ``label`` parser) lists the labels
-    that keep an item in the study: a screening step.
+    that keep an item in the study: a screening step. ``sets`` names the members of a
+    *set-valued* step (a ``json`` step whose schema's properties are all arrays of strings),
+    whose votes are aggregated element by element (:func:`aggregate_sets`); empty otherwise.
     """
 
     name: str
@@ -82,6 +88,7 @@ class StepSpec:
     aggregate: str | int
     sees: str
     keep: tuple[str, ...] | None
+    sets: tuple[str, ...] = ()
 
     def record(self, rel: Any) -> dict[str, Any]:
         """The step as ``protocol.locked`` ``steps`` records it (``rel``: path -> study path)."""
@@ -162,6 +169,7 @@ def parse_steps(
             parser = "text"
         labels = _labels(table, where, add, parser)
         schema = None
+        sets: tuple[str, ...] = ()
         if parser == "json":
             rel = table.get("schema")
             if not isinstance(rel, str) or not rel:
@@ -173,6 +181,8 @@ def parse_steps(
                     problem = schema_problem(schema.read_bytes())
                     if problem:
                         add(f"{where}.schema", f"{rel}: {problem}")
+                    else:
+                        sets = set_fields(json.loads(schema.read_bytes()))
         elif "schema" in table:
             add(f"{where}.schema", f"applies to the json parser only, not {parser!r}")
         retry, then = _unparseable(table, where, add)
@@ -196,7 +206,7 @@ def parse_steps(
                 keep = tuple(value)
         out[name] = StepSpec(
             name, on, step_models, template, tuple(system), parser, labels, schema, retry, then,
-            rule, sees, keep,
+            rule, sees, keep, sets,
         )  # fmt: skip
     return out
 
@@ -315,6 +325,17 @@ def schema_problem(data: bytes) -> str | None:
     return None
 
 
+def set_fields(schema: Mapping[str, Any]) -> tuple[str, ...]:
+    """The members of a set-valued step schema (every property an array of strings), else ().
+
+    ``docs/prompts.md`` §8.3: such a step's votes are aggregated element by element.
+    """
+    props = schema.get("properties") or {}
+    if props and all(p.get("type") == "array" for p in props.values()):
+        return tuple(props)
+    return ()
+
+
 def _matches(schema: dict[str, Any], value: Any) -> bool:
     if not isinstance(value, dict):
         return False
@@ -378,13 +399,16 @@ def value_key(value: Any) -> str:
     return json.dumps(value, sort_keys=True, ensure_ascii=False, separators=(",", ":"))
 
 
-def aggregate(rule: str | int, votes: Sequence[Any]) -> Any:
+def aggregate(rule: str | int, votes: Sequence[Any], sets: Sequence[str] = ()) -> Any:
     """The decision of ``votes`` (parsed values, None for a missing one) under ``rule``.
 
     ``majority``: the value more than half of the votes give; ``unanimous``: the value every
     vote gives; k: the value at least k votes give (the first such in vote order when several
     reach k). A missing vote counts as a vote for nothing. :data:`UNDECIDED` otherwise.
+    ``sets`` (a set-valued step's members): element by element, :func:`aggregate_sets`.
     """
+    if sets:
+        return aggregate_sets(rule, votes, sets)
     n = len(votes)
     counts: dict[str, tuple[int, Any]] = {}
     for vote in votes:
@@ -403,6 +427,50 @@ def aggregate(rule: str | int, votes: Sequence[Any]) -> Any:
         if count >= need:
             return value
     return UNDECIDED
+
+
+def normalise_element(text: str) -> str:
+    """An element of a set as it is compared (``docs/prompts.md`` §8.3).
+
+    NFC, case-folded, NFC again, every run of whitespace (``str.split``) one space, trimmed.
+    """
+    folded = unicodedata.normalize("NFC", unicodedata.normalize("NFC", text).casefold())
+    return " ".join(folded.split())
+
+
+def _surface(text: str) -> str:
+    return " ".join(unicodedata.normalize("NFC", text).split())
+
+
+def aggregate_sets(rule: str | int, votes: Sequence[Any], fields: Sequence[str]) -> Any:
+    """The element-wise decision of a set-valued step (``docs/prompts.md`` §8.3).
+
+    ``votes``: parsed objects (None for a missing vote). N is the rule's number (majority:
+    ``n // 2 + 1``; unanimous: n; k). Fewer than N parsed votes: :data:`UNDECIDED`. Else, for
+    each member, the elements (compared by :func:`normalise_element`, each counted once per
+    vote, empty ones dropped) that at least N votes contain, in order of first appearance (vote
+    order, then array order), each written as it first appeared (NFC, whitespace collapsed).
+    """
+    n = len(votes)
+    need = n // 2 + 1 if rule == "majority" else n if rule == "unanimous" else int(rule)
+    parsed = [v for v in votes if isinstance(v, dict)]
+    if len(parsed) < need:
+        return UNDECIDED
+    out: dict[str, list[str]] = {}
+    for name in fields:
+        counts: dict[str, int] = {}
+        first: dict[str, str] = {}
+        for vote in parsed:
+            seen: set[str] = set()
+            for element in vote.get(name) or []:
+                key = normalise_element(element)
+                if not key or key in seen:
+                    continue
+                seen.add(key)
+                first.setdefault(key, _surface(element))
+                counts[key] = counts.get(key, 0) + 1
+        out[name] = [first[k] for k in first if counts[k] >= need]
+    return out
 
 
 def output_text(value: Any, field: str | None = None) -> str | None:

@@ -272,6 +272,8 @@ def _item_problems(study: Study) -> list[str]:
     where_spec = f"{study.spec_path}: response.parser"
     if study.parser.startswith("judge:"):
         return []  # the judges read the item's answer as the reference (docs/scoring.md §10)
+    if study.parser == "ddx":
+        return []  # scored against reference sets (docs/scoring.md §12), checked in runner.ddx
     if study.parser not in SINGLE_ANSWER_PARSERS:
         return [
             f"{where_spec}: {study.parser!r} scores a tumbling-E chart glyph by glyph; an item "

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import base64
 import hashlib
+import json
 import re
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
@@ -251,6 +252,9 @@ def item_values(
         for key, value in metadata.items():
             if isinstance(value, str):
                 values[f"metadata.{key}"] = value
+            elif isinstance(value, list) and all(isinstance(v, str) for v in value):
+                values[f"metadata.{key}"] = json.dumps(value, ensure_ascii=False,
+                                                       separators=(",", ":"))  # fmt: skip
     return values
 
 

@@ -15,6 +15,7 @@ from __future__ import annotations
 import hashlib
 import json
 import re
+import unicodedata
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -55,6 +56,16 @@ class StepPlan:
     aggregate: str | int
     sees: str
     keep: tuple[str, ...] | None
+
+    @property
+    def sets(self) -> tuple[str, ...]:
+        """§8.3: the members of a set-valued json step (every property an array), else ()."""
+        props = (self.schema or {}).get("properties") or {}
+        if self.parser == "json" and props and all(
+            isinstance(p, dict) and p.get("type") == "array" for p in props.values()
+        ):
+            return tuple(props)
+        return ()
 
     def reads(self) -> set[str]:
         """The steps its template reads."""
@@ -217,11 +228,40 @@ def _key(value: Any) -> str:
     return json.dumps(value, sort_keys=True, ensure_ascii=False, separators=(",", ":"))
 
 
-def decide(rule: str | int, votes: list[Any]) -> Any:
+def norm(text: str) -> str:
+    """§8.3: a set element as compared: NFC, casefold, NFC, whitespace runs one space, trimmed."""
+    text = unicodedata.normalize("NFC", unicodedata.normalize("NFC", text).casefold())
+    return " ".join(text.split())
+
+
+def decide_sets(need: int, votes: list[Any], fields: Sequence[str]) -> Any:
+    """§8.3: the element-wise decision of a set-valued step; None below ``need`` parsed votes."""
+    parsed = [v for v in votes if isinstance(v, dict)]
+    if len(parsed) < need:
+        return None
+    out: dict[str, list[str]] = {}
+    for name in fields:
+        tally: dict[str, list[Any]] = {}  # normalised -> [count, first surface]
+        for vote in parsed:
+            for key in {norm(x) for x in vote.get(name) or []} - {""}:
+                tally.setdefault(key, [0, None])[0] += 1
+        firsts: list[tuple[str, str]] = []
+        for vote in parsed:
+            for x in vote.get(name) or []:
+                key = norm(x)
+                if key and key not in {k for k, _ in firsts}:
+                    firsts.append((key, " ".join(unicodedata.normalize("NFC", x).split())))
+        out[name] = [surface for key, surface in firsts if tally[key][0] >= need]
+    return out
+
+
+def decide(rule: str | int, votes: list[Any], sets: Sequence[str] = ()) -> Any:
     """§8: the value at least the rule's number of votes give (majority: more than half)."""
     need = len(votes) // 2 + 1 if rule == "majority" else (
         len(votes) if rule == "unanimous" else int(rule)
     )
+    if sets:
+        return decide_sets(need, votes, sets)
     counts: dict[str, list[Any]] = {}
     for vote in votes:
         if vote is not None:
@@ -316,7 +356,8 @@ class Replay:
         if any(c is None or c.final_seq is None for c in calls):
             return
         votes = [c.value if c is not None and c.status == "parsed" else None for c in calls]
-        self.decisions[(step, unit)] = (seq, decide(self.plans[step].aggregate, votes))
+        plan = self.plans[step]
+        self.decisions[(step, unit)] = (seq, decide(plan.aggregate, votes, plan.sets))
 
     def needed(self) -> set[str]:
         """Item steps a trial's request reads (transitively), and every screening step."""
