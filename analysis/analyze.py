@@ -743,7 +743,10 @@ def hypothesis_results(
     With several models these are the pooled results (pairs matched within a model, the
     model a fixed factor of the mixed model); :func:`per_model_results` gives each model's.
     """
-    from analysis import mcq_tests  # imports this module (through mcq_rows): not at the top
+    from analysis import (
+        mcq_tests,  # imports this module (through mcq_rows): not at the top
+        qr_boot,
+    )
 
     design = plan["design"]
     vocabulary = labels(plan)
@@ -774,6 +777,8 @@ def hypothesis_results(
                 from analysis.factorial import factorial_values
 
                 r.values = factorial_values(_analysable(ds), plan, h, ds.models)
+            elif qr_boot.is_qr_hypothesis(h):  # seed 001's (question, run) bootstrap
+                r.values = qr_boot.qr_values(ds, plan, h)
             elif test == "lmm":
                 model = fit
                 subset: dict[str, Any] | None = None
@@ -862,6 +867,8 @@ def hypothesis_results(
     for h, r in zip(plan["hypotheses"], out, strict=True):
         if r.status == "ok" and h["test"] in mcq_tests.INTERVAL_TESTS:
             r.verdict, r.decided_by = mcq_tests.decide_interval(h, r.values or {})
+        elif r.status == "ok" and qr_boot.is_qr_hypothesis(h):
+            r.verdict, r.decided_by = qr_boot.decide(h, r.values or {})
         elif r.status == "ok":
             _decide(h, r)
     return out
@@ -1520,6 +1527,27 @@ def mcq_descriptive(ds: Dataset, plan: dict[str, Any]) -> Result | None:
     return _guard(r, compute)
 
 
+def qr_descriptive(ds: Dataset, plan: dict[str, Any]) -> Result | None:
+    """``descriptive.qr_bootstrap`` when the plan registers a qr-bootstrap test (else None).
+
+    Default accuracy, success rate and perturbed accuracy (or an outcome's means and
+    difference) with their (question, run) bootstrap intervals, pooled and per model
+    (``docs/statistics.md``, "(question, run) bootstrap as a registered test").
+    """
+    from analysis import qr_boot
+
+    if not qr_boot.registers_qr(plan):
+        return None
+    r = Result("descriptive.qr_bootstrap", "Default accuracy, success rate and perturbed "
+               "accuracy, bootstrap over (question, run) observations (95%)", "descriptive",
+               "qr-bootstrap")  # fmt: skip
+
+    def compute() -> None:
+        r.values = qr_boot.descriptive_values(ds, plan)
+
+    return _guard(r, compute)
+
+
 def run_analyses(
     ds: Dataset,
     plan: dict[str, Any],
@@ -1562,6 +1590,9 @@ def run_analyses(
     extra_mcq = mcq_descriptive(ds, plan)
     if extra_mcq is not None:
         out.append(extra_mcq)
+    extra_qr = qr_descriptive(ds, plan)
+    if extra_qr is not None:
+        out.append(extra_qr)
     model, fit = fit_model(ds, plan)
     out.append(model)
     tested: list[Result] = []

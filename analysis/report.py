@@ -321,6 +321,10 @@ def _estimate_text(result: dict[str, Any]) -> str:
                 f"{_pct(v.get('lower'))} to {_pct(v.get('upper'))})")
     if test == "chi-square":
         return f"chi2 {_fmt(v.get('chi2'))}, df {_fmt(v.get('df'))}"
+    if test == "qr-bootstrap":
+        from analysis import qr_boot
+
+        return qr_boot.estimate_text(v)
     est, lower, upper = _contrast(v)
     if est is None:
         return "–"
@@ -354,6 +358,8 @@ def _rule_text(result: dict[str, Any]) -> str:
 
 def _contrast_text(report: Report, result: dict[str, Any]) -> str:
     plan = _hypothesis_plan(report, result.get("hypothesis"))
+    if plan.get("arm") and plan.get("test") == "qr-bootstrap":  # one arm, no variants
+        return f"arm {plan['arm']}"
     if plan.get("arm"):  # a seed-002 test of one arm: its variants (orders)
         return f"arm {plan['arm']}: " + " vs ".join(plan.get("variants") or [])
     contrast = plan.get("contrast") or []
@@ -967,6 +973,7 @@ def _section_descriptive(report: Report) -> str:
     elif by_model is not None:
         parts.append(_failed_html(by_model))
     parts.append(_section_mcq(report))
+    parts.append(_section_qr(report))
     parts.append(_figure_html(report, "accuracy_by_arm.png"))
     stim = report.result("descriptive.arm_stimulus")
     if stim and stim.get("status") == "failed":
@@ -1032,6 +1039,17 @@ def mcq_rows(report: Report) -> list[tuple[str, ...]]:
                      _fmt(v.get("estimate")), interval, str(v.get("excluded", "–")),
                      str(r.get("verdict"))))
     return rows
+
+
+def _section_qr(report: Report) -> str:
+    """``descriptive.qr_bootstrap``'s tables (analysis/qr_boot.py), or why it failed."""
+    from analysis import qr_boot
+
+    result = report.result("descriptive.qr_bootstrap")
+    if result is not None and result.get("status") != "ok":
+        return _failed_html(result)
+    return "".join(_table(caption, header, rows)
+                   for caption, header, rows in qr_boot.report_tables(result))
 
 
 def _section_mcq(report: Report) -> str:

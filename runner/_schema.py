@@ -114,7 +114,7 @@ FACTORIAL_KEYS: Final = TABLE_KEYS["factorial"]
 HYPOTHESIS_KEYS: Final = (
     "id", "description", "contrast", "outcome", "test", "sides", "alpha", "min_difference_pp",
     "margin_pp", "correction", "family", "stimuli", "pairing", "arm", "variants", "variant",
-    "basis", "samples", "incomplete", "min_pp", "max_pp", "effect",
+    "basis", "samples", "incomplete", "min_pp", "max_pp", "effect", "statistic",
 )  # fmt: skip
 WITNESS_KEYS: Final = ("name", "vkey", "url")
 """The keys of each ``[[witnesses]]`` entry (``docs/witness.md`` §8)."""

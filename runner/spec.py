@@ -35,6 +35,7 @@ from runner.factors import (
     parse_factors,
 )
 from runner.ddx import DDX_METRICS, DdxSpec, hypothesis_problems, parse_ddx
+from runner.qrboot import QR_KEYS, QR_TEST, check_outcomes, qr_keys
 from runner.steps import StepSpec, parse_steps
 from runner.timestamping import TimestampSpec, parse_timestamping
 from runner.variants import FIELD_KINDS, KIND_KEYS, KINDS, Variant, VariantSpec
@@ -46,7 +47,7 @@ MCQ_TESTS = ("flip-rate", "position-bias", "voting", "self-consistency", "gee")
 item file and a letter parser (``multiple-choice`` or ``cloze``)."""
 TESTS = (
     "lmm", "paired-t", "independent-t", "bootstrap", "mcnemar", "chi-square", "equivalence",
-    *MCQ_TESTS, "factorial",
+    *MCQ_TESTS, "factorial", QR_TEST,
 )  # fmt: skip
 ARM_TESTS = ("flip-rate", "voting", "self-consistency")
 """Tests of one arm (``arm``, no ``contrast``); ``mcnemar`` is one too when it names ``arm``."""
@@ -263,6 +264,8 @@ class Hypothesis:
     """flip-rate: supported when the interval's upper bound is below this (percentage points)."""
     effect: tuple[str, ...] | None = None
     """factorial: the factor (main effect) or factors (interaction) whose term is tested."""
+    statistic: str | None = None
+    """qr-bootstrap: the statistic bootstrapped (``runner.qrboot.STATISTICS``)."""
 
     def locked(self) -> dict[str, Any]:
         """The hypothesis as ``protocol.locked`` records it.
@@ -282,7 +285,7 @@ class Hypothesis:
                 del out[key]
             else:
                 out[key] = list(out[key])
-        for key in KIND_ONLY_KEYS:
+        for key in (*KIND_ONLY_KEYS, "statistic"):
             if key in out and out[key] is None:
                 del out[key]
         return out
@@ -721,7 +724,8 @@ def _hypotheses(
             c.add(f"{where}.id", f"duplicate hypothesis id {hid!r}")
         seen.add(hid)
         test = _str(c, h, "test", where)
-        one_arm = test in ARM_TESTS or (test == "mcnemar" and "arm" in h) or test == "factorial"
+        one_arm = (test in ARM_TESTS or (test in ("mcnemar", QR_TEST) and "arm" in h)
+                   or test == "factorial")  # fmt: skip
         contrast = h.get("contrast")
         pair: tuple[str, str] = ("", "")
         if one_arm:
@@ -739,8 +743,10 @@ def _hypotheses(
             for arm in pair:
                 if arm not in arms:
                     c.add(f"{where}.contrast", f"unknown arm {arm!r}")
-        outcome = (_factorial_outcome(c, h, where) if test == "factorial"
-                   else _outcome(c, h, where, parser))  # fmt: skip
+        outcome = (  # qr-bootstrap: runner.qrboot.check_outcomes, once the steps are read
+            _factorial_outcome(c, h, where) if test == "factorial"
+            else _str(c, h, "outcome", where, default_outcome(parser)) if test == QR_TEST
+            else _outcome(c, h, where, parser))  # fmt: skip
         if test and test not in TESTS:
             c.add(f"{where}.test", f"unknown test {test!r}; use one of {', '.join(TESTS)}")
         if test == "chi-square" and parser in TEXT_PARSERS:
@@ -846,6 +852,8 @@ def _kind_keys(
     takes = set(MCQ_KEYS.get(test, ()))
     if test == "mcnemar":
         takes = {"arm", "variants", "variant"}
+    if test == QR_TEST:
+        takes = set(QR_KEYS)
     if test in MCQ_TESTS:
         if parser not in LETTER_PARSERS:
             c.add(f"{where}.test", f"a {test} test reads option letters: it needs parser "
@@ -861,8 +869,12 @@ def _kind_keys(
             where_ok = [t for t, keys in MCQ_KEYS.items() if key in keys]
             if key in ("arm", "variants", "variant"):
                 where_ok.append("mcnemar")
+            if key in QR_KEYS:
+                where_ok.append(QR_TEST)
             c.add(f"{where}.{key}", f"does not apply to test {test!r} (only to "
                   f"{', '.join(where_ok)})")  # fmt: skip
+    if test == QR_TEST:
+        return qr_keys(c.add, h, where, arms)
     if test not in MCQ_TESTS and test != "mcnemar":
         return out
     if "arm" in h and "arm" in takes:
@@ -2082,6 +2094,7 @@ def load_study(root: str | Path, *, strict: bool = True) -> Study:
     )
     reviews = _reviews(c, data, arms, variants, models, response.parser, items_path is not None,
                        steps)
+    check_outcomes(c.add, hypotheses, response.parser, steps)
     if response.parser.startswith(JUDGE_PREFIX):
         judge = steps.get(response.parser[len(JUDGE_PREFIX) :])
         if judge is None or judge.on != "trial":

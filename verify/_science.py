@@ -33,7 +33,7 @@ import numpy as np
 import rfc8785
 from scipy import stats as sps
 
-from verify import _factorial, _mcqhyp, _review
+from verify import _factorial, _mcqhyp, _qrboot, _review
 from verify import _restats as st
 from verify._envelope import is_hex64
 from verify._items import ItemError, ItemFile, read_items
@@ -1100,6 +1100,8 @@ def _hypotheses(
                 return _mcqhyp.values_of(ds, plan, h)
             if test == "factorial":  # analysis.md "Factorial designs"
                 return _factorial.factorial_values(ds.analysable(), plan, h, ds.models)
+            if _qrboot.is_qr(h):  # statistics.md: (question, run) bootstrap as a test
+                return _qrboot.values_of(ds, plan, h)
             if test == "lmm":
                 model = fit
                 sub: dict[str, Any] | None = None
@@ -1192,6 +1194,8 @@ def _hypotheses(
     for h, r in zip(plan["hypotheses"], out, strict=True):
         if r.status == "ok" and h["test"] in _mcqhyp.INTERVAL_TESTS:
             r.verdict, r.decided_by = _mcqhyp.decide_interval(h, r.values)
+        elif r.status == "ok" and _qrboot.is_qr(h):
+            r.verdict, r.decided_by = _qrboot.decide(h, r.values)
         elif r.status == "ok":
             _decide(h, r)
     return out
@@ -1784,6 +1788,9 @@ def _recompute(
     if _mcqhyp.registers_mcq(plan):  # docs/mcq-statistics.md §11
         out.append(_guard(_Result("descriptive.mcq"),
                           lambda: _mcqhyp.descriptive_values(ds, plan)))  # fmt: skip
+    if _qrboot.registers_qr(plan):
+        out.append(_guard(_Result("descriptive.qr_bootstrap"),
+                          lambda: _qrboot.descriptive_values(ds, plan)))  # fmt: skip
     model, fit = _model(ds, plan, recorded=recorded.get("model.lmm"))
     out.append(model)
     last_plan = plan

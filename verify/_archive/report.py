@@ -34,6 +34,7 @@ from dataclasses import dataclass, field
 from html.parser import HTMLParser
 from typing import Any
 
+from verify import _qrboot
 from verify._archive.view import Archive
 from verify._ledgerfile import _State
 from verify._report import CHECK_NAMES, Check
@@ -537,6 +538,8 @@ def _estimate_text(result: dict[str, Any]) -> str:
                 f"{_pct(v.get('lower'))} to {_pct(v.get('upper'))})")
     if test == "chi-square":
         return f"chi2 {_fmt(v.get('chi2'))}, df {_fmt(v.get('df'))}"
+    if test == "qr-bootstrap":
+        return _qrboot.estimate_text(v)
     est, lower, upper = _contrast(v)
     if est is None:
         return "–"
@@ -616,6 +619,8 @@ class _Expect:
 
     def _contrast_text(self, result: dict[str, Any]) -> str:
         plan = self._plan_of(result)
+        if plan.get("arm") and plan.get("test") == "qr-bootstrap":  # one arm, no variants
+            return f"arm {plan['arm']}"
         if plan.get("arm"):  # a seed-002 test of one arm (mcq-statistics.md §11)
             return f"arm {plan['arm']}: " + " vs ".join(map(str, plan.get("variants") or []))
         contrast = _get(plan, "contrast") or []
@@ -876,6 +881,7 @@ class _Expect:
                         ["arm", "model", "correct", "glyphs" if self.tumbling else "items",
                          "accuracy", "Wilson 95% CI"], rows))  # fmt: skip
         out.extend(self._mcq_tables())
+        out.extend(_qrboot.report_tables(self.result("descriptive.qr_bootstrap")))
         control = self.result("descriptive.control")
         if self.tumbling and control is not None and control.get("status") == "ok":
             rows = []
@@ -1204,6 +1210,9 @@ class _Expect:
         by_model = self.result("descriptive.arm_model")
         if by_model is not None and by_model.get("status") != "ok":
             out.append(("p", self._failed_text(by_model)))
+        qr = self.result("descriptive.qr_bootstrap")
+        if qr is not None and qr.get("status") != "ok":
+            out.append(("p", self._failed_text(qr)))
         stim = self.result("descriptive.arm_stimulus")
         if stim is not None and stim.get("status") == "failed":
             out.append(("p", self._failed_text(stim)))
