@@ -120,10 +120,12 @@ class Dataset:
 
     def for_model(self, model: str) -> Dataset:
         """The trials and items of one model only, as a dataset of a one-model study."""
+        # with a data arm's rows (model ""), compared within each model (docs/trials.md §6)
+        mine = (model, "")
         return replace(
             self,
-            trials=self.trials[self.trials["model"] == model],
-            items=self.items[self.items["model"] == model],
+            trials=self.trials[self.trials["model"].isin(mine)].assign(model=model),
+            items=self.items[self.items["model"].isin(mine)].assign(model=model),
             given_up=tuple(g for g in self.given_up if split_trial(g)[1] == model),
             models=(),
         )  # a one-model study's dataset; every other member (variants, cloze, ...) kept
@@ -201,6 +203,8 @@ def trial_models(plan: dict[str, Any], names: tuple[str, ...]) -> set[str]:
         return set(names)
     used: set[str] = set()
     for arm in arms.values():
+        if isinstance(arm, dict) and "response_from" in arm:
+            continue  # a data arm runs no model (docs/trials.md §6)
         listed = arm.get("models") if isinstance(arm, dict) else None
         if not isinstance(listed, list):
             return set(names)
@@ -1645,6 +1649,15 @@ def review_results(ds: Dataset, plan: dict[str, Any]) -> list[Result]:
     return out
 
 
+def _review_tables(
+    log: Ledger, plan: dict[str, Any], study: Any, results: list[Result]
+) -> list[Result]:
+    """The tables of the recorded human reviews (:func:`analysis.review.review_tables`)."""
+    from analysis.review import review_tables
+
+    return review_tables(log, plan, study, results)
+
+
 @dataclass(frozen=True)
 class AnalyzeResult:
     """What :func:`analyze_study` recorded, and the study's provenance.
@@ -1686,6 +1699,7 @@ def analyze_study(root: str | Path, key: SigningKey) -> AnalyzeResult:
         results = run_analyses(ds, plan, trial_phase, hypothesis_phases(plan, log))
         if parser.startswith("judge:"):  # docs/analysis.md §8: exploratory judge agreement
             results.append(judge_agreement(log, plan, parser.split(":", 1)[1]))
+        results += _review_tables(log, plan, study, results)  # docs/analysis.md §9
         trials_csv, items_csv = ds.trials_csv(), ds.items_csv()
         inputs = {
             "scores_sha256": ds.scores_sha256,

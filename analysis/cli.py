@@ -133,18 +133,24 @@ def score(study_dir: Path, key_file: str | None) -> None:
 @click.command(cls=Command)
 @click.argument("study_dir", metavar="STUDY", type=click.Path(file_okay=False, path_type=Path))
 @click.option("--sample", "sample", required=True, help="The locked review sample's name.")
-@click.option("--subject", type=int, default=None,
-              help="The response seq reviewed (omit to list the sample).")
-@click.option("--value", default=None, help="The reviewer's label (one of the judge's labels).")
+@click.option("--subject", default=None,
+              help="What is reviewed: a response seq (judge-label), an item id (reference-set) "
+                   "or a case's failed_response_seq (a contrast sample with codes); omit to "
+                   "list the sample.")
+@click.option("--value", default=None,
+              help="A judge label; a JSON object of edits, e.g. '{\"plausible\": {\"remove\": "
+                   "[\"x\"], \"add\": [\"y\"]}}' (reference-set); codes, comma-separated.")
 @click.option("--key", "key_file", default=None, help="The reviewer's key (role reviewer).")
 def review(
-    study_dir: Path, sample: str, subject: int | None, value: str | None, key_file: str | None
+    study_dir: Path, sample: str, subject: str | None, value: str | None, key_file: str | None
 ) -> None:
-    """List a locked review sample of judge decisions, or record a reviewer's label.
+    """List a locked review sample, or record a reviewer's review of one of its subjects.
 
-    The sample ([reviews.NAME] with a step in study.toml) is drawn from the sealed judge
-    decisions, stratified by judge agreement; a label is a signed review.recorded event by a
-    key with the role reviewer. A contrast sample (failed, succeeded) is not listed here:
+    The sample is declared in study.toml ([reviews.NAME]) and drawn once scoring is sealed:
+    judge decisions stratified by judge agreement (step = ...), items whose reference sets
+    are reviewed (reference = ...), or the cases of a contrast sample with codes (failed,
+    succeeded, codes; after 'ledger unblind'). A review is a signed review.recorded event
+    by a key with the role reviewer. A contrast sample without codes is not listed here:
     'ledger export' writes it to analysis/review/NAME.csv.
 
     \b
@@ -152,21 +158,40 @@ def review(
       ledger review my-study --sample audit
       ledger review my-study --sample audit --subject 123 --value correct \\
         --key rev.key
+      ledger review my-study --sample refsets --subject q07 \\
+        --value '{"plausible": {"add": ["sepsis"]}}' --key rev.key
     """
-    from analysis.review import record_review, review_subjects
+    from analysis.review import parse_value, record_review, review_subjects
     from ledger import SigningKey
 
     if subject is None:
         for s in review_subjects(study_dir, sample):
+            done = f"; reviewed: {' | '.join(s.reviewed)}" if s.reviewed else ""
+            if s.shown:
+                click.echo(f"{s.response_seq}\t{s.stimulus}\t{s.shown}{done}")
+                continue
             votes = ", ".join(str(v) for v in s.votes)
-            done = f"; reviewed: {', '.join(s.reviewed)}" if s.reviewed else ""
             click.echo(f"seq {s.response_seq}\t{s.stimulus}\tcode {s.arm_code}\tjudges: "
                        f"{votes} -> {s.decision}{done}")  # fmt: skip
         return
     if value is None or key_file is None:
         raise click.UsageError("--subject needs --value and --key (the reviewer's key)")
-    seq = record_review(study_dir, SigningKey.load(key_file), sample, subject, value)
+    kind = _review_kind(study_dir, sample)
+    seq = record_review(study_dir, SigningKey.load(key_file), sample, subject,
+                        parse_value(kind, value))  # fmt: skip
     click.echo(f"review.recorded at seq {seq}")
+
+
+def _review_kind(study_dir: Path, sample: str) -> str:
+    """The kind of a locked review sample's reviews: judge-label, reference-set or code."""
+    from ledger import Ledger
+    from runner.lock import ledger_path, protocol_event
+
+    with Ledger.open(ledger_path(study_dir), readonly=True) as log:
+        protocol = protocol_event(log)
+    locked = ((protocol.body.get("reviews") if protocol else None) or {}).get(sample) or {}
+    kind = str(locked.get("kind", "judge-label"))
+    return "code" if kind == "contrast" else kind
 
 
 @click.command(cls=Command)

@@ -253,7 +253,8 @@ def _review_files(w: _Writer, study: Study, log: Ledger, results: list[dict[str,
     """``analysis/review/<NAME>.csv`` of each computed ``review.<NAME>`` result."""
     from analysis.review import review_csv, review_text
 
-    reviews = [r for r in results if str(r["id"]).startswith("review.") and r["status"] == "ok"]
+    reviews = [r for r in results if str(r["id"]).startswith("review.") and r["status"] == "ok"
+               and r["test"] == "review-sample"]  # a contrast sample's cases (not the tables)
     if not reviews:
         return
     items = {item.id: item.data for item in study.load_items()}

@@ -88,7 +88,7 @@ CHART_OTHER: Final = "other"
 MODES: Final = ("exactly-one", "first-token")
 """Modes of the vocabulary parsers (``docs/scoring.md`` section 5.2)."""
 
-FORMATS: Final = ("anthropic-messages", "openai-chat")
+FORMATS: Final = ("anthropic-messages", "openai-chat", "text")
 """Response body formats of ``docs/trials.md`` section 2."""
 
 
@@ -164,11 +164,19 @@ def response_text(raw: bytes, format: str) -> str:
     ``"anthropic-messages"``: the concatenation, in order, of the ``text`` of every
     ``content`` block whose ``type`` is ``"text"`` (other blocks are skipped; no blocks gives
     ``""``). ``"openai-chat"``: ``choices[0].message.content``, which must be a string.
+    ``"text"`` (a data trial's response, ``docs/trials.md`` §6): the body itself, UTF-8.
     Raises :class:`ParseError` when ``raw`` is not UTF-8 JSON of that shape or the format is
     unknown.
     """
     if format not in FORMATS:
         raise ParseError(f"unknown response format {format!r}; expected one of {FORMATS}")
+    if format == "text":
+        try:
+            return raw.decode("utf-8")
+        except UnicodeDecodeError as exc:
+            raise ParseError(
+                f"response text is not UTF-8 ({exc.reason} at byte {exc.start})"
+            ) from None
     try:
         body = json.loads(raw.decode("utf-8"))
     except UnicodeDecodeError as exc:

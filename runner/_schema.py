@@ -38,6 +38,7 @@ __all__ = [
     "JUDGE_REVIEW_KEYS",
     "LEVEL_KEYS",
     "MODEL_KEYS",
+    "REFERENCE_REVIEW_KEYS",
     "REVIEW_KEYS",
     "SAMPLING_KEYS",
     "SECTIONS",
@@ -81,7 +82,7 @@ TABLE_KEYS: Final[dict[str, tuple[str, ...]]] = {
 
 ARM_KEYS: Final = (
     "role", "components", "differs_from", "system", "fewshot", "sampling", "models", "replicates",
-    "items", "variants", "after",
+    "items", "variants", "after", "response_from",
 )  # fmt: skip
 MODEL_KEYS: Final = TABLE_KEYS["model"]
 """The keys of ``[model]`` and of each ``[models.<NAME>]``."""
@@ -131,7 +132,11 @@ JUDGE_REVIEW_KEYS: Final = ("step",)
 """The keys only a judge-label review sample has (``docs/scoring.md`` section 11)."""
 CONTRAST_REVIEW_KEYS: Final = ("failed", "succeeded", "model")
 """The keys only a contrast review sample has (``docs/mcq-statistics.md`` section 9)."""
-REVIEW_KEYS: Final = ("step", "failed", "succeeded", "n", "seed", "model", "description")
+REFERENCE_REVIEW_KEYS: Final = ("reference",)
+"""The keys only a reference-set review sample has (``docs/scoring.md`` section 11)."""
+REVIEW_KEYS: Final = (
+    "step", "failed", "succeeded", "n", "seed", "model", "description", "reference", "codes",
+)  # fmt: skip
 """The keys of each ``[reviews.<NAME>]`` of either kind (``docs/study-spec.md``); which of
 :data:`JUDGE_REVIEW_KEYS` and :data:`CONTRAST_REVIEW_KEYS` a table has decides its kind."""
 CONDITION_KEYS: Final = ("arm", "variant")

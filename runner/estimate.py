@@ -70,8 +70,9 @@ def estimate_study(root: str | Path, backend: Backend, price: Price | None = Non
                 s: "" for s in ("prior.response", "prior.answer", "prior.answer_text",
                                 "prior.other", "prior.other_text")
             }  # fmt: skip
-    keys = sorted({(t.arm, t.model or "", t.stimulus) for t in pending})
-    sample = {(t.arm, t.model or "", t.stimulus): t for t in pending}
+    called = [t for t in pending if study.arms[t.arm].response_from is None]  # trials.md §6
+    keys = sorted({(t.arm, t.model or "", t.stimulus) for t in called})
+    sample = {(t.arm, t.model or "", t.stimulus): t for t in called}
 
     async def count() -> tuple[dict[tuple[str, str, str], tuple[int, int]], bool]:
         found: dict[tuple[str, str, str], tuple[int, int]] = {}  # (input, max_tokens)
@@ -90,7 +91,7 @@ def estimate_study(root: str | Path, backend: Backend, price: Price | None = Non
 
     per_key, counted = asyncio.run(count())
     per_trial: list[tuple[Any, int, int]] = [
-        (t, *per_key[(t.arm, t.model or "", t.stimulus)]) for t in pending
+        (t, *per_key[(t.arm, t.model or "", t.stimulus)]) for t in called
     ]
     trial_rows = len(per_trial)
     input_tokens = sum(tokens for _, tokens, _ in per_trial)

@@ -53,6 +53,7 @@ from typing import Any
 from ledger import Event, EventSpec, Ledger, SigningKey
 from runner.backends import CONFIGURATION, Backend, BackendError, Reply, provider_refusal
 from runner.control import RunControl
+from runner.data_arm import data_trial_events
 from runner.lock import StudyError, check_integrity, ledger_path, sign_missing_checkpoints
 from runner.preflight import Preflight, run_preflights
 from runner.pricing import (
@@ -497,10 +498,39 @@ class Runner:
         return self.price is not None
 
     def pending(self, state: StudyState) -> list[Trial]:
-        """The pending trials this session may run (those of its models), in schedule order."""
+        """The pending trials this session may run (those of its models), in schedule order.
+
+        A data arm's trials (``docs/trials.md`` §6) need no model: every session takes them.
+        """
         if self.study.models is None:
             return state.pending()
-        return [t for t in state.pending() if t.model in self.selected]
+        return [t for t in state.pending() if t.model in self.selected or self._is_data(t)]
+
+    def _is_data(self, trial: Trial) -> bool:
+        """Whether ``trial`` is of a data arm (``response_from``): no request is sent."""
+        return self.study.arms[trial.arm].response_from is not None
+
+    async def _supply(self, trial: Trial, record: TrialState) -> None:
+        """Record a data trial (``docs/trials.md`` §6): its source record and its response.
+
+        Both events are appended in one transaction from the writer thread (the response's
+        ``request_seq`` is the seq the first receives), so a crash leaves both or neither: a
+        data trial is never dangling, and a restart takes only the trials not recorded.
+        """
+        assert self.writer is not None
+        attempt = record.attempts + 1
+        request, response = data_trial_events(self.study, trial, attempt, self.session)
+
+        def commit() -> int:
+            answer = replace(response, body={**response.body, "request_seq": self.log.size})
+            stored = self.log.append_many([request, answer], key=self.key)
+            return stored[1].seq
+
+        record.attempts = attempt
+        record.responded = await self.writer.call(commit)
+        self.counters.responded += 1
+        self.final += 1
+        self._tick()
 
     def _refuse_sealed(self) -> None:
         sealed = next(iter(self.log.events("scoring.sealed")), None)
@@ -525,6 +555,7 @@ class Runner:
             trials = trials[: self.options.max_trials]
         if not trials and check:
             trials = [t for t in state.order if t.model in self.selected]
+        trials = [t for t in trials if not self._is_data(t)]  # a data trial sends no request
         if self.steps is not None:
             trials = self._renderable(trials, state)
         return await run_preflights(self, trials, check=check, spent=state.cost_usd)
@@ -968,6 +999,9 @@ class Runner:
             wire = self.backend.wire_body(self.steps.body(trial))
         else:
             record = self.state.trials[trial.id]
+            if self._is_data(trial):
+                await self._supply(trial, record)
+                return
             wire = self.backend.wire_body(self.builder.body(trial))
         while self.stop_reason is None:
             if self.options.until is not None and datetime.now(UTC) >= self.options.until:

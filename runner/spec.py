@@ -36,6 +36,7 @@ from runner.factors import (
 )
 from runner.ddx import DDX_METRICS, DdxSpec, hypothesis_problems, parse_ddx
 from runner.qrboot import QR_KEYS, QR_TEST, check_outcomes, qr_keys
+from runner.human_review import REFERENCE_FIELDS, REFERENCE_SETS, supplied_sets
 from runner.steps import StepSpec, parse_steps
 from runner.timestamping import TimestampSpec, parse_timestamping
 from runner.variants import FIELD_KINDS, KIND_KEYS, KINDS, Variant, VariantSpec
@@ -147,6 +148,9 @@ class Arm:
     """A cell of ``[factorial]``: ``{factor: level}`` (``docs/study-spec.md``, "Factors")."""
     differs: dict[str, Any] | None = None
     """``differs_from``'s exact claims: ``removes``, ``adds`` (lists), ``replaces`` ({old: new})."""
+    response_from: str | None = None
+    """A data arm: the item field its responses are taken from; no model is called
+    (``docs/trials.md`` §6)."""
 
     def protocol_record(self) -> dict[str, Any]:
         """The per-arm settings ``protocol.locked`` records (only those the arm sets)."""
@@ -169,6 +173,8 @@ class Arm:
             out["after"] = dict(self.after)
         if self.factors is not None:
             out["factors"] = dict(self.factors)
+        if self.response_from is not None:
+            out["response_from"] = self.response_from
         return out
 
 
@@ -514,7 +520,9 @@ class Study:
             return self._variant_trial_ids(stims, names)
         design = []
         for arm in self.arms.values():
-            models = list(arm.models) if arm.models is not None else names
+            models: list[str | None] = list(arm.models) if arm.models is not None else names
+            if arm.response_from is not None:  # a data arm runs once: model part "" (trials.md §6)
+                models = [None] if self.models is None else [""]
             items = stims if arm.subset is None else subset(arm.subset[1], stims, arm.subset[0])
             design.append((arm.id, models, items, arm.replicates or self.replicates))
         return crossed_trial_ids(design)
@@ -962,7 +970,7 @@ def arm_runs(variants: Iterable[VariantSpec], arm: Arm, name: str) -> bool:
     return arm.variants is None or name in arm.variants or spec.name in arm.variants
 
 
-REVIEW_KINDS = ("judge-label", "contrast")
+REVIEW_KINDS = ("judge-label", "contrast", "reference-set")
 """The kinds of ``[reviews.<NAME>]`` (``docs/study-spec.md``): a sample of judge decisions
 stratified by agreement (``docs/scoring.md`` §11), or of items where one condition failed and
 another succeeded (``docs/mcq-statistics.md`` §9). The keys a table has decide its kind."""
@@ -989,9 +997,17 @@ class Review:
     failed: tuple[str, str] | None = None
     succeeded: tuple[str, str] | None = None
     model: str | None = None
+    reference: str | None = None
+    """A reference-set sample: ``"supplied"`` (item metadata) or the item step deciding them."""
+    codes: tuple[str, ...] | None = None
+    """A contrast sample's declared codes (``ledger review`` records them), or None."""
 
     def locked(self) -> dict[str, Any]:
         """The review as ``protocol.locked`` ``reviews.<NAME>`` records it."""
+        if self.kind == "reference-set":
+            return {"kind": self.kind, "reference": self.reference, "n": self.n,
+                    "seed": self.seed, "sets": list(REFERENCE_SETS),
+                    "description": self.description}  # fmt: skip
         if self.kind == "judge-label":
             return {"kind": self.kind, "step": self.step, "n": self.n, "seed": self.seed,
                     "strata": "unanimity", "description": self.description}  # fmt: skip
@@ -1004,6 +1020,8 @@ class Review:
         }  # fmt: skip
         if self.model is not None:
             out["model"] = self.model
+        if self.codes is not None:
+            out["codes"] = list(self.codes)
         return out
 
 
@@ -1014,7 +1032,17 @@ def _review_kind(c: _Collector, name: str, table: dict[str, Any]) -> str | None:
     sample. Each key of the other kind in a table is refused at its line.
     """
     where, path = f"reviews.{name}", ("reviews", name)
+    if "reference" in table:
+        for key in (k for k in (*CONTRAST_REVIEW_KEYS, "step", "codes") if k in table):
+            c.add(f"{where}.{key}", "a key of another kind of sample, but this table names a "
+                  "reference, so it is a reference-set sample (keys: reference, n, seed, "
+                  "description); a review sample is one kind", (*path, key))  # fmt: skip
+        return "reference-set"
     if "step" in table:
+        if "codes" in table:
+            c.add(f"{where}.codes", "codes are declared for a contrast sample (failed, "
+                  "succeeded); a judge-label sample's values are the step's labels",
+                  (*path, "codes"))  # fmt: skip
         for key in (k for k in CONTRAST_REVIEW_KEYS if k in table):
             c.add(f"{where}.{key}", "a contrast sample's key (with failed and succeeded), but "
                   "this table names a step, so it is a judge-label sample (keys: step, n, "
@@ -1023,9 +1051,51 @@ def _review_kind(c: _Collector, name: str, table: dict[str, Any]) -> str | None:
     if any(k in table for k in CONTRAST_REVIEW_KEYS):
         return "contrast"
     c.add(where, "say which sample it is: step = \"<judge step>\" (judge decisions, "
-          "docs/scoring.md §11) or failed = { arm = ... } and succeeded = { arm = ... } "
-          "(items where one condition failed and another succeeded)", path)  # fmt: skip
+          "docs/scoring.md §11), reference = \"supplied\" or \"<item step>\" (reference "
+          "sets) or failed = { arm = ... } and succeeded = { arm = ... } (items where one "
+          "condition failed and another succeeded)", path)  # fmt: skip
     return None
+
+
+def _reference_review(c: _Collector, name: str, table: dict[str, Any], items: Any) -> str | None:
+    """The reference of a reference-set sample (``docs/scoring.md`` §11), checked.
+
+    ``"supplied"``: every item carries the three ``metadata`` arrays ``reference_*`` (the
+    first item without them is named). Sets decided by an item step are not reviewable yet:
+    the verifier cannot re-derive a set-valued step decision (``docs/adr/0005``, "As built").
+    """
+    where, path = f"reviews.{name}.reference", ("reviews", name, "reference")
+    ref = table.get("reference")
+    if ref != "supplied":
+        c.add(where, f"must be \"supplied\" (the items' metadata arrays "
+              f"{', '.join(REFERENCE_FIELDS.values())}), got {ref!r}; reference sets decided "
+              "by an item step cannot be reviewed yet", path)  # fmt: skip
+        return None
+    if items is None:
+        c.add(where, "supplied reference sets are item metadata: the study needs an item "
+              "file ([stimuli] items)", path)  # fmt: skip
+        return None
+    for item in items:
+        if supplied_sets(item.metadata) is None:
+            c.add(where, f"item {item.id!r} (line {item.line}) lacks its reference sets: "
+                  f"metadata arrays of strings {', '.join(REFERENCE_FIELDS.values())}",
+                  path)  # fmt: skip
+            return None
+    return "supplied"
+
+
+def _codes(c: _Collector, name: str, table: dict[str, Any]) -> tuple[str, ...] | None:
+    """A contrast sample's declared codes: distinct names (letters, digits, '.', '_', '-')."""
+    codes = table.get("codes")
+    if codes is None:
+        return None
+    if (not isinstance(codes, list) or not codes
+            or not all(isinstance(x, str) and ID_RE.match(x) for x in codes)
+            or len(set(codes)) != len(codes)):  # fmt: skip
+        c.add(f"reviews.{name}.codes", "must be a non-empty list of distinct code names "
+              "(letters, digits, '.', '_' or '-')", ("reviews", name, "codes"))  # fmt: skip
+        return None
+    return tuple(codes)
 
 
 def _judge_review(
@@ -1114,7 +1184,7 @@ def _contrast_review(
 def _reviews(
     c: _Collector, data: dict[str, Any], arms: dict[str, Arm], variants: list[VariantSpec],
     models: dict[str, ModelSpec] | None, parser: str, item_study: bool,
-    steps: dict[str, StepSpec],
+    steps: dict[str, StepSpec], items: Any = None,
 ) -> tuple[Review, ...]:
     """The ``[reviews.<NAME>]`` tables of either kind (:data:`REVIEW_KINDS`), each checked."""
     raw = data.get("reviews")
@@ -1149,10 +1219,16 @@ def _reviews(
         elif kind == "contrast":
             sides, model = _contrast_review(c, name, table, arms, variants, models, parser,
                                                item_study)  # fmt: skip
+            codes = _codes(c, name, table)
             if ok and len(sides) == 2:
                 out.append(Review(name, kind, int(n), seed, description,
                                   failed=sides["failed"], succeeded=sides["succeeded"],
-                                  model=model))  # fmt: skip
+                                  model=model, codes=codes))  # fmt: skip
+        elif kind == "reference-set":
+            reference = _reference_review(c, name, table, items)
+            if ok and reference is not None:
+                out.append(Review(name, kind, int(n), seed, description,
+                                  reference=reference))  # fmt: skip
     return tuple(out)
 
 
@@ -1361,6 +1437,9 @@ def _arms(
         role = _str(c, spec, "role", where)
         if role and role not in ARM_ROLES:
             c.add(f"{where}.role", f"unknown role {role!r}; use one of {', '.join(ARM_ROLES)}")
+        if "response_from" in spec:
+            arms[arm_id] = _data_arm(c, spec, where, arm_id, role)
+            continue
         comps = spec.get("components")
         names: tuple[str, ...] = ()
         if not isinstance(comps, list) or not all(isinstance(x, str) for x in comps):
@@ -1382,7 +1461,12 @@ def _arms(
     for arm in arms.values():
         if arm.differs_from and arm.differs_from[0] not in arms:
             c.add(f"arms.{arm.id}.differs_from", f"unknown arm {arm.differs_from[0]!r}")
-        if arm.after is not None:
+        if arm.after is not None and arms.get(arm.after["arm"]) is not None and (
+            arms[arm.after["arm"]].response_from is not None
+        ):  # fmt: skip
+            c.add(f"arms.{arm.id}.after", f"arm {arm.after['arm']!r} takes its responses from "
+                  "data; a second stage follows a model's answer")  # fmt: skip
+        elif arm.after is not None:
             prior = arms.get(arm.after["arm"])
             if prior is None or prior.id == arm.id:
                 c.add(f"arms.{arm.id}.after", f"unknown arm {arm.after['arm']!r}")
@@ -1590,6 +1674,65 @@ def _alias_of(
         if other == mine or other == [-v for v in mine]:
             return " with " + (" × ".join(names) if len(names) > 1 else names[0])
     return ""
+DATA_ARM_REFUSED: Final = (
+    "components", "differs_from", "system", "fewshot", "sampling", "models", "replicates",
+    "variants", "after",
+)  # fmt: skip
+"""Arm keys a data arm (``response_from``) refuses: each shapes a request, and it sends none."""
+
+
+def _data_arm(c: _Collector, spec: dict[str, Any], where: str, arm_id: str, role: str) -> Arm:
+    """A data arm (``response_from = "<item field>"``, ``docs/trials.md`` §6), checked.
+
+    Its responses are an item field as written; so every key that shapes a request or a
+    model's sampling is refused, naming it. ``items`` (a seeded subset) is kept.
+    """
+    field_name = spec.get("response_from")
+    if not isinstance(field_name, str) or not field_name:
+        c.add(f"{where}.response_from", f"must name an item field, got {field_name!r}",
+              ("arms", arm_id, "response_from"))  # fmt: skip
+        field_name = ""
+    for key in DATA_ARM_REFUSED:
+        if key in spec:
+            c.add(f"{where}.{key}", f"a data arm (response_from = {field_name!r}) sends no "
+                  f"request, so it has no {key}: its responses are the items' {field_name!r} "
+                  "as written", ("arms", arm_id, key))  # fmt: skip
+    subset = None
+    table = spec.get("items")
+    if table is not None:
+        n, seed = (table.get("n"), table.get("seed")) if isinstance(table, dict) else (None, "")
+        if isinstance(n, bool) or not isinstance(n, int) or n < 1 or not isinstance(table, dict):
+            c.add(f"{where}.items", "must be a table { n = 100, seed = 7 }")
+        else:
+            seed = _int_seed(c, table, "seed", f"{where}.items")
+            subset = (n, seed) if seed else None
+    return Arm(arm_id, role, (), None, subset=subset, replicates=1,
+               response_from=field_name or None)  # fmt: skip
+
+
+def _data_arm_items(c: _Collector, arms: dict[str, Arm], items: Any, variants: list[Any]) -> None:
+    """Each data arm's field is a non-empty text of every item it takes (naming item and field)."""
+    for arm in arms.values():
+        name = arm.response_from
+        if name is None:
+            continue
+        where = f"arms.{arm.id}.response_from"
+        if items is None:
+            c.add(where, "a data arm takes its responses from an item file ([stimuli] items)",
+                  ("arms", arm.id, "response_from"))  # fmt: skip
+            continue
+        if variants:
+            c.add(where, "a data arm cannot run item variants: its responses answer the items "
+                  "as written", ("arms", arm.id, "response_from"))  # fmt: skip
+        for item in items:
+            value = item.data.get(name)
+            if not isinstance(value, str) or not value:
+                what = "lacks it" if value is None else (
+                    "has it empty" if value == "" else f"has a {type(value).__name__}, not text")
+                c.add(where, f"item {item.id!r} (line {item.line}) {what}: every item of a data "
+                      f"arm supplies its response as a non-empty text field {name!r}",
+                      ("arms", arm.id, "response_from"))  # fmt: skip
+                break
 
 
 def _items_stimuli(c: _Collector, root: Path, table: dict[str, Any]) -> tuple[Path, Any]:
@@ -2085,6 +2228,7 @@ def load_study(root: str | Path, *, strict: bool = True) -> Study:
                 c.add(f"arms.{arm.id}.variants", f"unknown variant {name!r} (variants: {known})")
     _check_kinds(c, hypotheses, arms, variants, models, model_out, int(replicates),
                  items_path is not None)  # fmt: skip
+    _data_arm_items(c, arms, items, variants)
     witnessing = parse_policy(data, c.add)
     timestamping = parse_timestamping(data, c.add)
     deviations = _deviations(c, data)
@@ -2093,7 +2237,7 @@ def load_study(root: str | Path, *, strict: bool = True) -> Study:
         components, lambda rel, where: _inside(c, root, rel, where),
     )
     reviews = _reviews(c, data, arms, variants, models, response.parser, items_path is not None,
-                       steps)
+                       steps, items)
     check_outcomes(c.add, hypotheses, response.parser, steps)
     if response.parser.startswith(JUDGE_PREFIX):
         judge = steps.get(response.parser[len(JUDGE_PREFIX) :])

@@ -32,7 +32,12 @@ _PENDING = object()
 
 
 def reply_text(raw: bytes, fmt: str) -> str:
-    """The text of a recorded response body (``docs/trials.md`` §2); ``""`` if it has none."""
+    """The text of a recorded response body (``docs/trials.md`` §2); ``""`` if it has none.
+
+    ``"text"`` (a data trial's response, §6): the body is the text, UTF-8.
+    """
+    if fmt == "text":
+        return raw.decode("utf-8", errors="replace")
     try:
         body = json.loads(raw.decode("utf-8"))
     except (UnicodeDecodeError, ValueError):

@@ -630,6 +630,7 @@ class Arm:
     variants: tuple[str, ...] | None = None
     after: Mapping[str, str] | None = None  # §9: an answer-dependent arm
     factors: Mapping[str, str] | None = None  # a factorial cell (study-spec.md "Factors")
+    response_from: str | None = None  # trials.md §6: a data arm (no request, no model)
 
     @classmethod
     def from_locked(cls, name: str, info: Any) -> Arm:
@@ -667,6 +668,11 @@ class Arm:
         if factors is not None and (type(factors) is not dict
                                     or not all(type(v) is str for v in factors.values())):
             raise PromptError(f"{where}.factors is not an object {{factor: level}}")
+        source = info.get("response_from")
+        if source is not None and (type(source) is not str or not source or components
+                                   or replicates != 1 or models is not None):
+            raise PromptError(f"{where}.response_from: {source!r} must name an item field, on an "
+                              "arm with no components, no models and replicates 1")  # fmt: skip
         return cls(
             name,
             components,
@@ -679,6 +685,7 @@ class Arm:
             None if variants is None else _string_list(variants, f"{where}.variants"),
             after,
             factors,
+            source,
         )
 
 
@@ -1159,6 +1166,8 @@ class LockedStudy:
         """The arm's models in model order (``[None]`` for a study with one ``[model]``)."""
         if not self.multi_model:
             return [None]
+        if self.arms[arm].response_from is not None:  # trials.md §6: a data arm runs once
+            return [""]
         names = self.arms[arm].models
         return [m for m in self.models if names is None or m in names]
 

@@ -97,8 +97,13 @@ class BodyError(ValueError):
 
 def response_text(raw: bytes, fmt: str) -> str:
     """The text of a response body in ``fmt`` (section 2); :class:`BodyError` if none."""
-    if fmt not in ("anthropic-messages", "openai-chat"):
+    if fmt not in ("anthropic-messages", "openai-chat", "text"):
         raise BodyError(f"unknown format {fmt!r}")
+    if fmt == "text":  # docs/trials.md §6: a data trial's response is its text
+        try:
+            return raw.decode("utf-8")
+        except UnicodeDecodeError as exc:
+            raise BodyError(f"not UTF-8: {exc.reason}") from None
     if raw.startswith(b"\xef\xbb\xbf"):
         raise BodyError("byte-order mark")
     try:

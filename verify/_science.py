@@ -33,7 +33,7 @@ import numpy as np
 import rfc8785
 from scipy import stats as sps
 
-from verify import _factorial, _mcqhyp, _qrboot, _review
+from verify import _factorial, _human, _mcqhyp, _qrboot, _review
 from verify import _restats as st
 from verify._envelope import is_hex64
 from verify._items import ItemError, ItemFile, read_items
@@ -52,6 +52,7 @@ from verify._rescore import (
     read_truth,
     score_body,
 )
+from verify._steps import review_sample
 from verify._variants import VariantError, Variants, back_to_original
 
 __all__ = [
@@ -116,6 +117,7 @@ class _Event:
     kind: str
     body: dict[str, Any]
     blobs: dict[str, str]
+    actor: str = ""
 
 
 @dataclass
@@ -175,7 +177,8 @@ def _events(envelopes: Sequence[dict[str, Any] | None]) -> list[_Event]:
                 index,
                 where,
             )
-        events.append(_Event(int(env["seq"]), str(env["kind"]), env["body"], env["blobs"]))
+        events.append(_Event(int(env["seq"]), str(env["kind"]), env["body"], env["blobs"],
+                             str(env.get("actor", ""))))
     return events
 
 
@@ -546,8 +549,9 @@ class _Dataset:
         """Only the rows of one model, as the dataset of a one-model study."""
         return replace(
             self,
-            trials=[t for t in self.trials if t["model"] == model],
-            items=[i for i in self.items if i["model"] == model],
+            # with a data arm's rows (model ""), compared within each model (trials.md §6)
+            trials=[t | {"model": model} for t in self.trials if t["model"] in (model, "")],
+            items=[i | {"model": model} for i in self.items if i["model"] in (model, "")],
             given_up=[g for g in self.given_up if _trial_model(g) == model],
             models=[],
         )  # a one-model study's dataset; every other member (variants, cloze, ...) kept
@@ -599,6 +603,8 @@ def trial_models(plan: dict[str, Any], names: list[str]) -> list[str]:
         return names
     used: set[str] = set()
     for arm in arms.values():
+        if isinstance(arm, dict) and "response_from" in arm:
+            continue  # a data arm runs no model (docs/trials.md §6)
         listed = arm.get("models") if isinstance(arm, dict) else None
         if not isinstance(listed, list):
             return names
@@ -1837,9 +1843,9 @@ def _review_plan(plan: dict[str, Any]) -> dict[str, Any]:
     if not isinstance(reviews, dict) or not all(isinstance(r, dict) for r in reviews.values()):
         raise _Problem("protocol.locked reviews is not an object of review declarations")
     for name, review in reviews.items():
-        if review.get("kind") not in ("judge-label", "contrast"):
+        if review.get("kind") not in ("judge-label", "contrast", "reference-set"):
             raise _Problem(f"protocol.locked reviews.{name}: kind {review.get('kind')!r} is "
-                           "neither 'judge-label' nor 'contrast'")  # fmt: skip
+                           "not 'judge-label', 'contrast' or 'reference-set'")  # fmt: skip
     return {name: r for name, r in reviews.items() if r["kind"] == "contrast"}
 
 
@@ -1852,6 +1858,67 @@ def _reviews(ds: _Dataset, plan: dict[str, Any]) -> list[_Result]:
             return _review.values_of(ds, plan, review)
 
         out.append(_guard(_Result(f"review.{name}"), compute))
+    return out
+
+
+def _human_tables(archive: _Archive, plan: dict[str, Any], done: list[_Result]) -> list[_Result]:
+    """analysis.md §9: the tables of the recorded reviews, in sample name order.
+
+    ``review.<NAME>`` of a reference-set sample (from the locked items' supplied sets) and of
+    a judge-label sample (reviewers against the recorded judge decisions, whose votes the
+    rescore check re-derived), ``review.<NAME>.codes`` of a contrast sample with codes (its
+    cases those of the re-derived ``review.<NAME>`` in ``done``).
+    """
+    reviews: dict[str, list[tuple[int, str, Any, Any]]] = {}
+    for e in archive.of("review.recorded"):
+        reviews.setdefault(str(e.body.get("sample")), []).append(
+            (e.seq, e.actor, e.body.get("subject"), e.body.get("value")))
+    drawn = {r.id: r for r in done}
+    out = []
+    for name, review in sorted((plan.get("reviews") or {}).items()):
+        mine = reviews.get(name, [])
+        if review.get("kind") == "reference-set":
+
+            def refsets(review: dict[str, Any] = review, mine: list[Any] = mine) -> dict[str, Any]:
+                sets = {}
+                for item in _item_file(archive).items:
+                    found = _human.supplied_sets(item.data.get("metadata"))
+                    if found is not None:
+                        sets[item.id] = found
+                sample = _human.item_sample(sets, int(review["n"]), str(review["seed"]))
+                return {"reference": review["reference"], "n": review["n"],
+                        "seed": review["seed"], **_human.reference_table(sample, mine)}
+
+            out.append(_guard(_Result(f"review.{name}"), refsets))
+        elif review.get("kind") == "judge-label":
+
+            def labels(review: dict[str, Any] = review, mine: list[Any] = mine) -> dict[str, Any]:
+                scored = {e.body["response_seq"]: e.body["judge"]
+                          for e in archive.of("trial.scored")
+                          if isinstance(e.body.get("judge"), dict)
+                          and e.body["judge"].get("step") == review["step"]}  # fmt: skip
+                judged = []
+                for seq, judge in scored.items():
+                    votes = [x.get("vote") for x in judge["votes"]]
+                    judged.append((seq, None not in votes and len(set(votes)) == 1))
+                chosen = review_sample(judged, int(review["n"]), str(review["seed"]))
+                step = (plan.get("steps") or {}).get(review["step"]) or {}
+                return {"step": review["step"], "sample": chosen,
+                        **_human.label_table({s: scored[s]["decision"] for s in chosen},
+                                             list(step.get("labels") or []), mine)}  # fmt: skip
+
+            out.append(_guard(_Result(f"review.{name}"), labels))
+        elif review.get("kind") == "contrast" and review.get("codes"):
+
+            def codes(name: str = name, review: dict[str, Any] = review,
+                      mine: list[Any] = mine) -> dict[str, Any]:
+                sample = drawn.get(f"review.{name}")
+                if sample is None or sample.status != "ok":
+                    raise ValueError("not drawn")
+                seqs = [c["failed_response_seq"] for c in sample.values["cases"]]
+                return _human.code_table(seqs, list(review["codes"]), mine)
+
+            out.append(_guard(_Result(f"review.{name}.codes"), codes))
     return out
 
 
@@ -2069,6 +2136,7 @@ def _reanalysis(archive: _Archive) -> tuple[Check, list[str]]:
     parser = str((plan.get("response") or {}).get("parser", ""))
     if parser.startswith("judge:"):  # analysis.md §8
         recomputed.append(_judge_agreement(archive, plan, parser.split(":", 1)[1]))
+    recomputed += _human_tables(archive, plan, recomputed)  # analysis.md §9
     recorded_ids = [e.body.get("id") for e in results]
     new_ids = [r.id for r in recomputed]
     if recorded_ids != new_ids:

@@ -274,6 +274,8 @@ def decide(rule: str | int, votes: list[Any], sets: Sequence[str] = ()) -> Any:
 
 def text_of(raw: bytes, fmt: str) -> str:
     """The text of a stored response (``docs/trials.md`` §2); ``""`` when it has none."""
+    if fmt == "text":  # §6: a data trial's response is its text
+        return raw.decode("utf-8", errors="replace")
     try:
         body = json.loads(raw.decode("utf-8"))
     except (UnicodeDecodeError, ValueError, RecursionError):

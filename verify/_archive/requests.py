@@ -16,6 +16,7 @@ from typing import Any
 
 from verify._archive.steps import attach_steps, staged
 from verify._archive.view import Archive
+from verify._canonical import canonical_json
 from verify._items import ItemError
 from verify._ledgerfile import _State
 from verify._prompts import LockedStudy, PromptError, parse_trial_id, trial_variant
@@ -230,6 +231,8 @@ def check_requests(a: Archive) -> Check:
         legacy = (texts, stimuli, model if type(model) is dict else {})
     verdicts: dict[tuple[str, str, str | None, str, str, str | None, str | None], str | None] = {}
     count = 0
+    answered = {a.body(s).get("request_seq"): s for s in a.of_kind("trial.responded")}
+    supplied = 0
     for seq in a.of_kind("trial.requested"):
         count += 1
         body = a.body(seq)
@@ -256,6 +259,12 @@ def check_requests(a: Archive) -> Check:
             st.fail(f"seq {seq}: trial {trial}: the event names arm {body.get('arm')!r} and "
                     f"stimulus {body.get('stimulus')!r}, its trial id arm {arm!r} and item "
                     f"{item!r} (the request is checked against the trial id's)", seq)  # fmt: skip
+        data_arm = arm in study.arms and study.arms[arm].response_from is not None
+        if data_arm or body.get("backend") == "data":  # docs/trials.md §6: no request sent
+            supplied += 1
+            for at, why in _data_trial(a, study, seq, body, arm, item, answered.get(seq)):
+                st.fail(f"seq {at}: trial {trial}: {why}", at)
+            continue
         wire = "openai-compatible" if body.get("backend") == "openai-compatible" else "messages"
         second = arm in study.arms and study.arms[arm].after is not None  # prompts.md §9
         key = (ref, arm, model_name, item, wire, variant, str(trial) if second else None)
@@ -270,4 +279,48 @@ def check_requests(a: Archive) -> Check:
         f"{count} requests are byte for byte the requests re-rendered from the locked files "
         f"(items, templates, few-shot examples, arm texts, images, model and sampling "
         f"parameters; {len(verdicts)} distinct request bodies)"
+        + (f"; {supplied} data trials took their responses byte for byte from the locked item "
+           "field" if supplied else "")
     )
+
+
+def _data_trial(
+    a: Archive, study: LockedStudy, seq: int, body: dict[str, Any], arm: str, item: str,
+    response_seq: int | None,
+) -> list[tuple[int, str]]:
+    """docs/trials.md §6: a data trial's source record and its response, re-derived.
+
+    Its arm takes its responses from an item field (``response_from``), its events name the
+    backend ``data``, its ``request`` blob is the canonical JSON of ``{"item",
+    "response_from", "source": "data"}``, and its response, of format ``text``, is the
+    field's text as written in the locked item file, byte for byte.
+    """
+    spec = study.arms.get(arm)
+    field = spec.response_from if spec is not None else None
+    if field is None:
+        return [(seq, f"trial.requested names the backend 'data', but arm {arm!r} takes no "
+                      "responses from data (no response_from): a model's trial has a request")]
+    out: list[tuple[int, str]] = []
+    if body.get("backend") != "data":
+        out.append((seq, f"arm {arm!r} takes its responses from the item field {field!r}, but "
+                         f"the trial.requested names the backend {body.get('backend')!r}"))
+    want = canonical_json({"item": item, "response_from": field, "source": "data"})
+    if a.blob(a.blob_ref(seq, "request"), MAX_PARSED_BYTES) != want:
+        out.append((seq, f"the request blob is not the source record of item {item!r} and "
+                         f"field {field!r} ({want.decode('utf-8')})"))
+    if response_seq is None:
+        return out
+    got = a.body(response_seq)
+    if got.get("backend") != "data" or got.get("format") != "text":
+        out.append((response_seq, "the trial.responded of a data trial names backend "
+                                  f"{got.get('backend')!r} and format {got.get('format')!r}, "
+                                  "not 'data' and 'text'"))
+    try:
+        text = study.fields(item).get(field)
+    except PromptError as exc:
+        return [*out, (seq, str(exc))]
+    raw = a.blob(a.blob_ref(response_seq, "response"), MAX_PARSED_BYTES)
+    if type(text) is not str or raw != text.encode("utf-8"):
+        out.append((response_seq, f"the response is not item {item!r}'s field {field!r} as "
+                                  "locked, byte for byte"))
+    return out

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from verify import _human
 from verify._archive.view import Archive
 from verify._ledgerfile import _State
 from verify._prompts import LockedStudy, PromptError
@@ -83,11 +84,14 @@ def check_steps(a: Archive) -> Check:
     """Every step call re-rendered, re-parsed and re-derived; none before its inputs."""
     st = _State("steps")
     if not staged(a.protocol):
-        kinds = [k for k in _KINDS[3:] if a.of_kind(k)]
+        kinds = [k for k in _KINDS[3:-1] if a.of_kind(k)]
         if kinds:
             seq = a.of_kind(kinds[0])[0]
             st.fail(f"seq {seq}: {kinds[0]} in a study that locked no steps", seq)
-        return st.check("the study locked no steps")
+        reviews = _check_reviews(st, a, None)
+        return st.check("the study locked no steps" + (
+            f"; {reviews} reviews signed by reviewer keys, each of its locked sample"
+            if reviews else ""))
     study, problem = a.study()
     if study is None:
         st.fail(f"the locked study cannot be rendered: {problem}", a.protocol_seq)
@@ -112,8 +116,12 @@ def check_steps(a: Archive) -> Check:
     )
 
 
-def _check_reviews(st: _State, a: Archive, replay: Replay) -> int:
-    """scoring.md §11: each review.recorded by a reviewer key, of a subject of its sample."""
+def _check_reviews(st: _State, a: Archive, replay: Replay | None) -> int:
+    """scoring.md §11: each review.recorded by a reviewer key, of a subject of its sample.
+
+    After the seal, with a value of its kind: a judge label; an edit of the item's supplied
+    reference sets; declared codes of a contrast case.
+    """
     reviews = a.of_kind("review.recorded")
     if not reviews:
         return 0
@@ -127,6 +135,7 @@ def _check_reviews(st: _State, a: Archive, replay: Replay) -> int:
             votes = [v.get("vote") for v in judge.get("votes") or [] if type(v) is dict]
             judged.setdefault(str(judge.get("step")), []).append(
                 (body["response_seq"], None not in votes and len(set(votes)) == 1))
+    kinds = {"judge-label": "judge-label", "reference-set": "reference-set", "contrast": "code"}
     for seq in reviews:
         env = a.envs[seq] or {}
         body = a.body(seq)
@@ -138,20 +147,61 @@ def _check_reviews(st: _State, a: Archive, replay: Replay) -> int:
                     f"the role {role!r}, not 'reviewer'", seq)  # fmt: skip
         elif type(plan) is not dict:
             st.fail(f"seq {seq}: review.recorded names sample {name!r}, which was not locked", seq)
-        elif plan.get("kind") != "judge-label" or body.get("kind") != "judge-label":
+        elif kinds.get(str(plan.get("kind"))) != body.get("kind") or (
+            plan.get("kind") == "contrast" and not plan.get("codes")
+        ):
             st.fail(f"seq {seq}: review.recorded of kind {body.get('kind')!r} names sample "
-                    f"{name!r}, locked as a {plan.get('kind')!r} sample (labels are recorded "
-                    "for 'judge-label' samples only)", seq)  # fmt: skip
+                    f"{name!r}, locked as a {plan.get('kind')!r} sample"
+                    + (" without codes" if plan.get("kind") == "contrast" else ""),
+                    seq)  # fmt: skip
         elif seal is None or seq < seal:
             st.fail(f"seq {seq}: review.recorded before scoring.sealed", seq)
         else:
-            step = replay.plans.get(str(plan.get("step")))
-            sample = review_sample(judged.get(str(plan.get("step")), []), int(plan.get("n", 0)),
-                                   str(plan.get("seed")))  # fmt: skip
-            if body.get("subject") not in sample:
-                st.fail(f"seq {seq}: review.recorded subject {body.get('subject')!r} is not in "
-                        f"sample {name!r} (re-derived: {sample})", seq)  # fmt: skip
-            elif step is None or body.get("value") not in step.labels:
-                st.fail(f"seq {seq}: review.recorded value {body.get('value')!r} is not a label "
-                        "of the sample's judge step", seq)  # fmt: skip
+            problem = _review_problem(a, plan, body, judged, replay)
+            if problem is not None:
+                st.fail(f"seq {seq}: review.recorded {problem} (sample {name!r})", seq)
     return len(reviews)
+
+
+def _review_problem(a: Archive, plan: dict[str, Any], body: dict[str, Any],
+                    judged: dict[str, list[tuple[int, bool]]], replay: Replay | None
+                    ) -> str | None:  # fmt: skip
+    """Why a review's subject or value does not fit its locked sample, or None."""
+    subject, value, kind = body.get("subject"), body.get("value"), plan.get("kind")
+    if kind == "reference-set":
+        study, why = a.study()
+        if study is None:
+            return f"cannot be checked: the locked items cannot be read ({why})"
+        sets = {}
+        for item in study.item_ids:
+            found = _human.supplied_sets(study.fields(item).get("metadata"))
+            if found is not None:
+                sets[item] = found
+        sample = _human.item_sample(sets, int(plan.get("n", 0)), str(plan.get("seed")))
+        if subject not in sample:
+            return f"subject {subject!r} is not an item of the sample (re-derived: {sample})"
+        problem = _human.edit_problem(value, sets[str(subject)])
+        return None if problem is None else f"value: {problem}"
+    if kind == "contrast":
+        name = str(body.get("sample"))
+        result = next((a.body(s) for s in a.of_kind("analysis.result")
+                       if a.body(s).get("id") == f"review.{name}"), None)  # fmt: skip
+        cases = ((result or {}).get("values") or {}).get("cases")
+        if type(cases) is not list:
+            return f"cannot be checked: the archive has no drawn review.{name}"
+        seqs = [c.get("failed_response_seq") for c in cases if type(c) is dict]
+        if subject not in seqs:
+            return f"subject {subject!r} is not a case of the sample (cases: {seqs})"
+        problem = _human.code_problem(value, [str(c) for c in plan.get("codes") or []])
+        return None if problem is None else f"value: {problem}"
+    drawn = review_sample(judged.get(str(plan.get("step")), []), int(plan.get("n", 0)),
+                          str(plan.get("seed")))  # fmt: skip
+    if subject not in drawn:
+        return f"subject {subject!r} is not in the sample (re-derived: {drawn})"
+    labels = list(((a.protocol.get("steps") or {}).get(str(plan.get("step"))) or {}).get(
+        "labels") or [])
+    if replay is not None and str(plan.get("step")) in replay.plans:
+        labels = list(replay.plans[str(plan.get("step"))].labels)
+    if value not in labels:
+        return f"value {value!r} is not a label of the sample's judge step"
+    return None

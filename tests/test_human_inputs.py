@@ -1,0 +1,366 @@
+"""Human inputs (issue 17): responses supplied as data, and reviews of reference sets and codes.
+
+A study (``tests/human_study.py``) with a model arm on two target models, the physicians'
+replies as a data arm (``response_from``) and two judges runs on the simulated backend, is
+judged, scored, reviewed by two clinician keys (a reference-set sample) and one reviewer of
+judge decisions, analysed, exported and verified once (module fixture). Each refusal is a
+named test that appends nothing; each tampering is caught by the verifier naming the seq.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import shutil
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from click.testing import CliRunner
+from helpers import fixed_key
+from human_study import ITEMS, write_study
+from test_archive_tamper import failed, read_events, resign
+
+from ledger import Ledger
+from ledger.cli import main
+from runner.backends import SimulatedBackend
+from runner.execute import RunOptions, run_study
+from runner.lock import StudyError, lock_study
+from runner.spec import SpecError, load_study
+from verify import verify_archive
+
+KEY = fixed_key("human.example/owner")
+CLINICIANS = ("human.example/clinician-a", "human.example/clinician-b")
+
+
+def invoke(*args: str | Path, ok: bool = True) -> str:
+    result = CliRunner().invoke(main, [str(a) for a in args])
+    if ok:
+        assert result.exit_code == 0, result.output
+    else:
+        assert result.exit_code != 0, result.output
+    return result.output
+
+
+def edits(index: int, who: int) -> dict[str, Any]:
+    """Clinician ``who``'s edits of the ``index``-th sampled item (varied, partly agreeing)."""
+    if who == 0:
+        return {"plausible": {"add": ["sepsis"]}} if index % 2 else {}
+    if index % 3:
+        return {"plausible": {"add": ["  Sepsis"], "remove": ["stress"]}}
+    return {"safety_critical": {"add": ["meningitis"]}, "highly_likely": {"remove": []}}
+
+
+@pytest.fixture(scope="module")
+def study(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
+    """lock, run, score, review (two clinicians; one judge reviewer), unblind, analyze, export."""
+    base = tmp_path_factory.mktemp("human")
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setenv("PROMPT_LEDGER_HOME", str(base / "home"))
+        root = write_study(base / "study")
+        key = base / "owner.key"
+        KEY.save(key)
+        invoke("lock", root, "--key", key)
+        invoke("run", root, "--backend", "simulated", "--key", key)
+        invoke("score", root, "--key", key)
+        for i, actor in enumerate(CLINICIANS):
+            reviewer = fixed_key(actor)
+            reviewer.save(base / f"clinician-{i}.key")
+            invoke("key", "add", root / "ledger.db", reviewer.vkey, "--role", "reviewer",
+                   "--key", key)  # fmt: skip
+        listed = invoke("review", root, "--sample", "refsets")
+        items = [line.split("\t", 1)[0] for line in listed.splitlines() if line.strip()]
+        for index, item in enumerate(items):
+            for who in (0, 1):
+                invoke("review", root, "--sample", "refsets", "--subject", item, "--value",
+                       json.dumps(edits(index, who)), "--key", base / f"clinician-{who}.key")
+        for index, line in enumerate(invoke("review", root, "--sample", "audit").splitlines()):
+            seq = line.split("\t", 1)[0].removeprefix("seq ")
+            label = "incorrect" if index % 3 == 1 else "correct"
+            invoke("review", root, "--sample", "audit", "--subject", seq, "--value", label,
+                   "--key", base / "clinician-0.key")  # fmt: skip
+        invoke("unblind", root, "--key", key)
+        invoke("analyze", root, "--key", key)
+        invoke("export", root, base / "archive", "--key", key)
+        yield root
+
+
+@pytest.fixture()
+def archive(study: Path, tmp_path: Path) -> Path:
+    target = tmp_path / "archive"
+    shutil.copytree(study.parent / "archive", target)
+    return target
+
+
+def results(root: Path) -> dict[str, dict[str, Any]]:
+    with Ledger.open(root / "ledger.db", readonly=True) as log:
+        return {e.body["id"]: e.body for e in log.events("analysis.result")}
+
+
+# ------------------------------------------------------------------ the data arm
+
+
+def test_data_trials_take_the_item_field_and_send_nothing(study: Path) -> None:
+    fields = {i["id"]: i["physician"] for i in ITEMS}
+    with Ledger.open(study / "ledger.db", readonly=True) as log:
+        requests = {e.seq: e for e in log.events("trial.requested")}
+        data = {s: e for s, e in requests.items() if e.body["arm"] == "physicians"}
+        assert len(data) == len(ITEMS)  # once per item, not once per model
+        for event in data.values():
+            body = event.body
+            assert body["backend"] == "data" and body["simulated"] is False
+            assert body["trial"] == f"physicians||{body['stimulus']}|1" and body["model"] == ""
+            source = json.loads(log.blob(event.blobs["request"]))
+            assert source == {"item": body["stimulus"], "response_from": "physician",
+                              "source": "data"}  # fmt: skip
+        answers = [e for e in log.events("trial.responded") if e.body["request_seq"] in data]
+        assert len(answers) == len(ITEMS)
+        for event in answers:
+            item = data[event.body["request_seq"]].body["stimulus"]
+            assert event.seq == event.body["request_seq"] + 1  # one transaction, in order
+            assert event.body["format"] == "text" and event.body["backend"] == "data"
+            assert event.body["model"] is None and event.body["cost_usd"] is None
+            assert log.blob(event.blobs["response"]) == fields[item].encode("utf-8")
+        preflights = [e.body["as_trial"] for e in log.events("run.preflight")]
+        assert preflights and not any(t.startswith("physicians|") for t in preflights)
+        judged = {e.body["trial"] for e in log.events("step.requested")}
+        assert {e.body["trial"] for e in data.values()} <= judged  # judged like a model
+
+
+def test_data_arm_is_its_own_column_and_pairs_within_each_model(study: Path) -> None:
+    got = results(study)
+    arms = got["descriptive.arms"]["values"]
+    assert "physicians" in arms and arms["physicians"]["trials_scored"] == len(ITEMS)
+    for model in ("target", "target2"):
+        h = got[f"hypothesis.H1@{model}"]
+        assert h["status"] == "ok", h["error"]
+    assert got["hypothesis.H1"]["status"] == "failed"  # pooled pairs within a model: none
+
+
+def test_a_restart_takes_only_the_data_trials_not_recorded(tmp_path: Path) -> None:
+    root = write_study(tmp_path / "study", reviews="")
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setenv("PROMPT_LEDGER_HOME", str(tmp_path / "home"))
+        lock_study(root, KEY)
+        run_study(root, KEY, SimulatedBackend(), RunOptions(max_trials=5, jitter_seed=1))
+        run_study(root, KEY, SimulatedBackend(), RunOptions(jitter_seed=1))
+    with Ledger.open(root / "ledger.db", readonly=True) as log:
+        trials = [e.body["trial"] for e in log.events("trial.requested")]
+    assert len(trials) == len(set(trials)) == 3 * len(ITEMS)
+
+
+# ------------------------------------------------------------------ bad input
+
+
+def test_response_from_field_missing_on_an_item_is_refused(tmp_path: Path) -> None:
+    items = [dict(i) for i in ITEMS]
+    del items[4]["physician"]
+    root = write_study(tmp_path / "s", items=items)
+    with pytest.raises(SpecError) as err:
+        load_study(root)
+    text = str(err.value)
+    assert "arms.physicians.response_from" in text and "item 'q05'" in text
+    assert "'physician'" in text and "line 5" in text
+
+
+@pytest.mark.parametrize("extra", ['components = ["task"]', 'sampling = { temperature = 1.0 }',
+                                   'after = { arm = "model" }', 'models = ["target"]'])
+def test_a_data_arm_that_shapes_a_request_is_refused(tmp_path: Path, extra: str) -> None:
+    from human_study import ARMS
+
+    root = write_study(tmp_path / "s", arms=ARMS + extra + "\n")
+    with pytest.raises(SpecError) as err:
+        load_study(root)
+    key = extra.split(" ", 1)[0]
+    assert f"arms.physicians.{key}" in str(err.value) and "sends no request" in str(err.value)
+
+
+def test_reference_sets_missing_on_an_item_are_refused(tmp_path: Path) -> None:
+    items = [dict(i) for i in ITEMS]
+    items[2] = {**items[2], "metadata": {"reference_plausible": ["x"]}}
+    root = write_study(tmp_path / "s", items=items)
+    with pytest.raises(SpecError, match=r"reviews\.refsets\.reference.*item 'q03'"):
+        load_study(root)
+
+
+def _reviewer(study: Path) -> Any:
+    from ledger import SigningKey
+
+    return SigningKey.load(study.parent / "clinician-1.key")
+
+
+def test_review_of_an_item_outside_the_sample_is_refused(study: Path) -> None:
+    from analysis.review import record_review, review_subjects
+
+    sample = {str(s.response_seq) for s in review_subjects(study, "refsets")}
+    outside = next(i["id"] for i in ITEMS if i["id"] not in sample)
+    size = _size(study)
+    with pytest.raises(StudyError, match=f"item '{outside}' is not in review sample 'refsets'"):
+        record_review(study, _reviewer(study), "refsets", outside, {})
+    assert _size(study) == size
+
+
+def test_an_edit_removing_a_diagnosis_not_in_the_set_is_refused(study: Path) -> None:
+    from analysis.review import record_review, review_subjects
+
+    item = str(review_subjects(study, "refsets")[0].response_seq)
+    size = _size(study)
+    with pytest.raises(StudyError, match=r"plausible\.remove: 'gout fever' is not in"):
+        record_review(study, _reviewer(study), "refsets", item,
+                      {"plausible": {"remove": ["gout fever"]}})  # fmt: skip
+    with pytest.raises(StudyError, match="already in the highly_likely set"):
+        word = next(i["answer"] for i in ITEMS if i["id"] == item)
+        record_review(study, _reviewer(study), "refsets", item,
+                      {"highly_likely": {"add": [f" {word.upper()} "]}})  # fmt: skip
+    assert _size(study) == size
+
+
+def test_review_before_the_seal_is_refused(tmp_path: Path) -> None:
+    from analysis.review import record_review
+
+    root = write_study(tmp_path / "s")
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setenv("PROMPT_LEDGER_HOME", str(tmp_path / "home"))
+        lock_study(root, KEY)
+        reviewer = fixed_key(CLINICIANS[0])
+        with Ledger.open(root / "ledger.db") as log:
+            log.add_key(reviewer.vkey, "reviewer", key=KEY)
+        with pytest.raises(StudyError, match="scoring is not sealed yet"):
+            record_review(root, reviewer, "refsets", "q01", {})
+    with Ledger.open(root / "ledger.db", readonly=True) as log:
+        assert not list(log.events("review.recorded"))
+
+
+def _size(root: Path) -> int:
+    with Ledger.open(root / "ledger.db", readonly=True) as log:
+        return log.size
+
+
+# ------------------------------------------------------------------ tabulation
+
+
+def test_reference_review_table_counts_as_the_seed_does(study: Path) -> None:
+    """Table 2 and Appendix G: recomputed here from the recorded edits by a direct count."""
+    with Ledger.open(study / "ledger.db", readonly=True) as log:
+        recorded = [(e.actor, e.body["subject"], e.body["value"])
+                    for e in log.events("review.recorded") if e.body["sample"] == "refsets"]
+    table = results(study)["review.refsets"]["values"]
+    assert len(table["reviewers"]) == 2 and table["reviewed"] == 5 == len(table["sample"])
+    by: dict[str, dict[str, Any]] = {}
+    for actor, item, value in recorded:
+        by.setdefault(item, {})[actor] = value
+
+    def flagged(value: dict[str, Any], name: str, key: str) -> set[str]:
+        return {" ".join(x.lower().split()) for x in value.get(name, {}).get(key, [])}
+
+    for name in ("plausible", "highly_likely", "safety_critical"):
+        for criterion, join in (("agreement", set.intersection), ("either", set.union)):
+            rows = [
+                [join(*(flagged(v, name, key) for v in by[item].values()))
+                 for key in ("remove", "add")]
+                for item in table["sample"]
+            ]  # fmt: skip
+            got = table["sets"][name][criterion]
+            assert got["commission"]["items"] == sum(bool(r) for r, _ in rows)
+            assert got["omission"]["items"] == sum(bool(a) for _, a in rows)
+            assert got["commission"]["share"] == pytest.approx(got["commission"]["items"] / 5)
+            assert got["mean_additions"] == pytest.approx(sum(len(a) for _, a in rows) / 5)
+            assert got["mean_removals"] == pytest.approx(sum(len(r) for r, _ in rows) / 5)
+    plausible = table["sets"]["plausible"]
+    assert plausible["either"]["omission"]["items"] > plausible["agreement"]["omission"]["items"]
+    assert plausible["agreement"]["omission"]["items"] >= 1  # "Sepsis" and "sepsis" agree
+
+
+def test_reviews_against_the_judges_match_statsmodels_kappa(study: Path) -> None:
+    from statsmodels.stats.inter_rater import cohens_kappa
+
+    table = results(study)["review.audit"]["values"]
+    with Ledger.open(study / "ledger.db", readonly=True) as log:
+        decisions = {e.body["response_seq"]: e.body["judge"]["decision"]
+                     for e in log.events("trial.scored")}  # fmt: skip
+        reviews = {e.body["subject"]: e.body["value"] for e in log.events("review.recorded")
+                   if e.body["sample"] == "audit"}  # fmt: skip
+    pairs = [(v, decisions[s]) for s, v in reviews.items() if decisions[s] is not None]
+    (who,) = table["reviewers"]
+    got = table["by_reviewer"][who]
+    assert got["n"] == len(pairs) and got["agreement"] == pytest.approx(
+        sum(a == b for a, b in pairs) / len(pairs))
+    labels = ["correct", "incorrect"]
+    grid = [[sum(1 for a, b in pairs if (a, b) == (x, y)) for y in labels] for x in labels]
+    assert got["kappa"] == pytest.approx(float(cohens_kappa(grid, return_results=False)))
+
+
+# ------------------------------------------------------------------ the archive
+
+
+def test_the_archive_verifies(study: Path) -> None:
+    report = verify_archive(study.parent / "archive")
+    assert report.ok, [(c.name, c.reason) for c in report.checks if c.status.name == "FAIL"]
+    assert "data trials took their responses byte for byte" in report.get("requests").reason
+    assert "reviews signed by reviewer keys" in report.get("steps").reason
+
+
+def _view(study: Path) -> Any:
+    """The verifier's own view of the exported archive (to change one fact in isolation)."""
+    from verify._archive.ledger_checks import ArchiveRun
+    from verify._archive.view import Archive
+    from verify._reader.files import ArchiveFiles
+
+    run = ArchiveRun(ArchiveFiles(str(study.parent / "archive")), (), (), 1)
+    run.run()
+    return Archive(run)
+
+
+def test_a_tampered_data_response_fails_naming_its_seq(archive: Path) -> None:
+    """The physician's reply is changed and the archive re-signed: the response is no longer
+    the locked item field."""
+    events = read_events(archive)
+    event = next(e for e in events if e["kind"] == "trial.responded"
+                 and e["body"].get("backend") == "data")  # fmt: skip
+    data = b"Definitely gout."
+    digest = hashlib.sha256(data).hexdigest()
+    (archive / "blobs" / digest).write_bytes(data)
+    event["blobs"]["response"] = digest
+    resign(archive, events)
+    reason = failed(verify_archive(archive), "requests")
+    assert f"seq {events.index(event)}:" in reason and "byte for byte" in reason, reason
+
+
+def test_a_review_outside_its_sample_fails_naming_its_seq(study: Path) -> None:
+    from verify._archive.steps import check_steps
+
+    view = _view(study)
+    assert check_steps(view).status.name == "PASS"
+    sample = results(study)["review.refsets"]["values"]["sample"]
+    outside = next(i["id"] for i in ITEMS if i["id"] not in sample)
+    seq = next(s for s in view.of_kind("review.recorded")
+               if view.body(s)["sample"] == "refsets")  # fmt: skip
+    view.body(seq)["subject"] = outside
+    check = check_steps(view)
+    assert check.status.name == "FAIL"
+    assert f"seq {seq}: review.recorded subject '{outside}' is not an item" in check.reason
+
+
+def test_a_review_removing_what_the_set_lacks_fails_naming_its_seq(study: Path) -> None:
+    from verify._archive.steps import check_steps
+
+    view = _view(study)
+    seq = next(s for s in view.of_kind("review.recorded")
+               if view.body(s)["sample"] == "refsets")  # fmt: skip
+    view.body(seq)["value"] = {"plausible": {"remove": ["not a listed diagnosis"]}}
+    check = check_steps(view)
+    assert check.status.name == "FAIL" and f"seq {seq}:" in check.reason
+    assert "is not in the set" in check.reason
+
+
+def test_a_review_by_a_key_without_the_reviewer_role_fails_naming_its_seq(study: Path) -> None:
+    from verify._archive.steps import check_steps
+
+    view = _view(study)
+    seq = next(s for s in view.of_kind("review.recorded")
+               if view.body(s)["sample"] == "refsets")  # fmt: skip
+    actor = str(view.envs[seq]["actor"])
+    view.roles[actor] = "runner"
+    check = check_steps(view)
+    assert check.status.name == "FAIL" and f"seq {seq}: review.recorded signed by" in check.reason
