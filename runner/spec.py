@@ -24,6 +24,7 @@ from ledger import describe_os_error, describe_utf8_error
 from runner._errors import SpecError as SpecError
 from runner._errors import StudyError
 from runner._schema import CONTRAST_REVIEW_KEYS, KeyPath, LineFinder, path_of, unknown_keys
+from runner.ddx import DDX_METRICS, DdxSpec, hypothesis_problems, parse_ddx
 from runner.factors import (
     FACTORIAL_OUTCOMES,
     Factor,
@@ -34,9 +35,8 @@ from runner.factors import (
     parse_factorial,
     parse_factors,
 )
-from runner.ddx import DDX_METRICS, DdxSpec, hypothesis_problems, parse_ddx
-from runner.qrboot import QR_KEYS, QR_TEST, check_outcomes, qr_keys
 from runner.human_review import REFERENCE_FIELDS, REFERENCE_SETS, supplied_sets
+from runner.qrboot import QR_KEYS, QR_TEST, check_outcomes, qr_keys
 from runner.steps import StepSpec, parse_steps
 from runner.timestamping import TimestampSpec, parse_timestamping
 from runner.variants import FIELD_KINDS, KIND_KEYS, KINDS, Variant, VariantSpec
