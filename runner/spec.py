@@ -1542,16 +1542,9 @@ def _factorial_arms(
             c.add(f"factors.{name}", "is not crossed by [factorial] (factors = [...]): a factor "
                   "no design uses would be locked without effect")  # fmt: skip
     if factorial is None:
-        for arm in arms.values():
-            if arm.role == "factorial":
-                c.add(f"arms.{arm.id}.role", "role \"factorial\" is for the base arm of a "
-                      "[factorial] section (declare [factorial] base = \"" + arm.id + "\")")
         return arms
     base = arms[factorial.base]
     for arm in arms.values():
-        if arm.role == "factorial" and arm.id != base.id:
-            c.add(f"arms.{arm.id}.role", f"only [factorial] base ({base.id!r}) has role "
-                  "\"factorial\"")  # fmt: skip
         if arm.differs_from is not None and arm.differs_from[0] == base.id:
             c.add(f"arms.{arm.id}.differs_from", f"arm {base.id!r} is the template of the "
                   "factorial cells and is not run; name a cell arm")  # fmt: skip

@@ -65,7 +65,7 @@ UNKNOWN_KEYS = [
     ("top-level key far from any", "[study]", 'zzz = "x"\n\n[study]',
      "zzz: unknown top-level key (sections: study, model, models, components, prompt, "
      "fewshot, arms, stimuli, design, response, hypotheses, analysis, deviations, variants, "
-     "witnesses, witnessing, timestamping, steps, reviews)"),
+     "witnesses, witnessing, timestamping, steps, reviews, factors, factorial)"),
     ("misspelled section", "[model]", "[modle]",
      "modle: unknown section (did you mean 'model'?)"),
     ("study", 'amendable = ["README.md"]', 'amendable = ["README.md"]\ntitel = "x"',
@@ -83,7 +83,7 @@ UNKNOWN_KEYS = [
      "[arms.C] componets: unknown key (did you mean 'components'?)"),
     ("differs_from", 'differs_from = { arm = "A", by = ["decoding_rule"] }',
      'differs_from = { arm = "A", by = ["decoding_rule"], because = "x" }',
-     "[arms.B.differs_from] because: unknown key (valid keys: arm, by)"),
+     "[arms.B.differs_from] because: unknown key (valid keys: arm, by, removes, adds, replaces)"),
     ("stimuli", 'truth = "stimuli/truth.csv"', 'truth = "stimuli/truth.csv"\ntruht = "x.csv"',
      "[stimuli] truht: unknown key (did you mean 'truth'?)"),
     ("design", "replicates = 30", "replicate = 30",
