@@ -34,6 +34,7 @@ from scipy import stats as sps
 from analysis import stats
 from analysis.rows import split_trial
 from ledger import EventSpec, Ledger, SigningKey
+from runner.ddx import DDX_METRICS
 from runner.lock import StudyError, check_integrity, ledger_path, protocol_event
 from runner.phases import hypothesis_phases, protocol_events, trial_phases
 from runner.provenance import model_mismatches
@@ -94,6 +95,8 @@ class Dataset:
     factors: tuple[str, ...] = ()
     """A factorial study's crossed factors: ``trials.csv`` ends in one ``factor.<NAME>``
     column each, the trial's level (empty for an arm that is no cell; analysis.md §2)."""
+    ddx: bool = False
+    """Whether the parser is ``ddx``: ``trials.csv`` then ends in :data:`DDX_METRICS`."""
 
     def __post_init__(self) -> None:
         for name in ("trials", "items"):
@@ -135,10 +138,11 @@ class Dataset:
 
         Columns :data:`TRIAL_COLUMNS`, or :data:`MODEL_TRIAL_COLUMNS` for a ``[models]`` study.
         """
-        extra = tuple(f"factor.{f}" for f in self.factors)
+        extra = (*(f"factor.{f}" for f in self.factors), *(DDX_METRICS if self.ddx else ()))
         if self.variants:
-            return _csv(self.trials, VARIANT_TRIAL_COLUMNS + extra)
-        return _csv(self.trials, (MODEL_TRIAL_COLUMNS if self.models else TRIAL_COLUMNS) + extra)
+            return _csv(self.trials, (*VARIANT_TRIAL_COLUMNS, *extra))
+        return _csv(self.trials, (*(MODEL_TRIAL_COLUMNS if self.models else TRIAL_COLUMNS),
+                                  *extra))  # fmt: skip
 
     def items_csv(self) -> bytes:
         """The item table as CSV (columns :data:`ITEM_COLUMNS` or :data:`MODEL_ITEM_COLUMNS`)."""
@@ -251,7 +255,8 @@ def load_dataset(
                 f"{log.path}: seq {event.seq}: arm code {body['arm_code']} does not belong to "
                 f"arm {request['arm']} of trial {request['trial']}"
             )
-        items = json.loads(log.blob(event.blobs["scores"]))
+        metric_values = (body.get("ddx") or {}).get("metrics") if parser == "ddx" else None
+        items = [] if parser == "ddx" else json.loads(log.blob(event.blobs["scores"]))
         control = (
             parser == TUMBLING_E and len(items) == 1 and items[0]["truth"] == CONTROL_TRUTH
         )
@@ -269,6 +274,7 @@ def load_dataset(
                 "accuracy": int(body["n_correct"]) / n_items if n_items else math.nan,
                 "control": control,
                 "excluded": exclude_unparseable and body["status"] == "unparseable",
+                **{name: _metric((metric_values or {}).get(name)) for name in DDX_METRICS},
             }
         )  # fmt: skip
         for item in items:
@@ -292,7 +298,8 @@ def load_dataset(
         for f in names:
             row[f"factor.{f}"] = (cells.get(row["arm"]) or {}).get(f, "")
     trials = pd.DataFrame(
-        trial_rows, columns=[*VARIANT_TRIAL_COLUMNS, *(f"factor.{f}" for f in names)]
+        trial_rows,
+        columns=[*VARIANT_TRIAL_COLUMNS, *(f"factor.{f}" for f in names), *DDX_METRICS],
     )
     items_df = pd.DataFrame(item_rows, columns=[*VARIANT_ITEM_COLUMNS, *CLOZE_ITEM_COLUMNS])
     trials = trials.sort_values("response_seq", kind="stable").reset_index(drop=True)
@@ -308,7 +315,24 @@ def load_dataset(
         variants,
         parser == "cloze",
         tuple(names),
+        parser == "ddx",
     )
+
+
+def _metric(value: Any) -> float:
+    """A ddx metric as a dataset cell: a number, NaN when undefined (``None``)."""
+    return math.nan if value is None else float(value)
+
+
+def metric_dataset(ds: Dataset, outcome: str) -> Dataset:
+    """``ds`` with the ddx metric ``outcome`` as each trial's ``accuracy`` (its outcome).
+
+    A trial where the metric is undefined is excluded from the test (``docs/analysis.md`` §9).
+    """
+    trials = ds.trials.copy()
+    trials["accuracy"] = trials[outcome].astype(float)
+    trials["excluded"] = trials["excluded"].astype(bool) | trials[outcome].isna()
+    return replace(ds, trials=trials)
 
 
 def _back(order: str, label: Any) -> Any:
@@ -769,6 +793,8 @@ def hypothesis_results(
         min_pp = h.get("min_difference_pp")
 
         subset_ds = ds.for_stimuli(h["stimuli"]) if h.get("stimuli") else ds
+        if h.get("outcome") in DDX_METRICS:  # docs/analysis.md §9: the metric is the outcome
+            subset_ds = metric_dataset(subset_ds, str(h["outcome"]))
 
         def compute(
             h: dict[str, Any] = h, r: Result = r, a: str = a, b: str = b, sides: str = sides,
@@ -1590,6 +1616,8 @@ def run_analyses(
                 )
             )
         return failed
+    if ds.ddx:  # docs/analysis.md §9: the metrics per arm and model, then the hypotheses
+        return ddx_results(ds, plan)
     out = descriptive(ds, plan)
     extra_mcq = mcq_descriptive(ds, plan)
     if extra_mcq is not None:
@@ -1621,6 +1649,33 @@ def run_analyses(
     if extra is not None:
         out.append(extra)
     out.extend(review_results(ds, plan))
+    return out
+
+
+def ddx_results(ds: Dataset, plan: dict[str, Any]) -> list[Result]:
+    """A ddx study's results: ``descriptive.ddx``, each hypothesis (and per model), multiplicity.
+
+    The trial-accuracy results (the mixed model, the exploratory contrasts) do not apply: a
+    differential list has metrics, not a correct answer (``docs/analysis.md`` §9).
+    """
+    from analysis.ddx import descriptive_values
+
+    r = Result("descriptive.ddx", "Differential-diagnosis metrics by arm (means over the "
+               "trials where each is defined)", "descriptive", "mean")  # fmt: skip
+
+    def compute() -> None:
+        r.values = descriptive_values(ds.trials, ds.several_models)
+
+    out = [_guard(r, compute)]
+    tested: list[Result] = []
+    pooled = hypothesis_results(ds, plan, None)
+    by_model = {
+        m: hypothesis_results(ds.for_model(m), plan, None) for m in ds.models
+    } if ds.several_models else {}  # fmt: skip
+    for i, result in enumerate(pooled):
+        tested += [result, *(_for_model(by_model[m][i], m) for m in by_model)]
+    out.extend(tested)
+    out.append(multiplicity(tested))
     return out
 
 

@@ -131,13 +131,14 @@ def reference_sets(study: Any, work: Any, item: str) -> dict[str, list[str]] | N
 
 
 def score_trial(study: Any, work: Any, trial: str, item: str) -> dict[str, Any] | None:
-    """The ``trial.scored`` fields of a ddx trial (status, counts, ``ddx``, the blob); None
-    while a step call it reads is still due.
+    """The ``trial.scored`` fields of a ddx trial (status, counts, ``ddx``, the blob).
+
+    None while a step call it reads is still due.
     """
     ddx: DdxSpec = study.ddx
     records: dict[str, dict[str, Any]] = {}
     decisions: dict[str, Any] = {}
-    roles = {"list": ddx.list, "match": ddx.match, "grounding": ddx.grounding,
+    roles = {"list": ddx.list_step, "match": ddx.match, "grounding": ddx.grounding,
              "uncertainty": ddx.uncertainty}  # fmt: skip
     for role, step in roles.items():
         if step is None:

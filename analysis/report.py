@@ -974,6 +974,7 @@ def _section_descriptive(report: Report) -> str:
         parts.append(_failed_html(by_model))
     parts.append(_section_mcq(report))
     parts.append(_section_qr(report))
+    parts.append(_section_ddx(report))
     parts.append(_figure_html(report, "accuracy_by_arm.png"))
     stim = report.result("descriptive.arm_stimulus")
     if stim and stim.get("status") == "failed":
@@ -1050,6 +1051,49 @@ def _section_qr(report: Report) -> str:
         return _failed_html(result)
     return "".join(_table(caption, header, rows)
                    for caption, header, rows in qr_boot.report_tables(result))
+
+
+DDX_HEADER = ("arm", "model", "trials", "plausibility", "H-coverage", "S-coverage", "breadth",
+              "grounding", "indirect", "uncertainty")  # fmt: skip
+"""The columns of the differential-diagnosis table (``docs/analysis.md`` §9)."""
+
+
+def ddx_rows(values: dict[str, Any]) -> list[list[str]]:
+    """The rows of the ``descriptive.ddx`` table: each arm (model ``all``), then arm x model.
+
+    A metric is its mean (a percentage, breadth a number) and how many trials leave it
+    undefined.
+    """
+
+    def cell(entry: Any, name: str) -> str:
+        m = entry.get(name) if isinstance(entry, dict) else None
+        if not isinstance(m, dict):
+            return "–"
+        mean = _fmt(m.get("mean")) if name == "breadth" else _pct(m.get("mean"))
+        return mean + (f" ({m.get('undefined')} undefined)" if m.get("undefined") else "")
+
+    names = ("plausibility", "h_coverage", "s_coverage", "breadth", "grounding_rate",
+             "indirect_rate", "uncertainty")  # fmt: skip
+    rows = []
+    for arm, entry in sorted((values.get("arms") or {}).items()):
+        rows.append([str(arm), "all", _fmt(entry.get("trials")),
+                     *(cell(entry, n) for n in names)])  # fmt: skip
+    for arm, models in sorted((values.get("arm_model") or {}).items()):
+        for model, entry in sorted(models.items()):
+            rows.append([str(arm), str(model), _fmt(entry.get("trials")),
+                         *(cell(entry, n) for n in names)])  # fmt: skip
+    return rows
+
+
+def _section_ddx(report: Report) -> str:
+    """``descriptive.ddx``: the differential-diagnosis metrics per arm and model, when recorded."""
+    desc = report.result("descriptive.ddx")
+    if desc is None:
+        return ""
+    if desc.get("status") != "ok":
+        return _failed_html(desc)
+    return _table(str(desc.get("title")), DDX_HEADER, ddx_rows(desc.get("values") or {}),
+                  numeric=tuple(range(2, 10)))
 
 
 def _section_mcq(report: Report) -> str:

@@ -62,9 +62,12 @@ _NEEDS: Final = {"grounding_rate": "grounding", "indirect_rate": "grounding",
 
 @dataclass(frozen=True)
 class DdxSpec:
-    """The validated ``[response.ddx]`` table; ``reference`` is ``"items"`` or an item step."""
+    """The validated ``[response.ddx]`` table; ``reference`` is ``"items"`` or an item step.
 
-    list: str
+    ``list_step`` is the table's ``list`` (the list step's name).
+    """
+
+    list_step: str
     match: str
     reference: str
     grounding: str | None = None
@@ -72,7 +75,7 @@ class DdxSpec:
 
     def record(self) -> dict[str, str]:
         """The table as ``protocol.locked`` ``response.ddx`` records it."""
-        out = {"list": self.list, "match": self.match, "reference": self.reference}
+        out = {"list": self.list_step, "match": self.match, "reference": self.reference}
         if self.grounding is not None:
             out["grounding"] = self.grounding
         if self.uncertainty is not None:
@@ -86,7 +89,7 @@ class DdxSpec:
 
     def trial_steps(self) -> list[str]:
         """The trial steps a ddx score reads, in the order list, match, grounding, uncertainty."""
-        return [s for s in (self.list, self.match, self.grounding, self.uncertainty) if s]
+        return [s for s in (self.list_step, self.match, self.grounding, self.uncertainty) if s]
 
 
 def _set_step(

@@ -197,8 +197,9 @@ class StepWork:
     def unit_calls(self, step: str, unit: str) -> list[StepCall]:
         """The calls of ``step`` on ``unit`` (an item id, or a trial id for a trial step)."""
         spec = self.study.steps[step]
-        if spec.on == "item":
-            return [c for c in self.item_calls[step] if c.stimulus == unit]
+        if spec.on == "item":  # in the step's model order (the votes' order, prompts.md §8.3)
+            calls = [c for c in self.item_calls[step] if c.stimulus == unit]
+            return sorted(calls, key=lambda c: spec.models.index(c.model))
         return trial_step_calls(spec, unit, self.trial_stimulus.get(unit, ""))
 
     def votes(self, step: str, unit: str) -> list[tuple[StepCall, CallState]] | None:

@@ -153,6 +153,7 @@ id = "{model}"
 max_tokens = {tokens}
 temperature = 0.0
 """ for name, model, tokens in (("target", "claude-sonnet-4-6", 96),
+                                ("target_b", "claude-3-5-haiku", 96),
                                 ("judge_a", "claude-haiku-4-5", 128),
                                 ("judge_b", "claude-opus-4-1", 128),
                                 ("judge_c", "claude-sonnet-4-5", 128)))  # fmt: skip
@@ -170,13 +171,13 @@ item = "prompts/item.txt"
 [arms.plain]
 role = "vehicle"
 components = ["item", "task"]
-models = ["target"]
+models = ["target", "target_b"]
 
 [arms.sys]
 role = "dismantling"
 components = ["item", "task"]
 system = ["system"]
-models = ["target"]
+models = ["target", "target_b"]
 {steps}
 [stimuli]
 items = "data/items.jsonl"

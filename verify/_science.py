@@ -33,10 +33,11 @@ import numpy as np
 import rfc8785
 from scipy import stats as sps
 
-from verify import _factorial, _human, _mcqhyp, _qrboot, _review
+from verify import _ddx, _factorial, _human, _mcqhyp, _qrboot, _review
 from verify import _restats as st
 from verify._envelope import is_hex64
 from verify._items import ItemError, ItemFile, read_items
+from verify._prompts import PromptError
 from verify._reader.events import EventReader
 from verify._reader.files import MAX_PARSED_BYTES, ArchiveFileError, ArchiveFiles
 from verify._reader.names import EVENTS, line_where
@@ -387,6 +388,21 @@ def _judged(
     return judge_records(plan, parser.split(":", 1)[1], events)
 
 
+def _ddx_scored(archive: _Archive, plan: dict[str, Any]) -> dict[str, dict[str, Any] | None]:
+    """scoring.md §12: each trial's re-derived ddx score, from the step responses alone."""
+    kinds = ("trial.requested", "step.requested", "step.responded", "step.failed")
+    events = [
+        (e.seq, e.kind, e.body,
+         (lambda name, e=e: archive.event_blob(e, name) if name in e.blobs else None))
+        for e in archive.events if e.kind in kinds
+    ]  # fmt: skip
+    metadata = {item.id: dict(item.metadata) for item in _item_file(archive).items}
+    try:
+        return _ddx.ddx_records(plan, events, lambda p: _locked_bytes(archive, p), metadata)
+    except PromptError as exc:
+        raise _Problem(f"the ddx scores cannot be re-derived: {exc}") from None
+
+
 def _judged_score(decision: Any, truth: str) -> Scored:
     """scoring.md §10: one item, the decision as its answer, correct when it is "correct"."""
     item = {"answer": decision, "answered": decision is not None,
@@ -409,6 +425,7 @@ def _rescore(archive: _Archive) -> Check:
     count: dict[int, int] = {}
     mismatches: list[tuple[int, str]] = []
     judged = _judged(archive, plan, parser)
+    ddx = _ddx_scored(archive, plan) if parser == "ddx" else None
     for event in scored:
         b = archive.at(event).body
         rseq = b.get("response_seq")
@@ -445,7 +462,19 @@ def _rescore(archive: _Archive) -> Check:
             if b.get("order") != order:
                 mismatches.append((event.seq, f"order {b.get('order')!r}, re-derived {order!r}"))
                 continue
-        if judged is not None:  # scoring.md §10: the judges' votes score the trial
+        if ddx is not None:  # scoring.md §12: the recorded steps' decisions score the trial
+            trial = request.body.get("trial") if request is not None else None
+            want = ddx.get(str(trial))
+            if want is None:
+                mismatches.append((event.seq, f"the ddx step calls of trial {trial} are not all "
+                                   "final, yet it was scored"))  # fmt: skip
+                continue
+            if b.get("ddx") != want["ddx"]:
+                mismatches.append((event.seq, f"trial {trial}: "
+                                   + _ddx.differing(b.get("ddx"), want["ddx"])))  # fmt: skip
+                continue
+            s = Scored(want["status"], 0, 0, 0, want["blob"], want["scores_sha256"])
+        elif judged is not None:  # scoring.md §10: the judges' votes score the trial
             trial = request.body.get("trial") if request is not None else None
             record = judged.get(str(trial))
             if record is None:
@@ -540,6 +569,7 @@ class _Dataset:
     variants: bool = False  # the study declares variants (docs/variants.md)
     cloze: bool = False  # the parser is cloze: items.csv ends in logprobs, margin
     factors: list[str] = field(default_factory=list)  # analysis.md §2: factor.<NAME> columns
+    ddx: bool = False  # the parser is ddx: trials.csv ends in the metrics (scoring.md §12)
 
     @property
     def several_models(self) -> bool:
@@ -653,6 +683,7 @@ def _dataset(archive: _Archive, plan: dict[str, Any]) -> _Dataset:
     code_arm = {code: arm for arm, code in arm_codes.items()}
     exclude = bool((plan.get("analysis") or {}).get("exclude_unparseable", True))
     tumbling = (plan.get("response") or {}).get("parser", TUMBLING_E) == TUMBLING_E
+    ddx = (plan.get("response") or {}).get("parser") == "ddx"
     trials: list[tuple[int, dict[str, Any], list[dict[str, Any]]]] = []
     for event in archive.of("trial.scored"):
         b = archive.at(event).body
@@ -669,11 +700,12 @@ def _dataset(archive: _Archive, plan: dict[str, Any]) -> _Dataset:
                 event.seq,
             )
         try:
-            items = json.loads(archive.event_blob(event, "scores"))
+            items = [] if ddx else json.loads(archive.event_blob(event, "scores"))
         except (ValueError, RecursionError):
             raise _Problem(
                 f"trial.scored seq {event.seq}: scores blob is not JSON", event.seq
             ) from None
+        metrics = (b.get("ddx") or {}).get("metrics") if ddx else None
         n_items = int(b["n_items"])
         common = {
             "trial": rq["trial"],
@@ -695,6 +727,9 @@ def _dataset(archive: _Archive, plan: dict[str, Any]) -> _Dataset:
             "control": tumbling and len(items) == 1 and items[0].get("truth") == CONTROL_TRUTH,
             "excluded": exclude and b["status"] == "unparseable",
         }
+        for name in _ddx.METRICS:  # scoring.md §12: None (undefined) is an empty cell
+            value = (metrics or {}).get(name) if isinstance(metrics, dict) else None
+            row[name] = math.nan if value is None else float(value)
         item_rows = [
             {
                 **common,
@@ -738,6 +773,7 @@ def _dataset(archive: _Archive, plan: dict[str, Any]) -> _Dataset:
         variants=plan.get("variants") is not None,
         cloze=(plan.get("response") or {}).get("parser") == "cloze",
         factors=factor_names,
+        ddx=ddx,
     )
 
 
@@ -1094,6 +1130,8 @@ def _hypotheses(
         r = _Result(f"hypothesis.{h['id']}", hypothesis=h["id"], lmm=test == "lmm")
         subset = h.get("stimuli")
         hds = full_ds.for_stimuli(subset) if isinstance(subset, list) else full_ds
+        if h.get("outcome") in _ddx.METRICS:  # analysis.md §9: the metric is the outcome
+            hds = _metric_ds(hds, str(h["outcome"]))
         got = (recorded or {}).get(f"hypothesis.{h['id']}{suffix}")
         rec_subset = got.get("subset_model") if isinstance(got, dict) else None
 
@@ -1752,6 +1790,13 @@ def _restrict(ds: _Dataset, keep: set[str]) -> _Dataset:
     )  # every other member (models, variants, cloze, ...) as the whole study's
 
 
+def _metric_ds(ds: _Dataset, outcome: str) -> _Dataset:
+    """analysis.md §9: ``ds`` with a ddx metric as each trial's accuracy; undefined: excluded."""
+    rows = [{**t, "accuracy": t[outcome], "excluded": bool(t["excluded"]) or math.isnan(
+        t[outcome])} for t in ds.trials]  # fmt: skip
+    return replace(ds, trials=rows)
+
+
 def _tested(ds: _Dataset, plan: dict[str, Any], fit: dict[str, Any] | None,
             out: list[_Result], recorded: dict[str, Any]) -> list[_Result]:  # fmt: skip
     """The hypotheses' results (pooled, then each model's); each model's fit goes to ``out``."""
@@ -1790,6 +1835,22 @@ def _recompute(
             )
             for h in plan["hypotheses"]
         ]
+    if ds.ddx:  # analysis.md §9: the metrics per arm (and model), the hypotheses, multiplicity
+        ddx_out = [_guard(_Result("descriptive.ddx"), lambda: _ddx.ddx_descriptive(
+            ds.trials, ds.several_models))]  # fmt: skip
+        ddx_tested = _hypotheses(ds, plan, None, recorded)
+        if ds.several_models:
+            per = []
+            for name in ds.models:
+                results = _hypotheses(ds.for_model(name), plan, None, recorded, f"@{name}")
+                for r in results:
+                    r.id += f"@{name}"
+                    r.hypothesis = f"{r.hypothesis}@{name}"
+                    r.values["model"] = name
+                per.append(results)
+            ddx_tested = [r for i, pooled in enumerate(ddx_tested)
+                          for r in [pooled] + [res[i] for res in per]]  # fmt: skip
+        return [*ddx_out, *ddx_tested, _multiplicity(ddx_tested)]
     out = _descriptive(ds)
     if _mcqhyp.registers_mcq(plan):  # docs/mcq-statistics.md §11
         out.append(_guard(_Result("descriptive.mcq"),
@@ -2083,14 +2144,13 @@ def _reanalysis(archive: _Archive) -> tuple[Check, list[str]]:
             seq,
         )
     ds = _dataset(archive, plan)
-    factor_columns = tuple(f"factor.{f}" for f in ds.factors)  # analysis.md §2
-    if ds.variants:
-        trials_csv = _csv_bytes(ds.trials, VARIANT_TRIAL_COLUMNS + factor_columns)
+    extra = (*(f"factor.{f}" for f in ds.factors), *(_ddx.METRICS if ds.ddx else ()))
+    if ds.variants:  # analysis.md §2: factor.<NAME> columns, then a ddx study's metrics
+        trials_csv = _csv_bytes(ds.trials, (*VARIANT_TRIAL_COLUMNS, *extra))
         item_columns: tuple[str, ...] = VARIANT_ITEM_COLUMNS
     else:
-        trials_csv = _csv_bytes(
-            ds.trials, (MODEL_TRIAL_COLUMNS if ds.models else TRIAL_COLUMNS) + factor_columns
-        )
+        trials_csv = _csv_bytes(ds.trials, (*(MODEL_TRIAL_COLUMNS if ds.models else
+                                              TRIAL_COLUMNS), *extra))  # fmt: skip
         item_columns = MODEL_ITEM_COLUMNS if ds.models else ITEM_COLUMNS
     if ds.cloze:  # analysis.md §2: each letter's log-probability and the margin
         item_columns = (*item_columns, "logprobs", "margin")

@@ -343,6 +343,8 @@ class Replay:
     given_up: set[str] = field(default_factory=set)
     prior_values: dict[str, dict[str, str]] = field(default_factory=dict)  # §9, per trial
     rendered: int = 0
+    reference_step: str | None = None  # scoring.md §12: a ddx study's reference item step
+    first_trial: int | None = None  # seq of the first trial.requested
 
     def fail(self, seq: int | None, message: str) -> None:
         """Record a problem at ``seq``."""
@@ -366,6 +368,8 @@ class Replay:
         out: set[str] = set()
         todo = [s.name.split(".")[1] for s in (self.study.template.slots if self.study.template
                 else ()) if s.name.startswith("steps.")]  # fmt: skip
+        if self.reference_step is not None:  # scoring.md §12: a trial needs its references
+            todo.append(self.reference_step)
         while todo:
             name = todo.pop()
             if name in out or name not in self.plans:
@@ -386,6 +390,9 @@ class Replay:
         for name, plan in self.plans.items():
             if plan.keep is not None and self.decisions[(name, item)][1] not in plan.keep:
                 return None
+        if self.reference_step is not None and self.decisions[(self.reference_step, item)][1] \
+                is None:  # scoring.md §12: no reference sets, the item's trials are excluded
+            return None
         out: dict[str, str] = {}
         for slot in self.study.template.slots if self.study.template else ():
             parts = slot.name.split(".")
@@ -456,6 +463,8 @@ class Replay:
             if kind == "trial.requested":
                 trial = str(body.get("trial"))
                 trial_requests[seq] = trial
+                if self.first_trial is None:
+                    self.first_trial = seq
                 item = str(body.get("stimulus"))
                 self.stimulus[trial] = item
                 after = self._after(trial)
@@ -512,6 +521,11 @@ class Replay:
                     self.fail(seq, f"trial {trial} was excluded, but every step it reads "
                               f"decided for item {item!r}")  # fmt: skip
             elif kind == "step.requested":
+                if body.get("step") == self.reference_step and self.first_trial is not None:
+                    self.fail(seq, f"call {body.get('call')} of the reference step "
+                              f"{self.reference_step!r} was requested after the first trial "
+                              f"(seq {self.first_trial}): reference sets are final before any "
+                              "trial is sent (scoring.md §12)")  # fmt: skip
                 self._requested(seq, body, blob, request_call)
             elif kind in ("step.responded", "step.failed"):
                 call_id = request_call.get(body.get("request_seq"))  # type: ignore[arg-type]
@@ -713,7 +727,7 @@ def judge_record(plan: StepPlan, calls: Mapping[str, Call], trial: str) -> dict[
     return {
         "step": plan.name,
         "aggregate": {"k": rule} if isinstance(rule, int) else rule,
-        "decision": decide(rule, values),
+        "decision": decide(rule, values, plan.sets),
         "votes": votes,
     }
 

@@ -746,6 +746,35 @@ class _Expect:
                     "correction", "family", "min. difference", "equivalence margin"], rows))
         return out
 
+    def _ddx_tables(self) -> list[tuple[str, list[str], list[list[str]]]]:
+        """analysis.md §9: ``descriptive.ddx``, each metric's mean per arm, then arm x model.
+
+        A percentage (breadth a number), with how many trials leave it undefined.
+        """
+        desc = self.result("descriptive.ddx")
+        if desc is None or desc.get("status") != "ok":
+            return []
+        v = _obj(desc.get("values"))
+        names = ("plausibility", "h_coverage", "s_coverage", "breadth", "grounding_rate",
+                 "indirect_rate", "uncertainty")  # fmt: skip
+
+        def cell(entry: dict[str, Any], name: str) -> str:
+            m = entry.get(name)
+            if not isinstance(m, dict):
+                return "–"
+            mean = _fmt(m.get("mean")) if name == "breadth" else _pct(m.get("mean"))
+            return mean + (f" ({m.get('undefined')} undefined)" if m.get("undefined") else "")
+
+        rows = [[str(arm), "all", _fmt(_obj(e).get("trials")), *(cell(_obj(e), n) for n in names)]
+                for arm, e in sorted(_obj(v.get("arms")).items())]  # fmt: skip
+        for arm, models in sorted(_obj(v.get("arm_model")).items()):
+            rows += [[str(arm), str(m), _fmt(_obj(e).get("trials")),
+                      *(cell(_obj(e), n) for n in names)]
+                     for m, e in sorted(_obj(models).items())]  # fmt: skip
+        return [(str(desc.get("title")), ["arm", "model", "trials", "plausibility",
+                 "H-coverage", "S-coverage", "breadth", "grounding", "indirect", "uncertainty"],
+                 rows)]  # fmt: skip
+
     def _mcq_tables(self) -> list[tuple[str, list[str], list[list[str]]]]:
         """archive-format §7: seed 002's registered statistics and ``descriptive.mcq``."""
         out: list[tuple[str, list[str], list[list[str]]]] = []
@@ -882,6 +911,7 @@ class _Expect:
                          "accuracy", "Wilson 95% CI"], rows))  # fmt: skip
         out.extend(self._mcq_tables())
         out.extend(_qrboot.report_tables(self.result("descriptive.qr_bootstrap")))
+        out.extend(self._ddx_tables())
         control = self.result("descriptive.control")
         if self.tumbling and control is not None and control.get("status") == "ok":
             rows = []

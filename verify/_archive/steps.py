@@ -47,6 +47,10 @@ def replay_of(a: Archive, study: LockedStudy) -> tuple[Replay | None, str | None
         body = a.body(seq)
         events.append((seq, kind, body, _getter(a, seq, body)))
     replay = Replay(study, plans, events)
+    ddx = (a.protocol.get("response") or {}).get("ddx")
+    reference = ddx.get("reference") if isinstance(ddx, dict) else None
+    if isinstance(reference, str) and reference != "items":
+        replay.reference_step = reference
     replay.run()
     result = (replay, None)
     a._steps_replay = result  # type: ignore[attr-defined]

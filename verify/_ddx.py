@@ -1,0 +1,249 @@
+"""Differential-diagnosis scores re-derived from the docs alone (``docs/scoring.md`` §12).
+
+Every ddx ``trial.scored`` is re-derived from the recorded step responses: each step call's
+responses re-parsed by the locked parser and schema, its votes aggregated by the locked rule
+(element by element for set-valued steps, ``docs/prompts.md`` §8.3), the item's reference sets
+taken from the locked item file or the reference step's decision, and every metric recomputed
+from its formula. ``descriptive.ddx`` (``docs/analysis.md`` §9) is recomputed from the dataset.
+Independent of ``ledger``, ``runner`` and ``analysis``.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import math
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any
+
+import rfc8785
+
+from verify._prompts import PromptError, Template
+from verify._steps import Call, StepPlan, judge_record, norm, parse, text_of
+
+__all__ = ["METRICS", "SETS", "ddx_descriptive", "ddx_metrics", "ddx_records"]
+
+METRICS = ("plausibility", "h_coverage", "s_coverage", "breadth", "grounding_rate",
+           "indirect_rate", "uncertainty")  # fmt: skip
+SETS = ("plausible", "highly_likely", "safety_critical")
+Events = Sequence[tuple[int, str, dict[str, Any], Callable[[str], bytes | None]]]
+
+
+def _plan(name: str, rec: Any, read: Callable[[str], bytes | None]) -> StepPlan:
+    """The parts of a locked step the scores need (its template is not rendered here)."""
+    if not isinstance(rec, dict):
+        raise PromptError(f"protocol.locked has no step {name!r}")
+    rule = rec.get("aggregate")
+    rule = rule.get("k") if isinstance(rule, dict) else rule
+    if rule not in ("majority", "unanimous") and type(rule) is not int:
+        raise PromptError(f"protocol.locked steps.{name}.aggregate: {rec.get('aggregate')!r}")
+    schema = None
+    if rec.get("parser") == "json":
+        raw = read(str(rec.get("schema")))
+        if raw is None:
+            raise PromptError(f"steps.{name}.schema {rec.get('schema')!r} is not a locked file")
+        schema = json.loads(raw)
+    return StepPlan(
+        name, str(rec.get("on")), tuple(m or None for m in rec.get("models") or []),
+        Template(name, ()), None, str(rec.get("parser")), tuple(rec.get("labels") or ()),
+        schema, int((rec.get("on_unparseable") or {}).get("retry", 0)), "exclude", rule,
+        "blind", None,
+    )  # fmt: skip
+
+
+def _unique(elements: Sequence[Any]) -> list[str]:
+    out: list[str] = []
+    for element in elements:
+        key = norm(str(element))
+        if key and key not in out:
+            out.append(key)
+    return out
+
+
+def ddx_metrics(
+    listed: list[str] | None, reference: Mapping[str, list[str]] | None,
+    match: Mapping[str, Any] | None, grounding: Mapping[str, Any] | None, uncertainty: Any,
+) -> tuple[dict[str, Any], dict[str, list[str]], dict[str, list[str]]]:  # fmt: skip
+    """§12: the metrics, the matched entries and the ignored ones, from the decisions."""
+    values: dict[str, Any] = dict.fromkeys(METRICS)
+    matched: dict[str, list[str]] = {}
+    ignored: dict[str, list[str]] = {}
+    if listed is None:
+        return values, matched, ignored
+    L = _unique(listed)
+    values["breadth"] = len(L)
+
+    def rate(part: list[str], whole: list[str]) -> float | None:
+        return len(part) / len(whole) if whole else None
+
+    if match is not None and reference is not None:
+        H, S = _unique(reference["highly_likely"]), _unique(reference["safety_critical"])
+        for name, pool in (("plausible", L), ("highly_likely", H), ("safety_critical", S)):
+            given = _unique(match.get(name) or [])
+            matched[name] = [x for x in given if x in pool]
+            ignored[name] = [x for x in given if x not in pool]
+        values["plausibility"] = rate(matched["plausible"], L)
+        values["h_coverage"] = rate(matched["highly_likely"], H)
+        values["s_coverage"] = rate(matched["safety_critical"], S)
+    if grounding is not None:
+        for name in ("grounded", "indirect"):
+            given = _unique(grounding.get(name) or [])
+            matched[name] = [x for x in given if x in L]
+            ignored[name] = [x for x in given if x not in L]
+        values["grounding_rate"] = rate(matched["grounded"], L)
+        values["indirect_rate"] = rate(matched["indirect"], L)
+    if uncertainty in ("uncertain", "certain"):
+        values["uncertainty"] = 1 if uncertainty == "uncertain" else 0
+    return values, matched, ignored
+
+
+def ddx_records(
+    protocol: Mapping[str, Any], events: Events, read: Callable[[str], bytes | None],
+    metadata: Mapping[str, Mapping[str, Any]],
+) -> dict[str, dict[str, Any] | None]:  # fmt: skip
+    """§12: each trial's re-derived ``trial.scored`` fields (None: a step call not final).
+
+    ``metadata``: each item's ``metadata`` object from the locked item file. The fields are
+    ``status``, ``n_items``, ``n_answered``, ``n_correct``, ``ddx`` and ``blob`` (the scores
+    blob, RFC 8785 of ``ddx``).
+    """
+    config = (protocol.get("response") or {}).get("ddx")
+    if not isinstance(config, dict):
+        raise PromptError("protocol.locked response.ddx is missing")
+    steps = protocol.get("steps") or {}
+    roles = {r: str(config[r]) for r in ("list", "match", "grounding", "uncertainty")
+             if isinstance(config.get(r), str)}  # fmt: skip
+    source = config.get("reference")
+    names = set(roles.values()) | ({source} if source != "items" else set())
+    plans = {n: _plan(n, steps.get(n), read) for n in sorted(str(x) for x in names)}
+    calls: dict[str, Call] = {}
+    request_call: dict[int, str] = {}
+    stimulus: dict[str, str] = {}
+    for seq, kind, body, blob in events:
+        if kind == "trial.requested":
+            stimulus[str(body.get("trial"))] = str(body.get("stimulus"))
+        elif kind == "step.requested" and body.get("step") in plans:
+            call_id = str(body.get("call"))
+            call = calls.setdefault(call_id, Call(call_id, str(body.get("step")), None, "",
+                                                  body.get("trial")))  # fmt: skip
+            call.attempts += 1
+            call.last_request = seq
+            request_call[seq] = call_id
+        elif kind in ("step.responded", "step.failed"):
+            found = calls.get(request_call.get(body.get("request_seq"), ""))  # type: ignore[arg-type]
+            if found is None or found.final_seq is not None:
+                continue
+            plan = plans[found.step]
+            if kind == "step.responded":
+                found.responses += 1
+                value = parse(plan, text_of(blob("response") or b"", str(body.get("format"))))
+                if value is not None:
+                    found.value, found.status, found.final_seq = value, "parsed", seq
+                elif found.responses >= plan.retry + 1:
+                    found.status, found.final_seq = "unparseable", seq
+            elif body.get("final") is True:
+                found.status, found.final_seq = "given-up", seq
+    out: dict[str, dict[str, Any] | None] = {}
+    for trial, item in stimulus.items():
+        out[trial] = _trial(plans, roles, source, calls, trial, item, metadata.get(item) or {})
+    return out
+
+
+def _reference(
+    plans: Mapping[str, StepPlan], source: Any, calls: Mapping[str, Call], item: str,
+    metadata: Mapping[str, Any],
+) -> dict[str, list[str]] | None:  # fmt: skip
+    if source == "items":
+        found = {name: metadata.get(f"reference_{name}") for name in SETS}
+        if not all(isinstance(v, list) and all(isinstance(x, str) for x in v)
+                   for v in found.values()):  # fmt: skip
+            return None
+        return {k: list(v) for k, v in found.items()}  # type: ignore[arg-type]
+    record = judge_record(plans[str(source)], calls, item)
+    decided = record["decision"] if record is not None else None
+    if not isinstance(decided, dict):
+        return None
+    return {name: list(decided.get(name) or []) for name in SETS}
+
+
+def _trial(
+    plans: Mapping[str, StepPlan], roles: Mapping[str, str], source: Any,
+    calls: Mapping[str, Call], trial: str, item: str, metadata: Mapping[str, Any],
+) -> dict[str, Any] | None:  # fmt: skip
+    records: dict[str, Any] = {}
+    for role, step in roles.items():
+        record = judge_record(plans[step], calls, trial)
+        if record is None:
+            return None
+        records[role] = record
+    decided = {role: r["decision"] for role, r in records.items()}
+    reference = _reference(plans, source, calls, item, metadata)
+    listed = decided["list"]
+    values, matched, ignored = ddx_metrics(
+        list(listed.get("diagnoses") or []) if isinstance(listed, dict) else None, reference,
+        decided["match"] if isinstance(decided["match"], dict) else None,
+        decided.get("grounding") if isinstance(decided.get("grounding"), dict) else None,
+        decided.get("uncertainty"),
+    )  # fmt: skip
+    record = {
+        "reference_source": "items" if source == "items" else f"step:{source}",
+        "reference": reference,
+        "list": _unique(listed.get("diagnoses") or []) if isinstance(listed, dict) else None,
+        "matched": matched,
+        "ignored": ignored,
+        "metrics": values,
+        "steps": records,
+    }
+    blob = bytes(rfc8785.dumps(record))
+    ok = reference is not None and listed is not None and decided["match"] is not None
+    return {"status": "ok" if ok else "unparseable", "n_items": 0, "n_answered": 0,
+            "n_correct": 0, "ddx": record, "blob": blob,
+            "scores_sha256": hashlib.sha256(blob).hexdigest()}  # fmt: skip
+
+
+def differing(recorded: Any, derived: Mapping[str, Any]) -> str:
+    """Which members of a recorded ``ddx`` differ from the re-derived one, named."""
+    if not isinstance(recorded, dict):
+        return "it has no ddx record"
+    names = [k for k in sorted(set(recorded) | set(derived)) if recorded.get(k) != derived.get(k)]
+    parts = []
+    for name in names:
+        if name == "reference":
+            parts.append(f"the reference sets ({derived.get('reference_source')}) differ: "
+                         f"recorded {recorded.get(name)!r}, re-derived {derived.get(name)!r}")
+        elif name == "steps":
+            steps = [r for r in set(recorded.get(name) or {}) | set(derived.get(name) or {})
+                     if (recorded.get(name) or {}).get(r) != (derived.get(name) or {}).get(r)]
+            parts.append("the votes or decision of the " + ", ".join(sorted(steps))
+                         + " step(s) differ from those re-derived from their responses")
+        else:
+            parts.append(f"{name}: recorded {recorded.get(name)!r}, re-derived "
+                         f"{derived.get(name)!r}")  # fmt: skip
+    return "; ".join(parts)
+
+
+def ddx_descriptive(trials: Sequence[Mapping[str, Any]], several_models: bool) -> dict[str, Any]:
+    """analysis.md §9: each metric's mean per arm (and arm and model), n and undefined."""
+
+    def cell(rows: list[Mapping[str, Any]]) -> dict[str, Any]:
+        kept = [r for r in rows if not r["excluded"]]
+        out: dict[str, Any] = {"trials": len(kept), "excluded": len(rows) - len(kept)}
+        for name in METRICS:
+            got = [float(r[name]) for r in kept
+                   if r[name] is not None and not math.isnan(float(r[name]))]  # fmt: skip
+            out[name] = {"mean": math.fsum(got) / len(got) if got else None, "n": len(got),
+                         "undefined": len(kept) - len(got)}  # fmt: skip
+        return out
+
+    arms = sorted({str(t["arm"]) for t in trials})
+    values: dict[str, Any] = {
+        "metrics": list(METRICS),
+        "arms": {a: cell([t for t in trials if t["arm"] == a]) for a in arms},
+    }
+    if several_models:
+        values["arm_model"] = {
+            a: {m: cell([t for t in trials if t["arm"] == a and t["model"] == m])
+                for m in sorted({str(t["model"]) for t in trials if t["arm"] == a})}
+            for a in arms
+        }  # fmt: skip
+    return values
