@@ -392,7 +392,7 @@ def _readme(study: Study, log: Ledger, results: list[dict[str, Any]]) -> bytes:
     for h in body.get("hypotheses", []):
         contrast = h.get("contrast") or ["?", "?"]
         details = [f"{h.get('test')}", f"{h.get('sides')}"]
-        for key in ("variant", "basis", "samples", "incomplete", "min_pp", "max_pp"):
+        for key in ("statistic", "variant", "basis", "samples", "incomplete", "min_pp", "max_pp"):
             if h.get(key) is not None:  # seed 002's kinds (docs/mcq-statistics.md §11)
                 details.append(f"{key} {h[key]}")
         if h.get("alpha") is not None:
@@ -416,8 +416,9 @@ def _readme(study: Study, log: Ledger, results: list[dict[str, Any]]) -> bytes:
         )
         lines += [
             f"- **{h.get('id')}**: {desc}  ",
-            (f"  arm {h['arm']}, {' vs '.join(map(str, h.get('variants') or []))} on "
-             f"`{h.get('outcome')}`; {'; '.join(details)}.  " if h.get("arm") else
+            (f"  arm {h['arm']}" + (f", {' vs '.join(map(str, h.get('variants') or []))}" if
+                                    h.get("variants") or h.get("test") != "qr-bootstrap" else "")
+             + f" on `{h.get('outcome')}`; {'; '.join(details)}.  " if h.get("arm") else
              f"  {contrast[0]} - {contrast[1]} on `{h.get('outcome')}`; {'; '.join(details)}.  "),
             f"  Verdict: {verdict}",
         ]

@@ -85,11 +85,13 @@ def resample_means(columns: Sequence[npt.NDArray[np.float64]], iterations: int,
     rng = np.random.default_rng(int(seed))
     out = [np.empty(n_iter, dtype=np.float64) for _ in columns]
     rows = max(1, st.CHUNK_ELEMENTS // n)
+    drawn = np.empty((min(rows, n_iter), n), dtype=np.float64)  # reused: no allocation per block
     for start in range(0, n_iter, rows):
         m = min(rows, n_iter - start)
         idx = rng.integers(0, n, size=(m, n))
         for column, reps in zip(columns, out, strict=True):
-            reps[start:start + m] = column[idx].mean(axis=1)
+            np.take(column, idx, out=drawn[:m], mode="clip")  # indices are in range
+            reps[start:start + m] = drawn[:m].mean(axis=1)
     return out
 
 
@@ -124,12 +126,12 @@ def _column(outcome: str) -> str:
 def _scored(ds: Any, arm: str, outcome: str) -> dict[Key, tuple[str, float]]:
     """The arm's scored trials by key: (trial id, value or NaN when undefined)."""
     t = ds.trials
-    t = t[t["arm"] == arm]
+    t = t[(t["arm"] == arm) & ~t["control"].astype(bool)]  # a control is no observation
     column = _column(outcome)
     if column not in t.columns:
         raise st.StatsError(f"the analysis dataset has no column {column!r} (outcome {outcome!r})")
     values = t[column].to_numpy(dtype=np.float64, na_value=np.nan)
-    usable = ~(t["control"].to_numpy(dtype=bool) | t["excluded"].to_numpy(dtype=bool))
+    usable = ~t["excluded"].to_numpy(dtype=bool)
     out: dict[Key, tuple[str, float]] = {}
     for trial, item, model, variant, rep, value, ok in zip(
         t["trial"].tolist(), t["stimulus"].tolist(), t["model"].tolist(),
@@ -167,11 +169,11 @@ def _key_text(key: Key) -> str:
 def observations(ds: Any, outcome: str, a: str, b: str | None = None) -> Observations:
     """The observations of arm ``a`` alone, or of ``a`` and ``b`` paired by key.
 
-    One arm: every scored trial of ``a``; a trial that is not analysable (control, excluded)
-    or whose outcome cell is empty is excluded (``undefined``). Two arms: a key scored in both
-    is a pair, excluded (``undefined``) when either value is undefined; a key scored in one
-    arm whose partner was given up is excluded (``given_up``); a key scored in one arm with no
-    partner at all fails, naming the first such key (the arms do not pair).
+    One arm: every scored trial of ``a`` but the specificity controls (tumbling-E); a trial
+    that is ``excluded`` or whose outcome cell is empty is excluded (``undefined``). Two arms:
+    a key scored in both is a pair, excluded (``undefined``) when either value is undefined; a
+    key scored in one arm whose partner was given up is excluded (``given_up``); a key scored
+    in one arm with no partner at all fails, naming the first such key (the arms do not pair).
     """
     left = _scored(ds, a, outcome)
     if b is None:

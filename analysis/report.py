@@ -1632,6 +1632,13 @@ def render_terminal(report: Report, console: Console) -> None:
         for row in seed002:
             mcq_table.add_row(*(escape(x) for x in row))
         console.print(mcq_table)
+    from analysis import qr_boot
+
+    for caption, header, rows in qr_boot.report_tables(report.result("descriptive.qr_bootstrap")):
+        qr_table = table(*header, title=caption)
+        for cells in rows:
+            qr_table.add_row(*(escape(x) for x in cells))
+        console.print(qr_table)
     unit, level = ("glyphs", "glyph-level accuracy") if report.tumbling else ("items", "accuracy")
     arms_table = table("arm", "role", "accuracy", "Wilson 95% CI", unit, "parse rate",
                        "excluded", title=f"Descriptive: {level} by arm")  # fmt: skip

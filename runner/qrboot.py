@@ -29,6 +29,7 @@ __all__ = [
     "STATISTICS",
     "Outcome",
     "check_outcomes",
+    "check_pairing",
     "qr_keys",
 ]
 
@@ -196,3 +197,31 @@ def check_outcomes(add: Add, hypotheses: list[Any], parser: str,
                                or h.min_difference_pp is not None):  # fmt: skip
             add(where, f"hypothesis {h.id!r}: {h.outcome!r} is not a share, so bounds in "
                 "percentage points do not apply: test the paired 'difference' with sides")
+
+
+def check_pairing(add: Add, hypotheses: list[Any], arms: Mapping[str, Any],
+                  replicates: int) -> None:
+    """Refuse a qr-bootstrap contrast whose two arms cannot pair by design.
+
+    The pairs are (item, model, variant, rep) keys both arms run, so the arms must run the
+    same replicates, the same item subset, the same models and the same variants
+    (:class:`runner.spec.Arm` ``replicates``, ``subset``, ``models``, ``variants``); the
+    message names the hypothesis and the first setting that differs. What only the data can
+    tell (a trial given up) is an exclusion at analysis time.
+    """
+    for i, h in enumerate(hypotheses):
+        if h.test != QR_TEST or h.arm is not None or not all(a in arms for a in h.contrast):
+            continue
+        first, second = (arms[a] for a in h.contrast)
+        settings = (
+            ("replicates", first.replicates or replicates, second.replicates or replicates),
+            ("subset", first.subset, second.subset),
+            ("models", first.models, second.models),
+            ("variants", first.variants, second.variants),
+        )
+        for name, x, y in settings:
+            if x != y:
+                add(f"hypotheses[{i}].contrast", f"hypothesis {h.id!r}: arms {first.id!r} and "
+                    f"{second.id!r} cannot pair by (item, model, variant, rep): {name} "
+                    f"{x!r} vs {y!r}")  # fmt: skip
+                break

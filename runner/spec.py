@@ -36,7 +36,7 @@ from runner.factors import (
     parse_factors,
 )
 from runner.human_review import REFERENCE_FIELDS, REFERENCE_SETS, supplied_sets
-from runner.qrboot import QR_KEYS, QR_TEST, check_outcomes, qr_keys
+from runner.qrboot import QR_KEYS, QR_TEST, check_outcomes, check_pairing, qr_keys
 from runner.steps import StepSpec, parse_steps
 from runner.timestamping import TimestampSpec, parse_timestamping
 from runner.variants import FIELD_KINDS, KIND_KEYS, KINDS, Variant, VariantSpec
@@ -2232,6 +2232,7 @@ def load_study(root: str | Path, *, strict: bool = True) -> Study:
     reviews = _reviews(c, data, arms, variants, models, response.parser, items_path is not None,
                        steps, items)
     check_outcomes(c.add, hypotheses, response.parser, steps)
+    check_pairing(c.add, hypotheses, arms, int(replicates))
     if response.parser.startswith(JUDGE_PREFIX):
         judge = steps.get(response.parser[len(JUDGE_PREFIX) :])
         if judge is None or judge.on != "trial":

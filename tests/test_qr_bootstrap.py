@@ -1,9 +1,9 @@
 """Seed 001's bootstrap over (question, run) observations as a registered test.
 
 ``test = "qr-bootstrap"`` (docs/study-spec.md ``[[hypotheses]]``; docs/statistics.md "(question,
-run) bootstrap as a registered test"). One module-scoped text study (12 multiple-choice items,
+run) bootstrap as a registered test"). One module-scoped text study (8 multiple-choice items,
 arms ``default`` and ``perturbed`` = default plus an urgency sentence, two simulated models,
-three replicates) is locked, run, scored, unblinded, analysed and exported once; the tests
+two replicates) is locked, run, scored, unblinded, analysed and exported once; the tests
 recompute its results with a direct per-iteration implementation of the seed's Appendix A (bit
 for bit from the seed), check the verifier's re-derivation and its refusal of an edited,
 re-signed result, the report's table, and each bad input.
@@ -47,7 +47,7 @@ ITEMS = [
         "options": [f"finding {i}-{k}" for k in range(4)],
         "answer": "ABCD"[(i * 3) % 4],
     }
-    for i in range(1, 13)
+    for i in range(1, 9)
 ]
 
 HYPOTHESES = '''
@@ -123,7 +123,7 @@ components = ["task", "urgency"]
 items = "items.jsonl"
 
 [design]
-replicates = 3
+replicates = 2
 seed = 5
 bootstrap_seed = 6
 bootstrap_iterations = 400
@@ -234,7 +234,7 @@ def test_every_result_is_computed_with_a_verdict(built: tuple[Path, Path, Path])
             r = got[f"hypothesis.{hid}{suffix}"]
             assert r["status"] == "ok", (hid, suffix, r["error"])
             assert r["verdict"] in ("supported", "not supported"), r
-            assert r["values"]["n"] == (72 if not suffix else 36)
+            assert r["values"]["n"] == (32 if not suffix else 16)
     assert got["descriptive.qr_bootstrap"]["status"] == "ok"
 
 
@@ -391,7 +391,7 @@ def test_arms_that_do_not_pair_fail_naming_the_first_unpaired_key(
     data: tuple[Dataset, dict[str, Any]]
 ) -> None:
     ds, plan = data
-    lost = without(without(ds, "default|small|q05|2"), "perturbed|large|q07|3")
+    lost = without(without(ds, "default|small|q05|2"), "perturbed|large|q07|2")
     by_id = {r.hypothesis: r for r in hypothesis_results(lost, plan, None)}
     r = by_id["Hsuccess"]
     assert r.status == "failed" and r.verdict == "not computed"
@@ -411,14 +411,14 @@ def test_a_given_up_partner_is_a_counted_exclusion(data: tuple[Dataset, dict[str
     lost = replace(without(ds, gone), given_up=(gone,))
     h = next(x for x in plan["hypotheses"] if x["id"] == "Hsuccess")
     v = qr_boot.qr_values(lost, plan, h)
-    assert v["n"] == 71 and v["given_up"] == 1 and v["undefined"] == 0
+    assert v["n"] == 31 and v["given_up"] == 1 and v["undefined"] == 0
     assert v["excluded"] == [{"item": "q05", "model": "small", "variant": "", "rep": 2,
                               "kind": "given-up",
                               "trials": ["default|small|q05|2", "perturbed|small|q05|2"]}]
     assert vq.values_of(twin(lost), plan, h) == v
     h1 = next(x for x in plan["hypotheses"] if x["id"] == "Hdefault")
     one = qr_boot.qr_values(lost, plan, h1)
-    assert one["n"] == 71 and one["given_up"] == 1
+    assert one["n"] == 31 and one["given_up"] == 1
     assert vq.values_of(twin(lost), plan, h1) == one
 
 
@@ -429,7 +429,7 @@ def test_an_undefined_value_is_excluded_and_counted(data: tuple[Dataset, dict[st
     h = next(x for x in plan["hypotheses"] if x["id"] == "Hdiff")
     v = qr_boot.qr_values(replace(ds, trials=trials), plan, h)
     assert vq.values_of(twin(replace(ds, trials=trials)), plan, h) == v
-    assert v["n"] == 71 and v["undefined"] == 1
+    assert v["n"] == 31 and v["undefined"] == 1
     assert v["excluded"][0]["kind"] == "undefined"
     assert v["excluded"][0]["trials"] == ["default|large|q03|1", "perturbed|large|q03|1"]
 
@@ -582,3 +582,67 @@ def test_the_bootstrap_needs_an_observation(data: tuple[Dataset, dict[str, Any]]
     h = next(x for x in plan["hypotheses"] if x["id"] == "Hdefault")
     with pytest.raises(qr_boot.st.StatsError, match="no observation"):
         qr_boot.qr_values(empty, plan, h)
+
+
+def test_the_archive_readme_names_the_statistic_and_the_arm(
+    built: tuple[Path, Path, Path],
+) -> None:
+    text = (built[1] / "README.md").read_text("utf-8")
+    assert "arm default on `trial_accuracy`; qr-bootstrap; two-sided; statistic accuracy; " \
+        "min_pp 20; alpha 0.05." in text, text
+    assert "perturbed - default on `trial_accuracy`; qr-bootstrap; two-sided; statistic " \
+        "success-rate; max_pp 60; alpha 0.05." in text, text
+
+
+def test_glyph_accuracy_pairs_charts_and_leaves_the_controls_out() -> None:
+    """A tumbling-E shape: glyph accuracies (not 0/1), a control trial per arm and rep."""
+    rows = []
+    for arm, shift in (("A", 0.0), ("B", 0.1)):
+        for stim in ("p1", "p2", "p3", "ctl"):
+            for rep in (1, 2):
+                control = stim == "ctl"
+                acc = 1.0 if control else round(0.5 + shift + 0.1 * rep - 0.05 * len(stim), 4)
+                rows.append({"trial": f"{arm}|{stim}|{rep}", "arm": arm, "model": "",
+                             "stimulus": stim, "variant": "", "rep": rep, "accuracy": acc,
+                             "control": control, "excluded": False})  # fmt: skip
+    trials = pd.DataFrame(rows)
+    ds = Dataset(trials, pd.DataFrame(columns=["trial", "stimulus", "model"]), ("A", "B"), (),
+                 "0" * 64)  # fmt: skip
+    plan = {"design": {"bootstrap_iterations": 300, "bootstrap_seed": "11"}}
+    h = {"id": "G", "test": "qr-bootstrap", "statistic": "difference", "contrast": ["B", "A"],
+         "outcome": "glyph_accuracy", "alpha": 0.05, "sides": "one-sided"}  # fmt: skip
+    v = qr_boot.qr_values(ds, plan, h)
+    assert v["n"] == 6 and v["excluded"] == [] and v["conf"] == 0.9
+    assert v["estimate"] == pytest.approx(0.1)
+    vds = vs._Dataset(trials.to_dict("records"), [], ["A", "B"], [], "0" * 64)
+    assert vq.values_of(vds, plan, h) == v
+    with pytest.raises(qr_boot.st.StatsError, match="values other than 0 and 1"):
+        qr_boot.qr_values(ds, plan, h | {"statistic": "success-rate", "max_pp": 50})
+
+
+@pytest.mark.parametrize(
+    ("arm_line", "message"),
+    [("replicates = 1", "replicates 2 vs 1"),
+     ("models = [\"small\"]", "models None vs ('small',)")],
+    ids=["replicates", "models"],
+)
+def test_a_contrast_whose_arms_cannot_pair_is_refused_at_lock(
+    tmp_path: Path, arm_line: str, message: str
+) -> None:
+    spec = SPEC.replace('components = ["task"]\n', f'components = ["task"]\n{arm_line}\n', 1)
+    error = refused(tmp_path, spec)
+    assert ("hypotheses[1].contrast: hypothesis 'Hsuccess': arms 'perturbed' and 'default' "
+            f"cannot pair by (item, model, variant, rep): {message}") in error, error
+
+
+def test_the_verifier_knows_every_outcome_of_the_table() -> None:
+    """runner.qrboot.QR_OUTCOMES and the verifier's own lists describe the same outcomes.
+
+    A row added to the table (a new per-trial metric) must be added to the verifier too: its
+    column when it is not the outcome's own name, whether it is 0/1 and whether it is a share.
+    """
+    from runner.qrboot import QR_OUTCOMES
+
+    assert {k: o.column for k, o in QR_OUTCOMES.items() if o.column != k} == vq.COLUMNS
+    assert {k for k, o in QR_OUTCOMES.items() if o.binary} == set(vq.BINARY)
+    assert {k for k, o in QR_OUTCOMES.items() if o.share} == set(vq.SHARES)

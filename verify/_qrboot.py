@@ -78,13 +78,13 @@ def _arm_trials(ds: Any, arm: str, outcome: str) -> dict[tuple[str, str, str, in
     column = COLUMNS.get(outcome, outcome)
     out: dict[tuple[str, str, str, int], tuple[str, float | None]] = {}
     for t in ds.trials:
-        if t["arm"] != arm:
+        if t["arm"] != arm or t["control"]:  # a specificity control is no observation
             continue
         if column not in t:
             raise QrError(f"the dataset has no column {column!r} (outcome {outcome!r})")
         raw = t[column]
         value: float | None = None
-        if not t["control"] and not t["excluded"] and raw is not None and raw != "":
+        if not t["excluded"] and raw is not None and raw != "":
             x = float(raw)
             value = x if math.isfinite(x) else None
         out[_key(t["stimulus"], t["model"], t["variant"], t["rep"])] = (str(t["trial"]), value)
