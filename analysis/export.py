@@ -373,9 +373,12 @@ def _readme(study: Study, log: Ledger, results: list[dict[str, Any]]) -> bytes:
     ]
     for arm_id in sorted(arms):
         arm = arms[arm_id]
+        parts = ", ".join(arm.get("components", []))
+        if arm.get("response_from"):  # docs/trials.md §6: a data arm, no model asked
+            parts = f"none: responses are the items' {arm['response_from']} field (data)"
         lines.append(
             f"| {_cell_text(arm_id)} | {_cell_text(arm.get('role'))} | "
-            f"{_cell_text(', '.join(arm.get('components', [])))} | `{arm.get('sha256')}` |"
+            f"{_cell_text(parts)} | `{arm.get('sha256')}` |"
         )
     by_id = {r["hypothesis"]: r for r in results if r["hypothesis"]}
     lines += [

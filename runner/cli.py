@@ -166,7 +166,8 @@ def arms(study_dir: Path, as_json: bool) -> None:
         grid.add_row("role", *[a.role for a in study.arms.values()])
         grid.add_row("sha256", *[study.arm_sha256(a)[:12] for a in study.arms])
         settings = [a.protocol_record() for a in study.arms.values()]
-        for key in ("fewshot", "models", "sampling", "replicates", "items", "factors"):
+        for key in ("fewshot", "models", "sampling", "replicates", "items", "factors",
+                    "response_from"):
             if any(key in record for record in settings):
                 grid.add_row(key, *[_setting(record.get(key)) for record in settings])
         out = console()

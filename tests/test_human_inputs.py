@@ -364,3 +364,186 @@ def test_a_review_by_a_key_without_the_reviewer_role_fails_naming_its_seq(study:
     view.roles[actor] = "runner"
     check = check_steps(view)
     assert check.status.name == "FAIL" and f"seq {seq}: review.recorded signed by" in check.reason
+
+
+# ------------------------------------------------------------------ codes of a contrast sample
+
+CODED_SPEC = """[study]
+id = "coded"
+title = "A contrast sample coded by a reviewer"
+
+[model]
+provider = "anthropic"
+id = "claude-haiku-4-5"
+max_tokens = 16
+temperature = 0.0
+
+[components]
+task = "prompts/task.txt"
+
+[prompt]
+item = "prompts/item.txt"
+
+[arms.direct]
+role = "full"
+components = ["task"]
+
+[arms.bare]
+role = "vehicle"
+components = []
+
+[stimuli]
+items = "items.jsonl"
+
+[design]
+replicates = 2
+seed = 5
+bootstrap_seed = 6
+bootstrap_iterations = 200
+
+[response]
+parser = "multiple-choice"
+
+[[hypotheses]]
+id = "H1"
+contrast = ["direct", "bare"]
+test = "mcnemar"
+alpha = 0.05
+
+[analysis]
+exclude_unparseable = false
+
+[reviews.hurt]
+failed = { arm = "bare" }
+succeeded = { arm = "direct" }
+n = 3
+seed = 7
+codes = ["misread", "guess", "format"]
+"""
+
+
+@pytest.fixture(scope="module")
+def coded(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Path, list[str]]]:
+    """An MCQ study locked, run, scored and unblinded; its contrast cases listed for coding."""
+    from test_mcq_hypotheses import ITEMS as MCQ_ITEMS
+
+    base = tmp_path_factory.mktemp("coded")
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setenv("PROMPT_LEDGER_HOME", str(base / "home"))
+        root = base / "study"
+        files = {"study.toml": CODED_SPEC, "prompts/item.txt": "Question: {question}\n{options}\n",
+                 "prompts/task.txt": "Answer with the letter of the right option.\n",
+                 "items.jsonl": "".join(json.dumps(r) + "\n" for r in MCQ_ITEMS)}  # fmt: skip
+        for rel, text in files.items():
+            (root / rel).parent.mkdir(parents=True, exist_ok=True)
+            (root / rel).write_text(text, encoding="utf-8")
+        key = base / "owner.key"
+        fixed_key("coded/owner").save(key)
+        for step in (("lock",), ("run", "--backend", "simulated"), ("score",), ("unblind",)):
+            invoke(step[0], root, *step[1:], "--key", key)
+        coder = fixed_key("coded/coder")
+        coder.save(base / "coder.key")
+        invoke("key", "add", root / "ledger.db", coder.vkey, "--role", "reviewer", "--key", key)
+        listed = invoke("review", root, "--sample", "hurt")
+        yield root, [line.split("\t", 1)[0] for line in listed.splitlines() if line.strip()]
+
+
+def test_a_code_not_in_the_declared_list_is_refused(coded: tuple[Path, list[str]]) -> None:
+    root, cases = coded
+    assert cases, "the simulated models give no case where bare failed and direct succeeded"
+    size = _size(root)
+    out = invoke("review", root, "--sample", "hurt", "--subject", cases[0], "--value",
+                 "misread,nonsense", "--key", root.parent / "coder.key", ok=False)  # fmt: skip
+    assert "code 'nonsense' is not declared" in out
+    assert _size(root) == size
+
+
+def test_codes_are_signed_tabulated_and_verified(coded: tuple[Path, list[str]]) -> None:
+    root, cases = coded
+    given = {case: ["misread", "guess"] if i % 2 else ["format"] for i, case in enumerate(cases)}
+    for case, codes in given.items():
+        invoke("review", root, "--sample", "hurt", "--subject", case, "--value", ",".join(codes),
+               "--key", root.parent / "coder.key")  # fmt: skip
+    key = root.parent / "owner.key"
+    invoke("analyze", root, "--key", key)
+    table = results(root)["review.hurt.codes"]["values"]
+    (who,) = table["reviewers"]
+    for code in ("misread", "guess", "format"):
+        count = sum(code in v for v in given.values())
+        assert table["by_reviewer"][who][code] == count == table["agreement"][code]
+    assert table["coded"] == len(cases)
+    invoke("export", root, root.parent / "archive", "--key", key)
+    report = verify_archive(root.parent / "archive")
+    assert report.ok, [(c.name, c.reason) for c in report.checks if c.status.name == "FAIL"]
+
+
+# ------------------------------------------------------------------ slow: kills and the whole run
+
+
+@pytest.mark.slow
+def test_data_trials_survive_sigkills_and_the_study_verifies(tmp_path: Path) -> None:
+    """Up to ten SIGKILLs of ``ledger run`` at random moments; then the whole study verifies.
+
+    A subprocess, the real SDK over HTTP to the fake server, a data arm of 40 items: every
+    data trial is recorded once, whole (request and response in one commit), the model trials
+    and judges resume, and the study is scored, analysed, exported and verified.
+    """
+    import os
+    import random
+    import signal
+    import subprocess
+    import sys
+    import time
+    from collections import Counter
+
+    from fake_messages import FakeMessagesServer
+    from human_study import WORDS
+    from test_steps_crash import responder
+
+    items = [{**ITEMS[i % len(ITEMS)], "id": f"c{i:03d}",
+              "physician": f"Reply {i}: likely {WORDS[i % len(WORDS)]}."} for i in range(40)]
+    root = write_study(tmp_path / "study", items=items)
+    home = tmp_path / "home"
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setenv("PROMPT_LEDGER_HOME", str(home))
+        lock_study(root, KEY)
+    key = tmp_path / "owner.key"
+    KEY.save(key)
+    env = dict(os.environ, ANTHROPIC_API_KEY="test", PROMPT_LEDGER_HOME=str(home))
+    cli = [sys.executable, "-c", "from ledger.cli import main; main()"]
+    rng = random.Random(23)
+    with FakeMessagesServer(latency_ms=60, responder=responder, seed=5) as server:
+        args = [*cli, "run", str(root), "--base-url", server.base_url, "--key", str(key),
+                "--concurrency", "4"]  # fmt: skip
+        for _ in range(10):
+            before = _size(root)
+            proc = subprocess.Popen(args, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+            deadline = time.monotonic() + 120
+            while _size(root) <= before + 2 and proc.poll() is None and (
+                time.monotonic() < deadline
+            ):  # fmt: skip
+                time.sleep(0.02)  # wait for this session's calls
+            time.sleep(rng.uniform(0.0, 0.6))
+            if proc.poll() is not None:
+                break
+            proc.send_signal(signal.SIGKILL)
+            proc.communicate()
+        done = subprocess.run(args, env=env, capture_output=True, text=True, timeout=600)
+        assert done.returncode == 0, done.stderr
+    with Ledger.open(root / "ledger.db", readonly=True) as log:
+        evs = list(log.events())
+    assert sum(e.kind == "run.started" for e in evs) >= 3, "the kills came too late"
+    requests = {e.seq: e.body for e in evs if e.kind == "trial.requested"}
+    data = {s: b for s, b in requests.items() if b["backend"] == "data"}
+    assert Counter(b["trial"] for b in data.values()) == Counter(
+        f"physicians||c{i:03d}|1" for i in range(40))  # each once, none twice
+    responded = {e.body["request_seq"]: e.seq for e in evs if e.kind == "trial.responded"}
+    assert all(responded.get(s) == s + 1 for s in data), "a data trial recorded in two commits"
+    assert not any(e.kind == "trial.failed" and e.body["request_seq"] in data for e in evs)
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setenv("PROMPT_LEDGER_HOME", str(home))
+        for step in ("score", "unblind", "analyze"):
+            invoke(step, root, "--key", key)
+        invoke("export", root, tmp_path / "archive", "--key", key)
+    report = verify_archive(tmp_path / "archive")
+    assert report.ok, [(c.name, c.reason) for c in report.checks if c.status.name == "FAIL"]

@@ -96,7 +96,7 @@ UNKNOWN_KEYS = [
      "[analysis] random_intercepts: unknown key (did you mean 'random_intercept'?)"),
     ("subtable of an arm", "[arms.C]", '[arms.C.extra]\nx = 1\n\n[arms.C]',
      "[arms.C] extra: unknown key (valid keys: role, components, differs_from, system, fewshot, "
-     "sampling, models, replicates, items, variants, after)"),
+     "sampling, models, replicates, items, variants, after, response_from)"),
     ("arm sampling", 'role = "vehicle"', 'role = "vehicle"\nsampling = { temprature = 0.5 }',
      "[arms.C.sampling] temprature: unknown key (did you mean 'temperature'?)"),
 ]  # fmt: skip
