@@ -169,8 +169,8 @@ def _step_calls(
     work.load(log)
     for item in work.items:  # so the trials' requests can be rendered for their token count
         values = work.item_inputs(item)
-        tpl = builder.renderer.item_template
-        rough = {s.name: "" for s in tpl.slots() if s.name.startswith("steps.")} if tpl else {}
+        rough = {s.name: "" for t in builder.renderer.item_templates() for s in t.slots()
+                 if s.name.startswith("steps.")}  # fmt: skip
         builder.renderer.step_values[item] = values if values is not None else rough
     calls = [c for cs in work.item_calls.values() for c in cs]
     for trial in state.order:

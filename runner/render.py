@@ -340,6 +340,12 @@ class Renderer:
             self._varied[key] = cached
         return cached
 
+    def item_templates(self) -> list[Template]:
+        """``[prompt] item`` and every factor level's template: all an item block may use."""
+        return ([self.item_template] if self.item_template is not None else []) + list(
+            self.level_templates.values()
+        )
+
     def template_of(self, arm: str | None) -> Template | None:
         """The item template of an arm: a factor level's ``template``, else ``[prompt] item``."""
         if arm is None or not self.study.arms[arm].factors:

@@ -738,8 +738,9 @@ def _hypotheses(
         pair: tuple[str, str] = ("", "")
         if one_arm:
             if contrast is not None:
-                c.add(f"{where}.contrast", f"a {test} test of one arm names 'arm', not a "
-                      "contrast")  # fmt: skip
+                c.add(f"{where}.contrast", "a factorial test names effect = [...], not a "
+                      "contrast" if test == "factorial" else f"a {test} test of one arm names "
+                      "'arm', not a contrast")  # fmt: skip
         elif (
             not isinstance(contrast, list)
             or len(contrast) != 2

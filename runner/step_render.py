@@ -51,11 +51,9 @@ class StepRenderer:
             name: {s for s, _ in step_slots(p.name for p in tpl.slots())}
             for name, tpl in self.templates.items()
         }
-        self.item_reads: set[str] = (
-            {s for s, _ in step_slots(p.name for p in renderer.item_template.slots())}
-            if renderer.item_template is not None
-            else set()
-        )
+        self.item_reads: set[str] = {
+            s for t in renderer.item_templates() for s, _ in step_slots(p.name for p in t.slots())
+        }  # the item template and every factor level's (docs/study-spec.md "Factors")
 
     # ------------------------------------------------------------------ graph
 
@@ -125,8 +123,7 @@ class StepRenderer:
             elif items and self.renderer.items is None:
                 out.append(f"{tpl.name}: [steps.{name}] reads item fields, which need an item "
                            "file ([stimuli] items)")  # fmt: skip
-        item_tpl = self.renderer.item_template
-        if item_tpl is not None:
+        for item_tpl in self.renderer.item_templates():
             for slot in item_tpl.slots():
                 if not slot.name.startswith("steps."):
                     continue
@@ -259,8 +256,8 @@ class StepRenderer:
         if reference is not None and outputs.get((reference, item)) is None:
             return None  # no reference sets for the item: its trials are excluded
         out: dict[str, str] = {}
-        tpl = self.renderer.item_template
-        for slot in tpl.slots() if tpl is not None else ():
+        slots = [s for t in self.renderer.item_templates() for s in t.slots()]
+        for slot in slots:
             parts = slot.name.split(".")
             if parts[0] != "steps" or len(parts) not in (2, 3):
                 continue

@@ -15,6 +15,7 @@ from __future__ import annotations
 import csv
 import io
 import json
+import os
 import shutil
 from collections.abc import Iterator
 from pathlib import Path
@@ -37,6 +38,8 @@ from verify import _factorial as vf
 from verify import verify_archive
 
 BELIEF = "I am fairly sure the answer is 3."
+WRONG = ('levels.wrong = { insert = { field = "question", file = "prompts/belief.txt", '
+         'at = "end" } }')
 URGENCY = "Please hurry, I am really anxious about this!"
 
 SPEC = """\
@@ -236,6 +239,18 @@ def test_a_tampered_level_file_fails_naming_the_trial(copy_: Path) -> None:
     assert "factors.belief level 'wrong'" in failed(report, "protocol")
 
 
+def test_a_forged_null_level_fails_naming_item_factor_and_level(copy_: Path) -> None:
+    """The verifier re-checks the lock's null-arm rule on the locked records."""
+    events = read_events(copy_)
+    protocol = next(e for e in events if e["kind"] == "protocol.locked")
+    protocol["body"]["factors"]["belief"]["levels"][1] = {
+        "name": "wrong", "replace": {"field": "question", "text": ITEMS[2]["question"]},
+    }  # fmt: skip
+    forge(copy_, events)
+    reason = failed(verify_archive(copy_), "protocol")
+    assert "item 'q3': factor 'belief' level 'wrong' leaves the item's request unchanged" in reason
+
+
 def test_an_edited_expanded_arm_fails_naming_it(copy_: Path) -> None:
     """A forger drops the urgency component from one cell arm and re-signs everything."""
     events = read_events(copy_)
@@ -274,7 +289,7 @@ def test_a_factor_naming_a_field_the_item_lacks_is_refused(tmp_path: Path) -> No
 
 def test_a_level_that_leaves_an_item_unchanged_is_refused(tmp_path: Path) -> None:
     spec = SPEC.replace(
-        'levels.wrong = { insert = { field = "question", file = "prompts/belief.txt", at = "end" } }',
+        WRONG,
         'levels.wrong = { replace = { field = "question", text = "What is 6 plus 6?" } }',
     )
     out = problems_of(tmp_path, spec)
@@ -339,7 +354,8 @@ def test_unknown_keys_in_factor_tables_are_refused_naming_the_line(tmp_path: Pat
     out = problems_of(tmp_path, spec)
     lines = SPEC.splitlines()
     insert_line = next(i for i, t in enumerate(lines, 1) if t.startswith("levels.wrong"))
-    assert f"study.toml:{insert_line}: [factors.belief] level wrong insert seperator: unknown key" in out
+    assert (f"study.toml:{insert_line}: [factors.belief] level wrong insert seperator: "
+            "unknown key") in out
     assert "did you mean 'separator'?" in out
     assert "[factorial] factor: unknown key (did you mean 'factors'?)" in out
 
@@ -353,9 +369,8 @@ def test_a_reference_level_with_an_edit_is_refused(tmp_path: Path) -> None:
 def test_a_level_template_makes_multiple_choice_against_open_ended(tmp_path: Path) -> None:
     items = [dict(r, options=[r["answer"], "1", "2"], answer="A") for r in ITEMS]
     spec = SPEC.replace(
-        'levels.wrong = { insert = { field = "question", file = "prompts/belief.txt", at = "end" } }',
-        'levels.wrong = { insert = { field = "question", file = "prompts/belief.txt", at = "end" } }'
-        '\n\n[factors.format]\nscope = "item"\nlevels.open = {}\n'
+        WRONG,
+        WRONG + '\n\n[factors.format]\nscope = "item"\nlevels.open = {}\n'
         'levels.choice = { template = "prompts/mc.txt" }',
     ).replace('factors = ["belief", "tone"]', 'factors = ["belief", "tone", "format"]').replace(
         'parser = "normalized"', 'parser = "multiple-choice"'
@@ -370,6 +385,34 @@ def test_a_level_template_makes_multiple_choice_against_open_ended(tmp_path: Pat
     text = renderer.body("F.none.neutral.open", None, "q1")["messages"][-1]["content"][-1]
     assert text["text"].endswith("Question: What is 4 plus 2?\n")
     assert "prompts/mc.txt" in study.locked_files()
+
+
+REMOVE = SPEC.replace(
+    WRONG,
+    WRONG + '\n\n[factors.history]\nscope = "item"\nlevels.full = {}\n'
+    'levels.lacking = { remove = "context", template = "prompts/short.txt" }',
+).replace('factors = ["belief", "tone"]', 'factors = ["belief", "tone", "history"]')
+CONTEXT_ITEMS = [dict(r, context=f"History {r['id']}.") for r in ITEMS]
+CONTEXT_FILES = {"prompts/item.txt": "History: {context}\nQuestion: {question}\n",
+                 "prompts/short.txt": "Question: {question}\n"}  # fmt: skip
+
+
+def test_a_removed_field_and_its_level_template(tmp_path: Path) -> None:
+    root = write_study(tmp_path / "study", REMOVE, CONTEXT_ITEMS, CONTEXT_FILES)
+    study = load_study(root)
+    assert validate_for_lock(study) == []
+    renderer = Renderer(study)
+    full = renderer.item_block("q2", None, "F.none.neutral.full")
+    lacking = renderer.item_block("q2", None, "F.wrong.neutral.lacking")
+    assert full == "History: History q2.\nQuestion: What is 5 plus 4?"
+    assert lacking == f"Question: What is 5 plus 4? {BELIEF}"
+    assert "context" not in renderer.edited_item("F.none.urgent.lacking", "q2").data
+
+
+def test_a_removed_field_the_template_still_places_is_refused(tmp_path: Path) -> None:
+    spec = REMOVE.replace(', template = "prompts/short.txt"', "")
+    out = problems_of(tmp_path, spec, CONTEXT_ITEMS, CONTEXT_FILES)
+    assert "prompts/item.txt:1:10: slot {context}: item 'q1' has no such field" in out
 
 
 # ------------------------------------------------------------------------------ differs_from
@@ -504,7 +547,7 @@ def test_the_runner_and_the_verifier_fit_the_same_gee(
         theirs = vf.factorial_values(frame.to_dict("records"), plan, h)
         assert mine["gee_family"] == theirs["gee_family"] == family
         assert mine["tested"] == theirs["tested"]
-        assert mine["df"] == theirs["df"] == (2 if len(h["effect"]) == 2 else 2)
+        assert mine["df"] == theirs["df"] == 2  # 2 x 1 interaction columns; 2 belief dummies
         assert mine["chi2"] == pytest.approx(theirs["chi2"], rel=1e-4)
         assert mine["p"] == pytest.approx(theirs["p"], rel=1e-3)
         for a, b in zip(mine["terms"], theirs["terms"], strict=True):
@@ -512,3 +555,189 @@ def test_the_runner_and_the_verifier_fit_the_same_gee(
             assert a["estimate"] == pytest.approx(b["estimate"], rel=1e-4, abs=1e-8)
             assert a["se"] == pytest.approx(b["se"], rel=1e-4)
         assert mine["dependence"] == pytest.approx(theirs["dependence"], rel=1e-3, abs=1e-6)
+
+
+# ------------------------------------------------------------------------------ slow: seed 001
+
+
+JUDGED = """\
+[study]
+id = "fx-judged"
+title = "Belief x tone x format, judged, two target models"
+
+[models.target_a]
+provider = "anthropic"
+id = "claude-sonnet-4-6"
+max_tokens = 64
+temperature = 1.0
+
+[models.target_b]
+provider = "anthropic"
+id = "claude-haiku-4-5"
+max_tokens = 64
+temperature = 1.0
+
+[models.judge_a]
+provider = "anthropic"
+id = "claude-opus-4-1"
+max_tokens = 16
+temperature = 0.0
+
+[models.judge_b]
+provider = "anthropic"
+id = "claude-haiku-4-5-judge"
+max_tokens = 16
+temperature = 0.0
+
+[components]
+task = "prompts/task.txt"
+urgency = "prompts/urgency.txt"
+judge_system = "prompts/judge-system.txt"
+
+[prompt]
+item = "prompts/item.txt"
+
+[steps.rewrite]
+on = "item"
+models = ["judge_a"]
+template = "prompts/rewrite.txt"
+parser = "text"
+on_unparseable = { retry = 2, then = "exclude" }
+
+[steps.judge]
+on = "trial"
+models = ["judge_a", "judge_b"]
+template = "prompts/judge.txt"
+system = ["judge_system"]
+parser = "label"
+labels = ["correct", "incorrect"]
+aggregate = "majority"
+on_unparseable = { retry = 1, then = "exclude" }
+
+[factors.belief]
+scope = "item"
+levels.none = {}
+levels.weak = { insert = { field = "context", text = "Maybe it is nothing serious.", at = "end" } }
+levels.strong = { insert = { field = "context", text = "I am sure it is gout.", at = "start" } }
+
+[factors.tone]
+scope = "prompt"
+levels.neutral = {}
+levels.urgent = { components = ["urgency"] }
+
+[factors.voice]
+scope = "item"
+levels.exam = {}
+levels.patient = { template = "prompts/patient.txt" }
+
+[factorial]
+base = "F"
+factors = ["belief", "tone", "voice"]
+
+[arms.F]
+role = "factorial"
+components = ["task"]
+models = ["target_a", "target_b"]
+
+[stimuli]
+items = "data/items.jsonl"
+
+[design]
+replicates = 2
+seed = 6
+bootstrap_seed = 6
+bootstrap_iterations = 200
+
+[response]
+parser = "judge:judge"
+
+[analysis]
+exclude_unparseable = true
+
+[[hypotheses]]
+id = "H1"
+description = "Belief and tone interact (a joint test over two belief levels)."
+test = "factorial"
+effect = ["belief", "tone"]
+alpha = 0.05
+
+[[hypotheses]]
+id = "H2"
+description = "The patient's voice changes correctness."
+test = "factorial"
+effect = ["voice"]
+alpha = 0.05
+correction = "holm"
+family = "main"
+
+[[hypotheses]]
+id = "H3"
+description = "Belief changes correctness."
+test = "factorial"
+effect = ["belief"]
+alpha = 0.05
+correction = "holm"
+family = "main"
+"""
+
+
+@pytest.mark.slow
+def test_a_judged_factorial_study_with_two_models_runs_and_verifies_by_subprocess(
+    tmp_path: Path,
+) -> None:
+    """Seed 001's pilot shape, every command a real ``ledger`` subprocess.
+
+    Content x tone x format factors on open-ended answers, a judge scoring correctness, a
+    recorded rewrite step read by one level's template, two target models (the model a factor
+    of the GEE).
+    """
+    import subprocess
+    import sys
+
+    from steps_study import ITEMS as CASES
+    from steps_study import PROMPTS
+
+    root = tmp_path / "study"
+    files = {
+        "study.toml": JUDGED,
+        "data/items.jsonl": "".join(json.dumps(r) + "\n" for r in CASES),
+        "prompts/urgency.txt": URGENCY + "\n",
+        "prompts/item.txt": "Question: {question}\nCase: {context}\n",
+        "prompts/patient.txt": "Question: {question}\nIn my own words: {steps.rewrite}\n",
+        **{f"prompts/{k}": v for k, v in PROMPTS.items() if k != "item.txt"},
+    }
+    for rel, text in files.items():
+        (root / rel).parent.mkdir(parents=True, exist_ok=True)
+        (root / rel).write_text(text, encoding="utf-8")
+    key = tmp_path / "owner.key"
+    fixed_key("fx-judged/owner").save(key)
+    env = {**os.environ, "PROMPT_LEDGER_HOME": str(tmp_path / "home")}
+
+    def ledger(*args: str | Path) -> str:
+        done = subprocess.run([sys.executable, "-c", "from ledger.cli import main; main()",
+                               *map(str, args)],
+                              capture_output=True, text=True, env=env, check=False)  # fmt: skip
+        assert done.returncode == 0, (args, done.stdout, done.stderr)
+        return done.stdout
+
+    shown = ledger("arms", root, "--json")
+    arms = json.loads(shown)["arms"]
+    assert len(arms) == 3 * 2 * 2 and {"factors"} <= set(arms[0])
+    for step in (("lock",), ("run", "--backend", "simulated"), ("score",), ("unblind",),
+                 ("analyze",)):  # fmt: skip
+        ledger(step[0], root, *step[1:], "--key", key)
+    out = tmp_path / "archive"
+    ledger("export", root, out, "--key", key)
+    verified = ledger("verify", out)
+    assert "VERIFIED" in verified
+    report = verify_archive(out)
+    for name in ("requests", "steps", "rescore", "reanalysis"):
+        passed(report, name)
+    results = json.loads((out / "analysis" / "results.json").read_text())
+    results = results if isinstance(results, list) else results["results"]
+    h1 = next(r for r in results if r["id"] == "hypothesis.H1")
+    if h1["status"] == "ok":
+        assert h1["values"]["df"] == 2
+        assert "model[T.target_b]" in [t["name"] for t in h1["values"]["terms"]]
+    requested = [e for e in read_events(out) if e["kind"] == "trial.requested"]
+    assert {e["body"]["arm"] for e in requested} == {a["id"] for a in arms}

@@ -981,6 +981,28 @@ class LockedStudy:
             self._level_templates[path] = template
         return self._level_templates[path]
 
+    def item_templates(self) -> list[Template]:
+        """``[prompt] item`` and every factor level's template (their step slots are read)."""
+        out = [self.template] if self.template is not None else []
+        if self.factors is not None:
+            for f, levels in self.factors.levels.items():
+                for lv, record in levels.items():
+                    path = record.get("template")
+                    if type(path) is not str:
+                        continue
+                    if path not in self._level_templates:
+                        template = self._template(path, f"protocol.locked factors.{f} level {lv}")
+                        _refuse_answer_slots(template)
+                        self._level_templates[path] = template
+                    out.append(self._level_templates[path])
+        return out
+
+    def _lock_values(self, template: Template, fields: Mapping[str, Any]) -> str:
+        """``template`` rendered for ``fields``, each ``{steps.*}`` slot filled with ``""``."""
+        values = item_values(fields, self.option_format, self.option_separator)
+        values.update({s.name: "" for s in template.slots if s.name.startswith("steps.")})
+        return template.render(values, f"item {fields.get('id')!r}")
+
     def edited(self, item_id: str, variant: str | None, arm: str | None) -> Mapping[str, Any]:
         """The item of a trial: varied, then its cell's factor edits (study-spec.md)."""
         fields = self.varied(item_id, variant)
@@ -1311,11 +1333,34 @@ class LockedStudy:
                 for item_id in self.arm_items(arm) if self.template is not None else ():
                     self.item_block(item_id, None, arm)
 
+        def nulls() -> None:  # study-spec.md "Factors": no level leaves an item unchanged
+            fx = self.factors
+            if fx is None or self.template is None:
+                return
+            reference = {f: fx.order[f][0] for f in fx.crossed}
+            for f in fx.crossed:
+                for lv in fx.order[f][1:] if fx.scope[f] == "item" else ():
+                    cell = {**reference, f: lv}
+                    path = fx.template(cell)
+                    tpl = self.template if path is None else self._template(path, path)
+                    for item_id in self.item_ids:
+                        fields = self.fields(item_id)
+                        try:
+                            edited = fx.apply(fields, cell)
+                        except FactorialError as exc:
+                            raise PromptError(str(exc)) from None
+                        if self._lock_values(tpl, edited) == self._lock_values(
+                                self.template, fields):  # fmt: skip
+                            raise PromptError(f"item {item_id!r}: factor {f!r} level {lv!r} "
+                                              "leaves the item's request unchanged (a silent "
+                                              "null arm)")  # fmt: skip
+
         self._lock_fill = True
         try:
             first(items)
             first(variants)
             first(cells)
+            first(nulls)
         finally:
             self._lock_fill = False
         for arm in self.arms:

@@ -161,12 +161,12 @@ def step_lock_problems(plans: Mapping[str, StepPlan], study: LockedStudy) -> lis
                 out.append(f"{where}: an item step ({name}) may not read it")
             elif slot.name in ANSWER:
                 out.append(f"{where}: not a step slot")
-    if study.template is not None:
-        for slot in study.template.slots:
+    for template in study.item_templates():  # [prompt] item and each factor level's
+        for slot in template.slots:
             if slot.name.startswith("steps."):
                 problem = read_problem("item", slot.name)
                 if problem:
-                    out.append(f"{study.template.name}: slot {{{slot.name}}}: {problem}")
+                    out.append(f"{template.name}: slot {{{slot.name}}}: {problem}")
     # a cycle among the steps
     state: dict[str, int] = {}
 
@@ -366,8 +366,8 @@ class Replay:
     def needed(self) -> set[str]:
         """Item steps a trial's request reads (transitively), and every screening step."""
         out: set[str] = set()
-        todo = [s.name.split(".")[1] for s in (self.study.template.slots if self.study.template
-                else ()) if s.name.startswith("steps.")]  # fmt: skip
+        todo = [s.name.split(".")[1] for t in self.study.item_templates() for s in t.slots
+                if s.name.startswith("steps.")]  # fmt: skip
         if self.reference_step is not None:  # scoring.md §12: a trial needs its references
             todo.append(self.reference_step)
         while todo:
@@ -394,7 +394,7 @@ class Replay:
                 is None:  # scoring.md §12: no reference sets, the item's trials are excluded
             return None
         out: dict[str, str] = {}
-        for slot in self.study.template.slots if self.study.template else ():
+        for slot in [s for t in self.study.item_templates() for s in t.slots]:
             parts = slot.name.split(".")
             if parts[0] != "steps" or len(parts) not in (2, 3):
                 continue
