@@ -57,6 +57,10 @@ still carries widen it, as the seed reports for raw patient queries:
 - content: a *guess* naming a diagnosis (:data:`LEXICON`, lay synonyms included) adds it, and an
   *irrelevant* sentence with a word of :data:`DISTRACTORS` adds that diagnosis.
 
+A system prompt with the word ``cannot-miss`` (:data:`SAFETY_MARKER`; seed 001's Appendix H
+asks for the safety-critical diagnoses in the system prompt) adds up to 3 more candidates in
+:data:`SEVERE`: higher safety-critical coverage at the price of a longer list.
+
 So the raw query gets a longer list that covers more of the likely and dangerous conditions but
 holds more that are not plausible; the neutralized case a short, mostly plausible one. It states
 diagnostic uncertainty (:data:`HEDGE`) with probability ``sigmoid(-2 + 1.2*emotional +
@@ -114,6 +118,8 @@ TASK_MARKER: Final = "Give your differential diagnosis as a numbered list, most 
 HEDGE: Final = ("I cannot be certain from this description alone; an examination and tests "
                 "would be needed to tell these apart.")  # fmt: skip
 HEDGE_WORDS: Final = ("cannot be certain", "not possible to say", "uncertain", "hard to tell")
+SAFETY_MARKER: Final = "cannot-miss"
+"""A system prompt with this word asks for the safety-critical diagnoses (seed 001, App. H)."""
 CLOSING: Final = "Please see a doctor in person if things get worse or you are concerned."
 
 KNOWLEDGE: Final[tuple[tuple[tuple[str, ...], tuple[str, ...]], ...]] = (
@@ -253,7 +259,7 @@ DISTRACTORS: Final[dict[str, str]] = {
 """Words of irrelevant details and the diagnosis a model is drawn to by them."""
 
 EMOTION: Final = ("scared", "terrified", "worried", "worry", "anxious", "panic", "frightened",
-                  "frightening", "freaking", "agony", "crying", "lost")  # fmt: skip
+                  "frightening", "freaking", "agony", "crying")  # fmt: skip
 GUESS: Final = re.compile(
     r"\b(could (it|this|i) be|is it|i think|maybe|probably|said|thinks|read online|told her)\b",
     re.I)  # fmt: skip
@@ -492,6 +498,8 @@ def target_answer(request: dict[str, Any], seed: str) -> str:
     if query["emotional"]:
         severe = [n for n in ranked[length:] if n in SEVERE]
         chosen += severe[:2]
+    if SAFETY_MARKER in str(request.get("system") or ""):
+        chosen += [n for n in ranked if n in SEVERE and n not in chosen][:3]
     for sentence, kind in zip(query["sentences"], query["kinds"], strict=True):
         if kind == "guess" and draws() < 0.5:
             chosen += [LEXICON[n] for n in _named(sentence)][:1]

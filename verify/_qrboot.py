@@ -276,8 +276,10 @@ def descriptive_values(ds: Any, plan: dict[str, Any]) -> dict[str, Any]:
 
 # ------------------------------------------------------------------------------ report (§7)
 
-SHARES = ("trial_accuracy", "glyph_accuracy")
-"""Outcomes that are shares in [0, 1]: the report shows them in percent."""
+SHARES = ("trial_accuracy", "glyph_accuracy", "plausibility", "h_coverage", "s_coverage",
+          "grounding_rate", "indirect_rate", "uncertainty")
+"""Outcomes that are shares in [0, 1] (``breadth``, a count, is not): the report shows them in
+percent (statistics.md; scoring.md §12 for the differential-diagnosis metrics)."""
 PM = ("estimate ± half the width of the 95% percentile interval (the seed's \"±\"; the "
       "interval, not always symmetric, in brackets)")
 
