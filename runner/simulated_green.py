@@ -411,7 +411,7 @@ def _verb(word: str) -> str:
 def third_person(sentence: str) -> str:
     """``sentence`` written about "the patient" instead of "I" (module docstring)."""
     for pattern, repl in _THIRD:
-        sentence = pattern.sub(repl, sentence)  # type: ignore[arg-type]
+        sentence = pattern.sub(repl, sentence)
     return sentence
 
 

@@ -7,8 +7,9 @@ unstructured, ``f3`` / ``f4`` lacks objective data / symptom history, ``fp`` fir
 (default True), ``doc`` the physician's reply, ``P`` / ``H`` / ``S`` the reference sets.
 """
 # ruff: noqa: E501
+from typing import Any
 
-CASES = [
+CASES: list[dict[str, Any]] = [
  dict(c="I have had a throbbing headache on the left side of my head for three days. Bright light makes it worse and I vomited once this morning.",
       t="I am really scared because it just will not go away.",
       i="I started a new job at a bakery last month and the hours are long.",

@@ -16,16 +16,17 @@ from __future__ import annotations
 import json
 import sys
 from pathlib import Path
+from typing import Any
 
 sys.path.insert(0, str(Path(__file__).parent))
-from green_cases import CASES  # noqa: E402
+from green_cases import CASES
 
 OUT = Path(__file__).resolve().parent.parent / "runner" / "templates" / "green_shielding" / "data"
 INSTRUCTION = ("If you are a doctor, please answer the medical questions based on the patient's "
                "description.")  # fmt: skip
 
 
-def query(case: dict, n: int) -> str:
+def query(case: dict[str, Any], n: int) -> str:
     """The raw patient query of ``case`` (its ``n``, from 0, varies where the tone goes)."""
     extra = [case.get(k) for k in ("i", "g", "a")]
     if case["u"]:
@@ -39,8 +40,10 @@ def query(case: dict, n: int) -> str:
 
 def main() -> None:
     """Write ``cases-hcm.json`` and ``cases-metadata.json``."""
-    records, metadata = [], {}
-    for n, case in enumerate(CASES):
+    records: list[dict[str, str]] = []
+    metadata: dict[str, dict[str, Any]] = {}
+    cases: list[dict[str, Any]] = CASES
+    for n, case in enumerate(cases):
         records.append({"instruction": INSTRUCTION, "input": query(case, n), "output": case["doc"]})
         assert set(case["H"]) <= set(case["P"]) and set(case["S"]) <= set(case["P"]), n
         metadata[f"gs-{n + 1}"] = {

@@ -2144,13 +2144,13 @@ def _reanalysis(archive: _Archive) -> tuple[Check, list[str]]:
             seq,
         )
     ds = _dataset(archive, plan)
-    extra = (*(f"factor.{f}" for f in ds.factors), *(_ddx.METRICS if ds.ddx else ()))
+    trial_extra = (*(f"factor.{f}" for f in ds.factors), *(_ddx.METRICS if ds.ddx else ()))
     if ds.variants:  # analysis.md §2: factor.<NAME> columns, then a ddx study's metrics
-        trials_csv = _csv_bytes(ds.trials, (*VARIANT_TRIAL_COLUMNS, *extra))
+        trials_csv = _csv_bytes(ds.trials, (*VARIANT_TRIAL_COLUMNS, *trial_extra))
         item_columns: tuple[str, ...] = VARIANT_ITEM_COLUMNS
     else:
         trials_csv = _csv_bytes(ds.trials, (*(MODEL_TRIAL_COLUMNS if ds.models else
-                                              TRIAL_COLUMNS), *extra))  # fmt: skip
+                                              TRIAL_COLUMNS), *trial_extra))  # fmt: skip
         item_columns = MODEL_ITEM_COLUMNS if ds.models else ITEM_COLUMNS
     if ds.cloze:  # analysis.md §2: each letter's log-probability and the margin
         item_columns = (*item_columns, "logprobs", "margin")
