@@ -32,7 +32,8 @@ and line breaks; a text with none of ``.!?`` inside it, the "unstructured" style
 help``), *guess* (:data:`GUESS` matches), *ask* (:data:`ASK` matches), *clinical* (a word of the
 clinical vocabulary: every cue of :data:`KNOWLEDGE` and :data:`CLINICAL_WORDS`, or a number),
 else *irrelevant*. The query is *unstructured* when it has two or more *ask* sentences or its
-sentences mostly start in lower case; *first person* when it has ``I``, ``my`` or ``me``.
+sentences mostly start in lower case; *first person* when a clinical sentence has ``I``,
+``my`` or ``me``.
 
 **The neutralizer** keeps the sentences its groups do not remove: ``content`` removes *guess* and
 *irrelevant* sentences; ``tone`` removes *tone* sentences and writes the rest in the third person
@@ -258,14 +259,14 @@ DISTRACTORS: Final[dict[str, str]] = {
 }  # fmt: skip
 """Words of irrelevant details and the diagnosis a model is drawn to by them."""
 
-EMOTION: Final = ("scared", "terrified", "worried", "worry", "anxious", "panic", "frightened",
-                  "frightening", "freaking", "agony", "crying")  # fmt: skip
+EMOTION: Final = ("scared", "terrified", "worried", "worry", "anxious", "panic", "panicking",
+                  "frightened", "frightening", "freaking", "agony", "crying")  # fmt: skip
 GUESS: Final = re.compile(
     r"\b(could (it|this|i) be|is it|i think|maybe|probably|said|thinks|read online|told her)\b",
     re.I)  # fmt: skip
 DIAGNOSTIC: Final = re.compile(r"\bdiagnos|\bwhat is (this|it|wrong)\b", re.I)
 ASK: Final = re.compile(
-    r"\b(what|which|should|can i|do i need|how)\b", re.I)
+    r"\b(what|which|should|can (i|he|she|we)|i can|is there|do i need|how)\b", re.I)
 CLINICAL_WORDS: Final = frozenset({
     "pain", "fever", "temperature", "vomit", "vomited", "sick", "nausea", "cough", "rash",
     "swollen", "swelling", "blood", "pressure", "breath", "weak", "dizzy", "stool", "stools",
@@ -376,14 +377,15 @@ def read_query(text: str) -> dict[str, Any]:
     sentences, unpunctuated = _sentences(text)
     kinds = [classify(s) for s in sentences]
     lower = sum(1 for s in sentences if s[:1].islower())
-    words = _words(text)
     return {
         "sentences": sentences,
         "kinds": kinds,
         "unpunctuated": unpunctuated,
         "emotional": "tone" in kinds,
         "unstructured": "ask" in kinds or (bool(sentences) and lower * 2 > len(sentences)),
-        "first_person": any(w in ("i", "my", "me", "i'm", "i've") for w in words),
+        "first_person": any(w in ("i", "my", "me", "i'm", "i've") for s, k in
+                            zip(sentences, kinds, strict=True) if k == "clinical"
+                            for w in _words(s)),
         "numbers": bool(_NUMBER.search(" ".join(s for s, k in zip(sentences, kinds, strict=True)
                                                 if k == "clinical"))),
     }  # fmt: skip
