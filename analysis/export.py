@@ -417,12 +417,14 @@ def _readme(study: Study, log: Ledger, results: list[dict[str, Any]]) -> bytes:
             if res is not None
             else "no analysis.result"
         )
+        what = (f"effect {' × '.join(map(str, h['effect']))}" if h.get("effect")
+                else f"{contrast[0]} - {contrast[1]}")  # a factorial term, or the contrast
         lines += [
             f"- **{h.get('id')}**: {desc}  ",
             (f"  arm {h['arm']}" + (f", {' vs '.join(map(str, h.get('variants') or []))}" if
                                     h.get("variants") or h.get("test") != "qr-bootstrap" else "")
              + f" on `{h.get('outcome')}`; {'; '.join(details)}.  " if h.get("arm") else
-             f"  {contrast[0]} - {contrast[1]} on `{h.get('outcome')}`; {'; '.join(details)}.  "),
+             f"  {what} on `{h.get('outcome')}`; {'; '.join(details)}.  "),
             f"  Verdict: {verdict}",
         ]
     deviations = body.get("deviations") or []

@@ -23,16 +23,15 @@ import pandas as pd
 import scipy.stats as sps
 
 from analysis import stats
-from runner.factors import design_columns
+from runner.factors import FACTORIAL_OUTCOMES, design_columns
 
 __all__ = ["OUTCOMES", "factorial_values", "interactions", "plan_cells"]
 
-OUTCOMES: Final[dict[str, tuple[str, str]]] = {
-    "trial_accuracy": ("accuracy", "binomial"),
-}
-"""``outcome`` -> (the analysis dataset's trial column, the GEE family). Adding an outcome (a
-numeric per-trial column, e.g. a metric of an open-ended answer) is one entry here, one in
-``runner.factors.FACTORIAL_OUTCOMES`` and one in ``verify._factorial.OUTCOMES``."""
+OUTCOMES: Final = FACTORIAL_OUTCOMES
+"""``outcome`` -> (the analysis dataset's trial column, the GEE family): the runner's table
+(:data:`runner.factors.FACTORIAL_OUTCOMES`, which the spec validates against). Adding an
+outcome (a numeric per-trial column, e.g. a metric of an open-ended answer) is one entry
+there, and one in the verifier's own ``verify._factorial.OUTCOMES``."""
 
 
 def plan_cells(plan: Mapping[str, Any]) -> tuple[list[str], dict[str, dict[str, str]]]:

@@ -55,8 +55,9 @@ FACTORIAL_OUTCOMES: Final[dict[str, tuple[str, str]]] = {
 """``outcome`` name -> (analysis-dataset column, GEE family) of a ``factorial`` hypothesis.
 
 ``binomial`` is the logistic GEE of a 0/1 column; ``gaussian`` the identity-link GEE of a
-numeric per-trial column. Adding an outcome (a per-trial metric column) is one entry here and
-one in ``analysis.factorial.OUTCOMES`` and ``verify._factorial.OUTCOMES``."""
+numeric per-trial column. Adding an outcome (a per-trial metric column of the analysis
+dataset) is one entry here (the spec and the analysis read it) and one in the verifier's own
+``verify._factorial.OUTCOMES``."""
 _GENERATOR: Final = re.compile(
     r"^\s*([A-Za-z0-9_-]+)\s*=\s*(-?)\s*([A-Za-z0-9_-]+(?:\s*\*\s*[A-Za-z0-9_-]+)+)\s*$"
 )
@@ -406,9 +407,9 @@ def parse_factorial(
         add("factorial.base", f"arm {base!r} is the template of the cells: give it role = "
             "\"factorial\"")  # fmt: skip
     names = raw.get("factors")
-    if (not isinstance(names, list) or len(names) < 2
+    if (not isinstance(names, list) or not names
             or not all(isinstance(n, str) for n in names)):  # fmt: skip
-        add("factorial.factors", "must be a list of at least two factor names")
+        add("factorial.factors", "must be a non-empty list of factor names")
         return None
     if len(set(names)) != len(names):
         add("factorial.factors", f"names a factor twice: {names!r}")

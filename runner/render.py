@@ -432,9 +432,9 @@ class Renderer:
                 if inline:
                     parts.append("\n\n".join(f"{u}\n{a}" for u, a in examples))
             elif spec.after is not None:
-                parts.append(self.component_templates[name].render(prior or {}).strip("\n"))
+                parts.append(self.component_templates[name].render(prior or {}).rstrip("\n"))
             else:
-                parts.append(self.texts[name].strip("\n"))
+                parts.append(self.texts[name].rstrip("\n"))
         return "\n\n".join(parts) + "\n" if parts else ""
 
     def system_prompt(self, arm: str) -> str | None:
@@ -442,7 +442,7 @@ class Renderer:
         names = self.study.arms[arm].system
         if not names:
             return None
-        return "\n\n".join(self.texts[n].strip("\n") for n in names)
+        return "\n\n".join(self.texts[n].rstrip("\n") for n in names)
 
     # ------------------------------------------------------------------ the request
 

@@ -414,7 +414,7 @@ class Study:
         carries. Empty when the arm has no components of its own.
         """
         parts = [
-            self.component_text(c).strip("\n")
+            self.component_text(c).rstrip("\n")
             for c in self.arms[arm].components
             if c not in RESERVED_COMPONENTS
         ]
@@ -753,7 +753,7 @@ def _hypotheses(
                 if arm not in arms:
                     c.add(f"{where}.contrast", f"unknown arm {arm!r}")
         outcome = (  # qr-bootstrap: runner.qrboot.check_outcomes, once the steps are read
-            _factorial_outcome(c, h, where) if test == "factorial"
+            _factorial_outcome(c, h, where, parser) if test == "factorial"
             else _str(c, h, "outcome", where, default_outcome(parser)) if test == QR_TEST
             else _outcome(c, h, where, parser))  # fmt: skip
         if test and test not in TESTS:
@@ -818,8 +818,11 @@ def _hypotheses(
     return out
 
 
-def _factorial_outcome(c: _Collector, h: dict[str, Any], where: str) -> str:
+def _factorial_outcome(c: _Collector, h: dict[str, Any], where: str, parser: str) -> str:
     """A factorial hypothesis's outcome: a name of :data:`runner.factors.FACTORIAL_OUTCOMES`."""
+    if parser == "tumbling-e-json":
+        c.add(f"{where}.test", "a factorial test models a per-trial outcome of a single-answer "
+              "parser (trial_accuracy), not a tumbling-E chart's glyph accuracy")  # fmt: skip
     outcome = _str(c, h, "outcome", where, "trial_accuracy")
     if outcome and outcome not in FACTORIAL_OUTCOMES:
         c.add(f"{where}.outcome", f"unknown outcome {outcome!r} for a factorial test; use "

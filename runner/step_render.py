@@ -281,6 +281,6 @@ class StepRenderer:
             "messages": [{"role": "user", "content": [{"type": "text", "text": text}]}],
         }
         if spec.system:
-            body["system"] = "\n\n".join(self.renderer.texts[n].strip("\n") for n in spec.system)
+            body["system"] = "\n\n".join(self.renderer.texts[n].rstrip("\n") for n in spec.system)
         return body
 

@@ -200,6 +200,8 @@ def test_the_factorial_study_locks_runs_analyses_and_verifies(built: tuple[Path,
         "Intercept", "belief[T.wrong]", "tone[T.urgent]", "belief[T.wrong]:tone[T.urgent]",
     ]  # fmt: skip
     assert h1["values"]["n_obs"] == 128 and h1["values"]["n_clusters"] == 8
+    readme = (archive / "README.md").read_text("utf-8")
+    assert "effect belief × tone on `trial_accuracy`; factorial; two-sided" in readme
     html = (archive / "analysis" / "report.html").read_text("utf-8")
     assert "belief × tone: Wald chi2" in html
 
@@ -735,9 +737,28 @@ def test_a_judged_factorial_study_with_two_models_runs_and_verifies_by_subproces
         passed(report, name)
     results = json.loads((out / "analysis" / "results.json").read_text())
     results = results if isinstance(results, list) else results["results"]
-    h1 = next(r for r in results if r["id"] == "hypothesis.H1")
-    if h1["status"] == "ok":
-        assert h1["values"]["df"] == 2
-        assert "model[T.target_b]" in [t["name"] for t in h1["values"]["terms"]]
+    tested = {r["id"]: r for r in results if r.get("hypothesis")}
+    assert len(tested) == 9  # H1-H3 pooled, then per model (the model column left out)
+    assert all(r["status"] == "ok" for r in tested.values()), tested
+    h1 = tested["hypothesis.H1"]
+    assert h1["values"]["df"] == 2
+    assert "model[T.target_b]" in [t["name"] for t in h1["values"]["terms"]]
+    assert "model[T.target_b]" not in [
+        t["name"] for t in tested["hypothesis.H1@target_a"]["values"]["terms"]
+    ]
     requested = [e for e in read_events(out) if e["kind"] == "trial.requested"]
     assert {e["body"]["arm"] for e in requested} == {a["id"] for a in arms}
+
+
+@pytest.mark.slow
+def test_bench_factorial_quick_reports_every_figure() -> None:
+    import subprocess
+    import sys
+
+    bench = Path(__file__).resolve().parent.parent / "benchmarks" / "bench_factorial.py"
+    result = subprocess.run([sys.executable, str(bench), "--quick"], capture_output=True,
+                            text=True, timeout=300, check=True)  # fmt: skip
+    for label in ("12 cells, 2400 trials; lock problems 0", "lock checks", "render every request",
+                  "factorial GEE, statsmodels", "verifier's solver", "ratio verifier",
+                  "load average at end"):  # fmt: skip
+        assert label in result.stdout, result.stdout

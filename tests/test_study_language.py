@@ -148,7 +148,9 @@ def write_study(root: Path) -> Path:
         "rationale.txt": "{rationale} Answer: {answer} ({answer_text})\n",
         "system.txt": "You answer arithmetic questions about doses.\n",
         "task.txt": "Reply with the letter only.\n",
-        "cot.txt": "Think step by step, then write 'Answer: X'.\n",
+        # a leading blank line is part of the text: only trailing newlines are stripped, by
+        # the runner and the verifier alike (docs/prompts.md §3)
+        "cot.txt": "\nThink step by step, then write 'Answer: X'.\n",
         "note.txt": "Worked examples first:\n",
     }
     for name, text in texts.items():
@@ -233,6 +235,9 @@ def test_requests_carry_the_declared_blocks_and_parameters(tour: tuple[Path, Pat
     assert turns["stop_sequences"] == ["Question:"] and turns["top_k"] == 5
     cot = builder.body(Trial.from_id("cot|claude|q0|3", 1))
     assert (cot["temperature"], cot["top_p"], cot["max_tokens"]) == (0.7, 0.95, 128)
+    assert cot["messages"][-1]["content"][-1]["text"].endswith(
+        "\n\n\nThink step by step, then write 'Answer: X'.\n"
+    )
     zero = builder.body(Trial.from_id("zero|local|q0|1", 1))
     assert zero["messages"][0]["content"] == [
         {"type": "text", "text": "Q: What is 3 plus 4?\n(A) 7\n(B) 8\n(C) 9\nSubject: anatomy\n"}
