@@ -793,7 +793,7 @@ def hypothesis_results(
         min_pp = h.get("min_difference_pp")
 
         subset_ds = ds.for_stimuli(h["stimuli"]) if h.get("stimuli") else ds
-        if h.get("outcome") in DDX_METRICS:  # docs/analysis.md §9: the metric is the outcome
+        if h.get("outcome") in DDX_METRICS:  # docs/analysis.md §10: the metric is the outcome
             subset_ds = metric_dataset(subset_ds, str(h["outcome"]))
 
         def compute(
@@ -891,7 +891,8 @@ def hypothesis_results(
             "min_difference_pp": min_pp,
             "correction": h.get("correction", "none"),
             "family": h.get("family"),
-        } | ({"phase": h["phase"]} if h.get("phase") is not None else {})
+        } | ({"phase": h["phase"]} if h.get("phase") is not None else {}) | (
+            {"outcome": h["outcome"]} if h.get("outcome") in DDX_METRICS else {})
         out.append(r)
     _apply_corrections(out, plan)
     for h, r in zip(plan["hypotheses"], out, strict=True):
@@ -1616,7 +1617,7 @@ def run_analyses(
                 )
             )
         return failed
-    if ds.ddx:  # docs/analysis.md §9: the metrics per arm and model, then the hypotheses
+    if ds.ddx:  # docs/analysis.md §10: the metrics per arm and model, then the hypotheses
         return ddx_results(ds, plan)
     out = descriptive(ds, plan)
     extra_mcq = mcq_descriptive(ds, plan)

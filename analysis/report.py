@@ -292,6 +292,12 @@ def _hypothesis_plan(report: Report, hypothesis: str | None) -> dict[str, Any]:
     return {}
 
 
+def _diagnoses(value: Any, *, signed: bool = True) -> str:
+    """A difference in breadth (a ddx hypothesis): a signed number of diagnoses."""
+    v = _num(value)
+    return "–" if v is None else f"{v:+.3g} diagnoses"
+
+
 def _estimate_text(result: dict[str, Any]) -> str:
     """Estimate and CI of a hypothesis result in words (percentage points of accuracy)."""
     if result.get("status") == "failed":
@@ -329,12 +335,14 @@ def _estimate_text(result: dict[str, Any]) -> str:
     if est is None:
         return "–"
     conf = _num(v.get("conf")) or 0.95
-    lo = "−∞" if lower is None else _pp(lower)
-    hi = "+∞" if upper is None else _pp(upper)
+    # a ddx breadth difference is a number of diagnoses, not percentage points (analysis.md §10)
+    pp = _pp if v.get("outcome") != "breadth" else _diagnoses
+    lo = "−∞" if lower is None else pp(lower)
+    hi = "+∞" if upper is None else pp(upper)
     both = v.get("ci_two_sided")
-    extra = (f"; two-sided 95% CI {_pp(both[0])} to {_pp(both[1])}"
+    extra = (f"; two-sided 95% CI {pp(both[0])} to {pp(both[1])}"
              if isinstance(both, list) and len(both) == 2 else "")  # fmt: skip
-    return f"{_pp(est)} ({conf * 100:.0f}% CI {lo} to {hi}{extra})"
+    return f"{pp(est)} ({conf * 100:.0f}% CI {lo} to {hi}{extra})"
 
 
 def _p_text(result: dict[str, Any]) -> str:
@@ -1639,6 +1647,12 @@ def render_terminal(report: Report, console: Console) -> None:
         for cells in rows:
             qr_table.add_row(*(escape(x) for x in cells))
         console.print(qr_table)
+    ddx = report.result("descriptive.ddx")
+    if ddx is not None and ddx.get("status") == "ok":
+        ddx_table = table(*DDX_HEADER, title=str(ddx.get("title")))
+        for ddx_row in ddx_rows(ddx.get("values") or {}):
+            ddx_table.add_row(*(escape(x) for x in ddx_row))
+        console.print(ddx_table)
     unit, level = ("glyphs", "glyph-level accuracy") if report.tumbling else ("items", "accuracy")
     arms_table = table("arm", "role", "accuracy", "Wilson 95% CI", unit, "parse rate",
                        "excluded", title=f"Descriptive: {level} by arm")  # fmt: skip

@@ -220,6 +220,9 @@ def _step_lines(graph: dict[str, Any]) -> list[str]:
                 f"  step {name}: on {s['on']}, models {models}"
                 f", parser {s['parser']}, sees {s['sees']}, reads {reads}, {s['calls']} calls"
             )
+    if "ddx" in graph:  # docs/scoring.md §12: the roles of the ddx scoring
+        roles = ", ".join(f"{k} {v}" for k, v in graph["ddx"].items())
+        lines.append(f"  ddx scoring: {roles} (the reference sets are final before any trial)")
     return ["steps, in the order they run:", *lines]
 
 

@@ -101,7 +101,7 @@ QR_OUTCOMES: Final[dict[str, Outcome]] = {
     "glyph_accuracy": Outcome(
         "glyph_accuracy", "accuracy", False, True, _glyphs,
         "the share of a tumbling-E chart's glyphs read correctly"),
-    # seed 001's differential-diagnosis metrics (docs/scoring.md §12, docs/analysis.md §9)
+    # seed 001's differential-diagnosis metrics (docs/scoring.md §12, docs/analysis.md §10)
     "plausibility": Outcome(
         "plausibility", "plausibility", False, True, _ddx,
         "the share of a differential's diagnoses in the plausible set"),

@@ -1,4 +1,4 @@
-"""The simulated answers to step calls (``docs/simulated.md`` §3), version ``prompt-sim-steps-1``.
+"""The simulated answers to step calls (``docs/simulated.md`` §3), version ``prompt-sim-steps-2``.
 
 The simulated backend answers a request whose seed names a step call (``"{seed}|step:...|
 {attempt}"``, ``docs/trials.md`` §5) here, from the request body and that seed alone; like the
@@ -28,6 +28,11 @@ on the lines of the final user text:
     without aura``). ``plausible``: the listed diagnoses matching one of the plausible set;
     ``highly_likely`` / ``safety_critical``: the entries of those sets matching a listed one;
     with probability 0.1 the last of ``plausible`` is left out.
+  - *extractor*: a line starting ``Extract from:``; the sentences of the text from there
+    (ending at ``.``, ``!`` or ``?``): ``{"demographics", "subjective", "objective"}``, each the
+    sentences (joined by a space) naming an age or sex (``year``, ``old``, ``man``, ``woman``,
+    ``male``, ``female``, ``boy``, ``girl``), holding ``consistent with``, a digit or the word
+    ``findings`` / ``test`` / ``exam``, and the others; an empty member is ``not stated``.
   - *reference*: a line starting ``Case for reference sets:``; the text from there. The
     *candidates* are the pieces (split as for *list*) of each sentence that contains
     ``consistent with:``, after it. ``plausible``: the candidates; ``highly_likely``: the first
@@ -60,7 +65,7 @@ from runner.simulated_text import message_reply
 
 __all__ = ["VERSION", "is_step_seed", "respond"]
 
-VERSION = "prompt-sim-steps-1"
+VERSION = "prompt-sim-steps-2"
 _WORDS = re.compile(r"[a-z0-9]+")
 SEVERE: Final = frozenset({
     "meningitis", "haemorrhage", "hemorrhage", "infarction", "embolism", "sepsis", "dissection",
@@ -132,12 +137,27 @@ def ddx_answer(text: str, draws: list[float]) -> str | None:
         "Diagnoses in:", "Listed:", "Plausible set:", "Highly likely set:",
         "Safety-critical set:", "Case for reference sets:", "Diagnoses to ground:", "Input:",
         "Uncertainty of:")}  # fmt: skip
+    extract = _labelled(lines, "Extract from:")
     kinds = [at["Diagnoses in:"], at["Listed:"], at["Case for reference sets:"],
-             at["Diagnoses to ground:"], at["Uncertainty of:"]]  # fmt: skip
+             at["Diagnoses to ground:"], at["Uncertainty of:"], extract]  # fmt: skip
     if all(k is None for k in kinds):
         return None
     if draws[1] < 0.05:
         return "I cannot tell."
+    if extract is not None:
+        text_from = "\n".join(lines[extract:])[len("Extract from:") :]
+        parts: dict[str, list[str]] = {"demographics": [], "subjective": [], "objective": []}
+        for sentence in re.split(r"(?<=[.!?])\s+", text_from.strip()):
+            said = set(_WORDS.findall(sentence.lower()))
+            if said & {"year", "years", "old", "man", "woman", "male", "female", "boy", "girl"}:
+                parts["demographics"].append(sentence)
+            elif "consistent with" in sentence or said & {"findings", "test", "exam"} or any(
+                ch.isdigit() for ch in sentence
+            ):
+                parts["objective"].append(sentence)
+            elif sentence:
+                parts["subjective"].append(sentence)
+        return json.dumps({k: " ".join(v) or "not stated" for k, v in parts.items()})
     if at["Listed:"] is not None:
         listed = _array(lines[at["Listed:"]])
         sets = {name: _array(lines[i]) if i is not None else [] for name, i in (

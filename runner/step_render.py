@@ -95,7 +95,7 @@ class StepRenderer:
             },
             "trial_reads": sorted(self.item_reads),
             "order": [*self.layers("item"), ["(trials)"], *self.layers("trial")],
-        }
+        } | ({"ddx": self.study.ddx.record()} if self.study.ddx is not None else {})
 
     # ------------------------------------------------------------------ lock checks
 
@@ -135,6 +135,34 @@ class StepRenderer:
         if cycle:
             out.append(f"{self.study.spec_path}: steps: the steps read each other in a cycle: "
                        f"{' -> '.join(cycle)}; a step may read only steps that run before it")
+        return out + self._ddx_problems()
+
+    def _ddx_problems(self) -> list[str]:
+        """``docs/scoring.md`` §12: each ddx step reads what its role needs."""
+        ddx = self.study.ddx
+        if ddx is None:
+            return []
+        reference = (
+            [f"metadata.reference_{n}" for n in ("plausible", "highly_likely", "safety_critical")]
+            if ddx.reference_step is None else [f"steps.{ddx.reference_step}"]
+        )  # fmt: skip
+        needs = [
+            ("list", ddx.list_step, [["response"]]),
+            ("match", ddx.match, [[f"steps.{ddx.list_step}"], reference]),
+            ("grounding", ddx.grounding, [[f"steps.{ddx.list_step}"]]),
+            ("uncertainty", ddx.uncertainty, [["response"]]),
+        ]
+        out = []
+        for role, step, groups in needs:
+            if step is None or step not in self.templates:
+                continue
+            names = {p.name for p in self.templates[step].slots()}
+            for group in groups:
+                if not any(n == g or n.startswith(g + ".") for n in names for g in group):
+                    out.append(f"{self.study.spec_path}: response.ddx.{role}: step {step!r} "
+                               f"({self.templates[step].name}) reads none of "
+                               + ", ".join("{" + g + "}" for g in group)
+                               + f": the {role} step must read it")  # fmt: skip
         return out
 
     def _slot_problem(self, spec: StepSpec, slot: str) -> str | None:

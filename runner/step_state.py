@@ -216,11 +216,28 @@ class StepWork:
         """The aggregate of ``step`` on ``unit`` (None: undecided), or ``_PENDING``."""
         votes = self.votes(step, unit)
         if votes is None:
-            return _PENDING
+            return None if self.blocked(step, unit) else _PENDING
         spec = self.study.steps[step]
         return aggregate(
             spec.aggregate, [r.value if r.responded else None for _, r in votes], spec.sets
         )
+
+    def blocked(self, step: str, unit: str) -> bool:
+        """Whether item step ``step`` can never decide for item ``unit`` (prompts.md §8.3).
+
+        True when none of its calls there was made, every step it reads has decided, and one
+        of them reached no decision (or lacks the field it reads): its calls are never made,
+        so it has no decision either, and what reads it is excluded rather than left waiting.
+        """
+        if self.study.steps[step].on != "item":
+            return False
+        calls = self.unit_calls(step, unit)
+        if any(c.id in self.calls for c in calls):
+            return False
+        for read in self.render.reads.get(step, ()):
+            if self.decision(read, unit) is _PENDING:
+                return False
+        return any(self.inputs(c) is None for c in calls)
 
     def decisions(self, steps: Iterable[str], units: Iterable[str]) -> dict[tuple[str, str], Any]:
         """Every decided (step, unit) among ``steps`` x ``units`` (undecided ones as None)."""

@@ -1,6 +1,7 @@
 """A small differential-diagnosis study (issue 18, ``docs/scoring.md`` §12), all simulated.
 
-Six open-ended cases; a target model under two arms (with and without a system prompt); a
+Six open-ended cases; two target models under two arms (with and without a system prompt); a
+semantic extractor item step (demographics, subjective symptoms, objective results) read by a
 reference item step voted by three simulated models (``aggregate = { k = 2 }``, element-wise);
 a list extractor, a matcher voted by three models, a grounding judge that sees the request and
 an uncertainty judge, all trial steps. ``reference = "items"`` swaps the reference step for the
@@ -54,8 +55,11 @@ PROMPTS = {
     "item.txt": "Question: {question}\nCase: {context}\n",
     "task.txt": "Give your differential diagnosis.\n",
     "system.txt": "You are a careful clinician.\n",
+    "extract.txt": "Split the case into demographics, subjective symptoms and objective results "
+    "(JSON).\nExtract from: {context}\n",
     "reference.txt": "Build the reference diagnosis sets for this case as JSON with plausible, "
-    "highly_likely and safety_critical arrays.\nCase for reference sets: {context}\n",
+    "highly_likely and safety_critical arrays.\nCase for reference sets: "
+    "{steps.extract.demographics} {steps.extract.subjective} {steps.extract.objective}\n",
     "list.txt": "List every diagnosis the answer names as JSON {{\"diagnoses\": [...]}}.\n"
     "Diagnoses in: {response}\n",
     "match.txt": "Match the listed diagnoses to the reference sets (clinical synonyms count).\n"
@@ -75,6 +79,11 @@ SUPPLIED_MATCH = (
     "Safety-critical set: {metadata.reference_safety_critical}\n"
 )
 
+CASE_SCHEMA = {"type": "object", "properties": {m: {"type": "string"} for m in (
+    "demographics", "subjective", "objective")}, "required": ["demographics", "subjective",
+    "objective"]}  # fmt: skip
+"""The semantic extractor's schema: strings, so not set-valued (a whole-value vote)."""
+
 SCHEMAS = {
     "list.json": ["diagnoses"],
     "sets.json": ["plausible", "highly_likely", "safety_critical"],
@@ -82,6 +91,14 @@ SCHEMAS = {
 }
 
 REFERENCE_STEP = """
+[steps.extract]
+on = "item"
+models = ["judge_a"]
+template = "prompts/extract.txt"
+parser = "json"
+schema = "schemas/case.json"
+on_unparseable = { retry = 2, then = "exclude" }
+
 [steps.reference]
 on = "item"
 models = ["judge_a", "judge_b", "judge_c"]
@@ -136,6 +153,13 @@ HYPOTHESES = """
 id = "H1"
 contrast = ["sys", "plain"]
 outcome = "plausibility"
+test = "paired-t"
+alpha = 0.05
+
+[[hypotheses]]
+id = "H2"
+contrast = ["sys", "plain"]
+outcome = "breadth"
 test = "paired-t"
 alpha = 0.05
 """
@@ -216,5 +240,6 @@ def write_study(
             "type": "string"}} for m in members}, "required": members,
             "additionalProperties": False}  # fmt: skip
         (root / "schemas" / name).write_text(json.dumps(schema, indent=1), encoding="utf-8")
+    (root / "schemas" / "case.json").write_text(json.dumps(CASE_SCHEMA), encoding="utf-8")
     (root / "study.toml").write_text(spec or spec_text(), encoding="utf-8")
     return root

@@ -21,8 +21,10 @@ from typing import Any
 
 import pytest
 from click.testing import CliRunner
-from ddx_study import REFERENCE_STEP, STEPS, SUPPLIED_MATCH, items, spec_text, write_study
+from ddx_study import STEPS, SUPPLIED_MATCH, items, spec_text, write_study
 from helpers import fixed_key
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from test_archive_tamper import failed, passed, read_events, resign
 from test_steps_archive import replace_locked
 
@@ -280,7 +282,9 @@ def test_missing_reference_set_is_refused_naming_the_item(tmp_path: Path, home: 
 def test_metric_of_a_multiple_choice_study_is_refused_naming_the_hypothesis(
     tmp_path: Path, home: Path
 ) -> None:
-    text = spec_text().replace('outcome = "plausibility"', 'outcome = "h_coverage"')
+    one = ('\n[[hypotheses]]\nid = "H1"\ncontrast = ["sys", "plain"]\n'
+           'outcome = "h_coverage"\ntest = "paired-t"\n')
+    text = spec_text(hypotheses=one)
     text = text.replace('parser = "ddx"', 'parser = "multiple-choice"')
     text = text[: text.index("[response.ddx]")] + text[text.index("[analysis]"):]
     root = write_study(tmp_path / "s", text)
@@ -313,25 +317,32 @@ def test_trial_accuracy_in_a_ddx_study_is_refused(tmp_path: Path, home: Path) ->
 # ------------------------------------------------------------------ runs
 
 
+@pytest.mark.parametrize("broken", [pytest.param("reference", marks=pytest.mark.slow), "extract"])
 def test_reference_step_without_a_decision_excludes_the_items_trials(
-    tmp_path: Path, home: Path
+    tmp_path: Path, home: Path, broken: str
 ) -> None:
-    """The reference builder's replies do not parse: no reference sets, recorded exclusions."""
-    root = write_study(tmp_path / "s", reference="Give the reference sets.\nCase: {context}\n")
+    """The reference builder's (or the extractor it reads) replies do not parse: no reference
+    sets, so every trial is a recorded exclusion naming the step and the item (an extractor
+    without a decision blocks the reference step: it never waits forever)."""
+    root = write_study(tmp_path / "s", **{broken: "Give the sets.\nCase: {context}\n"})
     KEY.save(tmp_path / "owner.key")
     invoke("lock", root, "--key", tmp_path / "owner.key")
-    invoke("run", root, "--backend", "simulated", "--key", tmp_path / "owner.key")
+    out = invoke("run", root, "--backend", "simulated", "--key", tmp_path / "owner.key")
+    assert "stopped: complete" in out
     with Ledger.open(root / "ledger.db", readonly=True) as log:
         excluded = [e.body for e in log.events("trial.excluded")]
         assert not list(log.events("trial.requested"))
+        if broken == "extract":
+            assert not [e for e in log.events("step.requested") if e.body["step"] == "reference"]
     assert len(excluded) == 24
-    assert {e["step"] for e in excluded} == {"reference"}
+    assert {e["step"] for e in excluded} == {broken}
     assert "c01" in {e["item"] for e in excluded}
+    assert "scoring.sealed" in invoke("score", root, "--key", tmp_path / "owner.key")
 
 
 def test_supplied_reference_sets_score_and_verify(tmp_path: Path, home: Path) -> None:
     root = write_study(tmp_path / "s", spec_text(steps=STEPS, reference="items"),
-                       match=SUPPLIED_MATCH)  # fmt: skip
+                       items()[:3], match=SUPPLIED_MATCH)  # fmt: skip
     key = tmp_path / "owner.key"
     KEY.save(key)
     for command in ("lock", "run", "score", "unblind", "analyze"):
@@ -374,21 +385,28 @@ def test_changed_match_prompt_fails_naming_it(archive: Path) -> None:
 
 @pytest.mark.slow
 def test_changed_reference_response_fails_naming_the_calls_that_read_it(archive: Path) -> None:
-    events = read_events(archive)
-    answer = next(e for e in events if e["kind"] == "step.responded"
-                  and e["body"]["step"] == "reference")  # fmt: skip
-    blob = archive / "blobs" / answer["blobs"]["response"]
-    body = json.loads(blob.read_bytes())
-    value = json.loads(body["content"][0]["text"])
-    value["plausible"] = [*value["plausible"], "a new diagnosis", "another"]
-    value["highly_likely"] = ["a new diagnosis"]
-    body["content"][0]["text"] = json.dumps(value)
+    """Every vote on one item's reference sets doctored (one vote alone may not move a k-of-n
+    decision, and then nothing that follows differs): the match requests no longer follow."""
     import hashlib
 
-    data = json.dumps(body).encode()
-    digest = hashlib.sha256(data).hexdigest()
-    (archive / "blobs" / digest).write_bytes(data)
-    answer["blobs"]["response"] = digest
+    events = read_events(archive)
+    calls = {e["seq"]: e["body"]["call"] for e in events if e["kind"] == "step.requested"}
+    item = next(e["body"]["item"] for e in events if e["kind"] == "step.requested"
+                and e["body"]["step"] == "reference")  # fmt: skip
+    for answer in events:
+        if answer["kind"] != "step.responded" or answer["body"]["step"] != "reference" or (
+            f"|{item}|" not in calls[answer["body"]["request_seq"]]
+        ):
+            continue
+        blob = archive / "blobs" / answer["blobs"]["response"]
+        body = json.loads(blob.read_bytes())
+        body["content"][0]["text"] = json.dumps({"plausible": ["a new diagnosis"],
+                                                 "highly_likely": ["a new diagnosis"],
+                                                 "safety_critical": []})  # fmt: skip
+        data = json.dumps(body).encode()
+        digest = hashlib.sha256(data).hexdigest()
+        (archive / "blobs" / digest).write_bytes(data)
+        answer["blobs"]["response"] = digest
     resign(archive, events)
     report = verify_archive(archive)
     passed(report, "signatures")
@@ -410,3 +428,70 @@ def test_reference_call_after_the_first_trial_fails(archive: Path) -> None:
     report = verify_archive(archive)
     reason = failed(report, "steps")
     assert call in reason and "after the first trial" in reason
+
+
+def test_a_session_of_the_target_alone_waits_for_the_reference_sets(
+    tmp_path: Path, home: Path
+) -> None:
+    """Another session runs the reference models: no trial is sent before they have run."""
+    root = write_study(tmp_path / "s")
+    key = tmp_path / "owner.key"
+    KEY.save(key)
+    invoke("lock", root, "--key", key)
+    invoke("run", root, "--backend", "simulated", "--model", "target", "--key", key)
+    with Ledger.open(root / "ledger.db", readonly=True) as log:
+        assert not list(log.events("trial.requested"))
+        assert not list(log.events("step.requested"))
+    invoke("run", root, "--backend", "simulated", "--model", "judge_a", "--model", "judge_b",
+           "--model", "judge_c", "--key", key)  # fmt: skip
+    invoke("run", root, "--backend", "simulated", "--key", key)
+    test_reference_sets_are_final_before_any_trial(root)
+    with Ledger.open(root / "ledger.db", readonly=True) as log:
+        assert len(list(log.events("trial.responded"))) == 24
+
+
+@pytest.mark.slow
+def test_bench_ddx_quick_runs_and_reports_every_phase() -> None:
+    import subprocess
+    import sys
+
+    bench = Path(__file__).resolve().parent.parent / "benchmarks" / "bench_ddx.py"
+    out = subprocess.run([sys.executable, str(bench), "--quick"], capture_output=True, text=True,
+                         timeout=600, check=True).stdout  # fmt: skip
+    for label in ("lock", "run", "score", "analyze", "verify_rescore", "floor", "load average"):
+        assert label in out, out
+
+
+def test_a_match_step_that_does_not_read_the_list_is_refused(tmp_path: Path, home: Path) -> None:
+    root = write_study(tmp_path / "s", match="Match.\nPlausible set: {steps.reference.plausible}"
+                       "\n")  # fmt: skip
+    out = refused(root)
+    assert "response.ddx.match" in out and "{steps.dxlist}" in out
+
+
+_NAMES = ["Migraine", "migraine", " MIGRAINE ", "tension  headache", "Tension headache",
+          "meningitis", "Ménière", "Me\u0301nie\u0300re", "", "sinusitis"]  # fmt: skip
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.lists(st.one_of(st.none(), st.fixed_dictionaries({
+    "a": st.lists(st.sampled_from(_NAMES), max_size=6),
+    "b": st.lists(st.sampled_from(_NAMES), max_size=6)})), min_size=1, max_size=5),
+    st.sampled_from(["majority", "unanimous", 1, 2, 3]))  # fmt: skip
+def test_runner_and_verifier_aggregate_sets_alike(votes: list[Any], rule: Any) -> None:
+    """Both implementations of the element-wise vote agree, and every element of a decision
+    is in at least N votes (normalised)."""
+    if isinstance(rule, int) and rule > len(votes):
+        rule = len(votes)
+    got = aggregate(rule, votes, ("a", "b"))
+    assert got == vsteps.decide(rule, list(votes), ("a", "b"))
+    need = len(votes) // 2 + 1 if rule == "majority" else (
+        len(votes) if rule == "unanimous" else rule)  # fmt: skip
+    if got is None:
+        assert sum(v is not None for v in votes) < need
+        return
+    for member in ("a", "b"):
+        keys = [norm(x) for x in got[member]]
+        assert len(set(keys)) == len(keys) and "" not in keys
+        for key in keys:
+            assert sum(key in {norm(x) for x in v[member]} for v in votes if v) >= need

@@ -223,7 +223,7 @@ def differing(recorded: Any, derived: Mapping[str, Any]) -> str:
 
 
 def ddx_descriptive(trials: Sequence[Mapping[str, Any]], several_models: bool) -> dict[str, Any]:
-    """analysis.md §9: each metric's mean per arm (and arm and model), n and undefined."""
+    """analysis.md §10: each metric's mean per arm (and arm and model), n and undefined."""
 
     def cell(rows: list[Mapping[str, Any]]) -> dict[str, Any]:
         kept = [r for r in rows if not r["excluded"]]

@@ -1130,7 +1130,7 @@ def _hypotheses(
         r = _Result(f"hypothesis.{h['id']}", hypothesis=h["id"], lmm=test == "lmm")
         subset = h.get("stimuli")
         hds = full_ds.for_stimuli(subset) if isinstance(subset, list) else full_ds
-        if h.get("outcome") in _ddx.METRICS:  # analysis.md §9: the metric is the outcome
+        if h.get("outcome") in _ddx.METRICS:  # analysis.md §10: the metric is the outcome
             hds = _metric_ds(hds, str(h["outcome"]))
         got = (recorded or {}).get(f"hypothesis.{h['id']}{suffix}")
         rec_subset = got.get("subset_model") if isinstance(got, dict) else None
@@ -1220,7 +1220,8 @@ def _hypotheses(
             "min_difference_pp": h.get("min_difference_pp"),
             "correction": h.get("correction", "none"),
             "family": h.get("family"),
-        } | ({"phase": h["phase"]} if h.get("phase") is not None else {})
+        } | ({"phase": h["phase"]} if h.get("phase") is not None else {}) | (
+            {"outcome": h["outcome"]} if h.get("outcome") in _ddx.METRICS else {})
         out.append(r)
     families: dict[tuple[str, str], list[_Result]] = {}
     for h, r in zip(plan["hypotheses"], out, strict=True):
@@ -1791,7 +1792,7 @@ def _restrict(ds: _Dataset, keep: set[str]) -> _Dataset:
 
 
 def _metric_ds(ds: _Dataset, outcome: str) -> _Dataset:
-    """analysis.md §9: ``ds`` with a ddx metric as each trial's accuracy; undefined: excluded."""
+    """analysis.md §10: ``ds`` with a ddx metric as each trial's accuracy; undefined: excluded."""
     rows = [{**t, "accuracy": t[outcome], "excluded": bool(t["excluded"]) or math.isnan(
         t[outcome])} for t in ds.trials]  # fmt: skip
     return replace(ds, trials=rows)
@@ -1835,7 +1836,7 @@ def _recompute(
             )
             for h in plan["hypotheses"]
         ]
-    if ds.ddx:  # analysis.md §9: the metrics per arm (and model), the hypotheses, multiplicity
+    if ds.ddx:  # analysis.md §10: the metrics per arm (and model), the hypotheses, multiplicity
         ddx_out = [_guard(_Result("descriptive.ddx"), lambda: _ddx.ddx_descriptive(
             ds.trials, ds.several_models))]  # fmt: skip
         ddx_tested = _hypotheses(ds, plan, None, recorded)

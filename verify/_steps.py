@@ -378,27 +378,54 @@ class Replay:
             todo += list(self.plans[name].reads())
         return out | {n for n, p in self.plans.items() if p.keep is not None}
 
+    def decided(self, name: str, item: str) -> tuple[int | None, Any] | None:
+        """§8.3: item step ``name``'s decision for ``item`` so far: (seq, value), or None.
+
+        An item step none of whose calls was made, every input of which has decided, one with
+        no decision (or without the field read), has no decision: ``(None, None)``.
+        """
+        got = self.decisions.get((name, item))
+        if got is not None:
+            return got
+        plan = self.plans[name]
+        if plan.on != "item" or any(c in self.calls for c in self.unit_calls(name, item)):
+            return None
+        blocked = False
+        for slot in plan.template.slots:
+            parts = slot.name.split(".")
+            if parts[0] != "steps" or len(parts) not in (2, 3) or parts[1] not in self.plans:
+                continue
+            found = self.decided(parts[1], item)
+            if found is None:
+                return None
+            if found[1] is None or slot_text(found[1], parts[2] if len(parts) == 3
+                                             else None) is None:  # fmt: skip
+                blocked = True
+        return (None, None) if blocked else None
+
     def item_values(self, item: str) -> dict[str, str] | None:
         """The ``{steps.*}`` values of an item's trials, or None (the item is excluded).
 
         None when a needed step has no decision that keeps it; KeyError while one is still to
         decide.
         """
+        decided: dict[str, Any] = {}
         for name in self.needed():
-            if (name, item) not in self.decisions:
+            found = self.decided(name, item)
+            if found is None:
                 raise KeyError(name)
+            decided[name] = found[1]
         for name, plan in self.plans.items():
-            if plan.keep is not None and self.decisions[(name, item)][1] not in plan.keep:
+            if plan.keep is not None and decided[name] not in plan.keep:
                 return None
-        if self.reference_step is not None and self.decisions[(self.reference_step, item)][1] \
-                is None:  # scoring.md §12: no reference sets, the item's trials are excluded
-            return None
+        if self.reference_step is not None and decided[self.reference_step] is None:
+            return None  # scoring.md §12: no reference sets, the item's trials are excluded
         out: dict[str, str] = {}
         for slot in [s for t in self.study.item_templates() for s in t.slots]:
             parts = slot.name.split(".")
             if parts[0] != "steps" or len(parts) not in (2, 3):
                 continue
-            value = self.decisions[(parts[1], item)][1]
+            value = decided[parts[1]]
             text = None if value is None else slot_text(value, parts[2] if len(parts) == 3
                                                            else None)  # fmt: skip
             if text is None:

@@ -510,6 +510,12 @@ def _contrast(values: dict[str, Any]) -> tuple[float | None, float | None, float
     return est, lower, upper
 
 
+def _diagnoses(value: Any, *, signed: bool = True) -> str:
+    """A difference in breadth (a ddx hypothesis): a signed number of diagnoses."""
+    v = _num(value)
+    return "–" if v is None else f"{v:+.3g} diagnoses"
+
+
 def _estimate_text(result: dict[str, Any]) -> str:
     if result.get("status") == "failed":
         return "not computed"
@@ -544,12 +550,14 @@ def _estimate_text(result: dict[str, Any]) -> str:
     if est is None:
         return "–"
     conf = _num(v.get("conf")) or 0.95
-    lo = "−∞" if lower is None else _pp(lower)
-    hi = "+∞" if upper is None else _pp(upper)
+    # a ddx breadth difference is a number of diagnoses, not percentage points (analysis.md §10)
+    pp = _pp if v.get("outcome") != "breadth" else _diagnoses
+    lo = "−∞" if lower is None else pp(lower)
+    hi = "+∞" if upper is None else pp(upper)
     both = v.get("ci_two_sided")
-    extra = (f"; two-sided 95% CI {_pp(both[0])} to {_pp(both[1])}"
+    extra = (f"; two-sided 95% CI {pp(both[0])} to {pp(both[1])}"
              if isinstance(both, list) and len(both) == 2 else "")  # fmt: skip
-    return f"{_pp(est)} ({conf * 100:.0f}% CI {lo} to {hi}{extra})"
+    return f"{pp(est)} ({conf * 100:.0f}% CI {lo} to {hi}{extra})"
 
 
 def _p_text(result: dict[str, Any]) -> str:
@@ -747,7 +755,7 @@ class _Expect:
         return out
 
     def _ddx_tables(self) -> list[tuple[str, list[str], list[list[str]]]]:
-        """analysis.md §9: ``descriptive.ddx``, each metric's mean per arm, then arm x model.
+        """analysis.md §10: ``descriptive.ddx``, each metric's mean per arm, then arm x model.
 
         A percentage (breadth a number), with how many trials leave it undefined.
         """
