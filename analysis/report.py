@@ -523,7 +523,8 @@ log odds ratio): the forest plot leaves them to the seed-002 table."""
 
 
 def _fig_forest(report: Report) -> Figure:
-    hyps = [r for r in report.hypotheses if r.get("test") not in NOT_ACCURACY_DIFFERENCES]
+    hyps = [r for r in report.hypotheses if r.get("test") not in NOT_ACCURACY_DIFFERENCES
+            and (r.get("values") or {}).get("statistic") in (None, "difference")]
     title = "Pre-registered contrasts (difference in accuracy, a − b)"
     if not hyps:
         return _note_figure(title, "no pre-registered difference in accuracy was recorded"
@@ -793,7 +794,8 @@ def component_classes(protocol: dict[str, Any], results: list[dict[str, Any]]
     units: dict[str, list[tuple[str, str]]] = {}
     for r in results:
         h = plan.get(r.get("hypothesis"))
-        if h is None or h.get("test") == "chi-square" or r.get("status") != "ok":
+        if h is None or h.get("test") == "chi-square" or r.get("status") != "ok" or (
+                h.get("test") == "qr-bootstrap" and h.get("statistic") != "difference"):
             continue
         a, b = (str(x) for x in h.get("contrast") or ["", ""])
         added = sorted(set((arms.get(a) or {}).get("components") or [])

@@ -646,3 +646,49 @@ def test_the_verifier_knows_every_outcome_of_the_table() -> None:
     assert {k: o.column for k, o in QR_OUTCOMES.items() if o.column != k} == vq.COLUMNS
     assert {k for k, o in QR_OUTCOMES.items() if o.binary} == set(vq.BINARY)
     assert {k for k, o in QR_OUTCOMES.items() if o.share} == set(vq.SHARES)
+
+
+@pytest.mark.slow
+def test_bench_bootstrap_quick_times_the_registered_bootstrap() -> None:
+    import subprocess
+    import sys
+
+    bench = Path(__file__).resolve().parents[1] / "benchmarks" / "bench_bootstrap.py"
+    result = subprocess.run([sys.executable, str(bench), "--quick"], capture_output=True,
+                            text=True, timeout=300, check=True)  # fmt: skip
+    for label in ("(question, run) bootstrap, registered", "qr_boot.resample_means",
+                  "numpy floor (the index draws alone)", "direct per-iteration loop",
+                  "time / floor", "speed-up over the loop"):  # fmt: skip
+        assert label in result.stdout, result.stdout
+
+
+def test_only_the_difference_is_evidence_about_the_added_component(
+    built: tuple[Path, Path, Path],
+) -> None:
+    """A success rate or a perturbed accuracy is a rate, not an a − b effect of the sentence."""
+    html = (built[1] / "analysis" / "report.html").read_text("utf-8")
+    assert "Hdiff (perturbed vs default): " in html, html
+    for hid in ("Hsuccess", "Hperturbed"):
+        assert f"{hid} (perturbed vs default)" not in html
+
+
+def test_a_row_that_cannot_pair_is_shown_not_computed_both_ways(
+    built: tuple[Path, Path, Path], data: tuple[Dataset, dict[str, Any]]
+) -> None:
+    ds, plan = data
+    lost = without(ds, "default|small|q05|2")
+    mine = qr_boot.descriptive_values(lost, plan)
+    theirs = vq.descriptive_values(twin(lost), plan)
+    assert vs._first_difference(mine, theirs, "values", 1e-12) is None
+    rows = {r["model"]: r for r in mine["entries"][0]["rows"]}
+    assert set(rows[None]) == set(rows["small"]) == {"model", "error"}
+    assert "default" in rows["large"] and "error" not in rows["large"]
+    result = {"status": "ok", "title": "T", "values": mine}
+    assert qr_boot.report_tables(result) == vq.report_tables(result)
+    assert qr_boot.report_tables(result)[0][2][0][1].startswith("not computed: qr-bootstrap "
+                                                                "pairs by")
+    recorded = results(built[1])["descriptive.qr_bootstrap"]
+    assert qr_boot.report_tables(recorded) == vq.report_tables(recorded)
+    for r in results(built[1]).values():
+        if r["test"] == "qr-bootstrap" and r["hypothesis"]:
+            assert qr_boot.estimate_text(r["values"]) == vq.estimate_text(r["values"])

@@ -137,7 +137,8 @@ def _component_classes(protocol: dict[str, Any], results: list[dict[str, Any]]
     units: dict[str, list[tuple[str, str]]] = {}
     for r in results:
         h = plan.get(r.get("hypothesis"))
-        if h is None or h.get("test") == "chi-square" or r.get("status") != "ok":
+        if h is None or h.get("test") == "chi-square" or r.get("status") != "ok" or (
+                h.get("test") == "qr-bootstrap" and h.get("statistic") != "difference"):
             continue
         contrast = h.get("contrast") or ["", ""]
         a, b = str(contrast[0]), str(contrast[1])
