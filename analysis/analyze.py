@@ -1711,7 +1711,16 @@ def _review_tables(
     """The tables of the recorded human reviews (:func:`analysis.review.review_tables`)."""
     from analysis.review import review_tables
 
-    return review_tables(log, plan, study, results)
+    drawn = {r.id: r.values for r in results if r.status == "ok" and r.values is not None}
+    out = []
+    for rid, title, test, compute in review_tables(log, plan, study, drawn):
+        r = Result(rid, title, "descriptive", test)
+
+        def run(r: Result = r, compute: Any = compute) -> None:
+            r.values = compute()
+
+        out.append(_guard(r, run))
+    return out
 
 
 @dataclass(frozen=True)

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import sys
 from pathlib import Path
+from typing import Any
 
 import click
 
@@ -168,7 +169,7 @@ def review(
       ledger review my-study --sample refsets --subject q07 \\
         --value '{"plausible": {"add": ["sepsis"]}}' --key rev.key
     """
-    from analysis.review import parse_value, record_review, review_subjects
+    from analysis.reviewing import parse_value, record_review, review_subjects
     from ledger import SigningKey
 
     if subject is None:
@@ -257,12 +258,37 @@ def analyze(study_dir: Path, key_file: str | None, as_json: bool) -> None:
     for r in result.results:  # why (a hypothesis's reason is in its 'decided by' cell)
         if r["status"] == "failed" and not r["hypothesis"]:
             click.echo(f"  {r['id']}: {r['error']}")
+    for r in result.results:  # docs/analysis.md §9: the reference-set tables, as seed 001's
+        if r["test"] == "reference-review" and r["status"] == "ok":
+            _print_reference_table(r)
     mismatched = result.provenance.get("model_mismatches", 0)
     if mismatched:
         first = result.provenance["first_mismatches"][0]
         click.echo(f"warning: {mismatched} response(s) report a model other than the one "
                    f"requested (first: seq {first['seq']}, requested {first['requested']!r}, "
                    f"reported {first['reported']!r}); see ledger status", err=True)
+
+
+def _print_reference_table(result: dict[str, Any]) -> None:
+    """A reference-set review table as seed 001's Table 2 (agreement) and Appendix G (either)."""
+    values = result["values"]
+    grid = table("set", "criterion", "≥1 removal", "≥1 addition", "mean rem./item",
+                 "mean add./item",
+                 title=f"{result['id']}: {values['reviewed']} items reviewed by "
+                       f"{len(values['reviewers'])} reviewer(s)")  # fmt: skip
+
+    def share(cell: dict[str, Any]) -> str:
+        if cell["share"] is None:
+            return "-"
+        return f"{100 * cell['share']:.0f}% ({cell['items']}/{cell['n']})"
+
+    for name, row in values["sets"].items():
+        for criterion in ("agreement", "either"):
+            c = row[criterion]
+            means = [("-" if c[k] is None else f"{c[k]:.2f}")
+                     for k in ("mean_removals", "mean_additions")]  # fmt: skip
+            grid.add_row(name, criterion, share(c["commission"]), share(c["omission"]), *means)
+    console().print(grid)
 
 
 @click.command("export", cls=Command)

@@ -1,4 +1,4 @@
-"""Declared review samples (``[reviews.<NAME>]``, ``docs/study-spec.md``), of two kinds.
+"""Declared review samples (``[reviews.<NAME>]``, ``docs/study-spec.md``), of three kinds.
 
 A study declares, before it runs, which decisions will be looked at by hand; the kind follows
 from the table's keys and is locked as ``protocol.locked`` ``reviews.<NAME>.kind``:
@@ -7,48 +7,50 @@ from the table's keys and is locked as ``protocol.locked`` ``reviews.<NAME>.kind
   sealed, ``n`` decisions of a trial judge step per stratum of judge agreement, a function of
   the recorded votes alone (:func:`runner.steps.review_sample`). A reviewer, holding a key
   registered with the role ``reviewer`` (which may append ``review.recorded`` and nothing
-  else), records one label per subject (:func:`review_subjects`, :func:`record_review`); the
-  verifier checks each against the locked sample and the reviewer's role.
+  else), records one label per subject (:mod:`analysis.reviewing`); the verifier checks each
+  against the locked sample and the reviewer's role.
 - ``contrast`` (``failed``, ``succeeded``, ``n``, ``seed``, ``model``;
   ``docs/mcq-statistics.md`` §9): the items where one condition (arm, variant, on one model)
   was wrong and another right, ``n`` of them drawn by ``SHA-256("<seed>|<item>|<rep>")``.
   :func:`review_values` is the ``review.<NAME>`` analysis result (pure, from the dataset);
   :func:`review_csv` is ``analysis/review/<NAME>.csv`` of the archive (both responses, both
   parsed answers, the question and options, a blank ``codes`` column). ``verify/_review.py``
-  re-derives both.
+  re-derives both. With declared ``codes``, coders record them (:mod:`analysis.reviewing`).
+- ``reference-set`` (``reference = "supplied"`` or an item step, ``n``, ``seed``): the ``n``
+  items with the smallest ``SHA-256("<seed>|<item>")`` whose reference sets clinicians edit
+  (:func:`reference_sets`, :func:`runner.human_review.item_sample`).
+
+:func:`review_tables` gives the tables ``ledger analyze`` records of every sample's reviews
+(``docs/analysis.md`` §9); ``verify/_human.py`` re-derives them.
 """
 
 from __future__ import annotations
 
 import csv
 import io
-import json
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
 from analysis import mcq, mcq_tests
 from analysis.parse import ParseError, response_text
 from analysis.scoring import unwrap_batch
-from ledger import Ledger, SigningKey
+from ledger import Ledger
 from runner.human_review import (
-    code_problem,
+    REFERENCE_FIELDS,
     code_table,
-    edit_problem,
     item_sample,
     label_table,
     reference_table,
     supplied_sets,
 )
 from runner.items import OPTION_LABELS
-from runner.lock import StudyError, check_integrity, ledger_path, protocol_event
+from runner.render import Renderer
 from runner.spec import Study
+from runner.step_state import StepWork
 from runner.steps import review_sample
 
 __all__ = [
-    "CSV_COLUMNS", "ORDER_RULE", "ReviewSubject", "contrast_cases", "parse_value", "record_review",
-    "reference_sets", "review_csv", "review_subjects", "review_tables", "review_text",
+    "CSV_COLUMNS", "ORDER_RULE", "reference_sets", "review_csv", "review_tables", "review_text",
     "review_values",
 ]  # fmt: skip
 
@@ -147,45 +149,6 @@ def review_csv(values: Mapping[str, Any], items: Mapping[str, Mapping[str, Any]]
 # ------------------------------------------------------------- recorded reviews
 
 
-@dataclass(frozen=True)
-class ReviewSubject:
-    """One subject of a review sample and the reviews already recorded for it.
-
-    A judge-label sample's subject is a ``response_seq`` (with the votes and decision: blind);
-    a reference-set sample's an item id (with its sets, ``shown``); a coded contrast sample's
-    the ``failed_response_seq`` of a case (with its item and both answers, ``shown``).
-    """
-
-    response_seq: int | str
-    stimulus: str
-    arm_code: str
-    decision: str | None
-    votes: tuple[Any, ...]
-    reviewed: tuple[str, ...]
-    shown: str = ""
-
-
-def _plan(log: Ledger, root: Path, name: str) -> dict[str, Any]:
-    protocol = protocol_event(log)
-    assert protocol is not None
-    reviews = protocol.body.get("reviews") or {}
-    if name not in reviews:
-        known = ", ".join(reviews) or "none declared"
-        raise StudyError(f"{root}: no review sample {name!r} was locked (samples: {known})")
-    plan = dict(reviews[name])
-    if plan.get("kind") == "contrast" and not plan.get("codes"):
-        raise StudyError(f"{root}: review sample {name!r} is a contrast sample without codes: "
-                         f"its cases are the result review.{name} of 'ledger analyze', "
-                         f"exported for coding as analysis/review/{name}.csv by 'ledger "
-                         "export'; declare codes = [...] to record codes with 'ledger "
-                         "review'")  # fmt: skip
-    if next(iter(log.events("scoring.sealed")), None) is None:
-        raise StudyError(f"{root}: scoring is not sealed yet; a review is recorded once the "
-                         "scores are sealed (run 'ledger score'), so no review can shape "
-                         "what was collected or scored")  # fmt: skip
-    return plan
-
-
 def _judge_sample(log: Ledger, plan: dict[str, Any]) -> dict[int, Any]:
     scored = {
         e.body["response_seq"]: e.body for e in log.events("trial.scored")
@@ -199,214 +162,86 @@ def _judge_sample(log: Ledger, plan: dict[str, Any]) -> dict[int, Any]:
     return {seq: scored[seq] for seq in chosen}
 
 
-def reference_sets(study: Study, reference: str) -> dict[str, dict[str, list[str]]]:
-    """Each item's reference sets as supplied in its metadata (``reference = "supplied"``)."""
-    assert reference == "supplied", reference
-    out: dict[str, dict[str, list[str]]] = {}
-    for item in study.load_items():
-        sets = supplied_sets(item.metadata)
-        if sets is not None:
-            out[item.id] = sets
+def reference_sets(
+    study: Study, reference: str, log: Ledger
+) -> dict[str, dict[str, list[str]] | None]:
+    """Each item's reference sets (``docs/scoring.md`` §11.1), by item id in item order.
+
+    ``"supplied"``: its metadata arrays; otherwise the decision of the item step
+    ``reference`` (its three members, arrays of strings), read with the step-state readers;
+    None for an item without them (a step that reached no decision).
+    """
+    if reference == "supplied":
+        return {item.id: supplied_sets(item.metadata) for item in study.load_items()}
+    work = StepWork(study, Renderer(study))
+    work.load(log)
+    out: dict[str, dict[str, list[str]] | None] = {}
+    for item in study.stimulus_ids():
+        decision = work.decision(reference, item)
+        found = {REFERENCE_FIELDS[k]: v for k, v in decision.items()
+                 if k in REFERENCE_FIELDS} if isinstance(decision, dict) else {}  # fmt: skip
+        out[item] = supplied_sets(found)
     return out
-
-
-def contrast_cases(
-    log: Ledger, plan: dict[str, Any], review: dict[str, Any]
-) -> list[dict[str, Any]]:
-    """The cases of a contrast sample, drawn as ``review.<NAME>`` draws them (after unblinding)."""
-    from analysis.analyze import load_dataset, models  # analyze imports this module
-
-    settings = plan.get("analysis", {})
-    parser = str((plan.get("response") or {}).get("parser", ""))
-    ds = load_dataset(log, exclude_unparseable=bool(settings.get("exclude_unparseable", True)),
-                      parser=parser, models=models(plan),
-                      variants=bool(plan.get("variants")))  # fmt: skip
-    try:
-        return list(review_values(ds, plan, review)["cases"])
-    except mcq.McqError as exc:
-        raise StudyError(f"review sample: {exc}") from None
-
-
-def _reviewed(log: Ledger, name: str) -> dict[Any, list[str]]:
-    done: dict[Any, list[str]] = {}
-    for e in log.events("review.recorded"):
-        if e.body.get("sample") == name:
-            value = e.body["value"]
-            text = value if isinstance(value, str) else json.dumps(value, ensure_ascii=False)
-            done.setdefault(e.body["subject"], []).append(text)
-    return done
-
-
-def review_subjects(root: str | Path, name: str) -> list[ReviewSubject]:
-    """The subjects of review sample ``name``, with the reviews already recorded for each."""
-    root = Path(root)
-    study = check_integrity(root)
-    with Ledger.open(ledger_path(root), readonly=True) as log:
-        plan = _plan(log, root, name)
-        done = _reviewed(log, name)
-        if plan["kind"] == "reference-set":
-            sets = reference_sets(study, str(plan["reference"]))
-            chosen = item_sample(sets, int(plan["n"]), str(plan["seed"]))
-            return [ReviewSubject(i, i, "", None, (), tuple(done.get(i, [])),
-                                  json.dumps(sets[i], ensure_ascii=False))
-                    for i in chosen]  # fmt: skip
-        if plan["kind"] == "contrast":
-            protocol = protocol_event(log)
-            assert protocol is not None
-            cases = contrast_cases(log, protocol.body, plan)
-            return [ReviewSubject(
-                c["failed_response_seq"], str(c["item"]), "", None, (),
-                tuple(done.get(c["failed_response_seq"], [])),
-                f"rep {c['rep']}: {c['failed_trial']} answered {c['failed_answer']}, "
-                f"{c['succeeded_trial']} answered {c['succeeded_answer']}")
-                for c in cases]  # fmt: skip
-        chosen_scores = _judge_sample(log, plan)
-    return [
-        ReviewSubject(seq, b["stimulus"], b["arm_code"], b["judge"]["decision"],
-                      tuple(v["vote"] for v in b["judge"]["votes"]), tuple(done.get(seq, [])))
-        for seq, b in chosen_scores.items()
-    ]  # fmt: skip
-
-
-def parse_value(kind: str, text: str) -> Any:
-    """A review value as ``ledger review --value`` gives it.
-
-    A label (judge-label); a JSON object of edits (reference-set); codes separated by commas
-    (code).
-    """
-    if kind == "reference-set":
-        try:
-            return json.loads(text)
-        except ValueError as exc:
-            raise StudyError(f"--value: a reference-set review is a JSON object of edits "
-                             f"({exc})") from None
-    if kind == "code":
-        return [c.strip() for c in text.split(",") if c.strip()]
-    return text
-
-
-def record_review(
-    root: str | Path, key: SigningKey, name: str, subject: int | str, value: Any
-) -> int:
-    """Append a ``review.recorded`` of ``subject`` in sample ``name`` (``docs/scoring.md`` §11).
-
-    The key must be registered with the role ``reviewer``; the subject in the locked sample;
-    the value a label of the judge step (judge-label), an edit of the item's reference sets
-    (reference-set: removals in the set, additions not) or a list of the declared codes (a
-    coded contrast sample). Returns the event's seq; nothing is appended otherwise.
-    """
-    root = Path(root)
-    study = check_integrity(root)
-    with Ledger.open(ledger_path(root)) as log:
-        records = log.keys()
-        role = next((k.role for k in records if k.vkey == key.vkey
-                     and k.revoked_seq is None), None)  # fmt: skip
-        if role != "reviewer":
-            raise StudyError(f"{root}: a review is signed by a key with the role 'reviewer' "
-                             f"(this key's role: {role or 'not registered'}); register one "
-                             "with 'ledger key add ... --role reviewer'")  # fmt: skip
-        plan = _plan(log, root, name)
-        kind = plan["kind"]
-        if kind == "reference-set":
-            sets = reference_sets(study, str(plan["reference"]))
-            chosen = item_sample(sets, int(plan["n"]), str(plan["seed"]))
-            if str(subject) not in chosen:
-                raise StudyError(f"{root}: item {subject!r} is not in review sample {name!r} "
-                                 f"(its items: {', '.join(chosen)})")  # fmt: skip
-            subject = str(subject)
-            problem = edit_problem(value, sets[subject])
-            if problem is not None:
-                raise StudyError(f"review of item {subject!r}: {problem}")
-        elif kind == "contrast":
-            protocol = protocol_event(log)
-            assert protocol is not None
-            seqs = [int(c["failed_response_seq"]) for c in contrast_cases(log, protocol.body, plan)]
-            if not str(subject).isdigit() or int(subject) not in seqs:
-                raise StudyError(f"{root}: {subject!r} is not a case of review sample {name!r} "
-                                 f"(its cases, by failed_response_seq: "
-                                 f"{', '.join(map(str, seqs))})")  # fmt: skip
-            subject, kind = int(subject), "code"
-            problem = code_problem(value, plan["codes"])
-            if problem is not None:
-                raise StudyError(f"review of case {subject}: {problem}")
-        else:
-            chosen_scores = _judge_sample(log, plan)
-            if not str(subject).isdigit() or int(subject) not in chosen_scores:
-                raise StudyError(f"{root}: seq {subject} is not in review sample {name!r} (its "
-                                 f"subjects: {', '.join(map(str, chosen_scores))})")  # fmt: skip
-            subject = int(subject)
-            labels = study.steps[plan["step"]].labels
-            if value not in labels:
-                raise StudyError(f"value {value!r} is not a label of step {plan['step']!r} "
-                                 f"({', '.join(labels)})")  # fmt: skip
-        event = log.append(
-            "review.recorded",
-            {"sample": name, "subject": subject, "kind": kind, "value": value},
-            key=key,
-        )
-    return event.seq
 
 
 # ------------------------------------------------------------- tabulations (ledger analyze)
 
 
-def review_tables(log: Ledger, plan: dict[str, Any], study: Study, results: list[Any]) -> list[Any]:
-    """The tables of the recorded reviews, one result per sample that has them, in name order.
+def review_tables(
+    log: Ledger, plan: dict[str, Any], study: Study, drawn: Mapping[str, Any]
+) -> list[tuple[str, str, str, Callable[[], dict[str, Any]]]]:
+    """The tables of the recorded reviews: ``(id, title, test, compute)``, in name order.
 
     ``review.<NAME>`` of a reference-set sample (commission and omission per set, agreement
     and either criteria) and of a judge-label sample (reviewers against the judges: agreement
-    and Cohen's kappa); ``review.<NAME>.codes`` of a contrast sample with codes (its cases
-    are those of ``review.<NAME>`` in ``results``). ``docs/analysis.md`` §9.
+    and Cohen's kappa); ``review.<NAME>.codes`` of a contrast sample with codes (its cases are
+    those of the ``values`` of ``review.<NAME>`` in ``drawn``, by result id). ``compute()``
+    gives the ``values`` (``docs/analysis.md`` §9); :mod:`analysis.analyze` records them.
     """
-    from analysis.analyze import Result, _guard  # analyze imports this module
-
     by_sample: dict[str, list[tuple[int, str, Any, Any]]] = {}
     for e in log.events("review.recorded"):
         by_sample.setdefault(str(e.body.get("sample")), []).append(
             (e.seq, e.actor, e.body.get("subject"), e.body.get("value")))
-    recorded = {r.id: r for r in results}
-    out = []
+    out: list[tuple[str, str, str, Callable[[], dict[str, Any]]]] = []
     for name, review in sorted((plan.get("reviews") or {}).items()):
         kind = review.get("kind")
         reviews = by_sample.get(name, [])
         if kind == "reference-set":
-            r = Result(f"review.{name}", f"Review of reference sets, sample {name}: commission "
-                       "and omission, agreement-based and either-annotator", "descriptive",
-                       "reference-review")  # fmt: skip
 
-            def table(r: Any = r, review: dict[str, Any] = review,
-                      reviews: list[Any] = reviews) -> None:
-                sets = reference_sets(study, str(review["reference"]))
-                sample = item_sample(sets, int(review["n"]), str(review["seed"]))
-                r.values = {"reference": review["reference"], "n": review["n"],
-                            "seed": review["seed"], **reference_table(sample, reviews)}
+            def table(review: dict[str, Any] = review,
+                      reviews: list[Any] = reviews) -> dict[str, Any]:
+                sample = item_sample(study.stimulus_ids(), int(review["n"]), str(review["seed"]))
+                return {"reference": review["reference"], "n": review["n"],
+                        "seed": review["seed"], **reference_table(sample, reviews)}
 
-            out.append(_guard(r, table))
+            out.append((f"review.{name}", f"Review of reference sets, sample {name}: "
+                        "commission and omission, agreement-based and either-annotator",
+                        "reference-review", table))  # fmt: skip
         elif kind == "judge-label":
-            r = Result(f"review.{name}", f"Reviewers against the judges of step "
-                       f"{review['step']}, sample {name}", "descriptive", "judge-review")
 
-            def labels(r: Any = r, review: dict[str, Any] = review,
-                       reviews: list[Any] = reviews) -> None:
+            def labels(review: dict[str, Any] = review,
+                       reviews: list[Any] = reviews) -> dict[str, Any]:
                 chosen = _judge_sample(log, review)
                 decisions = {seq: b["judge"]["decision"] for seq, b in chosen.items()}
+                same = {seq: None not in (v := [x.get("vote") for x in b["judge"]["votes"]])
+                        and len(set(v)) == 1 for seq, b in chosen.items()}  # fmt: skip
                 step = (plan.get("steps") or {}).get(review["step"]) or {}
-                r.values = {"step": review["step"], "sample": sorted(chosen),
-                            **label_table(decisions, list(step.get("labels") or []),
-                                          reviews)}  # fmt: skip
+                return {"step": review["step"], "sample": sorted(chosen),
+                        **label_table(decisions, list(step.get("labels") or []), reviews,
+                                      same)}  # fmt: skip
 
-            out.append(_guard(r, labels))
+            out.append((f"review.{name}", f"Reviewers against the judges of step "
+                        f"{review['step']}, sample {name}", "judge-review", labels))
         elif kind == "contrast" and review.get("codes"):
-            r = Result(f"review.{name}.codes", f"Codes of review sample {name}", "descriptive",
-                       "review-codes")  # fmt: skip
 
-            def codes(r: Any = r, review: dict[str, Any] = review, name: str = name,
-                      reviews: list[Any] = reviews) -> None:
-                drawn = recorded.get(f"review.{name}")
-                if drawn is None or drawn.values is None:
+            def codes(review: dict[str, Any] = review, name: str = name,
+                      reviews: list[Any] = reviews) -> dict[str, Any]:
+                values = drawn.get(f"review.{name}")
+                if values is None:
                     raise ValueError(f"review.{name} was not drawn")
-                sample = [c["failed_response_seq"] for c in drawn.values["cases"]]
-                r.values = code_table(sample, list(review["codes"]), reviews)
+                sample = [c["failed_response_seq"] for c in values["cases"]]
+                return code_table(sample, list(review["codes"]), reviews)
 
-            out.append(_guard(r, codes))
+            out.append((f"review.{name}.codes", f"Codes of review sample {name}",
+                        "review-codes", codes))
     return out

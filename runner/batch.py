@@ -248,6 +248,11 @@ class BatchRunner(Runner):
         assert self.state is not None
         for batch_id, entries in self._open_batches().items():
             await self._collect(batch_id, entries)
+        for trial in self.pending(self.state):  # docs/trials.md §6: no request to batch
+            if self._is_data(trial) and self.stop_reason is None:
+                record = self.state.trials[trial.id]
+                attempt = record.attempts + 1
+                self._supplied(record, attempt, self._record_data(trial, attempt))
         while self.stop_reason is None:
             pending = [
                 t

@@ -510,6 +510,24 @@ class Runner:
         """Whether ``trial`` is of a data arm (``response_from``): no request is sent."""
         return self.study.arms[trial.arm].response_from is not None
 
+    def _record_data(self, trial: Trial, attempt: int) -> int:
+        """Append a data trial's two events in one transaction; the response's seq.
+
+        Called in the writer thread (or, in a batch session, directly): nothing else appends
+        between reading the ledger's size and the append, so the response's ``request_seq``
+        is the seq its request receives.
+        """
+        request, response = data_trial_events(self.study, trial, attempt, self.session)
+        answer = replace(response, body={**response.body, "request_seq": self.log.size})
+        return self.log.append_many([request, answer], key=self.key)[1].seq
+
+    def _supplied(self, record: TrialState, attempt: int, seq: int) -> None:
+        record.attempts = attempt
+        record.responded = seq
+        self.counters.responded += 1
+        self.final += 1
+        self._tick()
+
     async def _supply(self, trial: Trial, record: TrialState) -> None:
         """Record a data trial (``docs/trials.md`` §6): its source record and its response.
 
@@ -519,18 +537,8 @@ class Runner:
         """
         assert self.writer is not None
         attempt = record.attempts + 1
-        request, response = data_trial_events(self.study, trial, attempt, self.session)
-
-        def commit() -> int:
-            answer = replace(response, body={**response.body, "request_seq": self.log.size})
-            stored = self.log.append_many([request, answer], key=self.key)
-            return stored[1].seq
-
-        record.attempts = attempt
-        record.responded = await self.writer.call(commit)
-        self.counters.responded += 1
-        self.final += 1
-        self._tick()
+        seq = await self.writer.call(lambda: self._record_data(trial, attempt))
+        self._supplied(record, attempt, seq)
 
     def _refuse_sealed(self) -> None:
         sealed = next(iter(self.log.events("scoring.sealed")), None)

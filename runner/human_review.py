@@ -1,12 +1,12 @@
 """Human review of reference sets and codes (``docs/scoring.md`` §11): samples, edits, tables.
 
-Pure functions shared by ``ledger review`` (:mod:`analysis.review`, which records) and
+Pure functions shared by ``ledger review`` (:mod:`analysis.reviewing`, which records) and
 ``ledger analyze`` (which tabulates); ``verify/_human.py`` is the verifier's own second
 implementation of the same rules.
 
 - A *reference-set* sample (``[reviews.NAME] reference = "supplied"`` or ``"<item step>"``)
-  is the ``n`` items with the smallest ``SHA-256("{seed}|{item id}")`` among the items that
-  have reference sets, in that order. A review of item I is an edit of each of its three sets,
+  is the ``n`` items of the item file with the smallest ``SHA-256("{seed}|{item id}")``, in
+  that order. A review of item I is an edit of each of its three sets,
   ``{"<set>": {"remove": [...], "add": [...]}}``: a removal must be in the set, an addition
   must not, both compared after :func:`normal`.
 - The table of a reference-set sample (:func:`reference_table`) counts, per set, the reviewed
@@ -172,26 +172,34 @@ def code_table(
 
 def label_table(
     decisions: Mapping[int, Any], labels: Sequence[str],
-    reviews: Iterable[tuple[int, str, Any, Any]],
+    reviews: Iterable[tuple[int, str, Any, Any]], unanimous: Mapping[int, bool] | None = None,
 ) -> dict[str, Any]:
     """Reviewers' labels against the judges' decisions (a judge-label sample).
 
     Per reviewer, over the subjects it labelled whose judges reached a decision: the count,
     the share agreeing, and Cohen's kappa of reviewer vs judges ((p_o - p_e) / (1 - p_e), the
-    categories the step's labels; None when p_e = 1).
+    categories the step's labels; None when p_e = 1); and, per stratum of the sample
+    (``unanimous``: subject -> whether the judges were unanimous), the count and the share
+    agreeing (seed 001's Figure 6 stratifies the experts' labels so).
     """
     latest = _latest(reviews)
+    strata = unanimous or {}
     out: dict[str, Any] = {}
     for reviewer in sorted(latest):
-        pairs = [(v, decisions[s]) for s, v in latest[reviewer].items()
+        pairs = [(s, v, decisions[s]) for s, v in latest[reviewer].items()
                  if decisions.get(s) is not None]  # fmt: skip
         n = len(pairs)
+        by_stratum = {}
+        for name, flag in (("unanimous", True), ("split", False)):
+            mine = [(v, d) for s, v, d in pairs if strata.get(s) is flag]
+            by_stratum[name] = {"n": len(mine), "agreement":
+                                sum(a == b for a, b in mine) / len(mine) if mine else None}
         if not n:
-            out[reviewer] = {"n": 0, "agreement": None, "kappa": None}
+            out[reviewer] = {"n": 0, "agreement": None, "kappa": None, "strata": by_stratum}
             continue
-        p_o = sum(a == b for a, b in pairs) / n
-        p_e = sum((sum(a == c for a, _ in pairs) / n) * (sum(b == c for _, b in pairs) / n)
+        p_o = sum(v == d for _, v, d in pairs) / n
+        p_e = sum((sum(v == c for _, v, _ in pairs) / n) * (sum(d == c for _, _, d in pairs) / n)
                   for c in labels)  # fmt: skip
         kappa = (p_o - p_e) / (1 - p_e) if p_e != 1 else None
-        out[reviewer] = {"n": n, "agreement": p_o, "kappa": kappa}
+        out[reviewer] = {"n": n, "agreement": p_o, "kappa": kappa, "strata": by_stratum}
     return {"reviewers": sorted(latest), "labels": list(labels), "by_reviewer": out}

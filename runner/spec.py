@@ -1061,31 +1061,38 @@ def _review_kind(c: _Collector, name: str, table: dict[str, Any]) -> str | None:
     return None
 
 
-def _reference_review(c: _Collector, name: str, table: dict[str, Any], items: Any) -> str | None:
-    """The reference of a reference-set sample (``docs/scoring.md`` §11), checked.
+def _reference_review(
+    c: _Collector, name: str, table: dict[str, Any], steps: dict[str, StepSpec], items: Any
+) -> str | None:
+    """The reference of a reference-set sample (``docs/scoring.md`` §11.1), checked.
 
     ``"supplied"``: every item carries the three ``metadata`` arrays ``reference_*`` (the
-    first item without them is named). Sets decided by an item step are not reviewable yet:
-    the verifier cannot re-derive a set-valued step decision (``docs/adr/0005``, "As built").
+    first item without them is named). Otherwise an item step with the ``json`` parser whose
+    decision for an item holds the three sets (``docs/prompts.md`` §8).
     """
     where, path = f"reviews.{name}.reference", ("reviews", name, "reference")
     ref = table.get("reference")
-    if ref != "supplied":
-        c.add(where, f"must be \"supplied\" (the items' metadata arrays "
-              f"{', '.join(REFERENCE_FIELDS.values())}), got {ref!r}; reference sets decided "
-              "by an item step cannot be reviewed yet", path)  # fmt: skip
-        return None
     if items is None:
-        c.add(where, "supplied reference sets are item metadata: the study needs an item "
-              "file ([stimuli] items)", path)  # fmt: skip
+        c.add(where, "reference sets belong to items: the study needs an item file "
+              "([stimuli] items)", path)  # fmt: skip
         return None
-    for item in items:
-        if supplied_sets(item.metadata) is None:
-            c.add(where, f"item {item.id!r} (line {item.line}) lacks its reference sets: "
-                  f"metadata arrays of strings {', '.join(REFERENCE_FIELDS.values())}",
-                  path)  # fmt: skip
-            return None
-    return "supplied"
+    if ref == "supplied":
+        for item in items:
+            if supplied_sets(item.metadata) is None:
+                c.add(where, f"item {item.id!r} (line {item.line}) lacks its reference sets: "
+                      f"metadata arrays of strings {', '.join(REFERENCE_FIELDS.values())}",
+                      path)  # fmt: skip
+                return None
+        return "supplied"
+    spec = steps.get(ref) if isinstance(ref, str) else None
+    if spec is None or spec.on != "item" or spec.parser != "json":
+        known = ", ".join(n for n, s in steps.items() if s.on == "item" and s.parser == "json")
+        c.add(where, f"must be \"supplied\" (the items' metadata arrays "
+              f"{', '.join(REFERENCE_FIELDS.values())}) or an item step with the json parser "
+              f"that decides the sets, got {ref!r} (such steps: {known or 'none declared'})",
+              path)  # fmt: skip
+        return None
+    return str(ref)
 
 
 def _codes(c: _Collector, name: str, table: dict[str, Any]) -> tuple[str, ...] | None:
@@ -1229,7 +1236,7 @@ def _reviews(
                                   failed=sides["failed"], succeeded=sides["succeeded"],
                                   model=model, codes=codes))  # fmt: skip
         elif kind == "reference-set":
-            reference = _reference_review(c, name, table, items)
+            reference = _reference_review(c, name, table, steps, items)
             if ok and reference is not None:
                 out.append(Review(name, kind, int(n), seed, description,
                                   reference=reference))  # fmt: skip

@@ -150,6 +150,90 @@ def test_a_restart_takes_only_the_data_trials_not_recorded(tmp_path: Path) -> No
     assert len(trials) == len(set(trials)) == 3 * len(ITEMS)
 
 
+@pytest.mark.slow
+def test_a_batch_session_records_data_trials_without_batching_them(tmp_path: Path) -> None:
+    """With no steps the batch backend may run: the data trials are taken, never submitted."""
+    from fake_messages import FakeMessagesServer
+    from human_study import spec_text
+
+    from runner.batch import AnthropicBatchBackend
+
+    text = spec_text(reviews="")
+    start = text.index("[steps.judge]")
+    text = text[:start] + text[text.index("[stimuli]"):]
+    root = write_study(tmp_path / "s")
+    (root / "study.toml").write_text(text.replace('"judge:judge"', '"normalized"'), "utf-8")
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setenv("PROMPT_LEDGER_HOME", str(tmp_path / "home"))
+        lock_study(root, KEY)
+        with FakeMessagesServer(batch_ready_after_polls=1) as server:
+            backend = AnthropicBatchBackend(api_key="test", base_url=server.base_url)
+            result = run_study(root, KEY, backend, RunOptions(
+                poll_interval=0.01, preflight=False, models=("target",)))  # one price a session
+            submitted = [b for batch in server._batches.values() for b in batch["requests"]]
+    with Ledger.open(root / "ledger.db", readonly=True) as log:
+        data = [e for e in log.events("trial.requested") if e.body["backend"] == "data"]
+    assert len(data) == len(ITEMS) and len(submitted) == len(ITEMS), result.reason
+
+
+@pytest.mark.slow
+def test_reference_sets_decided_by_a_step_are_reviewed_and_verified(tmp_path: Path) -> None:
+    """``reference = "<item step>"``: the sets are the step's decision (a json item step; the
+    simulated model answers with the first line of the prompt, here the sets as JSON)."""
+    from human_study import spec_text
+
+    items = [{**i, "sets": json.dumps({
+        "plausible": [i["answer"], "stress"], "highly_likely": [i["answer"]],
+        "safety_critical": []})} for i in ITEMS]  # fmt: skip
+    root = write_study(tmp_path / "s", items=items)
+    (root / "prompts" / "refs.txt").write_text("{sets}\nThe reference sets, as JSON.\n", "utf-8")
+    (root / "prompts" / "refs.json").write_text(json.dumps({
+        "type": "object", "required": ["plausible", "highly_likely", "safety_critical"],
+        "properties": {k: {"type": "array", "items": {"type": "string"}}
+                       for k in ("plausible", "highly_likely", "safety_critical")}}), "utf-8")
+    steps = """[steps.refs]
+on = "item"
+models = ["judge_a"]
+template = "prompts/refs.txt"
+parser = "json"
+schema = "prompts/refs.json"
+
+[reviews.refsets]
+reference = "refs"
+n = 3
+seed = 11
+"""
+    (root / "study.toml").write_text(spec_text(reviews=steps), "utf-8")
+    key = tmp_path / "owner.key"
+    KEY.save(key)
+    reviewer = fixed_key(CLINICIANS[0])
+    reviewer.save(tmp_path / "r.key")
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setenv("PROMPT_LEDGER_HOME", str(tmp_path / "home"))
+        invoke("lock", root, "--key", key)
+        invoke("run", root, "--backend", "simulated", "--key", key)
+        invoke("score", root, "--key", key)
+        invoke("key", "add", root / "ledger.db", reviewer.vkey, "--role", "reviewer",
+               "--key", key)  # fmt: skip
+        listed = invoke("review", root, "--sample", "refsets").splitlines()
+        item = listed[0].split("\t", 1)[0]
+        assert '"highly_likely":' in listed[0]
+        out = invoke("review", root, "--sample", "refsets", "--subject", item, "--value",
+                     json.dumps({"plausible": {"remove": ["gout fever"]}}), "--key",
+                     tmp_path / "r.key", ok=False)  # fmt: skip
+        assert "is not in the plausible set" in out
+        invoke("review", root, "--sample", "refsets", "--subject", item, "--value",
+               json.dumps({"plausible": {"remove": ["stress"]}}), "--key", tmp_path / "r.key")
+        for step in ("unblind", "analyze"):
+            invoke(step, root, "--key", key)
+        invoke("export", root, tmp_path / "archive", "--key", key)
+    table = results(root)["review.refsets"]["values"]
+    assert table["reviewed"] == 1 and table["sets"]["plausible"]["either"]["commission"] == {
+        "items": 1, "n": 1, "share": 1}
+    report = verify_archive(tmp_path / "archive")
+    assert report.ok, [(c.name, c.reason) for c in report.checks if c.status.name == "FAIL"]
+
+
 # ------------------------------------------------------------------ bad input
 
 
@@ -184,6 +268,15 @@ def test_reference_sets_missing_on_an_item_are_refused(tmp_path: Path) -> None:
         load_study(root)
 
 
+def test_a_reference_that_is_not_a_json_item_step_is_refused(tmp_path: Path) -> None:
+    from human_study import REVIEWS
+
+    root = write_study(tmp_path / "s", reviews=REVIEWS.replace('"supplied"', '"judge"'))
+    with pytest.raises(SpecError, match=r"reviews\.refsets\.reference.*an item step with the "
+                       r"json parser.*got 'judge'"):  # fmt: skip
+        load_study(root)
+
+
 def _reviewer(study: Path) -> Any:
     from ledger import SigningKey
 
@@ -191,7 +284,7 @@ def _reviewer(study: Path) -> Any:
 
 
 def test_review_of_an_item_outside_the_sample_is_refused(study: Path) -> None:
-    from analysis.review import record_review, review_subjects
+    from analysis.reviewing import record_review, review_subjects
 
     sample = {str(s.response_seq) for s in review_subjects(study, "refsets")}
     outside = next(i["id"] for i in ITEMS if i["id"] not in sample)
@@ -202,7 +295,7 @@ def test_review_of_an_item_outside_the_sample_is_refused(study: Path) -> None:
 
 
 def test_an_edit_removing_a_diagnosis_not_in_the_set_is_refused(study: Path) -> None:
-    from analysis.review import record_review, review_subjects
+    from analysis.reviewing import record_review, review_subjects
 
     item = str(review_subjects(study, "refsets")[0].response_seq)
     size = _size(study)
@@ -217,7 +310,7 @@ def test_an_edit_removing_a_diagnosis_not_in_the_set_is_refused(study: Path) -> 
 
 
 def test_review_before_the_seal_is_refused(tmp_path: Path) -> None:
-    from analysis.review import record_review
+    from analysis.reviewing import record_review
 
     root = write_study(tmp_path / "s")
     with pytest.MonkeyPatch.context() as patch:
@@ -279,6 +372,8 @@ def test_reviews_against_the_judges_match_statsmodels_kappa(study: Path) -> None
     with Ledger.open(study / "ledger.db", readonly=True) as log:
         decisions = {e.body["response_seq"]: e.body["judge"]["decision"]
                      for e in log.events("trial.scored")}  # fmt: skip
+        votes = {e.body["response_seq"]: [v["vote"] for v in e.body["judge"]["votes"]]
+                 for e in log.events("trial.scored")}  # fmt: skip
         reviews = {e.body["subject"]: e.body["value"] for e in log.events("review.recorded")
                    if e.body["sample"] == "audit"}  # fmt: skip
     pairs = [(v, decisions[s]) for s, v in reviews.items() if decisions[s] is not None]
@@ -289,6 +384,14 @@ def test_reviews_against_the_judges_match_statsmodels_kappa(study: Path) -> None
     labels = ["correct", "incorrect"]
     grid = [[sum(1 for a, b in pairs if (a, b) == (x, y)) for y in labels] for x in labels]
     assert got["kappa"] == pytest.approx(float(cohens_kappa(grid, return_results=False)))
+    for name, same in (("unanimous", True), ("split", False)):
+        inside = [(v, decisions[s]) for s, v in reviews.items() if decisions[s] is not None
+                  and (None not in votes[s] and len(set(votes[s])) == 1) is same]
+        cell = got["strata"][name]
+        assert cell["n"] == len(inside)
+        if inside:
+            assert cell["agreement"] == pytest.approx(
+                sum(a == b for a, b in inside) / len(inside))
 
 
 # ------------------------------------------------------------------ the archive

@@ -1020,7 +1020,7 @@ def test_ledger_review_refuses_a_contrast_sample_naming_its_export(
     built: tuple[Path, Path, Path],
 ) -> None:
     """`ledger review` lists and labels judge-label samples; a contrast one is analyzed."""
-    from analysis.review import review_subjects
+    from analysis.reviewing import review_subjects
     from runner.lock import StudyError
 
     with pytest.raises(StudyError, match=r"'bare_hurt' is a contrast sample.*"

@@ -558,7 +558,7 @@ def test_review_sample_is_seeded_and_stratified_by_agreement() -> None:
 
 
 def test_review_needs_a_reviewer_key_and_a_subject_of_the_sample(unsure: Path) -> None:
-    from analysis.review import record_review, review_subjects
+    from analysis.reviewing import record_review, review_subjects
     from ledger import SigningKey
     from runner.lock import StudyError
 

@@ -144,22 +144,30 @@ def code_table(sample: Sequence[Any], codes: Sequence[str], reviews: Iterable[Re
     }  # fmt: skip
 
 
-def label_table(decisions: Mapping[int, Any], labels: Sequence[str], reviews: Iterable[Review]
-                ) -> dict[str, Any]:  # fmt: skip
-    """analysis.md §9: each reviewer against the judges' decisions: agreement, Cohen's kappa."""
+def label_table(decisions: Mapping[int, Any], labels: Sequence[str], reviews: Iterable[Review],
+                unanimous: Mapping[int, bool]) -> dict[str, Any]:  # fmt: skip
+    """analysis.md §9: each reviewer against the judges' decisions.
+
+    Agreement, Cohen's kappa, and the agreement within each stratum (judges unanimous, split).
+    """
     last = _last(reviews)
     per: dict[str, Any] = {}
     for who in sorted(last):
-        pairs = [(v, decisions[s]) for s, v in last[who].items() if decisions.get(s) is not None]
-        n = len(pairs)
+        rows = [(s, v, decisions[s]) for s, v in last[who].items() if decisions.get(s) is not None]
+        n = len(rows)
+        strata = {}
+        for name in ("unanimous", "split"):
+            inside = [(v, d) for s, v, d in rows if unanimous.get(s) is (name == "unanimous")]
+            strata[name] = {"n": len(inside), "agreement": (
+                len([1 for v, d in inside if v == d]) / len(inside) if inside else None)}
         if n == 0:
-            per[who] = {"n": 0, "agreement": None, "kappa": None}
+            per[who] = {"n": 0, "agreement": None, "kappa": None, "strata": strata}
             continue
-        p_o = math.fsum(1 for a, b in pairs if a == b) / n
-        p_e = math.fsum(
-            (len([1 for a, _ in pairs if a == c]) / n) * (len([1 for _, b in pairs if b == c]) / n)
-            for c in labels
-        )
+        p_o = math.fsum(1 for _, v, d in rows if v == d) / n
+        reviewer_share = {c: len([1 for _, v, _ in rows if v == c]) / n for c in labels}
+        judges_share = {c: len([1 for _, _, d in rows if d == c]) / n for c in labels}
+        p_e = math.fsum(reviewer_share[c] * judges_share[c] for c in labels)
         per[who] = {"n": n, "agreement": p_o,
-                    "kappa": (p_o - p_e) / (1 - p_e) if p_e != 1 else None}  # fmt: skip
+                    "kappa": (p_o - p_e) / (1 - p_e) if p_e != 1 else None,
+                    "strata": strata}  # fmt: skip
     return {"reviewers": sorted(last), "labels": list(labels), "by_reviewer": per}

@@ -1926,7 +1926,7 @@ def _reviews(ds: _Dataset, plan: dict[str, Any]) -> list[_Result]:
 def _human_tables(archive: _Archive, plan: dict[str, Any], done: list[_Result]) -> list[_Result]:
     """analysis.md §9: the tables of the recorded reviews, in sample name order.
 
-    ``review.<NAME>`` of a reference-set sample (from the locked items' supplied sets) and of
+    ``review.<NAME>`` of a reference-set sample (its items drawn from the locked item file) and of
     a judge-label sample (reviewers against the recorded judge decisions, whose votes the
     rescore check re-derived), ``review.<NAME>.codes`` of a contrast sample with codes (its
     cases those of the re-derived ``review.<NAME>`` in ``done``).
@@ -1942,12 +1942,8 @@ def _human_tables(archive: _Archive, plan: dict[str, Any], done: list[_Result]) 
         if review.get("kind") == "reference-set":
 
             def refsets(review: dict[str, Any] = review, mine: list[Any] = mine) -> dict[str, Any]:
-                sets = {}
-                for item in _item_file(archive).items:
-                    found = _human.supplied_sets(item.data.get("metadata"))
-                    if found is not None:
-                        sets[item.id] = found
-                sample = _human.item_sample(sets, int(review["n"]), str(review["seed"]))
+                items = [item.id for item in _item_file(archive).items]
+                sample = _human.item_sample(items, int(review["n"]), str(review["seed"]))
                 return {"reference": review["reference"], "n": review["n"],
                         "seed": review["seed"], **_human.reference_table(sample, mine)}
 
@@ -1967,7 +1963,8 @@ def _human_tables(archive: _Archive, plan: dict[str, Any], done: list[_Result]) 
                 step = (plan.get("steps") or {}).get(review["step"]) or {}
                 return {"step": review["step"], "sample": chosen,
                         **_human.label_table({s: scored[s]["decision"] for s in chosen},
-                                             list(step.get("labels") or []), mine)}  # fmt: skip
+                                             list(step.get("labels") or []), mine,
+                                             dict(judged))}  # fmt: skip
 
             out.append(_guard(_Result(f"review.{name}"), labels))
         elif review.get("kind") == "contrast" and review.get("codes"):

@@ -176,15 +176,23 @@ def _review_problem(a: Archive, plan: dict[str, Any], body: dict[str, Any],
         study, why = a.study()
         if study is None:
             return f"cannot be checked: the locked items cannot be read ({why})"
-        sets = {}
-        for item in study.item_ids:
-            found = _human.supplied_sets(study.fields(item).get("metadata"))
-            if found is not None:
-                sets[item] = found
-        sample = _human.item_sample(sets, int(plan.get("n", 0)), str(plan.get("seed")))
+        sample = _human.item_sample(study.item_ids, int(plan.get("n", 0)), str(plan.get("seed")))
         if subject not in sample:
             return f"subject {subject!r} is not an item of the sample (re-derived: {sample})"
-        problem = _human.edit_problem(value, sets[str(subject)])
+        reference = str(plan.get("reference"))
+        if reference == "supplied":
+            sets = _human.supplied_sets(study.fields(str(subject)).get("metadata"))
+        elif replay is None or reference not in replay.plans:
+            return f"cannot be checked: step {reference!r} is not a locked step"
+        else:  # the re-derived decision of the reference step (scoring.md §11.1)
+            decided = replay.decisions.get((reference, str(subject)))
+            value_of = decided[1] if decided is not None else None
+            sets = _human.supplied_sets(
+                {f"reference_{k}": v for k, v in value_of.items()} if type(value_of) is dict
+                else None)  # fmt: skip
+        if sets is None:
+            return f"item {subject!r} has no reference sets (from {reference!r}) to edit"
+        problem = _human.edit_problem(value, sets)
         return None if problem is None else f"value: {problem}"
     if kind == "contrast":
         name = str(body.get("sample"))
