@@ -22,7 +22,7 @@ ONE_ARM = ("accuracy", "mean")
 CORRECTNESS = ("accuracy", "success-rate", "perturbed-accuracy")
 COLUMNS = {"trial_accuracy": "accuracy", "glyph_accuracy": "accuracy"}
 """Outcome -> trial column; any other outcome is read from the trial column of its name."""
-BINARY = ("trial_accuracy",)
+BINARY = ("trial_accuracy", "uncertainty")
 """Outcomes whose values are 0 or 1 (a contrast's descriptive row adds the success rate)."""
 BLOCK_ROWS = 4096
 """Iterations drawn per numpy call (any block size consumes the stream as per-iteration draws)."""
