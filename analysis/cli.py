@@ -35,10 +35,10 @@ __all__ = [
 @click.option(
     "--template", default="prompt-tumbling-e", show_default=True,
     type=click.Choice(["prompt-tumbling-e", "prompt-rotation", "medmcqa-prompt-sensitivity",
-                       "green-shielding"]),
-    help="The study to run: Experiment 1 (tumbling-E) or 2 (image rotation) of the PROMPT "
-    "paper, seed 002's prompt-sensitivity design (four studies), or seed 001's Green "
-    "Shielding design (neutralized patient queries, differential diagnoses).",
+                       "green-shielding"]), metavar="NAME",
+    help="The study to run: prompt-tumbling-e or prompt-rotation (Experiment 1 or 2 of the "
+    "PROMPT paper), medmcqa-prompt-sensitivity (seed 002's design, four studies) or "
+    "green-shielding (seed 001's: neutralized patient queries, differential diagnoses).",
 )  # fmt: skip
 def demo(directory: Path | None, replicates: int | None, template: str) -> None:
     """Run the whole PROMPT workflow offline on the simulated model, then verify and tamper.
