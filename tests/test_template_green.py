@@ -292,3 +292,27 @@ def test_a_changed_reference_set_fails_verification_naming_it(forged: Path) -> N
     assert "protocol.locked items (data/items.jsonl)" in failed(report, "protocol")
     assert "prompts/match.txt" in failed(report, "steps")  # the sets are in the match requests
     assert "the reference sets (items) differ" in failed(report, "rescore")
+
+
+def test_the_simulation_reads_no_file_and_imports_no_item_reader(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """It answers from the request alone: no file is opened, no item or score module imported."""
+    import ast
+    import builtins
+
+    def refuse(*args: object, **kwargs: object) -> None:
+        raise AssertionError("the green simulation opened a file")
+
+    monkeypatch.setattr(builtins, "open", refuse)
+    monkeypatch.setattr(Path, "read_text", refuse)
+    monkeypatch.setattr(Path, "read_bytes", refuse)
+    text = _target(QUERY, "claude-haiku-4-5", "s|2")
+    assert _judge(f"Response to extract diagnoses from:\n{text}")["diagnoses"]
+    monkeypatch.undo()
+    tree = ast.parse(Path(g.__file__).read_text(encoding="utf-8"))
+    imported = {node.module if isinstance(node, ast.ImportFrom) else alias.name
+                for node in ast.walk(tree) if isinstance(node, ast.Import | ast.ImportFrom)
+                for alias in node.names}  # fmt: skip
+    assert imported <= {"__future__", "hashlib", "json", "math", "re", "typing", "ledger",
+                        "runner.simulated_text"}, imported  # fmt: skip
