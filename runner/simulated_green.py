@@ -13,6 +13,8 @@ names it knows with their synonyms; both are data, documented here.
 the line :data:`TASK_MARKER`. :func:`step_answer` (a step call) recognises its steps by the first
 line of a labelled block:
 
+- *annotator* (item step, ``json``): a line ``Query to annotate:``; the seven factor labels
+  (:func:`annotate`) as JSON booleans ``f1_specific_guess`` ... ``f7_first_person``.
 - *neutralizer* (item step, ``text`` parser): a line ``Factor groups to neutralize: <groups>``
   (``content``, ``format``, ``tone``, comma-separated) and a line ``Patient query:``; the query is
   the text after it to the end.
@@ -104,6 +106,7 @@ __all__ = [
     "LEXICON",
     "TASK_MARKER",
     "VERSION",
+    "annotate",
     "breadth_base",
     "is_green_request",
     "neutralize",
@@ -274,7 +277,7 @@ CLINICAL_WORDS: Final = frozenset({
     "stiff", "stiffness", "wheezy", "tired", "thirsty", "weight", "irritable", "spotting",
     "tight", "discharge", "slurred", "shake", "hot", "red", "itchy", "pale", "beer", "alcohol",
     "ill", "ibuprofen", "ago", "weeks", "days", "lasts", "minute", "minutes", "hearing", "move",
-    "onset", "flight", "sleepy", "phlegm", "vomiting", "breathe", "worse",
+    "onset", "flight", "sleepy", "phlegm", "vomiting", "breathe", "worse", "gone",
 })  # fmt: skip
 _WORD = re.compile(r"[a-z0-9]+(?:[-'][a-z0-9]+)*")
 _NUMBER = re.compile(r"\d")
@@ -446,6 +449,38 @@ def neutralize(text: str, groups: set[str], drop_last_clinical: bool = False) ->
     return (", " if query["unpunctuated"] else " ").join(kept)
 
 
+HISTORY_WORDS: Final = frozenset({
+    "ago", "since", "day", "days", "week", "weeks", "month", "months", "year", "years", "hour",
+    "hours", "minute", "minutes", "yesterday", "overnight", "morning", "night", "started",
+    "suddenly", "sudden",
+})  # fmt: skip
+"""Words that give a symptom's onset, duration or course (F4 is their absence)."""
+OBJECTIVE: Final = re.compile(r"\d+[.,/]\d+|\btemperature\b|\bblood pressure\b|\btests?\b|"
+                              r"\bx-ray\b|\bscan\b", re.I)
+"""An objective finding: a measured reading or a test (F3 is its absence)."""
+ANNOTATION: Final = ("f1_specific_guess", "f2_irrelevant_details", "f3_lacks_objective_data",
+                     "f4_lacks_symptom_history", "f5_unstructured", "f6_emotional_tone",
+                     "f7_first_person")  # fmt: skip
+
+
+def annotate(text: str) -> dict[str, bool]:
+    """The seven factor labels of seed 001 (F1-F7) as the annotator reads ``text``.
+
+    F1 a *guess* sentence; F2 an *irrelevant* one; F3 no measurement in the clinical sentences
+    (:data:`OBJECTIVE`: a reading with a decimal point or a slash, a temperature, a blood
+    pressure, a test); F4 no word of :data:`HISTORY_WORDS` in them; F5 unstructured; F6 emotional;
+    F7 first person (:func:`read_query`).
+    """
+    query = read_query(text)
+    clinical = " ".join(s for s, k in zip(query["sentences"], query["kinds"], strict=True)
+                        if k == "clinical")  # fmt: skip
+    objective = bool(OBJECTIVE.search(clinical))
+    return dict(zip(ANNOTATION, (
+        "guess" in query["kinds"], "irrelevant" in query["kinds"], not objective,
+        not HISTORY_WORDS & set(_words(clinical)), bool(query["unstructured"]),
+        bool(query["emotional"]), bool(query["first_person"])), strict=True))
+
+
 def breadth_base(model_id: str) -> int:
     """The model's concise list length, 2 or 3, by a hash of its id."""
     return 2 + hashlib.sha256(f"prompt-sim-green|style|{model_id}".encode()).digest()[0] % 2
@@ -560,7 +595,8 @@ def _matches(a: str, b: str, loose: bool) -> bool:
     return bool(x) and bool(y) and (x <= y or y <= x)
 
 
-LABELS: Final = ("Factor groups to neutralize:", "Patient query:", "Original query:",
+LABELS: Final = ("Query to annotate:", "Factor groups to neutralize:", "Patient query:",
+                 "Original query:",
                  "Rewritten case:", "Response to extract diagnoses from:",
                  "Candidate diagnoses:", "Reference plausible:", "Reference highly likely:",
                  "Reference safety-critical:", "Diagnoses to check:", "Input as sent:",
@@ -575,6 +611,8 @@ def step_answer(text: str, request: dict[str, Any], seed: str) -> str | None:
         return None
     draws = _draws(request, seed)
     model = str(request.get("model", ""))
+    if get["Query to annotate:"] is not None:
+        return json.dumps(annotate(get["Query to annotate:"] or ""))
     groups_line = get["Factor groups to neutralize:"]
     if groups_line is not None and get["Patient query:"] is not None:
         groups = {g.strip() for g in groups_line.split(",") if g.strip()}

@@ -72,8 +72,14 @@ def test_the_perturbable_labels_are_what_the_simulation_reads(
         assert yes["f5_unstructured"] == read["unstructured"], item["id"]
         assert yes["f6_emotional_tone"] == read["emotional"], item["id"]
         assert yes["f7_first_person"] == read["first_person"], item["id"]
-    assert any(i["metadata"]["f3_lacks_objective_data"] == "no" for i in items)
-    assert any(i["metadata"]["f4_lacks_symptom_history"] == "yes" for i in items)
+    assert {i["metadata"]["f3_lacks_objective_data"] for i in items} == {"yes", "no"}
+
+
+def test_the_simulated_annotator_gives_the_supplied_labels(items: list[dict[str, Any]]) -> None:
+    """The annotator step (seed 001's seven labels, F3 and F4 included) agrees with the sidecar."""
+    for item in items:
+        reply = _judge(f"Label the user-level factors.\nQuery to annotate:\n{item['question']}")
+        assert reply == {f: item["metadata"][f] == "yes" for f in FACTORS}, item["id"]
 
 
 def test_ledger_new_scaffolds_a_lockable_study(tmp_path: Path) -> None:
