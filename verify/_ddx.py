@@ -51,6 +51,88 @@ def _plan(name: str, rec: Any, read: Callable[[str], bytes | None]) -> StepPlan:
     )  # fmt: skip
 
 
+def _members(plan: StepPlan) -> set[str]:
+    """The members of a set-valued json step (every property an array), else none."""
+    return set(plan.sets)
+
+
+def ddx_lock_problems(
+    protocol: Mapping[str, Any], plans: Mapping[str, StepPlan],
+    fields: Callable[[str], Mapping[str, Any]], item_ids: Sequence[str],
+) -> list[str]:  # fmt: skip
+    """§12's lock rules on ``protocol.locked``: what a lock of a ddx study refuses.
+
+    Each role names a locked step of its kind and shape, each template reads what its role
+    needs, supplied reference sets exist for every item, and each hypothesis's outcome is one
+    the study can carry.
+    """
+    response = protocol.get("response") or {}
+    config = response.get("ddx")
+    out: list[str] = []
+    hyps = [h for h in protocol.get("hypotheses") or [] if isinstance(h, dict)]
+    if response.get("parser") != "ddx":
+        if config is not None:
+            out.append("response.ddx is locked, but the parser is not ddx")
+        out += [f"hypothesis {h.get('id')}: outcome {h.get('outcome')!r} is a ddx metric of a "
+                "study whose parser is not ddx" for h in hyps if h.get("outcome") in METRICS]
+        return out
+    if not isinstance(config, dict):
+        return ["response.ddx is missing"]
+    wants = {"list": ("trial", {"diagnoses"}), "match": ("trial", set(SETS)),
+             "grounding": ("trial", {"grounded", "indirect"})}  # fmt: skip
+    if config.get("reference") != "items":
+        wants["reference"] = ("item", set(SETS))
+    for role, (on, members) in wants.items():
+        name = config.get(role)
+        if name is None and role == "grounding":
+            continue
+        plan = plans.get(str(name))
+        if plan is None or plan.on != on or not members <= _members(plan):
+            out.append(f"response.ddx.{role} = {name!r} is not a locked {on} step with the "
+                       f"array members {sorted(members)}")  # fmt: skip
+    doubt = config.get("uncertainty")
+    if doubt is not None:
+        plan = plans.get(str(doubt))
+        if plan is None or plan.on != "trial" or plan.parser != "label" or not (
+            {"uncertain", "certain"} <= set(plan.labels)
+        ):
+            out.append(f"response.ddx.uncertainty = {doubt!r} is not a locked trial step with "
+                       "the labels uncertain and certain")  # fmt: skip
+    listed = str(config.get("list"))
+    reference = ([f"metadata.reference_{n}" for n in SETS] if config.get("reference") == "items"
+                 else [f"steps.{config.get('reference')}"])  # fmt: skip
+    reads = {"list": [["response"]], "uncertainty": [["response"]],
+             "match": [[f"steps.{listed}"], reference], "grounding": [[f"steps.{listed}"]]}
+    for role, groups in reads.items():
+        plan = plans.get(str(config.get(role)))
+        if plan is None:
+            continue
+        names = [slot.name for slot in plan.template.slots]
+        for group in groups:
+            if not any(n == g or n.startswith(g + ".") for n in names for g in group):
+                out.append(f"response.ddx.{role}: step {plan.name!r} "
+                           f"({plan.template.name}) does not read {group[0]}")
+    if config.get("reference") == "items":
+        for item in item_ids:
+            meta = fields(item).get("metadata")
+            meta = meta if isinstance(meta, dict) else {}
+            for name in SETS:
+                value = meta.get(f"reference_{name}")
+                if not isinstance(value, list) or not all(isinstance(x, str) for x in value):
+                    out.append(f"item {item!r} has no supplied reference set "
+                               f"metadata.reference_{name}")  # fmt: skip
+                    break
+    for h in hyps:
+        outcome = h.get("outcome")
+        need = {"grounding_rate": "grounding", "indirect_rate": "grounding",
+                "uncertainty": "uncertainty"}.get(str(outcome))  # fmt: skip
+        if outcome not in METRICS:
+            out.append(f"hypothesis {h.get('id')}: a ddx study has no outcome {outcome!r}")
+        elif need is not None and config.get(need) is None:
+            out.append(f"hypothesis {h.get('id')}: {outcome!r} needs response.ddx.{need}")
+    return out
+
+
 def _unique(elements: Sequence[Any]) -> list[str]:
     out: list[str] = []
     for element in elements:

@@ -11,6 +11,7 @@ from typing import Any
 
 from verify import _human
 from verify._archive.view import Archive
+from verify._ddx import ddx_lock_problems
 from verify._ledgerfile import _State
 from verify._prompts import LockedStudy, PromptError
 from verify._report import Check
@@ -106,6 +107,8 @@ def check_steps(a: Archive) -> Check:
         return st.check("")
     for reason in step_lock_problems(replay.plans, study):
         st.fail(f"seq {a.protocol_seq}: {reason}", a.protocol_seq)
+    for reason in ddx_lock_problems(a.protocol, replay.plans, study.fields, study.item_ids):
+        st.fail(f"seq {a.protocol_seq}: {reason} (docs/scoring.md §12)", a.protocol_seq)
     for at, reason in replay.problems:
         st.fail(f"seq {at}: {reason}" if at is not None else reason, at)
     reviews = _check_reviews(st, a, replay)
