@@ -248,11 +248,13 @@ class BatchRunner(Runner):
         assert self.state is not None
         for batch_id, entries in self._open_batches().items():
             await self._collect(batch_id, entries)
-        for trial in self.pending(self.state):  # docs/trials.md §6: no request to batch
-            if self._is_data(trial) and self.stop_reason is None:
-                record = self.state.trials[trial.id]
-                attempt = record.attempts + 1
-                self._supplied(record, attempt, self._record_data(trial, attempt))
+        data = [t for t in self.pending(self.state) if self._is_data(t)]
+        for start in range(0, len(data), self.DATA_CHUNK):  # docs/trials.md §6: never batched
+            chunk = data[start : start + self.DATA_CHUNK]
+            attempts = [self.state.trials[t.id].attempts + 1 for t in chunk]
+            for trial, attempt, seq in zip(chunk, attempts, self._record_data(chunk, attempts),
+                                           strict=True):  # fmt: skip
+                self._supplied(self.state.trials[trial.id], attempt, seq)
         while self.stop_reason is None:
             pending = [
                 t

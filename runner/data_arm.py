@@ -17,6 +17,7 @@ pair of events, appended in one transaction:
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any, Final
 
 from ledger import EventSpec
@@ -37,17 +38,16 @@ def source_record(item: str, field: str) -> dict[str, Any]:
 
 
 def data_trial_events(
-    study: Study, trial: Trial, attempt: int, session: int
+    study: Study, trial: Trial, attempt: int, session: int, item: Mapping[str, Any]
 ) -> tuple[EventSpec, EventSpec]:
     """The ``trial.requested`` and ``trial.responded`` of data trial ``trial``.
 
-    The response's ``request_seq`` is left 0: the caller sets it to the seq the request
-    receives, in the same transaction.
+    ``item`` is the trial's item as written (its ``data``). The response's ``request_seq`` is
+    left 0: the caller sets it to the seq the request receives, in the same transaction.
     """
     field = study.arms[trial.arm].response_from
     assert field is not None
-    item = next(i for i in study.load_items() if i.id == trial.stimulus)
-    text = item.data[field]
+    text = item[field]
     blob, digest = request_blob(source_record(trial.stimulus, field))
     request = EventSpec(
         "trial.requested",

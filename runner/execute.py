@@ -455,6 +455,7 @@ class Runner:
         staged = any(a.after is not None for a in study.arms.values())  # prompts.md §9
         self.steps = StepWork(study, self.builder.renderer) if study.steps or staged else None
         self.step_calls = 0  # step responses this session
+        self._items: dict[str, Any] | None = None  # item id -> data, for data arms (trials.md §6)
 
     # ------------------------------------------------------------------ events
 
@@ -510,35 +511,61 @@ class Runner:
         """Whether ``trial`` is of a data arm (``response_from``): no request is sent."""
         return self.study.arms[trial.arm].response_from is not None
 
-    def _record_data(self, trial: Trial, attempt: int) -> int:
-        """Append a data trial's two events in one transaction; the response's seq.
+    DATA_CHUNK = 256
+    """Data trials recorded per transaction (``docs/trials.md`` §6)."""
+
+    def _record_data(self, trials: Sequence[Trial], attempts: Sequence[int]) -> list[int]:
+        """Append data trials' event pairs in one transaction; the responses' seqs.
 
         Called in the writer thread (or, in a batch session, directly): nothing else appends
-        between reading the ledger's size and the append, so the response's ``request_seq``
+        between reading the ledger's size and the append, so each response's ``request_seq``
         is the seq its request receives.
         """
-        request, response = data_trial_events(self.study, trial, attempt, self.session)
-        answer = replace(response, body={**response.body, "request_seq": self.log.size})
-        return self.log.append_many([request, answer], key=self.key)[1].seq
+        if self.writer is not None and self.writer.failed is not None:
+            raise self.writer.failed  # nothing is committed after a failed commit
+        if self._items is None:
+            self._items = {i.id: i.data for i in self.study.load_items()}
+        base = self.log.size
+        specs: list[EventSpec] = []
+        for k, (trial, attempt) in enumerate(zip(trials, attempts, strict=True)):
+            request, response = data_trial_events(self.study, trial, attempt, self.session,
+                                                  self._items[trial.stimulus])  # fmt: skip
+            specs += [request, replace(response, body={**response.body,
+                                                        "request_seq": base + 2 * k})]
+        stored = self.log.append_many(specs, key=self.key)
+        return [stored[2 * k + 1].seq for k in range(len(trials))]
 
     def _supplied(self, record: TrialState, attempt: int, seq: int) -> None:
         record.attempts = attempt
         record.responded = seq
         self.counters.responded += 1
         self.final += 1
-        self._tick()
 
-    async def _supply(self, trial: Trial, record: TrialState) -> None:
-        """Record a data trial (``docs/trials.md`` §6): its source record and its response.
+    async def _supply(self, trials: Sequence[Trial]) -> None:
+        """Record data trials (``docs/trials.md`` §6), in the order given, chunk by chunk.
 
-        Both events are appended in one transaction from the writer thread (the response's
-        ``request_seq`` is the seq the first receives), so a crash leaves both or neither: a
-        data trial is never dangling, and a restart takes only the trials not recorded.
+        Each trial's two events are appended in one transaction from the writer thread (the
+        response's ``request_seq`` is the seq its request receives), so a crash leaves both or
+        neither: a data trial is never dangling, and a restart takes only those not recorded.
         """
-        assert self.writer is not None
-        attempt = record.attempts + 1
-        seq = await self.writer.call(lambda: self._record_data(trial, attempt))
-        self._supplied(record, attempt, seq)
+        assert self.writer is not None and self.state is not None
+        for start in range(0, len(trials), self.DATA_CHUNK):
+            if self.stop_reason is not None:
+                return
+            chunk = list(trials[start : start + self.DATA_CHUNK])
+            attempts = [self.state.trials[t.id].attempts + 1 for t in chunk]
+            pending = self.writer.call(functools.partial(self._record_data, chunk, attempts))
+            try:
+                seqs = await asyncio.shield(pending)
+            except asyncio.CancelledError:  # committed regardless: count it, then go
+                await asyncio.wait([pending])
+                if not pending.cancelled() and pending.exception() is None:
+                    for trial, attempt, seq in zip(chunk, attempts, pending.result(), strict=True):
+                        self._supplied(self.state.trials[trial.id], attempt, seq)
+                raise
+            for trial, attempt, seq in zip(chunk, attempts, seqs, strict=True):
+                self._supplied(self.state.trials[trial.id], attempt, seq)
+            self._tick()
 
     def _refuse_sealed(self) -> None:
         sealed = next(iter(self.log.events("scoring.sealed")), None)
@@ -1008,7 +1035,7 @@ class Runner:
         else:
             record = self.state.trials[trial.id]
             if self._is_data(trial):
-                await self._supply(trial, record)
+                await self._supply([trial])
                 return
             wire = self.backend.wire_body(self.builder.body(trial))
         while self.stop_reason is None:
@@ -1344,7 +1371,21 @@ class Runner:
         return errors
 
     async def _drain(self, queue: deque[Any], limit: AdaptiveLimit) -> list[Any]:
-        """Run every call of ``queue`` with the session's workers; their results."""
+        """Run every call of ``queue`` with the session's workers; their results.
+
+        A data arm's trials in it are recorded first, in queue (schedule) order, many per
+        transaction (``docs/trials.md`` §6): they send nothing.
+        """
+        data = [t for t in queue if isinstance(t, Trial) and self._is_data(t)]
+        if data:
+            rest = [t for t in queue if not (isinstance(t, Trial) and self._is_data(t))]
+            queue.clear()
+            queue.extend(rest)
+            try:
+                await self._supply(data)
+            except Exception as exc:  # a broken ledger: stop as a worker would
+                self.request_stop(f"crash: {type(exc).__name__}: {exc}")
+                return [exc]
         workers = min(self.options.concurrency, len(queue)) or 0
         tasks = [asyncio.create_task(self._worker(queue, limit)) for _ in range(workers)]
         return list(await asyncio.gather(*tasks, return_exceptions=True))

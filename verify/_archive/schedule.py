@@ -122,8 +122,11 @@ def check_schedule(a: Archive) -> Check:
     # stages, in a later round: each stage is in ascending position on its own.
     arms = a.protocol.get("arms") if type(a.protocol.get("arms")) is dict else {}
     second = {n for n, info in (arms or {}).items() if type(info) is dict and "after" in info}
+    # a data arm's trials (docs/trials.md §6) are recorded apart, first: their own stage
+    data_arms = {n for n, info in (arms or {}).items()
+                 if type(info) is dict and "response_from" in info}  # fmt: skip
     session: int | None = None
-    lasts: dict[bool, tuple[int, int]] = {}  # stage -> (position, seq) of its latest first attempt
+    lasts: dict[str, tuple[int, int]] = {}  # stage -> (position, seq) of its latest first attempt
     for seq in sorted(a.of_kind("run.started") + a.of_kind("trial.requested")):
         env = a.envs[seq]
         if env is not None and env.get("kind") == "run.started":
@@ -133,7 +136,8 @@ def check_schedule(a: Archive) -> Check:
         pos = body.get("position")
         if body.get("attempt") != 1 or type(pos) is not int:
             continue
-        stage = body.get("arm") in second
+        stage = "data" if body.get("arm") in data_arms else (
+            "second" if body.get("arm") in second else "first")
         last = lasts.get(stage)
         if last is not None and pos < last[0]:
             st.fail(
