@@ -330,6 +330,11 @@ def run_demo(
         for row in green_figures(analysed.results):
             shown.add_row(*row)
         console.print(shown)
+        levels = table("metric", *GREEN_LEVELS, title="seed 001's Figure 5: partial "
+                       "neutralization by factor group, both models pooled (no safety reminder)")
+        for row in green_figures(analysed.results, GREEN_LEVEL_CELLS):
+            levels.add_row(*row)
+        console.print(levels)
     console.print("[yellow]Simulated data: these verdicts demonstrate the method only.[/]")
     seconds = time.monotonic() - started
     console.print(f"\n[bold]Done in {seconds:.0f} s.[/] Study: {study}   Archive: {archive}")
@@ -369,27 +374,36 @@ GREEN_METRICS = (("plausibility", "Plausibility"), ("h_coverage", "H-coverage"),
                  ("uncertainty", "Uncertainty"))  # fmt: skip
 
 
-def green_figures(results: list[dict[str, Any]]) -> list[tuple[str, ...]]:
-    """The seed's Appendix F table from the recorded ``descriptive.ddx`` result.
+GREEN_LEVELS = ("raw", "content", "format", "tone", "format+tone", "full")
+GREEN_LEVEL_CELLS = tuple((f"llm.{level}.none", "") for level in
+                          ("raw", "content", "format", "tone", "format_tone", "full"))  # fmt: skip
+"""The input levels of the green-shielding factorial without the reminder, models pooled."""
 
-    One row per metric, one column per :data:`GREEN_CELLS` entry (the physicians' arm pooled
-    over models, since no model answered it): the mean over the trials where the metric is
-    defined, as a percentage (breadth: a number), as ``analysis`` recorded it.
+
+def green_figures(
+    results: list[dict[str, Any]], cells: tuple[tuple[str, str], ...] = GREEN_CELLS
+) -> list[tuple[str, ...]]:
+    """The seed's Appendix F table (or another set of ``cells``) from ``descriptive.ddx``.
+
+    One row per metric, one column per ``(arm, model)`` of ``cells`` (model ``""``: the arm
+    pooled over models, as for the physicians' arm, which no model answered): the mean over the
+    trials where the metric is defined, as a percentage (breadth: a number), as ``analysis``
+    recorded it.
     """
     desc = next((r for r in results if r.get("id") == "descriptive.ddx"), None)
     values = (desc or {}).get("values") or {}
     rows = []
     for metric, label in GREEN_METRICS:
-        cells = []
-        for arm, model in GREEN_CELLS:
+        shown: list[str] = []
+        for arm, model in cells:
             entry = (values.get("arms") or {}).get(arm) if not model else \
                 ((values.get("arm_model") or {}).get(arm) or {}).get(model)
             mean = ((entry or {}).get(metric) or {}).get("mean")
             if not isinstance(mean, int | float):
-                cells.append("–")
+                shown.append("–")
             else:
-                cells.append(f"{mean:.2f}" if metric == "breadth" else f"{100 * mean:.1f}%")
-        rows.append((label, *cells))
+                shown.append(f"{mean:.2f}" if metric == "breadth" else f"{100 * mean:.1f}%")
+        rows.append((label, *shown))
     return rows
 
 
