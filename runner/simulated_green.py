@@ -84,10 +84,12 @@ occurs in the input, else ``indirect``. The *uncertainty judge* answers ``uncert
 response has a phrase of :data:`HEDGE_WORDS`. Every judge answers unparseably (``I cannot
 tell.``) with probability 0.02.
 
-**Draws.** ``SHA-256("prompt-sim-green|{model}|{seed}|{k}|" + canonical request)`` for ``k`` =
-0, 1, ... read as uniforms, where ``seed`` is the trial's seed when the request's temperature is
-above 0 and empty at temperature 0: the same request and seed always give the same reply, and
-replicates at a positive temperature differ.
+**Draws.** ``SHA-256("{k}|prompt-sim-green|{model}|{seed}||" + canonical request)`` for
+``k`` = 0, 1, ... read as uniforms (the first 8 bytes, big-endian, over 2**64). For a target,
+``seed`` is the trial's seed when the request's temperature is above 0 and empty at temperature
+0 (replicates at temperature 0 give the same list); for a step call it is always the call's
+seed, which names its attempt, so a retry after an unparseable reply draws anew. The same
+request and seed always give the same reply.
 """
 
 from __future__ import annotations
@@ -609,8 +611,8 @@ def step_answer(text: str, request: dict[str, Any], seed: str) -> str | None:
     get = {label: _block(lines, label, LABELS) for label in LABELS}
     if all(v is None for v in get.values()):
         return None
-    draws = _draws(request, seed)
     model = str(request.get("model", ""))
+    draws = _Draws(model, seed, request)  # a step's seed names its attempt: a retry draws anew
     if get["Query to annotate:"] is not None:
         return json.dumps(annotate(get["Query to annotate:"] or ""))
     groups_line = get["Factor groups to neutralize:"]
