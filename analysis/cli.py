@@ -29,13 +29,16 @@ __all__ = [
     type=click.IntRange(1, 1000),
     default=None,
     help="Replicates per arm and stimulus (default: the template's; tumbling-E's 30 give "
-    "1,050 trials, prompt-rotation's 1 gives 320; not medmcqa-prompt-sensitivity).",
+    "1,050 trials, prompt-rotation's 1 gives 320, green-shielding's 2 give 1,470; not "
+    "medmcqa-prompt-sensitivity).",
 )
 @click.option(
     "--template", default="prompt-tumbling-e", show_default=True,
-    type=click.Choice(["prompt-tumbling-e", "prompt-rotation", "medmcqa-prompt-sensitivity"]),
-    help="The study to run: Experiment 1 (tumbling-E) or 2 (image rotation) of the PROMPT "
-    "paper, or seed 002's prompt-sensitivity design (four studies).",
+    type=click.Choice(["prompt-tumbling-e", "prompt-rotation", "medmcqa-prompt-sensitivity",
+                       "green-shielding"]), metavar="NAME",
+    help="The study to run: prompt-tumbling-e or prompt-rotation (Experiment 1 or 2 of the "
+    "PROMPT paper), medmcqa-prompt-sensitivity (seed 002's design, four studies) or "
+    "green-shielding (seed 001's: neutralized patient queries, differential diagnoses).",
 )  # fmt: skip
 def demo(directory: Path | None, replicates: int | None, template: str) -> None:
     """Run the whole PROMPT workflow offline on the simulated model, then verify and tamper.
@@ -46,7 +49,10 @@ def demo(directory: Path | None, replicates: int | None, template: str) -> None:
     it, and shows a one-byte change caught. With --template medmcqa-prompt-sensitivity it does
     all of that for each of seed 002's four studies (--replicates does not apply) and prints the
     registered statistics: position bias per arm, flip rates, permutation voting,
-    self-consistency.
+    self-consistency. With --template green-shielding it runs seed 001's design (raw against
+    neutralized patient queries, differential diagnoses judged against reference sets, the
+    physicians' replies as their own arm) and prints the plausibility / coverage / breadth
+    tradeoff as recorded.
 
     \b
     Example:
@@ -54,6 +60,7 @@ def demo(directory: Path | None, replicates: int | None, template: str) -> None:
       ledger demo /tmp/quick-demo --replicates 3
       ledger demo /tmp/rotation-demo --template prompt-rotation
       ledger demo /tmp/seed002-demo --template medmcqa-prompt-sensitivity
+      ledger demo /tmp/green-demo --template green-shielding
     """
     from analysis.demo import run_demo
 

@@ -46,6 +46,11 @@ DEMO_TEMPLATES: dict[str, DemoTemplate] = {
     "prompt-rotation": DemoTemplate(
         1, "arms A-E, 16 synthetic crops annotated with their orientation, 4 rotations each "
         "(64 PNGs), H-mammo-1 and H-mammo-2 (the paper's Experiment 2)"),
+    "green-shielding": DemoTemplate(
+        2, "30 synthetic patient queries (HealthCareMagic format, imported with their reference "
+        "sets), input (raw, 4 partial and full neutralizations) x safety reminder: 12 cells x 2 "
+        "target models, the physicians' replies as a data arm, a neutralizer and two judges, "
+        "H1-H4 (seed 001's tradeoff)"),
 }  # fmt: skip
 """The templates ``ledger demo --template`` runs."""
 
@@ -319,6 +324,17 @@ def run_demo(
             verdicts.add_row(r["hypothesis"], r["test"], f"[{colour}]{r['verdict']}[/]",
                              r["title"])  # fmt: skip
     console.print(verdicts)
+    if template == "green-shielding":
+        shown = table("metric", *GREEN_COLUMNS, title="seed 001's tradeoff, as the analysis "
+                      "recorded it (descriptive.ddx; no safety reminder; cf. the seed's App. F)")
+        for row in green_figures(analysed.results):
+            shown.add_row(*row)
+        console.print(shown)
+        levels = table("metric", *GREEN_LEVELS, title="seed 001's Figure 5: partial "
+                       "neutralization by factor group, both models pooled (no safety reminder)")
+        for row in green_figures(analysed.results, GREEN_LEVEL_CELLS):
+            levels.add_row(*row)
+        console.print(levels)
     console.print("[yellow]Simulated data: these verdicts demonstrate the method only.[/]")
     seconds = time.monotonic() - started
     console.print(f"\n[bold]Done in {seconds:.0f} s.[/] Study: {study}   Archive: {archive}")
@@ -344,6 +360,51 @@ def run_demo(
     if not report.ok or bad.ok:
         raise LedgerError("demo: verification did not behave as expected (see the tables above)")
     return DemoResult(study, archive, tampered, report_path, report.ok, not bad.ok, seconds)
+
+
+GREEN_COLUMNS = ("broad raw", "broad neutralized", "concise raw", "concise neutralized",
+                 "physicians")  # fmt: skip
+"""The columns of the green-shielding demo's table: each target model on the raw and the fully
+neutralized input (no safety reminder), and the physicians' replies (a data arm)."""
+GREEN_CELLS = (("llm.raw.none", "broad"), ("llm.full.none", "broad"), ("llm.raw.none", "concise"),
+               ("llm.full.none", "concise"), ("physicians", ""))  # fmt: skip
+GREEN_METRICS = (("plausibility", "Plausibility"), ("h_coverage", "H-coverage"),
+                 ("s_coverage", "S-coverage"), ("breadth", "Breadth"),
+                 ("grounding_rate", "Evidence"), ("indirect_rate", "Inference"),
+                 ("uncertainty", "Uncertainty"))  # fmt: skip
+
+
+GREEN_LEVELS = ("raw", "content", "format", "tone", "format+tone", "full")
+GREEN_LEVEL_CELLS = tuple((f"llm.{level}.none", "") for level in
+                          ("raw", "content", "format", "tone", "format_tone", "full"))  # fmt: skip
+"""The input levels of the green-shielding factorial without the reminder, models pooled."""
+
+
+def green_figures(
+    results: list[dict[str, Any]], cells: tuple[tuple[str, str], ...] = GREEN_CELLS
+) -> list[tuple[str, ...]]:
+    """The seed's Appendix F table (or another set of ``cells``) from ``descriptive.ddx``.
+
+    One row per metric, one column per ``(arm, model)`` of ``cells`` (model ``""``: the arm
+    pooled over models, as for the physicians' arm, which no model answered): the mean over the
+    trials where the metric is defined, as a percentage (breadth: a number), as ``analysis``
+    recorded it.
+    """
+    desc = next((r for r in results if r.get("id") == "descriptive.ddx"), None)
+    values = (desc or {}).get("values") or {}
+    rows = []
+    for metric, label in GREEN_METRICS:
+        shown: list[str] = []
+        for arm, model in cells:
+            entry = (values.get("arms") or {}).get(arm) if not model else \
+                ((values.get("arm_model") or {}).get(arm) or {}).get(model)
+            mean = ((entry or {}).get(metric) or {}).get("mean")
+            if not isinstance(mean, int | float):
+                shown.append("–")
+            else:
+                shown.append(f"{mean:.2f}" if metric == "breadth" else f"{100 * mean:.1f}%")
+        rows.append((label, *shown))
+    return rows
 
 
 SUITE_STATISTICS = ("position-bias", "flip-rate", "voting", "self-consistency")

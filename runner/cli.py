@@ -74,12 +74,17 @@ def new(
     question-only; one parser and one item template each) writes each into DIRECTORY/PART,
     with the id ID-PART, its own ledger and (without --key) its own owner key.
 
+    green-shielding imports its 30 synthetic cases (HealthCareMagic format) with their
+    reference sets and factor labels (a metadata sidecar) into data/items.jsonl, as
+    `ledger items import --format healthcaremagic --metadata` would.
+
     \b
     Example:
       ledger new my-study --template prompt-tumbling-e
       ledger new pilot --id tumbling-e-pilot --origin example.org/tumbling-e-pilot
       ledger new rotation --template prompt-rotation --images my-crops
       ledger new seed002 --template medmcqa-prompt-sensitivity
+      ledger new green --template green-shielding
     """
     from ledger import SigningKey
     from runner.new import new_template, study_id_from_directory

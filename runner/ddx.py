@@ -54,7 +54,7 @@ DDX_METRICS: Final = (
     "uncertainty",
 )  # fmt: skip
 """The per-trial metrics (analysis dataset columns, ``docs/analysis.md`` §2)."""
-METRIC_OUTCOME_TESTS: Final = ("paired-t", "qr-bootstrap")
+METRIC_OUTCOME_TESTS: Final = ("paired-t", "qr-bootstrap", "factorial")
 """Tests that may take a ddx metric as their outcome (the metric replaces trial accuracy)."""
 _NEEDS: Final = {"grounding_rate": "grounding", "indirect_rate": "grounding",
                  "uncertainty": "uncertainty"}  # fmt: skip

@@ -51,6 +51,14 @@ FIELD_RE: Final = re.compile(r"^[a-z][a-z0-9_]*$")
 NOT_TEXT: Final = ("id", "answer", "options", "images", "metadata")
 FACTORIAL_OUTCOMES: Final[dict[str, tuple[str, str]]] = {
     "trial_accuracy": ("accuracy", "binomial"),
+    # seed 001's differential-diagnosis metrics (a ddx study; docs/scoring.md §12)
+    "plausibility": ("plausibility", "gaussian"),
+    "h_coverage": ("h_coverage", "gaussian"),
+    "s_coverage": ("s_coverage", "gaussian"),
+    "breadth": ("breadth", "gaussian"),
+    "grounding_rate": ("grounding_rate", "gaussian"),
+    "indirect_rate": ("indirect_rate", "gaussian"),
+    "uncertainty": ("uncertainty", "binomial"),
 }
 """``outcome`` name -> (analysis-dataset column, GEE family) of a ``factorial`` hypothesis.
 

@@ -52,6 +52,7 @@ __all__ = [
     "convert",
     "import_dataset",
     "item_id_for",
+    "merge_metadata",
 ]
 
 FORMATS: Final = ("medmcqa", "medqa", "pubmedqa", "medxpertqa", "healthcaremagic")
@@ -764,6 +765,47 @@ def _write_items(dest: Path, items: list[dict[str, Any]], force: bool) -> ItemSe
     return replace(loaded, path=dest)
 
 
+def merge_metadata(items: list[dict[str, Any]], sidecar: str | Path) -> list[dict[str, Any]]:
+    """``items`` with the metadata of the JSON file ``sidecar`` merged into each one's.
+
+    The sidecar is ``{"items": {"<item id>": {name: value, ...}, ...}}`` (``docs/items.md``,
+    "Metadata sidecar"): each entry's members are added to that item's ``metadata``. An entry
+    naming no item, a member the item's metadata already has, or a malformed file is refused
+    with :class:`DatasetError` naming the file and the entry; items without an entry keep theirs.
+    """
+    path = Path(sidecar)
+    name = str(path)
+    try:
+        data = json.loads(_read_text(path, name), object_pairs_hook=_no_duplicates)
+    except (ValueError, _DuplicateMember) as exc:
+        raise DatasetError([f"{name}: not a JSON metadata sidecar: {exc}"]) from None
+    entries = data.get("items") if isinstance(data, dict) else None
+    if not isinstance(entries, dict) or set(data) - {"items", "version"}:
+        raise DatasetError([f"{name}: a metadata sidecar is an object {{\"items\": {{\"<item "
+                            "id>\": {...}}}} (and an optional \"version\")"])
+    by_id = {item["id"]: item for item in items}
+    problems = []
+    out = [dict(item) for item in items]
+    index = {item["id"]: i for i, item in enumerate(out)}
+    for item_id, members in entries.items():
+        if item_id not in by_id:
+            problems.append(f"{name}: items.{item_id}: no item has this id")
+            continue
+        if not isinstance(members, dict):
+            problems.append(f"{name}: items.{item_id}: must be an object of metadata members")
+            continue
+        current = dict(out[index[item_id]].get("metadata") or {})
+        clash = sorted(set(members) & set(current))
+        if clash:
+            problems.append(f"{name}: items.{item_id}: metadata {clash[0]!r} is already set by "
+                            "the dataset")  # fmt: skip
+            continue
+        out[index[item_id]]["metadata"] = {**current, **members}
+    if problems:
+        raise DatasetError(problems)
+    return out
+
+
 def import_dataset(
     fmt: str,
     src: str | Path,
@@ -773,6 +815,7 @@ def import_dataset(
     force: bool = False,
     id_prefix: str | None = None,
     cop_base: int | None = None,
+    metadata: str | Path | None = None,
 ) -> ImportResult:
     """Convert the dataset file ``src`` (format ``fmt``) and write its items to ``dest``.
 
@@ -780,7 +823,8 @@ def import_dataset(
     ``dest`` (a name ending in ``.jsonl``, in an existing folder) is written whole or not at
     all, loaded back with :func:`runner.items.load_items` before it is renamed into place, and
     never replaces an existing file unless ``force``. ``id_prefix`` and ``cop_base`` are as for
-    :func:`convert`. Raises :class:`DatasetError` naming every problem.
+    :func:`convert`. ``metadata`` is a sidecar file whose entries are merged into the items'
+    metadata (:func:`merge_metadata`). Raises :class:`DatasetError` naming every problem.
     """
     source, target = Path(src), Path(dest)
     if limit is not None and limit < 1:
@@ -788,6 +832,8 @@ def import_dataset(
     _check_format(fmt)
     _refuse_dest(target, source, force)
     records, items = _convert(fmt, source, str(source), id_prefix, cop_base)
+    if metadata is not None:
+        items = merge_metadata(items, metadata)
     kept = items if limit is None else items[:limit]
     written = _write_items(target, kept, force)
     return ImportResult(fmt, source, target, records, written)

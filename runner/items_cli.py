@@ -110,6 +110,11 @@ def items() -> None:
     help="medmcqa: cop counts from 0 (Hugging Face files) or 1 (GitHub release); default: "
     "told from the file.",
 )  # fmt: skip
+@click.option(
+    "--metadata", "metadata", type=click.Path(dir_okay=False, path_type=Path), default=None,
+    metavar="FILE", help='A JSON sidecar {"items": {"<item id>": {...}}} whose members are added '
+    "to those items' metadata (e.g. reference sets).",
+)  # fmt: skip
 @click.option("--json", "as_json", is_flag=True, help="Print JSON.")
 def import_cmd(
     fmt: str,
@@ -119,6 +124,7 @@ def import_cmd(
     force: bool,
     id_prefix: str | None,
     cop_base: str | None,
+    metadata: Path | None,
     as_json: bool,
 ) -> None:
     """Convert a public dataset's own file SRC into the JSONL item file DEST.
@@ -140,7 +146,7 @@ def import_cmd(
 
     result = import_dataset(
         fmt, src, dest, limit=limit, force=force, id_prefix=id_prefix,
-        cop_base=None if cop_base is None else int(cop_base),
+        cop_base=None if cop_base is None else int(cop_base), metadata=metadata,
     )  # fmt: skip
     if as_json:
         dump_json({

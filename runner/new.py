@@ -28,6 +28,7 @@ TEMPLATES = {
     "prompt-tumbling-e": "prompt_tumbling_e",
     "prompt-rotation": "prompt_rotation",
     "medmcqa-prompt-sensitivity": "medmcqa_prompt_sensitivity",
+    "green-shielding": "green_shielding",
 }
 SUITES: dict[str, tuple[str, ...]] = {
     "medmcqa-prompt-sensitivity": ("mcq", "cloze", "evidence", "question-only"),
@@ -68,9 +69,30 @@ def _rotation_stimuli(root: Path, images: Path | None) -> None:
         raise StudyError(str(exc).replace(str(sources), str(images))) from None
 
 
+def _green_items(root: Path, images: Path | None) -> None:
+    """Import the 30 synthetic cases, as a user imports HealthCareMagic, with their sidecar.
+
+    ``data/cases-hcm.json`` is in the HealthCareMagic-100k release's format; the importer
+    (``ledger items import --format healthcaremagic --id-prefix gs --metadata
+    data/cases-metadata.json``) writes ``data/items.jsonl`` with the reference sets and factor
+    labels of ``data/cases-metadata.json`` as each item's metadata.
+    """
+    from runner.importers import DatasetError, import_dataset
+
+    data = root / "data"
+    try:
+        import_dataset("healthcaremagic", data / GREEN_CASES, data / "items.jsonl",
+                       id_prefix="gs", metadata=data / GREEN_METADATA)  # fmt: skip
+    except DatasetError as exc:
+        raise StudyError("; ".join(exc.problems)) from None
+
+
+GREEN_CASES = "cases-hcm.json"
+GREEN_METADATA = "cases-metadata.json"
 STIMULI: dict[str, Callable[[Path, Path | None], None]] = {
     "prompt-tumbling-e": _tumbling_e_stimuli,
     "prompt-rotation": _rotation_stimuli,
+    "green-shielding": _green_items,
 }
 """How each template with stimuli writes them (``images``: the user's own, where it takes them)."""
 IMAGE_TEMPLATES = frozenset({"prompt-rotation"})

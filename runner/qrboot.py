@@ -87,6 +87,13 @@ def _glyphs(parser: str, steps: Mapping[str, Any]) -> str | None:
     return None
 
 
+def _ddx(parser: str, steps: Mapping[str, Any]) -> str | None:
+    if parser != "ddx":
+        return (f"parser {parser!r} gives no differential-diagnosis list (the ddx metrics need "
+                "[response] parser = \"ddx\", docs/scoring.md §12)")
+    return None
+
+
 QR_OUTCOMES: Final[dict[str, Outcome]] = {
     "trial_accuracy": Outcome(
         "trial_accuracy", "accuracy", True, True, _single_answer,
@@ -94,6 +101,27 @@ QR_OUTCOMES: Final[dict[str, Outcome]] = {
     "glyph_accuracy": Outcome(
         "glyph_accuracy", "accuracy", False, True, _glyphs,
         "the share of a tumbling-E chart's glyphs read correctly"),
+    # seed 001's differential-diagnosis metrics (docs/scoring.md §12, docs/analysis.md §9)
+    "plausibility": Outcome(
+        "plausibility", "plausibility", False, True, _ddx,
+        "the share of a differential's diagnoses in the plausible set"),
+    "h_coverage": Outcome(
+        "h_coverage", "h_coverage", False, True, _ddx,
+        "the share of the highly likely set a differential covers"),
+    "s_coverage": Outcome(
+        "s_coverage", "s_coverage", False, True, _ddx,
+        "the share of the safety-critical set a differential covers"),
+    "breadth": Outcome(
+        "breadth", "breadth", False, False, _ddx, "the number of diagnoses in a differential"),
+    "grounding_rate": Outcome(
+        "grounding_rate", "grounding_rate", False, True, _ddx,
+        "the share of a differential's diagnoses the input supports"),
+    "indirect_rate": Outcome(
+        "indirect_rate", "indirect_rate", False, True, _ddx,
+        "the share of a differential's diagnoses resting on claims the input lacks"),
+    "uncertainty": Outcome(
+        "uncertainty", "uncertainty", True, True, _ddx,
+        "1 when a response states diagnostic uncertainty, else 0"),
 }  # fmt: skip
 """Every outcome a qr-bootstrap hypothesis may name. Add a row to make a new per-trial column
 testable (the verifier reads any other outcome from the trial column of that name)."""

@@ -562,6 +562,10 @@ class SimulatedModel:
         tumbling-E JSON is answered by :attr:`text`.
         """
         if not has_image(request) and not _asks_for_tumbling_e(request):
+            from runner import simulated_green  # the green-shielding targets (simulated.md §4)
+
+            if simulated_green.is_green_request(request):
+                return simulated_green.respond(request, seed)
             return self.text.respond(request, seed)
         image, prompt = _request_parts(request)
         components = detect_components(prompt)

@@ -267,6 +267,10 @@ def _semantic_verdict(text: str, lines: list[str], draws: list[float]) -> str | 
 
 def respond(request: dict[str, Any], seed: str) -> dict[str, Any]:
     """A Messages-API-shaped reply to a step request; deterministic in (request, seed)."""
-    text = answer(_user_text(request), _draws(request, seed))
+    from runner.simulated_green import step_answer  # the green-shielding steps (§4)
+
+    user = _user_text(request)
+    green = step_answer(user, request, seed)
+    text = green if green is not None else answer(user, _draws(request, seed))
     canonical = canonical_json(request)
     return message_reply(request, seed, text, len(canonical) // 4, canonical=canonical)

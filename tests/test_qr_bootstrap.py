@@ -501,8 +501,8 @@ def test_the_study_loads(tmp_path: Path) -> None:
         ('outcome = "glyph_accuracy"\n', "outcome",
          "hypothesis 'Hx': this study cannot produce outcome 'glyph_accuracy': parser "
          "'multiple-choice' gives one answer per trial"),
-        ('outcome = "plausibility"\n', "outcome",
-         "hypothesis 'Hx': unknown outcome 'plausibility' for test 'qr-bootstrap'"),
+        ('outcome = "fluency"\n', "outcome",
+         "hypothesis 'Hx': unknown outcome 'fluency' for test 'qr-bootstrap'"),
         ("", "alpha", "a qr-bootstrap rule needs alpha"),
         ('statstic = "difference"\n', "statstic", "unknown key (did you mean 'statistic'?)"),
         ("margin_pp = 5\n", "margin_pp", "does not apply to test 'qr-bootstrap' (hypothesis 'Hx'"),

@@ -37,6 +37,14 @@ __all__ = [
 
 OUTCOMES: Final[dict[str, tuple[str, str]]] = {
     "trial_accuracy": ("accuracy", "binomial"),
+    # seed 001's differential-diagnosis metrics (a ddx study; docs/scoring.md §12)
+    "plausibility": ("plausibility", "gaussian"),
+    "h_coverage": ("h_coverage", "gaussian"),
+    "s_coverage": ("s_coverage", "gaussian"),
+    "breadth": ("breadth", "gaussian"),
+    "grounding_rate": ("grounding_rate", "gaussian"),
+    "indirect_rate": ("indirect_rate", "gaussian"),
+    "uncertainty": ("uncertainty", "binomial"),
 }
 """``outcome`` -> (the dataset's trial column, the GEE family): analysis.md's table."""
 _GENERATOR: Final = re.compile(

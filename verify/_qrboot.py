@@ -22,7 +22,7 @@ ONE_ARM = ("accuracy", "mean")
 CORRECTNESS = ("accuracy", "success-rate", "perturbed-accuracy")
 COLUMNS = {"trial_accuracy": "accuracy", "glyph_accuracy": "accuracy"}
 """Outcome -> trial column; any other outcome is read from the trial column of its name."""
-BINARY = ("trial_accuracy",)
+BINARY = ("trial_accuracy", "uncertainty")
 """Outcomes whose values are 0 or 1 (a contrast's descriptive row adds the success rate)."""
 BLOCK_ROWS = 4096
 """Iterations drawn per numpy call (any block size consumes the stream as per-iteration draws)."""
@@ -276,8 +276,10 @@ def descriptive_values(ds: Any, plan: dict[str, Any]) -> dict[str, Any]:
 
 # ------------------------------------------------------------------------------ report (§7)
 
-SHARES = ("trial_accuracy", "glyph_accuracy")
-"""Outcomes that are shares in [0, 1]: the report shows them in percent."""
+SHARES = ("trial_accuracy", "glyph_accuracy", "plausibility", "h_coverage", "s_coverage",
+          "grounding_rate", "indirect_rate", "uncertainty")
+"""Outcomes that are shares in [0, 1] (``breadth``, a count, is not): the report shows them in
+percent (statistics.md; scoring.md §12 for the differential-diagnosis metrics)."""
 PM = ("estimate ± half the width of the 95% percentile interval (the seed's \"±\"; the "
       "interval, not always symmetric, in brackets)")
 

@@ -788,7 +788,7 @@ def _dataset(archive: _Archive, plan: dict[str, Any]) -> _Dataset:
 
 
 def _covariate_names(plan: dict[str, Any]) -> list[str]:
-    """analysis.md §10: the declared labels, perturbable then indicators (else [])."""
+    """analysis.md §11: the declared labels, perturbable then indicators (else [])."""
     table = (plan.get("analysis") or {}).get("covariates")
     if not isinstance(table, dict):
         return []
@@ -815,7 +815,7 @@ def _item_labels(archive: _Archive, plan: dict[str, Any]) -> dict[str, Any]:
 
 
 def _covariates_result(ds: _Dataset, plan: dict[str, Any]) -> _Result:
-    """analysis.md §10: per label, value (true, false) and arm, trials and outcome means."""
+    """analysis.md §11: per label, value (true, false) and arm, trials and outcome means."""
     table = plan["analysis"]["covariates"]
     outcomes = list(_ddx.METRICS) if ds.ddx else ["accuracy"]
 

@@ -679,7 +679,10 @@ class Replay:
                 if any(p.sees == "request" for p in self.plans.values()):
                     req = blob("__request__")
                     if req is not None:
-                        message = json.loads(req)["messages"][-1]["content"]
+                        # a data arm's request blob is its source record, no messages:
+                        # its {request} is empty (trials.md §6; runner.step_state)
+                        messages = json.loads(req).get("messages") or [{"content": ""}]
+                        message = messages[-1].get("content") or ""
                         self.request_texts[trial] = message if isinstance(message, str) else (
                             "".join(b.get("text", "") for b in message if b.get("type") == "text")
                         )
