@@ -1774,16 +1774,25 @@ def analyze_study(root: str | Path, key: SigningKey) -> AnalyzeResult:
             log, exclude_unparseable=exclude, parser=parser, sources=sources, models=models(plan),
             variants=bool(plan.get("variants")), factorial=plan_cells(plan),
         )
-        from analysis.covariates import attach_covariates, covariates_result
+        from analysis.covariates import covariate_columns, covariates_title, covariates_values
 
-        ds = attach_covariates(ds, plan, study, log)  # docs/analysis.md §11: factor labels
+        with_labels, labels = covariate_columns(ds.trials, plan, study, log)
+        if labels:  # docs/analysis.md §11: factor labels
+            ds = replace(ds, trials=with_labels, covariates=labels)
         trial_phase = trial_phases(log) if len(protocol_events(log)) > 1 else None
         results = run_analyses(ds, plan, trial_phase, hypothesis_phases(plan, log))
         if parser.startswith("judge:"):  # docs/analysis.md §8: exploratory judge agreement
             results.append(judge_agreement(log, plan, parser.split(":", 1)[1]))
         results += _review_tables(log, plan, study, results)  # docs/analysis.md §10
         if ds.covariates:
-            results.append(covariates_result(ds, plan))
+            strata = Result("descriptive.covariates", covariates_title(plan), "descriptive",
+                            "mean")  # fmt: skip
+            labelled = ds
+
+            def compute_strata() -> None:
+                strata.values = covariates_values(labelled.trials, labelled.ddx, plan)
+
+            results.append(_guard(strata, compute_strata))
         trials_csv, items_csv = ds.trials_csv(), ds.items_csv()
         inputs = {
             "scores_sha256": ds.scores_sha256,

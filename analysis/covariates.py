@@ -13,20 +13,19 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping
-from dataclasses import replace
 from typing import Any
 
 import numpy as np
 import pandas as pd
 
-from analysis.analyze import Dataset, Result, _guard
 from ledger import Ledger
 from runner.ddx import DDX_METRICS
 from runner.render import Renderer
 from runner.spec import Study
 from runner.step_state import StepWork
 
-__all__ = ["attach_covariates", "covariate_names", "covariates_result", "item_labels"]
+__all__ = ["covariate_columns", "covariate_names", "covariates_title", "covariates_values",
+           "item_labels"]
 
 
 def covariate_names(plan: Mapping[str, Any]) -> list[str]:
@@ -51,20 +50,27 @@ def item_labels(
     return out
 
 
-def attach_covariates(ds: Dataset, plan: Mapping[str, Any], study: Study, log: Ledger) -> Dataset:
-    """``ds`` with a ``covariate.NAME`` column per declared label (no change without them)."""
+def covariate_columns(
+    trials: pd.DataFrame, plan: Mapping[str, Any], study: Study, log: Ledger
+) -> tuple[pd.DataFrame, tuple[str, ...]]:
+    """The trial table with a ``covariate.NAME`` column per declared label, and the labels.
+
+    ``trials`` itself (and no labels) when the study declares none. The caller
+    (:func:`analysis.analyze.analyze_study`) keeps both on its dataset; this module does not
+    import it, so the two stay free of an import cycle.
+    """
     names = covariate_names(plan)
     if not names:
-        return ds
+        return trials, ()
     step = plan["analysis"]["covariates"]["step"]
     labels = item_labels(study, log, step, names)
-    trials = ds.trials.copy()
+    out = trials.copy()
     for name in names:
-        trials[f"covariate.{name}"] = pd.Series(
-            [labels.get(str(s), {}).get(name) for s in trials["stimulus"]],
-            index=trials.index, dtype=object,
+        out[f"covariate.{name}"] = pd.Series(
+            [labels.get(str(s), {}).get(name) for s in out["stimulus"]],
+            index=out.index, dtype=object,
         )
-    return replace(ds, trials=trials, covariates=tuple(names))
+    return out, tuple(names)
 
 
 def _label(value: Any) -> bool | None:
@@ -78,19 +84,25 @@ def _mean(values: list[float]) -> float | None:
     return math.fsum(values) / len(values) if values else None
 
 
-def covariates_result(ds: Dataset, plan: Mapping[str, Any]) -> Result:
-    """``descriptive.covariates``: per label, value and arm, trials and outcome means.
+def covariates_title(plan: Mapping[str, Any]) -> str:
+    """The title of ``descriptive.covariates``."""
+    step = plan["analysis"]["covariates"]["step"]
+    return f"Outcomes by the factor labels of step {step!r} (strata; indicators apart)"
+
+
+def covariates_values(trials: pd.DataFrame, ddx: bool, plan: Mapping[str, Any]) -> dict[str, Any]:
+    """``descriptive.covariates``' values: per label, value and arm, trials and outcome means.
 
     Over the analysable trials (not control, not excluded); an outcome's mean is over the
-    trials where it is defined (``docs/analysis.md`` §11).
+    trials where it is defined (``docs/analysis.md`` §11). ``ddx``: the outcomes are the
+    differential-diagnosis metrics, else trial accuracy.
     """
     table = plan["analysis"]["covariates"]
-    r = Result("descriptive.covariates", f"Outcomes by the factor labels of step "
-               f"{table['step']!r} (strata; indicators apart)", "descriptive", "mean")  # fmt: skip
-    outcomes = list(DDX_METRICS) if ds.ddx else ["accuracy"]
+    outcomes = list(DDX_METRICS) if ddx else ["accuracy"]
+    values: dict[str, Any] = {}
 
     def compute() -> None:
-        t = ds.trials
+        t = trials
         rows = t[(~t["control"].astype(bool)) & (~t["excluded"].astype(bool))]
         arms = sorted({str(a) for a in rows["arm"]})
 
@@ -111,8 +123,9 @@ def covariates_result(ds: Dataset, plan: Mapping[str, Any]) -> Result:
                     levels[level] = {a: cell(part[part["arm"] == a]) for a in arms}
                 undecided = sum(v is None for v in column)
                 strata[name] = {"group": group, "levels": levels, "undecided": undecided}
-        r.values = {"step": table["step"], "perturbable": list(table["perturbable"]),
-                    "indicators": list(table["indicators"]), "outcomes": outcomes,
-                    "strata": strata}  # fmt: skip
+        values.update({"step": table["step"], "perturbable": list(table["perturbable"]),
+                       "indicators": list(table["indicators"]), "outcomes": outcomes,
+                       "strata": strata})  # fmt: skip
 
-    return _guard(r, compute)
+    compute()
+    return values

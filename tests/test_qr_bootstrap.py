@@ -564,19 +564,15 @@ def test_a_correctness_statistic_of_a_non_binary_outcome_is_refused() -> None:
     from runner import qrboot
 
     problems: list[str] = []
-    fake = qrboot.Outcome("breadth", "breadth", False, False, lambda p, s: None, "a count")
-    qrboot.QR_OUTCOMES["breadth"] = fake
-    try:
-        h = type("H", (), {"test": "qr-bootstrap", "outcome": "breadth", "id": "Hb",
-                           "statistic": "success-rate", "min_pp": None, "max_pp": 5.0,
-                           "min_difference_pp": None})()  # fmt: skip
-        qrboot.check_outcomes(lambda w, m: problems.append(f"{w}: {m}"), [h], "multiple-choice",
-                              {})  # fmt: skip
-    finally:
-        del qrboot.QR_OUTCOMES["breadth"]
+    assert not qrboot.QR_OUTCOMES["breadth"].binary  # a ddx study's count (scoring.md §12)
+    h = type("H", (), {"test": "qr-bootstrap", "outcome": "breadth", "id": "Hb",
+                       "statistic": "success-rate", "min_pp": None, "max_pp": 5.0,
+                       "min_difference_pp": None})()  # fmt: skip
+    qrboot.check_outcomes(lambda w, m: problems.append(f"{w}: {m}"), [h], "ddx", {})
     assert problems == [
         "hypotheses[0].outcome: hypothesis 'Hb': statistic 'success-rate' needs a 0/1 outcome "
-        "(correctness); 'breadth' is a count: use 'mean' or 'difference'",
+        "(correctness); 'breadth' is the number of diagnoses in a differential: use 'mean' or "
+        "'difference'",
         "hypotheses[0].outcome: hypothesis 'Hb': 'breadth' is not a share, so bounds in "
         "percentage points do not apply: test the paired 'difference' with sides",
     ]
