@@ -47,9 +47,11 @@ holding one of them for minutes."""
 
 LONG_UNITS = (
     "serial: processes and timing",
+    "tests/test_template_green.py",
     "tests/test_steps_crash.py",
-    "tests/test_steps_seed_crash.py",
     "tests/test_template_mcq.py",
+    "tests/test_steps_seed_crash.py",
+    "tests/test_human_inputs.py",
     "tests/test_analysis_pipeline.py",
     "tests/test_report.py",
     "tests/test_demo.py",
