@@ -1,4 +1,4 @@
-"""Seed 001's verified rewrites under crashes (slow set): SIGKILL the runner 10 times while the
+"""Seed 001's verified rewrites under crashes (slow set): SIGKILL the runner 6 times while the
 item steps, samples of a rewrite and its semantic verifier (``docs/prompts.md`` §8.6), run.
 
 The study (``tests/stepsx_study.py``'s step tables, without the screening and annotation steps;
@@ -97,7 +97,7 @@ def events(study: Path) -> list[Any]:
 
 
 @pytest.mark.slow
-def test_ten_sigkills_during_verified_samples(tmp_path: Path) -> None:
+def test_six_sigkills_during_verified_samples(tmp_path: Path) -> None:
     home = tmp_path / "home"
     study = write(tmp_path / "study", STEPS, first=None, covariates=False)
     (study / "prompts" / "semcheck.txt").write_text(SEMCHECK, encoding="utf-8")
@@ -122,7 +122,7 @@ def test_ten_sigkills_during_verified_samples(tmp_path: Path) -> None:
                             seed=5) as server:  # fmt: skip
         args = [*CLI, "run", str(study), "--base-url", server.base_url, "--key", str(key),
                 "--concurrency", "2", "--max-attempts", "30"]  # fmt: skip
-        while kills < 10:
+        while kills < 6:
             before = item_requests(study)
             proc = subprocess.Popen(args, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
             deadline = time.monotonic() + 120
@@ -140,7 +140,7 @@ def test_ten_sigkills_during_verified_samples(tmp_path: Path) -> None:
         proc = subprocess.Popen(args, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
         _out, err = proc.communicate(timeout=600)
         assert proc.returncode == 0, err.decode()
-    assert kills >= 5, "the item-step phase ended before five kills"
+    assert kills >= 4, "the item-step phase ended before four kills"
     evs = events(study)
     requests = {e.seq: e.body for e in evs if e.kind == "step.requested"}
     outcomes = Counter(e.body["request_seq"] for e in evs
