@@ -1104,12 +1104,28 @@ def _sensitivity_cell(c: Any) -> str:
     return f"{_interval(c)}, p {_p(c.get('p'))}, df {_fmt(c.get('df'))}"
 
 
+def sensitivity_scope(values: dict[str, Any]) -> str:
+    """How a sensitivity table names its fit: pooled over several models, one model, or ''."""
+    if values.get("model") is not None:
+        return f" (model {values['model']})"
+    if values.get("factors"):
+        return " (pooled over the models, model a fixed factor)"
+    return ""
+
+
+def sensitivity_results(report: Report) -> list[dict[str, Any]]:
+    """``sensitivity.lmm`` and each ``sensitivity.lmm@<model>``, in recorded order."""
+    return [r for r in report.results if str(r.get("id")) == "sensitivity.lmm"
+            or str(r.get("id")).startswith("sensitivity.lmm@")]  # fmt: skip
+
+
 def sensitivity_tables(result: dict[str, Any] | None) -> list[tuple[str, list[str],
                                                                     list[list[str]]]]:
     """The two sensitivity tables (caption, header, rows): contrasts side by side, models."""
     if result is None or result.get("status") != "ok":
         return []
     v = result.get("values") or {}
+    scope = sensitivity_scope(v)
     rows = []
     for c in v.get("contrasts") or []:
         on = f" on {', '.join(map(str, c['stimuli']))}" if c.get("stimuli") else ""
@@ -1128,8 +1144,8 @@ def sensitivity_tables(result: dict[str, Any] | None) -> list[tuple[str, list[st
                      *(_sensitivity_cell(c.get(m)) for m in SENSITIVITY_MODELS),
                      f"{_interval(boot)} over {boot.get('n_clusters')} probes" if boot else "–",
                      "–" if supports is None else ("yes" if supports else "no")])  # fmt: skip
-    out = [(f"{SENSITIVITY}: each registered mixed-model contrast beside its sensitivity "
-            "intervals (95%; one-sided hypotheses: lower bound)",
+    out = [(f"{SENSITIVITY}{scope}: each registered mixed-model contrast beside its "
+            "sensitivity intervals (95%; one-sided hypotheses: lower bound)",
             ["hypothesis", "contrast", "registered (z)", *SENSITIVITY_MODELS.values(),
              "bootstrap over probes", "sensitivity supports the verdict?"], rows)]  # fmt: skip
     mrows = []
@@ -1143,7 +1159,7 @@ def sensitivity_tables(result: dict[str, Any] | None) -> list[tuple[str, list[st
         mrows.append([label, "yes", ", ".join(f"{k} {_fmt(x)}" for k, x in
                                               (m.get("variances") or {}).items()),
                       _fmt(m.get("log_likelihood")), lrt])  # fmt: skip
-    out.append((f"{SENSITIVITY}: the models (REML, groups {v.get('group_col')})",
+    out.append((f"{SENSITIVITY}{scope}: the models (REML, groups {v.get('group_col')})",
                 ["model", "fitted", "variance components", "log-likelihood",
                  "probe-by-arm vs registered (LRT, boundary-corrected)"], mrows))  # fmt: skip
     return out
@@ -1158,15 +1174,17 @@ def sensitivity_flags(result: dict[str, Any] | None) -> list[str]:
 
 
 def _section_sensitivity(report: Report) -> str:
-    result = report.result("sensitivity.lmm")
-    if result is None:
+    results = sensitivity_results(report)
+    if not results:
         return ""
     parts = [f"<h3>{_e(SENSITIVITY)}</h3>"]
-    if result.get("status") != "ok":
-        return "".join(parts) + _failed_html(result)
-    for caption, header, rows in sensitivity_tables(result):
-        parts.append(_table(caption, header, rows))
-    parts += [f'<p class="error">{_e(flag)}</p>' for flag in sensitivity_flags(result)]
+    for result in results:  # the pooled fit, then each model's (several models)
+        if result.get("status") != "ok":
+            parts.append(_failed_html(result))
+            continue
+        for caption, header, rows in sensitivity_tables(result):
+            parts.append(_table(caption, header, rows))
+        parts += [f'<p class="error">{_e(flag)}</p>' for flag in sensitivity_flags(result)]
     return "".join(parts)
 
 

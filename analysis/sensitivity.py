@@ -29,8 +29,10 @@ __all__ = [
     "MAX_GROUP_ROWS",
     "RemlFit",
     "cluster_bootstrap",
+    "design_matrix",
     "fit_at",
     "fit_reml",
+    "group_differences",
     "not_fittable",
     "satterthwaite_contrast",
 ]
@@ -144,6 +146,41 @@ class _Dense:
                     m += np.einsum("bmp,bm,bmq->pq", vx, masks[i - self.k], vx)
             out.append(cmat @ m @ cmat)
         return out
+
+
+def design_matrix(arms: Sequence[str], others: Sequence[str], models: Sequence[str],
+                  model_reference: str | None) -> Floats:  # fmt: skip
+    """The registered model's treatment-coded design: intercept, ``arm[T.<o>]`` per other arm.
+
+    With several models (``model_reference`` set) then ``model[T.<m>]`` for every other model
+    level sorted as strings, as the pooled ``model.lmm`` codes them (``docs/analysis.md`` §4).
+    """
+    arm = np.asarray([str(a) for a in arms])
+    columns = [np.ones(arm.size)] + [(arm == o).astype(np.float64) for o in others]
+    if model_reference is not None:
+        mv = np.asarray([str(m) for m in models])
+        columns += [(mv == level).astype(np.float64)
+                    for level in sorted(set(mv.tolist())) if level != model_reference]
+    return np.column_stack(columns)
+
+
+def group_differences(groups: Sequence[str], models: Sequence[str], arms: Sequence[str],
+                      y: Floats, a: str, b: str) -> list[float]:  # fmt: skip
+    """Per group (sorted), ``d_j``: the mean over models of (mean of a − mean of b).
+
+    Only the (group, model) cells where both arms have trials count; a group with none is left
+    out. With one model this is the per-probe difference of arm means.
+    """
+    values: dict[tuple[str, str, str], list[float]] = {}
+    for g, m, arm, v in zip(groups, models, arms, y, strict=True):
+        if arm in (a, b):
+            values.setdefault((str(g), str(m), str(arm)), []).append(float(v))
+    per_group: dict[str, list[float]] = {}
+    for g, m in sorted({(g, m) for g, m, _ in values}):
+        xa, xb = values.get((g, m, a)), values.get((g, m, b))
+        if xa and xb:
+            per_group.setdefault(g, []).append(float(np.mean(xa)) - float(np.mean(xb)))
+    return [float(np.mean(d)) for _, d in sorted(per_group.items())]
 
 
 def not_fittable(arms: Sequence[str], groups: Sequence[str], per_arm: bool) -> str | None:

@@ -339,3 +339,116 @@ def test_a_stimulus_subset_hypothesis_gets_its_own_sensitivity_models() -> None:
     assert again is not None and again.status == "ok"
     assert again.values.get("_reml_problem") is None
     assert vsci._first_difference(recorded, again.values, "values", 1e-6) is None
+
+
+# ------------------------------------------------------------------------------ several models
+
+
+def _models_dataset(rows: list[tuple[str, str, str, int, float]]) -> Dataset:
+    trials = pd.DataFrame(
+        [{"trial": f"{a}|{m}|{s}|{r}", "arm": a, "model": m, "stimulus": s, "rep": r,
+          "accuracy": acc, "control": False, "excluded": False, "status": "ok"}
+         for a, m, s, r, acc in rows]
+    )  # fmt: skip
+    items = pd.DataFrame(columns=["trial", "arm", "model", "stimulus", "rep", "row", "position",
+                                  "truth", "answer", "correct"])  # fmt: skip
+    return Dataset(trials, items, ("A", "B", "C"), (), "0" * 64, models=("big", "small"))
+
+
+def _model_rows(seed: int, small_probes: int = 5) -> list[Any]:
+    """Two models on five probes; ``small`` runs only its first ``small_probes`` probes."""
+    rng = np.random.default_rng(seed)
+    out = []
+    for model, shift in (("big", 0.0), ("small", -0.15)):
+        for j in range(5 if model == "big" else small_probes):
+            u = rng.normal(0, 0.1)
+            for a, m in (("A", 0.85), ("B", 0.5), ("C", 0.6)):
+                w = rng.normal(0, 0.08)
+                for r in range(3):
+                    acc = float(np.clip(m + shift + u + w + rng.normal(0, 0.1), 0, 1))
+                    out.append((a, model, f"s{j}", r + 1, acc))
+    return out
+
+
+def _several(rows: list[Any]) -> tuple[list[Result], list[Any]]:
+    from analysis.analyze import run_analyses
+
+    ds = _models_dataset(rows)
+    results = run_analyses(ds, PLAN)
+    twin = vsci._Dataset(ds.trials.to_dict("records"), [], ["A", "B", "C"], [], "0" * 64,
+                         models=["big", "small"])  # fmt: skip
+    recorded = {r.id: r.as_dict()["values"] for r in results}
+    return results, vsci._recompute(twin, PLAN, None, recorded)
+
+
+def test_several_models_get_pooled_and_per_model_sensitivity_rederived_by_the_verifier() -> None:
+    results, again = _several(_model_rows(7))
+    ids = [r.id for r in results]
+    assert ids[-3:] == ["sensitivity.lmm", "sensitivity.lmm@big", "sensitivity.lmm@small"]
+    by_id = {r.id: r for r in results}
+    pooled = by_id["sensitivity.lmm"].values or {}
+    assert by_id["sensitivity.lmm"].label == "sensitivity"
+    assert pooled["factors"] == ["model"] and pooled["factor_references"] == ["big"]
+    assert [c["hypothesis"] for c in pooled["contrasts"]] == ["H1", "H2"]
+    model_lmm = by_id["model.lmm"].values or {}
+    assert pooled["models"]["registered"]["variances"] == {
+        "group": model_lmm["group_variance"], "residual": model_lmm["residual_variance"]}
+    for c in pooled["contrasts"]:
+        h = by_id[f"hypothesis.{c['hypothesis']}"]
+        assert c["registered_verdict"] == h.verdict
+        # the registered model re-evaluated at its own variances: the same point estimate
+        assert c["registered"]["estimate"] == pytest.approx((h.values or {})["estimate"],
+                                                            rel=1e-9)  # fmt: skip
+        # the probe bootstrap pools the models' per-probe differences with equal weight
+        assert c["cluster_bootstrap"]["n_clusters"] == 5
+    for model in ("big", "small"):
+        v = by_id[f"sensitivity.lmm@{model}"].values or {}
+        assert v["model"] == model and "factors" not in v
+        assert [c["hypothesis"] for c in v["contrasts"]] == [f"H1@{model}", f"H2@{model}"]
+        for c in v["contrasts"]:
+            h = by_id[f"hypothesis.{c['hypothesis']}"]
+            assert c["registered_verdict"] == h.verdict
+            assert c["registered"]["estimate"] == pytest.approx((h.values or {})["estimate"],
+                                                                rel=1e-9)  # fmt: skip
+    mine = {r.id: r for r in again}
+    for rid in ("sensitivity.lmm", "sensitivity.lmm@big", "sensitivity.lmm@small"):
+        assert mine[rid].status == "ok" and mine[rid].values.get("_reml_problem") is None
+        recorded = by_id[rid].as_dict()["values"]
+        assert vsci._first_difference(recorded, mine[rid].values, "values", 1e-6) is None
+    # a moved per-model variance is caught by the verifier's own REML check
+    moved = by_id["sensitivity.lmm@small"].as_dict()["values"]
+    moved["models"]["probe_by_arm"]["variances"]["group_by_arm"] *= 1.01
+    twin = vsci._Dataset(_models_dataset(_model_rows(7)).trials.to_dict("records"), [],
+                         ["A", "B", "C"], [], "0" * 64, models=["big", "small"])  # fmt: skip
+    tested = [r for r in again if r.hypothesis is not None]
+    check = vsci._sensitivity(twin.for_model("small"), PLAN, vsci._model(
+        twin.for_model("small"), PLAN)[1], tested, moved, model="small")
+    assert check is not None and "probe_by_arm" in str(check.values.get("_reml_problem"))
+
+
+def test_one_models_unfittable_probe_by_arm_model_leaves_the_others_untouched() -> None:
+    """Model ``small`` ran two probes only: its probe-by-arm models say why they are not
+    fitted; the pooled and ``big``'s sensitivity models and every registered result stand."""
+    rows = _model_rows(8, small_probes=2)
+    results, again = _several(rows)
+    by_id = {r.id: r for r in results}
+    small = by_id["sensitivity.lmm@small"].values or {}
+    for name in ("probe_by_arm", "probe_by_arm_arm_residual"):
+        assert small["models"][name] == {
+            "fitted": False,
+            "reason": "the probe-by-arm model needs at least 3 probes; the trials have 2"}
+        assert (by_id["sensitivity.lmm@big"].values or {})["models"][name]["fitted"] is True
+        assert (by_id["sensitivity.lmm"].values or {})["models"][name]["fitted"] is True
+    assert all(c["probe_by_arm"] is None and c["primary"] is None and c["supports"] is None
+               and c["registered"] is not None for c in small["contrasts"])  # fmt: skip
+    # the registered results are those of a run without any sensitivity analysis
+    ds = _models_dataset(rows)
+    bare = [r for r in results if r.label != "sensitivity"]
+    model, pooled_fit = fit_model(ds, PLAN)
+    assert model.values == by_id["model.lmm"].values
+    for r in hypothesis_results(ds, PLAN, pooled_fit):
+        assert (r.values, r.verdict) == (by_id[r.id].values, by_id[r.id].verdict)
+    assert len(bare) == len(results) - 3
+    mine = {r.id: r for r in again}
+    assert vsci._first_difference(by_id["sensitivity.lmm@small"].as_dict()["values"],
+                                  mine["sensitivity.lmm@small"].values, "values", 1e-6) is None

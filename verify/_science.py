@@ -932,7 +932,8 @@ def _model(
             interaction=interaction, at=at, recorded_warnings=recorded_warnings,
         )  # fmt: skip
         fit.update(_y=[r["accuracy"] for r in t], _arm=[str(r["arm"]) for r in t],
-                   _groups=[str(g) for g in groups], _group_col=group)  # fmt: skip
+                   _groups=[str(g) for g in groups], _group_col=group,
+                   _models=[str(r["model"]) for r in t])  # fmt: skip
         holder.append(fit)
         values = {k: v for k, v in fit.items() if not k.startswith("_")}
         values["_reml_problem"] = fit["_reml_problem"]
@@ -1479,13 +1480,20 @@ def _sensitivity(
     fit: dict[str, Any] | None,
     tested: list[_Result],
     recorded: dict[str, Any] | None,
+    model: str | None = None,
 ) -> _Result | None:
-    """``sensitivity.lmm`` (statistics.md "Sensitivity"), every fit checked by the own REML."""
+    """``sensitivity.lmm`` (statistics.md "Sensitivity"), every fit checked by the own REML.
+
+    With several models ``fit`` is the pooled model (the model a fixed factor in every
+    sensitivity model); ``model`` gives ``sensitivity.lmm@<model>`` on that model's dataset and
+    fit, its rows the ``<id>@<model>`` hypotheses.
+    """
     lmm = [h for h in plan["hypotheses"] if h["test"] == "lmm" and not h.get("stimuli")]
     subsets = [h for h in plan["hypotheses"] if h["test"] == "lmm" and h.get("stimuli")]
-    if not (lmm or subsets) or ds.several_models:
+    if not (lmm or subsets):
         return None
-    r = _Result("sensitivity.lmm")
+    suffix = f"@{model}" if model is not None else ""
+    r = _Result(f"sensitivity.lmm{suffix}")
     design = plan["design"]
     by_id = {x.hypothesis: x for x in tested}
     rec_models = (recorded or {}).get("models") if isinstance(recorded, dict) else None
@@ -1495,8 +1503,9 @@ def _sensitivity(
         y = np.asarray(fit["_y"], dtype=np.float64)
         arm, groups = list(fit["_arm"]), list(fit["_groups"])
         others = list(fit["arms"][1:])
-        exog = np.column_stack([np.ones(y.size)] + [
-            np.asarray([a == o for a in arm], dtype=np.float64) for o in others])  # fmt: skip
+        factor = (("model", list(fit["_models"]), fit["factor_references"][0])
+                  if fit.get("factors") else None)  # fmt: skip
+        exog, _, _ = st._design(y, np.asarray(arm), fit["arms"][0], factor, False)
         cells = [f"{g}|{a}" for g, a in zip(groups, arm, strict=True)]
         params: dict[str, Any] = {}
         reml: dict[str, RemlModel] = {}
@@ -1549,14 +1558,14 @@ def _sensitivity(
         for h in hyps:
             a, b = h["contrast"]
             sides = h.get("sides") or "two-sided"
-            hyp = by_id.get(h["id"])
+            hyp = by_id.get(h["id"] + suffix)
             registered = hyp.values if hyp is not None else {}
             weights = np.zeros(exog.shape[1])
             for level, sign in ((a, 1.0), (b, -1.0)):
                 if level in others:
                     weights[1 + others.index(level)] += sign
             row: dict[str, Any] = {
-                "hypothesis": h["id"], "a": a, "b": b, "sides": sides,
+                "hypothesis": h["id"] + suffix, "a": a, "b": b, "sides": sides,
                 "as_registered": {k: registered.get(k) for k in
                                   ("estimate", "lower", "upper", "p_raw", "p_adjusted")},
                 "registered_verdict": hyp.verdict if hyp is not None else None,
@@ -1568,12 +1577,17 @@ def _sensitivity(
                     row[name] = c
                 else:
                     row[name] = None
+            # per probe: the mean over models of the (model, probe) cells' a − b (statistics.md)
+            per_cell: dict[tuple[str, str, str], list[float]] = {}
+            for v, aa, gg, mm in zip(y, arm, groups, fit["_models"], strict=True):
+                per_cell.setdefault((gg, mm, aa), []).append(float(v))
             diffs = []
             for g in sorted(set(groups)):
-                xa = [v for v, aa, gg in zip(y, arm, groups, strict=True) if gg == g and aa == a]
-                xb = [v for v, aa, gg in zip(y, arm, groups, strict=True) if gg == g and aa == b]
-                if xa and xb:
-                    diffs.append(float(np.mean(xa)) - float(np.mean(xb)))
+                ds_g = [float(np.mean(per_cell[(g, m, a)])) - float(np.mean(per_cell[(g, m, b)]))
+                        for m in sorted({mm for gg, mm, _ in per_cell if gg == g})
+                        if (g, m, a) in per_cell and (g, m, b) in per_cell]  # fmt: skip
+                if ds_g:
+                    diffs.append(float(np.mean(ds_g)))
             boot = st.probe_bootstrap(
                 diffs, int(design["bootstrap_iterations"]), design["bootstrap_seed"], sides
             )
@@ -1603,11 +1617,11 @@ def _sensitivity(
                                      recorded=rec_subset if isinstance(rec_subset, dict)
                                      else None)  # fmt: skip
             if sub_fit is None:
-                contrasts.append({"hypothesis": h["id"], "stimuli": list(h["stimuli"]),
+                contrasts.append({"hypothesis": h["id"] + suffix, "stimuli": list(h["stimuli"]),
                                   "error": None})  # fmt: skip
                 continue
             rec_row = next((_obj_of(x) for x in rec_rows or []
-                            if _obj_of(x).get("hypothesis") == h["id"]), {})  # fmt: skip
+                            if _obj_of(x).get("hypothesis") == h["id"] + suffix), {})  # fmt: skip
             sub_models, rows, sub_problems = block(sub_fit, [h], rec_row.get("subset_models"))
             rows[0]["stimuli"] = list(h["stimuli"])
             rows[0]["subset_models"] = sub_models
@@ -1617,11 +1631,32 @@ def _sensitivity(
             "group_col": fit["_group_col"], "reference": fit["arms"][0],
             "n_groups": fit["n_groups"], "models": models, "contrasts": contrasts,
         }  # fmt: skip
+        if fit.get("factors"):  # the pooled fit of several models
+            out["factors"] = list(fit["factors"])
+            out["factor_references"] = list(fit["factor_references"])
+        if model is not None:
+            out["model"] = model
         if problems:
             out["_reml_problem"] = "; ".join(problems)
         return out
 
     return _guard(r, compute)
+
+
+def _sensitivity_per_model(ds: _Dataset, plan: dict[str, Any], tested: list[_Result],
+                           recorded: dict[str, Any]) -> list[_Result]:  # fmt: skip
+    """``sensitivity.lmm@<model>`` per model in model order (statistics.md "Sensitivity")."""
+    if not ds.several_models:
+        return []
+    out = []
+    for name in ds.models:
+        sub = ds.for_model(name)
+        _, sub_fit = _model(sub, plan, recorded=recorded.get(f"model.lmm@{name}"))
+        r = _sensitivity(sub, plan, sub_fit, tested, recorded.get(f"sensitivity.lmm@{name}"),
+                         model=name)  # fmt: skip
+        if r is not None:
+            out.append(r)
+    return out
 
 
 def _judge_agreement(archive: _Archive, plan: dict[str, Any], step: str) -> _Result:
@@ -1803,6 +1838,7 @@ def _recompute(
     sens = _sensitivity(ds, last_plan, fit, tested, recorded.get("sensitivity.lmm"))
     if sens is not None:
         out.append(sens)
+    out.extend(_sensitivity_per_model(ds, last_plan, tested, recorded))
     out.extend(_reviews(ds, plan))
     return out
 
