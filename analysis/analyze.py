@@ -1372,27 +1372,27 @@ def sensitivity_lmm(
         one = [""] * y.size
         fits: dict[str, Any] = {}
         models: dict[str, Any] = {}
-        largest = max(pd.Series(groups).value_counts())
-        too_big = (f"a probe has {largest:,} trials, more than the {sens.MAX_GROUP_ROWS:,} the "
-                   "dense sensitivity fit handles") if largest > sens.MAX_GROUP_ROWS else None
-        if too_big is None:
-            reg = sens.fit_at(y, exog, groups, [groups], one, ["group", "residual"],
-                              [fit.group_variance, fit.residual_variance])  # fmt: skip
-            fits["registered"] = reg
-            models["registered"] = {
-                "fitted": True, "log_likelihood": reg.loglik,
-                "variances": {"group": fit.group_variance, "residual": fit.residual_variance}}
-        else:
-            models["registered"] = {"fitted": False, "reason": too_big}
-        why = too_big or sens.not_fittable(arm.tolist(), groups, False)
+        reg = sens.fit_at(y, exog, groups, [groups], one, ["group", "residual"],
+                          [fit.group_variance, fit.residual_variance])  # fmt: skip
+        fits["registered"] = reg
+        models["registered"] = {
+            "fitted": True, "log_likelihood": reg.loglik,
+            "variances": {"group": fit.group_variance, "residual": fit.residual_variance}}
+        why = sens.not_fittable(arm.tolist(), groups, False)
+        left = sens.cell_residuals(y, exog, cells, arm.tolist()) if why is None else {}
+        tiny = 1e-12 * max(float(np.sum((y - y.mean()) ** 2)), 1e-300)
         for name in SENSITIVITY_MODELS[1:]:
             reason = why
             classes = one if name == "probe_by_arm" else arm.tolist()
+            if reason is None and name == "probe_by_arm" and sum(left.values()) <= tiny:
+                reason = ("no trial differs from the others of its probe × arm cell beyond the "
+                          "fixed effects: the residual variance cannot be separated from the "
+                          "probe-by-arm variance")  # fmt: skip
             if reason is None and name == "probe_by_arm_arm_residual":
                 for a in sorted(set(arm.tolist())):
                     sub = t[arm == a]
                     spread = sub.groupby(group)["accuracy"].var(ddof=1).fillna(0.0)
-                    if float(spread.max()) <= 0.0:
+                    if float(spread.max()) <= 0.0 or left[a] <= tiny:
                         reason = (f"arm {a} has zero residual variance (every trial of a probe "
                                   "scores the same, e.g. at ceiling): a residual variance per "
                                   "arm cannot be estimated")  # fmt: skip

@@ -1431,8 +1431,7 @@ def _by_truth(ds: _Dataset, plan: dict[str, Any], labels: tuple[str, ...]) -> _R
 
 
 SENSITIVITY_MODELS = ("registered", "probe_by_arm", "probe_by_arm_arm_residual")
-MAX_GROUP_ROWS = 300
-"""statistics.md "Sensitivity": a probe with more trials is not fitted (dense n_j x n_j)."""
+"""statistics.md "Sensitivity": the models of ``sensitivity.lmm``, in order."""
 SENSITIVITY_NAMES = {
     "registered": "registered random-intercept (Satterthwaite df)",
     "probe_by_arm": "probe-by-arm",
@@ -1459,6 +1458,23 @@ def _unfittable(arms: list[str], groups: list[str], y: list[float], per_arm: boo
             if max(spread) <= 0:
                 return f"arm {arm} has zero residual variance"
     return None
+
+
+def _unexplained(y: Any, exog: Any, cells: list[str], arm: list[str]) -> dict[str, float]:
+    """statistics.md "Sensitivity": per arm, the squares left by ``X`` and the cell indicators.
+
+    The cell means are removed from ``y`` and every column of ``X`` (Frisch–Waugh), then the
+    centred ``y`` is regressed on the centred ``X``.
+    """
+    rows_of: dict[str, list[int]] = {}
+    for i, c in enumerate(cells):
+        rows_of.setdefault(c, []).append(i)
+    data = np.column_stack([exog, y])
+    for rows in rows_of.values():
+        data[rows] -= data[rows].mean(axis=0)
+    beta = np.linalg.lstsq(data[:, :-1], data[:, -1], rcond=None)[0]
+    left = (data[:, -1] - data[:, :-1] @ beta) ** 2
+    return {a: float(sum(left[i] for i, x in enumerate(arm) if x == a)) for a in sorted(set(arm))}
 
 
 def _support(h: dict[str, Any], registered: dict[str, Any], p: Any, est: Any) -> bool | None:
@@ -1510,22 +1526,25 @@ def _sensitivity(
         params: dict[str, Any] = {}
         reml: dict[str, RemlModel] = {}
         problems: list[str] = []
-        largest = max(groups.count(g) for g in set(groups))
-        too_big = largest > MAX_GROUP_ROWS
         reg = RemlModel(y, exog, groups, [groups])
         params["registered"] = np.array([fit["group_variance"], fit["residual_variance"]])
         reg_ll = reg.loglik(params["registered"])
-        models: dict[str, Any] = {"registered": {"fitted": False, "reason": None}}
-        if not too_big:
-            reml["registered"] = reg
-            models["registered"] = {
-                "fitted": True, "log_likelihood": reg_ll,
-                "variances": {"group": fit["group_variance"],
-                              "residual": fit["residual_variance"]},
-            }  # fmt: skip
+        reml["registered"] = reg
+        models: dict[str, Any] = {"registered": {
+            "fitted": True, "log_likelihood": reg_ll,
+            "variances": {"group": fit["group_variance"], "residual": fit["residual_variance"]},
+        }}  # fmt: skip
+        left = (_unexplained(y, exog, cells, arm)
+                if _unfittable(arm, groups, list(y), False) is None else {})  # fmt: skip
+        tiny = 1e-12 * max(float(np.sum((y - y.mean()) ** 2)), 1e-300)
         for name in SENSITIVITY_MODELS[1:]:
             per_arm = name == "probe_by_arm_arm_residual"
-            reason = "too big" if too_big else _unfittable(arm, groups, list(y), per_arm)
+            reason = _unfittable(arm, groups, list(y), per_arm)
+            if reason is None and not per_arm and sum(left.values()) <= tiny:
+                reason = "no residual variation within the probe x arm cells"
+            if reason is None and per_arm:
+                reason = next((f"arm {a} has zero residual variance" for a in sorted(left)
+                               if left[a] <= tiny), None)  # fmt: skip
             if reason is not None:
                 models[name] = {"fitted": False, "reason": reason}
                 continue
