@@ -167,7 +167,7 @@ class _Blocks:
         got = self.parts(theta)
         assert got is not None
         _, a, _, _, (w, s, zwx, kmat, kzx) = got
-        cmat = np.linalg.inv(a)
+        cmat = np.asarray(np.linalg.inv(a), dtype=np.float64)
         bz = zwx - s @ kzx  # ZᵀV⁻¹X
         qmat = s - s @ kmat @ s  # ZᵀV⁻¹Z
         tmat = np.eye(self.q) - kmat @ s  # V⁻¹Z = W·Z·T
