@@ -1451,8 +1451,19 @@ def _by_truth_html(report: Report, tag: str) -> str:
 POSTHOC = "Post hoc (declared after unblinding; not pre-registered)"
 
 
+def posthoc_test_text(r: dict[str, Any]) -> str:
+    """The test column of a post-hoc row: z (mixed model), t and df, or the bootstrap's draws."""
+    v = r.get("values") or {}
+    c = v.get("contrast") or {}
+    if r.get("test") == "bootstrap":
+        return f"percentile bootstrap, {_fmt(v.get('iterations'))} draws (seed {v.get('seed')})"
+    if r.get("test") in ("paired-t", "independent-t"):
+        return f"t {_fmt(c.get('t'))} (df {_fmt(c.get('df'))}), p {_p(c.get('p'))}"
+    return f"z {_fmt(c.get('z'))}, p {_p(c.get('p'))}"
+
+
 def _section_posthoc(report: Report) -> str:
-    """Every ``analysis.posthoc`` event: its declaration, contrast and reason; no verdict."""
+    """Every ``analysis.posthoc`` event: its declaration, difference and reason; no verdict."""
     if not report.posthoc:
         return ""
     rows = []
@@ -1464,15 +1475,17 @@ def _section_posthoc(report: Report) -> str:
             continue
         v = r.get("values") or {}
         c = v.get("contrast") or {}
+        lmm = r.get("test") == "lmm"
         rows.append((r.get("id"), r.get("seq"), r.get("title"),
                      f"{_pp(c.get('estimate'))} ({_pp(c.get('lower'))} to {_pp(c.get('upper'))})",
-                     f"z {_fmt(c.get('z'))}, p {_p(c.get('p'))}", _fmt(v.get("icc")),
-                     "singular fit" if v.get("singular") else "–", d.get("reason")))  # fmt: skip
+                     posthoc_test_text(r), _fmt(v.get("icc")) if lmm else "–",
+                     "singular fit" if lmm and v.get("singular") else "–",
+                     d.get("reason")))  # fmt: skip
     return (f'<div class="exploratory"><h2>{_e(POSTHOC)}</h2>'
             "<p>Each analysis below was declared after the data were unblinded and the "
             "registered analysis was recorded (an analysis.posthoc event after the last "
             "analysis.result). It has no verdict and changes none.</p>"
-            + _table(f"{POSTHOC}: mixed models and their two-sided contrasts",
+            + _table(f"{POSTHOC}: two-sided differences (mixed model, t-test or bootstrap)",
                      ("id", "seq", "model", "difference (95% CI)", "two-sided test", "ICC",
                       "caution", "reason"), rows)
             + "</div>")  # fmt: skip

@@ -2185,6 +2185,31 @@ def _reanalysis(archive: _Archive) -> tuple[Check, list[str]]:
 
 
 POSTHOC_KIND = "analysis.posthoc"
+POSTHOC_TESTS = ("lmm", "paired-t", "independent-t", "bootstrap")
+"""analysis.md §6: the kinds of post-hoc analysis (the body's ``test``)."""
+
+
+def _posthoc_values(ds: _Dataset, plan: dict[str, Any], a: str, b: str,
+                    test: str) -> dict[str, Any]:  # fmt: skip
+    """analysis.md §6: a post-hoc t-test or bootstrap of a − b, with its ``contrast`` summary."""
+    design = plan["design"]
+    summary: dict[str, Any] = {"a": a, "b": b, "sides": "two-sided"}
+    if test == "bootstrap":
+        values = st.bootstrap_diff(*_pair_accuracies(ds, a, b),
+                                   int(design["bootstrap_iterations"]), design["bootstrap_seed"])
+        summary.update(estimate=values["estimate"], lower=values["lower"],
+                       upper=values["upper"], p=None, conf=values["conf"])  # fmt: skip
+        return {**values, "contrast": summary}
+    if test == "paired-t":
+        res = st.paired_t(*_pairs_by_trial(ds, a, b))
+    else:
+        res = st.independent_t(*_pair_accuracies(ds, a, b))
+    values = {**res, "estimate": res["difference"]}
+    if test == "paired-t":
+        values["pairing"] = ["stimulus", "rep"]
+    summary.update(estimate=res["difference"], lower=res["ci_lower"], upper=res["ci_upper"],
+                   p=res["p"], t=res["t"], df=res["df"], conf=0.95)  # fmt: skip
+    return {**values, "contrast": summary}
 POSTHOC_KEYS = frozenset({"id", "title", "label", "hypothesis", "test", "status", "values",
                           "verdict", "decided_by", "error", "declared", "inputs"})  # fmt: skip
 
@@ -2207,15 +2232,31 @@ def _posthoc_problem(archive: _Archive, event: _Event, ds: _Dataset, plan: dict[
     if body.get("inputs") != inputs:
         return str(_first_difference(body.get("inputs"), inputs, "inputs", 0.0))
     contrast, arms = declared.get("contrast"), declared.get("arms")
-    group = declared.get("random_intercept")
-    if (not isinstance(contrast, list) or len(contrast) != 2 or group not in ("stimulus", "source")
-            or not (arms is None or isinstance(arms, list))):  # fmt: skip
-        return "declares no valid contrast, random intercept or arms"
+    group, test, model = declared.get("random_intercept"), body.get("test"), declared.get("model")
+    if test not in POSTHOC_TESTS:
+        return f"has test {_fmt(test)}, not one of {', '.join(POSTHOC_TESTS)}"
+    if (not isinstance(contrast, list) or len(contrast) != 2
+            or not (model is None or model in ds.models)
+            or (test == "lmm" and (group not in ("stimulus", "source")
+                                   or not (arms is None or isinstance(arms, list))))
+            or (test != "lmm" and (group is not None or arms is not None))):  # fmt: skip
+        return "declares no valid contrast, random intercept, arms or model for its test"
     name = str(body.get("id")).removeprefix("posthoc.")
     if body.get("id") != f"posthoc.{name}" or not name:
         return "has an id that is not posthoc.<name>"
     if [e.body.get("id") for e in archive.of(POSTHOC_KIND)].count(body.get("id")) != 1:
         return "repeats the id of another post-hoc analysis"
+    if model is not None:
+        ds = ds.for_model(str(model))
+    if test != "lmm":
+        a, b = str(contrast[0]), str(contrast[1])
+        recomputed = _guard(_Result("posthoc"), lambda: _posthoc_values(ds, plan, a, b, test))
+        if body.get("status") != recomputed.status:
+            return (f"status: recorded {_fmt(body.get('status'))}, recomputed "
+                    f"{_fmt(recomputed.status)}")  # fmt: skip
+        if recomputed.status != "ok":
+            return None
+        return _first_difference(body.get("values"), recomputed.values, "values", REL_TOL)
     sub = replace(ds, sources=_sources(archive)) if group == "source" else ds
     sub_plan = {**plan, "analysis": {**(plan.get("analysis") or {}), "random_intercept": group,
                                      "model_arms": arms}}  # fmt: skip

@@ -685,12 +685,21 @@ class _Expect:
                 continue
             v = _obj(r.get("values"))
             c = _obj(v.get("contrast"))
+            kind = r.get("test")
+            if kind == "bootstrap":
+                test = (f"percentile bootstrap, {_fmt(v.get('iterations'))} draws (seed "
+                        f"{_cell(v.get('seed'))})")  # fmt: skip
+            elif kind in ("paired-t", "independent-t"):
+                test = f"t {_fmt(c.get('t'))} (df {_fmt(c.get('df'))}), p {_p(c.get('p'))}"
+            else:
+                test = f"z {_fmt(c.get('z'))}, p {_p(c.get('p'))}"
             rows.append([_cell(r.get("id")), _cell(r.get("seq")), _cell(r.get("title")),
                          f"{_pp(c.get('estimate'))} ({_pp(c.get('lower'))} to "
-                         f"{_pp(c.get('upper'))})", f"z {_fmt(c.get('z'))}, p {_p(c.get('p'))}",
-                         _fmt(v.get("icc")), "singular fit" if v.get("singular") else "–",
+                         f"{_pp(c.get('upper'))})", test,
+                         _fmt(v.get("icc")) if kind == "lmm" else "–",
+                         "singular fit" if kind == "lmm" and v.get("singular") else "–",
                          _cell(d.get("reason"))])  # fmt: skip
-        return [(f"{POSTHOC}: mixed models and their two-sided contrasts",
+        return [(f"{POSTHOC}: two-sided differences (mixed model, t-test or bootstrap)",
                  ["id", "seq", "model", "difference (95% CI)", "two-sided test", "ICC",
                   "caution", "reason"], rows)]  # fmt: skip
 
