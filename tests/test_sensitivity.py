@@ -382,6 +382,12 @@ def test_probes_of_thousands_of_trials_are_fitted() -> None:
     mine = vst.satterthwaite(model, het.params, arm_b, "two-sided")
     assert mine["df"] == pytest.approx(c["df"], rel=1e-6)
     assert mine["p"] == pytest.approx(c["p"], rel=1e-6)
+    # and through the analysis: every sensitivity model of probes with 600 trials is fitted
+    _, _, result = _run(_dataset(_rows(13, probes=4, reps=200)))
+    v = (result.values if result is not None else None) or {}
+    assert all(v["models"][m]["fitted"] for m in ("registered", "probe_by_arm",
+                                                  "probe_by_arm_arm_residual"))  # fmt: skip
+    assert all(c["probe_by_arm_arm_residual"]["df"] > 0 for c in v["contrasts"])
 
 
 def test_a_stimulus_subset_hypothesis_gets_its_own_sensitivity_models() -> None:
@@ -530,3 +536,31 @@ def test_one_models_unfittable_probe_by_arm_model_leaves_the_others_untouched() 
     mine = {r.id: r for r in again}
     assert vsci._first_difference(by_id["sensitivity.lmm@small"].as_dict()["values"],
                                   mine["sensitivity.lmm@small"].values, "values", 1e-6) is None
+
+
+def test_cells_without_residual_variation_leave_the_probe_by_arm_models_unfitted() -> None:
+    """Every replicate of a probe × arm cell scores the same (a simulated model that answers
+    alike each time): the REML likelihood grows without bound as the residual variance goes
+    to 0, so neither probe-by-arm model is fitted; writer and verifier say so alike."""
+    rng = np.random.default_rng(12)
+    rows = []
+    for j in range(5):
+        for a, m in (("A", 0.8), ("B", 0.5), ("C", 0.6)):
+            acc = float(np.clip(m + rng.normal(0, 0.15), 0, 1))
+            rows += [(a, f"s{j}", r, acc) for r in (1, 2, 3)]
+    ds = _dataset(rows)
+    _, tested, result = _run(ds)
+    v = (result.values if result is not None else None) or {}
+    assert "cannot be separated from the probe-by-arm variance" in v["models"]["probe_by_arm"][
+        "reason"]
+    assert v["models"]["probe_by_arm_arm_residual"]["fitted"] is False
+    assert v["models"]["registered"]["fitted"] is True
+    assert all(t.status == "ok" for t in tested)
+    twin = vsci._Dataset(ds.trials.to_dict("records"), [], ["A", "B", "C"], [], "0" * 64)
+    _, vfit = vsci._model(twin, PLAN, recorded=None)
+    vtested = vsci._hypotheses(twin, PLAN, vfit, {f"hypothesis.{r.hypothesis}": r.values
+                                                  for r in tested})  # fmt: skip
+    recorded = result.as_dict()["values"] if result is not None else {}
+    again = vsci._sensitivity(twin, PLAN, vfit, vtested, recorded)
+    assert again is not None
+    assert vsci._first_difference(recorded, again.values, "values", 1e-6) is None
