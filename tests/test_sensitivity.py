@@ -454,7 +454,8 @@ def _model_rows(seed: int, small_probes: int = 5) -> list[Any]:
     return out
 
 
-def _several(rows: list[Any]) -> tuple[list[Result], list[Any]]:
+def _several(rows: list[Any], only: str | None = None) -> tuple[list[Result], list[Any]]:
+    """The writer's results, and the verifier's sensitivity results (``only`` that model's)."""
     from analysis.analyze import run_analyses
 
     ds = _models_dataset(rows)
@@ -462,7 +463,15 @@ def _several(rows: list[Any]) -> tuple[list[Result], list[Any]]:
     twin = vsci._Dataset(ds.trials.to_dict("records"), [], ["A", "B", "C"], [], "0" * 64,
                          models=["big", "small"])  # fmt: skip
     recorded = {r.id: r.as_dict()["values"] for r in results}
-    return results, vsci._recompute(twin, PLAN, None, recorded)
+    if only is None:
+        return results, vsci._recompute(twin, PLAN, None, recorded)
+    sub = twin.for_model(only)
+    _, fit = vsci._model(sub, PLAN, recorded=recorded[f"model.lmm@{only}"])
+    tested = vsci._hypotheses(sub, PLAN, fit, recorded, f"@{only}")
+    for r in tested:
+        r.hypothesis = f"{r.hypothesis}@{only}"
+    return results, [vsci._sensitivity(sub, PLAN, fit, tested,
+                                       recorded[f"sensitivity.lmm@{only}"], model=only)]
 
 
 def test_several_models_get_pooled_and_per_model_sensitivity_rederived_by_the_verifier() -> None:
@@ -514,7 +523,7 @@ def test_one_models_unfittable_probe_by_arm_model_leaves_the_others_untouched() 
     """Model ``small`` ran two probes only: its probe-by-arm models say why they are not
     fitted; the pooled and ``big``'s sensitivity models and every registered result stand."""
     rows = _model_rows(8, small_probes=2)
-    results, again = _several(rows)
+    results, again = _several(rows, only="small")
     by_id = {r.id: r for r in results}
     small = by_id["sensitivity.lmm@small"].values or {}
     for name in ("probe_by_arm", "probe_by_arm_arm_residual"):
