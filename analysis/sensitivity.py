@@ -78,6 +78,11 @@ class _Blocks:
     def __init__(self, y: Floats, exog: Floats, groups: Sequence[str],
                  terms: Sequence[Sequence[str]], classes: Sequence[str]) -> None:  # fmt: skip
         self.n, self.p = exog.shape
+        self.var = float(np.var(y, ddof=1))
+        # REML is invariant to y -> y - X·b: work on the least-squares residuals, so the
+        # Woodbury differences (yᵀWy − ...) do not cancel; β̂ is shifted back by ``offset``
+        self.offset = np.linalg.lstsq(exog, y, rcond=None)[0]
+        y = y - exog @ self.offset
         self.class_labels = sorted(set(classes))
         self.k = len(terms)
         glabels, gcode = np.unique(np.asarray([str(g) for g in groups]), return_inverse=True)
@@ -125,7 +130,6 @@ class _Blocks:
             self.xy[c] = xr.T @ yr
             self.yy[c] = float(yr @ yr)
             self.nr[c] = float(rows.size)
-        self.var = float(np.var(y, ddof=1))
 
     def parts(self, theta: Floats) -> tuple[float, Floats, Floats, float, Any] | None:
         """``log|V|``, ``XᵀV⁻¹X``, ``XᵀV⁻¹y``, ``yᵀV⁻¹y`` and the blocks the derivatives use."""
@@ -352,7 +356,7 @@ def fit_reml(y: Floats, exog: Floats, groups: Sequence[str], terms: Sequence[Seq
     a = got[1]
     cov = np.linalg.inv(a)
     cov = (cov + cov.T) / 2
-    beta = cov @ got[2]
+    beta = cov @ got[2] + model.offset
     free = _free(model, best_theta)
     info_cov = _info_cov(model, best_theta, free)
     return RemlFit(names, best_theta, best, beta, cov, free, info_cov, model)
@@ -369,7 +373,7 @@ def fit_at(y: Floats, exog: Floats, groups: Sequence[str], terms: Sequence[Seque
     cov = np.linalg.inv(got[1])
     cov = (cov + cov.T) / 2
     free = _free(model, theta)
-    return RemlFit(names, theta, model.loglik(theta), cov @ got[2], cov, free,
+    return RemlFit(names, theta, model.loglik(theta), cov @ got[2] + model.offset, cov, free,
                    _info_cov(model, theta, free), model)  # fmt: skip
 
 
