@@ -1402,22 +1402,28 @@ def _support(h: dict[str, Any], registered: dict[str, Any], p: float | None,
 
 
 def sensitivity_lmm(
-    ds: Dataset, plan: dict[str, Any], fit: stats.MixedModelFit | None, tested: list[Result]
+    ds: Dataset, plan: dict[str, Any], fit: stats.MixedModelFit | None, tested: list[Result],
+    model: str | None = None,
 ) -> Result | None:
     """``sensitivity.lmm``: the registered mixed model's contrasts under other assumptions.
 
     Labelled sensitivity; never changes a verdict. ``None`` when the plan has no ``lmm``
-    hypothesis or the study has several models (not covered yet).
+    hypothesis. With several models ``fit`` is the pooled ``model.lmm`` (the model a fixed
+    factor, kept in every sensitivity model); ``model`` names one model's copy,
+    ``sensitivity.lmm@<model>`` on that model's dataset and ``model.lmm@<model>`` fit, whose
+    rows are the ``<id>@<model>`` hypotheses (:func:`sensitivity_per_model`).
     """
     from analysis import sensitivity as sens
 
     lmm = [h for h in plan["hypotheses"] if h["test"] == "lmm" and not h.get("stimuli")]
     subsets = [h for h in plan["hypotheses"] if h["test"] == "lmm" and h.get("stimuli")]
-    if not (lmm or subsets) or ds.several_models:
+    if not (lmm or subsets):
         return None
-    r = Result("sensitivity.lmm",
+    suffix = f"@{model}" if model is not None else ""
+    r = Result(f"sensitivity.lmm{suffix}",
                "Sensitivity analyses of the registered mixed model (not registered: they never "
-               "change a verdict)", "sensitivity", "lmm-sensitivity")  # fmt: skip
+               "change a verdict)" + (f" (model {model})" if model is not None else ""),
+               "sensitivity", "lmm-sensitivity")  # fmt: skip
     by_id = {x.hypothesis: x for x in tested}
     design = plan["design"]
 
@@ -1430,33 +1436,33 @@ def sensitivity_lmm(
         arm = t["arm"].astype(str).to_numpy()
         groups = t[group].astype(str).tolist()
         others = list(fit.arms[1:])
-        exog = np.column_stack([np.ones(y.size)] + [(arm == o).astype(np.float64)
-                                                    for o in others])  # fmt: skip
+        exog = sens.design_matrix(arm.tolist(), others, t["model"].astype(str).tolist(),
+                                  fit.factor_references[0] if fit.factors else None)  # fmt: skip
         cells = [f"{g}|{a}" for g, a in zip(groups, arm, strict=True)]
         one = [""] * y.size
         fits: dict[str, Any] = {}
         models: dict[str, Any] = {}
-        largest = max(pd.Series(groups).value_counts())
-        too_big = (f"a probe has {largest:,} trials, more than the {sens.MAX_GROUP_ROWS:,} the "
-                   "dense sensitivity fit handles") if largest > sens.MAX_GROUP_ROWS else None
-        if too_big is None:
-            reg = sens.fit_at(y, exog, groups, [groups], one, ["group", "residual"],
-                              [fit.group_variance, fit.residual_variance])  # fmt: skip
-            fits["registered"] = reg
-            models["registered"] = {
-                "fitted": True, "log_likelihood": reg.loglik,
-                "variances": {"group": fit.group_variance, "residual": fit.residual_variance}}
-        else:
-            models["registered"] = {"fitted": False, "reason": too_big}
-        why = too_big or sens.not_fittable(arm.tolist(), groups, False)
+        reg = sens.fit_at(y, exog, groups, [groups], one, ["group", "residual"],
+                          [fit.group_variance, fit.residual_variance])  # fmt: skip
+        fits["registered"] = reg
+        models["registered"] = {
+            "fitted": True, "log_likelihood": reg.loglik,
+            "variances": {"group": fit.group_variance, "residual": fit.residual_variance}}
+        why = sens.not_fittable(arm.tolist(), groups, False)
+        left = sens.cell_residuals(y, exog, cells, arm.tolist()) if why is None else {}
+        tiny = 1e-12 * max(float(np.sum((y - y.mean()) ** 2)), 1e-300)
         for name in SENSITIVITY_MODELS[1:]:
             reason = why
             classes = one if name == "probe_by_arm" else arm.tolist()
+            if reason is None and name == "probe_by_arm" and sum(left.values()) <= tiny:
+                reason = ("no trial differs from the others of its probe × arm cell beyond the "
+                          "fixed effects: the residual variance cannot be separated from the "
+                          "probe-by-arm variance")  # fmt: skip
             if reason is None and name == "probe_by_arm_arm_residual":
                 for a in sorted(set(arm.tolist())):
                     sub = t[arm == a]
                     spread = sub.groupby(group)["accuracy"].var(ddof=1).fillna(0.0)
-                    if float(spread.max()) <= 0.0:
+                    if float(spread.max()) <= 0.0 or left[a] <= tiny:
                         reason = (f"arm {a} has zero residual variance (every trial of a probe "
                                   "scores the same, e.g. at ceiling): a residual variance per "
                                   "arm cannot be estimated")  # fmt: skip
@@ -1485,17 +1491,18 @@ def sensitivity_lmm(
         for h in hyps:
             a, b = h["contrast"]
             sides = h.get("sides") or "two-sided"
-            hyp = by_id.get(h["id"])
+            hid = h["id"] + suffix
+            hyp = by_id.get(hid)
             registered = (hyp.values or {}) if hyp is not None else {}
             weights = np.zeros(exog.shape[1])
             for level, sign in ((a, 1.0), (b, -1.0)):
                 if level in others:
                     weights[1 + others.index(level)] += sign
             row: dict[str, Any] = {
-                "hypothesis": h["id"], "a": a, "b": b, "sides": sides,
+                "hypothesis": hid, "a": a, "b": b, "sides": sides,
                 "as_registered": {k: registered.get(k) for k in ("estimate", "lower", "upper",
                                                               "p_raw", "p_adjusted")},
-                "registered_verdict": by_id[h["id"]].verdict if h["id"] in by_id else None,
+                "registered_verdict": hyp.verdict if hyp is not None else None,
             }  # fmt: skip
             for name in SENSITIVITY_MODELS:
                 if name in fits:
@@ -1504,12 +1511,8 @@ def sensitivity_lmm(
                     row[name] = c
                 else:
                     row[name] = None
-            diffs = []
-            for _, cell in t.groupby(group):
-                xa = cell.loc[cell["arm"].astype(str) == a, "accuracy"]
-                xb = cell.loc[cell["arm"].astype(str) == b, "accuracy"]
-                if len(xa) and len(xb):
-                    diffs.append(float(xa.mean()) - float(xb.mean()))
+            diffs = sens.group_differences(groups, t["model"].astype(str).tolist(),
+                                           arm.tolist(), y, a, b)  # fmt: skip
             boot = sens.cluster_bootstrap(np.asarray(diffs), int(design["bootstrap_iterations"]),
                                           int(design["bootstrap_seed"]), sides)  # fmt: skip
             lower_ok = boot["lower"] > 0
@@ -1522,7 +1525,7 @@ def sensitivity_lmm(
             row["supports"] = row[primary]["supports"] if primary else None
             if (primary is not None and row["registered_verdict"] == "supported"
                     and row["supports"] is False):
-                row["flag"] = (f"{h['id']} is supported as registered, but not under the "
+                row["flag"] = (f"{hid} is supported as registered, but not under the "
                                f"{SENSITIVITY_NAMES[primary]} model (p "
                                f"{row[primary]['p']:.3g}, Satterthwaite df "
                                f"{row[primary]['df']:.3g})")  # fmt: skip
@@ -1539,7 +1542,7 @@ def sensitivity_lmm(
                                              if k != "model_arms"}}  # fmt: skip
             fitted, sub_fit = fit_model(sub, sub_plan)
             if sub_fit is None:
-                contrasts.append({"hypothesis": h["id"], "stimuli": list(h["stimuli"]),
+                contrasts.append({"hypothesis": h["id"] + suffix, "stimuli": list(h["stimuli"]),
                                   "error": f"the subset model could not be fitted: "
                                            f"{fitted.error}"})  # fmt: skip
                 continue
@@ -1549,8 +1552,33 @@ def sensitivity_lmm(
             contrasts.append(rows[0])
         r.values = {"group_col": fit.group_col, "reference": fit.reference,
                     "n_groups": fit.n_groups, "models": models, "contrasts": contrasts}  # fmt: skip
+        if fit.factors:  # the pooled fit of several models: the model a fixed factor
+            r.values["factors"] = list(fit.factors)
+            r.values["factor_references"] = list(fit.factor_references)
+        if model is not None:
+            r.values["model"] = model
 
     return _guard(r, compute)
+
+
+def sensitivity_per_model(ds: Dataset, plan: dict[str, Any], tested: list[Result]
+                          ) -> list[Result]:  # fmt: skip
+    """``sensitivity.lmm@<model>`` for each model in model order (several models only).
+
+    Each is :func:`sensitivity_lmm` on that model's trials alone, around its own
+    ``model.lmm@<model>`` fit (refitted here: the same function on the same data), with rows
+    for the ``<id>@<model>`` hypotheses; ``[]`` for a one-model study or a plan without ``lmm``.
+    """
+    if not ds.several_models:
+        return []
+    out = []
+    for model in ds.models:
+        sub = ds.for_model(model)
+        _, sub_fit = fit_model(sub, plan)
+        r = sensitivity_lmm(sub, plan, sub_fit, tested, model=model)
+        if r is not None:
+            out.append(r)
+    return out
 
 
 def mcq_descriptive(ds: Dataset, plan: dict[str, Any]) -> Result | None:
@@ -1663,6 +1691,7 @@ def run_analyses(
     extra = sensitivity_lmm(ds, last_part, fit, tested)  # the whole data's hypotheses only
     if extra is not None:
         out.append(extra)
+    out.extend(sensitivity_per_model(ds, last_part, tested))
     out.extend(review_results(ds, plan))
     return out
 

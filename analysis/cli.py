@@ -78,38 +78,58 @@ def demo(directory: Path | None, replicates: int | None, template: str) -> None:
 @click.option("--contrast", nargs=2, required=True, help="The two arms, a b: estimates a - b.")
 @click.option("--reason", required=True, help="Why this analysis is added after unblinding.")
 @click.option(
-    "--random-intercept", type=click.Choice(["stimulus", "source"]), default="stimulus",
-    show_default=True, help="Grouping factor of the random intercept.",
+    "--test", "test", type=click.Choice(["lmm", "paired-t", "independent-t", "bootstrap"]),
+    default="lmm", show_default=True,
+    help="lmm: mixed model; paired-t: trials paired by (stimulus, rep); independent-t: Welch; "
+    "bootstrap: the locked bootstrap of the difference in means.",
 )  # fmt: skip
-@click.option("--arms", default=None, help="Comma-separated arms to fit (default: every arm).")
+@click.option(
+    "--random-intercept", type=click.Choice(["stimulus", "source"]), default=None,
+    help="Grouping factor of the random intercept (--test lmm; default stimulus).",
+)  # fmt: skip
+@click.option("--arms", default=None,
+              help="Comma-separated arms to fit (--test lmm; default: every arm).")  # fmt: skip
+@click.option("--model", "model", default=None,
+              help="One model's trials only (a study with [models]; default: every model).")
 @click.option("--key", "key_file", default=None, help="Signing key (default: the study owner's).")
-def posthoc(study_dir: Path, name: str, contrast: tuple[str, str], reason: str,
-            random_intercept: str, arms: str | None, key_file: str | None) -> None:  # fmt: skip
-    """Declare and record a post-hoc mixed model, after the registered analysis.
+def posthoc(study_dir: Path, name: str, contrast: tuple[str, str], reason: str, test: str,
+            random_intercept: str | None, arms: str | None, model: str | None,
+            key_file: str | None) -> None:  # fmt: skip
+    """Declare and record a post-hoc analysis, after the registered analysis.
 
-    Fits accuracy ~ arm + (1 | stimulus or source), REML, on the chosen arms and records the
-    declaration and the two-sided contrast a - b as one analysis.posthoc event, labelled post
-    hoc in the report and the archive. It has no verdict and never changes a registered one.
+    --test lmm (default) fits accuracy ~ arm + (1 | stimulus or source), REML, on the chosen
+    arms; paired-t, independent-t and bootstrap compute what the registered tests of those
+    names compute. The declaration and the two-sided difference a - b with its 95% CI are
+    recorded as one analysis.posthoc event, labelled post hoc in the report, the viewer and
+    the archive. It has no verdict and never changes a registered one.
 
     \b
-    Example:
+    Examples:
       ledger posthoc my-study stimulus-lmm --contrast A B --arms A,B,C,D \\
           --reason "the paper's post-hoc LMM with stimulus as random intercept"
+      ledger posthoc my-study ab-paired --contrast A B --test paired-t \\
+          --reason "A - B paired by probe and replicate, as the paper reports it"
     """
     from analysis.posthoc import declare_posthoc
 
     chosen = [a.strip() for a in arms.split(",") if a.strip()] if arms else None
     body = declare_posthoc(study_dir, study_key(study_dir, key_file), name, contrast,
                            reason=reason, random_intercept=random_intercept,
-                           arms=chosen)  # fmt: skip
+                           arms=chosen, test=test, model=model)  # fmt: skip
     if body["status"] != "ok":
         click.echo(f"recorded {body['id']} (post hoc): could not be computed: {body['error']}")
         return
     c = body["values"]["contrast"]
+    if test == "lmm":
+        detail = f"z = {c['z']:.2f}, two-sided p = {c['p']:.3g}; ICC {body['values']['icc']:.3f}"
+    elif test == "bootstrap":
+        detail = (f"{body['values']['iterations']:,} bootstrap draws, seed "
+                  f"{body['values']['seed']}")  # fmt: skip
+    else:
+        detail = f"t({c['df']:.4g}) = {c['t']:.2f}, two-sided p = {c['p']:.3g}"
     click.echo(f"recorded {body['id']} (post hoc, no verdict): {c['a']} - {c['b']} = "
                f"{100 * c['estimate']:+.1f} pp (95% CI {100 * c['lower']:+.1f} to "
-               f"{100 * c['upper']:+.1f}), z = {c['z']:.2f}, two-sided p = {c['p']:.3g}; "
-               f"ICC {body['values']['icc']:.3f}")  # fmt: skip
+               f"{100 * c['upper']:+.1f}), {detail}")  # fmt: skip
 
 
 @click.command(cls=Command)

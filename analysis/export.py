@@ -444,8 +444,10 @@ def _readme(study: Study, log: Ledger, results: list[dict[str, Any]]) -> bytes:
         for e in posthoc:
             b, d = e.body, e.body.get("declared") or {}
             c = (b.get("values") or {}).get("contrast") or {}
+            test = (f", two-sided p = {c['p']:.3g}" if c.get("p") is not None
+                    else " (percentile bootstrap)")  # fmt: skip
             outcome = (f"{100 * c['estimate']:+.1f} pp (95% CI {100 * c['lower']:+.1f} to "
-                       f"{100 * c['upper']:+.1f}), two-sided p = {c['p']:.3g}"
+                       f"{100 * c['upper']:+.1f}){test}"
                        if b.get("status") == "ok" and c else f"not computed: {b.get('error')}")
             lines.append(f"- **{b.get('id')}** (seq {e.seq}, post hoc): {b.get('title')}: "
                          f"{outcome}. Reason: {d.get('reason')}")  # fmt: skip

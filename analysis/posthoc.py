@@ -18,31 +18,55 @@ from pathlib import Path
 from typing import Any
 
 from analysis import stats
-from analysis.analyze import Result, _guard, fit_model, load_dataset, models
+from analysis.analyze import (
+    Result,
+    _guard,
+    _pair_values,
+    _trial_pairs,
+    fit_model,
+    load_dataset,
+    models,
+)
 from analysis.factorial import plan_cells
 from ledger import EventSpec, Ledger, SigningKey
 from runner.lock import StudyError, check_integrity, ledger_path, protocol_event
 from runner.spec import ID_RE
 from runner.truth import stimulus_sources
 
-__all__ = ["POSTHOC_KIND", "POSTHOC_LABEL", "declare_posthoc", "posthoc_result"]
+__all__ = ["POSTHOC_KIND", "POSTHOC_LABEL", "POSTHOC_TESTS", "declare_posthoc", "posthoc_result"]
 
 POSTHOC_KIND = "analysis.posthoc"
 """The event kind of a post-hoc analysis (``docs/ledger-format.md``)."""
 POSTHOC_LABEL = "post hoc"
 """The label every post-hoc result carries (never ``pre-registered``)."""
 RANDOM_INTERCEPTS = ("stimulus", "source")
+POSTHOC_TESTS = ("lmm", "paired-t", "independent-t", "bootstrap")
+"""The post-hoc analysis kinds (``ledger posthoc --test``), as the registered tests compute them."""
+TEST_TITLES = {
+    "paired-t": "paired t-test, trials paired by (stimulus, rep)",
+    "independent-t": "Welch t-test on trial accuracies",
+    "bootstrap": "percentile bootstrap of the difference in mean trial accuracy",
+}
 
 
-def posthoc_result(ds: Any, plan: dict[str, Any], declared: dict[str, Any], name: str) -> Result:
-    """The result of one declared post-hoc mixed model (``docs/analysis.md`` §6).
+def posthoc_result(ds: Any, plan: dict[str, Any], declared: dict[str, Any], name: str,
+                   test: str = "lmm") -> Result:  # fmt: skip
+    """The result of one declared post-hoc analysis (``docs/analysis.md`` §6).
 
-    ``declared`` = ``{"contrast": [a, b], "random_intercept", "arms", "reason"}``: accuracy ~
+    ``declared`` = ``{"contrast": [a, b], "random_intercept", "arms", "model", "reason"}``
+    (``model``: one model's trials only; null or absent: every model's). ``lmm``: accuracy ~
     arm + (1 | random_intercept), REML, on the analysable trials of ``arms`` (all arms when
-    null), and the two-sided Wald contrast a − b with its 95% CI. ``values`` = the fit's members
-    plus ``contrast`` (and ``caution`` for a singular or unconverged fit).
+    null), and the two-sided Wald contrast a − b with its 95% CI; ``values`` = the fit's
+    members plus ``contrast`` (and ``caution`` for a singular or unconverged fit). The other
+    tests compute what the registered test of that name computes (two-sided), and ``values``
+    = its members plus the same ``contrast`` summary ``{a, b, sides, estimate, lower, upper,
+    p, conf}`` (``t`` and ``df`` for a t-test; ``p`` null for the bootstrap).
     """
     a, b = (str(x) for x in declared["contrast"])
+    if declared.get("model") is not None:
+        ds = ds.for_model(str(declared["model"]))
+    if test != "lmm":
+        return _posthoc_test(ds, plan, a, b, name, test)
     sub_plan = {**plan, "analysis": {**(plan.get("analysis") or {}),
                                      "random_intercept": declared["random_intercept"],
                                      "model_arms": declared.get("arms")}}  # fmt: skip
@@ -64,6 +88,37 @@ def posthoc_result(ds: Any, plan: dict[str, Any], declared: dict[str, Any], name
     return _guard(result, compute)
 
 
+def _posthoc_test(ds: Any, plan: dict[str, Any], a: str, b: str, name: str,
+                  test: str) -> Result:  # fmt: skip
+    """A post-hoc t-test or bootstrap of a − b on the analysable trials (two-sided)."""
+    result = Result(f"posthoc.{name}",
+                    f"Post hoc (declared after unblinding): {a} - {b}, {TEST_TITLES[test]}",
+                    POSTHOC_LABEL, test)  # fmt: skip
+    design = plan["design"]
+
+    def compute() -> None:
+        summary: dict[str, Any] = {"a": a, "b": b, "sides": "two-sided"}
+        if test == "bootstrap":
+            boot = stats.bootstrap_diff(*_pair_values(ds, a, b),
+                                        int(design["bootstrap_iterations"]),
+                                        design["bootstrap_seed"])  # fmt: skip
+            values = boot.as_dict()
+            summary |= {"estimate": boot.estimate, "lower": boot.lower, "upper": boot.upper,
+                        "p": None, "conf": boot.conf}  # fmt: skip
+        else:
+            x, y = _trial_pairs(ds, a, b) if test == "paired-t" else _pair_values(ds, a, b)
+            res = stats.paired_t(x, y) if test == "paired-t" else stats.independent_t(x, y)
+            values = {**res.as_dict(), "estimate": res.difference}
+            if test == "paired-t":
+                values["pairing"] = ["stimulus", "rep"]
+            summary |= {"estimate": res.difference, "lower": res.ci_lower,
+                        "upper": res.ci_upper, "p": res.p, "t": res.t, "df": res.df,
+                        "conf": 0.95}  # fmt: skip
+        result.values = {**values, "contrast": summary}
+
+    return _guard(result, compute)
+
+
 def declare_posthoc(
     root: str | Path,
     key: SigningKey,
@@ -71,22 +126,32 @@ def declare_posthoc(
     contrast: tuple[str, str],
     *,
     reason: str,
-    random_intercept: str = "stimulus",
+    random_intercept: str | None = None,
     arms: list[str] | None = None,
+    test: str = "lmm",
+    model: str | None = None,
 ) -> dict[str, Any]:
     """Declare, compute and record one post-hoc analysis; return the event body.
 
     Refuses (naming what is wrong, appending nothing) before the registered analysis is
-    recorded, for a name already used, an unknown arm, a random intercept other than
-    ``stimulus`` or ``source`` (``source`` needs a truth table with a ``source`` column), or an
-    empty reason.
+    recorded, for a name already used, an unknown arm or model, a test other than
+    :data:`POSTHOC_TESTS`, a random intercept other than ``stimulus`` or ``source`` (``source``
+    needs a truth table with a ``source`` column) or arms given to a test that is not ``lmm``,
+    or an empty reason.
     """
     root = Path(root)
     if not ID_RE.match(name):
         raise StudyError(f"post-hoc name {name!r}: use letters, digits, '.', '_' or '-'")
     if not reason.strip():
         raise StudyError("--reason: say why this analysis is added after unblinding")
-    if random_intercept not in RANDOM_INTERCEPTS:
+    if test not in POSTHOC_TESTS:
+        raise StudyError(f"--test {test!r}: use one of {', '.join(POSTHOC_TESTS)}")
+    if test != "lmm" and (random_intercept is not None or arms is not None):
+        raise StudyError(f"--test {test}: --random-intercept and --arms belong to the mixed "
+                         "model (--test lmm) only")  # fmt: skip
+    if test == "lmm" and random_intercept is None:
+        random_intercept = "stimulus"
+    if random_intercept is not None and random_intercept not in RANDOM_INTERCEPTS:
         raise StudyError(f"--random-intercept {random_intercept!r}: use stimulus or source")
     study = check_integrity(root)
     with Ledger.open(ledger_path(root)) as log:
@@ -109,6 +174,10 @@ def declare_posthoc(
             raise StudyError(f"--contrast: {contrast[0]} against itself")
         if arms is not None and not {*contrast} <= set(arms):
             raise StudyError(f"--arms {','.join(arms)} must include both arms of the contrast")
+        declared_models = list(models(plan))
+        if model is not None and model not in declared_models:
+            raise StudyError(f"--model {model!r}: the study's models are "
+                             f"{', '.join(declared_models) or 'none ([model] declares one)'}")
         settings = plan.get("analysis", {})
         sources = stimulus_sources(study) if random_intercept == "source" else {}
         ds = load_dataset(
@@ -118,9 +187,9 @@ def declare_posthoc(
             factorial=plan_cells(plan),
         )  # fmt: skip
         declared = {"contrast": list(contrast), "random_intercept": random_intercept,
-                    "arms": sorted(arms) if arms is not None else None,
+                    "arms": sorted(arms) if arms is not None else None, "model": model,
                     "reason": " ".join(reason.split()), "after_seq": results[-1].seq}  # fmt: skip
-        result = posthoc_result(ds, plan, declared, name)
+        result = posthoc_result(ds, plan, declared, name, test)
         inputs = {
             "scores_sha256": ds.scores_sha256,
             "trials_csv_sha256": hashlib.sha256(ds.trials_csv()).hexdigest(),

@@ -1233,12 +1233,28 @@ def _sensitivity_cell(c: Any) -> str:
     return f"{_interval(c)}, p {_p(c.get('p'))}, df {_fmt(c.get('df'))}"
 
 
+def sensitivity_scope(values: dict[str, Any]) -> str:
+    """How a sensitivity table names its fit: pooled over several models, one model, or ''."""
+    if values.get("model") is not None:
+        return f" (model {values['model']})"
+    if values.get("factors"):
+        return " (pooled over the models, model a fixed factor)"
+    return ""
+
+
+def sensitivity_results(report: Report) -> list[dict[str, Any]]:
+    """``sensitivity.lmm`` and each ``sensitivity.lmm@<model>``, in recorded order."""
+    return [r for r in report.results if str(r.get("id")) == "sensitivity.lmm"
+            or str(r.get("id")).startswith("sensitivity.lmm@")]  # fmt: skip
+
+
 def sensitivity_tables(result: dict[str, Any] | None) -> list[tuple[str, list[str],
                                                                     list[list[str]]]]:
     """The two sensitivity tables (caption, header, rows): contrasts side by side, models."""
     if result is None or result.get("status") != "ok":
         return []
     v = result.get("values") or {}
+    scope = sensitivity_scope(v)
     rows = []
     for c in v.get("contrasts") or []:
         on = f" on {', '.join(map(str, c['stimuli']))}" if c.get("stimuli") else ""
@@ -1257,8 +1273,8 @@ def sensitivity_tables(result: dict[str, Any] | None) -> list[tuple[str, list[st
                      *(_sensitivity_cell(c.get(m)) for m in SENSITIVITY_MODELS),
                      f"{_interval(boot)} over {boot.get('n_clusters')} probes" if boot else "–",
                      "–" if supports is None else ("yes" if supports else "no")])  # fmt: skip
-    out = [(f"{SENSITIVITY}: each registered mixed-model contrast beside its sensitivity "
-            "intervals (95%; one-sided hypotheses: lower bound)",
+    out = [(f"{SENSITIVITY}{scope}: each registered mixed-model contrast beside its "
+            "sensitivity intervals (95%; one-sided hypotheses: lower bound)",
             ["hypothesis", "contrast", "registered (z)", *SENSITIVITY_MODELS.values(),
              "bootstrap over probes", "sensitivity supports the verdict?"], rows)]  # fmt: skip
     mrows = []
@@ -1272,7 +1288,7 @@ def sensitivity_tables(result: dict[str, Any] | None) -> list[tuple[str, list[st
         mrows.append([label, "yes", ", ".join(f"{k} {_fmt(x)}" for k, x in
                                               (m.get("variances") or {}).items()),
                       _fmt(m.get("log_likelihood")), lrt])  # fmt: skip
-    out.append((f"{SENSITIVITY}: the models (REML, groups {v.get('group_col')})",
+    out.append((f"{SENSITIVITY}{scope}: the models (REML, groups {v.get('group_col')})",
                 ["model", "fitted", "variance components", "log-likelihood",
                  "probe-by-arm vs registered (LRT, boundary-corrected)"], mrows))  # fmt: skip
     return out
@@ -1287,15 +1303,17 @@ def sensitivity_flags(result: dict[str, Any] | None) -> list[str]:
 
 
 def _section_sensitivity(report: Report) -> str:
-    result = report.result("sensitivity.lmm")
-    if result is None:
+    results = sensitivity_results(report)
+    if not results:
         return ""
     parts = [f"<h3>{_e(SENSITIVITY)}</h3>"]
-    if result.get("status") != "ok":
-        return "".join(parts) + _failed_html(result)
-    for caption, header, rows in sensitivity_tables(result):
-        parts.append(_table(caption, header, rows))
-    parts += [f'<p class="error">{_e(flag)}</p>' for flag in sensitivity_flags(result)]
+    for result in results:  # the pooled fit, then each model's (several models)
+        if result.get("status") != "ok":
+            parts.append(_failed_html(result))
+            continue
+        for caption, header, rows in sensitivity_tables(result):
+            parts.append(_table(caption, header, rows))
+        parts += [f'<p class="error">{_e(flag)}</p>' for flag in sensitivity_flags(result)]
     return "".join(parts)
 
 
@@ -1564,8 +1582,19 @@ def _by_truth_html(report: Report, tag: str) -> str:
 POSTHOC = "Post hoc (declared after unblinding; not pre-registered)"
 
 
+def posthoc_test_text(r: dict[str, Any]) -> str:
+    """The test column of a post-hoc row: z (mixed model), t and df, or the bootstrap's draws."""
+    v = r.get("values") or {}
+    c = v.get("contrast") or {}
+    if r.get("test") == "bootstrap":
+        return f"percentile bootstrap, {_fmt(v.get('iterations'))} draws (seed {v.get('seed')})"
+    if r.get("test") in ("paired-t", "independent-t"):
+        return f"t {_fmt(c.get('t'))} (df {_fmt(c.get('df'))}), p {_p(c.get('p'))}"
+    return f"z {_fmt(c.get('z'))}, p {_p(c.get('p'))}"
+
+
 def _section_posthoc(report: Report) -> str:
-    """Every ``analysis.posthoc`` event: its declaration, contrast and reason; no verdict."""
+    """Every ``analysis.posthoc`` event: its declaration, difference and reason; no verdict."""
     if not report.posthoc:
         return ""
     rows = []
@@ -1577,15 +1606,17 @@ def _section_posthoc(report: Report) -> str:
             continue
         v = r.get("values") or {}
         c = v.get("contrast") or {}
+        lmm = r.get("test") == "lmm"
         rows.append((r.get("id"), r.get("seq"), r.get("title"),
                      f"{_pp(c.get('estimate'))} ({_pp(c.get('lower'))} to {_pp(c.get('upper'))})",
-                     f"z {_fmt(c.get('z'))}, p {_p(c.get('p'))}", _fmt(v.get("icc")),
-                     "singular fit" if v.get("singular") else "–", d.get("reason")))  # fmt: skip
+                     posthoc_test_text(r), _fmt(v.get("icc")) if lmm else "–",
+                     "singular fit" if lmm and v.get("singular") else "–",
+                     d.get("reason")))  # fmt: skip
     return (f'<div class="exploratory"><h2>{_e(POSTHOC)}</h2>'
             "<p>Each analysis below was declared after the data were unblinded and the "
             "registered analysis was recorded (an analysis.posthoc event after the last "
             "analysis.result). It has no verdict and changes none.</p>"
-            + _table(f"{POSTHOC}: mixed models and their two-sided contrasts",
+            + _table(f"{POSTHOC}: two-sided differences (mixed model, t-test or bootstrap)",
                      ("id", "seq", "model", "difference (95% CI)", "two-sided test", "ICC",
                       "caution", "reason"), rows)
             + "</div>")  # fmt: skip

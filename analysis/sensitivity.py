@@ -8,8 +8,8 @@ whether they would support it. For every registered ``lmm`` hypothesis contrast:
 * probe-by-arm with a **residual variance per arm**;
 * a **cluster bootstrap over probes** of the mean per-probe difference.
 
-The REML fits here are the writer's own (dense per-probe ``V_j``, Cholesky); the verifier
-has an independent one (``verify/_reml.py``).
+The REML fits here are the writer's own (per-probe sufficient statistics and Woodbury, O(n)
+per probe: no ``n_j × n_j`` matrix); the verifier has an independent one (``verify/_reml.py``).
 """
 
 from __future__ import annotations
@@ -26,11 +26,13 @@ from scipy import stats as sps
 
 __all__ = [
     "BOUNDARY_FRACTION",
-    "MAX_GROUP_ROWS",
     "RemlFit",
+    "cell_residuals",
     "cluster_bootstrap",
+    "design_matrix",
     "fit_at",
     "fit_reml",
+    "group_differences",
     "not_fittable",
     "satterthwaite_contrast",
 ]
@@ -39,8 +41,6 @@ Floats = npt.NDArray[np.float64]
 
 BOUNDARY_FRACTION = 1e-6
 """A variance at or below this fraction of the outcome variance counts as zero."""
-MAX_GROUP_ROWS = 300
-"""The dense per-probe fit forms ``n_j × n_j`` matrices: larger probes are not fitted."""
 
 
 @dataclass
@@ -59,62 +59,100 @@ class RemlFit:
     cov: Floats
     free: list[int]
     info_cov: Floats
-    model: _Dense
+    model: _Blocks
 
 
-class _Dense:
-    """The per-group blocks, stacked by block size.
+class _Blocks:
+    """Per-group sufficient statistics of ``V_j = R_j + Z_j·G·Z_jᵀ`` (no ``n_j × n_j`` matrix).
 
-    ``X_j``, ``y_j``, each term's ``K_jk`` (1 where two rows share the term's cluster) and
-    each residual class's row mask.
+    ``Z_j`` holds one 0/1 column per cluster of every random term inside group ``j`` (the
+    group itself, each group × arm cell, ...), padded with zero columns to the largest group's
+    ``q``; ``G = diag(θ_term(column))``; ``R_j = diag(φ_class(row))``. Each residual class
+    ``r`` keeps ``Z_jᵀD_rZ_j``, ``Z_jᵀD_rX_j``, ``Z_jᵀD_ry_j`` per group and ``XᵀD_rX``,
+    ``XᵀD_ry``, ``yᵀD_ry`` overall (``D_r`` the rows of class ``r``), built once in O(n).
+    Every evaluation then works on ``q × q`` and ``q × p`` blocks with Woodbury:
+    ``V_j⁻¹ = W − W·Z·K·Zᵀ·W``, ``K = Λ(I + ΛZᵀWZΛ)⁻¹Λ``, ``Λ = G^½``, ``W = R⁻¹``, and
+    ``log|V_j| = log|R_j| + log|I + ΛZᵀWZΛ|`` (a zero variance is allowed).
     """
 
     def __init__(self, y: Floats, exog: Floats, groups: Sequence[str],
                  terms: Sequence[Sequence[str]], classes: Sequence[str]) -> None:  # fmt: skip
         self.n, self.p = exog.shape
+        self.var = float(np.var(y, ddof=1))
+        # REML is invariant to y -> y - X·b: work on the least-squares residuals, so the
+        # Woodbury differences (yᵀWy − ...) do not cancel; β̂ is shifted back by ``offset``
+        self.offset = np.linalg.lstsq(exog, y, rcond=None)[0]
+        y = y - exog @ self.offset
         self.class_labels = sorted(set(classes))
         self.k = len(terms)
-        garr = np.asarray(groups)
-        carr = np.asarray(classes)
-        tarr = [np.asarray(t) for t in terms]
-        by_size: dict[int, list[npt.NDArray[np.intp]]] = {}
-        for g in sorted(set(groups)):
-            rows = np.flatnonzero(garr == g)
-            by_size.setdefault(rows.size, []).append(rows)
-        self.stacks = []
-        for _, members in sorted(by_size.items()):
-            idx = np.stack(members)  # (B, m)
-            ks = np.stack([np.equal(t[idx][:, :, None], t[idx][:, None, :]) for t in tarr])
-            masks = np.stack([(carr[idx] == c) for c in self.class_labels]).astype(np.float64)
-            self.stacks.append((exog[idx], y[idx], ks.astype(np.float64), masks))
-        self.var = float(np.var(y, ddof=1))
+        glabels, gcode = np.unique(np.asarray([str(g) for g in groups]), return_inverse=True)
+        ccode = np.searchsorted(np.asarray(self.class_labels),
+                                np.asarray([str(c) for c in classes]))  # fmt: skip
+        n_groups = glabels.size
+        col = np.zeros((self.k, self.n), dtype=np.intp)
+        width = np.zeros(n_groups, dtype=np.intp)
+        term_cols: list[tuple[int, int]] = []  # (group, term) of every column, in order
+        for k, labels in enumerate(terms):
+            seen: dict[tuple[int, str], int] = {}
+            for i, (g, lab) in enumerate(zip(gcode.tolist(), labels, strict=True)):
+                key = (g, str(lab))
+                if key not in seen:
+                    seen[key] = int(width[g])
+                    width[g] += 1
+                    term_cols.append((g, k))
+                col[k, i] = seen[key]
+        q = int(width.max()) if n_groups else 0
+        self.q = q
+        self.term_of_col = np.full((n_groups, q), -1, dtype=np.intp)
+        counters = np.zeros(n_groups, dtype=np.intp)
+        for g, k in term_cols:
+            self.term_of_col[g, counters[g]] = k
+            counters[g] += 1
+        self.masks = np.stack([(self.term_of_col == k).astype(np.float64)
+                               for k in range(self.k)]) if self.k else np.zeros((0, n_groups, q))
+        r = len(self.class_labels)
+        self.zz = np.zeros((r, n_groups, q, q))
+        self.zx = np.zeros((r, n_groups, q, self.p))
+        self.zy = np.zeros((r, n_groups, q))
+        self.xx = np.zeros((r, self.p, self.p))
+        self.xy = np.zeros((r, self.p))
+        self.yy = np.zeros(r)
+        self.nr = np.zeros(r)
+        for c in range(r):
+            rows = np.flatnonzero(ccode == c)
+            g, xr, yr = gcode[rows], exog[rows], y[rows]
+            for k in range(self.k):
+                for m in range(self.k):
+                    np.add.at(self.zz[c], (g, col[k, rows], col[m, rows]), 1.0)
+                np.add.at(self.zx[c], (g, col[k, rows]), xr)
+                np.add.at(self.zy[c], (g, col[k, rows]), yr)
+            self.xx[c] = xr.T @ xr
+            self.xy[c] = xr.T @ yr
+            self.yy[c] = float(yr @ yr)
+            self.nr[c] = float(rows.size)
 
-    def parts(self, theta: Floats) -> tuple[float, Floats, Floats, float, list[Any]] | None:
+    def parts(self, theta: Floats) -> tuple[float, Floats, Floats, float, Any] | None:
+        """``log|V|``, ``XᵀV⁻¹X``, ``XᵀV⁻¹y``, ``yᵀV⁻¹y`` and the blocks the derivatives use."""
         re, phi = theta[: self.k], theta[self.k :]
         if np.any(re < 0) or np.any(phi <= 0) or not np.all(np.isfinite(theta)):
             return None
-        logdet = 0.0
-        a = np.zeros((self.p, self.p))
-        b = np.zeros(self.p)
-        c = 0.0
-        solved = []
-        for x, y, ks, masks in self.stacks:
-            diag = np.einsum("r,rbm->bm", phi, masks)
-            v = np.einsum("k,kbmn->bmn", re, ks)
-            m = v.shape[1]
-            v[:, np.arange(m), np.arange(m)] += diag
-            try:
-                chol = np.linalg.cholesky(v)
-            except np.linalg.LinAlgError:
-                return None
-            logdet += 2.0 * float(np.sum(np.log(np.diagonal(chol, axis1=1, axis2=2))))
-            both = np.linalg.solve(v, np.concatenate([x, y[:, :, None]], axis=2))
-            vx, vy = both[:, :, :-1], both[:, :, -1]
-            a += np.einsum("bmp,bmq->pq", x, vx)
-            b += np.einsum("bmp,bm->p", x, vy)
-            c += float(np.sum(y * vy))
-            solved.append((vx, ks, masks))
-        return logdet, a, b, c, solved
+        w = 1.0 / phi
+        s = np.einsum("r,rgab->gab", w, self.zz)
+        zwx = np.einsum("r,rgap->gap", w, self.zx)
+        zwy = np.einsum("r,rga->ga", w, self.zy)
+        lam = np.einsum("k,kga->ga", np.sqrt(re), self.masks)
+        eye = np.eye(self.q)
+        inner = eye + lam[:, :, None] * s * lam[:, None, :]
+        sign, logdet_inner = np.linalg.slogdet(inner)
+        if np.any(sign <= 0):
+            return None
+        kmat = lam[:, :, None] * np.linalg.solve(inner, eye * lam[:, None, :])
+        kzx = kmat @ zwx
+        a = np.einsum("r,rpq->pq", w, self.xx) - np.einsum("gap,gaq->pq", zwx, kzx)
+        b = np.einsum("r,rp->p", w, self.xy) - np.einsum("gap,ga->p", kzx, zwy)
+        c = float(w @ self.yy) - float(np.einsum("ga,gab,gb->", zwy, kmat, zwy))
+        logdet = float(self.nr @ np.log(phi)) + float(np.sum(logdet_inner))
+        return logdet, a, b, c, (w, s, zwx, kmat, kzx)
 
     def loglik(self, theta: Floats) -> float:
         got = self.parts(theta)
@@ -128,22 +166,138 @@ class _Dense:
         return float(-0.5 * (logdet + float(logdet_a) + c - float(b @ beta)
                              + (self.n - self.p) * math.log(2 * math.pi)))  # fmt: skip
 
-    def cov_gradient(self, theta: Floats, free: list[int]) -> list[Floats]:
-        """``∂(XᵀV⁻¹X)⁻¹/∂θ_i = C·(XᵀV⁻¹·∂V/∂θ_i·V⁻¹X)·C`` for each free parameter."""
+    def _derived(self, theta: Floats) -> tuple[Floats, Any]:
+        """``C = (XᵀV⁻¹X)⁻¹``; per group ``A = K·ZᵀWX``, ``ZᵀV⁻¹X``, ``ZᵀV⁻¹Z``, ``I − K·S``."""
         got = self.parts(theta)
         assert got is not None
-        _, a, _, _, solved = got
-        cmat = np.linalg.inv(a)
-        out = []
-        for i in free:
-            m = np.zeros((self.p, self.p))
-            for vx, ks, masks in solved:
-                if i < self.k:
-                    m += np.einsum("bmp,bmn,bnq->pq", vx, ks[i], vx)
+        _, a, _, _, (w, s, zwx, kmat, kzx) = got
+        cmat = np.asarray(np.linalg.inv(a), dtype=np.float64)
+        bz = zwx - s @ kzx  # ZᵀV⁻¹X
+        qmat = s - s @ kmat @ s  # ZᵀV⁻¹Z
+        tmat = np.eye(self.q) - kmat @ s  # V⁻¹Z = W·Z·T
+        return cmat, (w, kmat, kzx, bz, qmat, tmat)
+
+    def _b(self, i: int, w: Floats, kzx: Floats, bz: Floats) -> Floats:
+        """``B_i = XᵀV⁻¹(∂V/∂θ_i)V⁻¹X`` summed over the groups."""
+        if i < self.k:
+            mb = self.masks[i][:, :, None] * bz
+            return np.asarray(np.einsum("gap,gaq->pq", mb, mb))
+        r = i - self.k
+        return np.asarray(w[r] ** 2 * self._ydy(r, kzx))
+
+    def _ydy(self, r: int, amat: Floats) -> Floats:
+        """``YᵀD_rY`` summed over the groups, ``Y = X − Z·A`` (so ``V⁻¹X = W·Y``)."""
+        zxa = np.einsum("gap,gaq->pq", self.zx[r], amat)
+        return np.asarray(self.xx[r] - zxa - zxa.T
+                          + np.einsum("gap,gab,gbq->pq", amat, self.zz[r], amat))  # fmt: skip
+
+    def cov_gradient(self, theta: Floats, free: list[int]) -> list[Floats]:
+        """``∂(XᵀV⁻¹X)⁻¹/∂θ_i = C·(XᵀV⁻¹·∂V/∂θ_i·V⁻¹X)·C`` for each free parameter."""
+        cmat, (w, _, kzx, bz, _, _) = self._derived(theta)
+        return [cmat @ self._b(i, w, kzx, bz) @ cmat for i in free]
+
+    def information(self, theta: Floats, free: list[int]) -> Floats:
+        """Expected REML information ``½·tr(P·∂V/∂θ_i·P·∂V/∂θ_k)`` over the free parameters.
+
+        ``P = V⁻¹ − U·C·Uᵀ`` (``U = V⁻¹X``): ``tr(V⁻¹V_iV⁻¹V_k) − 2·tr(C·UᵀV_kV⁻¹V_iU) +
+        tr(C·B_i·C·B_k)``, each from the per-group blocks (``docs/statistics.md``).
+        """
+        cmat, (w, kmat, amat, bz, qmat, tmat) = self._derived(theta)
+        m = len(free)
+        info = np.zeros((m, m))
+        bs = [self._b(i, w, amat, bz) for i in free]
+        # ZᵀD_rY per class (g, q, p): Z_kᵀV⁻¹D_rU = w_r²·T[:, k]ᵀ·ZᵀD_rY
+        zdy = [self.zx[r] - self.zz[r] @ amat for r in range(len(self.class_labels))]
+        for ii, i in enumerate(free):
+            for kk, k in enumerate(free):
+                if kk > ii:
+                    break
+                if i < self.k and k < self.k:
+                    mi, mk = self.masks[i], self.masks[k]
+                    t1 = float(np.einsum("ga,gab,gb->", mk, qmat * qmat, mi))
+                    mid = np.einsum("gap,gab,gbq->pq", mk[:, :, None] * bz, qmat,
+                                    mi[:, :, None] * bz)  # fmt: skip
+                elif i < self.k or k < self.k:  # one residual class r, one term t
+                    r, t = (k - self.k, i) if i < self.k else (i - self.k, k)
+                    mt = self.masks[t]
+                    tst = np.einsum("gba,gbc,gca->ga", tmat, self.zz[r], tmat)
+                    t1 = float(w[r] ** 2 * np.sum(mt * tst))
+                    # UᵀD_rV⁻¹Z_tZ_tᵀU = w_r²·(ZᵀD_rY)ᵀ·T·diag(m_t)·(ZᵀV⁻¹X)
+                    mid = w[r] ** 2 * np.einsum("gap,gab,gbq->pq", zdy[r], tmat,
+                                                mt[:, :, None] * bz)  # fmt: skip
+                    if k < self.k:  # V_k the term: the transpose
+                        mid = mid.T
                 else:
-                    m += np.einsum("bmp,bm,bmq->pq", vx, masks[i - self.k], vx)
-            out.append(cmat @ m @ cmat)
-        return out
+                    r, s_ = i - self.k, k - self.k
+                    zr, zs = self.zz[r], self.zz[s_]
+                    t1 = float(w[r] ** 2 * w[s_] ** 2 * np.einsum("gab,gbc,gcd,gda->", kmat, zr,
+                                                                   kmat, zs))  # fmt: skip
+                    mid = -(w[r] ** 2) * w[s_] ** 2 * np.einsum("gap,gab,gbq->pq", zdy[s_], kmat,
+                                                                 zdy[r])  # fmt: skip
+                    if r == s_:
+                        t1 += float(self.nr[r] * w[r] ** 2 - 2 * w[r] ** 3 * np.einsum(
+                            "gab,gba->", kmat, zr))  # fmt: skip
+                        mid = mid + w[r] ** 3 * self._ydy(r, amat)
+                val = 0.5 * (t1 - 2 * float(np.trace(cmat @ mid))
+                             + float(np.trace(cmat @ bs[ii] @ cmat @ bs[kk])))  # fmt: skip
+                info[ii, kk] = info[kk, ii] = val
+        return info
+
+
+def design_matrix(arms: Sequence[str], others: Sequence[str], models: Sequence[str],
+                  model_reference: str | None) -> Floats:  # fmt: skip
+    """The registered model's treatment-coded design: intercept, ``arm[T.<o>]`` per other arm.
+
+    With several models (``model_reference`` set) then ``model[T.<m>]`` for every other model
+    level sorted as strings, as the pooled ``model.lmm`` codes them (``docs/analysis.md`` §4).
+    """
+    arm = np.asarray([str(a) for a in arms])
+    columns = [np.ones(arm.size)] + [(arm == o).astype(np.float64) for o in others]
+    if model_reference is not None:
+        mv = np.asarray([str(m) for m in models])
+        columns += [(mv == level).astype(np.float64)
+                    for level in sorted(set(mv.tolist())) if level != model_reference]
+    return np.column_stack(columns)
+
+
+def group_differences(groups: Sequence[str], models: Sequence[str], arms: Sequence[str],
+                      y: Floats, a: str, b: str) -> list[float]:  # fmt: skip
+    """Per group (sorted), ``d_j``: the mean over models of (mean of a − mean of b).
+
+    Only the (group, model) cells where both arms have trials count; a group with none is left
+    out. With one model this is the per-probe difference of arm means.
+    """
+    values: dict[tuple[str, str, str], list[float]] = {}
+    for g, m, arm, v in zip(groups, models, arms, y, strict=True):
+        if arm in (a, b):
+            values.setdefault((str(g), str(m), str(arm)), []).append(float(v))
+    per_group: dict[str, list[float]] = {}
+    for g, m in sorted({(g, m) for g, m, _ in values}):
+        xa, xb = values.get((g, m, a)), values.get((g, m, b))
+        if xa and xb:
+            per_group.setdefault(g, []).append(float(np.mean(xa)) - float(np.mean(xb)))
+    return [float(np.mean(d)) for _, d in sorted(per_group.items())]
+
+
+def cell_residuals(y: Floats, exog: Floats, cells: Sequence[str],
+                   classes: Sequence[str]) -> dict[str, float]:  # fmt: skip
+    """Per residual class, the sum of squares left after the fixed effects and the cells.
+
+    Least squares of ``y`` on ``X`` and one indicator per probe × arm cell, by
+    Frisch–Waugh (O(n)): centre ``y`` and ``X`` within each cell, regress. A class whose sum
+    is zero has no variation for its residual variance (the REML likelihood then grows
+    without bound as that variance goes to 0).
+    """
+    codes = np.unique(np.asarray([str(c) for c in cells]), return_inverse=True)[1].reshape(-1)
+    size = np.bincount(codes).astype(np.float64)
+    both = np.column_stack([exog, y])
+    sums = np.zeros((size.size, both.shape[1]))
+    np.add.at(sums, codes, both)
+    within = both - (sums / size[:, None])[codes]
+    coef = np.linalg.lstsq(within[:, :-1], within[:, -1], rcond=None)[0]
+    resid = within[:, -1] - within[:, :-1] @ coef
+    carr = np.asarray([str(c) for c in classes])
+    return {c: float(np.sum(resid[carr == c] ** 2)) for c in sorted(set(carr.tolist()))}
 
 
 def not_fittable(arms: Sequence[str], groups: Sequence[str], per_arm: bool) -> str | None:
@@ -177,7 +331,7 @@ def not_fittable(arms: Sequence[str], groups: Sequence[str], per_arm: bool) -> s
 def fit_reml(y: Floats, exog: Floats, groups: Sequence[str], terms: Sequence[Sequence[str]],
              classes: Sequence[str], names: list[str]) -> RemlFit:  # fmt: skip
     """Maximise the REML likelihood from three starts, then Newton steps in log θ."""
-    model = _Dense(y, exog, groups, terms, classes)
+    model = _Blocks(y, exog, groups, terms, classes)
     k, r = model.k, len(model.class_labels)
     v = model.var if model.var > 0 else 1.0
     best_theta: Floats | None = None
@@ -202,7 +356,7 @@ def fit_reml(y: Floats, exog: Floats, groups: Sequence[str], terms: Sequence[Seq
     a = got[1]
     cov = np.linalg.inv(a)
     cov = (cov + cov.T) / 2
-    beta = cov @ got[2]
+    beta = cov @ got[2] + model.offset
     free = _free(model, best_theta)
     info_cov = _info_cov(model, best_theta, free)
     return RemlFit(names, best_theta, best, beta, cov, free, info_cov, model)
@@ -211,7 +365,7 @@ def fit_reml(y: Floats, exog: Floats, groups: Sequence[str], terms: Sequence[Seq
 def fit_at(y: Floats, exog: Floats, groups: Sequence[str], terms: Sequence[Sequence[str]],
            classes: Sequence[str], names: list[str], params: Sequence[float]) -> RemlFit:
     """The fit evaluated at given variance parameters (the registered model's)."""
-    model = _Dense(y, exog, groups, terms, classes)
+    model = _Blocks(y, exog, groups, terms, classes)
     theta = np.asarray([float(v) for v in params], dtype=np.float64)
     got = model.parts(theta)
     if got is None:
@@ -219,16 +373,16 @@ def fit_at(y: Floats, exog: Floats, groups: Sequence[str], terms: Sequence[Seque
     cov = np.linalg.inv(got[1])
     cov = (cov + cov.T) / 2
     free = _free(model, theta)
-    return RemlFit(names, theta, model.loglik(theta), cov @ got[2], cov, free,
+    return RemlFit(names, theta, model.loglik(theta), cov @ got[2] + model.offset, cov, free,
                    _info_cov(model, theta, free), model)  # fmt: skip
 
 
-def _free(model: _Dense, theta: Floats) -> list[int]:
+def _free(model: _Blocks, theta: Floats) -> list[int]:
     floor = BOUNDARY_FRACTION * (model.var if model.var > 0 else 1.0)
     return [i for i in range(theta.size) if theta[i] > floor]
 
 
-def _log_hessian(model: _Dense, theta: Floats, free: list[int]) -> tuple[Floats, Floats]:
+def _log_hessian(model: _Blocks, theta: Floats, free: list[int]) -> tuple[Floats, Floats]:
     h = 1e-4
     base = np.log(theta[free])
 
@@ -251,7 +405,7 @@ def _log_hessian(model: _Dense, theta: Floats, free: list[int]) -> tuple[Floats,
     return grad, hess
 
 
-def _newton(model: _Dense, theta: Floats) -> Floats:
+def _newton(model: _Blocks, theta: Floats) -> Floats:
     for _ in range(30):
         free = _free(model, theta)
         if not free:
@@ -277,45 +431,14 @@ def _newton(model: _Dense, theta: Floats) -> Floats:
     return theta
 
 
-def _info_cov(model: _Dense, theta: Floats, free: list[int]) -> Floats:
-    """Inverse expected REML information ``½·tr(P·∂V/∂θ_i·P·∂V/∂θ_k)`` over the free params.
-
-    ``P = V⁻¹ − U·C·Uᵀ`` (``U = V⁻¹X``), expanded per block so no ``n × n`` matrix is formed.
-    """
+def _info_cov(model: _Blocks, theta: Floats, free: list[int]) -> Floats:
+    """Inverse expected REML information over the free params (:meth:`_Blocks.information`)."""
     if not free:
         return np.zeros((0, 0))
-    got = model.parts(theta)
-    assert got is not None
-    cmat = np.linalg.inv(got[1])
-    m = len(free)
-    t1 = np.zeros((m, m))
-    a = np.zeros((m, m, model.p, model.p))
-    b = np.zeros((m, model.p, model.p))
-    re, phi = theta[: model.k], theta[model.k :]
-    for x, _, ks, masks in model.stacks:
-        v = np.einsum("k,kbmn->bmn", re, ks)
-        size = v.shape[1]
-        v[:, np.arange(size), np.arange(size)] += np.einsum("r,rbm->bm", phi, masks)
-        vi = np.linalg.inv(v)
-        u = vi @ x
-        dv = [ks[i] if i < model.k else masks[i - model.k][:, :, None] * np.eye(size)
-              for i in free]  # fmt: skip
-        vd = [vi @ d for d in dv]
-        du = [d @ u for d in dv]
-        for i in range(m):
-            b[i] += np.einsum("bmp,bmq->pq", u, du[i])
-            for k in range(m):
-                t1[i, k] += float(np.einsum("bmn,bnm->", vd[i], vd[k]))
-                a[i, k] += np.einsum("bmp,bmn,bnq->pq", du[k], vi, du[i])
-    info = np.zeros((m, m))
-    for i in range(m):
-        for k in range(m):
-            info[i, k] = 0.5 * (t1[i, k] - 2 * float(np.trace(cmat @ a[i, k]))
-                                + float(np.trace(cmat @ b[i] @ cmat @ b[k])))  # fmt: skip
     try:
-        return np.asarray(np.linalg.inv(info))
+        return np.asarray(np.linalg.inv(model.information(theta, free)))
     except np.linalg.LinAlgError:
-        return np.full((m, m), math.nan)
+        return np.full((len(free), len(free)), math.nan)
 
 
 def satterthwaite_contrast(fit: RemlFit, weights: Floats, sides: str,

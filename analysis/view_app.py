@@ -435,6 +435,8 @@ class Viewer:
                 verdicts.append({"seq": seq, "hypothesis": body.get("hypothesis"),
                                  "test": body.get("test"), "status": body.get("status"),
                                  "verdict": body.get("verdict"), "error": body.get("error")})
+        posthoc = [] if self.blind else [_posthoc_row(seq, body)
+                                         for seq, body, _ in idx.singles("analysis.posthoc")]
         artifacts = [
             {"seq": seq, "path": b.get("path"), "role": b.get("role"), "sha256": b.get("sha256"),
              "amended": False}
@@ -466,7 +468,8 @@ class Viewer:
                       "sha256": v.get("sha256")} for a, v in arms.items() if isinstance(v, dict)],
             "group": "arm" if not self.blind else "arm code",
             "progress": progress, "by_model": by_model, "totals": totals,
-            "verdicts": verdicts, "artifacts": artifacts, "sessions": sessions,
+            "verdicts": verdicts, "posthoc": posthoc, "artifacts": artifacts,
+            "sessions": sessions,
             "stopped": stopped, "milestones": milestones,
         }  # fmt: skip
 
@@ -745,6 +748,33 @@ def environment(links: Links) -> Environment:
 
 
 # ---------------------------------------------------------------------- the server
+
+
+def _posthoc_row(seq: int, body: dict[str, Any]) -> dict[str, Any]:
+    """One ``analysis.posthoc`` event as the overview lists it (``docs/analysis.md`` §6).
+
+    Its id, test, title, the two-sided difference a − b in percentage points with its 95%
+    interval and p (null for a bootstrap), the declared reason, and the status or error.
+    """
+    def obj(value: Any) -> dict[str, Any]:
+        return value if isinstance(value, dict) else {}
+
+    values = obj(body.get("values"))
+    summary, declared = obj(values.get("contrast")), obj(body.get("declared"))
+
+    def pp(key: str) -> str:
+        value = summary.get(key)
+        return f"{100 * value:+.1f}" if isinstance(value, int | float) else "–"
+
+    p = summary.get("p")
+    return {
+        "seq": seq, "id": body.get("id"), "test": body.get("test"), "title": body.get("title"),
+        "label": body.get("label"), "status": body.get("status"), "error": body.get("error"),
+        "reason": declared.get("reason"),
+        "difference": (f"{pp('estimate')} pp ({pp('lower')} to {pp('upper')})"
+                       if body.get("status") == "ok" else "–"),
+        "p": f"{p:.3g}" if isinstance(p, int | float) else "–",
+    }  # fmt: skip
 
 
 def make_app(viewer: Viewer) -> Any:

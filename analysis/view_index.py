@@ -69,7 +69,8 @@ CREATE TABLE singles(seq INTEGER PRIMARY KEY, kind TEXT, body TEXT, blobs TEXT);
 # Kinds whose whole body the overview reads (few per study): kept as JSON in `singles`.
 _SINGLES = (
     "protocol.locked", "artifact.locked", "protocol.amended", "run.started", "run.stopped",
-    "scoring.sealed", "blinding.revealed", "analysis.result", "export.created",
+    "scoring.sealed", "blinding.revealed", "analysis.result", "analysis.posthoc",
+    "export.created",
 )  # fmt: skip
 _BATCH = 5000
 

@@ -21,6 +21,7 @@ from analysis.analyze import Dataset, Result, fit_model, hypothesis_results, sen
 from verify import _restats as vst
 from verify import _science as vsci
 from verify._reml import RemlModel
+from verify._reml import check_point as vst_check
 
 
 def _balanced(seed: int, probes: int = 6, arms: str = "ABC", reps: int = 4,
@@ -295,15 +296,98 @@ def test_one_sided_lmm_hypotheses_carry_the_two_sided_interval() -> None:
     assert "ci_two_sided" not in (tested[1].values or {})  # H2 is two-sided already
 
 
-def test_probes_too_large_for_the_dense_fit_are_not_fitted(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(sens, "MAX_GROUP_ROWS", 5)
-    _, tested, result = _run(_dataset(_rows(3)))
+def _dense_reference(y: Any, x: Any, groups: list[str], terms: list[list[str]],
+                     classes: list[str], theta: Any) -> dict[str, Any]:
+    """The REML pieces from dense per-group ``V_j`` (the textbook formulas, for comparison)."""
+    labels = sorted(set(classes))
+    n, p = x.shape
+    garr, carr = np.asarray(groups), np.asarray(classes)
+    blocks = []
+    for g in sorted(set(groups)):
+        rows = np.flatnonzero(garr == g)
+        dv = [np.equal.outer(np.asarray(t)[rows], np.asarray(t)[rows]).astype(float)
+              for t in terms] + [np.diag((carr[rows] == c).astype(float)) for c in labels]
+        blocks.append((rows, dv))
+    m = len(theta)
+    a, b, cc, logdet = np.zeros((p, p)), np.zeros(p), 0.0, 0.0
+    for rows, dv in blocks:
+        v = sum(t * d for t, d in zip(theta, dv, strict=True))
+        vi = np.linalg.inv(v)
+        logdet += float(np.linalg.slogdet(v)[1])
+        a += x[rows].T @ vi @ x[rows]
+        b += x[rows].T @ vi @ y[rows]
+        cc += float(y[rows] @ vi @ y[rows])
+    cmat = np.linalg.inv(a)
+    beta = cmat @ b
+    ll = -0.5 * (logdet + float(np.linalg.slogdet(a)[1]) + cc - float(b @ beta)
+                 + (n - p) * math.log(2 * math.pi))  # fmt: skip
+    t1, am, bm = np.zeros((m, m)), np.zeros((m, m, p, p)), np.zeros((m, p, p))
+    for rows, dv in blocks:
+        v = sum(t * d for t, d in zip(theta, dv, strict=True))
+        vi = np.linalg.inv(v)
+        u = vi @ x[rows]
+        for i in range(m):
+            bm[i] += u.T @ dv[i] @ u
+            for j in range(m):
+                t1[i, j] += float(np.trace(vi @ dv[i] @ vi @ dv[j]))
+                am[i, j] += u.T @ dv[j] @ vi @ dv[i] @ u
+    info = np.array([[0.5 * (t1[i, j] - 2 * np.trace(cmat @ am[i, j])
+                             + np.trace(cmat @ bm[i] @ cmat @ bm[j])) for j in range(m)]
+                     for i in range(m)])  # fmt: skip
+    return {"loglik": ll, "beta": beta, "cov": cmat, "info": info,
+            "dcov": [cmat @ bm[i] @ cmat for i in range(m)]}  # fmt: skip
+
+
+def test_blockwise_reml_equals_the_dense_computation() -> None:
+    """Writer (Woodbury on per-group sums) and verifier (atoms) against dense ``V_j``, 1e-9."""
+    rng = np.random.default_rng(11)
+    d = _balanced(2, probes=5, reps=3)
+    keep = rng.uniform(size=d["y"].size) > 0.2  # unbalanced: some cells lose trials
+    y, x = d["y"][keep], d["x"][keep]
+    g = [v for v, k in zip(d["g"], keep, strict=True) if k]
+    arm = [v for v, k in zip(d["arm"], keep, strict=True) if k]
+    cell = [f"{a}|{b}" for a, b in zip(g, arm, strict=True)]
+    theta = np.array([0.08, 0.03, 0.012, 0.02, 0.009])
+    ref = _dense_reference(y, x, g, [g, cell], arm, theta)
+    blocks = sens._Blocks(y, x, g, [g, cell], arm)
+    assert blocks.loglik(theta) == pytest.approx(ref["loglik"], rel=1e-9, abs=1e-9)
+    free = list(range(theta.size))
+    assert blocks.information(theta, free) == pytest.approx(ref["info"], rel=1e-9, abs=1e-9)
+    for mine, want in zip(blocks.cov_gradient(theta, free), ref["dcov"], strict=True):
+        assert mine == pytest.approx(want, rel=1e-9, abs=1e-12)
+    verifier = RemlModel(y, x, g, [g, cell], arm)
+    pt = verifier.point(theta)
+    assert pt.loglik == pytest.approx(ref["loglik"], rel=1e-9, abs=1e-9)
+    assert pt.beta == pytest.approx(ref["beta"], rel=1e-9)
+    info, dcov = verifier.information(theta)
+    assert info == pytest.approx(ref["info"], rel=1e-9, abs=1e-9)
+    for mine, want in zip(dcov, ref["dcov"], strict=True):
+        assert mine == pytest.approx(want, rel=1e-9, abs=1e-12)
+
+
+def test_probes_of_thousands_of_trials_are_fitted() -> None:
+    """Six probes of 600 trials each (3,600 rows; the dense fit refused probes over 300):
+    fitted by the writer, re-derived by the verifier's own REML, Satterthwaite df close to the
+    balanced split-plot's (G - 1)(a - 1)."""
+    d = _balanced(9, probes=6, reps=200, sd_cell=0.15)
+    assert d["y"].size == 3600
+    het = sens.fit_reml(d["y"], d["x"], d["g"], [d["g"], d["cell"]], d["arm"],
+                        ["group", "group_by_arm", "rA", "rB", "rC"])  # fmt: skip
+    arm_b = np.array([0.0, 1.0, 0.0])
+    c = sens.satterthwaite_contrast(het, arm_b, "two-sided")
+    assert c["df"] == pytest.approx(10, rel=0.05)
+    model = RemlModel(d["y"], d["x"], d["g"], [d["g"], d["cell"]], d["arm"])
+    point, problem = vst_check(model, het.params)
+    assert problem is None and point.loglik == pytest.approx(het.loglik, rel=1e-9)
+    mine = vst.satterthwaite(model, het.params, arm_b, "two-sided")
+    assert mine["df"] == pytest.approx(c["df"], rel=1e-6)
+    assert mine["p"] == pytest.approx(c["p"], rel=1e-6)
+    # and through the analysis: every sensitivity model of probes with 600 trials is fitted
+    _, _, result = _run(_dataset(_rows(13, probes=4, reps=200)))
     v = (result.values if result is not None else None) or {}
-    for name in ("registered", "probe_by_arm", "probe_by_arm_arm_residual"):
-        assert v["models"][name]["fitted"] is False
-        assert "more than the 5 the dense sensitivity fit handles" in v["models"][name]["reason"]
-    assert all(c["registered"] is None and c["cluster_bootstrap"] for c in v["contrasts"])
-    assert all(t.status == "ok" for t in tested)
+    assert all(v["models"][m]["fitted"] for m in ("registered", "probe_by_arm",
+                                                  "probe_by_arm_arm_residual"))  # fmt: skip
+    assert all(c["probe_by_arm_arm_residual"]["df"] > 0 for c in v["contrasts"])
 
 
 def test_a_stimulus_subset_hypothesis_gets_its_own_sensitivity_models() -> None:
@@ -338,4 +422,154 @@ def test_a_stimulus_subset_hypothesis_gets_its_own_sensitivity_models() -> None:
     again = vsci._sensitivity(twin, plan, vfit, vtested, recorded)
     assert again is not None and again.status == "ok"
     assert again.values.get("_reml_problem") is None
+    assert vsci._first_difference(recorded, again.values, "values", 1e-6) is None
+
+
+# ------------------------------------------------------------------------------ several models
+
+
+def _models_dataset(rows: list[tuple[str, str, str, int, float]]) -> Dataset:
+    trials = pd.DataFrame(
+        [{"trial": f"{a}|{m}|{s}|{r}", "arm": a, "model": m, "stimulus": s, "rep": r,
+          "accuracy": acc, "control": False, "excluded": False, "status": "ok"}
+         for a, m, s, r, acc in rows]
+    )  # fmt: skip
+    items = pd.DataFrame(columns=["trial", "arm", "model", "stimulus", "rep", "row", "position",
+                                  "truth", "answer", "correct"])  # fmt: skip
+    return Dataset(trials, items, ("A", "B", "C"), (), "0" * 64, models=("big", "small"))
+
+
+def _model_rows(seed: int, small_probes: int = 5) -> list[Any]:
+    """Two models on five probes; ``small`` runs only its first ``small_probes`` probes."""
+    rng = np.random.default_rng(seed)
+    out = []
+    for model, shift in (("big", 0.0), ("small", -0.15)):
+        for j in range(5 if model == "big" else small_probes):
+            u = rng.normal(0, 0.1)
+            for a, m in (("A", 0.85), ("B", 0.5), ("C", 0.6)):
+                w = rng.normal(0, 0.08)
+                for r in range(3):
+                    acc = float(np.clip(m + shift + u + w + rng.normal(0, 0.1), 0, 1))
+                    out.append((a, model, f"s{j}", r + 1, acc))
+    return out
+
+
+def _several(rows: list[Any], only: str | None = None) -> tuple[list[Result], list[Any]]:
+    """The writer's results, and the verifier's sensitivity results (``only`` that model's)."""
+    from analysis.analyze import run_analyses
+
+    ds = _models_dataset(rows)
+    results = run_analyses(ds, PLAN)
+    twin = vsci._Dataset(ds.trials.to_dict("records"), [], ["A", "B", "C"], [], "0" * 64,
+                         models=["big", "small"])  # fmt: skip
+    recorded = {r.id: r.as_dict()["values"] for r in results}
+    if only is None:
+        return results, vsci._recompute(twin, PLAN, None, recorded)
+    sub = twin.for_model(only)
+    _, fit = vsci._model(sub, PLAN, recorded=recorded[f"model.lmm@{only}"])
+    tested = vsci._hypotheses(sub, PLAN, fit, recorded, f"@{only}")
+    for r in tested:
+        r.hypothesis = f"{r.hypothesis}@{only}"
+    return results, [vsci._sensitivity(sub, PLAN, fit, tested,
+                                       recorded[f"sensitivity.lmm@{only}"], model=only)]
+
+
+def test_several_models_get_pooled_and_per_model_sensitivity_rederived_by_the_verifier() -> None:
+    results, again = _several(_model_rows(7))
+    ids = [r.id for r in results]
+    assert ids[-3:] == ["sensitivity.lmm", "sensitivity.lmm@big", "sensitivity.lmm@small"]
+    by_id = {r.id: r for r in results}
+    pooled = by_id["sensitivity.lmm"].values or {}
+    assert by_id["sensitivity.lmm"].label == "sensitivity"
+    assert pooled["factors"] == ["model"] and pooled["factor_references"] == ["big"]
+    assert [c["hypothesis"] for c in pooled["contrasts"]] == ["H1", "H2"]
+    model_lmm = by_id["model.lmm"].values or {}
+    assert pooled["models"]["registered"]["variances"] == {
+        "group": model_lmm["group_variance"], "residual": model_lmm["residual_variance"]}
+    for c in pooled["contrasts"]:
+        h = by_id[f"hypothesis.{c['hypothesis']}"]
+        assert c["registered_verdict"] == h.verdict
+        # the registered model re-evaluated at its own variances: the same point estimate
+        assert c["registered"]["estimate"] == pytest.approx((h.values or {})["estimate"],
+                                                            rel=1e-9)  # fmt: skip
+        # the probe bootstrap pools the models' per-probe differences with equal weight
+        assert c["cluster_bootstrap"]["n_clusters"] == 5
+    for model in ("big", "small"):
+        v = by_id[f"sensitivity.lmm@{model}"].values or {}
+        assert v["model"] == model and "factors" not in v
+        assert [c["hypothesis"] for c in v["contrasts"]] == [f"H1@{model}", f"H2@{model}"]
+        for c in v["contrasts"]:
+            h = by_id[f"hypothesis.{c['hypothesis']}"]
+            assert c["registered_verdict"] == h.verdict
+            assert c["registered"]["estimate"] == pytest.approx((h.values or {})["estimate"],
+                                                                rel=1e-9)  # fmt: skip
+    mine = {r.id: r for r in again}
+    for rid in ("sensitivity.lmm", "sensitivity.lmm@big", "sensitivity.lmm@small"):
+        assert mine[rid].status == "ok" and mine[rid].values.get("_reml_problem") is None
+        recorded = by_id[rid].as_dict()["values"]
+        assert vsci._first_difference(recorded, mine[rid].values, "values", 1e-6) is None
+    # a moved per-model variance is caught by the verifier's own REML check
+    moved = by_id["sensitivity.lmm@small"].as_dict()["values"]
+    moved["models"]["probe_by_arm"]["variances"]["group_by_arm"] *= 1.01
+    twin = vsci._Dataset(_models_dataset(_model_rows(7)).trials.to_dict("records"), [],
+                         ["A", "B", "C"], [], "0" * 64, models=["big", "small"])  # fmt: skip
+    tested = [r for r in again if r.hypothesis is not None]
+    check = vsci._sensitivity(twin.for_model("small"), PLAN, vsci._model(
+        twin.for_model("small"), PLAN)[1], tested, moved, model="small")
+    assert check is not None and "probe_by_arm" in str(check.values.get("_reml_problem"))
+
+
+def test_one_models_unfittable_probe_by_arm_model_leaves_the_others_untouched() -> None:
+    """Model ``small`` ran two probes only: its probe-by-arm models say why they are not
+    fitted; the pooled and ``big``'s sensitivity models and every registered result stand."""
+    rows = _model_rows(8, small_probes=2)
+    results, again = _several(rows, only="small")
+    by_id = {r.id: r for r in results}
+    small = by_id["sensitivity.lmm@small"].values or {}
+    for name in ("probe_by_arm", "probe_by_arm_arm_residual"):
+        assert small["models"][name] == {
+            "fitted": False,
+            "reason": "the probe-by-arm model needs at least 3 probes; the trials have 2"}
+        assert (by_id["sensitivity.lmm@big"].values or {})["models"][name]["fitted"] is True
+        assert (by_id["sensitivity.lmm"].values or {})["models"][name]["fitted"] is True
+    assert all(c["probe_by_arm"] is None and c["primary"] is None and c["supports"] is None
+               and c["registered"] is not None for c in small["contrasts"])  # fmt: skip
+    # the registered results are those of a run without any sensitivity analysis
+    ds = _models_dataset(rows)
+    bare = [r for r in results if r.label != "sensitivity"]
+    model, pooled_fit = fit_model(ds, PLAN)
+    assert model.values == by_id["model.lmm"].values
+    for r in hypothesis_results(ds, PLAN, pooled_fit):
+        assert (r.values, r.verdict) == (by_id[r.id].values, by_id[r.id].verdict)
+    assert len(bare) == len(results) - 3
+    mine = {r.id: r for r in again}
+    assert vsci._first_difference(by_id["sensitivity.lmm@small"].as_dict()["values"],
+                                  mine["sensitivity.lmm@small"].values, "values", 1e-6) is None
+
+
+def test_cells_without_residual_variation_leave_the_probe_by_arm_models_unfitted() -> None:
+    """Every replicate of a probe × arm cell scores the same (a simulated model that answers
+    alike each time): the REML likelihood grows without bound as the residual variance goes
+    to 0, so neither probe-by-arm model is fitted; writer and verifier say so alike."""
+    rng = np.random.default_rng(12)
+    rows = []
+    for j in range(5):
+        for a, m in (("A", 0.8), ("B", 0.5), ("C", 0.6)):
+            acc = float(np.clip(m + rng.normal(0, 0.15), 0, 1))
+            rows += [(a, f"s{j}", r, acc) for r in (1, 2, 3)]
+    ds = _dataset(rows)
+    _, tested, result = _run(ds)
+    v = (result.values if result is not None else None) or {}
+    assert "cannot be separated from the probe-by-arm variance" in v["models"]["probe_by_arm"][
+        "reason"]
+    assert v["models"]["probe_by_arm_arm_residual"]["fitted"] is False
+    assert v["models"]["registered"]["fitted"] is True
+    assert all(t.status == "ok" for t in tested)
+    twin = vsci._Dataset(ds.trials.to_dict("records"), [], ["A", "B", "C"], [], "0" * 64)
+    _, vfit = vsci._model(twin, PLAN, recorded=None)
+    vtested = vsci._hypotheses(twin, PLAN, vfit, {f"hypothesis.{r.hypothesis}": r.values
+                                                  for r in tested})  # fmt: skip
+    recorded = result.as_dict()["values"] if result is not None else {}
+    again = vsci._sensitivity(twin, PLAN, vfit, vtested, recorded)
+    assert again is not None
     assert vsci._first_difference(recorded, again.values, "values", 1e-6) is None

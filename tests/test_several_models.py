@@ -317,7 +317,11 @@ def test_result_ids_follow_the_documented_order(two_models: Path) -> None:
         for a in arms
         for m in ("", "@big") + (() if a == BIG_ONLY else ("@small",))
     ]
-    assert ids[-2:] == ["exploratory.arm_by_model", "exploratory.multiplicity"]
+    assert ids[-5:] == ["exploratory.arm_by_model", "exploratory.multiplicity", "sensitivity.lmm",
+                        "sensitivity.lmm@big", "sensitivity.lmm@small"]  # fmt: skip
+    html = (two_models / "analysis" / "report.html").read_text(encoding="utf-8")
+    for scope in ("(pooled over the models, model a fixed factor)", "(model big)", "(model small)"):
+        assert f"Sensitivity (not registered; never changes a verdict) {scope}" in html
     header = (two_models / "analysis" / "trials.csv").read_text().splitlines()[0]
     assert header.startswith("trial,arm,model,stimulus,rep,")
 

@@ -130,17 +130,38 @@ class RemlModel:
             self.yy[c] = float(yr @ yr)
             self.nr[c] = float(rows.sum())
         self.n_params = self.k + self.r
-        # per group: rows' X, each term's cluster column and the residual class (for the
-        # information matrix and dC/dθ of Satterthwaite, which form V_j densely)
+        # per group, its *atoms*: the rows that share every cluster and the residual class are
+        # exchangeable in V, so V_j acts on the atom indicators (normalised, 1_a/√m_a) as a
+        # small dense matrix and on the contrasts within an atom as φ_class·I (information())
         self._groups = []
+        self.within_n = np.zeros(self.r)
+        self.within_xx = np.zeros((self.r, p, p))
         for j in range(g):
             rows = np.flatnonzero(gcode == j)
-            self._groups.append((x[rows], col_of_row[:, rows], rcode[rows]))
+            keys = np.column_stack([col_of_row[:, rows].T, rcode[rows]])
+            atoms, inverse = np.unique(keys, axis=0, return_inverse=True)
+            inverse = inverse.reshape(-1)
+            size = np.bincount(inverse, minlength=len(atoms)).astype(np.float64)
+            sums = np.zeros((len(atoms), p))
+            np.add.at(sums, inverse, x[rows])
+            zt = np.zeros((len(atoms), q))
+            for k in range(self.k):
+                zt[np.arange(len(atoms)), atoms[:, k]] = np.sqrt(size)
+            cls = atoms[:, self.k].astype(np.intp)
+            self._groups.append((zt, sums / np.sqrt(size)[:, None], cls))
+            for a in range(len(atoms)):
+                xa = x[rows[inverse == a]]
+                dev = xa - sums[a] / size[a]
+                self.within_n[cls[a]] += size[a] - 1
+                self.within_xx[cls[a]] += dev.T @ dev
 
     def _derivative_blocks(self, j: int) -> list[Floats]:
-        """``∂V_j/∂θ_i`` for every parameter, dense (terms: same cluster; residuals: diagonal)."""
-        _, cols, cls = self._groups[j]
-        out = [np.equal.outer(cols[k], cols[k]).astype(np.float64) for k in range(self.k)]
+        """``∂V_j/∂θ_i`` on group ``j``'s normalised atom indicators, for every parameter."""
+        zt, _, cls = self._groups[j]
+        out = []
+        for k in range(self.k):
+            zk = zt * (self.term_of_col[j] == k)[None, :]
+            out.append(zk @ zk.T)
         out += [np.diag((cls == c).astype(np.float64)) for c in range(self.r)]
         return out
 
@@ -149,6 +170,10 @@ class RemlModel:
 
         With ``P = V⁻¹ − U·C·Uᵀ``, ``U = V⁻¹X``, ``C = (XᵀV⁻¹X)⁻¹`` and ``B_i = UᵀV_iU``:
         ``tr(PV_iPV_k) = Σ_j tr(V_j⁻¹V_ijV_j⁻¹V_kj) − 2·tr(C·UᵀV_kV⁻¹V_iU) + tr(C·B_i·C·B_k)``.
+        Each group splits into the span of its atoms' indicators (a dense matrix of the atoms,
+        a handful per group) and the contrasts within the atoms, where ``V = φ·I``, a random
+        term's derivative is 0 and a residual class's is ``I`` on that class's rows: so no
+        ``n_j × n_j`` matrix is formed and the cost is O(n) overall.
         """
         theta = np.asarray(params, dtype=np.float64)
         pt = self.point(theta)
@@ -157,11 +182,11 @@ class RemlModel:
         t1 = np.zeros((m, m))
         a = np.zeros((m, m, self.p, self.p))
         b = np.zeros((m, self.p, self.p))
-        for j, (xj, _, _) in enumerate(self._groups):
+        for j, (_, xb, _) in enumerate(self._groups):
             dv = self._derivative_blocks(j)
             v = sum(t * d for t, d in zip(theta, dv, strict=True))
             vi = np.linalg.inv(v)
-            u = vi @ xj
+            u = vi @ xb
             vd = [vi @ d for d in dv]
             du = [d @ u for d in dv]
             for i in range(m):
@@ -169,6 +194,12 @@ class RemlModel:
                 for k in range(m):
                     t1[i, k] += float(np.sum(vd[i] * vd[k].T))
                     a[i, k] += du[k].T @ vi @ du[i]
+        for r in range(self.r):  # the contrasts within the atoms of residual class r
+            i = self.k + r
+            phi = theta[i]
+            t1[i, i] += self.within_n[r] / phi**2
+            a[i, i] += self.within_xx[r] / phi**3
+            b[i] += self.within_xx[r] / phi**2
         info = np.zeros((m, m))
         for i in range(m):
             for k in range(m):

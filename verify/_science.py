@@ -1058,7 +1058,8 @@ def _model(
             interaction=interaction, at=at, recorded_warnings=recorded_warnings,
         )  # fmt: skip
         fit.update(_y=[r["accuracy"] for r in t], _arm=[str(r["arm"]) for r in t],
-                   _groups=[str(g) for g in groups], _group_col=group)  # fmt: skip
+                   _groups=[str(g) for g in groups], _group_col=group,
+                   _models=[str(r["model"]) for r in t])  # fmt: skip
         holder.append(fit)
         values = {k: v for k, v in fit.items() if not k.startswith("_")}
         values["_reml_problem"] = fit["_reml_problem"]
@@ -1565,8 +1566,7 @@ def _by_truth(ds: _Dataset, plan: dict[str, Any], labels: tuple[str, ...]) -> _R
 
 
 SENSITIVITY_MODELS = ("registered", "probe_by_arm", "probe_by_arm_arm_residual")
-MAX_GROUP_ROWS = 300
-"""statistics.md "Sensitivity": a probe with more trials is not fitted (dense n_j x n_j)."""
+"""statistics.md "Sensitivity": the models of ``sensitivity.lmm``, in order."""
 SENSITIVITY_NAMES = {
     "registered": "registered random-intercept (Satterthwaite df)",
     "probe_by_arm": "probe-by-arm",
@@ -1595,6 +1595,23 @@ def _unfittable(arms: list[str], groups: list[str], y: list[float], per_arm: boo
     return None
 
 
+def _unexplained(y: Any, exog: Any, cells: list[str], arm: list[str]) -> dict[str, float]:
+    """statistics.md "Sensitivity": per arm, the squares left by ``X`` and the cell indicators.
+
+    The cell means are removed from ``y`` and every column of ``X`` (Frisch–Waugh), then the
+    centred ``y`` is regressed on the centred ``X``.
+    """
+    rows_of: dict[str, list[int]] = {}
+    for i, c in enumerate(cells):
+        rows_of.setdefault(c, []).append(i)
+    data = np.column_stack([exog, y])
+    for rows in rows_of.values():
+        data[rows] -= data[rows].mean(axis=0)
+    beta = np.linalg.lstsq(data[:, :-1], data[:, -1], rcond=None)[0]
+    left = (data[:, -1] - data[:, :-1] @ beta) ** 2
+    return {a: float(sum(left[i] for i, x in enumerate(arm) if x == a)) for a in sorted(set(arm))}
+
+
 def _support(h: dict[str, Any], registered: dict[str, Any], p: Any, est: Any) -> bool | None:
     if not isinstance(p, float) or not isinstance(est, float) or not math.isfinite(p):
         return None
@@ -1614,13 +1631,20 @@ def _sensitivity(
     fit: dict[str, Any] | None,
     tested: list[_Result],
     recorded: dict[str, Any] | None,
+    model: str | None = None,
 ) -> _Result | None:
-    """``sensitivity.lmm`` (statistics.md "Sensitivity"), every fit checked by the own REML."""
+    """``sensitivity.lmm`` (statistics.md "Sensitivity"), every fit checked by the own REML.
+
+    With several models ``fit`` is the pooled model (the model a fixed factor in every
+    sensitivity model); ``model`` gives ``sensitivity.lmm@<model>`` on that model's dataset and
+    fit, its rows the ``<id>@<model>`` hypotheses.
+    """
     lmm = [h for h in plan["hypotheses"] if h["test"] == "lmm" and not h.get("stimuli")]
     subsets = [h for h in plan["hypotheses"] if h["test"] == "lmm" and h.get("stimuli")]
-    if not (lmm or subsets) or ds.several_models:
+    if not (lmm or subsets):
         return None
-    r = _Result("sensitivity.lmm")
+    suffix = f"@{model}" if model is not None else ""
+    r = _Result(f"sensitivity.lmm{suffix}")
     design = plan["design"]
     by_id = {x.hypothesis: x for x in tested}
     rec_models = (recorded or {}).get("models") if isinstance(recorded, dict) else None
@@ -1630,28 +1654,32 @@ def _sensitivity(
         y = np.asarray(fit["_y"], dtype=np.float64)
         arm, groups = list(fit["_arm"]), list(fit["_groups"])
         others = list(fit["arms"][1:])
-        exog = np.column_stack([np.ones(y.size)] + [
-            np.asarray([a == o for a in arm], dtype=np.float64) for o in others])  # fmt: skip
+        factor = (("model", list(fit["_models"]), fit["factor_references"][0])
+                  if fit.get("factors") else None)  # fmt: skip
+        exog, _, _ = st._design(y, np.asarray(arm), fit["arms"][0], factor, False)
         cells = [f"{g}|{a}" for g, a in zip(groups, arm, strict=True)]
         params: dict[str, Any] = {}
         reml: dict[str, RemlModel] = {}
         problems: list[str] = []
-        largest = max(groups.count(g) for g in set(groups))
-        too_big = largest > MAX_GROUP_ROWS
         reg = RemlModel(y, exog, groups, [groups])
         params["registered"] = np.array([fit["group_variance"], fit["residual_variance"]])
         reg_ll = reg.loglik(params["registered"])
-        models: dict[str, Any] = {"registered": {"fitted": False, "reason": None}}
-        if not too_big:
-            reml["registered"] = reg
-            models["registered"] = {
-                "fitted": True, "log_likelihood": reg_ll,
-                "variances": {"group": fit["group_variance"],
-                              "residual": fit["residual_variance"]},
-            }  # fmt: skip
+        reml["registered"] = reg
+        models: dict[str, Any] = {"registered": {
+            "fitted": True, "log_likelihood": reg_ll,
+            "variances": {"group": fit["group_variance"], "residual": fit["residual_variance"]},
+        }}  # fmt: skip
+        left = (_unexplained(y, exog, cells, arm)
+                if _unfittable(arm, groups, list(y), False) is None else {})  # fmt: skip
+        tiny = 1e-12 * max(float(np.sum((y - y.mean()) ** 2)), 1e-300)
         for name in SENSITIVITY_MODELS[1:]:
             per_arm = name == "probe_by_arm_arm_residual"
-            reason = "too big" if too_big else _unfittable(arm, groups, list(y), per_arm)
+            reason = _unfittable(arm, groups, list(y), per_arm)
+            if reason is None and not per_arm and sum(left.values()) <= tiny:
+                reason = "no residual variation within the probe x arm cells"
+            if reason is None and per_arm:
+                reason = next((f"arm {a} has zero residual variance" for a in sorted(left)
+                               if left[a] <= tiny), None)  # fmt: skip
             if reason is not None:
                 models[name] = {"fitted": False, "reason": reason}
                 continue
@@ -1684,14 +1712,14 @@ def _sensitivity(
         for h in hyps:
             a, b = h["contrast"]
             sides = h.get("sides") or "two-sided"
-            hyp = by_id.get(h["id"])
+            hyp = by_id.get(h["id"] + suffix)
             registered = hyp.values if hyp is not None else {}
             weights = np.zeros(exog.shape[1])
             for level, sign in ((a, 1.0), (b, -1.0)):
                 if level in others:
                     weights[1 + others.index(level)] += sign
             row: dict[str, Any] = {
-                "hypothesis": h["id"], "a": a, "b": b, "sides": sides,
+                "hypothesis": h["id"] + suffix, "a": a, "b": b, "sides": sides,
                 "as_registered": {k: registered.get(k) for k in
                                   ("estimate", "lower", "upper", "p_raw", "p_adjusted")},
                 "registered_verdict": hyp.verdict if hyp is not None else None,
@@ -1703,12 +1731,17 @@ def _sensitivity(
                     row[name] = c
                 else:
                     row[name] = None
+            # per probe: the mean over models of the (model, probe) cells' a − b (statistics.md)
+            per_cell: dict[tuple[str, str, str], list[float]] = {}
+            for v, aa, gg, mm in zip(y, arm, groups, fit["_models"], strict=True):
+                per_cell.setdefault((gg, mm, aa), []).append(float(v))
             diffs = []
             for g in sorted(set(groups)):
-                xa = [v for v, aa, gg in zip(y, arm, groups, strict=True) if gg == g and aa == a]
-                xb = [v for v, aa, gg in zip(y, arm, groups, strict=True) if gg == g and aa == b]
-                if xa and xb:
-                    diffs.append(float(np.mean(xa)) - float(np.mean(xb)))
+                ds_g = [float(np.mean(per_cell[(g, m, a)])) - float(np.mean(per_cell[(g, m, b)]))
+                        for m in sorted({mm for gg, mm, _ in per_cell if gg == g})
+                        if (g, m, a) in per_cell and (g, m, b) in per_cell]  # fmt: skip
+                if ds_g:
+                    diffs.append(float(np.mean(ds_g)))
             boot = st.probe_bootstrap(
                 diffs, int(design["bootstrap_iterations"]), design["bootstrap_seed"], sides
             )
@@ -1738,11 +1771,11 @@ def _sensitivity(
                                      recorded=rec_subset if isinstance(rec_subset, dict)
                                      else None)  # fmt: skip
             if sub_fit is None:
-                contrasts.append({"hypothesis": h["id"], "stimuli": list(h["stimuli"]),
+                contrasts.append({"hypothesis": h["id"] + suffix, "stimuli": list(h["stimuli"]),
                                   "error": None})  # fmt: skip
                 continue
             rec_row = next((_obj_of(x) for x in rec_rows or []
-                            if _obj_of(x).get("hypothesis") == h["id"]), {})  # fmt: skip
+                            if _obj_of(x).get("hypothesis") == h["id"] + suffix), {})  # fmt: skip
             sub_models, rows, sub_problems = block(sub_fit, [h], rec_row.get("subset_models"))
             rows[0]["stimuli"] = list(h["stimuli"])
             rows[0]["subset_models"] = sub_models
@@ -1752,11 +1785,32 @@ def _sensitivity(
             "group_col": fit["_group_col"], "reference": fit["arms"][0],
             "n_groups": fit["n_groups"], "models": models, "contrasts": contrasts,
         }  # fmt: skip
+        if fit.get("factors"):  # the pooled fit of several models
+            out["factors"] = list(fit["factors"])
+            out["factor_references"] = list(fit["factor_references"])
+        if model is not None:
+            out["model"] = model
         if problems:
             out["_reml_problem"] = "; ".join(problems)
         return out
 
     return _guard(r, compute)
+
+
+def _sensitivity_per_model(ds: _Dataset, plan: dict[str, Any], tested: list[_Result],
+                           recorded: dict[str, Any]) -> list[_Result]:  # fmt: skip
+    """``sensitivity.lmm@<model>`` per model in model order (statistics.md "Sensitivity")."""
+    if not ds.several_models:
+        return []
+    out = []
+    for name in ds.models:
+        sub = ds.for_model(name)
+        _, sub_fit = _model(sub, plan, recorded=recorded.get(f"model.lmm@{name}"))
+        r = _sensitivity(sub, plan, sub_fit, tested, recorded.get(f"sensitivity.lmm@{name}"),
+                         model=name)  # fmt: skip
+        if r is not None:
+            out.append(r)
+    return out
 
 
 def _judge_agreement(archive: _Archive, plan: dict[str, Any], step: str) -> _Result:
@@ -1968,6 +2022,7 @@ def _recompute(
     sens = _sensitivity(ds, last_plan, fit, tested, recorded.get("sensitivity.lmm"))
     if sens is not None:
         out.append(sens)
+    out.extend(_sensitivity_per_model(ds, last_plan, tested, recorded))
     out.extend(_reviews(ds, plan))
     return out
 
@@ -2359,6 +2414,31 @@ def _reanalysis(archive: _Archive) -> tuple[Check, list[str]]:
 
 
 POSTHOC_KIND = "analysis.posthoc"
+POSTHOC_TESTS = ("lmm", "paired-t", "independent-t", "bootstrap")
+"""analysis.md §6: the kinds of post-hoc analysis (the body's ``test``)."""
+
+
+def _posthoc_values(ds: _Dataset, plan: dict[str, Any], a: str, b: str,
+                    test: str) -> dict[str, Any]:  # fmt: skip
+    """analysis.md §6: a post-hoc t-test or bootstrap of a − b, with its ``contrast`` summary."""
+    design = plan["design"]
+    summary: dict[str, Any] = {"a": a, "b": b, "sides": "two-sided"}
+    if test == "bootstrap":
+        values = st.bootstrap_diff(*_pair_accuracies(ds, a, b),
+                                   int(design["bootstrap_iterations"]), design["bootstrap_seed"])
+        summary.update(estimate=values["estimate"], lower=values["lower"],
+                       upper=values["upper"], p=None, conf=values["conf"])  # fmt: skip
+        return {**values, "contrast": summary}
+    if test == "paired-t":
+        res = st.paired_t(*_pairs_by_trial(ds, a, b))
+    else:
+        res = st.independent_t(*_pair_accuracies(ds, a, b))
+    values = {**res, "estimate": res["difference"]}
+    if test == "paired-t":
+        values["pairing"] = ["stimulus", "rep"]
+    summary.update(estimate=res["difference"], lower=res["ci_lower"], upper=res["ci_upper"],
+                   p=res["p"], t=res["t"], df=res["df"], conf=0.95)  # fmt: skip
+    return {**values, "contrast": summary}
 POSTHOC_KEYS = frozenset({"id", "title", "label", "hypothesis", "test", "status", "values",
                           "verdict", "decided_by", "error", "declared", "inputs"})  # fmt: skip
 
@@ -2381,15 +2461,31 @@ def _posthoc_problem(archive: _Archive, event: _Event, ds: _Dataset, plan: dict[
     if body.get("inputs") != inputs:
         return str(_first_difference(body.get("inputs"), inputs, "inputs", 0.0))
     contrast, arms = declared.get("contrast"), declared.get("arms")
-    group = declared.get("random_intercept")
-    if (not isinstance(contrast, list) or len(contrast) != 2 or group not in ("stimulus", "source")
-            or not (arms is None or isinstance(arms, list))):  # fmt: skip
-        return "declares no valid contrast, random intercept or arms"
+    group, test, model = declared.get("random_intercept"), body.get("test"), declared.get("model")
+    if test not in POSTHOC_TESTS:
+        return f"has test {_fmt(test)}, not one of {', '.join(POSTHOC_TESTS)}"
+    if (not isinstance(contrast, list) or len(contrast) != 2
+            or not (model is None or model in ds.models)
+            or (test == "lmm" and (group not in ("stimulus", "source")
+                                   or not (arms is None or isinstance(arms, list))))
+            or (test != "lmm" and (group is not None or arms is not None))):  # fmt: skip
+        return "declares no valid contrast, random intercept, arms or model for its test"
     name = str(body.get("id")).removeprefix("posthoc.")
     if body.get("id") != f"posthoc.{name}" or not name:
         return "has an id that is not posthoc.<name>"
     if [e.body.get("id") for e in archive.of(POSTHOC_KIND)].count(body.get("id")) != 1:
         return "repeats the id of another post-hoc analysis"
+    if model is not None:
+        ds = ds.for_model(str(model))
+    if test != "lmm":
+        a, b = str(contrast[0]), str(contrast[1])
+        recomputed = _guard(_Result("posthoc"), lambda: _posthoc_values(ds, plan, a, b, test))
+        if body.get("status") != recomputed.status:
+            return (f"status: recorded {_fmt(body.get('status'))}, recomputed "
+                    f"{_fmt(recomputed.status)}")  # fmt: skip
+        if recomputed.status != "ok":
+            return None
+        return _first_difference(body.get("values"), recomputed.values, "values", REL_TOL)
     sub = replace(ds, sources=_sources(archive)) if group == "source" else ds
     sub_plan = {**plan, "analysis": {**(plan.get("analysis") or {}), "random_intercept": group,
                                      "model_arms": arms}}  # fmt: skip

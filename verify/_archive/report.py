@@ -708,12 +708,21 @@ class _Expect:
                 continue
             v = _obj(r.get("values"))
             c = _obj(v.get("contrast"))
+            kind = r.get("test")
+            if kind == "bootstrap":
+                test = (f"percentile bootstrap, {_fmt(v.get('iterations'))} draws (seed "
+                        f"{_cell(v.get('seed'))})")  # fmt: skip
+            elif kind in ("paired-t", "independent-t"):
+                test = f"t {_fmt(c.get('t'))} (df {_fmt(c.get('df'))}), p {_p(c.get('p'))}"
+            else:
+                test = f"z {_fmt(c.get('z'))}, p {_p(c.get('p'))}"
             rows.append([_cell(r.get("id")), _cell(r.get("seq")), _cell(r.get("title")),
                          f"{_pp(c.get('estimate'))} ({_pp(c.get('lower'))} to "
-                         f"{_pp(c.get('upper'))})", f"z {_fmt(c.get('z'))}, p {_p(c.get('p'))}",
-                         _fmt(v.get("icc")), "singular fit" if v.get("singular") else "–",
+                         f"{_pp(c.get('upper'))})", test,
+                         _fmt(v.get("icc")) if kind == "lmm" else "–",
+                         "singular fit" if kind == "lmm" and v.get("singular") else "–",
                          _cell(d.get("reason"))])  # fmt: skip
-        return [(f"{POSTHOC}: mixed models and their two-sided contrasts",
+        return [(f"{POSTHOC}: two-sided differences (mixed model, t-test or bootstrap)",
                  ["id", "seq", "model", "difference (95% CI)", "two-sided test", "ICC",
                   "caution", "reason"], rows)]  # fmt: skip
 
@@ -1001,12 +1010,28 @@ class _Expect:
             out += self._model_table(self.result(f"model.lmm@{name}"))
         return out + self._sensitivity_tables()
 
+    def _sensitivity_results(self) -> list[dict[str, Any]]:
+        """``sensitivity.lmm`` and each ``sensitivity.lmm@<model>``, in recorded order."""
+        return [r for r in self.results if str(r.get("id")) == "sensitivity.lmm"
+                or str(r.get("id")).startswith("sensitivity.lmm@")]  # fmt: skip
+
     def _sensitivity_tables(self) -> list[tuple[str, list[str], list[list[str]]]]:
-        """``sensitivity.lmm`` (statistics.md "Sensitivity"): contrasts side by side, models."""
-        result = self.result("sensitivity.lmm")
-        if result is None or result.get("status") != "ok":
-            return []
-        v = _obj(result.get("values"))
+        """statistics.md "Sensitivity": the tables of each sensitivity result that was computed."""
+        out: list[tuple[str, list[str], list[list[str]]]] = []
+        for result in self._sensitivity_results():
+            if result.get("status") == "ok":
+                out += self._sensitivity_tables_of(_obj(result.get("values")))
+        return out
+
+    def _sensitivity_tables_of(self, v: dict[str, Any]
+                               ) -> list[tuple[str, list[str], list[list[str]]]]:  # fmt: skip
+        """One sensitivity result's tables: contrasts side by side, then its models."""
+        if v.get("model") is not None:  # a model's own copy, or the pooled fit, or one model
+            scope = f" (model {v['model']})"
+        elif v.get("factors"):
+            scope = " (pooled over the models, model a fixed factor)"
+        else:
+            scope = ""
 
         def interval(c: dict[str, Any]) -> str:
             lo = "−∞" if c.get("lower") is None else _pp(c.get("lower"))
@@ -1041,8 +1066,8 @@ class _Expect:
                          f"{interval(boot)} over {boot.get('n_clusters')} probes" if boot
                          else "–",
                          "–" if supports is None else ("yes" if supports else "no")])  # fmt: skip
-        out = [(f"{SENSITIVITY}: each registered mixed-model contrast beside its sensitivity "
-                "intervals (95%; one-sided hypotheses: lower bound)",
+        out = [(f"{SENSITIVITY}{scope}: each registered mixed-model contrast beside its "
+                "sensitivity intervals (95%; one-sided hypotheses: lower bound)",
                 ["hypothesis", "contrast", "registered (z)", *SENSITIVITY_MODELS.values(),
                  "bootstrap over probes", "sensitivity supports the verdict?"], rows)]
         mrows = []
@@ -1056,21 +1081,23 @@ class _Expect:
             mrows.append([label, "yes", ", ".join(f"{k} {_fmt(x)}" for k, x in
                                                   _obj(entry.get("variances")).items()),
                           _fmt(entry.get("log_likelihood")), lrt])  # fmt: skip
-        out.append((f"{SENSITIVITY}: the models (REML, groups {v.get('group_col')})",
+        out.append((f"{SENSITIVITY}{scope}: the models (REML, groups {v.get('group_col')})",
                     ["model", "fitted", "variance components", "log-likelihood",
                      "probe-by-arm vs registered (LRT, boundary-corrected)"], mrows))
         return out
 
     def _sensitivity_blocks(self) -> list[tuple[str, str]]:
-        result = self.result("sensitivity.lmm")
-        if result is None:
+        results = self._sensitivity_results()
+        if not results:
             return []
         out = [("h3", SENSITIVITY)]
-        if result.get("status") != "ok":
-            return [*out, ("p", self._failed_text(result))]
-        for c in _obj(result.get("values")).get("contrasts") or []:
-            if _obj(c).get("flag"):
-                out.append(("p", str(_obj(c)["flag"])))
+        for result in results:  # the pooled fit, then each model's
+            if result.get("status") != "ok":
+                out.append(("p", self._failed_text(result)))
+                continue
+            for c in _obj(result.get("values")).get("contrasts") or []:
+                if _obj(c).get("flag"):
+                    out.append(("p", str(_obj(c)["flag"])))
         return out
 
     def _by_stimulus_tables(self) -> list[tuple[str, list[str], list[list[str]]]]:
