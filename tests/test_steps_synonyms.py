@@ -8,13 +8,14 @@ diagnosis enters the set; the same step without it leaves it out.
 
 from __future__ import annotations
 
+import hashlib
 import json
+import shutil
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 from click.testing import CliRunner, Result
-
 from helpers import fixed_key
 from steps_study import STEPS, write_study
 
@@ -27,7 +28,9 @@ from runner.steps import aggregate, normalise_element, synonym_groups, votes_tex
 from verify._steps import decide, groups_of, votes_slot
 
 KEY = fixed_key("steps.example/owner")
-MODELS = {"judge_a": "claude-haiku-4-5", "judge_b": "claude-opus-4-1", "target": "claude-sonnet-4-6"}
+MODELS = {
+    "judge_a": "claude-haiku-4-5", "judge_b": "claude-opus-4-1", "target": "claude-sonnet-4-6"
+}
 
 
 def _lists(a: list[str], b: list[str], c: list[str]) -> str:
@@ -192,3 +195,50 @@ def test_match_by_on_a_step_that_is_not_set_valued_is_refused(tmp_path: Path, ho
     KEY.save(key)
     result = invoke("lock", root, "--key", key)
     assert result.exit_code != 0 and "applies to set-valued steps only" in result.output
+
+
+@pytest.fixture(scope="module")
+def exported(ran: Path) -> Path:
+    """The run study scored, unblinded, analysed and exported (shared)."""
+    key = ran.parent / "owner.key"
+    KEY.save(key)
+    for args in (("score", ran), ("unblind", ran), ("analyze", ran),
+                 ("export", ran, ran.parent / "archive")):  # fmt: skip
+        result = invoke(*args, "--key", key)
+        assert result.exit_code == 0, result.output
+    return ran.parent / "archive"
+
+
+def test_verifier_rederives_the_matched_sets_and_fails_a_doctored_matcher(
+    exported: Path, tmp_path: Path
+) -> None:
+    from test_archive_tamper import passed, read_events, resign
+
+    from verify import verify_archive
+
+    report = verify_archive(exported)
+    assert report.ok, [c for c in report.checks if c.status.name == "FAIL"]
+    archive = tmp_path / "archive"
+    shutil.copytree(exported, archive)
+    events = read_events(archive)
+    asked = next(e["seq"] for e in events if e["kind"] == "step.requested"
+                 and e["body"]["step"] == "syn" and e["body"]["item"] == "q01")  # fmt: skip
+    answer = next(e for e in events if e["kind"] == "step.responded"
+                  and e["body"]["request_seq"] == asked)  # fmt: skip
+    reply = json.loads((archive / "blobs" / answer["blobs"]["response"]).read_bytes())
+    reply["content"][0]["text"] = json.dumps({"groups": []})
+    data = json.dumps(reply).encode()
+    digest = hashlib.sha256(data).hexdigest()
+    (archive / "blobs" / digest).write_bytes(data)
+    answer["blobs"]["response"] = digest
+    for k, v in list(answer["body"].items()):
+        if v == answer["blobs"]["response"] or k == "response_sha256":
+            answer["body"][k] = digest
+    resign(archive, events)
+    report = verify_archive(archive)
+    passed(report, "signatures")
+    reason = " ".join(c.reason for c in report.checks if c.status.name == "FAIL")
+    # the re-derived set loses "MI": the trial request that read it no longer matches
+    assert "trial sys|target|q01|1" in reason and 'Matched: {\\"diagnoses\\":[\\"MI\\"' in reason \
+        or "Matched:" in reason, reason
+    assert "seq " in reason
