@@ -127,7 +127,7 @@ DDX_KEYS: Final = ("list", "match", "reference", "grounding", "uncertainty")
 """The keys of ``[response.ddx]`` (``docs/scoring.md`` §12; ``runner.ddx``)."""
 STEP_KEYS: Final = (
     "on", "models", "template", "system", "parser", "labels", "schema", "on_unparseable",
-    "aggregate", "sees", "keep", "verified_by",
+    "aggregate", "sees", "keep", "verified_by", "match_by",
 )  # fmt: skip
 """The keys of each ``[steps.<NAME>]`` (``docs/prompts.md`` section 8; ``runner.steps``)."""
 JUDGE_REVIEW_KEYS: Final = ("step",)

@@ -1,4 +1,4 @@
-"""The simulated answers to step calls (``docs/simulated.md`` §3), version ``prompt-sim-steps-3``.
+"""The simulated answers to step calls (``docs/simulated.md`` §3), version ``prompt-sim-steps-4``.
 
 The simulated backend answers a request whose seed names a step call (``"{seed}|step:...|
 {attempt}"``, ``docs/trials.md`` §5) here, from the request body and that seed alone; like the
@@ -50,6 +50,16 @@ on the lines of the final user text:
   - *uncertainty*: a line starting ``Uncertainty of:``; ``uncertain`` when the text from there
     holds one of the words ``may``, ``might``, ``possible``, ``possibly``, ``unclear``,
     ``perhaps``, ``cannot``, else ``certain``.
+- **per-model lists** (a test fixture for set-valued votes): a line starting ``Lists by
+  model:`` followed by a JSON object from model ids to arrays of strings; the reply is
+  ``{"diagnoses": [...]}``, the array under the request's model id (empty when absent). So each
+  simulated model "spells" the diagnoses as the study's data says it does.
+- **synonym matcher** (``docs/prompts.md`` §8.3): a line starting ``Synonyms among:``; the
+  following non-empty lines are the elements. Two elements are synonyms when their letters and
+  digits are equal (``m.i.`` and ``mi``) or one's equal the initials of the other's words (two
+  or more words: ``mi`` and ``myocardial infarction``), transitively; the reply is
+  ``{"groups": [...]}``, each group of two or more elements written ``a|b|...`` (members in
+  the listed order, groups in order of their first member). Never wrong, never unparseable.
 - anything else: the first line of the text.
 
 Every draw is ``SHA-256("prompt-sim-steps|{seed}|" + canonical request)`` read as uniforms, so
@@ -70,7 +80,7 @@ from runner.simulated_text import message_reply
 
 __all__ = ["VERSION", "is_step_seed", "respond"]
 
-VERSION = "prompt-sim-steps-3"
+VERSION = "prompt-sim-steps-4"
 _WORDS = re.compile(r"[a-z0-9]+")
 SEVERE: Final = frozenset({
     "meningitis", "haemorrhage", "hemorrhage", "infarction", "embolism", "sepsis", "dissection",
@@ -209,6 +219,45 @@ def ddx_answer(text: str, draws: list[float]) -> str | None:
     return "uncertain" if said & _HEDGES else "certain"
 
 
+def _per_model(text: str, model: str) -> str | None:
+    """The per-model list or synonym-matcher reply (module docstring), or None."""
+    lines = text.split("\n")
+    for line in lines:
+        if line.startswith("Lists by model:"):
+            try:
+                table = json.loads(line[len("Lists by model:") :])
+            except ValueError:
+                return None
+            chosen = table.get(model, []) if isinstance(table, dict) else []
+            return json.dumps({"diagnoses": chosen})
+    start = next((i for i, line in enumerate(lines) if line.startswith("Synonyms among:")), None)
+    if start is None:
+        return None
+    elements = [x.strip() for x in lines[start + 1 :] if x.strip()]
+    compact = ["".join(_WORDS.findall(x.lower())) for x in elements]
+    initials = [
+        "".join(w[0] for w in _WORDS.findall(x.lower())) if len(_WORDS.findall(x.lower())) > 1
+        else None for x in elements
+    ]  # fmt: skip
+    parent = list(range(len(elements)))
+
+    def root(i: int) -> int:
+        while parent[i] != i:
+            i = parent[i]
+        return i
+
+    for i in range(len(elements)):
+        for j in range(i + 1, len(elements)):
+            if compact[i] == compact[j] or initials[i] == compact[j] or (
+                initials[j] == compact[i]
+            ):
+                parent[root(j)] = root(i)
+    groups: dict[int, list[str]] = {}
+    for i, x in enumerate(elements):
+        groups.setdefault(root(i), []).append(x)
+    return json.dumps({"groups": ["|".join(g) for g in groups.values() if len(g) > 1]})
+
+
 def answer(text: str, draws: list[float]) -> str:
     """The reply text for a step request's user ``text`` (module docstring)."""
     ddx = ddx_answer(text, draws)
@@ -271,6 +320,9 @@ def respond(request: dict[str, Any], seed: str) -> dict[str, Any]:
 
     user = _user_text(request)
     green = step_answer(user, request, seed)
-    text = green if green is not None else answer(user, _draws(request, seed))
+    listed = _per_model(user, str(request.get("model", "")))
+    text = green if green is not None else listed if listed is not None else answer(
+        user, _draws(request, seed)
+    )
     canonical = canonical_json(request)
     return message_reply(request, seed, text, len(canonical) // 4, canonical=canonical)

@@ -54,14 +54,33 @@ class StepRenderer:
         self.item_reads: set[str] = {
             s for t in renderer.item_templates() for s, _ in step_slots(p.name for p in t.slots())
         }  # the item template and every factor level's (docs/study-spec.md "Factors")
+        # prompts.md §8.3: matcher -> the set-valued step whose votes it reads ({votes.NAME})
+        self.matches: dict[str, str] = {
+            s.match_by: n for n, s in study.steps.items() if s.match_by is not None
+        }
 
     # ------------------------------------------------------------------ graph
 
     def layers(self, on: str) -> list[list[str]]:
         """The steps run ``on`` ``"item"`` or ``"trial"``, in the layers they run in."""
         steps = {n: s for n, s in self.study.steps.items() if s.on == on}
-        reads = {n: self.reads[n] & set(steps) for n in steps}
+        reads = {n: self._order_reads(n) & set(steps) for n in steps}
         return step_layers(steps, reads)
+
+    def _order_reads(self, name: str) -> set[str]:
+        """What ``name`` waits for (prompts.md §8.3).
+
+        The steps it reads, the set-valued step a matcher reads the votes of, and the matcher
+        of each synonym-matched step it reads.
+        """
+        out = set(self.reads.get(name, ()))
+        if name in self.matches:
+            out.add(self.matches[name])
+        for read in list(out):
+            match = self.study.steps[read].match_by if read in self.study.steps else None
+            if match is not None and match != name:
+                out.add(match)
+        return out
 
     def needed_item_steps(self) -> set[str]:
         """The item steps a trial's request reads (through the item template), transitively.
@@ -77,7 +96,7 @@ class StepRenderer:
             if name in out:
                 continue
             out.add(name)
-            todo += [s for s in self.reads.get(name, ()) if s in self.study.steps]
+            todo += [s for s in self._order_reads(name) if s in self.study.steps]
         return out | {n for n, s in self.study.steps.items() if s.screens}
 
     def graph(self) -> dict[str, Any]:
@@ -114,7 +133,7 @@ class StepRenderer:
                                f"{problem} ([steps.{name}])")  # fmt: skip
             items = [
                 p for p in tpl.slots()
-                if not p.name.startswith("steps.") and p.name not in TRIAL_SLOTS
+                if not p.name.startswith(("steps.", "votes.")) and p.name not in TRIAL_SLOTS
                 and p.name not in LEAK_SLOTS and not p.name.startswith("factor.")
                 and p.name not in ANSWER_SLOTS
             ]  # fmt: skip
@@ -139,7 +158,14 @@ class StepRenderer:
                 out.append(f"{self.templates[ver.step].name}: [steps.{name}] verified_by "
                            f"{ver.step!r}, whose template reads no {{steps.{name}}}: a verifier "
                            "must read the sample it judges")  # fmt: skip
-        cycle = step_graph({n: self.reads[n] & set(steps) for n in steps})
+        for name, spec in steps.items():  # prompts.md §8.3: a matcher reads the votes it groups
+            if spec.match_by in steps and spec.match_by is not None:
+                tpl = self.templates[spec.match_by]
+                if f"votes.{name}" not in {p.name for p in tpl.slots()}:
+                    out.append(f"{tpl.name}: [steps.{name}] match_by {spec.match_by!r}, whose "
+                               f"template reads no {{votes.{name}}}: a synonym matcher must "
+                               "read the votes it groups")  # fmt: skip
+        cycle = step_graph({n: self._order_reads(n) & set(steps) for n in steps})
         if cycle:
             out.append(f"{self.study.spec_path}: steps: the steps read each other in a cycle: "
                        f"{' -> '.join(cycle)}; a step may read only steps that run before it")
@@ -187,6 +213,11 @@ class StepRenderer:
             return "a step that sees the request reads it as {request}; this slot is not one"
         if slot.startswith("steps."):
             return self._read_problem(spec.on, slot, f"step {spec.name!r}")
+        if slot.startswith("votes."):
+            if self.matches.get(spec.name) != slot[len("votes."):]:
+                return ("only the synonym matcher a set-valued step names (match_by) reads "
+                        "that step's votes, as {votes.NAME}")  # fmt: skip
+            return None
         if slot in TRIAL_SLOTS:
             if spec.on == "item":
                 what = "the target's response" if slot == "response" else "the item's key"
@@ -230,12 +261,14 @@ class StepRenderer:
         *,
         response: str | None = None,
         request: str | None = None,
+        votes: str | None = None,
     ) -> dict[str, str] | None:
         """The slot values of ``call``; None when a step it reads has no decision.
 
         ``outputs`` maps (step, item id or trial id) to the step's decision there;
         ``response``: the trial's response text (trial steps); ``request``: the user text of
-        the trial's request (``sees = "request"`` steps).
+        the trial's request (``sees = "request"`` steps); ``votes``: a synonym matcher's
+        ``{votes.NAME}`` text (§8.3).
         """
         spec = self.study.steps[call.step]
         values: dict[str, str] = {}
@@ -252,6 +285,10 @@ class StepRenderer:
             values["response"] = response if response is not None else ""
             if request is not None:
                 values["request"] = request
+        if call.step in self.matches:
+            if votes is None:
+                return None
+            values[f"votes.{self.matches[call.step]}"] = votes
         for slot in self.templates[call.step].slots():
             parts = slot.name.split(".")
             if parts[0] != "steps" or len(parts) not in (2, 3):

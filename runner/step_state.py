@@ -30,7 +30,9 @@ from runner.steps import (
     item_call_id,
     item_step_calls,
     parse_output,
+    synonym_groups,
     trial_step_calls,
+    votes_text,
 )
 
 __all__ = ["CallState", "StepWork", "reply_text", "request_user_text"]
@@ -311,6 +313,27 @@ class StepWork:
         return (f"step {step!r}: its verifier {self.verified[step].step!r} accepted none of "
                 f"its {n} sample(s) for item {item!r}")  # fmt: skip
 
+    def _matched(self, step: str, unit: str, values: list[Any]) -> Any:
+        """A synonym-matched step's decision from its votes (prompts.md §8.3), or pending.
+
+        Its matcher's decision supplies the groups; a matcher with no decision leaves the step
+        with no decision (never a fall back to string-normalised voting).
+        """
+        spec = self.study.steps[step]
+        groups = self.decision(str(spec.match_by), unit)
+        if groups is _PENDING or groups is None:
+            return groups
+        return aggregate(spec.aggregate, values, spec.sets, synonym_groups(groups))
+
+    def matcher_votes(self, matcher: str, unit: str) -> str | None:
+        """The ``{votes.NAME}`` text of ``matcher`` on ``unit``; None until every vote is final."""
+        step = self.render.matches[matcher]
+        votes = self.votes(step, unit)
+        if votes is None:
+            return None
+        values = [r.value if r.responded else None for _, r in votes]
+        return votes_text(values, self.study.steps[step].sets)
+
     def decision(self, step: str, unit: str) -> Any:
         """The aggregate of ``step`` on ``unit`` (None: undecided), or ``_PENDING``.
 
@@ -327,6 +350,8 @@ class StepWork:
         if votes is None:
             return None if self.blocked(step, unit) else _PENDING
         spec = self.study.steps[step]
+        if spec.match_by is not None:
+            return self._matched(step, unit, [r.value if r.responded else None for _, r in votes])
         return aggregate(
             spec.aggregate, [r.value if r.responded else None for _, r in votes], spec.sets
         )
@@ -347,6 +372,8 @@ class StepWork:
         calls = self.unit_calls(step, unit)
         if any(c.id in self.calls for c in calls):
             return False
+        if step in self.render.matches:  # a matcher of a step that can never be called
+            return self.blocked(self.render.matches[step], unit)
         for read in self.render.reads.get(step, ()):
             if self.decision(read, unit) is _PENDING:
                 return False
@@ -386,8 +413,13 @@ class StepWork:
                 return None
             response = answered[1]
             request = self.requests.get(call.trial)
+        votes = None
+        if call.step in self.render.matches:
+            votes = self.matcher_votes(call.step, call.stimulus)
+            if votes is None:
+                return None
         return self.render.values(
-            call, self.outputs_for(call), response=response, request=request
+            call, self.outputs_for(call), response=response, request=request, votes=votes
         )
 
     def body(self, call: StepCall) -> dict[str, Any]:

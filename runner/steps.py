@@ -51,7 +51,9 @@ __all__ = [
     "step_graph",
     "step_layers",
     "step_slots",
+    "synonym_groups",
     "trial_step_calls",
+    "votes_text",
 ]
 
 UNPARSEABLE_KEYS: Final = ("retry", "then")
@@ -99,6 +101,9 @@ class StepSpec:
     keep_rule: dict[str, dict[str, Any]] | None = None
     """A ``json`` screening step's rule (``{"equals": {field: value}, "at_least": {field: x}}``,
     ``docs/prompts.md`` §8.3): an item is kept when every member holds."""
+    match_by: str | None = None
+    """``match_by``: the synonym-matcher step whose groups merge a set-valued step's elements
+    before the vote (``docs/prompts.md`` §8.3)."""
 
     @property
     def screens(self) -> bool:
@@ -135,6 +140,8 @@ class StepSpec:
             out["keep"] = {k: dict(v) for k, v in self.keep_rule.items()}
         if self.verified_by is not None:
             out["verified_by"] = self.verified_by.record()
+        if self.match_by is not None:
+            out["match_by"] = self.match_by
         return out
 
 
@@ -364,12 +371,81 @@ def parse_steps(
                     f"must be a non-empty list of the step's labels {list(labels)}")
             else:
                 keep = tuple(value)
+        match_by = table.get("match_by")
+        if match_by is not None and not (isinstance(match_by, str) and match_by):
+            add(f"{where}.match_by", f"must be the name of a matcher step, got {match_by!r}")
+            match_by = None
         out[name] = StepSpec(
             name, on, step_models, template, tuple(system), parser, labels, schema, retry, then,
-            rule, sees, keep, sets, verified, keep_rule,
+            rule, sees, keep, sets, verified, keep_rule, match_by,
         )  # fmt: skip
     _check_verifiers(out, add)
+    _check_matchers(out, add)
     return out
+
+
+def _check_matchers(steps: Mapping[str, StepSpec], add: Any) -> None:
+    """``docs/prompts.md`` §8.3: each ``match_by`` names a synonym matcher of the right kind."""
+    used: dict[str, str] = {}
+    for name, spec in steps.items():
+        if spec.match_by is None:
+            continue
+        where = f"steps.{name}.match_by"
+        matcher = steps.get(spec.match_by)
+        if not spec.sets:
+            add(where, "applies to set-valued steps only (the json parser, a schema whose "
+                "properties are all arrays of strings)")  # fmt: skip
+        elif spec.on != "item":
+            add(where, "applies to item steps only (a trial step's synonym matcher is not "
+                "built)")  # fmt: skip
+        elif spec.verified_by is not None or spec.screens:
+            add(where, "a verified or screening step may not also be synonym-matched")
+        elif matcher is None:
+            add(where, f"no step named {spec.match_by!r}")
+        elif matcher.name == name or matcher.match_by is not None:
+            add(where, f"{spec.match_by!r} is itself synonym-matched or is this step: "
+                "a matcher may not be matched (a cycle)")  # fmt: skip
+        elif matcher.on != spec.on:
+            add(where, f"the matcher {spec.match_by!r} must run on {spec.on!r} like this step")
+        elif matcher.parser != "json" or matcher.sets != ("groups",):
+            add(where, f"the matcher {spec.match_by!r} must have the json parser and a schema "
+                "whose only property is \"groups\", an array of strings")  # fmt: skip
+        elif len(matcher.models) != 1:
+            add(where, f"the matcher {spec.match_by!r} must have one model (several matchers' "
+                "groups are not aggregated)")  # fmt: skip
+        elif matcher.verified_by is not None or matcher.screens:
+            add(where, f"the matcher {spec.match_by!r} may not be verified or screen items")
+        elif spec.match_by in used:
+            add(where, f"{spec.match_by!r} already matches step {used[spec.match_by]!r}")
+        else:
+            used[spec.match_by] = name
+
+
+def synonym_groups(decision: Any) -> list[list[str]]:
+    """The groups of a matcher decision: each ``groups`` string split at ``|``, normalised.
+
+    Empty members are dropped; a group is kept when it has a member (``docs/prompts.md`` §8.3).
+    """
+    out = []
+    for text in (decision or {}).get("groups") or []:
+        members = [m for m in (normalise_element(p) for p in text.split("|")) if m]
+        if members:
+            out.append(members)
+    return out
+
+
+def votes_text(votes: Sequence[Any], fields: Sequence[str]) -> str:
+    """The ``{votes.NAME}`` slot: the sorted, normalised union of the parsed votes' elements.
+
+    Every member's elements of every parsed vote, normalised (:func:`normalise_element`),
+    empty ones dropped, de-duplicated, sorted by code point, one per line.
+    """
+    union = {
+        normalise_element(e)
+        for v in votes if isinstance(v, dict)
+        for f in fields for e in (v.get(f) or [])
+    }  # fmt: skip
+    return "\n".join(sorted(u for u in union if u))
 
 
 KEEP_RULE_KEYS: Final = ("equals", "at_least")
@@ -621,16 +697,22 @@ def value_key(value: Any) -> str:
     return json.dumps(value, sort_keys=True, ensure_ascii=False, separators=(",", ":"))
 
 
-def aggregate(rule: str | int, votes: Sequence[Any], sets: Sequence[str] = ()) -> Any:
+def aggregate(
+    rule: str | int,
+    votes: Sequence[Any],
+    sets: Sequence[str] = (),
+    groups: Sequence[Sequence[str]] | None = None,
+) -> Any:
     """The decision of ``votes`` (parsed values, None for a missing one) under ``rule``.
 
     ``majority``: the value more than half of the votes give; ``unanimous``: the value every
     vote gives; k: the value at least k votes give (the first such in vote order when several
     reach k). A missing vote counts as a vote for nothing. :data:`UNDECIDED` otherwise.
-    ``sets`` (a set-valued step's members): element by element, :func:`aggregate_sets`.
+    ``sets`` (a set-valued step's members): element by element, :func:`aggregate_sets`,
+    after merging the synonym ``groups`` of a matcher when given.
     """
     if sets:
-        return aggregate_sets(rule, votes, sets)
+        return aggregate_sets(rule, votes, sets, groups)
     n = len(votes)
     counts: dict[str, tuple[int, Any]] = {}
     for vote in votes:
@@ -664,7 +746,12 @@ def _surface(text: str) -> str:
     return " ".join(unicodedata.normalize("NFC", text).split())
 
 
-def aggregate_sets(rule: str | int, votes: Sequence[Any], fields: Sequence[str]) -> Any:
+def aggregate_sets(
+    rule: str | int,
+    votes: Sequence[Any],
+    fields: Sequence[str],
+    groups: Sequence[Sequence[str]] | None = None,
+) -> Any:
     """The element-wise decision of a set-valued step (``docs/prompts.md`` §8.3).
 
     ``votes``: parsed objects (None for a missing vote). N is the rule's number (majority:
@@ -672,12 +759,23 @@ def aggregate_sets(rule: str | int, votes: Sequence[Any], fields: Sequence[str])
     each member, the elements (compared by :func:`normalise_element`, each counted once per
     vote, empty ones dropped) that at least N votes contain, in order of first appearance (vote
     order, then array order), each written as it first appeared (NFC, whitespace collapsed).
+    ``groups`` (normalised members, :func:`synonym_groups`): an element of a group is counted
+    as the group (its key: the group's first member in the matcher's order that a vote
+    contains); an element in two groups belongs to the first; members no vote contains are
+    ignored; so a group enters once, written as its first-appearing element.
     """
     n = len(votes)
     need = n // 2 + 1 if rule == "majority" else n if rule == "unanimous" else int(rule)
     parsed = [v for v in votes if isinstance(v, dict)]
     if len(parsed) < need:
         return UNDECIDED
+    canon: dict[str, str] = {}
+    if groups:
+        present = {normalise_element(e) for v in parsed for f in fields for e in v.get(f) or []}
+        for group in groups:
+            members = [m for m in group if m in present and m not in canon]
+            for m in members:
+                canon[m] = members[0]
     out: dict[str, list[str]] = {}
     for name in fields:
         counts: dict[str, int] = {}
@@ -686,6 +784,7 @@ def aggregate_sets(rule: str | int, votes: Sequence[Any], fields: Sequence[str])
             seen: set[str] = set()
             for element in vote.get(name) or []:
                 key = normalise_element(element)
+                key = canon.get(key, key)
                 if not key or key in seen:
                     continue
                 seen.add(key)

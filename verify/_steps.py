@@ -58,6 +58,7 @@ class StepPlan:
     keep: tuple[str, ...] | None
     keep_rule: Mapping[str, Mapping[str, Any]] | None = None  # §8.3: a json screening rule
     verified_by: Mapping[str, Any] | None = None  # §8.6: {step, accept, retry, then}
+    match_by: str | None = None  # §8.3: the synonym matcher of a set-valued item step
 
     @property
     def screens(self) -> bool:
@@ -171,7 +172,7 @@ def plans_of(protocol: Mapping[str, Any], study: LockedStudy,
             name, on, names, template, system, parser, tuple(rec.get("labels") or ()), schema,
             int(unparseable.get("retry", 0)), str(unparseable.get("then", "exclude")), rule,
             str(rec.get("sees", "blind")), tuple(keep) if keep is not None else None, rule_keep,
-            verified,
+            verified, rec.get("match_by"),
         )  # fmt: skip
     for name, plan in out.items():  # §8.6: the verifier is an item step reading the sample
         ver = plan.verified_by
@@ -184,6 +185,41 @@ def plans_of(protocol: Mapping[str, Any], study: LockedStudy,
             raise PromptError(f"protocol.locked steps.{name}.verified_by: {ver['step']!r} is "
                               "not a label item step reading {steps." + name + "} whose labels "
                               "hold accept")  # fmt: skip
+    matchers: set[str] = set()
+    for name, plan in out.items():  # §8.3: a synonym matcher of the right kind, no cycle
+        if plan.match_by is None:
+            continue
+        m = out.get(str(plan.match_by))
+        if not plan.sets or plan.on != "item" or m is None or m.name == name or (
+            m.on != "item" or m.sets != ("groups",) or len(m.models) != 1
+            or m.match_by is not None or m.verified_by is not None or m.screens
+            or plan.verified_by is not None or plan.screens or m.name in matchers
+        ):  # fmt: skip
+            raise PromptError(f"protocol.locked steps.{name}.match_by: {plan.match_by!r} is "
+                              "not a one-model json item step with only \"groups\" matching "
+                              "this set-valued item step alone")  # fmt: skip
+        matchers.add(m.name)
+    return out
+
+
+def matched_step(plans: Mapping[str, StepPlan], matcher: str) -> str | None:
+    """§8.3: the set-valued step whose votes ``matcher`` groups, or None."""
+    return next((n for n, p in plans.items() if p.match_by == matcher), None)
+
+
+def votes_slot(votes: Sequence[Any], fields: Sequence[str]) -> str:
+    """§8.3 ``{votes.NAME}``: the parsed votes' elements, normalised, de-duplicated, sorted."""
+    found = {norm(x) for v in votes if isinstance(v, dict) for f in fields for x in v.get(f) or []}
+    return "\n".join(sorted(found - {""}))
+
+
+def groups_of(decision: Any) -> list[list[str]]:
+    """§8.3: a matcher decision's groups, each string split at ``|``, members normalised."""
+    out = []
+    for text in (decision or {}).get("groups") or []:
+        members = [m for m in (norm(x) for x in str(text).split("|")) if m]
+        if members:
+            out.append(members)
     return out
 
 
@@ -214,6 +250,9 @@ def step_lock_problems(plans: Mapping[str, StepPlan], study: LockedStudy) -> lis
                 problem = read_problem(plan.on, slot.name)
                 if problem:
                     out.append(f"{where}: {problem}")
+            elif slot.name.startswith("votes."):
+                if matched_step(plans, name) != slot.name[len("votes."):]:
+                    out.append(f"{where}: only a set-valued step's matcher reads its votes")
             elif slot.name in TRIAL_SLOTS and plan.on == "item":
                 out.append(f"{where}: an item step ({name}) may not read it")
             elif slot.name in ANSWER:
@@ -235,6 +274,11 @@ def step_lock_problems(plans: Mapping[str, StepPlan], study: LockedStudy) -> lis
         state[node] = 2
         return False
 
+    for name, plan in plans.items():
+        if plan.match_by in plans and f"votes.{name}" not in {
+            x.name for x in plans[str(plan.match_by)].template.slots
+        }:
+            out.append(f"steps.{name}.match_by: the matcher reads no {{votes.{name}}}")
     if any(state.get(n) is None and cyclic(n) for n in sorted(plans)):
         out.append("protocol.locked steps: the steps read each other in a cycle")
     return out
@@ -291,11 +335,26 @@ def norm(text: str) -> str:
     return " ".join(text.split())
 
 
-def decide_sets(need: int, votes: list[Any], fields: Sequence[str]) -> Any:
-    """§8.3: the element-wise decision of a set-valued step; None below ``need`` parsed votes."""
+def decide_sets(need: int, votes: list[Any], fields: Sequence[str],
+                groups: Sequence[Sequence[str]] | None = None) -> Any:  # fmt: skip
+    """§8.3: the element-wise decision of a set-valued step; None below ``need`` parsed votes.
+
+    ``groups``: a matcher's synonym groups; each element of a group counts as the group's
+    first member that a vote contains (an element in two groups: the first group).
+    """
     parsed = [v for v in votes if isinstance(v, dict)]
     if len(parsed) < need:
         return None
+    seen_any = {_norm(x) for v in parsed for f in fields for x in v.get(f) or []}
+    same: dict[str, str] = {}
+    for group in groups or ():
+        live = [g for g in group if g in seen_any and g not in same]
+        same.update((g, live[0]) for g in live)
+
+    def norm(x: str) -> str:
+        key = _norm(x)
+        return same.get(key, key)
+
     out: dict[str, list[str]] = {}
     for name in fields:
         tally: dict[str, list[Any]] = {}  # normalised -> [count, first surface]
@@ -312,13 +371,17 @@ def decide_sets(need: int, votes: list[Any], fields: Sequence[str]) -> Any:
     return out
 
 
-def decide(rule: str | int, votes: list[Any], sets: Sequence[str] = ()) -> Any:
+_norm = norm
+
+
+def decide(rule: str | int, votes: list[Any], sets: Sequence[str] = (),
+           groups: Sequence[Sequence[str]] | None = None) -> Any:  # fmt: skip
     """§8: the value at least the rule's number of votes give (majority: more than half)."""
     need = len(votes) // 2 + 1 if rule == "majority" else (
         len(votes) if rule == "unanimous" else int(rule)
     )
     if sets:
-        return decide_sets(need, votes, sets)
+        return decide_sets(need, votes, sets, groups)
     counts: dict[str, list[Any]] = {}
     for vote in votes:
         if vote is not None:
@@ -400,6 +463,7 @@ class Replay:
     excluded: dict[str, int] = field(default_factory=dict)
     samples: dict[tuple[str, str, int], tuple[int, Any]] = field(default_factory=dict)  # §8.6
     rejected: dict[tuple[str, str], int] = field(default_factory=dict)  # §8.6: no sample kept
+    matched_votes: dict[tuple[str, str], list[Any]] = field(default_factory=dict)  # §8.3
     given_up: set[str] = field(default_factory=set)
     prior_values: dict[str, dict[str, str]] = field(default_factory=dict)  # §9, per trial
     rendered: int = 0
@@ -432,7 +496,16 @@ class Replay:
         if any(c is None or c.final_seq is None for c in calls):
             return
         votes = [c.value if c is not None and c.status == "parsed" else None for c in calls]
+        if plan.match_by is not None:  # §8.3: decided once its matcher has
+            self.matched_votes[(step, unit)] = votes
+            return
         decision = decide(plan.aggregate, votes, plan.sets)
+        target = matched_step(self.plans, step)
+        if target is not None and (target, unit) in self.matched_votes:
+            tp = self.plans[target]
+            self.decisions[(target, unit)] = (seq, None if decision is None else decide(
+                tp.aggregate, self.matched_votes[(target, unit)], tp.sets, groups_of(decision)
+            ))  # fmt: skip
         host = self.host_of(step) if plan.on == "item" else None
         if host is None:
             self.decisions[(step, unit)] = (seq, decision)
@@ -611,6 +684,12 @@ class Replay:
             values["response"] = answered[1]
             if call.trial in self.request_texts:
                 values["request"] = self.request_texts[call.trial]
+        matched = matched_step(self.plans, call.step)
+        if matched is not None:  # §8.3: a matcher reads the final votes it groups
+            got = self.matched_votes.get((matched, call.item))
+            if got is None:
+                return f"the votes of step {matched!r} on {call.item!r} were not all final yet"
+            values[f"votes.{matched}"] = votes_slot(got, self.plans[matched].sets)
         for slot in plan.template.slots:
             parts = slot.name.split(".")
             if parts[0] != "steps" or len(parts) not in (2, 3):
