@@ -5,9 +5,13 @@ from __future__ import annotations
 import ctypes
 import hashlib
 import os
+import random
 import shutil
+import signal
+import subprocess
 import sys
-from collections.abc import Iterator
+import time
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
@@ -120,3 +124,37 @@ def permissions_bind() -> Iterator[None]:
         yield
     finally:
         _set_dac_capabilities(True)
+
+
+def sigkill_sessions(
+    args: list[str], env: dict[str, str], kills: int, progress: Callable[[], int],
+    rng: random.Random, *, delay: float = 0.5, grow: int = 0,
+) -> int:
+    """SIGKILL up to ``kills`` sessions of ``args`` (a ``ledger run``), then finish the run.
+
+    Each session is started, watched until ``progress()`` exceeds its value at the start by more
+    than ``grow`` (or 120 s pass), left ``rng.uniform(0, delay)`` seconds more, and killed with
+    SIGKILL. A session that ends on its own must exit 0, and ends the kills (the run finished
+    before it could be killed). A last session then runs to completion and must exit 0.
+    Returns the number of kills made.
+    """
+    made = 0
+    while made < kills:
+        before = progress()
+        proc = subprocess.Popen(args, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+        deadline = time.monotonic() + 120
+        while progress() <= before + grow and proc.poll() is None and (
+            time.monotonic() < deadline
+        ):  # fmt: skip
+            time.sleep(0.02)  # wait for this session's first calls
+        time.sleep(rng.uniform(0.0, delay))
+        if proc.poll() is not None:
+            _out, err = proc.communicate()
+            assert proc.returncode == 0, err.decode()
+            break
+        proc.send_signal(signal.SIGKILL)
+        proc.communicate()
+        made += 1
+    done = subprocess.run(args, env=env, capture_output=True, timeout=600)
+    assert done.returncode == 0, done.stderr.decode()
+    return made

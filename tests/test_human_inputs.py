@@ -593,13 +593,11 @@ def test_data_trials_survive_sigkills_and_the_study_verifies(tmp_path: Path) -> 
     """
     import os
     import random
-    import signal
-    import subprocess
     import sys
-    import time
     from collections import Counter
 
     from fake_messages import FakeMessagesServer
+    from helpers import sigkill_sessions
     from human_study import WORDS
     from test_steps_crash import responder
 
@@ -618,21 +616,8 @@ def test_data_trials_survive_sigkills_and_the_study_verifies(tmp_path: Path) -> 
     with FakeMessagesServer(latency_ms=60, responder=responder, seed=5) as server:
         args = [*cli, "run", str(root), "--base-url", server.base_url, "--key", str(key),
                 "--concurrency", "4"]  # fmt: skip
-        for _ in range(6):  # 6 kills: the 20-kill soak is test_steps_crash
-            before = _size(root)
-            proc = subprocess.Popen(args, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
-            deadline = time.monotonic() + 120
-            while _size(root) <= before + 2 and proc.poll() is None and (
-                time.monotonic() < deadline
-            ):  # fmt: skip
-                time.sleep(0.02)  # wait for this session's calls
-            time.sleep(rng.uniform(0.0, 0.6))
-            if proc.poll() is not None:
-                break
-            proc.send_signal(signal.SIGKILL)
-            proc.communicate()
-        done = subprocess.run(args, env=env, capture_output=True, text=True, timeout=600)
-        assert done.returncode == 0, done.stderr
+        # 6 kills (the 20-kill soak is test_steps_crash), each once the session has written
+        sigkill_sessions(args, env, 6, lambda: _size(root), rng, delay=0.6, grow=2)
     with Ledger.open(root / "ledger.db", readonly=True) as log:
         evs = list(log.events())
     assert sum(e.kind == "run.started" for e in evs) >= 3, "the kills came too late"

@@ -14,17 +14,15 @@ import hashlib
 import json
 import os
 import random
-import signal
 import subprocess
 import sys
-import time
 from collections import Counter
 from pathlib import Path
 from typing import Any
 
 import pytest
 from fake_messages import FakeMessagesServer
-from helpers import fixed_key
+from helpers import fixed_key, sigkill_sessions
 from steps_study import spec_text, write_study
 
 from ledger import Ledger
@@ -79,30 +77,13 @@ def test_twenty_sigkills_during_the_judge_phase(tmp_path: Path) -> None:
     KEY.save(key)
     env = dict(os.environ, ANTHROPIC_API_KEY="test", PROMPT_LEDGER_HOME=str(home))
     rng = random.Random(17)
-    kills = 0
     with FakeMessagesServer(latency_ms=120, responder=responder, fault_rate=0.05,
                             fault_kinds=("429", "500", "drop"), retry_after=0.1,
                             seed=3) as server:  # fmt: skip
         args = [*CLI, "run", str(study), "--base-url", server.base_url, "--key", str(key),
                 "--concurrency", "2", "--max-attempts", "30"]  # fmt: skip
-        while kills < 20:
-            before = judge_requests(study)
-            proc = subprocess.Popen(args, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
-            deadline = time.monotonic() + 120
-            while (judge_requests(study) == before and proc.poll() is None
-                   and time.monotonic() < deadline):  # fmt: skip
-                time.sleep(0.02)  # wait for this session's judge phase
-            time.sleep(rng.uniform(0.0, 0.5))
-            if proc.poll() is not None:
-                _out, err = proc.communicate()
-                assert proc.returncode == 0, err.decode()
-                break  # the judges finished before we could kill it
-            proc.send_signal(signal.SIGKILL)
-            proc.communicate()
-            kills += 1
-        proc = subprocess.Popen(args, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
-        _out, err = proc.communicate(timeout=600)
-        assert proc.returncode == 0, err.decode()
+        # each session is killed once its judge phase has begun
+        kills = sigkill_sessions(args, env, 20, lambda: judge_requests(study), rng)
     assert kills == 20
     evs = events(study)
     requests = {e.seq: e.body for e in evs if e.kind == "step.requested"}
