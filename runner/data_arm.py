@@ -21,7 +21,7 @@ from collections.abc import Mapping
 from typing import Any, Final
 
 from ledger import EventSpec
-from runner.request import Trial, request_blob
+from runner.request import Trial, request_blob, trial_requested
 from runner.spec import Study
 
 __all__ = ["DATA_BACKEND", "DATA_FORMAT", "data_trial_events", "source_record"]
@@ -49,23 +49,8 @@ def data_trial_events(
     assert field is not None
     text = item[field]
     blob, digest = request_blob(source_record(trial.stimulus, field))
-    request = EventSpec(
-        "trial.requested",
-        {
-            "trial": trial.id,
-            "arm": trial.arm,
-            **({"model": trial.model} if trial.model is not None else {}),
-            "stimulus": trial.stimulus,
-            "rep": trial.rep,
-            "position": trial.position,
-            "attempt": attempt,
-            "request_sha256": digest,
-            "session": session,
-            "backend": DATA_BACKEND,
-            "simulated": False,
-        },
-        {"request": blob},
-    )
+    request = trial_requested(trial, attempt, blob, digest, session=session,
+                              backend=DATA_BACKEND, simulated=False)  # fmt: skip
     response = EventSpec(
         "trial.responded",
         {

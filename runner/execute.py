@@ -66,7 +66,7 @@ from runner.pricing import (
     price_record,
 )
 from runner.render import prior_trial
-from runner.request import RequestBuilder, Trial, request_blob
+from runner.request import RequestBuilder, Trial, request_blob, trial_requested
 from runner.spec import Study
 from runner.state import NOT_COUNTED, StudyState, TrialState, load_state
 from runner.step_state import CallState, StepWork, prior_values, reply_text
@@ -741,25 +741,9 @@ class Runner:
                 },
                 {"request": blob},
             )
-        return EventSpec(
-            "trial.requested",
-            {
-                "trial": trial.id,
-                "arm": trial.arm,
-                **({"model": trial.model} if trial.model is not None else {}),
-                "stimulus": trial.stimulus,
-                **({"variant": trial.variant} if trial.variant is not None else {}),
-                "rep": trial.rep,
-                "position": trial.position,
-                "attempt": attempt,
-                "request_sha256": digest,
-                "session": self.session,
-                "backend": self.backend.name,
-                "simulated": self.backend.simulated,
-                **({"batch": True} if self.batch else {}),
-            },
-            {"request": blob},
-        )
+        return trial_requested(trial, attempt, blob, digest, session=self.session,
+                               backend=self.backend.name, simulated=self.backend.simulated,
+                               batch=self.batch)  # fmt: skip
 
     def _response_spec(
         self, trial: Trial | StepCall, attempt: int, request_seq: int, reply: Reply,

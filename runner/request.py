@@ -6,7 +6,7 @@ import hashlib
 from dataclasses import dataclass
 from typing import Any
 
-from ledger import canonical_json
+from ledger import EventSpec, canonical_json
 from runner.render import Renderer
 from runner.spec import Study
 
@@ -83,3 +83,33 @@ def request_blob(body: dict[str, Any]) -> tuple[bytes, str]:
     """The canonical JSON bytes of a request body and their SHA-256 hex."""
     data = canonical_json(body)
     return data, hashlib.sha256(data).hexdigest()
+
+
+def trial_requested(
+    trial: Trial, attempt: int, blob: bytes, digest: str, *, session: int, backend: str,
+    simulated: bool, batch: bool = False,
+) -> EventSpec:
+    """The ``trial.requested`` event of one attempt (``docs/trials.md`` §3).
+
+    ``blob`` is the request (or, for a data arm, its source record, §6) and ``digest`` its
+    SHA-256.
+    """
+    return EventSpec(
+        "trial.requested",
+        {
+            "trial": trial.id,
+            "arm": trial.arm,
+            **({"model": trial.model} if trial.model is not None else {}),
+            "stimulus": trial.stimulus,
+            **({"variant": trial.variant} if trial.variant is not None else {}),
+            "rep": trial.rep,
+            "position": trial.position,
+            "attempt": attempt,
+            "request_sha256": digest,
+            "session": session,
+            "backend": backend,
+            "simulated": simulated,
+            **({"batch": True} if batch else {}),
+        },
+        {"request": blob},
+    )
