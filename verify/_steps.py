@@ -925,6 +925,45 @@ class Replay:
         return judge_record(self.plans[step], self.calls, trial)
 
 
+def _locked_step(protocol: Mapping[str, Any], step: str) -> tuple[dict[str, Any], str | int]:
+    """``protocol.locked`` ``steps.<step>`` and its aggregation rule.
+
+    The rule is ``majority``, ``unanimous`` or k; a step that is not locked, or another rule,
+    is refused.
+    """
+    rec = (protocol.get("steps") or {}).get(step)
+    if not isinstance(rec, dict):
+        raise PromptError(f"protocol.locked has no step {step!r}")
+    raw_rule = rec.get("aggregate")
+    rule = raw_rule.get("k") if isinstance(raw_rule, dict) else raw_rule
+    if rule not in ("majority", "unanimous") and type(rule) is not int:
+        raise PromptError(f"protocol.locked steps.{step}.aggregate: {raw_rule!r}")
+    return rec, rule
+
+
+def _settle(
+    calls: dict[str, Call], request_call: dict[int, str], plan: StepPlan, seq: int, kind: str,
+    body: dict[str, Any], blob: Callable[..., bytes | None],
+) -> None:
+    """A ``step.responded`` or ``step.failed`` event applied to its call (prompts.md §8.3).
+
+    A response re-parsed by the locked parser makes the call final as parsed, or as
+    unparseable once its retries are used up; a final failure gives it up.
+    """
+    found = calls.get(request_call.get(body.get("request_seq"), ""))  # type: ignore[arg-type]
+    if found is None or found.final_seq is not None:
+        return
+    if kind == "step.responded":
+        found.responses += 1
+        value = parse(plan, text_of(blob("response") or b"", str(body.get("format"))))
+        if value is not None:
+            found.value, found.status, found.final_seq = value, "parsed", seq
+        elif found.responses >= plan.retry + 1:
+            found.status, found.final_seq = "unparseable", seq
+    elif body.get("final") is True:
+        found.status, found.final_seq = "given-up", seq
+
+
 def judge_records(
     protocol: Mapping[str, Any],
     step: str,
@@ -936,13 +975,7 @@ def judge_records(
     ``on_unparseable`` rule, aggregated by the locked rule); None for a trial whose judge
     calls are not all final. Every trial that has a ``trial.requested`` is listed.
     """
-    rec = (protocol.get("steps") or {}).get(step)
-    if not isinstance(rec, dict):
-        raise PromptError(f"protocol.locked has no step {step!r}")
-    raw_rule = rec.get("aggregate")
-    rule = raw_rule.get("k") if isinstance(raw_rule, dict) else raw_rule
-    if rule not in ("majority", "unanimous") and type(rule) is not int:
-        raise PromptError(f"protocol.locked steps.{step}.aggregate: {raw_rule!r}")
+    rec, rule = _locked_step(protocol, step)
     plan = StepPlan(
         step, "trial", tuple(m or None for m in rec.get("models") or []),
         Template(step, ()), None, str(rec.get("parser")), tuple(rec.get("labels") or ()),
@@ -962,18 +995,7 @@ def judge_records(
             call.last_request = seq
             request_call[seq] = call_id
         elif kind in ("step.responded", "step.failed"):
-            found = calls.get(request_call.get(body.get("request_seq"), ""))  # type: ignore[arg-type]
-            if found is None or found.final_seq is not None:
-                continue
-            if kind == "step.responded":
-                found.responses += 1
-                value = parse(plan, text_of(blob("response") or b"", str(body.get("format"))))
-                if value is not None:
-                    found.value, found.status, found.final_seq = value, "parsed", seq
-                elif found.responses >= plan.retry + 1:
-                    found.status, found.final_seq = "unparseable", seq
-            elif body.get("final") is True:
-                found.status, found.final_seq = "given-up", seq
+            _settle(calls, request_call, plan, seq, kind, body, blob)
     return {trial: judge_record(plan, calls, trial) for trial in dict.fromkeys(trials)}
 
 
@@ -1039,13 +1061,7 @@ def item_decisions(
     re-parsed by the locked parser (``schema`` for ``json``) and ``on_unparseable`` rule, the
     votes aggregated by the locked rule (None: no decision).
     """
-    rec = (protocol.get("steps") or {}).get(step)
-    if not isinstance(rec, dict):
-        raise PromptError(f"protocol.locked has no step {step!r}")
-    raw_rule = rec.get("aggregate")
-    rule = raw_rule.get("k") if isinstance(raw_rule, dict) else raw_rule
-    if rule not in ("majority", "unanimous") and type(rule) is not int:
-        raise PromptError(f"protocol.locked steps.{step}.aggregate: {raw_rule!r}")
+    rec, rule = _locked_step(protocol, step)
     models = tuple(m or None for m in rec.get("models") or [])
     plan = StepPlan(
         step, "item", models, Template(step, ()), None, str(rec.get("parser")),
@@ -1060,18 +1076,7 @@ def item_decisions(
             calls.setdefault(call_id, Call(call_id, step, None, str(body.get("item")), None))
             request_call[seq] = call_id
         elif kind in ("step.responded", "step.failed"):
-            found = calls.get(request_call.get(body.get("request_seq"), ""))  # type: ignore[arg-type]
-            if found is None or found.final_seq is not None:
-                continue
-            if kind == "step.responded":
-                found.responses += 1
-                value = parse(plan, text_of(blob("response") or b"", str(body.get("format"))))
-                if value is not None:
-                    found.value, found.status, found.final_seq = value, "parsed", seq
-                elif found.responses >= plan.retry + 1:
-                    found.status, found.final_seq = "unparseable", seq
-            elif body.get("final") is True:
-                found.status, found.final_seq = "given-up", seq
+            _settle(calls, request_call, plan, seq, kind, body, blob)
     out: dict[str, Any] = {}
     for item in sorted({c.item for c in calls.values()}):
         votes = []
