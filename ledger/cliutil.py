@@ -12,6 +12,7 @@ the full trace to a file it names. Nothing here imports a heavy module at import
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import shlex
@@ -240,3 +241,19 @@ def table(*columns: str, title: str | None = None) -> Table:
 def dump_json(data: Any) -> None:
     """Print ``data`` as indented JSON on standard output (``--json``)."""
     click.echo(json.dumps(data, indent=2, ensure_ascii=False, default=str))
+
+
+def end_process(code: int = 0) -> NoReturn:
+    """End this process now with ``code``, skipping the interpreter's teardown.
+
+    For a command that owns its process and has finished: every file it wrote is closed and
+    synced, so what Python's shutdown would still do is free memory object by object (some
+    tenths of a second once the ``anthropic`` SDK's 1,400 model classes are loaded; a bare SDK
+    script pays it too). Standard output and error are flushed first. Never call it from code
+    that runs inside another program (click's ``CliRunner``, a notebook).
+    """
+    for stream in (sys.stdout, sys.stderr):
+        # a closed pipe: nothing more can reach it anyway
+        with contextlib.suppress(OSError, ValueError):
+            stream.flush()
+    os._exit(code)

@@ -26,6 +26,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
 
 from ledger import LedgerError, canonical_json
+from runner._pool import fast_idle_checks
 from runner.recorded import RecordedEvent, open_recorded
 
 if TYPE_CHECKING:  # imported by the backends that use them: ``import anthropic`` takes seconds
@@ -232,12 +233,14 @@ class AnthropicBackend:
         limits = http.Limits(
             max_connections=max_connections, max_keepalive_connections=max_connections
         )
+        http_client = sdk.DefaultAsyncHttpxClient(limits=limits)
+        self.fast_pool = fast_idle_checks(http_client)  # runner/_pool.py: the same pool, cheaper
         self.client: anthropic.AsyncAnthropic = sdk.AsyncAnthropic(
             api_key=key,
             base_url=base_url or os.environ.get("ANTHROPIC_BASE_URL"),
             max_retries=0,
             timeout=timeout,
-            http_client=sdk.DefaultAsyncHttpxClient(limits=limits),
+            http_client=http_client,
         )
         self.base_url = str(self.client.base_url).rstrip("/")
 

@@ -7,13 +7,14 @@ command parses its options, makes one library call and renders the result; heavy
 
 from __future__ import annotations
 
+import gc
 import sys
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import click
 
-from ledger.cliutil import Command, console, dump_json, table
+from ledger.cliutil import Command, console, dump_json, end_process, table
 from runner.progress import RunDisplay
 
 if TYPE_CHECKING:
@@ -478,6 +479,10 @@ def run_cmd(
         try:
             key = study_key(study_dir, key_file)
             engine = make_backend(backend, base_url=base_url, replay_from=replay_from)
+            if owns_process:
+                # Everything imported so far lives to the end: the collector need not walk it
+                # again during the run (the SDK's model classes are most of it).
+                gc.freeze()
             control.check()
             if check:
                 preflights = check_study(study_dir, key, engine, options, control)
@@ -548,6 +553,8 @@ def run_cmd(
             f"run 'ledger run {study_dir}' to resume",
             control.exit_code or 130,
         )
+    if owns_process:
+        end_process(0)  # the session is closed and synced; skip the interpreter's teardown
 
 
 def _mismatch_warning(preflight: Any) -> str:

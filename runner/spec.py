@@ -1612,11 +1612,10 @@ def _factorial_hypotheses(
     and every interaction a hypothesis registers; over the design's cells its columns must be
     linearly independent, else a term is aliased (a fraction) and its test is refused.
     """
-    import numpy as np
-
     tests = [(i, h) for i, h in enumerate(hypotheses) if h.test == "factorial"]
     if not tests:
         return
+    import numpy as np  # here: a study without a factorial test never loads numpy
     if factorial is None:
         for i, _ in tests:
             c.add(f"hypotheses[{i}].test", "a factorial test needs a [factorial] design")
