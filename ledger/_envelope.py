@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -10,6 +11,8 @@ from typing import Any
 
 from ledger._canonical import MAX_SAFE_INTEGER, canonical_json, loads_json
 from ledger._errors import CanonicalError, FormatError
+
+_string = json.encoder.encode_basestring  # a JSON string as the C encoder writes it
 
 VERSION = 1
 MAX_ENVELOPE_BYTES = 1_048_576
@@ -26,9 +29,11 @@ ACTOR_RE = re.compile(r"^[^\s+]{1,128}\+[0-9a-f]{8}$")
 
 def format_time(moment: datetime) -> str:
     """Format an aware datetime as the envelope's UTC time with microseconds."""
-    if moment.tzinfo is None:
-        raise FormatError("time must be timezone-aware (UTC)")
-    return moment.astimezone(UTC).isoformat(timespec="microseconds")[:-6] + "Z"
+    if moment.tzinfo is not UTC:  # the clocks give UTC already: no conversion to pay for
+        if moment.tzinfo is None:
+            raise FormatError("time must be timezone-aware (UTC)")
+        moment = moment.astimezone(UTC)
+    return moment.isoformat(timespec="microseconds")[:-6] + "Z"
 
 
 def check_kind(kind: str) -> str:
@@ -110,7 +115,29 @@ def build_envelope(
     elif not isinstance(body, Mapping):
         raise FormatError("body must be a JSON object")
     try:
-        data = canonical_json(obj)  # one scan picks the fast path (floats too) or the reference
+        data = b""
+        if prevalidated and type(seq) is int and 0 <= seq <= MAX_SAFE_INTEGER:
+            # RFC 8785 writes an object as its members in the order of their (here ASCII) keys,
+            # each value canonical: the fixed members around the body's and the blobs' own
+            # canonical forms are exactly canonical_json(obj) (tests/test_envelope.py), for
+            # less than half the cost. The store built actor, kind, prev and time itself.
+            data = b"".join((
+                b'{"actor":', _string(actor).encode("utf-8"),
+                b',"blobs":', canonical_json(blobs),
+                b',"body":', canonical_json(body),
+                b',"kind":', _string(kind).encode("utf-8"),
+                b',"prev":', _string(prev).encode("utf-8"),
+                b',"seq":', str(seq).encode("ascii"),
+                b',"time":', _string(time).encode("utf-8"),
+                b',"v":', str(VERSION).encode("ascii"), b"}",
+            ))  # fmt: skip
+        if not data:
+            data = canonical_json(obj)  # one scan picks the fast path (floats) or the reference
+    except UnicodeEncodeError:  # a lone surrogate in a member: the reference way names it
+        try:
+            data = canonical_json(obj)
+        except CanonicalError as exc:
+            raise CanonicalError(f"{kind} body: {exc}") from exc
     except CanonicalError as exc:
         raise CanonicalError(f"{kind} body: {exc}") from exc
     if len(data) > MAX_ENVELOPE_BYTES:

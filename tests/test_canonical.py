@@ -157,6 +157,30 @@ def test_envelope_round_trip(seq: int, kind: str, body: dict[str, Any]) -> None:
     assert canonical_json(back.as_dict()) == env.data
 
 
+@given(
+    seq=st.integers(min_value=0, max_value=SAFE),
+    actor=st.from_regex(r"\A[^\s+]{1,12}\+[0-9a-f]{8}\Z"),
+    body=bodies,
+    blobs=st.dictionaries(st.text(max_size=6), st.text(max_size=6), max_size=3),
+)
+@settings(max_examples=300)
+def test_the_stores_envelope_bytes_are_the_reference_bytes(
+    seq: int, actor: str, body: dict[str, Any], blobs: dict[str, str]
+) -> None:
+    """build_envelope(prevalidated=True) writes the members around the body's canonical form;
+    its bytes are rfc8785's for the whole envelope, or it refuses what the reference refuses."""
+    obj = {"v": 1, "seq": seq, "time": "2026-11-22T10:00:00.123456Z", "kind": "trial.responded",
+           "actor": actor, "prev": "ab" * 32, "body": body, "blobs": blobs}  # fmt: skip
+    try:
+        expected = bytes(rfc8785.dumps(obj))
+    except (rfc8785.CanonicalizationError, rfc8785.IntegerDomainError, UnicodeEncodeError):
+        with pytest.raises(CanonicalError):
+            build_envelope(**{k: v for k, v in obj.items() if k != "v"}, prevalidated=True)
+        return
+    env = build_envelope(**{k: v for k, v in obj.items() if k != "v"}, prevalidated=True)
+    assert env.data == expected == canonical_json(obj)
+
+
 @pytest.mark.parametrize(
     ("mutate", "message"),
     [
