@@ -22,10 +22,12 @@ first person:`` (rewriter, ``text``), ``Response to map to an option:`` (option 
 with the most cue words (substrings of the lower-cased case text) present, at least two; with
 none it answers that the diagnosis is unclear (judged incorrect). ``s`` and ``t`` are the shares
 of the entry's history cues and test cues present. Its probability of naming the right
-diagnosis is ``sigmoid(BASE + d + 2.4 s + 2.0 t + 1.4 choice - 0.35 urgent - 0.25 first_person)``,
+diagnosis is ``sigmoid(BASE + d + 1.6 s + 1.0 t + 1.4 choice - 0.35 urgent - 0.25 first_person)``
+(``BASE`` -2.1),
 ``d`` the entry's difficulty (a fixed offset in [-1.5, 1.5] from SHA-256 of its name), ``choice``
 when the options are shown (lines ``A. text``), ``urgent`` when a sentence of
-:data:`URGENCY_WORDS` is present, ``first_person`` when the case speaks as ``I`` / ``my``. It is
+:data:`URGENCY_WORDS` is present, ``first_person`` when a sentence of the case that is not the urgency sentence speaks as ``I`` /
+``my``. It is
 right when the *run draw* ``u`` is below that probability: ``u`` is uniform from SHA-256 of (the
 entry, the requested model, the trial's replicate, read from the seed ``"{seed}|{trial id}|
 {attempt}"``), shared by every arm of one question, model and replicate. So one run's answers
@@ -72,8 +74,10 @@ from runner.simulated_text import message_reply
 
 VERSION: Final = "prompt-sim-pilot-1"
 TASK_MARKER: Final = "Most likely diagnosis:"
-"""The line prefix every pilot target prompt asks the answer on (prompts/task.txt)."""
-BASE: Final = -1.9
+"""The line prefix the open-ended pilot prompts ask the answer on (``prompts/item-*.txt``)."""
+CHOICE_MARKER: Final = 'a line that starts "Answer:"'
+"""What the multiple-choice prompt asks the answer on (``prompts/item-choice.txt``)."""
+BASE: Final = -2.1
 URGENCY_WORDS: Final = ("scared", "terrified", "worried sick", "please hurry", "urgent")
 TEST_WORDS: Final = (
     "temperature", "pulse", "blood pressure", "saturation", "examination", "x-ray", "ct ",
@@ -216,7 +220,8 @@ def _user_text(request: dict[str, Any]) -> str:
 
 def is_pilot_request(request: dict[str, Any]) -> bool:
     """Whether ``request`` is a target trial of the pilot template (it asks for TASK_MARKER)."""
-    return TASK_MARKER in _user_text(request)
+    text = _user_text(request)
+    return TASK_MARKER in text or CHOICE_MARKER in text
 
 
 def identify(text: str) -> tuple[str | None, float, float]:
@@ -240,8 +245,9 @@ def probability(case: str, dx: str, s: float, t: float, choice: bool) -> float:
     """The probability of naming ``dx`` right for the case text ``case`` (module docstring)."""
     low = case.casefold()
     urgent = any(w in low for w in URGENCY_WORDS)
-    first = bool(_FIRST.search(case))
-    logit = (BASE + difficulty(dx) + 2.4 * s + 2.0 * t + 1.4 * choice - 0.35 * urgent
+    first = any(_FIRST.search(s) for s in _sentences(case)
+                if not any(w in s.casefold() for w in URGENCY_WORDS))  # fmt: skip
+    logit = (BASE + difficulty(dx) + 1.6 * s + 1.0 * t + 1.4 * choice - 0.35 * urgent
              - 0.25 * first)  # fmt: skip
     return _sigmoid(logit)
 
@@ -252,11 +258,12 @@ def target_answer(request: dict[str, Any], seed: str) -> str:
     model = str(request.get("model", ""))
     belief = _BELIEF.search(text)
     binary = _BINARY.search(text)
-    case = text.split(TASK_MARKER)[0]
+    case = text
     for found in (belief, binary):
         if found is not None:
             case = case.replace(found.group(0), " ")
-    case = "\n".join(line for line in case.splitlines() if not _OPTION.match(line))
+    case = "\n".join(line for line in case.splitlines() if not _OPTION.match(line)
+                     and TASK_MARKER not in line and CHOICE_MARKER not in line)  # fmt: skip
     options = dict(_OPTION.findall(text))
     dx, s, t = identify(case)
     if dx is None:
@@ -273,9 +280,9 @@ def target_answer(request: dict[str, Any], seed: str) -> str:
             prefix = "Yes. " if binary is not None else ""
         elif binary is not None:
             prefix = "No. "
-    if _unit("synonym", seed) < 0.3 and SYNONYMS.get(named):
-        named = SYNONYMS[named][0]
     reason = "The history and the findings together fit this best."
+    if not options and _unit("synonym", seed) < 0.3 and SYNONYMS.get(named):
+        named = SYNONYMS[named][0]
     if options:
         letter = next((k for k, v in options.items() if same_diagnosis(v, named)), None)
         if letter is None:
