@@ -29,16 +29,17 @@ __all__ = [
     type=click.IntRange(1, 1000),
     default=None,
     help="Replicates per arm and stimulus (default: the template's; tumbling-E's 30 give "
-    "1,050 trials, prompt-rotation's 1 gives 320, green-shielding's 2 give 1,470; not "
+    "1,050 trials, prompt-rotation's 1 gives 320, green-shielding's 2 give 1,470, green-shielding-pilot's 3 give 912; not "
     "medmcqa-prompt-sensitivity).",
 )
 @click.option(
     "--template", default="prompt-tumbling-e", show_default=True,
     type=click.Choice(["prompt-tumbling-e", "prompt-rotation", "medmcqa-prompt-sensitivity",
-                       "green-shielding"]), metavar="NAME",
+                       "green-shielding", "green-shielding-pilot"]), metavar="NAME",
     help="The study to run: prompt-tumbling-e or prompt-rotation (Experiment 1 or 2 of the "
     "PROMPT paper), medmcqa-prompt-sensitivity (seed 002's design, four studies) or "
-    "green-shielding (seed 001's: neutralized patient queries, differential diagnoses).",
+    "green-shielding (seed 001's: neutralized patient queries, differential diagnoses) or "
+    "green-shielding-pilot (seed 001's pilot: perturbed exam questions, its Table 1).",
 )  # fmt: skip
 def demo(directory: Path | None, replicates: int | None, template: str) -> None:
     """Run the whole PROMPT workflow offline on the simulated model, then verify and tamper.
