@@ -81,13 +81,15 @@ BASE: Final = -2.1
 URGENCY_WORDS: Final = ("scared", "terrified", "worried sick", "please hurry", "urgent")
 TEST_WORDS: Final = (
     "temperature", "pulse", "blood pressure", "saturation", "examination", "x-ray", "ct ",
-    "mri", "ecg", "ultrasound", "echocardiograph", "serum", "urine", "urinalysis", "blood count",
+    "mri", "ecg", "ultrasound", "echocardiograph", "serum", "urine shows", "urine ketones",
+    "urine protein", "urinalysis", "blood count",
     "haemoglobin", "culture", "antibod", "biopsy", "aspirate", "cerebrospinal", "d-dimer",
     "glucose", "troponin", "there is", "there are", "shows", "reflex", "tsh", "lipase",
     "reflexes", "murphy", "rebound", "respirations", "body mass index", "nerve conduction",
     "vibration sense", "glasgow", "afebrile", "she has pale", "white cell", "dipstick",
     "power 2/5", "proptosis", "ferritin", "beta-hcg", "testosterone", "is positive",
-    "are positive", "ankle reflexes", "the skin is",
+    "are positive", "ankle reflexes", "the skin is", "venous pressure", "joints are swollen",
+    "joint is red",
 )  # fmt: skip
 
 # diagnosis -> (history cues, test cues, confuser)
