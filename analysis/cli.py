@@ -29,7 +29,8 @@ __all__ = [
     type=click.IntRange(1, 1000),
     default=None,
     help="Replicates per arm and stimulus (default: the template's; tumbling-E's 30 give "
-    "1,050 trials, prompt-rotation's 1 gives 320, green-shielding's 2 give 1,470, green-shielding-pilot's 3 give 912; not "
+    "1,050 trials, prompt-rotation's 1 gives 320, green-shielding's 2 give 1,470, "
+    "green-shielding-pilot's 3 give 912; not "
     "medmcqa-prompt-sensitivity).",
 )
 @click.option(

@@ -440,9 +440,11 @@ def _pm(stat: Any) -> str:
 
 
 def pilot_figures(results: list[dict[str, Any]]) -> tuple[str, list[tuple[str, ...]]]:
-    """Seed 001's Table 1 from ``descriptive.qr_bootstrap``: the default accuracy, and per
-    perturbation its success rate and perturbed (global) accuracy, each ``estimate ± half-width``
-    of the 95% (question, run) bootstrap interval, pooled over models, as analysis recorded it.
+    """Seed 001's Table 1 from ``descriptive.qr_bootstrap``, as analysis recorded it.
+
+    The default accuracy, and per perturbation its success rate and perturbed (global)
+    accuracy, each ``estimate ± half-width`` of the 95% (question, run) bootstrap interval,
+    pooled over models.
     """
     desc = next((r for r in results if r.get("id") == "descriptive.qr_bootstrap"), None)
     entries = ((desc or {}).get("values") or {}).get("entries") or []
@@ -455,7 +457,7 @@ def pilot_figures(results: list[dict[str, Any]]) -> tuple[str, list[tuple[str, .
             if row is not None:
                 pooled[contrast[0]] = row
     default = _pm(next(iter(pooled.values()), {}).get("default"))
-    rows = [(category, factor, _pm(pooled.get(arm, {}).get("success_rate")),
+    rows: list[tuple[str, ...]] = [(category, factor, _pm(pooled.get(arm, {}).get("success_rate")),
              _pm(pooled.get(arm, {}).get("perturbed")))
             for category, factor, arm in PILOT_ROWS]  # fmt: skip
     return default, rows

@@ -60,6 +60,8 @@ compares the answer line's diagnosis (or option letter) with the correct answer 
 synonyms included, and with probability 0.02 answers unparseably (``I cannot tell.``: the runner
 retries).
 """
+# ruff: noqa: E501
+# (the KNOWLEDGE table keeps one presentation to two lines)
 
 from __future__ import annotations
 
@@ -340,7 +342,8 @@ def split(vignette: str) -> dict[str, str]:
     kept = [s for s in _sentences(vignette) if not s.endswith("?")]
     if not kept:
         return {"patient": "", "symptoms": "", "tests": ""}
-    symptoms, tests = [], []
+    symptoms: list[str] = []
+    tests: list[str] = []
     for sentence in kept[1:]:
         low = sentence.casefold()
         is_test = any(w in low for w in TEST_WORDS) or _MEASURE.search(sentence)
@@ -399,7 +402,7 @@ def map_option(options: str, response: str) -> str:
         return "none"
     for label, text in _OPTION.findall(options):
         if _named_matches(named, text):
-            return label.lower()
+            return str(label).lower()
     return "none"
 
 
@@ -428,7 +431,7 @@ def step_answer(text: str, request: dict[str, Any], seed: str) -> str | None:
         return rewrite(vignette)
     response = _block(text, "Response to map to an option:")
     if response is not None:
-        return map_option(_block(text, "Options:") or "", response)
+        return str(map_option(_block(text, "Options:") or "", response))
     response = _block(text, "Response to judge:")
     if response is not None:
         correct = _block(text, "Correct answer:") or ""

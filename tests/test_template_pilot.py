@@ -68,14 +68,15 @@ def test_the_simulated_judge_and_mapper_read_the_answer_line() -> None:
     assert p.map_option(options, "Most likely diagnosis: septic arthritis\nx") == "b"
     assert p.map_option(options, "Most likely diagnosis: Lyme disease\nx") == "none"
     assert p.judge("A. Gout", "Most likely diagnosis: gout\nx") == "correct"
-    assert p.judge("B. Systemic lupus erythematosus", "Yes. Most likely diagnosis: SLE") == "correct"
+    lupus = "B. Systemic lupus erythematosus"
+    assert p.judge(lupus, "Yes. Most likely diagnosis: SLE") == "correct"
     assert p.judge("A. Gout", "Answer: B. Septic arthritis\nx") == "incorrect"
     assert p.judge("A. Gout", "Answer: A. Gout\nx") == "correct"
 
 
 def test_an_after_arm_may_follow_a_factorial_cell_but_not_the_base(tmp_path: Path) -> None:
-    from runner.new import new_study
     from runner.lock import StudyError
+    from runner.new import new_study
     from runner.spec import load_study
 
     made = new_study(tmp_path / "s", TEMPLATE, fixed_key("pilot-a"), study_id="pilot-a")
