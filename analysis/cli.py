@@ -54,7 +54,9 @@ def demo(directory: Path | None, replicates: int | None, template: str) -> None:
     self-consistency. With --template green-shielding it runs seed 001's design (raw against
     neutralized patient queries, differential diagnoses judged against reference sets, the
     physicians' replies as their own arm) and prints the plausibility / coverage / breadth
-    tradeoff as recorded.
+    tradeoff as recorded. With --template green-shielding-pilot it runs seed 001's pilot
+    (perturbed exam questions against the open-ended default, a correctness judge) and prints
+    its Table 1: default accuracy, and per perturbation the success rate and perturbed accuracy.
 
     \b
     Example:
@@ -63,6 +65,7 @@ def demo(directory: Path | None, replicates: int | None, template: str) -> None:
       ledger demo /tmp/rotation-demo --template prompt-rotation
       ledger demo /tmp/seed002-demo --template medmcqa-prompt-sensitivity
       ledger demo /tmp/green-demo --template green-shielding
+      ledger demo /tmp/pilot-demo --template green-shielding-pilot
     """
     from analysis.demo import run_demo
 
