@@ -97,6 +97,45 @@ def test_an_after_arm_may_follow_a_factorial_cell_but_not_the_base(tmp_path: Pat
         load_study(made.root)
 
 
+def _pairs_data(excluded: list[str]) -> tuple[Any, Any]:
+    """Two arms on q1, q2 (one model, one rep); ``belief`` has no trial for q2: the same data as
+    the analysis dataset (pandas) and as the verifier's (lists of dicts)."""
+    from types import SimpleNamespace
+
+    import pandas as pd
+
+    rows = [{"arm": arm, "control": False, "excluded": False, "trial": f"{arm}|m|{item}|1",
+             "stimulus": item, "model": "m", "variant": "", "rep": 1, "accuracy": acc}
+            for arm, item, acc in (("pilot.default", "q1", 1.0), ("pilot.default", "q2", 0.0),
+                                   ("belief", "q1", 0.0))]  # fmt: skip
+    ours = SimpleNamespace(trials=pd.DataFrame(rows), given_up=(), excluded_trials=tuple(excluded))
+    theirs = SimpleNamespace(trials=rows, given_up=[], excluded_trials=list(excluded))
+    return ours, theirs
+
+
+def test_a_second_stage_never_sent_is_a_counted_exclusion_of_the_pairs() -> None:
+    """A ``belief`` trial recorded as ``trial.excluded`` (the default's answer named no option)
+    leaves its pair out, listed and counted, in both implementations; with no record at all the
+    arms do not pair and the result fails."""
+    from analysis import qr_boot
+    from analysis.stats import StatsError
+    from verify import _qrboot
+
+    ours, theirs = _pairs_data(["belief|m|q2|1"])
+    obs = qr_boot.observations(ours, "trial_accuracy", "belief", "pilot.default")
+    ref = _qrboot._observations(theirs, "trial_accuracy", "belief", "pilot.default")
+    assert obs.keys == ref["keys"] == [("q1", "m", "", 1)]
+    assert obs.excluded == ref["excluded"] == [
+        {"item": "q2", "model": "m", "variant": "", "rep": 1, "kind": "excluded",
+         "trials": ["belief|m|q2|1", "pilot.default|m|q2|1"]}]  # fmt: skip
+    assert obs.undefined == ref["undefined"] == 1
+    ours, theirs = _pairs_data([])
+    with pytest.raises(StatsError, match=r"arm 'pilot\.default' has item 'q2'"):
+        qr_boot.observations(ours, "trial_accuracy", "belief", "pilot.default")
+    with pytest.raises(_qrboot.QrError, match=r"arm 'pilot\.default' has item 'q2'"):
+        _qrboot._observations(theirs, "trial_accuracy", "belief", "pilot.default")
+
+
 @pytest.fixture(scope="module")
 def analysed(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, dict[str, Any]]]:
     """The template at one replicate, locked, run, judged, scored, unblinded and analysed."""
