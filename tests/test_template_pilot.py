@@ -74,6 +74,51 @@ def test_the_simulated_judge_and_mapper_read_the_answer_line() -> None:
     assert p.judge("A. Gout", "Answer: A. Gout\nx") == "correct"
 
 
+def test_the_simulation_reads_no_file_and_answers_deterministically(
+    monkeypatch: pytest.MonkeyPatch, items: list[dict[str, Any]],
+) -> None:
+    """It answers from the request and the seed alone: no file opened, no item reader imported;
+    the same request and seed give the same reply, and the run draw is shared by the arms."""
+    import ast
+    import builtins
+
+    def refuse(*args: object, **kwargs: object) -> None:
+        raise AssertionError("the pilot simulation opened a file")
+
+    def ask(text: str, seed: str) -> str:
+        request = {"model": "m", "max_tokens": 300, "temperature": 0.7, "messages": [
+            {"role": "user", "content": [{"type": "text", "text": text}]}]}  # fmt: skip
+        return p.target_answer(request, seed)
+
+    task = "\n\nWhat is the most likely diagnosis? Reply on a line that starts " \
+        '"Most likely diagnosis:", then one line of reasoning.'
+    monkeypatch.setattr(builtins, "open", refuse)
+    monkeypatch.setattr(Path, "read_text", refuse)
+    question = items[0]["question"]
+    first = ask(question + task, "7|pilot.default|m|Syn-1|2|1")
+    assert first == ask(question + task, "7|pilot.default|m|Syn-1|2|1")
+    assert first.startswith(p.TASK_MARKER)
+    # the urgency sentence moves the probability a little, the run draw is the same: over the
+    # 30 questions and 4 replicates, most pairs agree
+    def right(item: dict[str, Any], text: str, seed: str) -> str:
+        truth = item["options"]["ABCDEFGHIJ".index(item["answer"])]
+        return p.judge(f"{item['answer']}. {truth}", ask(text, seed))
+
+    pairs = [(right(i, i["question"] + task, f"7|a|m|{i['id']}|{r}|1"),
+              right(i, i["question"] + " Please hurry, I am really scared." + task,
+                    f"7|b|m|{i['id']}|{r}|1"))
+             for i in items[:30] for r in range(4)]  # fmt: skip
+    assert sum(a != b for a, b in pairs) <= 12  # a success rate of 10% at most
+    assert {a for a, _ in pairs} == {"correct", "incorrect"}
+    monkeypatch.undo()
+    tree = ast.parse(Path(p.__file__).read_text(encoding="utf-8"))
+    imported = {node.module if isinstance(node, ast.ImportFrom) else alias.name
+                for node in ast.walk(tree) if isinstance(node, ast.Import | ast.ImportFrom)
+                for alias in node.names}  # fmt: skip
+    assert imported <= {"__future__", "hashlib", "json", "math", "re", "typing", "ledger",
+                        "runner.simulated_text"}, imported  # fmt: skip
+
+
 def test_an_after_arm_may_follow_a_factorial_cell_but_not_the_base(tmp_path: Path) -> None:
     from runner.lock import StudyError
     from runner.new import new_study
