@@ -100,6 +100,9 @@ class Dataset:
     factors: tuple[str, ...] = ()
     """A factorial study's crossed factors: ``trials.csv`` ends in one ``factor.<NAME>``
     column each, the trial's level (empty for an arm that is no cell; analysis.md §2)."""
+    excluded_trials: tuple[str, ...] = ()
+    """The trials recorded as ``trial.excluded`` (never sent: a screening step, a step the item
+    template reads without a decision, a second stage with nothing to build on)."""
 
     def __post_init__(self) -> None:
         for name in ("trials", "items"):
@@ -133,6 +136,7 @@ class Dataset:
             trials=self.trials[self.trials["model"].isin(mine)].assign(model=model),
             items=self.items[self.items["model"].isin(mine)].assign(model=model),
             given_up=tuple(g for g in self.given_up if split_trial(g)[1] == model),
+            excluded_trials=tuple(g for g in self.excluded_trials if split_trial(g)[1] == model),
             models=(),
         )  # a one-model study's dataset; every other member (variants, cloze, ...) kept
 
@@ -322,6 +326,8 @@ def load_dataset(
         parser == "cloze",
         ddx=parser == "ddx",
         factors=tuple(names),
+        excluded_trials=tuple(sorted({str(e.body["trial"])
+                                      for e in log.events("trial.excluded")})),
     )
 
 
@@ -1339,6 +1345,7 @@ def phase_dataset(ds: Dataset, keep: set[str]) -> Dataset:
         trials=ds.trials[ds.trials["trial"].isin(keep)],
         items=ds.items[ds.items["trial"].isin(keep)],
         given_up=tuple(g for g in ds.given_up if g in keep),
+        excluded_trials=tuple(g for g in ds.excluded_trials if g in keep),
     )  # every other member (models, variants, cloze, ...) as the whole study's
 
 

@@ -29,16 +29,18 @@ __all__ = [
     type=click.IntRange(1, 1000),
     default=None,
     help="Replicates per arm and stimulus (default: the template's; tumbling-E's 30 give "
-    "1,050 trials, prompt-rotation's 1 gives 320, green-shielding's 2 give 1,470; not "
+    "1,050 trials, prompt-rotation's 1 gives 320, green-shielding's 2 give 1,470, "
+    "green-shielding-pilot's 3 give 912; not "
     "medmcqa-prompt-sensitivity).",
 )
 @click.option(
     "--template", default="prompt-tumbling-e", show_default=True,
     type=click.Choice(["prompt-tumbling-e", "prompt-rotation", "medmcqa-prompt-sensitivity",
-                       "green-shielding"]), metavar="NAME",
+                       "green-shielding", "green-shielding-pilot"]), metavar="NAME",
     help="The study to run: prompt-tumbling-e or prompt-rotation (Experiment 1 or 2 of the "
     "PROMPT paper), medmcqa-prompt-sensitivity (seed 002's design, four studies) or "
-    "green-shielding (seed 001's: neutralized patient queries, differential diagnoses).",
+    "green-shielding (seed 001's: neutralized patient queries, differential diagnoses) or "
+    "green-shielding-pilot (seed 001's pilot: perturbed exam questions, its Table 1).",
 )  # fmt: skip
 def demo(directory: Path | None, replicates: int | None, template: str) -> None:
     """Run the whole PROMPT workflow offline on the simulated model, then verify and tamper.
@@ -52,7 +54,9 @@ def demo(directory: Path | None, replicates: int | None, template: str) -> None:
     self-consistency. With --template green-shielding it runs seed 001's design (raw against
     neutralized patient queries, differential diagnoses judged against reference sets, the
     physicians' replies as their own arm) and prints the plausibility / coverage / breadth
-    tradeoff as recorded.
+    tradeoff as recorded. With --template green-shielding-pilot it runs seed 001's pilot
+    (perturbed exam questions against the open-ended default, a correctness judge) and prints
+    its Table 1: default accuracy, and per perturbation the success rate and perturbed accuracy.
 
     \b
     Example:
@@ -61,6 +65,7 @@ def demo(directory: Path | None, replicates: int | None, template: str) -> None:
       ledger demo /tmp/rotation-demo --template prompt-rotation
       ledger demo /tmp/seed002-demo --template medmcqa-prompt-sensitivity
       ledger demo /tmp/green-demo --template green-shielding
+      ledger demo /tmp/pilot-demo --template green-shielding-pilot
     """
     from analysis.demo import run_demo
 

@@ -51,6 +51,12 @@ DEMO_TEMPLATES: dict[str, DemoTemplate] = {
         "sets), input (raw, 4 partial and full neutralizations) x safety reminder: 12 cells x 2 "
         "target models, the physicians' replies as a data arm, a neutralizer and two judges, "
         "H1-H4 (seed 001's tradeoff)"),
+    "green-shielding-pilot": DemoTemplate(
+        3, "42 synthetic exam questions (MedXpertQA format; the first 38 in range, screened to 30 "
+        "diagnostic ones), the open-ended default and seven perturbations (no tests, no "
+        "symptoms, misleading belief, multiple choice, binary agreement, urgency, first person), "
+        "screener, splitter, rewriter and correctness judge, success rate and perturbed accuracy "
+        "(seed 001's Table 1)"),
 }  # fmt: skip
 """The templates ``ledger demo --template`` runs."""
 
@@ -335,6 +341,14 @@ def run_demo(
         for row in green_figures(analysed.results, GREEN_LEVEL_CELLS):
             levels.add_row(*row)
         console.print(levels)
+    if template == "green-shielding-pilot":
+        default, rows = pilot_figures(analysed.results)
+        shown = table("category", "factor", "success rate (%)", "perturbed acc. (%)",
+                      title=f"seed 001's Table 1, as the analysis recorded it "
+                      f"(descriptive.qr_bootstrap; default acc. {default})")  # fmt: skip
+        for row in rows:
+            shown.add_row(*row)
+        console.print(shown)
     console.print("[yellow]Simulated data: these verdicts demonstrate the method only.[/]")
     seconds = time.monotonic() - started
     console.print(f"\n[bold]Done in {seconds:.0f} s.[/] Study: {study}   Archive: {archive}")
@@ -405,6 +419,48 @@ def green_figures(
                 shown.append(f"{mean:.2f}" if metric == "breadth" else f"{100 * mean:.1f}%")
         rows.append((label, *shown))
     return rows
+
+
+PILOT_ROWS = (("Content", "Lack of Test/Vital Results", "pilot.no_tests"),
+              ("Content", "Lack of Symptom History", "pilot.no_symptoms"),
+              ("Content", "Contains Misleading Belief", "belief"),
+              ("Format", "Multiple-choice Selection", "pilot.choice"),
+              ("Format", "Binary Agreement", "binary"),
+              ("Tone", "Urgency and Anxiety", "pilot.urgency"),
+              ("Tone", "First-Person Perspective", "pilot.first_person"))  # fmt: skip
+"""Seed 001's Table 1 rows: category, factor, and the perturbed arm of the pilot template."""
+PILOT_DEFAULT = "pilot.default"
+
+
+def _pm(stat: Any) -> str:
+    """A share as the seed prints it: ``estimate ± half-width`` in percent, one decimal."""
+    if not isinstance(stat, dict) or not isinstance(stat.get("estimate"), int | float):
+        return "–"
+    return f"{100 * stat['estimate']:.1f} ± {100 * stat['half_width']:.1f}"
+
+
+def pilot_figures(results: list[dict[str, Any]]) -> tuple[str, list[tuple[str, ...]]]:
+    """Seed 001's Table 1 from ``descriptive.qr_bootstrap``, as analysis recorded it.
+
+    The default accuracy, and per perturbation its success rate and perturbed (global)
+    accuracy, each ``estimate ± half-width`` of the 95% (question, run) bootstrap interval,
+    pooled over models.
+    """
+    desc = next((r for r in results if r.get("id") == "descriptive.qr_bootstrap"), None)
+    entries = ((desc or {}).get("values") or {}).get("entries") or []
+    pooled: dict[str, dict[str, Any]] = {}
+    for entry in entries:
+        contrast = entry.get("contrast")
+        if (isinstance(contrast, list) and len(contrast) == 2 and contrast[1] == PILOT_DEFAULT
+                and entry.get("outcome") == "trial_accuracy"):  # fmt: skip
+            row = next((r for r in entry.get("rows", []) if r.get("model") is None), None)
+            if row is not None:
+                pooled[contrast[0]] = row
+    default = _pm(next(iter(pooled.values()), {}).get("default"))
+    rows: list[tuple[str, ...]] = [(category, factor, _pm(pooled.get(arm, {}).get("success_rate")),
+             _pm(pooled.get(arm, {}).get("perturbed")))
+            for category, factor, arm in PILOT_ROWS]  # fmt: skip
+    return default, rows
 
 
 SUITE_STATISTICS = ("position-bias", "flip-rate", "voting", "self-consistency")

@@ -152,6 +152,16 @@ def _given_up(ds: Any, arm: str) -> dict[Key, str]:
     return out
 
 
+def _never_sent(ds: Any, arm: str) -> dict[Key, str]:
+    """The arm's recorded exclusions by key (``trial.excluded``: never sent, never scored)."""
+    out: dict[Key, str] = {}
+    for trial in getattr(ds, "excluded_trials", ()):
+        t_arm, model, item, rep = split_trial(str(trial))
+        if t_arm == arm:
+            out[(item, model or "", trial_variant(str(trial)) or "", int(rep))] = str(trial)
+    return out
+
+
 def _exclusion(key: Key, kind: str, trials: list[str]) -> dict[str, Any]:
     return {"item": key[0], "model": key[1], "variant": key[2], "rep": key[3],
             "kind": kind, "trials": sorted(trials)}  # fmt: skip
@@ -190,7 +200,9 @@ def observations(ds: Any, outcome: str, a: str, b: str | None = None) -> Observa
         return Observations(keys, values, None, excluded, len(excluded), gave_up)
     right = _scored(ds, b, outcome)
     lost_a, lost_b = _given_up(ds, a), _given_up(ds, b)
-    unpaired = sorted(k for k in set(left) ^ set(right) if k not in lost_a and k not in lost_b)
+    skip_a, skip_b = _never_sent(ds, a), _never_sent(ds, b)
+    unpaired = sorted(k for k in set(left) ^ set(right) if k not in lost_a and k not in lost_b
+                      and k not in skip_a and k not in skip_b)  # fmt: skip
     if unpaired:
         first = unpaired[0]
         has, lacks = (a, b) if first in left else (b, a)
@@ -204,9 +216,13 @@ def observations(ds: Any, outcome: str, a: str, b: str | None = None) -> Observa
     for key in sorted(set(left) | set(right)):
         if key not in left or key not in right:
             trials = [left[key][0]] if key in left else [right[key][0]]
-            trials.append(lost_b[key] if key in left else lost_a[key])
-            excluded.append(_exclusion(key, "given-up", trials))
-            gave_up += 1
+            lost, skipped = (lost_b, skip_b) if key in left else (lost_a, skip_a)
+            if key in lost:
+                excluded.append(_exclusion(key, "given-up", [*trials, lost[key]]))
+                gave_up += 1
+            else:  # the partner is a recorded exclusion (trial.excluded): counted as one
+                excluded.append(_exclusion(key, "excluded", [*trials, skipped[key]]))
+                undefined += 1
         elif math.isnan(left[key][1]) or math.isnan(right[key][1]):
             excluded.append(_exclusion(key, "undefined", [left[key][0], right[key][0]]))
             undefined += 1

@@ -77,7 +77,9 @@ def new(
 
     green-shielding imports its 30 synthetic cases (HealthCareMagic format) with their
     reference sets and factor labels (a metadata sidecar) into data/items.jsonl, as
-    `ledger items import --format healthcaremagic --metadata` would.
+    `ledger items import --format healthcaremagic --metadata` would. green-shielding-pilot
+    imports its 42 synthetic exam questions (MedXpertQA format) into data/items.jsonl, as
+    `ledger items import --format medxpertqa` would.
 
     \b
     Example:
@@ -86,6 +88,7 @@ def new(
       ledger new rotation --template prompt-rotation --images my-crops
       ledger new seed002 --template medmcqa-prompt-sensitivity
       ledger new green --template green-shielding
+      ledger new pilot --template green-shielding-pilot
     """
     from ledger import SigningKey
     from runner.new import new_template, study_id_from_directory

@@ -29,6 +29,7 @@ TEMPLATES = {
     "prompt-rotation": "prompt_rotation",
     "medmcqa-prompt-sensitivity": "medmcqa_prompt_sensitivity",
     "green-shielding": "green_shielding",
+    "green-shielding-pilot": "green_shielding_pilot",
 }
 SUITES: dict[str, tuple[str, ...]] = {
     "medmcqa-prompt-sensitivity": ("mcq", "cloze", "evidence", "question-only"),
@@ -87,12 +88,30 @@ def _green_items(root: Path, images: Path | None) -> None:
         raise StudyError("; ".join(exc.problems)) from None
 
 
+def _pilot_items(root: Path, images: Path | None) -> None:
+    """Import the synthetic exam questions, as a user imports MedXpertQA's Text subset.
+
+    ``data/questions-medxpertqa.jsonl`` is in MedXpertQA's release format; the importer
+    (``ledger items import --format medxpertqa``) writes ``data/items.jsonl``, of which the study
+    uses the first 38 (``[stimuli] range``).
+    """
+    from runner.importers import DatasetError, import_dataset
+
+    data = root / "data"
+    try:
+        import_dataset("medxpertqa", data / PILOT_QUESTIONS, data / "items.jsonl")
+    except DatasetError as exc:
+        raise StudyError("; ".join(exc.problems)) from None
+
+
+PILOT_QUESTIONS = "questions-medxpertqa.jsonl"
 GREEN_CASES = "cases-hcm.json"
 GREEN_METADATA = "cases-metadata.json"
 STIMULI: dict[str, Callable[[Path, Path | None], None]] = {
     "prompt-tumbling-e": _tumbling_e_stimuli,
     "prompt-rotation": _rotation_stimuli,
     "green-shielding": _green_items,
+    "green-shielding-pilot": _pilot_items,
 }
 """How each template with stimuli writes them (``images``: the user's own, where it takes them)."""
 IMAGE_TEMPLATES = frozenset({"prompt-rotation"})

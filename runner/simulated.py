@@ -562,8 +562,13 @@ class SimulatedModel:
         tumbling-E JSON is answered by :attr:`text`.
         """
         if not has_image(request) and not _asks_for_tumbling_e(request):
-            from runner import simulated_green  # the green-shielding targets (simulated.md §4)
+            from runner import (
+                simulated_green,  # the green-shielding targets (simulated.md §4)
+                simulated_pilot,  # the pilot's target (simulated.md §5)
+            )
 
+            if simulated_pilot.is_pilot_request(request):
+                return simulated_pilot.respond(request, seed)
             if simulated_green.is_green_request(request):
                 return simulated_green.respond(request, seed)
             return self.text.respond(request, seed)

@@ -317,9 +317,12 @@ def _semantic_verdict(text: str, lines: list[str], draws: list[float]) -> str | 
 def respond(request: dict[str, Any], seed: str) -> dict[str, Any]:
     """A Messages-API-shaped reply to a step request; deterministic in (request, seed)."""
     from runner.simulated_green import step_answer  # the green-shielding steps (§4)
+    from runner.simulated_pilot import step_answer as pilot_step  # the pilot's steps (§5)
 
     user = _user_text(request)
-    green = step_answer(user, request, seed)
+    green = pilot_step(user, request, seed)
+    if green is None:
+        green = step_answer(user, request, seed)
     listed = _per_model(user, str(request.get("model", "")))
     text = green if green is not None else listed if listed is not None else answer(
         user, _draws(request, seed)

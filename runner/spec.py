@@ -1483,21 +1483,30 @@ def _arms(
     for arm in arms.values():
         if arm.differs_from and arm.differs_from[0] not in arms:
             c.add(f"arms.{arm.id}.differs_from", f"unknown arm {arm.differs_from[0]!r}")
-        if arm.after is not None and arms.get(arm.after["arm"]) is not None and (
-            arms[arm.after["arm"]].response_from is not None
-        ):  # fmt: skip
-            c.add(f"arms.{arm.id}.after", f"arm {arm.after['arm']!r} takes its responses from "
-                  "data; a second stage follows a model's answer")  # fmt: skip
-        elif arm.after is not None:
-            prior = arms.get(arm.after["arm"])
-            if prior is None or prior.id == arm.id:
-                c.add(f"arms.{arm.id}.after", f"unknown arm {arm.after['arm']!r}")
-            elif prior.after is not None:
-                c.add(f"arms.{arm.id}.after", f"arm {prior.id!r} is itself answer-dependent; "
-                      "a second stage follows a first stage only")  # fmt: skip
     if raw and not arms:
         c.add("arms", "declare at least one arm")
     return arms
+
+
+def _check_after(c: _Collector, arms: dict[str, Arm], base: str | None) -> None:
+    """Each ``after`` names a first stage: an arm (a factorial cell too) run from a model.
+
+    Checked once the factorial cells exist, so a second stage may follow a cell (seed 001's
+    belief and binary-agreement arms follow the open-ended default cell). Naming the factorial
+    base is reported by :func:`_factorial_arms`.
+    """
+    for arm in arms.values():
+        if arm.after is None or arm.after["arm"] == base:
+            continue
+        prior = arms.get(arm.after["arm"])
+        if prior is not None and prior.response_from is not None:
+            c.add(f"arms.{arm.id}.after", f"arm {prior.id!r} takes its responses from "
+                  "data; a second stage follows a model's answer")  # fmt: skip
+        elif prior is None or prior.id == arm.id:
+            c.add(f"arms.{arm.id}.after", f"unknown arm {arm.after['arm']!r}")
+        elif prior.after is not None:
+            c.add(f"arms.{arm.id}.after", f"arm {prior.id!r} is itself answer-dependent; "
+                  "a second stage follows a first stage only")  # fmt: skip
 
 
 def _differs(
@@ -2206,6 +2215,7 @@ def load_study(root: str | Path, *, strict: bool = True) -> Study:
     )
     factorial = parse_factorial(data.get("factorial"), factors, arms, c.add)
     arms = _factorial_arms(c, arms, factors, factorial, prompt.item is not None)
+    _check_after(c, arms, factorial.base if factorial is not None else None)
     response = _response(c, data)
     stimuli_dir, truth, stimuli, items = _stimuli(c, root, data)
     stimuli_table = data.get("stimuli")

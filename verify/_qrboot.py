@@ -91,9 +91,10 @@ def _arm_trials(ds: Any, arm: str, outcome: str) -> dict[tuple[str, str, str, in
     return out
 
 
-def _lost(ds: Any, arm: str) -> dict[tuple[str, str, str, int], str]:
+def _lost(ds: Any, arm: str, which: str = "given_up") -> dict[tuple[str, str, str, int], str]:
+    """The arm's given-up trials (or, ``which = "excluded_trials"``, its recorded exclusions)."""
     out = {}
-    for trial in ds.given_up:
+    for trial in getattr(ds, which):
         parts = str(trial).split("|")
         if parts[0] != arm:
             continue
@@ -125,8 +126,10 @@ def _observations(ds: Any, outcome: str, a: str, b: str | None) -> dict[str, Any
                 "given_up": len([k for k in _lost(ds, a) if k[0] in items])}  # fmt: skip
     second = _arm_trials(ds, b, outcome)
     lost_a, lost_b = _lost(ds, a), _lost(ds, b)
+    skip_a, skip_b = _lost(ds, a, "excluded_trials"), _lost(ds, b, "excluded_trials")
     only = [k for k in sorted(set(first) | set(second))
-            if (k in first) != (k in second) and k not in lost_a and k not in lost_b]
+            if (k in first) != (k in second) and k not in lost_a and k not in lost_b
+            and k not in skip_a and k not in skip_b]
     if only:
         k = only[0]
         has, lacks = (a, b) if k in first else (b, a)
@@ -144,9 +147,14 @@ def _observations(ds: Any, outcome: str, a: str, b: str | None) -> dict[str, Any
             else:
                 keys.append(k)
         else:
-            trials = [first[k][0], lost_b[k]] if k in first else [second[k][0], lost_a[k]]
-            excluded.append(_excluded(k, "given-up", trials))
-            lost += 1
+            mine, gone, skipped = ((first[k][0], lost_b, skip_b) if k in first
+                                   else (second[k][0], lost_a, skip_a))  # fmt: skip
+            if k in gone:
+                excluded.append(_excluded(k, "given-up", [mine, gone[k]]))
+                lost += 1
+            else:  # statistics.md: the partner was never sent (trial.excluded)
+                excluded.append(_excluded(k, "excluded", [mine, skipped[k]]))
+                undefined += 1
     return {"keys": keys, "a": np.array([first[k][1] for k in keys], dtype=float),
             "b": np.array([second[k][1] for k in keys], dtype=float), "excluded": excluded,
             "undefined": undefined, "given_up": lost}  # fmt: skip

@@ -571,6 +571,7 @@ class _Dataset:
     ddx: bool = False  # the parser is ddx: trials.csv ends in the metrics (scoring.md §12)
     covariates: list[str] = field(default_factory=list)  # analysis.md §11: covariate.NAME
     factors: list[str] = field(default_factory=list)  # analysis.md §2: factor.<NAME> columns
+    excluded_trials: list[str] = field(default_factory=list)  # trial.excluded: never sent
 
     @property
     def several_models(self) -> bool:
@@ -584,6 +585,7 @@ class _Dataset:
             trials=[t | {"model": model} for t in self.trials if t["model"] in (model, "")],
             items=[i | {"model": model} for i in self.items if i["model"] in (model, "")],
             given_up=[g for g in self.given_up if _trial_model(g) == model],
+            excluded_trials=[g for g in self.excluded_trials if _trial_model(g) == model],
             models=[],
         )  # a one-model study's dataset; every other member (variants, cloze, ...) kept
 
@@ -784,6 +786,7 @@ def _dataset(archive: _Archive, plan: dict[str, Any]) -> _Dataset:
         ddx=ddx,
         covariates=covariates,
         factors=factor_names,
+        excluded_trials=sorted({str(e.body.get("trial")) for e in archive.of("trial.excluded")}),
     )
 
 
@@ -1919,6 +1922,7 @@ def _restrict(ds: _Dataset, keep: set[str]) -> _Dataset:
         trials=[t for t in ds.trials if t["trial"] in keep],
         items=[i for i in ds.items if i["trial"] in keep],
         given_up=[g for g in ds.given_up if g in keep],
+        excluded_trials=[g for g in ds.excluded_trials if g in keep],
     )  # every other member (models, variants, cloze, ...) as the whole study's
 
 
