@@ -341,6 +341,13 @@ def run_demo(
         for row in green_figures(analysed.results, GREEN_LEVEL_CELLS):
             levels.add_row(*row)
         console.print(levels)
+        strata = table("factor label", "group", "value", "trials raw/full",
+                       *(f"{label} raw -> full" for _, label in GREEN_STRATA_METRICS),
+                       title="by the annotator's factor labels (descriptive.covariates; both "
+                       "models pooled, no safety reminder)")  # fmt: skip
+        for row in green_strata(analysed.results):
+            strata.add_row(*row)
+        console.print(strata)
     if template == "green-shielding-pilot":
         default, rows = pilot_figures(analysed.results)
         shown = table("category", "factor", "success rate (%)", "perturbed acc. (%)",
@@ -418,6 +425,41 @@ def green_figures(
             else:
                 shown.append(f"{mean:.2f}" if metric == "breadth" else f"{100 * mean:.1f}%")
         rows.append((label, *shown))
+    return rows
+
+
+GREEN_STRATA_METRICS = (("plausibility", "plausibility"), ("h_coverage", "H-coverage"),
+                        ("s_coverage", "S-coverage"), ("breadth", "breadth"))  # fmt: skip
+GREEN_STRATA_ARMS = ("llm.raw.none", "llm.full.none")
+
+
+def green_strata(results: list[dict[str, Any]]) -> list[tuple[str, ...]]:
+    """Rows of the demo's factor-label table, from the recorded ``descriptive.covariates``.
+
+    Per label (perturbable first, then the indicators, as declared) and value (``true``,
+    ``false``): the analysable trials of the raw and the fully neutralized cell (no reminder)
+    whose item the annotator gave that value, and each metric's mean there, raw -> full, as
+    the analysis recorded it (a percentage; breadth a number; ``–`` where undefined).
+    """
+    desc = next((r for r in results if r.get("id") == "descriptive.covariates"), None)
+    values = (desc or {}).get("values") or {}
+    strata = values.get("strata") or {}
+    rows: list[tuple[str, ...]] = []
+    for label in [*(values.get("perturbable") or []), *(values.get("indicators") or [])]:
+        entry = strata.get(label) or {}
+        for value in ("true", "false"):
+            cells = [((entry.get("levels") or {}).get(value) or {}).get(arm) or {}
+                     for arm in GREEN_STRATA_ARMS]  # fmt: skip
+            shown = []
+            for metric, _ in GREEN_STRATA_METRICS:
+                means = [((cell.get(metric) or {}).get("mean")) for cell in cells]
+                shown.append(" -> ".join(
+                    "–" if not isinstance(m, int | float)
+                    else f"{m:.2f}" if metric == "breadth" else f"{100 * m:.0f}%"
+                    for m in means
+                ))  # fmt: skip
+            trials = "/".join(str(cell.get("trials", 0)) for cell in cells)
+            rows.append((label, str(entry.get("group", "")), value, trials, *shown))
     return rows
 
 

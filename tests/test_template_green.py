@@ -328,3 +328,44 @@ def test_the_simulation_reads_no_file_and_imports_no_item_reader(
                 for alias in node.names}  # fmt: skip
     assert imported <= {"__future__", "hashlib", "json", "math", "re", "typing", "ledger",
                         "runner.simulated_text"}, imported  # fmt: skip
+
+
+@pytest.mark.slow
+def test_the_demo_strata_are_the_annotators_labels(demo: tuple[Any, str]) -> None:
+    """`[analysis] covariates`: each trial carries its item's labels as the annotate step
+    decided them (here, the supplied labels: the simulated annotator agrees with them), the
+    recorded strata count those trials, and the demo prints the recorded table."""
+    import csv
+
+    from analysis.demo import GREEN_STRATA_ARMS, green_strata
+    from ledger import Ledger
+
+    result, printed = demo
+    with Ledger.open(result.study / "ledger.db", readonly=True) as log:
+        found = {e.body["id"]: e.body for e in log.events("analysis.result")}
+    cov = found["descriptive.covariates"]["values"]
+    assert cov["step"] == "annotate"
+    assert cov["indicators"] == ["f3_lacks_objective_data", "f4_lacks_symptom_history"]
+    assert len(cov["perturbable"]) == 5
+    supplied = {}
+    for line in (result.study / "data" / "items.jsonl").read_text(encoding="utf-8").splitlines():
+        item = json.loads(line)
+        supplied[item["id"]] = item["metadata"]
+    with (result.archive / "analysis" / "trials.csv").open(encoding="utf-8") as handle:
+        rows = list(csv.DictReader(handle))
+    for label in [*cov["perturbable"], *cov["indicators"]]:
+        for arm in GREEN_STRATA_ARMS:
+            arm_rows = [r for r in rows if r["arm"] == arm]
+            counted = {v: sum(1 for r in arm_rows if r[f"covariate.{label}"] == v)
+                       for v in ("True", "False")}  # fmt: skip
+            for r in arm_rows:  # the annotator's label is the supplied one, trial by trial
+                assert r[f"covariate.{label}"] == ("True" if supplied[r["stimulus"]][label]
+                                                   == "yes" else "False"), (label, r["trial"])
+            levels = cov["strata"][label]["levels"]
+            assert levels["true"].get(arm, {}).get("trials", 0) <= counted["True"]
+            assert levels["false"].get(arm, {}).get("trials", 0) <= counted["False"]
+    shown = " ".join(printed.replace("│", " ").split())
+    for row in green_strata(list(found.values())):
+        assert " ".join(row) in shown, row
+    html = (result.study / "report" / "report.html").read_text(encoding="utf-8")
+    assert "Outcomes by factor label: indicator factors" in html
