@@ -53,21 +53,21 @@ probability 0.03 (a draw) it also drops the last clinical sentence: the semantic
 answers ``lost``. The *semantic verifier* answers ``retained`` when every clinical word and number
 of the original query occurs in the rewritten case, else ``lost``.
 
-**The reference sets** (seed 001, §4: a semantic extractor, then three LLMs, 2 of 3 agree).
-The *semantic extractor* keeps the *clinical* sentences of the query: ``demographics`` are the
+**The reference sets** (seed 001, §4: a semantic extractor, then three LLMs, 2 of 3 agree). The
+*semantic extractor* keeps the *clinical* sentences of the query: ``demographics`` are the
 :data:`DEMOGRAPHIC` phrases in them (an age, who the patient is), ``subjective`` the sentences
 without an :data:`OBJECTIVE` finding and ``objective`` those with one, both in the third person;
-guesses, feelings, asks and irrelevant details are left out. A *reference model* reads only
-that summary: its *plausible* set is the candidates of every :data:`KNOWLEDGE` entry whose cues
-all occur in it, ranked by best rank then name; *highly likely* the first
-:data:`HIGHLY_LIKELY` (2) of them; *safety-critical* the plausible ones in :data:`SEVERE`. Each
-model departs from that in its own deterministic way, by a SHA-256 of its model id, the
-summary and the diagnosis (no draw: a reference model is the same at every call): it omits a
-candidate whose hash is 0 mod 6 (its highly likely set then takes the next ones), and, when
-the hash of its id and the summary is 0 mod 3, adds one candidate of an entry only some of
-whose cues occur (plausible only; safety-critical when in :data:`SEVERE`). Each model's sets are nested, so the element-wise 2-of-3 vote is too; the vote differs from every
-single model's sets in most cases (``tests/test_template_green.py``). These models never give
-an unparseable answer.
+guesses, feelings, asks and irrelevant details are left out. A *reference model* reads only that
+summary: its *plausible* set is the candidates of every :data:`KNOWLEDGE` entry whose cues all occur
+in it, ranked by best rank then name; *highly likely* the first :data:`HIGHLY_LIKELY` (2) of them;
+*safety-critical* the plausible ones in :data:`SEVERE`. Each model departs from that in its own
+deterministic way, by a SHA-256 of its model id, the summary and the diagnosis (no draw: a reference
+model is the same at every call): it omits a candidate whose hash is 0 mod 6 (its highly likely set
+then takes the next ones), and, when the hash of its id and the summary is 0 mod 3, adds one
+candidate of an entry only some of whose cues occur (plausible only; safety-critical when in
+:data:`SEVERE`). Each model's sets are nested, so the element-wise 2-of-3 vote is too; the vote
+differs from every single model's sets in most cases (``tests/test_template_green.py``). These
+models never give an unparseable answer.
 
 **The target** (:func:`target_answer`) matches the query against :data:`KNOWLEDGE` (an entry
 applies when all its cues occur, as word prefixes, in a *clinical* sentence) and ranks the
@@ -631,10 +631,10 @@ DEMOGRAPHIC: Final = re.compile(
 def extract_case(text: str) -> dict[str, str]:
     """The semantic extractor's summary of the query ``text`` (module docstring).
 
-    ``demographics``: the :data:`DEMOGRAPHIC` phrases of its *clinical* sentences, lower case,
-    in order, joined by ``, `` (``not stated`` when none); ``subjective``: its *clinical*
-    sentences without an :data:`OBJECTIVE` finding, in the third person (:func:`third_person`), joined by a space;
-    ``objective``: the clinical sentences with one, likewise (``none reported`` when none).
+    ``demographics``: the :data:`DEMOGRAPHIC` phrases of its *clinical* sentences, lower case, in
+    order, joined by ``, `` (``not stated`` when none); ``subjective``: its *clinical* sentences
+    without an :data:`OBJECTIVE` finding, in the third person (:func:`third_person`), joined by a
+    space; ``objective``: the clinical sentences with one, likewise (``none reported`` when none).
     """
     query = read_query(text)
     sentences = [s for s, k in zip(query["sentences"], query["kinds"], strict=True)
