@@ -62,7 +62,7 @@ summary: its *plausible* set is the candidates of every :data:`KNOWLEDGE` entry 
 in it, ranked by best rank then name; *highly likely* the first :data:`HIGHLY_LIKELY` (2) of them;
 *safety-critical* the plausible ones in :data:`SEVERE`. Each model departs from that in its own
 deterministic way, by a SHA-256 of its model id, the summary and the diagnosis (no draw: a reference
-model is the same at every call): it omits a candidate whose hash is 0 mod 6 (its highly likely set
+model is the same at every call): it omits a candidate whose hash is 0 mod 8 (its highly likely set
 then takes the next ones), and, when the hash of its id and the summary is 0 mod 3, adds one
 candidate of an entry only some of whose cues occur (plausible only; safety-critical when in
 :data:`SEVERE`). Each model's sets are nested, so the element-wise 2-of-3 vote is too; the vote
@@ -653,6 +653,8 @@ def extract_case(text: str) -> dict[str, str]:
 
 HIGHLY_LIKELY: Final = 2
 """How many of its top-ranked plausible diagnoses a reference model calls highly likely."""
+PLAUSIBLE_RANKS: Final = 6
+"""A reference model calls plausible the first this many candidates of each applying entry."""
 
 
 def _ref_hash(model_id: str, case: str, what: str) -> int:
@@ -663,12 +665,12 @@ def _ref_hash(model_id: str, case: str, what: str) -> int:
 def reference_sets(summary: str, model_id: str) -> dict[str, list[str]]:
     """One reference model's sets for the case ``summary`` (module docstring).
 
-    Plausible: the candidates of every :data:`KNOWLEDGE` entry whose cues all occur in the
-    summary, ranked by their best rank then name, less the model's omissions (a candidate whose
-    hash of model id, summary and name is 0 mod 6), then at most one addition (when the hash of
-    model id and summary is 0 mod 3: a candidate, picked by that hash, of an entry only some of
-    whose cues occur). Highly likely: the first :data:`HIGHLY_LIKELY` of the ranked plausible
-    ones (never the addition). Safety-critical: the plausible ones in :data:`SEVERE`.
+    Plausible: the first :data:`PLAUSIBLE_RANKS` candidates of every :data:`KNOWLEDGE` entry whose
+    cues all occur in the summary, ranked by their best rank then name, less the model's omissions
+    (a candidate whose hash of model id, summary and name is 0 mod 8), then at most one addition
+    (when the hash of model id and summary is 0 mod 3: a candidate, picked by that hash, of an entry
+    only some of whose cues occur). Highly likely: the first :data:`HIGHLY_LIKELY` of the ranked
+    plausible ones (never the addition). Safety-critical: the plausible ones in :data:`SEVERE`.
     """
     words = _words(summary)
     ranks: dict[str, int] = {}
@@ -676,12 +678,12 @@ def reference_sets(summary: str, model_id: str) -> dict[str, list[str]]:
     for cues, names in KNOWLEDGE:
         hits = [c for c in cues if _has_word(words, (c,))]
         if len(hits) == len(cues):
-            for rank, name in enumerate(names):
+            for rank, name in enumerate(names[:PLAUSIBLE_RANKS]):
                 ranks[name] = min(ranks.get(name, 99), rank)
         elif hits:
             partial += [n for n in names if n not in partial]
     ranked = [n for n in sorted(ranks, key=lambda n: (ranks[n], n))
-              if _ref_hash(model_id, summary, n) % 6 != 0]  # fmt: skip
+              if _ref_hash(model_id, summary, n) % 8 != 0]  # fmt: skip
     plausible = list(ranked)
     extra = [n for n in partial if n not in ranks]
     pick = _ref_hash(model_id, summary, "add")
