@@ -1,4 +1,4 @@
-"""The simulated models of the ``green-shielding`` template, version ``prompt-sim-green-1``.
+"""The simulated models of the ``green-shielding`` template, version ``prompt-sim-green-2``.
 
 Seed 001 (Green Shielding) asks frontier models for a differential diagnosis of patient-authored
 queries, raw and after a *neutralizer* rewrote them into a third-person case description, and
@@ -141,7 +141,7 @@ __all__ = [
     "target_answer",
 ]
 
-VERSION: Final = "prompt-sim-green-1"
+VERSION: Final = "prompt-sim-green-2"
 TASK_MARKER: Final = "Give your differential diagnosis as a numbered list, most likely first."
 """The line of the template's task component that routes a target request here."""
 HEDGE: Final = ("I cannot be certain from this description alone; an examination and tests "
