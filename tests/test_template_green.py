@@ -276,7 +276,9 @@ def demo(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Any, str]]:
 
 
 @pytest.mark.slow
-def test_the_demo_verifies_and_shows_the_tradeoff(demo: tuple[Any, str]) -> None:
+def test_the_demo_verifies_and_shows_the_tradeoff(
+    demo: tuple[Any, str], references: dict[str, dict[str, list[str]]]
+) -> None:
     from analysis.demo import GREEN_LEVEL_CELLS, green_figures
     from ledger import Ledger
 
@@ -284,6 +286,21 @@ def test_the_demo_verifies_and_shows_the_tradeoff(demo: tuple[Any, str]) -> None
     assert result.verified and result.tamper_caught
     with Ledger.open(result.study / "ledger.db", readonly=True) as log:
         found = {e.body["id"]: e.body for e in log.events("analysis.result")}
+        # every match call reads the item's built (2-of-3) reference sets, never the supplied ones
+        seen = set()
+        for event in log.events("step.requested"):
+            if event.body["step"] != "match":
+                continue
+            request = json.loads(log.blob(event.blobs["request"]))
+            text = "".join(b["text"] for b in request["messages"][-1]["content"])
+            ref = references[event.body["item"]]
+            for key, label in (("plausible", "Reference plausible:"),
+                               ("highly_likely", "Reference highly likely:"),
+                               ("safety_critical", "Reference safety-critical:")):  # fmt: skip
+                line = next(x for x in text.split("\n") if x.startswith(label))
+                assert set(json.loads(line[len(label):])) == set(ref[key]), (event.seq, key)
+            seen.add(event.body["item"])
+        assert seen and seen <= set(references)
     for h in ("H1", "H2", "H3", "H4"):
         assert found[f"hypothesis.{h}"]["verdict"] == "supported", h
     ddx = found["descriptive.ddx"]["values"]
