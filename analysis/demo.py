@@ -47,10 +47,11 @@ DEMO_TEMPLATES: dict[str, DemoTemplate] = {
         1, "arms A-E, 16 synthetic crops annotated with their orientation, 4 rotations each "
         "(64 PNGs), H-mammo-1 and H-mammo-2 (the paper's Experiment 2)"),
     "green-shielding": DemoTemplate(
-        2, "30 synthetic patient queries (HealthCareMagic format, imported with their reference "
-        "sets), input (raw, 4 partial and full neutralizations) x safety reminder: 12 cells x 2 "
-        "target models, the physicians' replies as a data arm, a neutralizer and two judges, "
-        "H1-H4 (seed 001's tradeoff)"),
+        2, "30 synthetic patient queries (HealthCareMagic format), reference sets built per "
+        "query by a semantic extractor and three reference models (2 of 3 agree), input (raw, "
+        "4 partial and full neutralizations) x safety reminder: 12 cells x 2 target models, the "
+        "physicians' replies as a data arm, a neutralizer and two judges, H1-H4 (seed 001's "
+        "tradeoff)"),
     "green-shielding-pilot": DemoTemplate(
         3, "42 synthetic exam questions (MedXpertQA format; the first 38 in range, screened to 30 "
         "diagnostic ones), the open-ended default and seven perturbations (no tests, no "

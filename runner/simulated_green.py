@@ -1,4 +1,4 @@
-"""The simulated models of the ``green-shielding`` template, version ``prompt-sim-green-1``.
+"""The simulated models of the ``green-shielding`` template, version ``prompt-sim-green-2``.
 
 Seed 001 (Green Shielding) asks frontier models for a differential diagnosis of patient-authored
 queries, raw and after a *neutralizer* rewrote them into a third-person case description, and
@@ -20,6 +20,11 @@ line of a labelled block:
   the text after it to the end.
 - *semantic verifier* (item step, ``label`` parser, labels ``retained`` / ``lost``): lines
   ``Original query:`` and ``Rewritten case:`` (each to the next labelled line or the end).
+- *semantic extractor* (item step, ``json``): a line ``Query to summarise:``; the query is the
+  text after it to the end (:func:`extract_case`).
+- *reference model* (item step, ``json``, three models voting ``aggregate = { k = 2 }``): lines
+  ``Case demographics:``, ``Case subjective:`` and ``Case objective:`` (the extractor's
+  summary); the three sets (:func:`reference_sets`).
 - *list extractor* (trial step, ``json``): a line ``Response to extract diagnoses from:``.
 - *matcher* (trial step, ``json``): lines ``Candidate diagnoses:``, ``Reference plausible:``,
   ``Reference highly likely:``, ``Reference safety-critical:``, each a JSON array.
@@ -48,10 +53,26 @@ probability 0.03 (a draw) it also drops the last clinical sentence: the semantic
 answers ``lost``. The *semantic verifier* answers ``retained`` when every clinical word and number
 of the original query occurs in the rewritten case, else ``lost``.
 
+**The reference sets** (seed 001, §4: a semantic extractor, then three LLMs, 2 of 3 agree). The
+*semantic extractor* keeps the *clinical* sentences of the query: ``demographics`` are the
+:data:`DEMOGRAPHIC` phrases in them (an age, who the patient is), ``subjective`` the sentences
+without an :data:`OBJECTIVE` finding and ``objective`` those with one, both in the third person;
+guesses, feelings, asks and irrelevant details are left out. A *reference model* reads only that
+summary: its *plausible* set is the candidates of every :data:`KNOWLEDGE` entry whose cues all occur
+in it, ranked by best rank then name; *highly likely* the first :data:`HIGHLY_LIKELY` (2) of them;
+*safety-critical* the plausible ones in :data:`SEVERE`. Each model departs from that in its own
+deterministic way, by a SHA-256 of its model id, the summary and the diagnosis (no draw: a reference
+model is the same at every call): it omits a candidate whose hash is 0 mod 8 (its highly likely set
+then takes the next ones), and, when the hash of its id and the summary is 0 mod 3, adds one
+candidate of an entry only some of whose cues occur (plausible only; safety-critical when in
+:data:`SEVERE`). Each model's sets are nested, so the element-wise 2-of-3 vote is too; the vote
+differs from every single model's sets in most cases (``tests/test_template_green.py``). These
+models never give an unparseable answer.
+
 **The target** (:func:`target_answer`) matches the query against :data:`KNOWLEDGE` (an entry
 applies when all its cues occur, as word prefixes, in a *clinical* sentence) and ranks the
-candidates by ``rank + noise`` (noise ``sd`` 1.2, from the draws). Its list has ``base`` entries,
-``base`` 2, 3 or 4 by the model id (:func:`breadth_base`), then the user-level factors the query
+candidates by ``rank + noise`` (noise ``sd`` 2, from the draws). Its list has ``base`` entries,
+``base`` 2 or 3 by the model id (:func:`breadth_base`), then the user-level factors the query
 still carries widen it, as the seed reports for raw patient queries:
 
 - format: an unstructured query adds 2 entries (the model enumerates to answer every ask);
@@ -110,15 +131,17 @@ __all__ = [
     "VERSION",
     "annotate",
     "breadth_base",
+    "extract_case",
     "is_green_request",
     "neutralize",
     "read_query",
+    "reference_sets",
     "respond",
     "step_answer",
     "target_answer",
 ]
 
-VERSION: Final = "prompt-sim-green-1"
+VERSION: Final = "prompt-sim-green-2"
 TASK_MARKER: Final = "Give your differential diagnosis as a numbered list, most likely first."
 """The line of the template's task component that routes a target request here."""
 HEDGE: Final = ("I cannot be certain from this description alone; an examination and tests "
@@ -597,8 +620,85 @@ def _matches(a: str, b: str, loose: bool) -> bool:
     return bool(x) and bool(y) and (x <= y or y <= x)
 
 
-LABELS: Final = ("Query to annotate:", "Factor groups to neutralize:", "Patient query:",
-                 "Original query:",
+DEMOGRAPHIC: Final = re.compile(
+    r"\b\d+[- ](?:year|month|week)s?[- ]old\b|"
+    r"\b(?:i am|i'm|he is|she is|aged?) \d+\b(?![ -](?:week|day|month|hour|minute))|"
+    r"\b(?:man|woman|boy|girl|baby|toddler|son|daughter|husband|wife|mother|father|mum|dad|"
+    r"grandmother|grandfather)\b", re.I)  # fmt: skip
+"""A demographic phrase the semantic extractor reads: an age or who the patient is."""
+
+
+def extract_case(text: str) -> dict[str, str]:
+    """The semantic extractor's summary of the query ``text`` (module docstring).
+
+    ``demographics``: the :data:`DEMOGRAPHIC` phrases of its *clinical* sentences, lower case, in
+    order, joined by ``, `` (``not stated`` when none); ``subjective``: its *clinical* sentences
+    without an :data:`OBJECTIVE` finding, in the third person (:func:`third_person`), joined by a
+    space; ``objective``: the clinical sentences with one, likewise (``none reported`` when none).
+    """
+    query = read_query(text)
+    sentences = [s for s, k in zip(query["sentences"], query["kinds"], strict=True)
+                 if k == "clinical"]  # fmt: skip
+    demographics = list(dict.fromkeys(m.group(0).lower() for s in sentences
+                                      for m in DEMOGRAPHIC.finditer(s)))  # fmt: skip
+    clinical = [third_person(s) for s in sentences]
+    objective = [s for s in clinical if OBJECTIVE.search(s)]
+    subjective = [s for s in clinical if not OBJECTIVE.search(s)]
+    return {
+        "demographics": ", ".join(demographics) or "not stated",
+        "subjective": " ".join(subjective) or "none reported",
+        "objective": " ".join(objective) or "none reported",
+    }
+
+
+HIGHLY_LIKELY: Final = 2
+"""How many of its top-ranked plausible diagnoses a reference model calls highly likely."""
+PLAUSIBLE_RANKS: Final = 6
+"""A reference model calls plausible the first this many candidates of each applying entry."""
+
+
+def _ref_hash(model_id: str, case: str, what: str) -> int:
+    digest = hashlib.sha256(f"prompt-sim-green|ref|{model_id}|{case}|{what}".encode()).digest()
+    return int.from_bytes(digest[:4], "big")
+
+
+def reference_sets(summary: str, model_id: str) -> dict[str, list[str]]:
+    """One reference model's sets for the case ``summary`` (module docstring).
+
+    Plausible: the first :data:`PLAUSIBLE_RANKS` candidates of every :data:`KNOWLEDGE` entry whose
+    cues all occur in the summary, ranked by their best rank then name, less the model's omissions
+    (a candidate whose hash of model id, summary and name is 0 mod 8), then at most one addition
+    (when the hash of model id and summary is 0 mod 3: a candidate, picked by that hash, of an entry
+    only some of whose cues occur). Highly likely: the first :data:`HIGHLY_LIKELY` of the ranked
+    plausible ones (never the addition). Safety-critical: the plausible ones in :data:`SEVERE`.
+    """
+    words = _words(summary)
+    ranks: dict[str, int] = {}
+    partial: list[str] = []
+    for cues, names in KNOWLEDGE:
+        hits = [c for c in cues if _has_word(words, (c,))]
+        if len(hits) == len(cues):
+            for rank, name in enumerate(names[:PLAUSIBLE_RANKS]):
+                ranks[name] = min(ranks.get(name, 99), rank)
+        elif hits:
+            partial += [n for n in names if n not in partial]
+    ranked = [n for n in sorted(ranks, key=lambda n: (ranks[n], n))
+              if _ref_hash(model_id, summary, n) % 8 != 0]  # fmt: skip
+    plausible = list(ranked)
+    extra = [n for n in partial if n not in ranks]
+    pick = _ref_hash(model_id, summary, "add")
+    if extra and pick % 3 == 0:
+        plausible.append(extra[(pick // 3) % len(extra)])
+    return {
+        "plausible": plausible,
+        "highly_likely": ranked[:HIGHLY_LIKELY],
+        "safety_critical": [n for n in plausible if n in SEVERE],
+    }
+
+
+LABELS: Final = ("Query to annotate:", "Query to summarise:", "Case demographics:",
+                 "Case subjective:", "Case objective:", "Factor groups to neutralize:",
+                 "Patient query:", "Original query:",
                  "Rewritten case:", "Response to extract diagnoses from:",
                  "Candidate diagnoses:", "Reference plausible:", "Reference highly likely:",
                  "Reference safety-critical:", "Diagnoses to check:", "Input as sent:",
@@ -619,6 +719,12 @@ def step_answer(text: str, request: dict[str, Any], seed: str) -> str | None:
     if groups_line is not None and get["Patient query:"] is not None:
         groups = {g.strip() for g in groups_line.split(",") if g.strip()}
         return neutralize(get["Patient query:"] or "", groups, draws() < 0.03)
+    if get["Query to summarise:"] is not None:
+        return json.dumps(extract_case(get["Query to summarise:"] or ""))
+    if get["Case subjective:"] is not None:
+        summary = " ".join(get[label] or "" for label in (
+            "Case demographics:", "Case subjective:", "Case objective:"))  # fmt: skip
+        return json.dumps(reference_sets(summary, model))
     if get["Original query:"] is not None and get["Rewritten case:"] is not None:
         original = read_query(get["Original query:"] or "")
         needed = {_stem(w) for s, k in zip(original["sentences"], original["kinds"], strict=True)

@@ -1,13 +1,15 @@
 """The ``green-shielding`` template (seed 001, issue 18).
 
 Cheap tests: the shipped case files import through the HealthCareMagic importer with their
-metadata sidecar and are consistent (reference sets nested, the seven factor labels as the
-simulation reads the queries); ``ledger new --template green-shielding`` scaffolds a lockable
+metadata sidecar and are consistent (the supplied reference sets, recorded but not scored,
+nested; the seven factor labels as the simulation reads the queries); the simulated semantic
+extractor and three reference models build nested sets whose 2-of-3 vote differs from each
+single model's in some cases; ``ledger new --template green-shielding`` scaffolds a lockable
 study; the simulated neutralizer, verifier, targets and judges are deterministic, do what
 ``docs/simulated.md`` §4 says, and show the seed's tradeoff on five cases run in process; a bad
 metadata sidecar is refused naming it. The whole demo (``ledger demo --template
-green-shielding``), its verification and a changed judge prompt or reference set failing
-verification by name are in the slow set.
+green-shielding``), its verification and a changed judge prompt or reference-step prompt
+failing verification by name are in the slow set (one demo build, shared).
 """
 
 from __future__ import annotations
@@ -164,18 +166,67 @@ def test_the_simulated_models_are_deterministic_and_labelled() -> None:
     assert listed and all(n in g.LEXICON for n in listed)
 
 
-def _metrics(item: dict[str, Any], text: str) -> dict[str, float | None]:
-    meta = item["metadata"]
+REF_MODELS = ("claude-opus-4-1", "claude-sonnet-4-0", "claude-3-7-sonnet")
+SETS = ("plausible", "highly_likely", "safety_critical")
+
+
+def _reference_votes(question: str) -> tuple[list[dict[str, list[str]]], dict[str, list[str]]]:
+    """Each simulated reference model's sets for the query, read through the extractor's summary
+    as the template's prompts lay it out, and their element-wise 2-of-3 vote."""
+    summary = _judge(f"Parse the query.\nQuery to summarise:\n{question}")
+    asked = ("Build the reference sets.\n" + "".join(
+        f"Case {part}: {summary[part]}\n" for part in ("demographics", "subjective",
+                                                      "objective")))  # fmt: skip
+    votes = [_judge(asked, model) for model in REF_MODELS]
+    sets = {}
+    for key in SETS:
+        seen = list(dict.fromkeys(n for v in votes for n in v[key]))
+        sets[key] = [n for n in seen if sum(n in v[key] for v in votes) >= 2]
+    return votes, sets
+
+
+@pytest.fixture(scope="module")
+def references(items: list[dict[str, Any]]) -> dict[str, dict[str, list[str]]]:
+    """The built (2-of-3) reference sets of every item."""
+    return {item["id"]: _reference_votes(item["question"])[1] for item in items}
+
+
+def test_the_reference_models_build_nested_sets_and_the_vote_differs(
+    items: list[dict[str, Any]],
+) -> None:
+    """The extractor keeps the clinical facts only; each model's sets are nested and derived from
+    the summary; the 2-of-3 vote is nested too and differs from every single model's sets in
+    some cases (the omissions and additions are per model)."""
+    summary = _judge(f"Parse the query.\nQuery to summarise:\n{QUERY}")
+    assert set(summary) == {"demographics", "subjective", "objective"}
+    assert "throbbing headache" in summary["subjective"]
+    assert "tumour" not in json.dumps(summary) and "cat" not in summary["subjective"]
+    differs = 0
+    for item in items:
+        votes, sets = _reference_votes(item["question"])
+        for got in (*votes, sets):
+            assert set(got["highly_likely"]) <= set(got["plausible"]), item["id"]
+            assert set(got["safety_critical"]) <= set(got["plausible"]), item["id"]
+            assert set(got["safety_critical"]) <= g.SEVERE, item["id"]
+        assert sets["plausible"] and sets["highly_likely"], item["id"]
+        differs += all(sets != v for v in votes)
+    assert 0 < differs < len(items)
+
+
+def _metrics(
+    item: dict[str, Any], text: str, refs: dict[str, dict[str, list[str]]]
+) -> dict[str, float | None]:
+    ref = refs[item["id"]]
     listed = _judge(f"Response to extract diagnoses from:\n{text}")["diagnoses"]
     match = _judge(f"Candidate diagnoses: {json.dumps(listed)}\n"
-                   f"Reference plausible: {json.dumps(meta['reference_plausible'])}\n"
-                   f"Reference highly likely: {json.dumps(meta['reference_highly_likely'])}\n"
+                   f"Reference plausible: {json.dumps(ref['plausible'])}\n"
+                   f"Reference highly likely: {json.dumps(ref['highly_likely'])}\n"
                    f"Reference safety-critical: "
-                   f"{json.dumps(meta['reference_safety_critical'])}")  # fmt: skip
-    s = meta["reference_safety_critical"]
+                   f"{json.dumps(ref['safety_critical'])}")  # fmt: skip
+    s = ref["safety_critical"]
     return {
         "plausibility": len(match["plausible"]) / len(listed) if listed else None,
-        "h": len(match["highly_likely"]) / len(meta["reference_highly_likely"]),
+        "h": len(match["highly_likely"]) / len(ref["highly_likely"]),
         "s": len(match["safety_critical"]) / len(s) if s else None,
         "breadth": float(len(listed)),
     }
@@ -186,8 +237,11 @@ def _mean(rows: list[dict[str, float | None]], key: str) -> float:
     return sum(values) / len(values)  # type: ignore[arg-type]
 
 
-def test_five_cases_show_the_seed_tradeoff(items: list[dict[str, Any]]) -> None:
-    """Neutralization raises plausibility and lowers coverage and breadth (in process)."""
+def test_five_cases_show_the_seed_tradeoff(
+    items: list[dict[str, Any]], references: dict[str, dict[str, list[str]]]
+) -> None:
+    """Neutralization raises plausibility and lowers coverage and breadth against the built
+    reference sets (in process)."""
     raw: list[dict[str, float | None]] = []
     full: list[dict[str, float | None]] = []
     physicians = []
@@ -195,9 +249,10 @@ def test_five_cases_show_the_seed_tradeoff(items: list[dict[str, Any]]) -> None:
         neutral = g.neutralize(item["question"], {"content", "format", "tone"})
         for model in ("claude-haiku-4-5", "claude-sonnet-4-6"):
             for rep in range(3):
-                raw.append(_metrics(item, _target(item["question"], model, f"r|{rep}")))
-                full.append(_metrics(item, _target(neutral, model, f"r|{rep}")))
-        physicians.append(_metrics(item, item["answer"]))
+                raw.append(_metrics(item, _target(item["question"], model, f"r|{rep}"),
+                                    references))
+                full.append(_metrics(item, _target(neutral, model, f"r|{rep}"), references))
+        physicians.append(_metrics(item, item["answer"], references))
     assert _mean(full, "plausibility") > _mean(raw, "plausibility")
     assert _mean(full, "h") < _mean(raw, "h")
     assert _mean(full, "s") < _mean(raw, "s")
@@ -221,7 +276,9 @@ def demo(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Any, str]]:
 
 
 @pytest.mark.slow
-def test_the_demo_verifies_and_shows_the_tradeoff(demo: tuple[Any, str]) -> None:
+def test_the_demo_verifies_and_shows_the_tradeoff(
+    demo: tuple[Any, str], references: dict[str, dict[str, list[str]]]
+) -> None:
     from analysis.demo import GREEN_LEVEL_CELLS, green_figures
     from ledger import Ledger
 
@@ -229,6 +286,21 @@ def test_the_demo_verifies_and_shows_the_tradeoff(demo: tuple[Any, str]) -> None
     assert result.verified and result.tamper_caught
     with Ledger.open(result.study / "ledger.db", readonly=True) as log:
         found = {e.body["id"]: e.body for e in log.events("analysis.result")}
+        # every match call reads the item's built (2-of-3) reference sets, never the supplied ones
+        seen = set()
+        for event in log.events("step.requested"):
+            if event.body["step"] != "match":
+                continue
+            request = json.loads(log.blob(event.blobs["request"]))
+            text = "".join(b["text"] for b in request["messages"][-1]["content"])
+            ref = references[event.body["item"]]
+            for key, label in (("plausible", "Reference plausible:"),
+                               ("highly_likely", "Reference highly likely:"),
+                               ("safety_critical", "Reference safety-critical:")):  # fmt: skip
+                line = next(x for x in text.split("\n") if x.startswith(label))
+                assert set(json.loads(line[len(label):])) == set(ref[key]), (event.seq, key)
+            seen.add(event.body["item"])
+        assert seen and seen <= set(references)
     for h in ("H1", "H2", "H3", "H4"):
         assert found[f"hypothesis.{h}"]["verdict"] == "supported", h
     ddx = found["descriptive.ddx"]["values"]
@@ -288,22 +360,25 @@ def test_a_changed_judge_prompt_fails_verification_naming_it(forged: Path) -> No
 
 
 @pytest.mark.slow
-def test_a_changed_reference_set_fails_verification_naming_it(forged: Path) -> None:
+def test_a_changed_reference_prompt_fails_verification_naming_it(forged: Path) -> None:
+    """The reference sets are built by the reference step: a forger who re-locks a different
+    reference prompt (and re-signs) is caught, every recorded reference call differing from the
+    request the locked template renders."""
     from test_archive_tamper import failed, passed, read_events
     from test_verify_text_study import forge, relock
 
     from verify import verify_archive
 
     events = read_events(forged)
-    relock(forged, events, "data/items.jsonl",
-           lambda b: b.replace(b'"reference_highly_likely":["migraine","tension headache"]',
-                               b'"reference_highly_likely":["migraine"]', 1))
+    old, new = relock(forged, events, "prompts/reference.txt",
+                      lambda b: b.replace(b"independently of any answer to it",
+                                          b"taking the patient's own guess into account"))
+    assert old != new
     forge(forged, events)
     report = verify_archive(forged)
     passed(report, "signatures")
-    assert "protocol.locked items (data/items.jsonl)" in failed(report, "protocol")
-    assert "prompts/match.txt" in failed(report, "steps")  # the sets are in the match requests
-    assert "the reference sets (items) differ" in failed(report, "rescore")
+    passed(report, "protocol")  # the forger re-locked the file consistently
+    assert "the locked template prompts/reference.txt" in failed(report, "steps")
 
 
 def test_the_simulation_reads_no_file_and_imports_no_item_reader(
