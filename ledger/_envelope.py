@@ -114,38 +114,61 @@ def build_envelope(
         _validate(obj)
     elif not isinstance(body, Mapping):
         raise FormatError("body must be a JSON object")
-    try:
-        data = b""
-        if prevalidated and type(seq) is int and 0 <= seq <= MAX_SAFE_INTEGER:
-            # RFC 8785 writes an object as its members in the order of their (here ASCII) keys,
-            # each value canonical: the fixed members around the body's and the blobs' own
-            # canonical forms are exactly canonical_json(obj) (tests/test_envelope.py), for
-            # less than half the cost. The store built actor, kind, prev and time itself.
-            data = b"".join((
-                b'{"actor":', _string(actor).encode("utf-8"),
-                b',"blobs":', canonical_json(blobs),
-                b',"body":', canonical_json(body),
-                b',"kind":', _string(kind).encode("utf-8"),
-                b',"prev":', _string(prev).encode("utf-8"),
-                b',"seq":', str(seq).encode("ascii"),
-                b',"time":', _string(time).encode("utf-8"),
-                b',"v":', str(VERSION).encode("ascii"), b"}",
-            ))  # fmt: skip
-        if not data:
+    if prevalidated and type(seq) is int and 0 <= seq <= MAX_SAFE_INTEGER:
+        data = envelope_bytes(seq=seq, time=time, kind=kind, actor=actor, prev=prev, body=body,
+                              blobs=blobs)  # fmt: skip
+    else:
+        try:
             data = canonical_json(obj)  # one scan picks the fast path (floats) or the reference
+        except CanonicalError as exc:
+            raise CanonicalError(f"{kind} body: {exc}") from exc
+        _check_size(kind, data)
+    return Envelope(seq, time, kind, actor, prev, body, blobs, data)
+
+
+def _check_size(kind: str, data: bytes) -> None:
+    if len(data) > MAX_ENVELOPE_BYTES:
+        raise FormatError(
+            f"{kind} envelope is {len(data)} bytes, over the {MAX_ENVELOPE_BYTES}-byte limit; "
+            "move large content into a blob"
+        )
+
+
+def envelope_bytes(
+    *, seq: int, time: str, kind: str, actor: str, prev: str, body: Mapping[str, Any],
+    blobs: Mapping[str, str],
+) -> bytes:
+    """The canonical bytes of an envelope whose members the caller built from checked parts.
+
+    For the store (its own clock, hashes and keys, a checked kind; ``seq`` a safe integer):
+    RFC 8785 writes an object as its members in the order of their (here ASCII) keys, each
+    value canonical, so the fixed members around the body's and the blobs' own canonical forms
+    are exactly ``canonical_json`` of the whole envelope (``tests/test_canonical.py``), for
+    less than half the cost. The body is still checked (a :class:`CanonicalError` names the
+    kind) and the size limit applies.
+    """
+    try:
+        data = b"".join((
+            b'{"actor":', _string(actor).encode("utf-8"),
+            b',"blobs":', canonical_json(blobs),
+            b',"body":', canonical_json(body),
+            b',"kind":', _string(kind).encode("utf-8"),
+            b',"prev":', _string(prev).encode("utf-8"),
+            b',"seq":', str(seq).encode("ascii"),
+            b',"time":', _string(time).encode("utf-8"),
+            b',"v":', str(VERSION).encode("ascii"), b"}",
+        ))  # fmt: skip
     except UnicodeEncodeError:  # a lone surrogate in a member: the reference way names it
+        obj = {"v": VERSION, "seq": seq, "time": time, "kind": kind, "actor": actor,
+               "prev": prev, "body": body, "blobs": blobs}  # fmt: skip
         try:
             data = canonical_json(obj)
         except CanonicalError as exc:
             raise CanonicalError(f"{kind} body: {exc}") from exc
     except CanonicalError as exc:
         raise CanonicalError(f"{kind} body: {exc}") from exc
-    if len(data) > MAX_ENVELOPE_BYTES:
-        raise FormatError(
-            f"{kind} envelope is {len(data)} bytes, over the {MAX_ENVELOPE_BYTES}-byte limit; "
-            "move large content into a blob"
-        )
-    return Envelope(seq, time, kind, actor, prev, body, blobs, data)
+    _check_size(kind, data)
+    return data
 
 
 def _validate(obj: Mapping[str, Any]) -> None:

@@ -32,8 +32,8 @@ from ledger._envelope import (
     ACTOR_RE,
     BLOB_NAME_RE,
     ZERO_HASH,
-    build_envelope,
     check_kind,
+    envelope_bytes,
     format_time,
 )
 from ledger._errors import (
@@ -714,28 +714,18 @@ class Ledger:
                     authorized.clear()  # a revocation may have ended this key's rights
                 else:
                     authorized.add(spec.kind)
-            blob_refs = self._store_blobs(spec.blobs or {}, seq)
-            env = build_envelope(
-                seq=seq,
-                time=format_time(clock()),
-                kind=spec.kind,
-                actor=actor,
-                prev=head.last.hex() if seq else ZERO_HASH,
-                body=body,
-                blobs=blob_refs,
-                prevalidated=True,
-            )
-            signature = key.sign(env.data)
-            leaf = hashlib.sha256(b"\x00" + env.data).digest()
-            event_rows.append(
-                (seq, env.kind, actor, env.time, env.data, signature, leaf)
-            )
+            blob_refs = self._store_blobs(spec.blobs, seq) if spec.blobs else {}
+            kind = spec.kind
+            when = format_time(clock())
+            prev = head.last.hex() if seq else ZERO_HASH
+            data = envelope_bytes(seq=seq, time=when, kind=kind, actor=actor, prev=prev,
+                                  body=body, blobs=blob_refs)  # fmt: skip
+            signature = key.sign(data)
+            leaf = hashlib.sha256(b"\x00" + data).digest()
+            event_rows.append((seq, kind, actor, when, data, signature, leaf))
             head.push(leaf, node_rows)
             events.append(
-                Event(
-                    seq, env.time, env.kind, actor, env.prev, body, dict(blob_refs),
-                    env.data, signature, leaf,
-                )
+                Event(seq, when, kind, actor, prev, body, dict(blob_refs), data, signature, leaf)
             )
         conn.executemany(
             "INSERT INTO events (seq, kind, actor, time, envelope, signature, leaf_hash) "
