@@ -158,3 +158,25 @@ def sigkill_sessions(
     done = subprocess.run(args, env=env, capture_output=True, timeout=600)
     assert done.returncode == 0, done.stderr.decode()
     return made
+
+
+def template_demo(
+    base: Path, template: str, width: int = 220
+) -> Iterator[tuple[object, str]]:
+    """``ledger demo --template TEMPLATE`` in ``base``: yield (its DemoResult, what it printed).
+
+    ``PROMPT_LEDGER_HOME`` points into ``base`` while the caller holds the result (a module
+    fixture's ``yield from``), so the demo's keys never reach the user's home.
+    """
+    import io
+
+    import pytest
+    from rich.console import Console
+
+    from analysis.demo import run_demo
+
+    out = io.StringIO()
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setenv("PROMPT_LEDGER_HOME", str(base / "home"))
+        result = run_demo(base / "demo", Console(file=out, width=width), template=template)
+        yield result, out.getvalue()

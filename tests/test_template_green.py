@@ -14,7 +14,6 @@ failing verification by name are in the slow set (one demo build, shared).
 
 from __future__ import annotations
 
-import io
 import json
 import shutil
 from collections.abc import Iterator
@@ -23,8 +22,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from helpers import fixed_key
-from rich.console import Console
+from helpers import fixed_key, template_demo
 
 from runner import simulated_green as g
 from runner.importers import DatasetError, convert, merge_metadata
@@ -265,14 +263,7 @@ def test_five_cases_show_the_seed_tradeoff(
 
 @pytest.fixture(scope="module")
 def demo(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Any, str]]:
-    from analysis.demo import run_demo
-
-    out = io.StringIO()
-    base = tmp_path_factory.mktemp("green-demo")
-    with pytest.MonkeyPatch.context() as mp:
-        mp.setenv("PROMPT_LEDGER_HOME", str(base / "home"))
-        result = run_demo(base / "demo", Console(file=out, width=220), template=TEMPLATE)
-        yield result, out.getvalue()
+    yield from template_demo(tmp_path_factory.mktemp("green-demo"), TEMPLATE)
 
 
 @pytest.mark.slow

@@ -19,7 +19,7 @@ from typing import Any
 
 import pandas as pd
 import pytest
-from rich.console import Console
+from helpers import template_demo
 
 from analysis import mcq
 from analysis.parse import parse_multiple_choice
@@ -221,14 +221,7 @@ def test_chain_of_thought_and_examples_move_the_capture_and_the_slips(
 
 @pytest.fixture(scope="module")
 def demo(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Any, str]]:
-    from analysis.demo import run_demo
-
-    out = io.StringIO()
-    base = tmp_path_factory.mktemp("seed002-demo")
-    with pytest.MonkeyPatch.context() as mp:
-        mp.setenv("PROMPT_LEDGER_HOME", str(base / "home"))
-        result = run_demo(base / "demo", Console(file=out, width=200), template=TEMPLATE)
-        yield result, out.getvalue()
+    yield from template_demo(tmp_path_factory.mktemp("seed002-demo"), TEMPLATE, width=200)
 
 
 @pytest.mark.slow

@@ -11,7 +11,6 @@ recorded Table 1, and a changed judge prompt fails verification naming it.
 
 from __future__ import annotations
 
-import io
 import shutil
 from collections.abc import Iterator
 from importlib import resources
@@ -19,8 +18,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from helpers import fixed_key
-from rich.console import Console
+from helpers import fixed_key, template_demo
 
 from runner import simulated_pilot as p
 from runner.importers import convert
@@ -262,14 +260,7 @@ def test_the_recorded_table_shows_the_seed_pattern(analysed: dict[str, dict[str,
 
 @pytest.fixture(scope="module")
 def demo(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Any, str]]:
-    from analysis.demo import run_demo
-
-    out = io.StringIO()
-    base = tmp_path_factory.mktemp("pilot-demo")
-    with pytest.MonkeyPatch.context() as mp:
-        mp.setenv("PROMPT_LEDGER_HOME", str(base / "home"))
-        result = run_demo(base / "demo", Console(file=out, width=220), template=TEMPLATE)
-        yield result, out.getvalue()
+    yield from template_demo(tmp_path_factory.mktemp("pilot-demo"), TEMPLATE)
 
 
 @pytest.mark.slow
