@@ -122,7 +122,7 @@ import re
 from typing import Any, Final
 
 from ledger import canonical_json
-from runner.simulated_text import message_reply
+from runner.simulated_text import last_message_text, message_reply
 
 __all__ = [
     "KNOWLEDGE",
@@ -524,23 +524,13 @@ def _named(text: str) -> list[str]:
 
 def is_green_request(request: dict[str, Any]) -> bool:
     """Whether a target request is the template's (its user text has :data:`TASK_MARKER`)."""
-    return TASK_MARKER in _user_text(request)
-
-
-def _user_text(request: dict[str, Any]) -> str:
-    messages = request.get("messages") or []
-    if not messages:
-        return ""
-    content = messages[-1].get("content")
-    if isinstance(content, str):
-        return content
-    return "".join(b.get("text", "") for b in content or [] if b.get("type") == "text")
+    return TASK_MARKER in last_message_text(request)
 
 
 def target_answer(request: dict[str, Any], seed: str) -> str:
     """The target model's differential for the request's query (module docstring)."""
     draws = _draws(request, seed)
-    text = _user_text(request).replace(TASK_MARKER, " ")
+    text = last_message_text(request).replace(TASK_MARKER, " ")
     query = read_query(text)
     candidates: dict[str, float] = {}
     clinical = " ".join(s for s, k in zip(query["sentences"], query["kinds"], strict=True)

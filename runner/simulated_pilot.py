@@ -72,7 +72,7 @@ import re
 from typing import Any, Final
 
 from ledger import canonical_json
-from runner.simulated_text import message_reply
+from runner.simulated_text import last_message_text, message_reply
 
 VERSION: Final = "prompt-sim-pilot-1"
 TASK_MARKER: Final = "Most likely diagnosis:"
@@ -212,19 +212,9 @@ def same_diagnosis(named: str, diagnosis: str) -> bool:
     return _norm(named) in names_of(diagnosis)
 
 
-def _user_text(request: dict[str, Any]) -> str:
-    messages = request.get("messages") or []
-    if not messages:
-        return ""
-    content = messages[-1].get("content")
-    if isinstance(content, str):
-        return content
-    return "".join(b.get("text", "") for b in content or [] if b.get("type") == "text")
-
-
 def is_pilot_request(request: dict[str, Any]) -> bool:
     """Whether ``request`` is a target trial of the pilot template (it asks for TASK_MARKER)."""
-    text = _user_text(request)
+    text = last_message_text(request)
     return TASK_MARKER in text or CHOICE_MARKER in text
 
 
@@ -258,7 +248,7 @@ def probability(case: str, dx: str, s: float, t: float, choice: bool) -> float:
 
 def target_answer(request: dict[str, Any], seed: str) -> str:
     """The target's reply text to a pilot trial request (module docstring)."""
-    text = _user_text(request)
+    text = last_message_text(request)
     model = str(request.get("model", ""))
     belief = _BELIEF.search(text)
     binary = _BINARY.search(text)

@@ -76,7 +76,7 @@ import re
 from typing import Any, Final
 
 from ledger import canonical_json
-from runner.simulated_text import message_reply
+from runner.simulated_text import last_message_text, message_reply
 
 __all__ = ["VERSION", "is_step_seed", "respond"]
 
@@ -102,16 +102,6 @@ def _draws(request: dict[str, Any], seed: str) -> list[float]:
         b"prompt-sim-steps|" + seed.encode("utf-8") + b"|" + canonical_json(request)
     ).digest()
     return [int.from_bytes(digest[i : i + 4], "big") / 2**32 for i in range(0, 16, 4)]
-
-
-def _user_text(request: dict[str, Any]) -> str:
-    messages = request.get("messages") or []
-    if not messages:
-        return ""
-    content = messages[-1].get("content")
-    if isinstance(content, str):
-        return content
-    return "".join(b.get("text", "") for b in content or [] if b.get("type") == "text")
 
 
 def _pieces(text: str) -> list[str]:
@@ -319,7 +309,7 @@ def respond(request: dict[str, Any], seed: str) -> dict[str, Any]:
     from runner.simulated_green import step_answer  # the green-shielding steps (§4)
     from runner.simulated_pilot import step_answer as pilot_step  # the pilot's steps (§5)
 
-    user = _user_text(request)
+    user = last_message_text(request)
     green = pilot_step(user, request, seed)
     if green is None:
         green = step_answer(user, request, seed)

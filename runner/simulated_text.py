@@ -416,6 +416,21 @@ def _text_of(content: Any) -> str:
     return "\n".join(parts)
 
 
+def last_message_text(request: dict[str, Any]) -> str:
+    """The text of a request's last message: its string, or its text blocks joined in order.
+
+    What the template simulations (``simulated_steps``, ``simulated_green``,
+    ``simulated_pilot``) read a step call or a target trial from.
+    """
+    messages = request.get("messages") or []
+    if not messages:
+        return ""
+    content = messages[-1].get("content")
+    if isinstance(content, str):
+        return content
+    return "".join(b.get("text", "") for b in content or [] if b.get("type") == "text")
+
+
 def has_image(request: dict[str, Any]) -> bool:
     """True when any message of the request has an image block."""
     for message in request.get("messages") or []:
