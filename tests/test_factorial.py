@@ -27,7 +27,7 @@ import pytest
 from click.testing import CliRunner
 from helpers import fixed_key
 from test_archive_tamper import failed, passed, read_events
-from test_verify_text_study import forge, relock
+from test_verify_text_study import forge, relocked_report
 
 from analysis import factorial as af
 from ledger.cli import main
@@ -233,10 +233,7 @@ def test_a_tampered_factor_level_text_fails_naming_it(copy_: Path) -> None:
 
 
 def test_a_tampered_level_file_fails_naming_the_trial(copy_: Path) -> None:
-    events = read_events(copy_)
-    relock(copy_, events, "prompts/belief.txt", lambda b: b.replace(b"3.", b"4."))
-    forge(copy_, events)
-    report = verify_archive(copy_)
+    report = relocked_report(copy_, "prompts/belief.txt", lambda b: b.replace(b"3.", b"4."))
     passed(report, "signatures")
     assert "factors.belief level 'wrong'" in failed(report, "protocol")
 

@@ -334,16 +334,11 @@ def forged(demo: tuple[Any, str], tmp_path: Path) -> Path:
 
 @pytest.mark.slow
 def test_a_changed_judge_prompt_fails_verification_naming_it(forged: Path) -> None:
-    from test_archive_tamper import failed, passed, read_events
-    from test_verify_text_study import forge, relock
+    from test_archive_tamper import failed, passed
+    from test_verify_text_study import relocked_report
 
-    from verify import verify_archive
-
-    events = read_events(forged)
-    relock(forged, events, "prompts/match.txt",
-           lambda b: b.replace(b"synonyms count", b"synonyms do not count"))
-    forge(forged, events)
-    report = verify_archive(forged)
+    report = relocked_report(forged, "prompts/match.txt",
+                             lambda b: b.replace(b"synonyms count", b"synonyms do not count"))
     passed(report, "signatures")
     passed(report, "protocol")  # the forger re-locked the file consistently
     # every match call's request differs from the one the locked template renders

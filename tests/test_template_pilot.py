@@ -284,19 +284,14 @@ def test_the_demo_verifies_and_prints_table_1(demo: tuple[Any, str]) -> None:
 def test_a_changed_judge_prompt_fails_verification_naming_it(
     demo: tuple[Any, str], tmp_path: Path
 ) -> None:
-    from test_archive_tamper import failed, passed, read_events
-    from test_verify_text_study import forge, relock
-
-    from verify import verify_archive
+    from test_archive_tamper import failed, passed
+    from test_verify_text_study import relocked_report
 
     result, _ = demo
     forged = tmp_path / "archive"
     shutil.copytree(result.archive, forged)
-    events = read_events(forged)
-    relock(forged, events, "prompts/judge.txt",
-           lambda b: b.replace(b"Synonyms and more specific names", b"Only exact names"))
-    forge(forged, events)
-    report = verify_archive(forged)
+    report = relocked_report(forged, "prompts/judge.txt", lambda b: b.replace(
+        b"Synonyms and more specific names", b"Only exact names"))
     passed(report, "signatures")
     passed(report, "protocol")  # the forger re-locked the file consistently
     assert "the locked template prompts/judge.txt" in failed(report, "steps")

@@ -25,7 +25,7 @@ import pytest
 from click.testing import CliRunner
 from helpers import fixed_key
 from test_archive_tamper import failed, passed, read_events
-from test_verify_text_study import forge, relock
+from test_verify_text_study import forge, relocked_report
 
 from ledger import Ledger
 from ledger.cli import main
@@ -392,10 +392,8 @@ def test_scored_rows_carry_the_variant_and_the_answer_mapped_back(
 
 
 def test_an_item_changed_after_lock_fails_naming_the_trial(copy_: Path) -> None:
-    events = read_events(copy_)
-    relock(copy_, events, "items.jsonl", lambda b: b.replace(b"option 2-3", b"option 2-X"))
-    forge(copy_, events)
-    report = verify_archive(copy_)
+    report = relocked_report(copy_, "items.jsonl",
+                             lambda b: b.replace(b"option 2-3", b"option 2-X"))
     passed(report, "signatures")
     assert "items.jsonl" in failed(report, "protocol")
     reason = failed(report, "requests")
@@ -426,10 +424,7 @@ def test_a_malformed_variant_definition_is_a_failure_not_a_crash(copy_: Path) ->
 
 
 def test_a_changed_stopword_list_fails_naming_the_trial(copy_: Path) -> None:
-    events = read_events(copy_)
-    relock(copy_, events, "stop.txt", lambda b: b + b"vitamin\nc\n")
-    forge(copy_, events)
-    report = verify_archive(copy_)
+    report = relocked_report(copy_, "stop.txt", lambda b: b + b"vitamin\nc\n")
     passed(report, "signatures")  # a careful forger: the manifest names the new hash
     assert "|salient|1" in failed(report, "requests")
 

@@ -280,6 +280,15 @@ def relock(
     return old, new
 
 
+def relocked_report(root: Path, path: str, change: Callable[[bytes], bytes]) -> Report:
+    """A careful forger's archive: ``path`` changed and re-locked (:func:`relock`), every event
+    re-signed (:func:`forge`); return the verifier's report on it."""
+    events = read_events(root)
+    relock(root, events, path, change)
+    forge(root, events)
+    return verify_archive(root)
+
+
 def requests_of(events: list[dict[str, Any]], item: str) -> list[dict[str, Any]]:
     return [e for e in events if e["kind"] == "trial.requested" and e["body"]["stimulus"] == item]
 
