@@ -386,9 +386,6 @@ def report_cmd(
     click.echo(f"report: {result.html_path}")
 
 
-_LOCAL_HOSTS = ("127.0.0.1", "localhost", "::1")
-
-
 @click.command("view", cls=Command)
 @click.argument("path", type=click.Path(path_type=Path))
 @click.option("--port", type=click.IntRange(0, 65535), default=None,
@@ -420,7 +417,7 @@ def view(
       ledger view my-study-archive --port 8800 --open
       ledger view my-study-archive --bundle my-study-site
     """
-    from analysis.view import bind, open_viewer, serve, write_bundle
+    from analysis.view import LOOPBACK_HOSTS, bind, open_viewer, serve, write_bundle
 
     if bundle_dir is not None:
         result = write_bundle(path, bundle_dir, force=force)
@@ -429,11 +426,11 @@ def view(
         click.echo(f"open {result.directory / 'index.html'}; re-check the archive with: "
                    f"python -m verify {path}")
         return
-    if host not in _LOCAL_HOSTS and not public:
+    if host not in LOOPBACK_HOSTS and not public:
         raise click.UsageError(
             f"--host {host} would serve the study beyond this machine; add --public to do so"
         )
-    if host not in _LOCAL_HOSTS:
+    if host not in LOOPBACK_HOSTS:
         click.echo(f"warning: serving on {host}: anyone who can reach it can read the study",
                    err=True)
     viewer = open_viewer(path)
@@ -456,4 +453,5 @@ def view(
 
             webbrowser.open(url)
 
-    serve(viewer, sock, on_ready=ready)
+    # a loopback viewer answers only to its own names (DNS rebinding); a public one to any
+    serve(viewer, sock, on_ready=ready, hosts=LOOPBACK_HOSTS if host in LOOPBACK_HOSTS else None)

@@ -23,13 +23,14 @@ import sys
 from collections.abc import Callable
 
 from analysis._errors import AnalysisError
-from analysis.view_app import Verification, Viewer, make_app, verify_command
+from analysis.view_app import LOOPBACK_HOSTS, Verification, Viewer, make_app, verify_command
 from analysis.view_bundle import BundleResult, write_bundle
 from analysis.view_index import FILTERS, ViewIndex
 
 __all__ = [
     "DEFAULT_PORT",
     "FILTERS",
+    "LOOPBACK_HOSTS",
     "BundleResult",
     "PortInUseError",
     "Viewer",
@@ -109,15 +110,20 @@ def serve(
     sock: socket.socket,
     *,
     on_ready: Callable[[str], None] | None = None,
+    hosts: tuple[str, ...] | None = LOOPBACK_HOSTS,
 ) -> None:
-    """Serve ``viewer`` on the bound socket until SIGINT or SIGTERM, then close the index."""
+    """Serve ``viewer`` on the bound socket until SIGINT or SIGTERM, then close the index.
+
+    ``hosts``: the ``Host`` names answered (:func:`analysis.view_app.make_app`); None, for a
+    public address, answers any.
+    """
     import uvicorn
 
     host, port = sock.getsockname()[:2]
     shown = f"[{host}]" if sock.family == socket.AF_INET6 else host
     url = f"http://{shown}:{port}/"
     config = uvicorn.Config(
-        make_app(viewer), log_level="warning", access_log=False, lifespan="off"
+        make_app(viewer, hosts), log_level="warning", access_log=False, lifespan="off"
     )
     if on_ready is not None:
         on_ready(url)

@@ -21,6 +21,7 @@ import hashlib
 import json
 import math
 import re
+import secrets
 import threading
 import time
 from collections.abc import Callable
@@ -44,7 +45,36 @@ HERE = Path(__file__).resolve().parent
 TEMPLATES = HERE / "view_templates"
 STATIC = HERE / "view_static"
 PER_PAGE = 50
-_IMAGE_TYPES = {"image/png": "png", "image/jpeg": "jpg", "image/gif": "gif", "image/webp": "webp"}
+_IMAGE_MAGIC = (
+    (b"\x89PNG\r\n\x1a\n", "image/png"), (b"\xff\xd8\xff", "image/jpeg"),
+    (b"GIF87a", "image/gif"), (b"GIF89a", "image/gif"),
+)  # fmt: skip
+_IMAGE_SUFFIXES = frozenset({".png", ".jpg", ".jpeg", ".gif", ".webp"})
+
+LOOPBACK_HOSTS = ("127.0.0.1", "localhost", "::1")
+"""The names a viewer bound to the loopback answers to (``Host`` header, port aside)."""
+
+
+def image_media_type(data: bytes) -> str | None:
+    """The media type of ``data`` read from its first bytes: PNG, JPEG, GIF or WebP, else None.
+
+    The viewer serves an image only as the type its bytes show, never as the type an archive's
+    request claims: a "picture" that is HTML or JavaScript is not served at all.
+    """
+    for magic, media in _IMAGE_MAGIC:
+        if data.startswith(magic):
+            return media
+    if data[:4] == b"RIFF" and data[8:12] == b"WEBP":
+        return "image/webp"
+    return None
+
+
+def host_name(header: str) -> str:
+    """The host of a ``Host`` header without its port, lower case (``[::1]:8765`` -> ``::1``)."""
+    header = header.strip().lower()
+    if header.startswith("["):
+        return header[1 : header.find("]")] if "]" in header else header
+    return header.rsplit(":", 1)[0] if header.count(":") == 1 else header
 
 
 # Event kinds whose body names no trial: their envelope is shown on the proof page while the
@@ -706,18 +736,31 @@ class Viewer:
         }  # fmt: skip
 
     def stimulus_bytes(self, name: str) -> tuple[bytes, str] | None:
-        """The locked stimulus file ``name`` (by file stem or file name) and its media type."""
+        """The locked stimulus file ``name`` (by file stem or file name) and its media type.
+
+        An image stimulus is served as the type its bytes show (:func:`image_media_type`);
+        one whose bytes are not an image of an allowed type is refused (AnalysisError); any
+        other file is plain text.
+        """
         found = self.stimulus_blob(Path(name).stem)
         if found is None:
             return None
         data = self.index.blob(found[0])
-        suffix = Path(found[1]).suffix.lower()
-        media = {".png": "image/png", ".jpg": "image/jpeg", ".jpeg": "image/jpeg",
-                 ".gif": "image/gif", ".webp": "image/webp"}.get(suffix, "text/plain")
+        if Path(found[1]).suffix.lower() not in _IMAGE_SUFFIXES:
+            return data, "text/plain; charset=utf-8"
+        media = image_media_type(data)
+        if media is None:
+            raise AnalysisError(
+                f"stimulus {found[1]}: its bytes are not a PNG, JPEG, GIF or WebP image; not served"
+            )
         return data, media
 
     def image(self, sha: str, n: int) -> tuple[bytes, str] | None:
-        """The ``n``-th image of request blob ``sha``; None while blind or if there is none."""
+        """The ``n``-th image of request blob ``sha`` and its media type (from its bytes).
+
+        None while blind or if there is none; AnalysisError if its bytes are not a PNG, JPEG,
+        GIF or WebP image, whatever type the request claims (:func:`image_media_type`).
+        """
         if self.blind:
             return None
         known = self.index.query("SELECT 1 FROM attempts WHERE request_sha=? LIMIT 1", (sha,))
@@ -729,7 +772,14 @@ class Viewer:
             return None
         if not 0 <= n < len(images):
             return None
-        return images[n][1], images[n][0]
+        claimed, data = images[n]
+        media = image_media_type(data)
+        if media is None:
+            raise AnalysisError(
+                f"image {n} of request {sha[:12]}… is not a PNG, JPEG, GIF or WebP image (the "
+                f"request calls it {claimed[:40]!r}); not served"
+            )
+        return data, media
 
 
 def environment(links: Links) -> Environment:
@@ -777,9 +827,18 @@ def _posthoc_row(seq: int, body: dict[str, Any]) -> dict[str, Any]:
     }  # fmt: skip
 
 
-def make_app(viewer: Viewer) -> Any:
-    """The Starlette application serving ``viewer``'s pages (HTML and JSON)."""
+def make_app(viewer: Viewer, hosts: tuple[str, ...] | None = LOOPBACK_HOSTS) -> Any:
+    """The Starlette application serving ``viewer``'s pages (HTML and JSON).
+
+    ``hosts``: the names (``Host`` header, port aside) it answers to; any other gets 400, so a
+    web page the user visits cannot read a study served on the loopback through DNS
+    rebinding (``docs/viewer.md``). None answers any name (``ledger view --public``).
+    Pages may load script only from ``/static/``; images and stimuli are served with their
+    sniffed type, ``nosniff`` and a policy that runs nothing (a sandboxed, scriptless
+    document, were a browser ever to render one).
+    """
     from starlette.applications import Starlette
+    from starlette.middleware import Middleware
     from starlette.requests import Request
     from starlette.responses import HTMLResponse, JSONResponse, Response
     from starlette.routing import Mount, Route
@@ -788,15 +847,26 @@ def make_app(viewer: Viewer) -> Any:
     links = ServerLinks()
     env = environment(links)
     headers = {
-        "Content-Security-Policy": "default-src 'self'; img-src 'self'; "
-        "style-src 'self'; script-src 'self'; object-src 'none'; base-uri 'none'",
+        "X-Content-Type-Options": "nosniff", "Referrer-Policy": "no-referrer",
+        "Cache-Control": "no-store",
+    }  # fmt: skip
+
+    data_headers = {
+        "Content-Security-Policy": "default-src 'none'; img-src 'self'; sandbox",
         "X-Content-Type-Options": "nosniff", "Referrer-Policy": "no-referrer",
         "Cache-Control": "no-store",
     }  # fmt: skip
 
     def html(template: str, context: dict[str, Any], status: int = 200) -> Response:
-        body = env.get_template(template).render(**context)
-        return HTMLResponse(body, status, headers=headers)
+        # a script runs only if this response's nonce is on its tag: the template's own
+        # /static/view.js, never a script from a data route or injected into a page
+        nonce = secrets.token_urlsafe(18)
+        body = env.get_template(template).render(**context, csp_nonce=nonce)
+        policy = (
+            f"default-src 'self'; img-src 'self'; style-src 'self'; script-src 'nonce-{nonce}'; "
+            "object-src 'none'; base-uri 'none'; form-action 'self'; frame-ancestors 'none'"
+        )
+        return HTMLResponse(body, status, headers={**headers, "Content-Security-Policy": policy})
 
     def problem(message: str, status: int) -> Response:
         return html("error.html", {**viewer.common(), "message": message}, status)
@@ -853,14 +923,14 @@ def make_app(viewer: Viewer) -> Any:
         found = viewer.stimulus_bytes(str(request.path_params["name"]))
         if found is None:
             return problem(f"no locked stimulus {request.path_params['name']!r}", 404)
-        return Response(found[0], media_type=found[1], headers=headers)
+        return Response(found[0], media_type=found[1], headers=data_headers)
 
     @page
     def image(request: Request) -> Response:
         found = viewer.image(str(request.path_params["sha"]), int(request.path_params["n"]))
         if found is None:
             return problem("no such request image (or the study is still blind)", 404)
-        return Response(found[0], media_type=found[1], headers=headers)
+        return Response(found[0], media_type=found[1], headers=data_headers)
 
     @page
     def status(request: Request) -> Response:
@@ -869,7 +939,31 @@ def make_app(viewer: Viewer) -> Any:
             "verification": viewer.verification_summary(),
         }, headers={"Cache-Control": "no-store"})  # fmt: skip
 
-    return Starlette(routes=[
+    async def foreign_host(scope: Any, receive: Any, send: Any) -> None:
+        header = dict(scope.get("headers") or []).get(b"host", b"").decode("latin-1")
+        response = Response(
+            f"400: this viewer answers to {', '.join(hosts or ())} only, not to Host "
+            f"{header[:100]!r} (a page elsewhere may be trying to read the study through DNS "
+            "rebinding); open it by that address\n", 400, media_type="text/plain",
+            headers={"X-Content-Type-Options": "nosniff", "Cache-Control": "no-store"},
+        )  # fmt: skip
+        await response(scope, receive, send)
+
+    class HostCheck:
+        """Answer only requests whose ``Host`` names one of ``hosts`` (any port)."""
+
+        def __init__(self, app: Any) -> None:
+            self.app = app
+
+        async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
+            if hosts is not None and scope["type"] in ("http", "websocket"):
+                header = dict(scope.get("headers") or []).get(b"host", b"").decode("latin-1")
+                if host_name(header) not in hosts:
+                    await foreign_host(scope, receive, send)
+                    return
+            await self.app(scope, receive, send)
+
+    return Starlette(middleware=[Middleware(HostCheck)], routes=[
         Route("/", overview), Route("/trials", trials), Route("/trial/{h:int}", trial),
         Route("/compare", compare), Route("/proof/{seq:int}", proof),
         Route("/stimulus/{name:str}", stimulus), Route("/image/{sha:str}/{n:int}", image),

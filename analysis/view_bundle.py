@@ -157,7 +157,10 @@ def _write(viewer: Viewer, root: Path) -> int:
             seen_images.add(request["sha"])
             for part in (p for turn in request.get("turns", []) for p in turn["parts"]):
                 if part["type"] == "image":
-                    found = viewer.image(request["sha"], part["n"])
+                    try:
+                        found = viewer.image(request["sha"], part["n"])
+                    except AnalysisError:  # not an image of an allowed type: never written
+                        found = None
                     if found is not None:
                         data(links.image(request["sha"], part["n"]), found[0])
     for row in viewer.index.query("SELECT DISTINCT stimulus, model, rep FROM trials"):
@@ -166,7 +169,10 @@ def _write(viewer: Viewer, root: Path) -> int:
              viewer.compare(stimulus, model, str(rep)))  # fmt: skip
     for (name,) in viewer.index.query("SELECT DISTINCT stimulus FROM trials"):
         stim = viewer.stimulus_blob(name)
-        found = viewer.stimulus_bytes(name) if stim else None
+        try:
+            found = viewer.stimulus_bytes(name) if stim else None
+        except AnalysisError:  # an image stimulus whose bytes are not one: never written
+            found = None
         if stim is not None and found is not None:
             data(links.stimulus(stim[1]), found[0])
     for seq in range(viewer.index.next_seq):

@@ -31,7 +31,8 @@ from typing import Any, Literal
 from analysis._errors import AnalysisError
 from analysis.rows import split_trial, trial_variant
 from ledger import Ledger, LedgerError, node_hash
-from runner.recorded import EVENTS_FILE, Recorded, layout
+from runner import StudyError
+from runner.recorded import EVENTS_FILE, Recorded, event_lines, layout, open_events, parse_line
 
 __all__ = ["FILTERS", "SORTS", "Filter", "ViewIndex"]
 
@@ -246,30 +247,35 @@ class ViewIndex:
         file = self.path / EVENTS_FILE
         prefix, suffix = b'{"envelope":', b',"signature":'
         try:
-            handle = file.open("rb")
-        except OSError as exc:
-            raise AnalysisError(f"{file}: {exc.strerror}") from exc
+            handle = open_events(file)
+        except StudyError as exc:
+            raise AnalysisError(str(exc)) from None
         with handle:
             handle.seek(self._offset)
             offset = self._offset
-            for raw in handle:
-                number = self.next_seq + 1
-                line = raw.rstrip(b"\n")
-                try:
-                    envelope = json.loads(line)["envelope"]
-                    seq, kind = envelope["seq"], envelope["kind"]
+            try:
+                for number, raw in event_lines(handle, file, self.next_seq + 1):
+                    line = raw.rstrip(b"\n")
+                    envelope = parse_line(line, number, file)
+                    seq, kind = envelope.get("seq"), envelope.get("kind")
                     if type(seq) is not int or not isinstance(kind, str):
-                        raise TypeError("seq or kind of the wrong type")
+                        raise AnalysisError(
+                            f"{file}: line {number} is not an event (seq or kind of the wrong type)"
+                        )
                     if not isinstance(envelope.get("body"), dict):
-                        raise TypeError("body is not an object")
-                except (ValueError, KeyError, TypeError) as exc:
-                    raise AnalysisError(f"{file}: line {number} is not an event ({exc})") from None
-                start = line.find(prefix)
-                end = line.rfind(suffix)
-                canonical = line[start + len(prefix) : end] if start == 0 and end > 0 else line
-                leaf = hashlib.sha256(b"\x00" + canonical).digest()
-                yield envelope, leaf, offset, len(raw)
-                offset += len(raw)
+                        raise AnalysisError(
+                            f"{file}: line {number} is not an event (body is not an object)"
+                        )
+                    start = line.find(prefix)
+                    end = line.rfind(suffix)
+                    canonical = line[start + len(prefix) : end] if start == 0 and end > 0 else line
+                    leaf = hashlib.sha256(b"\x00" + canonical).digest()
+                    yield envelope, leaf, offset, len(raw)
+                    offset += len(raw)
+            except AnalysisError:
+                raise
+            except StudyError as exc:
+                raise AnalysisError(str(exc)) from None
             self._offset = offset
 
     def refresh(self) -> int:
@@ -474,10 +480,10 @@ class ViewIndex:
             ).fetchone()
         if row is None:
             return None
-        with (self.path / EVENTS_FILE).open("rb") as handle:
+        with open_events(self.path / EVENTS_FILE) as handle:
             handle.seek(row[0])
-            envelope: dict[str, Any] = json.loads(handle.read(row[1]))["envelope"]
-            return envelope
+            line = handle.read(row[1])
+        return parse_line(line, seq + 1, self.path / EVENTS_FILE)
 
     def leaf(self, seq: int) -> bytes | None:
         """Event ``seq``'s leaf hash, or None if there is no such event."""

@@ -33,7 +33,13 @@ if TYPE_CHECKING:
         SchemaVersionError,
         StoreError,
     )
-    from ledger._files import describe_os_error, describe_utf8_error, write_files
+    from ledger._files import (
+        describe_os_error,
+        describe_utf8_error,
+        open_regular_file,
+        read_regular_file,
+        write_files,
+    )
     from ledger._keys import SigningKey, VerifierKey, load_verifier, user_home
     from ledger._merkle import (
         EMPTY_ROOT,
@@ -100,8 +106,10 @@ __all__ = [
     "node_hash",
     "open_checkpoint",
     "open_note",
+    "open_regular_file",
     "parse_checkpoint",
     "parse_envelope",
+    "read_regular_file",
     "role_may_append",
     "root_from_leaf_hashes",
     "root_from_leaves",
@@ -151,8 +159,10 @@ _LAZY: dict[str, str] = {
     "node_hash": "ledger._merkle",
     "open_checkpoint": "ledger._note",
     "open_note": "ledger._note",
+    "open_regular_file": "ledger._files",
     "parse_checkpoint": "ledger._note",
     "parse_envelope": "ledger._envelope",
+    "read_regular_file": "ledger._files",
     "role_may_append": "ledger._roles",
     "root_from_leaf_hashes": "ledger._merkle",
     "root_from_leaves": "ledger._merkle",

@@ -16,15 +16,23 @@ from __future__ import annotations
 import errno
 import os
 import secrets
+import stat
 from collections.abc import Mapping
 from contextlib import suppress
 from pathlib import Path
+from typing import BinaryIO
 
 from ledger._errors import OutputError
 
 __all__ = [
-    "describe_os_error", "describe_utf8_error", "fsync_directory", "os_error_advice",
-    "os_error_reason", "write_files",
+    "describe_os_error",
+    "describe_utf8_error",
+    "fsync_directory",
+    "open_regular_file",
+    "os_error_advice",
+    "os_error_reason",
+    "read_regular_file",
+    "write_files",
 ]
 
 # errno -> (what happened, what to do)
@@ -83,6 +91,52 @@ def describe_utf8_error(data: bytes, exc: UnicodeDecodeError) -> str:
     )
 
 
+_READ_FLAGS = (
+    os.O_RDONLY | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_NOCTTY", 0)
+    | getattr(os, "O_CLOEXEC", 0) | getattr(os, "O_NOFOLLOW", 0)
+)  # fmt: skip
+
+
+def open_regular_file(path: str | os.PathLike[str]) -> BinaryIO:
+    """``path`` opened for reading in binary, if it is a regular file (never anything else).
+
+    For files a hostile folder (an archive handed to ``ledger view``) may hold: the path is
+    examined with ``lstat`` before it is opened, so a named pipe, a device, a socket or a
+    symbolic link is never opened (a pipe would block the reader forever); it is opened
+    without following links and without blocking, and must still be that regular file.
+    Raises ``OSError`` (``errno.EINVAL`` for a file that is not regular) with a reason
+    :func:`describe_os_error` renders.
+    """
+    where = os.fspath(path)
+    before = os.lstat(where)
+    if not stat.S_ISREG(before.st_mode):
+        raise OSError(errno.EINVAL, "not a regular file (never opened)", where)
+    fd = os.open(where, _READ_FLAGS)
+    try:
+        after = os.fstat(fd)
+        if (after.st_dev, after.st_ino) != (before.st_dev, before.st_ino):
+            raise OSError(errno.EINVAL, "replaced while being opened", where)
+        return os.fdopen(fd, "rb")
+    except BaseException:
+        os.close(fd)
+        raise
+
+
+def read_regular_file(path: str | os.PathLike[str], limit: int) -> bytes:
+    """The bytes of ``path`` if it is a regular file (:func:`open_regular_file`) within ``limit``.
+
+    The size is checked before a byte is read, and again while reading (a file that grows
+    meanwhile). Raises ``OSError`` (``errno.EFBIG`` for a file over the limit).
+    """
+    with open_regular_file(path) as handle:
+        if os.fstat(handle.fileno()).st_size > limit:
+            raise OSError(errno.EFBIG, f"larger than {limit:,} bytes", os.fspath(path))
+        data = handle.read(limit + 1)
+    if len(data) > limit:
+        raise OSError(errno.EFBIG, f"larger than {limit:,} bytes", os.fspath(path))
+    return data
+
+
 def fsync_directory(directory: Path) -> None:
     """Make the renames in ``directory`` durable (where the file system supports it)."""
     try:
@@ -104,7 +158,7 @@ def _stage(target: Path, data: bytes) -> Path:
     try:
         view = memoryview(data)
         while view:
-            view = view[os.write(fd, view):]
+            view = view[os.write(fd, view) :]
         os.fsync(fd)
     except BaseException:
         os.close(fd)
@@ -127,8 +181,10 @@ def write_files(
     :class:`~ledger.OutputError` names the target that could not be written, prefixed by
     ``what`` (for example ``"--out "``), and says what to do.
     """
-    items = [(Path(path), data.encode("utf-8") if isinstance(data, str) else data)
-             for path, data in files.items()]
+    items = [
+        (Path(path), data.encode("utf-8") if isinstance(data, str) else data)
+        for path, data in files.items()
+    ]
     staged: list[tuple[Path, Path]] = []
     created: list[Path] = []  # directories made here, removed again on failure
     current = Path()

@@ -7,7 +7,10 @@ read-only face: the events in seq order and the blobs by SHA-256. The replay bac
 :func:`analysis.load` read through it.
 
 It reads; it does not verify (``verify/`` does), beyond refusing a line that is not an event
-and a blob file whose content does not match its name.
+and a blob file whose content does not match its name. An archive is a folder anyone may hand
+over, so it is read as the verifier reads it: only regular files are opened (a named pipe in
+place of a blob would block the reader forever), a line is at most :data:`MAX_LINE_BYTES`, an
+envelope nested too deep to parse is a bad line, and a blob is at most :data:`MAX_BLOB_BYTES`.
 """
 
 from __future__ import annotations
@@ -20,9 +23,9 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from types import TracebackType
-from typing import Any, Literal, Protocol
+from typing import Any, BinaryIO, Literal, Protocol
 
-from ledger import Ledger
+from ledger import Ledger, describe_os_error, open_regular_file, read_regular_file
 from runner._errors import StudyError
 from runner.lock import LEDGER_FILE
 
@@ -31,6 +34,13 @@ BLOBS_DIR = "blobs"
 _SHA256 = re.compile(r"[0-9a-f]{64}")
 
 Layout = Literal["study", "archive", "ledger"]
+
+MAX_LINE_BYTES = (1 << 20) + 1024
+"""Longest ``events.jsonl`` line read: an envelope is at most 1 MiB (``docs/ledger-format.md``)
+and its line adds the signature and the wrapper."""
+MAX_BLOB_BYTES = 1 << 30
+"""Largest blob read from an archive (the verifier's limit for a blob, ``docs/archive-format.md``
+§6)."""
 
 
 class RecordedEvent(Protocol):
@@ -95,9 +105,48 @@ def layout(path: str | os.PathLike[str]) -> Layout | None:
     return None
 
 
-def _event(line: bytes, number: int, file: Path) -> ArchivedEvent:
+def event_lines(handle: BinaryIO, file: Path, number: int = 1) -> Iterator[tuple[int, bytes]]:
+    """(line number, raw line with its newline) of an open ``events.jsonl``, from ``number``.
+
+    Raises :class:`StudyError` naming the file and line for a line over :data:`MAX_LINE_BYTES`
+    (read no further than the limit).
+    """
+    while raw := handle.readline(MAX_LINE_BYTES + 1):
+        if len(raw) > MAX_LINE_BYTES:
+            raise StudyError(
+                f"{file}: line {number} is longer than {MAX_LINE_BYTES:,} bytes (an envelope is "
+                "at most 1 MiB): not an event"
+            )
+        yield number, raw
+        number += 1
+
+
+def open_events(file: Path) -> BinaryIO:
+    """``file`` opened for reading if it is a regular file; :class:`StudyError` otherwise."""
+    try:
+        return open_regular_file(file)
+    except OSError as exc:
+        raise StudyError(describe_os_error(exc, file)) from None
+
+
+def parse_line(line: bytes, number: int, file: Path) -> dict[str, Any]:
+    """The envelope object of an ``events.jsonl`` line; :class:`StudyError` naming the line."""
     try:
         envelope = json.loads(line)["envelope"]
+    except RecursionError:
+        raise StudyError(
+            f"{file}: line {number} is not an event (arrays and objects nested too deep)"
+        ) from None
+    except (ValueError, KeyError, TypeError) as exc:
+        raise StudyError(f"{file}: line {number} is not an event ({exc})") from None
+    if not isinstance(envelope, dict):
+        raise StudyError(f"{file}: line {number} is not an event (the envelope is not an object)")
+    return envelope
+
+
+def _event(line: bytes, number: int, file: Path) -> ArchivedEvent:
+    envelope = parse_line(line, number, file)
+    try:
         event = ArchivedEvent(
             envelope["seq"], envelope["time"], envelope["kind"], envelope["actor"],
             envelope["body"], envelope.get("blobs", {}),
@@ -137,13 +186,13 @@ class Recorded:
             return
         file = self.path / EVENTS_FILE
         try:
-            with file.open("rb") as handle:
-                for number, line in enumerate(handle, 1):
+            with open_events(file) as handle:
+                for number, line in event_lines(handle, file):
                     event = _event(line, number, file)
                     if kind is None or event.kind == kind:
                         yield event
         except OSError as exc:
-            raise StudyError(f"{file}: {exc.strerror}") from exc
+            raise StudyError(describe_os_error(exc, file)) from exc
 
     def blob(self, digest: str) -> bytes:
         """The bytes of the blob with this SHA-256 (hex); StudyError if missing or altered."""
@@ -153,9 +202,9 @@ class Recorded:
             raise StudyError(f"{self.path}: blob name {digest!r} is not a SHA-256")
         file = self.path / BLOBS_DIR / digest
         try:
-            data = file.read_bytes()
+            data = read_regular_file(file, MAX_BLOB_BYTES)
         except OSError as exc:
-            raise StudyError(f"{file}: {exc.strerror}") from None
+            raise StudyError(describe_os_error(exc, file)) from None
         if hashlib.sha256(data).hexdigest() != digest:
             raise StudyError(f"{file}: content does not match its name")
         return data

@@ -307,7 +307,7 @@ def _missing_blob(root: Path) -> str:
 
     _rewrite(root, "trial.responded", note)
     (root / "blobs" / digest).unlink()
-    return rf"blobs/{digest}: No such file"
+    return rf"blobs/{digest}: no such file or directory"
 
 
 def _changed_blob(root: Path) -> str:

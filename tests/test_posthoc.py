@@ -172,7 +172,7 @@ def test_posthoc_kinds_end_to_end_viewed_verified_and_a_forged_one_fails(tmp_pat
     readme = (archive / "README.md").read_text(encoding="utf-8")
     assert "posthoc.ab-boot" in readme and "(percentile bootstrap)" in readme
     viewer = open_viewer(archive, verify=False)
-    page = TestClient(make_app(viewer)).get("/").text
+    page = TestClient(make_app(viewer), base_url="http://127.0.0.1").get("/").text
     assert "Post hoc (declared after unblinding; not pre-registered)" in page
     assert "posthoc.ab-paired" in page and "posthoc.ab-boot" in page and "post hoc" in page
 

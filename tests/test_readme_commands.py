@@ -74,7 +74,7 @@ def viewed(study: Path) -> None:
 
     viewer = open_viewer(study, verify=False)
     try:
-        client = TestClient(make_app(viewer))
+        client = TestClient(make_app(viewer), base_url="http://127.0.0.1")
         assert client.get("/").status_code == 200
         table = client.get("/trials?format=json").json()
         assert table["total"] > 0 and table["blind"]  # run, not yet unblinded

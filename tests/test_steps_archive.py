@@ -292,7 +292,7 @@ def test_viewer_filters_trials_by_judge_verdict(study: Path) -> None:
             expected[f"{j['decision'] or 'undecided'} ({agree})"] += 1
     viewer = open_viewer(study, verify=False)
     try:
-        c = TestClient(make_app(viewer))
+        c = TestClient(make_app(viewer), base_url="http://127.0.0.1")
         for value, count in expected.items():
             got = c.get("/trials", params={"judge": value, "format": "json"}).json()
             assert got["total"] == count and all(r["judge"] == value for r in got["rows"])

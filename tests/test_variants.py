@@ -686,7 +686,7 @@ def test_the_viewer_filters_an_unblinded_variant_study_by_variant(
     _, archive = built
     viewer = open_viewer(archive, verify=False)
     try:
-        c = TestClient(make_app(viewer))
+        c = TestClient(make_app(viewer), base_url="http://127.0.0.1")
         schedule = rows(archive / "trials" / "schedule.csv")
         declared = sorted({r["variant"] for r in schedule})
         assert viewer.choices()["variant"] == declared

@@ -51,7 +51,7 @@ def run(*args: str | Path) -> str:
 
 
 def client(viewer: Viewer) -> TestClient:
-    return TestClient(make_app(viewer))
+    return TestClient(make_app(viewer), base_url="http://127.0.0.1")
 
 
 def wait_verified(viewer: Viewer, timeout: float = 120) -> str:
@@ -469,7 +469,7 @@ def test_bad_input_a_response_with_script_markdown_and_terminal_escapes_is_text(
         assert "&lt;script&gt;alert(&#39;x&#39;)&lt;/script&gt;" in text
         assert "**bold** # Heading" in text and "\x1b" not in text
         assert "\u241b[31mRED\u241b[0m" in text  # ESC shown as its control picture
-        assert "script-src 'self'" in page.headers["content-security-policy"]
+        assert "script-src 'nonce-" in page.headers["content-security-policy"]
         compare = c.get(f"/compare?stimulus={rows[0]['stimulus']}&rep={rows[0]['rep']}").text
         assert "<script>alert" not in compare and "&lt;script&gt;" in compare
         parsed = c.get("/trials?parse=unparseable&format=json").json()

@@ -210,3 +210,61 @@ def test_browser_watch_a_live_run_add_trials(
     finally:
         err = viewer.stop()
     assert "Traceback" not in err, err
+
+
+def test_browser_a_hostile_archive_runs_no_script_in_the_viewer_or_its_bundle(
+    browser: Any, simulated_archive: Path, tmp_path: Path
+) -> None:
+    """Issue 32: a request "image" that is JavaScript, and one that is an HTML page loading it
+    and claiming VERIFIED. Neither is served (400), the trial page's <img> shows nothing, no
+    script of the archive's runs in the viewer or in the bundle, and the bundle writes neither.
+    """
+    import json
+
+    from test_view_hostile import with_request_image
+
+    from analysis.view import write_bundle
+
+    copy = tmp_path / "hostile"
+    script = b"window.pwned = 1; document.title = 'PWNED';"
+    js = with_request_image(simulated_archive, copy, script, "text/javascript", nth=0)
+    html = (
+        b"<!doctype html><title>VERIFIED</title><h1>VERIFIED: every check PASSED</h1>"
+        b"<script>window.pwned = 1; document.title = 'PWNED';</script>"
+        b"<script src='/image/" + js.encode() + b"/0'></script>"
+    )
+    page_sha = with_request_image(simulated_archive, copy, html, "text/html", nth=1)
+    seqs = [
+        json.loads(line)["envelope"]["seq"]
+        for line in (copy / "ledger" / "events.jsonl").read_bytes().splitlines()
+        if json.loads(line)["envelope"]["kind"] == "trial.requested"
+    ]
+    context = browser.new_context()
+    p = context.new_page()
+    viewer = Viewer(copy)
+    try:
+        for sha in (page_sha, js):
+            answer = p.goto(f"{viewer.url}/image/{sha}/0")
+            assert answer is not None and answer.status == 400
+            assert "is not a PNG, JPEG, GIF or WebP image" in p.inner_text("body")
+            assert p.evaluate("window.pwned") is None and p.title() != "PWNED"
+        for seq in seqs[:2]:  # the trial pages that embed the hostile images
+            p.goto(f"{viewer.url}/trial/{seq}")
+            p.wait_for_load_state("load")
+            assert p.evaluate("window.pwned") is None and p.title() != "PWNED"
+            assert "Request as sent" in p.inner_text("body")
+        # a foreign Host (DNS rebinding) gets 400, whatever the path
+        status = p.request.get(f"{viewer.url}/", headers={"Host": "rebind.example"}).status
+        assert status == 400
+    finally:
+        viewer.stop()
+    site = tmp_path / "site"
+    write_bundle(copy, site)
+    assert not list((site / "images").glob(f"{page_sha}-*"))
+    assert not list((site / "images").glob(f"{js}-*"))
+    pages = [site / "index.html"] + [site / f"trial-{seq}.html" for seq in seqs[:2]]
+    for page_file in pages:
+        p.goto(page_file.as_uri())
+        assert "Request as sent" in p.inner_text("body") or page_file.name == "index.html"
+        assert p.evaluate("window.pwned") is None and p.title() != "PWNED"
+    context.close()
