@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import math
 import os
 import shlex
 import sys
@@ -36,6 +37,7 @@ __all__ = [
     "HELP_WIDTH",
     "Command",
     "Context",
+    "FiniteFloat",
     "Group",
     "console",
     "dump_json",
@@ -81,6 +83,23 @@ class Context(click.Context):
     """A click context whose help uses :class:`HelpFormatter`."""
 
     formatter_class = HelpFormatter
+
+
+class FiniteFloat(click.FloatRange):
+    """:class:`click.FloatRange` that also refuses ``nan`` and the infinities.
+
+    A range alone lets ``nan`` through (every comparison with it is false) and ``inf`` through
+    an open upper end; a budget, a price or an interval must be a number.
+    """
+
+    name = "finite float"
+
+    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> Any:
+        """The number, refusing what is not finite before the range check."""
+        number = click.FLOAT.convert(value, param, ctx)
+        if not math.isfinite(number):
+            self.fail(f"{value!r} is not a finite number", param, ctx)
+        return super().convert(number, param, ctx)
 
 
 class Command(click.Command):

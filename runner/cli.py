@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Any
 
 import click
 
-from ledger.cliutil import Command, console, dump_json, end_process, table
+from ledger.cliutil import Command, FiniteFloat, console, dump_json, end_process, table
 from runner.progress import RunDisplay
 
 if TYPE_CHECKING:
@@ -360,27 +360,27 @@ def _parse_until(value: str | None) -> Any:
 @click.option("--until", default=None, help="Start no trial after this time or duration (8h).")
 @click.option(
     "--budget-usd",
-    type=click.FloatRange(min=0),
+    type=FiniteFloat(min=0),
     default=None,
     help="Cost cap in USD for the whole study: what earlier sessions spent counts against it.",
 )
 @click.option(
     "--price-in",
-    type=click.FloatRange(min=0),
+    type=FiniteFloat(min=0),
     default=None,
     help="USD per million input tokens: prices a backend or model without a listed price "
     "(with --price-out; recorded in run.started).",
 )
 @click.option(
     "--price-out",
-    type=click.FloatRange(min=0),
+    type=FiniteFloat(min=0),
     default=None,
     help="USD per million output tokens (with --price-in).",
 )
 @click.option("--max-attempts", type=click.IntRange(1, 100), default=5, show_default=True)
 @click.option(
     "--poll-interval",
-    type=click.FloatRange(min=0.01),
+    type=FiniteFloat(min=0.01),
     default=10.0,
     show_default=True,
     help="anthropic-batch: seconds between batch status polls.",
@@ -711,13 +711,13 @@ def _preflight_line(event: Any) -> str:
 @click.option("--base-url", default=None, help="API root (default: $ANTHROPIC_BASE_URL).")
 @click.option(
     "--price-in",
-    type=click.FloatRange(min=0),
+    type=FiniteFloat(min=0),
     default=None,
     help="USD per million input tokens (with --price-out), instead of the price table.",
 )
 @click.option(
     "--price-out",
-    type=click.FloatRange(min=0),
+    type=FiniteFloat(min=0),
     default=None,
     help="USD per million output tokens (with --price-in).",
 )

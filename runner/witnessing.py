@@ -125,6 +125,7 @@ def parse_policy(data: dict[str, Any], add: Callable[[str, str], None]) -> Witne
         add("witnessing", "must be a table")
         return None
     witnesses: list[WitnessSpec] = []
+    keys: list[bytes] = []  # each witness's public key, beside it
     for index, entry in enumerate(raw):
         where = f"witnesses[{index}]"
         values = {}
@@ -152,7 +153,14 @@ def parse_policy(data: dict[str, Any], add: Callable[[str, str], None]) -> Witne
         if any(w.name == verifier.name for w in witnesses):
             add(f"{where}.name", f"witness {verifier.name!r} is listed twice")
             continue
+        twin = next((w for w, k in zip(witnesses, keys, strict=True) if k == verifier.public_key),
+                    None)  # fmt: skip
+        if twin is not None:
+            add(f"{where}.vkey", f"is the key of witness {twin.name!r} under another name: one "
+                                 "witness, which a quorum must count once")
+            continue
         witnesses.append(WitnessSpec(verifier.name, verifier.vkey, values["url"].rstrip("/")))
+        keys.append(verifier.public_key)
     quorum = table.get("quorum", len(raw))
     if isinstance(quorum, bool) or not isinstance(quorum, int) or not 1 <= quorum <= len(raw):
         add("witnessing.quorum", f"must be an integer from 1 to {len(raw)} (the number of "

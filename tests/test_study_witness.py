@@ -124,6 +124,7 @@ def cosigners(note: str, vkeys: list[str]) -> list[str]:
 
 
 GOOD_VKEY = CosignerVerifier(W1, bytes(range(32))).vkey
+TWIN_VKEY = CosignerVerifier(W2, bytes(range(32))).vkey  # the same key under another name
 
 
 @pytest.mark.parametrize(
@@ -162,6 +163,10 @@ GOOD_VKEY = CosignerVerifier(W1, bytes(range(32))).vkey
          f'[[witnesses]]\nname = "{W1}"\nvkey = "{GOOD_VKEY}"\nurl = "http://h"\n'
          f'[[witnesses]]\nname = "{W1}"\nvkey = "{GOOD_VKEY}"\nurl = "http://i"\n',
          "witnesses[1].name: witness 'witness.example/w1' is listed twice"),
+        ("one_key_under_two_names",  # issue 32: it would count twice toward a quorum
+         f'[[witnesses]]\nname = "{W1}"\nvkey = "{GOOD_VKEY}"\nurl = "http://h"\n'
+         f'[[witnesses]]\nname = "{W2}"\nvkey = "{TWIN_VKEY}"\nurl = "http://i"\n',
+         "witnesses[1].vkey: is the key of witness 'witness.example/w1' under another name"),
     ],
 )
 def test_bad_witness_sections_are_refused_naming_the_field(
@@ -362,6 +367,27 @@ def test_the_fork_attack_is_caught_by_the_runner_the_witness_and_the_verifier(
     assert "session start checkpoint" in str(found["reason"])
     verdict = CliRunner().invoke(main, ["verify", str(second), "--witness", vkey])
     assert verdict.exit_code == 1
+
+    # issue 32: the owner also deletes run.started and run.stopped (whose checkpoints the
+    # witness would have had to cosign) and re-signs the rest with the owner key, keeping the
+    # registration checkpoint as the witness cosigned it: the trials lie outside every session
+    from test_archive_tamper import resign
+
+    events = [json.loads(line)["envelope"]
+              for line in (second / "ledger" / "events.jsonl").read_bytes().splitlines()]
+    kept = [e for e in events if e["kind"] not in ("run.started", "run.stopped")]
+    registration = next(e["seq"] for e in events if e["kind"] == "protocol.locked") + 1
+    stripped = tmp_path / "stripped"
+    shutil.copytree(second, stripped)
+    resign(stripped, kept, key=key)
+    name = f"ledger/checkpoints/{registration:08d}.txt"
+    shutil.copyfile(second / name, stripped / name)  # the registration tree is unchanged
+    for args in (["--witness", vkey, "--trusted-key", key.vkey], []):
+        found = checks(stripped, *args)
+        assert found["outcomes"]["status"] == "FAIL", found["outcomes"]
+        assert "lies outside every run session" in str(found["outcomes"]["reason"])
+        verdict = CliRunner().invoke(main, ["verify", str(stripped), *args])
+        assert verdict.exit_code == 1, verdict.output
 
 
 def test_an_unreachable_witness_stops_the_run_before_any_request(

@@ -197,7 +197,7 @@ def test_a_blob_that_is_a_named_pipe_is_refused_not_waited_on(
     def bundle() -> None:
         try:
             outcome.append(write_bundle(copy, tmp_path / "site"))
-        except BaseException as exc:  # noqa: BLE001 - the test inspects it
+        except BaseException as exc:
             outcome.append(exc)
 
     worker = threading.Thread(target=bundle, daemon=True)

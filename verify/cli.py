@@ -10,8 +10,10 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import sys
 from pathlib import Path
+from typing import Any
 
 import click
 
@@ -28,6 +30,21 @@ def _trusted_key(ctx: click.Context, param: click.Parameter, values: tuple[str, 
         except argparse.ArgumentTypeError as exc:
             raise click.BadParameter(str(exc), ctx=ctx, param=param) from None
     return keys
+
+
+class _Seconds(click.FloatRange):
+    """A number of seconds in a range, refusing ``nan`` and the infinities.
+
+    A skew of ``nan`` would make every time comparison false, turning the time checks off.
+    """
+
+    name = "seconds"
+
+    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> Any:
+        number = click.FLOAT.convert(value, param, ctx)
+        if not math.isfinite(number):
+            self.fail(f"{value!r} is not a finite number of seconds", param, ctx)
+        return super().convert(number, param, ctx)
 
 
 def _witness_key(
@@ -61,7 +78,7 @@ def _witness_key(
 )  # fmt: skip
 @click.option("--quorum", type=click.IntRange(min=1), default=None,
               help="Cosignatures required per checkpoint (default: every --witness).")
-@click.option("--witness-skew", "skew", type=click.FloatRange(0, 86400), default=300.0,
+@click.option("--witness-skew", "skew", type=_Seconds(0, 86400), default=300.0,
               show_default=True, help="Seconds witnesses' and events' clocks may differ.")
 @click.option("--tsa-cert", "tsa_cert", type=click.Path(dir_okay=False, path_type=Path),
               default=None, help="PEM root certificate(s) of the time-stamping authority.")

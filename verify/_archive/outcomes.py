@@ -75,10 +75,55 @@ def check_outcomes(a: Archive) -> Check:
     for tid in sorted(set(final) - set(ids)):
         st.fail(f"trial {tid!r} has an outcome but is not in the schedule",
                 final[tid][0])  # fmt: skip
+    sessions = _check_sessions(a, st)
     return st.check(
         f"{len(requests)} requests have one outcome each; each of {len(ids)} scheduled trials has "
-        "exactly one final outcome"
+        f"exactly one final outcome; every trial and step event lies inside one of {sessions} "
+        "run session(s)"
     )
+
+
+SESSION_KINDS = (
+    "trial.requested", "trial.responded", "trial.failed", "trial.excluded", "batch.submitted",
+    "step.requested", "step.responded", "step.failed",
+)  # fmt: skip
+"""Kinds only ``ledger run`` records, inside a run session (``docs/trials.md`` §1)."""
+
+
+def _check_sessions(a: Archive, st: _State) -> int:
+    """Every event of :data:`SESSION_KINDS` lies inside a run session; returns the sessions.
+
+    A session runs from its ``run.started`` to the ``run.stopped`` that names it, or to the
+    next ``run.started`` (a session killed before its stop). An event outside every session
+    was not recorded by ``ledger run`` as ``docs/trials.md`` describes, and without its
+    session it escapes the session's promised checkpoints (and their witnesses); an event
+    naming a ``session`` must name the one it lies in.
+    """
+    marks = sorted(
+        [(seq, "run.started") for seq in a.of_kind("run.started")]
+        + [(seq, "run.stopped") for seq in a.of_kind("run.stopped")]
+        + [(seq, kind) for kind in SESSION_KINDS for seq in a.of_kind(kind)]
+    )
+    current: int | None = None
+    for seq, kind in marks:
+        if kind == "run.started":
+            current = seq
+            continue
+        named = a.body(seq).get("session")
+        if kind == "run.stopped":
+            if current is None or named != current:
+                st.fail(f"seq {seq}: run.stopped names run session {named!r}, but "
+                        + (f"the open session is run.started seq {current}" if current is not None
+                           else "no session is open"), seq)  # fmt: skip
+            current = None
+        elif current is None:
+            st.fail(f"seq {seq}: {kind} lies outside every run session (no run.started since the "
+                    "last run.stopped): trial and step events are recorded by ledger run, inside "
+                    "a session, whose checkpoints the study promises", seq)  # fmt: skip
+        elif named is not None and named != current:
+            st.fail(f"seq {seq}: {kind} names run session {named!r}, but lies in the session of "
+                    f"run.started seq {current}", seq)  # fmt: skip
+    return len(a.of_kind("run.started"))
 
 
 def check_blinding(a: Archive) -> Check:

@@ -103,7 +103,11 @@ def check_witnesses(a: Archive) -> Check | None:
         return None
     if problem is not None:
         return Check(name, Status.FAIL, problem, a.protocol_seq, POLICY_FILE)
-    skew = float(getattr(a, "witness_skew", 300.0))
+    skew = getattr(a, "witness_skew", 300.0)
+    if isinstance(skew, bool) or not isinstance(skew, int | float) or not 0 <= skew <= 86400:
+        return Check(name, Status.FAIL, f"the witness skew {skew!r} is not a number of seconds "
+                                        "from 0 to 86400: no time could be checked")
+    skew = float(skew)
     keys: list[CosignerKey] = []
     try:
         if given:
@@ -124,6 +128,15 @@ def check_witnesses(a: Archive) -> Check | None:
             return Check(name, Status.FAIL, f"{POLICY_FILE}: quorum is not an integer",
                          where=POLICY_FILE)
         quorum = locked
+    names_of: dict[bytes, list[str]] = {}
+    for key in keys:
+        names_of.setdefault(key.public_key, []).append(key.name)
+    twins = next((names for names in names_of.values() if len(names) > 1), None)
+    if twins is not None:  # one witness under two names must not count twice toward a quorum
+        source = "--witness" if given else POLICY_FILE
+        return Check(name, Status.FAIL, f"{source}: {' and '.join(twins)} are one key under "
+                                        f"{len(twins)} names: a quorum counts each witness once",
+                     where=source)  # fmt: skip
     if not 1 <= quorum <= len(keys):
         return Check(name, Status.FAIL, f"a quorum of {quorum} cannot be met by {len(keys)} "
                                         "witness key(s)")
