@@ -291,3 +291,74 @@ def test_verify_tsa_cert_checks_the_archives_time_stamp(
     assert stamps()["status"] == "WARN"  # recorded, not checked without a root
     result = CliRunner().invoke(main, ["verify", str(archive), "--tsa-cert", str(root_ca)])
     assert result.exit_code == 0, result.output
+
+
+@pytest.mark.slow
+def test_time_claims_are_exact(pki: tuple[Tsa, Path, Path], home: Path, tmp_path: Path) -> None:
+    """Issue 32: a token on a tree taken before the lock claims nothing about the lock; a body
+    whose gen_time is not its token's fails; a declared token removed fails without --tsa-cert.
+    """
+    import time
+
+    from test_archive_tamper import resign
+
+    from analysis.analyze import analyze_study
+    from analysis.export import export_study
+    from analysis.scoring import score_study, unblind_study
+    from runner.backends import SimulatedBackend
+    from runner.execute import RunOptions, run_study
+    from runner.lock import lock_study
+    from runner.timestamping import TimestampSpec, timestamp_checkpoint
+
+    tsa, root_ca, _ = pki
+    root = stamped_study(home, tmp_path / "study", tsa.url)
+    key = study_key()
+    with Ledger.open(root / "ledger.db") as log:  # the owner stamps a tree before the lock
+        log.sign_checkpoint(key)
+        early = timestamp_checkpoint(log, key, TimestampSpec(tsa.url), log.size)
+    time.sleep(1.1)  # the TSA's times have whole seconds: the lock's is later
+    lock_study(root, key)
+    run_study(root, key, SimulatedBackend(), RunOptions(concurrency=2))
+    score_study(root, key)
+    unblind_study(root, key)
+    analyze_study(root, key)
+    archive = tmp_path / "archive"
+    export_study(root, archive, key)
+    _, _, registration = recorded_after(root, early.seq)
+
+    def stamps(path: Path, *args: str) -> dict[str, object]:
+        result = CliRunner().invoke(main, ["verify", str(path), "--json", *args])
+        return next(c for c in json.loads(result.stdout)["checks"] if c["name"] == "timestamps")
+
+    good = stamps(archive, "--tsa-cert", str(root_ca))
+    assert good["status"] == "PASS", good
+    assert f"locked no later than {registration['gen_time']}" in str(good["reason"])
+    assert early.body["gen_time"] < registration["gen_time"]
+
+    events = [json.loads(line)["envelope"]
+              for line in (archive / "ledger" / "events.jsonl").read_bytes().splitlines()]
+    doctored = tmp_path / "doctored"
+    shutil.copytree(archive, doctored)
+    changed = [dict(e, body={**e["body"], "gen_time": "2020-01-01T00:00:00Z"})
+               if e["seq"] == early.seq else e for e in events]
+    resign(doctored, changed, key=key)
+    bad = stamps(doctored, "--tsa-cert", str(root_ca))
+    assert bad["status"] == "FAIL", bad
+    assert "gen_time '2020-01-01T00:00:00Z' is not the token's" in str(bad["reason"])
+
+    removed = tmp_path / "removed"
+    shutil.copytree(archive, removed)
+    resign(removed, [e for e in events if e["kind"] != "checkpoint.timestamped"], key=key)
+    gone = stamps(removed)  # no --tsa-cert: a declared token that is missing still fails
+    assert gone["status"] == "FAIL", gone
+    assert "declared a time-stamping authority, but the registration checkpoint" in str(
+        gone["reason"])
+
+
+def recorded_after(root: Path, seq: int) -> tuple[bytes, bytes, dict[str, object]]:
+    """(token, checkpoint text, body) of the first checkpoint.timestamped event after ``seq``."""
+    with Ledger.open(root / "ledger.db", readonly=True) as log:
+        event = next(e for e in log.events("checkpoint.timestamped") if e.seq > seq)
+        token = log.blob(event.blobs["token"])
+        note = next(cp.note for cp in log.checkpoints() if cp.size == event.body["size"])
+    return token, (note.partition("\n\n")[0] + "\n").encode(), dict(event.body)

@@ -79,10 +79,16 @@ def check_timestamps(a: Archive) -> Check | None:
     events = a.of_kind(TIMESTAMP_KIND)
     if roots is None and declared is None and not events:
         return None
+    registration = [s + 1 for s in a.of_kind("protocol.locked")]
+    sizes = {a.body(seq).get("size") for seq in events}
+    missing = [s for s in registration if s not in sizes]
+    if declared is not None and missing:  # a declared token that is not there: no root needed
+        return Check(name, Status.FAIL, f"the study declared a time-stamping authority, but the "
+                     f"registration checkpoint of size {missing[0]} has no RFC 3161 time stamp "
+                     f"({TIMESTAMP_KIND})", where=f"ledger/checkpoints/{missing[0]:08d}.txt")
     if roots is None:
         return Check(name, Status.WARN, f"{len(events)} RFC 3161 time stamp(s) recorded, not "
                      "checked: pass --tsa-cert FILE (the TSA's root certificate) to check them")
-    registration = [s + 1 for s in a.of_kind("protocol.locked")]
     stamped: dict[int, str] = {}
     skew = float(getattr(a, "witness_skew", 300.0))
     requests = a.of_kind("trial.requested")
@@ -110,6 +116,11 @@ def check_timestamps(a: Archive) -> Check | None:
             when = verify_token(token, message, roots)
         except ValueError as exc:
             return Check(name, Status.FAIL, f"{where}: {exc}", seq)
+        claimed = {"hash": "sha256", "gen_time": f"{when:%Y-%m-%dT%H:%M:%SZ}"}
+        for field, value in claimed.items():  # the body says what the token says, or nothing
+            if body.get(field) != value:
+                return Check(name, Status.FAIL, f"{where}: {field} {body.get(field)!r} is not "
+                             f"the token's ({value!r})", seq)
         last = _time(a, size - 1)
         if last is not None and when.timestamp() < last - skew:
             return Check(name, Status.FAIL, f"{where}: the token's time {when:%Y-%m-%dT%H:%M:%SZ}"
@@ -127,6 +138,10 @@ def check_timestamps(a: Archive) -> Check | None:
         return Check(name, Status.FAIL, f"the registration checkpoint of size {missing[0]} has "
                      "no RFC 3161 time stamp", where=f"ledger/checkpoints/{missing[0]:08d}.txt")
     shown = "; ".join(f"size {s}: time-stamped at {t}" for s, t in sorted(stamped.items()))
+    # only a tree that holds the (first) lock says when the study was locked: a token on an
+    # earlier, smaller tree says nothing about an event it does not contain
+    covering = [t for size, t in stamped.items() if registration and size >= registration[0]]
+    claim = (f"; locked no later than {min(covering)} (time-stamped by the TSA)" if covering
+             else "; no token is on a tree that holds the lock: no claim of when it was locked")
     return Check(name, Status.PASS, f"{len(stamped)} RFC 3161 token(s) verify against "
-                 f"--tsa-cert ({shown}); locked no later than {min(stamped.values())} "
-                 "(time-stamped by the TSA)")
+                 f"--tsa-cert ({shown}){claim}")
