@@ -201,6 +201,13 @@ def record_review(
             if value not in labels:
                 raise StudyError(f"value {value!r} is not a label of step {plan['step']!r} "
                                  f"({', '.join(labels)})")  # fmt: skip
+        analysed = next(iter(log.events("analysis.result")), None)
+        if analysed is not None:
+            raise StudyError(
+                f"{root}: the study is analysed (analysis.result from seq {analysed.seq}): a "
+                "review recorded now would be in no result; reviews are recorded between "
+                "'ledger score' (the seal) and 'ledger analyze' (docs/scoring.md section 11)"
+            )
         event = log.append(
             "review.recorded",
             {"sample": name, "subject": subject, "kind": kind, "value": value},

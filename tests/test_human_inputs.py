@@ -635,3 +635,43 @@ def test_data_trials_survive_sigkills_and_the_study_verifies(tmp_path: Path) -> 
         invoke("export", root, tmp_path / "archive", "--key", key)
     report = verify_archive(tmp_path / "archive")
     assert report.ok, [(c.name, c.reason) for c in report.checks if c.status.name == "FAIL"]
+
+
+# ------------------------------------------------------------------ reviews after the analysis
+
+
+def test_a_review_after_the_analysis_is_refused(study: Path) -> None:
+    """Issue 32: the analysis is recorded once; a review after it would be in no result."""
+    from analysis.reviewing import record_review, review_subjects
+
+    item = str(review_subjects(study, "refsets")[0].response_seq)
+    size = _size(study)
+    with pytest.raises(StudyError, match=r"the study is analysed \(analysis.result from seq \d+\)"):
+        record_review(study, _reviewer(study), "refsets", item, {})
+    assert _size(study) == size
+
+
+def test_a_review_appended_after_the_analysis_leaves_a_re_export_verifying(
+    study: Path, tmp_path: Path
+) -> None:
+    """Issue 32: a reviewer key appends a valid review after the analysis by hand (ledger
+    append); the study is exported again. The analysis holds the reviews before it, as
+    recorded, so the re-export verifies; the steps check WARNs, naming the late review."""
+    from analysis.reviewing import review_subjects
+
+    copy = tmp_path / "study"
+    shutil.copytree(study, copy)
+    item = str(review_subjects(copy, "refsets")[0].response_seq)
+    with Ledger.open(copy / "ledger.db") as log:
+        late = log.append(
+            "review.recorded",
+            {"sample": "refsets", "subject": item, "kind": "reference-set",
+             "value": {"plausible": {"add": ["late finding"]}}},
+            key=_reviewer(study),
+        )  # fmt: skip
+    invoke("export", copy, tmp_path / "archive", "--key", study.parent / "owner.key")
+    report = verify_archive(tmp_path / "archive")
+    assert report.ok, [(c.name, c.reason) for c in report.checks if c.status.name == "FAIL"]
+    steps = report.get("steps")
+    assert steps is not None and steps.status.name == "WARN"
+    assert f"seq {late.seq}: review.recorded after the analysis" in steps.reason

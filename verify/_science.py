@@ -2068,7 +2068,10 @@ def _human_tables(archive: _Archive, plan: dict[str, Any], done: list[_Result]) 
     cases those of the re-derived ``review.<NAME>`` in ``done``).
     """
     reviews: dict[str, list[tuple[int, str, Any, Any]]] = {}
+    analysed = min((e.seq for e in archive.of("analysis.result")), default=None)
     for e in archive.of("review.recorded"):
+        if analysed is not None and e.seq > analysed:
+            continue  # recorded after the analysis: in no result (scoring.md §11)
         reviews.setdefault(str(e.body.get("sample")), []).append(
             (e.seq, e.actor, e.body.get("subject"), e.body.get("value")))
     drawn = {r.id: r for r in done}

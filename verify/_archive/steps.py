@@ -134,6 +134,7 @@ def _check_reviews(st: _State, a: Archive, replay: Replay | None) -> int:
         return 0
     plans = a.protocol.get("reviews") if type(a.protocol.get("reviews")) is dict else {}
     seal = next(iter(a.of_kind("scoring.sealed")), None)
+    analysed = next(iter(a.of_kind("analysis.result")), None)
     judged: dict[str, list[tuple[int, bool]]] = {}
     for seq in a.of_kind("trial.scored"):
         body = a.body(seq)
@@ -163,6 +164,10 @@ def _check_reviews(st: _State, a: Archive, replay: Replay | None) -> int:
                     seq)  # fmt: skip
         elif seal is None or seq < seal:
             st.fail(f"seq {seq}: review.recorded before scoring.sealed", seq)
+        elif analysed is not None and seq > analysed:
+            st.warn(f"seq {seq}: review.recorded after the analysis (analysis.result seq "
+                    f"{analysed}): it is in no result (reviews close at ledger analyze; "
+                    "ledger review refuses one after it)", seq)  # fmt: skip
         else:
             problem = _review_problem(a, plan, body, judged, replay)
             if problem is not None:
