@@ -322,3 +322,25 @@ def test_a_later_phase_that_rewrites_an_earlier_arm_fails_verification(
     status, reason = phases_check(archive)
     assert status is Status.FAIL
     assert "arm direct of an earlier phase is changed" in reason
+
+
+@pytest.mark.slow  # a whole two-phase study: the slow set (.ci/run runs it)
+def test_a_phase_added_to_a_study_first_locked_without_a_phase_name_verifies(
+    tmp_path: Path, key: Path
+) -> None:
+    """Issue 32, an honest workflow: the page says a study first locked without ``phase`` may
+    still add phases. Its first lock is then the unnamed phase 0, and the archive verifies."""
+    root = tmp_path / "study"
+    files = phase_files(full=False)
+    files["study.toml"] = re.sub(r'phase = "\w+"\n', "", files["study.toml"], count=1)
+    write(root, files)
+    ok("lock", root, "--key", key)
+    ok("run", root, "--backend", "simulated", "--key", key)
+    write(root, phase_files(full=True))
+    second = ok("lock", root, "--key", key)
+    assert "registration-checkpoint-cot.txt" in second.output
+    ok("run", root, "--backend", "simulated", "--key", key)
+    report = verify_archive(finish(root, key))
+    assert report.ok, [(c.name, c.reason) for c in report.checks if c.status is Status.FAIL]
+    phases = report.get("phases")
+    assert phases is not None and phases.status is Status.PASS and "2 phases" in phases.reason

@@ -151,6 +151,10 @@ def check_phases(a: Archive) -> Check:
     for index, seq in enumerate(seqs):
         body = a.body(seq)
         phase = body.get("phase")
+        if index == 0 and "phase" not in body and _schedule(a, seq) is not None:
+            # a study first locked with no phase name: its first lock is the unnamed phase 0
+            phase = {"index": 0, "name": None, "previous": None,
+                     "trials": len(_schedule(a, seq) or [])}  # fmt: skip
         if type(phase) is not dict:
             st.fail(f"seq {seq}: protocol.locked has no phase object", seq)
             continue

@@ -70,10 +70,12 @@ def check_protocol(a: Archive) -> Check:
         st.fail("the ledger has 0 protocol.locked events; exactly one is required, or one per "
                 "phase", where=EVENTS)  # fmt: skip
         return st.check("")
-    if len(locked) > 1 and any(type(a.body(seq).get("phase")) is not dict for seq in locked):
+    # the first lock may name no phase: it is then the unnamed phase 0 (study-spec.md, Phases)
+    if len(locked) > 1 and any(type(a.body(seq).get("phase")) is not dict for seq in locked[1:]):
         st.fail(
             f"the ledger has {len(locked)} protocol.locked events (second at seq {locked[1]}); "
-            "only a study locked in phases has more than one, each naming its phase",
+            "only a study locked in phases has more than one, each after the first naming its "
+            "phase",
             locked[1],
             where=line_where(locked[1]),
         )
