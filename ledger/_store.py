@@ -972,6 +972,35 @@ class Ledger:
             ).fetchall()
         return [StoredCheckpoint(r[0], r[1], bytes(r[2]), r[3], r[4]) for r in rows]
 
+    def check_integrity(self) -> None:
+        """Refuse a damaged file before anything more is appended to it (``ledger run``).
+
+        SQLite's ``PRAGMA quick_check`` (every page and index readable and well formed: a
+        zeroed or torn page is found) and the log's own shape: no stored checkpoint may reach
+        past the last event (a ledger that lost its last events, restored from an older copy
+        or truncated, would otherwise be extended as if nothing were missing). Raises
+        :class:`StoreError` naming the file and what is wrong.
+        """
+        with self._errors():
+            try:
+                found = [r[0] for r in self._conn.execute("PRAGMA quick_check(5)").fetchall()]
+            except sqlite3.DatabaseError as exc:  # a page so damaged the check cannot go on
+                found = [str(exc)]
+            if found != ["ok"]:
+                raise StoreError(
+                    f"{self.path}: the file is damaged (SQLite quick_check: {'; '.join(found)}); "
+                    "nothing was appended: restore the ledger from a backup or its exported "
+                    "archive"
+                )
+            top = self._conn.execute("SELECT MAX(size) FROM checkpoints").fetchone()[0]
+        size = self.size
+        if top is not None and top > size:
+            raise StoreError(
+                f"{self.path}: a stored checkpoint has tree size {top}, but the log has {size} "
+                f"events: the last {top - size} event(s) are missing (a truncated or older copy "
+                "of the ledger); nothing was appended"
+            )
+
     def check_published(self, note: str) -> ConsistencyProof:
         """Check that this log extends a published checkpoint; return the consistency proof.
 

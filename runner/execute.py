@@ -1648,6 +1648,9 @@ def _with_runner(
 ) -> Any:
     """Check the locked files, take the run lock, open the ledger and run ``work(runner)``."""
     root = Path(root)
+    if ledger_path(root).is_file():  # a damaged or truncated ledger is never extended
+        with Ledger.open(ledger_path(root), readonly=True) as existing:
+            existing.check_integrity()
     study = check_integrity(root)
     if control is not None:
         control.check()

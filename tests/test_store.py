@@ -273,6 +273,44 @@ def test_corrupted_database_is_a_store_error(
         list(b.events())
 
 
+def test_a_zeroed_page_is_found_before_anything_is_appended(
+    log: Ledger, ledger_path: Path, runner: SigningKey
+) -> None:
+    """Issue 32: one page of the event table zeroed (a torn write, a bad sector) is found by
+    ``check_integrity`` (``ledger run`` calls it before its session), not appended past."""
+    log.append_many([("trial.requested", {"pad": "x" * 500})] * 200, key=runner)
+    log.db.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+    size = log.size
+    log.close()
+    data = bytearray(ledger_path.read_bytes())
+    page = len(data) // 4096 // 2  # a page in the middle of the file
+    data[page * 4096 : (page + 1) * 4096] = bytes(4096)
+    ledger_path.write_bytes(bytes(data))
+    with Ledger.open(ledger_path) as damaged:
+        with pytest.raises(StoreError, match=r"the file is damaged \(SQLite quick_check: "):
+            damaged.check_integrity()
+    with Ledger.open(ledger_path, readonly=True) as after:
+        assert after.size <= size
+
+
+def test_a_ledger_that_lost_its_last_events_is_refused_saying_so(
+    log: Ledger, ledger_path: Path, owner: SigningKey, runner: SigningKey
+) -> None:
+    log.append_many([("trial.requested", {"n": i}) for i in range(10)], key=runner)
+    log.sign_checkpoint(owner)
+    size = log.size
+    log.check_integrity()  # a whole ledger passes
+    log.close()
+    with sqlite3.connect(ledger_path) as conn:  # the last three events lost, as in an old copy
+        conn.execute("DELETE FROM events WHERE seq >= ?", (size - 3,))
+    with Ledger.open(ledger_path) as short, pytest.raises(StoreError) as info:
+        short.check_integrity()
+    assert f"a stored checkpoint has tree size {size}, but the log has {size - 3} events" in str(
+        info.value
+    )
+    assert "the last 3 event(s) are missing" in str(info.value)
+
+
 def test_fixed_key_and_clock_give_identical_bytes(tmp_path: Path) -> None:
     def build(path: Path) -> bytes:
         key = fixed_key("example.org/owner")
@@ -356,3 +394,25 @@ def test_transactions_do_not_nest_and_need_a_writable_ledger(
     reader = Ledger.open(ledger_path, readonly=True)
     with reader, pytest.raises(StoreError, match="opened read-only"), reader.transaction():
         pass
+
+
+def test_ledger_run_refuses_a_ledger_that_lost_its_last_events(
+    tmp_path: Path, study_template: Path, ledger_home: Path
+) -> None:
+    """Issue 32: ``ledger run`` checks the file before its session; nothing is appended."""
+    from click.testing import CliRunner
+    from helpers import make_study
+
+    from ledger.cli import main
+
+    root = make_study(tmp_path / "study", replicates=1, template=study_template)
+    db = root / "ledger.db"
+    with Ledger.open(db, readonly=True) as before:
+        size = before.size
+    with sqlite3.connect(db) as conn:  # the lock's last events lost: an old or truncated copy
+        conn.execute("DELETE FROM events WHERE seq >= ?", (size - 2,))
+    result = CliRunner().invoke(main, ["run", str(root), "--backend", "simulated"])
+    assert result.exit_code != 0, result.output
+    assert "the last 2 event(s) are missing" in result.output and "ledger.db" in result.output
+    with Ledger.open(db, readonly=True) as after:
+        assert after.size == size - 2
