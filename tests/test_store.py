@@ -286,9 +286,9 @@ def test_a_zeroed_page_is_found_before_anything_is_appended(
     page = len(data) // 4096 // 2  # a page in the middle of the file
     data[page * 4096 : (page + 1) * 4096] = bytes(4096)
     ledger_path.write_bytes(bytes(data))
-    with Ledger.open(ledger_path) as damaged:
-        with pytest.raises(StoreError, match=r"the file is damaged \(SQLite quick_check: "):
-            damaged.check_integrity()
+    damaged = Ledger.open(ledger_path)
+    with damaged, pytest.raises(StoreError, match=r"the file is damaged \(SQLite quick_check: "):
+        damaged.check_integrity()
     with Ledger.open(ledger_path, readonly=True) as after:
         assert after.size <= size
 
