@@ -60,6 +60,15 @@ def test_each_side_formats_each_vector(side: ModuleType, section: str, vector: A
     assert FORMATTERS[section](side, vector) == vector["text"]
 
 
+@pytest.mark.parametrize(("section", "vector"), cases(["decision"]))
+def test_the_decision_line_of_each_vector(section: str, vector: Any) -> None:
+    """The writer's one line per verdict (``ledger analyze``, the README): numbers beside a
+    rule in pp are in pp, float noise is 0 (issue 31)."""
+    from analysis.analyze import describe_decision
+
+    assert describe_decision(value(vector["result"])) == vector["text"]
+
+
 def test_every_test_kind_has_an_estimate_vector() -> None:
     """Each registered statistic's estimate cell is pinned (runner.spec.TESTS)."""
     from runner.spec import TESTS
@@ -82,7 +91,7 @@ def test_the_mcnemar_cell_with_variants_reads_as_counts() -> None:
 
 def test_the_vector_file_is_well_formed() -> None:
     assert VECTORS["version"] == 1
-    assert set(VECTORS) == {"version", "about", *FORMATTERS}
+    assert set(VECTORS) == {"version", "about", "decision", *FORMATTERS}
     for section in FORMATTERS:
         assert VECTORS[section], section
         for vector in VECTORS[section]:
