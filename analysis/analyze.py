@@ -588,25 +588,51 @@ MODEL_CAUTION = (
 )
 
 
-def _decision_number(value: Any) -> str:
+_SHARE_KEYS = ("estimate", "lower", "upper", "max_abs_diff", "margin")
+"""``decided_by`` members that are shares or differences of shares when the rule is in pp."""
+_PP_TESTS = ("lmm", "paired-t", "independent-t", "bootstrap", "mcnemar", "equivalence",
+             "position-bias", "voting", "self-consistency")  # fmt: skip
+"""Tests whose estimate is a difference of shares: the report writes it in pp, so does
+:func:`describe_decision` (``gee`` and ``factorial`` estimate log odds or coefficients)."""
+
+
+def _decision_number(key: str, value: Any, in_pp: bool) -> str:
+    """One ``decided_by`` number, written for :func:`describe_decision`.
+
+    In pp beside a rule in pp, a p value as the report writes it, else 4 significant digits
+    with float noise below 1e-12 written as 0.
+    """
     if isinstance(value, bool) or not isinstance(value, (int, float)):
         return str(value)
-    return f"{value:.4g}"
+    if in_pp and key in _SHARE_KEYS:
+        signed = key in ("estimate", "lower", "upper")
+        return f"{value * 100:+.1f} pp" if signed else f"{value * 100:.1f} pp"
+    if key == "p":
+        return "< 1e-300" if value == 0 else f"{value:.1e}" if value < 1e-4 else f"{value:.4g}"
+    cleaned = round(float(value), 12) + 0.0  # 6.939e-18 -> 0, and -0.0 -> 0
+    return f"{cleaned:.4g}"
 
 
 def describe_decision(result: dict[str, Any]) -> str:
     """How the verdict was reached, in one line: the rule and the numbers it read.
 
     The one formatter of ``decided_by``: the archive README's verdict table and ``ledger
-    analyze`` both print it (numbers to 4 significant digits, never cut inside a number).
+    analyze`` both print it (never cut inside a number). The estimate and bounds of a
+    difference of shares (the tests the report writes in pp, and beside any rule written in
+    pp) are in pp (``+45.0 pp``), as are an equivalence margin and difference;
+    a p value is written as the report writes it; other numbers take 4 significant digits,
+    with float noise below 1e-12 written as 0 (not ``6.939e-18``).
     """
     if result.get("status") != "ok":
         return f"not decided: {result.get('error') or result.get('status')}"
     decided = result.get("decided_by") or {}
-    numbers = ", ".join(
-        f"{k} = {_decision_number(v)}" for k, v in sorted(decided.items()) if k != "rule"
-    )
     rule = decided.get("rule")
+    values = result.get("values") or {}
+    in_pp = (" pp" in str(rule or "") or result.get("test") in _PP_TESTS) and (
+        values.get("outcome") != "breadth"  # a number of diagnoses (docs/analysis.md §9)
+    )
+    shown = [(k, _decision_number(k, v, in_pp)) for k, v in sorted(decided.items()) if k != "rule"]
+    numbers = ", ".join(f"{k} {n}" if n.startswith("<") else f"{k} = {n}" for k, n in shown)
     text = f"rule `{rule}`" if rule else "no rule recorded"
     return f"{text}; {numbers}" if numbers else text
 

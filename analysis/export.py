@@ -35,6 +35,7 @@ from analysis.rows import (
 )
 from ledger import Ledger, OutputError, SigningKey, canonical_json, describe_os_error
 from ledger._files import fsync_directory
+from runner.arm_identity import identity_bytes, identity_object, identity_version
 from runner.lock import (
     StudyError,
     check_integrity,
@@ -142,7 +143,79 @@ def _protocol_files(w: _Writer, study: Study, log: Ledger) -> None:
     w.put("protocol/files.csv", _csv_bytes(("locked_path", "role", "sha256", "archive_path"), rows))
     for arm in sorted(study.arms):
         w.put(f"protocol/arms/{arm}.txt", study.arm_text(arm).encode("utf-8"))
+    if identity_version(protocol.body) >= 2:  # docs/prompts.md §3.1: the arm identity objects
+        for arm, data in sorted(_arm_identities(study, log, protocol.body).items()):
+            w.put(f"protocol/arms/{arm}.json", data)
     w.put("protocol/protocol.json", _json_bytes({"seq": protocol.seq, **protocol.body}))
+
+
+def _arm_identities(study: Study, log: Ledger, body: dict[str, Any]) -> dict[str, bytes]:
+    """Each locked arm's identity object as canonical JSON, from the locked files' hashes."""
+    digests = {e.body["path"]: e.body["sha256"] for e in log.events("artifact.locked")}
+
+    def file(rel: str) -> str:
+        if rel not in digests:
+            raise StudyError(f"export: {rel} (named by protocol.locked) is not a locked file")
+        return str(digests[rel])
+
+    def component(name: str) -> str | None:
+        path = study.components.get(name)
+        return None if path is None else file(study.rel(path))
+
+    return {
+        arm: identity_bytes(identity_object(body, arm, component, file)) for arm in body["arms"]
+    }
+
+
+def trial_id_form(body: dict[str, Any]) -> str:
+    """The form of a study's trial ids (``docs/prompts.md`` §7), e.g. ``arm|model|item|rep``."""
+    unit = "item" if isinstance(body.get("items"), dict) else "stimulus"
+    if "variants" in body:
+        return f"arm|model|{unit}|variant|rep"
+    if "models" in body:
+        return f"arm|model|{unit}|rep"
+    return f"arm|{unit}|rep"
+
+
+def _readme_arm_intro(body: dict[str, Any]) -> list[str]:
+    """The sentence and header of the README's arm table, by arm identity version."""
+    if identity_version(body) < 2:
+        return [
+            "The composed prompt of each arm is `protocol/arms/<arm>.txt`; its SHA-256 is "
+            "locked in `protocol.locked`.",
+            "",
+            "| arm | role | components | composed prompt SHA-256 |",
+            "|---|---|---|---|",
+        ]
+    return [
+        "Each arm's own text (its components joined by a blank line) is "
+        "`protocol/arms/<arm>.txt`. Its identity, everything that shapes its requests (the "
+        "component files, system prompt, item template, few-shot set, factor levels, sampling "
+        "parameters, models and steps; `docs/prompts.md` §3.1 of the tool), is "
+        "`protocol/arms/<arm>.json`, whose SHA-256 is the arm hash locked in `protocol.locked`: "
+        "two arms that send different requests never share it.",
+        "",
+        "| arm | role | components | arm SHA-256 |",
+        "|---|---|---|---|",
+    ]
+
+
+def _arm_settings_text(arm: dict[str, Any]) -> str:
+    """What else an arm record sets, for the README's components cell (empty when nothing)."""
+    said = []
+    if arm.get("system"):
+        said.append(f"system: {', '.join(arm['system'])}")
+    if arm.get("factors"):
+        said.append("levels: " + ", ".join(f"{f}={lv}" for f, lv in arm["factors"].items()))
+    for key in ("fewshot", "sampling", "models", "replicates", "after"):
+        if arm.get(key) is not None:
+            value = arm[key]
+            if isinstance(value, dict):
+                value = ", ".join(f"{k}={v}" for k, v in value.items())
+            elif isinstance(value, list):
+                value = ", ".join(map(str, value))
+            said.append(f"{key}: {value}")
+    return f" ({'; '.join(said)})" if said else ""
 
 
 def _trial_files(w: _Writer, log: Ledger) -> None:
@@ -365,17 +438,15 @@ def _readme(study: Study, log: Ledger, results: list[dict[str, Any]]) -> bytes:
         "",
         "### Arms",
         "",
-        "The composed prompt of each arm is `protocol/arms/<arm>.txt`; its SHA-256 is locked in "
-        "`protocol.locked`.",
-        "",
-        "| arm | role | components | composed prompt SHA-256 |",
-        "|---|---|---|---|",
+        *_readme_arm_intro(body),
     ]
     for arm_id in sorted(arms):
         arm = arms[arm_id]
         parts = ", ".join(arm.get("components", []))
         if arm.get("response_from"):  # docs/trials.md §6: a data arm, no model asked
             parts = f"none: responses are the items' {arm['response_from']} field (data)"
+        elif identity_version(body) >= 2:
+            parts += _arm_settings_text(arm)
         lines.append(
             f"| {_cell_text(arm_id)} | {_cell_text(arm.get('role'))} | "
             f"{_cell_text(parts)} | `{arm.get('sha256')}` |"
@@ -490,10 +561,11 @@ def _readme(study: Study, log: Ledger, results: list[dict[str, Any]]) -> bytes:
         f"registration checkpoint `ledger/checkpoints/{protocol.seq + 1:08d}.txt` (signed at "
         "lock, size = `protocol.locked` seq + 1) must equal the published one; then one right "
         "after each run session's `run.stopped` and the final one (after `export.created`).",
-        "- The schedule is the trial ids (`arm|stimulus|rep`) sorted by "
+        f"- The schedule is the trial ids (`{trial_id_form(body)}`) sorted by "
         "`SHA-256(\"{seed}|{trial id}\")` "
         "(`protocol/protocol.json` has the seed; `trials/schedule.csv` the order); "
-        "`sha256sum protocol/arms/*.txt` gives the arm hashes above.",
+        f"`sha256sum protocol/arms/*.{'json' if identity_version(body) >= 2 else 'txt'}` "
+        "gives the arm hashes above.",
         "- `blobs/` holds every request and response byte for byte; `trials/attempts.csv` "
         "says which blob is which attempt's request (`request_sha256`) and response "
         "(`response_sha256`).",

@@ -271,6 +271,15 @@ def _fmt(value: Any) -> str:
     return str(value)
 
 
+def _count(values: dict[str, Any], name: str) -> Any:
+    """McNemar's discordant count ``name`` (``b`` or ``c``).
+
+    ``<name>_count`` when the result has it (a paired McNemar with variants, where ``b`` is
+    the second condition), else ``<name>``.
+    """
+    return values[f"{name}_count"] if f"{name}_count" in values else values.get(name)
+
+
 def _contrast(values: dict[str, Any]) -> tuple[float | None, float | None, float | None]:
     """(estimate, lower, upper) of a difference result, whatever test produced it."""
     est = _num(values.get("estimate", values.get("difference")))
@@ -307,9 +316,8 @@ def _estimate_text(result: dict[str, Any]) -> str:
     if test == "equivalence":
         return (f"max |diff| {_pp(v.get('max_abs_diff'), signed=False)} "
                 f"(at {v.get('group', '?')}); margin ±{_pp(v.get('margin'), signed=False)}")
-    if test == "mcnemar":
-        return (f"discordant b={_fmt(v.get('b', v.get('b_count')))}, "
-                f"c={_fmt(v.get('c', v.get('c_count')))}")
+    if test == "mcnemar":  # with variants "b" is a condition; the counts are b_count, c_count
+        return f"discordant b={_fmt(_count(v, 'b'))}, c={_fmt(_count(v, 'c'))}"
     if test == "gee":
         return (f"log OR {_fmt(v.get('estimate'))} (95% CI {_fmt(v.get('lower'))} to "
                 f"{_fmt(v.get('upper'))}; OR {_fmt(v.get('odds_ratio'))})")

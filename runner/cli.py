@@ -120,8 +120,11 @@ def _setting(value: object) -> str:
 @click.argument("study_dir", metavar="STUDY", type=click.Path(file_okay=False, path_type=Path))
 @click.option("--json", "as_json", is_flag=True, help="Print JSON.")
 def arms(study_dir: Path, as_json: bool) -> None:
-    """Show each arm's components, its SHA-256, and how every pair of arms differs.
+    """Show each arm's components, its hash, and how every pair of arms differs.
 
+    The hash covers everything that shapes the arm's requests (components, system prompt,
+    item template, few-shot set, factor levels, sampling, models, steps: docs/prompts.md
+    §3.1); each pair lists the components only one has and the settings that differ.
     Matched-control declarations (differs_from) are checked and shown as held or FALSE.
 
     \b
@@ -129,6 +132,8 @@ def arms(study_dir: Path, as_json: bool) -> None:
       ledger arms my-study
       ledger arms my-study --json
     """
+    from runner.arm_identity import identity_differences, identity_sha256
+    from runner.lock import arm_identities
     from runner.spec import (
         RESERVED_COMPONENTS,
         check_matched_controls,
@@ -139,6 +144,8 @@ def arms(study_dir: Path, as_json: bool) -> None:
     study = load_study(study_dir)
     problems = check_matched_controls(study)
     differences = component_differences(study)
+    identities = arm_identities(study)
+    hashes = {arm: identity_sha256(obj) for arm, obj in identities.items()}
     claims = []
     for arm in study.arms.values():
         if arm.differs_from:
@@ -151,11 +158,12 @@ def arms(study_dir: Path, as_json: bool) -> None:
             "study": study.id,
             "arms": [
                 {"id": a.id, "role": a.role, "components": list(a.components),
-                 "sha256": study.arm_sha256(a.id), **a.protocol_record()}
+                 "sha256": hashes[a.id], **a.protocol_record()}
                 for a in study.arms.values()
             ],
             "differences": [
-                {"arm": a, "other": b, "only_in_arm": list(only_a), "only_in_other": list(only_b)}
+                {"arm": a, "other": b, "only_in_arm": list(only_a), "only_in_other": list(only_b),
+                 "differs_in": identity_differences(identities[a], identities[b])}
                 for (a, b), (only_a, only_b) in differences.items() if a < b
             ],
             "claims": claims,
@@ -173,7 +181,7 @@ def arms(study_dir: Path, as_json: bool) -> None:
                 for a in study.arms.values()
             ])  # fmt: skip
         grid.add_row("role", *[a.role for a in study.arms.values()])
-        grid.add_row("sha256", *[study.arm_sha256(a)[:12] for a in study.arms])
+        grid.add_row("sha256", *[hashes[a][:12] for a in study.arms])
         settings = [a.protocol_record() for a in study.arms.values()]
         for key in ("fewshot", "models", "sampling", "replicates", "items", "factors",
                     "response_from"):
@@ -183,7 +191,10 @@ def arms(study_dir: Path, as_json: bool) -> None:
         out.print(grid)
         for (a, b), (only_a, only_b) in differences.items():
             if a < b:
-                out.print(f"{a} vs {b}: only in {a}: {only_a or '-'}; only in {b}: {only_b or '-'}")
+                differ = identity_differences(identities[a], identities[b])
+                out.print(f"{a} vs {b}: only in {a}: {only_a or '-'}; only in {b}: "
+                          f"{only_b or '-'}; differs in: {', '.join(differ) or '-'}",
+                          markup=False)  # fmt: skip
         for claim in claims:
             state = "[green]holds[/]" if claim["holds"] else "[red]FALSE[/]"
             stated = "; ".join(f"{k} {claim[k]}" for k in ("by", "removes", "adds", "replaces")

@@ -18,6 +18,12 @@ from typing import Any
 
 from ledger import AuthorizationError, EventSpec, Ledger, LedgerError, SigningKey, user_home
 from runner._errors import StudyError as StudyError
+from runner.arm_identity import (
+    ARM_IDENTITY_VERSION,
+    identity_object,
+    identity_sha256,
+    identity_version,
+)
 from runner.phases import (
     GROWABLE_ROLES,
     locked_bytes,
@@ -267,11 +273,59 @@ def protocol_design(study: Study) -> dict[str, Any]:
     return out
 
 
-def protocol_body(study: Study, secret: bytes, order: list[str]) -> dict[str, Any]:
+def _arm_records(study: Study) -> dict[str, dict[str, Any]]:
+    """Each arm's ``protocol.locked`` record without its ``sha256``."""
+    return {
+        a.id: {"role": a.role, "components": list(a.components), **a.protocol_record()}
+        for a in study.arms.values()
+    }
+
+
+def _file_sha256(path: Path) -> str:
+    return hashlib.sha256(path.read_bytes()).hexdigest()
+
+
+def arm_identities(
+    study: Study, body: dict[str, Any] | None = None
+) -> dict[str, dict[str, Any]]:
+    """Each arm's identity object (``docs/prompts.md`` §3.1), from the study's files.
+
+    ``body`` is the ``protocol.locked`` body to read the records from (default: the arms'
+    records and :func:`protocol_design` of ``study``, as a lock would write them).
+    """
+    if body is None:
+        body = {"arms": _arm_records(study), **protocol_design(study)}
+
+    def component(name: str) -> str | None:
+        path = study.components.get(name)
+        return None if path is None else _file_sha256(path)
+
+    def file(rel: str) -> str:
+        return _file_sha256(study.root / rel)
+
+    return {arm: identity_object(body, arm, component, file) for arm in body["arms"]}
+
+
+def arm_hashes(study: Study, version: int = ARM_IDENTITY_VERSION) -> dict[str, str]:
+    """Each arm's hash (``arms.X.sha256``) under arm identity ``version`` (1 or 2).
+
+    Version 1 is the SHA-256 of the arm's own text (:meth:`Study.arm_sha256`), kept for a
+    later phase of a study first locked with it.
+    """
+    if version == 1:
+        return {arm: study.arm_sha256(arm) for arm in study.arms}
+    return {arm: identity_sha256(obj) for arm, obj in arm_identities(study).items()}
+
+
+def protocol_body(
+    study: Study, secret: bytes, order: list[str], arm_identity: int = ARM_IDENTITY_VERSION
+) -> dict[str, Any]:
     """The ``protocol.locked`` body of ``study`` with schedule ``order`` (manifest left empty).
 
     A study that declares ``[study] phase`` tags each hypothesis with it; :mod:`runner.phases`
     adds the ``phase`` member and keeps an earlier phase's hypotheses as they were locked.
+    ``arm_identity`` is the arm identity version (``docs/prompts.md`` §3.1): 2 for a new study,
+    the earlier phase's for a later phase.
     """
     hypotheses = []
     for h in study.hypotheses:
@@ -279,19 +333,16 @@ def protocol_body(study: Study, secret: bytes, order: list[str]) -> dict[str, An
         if study.phase is not None:
             record["phase"] = study.phase
         hypotheses.append(record)
+    hashes = arm_hashes(study, arm_identity)
+    arms = _arm_records(study)
+    for arm, record in arms.items():
+        record["sha256"] = hashes[arm]
     return {
         "study": study.id,
         "title": study.title,
         "manifest": {},
-        "arms": {
-            a.id: {
-                "role": a.role,
-                "components": list(a.components),
-                "sha256": study.arm_sha256(a.id),
-                **a.protocol_record(),
-            }
-            for a in study.arms.values()
-        },
+        **({"arm_identity": arm_identity} if arm_identity != 1 else {}),
+        "arms": arms,
         **protocol_design(study),
         "design": {
             "replicates": study.replicates,
@@ -479,7 +530,11 @@ def _lock_phase(
                         f"design, e.g. {dropped[0]}")  # fmt: skip
     added = schedule(study.seed, [t for t in ids if t not in known])
     order = prev_order + added
-    body = protocol_body(study, secret, order)
+    try:
+        version = identity_version(prev.body)
+    except StudyError as exc:
+        raise StudyError(f"{where}: {exc} (seq {prev.seq})") from None
+    body = protocol_body(study, secret, order, version)
     problems += plan_problems(prev.body, body)
     body["hypotheses"], more = merge_hypotheses(prev.body, body, study.phase)
     problems += more

@@ -696,8 +696,9 @@ def test_readme_says_what_the_study_is(archive: Path) -> None:
     assert text.startswith(f"# {protocol['title']}\n")
     assert "SIMULATED DATA" in text and "Backend: `simulated`" in text
     for arm, spec in protocol["arms"].items():
-        digest = hashlib.sha256((archive / "protocol" / "arms" / f"{arm}.txt").read_bytes())
-        assert spec["sha256"] == digest.hexdigest()
+        # arm identity 2 (docs/prompts.md §3.1): the hash of the identity object
+        digest = hashlib.sha256((archive / "protocol" / "arms" / f"{arm}.json").read_bytes())
+        assert protocol["arm_identity"] == 2 and spec["sha256"] == digest.hexdigest()
         components = ", ".join(spec["components"])
         assert f"| {arm} | {spec['role']} | {components} | `{spec['sha256']}` |" in text
     assert f"Stimuli: {len(protocol['stimuli'])} images" in text

@@ -756,6 +756,29 @@ def test_the_report_tables_the_seed_002_results(built: tuple[Path, Path, Path]) 
     assert "Accuracy over the shuffle seeds" in html
 
 
+def mcnemar_cells(archive: Path) -> list[str]:
+    """The estimate cell every McNemar result must show: its discordant counts (issue 31)."""
+    cells = []
+    for rid, r in results(archive).items():
+        if rid.startswith(("hypothesis.Hmv", "hypothesis.Hma")):
+            v = r["values"]
+            assert isinstance(v["b"], dict)  # with variants "b" is the second condition
+            cells.append(f"discordant b={v['b_count']}, c={v['c_count']}")
+    assert len(cells) == 6
+    return cells
+
+
+def test_the_mcnemar_cells_read_as_counts_in_the_html_and_the_archive(
+    built: tuple[Path, Path, Path],
+) -> None:
+    html = (built[1] / "analysis" / "report.html").read_text("utf-8")
+    for cell in mcnemar_cells(built[1]):
+        assert cell in html
+    assert "discordant b={" not in html
+    report = verify_archive(built[1])  # the verifier expects the same cells (its own code)
+    assert report.get("report") is not None and report.get("report").status.name == "PASS"
+
+
 @pytest.mark.slow
 def test_the_terminal_report_tables_them_too(built: tuple[Path, Path, Path],
                                             tmp_path: Path) -> None:
@@ -763,10 +786,13 @@ def test_the_terminal_report_tables_them_too(built: tuple[Path, Path, Path],
 
     from analysis.report import build_report, render_terminal
 
-    console = Console(record=True, width=240)
+    console = Console(record=True, width=400)
     render_terminal(build_report(built[0], tmp_path / "report"), console)
     text = console.export_text()
     assert "Seed 002's registered statistics" in text and "Hsc@large" in text
+    for cell in mcnemar_cells(built[1]):
+        assert cell in text
+    assert "discordant b={" not in text
 
 
 # ------------------------------------------------------------------------------ the seed's tables

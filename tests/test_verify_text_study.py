@@ -496,7 +496,9 @@ def test_template_changed_after_lock_and_resigned_fails_naming_the_trial(copy_: 
     forge(copy_, events)
     report = verify_archive(copy_)
     passed(report, "signatures")
-    passed(report, "protocol")  # the template still fills: only the requests can tell
+    # the template still fills, but the arm hash covers the template's bytes (docs/prompts.md
+    # §3.1), so the locked arm hashes no longer hold; and every request differs
+    assert "arm A: the arm identity (docs/prompts.md §3.1) hashes to" in failed(report, "protocol")
     first = next(e for e in events if e["kind"] == "trial.requested")
     assert f"seq {first['seq']}: trial {first['body']['trial']}" in failed(report, "requests")
 

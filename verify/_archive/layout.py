@@ -27,8 +27,8 @@ FOLDERS: dict[str, str] = {
     "registered key and, for a study with witnesses, witnesses.json",
     "blobs": "files named by the 64 lowercase hex SHA-256 of their content, each referenced by "
     "an event",
-    "protocol": "files.csv, protocol.json, arms/<arm>.txt of each locked arm and each locked "
-    "file that is not a stimulus or truth table",
+    "protocol": "files.csv, protocol.json, arms/<arm>.txt (and arms/<arm>.json) of each locked "
+    "arm and each locked file that is not a stimulus or truth table",
     "stimuli": "the locked stimuli",
     "truth": "the locked truth tables",
     "trials": "schedule.csv, attempts.csv and, for a study with steps, steps.csv",
@@ -82,6 +82,8 @@ def check_layout(a: Archive) -> Check:
     arms = a.protocol.get("arms")
     for arm in arms if type(arms) is dict else {}:
         allowed.add(f"protocol/arms/{arm}.txt")
+        if "arm_identity" in a.protocol:  # docs/prompts.md §3.1: version 2's identity objects
+            allowed.add(f"protocol/arms/{arm}.json")
     allowed.update(f"analysis/figures/{name}" for name in figure_names(a))
     reviews = a.protocol.get("reviews")  # docs/archive-format.md: one CSV per contrast sample
     for name, review in reviews.items() if type(reviews) is dict else ():

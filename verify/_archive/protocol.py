@@ -5,10 +5,13 @@ from __future__ import annotations
 import csv
 import fnmatch
 import json
+from typing import Any
 
 from verify._archive.view import Archive
+from verify._armid import IdentityProblem, identity, identity_version
 from verify._items import ItemError
 from verify._ledgerfile import _State
+from verify._prompts import RESERVED_COMPONENTS
 from verify._reader.files import show
 from verify._reader.names import EVENTS, line_where, read_csv, sha_hex
 from verify._report import Check
@@ -59,6 +62,53 @@ def _prompt_problems(a: Archive) -> list[tuple[str, int | None, str | None]]:
         if role == "item-image" and path not in named:
             out.append((f"seq {seq}: artifact.locked {path} has role 'item-image' but no item "
                         "names it", seq, None))  # fmt: skip
+    return out
+
+
+def _identity_problems(
+    a: Archive, arms: dict[str, Any], expected_files: set[str]
+) -> list[tuple[str, int | None, str | None]]:
+    """Arm identity version 2 (``docs/prompts.md`` §3.1), re-derived for every arm.
+
+    Each arm's hash, re-derived from the locked records and files, equals ``arms.X.sha256``,
+    and ``protocol/arms/<X>.json`` holds the identity object's canonical bytes.
+    """
+    pseq = a.protocol_seq
+    spec = a.spec()
+    components = spec.get("components") if spec is not None else None
+    table = components if type(components) is dict else {}
+
+    def component_hash(name: str) -> str | None:
+        path = table.get(name)
+        if path is None and name in RESERVED_COMPONENTS:
+            return None
+        data = a.locked_blob(path) if type(path) is str else None
+        if data is None:
+            raise IdentityProblem(f"component {name!r} is not a locked file with a blob")
+        return sha_hex(data)
+
+    def file_hash(path: str) -> str | None:
+        data = a.locked_blob(path)
+        return None if data is None else sha_hex(data)
+
+    out: list[tuple[str, int | None, str | None]] = []
+    for arm, info in sorted(arms.items()):
+        target = f"protocol/arms/{arm}.json"
+        expected_files.add(target)
+        try:
+            _, _, digest = identity(a.protocol, arm, component_hash, file_hash)
+        except IdentityProblem as exc:
+            out.append((f"seq {pseq}: arm {arm}: cannot derive the arm identity: {exc}", pseq,
+                        None))  # fmt: skip
+            continue
+        said = info.get("sha256") if type(info) is dict else None
+        if said != digest:
+            out.append((f"seq {pseq}: arm {arm}: the arm identity (docs/prompts.md §3.1) hashes "
+                        f"to {digest}, protocol.locked says {said}", pseq, None))  # fmt: skip
+        if a.hashes.get(target) != digest:
+            why = "is missing" if target not in a.hashes else "is not its identity object"
+            out.append((f"{target} {why} (arm {arm}: SHA-256 {digest}, docs/prompts.md §3.1)",
+                        None, target))  # fmt: skip
     return out
 
 
@@ -212,10 +262,15 @@ def check_protocol(a: Archive) -> Check:
     if problem is not None:
         st.fail(f"seq {pseq}: cannot compose the arms: {problem}", pseq)
     arms = a.protocol.get("arms")
+    try:
+        version = identity_version(a.protocol)
+    except IdentityProblem as exc:
+        st.fail(f"seq {pseq}: {exc}", pseq)
+        version = 0
     for arm, text in sorted(texts.items()):
         info = arms.get(arm) if type(arms) is dict else None
         digest = sha_hex(text.encode("utf-8"))
-        if type(info) is dict and info.get("sha256") != digest:
+        if version == 1 and type(info) is dict and info.get("sha256") != digest:
             st.fail(
                 f"seq {pseq}: arm {arm}: the composed text hashes to {digest}, protocol.locked "
                 f"says {info.get('sha256')}",
@@ -228,6 +283,9 @@ def check_protocol(a: Archive) -> Check:
     # items, templates, few-shot examples, models (docs/prompts.md)
     for reason, at, place in _prompt_problems(a):
         st.fail(reason, at, where=place)
+    if version == 2 and type(arms) is dict:  # after the specific problems, which say more
+        for reason, at, place in _identity_problems(a, arms, expected_files):
+            st.fail(reason, at, where=place)
     # protocol.json
     data = a.file("protocol/protocol.json")
     if data is None:

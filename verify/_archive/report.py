@@ -525,9 +525,9 @@ def _estimate_text(result: dict[str, Any]) -> str:
     if test == "equivalence":
         return (f"max |diff| {_pp(v.get('max_abs_diff'), signed=False)} "
                 f"(at {v.get('group', '?')}); margin ±{_pp(v.get('margin'), signed=False)}")
-    if test == "mcnemar":
-        return (f"discordant b={_fmt(v.get('b', v.get('b_count')))}, "
-                f"c={_fmt(v.get('c', v.get('c_count')))}")
+    if test == "mcnemar":  # the discordant counts; with variants "b" names a condition
+        counts = [v[f"{n}_count"] if f"{n}_count" in v else v.get(n) for n in ("b", "c")]
+        return f"discordant b={_fmt(counts[0])}, c={_fmt(counts[1])}"
     if test == "gee":
         return (f"log OR {_fmt(v.get('estimate'))} (95% CI {_fmt(v.get('lower'))} to "
                 f"{_fmt(v.get('upper'))}; OR {_fmt(v.get('odds_ratio'))})")
