@@ -17,6 +17,8 @@ import hashlib
 import hmac
 from collections.abc import Iterable, Sequence
 
+from runner._errors import StudyError
+
 ARM_CODE_HEX = 12
 
 
@@ -72,6 +74,20 @@ def subset(seed: str, item_ids: Iterable[str], n: int) -> list[str]:
     return [i for i in ids if i in chosen]
 
 
+MAX_TRIALS = 10_000_000
+"""The most trials a study may schedule: its trial ids are held in memory at lock and run."""
+
+
+def check_size(total: int) -> None:
+    """Refuse a design of more than :data:`MAX_TRIALS` trials before any id is built."""
+    if total > MAX_TRIALS:
+        raise StudyError(
+            f"study.toml: the design crosses to {total:,} trials, more than the {MAX_TRIALS:,} "
+            "a study may schedule ([design] replicates, the arms, items, variants and models "
+            "multiply); use fewer, or several studies"
+        )
+
+
 def crossed_trial_ids(
     arms: Iterable[tuple[str, Sequence[str | None], Sequence[str], int]],
 ) -> list[str]:
@@ -79,6 +95,8 @@ def crossed_trial_ids(
 
     A model None gives ``"{arm}|{item}|{rep}"``; a named model ``"{arm}|{model}|{item}|{rep}"``.
     """
+    arms = list(arms)
+    check_size(sum(len(models) * len(items) * reps for _, models, items, reps in arms))
     out: list[str] = []
     for arm, models, items, replicates in arms:
         for model in models:

@@ -50,6 +50,7 @@ from runner.variants import FIELD_KINDS, KIND_KEYS, KINDS, Variant, VariantSpec
 from runner.witnessing import WitnessPolicy, parse_policy
 
 ARM_ROLES = ("full", "matched-control", "vehicle", "dismantling", "factorial")
+MAX_REPLICATES = 100_000  # with the schedule's own cap, runner.schedule.MAX_TRIALS
 MCQ_TESTS = ("flip-rate", "position-bias", "voting", "self-consistency", "gee")
 """Seed 002's statistics as registered tests (``docs/mcq-statistics.md`` §11): each needs an
 item file and a letter parser (``multiple-choice`` or ``cloze``)."""
@@ -1398,8 +1399,9 @@ def _arm_settings(
             out["sampling"] = result
     if "replicates" in spec:
         reps = spec["replicates"]
-        if isinstance(reps, bool) or not isinstance(reps, int) or reps < 1:
-            c.add(f"{where}.replicates", f"must be an integer >= 1, got {reps!r}")
+        if isinstance(reps, bool) or not isinstance(reps, int) or not 0 < reps <= MAX_REPLICATES:
+            c.add(f"{where}.replicates", f"must be an integer from 1 to {MAX_REPLICATES:,}, got "
+                                         f"{reps!r}")  # fmt: skip
         else:
             out["replicates"] = reps
     if "variants" in spec:
@@ -2240,8 +2242,12 @@ def load_study(root: str | Path, *, strict: bool = True) -> Study:
 
     design = _table(c, data, "design")
     replicates = design.get("replicates")
-    if isinstance(replicates, bool) or not isinstance(replicates, int) or replicates < 1:
-        c.add("design.replicates", f"must be an integer >= 1, got {replicates!r}")
+    if (
+        isinstance(replicates, bool) or not isinstance(replicates, int)
+        or not 1 <= replicates <= MAX_REPLICATES
+    ):  # fmt: skip
+        c.add("design.replicates", f"must be an integer from 1 to {MAX_REPLICATES:,}, got "
+                                   f"{replicates!r}")  # fmt: skip
         replicates = 1
     seed = _int_seed(c, design, "seed", "design")
     bootstrap_seed = _int_seed(c, design, "bootstrap_seed", "design")

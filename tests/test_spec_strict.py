@@ -143,7 +143,7 @@ def test_every_unknown_key_is_reported_at_once_in_file_order(study: Path) -> Non
     assert len(problems) == 3
     assert "[model] temprature" in problems[0]
     assert "[[hypotheses]] #2 (H1-paired) side" in problems[1]
-    assert "design.replicates: must be an integer >= 1, got 0" in problems[2]
+    assert "design.replicates: must be an integer from 1 to 100,000, got 0" in problems[2]
     lines = [int(p.split(":")[1]) for p in problems]
     assert lines[0] < lines[1]
 

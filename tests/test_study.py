@@ -144,7 +144,10 @@ def test_arms_shows_components_and_claims(study: Path) -> None:
          ["components.framing: file 'prompts/missing.txt' does not exist"]),
         ('components = ["vehicle", "output_schema"]', 'components = ["vehicle", "nope"]',
          ["arms.C.components: unknown component 'nope'"]),
-        ("replicates = 30", "replicates = 0", ["design.replicates: must be an integer >= 1"]),
+        ("replicates = 30", "replicates = 0",
+         ["design.replicates: must be an integer from 1 to 100,000, got 0"]),
+        ("replicates = 30", "replicates = 1000000000",  # issue 32: never a MemoryError at lock
+         ["design.replicates: must be an integer from 1 to 100,000, got 1000000000"]),
         ("seed = 20260421", 'seed = "abc"', ["design.seed: must be a non-negative integer"]),
         ('contrast = ["A", "B"]', 'contrast = ["A", "Z"]',
          ["hypotheses[0].contrast: unknown arm 'Z'"]),
@@ -194,3 +197,14 @@ def test_image_the_api_cannot_take_is_refused(study: Path) -> None:
     Image.new("L", (9000, 10), 255).save(victim)
     r = run("lock", study)
     assert r.exit_code == 1 and victim.name in r.output and "8000" in r.output
+
+
+def test_a_design_past_the_schedule_cap_is_refused_before_any_id_is_built() -> None:
+    """Issue 32: 200 items x 100,000 replicates would be 20 million ids held in memory."""
+    from runner import StudyError
+    from runner.schedule import crossed_trial_ids
+
+    items = [f"q{i}" for i in range(200)]
+    with pytest.raises(StudyError, match=r"crosses to 20,000,000 trials, more than the 10,000,000"):
+        crossed_trial_ids([("A", [None], items, 100_000)])
+    assert len(crossed_trial_ids([("A", [None], items, 3)])) == 600
