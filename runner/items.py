@@ -253,7 +253,7 @@ def _jsonl(text: str, name: str, problems: list[str]) -> list[tuple[int, dict[st
 
 
 def _csv_rows(text: str, name: str, problems: list[str]) -> list[tuple[int, dict[str, Any]]]:
-    reader = csv.reader(io.StringIO(text, newline=""))
+    reader = csv.reader(io.StringIO(text, newline=""), strict=True)
     table: list[tuple[int, list[str]]] = []  # (the line the row starts on, its cells)
     start = 1
     try:
@@ -261,7 +261,11 @@ def _csv_rows(text: str, name: str, problems: list[str]) -> list[tuple[int, dict
             table.append((start, cells))
             start = reader.line_num + 1  # a quoted cell may span several lines
     except csv.Error as exc:
-        problems.append(f"{name}:{reader.line_num}: not valid CSV: {exc}")
+        if str(exc) == "unexpected end of data":  # strict: a quote that is never closed
+            problems.append(f"{name}:{start}: not valid CSV: a quoted cell opened in the row "
+                            f"starting on this line is never closed (the file ends inside it)")
+        else:
+            problems.append(f"{name}:{reader.line_num}: not valid CSV: {exc}")
         return []
     if not table:
         problems.append(f"{name}: empty file (a CSV item file needs a header row)")

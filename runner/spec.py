@@ -1826,10 +1826,18 @@ def _stimuli(
     text = _read_text(c, truth, "stimuli.truth")
     if text is None:
         return directory, truth, stimuli, None
+    reader = csv.reader(io.StringIO(text, newline=""), strict=True)
+    rows: list[dict[str, str]] = []
     try:
-        rows = list(csv.DictReader(io.StringIO(text, newline="")))
+        header = next(reader, [])
+        for cells in reader:
+            if len(cells) != len(header):  # named at its own line, not as a coverage problem
+                c.add("stimuli.truth", f"{truth.name}:{reader.line_num}: {len(cells)} field(s), "
+                                       f"the header has {len(header)} ({','.join(header)})")
+                continue
+            rows.append(dict(zip(header, cells, strict=True)))
     except csv.Error as exc:
-        c.add("stimuli.truth", f"cannot read {truth.name}: {exc}")
+        c.add("stimuli.truth", f"{truth.name}:{reader.line_num}: not valid CSV ({exc})")
         return directory, truth, stimuli, None
     covered = {row.get("stimulus", "") for row in rows}
     if "" in covered or not rows:

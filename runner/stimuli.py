@@ -565,7 +565,7 @@ def read_truth_csv(path: str | Path) -> dict[str, list[Glyph] | str]:
         text = data.decode("utf-8")
     except UnicodeDecodeError as exc:
         raise StimulusError(f"{path}: {describe_utf8_error(data, exc)}") from None
-    reader = csv.reader(io.StringIO(text, newline=""))
+    reader = csv.reader(io.StringIO(text, newline=""), strict=True)
     try:
         header = next(reader, None)
         if header is None:
@@ -715,8 +715,11 @@ def read_orientation_annotations(path: Path, stems: Iterable[str]) -> dict[str, 
         text = data.decode("utf-8")
     except UnicodeDecodeError as exc:
         raise StimulusError(f"{path}: {describe_utf8_error(data, exc)}") from None
-    reader = csv.reader(io.StringIO(text, newline=""))
-    header = next(reader, None)
+    reader = csv.reader(io.StringIO(text, newline=""), strict=True)
+    try:
+        header = next(reader, None)
+    except csv.Error as exc:
+        raise StimulusError(f"{path}:{reader.line_num}: not valid CSV ({exc})") from None
     if header is None or tuple(h.strip() for h in header) != ANNOTATION_HEADER:
         raise StimulusError(
             f"{path}:1: expected the header {','.join(ANNOTATION_HEADER)}, got "

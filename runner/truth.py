@@ -96,7 +96,7 @@ def read_answer_table(path: str | Path, column: str) -> AnswerTable:
     listed twice, or an empty answer. A ``source`` column, when present, is read too.
     """
     path = Path(path)
-    reader = csv.reader(io.StringIO(_text(path), newline=""))
+    reader = csv.reader(io.StringIO(_text(path), newline=""), strict=True)
     try:
         header = next(reader, None)
         if header is None:
@@ -141,7 +141,7 @@ def read_answer_table(path: str | Path, column: str) -> AnswerTable:
 
 def _header(path: Path) -> list[str]:
     try:
-        return next(csv.reader(io.StringIO(_text(path), newline="")), [])
+        return next(csv.reader(io.StringIO(_text(path), newline=""), strict=True), [])
     except (StimulusError, csv.Error):
         return []
 

@@ -191,6 +191,14 @@ def test_check_csv_rows_numbered_by_their_first_line(tmp_path: Path) -> None:
     refused(run("items", "check", path), path, 5, "'q2' has no answer")
 
 
+def test_check_csv_unterminated_quote_is_refused(tmp_path: Path) -> None:
+    """Issue 32: a quote opened and never closed used to swallow the rest of the file into
+    one cell; strict CSV refuses it, naming the line of the row where the quote opens."""
+    path = tmp_path / "items.csv"
+    path.write_text('id,question,answer\nq1,"2 + 2?,B\nq2,3 + 3?,C\n', encoding="utf-8")
+    refused(run("items", "check", path), path, 2, "a quoted cell opened in the row", "never closed")
+
+
 def test_check_csv_column_out_of_order(tmp_path: Path) -> None:
     path = tmp_path / "items.csv"
     path.write_text("id,option_B,option_A,answer\nq1,x,y,A\n", encoding="utf-8")
