@@ -243,10 +243,10 @@ def test_ctrl_c_at_any_moment_stops_cleanly_and_the_run_resumes(
             preflights = [e for e in events if e.kind == "run.preflight"]
             if preflights:  # the preflight was recorded (answered, or cut off in flight)
                 assert "no trial was sent" in err[-1], err[-1]
-                assert server.count() <= len(preflights)
+                assert server.count("messages") <= len(preflights)
             else:
                 assert "nothing was sent or recorded" in err[-1], err[-1]
-                assert server.count() == 0
+                assert server.count("messages") == 0  # the model list may have been asked
         else:
             [stopped] = [e for e in events if e.kind == "run.stopped"]
             assert stopped.body["reason"] == "interrupted: SIGINT"
