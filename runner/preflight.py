@@ -215,7 +215,7 @@ class Preflight:
         label = " (simulated)" if self.simulated else ""
         like = f"step call {self.trial}" if self.step is not None else f"trial {self.trial}"
         empty = (
-            f", with {', '.join(self.empty_slots)} empty (not decided yet)"
+            f", with {', '.join(self.empty_slots)} sent empty (their values come later)"
             if self.empty_slots
             else ""
         )

@@ -28,8 +28,8 @@ from verify._reader.files import MAX_PARSED_BYTES
 from verify._report import Check
 
 __all__ = [
-    "check_preflight", "check_provenance", "identity_problem", "identity_warnings",
-    "model_matches",
+    "check_preflight", "check_provenance", "identity_notice", "identity_problem",
+    "identity_warnings", "model_matches",
 ]  # fmt: skip
 
 _SNAPSHOT = re.compile(r"-(?:\d{8}|\d{4}-\d{2}-\d{2})")
@@ -317,6 +317,40 @@ def identity_warnings(a: Archive) -> list[tuple[int, str]]:
                                  f"serves the locked model {model_id!r}"
                                  + (f" ({why})" if why else "")))  # fmt: skip
     return out
+
+
+def identity_notice(a: Archive) -> str | None:
+    """The notice the report and README must carry (``docs/trials.md`` §2), or None.
+
+    Read from the ``run.started`` events alone: each real session's ``server_identity``, in
+    seq order, each locked id (sorted) it gives as ``false`` or ``null``, the first time that
+    is said of that id.
+    """
+    items: list[str] = []
+    said: set[tuple[str, object]] = set()
+    for seq in sorted(a.of_kind("run.started")):
+        body = a.body(seq)
+        record = body.get("server_identity")
+        if body.get("simulated") is True or type(record) is not dict:
+            continue
+        listed = record.get("listed")
+        if type(listed) is not dict:
+            continue
+        for model_id in sorted(listed):
+            value = listed[model_id]
+            if value is True or (model_id, value) in said:
+                continue
+            said.add((model_id, value))
+            if value is False:
+                items.append(f"the server did not list the locked model '{model_id}' among its "
+                             f"models (run.started seq {seq})")  # fmt: skip
+            else:
+                items.append(f"the server could not be asked whether it serves the locked model "
+                             f"'{model_id}' (run.started seq {seq})")  # fmt: skip
+    if not items:
+        return None
+    return ("MODEL IDENTITY NOT CONFIRMED: " + "; ".join(items) + ". A response's model id is "
+            "what the server reports, not proof of which model answered.")  # fmt: skip
 
 
 def check_provenance(a: Archive) -> Check:
