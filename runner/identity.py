@@ -159,9 +159,9 @@ def identity_warnings(record: Mapping[str, Any], where: str) -> list[str]:
     return out
 
 
-def unanswered(model_ids: Sequence[str], asked: Sequence[Asked], note: str | None) -> (
-    ServerIdentity
-):
+def unanswered(
+    model_ids: Sequence[str], asked: Sequence[Asked], note: str | None
+) -> ServerIdentity:
     """An identity with no model list: every id unknown (None)."""
     return ServerIdentity(tuple(asked), None, {m: None for m in model_ids}, note)
 
@@ -226,9 +226,14 @@ def recorded_warnings(events: Iterable[Any]) -> list[tuple[int, str]]:
         record = body.get("server_identity")
         if not isinstance(record, Mapping):
             if event.kind == "run.started":
-                out.append((event.seq, f"run.started seq {event.seq} (backend "
-                                       f"{body.get('backend')}) records no server_identity: "
-                                       "the server was not asked which models it serves"))
+                out.append(
+                    (
+                        event.seq,
+                        f"run.started seq {event.seq} (backend "
+                        f"{body.get('backend')}) records no server_identity: "
+                        "the server was not asked which models it serves",
+                    )
+                )
             continue
         listed = record.get("listed")
         if not isinstance(listed, Mapping):
