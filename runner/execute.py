@@ -26,9 +26,11 @@ The rules (``docs/trials.md``):
   ``run.stopped`` and a signed checkpoint. A signal before the session started stops the run
   before anything is recorded.
 - One runner per study: an exclusive ``flock`` on ``STUDY/.ledger-run.lock``.
-- Before the session, one recorded ``run.preflight`` per request shape proves the backend
-  serves the locked model and takes the study's requests (:mod:`runner.preflight`); a refused
-  preflight stops the run before any trial is sent. ``ledger run --check`` does only that.
+- Before the session, the server is asked which models it serves (:mod:`runner.identity`,
+  recorded as ``server_identity``), and one recorded ``run.preflight`` per request shape
+  (trials' and step calls') shows that the backend accepts a request naming each locked model
+  and takes the study's requests (:mod:`runner.preflight`); a refused preflight stops the run
+  before any trial or step call is sent. ``ledger run --check`` does only that.
 """
 
 from __future__ import annotations

@@ -1,8 +1,8 @@
 """The preflight (``runner/preflight.py``, ``docs/trials.md`` §3): before any trial, one recorded
-request per request shape proves the backend serves the locked model and takes the study's
-requests; a refused preflight costs no trial. Bad input: a server without the locked model (404
-at the preflight), a server that answers 500, a budget too small for the preflight, Ctrl-C with
-the preflight in flight."""
+request per request shape shows the backend accepts a request naming the locked model and takes
+the study's requests; a refused preflight costs no trial. Bad input: a server without the
+locked model (404 at the preflight), a server that answers 500, a budget too small for the
+preflight, Ctrl-C with the preflight in flight."""
 
 from __future__ import annotations
 
