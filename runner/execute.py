@@ -598,8 +598,8 @@ class Runner:
         ``check``). Raises :class:`runner._errors.PreflightError` when the backend refuses one.
         """
         self._refuse_sealed()
-        await self.ask_server()
         state = load_state(self.study, self.log)
+        await self.ask_server()
         trials = self.pending(state)
         if self.options.max_trials is not None:
             trials = trials[: self.options.max_trials]
@@ -621,6 +621,8 @@ class Runner:
         """
         if self._asked:
             return self.identity
+        if self.control is not None:
+            self.control.check()  # a signal already: ask nothing
         self._asked = True
         if self.backend.simulated:
             return None

@@ -385,7 +385,8 @@ def test_ctrl_c_in_each_step_before_any_task_exists(
             kinds = [e.kind for e in events[before:]]
             assert kinds == ["run.preflight", "run.started", "run.stopped"], kinds
             assert events[-1].body["reason"] == "interrupted: SIGINT"
-            assert server.count() == 1  # the preflight alone
+            assert server.count("messages") == 1  # the preflight alone
+            assert server.count("models.retrieve") == 1  # and the question which models
         resume(study, server)  # the wrappers pass through after their one press
 
 
