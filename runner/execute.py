@@ -56,7 +56,7 @@ from ledger import Event, EventSpec, Ledger, SigningKey
 from runner.backends import CONFIGURATION, Backend, BackendError, Reply, provider_refusal
 from runner.control import RunControl
 from runner.data_arm import data_trial_events
-from runner.identity import ASK_TIMEOUT_SECONDS, Asked, ServerIdentity, unanswered
+from runner.identity import ASK_TIMEOUT_SECONDS, ServerIdentity, unanswered
 from runner.lock import StudyError, check_integrity, ledger_path, sign_missing_checkpoints
 from runner.preflight import (
     Planned,
@@ -650,7 +650,9 @@ class Runner:
                 if stopping:
                     assert control is not None
                     control.check()  # raises: nothing was recorded or sent
-                self.identity = unanswered(ids, [Asked("", None, {}, "no answer in time")], None)
+                self.identity = unanswered(
+                    ids, [], f"no answer within {ASK_TIMEOUT_SECONDS + 5:.0f} seconds"
+                )
                 return self.identity
         try:
             self.identity = call.result()

@@ -218,7 +218,9 @@ def test_a_server_that_lists_the_locked_model_gives_no_warning(
     assert provenance is not None and provenance.status is Status.PASS, provenance
     assert provenance.reason.startswith("the server reported the requested model id")
     assert "not proof of which model answered" in provenance.reason
-    assert "the server listed the locked model(s) in 1 run session record(s)" in (provenance.reason)
+    assert "the server listed the locked model id in 1 (run session, model) pair(s)" in (
+        provenance.reason
+    )
 
 
 def test_a_server_that_cannot_be_asked_warns_at_the_preflight(

@@ -409,7 +409,7 @@ def check_provenance(a: Archive) -> Check:
         f"{compared} answers; a reported id is what the server says, not proof of which model "
         "answered"
         + (f" ({unreported} report none)" if unreported else "")
-        + (f"; the server listed the locked model(s) in {listed} run session record(s)"
+        + (f"; the server listed the locked model id in {listed} (run session, model) pair(s)"
            if listed else "")
         + (f"; {simulated} simulated answers are not compared" if simulated else "")
         + locked_with
