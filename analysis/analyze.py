@@ -35,6 +35,7 @@ from analysis import stats
 from analysis.rows import split_trial
 from ledger import EventSpec, Ledger, SigningKey
 from runner.ddx import DDX_METRICS
+from runner.identity import recorded_warnings
 from runner.lock import StudyError, check_integrity, ledger_path, protocol_event
 from runner.phases import hypothesis_phases, protocol_events, trial_phases
 from runner.provenance import model_mismatches
@@ -1806,7 +1807,9 @@ class AnalyzeResult:
     ``provenance`` (not recorded: recomputable from the ledger) holds the ``environment``
     ``protocol.locked`` recorded and the responses whose reported model is not the one
     requested (``model_mismatches``, a count, and ``first_mismatches``, the first five:
-    :func:`runner.provenance.model_mismatches`).
+    :func:`runner.provenance.model_mismatches`), and ``model_identity_warnings``: each locked
+    model the server did not list or could not be asked about
+    (:func:`runner.identity.recorded_warnings`).
     """
 
     results: list[dict[str, Any]]
@@ -1873,11 +1876,15 @@ def analyze_study(root: str | Path, key: SigningKey) -> AnalyzeResult:
         events = log.append_many(specs, key=key)
         log.sign_checkpoint(key)
         answers = [e for e in log.events() if e.kind in ("trial.responded", "run.preflight")]
+        sessions = [e for e in log.events() if e.kind in ("run.started", "run.preflight")]
     mismatches = model_mismatches(plan, answers)
     provenance = {
         "environment": plan.get("environment"),
         "model_mismatches": len(mismatches),
         "first_mismatches": [m.as_dict() for m in mismatches[:5]],
+        "model_identity_warnings": [
+            {"seq": seq, "warning": line} for seq, line in recorded_warnings(sessions)
+        ],
     }
     return AnalyzeResult(
         [r.as_dict() for r in results], events[0].seq, inputs["trials_csv_sha256"], provenance

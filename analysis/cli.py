@@ -292,6 +292,8 @@ def analyze(study_dir: Path, key_file: str | None, as_json: bool) -> None:
         click.echo(f"warning: {mismatched} response(s) report a model other than the one "
                    f"requested (first: seq {first['seq']}, requested {first['requested']!r}, "
                    f"reported {first['reported']!r}); see ledger status", err=True)
+    for warning in result.provenance.get("model_identity_warnings", []):
+        click.echo(f"WARNING model identity: {warning['warning']}", err=True)
 
 
 def _print_reference_table(result: dict[str, Any]) -> None:

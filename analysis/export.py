@@ -36,6 +36,7 @@ from analysis.rows import (
 from ledger import Ledger, OutputError, SigningKey, canonical_json, describe_os_error
 from ledger._files import fsync_directory
 from runner.arm_identity import identity_bytes, identity_object, identity_version
+from runner.identity import session_notice
 from runner.lock import (
     StudyError,
     check_integrity,
@@ -409,6 +410,9 @@ def _readme(study: Study, log: Ledger, results: list[dict[str, Any]]) -> bytes:
         "the tool).",
         "",
     ]
+    notice = session_notice([{"seq": e.seq, **e.body} for e in log.events("run.started")])
+    if notice is not None:  # docs/trials.md §2: what the server said about the locked model
+        lines += [f"**{notice}**", ""]
     if simulated:
         lines += [
             "**SIMULATED DATA. The responses in this archive come from the offline simulated "

@@ -38,6 +38,7 @@ from analysis import stats
 from analysis.analyze import ORIENTATIONS, TUMBLING_E, labels, verdict_caution
 from ledger import Ledger, write_files
 from ledger.cliutil import table
+from runner.identity import session_notice
 from runner.lock import StudyError, ledger_path, protocol_event
 from verify import Report as VerificationReport
 from verify import Status, verify_ledger_file
@@ -1670,6 +1671,18 @@ def _simulated_banner(report: Report) -> str:
             "</div>")  # fmt: skip
 
 
+def _identity_banner(report: Report) -> str:
+    """``MODEL IDENTITY NOT CONFIRMED: ...`` when a session's server did not list a locked model.
+
+    From the ``run.started`` records (:func:`runner.identity.session_notice`,
+    ``docs/trials.md`` §2); the verifier derives the same text from the events.
+    """
+    notice = session_notice(report.runs)
+    if notice is None:
+        return ""
+    return f'<div class="banner identity" id="identity">{_e(notice)}</div>'
+
+
 def render_html(report: Report) -> str:
     """The self-contained HTML report (inline CSS, figures as data URIs, no scripts)."""
     p = report.protocol
@@ -1685,6 +1698,7 @@ def render_html(report: Report) -> str:
         f"(trials.csv SHA-256 <code>{_e(str(inputs.get('trials_csv_sha256', '–'))[:16])}…"
         f"</code>); backend{'s' if len(backends) > 1 else ''}: {_e(', '.join(backends))}.</p>",
         _simulated_banner(report),
+        _identity_banner(report),
         _section_failed(report),
         _section_verdicts(report),
         _section_components(report),
@@ -1711,6 +1725,9 @@ def render_terminal(report: Report, console: Console) -> None:
     if report.simulated:
         console.print("[bold black on yellow] SIMULATED DATA: responses from the offline "
                       "simulated model, not a real model [/]")  # fmt: skip
+    notice = session_notice(report.runs)
+    if notice is not None:
+        console.print(f"[bold black on yellow] WARNING {escape(notice)} [/]")
     colours = {"supported": "green", "not supported": "white", "not computed": "red"}
     verdicts = table("hypothesis", "contrast", "test", "estimate (CI)", "p", "verdict",
                      "decided by", title="Pre-registered verdicts")  # fmt: skip

@@ -20,13 +20,21 @@ import base64
 import gc
 import json
 import os
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
 
 from ledger import LedgerError, canonical_json
 from runner._pool import fast_idle_checks
+from runner.identity import (
+    ASK_TIMEOUT_SECONDS,
+    Asked,
+    ServerIdentity,
+    identity_headers,
+    listed_in,
+    unanswered,
+)
 from runner.recorded import RecordedEvent, open_recorded
 
 if TYPE_CHECKING:  # imported by the backends that use them: ``import anthropic`` takes seconds
@@ -88,6 +96,10 @@ class Reply:
     stop_reason: str | None
     usage: dict[str, Any] = field(default_factory=dict)
     format: str = FORMAT_ANTHROPIC
+    system_fingerprint: str | None = None
+    """A chat completion's ``system_fingerprint`` (the backend configuration that answered)."""
+    headers: dict[str, str] = field(default_factory=dict)
+    """The response's identity headers (:data:`runner.identity.IDENTITY_HEADERS`)."""
 
 
 class Backend(Protocol):
@@ -115,7 +127,9 @@ class Backend(Protocol):
         ...
 
 
-def reply_from_messages_json(raw: bytes, http_status: int, request_id: str | None) -> Reply:
+def reply_from_messages_json(
+    raw: bytes, http_status: int, request_id: str | None, headers: dict[str, str] | None = None
+) -> Reply:
     """Read a Messages API response body; raise :class:`BackendError` if it is not one."""
     try:
         data = json.loads(raw)
@@ -143,6 +157,7 @@ def reply_from_messages_json(raw: bytes, http_status: int, request_id: str | Non
         model=data.get("model") if isinstance(data.get("model"), str) else None,
         stop_reason=data.get("stop_reason") if isinstance(data.get("stop_reason"), str) else None,
         usage=usage if isinstance(usage, dict) else {},
+        headers=headers or {},
     )
 
 
@@ -289,8 +304,48 @@ class AnthropicBackend:
                 "malformed_response", f"response failed validation: {exc}", retryable=True
             ) from None
         return reply_from_messages_json(
-            raw, response.status_code, response.headers.get("request-id")
+            raw,
+            response.status_code,
+            response.headers.get("request-id"),
+            identity_headers(response.headers),
         )
+
+    async def server_identity(self, model_ids: Sequence[str]) -> ServerIdentity:
+        """Ask the Models API about each locked id: ``GET /v1/models/{id}`` (a 404: not served).
+
+        The Models API resolves an alias to the snapshot it names; what it returns is recorded
+        as the model the server names. No request here costs tokens.
+        """
+        sdk = self.sdk
+        asked: list[Asked] = []
+        models: list[str] = []
+        answered: dict[str, bool] = {}
+        for model_id in model_ids:
+            url = f"{self.base_url}/v1/models/{model_id}"
+            try:
+                raw = await self.client.models.with_raw_response.retrieve(
+                    model_id, timeout=ASK_TIMEOUT_SECONDS
+                )
+                info = await raw.parse()
+            except sdk.APIStatusError as exc:
+                status = exc.status_code
+                asked.append(Asked(url, status, identity_headers(exc.response.headers),
+                                   error_from_status(exc).message))  # fmt: skip
+                answered[model_id] = status == 404  # "no such model" is an answer
+                continue
+            except (sdk.APIError, ValueError) as exc:  # connection, timeout, a body not JSON
+                asked.append(Asked(url, None, {}, f"{type(exc).__name__}: {exc}"))
+                continue
+            asked.append(Asked(url, raw.http_response.status_code,
+                               identity_headers(raw.headers)))  # fmt: skip
+            answered[model_id] = True
+            if isinstance(getattr(info, "id", None), str):
+                models.append(info.id)
+        listed = {
+            m: True if listed_in(m, models) else (False if answered.get(m) else None)
+            for m in model_ids
+        }
+        return ServerIdentity(tuple(asked), tuple(models) if answered else None, listed)
 
     async def count_tokens(self, body: dict[str, Any]) -> int | None:
         """POST /v1/messages/count_tokens for the request's model and messages."""
@@ -369,6 +424,7 @@ class OpenAICompatibleBackend:
 
         headers = {"authorization": f"Bearer {api_key}"} if api_key else {}
         self.url = base_url.rstrip("/") + "/chat/completions"
+        self.models_url = base_url.rstrip("/") + "/models"
         self.httpx = httpx
         self.client = httpx.AsyncClient(timeout=timeout, headers=headers)
 
@@ -421,7 +477,41 @@ class OpenAICompatibleBackend:
             stop_reason=choice.get("finish_reason") if isinstance(choice, dict) else None,
             usage=usage,
             format=FORMAT_OPENAI,
+            system_fingerprint=(
+                data["system_fingerprint"] if isinstance(data.get("system_fingerprint"), str)
+                else None
+            ),
+            headers=identity_headers(response.headers),
         )
+
+    async def server_identity(self, model_ids: Sequence[str]) -> ServerIdentity:
+        """``GET {base_url}/models``: the OpenAI-compatible list of the models served.
+
+        A server that cannot be asked (no such route, an error, a body that is no model list)
+        leaves every id unknown (None), and the error says why.
+        """
+        httpx = self.httpx
+        url = self.models_url
+        try:
+            response = await self.client.get(url, timeout=ASK_TIMEOUT_SECONDS)
+        except httpx.HTTPError as exc:
+            return unanswered(model_ids, [Asked(url, None, {}, f"{type(exc).__name__}: {exc}")],
+                              None)  # fmt: skip
+        headers = identity_headers(response.headers)
+        status = response.status_code
+        if status >= 400:
+            error = f"HTTP {status} from {url}: {response.text[:200]}"
+            return unanswered(model_ids, [Asked(url, status, headers, error)], None)
+        try:
+            data = json.loads(response.content)
+            ids = [entry["id"] for entry in data["data"]]
+            if not all(isinstance(i, str) for i in ids):
+                raise TypeError("a model id is not a string")
+        except (ValueError, KeyError, TypeError) as exc:
+            error = f"HTTP {status} body is not a model list ({type(exc).__name__}: {exc})"
+            return unanswered(model_ids, [Asked(url, status, headers, error)], None)
+        listed = {m: listed_in(m, ids) for m in model_ids}
+        return ServerIdentity((Asked(url, status, headers),), tuple(ids), listed)
 
     async def count_tokens(self, body: dict[str, Any]) -> int | None:
         """Local servers have no standard token-counting route: None (the estimate says so)."""
@@ -543,6 +633,13 @@ class ReplayBackend:
     async def peek(self, body: dict[str, Any]) -> Reply:
         """The response :meth:`send` would give next, without using it up (the preflight)."""
         return self._answer(body, take=False)
+
+    async def server_identity(self, model_ids: Sequence[str]) -> ServerIdentity:
+        """No server to ask: the answers come from a recorded ledger (every id unknown)."""
+        return unanswered(
+            model_ids, [], f"the replay backend answers from the responses recorded in "
+            f"{self.source}; there is no server to ask",
+        )  # fmt: skip
 
     def _answer(self, body: dict[str, Any], *, take: bool) -> Reply:
         from runner.request import request_blob

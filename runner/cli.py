@@ -407,7 +407,7 @@ def _parse_until(value: str | None) -> Any:
     "--check",
     is_flag=True,
     help="Send and record only the preflight requests (one per request shape), then exit: 0 "
-    "when the backend serves the locked model and accepts the study's requests.",
+    "when the backend accepts requests naming the locked model(s), step calls included.",
 )
 @click.option("--key", "key_file", default=None, help="Signing key (default: the study owner's).")
 @click.option("--json", "as_json", is_flag=True, help="Print the session summary as JSON.")
@@ -431,10 +431,12 @@ def run_cmd(
 ) -> None:
     """Run the locked schedule's pending trials; safe to stop and resume at any moment.
 
-    Every run starts with a recorded preflight: one request per request shape, built as the
-    first pending trial of that shape, proving that the backend serves the locked model and
-    accepts the study's requests; if it does not, the run stops (exit 1) naming the model,
-    backend, URL and error, before any trial is sent. --check sends the preflight alone.
+    Every run starts with a recorded preflight: one request per request shape (trials' and
+    step calls'), built as the first pending one of that shape, showing that the backend
+    accepts requests naming the locked model; if it does not, the run stops (exit 1) naming
+    the model, backend, URL and error, before any trial or step call is sent. The server's
+    model list is recorded too; a locked model it does not list is a WARNING (what a server
+    reports is not proof of which model answered). --check sends the preflight alone.
 
     Each attempt is recorded before it is sent and its response or error right after;
     a restart continues where the last session stopped. Rate limits and server errors are
@@ -520,12 +522,15 @@ def run_cmd(
         click.echo(preflight.describe(), err=True)
         if preflight.model_match is False:
             click.echo(_mismatch_warning(preflight), err=True)
+    for line in result.server_warnings:
+        click.echo(f"WARNING model identity: {line}", err=True)
     if as_json:
         dump_json({
             "study": study_dir.name,
             "backend": engine.name,
             "simulated": engine.simulated,
             "preflights": [p.seq for p in result.preflights],
+            "model_identity_warnings": list(result.server_warnings),
             "started_seq": result.started_seq,
             "stopped_seq": result.stopped_seq,
             "responded": c.responded,
@@ -590,7 +595,8 @@ def _show_check(preflights: list[Any], simulated: bool, as_json: bool) -> None:
                 {"seq": p.seq, "as_trial": p.trial, "model": p.model,
                  "shape": p.shape.as_dict(), "attempts": p.attempts,
                  "http_status": p.http_status, "reported_model": p.reported_model,
-                 "model_match": p.model_match}
+                 "model_match": p.model_match, "step": p.step,
+                 "empty_slots": list(p.empty_slots), "warnings": list(p.warnings)}
                 for p in preflights
             ],
         })
@@ -599,6 +605,8 @@ def _show_check(preflights: list[Any], simulated: bool, as_json: bool) -> None:
         click.echo(preflight.describe())
         if preflight.model_match is False:
             click.echo(_mismatch_warning(preflight), err=True)
+    for line in dict.fromkeys(w for p in preflights for w in p.warnings):
+        click.echo(f"WARNING model identity: {line}", err=True)
     n = len(preflights)
     click.echo(
         f"check passed: {n} preflight request{'' if n == 1 else 's'} accepted; no trial was sent"
@@ -623,6 +631,7 @@ def status(study_dir: Path, as_json: bool) -> None:
       ledger status my-study
     """
     from ledger import Ledger
+    from runner.identity import recorded_warnings
     from runner.lock import check_integrity, ledger_path, protocol_event
     from runner.provenance import model_mismatches
     from runner.state import arm_status, load_state
@@ -632,6 +641,7 @@ def status(study_dir: Path, as_json: bool) -> None:
         state = load_state(study, log)
         kinds: dict[str, int] = {}
         answers: list[Any] = []  # responses and preflights: what served the study
+        sessions: list[Any] = []  # run.started and run.preflight: what the server said
         preflight: Any = None
         for event in log.events():
             kinds[event.kind] = kinds.get(event.kind, 0) + 1
@@ -639,6 +649,8 @@ def status(study_dir: Path, as_json: bool) -> None:
                 answers.append(event)
                 if event.kind == "run.preflight":
                     preflight = event
+            if event.kind in ("run.started", "run.preflight"):
+                sessions.append(event)
         protocol = protocol_event(log)
         if study.steps:
             from runner.step_state import step_status
@@ -647,6 +659,7 @@ def status(study_dir: Path, as_json: bool) -> None:
         else:
             steps = []
     mismatches = model_mismatches(protocol.body if protocol else {}, answers)
+    identity = recorded_warnings(sessions)
     rows = arm_status(state)
     if as_json:
         dump_json({"study": study.id, "sessions": state.sessions, "events": kinds,
@@ -657,6 +670,7 @@ def status(study_dir: Path, as_json: bool) -> None:
                    ),
                    "model_mismatches": {"count": len(mismatches),
                                         "first": [m.as_dict() for m in mismatches[:5]]},
+                   "model_identity_warnings": [{"seq": q, "warning": w} for q, w in identity],
                    **({"steps": steps} if study.steps else {})})
         return
     grid = table("arm", "trials", "responded", "given up", "pending", "awaiting", "attempts",
@@ -684,6 +698,8 @@ def status(study_dir: Path, as_json: bool) -> None:
     out.print(f"{total - pending}/{total} trials final; events: {counts}")
     if preflight is not None:
         out.print(_preflight_line(preflight), markup=False)
+    for _, line in identity:
+        out.print(f"WARNING model identity: {line}", markup=False)
     if mismatches:
         first = "; ".join(
             f"seq {m.seq} ({m.trial or 'preflight'}): requested {m.requested!r}, reported "

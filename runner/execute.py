@@ -26,9 +26,11 @@ The rules (``docs/trials.md``):
   ``run.stopped`` and a signed checkpoint. A signal before the session started stops the run
   before anything is recorded.
 - One runner per study: an exclusive ``flock`` on ``STUDY/.ledger-run.lock``.
-- Before the session, one recorded ``run.preflight`` per request shape proves the backend
-  serves the locked model and takes the study's requests (:mod:`runner.preflight`); a refused
-  preflight stops the run before any trial is sent. ``ledger run --check`` does only that.
+- Before the session, the server is asked which models it serves (:mod:`runner.identity`,
+  recorded as ``server_identity``), and one recorded ``run.preflight`` per request shape
+  (trials' and step calls') shows that the backend accepts a request naming each locked model
+  and takes the study's requests (:mod:`runner.preflight`); a refused preflight stops the run
+  before any trial or step call is sent. ``ledger run --check`` does only that.
 """
 
 from __future__ import annotations
@@ -54,8 +56,15 @@ from ledger import Event, EventSpec, Ledger, SigningKey
 from runner.backends import CONFIGURATION, Backend, BackendError, Reply, provider_refusal
 from runner.control import RunControl
 from runner.data_arm import data_trial_events
+from runner.identity import ASK_TIMEOUT_SECONDS, ServerIdentity, unanswered
 from runner.lock import StudyError, check_integrity, ledger_path, sign_missing_checkpoints
-from runner.preflight import Preflight, run_preflights
+from runner.preflight import (
+    Planned,
+    Preflight,
+    plan_preflights,
+    request_shape,
+    run_preflights,
+)
 from runner.pricing import (
     PRICES_AS_OF,
     Price,
@@ -156,6 +165,7 @@ class RunResult:
     preflights: tuple[Preflight, ...] = ()  # the preflights sent before the session
     witness_wait: float = 0.0  # seconds the session waited on its witnesses
     unwitnessed: tuple[str, ...] = ()  # checkpoints that went on unwitnessed ('continue')
+    server_warnings: tuple[str, ...] = ()  # locked models the server did not list, or unasked
 
 
 ProgressHook = Callable[[Counters, int, int], None]
@@ -456,6 +466,9 @@ class Runner:
         self.steps = StepWork(study, self.builder.renderer) if study.steps or staged else None
         self.step_calls = 0  # step responses this session
         self._items: dict[str, Any] | None = None  # item id -> data, for data arms (trials.md §6)
+        # what the server said about the session's models (runner/identity.py); None: not asked
+        self.identity: ServerIdentity | None = None
+        self._asked = False
 
     # ------------------------------------------------------------------ events
 
@@ -578,43 +591,203 @@ class Runner:
     async def preflight(self, *, check: bool = False) -> list[Preflight]:
         """Send and record the preflight requests (:mod:`runner.preflight`) of this session.
 
-        One per request shape among the trials the session would send (the pending ones, at
-        most ``max_trials``); none when nothing is pending, except for ``check`` (``ledger run
-        --check``), which then takes the whole schedule. Raises
-        :class:`runner._errors.PreflightError` when the backend refuses one.
+        One per request shape among the requests the session would send: its trials (the
+        pending ones, at most ``max_trials``; with ``check`` and nothing pending, the whole
+        schedule) and, in a study with steps, its step calls (every step model's, judges
+        included), before any of them is sent. None when nothing is pending (except for
+        ``check``). Raises :class:`runner._errors.PreflightError` when the backend refuses one.
         """
         self._refuse_sealed()
         state = load_state(self.study, self.log)
+        await self.ask_server()
         trials = self.pending(state)
         if self.options.max_trials is not None:
             trials = trials[: self.options.max_trials]
         if not trials and check:
             trials = [t for t in state.order if t.model in self.selected]
         trials = [t for t in trials if not self._is_data(t)]  # a data trial sends no request
-        if self.steps is not None:
-            trials = self._renderable(trials, state)
-        return await run_preflights(self, trials, check=check, spent=state.cost_usd)
+        if self.steps is None:
+            planned = [Planned(t, b, s) for t, b, s in plan_preflights(trials, self.builder.body)]
+        else:
+            planned = self._step_study_plan(trials, state, check=check)
+        return await run_preflights(self, planned, check=check, spent=state.cost_usd)
 
-    def _renderable(self, trials: list[Trial], state: StudyState) -> list[Trial]:
-        """The trials whose requests can be rendered now: their item steps have decided.
+    async def ask_server(self) -> ServerIdentity | None:
+        """Ask the server which models it serves, once per session (:mod:`runner.identity`).
 
-        A trial whose item template reads a step (``{steps.NAME}``) has no request before the
-        step's calls are answered, so it cannot be preflighted before then.
+        Not for a simulated backend (None: nothing is recorded). A backend without a way to
+        ask is recorded as such. Nothing here is recorded or paid for; a signal while waiting
+        stops the run before anything is recorded.
+        """
+        if self._asked:
+            return self.identity
+        if self.control is not None:
+            self.control.check()  # a signal already: ask nothing
+        self._asked = True
+        if self.backend.simulated:
+            return None
+        ids = list(dict.fromkeys(
+            m.id for m in self.study.model_specs() if m.name in self.selected
+        ))  # fmt: skip
+        ask = getattr(self.backend, "server_identity", None)
+        if ask is None:
+            self.identity = unanswered(
+                ids, [], f"the {self.backend.name} backend has no way to ask its server"
+            )
+            return self.identity
+        call = asyncio.ensure_future(ask(ids))
+        control = self.control
+        started = time.monotonic()
+        while True:
+            done, _ = await asyncio.wait([call], timeout=0.05)
+            if done:
+                break
+            stopping = control is not None and control.stopping
+            if stopping or time.monotonic() - started > ASK_TIMEOUT_SECONDS + 5:
+                call.cancel()
+                with contextlib.suppress(asyncio.CancelledError, Exception):
+                    await call
+                if stopping:
+                    assert control is not None
+                    control.check()  # raises: nothing was recorded or sent
+                self.identity = unanswered(
+                    ids, [], f"no answer within {ASK_TIMEOUT_SECONDS + 5:.0f} seconds"
+                )
+                return self.identity
+        try:
+            self.identity = call.result()
+        except Exception as exc:  # a backend's own failure to ask is recorded, never fatal
+            self.identity = unanswered(ids, [], f"asking failed: {type(exc).__name__}: {exc}")
+        return self.identity
+
+    def _step_study_plan(self, trials: list[Trial], state: StudyState, *, check: bool) -> (
+        list[Planned]
+    ):
+        """The preflight candidates of a study with steps: its trials, then its step calls.
+
+        A trial whose request cannot be rendered yet (its item template reads a step's output,
+        or it is a second stage) is built with those slots empty; so is a step call whose
+        inputs do not exist yet. Every step of the session's models that still has calls to
+        make contributes its first call per model (``docs/trials.md`` §3, §5).
         """
         assert self.steps is not None
-        self.steps.load(self.log)
-        out = []
+        work = self.steps
+        work.load(self.log)
+        renderer = self.builder.renderer
+        planned: list[Planned] = []
+        built: set[tuple[str, str | None, str, str | None]] = set()
         for trial in trials:
-            values = self.steps.item_inputs(trial.stimulus)
+            key = (trial.arm, trial.model, trial.stimulus, trial.variant)
+            if key in built:
+                continue
+            built.add(key)
+            values = work.item_inputs(trial.stimulus) if work.item_steps_final(
+                trial.stimulus
+            ) else None
             after = self.study.arms[trial.arm].after
-            prior = {} if after is None else prior_values(
-                self.study, self.steps, state, trial, after
-            )
+            prior = {} if after is None else prior_values(self.study, work, state, trial, after)
             if values is not None and isinstance(prior, dict):
-                self.builder.renderer.step_values[trial.stimulus] = values
-                self.builder.renderer.prior_values[trial.id] = prior
-                out.append(trial)
+                renderer.step_values[trial.stimulus] = values
+                renderer.prior_values[trial.id] = prior
+                body = self.builder.body(trial)
+                planned.append(Planned(trial, body, request_shape(body)))
+                continue
+            planned.append(self._stand_in(trial))
+        planned += self._step_candidates(trials, check=check)
+        return planned
+
+    def _stand_in(self, trial: Trial) -> Planned:
+        """A trial's request with its undecided slots (``steps.*``, ``prior.*``) empty."""
+        renderer = self.builder.renderer
+        steps = sorted({s.name for t in renderer.item_templates() for s in t.slots()
+                        if s.name.startswith("steps.")})  # fmt: skip
+        prior = sorted({s.name for name in self.study.arms[trial.arm].components
+                        for s in (renderer.component_templates[name].slots()
+                                  if name in renderer.component_templates else ())
+                        if s.name.startswith("prior.")})  # fmt: skip
+        saved = renderer.step_values.get(trial.stimulus), renderer.prior_values.get(trial.id)
+        renderer.step_values[trial.stimulus] = {s: "" for s in steps}
+        renderer.prior_values[trial.id] = {s: "" for s in prior}
+        try:
+            body = self.builder.body(trial)
+        finally:  # the stand-in values never reach a real request
+            for table, key, value in ((renderer.step_values, trial.stimulus, saved[0]),
+                                      (renderer.prior_values, trial.id, saved[1])):
+                if value is None:
+                    table.pop(key, None)
+                else:
+                    table[key] = value
+        empty = tuple(steps) + tuple(prior)
+        return Planned(trial, body, request_shape(body), empty)
+
+    def _step_candidates(self, trials: list[Trial], *, check: bool) -> list[Planned]:
+        """For each step and model of the session with calls still to make, its first call.
+
+        Item steps: the first call in call order that is not final (with ``check``, the first
+        call). Trial steps: the call on the first trial of ``trials`` (else the first answered
+        trial whose call is not final). Inputs that do not exist yet are sent empty.
+        """
+        from runner.steps import trial_step_calls
+
+        assert self.steps is not None
+        work = self.steps
+        out: list[Planned] = []
+        for name, spec in self.study.steps.items():
+            for model in spec.models:
+                if model not in self.selected:
+                    continue
+                call: StepCall | None = None
+                if spec.on == "item":
+                    for candidate in work.item_calls[name]:
+                        record = work.calls.get(candidate.id)
+                        if candidate.model == model and (
+                            check or record is None or not record.final
+                        ):
+                            call = candidate
+                            break
+                else:
+                    units = [(t.id, t.stimulus) for t in trials] + [
+                        (t, work.trial_stimulus.get(t, "")) for t in work.responses
+                    ]
+                    for trial_id, stimulus in units:
+                        candidate = next(c for c in trial_step_calls(spec, trial_id, stimulus)
+                                         if c.model == model)  # fmt: skip
+                        record = work.calls.get(candidate.id)
+                        if check or record is None or not record.final:
+                            call = candidate
+                            break
+                if call is not None:
+                    out.append(self._step_request(call))
         return out
+
+    def _step_request(self, call: StepCall) -> Planned:
+        """A step call's request: as it will be sent, or with its undecided inputs empty."""
+        assert self.steps is not None
+        work = self.steps
+        values = None
+        if call.trial is None or call.trial in work.responses:
+            values = work.inputs(call)
+        empty: tuple[str, ...] = ()
+        if values is None:
+            values = work.render.rough_values(call)
+            given = work.render.rough_values(call)
+            items = self.builder.renderer.items
+            known = set(self.builder.renderer.values(items.by_id[call.stimulus])) if (
+                items is not None and call.stimulus in items.by_id
+            ) else set()
+            empty = tuple(sorted(k for k in given if k not in known))
+        body = work.render.body(call, values)
+        return Planned(call, body, request_shape(body), empty)
+
+    def server_warnings(self) -> list[str]:
+        """What the server said about the locked models, as warnings (:mod:`runner.identity`)."""
+        if self.identity is None:
+            return []
+        from runner.preflight import backend_url
+
+        url = backend_url(self.backend)
+        where = f"the {self.backend.name} backend" + (f" at {url}" if url else "")
+        return self.identity.warnings(where)
 
     async def check(self) -> list[Preflight]:
         """``ledger run --check``: the preflight alone, with this session's signal handling."""
@@ -651,6 +824,12 @@ class Runner:
                 "concurrency": self.options.concurrency,
                 "max_attempts": self.options.max_attempts,
                 "budget_usd": self.options.budget_usd,
+                # a real backend: what its server said about the models (runner/identity.py)
+                **(
+                    {"server_identity": self.identity.as_dict()}
+                    if self.identity is not None
+                    else {}
+                ),
                 # priced sessions only (a simulated run's events stay as they were)
                 **(
                     {
@@ -1306,6 +1485,7 @@ class Runner:
         try:
             control.check()
             preflights = await self.preflight() if self.options.preflight else []
+            await self.ask_server()  # asked once: by the preflight, else here
             control.check()
             self.state = self._open_session()
             control.attach(loop, self)
@@ -1315,7 +1495,8 @@ class Runner:
             finally:
                 control.detach()
             result = self._close()  # a signal now is ignored: the session closes whole
-            result = replace(result, preflights=tuple(preflights))
+            result = replace(result, preflights=tuple(preflights),
+                             server_warnings=tuple(self.server_warnings()))  # fmt: skip
         finally:
             if own:
                 control.restore()

@@ -1,15 +1,22 @@
-"""The preflight: before any trial, one recorded request per request shape (``docs/trials.md`` §3).
+"""The preflight: before any paid call, one recorded request per shape (``docs/trials.md`` §3).
 
-A run's first request is not a trial. For every distinct *request shape* among the trials the
-session is about to send (per model: whether the request has images, a system prompt, prior
-turns, and which parameter names it carries), the runner sends the request of the first such
-trial in schedule order, exactly as that trial would send it (the runner's request builder and
-the backend's wire translation), and records it as ``run.preflight`` with the request blob and
-the response blob or the error. It proves, before anything can be given up, that the backend
-serves the locked model and accepts the study's requests: a wrong model id (404), a server that
-cannot take images (a 500 or a 400), a bad key. A failed preflight stops the run with a message
-naming the model, the backend, its URL and the error (:class:`runner._errors.PreflightError`):
-no trial was requested, none was given up.
+A run's first request is not a trial. For every distinct *request shape* among the requests
+the session is about to send (per model: whether the request has images, a system prompt,
+prior turns, and which parameter names it carries), the runner sends the request of the first
+such trial in schedule order, exactly as that trial would send it (the runner's request builder
+and the backend's wire translation), and records it as ``run.preflight`` with the request blob
+and the response blob or the error. In a study with model steps the step calls are requests
+too (screeners, rewriters, judges, each with its own model): the preflight covers their shapes
+as well, before the first step call, and a request whose inputs do not exist yet (a trial
+whose item template reads a step's output, a judge that reads a response) is sent with those
+slots empty and says so (``empty_slots``). It shows, before anything can be given up or paid
+for, that the backend *accepts* a request naming the locked model and takes the study's
+requests: a wrong model id (404), a server that cannot take images (a 500 or a 400), a bad
+key. It does not show which model answered (a server may answer any name with the model it
+has): what the server reports about itself is recorded beside it (``server_identity``,
+:mod:`runner.identity`). A failed preflight stops the run with a message naming the model, the
+backend, its URL and the error (:class:`runner._errors.PreflightError`): no trial or step call
+was requested, none was given up.
 
 A preflight is not a trial: it is not in the schedule, never scored or analysed, and not counted
 in any trial count. Its cost, when the session is priced, counts against ``--budget-usd``.
@@ -29,13 +36,16 @@ from ledger import Ledger, SigningKey
 from runner._errors import PreflightError, StudyError
 from runner.backends import Backend, BackendError, Reply
 from runner.control import RunControl, RunInterruptedError
+from runner.identity import ServerIdentity
 from runner.pricing import Price, cost_at
 from runner.provenance import model_matches
 from runner.request import RequestBuilder, Trial, request_blob
 from runner.spec import Study
+from runner.steps import StepCall
 
 __all__ = [
-    "Preflight", "PreflightHost", "Shape", "plan_preflights", "request_shape", "run_preflights",
+    "Planned", "Preflight", "PreflightHost", "Shape", "first_per_shape", "plan_preflights",
+    "request_shape", "run_preflights",
 ]  # fmt: skip
 
 #: Members of a Messages request that are its structure, not its parameters.
@@ -57,13 +67,16 @@ class PreflightHost(Protocol):
     builder: RequestBuilder
     control: RunControl | None
     price: Price | None
+    identity: ServerIdentity | None
 
     @property
     def options(self) -> Any:
         """The session's :class:`runner.execute.RunOptions`."""
         ...
 
-    def worst_cost(self, trial: Trial, wire: dict[str, Any], *, batch: bool | None = None) -> float:
+    def worst_cost(
+        self, trial: Trial | StepCall, wire: dict[str, Any], *, batch: bool | None = None
+    ) -> float:
         """The most the request ``wire`` can cost (a priced session only)."""
         ...
 
@@ -143,8 +156,41 @@ def plan_preflights(
 
 
 @dataclass(frozen=True)
+class Planned:
+    """One request the preflight may send: a trial's or a step call's, and its shape.
+
+    ``empty_slots`` names the template slots sent empty because their values do not exist
+    yet (a step's output, a first stage's answer, a judged response); empty for a request
+    built exactly as it will be sent.
+    """
+
+    subject: Trial | StepCall
+    body: dict[str, Any]
+    shape: Shape
+    empty_slots: tuple[str, ...] = ()
+
+    @property
+    def what(self) -> str:
+        """``trial A|q1|1`` or ``step call step:judge|judge_a|A|q1|1``."""
+        kind = "step call" if isinstance(self.subject, StepCall) else "trial"
+        return f"{kind} {self.subject.id}"
+
+
+def first_per_shape(planned: list[Planned]) -> list[Planned]:
+    """The first request of each distinct shape, in the order given."""
+    seen: dict[Shape, Planned] = {}
+    for entry in planned:
+        seen.setdefault(entry.shape, entry)
+    return list(seen.values())
+
+
+@dataclass(frozen=True)
 class Preflight:
-    """One preflight request that succeeded (the last ``run.preflight`` of its shape)."""
+    """One preflight request that succeeded (the last ``run.preflight`` of its shape).
+
+    ``trial`` is the id of the trial (or, with ``step`` set, the step call) it copies;
+    ``warnings`` what the server said about the locked model (:mod:`runner.identity`).
+    """
 
     seq: int
     trial: str
@@ -155,18 +201,27 @@ class Preflight:
     reported_model: str | None
     model_match: bool | None
     simulated: bool
+    step: str | None = None
+    empty_slots: tuple[str, ...] = ()
+    warnings: tuple[str, ...] = ()
 
     def describe(self) -> str:
-        """One line for the person at the terminal."""
+        """One line for the person at the terminal: what the server accepted and reported."""
         reported = (
-            f"; the backend reports model {self.reported_model!r}"
-            if self.reported_model is not None and self.reported_model != self.model
-            else ""
+            f"; the response reports model {self.reported_model!r}"
+            if self.reported_model is not None
+            else "; the response reports no model"
         )
         label = " (simulated)" if self.simulated else ""
+        like = f"step call {self.trial}" if self.step is not None else f"trial {self.trial}"
+        empty = (
+            f", with {', '.join(self.empty_slots)} sent empty (their values come later)"
+            if self.empty_slots
+            else ""
+        )
         return (
-            f"preflight{label}: model {self.model!r} accepted a request like trial "
-            f"{self.trial} ({self.shape.describe()}): HTTP {self.http_status}{reported} "
+            f"preflight{label}: a request naming model {self.model!r} was accepted, built like "
+            f"{like}{empty} ({self.shape.describe()}): HTTP {self.http_status}{reported} "
             f"(run.preflight at seq {self.seq})"
         )
 
@@ -239,8 +294,7 @@ async def _wait(runner: PreflightHost, seconds: float) -> None:
 
 def _record(
     runner: PreflightHost,
-    trial: Trial,
-    shape: Shape,
+    planned: Planned,
     attempt: int,
     wire: dict[str, Any],
     *,
@@ -250,9 +304,20 @@ def _record(
     latency: float | None = None,
     cost: float | None = None,
 ) -> int:
-    """Append one ``run.preflight``; return its seq."""
+    """Append one ``run.preflight``; return its seq.
+
+    A real backend's preflight also records what the server said about itself
+    (``server_identity``) and, when answered, the response's ``system_fingerprint`` and
+    identity ``headers`` (``docs/trials.md`` §3); a simulated one's body is as it was.
+    """
     blob, digest = request_blob(wire)
     simulated = runner.backend.simulated
+    subject, shape = planned.subject, planned.shape
+    copies: dict[str, Any] = (
+        {"as_call": subject.id, "step": subject.step}
+        if isinstance(subject, StepCall)
+        else {"as_trial": subject.id, "position": subject.position}
+    )
     body: dict[str, Any] = {
         "check": check,
         "backend": runner.backend.name,
@@ -261,8 +326,8 @@ def _record(
         "package_version": version("prompt-ledger"),
         "model": shape.model,
         "shape": shape.as_dict(),
-        "as_trial": trial.id,
-        "position": trial.position,
+        **copies,
+        **({"empty_slots": list(planned.empty_slots)} if planned.empty_slots else {}),
         "attempt": attempt,
         "request_sha256": digest,
         "ok": reply is not None,
@@ -271,6 +336,8 @@ def _record(
         ),
         "latency_ms": None if simulated or latency is None else round(latency * 1000, 3),
     }
+    if runner.identity is not None:
+        body["server_identity"] = runner.identity.as_dict()
     blobs: dict[str, bytes] = {"request": blob}
     if reply is not None:
         body.update(
@@ -282,6 +349,8 @@ def _record(
             cost_usd=cost,
             format=reply.format,
         )
+        if not simulated:
+            body.update(system_fingerprint=reply.system_fingerprint, headers=reply.headers)
         blobs["response"] = reply.raw
     else:
         assert error is not None
@@ -295,12 +364,14 @@ def _record(
     return runner.log.append("run.preflight", body, key=runner.key, blobs=blobs).seq
 
 
-def _budget_check(runner: PreflightHost, trial: Trial, wire: dict[str, Any], spent: float) -> None:
+def _budget_check(
+    runner: PreflightHost, subject: Trial | StepCall, wire: dict[str, Any], spent: float
+) -> None:
     """Refuse (nothing sent) a preflight that could take the study over ``--budget-usd``."""
     budget = runner.options.budget_usd
     if budget is None or runner.price is None:
         return
-    worst = runner.worst_cost(trial, wire, batch=False)  # sent as a single Messages call
+    worst = runner.worst_cost(subject, wire, batch=False)  # sent as a single Messages call
     if spent + worst > budget:
         raise StudyError(
             f"budget: the preflight request could cost up to ${worst:.4f}, which with "
@@ -309,10 +380,25 @@ def _budget_check(runner: PreflightHost, trial: Trial, wire: dict[str, Any], spe
         )
 
 
+def _warnings(runner: PreflightHost, model: str) -> tuple[str, ...]:
+    """What the server said about ``model``, as warning lines (none when it lists it)."""
+    identity = runner.identity
+    if identity is None or identity.listed.get(model) is True:
+        return ()
+    name, url = runner.backend.name, backend_url(runner.backend)
+    where = f"the {name} backend" + (f" at {url}" if url else "")
+    mine = ServerIdentity(identity.asked, identity.models, {model: identity.listed.get(model)},
+                          identity.note)  # fmt: skip
+    return tuple(mine.warnings(where))
+
+
 async def run_preflights(
-    runner: PreflightHost, trials: list[Trial], *, check: bool, spent: float
+    runner: PreflightHost, planned: list[Planned], *, check: bool, spent: float
 ) -> list[Preflight]:
-    """Send and record the preflight of every shape among ``trials``; raise if one fails.
+    """Send and record the preflight of every shape among ``planned``; raise if one fails.
+
+    ``planned`` are the session's candidate requests (trials', then step calls'), in order;
+    the first of each shape is sent (:func:`first_per_shape`).
 
     ``spent`` is what the study has spent so far (it counts against ``--budget-usd``). Raises
     :class:`PreflightError` (after recording the failed ``run.preflight`` events) when the
@@ -324,8 +410,9 @@ async def run_preflights(
     name, url = runner.backend.name, backend_url(runner.backend)
     where = f"the {name} backend" + (f" at {url}" if url else "")
     control = runner.control
-    for trial, body, shape in plan_preflights(trials, runner.builder.body):
-        wire = runner.backend.wire_body(body)
+    for entry in first_per_shape(planned):
+        trial, shape = entry.subject, entry.shape
+        wire = runner.backend.wire_body(entry.body)
         _budget_check(runner, trial, wire, spent)
         seqs: list[int] = []
         errors: list[tuple[str, int | None, str]] = []
@@ -344,7 +431,7 @@ async def run_preflights(
                     "may or may not have reached the API",
                     retryable=True,
                 )
-                seq = _record(runner, trial, shape, attempt, wire, check=check, error=error)
+                seq = _record(runner, entry, attempt, wire, check=check, error=error)
                 assert control is not None
                 raise RunInterruptedError(
                     f"interrupted by {stop.signal_name} during the preflight (recorded as "
@@ -352,7 +439,7 @@ async def run_preflights(
                     control.exit_code or 130,
                 ) from None
             except BackendError as exc:
-                seq = _record(runner, trial, shape, attempt, wire, check=check, error=exc)
+                seq = _record(runner, entry, attempt, wire, check=check, error=exc)
                 seqs.append(seq)
                 if control is not None:
                     control.end_preflight(
@@ -371,9 +458,10 @@ async def run_preflights(
                     tries = f" ({attempt} attempts)" if attempt > 1 else ""
                     raise PreflightError(
                         f"preflight failed{tries}: {where} did not accept the request for model "
-                        f"{shape.model!r} ({shape.describe()}; built as trial {trial.id} would "
-                        f"be): {exc.message.rstrip('.')}. {_hint(exc, shape)}. No trial was sent "
-                        f"or given up (run.preflight at seq {seq}); fix the cause and run again",
+                        f"{shape.model!r} ({shape.describe()}; built as {entry.what} would be): "
+                        f"{exc.message.rstrip('.')}. {_hint(exc, shape)}. No trial was sent or "
+                        f"given up, nor any step call (run.preflight at seq {seq}); fix the "
+                        "cause and run again",
                         seqs,
                     ) from None
                 if control is not None:
@@ -386,7 +474,7 @@ async def run_preflights(
             cost = cost_at(runner.price, reply.usage) if runner.price is not None else None
             spent += cost or 0.0
             seq = _record(
-                runner, trial, shape, attempt, wire, check=check, reply=reply, latency=latency,
+                runner, entry, attempt, wire, check=check, reply=reply, latency=latency,
                 cost=cost,
             )
             if control is not None:
@@ -398,6 +486,9 @@ async def run_preflights(
                     seq, trial.id, shape.model, shape, attempt, reply.http_status, reply.model,
                     None if runner.backend.simulated else model_matches(shape.model, reply.model),
                     runner.backend.simulated,
+                    trial.step if isinstance(trial, StepCall) else None,
+                    entry.empty_slots,
+                    _warnings(runner, shape.model),
                 )
             )
             break

@@ -22,13 +22,19 @@ Routes (route names in brackets are used by :meth:`FakeMessagesServer.inject` an
   :meth:`FakeMessagesServer.set_batch_result`).
 - ``POST /v1/messages/batches/{id}/cancel`` [``batches.cancel``]: the batch ends at once; requests
   not yet given a result are ``canceled``.
+- ``GET /v1/models/{id}`` [``models.retrieve``]: the Models API's ``ModelInfo``
+  (``{"type": "model", "id", "display_name", "created_at"}``) for a model it lists, else 404
+  ``not_found_error``; ``GET /v1/models`` [``models.list``]: the page of every listed model
+  (only when ``listed_models`` names them).
 - anything else [``other``]: 404 ``not_found_error``.
 
 Models: with ``models`` (a set of ids), a ``messages`` or ``count_tokens`` request for any other
 model gets 404 ``not_found_error`` (``model: <id>``), as the API answers an unknown model; with
 ``reported_model``, every Message answered names that model instead of the requested one (a
 server that serves another model than the one asked for). Both default to None: any model is
-served and reported as requested.
+served and reported as requested. ``listed_models`` are the ids the Models API knows (default:
+``models``; when both are None it knows any id it is asked about): a server that answers
+every name but lists one other model is ``FakeMessagesServer(listed_models={"other"})``.
 
 Every answer carries a ``request-id`` header (``req_...``); error bodies have the API's shape
 ``{"type": "error", "error": {"type": ..., "message": ...}, "request_id": ...}``. Unknown batch
@@ -102,7 +108,7 @@ CLI (for benchmarks and crash tests run as a separate process)::
     python tests/fake_messages.py --port 0 --latency-ms 200 [--fault-rate 0.1 --seed 1]
         [--fault-kinds 429,529,500] [--log FILE] [--state FILE] [--api-key KEY ...]
         [--batch-ready-after-polls N] [--retry-after S] [--slow-seconds S]
-        [--responder module:function] [--model ID ...] [--reported-model ID]
+        [--responder module:function] [--model ID ...] [--reported-model ID] [--listed-model ID ...]
 
 prints ``PORT <n>`` as its first stdout line and serves until SIGTERM or SIGINT.
 """
@@ -323,6 +329,7 @@ class FakeMessagesServer:
         fault_routes: routes subject to random faults.
         models: the model ids served (others: 404 ``not_found_error``); None serves any.
         reported_model: the ``model`` every answered Message reports; None: the requested one.
+        listed_models: the ids the Models API lists (default ``models``; None and None: any).
         host: interface to bind (keep 127.0.0.1).
         port: port to bind; 0 picks a free one.
     """
@@ -345,6 +352,7 @@ class FakeMessagesServer:
         fault_routes: Iterable[str] = ("messages",),
         models: Iterable[str] | None = None,
         reported_model: str | None = None,
+        listed_models: Iterable[str] | None = None,
         host: str = "127.0.0.1",
         port: int = 0,
     ) -> None:
@@ -367,6 +375,9 @@ class FakeMessagesServer:
         self.slow_seconds = slow_seconds
         self.models: frozenset[str] | None = None if models is None else frozenset(models)
         self.reported_model = reported_model
+        self.listed_models: frozenset[str] | None = (
+            frozenset(listed_models) if listed_models is not None else self.models
+        )
         self._host = host
         self._requested_port = port
         self._rng = random.Random(seed)
@@ -857,6 +868,9 @@ class _Handler(BaseHTTPRequestHandler):
 
     def _answer(self, route: str, body: Any, batch_id: str | None) -> None:
         fake = self.server.fake
+        if route in ("models.retrieve", "models.list"):
+            self._models(route, batch_id)
+            return
         if route == "messages":
             message = fake._message(body)
             fake._note_answer(body, "messages")
@@ -892,6 +906,24 @@ class _Handler(BaseHTTPRequestHandler):
                     for line in record["results"]
                 )
                 self._send(route, 200, data, "application/binary")
+
+    def _models(self, route: str, model_id: str | None) -> None:
+        """The Models API: one ``ModelInfo``, or the page of every listed model."""
+        listed = self.server.fake.listed_models
+
+        def info(name: str) -> dict[str, Any]:
+            return {"type": "model", "id": name, "display_name": name,
+                    "created_at": "2026-01-01T00:00:00Z"}  # fmt: skip
+
+        if route == "models.list":
+            names = sorted(listed or ())
+            self._json(route, 200, {"data": [info(n) for n in names], "has_more": False,
+                                    "first_id": names[0] if names else None,
+                                    "last_id": names[-1] if names else None})  # fmt: skip
+        elif model_id is not None and (listed is None or model_id in listed):
+            self._json(route, 200, info(model_id))
+        else:
+            self._error(route, 404, "not_found_error", f"model: {model_id}")
 
     def _base(self) -> str:
         host = self.headers.get("host") or "{}:{}".format(*self.server.server_address[:2])
@@ -954,6 +986,10 @@ def _route(method: str, path: str) -> tuple[str, str | None]:
         return "count_tokens", None
     if path == "/v1/messages/batches" and method == "POST":
         return "batches.create", None
+    if path == "/v1/models" and method == "GET":
+        return "models.list", None
+    if path.startswith("/v1/models/") and method == "GET" and "/" not in path[len("/v1/models/") :]:
+        return "models.retrieve", path[len("/v1/models/") :]
     match = _BATCH_PATH.match(path)
     if match is not None:
         batch_id, suffix = match.group(1), match.group(2)
@@ -1028,6 +1064,10 @@ def main(argv: list[str] | None = None) -> int:
         help="a model id served (repeatable; default: any); others get 404",
     )
     parser.add_argument("--reported-model", default=None, help="the model every answer names")
+    parser.add_argument(
+        "--listed-model", dest="listed_models", action="append", default=None,
+        help="a model id the Models API lists (repeatable; default: the --model ids, else any)",
+    )
     args = parser.parse_args(argv)
 
     keys: list[str] | None = args.api_keys or ["test"]
@@ -1049,6 +1089,7 @@ def main(argv: list[str] | None = None) -> int:
         fault_routes=[r for r in args.fault_routes.split(",") if r],
         models=args.models,
         reported_model=args.reported_model,
+        listed_models=args.listed_models,
         host=args.host,
         port=args.port,
     )

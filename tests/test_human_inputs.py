@@ -122,8 +122,11 @@ def test_data_trials_take_the_item_field_and_send_nothing(study: Path) -> None:
             assert event.body["format"] == "text" and event.body["backend"] == "data"
             assert event.body["model"] is None and event.body["cost_usd"] is None
             assert log.blob(event.blobs["response"]) == fields[item].encode("utf-8")
-        preflights = [e.body["as_trial"] for e in log.events("run.preflight")]
+        preflights = [e.body.get("as_trial") or e.body["as_call"]
+                      for e in log.events("run.preflight")]  # fmt: skip
         assert preflights and not any(t.startswith("physicians|") for t in preflights)
+        # the judges' step calls are preflighted too, before the first step call
+        assert any(t.startswith("step:") for t in preflights)
         judged = {e.body["trial"] for e in log.events("step.requested")}
         assert {e.body["trial"] for e in data.values()} <= judged  # judged like a model
 

@@ -25,6 +25,7 @@ from verify import verify_ledger_file
 # tests inject for the trials: library runs here go without it. The CLI always preflights.
 FAST = {"backoff_base": 0.01, "backoff_max": 0.05, "jitter_seed": 1, "preflight": False}
 ANSWER = '{"chart_type": "tumbling-e", "rows": []}'
+FINGERPRINT = "b1234-fake"
 #: Fault kinds: the status and body sent instead of a chat completion.
 FAULTS: dict[str, tuple[int, bytes]] = {
     "503": (503, b'{"error": {"message": "overloaded, try again", "type": "server_error"}}'),
@@ -40,9 +41,15 @@ FAULTS: dict[str, tuple[int, bytes]] = {
 
 
 class FakeChatServer:
-    """``POST /v1/chat/completions`` on 127.0.0.1; records the canonical bytes of every body."""
+    """``POST /v1/chat/completions`` on 127.0.0.1; records the canonical bytes of every body.
 
-    def __init__(self) -> None:
+    Like llama-cpp-python's server, it answers any model name and echoes the requested one.
+    ``listed``: the ids ``GET /v1/models`` lists (None: the server has no such route, 404).
+    Every completion carries ``system_fingerprint`` :data:`FINGERPRINT`.
+    """
+
+    def __init__(self, listed: list[str] | None = None) -> None:
+        self.listed = listed
         self.received: list[bytes] = []  # canonical JSON of each parsed request body
         self.answered: list[bytes] = []  # raw bodies of the 200 chat completions sent
         self.faults: deque[str] = deque()
@@ -54,6 +61,13 @@ class FakeChatServer:
 
             def log_message(self, format: str, *args: Any) -> None:
                 pass
+
+            def do_GET(self) -> None:
+                if self.path != "/v1/models" or fake.listed is None:
+                    self._send(404, b'{"error": {"message": "not found"}}')
+                    return
+                data = [{"id": m, "object": "model", "owned_by": "me"} for m in fake.listed]
+                self._send(200, json.dumps({"object": "list", "data": data}).encode())
 
             def do_POST(self) -> None:
                 length = int(self.headers.get("content-length", "0"))
@@ -98,6 +112,7 @@ class FakeChatServer:
             "id": "chatcmpl-1",
             "object": "chat.completion",
             "model": body["model"],
+            "system_fingerprint": FINGERPRINT,
             "choices": [
                 {
                     "index": 0,

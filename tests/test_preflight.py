@@ -1,8 +1,8 @@
 """The preflight (``runner/preflight.py``, ``docs/trials.md`` §3): before any trial, one recorded
-request per request shape proves the backend serves the locked model and takes the study's
-requests; a refused preflight costs no trial. Bad input: a server without the locked model (404
-at the preflight), a server that answers 500, a budget too small for the preflight, Ctrl-C with
-the preflight in flight."""
+request per request shape shows the backend accepts a request naming the locked model and takes
+the study's requests; a refused preflight costs no trial. Bad input: a server without the
+locked model (404 at the preflight), a server that answers 500, a budget too small for the
+preflight, Ctrl-C with the preflight in flight."""
 
 from __future__ import annotations
 
@@ -82,6 +82,7 @@ def test_check_on_the_fake_messages_server_writes_one_preflight_and_no_trial(
         assert result.exit_code == 0, result.output
         assert server.count("messages", 200) == 1
         answered = server.answered[0].sha256
+        base = server.base_url
     new = events(study)[before:]
     assert [e.kind for e in new] == ["run.preflight"]  # exactly one event: no session, no trial
     [preflight] = new
@@ -95,7 +96,20 @@ def test_check_on_the_fake_messages_server_writes_one_preflight_and_no_trial(
     assert body["position"] == 1 and body["attempt"] == 1
     assert body["request_sha256"] == answered == preflight.blobs["request"]
     assert json.loads(blob(study, preflight.blobs["response"]))["type"] == "message"
-    assert "preflight: model 'claude-sonnet-4-6' accepted" in result.stdout
+    assert ("preflight: a request naming model 'claude-sonnet-4-6' was accepted, built like "
+            "trial") in result.stdout
+    assert "the response reports model 'claude-sonnet-4-6'" in result.stdout
+    # what the server said about itself: the Models API knows the locked id (no warning)
+    identity = body["server_identity"]
+    [asked] = identity["asked"]
+    assert asked["url"] == f"{base}/v1/models/{MODEL}" and asked["http_status"] == 200
+    assert asked["headers"]["request-id"].startswith("req_") and asked["error"] is None
+    assert identity["models"] == [MODEL] and identity["listed"] == {MODEL: True}
+    assert body["headers"]["request-id"] == body["request_id"]
+    assert body["system_fingerprint"] is None  # the Messages API has none
+    assert "not among the models" not in result.output and "could not be asked" not in (
+        result.output
+    )
     assert "check passed: 1 preflight request accepted; no trial was sent" in result.stdout
     # ledger status shows it; the preflight is no trial: every trial is still pending
     status = status_json(study)
@@ -220,6 +234,8 @@ def test_ctrl_c_with_the_preflight_in_flight_records_it_interrupted(study: Path)
     with FakeMessagesServer(latency_ms=0) as server:
 
         def on_arrival(route: str) -> None:
+            if route != "messages":
+                return  # the model list, asked before the preflight: let it through
             control.press("SIGINT")  # what the handler calls, while the call is in flight
             released.wait(10)
 

@@ -233,7 +233,9 @@ def test_404_from_a_wrong_base_url_stops_the_run_without_using_attempts(
         assert f.body["error_type"] == "configuration" and f.body["http_status"] == 404
         assert not f.body["final"] and not f.body["retryable"]
     assert [e.body["reason"][:16] for e in events(study, "run.stopped")] == ["error: HTTP 404 "]
-    assert server.count("other", 404) == 2 and server.count("messages") == 0
+    # two Messages posts and, before each, the question which models it serves (GET
+    # /wrong/v1/models/ID): all four to the wrong route
+    assert server.count("other", 404) == 4 and server.count("messages") == 0
     # the right URL: every trial completes. The first trial (a 404 already) now meets one
     # 500: were the 404 counted, --max-attempts 2 would give it up instead of retrying it.
     server.inject("500", count=1)

@@ -105,6 +105,24 @@ def test_the_study_runs_is_judged_and_verifies(study: Path) -> None:
     assert kappa == pytest.approx((p_o - p_e) / (1 - p_e), abs=1e-12)
     status = json.loads(invoke("status", study, "--json"))
     assert {s["step"] for s in status["steps"]} == {"screen", "rewrite", "judge"}
+    # issue 31: the preflight covered the step models before the first step call
+    preflight = report.get("preflight")
+    assert preflight is not None and "of them of step calls" in preflight.reason, preflight
+    first_call = next(e["seq"] for e in events if e["kind"] == "step.requested")
+    covered = {e["body"]["model"] for e in events
+               if e["kind"] == "run.preflight" and e["seq"] < first_call}  # fmt: skip
+    assert covered == {"claude-sonnet-4-6", "claude-haiku-4-5", "claude-opus-4-1"}
+
+
+def test_a_step_preflight_naming_another_model_fails(archive: Path) -> None:
+    events = read_events(archive)
+    preflight = next(e for e in events if e["kind"] == "run.preflight" and
+                     e["body"].get("step") == "judge")  # fmt: skip
+    call = preflight["body"]["as_call"]
+    preflight["body"]["as_call"] = call.replace("|judge_", "|target_", 1)  # not a judge model
+    resign(archive, events)
+    reason = failed(verify_archive(archive), "preflight")
+    assert f"seq {preflight['seq']}" in reason and "not a model of step 'judge'" in reason
 
 
 def test_blind_judge_requests_do_not_depend_on_the_arm(study: Path) -> None:

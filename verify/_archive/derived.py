@@ -6,6 +6,7 @@ import csv
 import json
 from typing import Any
 
+from verify._archive.preflight import identity_notice
 from verify._archive.view import Archive
 from verify._envelope import is_hex64
 from verify._ledgerfile import _State
@@ -105,6 +106,13 @@ def _check_readme_study(st: _State, a: Archive, text: list[str]) -> None:
                 f"says {locked}",
                 where=where,
             )
+    notice = identity_notice(a)
+    if notice is not None and f"**{notice}**" not in text:
+        st.fail(
+            "README.md does not carry the notice that a locked model's identity is not "
+            f"confirmed by its server, which the run.started events call for: {notice[:160]!r}",
+            where="README.md",
+        )
     simulated = [s for s in a.of_kind("run.started") if a.body(s).get("simulated") is True]
     if simulated and "simulated model" not in "\n".join(text).lower():
         st.fail(

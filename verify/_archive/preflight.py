@@ -2,10 +2,16 @@
 
 ``preflight``: every ``run.preflight`` event has the body ``docs/trials.md`` §3 gives, its
 request blob hashes to ``request_sha256`` and carries the locked model id, and it is exactly the
-locked request of the scheduled trial it copies (``as_trial``); a response blob it names is
-present. ``provenance``: every response (and preflight) whose reported model is neither the
-requested id nor a dated snapshot of it is a WARN, not a failure: the record is intact, the
-server merely names another model (``docs/trials.md`` §2 says why). Written from the docs alone.
+locked request of the scheduled trial it copies (``as_trial``), or names a step call of a locked
+step and that step model's locked id (``as_call``); a response blob it names is present; its
+``server_identity`` (when recorded) says ``listed: true`` for exactly the locked ids found among
+the models the server named. ``provenance``: every response (and preflight) whose reported model
+is neither the requested id nor a dated snapshot of it is a WARN, not a failure: the record is
+intact, the server merely names another model (``docs/trials.md`` §2 says why); so is a locked
+model the server did not list, or could not be asked about (``server_identity`` of
+``run.started`` and ``run.preflight``), and a real backend's session that recorded no
+``server_identity`` at all. A reported model id is what the server *reported*, never proof of
+which model answered, and the check says so. Written from the docs alone.
 """
 
 from __future__ import annotations
@@ -21,16 +27,27 @@ from verify._ledgerfile import _State
 from verify._reader.files import MAX_PARSED_BYTES
 from verify._report import Check
 
-__all__ = ["check_preflight", "check_provenance", "model_matches"]
+__all__ = [
+    "check_preflight", "check_provenance", "identity_notice", "identity_problem",
+    "identity_warnings", "model_matches",
+]  # fmt: skip
 
 _SNAPSHOT = re.compile(r"-(?:\d{8}|\d{4}-\d{2}-\d{2})")
 
 # member -> the types it may have (docs/trials.md §3); "int" excludes booleans
 _COMMON: dict[str, tuple[str, ...]] = {
     "check": ("bool",), "backend": ("str",), "url": ("str", "null"), "simulated": ("bool",),
-    "package_version": ("str",), "model": ("str",), "shape": ("dict",), "as_trial": ("str",),
-    "position": ("int",), "attempt": ("int",), "request_sha256": ("str",), "ok": ("bool",),
+    "package_version": ("str",), "model": ("str",), "shape": ("dict",),
+    "attempt": ("int",), "request_sha256": ("str",), "ok": ("bool",),
     "http_status": ("int", "null"), "latency_ms": ("number", "null"),
+}  # fmt: skip
+# what the preflight copies: a scheduled trial, or (a study with steps) a step call
+_AS_TRIAL: dict[str, tuple[str, ...]] = {"as_trial": ("str",), "position": ("int",)}
+_AS_CALL: dict[str, tuple[str, ...]] = {"as_call": ("str",), "step": ("str",)}
+# members a later writer adds; absent from older ledgers (docs/ledger-format.md, format notes)
+_OPTIONAL: dict[str, tuple[str, ...]] = {"empty_slots": ("list",), "server_identity": ("dict",)}
+_OPTIONAL_ANSWERED: dict[str, tuple[str, ...]] = {
+    "system_fingerprint": ("str", "null"), "headers": ("dict",),
 }  # fmt: skip
 _ANSWERED: dict[str, tuple[str, ...]] = {
     "request_id": ("str", "null"), "reported_model": ("str", "null"),
@@ -73,25 +90,99 @@ def _locked_model(a: Archive, trial: str) -> str | None:
     return found if type(found) is str else None
 
 
+def identity_problem(record: Any) -> str | None:
+    """How a ``server_identity`` departs from ``docs/trials.md`` §3, or ``None``."""
+    if type(record) is not dict or set(record) != {"asked", "models", "listed", "note"}:
+        return "'server_identity' is not {asked, models, listed, note}"
+    asked, models, listed, note = (record[k] for k in ("asked", "models", "listed", "note"))
+    if type(asked) is not list or not all(
+        type(a) is dict and set(a) == {"url", "http_status", "headers", "error"}
+        and type(a["url"]) is str and (a["http_status"] is None or _is(a["http_status"], "int"))
+        and type(a["headers"]) is dict and all(type(v) is str for v in a["headers"].values())
+        and (a["error"] is None or type(a["error"]) is str)
+        for a in asked
+    ):
+        return "'server_identity.asked' is not a list of {url, http_status, headers, error}"
+    if models is not None and (type(models) is not list
+                               or not all(type(m) is str for m in models)):  # fmt: skip
+        return "'server_identity.models' is neither null nor a list of strings"
+    if type(listed) is not dict or not all(v is None or type(v) is bool for v in listed.values()):
+        return "'server_identity.listed' is not an object of true, false or null"
+    if note is not None and type(note) is not str:
+        return "'server_identity.note' is neither null nor a string"
+    for model_id, value in listed.items():
+        found = type(models) is list and any(model_matches(model_id, m) for m in models)
+        if (value is True) != found:
+            named = "is" if found else "is not"
+            return (f"'server_identity.listed' says {model_id!r} is {value}, but it {named} "
+                    f"among the models the server named ({models!r})")  # fmt: skip
+        if value is False and models is None:
+            return f"'server_identity.listed' says {model_id!r} is false with no model list"
+    return None
+
+
+def _step_model(a: Archive, call: str, step: str) -> tuple[str | None, str | None]:
+    """(the locked model id of step call ``call``, None) or (None, why it is no locked call).
+
+    ``call`` is ``step:{step}|{model}|...`` (``docs/trials.md`` §5): ``step`` a locked step
+    (``protocol.locked`` ``steps``), ``model`` one of its models (``""``: the one ``[model]``).
+    """
+    steps = a.protocol.get("steps")
+    spec = steps.get(step) if type(steps) is dict else None
+    if type(spec) is not dict:
+        return None, f"step {step!r} is not a locked step"
+    prefix = f"step:{step}|"
+    if not call.startswith(prefix) or "|" not in call[len(prefix) :]:
+        return None, f"as_call {call!r} is not a call of step {step!r}"
+    name = call[len(prefix) :].split("|", 1)[0]
+    models = spec.get("models")
+    if type(models) is not list or name not in models:
+        return None, f"as_call {call!r} names model {name!r}, not a model of step {step!r}"
+    if name == "":
+        entry = a.protocol.get("model")
+    else:
+        table = a.protocol.get("models")
+        entry = table.get(name) if type(table) is dict else None
+    found = entry.get("id") if type(entry) is dict else None
+    return (found, None) if type(found) is str else (None, f"model {name!r} has no locked id")
+
+
 def _body_problem(body: dict[str, Any]) -> str | None:
     """How a ``run.preflight`` body departs from ``docs/trials.md`` §3, or ``None``."""
     want = dict(_COMMON)
     ok = body.get("ok")
     want.update(_ANSWERED if ok is True else _FAILED)
+    want.update(_AS_CALL if "as_call" in body and "as_trial" not in body else _AS_TRIAL)
+    optional = dict(_OPTIONAL)
+    if ok is True:
+        optional.update(_OPTIONAL_ANSWERED)
     for name, kinds in want.items():
         if name not in body:
             return f"has no {name!r}"
         if not any(_is(body[name], k) for k in kinds):
             return f"{name!r} is {body[name]!r}, not {' or '.join(kinds)}"
-    extra = sorted(set(body) - set(want))
+    for name, kinds in optional.items():
+        if name in body and not any(_is(body[name], k) for k in kinds):
+            return f"{name!r} is {body[name]!r}, not {' or '.join(kinds)}"
+    extra = sorted(set(body) - set(want) - set(optional))
     if extra:
         return f"has unexpected member(s) {', '.join(extra)}"
+    slots = body.get("empty_slots", ["-"])
+    if not slots or not all(type(x) is str for x in slots):
+        return "'empty_slots' is not a non-empty list of slot names"
+    headers = body.get("headers", {})
+    if not all(type(v) is str for v in headers.values()):
+        return "'headers' holds a value that is not a string"
+    if "server_identity" in body:
+        problem = identity_problem(body["server_identity"])
+        if problem is not None:
+            return problem
     shape = body["shape"]
     if set(shape) != set(_SHAPE) or not all(_is(shape[k], t) for k, t in _SHAPE.items()):
         return "'shape' is not {images, system, prior_turns: bool, parameters: [str]}"
     if not all(type(p) is str for p in shape["parameters"]):
         return "'shape.parameters' holds a non-string"
-    if body["attempt"] < 1 or body["position"] < 1:
+    if body["attempt"] < 1 or body.get("position", 1) < 1:
         return "'attempt' and 'position' must be at least 1"
     if not is_hex64(body["request_sha256"]):
         return "'request_sha256' is not 64 lowercase hex digits"
@@ -111,7 +202,7 @@ def check_preflight(a: Archive) -> Check:
     ids = a.schedule()
     position = {tid: i for i, tid in enumerate(ids, start=1)}
     sealed = a.of_kind("scoring.sealed")
-    count = ok = 0
+    count = ok = calls = 0
     for seq in a.of_kind("run.preflight"):
         count += 1
         body = a.body(seq)
@@ -143,9 +234,19 @@ def check_preflight(a: Archive) -> Check:
             req = json.loads(data)
         except (ValueError, RecursionError):
             req = None
+        carried = req.get("model") if type(req) is dict else None
+        if "as_call" in body:  # a step call's request (docs/trials.md §3, §5)
+            locked, why = _step_model(a, body["as_call"], body["step"])
+            if why is not None:
+                st.fail(f"seq {seq}: run.preflight {why}", seq)
+            elif carried != locked or body["model"] != locked:
+                st.fail(f"seq {seq}: the preflight request carries model {carried!r} (body: "
+                        f"{body['model']!r}); step call {body['as_call']} locks model "
+                        f"{locked!r}", seq)  # fmt: skip
+            calls += 1
+            continue
         trial = body["as_trial"]
         locked = _locked_model(a, trial)
-        carried = req.get("model") if type(req) is dict else None
         if carried != locked or body["model"] != locked:
             st.fail(f"seq {seq}: the preflight request carries model {carried!r} (body: "
                     f"{body['model']!r}); the locked model is {locked!r}", seq)  # fmt: skip
@@ -160,15 +261,113 @@ def check_preflight(a: Archive) -> Check:
             if found is not None:
                 st.fail(f"seq {seq}: the preflight request is not the locked request of trial "
                         f"{trial}: {found}", seq)  # fmt: skip
+    of_calls = (
+        f", {calls} of them of step calls, each naming a locked step model's id" if calls else ""
+    )
     return st.check(
         f"{count} preflight request(s) ({ok} answered) are well formed, carry the locked model "
-        "id and are each exactly the locked request of the trial they copy"
+        f"id and are each exactly the locked request of the trial they copy{of_calls}"
     )
 
 
+def identity_warnings(a: Archive) -> list[tuple[int, str]]:
+    """(seq, text) per locked model a real backend's server did not list, or was not asked about.
+
+    From every non-simulated ``run.started`` and answered-or-not ``run.preflight`` that records
+    ``server_identity`` (``docs/trials.md`` §3), the first event per (model, what was said);
+    and each non-simulated ``run.started`` that records none (written before it was recorded,
+    or by a writer that did not ask). Shared by the ``provenance`` check, the report's banner
+    and the README's notice, which must all say the same.
+    """
+    out: list[tuple[int, str]] = []
+    said: set[tuple[str, object]] = set()
+    for seq in sorted(a.of_kind("run.started") + a.of_kind("run.preflight")):
+        body = a.body(seq)
+        if body.get("simulated") is True:
+            continue
+        env = a.envs[seq]
+        kind = env.get("kind") if env is not None else None
+        record = body.get("server_identity")
+        if record is None:
+            if kind == "run.started":
+                out.append((seq, f"run.started seq {seq} (backend {body.get('backend')}) records "
+                                 "no server_identity: the server was not asked which models it "
+                                 "serves, so which model answered rests on what each response "
+                                 "reports"))  # fmt: skip
+            continue
+        if identity_problem(record) is not None:
+            continue  # the preflight check fails it; nothing to read here
+        models = record["models"]
+        named = ", ".join(repr(m) for m in models[:8]) + (" ..." if len(models) > 8 else "") if (
+            models
+        ) else "none"
+        for model_id, value in sorted(record["listed"].items()):
+            if value is True or (model_id, value) in said:
+                continue
+            said.add((model_id, value))
+            if value is False:
+                out.append((seq, f"{kind} seq {seq}: the locked model {model_id!r} is not among "
+                                 f"the models the server reports serving (it named: {named}); "
+                                 "its answers report the model the server says, which proves "
+                                 "nothing about which model answered"))  # fmt: skip
+            else:
+                errors = [str(x.get("error")) for x in record["asked"] if x.get("error")]
+                why = record["note"] or "; ".join(errors)
+                out.append((seq, f"{kind} seq {seq}: the server could not be asked whether it "
+                                 f"serves the locked model {model_id!r}"
+                                 + (f" ({why})" if why else "")))  # fmt: skip
+    return out
+
+
+def identity_notice(a: Archive) -> str | None:
+    """The notice the report and README must carry (``docs/trials.md`` §2), or None.
+
+    Read from the ``run.started`` events alone: each real session's ``server_identity``, in
+    seq order, each locked id (sorted) it gives as ``false`` or ``null``, the first time that
+    is said of that id.
+    """
+    items: list[str] = []
+    said: set[tuple[str, object]] = set()
+    for seq in sorted(a.of_kind("run.started")):
+        body = a.body(seq)
+        record = body.get("server_identity")
+        if body.get("simulated") is True or type(record) is not dict:
+            continue
+        listed = record.get("listed")
+        if type(listed) is not dict:
+            continue
+        for model_id in sorted(listed):
+            value = listed[model_id]
+            if value is True or (model_id, value) in said:
+                continue
+            said.add((model_id, value))
+            if value is False:
+                items.append(f"the server did not list the locked model '{model_id}' among its "
+                             f"models (run.started seq {seq})")  # fmt: skip
+            else:
+                items.append(f"the server could not be asked whether it serves the locked model "
+                             f"'{model_id}' (run.started seq {seq})")  # fmt: skip
+    if not items:
+        return None
+    return ("MODEL IDENTITY NOT CONFIRMED: " + "; ".join(items) + ". A response's model id is "
+            "what the server reports, not proof of which model answered.")  # fmt: skip
+
+
 def check_provenance(a: Archive) -> Check:
-    """WARN for each answer whose reported model is not the requested one (nor its snapshot)."""
+    """WARN for each answer whose reported model is not the requested one (nor its snapshot).
+
+    And for each locked model the server did not list or could not be asked about
+    (:func:`identity_warnings`): these come first at their seq. The PASS line says what the
+    comparison shows: the ids the server *reported*, not which model answered.
+    """
     st = _State("provenance")
+    for seq, text in identity_warnings(a):
+        st.warn(text, seq)
+    listed = 0
+    for seq in sorted(a.of_kind("run.started")):
+        record = a.body(seq).get("server_identity")
+        if type(record) is dict and type(record.get("listed")) is dict:
+            listed += sum(v is True for v in record["listed"].values())
     compared = unreported = simulated = 0
     for seq in sorted(a.of_kind("trial.responded") + a.of_kind("run.preflight")):
         env = a.envs[seq]
@@ -206,8 +405,12 @@ def check_provenance(a: Archive) -> Check:
         else "; protocol.locked records no environment"
     )
     return st.check(
-        f"{compared} answers report the requested model or a dated snapshot of it"
+        f"the server reported the requested model id (or a dated snapshot of it) in "
+        f"{compared} answers; a reported id is what the server says, not proof of which model "
+        "answered"
         + (f" ({unreported} report none)" if unreported else "")
+        + (f"; the server listed the locked model id in {listed} (run session, model) pair(s)"
+           if listed else "")
         + (f"; {simulated} simulated answers are not compared" if simulated else "")
         + locked_with
     )

@@ -35,6 +35,7 @@ from html.parser import HTMLParser
 from typing import Any
 
 from verify import _qrboot
+from verify._archive.preflight import identity_notice
 from verify._archive.view import Archive
 from verify._ledgerfile import _State
 from verify._report import CHECK_NAMES, Check
@@ -1275,6 +1276,9 @@ class _Expect:
         banner = self.simulated_banner()
         if banner is not None:
             out.append(("div", banner))
+        notice = identity_notice(self.a)
+        if notice is not None:  # docs/trials.md §2: a locked model the server did not confirm
+            out.append(("div", notice))
         if any(r.get("status") == "failed" for r in self.results):
             out.append(("div", "Some results could not be computed; each is listed with its "
                         "reason below and shown as “not computed” where it belongs."))  # fmt: skip
