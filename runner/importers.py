@@ -37,11 +37,15 @@ from ledger._files import fsync_directory
 from runner._errors import SpecError
 from runner.items import (  # one reader of JSON objects
     ITEM_ID_RE,
+    MAX_NESTING,
     OPTION_LABELS,
     ItemSet,
     _DuplicateMember,
+    _nesting,
     _no_duplicates,
+    _TooDeep,
     load_items,
+    parse_json,
 )
 
 __all__ = [
@@ -156,12 +160,15 @@ def _jsonl_records(text: str, name: str, problems: list[str]) -> list[_Record]:
             problems.append(f"{where}: blank line (the file has one JSON object per line)")
             continue
         try:
-            value = json.loads(line, object_pairs_hook=_no_duplicates)
+            value = parse_json(line)
         except _DuplicateMember as exc:
             problems.append(f"{where}: {exc}")
             continue
         except json.JSONDecodeError as exc:
             problems.append(f"{where}: not valid JSON: {exc.msg} (column {exc.colno})")
+            continue
+        except ValueError as exc:  # nested too deep
+            problems.append(f"{where}: not an item record: {exc}")
             continue
         if not isinstance(value, dict):
             problems.append(f"{where}: not a JSON object, got {_short(value)}")
@@ -194,7 +201,7 @@ def _document_records(
     """
     closer = "]" if opener == "[" else "}"
     what = "array" if opener == "[" else "object"
-    decoder = json.JSONDecoder(object_pairs_hook=_no_duplicates)
+    decoder = json.JSONDecoder(object_pairs_hook=_no_duplicates)  # records bounded below
     lines = _Lines(text)
     records: list[_Record] = []
     first_line: dict[str, int] = {}
@@ -245,7 +252,13 @@ def _document_records(
                     else:
                         first_line[key] = key_line
                 value, pos = decoder.raw_decode(text, pos)
-            except _DuplicateMember as exc:
+                if _nesting(value) > MAX_NESTING:
+                    raise _TooDeep(f"arrays and objects nested more than {MAX_NESTING} levels deep")
+            except RecursionError:
+                problems.append(f"{where}: arrays and objects nested more than {MAX_NESTING} "
+                                "levels deep")  # fmt: skip
+                return records
+            except (_DuplicateMember, _TooDeep) as exc:
                 problems.append(f"{where}: {exc}")
                 return records
             except json.JSONDecodeError as exc:
@@ -776,7 +789,7 @@ def merge_metadata(items: list[dict[str, Any]], sidecar: str | Path) -> list[dic
     path = Path(sidecar)
     name = str(path)
     try:
-        data = json.loads(_read_text(path, name), object_pairs_hook=_no_duplicates)
+        data = parse_json(_read_text(path, name))
     except (ValueError, _DuplicateMember) as exc:
         raise DatasetError([f"{name}: not a JSON metadata sidecar: {exc}"]) from None
     entries = data.get("items") if isinstance(data, dict) else None

@@ -224,6 +224,43 @@ def _no_duplicates(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
     return out
 
 
+MAX_NESTING = 64
+"""Deepest nesting of arrays and objects an item, a record or a sidecar may have."""
+
+
+def _nesting(value: Any) -> int:
+    """How deep ``value``'s arrays and objects nest (0 for a scalar), iteratively."""
+    deepest, stack = 0, [(value, 1)]
+    while stack:
+        node, depth = stack.pop()
+        if isinstance(node, dict | list):
+            deepest = max(deepest, depth)
+            children = node.values() if isinstance(node, dict) else node
+            stack.extend((child, depth + 1) for child in children)
+    return deepest
+
+
+class _TooDeep(ValueError):
+    """A JSON value whose arrays and objects nest deeper than :data:`MAX_NESTING` levels."""
+
+
+def parse_json(text: str) -> Any:
+    """``text`` parsed as JSON: no member named twice, at most :data:`MAX_NESTING` levels.
+
+    Raises ``ValueError`` (:class:`_DuplicateMember` for a repeated member) with the reason; a
+    document nested too deep for Python's parser is the same ``ValueError``, never a
+    ``RecursionError``.
+    """
+    try:
+        value = json.loads(text, object_pairs_hook=_no_duplicates)
+    except RecursionError:
+        raise _TooDeep(f"arrays and objects nested deeper than {MAX_NESTING} levels") from None
+    depth = _nesting(value)
+    if depth > MAX_NESTING:
+        raise _TooDeep(f"arrays and objects nested {depth} levels deep, more than {MAX_NESTING}")
+    return value
+
+
 def _jsonl(text: str, name: str, problems: list[str]) -> list[tuple[int, dict[str, Any]]]:
     rows: list[tuple[int, dict[str, Any]]] = []
     lines = text.split("\n")
@@ -238,7 +275,7 @@ def _jsonl(text: str, name: str, problems: list[str]) -> list[tuple[int, dict[st
             problems.append(f"{where}: blank line (an item file has one JSON object per line)")
             continue
         try:
-            data = json.loads(line, object_pairs_hook=_no_duplicates)
+            data = parse_json(line)
         except _DuplicateMember as exc:
             problems.append(f"{where}: {exc}")
             continue

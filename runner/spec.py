@@ -51,6 +51,7 @@ from runner.witnessing import WitnessPolicy, parse_policy
 
 ARM_ROLES = ("full", "matched-control", "vehicle", "dismantling", "factorial")
 MAX_REPLICATES = 100_000  # with the schedule's own cap, runner.schedule.MAX_TRIALS
+MAX_SPEC_BYTES = 16 << 20  # a study.toml is a few kB; 16 MiB leaves room for long inline text
 MCQ_TESTS = ("flip-rate", "position-bias", "voting", "self-consistency", "gee")
 """Seed 002's statistics as registered tests (``docs/mcq-statistics.md`` §11): each needs an
 item file and a letter parser (``multiple-choice`` or ``cloze``)."""
@@ -2167,6 +2168,9 @@ def load_study(root: str | Path, *, strict: bool = True) -> Study:
     if spec_path.is_dir():
         raise SpecError([f"{spec_path} is a directory, where the study spec file is expected"])
     try:
+        if spec_path.stat().st_size > MAX_SPEC_BYTES:  # refused before a byte is read
+            raise SpecError([f"{spec_path}: {spec_path.stat().st_size:,} bytes, more than the "
+                             f"{MAX_SPEC_BYTES:,} a study spec may have"])
         raw = spec_path.read_bytes()
     except FileNotFoundError:
         raise SpecError([f"{spec_path}: no study spec (study.toml) in {root}"]) from None
@@ -2179,6 +2183,9 @@ def load_study(root: str | Path, *, strict: bool = True) -> Study:
         raise SpecError([f"{spec_path}: {describe_utf8_error(raw, exc)}"]) from None
     except tomllib.TOMLDecodeError as exc:
         raise SpecError([f"{spec_path}: not valid TOML: {exc}"]) from None
+    except RecursionError:  # tomllib recurses per nesting level
+        raise SpecError([f"{spec_path}: arrays or tables nested too deep to read (a study spec "
+                         "nests a few levels)"]) from None
     c = _Collector(str(spec_path), LineFinder(text))
     if strict:
         _unknown_problems(c, data)

@@ -343,6 +343,31 @@ def test_malformed_json_names_the_line(tmp_path: Path) -> None:
             f"{not_object}:1: expected a JSON object, found '['")  # fmt: skip
 
 
+@pytest.mark.parametrize("depth", [65, 100_000])  # past the limit; past Python's own parser
+def test_nesting_past_the_limit_names_the_line_never_a_recursion_error(
+    tmp_path: Path, depth: int
+) -> None:
+    """Issue 32: deeply nested JSON in an item file, a JSON-lines source and a JSON array
+    source is a problem naming the file and line, never an internal RecursionError."""
+    deep = "[" * depth + "]" * depth
+    items = tmp_path / "items.jsonl"
+    record = f'{{"id": "q1", "question": "x", "answer": "A", "metadata": {{"m": {deep}}}}}'
+    items.write_text(record + "\n", encoding="utf-8")
+    result = run("items", "check", items)
+    assert result.exit_code == 1 and "Traceback" not in result.output, result.output
+    assert f"{items}:1: not a JSON object: arrays and objects nested" in result.output
+    good = (DATA / "medqa" / "US" / "test.jsonl").read_text().splitlines()
+    src = tmp_path / "test.jsonl"
+    src.write_text(f'{good[0]}\n{{"question": {deep}}}\n', encoding="utf-8")
+    refused(run("items", "import", "--format", "medqa", src, tmp_path / "q.jsonl"),
+            f"{src}:2: not an item record: arrays and objects nested")  # fmt: skip
+    array = tmp_path / "HealthCareMagic-100k.json"
+    array.write_text(f'[\n  {{"input": "a", "output": "b"}},\n  {{"input": {deep}}}\n]\n',
+                     encoding="utf-8")  # fmt: skip
+    refused(run("items", "import", "--format", "healthcaremagic", array, tmp_path / "h.jsonl"),
+            f"{array}:3: record 2: arrays and objects nested more than 64 levels deep")  # fmt: skip
+
+
 def test_non_utf8_and_bom_sources(tmp_path: Path) -> None:
     good = (DATA / "medqa" / "US" / "test.jsonl").read_bytes()
     latin = tmp_path / "latin.jsonl"
