@@ -758,9 +758,10 @@ def _scored_responses(events: list[dict[str, Any]]) -> dict[int, dict[str, Any]]
 
 
 def tamper_response(root: Path, key: SigningKey) -> tuple[str, str] | None:
-    """A trial's response says nothing where it said something the parser read (its blob
-    replaced, re-signed). A judged study's score is the judge's, so there the judge's request,
-    which quotes the response, no longer re-renders: ``steps`` owns it."""
+    """A trial's response says nothing where it said something the parser read, or something
+    where a judge read nothing (its blob replaced, re-signed). A judged study's score is the
+    judge's, so there the judge's request, which quotes the response, no longer re-renders:
+    ``steps`` owns it."""
     events = read_events(root)
     scored = _scored_responses(events)
     for e in events:
@@ -770,7 +771,11 @@ def tamper_response(root: Path, key: SigningKey) -> tuple[str, str] | None:
         if e["body"].get("format") != "anthropic-messages":
             continue
         data = json.loads((root / "blobs" / e["blobs"]["response"]).read_bytes())
-        data["content"] = [{"type": "text", "text": ""}]
+        old = "".join(p.get("text", "") for p in data.get("content", []))
+        if old.strip() == "" and "judge" not in score["body"]:
+            continue  # an empty reply the parser read: nothing to empty
+        # empty the reply (every parser then reads nothing); a judged empty reply gets words
+        data["content"] = [{"type": "text", "text": "" if old.strip() else "forged reply"}]
         e["blobs"]["response"] = _put_blob(root, json.dumps(data).encode())
         _forge(root, events, key)
         if "judge" in score["body"]:
