@@ -355,7 +355,7 @@ def mcq_descriptive_values(ds: Any, plan: dict[str, Any]) -> dict[str, Any]:
     model order.
     """
     _, by_model = _tables(ds, plan)
-    cells = [c.as_dict() for c in mcq.accuracy_by_cell(by_model)]
+    cells = [c.as_dict() for c in mcq.accuracy_by_cell(by_model, letters=_letters(plan))]
     shuffles = {name: str(spec.get("seed")) for name, spec in (plan.get("variants") or {}).items()
                 if isinstance(spec, dict) and spec.get("kind") == "shuffle"}  # fmt: skip
     seeds = []

@@ -60,7 +60,10 @@ Retry-After and overload timing: with ``--dist loadfile`` they form one unit of 
 run on one worker one after another and never beside each other."""
 
 SPREAD_MODULES = frozenset(
-    f"tests/{name}.py" for name in ("test_hostile_archive", "test_archive", "test_benchmark_runs")
+    f"tests/{name}.py" for name in (
+        "test_hostile_archive", "test_archive", "test_benchmark_runs", "test_conformance",
+        "test_conformance_soak",
+    )
 )
 """Large modules of independent tests (no module-scoped fixture; each copies what it changes):
 each test is its own unit of work, so the module is spread over the workers instead of

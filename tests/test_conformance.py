@@ -1,0 +1,281 @@
+"""Differential conformance suite, fixed-seed slice and named regression cases (issue 31).
+
+Each generated study (``tests/conformance.py``, ``docs/conformance.md``) is locked, run on the
+simulated backend with its response mix, scored, unblinded, analysed and exported in process;
+the honest archive must verify (no check FAILs, the owner key trusted), and every tamper of
+``conformance.TAMPERS`` must FAIL the check that owns it, with a message naming the place. The
+larger soak (at least 200 studies) is ``tests/test_conformance_soak.py``, in the slow set.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from conformance import (
+    FAMILIES,
+    Design,
+    Tally,
+    check_design,
+    generate,
+    owner_key,
+    run_design,
+    verify_honest,
+)
+
+from ledger import canonical_json
+
+SLICE = (0, 1, 2, 3, 7, 10, 16, 17, 37)
+"""The fixed-seed slice: every family, the edges (ceilings, floors, an arm all unparseable,
+exclusions, one judge, identical models, temperature-0 replicates, variants and voting, three
+factor levels, phases). About 25 s of CPU. It avoids, for now, the seeds whose honest archive
+fails on what :data:`KNOWN_FAILURES` lists (docs/conformance.md)."""
+
+
+@pytest.fixture(autouse=True)
+def home(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Path]:
+    """Blinding secrets of the generated studies live in a temporary home."""
+    monkeypatch.setenv("PROMPT_LEDGER_HOME", str(tmp_path / "home"))
+    yield tmp_path / "home"
+
+
+@pytest.mark.parametrize("seed", SLICE)
+def test_generated_study_verifies_and_every_tamper_fails(seed: int, tmp_path: Path) -> None:
+    design = generate(seed)
+    tally = Tally()
+    check_design(design, tmp_path, owner_key(seed), tally)
+    assert tally.honest == 1
+    caught = set(tally.tampers)
+    assert {"response", "score", "report-cell", "arm-text"} <= caught, design.describe()
+    assert ("step-output" in caught) == ("steps" in design.tags), design.describe()
+
+
+def test_the_generator_is_deterministic_and_the_slice_covers_every_family() -> None:
+    for seed in SLICE[:3]:
+        one, two = generate(seed), generate(seed)
+        assert one.files == two.files and one.mix == two.mix and one.phase_one == two.phase_one
+    assert {generate(seed).family for seed in SLICE} == set(FAMILIES)
+    tags = set().union(*(generate(seed).tags for seed in SLICE))
+    for edge in (
+        "ceiling",
+        "floor",
+        "arm-unparseable",
+        "exclusions",
+        "judges-1",
+        "identical-models",
+        "temp0-replicates",
+        "variants",
+        "phases",
+        "three-levels",
+    ):
+        assert edge in tags, edge  # fmt: skip
+
+
+def test_every_family_generates_a_study_the_lock_accepts(tmp_path: Path) -> None:
+    """A quick guard on the generator itself: 12 designs of every family load without a
+    refusal (``runner.load_study`` validates everything the lock does before appending)."""
+    from conformance import write_study
+
+    import runner
+
+    for family in FAMILIES:
+        for seed in range(12):
+            design = generate(seed, family)
+            root = tmp_path / f"{family}-{seed}"
+            write_study(design, root)
+            runner.load_study(root)
+
+
+# ---------------------------------------------------------------------------------------------
+# named regression cases: failures the suite found, each minimised to a fixed small study
+
+LETTERS_ABC_SPEC = """\
+[study]
+id = "conf-letters-abc"
+title = "Three options and a seed-002 test"
+
+[model]
+id = "claude-sonnet-4-6"
+max_tokens = 64
+temperature = 0.0
+
+[components]
+direct = "prompts/direct.txt"
+rule = "prompts/rule.txt"
+
+[prompt]
+item = "prompts/item.txt"
+
+[arms.full]
+role = "full"
+components = ["item", "rule", "direct"]
+
+[arms.bare]
+role = "vehicle"
+components = ["item", "direct"]
+
+[stimuli]
+items = "data/items.jsonl"
+
+[design]
+replicates = 1
+seed = 3
+bootstrap_seed = 4
+bootstrap_iterations = 200
+
+[response]
+parser = "multiple-choice"
+letters = "ABC"
+
+[[hypotheses]]
+id = "H1"
+description = "Position bias differs."
+test = "position-bias"
+contrast = ["full", "bare"]
+alpha = 0.05
+
+[analysis]
+exclude_unparseable = false
+"""
+
+
+def letters_abc_design() -> Design:
+    """Two items of three options, two arms, one ``position-bias`` test (seed 002's)."""
+    items = [
+        {"id": "q01", "question": "Which drug is named aspirin?",
+         "options": ["aspirin", "insulin", "heparin"], "answer": "A"},
+        {"id": "q02", "question": "Which drug is named lithium?",
+         "options": ["digoxin", "lithium", "atropine"], "answer": "B"},
+    ]  # fmt: skip
+    return Design(
+        seed=-1, family="mc", letters=True,
+        files={
+            "study.toml": LETTERS_ABC_SPEC,
+            "data/items.jsonl": "".join(json.dumps(i) + "\n" for i in items),
+            "prompts/item.txt": "Question: {question}\n{options}\n",
+            "prompts/direct.txt": "Reply with the letter of the correct option only.\n",
+            "prompts/rule.txt": "Read every option before you choose one.\n",
+        },
+        answers={"q01": "aspirin", "q02": "lithium"},
+        wrongs={"q01": "insulin", "q02": "atropine"},
+        mix={"full": "coin", "bare": "coin"},
+    )  # fmt: skip
+
+
+def test_regression_descriptive_mcq_with_three_letters(tmp_path: Path) -> None:
+    """Found by the suite (generated seed 1, family mc): with ``letters = "ABC"`` (or any
+    letters but ``ABCD``) and a seed-002 test registered, the writer recorded
+    ``descriptive.mcq`` as failed ("letters: the table was checked with ['A', 'B', 'C'], not
+    ['A', 'B', 'C', 'D']": ``accuracy_by_cell`` was called without the study's letters), the
+    verifier recomputed it, and the honest archive FAILED ``reanalysis``."""
+    design = letters_abc_design()
+    key = owner_key(-1)
+    archive = run_design(design, tmp_path, key)
+    events = [
+        json.loads(line)["envelope"]
+        for line in (archive / "ledger" / "events.jsonl").read_text("utf-8").splitlines()
+    ]
+    mcq = next(e["body"] for e in events if e["kind"] == "analysis.result"
+               and e["body"]["id"] == "descriptive.mcq")  # fmt: skip
+    assert mcq["status"] == "ok", mcq["error"]
+    cells = mcq["values"]["cells"]
+    assert {(c["arm"], c["n"]) for c in cells} == {("full", 2), ("bare", 2)}
+    verify_honest(design, archive, key)
+
+
+KNOWN_FAILURES: dict[str, tuple[int, str | None, str, str]] = {
+    "lmm-zero-variances": (
+        33,
+        None,
+        "29eacc1bd8f6b48f",
+        "model.lmm values: the REML log-likelihood is undefined at the recorded variances (0, 0)",
+    ),
+    "lmm-zero-variances-ceiling-floor": (
+        25,
+        None,
+        "2b82c51da41a224a",
+        "model.lmm values: the REML log-likelihood is undefined",
+    ),
+    "lmm-singular-matrix-in-writer": (
+        1,
+        "phases",
+        "4961a3f099e4ca3f",
+        'model.lmm status: recorded "failed", recomputed "ok"',
+    ),
+    "lmm-not-stationary": (
+        44,
+        None,
+        "cc6fe77ba55c959d",
+        "model.lmm values: the recorded variances",
+    ),
+    "lmm-not-stationary-per-model": (
+        15,
+        None,
+        "f3a0f89cf786a1a1",
+        "model.lmm@m2 values: the recorded variances",
+    ),
+    "sensitivity-lmm-not-a-maximum": (
+        23,
+        None,
+        "61c1fa1fafe9041b",
+        "sensitivity.lmm values: sensitivity model probe_by_arm",
+    ),
+    "lmm-singular-fit-p-tolerance": (
+        11,
+        None,
+        "31fdd523aa0e2b57",
+        "hypothesis.H3@m1 values.p: recorded",
+    ),
+    "report-figure-layout-collapses": (
+        1008,
+        None,
+        "4dd80d77b9745081",
+        "constrained_layout not applied because axes sizes collapsed to zero",
+    ),
+    "judge-agreement-unanimous-judges": (
+        48,
+        None,
+        "a70ec98293670de8",
+        "invalid value encountered in scalar divide",
+    ),
+}
+"""Honest archives the suite found FAILing ``reanalysis``, not fixed here (each is the area of
+an engineer fixing issue 31 in parallel; docs/conformance.md lists them): degenerate
+mixed-model fits (a tiny design at a ceiling or floor, an arm all unparseable, a boundary
+variance), where the writer's statsmodels fit and the verifier's own REML disagree, and judge
+agreement when every judge gives every trial the same label (the writer records "ok", the
+verifier recomputes "failed"; under pytest's warnings-as-errors the writer's statsmodels kappa
+raises its RuntimeWarning first); and an export whose report figure (an exact-answer study
+with one arm partly unparseable and excluded) makes matplotlib warn that constrained layout
+collapsed, which pytest's warnings-as-errors turns into a failed export. Each is pinned as a
+generated study (seed, family, and a SHA-256 prefix of its files, so the generator cannot
+drift under it) and expected to FAIL with its message until fixed: ``strict``, so a fix makes
+the case XPASS, which fails, and its entry must then go (the study then joins the slice)."""
+
+
+def _files_digest(design: Design) -> str:
+    return hashlib.sha256(canonical_json(sorted(design.files.items()))).hexdigest()[:16]
+
+
+@pytest.mark.parametrize("name", sorted(KNOWN_FAILURES))
+@pytest.mark.xfail(
+    strict=True,
+    raises=AssertionError,
+    reason="known writer/verifier disagreement (issue 31, being fixed elsewhere)",
+)
+def test_regression_known_honest_failure(name: str, tmp_path: Path) -> None:
+    seed, family, digest, fragment = KNOWN_FAILURES[name]
+    design = generate(seed, family)
+    if _files_digest(design) != digest:
+        pytest.fail(f"the generator drifted under {name}: re-pin it")
+    key = owner_key(seed)
+    try:
+        archive = run_design(design, tmp_path, key)
+        verify_honest(design, archive, key)
+    except (AssertionError, Warning) as exc:
+        if fragment not in str(exc):
+            pytest.fail(f"{name} now fails differently: {exc}")
+        raise AssertionError(str(exc)) from exc
