@@ -32,7 +32,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any, Final
 
-from ledger import canonical_json, describe_os_error, describe_utf8_error
+from ledger import canonical_json, describe_os_error, describe_utf8_error, read_regular_file
 from ledger._files import fsync_directory
 from runner._errors import SpecError
 from runner.items import (  # one reader of JSON objects
@@ -134,9 +134,19 @@ class _Record:
     value: Any
 
 
+MAX_SOURCE_BYTES = 512 << 20
+"""Largest dataset source read (a source is parsed whole: its records, their checks and the
+items written hold about ten times its size in memory; the largest supported release,
+HealthCareMagic-100k, is about 150 MB)."""
+
+
 def _read_text(src: Path, name: str) -> str:
     try:
-        raw = src.read_bytes()
+        if src.stat().st_size > MAX_SOURCE_BYTES:  # refused before a byte is read
+            raise DatasetError([f"{name}: {src.stat().st_size:,} bytes, more than the "
+                                f"{MAX_SOURCE_BYTES:,} a dataset source may have: cut it to "
+                                "the records the study needs"])
+        raw = read_regular_file(src, MAX_SOURCE_BYTES)
     except OSError as exc:
         raise DatasetError([f"cannot read {describe_os_error(exc, name)}"]) from None
     if raw.startswith(b"\xef\xbb\xbf"):

@@ -9,6 +9,7 @@ tests/fixtures/datasets/ (no network, no real dataset content).
 from __future__ import annotations
 
 import json
+import os
 import shutil
 import stat
 from pathlib import Path
@@ -366,6 +367,22 @@ def test_nesting_past_the_limit_names_the_line_never_a_recursion_error(
                      encoding="utf-8")  # fmt: skip
     refused(run("items", "import", "--format", "healthcaremagic", array, tmp_path / "h.jsonl"),
             f"{array}:3: record 2: arrays and objects nested more than 64 levels deep")  # fmt: skip
+
+
+def test_a_source_past_the_size_limit_is_refused_before_it_is_read(tmp_path: Path) -> None:
+    """Issue 32: a source is parsed whole (about ten times its size in memory): over 512 MiB
+    it is refused at once, naming it (a sparse file: nothing is written to disk)."""
+    from runner.importers import MAX_SOURCE_BYTES
+
+    src = tmp_path / "test.jsonl"
+    with src.open("wb") as handle:
+        handle.truncate(MAX_SOURCE_BYTES + 1)
+    too_big = f"{src}: {MAX_SOURCE_BYTES + 1:,} bytes, more than the {MAX_SOURCE_BYTES:,}"
+    refused(run("items", "import", "--format", "medqa", src, tmp_path / "q.jsonl"), too_big)
+    fifo = tmp_path / "pipe.jsonl"
+    os.mkfifo(fifo)  # a named pipe is never opened (it would block the import forever)
+    refused(run("items", "import", "--format", "medqa", fifo, tmp_path / "p.jsonl"),
+            f"{fifo}: not a regular file")  # fmt: skip
 
 
 def test_non_utf8_and_bom_sources(tmp_path: Path) -> None:
