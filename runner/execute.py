@@ -80,6 +80,7 @@ from runner.spec import Study
 from runner.state import NOT_COUNTED, StudyState, TrialState, load_state
 from runner.step_state import CallState, StepWork, prior_values, reply_text
 from runner.steps import StepCall
+from runner.witnessing import is_final_outcome
 
 LOCK_FILE = ".ledger-run.lock"
 #: A session whose first attempts all fail with the same error (at most this many, and never
@@ -269,11 +270,23 @@ class GroupWriter:
 
     MAX_BATCH = 256
 
-    def __init__(self, log: Ledger, key: SigningKey, loop: asyncio.AbstractEventLoop) -> None:
-        """Start the writer thread for ``log``; nothing else may write to it until closed."""
+    def __init__(
+        self, log: Ledger, key: SigningKey, loop: asyncio.AbstractEventLoop, *,
+        interval: int = 0, on_interval: Callable[[int], None] | None = None,
+    ) -> None:  # fmt: skip
+        """Start the writer thread for ``log``; nothing else may write to it until closed.
+
+        With ``interval`` N > 0, ``on_interval(size)`` runs in the writer thread right after
+        every N-th final trial outcome it commits (:func:`runner.witnessing.is_final_outcome`),
+        with the tree at that outcome (``size`` = its seq + 1) and before anything after it
+        is committed: the interval checkpoints of ``docs/witness.md`` section 8.
+        """
         self.log = log
         self.key = key
         self.loop = loop
+        self.interval = interval if on_interval is not None else 0
+        self.on_interval = on_interval
+        self.finals = 0  # final trial outcomes committed by this writer (this session)
         self.queue: queue.SimpleQueue[tuple[EventSpec, asyncio.Future[Event]] | None] = (
             queue.SimpleQueue()
         )
@@ -330,7 +343,7 @@ class GroupWriter:
             try:
                 if self.failed is not None:
                     raise self.failed
-                stored = self.log.append_many([spec for spec, _ in batch], key=self.key)
+                stored = self._append([spec for spec, _ in batch])
             except BaseException as exc:  # handed to every waiting worker
                 self.failed = self.failed or exc
                 self.loop.call_soon_threadsafe(_resolve_all, [f for _, f in batch], None, exc)
@@ -341,6 +354,24 @@ class GroupWriter:
                 self.loop.call_soon_threadsafe(_resolve_all, futures, stored, None)
             if job is not None:
                 self._call(job)
+
+    def _append(self, specs: list[EventSpec]) -> list[Event]:
+        """Append ``specs`` in order; cut after each N-th final outcome to call ``on_interval``."""
+        if not self.interval or self.on_interval is None:
+            return self.log.append_many(specs, key=self.key)
+        stored: list[Event] = []
+        start = 0
+        for i, spec in enumerate(specs):
+            if not is_final_outcome(spec.kind, spec.body):
+                continue
+            self.finals += 1
+            if self.finals % self.interval == 0:
+                stored += self.log.append_many(specs[start : i + 1], key=self.key)
+                start = i + 1
+                self.on_interval(self.log.size)
+        if start < len(specs):
+            stored += self.log.append_many(specs[start:], key=self.key)
+        return stored
 
     def _call(self, item: tuple[Any, asyncio.Future[Any]]) -> None:
         job, future = item
@@ -459,8 +490,6 @@ class Runner:
         self.witness_error: StudyError | None = None  # a refusal, or witnesses unreachable
         self.witness_notes: list[str] = []  # checkpoints left unwitnessed ('continue')
         self.witness_wait = 0.0  # seconds spent waiting on witnesses this session
-        self._witnessed_final = 0
-        self._interval: asyncio.Task[None] | None = None
         # recorded model steps (docs/trials.md §5): None for a study without [steps]
         staged = any(a.after is not None for a in study.arms.values())  # prompts.md §9
         self.steps = StepWork(study, self.builder.renderer) if study.steps or staged else None
@@ -1109,28 +1138,10 @@ class Runner:
         await loop.run_in_executor(
             None, self._witness, lambda c: c.witness_promised(upto=size)
         )
-        self._witnessed_final = self.final
-        if self.witness_error is not None:
-            self.request_stop(f"witness: {self.witness_error}")
-
-    async def _witness_interval(self) -> None:
-        """Cosign the tree as it is now, in the writer thread: recording (and sending) waits."""
-        assert self.writer is not None
-        await self.writer.call(
-            lambda: self._witness(lambda c: c.witness(self.log.size, "interval"))
-        )
         if self.witness_error is not None:
             self.request_stop(f"witness: {self.witness_error}")
 
     def _tick(self) -> None:
-        interval = self.witnesses.interval_trials if self.witnesses is not None else 0
-        if (
-            interval and self.writer is not None and self.witness_error is None
-            and self.final - self._witnessed_final >= interval
-            and (self._interval is None or self._interval.done())
-        ):  # fmt: skip
-            self._witnessed_final = self.final
-            self._interval = asyncio.ensure_future(self._witness_interval())
         if self.progress is not None:
             assert self.state is not None
             self.progress(self.counters, self.final, len(self.state.order))
@@ -1523,7 +1534,17 @@ class Runner:
         loop = asyncio.get_running_loop()
         self._tick()
         results: list[Any] = []
-        self.writer = GroupWriter(self.log, self.key, loop)
+        interval = self.witnesses.interval_trials if self.witnesses is not None else 0
+
+        def cosign_interval(size: int) -> None:  # in the writer thread: nothing else records
+            if self.witness_error is not None:
+                return
+            self._witness(lambda c: c.witness(size, "interval"))
+            if self.witness_error is not None:
+                loop.call_soon_threadsafe(self.request_stop, f"witness: {self.witness_error}")
+
+        self.writer = GroupWriter(self.log, self.key, loop, interval=interval,
+                                  on_interval=cosign_interval if interval else None)
         try:
             if self.steps is not None:
                 results = await self._phases(queue, limit)
@@ -1534,8 +1555,6 @@ class Runner:
             self.writer = None
             if self.behind:  # committed (or failed) by now: let their callbacks run
                 await asyncio.wait(list(self.behind))
-            if self._interval is not None:
-                await asyncio.wait([self._interval])
         errors = [
             r
             for r in results

@@ -18,7 +18,7 @@ them to cosign the study's checkpoints (``docs/witness.md`` §8).
 from __future__ import annotations
 
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 from urllib.parse import urlsplit
@@ -35,6 +35,8 @@ __all__ = [
     "WitnessRefusal",
     "WitnessSpec",
     "WitnessUnavailable",
+    "interval_sizes",
+    "is_final_outcome",
     "parse_policy",
     "policy_of",
     "promised_sizes",
@@ -188,11 +190,53 @@ def parse_policy(data: dict[str, Any], add: Callable[[str, str], None]) -> Witne
                          float(retry))
 
 
+BATCH_BACKEND = "anthropic-batch"
+"""A session of this backend records its events its own way: witnessed at start and stop only."""
+
+
+def is_final_outcome(kind: str, body: Mapping[str, Any]) -> bool:
+    """Whether an event is a final trial outcome that counts toward ``interval_trials``.
+
+    A ``trial.responded`` (other than a data trial's, ``backend`` ``"data"``: no call was
+    made) or a ``trial.failed`` with ``final`` true (``docs/witness.md`` section 8).
+    """
+    if kind == "trial.responded":
+        return body.get("backend") != "data"
+    return kind == "trial.failed" and body.get("final") is True
+
+
+def interval_sizes(log: Ledger, interval: int) -> list[tuple[int, str]]:
+    """The interval checkpoints of every session: (tree size, what).
+
+    In each run session (from its ``run.started`` to the next ``run.started``), other than a
+    Message Batches session, the tree right after its N-th, 2N-th, ... final trial outcome
+    (:func:`is_final_outcome`), N = ``interval``.
+    """
+    if interval <= 0:
+        return []
+    found: list[tuple[int, str]] = []
+    session: int | None = None
+    count = 0
+    batch = False
+    for event in log.events():
+        if event.kind == "run.started":
+            session, count = event.seq, 0
+            batch = event.body.get("backend") == BATCH_BACKEND
+        elif session is not None and not batch and is_final_outcome(event.kind, event.body):
+            count += 1
+            if count % interval == 0:
+                found.append((event.seq + 1, f"interval {count // interval} of the session of "
+                                             f"run.started seq {session}"))
+    return found
+
+
 def promised_sizes(log: Ledger) -> list[tuple[int, str]]:
     """The checkpoints a witnessed study promises: (tree size, what), in size order.
 
     Right after each ``protocol.locked`` (registration), each ``run.started`` (session start,
-    before the session's first trial request) and each ``run.stopped`` (session stop).
+    before the session's first trial request) and each ``run.stopped`` (session stop), and,
+    with ``interval_trials`` N, after every N-th final trial outcome of a session
+    (:func:`interval_sizes`).
     """
     found = [(e.seq + 1, f"registration (protocol.locked seq {e.seq})")
              for e in log.events("protocol.locked")]
@@ -200,7 +244,11 @@ def promised_sizes(log: Ledger) -> list[tuple[int, str]]:
               for e in log.events("run.started")]
     found += [(e.seq + 1, f"session stop (run.stopped seq {e.seq})")
               for e in log.events("run.stopped")]
-    return sorted(found)
+    locks = list(log.events("protocol.locked"))
+    record = locks[-1].body.get("witnessing") if locks else None
+    if isinstance(record, dict) and isinstance(record.get("interval_trials"), int):
+        found += interval_sizes(log, record["interval_trials"])
+    return sorted(set(found))
 
 
 @dataclass

@@ -241,15 +241,19 @@ def test_lock_and_every_session_checkpoint_are_cosigned(witnessed: Witnessed) ->
         notes = {cp.size: cp.note for cp in log.checkpoints()}
         started = [e.seq for e in log.events("run.started")]
         first_request = next(iter(log.events("trial.requested"))).seq
-    assert [what.split(" (")[0] for _, what in promised] == [
-        "registration", "session start", "session stop"
+        finals = [e.seq for e in log.events()
+                  if e.kind == "trial.responded" or (e.kind == "trial.failed" and e.body["final"])]
+    # issue 32: the interval checkpoints are exactly the trees after the 10th, 20th, ... final
+    # outcome of the session (derived from the trials, as the verifier derives them)
+    intervals = [seq + 1 for seq in finals[9::10]]
+    assert intervals and [size for size, what in promised if what.startswith("interval")] == (
+        intervals)
+    assert [what.split(" (")[0].split(" of ")[0].rstrip("0123456789 ") for _, what in promised] == [
+        "registration", "session start", *["interval"] * len(intervals), "session stop"
     ]
     for size, what in promised:
         assert cosigners(notes[size], witnessed.vkeys) == [W1, W2], what
     assert started[0] + 1 <= first_request  # the start checkpoint precedes every request
-    stopped = promised[-1][0]
-    interval = [s for s in notes if started[0] + 1 < s < stopped]
-    assert interval and all(cosigners(notes[s], witnessed.vkeys) == [W1, W2] for s in interval)
 
 
 @pytest.mark.slow
@@ -270,11 +274,46 @@ def test_verify_with_the_witness_keys_reports_when_it_was_locked(exported: Witne
                    exported.vkeys[1])["witnesses"]
     assert found["status"] == "PASS", found
     reason = str(found["reason"])
-    assert "3 promised checkpoint(s) carry 2 of 2 witness cosignatures" in reason
+    promised = 3 + len(interval_sizes(exported.archive, 10))  # lock, start, stop, intervals
+    assert f"{promised} promised checkpoint(s) carry 2 of 2 witness cosignatures" in reason
     assert "locked no later than" in reason
     assert f"witnessed by {W1}, {W2}" in reason or f"witnessed by {W2}, {W1}" in reason
     own = checks(exported.archive)["witnesses"]  # the archive's own policy: owner-chosen keys
     assert own["status"] == "WARN" and "pass --witness" in str(own["reason"])
+
+
+def interval_sizes(archive: Path, every: int) -> list[int]:
+    """The tree sizes after every ``every``-th final trial outcome of the archive's one session."""
+    events = [json.loads(line)["envelope"]
+              for line in (archive / "ledger" / "events.jsonl").read_bytes().splitlines()]
+    finals = [e["seq"] for e in events if e["kind"] == "trial.responded"
+              or (e["kind"] == "trial.failed" and e["body"]["final"])]  # fmt: skip
+    return [seq + 1 for seq in finals[every - 1 :: every]]
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("how", ["cosignatures-stripped", "file-deleted"])
+def test_an_interval_checkpoint_without_its_cosignatures_fails(
+    exported: Witnessed, tmp_path: Path, how: str
+) -> None:
+    """Issue 32: the locked interval_trials promise is derived from the trials themselves;
+    stripping one interval checkpoint's cosignatures, or deleting its file, fails."""
+    from test_archive_tamper import rewrite_manifest
+
+    copy = tmp_path / "archive"
+    shutil.copytree(exported.archive, copy)
+    size = interval_sizes(copy, 10)[0]
+    note = copy / "ledger" / "checkpoints" / f"{size:08d}.txt"
+    if how == "file-deleted":
+        note.unlink()
+    else:
+        text, _, lines = note.read_text("utf-8").partition("\n\n")
+        note.write_text(text + "\n\n" + lines.splitlines(keepends=True)[0], "utf-8")
+    rewrite_manifest(copy)
+    found = checks(copy, "--witness", exported.vkeys[0], "--witness", exported.vkeys[1])
+    assert found["witnesses"]["status"] == "FAIL", found["witnesses"]
+    assert f"{size:08d}.txt: the interval checkpoint 1" in str(found["witnesses"]["reason"])
+    assert "of the 2 required" in str(found["witnesses"]["reason"])
 
 
 @pytest.mark.slow

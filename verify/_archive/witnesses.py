@@ -82,8 +82,14 @@ def witness_policy(a: Archive) -> tuple[dict[str, Any] | None, str | None]:
     return record, None
 
 
-def _promised(a: Archive) -> list[tuple[int, str, bool]]:
-    """(tree size, what, sends follow) of every promised checkpoint, by size."""
+def _promised(a: Archive, interval: int) -> list[tuple[int, str, bool]]:
+    """(tree size, what, sends follow) of every promised checkpoint, by size.
+
+    With ``interval_trials`` N > 0: in each run session but a Message Batches one, the tree
+    right after its N-th, 2N-th, ... final trial outcome (a ``trial.responded`` not of a data
+    trial, or a ``trial.failed`` with ``final`` true), counted from its ``run.started``:
+    derived from the trials, so no owner's omission of an event removes the promise.
+    """
     out = []
     for kind, label, before_sending in (
         ("protocol.locked", "registration", True), ("run.started", "session start", True),
@@ -91,7 +97,28 @@ def _promised(a: Archive) -> list[tuple[int, str, bool]]:
     ):  # fmt: skip
         for seq in a.of_kind(kind):
             out.append((seq + 1, f"{label} checkpoint (after {kind} seq {seq})", before_sending))
-    return sorted(out)
+    if interval > 0:
+        kinds = ("run.started", "trial.responded", "trial.failed")
+        marks = sorted((seq, kind) for kind in kinds for seq in a.of_kind(kind))
+        session, count, counted = None, 0, False
+        for seq, kind in marks:
+            body = a.body(seq)
+            if kind == "run.started":
+                session, count = seq, 0
+                counted = body.get("backend") != "anthropic-batch"
+                continue
+            if kind == "trial.responded":
+                final = body.get("backend") != "data"  # a data trial made no call
+            else:
+                final = body.get("final") is True
+            if session is None or not counted or not final:
+                continue
+            count += 1
+            if count % interval == 0:
+                out.append((seq + 1, f"interval checkpoint {count // interval} (after the "
+                                     f"{count}th final trial outcome, seq {seq}, of the session "
+                                     f"of run.started seq {session})", False))  # fmt: skip
+    return sorted(set(out))
 
 
 def check_witnesses(a: Archive) -> Check | None:
@@ -162,7 +189,8 @@ def check_witnesses(a: Archive) -> Check | None:
                 if stamp is not None:
                     times.setdefault(size, {})[key.name] = stamp
                     break
-    promised = _promised(a)
+    locked_interval = record.get("interval_trials") if record is not None else None
+    promised = _promised(a, locked_interval if type(locked_interval) is int else 0)
     requests = a.of_kind("trial.requested")
     for size, what, before_sending in promised:
         at = f"ledger/checkpoints/{size:08d}.txt"
