@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from hypothesis import settings
 from helpers import fixed_clock, fixed_key
 
 from ledger import Ledger, SigningKey
@@ -25,6 +26,12 @@ from ledger import Ledger, SigningKey
 # the same wall time. Set before numpy is imported; subprocesses inherit it.
 for _var in ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS"):
     os.environ.setdefault(_var, "1")
+
+# No hypothesis example has a time limit: its default 200 ms deadline is a timing assertion,
+# and on a loaded two-core machine an ordinary example can take longer (a flaky failure that
+# says nothing about the code).
+settings.register_profile("project", deadline=None)
+settings.load_profile("project")
 
 PROJECT_PACKAGES = ("ledger", "runner", "analysis", "verify")
 
