@@ -106,11 +106,15 @@ def _posthoc_test(ds: Any, plan: dict[str, Any], a: str, b: str, name: str,
             summary |= {"estimate": boot.estimate, "lower": boot.lower, "upper": boot.upper,
                         "p": None, "conf": boot.conf}  # fmt: skip
         else:
-            x, y = _trial_pairs(ds, a, b) if test == "paired-t" else _pair_values(ds, a, b)
-            res = stats.paired_t(x, y) if test == "paired-t" else stats.independent_t(x, y)
+            if test == "paired-t":
+                x, y, dropped = _trial_pairs(ds, a, b)
+                res = stats.paired_t(x, y)
+            else:
+                res = stats.independent_t(*_pair_values(ds, a, b))
             values = {**res.as_dict(), "estimate": res.difference}
             if test == "paired-t":
-                values["pairing"] = ["stimulus", "rep"]
+                values |= {"pairing": ["stimulus", "rep"], "n_dropped": len(dropped),
+                           "dropped_pairs": dropped}  # fmt: skip
             summary |= {"estimate": res.difference, "lower": res.ci_lower,
                         "upper": res.ci_upper, "p": res.p, "t": res.t, "df": res.df,
                         "conf": 0.95}  # fmt: skip

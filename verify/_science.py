@@ -1174,19 +1174,60 @@ SUBSET_MODEL_KEYS = ("n_obs", "n_groups", "group_variance", "residual_variance",
 """What an lmm hypothesis on a stimulus subset records of its own fit (analysis.md §3)."""
 
 
-def _pairs_by_trial(ds: _Dataset, a: str, b: str) -> tuple[list[float], list[float]]:
-    """analysis.md §3, paired-t with pairing (stimulus, rep): every trial must pair."""
-    keyed: dict[str, dict[tuple[str, int], float]] = {}
-    for arm in (a, b):
-        rows = [t for t in ds.analysable() if t["arm"] == arm]
-        keys = [(str(t["stimulus"]), int(t["rep"])) for t in rows]
-        if len(set(keys)) != len(keys):
+def _id_parts(trial: str) -> tuple[str, str, int]:
+    """(arm, stimulus, rep) of a trial id (randomization.md, variants.md §4).
+
+    The id is ``arm|stimulus|rep``, ``arm|model|stimulus|rep`` or ``arm|model|item|variant|rep``.
+    """
+    parts = trial.split("|")
+    stimulus = parts[1] if len(parts) == 3 else parts[2]
+    return parts[0], stimulus, int(parts[-1])
+
+
+def _pairs_by_trial(
+    ds: _Dataset, a: str, b: str
+) -> tuple[list[float], list[float], list[dict[str, Any]]]:
+    """analysis.md §3, paired-t with pairing (stimulus, rep): complete pairs, the rest listed.
+
+    A key with a trial in both arms pairs when both trials have a value; a key whose trial in
+    either arm is unparseable-and-excluded, given up or a recorded exclusion is a dropped pair;
+    a key one arm never had fails the test.
+    """
+    controls = {str(t["stimulus"]) for t in ds.trials if t["control"]}
+    stimuli = {str(t["stimulus"]) for t in ds.trials}
+    seen: dict[str, dict[tuple[str, int], tuple[str, str, float]]] = {a: {}, b: {}}
+
+    def put(arm: str, key: tuple[str, int], entry: tuple[str, str, float]) -> None:
+        if key in seen[arm]:
             raise st.StatError(f"pairing: arm {arm} has a key twice")
-        keyed[arm] = {k: float(t["accuracy"]) for k, t in zip(keys, rows, strict=True)}
-    if set(keyed[a]) != set(keyed[b]):
-        raise st.StatError("pairing (stimulus, rep) does not pair")
-    keys = sorted(keyed[a])
-    return [keyed[a][k] for k in keys], [keyed[b][k] for k in keys]
+        seen[arm][key] = entry
+
+    for t in ds.trials:
+        if t["arm"] in seen and not t["control"]:
+            put(t["arm"], (str(t["stimulus"]), int(t["rep"])),
+                ("unparseable" if t["excluded"] else "ok", str(t["trial"]),
+                 float(t["accuracy"])))  # fmt: skip
+    for kind, ids in (("given-up", ds.given_up), ("excluded", ds.excluded_trials)):
+        for g in ids:
+            arm, stimulus, rep = _id_parts(g)
+            if arm in seen and stimulus in stimuli and stimulus not in controls:
+                put(arm, (stimulus, rep), (kind, g, math.nan))
+    if set(seen[a]) != set(seen[b]):
+        raise st.StatError("pairing (stimulus, rep) does not pair: a key was never scheduled "
+                           "in one arm")  # fmt: skip
+    xs: list[float] = []
+    ys: list[float] = []
+    dropped: list[dict[str, Any]] = []
+    for key in sorted(seen[a]):
+        ea, eb = seen[a][key], seen[b][key]
+        if ea[0] == "ok" and eb[0] == "ok":
+            xs.append(ea[2])
+            ys.append(eb[2])
+            continue
+        dropped.append({"stimulus": key[0], "rep": key[1], "excluded": [
+            {"arm": arm, "kind": e[0], "trial": e[1]}
+            for arm, e in ((a, ea), (b, eb)) if e[0] != "ok"]})  # fmt: skip
+    return xs, ys, dropped
 
 
 def _hypotheses(
@@ -1252,8 +1293,9 @@ def _hypotheses(
             if test == "equivalence":
                 return _equivalence(ds, a, b, h["margin_pp"] / 100)
             if test == "paired-t":
+                dropped: list[dict[str, Any]] | None = None
                 if h.get("pairing") == ["stimulus", "rep"]:
-                    xs, ys = _pairs_by_trial(ds, a, b)
+                    xs, ys, dropped = _pairs_by_trial(ds, a, b)
                 else:
                     means = _stimulus_pairs(ds, a, b)
                     xs, ys = [x for x, _ in means.values()], [y for _, y in means.values()]
@@ -1262,6 +1304,9 @@ def _hypotheses(
                 out = {**res, "p_raw": p, "estimate": res["difference"]}
                 if h.get("pairing"):
                     out["pairing"] = list(h["pairing"])
+                if dropped is not None:
+                    out["n_dropped"] = len(dropped)
+                    out["dropped_pairs"] = dropped
                 return out
             if test == "independent-t":
                 res = st.independent_t(*_pair_accuracies(ds, a, b))
@@ -2433,13 +2478,16 @@ def _posthoc_values(ds: _Dataset, plan: dict[str, Any], a: str, b: str,
         summary.update(estimate=values["estimate"], lower=values["lower"],
                        upper=values["upper"], p=None, conf=values["conf"])  # fmt: skip
         return {**values, "contrast": summary}
+    dropped: list[dict[str, Any]] = []
     if test == "paired-t":
-        res = st.paired_t(*_pairs_by_trial(ds, a, b))
+        xs, ys, dropped = _pairs_by_trial(ds, a, b)
+        res = st.paired_t(xs, ys)
     else:
         res = st.independent_t(*_pair_accuracies(ds, a, b))
     values = {**res, "estimate": res["difference"]}
     if test == "paired-t":
-        values["pairing"] = ["stimulus", "rep"]
+        values |= {"pairing": ["stimulus", "rep"], "n_dropped": len(dropped),
+                   "dropped_pairs": dropped}  # fmt: skip
     summary.update(estimate=res["difference"], lower=res["ci_lower"], upper=res["ci_upper"],
                    p=res["p"], t=res["t"], df=res["df"], conf=0.95)  # fmt: skip
     return {**values, "contrast": summary}
