@@ -404,10 +404,23 @@ def _clean(value: Any) -> Any:
     return value
 
 
+NOT_APPLICABLE = "not applicable"
+"""The status and the verdict of a test that does not apply to the data (``docs/analysis.md``
+§3): its values hold the ``reason``; it has no error and, as a hypothesis, no decision."""
+
+
 def _guard(result: Result, compute: Callable[[], None]) -> Result:
-    """Run ``compute``; a test that cannot run becomes a failed result, not a crash."""
+    """Run ``compute``; a test that cannot run becomes a failed result, not a crash.
+
+    A test that does not apply (:class:`~analysis.stats.NotApplicableError`) is recorded as
+    :data:`NOT_APPLICABLE` with its reason.
+    """
     try:
         compute()
+    except stats.NotApplicableError as exc:
+        result.status = NOT_APPLICABLE
+        result.values = {"reason": str(exc)}
+        result.verdict = NOT_APPLICABLE if result.hypothesis else None
     except (stats.StatsError, ValueError, KeyError, ZeroDivisionError) as exc:
         result.status = "failed"
         result.error = (

@@ -35,7 +35,7 @@ from rich.console import Console
 from rich.markup import escape
 
 from analysis import stats
-from analysis.analyze import ORIENTATIONS, TUMBLING_E, labels, verdict_caution
+from analysis.analyze import NOT_APPLICABLE, ORIENTATIONS, TUMBLING_E, labels, verdict_caution
 from ledger import Ledger, write_files
 from ledger.cliutil import table
 from runner.lock import StudyError, ledger_path, protocol_event
@@ -298,10 +298,17 @@ def _diagnoses(value: Any, *, signed: bool = True) -> str:
     return "–" if v is None else f"{v:+.3g} diagnoses"
 
 
+def _not_applicable(result: dict[str, Any]) -> str:
+    """The cell of a result that does not apply (``docs/analysis.md`` §3): the reason."""
+    return f"not applicable: {(result.get('values') or {}).get('reason') or 'no reason given'}"
+
+
 def _estimate_text(result: dict[str, Any]) -> str:
     """Estimate and CI of a hypothesis result in words (percentage points of accuracy)."""
     if result.get("status") == "failed":
         return "not computed"
+    if result.get("status") == NOT_APPLICABLE:
+        return NOT_APPLICABLE
     v = result.get("values") or {}
     test = result.get("test")
     if test == "equivalence":
@@ -360,6 +367,8 @@ def _p_text(result: dict[str, Any]) -> str:
 def _rule_text(result: dict[str, Any]) -> str:
     if result.get("status") == "failed":
         return f"not computed: {result.get('error') or 'unknown error'}"
+    if result.get("status") == NOT_APPLICABLE:
+        return _not_applicable(result)
     decided = result.get("decided_by") or {}
     return str(decided.get("rule", "–"))
 
@@ -1031,7 +1040,8 @@ def mcq_rows(report: Report) -> list[tuple[str, ...]]:
                                             else "")  # fmt: skip
         if r.get("status") != "ok":
             rows.append((str(r.get("hypothesis")), test, what, "–", "–", "–", "–", "–",
-                         f"not computed: {r.get('error')}"))
+                         _not_applicable(r) if r.get("status") == NOT_APPLICABLE
+                         else f"not computed: {r.get('error')}"))  # fmt: skip
             continue
         lo, hi = _num(v.get("lower")), _num(v.get("upper"))
         interval = (f"{_pct(v.get('conf'), 0)} CI {_fmt(lo)} to {_fmt(hi)}"
@@ -1703,7 +1713,8 @@ def render_terminal(report: Report, console: Console) -> None:
     if report.simulated:
         console.print("[bold black on yellow] SIMULATED DATA: responses from the offline "
                       "simulated model, not a real model [/]")  # fmt: skip
-    colours = {"supported": "green", "not supported": "white", "not computed": "red"}
+    colours = {"supported": "green", "not supported": "white", "not computed": "red",
+               NOT_APPLICABLE: "yellow"}  # fmt: skip
     verdicts = table("hypothesis", "contrast", "test", "estimate (CI)", "p", "verdict",
                      "decided by", title="Pre-registered verdicts")  # fmt: skip
     for r in report.hypotheses:

@@ -70,12 +70,12 @@ MCQ_KEYS: Final[dict[str, tuple[str, ...]]] = {
     "position-bias": ("contrast", "variant", "sides", "min_difference_pp"),
     "voting": ("arm", "variants", "incomplete", "sides", "min_difference_pp"),
     "self-consistency": ("arm", "variant", "samples", "incomplete", "sides", "min_difference_pp"),
-    "gee": ("contrast", "variant", "sides", "correction"),
+    "gee": ("contrast", "variant", "sides", "correction", "fallback"),
 }
 """The keys each seed-002 test takes beyond ``id``, ``description``, ``test``, ``alpha``,
 ``outcome`` and ``family`` (any other hypothesis key is refused for it)."""
 KIND_ONLY_KEYS = ("arm", "variants", "variant", "basis", "samples", "incomplete", "min_pp",
-                  "max_pp")  # fmt: skip
+                  "max_pp", "fallback")  # fmt: skip
 """Hypothesis keys only the seed-002 tests take (``mcnemar`` takes ``arm``, ``variants`` and
 ``variant``)."""
 OUTCOMES = ("glyph_accuracy", "trial_accuracy")
@@ -279,6 +279,8 @@ class Hypothesis:
     """qr-bootstrap: the statistic bootstrapped (``runner.qrboot.STATISTICS``)."""
     effect: tuple[str, ...] | None = None
     """factorial: the factor (main effect) or factors (interaction) whose term is tested."""
+    fallback: str | None = None
+    """gee: what a fit the data cannot make falls back to (:data:`GEE_FALLBACKS`)."""
 
     def locked(self) -> dict[str, Any]:
         """The hypothesis as ``protocol.locked`` records it.
@@ -304,6 +306,10 @@ class Hypothesis:
         return out
 
 
+GEE_FALLBACKS: Final = ("none", "drop-factor")
+"""A gee hypothesis's ``fallback`` (``docs/mcq-statistics.md`` §11): ``none`` (a fit the data
+cannot make is not applicable, with the reason) or ``drop-factor`` (refit without the model or
+variant factor at fault)."""
 PAIRINGS: Final = (("stimulus",), ("stimulus", "rep"))
 """paired-t pairing keys: per-stimulus means (the default), or trials by (stimulus, rep)."""
 
@@ -954,6 +960,13 @@ def _kind_keys(
             c.add(f"{where}.min_pp", "a flip-rate rule names exactly one of min_pp (the rate's "
                   "lower bound must exceed it) and max_pp (its upper bound must stay below it)")
         out.update(bounds)
+    if test == "gee" and "fallback" in h:
+        fallback = h["fallback"]
+        if fallback not in GEE_FALLBACKS:
+            c.add(f"{where}.fallback", f"must be one of {', '.join(map(repr, GEE_FALLBACKS))}, "
+                  f"got {fallback!r}")  # fmt: skip
+        else:
+            out["fallback"] = fallback
     if test in ("voting", "self-consistency"):
         incomplete = h.get("incomplete", "exclude")
         if incomplete not in INCOMPLETE:

@@ -874,9 +874,17 @@ class _Result:
     lmm: bool = False
 
 
+NOT_APPLICABLE = "not applicable"
+"""analysis.md §3: the status and verdict of a test that does not apply, its reason in values."""
+
+
 def _guard(result: _Result, compute: Callable[[], dict[str, Any]]) -> _Result:
     try:
         result.values = compute()
+    except st.NotApplicable as exc:
+        result.status = NOT_APPLICABLE
+        result.values = {"reason": str(exc)}
+        result.verdict = NOT_APPLICABLE if result.hypothesis else None
     except (st.StatError, ValueError, KeyError, ZeroDivisionError):
         result.status = "failed"
         result.values = {}
@@ -1878,8 +1886,8 @@ def _judge_agreement(archive: _Archive, plan: dict[str, Any], step: str) -> _Res
         if not judged:
             raise ValueError("no judged trial")
         raters = [v["model"] for v in judged[0]["votes"]]
-        if len(raters) < 2:
-            raise ValueError("one judge")
+        if len(raters) < 2:  # analysis.md §8: agreement does not apply to one judge
+            raise st.NotApplicable("one judge")
         rows = [[v["vote"] for v in j["votes"]] for j in judged
                 if all(v["vote"] in labels for v in j["votes"])]  # fmt: skip
         if not rows:

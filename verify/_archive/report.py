@@ -517,9 +517,19 @@ def _diagnoses(value: Any, *, signed: bool = True) -> str:
     return "–" if v is None else f"{v:+.3g} diagnoses"
 
 
+NOT_APPLICABLE = "not applicable"  # analysis.md §3: a test that does not apply, with a reason
+
+
+def _inapplicable(result: dict[str, Any]) -> str:
+    reason = _obj(result.get("values")).get("reason")
+    return f"not applicable: {reason or 'no reason given'}"
+
+
 def _estimate_text(result: dict[str, Any]) -> str:
     if result.get("status") == "failed":
         return "not computed"
+    if result.get("status") == NOT_APPLICABLE:
+        return NOT_APPLICABLE
     v = _obj(result.get("values"))
     test = result.get("test")
     if test == "equivalence":
@@ -576,6 +586,8 @@ def _p_text(result: dict[str, Any]) -> str:
 def _rule_text(result: dict[str, Any]) -> str:
     if result.get("status") == "failed":
         return f"not computed: {result.get('error') or 'unknown error'}"
+    if result.get("status") == NOT_APPLICABLE:
+        return _inapplicable(result)
     return str(_obj(result.get("decided_by")).get("rule", "–"))
 
 
@@ -840,6 +852,10 @@ class _Expect:
             v = _obj(r.get("values"))
             what = self._contrast_text(r) + (f" at {plan['variant']}" if plan.get("variant")
                                              else "")  # fmt: skip
+            if r.get("status") == NOT_APPLICABLE:
+                rows.append([_cell(r.get("hypothesis")), test, what, "–", "–", "–", "–", "–",
+                             _inapplicable(r)])  # fmt: skip
+                continue
             if r.get("status") != "ok":
                 rows.append([_cell(r.get("hypothesis")), test, what, "–", "–", "–", "–", "–",
                              f"not computed: {r.get('error')}"])
