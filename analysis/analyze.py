@@ -1334,6 +1334,19 @@ def _question_run(ds: Dataset, design: dict[str, Any], arm: str, model: str | No
     return _guard(r, compute)
 
 
+def _identical_responses(log: Ledger, ds: Dataset) -> Result | None:
+    """``descriptive.identical_responses`` when replicates or models gave copies, else None."""
+    from analysis.identical import IDENTICAL_ID, identical_values, response_digests
+
+    digests = response_digests(log, [int(s) for s in ds.trials["response_seq"].tolist()])
+    found = identical_values(ds.trials, digests, ds.models)
+    if found is None:
+        return None
+    return Result(IDENTICAL_ID, "Byte-identical responses: copies the trial-level tests count "
+                  "as independent observations", "descriptive", "identical-responses",
+                  values=found)  # fmt: skip
+
+
 def judge_agreement(log: Ledger, plan: dict[str, Any], step: str) -> Result:
     """``exploratory.judge_agreement``: Cohen's (two judges) or Fleiss' kappa of a judge step."""
     from analysis.agreement import judge_agreement_values
@@ -1876,6 +1889,9 @@ def analyze_study(root: str | Path, key: SigningKey) -> AnalyzeResult:
                 strata.values = covariates_values(labelled.trials, labelled.ddx, plan)
 
             results.append(_guard(strata, compute_strata))
+        copies = _identical_responses(log, ds)  # docs/analysis.md §3: pseudo-replication
+        if copies is not None:
+            results.append(copies)
         trials_csv, items_csv = ds.trials_csv(), ds.items_csv()
         inputs = {
             "scores_sha256": ds.scores_sha256,

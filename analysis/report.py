@@ -36,6 +36,7 @@ from rich.markup import escape
 
 from analysis import stats
 from analysis.analyze import NOT_APPLICABLE, ORIENTATIONS, TUMBLING_E, labels, verdict_caution
+from analysis.identical import IDENTICAL_ID, identical_banner
 from ledger import Ledger, write_files
 from ledger.cliutil import table
 from runner.lock import StudyError, ledger_path, protocol_event
@@ -1643,6 +1644,11 @@ def _section_failed(report: Report) -> str:
                      rows))  # fmt: skip
 
 
+def _section_identical(report: Report) -> str:
+    text = identical_banner(report.result(IDENTICAL_ID))
+    return "" if text is None else f'<div class="banner">{_e(text)}</div>'
+
+
 def _section_verification(report: Report) -> str:
     v = report.verification
     status = "VERIFIED" if v.ok else "FAILED"
@@ -1688,6 +1694,7 @@ def render_html(report: Report) -> str:
         f"</code>); backend{'s' if len(backends) > 1 else ''}: {_e(', '.join(backends))}.</p>",
         _simulated_banner(report),
         _section_failed(report),
+        _section_identical(report),
         _section_verdicts(report),
         _section_components(report),
         _section_protocol(report),
@@ -1726,6 +1733,9 @@ def render_terminal(report: Report, console: Console) -> None:
         verdicts.add_row(str(r.get("hypothesis")), _contrast_text(report, r), str(r.get("test")),
                          _estimate_text(r), _p_text(r), shown, _rule_text(r))
     console.print(verdicts)
+    copies = identical_banner(report.result(IDENTICAL_ID))
+    if copies is not None:
+        console.print(f"[bold yellow]{escape(copies)}[/]")
     seed002 = mcq_rows(report)
     if seed002:
         mcq_table = table("hypothesis", "test", "arms / variants", "n", "statistic", "estimate",

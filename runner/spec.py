@@ -387,6 +387,46 @@ class Study:
         params = {k: v for k, v in self.model.items() if k not in ("provider", "id")}
         return [ModelSpec(None, str(self.model["provider"]), str(self.model["id"]), params)]
 
+    def replication_warnings(self) -> list[str]:
+        """Pseudo-replication the design invites (``docs/study-spec.md``, "Replicates").
+
+        One sentence per arm and model that runs two or more replicates at temperature 0
+        (a deterministic model gives identical copies, which the tests count as independent
+        observations), and per pair of models that name one model id on one provider and base
+        URL (two names, one model). Warnings only: such a design may be intended.
+        """
+        out: list[str] = []
+        specs = {m.name: m for m in self.model_specs()}
+        for arm in self.arms.values():
+            reps = arm.replicates or self.replicates
+            if arm.response_from is not None or reps < 2:
+                continue
+            names: list[str | None] = list(arm.models) if arm.models is not None else list(specs)
+            for name in names:
+                spec = specs.get(name)
+                if spec is None:
+                    continue
+                temp = arm.sampling.get("temperature", spec.params.get("temperature", 1.0))
+                if isinstance(temp, int | float) and not isinstance(temp, bool) and temp == 0:
+                    on = f" on model {name!r}" if name is not None else ""
+                    out.append(
+                        f"arm {arm.id!r}{on} runs {reps} replicates at temperature 0: a "
+                        "deterministic model answers each replicate alike, and the tests count "
+                        "the copies as independent observations (pseudo-replication); use one "
+                        "replicate, a temperature above 0, or a test whose unit is the "
+                        "stimulus")  # fmt: skip
+        seen: dict[tuple[str, str, str], str] = {}
+        for spec in specs.values():
+            where = (spec.provider, spec.id, str(spec.params.get("base_url", "")))
+            if where in seen and spec.name is not None:
+                out.append(
+                    f"models {seen[where]!r} and {spec.name!r} both name model {spec.id!r} on "
+                    f"provider {spec.provider!r}: if the server answers both with one model, "
+                    "their responses are copies and a pooled test counts them twice")
+            elif spec.name is not None:
+                seen[where] = spec.name
+        return out
+
     @property
     def item_study(self) -> bool:
         """Whether the stimuli are an item file (else an image folder and truth table)."""

@@ -182,6 +182,11 @@ def archive(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
                      ("unblind", root), ("analyze", root)):  # fmt: skip
             result = CliRunner().invoke(main, [*map(str, step), "--key", str(key)])
             assert result.exit_code == 0, (step, result.output)
+            if step[0] == "lock":  # the design invites copies: said at lock, locked anyway
+                assert (
+                    "warning: models 'medgemma_4b' and 'medgemma_27b' both name model "
+                    "'google/medgemma-4b-it'"
+                ) in result.stderr
         out = base / "archive"
         result = CliRunner().invoke(main, ["export", str(root), str(out), "--key", str(key)])
         assert result.exit_code == 0, result.output
@@ -215,3 +220,22 @@ def test_the_declared_fallback_refits_without_the_model_factor(archive: Path) ->
     assert fallback["rule"] == "drop-factor" and fallback["dropped"] == ["model"]
     assert h["values"]["fit"]["factors"] == []
     assert "degenerate" in fallback["reason"]
+
+
+def test_the_copies_are_noted_in_the_results_report_and_verifier(archive: Path) -> None:
+    """Issue 31: two "models" that answered alike are named, with how the pooled test counts
+    them: a descriptive result, a banner in the report, and a WARN of the verifier."""
+    found = _results(archive)["descriptive.identical_responses"]
+    assert found["label"] == "descriptive" and found["status"] == "ok"
+    assert found["values"]["models"] == [{"a": "medgemma_4b", "b": "medgemma_27b", "trials": 80}]
+    assert found["values"]["replicates"] == []  # one replicate: nothing to compare
+    assert "count each answer twice" in found["values"]["note"]
+    report = verify_archive(archive)
+    check = next(c for c in report.checks if c.name == "reanalysis")
+    assert check.status.name == "WARN", check.reason
+    assert "models medgemma_4b and medgemma_27b alike on all 80 shared trial(s)" in check.reason
+    html = (archive / "analysis" / "report.html").read_text("utf-8")
+    assert (
+        "Byte-identical responses (descriptive.identical_responses): models medgemma_4b "
+        "and medgemma_27b: alike on all 80 shared trial(s)."
+    ) in html

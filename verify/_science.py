@@ -33,7 +33,7 @@ import numpy as np
 import rfc8785
 from scipy import stats as sps
 
-from verify import _ddx, _factorial, _human, _mcqhyp, _qrboot, _review
+from verify import _copies, _ddx, _factorial, _human, _mcqhyp, _qrboot, _review
 from verify import _restats as st
 from verify._envelope import is_hex64
 from verify._items import ItemError, ItemFile, read_items
@@ -2387,6 +2387,12 @@ def _reanalysis(archive: _Archive) -> tuple[Check, list[str]]:
     recomputed += _human_tables(archive, plan, recomputed)  # analysis.md §10
     if ds.covariates:  # analysis.md §11
         recomputed.append(_covariates_result(ds, plan))
+    responded = {e.seq: e for e in archive.of("trial.responded")}
+    found_copies = _copies.copies(
+        ds.trials, lambda seq: (archive.event_blob(responded[seq], "response"),
+                                str(responded[seq].body.get("format", ""))), ds.models)
+    if found_copies is not None:  # analysis.md §3: identical responses (pseudo-replication)
+        recomputed.append(_Result("descriptive.identical_responses", values=found_copies))
     recorded_ids = [e.body.get("id") for e in results]
     new_ids = [r.id for r in recomputed]
     if recorded_ids != new_ids:
@@ -2461,13 +2467,15 @@ def _reanalysis(archive: _Archive) -> tuple[Check, list[str]]:
     archive.current = None
     extra = (f", and {len(posthoc)} post-hoc analysis(es) declared after them (labelled post "
              "hoc, no verdict)") if posthoc else ""
-    return Check(
-        "reanalysis",
-        Status.PASS,
+    passed = (
         f"The dataset and all {len(results)} analysis results{extra} were recomputed and match "
         f"(relative tolerance {REL_TOL:g}, p-values relative only, absolute {ABS_TOL:g}; every "
-        "recorded mixed model is a maximum of the verifier's own REML likelihood).",
-    ), []
+        "recorded mixed model is a maximum of the verifier's own REML likelihood).")
+    if found_copies is not None:  # analysis.md §3: numbers right, but copies counted as new
+        said = _copies.summary(found_copies)
+        return Check("reanalysis", Status.WARN, f"{passed[:-1]}; but {said}.", None,
+                     "descriptive.identical_responses"), []  # fmt: skip
+    return Check("reanalysis", Status.PASS, passed), []
 
 
 POSTHOC_KIND = "analysis.posthoc"
