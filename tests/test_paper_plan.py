@@ -11,6 +11,7 @@ that does not pair.
 from __future__ import annotations
 
 import shutil
+from collections.abc import Callable
 from pathlib import Path
 
 import numpy as np
@@ -50,6 +51,35 @@ def test_the_template_registers_the_papers_plan(study_template: Path) -> None:
         text = SEED.read_text("utf-8")
         assert "E–D was +85.2 percentage points on LEFT, +46.7 on UP, and +90.0 on DOWN" in text
         assert "paired t-test using 180 probe-matched pairs" in text
+
+
+def _printed_side(text: str, printed_p: float, statistic: float, decimals: int,
+                  sf: Callable[[float], float]) -> str:  # fmt: skip
+    """The side whose test statistic, solved from the printed P, rounds to the printed one."""
+    from scipy import optimize
+
+    found = []
+    for side, factor in (("one-sided", 1.0), ("two-sided", 2.0)):
+        root = optimize.brentq(lambda x, k=factor: k * sf(x) - printed_p, 1.0, 60.0)
+        if round(root, decimals) == statistic:
+            found.append(side)
+    assert len(found) == 1, (text, found)
+    return found[0]
+
+
+def test_the_sides_follow_the_papers_printed_numbers(study_template: Path) -> None:
+    """Issue 31: the paper prints t(179) = 15.0, P = 9.6e-34 and z = 16.9, P = 6.7e-64; only one
+    side reproduces each, and the template registers that side."""
+    from scipy import stats
+
+    by_id = {h.id: h for h in load_study(study_template).hypotheses}
+    if SEED.is_file():
+        text = SEED.read_text("utf-8")
+        assert "$t(179) = 15.0$ , and  $P = 9.6 \\times 10^{-34}$" in text
+        assert "$z=16.9$ ;  $P=6.7\\times 10^{-64}$" in text
+    paired = _printed_side("t(179)", 9.6e-34, 15.0, 1, lambda t: stats.t.sf(t, 179))
+    pooled = _printed_side("z", 6.7e-64, 16.9, 1, stats.norm.sf)
+    assert (paired, pooled) == (by_id["H1-paired"].sides, by_id["H4-pooled"].sides)
 
 
 def test_the_locked_protocol_carries_the_new_fields_only_when_set(study_template: Path) -> None:
