@@ -140,6 +140,18 @@ class Dataset:
             models=(),
         )  # a one-model study's dataset; every other member (variants, cloze, ...) kept
 
+    def for_variant(self, variant: str) -> Dataset:
+        """The trials and items of one variant only (a post-hoc ``--variant``)."""
+        from analysis.rows import trial_variant
+
+        return replace(
+            self,
+            trials=self.trials[self.trials["variant"].astype(str) == variant],
+            items=self.items[self.items["variant"].astype(str) == variant],
+            given_up=tuple(g for g in self.given_up if trial_variant(g) == variant),
+            excluded_trials=tuple(g for g in self.excluded_trials if trial_variant(g) == variant),
+        )  # every other member (models, variants, cloze, ...) kept
+
     def trials_csv(self) -> bytes:
         """The trial table as CSV (``\\n`` line ends).
 

@@ -120,6 +120,14 @@ ids = ["e05", "e12", "e19"]
 style = "inline"
 answer = "prompts/answer_direct.txt"
 
+# zero-shot direct also answers on the options rotated by one, as the template's does
+[variants.original]
+kind = "identity"
+
+[variants.rotate-1]
+kind = "rotate"
+k = 1
+
 [arms.zs_direct]
 role = "full"
 components = ["direct_intro", "item", "direct_ask"]
@@ -130,6 +138,7 @@ role = "factorial"
 components = ["direct_intro", "examples", "item", "direct_ask"]
 system = ["system"]
 fewshot = "curated"
+variants = ["original"]
 
 [stimuli]
 items = "data/items.jsonl"
@@ -150,6 +159,7 @@ id = "H9"
 description = "Curated few-shot direct answers change the odds of a correct answer (GEE)."
 test = "gee"
 contrast = ["fs_direct", "zs_direct"]
+variant = "original"
 alpha = 0.05
 
 [[hypotheses]]
@@ -157,6 +167,7 @@ id = "H9-fallback"
 description = "The same, refitted without a factor the data cannot fit."
 test = "gee"
 contrast = ["fs_direct", "zs_direct"]
+variant = "original"
 alpha = 0.05
 fallback = "drop-factor"
 
@@ -166,8 +177,9 @@ exclude_unparseable = false
 
 
 @pytest.fixture(scope="module")
-def archive(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
-    """The study run on the simulated backend, analysed and exported, once."""
+def built(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Path, Path, Path]]:
+    """The study run on the simulated backend, analysed and exported, once: (study, archive,
+    owner key file), with ``PROMPT_LEDGER_HOME`` set while the module runs."""
     base = tmp_path_factory.mktemp("gee-degenerate")
     with pytest.MonkeyPatch.context() as mp:
         mp.setenv("PROMPT_LEDGER_HOME", str(base / "home"))
@@ -190,7 +202,12 @@ def archive(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
         out = base / "archive"
         result = CliRunner().invoke(main, ["export", str(root), str(out), "--key", str(key)])
         assert result.exit_code == 0, result.output
-        yield out
+        yield root, out, key
+
+
+@pytest.fixture(scope="module")
+def archive(built: tuple[Path, Path, Path]) -> Path:
+    return built[1]
 
 
 def _results(archive: Path) -> dict[str, dict[str, Any]]:
@@ -227,15 +244,75 @@ def test_the_copies_are_noted_in_the_results_report_and_verifier(archive: Path) 
     them: a descriptive result, a banner in the report, and a WARN of the verifier."""
     found = _results(archive)["descriptive.identical_responses"]
     assert found["label"] == "descriptive" and found["status"] == "ok"
-    assert found["values"]["models"] == [{"a": "medgemma_4b", "b": "medgemma_27b", "trials": 80}]
+    assert found["values"]["models"] == [{"a": "medgemma_4b", "b": "medgemma_27b", "trials": 120}]
     assert found["values"]["replicates"] == []  # one replicate: nothing to compare
     assert "count each answer twice" in found["values"]["note"]
     report = verify_archive(archive)
     check = next(c for c in report.checks if c.name == "reanalysis")
     assert check.status.name == "WARN", check.reason
-    assert "models medgemma_4b and medgemma_27b alike on all 80 shared trial(s)" in check.reason
+    assert "models medgemma_4b and medgemma_27b alike on all 120 shared trial(s)" in check.reason
     html = (archive / "analysis" / "report.html").read_text("utf-8")
     assert (
         "Byte-identical responses (descriptive.identical_responses): models medgemma_4b "
-        "and medgemma_27b: alike on all 80 shared trial(s)."
+        "and medgemma_27b: alike on all 120 shared trial(s)."
     ) in html
+
+
+def test_a_posthoc_of_arms_over_different_variants_needs_a_variant(
+    built: tuple[Path, Path, Path], tmp_path: Path
+) -> None:
+    """Issue 31: zs_direct ran two option orders, fs_direct one; ``ledger posthoc`` refuses to
+    compare them until ``--variant`` names one both ran, and the verifier refuses a post-hoc
+    event that compares them anyway (a forger's, re-signed)."""
+    from test_archive_tamper import read_events, resign
+
+    from verify import Status
+
+    root = tmp_path / "study"
+    shutil.copytree(built[0], root)
+    key = built[2]
+
+    def posthoc(name: str, *more: str) -> Any:
+        return CliRunner().invoke(
+            main,
+            [
+                "posthoc",
+                str(root),
+                name,
+                "--contrast",
+                "fs_direct",
+                "zs_direct",
+                "--test",
+                "independent-t",
+                "--reason",
+                "few-shot against zero-shot",
+                *more,
+                "--key",
+                str(key),
+            ],
+        )
+
+    mixed = posthoc("mixed")
+    assert mixed.exit_code != 0
+    assert "the arms compared ran different variants (fs_direct: original; zs_direct: " in (
+        mixed.output
+    )
+    assert "--variant (original)" in mixed.output
+    unknown = posthoc("unknown", "--variant", "rotate-1")
+    assert unknown.exit_code != 0 and "arm fs_direct has no scored trial" in unknown.output
+    made = posthoc("same-order", "--variant", "original")
+    assert made.exit_code == 0, made.output
+    out = tmp_path / "archive"
+    assert (
+        CliRunner().invoke(main, ["export", str(root), str(out), "--key", str(key)]).exit_code == 0
+    )
+    events = read_events(out)
+    body = next(e for e in events if e["kind"] == "analysis.posthoc")["body"]
+    assert body["declared"]["variant"] == "original" and "(variant original)" in body["title"]
+    assert body["values"]["n_x"] == body["values"]["n_y"] == 80  # 40 items x 2 models
+    assert verify_archive(out).get("reanalysis").status is not Status.FAIL
+    body["declared"]["variant"] = None  # a forger's: both orders of zs_direct against one
+    resign(out, events)
+    check = verify_archive(out).get("reanalysis")
+    assert check.status is Status.FAIL
+    assert "compares arms that ran different variants" in check.reason, check.reason

@@ -589,6 +589,21 @@ class _Dataset:
             models=[],
         )  # a one-model study's dataset; every other member (variants, cloze, ...) kept
 
+    def for_variant(self, variant: str) -> _Dataset:
+        """Only the rows of one variant (a post-hoc ``variant``, analysis.md §6)."""
+
+        def of(trial: str) -> str | None:
+            parts = trial.split("|")
+            return parts[3] if len(parts) == 5 else None
+
+        return replace(
+            self,
+            trials=[t for t in self.trials if str(t["variant"]) == variant],
+            items=[i for i in self.items if str(i["variant"]) == variant],
+            given_up=[g for g in self.given_up if of(g) == variant],
+            excluded_trials=[g for g in self.excluded_trials if of(g) == variant],
+        )
+
     def for_stimuli(self, stimuli: list[str]) -> _Dataset:
         """Only the rows of these stimuli (a hypothesis's ``stimuli``, study-spec.md)."""
         keep = {str(s) for s in stimuli}
@@ -2545,6 +2560,19 @@ def _posthoc_problem(archive: _Archive, event: _Event, ds: _Dataset, plan: dict[
         return "repeats the id of another post-hoc analysis"
     if model is not None:
         ds = ds.for_model(str(model))
+    variant = declared.get("variant")  # analysis.md §6: absent (older events) means null
+    compared = [str(x) for x in contrast] if test != "lmm" else (
+        [str(x) for x in arms] if isinstance(arms, list) else sorted(plan.get("arms") or {}))
+    ran = {arm: {str(t["variant"]) for t in ds.trials if t["arm"] == arm} for arm in compared}
+    if variant is not None:
+        if not isinstance(variant, str) or not ds.variants or not all(
+                variant in v for v in ran.values()):  # fmt: skip
+            return f"declares variant {_fmt(variant)}, which not every arm compared ran"
+        ds = ds.for_variant(variant)
+    elif len({frozenset(v) for v in ran.values() if v}) > 1:
+        return ("compares arms that ran different variants ("
+                + "; ".join(f"{arm}: {', '.join(sorted(v))}" for arm, v in ran.items() if v)
+                + ") without choosing one")
     if test != "lmm":
         a, b = str(contrast[0]), str(contrast[1])
         recomputed = _guard(_Result("posthoc"), lambda: _posthoc_values(ds, plan, a, b, test))
