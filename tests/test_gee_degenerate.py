@@ -316,3 +316,14 @@ def test_a_posthoc_of_arms_over_different_variants_needs_a_variant(
     check = verify_archive(out).get("reanalysis")
     assert check.status is Status.FAIL
     assert "compares arms that ran different variants" in check.reason, check.reason
+
+
+def test_the_viewer_shows_the_reason_and_the_copies(archive: Path) -> None:
+    from starlette.testclient import TestClient
+
+    from analysis.view import open_viewer
+    from analysis.view_app import make_app
+
+    page = TestClient(make_app(open_viewer(archive, verify=False))).get("/").text
+    assert "not applicable (GEE: the robust variance of model[T.medgemma_27b]" in page
+    assert "Byte-identical responses (descriptive.identical_responses): models medgemma_4b" in page
