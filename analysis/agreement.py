@@ -15,6 +15,8 @@ from typing import Any
 import numpy as np
 from statsmodels.stats.inter_rater import aggregate_raters, cohens_kappa, fleiss_kappa
 
+from analysis.stats import NotApplicableError
+
 __all__ = ["judge_agreement_values"]
 
 
@@ -25,14 +27,17 @@ def judge_agreement_values(
 
     ``judged``: each scored trial's ``judge`` member (in ``trial.scored`` order); ``labels``:
     the judge step's labels, in locked order (the categories). Trials where a judge has no
-    parsed vote are left out and counted. Raises :class:`ValueError` with fewer than two
-    judges or no trial every judge voted on.
+    parsed vote are left out and counted. Raises
+    :class:`~analysis.stats.NotApplicableError` with fewer than two judges (agreement does not
+    apply: the result is "not applicable" with that reason) and :class:`ValueError` with no
+    trial every judge voted on.
     """
     if not judged:
         raise ValueError("no judged trial")
     raters = [v["model"] for v in judged[0]["votes"]]
     if len(raters) < 2:
-        raise ValueError("agreement needs two or more judges")
+        raise NotApplicableError(f"agreement between judges needs two or more judges; this "
+                                 f"step has one ({', '.join(map(str, raters)) or 'none'})")
     index = {label: i for i, label in enumerate(labels)}
     rows = [
         [index[v["vote"]] for v in j["votes"]]

@@ -141,6 +141,18 @@ class Dataset:
             models=(),
         )  # a one-model study's dataset; every other member (variants, cloze, ...) kept
 
+    def for_variant(self, variant: str) -> Dataset:
+        """The trials and items of one variant only (a post-hoc ``--variant``)."""
+        from analysis.rows import trial_variant
+
+        return replace(
+            self,
+            trials=self.trials[self.trials["variant"].astype(str) == variant],
+            items=self.items[self.items["variant"].astype(str) == variant],
+            given_up=tuple(g for g in self.given_up if trial_variant(g) == variant),
+            excluded_trials=tuple(g for g in self.excluded_trials if trial_variant(g) == variant),
+        )  # every other member (models, variants, cloze, ...) kept
+
     def trials_csv(self) -> bytes:
         """The trial table as CSV (``\\n`` line ends).
 
@@ -405,10 +417,23 @@ def _clean(value: Any) -> Any:
     return value
 
 
+NOT_APPLICABLE = "not applicable"
+"""The status and the verdict of a test that does not apply to the data (``docs/analysis.md``
+§3): its values hold the ``reason``; it has no error and, as a hypothesis, no decision."""
+
+
 def _guard(result: Result, compute: Callable[[], None]) -> Result:
-    """Run ``compute``; a test that cannot run becomes a failed result, not a crash."""
+    """Run ``compute``; a test that cannot run becomes a failed result, not a crash.
+
+    A test that does not apply (:class:`~analysis.stats.NotApplicableError`) is recorded as
+    :data:`NOT_APPLICABLE` with its reason.
+    """
     try:
         compute()
+    except stats.NotApplicableError as exc:
+        result.status = NOT_APPLICABLE
+        result.values = {"reason": str(exc)}
+        result.verdict = NOT_APPLICABLE if result.hypothesis else None
     except (stats.StatsError, ValueError, KeyError, ZeroDivisionError) as exc:
         result.status = "failed"
         result.error = (
@@ -768,30 +793,60 @@ SUBSET_MODEL_KEYS = ("n_obs", "n_groups", "group_variance", "residual_variance",
 """What an lmm hypothesis on a stimulus subset records of its own model fit."""
 
 
-def _trial_pairs(ds: Dataset, a: str, b: str) -> tuple[Any, Any]:
-    """Trial accuracies of a and b paired by (stimulus, rep); every trial must have its pair.
+def _trial_pairs(
+    ds: Dataset, a: str, b: str
+) -> tuple[Any, Any, list[dict[str, Any]]]:
+    """Trial accuracies of a and b paired by (stimulus, rep): complete pairs only.
 
-    A key that does not pair (unequal replicates per stimulus, e.g. after exclusions) raises
-    :class:`~analysis.stats.StatsError` naming it: the pairing is part of the plan.
+    ``docs/analysis.md`` §3: a key whose trial in either arm was scheduled but gave no value
+    (unparseable and excluded, given up, or recorded as ``trial.excluded``) drops the pair,
+    listed in the third member; a key one arm has and the other never had (no such trial was
+    scheduled) raises :class:`~analysis.stats.StatsError` naming it: the pairing is part of
+    the plan.
     """
-    t = _analysable(ds)
-    keyed = {}
-    for arm in (a, b):
-        rows = t[t["arm"].astype(str) == arm]
-        keys = list(zip(rows["stimulus"].astype(str), rows["rep"].astype(int), strict=True))
-        if len(set(keys)) != len(keys):
-            raise stats.StatsError(f"pairing (stimulus, rep): arm {arm} has a key twice")
-        keyed[arm] = dict(zip(keys, rows["accuracy"].astype(float), strict=True))
-    only_a = sorted(set(keyed[a]) - set(keyed[b]))
-    only_b = sorted(set(keyed[b]) - set(keyed[a]))
-    if only_a or only_b:
-        arm, other, first = (a, b, only_a[0]) if only_a else (b, a, only_b[0])
+    controls = set(ds.trials.loc[ds.trials["control"].astype(bool), "stimulus"].astype(str))
+    stimuli = set(ds.trials["stimulus"].astype(str))
+    state: dict[str, dict[tuple[str, int], tuple[str, str, float]]] = {a: {}, b: {}}
+
+    def note(arm: str, key: tuple[str, int], kind: str, trial: str, value: float) -> None:
+        if key in state[arm]:
+            raise stats.StatsError(f"pairing (stimulus, rep): arm {arm} has a key twice "
+                                   f"(stimulus {key[0]!r}, replicate {key[1]})")  # fmt: skip
+        state[arm][key] = (kind, trial, value)
+
+    for row in ds.trials.itertuples(index=False):
+        arm = str(row.arm)
+        if arm in state and not row.control:
+            kind = "unparseable" if row.excluded else "ok"
+            note(arm, (str(row.stimulus), int(row.rep)), kind, str(row.trial),
+                 float(row.accuracy))  # fmt: skip
+    for kind, ids in (("given-up", ds.given_up), ("excluded", ds.excluded_trials)):
+        for trial in ids:
+            arm, _model, stimulus, rep = split_trial(trial)
+            if arm in state and stimulus in stimuli and stimulus not in controls:
+                note(arm, (stimulus, int(rep)), kind, trial, math.nan)
+    only = {arm: sorted(set(state[arm]) - set(state[other]))
+            for arm, other in ((a, b), (b, a))}  # fmt: skip
+    if only[a] or only[b]:
+        arm, other = (a, b) if only[a] else (b, a)
+        first = only[arm][0]
         raise stats.StatsError(
             f"pairing (stimulus, rep) does not pair: arm {arm} has replicate {first[1]} of "
-            f"stimulus {first[0]!r} and arm {other} does not ({len(only_a) + len(only_b)} "
-            "unpaired trials; replicates per stimulus differ between the arms)")
-    keys = sorted(keyed[a])
-    return (np.array([keyed[a][k] for k in keys]), np.array([keyed[b][k] for k in keys]))
+            f"stimulus {first[0]!r} and arm {other} has no such trial: it was never scheduled "
+            f"({len(only[a]) + len(only[b])} key(s) in one arm only; the arms' designs differ)")
+    xs: list[float] = []
+    ys: list[float] = []
+    dropped: list[dict[str, Any]] = []
+    for key in sorted(state[a]):
+        sides = ((a, state[a][key]), (b, state[b][key]))
+        lost = [{"arm": arm, "kind": kind, "trial": trial}
+                for arm, (kind, trial, _v) in sides if kind != "ok"]  # fmt: skip
+        if lost:
+            dropped.append({"stimulus": key[0], "rep": key[1], "excluded": lost})
+        else:
+            xs.append(state[a][key][2])
+            ys.append(state[b][key][2])
+    return np.array(xs, dtype=np.float64), np.array(ys, dtype=np.float64), dropped
 
 
 def _paired_items(ds: Dataset, a: str, b: str) -> pd.DataFrame:
@@ -877,8 +932,9 @@ def hypothesis_results(
                 e = stats.equivalence(_per_group_diff(ds, a, b), h["margin_pp"] / 100)
                 r.values = e.as_dict()
             elif test == "paired-t":
+                dropped: list[dict[str, Any]] | None = None
                 if h.get("pairing") == ["stimulus", "rep"]:
-                    x, y = _trial_pairs(ds, a, b)
+                    x, y, dropped = _trial_pairs(ds, a, b)
                 else:
                     means = _stimulus_means(ds, a, b)
                     x, y = means[a].to_numpy(), means[b].to_numpy()
@@ -890,6 +946,9 @@ def hypothesis_results(
                 }
                 if h.get("pairing"):
                     r.values["pairing"] = list(h["pairing"])
+                if dropped is not None:
+                    r.values["n_dropped"] = len(dropped)
+                    r.values["dropped_pairs"] = dropped
             elif test == "independent-t":
                 res = stats.independent_t(*_pair_values(ds, a, b))
                 r.values = {
@@ -1312,6 +1371,19 @@ def _question_run(ds: Dataset, design: dict[str, Any], arm: str, model: str | No
         r.values = res.as_dict()
 
     return _guard(r, compute)
+
+
+def _identical_responses(log: Ledger, ds: Dataset) -> Result | None:
+    """``descriptive.identical_responses`` when replicates or models gave copies, else None."""
+    from analysis.identical import IDENTICAL_ID, identical_values, response_digests
+
+    digests = response_digests(log, [int(s) for s in ds.trials["response_seq"].tolist()])
+    found = identical_values(ds.trials, digests, ds.models)
+    if found is None:
+        return None
+    return Result(IDENTICAL_ID, "Byte-identical responses: copies the trial-level tests count "
+                  "as independent observations", "descriptive", "identical-responses",
+                  values=found)  # fmt: skip
 
 
 def judge_agreement(log: Ledger, plan: dict[str, Any], step: str) -> Result:
@@ -1858,6 +1930,9 @@ def analyze_study(root: str | Path, key: SigningKey) -> AnalyzeResult:
                 strata.values = covariates_values(labelled.trials, labelled.ddx, plan)
 
             results.append(_guard(strata, compute_strata))
+        copies = _identical_responses(log, ds)  # docs/analysis.md §3: pseudo-replication
+        if copies is not None:
+            results.append(copies)
         trials_csv, items_csv = ds.trials_csv(), ds.items_csv()
         inputs = {
             "scores_sha256": ds.scores_sha256,

@@ -96,10 +96,13 @@ def demo(directory: Path | None, replicates: int | None, template: str) -> None:
               help="Comma-separated arms to fit (--test lmm; default: every arm).")  # fmt: skip
 @click.option("--model", "model", default=None,
               help="One model's trials only (a study with [models]; default: every model).")
+@click.option("--variant", "variant", default=None,
+              help="One variant's trials only (a study with [variants]; needed when the arms "
+              "compared do not run the same variants).")  # fmt: skip
 @click.option("--key", "key_file", default=None, help="Signing key (default: the study owner's).")
 def posthoc(study_dir: Path, name: str, contrast: tuple[str, str], reason: str, test: str,
             random_intercept: str | None, arms: str | None, model: str | None,
-            key_file: str | None) -> None:  # fmt: skip
+            variant: str | None, key_file: str | None) -> None:  # fmt: skip
     """Declare and record a post-hoc analysis, after the registered analysis.
 
     --test lmm (default) fits accuracy ~ arm + (1 | stimulus or source), REML, on the chosen
@@ -114,13 +117,16 @@ def posthoc(study_dir: Path, name: str, contrast: tuple[str, str], reason: str, 
           --reason "the paper's post-hoc LMM with stimulus as random intercept"
       ledger posthoc my-study ab-paired --contrast A B --test paired-t \\
           --reason "A - B paired by probe and replicate, as the paper reports it"
+      ledger posthoc my-mcq fs-zs --contrast fs_direct zs_direct \\
+          --test independent-t --variant original \\
+          --reason "few-shot against zero-shot, options as written"
     """
     from analysis.posthoc import declare_posthoc
 
     chosen = [a.strip() for a in arms.split(",") if a.strip()] if arms else None
     body = declare_posthoc(study_dir, study_key(study_dir, key_file), name, contrast,
                            reason=reason, random_intercept=random_intercept,
-                           arms=chosen, test=test, model=model)  # fmt: skip
+                           arms=chosen, test=test, model=model, variant=variant)  # fmt: skip
     if body["status"] != "ok":
         click.echo(f"recorded {body['id']} (post hoc): could not be computed: {body['error']}")
         return

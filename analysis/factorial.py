@@ -115,8 +115,8 @@ def factorial_values(
                                "trials (a cell or a model without trials)")
     if family == "binomial":
         if y.min() == y.max():
-            raise stats.StatsError(f"{outcome}: every trial has the same outcome; the GEE cannot "
-                                   "be fitted")  # fmt: skip
+            raise stats.NotApplicableError(f"{outcome}: every trial has the same outcome; the "
+                                           "GEE cannot be fitted")  # fmt: skip
         groups_to_check = [(f,) for f in order] + inters
         for group in groups_to_check:
             seen: dict[tuple[str, ...], set[float]] = {}
@@ -125,16 +125,32 @@ def factorial_values(
             for key in sorted(seen):
                 if len(seen[key]) == 1:
                     where = ", ".join(f"{f} = {v}" for f, v in zip(group, key, strict=True))
-                    raise stats.StatsError(f"GEE: every trial of {where} has one outcome "
-                                           "(separation): a log odds ratio is infinite")
+                    raise stats.NotApplicableError(f"GEE: every trial of {where} has one "
+                                                   "outcome (separation): a log odds ratio is "
+                                                   "infinite")  # fmt: skip
+        if len(present) >= 2:  # a model at the ceiling or the floor separates too
+            by_model = frame["model"].astype(str).to_numpy()
+            for m in present:
+                if len(set(y[by_model == m].tolist())) == 1:
+                    raise stats.NotApplicableError(f"GEE: every trial of model {m} has one "
+                                                   "outcome (separation): a log odds ratio is "
+                                                   "infinite")  # fmt: skip
     stimuli = frame["stimulus"].astype(str).to_numpy()
     groups = pd.factorize(stimuli, sort=True)[0]
     model, fit, caught = _fit(y, x, groups, family)
     params = np.asarray(fit.params, dtype=np.float64)
     cov = np.asarray(fit.cov_params(), dtype=np.float64)
-    se = np.sqrt(np.diag(cov))
-    if not np.all(np.isfinite(se) & (se > 0)):
-        raise stats.StatsError("GEE: a robust SE is not positive and finite")
+    naive = np.diag(np.asarray(fit.cov_naive, dtype=np.float64))  # B⁻¹·φ
+    robust = np.diag(cov)
+    with np.errstate(invalid="ignore"):
+        ok = np.isfinite(robust) & np.isfinite(naive) & (naive > 0) & (robust > 1e-8 * naive)
+    if not ok.all():  # docs/mcq-statistics.md §8's rule: a degenerate term
+        k = int(np.flatnonzero(~ok)[0])
+        raise stats.NotApplicableError(
+            f"GEE: the robust variance of {names[k]} is {robust[k]:.3g}, not above 1e-08 x its "
+            f"model-based variance {naive[k]:.3g} (a degenerate fit: e.g. models or cells whose "
+            "trials answer alike in every item)")
+    se = np.sqrt(robust)
     effect = tuple(sorted(h.get("effect") or [], key=order.index))
     idx = [j + 1 for j, (_, at) in enumerate(cols) if tuple(at) == effect]
     if not idx:

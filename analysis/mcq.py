@@ -29,6 +29,7 @@ from scipy import stats as sps
 from analysis.stats import (
     EXACT_THRESHOLD,
     McNemarResult,
+    NotApplicableError,
     StatsError,
     _Result,
     bonferroni,
@@ -52,6 +53,7 @@ __all__ = [
     "Exclusion",
     "FlipRateResult",
     "GeeFit",
+    "GeeNotFittable",
     "GeeTerm",
     "McNemarFamily",
     "McqError",
@@ -101,6 +103,24 @@ Incomplete = Literal["exclude", "error"]
 
 class McqError(StatsError):
     """A trials table or a request a multiple-choice statistic cannot be computed on."""
+
+
+class GeeNotFittable(McqError, NotApplicableError):
+    """A logistic GEE the data cannot fit, by the rule of ``docs/mcq-statistics.md`` §8.
+
+    ``column`` names the design column at fault (``"arm"``, ``"model"`` or ``"variant"``; none
+    for a constant outcome or the intercept), so a declared ``fallback = "drop-factor"`` can
+    refit without a factor.
+    """
+
+    def __init__(self, message: str, column: str | None) -> None:
+        super().__init__(message)
+        self.column = column
+
+
+GEE_DEGENERATE_RATIO = 1e-8
+"""A GEE coefficient whose robust variance is at most this times its model-based variance is
+degenerate (``docs/mcq-statistics.md`` §8)."""
 
 
 @dataclass(frozen=True)
@@ -1129,6 +1149,11 @@ def _dummies(values: npt.NDArray[Any], reference: str, name: str
     return [f"{name}[T.{v}]" for v in others], cols, levels
 
 
+def _column_of(term: str) -> str | None:
+    """The design column of a GEE term (``model[T.big]`` -> ``model``); none: the intercept."""
+    return term.split("[", 1)[0] if "[" in term else None
+
+
 def gee_arm_effects(trials: TrialsLike, reference: str,
                     factors: Mapping[str, str] | None = None, conf: float = 0.95,
                     letters: Sequence[str] = LETTERS) -> GeeFit:
@@ -1166,15 +1191,17 @@ def gee_arm_effects(trials: TrialsLike, reference: str,
                        "crossed)")
     endog = frame["correct"].to_numpy(dtype=np.float64)
     if endog.min() == endog.max():
-        raise McqError("correct: every trial has the same outcome; the GEE cannot be fitted")
+        raise GeeNotFittable("correct: every trial has the same outcome; the GEE cannot be "
+                             "fitted", None)  # fmt: skip
     for column in ("arm", *extra):
         values = frame[column].astype(str).to_numpy()
         for level in sorted(set(values.tolist())):
             outcomes = endog[values == level]
             if outcomes.min() == outcomes.max():
-                raise McqError(f"GEE: every trial of {column} {level!r} is "
-                               f"{'correct' if outcomes[0] else 'wrong'} (separation): its "
-                               "log odds ratio is infinite and the GEE cannot be fitted")
+                raise GeeNotFittable(f"GEE: every trial of {column} {level!r} is "
+                                     f"{'correct' if outcomes[0] else 'wrong'} (separation): "
+                                     "its log odds ratio is infinite and the GEE cannot be "
+                                     "fitted", column)  # fmt: skip
     items = frame["item"].to_numpy()
     groups = pd.factorize(items, sort=True)[0]
     with warnings.catch_warnings(record=True) as seen:
@@ -1184,11 +1211,19 @@ def gee_arm_effects(trials: TrialsLike, reference: str,
     caught = [f"{w.category.__name__}: {w.message}" for w in seen]
     params = np.asarray(fit.params, dtype=np.float64)
     cov = np.asarray(fit.cov_params(), dtype=np.float64)
-    se = np.sqrt(np.diag(cov))
-    if not np.all(np.isfinite(se) & (se > 0)):
-        bad = names[int(np.flatnonzero(~(np.isfinite(se) & (se > 0)))[0])]
-        raise McqError(f"GEE: the robust SE of {bad} is not positive and finite; the model "
-                       "cannot be fitted on these trials")
+    robust = np.diag(cov)
+    naive = np.diag(np.asarray(fit.cov_naive, dtype=np.float64))  # B⁻¹ (Binomial: scale 1)
+    with np.errstate(invalid="ignore"):
+        degenerate = ~(np.isfinite(robust) & np.isfinite(naive) & (naive > 0)
+                       & (robust > GEE_DEGENERATE_RATIO * naive))  # fmt: skip
+    if degenerate.any():
+        k = int(np.flatnonzero(degenerate)[0])
+        raise GeeNotFittable(
+            f"GEE: the robust variance of {names[k]} is {robust[k]:.3g}, not above "
+            f"{GEE_DEGENERATE_RATIO:g} x its model-based variance {naive[k]:.3g} (a degenerate "
+            "fit: no cluster's estimating equation varies in that direction, e.g. levels whose "
+            "trials answer alike in every item)", _column_of(names[k]))
+    se = np.sqrt(robust)
     crit = float(sps.norm.ppf(0.5 + conf / 2.0))
     terms = []
     for i, name in enumerate(names):

@@ -309,14 +309,50 @@ def hypothesis_values(pooled: mcq.Trials, by_model: mcq.Trials, plan: dict[str, 
             order = list(plan.get("variant_order") or [])
             factors["variant"] = next((v for v in order if v in present_variants),
                                       min(present_variants))  # fmt: skip
-        fit = mcq.gee_arm_effects(sub, b, factors, letters=letters)
+        fit, used = _gee_with_fallback(sub, b, factors, letters, h.get("fallback"))
         term = next(t for t in fit.terms if t.name == f"arm[T.{a}]")
         one = (h.get("sides") or "two-sided") == "one-sided"
         p = float(sps.norm.sf(term.z)) if one else term.p
         return {"fit": fit.as_dict(), "term": term.name, "estimate": term.estimate,
                 "odds_ratio": term.odds_ratio, "lower": term.lower, "upper": term.upper,
-                "p_raw": p}  # fmt: skip
+                "p_raw": p, **used}  # fmt: skip
     raise mcq.McqError(f"unknown seed-002 test {test!r}")
+
+
+GEE_FALLBACKS = ("none", "drop-factor")
+"""A ``gee`` hypothesis's declared ``fallback`` (``docs/mcq-statistics.md`` §11)."""
+
+
+def _gee_with_fallback(sub: Any, reference: str, factors: dict[str, str],
+                       letters: Sequence[str], fallback: Any
+                       ) -> tuple[mcq.GeeFit, dict[str, Any]]:  # fmt: skip
+    """The GEE of §11, refitted without a factor at fault when the plan declares a fallback.
+
+    ``fallback = "drop-factor"``: (fit, ``{"fallback": {...}}`` when it was used, else ``{}``).
+    A fit that cannot be made (:class:`analysis.mcq.GeeNotFittable`, §8's rule) whose column
+    at fault is not a factor, or with no fallback declared, is raised: the hypothesis is then
+    not applicable, with the reason.
+    """
+    dropped: list[str] = []
+    reasons: list[str] = []
+    while True:
+        try:
+            fit = mcq.gee_arm_effects(sub, reference, factors, letters=letters)
+        except mcq.GeeNotFittable as exc:
+            if fallback != "drop-factor" or exc.column not in factors:
+                if dropped:
+                    raise mcq.GeeNotFittable(f"{exc} (after the declared fallback dropped "
+                                             f"{', '.join(dropped)})", exc.column) from exc
+                raise
+            del factors[exc.column]
+            dropped.append(exc.column)
+            reasons.append(str(exc))
+            continue
+        break
+    if not dropped:
+        return fit, {}
+    return fit, {"fallback": {"rule": "drop-factor", "dropped": dropped,
+                              "reason": "; ".join(reasons)}}  # fmt: skip
 
 
 def decide_interval(h: dict[str, Any], values: dict[str, Any]) -> tuple[str, dict[str, Any]]:

@@ -65,8 +65,14 @@ def posthoc_result(ds: Any, plan: dict[str, Any], declared: dict[str, Any], name
     a, b = (str(x) for x in declared["contrast"])
     if declared.get("model") is not None:
         ds = ds.for_model(str(declared["model"]))
+    at = ""
+    if declared.get("variant") is not None:
+        ds = ds.for_variant(str(declared["variant"]))
+        at = f" (variant {declared['variant']})"
     if test != "lmm":
-        return _posthoc_test(ds, plan, a, b, name, test)
+        result = _posthoc_test(ds, plan, a, b, name, test)
+        result.title += at
+        return result
     sub_plan = {**plan, "analysis": {**(plan.get("analysis") or {}),
                                      "random_intercept": declared["random_intercept"],
                                      "model_arms": declared.get("arms")}}  # fmt: skip
@@ -74,7 +80,7 @@ def posthoc_result(ds: Any, plan: dict[str, Any], declared: dict[str, Any], name
     result = Result(
         f"posthoc.{name}",
         f"Post hoc (declared after unblinding): {a} - {b}, " + fitted.title.removeprefix(
-            "Linear mixed model: "),
+            "Linear mixed model: ") + at,
         POSTHOC_LABEL,
         "lmm",
     )  # fmt: skip
@@ -106,17 +112,46 @@ def _posthoc_test(ds: Any, plan: dict[str, Any], a: str, b: str, name: str,
             summary |= {"estimate": boot.estimate, "lower": boot.lower, "upper": boot.upper,
                         "p": None, "conf": boot.conf}  # fmt: skip
         else:
-            x, y = _trial_pairs(ds, a, b) if test == "paired-t" else _pair_values(ds, a, b)
-            res = stats.paired_t(x, y) if test == "paired-t" else stats.independent_t(x, y)
+            if test == "paired-t":
+                x, y, dropped = _trial_pairs(ds, a, b)
+                res = stats.paired_t(x, y)
+            else:
+                res = stats.independent_t(*_pair_values(ds, a, b))
             values = {**res.as_dict(), "estimate": res.difference}
             if test == "paired-t":
-                values["pairing"] = ["stimulus", "rep"]
+                values |= {"pairing": ["stimulus", "rep"], "n_dropped": len(dropped),
+                           "dropped_pairs": dropped}  # fmt: skip
             summary |= {"estimate": res.difference, "lower": res.ci_lower,
                         "upper": res.ci_upper, "p": res.p, "t": res.t, "df": res.df,
                         "conf": 0.95}  # fmt: skip
         result.values = {**values, "contrast": summary}
 
     return _guard(result, compute)
+
+
+def _check_variants(ds: Any, arms: list[str], variant: str | None) -> None:
+    """Refuse comparing arms that ran different variants (``docs/analysis.md`` §6).
+
+    An arm over three option orders against one over one would compare the orders too.
+    """
+    runs = {arm: sorted({str(v) for v in ds.trials.loc[ds.trials["arm"] == arm, "variant"]})
+            for arm in arms}  # fmt: skip
+    if variant is not None:
+        if not ds.variants:
+            raise StudyError(f"--variant {variant!r}: the study declares no variants")
+        missing = [arm for arm in arms if variant not in runs[arm]]
+        if missing:
+            raise StudyError(f"--variant {variant!r}: arm {missing[0]} has no scored trial of "
+                             f"that variant (it ran {', '.join(runs[missing[0]]) or 'none'})")
+        return
+    with_trials = {arm: v for arm, v in runs.items() if v}
+    if len({tuple(v) for v in with_trials.values()}) > 1:
+        shown = "; ".join(f"{arm}: {', '.join(v)}" for arm, v in with_trials.items())
+        shared = sorted(set.intersection(*(set(v) for v in with_trials.values())))
+        raise StudyError(
+            f"the arms compared ran different variants ({shown}): the comparison would mix "
+            "the variants' effect into the arms'; choose one variant they all ran with "
+            f"--variant ({', '.join(shared) or 'they share none'})")
 
 
 def declare_posthoc(
@@ -130,6 +165,7 @@ def declare_posthoc(
     arms: list[str] | None = None,
     test: str = "lmm",
     model: str | None = None,
+    variant: str | None = None,
 ) -> dict[str, Any]:
     """Declare, compute and record one post-hoc analysis; return the event body.
 
@@ -137,7 +173,10 @@ def declare_posthoc(
     recorded, for a name already used, an unknown arm or model, a test other than
     :data:`POSTHOC_TESTS`, a random intercept other than ``stimulus`` or ``source`` (``source``
     needs a truth table with a ``source`` column) or arms given to a test that is not ``lmm``,
-    or an empty reason.
+    or an empty reason; and for a comparison of unequal designs: arms compared (the contrast,
+    or every arm the mixed model fits) that ran different variants, unless ``variant`` names
+    one they all ran (then only its trials are used); a ``variant`` in a study without
+    variants, or that an arm compared did not run.
     """
     root = Path(root)
     if not ID_RE.match(name):
@@ -186,9 +225,12 @@ def declare_posthoc(
             sources=sources, models=models(plan), variants=bool(plan.get("variants")),
             factorial=plan_cells(plan),
         )  # fmt: skip
+        compared = [*contrast] if test != "lmm" else (sorted(arms) if arms is not None else known)
+        _check_variants(ds if model is None else ds.for_model(model), compared, variant)
         declared = {"contrast": list(contrast), "random_intercept": random_intercept,
                     "arms": sorted(arms) if arms is not None else None, "model": model,
-                    "reason": " ".join(reason.split()), "after_seq": results[-1].seq}  # fmt: skip
+                    "variant": variant, "reason": " ".join(reason.split()),
+                    "after_seq": results[-1].seq}  # fmt: skip
         result = posthoc_result(ds, plan, declared, name, test)
         inputs = {
             "scores_sha256": ds.scores_sha256,

@@ -35,7 +35,8 @@ from rich.console import Console
 from rich.markup import escape
 
 from analysis import stats
-from analysis.analyze import ORIENTATIONS, TUMBLING_E, labels, verdict_caution
+from analysis.analyze import NOT_APPLICABLE, ORIENTATIONS, TUMBLING_E, labels, verdict_caution
+from analysis.identical import IDENTICAL_ID, identical_banner
 from ledger import Ledger, write_files
 from ledger.cliutil import table
 from runner.identity import session_notice
@@ -308,10 +309,17 @@ def _diagnoses(value: Any, *, signed: bool = True) -> str:
     return "–" if v is None else f"{v:+.3g} diagnoses"
 
 
+def _not_applicable(result: dict[str, Any]) -> str:
+    """The cell of a result that does not apply (``docs/analysis.md`` §3): the reason."""
+    return f"not applicable: {(result.get('values') or {}).get('reason') or 'no reason given'}"
+
+
 def _estimate_text(result: dict[str, Any]) -> str:
     """Estimate and CI of a hypothesis result in words (percentage points of accuracy)."""
     if result.get("status") == "failed":
         return "not computed"
+    if result.get("status") == NOT_APPLICABLE:
+        return NOT_APPLICABLE
     v = result.get("values") or {}
     test = result.get("test")
     if test == "equivalence":
@@ -369,6 +377,8 @@ def _p_text(result: dict[str, Any]) -> str:
 def _rule_text(result: dict[str, Any]) -> str:
     if result.get("status") == "failed":
         return f"not computed: {result.get('error') or 'unknown error'}"
+    if result.get("status") == NOT_APPLICABLE:
+        return _not_applicable(result)
     decided = result.get("decided_by") or {}
     return str(decided.get("rule", "–"))
 
@@ -1040,7 +1050,8 @@ def mcq_rows(report: Report) -> list[tuple[str, ...]]:
                                             else "")  # fmt: skip
         if r.get("status") != "ok":
             rows.append((str(r.get("hypothesis")), test, what, "–", "–", "–", "–", "–",
-                         f"not computed: {r.get('error')}"))
+                         _not_applicable(r) if r.get("status") == NOT_APPLICABLE
+                         else f"not computed: {r.get('error')}"))  # fmt: skip
             continue
         lo, hi = _num(v.get("lower")), _num(v.get("upper"))
         interval = (f"{_pct(v.get('conf'), 0)} CI {_fmt(lo)} to {_fmt(hi)}"
@@ -1642,6 +1653,11 @@ def _section_failed(report: Report) -> str:
                      rows))  # fmt: skip
 
 
+def _section_identical(report: Report) -> str:
+    text = identical_banner(report.result(IDENTICAL_ID))
+    return "" if text is None else f'<div class="banner">{_e(text)}</div>'
+
+
 def _section_verification(report: Report) -> str:
     v = report.verification
     status = "VERIFIED" if v.ok else "FAILED"
@@ -1700,6 +1716,7 @@ def render_html(report: Report) -> str:
         _simulated_banner(report),
         _identity_banner(report),
         _section_failed(report),
+        _section_identical(report),
         _section_verdicts(report),
         _section_components(report),
         _section_protocol(report),
@@ -1728,7 +1745,8 @@ def render_terminal(report: Report, console: Console) -> None:
     notice = session_notice(report.runs)
     if notice is not None:
         console.print(f"[bold black on yellow] WARNING {escape(notice)} [/]")
-    colours = {"supported": "green", "not supported": "white", "not computed": "red"}
+    colours = {"supported": "green", "not supported": "white", "not computed": "red",
+               NOT_APPLICABLE: "yellow"}  # fmt: skip
     verdicts = table("hypothesis", "contrast", "test", "estimate (CI)", "p", "verdict",
                      "decided by", title="Pre-registered verdicts")  # fmt: skip
     for r in report.hypotheses:
@@ -1740,6 +1758,9 @@ def render_terminal(report: Report, console: Console) -> None:
         verdicts.add_row(str(r.get("hypothesis")), _contrast_text(report, r), str(r.get("test")),
                          _estimate_text(r), _p_text(r), shown, _rule_text(r))
     console.print(verdicts)
+    copies = identical_banner(report.result(IDENTICAL_ID))
+    if copies is not None:
+        console.print(f"[bold yellow]{escape(copies)}[/]")
     seed002 = mcq_rows(report)
     if seed002:
         mcq_table = table("hypothesis", "test", "arms / variants", "n", "statistic", "estimate",

@@ -35,6 +35,7 @@ __all__ = [
     "McNemarResult",
     "MixedModelFit",
     "MultipleTestingResult",
+    "NotApplicableError",
     "PositionBiasResult",
     "ProportionResult",
     "StatsError",
@@ -74,6 +75,15 @@ Sides = Literal["two-sided", "one-sided"]
 
 class StatsError(Exception):
     """Raised for inputs a statistic cannot be computed on (empty arm, zero variance, ...)."""
+
+
+class NotApplicableError(StatsError):
+    """A test that does not apply to these data, for a reason the docs name (not a failure).
+
+    A logistic GEE with separation or a degenerate robust variance, agreement with one judge:
+    the result is recorded with status ``"not applicable"`` and the reason in its values
+    (``docs/analysis.md`` §3), never as an error.
+    """
 
 
 _FIELD_NAMES: dict[type, tuple[str, ...]] = {}

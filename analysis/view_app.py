@@ -33,6 +33,7 @@ from jinja2 import Environment, FileSystemLoader, select_autoescape
 from markupsafe import Markup
 
 from analysis._errors import AnalysisError
+from analysis.identical import IDENTICAL_ID, identical_banner
 from analysis.parse import ParseError, response_text
 from analysis.scoring import unwrap_batch
 from analysis.view_index import FILTERS, SORTS, ViewIndex
@@ -460,11 +461,16 @@ class Viewer:
         totals["scheduled"] = scheduled
         totals["pending"] = None if scheduled is None else scheduled - (totals["attempted"] or 0)
         verdicts = []
+        copies = None
         for seq, body, _ in idx.singles("analysis.result"):
+            values: dict[str, Any] = body.get("values") or {}
             if body.get("hypothesis"):
                 verdicts.append({"seq": seq, "hypothesis": body.get("hypothesis"),
                                  "test": body.get("test"), "status": body.get("status"),
-                                 "verdict": body.get("verdict"), "error": body.get("error")})
+                                 "verdict": body.get("verdict"), "error": body.get("error"),
+                                 "reason": values.get("reason")})  # fmt: skip
+            elif body.get("id") == IDENTICAL_ID and not self.blind:  # analysis.md §3
+                copies = {"seq": seq, "text": identical_banner(body)}
         posthoc = [] if self.blind else [_posthoc_row(seq, body)
                                          for seq, body, _ in idx.singles("analysis.posthoc")]
         artifacts = [
@@ -498,7 +504,7 @@ class Viewer:
                       "sha256": v.get("sha256")} for a, v in arms.items() if isinstance(v, dict)],
             "group": "arm" if not self.blind else "arm code",
             "progress": progress, "by_model": by_model, "totals": totals,
-            "verdicts": verdicts, "posthoc": posthoc, "artifacts": artifacts,
+            "verdicts": verdicts, "copies": copies, "posthoc": posthoc, "artifacts": artifacts,
             "sessions": sessions,
             "stopped": stopped, "milestones": milestones,
         }  # fmt: skip

@@ -115,7 +115,7 @@ FACTORIAL_KEYS: Final = TABLE_KEYS["factorial"]
 HYPOTHESIS_KEYS: Final = (
     "id", "description", "contrast", "outcome", "test", "sides", "alpha", "min_difference_pp",
     "margin_pp", "correction", "family", "stimuli", "pairing", "arm", "variants", "variant",
-    "basis", "samples", "incomplete", "min_pp", "max_pp", "statistic", "effect",
+    "basis", "samples", "incomplete", "min_pp", "max_pp", "statistic", "effect", "fallback",
 )  # fmt: skip
 WITNESS_KEYS: Final = ("name", "vkey", "url")
 """The keys of each ``[[witnesses]]`` entry (``docs/witness.md`` §8)."""

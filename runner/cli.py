@@ -313,6 +313,8 @@ def lock(study_dir: Path, key_file: str | None) -> None:
         f"registration checkpoint written to {result.checkpoint_path}: publish it now, for "
         "example in your preregistration, so the lock can be proven later"
     )
+    for warning in result.warnings:
+        click.echo(f"warning: {warning}", err=True)
 
 
 @click.command(cls=Command)

@@ -54,6 +54,8 @@ class LockResult:
     schedule_sha256: str
     checkpoint: str
     checkpoint_path: Path
+    warnings: tuple[str, ...] = ()
+    """Design warnings (:meth:`runner.spec.Study.replication_warnings`): locked all the same."""
 
 
 def ledger_path(root: Path) -> Path:
@@ -428,7 +430,8 @@ def lock_study(root: str | Path, key: SigningKey) -> LockResult:
             checkpoint_path.write_text(note, encoding="utf-8")
             if failed is not None:
                 raise failed
-            return LockResult(seq, count, len(whole), digest, note, checkpoint_path)
+            return LockResult(seq, count, len(whole), digest, note, checkpoint_path,
+                              tuple(study.replication_warnings()))  # fmt: skip
         check_origin_matches(study, log.origin, path)
         secret = blinding_secret(study, create=True)
         order = schedule(study.seed, study.trial_ids())
@@ -458,7 +461,8 @@ def lock_study(root: str | Path, key: SigningKey) -> LockResult:
     if unwitnessed is not None:
         raise unwitnessed
     return LockResult(
-        events[-1].seq, len(files), len(order), body["schedule_sha256"], note, checkpoint_path
+        events[-1].seq, len(files), len(order), body["schedule_sha256"], note, checkpoint_path,
+        tuple(study.replication_warnings()),
     )
 
 

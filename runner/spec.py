@@ -72,12 +72,12 @@ MCQ_KEYS: Final[dict[str, tuple[str, ...]]] = {
     "position-bias": ("contrast", "variant", "sides", "min_difference_pp"),
     "voting": ("arm", "variants", "incomplete", "sides", "min_difference_pp"),
     "self-consistency": ("arm", "variant", "samples", "incomplete", "sides", "min_difference_pp"),
-    "gee": ("contrast", "variant", "sides", "correction"),
+    "gee": ("contrast", "variant", "sides", "correction", "fallback"),
 }
 """The keys each seed-002 test takes beyond ``id``, ``description``, ``test``, ``alpha``,
 ``outcome`` and ``family`` (any other hypothesis key is refused for it)."""
 KIND_ONLY_KEYS = ("arm", "variants", "variant", "basis", "samples", "incomplete", "min_pp",
-                  "max_pp")  # fmt: skip
+                  "max_pp", "fallback")  # fmt: skip
 """Hypothesis keys only the seed-002 tests take (``mcnemar`` takes ``arm``, ``variants`` and
 ``variant``)."""
 OUTCOMES = ("glyph_accuracy", "trial_accuracy")
@@ -281,6 +281,8 @@ class Hypothesis:
     """qr-bootstrap: the statistic bootstrapped (``runner.qrboot.STATISTICS``)."""
     effect: tuple[str, ...] | None = None
     """factorial: the factor (main effect) or factors (interaction) whose term is tested."""
+    fallback: str | None = None
+    """gee: what a fit the data cannot make falls back to (:data:`GEE_FALLBACKS`)."""
 
     def locked(self) -> dict[str, Any]:
         """The hypothesis as ``protocol.locked`` records it.
@@ -306,6 +308,10 @@ class Hypothesis:
         return out
 
 
+GEE_FALLBACKS: Final = ("none", "drop-factor")
+"""A gee hypothesis's ``fallback`` (``docs/mcq-statistics.md`` §11): ``none`` (a fit the data
+cannot make is not applicable, with the reason) or ``drop-factor`` (refit without the model or
+variant factor at fault)."""
 PAIRINGS: Final = (("stimulus",), ("stimulus", "rep"))
 """paired-t pairing keys: per-stimulus means (the default), or trials by (stimulus, rep)."""
 
@@ -382,6 +388,46 @@ class Study:
             return list(self.models.values())
         params = {k: v for k, v in self.model.items() if k not in ("provider", "id")}
         return [ModelSpec(None, str(self.model["provider"]), str(self.model["id"]), params)]
+
+    def replication_warnings(self) -> list[str]:
+        """Pseudo-replication the design invites (``docs/study-spec.md``, "Replicates").
+
+        One sentence per arm and model that runs two or more replicates at temperature 0
+        (a deterministic model gives identical copies, which the tests count as independent
+        observations), and per pair of models that name one model id on one provider and base
+        URL (two names, one model). Warnings only: such a design may be intended.
+        """
+        out: list[str] = []
+        specs = {m.name: m for m in self.model_specs()}
+        for arm in self.arms.values():
+            reps = arm.replicates or self.replicates
+            if arm.response_from is not None or reps < 2:
+                continue
+            names: list[str | None] = list(arm.models) if arm.models is not None else list(specs)
+            for name in names:
+                spec = specs.get(name)
+                if spec is None:
+                    continue
+                temp = arm.sampling.get("temperature", spec.params.get("temperature", 1.0))
+                if isinstance(temp, int | float) and not isinstance(temp, bool) and temp == 0:
+                    on = f" on model {name!r}" if name is not None else ""
+                    out.append(
+                        f"arm {arm.id!r}{on} runs {reps} replicates at temperature 0: a "
+                        "deterministic model answers each replicate alike, and the tests count "
+                        "the copies as independent observations (pseudo-replication); use one "
+                        "replicate, a temperature above 0, or a test whose unit is the "
+                        "stimulus")  # fmt: skip
+        seen: dict[tuple[str, str, str], str] = {}
+        for spec in specs.values():
+            where = (spec.provider, spec.id, str(spec.params.get("base_url", "")))
+            if where in seen and spec.name is not None:
+                out.append(
+                    f"models {seen[where]!r} and {spec.name!r} both name model {spec.id!r} on "
+                    f"provider {spec.provider!r}: if the server answers both with one model, "
+                    "their responses are copies and a pooled test counts them twice")
+            elif spec.name is not None:
+                seen[where] = spec.name
+        return out
 
     @property
     def item_study(self) -> bool:
@@ -956,6 +1002,13 @@ def _kind_keys(
             c.add(f"{where}.min_pp", "a flip-rate rule names exactly one of min_pp (the rate's "
                   "lower bound must exceed it) and max_pp (its upper bound must stay below it)")
         out.update(bounds)
+    if test == "gee" and "fallback" in h:
+        fallback = h["fallback"]
+        if fallback not in GEE_FALLBACKS:
+            c.add(f"{where}.fallback", f"must be one of {', '.join(map(repr, GEE_FALLBACKS))}, "
+                  f"got {fallback!r}")  # fmt: skip
+        else:
+            out["fallback"] = fallback
     if test in ("voting", "self-consistency"):
         incomplete = h.get("incomplete", "exclude")
         if incomplete not in INCOMPLETE:

@@ -15,8 +15,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from hypothesis import settings
 from helpers import fixed_clock, fixed_key
+from hypothesis import settings
 
 from ledger import Ledger, SigningKey
 

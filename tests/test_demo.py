@@ -8,6 +8,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 
 def test_demo_runs_offline_verifies_and_catches_the_tamper(tmp_path: Path) -> None:
     env = dict(os.environ, COLUMNS="200")
@@ -33,7 +35,45 @@ def test_demo_runs_offline_verifies_and_catches_the_tamper(tmp_path: Path) -> No
     assert check.returncode == 0, check.stdout + check.stderr
     assert not (tmp_path / "demo" / "study" / "home").exists()  # keys stay outside the study
     assert "ledger view" in out
+    assert_paired_t_has_a_verdict(archive)
     view_the_demo(tmp_path / "demo", env)
+
+
+def assert_paired_t_has_a_verdict(archive: Path) -> None:
+    """Issue 31: the paper's paired t (H1-paired) is decided on the complete pairs."""
+    import json
+
+    results = json.loads((archive / "analysis" / "results.json").read_text("utf-8"))
+    paired = next(r for r in results if r["id"] == "hypothesis.H1-paired")
+    assert paired["status"] == "ok", paired["error"]
+    assert paired["verdict"] in ("supported", "not supported")
+    values = paired["values"]
+    assert values["n_dropped"] == len(values["dropped_pairs"])
+    assert values["df"] == values["n_x"] - 1
+
+
+@pytest.mark.slow
+def test_the_default_demo_decides_the_papers_paired_t(tmp_path: Path) -> None:
+    """``ledger demo`` as the README runs it (30 replicates): one arm-B trial of the default
+    run is unparseable and excluded; H1-paired drops that pair and still gets its verdict, and
+    the archive verifies (the verifier drops the same pair)."""
+    env = dict(os.environ, COLUMNS="200")
+    env.pop("ANTHROPIC_API_KEY", None)
+    result = subprocess.run(
+        [sys.executable, "-c", "from ledger.cli import main; main()", "demo",
+         str(tmp_path / "demo")], capture_output=True, text=True, timeout=900, env=env,
+    )  # fmt: skip
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert "VERIFIED:" in result.stdout
+    archive = tmp_path / "demo" / "archive"
+    assert_paired_t_has_a_verdict(archive)
+    import json
+
+    results = json.loads((archive / "analysis" / "results.json").read_text("utf-8"))
+    paired = next(r for r in results if r["id"] == "hypothesis.H1-paired")["values"]
+    excluded = [e for d in paired["dropped_pairs"] for e in d["excluded"]]
+    assert paired["n_x"] + paired["n_dropped"] == 180  # the paper's 180 (probe, rep) pairs
+    assert all(e["kind"] == "unparseable" for e in excluded)
 
 
 def view_the_demo(demo: Path, env: dict[str, str]) -> None:

@@ -556,6 +556,33 @@ def test_the_runner_and_the_verifier_fit_the_same_gee(
         assert mine["dependence"] == pytest.approx(theirs["dependence"], rel=1e-3, abs=1e-6)
 
 
+@pytest.mark.parametrize("case", ["ceiling-model", "copied-model", "separated-level"])
+def test_a_gee_the_data_cannot_fit_is_not_applicable_on_both_sides(case: str) -> None:
+    """Issue 31: separation (a model or a level at the ceiling) and a degenerate term (two
+    models answering alike) make the factorial test not applicable on both sides, by the rule
+    of docs/mcq-statistics.md §8, never a failure one side has and the other not."""
+    from analysis.stats import NotApplicableError
+
+    levels = {"belief": ["none", "strong"], "tone": ["neutral", "urgent"]}
+    plan = plan_for(levels, [["belief"]])
+    one = synthetic(levels, "binomial")
+    other = one.assign(model="b")
+    if case == "ceiling-model":
+        other = other.assign(accuracy=1.0)
+    frame = pd.concat([one.assign(model="a"), other], ignore_index=True)
+    if case == "separated-level":
+        frame = one.assign(model="")
+        frame.loc[frame["arm"].str.endswith(".urgent"), "accuracy"] = 0.0
+    h = {**plan["hypotheses"][0], "outcome": "trial_accuracy"}
+    models = ("a", "b") if case != "separated-level" else ()
+    with pytest.raises(NotApplicableError) as mine:
+        af.factorial_values(frame, plan, h, models)
+    with pytest.raises(vf.FactorialNotApplicable) as theirs:
+        vf.factorial_values(frame.to_dict("records"), plan, h, models)
+    word = "degenerate" if case == "copied-model" else "separation"
+    assert word in str(mine.value) and word in str(theirs.value)
+
+
 # ------------------------------------------------------------------------------ slow: seed 001
 
 

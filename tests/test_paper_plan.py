@@ -11,6 +11,7 @@ that does not pair.
 from __future__ import annotations
 
 import shutil
+from collections.abc import Callable
 from pathlib import Path
 
 import numpy as np
@@ -50,6 +51,35 @@ def test_the_template_registers_the_papers_plan(study_template: Path) -> None:
         text = SEED.read_text("utf-8")
         assert "E–D was +85.2 percentage points on LEFT, +46.7 on UP, and +90.0 on DOWN" in text
         assert "paired t-test using 180 probe-matched pairs" in text
+
+
+def _printed_side(text: str, printed_p: float, statistic: float, decimals: int,
+                  sf: Callable[[float], float]) -> str:  # fmt: skip
+    """The side whose test statistic, solved from the printed P, rounds to the printed one."""
+    from scipy import optimize
+
+    found = []
+    for side, factor in (("one-sided", 1.0), ("two-sided", 2.0)):
+        root = optimize.brentq(lambda x, k=factor: k * sf(x) - printed_p, 1.0, 60.0)
+        if round(root, decimals) == statistic:
+            found.append(side)
+    assert len(found) == 1, (text, found)
+    return found[0]
+
+
+def test_the_sides_follow_the_papers_printed_numbers(study_template: Path) -> None:
+    """Issue 31: the paper prints t(179) = 15.0, P = 9.6e-34 and z = 16.9, P = 6.7e-64; only one
+    side reproduces each, and the template registers that side."""
+    from scipy import stats
+
+    by_id = {h.id: h for h in load_study(study_template).hypotheses}
+    if SEED.is_file():
+        text = SEED.read_text("utf-8")
+        assert "$t(179) = 15.0$ , and  $P = 9.6 \\times 10^{-34}$" in text
+        assert "$z=16.9$ ;  $P=6.7\\times 10^{-64}$" in text
+    paired = _printed_side("t(179)", 9.6e-34, 15.0, 1, lambda t: stats.t.sf(t, 179))
+    pooled = _printed_side("z", 6.7e-64, 16.9, 1, stats.norm.sf)
+    assert (paired, pooled) == (by_id["H1-paired"].sides, by_id["H4-pooled"].sides)
 
 
 def test_the_locked_protocol_carries_the_new_fields_only_when_set(study_template: Path) -> None:
@@ -142,11 +172,50 @@ def test_a_pairing_key_that_does_not_pair_fails_the_hypothesis_clearly() -> None
     assert (ok.values or {})["df"] == 8 and (ok.values or {})["pairing"] == ["stimulus", "rep"]
     bad = hypothesis_results(_dataset({"A": 3, "B": 2}), PLAN, None)[0]
     assert bad.status == "failed" and bad.verdict == "not computed"
-    assert "does not pair: arm A has replicate 3 of stimulus 's1' and arm B does not" in str(
-        bad.error)
-    assert "3 unpaired trials" in str(bad.error)
+    assert ("does not pair: arm A has replicate 3 of stimulus 's1' and arm B has no such "
+            "trial: it was never scheduled") in str(bad.error)
+    assert "3 key(s) in one arm only" in str(bad.error)
     # the verifier's mirror refuses the same data
     trials = _dataset({"A": 3, "B": 2}).trials.to_dict("records")
     ds = vsci._Dataset(trials, [], ["A", "B"], [], "0" * 64)
     with pytest.raises(vsci.st.StatError, match="does not pair"):
         vsci._pairs_by_trial(ds, "A", "B")
+
+
+def _lose(ds: Dataset, trial: str, how: str) -> Dataset:
+    """``ds`` with one trial of arm B unparseable (and excluded), given up or never sent."""
+    from dataclasses import replace
+
+    if how == "unparseable":
+        t = ds.trials.copy()
+        t.loc[t["trial"] == trial, ["excluded", "status"]] = [True, "unparseable"]
+        return replace(ds, trials=t)
+    kept = replace(ds, trials=ds.trials[ds.trials["trial"] != trial])
+    if how == "given-up":
+        return replace(kept, given_up=(trial,))
+    return replace(kept, excluded_trials=(trial,))
+
+
+@pytest.mark.parametrize("how", ["unparseable", "given-up", "excluded"])
+def test_a_pair_lost_to_an_exclusion_is_dropped_listed_and_counted(how: str) -> None:
+    """Issue 31: the paper's paired t uses complete pairs; an excluded trial drops its pair."""
+    full = _dataset({"A": 3, "B": 3})
+    ds = _lose(full, "B|s2|3", how)
+    r = hypothesis_results(ds, PLAN, None)[0]
+    assert r.status == "ok" and r.verdict in ("supported", "not supported"), r.error
+    values = r.values or {}
+    assert values["n_x"] == 8 and values["df"] == 7 and values["n_dropped"] == 1
+    assert values["dropped_pairs"] == [
+        {"stimulus": "s2", "rep": 3, "excluded": [{"arm": "B", "kind": how, "trial": "B|s2|3"}]}]
+    keep = full.trials[~full.trials["stimulus"].eq("s2") | full.trials["rep"].ne(3)]
+    a = keep[keep["arm"] == "A"].sort_values(["stimulus", "rep"])["accuracy"].to_numpy()
+    b = keep[keep["arm"] == "B"].sort_values(["stimulus", "rep"])["accuracy"].to_numpy()
+    from analysis.stats import paired_t
+
+    assert values["t"] == pytest.approx(paired_t(a, b).t, rel=1e-12)  # the complete pairs
+    # the verifier's mirror drops the same pair and agrees on every number
+    vds = vsci._Dataset(ds.trials.to_dict("records"), [], ["A", "B"], list(ds.given_up),
+                        "0" * 64, excluded_trials=list(ds.excluded_trials))  # fmt: skip
+    xs, ys, dropped = vsci._pairs_by_trial(vds, "A", "B")
+    assert dropped == values["dropped_pairs"]
+    assert vsci.st.paired_t(xs, ys)["t"] == pytest.approx(values["t"], rel=1e-12)

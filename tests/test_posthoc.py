@@ -111,7 +111,8 @@ def test_a_pairing_that_does_not_pair_is_a_failed_posthoc_result_naming_the_tria
     ds, twin = _datasets(rows)
     body = posthoc_result(ds, PLAN, _declared(), "ab", "paired-t").as_dict()
     assert body["status"] == "failed" and body["verdict"] is None
-    assert "arm A has replicate 3 of stimulus 's2' and arm B does not" in str(body["error"])
+    assert "arm A has replicate 3 of stimulus 's2' and arm B has no such trial" in str(
+        body["error"])
     failed = vs._guard(vs._Result("posthoc"),
                        lambda: vs._posthoc_values(twin, PLAN, "A", "B", "paired-t"))
     assert failed.status == "failed"

@@ -91,7 +91,7 @@ UNKNOWN_KEYS = [
     ("response", 'parser = "tumbling-e-json"', 'parser = "tumbling-e-json"\nparsr = "x"',
      "[response] parsr: unknown key (did you mean 'parser'?)"),
     ("hypothesis", 'sides = "two-sided"', 'side = "two-sided"',
-     "[[hypotheses]] #2 (H1-paired) side: unknown key (did you mean 'sides'?)"),
+     "[[hypotheses]] #3 (H2) side: unknown key (did you mean 'sides'?)"),
     ("analysis", 'random_intercept = "stimulus"', 'random_intercepts = "stimulus"',
      "[analysis] random_intercepts: unknown key (did you mean 'random_intercept'?)"),
     ("subtable of an arm", "[arms.C]", '[arms.C.extra]\nx = 1\n\n[arms.C]',
@@ -142,7 +142,7 @@ def test_every_unknown_key_is_reported_at_once_in_file_order(study: Path) -> Non
     problems = info.value.problems
     assert len(problems) == 3
     assert "[model] temprature" in problems[0]
-    assert "[[hypotheses]] #2 (H1-paired) side" in problems[1]
+    assert "[[hypotheses]] #3 (H2) side" in problems[1]
     assert "design.replicates: must be an integer from 1 to 100,000, got 0" in problems[2]
     lines = [int(p.split(":")[1]) for p in problems]
     assert lines[0] < lines[1]

@@ -225,6 +225,26 @@ def test_the_pilot_runs_and_its_hypotheses_are_computed(
     assert len({e["item"] for e in screened}) == 8
 
 
+def test_agreement_with_one_judge_is_not_applicable_on_both_sides(
+    analysed: dict[str, dict[str, Any]],
+) -> None:
+    """Issue 31: the pilot's one judge gives no agreement to measure: "not applicable" with
+    the reason (never a failed result naming ValueError), and the verifier says the same."""
+    from types import SimpleNamespace
+
+    from verify import _science
+
+    found = analysed["exploratory.judge_agreement"]
+    assert found["status"] == "not applicable" and found["error"] is None
+    assert "needs two or more judges; this step has one" in found["values"]["reason"]
+    assert found["verdict"] is None  # exploratory: no verdict
+    plan = {"steps": {"judge": {"labels": ["correct", "incorrect"]}}}
+    scored = [SimpleNamespace(body={"judge": {"votes": [{"model": "judge", "vote": "correct"}]}})]
+    archive = SimpleNamespace(of=lambda kind: scored if kind == "trial.scored" else [])
+    mine = _science._judge_agreement(archive, plan, "judge")  # type: ignore[arg-type]
+    assert (mine.status, mine.verdict, set(mine.values)) == ("not applicable", None, {"reason"})
+
+
 def _table(analysed: dict[str, dict[str, Any]]) -> dict[str, dict[str, float]]:
     entries = analysed["descriptive.qr_bootstrap"]["values"]["entries"]
     out = {}

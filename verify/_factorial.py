@@ -25,6 +25,8 @@ from typing import Any, Final
 import numpy as np
 import scipy.stats as sps
 
+from verify._restats import NotApplicable
+
 __all__ = [
     "OUTCOMES",
     "FactorialError",
@@ -54,6 +56,10 @@ _GENERATOR: Final = re.compile(
 
 class FactorialError(ValueError):
     """A factor record that cannot be read or applied, or a model that cannot be fitted."""
+
+
+class FactorialNotApplicable(FactorialError, NotApplicable):
+    """analysis.md "Factorial designs": a GEE the data cannot fit (not applicable)."""
 
 
 class Factors:
@@ -367,8 +373,11 @@ def design_columns(
 
 def _gee(x: np.ndarray[Any, Any], y: np.ndarray[Any, Any], clusters: list[np.ndarray[Any, Any]],
          family: str, tol: float = 1e-10, max_iter: int = 200
-         ) -> tuple[np.ndarray[Any, Any], np.ndarray[Any, Any], float, bool]:
-    """β, robust covariance, α and convergence of the exchangeable GEE (the page's equations).
+         ) -> tuple[np.ndarray[Any, Any], np.ndarray[Any, Any], float, bool,
+                    np.ndarray[Any, Any]]:
+    """β, robust covariance, α, convergence and model-based covariance of the GEE.
+
+    The exchangeable GEE of the page's equations.
 
     Binomial: ``µ = 1/(1+e^{-η})``, ``v = µ(1−µ)``, ``dµ/dη = v``; Gaussian: ``µ = η``,
     ``v = 1``, ``dµ/dη = 1``. ``V_i = A_i^½ R(α) A_i^½``; α by the moment estimator with the
@@ -429,7 +438,11 @@ def _gee(x: np.ndarray[Any, Any], y: np.ndarray[Any, Any], clusters: list[np.nda
         alpha = new
     bmat, _, meat = parts(beta, alpha)
     binv = np.linalg.inv(bmat)
-    return beta, binv @ meat @ binv, alpha, converged
+    phi = 1.0  # the model-based covariance B⁻¹·φ: φ = 1 for Binomial, Σr²/(n−p) for Gaussian
+    if family != "binomial":
+        res = y - x @ beta
+        phi = float(res @ res) / (n - p)
+    return beta, binv @ meat @ binv, alpha, converged, binv * phi
 
 
 def factorial_values(
@@ -473,24 +486,31 @@ def factorial_values(
         raise FactorialError("factorial design: linearly dependent columns")
     if family == "binomial":
         if y.min() == y.max():
-            raise FactorialError("every trial has the same outcome")
+            raise FactorialNotApplicable("every trial has the same outcome")
         for group in [(f,) for f in order] + inters:
             seen: dict[tuple[str, ...], set[float]] = {}
             for c, v in zip(arm_cells, y, strict=True):
                 seen.setdefault(tuple(c[f] for f in group), set()).add(float(v))
             if any(len(s) == 1 for s in seen.values()):
-                raise FactorialError("separation: a level or cell has one outcome")
+                raise FactorialNotApplicable("separation: a level or cell has one outcome")
+        if len(present) >= 2:
+            for m in present:
+                if len({float(v) for t, v in zip(rows, y, strict=True)
+                        if str(t["model"]) == m}) == 1:  # fmt: skip
+                    raise FactorialNotApplicable(f"separation: model {m} has one outcome")
     stimuli = sorted({str(t["stimulus"]) for t in rows})
     index = {s: i for i, s in enumerate(stimuli)}
     members: list[list[int]] = [[] for _ in stimuli]
     for j, t in enumerate(rows):
         members[index[str(t["stimulus"])]].append(j)
-    beta, cov, alpha, converged = _gee(x, y, [np.array(m, dtype=np.int64) for m in members],
-                                       family)  # fmt: skip
-    with np.errstate(invalid="ignore"):
-        se = np.sqrt(np.diag(cov))
-    if not np.all(np.isfinite(se) & (se > 0)):
-        raise FactorialError("a robust SE is not positive and finite")
+    beta, cov, alpha, converged, naive = _gee(
+        x, y, [np.array(m, dtype=np.int64) for m in members], family)
+    for k, name in enumerate(names):  # mcq-statistics.md §8: a degenerate term
+        r, b0 = float(cov[k, k]), float(naive[k, k])
+        if not (math.isfinite(r) and math.isfinite(b0) and b0 > 0 and r > 1e-8 * b0):
+            raise FactorialNotApplicable(f"{name} is degenerate (robust variance {r:.3g}, "
+                                         f"model-based {b0:.3g})")  # fmt: skip
+    se = np.sqrt(np.diag(cov))
     effect = tuple(sorted(h.get("effect") or [], key=order.index))
     idx = [j + 1 for j, (_, at) in enumerate(cols) if tuple(at) == effect]
     if not idx:

@@ -19,6 +19,7 @@ import numpy as np
 from scipy import stats as sps
 
 from verify._restats import (
+    NotApplicable,
     StatError,
     bonferroni,
     bootstrap_clustered,
@@ -29,6 +30,7 @@ from verify._restats import (
 )
 
 __all__ = [
+    "GeeNotFittable",
     "McqStatError",
     "accuracy_by_cell",
     "check_trials",
@@ -57,6 +59,14 @@ Cond = tuple[str, str, str]
 
 class McqStatError(StatError):
     """A trials table or request the page says cannot be computed on."""
+
+
+class GeeNotFittable(McqStatError, NotApplicable):
+    """§8: a GEE the data cannot fit; ``column`` is the design column at fault or None."""
+
+    def __init__(self, message: str, column: str | None) -> None:
+        super().__init__(message)
+        self.column = column
 
 
 def _missing(value: Any) -> bool:
@@ -547,6 +557,11 @@ def _design(table: Sequence[Row], reference: str, factors: Mapping[str, str]
     return names, x, [reference] + [a for a in arms if a != reference]
 
 
+DEGENERATE_RATIO = 1e-8
+"""mcq-statistics.md §8: the robust over model-based variance at or below which a term is
+degenerate."""
+
+
 def gee_arm_effects(rows: Sequence[Mapping[str, Any]], reference: str,
                     factors: Mapping[str, str] | None = None, conf: float = 0.95,
                     letters: Sequence[str] = LETTERS, tol: float = 1e-10,
@@ -561,15 +576,15 @@ def gee_arm_effects(rows: Sequence[Mapping[str, Any]], reference: str,
     names, x, arms = _design(table, str(reference), extra)
     y = np.array([1.0 if r["correct"] else 0.0 for r in table])
     if y.min() == y.max():
-        raise McqStatError("correct: every trial has the same outcome")
+        raise GeeNotFittable("correct: every trial has the same outcome", None)
     for column in ("arm", *extra):  # the page: a level whose trials all agree is separation
         seen: dict[str, set[bool]] = {}
         for r in table:
             seen.setdefault(str(r[column]), set()).add(bool(r["correct"]))
         for level in sorted(seen):
             if len(seen[level]) == 1:
-                raise McqStatError(f"GEE: every trial of {column} {level!r} has one outcome "
-                                   "(separation)")
+                raise GeeNotFittable(f"GEE: every trial of {column} {level!r} has one outcome "
+                                     "(separation)", column)  # fmt: skip
     items = sorted({r["item"] for r in table})
     index = {item: i for i, item in enumerate(items)}
     members: list[list[int]] = [[] for _ in items]
@@ -631,10 +646,14 @@ def gee_arm_effects(rows: Sequence[Mapping[str, Any]], reference: str,
     bmat, _, meat = solve_parts(beta, alpha)
     binv = np.linalg.inv(bmat)
     cov = binv @ meat @ binv
-    with np.errstate(invalid="ignore"):
-        se = np.sqrt(np.diag(cov))
-    if not np.all(np.isfinite(se) & (se > 0)):
-        raise McqStatError("GEE: a robust SE is not positive and finite")
+    for k, name in enumerate(names):  # §8: degenerate when robust <= 1e-8 x model-based
+        robust, model_based = float(cov[k, k]), float(binv[k, k])
+        if not (math.isfinite(robust) and math.isfinite(model_based) and model_based > 0
+                and robust > DEGENERATE_RATIO * model_based):  # fmt: skip
+            raise GeeNotFittable(f"GEE: {name} is degenerate (robust variance {robust:.3g}, "
+                                 f"model-based {model_based:.3g})",
+                                 name.split("[", 1)[0] if "[" in name else None)  # fmt: skip
+    se = np.sqrt(np.diag(cov))
     crit = float(sps.norm.ppf(0.5 + conf / 2.0))
     terms = []
     for i, name in enumerate(names):

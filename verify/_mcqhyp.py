@@ -269,12 +269,24 @@ def values_from_rows(pooled: list[dict[str, Any]], by_model: list[dict[str, Any]
             order = [str(v) for v in plan.get("variant_order") or []]
             factors["variant"] = next((v for v in order if v in variants_present),
                                       min(variants_present))  # fmt: skip
-        fit = vm.gee_arm_effects(rows, b, factors, letters=letters)
+        dropped: list[str] = []
+        while True:  # §11: a declared fallback "drop-factor" refits without the factor at fault
+            try:
+                fit = vm.gee_arm_effects(rows, b, factors, letters=letters)
+                break
+            except vm.GeeNotFittable as exc:
+                if h.get("fallback") != "drop-factor" or exc.column not in factors:
+                    raise
+                factors.pop(exc.column)
+                dropped.append(exc.column)
         term = next(t for t in fit["terms"] if t["name"] == f"arm[T.{a}]")
         one = (h.get("sides") or "two-sided") == "one-sided"
-        return {"fit": fit, "term": term["name"], "estimate": term["estimate"],
-                "odds_ratio": term["odds_ratio"], "lower": term["lower"], "upper": term["upper"],
-                "p_raw": float(sps.norm.sf(term["z"])) if one else term["p"]}
+        out = {"fit": fit, "term": term["name"], "estimate": term["estimate"],
+               "odds_ratio": term["odds_ratio"], "lower": term["lower"], "upper": term["upper"],
+               "p_raw": float(sps.norm.sf(term["z"])) if one else term["p"]}
+        if dropped:
+            out["fallback"] = {"rule": "drop-factor", "dropped": dropped, "reason": None}
+        return out
     raise vm.McqStatError(f"unknown test {test!r}")
 
 

@@ -17,6 +17,7 @@ from scipy import stats as sps
 from verify._reml import RemlModel, check_point
 
 __all__ = [
+    "NotApplicable",
     "StatError",
     "bonferroni",
     "bootstrap_clustered",
@@ -43,6 +44,13 @@ CHUNK_ELEMENTS = 1 << 18
 
 class StatError(ValueError):
     """The statistic cannot be computed on this input."""
+
+
+class NotApplicable(StatError):
+    """The test does not apply to these data, for a reason the docs name (analysis.md §3).
+
+    Recorded as status and verdict ``"not applicable"`` with the reason in the values.
+    """
 
 
 def num(x: float) -> float | None:

@@ -33,7 +33,7 @@ import numpy as np
 import rfc8785
 from scipy import stats as sps
 
-from verify import _ddx, _factorial, _human, _mcqhyp, _qrboot, _review
+from verify import _copies, _ddx, _factorial, _human, _mcqhyp, _qrboot, _review
 from verify import _restats as st
 from verify._envelope import is_hex64
 from verify._items import ItemError, ItemFile, read_items
@@ -589,6 +589,21 @@ class _Dataset:
             models=[],
         )  # a one-model study's dataset; every other member (variants, cloze, ...) kept
 
+    def for_variant(self, variant: str) -> _Dataset:
+        """Only the rows of one variant (a post-hoc ``variant``, analysis.md §6)."""
+
+        def of(trial: str) -> str | None:
+            parts = trial.split("|")
+            return parts[3] if len(parts) == 5 else None
+
+        return replace(
+            self,
+            trials=[t for t in self.trials if str(t["variant"]) == variant],
+            items=[i for i in self.items if str(i["variant"]) == variant],
+            given_up=[g for g in self.given_up if of(g) == variant],
+            excluded_trials=[g for g in self.excluded_trials if of(g) == variant],
+        )
+
     def for_stimuli(self, stimuli: list[str]) -> _Dataset:
         """Only the rows of these stimuli (a hypothesis's ``stimuli``, study-spec.md)."""
         keep = {str(s) for s in stimuli}
@@ -874,9 +889,17 @@ class _Result:
     lmm: bool = False
 
 
+NOT_APPLICABLE = "not applicable"
+"""analysis.md §3: the status and verdict of a test that does not apply, its reason in values."""
+
+
 def _guard(result: _Result, compute: Callable[[], dict[str, Any]]) -> _Result:
     try:
         result.values = compute()
+    except st.NotApplicable as exc:
+        result.status = NOT_APPLICABLE
+        result.values = {"reason": str(exc)}
+        result.verdict = NOT_APPLICABLE if result.hypothesis else None
     except (st.StatError, ValueError, KeyError, ZeroDivisionError):
         result.status = "failed"
         result.values = {}
@@ -1174,19 +1197,60 @@ SUBSET_MODEL_KEYS = ("n_obs", "n_groups", "group_variance", "residual_variance",
 """What an lmm hypothesis on a stimulus subset records of its own fit (analysis.md §3)."""
 
 
-def _pairs_by_trial(ds: _Dataset, a: str, b: str) -> tuple[list[float], list[float]]:
-    """analysis.md §3, paired-t with pairing (stimulus, rep): every trial must pair."""
-    keyed: dict[str, dict[tuple[str, int], float]] = {}
-    for arm in (a, b):
-        rows = [t for t in ds.analysable() if t["arm"] == arm]
-        keys = [(str(t["stimulus"]), int(t["rep"])) for t in rows]
-        if len(set(keys)) != len(keys):
+def _id_parts(trial: str) -> tuple[str, str, int]:
+    """(arm, stimulus, rep) of a trial id (randomization.md, variants.md §4).
+
+    The id is ``arm|stimulus|rep``, ``arm|model|stimulus|rep`` or ``arm|model|item|variant|rep``.
+    """
+    parts = trial.split("|")
+    stimulus = parts[1] if len(parts) == 3 else parts[2]
+    return parts[0], stimulus, int(parts[-1])
+
+
+def _pairs_by_trial(
+    ds: _Dataset, a: str, b: str
+) -> tuple[list[float], list[float], list[dict[str, Any]]]:
+    """analysis.md §3, paired-t with pairing (stimulus, rep): complete pairs, the rest listed.
+
+    A key with a trial in both arms pairs when both trials have a value; a key whose trial in
+    either arm is unparseable-and-excluded, given up or a recorded exclusion is a dropped pair;
+    a key one arm never had fails the test.
+    """
+    controls = {str(t["stimulus"]) for t in ds.trials if t["control"]}
+    stimuli = {str(t["stimulus"]) for t in ds.trials}
+    seen: dict[str, dict[tuple[str, int], tuple[str, str, float]]] = {a: {}, b: {}}
+
+    def put(arm: str, key: tuple[str, int], entry: tuple[str, str, float]) -> None:
+        if key in seen[arm]:
             raise st.StatError(f"pairing: arm {arm} has a key twice")
-        keyed[arm] = {k: float(t["accuracy"]) for k, t in zip(keys, rows, strict=True)}
-    if set(keyed[a]) != set(keyed[b]):
-        raise st.StatError("pairing (stimulus, rep) does not pair")
-    keys = sorted(keyed[a])
-    return [keyed[a][k] for k in keys], [keyed[b][k] for k in keys]
+        seen[arm][key] = entry
+
+    for t in ds.trials:
+        if t["arm"] in seen and not t["control"]:
+            put(t["arm"], (str(t["stimulus"]), int(t["rep"])),
+                ("unparseable" if t["excluded"] else "ok", str(t["trial"]),
+                 float(t["accuracy"])))  # fmt: skip
+    for kind, ids in (("given-up", ds.given_up), ("excluded", ds.excluded_trials)):
+        for g in ids:
+            arm, stimulus, rep = _id_parts(g)
+            if arm in seen and stimulus in stimuli and stimulus not in controls:
+                put(arm, (stimulus, rep), (kind, g, math.nan))
+    if set(seen[a]) != set(seen[b]):
+        raise st.StatError("pairing (stimulus, rep) does not pair: a key was never scheduled "
+                           "in one arm")  # fmt: skip
+    xs: list[float] = []
+    ys: list[float] = []
+    dropped: list[dict[str, Any]] = []
+    for key in sorted(seen[a]):
+        ea, eb = seen[a][key], seen[b][key]
+        if ea[0] == "ok" and eb[0] == "ok":
+            xs.append(ea[2])
+            ys.append(eb[2])
+            continue
+        dropped.append({"stimulus": key[0], "rep": key[1], "excluded": [
+            {"arm": arm, "kind": e[0], "trial": e[1]}
+            for arm, e in ((a, ea), (b, eb)) if e[0] != "ok"]})  # fmt: skip
+    return xs, ys, dropped
 
 
 def _hypotheses(
@@ -1252,8 +1316,9 @@ def _hypotheses(
             if test == "equivalence":
                 return _equivalence(ds, a, b, h["margin_pp"] / 100)
             if test == "paired-t":
+                dropped: list[dict[str, Any]] | None = None
                 if h.get("pairing") == ["stimulus", "rep"]:
-                    xs, ys = _pairs_by_trial(ds, a, b)
+                    xs, ys, dropped = _pairs_by_trial(ds, a, b)
                 else:
                     means = _stimulus_pairs(ds, a, b)
                     xs, ys = [x for x, _ in means.values()], [y for _, y in means.values()]
@@ -1262,6 +1327,9 @@ def _hypotheses(
                 out = {**res, "p_raw": p, "estimate": res["difference"]}
                 if h.get("pairing"):
                     out["pairing"] = list(h["pairing"])
+                if dropped is not None:
+                    out["n_dropped"] = len(dropped)
+                    out["dropped_pairs"] = dropped
                 return out
             if test == "independent-t":
                 res = st.independent_t(*_pair_accuracies(ds, a, b))
@@ -1833,8 +1901,8 @@ def _judge_agreement(archive: _Archive, plan: dict[str, Any], step: str) -> _Res
         if not judged:
             raise ValueError("no judged trial")
         raters = [v["model"] for v in judged[0]["votes"]]
-        if len(raters) < 2:
-            raise ValueError("one judge")
+        if len(raters) < 2:  # analysis.md §8: agreement does not apply to one judge
+            raise st.NotApplicable("one judge")
         rows = [[v["vote"] for v in j["votes"]] for j in judged
                 if all(v["vote"] in labels for v in j["votes"])]  # fmt: skip
         if not rows:
@@ -2337,6 +2405,12 @@ def _reanalysis(archive: _Archive) -> tuple[Check, list[str]]:
     recomputed += _human_tables(archive, plan, recomputed)  # analysis.md §10
     if ds.covariates:  # analysis.md §11
         recomputed.append(_covariates_result(ds, plan))
+    responded = {e.seq: e for e in archive.of("trial.responded")}
+    found_copies = _copies.copies(
+        ds.trials, lambda seq: (archive.event_blob(responded[seq], "response"),
+                                str(responded[seq].body.get("format", ""))), ds.models)
+    if found_copies is not None:  # analysis.md §3: identical responses (pseudo-replication)
+        recomputed.append(_Result("descriptive.identical_responses", values=found_copies))
     recorded_ids = [e.body.get("id") for e in results]
     new_ids = [r.id for r in recomputed]
     if recorded_ids != new_ids:
@@ -2411,13 +2485,15 @@ def _reanalysis(archive: _Archive) -> tuple[Check, list[str]]:
     archive.current = None
     extra = (f", and {len(posthoc)} post-hoc analysis(es) declared after them (labelled post "
              "hoc, no verdict)") if posthoc else ""
-    return Check(
-        "reanalysis",
-        Status.PASS,
+    passed = (
         f"The dataset and all {len(results)} analysis results{extra} were recomputed and match "
         f"(relative tolerance {REL_TOL:g}, p-values relative only, absolute {ABS_TOL:g}; every "
-        "recorded mixed model is a maximum of the verifier's own REML likelihood).",
-    ), []
+        "recorded mixed model is a maximum of the verifier's own REML likelihood).")
+    if found_copies is not None:  # analysis.md §3: numbers right, but copies counted as new
+        said = _copies.summary(found_copies)
+        return Check("reanalysis", Status.WARN, f"{passed[:-1]}; but {said}.", None,
+                     "descriptive.identical_responses"), []  # fmt: skip
+    return Check("reanalysis", Status.PASS, passed), []
 
 
 POSTHOC_KIND = "analysis.posthoc"
@@ -2436,13 +2512,16 @@ def _posthoc_values(ds: _Dataset, plan: dict[str, Any], a: str, b: str,
         summary.update(estimate=values["estimate"], lower=values["lower"],
                        upper=values["upper"], p=None, conf=values["conf"])  # fmt: skip
         return {**values, "contrast": summary}
+    dropped: list[dict[str, Any]] = []
     if test == "paired-t":
-        res = st.paired_t(*_pairs_by_trial(ds, a, b))
+        xs, ys, dropped = _pairs_by_trial(ds, a, b)
+        res = st.paired_t(xs, ys)
     else:
         res = st.independent_t(*_pair_accuracies(ds, a, b))
     values = {**res, "estimate": res["difference"]}
     if test == "paired-t":
-        values["pairing"] = ["stimulus", "rep"]
+        values |= {"pairing": ["stimulus", "rep"], "n_dropped": len(dropped),
+                   "dropped_pairs": dropped}  # fmt: skip
     summary.update(estimate=res["difference"], lower=res["ci_lower"], upper=res["ci_upper"],
                    p=res["p"], t=res["t"], df=res["df"], conf=0.95)  # fmt: skip
     return {**values, "contrast": summary}
@@ -2484,6 +2563,19 @@ def _posthoc_problem(archive: _Archive, event: _Event, ds: _Dataset, plan: dict[
         return "repeats the id of another post-hoc analysis"
     if model is not None:
         ds = ds.for_model(str(model))
+    variant = declared.get("variant")  # analysis.md §6: absent (older events) means null
+    compared = [str(x) for x in contrast] if test != "lmm" else (
+        [str(x) for x in arms] if isinstance(arms, list) else sorted(plan.get("arms") or {}))
+    ran = {arm: {str(t["variant"]) for t in ds.trials if t["arm"] == arm} for arm in compared}
+    if variant is not None:
+        if not isinstance(variant, str) or not ds.variants or not all(
+                variant in v for v in ran.values()):  # fmt: skip
+            return f"declares variant {_fmt(variant)}, which not every arm compared ran"
+        ds = ds.for_variant(variant)
+    elif len({frozenset(v) for v in ran.values() if v}) > 1:
+        return ("compares arms that ran different variants ("
+                + "; ".join(f"{arm}: {', '.join(sorted(v))}" for arm, v in ran.items() if v)
+                + ") without choosing one")
     if test != "lmm":
         a, b = str(contrast[0]), str(contrast[1])
         recomputed = _guard(_Result("posthoc"), lambda: _posthoc_values(ds, plan, a, b, test))

@@ -518,9 +518,19 @@ def _diagnoses(value: Any, *, signed: bool = True) -> str:
     return "–" if v is None else f"{v:+.3g} diagnoses"
 
 
+NOT_APPLICABLE = "not applicable"  # analysis.md §3: a test that does not apply, with a reason
+
+
+def _inapplicable(result: dict[str, Any]) -> str:
+    reason = _obj(result.get("values")).get("reason")
+    return f"not applicable: {reason or 'no reason given'}"
+
+
 def _estimate_text(result: dict[str, Any]) -> str:
     if result.get("status") == "failed":
         return "not computed"
+    if result.get("status") == NOT_APPLICABLE:
+        return NOT_APPLICABLE
     v = _obj(result.get("values"))
     test = result.get("test")
     if test == "equivalence":
@@ -577,6 +587,8 @@ def _p_text(result: dict[str, Any]) -> str:
 def _rule_text(result: dict[str, Any]) -> str:
     if result.get("status") == "failed":
         return f"not computed: {result.get('error') or 'unknown error'}"
+    if result.get("status") == NOT_APPLICABLE:
+        return _inapplicable(result)
     return str(_obj(result.get("decided_by")).get("rule", "–"))
 
 
@@ -841,6 +853,10 @@ class _Expect:
             v = _obj(r.get("values"))
             what = self._contrast_text(r) + (f" at {plan['variant']}" if plan.get("variant")
                                              else "")  # fmt: skip
+            if r.get("status") == NOT_APPLICABLE:
+                rows.append([_cell(r.get("hypothesis")), test, what, "–", "–", "–", "–", "–",
+                             _inapplicable(r)])  # fmt: skip
+                continue
             if r.get("status") != "ok":
                 rows.append([_cell(r.get("hypothesis")), test, what, "–", "–", "–", "–", "–",
                              f"not computed: {r.get('error')}"])
@@ -1254,6 +1270,25 @@ class _Expect:
         name = self.protocol.get("title") or self.protocol.get("study")
         return f"PROMPT Ledger report: {name}" if name else None
 
+    def _copies_banner(self) -> str | None:
+        """analysis.md §3: the banner of a recorded descriptive.identical_responses."""
+        found = next((r for r in self.results
+                      if r.get("id") == "descriptive.identical_responses"), None)  # fmt: skip
+        if found is None or found.get("status") != "ok":
+            return None
+        v = _obj(found.get("values"))
+        said = []
+        for r in v.get("replicates") or []:
+            model = _obj(r).get("model")
+            said.append(f"arm {_obj(r).get('arm')}" + (f", model {model}" if model else "")
+                        + f": every replicate alike in {_obj(r).get('cells')} stimulus cell(s)")
+        for p in v.get("models") or []:
+            said.append(f"models {_obj(p).get('a')} and {_obj(p).get('b')}: alike on all "
+                        f"{_obj(p).get('trials')} shared trial(s)")  # fmt: skip
+        note = v.get("note") if isinstance(v.get("note"), str) else ""
+        return (f"Byte-identical responses (descriptive.identical_responses): "
+                f"{'; '.join(said)}. {note}").rstrip()
+
     def blocks(self) -> list[tuple[str, str | re.Pattern[str]]]:
         """Every heading, paragraph and banner outside the tables, in order (§7).
 
@@ -1282,6 +1317,9 @@ class _Expect:
         if any(r.get("status") == "failed" for r in self.results):
             out.append(("div", "Some results could not be computed; each is listed with its "
                         "reason below and shown as “not computed” where it belongs."))  # fmt: skip
+        copies = self._copies_banner()
+        if copies is not None:
+            out.append(("div", copies))
         out.append(("h2", "Verdicts of the pre-registered hypotheses"))
         if not any(r.get("hypothesis") for r in self.results):
             out.append(("p", "No hypothesis results."))
