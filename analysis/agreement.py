@@ -19,6 +19,10 @@ from analysis.stats import NotApplicableError
 
 __all__ = ["judge_agreement_values"]
 
+UNANIMOUS = ("every vote is the same label, so chance agreement is 1 and kappa is 0/0 "
+             "(docs/analysis.md section 8)")
+"""Why ``kappa`` is null when every vote of every trial is one label."""
+
 
 def judge_agreement_values(
     judged: Sequence[dict[str, Any]], labels: Sequence[str]
@@ -48,6 +52,13 @@ def judge_agreement_values(
         raise ValueError("no trial has a parsed vote from every judge")
     data = np.array(rows, dtype=int)
     observed = float(np.mean([len(set(r)) == 1 for r in rows]))
+    if len({vote for r in rows for vote in r}) == 1:  # chance agreement 1: kappa is 0/0
+        return {
+            "judges": raters, "labels": list(labels),
+            "method": "cohen" if len(raters) == 2 else "fleiss", "n_trials": len(rows),
+            "incomplete": len(judged) - len(rows), "all_agree": observed, "kappa": None,
+            "kappa_undefined": UNANIMOUS,
+        }  # fmt: skip
     if len(raters) == 2:
         table = np.zeros((len(labels), len(labels)))
         for a, b in rows:

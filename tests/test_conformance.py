@@ -186,6 +186,27 @@ def test_regression_descriptive_mcq_with_three_letters(tmp_path: Path) -> None:
     verify_honest(design, archive, key)
 
 
+def test_regression_judge_agreement_with_unanimous_judges(tmp_path: Path) -> None:
+    """Found by the suite (generated seed 48): every judge gave every trial the same label, so
+    chance agreement is 1 and kappa is 0/0. The writer (statsmodels) recorded NaN as "ok", the
+    verifier's formula divided by zero ("failed"), and the honest archive FAILED
+    ``reanalysis``. Both sides now record kappa null with the reason (analysis.md §8)."""
+    design = generate(48)
+    assert _files_digest(design) == "a70ec98293670de8", "the generator drifted: re-pin it"
+    key = owner_key(48)
+    archive = run_design(design, tmp_path, key)
+    events = [
+        json.loads(line)["envelope"]
+        for line in (archive / "ledger" / "events.jsonl").read_text("utf-8").splitlines()
+    ]
+    agreement = next(e["body"] for e in events if e["kind"] == "analysis.result"
+                     and e["body"]["id"] == "exploratory.judge_agreement")  # fmt: skip
+    assert agreement["status"] == "ok", agreement
+    assert agreement["values"]["kappa"] is None and agreement["values"]["all_agree"] == 1
+    assert "chance agreement is 1" in agreement["values"]["kappa_undefined"]
+    verify_honest(design, archive, key)
+
+
 KNOWN_FAILURES: dict[str, tuple[int, str | None, str, str]] = {
     "lmm-zero-variances": (
         33,
@@ -235,20 +256,12 @@ KNOWN_FAILURES: dict[str, tuple[int, str | None, str, str]] = {
         "4dd80d77b9745081",
         "constrained_layout not applied because axes sizes collapsed to zero",
     ),
-    "judge-agreement-unanimous-judges": (
-        48,
-        None,
-        "a70ec98293670de8",
-        "invalid value encountered in scalar divide",
-    ),
 }
 """Honest archives the suite found FAILing ``reanalysis``, not fixed here (each is the area of
 an engineer fixing issue 31 in parallel; docs/conformance.md lists them): degenerate
 mixed-model fits (a tiny design at a ceiling or floor, an arm all unparseable, a boundary
-variance), where the writer's statsmodels fit and the verifier's own REML disagree, and judge
-agreement when every judge gives every trial the same label (the writer records "ok", the
-verifier recomputes "failed"; under pytest's warnings-as-errors the writer's statsmodels kappa
-raises its RuntimeWarning first); and an export whose report figure (an exact-answer study
+variance), where the writer's statsmodels fit and the verifier's own REML disagree; and an
+export whose report figure (an exact-answer study
 with one arm partly unparseable and excluded) makes matplotlib warn that constrained layout
 collapsed, which pytest's warnings-as-errors turns into a failed export. Each is pinned as a
 generated study (seed, family, and a SHA-256 prefix of its files, so the generator cannot

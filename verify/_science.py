@@ -1908,6 +1908,14 @@ def _judge_agreement(archive: _Archive, plan: dict[str, Any], step: str) -> _Res
         if not rows:
             raise ValueError("no complete trial")
         n, m = len(rows), len(raters)
+        agree = math.fsum(len(set(r)) == 1 for r in rows) / n
+        if len({vote for r in rows for vote in r}) == 1:  # analysis.md §8: p_e = 1, kappa 0/0
+            return {
+                "judges": raters, "labels": labels, "method": "cohen" if m == 2 else "fleiss",
+                "n_trials": n, "incomplete": len(judged) - n, "all_agree": agree, "kappa": None,
+                "kappa_undefined": "every vote is the same label, so chance agreement is 1 and "
+                                   "kappa is 0/0 (docs/analysis.md section 8)",
+            }  # fmt: skip
         if m == 2:
             p_o = math.fsum(a == b for a, b in rows) / n
             p_e = math.fsum(
