@@ -559,6 +559,9 @@ def _fig_forest(report: Report) -> Figure:
         if r.get("test") == "equivalence" and _num(v.get("margin")) is not None:
             margin = _num(v.get("margin")) or 0.0
             xs += [margin * 100, -margin * 100]
+            diff = _num(v.get("max_abs_diff"))  # drawn too, with its label: inside the axes
+            if diff is not None:
+                xs += [diff * 100, -diff * 100]
         min_pp = _num(v.get("min_difference_pp"))
         if min_pp is not None:
             xs.append(min_pp)

@@ -27,6 +27,7 @@ from conformance import (
 )
 
 from ledger import canonical_json
+from verify import Status, verify_archive
 
 SLICE = (0, 1, 2, 3, 7, 10, 16, 17, 37)
 """The fixed-seed slice: every family, the edges (ceilings, floors, an arm all unparseable,
@@ -207,6 +208,20 @@ def test_regression_judge_agreement_with_unanimous_judges(tmp_path: Path) -> Non
     verify_honest(design, archive, key)
 
 
+def test_regression_forest_plot_of_an_equivalence_beyond_its_margin(tmp_path: Path) -> None:
+    """Found by the suite (generated seed 1008): an equivalence test whose largest difference
+    (100 pp) lay far beyond its margin (20 pp) drew its marker and label outside the forest
+    plot's x range; constrained layout then collapsed the axes to make room (a matplotlib
+    warning, an error under pytest) and the export failed. The range now holds the difference."""
+    design = generate(1008)
+    assert _files_digest(design) == "4dd80d77b9745081", "the generator drifted: re-pin it"
+    key = owner_key(1008)
+    archive = run_design(design, tmp_path, key)
+    assert (archive / "analysis" / "figures" / "forest_contrasts.png").stat().st_size > 0
+    report = verify_archive(archive, trusted_keys=[key.vkey]).get("report")
+    assert report is not None and report.status is Status.PASS, report
+
+
 KNOWN_FAILURES: dict[str, tuple[int, str | None, str, str]] = {
     "lmm-zero-variances": (
         33,
@@ -250,20 +265,11 @@ KNOWN_FAILURES: dict[str, tuple[int, str | None, str, str]] = {
         "31fdd523aa0e2b57",
         "hypothesis.H3@m1 values.p: recorded",
     ),
-    "report-figure-layout-collapses": (
-        1008,
-        None,
-        "4dd80d77b9745081",
-        "constrained_layout not applied because axes sizes collapsed to zero",
-    ),
 }
 """Honest archives the suite found FAILing ``reanalysis``, not fixed here (each is the area of
 an engineer fixing issue 31 in parallel; docs/conformance.md lists them): degenerate
 mixed-model fits (a tiny design at a ceiling or floor, an arm all unparseable, a boundary
-variance), where the writer's statsmodels fit and the verifier's own REML disagree; and an
-export whose report figure (an exact-answer study
-with one arm partly unparseable and excluded) makes matplotlib warn that constrained layout
-collapsed, which pytest's warnings-as-errors turns into a failed export. Each is pinned as a
+variance), where the writer's statsmodels fit and the verifier's own REML disagree. Each is pinned as a
 generated study (seed, family, and a SHA-256 prefix of its files, so the generator cannot
 drift under it) and expected to FAIL with its message until fixed: ``strict``, so a fix makes
 the case XPASS, which fails, and its entry must then go (the study then joins the slice)."""
