@@ -269,10 +269,11 @@ KNOWN_FAILURES: dict[str, tuple[int, str | None, str, str]] = {
 """Honest archives the suite found FAILing ``reanalysis``, not fixed here (each is the area of
 an engineer fixing issue 31 in parallel; docs/conformance.md lists them): degenerate
 mixed-model fits (a tiny design at a ceiling or floor, an arm all unparseable, a boundary
-variance), where the writer's statsmodels fit and the verifier's own REML disagree. Each is pinned as a
-generated study (seed, family, and a SHA-256 prefix of its files, so the generator cannot
-drift under it) and expected to FAIL with its message until fixed: ``strict``, so a fix makes
-the case XPASS, which fails, and its entry must then go (the study then joins the slice)."""
+variance), where the writer's statsmodels fit and the verifier's own REML disagree. Each is
+pinned as a generated study (seed, family, and a SHA-256 prefix of its files, so the
+generator cannot drift under it) and expected to FAIL with its message until fixed:
+``strict``, so a fix makes the case XPASS, which fails, and its entry must then go (the study
+then joins the slice)."""
 
 
 def _files_digest(design: Design) -> str:
