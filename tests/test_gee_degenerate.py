@@ -324,6 +324,7 @@ def test_the_viewer_shows_the_reason_and_the_copies(archive: Path) -> None:
     from analysis.view import open_viewer
     from analysis.view_app import make_app
 
-    page = TestClient(make_app(open_viewer(archive, verify=False))).get("/").text
+    viewer = open_viewer(archive, verify=False)
+    page = TestClient(make_app(viewer), base_url="http://127.0.0.1").get("/").text
     assert "not applicable (GEE: the robust variance of model[T.medgemma_27b]" in page
     assert "Byte-identical responses (descriptive.identical_responses): models medgemma_4b" in page
