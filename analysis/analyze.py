@@ -1481,7 +1481,8 @@ def sensitivity_lmm(
             names = ["group", "group_by_arm"] + (
                 ["residual"] if name == "probe_by_arm" else [f"residual[{c}]" for c in labels])
             try:
-                f = sens.fit_reml(y, exog, groups, [groups, cells], classes, names)
+                f = sens.fit_reml(y, exog, groups, [groups, cells], classes, names,
+                                  label=f"sensitivity model {name}")
             except (ValueError, np.linalg.LinAlgError) as exc:
                 models[name] = {"fitted": False, "reason": f"the REML fit failed: {exc}"}
                 continue
