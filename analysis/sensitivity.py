@@ -3,7 +3,8 @@
 Labelled ``sensitivity`` everywhere; they never change a registered verdict, they only say
 whether they would support it. For every registered ``lmm`` hypothesis contrast:
 
-* the registered random-intercept model with **Satterthwaite** degrees of freedom (t, not z);
+* the registered random-intercept model with **Satterthwaite** degrees of freedom (t, not z),
+  from the expected REML information (``df_method``);
 * a **probe-by-arm** random effect: ``y = Xβ + u_probe + w_(probe, arm) + e``;
 * probe-by-arm with a **residual variance per arm**;
 * a **cluster bootstrap over probes** of the mean per-probe difference.
@@ -27,6 +28,7 @@ from scipy import stats as sps
 __all__ = [
     "BOUNDARY_FRACTION",
     "DECREMENT_TOL",
+    "DF_METHOD",
     "RemlConvergenceError",
     "RemlFit",
     "cell_residuals",
@@ -47,6 +49,10 @@ Floats = npt.NDArray[np.float64]
 BOUNDARY_FRACTION = 1e-6
 """A variance at or below this fraction of the outcome variance counts as zero."""
 
+DF_METHOD = "satterthwaite-expected-information"
+"""What the sensitivity contrasts' ``df`` are: Satterthwaite's formula with the *expected* REML
+information (not lmerTest's observed information; ``docs/statistics.md`` says why)."""
+
 
 @dataclass
 class RemlFit:
@@ -54,7 +60,7 @@ class RemlFit:
 
     ``names`` label the parameters (terms first, then residual classes); ``beta`` and ``cov``
     are the GLS estimates and ``(XᵀV⁻¹X)⁻¹`` at ``params``; ``info_cov`` is the inverse of the
-    observed REML information in the parameters away from zero (``free``), for Satterthwaite.
+    expected REML information in the parameters away from zero (``free``), for Satterthwaite.
     """
 
     names: list[str]
@@ -586,8 +592,9 @@ def satterthwaite_contrast(fit: RemlFit, weights: Floats, sides: str,
                            conf: float = 0.95) -> dict[str, Any]:  # fmt: skip
     """``L·β̂`` with ``SE² = LᵀCL`` and Satterthwaite ``df = 2(LᵀCL)² / (gᵀWg)``.
 
-    ``g_i = Lᵀ(∂C/∂θ_i)L`` over the free variance parameters, ``W`` the inverse expected
-    REML information in θ; t-distribution p and interval (one-sided: lower bound only).
+    ``g_i = Lᵀ(∂C/∂θ_i)L`` over the free variance parameters, ``W`` the inverse *expected*
+    REML information in θ (recorded as ``df_method`` :data:`DF_METHOD`; lmerTest uses the
+    observed information); t-distribution p and interval (one-sided: lower bound only).
     """
     est = float(weights @ fit.beta)
     var = float(weights @ fit.cov @ weights)
@@ -604,8 +611,8 @@ def satterthwaite_contrast(fit: RemlFit, weights: Floats, sides: str,
         p = float(2 * sps.t.sf(abs(t), df))
         q = float(sps.t.ppf(0.5 + conf / 2, df))
         lower, upper = est - q * se, est + q * se
-    return {"estimate": est, "se": se, "df": df, "t": t, "p": p, "lower": lower,
-            "upper": upper, "conf": conf}  # fmt: skip
+    return {"estimate": est, "se": se, "df": df, "df_method": DF_METHOD, "t": t, "p": p,
+            "lower": lower, "upper": upper, "conf": conf}  # fmt: skip
 
 
 def cluster_bootstrap(diffs: Floats, iterations: int, seed: int, sides: str,

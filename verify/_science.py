@@ -1571,7 +1571,7 @@ def _by_truth(ds: _Dataset, plan: dict[str, Any], labels: tuple[str, ...]) -> _R
 SENSITIVITY_MODELS = ("registered", "probe_by_arm", "probe_by_arm_arm_residual")
 """statistics.md "Sensitivity": the models of ``sensitivity.lmm``, in order."""
 SENSITIVITY_NAMES = {
-    "registered": "registered random-intercept (Satterthwaite df)",
+    "registered": "registered random-intercept (Satterthwaite df, expected information)",
     "probe_by_arm": "probe-by-arm",
     "probe_by_arm_arm_residual": "probe-by-arm with a residual variance per arm",
 }
