@@ -1045,23 +1045,30 @@ def _to_the_maximum(
     group_var: float, resid_var: float, llf: float, fe: npt.NDArray[np.float64],
     cov: npt.NDArray[np.float64],
 ) -> tuple[float, float, float, npt.NDArray[np.float64], npt.NDArray[np.float64]]:
-    """Newton-polish an optimiser's interior answer (:func:`_polish_reml`); a boundary one stays.
+    """Newton-polish an optimiser's answer (:func:`_polish_reml`) to the REML maximum.
 
-    The polished point replaces the answer when it is at least as likely; should it fall to
-    the boundary, ``σ²_g = 0`` with ``σ²_e = RSS/(n − p)`` is compared too. Returns
-    ``(σ²_g, σ²_e, l_R with statsmodels' constant, β̂, fe_cov)`` evaluated at the point kept.
+    An interior answer is polished from where it is; one on the boundary (``σ²_g`` at most
+    ``SINGULAR_TOLERANCE × var(y)``) stays unless its score in ``σ²_g`` is positive, when the
+    polish starts from the scoring step off it (``σ²_g = s/I``). The polished point replaces
+    the answer when it is more likely; should it fall to the boundary, ``σ²_g = 0`` with
+    ``σ²_e = RSS/(n − p)`` is compared too. Returns ``(σ²_g, σ²_e, l_R with statsmodels'
+    constant, β̂, fe_cov)`` evaluated at the point kept.
     """
     floor = SINGULAR_TOLERANCE * float(np.var(y, ddof=1))
-    if group_var <= floor:
-        return group_var, resid_var, llf, fe, cov
     n, p = exog.shape
     const = -0.5 * float(n - p) * math.log(2 * math.pi)
     parts = reml_parts(y, exog, codes)
     with np.errstate(all="ignore"):
         try:
+            start = group_var
+            if group_var <= floor:
+                score, _, expected = reml_derivatives(y, exog, codes, group_var, resid_var)
+                if not (score[0] > 0 and expected[0, 0] > 0):
+                    return group_var, resid_var, llf, fe, cov
+                start = max(float(score[0] / expected[0, 0]), 10 * floor)
             candidates = [(reml_loglik(y, exog, codes, group_var, resid_var, parts),
                            group_var, resid_var)]  # fmt: skip
-            g, e = _polish_reml(y, exog, codes, group_var, resid_var)
+            g, e = _polish_reml(y, exog, codes, start, resid_var)
             candidates.append((reml_loglik(y, exog, codes, g, e, parts), g, e))
             if g <= floor:
                 beta, *_ = np.linalg.lstsq(exog, y, rcond=None)

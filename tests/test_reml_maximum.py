@@ -350,3 +350,17 @@ def test_an_archive_from_before_df_method_still_verifies(tmp_path: Path) -> None
     report = _rewrite_sensitivity(root, lambda model: None, lambda text: text.replace(note, ""))
     check = report.get("report")
     assert check is not None and check.status is Status.FAIL
+
+
+def test_the_registered_model_leaves_the_boundary_when_the_maximum_is_inside() -> None:
+    """An optimiser's answer stuck at σ²_g = 0 below an interior maximum is polished off it."""
+    d = _data(7)
+    codes = np.unique(d["g"], return_inverse=True)[1].astype(np.intp)
+    ols = np.linalg.lstsq(d["x"], d["y"], rcond=None)[0]
+    at_zero = float(np.sum((d["y"] - d["x"] @ ols) ** 2)) / (d["y"].size - 3)
+    cov = np.eye(3)
+    g, e, _, _, _ = stats._to_the_maximum(d["y"], d["x"], codes, 0.0, at_zero, 0.0, ols, cov)
+    verifier = RemlModel(d["y"], d["x"], d["g"], [d["g"]])
+    assert g > 1e-3
+    assert check_point(verifier, [g, e])[1] is None
+    stats.check_reml_maximum(d["y"], d["x"], codes, g, e, "model.lmm")  # does not raise
