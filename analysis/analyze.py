@@ -1482,7 +1482,7 @@ def _phase_parts(
 SENSITIVITY_MODELS = ("registered", "probe_by_arm", "probe_by_arm_arm_residual")
 """The models of ``sensitivity.lmm``, in order (``docs/statistics.md``, "Sensitivity")."""
 SENSITIVITY_NAMES = {
-    "registered": "registered random-intercept (Satterthwaite df)",
+    "registered": "registered random-intercept (Satterthwaite df, expected information)",
     "probe_by_arm": "probe-by-arm",
     "probe_by_arm_arm_residual": "probe-by-arm with a residual variance per arm",
 }
@@ -1580,7 +1580,8 @@ def sensitivity_lmm(
             names = ["group", "group_by_arm"] + (
                 ["residual"] if name == "probe_by_arm" else [f"residual[{c}]" for c in labels])
             try:
-                f = sens.fit_reml(y, exog, groups, [groups, cells], classes, names)
+                f = sens.fit_reml(y, exog, groups, [groups, cells], classes, names,
+                                  label=f"sensitivity model {name}")
             except (ValueError, np.linalg.LinAlgError) as exc:
                 models[name] = {"fitted": False, "reason": f"the REML fit failed: {exc}"}
                 continue
@@ -1633,8 +1634,8 @@ def sensitivity_lmm(
                     and row["supports"] is False):
                 row["flag"] = (f"{hid} is supported as registered, but not under the "
                                f"{SENSITIVITY_NAMES[primary]} model (p "
-                               f"{row[primary]['p']:.3g}, Satterthwaite df "
-                               f"{row[primary]['df']:.3g})")  # fmt: skip
+                               f"{row[primary]['p']:.3g}, Satterthwaite df from the "
+                               f"expected information {row[primary]['df']:.3g})")  # fmt: skip
             contrasts.append(row)
         return models, contrasts
 

@@ -1297,7 +1297,8 @@ def sensitivity_tables(result: dict[str, Any] | None) -> list[tuple[str, list[st
                      f"{_interval(boot)} over {boot.get('n_clusters')} probes" if boot else "–",
                      "–" if supports is None else ("yes" if supports else "no")])  # fmt: skip
     out = [(f"{SENSITIVITY}{scope}: each registered mixed-model contrast beside its "
-            "sensitivity intervals (95%; one-sided hypotheses: lower bound)",
+            "sensitivity intervals (95%; one-sided hypotheses: lower bound; df: Satterthwaite's "
+            "formula with the expected REML information)",
             ["hypothesis", "contrast", "registered (z)", *SENSITIVITY_MODELS.values(),
              "bootstrap over probes", "sensitivity supports the verdict?"], rows)]  # fmt: skip
     mrows = []

@@ -3,7 +3,8 @@
 Labelled ``sensitivity`` everywhere; they never change a registered verdict, they only say
 whether they would support it. For every registered ``lmm`` hypothesis contrast:
 
-* the registered random-intercept model with **Satterthwaite** degrees of freedom (t, not z);
+* the registered random-intercept model with **Satterthwaite** degrees of freedom (t, not z),
+  from the expected REML information (``df_method``);
 * a **probe-by-arm** random effect: ``y = Xβ + u_probe + w_(probe, arm) + e``;
 * probe-by-arm with a **residual variance per arm**;
 * a **cluster bootstrap over probes** of the mean per-probe difference.
@@ -26,14 +27,20 @@ from scipy import stats as sps
 
 __all__ = [
     "BOUNDARY_FRACTION",
+    "DECREMENT_TOL",
+    "DF_METHOD",
+    "RemlConvergenceError",
     "RemlFit",
     "cell_residuals",
+    "check_maximum",
     "cluster_bootstrap",
     "design_matrix",
     "fit_at",
     "fit_reml",
     "group_differences",
+    "log_score_hessian",
     "not_fittable",
+    "polish",
     "satterthwaite_contrast",
 ]
 
@@ -42,6 +49,10 @@ Floats = npt.NDArray[np.float64]
 BOUNDARY_FRACTION = 1e-6
 """A variance at or below this fraction of the outcome variance counts as zero."""
 
+DF_METHOD = "satterthwaite-expected-information"
+"""What the sensitivity contrasts' ``df`` are: Satterthwaite's formula with the *expected* REML
+information (not lmerTest's observed information; ``docs/statistics.md`` says why)."""
+
 
 @dataclass
 class RemlFit:
@@ -49,7 +60,7 @@ class RemlFit:
 
     ``names`` label the parameters (terms first, then residual classes); ``beta`` and ``cov``
     are the GLS estimates and ``(XᵀV⁻¹X)⁻¹`` at ``params``; ``info_cov`` is the inverse of the
-    observed REML information in the parameters away from zero (``free``), for Satterthwaite.
+    expected REML information in the parameters away from zero (``free``), for Satterthwaite.
     """
 
     names: list[str]
@@ -196,6 +207,43 @@ class _Blocks:
         cmat, (w, _, kzx, bz, _, _) = self._derived(theta)
         return [cmat @ self._b(i, w, kzx, bz) @ cmat for i in free]
 
+    def score(self, theta: Floats) -> Floats:
+        """The exact REML score ``∂l_R/∂θ_i = −½·tr(P·V_i) + ½·eᵀV⁻¹V_iV⁻¹e`` for every parameter.
+
+        ``e = y − Xβ̂`` and ``tr(P·V_i) = tr(V⁻¹V_i) − tr(C·B_i)``; from the per-group blocks:
+        for a random term ``k``, ``tr(V⁻¹V_k) = Σ_j Σ_{a∈k} (ZᵀV⁻¹Z)_aa`` and
+        ``eᵀV⁻¹V_kV⁻¹e = Σ_j Σ_{a∈k} (ZᵀV⁻¹e)_a²``; for a residual class ``r`` (``V_r = D_r``),
+        ``tr(V⁻¹D_r) = w_r·n_r − w_r²·Σ_j tr(K·ZᵀD_rZ)`` and, with ``V⁻¹e = W(e − Z·t)``,
+        ``t = K·ZᵀWe``: ``eᵀV⁻¹D_rV⁻¹e = w_r²·(eᵀD_re − 2·tᵀZᵀD_re + tᵀ·ZᵀD_rZ·t)``. Analytic,
+        so its rounding does not grow as a finite difference of ``l_R`` does with ``n``.
+        """
+        got = self.parts(theta)
+        if got is None:
+            raise ValueError("the REML likelihood is undefined at these variances")
+        _, a, b, _, (w, s, zwx, kmat, kzx) = got
+        cmat = np.asarray(np.linalg.inv(a), dtype=np.float64)
+        beta = cmat @ b
+        bz = zwx - s @ kzx  # ZᵀV⁻¹X
+        qmat = s - s @ kmat @ s  # ZᵀV⁻¹Z
+        zwe = np.einsum("r,rga->ga", w, self.zy) - zwx @ beta  # ZᵀWe
+        tvec = np.einsum("gab,gb->ga", kmat, zwe)  # K·ZᵀWe
+        zve = zwe - np.einsum("gab,gb->ga", s, tvec)  # ZᵀV⁻¹e
+        out = np.zeros(theta.size)
+        for k in range(self.k):
+            mask = self.masks[k]
+            trace = float(np.sum(mask * np.diagonal(qmat, axis1=1, axis2=2)))
+            quad = float(np.sum(mask * zve * zve))
+            out[k] = -0.5 * (trace - float(np.trace(cmat @ self._b(k, w, kzx, bz)))) + 0.5 * quad
+        for r in range(len(self.class_labels)):
+            i = self.k + r
+            trace = float(w[r] * self.nr[r] - w[r] ** 2 * np.einsum("gab,gba->", kmat, self.zz[r]))
+            ede = float(self.yy[r] - 2 * beta @ self.xy[r] + beta @ self.xx[r] @ beta)
+            zde = self.zy[r] - self.zx[r] @ beta
+            quad = float(w[r] ** 2 * (ede - 2 * np.sum(tvec * zde)
+                                      + np.einsum("ga,gab,gb->", tvec, self.zz[r], tvec)))
+            out[i] = -0.5 * (trace - float(np.trace(cmat @ self._b(i, w, kzx, bz)))) + 0.5 * quad
+        return out
+
     def information(self, theta: Floats, free: list[int]) -> Floats:
         """Expected REML information ``½·tr(P·∂V/∂θ_i·P·∂V/∂θ_k)`` over the free parameters.
 
@@ -329,8 +377,15 @@ def not_fittable(arms: Sequence[str], groups: Sequence[str], per_arm: bool) -> s
 
 
 def fit_reml(y: Floats, exog: Floats, groups: Sequence[str], terms: Sequence[Sequence[str]],
-             classes: Sequence[str], names: list[str]) -> RemlFit:  # fmt: skip
-    """Maximise the REML likelihood from three starts, then Newton steps in log θ."""
+             classes: Sequence[str], names: list[str], *,
+             label: str = "the REML model") -> RemlFit:  # fmt: skip
+    """Maximise the REML likelihood: three starts, L-BFGS-B, then Newton steps to the maximum.
+
+    Each start's L-BFGS-B answer is polished by :func:`polish` (Newton steps in log θ on the
+    exact score) and the most likely is kept; :func:`check_maximum` then refuses it
+    (:class:`RemlConvergenceError`, naming ``label`` and the Newton decrement) unless it is the
+    REML maximum to :data:`DECREMENT_TOL`.
+    """
     model = _Blocks(y, exog, groups, terms, classes)
     k, r = model.k, len(model.class_labels)
     v = model.var if model.var > 0 else 1.0
@@ -345,12 +400,13 @@ def fit_reml(y: Floats, exog: Floats, groups: Sequence[str], terms: Sequence[Seq
 
         res = optimize.minimize(neg, np.sqrt(start), method="L-BFGS-B",
                                 options={"maxiter": 500, "ftol": 1e-10, "gtol": 1e-7})
-        theta = _newton(model, np.asarray(res.x) ** 2)
+        theta = polish(model, np.asarray(res.x) ** 2)
         ll = model.loglik(theta)
         if ll > best:
             best, best_theta = ll, theta
     if best_theta is None or not math.isfinite(best):
         raise ValueError("the REML likelihood has no finite maximum")
+    check_maximum(model, best_theta, names, label)
     got = model.parts(best_theta)
     assert got is not None
     a = got[1]
@@ -377,58 +433,149 @@ def fit_at(y: Floats, exog: Floats, groups: Sequence[str], terms: Sequence[Seque
                    _info_cov(model, theta, free), model)  # fmt: skip
 
 
+DECREMENT_TOL = 1e-9
+"""Largest Newton decrement ``½·gᵀ(−H)⁻¹g`` (log-likelihood units) the writer records.
+
+A point whose decrement is ``δ`` lies ``sqrt(2δ)`` standard errors (in the metric of the
+observed information) from the maximum, at any sample size: 1e-9 is 4.5e-5 standard errors,
+a thousand times inside the verifier's 1e-6 (``docs/statistics.md``).
+"""
+POLISH_TOL = 1e-13
+""":func:`polish` stops when the Newton decrement is below this (or no step gains)."""
+
+
+class RemlConvergenceError(ValueError):
+    """A REML fit that is not at its maximum: the message names the model and by how much."""
+
+
 def _free(model: _Blocks, theta: Floats) -> list[int]:
     floor = BOUNDARY_FRACTION * (model.var if model.var > 0 else 1.0)
     return [i for i in range(theta.size) if theta[i] > floor]
 
 
-def _log_hessian(model: _Blocks, theta: Floats, free: list[int]) -> tuple[Floats, Floats]:
-    h = 1e-4
-    base = np.log(theta[free])
+def log_score_hessian(model: _Blocks, theta: Floats, free: list[int]) -> tuple[Floats, Floats]:
+    """Score and observed Hessian of ``l_R`` in ``log θ`` of the ``free`` parameters.
 
-    def f(u: Floats) -> float:
-        t = theta.copy()
-        t[free] = np.exp(u)
-        return model.loglik(t)
+    The score is analytic (:meth:`_Blocks.score`, times ``θ``); the Hessian is the central
+    difference of that score at steps ``±1e-5`` in ``log θ`` (truncation error ~1e-10 relative),
+    symmetrised.
+    """
+    def log_score(t: Floats) -> Floats:
+        return np.asarray(model.score(t)[free] * t[free])
 
-    m = len(free)
-    f0 = f(base)
-    grad, hess, e = np.zeros(m), np.zeros((m, m)), np.eye(m) * h
-    for i in range(m):
-        fp, fm = f(base + e[i]), f(base - e[i])
-        grad[i] = (fp - fm) / (2 * h)
-        hess[i, i] = (fp - 2 * f0 + fm) / (h * h)
-        for j in range(i):
-            hess[i, j] = hess[j, i] = (f(base + e[i] + e[j]) - f(base + e[i] - e[j])
-                                       - f(base - e[i] + e[j]) + f(base - e[i] - e[j])) / (
-                4 * h * h)  # fmt: skip
-    return grad, hess
+    grad = log_score(theta)
+    h = 1e-5
+    hess = np.zeros((len(free), len(free)))
+    for j, i in enumerate(free):
+        up, down = theta.copy(), theta.copy()
+        up[i] *= math.exp(h)
+        down[i] *= math.exp(-h)
+        hess[:, j] = (log_score(up) - log_score(down)) / (2 * h)
+    return grad, (hess + hess.T) / 2
 
 
-def _newton(model: _Blocks, theta: Floats) -> Floats:
-    for _ in range(30):
+def _decrement(grad: Floats, hess: Floats) -> tuple[float, Floats | None]:
+    """``(½·gᵀ(−H)⁻¹g, (−H)⁻¹g)``; ``(inf, None)`` when ``−H`` is not positive definite."""
+    try:
+        chol = np.linalg.cholesky(-hess)
+    except np.linalg.LinAlgError:
+        return math.inf, None
+    step = np.linalg.solve(chol.T, np.linalg.solve(chol, grad))
+    return 0.5 * float(grad @ step), step
+
+
+def _boundary_gain(model: _Blocks, theta: Floats, free: list[int]) -> tuple[int, float] | None:
+    """The parameter on the boundary whose first-order gain ``½·g²/I`` off it is largest.
+
+    ``g`` the score in ``θ`` (positive: the likelihood grows off the boundary), ``I`` the
+    expected information's diagonal there; ``None`` when no boundary parameter has ``g > 0``.
+    """
+    bound = [i for i in range(theta.size) if i not in free]
+    if not bound:
+        return None
+    score = model.score(theta)
+    info = model.information(theta, list(range(theta.size)))
+    gains = [(i, 0.5 * score[i] ** 2 / info[i, i]) for i in bound
+             if score[i] > 0 and info[i, i] > 0]
+    return max(gains, key=lambda x: x[1]) if gains else None
+
+
+def polish(model: _Blocks, theta: Floats) -> Floats:
+    """Newton steps in ``log θ`` on the exact score to the REML maximum near ``theta``.
+
+    A parameter on the boundary (``≤ BOUNDARY_FRACTION × var(y)``) whose score in ``θ`` is
+    positive is moved off it by a scoring step (``θ_k = g_k/I_kk``); the others stay. Where the
+    observed information is not positive definite the step is Fisher scoring's (the expected
+    information, always positive definite). Steps are halved until ``l_R`` grows and capped at
+    a factor ``e²`` per parameter; the loop ends when the Newton decrement is below
+    :data:`POLISH_TOL`, when no step gains, or after 100 steps.
+    """
+    theta = np.asarray(theta, dtype=np.float64).copy()
+    floor = BOUNDARY_FRACTION * (model.var if model.var > 0 else 1.0)
+    for _ in range(100):
         free = _free(model, theta)
+        off = _boundary_gain(model, theta, free)
+        if off is not None and off[1] > POLISH_TOL:
+            i = off[0]
+            info = model.information(theta, [i])[0, 0]
+            theta[i] = max(float(model.score(theta)[i] / info), 10 * floor)
+            continue
         if not free:
             return theta
-        g, hmat = _log_hessian(model, theta, free)
-        try:
-            if np.any(np.linalg.eigvalsh(-hmat) <= 0):
+        grad, hess = log_score_hessian(model, theta, free)
+        decrement, newton = _decrement(grad, hess)
+        if newton is not None:
+            step = newton
+        else:
+            fisher = model.information(theta, free) * np.outer(theta[free], theta[free])
+            try:
+                step = np.asarray(np.linalg.solve(fisher, grad), dtype=np.float64)
+            except np.linalg.LinAlgError:
                 return theta
-            step = np.linalg.solve(-hmat, g)
-        except np.linalg.LinAlgError:
+            decrement = 0.5 * float(grad @ step)
+        if not (decrement > POLISH_TOL and np.all(np.isfinite(step))):
             return theta
+        step = step * min(1.0, 2.0 / float(np.max(np.abs(step))))
         f0 = model.loglik(theta)
-        for scale in (1.0, 0.5, 0.25, 0.1):
+        for scale in 0.5 ** np.arange(12):
             cand = theta.copy()
             cand[free] = theta[free] * np.exp(scale * step)
-            if model.loglik(cand) >= f0:
+            if model.loglik(cand) > f0:
                 theta = cand
                 break
         else:
             return theta
-        if float(g @ step) < 1e-14:
-            return theta
     return theta
+
+
+def check_maximum(model: _Blocks, theta: Floats, names: Sequence[str], label: str) -> None:
+    """Raise :class:`RemlConvergenceError` unless ``theta`` is the REML maximum.
+
+    The parameters above the boundary must have a negative definite observed Hessian (in
+    ``log θ``) and a Newton decrement ``½·gᵀ(−H)⁻¹g ≤`` :data:`DECREMENT_TOL`; a parameter on
+    the boundary must not gain more than that by leaving it (``½·g²/I``, ``g > 0`` its score in
+    ``θ``). The message names ``label``, the decrement and the parameters.
+    """
+    free = _free(model, theta)
+    values = ", ".join(f"{n} {float(v):.6g}" for n, v in zip(names, theta, strict=True))
+    if free:
+        grad, hess = log_score_hessian(model, theta, free)
+        decrement, _ = _decrement(grad, hess)
+        if not math.isfinite(decrement):
+            raise RemlConvergenceError(
+                f"{label}: the variances ({values}) are not a REML maximum (the observed "
+                "information there is not positive definite); not recorded")
+        if decrement > DECREMENT_TOL:
+            raise RemlConvergenceError(
+                f"{label}: the variances ({values}) are short of the REML maximum by a Newton "
+                f"decrement of {decrement:.3g} (> {DECREMENT_TOL:g}; score in log variance "
+                + ", ".join(f"{float(g):.3g}" for g in grad) + "); not recorded")
+    off = _boundary_gain(model, theta, free)
+    if off is not None and off[1] > DECREMENT_TOL:
+        raise RemlConvergenceError(
+            f"{label}: the variances ({values}) are not a REML maximum: {names[off[0]]} on the "
+            f"boundary would gain {off[1]:.3g} in l_R by leaving it (> {DECREMENT_TOL:g}); "
+            "not recorded")
 
 
 def _info_cov(model: _Blocks, theta: Floats, free: list[int]) -> Floats:
@@ -445,8 +592,9 @@ def satterthwaite_contrast(fit: RemlFit, weights: Floats, sides: str,
                            conf: float = 0.95) -> dict[str, Any]:  # fmt: skip
     """``L·β̂`` with ``SE² = LᵀCL`` and Satterthwaite ``df = 2(LᵀCL)² / (gᵀWg)``.
 
-    ``g_i = Lᵀ(∂C/∂θ_i)L`` over the free variance parameters, ``W`` the inverse expected
-    REML information in θ; t-distribution p and interval (one-sided: lower bound only).
+    ``g_i = Lᵀ(∂C/∂θ_i)L`` over the free variance parameters, ``W`` the inverse *expected*
+    REML information in θ (recorded as ``df_method`` :data:`DF_METHOD`; lmerTest uses the
+    observed information); t-distribution p and interval (one-sided: lower bound only).
     """
     est = float(weights @ fit.beta)
     var = float(weights @ fit.cov @ weights)
@@ -463,8 +611,8 @@ def satterthwaite_contrast(fit: RemlFit, weights: Floats, sides: str,
         p = float(2 * sps.t.sf(abs(t), df))
         q = float(sps.t.ppf(0.5 + conf / 2, df))
         lower, upper = est - q * se, est + q * se
-    return {"estimate": est, "se": se, "df": df, "t": t, "p": p, "lower": lower,
-            "upper": upper, "conf": conf}  # fmt: skip
+    return {"estimate": est, "se": se, "df": df, "df_method": DF_METHOD, "t": t, "p": p,
+            "lower": lower, "upper": upper, "conf": conf}  # fmt: skip
 
 
 def cluster_bootstrap(diffs: Floats, iterations: int, seed: int, sides: str,

@@ -627,31 +627,25 @@ def gls_at(y: npt.NDArray[np.float64], exog: npt.NDArray[np.float64],
     return cov @ xvy, cov
 
 
-def variance_component_cis(
+def reml_derivatives(
     y: npt.NDArray[np.float64], exog: npt.NDArray[np.float64], codes: npt.NDArray[np.intp],
-    group_var: float, resid_var: float, conf: float = 0.95,
-) -> tuple[float, float, float, float]:
-    """Wald CIs on the log scale for (σ²_g, σ²_e) of a random-intercept model, REML.
+    group_var: float, resid_var: float,
+) -> tuple[npt.NDArray[np.float64], npt.NDArray[np.float64], npt.NDArray[np.float64]]:
+    """Score, Hessian and expected information of ``l_R`` in ``θ = (σ²_g, σ²_e)``, analytic.
 
-    ``codes`` are group indices ``0..G-1``. The observed information is the negative Hessian
-    of the REML log-likelihood with respect to ``(log σ²_g, log σ²_e)`` at the estimates,
-    computed analytically from ``V_j = σ²_e·I + σ²_g·J`` (every per-group matrix is
-    ``a·I + b·J``, so no n × n matrix is formed). Returns ``(g_lower, g_upper, e_lower,
-    e_upper)``; all NaN when a variance is not positive or the information is not positive
-    definite.
+    ``∂l_R/∂θ_i = −½tr(PV_i) + ½yᵀPV_iPy``, ``∂²l_R/∂θ_i∂θ_k = ½tr(PV_iPV_k) −
+    yᵀPV_iPV_kPy`` and the expected information ``½tr(PV_iPV_k)``, with ``V_g = J``,
+    ``V_e = I`` per group and ``P = V⁻¹ − V⁻¹X(XᵀV⁻¹X)⁻¹XᵀV⁻¹``: every per-group matrix is
+    ``a·I + b·J``, so no ``n × n`` matrix is formed. ``σ²_g = 0`` is allowed (``σ²_e > 0``).
     """
-    nan4 = (math.nan, math.nan, math.nan, math.nan)
     g, e = float(group_var), float(resid_var)
-    if not (g > 0 and e > 0 and math.isfinite(g) and math.isfinite(e)):
-        return nan4
     n_groups = int(codes.max()) + 1
     n = np.bincount(codes, minlength=n_groups).astype(np.float64)
     xtx, s = _group_sums(exog, codes, n_groups)
     ones = np.ones_like(n)
     zeros = np.zeros_like(n)
     w = (ones / e, -g / (e * (e + n * g)))  # V_j⁻¹
-    v_g = (zeros, ones)  # ∂V_j/∂σ²_g = J
-    v_e = (ones, zeros)  # ∂V_j/∂σ²_e = I
+    derivs = ((zeros, ones), (ones, zeros))  # ∂V_j/∂σ²_g = J, ∂V_j/∂σ²_e = I
 
     def x_b_x(block: tuple[Any, Any]) -> npt.NDArray[np.float64]:
         a, b = block
@@ -666,30 +660,51 @@ def variance_component_cis(
         a, b = block
         return float(np.sum(n * (a + b)))
 
+    m = np.linalg.inv(x_b_x(w))
+    beta = m @ (exog.T @ apply(w, y))
+    q = apply(w, y - exog @ beta)  # P·y
+    wxt = [x_b_x(_block_product(n, _block_product(n, w, v), w)) for v in derivs]
+    u = [apply(v, q) for v in derivs]  # V_i·P·y
+
+    def p_form(left: npt.NDArray[np.float64], right: npt.NDArray[np.float64]) -> float:
+        xl, xr = exog.T @ apply(w, left), exog.T @ apply(w, right)
+        return float(left @ apply(w, right) - xl @ m @ xr)
+
+    grad = np.zeros(2)
+    hess = np.zeros((2, 2))
+    expected = np.zeros((2, 2))
+    for i in range(2):
+        wvi = _block_product(n, w, derivs[i])
+        grad[i] = -0.5 * (trace(wvi) - float(np.trace(m @ wxt[i]))) + 0.5 * float(q @ u[i])
+        for k in range(2):
+            wvk = _block_product(n, w, derivs[k])
+            tr_w = trace(_block_product(n, wvi, wvk))
+            mid = x_b_x(_block_product(n, _block_product(n, wvi, wvk), w))
+            tr_p = (tr_w - 2.0 * float(np.trace(m @ mid))
+                    + float(np.trace(m @ wxt[i] @ m @ wxt[k])))
+            expected[i, k] = 0.5 * tr_p
+            hess[i, k] = 0.5 * tr_p - p_form(u[i], u[k])
+    return grad, hess, expected
+
+
+def variance_component_cis(
+    y: npt.NDArray[np.float64], exog: npt.NDArray[np.float64], codes: npt.NDArray[np.intp],
+    group_var: float, resid_var: float, conf: float = 0.95,
+) -> tuple[float, float, float, float]:
+    """Wald CIs on the log scale for (σ²_g, σ²_e) of a random-intercept model, REML.
+
+    ``codes`` are group indices ``0..G-1``. The observed information is the negative Hessian
+    of the REML log-likelihood with respect to ``(log σ²_g, log σ²_e)`` at the estimates,
+    from :func:`reml_derivatives` (analytic) by the chain rule. Returns ``(g_lower, g_upper,
+    e_lower, e_upper)``; all NaN when a variance is not positive or the information is not
+    positive definite.
+    """
+    nan4 = (math.nan, math.nan, math.nan, math.nan)
+    g, e = float(group_var), float(resid_var)
+    if not (g > 0 and e > 0 and math.isfinite(g) and math.isfinite(e)):
+        return nan4
     try:
-        m = np.linalg.inv(x_b_x(w))
-        beta = m @ (exog.T @ apply(w, y))
-        q = apply(w, y - exog @ beta)  # P·y
-        wxt = [x_b_x(_block_product(n, _block_product(n, w, v), w)) for v in (v_g, v_e)]
-        derivs = (v_g, v_e)
-        u = [apply(v, q) for v in derivs]  # V_i·P·y
-
-        def p_form(left: npt.NDArray[np.float64], right: npt.NDArray[np.float64]) -> float:
-            xl, xr = exog.T @ apply(w, left), exog.T @ apply(w, right)
-            return float(left @ apply(w, right) - xl @ m @ xr)
-
-        grad = np.zeros(2)
-        hess = np.zeros((2, 2))
-        for i in range(2):
-            wvi = _block_product(n, w, derivs[i])
-            grad[i] = -0.5 * (trace(wvi) - float(np.trace(m @ wxt[i]))) + 0.5 * float(q @ u[i])
-            for k in range(2):
-                wvk = _block_product(n, w, derivs[k])
-                tr_w = trace(_block_product(n, wvi, wvk))
-                mid = x_b_x(_block_product(n, _block_product(n, wvi, wvk), w))
-                tr_p = (tr_w - 2.0 * float(np.trace(m @ mid))
-                        + float(np.trace(m @ wxt[i] @ m @ wxt[k])))
-                hess[i, k] = 0.5 * tr_p - p_form(u[i], u[k])
+        grad, hess, _ = reml_derivatives(y, exog, codes, g, e)
         theta = np.array([g, e])
         info = -(np.outer(theta, theta) * hess + np.diag(theta * grad))
         if not np.all(np.isfinite(info)) or np.any(np.linalg.eigvalsh(info) <= 0):
@@ -700,6 +715,109 @@ def variance_component_cis(
     crit = float(sps.norm.ppf(0.5 + conf / 2.0))
     return (g * math.exp(-crit * se[0]), g * math.exp(crit * se[0]),
             e * math.exp(-crit * se[1]), e * math.exp(crit * se[1]))
+
+
+#: Largest Newton decrement ``½·gᵀ(−H)⁻¹g`` (in ``log σ²``, log-likelihood units) of a recorded
+#: mixed model: ``sqrt(2δ)`` standard errors from the maximum at any sample size (1e-9: 4.5e-5
+#: standard errors), a thousand times inside the verifier's 1e-6 (``docs/statistics.md``).
+REML_DECREMENT_TOL = 1e-9
+
+
+def _log_newton(
+    y: npt.NDArray[np.float64], exog: npt.NDArray[np.float64], codes: npt.NDArray[np.intp],
+    group_var: float, resid_var: float, free: Sequence[int],
+) -> tuple[float, npt.NDArray[np.float64], npt.NDArray[np.float64]]:
+    """``(decrement, score, step)`` in the log of the ``free`` variances.
+
+    The Newton step ``(−H)⁻¹g`` and its decrement ``½·gᵀ(−H)⁻¹g``; where ``−H`` is not
+    positive definite, the decrement is ``inf`` and the step Fisher scoring's (the expected
+    information, positive definite).
+    """
+    theta = np.array([group_var, resid_var])
+    grad, hess, expected = reml_derivatives(y, exog, codes, group_var, resid_var)
+    idx = list(free)
+    scale = np.outer(theta, theta)[np.ix_(idx, idx)]
+    log_grad = theta[idx] * grad[idx]
+    log_hess = scale * hess[np.ix_(idx, idx)] + np.diag(log_grad)
+    try:
+        chol = np.linalg.cholesky(-log_hess)
+    except np.linalg.LinAlgError:
+        fisher = np.linalg.solve(scale * expected[np.ix_(idx, idx)], log_grad)
+        return math.inf, log_grad, np.asarray(fisher, dtype=np.float64)
+    step = np.asarray(np.linalg.solve(chol.T, np.linalg.solve(chol, log_grad)), dtype=np.float64)
+    return 0.5 * float(log_grad @ step), log_grad, step
+
+
+def _polish_reml(y: npt.NDArray[np.float64], exog: npt.NDArray[np.float64],
+                 codes: npt.NDArray[np.intp], group_var: float,
+                 resid_var: float) -> tuple[float, float]:
+    """Newton steps in ``(log σ²_g, log σ²_e)`` on the analytic derivatives to the maximum.
+
+    From an interior point near the maximum (an optimiser's answer); each step is halved
+    until ``l_R`` grows and capped at a factor ``e²`` (Fisher scoring's step where ``−H`` is
+    not positive definite); stops when the decrement is below 1e-13, when no step gains, when
+    ``σ²_g`` falls to the boundary, or after 50 steps.
+    """
+    parts = reml_parts(y, exog, codes)
+    g, e = float(group_var), float(resid_var)
+    floor = SINGULAR_TOLERANCE * float(np.var(y, ddof=1))
+    for _ in range(50):
+        if not (g > floor and e > 0):
+            break
+        decrement, score, step = _log_newton(y, exog, codes, g, e, (0, 1))
+        if not (decrement > 1e-13 and 0.5 * float(score @ step) > 1e-13
+                and np.all(np.isfinite(step))):
+            break
+        step = step * min(1.0, 2.0 / float(np.max(np.abs(step))))
+        f0 = reml_loglik(y, exog, codes, g, e, parts)
+        for scale in 0.5 ** np.arange(12):
+            cg, ce = g * math.exp(scale * step[0]), e * math.exp(scale * step[1])
+            if reml_loglik(y, exog, codes, cg, ce, parts) > f0:
+                g, e = cg, ce
+                break
+        else:
+            break
+    return g, e
+
+
+def check_reml_maximum(y: npt.NDArray[np.float64], exog: npt.NDArray[np.float64],
+                       codes: npt.NDArray[np.intp], group_var: float, resid_var: float,
+                       label: str) -> None:
+    """Raise StatsError unless ``(σ²_g, σ²_e)`` is the REML maximum (``docs/statistics.md``).
+
+    With ``σ²_g`` above the boundary (``SINGULAR_TOLERANCE × var(y)``): a negative definite
+    Hessian in the log variances and a Newton decrement ``½·gᵀ(−H)⁻¹g`` at most
+    :data:`REML_DECREMENT_TOL`. On the boundary: the decrement in ``log σ²_e`` alone, and
+    ``σ²_g`` must not gain more than that by leaving it (``½·s²/I``, ``s > 0`` its score and
+    ``I`` its expected information). ``label`` names the model in the message.
+    """
+    g, e = float(group_var), float(resid_var)
+    floor = SINGULAR_TOLERANCE * float(np.var(y, ddof=1))
+    at = f"σ²_g = {g:.6g}, σ²_e = {e:.6g}"
+    with np.errstate(all="ignore"):
+        free = (0, 1) if g > floor else (1,)
+        try:
+            decrement, score, _ = _log_newton(y, exog, codes, g, e, free)
+            gain = 0.0
+            if g <= floor:
+                grad, _, expected = reml_derivatives(y, exog, codes, g, e)
+                if grad[0] > 0:
+                    gain = 0.5 * grad[0] ** 2 / expected[0, 0] if expected[0, 0] > 0 else math.inf
+        except (np.linalg.LinAlgError, ValueError, ZeroDivisionError, FloatingPointError) as exc:
+            raise StatsError(f"{label}: the REML derivatives at ({at}) cannot be evaluated "
+                             f"({exc}); not recorded") from exc
+    if not math.isfinite(decrement):
+        raise StatsError(f"{label}: ({at}) is not a REML maximum (the observed information "
+                         "there is not positive definite); not recorded")
+    if decrement > REML_DECREMENT_TOL:
+        raise StatsError(
+            f"{label}: ({at}) is short of the REML maximum by a Newton decrement of "
+            f"{decrement:.3g} (> {REML_DECREMENT_TOL:g}; score in log variance "
+            + ", ".join(f"{float(v):.3g}" for v in score) + "); not recorded")
+    if gain > REML_DECREMENT_TOL:
+        raise StatsError(f"{label}: ({at}) is not a REML maximum: σ²_g on the boundary would "
+                         f"gain {gain:.3g} in l_R by leaving it (> {REML_DECREMENT_TOL:g}); "
+                         "not recorded")
 
 
 def _boundary_at_least_as_likely(y: npt.NDArray[np.float64], exog: npt.NDArray[np.float64],
@@ -932,6 +1050,52 @@ def _statsmodels_fit(y: npt.NDArray[np.float64], exog: npt.NDArray[np.float64],
     return fe, cov, group_var, resid_var, llf, converged
 
 
+def _to_the_maximum(
+    y: npt.NDArray[np.float64], exog: npt.NDArray[np.float64], codes: npt.NDArray[np.intp],
+    group_var: float, resid_var: float, llf: float, fe: npt.NDArray[np.float64],
+    cov: npt.NDArray[np.float64],
+) -> tuple[float, float, float, npt.NDArray[np.float64], npt.NDArray[np.float64]]:
+    """Newton-polish an optimiser's answer (:func:`_polish_reml`) to the REML maximum.
+
+    An interior answer is polished from where it is; one on the boundary (``σ²_g`` at most
+    ``SINGULAR_TOLERANCE × var(y)``) stays unless its score in ``σ²_g`` is positive, when the
+    polish starts from the scoring step off it (``σ²_g = s/I``). The polished point replaces
+    the answer when it is more likely; should it fall to the boundary, ``σ²_g = 0`` with
+    ``σ²_e = RSS/(n − p)`` is compared too. Returns ``(σ²_g, σ²_e, l_R with statsmodels'
+    constant, β̂, fe_cov)`` evaluated at the point kept.
+    """
+    floor = SINGULAR_TOLERANCE * float(np.var(y, ddof=1))
+    n, p = exog.shape
+    const = -0.5 * float(n - p) * math.log(2 * math.pi)
+    parts = reml_parts(y, exog, codes)
+    with np.errstate(all="ignore"):
+        try:
+            start = group_var
+            if group_var <= floor:
+                score, _, expected = reml_derivatives(y, exog, codes, group_var, resid_var)
+                if not (score[0] > 0 and expected[0, 0] > 0):
+                    return group_var, resid_var, llf, fe, cov
+                start = max(float(score[0] / expected[0, 0]), 10 * floor)
+            candidates = [(reml_loglik(y, exog, codes, group_var, resid_var, parts),
+                           group_var, resid_var)]  # fmt: skip
+            g, e = _polish_reml(y, exog, codes, start, resid_var)
+            candidates.append((reml_loglik(y, exog, codes, g, e, parts), g, e))
+            if g <= floor:
+                beta, *_ = np.linalg.lstsq(exog, y, rcond=None)
+                e0 = float(np.sum((y - exog @ beta) ** 2)) / (n - p)
+                candidates.append((reml_loglik(y, exog, codes, 0.0, e0, parts), 0.0, e0))
+        except (np.linalg.LinAlgError, ValueError, FloatingPointError, ZeroDivisionError):
+            return group_var, resid_var, llf, fe, cov
+        ll, g, e = max((c for c in candidates if math.isfinite(c[0])), key=lambda c: c[0],
+                       default=candidates[0])  # fmt: skip
+        if (g, e) == (group_var, resid_var):
+            return group_var, resid_var, llf, fe, cov
+        beta_new, cov_new = gls_at(y, exog, codes, g, e)
+    if not (np.all(np.isfinite(beta_new)) and np.all(np.isfinite(cov_new))):
+        return group_var, resid_var, llf, fe, cov
+    return g, e, ll + const, beta_new, cov_new
+
+
 def mixed_model(df: pd.DataFrame, outcome: str, arm_col: str, group_col: str,
                 reference: str, *, factors: Mapping[str, str] | None = None,
                 interaction: bool = False) -> MixedModelFit:
@@ -1004,6 +1168,13 @@ def mixed_model(df: pd.DataFrame, outcome: str, arm_col: str, group_col: str,
                 y, exog, groups, codes, len(names), outcome, arm_col, group_col)
     for item in record:
         caught.append(f"{item.category.__name__}: {item.message}")
+    if resid_var > 0 and group_var >= 0:
+        group_var, resid_var, llf, fe, cov = _to_the_maximum(
+            y, exog, codes, group_var, resid_var, llf, fe, cov)
+        check_reml_maximum(y, exog, codes, group_var, resid_var,
+                           f"mixed model for {outcome!r} by {arm_col!r} with groups "
+                           f"{group_col!r} ({y.size} rows)")  # fmt: skip
+        converged = True
     se = np.sqrt(np.where(np.diag(cov) >= 0, np.diag(cov), np.nan))
     z_crit = float(sps.norm.ppf(0.975))
     effects = []

@@ -755,8 +755,8 @@ def satterthwaite(
     """``L·β̂``, ``SE² = LᵀCL`` and Satterthwaite ``df = 2(LᵀCL)² / (gᵀWg)`` (statistics.md).
 
     ``g_i = Lᵀ(C·B_i·C)L`` over the variances above the boundary and ``W`` the inverse of the
-    expected REML information there (:meth:`verify._reml.RemlModel.information`, analytic).
-    t-distribution p and interval; one-sided: lower bound only.
+    expected REML information there (:meth:`verify._reml.RemlModel.information`, analytic),
+    named so in ``df_method``. t-distribution p and interval; one-sided: lower bound only.
     """
     theta = np.asarray(params, dtype=np.float64)
     w = np.asarray(weights, dtype=np.float64)
@@ -783,7 +783,8 @@ def satterthwaite(
         q = float(sps.t.ppf(0.5 + conf / 2, df))
         lower, upper = est - q * se, est + q * se
     return {
-        "estimate": num(est), "se": num(se), "df": num(df), "t": num(t), "p": num(p),
+        "estimate": num(est), "se": num(se), "df": num(df),
+        "df_method": "satterthwaite-expected-information", "t": num(t), "p": num(p),
         "lower": num(lower), "upper": num(upper), "conf": conf,
     }  # fmt: skip
 

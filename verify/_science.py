@@ -1639,10 +1639,25 @@ def _by_truth(ds: _Dataset, plan: dict[str, Any], labels: tuple[str, ...]) -> _R
 SENSITIVITY_MODELS = ("registered", "probe_by_arm", "probe_by_arm_arm_residual")
 """statistics.md "Sensitivity": the models of ``sensitivity.lmm``, in order."""
 SENSITIVITY_NAMES = {
-    "registered": "registered random-intercept (Satterthwaite df)",
+    "registered": "registered random-intercept (Satterthwaite df, expected information)",
     "probe_by_arm": "probe-by-arm",
     "probe_by_arm_arm_residual": "probe-by-arm with a residual variance per arm",
 }
+
+
+def _without_df_method_where_unrecorded(contrasts: list[dict[str, Any]], recorded: Any) -> None:
+    """An archive written before ``df_method`` was recorded: the member is not recomputed.
+
+    ``docs/archive-format.md`` §5: every sensitivity df this tool ever wrote is Satterthwaite's
+    with the expected information, so a model's row without ``df_method`` means just that.
+    """
+    by_id = {_obj_of(x).get("hypothesis"): _obj_of(x) for x in recorded or []}
+    for row in contrasts:
+        old = by_id.get(row.get("hypothesis"), {})
+        for name in SENSITIVITY_MODELS:
+            rec, new = old.get(name), row.get(name)
+            if isinstance(rec, dict) and isinstance(new, dict) and "df_method" not in rec:
+                new.pop("df_method", None)
 
 
 def _unfittable(arms: list[str], groups: list[str], y: list[float], per_arm: bool) -> str | None:
@@ -1852,6 +1867,7 @@ def _sensitivity(
             rows[0]["subset_models"] = sub_models
             contrasts.append(rows[0])
             problems += [f"{h['id']}: {x}" for x in sub_problems]
+        _without_df_method_where_unrecorded(contrasts, rec_rows)
         out: dict[str, Any] = {
             "group_col": fit["_group_col"], "reference": fit["arms"][0],
             "n_groups": fit["n_groups"], "models": models, "contrasts": contrasts,

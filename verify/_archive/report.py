@@ -1083,8 +1083,12 @@ class _Expect:
                          f"{interval(boot)} over {boot.get('n_clusters')} probes" if boot
                          else "–",
                          "–" if supports is None else ("yes" if supports else "no")])  # fmt: skip
+        named = any(isinstance(_obj(c).get(m), dict) and "df_method" in _obj(c)[m]
+                    for c in v.get("contrasts") or [] for m in SENSITIVITY_MODELS)  # fmt: skip
+        df_note = ("; df: Satterthwaite's formula with the expected REML information"
+                   if named else "")  # an archive from before df_method (archive-format.md §5)
         out = [(f"{SENSITIVITY}{scope}: each registered mixed-model contrast beside its "
-                "sensitivity intervals (95%; one-sided hypotheses: lower bound)",
+                f"sensitivity intervals (95%; one-sided hypotheses: lower bound{df_note})",
                 ["hypothesis", "contrast", "registered (z)", *SENSITIVITY_MODELS.values(),
                  "bootstrap over probes", "sensitivity supports the verdict?"], rows)]
         mrows = []
