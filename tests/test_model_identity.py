@@ -197,6 +197,7 @@ def test_a_readme_without_the_notice_fails(archive: Path) -> None:
 # ---------------------------------------------------------------------------- the honest case
 
 
+@pytest.mark.slow  # a whole study of its own: the slow set (README budget)
 def test_a_server_that_lists_the_locked_model_gives_no_warning(
     tmp_path: Path, ledger_home: Path, study_template: Path
 ) -> None:
@@ -223,6 +224,7 @@ def test_a_server_that_lists_the_locked_model_gives_no_warning(
     )
 
 
+@pytest.mark.slow  # a whole study of its own: the slow set (README budget)
 def test_a_server_that_cannot_be_asked_warns_at_the_preflight(
     tmp_path: Path, ledger_home: Path, study_template: Path
 ) -> None:
@@ -245,6 +247,7 @@ def test_a_server_that_cannot_be_asked_warns_at_the_preflight(
 # ---------------------------------------------------------------------------- Anthropic
 
 
+@pytest.mark.slow  # a whole study of its own: the slow set (README budget)
 def test_the_anthropic_models_api_is_asked_and_an_unknown_id_warns(
     tmp_path: Path, ledger_home: Path, study_template: Path
 ) -> None:
