@@ -32,6 +32,7 @@ _KIND = re.compile(
 def writer_side() -> dict[str, Any]:
     """The writer's constants, in the vocabulary's shape."""
     from analysis import report
+    from analysis.analyze import NOT_APPLICABLE
     from analysis.posthoc import POSTHOC_TESTS
     from ledger import _roles
     from runner.qrboot import QR_OUTCOMES
@@ -46,6 +47,7 @@ def writer_side() -> dict[str, Any]:
         "tests": list(TESTS),
         "posthoc_tests": list(POSTHOC_TESTS),
         "share_outcomes": sorted(k for k, v in QR_OUTCOMES.items() if v.share),
+        "status_words": {"not_applicable": NOT_APPLICABLE},
         "report": _report_constants(report),
     }
 
@@ -65,6 +67,7 @@ def verifier_side() -> dict[str, Any]:
         "tolerances": {"rel": _science.REL_TOL, "abs": _science.ABS_TOL,
                        "lmm_rel": _science.LMM_REL_TOL, "gee_rel": _science.GEE_REL_TOL},
         "bootstrap_iterations": {"max": _science.MAX_BOOTSTRAP_ITERATIONS},
+        "status_words": {"not_applicable": _science.NOT_APPLICABLE},
         "report": _report_constants(report),
     }  # fmt: skip
 
