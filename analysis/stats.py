@@ -1195,10 +1195,6 @@ def mixed_model(df: pd.DataFrame, outcome: str, arm_col: str, group_col: str,
         raise StatsError(f"df[{group_col!r}]: a random intercept needs at least two groups, "
                          f"got {n_groups}")
     total_var = float(np.var(y, ddof=1))
-    if total_var == 0.0:
-        raise NotApplicableError(
-            f"df[{outcome!r}]: the outcome has zero variance (every trial has the same "
-            "value), so the mixed model's variance components cannot be estimated")
     others = [level for level in levels if level != reference]
     extra, extra_names, factor_refs = _factor_columns(df, arm, others, arm_col, factors,
                                                       interaction)
@@ -1212,6 +1208,10 @@ def mixed_model(df: pd.DataFrame, outcome: str, arm_col: str, group_col: str,
                          f"{', '.join(factors)} levels are not crossed)")
     caught: list[str] = []
     codes = pd.factorize(groups, sort=True)[0].astype(np.intp)  # np.unique's inverse, faster
+    if total_var == 0.0:  # the failures above come first, then "not applicable"
+        raise NotApplicableError(
+            f"df[{outcome!r}]: the outcome has zero variance (every trial has the same "
+            "value), so the mixed model's variance components cannot be estimated")
     if exactly_fitted(y, exog, codes, n_groups):
         raise NotApplicableError(
             f"df[{outcome!r}]: the fixed effects ({', '.join(names[1:])}) and the "

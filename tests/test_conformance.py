@@ -287,6 +287,34 @@ def test_regression_degenerate_mixed_models(
     verify_honest(design, archive, key)
 
 
+@pytest.mark.parametrize(
+    ("seed", "digest", "model_id", "error"),
+    [(1017, "100437a7d8edf292", "model.lmm", "two arms"),
+     (1021, "ffefb30c857a41f2", "model.lmm@m2", "needs at least 3 values")],
+    ids=["lmm-one-arm-at-a-ceiling", "lmm-one-arm-per-model"],
+)  # fmt: skip
+def test_regression_a_failed_mixed_model_is_not_also_not_applicable(
+    tmp_path: Path, seed: int, digest: str, model_id: str, error: str
+) -> None:
+    """Found by the soak (generated seeds 1017 and 1021) right after the exact-fit rule: the
+    only arm with analysable trials (1017), or the two trials of one model (1021), had a
+    constant outcome. The writer failed the model (one arm; two rows), the verifier called
+    the constant outcome "not applicable" first. Both now apply every failure check before
+    the not-applicable rule (docs/statistics.md)."""
+    design = generate(seed)
+    assert _files_digest(design) == digest, "the generator drifted: re-pin it"
+    key = owner_key(seed)
+    archive = run_design(design, tmp_path, key)
+    events = [
+        json.loads(line)["envelope"]
+        for line in (archive / "ledger" / "events.jsonl").read_text("utf-8").splitlines()
+    ]
+    model = next(e["body"] for e in events if e["kind"] == "analysis.result"
+                 and e["body"]["id"] == model_id)  # fmt: skip
+    assert model["status"] == "failed" and error in model["error"], model
+    verify_honest(design, archive, key)
+
+
 KNOWN_FAILURES: dict[str, tuple[int, str | None, str, str]] = {
     "gee-nan-robust-variance-per-model": (
         15,

@@ -473,9 +473,10 @@ def mixed_model(
     if n_groups < 2:
         raise StatError("mixed_model: fewer than two groups")
     total_var = float(np.var(ya, ddof=1)) if ya.size > 1 else 0.0
+    exog, names, others = _design(ya, arm, reference, factor, interaction)
+    # statistics.md: what cannot be computed fails first; then what does not apply
     if total_var == 0:
         raise NotApplicable("mixed_model: zero outcome variance (a constant outcome)")
-    exog, names, others = _design(ya, arm, reference, factor, interaction)
     if _no_residual_variation(ya, exog, grp):
         raise NotApplicable("mixed_model: the fixed effects and the group intercepts fit the "
                             "outcome exactly; the REML likelihood has no maximum")
