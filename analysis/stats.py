@@ -909,7 +909,10 @@ def _reml_maximum(y: npt.NDArray[np.float64], exog: npt.NDArray[np.float64],
     start = np.log([max(group_var, 1e-8 * resid_var, 1e-300), resid_var])
 
     def neg(phi: npt.NDArray[np.float64]) -> float:
-        value = ll(math.exp(float(phi[0])), math.exp(float(phi[1])))
+        try:  # L-BFGS-B may try a log variance beyond exp's range: not a candidate
+            value = ll(math.exp(float(phi[0])), math.exp(float(phi[1])))
+        except OverflowError:
+            return 1e300
         return -value if math.isfinite(value) else 1e300
 
     from scipy import optimize
