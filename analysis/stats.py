@@ -51,9 +51,11 @@ __all__ = [
     "confusion_matrix",
     "contrast",
     "equivalence",
+    "exactly_fitted",
     "flip_rate",
     "holm",
     "independent_t",
+    "informative_variance_cis",
     "mcnemar",
     "mcnemar_paired",
     "mixed_model",
@@ -481,7 +483,8 @@ class MixedModelFit(_Result):
     warning caught. ``group_variance_ci_*`` and ``residual_variance_ci_*`` are 95% Wald
     intervals on the log-variance scale from the observed REML information
     (``variance_ci_method``); NaN when the fit is singular or the information is not positive
-    definite.
+    definite, and NaN with ``variance_ci_note`` saying why when an interval spans more than
+    :data:`MAX_VARIANCE_CI_RATIO` (:func:`informative_variance_cis`).
     """
 
     outcome: str
@@ -505,6 +508,7 @@ class MixedModelFit(_Result):
     residual_variance_ci_lower: float = math.nan
     residual_variance_ci_upper: float = math.nan
     variance_ci_method: str = VARIANCE_CI_METHOD
+    variance_ci_note: str = ""
     factors: tuple[str, ...] = ()
     factor_references: tuple[str, ...] = ()
     interaction: bool = False
@@ -513,9 +517,12 @@ class MixedModelFit(_Result):
         """Fields as JSON-ready values, as :meth:`_Result.as_dict`.
 
         ``factors``, ``factor_references`` and ``interaction`` appear only when the model has
-        an extra factor, so an arm-only fit keeps the layout it always had.
+        an extra factor, and ``variance_ci_note`` only when an interval was withheld
+        (:func:`informative_variance_cis`), so other fits keep the layout they always had.
         """
         out = super().as_dict()
+        if not self.variance_ci_note:
+            out.pop("variance_ci_note")
         if not self.factors:
             for name in ("factors", "factor_references", "interaction"):
                 out.pop(name)
@@ -717,6 +724,39 @@ def variance_component_cis(
             e * math.exp(-crit * se[1]), e * math.exp(crit * se[1]))
 
 
+#: A variance component's Wald interval is withheld when its upper bound exceeds its lower by
+#: more than this factor (``docs/statistics.md``, "Variance-component CIs").
+MAX_VARIANCE_CI_RATIO = 1e8
+
+
+def informative_variance_cis(
+    cis: tuple[float, float, float, float],
+) -> tuple[tuple[float, float, float, float], str]:
+    """The intervals of :func:`variance_component_cis`, each withheld when not informative.
+
+    A component's interval is kept when both bounds are finite, the lower positive and the
+    upper at most :data:`MAX_VARIANCE_CI_RATIO` times the lower; otherwise both its bounds
+    become NaN and the returned note (empty when nothing was withheld) names it. An interval
+    NaN already (a singular fit) is left as it is, without a note.
+    """
+    out = list(cis)
+    withheld = []
+    for k, name in ((0, "group"), (2, "residual")):
+        lower, upper = cis[k], cis[k + 1]
+        if math.isnan(lower) and math.isnan(upper):
+            continue
+        if not (math.isfinite(lower) and math.isfinite(upper) and lower > 0
+                and upper <= MAX_VARIANCE_CI_RATIO * lower):
+            out[k] = out[k + 1] = math.nan
+            withheld.append(name)
+    note = ""
+    if withheld:
+        note = (f"the {' and '.join(withheld)} variance's Wald interval spans more than a "
+                f"factor {MAX_VARIANCE_CI_RATIO:g} (its log-scale standard error is too large "
+                "for the interval to say anything about the variance's size): withheld")
+    return (out[0], out[1], out[2], out[3]), note
+
+
 #: Largest Newton decrement ``½·gᵀ(−H)⁻¹g`` (in ``log σ²``, log-likelihood units) of a recorded
 #: mixed model: ``sqrt(2δ)`` standard errors from the maximum at any sample size (1e-9: 4.5e-5
 #: standard errors), a thousand times inside the verifier's 1e-6 (``docs/statistics.md``).
@@ -869,7 +909,10 @@ def _reml_maximum(y: npt.NDArray[np.float64], exog: npt.NDArray[np.float64],
     start = np.log([max(group_var, 1e-8 * resid_var, 1e-300), resid_var])
 
     def neg(phi: npt.NDArray[np.float64]) -> float:
-        value = ll(math.exp(float(phi[0])), math.exp(float(phi[1])))
+        try:  # L-BFGS-B may try a log variance beyond exp's range: not a candidate
+            value = ll(math.exp(float(phi[0])), math.exp(float(phi[1])))
+        except OverflowError:
+            return 1e300
         return -value if math.isfinite(value) else 1e300
 
     from scipy import optimize
@@ -1096,6 +1139,32 @@ def _to_the_maximum(
     return g, e, ll + const, beta_new, cov_new
 
 
+#: The outcome counts as fitted exactly when the within-group least-squares residual sum of
+#: squares is at most this fraction of ``Σ(y − ȳ)²`` (``docs/statistics.md``, "Not applicable").
+EXACT_FIT_TOLERANCE = 1e-10
+
+
+def exactly_fitted(y: npt.NDArray[np.float64], exog: npt.NDArray[np.float64],
+                   codes: npt.NDArray[np.intp], n_groups: int) -> bool:
+    """True when ``y`` lies in the span of the fixed effects and the group indicators.
+
+    The least-squares fit of ``y`` on ``[X, Z]`` (``Z`` one indicator per group) is computed
+    within groups (Frisch-Waugh: ``y`` and ``X`` less their group means, then ordinary least
+    squares); its residual sum of squares at most :data:`EXACT_FIT_TOLERANCE` times
+    ``Σ(y − ȳ)²`` means the REML likelihood has no maximum (it grows without bound as
+    ``σ²_e → 0``). A constant outcome is fitted exactly too.
+    """
+    total = float(np.sum((y - float(np.mean(y))) ** 2))
+    n = np.bincount(codes, minlength=n_groups).astype(np.float64)
+    y_within = y - (np.bincount(codes, weights=y, minlength=n_groups) / n)[codes]
+    x_within = np.column_stack([
+        exog[:, k] - (np.bincount(codes, weights=exog[:, k], minlength=n_groups) / n)[codes]
+        for k in range(exog.shape[1])])  # fmt: skip
+    beta, *_ = np.linalg.lstsq(x_within, y_within, rcond=None)
+    rss = float(np.sum((y_within - x_within @ beta) ** 2))
+    return rss <= EXACT_FIT_TOLERANCE * total
+
+
 def mixed_model(df: pd.DataFrame, outcome: str, arm_col: str, group_col: str,
                 reference: str, *, factors: Mapping[str, str] | None = None,
                 interaction: bool = False) -> MixedModelFit:
@@ -1129,8 +1198,6 @@ def mixed_model(df: pd.DataFrame, outcome: str, arm_col: str, group_col: str,
         raise StatsError(f"df[{group_col!r}]: a random intercept needs at least two groups, "
                          f"got {n_groups}")
     total_var = float(np.var(y, ddof=1))
-    if total_var == 0.0:
-        raise StatsError(f"df[{outcome!r}]: the outcome has zero variance")
     others = [level for level in levels if level != reference]
     extra, extra_names, factor_refs = _factor_columns(df, arm, others, arm_col, factors,
                                                       interaction)
@@ -1144,6 +1211,17 @@ def mixed_model(df: pd.DataFrame, outcome: str, arm_col: str, group_col: str,
                          f"{', '.join(factors)} levels are not crossed)")
     caught: list[str] = []
     codes = pd.factorize(groups, sort=True)[0].astype(np.intp)  # np.unique's inverse, faster
+    if total_var == 0.0:  # the failures above come first, then "not applicable"
+        raise NotApplicableError(
+            f"df[{outcome!r}]: the outcome has zero variance (every trial has the same "
+            "value), so the mixed model's variance components cannot be estimated")
+    if exactly_fitted(y, exog, codes, n_groups):
+        raise NotApplicableError(
+            f"df[{outcome!r}]: the fixed effects ({', '.join(names[1:])}) and the "
+            f"{group_col!r} intercepts fit the outcome exactly (no residual variation: "
+            "every trial is predicted without error), so the REML likelihood grows without "
+            "bound as the residual variance goes to 0 and the variance components cannot be "
+            "estimated")
     direct = None
     if n_groups >= CLOSED_FORM_MIN_GROUPS:
         with np.errstate(all="ignore"):
@@ -1199,9 +1277,11 @@ def mixed_model(df: pd.DataFrame, outcome: str, arm_col: str, group_col: str,
     total = group_var + resid_var
     icc = group_var / total if total > 0 else math.nan
     ci = (math.nan,) * 4
+    ci_note = ""
     if not singular:
         with np.errstate(all="ignore"):
-            ci = variance_component_cis(y, exog, codes, group_var, resid_var)
+            ci, ci_note = informative_variance_cis(
+                variance_component_cis(y, exog, codes, group_var, resid_var))
     return MixedModelFit(
         outcome=outcome, arm_col=arm_col, group_col=group_col, reference=reference,
         arms=tuple([reference, *others]), n_obs=int(y.size), n_groups=n_groups,
@@ -1212,7 +1292,7 @@ def mixed_model(df: pd.DataFrame, outcome: str, arm_col: str, group_col: str,
         warnings=tuple(caught),
         group_variance_ci_lower=ci[0], group_variance_ci_upper=ci[1],
         residual_variance_ci_lower=ci[2], residual_variance_ci_upper=ci[3],
-        factors=tuple(factors), factor_references=tuple(factor_refs),
+        variance_ci_note=ci_note, factors=tuple(factors), factor_references=tuple(factor_refs),
         interaction=bool(interaction and factors),
     )
 

@@ -207,14 +207,15 @@ def test_bad_data_gives_failed_results_not_a_crash(study: Path) -> None:
     assert results["exploratory.errors.B"].status == "failed"
     assert "no parseable" in (results["exploratory.errors.B"].error or "")
     assert results["hypothesis.H3"].status == "ok"  # A vs E is untouched
-    # a zero-variance outcome (every trial of every arm has the same accuracy): the model's
-    # precheck refuses it (a failed result, not a singular fit; see the next test for that)
+    # a zero-variance outcome (every trial of every arm has the same accuracy): the mixed
+    # model does not apply (docs/statistics.md "Not applicable"; not a singular fit, see the
+    # next test for that), and the hypotheses built on it are not computed
     flat = ds.trials.copy()
     flat["accuracy"] = 0.5
     same = _with_trials(ds, flat)
     results = {r.id: r for r in run_analyses(same, plan)}
-    assert results["model.lmm"].status == "failed"
-    assert "zero variance" in (results["model.lmm"].error or "")
+    assert results["model.lmm"].status == "not applicable"
+    assert "zero variance" in (results["model.lmm"].values or {})["reason"]
     assert results["hypothesis.H1"].verdict == "not computed"
     assert results["descriptive.arms"].status == "ok"
     # no scored trials at all

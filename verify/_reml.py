@@ -353,7 +353,33 @@ class RemlModel:
             if best is None or cand.loglik > best.loglik:
                 best = cand
         assert best is not None
-        return best
+        return self._to_boundary(best)
+
+    def _to_boundary(self, pt: RemlPoint) -> RemlPoint:
+        """``pt``, or the boundary point it stops short of, whichever is more likely.
+
+        L-BFGS-B in ``s`` and Newton steps in ``log θ`` approach a maximum on the boundary
+        ``θ_k = 0`` without reaching it. So each random-effect component still above 0, and
+        then all of them at once, is set to exactly 0 and the other components polished
+        again; the most likely of these points replaces ``pt`` when its ``l_R`` is at least
+        ``pt``'s less the rounding of the two evaluations (``docs/statistics.md``, "the
+        verifier's own maximum"): a boundary maximum is then evaluated at 0, where the writer
+        records it, and an interior one (which zeroing makes clearly less likely) is kept.
+        """
+        if not math.isfinite(pt.loglik):
+            return pt
+        positive = [i for i in range(self.k) if pt.params[i] > 0]
+        subsets = [[i] for i in positive] + ([positive] if len(positive) > 1 else [])
+        best = None
+        for subset in subsets:
+            theta = pt.params.copy()
+            theta[subset] = 0.0
+            cand = self._polish(self.point(theta))
+            if best is None or cand.loglik > best.loglik:
+                best = cand
+        if best is not None and best.loglik >= pt.loglik - noise(pt) - noise(best):
+            return best
+        return pt
 
     def _free(self, theta: Floats) -> list[int]:
         floor = BOUNDARY_FRACTION * (self.total_var if self.total_var > 0 else 1.0)

@@ -326,6 +326,31 @@ def _zero_group_variance_fits_as_well(
     return bool(zero >= fit - 1e-9 * max(1.0, abs(fit)))
 
 
+EXACT_FIT_FRACTION = 1e-10
+"""statistics.md "Not applicable": a within-group residual sum of squares at most this
+fraction of the total sum of squares is no residual variation."""
+
+
+def _no_residual_variation(y: Floats, exog: Floats, grp: NDArray[Any]) -> bool:
+    """Whether ``y`` lies in the span of the fixed effects and the group indicators (statistics.md).
+
+    Each group's rows are centred on the group's means (outcome and every design column),
+    which removes the group indicators; the least-squares residual of the centred outcome on
+    the centred design is then the residual on ``[X, Z]``. No residual variation (at most
+    :data:`EXACT_FIT_FRACTION` of ``Σ(y − ȳ)²``) leaves ``σ²_e`` without an estimate.
+    """
+    yw = np.array(y, dtype=np.float64)
+    xw = np.array(exog, dtype=np.float64)
+    for label in set(grp.tolist()):
+        rows = grp == label
+        yw[rows] -= yw[rows].mean()
+        xw[rows] -= xw[rows].mean(axis=0)
+    coef = np.linalg.lstsq(xw, yw, rcond=None)[0]
+    left = yw - xw @ coef
+    dev = y - y.mean()
+    return bool(float(left @ left) <= EXACT_FIT_FRACTION * float(dev @ dev))
+
+
 def _design(
     ya: Floats, arm: NDArray[Any], reference: str,
     factor: tuple[str, Sequence[str], str] | None, interaction: bool,
@@ -390,6 +415,32 @@ def reml_variance_cis(
     )
 
 
+VARIANCE_CI_MAX_RATIO = 1e8
+"""statistics.md "Variance-component CIs": an interval whose upper bound is more than this
+many times its lower bound is withheld (both bounds null, ``variance_ci_note`` says so)."""
+
+
+def _withhold_wide_intervals(
+    cis: tuple[float, float, float, float],
+) -> tuple[tuple[float, float, float, float], list[str]]:
+    """Null the bounds of each component whose interval is not informative (statistics.md).
+
+    Kept: both bounds finite, ``0 < lower`` and ``upper ≤ VARIANCE_CI_MAX_RATIO·lower``; an
+    interval already null on both ends stays null without a note.
+    """
+    bounds = [float(c) for c in cis]
+    withheld = []
+    for name, i in (("group", 0), ("residual", 2)):
+        lo, hi = bounds[i], bounds[i + 1]
+        if math.isnan(lo) and math.isnan(hi):
+            continue
+        ok = math.isfinite(lo) and math.isfinite(hi) and lo > 0 and hi / lo <= VARIANCE_CI_MAX_RATIO
+        if not ok:
+            bounds[i] = bounds[i + 1] = math.nan
+            withheld.append(name)
+    return (bounds[0], bounds[1], bounds[2], bounds[3]), withheld
+
+
 def mixed_model(
     y: Any,
     arms: Sequence[str],
@@ -422,9 +473,13 @@ def mixed_model(
     if n_groups < 2:
         raise StatError("mixed_model: fewer than two groups")
     total_var = float(np.var(ya, ddof=1)) if ya.size > 1 else 0.0
-    if total_var == 0:
-        raise StatError("mixed_model: zero outcome variance")
     exog, names, others = _design(ya, arm, reference, factor, interaction)
+    # statistics.md: what cannot be computed fails first; then what does not apply
+    if total_var == 0:
+        raise NotApplicable("mixed_model: zero outcome variance (a constant outcome)")
+    if _no_residual_variation(ya, exog, grp):
+        raise NotApplicable("mixed_model: the fixed effects and the group intercepts fit the "
+                            "outcome exactly; the REML likelihood has no maximum")
     try:
         model = RemlModel(ya, exog, grp.tolist(), [grp.tolist()])
     except ValueError as exc:
@@ -467,9 +522,11 @@ def mixed_model(
         )
     total = group_var + resid_var
     cis = (math.nan,) * 4
+    withheld: list[str] = []
     if not singular:
         with np.errstate(all="ignore"):
             cis = reml_variance_cis(model, group_var, resid_var)
+        cis, withheld = _withhold_wide_intervals(cis)
     return {
         "arms": [reference, *others],
         "n_obs": int(ya.size),
@@ -488,6 +545,7 @@ def mixed_model(
         "residual_variance_ci_lower": num(cis[2]),
         "residual_variance_ci_upper": num(cis[3]),
         "variance_ci_method": "wald-log-observed-reml",
+        **({"variance_ci_note": f"withheld: {', '.join(withheld)}"} if withheld else {}),
         **(
             {"factors": [factor[0]], "factor_references": [factor[2]],
              "interaction": bool(interaction)}

@@ -2258,7 +2258,8 @@ def _review_files(archive: _Archive, plan: dict[str, Any],
 
 # ------------------------------------------------------------------------------ comparison
 
-_TEXT_KEYS = frozenset({"warnings", "note", "caution", "error", "reason", "flag"})
+_TEXT_KEYS = frozenset({"warnings", "note", "caution", "error", "reason", "flag",
+                        "variance_ci_note"})
 """Members whose text is informative only: their presence is compared, not their wording."""
 
 
