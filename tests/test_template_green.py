@@ -340,7 +340,9 @@ def test_a_changed_judge_prompt_fails_verification_naming_it(forged: Path) -> No
     report = relocked_report(forged, "prompts/match.txt",
                              lambda b: b.replace(b"synonyms count", b"synonyms do not count"))
     passed(report, "signatures")
-    passed(report, "protocol")  # the forger re-locked the file consistently
+    # the forger re-locked the file, but the arms' identity (arm_identity 2) covers the steps'
+    # prompts: protocol names the stale identity, steps the changed template (issue 31)
+    assert "the arm identity" in failed(report, "protocol")
     # every match call's request differs from the one the locked template renders
     assert "the locked template prompts/match.txt" in failed(report, "steps")
 
@@ -363,7 +365,9 @@ def test_a_changed_reference_prompt_fails_verification_naming_it(forged: Path) -
     forge(forged, events)
     report = verify_archive(forged)
     passed(report, "signatures")
-    passed(report, "protocol")  # the forger re-locked the file consistently
+    # the forger re-locked the file, but the arms' identity (arm_identity 2) covers the steps'
+    # prompts: protocol names the stale identity, steps the changed template (issue 31)
+    assert "the arm identity" in failed(report, "protocol")
     assert "the locked template prompts/reference.txt" in failed(report, "steps")
 
 

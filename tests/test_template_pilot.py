@@ -313,5 +313,7 @@ def test_a_changed_judge_prompt_fails_verification_naming_it(
     report = relocked_report(forged, "prompts/judge.txt", lambda b: b.replace(
         b"Synonyms and more specific names", b"Only exact names"))
     passed(report, "signatures")
-    passed(report, "protocol")  # the forger re-locked the file consistently
+    # the forger re-locked the file, but the arms' identity (arm_identity 2) covers the steps'
+    # prompts: protocol names the stale identity, steps the changed template (issue 31)
+    assert "the arm identity" in failed(report, "protocol")
     assert "the locked template prompts/judge.txt" in failed(report, "steps")
