@@ -153,7 +153,7 @@ def measure(archive: Path) -> dict[str, Any]:
     started = time.perf_counter()
     viewer = open_viewer(archive, verify=False)
     index_s = time.perf_counter() - started
-    client = TestClient(make_app(viewer))
+    client = TestClient(make_app(viewer), base_url="http://127.0.0.1")
     total = viewer.index.query("SELECT COUNT(*) FROM trials")[0][0]
     h = viewer.index.query("SELECT h FROM trials ORDER BY h LIMIT 1 OFFSET ?", (total // 2,))[0][0]
     last_seq = viewer.index.next_seq - 1
