@@ -55,6 +55,14 @@ _LAST = 1 << 62
 
 # Logs smaller than this are verified in-process even when jobs > 1 (tests set it to 0).
 _MIN_PARALLEL_EVENTS = 2048
+RECOMPUTED: Any = object()
+"""The ``leaf_hash`` of a source that stores none (an archive): nothing to compare."""
+MAX_FAULTY_KEPT = 1000
+"""Lines that are not the next event of the log (an envelope problem, a seq that is not the
+next, a broken chain, a signature that fails) whose envelopes are kept for the other checks;
+beyond them a faulty line is still checked and counted by every ledger check, but neither its
+envelope nor its blob references are kept, so memory never grows with junk
+(``docs/archive-format.md`` §6)."""
 
 _sha256 = hashlib.sha256
 
@@ -317,6 +325,9 @@ class _Run:
         self.sig_time = 0.0  # seconds spent in inline Ed25519 verification
         self.has_tree = True  # the source stores interior tree nodes to compare
         self.sig_buffer: list[tuple[int, Any, bytes, Any]] = []  # for sources without a file URI
+        self.faulty = 0  # lines that are not the next event of the log (MAX_FAULTY_KEPT)
+        self.unkept: int | None = None  # the first faulty line beyond MAX_FAULTY_KEPT
+        self.unkept_row = -1  # the last such line (read by a source that keeps envelopes)
 
     # ---------------------------------------------------------------------------------- file
 
@@ -484,6 +495,14 @@ class _Run:
 
     # ---------------------------------------------------------------------------------- stream
 
+    def _parsed(self, envelope: bytes) -> tuple[Any, bytes] | None:
+        """``(value, canonical bytes)`` of ``envelope`` when the source has already parsed it.
+
+        A SQLite row's envelope is parsed here, by the stream; an archive line was parsed once
+        by its reader (:class:`~verify._archive.ledger_checks.ArchiveRun` overrides this).
+        """
+        return None
+
     def _event_rows(self, con: sqlite3.Connection | None) -> Iterator[tuple[Any, ...]]:
         """``(seq, kind, actor, time, envelope, signature, leaf_hash)`` rows in seq order."""
         assert con is not None
@@ -545,7 +564,6 @@ class _Run:
         reg_keys = registry.keys
         blob_refs = self.blob_refs
         structural = self.structural_sig_fails
-        crypto = self.crypto_failures
         inline = pool is None
         tree_rows = self._tree_rows(con)
         pending = next(tree_rows, None)
@@ -562,6 +580,8 @@ class _Run:
         key_map: dict[str, bytes] = {}
 
         expected = 0
+        n_faulty = 0
+        first_faulty = -1
         position = 0
         prev_hex = ZERO_PREV
         prev_seq = -1
@@ -575,7 +595,8 @@ class _Run:
         buffer = self.sig_buffer if not inline else None
         for seq, kind_col, actor_col, time_col, envelope, signature, stored_leaf in rows:
             # sequence -----------------------------------------------------------------------
-            if seq != expected:
+            faulty = seq != expected
+            if faulty:
                 if position == 0:
                     st_seq.fail(f"the first row has seq {seq}, not 0", seq=0)
                 else:
@@ -593,7 +614,7 @@ class _Run:
                 )
                 envelope = _as_bytes(envelope)
             lh = sha256(b"\x00" + envelope).digest()
-            if stored_leaf != lh:
+            if stored_leaf is not RECOMPUTED and stored_leaf != lh:
                 st_leaf.fail(
                     f"seq {seq}: stored leaf_hash differs from SHA-256(0x00 || envelope)", seq
                 )
@@ -602,7 +623,7 @@ class _Run:
             env: Any = None
             env_ok = False
             try:
-                env, canonical = parse(envelope)
+                env, canonical = self._parsed(envelope) or parse(envelope)
             except CanonicalError as exc:
                 st_env.fail(f"seq {seq}: envelope is not valid JSON for JCS: {exc}", seq)
             else:
@@ -651,6 +672,7 @@ class _Run:
                 kind = actor = prev = None
 
             # chain --------------------------------------------------------------------------
+            faulty = faulty or not env_ok or prev != prev_hex
             if prev != prev_hex:
                 if not is_obj:
                     st_chain.fail(
@@ -739,19 +761,34 @@ class _Run:
                         authorized[(actor, kind)] = key_obj
             if problem is not None:
                 st_sig.fail(problem, seq)
-                structural.add(seq)
+                faulty = True
+                if not inline:
+                    structural.add(seq)
+                    overrides[seq] = None
+            elif key_obj is not None and n_faulty >= MAX_FAULTY_KEPT:
+                # the log is junk from here on: a signature costs as much as a thousand lines,
+                # so none is verified any more (and the line is not kept), only counted
+                st_sig.fail(
+                    f"seq {seq}: signature not verified: {n_faulty:,} earlier lines (the first "
+                    f"at seq {first_faulty}) are not the next event of the log",
+                    seq,
+                    rank=1,
+                )
+                faulty = True
                 if not inline:
                     overrides[seq] = None
             elif key_obj is not None and inline:
                 t0 = clock()
-                try:
-                    if type(signature) is not bytes or len(signature) != 64:
-                        raise InvalidSignature
-                    key_obj.verify(signature, envelope)
-                except InvalidSignature:
-                    crypto.append(
-                        (seq, _signature_problem(key_obj, signature, envelope, seq, actor) or "")
-                    )
+                if type(signature) is not bytes or len(signature) != 64:
+                    st_sig.fail(f"seq {seq}: signature is not a 64-byte BLOB", seq)
+                    faulty = True
+                else:
+                    try:
+                        key_obj.verify(signature, envelope)
+                    except InvalidSignature:
+                        # inline, no structural problem was found at this seq: counted at once
+                        st_sig.fail(f"seq {seq}: signature does not verify under key {actor}", seq)
+                        faulty = True
                 sig_time += clock() - t0
             elif actor != actor_col:
                 overrides[seq] = actor
@@ -767,10 +804,21 @@ class _Run:
                     futures.append(self._submit(pool, chunk_lo, seq, key_map, overrides))  # type: ignore[arg-type]
                     chunk_lo, chunk_n, overrides = None, 0, {}
 
+            # kept or not: beyond MAX_FAULTY_KEPT faulty lines, neither the envelope (the
+            # source's business, through unkept_row) nor its blob references are kept ---------
+            if faulty:
+                n_faulty += 1
+                if first_faulty < 0:
+                    first_faulty = seq
+                if n_faulty > MAX_FAULTY_KEPT:
+                    self.unkept_row = seq
+                    if self.unkept is None:
+                        self.unkept = seq
+
             # blobs and time -----------------------------------------------------------------
             if env_ok:
                 blobs = env["blobs"]
-                if blobs:
+                if blobs and n_faulty <= MAX_FAULTY_KEPT:
                     for name, digest in blobs.items():
                         if digest not in blob_refs:
                             blob_refs[digest] = (seq, name)
@@ -783,6 +831,7 @@ class _Run:
                 prev_time, prev_time_seq = t, seq
 
         self.sig_time += sig_time
+        self.faulty = n_faulty
         if pool is not None and chunk_lo is not None:
             key_map = {a: r.vkey.public_key for a, r in reg_keys.items()}
             futures.append(self._submit(pool, chunk_lo, prev_seq, key_map, overrides))

@@ -68,8 +68,9 @@ class EventLine:
 
     ``env`` is the ``envelope`` member when it is an object (what the ledger-level checks
     examine), ``shared`` the same object only when it passes the shape rules (what every
-    other check reads), ``envelope`` the bytes that were signed, ``problems`` the ``envelopes``
-    FAIL reasons of this line.
+    other check reads), ``envelope`` the bytes that were signed (``canonical`` says they are
+    the RFC 8785 form of ``env``, so nothing need parse them again), ``problems`` the
+    ``envelopes`` FAIL reasons of this line.
     """
 
     index: int
@@ -77,6 +78,7 @@ class EventLine:
     signature: bytes | None = None
     env: dict[str, Any] | None = None
     shared: dict[str, Any] | None = None
+    canonical: bool = False
     problems: list[str] = field(default_factory=list)
 
     @property
@@ -179,11 +181,15 @@ def _parse_line(parse: Any, index: int, line: bytes) -> EventLine:
     out.env = env
     if canonical == line and line.startswith(_ENVELOPE_PREFIX):
         out.envelope = line[len(_ENVELOPE_PREFIX) : line.rindex(_SIGNATURE_SEP)]
+        out.canonical = True
     else:
         with contextlib.suppress(CanonicalError):
             out.envelope = canonical_json(env)
+            out.canonical = True
     seq = env.get("seq")
-    if nesting_exceeds(env):
+    # the envelope cannot nest deeper than the line has brackets (counted in C): most lines
+    # need no walk
+    if line.count(b"{") + line.count(b"[") > MAX_NESTING and nesting_exceeds(env):
         out.problems.append(
             f"{where}: the envelope nests arrays and objects deeper than {MAX_NESTING} levels"
         )
