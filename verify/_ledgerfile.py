@@ -55,6 +55,9 @@ _LAST = 1 << 62
 
 # Logs smaller than this are verified in-process even when jobs > 1 (tests set it to 0).
 _MIN_PARALLEL_EVENTS = 2048
+SKIMMED: Any = object()
+"""The ``kind`` of an archive line read but not parsed: more than :data:`MAX_FAULTY_KEPT`
+earlier lines were faulty, so it is only hashed into the tree (``docs/archive-format.md`` §6)."""
 RECOMPUTED: Any = object()
 """The ``leaf_hash`` of a source that stores none (an archive): nothing to compare."""
 MAX_FAULTY_KEPT = 1000
@@ -582,6 +585,8 @@ class _Run:
         expected = 0
         n_faulty = 0
         first_faulty = -1
+        n_skimmed = 0
+        first_skimmed = -1
         position = 0
         prev_hex = ZERO_PREV
         prev_seq = -1
@@ -622,47 +627,49 @@ class _Run:
             # envelope -----------------------------------------------------------------------
             env: Any = None
             env_ok = False
-            try:
-                env, canonical = self._parsed(envelope) or parse(envelope)
-            except CanonicalError as exc:
-                st_env.fail(f"seq {seq}: envelope is not valid JSON for JCS: {exc}", seq)
-            else:
-                if len(envelope) > MAX_ENVELOPE_BYTES:
-                    st_env.fail(
-                        f"seq {seq}: envelope is {len(envelope)} bytes, more than "
-                        f"{MAX_ENVELOPE_BYTES}",
-                        seq,
-                    )
-                elif canonical != envelope:
-                    st_env.fail(
-                        f"seq {seq}: envelope bytes are not in RFC 8785 canonical form", seq
-                    )
+            skim = kind_col is SKIMMED  # an archive line not parsed (MAX_FAULTY_KEPT)
+            if not skim:
+                try:
+                    env, canonical = self._parsed(envelope) or parse(envelope)
+                except CanonicalError as exc:
+                    st_env.fail(f"seq {seq}: envelope is not valid JSON for JCS: {exc}", seq)
                 else:
-                    problem = envelope_problem(
-                        env, seq, prev_ok=type(env) is dict and env.get("prev") == prev_hex
-                    )
-                    if problem is not None:
-                        st_env.fail(f"seq {seq}: {problem}", seq)
-                    elif env["kind"] != kind_col:
+                    if len(envelope) > MAX_ENVELOPE_BYTES:
                         st_env.fail(
-                            f"seq {seq}: row kind {kind_col!r:.80} differs from the envelope's "
-                            f"{env['kind']!r}",
+                            f"seq {seq}: envelope is {len(envelope)} bytes, more than "
+                            f"{MAX_ENVELOPE_BYTES}",
                             seq,
                         )
-                    elif env["actor"] != actor_col:
+                    elif canonical != envelope:
                         st_env.fail(
-                            f"seq {seq}: row actor {actor_col!r:.80} differs from the envelope's "
-                            f"{env['actor']!r}",
-                            seq,
-                        )
-                    elif env["time"] != time_col:
-                        st_env.fail(
-                            f"seq {seq}: row time {time_col!r:.80} differs from the envelope's "
-                            f"{env['time']!r}",
-                            seq,
+                            f"seq {seq}: envelope bytes are not in RFC 8785 canonical form", seq
                         )
                     else:
-                        env_ok = True
+                        problem = envelope_problem(
+                            env, seq, prev_ok=type(env) is dict and env.get("prev") == prev_hex
+                        )
+                        if problem is not None:
+                            st_env.fail(f"seq {seq}: {problem}", seq)
+                        elif env["kind"] != kind_col:
+                            st_env.fail(
+                                f"seq {seq}: row kind {kind_col!r:.80} differs from the "
+                                f"envelope's {env['kind']!r}",
+                                seq,
+                            )
+                        elif env["actor"] != actor_col:
+                            st_env.fail(
+                                f"seq {seq}: row actor {actor_col!r:.80} differs from the "
+                                f"envelope's {env['actor']!r}",
+                                seq,
+                            )
+                        elif env["time"] != time_col:
+                            st_env.fail(
+                                f"seq {seq}: row time {time_col!r:.80} differs from the "
+                                f"envelope's {env['time']!r}",
+                                seq,
+                            )
+                        else:
+                            env_ok = True
             is_obj = env_ok or type(env) is dict
             if env_ok:
                 kind, actor, prev = env["kind"], env["actor"], env["prev"]
@@ -673,7 +680,7 @@ class _Run:
 
             # chain --------------------------------------------------------------------------
             faulty = faulty or not env_ok or prev != prev_hex
-            if prev != prev_hex:
+            if prev != prev_hex and not skim:
                 if not is_obj:
                     st_chain.fail(
                         f"seq {seq}: prev cannot be read: the envelope is not a JSON object", seq
@@ -711,6 +718,11 @@ class _Run:
             stack.append(h)
             if position in snapshot_sizes:
                 roots[position] = _stack_root(stack)
+            if skim:  # hashed into the tree (checkpoints are still compared), nothing else
+                if first_skimmed < 0:
+                    first_skimmed = seq
+                n_skimmed += 1
+                continue
 
             # keys ---------------------------------------------------------------------------
             if position == 1 and kind != "ledger.genesis":
@@ -832,6 +844,23 @@ class _Run:
 
         self.sig_time += sig_time
         self.faulty = n_faulty
+        if n_skimmed:
+            why = (
+                f"{n_faulty:,} earlier lines (the first at seq {first_faulty}) are not the next "
+                "event of the log"
+            )
+            st_env.fail(
+                f"seq {first_skimmed}: this line and the {n_skimmed - 1:,} after it were not "
+                f"parsed, only hashed into the tree: {why}",
+                first_skimmed,
+                rank=1,
+            )
+            st_sig.fail(
+                f"seq {first_skimmed}: the signatures of this line and the {n_skimmed - 1:,} "
+                f"after it were not verified: {why}",
+                first_skimmed,
+                rank=1,
+            )
         if pool is not None and chunk_lo is not None:
             key_map = {a: r.vkey.public_key for a, r in reg_keys.items()}
             futures.append(self._submit(pool, chunk_lo, prev_seq, key_map, overrides))

@@ -17,7 +17,7 @@ from concurrent.futures import Future, ProcessPoolExecutor
 from typing import Any
 
 from verify._errors import CheckpointFormatError, NoteError
-from verify._ledgerfile import RECOMPUTED, _Run, _verify_items
+from verify._ledgerfile import RECOMPUTED, SKIMMED, _Run, _verify_items
 from verify._note import Checkpoint, parse_checkpoint, parse_note
 from verify._reader.events import EventReader
 from verify._reader.files import ArchiveFileError, ArchiveFiles, show
@@ -100,6 +100,10 @@ class ArchiveRun(_Run):
         reader = EventReader(self.files)
         envs = self.envs
         for ev in reader:
+            if reader.skim:  # not parsed: only hashed into the tree by the stream
+                envs.append(None)
+                yield ev.index, SKIMMED, None, None, ev.envelope, None, RECOMPUTED
+                continue
             for problem in ev.problems:
                 where = line_where(ev.index)
                 st.fail(problem, ev.index, where=where)
@@ -114,6 +118,7 @@ class ArchiveRun(_Run):
             yield ev.index, kind, actor, etime, ev.envelope, ev.signature, RECOMPUTED
             if self.unkept_row == ev.index:  # the stream found it faulty, beyond the ones kept
                 envs[-1] = None
+                reader.skim = True  # and every later line is only hashed
         self._pre = None
         self.lines = reader.lines
         if reader.cut_problem is not None:

@@ -94,10 +94,15 @@ class EventReader:
     lines, ``tail_problem`` says when the last line lacks its newline and ``cut_problem`` when
     reading stopped at :data:`MAX_EVENT_LINES`. Raises
     :class:`~verify._reader.files.ArchiveFileError` when the file cannot be opened.
+
+    Once ``skim`` is set (by a consumer that has seen enough faulty lines), each further line
+    is yielded unparsed: ``envelope`` is the bytes between ``{"envelope":`` and the last
+    ``,"signature":"`` (what a canonical line signs), or the whole line, and ``env`` is ``None``.
     """
 
     def __init__(self, files: ArchiveFiles) -> None:
         self.files = files
+        self.skim = False
         self.lines = 0
         self.tail_problem: str | None = None
         self.cut_problem: str | None = None
@@ -142,6 +147,11 @@ class EventReader:
                             "not parsed"
                         ],
                     )
+                elif self.skim:
+                    cut = line.rfind(_SIGNATURE_SEP)
+                    if cut > 0 and line.startswith(_ENVELOPE_PREFIX):
+                        line = line[len(_ENVELOPE_PREFIX) : cut]
+                    yield EventLine(index, line)
                 else:
                     yield _parse_line(parse, index, line)
                 index += 1
