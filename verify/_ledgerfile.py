@@ -92,13 +92,20 @@ class _State:
         return (rank, seq if seq is not None else _LAST, self._n)
 
     def fail(
-        self, reason: str, seq: int | None = None, where: str | None = None, *, rank: int = 0
+        self,
+        reason: str,
+        seq: int | None = None,
+        where: str | None = None,
+        *,
+        rank: int = 0,
+        count: int = 1,
     ) -> None:
         """Record a failure; the first is the lowest (rank, seq), then the earliest recorded.
 
-        ``rank`` 1 marks consequences (derived tables) that should not hide a root cause.
+        ``rank`` 1 marks consequences (derived tables) that should not hide a root cause;
+        ``count`` is how many failures ``reason`` stands for (lines not parsed, one each).
         """
-        self.fails += 1
+        self.fails += count
         key = self._key(seq, rank)
         if self.first is None or key < self.first[0]:
             self.first = (key, reason, seq, where)
@@ -854,12 +861,14 @@ class _Run:
                 f"parsed, only hashed into the tree: {why}",
                 first_skimmed,
                 rank=1,
+                count=n_skimmed,
             )
             st_sig.fail(
                 f"seq {first_skimmed}: the signatures of this line and the {n_skimmed - 1:,} "
                 f"after it were not verified: {why}",
                 first_skimmed,
                 rank=1,
+                count=n_skimmed,
             )
         if pool is not None and chunk_lo is not None:
             key_map = {a: r.vkey.public_key for a, r in reg_keys.items()}
