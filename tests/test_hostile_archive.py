@@ -505,6 +505,52 @@ def test_a_one_gb_line(copy: Path) -> None:
     assert f"{EVENTS} line {n + 1}: the line is longer than" in reason and "not parsed" in reason
 
 
+JUNK_LINES = 4_000_000  # the most lines the verifier reads (verify._reader.events)
+
+
+@pytest.mark.slow  # a giant input: the slow set (.ci/run) runs it
+def test_four_million_envelope_shaped_junk_lines(copy: Path) -> None:
+    """Issue 32: lines that parse as envelopes of this study (the owner's actor, a trial kind,
+    the next seq) but are not its events (a wrong prev, a signature that does not verify) stay
+    within the bounds of docs/archive-format.md §6, up to the line limit and near the 2 GiB
+    file limit: memory does not grow with them, and past MAX_FAULTY_KEPT faulty lines they are
+    only hashed, never kept."""
+    from verify._ledgerfile import MAX_FAULTY_KEPT
+    from verify._reader.events import MAX_EVENT_LINES
+    from verify._reader.files import MAX_EVENTS_BYTES
+
+    events = read_events(copy)
+    n = len(events)
+    model = next(e for e in events if e["kind"] == "trial.responded")
+    envelope = {**model, "seq": 0, "prev": "ab" * 32, "blobs": {}, "body": {"note": ""}}
+    signature = base64.b64encode(b"\x01" * 64).decode()
+    line = canonical_json({"envelope": envelope, "signature": signature}) + b"\n"
+    count = MAX_EVENT_LINES - n
+    pad = (MAX_EVENTS_BYTES - (copy / EVENTS).stat().st_size) // count - len(line) - 16
+    envelope["body"]["note"] = "x" * max(pad, 0)  # lines as long as the file limit allows
+    template = (canonical_json({"envelope": envelope, "signature": signature}) + b"\n").replace(
+        b'"seq":0,', b'"seq":%d,'
+    )
+    with open(copy / EVENTS, "ab") as fh:
+        for lo in range(n, n + count, 100_000):
+            fh.write(b"".join(template % seq for seq in range(lo, min(lo + 100_000, n + count))))
+    assert (copy / EVENTS).stat().st_size <= MAX_EVENTS_BYTES
+    assert count == JUNK_LINES - n
+    out = run_verify(copy)  # under 30 s of CPU and 1 GiB resident (run_verify's limits)
+    assert out.rc == 1
+    first, unkept, skimmed = n, n + MAX_FAULTY_KEPT, n + MAX_FAULTY_KEPT + 1
+    chain = out.failed("chain")
+    assert f"{EVENTS} line {first + 1}" in chain and f"seq {first}: prev does not match" in chain
+    signatures = out.failed("signatures")
+    assert f"seq {first}: signature does not verify under key {model['actor']}" in signatures
+    envelopes = out.failed("envelopes")
+    assert f"seq {skimmed}: this line and the {n + count - skimmed - 1:,} after it" in envelopes
+    assert f"{EVENTS} line {skimmed + 1}" in envelopes
+    for name in ("rescore", "reanalysis"):
+        reason = out.failed(name)
+        assert f"{EVENTS} line {unkept + 1} is one of more than {MAX_FAULTY_KEPT:,} lines" in reason
+
+
 # --------------------------------------------------------------------------------------------------
 # an extra file: every entry is accounted for, even when the owner re-signs the export
 

@@ -55,6 +55,17 @@ _LAST = 1 << 62
 
 # Logs smaller than this are verified in-process even when jobs > 1 (tests set it to 0).
 _MIN_PARALLEL_EVENTS = 2048
+SKIMMED: Any = object()
+"""The ``kind`` of an archive line read but not parsed: more than :data:`MAX_FAULTY_KEPT`
+earlier lines were faulty, so it is only hashed into the tree (``docs/archive-format.md`` §6)."""
+RECOMPUTED: Any = object()
+"""The ``leaf_hash`` of a source that stores none (an archive): nothing to compare."""
+MAX_FAULTY_KEPT = 1000
+"""Lines that are not the next event of the log (an envelope problem, a seq that is not the
+next, a broken chain, a signature that fails) whose envelopes are kept for the other checks;
+beyond them a faulty line is still checked and counted by every ledger check, but neither its
+envelope nor its blob references are kept, so memory never grows with junk
+(``docs/archive-format.md`` §6)."""
 
 _sha256 = hashlib.sha256
 
@@ -81,13 +92,20 @@ class _State:
         return (rank, seq if seq is not None else _LAST, self._n)
 
     def fail(
-        self, reason: str, seq: int | None = None, where: str | None = None, *, rank: int = 0
+        self,
+        reason: str,
+        seq: int | None = None,
+        where: str | None = None,
+        *,
+        rank: int = 0,
+        count: int = 1,
     ) -> None:
         """Record a failure; the first is the lowest (rank, seq), then the earliest recorded.
 
-        ``rank`` 1 marks consequences (derived tables) that should not hide a root cause.
+        ``rank`` 1 marks consequences (derived tables) that should not hide a root cause;
+        ``count`` is how many failures ``reason`` stands for (lines not parsed, one each).
         """
-        self.fails += 1
+        self.fails += count
         key = self._key(seq, rank)
         if self.first is None or key < self.first[0]:
             self.first = (key, reason, seq, where)
@@ -317,6 +335,9 @@ class _Run:
         self.sig_time = 0.0  # seconds spent in inline Ed25519 verification
         self.has_tree = True  # the source stores interior tree nodes to compare
         self.sig_buffer: list[tuple[int, Any, bytes, Any]] = []  # for sources without a file URI
+        self.faulty = 0  # lines that are not the next event of the log (MAX_FAULTY_KEPT)
+        self.unkept: int | None = None  # the first faulty line beyond MAX_FAULTY_KEPT
+        self.unkept_row = -1  # the last such line (read by a source that keeps envelopes)
 
     # ---------------------------------------------------------------------------------- file
 
@@ -484,6 +505,14 @@ class _Run:
 
     # ---------------------------------------------------------------------------------- stream
 
+    def _parsed(self, envelope: bytes) -> tuple[Any, bytes] | None:
+        """``(value, canonical bytes)`` of ``envelope`` when the source has already parsed it.
+
+        A SQLite row's envelope is parsed here, by the stream; an archive line was parsed once
+        by its reader (:class:`~verify._archive.ledger_checks.ArchiveRun` overrides this).
+        """
+        return None
+
     def _event_rows(self, con: sqlite3.Connection | None) -> Iterator[tuple[Any, ...]]:
         """``(seq, kind, actor, time, envelope, signature, leaf_hash)`` rows in seq order."""
         assert con is not None
@@ -545,7 +574,6 @@ class _Run:
         reg_keys = registry.keys
         blob_refs = self.blob_refs
         structural = self.structural_sig_fails
-        crypto = self.crypto_failures
         inline = pool is None
         tree_rows = self._tree_rows(con)
         pending = next(tree_rows, None)
@@ -562,6 +590,10 @@ class _Run:
         key_map: dict[str, bytes] = {}
 
         expected = 0
+        n_faulty = 0
+        first_faulty = -1
+        n_skimmed = 0
+        first_skimmed = -1
         position = 0
         prev_hex = ZERO_PREV
         prev_seq = -1
@@ -575,7 +607,8 @@ class _Run:
         buffer = self.sig_buffer if not inline else None
         for seq, kind_col, actor_col, time_col, envelope, signature, stored_leaf in rows:
             # sequence -----------------------------------------------------------------------
-            if seq != expected:
+            faulty = seq != expected
+            if faulty:
                 if position == 0:
                     st_seq.fail(f"the first row has seq {seq}, not 0", seq=0)
                 else:
@@ -593,7 +626,7 @@ class _Run:
                 )
                 envelope = _as_bytes(envelope)
             lh = sha256(b"\x00" + envelope).digest()
-            if stored_leaf != lh:
+            if stored_leaf is not RECOMPUTED and stored_leaf != lh:
                 st_leaf.fail(
                     f"seq {seq}: stored leaf_hash differs from SHA-256(0x00 || envelope)", seq
                 )
@@ -601,47 +634,49 @@ class _Run:
             # envelope -----------------------------------------------------------------------
             env: Any = None
             env_ok = False
-            try:
-                env, canonical = parse(envelope)
-            except CanonicalError as exc:
-                st_env.fail(f"seq {seq}: envelope is not valid JSON for JCS: {exc}", seq)
-            else:
-                if len(envelope) > MAX_ENVELOPE_BYTES:
-                    st_env.fail(
-                        f"seq {seq}: envelope is {len(envelope)} bytes, more than "
-                        f"{MAX_ENVELOPE_BYTES}",
-                        seq,
-                    )
-                elif canonical != envelope:
-                    st_env.fail(
-                        f"seq {seq}: envelope bytes are not in RFC 8785 canonical form", seq
-                    )
+            skim = kind_col is SKIMMED  # an archive line not parsed (MAX_FAULTY_KEPT)
+            if not skim:
+                try:
+                    env, canonical = self._parsed(envelope) or parse(envelope)
+                except CanonicalError as exc:
+                    st_env.fail(f"seq {seq}: envelope is not valid JSON for JCS: {exc}", seq)
                 else:
-                    problem = envelope_problem(
-                        env, seq, prev_ok=type(env) is dict and env.get("prev") == prev_hex
-                    )
-                    if problem is not None:
-                        st_env.fail(f"seq {seq}: {problem}", seq)
-                    elif env["kind"] != kind_col:
+                    if len(envelope) > MAX_ENVELOPE_BYTES:
                         st_env.fail(
-                            f"seq {seq}: row kind {kind_col!r:.80} differs from the envelope's "
-                            f"{env['kind']!r}",
+                            f"seq {seq}: envelope is {len(envelope)} bytes, more than "
+                            f"{MAX_ENVELOPE_BYTES}",
                             seq,
                         )
-                    elif env["actor"] != actor_col:
+                    elif canonical != envelope:
                         st_env.fail(
-                            f"seq {seq}: row actor {actor_col!r:.80} differs from the envelope's "
-                            f"{env['actor']!r}",
-                            seq,
-                        )
-                    elif env["time"] != time_col:
-                        st_env.fail(
-                            f"seq {seq}: row time {time_col!r:.80} differs from the envelope's "
-                            f"{env['time']!r}",
-                            seq,
+                            f"seq {seq}: envelope bytes are not in RFC 8785 canonical form", seq
                         )
                     else:
-                        env_ok = True
+                        problem = envelope_problem(
+                            env, seq, prev_ok=type(env) is dict and env.get("prev") == prev_hex
+                        )
+                        if problem is not None:
+                            st_env.fail(f"seq {seq}: {problem}", seq)
+                        elif env["kind"] != kind_col:
+                            st_env.fail(
+                                f"seq {seq}: row kind {kind_col!r:.80} differs from the "
+                                f"envelope's {env['kind']!r}",
+                                seq,
+                            )
+                        elif env["actor"] != actor_col:
+                            st_env.fail(
+                                f"seq {seq}: row actor {actor_col!r:.80} differs from the "
+                                f"envelope's {env['actor']!r}",
+                                seq,
+                            )
+                        elif env["time"] != time_col:
+                            st_env.fail(
+                                f"seq {seq}: row time {time_col!r:.80} differs from the "
+                                f"envelope's {env['time']!r}",
+                                seq,
+                            )
+                        else:
+                            env_ok = True
             is_obj = env_ok or type(env) is dict
             if env_ok:
                 kind, actor, prev = env["kind"], env["actor"], env["prev"]
@@ -651,7 +686,8 @@ class _Run:
                 kind = actor = prev = None
 
             # chain --------------------------------------------------------------------------
-            if prev != prev_hex:
+            faulty = faulty or not env_ok or prev != prev_hex
+            if prev != prev_hex and not skim:
                 if not is_obj:
                     st_chain.fail(
                         f"seq {seq}: prev cannot be read: the envelope is not a JSON object", seq
@@ -689,6 +725,11 @@ class _Run:
             stack.append(h)
             if position in snapshot_sizes:
                 roots[position] = _stack_root(stack)
+            if skim:  # hashed into the tree (checkpoints are still compared), nothing else
+                if first_skimmed < 0:
+                    first_skimmed = seq
+                n_skimmed += 1
+                continue
 
             # keys ---------------------------------------------------------------------------
             if position == 1 and kind != "ledger.genesis":
@@ -739,19 +780,34 @@ class _Run:
                         authorized[(actor, kind)] = key_obj
             if problem is not None:
                 st_sig.fail(problem, seq)
-                structural.add(seq)
+                faulty = True
+                if not inline:
+                    structural.add(seq)
+                    overrides[seq] = None
+            elif key_obj is not None and n_faulty >= MAX_FAULTY_KEPT:
+                # the log is junk from here on: a signature costs as much as a thousand lines,
+                # so none is verified any more (and the line is not kept), only counted
+                st_sig.fail(
+                    f"seq {seq}: signature not verified: {n_faulty:,} earlier lines (the first "
+                    f"at seq {first_faulty}) are not the next event of the log",
+                    seq,
+                    rank=1,
+                )
+                faulty = True
                 if not inline:
                     overrides[seq] = None
             elif key_obj is not None and inline:
                 t0 = clock()
-                try:
-                    if type(signature) is not bytes or len(signature) != 64:
-                        raise InvalidSignature
-                    key_obj.verify(signature, envelope)
-                except InvalidSignature:
-                    crypto.append(
-                        (seq, _signature_problem(key_obj, signature, envelope, seq, actor) or "")
-                    )
+                if type(signature) is not bytes or len(signature) != 64:
+                    st_sig.fail(f"seq {seq}: signature is not a 64-byte BLOB", seq)
+                    faulty = True
+                else:
+                    try:
+                        key_obj.verify(signature, envelope)
+                    except InvalidSignature:
+                        # inline, no structural problem was found at this seq: counted at once
+                        st_sig.fail(f"seq {seq}: signature does not verify under key {actor}", seq)
+                        faulty = True
                 sig_time += clock() - t0
             elif actor != actor_col:
                 overrides[seq] = actor
@@ -767,10 +823,21 @@ class _Run:
                     futures.append(self._submit(pool, chunk_lo, seq, key_map, overrides))  # type: ignore[arg-type]
                     chunk_lo, chunk_n, overrides = None, 0, {}
 
+            # kept or not: beyond MAX_FAULTY_KEPT faulty lines, neither the envelope (the
+            # source's business, through unkept_row) nor its blob references are kept ---------
+            if faulty:
+                n_faulty += 1
+                if first_faulty < 0:
+                    first_faulty = seq
+                if n_faulty > MAX_FAULTY_KEPT:
+                    self.unkept_row = seq
+                    if self.unkept is None:
+                        self.unkept = seq
+
             # blobs and time -----------------------------------------------------------------
             if env_ok:
                 blobs = env["blobs"]
-                if blobs:
+                if blobs and n_faulty <= MAX_FAULTY_KEPT:
                     for name, digest in blobs.items():
                         if digest not in blob_refs:
                             blob_refs[digest] = (seq, name)
@@ -783,6 +850,26 @@ class _Run:
                 prev_time, prev_time_seq = t, seq
 
         self.sig_time += sig_time
+        self.faulty = n_faulty
+        if n_skimmed:
+            why = (
+                f"{n_faulty:,} earlier lines (the first at seq {first_faulty}) are not the next "
+                "event of the log"
+            )
+            st_env.fail(
+                f"seq {first_skimmed}: this line and the {n_skimmed - 1:,} after it were not "
+                f"parsed, only hashed into the tree: {why}",
+                first_skimmed,
+                rank=1,
+                count=n_skimmed,
+            )
+            st_sig.fail(
+                f"seq {first_skimmed}: the signatures of this line and the {n_skimmed - 1:,} "
+                f"after it were not verified: {why}",
+                first_skimmed,
+                rank=1,
+                count=n_skimmed,
+            )
         if pool is not None and chunk_lo is not None:
             key_map = {a: r.vkey.public_key for a, r in reg_keys.items()}
             futures.append(self._submit(pool, chunk_lo, prev_seq, key_map, overrides))

@@ -37,6 +37,7 @@ from verify import _copies, _ddx, _factorial, _human, _mcqhyp, _qrboot, _review
 from verify import _restats as st
 from verify._envelope import is_hex64
 from verify._items import ItemError, ItemFile, read_items
+from verify._ledgerfile import MAX_FAULTY_KEPT
 from verify._prompts import PromptError
 from verify._reader.events import EventReader
 from verify._reader.files import MAX_PARSED_BYTES, ArchiveFileError, ArchiveFiles
@@ -166,12 +167,24 @@ class _Archive:
             raise _Problem(str(exc), None, rel) from None
 
 
-def _events(envelopes: Sequence[dict[str, Any] | None]) -> list[_Event]:
-    """The events of the shared strict parse; the first line it refused stops both checks."""
+def _events(envelopes: Sequence[dict[str, Any] | None], unkept: int | None = None) -> list[_Event]:
+    """The events of the shared strict parse; the first line it refused stops both checks.
+
+    ``unkept`` is the first line the ledger checks found faulty beyond the ones whose
+    envelopes are kept (``verify._ledgerfile.MAX_FAULTY_KEPT``); it stops them too.
+    """
     events: list[_Event] = []
     for index, env in enumerate(envelopes):
         if env is None:
             where = line_where(index)
+            if index == unkept:
+                raise _Problem(
+                    f"{where} is one of more than {MAX_FAULTY_KEPT:,} lines that are not the "
+                    "next event of the log (the envelopes, sequence, chain and signatures "
+                    "checks name the first): nothing is re-scored or re-analysed",
+                    index,
+                    where,
+                )
             raise _Problem(
                 f"{where} is not a valid event envelope (the envelopes check says why): "
                 "nothing is re-scored or re-analysed",
@@ -187,6 +200,7 @@ def _load(
     root: Path,
     envelopes: Sequence[dict[str, Any] | None] | None = None,
     files: ArchiveFiles | None = None,
+    unkept: int | None = None,
 ) -> _Archive:
     if files is None:
         files = ArchiveFiles(root)
@@ -198,7 +212,7 @@ def _load(
             envelopes = [line.shared for line in EventReader(files)]
         except ArchiveFileError as exc:
             raise _Problem(f"{exc}: nothing is re-scored or re-analysed", where=EVENTS) from None
-    archive = _Archive(files, _events(envelopes))
+    archive = _Archive(files, _events(envelopes, unkept))
     archive.by_seq = {e.seq: e for e in archive.events}
     return archive
 
@@ -2678,17 +2692,20 @@ def science_checks(
     *,
     envelopes: Sequence[dict[str, Any] | None] | None = None,
     files: ArchiveFiles | None = None,
+    unkept: int | None = None,
 ) -> list[Check]:
     """Run the ``rescore`` and ``reanalysis`` checks on an exported archive directory.
 
     ``envelopes`` (one per line of ``ledger/events.jsonl``, ``None`` for a line the strict
-    parse refused) and ``files`` (the archive's walk and reader) are those the other checks
-    used; without them the archive is walked and its events parsed here, the same way.
+    parse refused or whose envelope the ledger checks did not keep: ``unkept`` is the first
+    of those) and ``files`` (the archive's walk and reader) are those the other checks used,
+    shared, never copied; without them the archive is walked and its events parsed here, the
+    same way.
     """
     loaded: _Archive | None = None
     error: _Problem | None = None
     try:
-        loaded = _load(Path(archive), envelopes, files)
+        loaded = _load(Path(archive), envelopes, files, unkept)
     except _Problem as exc:
         error = exc
     return [

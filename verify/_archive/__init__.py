@@ -103,7 +103,9 @@ def _science(run: ArchiveRun) -> list[Check]:
             "the verifier's dependencies (numpy, scipy, rfc8785)"
         )
         return [Check("rescore", Status.FAIL, reason), Check("reanalysis", Status.FAIL, reason)]
-    return list(science_checks(run.files.root, envelopes=run.envs, files=run.files))
+    return list(
+        science_checks(run.files.root, envelopes=run.envs, files=run.files, unkept=run.unkept)
+    )
 
 
 def verify_archive(

@@ -17,7 +17,7 @@ from concurrent.futures import Future, ProcessPoolExecutor
 from typing import Any
 
 from verify._errors import CheckpointFormatError, NoteError
-from verify._ledgerfile import _Run, _verify_items
+from verify._ledgerfile import RECOMPUTED, SKIMMED, _Run, _verify_items
 from verify._note import Checkpoint, parse_checkpoint, parse_note
 from verify._reader.events import EventReader
 from verify._reader.files import ArchiveFileError, ArchiveFiles, show
@@ -84,7 +84,10 @@ class ArchiveRun(_Run):
         super().__init__(files.root, trusted_keys, checkpoints, jobs)
         self.files = files
         self.has_tree = False
-        self.envs: list[dict[str, Any] | None] = []  # each line's shared envelope, or None
+        # each line's shared envelope, or None (refused, or a faulty line beyond
+        # MAX_FAULTY_KEPT: ``unkept`` is the first such line)
+        self.envs: list[dict[str, Any] | None] = []
+        self._pre: tuple[bytes, dict[str, Any]] | None = None  # the line the stream reads
         self.lines = 0
         self.hash_time = 0.0
         self.stored: list[FileCheckpoint] = []
@@ -97,6 +100,10 @@ class ArchiveRun(_Run):
         reader = EventReader(self.files)
         envs = self.envs
         for ev in reader:
+            if reader.skim:  # not parsed: only hashed into the tree by the stream
+                envs.append(None)
+                yield ev.index, SKIMMED, None, None, ev.envelope, None, RECOMPUTED
+                continue
             for problem in ev.problems:
                 where = line_where(ev.index)
                 st.fail(problem, ev.index, where=where)
@@ -104,15 +111,28 @@ class ArchiveRun(_Run):
             env = ev.env
             if env is not None:
                 kind, actor, etime = env.get("kind"), env.get("actor"), env.get("time")
+                self._pre = (ev.envelope, env) if ev.canonical else None
             else:
                 kind = actor = etime = None
-            yield ev.index, kind, actor, etime, ev.envelope, ev.signature, ev.leaf_hash
+                self._pre = None
+            yield ev.index, kind, actor, etime, ev.envelope, ev.signature, RECOMPUTED
+            if self.unkept_row == ev.index:  # the stream found it faulty, beyond the ones kept
+                envs[-1] = None
+                reader.skim = True  # and every later line is only hashed
+        self._pre = None
         self.lines = reader.lines
         if reader.cut_problem is not None:
             st.fail(reader.cut_problem, reader.lines, where=EVENTS)
         if reader.tail_problem is not None:
             last = reader.lines - 1
             st.fail(reader.tail_problem, last, where=line_where(last))
+
+    def _parsed(self, envelope: bytes) -> tuple[Any, bytes] | None:
+        """The reader's parse of the line being streamed: its envelope bytes are canonical."""
+        pre = self._pre
+        if pre is not None and pre[0] is envelope:
+            return pre[1], envelope
+        return None
 
     def _submit(
         self,

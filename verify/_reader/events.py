@@ -68,8 +68,9 @@ class EventLine:
 
     ``env`` is the ``envelope`` member when it is an object (what the ledger-level checks
     examine), ``shared`` the same object only when it passes the shape rules (what every
-    other check reads), ``envelope`` the bytes that were signed, ``problems`` the ``envelopes``
-    FAIL reasons of this line.
+    other check reads), ``envelope`` the bytes that were signed (``canonical`` says they are
+    the RFC 8785 form of ``env``, so nothing need parse them again), ``problems`` the
+    ``envelopes`` FAIL reasons of this line.
     """
 
     index: int
@@ -77,6 +78,7 @@ class EventLine:
     signature: bytes | None = None
     env: dict[str, Any] | None = None
     shared: dict[str, Any] | None = None
+    canonical: bool = False
     problems: list[str] = field(default_factory=list)
 
     @property
@@ -92,10 +94,15 @@ class EventReader:
     lines, ``tail_problem`` says when the last line lacks its newline and ``cut_problem`` when
     reading stopped at :data:`MAX_EVENT_LINES`. Raises
     :class:`~verify._reader.files.ArchiveFileError` when the file cannot be opened.
+
+    Once ``skim`` is set (by a consumer that has seen enough faulty lines), each further line
+    is yielded unparsed: ``envelope`` is the bytes between ``{"envelope":`` and the last
+    ``,"signature":"`` (what a canonical line signs), or the whole line, and ``env`` is ``None``.
     """
 
     def __init__(self, files: ArchiveFiles) -> None:
         self.files = files
+        self.skim = False
         self.lines = 0
         self.tail_problem: str | None = None
         self.cut_problem: str | None = None
@@ -140,6 +147,11 @@ class EventReader:
                             "not parsed"
                         ],
                     )
+                elif self.skim:
+                    cut = line.rfind(_SIGNATURE_SEP)
+                    if cut > 0 and line.startswith(_ENVELOPE_PREFIX):
+                        line = line[len(_ENVELOPE_PREFIX) : cut]
+                    yield EventLine(index, line)
                 else:
                     yield _parse_line(parse, index, line)
                 index += 1
@@ -179,11 +191,15 @@ def _parse_line(parse: Any, index: int, line: bytes) -> EventLine:
     out.env = env
     if canonical == line and line.startswith(_ENVELOPE_PREFIX):
         out.envelope = line[len(_ENVELOPE_PREFIX) : line.rindex(_SIGNATURE_SEP)]
+        out.canonical = True
     else:
         with contextlib.suppress(CanonicalError):
             out.envelope = canonical_json(env)
+            out.canonical = True
     seq = env.get("seq")
-    if nesting_exceeds(env):
+    # the envelope cannot nest deeper than the line has brackets (counted in C): most lines
+    # need no walk
+    if line.count(b"{") + line.count(b"[") > MAX_NESTING and nesting_exceeds(env):
         out.problems.append(
             f"{where}: the envelope nests arrays and objects deeper than {MAX_NESTING} levels"
         )
