@@ -1204,6 +1204,14 @@ def gee_arm_effects(trials: TrialsLike, reference: str,
                                      "fitted", column)  # fmt: skip
     items = frame["item"].to_numpy()
     groups = pd.factorize(items, sort=True)[0]
+    sizes = np.bincount(groups)
+    n, p = exog.shape
+    pairs = int((sizes * (sizes - 1) // 2).sum())
+    if n - p <= 0 or pairs - p <= 0:  # mcq-statistics.md §8, rule 0
+        raise GeeNotFittable(
+            f"GEE: {n} trials and {pairs} within-item pairs for {p} coefficients: the "
+            "exchangeable working correlation cannot be estimated (it needs more of each than "
+            "coefficients)", None)  # fmt: skip
     with warnings.catch_warnings(record=True) as seen:
         warnings.simplefilter("always")
         model = GEE(endog, exog, groups=groups, family=Binomial(), cov_struct=Exchangeable())

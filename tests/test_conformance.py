@@ -32,8 +32,8 @@ from verify import Status, verify_archive
 SLICE = (0, 1, 2, 3, 7, 10, 16, 17, 37)
 """The fixed-seed slice: every family, the edges (ceilings, floors, an arm all unparseable,
 exclusions, one judge, identical models, temperature-0 replicates, variants and voting, three
-factor levels, phases). About 25 s of CPU. It avoids, for now, the seeds whose honest archive
-fails on what :data:`KNOWN_FAILURES` lists (docs/conformance.md)."""
+factor levels, phases). About 25 s of CPU. The generated seeds that once failed run as the
+named regression cases below, in the slow set (docs/conformance.md)."""
 
 
 @pytest.fixture(autouse=True)
@@ -187,6 +187,7 @@ def test_regression_descriptive_mcq_with_three_letters(tmp_path: Path) -> None:
     verify_honest(design, archive, key)
 
 
+@pytest.mark.slow  # a whole generated study: the slow set (README budget)
 def test_regression_judge_agreement_with_unanimous_judges(tmp_path: Path) -> None:
     """Found by the suite (generated seed 48): every judge gave every trial the same label, so
     chance agreement is 1 and kappa is 0/0. The writer (statsmodels) recorded NaN as "ok", the
@@ -208,6 +209,7 @@ def test_regression_judge_agreement_with_unanimous_judges(tmp_path: Path) -> Non
     verify_honest(design, archive, key)
 
 
+@pytest.mark.slow  # a whole generated study: the slow set (README budget)
 def test_regression_forest_plot_of_an_equivalence_beyond_its_margin(tmp_path: Path) -> None:
     """Found by the suite (generated seed 1008): an equivalence test whose largest difference
     (100 pp) lay far beyond its margin (20 pp) drew its marker and label outside the forest
@@ -222,6 +224,7 @@ def test_regression_forest_plot_of_an_equivalence_beyond_its_margin(tmp_path: Pa
     assert report is not None and report.status is Status.PASS, report
 
 
+@pytest.mark.slow  # whole generated studies: the slow set (README budget)
 @pytest.mark.parametrize(
     ("seed", "digest"), [(44, "cc6fe77ba55c959d"), (23, "61c1fa1fafe9041b")],
     ids=["lmm-short-of-its-maximum", "sensitivity-lmm-short-of-its-maximum"],
@@ -239,6 +242,7 @@ def test_regression_mixed_models_at_their_reml_maximum(
     verify_honest(design, run_design(design, tmp_path, key), key)
 
 
+@pytest.mark.slow  # a whole generated study: the slow set (README budget)
 @pytest.mark.parametrize(
     ("seed", "family", "digest", "status"),
     [(33, None, "29eacc1bd8f6b48f", "not applicable"),
@@ -287,6 +291,7 @@ def test_regression_degenerate_mixed_models(
     verify_honest(design, archive, key)
 
 
+@pytest.mark.slow  # a whole generated study: the slow set (README budget)
 @pytest.mark.parametrize(
     ("seed", "digest", "model_id", "error"),
     [(1017, "100437a7d8edf292", "model.lmm", "two arms"),
@@ -315,6 +320,7 @@ def test_regression_a_failed_mixed_model_is_not_also_not_applicable(
     verify_honest(design, archive, key)
 
 
+@pytest.mark.slow  # a whole generated study: the slow set (README budget)
 def test_regression_writer_reml_polish_beyond_exp_range(tmp_path: Path) -> None:
     """Found by the soak (generated seed 1076, one arm at a ceiling, two models): the writer's
     L-BFGS-B polish of a mixed model tried a log variance beyond ``math.exp``'s range and the
@@ -326,45 +332,27 @@ def test_regression_writer_reml_polish_beyond_exp_range(tmp_path: Path) -> None:
     verify_honest(design, run_design(design, tmp_path, key), key)
 
 
-KNOWN_FAILURES: dict[str, tuple[int, str | None, str, str]] = {
-    "gee-nan-robust-variance-per-model": (
-        15,
-        None,
-        "f3a0f89cf786a1a1",
-        'hypothesis.H2@m2 status: recorded "not applicable", recomputed "failed"',
-    ),
-}
-"""Honest archives the suite found FAILing ``reanalysis``, not fixed here (docs/conformance.md
-lists them): seed 15's per-model ``gee`` hypothesis on six trials, whose statsmodels fit
-returns NaN robust variances (the writer records "not applicable" by the degenerate-term rule)
-while the verifier's own GEE solver fails (it was hidden behind a mixed model the writer
-refused until the exact-fit rule made both sides agree on that model). Each is
-pinned as a generated study (seed, family, and a SHA-256 prefix of its files, so the
-generator cannot drift under it) and expected to FAIL with its message until fixed:
-``strict``, so a fix makes the case XPASS, which fails, and its entry must then go (the study
-then joins the slice)."""
-
-
 def _files_digest(design: Design) -> str:
     return hashlib.sha256(canonical_json(sorted(design.files.items()))).hexdigest()[:16]
 
 
-@pytest.mark.parametrize("name", sorted(KNOWN_FAILURES))
-@pytest.mark.xfail(
-    strict=True,
-    raises=AssertionError,
-    reason="known writer/verifier disagreement (issue 31, being fixed elsewhere)",
-)
-def test_regression_known_honest_failure(name: str, tmp_path: Path) -> None:
-    seed, family, digest, fragment = KNOWN_FAILURES[name]
-    design = generate(seed, family)
-    if _files_digest(design) != digest:
-        pytest.fail(f"the generator drifted under {name}: re-pin it")
-    key = owner_key(seed)
-    try:
-        archive = run_design(design, tmp_path, key)
-        verify_honest(design, archive, key)
-    except (AssertionError, Warning) as exc:
-        if fragment not in str(exc):
-            pytest.fail(f"{name} now fails differently: {exc}")
-        raise AssertionError(str(exc)) from exc
+@pytest.mark.slow  # a whole generated study: the slow set (README budget)
+def test_regression_gee_without_enough_data_for_its_working_correlation(tmp_path: Path) -> None:
+    """Found by the suite (generated seed 15): a per-model ``gee`` hypothesis on six trials.
+    The exchangeable correlation's moment estimate divides by trials less coefficients and
+    by within-item pairs less coefficients; statsmodels returned NaN variances (the writer:
+    "not applicable", a degenerate term), the verifier's own solver divided by zero
+    ("failed"). Both sides now apply rule 0 of mcq-statistics.md §8 before fitting."""
+    design = generate(15)
+    assert _files_digest(design) == "f3a0f89cf786a1a1", "the generator drifted: re-pin it"
+    key = owner_key(15)
+    archive = run_design(design, tmp_path, key)
+    events = [
+        json.loads(line)["envelope"]
+        for line in (archive / "ledger" / "events.jsonl").read_text("utf-8").splitlines()
+    ]
+    h2 = next(e["body"] for e in events if e["kind"] == "analysis.result"
+              and e["body"]["id"] == "hypothesis.H2@m2")  # fmt: skip
+    assert h2["status"] == "not applicable", h2
+    assert "the exchangeable working correlation cannot be estimated" in h2["values"]["reason"]
+    verify_honest(design, archive, key)

@@ -592,6 +592,10 @@ def gee_arm_effects(rows: Sequence[Mapping[str, Any]], reference: str,
         members[index[r["item"]]].append(j)
     clusters = [np.array(m, dtype=np.int64) for m in members]
     n, p = x.shape
+    pairs = sum(len(m) * (len(m) - 1) // 2 for m in members)
+    if n - p <= 0 or pairs - p <= 0:  # mcq-statistics.md §8 rule 0: the moments divide by these
+        raise GeeNotFittable(f"GEE: {n} trials, {pairs} within-item pairs, {p} coefficients: "
+                             "the working correlation is undefined", None)  # fmt: skip
     beta = np.zeros(p)
     alpha = 0.0
 
