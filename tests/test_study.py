@@ -190,6 +190,21 @@ def test_truth_table_must_cover_every_stimulus(study: Path) -> None:
         load_study(study)
 
 
+def test_a_malformed_truth_row_is_named_at_its_line(study: Path) -> None:
+    """Issue 32: a row with too few fields is named at truth.csv:LINE, not reported as a
+    stimulus the truth table does not cover."""
+    truth = study / "stimuli" / "truth.csv"
+    lines = truth.read_text().splitlines(keepends=True)
+    lines[4] = lines[4].split(",", 1)[0] + "\n"  # line 5: the stimulus id alone
+    truth.write_text("".join(lines))
+    with pytest.raises(SpecError) as info:
+        load_study(study)
+    header = lines[0].strip()
+    fields = len(header.split(","))
+    assert any(f"truth.csv:5: 1 field(s), the header has {fields} ({header})" in p
+               for p in info.value.problems), info.value.problems
+
+
 def test_image_the_api_cannot_take_is_refused(study: Path) -> None:
     from PIL import Image
 
