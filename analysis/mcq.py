@@ -1215,7 +1215,11 @@ def gee_arm_effects(trials: TrialsLike, reference: str,
     with warnings.catch_warnings(record=True) as seen:
         warnings.simplefilter("always")
         model = GEE(endog, exog, groups=groups, family=Binomial(), cov_struct=Exchangeable())
-        fit = model.fit()
+        try:
+            fit = model.fit()
+        except np.linalg.LinAlgError:  # mcq-statistics.md §8 rule 3: a singular fit
+            raise GeeNotFittable("GEE: the working covariance or the information matrix is "
+                                 "singular (a degenerate fit)", None) from None
     caught = [f"{w.category.__name__}: {w.message}" for w in seen]
     params = np.asarray(fit.params, dtype=np.float64)
     cov = np.asarray(fit.cov_params(), dtype=np.float64)

@@ -356,3 +356,23 @@ def test_regression_gee_without_enough_data_for_its_working_correlation(tmp_path
     assert h2["status"] == "not applicable", h2
     assert "the exchangeable working correlation cannot be estimated" in h2["values"]["reason"]
     verify_honest(design, archive, key)
+
+
+@pytest.mark.slow  # a whole generated study: the slow set (README budget)
+def test_regression_gee_whose_working_covariance_is_singular(tmp_path: Path) -> None:
+    """Found by the soak (seed 1112, a phased study with exclusions): the GEE's working
+    covariance was singular. statsmodels returned a model-based variance of -1e-14 (the writer:
+    "not applicable", a degenerate term), the verifier's solver raised "Singular matrix"
+    ("failed"). A singular fit is degenerate on both sides (mcq-statistics.md §8, rule 3)."""
+    design = generate(1112)
+    assert _files_digest(design) == "49ae5c5ad758cfdb", "the generator drifted: re-pin it"
+    key = owner_key(1112)
+    archive = run_design(design, tmp_path, key)
+    events = [
+        json.loads(line)["envelope"]
+        for line in (archive / "ledger" / "events.jsonl").read_text("utf-8").splitlines()
+    ]
+    h1 = next(e["body"] for e in events if e["kind"] == "analysis.result"
+              and e["body"]["id"] == "hypothesis.H1")  # fmt: skip
+    assert h1["status"] == "not applicable", h1
+    verify_honest(design, archive, key)

@@ -634,21 +634,25 @@ def gee_arm_effects(rows: Sequence[Mapping[str, Any]], reference: str,
         return float((cross / scale) / (pairs - p))
 
     converged = False
-    for _ in range(max_iter):
-        for _ in range(100):
-            bmat, score, _ = solve_parts(beta, alpha)
-            step = np.linalg.solve(bmat, score)
-            beta = beta + step
-            if float(np.max(np.abs(step))) < tol:
+    try:
+        for _ in range(max_iter):
+            for _ in range(100):
+                bmat, score, _ = solve_parts(beta, alpha)
+                step = np.linalg.solve(bmat, score)
+                beta = beta + step
+                if float(np.max(np.abs(step))) < tol:
+                    break
+            new_alpha = update_alpha(beta)
+            if abs(new_alpha - alpha) < tol:
+                alpha = new_alpha
+                converged = True
                 break
-        new_alpha = update_alpha(beta)
-        if abs(new_alpha - alpha) < tol:
             alpha = new_alpha
-            converged = True
-            break
-        alpha = new_alpha
-    bmat, _, meat = solve_parts(beta, alpha)
-    binv = np.linalg.inv(bmat)
+        bmat, _, meat = solve_parts(beta, alpha)
+        binv = np.linalg.inv(bmat)
+    except np.linalg.LinAlgError:  # mcq-statistics.md §8 rule 3: a singular fit is degenerate
+        raise GeeNotFittable("GEE: the working covariance or the information matrix is "
+                             "singular (a degenerate fit)", None) from None
     cov = binv @ meat @ binv
     for k, name in enumerate(names):  # §8: degenerate when robust <= 1e-8 x model-based
         robust, model_based = float(cov[k, k]), float(binv[k, k])
