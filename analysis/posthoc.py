@@ -87,7 +87,9 @@ def posthoc_result(ds: Any, plan: dict[str, Any], declared: dict[str, Any], name
 
     def compute() -> None:
         if fit is None:
-            raise stats.StatsError(fitted.error or "the model could not be fitted")
+            reason = (fitted.values or {}).get("reason")  # a model that is not applicable
+            raise stats.StatsError(fitted.error or (f"the model could not be fitted: {reason}"
+                                                    if reason else "the model could not be fitted"))
         result.values = {**(fitted.values or {}),
                          "contrast": stats.contrast(fit, a, b, "two-sided").as_dict()}
 

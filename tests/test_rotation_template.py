@@ -356,6 +356,8 @@ def test_posthoc_result_is_labelled_post_hoc_and_matches_the_verifier() -> None:
     from analysis.posthoc import POSTHOC_LABEL, posthoc_result
 
     ds = _dataset()
+    for frame in (ds.trials, ds.items):  # each stimulus seen several times: a group variance
+        frame["stimulus"] = [f"s{int(s[1:]) % 6}" for s in frame["stimulus"]]
     plan = {**PLAN, "analysis": {"random_intercept": "source", "model_arms": None}}
     declared = {"contrast": ["A", "B"], "random_intercept": "stimulus", "arms": ["A", "B"],
                 "reason": "as the paper did", "after_seq": 1}  # fmt: skip
