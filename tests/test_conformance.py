@@ -13,6 +13,7 @@ import hashlib
 import json
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 from conformance import (
@@ -175,12 +176,7 @@ def test_regression_descriptive_mcq_with_three_letters(tmp_path: Path) -> None:
     design = letters_abc_design()
     key = owner_key(-1)
     archive = run_design(design, tmp_path, key)
-    events = [
-        json.loads(line)["envelope"]
-        for line in (archive / "ledger" / "events.jsonl").read_text("utf-8").splitlines()
-    ]
-    mcq = next(e["body"] for e in events if e["kind"] == "analysis.result"
-               and e["body"]["id"] == "descriptive.mcq")  # fmt: skip
+    mcq = recorded_result(archive, "descriptive.mcq")
     assert mcq["status"] == "ok", mcq["error"]
     cells = mcq["values"]["cells"]
     assert {(c["arm"], c["n"]) for c in cells} == {("full", 2), ("bare", 2)}
@@ -197,12 +193,7 @@ def test_regression_judge_agreement_with_unanimous_judges(tmp_path: Path) -> Non
     assert _files_digest(design) == "a70ec98293670de8", "the generator drifted: re-pin it"
     key = owner_key(48)
     archive = run_design(design, tmp_path, key)
-    events = [
-        json.loads(line)["envelope"]
-        for line in (archive / "ledger" / "events.jsonl").read_text("utf-8").splitlines()
-    ]
-    agreement = next(e["body"] for e in events if e["kind"] == "analysis.result"
-                     and e["body"]["id"] == "exploratory.judge_agreement")  # fmt: skip
+    agreement = recorded_result(archive, "exploratory.judge_agreement")
     assert agreement["status"] == "ok", agreement
     assert agreement["values"]["kappa"] is None and agreement["values"]["all_agree"] == 1
     assert "chance agreement is 1" in agreement["values"]["kappa_undefined"]
@@ -273,12 +264,7 @@ def test_regression_degenerate_mixed_models(
     assert _files_digest(design) == digest, "the generator drifted: re-pin it"
     key = owner_key(seed)
     archive = run_design(design, tmp_path, key)
-    events = [
-        json.loads(line)["envelope"]
-        for line in (archive / "ledger" / "events.jsonl").read_text("utf-8").splitlines()
-    ]
-    model = next(e["body"] for e in events if e["kind"] == "analysis.result"
-                 and e["body"]["id"] == "model.lmm")  # fmt: skip
+    model = recorded_result(archive, "model.lmm")
     assert model["status"] == status, model
     if status == "not applicable":
         assert "fit the outcome exactly" in model["values"]["reason"]
@@ -310,12 +296,7 @@ def test_regression_a_failed_mixed_model_is_not_also_not_applicable(
     assert _files_digest(design) == digest, "the generator drifted: re-pin it"
     key = owner_key(seed)
     archive = run_design(design, tmp_path, key)
-    events = [
-        json.loads(line)["envelope"]
-        for line in (archive / "ledger" / "events.jsonl").read_text("utf-8").splitlines()
-    ]
-    model = next(e["body"] for e in events if e["kind"] == "analysis.result"
-                 and e["body"]["id"] == model_id)  # fmt: skip
+    model = recorded_result(archive, model_id)
     assert model["status"] == "failed" and error in model["error"], model
     verify_honest(design, archive, key)
 
@@ -330,6 +311,13 @@ def test_regression_writer_reml_polish_beyond_exp_range(tmp_path: Path) -> None:
     assert _files_digest(design) == "9335640948dd1a2e", "the generator drifted: re-pin it"
     key = owner_key(1076)
     verify_honest(design, run_design(design, tmp_path, key), key)
+
+
+def recorded_result(archive: Path, result_id: str) -> dict[str, Any]:
+    """The body of the archive's ``analysis.result`` with id ``result_id``."""
+    lines = (archive / "ledger" / "events.jsonl").read_text("utf-8").splitlines()
+    return next(e["body"] for e in (json.loads(line)["envelope"] for line in lines)
+                if e["kind"] == "analysis.result" and e["body"]["id"] == result_id)  # fmt: skip
 
 
 def _files_digest(design: Design) -> str:
@@ -347,12 +335,7 @@ def test_regression_gee_without_enough_data_for_its_working_correlation(tmp_path
     assert _files_digest(design) == "f3a0f89cf786a1a1", "the generator drifted: re-pin it"
     key = owner_key(15)
     archive = run_design(design, tmp_path, key)
-    events = [
-        json.loads(line)["envelope"]
-        for line in (archive / "ledger" / "events.jsonl").read_text("utf-8").splitlines()
-    ]
-    h2 = next(e["body"] for e in events if e["kind"] == "analysis.result"
-              and e["body"]["id"] == "hypothesis.H2@m2")  # fmt: skip
+    h2 = recorded_result(archive, "hypothesis.H2@m2")
     assert h2["status"] == "not applicable", h2
     assert "the exchangeable working correlation cannot be estimated" in h2["values"]["reason"]
     verify_honest(design, archive, key)
@@ -368,11 +351,6 @@ def test_regression_gee_whose_working_covariance_is_singular(tmp_path: Path) -> 
     assert _files_digest(design) == "49ae5c5ad758cfdb", "the generator drifted: re-pin it"
     key = owner_key(1112)
     archive = run_design(design, tmp_path, key)
-    events = [
-        json.loads(line)["envelope"]
-        for line in (archive / "ledger" / "events.jsonl").read_text("utf-8").splitlines()
-    ]
-    h1 = next(e["body"] for e in events if e["kind"] == "analysis.result"
-              and e["body"]["id"] == "hypothesis.H1")  # fmt: skip
+    h1 = recorded_result(archive, "hypothesis.H1")
     assert h1["status"] == "not applicable", h1
     verify_honest(design, archive, key)
