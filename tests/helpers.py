@@ -180,3 +180,18 @@ def template_demo(
         mp.setenv("PROMPT_LEDGER_HOME", str(base / "home"))
         result = run_demo(base / "demo", Console(file=out, width=width), template=template)
         yield result, out.getvalue()
+
+
+def cli_export(root: Path, key: Path, out: Path) -> None:
+    """``ledger lock``, ``run`` (simulated), ``score``, ``unblind``, ``analyze`` and ``export``
+    of the study at ``root`` through the CLI, each with ``--key``; every step must succeed."""
+    from click.testing import CliRunner
+
+    from ledger.cli import main
+
+    for step in (
+        ("lock", root), ("run", root, "--backend", "simulated"), ("score", root),
+        ("unblind", root), ("analyze", root), ("export", root, out),
+    ):  # fmt: skip
+        result = CliRunner().invoke(main, [*map(str, step), "--key", str(key)])
+        assert result.exit_code == 0, (step, result.output)

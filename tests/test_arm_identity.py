@@ -18,7 +18,7 @@ from typing import Any
 
 import pytest
 from click.testing import CliRunner
-from helpers import fixed_key
+from helpers import cli_export, fixed_key
 from test_archive_tamper import failed, passed, read_events
 from test_factorial import write_study
 from test_verify_text_study import forge
@@ -201,15 +201,8 @@ def built(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Path, Path
         key = base / "owner.key"
         fixed_key("persona-reasoning/owner").save(key)
         root = write_study(base / "study", SPEC, extra=EXTRA)
-        for step in (
-            ("lock", root), ("run", root, "--backend", "simulated"), ("score", root),
-            ("unblind", root), ("analyze", root),
-        ):  # fmt: skip
-            result = CliRunner().invoke(main, [*map(str, step), "--key", str(key)])
-            assert result.exit_code == 0, (step, result.output)
         out = base / "archive"
-        result = CliRunner().invoke(main, ["export", str(root), str(out), "--key", str(key)])
-        assert result.exit_code == 0, result.output
+        cli_export(root, key, out)
         yield root, out
     finally:
         mp.undo()

@@ -24,13 +24,11 @@ from typing import Any
 import numpy as np
 import pandas as pd
 import pytest
-from click.testing import CliRunner
-from helpers import fixed_key
+from helpers import cli_export, fixed_key
 from test_archive_tamper import failed, passed, read_events
 from test_verify_text_study import forge, relocked_report
 
 from analysis import factorial as af
-from ledger.cli import main
 from runner.lock import validate_for_lock
 from runner.render import Renderer
 from runner.spec import SpecError, check_matched_controls, load_study
@@ -139,15 +137,8 @@ def built(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Path, Path
         key = base / "owner.key"
         fixed_key("fx-pilot/owner").save(key)
         root = write_study(base / "study")
-        for step in (
-            ("lock", root), ("run", root, "--backend", "simulated"), ("score", root),
-            ("unblind", root), ("analyze", root),
-        ):  # fmt: skip
-            result = CliRunner().invoke(main, [*map(str, step), "--key", str(key)])
-            assert result.exit_code == 0, (step, result.output)
         out = base / "archive"
-        result = CliRunner().invoke(main, ["export", str(root), str(out), "--key", str(key)])
-        assert result.exit_code == 0, result.output
+        cli_export(root, key, out)
         yield root, out
     finally:
         mp.undo()
