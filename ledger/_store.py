@@ -59,6 +59,13 @@ from ledger._merkle import (
     verify_inclusion,
 )
 from ledger._note import Checkpoint, open_checkpoint
+from ledger._postgres import (
+    PgConnection,
+    PostgresLocation,
+    check_schema,
+    create_schema,
+    is_url,
+)
 from ledger._roles import ROLES, role_may_append
 
 APPLICATION_ID = 0x504C4731  # "PLG1"
@@ -66,6 +73,8 @@ SCHEMA_VERSION = 1
 MAX_ORIGIN = 256
 
 Clock = Callable[[], datetime]
+Location = str | os.PathLike[str] | PostgresLocation
+"""Where a ledger lives: a SQLite file path, or a PostgreSQL store (a URL or its location)."""
 BlobValue = bytes | str
 """A blob given to :meth:`Ledger.append`: raw bytes to store, or the hex SHA-256 of a stored one."""
 
@@ -306,7 +315,7 @@ def _probe(conn: sqlite3.Connection) -> sqlite3.Connection:
 FIXED_CLOCK_ENV = "PROMPT_LEDGER_FIXED_CLOCK"
 
 
-def _env_clock(conn: sqlite3.Connection) -> Clock | None:
+def _env_clock(conn: sqlite3.Connection | PgConnection) -> Clock | None:
     """A :class:`FixedClock` when ``$PROMPT_LEDGER_FIXED_CLOCK`` holds an ISO 8601 start time.
 
     For reproducible demonstrations only (``scripts/make_archive.py``): every process that
@@ -324,7 +333,7 @@ def _env_clock(conn: sqlite3.Connection) -> Clock | None:
     try:
         row = conn.execute("SELECT time FROM events ORDER BY seq DESC LIMIT 1").fetchone()
         last = conn.execute("SELECT MAX(created) FROM checkpoints").fetchone()
-    except sqlite3.Error:
+    except Exception:  # sqlite3.Error or psycopg.Error: a ledger being created has no tables
         row, last = None, None
     for text in (row[0] if row else None, last[0] if last else None):
         if text:
@@ -334,20 +343,34 @@ def _env_clock(conn: sqlite3.Connection) -> Clock | None:
 
 
 class Ledger:
-    """A PROMPT ledger stored in one SQLite file.
+    """A PROMPT ledger stored in one SQLite file or one PostgreSQL schema (``docs/storage.md``).
 
     Create one with :meth:`create`, open one with :meth:`open`; use it as a context manager or
     call :meth:`close`. Each instance holds one connection; use one instance per thread or
-    process (any number of processes may append to the same file).
+    process (any number of processes may append to the same ledger, on PostgreSQL from any
+    number of machines).
     """
 
     def __init__(
-        self, path: Path, conn: sqlite3.Connection, clock: Clock | None, *, readonly: bool = False
+        self,
+        path: Path | PostgresLocation,
+        conn: sqlite3.Connection | PgConnection,
+        clock: Clock | None,
+        *,
+        readonly: bool = False,
     ) -> None:
         """Wrap an open connection; use :meth:`create` or :meth:`open` instead."""
         self.path = path
         self.readonly = readonly
-        self._conn = conn
+        self._conn: Any = conn
+        self.engine = "postgresql" if isinstance(conn, PgConnection) else "sqlite"
+        self._db_errors: tuple[type[BaseException], ...] = (sqlite3.Error,)
+        self._lost_errors: tuple[type[BaseException], ...] = ()
+        if isinstance(conn, PgConnection):
+            import psycopg
+
+            self._db_errors = (psycopg.Error,)
+            self._lost_errors = (psycopg.OperationalError,)
         self._clock: Clock = clock or _env_clock(conn) or utc_now
         self._head_cache: _Head | None = None
         self._in_transaction = False
@@ -359,9 +382,40 @@ class Ledger:
 
     # ------------------------------------------------------------------ opening and closing
 
+    @staticmethod
+    def location(path: Location) -> Path | PostgresLocation:
+        """Parse where a ledger lives: a ``postgresql://`` URL, or else a SQLite file path."""
+        if isinstance(path, PostgresLocation):
+            return path
+        if isinstance(path, str) and is_url(path):
+            return PostgresLocation.parse(path)
+        return Path(path)
+
+    @staticmethod
+    def exists(path: Location) -> bool:
+        """True when a ledger is stored there (a file, or a PostgreSQL schema with its tables)."""
+        where = Ledger.location(path)
+        if isinstance(where, Path):
+            return where.is_file()
+        try:
+            db = PgConnection(where, readonly=True)
+        except StoreError:
+            raise
+        try:
+            row = db.raw.execute(
+                "SELECT 1 FROM information_schema.tables WHERE table_schema = %s "
+                "AND table_name = 'meta'",
+                (where.schema,),
+            ).fetchone()
+        finally:
+            db.close()
+        return row is not None
+
     @cached_property
     def db(self) -> sqlite_utils.Database:
         """The connection wrapped by sqlite-utils, for ad-hoc queries (imported on first use)."""
+        if self.engine != "sqlite":
+            raise StoreError(f"{self.path}: sqlite-utils reads SQLite ledgers only")
         import sqlite_utils
 
         return sqlite_utils.Database(self._conn)
@@ -426,19 +480,23 @@ class Ledger:
     @classmethod
     def create(
         cls,
-        path: str | os.PathLike[str],
+        path: Location,
         *,
         origin: str,
         key: SigningKey,
         clock: Clock | None = None,
     ) -> Ledger:
-        """Create a new ledger file whose genesis event registers ``key`` as the owner.
+        """Create a new ledger whose genesis event registers ``key`` as the owner.
 
-        Refuses to touch an existing file. The schema and the genesis event are committed in
-        one transaction.
+        ``path`` is a SQLite file, or a PostgreSQL store (``postgresql://...?schema=NAME``:
+        the schema is created, and must not exist). Refuses to touch an existing file or
+        schema. The schema is created in one transaction; a genesis that fails removes it.
         """
-        p = Path(path)
+        where = cls.location(path)
         check_origin(origin)
+        if isinstance(where, PostgresLocation):
+            return cls._create_postgres(where, origin, key, clock)
+        p = where
         if p.exists():
             raise StoreError(f"{p} already exists; refusing to overwrite it")
         if not p.parent.is_dir():
@@ -487,21 +545,51 @@ class Ledger:
         return ledger
 
     @classmethod
+    def _create_postgres(
+        cls, where: PostgresLocation, origin: str, key: SigningKey, clock: Clock | None
+    ) -> Ledger:
+        meta = [("format", "prompt-ledger"), ("schema_version", str(SCHEMA_VERSION)),
+                ("origin", origin)]  # fmt: skip
+        db = create_schema(where, meta)
+        try:
+            ledger = cls(where, db, clock)
+            ledger._append_batch(
+                [EventSpec("ledger.genesis", {"origin": origin, "vkey": key.vkey})],
+                key,
+                genesis=True,
+            )
+        except BaseException:
+            with suppress(Exception):
+                db.raw.execute(f'DROP SCHEMA IF EXISTS "{where.schema}" CASCADE')
+            db.close()
+            raise
+        return ledger
+
+    @classmethod
     def open(
         cls,
-        path: str | os.PathLike[str],
+        path: Location,
         *,
         clock: Clock | None = None,
         readonly: bool = False,
     ) -> Ledger:
-        """Open an existing ledger file.
+        """Open an existing ledger: a SQLite file, or a PostgreSQL store.
 
         Raises:
-            StoreError: the file does not exist or cannot be opened.
+            StoreError: the file or schema does not exist or cannot be opened.
             NotALedgerError: the file is not SQLite, or not a PROMPT ledger.
-            SchemaVersionError: the file was written by a newer version of this tool.
+            SchemaVersionError: the ledger was written by a newer version of this tool.
         """
-        p = Path(path)
+        where = cls.location(path)
+        if isinstance(where, PostgresLocation):
+            db = PgConnection(where, readonly=readonly)
+            try:
+                check_schema(db, SCHEMA_VERSION)
+                return cls(where, db, clock, readonly=readonly)
+            except BaseException:
+                db.close()
+                raise
+        p = where
         if p.is_dir():
             raise StoreError(
                 f"{p} is a directory, where the ledger file is expected (a study's is "
@@ -554,8 +642,15 @@ class Ledger:
     def _errors(self) -> Iterator[None]:
         try:
             yield
-        except sqlite3.Error as exc:
-            raise StoreError(f"{self.path}: {exc}") from exc
+        except self._db_errors as exc:
+            text = str(exc).strip() or type(exc).__name__
+            if isinstance(exc, self._lost_errors):
+                raise StoreError(
+                    f"{self.path}: the PostgreSQL server went away ({text.splitlines()[0]}); "
+                    "the transaction in progress was not recorded: run the command again "
+                    "when the server is back"
+                ) from exc
+            raise StoreError(f"{self.path}: {text}") from exc
 
     @contextmanager
     def transaction(self) -> Iterator[Ledger]:
@@ -587,15 +682,15 @@ class Ledger:
         except BaseException:
             self._in_transaction = False
             self._head_cache = None
-            with suppress(sqlite3.Error):
+            with suppress(*self._db_errors):
                 self._conn.execute("ROLLBACK")
             raise
         self._in_transaction = False
         try:
             self._conn.execute("COMMIT")
-        except sqlite3.Error as exc:
+        except self._db_errors as exc:
             self._head_cache = None
-            with suppress(sqlite3.Error):
+            with suppress(*self._db_errors):
                 self._conn.execute("ROLLBACK")
             raise StoreError(
                 f"{self.path}: cannot commit ({exc}); nothing of the transaction was recorded"
@@ -610,19 +705,20 @@ class Ledger:
         try:
             yield
         except BaseException:
-            if nested:
-                conn.execute("ROLLBACK TO write")
-                conn.execute("RELEASE write")
-            else:
-                conn.execute("ROLLBACK")
             self._head_cache = None
+            with suppress(*self._db_errors):
+                if nested:
+                    conn.execute("ROLLBACK TO write")
+                    conn.execute("RELEASE write")
+                else:
+                    conn.execute("ROLLBACK")
             raise
         try:
             conn.execute("RELEASE write" if nested else "COMMIT")
-        except sqlite3.Error:
+        except self._db_errors:
             self._head_cache = None
             if not nested:
-                with suppress(sqlite3.Error):
+                with suppress(*self._db_errors):
                     conn.execute("ROLLBACK")
             raise
 
@@ -777,7 +873,8 @@ class Ledger:
                 data = bytes(value)
                 digest = hashlib.sha256(data).hexdigest()
                 self._conn.execute(
-                    "INSERT OR IGNORE INTO blobs (sha256, size, data) VALUES (?, ?, ?)",
+                    "INSERT INTO blobs (sha256, size, data) VALUES (?, ?, ?) "
+                    "ON CONFLICT DO NOTHING",
                     (digest, len(data), data),
                 )
             else:
@@ -818,7 +915,9 @@ class Ledger:
             args.append(kind)
         sql += " ORDER BY seq"
         with self._errors():
-            for row in self._conn.execute(sql, args):
+            pg = self.engine == "postgresql"
+            rows = self._conn.rows(sql, args) if pg else self._conn.execute(sql, args)
+            for row in rows:
                 yield Event._from_row(row)
 
     def blob(self, sha256: str) -> bytes:
@@ -982,8 +1081,10 @@ class Ledger:
         :class:`StoreError` naming the file and what is wrong.
         """
         with self._errors():
+            found = ["ok"]  # PostgreSQL checks its own pages (data checksums, amcheck)
             try:
-                found = [r[0] for r in self._conn.execute("PRAGMA quick_check(5)").fetchall()]
+                if self.engine == "sqlite":
+                    found = [r[0] for r in self._conn.execute("PRAGMA quick_check(5)").fetchall()]
             except sqlite3.DatabaseError as exc:  # a page so damaged the check cannot go on
                 found = [str(exc)]
             if found != ["ok"]:

@@ -209,3 +209,28 @@ def ledger_home(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     home = tmp_path / "home"
     monkeypatch.setenv("PROMPT_LEDGER_HOME", str(home))
     return home
+
+
+@pytest.fixture(scope="session")
+def pg_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
+    """A real PostgreSQL server for this worker's session, with an empty ``ledgers`` database.
+
+    Started from the installed binaries (``tests/pg_server.py``); the tests that use it skip,
+    saying why, only where no PostgreSQL binaries exist (``.ci/run`` installs Debian's
+    ``postgresql`` when they are missing, so CI always runs them).
+    """
+    from pg_server import PW_USER, PW_USER_PASSWORD, PgServer, find_bindir
+
+    bindir = find_bindir()
+    if bindir is None:
+        pytest.skip("no PostgreSQL binaries (pg_ctl, postgres) found; apt-get install postgresql")
+    server = PgServer(tmp_path_factory.mktemp("pg"), bindir)
+    server.init()
+    server.start()
+    try:
+        server.createdb("ledgers")
+        server.psql(f"CREATE ROLE {PW_USER} LOGIN PASSWORD '{PW_USER_PASSWORD}'")
+        server.psql(f"GRANT ALL ON DATABASE ledgers TO {PW_USER}")
+        yield server
+    finally:
+        server.stop()
