@@ -58,6 +58,7 @@ if TYPE_CHECKING:
         parse_checkpoint,
         sign_note,
     )
+    from ledger._postgres import PostgresLocation, is_url, schema_for
     from ledger._roles import KNOWN_KINDS, ROLES, role_may_append
     from ledger._store import (
         ConsistencyProof,
@@ -92,6 +93,7 @@ __all__ = [
     "Note",
     "NoteError",
     "OutputError",
+    "PostgresLocation",
     "ProofError",
     "SchemaVersionError",
     "SigningKey",
@@ -101,6 +103,7 @@ __all__ = [
     "canonical_json",
     "describe_os_error",
     "describe_utf8_error",
+    "is_url",
     "leaf_hash",
     "load_verifier",
     "node_hash",
@@ -113,6 +116,7 @@ __all__ = [
     "role_may_append",
     "root_from_leaf_hashes",
     "root_from_leaves",
+    "schema_for",
     "sign_note",
     "user_home",
     "verify_consistency",
@@ -145,6 +149,7 @@ _LAZY: dict[str, str] = {
     "Note": "ledger._note",
     "NoteError": "ledger._errors",
     "OutputError": "ledger._errors",
+    "PostgresLocation": "ledger._postgres",
     "ProofError": "ledger._errors",
     "SchemaVersionError": "ledger._errors",
     "SigningKey": "ledger._keys",
@@ -157,6 +162,7 @@ _LAZY: dict[str, str] = {
     "leaf_hash": "ledger._merkle",
     "load_verifier": "ledger._keys",
     "node_hash": "ledger._merkle",
+    "is_url": "ledger._postgres",
     "open_checkpoint": "ledger._note",
     "open_note": "ledger._note",
     "open_regular_file": "ledger._files",
@@ -166,6 +172,7 @@ _LAZY: dict[str, str] = {
     "role_may_append": "ledger._roles",
     "root_from_leaf_hashes": "ledger._merkle",
     "root_from_leaves": "ledger._merkle",
+    "schema_for": "ledger._postgres",
     "sign_note": "ledger._note",
     "user_home": "ledger._keys",
     "verify_consistency": "ledger._merkle",

@@ -107,6 +107,27 @@ class PostgresLocation:
         sep = "&" if "?" in self.conninfo else "?"
         return f"{self.conninfo}{sep}schema={self.schema}"
 
+    def exists(self) -> bool:
+        """True when the schema holds a ledger (``meta`` table); connects to find out.
+
+        With :meth:`is_file`, code written for a SQLite ledger file (``path.exists()``) asks a
+        PostgreSQL store the same question.
+        """
+        db = PgConnection(self, readonly=True)
+        try:
+            row = db.raw.execute(
+                "SELECT 1 FROM information_schema.tables WHERE table_schema = %s "
+                "AND table_name = 'meta'",
+                (self.schema,),
+            ).fetchone()
+        finally:
+            db.close()
+        return row is not None
+
+    def is_file(self) -> bool:
+        """The same as :meth:`exists` (a store is where a ledger file would be)."""
+        return self.exists()
+
 
 def _redact(text: str) -> str:
     parts = urlsplit(text)

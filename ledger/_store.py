@@ -395,21 +395,7 @@ class Ledger:
     def exists(path: Location) -> bool:
         """True when a ledger is stored there (a file, or a PostgreSQL schema with its tables)."""
         where = Ledger.location(path)
-        if isinstance(where, Path):
-            return where.is_file()
-        try:
-            db = PgConnection(where, readonly=True)
-        except StoreError:
-            raise
-        try:
-            row = db.raw.execute(
-                "SELECT 1 FROM information_schema.tables WHERE table_schema = %s "
-                "AND table_name = 'meta'",
-                (where.schema,),
-            ).fetchone()
-        finally:
-            db.close()
-        return row is not None
+        return where.is_file() if isinstance(where, Path) else where.exists()
 
     @cached_property
     def db(self) -> sqlite_utils.Database:

@@ -59,9 +59,14 @@ def study_key(root: Path, key_file: str | None) -> SigningKey:
     help="prompt-rotation: your own PNG/JPEG images and their orientation.csv "
     "(default: the template's synthetic crops).",
 )  # fmt: skip
+@click.option(
+    "--store", default=None, metavar="URL",
+    help="Keep the ledger on PostgreSQL: postgresql://[user@]host[:port]/db[?schema=NAME] "
+    "(default: STUDY/ledger.db, SQLite).",
+)  # fmt: skip
 def new(
     directory: Path, template: str, study_id: str | None, origin: str | None,
-    key_file: str | None, images: Path | None,
+    key_file: str | None, images: Path | None, store: str | None,
 ) -> None:
     """Scaffold a complete, lockable study in DIRECTORY and create its ledger.
 
@@ -89,6 +94,11 @@ def new(
       ledger new seed002 --template medmcqa-prompt-sensitivity
       ledger new green --template green-shielding
       ledger new pilot --template green-shielding-pilot
+      ledger new shared --store postgresql://ledger@db.example.org/studies
+
+    --store puts the ledger on PostgreSQL (docs/storage.md): in the URL's ?schema=, else in a
+    schema named after the study id; the study folder then holds ledger.store (the URL, never
+    a password: libpq reads PGPASSWORD, ~/.pgpass or a service file) instead of ledger.db.
     """
     from ledger import SigningKey
     from runner.new import new_template, study_id_from_directory
@@ -96,7 +106,7 @@ def new(
     key = SigningKey.load(key_file) if key_file else None
     chosen = study_id if study_id is not None else study_id_from_directory(directory)
     for made in new_template(directory, template, key, study_id=chosen, origin=origin,
-                             images=images):
+                             images=images, store=store):
         click.echo(f"created study {made.root} with ledger {made.ledger} (owner {made.owner})")
         click.echo(f"study id: {made.study_id}   checkpoint origin: {made.origin}")
         if made.key_path is not None:

@@ -16,7 +16,16 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from ledger import AuthorizationError, EventSpec, Ledger, LedgerError, SigningKey, user_home
+from ledger import (
+    AuthorizationError,
+    EventSpec,
+    Ledger,
+    LedgerError,
+    PostgresLocation,
+    SigningKey,
+    read_regular_file,
+    user_home,
+)
 from runner._errors import StudyError as StudyError
 from runner.arm_identity import (
     ARM_IDENTITY_VERSION,
@@ -41,6 +50,9 @@ from runner.truth import truth_problems
 from runner.witnessing import witness_registration
 
 LEDGER_FILE = "ledger.db"
+STORE_FILE = "ledger.store"
+"""A study whose ledger lives on PostgreSQL holds, instead of ``ledger.db``, this one-line file:
+the store's URL with its schema and without a password (``docs/storage.md``)."""
 CHECKPOINT_FILE = "registration-checkpoint.txt"
 
 
@@ -58,9 +70,23 @@ class LockResult:
     """Design warnings (:meth:`runner.spec.Study.replication_warnings`): locked all the same."""
 
 
-def ledger_path(root: Path) -> Path:
-    """The study's ledger file."""
-    return Path(root) / LEDGER_FILE
+def ledger_path(root: Path) -> Path | PostgresLocation:
+    """Where the study's ledger lives: ``ledger.db``, or the store ``ledger.store`` names.
+
+    Raises :class:`StudyError` naming ``ledger.store`` when it cannot be read or holds no
+    valid PostgreSQL URL (or a password).
+    """
+    store = Path(root) / STORE_FILE
+    if not store.is_file():
+        return Path(root) / LEDGER_FILE
+    try:
+        text = read_regular_file(store, 4096).decode("utf-8").strip()
+    except (OSError, UnicodeDecodeError) as exc:
+        raise StudyError(f"{store}: cannot read the study's store URL ({exc})") from exc
+    try:
+        return PostgresLocation.parse(text)
+    except LedgerError as exc:
+        raise StudyError(f"{store}: {exc}") from exc
 
 
 def default_key_path(study_id: str) -> Path:
@@ -68,14 +94,14 @@ def default_key_path(study_id: str) -> Path:
     return user_home() / "keys" / f"{study_id}-owner.key"
 
 
-def _ledger_owners(path: Path) -> set[str]:
+def _ledger_owners(path: Path | PostgresLocation) -> set[str]:
     """The vkeys of the active owners of the ledger at ``path``."""
     with Ledger.open(path, readonly=True) as log:
         records = log.keys()
     return {r.vkey for r in records if r.role == "owner" and r.revoked_seq is None}
 
 
-def _is_locked(path: Path) -> bool:
+def _is_locked(path: Path | PostgresLocation) -> bool:
     if not path.exists():
         return False
     with Ledger.open(path, readonly=True) as log:
@@ -134,7 +160,9 @@ def check_writable(root: str | Path) -> None:
             pass
 
 
-def check_origin_matches(study: Study, ledger_origin: str, path: Path) -> None:
+def check_origin_matches(
+    study: Study, ledger_origin: str, path: Path | PostgresLocation
+) -> None:
     """Refuse, naming ``study.origin``, if the spec's origin is not the ledger's genesis origin."""
     if study.origin != ledger_origin:
         raise StudyError(

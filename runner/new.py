@@ -10,10 +10,11 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from importlib import resources
 from pathlib import Path
+from urllib.parse import parse_qsl, urlsplit
 
-from ledger import Ledger, LedgerError, SigningKey
+from ledger import Ledger, LedgerError, PostgresLocation, SigningKey, is_url, schema_for
 from ledger._store import check_origin
-from runner.lock import LEDGER_FILE, StudyError, default_key_path
+from runner.lock import LEDGER_FILE, STORE_FILE, StudyError, default_key_path
 from runner.spec import ID_RE, load_study
 from runner.stimuli import (
     ANNOTATION_FILE,
@@ -123,7 +124,7 @@ class NewStudy:
     """What :func:`new_study` created."""
 
     root: Path
-    ledger: Path
+    ledger: Path | PostgresLocation
     key_path: Path | None
     owner: str
     study_id: str = ""
@@ -183,8 +184,13 @@ def new_study(
     study_id: str | None = None,
     origin: str | None = None,
     images: str | Path | None = None,
+    store: str | None = None,
 ) -> NewStudy:
     """Write a complete, lockable study into ``directory`` and create its ledger.
+
+    ``store`` (a ``postgresql://`` URL, ``docs/storage.md``) puts the ledger on PostgreSQL, in
+    the schema the URL's ``?schema=`` names (default: one named after the study id), and writes
+    the URL into ``ledger.store`` instead of creating ``ledger.db``.
 
     ``study_id`` becomes ``[study] id`` in ``study.toml`` and ``origin`` its ``origin`` (default
     ``prompt-ledger.local/<study_id>``); both default to the template's own when ``study_id`` is
@@ -209,7 +215,8 @@ def new_study(
             f"template {template!r} is {len(SUITES[template])} studies "
             f"({', '.join(SUITES[template])}): scaffold them with new_template"
         )
-    return _new_study(directory, template, key, study_id=study_id, origin=origin, images=images)
+    return _new_study(directory, template, key, study_id=study_id, origin=origin, images=images,
+                      store=store)  # fmt: skip
 
 
 def new_template(
@@ -220,6 +227,7 @@ def new_template(
     study_id: str | None = None,
     origin: str | None = None,
     images: str | Path | None = None,
+    store: str | None = None,
 ) -> list[NewStudy]:
     """Scaffold a template into ``directory``: one study, or each study of a :data:`SUITES` one.
 
@@ -232,7 +240,7 @@ def new_template(
     """
     if template not in SUITES:
         return [new_study(directory, template, key, study_id=study_id, origin=origin,
-                          images=images)]
+                          images=images, store=store)]  # fmt: skip
     root = Path(directory)
     if root.exists() and not root.is_dir():
         raise StudyError(f"{root} is a file, where the study directory is expected; choose a "
@@ -247,6 +255,7 @@ def new_template(
             made.append(_new_study(
                 root / part, template, key, study_id=f"{base}-{part}",
                 origin=f"{origin}/{part}" if origin is not None else None, part=part,
+                store=store,
             ))  # fmt: skip
         readme = resources.files("runner") / "templates" / TEMPLATES[template] / "README.md"
         (root / "README.md").write_text(readme.read_text(encoding="utf-8"), encoding="utf-8")
@@ -269,9 +278,11 @@ def _new_study(
     origin: str | None,
     part: str | None = None,
     images: str | Path | None = None,
+    store: str | None = None,
 ) -> NewStudy:
     """:func:`new_study`, or one ``part`` of a template of several studies."""
     root = Path(directory)
+    where = _store_location(store, part)
     if template not in TEMPLATES:
         raise StudyError(f"unknown template {template!r}; available: {', '.join(TEMPLATES)}")
     if images is not None and template not in IMAGE_TEMPLATES:
@@ -344,7 +355,14 @@ def _new_study(
                     "or pass --key FILE)"
                 ) from exc
             made_key = True
-        with Ledger.create(root / LEDGER_FILE, origin=study.origin, key=key):
+        if where is None:
+            located: Path | PostgresLocation = root / LEDGER_FILE
+        else:
+            if not where.schema:  # the URL named none: the study's id does
+                where = PostgresLocation(where.conninfo, schema_for(study.id))
+            located = where
+            (root / STORE_FILE).write_text(f"{where}\n", encoding="utf-8")
+        with Ledger.create(located, origin=study.origin, key=key):
             pass
     except BaseException:
         # A failed `ledger new` leaves nothing behind, so running it again just works.
@@ -353,7 +371,34 @@ def _new_study(
             key_path.with_suffix(".vkey").unlink(missing_ok=True)
         _remove_created(root, existed)
         raise
-    return NewStudy(root, root / LEDGER_FILE, key_path, key.actor, study.id, study.origin)
+    return NewStudy(root, located, key_path, key.actor, study.id, study.origin)
+
+
+def _store_location(store: str | None, part: str | None) -> PostgresLocation | None:
+    """The PostgreSQL store ``--store`` names (None: the SQLite default), checked before work.
+
+    A URL without ``?schema=`` comes back with an empty schema: the study's id names it once the
+    study is written (:func:`ledger.schema_for`); with one, each part of a template of several
+    studies gets ``<schema>_<part>``.
+    """
+    if store is None:
+        return None
+    if not is_url(store):
+        raise StudyError(
+            f"--store {store!r}: takes a PostgreSQL URL (postgresql://[user@]host[:port]/"
+            "database[?schema=NAME]); a study's SQLite ledger (STUDY/ledger.db) is the default, "
+            "so leave --store out for it"
+        )
+    try:
+        where = PostgresLocation.parse(store, default_schema="pending")
+    except LedgerError as exc:
+        raise StudyError(f"--store: {exc}") from exc
+    explicit = "schema" in {k for k, _ in parse_qsl(urlsplit(store).query)}
+    if not explicit:
+        return PostgresLocation(where.conninfo, "")
+    if part is not None:
+        return PostgresLocation(where.conninfo, schema_for(f"{where.schema}_{part}"))
+    return where
 
 
 def _remove_created(root: Path, existed: bool) -> None:

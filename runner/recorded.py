@@ -25,9 +25,9 @@ from pathlib import Path
 from types import TracebackType
 from typing import Any, BinaryIO, Literal, Protocol
 
-from ledger import Ledger, describe_os_error, open_regular_file, read_regular_file
+from ledger import Ledger, PostgresLocation, describe_os_error, open_regular_file, read_regular_file
 from runner._errors import StudyError
-from runner.lock import LEDGER_FILE
+from runner.lock import LEDGER_FILE, STORE_FILE, ledger_path
 
 EVENTS_FILE = "ledger/events.jsonl"
 BLOBS_DIR = "blobs"
@@ -98,7 +98,7 @@ def layout(path: str | os.PathLike[str]) -> Layout | None:
     p = Path(path)
     if (p / EVENTS_FILE).is_file():
         return "archive"
-    if (p / LEDGER_FILE).is_file():
+    if (p / LEDGER_FILE).is_file() or (p / STORE_FILE).is_file():
         return "study"
     if p.is_file():
         return "ledger"
@@ -173,10 +173,9 @@ class Recorded:
         self.path = path
         self.layout: Layout = kind
         self._log: Ledger | None = None
-        if kind == "archive":
-            self.source = path
-        else:
-            self.source = path / LEDGER_FILE if kind == "study" else path
+        self.source: Path | PostgresLocation = path
+        if kind != "archive":
+            self.source = ledger_path(path) if kind == "study" else path
             self._log = Ledger.open(self.source, readonly=True)
 
     def events(self, kind: str | None = None) -> Iterator[RecordedEvent]:
