@@ -37,7 +37,7 @@ from rich.markup import escape
 from analysis import stats
 from analysis.analyze import NOT_APPLICABLE, ORIENTATIONS, TUMBLING_E, labels, verdict_caution
 from analysis.identical import IDENTICAL_ID, identical_banner
-from ledger import Ledger, write_files
+from ledger import Ledger, PostgresLocation, write_files
 from ledger.cliutil import table
 from runner.identity import session_notice
 from runner.lock import StudyError, ledger_path, protocol_event
@@ -96,7 +96,7 @@ class Report:
     """What :func:`build_report` read and wrote."""
 
     root: Path
-    ledger: Path
+    ledger: Path | PostgresLocation
     out_dir: Path
     html_path: Path
     protocol: dict[str, Any]
@@ -164,13 +164,30 @@ class Report:
 
 
 
-def _shown(path: Path) -> str:
-    """A ledger path as shown in the report: ``<study folder>/ledger.db``, never absolute.
+def _shown(root: Path) -> str:
+    """The study as the report names it: its folder's name, never an absolute path.
 
     The report is archived; an absolute path would leak the machine's layout and make the
-    same study export different bytes from different folders.
+    same study export different bytes from different folders, and the engine that stores the
+    ledger (``ledger.db`` or a PostgreSQL ``ledger.store``) is not named either: the same study
+    exports the same bytes from both (``docs/storage.md``).
     """
-    return f"{path.parent.name}/{path.name}"
+    return root.name or "."
+
+
+STORE_CHECK = "file"
+"""The verifier's check of the container (a SQLite file, a PostgreSQL schema): engine-specific
+in its detail, so the report words a pass the same for both engines."""
+
+
+def _check_row(check: Any) -> tuple[str, str, str]:
+    """(name, where, detail) of one verifier check as the report shows it."""
+    where = check.where or ("" if check.seq is None else f"seq {check.seq}")
+    if check.name == STORE_CHECK:
+        if check.status.value == "PASS":
+            return check.name, "", "a PROMPT ledger of a schema version this verifier knows"
+        return check.name, where, check.reason
+    return check.name, where, check.reason
 
 def _load(root: Path, out_dir: Path, html_path: Path) -> Report:
     path = ledger_path(root)
@@ -195,7 +212,7 @@ def _load(root: Path, out_dir: Path, html_path: Path) -> Report:
         trials = (list(csv.DictReader(io.StringIO(log.blob(blob).decode("utf-8"))))
                   if blob else [])  # fmt: skip
         body = dict(protocol.body)
-    verification = verify_ledger_file(path)
+    verification = verify_ledger_file(str(path))
     return Report(root, path, out_dir, html_path, body, results, amendments, runs, verification,
                   posthoc=posthoc, trials=trials)  # fmt: skip
 
@@ -1666,17 +1683,16 @@ def _section_verification(report: Report) -> str:
     v = report.verification
     status = "VERIFIED" if v.ok else "FAILED"
     cls = "ok" if v.ok else "failed"
-    rows = [(c.name, f'<span class="{c.status.value}">{c.status.value}</span>',
-             _e(c.where or ("" if c.seq is None else f"seq {c.seq}")), _e(c.reason))
-            for c in v.checks]  # fmt: skip
+    rows = [(name, f'<span class="{c.status.value}">{c.status.value}</span>', _e(where),
+             _e(reason)) for c in v.checks for name, where, reason in [_check_row(c)]]  # fmt: skip
     return ("<h2>Verification of the ledger</h2>"
             f'<div class="banner {cls}">{status}: {_e(v.size)} events, root '
             f"<code>{_e(v.root or '–')}</code>, origin <code>{_e(v.origin or '–')}</code>."
             "</div>"
-            + _table(f"Independent verifier checks of {report.ledger.name}",
+            + _table("Independent verifier checks of the study's ledger",
                      ("check", "result", "where", "detail"), rows, raw=(1, 2, 3))
             + '<p class="muted">Re-run offline: <code>ledger verify '
-            f"{_e(_shown(report.ledger))} --trusted-key @OWNER.vkey</code> "
+            f"{_e(_shown(report.root))} --trusted-key @OWNER.vkey</code> "
             "(trust needs the owner's vkey, obtained out of band).</p>")  # fmt: skip
 
 
@@ -1712,8 +1728,8 @@ def render_html(report: Report) -> str:
     backends = sorted({str(r.get("backend")) for r in report.runs}) or ["none recorded"]
     body = [
         f"<h1>{_e(title)}</h1>",
-        f'<p class="muted">Study <code>{_e(p.get("study"))}</code>; ledger '
-        f"<code>{_e(_shown(report.ledger))}</code>; analysis results from seq "
+        f'<p class="muted">Study <code>{_e(p.get("study"))}</code> (folder '
+        f"<code>{_e(_shown(report.root))}</code>); analysis results from seq "
         f"{_e(first.get('seq'))} "
         f"(trials.csv SHA-256 <code>{_e(str(inputs.get('trials_csv_sha256', '–'))[:16])}…"
         f"</code>); backend{'s' if len(backends) > 1 else ''}: {_e(', '.join(backends))}.</p>",

@@ -19,6 +19,7 @@ from ledger._lazy import lazy_exports
 if TYPE_CHECKING:
     from ledger._canonical import MAX_SAFE_INTEGER, canonical_json
     from ledger._clock import FixedClock
+    from ledger._copy import CopyResult, copy_ledger, study_ledger
     from ledger._envelope import Envelope, parse_envelope
     from ledger._errors import (
         AuthorizationError,
@@ -79,6 +80,7 @@ __all__ = [
     "CanonicalError",
     "Checkpoint",
     "ConsistencyProof",
+    "CopyResult",
     "Envelope",
     "Event",
     "EventSpec",
@@ -101,6 +103,7 @@ __all__ = [
     "StoredCheckpoint",
     "VerifierKey",
     "canonical_json",
+    "copy_ledger",
     "describe_os_error",
     "describe_utf8_error",
     "is_url",
@@ -118,6 +121,7 @@ __all__ = [
     "root_from_leaves",
     "schema_for",
     "sign_note",
+    "study_ledger",
     "user_home",
     "verify_consistency",
     "verify_inclusion",
@@ -135,6 +139,7 @@ _LAZY: dict[str, str] = {
     "CanonicalError": "ledger._errors",
     "Checkpoint": "ledger._note",
     "ConsistencyProof": "ledger._store",
+    "CopyResult": "ledger._copy",
     "Envelope": "ledger._envelope",
     "Event": "ledger._store",
     "EventSpec": "ledger._store",
@@ -157,6 +162,7 @@ _LAZY: dict[str, str] = {
     "StoredCheckpoint": "ledger._store",
     "VerifierKey": "ledger._keys",
     "canonical_json": "ledger._canonical",
+    "copy_ledger": "ledger._copy",
     "describe_os_error": "ledger._files",
     "describe_utf8_error": "ledger._files",
     "leaf_hash": "ledger._merkle",
@@ -174,6 +180,7 @@ _LAZY: dict[str, str] = {
     "root_from_leaves": "ledger._merkle",
     "schema_for": "ledger._postgres",
     "sign_note": "ledger._note",
+    "study_ledger": "ledger._copy",
     "user_home": "ledger._keys",
     "verify_consistency": "ledger._merkle",
     "verify_inclusion": "ledger._merkle",

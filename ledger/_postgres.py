@@ -149,7 +149,10 @@ def connect_advice(where: PostgresLocation, exc: BaseException) -> str:
     low = text.lower()
     if "password authentication failed" in low or "no password supplied" in low:
         what = "the server refused the password"
-        advice = "check the user and " + PASSWORD_ADVICE
+        advice = (
+            "check the user in the URL, and give its password through PGPASSWORD, ~/.pgpass "
+            "or a pg_service.conf service (never in the URL)"
+        )
     elif "does not exist" in low and "database" in low:
         what = _first_line(exc)
         advice = "create the database first (createdb, or CREATE DATABASE as its owner)"

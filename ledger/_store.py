@@ -480,8 +480,31 @@ class Ledger:
         """
         where = cls.location(path)
         check_origin(origin)
+        ledger = cls._create_empty(where, origin, clock)
+        try:
+            ledger._append_batch(
+                [EventSpec("ledger.genesis", {"origin": origin, "vkey": key.vkey})],
+                key,
+                genesis=True,
+            )
+        except BaseException:
+            ledger.close()
+            _drop(where)
+            raise
+        return ledger
+
+    @classmethod
+    def _create_empty(
+        cls, where: Path | PostgresLocation, origin: str, clock: Clock | None = None
+    ) -> Ledger:
+        """A new ledger with its tables and origin and no event (``ledger store copy``'s target).
+
+        Refuses an existing file or schema; the tables are created in one transaction.
+        """
         if isinstance(where, PostgresLocation):
-            return cls._create_postgres(where, origin, key, clock)
+            meta = [("format", "prompt-ledger"), ("schema_version", str(SCHEMA_VERSION)),
+                    ("origin", origin)]  # fmt: skip
+            return cls(where, create_schema(where, meta), clock)
         p = where
         if p.exists():
             raise StoreError(f"{p} already exists; refusing to overwrite it")
@@ -513,43 +536,9 @@ class Ledger:
             conn.execute("COMMIT")
         except sqlite3.Error as exc:
             conn.close()
-            for suffix in ("", "-wal", "-shm"):
-                Path(str(p) + suffix).unlink(missing_ok=True)
+            _drop(p)
             raise StoreError(f"{p}: cannot create ledger ({exc})") from exc
-        try:
-            ledger = cls(p, conn, clock)
-            ledger._append_batch(
-                [EventSpec("ledger.genesis", {"origin": origin, "vkey": key.vkey})],
-                key,
-                genesis=True,
-            )
-        except BaseException:
-            conn.close()
-            for suffix in ("", "-wal", "-shm"):
-                Path(str(p) + suffix).unlink(missing_ok=True)
-            raise
-        return ledger
-
-    @classmethod
-    def _create_postgres(
-        cls, where: PostgresLocation, origin: str, key: SigningKey, clock: Clock | None
-    ) -> Ledger:
-        meta = [("format", "prompt-ledger"), ("schema_version", str(SCHEMA_VERSION)),
-                ("origin", origin)]  # fmt: skip
-        db = create_schema(where, meta)
-        try:
-            ledger = cls(where, db, clock)
-            ledger._append_batch(
-                [EventSpec("ledger.genesis", {"origin": origin, "vkey": key.vkey})],
-                key,
-                genesis=True,
-            )
-        except BaseException:
-            with suppress(Exception):
-                db.raw.execute(f'DROP SCHEMA IF EXISTS "{where.schema}" CASCADE')
-            db.close()
-            raise
-        return ledger
+        return cls(p, conn, clock)
 
     @classmethod
     def open(
@@ -1106,6 +1095,20 @@ class Ledger:
         if proof is None or proof.old_root != cp.root or not proof.verify():
             raise ProofError(f"log is not consistent with the checkpoint of size {cp.size}")
         return proof
+
+
+def _drop(where: Path | PostgresLocation) -> None:
+    """Remove a ledger being created that failed: its file (with -wal, -shm) or its schema."""
+    if isinstance(where, Path):
+        for suffix in ("", "-wal", "-shm"):
+            Path(str(where) + suffix).unlink(missing_ok=True)
+        return
+    with suppress(Exception):
+        db = PgConnection(PostgresLocation(where.conninfo, "public"), readonly=False)
+        try:
+            db.raw.execute(f'DROP SCHEMA IF EXISTS "{where.schema}" CASCADE')
+        finally:
+            db.close()
 
 
 class _KeyView:

@@ -80,6 +80,25 @@ class _Main(Group):
         return loaded
 
 
+class _LedgerLocation(click.ParamType[Any]):
+    """A ledger: a SQLite file path, or a ``postgresql://`` URL kept as it was typed."""
+
+    name = "LEDGER"
+
+    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> Any:
+        """A URL stays a string (click.Path would fold its '//'); anything else is a Path."""
+        if isinstance(value, str) and "://" in value:
+            return value
+        path = Path(value)
+        if path.is_dir():
+            self.fail(f"{path} is a directory; give the ledger file (a study's is STUDY/ledger.db)"
+                      " or a postgresql:// URL", param, ctx)  # fmt: skip
+        return path
+
+
+_LEDGER = _LedgerLocation()
+
+
 def _read_body(value: str) -> dict[str, Any]:
     """Parse ``--body``: inline JSON, ``@FILE``, or ``-`` for standard input."""
     source = "--body"
@@ -177,7 +196,7 @@ def keygen(name: str, out_dir: Path | None) -> None:
 
 
 @main.command()
-@click.argument("path", type=click.Path(dir_okay=False, path_type=Path))
+@click.argument("path", type=_LEDGER)
 @click.option("--origin", required=True, help="Checkpoint origin, e.g. example.org/study-1.")
 @click.option("--key", "key_file", required=True, help="Owner's private key file.")
 def init(path: Path, origin: str, key_file: str) -> None:
@@ -201,7 +220,7 @@ def init(path: Path, origin: str, key_file: str) -> None:
 
 
 @main.command()
-@click.argument("path", type=click.Path(dir_okay=False, path_type=Path))
+@click.argument("path", type=_LEDGER)
 @click.argument("kind")
 @click.option("--body", "body_arg", required=True, help="JSON object, @FILE, or - for stdin.")
 @click.option("--blob", "blob_args", multiple=True, help="Attach a file as blob NAME=FILE.")
@@ -229,7 +248,7 @@ def append(path: Path, kind: str, body_arg: str, blob_args: tuple[str, ...], key
 
 
 @main.command("log")
-@click.argument("path", type=click.Path(dir_okay=False, path_type=Path))
+@click.argument("path", type=_LEDGER)
 @click.option("--kind", default=None, help="Only events of this kind.")
 @click.option("--json", "as_json", is_flag=True, help="One JSON object per line.")
 def log_cmd(path: Path, kind: str | None, as_json: bool) -> None:
@@ -256,7 +275,7 @@ def log_cmd(path: Path, kind: str | None, as_json: bool) -> None:
 
 
 @main.command()
-@click.argument("path", type=click.Path(dir_okay=False, path_type=Path))
+@click.argument("path", type=_LEDGER)
 @click.argument("seq", type=int)
 @click.option("--json", "as_json", is_flag=True, help="Print JSON.")
 def show(path: Path, seq: int, as_json: bool) -> None:
@@ -286,7 +305,7 @@ def show(path: Path, seq: int, as_json: bool) -> None:
 
 
 @main.command()
-@click.argument("path", type=click.Path(dir_okay=False, path_type=Path))
+@click.argument("path", type=_LEDGER)
 @click.option(
     "--key", "key_files", required=True, multiple=True, help="Signing key file (repeatable)."
 )
@@ -317,7 +336,7 @@ def checkpoint(path: Path, key_files: tuple[str, ...], out_file: Path | None) ->
 
 
 @main.command()
-@click.argument("path", type=click.Path(dir_okay=False, path_type=Path))
+@click.argument("path", type=_LEDGER)
 @click.argument("proof_type", type=click.Choice(["inclusion", "consistency"]))
 @click.argument("numbers", nargs=-1, type=int, required=True)
 @click.option("--size", type=int, default=None, help="Tree size for an inclusion proof.")
@@ -349,6 +368,39 @@ def proof(path: Path, proof_type: str, numbers: tuple[int, ...], size: int | Non
 
 
 @main.group()
+def store() -> None:
+    """Move a ledger between its engines (SQLite file, PostgreSQL schema): docs/storage.md."""
+
+
+@store.command("copy")
+@click.argument("src")
+@click.argument("dst")
+def store_copy(src: str, dst: str) -> None:
+    """Copy the ledger at SRC to a new ledger at DST and check that they agree.
+
+    SRC is a ledger file, a study folder (its ledger.db or ledger.store) or a PostgreSQL URL
+    (postgresql://[user@]host[:port]/db?schema=NAME); DST a new file or a URL whose schema does
+    not exist yet. Every row is copied as stored (nothing is signed again); the copy is kept
+    only when its size, every leaf, its root and every checkpoint's root, its blobs and its
+    keys equal the source's. The password comes from PGPASSWORD, ~/.pgpass or a service
+    file, never from the URL.
+
+    \b
+    Example:
+      ledger store copy my-study postgresql://ledger@db.example.org/studies?schema=my_study
+      echo 'postgresql://ledger@db.example.org/studies?schema=my_study' > my-study/ledger.store
+      ledger store copy postgresql://ledger@db/studies?schema=my_study backup.db
+    """
+    from ledger._copy import copy_ledger, resolve
+
+    result = copy_ledger(resolve(src), resolve(dst))
+    click.echo(
+        f"copied {result.events} events, {result.blobs} blobs and {result.checkpoints} "
+        f"checkpoint(s) from {result.source} to {result.target}; root {result.root} agrees"
+    )
+
+
+@main.group()
 def key() -> None:
     """Register, revoke and list the keys of a ledger (owner only for changes).
 
@@ -360,7 +412,7 @@ def key() -> None:
 
 
 @key.command("add")
-@click.argument("path", type=click.Path(dir_okay=False, path_type=Path))
+@click.argument("path", type=_LEDGER)
 @click.argument("vkey")
 @click.option("--role", type=click.Choice(ROLES), required=True, help="The key's role.")
 @click.option("--key", "key_file", required=True, help="An owner's private key file.")
@@ -383,7 +435,7 @@ def key_add(path: Path, vkey: str, role: str, key_file: str) -> None:
 
 
 @key.command("revoke")
-@click.argument("path", type=click.Path(dir_okay=False, path_type=Path))
+@click.argument("path", type=_LEDGER)
 @click.argument("actor")
 @click.option("--reason", default="", help="Why the key is revoked.")
 @click.option("--key", "key_file", required=True, help="An owner's private key file.")
@@ -405,7 +457,7 @@ def key_revoke(path: Path, actor: str, reason: str, key_file: str) -> None:
 
 
 @key.command("list")
-@click.argument("path", type=click.Path(dir_okay=False, path_type=Path))
+@click.argument("path", type=_LEDGER)
 @click.option("--json", "as_json", is_flag=True, help="Print JSON.")
 def key_list(path: Path, as_json: bool) -> None:
     """List every key ever registered in the ledger at PATH.

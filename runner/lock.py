@@ -23,7 +23,7 @@ from ledger import (
     LedgerError,
     PostgresLocation,
     SigningKey,
-    read_regular_file,
+    study_ledger,
     user_home,
 )
 from runner._errors import StudyError as StudyError
@@ -76,17 +76,10 @@ def ledger_path(root: Path) -> Path | PostgresLocation:
     Raises :class:`StudyError` naming ``ledger.store`` when it cannot be read or holds no
     valid PostgreSQL URL (or a password).
     """
-    store = Path(root) / STORE_FILE
-    if not store.is_file():
-        return Path(root) / LEDGER_FILE
     try:
-        text = read_regular_file(store, 4096).decode("utf-8").strip()
-    except (OSError, UnicodeDecodeError) as exc:
-        raise StudyError(f"{store}: cannot read the study's store URL ({exc})") from exc
-    try:
-        return PostgresLocation.parse(text)
+        return study_ledger(Path(root))
     except LedgerError as exc:
-        raise StudyError(f"{store}: {exc}") from exc
+        raise StudyError(str(exc)) from exc
 
 
 def default_key_path(study_id: str) -> Path:

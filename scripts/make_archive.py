@@ -75,8 +75,12 @@ or with the independent verifier alone (no writer installed), the same checks:
 """
 
 
-def build(out: Path) -> None:
-    """Write the archive and its companion files into ``out`` (which must not exist)."""
+def build(out: Path, store: str | None = None) -> None:
+    """Write the archive and its companion files into ``out`` (which must not exist).
+
+    ``store`` (a ``postgresql://`` URL) keeps the study's ledger on PostgreSQL instead of in
+    ``ledger.db``: the archive must come out byte for byte the same (``docs/storage.md``).
+    """
     work = Path(tempfile.mkdtemp(prefix="prompt-ledger-archive-"))
     try:
         os.environ["PROMPT_LEDGER_HOME"] = str(work / "home")
@@ -109,7 +113,7 @@ def build(out: Path) -> None:
             f"prompt-ledger.local/{STUDY_ID}/owner", hashlib.sha256(KEY_SEED_TEXT).digest()
         )
         study = work / "study"
-        new_study(study, STUDY_ID, key)
+        new_study(study, STUDY_ID, key, store=store)
         spec = study / "study.toml"
         spec.write_text(
             spec.read_text(encoding="utf-8").replace(
@@ -153,6 +157,11 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--check", action="store_true", help="compare instead of rewriting")
     parser.add_argument("--out", type=Path, default=None, help="build here instead")
+    parser.add_argument(
+        "--store", default=None, metavar="URL",
+        help="keep the study's ledger on PostgreSQL (postgresql://...?schema=NAME); the archive "
+        "must be the same bytes",
+    )  # fmt: skip
     args = parser.parse_args(argv)
     if any(os.environ.get(name) != value for name, value in NUMERIC_ENV.items()):
         # NumPy and OpenBLAS read these once, when they load: start afresh with them set.
@@ -162,7 +171,7 @@ def main(argv: list[str] | None = None) -> int:
         raise SystemExit("make_archive: numpy was loaded before the numeric environment was set")
     if args.check:
         fresh = Path(tempfile.mkdtemp(prefix="prompt-ledger-check-")) / "archive"
-        build(fresh)
+        build(fresh, args.store)
         diff = differences(ARCHIVE, fresh)
         shutil.rmtree(fresh.parent, ignore_errors=True)
         if diff:
@@ -170,12 +179,13 @@ def main(argv: list[str] | None = None) -> int:
             for rel in diff[:20]:
                 print(f"  {rel}")
             return 1
-        print("archive/ is byte-identical to a fresh build")
+        engine = "PostgreSQL" if args.store else "SQLite"
+        print(f"archive/ is byte-identical to a fresh build (ledger on {engine})")
         return 0
     target = args.out or ARCHIVE
     if target.exists():
         shutil.rmtree(target)
-    build(target)
+    build(target, args.store)
     size = sum(p.stat().st_size for p in target.rglob("*") if p.is_file())
     print(f"wrote {target} ({size:,} bytes)")
     return 0

@@ -234,3 +234,4 @@ def pg_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
         yield server
     finally:
         server.stop()
+        server.remove()

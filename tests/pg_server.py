@@ -18,6 +18,7 @@ import shutil
 import signal
 import socket
 import subprocess
+import tempfile
 import time
 from pathlib import Path
 
@@ -47,7 +48,14 @@ class PgServer:
     """One PostgreSQL cluster in ``base`` on a free port; ``start``, ``kill``, ``restart``."""
 
     def __init__(self, base: Path, bindir: Path) -> None:
-        """Prepare (not start) a cluster under ``base``."""
+        """Prepare (not start) a cluster under ``base``.
+
+        As root the cluster goes into a fresh directory of the system's temporary folder
+        instead, owned by ``postgres``: pytest's own folders (mode 0700, root's) are closed to
+        that user. :meth:`remove` deletes it.
+        """
+        if os.geteuid() == 0:
+            base = Path(tempfile.mkdtemp(prefix="prompt-ledger-pg-"))
         self.base = base
         self.bindir = bindir
         self.data = base / "data"
@@ -60,7 +68,16 @@ class PgServer:
         cmd = [str(self.bindir / args[0]), *args[1:]]
         if os.geteuid() == 0:
             cmd = ["runuser", "-u", "postgres", "--", *cmd]
-        return subprocess.run(cmd, check=check, capture_output=True, text=True, timeout=120)
+        done = subprocess.run(cmd, check=False, capture_output=True, text=True, timeout=120)
+        if check and done.returncode != 0:
+            log = self.log.read_text(errors="replace")[-2000:] if self.log.exists() else ""
+            raise RuntimeError(f"{' '.join(cmd)} failed ({done.returncode}): {done.stdout}"
+                               f"{done.stderr}\n{log}")  # fmt: skip
+        return done
+
+    def remove(self) -> None:
+        """Delete the cluster's directory (after :meth:`stop`)."""
+        shutil.rmtree(self.base, ignore_errors=True)
 
     def init(self) -> None:
         """``initdb`` the cluster and write its authentication rules."""

@@ -1307,8 +1307,8 @@ class _Expect:
         inputs = _obj(first.get("inputs"))
         backends = sorted({str(r.get("backend")) for r in self.runs}) or ["none recorded"]
         out.append(("p", re.compile(
-            re.escape(f"Study {_cell(p.get('study'))}; ledger ") + r".*"
-            + re.escape(f"; analysis results from seq {_cell(first.get('seq'))} (trials.csv "
+            re.escape(f"Study {_cell(p.get('study'))} (folder ") + r".*"
+            + re.escape(f"); analysis results from seq {_cell(first.get('seq'))} (trials.csv "
                         f"SHA-256 {str(inputs.get('trials_csv_sha256', '–'))[:16]}…); "
                         f"backend{'s' if len(backends) > 1 else ''}: {', '.join(backends)}."),
             re.S)))  # fmt: skip
