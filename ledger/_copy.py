@@ -89,6 +89,7 @@ def copy_ledger(src: Location, dst: Location) -> CopyResult:
 
 def _copy_rows(source: Ledger, target: Ledger) -> None:
     """Every row of ``source`` into ``target``, in one transaction of ``target``."""
+
     def get(sql: str, args: tuple[Any, ...] = ()) -> list[Any]:
         return list(source._conn.execute(sql, args).fetchall())
 

@@ -89,17 +89,15 @@ APPENDER = textwrap.dedent("""
 """)
 
 
-def test_processes_appending_at_once_keep_one_gapless_chain(
-    pg_server: Any, tmp_path: Path
-) -> None:
+def test_processes_appending_at_once_keep_one_gapless_chain(pg_server: Any, tmp_path: Path) -> None:
     """Four processes append 40 batches each at the same time: one chain, no gap, all kept."""
     key = fixed_key("example.org/owner")
     key.save(tmp_path / "owner.key")
     url = pg_server.url(schema=schema())
     Ledger.create(url, origin="example.org/s", key=key).close()
+    args = [sys.executable, "-c", APPENDER, url, str(tmp_path / "owner.key")]
     procs = [
-        subprocess.Popen([sys.executable, "-c", APPENDER, url, str(tmp_path / "owner.key"),
-                          f"w{n}", "40"], stderr=subprocess.PIPE, text=True)  # fmt: skip
+        subprocess.Popen([*args, f"w{n}", "40"], stderr=subprocess.PIPE, text=True)
         for n in range(4)
     ]
     for proc in procs:
@@ -187,7 +185,8 @@ def test_a_refused_password_and_a_newer_schema_are_named(
     pg_server.psql(f'GRANT SELECT ON ALL TABLES IN SCHEMA "{name}" TO {PW_USER}', db="ledgers")
     as_user = pg_server.url(schema=name, user=PW_USER)
     monkeypatch.setenv("PGPASSWORD", "wrong")
-    with pytest.raises(StoreError, match=r"cannot connect \(the server refused the password\); check the user in the URL"):
+    refused = r"cannot connect \(the server refused the password\); check the user in the URL"
+    with pytest.raises(StoreError, match=refused):
         Ledger.open(as_user, readonly=True)
     monkeypatch.setenv("PGPASSWORD", PW_USER_PASSWORD)
     with Ledger.open(as_user, readonly=True) as log:  # PGPASSWORD: the libpq way
@@ -195,7 +194,7 @@ def test_a_refused_password_and_a_newer_schema_are_named(
     monkeypatch.delenv("PGPASSWORD")
     pg_server.psql(f"UPDATE \"{name}\".meta SET value = '2' WHERE key = 'schema_version'",
                    db="ledgers")  # fmt: skip
-    with pytest.raises(SchemaVersionError, match="newer than 1 .* upgrade prompt-ledger"):
+    with pytest.raises(SchemaVersionError, match=r"newer than 1 .* upgrade prompt-ledger"):
         Ledger.open(url)
 
 
@@ -211,7 +210,7 @@ def test_a_server_that_goes_away_loses_nothing_and_is_found_again(
     size, root = log.size, log.root()
     pg_server.kill()
     try:
-        with pytest.raises(StoreError, match="PostgreSQL server went away|cannot connect"):
+        with pytest.raises(StoreError, match=r"PostgreSQL server went away|cannot connect"):
             log.append_many([EventSpec("artifact.locked", {"lost": i}) for i in range(3)], key=key)
         with pytest.raises(StoreError), log.transaction():
             log.append("artifact.locked", {"lost": "too"}, key=key)
