@@ -182,6 +182,9 @@ def _psycopg() -> Any:
 
 
 _PLACEHOLDER = re.compile(r"\?")
+_PLAIN_INSERT = re.compile(
+    r"^INSERT INTO (\w+) \(([\w, ]+)\) VALUES \((?:\?, )*\?\)( ON CONFLICT DO NOTHING)?$"
+)
 
 
 class PgConnection:
@@ -274,10 +277,41 @@ class PgConnection:
             self.in_transaction = False
 
     def executemany(self, sql: str, rows: Sequence[Sequence[Any]]) -> None:
-        """Run one statement for each row (psycopg pipelines them)."""
-        if rows:
+        """Run one ``INSERT`` for each row: as one ``COPY`` when it is a plain insert.
+
+        ``INSERT INTO t (cols) VALUES (?, ...)`` becomes ``COPY t (cols) FROM STDIN`` (a batch of
+        events, tree nodes or blobs in one round trip); with ``ON CONFLICT DO NOTHING`` the rows
+        whose first column is already stored are left out first (appends hold the coordinator
+        row, so nobody else inserts meanwhile). Any other statement is pipelined by psycopg.
+        """
+        if not rows:
+            return
+        match = _PLAIN_INSERT.match(sql.strip())
+        if match is None:
             with self.raw.cursor() as cur:
                 cur.executemany(self._translate(sql), rows)
+            return
+        table, columns, ignore = match.group(1), match.group(2), match.group(3)
+        conn = self.raw
+        if ignore:
+            first = columns.split(",")[0].strip()
+            wanted = list(dict.fromkeys(r[0] for r in rows))
+            have = {
+                r[0]
+                for r in conn.execute(
+                    f"SELECT {first} FROM {table} WHERE {first} = ANY(%s)", (wanted,)
+                ).fetchall()
+            }
+            seen: set[Any] = set()
+            kept = []
+            for row in rows:
+                if row[0] not in have and row[0] not in seen:
+                    seen.add(row[0])
+                    kept.append(row)
+            rows = kept
+        with conn.cursor() as cur, cur.copy(f"COPY {table} ({columns}) FROM STDIN") as copy:
+            for row in rows:
+                copy.write_row(row)
 
     def rows(self, sql: str, args: Sequence[Any], *, page: int = 2000) -> Iterator[Any]:
         """Stream a large result through a server-side cursor inside a read transaction."""

@@ -769,6 +769,7 @@ class Ledger:
         authorized: set[str] = set()
         event_rows: list[tuple[Any, ...]] = []
         node_rows: list[tuple[int, int, bytes]] = []
+        blob_rows: dict[str, tuple[Any, ...]] = {}
         events: list[Event] = []
         clock = self._clock
         for spec in specs:
@@ -785,7 +786,7 @@ class Ledger:
                     authorized.clear()  # a revocation may have ended this key's rights
                 else:
                     authorized.add(spec.kind)
-            blob_refs = self._store_blobs(spec.blobs, seq) if spec.blobs else {}
+            blob_refs = self._store_blobs(spec.blobs, seq, blob_rows) if spec.blobs else {}
             kind = spec.kind
             when = format_time(clock())
             prev = head.last.hex() if seq else ZERO_HASH
@@ -797,6 +798,11 @@ class Ledger:
             head.push(leaf, node_rows)
             events.append(
                 Event(seq, when, kind, actor, prev, body, dict(blob_refs), data, signature, leaf)
+            )
+        if blob_rows:
+            conn.executemany(
+                "INSERT INTO blobs (sha256, size, data) VALUES (?, ?, ?) ON CONFLICT DO NOTHING",
+                list(blob_rows.values()),
             )
         conn.executemany(
             "INSERT INTO events (seq, kind, actor, time, envelope, signature, leaf_hash) "
@@ -829,7 +835,10 @@ class Ledger:
                 raise FormatError("key.revoked body must be exactly {actor, reason} (strings)")
             keys.revoke(body["actor"], seq)
 
-    def _store_blobs(self, blobs: Mapping[str, BlobValue], seq: int) -> dict[str, str]:
+    def _store_blobs(
+        self, blobs: Mapping[str, BlobValue], seq: int, pending: dict[str, tuple[Any, ...]]
+    ) -> dict[str, str]:
+        """Blob references of one event; new blobs join ``pending`` (inserted with the batch)."""
         refs: dict[str, str] = {}
         for name, value in blobs.items():
             if not isinstance(name, str) or not BLOB_NAME_RE.match(name):
@@ -838,7 +847,7 @@ class Ledger:
                 )
             if isinstance(value, str):
                 digest = value.lower()
-                if not self._conn.execute(
+                if digest not in pending and not self._conn.execute(
                     "SELECT 1 FROM blobs WHERE sha256 = ?", (digest,)
                 ).fetchone():
                     raise FormatError(
@@ -847,11 +856,7 @@ class Ledger:
             elif isinstance(value, bytes | bytearray | memoryview):
                 data = bytes(value)
                 digest = hashlib.sha256(data).hexdigest()
-                self._conn.execute(
-                    "INSERT INTO blobs (sha256, size, data) VALUES (?, ?, ?) "
-                    "ON CONFLICT DO NOTHING",
-                    (digest, len(data), data),
-                )
+                pending.setdefault(digest, (digest, len(data), data))
             else:
                 raise FormatError(f"blob {name!r} must be bytes or a stored blob's SHA-256")
             refs[name] = digest

@@ -63,6 +63,11 @@ class PgServer:
         self.port = free_port()
         self.user = "postgres" if os.geteuid() == 0 else pwd.getpwuid(os.geteuid()).pw_name
         self.log = base / "server.log"
+        self.start_options = (
+            "-c listen_addresses=127.0.0.1 -c fsync=off -c full_page_writes=off "
+            "-c max_connections=200 -c shared_buffers=32MB"
+        )
+        """Server settings: the tests' cluster skips fsync (it dies with its test session)."""
 
     def _run(self, *args: str, check: bool = True) -> subprocess.CompletedProcess[str]:
         cmd = [str(self.bindir / args[0]), *args[1:]]
@@ -100,10 +105,7 @@ class PgServer:
 
     def start(self) -> None:
         """Start the server and wait until it accepts connections."""
-        opts = (
-            f"-p {self.port} -k {self.sock} -c listen_addresses=127.0.0.1 -c fsync=off "
-            "-c full_page_writes=off -c max_connections=200 -c shared_buffers=32MB"
-        )
+        opts = f"-p {self.port} -k {self.sock} {self.start_options}"
         self._run("pg_ctl", "-D", str(self.data), "-l", str(self.log), "-o", opts, "-w",
                   "-t", "60", "start")  # fmt: skip
 
