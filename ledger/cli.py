@@ -387,9 +387,9 @@ def store_copy(src: str, dst: str) -> None:
 
     \b
     Example:
-      ledger store copy my-study postgresql://ledger@db.example.org/studies?schema=my_study
-      echo 'postgresql://ledger@db.example.org/studies?schema=my_study' > my-study/ledger.store
-      ledger store copy postgresql://ledger@db/studies?schema=my_study backup.db
+      ledger store copy my-study 'postgresql://ledger@db/lab?schema=my_study'
+      echo 'postgresql://ledger@db/lab?schema=my_study' > my-study/ledger.store
+      ledger store copy 'postgresql://ledger@db/lab?schema=my_study' backup.db
     """
     from ledger._copy import copy_ledger, resolve
 

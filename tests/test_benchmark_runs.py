@@ -180,3 +180,20 @@ def test_bench_coverage_quick_prints_both_coverages_and_the_tool_check() -> None
     for label in ("registered (RI, z): coverage", "Satterthwaite t): coverage",
                   "Monte Carlo SE", "closed forms vs the tool", " 4 replicates", "30 replicates"):
         assert label in result.stdout, result.stdout
+
+
+def test_bench_store_reports_both_engines_against_the_sign_rate() -> None:
+    from pg_server import find_bindir
+
+    if find_bindir() is None:
+        pytest.skip("no PostgreSQL binaries (pg_ctl, postgres) found; apt-get install postgresql")
+    result = subprocess.run(
+        [sys.executable, str(ROOT / "benchmarks" / "bench_store.py"), "--events", "800",
+         "--batch", "50", "--quick"],
+        capture_output=True, text=True, timeout=600,
+    )  # fmt: skip
+    assert result.returncode == 0, result.stdout + result.stderr
+    for line in ("Ed25519 sign rate (limit):", "SQLite, one writer", "PostgreSQL, one writer",
+                 "PostgreSQL, 4 writers", "x the sign rate", "4 writers vs one:",
+                 "target PostgreSQL one writer >= 0.3x the sign rate:"):  # fmt: skip
+        assert line in result.stdout, result.stdout
