@@ -224,13 +224,26 @@ def pg_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
     bindir = find_bindir()
     if bindir is None:
         pytest.skip("no PostgreSQL binaries (pg_ctl, postgres) found; apt-get install postgresql")
-    server = PgServer(tmp_path_factory.mktemp("pg"), bindir)
-    server.init()
-    server.start()
+    # As root the server runs as the postgres user, who cannot enter pytest's temporary
+    # directories (mode 0700, owned by root): the cluster then lives in a directory of its own.
+    if os.geteuid() == 0:
+        import tempfile
+
+        base = Path(tempfile.mkdtemp(prefix="prompt-ledger-pg-"))
+        base.chmod(0o755)
+    else:
+        base = tmp_path_factory.mktemp("pg")
+    server = PgServer(base / "cluster", bindir)
     try:
+        server.init()
+        server.start()
         server.createdb("ledgers")
         server.psql(f"CREATE ROLE {PW_USER} LOGIN PASSWORD '{PW_USER_PASSWORD}'")
         server.psql(f"GRANT ALL ON DATABASE ledgers TO {PW_USER}")
         yield server
     finally:
         server.stop()
+        if os.geteuid() == 0:
+            import shutil
+
+            shutil.rmtree(base, ignore_errors=True)
