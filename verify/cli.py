@@ -120,7 +120,7 @@ def verify_cmd(
           --checkpoint registration.checkpoint --jobs 2
       ledger verify archive/ --checkpoint registration-checkpoint.txt
       ledger verify my-study/
-      ledger verify 'postgresql://auditor@db.example.org/studies?schema=tumbling_e'
+      ledger verify 'postgresql://auditor@db.example.org/lab?schema=study1'
       ledger verify archive/ --witness @w1.vkey --witness @w2.vkey --quorum 1
       ledger verify archive/ --tsa-cert tsa-root.pem
     """
