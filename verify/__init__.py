@@ -1,7 +1,8 @@
 """Independent verifier of PROMPT Ledger files, written from ``docs/ledger-format.md`` alone.
 
 It imports nothing from ``ledger``, ``runner`` or ``analysis``: only the standard library,
-``cryptography`` (Ed25519) and ``rfc8785`` (canonical JSON).
+``cryptography`` (Ed25519), ``rfc8785`` (canonical JSON) and, for a ledger kept on PostgreSQL
+(:func:`verify_postgres`), ``psycopg``.
 
 Example::
 
@@ -12,6 +13,7 @@ Example::
         print(check.name, check.status.value, check.reason)
 
     report = verify_path("archive-dir")  # an exported archive: adds the checks of the archive
+    report = verify_path("postgresql://auditor@db.example.org/lab?schema=study1")  # a live store
     require_valid("study.ledger")  # raises VerificationError naming the first failed check
 """
 
