@@ -23,7 +23,14 @@ import sys
 from collections.abc import Callable
 
 from analysis._errors import AnalysisError
-from analysis.view_app import LOOPBACK_HOSTS, Verification, Viewer, make_app, verify_command
+from analysis.view_app import (
+    LOOPBACK_HOSTS,
+    Verification,
+    Viewer,
+    make_app,
+    verify_command,
+    verify_target,
+)
 from analysis.view_bundle import BundleResult, write_bundle
 from analysis.view_index import FILTERS, ViewIndex
 
@@ -55,10 +62,9 @@ def open_viewer(path: str | os.PathLike[str], *, verify: bool = True) -> Viewer:
     Raises :class:`AnalysisError` naming the path when it is neither, or is not locked yet.
     """
     index = ViewIndex.open(path)
-    target = index.path / "ledger.db" if index.kind == "study" else index.path
     verification = Verification(command=verify_command(index.path))
     if verify:
-        verification.start(target)
+        verification.start(verify_target(index.path))
     else:
         verification.state, verification.error = "error", "verification was turned off"
     viewer = Viewer(index, verification)

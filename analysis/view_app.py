@@ -196,12 +196,24 @@ class ServerLinks(Links):
 # ---------------------------------------------------------------------- verification
 
 
+def verify_target(path: Path) -> str:
+    """What ``python -m verify`` checks for ``path``: a study's ledger, or the archive itself.
+
+    A study folder's ledger is where :func:`runner.lock.ledger_path` says: ``ledger.db``, or
+    the PostgreSQL store (its URL, with ``?schema=``, never a password) that ``ledger.store``
+    names.
+    """
+    from runner.lock import ledger_path
+    from runner.recorded import layout
+
+    return str(ledger_path(path)) if layout(path) == "study" else str(path)
+
+
 def verify_command(path: Path) -> str:
     """The shell command that re-checks ``path`` (a study folder or archive) independently."""
     import shlex
 
-    target = path / "ledger.db" if (path / "ledger.db").is_file() else path
-    return f"python -m verify {shlex.quote(str(target))}"
+    return f"python -m verify {shlex.quote(verify_target(path))}"
 
 
 @dataclass
@@ -217,7 +229,7 @@ class Verification:
     command: str = ""
     _proc: Any = field(default=None, repr=False)
 
-    def start(self, target: Path) -> threading.Thread:
+    def start(self, target: Path | str) -> threading.Thread:
         """Run ``python -m verify --json target`` from a daemon thread; return the thread.
 
         A separate process, so the verifier's work never holds this process's GIL while pages

@@ -1,14 +1,15 @@
 """The viewer's index: one small SQLite table per thing the pages list, built from the events.
 
 ``ledger view`` pages, filters and sorts trials server-side. The events of a study (its
-``ledger.db``, read through a ``mode=ro`` connection that never holds a transaction between
-requests, so ``ledger run`` is never blocked) or of an archive (``ledger/events.jsonl``, read
-once, line by line) are projected into a SQLite file in a temporary directory: one row per
-trial (keyed by its first ``trial.requested`` seq, the *handle* every URL uses), one per
-attempt, one per event (kind, time, leaf hash, and for an archive the line's byte offset). The
-projection is incremental: :meth:`ViewIndex.refresh` reads only the events appended since the
-last call, which is how a live study shows new trials without a restart. Memory stays flat as
-the archive grows: nothing but the current batch of events is held in Python.
+``ledger.db``, or the PostgreSQL store its ``ledger.store`` names, read through a read-only
+connection that never holds a transaction between requests, so ``ledger run`` is never
+blocked) or of an archive (``ledger/events.jsonl``, read once, line by line) are projected into
+a SQLite file in a temporary directory: one row per trial (keyed by its first
+``trial.requested`` seq, the *handle* every URL uses), one per attempt, one per event (kind,
+time, leaf hash, and for an archive the line's byte offset). The projection is incremental:
+:meth:`ViewIndex.refresh` reads only the events appended since the last call, which is how a
+live study shows new trials without a restart. Memory stays flat as the archive grows: nothing
+but the current batch of events is held in Python.
 
 Blinding is not decided here: the index keeps every column (arm, trial id) and
 :mod:`analysis.view_app` decides which may be shown (``docs/viewer.md``).
@@ -30,8 +31,9 @@ from typing import Any, Literal
 
 from analysis._errors import AnalysisError
 from analysis.rows import split_trial, trial_variant
-from ledger import Ledger, LedgerError, node_hash
+from ledger import Ledger, LedgerError, PostgresLocation, node_hash
 from runner import StudyError
+from runner.lock import ledger_path
 from runner.recorded import EVENTS_FILE, Recorded, event_lines, layout, open_events, parse_line
 
 __all__ = ["FILTERS", "SORTS", "Filter", "ViewIndex"]
@@ -171,9 +173,11 @@ class ViewIndex:
         self._archive: Recorded | None = None
         self._tree: _Tree | None = None
         self._default_model: str | None = None
+        self.source: Path | PostgresLocation
         if kind == "study":
-            self._log = Ledger.open(path / "ledger.db", readonly=True)
-            self.source = path / "ledger.db"
+            where = ledger_path(path)  # ledger.db, or the PostgreSQL store ledger.store names
+            self._log = Ledger.open(where, readonly=True)
+            self.source = where
         else:
             self._archive = Recorded(path, "archive")
             self.source = path / EVENTS_FILE
@@ -193,14 +197,15 @@ class ViewIndex:
             elif root.is_file():
                 problem = "is a file, not a folder"
             else:
-                problem = f"holds neither ledger.db nor {EVENTS_FILE}"
+                problem = f"holds neither ledger.db, ledger.store nor {EVENTS_FILE}"
             raise AnalysisError(
-                f"{root}: {problem}; ledger view shows a study folder (with ledger.db) or an "
+                f"{root}: {problem}; ledger view shows a study folder (with ledger.db, or "
+                "ledger.store naming its PostgreSQL store) or an "
                 f"archive written by 'ledger export' (with {EVENTS_FILE})"
             )
         try:
             index = cls(root, kind)
-        except LedgerError as exc:
+        except (LedgerError, StudyError) as exc:
             raise AnalysisError(str(exc)) from exc
         try:
             index.refresh()

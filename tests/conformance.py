@@ -674,13 +674,19 @@ class MixBackend:
 # ----------------------------------------------------------------------------------- the pipeline
 
 
-def run_design(design: Design, base: Path, key: SigningKey) -> Path:
-    """Write, lock (twice for phases), run, score, unblind, analyse and export; the archive."""
+def run_live(design: Design, base: Path, key: SigningKey, store: str | None = None) -> Path:
+    """Write, lock (twice for phases), run, score, unblind and analyse; the study folder.
+
+    ``store`` (a ``postgresql://...?schema=NAME`` URL) keeps the ledger on PostgreSQL: the
+    folder then holds ``ledger.store`` naming it, as ``ledger new --store`` writes it.
+    """
     import analysis
     import runner
 
     root = base / "study"
     write_study(design, root, spec=design.phase_one)
+    if store is not None:
+        (root / "ledger.store").write_text(store + "\n", "utf-8")
     runner.lock_study(root, key)
     if design.phase_one is not None:
         (root / "study.toml").write_text(design.files["study.toml"], "utf-8")
@@ -689,6 +695,14 @@ def run_design(design: Design, base: Path, key: SigningKey) -> Path:
     analysis.score_study(root, key)
     analysis.unblind_study(root, key)
     analysis.analyze_study(root, key)
+    return root
+
+
+def run_design(design: Design, base: Path, key: SigningKey) -> Path:
+    """:func:`run_live`, then export; the archive."""
+    import analysis
+
+    root = run_live(design, base, key)
     archive = base / "archive"
     analysis.export_study(root, archive, key)
     return archive

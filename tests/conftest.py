@@ -224,10 +224,12 @@ def pg_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
     bindir = find_bindir()
     if bindir is None:
         pytest.skip("no PostgreSQL binaries (pg_ctl, postgres) found; apt-get install postgresql")
+    # As root the server runs as the postgres user, who cannot enter pytest's temporary
+    # directories (mode 0700, owned by root): PgServer then makes a directory of its own.
     server = PgServer(tmp_path_factory.mktemp("pg"), bindir)
-    server.init()
-    server.start()
     try:
+        server.init()
+        server.start()
         server.createdb("ledgers")
         server.psql(f"CREATE ROLE {PW_USER} LOGIN PASSWORD '{PW_USER_PASSWORD}'")
         server.psql(f"GRANT ALL ON DATABASE ledgers TO {PW_USER}")

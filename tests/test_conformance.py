@@ -21,20 +21,26 @@ from conformance import (
     Design,
     Tally,
     check_design,
+    failures,
     generate,
     owner_key,
     run_design,
+    run_live,
     verify_honest,
 )
 
 from ledger import canonical_json
-from verify import Status, verify_archive
+from verify import Status, verify_archive, verify_path
 
 SLICE = (0, 1, 2, 3, 7, 10, 16, 17, 37)
 """The fixed-seed slice: every family, the edges (ceilings, floors, an arm all unparseable,
 exclusions, one judge, identical models, temperature-0 replicates, variants and voting, three
 factor levels, phases). About 25 s of CPU. The generated seeds that once failed run as the
 named regression cases below, in the slow set (docs/conformance.md)."""
+
+
+PG_SEED = 0
+"""The generated study the PostgreSQL slice runs on both engines (a small multiple-choice one)."""
 
 
 @pytest.fixture(autouse=True)
@@ -53,6 +59,51 @@ def test_generated_study_verifies_and_every_tamper_fails(seed: int, tmp_path: Pa
     caught = set(tally.tampers)
     assert {"response", "score", "report-cell", "arm-text"} <= caught, design.describe()
     assert ("step-output" in caught) == ("steps" in design.tags), design.describe()
+
+
+def test_a_generated_study_on_postgres_verifies_like_its_sqlite_twin(
+    pg_server: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The PostgreSQL slice: one generated study run live on each engine (issue 34).
+
+    The same design, key and backend on SQLite and on PostgreSQL: both live ledgers verify,
+    with the same events and the same verdict from every check but the container's (``file``);
+    an envelope changed in the PostgreSQL store fails its signature there as in SQLite.
+    """
+    import uuid
+
+    import psycopg
+
+    design, key = generate(PG_SEED), owner_key(PG_SEED)
+    url = pg_server.url(schema=f"c_{uuid.uuid4().hex[:16]}")
+    roots = {}
+    for engine, store in (("sqlite", None), ("pg", url)):
+        monkeypatch.setenv("PROMPT_LEDGER_HOME", str(tmp_path / engine / "home"))
+        roots[engine] = run_live(design, tmp_path / engine, key, store=store)
+    assert (roots["pg"] / "ledger.store").is_file() and not (roots["pg"] / "ledger.db").exists()
+    reports = {e: verify_path(root, trusted_keys=[key.vkey]) for e, root in roots.items()}
+    for engine, report in reports.items():
+        assert report.ok, f"{engine}: {design.describe()}\n{failures(report)}"
+
+    def verdicts(report: Any) -> list[tuple[str, str, str, int | None]]:
+        return [(c.name, c.status.value, c.reason, c.seq) for c in report.checks
+                if c.name != "file"]  # fmt: skip
+
+    assert verdicts(reports["pg"]) == verdicts(reports["sqlite"])
+    assert reports["pg"].size == reports["sqlite"].size and reports["pg"].path == url
+    file = reports["pg"].get("file")
+    assert file is not None and "PostgreSQL" in file.reason
+    with psycopg.connect(pg_server.url(), autocommit=True) as pg:
+        schema = url.rsplit("=", 1)[1]
+        pg.execute(f'SET search_path TO "{schema}"')
+        seq, envelope = pg.execute(
+            "SELECT seq, envelope FROM events WHERE kind = 'trial.responded' ORDER BY seq LIMIT 1"
+        ).fetchone()  # type: ignore[misc]
+        # a trailing space: the bytes are no longer the canonical envelope that was signed
+        pg.execute("UPDATE events SET envelope = %s WHERE seq = %s", (bytes(envelope) + b" ", seq))
+    tampered = verify_path(roots["pg"], trusted_keys=[key.vkey])
+    failed = tampered.get("envelopes")
+    assert failed is not None and failed.status is Status.FAIL and failed.seq == seq
 
 
 def test_the_generator_is_deterministic_and_the_slice_covers_every_family() -> None:

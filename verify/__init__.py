@@ -1,7 +1,8 @@
 """Independent verifier of PROMPT Ledger files, written from ``docs/ledger-format.md`` alone.
 
 It imports nothing from ``ledger``, ``runner`` or ``analysis``: only the standard library,
-``cryptography`` (Ed25519) and ``rfc8785`` (canonical JSON).
+``cryptography`` (Ed25519), ``rfc8785`` (canonical JSON) and, for a ledger kept on PostgreSQL
+(:func:`verify_postgres`), ``psycopg``.
 
 Example::
 
@@ -12,6 +13,7 @@ Example::
         print(check.name, check.status.value, check.reason)
 
     report = verify_path("archive-dir")  # an exported archive: adds the checks of the archive
+    report = verify_path("postgresql://auditor@db.example.org/lab?schema=study1")  # a live store
     require_valid("study.ledger")  # raises VerificationError naming the first failed check
 """
 
@@ -61,6 +63,7 @@ if TYPE_CHECKING:
         parse_note,
         parse_vkey,
     )
+    from verify._pgledger import verify_postgres
     from verify._render import render_report
     from verify._report import ARCHIVE_CHECK_NAMES, CHECK_NAMES, Check, Report, Status
 
@@ -107,6 +110,7 @@ __all__ = [
     "verify_inclusion",
     "verify_ledger_file",
     "verify_path",
+    "verify_postgres",
 ]
 
 # Names are imported on first use (PEP 562): `import verify` (and `ledger --help`, which lists
@@ -152,6 +156,7 @@ _LAZY: dict[str, str] = {
     "verify_consistency": "verify._merkle",
     "verify_inclusion": "verify._merkle",
     "verify_ledger_file": "verify._ledgerfile",
+    "verify_postgres": "verify._pgledger",
 }
 
 
@@ -165,23 +170,39 @@ def verify_path(
     skew: float = 300.0,
     tsa_roots: bytes | None = None,
 ) -> Report:
-    """Verify ``path``: a directory as an archive (:func:`verify_archive`), a file as a ledger.
+    """Verify ``path``: an archive, a study's live ledger, a ledger file or a PostgreSQL store.
 
-    A file goes to :func:`verify_ledger_file`; neither raises for a bad ledger or archive.
-    ``witnesses``, ``quorum``, ``skew`` and ``tsa_roots`` apply to archives
-    (``docs/witness.md`` §8-9); witnesses given for a ledger file make a ``witnesses``
-    FAIL saying to export it first.
+    ``path`` is one of: a ``postgresql://...?schema=NAME`` URL (:func:`verify_postgres`); a
+    directory holding ``ledger/events.jsonl`` (an archive, :func:`verify_archive`); a study
+    folder, whose ``ledger.store`` names its PostgreSQL store or, without one, whose
+    ``ledger.db`` is its ledger file; any other directory (verified as an archive, which says
+    what is missing); a file (:func:`verify_ledger_file`). None raises for a bad ledger, store
+    or archive. ``witnesses``, ``quorum``, ``skew`` and ``tsa_roots`` apply to archives
+    (``docs/witness.md`` §8-9); witnesses given for a live ledger make a ``witnesses`` FAIL
+    saying to export it first.
     """
-    if os.path.isdir(path):
+    from verify._pgledger import STORE_FILE, is_store_url
+
+    spec = os.fspath(path)
+    study = os.path.isdir(spec) and not os.path.isfile(os.path.join(spec, "ledger", "events.jsonl"))
+    if is_store_url(spec) or (study and os.path.lexists(os.path.join(spec, STORE_FILE))):
+        report = _verify_store(spec, trusted_keys, checkpoints, jobs)
+    elif study and os.path.isfile(os.path.join(spec, "ledger.db")):
+        from verify._ledgerfile import verify_ledger_file
+
+        report = verify_ledger_file(os.path.join(spec, "ledger.db"), trusted_keys=trusted_keys,
+                                    checkpoints=checkpoints, jobs=jobs)
+    elif os.path.isdir(spec):
         from verify._archive import verify_archive
 
         return verify_archive(path, trusted_keys=trusted_keys, checkpoints=checkpoints,
                               jobs=jobs, witnesses=witnesses, quorum=quorum, skew=skew,
                               tsa_roots=tsa_roots)
-    from verify._ledgerfile import verify_ledger_file
+    else:
+        from verify._ledgerfile import verify_ledger_file
 
-    report = verify_ledger_file(path, trusted_keys=trusted_keys, checkpoints=checkpoints,
-                                jobs=jobs)
+        report = verify_ledger_file(path, trusted_keys=trusted_keys, checkpoints=checkpoints,
+                                    jobs=jobs)
     if witnesses:
         from verify._report import Check, Status
 
@@ -190,6 +211,26 @@ def verify_path(
             "docs/witness.md): export the study ('ledger export') and verify the archive",
         ))
     return report
+
+
+def _verify_store(
+    spec: str,
+    trusted_keys: Sequence[str],
+    checkpoints: Sequence[str | os.PathLike[str]],
+    jobs: int,
+) -> Report:
+    """Verify the PostgreSQL store named by the URL ``spec`` or by ``spec/ledger.store``."""
+    from verify._pgledger import STORE_FILE, StoreURLError, read_store_file, verify_postgres
+    from verify._report import Check, Report, Status
+
+    url = spec
+    if os.path.isdir(spec):
+        try:
+            url = read_store_file(spec)
+        except StoreURLError as exc:
+            where = os.path.join(spec, STORE_FILE)
+            return Report(path=where, checks=[Check("file", Status.FAIL, str(exc), where=where)])
+    return verify_postgres(url, trusted_keys=trusted_keys, checkpoints=checkpoints, jobs=jobs)
 
 
 def require_valid(

@@ -2,8 +2,9 @@
 
 An auditor needs only ``verify/`` (and its dependencies), never the writer: this module imports
 nothing from ``ledger``, ``runner`` or ``analysis``. It runs the same checks as ``ledger verify``
-(:func:`verify.verify_path`): a directory is verified as an exported archive, a file as a SQLite
-ledger. Exit status: 0 when no check FAILed, 1 when one did, 2 for a usage error.
+(:func:`verify.verify_path`): a directory is verified as an exported archive or a study folder, a
+file as a SQLite ledger, a ``postgresql://...?schema=NAME`` URL as a ledger on PostgreSQL. Exit
+status: 0 when no check FAILed, 1 when one did, 2 for a usage error.
 
 Example::
 
@@ -117,7 +118,11 @@ def build_parser() -> argparse.ArgumentParser:
             "--checkpoint registration-checkpoint.txt"
         ),
     )
-    parser.add_argument("path", type=Path, help="an exported archive directory or a ledger file")
+    parser.add_argument(
+        "path", metavar="PATH|URL",
+        help="an exported archive directory, a study folder, a ledger file, or a PostgreSQL "
+        "store: postgresql://[user@]host[:port]/database?schema=NAME (no password in it)",
+    )  # fmt: skip
     parser.add_argument(
         "--trusted-key", dest="trusted", action="append", default=[], type=read_vkey,
         metavar="VKEY", help="a trusted vkey, inline or @FILE (repeatable)",

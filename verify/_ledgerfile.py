@@ -461,13 +461,9 @@ class _Run:
             return report
         return report
 
-    def _verify(self, con: sqlite3.Connection, report: Report) -> None:
-        stored = [
-            _StoredCheckpoint(row)
-            for row in con.execute(
-                "SELECT id, size, root, note, created FROM checkpoints ORDER BY id"
-            )
-        ]
+    def _verify(self, con: Any, report: Report) -> None:
+        """Every check after the file check, on the rows that ``con`` (the source) yields."""
+        stored = [_StoredCheckpoint(row) for row in self._checkpoint_rows(con)]
         sizes: set[int] = set()
         for s in stored:
             if s.cp is not None:
@@ -477,7 +473,7 @@ class _Run:
         for p in self.published:
             if p.cp is not None:
                 sizes.add(p.cp.size)
-        total = con.execute("SELECT count(*) FROM events").fetchone()[0]
+        total = self._event_count(con)
         pool: ProcessPoolExecutor | None = None
         if self.jobs > 1 and total >= _MIN_PARALLEL_EVENTS:
             pool = ProcessPoolExecutor(
@@ -503,6 +499,32 @@ class _Run:
         self._check_origin_meta()
         report.checks = self._checks(stored, trusted)
 
+    # ---------------------------------------------------------------------------------- sources
+    # The rows every check reads, one method per table: a SQLite file's queries here, a
+    # PostgreSQL schema's in verify._pgledger (the same rows, the same checks).
+
+    def _checkpoint_rows(self, con: Any) -> Iterable[tuple[Any, ...]]:
+        """``(id, size, root, note, created)`` of every stored checkpoint, by id."""
+        rows: Iterable[tuple[Any, ...]] = con.execute(
+            "SELECT id, size, root, note, created FROM checkpoints ORDER BY id"
+        )
+        return rows
+
+    def _event_count(self, con: Any) -> int:
+        """The number of event rows (to decide whether signatures go to worker processes)."""
+        return int(con.execute("SELECT count(*) FROM events").fetchone()[0])
+
+    def _key_rows(self, con: Any) -> Iterable[tuple[Any, ...]]:
+        """``(actor, name, vkey, role, added_seq, revoked_seq)`` of every keys row."""
+        rows: Iterable[tuple[Any, ...]] = con.execute(
+            "SELECT actor, name, vkey, role, added_seq, revoked_seq FROM keys"
+        )
+        return rows
+
+    def _file_pass(self) -> str:
+        """The reason the ``file`` check gives when it passes."""
+        return f"SQLite ledger, application id 0x504C4731, schema version {SCHEMA_VERSION}"
+
     # ---------------------------------------------------------------------------------- stream
 
     def _parsed(self, envelope: bytes) -> tuple[Any, bytes] | None:
@@ -513,7 +535,7 @@ class _Run:
         """
         return None
 
-    def _event_rows(self, con: sqlite3.Connection | None) -> Iterator[tuple[Any, ...]]:
+    def _event_rows(self, con: Any) -> Iterator[tuple[Any, ...]]:
         """``(seq, kind, actor, time, envelope, signature, leaf_hash)`` rows in seq order."""
         assert con is not None
         return iter(
@@ -534,7 +556,7 @@ class _Run:
         """Hand the signatures of seqs ``lo..hi`` to a worker process."""
         return pool.submit(_verify_range, self.uri, lo, hi, keys, overrides)
 
-    def _tree_rows(self, con: sqlite3.Connection | None) -> Iterator[tuple[Any, Any, Any]]:
+    def _tree_rows(self, con: Any) -> Iterator[tuple[Any, Any, Any]]:
         if con is None:
             return
 
@@ -554,7 +576,7 @@ class _Run:
 
     def _stream(
         self,
-        con: sqlite3.Connection | None,
+        con: Any,
         snapshot_sizes: set[int],
         pool: ProcessPoolExecutor | None,
         total: int,
@@ -951,14 +973,9 @@ class _Run:
             if seq not in self.structural_sig_fails:
                 st.fail(reason, seq)
 
-    def _check_keys_table(self, con: sqlite3.Connection) -> None:
+    def _check_keys_table(self, con: Any) -> None:
         st = self.states["keys"]
-        rows = {
-            row[0]: row
-            for row in con.execute(
-                "SELECT actor, name, vkey, role, added_seq, revoked_seq FROM keys"
-            )
-        }
+        rows = {row[0]: row for row in self._key_rows(con)}
         columns = ("actor", "name", "vkey", "role", "added_seq", "revoked_seq")
         for actor, rec in self.registry.keys.items():
             row = rows.pop(actor, None)
@@ -989,7 +1006,7 @@ class _Run:
                 rank=1,
             )
 
-    def _check_blobs(self, con: sqlite3.Connection) -> None:
+    def _check_blobs(self, con: Any) -> None:
         self._check_blob_rows(
             con.execute("SELECT sha256, size, data FROM blobs ORDER BY sha256"),
             "is missing from the blobs table",
@@ -1190,7 +1207,7 @@ class _Run:
         genesis = self.registry.genesis
         published = len(self.published)
         passes = {
-            "file": f"SQLite ledger, application id 0x504C4731, schema version {SCHEMA_VERSION}",
+            "file": self._file_pass(),
             "envelopes": f"{n} envelopes are canonical v1 envelopes matching their rows",
             "sequence": f"seqs 0..{n - 1} without gaps, event 0 is ledger.genesis",
             "chain": f"every prev links to the previous leaf hash ({n} links)",

@@ -62,7 +62,7 @@ def _witness_key(
 
 
 @click.command("verify")
-@click.argument("path", type=click.Path(path_type=Path))
+@click.argument("path", metavar="PATH|URL")  # a URL is not a path: no click.Path mangling
 @click.option(
     "--trusted-key", "trusted", multiple=True, callback=_trusted_key,
     help="A trusted vkey or @FILE (repeatable).",
@@ -85,7 +85,7 @@ def _witness_key(
 @click.option("--json", "as_json", is_flag=True, help="Print the report as JSON.")
 @click.option("--jobs", type=click.IntRange(min=1), default=1, help="Processes for signatures.")
 def verify_cmd(
-    path: Path,
+    path: str,
     trusted: list[str],
     checkpoints: tuple[Path, ...],
     witnesses: list[str],
@@ -95,13 +95,17 @@ def verify_cmd(
     as_json: bool,
     jobs: int,
 ) -> None:
-    """Verify a ledger file or an exported archive at PATH; exit 0 only if no check fails.
+    """Verify an exported archive, a study's ledger, a ledger file or a PostgreSQL store.
 
-    Uses the separate implementation in verify/ (which shares no code with the writer). A
-    directory is verified as an archive (docs/archive-format.md §4: the ledger checks on
-    ledger/events.jsonl plus manifest, export coverage, protocol, schedule, requests,
-    preflight, outcomes, provenance, blinding, re-scoring and re-analysis; a reported model
-    other than the requested one is a WARN); a file as a SQLite ledger. Without --trusted-key the
+    Exit 0 only if no check fails. Uses the separate implementation in verify/ (which shares
+    no code with the writer). A directory holding ledger/events.jsonl is verified as an archive
+    (docs/archive-format.md §4: the ledger checks on ledger/events.jsonl plus manifest, export
+    coverage, protocol, schedule, requests, preflight, outcomes, provenance, blinding,
+    re-scoring and re-analysis; a reported model other than the requested one is a WARN); a
+    study folder by its live ledger (the PostgreSQL store its ledger.store names, else its
+    ledger.db); a file as a SQLite ledger; a postgresql://...?schema=NAME URL as the ledger in
+    that schema, read in one read-only snapshot (no password in the URL: PGPASSWORD, ~/.pgpass
+    or a service file, as for psql; docs/ledger-format.md §7). Without --trusted-key the
     keys are self-asserted: signatures then prove integrity, not authorship (a WARN).
     With --witness, every promised checkpoint (registration, each session's start and stop)
     must carry --quorum valid cosignatures from those witnesses, with times consistent within
@@ -115,6 +119,8 @@ def verify_cmd(
       ledger verify study.db --trusted-key @keys/example.org_owner.vkey \\
           --checkpoint registration.checkpoint --jobs 2
       ledger verify archive/ --checkpoint registration-checkpoint.txt
+      ledger verify my-study/
+      ledger verify 'postgresql://auditor@db.example.org/lab?schema=study1'
       ledger verify archive/ --witness @w1.vkey --witness @w2.vkey --quorum 1
       ledger verify archive/ --tsa-cert tsa-root.pem
     """
