@@ -42,7 +42,7 @@ from ledger.cliutil import table
 from runner.identity import session_notice
 from runner.lock import StudyError, ledger_path, protocol_event
 from verify import Report as VerificationReport
-from verify import Status, verify_ledger_file
+from verify import Status, verify_path
 
 matplotlib.use("Agg")  # no display, ever; figures are drawn on FigureCanvasAgg directly
 
@@ -212,7 +212,7 @@ def _load(root: Path, out_dir: Path, html_path: Path) -> Report:
         trials = (list(csv.DictReader(io.StringIO(log.blob(blob).decode("utf-8"))))
                   if blob else [])  # fmt: skip
         body = dict(protocol.body)
-    verification = verify_ledger_file(str(path))
+    verification = verify_path(str(path))
     return Report(root, path, out_dir, html_path, body, results, amendments, runs, verification,
                   posthoc=posthoc, trials=trials)  # fmt: skip
 

@@ -137,7 +137,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--batch", type=int, default=100, help="events per transaction")
     parser.add_argument("--quick", action="store_true", help="shorter sign-rate windows")
     args = parser.parse_args(argv)
-    from pg_server import PgServer, find_bindir
+    from pg_server import PgServer, find_bindir  # type: ignore[import-not-found]
 
     bindir = find_bindir()
     if bindir is None:
