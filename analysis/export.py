@@ -307,6 +307,7 @@ def _analysis_files(w: _Writer, root: Path, log: Ledger,
         "analysis/tables/verdicts.csv",
         _csv_bytes(("hypothesis", "test", "status", "verdict", "decided_by", "error"), verdicts),
     )
+    _reporting_files(w, log)
     try:
         from analysis.report import build_report
     except ImportError:  # the report module is optional for an export
@@ -321,6 +322,21 @@ def _analysis_files(w: _Writer, root: Path, log: Ledger,
                 name = "analysis/report.html" if rel == "report.html" else f"analysis/figures/{rel}"
                 w.put(name, path.read_bytes())
     return results
+
+
+def _reporting_files(w: _Writer, log: Ledger) -> None:
+    """The trial flow's data and SVG, and the reporting checklists (``docs/reporting.md``)."""
+    from analysis.checklists import checklist_files
+    from analysis.flow import check_invariants, flow_csv, flow_svg, study_flow
+
+    flow = study_flow(log)
+    broken = list(check_invariants(flow))
+    if broken:  # a writer bug, never the user's input
+        raise StudyError(f"export: the trial flow does not add up: {broken[0]}")
+    w.put("analysis/tables/flow.csv", flow_csv(flow))
+    w.put("analysis/figures/flow.svg", flow_svg(flow))
+    for rel, data in checklist_files(log, flow).items():
+        w.put(rel, data)
 
 
 def _review_files(w: _Writer, study: Study, log: Ledger, results: list[dict[str, Any]]) -> None:

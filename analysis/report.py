@@ -34,6 +34,7 @@ from matplotlib.figure import Figure
 from rich.console import Console
 from rich.markup import escape
 
+from analysis import flow as trial_flow
 from analysis import stats
 from analysis.analyze import NOT_APPLICABLE, ORIENTATIONS, TUMBLING_E, labels, verdict_caution
 from analysis.identical import IDENTICAL_ID, identical_banner
@@ -107,6 +108,8 @@ class Report:
     figures: list[FigureFile] = field(default_factory=list)
     posthoc: list[dict[str, Any]] = field(default_factory=list)
     trials: list[dict[str, str]] = field(default_factory=list)
+    flow: trial_flow.Flow | None = None
+    """The CONSORT-style trial flow (``docs/reporting.md`` §1)."""
     """The rows of the analysis dataset's ``trials.csv`` (the first result's blob)."""
     """The ``analysis.posthoc`` bodies (with ``seq``): declared after unblinding, no verdict."""
 
@@ -212,9 +215,10 @@ def _load(root: Path, out_dir: Path, html_path: Path) -> Report:
         trials = (list(csv.DictReader(io.StringIO(log.blob(blob).decode("utf-8"))))
                   if blob else [])  # fmt: skip
         body = dict(protocol.body)
+        flow = trial_flow.study_flow(log)
     verification = verify_path(str(path))
     return Report(root, path, out_dir, html_path, body, results, amendments, runs, verification,
-                  posthoc=posthoc, trials=trials)  # fmt: skip
+                  posthoc=posthoc, trials=trials, flow=flow)  # fmt: skip
 
 
 def build_report(
@@ -685,6 +689,7 @@ def _fig_rows(report: Report) -> Figure:
 
 def _figure_specs(report: Report) -> list[tuple[str, str, str, str, DrawFn]]:
     specs: list[tuple[str, str, str, str, DrawFn]] = [
+        (FLOW_FIGURE, FLOW_TITLE, FLOW_CAPTION, "descriptive", lambda: _fig_flow(report)),
         ("accuracy_by_arm.png", "Accuracy by arm",
          "Glyph-level accuracy of each arm over the analysable trials, with Wilson 95% "
          "confidence intervals (descriptive).", "descriptive",
@@ -703,11 +708,11 @@ def _figure_specs(report: Report) -> list[tuple[str, str, str, str, DrawFn]]:
          "exploratory", lambda: _fig_rows(report)),
     ]  # fmt: skip
     if not report.tumbling:  # single answers: no glyphs, no rows
-        specs[0] = (specs[0][0], specs[0][1], "Accuracy of each arm over the analysable trials "
+        specs[1] = (specs[1][0], specs[1][1], "Accuracy of each arm over the analysable trials "
                     "(one answer each), with Wilson 95% confidence intervals (descriptive).",
-                    specs[0][3], specs[0][4])  # fmt: skip
-        specs[1] = (specs[1][0], specs[1][1], "Accuracy in each arm × stimulus cell "
-                    "(descriptive).", specs[1][3], specs[1][4])  # fmt: skip
+                    specs[1][3], specs[1][4])  # fmt: skip
+        specs[2] = (specs[2][0], specs[2][1], "Accuracy in each arm × stimulus cell "
+                    "(descriptive).", specs[2][3], specs[2][4])  # fmt: skip
         specs.pop()
     if labels(report.protocol) is None:  # free text: no confusion matrix
         return specs
@@ -725,6 +730,27 @@ def _figure_specs(report: Report) -> list[tuple[str, str, str, str, DrawFn]]:
 
 def _safe(name: str) -> str:
     return "".join(ch if ch.isalnum() or ch in "-_" else "_" for ch in name)
+
+
+FLOW_FIGURE = "flow.png"
+FLOW_TITLE = "Trial flow (CONSORT-style)"
+FLOW_CAPTION = ("Every scheduled trial from the locked schedule to the registered analysis, "
+                "counted from the signed events (docs/reporting.md §1 of the tool); the same "
+                "diagram is analysis/figures/flow.svg and its numbers analysis/tables/flow.csv.")
+
+
+def _fig_flow(report: Report) -> Figure | None:
+    return None if report.flow is None else trial_flow.flow_figure(report.flow, DPI)
+
+
+def _section_flow(report: Report) -> str:
+    """The trial flow: its diagram and its table per arm (``docs/reporting.md`` §1)."""
+    if report.flow is None:
+        return ""
+    return (f"<h2>{_e(FLOW_TITLE)}</h2>" + _figure_html(report, FLOW_FIGURE)
+            + _table(trial_flow.TABLE_CAPTION, trial_flow.TABLE_HEADER,
+                     trial_flow.flow_table_rows(report.flow),
+                     numeric=tuple(range(1, len(trial_flow.TABLE_HEADER)))))  # fmt: skip
 
 
 # ------------------------------------------------------------------------------- HTML
@@ -1741,6 +1767,7 @@ def render_html(report: Report) -> str:
         _section_components(report),
         _section_protocol(report),
         _section_deviations(report),
+        _section_flow(report),
         _section_data(report),
         _section_descriptive(report),
         _section_distribution(report),

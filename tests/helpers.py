@@ -127,8 +127,14 @@ def permissions_bind() -> Iterator[None]:
 
 
 def sigkill_sessions(
-    args: list[str], env: dict[str, str], kills: int, progress: Callable[[], int],
-    rng: random.Random, *, delay: float = 0.5, grow: int = 0,
+    args: list[str],
+    env: dict[str, str],
+    kills: int,
+    progress: Callable[[], int],
+    rng: random.Random,
+    *,
+    delay: float = 0.5,
+    grow: int = 0,
 ) -> int:
     """SIGKILL up to ``kills`` sessions of ``args`` (a ``ledger run``), then finish the run.
 
@@ -160,9 +166,7 @@ def sigkill_sessions(
     return made
 
 
-def template_demo(
-    base: Path, template: str, width: int = 220
-) -> Iterator[tuple[object, str]]:
+def template_demo(base: Path, template: str, width: int = 220) -> Iterator[tuple[object, str]]:
     """``ledger demo --template TEMPLATE`` in ``base``: yield (its DemoResult, what it printed).
 
     ``PROMPT_LEDGER_HOME`` points into ``base`` while the caller holds the result (a module
@@ -195,3 +199,47 @@ def cli_export(root: Path, key: Path, out: Path) -> None:
     ):  # fmt: skip
         result = CliRunner().invoke(main, [*map(str, step), "--key", str(key)])
         assert result.exit_code == 0, (step, result.output)
+
+
+def assert_flow_matches_ledger(archive: Path) -> None:
+    """The archive's ``analysis/tables/flow.csv`` says, per arm and in total, what a plain count
+    of its ``ledger/events.jsonl``, ``trials/schedule.csv`` and ``analysis/trials.csv`` gives
+    (``docs/reporting.md`` §1): scheduled, requested, responded, given up, analysed."""
+    import csv
+    import json
+    from collections import Counter
+
+    events = [
+        json.loads(line)["envelope"]
+        for line in (archive / "ledger" / "events.jsonl").read_text(encoding="utf-8").splitlines()
+    ]
+    with (archive / "trials" / "schedule.csv").open(encoding="utf-8") as f:
+        schedule = [row["trial"] for row in csv.DictReader(f)]
+    arm_of = {tid: tid.split("|")[0] for tid in schedule}
+    want: dict[str, Counter[str]] = {"": Counter()}
+    for tid in schedule:
+        for key in ("", arm_of[tid]):
+            want.setdefault(key, Counter())["scheduled"] += 1
+    kinds = {"trial.requested": "requested", "trial.responded": "responded"}
+    seen: dict[str, set[str]] = {"requested": set(), "responded": set(), "given_up": set()}
+    for e in events:
+        name = kinds.get(e["kind"])
+        if e["kind"] == "trial.failed" and e["body"].get("final") is True:
+            name = "given_up"
+        if name is not None:
+            seen[name].add(e["body"]["trial"])
+    for name, trials in seen.items():
+        for tid in trials:
+            for key in ("", arm_of[tid]):
+                want[key][name] += 1
+    with (archive / "analysis" / "trials.csv").open(encoding="utf-8") as f:
+        for row in csv.DictReader(f):
+            if row["control"] == "False" and row["excluded"] == "False":
+                for key in ("", row["arm"]):
+                    want[key]["analysed"] += 1
+    with (archive / "analysis" / "tables" / "flow.csv").open(encoding="utf-8") as f:
+        rows = {r["arm"]: r for r in csv.DictReader(f) if r["level"] in ("all", "arm")}
+    assert sorted(rows) == sorted(want), (sorted(rows), sorted(want))
+    for key, counts in want.items():
+        for name in ("scheduled", "requested", "responded", "given_up", "analysed"):
+            assert int(rows[key][name]) == counts[name], (key or "all", name)

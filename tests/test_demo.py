@@ -9,6 +9,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from helpers import assert_flow_matches_ledger
 
 
 def test_demo_runs_offline_verifies_and_catches_the_tamper(tmp_path: Path) -> None:
@@ -30,6 +31,7 @@ def test_demo_runs_offline_verifies_and_catches_the_tamper(tmp_path: Path) -> No
     archive = tmp_path / "demo" / "archive"
     assert (archive / "MANIFEST.sha256").is_file()
     assert (archive / "analysis" / "report.html").is_file()
+    assert_flow_matches_ledger(archive)  # docs/reporting.md §1
     check = subprocess.run(["sha256sum", "--quiet", "-c", "MANIFEST.sha256"], cwd=archive,
                            capture_output=True, text=True)  # fmt: skip
     assert check.returncode == 0, check.stdout + check.stderr

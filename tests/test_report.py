@@ -121,8 +121,9 @@ def test_html_content(built: Path, studies: dict[str, Path]) -> None:
 
 def test_figures_are_valid_nonblank_pngs(built: Path) -> None:
     names = sorted(p.name for p in built.glob("*.png"))
-    expected = {"accuracy_by_arm.png", "accuracy_arm_stimulus.png", "forest_contrasts.png",
-                "accuracy_by_row.png"} | {f"confusion_{a}.png" for a in "ABCDE"}  # fmt: skip
+    expected = {"flow.png", "accuracy_by_arm.png", "accuracy_arm_stimulus.png",
+                "forest_contrasts.png", "accuracy_by_row.png"} | {
+                    f"confusion_{a}.png" for a in "ABCDE"}  # fmt: skip
     assert set(names) == expected
     for name in names:
         path = built / name

@@ -23,7 +23,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 import pytest
-from helpers import fixed_key
+from helpers import assert_flow_matches_ledger, fixed_key
 from PIL import Image
 
 from analysis.analyze import Dataset, by_truth, truth_contrasts
@@ -338,6 +338,7 @@ def test_rotation_demo_runs_offline_and_its_export_verifies(tmp_path: Path) -> N
     assert "H-mammo-1" in out and "H-mammo-2" in out
     archive = tmp_path / "demo" / "archive"
     assert (archive / "truth" / "truth.csv").is_file()
+    assert_flow_matches_ledger(archive)  # docs/reporting.md §1
     html = (archive / "analysis" / "report.html").read_text(encoding="utf-8")
     assert "accuracy by true answer" in html and "hypothesis-generating" in html
     assert "Declared deviations" in html

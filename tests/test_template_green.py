@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from helpers import fixed_key, template_demo
+from helpers import assert_flow_matches_ledger, fixed_key, template_demo
 
 from runner import simulated_green as g
 from runner.importers import DatasetError, convert, merge_metadata
@@ -275,6 +275,7 @@ def test_the_demo_verifies_and_shows_the_tradeoff(
 
     result, printed = demo
     assert result.verified and result.tamper_caught
+    assert_flow_matches_ledger(result.archive)  # docs/reporting.md §1
     with Ledger.open(result.study / "ledger.db", readonly=True) as log:
         found = {e.body["id"]: e.body for e in log.events("analysis.result")}
         # every match call reads the item's built (2-of-3) reference sets, never the supplied ones

@@ -19,7 +19,7 @@ from typing import Any
 
 import pandas as pd
 import pytest
-from helpers import template_demo
+from helpers import assert_flow_matches_ledger, template_demo
 
 from analysis import mcq
 from analysis.parse import parse_multiple_choice
@@ -232,6 +232,7 @@ def test_the_template_demo_verifies_and_shows_the_phenomena(demo: tuple[Any, str
     assert result.verified and result.tamper_caught
     for part in SUITES[TEMPLATE]:
         assert (result.archive / part / "MANIFEST.sha256").is_file()
+        assert_flow_matches_ledger(result.archive / part)  # docs/reporting.md §1
     with Ledger.open(result.study / "mcq" / "ledger.db", readonly=True) as log:
         found = {e.body["id"]: e.body for e in log.events("analysis.result")}
     bias = found["hypothesis.H5"]["values"]

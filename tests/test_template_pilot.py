@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from helpers import fixed_key, template_demo
+from helpers import assert_flow_matches_ledger, fixed_key, template_demo
 
 from runner import simulated_pilot as p
 from runner.importers import convert
@@ -290,6 +290,7 @@ def test_the_demo_verifies_and_prints_table_1(demo: tuple[Any, str]) -> None:
 
     result, printed = demo
     assert result.verified and result.tamper_caught
+    assert_flow_matches_ledger(result.archive)  # docs/reporting.md §1
     with Ledger.open(result.study / "ledger.db", readonly=True) as log:
         found = [e.body for e in log.events("analysis.result")]
     default, rows = pilot_figures(found)

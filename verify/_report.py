@@ -38,6 +38,8 @@ ARCHIVE_CHECK_NAMES: tuple[str, ...] = (
     "blinding",
     "derived",
     "report",
+    "flow",
+    "checklists",
     "rescore",
     "reanalysis",
 )

@@ -34,7 +34,9 @@ import time
 from collections.abc import Sequence
 from pathlib import Path
 
+from verify._archive.checklists import check_checklists
 from verify._archive.derived import check_derived
+from verify._archive.flow import check_flow
 from verify._archive.layout import check_layout
 from verify._archive.ledger_checks import ArchiveRun
 from verify._archive.manifest import check_export, check_manifest
@@ -71,6 +73,8 @@ _ARCHIVE_CHECKS = (
     ("blinding", check_blinding),
     ("derived", check_derived),
     ("report", check_report),
+    ("flow", check_flow),
+    ("checklists", check_checklists),
 )
 
 

@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import re
 
+from verify._archive.checklists import checklist_names
+from verify._archive.flow import FLOW_CSV, FLOW_SVG
 from verify._archive.protocol import locked_archive_path
 from verify._archive.report import figure_names
 from verify._archive.view import Archive
@@ -33,8 +35,9 @@ FOLDERS: dict[str, str] = {
     "truth": "the locked truth tables",
     "trials": "schedule.csv, attempts.csv and, for a study with steps, steps.csv",
     "scores": "scores.csv",
-    "analysis": "results.json, trials.csv, items.csv, report.html, tables/verdicts.csv and "
-    "figures/<name>.png of the report's figures",
+    "analysis": "results.json, trials.csv, items.csv, report.html, tables/verdicts.csv, "
+    "tables/flow.csv, figures/<name>.png of the report's figures, figures/flow.svg and "
+    "checklists/<checklist>.md and .html",
 }
 """What each folder may hold, as the ``layout`` check's messages say it."""
 
@@ -85,6 +88,7 @@ def check_layout(a: Archive) -> Check:
         if "arm_identity" in a.protocol:  # docs/prompts.md §3.1: version 2's identity objects
             allowed.add(f"protocol/arms/{arm}.json")
     allowed.update(f"analysis/figures/{name}" for name in figure_names(a))
+    allowed.update((FLOW_CSV, FLOW_SVG, *checklist_names()))  # docs/reporting.md §4
     reviews = a.protocol.get("reviews")  # docs/archive-format.md: one CSV per contrast sample
     for name, review in reviews.items() if type(reviews) is dict else ():
         if type(review) is dict and review.get("kind") == "contrast":

@@ -35,6 +35,7 @@ from html.parser import HTMLParser
 from typing import Any
 
 from verify import _qrboot
+from verify._archive.flow import FLOW_FIGURE, flow_table, has_flow
 from verify._archive.preflight import identity_notice
 from verify._archive.view import Archive
 from verify._ledgerfile import _State
@@ -200,7 +201,8 @@ def expected_figures(a: Archive) -> list[tuple[str, str, str]]:
     matrices.
     """
     tumbling = _tumbling(a.protocol)
-    out = [
+    out = [(FLOW_FIGURE, FLOW_TITLE, FLOW_CAPTION)] if has_flow(a) else []
+    out += [
         ("accuracy_by_arm.png", "Accuracy by arm",
          "Glyph-level accuracy of each arm over the analysable trials, with Wilson 95% "
          "confidence intervals (descriptive)." if tumbling else
@@ -232,6 +234,12 @@ def expected_figures(a: Archive) -> list[tuple[str, str, str]]:
              f"of each truth row; '{OTHER_LABEL}' counts answers that are not {other}.")
         )  # fmt: skip
     return out
+
+
+FLOW_TITLE = "Trial flow (CONSORT-style)"
+FLOW_CAPTION = ("Every scheduled trial from the locked schedule to the registered analysis, "
+                "counted from the signed events (docs/reporting.md §1 of the tool); the same "
+                "diagram is analysis/figures/flow.svg and its numbers analysis/tables/flow.csv.")
 
 
 def figure_names(a: Archive) -> list[str]:
@@ -695,6 +703,10 @@ class _Expect:
                         [[_cell(m["seq"]), _cell(m.get("time")), _cell(m.get("reason")),
                           ", ".join(str(_get(c, "path")) for c in m.get("changes") or [])]
                          for m in self.amendments]))  # fmt: skip
+        if has_flow(self.a):
+            flow = flow_table(self.a)
+            if flow is not None:
+                out.append(flow)
         out.extend(self._data_tables())
         first_seq = self.results[0].get("seq") if self.results else None
         dist = _distribution(self.a, first_seq, self.arms) if self.tumbling else None
@@ -1343,6 +1355,8 @@ class _Expect:
         out.append(("h2", "Deviations from the protocol"))
         if not self.amendments:
             out.append(("p", "None: no protocol.amended event was recorded."))
+        if has_flow(self.a):  # docs/reporting.md §1.3: the trial flow, before the data
+            out.append(("h2", FLOW_TITLE))
         out.append(("h2", "Data: parse rates and exclusions"))
         arms_result = self.result("descriptive.arms")
         if arms_result is None or arms_result.get("status") != "ok":
