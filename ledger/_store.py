@@ -810,6 +810,8 @@ class Ledger:
             event_rows,
         )
         conn.executemany("INSERT INTO tree (level, idx, hash) VALUES (?, ?, ?)", node_rows)
+        if self.engine == "postgresql":  # the sequencer row records the size it let through
+            conn.execute("UPDATE coord SET size = ? WHERE id = 1", (head.size,))
         keys.flush()
         self._head_cache = head
         return events
