@@ -369,7 +369,12 @@ def proof(path: Path, proof_type: str, numbers: tuple[int, ...], size: int | Non
 
 @main.group()
 def store() -> None:
-    """Move a ledger between its engines (SQLite file, PostgreSQL schema): docs/storage.md."""
+    """Move a ledger between its engines (SQLite file, PostgreSQL schema): docs/storage.md.
+
+    \b
+    Example:
+      ledger store copy my-study 'postgresql://ledger@db/lab?schema=my_study'
+    """
 
 
 @store.command("copy")

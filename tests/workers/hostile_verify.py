@@ -6,7 +6,8 @@ path), ``forbidden`` (paths that must never be opened, e.g. a named pipe or a li
 archive), ``source`` (the project's source folder), ``as_bytes`` and ``cpu_seconds`` (the
 limits). The report goes to stdout as ``python -m verify --json`` writes it; the last line of
 stderr is JSON: ``{"rc", "outside", "forbidden", "maxrss_kib"}``, where ``outside`` lists every
-opened path outside the archive that is not Python's own (stdlib, site-packages, the project's
+opened path outside the archive that is not Python's own (stdlib, site-packages, the verifier's
+package data, the project's
 ``.py``/``.pyc`` files). The verifier's modules, and the libraries they import lazily, are
 imported before the hook is installed.
 
@@ -68,6 +69,8 @@ def run_case(config: dict[str, object]) -> int:
             return
         if _under(real, source) and real.endswith((".py", ".pyc")):
             return
+        if _under(real, os.path.join(source, "verify")) and real.endswith(".json"):
+            return  # the verifier's own package data (verify/_archive/checklists.json)
         outside.append(name)
 
     sys.addaudithook(_hook)
