@@ -17,6 +17,13 @@ import click
 from ledger.cliutil import Command, FiniteFloat, console, dump_json, end_process, table
 from runner.progress import RunDisplay
 
+#: Every backend ``ledger run`` takes (runner.backends.BACKENDS; docs/backends.md), named here so
+#: that the CLI starts without importing the backends.
+BACKEND_NAMES = (
+    "anthropic", "anthropic-batch", "anthropic-bedrock", "anthropic-vertex", "azure-openai",
+    "openai", "gemini", "openai-compatible", "simulated", "replay",
+)  # fmt: skip
+
 if TYPE_CHECKING:
     from ledger import SigningKey
 
@@ -357,14 +364,17 @@ def _parse_until(value: str | None) -> Any:
 @click.argument("study_dir", metavar="STUDY", type=click.Path(file_okay=False, path_type=Path))
 @click.option(
     "--backend",
-    type=click.Choice(
-        ["anthropic", "anthropic-batch", "openai-compatible", "simulated", "replay"]
-    ),
+    type=click.Choice(list(BACKEND_NAMES)),
     default="anthropic",
     show_default=True,
     help="Who answers the trials.",
 )
-@click.option("--base-url", default=None, help="API root (default: $ANTHROPIC_BASE_URL).")
+@click.option(
+    "--base-url",
+    default=None,
+    help="API root (default: each backend's own, docs/backends.md; anthropic: "
+    "$ANTHROPIC_BASE_URL).",
+)
 @click.option(
     "--replay-from", default=None, help="replay: an exported archive, a study or its ledger.db."
 )
@@ -732,12 +742,17 @@ def _preflight_line(event: Any) -> str:
 @click.argument("study_dir", metavar="STUDY", type=click.Path(file_okay=False, path_type=Path))
 @click.option(
     "--backend",
-    type=click.Choice(["anthropic", "openai-compatible", "simulated"]),
+    type=click.Choice([b for b in BACKEND_NAMES if b not in ("anthropic-batch", "replay")]),
     default="anthropic",
     show_default=True,
     help="Whose token counter to use (anthropic: the count_tokens endpoint).",
 )
-@click.option("--base-url", default=None, help="API root (default: $ANTHROPIC_BASE_URL).")
+@click.option(
+    "--base-url",
+    default=None,
+    help="API root (default: each backend's own, docs/backends.md; anthropic: "
+    "$ANTHROPIC_BASE_URL).",
+)
 @click.option(
     "--price-in",
     type=FiniteFloat(min=0),
