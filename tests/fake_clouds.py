@@ -14,8 +14,9 @@ authentication the way each service does:
 - Google OAuth ``POST /token``: the JWT-bearer grant of the ``service_account`` credentials
   file :meth:`FakeClouds.google_credentials` writes (its ``token_uri`` is this server; the
   assertion's RS256 signature is verified with the account's public key, its ``iss``, ``aud``
-  (Google's token audience, as the service checks) and ``scope`` checked: 400 ``invalid_grant`` otherwise) and Vertex AI ``POST /v1/projects/{p}/
-  locations/{r}/publishers/anthropic/models/{m}:rawPredict`` with ``Authorization: Bearer`` a
+  (Google's token audience, as the service checks) and ``scope`` checked: 400
+  ``invalid_grant`` otherwise) and Vertex AI ``POST /v1/projects/{p}/locations/{r}/publishers/
+  anthropic/models/{m}:rawPredict`` with ``Authorization: Bearer`` a
   token the endpoint issued (401 ``UNAUTHENTICATED``), ``anthropic_version``
   ``vertex-2023-10-16``; 429 ``RESOURCE_EXHAUSTED`` with a ``RetryInfo`` detail.
 - Azure OpenAI ``POST /openai/deployments/{d}/chat/completions?api-version=V``: ``api-key``
@@ -84,7 +85,9 @@ BEDROCK_MODELS = (
     "anthropic.claude-opus-4-1-20250805-v1:0",
     "global.anthropic.claude-opus-4-1-20250805-v1:0",
 )
-VERTEX_MODELS = ("claude-sonnet-4-5@20250929", "claude-haiku-4-5@20251001", "claude-opus-4-1@20250805")
+VERTEX_MODELS = (
+    "claude-sonnet-4-5@20250929", "claude-haiku-4-5@20251001", "claude-opus-4-1@20250805",
+)  # fmt: skip
 #: Every credential the fake knows: none may appear in a ledger, an archive or a log.
 SECRETS = (AWS_KEY[1], GOOGLE_PEM.splitlines()[5], AZURE_KEY, OPENAI_KEY, GEMINI_KEY)
 
