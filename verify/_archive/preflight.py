@@ -24,6 +24,7 @@ from verify._archive.requests import _request_problem
 from verify._archive.view import Archive
 from verify._envelope import is_hex64
 from verify._ledgerfile import _State
+from verify._prompts import ANTHROPIC_VERSIONS, wire_form
 from verify._reader.files import MAX_PARSED_BYTES
 from verify._report import Check
 
@@ -235,6 +236,10 @@ def check_preflight(a: Archive) -> Check:
         except (ValueError, RecursionError):
             req = None
         carried = req.get("model") if type(req) is dict else None
+        wire = wire_form(body.get("backend"))
+        if (wire in ANTHROPIC_VERSIONS and type(req) is dict and "model" not in req
+                and req.get("anthropic_version") == ANTHROPIC_VERSIONS[wire]):  # fmt: skip
+            carried = body.get("model")  # docs/backends.md: the model travels in the URL
         if "as_call" in body:  # a step call's request (docs/trials.md §3, §5)
             locked, why = _step_model(a, body["as_call"], body["step"])
             if why is not None:
