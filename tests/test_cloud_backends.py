@@ -284,7 +284,15 @@ def test_wrong_credentials_stop_at_the_preflight_naming_the_cause(
     study = scaffold("steps", tmp_path / "study", provider, model)
     assert cli("lock", study, "--key", key).exit_code == 0
     monkeypatch.setenv(name, value)
-    result = cli("run", study, "--backend", backend, "--key", key)
+    # the anthropic SDK keeps one boto3 session per process (a new `ledger run` reads the
+    # environment anew): forget it, so this process signs with the wrong secret
+    from anthropic.lib.aws._auth import _get_session
+
+    _get_session.cache_clear()
+    try:
+        result = cli("run", study, "--backend", backend, "--key", key)
+    finally:
+        _get_session.cache_clear()
     assert result.exit_code != 0
     assert said in result.output and backend in result.output, result.output
     with Ledger.open(study / "ledger.db", readonly=True) as log:
@@ -319,11 +327,15 @@ def test_a_study_locked_for_one_cloud_is_refused_by_another(
 ) -> None:
     key = tmp_path / "owner.key"
     KEY.save(key)
-    study = scaffold("steps", tmp_path / "study", "anthropic-bedrock", CASES["anthropic-bedrock"][1])
+    model = CASES["anthropic-bedrock"][1]
+    study = scaffold("steps", tmp_path / "study", "anthropic-bedrock", model)
     assert cli("lock", study, "--key", key).exit_code == 0
     result = cli("run", study, "--backend", "anthropic-vertex", "--key", key)
     assert result.exit_code != 0
-    assert "locked for provider 'anthropic-bedrock'" in result.output, result.output
+    assert "anthropic-vertex backend serves none" in result.output, result.output
+    assert "target: anthropic-bedrock" in result.output
+    with Ledger.open(study / "ledger.db", readonly=True) as log:
+        assert "run.started" not in [e.kind for e in log.events()]
 
 
 def test_budgets_price_global_claude_ids_and_refuse_the_rest_without_prices(
