@@ -23,6 +23,7 @@ BACKEND_NAMES = (
     "anthropic", "anthropic-batch", "anthropic-bedrock", "anthropic-vertex", "azure-openai",
     "openai", "gemini", "openai-compatible", "simulated", "replay",
 )  # fmt: skip
+ESTIMATE_BACKENDS = [b for b in BACKEND_NAMES if b not in ("anthropic-batch", "replay")]
 
 if TYPE_CHECKING:
     from ledger import SigningKey
@@ -365,9 +366,10 @@ def _parse_until(value: str | None) -> Any:
 @click.option(
     "--backend",
     type=click.Choice(list(BACKEND_NAMES)),
+    metavar="BACKEND",
     default="anthropic",
     show_default=True,
-    help="Who answers the trials.",
+    help=f"Who answers the trials: {', '.join(BACKEND_NAMES)} (docs/backends.md).",
 )
 @click.option(
     "--base-url",
@@ -742,10 +744,13 @@ def _preflight_line(event: Any) -> str:
 @click.argument("study_dir", metavar="STUDY", type=click.Path(file_okay=False, path_type=Path))
 @click.option(
     "--backend",
-    type=click.Choice([b for b in BACKEND_NAMES if b not in ("anthropic-batch", "replay")]),
+    type=click.Choice(ESTIMATE_BACKENDS),
+    metavar="BACKEND",
     default="anthropic",
     show_default=True,
-    help="Whose token counter to use (anthropic: the count_tokens endpoint).",
+    help=f"Whose token counter and prices to use: {', '.join(ESTIMATE_BACKENDS)} (anthropic: "
+    "the count_tokens endpoint; simulated: its own count; the others: estimated, and said "
+    "so; docs/backends.md).",
 )
 @click.option(
     "--base-url",

@@ -208,7 +208,7 @@ class FakeClouds:
             if path == "/token":
                 self.token(h, body)
             elif path.startswith("/model/") and path.endswith("/invoke"):
-                self.bedrock(h, body, urllib.parse.unquote(path[len("/model/"):-len("/invoke")]))
+                self.bedrock(h, body, urllib.parse.unquote(path[len("/model/") : -len("/invoke")]))
             elif path.startswith(("/foundation-models/", "/inference-profiles/")):
                 self.bedrock_control(h, path)
             elif path.startswith("/v1/projects/") and path.endswith(":rawPredict"):
@@ -219,7 +219,7 @@ class FakeClouds:
             elif path == "/v1/chat/completions":
                 self.chat(h, body, "openai")
             elif path.startswith("/v1/models/"):
-                self.openai_model(h, urllib.parse.unquote(path[len("/v1/models/"):]))
+                self.openai_model(h, urllib.parse.unquote(path[len("/v1/models/") :]))
             elif path == "/v1beta/openai/chat/completions":
                 self.chat(h, body, "gemini")
             elif path.startswith("/v1beta/openai/models/"):
@@ -295,8 +295,10 @@ class FakeClouds:
         signer = SigV4Auth(Credentials(*AWS_KEY), service, REGION)
         canonical = signer.canonical_request(request)
         expected = signer.signature(signer.string_to_sign(request, canonical), request)
-        return None if secrets.compare_digest(expected, fields.get("Signature", "")) else (
-            "InvalidSignatureException"
+        return (
+            None
+            if secrets.compare_digest(expected, fields.get("Signature", ""))
+            else ("InvalidSignatureException")
         )
 
     def bedrock(self, h: BaseHTTPRequestHandler, body: bytes, model: str) -> None:
@@ -419,8 +421,18 @@ class FakeClouds:
     def chat(self, h: BaseHTTPRequestHandler, body: bytes, vendor: str) -> None:
         bearer = h.headers.get("authorization", "").removeprefix("Bearer ")
         if vendor == "openai" and bearer != OPENAI_KEY:
-            send(h, 401, {"error": {"message": "Incorrect API key provided.", "type":
-                          "invalid_request_error", "param": None, "code": "invalid_api_key"}})
+            send(
+                h,
+                401,
+                {
+                    "error": {
+                        "message": "Incorrect API key provided.",
+                        "type": "invalid_request_error",
+                        "param": None,
+                        "code": "invalid_api_key",
+                    }
+                },
+            )
             return  # fmt: skip
         if vendor == "gemini" and bearer != GEMINI_KEY:
             send(h, 400, [{"error": {"code": 400, "message": "API key not valid. Please pass a "
@@ -472,12 +484,30 @@ class FakeClouds:
 
     def openai_model(self, h: BaseHTTPRequestHandler, model: str) -> None:
         if h.headers.get("authorization", "").removeprefix("Bearer ") != OPENAI_KEY:
-            send(h, 401, {"error": {"message": "Incorrect API key provided.",
-                                    "type": "invalid_request_error", "code": "invalid_api_key"}})
+            send(
+                h,
+                401,
+                {
+                    "error": {
+                        "message": "Incorrect API key provided.",
+                        "type": "invalid_request_error",
+                        "code": "invalid_api_key",
+                    }
+                },
+            )
             return  # fmt: skip
         if model not in OPENAI_MODELS:
-            send(h, 404, {"error": {"message": f"The model '{model}' does not exist",
-                                    "type": "invalid_request_error", "code": "model_not_found"}})
+            send(
+                h,
+                404,
+                {
+                    "error": {
+                        "message": f"The model '{model}' does not exist",
+                        "type": "invalid_request_error",
+                        "code": "model_not_found",
+                    }
+                },
+            )
             return  # fmt: skip
         send(h, 200, {"id": model, "object": "model", "created": 1715367049, "owned_by": "system"})
 

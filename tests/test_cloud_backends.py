@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import re
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -146,6 +147,8 @@ def retarget(spec: Path, provider: str, model: str) -> None:
                 line = f'id = "{model}"'
             elif line.startswith("top_k = "):
                 continue
+        if provider in ("openai", "azure-openai", "gemini"):  # their chat API has no top_k
+            line = re.sub(r",? top_k = \d+", "", line)
         lines.append(line)
     spec.write_text("\n".join(lines) + "\n", encoding="utf-8")
 
@@ -161,7 +164,7 @@ def scaffold(kind: str, root: Path, provider: str, model: str) -> Path:
 
         template = {"demo": "prompt-tumbling-e", "seed-002": "medmcqa-prompt-sensitivity"}[kind]
         made = new_template(root, template, KEY)
-        study = root / "mcq" if kind == "seed-002" else made[0].directory
+        study = root / "mcq" if kind == "seed-002" else made[0].root
         if kind == "demo":  # the demo's study, one replicate per arm and probe
             spec = study / "study.toml"
             text = spec.read_text(encoding="utf-8")
