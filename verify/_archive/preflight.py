@@ -69,13 +69,37 @@ def _is(value: object, kind: str) -> bool:
     return type(value).__name__ == kind
 
 
-def model_matches(requested: str, reported: str) -> bool:
-    """Equal, or ``reported`` is ``requested`` plus ``-YYYYMMDD`` or ``-YYYY-MM-DD``."""
-    if reported == requested:
-        return True
-    return reported.startswith(requested) and bool(
-        _SNAPSHOT.fullmatch(reported[len(requested) :])
+def _cloud_name(model_id: str) -> str | None:
+    """docs/trials.md §2: the Anthropic name a Bedrock or Vertex AI id names, else None.
+
+    Bedrock: ``[GEO.]anthropic.NAME`` with an optional ``-vN`` or ``-vN:M`` version suffix;
+    Vertex AI: ``NAME@YYYYMMDD``, which names ``NAME-YYYYMMDD``.
+    """
+    head, dot, rest = model_id.partition("anthropic.")
+    if dot and (head == "" or re.fullmatch(r"[a-z]{2,6}(?:-[a-z]+)?\.", head)) and rest:
+        version = re.search(r"-v\d+(?::\d+)?$", rest)
+        name = rest[: version.start()] if version else rest
+        return name or None
+    at = re.fullmatch(r"([^@]+)@(\d{8})", model_id)
+    return f"{at.group(1)}-{at.group(2)}" if at else None
+
+
+def _same_or_snapshot(name: str, reported: str) -> bool:
+    return reported == name or (
+        reported.startswith(name) and bool(_SNAPSHOT.fullmatch(reported[len(name) :]))
     )
+
+
+def model_matches(requested: str, reported: str) -> bool:
+    """Equal, or ``reported`` is ``requested`` plus ``-YYYYMMDD`` or ``-YYYY-MM-DD``.
+
+    Or, for a Bedrock or Vertex AI id, the same of the Anthropic name it names (docs/trials.md
+    §2).
+    """
+    if _same_or_snapshot(requested, reported):
+        return True
+    name = _cloud_name(requested)
+    return name is not None and _same_or_snapshot(name, reported)
 
 
 def _locked_model(a: Archive, trial: str) -> str | None:
