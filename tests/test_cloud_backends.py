@@ -29,6 +29,7 @@ from runner.backends import BackendError
 from runner.engines import make_backend
 from runner.provenance import model_matches
 from verify import verify_archive
+from verify._prompts import wire_form, wire_request
 
 #: backend -> (the [model] provider it serves, a model id the fake serves, one it does not)
 CASES: dict[str, tuple[str, str, str]] = {
@@ -93,6 +94,8 @@ def test_one_request_is_sent_as_the_bytes_recorded(clouds: FakeClouds, backend: 
 
     reply, identity = asyncio.run(go())
     assert clouds.received[-1] == (route(backend), canonical_json(wire))
+    # the verifier derives the same wire body on its own (verify/_prompts.py)
+    assert canonical_json(wire_request(body(model), wire_form(backend))) == canonical_json(wire)
     assert reply.http_status == 200
     assert model_matches(model, reply.model) is True, (model, reply.model)
     if backend.startswith("anthropic-"):
