@@ -263,7 +263,10 @@ def check_preflight(a: Archive) -> Check:
         wire = wire_form(body.get("backend"))
         if (wire in ANTHROPIC_VERSIONS and type(req) is dict and "model" not in req
                 and req.get("anthropic_version") == ANTHROPIC_VERSIONS[wire]):  # fmt: skip
-            carried = body.get("model")  # docs/backends.md: the model travels in the URL
+            # docs/backends.md: the model travels in the URL; the event names it. Checked
+            # below as the Messages request it stands for.
+            carried = body.get("model")
+            req = {**{k: v for k, v in req.items() if k != "anthropic_version"}, "model": carried}
         if "as_call" in body:  # a step call's request (docs/trials.md §3, §5)
             locked, why = _step_model(a, body["as_call"], body["step"])
             if why is not None:
