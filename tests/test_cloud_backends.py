@@ -232,7 +232,13 @@ def canary(folder: Path, outputs: list[str]) -> None:
             assert secret not in text
 
 
-@pytest.mark.parametrize("backend", BACKENDS)
+#: The steps study on Bedrock (SigV4, the body without its model) in the default set; on the
+#: other four in the slow set, with the demo's and the seed-002 studies (the default set's time).
+STEPS_CASES = [b if b == "anthropic-bedrock" else pytest.param(b, marks=pytest.mark.slow)
+               for b in BACKENDS]  # fmt: skip
+
+
+@pytest.mark.parametrize("backend", STEPS_CASES)
 def test_the_steps_study_runs_exports_and_verifies(
     clouds: FakeClouds, tmp_path: Path, backend: str
 ) -> None:
