@@ -11,6 +11,8 @@ retry on their own (the SDK's ``max_retries`` is 0): every attempt is a ledger e
 - ``openai-compatible``: chat completions over httpx for local servers (vLLM, llama.cpp, Ollama).
 - ``simulated``: :class:`runner.simulated.SimulatedModel`, offline and deterministic.
 - ``replay``: answers each trial with the response recorded for it in another study's ledger.
+- ``anthropic-bedrock``, ``anthropic-vertex``, ``azure-openai``, ``openai``, ``gemini``: the
+  cloud endpoints, each through its vendor's SDK (:mod:`runner.cloud`, ``docs/backends.md``).
 - ``anthropic-batch`` is driven by :mod:`runner.batch` (a different flow: submit, poll, collect).
 """
 
@@ -158,6 +160,41 @@ def reply_from_messages_json(
         stop_reason=data.get("stop_reason") if isinstance(data.get("stop_reason"), str) else None,
         usage=usage if isinstance(usage, dict) else {},
         headers=headers or {},
+    )
+
+
+def reply_from_chat_json(raw: bytes, http_status: int, headers: dict[str, str]) -> Reply:
+    """Read a chat completion body; raise :class:`BackendError` if it is not one.
+
+    The completion's ``id`` is the request id, its ``model`` the model reported, its first
+    choice's ``finish_reason`` the stop reason; ``system_fingerprint`` is kept where given.
+    """
+    try:
+        data = json.loads(raw)
+        text = data["choices"][0]["message"]["content"]
+        if text is not None and not isinstance(text, str):  # null: no text, scored so
+            raise TypeError("content is neither a string nor null")
+    except (ValueError, KeyError, IndexError, TypeError) as exc:
+        raise BackendError(
+            "malformed_response",
+            f"HTTP {http_status} body is not a chat completion ({exc})",
+            http_status=http_status,
+            retryable=True,
+            raw=raw,
+        ) from None
+    usage = data.get("usage") if isinstance(data.get("usage"), dict) else {}
+    choice = data["choices"][0]
+    fingerprint = data.get("system_fingerprint")
+    return Reply(
+        raw=raw,
+        http_status=http_status,
+        request_id=data.get("id") if isinstance(data.get("id"), str) else None,
+        model=data.get("model") if isinstance(data.get("model"), str) else None,
+        stop_reason=choice.get("finish_reason") if isinstance(choice, dict) else None,
+        usage=usage,
+        format=FORMAT_OPENAI,
+        system_fingerprint=fingerprint if isinstance(fingerprint, str) else None,
+        headers=headers,
     )
 
 
@@ -453,36 +490,7 @@ class OpenAICompatibleBackend:
                 retryable=status in RETRYABLE_STATUS,
                 retry_after=float(header) if header and header.isdigit() else None,
             )
-        raw = response.content
-        try:
-            data = json.loads(raw)
-            text = data["choices"][0]["message"]["content"]
-            if text is not None and not isinstance(text, str):  # null: no text, scored so
-                raise TypeError("content is neither a string nor null")
-        except (ValueError, KeyError, IndexError, TypeError) as exc:
-            raise BackendError(
-                "malformed_response",
-                f"HTTP {status} body is not a chat completion ({exc})",
-                http_status=status,
-                retryable=True,
-                raw=raw,
-            ) from None
-        usage = data.get("usage") if isinstance(data.get("usage"), dict) else {}
-        choice = data["choices"][0]
-        return Reply(
-            raw=raw,
-            http_status=status,
-            request_id=data.get("id") if isinstance(data.get("id"), str) else None,
-            model=data.get("model") if isinstance(data.get("model"), str) else None,
-            stop_reason=choice.get("finish_reason") if isinstance(choice, dict) else None,
-            usage=usage,
-            format=FORMAT_OPENAI,
-            system_fingerprint=(
-                data["system_fingerprint"] if isinstance(data.get("system_fingerprint"), str)
-                else None
-            ),
-            headers=identity_headers(response.headers),
-        )
+        return reply_from_chat_json(response.content, status, identity_headers(response.headers))
 
     async def server_identity(self, model_ids: Sequence[str]) -> ServerIdentity:
         """``GET {base_url}/models``: the OpenAI-compatible list of the models served.
@@ -679,14 +687,21 @@ class ReplayBackend:
         """Nothing to release."""
 
 
-BACKENDS = ("anthropic", "anthropic-batch", "openai-compatible", "simulated", "replay")
+BACKENDS = (
+    "anthropic", "anthropic-batch", "anthropic-bedrock", "anthropic-vertex", "azure-openai",
+    "openai", "gemini", "openai-compatible", "simulated", "replay",
+)  # fmt: skip
 
 #: Which backends serve a locked ``[model] provider`` (``docs/study-spec.md``). ``simulated`` and
 #: ``replay`` answer for any provider: they are not the provider's model, and say so.
 PROVIDER_BACKENDS: dict[str, tuple[str, ...]] = {
     "anthropic": ("anthropic", "anthropic-batch"),
+    "anthropic-bedrock": ("anthropic-bedrock",),
+    "anthropic-vertex": ("anthropic-vertex",),
+    "azure-openai": ("azure-openai",),
     "openai-compatible": ("openai-compatible",),
-    "openai": ("openai-compatible",),
+    "openai": ("openai", "openai-compatible"),
+    "gemini": ("gemini",),
 }
 ANY_PROVIDER = ("simulated", "replay")
 

@@ -17,6 +17,14 @@ import click
 from ledger.cliutil import Command, FiniteFloat, console, dump_json, end_process, table
 from runner.progress import RunDisplay
 
+#: Every backend ``ledger run`` takes (runner.backends.BACKENDS; docs/backends.md), named here so
+#: that the CLI starts without importing the backends.
+BACKEND_NAMES = (
+    "anthropic", "anthropic-batch", "anthropic-bedrock", "anthropic-vertex", "azure-openai",
+    "openai", "gemini", "openai-compatible", "simulated", "replay",
+)  # fmt: skip
+ESTIMATE_BACKENDS = [b for b in BACKEND_NAMES if b not in ("anthropic-batch", "replay")]
+
 if TYPE_CHECKING:
     from ledger import SigningKey
 
@@ -367,14 +375,18 @@ def _parse_until(value: str | None) -> Any:
 @click.argument("study_dir", metavar="STUDY", type=click.Path(file_okay=False, path_type=Path))
 @click.option(
     "--backend",
-    type=click.Choice(
-        ["anthropic", "anthropic-batch", "openai-compatible", "simulated", "replay"]
-    ),
+    type=click.Choice(list(BACKEND_NAMES)),
+    metavar="BACKEND",
     default="anthropic",
     show_default=True,
-    help="Who answers the trials.",
+    help=f"Who answers the trials: {', '.join(BACKEND_NAMES)} (docs/backends.md).",
 )
-@click.option("--base-url", default=None, help="API root (default: $ANTHROPIC_BASE_URL).")
+@click.option(
+    "--base-url",
+    default=None,
+    help="API root (default: each backend's own, docs/backends.md; anthropic: "
+    "$ANTHROPIC_BASE_URL).",
+)
 @click.option(
     "--replay-from", default=None, help="replay: an exported archive, a study or its ledger.db."
 )
@@ -742,12 +754,20 @@ def _preflight_line(event: Any) -> str:
 @click.argument("study_dir", metavar="STUDY", type=click.Path(file_okay=False, path_type=Path))
 @click.option(
     "--backend",
-    type=click.Choice(["anthropic", "openai-compatible", "simulated"]),
+    type=click.Choice(ESTIMATE_BACKENDS),
+    metavar="BACKEND",
     default="anthropic",
     show_default=True,
-    help="Whose token counter to use (anthropic: the count_tokens endpoint).",
+    help=f"Whose token counter and prices to use: {', '.join(ESTIMATE_BACKENDS)} (anthropic: "
+    "the count_tokens endpoint; simulated: its own count; the others: estimated, and said "
+    "so; docs/backends.md).",
 )
-@click.option("--base-url", default=None, help="API root (default: $ANTHROPIC_BASE_URL).")
+@click.option(
+    "--base-url",
+    default=None,
+    help="API root (default: each backend's own, docs/backends.md; anthropic: "
+    "$ANTHROPIC_BASE_URL).",
+)
 @click.option(
     "--price-in",
     type=FiniteFloat(min=0),

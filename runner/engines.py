@@ -18,6 +18,22 @@ from runner.backends import (
     SimulatedBackend,
 )
 from runner.batch import AnthropicBatchBackend
+from runner.cloud import (
+    AnthropicBedrockBackend,
+    AnthropicVertexBackend,
+    AzureOpenAIBackend,
+    GeminiBackend,
+    OpenAIBackend,
+)
+
+#: The cloud backends (runner/cloud.py), each constructed with ``base_url`` alone.
+CLOUD = {
+    "anthropic-bedrock": AnthropicBedrockBackend,
+    "anthropic-vertex": AnthropicVertexBackend,
+    "azure-openai": AzureOpenAIBackend,
+    "openai": OpenAIBackend,
+    "gemini": GeminiBackend,
+}
 
 __all__ = ["make_backend"]
 
@@ -30,6 +46,9 @@ def make_backend(
         return AnthropicBackend(base_url=base_url)
     if name == "anthropic-batch":
         return AnthropicBatchBackend(base_url=base_url)
+    if name in CLOUD:
+        backend: Backend = CLOUD[name](base_url=base_url)
+        return backend
     if name == "openai-compatible":
         if not base_url:
             raise BackendError(

@@ -11,7 +11,7 @@ from ledger import Ledger
 from runner.backends import Backend
 from runner.execute import request_input_tokens
 from runner.lock import check_integrity, ledger_path
-from runner.pricing import BATCH_DISCOUNT, PRICES_AS_OF, Price, price_for
+from runner.pricing import BATCH_DISCOUNT, PRICES_AS_OF, Price, backend_price
 from runner.request import RequestBuilder
 from runner.state import load_state
 
@@ -103,7 +103,7 @@ def estimate_study(root: str | Path, backend: Backend, price: Price | None = Non
     source = "--price-in/--price-out" if price is not None else None
     for name, model_id in ids.items():
         prices[name] = price if price is not None else (
-            price_for(model_id) if backend.priced else None
+            backend_price(backend, model_id)
         )  # fmt: skip
     if price is None and backend.priced and any(p is not None for p in prices.values()):
         source = f"runner/pricing.py (prices as of {PRICES_AS_OF})"

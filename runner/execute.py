@@ -68,10 +68,10 @@ from runner.preflight import (
 from runner.pricing import (
     PRICES_AS_OF,
     Price,
+    backend_price,
     cost_at,
     given_price,
     max_cost_usd,
-    price_for,
     price_record,
 )
 from runner.render import prior_trial
@@ -509,7 +509,7 @@ class Runner:
         given = given_prices(self.options.price_in, self.options.price_out)
         ids = {m.id for m in self.study.model_specs() if m.name in self.selected}
         if len(ids) > 1 and given is None and self.backend.priced and self.study.steps:
-            each = {i: price_for(i) for i in sorted(ids)}
+            each = {i: backend_price(self.backend, i) for i in sorted(ids)}
             if all(p is not None for p in each.values()):  # docs/trials.md §5
                 self.prices_by_id = {i: p for i, p in each.items() if p is not None}
                 return (self.prices_by_id[sorted(ids)[0]],
@@ -521,7 +521,7 @@ class Runner:
             )
         if given is not None:
             return given, "--price-in/--price-out"
-        listed = price_for(self.model) if self.backend.priced else None
+        listed = backend_price(self.backend, self.model)
         if listed is not None:
             return listed, f"runner/pricing.py (prices as of {PRICES_AS_OF})"
         if self.options.budget_usd is not None:

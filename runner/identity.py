@@ -9,6 +9,10 @@ which models it serves, where its API has a way to ask (``docs/trials.md`` §2):
 - ``anthropic`` (and ``anthropic-batch``): ``GET /v1/models/{id}`` for each locked model id
   (the Models API, which resolves an alias to the snapshot it names; a 404 says "no such
   model");
+- ``openai`` and ``gemini``: ``GET {base_url}/models/{id}`` for each locked id;
+- ``anthropic-bedrock``: ``GET /foundation-models/{id}`` (``/inference-profiles/{id}``) on the
+  Bedrock control plane; ``azure-openai`` and ``anthropic-vertex``: nothing to ask on their
+  inference APIs, recorded as such (``docs/backends.md``);
 - ``replay``: nothing to ask (the answers come from a recorded ledger): recorded as such;
 - ``simulated``: not asked and not recorded (every report labels the data simulated).
 
@@ -45,6 +49,9 @@ IDENTITY_HEADERS = (
     "x-model-id",
     "x-served-model",
     "azureml-model-deployment",
+    "x-amzn-requestid",
+    "apim-request-id",
+    "x-ms-region",
     "server",
 )
 #: How long the runner waits for the server to say which models it serves.

@@ -3,11 +3,12 @@
 Prices are USD per million tokens (MTok), copied from Anthropic's pricing page
 (https://platform.claude.com/docs/en/about-claude/pricing, "Model pricing" and "Batch
 processing"), as read on :data:`PRICES_AS_OF`. The Message Batches API costs half of every
-price. Prices change: check the page before you budget a real study. A model that is not listed,
-and every backend other than ``anthropic`` and ``anthropic-batch``, has no price: its cost is
-recorded as null, and ``--budget-usd`` refuses to run with it unless the run is given its prices
-(``--price-in`` / ``--price-out``, :func:`given_price`), which are then recorded in
-``run.started``.
+price. Prices change: check the page before you budget a real study. Claude on Amazon Bedrock
+and Google Vertex AI is priced from the same table for the ids its backend bills at the list
+price (:func:`backend_price`; ``docs/backends.md``). A model that is not listed, and every other
+backend, has no price: its cost is recorded as null, and ``--budget-usd`` refuses to run with it
+unless the run is given its prices (``--price-in`` / ``--price-out``, :func:`given_price`), which
+are then recorded in ``run.started``.
 """
 
 from __future__ import annotations
@@ -81,6 +82,20 @@ def price_for(model: str) -> Price | None:
     """The price of ``model`` (longest listed prefix), or None when it is not listed."""
     best = max((p for p in PRICES if model.startswith(p)), key=len, default=None)
     return PRICES[best] if best else None
+
+
+def backend_price(backend: Any, model: str) -> Price | None:
+    """The listed price of ``model`` on ``backend``, or None when the backend has none for it.
+
+    A backend that is not ``priced`` has none. A priced backend with a ``billed_as(model)``
+    method (the Bedrock and Vertex ones) names the model id of this table that the model is
+    billed as, or None when the table does not price it there (``docs/backends.md``).
+    """
+    if not getattr(backend, "priced", False):
+        return None
+    billed = getattr(backend, "billed_as", None)
+    name = billed(model) if callable(billed) else model
+    return price_for(name) if isinstance(name, str) else None
 
 
 def _tokens(usage: Mapping[str, Any], name: str) -> int:

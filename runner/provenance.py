@@ -20,6 +20,7 @@ from typing import Any
 __all__ = [
     "ENVIRONMENT_PACKAGES",
     "ModelMismatch",
+    "anthropic_name",
     "environment",
     "model_matches",
     "model_mismatches",
@@ -44,6 +45,28 @@ ENVIRONMENT_PACKAGES = (
 
 #: The suffix of a dated snapshot of a model alias: ``-20250929`` (Anthropic) or ``-2024-08-06``.
 _SNAPSHOT = re.compile(r"-(?:\d{8}|\d{4}-\d{2}-\d{2})")
+#: A Bedrock model or inference-profile id of an Anthropic model: ``[geo.]anthropic.NAME[-vN[:M]]``.
+BEDROCK_ID = re.compile(
+    r"(?:(?P<geo>[a-z]{2,6}(?:-[a-z]+)?)\.)?anthropic\.(?P<name>.+?)(?:-v\d+(?::\d+)?)?"
+)
+#: A Vertex AI publisher model id with its version date: ``NAME@YYYYMMDD``.
+VERTEX_ID = re.compile(r"(?P<name>[^@]+)@(?P<date>\d{8})")
+
+
+def anthropic_name(model_id: str) -> str:
+    """The Anthropic model name a Bedrock or Vertex AI model id names (``docs/trials.md`` §2).
+
+    ``anthropic.claude-sonnet-4-5-20250929-v1:0`` and ``global.anthropic.claude-sonnet-4-5-
+    20250929-v1:0`` name ``claude-sonnet-4-5-20250929``; ``claude-sonnet-4-5@20250929`` names
+    ``claude-sonnet-4-5-20250929``. Any other id is its own name.
+    """
+    bedrock = BEDROCK_ID.fullmatch(model_id)
+    if bedrock:
+        return bedrock.group("name")
+    vertex = VERTEX_ID.fullmatch(model_id)
+    if vertex:
+        return f"{vertex.group('name')}-{vertex.group('date')}"
+    return model_id
 
 
 def _version(distribution: str) -> str | None:
@@ -75,15 +98,18 @@ def model_matches(requested: str, reported: str | None) -> bool | None:
     snapshot suffix, ``-YYYYMMDD`` or ``-YYYY-MM-DD`` (an alias answered by its snapshot:
     ``claude-sonnet-4-5`` by ``claude-sonnet-4-5-20250929``, ``gpt-4o`` by
     ``gpt-4o-2024-08-06``). Any other suffix is a different model (``claude-sonnet-4`` is not
-    ``claude-sonnet-4-5``). None when the response reports no model.
+    ``claude-sonnet-4-5``). A Bedrock or Vertex AI id also matches the Anthropic name it names
+    (:func:`anthropic_name`), as those services report it. None when the response reports no
+    model.
     """
     if reported is None:
         return None
-    if reported == requested:
-        return True
-    return reported.startswith(requested) and bool(
-        _SNAPSHOT.fullmatch(reported[len(requested) :])
-    )
+    for name in dict.fromkeys((requested, anthropic_name(requested))):
+        if reported == name or (
+            reported.startswith(name) and _SNAPSHOT.fullmatch(reported[len(name) :])
+        ):
+            return True
+    return False
 
 
 def requested_model(protocol: Mapping[str, Any], trial_id: str) -> str | None:

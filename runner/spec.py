@@ -96,7 +96,7 @@ LETTER_PARSERS = ("multiple-choice", "cloze")
 """Parsers whose answers are option letters (they take ``[response] letters``)."""
 SINGLE_ANSWER_PARSERS = (*VOCABULARY_PARSERS, *TEXT_PARSERS, "cloze")
 """Parsers scored against one answer per stimulus (``[stimuli] answer_column``)."""
-LOGPROB_PROVIDERS = ("openai", "openai-compatible")
+LOGPROB_PROVIDERS = ("openai", "openai-compatible", "azure-openai")
 """Providers whose servers return token log-probabilities (``logprobs``, ``top_logprobs``)."""
 JUDGE_PREFIX: Final = "judge:"
 """``[response] parser = "judge:<step>"``: a trial step scores each trial (scoring.md §10)."""
@@ -125,8 +125,12 @@ def default_outcome(parser: str) -> str:
 RESERVED_COMPONENTS = ("item", "examples")
 """Component names an arm may list without declaring them: the item block and the inline
 few-shot block (``docs/prompts.md`` section 3)."""
-PROVIDERS_TEMPERATURE_MAX = {"anthropic": 1.0}
-"""The highest temperature a provider takes; 2 for the OpenAI-style providers."""
+PROVIDERS_TEMPERATURE_MAX = {"anthropic": 1.0, "anthropic-bedrock": 1.0, "anthropic-vertex": 1.0}
+"""The highest temperature a provider takes; 2 for the OpenAI-style providers (and Gemini)."""
+CHAT_PROVIDERS = ("openai", "openai-compatible", "azure-openai", "gemini")
+"""Providers sent chat completions (``docs/prompts.md`` §6): at most 4 ``stop`` strings."""
+NO_TOP_K_PROVIDERS = ("openai", "azure-openai", "gemini")
+"""Providers whose chat-completions API has no ``top_k`` (``docs/backends.md``)."""
 FEWSHOT_RULES = ("fixed", "random", "label-balanced", "same-metadata", "distinct-metadata")
 FEWSHOT_ORDERS = ("drawn", "id", "reverse")
 FEWSHOT_STYLES = ("turns", "inline")
@@ -1940,7 +1944,7 @@ def _sampling(
     for key in ("max_tokens", "temperature", "top_p", "top_k", "stop"):
         if key in table:
             out[key] = table[key]
-    openai = provider in ("openai", "openai-compatible")
+    openai = provider in CHAT_PROVIDERS
     if "max_tokens" in out:
         tokens = out["max_tokens"]
         if isinstance(tokens, bool) or not isinstance(tokens, int) or tokens < 1:
@@ -1959,8 +1963,10 @@ def _sampling(
             c.add(f"{where}.top_p", f"must be a number between 0 and 1, got {top_p!r}")
     if "top_k" in out:
         top_k = out["top_k"]
-        if provider == "openai":
-            c.add(f"{where}.top_k", "provider 'openai' takes no top_k (the chat API has none)")
+        if provider in NO_TOP_K_PROVIDERS:
+            c.add(
+                f"{where}.top_k", f"provider {provider!r} takes no top_k (the chat API has none)"
+            )
         elif isinstance(top_k, bool) or not isinstance(top_k, int) or top_k < 1:
             c.add(f"{where}.top_k", f"must be a positive integer, got {top_k!r}")
     if full and "logprobs" in table:

@@ -73,6 +73,18 @@ def test_the_lock_records_the_environment(study: Path) -> None:
         (MODEL, f"{MODEL}-20260101-extra", False),
         (MODEL, MODEL.upper(), False),
         ("smollm2-135m", "/models/SmolLM2-135M-Instruct.Q4_1.gguf", False),
+        # Bedrock and Vertex AI ids report the Anthropic name they name (docs/backends.md)
+        ("global.anthropic.claude-sonnet-4-5-20250929-v1:0", "claude-sonnet-4-5-20250929", True),
+        ("anthropic.claude-3-haiku-20240307-v1:0", "claude-3-haiku-20240307", True),
+        ("us.anthropic.claude-opus-4-1-20250805-v1:0", "claude-opus-4-1-20250805", True),
+        ("eu.anthropic.claude-sonnet-4-6", "claude-sonnet-4-6", True),
+        ("anthropic.claude-sonnet-4-6", "claude-sonnet-4-6-20260101", True),
+        ("claude-sonnet-4-5@20250929", "claude-sonnet-4-5-20250929", True),
+        ("global.anthropic.claude-sonnet-4-5-20250929-v1:0", "claude-haiku-4-5-20251001", False),
+        ("claude-sonnet-4-5@20250929", "claude-sonnet-4-5", False),
+        ("claude-3-5-sonnet-v2@20241022", "claude-3-5-sonnet-20241022", False),
+        ("notanthropic.claude-sonnet-4-6", "claude-sonnet-4-6", False),
+        ("amazon.titan-text-express-v1", "titan-text-express", False),
     ],
 )
 def test_requested_and_reported_models_match_by_one_rule(

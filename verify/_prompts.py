@@ -504,6 +504,40 @@ def messages_request(
     return request
 
 
+#: docs/backends.md: the form of the request body each backend sends and records. Backends not
+#: named send the Messages request itself ("messages").
+WIRE_FORMS = {
+    "openai-compatible": "openai-compatible",
+    "openai": "openai-compatible",
+    "azure-openai": "openai-compatible",
+    "gemini": "openai-compatible",
+    "anthropic-bedrock": "bedrock",
+    "anthropic-vertex": "vertex",
+}
+#: docs/backends.md: the ``anthropic_version`` a Bedrock or Vertex AI body carries (no ``model``).
+ANTHROPIC_VERSIONS = {"bedrock": "bedrock-2023-05-31", "vertex": "vertex-2023-10-16"}
+
+
+def wire_form(backend: object) -> str:
+    """The wire form a ``trial.requested`` / ``step.requested`` event's backend sends."""
+    return WIRE_FORMS.get(backend, "messages") if type(backend) is str else "messages"
+
+
+def wire_request(request: Mapping[str, Any], wire: str) -> dict[str, Any]:
+    """§6 and docs/backends.md: the body the backend of wire form ``wire`` sends for ``request``.
+
+    ``openai-compatible``: the chat-completions object; ``bedrock`` and ``vertex``: the Messages
+    request without ``model``, with that cloud's ``anthropic_version``; ``messages``: as is.
+    """
+    if wire == "openai-compatible":
+        return openai_request(request)
+    if wire in ANTHROPIC_VERSIONS:
+        out = {k: v for k, v in request.items() if k != "model"}
+        out["anthropic_version"] = ANTHROPIC_VERSIONS[wire]
+        return out
+    return dict(request)
+
+
 def openai_request(request: Mapping[str, Any]) -> dict[str, Any]:
     """§6: the chat-completions object the ``openai-compatible`` backend sends for ``request``."""
     messages: list[dict[str, Any]] = []
@@ -1171,7 +1205,7 @@ class LockedStudy:
             {"role": "user", "content": self.user_content(arm, item_id, variant, trial)}
         )
         request = messages_request(self.parameters(arm, model), messages, self.system(arm))
-        return openai_request(request) if wire == "openai-compatible" else request
+        return wire_request(request, wire)
 
     def request_bytes(
         self, arm: str, model: str | None, item_id: str, wire: str = "messages",

@@ -27,8 +27,9 @@ from verify._prompts import (
     Template,
     item_values,
     messages_request,
-    openai_request,
     read_template,
+    wire_form,
+    wire_request,
 )
 
 __all__ = ["Replay", "StepPlan", "item_decisions", "plans_of", "step_lock_problems"]
@@ -717,9 +718,7 @@ class Replay:
             self.study.models[call.model], [{"role": "user", "content": [
                 {"type": "text", "text": text}]}], plan.system,
         )  # fmt: skip
-        if wire == "openai-compatible":
-            request = openai_request(request)
-        return canonical_json(request)
+        return canonical_json(wire_request(request, wire))
 
     def run(self) -> None:
         """Replay every event (``self.events``: (seq, kind, body, blob getter) in order)."""
@@ -907,7 +906,7 @@ class Replay:
         if isinstance(values, str):
             self.fail(seq, f"call {call_id} was requested before its inputs existed: {values}")
             return
-        wire = "openai-compatible" if body.get("backend") == "openai-compatible" else "messages"
+        wire = wire_form(body.get("backend"))
         try:
             want = self.request_bytes(call, values, wire)
         except PromptError as exc:

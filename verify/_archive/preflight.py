@@ -24,6 +24,7 @@ from verify._archive.requests import _request_problem
 from verify._archive.view import Archive
 from verify._envelope import is_hex64
 from verify._ledgerfile import _State
+from verify._prompts import ANTHROPIC_VERSIONS, wire_form
 from verify._reader.files import MAX_PARSED_BYTES
 from verify._report import Check
 
@@ -68,13 +69,37 @@ def _is(value: object, kind: str) -> bool:
     return type(value).__name__ == kind
 
 
-def model_matches(requested: str, reported: str) -> bool:
-    """Equal, or ``reported`` is ``requested`` plus ``-YYYYMMDD`` or ``-YYYY-MM-DD``."""
-    if reported == requested:
-        return True
-    return reported.startswith(requested) and bool(
-        _SNAPSHOT.fullmatch(reported[len(requested) :])
+def _cloud_name(model_id: str) -> str | None:
+    """docs/trials.md §2: the Anthropic name a Bedrock or Vertex AI id names, else None.
+
+    Bedrock: ``[GEO.]anthropic.NAME`` with an optional ``-vN`` or ``-vN:M`` version suffix;
+    Vertex AI: ``NAME@YYYYMMDD``, which names ``NAME-YYYYMMDD``.
+    """
+    head, dot, rest = model_id.partition("anthropic.")
+    if dot and (head == "" or re.fullmatch(r"[a-z]{2,6}(?:-[a-z]+)?\.", head)) and rest:
+        version = re.search(r"-v\d+(?::\d+)?$", rest)
+        name = rest[: version.start()] if version else rest
+        return name or None
+    at = re.fullmatch(r"([^@]+)@(\d{8})", model_id)
+    return f"{at.group(1)}-{at.group(2)}" if at else None
+
+
+def _same_or_snapshot(name: str, reported: str) -> bool:
+    return reported == name or (
+        reported.startswith(name) and bool(_SNAPSHOT.fullmatch(reported[len(name) :]))
     )
+
+
+def model_matches(requested: str, reported: str) -> bool:
+    """Equal, or ``reported`` is ``requested`` plus ``-YYYYMMDD`` or ``-YYYY-MM-DD``.
+
+    Or, for a Bedrock or Vertex AI id, the same of the Anthropic name it names (docs/trials.md
+    §2).
+    """
+    if _same_or_snapshot(requested, reported):
+        return True
+    name = _cloud_name(requested)
+    return name is not None and _same_or_snapshot(name, reported)
 
 
 def _locked_model(a: Archive, trial: str) -> str | None:
@@ -235,6 +260,13 @@ def check_preflight(a: Archive) -> Check:
         except (ValueError, RecursionError):
             req = None
         carried = req.get("model") if type(req) is dict else None
+        wire = wire_form(body.get("backend"))
+        if (wire in ANTHROPIC_VERSIONS and type(req) is dict and "model" not in req
+                and req.get("anthropic_version") == ANTHROPIC_VERSIONS[wire]):  # fmt: skip
+            # docs/backends.md: the model travels in the URL; the event names it. Checked
+            # below as the Messages request it stands for.
+            carried = body.get("model")
+            req = {**{k: v for k, v in req.items() if k != "anthropic_version"}, "model": carried}
         if "as_call" in body:  # a step call's request (docs/trials.md §3, §5)
             locked, why = _step_model(a, body["as_call"], body["step"])
             if why is not None:

@@ -19,7 +19,13 @@ from verify._archive.view import Archive
 from verify._canonical import canonical_json
 from verify._items import ItemError
 from verify._ledgerfile import _State
-from verify._prompts import LockedStudy, PromptError, parse_trial_id, trial_variant
+from verify._prompts import (
+    LockedStudy,
+    PromptError,
+    parse_trial_id,
+    trial_variant,
+    wire_form,
+)
 from verify._prompts import media_type as _media_type
 from verify._reader.files import MAX_PARSED_BYTES
 from verify._report import Check
@@ -265,7 +271,7 @@ def check_requests(a: Archive) -> Check:
             for at, why in _data_trial(a, study, seq, body, arm, item, answered.get(seq)):
                 st.fail(f"seq {at}: trial {trial}: {why}", at)
             continue
-        wire = "openai-compatible" if body.get("backend") == "openai-compatible" else "messages"
+        wire = wire_form(body.get("backend"))
         second = arm in study.arms and study.arms[arm].after is not None  # prompts.md §9
         key = (ref, arm, model_name, item, wire, variant, str(trial) if second else None)
         if key not in verdicts:
