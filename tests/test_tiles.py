@@ -481,3 +481,46 @@ def test_entry_bundles_hash_to_level_zero(world: dict[str, object]) -> None:
     assert [hashlib.sha256(b"\x00" + e).digest() for e in bundle] == [
         tile[i : i + 32] for i in range(0, len(tile), 32)
     ]
+
+
+# ---------------------------------------------------------------------- verify --log
+
+
+def fake_archive(world: dict[str, object], target: Path) -> Path:
+    """An archive's ledger/events.jsonl written from the world's ledger (enough for --log)."""
+    (target / "ledger").mkdir(parents=True)
+    with Ledger.open(Path(str(world["study"])) / "ledger.db", readonly=True) as log:
+        lines = [json.dumps(e.to_json(), ensure_ascii=False) for e in log.events(end=425)]
+    (target / "ledger" / "events.jsonl").write_text("\n".join(lines) + "\n", "utf-8")
+    return target
+
+
+def test_verify_log_checks_the_archive_is_exactly_the_published_log(
+    world: dict[str, object], tmp_path: Path
+) -> None:
+    from verify._published import check_published_log
+
+    archive = fake_archive(world, tmp_path / "archive")
+    point(world, Path(str(world["second"])))
+    url = str(world["url"])
+    [check] = check_published_log(archive, url, [OWNER.vkey])
+    assert check.status.value == "PASS", check.reason
+    assert "exactly the archive's 425 events" in check.reason
+    result = CliRunner().invoke(main, ["verify", str(archive), "--log", url, "--json",
+                                       "--trusted-key", OWNER.vkey])  # fmt: skip
+    found = [c for c in json.loads(result.stdout)["checks"] if c["name"] == "published-log"]
+    assert [c["status"] for c in found] == ["PASS"]
+    # the older publication: another size
+    point(world, Path(str(world["first"])))
+    [check] = check_published_log(archive, url, [OWNER.vkey])
+    assert check.status.value == "FAIL" and "has 303 events, the archive 425" in check.reason
+    # an archive whose one envelope differs from the published entry
+    point(world, Path(str(world["second"])))
+    events = archive / "ledger" / "events.jsonl"
+    lines = events.read_text("utf-8").splitlines()
+    row = json.loads(lines[7])
+    row["envelope"]["body"]["trial"] = "A|s9|2"
+    lines[7] = json.dumps(row)
+    events.write_text("\n".join(lines) + "\n", "utf-8")
+    [check] = check_published_log(archive, url, [OWNER.vkey])
+    assert check.status.value == "FAIL" and "Merkle root is not the root" in check.reason
