@@ -197,3 +197,17 @@ def test_bench_store_reports_both_engines_against_the_sign_rate() -> None:
                  "PostgreSQL, 4 writers", "x the sign rate", "4 writers vs one:",
                  "target PostgreSQL one writer >= 0.3x the sign rate:"):  # fmt: skip
         assert line in result.stdout, result.stdout
+
+
+def test_bench_serve_quick_reports_nginx_and_ledger_serve() -> None:
+    import shutil
+
+    if not Path("/usr/sbin/nginx").exists() and shutil.which("nginx") is None:
+        pytest.skip("nginx is not installed (apt-get install nginx-light; .ci/run does)")
+    result = subprocess.run(
+        [sys.executable, str(ROOT / "benchmarks" / "bench_serve.py"), "--quick"],
+        capture_output=True, text=True, timeout=300, check=True,
+    )
+    for label in ("published 2000 events", "nginx (2 keep-alive clients", "ledger serve (",
+                  "level-0 tiles (8 KiB)", "entry bundles", "p99", "ledger monitor, first check"):
+        assert label in result.stdout, result.stdout

@@ -64,6 +64,7 @@ if TYPE_CHECKING:
         parse_vkey,
     )
     from verify._pgledger import verify_postgres
+    from verify._receipt import ReceiptReport, check_receipt
     from verify._render import render_report
     from verify._report import ARCHIVE_CHECK_NAMES, CHECK_NAMES, Check, Report, Status
 
@@ -86,12 +87,14 @@ __all__ = [
     "NoteError",
     "NoteSignature",
     "ProofError",
+    "ReceiptReport",
     "Report",
     "Status",
     "UnverifiedNoteError",
     "VerificationError",
     "Vkey",
     "canonical_json",
+    "check_receipt",
     "compute_key_id",
     "consistency_proof",
     "inclusion_proof",
@@ -134,12 +137,14 @@ _LAZY: dict[str, str] = {
     "NoteError": "verify._errors",
     "NoteSignature": "verify._note",
     "ProofError": "verify._errors",
+    "ReceiptReport": "verify._receipt",
     "Report": "verify._report",
     "Status": "verify._report",
     "UnverifiedNoteError": "verify._errors",
     "VerificationError": "verify._errors",
     "Vkey": "verify._note",
     "canonical_json": "verify._canonical",
+    "check_receipt": "verify._receipt",
     "compute_key_id": "verify._note",
     "consistency_proof": "verify._merkle",
     "inclusion_proof": "verify._merkle",

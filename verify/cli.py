@@ -82,6 +82,8 @@ def _witness_key(
               show_default=True, help="Seconds witnesses' and events' clocks may differ.")
 @click.option("--tsa-cert", "tsa_cert", type=click.Path(dir_okay=False, path_type=Path),
               default=None, help="PEM root certificate(s) of the time-stamping authority.")
+@click.option("--log", "log_url", default=None,
+              help="URL of the log published as tiles: the archive must be exactly it.")
 @click.option("--json", "as_json", is_flag=True, help="Print the report as JSON.")
 @click.option("--jobs", type=click.IntRange(min=1), default=1, help="Processes for signatures.")
 def verify_cmd(
@@ -92,6 +94,7 @@ def verify_cmd(
     quorum: int | None,
     skew: float,
     tsa_cert: Path | None,
+    log_url: str | None,
     as_json: bool,
     jobs: int,
 ) -> None:
@@ -112,7 +115,9 @@ def verify_cmd(
     --witness-skew (docs/witness.md section 8); without it, a witnessed archive is checked
     against its own ledger/witnesses.json (a WARN: the owner chose those keys). With
     --tsa-cert, every RFC 3161 time stamp on the registration checkpoint must verify against
-    that root (docs/witness.md section 9).
+    that root (docs/witness.md section 9). With --log URL, the archive must be exactly the log
+    published there as C2SP tlog-tiles: same size and root, every tile and entry bundle
+    (docs/service.md section 6).
 
     \b
     Example:
@@ -123,6 +128,8 @@ def verify_cmd(
       ledger verify 'postgresql://auditor@db.example.org/lab?schema=study1'
       ledger verify archive/ --witness @w1.vkey --witness @w2.vkey --quorum 1
       ledger verify archive/ --tsa-cert tsa-root.pem
+      ledger verify archive/ --log https://logs.example.org/my-study \\
+          --trusted-key @owner.vkey
     """
     from verify import render_report, verify_path
     from verify.__main__ import read_tsa_cert
@@ -133,6 +140,10 @@ def verify_cmd(
         raise click.BadParameter(str(exc), param_hint="--tsa-cert") from None
     report = verify_path(path, trusted_keys=trusted, checkpoints=checkpoints, jobs=jobs,
                          witnesses=witnesses, quorum=quorum, skew=skew, tsa_roots=roots)
+    if log_url is not None:
+        from verify._published import check_published_log
+
+        report.checks.extend(check_published_log(path, log_url, trusted))
     if as_json:
         click.echo(json.dumps(report.to_dict(), indent=2, ensure_ascii=False))
     else:

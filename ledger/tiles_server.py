@@ -1,0 +1,202 @@
+"""``ledger serve``: the tlog-tiles read path over HTTP (Starlette, served by uvicorn).
+
+The service serves the files of a published directory (``ledger tiles``) and nothing else; it
+never opens a ledger, so reads never reach the database. ``DIR`` is one published log (served at
+``/``) or a directory of them (``DIR/<name>/checkpoint``, served at ``/<name>/``). Routes:
+
+* ``GET [/<name>]/checkpoint``: ``text/plain; charset=utf-8``, ``Cache-Control: no-cache``;
+* ``GET [/<name>]/tile/<L>/<N>[.p/<W>]`` and ``tile/entries/<N>[.p/<W>]``:
+  ``application/octet-stream``, ``Cache-Control: public, max-age=31536000, immutable``;
+* ``GET [/<name>]/blob/<sha256 hex>``: the blob, immutable likewise.
+
+A path that is not one of these (a non-canonical tile path, ``..``, a name with a dot first) is
+answered 400 with the reason, a method other than GET or HEAD 405, a file not published 404.
+"""
+
+from __future__ import annotations
+
+import re
+import socket
+import sys
+import threading
+from pathlib import Path
+
+from starlette.applications import Starlette
+from starlette.requests import Request
+from starlette.responses import Response
+from starlette.routing import Route
+
+from ledger._errors import LedgerError
+from ledger._tiles import TileError, parse_tile_path
+
+__all__ = ["IMMUTABLE", "LocalTiles", "ServeError", "make_app", "serve"]
+
+IMMUTABLE = "public, max-age=31536000, immutable"
+_NAME = re.compile(r"[A-Za-z0-9_-][A-Za-z0-9._-]{0,99}")
+_BLOB = re.compile(r"blob/[0-9a-f]{64}")
+MAX_PATH = 512
+
+
+class ServeError(LedgerError):
+    """The service cannot start (a missing directory, a port in use)."""
+
+
+def _text(body: str, status: int) -> Response:
+    return Response(body + "\n", status, media_type="text/plain; charset=utf-8")
+
+
+def _resolve(root: Path, path: str) -> tuple[Path | None, str, str]:
+    """(file, kind, error) for a request path: kind is checkpoint, tile or blob."""
+    if len(path) > MAX_PATH:
+        return None, "", f"path longer than {MAX_PATH} characters"
+    base = root
+    rest = path
+    first, sep, tail = path.partition("/")
+    if sep and first not in ("tile", "blob"):
+        if not _NAME.fullmatch(first):
+            return None, "", f"{first!r} is not a log name"
+        base, rest = root / first, tail
+    elif not sep and first != "checkpoint":
+        if _NAME.fullmatch(first):
+            return None, "", "a log's files are checkpoint, tile/... and blob/..."
+        return None, "", f"{first!r} is not a path of the log"
+    if rest == "checkpoint":
+        return base / "checkpoint", "checkpoint", ""
+    if rest.startswith("tile/"):
+        try:
+            ref = parse_tile_path(rest)
+        except TileError as exc:
+            return None, "", str(exc)
+        return base / ref.path, "tile", ""
+    if _BLOB.fullmatch(rest):
+        return base / rest, "blob", ""
+    return None, "", f"{rest!r} is not checkpoint, a tile path or blob/<sha256 hex>"
+
+
+def make_app(directory: Path) -> Starlette:
+    """The Starlette application serving the published log(s) in ``directory``."""
+    if not directory.is_dir():
+        raise ServeError(f"{directory} is not a directory (publish a log with `ledger tiles`)")
+    root = directory.resolve()
+
+    async def get(request: Request) -> Response:
+        path = str(request.path_params["path"])
+        target, kind, error = _resolve(root, path)
+        if target is None:
+            return _text(f"bad request: {error}", 400)
+        try:
+            data = target.read_bytes()
+        except (FileNotFoundError, NotADirectoryError, IsADirectoryError):
+            return _text(f"not found: /{path} is not published", 404)
+        except OSError as exc:
+            return _text(f"cannot read /{path}: {exc.strerror}", 500)
+        if kind == "checkpoint":
+            return Response(
+                data,
+                200,
+                media_type="text/plain; charset=utf-8",
+                headers={"Cache-Control": "no-cache"},
+            )
+        return Response(
+            data, 200, media_type="application/octet-stream", headers={"Cache-Control": IMMUTABLE}
+        )
+
+    async def refuse(request: Request) -> Response:
+        return _text(f"method {request.method} not allowed: the read path is GET only", 405)
+
+    return Starlette(
+        routes=[
+            Route("/{path:path}", get, methods=["GET", "HEAD"]),
+            Route("/{path:path}", refuse, methods=["POST", "PUT", "DELETE", "PATCH", "OPTIONS"]),
+        ]
+    )
+
+
+def _listen(host: str, port: int) -> socket.socket:
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    sock = socket.socket(family, socket.SOCK_STREAM, socket.IPPROTO_TCP)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    try:
+        sock.bind((host, port))
+        sock.listen(128)
+    except OSError as exc:
+        sock.close()
+        raise ServeError(
+            f"cannot listen on {host}:{port} ({exc.strerror or exc}); choose another --port"
+        ) from exc
+    return sock
+
+
+class LocalTiles:
+    """The read path served in a thread of this process on 127.0.0.1 (tests, benchmarks)."""
+
+    def __init__(self, directory: Path, port: int = 0) -> None:
+        """Bind the socket (port 0: the system picks one); :meth:`start` serves it."""
+        import uvicorn
+
+        self._sock = _listen("127.0.0.1", port)
+        self.url = f"http://127.0.0.1:{self._sock.getsockname()[1]}"
+        config = uvicorn.Config(
+            make_app(directory),
+            log_level="warning",
+            access_log=False,
+            lifespan="off",
+            timeout_keep_alive=5,
+        )
+        self._server = uvicorn.Server(config)
+        self._thread = threading.Thread(
+            target=self._server.run,
+            kwargs={"sockets": [self._sock]},
+            daemon=True,
+            name="local-tiles",
+        )
+
+    def start(self) -> LocalTiles:
+        """Serve until :meth:`stop`; returns once the server answers."""
+        self._thread.start()
+        while not self._server.started:
+            if not self._thread.is_alive():
+                raise ServeError(f"the tiles service at {self.url} did not start")
+            threading.Event().wait(0.01)
+        return self
+
+    def stop(self) -> None:
+        """Stop serving and wait for the server's thread."""
+        self._server.should_exit = True
+        if self._thread.is_alive():
+            self._thread.join(timeout=30)
+        self._sock.close()
+
+    def __enter__(self) -> LocalTiles:
+        return self.start()
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+
+def serve(directory: Path, host: str, port: int) -> None:
+    """Serve ``directory`` on ``host:port`` until SIGINT or SIGTERM.
+
+    Prints ``serving DIR on http://HOST:PORT`` (flushed) once the socket is bound.
+    """
+    import uvicorn
+
+    app = make_app(directory)
+    sock = _listen(host, port)
+    shown = f"[{host}]" if ":" in host else host
+    print(f"serving {directory} on http://{shown}:{sock.getsockname()[1]}", flush=True)
+    config = uvicorn.Config(
+        app,
+        log_level="warning",
+        access_log=False,
+        lifespan="off",
+        timeout_keep_alive=5,
+        limit_concurrency=1000,
+    )
+    try:
+        uvicorn.Server(config).run(sockets=[sock])
+    except KeyboardInterrupt:
+        pass
+    finally:
+        sock.close()
+        sys.stdout.flush()
