@@ -32,6 +32,7 @@ from runner.phases import (
     plan_problems,
     protocol_events,
 )
+from runner.planspec import PLAN_FILE, PlanCheck, check_recorded_plan
 from runner.provenance import environment as environment
 from runner.schedule import commitment, schedule, schedule_bytes, schedule_sha256
 from runner.spec import SpecError, Study, check_matched_controls, load_study
@@ -387,10 +388,27 @@ def _load_for_lock(root: Path) -> Study:
             raise StudyError(f"cannot lock: {exc}") from exc
         raise StudyError(f"cannot lock, the spec has {count} problems:\n{exc}") from exc
     problems = validate_for_lock(study)
+    if not problems:
+        problems += list(plan_check(study).problems)
     if problems:
         sep = " " if len(problems) == 1 else "\n"
         raise StudyError("cannot lock:" + sep + "\n".join(problems))
     return study
+
+
+def plan_check(study: Study) -> PlanCheck:
+    """``plan/plan.json`` against the study (``docs/planning.md`` §6): problems and warnings."""
+    plan_path = study.root / PLAN_FILE
+    text = None
+    if plan_path.is_file():
+        try:
+            text = plan_path.read_text(encoding="utf-8")
+        except (OSError, UnicodeDecodeError) as exc:
+            return PlanCheck((f"{PLAN_FILE}: cannot read: {exc}",), ())
+    if study.plan is None and text is None:
+        return PlanCheck((), ())
+    body = protocol_body(study, b"\0" * 32, [])
+    return check_recorded_plan(study, body, text)
 
 
 def checkpoint_file(phase: str | None, index: int) -> str:
@@ -462,7 +480,7 @@ def lock_study(root: str | Path, key: SigningKey) -> LockResult:
         raise unwitnessed
     return LockResult(
         events[-1].seq, len(files), len(order), body["schedule_sha256"], note, checkpoint_path,
-        tuple(study.replication_warnings()),
+        tuple(study.replication_warnings()) + plan_check(study).warnings,
     )
 
 
