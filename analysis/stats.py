@@ -722,8 +722,12 @@ def variance_component_cis(
     except (np.linalg.LinAlgError, FloatingPointError, ZeroDivisionError):
         return nan4
     crit = float(sps.norm.ppf(0.5 + conf / 2.0))
-    return (g * math.exp(-crit * se[0]), g * math.exp(crit * se[0]),
-            e * math.exp(-crit * se[1]), e * math.exp(crit * se[1]))
+
+    def exp(x: float) -> float:  # a bound beyond a double is +inf: the interval is withheld
+        return math.exp(x) if x < 709.0 else math.inf
+
+    return (g * exp(-crit * se[0]), g * exp(crit * se[0]),
+            e * exp(-crit * se[1]), e * exp(crit * se[1]))
 
 
 #: A variance component's Wald interval is withheld when its upper bound exceeds its lower by

@@ -443,3 +443,75 @@ def _compare_study(where: str, columns: dict[str, Any], derived: dict[str, Any],
             sens = col.get("sensitivity") or {}
             recorded = {n: sens.get(n, [None] * (k + 1))[k] for n in (*SENSITIVITY, "supports")}
             _same(f"{at}.sensitivity", recorded, row.get("sensitivity"), TOLERANCE)
+
+
+# ------------------------------------------------------------------ §8 the report's section
+
+REPORT_HEADING = "Sample-size justification (ledger plan, locked before the run)"
+REPORT_CAPTION = (
+    "Design diagnostics by simulation: share of simulated studies with a supported verdict "
+    "(power where the scenario's contrast is an effect, type-I error where it is 0), share "
+    "not computed, and how often each interval covers its truth"
+)
+REPORT_HEADER = [
+    "scenario", "replicates", "hypothesis", "truth", "P(supported)", "not computed",
+    "coverage: registered", "two-sided", "sensitivity (per-arm residual)",
+]  # fmt: skip
+
+
+def _percent(entry: Any) -> str:
+    share = entry.get("share") if isinstance(entry, dict) else None
+    if isinstance(share, bool) or not isinstance(share, int | float):
+        return "–"
+    return f"{share * 100:.1f}%"
+
+
+def report_text(record: dict[str, Any], seq: int, sha256: str) -> str:
+    """§8: the paragraph the report prints above the plan's table."""
+    s = record["settings"]
+    per = len(s["scenarios"])
+    names = ", ".join(str(x["name"]) for x in s["scenarios"])
+    reps = ", ".join(str(record["results"][i]["replicates"])
+                     for i in range(0, len(record["results"]), per))  # fmt: skip
+    primary = ", ".join(s["primary"]) if s["primary"] else "none"
+    return (
+        f"plan/plan.json locked at seq {seq} (SHA-256 {sha256[:16]}…): {s['studies']} "
+        f"simulated studies per scenario ({names}) and replicate setting ({reps}), seed "
+        f"{s['seed']}, each analysed with the registered analysis; power target "
+        f"{float(s['power_target']) * 100:.0f}% for the primary hypotheses ({primary})."
+    )
+
+
+def report_rows(record: dict[str, Any]) -> list[list[str]]:
+    """§8: the rows of the plan's table, per setting, scenario and hypothesis."""
+    out = []
+    for res in record["results"]:
+        for h in res["hypotheses"]:
+            suffix = (
+                " power"
+                if h["role"] == "power"
+                else (" type I" if h["role"] == "type-I error" else "")
+            )
+            name = f"{h['hypothesis']} (primary)" if h["primary"] else str(h["hypothesis"])
+            out.append([
+                str(res["scenario"]), str(res["replicates"]), name,
+                f"{h['truth'] * 100:+.1f} pp", _percent(h["supported"]) + suffix,
+                _percent(h["not_computed"]), _percent(h["coverage"].get("registered")),
+                _percent(h["coverage"].get("two_sided")),
+                _percent((h.get("sensitivity") or {}).get("probe_by_arm_arm_residual")),
+            ])  # fmt: skip
+    return out
+
+
+def locked_record(data: bytes | None) -> dict[str, Any] | None:
+    """The locked plan record if it is a readable version-1 record, else None.
+
+    Without one the report has no plan section; the ``plan`` check says why.
+    """
+    if data is None:
+        return None
+    try:
+        record = json.loads(data)
+    except ValueError:
+        return None
+    return record if isinstance(record, dict) and record.get("version") == 1 else None
