@@ -118,7 +118,8 @@ def test_icc_gives_the_stimulus_sd_from_the_mean_residual_variance(
     tmp_path: Path, study_template: Path
 ) -> None:
     plan = PLAN.replace("stimulus_sd = 0.14", "icc = 0.2").replace(
-        "residual_sd = { A = 0.02, B = 0.26, C = 0.3, D = 0.25, E = 0.02 }", "residual_sd = 0.3")
+        "residual_sd = { A = 0.02, B = 0.26, C = 0.3, D = 0.25, E = 0.02 }", "residual_sd = 0.3"
+    )
     root = _with_plan(Path(shutil.copytree(study_template, tmp_path / "s")), plan)
     spec = load_study(root).plan
     assert spec is not None
@@ -180,7 +181,7 @@ def test_each_simulated_study_is_analysed_by_the_registered_model(planned: Any) 
 
 
 def test_record_counts_every_study_and_says_what_it_cost(planned: Any) -> None:
-    root, run, _home = planned
+    root, _run, _home = planned
     record = json.loads((root / "plan" / "plan.json").read_text(encoding="utf-8"))
     assert record["version"] == 1 and record["settings"]["studies"] == 10
     (res,) = record["results"]
@@ -199,7 +200,8 @@ def test_a_plan_slower_than_max_seconds_refuses_before_it_starts(
     tmp_path: Path, study_template: Path
 ) -> None:
     plan = PLAN.replace("studies = 10", "studies = 100000").replace(
-        "max_seconds = 600", "max_seconds = 1")
+        "max_seconds = 600", "max_seconds = 1"
+    )
     root = _with_plan(Path(shutil.copytree(study_template, tmp_path / "s")), plan)
     with pytest.raises(PlanError, match=r"would take about \d+ s .*more than plan\.max_seconds"):
         plan_study(root)
@@ -222,8 +224,7 @@ def test_lock_warnings_name_low_coverage_and_low_power() -> None:
     assert warnings == [
         "plan: the registered interval of H1 covers its truth in less than 90% of the "
         "simulated studies (demo at 30 replicates: 42.5% of 200)",
-        "plan: primary hypothesis H1 has power below the target 80% (demo at 30 "
-        "replicates: 50.0%)",
+        "plan: primary hypothesis H1 has power below the target 80% (demo at 30 replicates: 50.0%)",
     ]
 
 
@@ -251,12 +252,16 @@ def test_a_plan_of_another_design_is_refused_at_lock(planned: Any, tmp_path: Pat
     root, _run, home = planned
     copy_root = Path(shutil.copytree(root, tmp_path / "s"))
     spec = copy_root / "study.toml"
-    spec.write_text(spec.read_text("utf-8").replace("min_difference_pp = 10",
-                                                    "min_difference_pp = 12"), "utf-8")
+    spec.write_text(
+        spec.read_text("utf-8").replace("min_difference_pp = 10", "min_difference_pp = 12"), "utf-8"
+    )
     with pytest.MonkeyPatch.context() as mp:
         mp.setenv("PROMPT_LEDGER_HOME", str(home))
-        with pytest.raises(StudyError, match=r"plan/plan\.json: inputs_sha256 [0-9a-f]{64} was "
-                           r"computed for another design or \[plan\]"):
+        with pytest.raises(
+            StudyError,
+            match=r"plan/plan\.json: inputs_sha256 [0-9a-f]{64} was "
+            r"computed for another design or \[plan\]",
+        ):
             lock_study(copy_root, study_key())
 
 
@@ -362,3 +367,52 @@ def test_a_locked_plan_verifies_in_the_exported_archive_and_report(
     assert report.ok, [c.to_dict() for c in report.checks if c.status.value == "FAIL"]
     html = (tmp_path / "archive" / "analysis" / "report.html").read_text("utf-8")
     assert "Sample-size justification (ledger plan, locked before the run)" in html
+
+
+@pytest.mark.slow
+def test_template_plan_reproduces_the_measured_coverage_and_the_lock_warns(
+    tmp_path: Path, study_template: Path
+) -> None:
+    """Issue 37's acceptance: the template's plan against bench_coverage's closed forms.
+
+    bench_coverage simulates the same generative model (the demo's components) with its own
+    code and seed and computes both intervals in closed form; the plan's coverage of the
+    registered (two-sided) and the sensitivity interval of H1 must agree within Monte Carlo
+    error (4 combined SEs), at 4 and 30 replicates; then the lock warns about H1.
+    """
+    from helpers import study_key
+
+    from ledger import Ledger
+
+    sys.path.insert(0, str(ROOT / "benchmarks"))
+    try:
+        import bench_coverage as bc
+    finally:
+        sys.path.remove(str(ROOT / "benchmarks"))
+    root = Path(shutil.copytree(study_template, tmp_path / "s"))
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setenv("PROMPT_LEDGER_HOME", str(tmp_path / "home"))
+        with Ledger.create(root / "ledger.db", origin="prompt-ledger.local/prompt-tumbling-e",
+                           key=study_key()):  # fmt: skip
+            pass
+        run = plan_study(root, force=True)
+        warnings = lock_study(root, study_key()).warnings
+    comp = bc.components(bc.DEMO_TRIALS)
+    truth = comp["means"]["A"] - comp["means"]["B"]
+    rng = np.random.default_rng(20260501)
+    for res in run.record["results"]:
+        if res["scenario"] != "demo":
+            continue
+        y = bc.simulate(rng, comp, 2000, 6, res["replicates"])
+        rl, ru = bc.registered(y)
+        sl, su, _df = bc.sensitivity(y)
+        want = {"two_sided": float(np.mean((rl <= truth) & (truth <= ru))),
+                "sensitivity": float(np.mean((sl <= truth) & (truth <= su)))}  # fmt: skip
+        h1 = next(h for h in res["hypotheses"] if h["hypothesis"] == "H1")
+        got = {"two_sided": h1["coverage"]["two_sided"],
+               "sensitivity": h1["sensitivity"]["probe_by_arm_arm_residual"]}  # fmt: skip
+        for name, share in want.items():
+            se = np.hypot(got[name]["mc_se"], np.sqrt(share * (1 - share) / 2000))
+            assert abs(got[name]["share"] - share) <= 4 * se, (res["replicates"], name, got,
+                                                               want)  # fmt: skip
+    assert any("two-sided registered interval of H1" in w for w in warnings), warnings
