@@ -506,6 +506,10 @@ def plan_study(root: str | Path, *, studies: int | None = None, force: bool = Fa
             f"setting(s)), more than plan.max_seconds = {spec.max_seconds:g}; lower "
             "plan.studies, set sensitivity = false, or pass --force"
         )
+    if progress is not None:
+        total = spec.studies * len(spec.scenarios) * len(_settings(spec, study))
+        progress(f"estimated {estimate:.0f} s for {total} simulated studies (two timed per "
+                 f"replicate setting); starting")  # fmt: skip
     start = time.perf_counter()
     body = run_plan(study, spec, protocol, stimuli, progress)
     seconds = time.perf_counter() - start

@@ -416,3 +416,17 @@ def test_template_plan_reproduces_the_measured_coverage_and_the_lock_warns(
             assert abs(got[name]["share"] - share) <= 4 * se, (res["replicates"], name, got,
                                                                want)  # fmt: skip
     assert any("two-sided registered interval of H1" in w for w in warnings), warnings
+
+
+def test_plan_on_a_locked_study_writes_nothing_and_compares(planned: Any, tmp_path: Path) -> None:
+    from helpers import study_key
+
+    root, _run, home = planned
+    copy_root = Path(shutil.copytree(root, tmp_path / "s"))
+    before = (copy_root / "plan" / "plan.json").read_bytes()
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setenv("PROMPT_LEDGER_HOME", str(home))
+        lock_study(copy_root, study_key())
+        again = plan_study(copy_root)
+    assert again.path is None and again.locked_match is True
+    assert (copy_root / "plan" / "plan.json").read_bytes() == before
