@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import copy
 import json
+import math
 import re
 import shutil
 import sys
@@ -430,3 +431,27 @@ def test_plan_on_a_locked_study_writes_nothing_and_compares(planned: Any, tmp_pa
         again = plan_study(copy_root)
     assert again.path is None and again.locked_match is True
     assert (copy_root / "plan" / "plan.json").read_bytes() == before
+
+
+def test_a_variance_interval_beyond_a_double_is_withheld_on_both_sides() -> None:
+    """Regression: ledger plan's null scenario at 30 replicates, study 14, H4-pooled's subset.
+
+    On the closed-form REML path its group variance (3.8e-7) has a log-scale SE of 771, so
+    exp(1.96·SE) overflowed
+    ``math.exp`` and stopped the analysis (and the verifier) with an OverflowError; the bound
+    is +inf now and the interval withheld (docs/statistics.md, "Variance-component CIs").
+    """
+    import pandas as pd
+
+    from analysis import stats
+    from verify import _restats
+
+    t = pd.read_csv(ROOT / "tests" / "vectors" / "variance-ci-overflow.csv")
+    with stats.closed_form_fits():  # the path that met it (statsmodels' calls this one singular)
+        fit = stats.mixed_model(t, "accuracy", "arm", "stimulus", "A")
+    assert not fit.singular and 0 < fit.group_variance < 1e-6
+    assert math.isnan(fit.group_variance_ci_upper)  # withheld
+    assert fit.variance_ci_note is not None and "group variance" in fit.variance_ci_note
+    mine = _restats.mixed_model(t["accuracy"].tolist(), t["arm"].astype(str).tolist(),
+                                t["stimulus"].astype(str).tolist(), "A")  # fmt: skip
+    assert mine["group_variance_ci_upper"] is None or math.isnan(mine["group_variance_ci_upper"])
