@@ -455,3 +455,74 @@ def test_a_variance_interval_beyond_a_double_is_withheld_on_both_sides() -> None
     mine = _restats.mixed_model(t["accuracy"].tolist(), t["arm"].astype(str).tolist(),
                                 t["stimulus"].astype(str).tolist(), "A")  # fmt: skip
     assert mine["group_variance_ci_upper"] is None or math.isnan(mine["group_variance_ci_upper"])
+
+
+def test_clip_mean_is_the_mean_of_the_clipped_normal() -> None:
+    from analysis.plan import _clip_mean
+    from verify._plan import _clip_mean as verifier_clip_mean
+
+    rng = np.random.default_rng(3)
+    for m, s in ((0.9, 0.2), (0.5, 0.3), (0.05, 0.1), (1.2, 0.4)):
+        x = np.clip(rng.normal(m, s, 400_000), 0, 1)
+        assert _clip_mean(m, s) == pytest.approx(float(x.mean()), abs=4 * x.std() / 632)
+        assert verifier_clip_mean(m, s) == pytest.approx(_clip_mean(m, s), rel=1e-12)
+
+
+MODELS = """[models.big]
+provider = "anthropic"
+id = "claude-sonnet-4-6"
+max_tokens = 2048
+temperature = 1.0
+
+[models.small]
+provider = "anthropic"
+id = "claude-haiku-4-5"
+max_tokens = 2048
+temperature = 1.0
+"""
+BINOMIAL = """
+[plan]
+seed = 11
+studies = 10
+sensitivity = false
+
+[[plan.scenarios]]
+name = "two-models"
+rates = { A = 0.9, B = 0.6, C = 0.6, D = 0.5, E = 0.9 }
+models = { small = -0.2 }
+stimulus_sd = 0.1
+stimulus_arm_sd = 0.05
+parse_failure = { B = 0.05 }
+"""
+
+
+def test_binomial_plan_with_two_models_verifies(tmp_path: Path, study_template: Path) -> None:
+    """Four-part trial ids, the model a fixed factor, binomial draws: both sides agree."""
+    from helpers import study_key
+
+    from ledger import Ledger
+
+    root = _with_plan(Path(shutil.copytree(study_template, tmp_path / "s")), BINOMIAL, 2)
+    spec = root / "study.toml"
+    text = spec.read_text("utf-8")
+    start = text.index("[model]\n")
+    end = text.index("\n\n", start)
+    spec.write_text(text[:start] + MODELS + text[end + 2 :], "utf-8")
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setenv("PROMPT_LEDGER_HOME", str(tmp_path / "home"))
+        with Ledger.create(root / "ledger.db", origin="prompt-ledger.local/prompt-tumbling-e",
+                           key=study_key()):  # fmt: skip
+            pass
+        run = plan_study(root)
+    (res,) = run.record["results"]
+    assert res["trials"] == 140
+    h1 = next(h for h in res["hypotheses"] if h["hypothesis"] == "H1")
+    from analysis.plan import _clip_mean
+
+    spread = float(np.hypot(0.1, 0.05))
+    want = np.mean([_clip_mean(0.9, spread) - _clip_mean(0.6, spread),
+                    _clip_mean(0.7, spread) - _clip_mean(0.4, spread)])  # fmt: skip
+    assert h1["truth"] == pytest.approx(want, rel=1e-12)
+    body, ids, record = _inputs(root)
+    ok, message = check_record(body, ids, json.dumps(record).encode())
+    assert ok, message
