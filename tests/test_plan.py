@@ -526,3 +526,31 @@ def test_binomial_plan_with_two_models_verifies(tmp_path: Path, study_template: 
     body, ids, record = _inputs(root)
     ok, message = check_record(body, ids, json.dumps(record).encode())
     assert ok, message
+
+
+def test_report_section_twins_agree() -> None:
+    """The writer's section (analysis/report_plan.py) and the verifier's (verify/_plan.py)."""
+    from analysis import report_plan as rp
+    from verify import _plan as vp
+
+    def h(hid: str, role: str, primary: bool, sens: float | None) -> dict[str, Any]:
+        return {"hypothesis": hid, "primary": primary, "role": role, "truth": -0.2649,
+                "supported": {"share": 0.935}, "not_computed": {"share": 0.0},
+                "coverage": {"registered": {"share": 0.425}, "two_sided": {"share": None}},
+                **({"sensitivity": {"probe_by_arm_arm_residual": {"share": sens}}}
+                   if sens is not None else {})}  # fmt: skip
+
+    record = {
+        "settings": {"studies": 200, "seed": "5", "power_target": 0.8, "primary": ["H1"],
+                     "scenarios": [{"name": "demo"}, {"name": "null"}]},
+        "results": [{"scenario": sc, "replicates": r, "hypotheses": [
+            h("H1", "power", True, 0.95), h("H2", "type-I error", False, None),
+            h("H3", "share supported", False, 1.0)]}
+            for r in (4, 30) for sc in ("demo", "null")],
+    }  # fmt: skip
+    assert rp.PLAN_HEADING == vp.REPORT_HEADING and rp.PLAN_CAPTION == vp.REPORT_CAPTION
+    assert list(rp.PLAN_HEADER) == vp.REPORT_HEADER
+    assert rp.plan_rows(record) == vp.report_rows(record)
+    assert rp.plan_intro(record, 17, "ab" * 32) == vp.report_text(record, 17, "ab" * 32)
+    assert rp.plan_rows(record)[0] == ["demo", "4", "H1 (primary)", "-26.5 pp", "93.5% power",
+                                       "0.0%", "42.5%", "–", "95.0%"]  # fmt: skip
