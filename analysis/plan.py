@@ -234,6 +234,8 @@ def _analyse_one(plan: dict[str, Any], spec: PlanSpec, sc: Scenario, d: _Design,
                  stimuli: dict[str, dict[str, Any]], rng: np.random.Generator,
                  analysed_ids: list[str]) -> dict[str, Any]:  # fmt: skip
     frame, u, w = simulate_trials(sc, d, stimuli, rng)
+    if not (plan.get("analysis") or {}).get("exclude_unparseable", True):
+        frame["excluded"] = False  # load_dataset: an unparseable trial then counts as 0
     items = pd.DataFrame(columns=[*an.VARIANT_ITEM_COLUMNS, *an.CLOZE_ITEM_COLUMNS])
     models = tuple(plan.get("model_order") or ())
     ds = an.Dataset(frame, items, tuple(sorted(plan["arms"])), (), "", {}, models,
@@ -398,6 +400,11 @@ def _json_bounds(bounds: Any) -> list[float | None] | None:
 
 def _check_plan(study: Any, protocol: dict[str, Any]) -> None:
     problems = []
+    if (protocol.get("analysis") or {}).get("random_intercept") == "source":
+        problems.append(
+            "study.toml: analysis.random_intercept: ledger plan draws an effect per "
+            "stimulus and does not simulate a random intercept by source yet"
+        )
     for i, h in enumerate(protocol["hypotheses"]):
         if h["test"] not in PLAN_TESTS:
             problems.append(f"study.toml: hypotheses[{i}].test: {h['id']} uses {h['test']!r}, "

@@ -554,3 +554,35 @@ def test_report_section_twins_agree() -> None:
     assert rp.plan_intro(record, 17, "ab" * 32) == vp.report_text(record, 17, "ab" * 32)
     assert rp.plan_rows(record)[0] == ["demo", "4", "H1 (primary)", "-26.5 pp", "93.5% power",
                                        "0.0%", "42.5%", "–", "95.0%"]  # fmt: skip
+
+
+def test_unparseable_trials_count_as_zero_when_not_excluded_on_both_sides(
+    tmp_path: Path, study_template: Path
+) -> None:
+    from helpers import study_key
+
+    from ledger import Ledger
+
+    plan = BINOMIAL.replace("parse_failure = { B = 0.05 }", "parse_failure = 0.3")
+    root = _with_plan(Path(shutil.copytree(study_template, tmp_path / "s")), plan, 2)
+    spec = root / "study.toml"
+    spec.write_text(
+        spec.read_text("utf-8").replace(
+            "exclude_unparseable = true", "exclude_unparseable = false"
+        ),
+        "utf-8",
+    )
+    text = spec.read_text("utf-8")
+    assert "exclude_unparseable = false" in text
+    spec.write_text(text.replace("models = { small = -0.2 }\n", ""), "utf-8")
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setenv("PROMPT_LEDGER_HOME", str(tmp_path / "home"))
+        with Ledger.create(root / "ledger.db", origin="prompt-ledger.local/prompt-tumbling-e",
+                           key=study_key()):  # fmt: skip
+            pass
+        run = plan_study(root)
+    h1 = next(h for h in run.record["results"][0]["hypotheses"] if h["hypothesis"] == "H1")
+    assert h1["mean_estimate"] == pytest.approx(0.7 * h1["truth"], abs=0.08)
+    body, ids, record = _inputs(root)
+    ok, message = check_record(body, ids, json.dumps(record).encode())
+    assert ok, message

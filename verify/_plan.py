@@ -226,6 +226,9 @@ def _rerun(protocol: dict[str, Any], settings: dict[str, Any], sc: dict[str, Any
            stimuli: dict[str, Any], rng: np.random.Generator) -> dict[str, Any]:  # fmt: skip
     """One simulated study through this verifier's own analysis: per hypothesis numbers."""
     rows, u, w = _simulate(sc, keys, trials, stimuli, rng)
+    if (protocol.get("analysis") or {}).get("exclude_unparseable", True) is False:
+        for trial in rows:  # analysis.md §2: an unparseable trial then scores 0 and stays
+            trial["excluded"] = False
     ds = sci._Dataset(
         rows,
         [],
