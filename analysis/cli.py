@@ -309,8 +309,10 @@ def analyze(study_dir: Path, key_file: str | None, as_json: bool) -> None:
               help="Simulated studies per scenario and setting (default: [plan] studies).")
 @click.option("--force", is_flag=True,
               help="Run even when the estimated cost exceeds [plan] max_seconds.")
+@click.option("--jobs", type=click.IntRange(1, 256), default=1, show_default=True,
+              help="Worker processes (the record is the same for any number).")
 @click.option("--json", "as_json", is_flag=True, help="Print the plan record as JSON.")
-def plan_cmd(study_dir: Path, studies: int | None, force: bool, as_json: bool) -> None:
+def plan_cmd(study_dir: Path, studies: int | None, force: bool, jobs: int, as_json: bool) -> None:
     """Design diagnostics by simulation, before the lock: power, type-I error, coverage.
 
     Simulates the study's trial data under each [[plan.scenarios]] of study.toml (no API
@@ -323,13 +325,14 @@ def plan_cmd(study_dir: Path, studies: int | None, force: bool, as_json: bool) -
     Example:
       ledger plan my-study
       ledger plan my-study --studies 50
+      ledger plan my-study --jobs 8
     """
     from analysis.plan import lock_warnings, plan_study
 
     def progress(line: str) -> None:
         click.echo(f"  {line}", err=True)
 
-    run = plan_study(study_dir, studies=studies, force=force, progress=progress)
+    run = plan_study(study_dir, studies=studies, force=force, progress=progress, jobs=jobs)
     if as_json:
         dump_json(run.record)
         return

@@ -450,38 +450,60 @@ def estimate_cost(study: Any, spec: PlanSpec, protocol: dict[str, Any],
     return total
 
 
+def _one_study(args: tuple[Any, ...]) -> dict[str, Any]:
+    """One study by its indices (a process pool's unit: the seed makes it independent)."""
+    protocol, spec, sc, d, stimuli, analysed, si, ci, k = args
+    rng = np.random.default_rng([int(spec.seed), si, ci, k])
+    return _run_one(protocol, spec, sc, d, stimuli, rng, analysed)
+
+
 def run_plan(study: Any, spec: PlanSpec, protocol: dict[str, Any],
-             stimuli: dict[str, dict[str, Any]],
-             progress: Callable[[str], None] | None = None) -> dict[str, Any]:  # fmt: skip
-    """Every setting × scenario × study; the ``results`` member of ``plan/plan.json``."""
+             stimuli: dict[str, dict[str, Any]], progress: Callable[[str], None] | None = None,
+             jobs: int = 1) -> dict[str, Any]:  # fmt: skip
+    """Every setting × scenario × study; the ``results`` member of ``plan/plan.json``.
+
+    ``jobs > 1`` runs the studies in that many worker processes; each study draws from its own
+    generator (``docs/planning.md`` §2), so the record is the same for any ``jobs``.
+    """
     analysed = sorted(s for s, i in stimuli.items() if not i["control"])
     results = []
-    for si, reps in enumerate(_settings(spec, study)):
-        d = _design(_trial_ids(study, reps))
-        for ci, sc in enumerate(spec.scenarios):
-            start = time.perf_counter()
-            rows = [
-                _run_one(protocol, spec, sc, d, stimuli,
-                         np.random.default_rng([int(spec.seed), si, ci, k]), analysed)
-                for k in range(spec.studies)
-            ]  # fmt: skip
-            seconds = time.perf_counter() - start
-            summary = summarise(protocol, spec, sc, d, rows)
-            results.append({"replicates": reps, "scenario": sc.name, "trials": len(d.trials),
-                            **summary, "studies": _columns(protocol, rows)})  # fmt: skip
-            if progress is not None:
-                progress(f"{sc.name} at {reps} replicates: {spec.studies} studies in "
-                         f"{seconds:.1f} s")  # fmt: skip
+    pool = None
+    if jobs > 1:
+        import multiprocessing
+        from concurrent.futures import ProcessPoolExecutor
+
+        pool = ProcessPoolExecutor(jobs, mp_context=multiprocessing.get_context("spawn"))
+    try:
+        for si, reps in enumerate(_settings(spec, study)):
+            d = _design(_trial_ids(study, reps))
+            for ci, sc in enumerate(spec.scenarios):
+                start = time.perf_counter()
+                work = [(protocol, spec, sc, d, stimuli, analysed, si, ci, k)
+                        for k in range(spec.studies)]  # fmt: skip
+                rows = (list(pool.map(_one_study, work, chunksize=max(1, len(work) // (4 * jobs))))
+                        if pool is not None else [_one_study(w) for w in work])  # fmt: skip
+                seconds = time.perf_counter() - start
+                summary = summarise(protocol, spec, sc, d, rows)
+                results.append({"replicates": reps, "scenario": sc.name, "trials": len(d.trials),
+                                **summary, "studies": _columns(protocol, rows)})  # fmt: skip
+                if progress is not None:
+                    progress(f"{sc.name} at {reps} replicates: {spec.studies} studies in "
+                             f"{seconds:.1f} s")  # fmt: skip
+    finally:
+        if pool is not None:
+            pool.shutdown()
     return {"results": results}
 
 
 def plan_study(root: str | Path, *, studies: int | None = None, force: bool = False,
-               progress: Callable[[str], None] | None = None) -> PlanRun:  # fmt: skip
+               progress: Callable[[str], None] | None = None,
+               jobs: int = 1) -> PlanRun:  # fmt: skip
     """Run ``[plan]`` of the study at ``root`` and write ``plan/plan.json`` (before the lock).
 
     ``studies`` overrides ``[plan] studies`` (the record says so). The cost is estimated first
     (two studies per setting timed); above ``[plan] max_seconds`` the plan refuses to start
-    unless ``force``. On a locked study nothing is written: the locked spec must be unchanged
+    unless ``force``; ``jobs`` worker processes divide the estimate and the run (the record does
+    not depend on it). On a locked study nothing is written: the locked spec must be unchanged
     and the run is compared with the locked plan (:attr:`PlanRun.locked_match`).
     """
     from runner.lock import ledger_path, protocol_body
@@ -505,7 +527,9 @@ def plan_study(root: str | Path, *, studies: int | None = None, force: bool = Fa
     _check_plan(study, protocol)
     stimuli = plan_stimuli(study)
     inputs = plan_inputs(protocol, spec.record(), stimuli)
-    estimate = estimate_cost(study, spec, protocol, stimuli)
+    if not 1 <= jobs <= 256:
+        raise PlanError(f"--jobs: must be from 1 to 256, got {jobs}")
+    estimate = estimate_cost(study, spec, protocol, stimuli) / jobs
     if estimate > spec.max_seconds and not force:
         raise PlanError(
             f"plan: this plan would take about {estimate:.0f} s ({spec.studies} studies x "
@@ -518,7 +542,7 @@ def plan_study(root: str | Path, *, studies: int | None = None, force: bool = Fa
         progress(f"estimated {estimate:.0f} s for {total} simulated studies (two timed per "
                  f"replicate setting); starting")  # fmt: skip
     start = time.perf_counter()
-    body = run_plan(study, spec, protocol, stimuli, progress)
+    body = run_plan(study, spec, protocol, stimuli, progress, jobs)
     seconds = time.perf_counter() - start
     record = {
         "version": PLAN_VERSION, "study": study.id, "inputs_sha256": inputs,

@@ -586,3 +586,13 @@ def test_unparseable_trials_count_as_zero_when_not_excluded_on_both_sides(
     body, ids, record = _inputs(root)
     ok, message = check_record(body, ids, json.dumps(record).encode())
     assert ok, message
+
+
+@pytest.mark.slow  # spawning workers that import numpy, pandas and statsmodels takes a while
+def test_worker_processes_give_the_same_record(planned: Any, tmp_path: Path) -> None:
+    root, run, home = planned
+    copy_root = Path(shutil.copytree(root, tmp_path / "s"))
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setenv("PROMPT_LEDGER_HOME", str(home))
+        again = plan_study(copy_root, jobs=2)
+    assert again.record["results"] == run.record["results"]
