@@ -388,8 +388,6 @@ def _load_for_lock(root: Path) -> Study:
             raise StudyError(f"cannot lock: {exc}") from exc
         raise StudyError(f"cannot lock, the spec has {count} problems:\n{exc}") from exc
     problems = validate_for_lock(study)
-    if not problems:
-        problems += list(plan_check(study).problems)
     if problems:
         sep = " " if len(problems) == 1 else "\n"
         raise StudyError("cannot lock:" + sep + "\n".join(problems))
@@ -451,6 +449,10 @@ def lock_study(root: str | Path, key: SigningKey) -> LockResult:
             return LockResult(seq, count, len(whole), digest, note, checkpoint_path,
                               tuple(study.replication_warnings()))  # fmt: skip
         check_origin_matches(study, log.origin, path)
+        planned = plan_check(study)  # the first lock only: a later phase keeps its plan
+        if planned.problems:
+            sep = " " if len(planned.problems) == 1 else "\n"
+            raise StudyError("cannot lock:" + sep + "\n".join(planned.problems))
         secret = blinding_secret(study, create=True)
         order = schedule(study.seed, study.trial_ids())
         files = study.locked_files()
@@ -480,7 +482,7 @@ def lock_study(root: str | Path, key: SigningKey) -> LockResult:
         raise unwitnessed
     return LockResult(
         events[-1].seq, len(files), len(order), body["schedule_sha256"], note, checkpoint_path,
-        tuple(study.replication_warnings()) + plan_check(study).warnings,
+        tuple(study.replication_warnings()) + planned.warnings,
     )
 
 
