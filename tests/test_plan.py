@@ -570,3 +570,20 @@ def test_worker_processes_give_the_same_record(planned: Any, tmp_path: Path) -> 
         mp.setenv("PROMPT_LEDGER_HOME", str(home))
         again = plan_study(copy_root, jobs=2)
     assert again.record["results"] == run.record["results"]
+
+
+def test_verifier_bounds_a_re_hashed_hostile_plan(planned: Any) -> None:
+    """A record whose settings ask for an enormous simulation, its inputs hash recomputed to
+    match: refused before anything is built."""
+    from verify._plan import inputs_sha256
+
+    body, ids, record = _inputs(planned[0])
+    for key, value, message in (
+        ("replicates", [10_000_000], r"settings\.replicates 10000000 is not from 2 to 10,000"),
+        ("studies", 10**9, r"settings\.studies 1000000000 is not from 10 to 100,000"),
+    ):
+        changed = copy.deepcopy(record)
+        changed["settings"][key] = value
+        changed["inputs_sha256"] = inputs_sha256(body, changed["settings"], changed["stimuli"])
+        ok, said = check_record(body, ids, json.dumps(changed).encode())
+        assert not ok and re.search(message, said), said

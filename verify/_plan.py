@@ -33,6 +33,8 @@ from verify._report import Check, Status
 PLAN_PATH = "plan/plan.json"
 RECHECK = 1
 """Simulated studies re-run per replicate setting and scenario."""
+MAX_TRIALS = 1_000_000
+"""The largest simulated study (trials per replicate setting) the check re-simulates."""
 TOLERANCE = 1e-4
 """Relative tolerance of a re-simulated study's numbers. Wider than the reanalysis's 1e-6: a
 plan records no variance components, so the verifier finds its own REML maxima, and two
@@ -394,6 +396,18 @@ def _check(protocol: dict[str, Any], schedule: list[str], record: dict[str, Any]
             f"design's ({want}): the plan was computed for another design or plan"
         )
     design_reps = int((protocol.get("design") or {}).get("replicates", 0))
+    studies = settings["studies"]
+    if isinstance(studies, bool) or not isinstance(studies, int) or not 10 <= studies <= 100_000:
+        return False, f"settings.studies {studies!r} is not from 10 to 100,000"
+    for reps in settings["replicates"]:
+        if isinstance(reps, bool) or not isinstance(reps, int) or not 2 <= reps <= 10_000:
+            return False, f"settings.replicates {reps!r} is not from 2 to 10,000"
+        cells = len({t.rsplit("|", 1)[0] for t in schedule})
+        if cells * reps > MAX_TRIALS:
+            return False, (
+                f"a replicate setting of {reps} gives {cells * reps:,} trials, more "
+                f"than the {MAX_TRIALS:,} this verifier re-simulates"
+            )
     analysed = {_parts(t)[2] for t in schedule}
     if set(stimuli) != analysed:
         return False, f"its stimuli {sorted(stimuli)} are not the schedule's {sorted(analysed)}"
