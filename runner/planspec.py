@@ -43,6 +43,9 @@ DISTRIBUTIONS: Final = ("binomial", "normal")
 COVERAGE_FLOOR: Final = 0.90
 """``ledger lock`` warns when a registered interval covers its truth less often than this."""
 MAX_STUDIES: Final = 100_000
+MAX_SCENARIOS: Final = 50
+MAX_SETTINGS: Final = 10
+"""A plan has at most this many scenarios and replicate settings (``docs/planning.md`` §1)."""
 _NAME: Final = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$")
 Add = Callable[..., None]
 
@@ -279,13 +282,14 @@ def parse_plan(data: Mapping[str, Any], add: Add, *, arms: Sequence[str],
         elif (
             not isinstance(reps_raw, list)
             or not reps_raw
+            or len(reps_raw) > MAX_SETTINGS
             or not all(
                 isinstance(r, int) and not isinstance(r, bool) and 2 <= r <= 10_000
                 for r in reps_raw
             )
         ):
-            add("plan.replicates", f"must be a list of replicate counts from 2 to 10,000, got "
-                f"{reps_raw!r}", ("plan", "replicates"))  # fmt: skip
+            add("plan.replicates", f"must be a list of at most {MAX_SETTINGS} replicate counts "
+                f"from 2 to 10,000, got {reps_raw!r}", ("plan", "replicates"))  # fmt: skip
         else:
             reps = list(dict.fromkeys(reps_raw))
     sensitivity = raw.get("sensitivity", True)
@@ -299,6 +303,9 @@ def parse_plan(data: Mapping[str, Any], add: Add, *, arms: Sequence[str],
     scenarios: list[Scenario] = []
     if not isinstance(scenarios_raw, list) or not scenarios_raw:
         add("plan.scenarios", "at least one [[plan.scenarios]] is needed", ("plan",))
+    elif len(scenarios_raw) > MAX_SCENARIOS:
+        add("plan.scenarios", f"{len(scenarios_raw)} scenarios, more than the {MAX_SCENARIOS} a "
+            "plan may have", ("plan",))  # fmt: skip
     else:
         names: set[str] = set()
         for i, entry in enumerate(scenarios_raw):

@@ -399,6 +399,8 @@ def _check(protocol: dict[str, Any], schedule: list[str], record: dict[str, Any]
     studies = settings["studies"]
     if isinstance(studies, bool) or not isinstance(studies, int) or not 10 <= studies <= 100_000:
         return False, f"settings.studies {studies!r} is not from 10 to 100,000"
+    if len(settings["scenarios"]) > 50 or len(settings["replicates"]) > 10:
+        return False, "more than 50 scenarios or 10 replicate settings (planning.md §1)"
     for reps in settings["replicates"]:
         if isinstance(reps, bool) or not isinstance(reps, int) or not 2 <= reps <= 10_000:
             return False, f"settings.replicates {reps!r} is not from 2 to 10,000"
