@@ -587,3 +587,46 @@ def test_verifier_bounds_a_re_hashed_hostile_plan(planned: Any) -> None:
         changed["inputs_sha256"] = inputs_sha256(body, changed["settings"], changed["stimuli"])
         ok, said = check_record(body, ids, json.dumps(changed).encode())
         assert not ok and re.search(message, said), said
+
+
+VARIANT_PLAN = """
+[plan]
+seed = 3
+studies = 10
+sensitivity = false
+
+[[plan.scenarios]]
+name = "orders"
+rates = { A = 0.8, B = 0.5 }
+variants = { rot1 = -0.3 }
+stimulus_sd = 0.1
+"""
+
+
+def test_a_variant_study_plans_with_a_variant_shift_and_verifies(tmp_path: Path) -> None:
+    """Five-part trial ids (arm|model|item|variant|rep), single-answer items: both sides."""
+    from test_variants import SPEC, write_study
+
+    hypotheses = (
+        '[[hypotheses]]\nid = "H1"\ndescription = "The task text helps."\n'
+        'contrast = ["A", "B"]\ntest = "lmm"\nsides = "two-sided"\nalpha = 0.05\n'
+    )
+    start = SPEC.index("[[hypotheses]]")
+    end = SPEC.index("[analysis]")
+    spec = (SPEC[:start] + hypotheses + "\n" + SPEC[end:]).replace(
+        "replicates = 1", "replicates = 3"
+    )
+    root = write_study(tmp_path / "s", spec + VARIANT_PLAN)
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setenv("PROMPT_LEDGER_HOME", str(tmp_path / "home"))
+        run = plan_study(root)
+    (res,) = run.record["results"]
+    (h1,) = res["hypotheses"]
+    # A runs 7 variants (one shifted by -0.3), B runs 2 (one shifted): the means over cells
+    from analysis.plan import _clip_mean as cm
+
+    want = (6 * cm(0.8, 0.1) + cm(0.5, 0.1)) / 7 - (cm(0.5, 0.1) + cm(0.2, 0.1)) / 2
+    assert h1["truth"] == pytest.approx(want, rel=1e-12)
+    body, ids, record = _inputs(root)
+    ok, message = check_record(body, ids, json.dumps(record).encode())
+    assert ok, message
