@@ -548,7 +548,6 @@ def plan_study(root: str | Path, *, studies: int | None = None, force: bool = Fa
         "version": PLAN_VERSION, "study": study.id, "inputs_sha256": inputs,
         "settings": spec.record(), "stimuli": stimuli,
         "software": {"numpy": np.__version__},
-        "cost": {"seconds": round(seconds, 3), "estimate_seconds": round(estimate, 3)},
         **body,
     }  # fmt: skip
     if locked is not None:
