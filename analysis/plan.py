@@ -256,7 +256,8 @@ def _analyse_one(plan: dict[str, Any], spec: PlanSpec, sc: Scenario, d: _Design,
                 row[name] = [lo, hi]
         out["hypotheses"][h["id"]] = row
     if spec.sensitivity and any(h["test"] == "lmm" for h in plan["hypotheses"]):
-        sens = an.sensitivity_lmm(ds, plan, fit, tested, starts=_starts(sc))
+        items = float(np.mean([stimuli[s]["items"] for s in analysed_ids]))
+        sens = an.sensitivity_lmm(ds, plan, fit, tested, starts=_starts(sc, items))
         for c in ((sens.values or {}).get("contrasts") or []) if sens is not None else []:
             row = {}
             for name in SENSITIVITY_INTERVALS:
@@ -271,12 +272,20 @@ def _analyse_one(plan: dict[str, Any], spec: PlanSpec, sc: Scenario, d: _Design,
     return out
 
 
-def _starts(sc: Scenario) -> Callable[[str, list[str]], Sequence[float] | None]:
-    """Warm starts for the sensitivity fits: the scenario's own variances (``normal`` only)."""
+def _starts(sc: Scenario, items: float) -> Callable[[str, list[str]], Sequence[float] | None]:
+    """Warm starts for the sensitivity fits: the scenario's own variances.
+
+    ``normal``: its residual SDs; ``binomial``: ``p(1 − p)/items`` per arm (``items`` the mean
+    item count of the analysed stimuli), the within-cell variance of a binomial share. A start
+    only saves time: the fit keeps it only at a verified maximum (``docs/planning.md`` §3).
+    """
+    if sc.distribution == "normal":
+        residual = {a: v * v for a, v in sc.residual_sd.items()}
+    else:
+        residual = {a: max(min(p, 1.0), 0.0) * (1 - max(min(p, 1.0), 0.0)) / items
+                    for a, p in sc.rates.items()}  # fmt: skip
 
     def start(_name: str, names: list[str]) -> Sequence[float] | None:
-        if sc.distribution != "normal":
-            return None
         out = []
         for n in names:
             if n == "group":
@@ -284,9 +293,9 @@ def _starts(sc: Scenario) -> Callable[[str, list[str]], Sequence[float] | None]:
             elif n == "group_by_arm":
                 out.append(sc.stimulus_arm_sd**2)
             elif n == "residual":
-                out.append(float(np.mean([v * v for v in sc.residual_sd.values()])))
-            elif n.startswith("residual[") and n[9:-1] in sc.residual_sd:
-                out.append(sc.residual_sd[n[9:-1]] ** 2)
+                out.append(float(np.mean(list(residual.values()))))
+            elif n.startswith("residual[") and n[9:-1] in residual:
+                out.append(residual[n[9:-1]])
             else:
                 return None
         return out

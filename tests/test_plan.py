@@ -488,7 +488,7 @@ BINOMIAL = """
 [plan]
 seed = 11
 studies = 10
-sensitivity = false
+sensitivity = true
 
 [[plan.scenarios]]
 name = "two-models"
@@ -501,8 +501,9 @@ parse_failure = 0.3
 
 
 def test_binomial_plan_with_two_models_verifies(tmp_path: Path, study_template: Path) -> None:
-    """Four-part trial ids, the model a fixed factor, binomial draws, and unparseable trials
-    kept as 0 (``exclude_unparseable = false``): both sides agree."""
+    """Four-part trial ids, the model a fixed factor (in the sensitivity models too), binomial
+    draws, and unparseable trials kept as 0 (``exclude_unparseable = false``): both sides
+    agree."""
     from helpers import study_key
 
     from ledger import Ledger
