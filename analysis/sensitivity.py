@@ -397,6 +397,7 @@ def fit_reml(y: Floats, exog: Floats, groups: Sequence[str], terms: Sequence[Seq
     v = model.var if model.var > 0 else 1.0
     best_theta: Floats | None = None
     best = -math.inf
+    theta0: Floats | None = None
     if warm is not None:
         theta0 = polish(model, np.maximum(np.asarray(warm, dtype=np.float64), 1e-4 * v))
         try:
@@ -420,7 +421,8 @@ def fit_reml(y: Floats, exog: Floats, groups: Sequence[str], terms: Sequence[Seq
             best, best_theta = ll, theta
     if best_theta is None or not math.isfinite(best):
         raise ValueError("the REML likelihood has no finite maximum")
-    check_maximum(model, best_theta, names, label)
+    if warm is None or best_theta is not theta0:  # a kept warm start was checked above
+        check_maximum(model, best_theta, names, label)
     got = model.parts(best_theta)
     assert got is not None
     a = got[1]
