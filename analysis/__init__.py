@@ -39,6 +39,7 @@ if TYPE_CHECKING:
     from analysis.demo import DemoResult, run_demo
     from analysis.export import ExportResult, export_study
     from analysis.frames import StudyFrames, load
+    from analysis.plan import PlanError, PlanRun, plan_study
     from analysis.report import Report, build_report
     from analysis.scoring import ScoreResult, UnblindResult, score_study, unblind_study
 
@@ -50,6 +51,10 @@ _EXPORTS: dict[str, str] = {
     "ScoreResult": "analysis.scoring",
     "unblind_study": "analysis.scoring",
     "UnblindResult": "analysis.scoring",
+    # design diagnostics before the lock (docs/planning.md)
+    "plan_study": "analysis.plan",
+    "PlanRun": "analysis.plan",
+    "PlanError": "analysis.plan",
     # the locked analysis plan, the report, the archive
     "analyze_study": "analysis.analyze",
     "AnalyzeResult": "analysis.analyze",
@@ -70,6 +75,8 @@ __all__ = [
     "AnalyzeResult",
     "DemoResult",
     "ExportResult",
+    "PlanError",
+    "PlanRun",
     "Report",
     "ScoreResult",
     "StudyFrames",
@@ -78,6 +85,7 @@ __all__ = [
     "build_report",
     "export_study",
     "load",
+    "plan_study",
     "run_demo",
     "score_study",
     "unblind_study",

@@ -1510,6 +1510,7 @@ def _support(h: dict[str, Any], registered: dict[str, Any], p: float | None,
 def sensitivity_lmm(
     ds: Dataset, plan: dict[str, Any], fit: stats.MixedModelFit | None, tested: list[Result],
     model: str | None = None,
+    starts: Callable[[str, list[str]], Sequence[float] | None] | None = None,
 ) -> Result | None:
     """``sensitivity.lmm``: the registered mixed model's contrasts under other assumptions.
 
@@ -1518,6 +1519,8 @@ def sensitivity_lmm(
     factor, kept in every sensitivity model); ``model`` names one model's copy,
     ``sensitivity.lmm@<model>`` on that model's dataset and ``model.lmm@<model>`` fit, whose
     rows are the ``<id>@<model>`` hypotheses (:func:`sensitivity_per_model`).
+    ``starts(model name, variance names)`` gives warm starts for the REML fits (``ledger
+    plan`` only: :func:`analysis.sensitivity.fit_reml`'s ``warm``); the analysis passes none.
     """
     from analysis import sensitivity as sens
 
@@ -1581,7 +1584,8 @@ def sensitivity_lmm(
                 ["residual"] if name == "probe_by_arm" else [f"residual[{c}]" for c in labels])
             try:
                 f = sens.fit_reml(y, exog, groups, [groups, cells], classes, names,
-                                  label=f"sensitivity model {name}")
+                                  label=f"sensitivity model {name}",
+                                  warm=starts(name, names) if starts is not None else None)
             except (ValueError, np.linalg.LinAlgError) as exc:
                 models[name] = {"fitted": False, "reason": f"the REML fit failed: {exc}"}
                 continue

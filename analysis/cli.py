@@ -16,7 +16,8 @@ from ledger.cliutil import Command, console, dump_json, table
 from runner.cli import study_key
 
 __all__ = [
-    "analyze", "demo", "export_cmd", "posthoc", "report_cmd", "review", "score", "unblind", "view",
+    "analyze", "demo", "export_cmd", "plan_cmd", "posthoc", "report_cmd", "review", "score",
+    "unblind", "view",
 ]
 
 
@@ -300,6 +301,85 @@ def analyze(study_dir: Path, key_file: str | None, as_json: bool) -> None:
                    f"reported {first['reported']!r}); see ledger status", err=True)
     for warning in result.provenance.get("model_identity_warnings", []):
         click.echo(f"WARNING model identity: {warning['warning']}", err=True)
+
+
+@click.command("plan", cls=Command)
+@click.argument("study_dir", metavar="STUDY", type=click.Path(file_okay=False, path_type=Path))
+@click.option("--studies", type=int, default=None,
+              help="Simulated studies per scenario and setting (default: [plan] studies).")
+@click.option("--force", is_flag=True,
+              help="Run even when the estimated cost exceeds [plan] max_seconds.")
+@click.option("--jobs", type=click.IntRange(1, 256), default=1, show_default=True,
+              help="Worker processes (the record is the same for any number).")
+@click.option("--json", "as_json", is_flag=True, help="Print the plan record as JSON.")
+def plan_cmd(study_dir: Path, studies: int | None, force: bool, jobs: int, as_json: bool) -> None:
+    """Design diagnostics by simulation, before the lock: power, type-I error, coverage.
+
+    Simulates the study's trial data under each [[plan.scenarios]] of study.toml (no API
+    call), runs the registered analysis and decision rules on every simulated study, and
+    writes plan/plan.json, which `ledger lock` locks with the study (docs/planning.md). The
+    cost is estimated first; a plan slower than [plan] max_seconds refuses to start unless
+    --force. On a locked study nothing is written: the run is compared with the locked plan.
+
+    \b
+    Example:
+      ledger plan my-study
+      ledger plan my-study --studies 50
+      ledger plan my-study --jobs 8
+    """
+    from analysis.plan import lock_warnings, plan_study
+
+    def progress(line: str) -> None:
+        click.echo(f"  {line}", err=True)
+
+    run = plan_study(study_dir, studies=studies, force=force, progress=progress, jobs=jobs)
+    if as_json:
+        dump_json(run.record)
+        return
+    _print_plan(run.record)
+    click.echo(f"cost: {run.seconds:.1f} s for {_plan_size(run.record)} simulated studies "
+               f"(estimated {run.estimate_seconds:.1f} s)")
+    for line in lock_warnings(run.record):
+        click.echo(f"WARNING {line}", err=True)
+    if run.path is not None:
+        click.echo(f"wrote {run.path}: `ledger lock` locks it with the study")
+    elif run.locked_match is not None:
+        click.echo("locked plan: " + ("this run equals it" if run.locked_match
+                                      else "this run DIFFERS from it"))  # fmt: skip
+        if not run.locked_match:
+            sys.exit(1)
+
+
+def _plan_size(record: dict[str, Any]) -> int:
+    return int(record["settings"]["studies"]) * len(record["results"])
+
+
+def _pct(entry: dict[str, Any] | None) -> str:
+    if not entry or entry.get("share") is None:
+        return "-"
+    return f"{entry['share'] * 100:.1f}% ±{entry['mc_se'] * 100:.1f}"
+
+
+def _print_plan(record: dict[str, Any]) -> None:
+    """One table per replicate setting and scenario (docs/planning.md §4)."""
+    for res in record["results"]:
+        grid = table("hypothesis", "test", "truth", "P(supported)", "not computed",
+                     "coverage: registered", "two-sided", "sensitivity",
+                     title=f"scenario {res['scenario']}, {res['replicates']} replicates "
+                           f"({res['trials']} trials), {record['settings']['studies']} "
+                           "simulated studies")  # fmt: skip
+        for h in res["hypotheses"]:
+            cov = h["coverage"]
+            sens = (h.get("sensitivity") or {}).get("probe_by_arm_arm_residual")
+            role = {"power": "power", "type-I error": "type I"}.get(h["role"], "")
+            grid.add_row(h["hypothesis"] + (" *" if h["primary"] else ""), h["test"],
+                         f"{h['truth'] * 100:+.1f} pp",
+                         f"{_pct(h['supported'])} {role}".strip(), _pct(h["not_computed"]),
+                         _pct(cov.get("registered")), _pct(cov.get("two_sided")),
+                         _pct(sens))  # fmt: skip
+        console().print(grid)
+    click.echo("* primary; coverage ± its Monte Carlo SE; sensitivity: the probe-by-arm model "
+               "with a residual variance per arm (Satterthwaite t); every interval in the JSON")
 
 
 def _print_reference_table(result: dict[str, Any]) -> None:

@@ -947,6 +947,23 @@ def _section_protocol(report: Report) -> str:
 DECLARED = "Declared deviations from the source protocol ([[deviations]], locked before the run)"
 
 
+def _section_plan(report: Report) -> str:
+    """The locked design plan as the sample-size justification (docs/planning.md §8)."""
+    from analysis import report_plan as rp
+
+    with Ledger.open(report.ledger, readonly=True) as log:
+        found = [e for e in log.events("artifact.locked") if e.body["path"] == "plan/plan.json"]
+        if not found:
+            return ""
+        event = found[-1]
+        record = rp.read_record(log.blob(event.blobs["content"]))
+    if record is None:
+        return ""
+    intro = rp.plan_intro(record, event.seq, event.body["sha256"])
+    return (f"<h2>{_e(rp.PLAN_HEADING)}</h2><p>{_e(intro)}</p>"
+            + _table(rp.PLAN_CAPTION, rp.PLAN_HEADER, rp.plan_rows(record), numeric=(1,)))
+
+
 def _section_deviations(report: Report) -> str:
     head = "<h2>Deviations from the protocol</h2>"
     declared = report.protocol.get("deviations") or []
@@ -1766,6 +1783,7 @@ def render_html(report: Report) -> str:
         _section_verdicts(report),
         _section_components(report),
         _section_protocol(report),
+        _section_plan(report),
         _section_deviations(report),
         _section_flow(report),
         _section_data(report),

@@ -378,20 +378,35 @@ def not_fittable(arms: Sequence[str], groups: Sequence[str], per_arm: bool) -> s
 
 def fit_reml(y: Floats, exog: Floats, groups: Sequence[str], terms: Sequence[Sequence[str]],
              classes: Sequence[str], names: list[str], *,
-             label: str = "the REML model") -> RemlFit:  # fmt: skip
+             label: str = "the REML model",
+             warm: Sequence[float] | None = None) -> RemlFit:  # fmt: skip
     """Maximise the REML likelihood: three starts, L-BFGS-B, then Newton steps to the maximum.
 
     Each start's L-BFGS-B answer is polished by :func:`polish` (Newton steps in log θ on the
     exact score) and the most likely is kept; :func:`check_maximum` then refuses it
     (:class:`RemlConvergenceError`, naming ``label`` and the Newton decrement) unless it is the
     REML maximum to :data:`DECREMENT_TOL`.
+
+    ``warm`` (``ledger plan`` only, ``docs/planning.md`` §3): Newton steps from these
+    variances first (each at least ``10⁻⁴·var(y)``); when they reach a point that passes
+    :func:`check_maximum`, it is the answer and the three starts are skipped. The analysis
+    never passes it.
     """
     model = _Blocks(y, exog, groups, terms, classes)
     k, r = model.k, len(model.class_labels)
     v = model.var if model.var > 0 else 1.0
     best_theta: Floats | None = None
     best = -math.inf
-    for share in (0.1, 0.5, 0.9):
+    theta0: Floats | None = None
+    if warm is not None:
+        theta0 = polish(model, np.maximum(np.asarray(warm, dtype=np.float64), 1e-4 * v))
+        try:
+            check_maximum(model, theta0, names, label)
+        except RemlConvergenceError:
+            pass
+        else:
+            best, best_theta = model.loglik(theta0), theta0
+    for share in () if best_theta is not None else (0.1, 0.5, 0.9):
         start = np.concatenate([np.full(k, share * v / max(k, 1)), np.full(r, (1 - share) * v)])
 
         def neg(s: Floats) -> float:
@@ -406,7 +421,8 @@ def fit_reml(y: Floats, exog: Floats, groups: Sequence[str], terms: Sequence[Seq
             best, best_theta = ll, theta
     if best_theta is None or not math.isfinite(best):
         raise ValueError("the REML likelihood has no finite maximum")
-    check_maximum(model, best_theta, names, label)
+    if warm is None or best_theta is not theta0:  # a kept warm start was checked above
+        check_maximum(model, best_theta, names, label)
     got = model.parts(best_theta)
     assert got is not None
     a = got[1]

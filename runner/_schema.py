@@ -41,6 +41,7 @@ __all__ = [
     "REFERENCE_REVIEW_KEYS",
     "REVIEW_KEYS",
     "SAMPLING_KEYS",
+    "SCENARIO_KEYS",
     "SECTIONS",
     "STEP_KEYS",
     "SUBSET_KEYS",
@@ -60,7 +61,7 @@ KeyPath = tuple[str | int, ...]
 SECTIONS: Final = (
     "study", "model", "models", "components", "prompt", "fewshot", "arms", "stimuli", "design",
     "response", "hypotheses", "analysis", "deviations", "variants", "witnesses", "witnessing",
-    "timestamping", "steps", "reviews", "factors", "factorial",
+    "timestamping", "steps", "reviews", "factors", "factorial", "plan",
 )  # fmt: skip
 """The top-level tables of a study spec, in the order the docs list them."""
 
@@ -77,6 +78,8 @@ TABLE_KEYS: Final[dict[str, tuple[str, ...]]] = {
     "witnessing": ("quorum", "interval_trials", "unreachable", "retry_seconds"),
     "timestamping": ("url",),
     "factorial": ("base", "factors", "fraction"),
+    "plan": ("seed", "studies", "power_target", "primary", "replicates", "sensitivity",
+             "max_seconds", "scenarios"),
 }
 """The keys of each fixed-key section (``components`` and ``arms`` are named by the study)."""
 
@@ -141,6 +144,11 @@ REVIEW_KEYS: Final = (
 )  # fmt: skip
 """The keys of each ``[reviews.<NAME>]`` of either kind (``docs/study-spec.md``); which of
 :data:`JUDGE_REVIEW_KEYS` and :data:`CONTRAST_REVIEW_KEYS` a table has decides its kind."""
+SCENARIO_KEYS: Final = (
+    "name", "description", "distribution", "rates", "models", "variants", "stimulus_sd", "icc",
+    "stimulus_arm_sd", "residual_sd", "parse_failure",
+)  # fmt: skip
+"""The keys of each ``[[plan.scenarios]]`` (``docs/planning.md``; ``runner.planspec``)."""
 CONDITION_KEYS: Final = ("arm", "variant")
 """The keys of a contrast review's ``failed`` and ``succeeded`` tables."""
 
@@ -263,6 +271,13 @@ def unknown_keys(data: dict[str, Any]) -> list[Unknown]:
                 inner = review.get(side)
                 if isinstance(inner, dict):
                     check(inner, ("reviews", name, side), f"{label} {side}", CONDITION_KEYS)
+    plan = data.get("plan")
+    scenarios = plan.get("scenarios") if isinstance(plan, dict) else None
+    if isinstance(scenarios, list):
+        for index, scenario in enumerate(scenarios):
+            if isinstance(scenario, dict):
+                check(scenario, ("plan", "scenarios", index), f"[[plan.scenarios]] #{index + 1}",
+                      SCENARIO_KEYS)  # fmt: skip
     deviations = data.get("deviations")
     if isinstance(deviations, list):
         for index, deviation in enumerate(deviations):

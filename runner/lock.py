@@ -41,6 +41,7 @@ from runner.phases import (
     plan_problems,
     protocol_events,
 )
+from runner.planspec import PLAN_FILE, PlanCheck, check_recorded_plan
 from runner.provenance import environment as environment
 from runner.schedule import commitment, schedule, schedule_bytes, schedule_sha256
 from runner.spec import SpecError, Study, check_matched_controls, load_study
@@ -414,6 +415,21 @@ def _load_for_lock(root: Path) -> Study:
     return study
 
 
+def plan_check(study: Study) -> PlanCheck:
+    """``plan/plan.json`` against the study (``docs/planning.md`` §6): problems and warnings."""
+    plan_path = study.root / PLAN_FILE
+    text = None
+    if plan_path.is_file():
+        try:
+            text = plan_path.read_text(encoding="utf-8")
+        except (OSError, UnicodeDecodeError) as exc:
+            return PlanCheck((f"{PLAN_FILE}: cannot read: {exc}",), ())
+    if study.plan is None and text is None:
+        return PlanCheck((), ())
+    body = protocol_body(study, b"\0" * 32, [])
+    return check_recorded_plan(study, body, text)
+
+
 def checkpoint_file(phase: str | None, index: int) -> str:
     """The file a phase's registration checkpoint is written to.
 
@@ -454,6 +470,10 @@ def lock_study(root: str | Path, key: SigningKey) -> LockResult:
             return LockResult(seq, count, len(whole), digest, note, checkpoint_path,
                               tuple(study.replication_warnings()))  # fmt: skip
         check_origin_matches(study, log.origin, path)
+        planned = plan_check(study)  # the first lock only: a later phase keeps its plan
+        if planned.problems:
+            sep = " " if len(planned.problems) == 1 else "\n"
+            raise StudyError("cannot lock:" + sep + "\n".join(planned.problems))
         secret = blinding_secret(study, create=True)
         order = schedule(study.seed, study.trial_ids())
         files = study.locked_files()
@@ -483,7 +503,7 @@ def lock_study(root: str | Path, key: SigningKey) -> LockResult:
         raise unwitnessed
     return LockResult(
         events[-1].seq, len(files), len(order), body["schedule_sha256"], note, checkpoint_path,
-        tuple(study.replication_warnings()),
+        tuple(study.replication_warnings()) + planned.warnings,
     )
 
 

@@ -43,6 +43,7 @@ from runner.factors import (
     parse_factors,
 )
 from runner.human_review import REFERENCE_FIELDS, REFERENCE_SETS, supplied_sets
+from runner.planspec import PLAN_FILE, PlanSpec, parse_plan
 from runner.qrboot import QR_KEYS, QR_TEST, check_outcomes, check_pairing, qr_keys
 from runner.steps import StepSpec, parse_steps
 from runner.timestamping import TimestampSpec, parse_timestamping
@@ -367,6 +368,8 @@ class Study:
     """``[factors.<NAME>]`` (``docs/study-spec.md``, "Factors"), in declaration order."""
     factorial: Factorial | None = None
     """``[factorial]``: its cells are arms of :attr:`arms` (the base arm is not)."""
+    plan: PlanSpec | None = None
+    """``[plan]``: the design diagnostics' scenarios (``docs/planning.md``), locked."""
 
     def arm_levels(self, arm: str) -> list[tuple[Factor, Any]]:
         """The (factor, level) of each factor of a cell arm, in ``[factorial]`` order."""
@@ -518,6 +521,8 @@ class Study:
                 for edit in lv.edits:
                     if edit.file is not None:
                         files.setdefault(edit.file, "factor-text")
+        if self.plan is not None and (self.root / PLAN_FILE).is_file():  # docs/planning.md
+            files[PLAN_FILE] = "plan"
         for pattern in self.amendable:  # documents that may be amended are locked too
             for path in sorted(self.root.glob(pattern)):
                 if path.is_file():
@@ -2400,6 +2405,11 @@ def load_study(root: str | Path, *, strict: bool = True) -> Study:
     ):
         c.add(where, message)
 
+    plan = parse_plan(
+        data, c.add, arms=list(arms), models=list(models or {}),
+        variants=[v.name for v in variants], hypotheses=[h.id for h in hypotheses],
+        arm_replicates=any(a.replicates is not None for a in arms.values()),
+    )
     if c.problems:
         raise SpecError(c.problems)
     loaded = Study(
@@ -2416,7 +2426,7 @@ def load_study(root: str | Path, *, strict: bool = True) -> Study:
         variants=tuple(variants),
         witnessing=witnessing, timestamping=timestamping, steps=steps, reviews=reviews,
         factors=factors, factorial=factorial,
-        ddx=ddx,
+        ddx=ddx, plan=plan,
     )
     if items is not None:  # read once, here: Study.load_items returns it from now on
         object.__setattr__(loaded, "_items", items)

@@ -72,9 +72,9 @@ RUNNER_NAMES = [
     "schedule_sha256", "study_id_from_directory", "study_owner_key", "study_state", "trial_ids",
 ]
 ANALYSIS_NAMES = [
-    "AnalysisError", "AnalyzeResult", "DemoResult", "ExportResult", "Report", "ScoreResult",
-    "StudyFrames", "UnblindResult", "analyze_study", "build_report", "export_study", "load",
-    "run_demo", "score_study", "unblind_study",
+    "AnalysisError", "AnalyzeResult", "DemoResult", "ExportResult", "PlanError", "PlanRun",
+    "Report", "ScoreResult", "StudyFrames", "UnblindResult", "analyze_study", "build_report",
+    "export_study", "load", "plan_study", "run_demo", "score_study", "unblind_study",
 ]
 HEAVY = ("pandas", "numpy", "statsmodels", "scipy", "matplotlib", "PIL", "anthropic")
 

@@ -42,8 +42,10 @@ ARCHIVE_CHECK_NAMES: tuple[str, ...] = (
     "checklists",
     "rescore",
     "reanalysis",
+    "plan",
 )
-"""Checks an archive adds after those of :data:`CHECK_NAMES` (``docs/archive-format.md`` §4)."""
+"""Checks an archive adds after those of :data:`CHECK_NAMES` (``docs/archive-format.md`` §4);
+``plan`` only when a ``plan/plan.json`` was locked (``docs/planning.md`` §7)."""
 
 
 class Status(enum.Enum):

@@ -407,11 +407,15 @@ def reml_variance_cis(
     cov = np.linalg.inv(info)
     z = float(sps.norm.ppf(0.975))
     sg, se = math.sqrt(cov[0, 0]), math.sqrt(cov[1, 1])
+
+    def exp(x: float) -> float:  # statistics.md: a bound beyond a double is +inf (withheld)
+        return math.exp(x) if x < 709.0 else math.inf
+
     return (
-        group_var * math.exp(-z * sg),
-        group_var * math.exp(z * sg),
-        resid_var * math.exp(-z * se),
-        resid_var * math.exp(z * se),
+        group_var * exp(-z * sg),
+        group_var * exp(z * sg),
+        resid_var * exp(-z * se),
+        resid_var * exp(z * se),
     )
 
 

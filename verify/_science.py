@@ -2708,7 +2708,13 @@ def science_checks(
         loaded = _load(Path(archive), envelopes, files, unkept)
     except _Problem as exc:
         error = exc
-    return [
+    checks = [
         _run("rescore", loaded, error, _rescore),
         _run("reanalysis", loaded, error, _reanalysis),
     ]
+    if loaded is not None and any(e.body.get("path") == "plan/plan.json"
+                                  for e in loaded.of("artifact.locked")):  # fmt: skip
+        from verify._plan import plan_check  # docs/planning.md §7 (imports this module)
+
+        checks.append(_run("plan", loaded, None, plan_check))
+    return checks

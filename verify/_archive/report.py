@@ -34,7 +34,7 @@ from dataclasses import dataclass, field
 from html.parser import HTMLParser
 from typing import Any
 
-from verify import _qrboot
+from verify import _plan, _qrboot
 from verify._archive.flow import FLOW_FIGURE, flow_table, has_flow
 from verify._archive.preflight import identity_notice
 from verify._archive.view import Archive
@@ -663,6 +663,20 @@ class _Expect:
         return (f"{result.get('title') or result.get('id')} ({result.get('id')}) could not be "
                 f"computed: {result.get('error') or 'unknown error'}")  # fmt: skip
 
+    def _plan(self) -> tuple[dict[str, Any], int, str] | None:
+        """The locked plan record, its ``artifact.locked`` seq and SHA-256 (planning.md §8)."""
+        versions = self.a.locked_versions.get(_plan.PLAN_PATH) or []
+        if not versions:
+            return None
+        _role, digest, seq = versions[-1]
+        try:
+            record = _plan.locked_record(self.a.locked_blob(_plan.PLAN_PATH))
+            if record is not None:
+                _plan.report_rows(record)  # a malformed record has no section
+        except (KeyError, TypeError, ValueError, IndexError, AttributeError):
+            return None
+        return (record, seq, str(digest)) if record is not None else None
+
     def tables(self) -> list[tuple[str, list[str], list[list[str]]]]:
         """Every table but the verification one, in order: (caption, header, rows)."""
         out: list[tuple[str, list[str], list[list[str]]]] = []
@@ -690,6 +704,10 @@ class _Expect:
             out.append(("Prompt components classified from the registered contrasts",
                         ["component(s) under test", "registered evidence", "class"], classes))
         out.extend(self._protocol_tables())
+        plan = self._plan()
+        if plan is not None:  # docs/planning.md §8
+            out.append((_plan.REPORT_CAPTION, list(_plan.REPORT_HEADER),
+                        _plan.report_rows(plan[0])))  # fmt: skip
         declared = self.protocol.get("deviations")
         if isinstance(declared, list) and declared:
             out.append(("Declared deviations from the source protocol ([[deviations]], locked "
@@ -1352,6 +1370,9 @@ class _Expect:
         out += [("h2", "Protocol (as locked)"),
                 ("p", f"Study {_cell(p.get('study'))}: {_cell(p.get('title'))}. "
                       f"{_cell(p.get('trials'))} scheduled trials over {over}.")]  # fmt: skip
+        plan = self._plan()
+        if plan is not None:  # docs/planning.md §8
+            out += [("h2", _plan.REPORT_HEADING), ("p", _plan.report_text(*plan))]
         out.append(("h2", "Deviations from the protocol"))
         if not self.amendments:
             out.append(("p", "None: no protocol.amended event was recorded."))
