@@ -30,6 +30,7 @@ if TYPE_CHECKING:
         NoteError,
         OutputError,
         ProofError,
+        RefusedError,
         SchemaVersionError,
         StoreError,
     )
@@ -95,6 +96,7 @@ __all__ = [
     "OutputError",
     "PostgresLocation",
     "ProofError",
+    "RefusedError",
     "SchemaVersionError",
     "SigningKey",
     "StoreError",
@@ -154,6 +156,7 @@ _LAZY: dict[str, str] = {
     "SchemaVersionError": "ledger._errors",
     "SigningKey": "ledger._keys",
     "StoreError": "ledger._errors",
+    "RefusedError": "ledger._errors",
     "StoredCheckpoint": "ledger._store",
     "VerifierKey": "ledger._keys",
     "canonical_json": "ledger._canonical",

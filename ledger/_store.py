@@ -809,6 +809,10 @@ class Ledger:
             events.append(
                 Event(seq, when, kind, actor, prev, body, dict(blob_refs), data, signature, leaf)
             )
+        if self.engine == "postgresql":  # many writers: the trial rules, checked in sequence
+            from ledger._guard import guard_appends
+
+            guard_appends(conn, self.path, [(e.seq, e.kind, e.body) for e in events], specs)
         conn.executemany(
             "INSERT INTO events (seq, kind, actor, time, envelope, signature, leaf_hash) "
             "VALUES (?, ?, ?, ?, ?, ?, ?)",

@@ -421,6 +421,14 @@ def _parse_until(value: str | None) -> Any:
     help="Send and record only the preflight requests (one per request shape), then exit: 0 "
     "when the backend accepts requests naming the locked model(s), step calls included.",
 )
+@click.option(
+    "--lease-seconds",
+    type=FiniteFloat(min=0.1),
+    default=30.0,
+    show_default=True,
+    help="PostgreSQL studies: seconds after this worker's last heartbeat that other workers "
+    "take over its trials (docs/trials.md section 8).",
+)
 @click.option("--key", "key_file", default=None, help="Signing key (default: the study owner's).")
 @click.option("--json", "as_json", is_flag=True, help="Print the session summary as JSON.")
 def run_cmd(
@@ -438,6 +446,7 @@ def run_cmd(
     poll_interval: float,
     models: tuple[str, ...],
     check: bool,
+    lease_seconds: float,
     key_file: str | None,
     as_json: bool,
 ) -> None:
@@ -458,6 +467,8 @@ def run_cmd(
     where the backend or model has no listed price, give --price-in and --price-out.
     Ctrl-C stops sending and lets the calls in flight finish; a second Ctrl-C, or SIGTERM,
     records them as interrupted (exit status 130, or 143, while trials are pending).
+    One run per study on a SQLite ledger; on a PostgreSQL ledger (ledger new --store) start
+    as many as you like, on any machines: they share the pending trials through leases.
 
     \b
     Example:
@@ -503,6 +514,7 @@ def run_cmd(
             price_in=price_in,
             price_out=price_out,
             models=models or None,
+            lease_seconds=lease_seconds,
         )
         try:
             key = study_key(study_dir, key_file)

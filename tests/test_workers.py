@@ -1,0 +1,268 @@
+"""Many ``ledger run`` workers on one PostgreSQL study (issue 34, ``docs/trials.md`` §8).
+
+Real parts only: a throwaway PostgreSQL server (the ``pg_server`` fixture), the fake Messages
+server over real HTTP, worker processes started through the CLI and killed with SIGKILL. Each
+test has its own schema. Afterwards every request has exactly one outcome, every trial exactly
+one final outcome, nothing is requested after a final outcome, and the ledger verifies.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from collections import Counter
+from pathlib import Path
+from typing import Any
+
+import pytest
+from fake_messages import FakeMessagesServer
+from helpers import STUDY_ORIGIN, study_key
+
+from ledger import EventSpec, Ledger, RefusedError
+from runner.backends import AnthropicBackend
+from runner.execute import RunOptions, run_study
+from runner.lock import StudyError
+
+CLI = [sys.executable, "-c", "from ledger.cli import main; main()"]
+
+
+def pg_study(
+    root: Path, template: Path, url: str, *, replicates: int, witnessed: bool = False
+) -> Path:
+    """The tumbling-E template with its ledger on PostgreSQL at ``url``, locked."""
+    from ledger import user_home
+    from runner.lock import lock_study
+
+    key = study_key()
+    key_file = user_home() / "keys" / "prompt-tumbling-e-owner.key"
+    if not key_file.exists():
+        key_file.parent.mkdir(parents=True, exist_ok=True)
+        key.save(key_file)
+    shutil.copytree(template, root)
+    with Ledger.create(url, origin=STUDY_ORIGIN, key=key):
+        pass
+    (root / "ledger.store").write_text(url + "\n", encoding="utf-8")
+    spec = root / "study.toml"
+    text = spec.read_text(encoding="utf-8").replace("replicates = 30", f"replicates = {replicates}")
+    spec.write_text(text, encoding="utf-8")
+    lock_study(root, key)
+    return root
+
+
+def events_of(url: str) -> list[Any]:
+    with Ledger.open(url, readonly=True) as log:
+        return list(log.events())
+
+
+def check_exactly_once(url: str, trials: int) -> Counter[str]:
+    """One outcome per request, one final outcome per trial, no request after it."""
+    events = events_of(url)
+    assert [e.seq for e in events] == list(range(len(events)))  # no gap, none twice
+    requests = {e.seq: e.body["trial"] for e in events if e.kind == "trial.requested"}
+    outcomes = Counter(
+        e.body["request_seq"] for e in events if e.kind in ("trial.responded", "trial.failed")
+    )
+    assert set(outcomes) == set(requests), "a recorded request has no recorded outcome"
+    assert max(outcomes.values()) == 1, "a request has two outcomes"
+    finals: dict[str, list[int]] = {}
+    for e in events:
+        if e.kind == "trial.responded" or (e.kind == "trial.failed" and e.body["final"]):
+            finals.setdefault(e.body["trial"], []).append(e.seq)
+    assert len(finals) == trials and all(len(v) == 1 for v in finals.values())
+    for e in events:
+        if e.kind == "trial.requested":
+            assert e.seq < finals[e.body["trial"]][0], e.seq
+    return Counter(e.kind for e in events)
+
+
+def export_and_verify(study: Path, out: Path) -> None:
+    """Score, unblind, analyze and export through the CLI; ``python -m verify`` passes."""
+    from helpers import cli_export
+
+    cli_export(study, out)
+    proc = subprocess.run(
+        [sys.executable, "-m", "verify", str(out)], capture_output=True, text=True, timeout=600
+    )
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+
+
+@pytest.fixture
+def template(study_template: Path, ledger_home: Path) -> Path:
+    return study_template
+
+
+def backend(server: FakeMessagesServer) -> AnthropicBackend:
+    return AnthropicBackend(api_key="test", base_url=server.base_url)
+
+
+def start_worker(
+    study: Path, server: FakeMessagesServer, *extra: str, log: Path | None = None
+) -> subprocess.Popen[bytes]:
+    env = dict(os.environ, ANTHROPIC_API_KEY="test")
+    return subprocess.Popen(
+        [*CLI, "run", str(study), "--base-url", server.base_url, *extra],
+        env=env,
+        stdout=subprocess.DEVNULL if log is None else log.open("ab"),
+        stderr=subprocess.STDOUT if log is not None else subprocess.PIPE,
+    )
+
+
+def test_one_worker_on_postgresql_runs_the_study_and_verifies(
+    tmp_path: Path, template: Path, pg_server: Any
+) -> None:
+    url = pg_server.url(schema="w_one")
+    study = pg_study(tmp_path / "study", template, url, replicates=1)
+    with FakeMessagesServer() as server:
+        result = run_study(study, study_key(), backend(server), RunOptions(concurrency=4))
+    assert result.reason == "complete", result
+    kinds = check_exactly_once(url, trials=35)
+    assert kinds["run.started"] == 1 and kinds["run.stopped"] == 1
+    started = next(e for e in events_of(url) if e.kind == "run.started")
+    assert "concurrent" not in started.body  # alone on the study: as on SQLite
+    with Ledger.open(url, readonly=True) as log:
+        assert log._conn.execute("SELECT COUNT(*) FROM workers").fetchone()[0] == 0
+        assert log._conn.execute("SELECT COUNT(*) FROM leases").fetchone()[0] == 0
+
+
+# ---------------------------------------------------------------------- the store's rules
+
+
+def _bare(url: str) -> tuple[Ledger, Any]:
+    key = study_key()
+    return Ledger.create(url, origin="example.org/guard", key=key), key
+
+
+def _request(trial: str, attempt: int, session: int) -> EventSpec:
+    return EventSpec("trial.requested", {"trial": trial, "attempt": attempt, "session": session})
+
+
+def _responded(trial: str, attempt: int, request_seq: int) -> EventSpec:
+    return EventSpec("trial.responded",
+                     {"trial": trial, "attempt": attempt, "request_seq": request_seq})  # fmt: skip
+
+
+def _failed(trial: str, attempt: int, request_seq: int, *, final: bool) -> EventSpec:
+    return EventSpec("trial.failed", {"trial": trial, "attempt": attempt,
+                                      "request_seq": request_seq, "error_type": "server",
+                                      "final": final})  # fmt: skip
+
+
+@pytest.mark.parametrize(
+    ("case", "rule", "message"),
+    [
+        ("second-final", "final", "trial a already has its final outcome"),
+        ("final-failure-after-response", "final", "trial a already has its final outcome"),
+        ("request-after-final", "final", "no request may follow it"),
+        ("second-outcome", "answered", "already has its outcome"),
+        ("closed-session", "closed", "which is not open"),
+        ("attempt-out-of-turn", "attempt", "the trial's next attempt is 1"),
+        ("unknown-request", "unknown", "which is no trial.requested"),
+        ("other-trial", "unknown", "its request (seq"),
+        ("second-stop", "closed", "run.stopped names run session"),
+    ],
+)
+def test_the_store_refuses_what_would_break_a_trial_rule(
+    pg_server: Any, case: str, rule: str, message: str
+) -> None:
+    url = pg_server.url(schema=f"g_{case.replace('-', '_')}")
+    log, key = _bare(url)
+    with log:
+        s = log.append("run.started", {}, key=key).seq
+        r1 = log.append_many([_request("a", 1, s)], key=key)[0].seq
+        log.append_many([_failed("a", 1, r1, final=False)], key=key)
+        r2 = log.append_many([_request("a", 2, s)], key=key)[0].seq
+        bad: list[EventSpec]
+        if case == "second-final":
+            r3 = log.append_many([_request("a", 3, s)], key=key)[0].seq  # a lease ran out
+            log.append_many([_responded("a", 3, r3)], key=key)
+            bad = [_responded("a", 2, r2)]
+        elif case == "final-failure-after-response":
+            r3 = log.append_many([_request("a", 3, s)], key=key)[0].seq
+            log.append_many([_responded("a", 2, r2)], key=key)
+            bad = [_failed("a", 3, r3, final=True)]
+        elif case == "request-after-final":
+            log.append_many([_responded("a", 2, r2)], key=key)
+            bad = [_request("a", 3, s)]
+        elif case == "second-outcome":
+            log.append_many([_failed("a", 2, r2, final=False)], key=key)
+            bad = [_failed("a", 2, r2, final=False)]
+        elif case == "closed-session":
+            log.append("run.stopped", {"session": s}, key=key)
+            bad = [_request("b", 1, s)]
+        elif case == "attempt-out-of-turn":
+            bad = [_request("b", 2, s)]
+        elif case == "unknown-request":
+            bad = [_responded("a", 2, r2 + 100)]
+        elif case == "other-trial":
+            bad = [_responded("b", 2, r2)]
+        else:
+            log.append("run.stopped", {"session": s}, key=key)
+            bad = [EventSpec("run.stopped", {"session": s})]
+        size = log.size
+        ok = _request("c", 1, s) if case not in ("closed-session", "second-stop") else None
+        batch = ([ok] if ok is not None else []) + bad
+        with pytest.raises(RefusedError, match=re.escape(message)) as caught:
+            log.append_many(batch, key=key)
+        assert caught.value.rule == rule and caught.value.spec is bad[-1]
+        assert f"seq {size + len(batch) - 1}: refused" in str(caught.value)
+        assert log.size == size  # nothing of the batch was appended
+
+
+def test_the_store_projects_events_it_has_not_seen(pg_server: Any) -> None:
+    """A ledger whose projection lags (copied in) is projected before the next append."""
+    url = pg_server.url(schema="g_catch_up")
+    log, key = _bare(url)
+    with log:
+        s = log.append("run.started", {}, key=key).seq
+        r1 = log.append_many([_request("a", 1, s)], key=key)[0].seq
+        log.append_many([_responded("a", 1, r1)], key=key)
+        for table in ("pj_trials", "pj_requests", "pj_sessions"):
+            log._conn.execute(f"DELETE FROM {table}")
+        log._conn.execute("UPDATE pj_meta SET projected = 0, spent_usd = 0")
+        with pytest.raises(RefusedError, match="no request may follow it"):
+            log.append_many([_request("a", 2, s)], key=key)
+
+
+# ---------------------------------------------------------------------- leases
+
+
+def test_two_workers_racing_for_one_trial_one_gets_it(pg_server: Any) -> None:
+    import threading
+
+    from ledger._workers import WorkerLink
+
+    url = pg_server.url(schema="g_race")
+    log, key = _bare(url)
+    log.close()
+    where = Ledger.location(url)
+    links = [WorkerLink(where, f"w{i}", 30.0) for i in range(2)]  # type: ignore[arg-type]
+    try:
+        for k in range(25):
+            trial = f"t{k}"
+            barrier = threading.Barrier(2)
+            got: list[list[str]] = [[], []]
+
+            def claim(i: int, trial: str = trial, barrier: Any = barrier) -> None:
+                barrier.wait()
+                got[i] = [c.trial for c in links[i].claim([trial], 1)[0]]
+
+            threads = [threading.Thread(target=claim, args=(i,)) for i in range(2)]
+            for t in threads:
+                t.start()
+            for t in threads:
+                t.join()
+            assert sorted(got[0] + got[1]) == [trial], (k, got)
+        # a lease that ran out is free again; a live one is not
+        links[0]._run("UPDATE leases SET expires = now() - interval '1 second' WHERE trial = 't0'")
+        holder = "w0" if links[0]._run("SELECT worker FROM leases WHERE trial = 't0'").fetchone()[
+            0] == "w0" else "w1"  # fmt: skip
+        other = links[1] if holder == "w0" else links[0]
+        assert [c.trial for c in other.claim(["t0", "t1"], 2)[0]] == ["t0"]
+    finally:
+        for link in links:
+            link.close()
