@@ -87,6 +87,9 @@ from runner.witnessing import is_final_outcome
 from runner.workers import DEFAULT_LEASE_SECONDS, SharedRun, reap_dead, worker_mode
 
 LOCK_FILE = ".ledger-run.lock"
+#: The reason a worker's session ends to let a new session take trials that come before its
+#: own in the locked order (``docs/trials.md`` §8); :func:`run_study` then starts that session.
+ROTATE = "rotate"
 #: A session whose first attempts all fail with the same error (at most this many, and never
 #: more than --max-attempts) stops as a configuration error (``docs/trials.md`` §3).
 SAME_ERROR_ATTEMPTS = 3
@@ -1789,6 +1792,11 @@ class Runner:
         queue: deque[Trial] = deque()
         lock = asyncio.Lock()
         budget = [self.options.max_trials]
+        # the highest schedule position first requested in this session: a never-requested
+        # trial before it (another worker's, given back or left by a dead worker) is left to
+        # a new session, so first requests ascend within each session (docs/trials.md §8)
+        high = [0]
+        deferred: set[str] = set()
 
         async def refill() -> bool:
             """Claim more trials into ``queue``; False when none is left to wait for."""
@@ -1808,27 +1816,42 @@ class Runner:
                 want = self.options.concurrency
                 if budget[0] is not None:
                     want = min(want, budget[0])
-                ids = list(waiting)
+                ids = [t for t in waiting if t not in deferred]
                 for start in range(0, len(ids), 1024):
                     claimed, finals = link.claim(ids[start : start + 1024], want)
+                    late = [c.trial for c in claimed
+                            if c.attempts == 0 and by_id[c.trial].position < high[0]]  # fmt: skip
+                    if late:
+                        link.release(late)
+                        deferred.update(late)
+                        claimed = [c for c in claimed if c.trial not in deferred]
                     if not claimed and not finals:
                         continue
                     taken = finals | {c.trial for c in claimed}
                     kept = [t for t in waiting if t not in taken]
                     waiting.clear()
                     waiting.extend(kept)
+                    deferred.difference_update(finals)
                     assert self.state is not None
                     for c in claimed:
                         record = self.state.trials[c.trial]
                         record.attempts, record.failures = c.attempts, c.failures
                         record.open_request = None
                         queue.append(by_id[c.trial])
+                        if c.attempts == 0:
+                            high[0] = max(high[0], by_id[c.trial].position)
                     if claimed:
                         if budget[0] is not None:
                             budget[0] -= len(claimed)
                         self.final = link.finals()
                         self._tick()
                         return True
+                if deferred:
+                    self.request_stop(
+                        f"{ROTATE}: {len(deferred)} trial(s) left by other workers come before "
+                        "this session's last in the locked order; a new session takes them"
+                    )
+                    return False
                 await self._pause(self.shared.poll_seconds)  # the rest are other workers'
             return False
 
@@ -2222,12 +2245,17 @@ def run_study(
     before the session started raises :class:`runner.control.RunInterruptedError` and records
     nothing but an interrupted preflight. A preflight the backend refuses
     (``options.preflight``, :mod:`runner.preflight`) raises
-    :class:`runner._errors.PreflightError` before any trial is sent.
+    :class:`runner._errors.PreflightError` before any trial is sent. On PostgreSQL a session
+    that ended to let a new one take trials that come before its own in the locked order
+    (``rotate``, ``docs/trials.md`` §8) is followed at once by that new session.
     """
-    result: RunResult = _with_runner(
-        root, key, backend, options, progress, control, lambda runner: runner.run()
-    )
-    return result
+    while True:
+        result: RunResult = _with_runner(
+            root, key, backend, options, progress, control, lambda runner: runner.run()
+        )
+        if not result.reason.startswith(f"{ROTATE}:"):
+            return result
+        options = replace(options, preflight=False)  # the same process: preflighted already
 
 
 def check_study(

@@ -26,7 +26,6 @@ from helpers import STUDY_ORIGIN, study_key
 from ledger import EventSpec, Ledger, RefusedError
 from runner.backends import AnthropicBackend
 from runner.execute import RunOptions, run_study
-from runner.lock import StudyError
 
 CLI = [sys.executable, "-c", "from ledger.cli import main; main()"]
 
@@ -80,11 +79,62 @@ def check_exactly_once(url: str, trials: int) -> Counter[str]:
     return Counter(e.kind for e in events)
 
 
-def export_and_verify(study: Path, out: Path) -> None:
-    """Score, unblind, analyze and export through the CLI; ``python -m verify`` passes."""
-    from helpers import cli_export
+def sqlite_copy(url: str, path: Path) -> None:
+    """Copy the PostgreSQL ledger at ``url`` into a new SQLite ledger file, row for row.
 
-    cli_export(study, out)
+    The same bytes (envelopes, signatures, leaf hashes, blobs, tree, checkpoints, keys):
+    ``ledger export`` and ``verify`` then read it as they read any study's ledger.
+    """
+    import sqlite3
+
+    from ledger._store import _SCHEMA, APPLICATION_ID, SCHEMA_VERSION
+
+    conn = sqlite3.connect(path, isolation_level=None)
+    conn.execute("PRAGMA journal_mode = WAL")
+    conn.execute("BEGIN")
+    for stmt in _SCHEMA.split(";"):
+        if stmt.strip():
+            conn.execute(stmt)
+    conn.execute(f"PRAGMA application_id = {APPLICATION_ID}")
+    conn.execute(f"PRAGMA user_version = {SCHEMA_VERSION}")
+    with Ledger.open(url, readonly=True) as log:
+        pg = log._conn
+        for table, columns in (
+            ("meta", "key, value"),
+            ("events", "seq, kind, actor, time, envelope, signature, leaf_hash"),
+            ("blobs", "sha256, size, data"),
+            ("checkpoints", "id, size, root, note, created"),
+            ("keys", "actor, name, vkey, role, added_seq, revoked_seq"),
+            ("tree", "level, idx, hash"),
+        ):
+            rows = [
+                tuple(bytes(v) if isinstance(v, memoryview) else v for v in row)
+                for row in pg.execute(f"SELECT {columns} FROM {table}").fetchall()
+            ]
+            marks = ", ".join("?" for _ in columns.split(","))
+            conn.executemany(f"INSERT INTO {table} ({columns}) VALUES ({marks})", rows)
+    conn.execute("COMMIT")
+    conn.close()
+
+
+def export_and_verify(study: Path, out: Path, url: str) -> None:
+    """Score, unblind, analyze and export through the CLI; ``python -m verify`` passes.
+
+    The commands after ``ledger run`` read the ledger from a SQLite copy of the PostgreSQL one
+    (:func:`sqlite_copy`): the bytes the workers recorded, exported and verified offline.
+    """
+    from click.testing import CliRunner
+
+    from ledger import user_home
+    from ledger.cli import main
+
+    sqlite_copy(url, study / "ledger.db")
+    (study / "ledger.store").unlink()
+    key = user_home() / "keys" / "prompt-tumbling-e-owner.key"
+    for step in (("score", study), ("unblind", study), ("analyze", study),
+                 ("export", study, out)):  # fmt: skip
+        result = CliRunner().invoke(main, [*map(str, step), "--key", str(key)])
+        assert result.exit_code == 0, (step, result.output)
     proc = subprocess.run(
         [sys.executable, "-m", "verify", str(out)], capture_output=True, text=True, timeout=600
     )
@@ -237,7 +287,7 @@ def test_two_workers_racing_for_one_trial_one_gets_it(pg_server: Any) -> None:
     from ledger._workers import WorkerLink
 
     url = pg_server.url(schema="g_race")
-    log, key = _bare(url)
+    log, _key = _bare(url)
     log.close()
     where = Ledger.location(url)
     links = [WorkerLink(where, f"w{i}", 30.0) for i in range(2)]  # type: ignore[arg-type]
@@ -247,7 +297,9 @@ def test_two_workers_racing_for_one_trial_one_gets_it(pg_server: Any) -> None:
             barrier = threading.Barrier(2)
             got: list[list[str]] = [[], []]
 
-            def claim(i: int, trial: str = trial, barrier: Any = barrier) -> None:
+            def claim(
+                i: int, trial: str = trial, barrier: Any = barrier, got: Any = got
+            ) -> None:
                 barrier.wait()
                 got[i] = [c.trial for c in links[i].claim([trial], 1)[0]]
 
@@ -266,3 +318,103 @@ def test_two_workers_racing_for_one_trial_one_gets_it(pg_server: Any) -> None:
     finally:
         for link in links:
             link.close()
+
+
+# ---------------------------------------------------------------------- workers
+
+
+def count_kind(url: str, kind: str) -> int:
+    with Ledger.open(url, readonly=True) as log:
+        row = log._conn.execute("SELECT COUNT(*) FROM events WHERE kind = ?", (kind,)).fetchone()
+    return int(row[0])
+
+
+def wait_for(url: str, kind: str, n: int, proc: subprocess.Popen[bytes] | None = None) -> None:
+    deadline = time.monotonic() + 60
+    while count_kind(url, kind) < n:
+        assert time.monotonic() < deadline, f"no {n} {kind} within 60 s"
+        assert proc is None or proc.poll() is None, proc.communicate()
+        time.sleep(0.05)
+
+
+def test_a_worker_killed_mid_run_is_reaped_and_another_finishes_the_study(
+    tmp_path: Path, template: Path, pg_server: Any
+) -> None:
+    url = pg_server.url(schema="w_kill")
+    study = pg_study(tmp_path / "study", template, url, replicates=2)  # 70 trials
+    with FakeMessagesServer(latency_ms=300) as server:
+        proc = start_worker(study, server, "--concurrency", "4", "--lease-seconds", "1")
+        wait_for(url, "trial.responded", 6, proc)
+        proc.send_signal(signal.SIGKILL)
+        proc.communicate()
+        result = run_study(study, study_key(), backend(server),
+                           RunOptions(concurrency=8, lease_seconds=1))  # fmt: skip
+    assert result.reason == "complete", result
+    kinds = check_exactly_once(url, trials=70)
+    events = events_of(url)
+    first, second = [e for e in events if e.kind == "run.started"]
+    stops = [e for e in events if e.kind == "run.stopped"]
+    assert [s.body["session"] for s in stops] == [first.seq, second.seq]
+    lost = stops[0]
+    assert lost.body["reason"].startswith("lost: worker ") and lost.seq < second.seq
+    interrupted = [e for e in events if e.kind == "trial.failed"
+                   and e.body["error_type"] == "interrupted"]  # fmt: skip
+    # the dead worker's calls in flight, closed inside its session, before its stop
+    assert 1 <= len(interrupted) <= 4 and all(first.seq < e.seq < lost.seq for e in interrupted)
+    assert lost.body["interrupted"] == len(interrupted)
+    assert "concurrent" not in second.body  # the dead session was closed before it started
+    assert kinds["trial.responded"] == 70
+    export_and_verify(study, tmp_path / "archive", url)
+
+
+def test_two_worker_processes_share_a_study_and_each_trial_is_answered_once(
+    tmp_path: Path, template: Path, pg_server: Any
+) -> None:
+    url = pg_server.url(schema="w_two")
+    study = pg_study(tmp_path / "study", template, url, replicates=3)  # 105 trials
+    with FakeMessagesServer(latency_ms=60) as server:
+        procs = [start_worker(study, server, "--concurrency", "4") for _ in range(2)]
+        outs = [p.communicate(timeout=120) for p in procs]
+    for p, (_out, err) in zip(procs, outs, strict=True):
+        assert p.returncode == 0, err.decode()
+    check_exactly_once(url, trials=105)
+    events = events_of(url)
+    sessions = [e for e in events if e.kind == "run.started"]
+    assert len(sessions) == 2 and sessions[1].body.get("concurrent") == [sessions[0].seq]
+    by_session = Counter(e.body["session"] for e in events if e.kind == "trial.requested")
+    assert set(by_session) == {s.seq for s in sessions}  # both did some of the work
+    assert sum(by_session.values()) == 105  # no trial was sent twice
+    export_and_verify(study, tmp_path / "archive", url)
+
+
+def test_a_frozen_worker_whose_lease_ran_out_records_its_late_answers_as_superseded(
+    tmp_path: Path, template: Path, pg_server: Any
+) -> None:
+    """Its final outcomes are refused (another worker's came first): each request still gets
+    exactly one outcome, a non-final ``superseded`` failure, and the study verifies."""
+    url = pg_server.url(schema="w_frozen")
+    study = pg_study(tmp_path / "study", template, url, replicates=1)  # 35 trials
+    with FakeMessagesServer(latency_ms=1500) as server:
+        proc = start_worker(study, server, "--concurrency", "3")
+        wait_for(url, "trial.requested", 3, proc)
+        proc.send_signal(signal.SIGSTOP)  # its three calls are in flight
+        try:
+            with Ledger.open(url) as log:  # its leases run out (a heartbeat that cannot reach)
+                log._conn.execute("UPDATE leases SET expires = now() - interval '1 second'")
+            server.latency_ms = 0
+            result = run_study(study, study_key(), backend(server),
+                               RunOptions(concurrency=8, lease_seconds=30))  # fmt: skip
+            assert result.reason == "complete", result
+        finally:
+            proc.send_signal(signal.SIGCONT)
+        _out, err = proc.communicate(timeout=60)
+    assert proc.returncode == 0, err.decode()
+    check_exactly_once(url, trials=35)
+    events = events_of(url)
+    superseded = [e for e in events if e.kind == "trial.failed"
+                  and e.body["error_type"] == "superseded"]  # fmt: skip
+    assert len(superseded) == 3 and not any(e.body["final"] for e in superseded)
+    first = next(e for e in events if e.kind == "run.started")
+    stops = {e.body["session"]: e for e in events if e.kind == "run.stopped"}
+    assert all(first.seq < e.seq < stops[first.seq].seq for e in superseded)
+    export_and_verify(study, tmp_path / "archive", url)
