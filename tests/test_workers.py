@@ -297,9 +297,7 @@ def test_two_workers_racing_for_one_trial_one_gets_it(pg_server: Any) -> None:
             barrier = threading.Barrier(2)
             got: list[list[str]] = [[], []]
 
-            def claim(
-                i: int, trial: str = trial, barrier: Any = barrier, got: Any = got
-            ) -> None:
+            def claim(i: int, trial: str = trial, barrier: Any = barrier, got: Any = got) -> None:
                 barrier.wait()
                 got[i] = [c.trial for c in links[i].claim([trial], 1)[0]]
 
