@@ -141,9 +141,9 @@ def _check_sessions(a: Archive, st: _State) -> int:
             opened = [*_concurrent(a, st, seq, opened), seq]
             continue
         named = a.body(seq).get("session")
-        known = type(named) is int and named in opened
+        known = isinstance(named, int) and not isinstance(named, bool) and named in opened
         if kind == "run.stopped":
-            if not known:
+            if not isinstance(named, int) or not known:
                 st.fail(f"seq {seq}: run.stopped names run session {named!r}, but "
                         f"{_open_sessions(opened)}", seq)  # fmt: skip
             else:
