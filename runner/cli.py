@@ -638,6 +638,21 @@ def _show_check(preflights: list[Any], simulated: bool, as_json: bool) -> None:
     )
 
 
+def _workers(log: Any) -> list[dict[str, Any]] | None:
+    """The study's ``ledger run`` workers (PostgreSQL, docs/trials.md §8); None on SQLite."""
+    if log.engine != "postgresql":
+        return None
+    from ledger._workers import list_workers
+
+    return [
+        {"id": w.id, "session": w.session, "host": w.host, "pid": w.pid, "mode": w.mode,
+         "leases": w.leases, "started": w.started.isoformat(),
+         "heartbeat": w.heartbeat.isoformat(), "expires": w.expires.isoformat(),
+         "live": bool(w.live)}
+        for w in list_workers(log)
+    ]  # fmt: skip
+
+
 def _interrupted(message: str, exit_code: int) -> click.exceptions.Exit:
     """A run stopped by a signal: one line, and exit status 128 + the signal's number."""
     click.echo(f"Error: {message}", err=True)
@@ -649,6 +664,9 @@ def _interrupted(message: str, exit_code: int) -> click.exceptions.Exit:
 @click.option("--json", "as_json", is_flag=True, help="Print JSON.")
 def status(study_dir: Path, as_json: bool) -> None:
     """Summarise where a study stands: per arm, trials responded, given up and pending.
+
+    On a PostgreSQL study it also lists the `ledger run` workers: live ones, and dead ones
+    whose lease ran out and whom the next worker will reap.
 
     \b
     Example:
@@ -682,6 +700,7 @@ def status(study_dir: Path, as_json: bool) -> None:
             steps = step_status(study, log)
         else:
             steps = []
+        workers = _workers(log)
     mismatches = model_mismatches(protocol.body if protocol else {}, answers)
     identity = recorded_warnings(sessions)
     rows = arm_status(state)
@@ -695,6 +714,7 @@ def status(study_dir: Path, as_json: bool) -> None:
                    "model_mismatches": {"count": len(mismatches),
                                         "first": [m.as_dict() for m in mismatches[:5]]},
                    "model_identity_warnings": [{"seq": q, "warning": w} for q, w in identity],
+                   **({"workers": workers} if workers is not None else {}),
                    **({"steps": steps} if study.steps else {})})
         return
     grid = table("arm", "trials", "responded", "given up", "pending", "awaiting", "attempts",
@@ -720,6 +740,15 @@ def status(study_dir: Path, as_json: bool) -> None:
             out.print(f"{excluded} trial(s) excluded by a step (trial.excluded)")
     counts = ", ".join(f"{k} {v}" for k, v in sorted(kinds.items()) if not k.startswith("artifact"))
     out.print(f"{total - pending}/{total} trials final; events: {counts}")
+    if workers:
+        wgrid = table("worker", "session", "mode", "leases", "last heartbeat", "state",
+                      title="ledger run workers (PostgreSQL)")  # fmt: skip
+        for w in workers:
+            wgrid.add_row(w["id"], str(w["session"]), w["mode"], str(w["leases"]),
+                          w["heartbeat"], "live" if w["live"] else "lease ran out")  # fmt: skip
+        out.print(wgrid)
+    elif workers is not None:
+        out.print("no ledger run worker is running")
     if preflight is not None:
         out.print(_preflight_line(preflight), markup=False)
     for _, line in identity:

@@ -385,6 +385,18 @@ def test_two_worker_processes_share_a_study_and_each_trial_is_answered_once(
     export_and_verify(study, tmp_path / "archive", url)
 
 
+def status_of(study: Path) -> dict[str, Any]:
+    import json
+
+    from click.testing import CliRunner
+
+    from ledger.cli import main
+
+    result = CliRunner().invoke(main, ["status", str(study), "--json"])
+    assert result.exit_code == 0, result.output
+    return dict(json.loads(result.output))
+
+
 def test_a_frozen_worker_whose_lease_ran_out_records_its_late_answers_as_superseded(
     tmp_path: Path, template: Path, pg_server: Any
 ) -> None:
@@ -397,6 +409,11 @@ def test_a_frozen_worker_whose_lease_ran_out_records_its_late_answers_as_superse
         wait_for(url, "trial.requested", 3, proc)
         proc.send_signal(signal.SIGSTOP)  # its three calls are in flight
         try:
+            shown = status_of(study)
+            assert [(w["pid"], w["mode"], w["live"]) for w in shown["workers"]] == [
+                (proc.pid, "shared", True)
+            ]
+            assert shown["workers"][0]["leases"] >= 3
             with Ledger.open(url) as log:  # its leases run out (a heartbeat that cannot reach)
                 log._conn.execute("UPDATE leases SET expires = now() - interval '1 second'")
             server.latency_ms = 0
@@ -407,6 +424,7 @@ def test_a_frozen_worker_whose_lease_ran_out_records_its_late_answers_as_superse
             proc.send_signal(signal.SIGCONT)
         _out, err = proc.communicate(timeout=60)
     assert proc.returncode == 0, err.decode()
+    assert status_of(study)["workers"] == []  # both stopped and left
     check_exactly_once(url, trials=35)
     events = events_of(url)
     superseded = [e for e in events if e.kind == "trial.failed"
