@@ -320,14 +320,8 @@ def test_two_workers_racing_for_one_trial_one_gets_it(pg_server: Any) -> None:
         links[0]._run("UPDATE leases SET expires = now() - interval '1 second' WHERE trial = 't0'")
         holder = links[0]._run("SELECT worker FROM leases WHERE trial = 't0'").fetchone()[0]
         other = links[1] if holder == "w0" else links[0]
-        held = (
-            links[0]
-            ._run(
-                "SELECT trial FROM leases WHERE worker = ? AND trial <> 't0' ORDER BY trial LIMIT 1",
-                (holder,),
-            )
-            .fetchone()[0]
-        )
+        sql = "SELECT trial FROM leases WHERE worker = ? AND trial <> 't0' ORDER BY trial"
+        held = links[0]._run(sql, (holder,)).fetchone()[0]
         assert [c.trial for c in other.claim(["t0", held], 2)[0]] == ["t0"]
     finally:
         for link in links:
@@ -450,3 +444,83 @@ def test_a_frozen_worker_whose_lease_ran_out_records_its_late_answers_as_superse
     stops = {e.body["session"]: e for e in events if e.kind == "run.stopped"}
     assert all(first.seq < e.seq < stops[first.seq].seq for e in superseded)
     verify_copy(url, tmp_path / "copy")
+
+
+# ---------------------------------------------------------------------- the acceptance soak
+
+
+@pytest.mark.slow
+def test_soak_four_workers_under_chaos_answer_each_of_2030_trials_once(
+    tmp_path: Path, template: Path, pg_server: Any
+) -> None:
+    """Four ``ledger run`` processes on a 2,030-trial study; a chaos loop SIGKILLs a random
+    worker (and restarts it) at least 20 times and ``kill -9``s PostgreSQL twice. Afterwards
+    every request has one outcome, every trial one final outcome, the chain, signatures and
+    checkpoints of the exported archive verify (``python -m verify``), and a final resume has
+    nothing left to do."""
+    import random
+
+    url = pg_server.url(schema="soak_chaos")
+    study = pg_study(tmp_path / "study", template, url, replicates=58)  # 2,030 trials
+    rng = random.Random(20261128)
+    logs = tmp_path / "logs"
+    logs.mkdir()
+    args = ("--concurrency", "8", "--max-attempts", "30", "--lease-seconds", "2")
+    kills = restarts = 0
+    with FakeMessagesServer(
+        latency_ms=40, fault_rate=0.02, fault_kinds=("429", "500", "drop"), retry_after=0.1,
+        seed=34,
+    ) as server:  # fmt: skip
+        workers = [start_worker(study, server, *args, log=logs / f"w{i}.log") for i in range(4)]
+        spawned = 4
+        pg_kills_at = {7, 15}
+        started = time.monotonic()
+        while kills < 22 or restarts < 2:
+            assert time.monotonic() - started < 1200, "the chaos loop did not finish in 20 min"
+            time.sleep(rng.uniform(0.3, 1.2))
+            if kills in pg_kills_at:
+                pg_kills_at.discard(kills)
+                pg_server.kill()
+                time.sleep(rng.uniform(0.2, 1.0))
+                pg_server.restart_after_kill()
+                restarts += 1
+            i = rng.randrange(4)
+            if workers[i].poll() is None:
+                workers[i].send_signal(signal.SIGKILL)
+                workers[i].wait()
+                kills += 1
+            for j, w in enumerate(workers):  # restart every worker that is gone
+                if w.poll() is not None:
+                    workers[j] = start_worker(study, server, *args, log=logs / f"w{j}.log")
+                    spawned += 1
+        deadline = time.monotonic() + 900
+        while any(w.poll() is None for w in workers):  # let them finish the study
+            assert time.monotonic() < deadline, "the workers did not finish in 15 min"
+            time.sleep(0.5)
+        final = subprocess.run(
+            [*CLI, "run", str(study), "--base-url", server.base_url, *args, "--json"],
+            env=dict(os.environ, ANTHROPIC_API_KEY="test"), capture_output=True, text=True,
+            timeout=900,
+        )  # fmt: skip
+    assert final.returncode == 0, final.stdout + final.stderr
+    assert '"stopped": "complete"' in final.stdout
+    assert kills >= 20 and restarts == 2
+    kinds = check_exactly_once(url, trials=2030)
+    assert kinds["trial.responded"] == 2030  # answered once each: no trial was given up
+    events = events_of(url)
+    assert kinds["run.started"] == kinds["run.stopped"] >= spawned  # every session closed
+    interrupted = sum(1 for e in events if e.kind == "trial.failed"
+                      and e.body["error_type"] == "interrupted")  # fmt: skip
+    assert interrupted > 0
+    assert any(e.body.get("concurrent") for e in events if e.kind == "run.started")
+    with Ledger.open(url, readonly=True) as log:
+        assert log._conn.execute("SELECT COUNT(*) FROM workers").fetchone()[0] == 0
+        sizes = {cp.size for cp in log.checkpoints()}
+    stops = [e.seq + 1 for e in events if e.kind == "run.stopped"]
+    assert set(stops) <= sizes  # every session's stop checkpoint was signed
+    out = tmp_path / "archive"
+    export_and_verify(study, out, url)
+    proc = subprocess.run(
+        [sys.executable, "-m", "verify", str(out)], capture_output=True, text=True, timeout=900
+    )
+    assert proc.returncode == 0, proc.stdout + proc.stderr
