@@ -2212,22 +2212,35 @@ def _with_runner(
         except StudyError:
             asyncio.run(backend.aclose())
             raise
+        mode, why = worker_mode(study, batch=runner.batch, witnessed=runner.witnesses is not None)
         if log.engine == "postgresql":
-            mode, why = worker_mode(study, batch=runner.batch,
-                                    witnessed=runner.witnesses is not None)  # fmt: skip
             runner.shared = SharedRun(log, mode=mode, why=why, lease_seconds=options.lease_seconds)
+        current = [runner]
 
         async def main() -> Any:
             try:
-                return await work(runner)
+                result = await work(current[0])
+                # PostgreSQL: a session that ended to let a new one take trials that come
+                # before its own in the locked order is followed at once by that new session,
+                # on the same backend (docs/trials.md §8); it was preflighted already
+                while (isinstance(result, RunResult) and result.reason.startswith(f"{ROTATE}:")
+                       and current[0].shared is not None):  # fmt: skip
+                    current[0].shared.close()
+                    again = replace(options, preflight=False)
+                    nxt = Runner(study, log, key, backend, again, progress, control)
+                    nxt.shared = SharedRun(log, mode=mode, why=why,
+                                           lease_seconds=options.lease_seconds)  # fmt: skip
+                    current[0] = nxt
+                    result = await work(nxt)
+                return result
             finally:
                 await backend.aclose()
 
         try:
             return asyncio.run(main())
         finally:
-            if runner.shared is not None:
-                runner.shared.close()
+            if current[0].shared is not None:
+                current[0].shared.close()
 
 
 def run_study(
@@ -2249,13 +2262,10 @@ def run_study(
     that ended to let a new one take trials that come before its own in the locked order
     (``rotate``, ``docs/trials.md`` §8) is followed at once by that new session.
     """
-    while True:
-        result: RunResult = _with_runner(
-            root, key, backend, options, progress, control, lambda runner: runner.run()
-        )
-        if not result.reason.startswith(f"{ROTATE}:"):
-            return result
-        options = replace(options, preflight=False)  # the same process: preflighted already
+    result: RunResult = _with_runner(
+        root, key, backend, options, progress, control, lambda runner: runner.run()
+    )
+    return result
 
 
 def check_study(

@@ -524,3 +524,42 @@ def test_soak_four_workers_under_chaos_answer_each_of_2030_trials_once(
         [sys.executable, "-m", "verify", str(out)], capture_output=True, text=True, timeout=900
     )
     assert proc.returncode == 0, proc.stdout + proc.stderr
+
+
+def test_a_trial_left_before_the_sessions_last_is_taken_by_a_new_session(
+    tmp_path: Path, template: Path, pg_server: Any
+) -> None:
+    """First requests ascend within a session: a never-requested trial another worker gave
+    back after this session went past it is run by a new session (``rotate``)."""
+    url = pg_server.url(schema="w_rotate")
+    study = pg_study(tmp_path / "study", template, url, replicates=1)  # 35 trials
+    first = events_of(url)
+    with Ledger.open(url) as log:
+        ids = log.blob(next(e for e in first if e.kind == "protocol.locked").blobs["schedule"])
+        head = ids.decode().splitlines()[0]
+        log._conn.execute(
+            "INSERT INTO leases (trial, worker, expires) VALUES (?, 'ghost', now() + "
+            "interval '1 hour')",
+            (head,),
+        )
+    ghost = Ledger.open(url)
+
+    def progress(_counters: Any, final: int, _total: int) -> None:
+        if final >= 20:  # the ghost gives its trial back once the session went past it
+            ghost._conn.execute("DELETE FROM leases WHERE worker = 'ghost'")
+
+    with ghost, FakeMessagesServer() as server:
+        result = run_study(
+            study, study_key(), backend(server), RunOptions(concurrency=4), progress=progress
+        )
+    assert result.reason == "complete", result
+    check_exactly_once(url, trials=35)
+    events = events_of(url)
+    started = [e for e in events if e.kind == "run.started"]
+    stopped = [e for e in events if e.kind == "run.stopped"]
+    assert len(started) == 2 and stopped[0].body["reason"].startswith("rotate: 1 trial(s)")
+    late = [
+        e for e in events if e.kind == "trial.requested" and e.body["session"] == started[1].seq
+    ]
+    assert [e.body["trial"] for e in late] == [head]
+    verify_copy(url, tmp_path / "copy")
