@@ -26,6 +26,7 @@ from helpers import STUDY_ORIGIN, study_key
 from ledger import EventSpec, Ledger, RefusedError
 from runner.backends import AnthropicBackend
 from runner.execute import RunOptions, run_study
+from runner.lock import StudyError
 
 CLI = [sys.executable, "-c", "from ledger.cli import main; main()"]
 
@@ -484,7 +485,8 @@ def test_soak_four_workers_under_chaos_answer_each_of_2030_trials_once(
                 pg_server.restart_after_kill()
                 restarts += 1
             with Ledger.open(url, readonly=True) as log:  # workers whose session runs
-                running = {r[0] for r in log._conn.execute("SELECT pid FROM workers").fetchall()}
+                rows = log._conn.execute("SELECT pid FROM workers").fetchall()
+            running = {r[0] for r in rows}
             ready = [w for w in workers if w.pid in running and w.poll() is None]
             if ready:
                 victim = rng.choice(ready)
@@ -566,3 +568,42 @@ def test_a_trial_left_before_the_sessions_last_is_taken_by_a_new_session(
     ]
     assert [e.body["trial"] for e in late] == [head]
     verify_copy(url, tmp_path / "copy")
+
+
+def test_a_worker_does_not_join_one_that_runs_alone(
+    tmp_path: Path, template: Path, pg_server: Any
+) -> None:
+    url = pg_server.url(schema="w_alone")
+    study = pg_study(tmp_path / "study", template, url, replicates=1)
+    with Ledger.open(url) as log:  # a live worker of a study with steps, say
+        log._conn.execute(
+            "INSERT INTO workers (id, session, host, pid, mode, lease_seconds, expires) VALUES "
+            "('elsewhere:1:abcdef', 5, 'elsewhere', 1, 'alone', 30, now() + interval '1 hour')"
+        )
+    size = len(events_of(url))
+    with FakeMessagesServer() as server, pytest.raises(StudyError) as caught:
+        run_study(study, study_key(), backend(server), RunOptions())
+    want = ("worker elsewhere:1:abcdef (pid 1 on elsewhere, run session 5) is running this "
+            "study, and no two workers may share it: it runs the study alone")  # fmt: skip
+    assert want in str(caught.value)
+    assert len(events_of(url)) == size  # nothing was recorded, not even a preflight
+
+
+def test_the_budget_is_the_studys_across_workers(
+    tmp_path: Path, template: Path, pg_server: Any
+) -> None:
+    """Two workers with --budget-usd: together they never spend more than the budget."""
+    url = pg_server.url(schema="w_budget")
+    study = pg_study(tmp_path / "study", template, url, replicates=2)  # 70 trials
+    budget = 0.05
+    with FakeMessagesServer(latency_ms=300) as server:
+        procs = [start_worker(study, server, "--concurrency", "2", "--budget-usd", str(budget),
+                              "--json") for _ in range(2)]  # fmt: skip
+        outs = [p.communicate(timeout=120) for p in procs]
+    events = events_of(url)
+    spent = sum(e.body["cost_usd"] for e in events
+                if e.kind in ("trial.responded", "run.preflight")
+                and isinstance(e.body.get("cost_usd"), float))  # fmt: skip
+    stops = [e.body["reason"] for e in events if e.kind == "run.stopped"]
+    assert len(stops) == 2 and all(r.startswith("budget: ") for r in stops), (stops, outs)
+    assert 0 < spent <= budget
