@@ -187,7 +187,13 @@ ProgressHook = Callable[[Counters, int, int], None]
 
 @contextlib.contextmanager
 def run_lock(root: Path) -> Iterator[None]:
-    """Hold the study's run lock, or refuse naming the process that holds it."""
+    """Hold the study's run lock, or refuse naming the process that holds it.
+
+    A SQLite study runs one ``ledger run`` at a time: SQLite would serialise two writers, but
+    each session sends every pending trial it sees, so two would answer trials twice, and the
+    file lives on one machine anyway. A PostgreSQL study has no such lock: its workers share
+    the pending trials through leases in the database (``docs/trials.md`` §8).
+    """
     path = Path(root) / LOCK_FILE
     handle = path.open("a+")
     try:
@@ -198,7 +204,8 @@ def run_lock(root: Path) -> Iterator[None]:
             holder = handle.read().strip() or "unknown"
             raise StudyError(
                 f"{root}: another 'ledger run' is already running on this study "
-                f"(pid {holder}, lock {path}); wait for it to stop, or stop it with Ctrl-C"
+                f"(pid {holder}, lock {path}); wait for it to stop, or stop it with Ctrl-C "
+                "(a study whose ledger is on PostgreSQL runs any number of workers at once)"
             ) from None
         handle.seek(0)
         handle.truncate()
