@@ -77,10 +77,13 @@ def make_study(root: Path, url: str, schema: str, replicates: int, home: Path) -
     from runner.lock import lock_study
     from runner.new import new_study
 
-    key = SigningKey.generate(f"prompt-ledger.local/{TEMPLATE}/owner")
     key_file = home / "keys" / f"{TEMPLATE}-owner.key"
-    key_file.parent.mkdir(parents=True, exist_ok=True)
-    key.save(key_file)
+    if key_file.exists():  # both studies are the template's: one owner key
+        key = SigningKey.load(key_file)
+    else:
+        key = SigningKey.generate(f"prompt-ledger.local/{TEMPLATE}/owner")
+        key_file.parent.mkdir(parents=True, exist_ok=True)
+        key.save(key_file)
     sep = "&" if "?" in url else "?"
     new_study(root, TEMPLATE, key, store=f"{url}{sep}schema={schema}")
     spec = root / "study.toml"
@@ -135,7 +138,7 @@ def bench_workers(args: argparse.Namespace) -> dict[str, Any]:
     base = Path(tempfile.mkdtemp(prefix="bench-store-"))
     os.chmod(base, 0o755)  # a throwaway server runs as the postgres user when this is root
     home = base / "home"
-    env = dict(os.environ, ANTHROPIC_API_KEY="bench", PROMPT_LEDGER_HOME=str(home))
+    env = dict(os.environ, ANTHROPIC_API_KEY="test", PROMPT_LEDGER_HOME=str(home))
     os.environ["PROMPT_LEDGER_HOME"] = str(home)
     out: dict[str, Any] = {"latency_ms": args.latency_ms, "concurrency": args.concurrency,
                            "load_start": load_average()}  # fmt: skip
@@ -148,7 +151,7 @@ def bench_workers(args: argparse.Namespace) -> dict[str, Any]:
                 sep = "&" if "?" in url else "?"
                 store = f"{url}{sep}schema={schema}"
                 rows.append(run_workers(study, store, base_url, n, args.concurrency, env))
-                with Ledger.open(store, readonly=True) as log:  # drop the schema afterwards
+                with Ledger.open(store) as log:  # drop the schema afterwards
                     log._conn.raw.execute(f'DROP SCHEMA "{schema}" CASCADE')
         one, many = rows
         out.update({
