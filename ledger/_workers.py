@@ -198,33 +198,36 @@ class WorkerLink:
                 raise
         return row is not None
 
-    def claim(self, candidates: Sequence[str], n: int) -> tuple[list[Claimed], set[str]]:
+    def claim(self, candidates: Sequence[str], n: int) -> tuple[list[Claimed], set[str], bool]:
         """Lease up to ``n`` of ``candidates`` (in their order); also the ones already final.
 
         A candidate is claimed when it has no final outcome and no unexpired lease of another
         worker (a lease of this worker's is renewed). Returns the claimed trials with their
-        attempts and failures as the store's projection counts them, and the candidates that
-        have a final outcome by now.
+        attempts and failures as the store's projection counts them, the candidates that have a
+        final outcome by now, and whether another worker took every free trial this one chose
+        first (the race was lost: ask again, so that no free trial is skipped).
         """
         if not candidates or n <= 0:
-            return [], set()
+            return [], set(), False
         ids = list(candidates)
-        rows = self._run(
+        row = self._run(
             "WITH cand AS (SELECT c.t, c.o FROM unnest(?::text[]) WITH ORDINALITY AS c(t, o)), "
             "free AS (SELECT cand.t, cand.o FROM cand "
             "  LEFT JOIN pj_trials p ON p.trial = cand.t "
             "  LEFT JOIN leases l ON l.trial = cand.t "
             "  WHERE p.final_seq IS NULL "
             "    AND (l.trial IS NULL OR l.expires < now() OR l.worker = ?) "
-            "  ORDER BY cand.o LIMIT ?) "
-            "INSERT INTO leases (trial, worker, expires) "
-            "SELECT t, ?, now() + make_interval(secs => ?) FROM free ORDER BY o "
-            "ON CONFLICT (trial) DO UPDATE SET worker = EXCLUDED.worker, "
-            "  expires = EXCLUDED.expires "
+            "  ORDER BY cand.o LIMIT ?), "
+            "ins AS (INSERT INTO leases (trial, worker, expires) "
+            "  SELECT t, ?, now() + make_interval(secs => ?) FROM free ORDER BY o "
+            "  ON CONFLICT (trial) DO UPDATE SET worker = EXCLUDED.worker, "
+            "    expires = EXCLUDED.expires "
             "  WHERE leases.expires < now() OR leases.worker = EXCLUDED.worker "
-            "RETURNING trial",
+            "  RETURNING trial) "
+            "SELECT (SELECT COUNT(*) FROM free), ARRAY(SELECT trial FROM ins)",
             (ids, self.worker_id, n, self.worker_id, self.lease_seconds),
-        ).fetchall()
+        ).fetchone()
+        chosen, rows = int(row[0]), [(t,) for t in row[1]]
         got = {str(r[0]) for r in rows}
         info = {
             str(t): (int(a), int(f), fs)
@@ -243,7 +246,7 @@ class WorkerLink:
         if stale:
             self._run("DELETE FROM leases WHERE trial = ANY(?) AND worker = ?",
                       (stale, self.worker_id))  # fmt: skip
-        return claimed, finals
+        return claimed, finals, chosen > 0 and not got
 
     def release(self, trials: Sequence[str] | None = None) -> None:
         """Give back this worker's leases (all, or those of ``trials``)."""

@@ -1825,7 +1825,9 @@ class Runner:
                     want = min(want, budget[0])
                 ids = [t for t in waiting if t not in deferred]
                 for start in range(0, len(ids), 1024):
-                    claimed, finals = link.claim(ids[start : start + 1024], want)
+                    raced = True
+                    while raced:  # lost a race for the lowest free trials: ask again
+                        claimed, finals, raced = link.claim(ids[start : start + 1024], want)
                     late = [c.trial for c in claimed
                             if c.attempts == 0 and by_id[c.trial].position < high[0]]  # fmt: skip
                     if late:

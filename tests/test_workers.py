@@ -316,6 +316,8 @@ def test_two_workers_racing_for_one_trial_one_gets_it(pg_server: Any) -> None:
             for t in threads:
                 t.join()
             assert sorted(got[0] + got[1]) == [trial], (k, got)
+            loser = links[1] if got[0] else links[0]
+            assert loser.claim([trial], 1) == ([], set(), False)  # held: nothing free to choose
         # a lease that ran out is free again; a live one is not
         links[0]._run("UPDATE leases SET expires = now() - interval '1 second' WHERE trial = 't0'")
         holder = links[0]._run("SELECT worker FROM leases WHERE trial = 't0'").fetchone()[0]
