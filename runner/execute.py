@@ -1750,6 +1750,8 @@ class Runner:
             else:
                 results = await self._drain(queue, limit)
         finally:
+            while self.behind:  # with the writer open: a refused outcome's follow-up is written
+                await asyncio.wait(list(self.behind))
             await loop.run_in_executor(None, self.writer.close)
             self.writer = None
             if self.behind:  # committed (or failed) by now: let their callbacks run
