@@ -17,6 +17,8 @@ Usage::
 
     python benchmarks/bench_store.py                   # 20,000 events, batches of 100
     python benchmarks/bench_store.py --events 2000 --quick
+    python benchmarks/bench_store.py workers           # 4 ledger run workers vs one
+                                                       # (benchmarks/bench_workers.py)
 """
 
 from __future__ import annotations
@@ -131,7 +133,14 @@ def concurrent_rate(url: str, events: int, batch: int, writers: int, work: Path)
 
 
 def main(argv: list[str] | None = None) -> int:
-    """Run the benchmark and print its figures."""
+    """Run the benchmark and print its figures (``workers``: :mod:`bench_workers`)."""
+    argv = sys.argv[1:] if argv is None else argv
+    if argv[:1] == ["workers"]:
+        sys.path.insert(0, str(ROOT / "benchmarks"))
+        from bench_workers import main as workers_main
+
+        workers_main(argv)
+        return 0
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--events", type=int, default=20_000, help="events per measurement")
     parser.add_argument("--batch", type=int, default=100, help="events per transaction")

@@ -31,6 +31,7 @@ if TYPE_CHECKING:
         NoteError,
         OutputError,
         ProofError,
+        RefusedError,
         SchemaVersionError,
         StoreError,
     )
@@ -97,6 +98,7 @@ __all__ = [
     "OutputError",
     "PostgresLocation",
     "ProofError",
+    "RefusedError",
     "SchemaVersionError",
     "SigningKey",
     "StoreError",
@@ -159,6 +161,7 @@ _LAZY: dict[str, str] = {
     "SchemaVersionError": "ledger._errors",
     "SigningKey": "ledger._keys",
     "StoreError": "ledger._errors",
+    "RefusedError": "ledger._errors",
     "StoredCheckpoint": "ledger._store",
     "VerifierKey": "ledger._keys",
     "canonical_json": "ledger._canonical",

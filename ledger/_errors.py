@@ -53,6 +53,23 @@ class StoreError(LedgerError):
     """A failure of the underlying SQLite store."""
 
 
+class RefusedError(LedgerError):
+    """An append the PostgreSQL store refuses because it would break a trial rule.
+
+    Checked inside the sequenced transaction (``ledger/_guard.py``, ``docs/storage.md``): a
+    second final outcome for a trial, a request after a trial's final outcome or naming a
+    closed run session, a second outcome for one request, an attempt number out of turn. Nothing
+    of the batch was appended; ``spec`` is the refused :class:`ledger.EventSpec` and ``rule``
+    one of ``final``, ``answered``, ``closed``, ``attempt``, ``unknown``.
+    """
+
+    def __init__(self, message: str, *, spec: object, rule: str) -> None:
+        """Name the refused event spec and the rule it breaks."""
+        super().__init__(message)
+        self.spec = spec
+        self.rule = rule
+
+
 class OutputError(LedgerError):
     """A file the user asked for that cannot be written; nothing of it was left behind.
 

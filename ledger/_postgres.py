@@ -5,7 +5,9 @@ engine (``events``, ``blobs``, ``tree``, ``checkpoints``, ``keys``, ``meta``) pl
 one row that every write transaction locks first (``SELECT ... FOR UPDATE``), so appends from
 any number of processes on any number of machines are sequenced inside the database, one
 transaction at a time, and the chain stays gapless (the single-row coordinator of Tessera's
-AWS driver). ``leases`` and ``workers`` hold what concurrent ``ledger run`` workers share.
+AWS driver). ``leases`` and ``workers`` hold what concurrent ``ledger run`` workers share
+(``ledger/_workers.py``); the ``pj_*`` tables are a projection of the trial events that the
+same transaction checks each append against (``ledger/_guard.py``).
 
 A store is named by a libpq URL plus this project's own ``schema`` query parameter::
 
@@ -370,17 +372,43 @@ CREATE TABLE tree (
 );
 CREATE TABLE workers (
   id TEXT PRIMARY KEY,
-  session BIGINT,
+  session BIGINT NOT NULL,
   host TEXT NOT NULL,
   pid INTEGER NOT NULL,
+  mode TEXT NOT NULL,
+  lease_seconds DOUBLE PRECISION NOT NULL,
   started TIMESTAMPTZ NOT NULL DEFAULT now(),
-  heartbeat TIMESTAMPTZ NOT NULL DEFAULT now()
+  heartbeat TIMESTAMPTZ NOT NULL DEFAULT now(),
+  expires TIMESTAMPTZ NOT NULL,
+  reserved_usd DOUBLE PRECISION NOT NULL DEFAULT 0
 );
 CREATE TABLE leases (
   trial TEXT PRIMARY KEY,
   worker TEXT NOT NULL,
   expires TIMESTAMPTZ NOT NULL
 );
+CREATE INDEX leases_worker ON leases (worker);
+CREATE TABLE pj_meta (
+  id INTEGER PRIMARY KEY CHECK (id = 1),
+  projected BIGINT NOT NULL,
+  spent_usd DOUBLE PRECISION NOT NULL
+);
+INSERT INTO pj_meta (id, projected, spent_usd) VALUES (1, 0, 0);
+CREATE TABLE pj_trials (
+  trial TEXT PRIMARY KEY,
+  attempts INTEGER NOT NULL,
+  failures INTEGER NOT NULL,
+  final_seq BIGINT
+);
+CREATE TABLE pj_requests (
+  seq BIGINT PRIMARY KEY,
+  trial TEXT NOT NULL,
+  attempt INTEGER NOT NULL,
+  session BIGINT,
+  outcome_seq BIGINT
+);
+CREATE INDEX pj_requests_open ON pj_requests (session) WHERE outcome_seq IS NULL;
+CREATE TABLE pj_sessions (seq BIGINT PRIMARY KEY, stopped_seq BIGINT);
 """
 
 

@@ -799,6 +799,10 @@ class Ledger:
             events.append(
                 Event(seq, when, kind, actor, prev, body, dict(blob_refs), data, signature, leaf)
             )
+        if self.engine == "postgresql":  # many writers: the trial rules, checked in sequence
+            from ledger._guard import guard_appends
+
+            guard_appends(conn, self.path, [(e.seq, e.kind, e.body) for e in events], specs)
         if blob_rows:
             conn.executemany(
                 "INSERT INTO blobs (sha256, size, data) VALUES (?, ?, ?) ON CONFLICT DO NOTHING",

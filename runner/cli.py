@@ -433,6 +433,14 @@ def _parse_until(value: str | None) -> Any:
     help="Send and record only the preflight requests (one per request shape), then exit: 0 "
     "when the backend accepts requests naming the locked model(s), step calls included.",
 )
+@click.option(
+    "--lease-seconds",
+    type=FiniteFloat(min=0.1),
+    default=30.0,
+    show_default=True,
+    help="PostgreSQL studies: seconds after this worker's last heartbeat that other workers "
+    "take over its trials (docs/trials.md section 8).",
+)
 @click.option("--key", "key_file", default=None, help="Signing key (default: the study owner's).")
 @click.option("--json", "as_json", is_flag=True, help="Print the session summary as JSON.")
 def run_cmd(
@@ -450,6 +458,7 @@ def run_cmd(
     poll_interval: float,
     models: tuple[str, ...],
     check: bool,
+    lease_seconds: float,
     key_file: str | None,
     as_json: bool,
 ) -> None:
@@ -470,6 +479,8 @@ def run_cmd(
     where the backend or model has no listed price, give --price-in and --price-out.
     Ctrl-C stops sending and lets the calls in flight finish; a second Ctrl-C, or SIGTERM,
     records them as interrupted (exit status 130, or 143, while trials are pending).
+    One run per study on a SQLite ledger; on a PostgreSQL ledger (ledger new --store) start
+    as many as you like, on any machines: they share the pending trials through leases.
 
     \b
     Example:
@@ -515,6 +526,7 @@ def run_cmd(
             price_in=price_in,
             price_out=price_out,
             models=models or None,
+            lease_seconds=lease_seconds,
         )
         try:
             key = study_key(study_dir, key_file)
@@ -638,6 +650,21 @@ def _show_check(preflights: list[Any], simulated: bool, as_json: bool) -> None:
     )
 
 
+def _workers(log: Any) -> list[dict[str, Any]] | None:
+    """The study's ``ledger run`` workers (PostgreSQL, docs/trials.md §8); None on SQLite."""
+    if log.engine != "postgresql":
+        return None
+    from ledger._workers import list_workers
+
+    return [
+        {"id": w.id, "session": w.session, "host": w.host, "pid": w.pid, "mode": w.mode,
+         "leases": w.leases, "started": w.started.isoformat(),
+         "heartbeat": w.heartbeat.isoformat(), "expires": w.expires.isoformat(),
+         "live": bool(w.live)}
+        for w in list_workers(log)
+    ]  # fmt: skip
+
+
 def _interrupted(message: str, exit_code: int) -> click.exceptions.Exit:
     """A run stopped by a signal: one line, and exit status 128 + the signal's number."""
     click.echo(f"Error: {message}", err=True)
@@ -649,6 +676,9 @@ def _interrupted(message: str, exit_code: int) -> click.exceptions.Exit:
 @click.option("--json", "as_json", is_flag=True, help="Print JSON.")
 def status(study_dir: Path, as_json: bool) -> None:
     """Summarise where a study stands: per arm, trials responded, given up and pending.
+
+    On a PostgreSQL study it also lists the `ledger run` workers: live ones, and dead ones
+    whose lease ran out and whom the next worker will reap.
 
     \b
     Example:
@@ -682,6 +712,7 @@ def status(study_dir: Path, as_json: bool) -> None:
             steps = step_status(study, log)
         else:
             steps = []
+        workers = _workers(log)
     mismatches = model_mismatches(protocol.body if protocol else {}, answers)
     identity = recorded_warnings(sessions)
     rows = arm_status(state)
@@ -695,6 +726,7 @@ def status(study_dir: Path, as_json: bool) -> None:
                    "model_mismatches": {"count": len(mismatches),
                                         "first": [m.as_dict() for m in mismatches[:5]]},
                    "model_identity_warnings": [{"seq": q, "warning": w} for q, w in identity],
+                   **({"workers": workers} if workers is not None else {}),
                    **({"steps": steps} if study.steps else {})})
         return
     grid = table("arm", "trials", "responded", "given up", "pending", "awaiting", "attempts",
@@ -720,6 +752,15 @@ def status(study_dir: Path, as_json: bool) -> None:
             out.print(f"{excluded} trial(s) excluded by a step (trial.excluded)")
     counts = ", ".join(f"{k} {v}" for k, v in sorted(kinds.items()) if not k.startswith("artifact"))
     out.print(f"{total - pending}/{total} trials final; events: {counts}")
+    if workers:
+        wgrid = table("worker", "session", "mode", "leases", "last heartbeat", "state",
+                      title="ledger run workers (PostgreSQL)")  # fmt: skip
+        for w in workers:
+            wgrid.add_row(w["id"], str(w["session"]), w["mode"], str(w["leases"]),
+                          w["heartbeat"], "live" if w["live"] else "lease ran out")  # fmt: skip
+        out.print(wgrid)
+    elif workers is not None:
+        out.print("no ledger run worker is running")
     if preflight is not None:
         out.print(_preflight_line(preflight), markup=False)
     for _, line in identity:

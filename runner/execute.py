@@ -25,7 +25,10 @@ The rules (``docs/trials.md``):
   SIGTERM, cancels them and records them as interrupted (:mod:`runner.control`). Then
   ``run.stopped`` and a signed checkpoint. A signal before the session started stops the run
   before anything is recorded.
-- One runner per study: an exclusive ``flock`` on ``STUDY/.ledger-run.lock``.
+- One runner per study on SQLite: an exclusive ``flock`` on ``STUDY/.ledger-run.lock`` (one
+  file, one writer: SQLite serialises writers itself, but two sessions would each send every
+  pending trial). On PostgreSQL any number of ``ledger run`` workers share a study through
+  leases in the database instead (:mod:`runner.workers`, ``docs/trials.md`` §8).
 - Before the session, the server is asked which models it serves (:mod:`runner.identity`,
   recorded as ``server_identity``), and one recorded ``run.preflight`` per request shape
   (trials' and step calls') shows that the backend accepts a request naming each locked model
@@ -52,7 +55,7 @@ from importlib.metadata import version
 from pathlib import Path
 from typing import Any
 
-from ledger import Event, EventSpec, Ledger, SigningKey
+from ledger import Event, EventSpec, Ledger, PostgresLocation, RefusedError, SigningKey
 from runner.backends import CONFIGURATION, Backend, BackendError, Reply, provider_refusal
 from runner.control import RunControl
 from runner.data_arm import data_trial_events
@@ -77,12 +80,16 @@ from runner.pricing import (
 from runner.render import prior_trial
 from runner.request import RequestBuilder, Trial, request_blob, trial_requested
 from runner.spec import Study
-from runner.state import NOT_COUNTED, StudyState, TrialState, load_state
+from runner.state import NOT_COUNTED, StudyState, TrialState, load_state, locked_order
 from runner.step_state import CallState, StepWork, prior_values, reply_text
 from runner.steps import StepCall
 from runner.witnessing import is_final_outcome
+from runner.workers import DEFAULT_LEASE_SECONDS, SharedRun, reap_dead, worker_mode
 
 LOCK_FILE = ".ledger-run.lock"
+#: The reason a worker's session ends to let a new session take trials that come before its
+#: own in the locked order (``docs/trials.md`` §8); :func:`run_study` then starts that session.
+ROTATE = "rotate"
 #: A session whose first attempts all fail with the same error (at most this many, and never
 #: more than --max-attempts) stops as a configuration error (``docs/trials.md`` §3).
 SAME_ERROR_ATTEMPTS = 3
@@ -98,7 +105,9 @@ class RunOptions:
     price the session instead of the price table, and make ``budget_usd`` possible on a backend
     or model that has no listed price. ``preflight`` (the CLI has no option for it: every
     ``ledger run`` preflights) sends the recorded preflight requests before the session
-    (:mod:`runner.preflight`); a library caller or a test may turn it off.
+    (:mod:`runner.preflight`); a library caller or a test may turn it off. ``lease_seconds``
+    (PostgreSQL only) is how long after this worker's last heartbeat others count it as dead
+    and take over its trials (``docs/trials.md`` §8).
     """
 
     concurrency: int = 8
@@ -114,10 +123,13 @@ class RunOptions:
     price_out: float | None = None
     models: tuple[str, ...] | None = None
     preflight: bool = True
+    lease_seconds: float = DEFAULT_LEASE_SECONDS
 
     def __post_init__(self) -> None:
-        """Refuse one price without the other."""
+        """Refuse one price without the other, and a lease that is not positive."""
         given_prices(self.price_in, self.price_out)
+        if not self.lease_seconds > 0:
+            raise StudyError(f"--lease-seconds must be positive, not {self.lease_seconds}")
 
 
 def given_prices(price_in: float | None, price_out: float | None) -> Price | None:
@@ -175,7 +187,13 @@ ProgressHook = Callable[[Counters, int, int], None]
 
 @contextlib.contextmanager
 def run_lock(root: Path) -> Iterator[None]:
-    """Hold the study's run lock, or refuse naming the process that holds it."""
+    """Hold the study's run lock, or refuse naming the process that holds it.
+
+    A SQLite study runs one ``ledger run`` at a time: SQLite would serialise two writers, but
+    each session sends every pending trial it sees, so two would answer trials twice, and the
+    file lives on one machine anyway. A PostgreSQL study has no such lock: its workers share
+    the pending trials through leases in the database (``docs/trials.md`` §8).
+    """
     path = Path(root) / LOCK_FILE
     handle = path.open("a+")
     try:
@@ -186,7 +204,8 @@ def run_lock(root: Path) -> Iterator[None]:
             holder = handle.read().strip() or "unknown"
             raise StudyError(
                 f"{root}: another 'ledger run' is already running on this study "
-                f"(pid {holder}, lock {path}); wait for it to stop, or stop it with Ctrl-C"
+                f"(pid {holder}, lock {path}); wait for it to stop, or stop it with Ctrl-C "
+                "(a study whose ledger is on PostgreSQL runs any number of workers at once)"
             ) from None
         handle.seek(0)
         handle.truncate()
@@ -343,7 +362,7 @@ class GroupWriter:
             try:
                 if self.failed is not None:
                     raise self.failed
-                stored = self._append([spec for spec, _ in batch])
+                stored = self._append_refusing(batch)
             except BaseException as exc:  # handed to every waiting worker
                 self.failed = self.failed or exc
                 self.loop.call_soon_threadsafe(_resolve_all, [f for _, f in batch], None, exc)
@@ -354,6 +373,27 @@ class GroupWriter:
                 self.loop.call_soon_threadsafe(_resolve_all, futures, stored, None)
             if job is not None:
                 self._call(job)
+
+    def _append_refusing(
+        self, batch: list[tuple[EventSpec, asyncio.Future[Event]]]
+    ) -> list[Event]:
+        """Append ``batch``; an event the store refuses is left out and its future gets why.
+
+        A PostgreSQL store refuses an event that breaks a trial rule (:class:`RefusedError`,
+        ``ledger/_guard.py``): nothing of the batch was appended, so the batch is appended
+        again without it, and only its worker hears of it. ``batch`` keeps the events stored.
+        """
+        while True:
+            try:
+                return self._append([spec for spec, _ in batch])
+            except RefusedError as exc:
+                at = next((i for i, (spec, _) in enumerate(batch) if spec is exc.spec), None)
+                if at is None or self.interval:  # interval cuts commit part of a batch first
+                    raise
+                _, future = batch.pop(at)
+                self.loop.call_soon_threadsafe(_resolve, future, None, exc)
+                if not batch:
+                    return []
 
     def _append(self, specs: list[EventSpec]) -> list[Event]:
         """Append ``specs`` in order; cut after each N-th final outcome to call ``on_interval``."""
@@ -498,6 +538,10 @@ class Runner:
         # what the server said about the session's models (runner/identity.py); None: not asked
         self.identity: ServerIdentity | None = None
         self._asked = False
+        # on PostgreSQL: this process as one of the study's workers (docs/trials.md §8)
+        self.shared: SharedRun | None = None
+        self.unrecorded_usd = 0.0  # costs of responses submitted and not yet committed
+        self.retake: list[str] = []  # trials given back to be claimed again (PostgreSQL)
 
     # ------------------------------------------------------------------ events
 
@@ -831,7 +875,45 @@ class Runner:
             if own:
                 control.restore()
 
+    def _others(self) -> None:
+        """Refuse to run beside another worker when either runs alone (docs/trials.md §8)."""
+        from ledger._workers import list_workers
+
+        assert self.shared is not None
+        for worker in list_workers(self.log):
+            if worker.id == self.shared.id:
+                continue
+            if self.shared.mode == "alone" or worker.mode == "alone":
+                alone = self.shared.why if self.shared.mode == "alone" else (
+                    "it runs the study alone"
+                )
+                raise StudyError(
+                    f"{self.study.root}: worker {worker.describe()} is running this study, and "
+                    f"no two workers may share it: {alone}; wait for it to stop (a worker "
+                    f"that died counts as stopped {worker.lease_seconds:g} s after its last "
+                    "heartbeat); nothing was recorded"
+                )
+
     def _open_session(self) -> StudyState:
+        if self.shared is None:
+            return self._start_session()
+        from ledger._workers import list_workers, register_worker
+
+        shared = self.shared
+        reap_dead(self.log, self.key, by=shared.id, trials=len(locked_order(self.study, self.log)))
+        with self.log.transaction():
+            self._others()
+            live = sorted(w.session for w in list_workers(self.log))
+            state = self._start_session(concurrent=live)
+            register_worker(self.log, shared.id, self.session, shared.mode, shared.lease_seconds)
+        return state
+
+    def _start_session(self, concurrent: list[int] | None = None) -> StudyState:
+        """Append ``run.started`` and close the requests left open by stopped sessions.
+
+        ``concurrent`` (PostgreSQL): the run sessions of the live workers, recorded in
+        ``run.started`` when there are any; their open requests are theirs, not dangling.
+        """
         self._refuse_sealed()
         sign_missing_checkpoints(self.log, self.key)  # a session killed before its checkpoint
         state = load_state(self.study, self.log)
@@ -872,11 +954,15 @@ class Runner:
                     if self.price is not None
                     else {}
                 ),
+                # other workers' sessions still open beside this one (docs/trials.md §8)
+                **({"concurrent": concurrent} if concurrent else {}),
             },
             key=self.key,
         )
         self.session = started.seq
         for trial, seq in state.dangling():
+            if concurrent and state.trials[trial.id].open_session in concurrent:
+                continue  # a live worker's request: its own to finish
             self._append_failure(
                 trial,
                 state.trials[trial.id].attempts,
@@ -1013,7 +1099,7 @@ class Runner:
         spec = self._failure_spec(trial, attempt, request_seq, error, final=final)
         self.log.append_many([spec], key=self.key)
 
-    def _write_behind(self, spec: EventSpec, record: TrialState) -> None:
+    def _write_behind(self, spec: EventSpec, record: TrialState, cost: float = 0.0) -> None:
         """Submit a ``trial.responded`` to the group writer without waiting for its commit.
 
         The worker goes on to its next trial at once; the writer commits in the order events
@@ -1025,13 +1111,21 @@ class Runner:
         assert self.writer is not None
         future = self.writer.submit(spec)
         self.behind.add(future)
-        future.add_done_callback(functools.partial(self._written_behind, record))
+        future.add_done_callback(functools.partial(self._written_behind, record, spec, cost))
 
-    def _written_behind(self, record: TrialState, future: asyncio.Future[Event]) -> None:
+    def _written_behind(
+        self, record: TrialState, spec: EventSpec, cost: float, future: asyncio.Future[Event]
+    ) -> None:
         self.behind.discard(future)
+        self.unrecorded_usd -= cost
         error = None if future.cancelled() else future.exception()
         if error is None and not future.cancelled():
             record.responded = future.result().seq
+            return
+        if isinstance(error, RefusedError):
+            self.counters.responded -= 1
+            self.final -= 1
+            self._superseded(spec, error)
             return
         if error is not None and self.write_error is None:
             self.write_error = error
@@ -1047,6 +1141,70 @@ class Runner:
             # the event is being committed regardless: wait for it so the record stays whole
             await asyncio.wait([pending])
             raise
+
+    async def _write_outcome(self, spec: EventSpec) -> int | None:
+        """Commit an outcome; None when the store refused it (:meth:`_superseded` followed)."""
+        try:
+            return await self._write(spec)
+        except RefusedError as refused:
+            self._superseded(spec, refused)
+            return None
+
+    def _superseded(self, spec: EventSpec, refused: RefusedError) -> None:
+        """An outcome the store refused (PostgreSQL, ``docs/trials.md`` §8).
+
+        ``final``: another worker recorded the trial's final outcome first (this worker's lease
+        had run out); the request still needs its one outcome, so a non-final ``trial.failed``
+        of type ``superseded`` is recorded for it. ``answered``: a worker that reaped this one
+        has already closed the request (as interrupted); this worker lost its session and stops.
+        """
+        if refused.rule == "final" and spec.kind in ("trial.responded", "trial.failed"):
+            body = spec.body
+            failure = EventSpec("trial.failed", {
+                "trial": body["trial"], "attempt": body["attempt"],
+                "request_seq": body["request_seq"], "error_type": "superseded",
+                "http_status": body.get("http_status"),
+                "message": (
+                    "not final: another worker recorded this trial's final outcome first (this "
+                    f"worker's lease had run out); {refused}"
+                )[:2000],
+                "retryable": False, "final": False,
+            })  # fmt: skip
+            assert self.writer is not None
+            future = self.writer.submit(failure)
+            self.behind.add(future)
+            future.add_done_callback(self._superseded_written)
+            self.counters.failed += 1
+            return
+        self._lost(refused)
+
+    def _superseded_written(self, future: asyncio.Future[Event]) -> None:
+        self.behind.discard(future)
+        error = None if future.cancelled() else future.exception()
+        if isinstance(error, RefusedError):
+            self._lost(error)
+        elif error is not None and self.write_error is None:
+            self.write_error = error
+            self.request_stop(f"crash: {type(error).__name__}: {error}")
+
+    def _refused(self, trial: Trial | StepCall, refused: RefusedError) -> None:
+        """A request the store refused: the trial is final elsewhere, or this worker is lost."""
+        if refused.rule == "final":
+            return  # another worker finished it; this worker goes on with the next
+        if refused.rule == "attempt" and self.shared is not None:
+            self.shared.link.release([trial.id])  # claimed again with the store's count
+            self.retake.append(trial.id)
+            return
+        self._lost(refused)
+
+    def _lost(self, refused: RefusedError) -> None:
+        reason = (self.shared.lost if self.shared is not None and self.shared.lost else None) or (
+            f"lost: the store refused this worker's event ({refused}); another worker closed "
+            "this worker's session"
+        )
+        if self.shared is not None and self.shared.lost is None:
+            self.shared.lost = reason
+        self.request_stop(reason)
 
     # ------------------------------------------------------------------ control
 
@@ -1152,6 +1310,8 @@ class Runner:
             return 0.0
         worst = self.worst_cost(trial, wire)
         c = self.counters
+        if self.shared is not None:
+            return self._reserve_shared(worst)
         if self.spent_before + c.cost_usd + c.reserved_usd + worst > self.options.budget_usd:
             self.request_stop(
                 f"budget: the next request could cost up to ${worst:.4f}, which with "
@@ -1161,6 +1321,23 @@ class Runner:
             )
             return None
         self.counters.reserved_usd += worst
+        return worst
+
+    def _reserve_shared(self, worst: float) -> float | None:
+        """Reserve against the study-wide budget in the store (every worker's spend counts)."""
+        assert self.shared is not None and self.options.budget_usd is not None
+        c = self.counters
+        mine = c.reserved_usd + self.unrecorded_usd
+        granted, spent, others = self.shared.link.reserve(mine, worst, self.options.budget_usd)
+        if not granted:
+            self.request_stop(
+                f"budget: the next request could cost up to ${worst:.4f}, which with "
+                f"${spent:.4f} recorded by every session of the study, ${others:.4f} reserved "
+                f"by the other live workers and ${mine:.4f} in flight here would exceed "
+                f"--budget-usd {self.options.budget_usd} (the budget covers the whole study)"
+            )
+            return None
+        c.reserved_usd += worst
         return worst
 
     def worst_cost(
@@ -1250,6 +1427,11 @@ class Runner:
         except asyncio.CancelledError:
             self.counters.reserved_usd -= reserved
             raise  # nothing was sent; the next session closes the request as interrupted
+        except RefusedError as refused:  # another worker's outcome came first (PostgreSQL)
+            self.counters.reserved_usd -= reserved
+            record.attempts = attempt - 1
+            self._refused(trial, refused)
+            return None
         if self.interrupted_by is not None:
             # a second Ctrl-C (or SIGTERM) came while the request was being recorded
             self.counters.reserved_usd -= reserved
@@ -1298,7 +1480,8 @@ class Runner:
             seq = await self._write(spec)
         else:
             assert isinstance(record, TrialState)
-            self._write_behind(spec, record)  # durable before this session sends anything after it
+            self.unrecorded_usd += cost or 0.0
+            self._write_behind(spec, record, cost or 0.0)  # durable before anything sent after it
         if isinstance(reply.usage.get("input_tokens"), int):
             used = int(reply.usage["input_tokens"])
             self.input_tokens[(trial.arm, trial.model, trial.stimulus)] = used
@@ -1360,7 +1543,7 @@ class Runner:
             record.failures += 1
         self.counters.failed += 1
         if not error.retryable:
-            await self._write(self._failure_spec(trial, attempt, seq, error, final=False))
+            await self._write_outcome(self._failure_spec(trial, attempt, seq, error, final=False))
             self.fatal = error.message
             self.request_stop(f"error: {error.message}")
             self._tick()
@@ -1375,7 +1558,7 @@ class Runner:
             # nothing has answered for a while: the API is unreachable (wrong base URL,
             # network down), which is not this trial's fault. Stop instead of giving
             # trials up, so nothing is lost.
-            await self._write(self._failure_spec(trial, attempt, seq, error, final=False))
+            await self._write_outcome(self._failure_spec(trial, attempt, seq, error, final=False))
             self.fatal = (
                 f"the API did not answer {self.transport_streak} attempts in a row "
                 f"(last: {error.message}); check --base-url and the network"
@@ -1383,7 +1566,11 @@ class Runner:
             self.request_stop(f"error: unreachable: {error.message}")
             self._tick()
             return None
-        await self._write(self._failure_spec(trial, attempt, seq, error, final=final))
+        written = await self._write_outcome(
+            self._failure_spec(trial, attempt, seq, error, final=final)
+        )
+        if final and written is None:
+            return None  # another worker's final outcome came first: nothing more to do here
         if final:
             record.given_up = seq
             self.counters.given_up += 1
@@ -1495,10 +1682,18 @@ class Runner:
         loop = asyncio.get_running_loop()
         try:
             control.check()
+            if self.shared is not None:
+                self._others()  # before the preflight: a worker running alone is not joined
             preflights = await self.preflight() if self.options.preflight else []
             await self.ask_server()  # asked once: by the preflight, else here
             control.check()
             self.state = self._open_session()
+            if self.shared is not None:
+
+                def lost(why: str) -> None:
+                    loop.call_soon_threadsafe(self.request_stop, why)
+
+                self.shared.start_heartbeat(lost)
             control.attach(loop, self)
             try:
                 await self._witness_start(loop)
@@ -1509,6 +1704,8 @@ class Runner:
             result = replace(result, preflights=tuple(preflights),
                              server_warnings=tuple(self.server_warnings()))  # fmt: skip
         finally:
+            if self.shared is not None:
+                self.shared.stop_heartbeat()
             if own:
                 control.restore()
         if self.witness_error is not None:
@@ -1548,9 +1745,13 @@ class Runner:
         try:
             if self.steps is not None:
                 results = await self._phases(queue, limit)
+            elif self.shared is not None and self.shared.mode == "shared":
+                results = await self._drain_shared(queue, limit)
             else:
                 results = await self._drain(queue, limit)
         finally:
+            while self.behind:  # with the writer open: a refused outcome's follow-up is written
+                await asyncio.wait(list(self.behind))
             await loop.run_in_executor(None, self.writer.close)
             self.writer = None
             if self.behind:  # committed (or failed) by now: let their callbacks run
@@ -1582,6 +1783,109 @@ class Runner:
                 return [exc]
         workers = min(self.options.concurrency, len(queue)) or 0
         tasks = [asyncio.create_task(self._worker(queue, limit)) for _ in range(workers)]
+        return list(await asyncio.gather(*tasks, return_exceptions=True))
+
+    async def _drain_shared(self, candidates: deque[Trial], limit: AdaptiveLimit) -> list[Any]:
+        """Run pending trials as one of several workers (PostgreSQL, ``docs/trials.md`` §8).
+
+        ``candidates`` are the trials pending at the session's start, in schedule order; each
+        worker coroutine takes its next trial from a queue the session refills with leases
+        claimed in the store (:meth:`ledger._workers.WorkerLink.claim`), at most
+        ``--concurrency`` at a time. A trial leased by another worker is looked at again until
+        it is final (or its worker died and its lease ran out); the session ends when every
+        candidate is final, run here or elsewhere.
+        """
+        assert self.shared is not None
+        by_id = {t.id: t for t in candidates}
+        waiting: deque[str] = deque(t.id for t in candidates)
+        queue: deque[Trial] = deque()
+        lock = asyncio.Lock()
+        budget = [self.options.max_trials]
+        # the highest schedule position first requested in this session: a never-requested
+        # trial before it (another worker's, given back or left by a dead worker) is left to
+        # a new session, so first requests ascend within each session (docs/trials.md §8)
+        high = [0]
+        deferred: set[str] = set()
+
+        async def refill() -> bool:
+            """Claim more trials into ``queue``; False when none is left to wait for."""
+            assert self.shared is not None and self.writer is not None
+            link = self.shared.link
+            while self.stop_reason is None:
+                waiting.extend(self.retake)
+                self.retake.clear()
+                if not waiting or budget[0] == 0:
+                    return False
+                if link.any_dead():  # in the writer thread: it owns the ledger connection
+                    total = len(self.state.order) if self.state is not None else None
+                    reap = functools.partial(
+                        reap_dead, self.log, self.key, by=self.shared.id, trials=total
+                    )
+                    await self.writer.call(reap)
+                want = self.options.concurrency
+                if budget[0] is not None:
+                    want = min(want, budget[0])
+                ids = [t for t in waiting if t not in deferred]
+                for start in range(0, len(ids), 1024):
+                    raced = True
+                    while raced:  # lost a race for the lowest free trials: ask again
+                        claimed, finals, raced = link.claim(ids[start : start + 1024], want)
+                    late = [c.trial for c in claimed
+                            if c.attempts == 0 and by_id[c.trial].position < high[0]]  # fmt: skip
+                    if late:
+                        link.release(late)
+                        deferred.update(late)
+                        claimed = [c for c in claimed if c.trial not in deferred]
+                    if not claimed and not finals:
+                        continue
+                    taken = finals | {c.trial for c in claimed}
+                    kept = [t for t in waiting if t not in taken]
+                    waiting.clear()
+                    waiting.extend(kept)
+                    deferred.difference_update(finals)
+                    assert self.state is not None
+                    for c in claimed:
+                        record = self.state.trials[c.trial]
+                        record.attempts, record.failures = c.attempts, c.failures
+                        record.open_request = None
+                        queue.append(by_id[c.trial])
+                        if c.attempts == 0:
+                            high[0] = max(high[0], by_id[c.trial].position)
+                    if claimed:
+                        if budget[0] is not None:
+                            budget[0] -= len(claimed)
+                        self.final = link.finals()
+                        self._tick()
+                        return True
+                if deferred:
+                    self.request_stop(
+                        f"{ROTATE}: {len(deferred)} trial(s) left by other workers come before "
+                        "this session's last in the locked order; a new session takes them"
+                    )
+                    return False
+                await self._pause(self.shared.poll_seconds)  # the rest are other workers'
+            return False
+
+        async def work() -> None:
+            while self.stop_reason is None:
+                await limit.acquire()
+                try:
+                    if not queue:
+                        async with lock:
+                            if not queue and not await refill():
+                                return
+                    if not queue or self.stop_reason is not None:
+                        continue
+                    trial = queue.popleft()
+                    try:
+                        await self._run_trial(trial, limit)
+                    except Exception as exc:  # a bug or a broken ledger: stop everyone else
+                        self.request_stop(f"crash: {type(exc).__name__}: {exc}")
+                        raise
+                finally:
+                    await limit.release()
+
+        tasks = [asyncio.create_task(work()) for _ in range(self.options.concurrency)]
         return list(await asyncio.gather(*tasks, return_exceptions=True))
 
     async def _phases(self, trials: deque[Trial], limit: AdaptiveLimit) -> list[Any]:
@@ -1714,8 +2018,14 @@ class Runner:
     def _close(self) -> RunResult:
         assert self.state is not None
         pending = sum(not s.final for s in self.state.trials.values())
+        if self.shared is not None:  # other workers' outcomes count too
+            self.final = self.shared.link.finals()
+            pending = len(self.state.order) - self.final
         steps_pending = self.steps_pending()
-        if pending == 0 and steps_pending == 0:
+        lost = self.shared.lost if self.shared is not None else None
+        if lost is not None:
+            reason = lost
+        elif pending == 0 and steps_pending == 0:
             reason = "complete"  # even if a stop came after the last trial was sent
         elif self.stop_reason is not None:
             reason = self.stop_reason
@@ -1726,7 +2036,47 @@ class Runner:
         else:
             reason = "complete"
         c = self.counters
-        stopped = self.log.append(
+        if self.shared is not None:
+            stopped_seq = self._close_worker(reason, pending, steps_pending)
+            if stopped_seq is None:  # reaped: the reaper closed this session
+                note = self.log.sign_checkpoint(self.key)
+                return RunResult(
+                    self.session, self.session, reason, c, self.final, pending, note,
+                    self.fatal, priced=self.price is not None, signal=self.signalled,
+                )
+            stopped = self.log.get(stopped_seq)
+        else:
+            stopped = self._append_stopped(reason, pending, steps_pending)
+        note = self.log.sign_checkpoint(self.key)
+        if self.witnesses is not None and self.witness_error is None:
+            outcome = self._witness(lambda cs: cs.witness(stopped.seq + 1, "session stop"))
+            note = outcome.note if outcome is not None else note
+        return RunResult(
+            self.session, stopped.seq, reason, c, self.final, pending, note, self.fatal,
+            priced=self.price is not None, signal=self.signalled,
+            witness_wait=self.witness_wait, unwitnessed=tuple(self.witness_notes),
+        )
+
+    def _close_worker(self, reason: str, pending: int, steps_pending: int) -> int | None:
+        """Append this worker's ``run.stopped`` and leave the store's workers, in one transaction.
+
+        None when another worker reaped this one first (its session is closed already).
+        """
+        from ledger._workers import remove_worker, session_open
+
+        assert self.shared is not None
+        with self.log.transaction():
+            if not session_open(self.log, self.session):
+                remove_worker(self.log, self.shared.id)
+                return None
+            stopped = self._append_stopped(reason, pending, steps_pending)
+            remove_worker(self.log, self.shared.id)
+        return stopped.seq
+
+    def _append_stopped(self, reason: str, pending: int, steps_pending: int) -> Event:
+        """Append the session's ``run.stopped``."""
+        c = self.counters
+        return self.log.append(
             "run.stopped",
             {
                 "session": self.session,
@@ -1745,15 +2095,6 @@ class Runner:
                 ),
             },
             key=self.key,
-        )
-        note = self.log.sign_checkpoint(self.key)
-        if self.witnesses is not None and self.witness_error is None:
-            outcome = self._witness(lambda cs: cs.witness(stopped.seq + 1, "session stop"))
-            note = outcome.note if outcome is not None else note
-        return RunResult(
-            self.session, stopped.seq, reason, c, self.final, pending, note, self.fatal,
-            priced=self.price is not None, signal=self.signalled,
-            witness_wait=self.witness_wait, unwitnessed=tuple(self.witness_notes),
         )
 
 
@@ -1854,7 +2195,10 @@ def _with_runner(
     study = check_integrity(root)
     if control is not None:
         control.check()
-    with run_lock(root), Ledger.open(ledger_path(root)) as log:
+    where = ledger_path(root)
+    # SQLite: one runner per study (the run lock); PostgreSQL: workers share it through leases
+    single = contextlib.nullcontext() if isinstance(where, PostgresLocation) else run_lock(root)
+    with single, Ledger.open(where) as log:
         if control is not None:
             control.check()
         # A backend that drives a session its own way (the Message Batches API) supplies its
@@ -1879,14 +2223,35 @@ def _with_runner(
         except StudyError:
             asyncio.run(backend.aclose())
             raise
+        mode, why = worker_mode(study, batch=runner.batch, witnessed=runner.witnesses is not None)
+        if log.engine == "postgresql":
+            runner.shared = SharedRun(log, mode=mode, why=why, lease_seconds=options.lease_seconds)
+        current = [runner]
 
         async def main() -> Any:
             try:
-                return await work(runner)
+                result = await work(current[0])
+                # PostgreSQL: a session that ended to let a new one take trials that come
+                # before its own in the locked order is followed at once by that new session,
+                # on the same backend (docs/trials.md §8); it was preflighted already
+                while (isinstance(result, RunResult) and result.reason.startswith(f"{ROTATE}:")
+                       and current[0].shared is not None):  # fmt: skip
+                    current[0].shared.close()
+                    again = replace(options, preflight=False)
+                    nxt = Runner(study, log, key, backend, again, progress, control)
+                    nxt.shared = SharedRun(log, mode=mode, why=why,
+                                           lease_seconds=options.lease_seconds)  # fmt: skip
+                    current[0] = nxt
+                    result = await work(nxt)
+                return result
             finally:
                 await backend.aclose()
 
-        return asyncio.run(main())
+        try:
+            return asyncio.run(main())
+        finally:
+            if current[0].shared is not None:
+                current[0].shared.close()
 
 
 def run_study(
@@ -1904,7 +2269,9 @@ def run_study(
     before the session started raises :class:`runner.control.RunInterruptedError` and records
     nothing but an interrupted preflight. A preflight the backend refuses
     (``options.preflight``, :mod:`runner.preflight`) raises
-    :class:`runner._errors.PreflightError` before any trial is sent.
+    :class:`runner._errors.PreflightError` before any trial is sent. On PostgreSQL a session
+    that ended to let a new one take trials that come before its own in the locked order
+    (``rotate``, ``docs/trials.md`` §8) is followed at once by that new session.
     """
     result: RunResult = _with_runner(
         root, key, backend, options, progress, control, lambda runner: runner.run()

@@ -17,10 +17,11 @@ from runner.schedule import schedule, schedule_sha256
 from runner.spec import Study
 
 #: ``trial.failed`` error types that do not count against ``--max-attempts``: the outcome of an
-#: interrupted call was never observed, and a configuration error (a 404 from a wrong base URL)
-#: is the run's fault, not the trial's (``docs/trials.md`` §3). Nor does any failed attempt of a
-#: session that a configuration error stopped (:func:`load_state`).
-NOT_COUNTED = frozenset({"interrupted", "configuration"})
+#: interrupted call was never observed, a configuration error (a 404 from a wrong base URL)
+#: is the run's fault, not the trial's, and a superseded attempt was answered after another
+#: worker had recorded the trial's final outcome (``docs/trials.md`` §3, §8). Nor does
+#: any failed attempt of a session that a configuration error stopped (:func:`load_state`).
+NOT_COUNTED = frozenset({"interrupted", "configuration", "superseded"})
 
 
 @dataclass
@@ -33,6 +34,7 @@ class TrialState:
     given_up: int | None = None
     open_request: int | None = None
     open_batch: str | None = None
+    open_session: int | None = None  # the run session of the open request
     cost_usd: float = 0.0
     excluded: int | None = None  # seq of its trial.excluded (docs/trials.md §5)
 
@@ -118,6 +120,7 @@ def load_state(study: Study, log: Ledger) -> StudyState:
                 )
             trial.attempts = max(trial.attempts, int(body["attempt"]))
             trial.open_request = event.seq
+            trial.open_session = body.get("session")
             request_trial[event.seq] = body["trial"]
             request_session[event.seq] = body.get("session")
         elif kind in ("trial.responded", "trial.failed"):

@@ -122,3 +122,110 @@ def test_numeric_options_refuse_nan_and_infinities(
     result = CliRunner().invoke(main, args)
     assert result.exit_code == 2, result.output
     assert message in result.output
+
+
+# ---------------------------------------------------------------------- concurrent sessions
+
+FORGED = 10**6  # the old-seq key of the second session's run.started (resign renumbers)
+
+
+def two_workers(events: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The archive as two PostgreSQL workers would have recorded it (docs/trials.md §8).
+
+    A second run.started, listing the first session as ``concurrent``, after the fifth trial
+    request; from there every other trial request names the second session, which stops
+    right before the first.
+    """
+    out = [dict(e) for e in events]
+    first = next(i for i, e in enumerate(out) if e["kind"] == "run.started")
+    requests = [i for i, e in enumerate(out) if e["kind"] == "trial.requested"]
+    at = requests[5]
+    second = {**out[first], "seq": FORGED, "body": {**out[first]["body"], "concurrent": [first]}}
+    for n, i in enumerate(requests[5:]):
+        if n % 2:
+            out[i] = {**out[i], "body": {**out[i]["body"], "session": FORGED}}
+    stop = next(i for i, e in enumerate(out) if e["kind"] == "run.stopped")
+    stop2 = {**out[stop], "seq": FORGED + 1, "body": {**out[stop]["body"], "session": FORGED}}
+    return [*out[:at], second, *out[at:stop], stop2, *out[stop:]]
+
+
+def _second(events: list[dict[str, Any]]) -> dict[str, Any]:
+    return next(e for e in events if e["seq"] == FORGED)
+
+
+def not_declared(events: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    out = two_workers(events)
+    body = dict(_second(out)["body"])
+    del body["concurrent"]
+    _second(out)["body"] = body
+    return out
+
+
+def closed_session_listed(events: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    out = two_workers(events)
+    listed = _second(out)["body"]["concurrent"]
+    _second(out)["body"] = {**_second(out)["body"], "concurrent": [listed[0], listed[0] + 1]}
+    return out
+
+
+def listed_badly(events: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    out = two_workers(events)
+    _second(out)["body"] = {**_second(out)["body"], "concurrent": "all"}
+    return out
+
+
+def stopped_early(events: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The second session's run.stopped moved up, before requests that name it."""
+    out = two_workers(events)
+    stop = next(e for e in out if e["seq"] == FORGED + 1)
+    rest = [e for e in out if e is not stop]
+    at = next(i for i, e in enumerate(rest) if e["seq"] == FORGED)
+    return [*rest[: at + 2], stop, *rest[at + 2 :]]
+
+
+def test_concurrent_sessions_that_say_so_pass_outcomes(
+    simulated_archive: Path, tmp_path: Path
+) -> None:
+    copy = tmp_path / "archive"
+    shutil.copytree(simulated_archive, copy)
+    resign(copy, two_workers(events_of(copy)))
+    outcomes = verify_path(copy).get("outcomes")
+    assert outcomes is not None and outcomes.status is Status.PASS, outcomes
+    sessions = sum(e["kind"] == "run.started" for e in events_of(copy))
+    assert f"inside one of {sessions} run session(s)" in outcomes.reason
+
+
+@pytest.mark.parametrize(
+    ("change", "message"),
+    [
+        (not_declared, "trial.requested names run session"),
+        (closed_session_listed, "as concurrent, but the open session is run.started seq"),
+        (listed_badly, "run.started concurrent 'all' is not a sorted list of distinct"),
+        (stopped_early, "trial.requested names run session"),
+    ],
+    ids=["overlap-not-declared", "closed-session-listed", "listed-badly", "stopped-early"],
+)
+def test_concurrent_sessions_that_do_not_say_so_fail_outcomes(
+    simulated_archive: Path,
+    tmp_path: Path,
+    change: Callable[[list[dict[str, Any]]], list[dict[str, Any]]],
+    message: str,
+) -> None:
+    copy = tmp_path / "archive"
+    shutil.copytree(simulated_archive, copy)
+    resign(copy, change(events_of(copy)))
+    outcomes = verify_path(copy).get("outcomes")
+    assert outcomes is not None and outcomes.status is Status.FAIL, outcomes
+    assert message in outcomes.reason and outcomes.seq is not None
+
+
+def test_a_witnessed_study_with_concurrent_sessions_fails_witnesses(
+    simulated_archive: Path, tmp_path: Path
+) -> None:
+    copy = tmp_path / "archive"
+    shutil.copytree(simulated_archive, copy)
+    resign(copy, two_workers(events_of(copy)))
+    vkey = CosignerVerifier("witness.example/a", bytes(range(32))).vkey
+    witnesses = verify_path(copy, witnesses=[vkey]).get("witnesses")
+    assert witnesses is not None and witnesses.status is Status.FAIL
+    assert "runs beside other sessions (concurrent [" in witnesses.reason

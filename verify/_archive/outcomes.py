@@ -90,39 +90,73 @@ SESSION_KINDS = (
 """Kinds only ``ledger run`` records, inside a run session (``docs/trials.md`` §1)."""
 
 
+def _open_sessions(sessions: list[int]) -> str:
+    if not sessions:
+        return "no session is open"
+    if len(sessions) == 1:
+        return f"the open session is run.started seq {sessions[0]}"
+    return f"the open sessions are run.started seqs {', '.join(map(str, sessions))}"
+
+
+def _concurrent(a: Archive, st: _State, seq: int, opened: list[int]) -> list[int]:
+    """The sessions a ``run.started`` at ``seq`` keeps open beside itself (``concurrent``).
+
+    Without the member, none: the sessions still open were killed before their stop and end
+    here. With it, a sorted list of distinct run sessions, each of them open here.
+    """
+    listed = a.body(seq).get("concurrent")
+    if listed is None:
+        return []
+    if (type(listed) is not list or not listed or any(type(s) is not int for s in listed)
+            or listed != sorted(set(listed))):  # fmt: skip
+        st.fail(f"seq {seq}: run.started concurrent {listed!r} is not a sorted list of distinct "
+                "run session seqs", seq)  # fmt: skip
+        return []
+    closed = [s for s in listed if s not in opened]
+    if closed:
+        st.fail(f"seq {seq}: run.started lists run session(s) {', '.join(map(str, closed))} as "
+                f"concurrent, but {_open_sessions(opened)}", seq)  # fmt: skip
+    return [s for s in listed if s in opened]
+
+
 def _check_sessions(a: Archive, st: _State) -> int:
     """Every event of :data:`SESSION_KINDS` lies inside a run session; returns the sessions.
 
     A session runs from its ``run.started`` to the ``run.stopped`` that names it, or to the
-    next ``run.started`` (a session killed before its stop). An event outside every session
-    was not recorded by ``ledger run`` as ``docs/trials.md`` describes, and without its
-    session it escapes the session's promised checkpoints (and their witnesses); an event
-    naming a ``session`` must name the one it lies in.
+    next ``run.started`` that does not list it as ``concurrent`` (a session killed before its
+    stop). Sessions overlap only where a ``run.started`` says so: a PostgreSQL worker that
+    starts beside live workers lists their sessions (``docs/trials.md`` §8). An event outside
+    every session was not recorded by ``ledger run`` as ``docs/trials.md`` describes, and
+    without its session it escapes the session's promised checkpoints (and their witnesses);
+    an event naming a ``session`` must name one that is open where it lies.
     """
     marks = sorted(
         [(seq, "run.started") for seq in a.of_kind("run.started")]
         + [(seq, "run.stopped") for seq in a.of_kind("run.stopped")]
         + [(seq, kind) for kind in SESSION_KINDS for seq in a.of_kind(kind)]
     )
-    current: int | None = None
+    opened: list[int] = []  # the open sessions, by run.started seq
     for seq, kind in marks:
         if kind == "run.started":
-            current = seq
+            opened = [*_concurrent(a, st, seq, opened), seq]
             continue
         named = a.body(seq).get("session")
+        known = isinstance(named, int) and not isinstance(named, bool) and named in opened
         if kind == "run.stopped":
-            if current is None or named != current:
+            if not isinstance(named, int) or not known:
                 st.fail(f"seq {seq}: run.stopped names run session {named!r}, but "
-                        + (f"the open session is run.started seq {current}" if current is not None
-                           else "no session is open"), seq)  # fmt: skip
-            current = None
-        elif current is None:
+                        f"{_open_sessions(opened)}", seq)  # fmt: skip
+            else:
+                opened.remove(named)
+        elif not opened:
             st.fail(f"seq {seq}: {kind} lies outside every run session (no run.started since the "
                     "last run.stopped): trial and step events are recorded by ledger run, inside "
                     "a session, whose checkpoints the study promises", seq)  # fmt: skip
-        elif named is not None and named != current:
-            st.fail(f"seq {seq}: {kind} names run session {named!r}, but lies in the session of "
-                    f"run.started seq {current}", seq)  # fmt: skip
+        elif named is not None and not known:
+            where = (f"the session of run.started seq {opened[0]}" if len(opened) == 1 else
+                     f"the sessions of run.started seqs {', '.join(map(str, opened))}")
+            st.fail(f"seq {seq}: {kind} names run session {named!r}, but lies in {where}",
+                    seq)  # fmt: skip
     return len(a.of_kind("run.started"))
 
 

@@ -115,7 +115,7 @@ def check_schedule(a: Archive) -> Check:
         if ("model" in body or multi) and body.get("model") != model:
             st.fail(f"seq {seq}: model {body.get('model')!r} does not match the trial id {trial}",
                     seq)  # fmt: skip
-    # executed order: within one run session (from a run.started to the next), trials are first
+    # executed order: within one run session, trials are first
     # requested in ascending schedule position (docs/randomization.md: "Trials run in ascending
     # key order"); retries (attempt > 1) and a new session may go back.
     # Second-stage trials (an arm with ``after``, docs/prompts.md §9) run after their first
@@ -125,17 +125,23 @@ def check_schedule(a: Archive) -> Check:
     # a data arm's trials (docs/trials.md §6) are recorded apart, first: their own stage
     data_arms = {n for n, info in (arms or {}).items()
                  if type(info) is dict and "response_from" in info}  # fmt: skip
-    session: int | None = None
-    lasts: dict[str, tuple[int, int]] = {}  # stage -> (position, seq) of its latest first attempt
+    # Concurrent sessions (PostgreSQL workers, docs/trials.md §8) interleave: each request is
+    # ordered within the session it names (its ``session``), else the latest run.started's.
+    latest: int | None = None
+    by_session: dict[int | None, dict[str, tuple[int, int]]] = {}
     for seq in sorted(a.of_kind("run.started") + a.of_kind("trial.requested")):
         env = a.envs[seq]
         if env is not None and env.get("kind") == "run.started":
-            session, lasts = seq, {}
+            latest = seq
+            by_session[seq] = {}
             continue
         body = a.body(seq)
         pos = body.get("position")
         if body.get("attempt") != 1 or type(pos) is not int:
             continue
+        named = body.get("session")
+        session = named if type(named) is int and named in by_session else latest
+        lasts = by_session.setdefault(session, {})  # stage -> (position, seq), latest first try
         stage = "data" if body.get("arm") in data_arms else (
             "second" if body.get("arm") in second else "first")
         last = lasts.get(stage)

@@ -189,6 +189,12 @@ def check_witnesses(a: Archive) -> Check | None:
                 if stamp is not None:
                     times.setdefault(size, {})[key.name] = stamp
                     break
+    for started in a.of_kind("run.started"):  # docs/witness.md §8: one session at a time
+        if "concurrent" in a.body(started):
+            fails.append((f"seq {started}: run.started runs beside other sessions (concurrent "
+                          f"{a.body(started).get('concurrent')!r}); a witnessed study's sessions "
+                          "run one at a time, so its checkpoints are cosigned in order of size",
+                          started, None))  # fmt: skip
     locked_interval = record.get("interval_trials") if record is not None else None
     promised = _promised(a, locked_interval if type(locked_interval) is int else 0)
     requests = a.of_kind("trial.requested")

@@ -1,0 +1,254 @@
+"""The trial rules a PostgreSQL store enforces inside its sequenced transaction.
+
+Many ``ledger run`` workers append to one PostgreSQL ledger (``docs/storage.md``, "Many
+workers"). Each write transaction holds the ``coord`` row first, so the appends are
+sequenced; this module keeps, in the same transaction, a projection of the trial events
+(tables ``pj_meta``, ``pj_trials``, ``pj_requests``, ``pj_sessions``) and refuses an append
+that would break one of these rules (:class:`ledger._errors.RefusedError`, nothing of the
+batch is appended):
+
+- ``final``: a second final outcome for a trial (``trial.responded``, a ``trial.failed`` with
+  ``final`` true, ``trial.excluded``), or a ``trial.requested`` after the trial's final outcome;
+- ``answered``: a second outcome (``trial.responded`` / ``trial.failed``) for one request;
+- ``unknown``: an outcome whose ``request_seq`` is no ``trial.requested``, or whose trial and
+  attempt are not its request's;
+- ``closed``: a ``trial.requested`` or ``run.stopped`` naming a run session that is not open
+  (stopped, or ended by a later ``run.started`` that did not list it as ``concurrent``);
+- ``attempt``: a ``trial.requested`` whose ``attempt`` is not the trial's next.
+
+The projection is built from the events themselves: before each append, events the
+projection has not seen (a ledger copied in, or written by an older version) are projected
+first, without refusals (history is what it is). It also sums the recorded ``cost_usd`` (for
+the study-wide budget). The SQLite engine has one writer per study (``ledger run``'s run
+lock) and needs none of this.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from ledger._canonical import loads_json
+from ledger._errors import RefusedError
+
+#: ``trial.failed`` error types that do not count as a failed attempt (``docs/trials.md`` §3).
+NOT_COUNTED = frozenset({"interrupted", "configuration", "superseded"})
+OUTCOMES = ("trial.responded", "trial.failed")
+COSTED = ("trial.responded", "step.responded", "run.preflight")
+
+
+@dataclass
+class _Trial:
+    attempts: int = 0
+    failures: int = 0
+    final_seq: int | None = None
+    dirty: bool = False
+
+
+@dataclass
+class _Request:
+    trial: str
+    attempt: int
+    session: int | None
+    outcome_seq: int | None = None
+    new: bool = False
+    dirty: bool = False
+
+
+class _Projection:
+    """The rows one batch touches, read once, changed in memory, written back once."""
+
+    def __init__(self, conn: Any, where: object) -> None:
+        self.conn = conn
+        self.where = where
+        self.trials: dict[str, _Trial] = {}
+        self.requests: dict[int, _Request] = {}
+        row = conn.execute("SELECT projected, spent_usd FROM pj_meta WHERE id = 1").fetchone()
+        self.projected, self.spent = int(row[0]), float(row[1])
+        self.open = {int(r[0]) for r in conn.execute(
+            "SELECT seq FROM pj_sessions WHERE stopped_seq IS NULL").fetchall()}  # fmt: skip
+        self.closed: dict[int, int | None] = {}  # session -> stopped seq (None: new, open)
+        self.spent_changed = False
+
+    def load(self, events: Sequence[tuple[int, str, dict[str, Any]]]) -> None:
+        trials: set[str] = set()
+        seqs: set[int] = set()
+        for _seq, kind, body in events:
+            if kind in ("trial.requested", "trial.excluded") or kind in OUTCOMES:
+                trials.add(str(body.get("trial")))
+            if kind in OUTCOMES and isinstance(body.get("request_seq"), int):
+                seqs.add(body["request_seq"])
+        trials -= set(self.trials)
+        seqs -= set(self.requests)
+        if trials:
+            for t, a, f, fs in self.conn.execute(
+                "SELECT trial, attempts, failures, final_seq FROM pj_trials WHERE trial = ANY(?)",
+                (sorted(trials),),
+            ).fetchall():
+                self.trials[t] = _Trial(a, f, fs)
+        if seqs:
+            for s, t, a, sess, out in self.conn.execute(
+                "SELECT seq, trial, attempt, session, outcome_seq FROM pj_requests "
+                "WHERE seq = ANY(?)",
+                (sorted(seqs),),
+            ).fetchall():
+                self.requests[int(s)] = _Request(t, a, sess, out)
+
+    def trial(self, tid: str) -> _Trial:
+        found = self.trials.get(tid)
+        if found is None:
+            found = self.trials[tid] = _Trial(dirty=True)
+        return found
+
+    def apply(self, seq: int, kind: str, body: dict[str, Any], refuse: Any) -> None:
+        """Project one event; ``refuse(rule, message)`` raises for a new event, else ignores."""
+        if kind in COSTED and isinstance(body.get("cost_usd"), int | float):
+            self.spent += float(body["cost_usd"])
+            self.spent_changed = True
+        if kind == "run.started":
+            listed = body.get("concurrent")
+            keep = {s for s in listed if isinstance(s, int)} if isinstance(listed, list) else set()
+            for ended in sorted(self.open - keep):
+                self.closed[ended] = seq
+            self.open = (self.open & keep) | {seq}
+            self.closed[seq] = None
+        elif kind == "run.stopped":
+            session = body.get("session")
+            if session not in self.open:
+                refuse("closed", f"run.stopped names run session {session!r}, which is not open")
+                return
+            self.open.discard(session)
+            self.closed[session] = seq
+        elif kind == "trial.requested":
+            self._requested(seq, body, refuse)
+        elif kind in OUTCOMES:
+            self._outcome(seq, kind, body, refuse)
+        elif kind == "trial.excluded":
+            record = self.trial(str(body.get("trial")))
+            if record.final_seq is not None:
+                refuse("final", f"trial {body.get('trial')} already has its final outcome "
+                                f"(seq {record.final_seq})")  # fmt: skip
+                return
+            record.final_seq, record.dirty = seq, True
+
+    def _requested(self, seq: int, body: dict[str, Any], refuse: Any) -> None:
+        tid = str(body.get("trial"))
+        record = self.trial(tid)
+        session = body.get("session")
+        if isinstance(session, int) and session not in self.open:
+            refuse("closed", f"trial.requested for {tid} names run session {session}, which is "
+                             "not open (stopped, or ended by a later run.started)")  # fmt: skip
+            return
+        if record.final_seq is not None:
+            refuse("final", f"trial {tid} already has its final outcome (seq {record.final_seq}); "
+                            "no request may follow it")  # fmt: skip
+            return
+        attempt = body.get("attempt")
+        if not isinstance(attempt, int) or attempt != record.attempts + 1:
+            refuse("attempt", f"trial.requested for {tid} has attempt {attempt!r}; the trial's "
+                              f"next attempt is {record.attempts + 1}")  # fmt: skip
+            return
+        record.attempts, record.dirty = attempt, True
+        self.requests[seq] = _Request(tid, attempt, session if isinstance(session, int) else None,
+                                      new=True)  # fmt: skip
+
+    def _outcome(self, seq: int, kind: str, body: dict[str, Any], refuse: Any) -> None:
+        rseq = body.get("request_seq")
+        request = self.requests.get(rseq) if isinstance(rseq, int) else None
+        if request is None:
+            refuse("unknown", f"{kind} names request_seq {rseq!r}, which is no trial.requested")
+            return
+        if body.get("trial") != request.trial or body.get("attempt") != request.attempt:
+            refuse("unknown", f"{kind} names trial {body.get('trial')!r} attempt "
+                              f"{body.get('attempt')!r}, but its request (seq {rseq}) is attempt "
+                              f"{request.attempt} of trial {request.trial}")  # fmt: skip
+            return
+        if request.outcome_seq is not None:
+            refuse("answered", f"{kind}: the request at seq {rseq} already has its outcome (seq "
+                               f"{request.outcome_seq})")  # fmt: skip
+            return
+        record = self.trial(request.trial)
+        final = kind == "trial.responded" or body.get("final") is True
+        if final and record.final_seq is not None:
+            refuse("final", f"{kind}: trial {request.trial} already has its final outcome (seq "
+                            f"{record.final_seq})")  # fmt: skip
+            return
+        request.outcome_seq, request.dirty = seq, True
+        if final:
+            record.final_seq, record.dirty = seq, True
+        if kind == "trial.failed" and body.get("error_type") not in NOT_COUNTED:
+            record.failures, record.dirty = record.failures + 1, True
+
+    def write(self, size: int) -> None:
+        conn = self.conn
+        rows = [(t, r.attempts, r.failures, r.final_seq) for t, r in self.trials.items() if r.dirty]
+        conn.executemany(
+            "INSERT INTO pj_trials (trial, attempts, failures, final_seq) VALUES (?, ?, ?, ?) "
+            "ON CONFLICT (trial) DO UPDATE SET attempts = EXCLUDED.attempts, "
+            "failures = EXCLUDED.failures, final_seq = EXCLUDED.final_seq",
+            rows,
+        )
+        finals = [(t,) for t, r in self.trials.items() if r.dirty and r.final_seq is not None]
+        conn.executemany("DELETE FROM leases WHERE trial = ?", finals)
+        conn.executemany(
+            "INSERT INTO pj_requests (seq, trial, attempt, session, outcome_seq) "
+            "VALUES (?, ?, ?, ?, ?)",
+            [(s, r.trial, r.attempt, r.session, r.outcome_seq)
+             for s, r in self.requests.items() if r.new],
+        )  # fmt: skip
+        conn.executemany(
+            "UPDATE pj_requests SET outcome_seq = ? WHERE seq = ?",
+            [(r.outcome_seq, s) for s, r in self.requests.items() if r.dirty and not r.new],
+        )
+        conn.executemany(
+            "INSERT INTO pj_sessions (seq, stopped_seq) VALUES (?, ?) "
+            "ON CONFLICT (seq) DO UPDATE SET stopped_seq = EXCLUDED.stopped_seq",
+            sorted(self.closed.items()),
+        )
+        conn.execute(
+            "UPDATE pj_meta SET projected = ?, spent_usd = ? WHERE id = 1", (size, self.spent)
+        )
+
+
+def _history(_rule: str, _message: str) -> None:
+    """Events already in the ledger are projected as they are: nothing is refused."""
+
+
+def guard_appends(
+    conn: Any, where: object, events: Sequence[tuple[int, str, dict[str, Any]]],
+    specs: Sequence[object],
+) -> None:  # fmt: skip
+    """Check ``events`` (seq, kind, body) against the projection and project them.
+
+    Called by :meth:`ledger.Ledger._append_locked` on a PostgreSQL store, inside the write
+    transaction, before the events are inserted; ``specs[i]`` is the spec of ``events[i]``.
+    Raises :class:`RefusedError` naming the store, the seq and the rule; the caller's
+    transaction is then rolled back whole.
+    """
+    if not events:
+        return
+    start = events[0][0]
+    proj = _Projection(conn, where)
+    if proj.projected < start:  # events the projection has not seen: project them first
+        rows = conn.execute(
+            "SELECT seq, envelope FROM events WHERE seq >= ? AND seq < ? ORDER BY seq",
+            (proj.projected, start),
+        ).fetchall()
+        history = []
+        for seq, envelope in rows:
+            obj = loads_json(bytes(envelope))
+            history.append((int(seq), str(obj["kind"]), obj["body"]))
+        for i in range(0, len(history), 1000):
+            chunk = history[i : i + 1000]
+            proj.load(chunk)
+            for seq, kind, body in chunk:
+                proj.apply(seq, kind, body, _history)
+    proj.load(events)
+    for (seq, kind, body), spec in zip(events, specs, strict=True):
+
+        def refuse(rule: str, message: str, _seq: int = seq, _spec: object = spec) -> None:
+            raise RefusedError(f"{where}: seq {_seq}: refused: {message}", spec=_spec, rule=rule)
+
+        proj.apply(seq, kind, body, refuse)
+    proj.write(events[-1][0] + 1)
