@@ -92,11 +92,6 @@ class PgServer:
             entry = pwd.getpwnam("postgres")
             for path in (self.base, self.sock):
                 os.chown(path, entry.pw_uid, entry.pw_gid)
-            # pytest's temporary folders are 0700 root's: let the postgres user pass through
-            for parent in self.base.resolve().parents:
-                mode = parent.stat().st_mode
-                if not mode & 0o001:
-                    os.chmod(parent, mode | 0o001)
         self._run("initdb", "-D", str(self.data), "-U", self.user, "--auth=trust",
                   "--no-sync", "-E", "UTF8", "--locale=C")  # fmt: skip
         hba = (

@@ -33,8 +33,7 @@ def test_ledger_public_names() -> None:
             "open_note", "open_regular_file", "parse_checkpoint", "parse_envelope",
             "read_regular_file", "role_may_append", "is_url", "schema_for",
             "root_from_leaf_hashes", "root_from_leaves", "sign_note", "user_home",
-            "CopyResult", "PostgresLocation", "copy_ledger", "is_url", "schema_for",
-            "study_ledger",
+            "CopyResult", "copy_ledger", "study_ledger",
             "verify_consistency",
             "verify_inclusion", "write_files",
         ]

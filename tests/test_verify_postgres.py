@@ -44,13 +44,17 @@ def new_schema() -> str:
 
 
 def write_log(where: str | Path) -> None:
-    """The same 22 events and two checkpoints, on either engine (fixed key and clock)."""
+    """The same 22 events and two checkpoints, on either engine (fixed key and clock).
+
+    Step events, not trial events: on PostgreSQL the store checks trial events against the
+    trial rules (ledger/_guard.py), which these bodies are not meant to satisfy.
+    """
     with Ledger.create(where, origin=ORIGIN, key=OWNER, clock=fixed_clock()) as log:
         log.add_key(RUNNER.vkey, "runner", key=OWNER)
         for i in range(10):
-            log.append("trial.requested", {"i": i}, key=RUNNER, blobs={"request": b"q%d" % i})
+            log.append("step.requested", {"i": i}, key=RUNNER, blobs={"request": b"q%d" % i})
         log.sign_checkpoint(OWNER)
-        log.append_many([("trial.responded", {"i": i}) for i in range(10)], key=RUNNER)
+        log.append_many([("step.responded", {"i": i}) for i in range(10)], key=RUNNER)
         log.sign_checkpoint(OWNER)
 
 
