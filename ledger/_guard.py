@@ -36,6 +36,11 @@ from ledger._errors import RefusedError
 NOT_COUNTED = frozenset({"interrupted", "configuration", "superseded"})
 OUTCOMES = ("trial.responded", "trial.failed")
 COSTED = ("trial.responded", "step.responded", "run.preflight")
+PROJECTED = frozenset(
+    {"run.started", "run.stopped", "trial.requested", "trial.excluded", *OUTCOMES, *COSTED}
+)
+"""The kinds :meth:`_Projection.apply` reads: a batch of other kinds is neither checked nor
+projected (the next batch that holds one catches up on these kinds only)."""
 
 
 @dataclass
@@ -226,14 +231,15 @@ def guard_appends(
     Raises :class:`RefusedError` naming the store, the seq and the rule; the caller's
     transaction is then rolled back whole.
     """
-    if not events:
-        return
+    if not events or not any(kind in PROJECTED for _, kind, _ in events):
+        return  # nothing the projection keeps: it skips these when it next catches up
     start = events[0][0]
     proj = _Projection(conn, where)
     if proj.projected < start:  # events the projection has not seen: project them first
         rows = conn.execute(
-            "SELECT seq, envelope FROM events WHERE seq >= ? AND seq < ? ORDER BY seq",
-            (proj.projected, start),
+            "SELECT seq, envelope FROM events WHERE seq >= ? AND seq < ? AND kind = ANY(?) "
+            "ORDER BY seq",
+            (proj.projected, start, list(PROJECTED)),
         ).fetchall()
         history = []
         for seq, envelope in rows:
