@@ -21,12 +21,12 @@ pytest.importorskip(
     reason="inspect-ai is not installed: pip install -c constraints.txt -e '.[dev,inspect]'",
 )
 
-from inspect_ai.log import read_eval_log  # noqa: E402
-from inspect_support import McqChatServer, inspect_eval  # noqa: E402
+from inspect_ai.log import read_eval_log
+from inspect_support import McqChatServer, inspect_eval
 
-from ledger import Ledger, SigningKey  # noqa: E402
-from verify import verify_ledger_file  # noqa: E402
-from verify._inspect import cross_check_log  # noqa: E402
+from ledger import Ledger, SigningKey
+from verify import verify_ledger_file
+from verify._inspect import cross_check_log
 
 pytestmark = pytest.mark.inspect
 
@@ -104,8 +104,9 @@ def test_results_are_the_same_with_and_without_the_extension(runs: dict) -> None
         assert log.results is not None and log.samples is not None
         metrics = [(s.name, {k: m.value for k, m in s.metrics.items()}) for s in log.results.scores]
         per_sample = {
-            (s.id, s.epoch): (s.output.completion, {k: v.value for k, v in (s.scores or {}).items()})
+            (s.id, s.epoch): (s.output.completion, {k: v.value for k, v in s.scores.items()})
             for s in log.samples
+            if s.scores is not None
         }
         return metrics, per_sample
 
