@@ -235,8 +235,8 @@ def _check_eval(log: _Ledger, eval_id: str, state: _EvalState) -> None:
     answered: dict[int, int] = {}
     for outcome in state.outcomes:
         ref = outcome.body.get("request")
-        request = state.requests.get(ref) if isinstance(ref, int) else None
-        if request is None:
+        asked = state.requests.get(ref) if isinstance(ref, int) else None
+        if asked is None or not isinstance(ref, int):
             raise _Fault(
                 f"{outcome.kind} names no inspect.requested of eval {eval_id} (request "
                 f"{ref!r}): a response without a recorded request",
@@ -248,7 +248,7 @@ def _check_eval(log: _Ledger, eval_id: str, state: _EvalState) -> None:
                 f"{outcome.seq})",
                 outcome.seq,
             )
-        if outcome.seq < request.seq or outcome.body.get("sample") != request.body.get("sample"):
+        if outcome.seq < asked.seq or outcome.body.get("sample") != asked.body.get("sample"):
             raise _Fault(
                 f"{outcome.kind} is not a later outcome of the same sample as request {ref}",
                 outcome.seq,
