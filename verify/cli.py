@@ -154,7 +154,7 @@ def verify_cmd(
       ledger verify 'postgresql://auditor@db.example.org/lab?schema=study1'
       ledger verify archive/ --witness @w1.vkey --witness @w2.vkey --quorum 1
       ledger verify archive/ --tsa-cert tsa-root.pem
-      ledger verify inspect-ledger/ --inspect-log logs/2026-11-28T10-00-00_mcq_X.eval
+      ledger verify my-ledger/ --inspect-log logs/run.eval
       ledger verify archive/ --log https://logs.example.org/my-study \\
           --trusted-key @owner.vkey
     """
