@@ -31,6 +31,13 @@ KNOWN_KINDS = frozenset(
         "analysis.result",
         "analysis.posthoc",
         "export.created",
+        # an Inspect AI eval recorded by the inspect extra (docs/inspect.md section 4)
+        "inspect.locked",
+        "inspect.requested",
+        "inspect.responded",
+        "inspect.failed",
+        "inspect.scored",
+        "inspect.finished",
     }
 )
 
@@ -48,6 +55,9 @@ ROLE_KINDS: dict[str, frozenset[str]] = {
             "step.responded",
             "step.failed",
             "trial.excluded",
+            "inspect.requested",
+            "inspect.responded",
+            "inspect.failed",
         }
     ),
     "scorer": frozenset({"trial.scored", "scoring.sealed"}),

@@ -27,6 +27,9 @@ _ROLE_KINDS: dict[str, frozenset[str]] = {
             "step.responded",
             "step.failed",
             "trial.excluded",
+            "inspect.requested",
+            "inspect.responded",
+            "inspect.failed",
         }
     ),
     "scorer": frozenset({"trial.scored", "scoring.sealed"}),

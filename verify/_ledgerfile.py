@@ -1256,7 +1256,12 @@ def verify_ledger_file(
     if isinstance(checkpoints, (str, os.PathLike)):  # one path given where a list was meant
         checkpoints = [checkpoints]
     try:
-        return _Run(name, trusted_keys, checkpoints, jobs).run()
+        report = _Run(name, trusted_keys, checkpoints, jobs).run()
+        if report.checks and report.checks[0].status is not Status.FAIL:  # a readable file
+            from verify._inspect import inspect_checks  # an Inspect eval's record, if any
+
+            report.checks.extend(inspect_checks(name))
+        return report
     except Exception as exc:  # fail closed: a verifier that crashes must not look like a pass
         return Report(
             path=name,

@@ -47,9 +47,7 @@ class _Seconds(click.FloatRange):
         return super().convert(number, param, ctx)
 
 
-def _witness_key(
-    ctx: click.Context, param: click.Parameter, values: tuple[str, ...]
-) -> list[str]:
+def _witness_key(ctx: click.Context, param: click.Parameter, values: tuple[str, ...]) -> list[str]:
     from verify.__main__ import read_witness_vkey
 
     keys = []
@@ -76,14 +74,39 @@ def _witness_key(
     "--witness", "witnesses", multiple=True, callback=_witness_key,
     help="A trusted witness's cosigner vkey or @FILE (repeatable).",
 )  # fmt: skip
-@click.option("--quorum", type=click.IntRange(min=1), default=None,
-              help="Cosignatures required per checkpoint (default: every --witness).")
-@click.option("--witness-skew", "skew", type=_Seconds(0, 86400), default=300.0,
-              show_default=True, help="Seconds witnesses' and events' clocks may differ.")
-@click.option("--tsa-cert", "tsa_cert", type=click.Path(dir_okay=False, path_type=Path),
-              default=None, help="PEM root certificate(s) of the time-stamping authority.")
-@click.option("--log", "log_url", default=None,
-              help="URL of the log published as tiles: the archive must be exactly it.")
+@click.option(
+    "--quorum",
+    type=click.IntRange(min=1),
+    default=None,
+    help="Cosignatures required per checkpoint (default: every --witness).",
+)
+@click.option(
+    "--witness-skew",
+    "skew",
+    type=_Seconds(0, 86400),
+    default=300.0,
+    show_default=True,
+    help="Seconds witnesses' and events' clocks may differ.",
+)
+@click.option(
+    "--tsa-cert",
+    "tsa_cert",
+    type=click.Path(dir_okay=False, path_type=Path),
+    default=None,
+    help="PEM root certificate(s) of the time-stamping authority.",
+)
+@click.option(
+    "--log",
+    "log_url",
+    default=None,
+    help="URL of the log published as tiles: the archive must be exactly it.",
+)
+@click.option(
+    "--inspect-log", "inspect_logs", multiple=True,
+    type=click.Path(dir_okay=False, exists=True, path_type=Path),
+    help="Inspect AI's log (.eval) of an eval recorded in this ledger: cross-check it "
+    "(repeatable; docs/inspect.md).",
+)  # fmt: skip
 @click.option("--json", "as_json", is_flag=True, help="Print the report as JSON.")
 @click.option("--jobs", type=click.IntRange(min=1), default=1, help="Processes for signatures.")
 def verify_cmd(
@@ -95,6 +118,7 @@ def verify_cmd(
     skew: float,
     tsa_cert: Path | None,
     log_url: str | None,
+    inspect_logs: tuple[Path, ...],
     as_json: bool,
     jobs: int,
 ) -> None:
@@ -117,7 +141,9 @@ def verify_cmd(
     --tsa-cert, every RFC 3161 time stamp on the registration checkpoint must verify against
     that root (docs/witness.md section 9). With --log URL, the archive must be exactly the log
     published there as C2SP tlog-tiles: same size and root, every tile and entry bundle
-    (docs/service.md section 6).
+    (docs/service.md section 6). A ledger holding an Inspect AI eval (the inspect extra,
+    docs/inspect.md) gets the inspect-eval check; with --inspect-log, Inspect's own .eval log
+    is cross-checked against it: every model output equal to the recorded response.
 
     \b
     Example:
@@ -128,6 +154,7 @@ def verify_cmd(
       ledger verify 'postgresql://auditor@db.example.org/lab?schema=study1'
       ledger verify archive/ --witness @w1.vkey --witness @w2.vkey --quorum 1
       ledger verify archive/ --tsa-cert tsa-root.pem
+      ledger verify my-ledger/ --inspect-log logs/run.eval
       ledger verify archive/ --log https://logs.example.org/my-study \\
           --trusted-key @owner.vkey
     """
@@ -138,12 +165,25 @@ def verify_cmd(
         roots = read_tsa_cert(str(tsa_cert)) if tsa_cert is not None else None
     except argparse.ArgumentTypeError as exc:
         raise click.BadParameter(str(exc), param_hint="--tsa-cert") from None
-    report = verify_path(path, trusted_keys=trusted, checkpoints=checkpoints, jobs=jobs,
-                         witnesses=witnesses, quorum=quorum, skew=skew, tsa_roots=roots)
+    report = verify_path(
+        path,
+        trusted_keys=trusted,
+        checkpoints=checkpoints,
+        jobs=jobs,
+        witnesses=witnesses,
+        quorum=quorum,
+        skew=skew,
+        tsa_roots=roots,
+    )
     if log_url is not None:
         from verify._published import check_published_log
 
         report.checks.extend(check_published_log(path, log_url, trusted))
+    if inspect_logs:
+        from verify._inspect import cross_check_log
+
+        db = Path(path) / "ledger.db" if Path(path).is_dir() else Path(path)
+        report.checks.extend(cross_check_log(db, log) for log in inspect_logs)
     if as_json:
         click.echo(json.dumps(report.to_dict(), indent=2, ensure_ascii=False))
     else:
