@@ -670,7 +670,7 @@ class Viewer:
         sort = params.get("sort", "h")
         if sort not in SORTS:
             raise AnalysisError(f"unknown sort {sort!r}; choose one of {', '.join(SORTS)}")
-        order = SORTS[sort][0] + (" DESC" if params.get("desc") else "")
+        order = _descending(SORTS[sort][0]) if params.get("desc") else SORTS[sort][0]
         clause = (" WHERE " + " AND ".join(where)) if where else ""
         return clause, args, active, order
 
@@ -1142,6 +1142,18 @@ def _posthoc_row(seq: int, body: dict[str, Any]) -> dict[str, Any]:
                        if body.get("status") == "ok" else "–"),
         "p": f"{p:.3g}" if isinstance(p, int | float) else "–",
     }  # fmt: skip
+
+
+def _descending(order: str) -> str:
+    """An ORDER BY list with every term reversed (a comma inside parentheses is not a term's)."""
+    terms, depth, start = [], 0, 0
+    for i, ch in enumerate(order):
+        depth += (ch == "(") - (ch == ")")
+        if ch == "," and depth == 0:
+            terms.append(order[start:i].strip())
+            start = i + 1
+    terms.append(order[start:].strip())
+    return ", ".join(f"{t} DESC" for t in terms)
 
 
 def _words(value: Any) -> str:
