@@ -48,6 +48,8 @@ TEMPLATES = HERE / "view_templates"
 STATIC = HERE / "view_static"
 PER_PAGE = 50
 MAX_PER_PAGE = 500
+ITEM_TRIALS = 500
+"""Trials the item page lists (the trial table, filtered by the item, has every one)."""
 _IMAGE_MAGIC = (
     (b"\x89PNG\r\n\x1a\n", "image/png"), (b"\xff\xd8\xff", "image/jpeg"),
     (b"GIF87a", "image/gif"), (b"GIF89a", "image/gif"),
@@ -852,11 +854,20 @@ class Viewer:
         handle order. The item's steps (rewriters, screeners, extractors, reference models)
         are listed with their requests and replies: they see the item only, never an arm.
         """
+        order = "arm, variant, model, rep, h" if not self.blind else "arm_code, model, rep, h"
+        total = self.index.query("SELECT COUNT(*) FROM trials WHERE stimulus=?", (stimulus,))[0][0]
         rows = self.index.query(
-            "SELECT * FROM trials WHERE stimulus=? ORDER BY "
-            + ("arm, variant, model, rep, h" if not self.blind else "arm_code, model, rep, h"),
+            f"SELECT * FROM trials WHERE stimulus=? ORDER BY {order} LIMIT {ITEM_TRIALS}",
             (stimulus,),
         )
+        scored: dict[int, list[dict[str, Any]]] = {}
+        for i in self.index.query(
+            "SELECT h, row, position, truth, answer, correct FROM items WHERE h IN "
+            f"(SELECT h FROM trials WHERE stimulus=? ORDER BY {order} LIMIT {ITEM_TRIALS}) "
+            "ORDER BY rowid",
+            (stimulus,),
+        ):
+            scored.setdefault(i["h"], []).append(dict(i))
         step_rows = self.index.query(
             "SELECT * FROM steps WHERE item=? AND trial IS NULL ORDER BY step, request_seq",
             (stimulus,),
@@ -865,15 +876,11 @@ class Viewer:
             raise AnalysisError(f"no trial or step call of item {stimulus[:100]!r} has been run")
         trials: list[dict[str, Any]] = []
         for r in rows:
-            items = [dict(i) for i in self.index.query(
-                "SELECT row, position, truth, answer, correct FROM items WHERE h=? ORDER BY rowid",
-                (r["h"],),
-            )]  # fmt: skip
-            trials.append({"t": self.row(r), "items": items})
+            trials.append({"t": self.row(r), "items": scored.get(r["h"], [])})
         stim = self.stimulus_blob(stimulus)
         keys = sorted({str(i["truth"]) for t in trials for i in t["items"]})
         return {
-            **self.common(), "stimulus": stimulus, "trials": trials,
+            **self.common(), "stimulus": stimulus, "trials": trials, "total": total,
             "calls": self.calls(step_rows), "keys": keys,
             "stimulus_file": stim[1] if stim else None,
         }  # fmt: skip

@@ -216,37 +216,48 @@ def _factorial(data: PlotData) -> Drawn:
     return fig, None
 
 
-def _answers(data: PlotData, wrong_only: bool) -> dict[str, list[tuple[str, str]]]:
-    """(key, answer) pairs of short-label items per group (arm code while blind)."""
+def _answers(data: PlotData, wrong_only: bool) -> dict[str, dict[tuple[str, str], int]]:
+    """Counts of (key, answer) of short-key items per group (arm code while blind), in SQL."""
     g = data.group
     rows = data.index.query(
-        f"SELECT t.{g} AS grp, i.truth, i.answer FROM items i JOIN trials t ON t.h = i.h "
-        "WHERE i.truth IS NOT NULL AND length(i.truth) <= 16 "
+        f"SELECT t.{g} AS grp, i.truth, i.answer, COUNT(*) AS n FROM items i "
+        "JOIN trials t ON t.h = i.h WHERE i.truth IS NOT NULL AND length(i.truth) <= 16 "
         + ("AND i.correct = 0 " if wrong_only else "")
+        + f"GROUP BY t.{g}, i.truth, i.answer"
     )
-    out: dict[str, list[tuple[str, str]]] = {}
+    out: dict[str, dict[tuple[str, str], int]] = {}
     for r in rows:
-        out.setdefault(_label(r["grp"]), []).append(
-            (str(r["truth"]), "(none)" if r["answer"] is None else str(r["answer"]))
-        )
+        pair = (str(r["truth"]), "(none)" if r["answer"] is None else str(r["answer"]))
+        counts = out.setdefault(_label(r["grp"]), {})
+        counts[pair] = counts.get(pair, 0) + int(r["n"])
     return out
 
 
 def _position(data: PlotData) -> Drawn:
     found = _answers(data, wrong_only=False)
-    labels = sorted({k for pairs in found.values() for k, _ in pairs})
+    labels = sorted({k for counts in found.values() for k, _ in counts})
     if not found or not 2 <= len(labels) <= 12:
-        return None, ("position bias needs items whose keys are a few option labels "
-                      f"(found {len(labels)} distinct keys)")  # fmt: skip
+        return None, (
+            "position bias needs items whose keys are a few option labels "
+            f"(found {len(labels)} distinct keys)"
+        )
     groups = sorted(found)[:12]
     colours = _colours(len(groups))
     fig = _figure(8.6, 4.2)
     ax = fig.add_subplot()
     width = 0.8 / len(groups)
     for j, (grp, colour) in enumerate(zip(groups, colours, strict=True)):
-        pairs = found[grp]
-        bias = [100 * (sum(a == lab for _, a in pairs) - sum(k == lab for k, _ in pairs))
-                / len(pairs) for lab in labels]  # fmt: skip
+        counts = found[grp]
+        total = sum(counts.values())
+        bias = [
+            100
+            * (
+                sum(n for (_, a), n in counts.items() if a == lab)
+                - sum(n for (k, _), n in counts.items() if k == lab)
+            )
+            / total
+            for lab in labels
+        ]
         ax.bar([i + j * width for i in range(len(labels))], bias, width, color=colour, label=grp)
     ax.axhline(0, color="#555555", lw=1)
     ax.set_xticks([i + 0.4 - width / 2 for i in range(len(labels))])
@@ -267,10 +278,10 @@ def _phenotype(data: PlotData) -> Drawn:
     fig = _figure(8.6, 3.2 * math.ceil(len(groups) / 3))
     cols = min(3, len(groups))
     for n, grp in enumerate(groups):
-        pairs = found[grp]
-        keys = _top([k for k, _ in pairs])
-        answers = _top([a for _, a in pairs])
-        grid = [[sum(1 for k, a in pairs if k == kk and a == aa) for aa in answers] for kk in keys]
+        counts = found[grp]
+        keys = _top(counts, 0)
+        answers = _top(counts, 1)
+        grid = [[counts.get((kk, aa), 0) for aa in answers] for kk in keys]
         ax = fig.add_subplot(math.ceil(len(groups) / cols), cols, n + 1)
         ax.imshow(grid, cmap="Reds", aspect="auto")
         for i, row in enumerate(grid):
@@ -281,7 +292,7 @@ def _phenotype(data: PlotData) -> Drawn:
         ax.set_xticklabels(answers, rotation=45, fontsize=7)
         ax.set_yticks(range(len(keys)))
         ax.set_yticklabels(keys, fontsize=7)
-        ax.set_title(f"{grp}: {len(pairs)} wrong", fontsize=8)
+        ax.set_title(f"{grp}: {sum(counts.values())} wrong", fontsize=8)
         ax.set_xlabel("answered", fontsize=7)
         ax.set_ylabel("key", fontsize=7)
     fig.suptitle("Error phenotype: the wrong answers, key × answer")
@@ -326,11 +337,12 @@ def _flips(data: PlotData) -> Drawn:
     return fig, None
 
 
-def _top(values: list[str], n: int = 10) -> list[str]:
-    counts: dict[str, int] = {}
-    for v in values:
-        counts[v] = counts.get(v, 0) + 1
-    return sorted(sorted(counts, key=lambda v: -counts[v])[:n])
+def _top(counts: dict[tuple[str, str], int], side: int, n: int = 10) -> list[str]:
+    """The ``n`` most frequent keys (``side`` 0) or answers (1) of ``counts``, sorted."""
+    totals: dict[str, int] = {}
+    for pair, k in counts.items():
+        totals[pair[side]] = totals.get(pair[side], 0) + k
+    return sorted(sorted(totals, key=lambda v: -totals[v])[:n])
 
 
 def _colours(n: int) -> list[str]:
