@@ -48,7 +48,7 @@ TEMPLATES = HERE / "view_templates"
 STATIC = HERE / "view_static"
 PER_PAGE = 50
 MAX_PER_PAGE = 500
-ITEM_TRIALS = 500
+ITEM_TRIALS = 200
 """Trials the item page lists (the trial table, filtered by the item, has every one)."""
 _IMAGE_MAGIC = (
     (b"\x89PNG\r\n\x1a\n", "image/png"), (b"\xff\xd8\xff", "image/jpeg"),
