@@ -37,6 +37,7 @@ from analysis.identical import IDENTICAL_ID, identical_banner
 from analysis.parse import ParseError, response_text
 from analysis.scoring import unwrap_batch
 from analysis.view_index import FILTERS, SORTS, ViewIndex
+from analysis.view_plots import PLOTS, PlotData, render_svg
 
 __all__ = [
     "BlindingError", "Links", "ServerLinks", "Verification", "Viewer", "make_app", "verify_command",
@@ -46,6 +47,9 @@ HERE = Path(__file__).resolve().parent
 TEMPLATES = HERE / "view_templates"
 STATIC = HERE / "view_static"
 PER_PAGE = 50
+MAX_PER_PAGE = 500
+ITEM_TRIALS = 200
+"""Trials the item page lists (the trial table, filtered by the item, has every one)."""
 _IMAGE_MAGIC = (
     (b"\x89PNG\r\n\x1a\n", "image/png"), (b"\xff\xd8\xff", "image/jpeg"),
     (b"GIF87a", "image/gif"), (b"GIF89a", "image/gif"),
@@ -88,6 +92,10 @@ _OPEN_KINDS = frozenset({
 
 # A trial id (arm|stimulus|rep or arm|model|item|rep) inside a message, e.g. a verifier reason.
 _TRIAL_ID = re.compile(r"[^\s'\"|,;()]+\|[^\s'\"|,;()]+(?:\|[^\s'\"|,;()]+)?\|\d+")
+
+
+class NotFound(AnalysisError):
+    """A page asked for by an address that names nothing (shown as a 404 page)."""
 
 
 class BlindingError(AnalysisError):
@@ -142,6 +150,26 @@ class Links:
         """The inclusion proof of event ``seq``."""
         raise NotImplementedError
 
+    def item(self, stimulus: str) -> str:
+        """One item across arms, variants and models."""
+        raise NotImplementedError
+
+    def diff(self, a: str, b: str, stimulus: str | None) -> str | None:
+        """Two arms' requests for one item side by side (None where there is no server)."""
+        raise NotImplementedError
+
+    def plots(self) -> str:
+        """The plots page."""
+        raise NotImplementedError
+
+    def plot(self, name: str) -> str:
+        """The SVG of one plot."""
+        raise NotImplementedError
+
+    def csv(self, params: dict[str, str]) -> str | None:
+        """The CSV of a filtered trial table (None where there is no server)."""
+        raise NotImplementedError
+
     def stimulus(self, name: str) -> str:
         """A locked stimulus file."""
         raise NotImplementedError
@@ -180,6 +208,26 @@ class ServerLinks(Links):
 
     def proof(self, seq: int) -> str:  # noqa: D102
         return f"/proof/{seq}"
+
+    def item(self, stimulus: str) -> str:  # noqa: D102
+        from urllib.parse import quote
+
+        return f"/item/{quote(stimulus, safe='')}"
+
+    def diff(self, a: str, b: str, stimulus: str | None) -> str | None:  # noqa: D102
+        from urllib.parse import urlencode
+
+        return "/diff?" + urlencode({"a": a, "b": b, **({"stimulus": stimulus} if stimulus
+                                                         else {})})  # fmt: skip
+
+    def plots(self) -> str:  # noqa: D102
+        return "/plots"
+
+    def plot(self, name: str) -> str:  # noqa: D102
+        return f"/plot/{name}.svg"
+
+    def csv(self, params: dict[str, str]) -> str | None:  # noqa: D102
+        return self.trials({**params, "format": "csv", "page": ""})
 
     def stimulus(self, name: str) -> str:  # noqa: D102
         from urllib.parse import quote
@@ -423,7 +471,7 @@ class Viewer:
         return [self.redact(f"seq {s}: {r}") for s in seqs if s is not None
                 for r in self.verification.faults.get(s, [])]  # fmt: skip
 
-    def row(self, r: Any) -> dict[str, Any]:
+    def row(self, r: Any, *, faults: bool = True) -> dict[str, Any]:
         """A trial row as pages and JSON may show it (no arm, id or position while blind)."""
         out = {
             "h": r["h"], "arm_code": r["arm_code"], "model": r["model"],
@@ -431,8 +479,9 @@ class Viewer:
             "attempts": r["attempts"], "parse": r["parse"], "n_items": r["n_items"],
             "n_correct": r["n_correct"], "correct": r["correct"], "judge": r["judge"],
             "response_seq": r["response_seq"], "scored_seq": r["scored_seq"],
+            "predicted": r["predicted"], "key": r["key"], "preview": r["preview"],
             "faults": self.faulted([r["h"], r["last_request_seq"], r["outcome_seq"],
-                                    r["response_seq"], r["scored_seq"]]),
+                                    r["response_seq"], r["scored_seq"]]) if faults else [],
         }  # fmt: skip
         if not self.blind:
             out.update({"arm": r["arm"], "trial": r["trial"], "position": r["position"],
@@ -444,7 +493,8 @@ class Viewer:
     def overview(self) -> dict[str, Any]:
         """The overview: protocol as locked, progress, cost, verdicts, verification."""
         figures: dict[str, Any] = self.memo("overview", self._overview)
-        return {**self.common(), **figures}
+        forest = bool(figures["verdicts"]) and self.plot("forest")[0] is not None
+        return {**self.common(), **figures, "forest": forest}
 
     def _overview(self) -> dict[str, Any]:
         idx = self.index
@@ -474,13 +524,17 @@ class Viewer:
         totals["pending"] = None if scheduled is None else scheduled - (totals["attempted"] or 0)
         verdicts = []
         copies = None
+        from analysis.report import _estimate_text, _p_text, _rule_text
+
         for seq, body, _ in idx.singles("analysis.result"):
             values: dict[str, Any] = body.get("values") or {}
             if body.get("hypothesis"):
                 verdicts.append({"seq": seq, "hypothesis": body.get("hypothesis"),
                                  "test": body.get("test"), "status": body.get("status"),
                                  "verdict": body.get("verdict"), "error": body.get("error"),
-                                 "reason": values.get("reason")})  # fmt: skip
+                                 "reason": values.get("reason"),
+                                 "estimate": _estimate_text(body), "p": _p_text(body),
+                                 "rule": _rule_text(body)})  # fmt: skip
             elif body.get("id") == IDENTICAL_ID and not self.blind:  # analysis.md §3
                 copies = {"seq": seq, "text": identical_banner(body)}
         posthoc = [] if self.blind else [_posthoc_row(seq, body)
@@ -511,7 +565,10 @@ class Viewer:
                 "models": protocol.get("models"), "trials": scheduled,
                 "blinding_commitment": protocol.get("blinding_commitment"),
                 "stimuli": len(protocol.get("stimuli") or []),
+                "items": (protocol.get("items") or {}).get("count")
+                if isinstance(protocol.get("items"), dict) else None,
             },
+            "design": design_summary(protocol),
             "arms": [{"arm": a, "role": v.get("role"), "components": v.get("components"),
                       "sha256": v.get("sha256")} for a, v in arms.items() if isinstance(v, dict)],
             "group": "arm" if not self.blind else "arm code",
@@ -520,6 +577,29 @@ class Viewer:
             "sessions": sessions,
             "stopped": stopped, "milestones": milestones,
         }  # fmt: skip
+
+    # ------------------------------------------------------------------ plots
+
+    def plots(self) -> list[dict[str, Any]]:
+        """Every plot kind with its SVG drawn (or the reason there is none), memoized."""
+        return [{"name": p.name, "title": p.title, "caption": p.caption,
+                 "note": self.plot(p.name)[1]} for p in PLOTS]  # fmt: skip
+
+    def plot(self, name: str) -> tuple[bytes | None, str | None]:
+        """(SVG bytes, None) of plot ``name``, or (None, why there is none)."""
+        found = [p for p in PLOTS if p.name == name]
+        if not found:
+            raise AnalysisError(
+                f"no plot {name[:60]!r}; the plots are {', '.join(p.name for p in PLOTS)}"
+            )
+
+        def draw() -> tuple[bytes | None, str | None]:
+            data = PlotData(self.index, self.blind, self.index.protocol() or {})
+            fig, note = found[0].draw(data)
+            return (render_svg(fig), None) if fig is not None else (None, note)
+
+        result: tuple[bytes | None, str | None] = self.memo(f"plot-{name}-{self.blind}", draw)
+        return result
 
     # ------------------------------------------------------------------ trial table
 
@@ -556,22 +636,85 @@ class Viewer:
         if sort in SORTS and not SORTS[sort][1]:
             raise BlindingError(f"sorting by {sort} is not available until blinding.revealed")
 
-    def trials(self, params: dict[str, str], per_page: int = PER_PAGE) -> dict[str, Any]:
-        """One page of the trial table: the rows, the filters and the pager."""
+    def selection(self, params: dict[str, str]) -> tuple[str, list[Any], dict[str, str], str]:
+        """The WHERE clause, its arguments, the active filters and the ORDER BY of ``params``.
+
+        Raises :class:`BlindingError` for what blinding hides and :class:`AnalysisError` for a
+        filter value no trial has (naming the filter and its values), an unknown sort or a
+        search the full-text index cannot parse.
+        """
         self.check_params(params)
-        where, args = [], []
+        where: list[str] = []
+        args: list[Any] = []
         active: dict[str, str] = {}
+        choices = self.choices()
         for f in self.filters():
             value = params.get(f.param, "")
             if value:
+                if value not in choices.get(f.param, []) and not (
+                    self.index.kind == "study" and f.param == "status"
+                ):
+                    known = choices.get(f.param, [])
+                    shown = ", ".join(known[:20]) + (" …" if len(known) > 20 else "")
+                    raise AnalysisError(
+                        f"filter {f.param}={value[:80]!r}: no trial has this {f.label}; "
+                        + (f"the values are: {shown}" if known else "no trial has one yet")
+                    )
                 where.append(f"{f.column} = ?")
                 args.append(value)
                 active[f.param] = value
+        query = params.get("q", "").strip()
+        if query:
+            condition, found = self.index.search(query)
+            where.append(condition)
+            args.extend(found)
+            active["q"] = query
         sort = params.get("sort", "h")
         if sort not in SORTS:
             raise AnalysisError(f"unknown sort {sort!r}; choose one of {', '.join(SORTS)}")
-        order = SORTS[sort][0] + (" DESC" if params.get("desc") else "")
+        order = _descending(SORTS[sort][0]) if params.get("desc") else SORTS[sort][0]
         clause = (" WHERE " + " AND ".join(where)) if where else ""
+        return clause, args, active, order
+
+    def csv(self, params: dict[str, str]) -> str:
+        """Every trial the filters of ``params`` select (not one page), as CSV.
+
+        The columns are the table's (:meth:`row`): no arm, trial id, variant or position while
+        the study is blind.
+        """
+        import csv
+        import io
+
+        clause, args, _, order = self.selection(params)
+        out = io.StringIO()
+        columns = ["h", *([] if self.blind else ["trial", "arm", "variant", "position"]),
+                   "arm_code", "model", "stimulus", "rep", "status", "attempts", "parse",
+                   "n_items", "n_correct", "correct", "predicted", "key", "judge",
+                   "preview"]  # fmt: skip
+        writer = csv.DictWriter(out, columns, extrasaction="ignore", lineterminator="\n")
+        writer.writeheader()
+        with self.index.lock:
+            cursor = self.index.db.execute(f"SELECT * FROM trials{clause} ORDER BY {order}", args)
+            for r in cursor:
+                writer.writerow(self.row(r, faults=False))
+        return out.getvalue()
+
+    def trials(self, params: dict[str, str], per_page: int = PER_PAGE) -> dict[str, Any]:
+        """One page of the trial table: the rows, the filters and the pager."""
+        clause, args, active, order = self.selection(params)
+        if params.get("per_page"):
+            try:
+                per_page = int(params["per_page"])
+            except ValueError:
+                raise AnalysisError(
+                    f"per_page {params['per_page'][:40]!r} is not a number"
+                ) from None
+            if not 1 <= per_page <= MAX_PER_PAGE:
+                raise AnalysisError(
+                    f"per_page {per_page} is out of range: 1 to {MAX_PER_PAGE} trials a page "
+                    "(the CSV download has every trial the filters select)"
+                )
+        sort = params.get("sort", "h")
         total = self.memo(
             f"count {clause} {args}",
             lambda: self.index.query(f"SELECT COUNT(*) FROM trials{clause}", args)[0][0],
@@ -590,8 +733,10 @@ class Viewer:
             "page": page, "pages": pages, "filters": self.filters(), "choices": self.choices(),
             "active": active, "sort": sort, "desc": bool(params.get("desc")),
             "sorts": [k for k, (_, ok) in SORTS.items() if ok or not self.blind],
+            "query": active.get("q", ""),
             "params": {**active, "sort": sort if sort != "h" else "",
-                       "desc": "1" if params.get("desc") else ""},
+                       "desc": "1" if params.get("desc") else "",
+                       "per_page": str(per_page) if per_page != PER_PAGE else ""},
         }  # fmt: skip
 
     # ------------------------------------------------------------------ one trial
@@ -653,11 +798,168 @@ class Viewer:
             (("trial.responded" if a["outcome_kind"] == "responded" else "trial.failed"),
              a["outcome_seq"]) for a in attempts if a["outcome_seq"] is not None
         ] + ([("trial.scored", r["scored_seq"])] if r["scored_seq"] is not None else [])
+        calls = self.calls(self.index.query(
+            "SELECT * FROM steps WHERE h=? ORDER BY request_seq", (h,)
+        ))  # fmt: skip
+        events += [("step.requested", c["request_seq"]) for c in calls] + [
+            (f"step.{c['outcome_kind']}", c["outcome_seq"]) for c in calls
+            if c["outcome_seq"] is not None
+        ]  # fmt: skip
+        reviews = [dict(x) for x in self.index.query(
+            "SELECT seq, sample, kind, value FROM reviews WHERE subject=? ORDER BY seq",
+            (r["response_seq"],),
+        )] if r["response_seq"] is not None else []  # fmt: skip
         return {
             **self.common(), "t": self.row(r), "attempts": attempts, "request": request,
             "score": score, "stimulus_file": stim[1] if stim else None,
-            "events": sorted(events, key=lambda e: e[1]),
+            "events": sorted(events, key=lambda e: e[1]), "calls": calls, "reviews": reviews,
+            "item_link": True,
         }  # fmt: skip
+
+    def calls(self, rows: list[Any]) -> list[dict[str, Any]]:
+        """Step calls (``steps`` rows, one per attempt) as the trial and item pages show them.
+
+        Each with its request (system prompt, turns, parameters) and its reply. While blind a
+        trial step's call id and request are left out: the id holds the trial id, and a step
+        that sees the request quotes the arm's prompt (an item step's are the item's only).
+        """
+        out = []
+        for c in rows:
+            hidden = self.blind and c["trial"] is not None
+            item: dict[str, Any] = {
+                "step": c["step"], "model": c["model"], "attempt": c["attempt"],
+                "request_seq": c["request_seq"], "outcome_seq": c["outcome_seq"],
+                "outcome_kind": c["outcome_kind"], "final": c["final"],
+                "error_type": c["error_type"], "message": c["message"],
+                "call": None if hidden else c["call"], "request": None,
+                "faults": self.faulted([c["request_seq"], c["outcome_seq"]]),
+            }  # fmt: skip
+            if c["outcome_kind"] == "responded":
+                item.update(self.response(c["response_sha"], c["format"]))
+            if not hidden and c["request_sha"]:
+                try:
+                    raw = self.index.blob(c["request_sha"])
+                    item["request"] = _request_turns(raw, c["request_sha"])
+                except AnalysisError as exc:
+                    item["request"] = {"error": str(exc), "turns": []}
+            out.append(item)
+        return out
+
+    # ------------------------------------------------------------------ one item
+
+    def item(self, stimulus: str) -> dict[str, Any]:
+        """One item across arms × variants × models: every trial's answer against its own key.
+
+        While blind the trials are listed by arm code (variants hidden, as in the table), in
+        handle order. The item's steps (rewriters, screeners, extractors, reference models)
+        are listed with their requests and replies: they see the item only, never an arm.
+        """
+        order = "arm, variant, model, rep, h" if not self.blind else "arm_code, model, rep, h"
+        total = self.index.query("SELECT COUNT(*) FROM trials WHERE stimulus=?", (stimulus,))[0][0]
+        rows = self.index.query(
+            f"SELECT * FROM trials WHERE stimulus=? ORDER BY {order} LIMIT {ITEM_TRIALS}",
+            (stimulus,),
+        )
+        scored: dict[int, list[dict[str, Any]]] = {}
+        for i in self.index.query(
+            "SELECT h, row, position, truth, answer, correct FROM items WHERE h IN "
+            f"(SELECT h FROM trials WHERE stimulus=? ORDER BY {order} LIMIT {ITEM_TRIALS}) "
+            "ORDER BY rowid",
+            (stimulus,),
+        ):
+            scored.setdefault(i["h"], []).append(dict(i))
+        step_rows = self.index.query(
+            "SELECT * FROM steps WHERE item=? AND trial IS NULL ORDER BY step, request_seq",
+            (stimulus,),
+        )
+        if not rows and not step_rows:
+            raise AnalysisError(f"no trial or step call of item {stimulus[:100]!r} has been run")
+        trials: list[dict[str, Any]] = []
+        for r in rows:
+            trials.append({"t": self.row(r), "items": scored.get(r["h"], [])})
+        stim = self.stimulus_blob(stimulus)
+        keys = sorted({str(i["truth"]) for t in trials for i in t["items"]})
+        return {
+            **self.common(), "stimulus": stimulus, "trials": trials, "total": total,
+            "calls": self.calls(step_rows), "keys": keys,
+            "stimulus_file": stim[1] if stim else None,
+        }  # fmt: skip
+
+    # ------------------------------------------------------------------ arm diff
+
+    def diff(self, a: str, b: str, stimulus: str | None) -> dict[str, Any]:
+        """Two arms' fully rendered requests for one item, side by side, differences marked.
+
+        Refused while blind (:class:`BlindingError`): a request's text identifies its arm. The
+        trials compared share the item, model, variant and replicate where both arms have
+        one; every line of the system prompt, the turns and the parameters is compared.
+        """
+        import difflib
+
+        if self.blind:
+            raise BlindingError("the arm diff shows the arms' prompts: it is not available "
+                                "until blinding.revealed (the study is still blind)")  # fmt: skip
+        arms = [x[0] for x in self.index.query("SELECT DISTINCT arm FROM trials ORDER BY arm")]
+        for name, value in (("a", a), ("b", b)):
+            if value not in arms:
+                raise AnalysisError(f"diff {name}={value[:80]!r}: no trial has this arm; the "
+                                    f"arms are: {', '.join(arms)}")  # fmt: skip
+        if stimulus is None:
+            found = self.index.query(
+                "SELECT stimulus FROM trials WHERE arm=? AND stimulus IN "
+                "(SELECT stimulus FROM trials WHERE arm=?) ORDER BY h LIMIT 1", (a, b))
+            if not found:
+                raise AnalysisError(f"arms {a} and {b} share no item")
+            stimulus = str(found[0][0])
+        pair = self.index.query(
+            "SELECT x.h AS ha, y.h AS hb FROM trials x JOIN trials y ON x.stimulus = y.stimulus "
+            "AND x.model IS y.model AND x.rep IS y.rep AND x.variant IS y.variant "
+            "WHERE x.arm=? AND y.arm=? AND x.stimulus=? ORDER BY x.h LIMIT 1", (a, b, stimulus))
+        if not pair:
+            pair = self.index.query(
+                "SELECT (SELECT h FROM trials WHERE arm=? AND stimulus=? ORDER BY h LIMIT 1), "
+                "(SELECT h FROM trials WHERE arm=? AND stimulus=? ORDER BY h LIMIT 1)",
+                (a, stimulus, b, stimulus))
+        ha, hb = pair[0][0], pair[0][1]
+        if ha is None or hb is None:
+            raise AnalysisError(f"item {stimulus[:80]!r} was not run in both arms {a} and {b}")
+        sides = [self._request_lines(int(ha)), self._request_lines(int(hb))]
+        rows: list[dict[str, Any]] = []
+        matcher = difflib.SequenceMatcher(a=sides[0], b=sides[1], autojunk=False)
+        for op, i1, i2, j1, j2 in matcher.get_opcodes():
+            left, right = sides[0][i1:i2], sides[1][j1:j2]
+            for n in range(max(len(left), len(right))):
+                rows.append({"op": op, "a": left[n] if n < len(left) else None,
+                             "b": right[n] if n < len(right) else None})  # fmt: skip
+        protocol = self.index.protocol() or {}
+        locked = protocol.get("arms") if isinstance(protocol.get("arms"), dict) else {}
+        assert isinstance(locked, dict)
+        return {
+            **self.common(), "a": a, "b": b, "stimulus": stimulus, "arms": arms,
+            "ha": ha, "hb": hb, "rows": rows,
+            "changed": sum(1 for x in rows if x["op"] != "equal"),
+            "components": [locked.get(x, {}).get("components") for x in (a, b)],
+            "items": [x[0] for x in self.index.query(
+                "SELECT DISTINCT stimulus FROM trials WHERE arm=? ORDER BY stimulus", (a,))],
+        }  # fmt: skip
+
+    def _request_lines(self, h: int) -> list[str]:
+        """The last request of trial ``h`` as labelled lines (system, turns, parameters)."""
+        found = self.index.query(
+            "SELECT request_sha FROM attempts WHERE h=? ORDER BY request_seq DESC LIMIT 1", (h,))
+        if not found or not found[0][0]:
+            return ["(no request recorded)"]
+        request = _request_turns(self.index.blob(found[0][0]), found[0][0])
+        lines: list[str] = []
+        for turn in request.get("turns", []):
+            for part in turn["parts"]:
+                text = part.get("text") if part["type"] != "image" else f"[image {part['n']}]"
+                lines += [f"{turn['role']}: {line}" for line in str(text).splitlines() or [""]]
+        for key, value in sorted((request.get("params") or {}).items()):
+            lines.append(f"parameter {key}: {json.dumps(value, sort_keys=True)}")
+        if request.get("error"):
+            lines.append(str(request["error"]))
+        return lines
 
     def score(self, scored_seq: int) -> dict[str, Any]:
         """A ``trial.scored`` event's body and its per-item scores."""
@@ -672,7 +974,9 @@ class Viewer:
                 items = [i for i in listed if isinstance(i, dict)]
             except (AnalysisError, ValueError) as exc:
                 error = str(exc)
+        judge = body.get("judge") if isinstance(body.get("judge"), dict) else None
         return {
+            "judge": judge,
             "seq": scored_seq, "parser": body.get("parser"), "status": body.get("status"),
             "n_items": body.get("n_items"), "n_answered": body.get("n_answered"),
             "n_correct": body.get("n_correct"), "problems": body.get("problems") or [],
@@ -716,13 +1020,15 @@ class Viewer:
                     response = self.response(att[0]["response_sha"], att[0]["format"])
             score = self.score(r["scored_seq"]) if r["scored_seq"] is not None else None
             answers: dict[tuple[Any, Any], dict[str, Any]] = {}
-            for item in score["item_scores"] if score else []:
-                key = (item.get("row"), item.get("position"))
+            for n, item in enumerate(score["item_scores"] if score else []):
+                # by the item's order in its trial: with variants the same item has another
+                # position (and key) in each, and each answer is read against its own key
+                key = (n + 1, item.get("row"))
                 positions[key] = None
                 answers[key] = item
             columns.append({"t": self.row(r), **response, "score": score, "answers": answers})
-        grid = [{"key": k, "truth": next((c["answers"][k].get("truth") for c in columns
-                                          if k in c["answers"]), None),
+        grid = [{"key": k, "truths": sorted({str(c["answers"][k].get("truth")) for c in columns
+                                            if k in c["answers"]}),
                  "cells": [c["answers"].get(k) for c in columns]} for k in positions]
         stim = self.stimulus_blob(stimulus)
         return {
@@ -845,6 +1151,83 @@ def _posthoc_row(seq: int, body: dict[str, Any]) -> dict[str, Any]:
     }  # fmt: skip
 
 
+def _descending(order: str) -> str:
+    """An ORDER BY list with every term reversed (a comma inside parentheses is not a term's)."""
+    terms, depth, start = [], 0, 0
+    for i, ch in enumerate(order):
+        depth += (ch == "(") - (ch == ")")
+        if ch == "," and depth == 0:
+            terms.append(order[start:i].strip())
+            start = i + 1
+    terms.append(order[start:].strip())
+    return ", ".join(f"{t} DESC" for t in terms)
+
+
+def _words(value: Any) -> str:
+    """A locked setting as words: ``a=1, b=[x, y]`` rather than JSON."""
+    if isinstance(value, dict):
+        return ", ".join(f"{k}={_words(v)}" for k, v in value.items())
+    if isinstance(value, list):
+        return "[" + ", ".join(_words(v) for v in value) + "]"
+    return str(value)
+
+
+def design_summary(protocol: dict[str, Any]) -> dict[str, Any]:
+    """The locked design in readable rows (arms, models, variants, steps, hypotheses, phases).
+
+    Each arm says how it differs from the first (components, factor levels); the remaining
+    design settings follow as name and value. The arms are the protocol's, as ``ledger lock``
+    published them; the overview never ties them to trials while blind.
+    """
+    def obj(value: Any) -> dict[str, Any]:
+        return value if isinstance(value, dict) else {}
+
+    arms = obj(protocol.get("arms"))
+    first = next(iter(arms), None)
+    base = obj(arms.get(first)) if first is not None else {}
+    arm_rows = []
+    for name, spec in arms.items():
+        spec = obj(spec)
+        comps, base_comps = spec.get("components") or [], base.get("components") or []
+        differs = [f"+{c}" for c in comps if c not in base_comps]
+        differs += [f"−{c}" for c in base_comps if c not in comps]
+        factors = obj(spec.get("factors"))
+        differs += [f"{k}={v}" for k, v in factors.items()
+                    if obj(base.get("factors")).get(k) != v]  # fmt: skip
+        if spec.get("sha256") != base.get("sha256") and not differs and name != first:
+            differs.append("prompt text")
+        arm_rows.append({
+            "arm": name, "role": spec.get("role"), "components": comps,
+            "factors": _words(factors) if factors else "", "sha256": spec.get("sha256"),
+            "models": ", ".join(map(str, spec.get("models") or [])),
+            "variants": ", ".join(map(str, spec.get("variants") or [])),
+            "differs": ", ".join(differs) if name != first else f"(the reference: {name})",
+        })  # fmt: skip
+    models = [{"name": n, **{k: obj(m).get(k) for k in ("id", "provider", "temperature",
+                                                        "max_tokens")}}
+              for n, m in obj(protocol.get("models")).items()]  # fmt: skip
+    if not models and isinstance(protocol.get("model"), dict):
+        m = protocol["model"]
+        models = [{"name": "", **{k: m.get(k) for k in ("id", "provider", "temperature",
+                                                          "max_tokens")}}]  # fmt: skip
+    steps = [{"name": n, "on": obj(v).get("on"), "models": ", ".join(obj(v).get("models") or []),
+              "parser": obj(v).get("parser"), "sees": obj(v).get("sees"),
+              "aggregate": obj(v).get("aggregate"), "template": obj(v).get("template")}
+             for n, v in obj(protocol.get("steps")).items()]  # fmt: skip
+    hypotheses = [{"id": h.get("id"), "test": h.get("test"), "description": h.get("description"),
+                   "contrast": " vs ".join(map(str, h.get("contrast") or [])) or
+                   _words(h.get("arm") or ""), "outcome": h.get("outcome")}
+                  for h in protocol.get("hypotheses") or [] if isinstance(h, dict)]  # fmt: skip
+    variants = protocol.get("variants")
+    phases = protocol.get("phases")
+    return {
+        "arms": arm_rows, "models": models, "steps": steps, "hypotheses": hypotheses,
+        "variants": _words(variants) if variants else "",
+        "phases": _words(phases) if phases else "",
+        "settings": [(k, _words(v)) for k, v in obj(protocol.get("design")).items()],
+    }  # fmt: skip
+
+
 def make_app(viewer: Viewer, hosts: tuple[str, ...] | None = LOOPBACK_HOSTS) -> Any:
     """The Starlette application serving ``viewer``'s pages (HTML and JSON).
 
@@ -875,6 +1258,10 @@ def make_app(viewer: Viewer, hosts: tuple[str, ...] | None = LOOPBACK_HOSTS) -> 
         "Cache-Control": "no-store",
     }  # fmt: skip
 
+    # a plot is matplotlib's SVG: styles inline, never a script
+    svg_headers = {**data_headers, "Content-Security-Policy":
+                   "default-src 'none'; style-src 'unsafe-inline'; sandbox"}  # fmt: skip
+
     def html(template: str, context: dict[str, Any], status: int = 200) -> Response:
         # a script runs only if this response's nonce is on its tag: the template's own
         # /static/view.js, never a script from a data route or injected into a page
@@ -896,6 +1283,8 @@ def make_app(viewer: Viewer, hosts: tuple[str, ...] | None = LOOPBACK_HOSTS) -> 
                 return build(request)
             except BlindingError as exc:
                 return problem(str(exc), 403)
+            except NotFound as exc:
+                return problem(str(exc), 404)
             except AnalysisError as exc:
                 return problem(str(exc), 400)
 
@@ -908,18 +1297,53 @@ def make_app(viewer: Viewer, hosts: tuple[str, ...] | None = LOOPBACK_HOSTS) -> 
     @page
     def trials(request: Request) -> Response:
         params = dict(request.query_params)
-        if params.pop("format", "") == "json":
+        wanted = params.pop("format", "")
+        if wanted == "csv":
+            return Response(viewer.csv(params), media_type="text/csv; charset=utf-8",
+                            headers={**data_headers, "Content-Disposition":
+                                     'attachment; filename="trials.csv"'})  # fmt: skip
+        if wanted not in ("", "json", "html"):
+            raise AnalysisError(f"format {wanted[:40]!r}: choose html, json or csv")
+        if wanted == "json":
             data = viewer.trials(params)
             return JSONResponse({k: data[k] for k in ("rows", "total", "page", "pages",
                                                       "active", "blind", "events")})
         return html("trials.html", viewer.trials(params))
 
+    def number(value: str, what: str) -> int:
+        if not value.isdigit() or len(value) > 18:
+            raise NotFound(f"{what} {value[:40]!r} is not a number (a seq, as the links give)")
+        return int(value)
+
     @page
     def trial(request: Request) -> Response:
-        context = viewer.trial(int(request.path_params["h"]))
+        context = viewer.trial(number(request.path_params["h"], "trial handle"))
         if context is None:
-            return problem(f"no trial has handle {request.path_params['h']}", 404)
+            return problem(f"no trial has handle {request.path_params['h']} (a trial's handle "
+                           "is the seq of its first trial.requested; see the trial table)", 404)
         return html("trial.html", context)
+
+    @page
+    def item(request: Request) -> Response:
+        return html("item.html", viewer.item(str(request.path_params["name"])))
+
+    @page
+    def diff(request: Request) -> Response:
+        q = request.query_params
+        if not q.get("a") or not q.get("b"):
+            raise AnalysisError("diff needs ?a=ARM&b=ARM (and optionally stimulus=ITEM)")
+        return html("diff.html", viewer.diff(q["a"], q["b"], q.get("stimulus") or None))
+
+    @page
+    def plots(request: Request) -> Response:
+        return html("plots.html", {**viewer.common(), "plots": viewer.plots()})
+
+    @page
+    def plot(request: Request) -> Response:
+        svg, note = viewer.plot(str(request.path_params["name"]))
+        if svg is None:
+            return problem(f"no plot to draw: {note}", 404)
+        return Response(svg, media_type="image/svg+xml", headers=svg_headers)
 
     @page
     def compare(request: Request) -> Response:
@@ -931,7 +1355,7 @@ def make_app(viewer: Viewer, hosts: tuple[str, ...] | None = LOOPBACK_HOSTS) -> 
 
     @page
     def proof(request: Request) -> Response:
-        context = viewer.proof(int(request.path_params["seq"]))
+        context = viewer.proof(number(request.path_params["seq"], "event seq"))
         if context is None:
             return problem(f"no event with seq {request.path_params['seq']}", 404)
         return html("proof.html", context)
@@ -982,8 +1406,10 @@ def make_app(viewer: Viewer, hosts: tuple[str, ...] | None = LOOPBACK_HOSTS) -> 
             await self.app(scope, receive, send)
 
     return Starlette(middleware=[Middleware(HostCheck)], routes=[
-        Route("/", overview), Route("/trials", trials), Route("/trial/{h:int}", trial),
-        Route("/compare", compare), Route("/proof/{seq:int}", proof),
+        Route("/", overview), Route("/trials", trials), Route("/trial/{h:str}", trial),
+        Route("/compare", compare), Route("/proof/{seq:str}", proof),
+        Route("/item/{name:str}", item), Route("/diff", diff), Route("/plots", plots),
+        Route("/plot/{name:str}.svg", plot),
         Route("/stimulus/{name:str}", stimulus), Route("/image/{sha:str}/{n:int}", image),
         Route("/api/status", status),
         Mount("/static", StaticFiles(directory=str(STATIC)), name="static"),

@@ -58,6 +58,21 @@ class BundleLinks(Links):
     def proof(self, seq: int) -> str:  # noqa: D102
         return f"proof-{seq}.html"
 
+    def item(self, stimulus: str) -> str:  # noqa: D102
+        return f"item-{_key(stimulus)}.html"
+
+    def diff(self, a: str, b: str, stimulus: str | None) -> str | None:  # noqa: D102
+        return None  # every pair of arms on every item: too many pages; the server has them
+
+    def plots(self) -> str:  # noqa: D102
+        return "plots.html"
+
+    def plot(self, name: str) -> str:  # noqa: D102
+        return f"plot-{name}.svg"
+
+    def csv(self, params: dict[str, str]) -> str | None:  # noqa: D102
+        return "trials.csv" if not params else None
+
     def stimulus(self, name: str) -> str:  # noqa: D102
         return f"stimuli/{_safe(name)}"
 
@@ -175,6 +190,18 @@ def _write(viewer: Viewer, root: Path) -> int:
             found = None
         if stim is not None and found is not None:
             data(links.stimulus(stim[1]), found[0])
+    plots = viewer.plots()
+    page(links.plots(), "plots.html", {**viewer.common(), "plots": plots})
+    for p in plots:
+        svg = viewer.plot(p["name"])[0]
+        if svg is not None:
+            data(links.plot(p["name"]), svg)
+    data("trials.csv", viewer.csv({}).encode())
+    for (name,) in viewer.index.query(
+        "SELECT stimulus FROM trials UNION SELECT item FROM steps WHERE trial IS NULL"
+    ):
+        if name is not None:
+            page(links.item(name), "item.html", viewer.item(name))
     for seq in range(viewer.index.next_seq):
         context = viewer.proof(seq)
         assert context is not None

@@ -35,6 +35,7 @@ from ledger import Ledger, LedgerError, PostgresLocation, node_hash
 from runner import StudyError
 from runner.lock import ledger_path
 from runner.recorded import EVENTS_FILE, Recorded, event_lines, layout, open_events, parse_line
+from runner.step_state import reply_text
 
 __all__ = ["FILTERS", "SORTS", "Filter", "ViewIndex"]
 
@@ -44,8 +45,11 @@ CREATE TABLE trials(
   position INTEGER, attempts INTEGER DEFAULT 0, status TEXT, last_request_seq INTEGER,
   outcome_seq INTEGER, response_seq INTEGER, scored_seq INTEGER, arm_code TEXT, parse TEXT,
   n_items INTEGER, n_answered INTEGER, n_correct INTEGER, correct TEXT, cost REAL,
-  output_tokens INTEGER, latency_ms INTEGER, requested_at TEXT, variant TEXT, judge TEXT
+  output_tokens INTEGER, latency_ms INTEGER, requested_at TEXT, variant TEXT, judge TEXT,
+  response_sha TEXT, preview TEXT, predicted TEXT, key TEXT
 );
+CREATE INDEX trials_predicted ON trials(predicted, h);
+CREATE INDEX trials_response_sha ON trials(response_sha);
 CREATE INDEX trials_arm ON trials(arm, h);
 CREATE INDEX trials_variant ON trials(variant, h);
 CREATE INDEX trials_code ON trials(arm_code, h);
@@ -64,6 +68,22 @@ CREATE TABLE attempts(
   requested_at TEXT, outcome_at TEXT
 );
 CREATE INDEX attempts_h ON attempts(h);
+CREATE TABLE items(h INTEGER, row TEXT, position TEXT, truth TEXT, answer TEXT,
+                   correct INTEGER);
+CREATE INDEX items_h ON items(h);
+CREATE TABLE steps(
+  request_seq INTEGER PRIMARY KEY, call TEXT, step TEXT, model TEXT, item TEXT, trial TEXT,
+  h INTEGER, attempt INTEGER, request_sha TEXT, outcome_kind TEXT, outcome_seq INTEGER,
+  final INTEGER, response_sha TEXT, format TEXT, error_type TEXT, message TEXT
+);
+CREATE INDEX steps_h ON steps(h);
+CREATE INDEX steps_item ON steps(item, trial);
+CREATE INDEX steps_response_sha ON steps(response_sha);
+CREATE TABLE reviews(seq INTEGER PRIMARY KEY, subject INTEGER, sample TEXT, kind TEXT,
+                     value TEXT);
+CREATE INDEX reviews_subject ON reviews(subject);
+CREATE TABLE docs(id INTEGER PRIMARY KEY, sha TEXT UNIQUE);
+CREATE VIRTUAL TABLE fts USING fts5(text, content='', tokenize='unicode61');
 CREATE TABLE events(seq INTEGER PRIMARY KEY, kind TEXT, time TEXT, leaf BLOB,
                     offset INTEGER, length INTEGER);
 CREATE TABLE singles(seq INTEGER PRIMARY KEY, kind TEXT, body TEXT, blobs TEXT);
@@ -76,6 +96,8 @@ _SINGLES = (
     "export.created",
 )  # fmt: skip
 _BATCH = 5000
+PREVIEW = 160
+"""Characters of a response kept in the index as its preview (and of predicted / key)."""
 
 
 @dataclass(frozen=True)
@@ -106,6 +128,10 @@ FILTERS: tuple[Filter, ...] = (
     # docs/scoring.md §10: the judges' decision and whether they agreed, from trial.scored
     # (which names the arm code only, so it is blind)
     Filter("judge", "judge", "judge verdict"),
+    # the scorer's reading of the reply and the item's key (docs/viewer.md): blind, as the
+    # trial page shows both
+    Filter("answer", "predicted", "predicted answer"),
+    Filter("key", "key", "key"),
 )
 """The trial table's filters, in the order the page shows them."""
 
@@ -119,6 +145,13 @@ SORTS: dict[str, tuple[str, bool]] = {
     "parse": ("parse, h", True),
     "accuracy": ("CAST(n_correct AS REAL) / NULLIF(n_items, 0), h", True),
     "code": ("arm_code, h", True),
+    "rep": ("rep, h", True),
+    "attempts": ("attempts, h", True),
+    "correct": ("correct, h", True),
+    "predicted": ("predicted, h", True),
+    "key": ("key, h", True),
+    "judge": ("judge, h", True),
+    "cost": ("cost, h", True),
     "arm": ("arm, h", False),
     "position": ("position", False),
 }
@@ -138,6 +171,10 @@ def _judge_verdict(body: dict[str, Any]) -> str | None:
     agree = "unanimous" if votes and None not in votes and len(set(votes)) == 1 else "split"
     decision = judge.get("decision")
     return f"{decision if isinstance(decision, str) else 'undecided'} ({agree})"
+
+
+def _str(value: Any) -> str | None:
+    return None if value is None else str(value)
 
 
 def _int(value: Any) -> int | None:
@@ -173,6 +210,7 @@ class ViewIndex:
         self._archive: Recorded | None = None
         self._tree: _Tree | None = None
         self._default_model: str | None = None
+        self._previews: dict[str, str] = {}  # response blob -> preview (indexed already)
         self.source: Path | PostgresLocation
         if kind == "study":
             where = ledger_path(path)  # ledger.db, or the PostgreSQL store ledger.store names
@@ -330,7 +368,17 @@ class ViewIndex:
             self._requested(cur, seq, envelope, body, blobs)
         elif kind in ("trial.responded", "trial.failed"):
             self._outcome(cur, seq, envelope, body, blobs)
-        elif kind == "trial.scored":
+        elif kind in ("step.requested", "step.responded", "step.failed"):
+            self._step(cur, seq, kind, body, blobs)
+        elif kind == "review.recorded":
+            cur.execute(
+                "INSERT INTO reviews VALUES (?,?,?,?,?)",
+                (seq, _int(body.get("subject")), str(body.get("sample")), str(body.get("kind")),
+                 json.dumps(body.get("value")) if not isinstance(body.get("value"), str)
+                 else body["value"]),
+            )  # fmt: skip
+        if kind == "trial.scored":
+            self._items(cur, body, blobs)
             n_items, n_correct = _int(body.get("n_items")), _int(body.get("n_correct"))
             correct = None
             if n_items and n_correct is not None:
@@ -411,11 +459,13 @@ class ViewIndex:
              latency, env.get("time"), body.get("request_seq")),
         )  # fmt: skip
         if responded:
+            sha = blobs.get("response")
+            preview = self._text(sha, str(body.get("format") or "anthropic-messages"))
             cur.execute(
                 "UPDATE trials SET status='responded', outcome_seq=?, response_seq=?, "
-                "cost=COALESCE(cost, 0) + COALESCE(?, 0), output_tokens=?, latency_ms=? "
-                "WHERE h=?",
-                (seq, seq, cost, out_tokens, latency, h),
+                "cost=COALESCE(cost, 0) + COALESCE(?, 0), output_tokens=?, latency_ms=?, "
+                "response_sha=?, preview=? WHERE h=?",
+                (seq, seq, cost, out_tokens, latency, sha, preview, h),
             )
         else:
             cur.execute(
@@ -425,6 +475,90 @@ class ViewIndex:
                 "cost=COALESCE(cost, 0) + COALESCE(?, 0) WHERE h=?",
                 (final, final, seq, cost, h),
             )
+
+    def _text(self, sha: str | None, wire_format: str) -> str | None:
+        """Index the text of response blob ``sha`` for search (once per blob); its preview.
+
+        Search reads responses, step replies and judge replies alike: each distinct blob is
+        one row of the FTS5 table (``docs`` maps its rowid to the blob), so a reply shared by
+        many trials is indexed once. A blob that cannot be read has no text (its page says why).
+        """
+        if not sha:
+            return None
+        known = self._previews.get(sha)
+        if known is not None:
+            return known
+        try:
+            text = reply_text(self.blob(sha), wire_format)
+        except AnalysisError:
+            text = ""
+        cur = self.db.execute("INSERT OR IGNORE INTO docs(sha) VALUES (?)", (sha,))
+        if cur.rowcount:
+            self.db.execute("INSERT INTO fts(rowid, text) VALUES (?, ?)", (cur.lastrowid, text))
+        preview = " ".join(text.split())[:PREVIEW]
+        if len(self._previews) > _BATCH * 4:
+            self._previews.clear()
+        self._previews[sha] = preview
+        return preview
+
+    def _items(self, cur: sqlite3.Cursor, body: dict[str, Any], blobs: dict[str, str]) -> None:
+        """The per-item scores of a ``trial.scored`` (its ``scores`` blob): predicted and key."""
+        row = cur.execute(
+            "SELECT h FROM trials WHERE response_seq=?", (body.get("response_seq"),)
+        ).fetchone()
+        if row is None or "scores" not in blobs:
+            return
+        h = row[0]
+        try:
+            loaded = json.loads(self.blob(blobs["scores"]))
+        except (AnalysisError, ValueError, RecursionError):
+            return
+        items = [i for i in loaded if isinstance(i, dict)] if isinstance(loaded, list) else []
+        cur.execute("DELETE FROM items WHERE h=?", (h,))
+        cur.executemany(
+            "INSERT INTO items VALUES (?,?,?,?,?,?)",
+            [(h, _str(i.get("row")), _str(i.get("position")), _str(i.get("truth")),
+              _str(i.get("answer")), None if i.get("correct") is None else int(bool(i["correct"])))
+             for i in items],
+        )  # fmt: skip
+        predicted = " ".join("–" if i.get("answer") is None else str(i["answer"]) for i in items)
+        key = " ".join("–" if i.get("truth") is None else str(i["truth"]) for i in items)
+        cur.execute(
+            "UPDATE trials SET predicted=?, key=? WHERE h=?",
+            (predicted[:PREVIEW] or None, key[:PREVIEW] or None, h),
+        )
+
+    def _step(
+        self, cur: sqlite3.Cursor, seq: int, kind: str, body: dict[str, Any],
+        blobs: dict[str, str],
+    ) -> None:  # fmt: skip
+        """A step call's event (``docs/trials.md`` §5): item steps by item, trial steps by trial."""
+        if kind == "step.requested":
+            trial = body.get("trial")
+            h = None
+            if isinstance(trial, str):
+                found = cur.execute("SELECT h FROM trials WHERE trial=?", (trial,)).fetchone()
+                h = found[0] if found else None
+            cur.execute(
+                "INSERT INTO steps(request_seq, call, step, model, item, trial, h, attempt, "
+                "request_sha, outcome_kind, final) VALUES (?,?,?,?,?,?,?,?,?,?,?)",
+                (seq, _str(body.get("call")), _str(body.get("step")), _str(body.get("model")),
+                 _str(body.get("item")), trial if isinstance(trial, str) else None, h,
+                 _int(body.get("attempt")), blobs.get("request"), "none", 0),
+            )  # fmt: skip
+            return
+        responded = kind == "step.responded"
+        sha = blobs.get("response") if responded else None
+        fmt = str(body.get("format") or "anthropic-messages")
+        if sha:
+            self._text(sha, fmt)
+        cur.execute(
+            "UPDATE steps SET outcome_kind=?, outcome_seq=?, final=?, response_sha=?, format=?, "
+            "error_type=?, message=? WHERE request_seq=?",
+            ("responded" if responded else "failed", seq, int(responded or bool(body.get("final"))),
+             sha, fmt if responded else None, body.get("error_type"), body.get("message"),
+             body.get("request_seq")),
+        )  # fmt: skip
 
     def _model(self) -> str | None:
         """The model of a study without ``[models]`` (``protocol.locked`` ``model.id``)."""
@@ -447,6 +581,24 @@ class ViewIndex:
         rows = self.query("SELECT seq, body, blobs FROM singles WHERE kind=? ORDER BY seq", (kind,))
         return [(r[0], json.loads(r[1]), json.loads(r[2])) for r in rows]
 
+    def search(self, query: str) -> tuple[str, list[Any]]:
+        """An SQL condition on ``trials`` for full-text ``query``, and its arguments.
+
+        A trial matches when its response, or a reply of one of its trial steps (a judge's),
+        matches ``query`` in SQLite FTS5 syntax (words, ``"a phrase"``, ``OR``, ``NOT``,
+        ``prefix*``). A query FTS5 cannot parse raises :class:`AnalysisError` saying so.
+        """
+        try:
+            self.query("SELECT rowid FROM fts WHERE fts MATCH ? LIMIT 1", (query,))
+        except sqlite3.OperationalError as exc:
+            raise AnalysisError(
+                f"search {query!r} is not a query the full-text index understands ({exc}); "
+                'put a phrase in double quotes ("I cannot") or leave out * ( ) : ^ and -'
+            ) from None
+        docs = "SELECT sha FROM docs WHERE id IN (SELECT rowid FROM fts WHERE fts MATCH ?)"
+        return (f"(response_sha IN ({docs}) OR h IN (SELECT h FROM steps WHERE h IS NOT NULL "
+                f"AND response_sha IN ({docs})))"), [query, query]  # fmt: skip
+
     def protocol(self) -> dict[str, Any] | None:
         """The ``protocol.locked`` body (with ``seq``), or None before the lock."""
         found = self.singles("protocol.locked")
@@ -468,7 +620,7 @@ class ViewIndex:
                     return self._log.blob(digest)
                 assert self._archive is not None
                 return self._archive.blob(digest)
-            except LedgerError as exc:
+            except (LedgerError, StudyError) as exc:
                 raise AnalysisError(str(exc)) from exc
 
     def event_text(self, seq: int) -> dict[str, Any] | None:

@@ -163,7 +163,11 @@ def secrets_of(study: Path) -> dict[str, list[str]]:
 def crawl(c: TestClient) -> dict[str, str]:
     """Every page reachable from the overview and the table (with every filter choice)."""
     seen: dict[str, str] = {}
-    queue = ["/", "/trials", "/api/status", "/trials?format=json"]
+    queue = ["/", "/trials", "/api/status", "/trials?format=json", "/plots",
+             "/trials?format=csv"]
+    # issue 38: search results (and their CSV) over the responses' own words
+    for word in ("answer", "the", "A", '"the answer"'):
+        queue += [f"/trials?q={word}", f"/trials?q={word}&format=csv"]
     events = c.get("/api/status").json()["events"]
     queue += [f"/proof/{seq}" for seq in range(events)]  # every event, linked or not
     first = c.get("/trials").text
@@ -178,7 +182,8 @@ def crawl(c: TestClient) -> dict[str, str]:
         response = c.get(url)
         assert response.status_code == 200, (url, response.text[:300])
         kind = response.headers["content-type"]
-        seen[url] = response.text if "text" in kind or "json" in kind else ""
+        shown = any(t in kind for t in ("text", "json", "svg", "csv"))
+        seen[url] = response.text if shown else ""
         if "text/html" in kind:
             for link in parse(response.text).links:
                 target = urljoin(url, link)
@@ -201,6 +206,14 @@ def test_blinding_no_page_of_a_scored_blind_study_links_a_trial_to_its_arm(
         viewer.index.close()
     trial_pages = [u for u in pages if u.startswith("/trial/")]
     assert len(trial_pages) == 72  # every trial reached (paging, filters)
+    # issue 38: the crawl covers the plots (SVG, text kept as text), search results and CSVs
+    plots = [u for u in pages if u.startswith("/plot/") and u.endswith(".svg")]
+    assert plots and all("<svg" in pages[u] for u in plots), plots
+    assert any("<text" in pages[u] for u in plots)  # searchable labels, not outlines
+    assert any(u.startswith("/trials?q=") and "format=csv" in u for u in pages)
+    assert any(u.startswith("/item/") for u in pages)
+    csv_header = pages["/trials?format=csv"].splitlines()[0].split(",")
+    assert "arm_code" in csv_header and not {"arm", "trial", "variant"} & set(csv_header)
     assert any(u.startswith("/compare") for u in pages)
     assert any(u.startswith("/proof/") for u in pages)
     arm_word = re.compile(r"\b(" + "|".join(secrets["arms"]) + r")\b")
@@ -220,6 +233,7 @@ def test_blinding_no_page_of_a_scored_blind_study_links_a_trial_to_its_arm(
             shown = re.sub(r"<pre>.*?</pre>", "", shown, flags=re.S)  # a locked file's path
         if url == "/":  # the protocol as locked may list the arms, never tied to trials
             shown = re.sub(r'<table class="arms">.*?</table>', "", shown, flags=re.S)
+            shown = re.sub(r'<table class="hypotheses">.*?</table>', "", shown, flags=re.S)
             shown = re.sub(r"<h3>Locked files</h3>.*?</table>", "", shown, flags=re.S)
         found = arm_word.search(shown)
         context = shown[max(0, found.start() - 200) : found.end() + 50] if found else ""
