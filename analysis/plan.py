@@ -31,6 +31,7 @@ from analysis._errors import AnalysisError
 from analysis.rows import split_trial, trial_variant
 from analysis.stats import closed_form_fits
 from ledger import PostgresLocation
+from runner.plancheck import plan_stimuli
 from runner.planspec import (
     PLAN_FILE,
     PLAN_VERSION,
@@ -38,7 +39,6 @@ from runner.planspec import (
     Scenario,
     lock_warnings,
     plan_inputs,
-    plan_stimuli,
 )
 
 __all__ = [

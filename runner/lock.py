@@ -41,7 +41,8 @@ from runner.phases import (
     plan_problems,
     protocol_events,
 )
-from runner.planspec import PLAN_FILE, PlanCheck, check_recorded_plan
+from runner.plancheck import PlanCheck, check_recorded_plan
+from runner.planspec import PLAN_FILE
 from runner.provenance import environment as environment
 from runner.schedule import commitment, schedule, schedule_bytes, schedule_sha256
 from runner.spec import SpecError, Study, check_matched_controls, load_study

@@ -133,7 +133,7 @@ def test_icc_gives_the_stimulus_sd_from_the_mean_residual_variance(
 
 def test_parse_failures_are_drawn_at_the_declared_rate(planned: Any) -> None:
     from analysis.plan import _design
-    from runner.planspec import plan_stimuli
+    from runner.plancheck import plan_stimuli
 
     root, _run, _home = planned
     study = load_study(root)
@@ -167,7 +167,7 @@ def _registered_closed_form(frame: Any) -> tuple[float, float]:
 def test_each_simulated_study_is_analysed_by_the_registered_model(planned: Any) -> None:
     """The recorded two-sided H1 interval of every study equals the closed-form REML one."""
     from analysis.plan import _design
-    from runner.planspec import plan_stimuli
+    from runner.plancheck import plan_stimuli
 
     root, run, _home = planned
     study = load_study(root)

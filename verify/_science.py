@@ -2693,8 +2693,12 @@ def science_checks(
     envelopes: Sequence[dict[str, Any] | None] | None = None,
     files: ArchiveFiles | None = None,
     unkept: int | None = None,
+    plan: Any = None,
 ) -> list[Check]:
     """Run the ``rescore`` and ``reanalysis`` checks on an exported archive directory.
+
+    ``plan`` (:func:`verify._plan.plan_check`, handed in by the caller: that module builds on
+    this one) runs the ``plan`` check when the archive locked ``plan/plan.json``.
 
     ``envelopes`` (one per line of ``ledger/events.jsonl``, ``None`` for a line the strict
     parse refused or whose envelope the ledger checks did not keep: ``unkept`` is the first
@@ -2712,9 +2716,8 @@ def science_checks(
         _run("rescore", loaded, error, _rescore),
         _run("reanalysis", loaded, error, _reanalysis),
     ]
-    if loaded is not None and any(e.body.get("path") == "plan/plan.json"
-                                  for e in loaded.of("artifact.locked")):  # fmt: skip
-        from verify._plan import plan_check  # docs/planning.md §7 (imports this module)
-
-        checks.append(_run("plan", loaded, None, plan_check))
+    if plan is not None and loaded is not None and any(
+        e.body.get("path") == "plan/plan.json" for e in loaded.of("artifact.locked")
+    ):  # docs/planning.md §7
+        checks.append(_run("plan", loaded, None, plan))
     return checks

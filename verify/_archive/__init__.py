@@ -100,6 +100,7 @@ def stopped(name: str, exc: BaseException, seq: int | None) -> Check:
 
 def _science(run: ArchiveRun) -> list[Check]:
     try:
+        from verify._plan import plan_check  # type: ignore[import-not-found,unused-ignore]
         from verify._science import science_checks  # type: ignore[import-not-found,unused-ignore]
     except ImportError as exc:  # fail closed: a required check that cannot run has not passed
         reason = (
@@ -107,9 +108,10 @@ def _science(run: ArchiveRun) -> list[Check]:
             "the verifier's dependencies (numpy, scipy, rfc8785)"
         )
         return [Check("rescore", Status.FAIL, reason), Check("reanalysis", Status.FAIL, reason)]
-    return list(
-        science_checks(run.files.root, envelopes=run.envs, files=run.files, unkept=run.unkept)
+    checks = science_checks(
+        run.files.root, envelopes=run.envs, files=run.files, unkept=run.unkept, plan=plan_check
     )
+    return list(checks)
 
 
 def verify_archive(
