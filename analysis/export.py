@@ -681,7 +681,7 @@ def export_study(
             for event in log.events():
                 for digest in event.blobs.values():
                     if f"blobs/{digest}" not in w.files:
-                        w.put(f"blobs/{digest}", log.blob(digest))
+                        w.put(f"blobs/{digest}", log.stored_blob(digest))
             covered = {
                 rel: hashlib.sha256(data).hexdigest()
                 for rel, data in w.files.items()

@@ -16,6 +16,7 @@ checks the blinding secret against the commitment made at lock, and appends
 from __future__ import annotations
 
 import hashlib
+from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -24,7 +25,7 @@ import rfc8785
 
 from analysis.parse import ParserConfig, parse_response
 from analysis.score import TrialScore, score_judged, score_parsed
-from ledger import EventSpec, Ledger, SigningKey
+from ledger import Event, EventSpec, Ledger, SigningKey
 from runner.lock import StudyError, blinding_secret, check_integrity, ledger_path, protocol_event
 from runner.schedule import arm_code, commitment
 from runner.spec import Study
@@ -221,10 +222,10 @@ def score_study(root: str | Path, key: SigningKey) -> ScoreResult:
             scored[blind.response_seq] = result.sha256
             count += 1
             if len(specs) >= BATCH:
-                log.append_many(specs, key=key)
+                _note_digests(scored, log.append_many(specs, key=key))
                 specs = []
         if specs:
-            log.append_many(specs, key=key)
+            _note_digests(scored, log.append_many(specs, key=key))
         pending = len(state.pending()) + unjudged
         sealed_seq = None
         if pending == 0:
@@ -243,6 +244,17 @@ def score_study(root: str | Path, key: SigningKey) -> ScoreResult:
             sealed_seq = seal.seq
             log.sign_checkpoint(key)
     return ScoreResult(count, len(scored) - count, by_status, sealed_seq, pending)
+
+
+def _note_digests(scored: dict[int, str], events: Iterable[Event]) -> None:
+    """Each appended score's ``scores_sha256`` as recorded (a sealed blob's commitment).
+
+    Under a privacy policy that withholds ``trial.scored:scores`` the ledger seals the blob and
+    records its commitment in place of the content hash (``docs/ledger-format.md`` §6.1); the
+    seal's digest is over the recorded values.
+    """
+    for event in events:
+        scored[int(event.body["response_seq"])] = str(event.body["scores_sha256"])
 
 
 def _step_work(study: Study, log: Ledger) -> Any:

@@ -60,7 +60,7 @@ KeyPath = tuple[str | int, ...]
 SECTIONS: Final = (
     "study", "model", "models", "components", "prompt", "fewshot", "arms", "stimuli", "design",
     "response", "hypotheses", "analysis", "deviations", "variants", "witnesses", "witnessing",
-    "timestamping", "steps", "reviews", "factors", "factorial",
+    "timestamping", "steps", "reviews", "factors", "factorial", "privacy",
 )  # fmt: skip
 """The top-level tables of a study spec, in the order the docs list them."""
 
@@ -76,6 +76,7 @@ TABLE_KEYS: Final[dict[str, tuple[str, ...]]] = {
     "analysis": ("model", "random_intercept", "exclude_unparseable", "model_arms", "covariates"),
     "witnessing": ("quorum", "interval_trials", "unreachable", "retry_seconds"),
     "timestamping": ("url",),
+    "privacy": ("withhold",),
     "factorial": ("base", "factors", "fraction"),
 }
 """The keys of each fixed-key section (``components`` and ``arms`` are named by the study)."""

@@ -25,7 +25,14 @@ from pathlib import Path
 from types import TracebackType
 from typing import Any, BinaryIO, Literal, Protocol
 
-from ledger import Ledger, PostgresLocation, describe_os_error, open_regular_file, read_regular_file
+from ledger import (
+    Ledger,
+    PostgresLocation,
+    describe_os_error,
+    open_blob,
+    open_regular_file,
+    read_regular_file,
+)
 from runner._errors import StudyError
 from runner.lock import LEDGER_FILE, STORE_FILE, ledger_path
 
@@ -206,7 +213,7 @@ class Recorded:
             raise StudyError(describe_os_error(exc, file)) from None
         if hashlib.sha256(data).hexdigest() != digest:
             raise StudyError(f"{file}: content does not match its name")
-        return data
+        return open_blob(data)  # a sealed blob's content (docs/ledger-format.md §6.1)
 
     def close(self) -> None:
         """Close the ledger (nothing to do for an archive)."""

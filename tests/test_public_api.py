@@ -34,6 +34,7 @@ def test_ledger_public_names() -> None:
             "root_from_leaf_hashes", "root_from_leaves", "sign_note", "user_home",
             "CopyResult", "PostgresLocation", "copy_ledger", "is_url", "schema_for",
             "study_ledger",
+            "SealPolicy", "commitment", "is_sealed", "open_blob", "seal", "split_sealed",
             "verify_consistency",
             "verify_inclusion", "write_files",
         ]

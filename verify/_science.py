@@ -33,7 +33,7 @@ import numpy as np
 import rfc8785
 from scipy import stats as sps
 
-from verify import _copies, _ddx, _factorial, _human, _mcqhyp, _qrboot, _review
+from verify import _copies, _ddx, _factorial, _human, _mcqhyp, _qrboot, _review, _sealed
 from verify import _restats as st
 from verify._envelope import is_hex64
 from verify._items import ItemError, ItemFile, read_items
@@ -147,6 +147,10 @@ class _Archive:
                 f"seq {seq}: blob address {digest[:80]!r} is not 64 lowercase hex", seq,
                 line_where(seq) if seq is not None else None,
             )  # fmt: skip
+        return _sealed.content_of(self.stored(digest, seq, limit))
+
+    def stored(self, digest: str, seq: int | None = None, limit: int = MAX_PARSED_BYTES) -> bytes:
+        """The stored bytes of ``blobs/<digest>`` (a sealed blob whole, salt included)."""
         rel = f"blobs/{digest}"
         try:
             return self.files.read(rel, limit)
@@ -517,7 +521,7 @@ def _rescore(archive: _Archive) -> Check:
                 ("n_items", s.n_items),
                 ("n_answered", s.n_answered),
                 ("n_correct", s.n_correct),
-                ("scores_sha256", s.sha256),
+                ("scores_sha256", _address(archive, event, "scores", s.items, s.sha256)),
             )
             if b.get(name) != value or type(b.get(name)) is bool
         ]
@@ -2401,8 +2405,9 @@ def _reanalysis(archive: _Archive) -> tuple[Check, list[str]]:
         item_columns = (*item_columns, "logprobs", "margin")
     items_csv = _csv_bytes(ds.items, item_columns)
     first = archive.at(results[0])
+    addresses: dict[str, str] = {}
     for name, data in (("trials_csv", trials_csv), ("items_csv", items_csv)):
-        digest = hashlib.sha256(data).hexdigest()
+        digest = addresses[name] = _address(archive, first, name, data, _sha(data))
         ref = first.blobs.get(name)
         if ref != digest or _file_sha(archive, f"blobs/{ref}") != digest:
             return Check(
@@ -2414,14 +2419,14 @@ def _reanalysis(archive: _Archive) -> tuple[Check, list[str]]:
                 f"blobs/{ref}",
             ), []
         where = f"analysis/{name.replace('_', '.')}"
-        if where in archive.files.files and _file_sha(archive, where) != digest:
+        if where in archive.files.files and _file_sha(archive, where) != _sha(data):
             return Check(
                 "reanalysis", Status.FAIL, f"{where} differs from the rebuilt dataset.", None, where
             ), []
     inputs = {
         "scores_sha256": ds.scores_sha256,
-        "trials_csv_sha256": hashlib.sha256(trials_csv).hexdigest(),
-        "items_csv_sha256": hashlib.sha256(items_csv).hexdigest(),
+        "trials_csv_sha256": addresses["trials_csv"],
+        "items_csv_sha256": addresses["items_csv"],
         "protocol_seq": protocol.seq if protocol else None,
     }
     for event in results:
@@ -2642,6 +2647,26 @@ def _posthoc_problem(archive: _Archive, event: _Event, ds: _Dataset, plan: dict[
     if status != "ok":
         return None
     return _first_difference(body.get("values"), values, "values", REL_TOL)
+
+
+def _sha(data: bytes) -> str:
+    return hashlib.sha256(data).hexdigest()
+
+
+def _address(archive: _Archive, event: _Event, name: str, content: bytes, plain: str) -> str:
+    """The address re-derived ``content`` has as ``event``'s blob ``name`` (``plain``: unsealed).
+
+    A sealed blob (``docs/ledger-format.md`` §6.1) is addressed with the salt stored with it; a
+    blob that cannot be read keeps the plain hash (the comparison then fails, naming it).
+    """
+    ref = event.blobs.get(name)
+    if not isinstance(ref, str) or not is_hex64(ref):
+        return plain
+    try:
+        stored = archive.stored(ref, event.seq)
+    except _Problem:
+        return plain
+    return _sealed.address_for(content, stored)
 
 
 def _file_sha(archive: _Archive, rel: str) -> str | None:

@@ -14,6 +14,7 @@ from verify._items import ItemError
 from verify._prompts import RESERVED_COMPONENTS, LockedStudy, PromptError
 from verify._reader.files import MAX_PARSED_BYTES, show
 from verify._reader.names import sha_hex
+from verify._sealed import content_of
 
 __all__ = ["Archive"]
 
@@ -100,6 +101,8 @@ class Archive:
         data = self.files.get(rel, limit)[0]
         if data is not None and sha_hex(data) != digest:
             data = None
+        if data is not None:  # a sealed blob's content (docs/ledger-format.md §6.1)
+            data = content_of(data)
         if data is not None and self._cached + len(data) <= self._CACHE_BYTES:
             self._blob_cache[digest] = data
             self._cached += len(data)
