@@ -75,7 +75,7 @@ def read_auditor_public_key(path: str | Path) -> AuditorKey:
     except OSError as exc:
         raise StudyError(f"auditor key: {describe_os_error(exc, path)}") from None
     text = raw.decode("ascii", "replace").strip()
-    parts = text.split("+")
+    parts = text.split("+", 2)  # base64 may hold '+'
     if len(raw) > MAX_KEY_FILE or len(parts) != 3 or parts[1] != "x25519":
         raise StudyError(
             f"{path}: not an auditor public key (one line <name>+x25519+<base64>; make one "

@@ -190,7 +190,7 @@ def read_identity(path: str) -> tuple[str, bytes]:
             raw = fh.read(MAX_IDENTITY_BYTES + 1)
     except OSError as exc:
         raise AnnexError(f"--identity {path}: cannot be read ({exc.strerror or exc})") from None
-    parts = raw.decode("ascii", "replace").strip().split("+")
+    parts = raw.decode("ascii", "replace").strip().split("+", 2)  # base64 may hold '+'
     if len(raw) > MAX_IDENTITY_BYTES or len(parts) != 3 or parts[0] != "AUDITOR-SECRET-KEY":
         raise AnnexError(f"--identity {path}: not an auditor secret key "
                          "(AUDITOR-SECRET-KEY+<name>+<base64>)")  # fmt: skip
@@ -293,9 +293,10 @@ def annex_problems(annex: Annex, privacy: Privacy, envs: Sequence[dict[str, Any]
         entry = annex.files.get(rel)
         if entry is None:
             out.append(f"withheld file {rel} is not in the annex")
-        elif len(entry[0]) != _sealed.SALT_BYTES or _sealed.address_for(
-            entry[1], _sealed.MAGIC + entry[0]
-        ) != commitment:
+        elif (
+            len(entry[0]) != _sealed.SALT_BYTES
+            or _sealed.address_for(entry[1], _sealed.MAGIC + entry[0]) != commitment
+        ):
             out.append(f"annex file {rel} does not open its commitment {commitment}")
     for rel in sorted(set(annex.files) - set(privacy.files)):
         out.append(f"annex file {rel} is not withheld by this archive")

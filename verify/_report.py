@@ -6,7 +6,10 @@ import enum
 from dataclasses import dataclass, field
 from typing import Any
 
-__all__ = ["ARCHIVE_CHECK_NAMES", "CHECK_NAMES", "Check", "Report", "Status"]
+__all__ = ["ARCHIVE_CHECK_NAMES", "CHECK_NAMES", "PARTIAL_EXIT", "Check", "Report", "Status"]
+
+PARTIAL_EXIT = 3
+"""Exit status of a verification that failed nothing but could not re-derive withheld data."""
 
 CHECK_NAMES: tuple[str, ...] = (
     "file",

@@ -17,6 +17,8 @@ from typing import Any
 
 import click
 
+from verify._report import PARTIAL_EXIT
+
 __all__ = ["verify_cmd"]
 
 
@@ -84,6 +86,10 @@ def _witness_key(
               default=None, help="PEM root certificate(s) of the time-stamping authority.")
 @click.option("--json", "as_json", is_flag=True, help="Print the report as JSON.")
 @click.option("--jobs", type=click.IntRange(min=1), default=1, help="Processes for signatures.")
+@click.option("--annex", type=click.Path(dir_okay=False, path_type=Path), default=None,
+              help="A public archive's sealed annex (with --identity): verify in full.")
+@click.option("--identity", type=click.Path(dir_okay=False, path_type=Path), default=None,
+              help="The auditor's secret key file that opens the --annex.")
 def verify_cmd(
     path: str,
     trusted: list[str],
@@ -94,6 +100,8 @@ def verify_cmd(
     tsa_cert: Path | None,
     as_json: bool,
     jobs: int,
+    annex: Path | None,
+    identity: Path | None,
 ) -> None:
     """Verify an exported archive, a study's ledger, a ledger file or a PostgreSQL store.
 
@@ -112,7 +120,11 @@ def verify_cmd(
     --witness-skew (docs/witness.md section 8); without it, a witnessed archive is checked
     against its own ledger/witnesses.json (a WARN: the owner chose those keys). With
     --tsa-cert, every RFC 3161 time stamp on the registration checkpoint must verify against
-    that root (docs/witness.md section 9).
+    that root (docs/witness.md section 9). A public archive (exported with --public,
+    docs/privacy.md) verifies PARTIAL (exit 3): every check that needs withheld data is
+    LIMITED, naming what it could not re-derive; with --annex and --identity the annex is
+    decrypted, every withheld blob and file checked against its commitment and the whole
+    archive verified.
 
     \b
     Example:
@@ -123,6 +135,7 @@ def verify_cmd(
       ledger verify 'postgresql://auditor@db.example.org/lab?schema=study1'
       ledger verify archive/ --witness @w1.vkey --witness @w2.vkey --quorum 1
       ledger verify archive/ --tsa-cert tsa-root.pem
+      ledger verify public/ --annex study.annex --identity irb-auditor.x25519
     """
     from verify import render_report, verify_path
     from verify.__main__ import read_tsa_cert
@@ -132,10 +145,13 @@ def verify_cmd(
     except argparse.ArgumentTypeError as exc:
         raise click.BadParameter(str(exc), param_hint="--tsa-cert") from None
     report = verify_path(path, trusted_keys=trusted, checkpoints=checkpoints, jobs=jobs,
-                         witnesses=witnesses, quorum=quorum, skew=skew, tsa_roots=roots)
+                         witnesses=witnesses, quorum=quorum, skew=skew, tsa_roots=roots,
+                         annex=annex, identity=identity)  # fmt: skip
     if as_json:
         click.echo(json.dumps(report.to_dict(), indent=2, ensure_ascii=False))
     else:
         render_report(report)
     if not report.ok:
         sys.exit(1)
+    if report.status == "partial":
+        sys.exit(PARTIAL_EXIT)
