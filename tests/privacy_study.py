@@ -129,7 +129,7 @@ def responder(body: dict[str, Any]) -> str:
     text = json.dumps(body)
     item = next(i for i, c in ITEM_CANARY.items() if c in text)
     answer = ITEMS[item][0] if "only on the note" in text else "no"
-    return f"Regarding {RESPONSE_CANARY[item]}: {answer}"
+    return f"Noted for {RESPONSE_CANARY[item]}.\nAnswer: {answer}"
 
 
 def cli(*args: str | Path, env: dict[str, str] | None = None) -> Result:
