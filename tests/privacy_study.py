@@ -10,16 +10,15 @@ archive (``tests/test_privacy.py``).
 from __future__ import annotations
 
 import json
-import re
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
 from click.testing import CliRunner, Result
+from fake_messages import FakeMessagesServer
 
 from ledger.cli import main
-from tests.fake_messages import FakeMessagesServer, first_text
 
 ITEMS = {
     "p1": ("yes", "Does daily walking lower blood pressure?"),
@@ -162,11 +161,3 @@ def run_study(root: Path, key: Path) -> None:
 def canaries_in(data: bytes) -> list[str]:
     """Every canary whose bytes occur in ``data`` (also JSON-escaped or base64-free forms)."""
     return [c for c in CANARIES if c.encode() in data or c.lower().encode() in data.lower()]
-
-
-def first_answer(body: dict[str, Any]) -> str | None:
-    """The text of a Messages response body (for the brute-force test)."""
-    return first_text(body)
-
-
-WORD = re.compile(r"[a-z]+$")
