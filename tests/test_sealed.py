@@ -58,7 +58,7 @@ def test_a_wrong_salt_length_is_refused() -> None:
 
 
 def test_the_store_seals_what_the_locked_policy_names(tmp_path: Path) -> None:
-    """After a protocol.locked with a policy, named blobs are sealed and ``*_sha256`` mirrors too."""
+    """After a protocol.locked with a policy, named blobs are sealed, and so is their mirror."""
     key = SigningKey.generate("example.org/owner")
     with Ledger.create(tmp_path / "l.db", origin="example.org/l", key=key) as log:
         before = log.append("trial.requested", {}, key=key, blobs={"request": b"{}"})
