@@ -127,6 +127,9 @@ def score_study(root: str | Path, key: SigningKey) -> ScoreResult:
         protocol = protocol_event(log)
         assert protocol is not None  # check_integrity refuses a study that is not locked
         config = ParserConfig.from_plan(protocol.body.get("response") or {})
+        private = "trial.responded:response" in (protocol.body.get("privacy") or {}).get(
+            "withhold", ()
+        )
         state = load_state(study, log)
         scored = {
             e.body["response_seq"]: e.body["scores_sha256"] for e in log.events("trial.scored")
@@ -178,7 +181,7 @@ def score_study(root: str | Path, key: SigningKey) -> ScoreResult:
                     "n_answered": result.n_answered,
                     "n_correct": result.n_correct,
                     "scores_sha256": result.sha256,
-                    "problems": [p[:300] for p in result.problems[:20]],
+                    "problems": _problems(result.problems, private),
                     "judge": record,
                 }, {"scores": result.items_bytes()}))  # fmt: skip
                 scored[event.seq] = result.sha256
@@ -214,7 +217,7 @@ def score_study(root: str | Path, key: SigningKey) -> ScoreResult:
                         "n_answered": result.n_answered,
                         "n_correct": result.n_correct,
                         "scores_sha256": result.sha256,
-                        "problems": [p[:300] for p in result.problems[:20]],
+                        "problems": _problems(result.problems, private),
                     },
                     {"scores": result.items_bytes()},
                 )
@@ -244,6 +247,18 @@ def score_study(root: str | Path, key: SigningKey) -> ScoreResult:
             sealed_seq = seal.seq
             log.sign_checkpoint(key)
     return ScoreResult(count, len(scored) - count, by_status, sealed_seq, pending)
+
+
+def _problems(problems: tuple[str, ...] | list[str], private: bool) -> list[str]:
+    """``trial.scored`` ``problems``: the first 20, or only their count when responses are private.
+
+    A parser's message may quote a fragment of the response; under a privacy policy that
+    withholds responses (``docs/privacy.md`` §3) the signed, public body says how many there
+    were, never what they quote.
+    """
+    if private and problems:
+        return [f"{len(problems)} problem(s), withheld with the response (docs/privacy.md)"]
+    return [p[:300] for p in problems[:20]]
 
 
 def _note_digests(scored: dict[int, str], events: Iterable[Event]) -> None:
