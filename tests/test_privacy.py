@@ -196,15 +196,20 @@ def test_the_public_archive_verifies_partial_with_its_limits(study: Exported) ->
     assert report.ok and report.status == "partial", report.failures
     statuses = {c.name: c.status for c in report.checks}
     for name in ("chain", "signatures", "checkpoints", "keys", "layout", "manifest",
-                 "export-coverage", "phases", "blinding", "derived"):  # fmt: skip
+                 "export-coverage", "phases", "outcomes", "blinding", "derived", "report",
+                 "flow", "checklists"):  # fmt: skip
         assert statuses[name] is Status.PASS, (name, report.get(name))
-    for name in ("blobs", "requests", "rescore", "reanalysis", "privacy"):
+    for name in ("blobs", "protocol", "schedule", "requests", "preflight", "rescore",
+                 "reanalysis", "privacy"):  # fmt: skip
         assert statuses[name] is Status.LIMITED, (name, report.get(name))
+    schedule = report.get("schedule")
+    assert schedule is not None and "in the locked seed's order" in schedule.reason
+    assert "not re-derived: the trial set" in schedule.reason
     privacy = report.get("privacy")
     assert privacy is not None and "withheld under the locked privacy policy" in privacy.reason
     assert "trial.responded:response" in privacy.reason
     for check in report.limited:
-        if check.name not in ("blobs", "privacy"):
+        if check.name not in ("blobs", "privacy", "schedule"):
             assert check.reason.startswith("not re-derived: it needs "), check
             assert check.where, check
     assert report.to_dict()["status"] == "partial"

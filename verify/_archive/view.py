@@ -69,6 +69,9 @@ class Archive:
         # paths put back from a public archive's annex (docs/privacy.md): checked against
         # their commitments by the ``privacy`` check, not listed by the manifest or the export
         self.restored: frozenset[str] = frozenset()
+        # a public archive whose trial set cannot be re-derived (its items are withheld): the
+        # withheld path; the schedule is then the signed schedule blob, checked in seed order
+        self.signed_schedule: str | None = None
 
     def of_kind(self, kind: str) -> list[int]:
         """The seqs of the events of ``kind``, ascending."""
@@ -269,7 +272,12 @@ class Archive:
         self.schedule_problem = None
         if not self.protocol:
             return []
-        study, problem = self.study()
+        try:
+            study, problem = self.study()
+        except Withheld as withheld:
+            if len(self.phase_seqs) > 1:
+                raise
+            return self._signed_schedule(withheld)
         if study is None:
             self.schedule_problem = f"the locked design cannot be read: {problem}"
             return []
@@ -293,6 +301,34 @@ class Archive:
         except PromptError as exc:
             self.schedule_problem = f"the locked design cannot be read: {exc}"
             return []
+
+    def _signed_schedule(self, withheld: Withheld) -> list[str]:
+        """A public archive's schedule: the signed blob's trial ids, in the seed's order.
+
+        The trial set comes from the withheld items, so it is taken as signed; its order is
+        re-derived (ascending ``SHA-256("{seed}|{trial id}")``, ``docs/randomization.md``).
+        """
+        pseq = self.protocol_seq
+        blob = self.blob(self.blob_ref(pseq, "schedule"), MAX_PARSED_BYTES) if pseq else None
+        design = self.protocol.get("design")
+        seed = design.get("seed") if type(design) is dict else None
+        if blob is None or seed is None:
+            raise withheld
+        try:
+            text = blob.decode("utf-8")
+        except UnicodeDecodeError:
+            self.schedule_problem = "the schedule blob is not UTF-8"
+            return []
+        ids = text.split("\n")[:-1] if text.endswith("\n") else text.split("\n")
+        order = sorted(ids, key=lambda t: sha_hex(f"{seed}|{t}".encode()))
+        if ids != order or len(set(ids)) != len(ids):
+            self.schedule_problem = (
+                "the signed schedule blob is not its trial ids in ascending "
+                f"SHA-256(\"{seed}|{{trial id}}\") order without repeats"
+            )
+            return []
+        self.signed_schedule = withheld.rel
+        return ids
 
     def _phased_schedule(self) -> list[str]:
         """The schedule of a study locked in phases (``docs/study-spec.md``, "Phases").
