@@ -252,19 +252,19 @@ def _write_annex(path: Path, header: dict[str, Any], payload: dict[str, Any],
     path.write_bytes(annex_bytes(header, payload, [key]))
 
 
-def test_a_withheld_response_changed_and_resigned_by_the_owner_is_caught_with_the_annex(
-    study: Exported,
-) -> None:
-    target, annex, doc = _tamper_copy(study, "tampered")
+def _replace_response(
+    study: Exported, name: str, change: Any
+) -> tuple[Path, Path, list[dict[str, Any]], dict[str, Any]]:
+    """The owner replaces one withheld response by ``change(content)`` (stored bytes) and
+    re-signs everything consistently: events, checkpoints, attempts.csv, export.created, the
+    manifest and the annex. Returns the archive, the annex, the events and the response event.
+    """
+    target, annex, doc = _tamper_copy(study, name)
     events = [json.loads(line)["envelope"]
               for line in (target / "ledger/events.jsonl").read_bytes().splitlines()]  # fmt: skip
     responded = next(e for e in events if e["kind"] == "trial.responded")
     old = responded["blobs"]["response"]
-    content = open_blob(base64.b64decode(doc["blobs"][old]))
-    flipped = re.sub(rb"Answer: (yes|maybe)", b"Answer: no", content)
-    if flipped == content:
-        flipped = content.replace(b"Answer: no", b"Answer: yes")
-    new_stored = seal(flipped)
+    new_stored = change(open_blob(base64.b64decode(doc["blobs"][old])))
     new = hashlib.sha256(new_stored).hexdigest()
     responded["blobs"]["response"] = new
     del doc["blobs"][old]
@@ -286,6 +286,18 @@ def test_a_withheld_response_changed_and_resigned_by_the_owner_is_caught_with_th
     header = dict(doc["header"], export_leaf_hash=hashlib.sha256(b"\x00" + envelope).hexdigest())
     _write_annex(annex, header, {"blobs": doc["blobs"], "files": doc["files"]},
                  study.base / "keys" / "irb.x25519.pub")  # fmt: skip
+    return target, annex, events, responded
+
+
+def _flip(content: bytes) -> bytes:
+    flipped = re.sub(rb"Answer: (yes|maybe)", b"Answer: no", content)
+    return seal(flipped if flipped != content else content.replace(b"Answer: no", b"Answer: yes"))
+
+
+def test_a_withheld_response_changed_and_resigned_by_the_owner_is_caught_with_the_annex(
+    study: Exported,
+) -> None:
+    target, annex, events, responded = _replace_response(study, "tampered", _flip)
     public = study.verify(target)
     assert public.ok and public.status == "partial", public.failures  # invisible without it
     report = study.verify(target, annex=annex, identity=study.identity)
@@ -295,6 +307,15 @@ def test_a_withheld_response_changed_and_resigned_by_the_owner_is_caught_with_th
                   and e["body"]["response_seq"] == responded["seq"])  # fmt: skip
     assert f"trial.scored seq {scored['seq']} does not re-score" in rescore.reason, rescore
     assert report.status == "failed"
+
+
+def test_a_withheld_response_stored_unsealed_is_caught_with_the_annex(study: Exported) -> None:
+    """A plain address would let anyone test guesses: with the annex, the verifier says so."""
+    target, annex, _, responded = _replace_response(study, "unsealed", lambda content: content)
+    report = study.verify(target, annex=annex, identity=study.identity)
+    check = report.checks[0]
+    assert check.name == "privacy" and check.status is Status.FAIL
+    assert f"seq {responded['seq']} trial.responded response) is not sealed" in check.reason
 
 
 # ------------------------------------------------------------------------------ bad input

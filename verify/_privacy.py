@@ -71,6 +71,14 @@ class Privacy:
     listing: tuple[Any, Any]  # export.created's withheld_blobs (count, listing_sha256)
     problems: list[str] = field(default_factory=list)
     restored: bool = False  # the annex was opened and its content put back
+    sealed: set[str] = field(default_factory=set)  # addresses the policy has the ledger seal
+    where: dict[str, str] = field(default_factory=dict)  # address -> "seq N (kind, blob name)"
+
+    def describe(self, rel: str) -> str:
+        """``rel`` with the event that names it, when it is a withheld blob."""
+        if rel.startswith("blobs/") and rel[6:] in self.where:
+            return f"{rel} ({self.where[rel[6:]]})"
+        return rel
 
     def rel_withheld(self, rel: str) -> bool:
         """Whether archive path ``rel`` is withheld (a withheld blob or file)."""
@@ -101,6 +109,8 @@ def privacy_of(envs: Sequence[dict[str, Any] | None]) -> Privacy | None:
     pairs = {tuple(x.split(":", 1)) for x in withhold if ":" in x}
     roles = {name for kind, name in pairs if kind == "artifact.locked"}
     blobs: set[str] = set()
+    sealed: set[str] = set()
+    where: dict[str, str] = {}
     locked_by_path: dict[str, bool] = {}
     for env in envs:
         if env is None:
@@ -108,6 +118,9 @@ def privacy_of(envs: Sequence[dict[str, Any] | None]) -> Privacy | None:
         kind, ebody, eblobs = env.get("kind"), env.get("body"), env.get("blobs")
         if not isinstance(ebody, dict) or not isinstance(eblobs, dict):
             continue
+        for name, ref in eblobs.items():
+            if isinstance(ref, str):
+                where.setdefault(ref, f"seq {env.get('seq')} {kind} {name}")
         if kind == "artifact.locked":
             if ebody.get("role") in roles:
                 locked_by_path[str(ebody.get("path"))] = True
@@ -123,11 +136,13 @@ def privacy_of(envs: Sequence[dict[str, Any] | None]) -> Privacy | None:
         for name, ref in eblobs.items():
             if (kind, name) in pairs and isinstance(ref, str):
                 blobs.add(ref)
+                sealed.add(ref)
     listed = privacy.get("withheld_blobs")
     listed = listed if isinstance(listed, dict) else {}
     files = privacy.get("withheld_files")
     files = {str(k): str(v) for k, v in files.items()} if isinstance(files, dict) else {}
-    found = Privacy(withhold, blobs, files, (listed.get("count"), listed.get("listing_sha256")))
+    found = Privacy(withhold, blobs, files, (listed.get("count"), listed.get("listing_sha256")),
+                    sealed=sealed, where=where)  # fmt: skip
     locked = [e for e in envs if e is not None and e.get("kind") == "protocol.locked"]
     lbody = locked[-1].get("body") if locked else None
     lpriv = lbody.get("privacy") if isinstance(lbody, dict) else None
@@ -287,6 +302,10 @@ def annex_problems(annex: Annex, privacy: Privacy, envs: Sequence[dict[str, Any]
         elif hashlib.sha256(stored).hexdigest() != address:
             out.append(f"annex blob {address} does not open its commitment (its bytes hash to "
                        f"{hashlib.sha256(stored).hexdigest()})")  # fmt: skip
+        elif address in privacy.sealed and _sealed.salt_of(stored) is None:
+            what = privacy.describe("blobs/" + address)
+            out.append(f"withheld blob {what} is not sealed: its address is its content's "
+                       "plain SHA-256, which does not hide it")  # fmt: skip
     for address in sorted(set(annex.blobs) - privacy.blobs):
         out.append(f"annex blob {address} is not withheld by this archive")
     for rel, commitment in sorted(privacy.files.items()):

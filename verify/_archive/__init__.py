@@ -142,10 +142,11 @@ def _science(run: ArchiveRun) -> list[Check]:
 def _limited(name: str, withheld: Withheld, privacy: Privacy | None) -> Check:
     """The ``LIMITED`` outcome of check ``name``, which needed the withheld ``withheld.rel``."""
     why = privacy.limits() if privacy is not None else "withheld"
+    what = privacy.describe(withheld.rel) if privacy is not None else withheld.rel
     return Check(
         name,
         Status.LIMITED,
-        f"not re-derived: it needs {withheld.rel}, which the public archive withholds ({why}); "
+        f"not re-derived: it needs {what}, which the public archive withholds ({why}); "
         "what it checks of that data was taken as signed",
         where=withheld.rel,
     )
