@@ -722,6 +722,20 @@ def _withhold(w: _Writer, log: Ledger, withhold: Sequence[str]) -> _Withheld:
     return _Withheld(blobs, files)
 
 
+def _public_notice(withheld: _Withheld, withhold: Sequence[str]) -> bytes:
+    """The README's section on what a public archive withholds (``docs/privacy.md``)."""
+    files = ", ".join(f"`{rel}`" for rel in sorted(withheld.files)) or "none"
+    return (
+        "\n## Public archive: withheld data\n\n"
+        f"This is a public archive. Under the privacy policy locked in `protocol.locked` "
+        f"({', '.join(f'`{e}`' for e in withhold)}), {len(withheld.blobs)} blob(s) and "
+        f"{len(withheld.files)} file(s) ({files}) are withheld; `export.created` commits to "
+        "each. `ledger verify .` reports PARTIAL and names every check it could not re-derive; "
+        "an auditor holding the sealed annex verifies everything with "
+        "`ledger verify . --annex FILE --identity KEY` (`docs/privacy.md`).\n"
+    ).encode("utf-8")
+
+
 def _annex_payload(withheld: _Withheld) -> dict[str, Any]:
     b64 = base64.b64encode
     return {
@@ -804,6 +818,7 @@ def export_study(
             privacy: dict[str, Any] = {}
             if public is not None:
                 withheld = _withhold(w, log, _locked_withhold(log))
+                w.files["README.md"] += _public_notice(withheld, _locked_withhold(log))
                 privacy = {
                     "privacy": {
                         "withhold": _locked_withhold(log),

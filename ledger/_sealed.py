@@ -132,10 +132,12 @@ class SealPolicy:
         ``<name>_sha256`` holding the SHA-256 of a blob sealed here becomes its commitment, so
         the body does not publish the content's plain hash.
         """
-        names = self.names(kind, body)
+        names = self.names(kind, body) & set(blobs)
+        if not names:
+            return dict(body), dict(blobs)
         out_blobs = dict(blobs)
         out_body = dict(body)
-        for name in names & set(blobs):
+        for name in names:
             value = blobs[name]
             if not isinstance(value, bytes | bytearray | memoryview):
                 continue

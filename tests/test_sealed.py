@@ -6,6 +6,7 @@ import hashlib
 import json
 import sys
 from pathlib import Path
+from typing import Any
 
 import pytest
 from hypothesis import given
@@ -57,10 +58,17 @@ def test_a_wrong_salt_length_is_refused() -> None:
         seal(b"x", bytes(16))
 
 
-def test_the_store_seals_what_the_locked_policy_names(tmp_path: Path) -> None:
+@pytest.mark.parametrize("engine", ["sqlite", "postgresql"])
+def test_the_store_seals_what_the_locked_policy_names(
+    tmp_path: Path, engine: str, request: pytest.FixtureRequest
+) -> None:
     """After a protocol.locked with a policy, named blobs are sealed, and so is their mirror."""
     key = SigningKey.generate("example.org/owner")
-    with Ledger.create(tmp_path / "l.db", origin="example.org/l", key=key) as log:
+    where: Any = tmp_path / "l.db"
+    if engine == "postgresql":
+        where = request.getfixturevalue("pg_server").url(schema="sealed_store")
+    with Ledger.create(where, origin="example.org/l", key=key) as log:
+        assert log.engine == engine
         before = log.append("trial.requested", {}, key=key, blobs={"request": b"{}"})
         assert before.blobs["request"] == hashlib.sha256(b"{}").hexdigest()  # no policy yet
         log.append("protocol.locked", {"privacy": {"withhold": ["trial.requested:request"]}},
