@@ -733,7 +733,7 @@ def _public_notice(withheld: _Withheld, withhold: Sequence[str]) -> bytes:
         "each. `ledger verify .` reports PARTIAL and names every check it could not re-derive; "
         "an auditor holding the sealed annex verifies everything with "
         "`ledger verify . --annex FILE --identity KEY` (`docs/privacy.md`).\n"
-    ).encode("utf-8")
+    ).encode()
 
 
 def _annex_payload(withheld: _Withheld) -> dict[str, Any]:
