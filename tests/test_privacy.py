@@ -443,3 +443,12 @@ def test_items_and_responses_are_withheld_by_the_locked_policy(study: Exported) 
     assert "trial.responded:response" in locked["privacy"]["withhold"]
     assert ITEM_CANARY and os.path.isdir(study.public / "blobs")
     assert ANNEX_MAGIC in study.annex.read_text()
+
+
+def test_the_shipped_archive_still_verifies_unchanged() -> None:
+    """``archive/`` (no privacy policy) is read exactly as before: VERIFIED, no privacy check."""
+    shipped = Path(__file__).resolve().parent.parent / "archive" / "prompt-tumbling-e"
+    report = verify_path(shipped)
+    assert report.status == "verified", report.failures
+    assert report.get("privacy") is None and not report.limited
+    assert "privacy" not in json.loads((shipped / "protocol" / "protocol.json").read_text())
