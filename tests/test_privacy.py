@@ -214,6 +214,13 @@ def test_the_public_archive_verifies_partial_with_its_limits(study: Exported) ->
             assert check.where, check
     assert report.to_dict()["status"] == "partial"
     assert report.to_dict()["limits"]
+    rescore = report.get("rescore")
+    assert rescore is not None and "(seq " in rescore.reason  # the event naming the blob
+    from verify.__main__ import main as verify_main
+
+    assert verify_main([str(study.public), "--json"]) == 3  # python -m verify: PARTIAL is 3
+    assert verify_main([str(study.public), "--json", "--annex", str(study.annex),
+                        "--identity", str(study.identity)]) == 0  # fmt: skip
 
 
 def test_with_the_annex_it_verifies_in_full(study: Exported) -> None:

@@ -181,7 +181,8 @@ def verify_path(
     what is missing); a file (:func:`verify_ledger_file`). None raises for a bad ledger, store
     or archive. ``witnesses``, ``quorum``, ``skew`` and ``tsa_roots`` apply to archives
     (``docs/witness.md`` §8-9); witnesses given for a live ledger make a ``witnesses`` FAIL
-    saying to export it first.
+    saying to export it first. ``annex`` and ``identity`` (an auditor's secret key file)
+    complete a public archive (``docs/privacy.md``): without them its report is ``partial``.
     """
     from verify._pgledger import STORE_FILE, is_store_url
 
