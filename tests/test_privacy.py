@@ -459,3 +459,24 @@ def test_the_shipped_archive_still_verifies_unchanged() -> None:
     assert report.status == "verified", report.failures
     assert report.get("privacy") is None and not report.limited
     assert "privacy" not in json.loads((shipped / "protocol" / "protocol.json").read_text())
+
+
+def test_an_unknown_key_in_privacy_is_refused_naming_it(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("PROMPT_LEDGER_HOME", str(tmp_path / "home"))
+    root = write_study(tmp_path / "study")
+    spec = root / "study.toml"
+    spec.write_text(spec.read_text().replace("withhold = ", "withold = "), encoding="utf-8")
+    key = tmp_path / "owner.key"
+    SigningKey.generate("hospital.example/owner").save(key)
+    result = cli("lock", root, "--key", key)
+    assert result.exit_code != 0 and "[privacy] withold: unknown key" in result.output, result.output
+
+
+def test_an_auditor_key_is_never_overwritten(study: Exported) -> None:
+    before = study.identity.read_bytes()
+    result = cli("auditor-key", "irb", study.base / "keys")
+    assert result.exit_code != 0 and "is never overwritten" in result.output
+    assert study.identity.read_bytes() == before
+    assert oct(study.identity.stat().st_mode & 0o777) == "0o600"
