@@ -471,7 +471,9 @@ def test_an_unknown_key_in_privacy_is_refused_naming_it(
     key = tmp_path / "owner.key"
     SigningKey.generate("hospital.example/owner").save(key)
     result = cli("lock", root, "--key", key)
-    assert result.exit_code != 0 and "[privacy] withold: unknown key" in result.output, result.output
+    assert result.exit_code != 0 and "[privacy] withold: unknown key" in result.output, (
+        result.output
+    )
 
 
 def test_an_auditor_key_is_never_overwritten(study: Exported) -> None:
