@@ -482,3 +482,22 @@ def test_an_auditor_key_is_never_overwritten(study: Exported) -> None:
     assert result.exit_code != 0 and "is never overwritten" in result.output
     assert study.identity.read_bytes() == before
     assert oct(study.identity.stat().st_mode & 0o777) == "0o600"
+
+
+def test_withholding_a_file_the_policy_does_not_name_fails(study: Exported) -> None:
+    """The owner hides the report too (re-signed): what is withheld is the locked policy's."""
+    target, _, _ = _tamper_copy(study, "hidden-report")
+    events = [json.loads(line)["envelope"]
+              for line in (target / "ledger/events.jsonl").read_bytes().splitlines()]  # fmt: skip
+    report_file = target / "analysis" / "report.html"
+    export = events[-1]["body"]
+    del export["files"]["analysis/report.html"]
+    export["privacy"]["withheld_files"]["analysis/report.html"] = hashlib.sha256(
+        seal(report_file.read_bytes())
+    ).hexdigest()
+    report_file.unlink()
+    resign(target, events, SigningKey.load(study.owner))
+    report = study.verify(target)
+    privacy = report.get("privacy")
+    assert privacy is not None and privacy.status is Status.FAIL, privacy
+    assert "withholds analysis/report.html, which the locked policy does not" in privacy.reason

@@ -143,6 +143,14 @@ def privacy_of(envs: Sequence[dict[str, Any] | None]) -> Privacy | None:
     files = {str(k): str(v) for k, v in files.items()} if isinstance(files, dict) else {}
     found = Privacy(withhold, blobs, files, (listed.get("count"), listed.get("listing_sha256")),
                     sealed=sealed, where=where)  # fmt: skip
+    allowed = _allowed_files(envs, pairs, roles)
+    for rel in sorted(files):
+        if not allowed(rel):
+            found.problems.append(
+                f"export.created withholds {rel}, which the locked policy does not withhold "
+                "(docs/privacy.md §3 lists the files each entry withholds)"
+            )
+            break
     locked = [e for e in envs if e is not None and e.get("kind") == "protocol.locked"]
     lbody = locked[-1].get("body") if locked else None
     lpriv = lbody.get("privacy") if isinstance(lbody, dict) else None
@@ -156,6 +164,36 @@ def privacy_of(envs: Sequence[dict[str, Any] | None]) -> Privacy | None:
             "blob(s) the locked policy names in the events"
         )
     return found
+
+
+def _allowed_files(
+    envs: Sequence[dict[str, Any] | None], pairs: set[tuple[str, ...]], roles: set[str]
+) -> Any:
+    """Which archive files the policy may withhold (``docs/privacy.md`` §3), as a predicate."""
+    paths: set[str] = set()
+    for env in envs:
+        body = env.get("body") if env is not None else None
+        if env is None or env.get("kind") != "artifact.locked" or not isinstance(body, dict):
+            continue
+        rel, role = str(body.get("path")), body.get("role")
+        if role in roles:
+            name = rel.rsplit("/", 1)[-1]
+            paths.add(f"stimuli/{name}" if role == "stimulus" else f"truth/{name}"
+                      if role == "truth" else f"protocol/{rel}")  # fmt: skip
+    if ("analysis.result", "items_csv") in pairs:
+        paths.add("analysis/items.csv")
+    if ("analysis.result", "trials_csv") in pairs:
+        paths.add("analysis/trials.csv")
+    if pairs & {("step.responded", "response"), ("step.requested", "request")}:
+        paths.add("trials/steps.csv")
+    reviews = bool(pairs & {("trial.responded", "response")}) or "items" in roles
+
+    def allowed(rel: str) -> bool:
+        return rel in paths or (
+            reviews and rel.startswith("analysis/review/") and rel.endswith(".csv")
+        )
+
+    return allowed
 
 
 def privacy_check(privacy: Privacy) -> Check:
