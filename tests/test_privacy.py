@@ -28,6 +28,7 @@ from privacy_study import (
     CANARIES,
     ITEM_CANARY,
     RESPONSE_CANARY,
+    WITHHOLD,
     canaries_in,
     cli,
     run_study,
@@ -501,3 +502,34 @@ def test_withholding_a_file_the_policy_does_not_name_fails(study: Exported) -> N
     privacy = report.get("privacy")
     assert privacy is not None and privacy.status is Status.FAIL, privacy
     assert "withholds analysis/report.html, which the locked policy does not" in privacy.reason
+
+
+SCORES_PUBLIC = [
+    e for e in WITHHOLD if e not in ("trial.scored:scores", "analysis.result:items_csv")
+]
+
+
+def test_with_the_scores_public_every_statistic_is_recomputed_without_the_annex(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A policy that withholds the notes and the replies but not the per-item scores."""
+    monkeypatch.setenv("PROMPT_LEDGER_HOME", str(tmp_path / "home"))
+    root = write_study(tmp_path / "study", SCORES_PUBLIC)
+    key = tmp_path / "owner.key"
+    SigningKey.generate("hospital.example/owner").save(key)
+    run_study(root, key)
+    assert cli("auditor-key", "irb", tmp_path / "keys").exit_code == 0
+    public = tmp_path / "public"
+    auditor = tmp_path / "keys" / "irb.x25519.pub"
+    result = cli("export", root, public, "--key", key, "--public",
+                 "--annex", tmp_path / "a.annex", "--auditor", auditor)  # fmt: skip
+    assert result.exit_code == 0, result.output
+    assert [leak for leak in every_file(public) if canaries_in(leak[1])] == []
+    report = verify_path(public)
+    assert report.status == "partial", report.failures
+    reanalysis = report.get("reanalysis")
+    assert reanalysis is not None and reanalysis.status is Status.LIMITED
+    assert "analysis results were recomputed and match" in reanalysis.reason
+    assert "except the identical responses" in reanalysis.reason
+    rescore = report.get("rescore")
+    assert rescore is not None and rescore.status is Status.LIMITED

@@ -38,6 +38,7 @@ from verify import _restats as st
 from verify._envelope import is_hex64
 from verify._items import ItemError, ItemFile, read_items
 from verify._ledgerfile import MAX_FAULTY_KEPT
+from verify._privacy import Withheld
 from verify._prompts import PromptError
 from verify._reader.events import EventReader
 from verify._reader.files import MAX_PARSED_BYTES, ArchiveFileError, ArchiveFiles
@@ -2450,9 +2451,17 @@ def _reanalysis(archive: _Archive) -> tuple[Check, list[str]]:
     if ds.covariates:  # analysis.md §11
         recomputed.append(_covariates_result(ds, plan))
     responded = {e.seq: e for e in archive.of("trial.responded")}
-    found_copies = _copies.copies(
-        ds.trials, lambda seq: (archive.event_blob(responded[seq], "response"),
-                                str(responded[seq].body.get("format", ""))), ds.models)
+    copies_withheld: str | None = None  # a public archive's withheld response (privacy.md §6)
+    try:
+        found_copies = _copies.copies(
+            ds.trials, lambda seq: (archive.event_blob(responded[seq], "response"),
+                                    str(responded[seq].body.get("format", ""))), ds.models)
+    except Withheld as withheld:  # every other result is still recomputed from the scores
+        copies_withheld, found_copies = withheld.rel, None
+        signed = [e for e in results if e.body.get("id") == "descriptive.identical_responses"]
+        if signed:  # taken as signed: its responses cannot be compared here
+            recomputed.append(_Result("descriptive.identical_responses",
+                                      values=dict(signed[0].body.get("values") or {})))  # fmt: skip
     if found_copies is not None:  # analysis.md §3: identical responses (pseudo-replication)
         recomputed.append(_Result("descriptive.identical_responses", values=found_copies))
     recorded_ids = [e.body.get("id") for e in results]
@@ -2533,6 +2542,11 @@ def _reanalysis(archive: _Archive) -> tuple[Check, list[str]]:
         f"The dataset and all {len(results)} analysis results{extra} were recomputed and match "
         f"(relative tolerance {REL_TOL:g}, p-values relative only, absolute {ABS_TOL:g}; every "
         "recorded mixed model is a maximum of the verifier's own REML likelihood).")
+    if copies_withheld is not None:
+        return Check("reanalysis", Status.LIMITED, f"{passed[:-1]}, except the identical "
+                     "responses (descriptive.identical_responses: taken as signed, or absent as "
+                     f"signed): not re-derived, it needs {copies_withheld}, which the public "
+                     "archive withholds.", None, copies_withheld), []  # fmt: skip
     if found_copies is not None:  # analysis.md §3: numbers right, but copies counted as new
         said = _copies.summary(found_copies)
         return Check("reanalysis", Status.WARN, f"{passed[:-1]}; but {said}.", None,
@@ -2693,6 +2707,9 @@ def _run(name: str, archive: _Archive | None, error: _Problem | None, fn: Any) -
         result = fn(archive)
     except _Problem as exc:
         return Check(name, Status.FAIL, exc.reason.rstrip(".") + ".", exc.seq, exc.where)
+    except Withheld as withheld:  # a public archive (docs/privacy.md): each check on its own
+        return Check(name, Status.LIMITED, f"not re-derived: it needs {withheld.rel}, which the "
+                     "public archive withholds", where=withheld.rel)  # fmt: skip
     except Exception as exc:  # malformed input must end as a FAIL naming its place
         text = f"{type(exc).__name__}: {exc}"
         text = text if len(text) <= 200 else text[:197] + "..."
