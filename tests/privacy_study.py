@@ -159,5 +159,8 @@ def run_study(root: Path, key: Path) -> None:
 
 
 def canaries_in(data: bytes) -> list[str]:
-    """Every canary whose bytes occur in ``data`` (also JSON-escaped or base64-free forms)."""
+    """Every canary whose bytes occur in ``data``, in any letter case.
+
+    The canaries are ASCII letters and digits, so JSON or HTML escaping leaves them as they are.
+    """
     return [c for c in CANARIES if c.encode() in data or c.lower().encode() in data.lower()]
