@@ -33,7 +33,7 @@ from scipy import stats as sps
 
 from analysis import stats
 from analysis.rows import split_trial
-from ledger import EventSpec, Ledger, SigningKey
+from ledger import EventSpec, Ledger, SealPolicy, SigningKey
 from runner.ddx import DDX_METRICS
 from runner.identity import recorded_warnings
 from runner.lock import StudyError, check_integrity, ledger_path, protocol_event
@@ -1939,6 +1939,9 @@ def analyze_study(root: str | Path, key: SigningKey) -> AnalyzeResult:
         if copies is not None:
             results.append(copies)
         trials_csv, items_csv = ds.trials_csv(), ds.items_csv()
+        policy = SealPolicy.from_protocol(plan)  # docs/privacy.md: withheld datasets are sealed
+        trials_csv = policy.seal_now("analysis.result", "trials_csv", trials_csv)
+        items_csv = policy.seal_now("analysis.result", "items_csv", items_csv)
         inputs = {
             "scores_sha256": ds.scores_sha256,
             "trials_csv_sha256": hashlib.sha256(trials_csv).hexdigest(),

@@ -16,7 +16,8 @@ from ledger.cliutil import Command, console, dump_json, table
 from runner.cli import study_key
 
 __all__ = [
-    "analyze", "demo", "export_cmd", "plan_cmd", "posthoc", "report_cmd", "review", "score",
+    "analyze", "auditor_key", "demo", "export_cmd", "plan_cmd", "posthoc", "report_cmd", "review",
+    "score",
     "unblind", "view",
 ]
 
@@ -409,27 +410,77 @@ def _print_reference_table(result: dict[str, Any]) -> None:
 @click.argument("directory", type=click.Path(file_okay=False, path_type=Path))
 @click.option("--force", is_flag=True, help="Replace a non-empty DIRECTORY.")
 @click.option("--key", "key_file", default=None, help="Signing key (default: the study owner's).")
-def export_cmd(study_dir: Path, directory: Path, force: bool, key_file: str | None) -> None:
+@click.option("--public", is_flag=True,
+              help="Write the public archive: leave out what the locked [privacy] withholds.")
+@click.option("--annex", "annex", type=click.Path(dir_okay=False, path_type=Path), default=None,
+              help="With --public: the sealed annex file to write (the withheld data).")
+@click.option("--auditor", "auditors", multiple=True,
+              type=click.Path(dir_okay=False, path_type=Path),
+              help="With --public: an auditor's public key file (repeatable).")
+def export_cmd(
+    study_dir: Path,
+    directory: Path,
+    force: bool,
+    key_file: str | None,
+    public: bool,
+    annex: Path | None,
+    auditors: tuple[Path, ...],
+) -> None:
     """Write the OSF-style archive of an analysed study into DIRECTORY.
 
     Records export.created (the hash of every archive file) and a final checkpoint first,
     so the archived ledger covers the whole archive. Written to a temporary directory and
-    renamed into place.
+    renamed into place. With --public (a study with a locked [privacy] policy), every blob
+    and file the policy withholds is left out of DIRECTORY and committed in export.created;
+    the withheld data is written to the --annex file, encrypted to each --auditor
+    (docs/privacy.md).
 
     \b
     Example:
       ledger export my-study my-study-archive
       ledger verify my-study-archive
+      ledger auditor-key irb-auditor keys/
+      ledger export my-study public/ --public --annex study.annex \\
+          --auditor keys/irb-auditor.x25519.pub
+      ledger verify public/ --annex study.annex --identity keys/irb-auditor.x25519
     """
-    from analysis.export import export_study
+    from analysis.export import PublicExport, export_study
 
-    result = export_study(study_dir, directory, study_key(study_dir, key_file), force=force)
+    if (annex is not None or auditors) and not public:
+        raise click.UsageError("--annex and --auditor go with --public")
+    if public and annex is None:
+        raise click.UsageError("--public needs --annex FILE (where the withheld data goes)")
+    options = PublicExport(annex, tuple(auditors)) if public and annex is not None else None
+    result = export_study(
+        study_dir, directory, study_key(study_dir, key_file), force=force, public=options
+    )
     click.echo(
         f"exported {result.files} files ({result.bytes:,} bytes) to {result.directory}; "
         f"export.created at seq {result.export_seq}"
     )
+    if options is not None:
+        click.echo(f"withheld data sealed to {len(auditors)} auditor(s) in {options.annex}")
     click.echo(f"check it: ledger verify {result.directory}  (or: cd {result.directory} && "
                "sha256sum -c MANIFEST.sha256)")
+
+
+@click.command("auditor-key", cls=Command)
+@click.argument("name")
+@click.argument("directory", type=click.Path(file_okay=False, path_type=Path))
+def auditor_key(name: str, directory: Path) -> None:
+    """Make an auditor's X25519 key pair for sealed annexes (docs/privacy.md).
+
+    Writes NAME.x25519 (the secret key, mode 0600: the auditor keeps it) and NAME.x25519.pub
+    (the public key, for 'ledger export --public --auditor'). Never overwrites a file.
+
+    \b
+    Example:
+      ledger auditor-key irb-auditor keys/
+    """
+    from analysis.annex import generate_auditor_key
+
+    secret, public = generate_auditor_key(name, directory)
+    click.echo(f"secret key {secret} (keep it), public key {public} (give it to the exporter)")
 
 
 @click.command("report", cls=Command)

@@ -33,8 +33,17 @@ from analysis.rows import (
     schedule_rows,
     score_row,
 )
-from ledger import Ledger, OutputError, SigningKey, canonical_json, describe_os_error
+from ledger import (
+    Ledger,
+    OutputError,
+    SealPolicy,
+    SigningKey,
+    canonical_json,
+    commitment,
+    describe_os_error,
+)
 from ledger._files import fsync_directory
+from ledger._sealed import SALT_BYTES
 from runner.arm_identity import identity_bytes, identity_object, identity_version
 from runner.identity import session_notice
 from runner.lock import (
@@ -605,6 +614,13 @@ def witness_policy_file(log: Ledger) -> bytes | None:
     return None if record is None else canonical_json(record) + b"\n"
 
 
+def _locked_withhold(log: Ledger) -> list[str]:
+    """The ``withhold`` list of the locked ``[privacy]`` policy (the last ``protocol.locked``)."""
+    locked = list(log.events("protocol.locked"))
+    privacy = locked[-1].body.get("privacy") if locked else None
+    return list(privacy.get("withhold", [])) if isinstance(privacy, dict) else []
+
+
 def _remove(path: Path) -> None:
     if path.is_dir() and not path.is_symlink():
         shutil.rmtree(path)
@@ -640,10 +656,111 @@ def _swap_into_place(tmp: Path, target: Path) -> None:
         ) from exc
 
 
+@dataclass(frozen=True)
+class PublicExport:
+    """What a public export (``ledger export --public``) needs: the annex file and its auditors."""
+
+    annex: Path
+    auditors: tuple[Path, ...]
+
+
+@dataclass
+class _Withheld:
+    """What a public export leaves out: stored blobs by address, files with their salts."""
+
+    blobs: dict[str, bytes]
+    files: dict[str, tuple[bytes, bytes]]  # archive path -> (salt, content)
+
+    def commitments(self) -> dict[str, str]:
+        """Each withheld file's commitment (``docs/privacy.md`` §3): a sealed blob's address."""
+        return {rel: commitment(data, salt) for rel, (salt, data) in sorted(self.files.items())}
+
+
+def _withheld_paths(log: Ledger, withhold: Sequence[str]) -> set[str]:
+    """The archive files a public export leaves out under ``withhold`` (``docs/privacy.md``)."""
+    entries = set(withhold)
+    roles = {e.partition(":")[2] for e in entries if e.startswith("artifact.locked:")}
+    paths: set[str] = set()
+    locked_roles: dict[str, str] = {}
+    for event in log.events("artifact.locked"):
+        locked_roles[event.body["path"]] = event.body["role"]
+    for rel, role in locked_roles.items():
+        if role in roles:
+            paths.add(archive_path(rel, role))
+    if "analysis.result:items_csv" in entries:
+        paths.add("analysis/items.csv")
+    if "analysis.result:trials_csv" in entries:
+        paths.add("analysis/trials.csv")
+    if entries & {"step.responded:response", "step.requested:request"}:
+        paths.add("trials/steps.csv")
+    if entries & {"trial.responded:response", "artifact.locked:items"}:
+        paths.add("analysis/review/")  # every review sample (questions and responses)
+    return paths
+
+
+def _withhold(w: _Writer, log: Ledger, withhold: Sequence[str]) -> _Withheld:
+    """Take every withheld blob and file out of ``w`` (``docs/privacy.md`` §3)."""
+    policy = SealPolicy.from_entries(withhold)
+    amended: dict[str, list[str]] = {}
+    for event in log.events("protocol.amended"):
+        for change in event.body["changes"]:
+            amended.setdefault(change["path"], []).append(event.blobs[change["blob"]])
+    addresses: set[str] = set()
+    for event in log.events():
+        for name in policy.names(event.kind, event.body):
+            if name in event.blobs:
+                addresses.add(event.blobs[name])
+        if event.kind == "artifact.locked" and event.body["role"] in policy.roles:
+            addresses.add(event.blobs["content"])
+            addresses.update(amended.get(event.body["path"], ()))
+    blobs = {a: w.files.pop(f"blobs/{a}") for a in sorted(addresses) if f"blobs/{a}" in w.files}
+    files: dict[str, tuple[bytes, bytes]] = {}
+    paths = _withheld_paths(log, withhold)
+    for rel in sorted(w.files):
+        if rel in paths or any(p.endswith("/") and rel.startswith(p) for p in paths):
+            files[rel] = (os.urandom(SALT_BYTES), w.files.pop(rel))
+    return _Withheld(blobs, files)
+
+
+def _public_notice(withheld: _Withheld, withhold: Sequence[str]) -> bytes:
+    """The README's section on what a public archive withholds (``docs/privacy.md``)."""
+    files = ", ".join(f"`{rel}`" for rel in sorted(withheld.files)) or "none"
+    return (
+        "\n## Public archive: withheld data\n\n"
+        f"This is a public archive. Under the privacy policy locked in `protocol.locked` "
+        f"({', '.join(f'`{e}`' for e in withhold)}), {len(withheld.blobs)} blob(s) and "
+        f"{len(withheld.files)} file(s) ({files}) are withheld; `export.created` commits to "
+        "each. `ledger verify .` reports PARTIAL and names every check it could not re-derive; "
+        "an auditor holding the sealed annex verifies everything with "
+        "`ledger verify . --annex FILE --identity KEY` (`docs/privacy.md`).\n"
+    ).encode()
+
+
+def _annex_payload(withheld: _Withheld) -> dict[str, Any]:
+    b64 = base64.b64encode
+    return {
+        "blobs": {a: b64(data).decode("ascii") for a, data in withheld.blobs.items()},
+        "files": {
+            rel: {"salt": b64(salt).decode("ascii"), "content": b64(data).decode("ascii")}
+            for rel, (salt, data) in withheld.files.items()
+        },
+    }
+
+
 def export_study(
-    root: str | Path, directory: str | Path, key: SigningKey, *, force: bool = False
+    root: str | Path,
+    directory: str | Path,
+    key: SigningKey,
+    *,
+    force: bool = False,
+    public: PublicExport | None = None,
 ) -> ExportResult:
-    """Write the archive of the analysed study at ``root`` into ``directory``."""
+    """Write the archive of the analysed study at ``root`` into ``directory``.
+
+    With ``public``, the archive is the public one of ``docs/privacy.md``: every blob and file
+    the locked ``[privacy]`` policy withholds is left out (committed in ``export.created``) and
+    written, encrypted to the auditors, to the annex file instead.
+    """
     root, target = Path(root), Path(directory)
     real_root, real_target = root.resolve(), target.resolve()
     if real_target == real_root or real_target in real_root.parents or real_target == Path.cwd():
@@ -655,6 +772,20 @@ def export_study(
     if target.exists() and (not target.is_dir() or any(target.iterdir())) and not force:
         raise StudyError(f"{target} exists and is not empty; choose another directory or --force")
     study = check_integrity(root)
+    auditors = []
+    if public is not None:
+        from analysis.annex import read_auditor_public_key
+
+        if not study.privacy:
+            raise StudyError(
+                f"{root}: --public needs a locked [privacy] policy (docs/privacy.md); this "
+                "study withholds nothing"
+            )
+        auditors = [read_auditor_public_key(p) for p in public.auditors]
+        if not auditors:
+            raise StudyError("--public needs at least one --auditor public key for the annex")
+        if public.annex.exists() or public.annex.is_symlink():
+            raise StudyError(f"{public.annex} exists; choose another annex file")
     tmp = target.parent / f".{target.name}.tmp-{os.getpid()}"
     try:
         if tmp.exists():
@@ -664,6 +795,7 @@ def export_study(
     except OSError as exc:
         raise OutputError(f"cannot write the archive: {describe_os_error(exc, target)}") from exc
     committed = False
+    annex_written: Path | None = None
     try:
         # One transaction holds export.created, the final checkpoint and any promised checkpoint
         # signed here; it commits only once every archive file is written and synced, so an
@@ -681,7 +813,22 @@ def export_study(
             for event in log.events():
                 for digest in event.blobs.values():
                     if f"blobs/{digest}" not in w.files:
-                        w.put(f"blobs/{digest}", log.blob(digest))
+                        w.put(f"blobs/{digest}", log.stored_blob(digest))
+            withheld = None
+            privacy: dict[str, Any] = {}
+            if public is not None:
+                withheld = _withhold(w, log, _locked_withhold(log))
+                w.files["README.md"] += _public_notice(withheld, _locked_withhold(log))
+                privacy = {
+                    "privacy": {
+                        "withhold": _locked_withhold(log),
+                        "withheld_blobs": {
+                            "count": len(withheld.blobs),
+                            "listing_sha256": blob_listing_sha256(withheld.blobs),
+                        },
+                        "withheld_files": withheld.commitments(),
+                    }
+                }
             covered = {
                 rel: hashlib.sha256(data).hexdigest()
                 for rel, data in w.files.items()
@@ -695,6 +842,7 @@ def export_study(
                     "study": study.id,
                     "files": covered,
                     "blobs": {"count": len(blobs), "listing_sha256": blob_listing_sha256(blobs)},
+                    **privacy,
                 },
                 key=key,
             )
@@ -731,11 +879,25 @@ def export_study(
                     f"cannot write the archive: {describe_os_error(exc, target)}; nothing "
                     "was exported and the ledger is unchanged"
                 ) from exc
+            if public is not None and withheld is not None:
+                from analysis.annex import ANNEX_MAGIC, annex_bytes, write_annex
+
+                header = {
+                    "annex": ANNEX_MAGIC,
+                    "study": study.id,
+                    "origin": log.origin,
+                    "export_seq": event.seq,
+                    "export_leaf_hash": event.leaf_hash.hex(),
+                }
+                write_annex(public.annex, annex_bytes(header, _annex_payload(withheld), auditors))
+                annex_written = public.annex
         committed = True
         _swap_into_place(tmp, target)
     except BaseException as exc:
         if not committed:
             shutil.rmtree(tmp, ignore_errors=True)
+            if annex_written is not None:
+                annex_written.unlink(missing_ok=True)
         elif isinstance(exc, OSError):  # the archive is complete in tmp and recorded
             raise StudyError(
                 f"the archive was written to {tmp} and export.created recorded, but it could "

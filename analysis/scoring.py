@@ -16,6 +16,7 @@ checks the blinding secret against the commitment made at lock, and appends
 from __future__ import annotations
 
 import hashlib
+from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -24,7 +25,7 @@ import rfc8785
 
 from analysis.parse import ParserConfig, parse_response
 from analysis.score import TrialScore, score_judged, score_parsed
-from ledger import EventSpec, Ledger, SigningKey
+from ledger import Event, EventSpec, Ledger, SigningKey
 from runner.lock import StudyError, blinding_secret, check_integrity, ledger_path, protocol_event
 from runner.schedule import arm_code, commitment
 from runner.spec import Study
@@ -126,6 +127,9 @@ def score_study(root: str | Path, key: SigningKey) -> ScoreResult:
         protocol = protocol_event(log)
         assert protocol is not None  # check_integrity refuses a study that is not locked
         config = ParserConfig.from_plan(protocol.body.get("response") or {})
+        private = "trial.responded:response" in (protocol.body.get("privacy") or {}).get(
+            "withhold", ()
+        )
         state = load_state(study, log)
         scored = {
             e.body["response_seq"]: e.body["scores_sha256"] for e in log.events("trial.scored")
@@ -177,7 +181,7 @@ def score_study(root: str | Path, key: SigningKey) -> ScoreResult:
                     "n_answered": result.n_answered,
                     "n_correct": result.n_correct,
                     "scores_sha256": result.sha256,
-                    "problems": [p[:300] for p in result.problems[:20]],
+                    "problems": _problems(result.problems, private),
                     "judge": record,
                 }, {"scores": result.items_bytes()}))  # fmt: skip
                 scored[event.seq] = result.sha256
@@ -213,7 +217,7 @@ def score_study(root: str | Path, key: SigningKey) -> ScoreResult:
                         "n_answered": result.n_answered,
                         "n_correct": result.n_correct,
                         "scores_sha256": result.sha256,
-                        "problems": [p[:300] for p in result.problems[:20]],
+                        "problems": _problems(result.problems, private),
                     },
                     {"scores": result.items_bytes()},
                 )
@@ -221,10 +225,10 @@ def score_study(root: str | Path, key: SigningKey) -> ScoreResult:
             scored[blind.response_seq] = result.sha256
             count += 1
             if len(specs) >= BATCH:
-                log.append_many(specs, key=key)
+                _note_digests(scored, log.append_many(specs, key=key))
                 specs = []
         if specs:
-            log.append_many(specs, key=key)
+            _note_digests(scored, log.append_many(specs, key=key))
         pending = len(state.pending()) + unjudged
         sealed_seq = None
         if pending == 0:
@@ -243,6 +247,29 @@ def score_study(root: str | Path, key: SigningKey) -> ScoreResult:
             sealed_seq = seal.seq
             log.sign_checkpoint(key)
     return ScoreResult(count, len(scored) - count, by_status, sealed_seq, pending)
+
+
+def _problems(problems: tuple[str, ...] | list[str], private: bool) -> list[str]:
+    """``trial.scored`` ``problems``: the first 20, or only their count when responses are private.
+
+    A parser's message may quote a fragment of the response; under a privacy policy that
+    withholds responses (``docs/privacy.md`` §3) the signed, public body says how many there
+    were, never what they quote.
+    """
+    if private and problems:
+        return [f"{len(problems)} problem(s), withheld with the response (docs/privacy.md)"]
+    return [p[:300] for p in problems[:20]]
+
+
+def _note_digests(scored: dict[int, str], events: Iterable[Event]) -> None:
+    """Each appended score's ``scores_sha256`` as recorded (a sealed blob's commitment).
+
+    Under a privacy policy that withholds ``trial.scored:scores`` the ledger seals the blob and
+    records its commitment in place of the content hash (``docs/ledger-format.md`` §6.1); the
+    seal's digest is over the recorded values.
+    """
+    for event in events:
+        scored[int(event.body["response_seq"])] = str(event.body["scores_sha256"])
 
 
 def _step_work(study: Study, log: Ledger) -> Any:

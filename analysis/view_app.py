@@ -268,7 +268,7 @@ def verify_command(path: Path) -> str:
 class Verification:
     """The verifier's verdict on the source, computed once in a background thread."""
 
-    state: str = "running"  # running | passed | failed | error
+    state: str = "running"  # running | passed | partial | failed | error
     checks: list[dict[str, Any]] = field(default_factory=list)
     faults: dict[int, list[str]] = field(default_factory=dict)  # seq -> reasons
     size: int | None = None
@@ -311,6 +311,8 @@ class Verification:
             self.size = report.get("size")
             self.seconds = time.perf_counter() - started
             self.state = "passed" if report.get("ok") else "failed"
+            if self.state == "passed" and report.get("status") == "partial":
+                self.state = "partial"  # a public archive: withheld data not re-derived
 
         thread = threading.Thread(target=work, name="ledger-view-verify", daemon=True)
         thread.start()

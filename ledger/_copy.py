@@ -175,7 +175,7 @@ def _check_copy(source: Ledger, target: Ledger) -> CopyResult:
             )
     count = 0
     for (sha,) in source._conn.execute("SELECT sha256 FROM blobs ORDER BY sha256").fetchall():
-        data = target.blob(str(sha))
+        data = target.stored_blob(str(sha))
         if hashlib.sha256(data).hexdigest() != sha:
             raise StoreError(f"{target.path}: blob {sha} does not hash to its address")
         count += 1

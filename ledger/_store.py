@@ -67,6 +67,7 @@ from ledger._postgres import (
     is_url,
 )
 from ledger._roles import ROLES, role_may_append
+from ledger._sealed import SealPolicy, open_blob
 
 APPLICATION_ID = 0x504C4731  # "PLG1"
 SCHEMA_VERSION = 1
@@ -373,6 +374,7 @@ class Ledger:
             self._lost_errors = (psycopg.OperationalError,)
         self._clock: Clock = clock or _env_clock(conn) or utc_now
         self._head_cache: _Head | None = None
+        self._seal_policy: SealPolicy | None = None  # the locked privacy policy, once locked
         self._in_transaction = False
         with self._errors():
             row = conn.execute("SELECT value FROM meta WHERE key = 'origin'").fetchone()
@@ -657,6 +659,7 @@ class Ledger:
         except BaseException:
             self._in_transaction = False
             self._head_cache = None
+            self._seal_policy = None
             with suppress(*self._db_errors):
                 self._conn.execute("ROLLBACK")
             raise
@@ -665,6 +668,7 @@ class Ledger:
             self._conn.execute("COMMIT")
         except self._db_errors as exc:
             self._head_cache = None
+            self._seal_policy = None
             with suppress(*self._db_errors):
                 self._conn.execute("ROLLBACK")
             raise StoreError(
@@ -681,6 +685,7 @@ class Ledger:
             yield
         except BaseException:
             self._head_cache = None
+            self._seal_policy = None
             with suppress(*self._db_errors):
                 if nested:
                     conn.execute("ROLLBACK TO write")
@@ -692,6 +697,7 @@ class Ledger:
             conn.execute("RELEASE write" if nested else "COMMIT")
         except self._db_errors:
             self._head_cache = None
+            self._seal_policy = None
             if not nested:
                 with suppress(*self._db_errors):
                     conn.execute("ROLLBACK")
@@ -786,7 +792,10 @@ class Ledger:
                     authorized.clear()  # a revocation may have ended this key's rights
                 else:
                     authorized.add(spec.kind)
-            blob_refs = self._store_blobs(spec.blobs, seq, blob_rows) if spec.blobs else {}
+            blob_refs: dict[str, str] = {}
+            if spec.blobs:  # sealed blobs of the locked privacy policy (docs/privacy.md)
+                body, blobs = self._sealing().apply(spec.kind, body, spec.blobs)
+                blob_refs = self._store_blobs(blobs, seq, blob_rows)
             kind = spec.kind
             when = format_time(clock())
             prev = head.last.hex() if seq else ZERO_HASH
@@ -840,6 +849,18 @@ class Ledger:
             ):
                 raise FormatError("key.revoked body must be exactly {actor, reason} (strings)")
             keys.revoke(body["actor"], seq)
+
+    def _sealing(self) -> SealPolicy:
+        """The privacy policy of the last ``protocol.locked`` (empty before the lock)."""
+        if self._seal_policy is None:
+            row = self._conn.execute(
+                "SELECT envelope FROM events WHERE kind = 'protocol.locked' "
+                "ORDER BY seq DESC LIMIT 1"
+            ).fetchone()
+            if row is None:
+                return SealPolicy()
+            self._seal_policy = SealPolicy.from_protocol(json.loads(bytes(row[0]))["body"])
+        return self._seal_policy
 
     def _store_blobs(
         self, blobs: Mapping[str, BlobValue], seq: int, pending: dict[str, tuple[Any, ...]]
@@ -907,7 +928,11 @@ class Ledger:
                 yield Event._from_row(row)
 
     def blob(self, sha256: str) -> bytes:
-        """Return a blob's bytes by its hex SHA-256."""
+        """Return a blob's content by its hex SHA-256 (a sealed blob's content, unwrapped)."""
+        return open_blob(self.stored_blob(sha256))
+
+    def stored_blob(self, sha256: str) -> bytes:
+        """Return a blob's stored bytes (those its address hashes: a sealed blob whole)."""
         with self._errors():
             row = self._conn.execute(
                 "SELECT data FROM blobs WHERE sha256 = ?", (sha256.lower(),)

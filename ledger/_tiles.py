@@ -245,7 +245,7 @@ def publish(
     entries: Sequence[bytes],
     entries_upto: int,
     blob_refs: Sequence[Mapping[str, str]] = (),
-    blob: Callable[[str], bytes] | None = None,
+    blob: Callable[[str], bytes | None] | None = None,
     published_size: int | None = None,
 ) -> PublishResult:
     """Publish the tree of ``size`` leaves into ``directory`` with ``note`` as its checkpoint.
@@ -253,7 +253,7 @@ def publish(
     ``leaves`` are the leaf hashes and ``entries`` the envelopes (at least ``size`` of each);
     only entry bundles lying wholly below ``entries_upto`` are written (the blinding rule of
     ``docs/service.md`` §3 decides it), with the blobs those entries reference (``blob_refs[i]``
-    is entry i's name -> SHA-256; ``blob`` reads one). Tiles come first, the checkpoint last, so
+    is entry i's name -> SHA-256; ``blob`` reads one's stored bytes, or None for one withheld). Tiles come first, the checkpoint last, so
     a reader who sees the checkpoint finds every tile it needs. ``published_size`` is the size
     of the checkpoint already in the directory: a smaller ``size`` is refused (a rollback).
     """
@@ -283,10 +283,12 @@ def publish(
                 for digest in refs.values():
                     name = f"blob/{digest}"
                     if blob is not None and not (directory / name).exists():
-                        data = blob(digest)
-                        if hashlib.sha256(data).hexdigest() != digest:
+                        stored = blob(digest)
+                        if stored is None:  # withheld (a sealed blob: docs/privacy.md)
+                            continue
+                        if hashlib.sha256(stored).hexdigest() != digest:
                             raise TileError(f"blob {digest} does not hash to its name")
-                        if write_once(directory / name, data):
+                        if write_once(directory / name, stored):
                             blobs_written.append(name)
         if write_once(target, encode_bundle(entries[start:end])):
             written.append(ref.path)

@@ -289,7 +289,7 @@ def show(path: Path, seq: int, as_json: bool) -> None:
 
     with Ledger.open(path, readonly=True) as log:
         event = log.get(seq)
-        sizes = {name: len(log.blob(h)) for name, h in event.blobs.items()}
+        sizes = {name: len(log.stored_blob(h)) for name, h in event.blobs.items()}
     data = event.to_json()
     data["blob_sizes"] = sizes
     if as_json:

@@ -61,7 +61,7 @@ KeyPath = tuple[str | int, ...]
 SECTIONS: Final = (
     "study", "model", "models", "components", "prompt", "fewshot", "arms", "stimuli", "design",
     "response", "hypotheses", "analysis", "deviations", "variants", "witnesses", "witnessing",
-    "timestamping", "steps", "reviews", "factors", "factorial", "plan",
+    "timestamping", "steps", "reviews", "factors", "factorial", "plan", "privacy",
 )  # fmt: skip
 """The top-level tables of a study spec, in the order the docs list them."""
 
@@ -77,6 +77,7 @@ TABLE_KEYS: Final[dict[str, tuple[str, ...]]] = {
     "analysis": ("model", "random_intercept", "exclude_unparseable", "model_arms", "covariates"),
     "witnessing": ("quorum", "interval_trials", "unreachable", "retry_seconds"),
     "timestamping": ("url",),
+    "privacy": ("withhold",),
     "factorial": ("base", "factors", "fraction"),
     "plan": ("seed", "studies", "power_target", "primary", "replicates", "sensitivity",
              "max_seconds", "scenarios"),

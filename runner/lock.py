@@ -43,6 +43,7 @@ from runner.phases import (
 )
 from runner.plancheck import PlanCheck, check_recorded_plan
 from runner.planspec import PLAN_FILE
+from runner.privacy import privacy_record
 from runner.provenance import environment as environment
 from runner.schedule import commitment, schedule, schedule_bytes, schedule_sha256
 from runner.spec import SpecError, Study, check_matched_controls, load_study
@@ -387,6 +388,7 @@ def protocol_body(
         "amendable": list(study.amendable),
         "environment": environment(),
         **witnessing_record(study),
+        **privacy_record(study.privacy),
     }
 
 

@@ -44,6 +44,7 @@ GROWABLE_ROLES = ("items", "truth")
 UNCHANGED_MEMBERS = (
     "study", "title", "model", "design", "response", "analysis", "amendable", "prompt",
     "fewshot", "blinding_commitment", "witnessing", "timestamping", "deviations", "reviews",
+    "privacy",
 )  # fmt: skip
 """Members of ``protocol.locked`` a later phase must carry exactly as the earlier phase did."""
 

@@ -18,13 +18,14 @@ policy:
 
 from __future__ import annotations
 
+import functools
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from ledger import Ledger, NoteError, parse_checkpoint
+from ledger import Ledger, NoteError, is_sealed, parse_checkpoint
 from runner._errors import StudyError
 from runner.lock import ledger_path
 from runner.witnessing import WitnessPolicy, policy_of
@@ -158,7 +159,7 @@ class StudyPublisher:
                     entries=self.entries,
                     entries_upto=plan.entries_upto,
                     blob_refs=self.blob_refs,
-                    blob=log.blob,
+                    blob=functools.partial(_public_blob, log),
                     published_size=self._published_size(log.origin),
                 )
             except TileError as exc:
@@ -185,6 +186,17 @@ class StudyPublisher:
                 report(result)
                 last = (result.size, result.entries_published)
             time.sleep(interval)
+
+
+def _public_blob(log: Ledger, digest: str) -> bytes | None:
+    """A blob's stored bytes (those its address hashes), or None for a sealed one.
+
+    A sealed blob is data the study's ``[privacy]`` policy withholds (``docs/privacy.md``):
+    its stored bytes hold the content in the clear behind the salt, so it is never published;
+    the entry that names it is, and its address commits to it without revealing it.
+    """
+    data = log.stored_blob(digest)
+    return None if is_sealed(data) else data
 
 
 def publish_study(root: Path, directory: Path) -> Any:

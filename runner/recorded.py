@@ -25,7 +25,14 @@ from pathlib import Path
 from types import TracebackType
 from typing import Any, BinaryIO, Literal, Protocol
 
-from ledger import Ledger, PostgresLocation, describe_os_error, open_regular_file, read_regular_file
+from ledger import (
+    Ledger,
+    PostgresLocation,
+    describe_os_error,
+    open_blob,
+    open_regular_file,
+    read_regular_file,
+)
 from runner._errors import StudyError
 from runner.lock import LEDGER_FILE, STORE_FILE, ledger_path
 
@@ -173,6 +180,7 @@ class Recorded:
         self.path = path
         self.layout: Layout = kind
         self._log: Ledger | None = None
+        self._is_public: bool | None = None
         self.source: Path | PostgresLocation = path
         if kind != "archive":
             self.source = ledger_path(path) if kind == "study" else path
@@ -203,10 +211,23 @@ class Recorded:
         try:
             data = read_regular_file(file, MAX_BLOB_BYTES)
         except OSError as exc:
+            if isinstance(exc, FileNotFoundError) and self._public():
+                raise StudyError(
+                    f"blob {digest} is withheld: this is a public archive, and the locked "
+                    "privacy policy withholds it (docs/privacy.md); only its commitment is "
+                    "published"
+                ) from None
             raise StudyError(describe_os_error(exc, file)) from None
         if hashlib.sha256(data).hexdigest() != digest:
             raise StudyError(f"{file}: content does not match its name")
-        return data
+        return open_blob(data)  # a sealed blob's content (docs/ledger-format.md §6.1)
+
+    def _public(self) -> bool:
+        """Whether this archive is a public one (its ``export.created`` withholds data)."""
+        if self._is_public is None:
+            exports = list(self.events("export.created"))
+            self._is_public = bool(exports) and "privacy" in exports[-1].body
+        return self._is_public
 
     def close(self) -> None:
         """Close the ledger (nothing to do for an archive)."""

@@ -44,6 +44,7 @@ from runner.factors import (
 )
 from runner.human_review import REFERENCE_FIELDS, REFERENCE_SETS, supplied_sets
 from runner.planspec import PLAN_FILE, PlanSpec, parse_plan
+from runner.privacy import parse_privacy
 from runner.qrboot import QR_KEYS, QR_TEST, check_outcomes, check_pairing, qr_keys
 from runner.steps import StepSpec, parse_steps
 from runner.timestamping import TimestampSpec, parse_timestamping
@@ -361,6 +362,7 @@ class Study:
     variants: tuple[VariantSpec, ...] = ()
     witnessing: WitnessPolicy | None = None  # [[witnesses]] and [witnessing] (docs/witness.md)
     timestamping: TimestampSpec | None = None  # [timestamping] (docs/witness.md section 9)
+    privacy: tuple[str, ...] = ()  # [privacy] withhold (docs/privacy.md)
     steps: dict[str, StepSpec] = field(default_factory=dict)  # [steps.NAME] (docs/prompts.md §8)
     reviews: tuple[Review, ...] = ()
     """Declared review samples (``[reviews.<NAME>]`` of either kind), locked."""
@@ -2373,6 +2375,7 @@ def load_study(root: str | Path, *, strict: bool = True) -> Study:
     _data_arm_items(c, arms, items, variants)
     witnessing = parse_policy(data, c.add)
     timestamping = parse_timestamping(data, c.add)
+    privacy = parse_privacy(data, c.add)
     deviations = _deviations(c, data)
     steps = parse_steps(
         data.get("steps"), root, c.add, list(models) if models is not None else None,
@@ -2425,7 +2428,7 @@ def load_study(root: str | Path, *, strict: bool = True) -> Study:
         prompt=prompt, fewshot=fewshot, models=models, phase=phase,
         variants=tuple(variants),
         witnessing=witnessing, timestamping=timestamping, steps=steps, reviews=reviews,
-        factors=factors, factorial=factorial,
+        privacy=privacy, factors=factors, factorial=factorial,
         ddx=ddx, plan=plan,
     )
     if items is not None:  # read once, here: Study.load_items returns it from now on

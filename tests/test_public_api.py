@@ -34,6 +34,7 @@ def test_ledger_public_names() -> None:
             "read_regular_file", "role_may_append", "is_url", "schema_for",
             "root_from_leaf_hashes", "root_from_leaves", "sign_note", "user_home",
             "CopyResult", "copy_ledger", "study_ledger",
+            "SealPolicy", "commitment", "is_sealed", "open_blob", "seal", "split_sealed",
             "verify_consistency",
             "verify_inclusion", "write_files",
         ]

@@ -65,7 +65,7 @@ UNKNOWN_KEYS = [
     ("top-level key far from any", "[study]", 'zzz = "x"\n\n[study]',
      "zzz: unknown top-level key (sections: study, model, models, components, prompt, "
      "fewshot, arms, stimuli, design, response, hypotheses, analysis, deviations, variants, "
-     "witnesses, witnessing, timestamping, steps, reviews, factors, factorial, plan)"),
+     "witnesses, witnessing, timestamping, steps, reviews, factors, factorial, plan, privacy)"),
     ("misspelled section", "[model]", "[modle]",
      "modle: unknown section (did you mean 'model'?)"),
     ("study", 'amendable = ["README.md"]', 'amendable = ["README.md"]\ntitel = "x"',

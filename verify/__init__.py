@@ -174,6 +174,8 @@ def verify_path(
     quorum: int | None = None,
     skew: float = 300.0,
     tsa_roots: bytes | None = None,
+    annex: str | os.PathLike[str] | None = None,
+    identity: str | os.PathLike[str] | None = None,
 ) -> Report:
     """Verify ``path``: an archive, a study's live ledger, a ledger file or a PostgreSQL store.
 
@@ -184,7 +186,8 @@ def verify_path(
     what is missing); a file (:func:`verify_ledger_file`). None raises for a bad ledger, store
     or archive. ``witnesses``, ``quorum``, ``skew`` and ``tsa_roots`` apply to archives
     (``docs/witness.md`` §8-9); witnesses given for a live ledger make a ``witnesses`` FAIL
-    saying to export it first.
+    saying to export it first. ``annex`` and ``identity`` (an auditor's secret key file)
+    complete a public archive (``docs/privacy.md``): without them its report is ``partial``.
     """
     from verify._pgledger import STORE_FILE, is_store_url
 
@@ -202,12 +205,19 @@ def verify_path(
 
         return verify_archive(path, trusted_keys=trusted_keys, checkpoints=checkpoints,
                               jobs=jobs, witnesses=witnesses, quorum=quorum, skew=skew,
-                              tsa_roots=tsa_roots)
+                              tsa_roots=tsa_roots, annex=annex, identity=identity)
     else:
         from verify._ledgerfile import verify_ledger_file
 
         report = verify_ledger_file(path, trusted_keys=trusted_keys, checkpoints=checkpoints,
                                     jobs=jobs)
+    if annex is not None or identity is not None:
+        from verify._report import Check, Status
+
+        report.checks.append(Check(
+            "privacy", Status.FAIL, "--annex completes a public archive (docs/privacy.md): "
+            f"{spec} is not an archive directory",
+        ))
     if witnesses:
         from verify._report import Check, Status
 

@@ -23,6 +23,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from verify import KeyFormatError, parse_vkey, render_report, verify_path
+from verify._report import PARTIAL_EXIT
 from verify._safeio import UnsafeFileError, read_regular
 
 __all__ = [
@@ -144,6 +145,10 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--tsa-cert", dest="tsa_roots", type=read_tsa_cert, default=None,
                         metavar="FILE", help="PEM root certificate(s) of the time-stamping "
                         "authority: check the RFC 3161 time stamps")  # fmt: skip
+    parser.add_argument("--annex", default=None, metavar="FILE",
+                        help="a public archive's sealed annex (with --identity)")  # fmt: skip
+    parser.add_argument("--identity", default=None, metavar="KEY",
+                        help="the auditor's secret key file that opens the annex")  # fmt: skip
     parser.add_argument("--json", dest="as_json", action="store_true",
                         help="print the report as JSON")  # fmt: skip
     parser.add_argument("--jobs", type=_jobs, default=1, metavar="N",
@@ -152,10 +157,11 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    """Run the verifier on the command line ``argv``; return the exit status (0, 1 or 2).
+    """Run the verifier on the command line ``argv``; return the exit status (0, 1, 2 or 3).
 
     0: no check FAILed; 1: a check FAILed (or the verifier itself stopped, which never
-    counts as verified); 2: a usage error (an unknown option, a malformed ``--trusted-key``).
+    counts as verified); 2: a usage error (an unknown option, a malformed ``--trusted-key``);
+    3: a public archive verified PARTIAL (nothing FAILed, some checks LIMITED: docs/privacy.md).
     """
     args = build_parser().parse_args(argv)
     if isinstance(sys.stdout, io.TextIOWrapper):  # names from an archive never crash printing
@@ -164,7 +170,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         report = verify_path(
             args.path, trusted_keys=args.trusted, checkpoints=args.checkpoints, jobs=args.jobs,
             witnesses=args.witnesses, quorum=args.quorum, skew=args.skew,
-            tsa_roots=args.tsa_roots,
+            tsa_roots=args.tsa_roots, annex=args.annex, identity=args.identity,
         )
         if args.as_json:
             sys.stdout.write(json.dumps(report.to_dict(), indent=2, ensure_ascii=False) + "\n")
@@ -173,7 +179,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     except Exception as exc:  # fail closed, in one line
         sys.stderr.write(f"python -m verify: stopped by an unexpected error: {exc!r:.300}\n")
         return 1
-    return 0 if report.ok else 1
+    if not report.ok:
+        return 1
+    return PARTIAL_EXIT if report.status == "partial" else 0
 
 
 if __name__ == "__main__":

@@ -40,9 +40,11 @@ def render_report(
     """
     failed = len(report.failures)
     warned = len(report.warnings)
+    limited = len(report.limited)
     summary = (
-        f"{'VERIFIED' if report.ok else 'FAILED'}: {report.size} events, "
+        f"{report.status.upper()}: {report.size} events, "
         f"{len(report.checks)} checks, {failed} failed, {warned} warnings"
+        + (f", {limited} limited (withheld data not re-derived)" if limited else "")
     )
     rows = [
         (c.name, c.status, c.where or ("" if c.seq is None else f"seq {c.seq}"), c.reason)
@@ -61,12 +63,13 @@ def render_report(
         return
     if console is None:
         console = Console(file=stream, soft_wrap=True, highlight=False, width=_width())
-    colours = {Status.PASS: "green", Status.FAIL: "red", Status.WARN: "yellow"}
+    colours = {Status.PASS: "green", Status.FAIL: "red", Status.WARN: "yellow",
+               Status.LIMITED: "cyan"}  # fmt: skip
     table = Table(title=escape(f"verify {report.path}"))
     for column in ("check", "result", "where", "detail"):
         table.add_column(column, overflow="fold")  # wrap long paths and reasons, never cut them
     for name, status, where, reason in rows:
         table.add_row(name, f"[{colours[status]}]{status.value}[/]", escape(where), escape(reason))
     console.print(table)
-    colour = "green" if report.ok else "red"
+    colour = {"verified": "green", "partial": "cyan"}.get(report.status, "red")
     console.print(f"[{colour}]{escape(summary)}[/]")

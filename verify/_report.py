@@ -6,7 +6,10 @@ import enum
 from dataclasses import dataclass, field
 from typing import Any
 
-__all__ = ["ARCHIVE_CHECK_NAMES", "CHECK_NAMES", "Check", "Report", "Status"]
+__all__ = ["ARCHIVE_CHECK_NAMES", "CHECK_NAMES", "PARTIAL_EXIT", "Check", "Report", "Status"]
+
+PARTIAL_EXIT = 3
+"""Exit status of a verification that failed nothing but could not re-derive withheld data."""
 
 CHECK_NAMES: tuple[str, ...] = (
     "file",
@@ -54,6 +57,8 @@ class Status(enum.Enum):
     PASS = "PASS"
     FAIL = "FAIL"
     WARN = "WARN"
+    LIMITED = "LIMITED"
+    """Not re-derived: the check needs data a public archive withholds (``docs/privacy.md``)."""
 
 
 @dataclass(frozen=True)
@@ -108,6 +113,18 @@ class Report:
         return self.ok
 
     @property
+    def limited(self) -> list[Check]:
+        """The checks that could not re-derive withheld data (a public archive), in order."""
+        return [c for c in self.checks if c.status is Status.LIMITED]
+
+    @property
+    def status(self) -> str:
+        """``verified``, ``partial`` (nothing failed, some checks LIMITED) or ``failed``."""
+        if not self.ok:
+            return "failed"
+        return "partial" if self.limited else "verified"
+
+    @property
     def failures(self) -> list[Check]:
         """The FAILed checks, in report order."""
         return [c for c in self.checks if c.status is Status.FAIL]
@@ -135,6 +152,8 @@ class Report:
         return {
             "path": self.path,
             "ok": self.ok,
+            "status": self.status,
+            "limits": [f"{c.name}: {c.reason}" for c in self.limited],
             "size": self.size,
             "root": self.root,
             "origin": self.origin,

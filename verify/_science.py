@@ -33,11 +33,12 @@ import numpy as np
 import rfc8785
 from scipy import stats as sps
 
-from verify import _copies, _ddx, _factorial, _human, _mcqhyp, _qrboot, _review
+from verify import _copies, _ddx, _factorial, _human, _mcqhyp, _qrboot, _review, _sealed
 from verify import _restats as st
 from verify._envelope import is_hex64
 from verify._items import ItemError, ItemFile, read_items
 from verify._ledgerfile import MAX_FAULTY_KEPT
+from verify._privacy import Withheld
 from verify._prompts import PromptError
 from verify._reader.events import EventReader
 from verify._reader.files import MAX_PARSED_BYTES, ArchiveFileError, ArchiveFiles
@@ -147,6 +148,10 @@ class _Archive:
                 f"seq {seq}: blob address {digest[:80]!r} is not 64 lowercase hex", seq,
                 line_where(seq) if seq is not None else None,
             )  # fmt: skip
+        return _sealed.content_of(self.stored(digest, seq, limit))
+
+    def stored(self, digest: str, seq: int | None = None, limit: int = MAX_PARSED_BYTES) -> bytes:
+        """The stored bytes of ``blobs/<digest>`` (a sealed blob whole, salt included)."""
         rel = f"blobs/{digest}"
         try:
             return self.files.read(rel, limit)
@@ -517,7 +522,7 @@ def _rescore(archive: _Archive) -> Check:
                 ("n_items", s.n_items),
                 ("n_answered", s.n_answered),
                 ("n_correct", s.n_correct),
-                ("scores_sha256", s.sha256),
+                ("scores_sha256", _address(archive, event, "scores", s.items, s.sha256)),
             )
             if b.get(name) != value or type(b.get(name)) is bool
         ]
@@ -2401,8 +2406,9 @@ def _reanalysis(archive: _Archive) -> tuple[Check, list[str]]:
         item_columns = (*item_columns, "logprobs", "margin")
     items_csv = _csv_bytes(ds.items, item_columns)
     first = archive.at(results[0])
+    addresses: dict[str, str] = {}
     for name, data in (("trials_csv", trials_csv), ("items_csv", items_csv)):
-        digest = hashlib.sha256(data).hexdigest()
+        digest = addresses[name] = _address(archive, first, name, data, _sha(data))
         ref = first.blobs.get(name)
         if ref != digest or _file_sha(archive, f"blobs/{ref}") != digest:
             return Check(
@@ -2414,14 +2420,14 @@ def _reanalysis(archive: _Archive) -> tuple[Check, list[str]]:
                 f"blobs/{ref}",
             ), []
         where = f"analysis/{name.replace('_', '.')}"
-        if where in archive.files.files and _file_sha(archive, where) != digest:
+        if where in archive.files.files and _file_sha(archive, where) != _sha(data):
             return Check(
                 "reanalysis", Status.FAIL, f"{where} differs from the rebuilt dataset.", None, where
             ), []
     inputs = {
         "scores_sha256": ds.scores_sha256,
-        "trials_csv_sha256": hashlib.sha256(trials_csv).hexdigest(),
-        "items_csv_sha256": hashlib.sha256(items_csv).hexdigest(),
+        "trials_csv_sha256": addresses["trials_csv"],
+        "items_csv_sha256": addresses["items_csv"],
         "protocol_seq": protocol.seq if protocol else None,
     }
     for event in results:
@@ -2445,9 +2451,17 @@ def _reanalysis(archive: _Archive) -> tuple[Check, list[str]]:
     if ds.covariates:  # analysis.md §11
         recomputed.append(_covariates_result(ds, plan))
     responded = {e.seq: e for e in archive.of("trial.responded")}
-    found_copies = _copies.copies(
-        ds.trials, lambda seq: (archive.event_blob(responded[seq], "response"),
-                                str(responded[seq].body.get("format", ""))), ds.models)
+    copies_withheld: str | None = None  # a public archive's withheld response (privacy.md §6)
+    try:
+        found_copies = _copies.copies(
+            ds.trials, lambda seq: (archive.event_blob(responded[seq], "response"),
+                                    str(responded[seq].body.get("format", ""))), ds.models)
+    except Withheld as withheld:  # every other result is still recomputed from the scores
+        copies_withheld, found_copies = withheld.rel, None
+        signed = [e for e in results if e.body.get("id") == "descriptive.identical_responses"]
+        if signed:  # taken as signed: its responses cannot be compared here
+            recomputed.append(_Result("descriptive.identical_responses",
+                                      values=dict(signed[0].body.get("values") or {})))  # fmt: skip
     if found_copies is not None:  # analysis.md §3: identical responses (pseudo-replication)
         recomputed.append(_Result("descriptive.identical_responses", values=found_copies))
     recorded_ids = [e.body.get("id") for e in results]
@@ -2528,6 +2542,11 @@ def _reanalysis(archive: _Archive) -> tuple[Check, list[str]]:
         f"The dataset and all {len(results)} analysis results{extra} were recomputed and match "
         f"(relative tolerance {REL_TOL:g}, p-values relative only, absolute {ABS_TOL:g}; every "
         "recorded mixed model is a maximum of the verifier's own REML likelihood).")
+    if copies_withheld is not None:
+        return Check("reanalysis", Status.LIMITED, f"{passed[:-1]}, except the identical "
+                     "responses (descriptive.identical_responses: taken as signed, or absent as "
+                     f"signed): not re-derived, it needs {copies_withheld}, which the public "
+                     "archive withholds.", None, copies_withheld), []  # fmt: skip
     if found_copies is not None:  # analysis.md §3: numbers right, but copies counted as new
         said = _copies.summary(found_copies)
         return Check("reanalysis", Status.WARN, f"{passed[:-1]}; but {said}.", None,
@@ -2644,6 +2663,26 @@ def _posthoc_problem(archive: _Archive, event: _Event, ds: _Dataset, plan: dict[
     return _first_difference(body.get("values"), values, "values", REL_TOL)
 
 
+def _sha(data: bytes) -> str:
+    return hashlib.sha256(data).hexdigest()
+
+
+def _address(archive: _Archive, event: _Event, name: str, content: bytes, plain: str) -> str:
+    """The address re-derived ``content`` has as ``event``'s blob ``name`` (``plain``: unsealed).
+
+    A sealed blob (``docs/ledger-format.md`` §6.1) is addressed with the salt stored with it; a
+    blob that cannot be read keeps the plain hash (the comparison then fails, naming it).
+    """
+    ref = event.blobs.get(name)
+    if not isinstance(ref, str) or not is_hex64(ref):
+        return plain
+    try:
+        stored = archive.stored(ref, event.seq)
+    except _Problem:
+        return plain
+    return _sealed.address_for(content, stored)
+
+
 def _file_sha(archive: _Archive, rel: str) -> str | None:
     """SHA-256 of the archive file ``rel`` (the walk's, else read in blocks), or ``None``."""
     files = archive.files
@@ -2668,6 +2707,9 @@ def _run(name: str, archive: _Archive | None, error: _Problem | None, fn: Any) -
         result = fn(archive)
     except _Problem as exc:
         return Check(name, Status.FAIL, exc.reason.rstrip(".") + ".", exc.seq, exc.where)
+    except Withheld as withheld:  # a public archive (docs/privacy.md): each check on its own
+        return Check(name, Status.LIMITED, f"not re-derived: it needs {withheld.rel}, which the "
+                     "public archive withholds", where=withheld.rel)  # fmt: skip
     except Exception as exc:  # malformed input must end as a FAIL naming its place
         text = f"{type(exc).__name__}: {exc}"
         text = text if len(text) <= 200 else text[:197] + "..."

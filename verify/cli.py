@@ -17,6 +17,8 @@ from typing import Any
 
 import click
 
+from verify._report import PARTIAL_EXIT
+
 __all__ = ["verify_cmd"]
 
 
@@ -109,6 +111,10 @@ def _witness_key(ctx: click.Context, param: click.Parameter, values: tuple[str, 
 )  # fmt: skip
 @click.option("--json", "as_json", is_flag=True, help="Print the report as JSON.")
 @click.option("--jobs", type=click.IntRange(min=1), default=1, help="Processes for signatures.")
+@click.option("--annex", type=click.Path(dir_okay=False, path_type=Path), default=None,
+              help="A public archive's sealed annex (with --identity): verify in full.")
+@click.option("--identity", type=click.Path(dir_okay=False, path_type=Path), default=None,
+              help="The auditor's secret key file that opens the --annex.")
 def verify_cmd(
     path: str,
     trusted: list[str],
@@ -121,6 +127,8 @@ def verify_cmd(
     inspect_logs: tuple[Path, ...],
     as_json: bool,
     jobs: int,
+    annex: Path | None,
+    identity: Path | None,
 ) -> None:
     """Verify an exported archive, a study's ledger, a ledger file or a PostgreSQL store.
 
@@ -143,7 +151,11 @@ def verify_cmd(
     published there as C2SP tlog-tiles: same size and root, every tile and entry bundle
     (docs/service.md section 6). A ledger holding an Inspect AI eval (the inspect extra,
     docs/inspect.md) gets the inspect-eval check; with --inspect-log, Inspect's own .eval log
-    is cross-checked against it: every model output equal to the recorded response.
+    is cross-checked against it: every model output equal to the recorded response. A public
+    archive (exported with --public, docs/privacy.md) verifies PARTIAL (exit 3): every check
+    that needs withheld data is LIMITED, naming what it could not re-derive; with --annex and
+    --identity the annex is decrypted, every withheld blob and file checked against its
+    commitment and the whole archive verified.
 
     \b
     Example:
@@ -157,6 +169,7 @@ def verify_cmd(
       ledger verify my-ledger/ --inspect-log logs/run.eval
       ledger verify archive/ --log https://logs.example.org/my-study \\
           --trusted-key @owner.vkey
+      ledger verify public/ --annex study.annex --identity irb-auditor.x25519
     """
     from verify import render_report, verify_path
     from verify.__main__ import read_tsa_cert
@@ -174,6 +187,8 @@ def verify_cmd(
         quorum=quorum,
         skew=skew,
         tsa_roots=roots,
+        annex=annex,
+        identity=identity,
     )
     if log_url is not None:
         from verify._published import check_published_log
@@ -190,3 +205,5 @@ def verify_cmd(
         render_report(report)
     if not report.ok:
         sys.exit(1)
+    if report.status == "partial":
+        sys.exit(PARTIAL_EXIT)

@@ -29,10 +29,12 @@ One module per check or group of checks:
 
 from __future__ import annotations
 
+import hashlib
 import os
 import time
 from collections.abc import Sequence
 from pathlib import Path
+from typing import Any
 
 from verify._archive.checklists import check_checklists
 from verify._archive.derived import check_derived
@@ -51,6 +53,17 @@ from verify._archive.steps import check_steps
 from verify._archive.timestamps import check_timestamps
 from verify._archive.view import Archive
 from verify._archive.witnesses import check_witnesses
+from verify._canonical import canonical_json
+from verify._privacy import (
+    AnnexError,
+    Privacy,
+    Withheld,
+    annex_problems,
+    open_annex,
+    privacy_check,
+    privacy_of,
+    restored_copy,
+)
 from verify._reader.files import ArchiveFiles
 from verify._reader.names import line_where
 from verify._report import Check, Report, Status
@@ -98,6 +111,20 @@ def stopped(name: str, exc: BaseException, seq: int | None) -> Check:
     )
 
 
+def _blobs_limited(check: Check, run: ArchiveRun, privacy: Privacy) -> Check:
+    """The ledger's ``blobs`` check of a public archive: LIMITED when blobs are withheld."""
+    if check.name != "blobs" or check.status is not Status.PASS or not run.withheld_missing:
+        return check
+    return Check(
+        "blobs",
+        Status.LIMITED,
+        f"{check.reason}; {run.withheld_missing} referenced blob(s) are withheld under the "
+        "locked privacy policy: their addresses (salted commitments) are signed, their content "
+        "is not in this archive",
+        where="blobs/",
+    )
+
+
 def _science(run: ArchiveRun) -> list[Check]:
     try:
         from verify._plan import plan_check  # type: ignore[import-not-found,unused-ignore]
@@ -114,6 +141,69 @@ def _science(run: ArchiveRun) -> list[Check]:
     return list(checks)
 
 
+def _limited(name: str, withheld: Withheld, privacy: Privacy | None) -> Check:
+    """The ``LIMITED`` outcome of check ``name``, which needed the withheld ``withheld.rel``."""
+    why = privacy.limits() if privacy is not None else "withheld"
+    what = privacy.describe(withheld.rel) if privacy is not None else withheld.rel
+    return Check(
+        name,
+        Status.LIMITED,
+        f"not re-derived: it needs {what}, which the public archive withholds ({why}); "
+        "what it checks of that data was taken as signed",
+        where=withheld.rel,
+    )
+
+
+def _leaf_hex(env: dict[str, Any] | None) -> str | None:
+    if env is None:
+        return None
+    return hashlib.sha256(b"\x00" + canonical_json(env)).hexdigest()
+
+
+def _with_annex(
+    name: str, annex: str | None, identity: str | None, kwargs: dict[str, Any]
+) -> Report:
+    """Open the annex, check it against the public archive, verify the completed archive."""
+
+    def failed(reason: str) -> Report:
+        return Report(path=name, checks=[Check("privacy", Status.FAIL, reason, where=annex)])
+
+    if annex is None or identity is None:
+        return failed("--annex FILE and --identity KEY go together (docs/privacy.md)")
+    run = ArchiveRun(ArchiveFiles(name), (), (), 1)
+    run.path = str(Path(name))
+    first = run.run()
+    if len(first.checks) == 1 and first.checks[0].name == "file":
+        return first
+    privacy = privacy_of(run.envs)
+    if privacy is None:
+        return failed(f"{name} is not a public archive (its export.created withholds nothing); "
+                      "verify it without --annex")  # fmt: skip
+    try:
+        opened = open_annex(annex, identity)
+    except AnnexError as exc:
+        return failed(str(exc))
+    seq = len(run.envs) - 1
+    problems = privacy.problems or annex_problems(
+        opened, privacy, run.envs, _leaf_hex(run.envs[seq] if run.envs else None), seq
+    )
+    if problems:
+        more = f" ({len(problems) - 1} more)" if len(problems) > 1 else ""
+        return failed(f"the annex does not complete this archive: {problems[0]}{more}")
+    restored = frozenset(
+        [*(f"blobs/{a}" for a in opened.blobs), *opened.files]
+    )
+    try:
+        with restored_copy(name, opened) as copy:
+            report = _verify(copy, kwargs, restored=restored)
+    except (AnnexError, OSError) as exc:
+        return failed(f"the annex could not be put back: {exc}")
+    report.path = name
+    privacy.restored = True
+    report.checks.append(privacy_check(privacy))
+    return report
+
+
 def verify_archive(
     path: str | os.PathLike[str],
     trusted_keys: Sequence[str] = (),
@@ -123,6 +213,8 @@ def verify_archive(
     quorum: int | None = None,
     skew: float = 300.0,
     tsa_roots: bytes | None = None,
+    annex: str | os.PathLike[str] | None = None,
+    identity: str | os.PathLike[str] | None = None,
 ) -> Report:
     """Verify an archive directory written by ``ledger export``; never raises for a bad archive.
 
@@ -141,13 +233,43 @@ def verify_archive(
         trusted_keys = [trusted_keys]
     if isinstance(checkpoints, (str, os.PathLike)):
         checkpoints = [checkpoints]
+    kwargs: dict[str, Any] = {
+        "trusted_keys": trusted_keys, "checkpoints": checkpoints, "jobs": jobs,
+        "witnesses": witnesses, "quorum": quorum, "skew": skew, "tsa_roots": tsa_roots,
+    }  # fmt: skip
+    if annex is not None or identity is not None:
+        try:
+            return _with_annex(
+                name,
+                None if annex is None else os.fspath(annex),
+                None if identity is None else os.fspath(identity),
+                kwargs,
+            )
+        except Exception as exc:  # fail closed
+            return Report(path=name, checks=[Check(
+                "privacy", Status.FAIL, f"verification with the annex stopped: {_error(exc)}"
+            )])  # fmt: skip
+    return _verify(name, kwargs)
+
+
+def _verify(name: str, kwargs: dict[str, Any], restored: frozenset[str] = frozenset()) -> Report:
+    """:func:`verify_archive` of ``name`` (``restored``: paths an annex put back)."""
+    trusted_keys, checkpoints, jobs = kwargs["trusted_keys"], kwargs["checkpoints"], kwargs["jobs"]
+    witnesses, quorum = kwargs["witnesses"], kwargs["quorum"]
+    skew, tsa_roots = kwargs["skew"], kwargs["tsa_roots"]
     try:
         run = ArchiveRun(ArchiveFiles(name), trusted_keys, checkpoints, jobs)
         run.path = str(Path(name))
+        run.restored = bool(restored)
         report = run.run()
         if len(report.checks) == 1 and report.checks[0].name == "file":
             return report
+        privacy = None if restored else privacy_of(run.envs)
+        if privacy is not None:  # a public archive without its annex: docs/privacy.md
+            run.files.withheld = privacy.rel_withheld
+            report.checks = [_blobs_limited(c, run, privacy) for c in report.checks]
         archive = Archive(run)
+        archive.restored = restored
         archive.witness_keys = tuple(witnesses)
         archive.witness_quorum = quorum
         archive.witness_skew = skew
@@ -157,6 +279,8 @@ def verify_archive(
             archive.current = None
             try:
                 check = func(archive)
+            except Withheld as withheld:  # a public archive: it needs what is withheld
+                check = _limited(check_name, withheld, privacy)
             except Exception as exc:  # fail closed, but keep the other checks
                 check = stopped(check_name, exc, archive.current)
             report.timings[check_name] = time.perf_counter() - t0
@@ -164,12 +288,16 @@ def verify_archive(
         t0 = time.perf_counter()
         try:
             witnessed = check_witnesses(archive)
+        except Withheld as withheld:
+            witnessed = _limited("witnesses", withheld, privacy)
         except Exception as exc:
             witnessed = stopped("witnesses", exc, archive.current)
         if witnessed is not None:
             report.checks.append(witnessed)
         try:
             stamped = check_timestamps(archive)
+        except Withheld as withheld:
+            stamped = _limited("timestamps", withheld, privacy)
         except Exception as exc:
             stamped = stopped("timestamps", exc, archive.current)
         if stamped is not None:
@@ -177,10 +305,19 @@ def verify_archive(
         report.timings["witnesses"] = time.perf_counter() - t0
         t0 = time.perf_counter()
         try:
-            report.checks.extend(run._archive_check(c) for c in _science(run))
+            for check in _science(run):
+                generic = check.reason.startswith("not re-derived: it needs")
+                if check.status is Status.LIMITED and check.where and generic:  # name it
+                    check = _limited(check.name, Withheld(check.where), privacy)
+                report.checks.append(run._archive_check(check))
+        except Withheld as withheld:
+            report.checks.append(_limited("rescore", withheld, privacy))
+            report.checks.append(_limited("reanalysis", withheld, privacy))
         except Exception as exc:
             report.checks.append(stopped("rescore", exc, None))
         report.timings["science"] = time.perf_counter() - t0
+        if privacy is not None:
+            report.checks.append(privacy_check(privacy))
         return report
     except Exception as exc:  # fail closed: a verifier that crashes must not look like a pass
         return Report(

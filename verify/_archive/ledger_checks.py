@@ -91,6 +91,8 @@ class ArchiveRun(_Run):
         self.lines = 0
         self.hash_time = 0.0
         self.stored: list[FileCheckpoint] = []
+        self.restored = False  # a public archive completed by its annex (docs/privacy.md)
+        self.withheld_missing = 0  # referenced blobs a public archive withholds (not present)
         self.promised: list[tuple[int, int, str]] = []  # (size, seq, what) the protocol promises
 
     # ------------------------------------------------------------------ sources
@@ -324,8 +326,16 @@ class ArchiveRun(_Run):
             elif digest != name:
                 st.fail(f"{prefix} does not hash to its name", ref[0] if ref else None,
                         where=show(rel))  # fmt: skip
+        withheld: set[str] = set()
+        if not self.restored:
+            from verify._privacy import privacy_of
+
+            privacy = privacy_of(self.envs)
+            withheld = privacy.blobs if privacy is not None else set()
         for address, (seq, bname) in refs.items():
-            if address not in seen:
+            if address not in seen and address in withheld:
+                self.withheld_missing += 1  # its address is signed; its content is withheld
+            elif address not in seen:
                 rel = f"blobs/{address}"
                 why = missing if rel not in files.others else files.describe(rel)
                 st.fail(f"seq {seq}: blob {bname!r} ({address}) {why}", seq, where=rel)

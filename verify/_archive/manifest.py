@@ -59,7 +59,7 @@ def check_manifest(a: Archive) -> Check:
                 f"{path}: SHA-256 {have} differs from {MANIFEST} line {number} ({digest})",
                 where=path,
             )
-    for path in sorted(set(a.files.files) - set(listed) - {MANIFEST}):
+    for path in sorted(set(a.files.files) - set(listed) - {MANIFEST} - a.restored):
         st.fail(f"{show(path)} is present but not listed in {MANIFEST}", where=show(path))
     return st.check(f"{len(listed)} files listed, present and matching their SHA-256")
 
@@ -93,9 +93,12 @@ def check_export(a: Archive) -> Check:
         p: a.hashes.get(p)
         for p in a.files.files
         if p != MANIFEST and not p.startswith("ledger/") and not p.startswith("blobs/")
+        and p not in a.restored  # a withheld file put back from the annex (docs/privacy.md)
     }
     entries = [*a.files.files, *a.files.others, *a.files.dirs]
-    blob_names = sorted(p[len("blobs/") :] for p in entries if p.startswith("blobs/"))
+    blob_names = sorted(
+        p[len("blobs/") :] for p in entries if p.startswith("blobs/") and p not in a.restored
+    )
     for name in blob_names:
         have = a.hashes.get(f"blobs/{name}")
         if have is None:

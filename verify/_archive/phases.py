@@ -31,6 +31,7 @@ __all__ = ["UNCHANGED_MEMBERS", "check_phases"]
 UNCHANGED_MEMBERS = (
     "study", "title", "model", "design", "response", "analysis", "amendable", "prompt",
     "fewshot", "blinding_commitment", "witnessing", "timestamping", "deviations", "reviews",
+    "privacy",
 )  # fmt: skip
 """The members of ``protocol.locked`` every later phase carries exactly as the first did."""
 

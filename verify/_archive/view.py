@@ -11,9 +11,11 @@ from typing import Any
 from verify._archive.ledger_checks import ArchiveRun
 from verify._envelope import is_hex64
 from verify._items import ItemError
+from verify._privacy import Withheld
 from verify._prompts import RESERVED_COMPONENTS, LockedStudy, PromptError
 from verify._reader.files import MAX_PARSED_BYTES, show
 from verify._reader.names import sha_hex
+from verify._sealed import content_of
 
 __all__ = ["Archive"]
 
@@ -64,6 +66,12 @@ class Archive:
         self._blob_cache: dict[str, bytes | None] = {}
         self._study: LockedStudy | None = None
         self._study_problem: str | None = None
+        # paths put back from a public archive's annex (docs/privacy.md): checked against
+        # their commitments by the ``privacy`` check, not listed by the manifest or the export
+        self.restored: frozenset[str] = frozenset()
+        # a public archive whose trial set cannot be re-derived (its items are withheld): the
+        # withheld path; the schedule is then the signed schedule blob, checked in seed order
+        self.signed_schedule: str | None = None
 
     def of_kind(self, kind: str) -> list[int]:
         """The seqs of the events of ``kind``, ascending."""
@@ -100,14 +108,23 @@ class Archive:
         data = self.files.get(rel, limit)[0]
         if data is not None and sha_hex(data) != digest:
             data = None
+        if data is not None:  # a sealed blob's content (docs/ledger-format.md §6.1)
+            data = content_of(data)
         if data is not None and self._cached + len(data) <= self._CACHE_BYTES:
             self._blob_cache[digest] = data
             self._cached += len(data)
         return data
 
     def blob_ok(self, digest: str | None) -> bool:
-        """Whether ``blobs/<digest>`` is a listed regular file whose content hashes to its name."""
-        return is_hex64(digest) and self.hashes.get(f"blobs/{digest}") == digest
+        """Whether ``blobs/<digest>`` is a listed regular file whose content hashes to its name.
+
+        A blob a public archive withholds counts as present: its address is signed, and its
+        content is what the ``privacy`` check reports as not re-derived (``docs/privacy.md``).
+        """
+        try:
+            return is_hex64(digest) and self.hashes.get(f"blobs/{digest}") == digest
+        except Withheld:
+            return True
 
     def blob_size(self, digest: str) -> int | None:
         """The size of the listed ``blobs/<digest>``, or ``None``."""
@@ -255,7 +272,12 @@ class Archive:
         self.schedule_problem = None
         if not self.protocol:
             return []
-        study, problem = self.study()
+        try:
+            study, problem = self.study()
+        except Withheld as withheld:
+            if len(self.phase_seqs) > 1:
+                raise
+            return self._signed_schedule(withheld)
         if study is None:
             self.schedule_problem = f"the locked design cannot be read: {problem}"
             return []
@@ -279,6 +301,34 @@ class Archive:
         except PromptError as exc:
             self.schedule_problem = f"the locked design cannot be read: {exc}"
             return []
+
+    def _signed_schedule(self, withheld: Withheld) -> list[str]:
+        """A public archive's schedule: the signed blob's trial ids, in the seed's order.
+
+        The trial set comes from the withheld items, so it is taken as signed; its order is
+        re-derived (ascending ``SHA-256("{seed}|{trial id}")``, ``docs/randomization.md``).
+        """
+        pseq = self.protocol_seq
+        blob = self.blob(self.blob_ref(pseq, "schedule"), MAX_PARSED_BYTES) if pseq else None
+        design = self.protocol.get("design")
+        seed = design.get("seed") if type(design) is dict else None
+        if blob is None or seed is None:
+            raise withheld
+        try:
+            text = blob.decode("utf-8")
+        except UnicodeDecodeError:
+            self.schedule_problem = "the schedule blob is not UTF-8"
+            return []
+        ids = text.split("\n")[:-1] if text.endswith("\n") else text.split("\n")
+        order = sorted(ids, key=lambda t: sha_hex(f"{seed}|{t}".encode()))
+        if ids != order or len(set(ids)) != len(ids):
+            self.schedule_problem = (
+                "the signed schedule blob is not its trial ids in ascending "
+                f"SHA-256(\"{seed}|{{trial id}}\") order without repeats"
+            )
+            return []
+        self.signed_schedule = withheld.rel
+        return ids
 
     def _phased_schedule(self) -> list[str]:
         """The schedule of a study locked in phases (``docs/study-spec.md``, "Phases").

@@ -19,10 +19,10 @@ import hashlib
 import os
 import stat
 import unicodedata
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
-from typing import BinaryIO
+from typing import Any, BinaryIO
 
 from verify._reader.names import EVENTS
 from verify._safeio import UnsafeFileError, describe_mode, human_bytes, open_regular
@@ -110,6 +110,22 @@ class Entry:
     identity: tuple[int, int]
 
 
+class _Hashes(dict[str, str]):
+    """The walk's hashes; looking up a withheld path of a public archive raises Withheld."""
+
+    def __init__(self, files: ArchiveFiles) -> None:
+        super().__init__()
+        self._files = files
+
+    def get(self, rel: str, default: Any = None) -> Any:
+        """The hash of ``rel`` (``default`` when unhashed); Withheld for a withheld path."""
+        if rel not in self and self._files.withheld is not None and self._files.withheld(rel):
+            from verify._privacy import Withheld
+
+            raise Withheld(rel)
+        return super().get(rel, default)
+
+
 class ArchiveFiles:
     """The archive as the walk found it, and the reader of its regular files."""
 
@@ -119,7 +135,9 @@ class ArchiveFiles:
         self.dirs: set[str] = set()
         self.others: dict[str, str] = {}  # rel -> what it is, as a reason ("is a symbolic ...")
         self.problems: list[tuple[str, str]] = []  # (where, reason) of the walk itself
-        self.hashes: dict[str, str] = {}
+        self.hashes: dict[str, str] = _Hashes(self)
+        # a public archive's withheld paths (docs/privacy.md): reading one raises Withheld
+        self.withheld: Callable[[str], bool] | None = None
         self.unhashed: dict[str, str] = {}  # rel -> why it was not hashed
         self.complete = False  # the walk listed everything (no limit stopped it)
 
@@ -244,6 +262,10 @@ class ArchiveFiles:
     def open(self, rel: str, limit: int | None = None) -> Iterator[BinaryIO]:
         """Open the listed regular file ``rel`` (for streaming); see :meth:`read`."""
         entry = self.files.get(rel)
+        if entry is None and self.withheld is not None and self.withheld(rel):
+            from verify._privacy import Withheld
+
+            raise Withheld(rel)
         if entry is None or not self.complete:
             raise ArchiveFileError(f"{show(rel)} {self.describe(rel)}")
         cap = limit_for(rel) if limit is None else min(limit, limit_for(rel))
