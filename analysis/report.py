@@ -38,7 +38,7 @@ from analysis import flow as trial_flow
 from analysis import stats
 from analysis.analyze import NOT_APPLICABLE, ORIENTATIONS, TUMBLING_E, labels, verdict_caution
 from analysis.identical import IDENTICAL_ID, identical_banner
-from ledger import Ledger, PostgresLocation, write_files
+from ledger import Ledger, PostgresLocation, RemoteLocation, write_files
 from ledger.cliutil import table
 from runner.identity import session_notice
 from runner.lock import StudyError, ledger_path, protocol_event
@@ -97,7 +97,7 @@ class Report:
     """What :func:`build_report` read and wrote."""
 
     root: Path
-    ledger: Path | PostgresLocation
+    ledger: Path | PostgresLocation | RemoteLocation
     out_dir: Path
     html_path: Path
     protocol: dict[str, Any]

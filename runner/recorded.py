@@ -25,7 +25,14 @@ from pathlib import Path
 from types import TracebackType
 from typing import Any, BinaryIO, Literal, Protocol
 
-from ledger import Ledger, PostgresLocation, describe_os_error, open_regular_file, read_regular_file
+from ledger import (
+    Ledger,
+    PostgresLocation,
+    RemoteLocation,
+    describe_os_error,
+    open_regular_file,
+    read_regular_file,
+)
 from runner._errors import StudyError
 from runner.lock import LEDGER_FILE, STORE_FILE, ledger_path
 
@@ -173,7 +180,7 @@ class Recorded:
         self.path = path
         self.layout: Layout = kind
         self._log: Ledger | None = None
-        self.source: Path | PostgresLocation = path
+        self.source: Path | PostgresLocation | RemoteLocation = path
         if kind != "archive":
             self.source = ledger_path(path) if kind == "study" else path
             self._log = Ledger.open(self.source, readonly=True)
