@@ -23,6 +23,7 @@ import html
 import io
 import json
 import math
+import tempfile
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -192,6 +193,23 @@ def _check_row(check: Any) -> tuple[str, str, str]:
         return check.name, where, check.reason
     return check.name, where, check.reason
 
+def _verify(path: Path | PostgresLocation | RemoteLocation) -> Any:
+    """The independent verifier's report on the ledger at ``path``.
+
+    A ledger behind ``ledger serve`` is fetched into a temporary SQLite copy first (every
+    envelope, signature, blob and checkpoint the service serves), and the verifier reads that.
+    """
+    if not isinstance(path, RemoteLocation):
+        return verify_path(str(path))
+    from ledger._remote import RemoteLedger
+
+    with tempfile.TemporaryDirectory(prefix="prompt-ledger-report-") as tmp:
+        with Ledger.open(path, readonly=True) as log:
+            assert isinstance(log, RemoteLedger)
+            copy = log.copy_to(Path(tmp) / "ledger.db")
+        return verify_path(str(copy))
+
+
 def _load(root: Path, out_dir: Path, html_path: Path) -> Report:
     path = ledger_path(root)
     if not path.is_file():
@@ -216,7 +234,7 @@ def _load(root: Path, out_dir: Path, html_path: Path) -> Report:
                   if blob else [])  # fmt: skip
         body = dict(protocol.body)
         flow = trial_flow.study_flow(log)
-    verification = verify_path(str(path))
+    verification = _verify(path)
     return Report(root, path, out_dir, html_path, body, results, amendments, runs, verification,
                   posthoc=posthoc, trials=trials, flow=flow)  # fmt: skip
 

@@ -15,8 +15,9 @@ ends: all recorded, or none when another writer appended meanwhile (then
 :class:`ledger.StoreError` says so). Other writers never wait for it.
 
 Reads of envelopes and blobs are signed requests by a key registered in the study (blinding,
-``docs/service.md`` §8); the client signs them with the key it last appended with, else
-``$PROMPT_LEDGER_KEY``, else a key in ``<user home>/keys`` that the study registered.
+``docs/service.md`` §8); the client signs them with the key it last appended with, else one
+this process appended with before, else ``$PROMPT_LEDGER_KEY``, else a key in
+``<user home>/keys`` that the study registered.
 """
 
 from __future__ import annotations
@@ -52,6 +53,10 @@ if TYPE_CHECKING:
 
 KEY_ENV = "PROMPT_LEDGER_KEY"
 PAGE = 2000
+
+#: Keys this process has appended or signed with through any remote ledger (by vkey): a later
+#: remote ledger of the same study signs its reads with one of them before looking on disk.
+_USED_KEYS: dict[str, SigningKey] = {}
 
 
 class _Tree:
@@ -114,6 +119,7 @@ class RemoteLedger(Ledger):
         self._in_transaction = False
         self._cache: list[Event] = []
         self._reader: SigningKey | None = None
+        self._tree: _Tree | None = None  # the head after this client's last append
         self._clock = clock or _fixed_clock(head) or utc_now
 
     # ------------------------------------------------------------------ opening and closing
@@ -149,6 +155,7 @@ class RemoteLedger(Ledger):
         entry = {"envelope": b64(data), "signature": b64(key.sign(data))}
         with Client(where) as client:
             client.request("POST", "create", json={"origin": origin, "entry": entry})
+        _USED_KEYS[key.vkey] = key
         log = cls.connect(where, clock=clock)
         log._reader = key
         return log
@@ -182,6 +189,7 @@ class RemoteLedger(Ledger):
             if tx is not None and (tx.events or tx.checkpoints):
                 self._submit(tx.events, tx.blobs, tx.checkpoints, in_transaction=True)
                 self._remember(tx.events)
+                self._tree = tx.tree
         finally:
             self._tx = None
             self._in_transaction = False
@@ -204,6 +212,7 @@ class RemoteLedger(Ledger):
             if spec.kind == "ledger.genesis":
                 raise FormatError("ledger.genesis can only be the first event of a new ledger")
         self._reader = key
+        _USED_KEYS[key.vkey] = key
         if self._in_transaction:
             tx = self._begin()
             tree = tx.tree.copy()
@@ -214,16 +223,20 @@ class RemoteLedger(Ledger):
             tx.roots += roots
             tx.blobs.update(blobs)
             return events
-        tree = _Tree.from_json(self._head())
+        # Sign against the head this client left (no extra round trip); when another writer
+        # appended meanwhile the service answers 409 and the batch is re-signed on the new head.
+        tree = self._tree or _Tree.from_json(self._head())
         while True:
-            events, blobs = self._sign(specs, key, tree.copy(), pending={})
+            after = tree.copy()
+            events, blobs = self._sign(specs, key, after, pending={})
             try:
                 stored = self._submit(events, blobs, [], in_transaction=False)
             except ConflictError as exc:
                 if exc.size < 0:
                     raise
-                tree = _Tree.from_json(self._head())  # someone else was first: re-sign
+                tree = _Tree.from_json(self._head())
                 continue
+            self._tree = after
             self._remember(stored)
             return stored
 
@@ -320,6 +333,7 @@ class RemoteLedger(Ledger):
         note = Checkpoint(self.origin, n, self.root(n)).sign(signers)
         created = format_time(self._clock())
         self._reader = signers[0]
+        _USED_KEYS[signers[0].vkey] = signers[0]
         if self._in_transaction:
             self._begin().checkpoints.append((note, created, n))
             return note
@@ -441,6 +455,9 @@ class RemoteLedger(Ledger):
 
     def _find_key(self) -> SigningKey:
         registered = {k.vkey for k in self.keys() if k.revoked_seq is None}
+        for vkey, used in _USED_KEYS.items():
+            if vkey in registered:
+                return used
         candidates: list[Path] = []
         named = os.environ.get(KEY_ENV)
         if named:
@@ -520,6 +537,35 @@ class RemoteLedger(Ledger):
                 f"{self.where}: a stored checkpoint has tree size {top}, but the log has {size} "
                 f"events: the last {top - size} event(s) are missing; nothing was appended"
             )
+
+    def copy_to(self, target: Path) -> Path:
+        """Write what the service serves into a new SQLite ledger at ``target``; return it.
+
+        Every envelope, signature and blob goes through :meth:`Ledger.append_signed` (so each
+        is checked again here), then every checkpoint with its creation time, its witness
+        cosignatures added as they are stored. The independent verifier (``verify/``) reads
+        the copy: it checks what the service served (``ledger report``'s verification).
+        """
+        from ledger._note import parse_note
+
+        self._sync()
+        copy = Ledger._create_empty(target, self.origin)
+        try:
+            registered = {(k.name, VerifierKey.parse(k.vkey).key_id) for k in self.keys()}
+            for start in range(0, len(self._cache), 500):
+                chunk = self._cache[start : start + 500]
+                blobs = {d: self.blob(d) for e in chunk for d in e.blobs.values()}
+                copy.append_signed([(e.envelope, e.signature) for e in chunk], blobs)
+            for cp in self.checkpoints():
+                note = parse_note(cp.note)
+                own = [s.line for s in note.signatures if (s.name, s.key_id) in registered]
+                others = [s.line for s in note.signatures if (s.name, s.key_id) not in registered]
+                cid, _ = copy.store_checkpoint(note.text + "\n" + "".join(own), cp.created)
+                if others:
+                    copy.add_cosignatures(cid, others)
+        finally:
+            copy.close()
+        return target
 
     @property
     def db(self) -> Any:
