@@ -19,6 +19,7 @@ from ledger._errors import (
     ConflictError,
     FormatError,
     LedgerError,
+    NoteError,
     ProofError,
     RefusedError,
     StoreError,
@@ -204,10 +205,9 @@ def _error(where: RemoteLocation, answer: httpx.Response) -> LedgerError:
     if status == 422:
         rule = answer.json().get("rule", "") if _is_json(answer) else ""
         return RefusedError(text, spec=None, rule=str(rule))
+    kind = answer.json().get("type") if _is_json(answer) else None
     if status == 400:
-        return FormatError(text)
-    if status == 416:
-        return ProofError(text)
+        return {"ProofError": ProofError, "NoteError": NoteError}.get(str(kind), FormatError)(text)
     return StoreError(f"{text} (HTTP {status})")
 
 

@@ -20,8 +20,9 @@ so any number of service processes may share one PostgreSQL. Routes, under
   blind (§8).
 
 Bad input is answered 4xx with ``{"error": reason}`` and nothing is appended: 400 malformed,
-403 refused key or signature, 404 unknown study, 408 body too slow, 409 head moved, 411/413
-body size, 415 not JSON, 422 a trial rule of the PostgreSQL store.
+403 refused key or signature, 404 unknown study, 408 body too slow, 409 head moved, 413 body
+too large, 415 not JSON, 422 a trial rule of the PostgreSQL store, 503 the store unreachable.
+The body's ``type`` names the library error (``FormatError``, ``ProofError``, ...).
 """
 
 from __future__ import annotations
@@ -331,7 +332,7 @@ def _proof(log: Ledger, request: Request, which: str) -> dict[str, Any]:
         if index is None:
             raise BadRequest(400, "query parameter index is required")
         if index >= log.size:
-            raise BadRequest(416, f"index {index} is outside the log (size {log.size})")
+            raise ProofError(f"index {index} is outside the log (size {log.size})")
         return log.inclusion_proof(index, _int(q, "size")).to_json()
     old = _int(q, "old")
     if old is None:
@@ -341,7 +342,7 @@ def _proof(log: Ledger, request: Request, which: str) -> dict[str, Any]:
 
 _STATUS: list[tuple[type[BaseException], int]] = [
     (BadRequest, 0), (ConflictError, 409), (RefusedError, 422), (AuthorizationError, 403),
-    (ProofError, 416), (FormatError, 400), (NoteError, 400), (StoreError, 503),
+    (ProofError, 400), (FormatError, 400), (NoteError, 400), (StoreError, 503),
 ]  # fmt: skip
 
 
@@ -351,7 +352,7 @@ def _answer_error(exc: LedgerError, log_head: Callable[[], dict[str, Any]] | Non
         if isinstance(exc, kind):
             status = exc.status if isinstance(exc, BadRequest) else code
             break
-    body: dict[str, Any] = {"error": str(exc)}
+    body: dict[str, Any] = {"error": str(exc), "type": type(exc).__name__}
     if isinstance(exc, RefusedError):
         body["rule"] = exc.rule
     if isinstance(exc, ConflictError):
@@ -413,6 +414,8 @@ def api_routes(service: AppendService) -> list[Route]:
 
 
 def _create(service: AppendService, study: str, data: Any) -> Response:
+    if not service.allow_create:
+        raise BadRequest(403, "this service does not create studies (start it with --allow-create)")
     ok = isinstance(data, dict) and set(data) == {"origin", "entry"}
     if not ok or not isinstance(data["origin"], str) or not isinstance(data["entry"], dict):
         raise BadRequest(400, "body must be {origin: string, entry: {envelope, signature}}")
