@@ -62,11 +62,14 @@ class ConflictError(StoreError):
     writer must re-sign against.
     """
 
-    def __init__(self, message: str, *, size: int, last: str) -> None:
-        """Name the head the envelope should have continued."""
+    def __init__(
+        self, message: str, *, size: int, last: str, head: dict[str, object] | None = None
+    ) -> None:
+        """Name the head the envelope should have continued (``head``: as the service sent it)."""
         super().__init__(message)
         self.size = size
         self.last = last
+        self.head = head
 
 
 class RefusedError(LedgerError):

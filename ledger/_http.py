@@ -7,12 +7,14 @@ See ``ledger/_remote.py`` (the :class:`ledger.Ledger` interface over this client
 from __future__ import annotations
 
 import base64
+import http.client
+import json as _json
 import re
 import time
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
-from urllib.parse import urlsplit
+from urllib.parse import urlencode, urlsplit
 
 from ledger._errors import (
     AuthorizationError,
@@ -26,8 +28,6 @@ from ledger._errors import (
 )
 
 if TYPE_CHECKING:
-    import httpx
-
     from ledger._keys import SigningKey
 
 URL_SCHEMES = ("http", "https")
@@ -114,15 +114,40 @@ class RemoteLocation:
         return self.exists()
 
 
+@dataclass(frozen=True)
+class Answer:
+    """One HTTP answer of the service: status, headers (lower-case names) and body."""
+
+    status_code: int
+    headers: dict[str, str]
+    content: bytes
+
+    @property
+    def is_success(self) -> bool:
+        """True for a 2xx status."""
+        return 200 <= self.status_code < 300
+
+    @property
+    def text(self) -> str:
+        """The body as text (UTF-8, undecodable bytes replaced)."""
+        return self.content.decode("utf-8", "replace")
+
+    def json(self) -> Any:
+        """The body parsed as JSON (raises ValueError when it is not)."""
+        return _json.loads(self.content)
+
+
 class Client:
-    """HTTP to the service: round robin over its URLs, retries of unanswered requests."""
+    """HTTP/1.1 to the service: keep-alive connections, round robin over the URLs, retries.
+
+    ``http.client`` (the standard library's) costs a third of what httpx does per request,
+    which is most of an append's time on loopback (``docs/service.md`` §10).
+    """
 
     def __init__(self, where: RemoteLocation) -> None:
-        import httpx
-
         self.where = where
         self._next = 0
-        self._http = httpx.Client(timeout=TIMEOUT_SECONDS, follow_redirects=False)
+        self._conns: dict[str, http.client.HTTPConnection] = {}
 
     def __enter__(self) -> Client:
         return self
@@ -131,7 +156,22 @@ class Client:
         self.close()
 
     def close(self) -> None:
-        self._http.close()
+        """Close every open connection."""
+        for conn in self._conns.values():
+            conn.close()
+        self._conns.clear()
+
+    def _conn(self, base: str) -> tuple[http.client.HTTPConnection, str]:
+        parts = urlsplit(base)
+        conn = self._conns.get(base)
+        if conn is None:
+            host, port = parts.hostname or "", parts.port
+            if parts.scheme == "https":
+                conn = http.client.HTTPSConnection(host, port, timeout=TIMEOUT_SECONDS)
+            else:
+                conn = http.client.HTTPConnection(host, port, timeout=TIMEOUT_SECONDS)
+            self._conns[base] = conn
+        return conn, parts.path
 
     def request(
         self,
@@ -142,36 +182,43 @@ class Client:
         params: Mapping[str, Any] | None = None,
         signer: SigningKey | None = None,
         allow: tuple[int, ...] = (),
-    ) -> httpx.Response:
+    ) -> Answer:
         """Send one request; retry it unchanged while no answer comes (or 502/503/504).
 
         Answers other than 2xx and ``allow`` raise the library error their status means.
         """
-        import httpx
-
         deadline = time.monotonic() + RETRY_SECONDS
         urls = self.where.urls
         delay = 0.1
+        body = None if json is None else _json.dumps(json, separators=(",", ":")).encode()
+        query = f"?{urlencode(params)}" if params else ""
         while True:
             base = urls[self._next % len(urls)]
             self._next += 1
-            url = f"{base}/{API}/{op}"
-            headers = {}
+            conn, prefix = self._conn(base)
+            target = f"{prefix}/{API}/{op}{query}"
+            headers = {"Accept": "application/json"}
+            if body is not None:
+                headers["Content-Type"] = "application/json"
             if signer is not None:
-                target = httpx.URL(url, params=params)
-                path = target.raw_path.decode("ascii")
                 when = int(time.time())
-                sig = signer.sign(read_message(method, path, when))
+                sig = signer.sign(read_message(method, target, when))
                 headers[READ_HEADER] = f"{signer.actor} {when} {base64.b64encode(sig).decode()}"
             try:
-                answer = self._http.request(method, url, json=json, params=params, headers=headers)
-            except httpx.HTTPError as exc:
+                conn.request(method, target, body=body, headers=headers)
+                raw = conn.getresponse()
+                answer = Answer(raw.status, {k.lower(): v for k, v in raw.getheaders()},
+                                raw.read())  # fmt: skip
+            except (OSError, http.client.HTTPException) as exc:
+                conn.close()
+                self._conns.pop(base, None)
                 if time.monotonic() > deadline:
                     raise StoreError(
-                        f"{self.where}: the service does not answer ({exc}); whatever the last "
-                        "request carried was recorded once or not at all: run the command again"
+                        f"{self.where}: the service does not answer ({exc or type(exc).__name__});"
+                        " whatever the last request carried was recorded once or not at all: "
+                        "run the command again"
                     ) from exc
-                time.sleep(delay)
+                time.sleep(delay if len(urls) == 1 else 0)
                 delay = min(delay * 2, 2.0)
                 continue
             if answer.status_code in (502, 503, 504) and time.monotonic() <= deadline:
@@ -183,7 +230,7 @@ class Client:
             raise _error(self.where, answer)
 
 
-def reason(answer: httpx.Response) -> str:
+def reason(answer: Answer) -> str:
     try:
         data = answer.json()
     except ValueError:
@@ -193,13 +240,14 @@ def reason(answer: httpx.Response) -> str:
     return f"HTTP {answer.status_code}"
 
 
-def _error(where: RemoteLocation, answer: httpx.Response) -> LedgerError:
+def _error(where: RemoteLocation, answer: Answer) -> LedgerError:
     """The library error an error answer of the service stands for."""
     status, why = answer.status_code, reason(answer)
     text = f"{where}: {why}"
     if status == 409:
         head = answer.json().get("head", {}) if _is_json(answer) else {}
-        return ConflictError(text, size=int(head.get("size", -1)), last=str(head.get("last", "")))
+        return ConflictError(text, size=int(head.get("size", -1)), last=str(head.get("last", "")),
+                             head=head if "frontier" in head else None)  # fmt: skip
     if status == 403:
         return AuthorizationError(text)
     if status == 422:
@@ -211,7 +259,7 @@ def _error(where: RemoteLocation, answer: httpx.Response) -> LedgerError:
     return StoreError(f"{text} (HTTP {status})")
 
 
-def _is_json(answer: httpx.Response) -> bool:
+def _is_json(answer: Answer) -> bool:
     return str(answer.headers.get("content-type", "")).startswith("application/json")
 
 

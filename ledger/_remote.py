@@ -120,6 +120,8 @@ class RemoteLedger(Ledger):
         self._cache: list[Event] = []
         self._reader: SigningKey | None = None
         self._tree: _Tree | None = None  # the head after this client's last append
+        self.conflicts = 0
+        """How many times the service answered 409 and a batch was signed again."""
         self._clock = clock or _fixed_clock(head) or utc_now
 
     # ------------------------------------------------------------------ opening and closing
@@ -234,7 +236,8 @@ class RemoteLedger(Ledger):
             except ConflictError as exc:
                 if exc.size < 0:
                     raise
-                tree = _Tree.from_json(self._head())
+                self.conflicts += 1  # the 409 carries the new head: re-sign on it at once
+                tree = _Tree.from_json(exc.head if exc.head is not None else self._head())
                 continue
             self._tree = after
             self._remember(stored)

@@ -263,12 +263,16 @@ def _parse_append(data: Any) -> tuple[list[tuple[bytes, bytes]], dict[str, bytes
 
 def _append(log: Ledger, data: Any) -> dict[str, Any]:
     entries, blobs, cps = _parse_append(data)
-    with log.transaction():
+    if not cps:  # one write transaction of the store's own (no savepoint around it)
         events, replayed = log.append_signed(entries, blobs)
-        ids = [log.store_checkpoint(cp["note"], cp["created"]) for cp in cps]
+        ids: list[tuple[int, bool]] = []
+    else:
+        with log.transaction():
+            events, replayed = log.append_signed(entries, blobs)
+            ids = [log.store_checkpoint(cp["note"], cp["created"]) for cp in cps]
     return {
         "seqs": [e.seq for e in events], "replayed": replayed,
-        "checkpoints": [{"id": i, "replayed": r} for i, r in ids], "size": log.size,
+        "checkpoints": [{"id": i, "replayed": r} for i, r in ids],
     }  # fmt: skip
 
 
@@ -384,7 +388,8 @@ async def _read_body(request: Request, limit: int) -> Any:
         return b"".join(chunks)
 
     try:
-        raw = await asyncio.wait_for(collect(), BODY_SECONDS)
+        async with asyncio.timeout(BODY_SECONDS):
+            raw = await collect()
     except TimeoutError:
         raise BadRequest(408, f"the body did not arrive within {BODY_SECONDS:g} s") from None
     try:

@@ -892,7 +892,7 @@ class Ledger:
         from ledger._errors import ConflictError
 
         conn = self._conn
-        head = self._load_head()
+        head = self._load_head_at_once()
         first = parsed[0][0].seq
         if first < head.size:
             stored = [self.get(env.seq) for env, _ in parsed if env.seq < head.size]
@@ -985,6 +985,39 @@ class Ledger:
         keys.flush()
         self._head_cache = head
         return events, False
+
+    def _load_head_at_once(self) -> _Head:
+        """:meth:`_load_head` with the frontier read in one query when the cache missed.
+
+        Several service processes append in turn, so each one's cached head is usually stale;
+        one query instead of one per subtree keeps that cheap on PostgreSQL.
+        """
+        row = self._conn.execute(
+            "SELECT seq, leaf_hash FROM events ORDER BY seq DESC LIMIT 1"
+        ).fetchone()
+        if row is None:
+            return _Head(0, b"", [])
+        size, last = int(row[0]) + 1, bytes(row[1])
+        cached = self._head_cache
+        if cached is not None and cached.size == size and cached.last == last:
+            return _Head(size, last, list(cached.frontier))
+        parts = decompose(0, size)
+        wanted = [(lvl, idx) for lvl, idx in parts if lvl > 0]
+        found: dict[tuple[int, int], bytes] = {}
+        if wanted:
+            where = " OR ".join(["(level = ? AND idx = ?)"] * len(wanted))
+            args = [v for pair in wanted for v in pair]
+            for lvl, idx, h in self._conn.execute(
+                f"SELECT level, idx, hash FROM tree WHERE {where}", args
+            ).fetchall():
+                found[(int(lvl), int(idx))] = bytes(h)
+        frontier = []
+        for lvl, idx in parts:
+            h = last if lvl == 0 else found.get((lvl, idx))
+            if h is None:
+                raise StoreError(f"{self.path}: Merkle node (level {lvl}, index {idx}) is missing")
+            frontier.append((lvl, h))
+        return _Head(size, last, frontier)
 
     def store_checkpoint(self, note: str, created: str | None = None) -> tuple[int, bool]:
         """Store a checkpoint signed elsewhere (the hook of ``ledger serve``); (id, replayed).

@@ -30,6 +30,7 @@ from ledger import (
     NoteError,
     SigningKey,
     StoreError,
+    root_from_leaf_hashes,
 )
 from ledger._envelope import ZERO_HASH, envelope_bytes
 from ledger._http import READ_HEADER, read_message
@@ -479,6 +480,7 @@ def test_two_service_processes_on_one_postgresql_sequence_one_chain(
             assert c.size == 14 and a.root() == b.root() == c.root()
             events = list(c.events())
         assert [e.seq for e in events] == list(range(14))
+        assert c.root() == root_from_leaf_hashes([e.leaf_hash for e in events])
         assert all(e.prev == events[e.seq - 1].leaf_hash.hex() for e in events[1:])
     finally:
         for proc, _ in procs:
