@@ -129,7 +129,8 @@ def _appender(
             n = 0
             while time.perf_counter() < stop[0]:
                 t0 = time.perf_counter()
-                log.append_many([EventSpec("artifact.locked", {"w": i, "n": n + j, "text": "x" * 200})
+                body = {"w": i, "text": "x" * 200}
+                log.append_many([EventSpec("artifact.locked", {**body, "n": n + j})
                                  for j in range(batch)], key=key)  # fmt: skip
                 latencies[i].append(time.perf_counter() - t0)
                 n += batch

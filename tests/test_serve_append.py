@@ -479,8 +479,8 @@ def test_two_service_processes_on_one_postgresql_sequence_one_chain(
             c.sign_checkpoint(OWNER)
             assert c.size == 14 and a.root() == b.root() == c.root()
             events = list(c.events())
+            assert c.root() == root_from_leaf_hashes([e.leaf_hash for e in events])
         assert [e.seq for e in events] == list(range(14))
-        assert c.root() == root_from_leaf_hashes([e.leaf_hash for e in events])
         assert all(e.prev == events[e.seq - 1].leaf_hash.hex() for e in events[1:])
     finally:
         for proc, _ in procs:
