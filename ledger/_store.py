@@ -883,12 +883,27 @@ class Ledger:
             if actual != digest:
                 raise FormatError(f"blob {digest}: its bytes hash to {actual}")
             sent[digest] = bytes(value)
+        # Signatures are checked before the write lock against the keys registered now, so
+        # several service processes verify in parallel and the sequenced transaction only
+        # checks that each key is still what it was (a key added in this batch: checked there).
+        # An actor id names its key (the id hashes the name and the public key), so a vkey
+        # seen once stays right; only an actor not seen yet sends us to the keys table.
+        vkeys: dict[str, str] = self.__dict__.setdefault("_signed_vkeys", {})
+        if any(env.actor not in vkeys for env, _ in parsed):
+            with self._errors():
+                vkeys.update((r.actor, r.vkey) for r in self.keys())
+        verified: set[tuple[int, str]] = set()
+        for i, (env, signature) in enumerate(parsed):
+            vkey = vkeys.get(env.actor)
+            if vkey is not None and VerifierKey.parse(vkey).verify(env.data, signature):
+                verified.add((i, vkey))
         with self._errors(), self._write():
-            return self._append_signed_locked(parsed, sent)
+            return self._append_signed_locked(parsed, sent, verified)
 
     def _append_signed_locked(
-        self, parsed: Sequence[tuple[Any, bytes]], sent: dict[str, bytes]
-    ) -> tuple[list[Event], bool]:
+        self, parsed: Sequence[tuple[Any, bytes]], sent: dict[str, bytes],
+        verified: set[tuple[int, str]],
+    ) -> tuple[list[Event], bool]:  # fmt: skip
         from ledger._errors import ConflictError
 
         conn = self._conn
@@ -913,7 +928,7 @@ class Ledger:
         node_rows: list[tuple[int, int, bytes]] = []
         blob_rows: dict[str, tuple[Any, ...]] = {}
         events: list[Event] = []
-        for env, signature in parsed:
+        for i, (env, signature) in enumerate(parsed):
             seq, kind, body = env.seq, env.kind, dict(env.body)
             prev = head.last.hex() if seq else ZERO_HASH
             if env.prev != prev:
@@ -944,7 +959,7 @@ class Ledger:
                     self._apply_key_event(keys, kind, body, seq)
                     if body != env.body:
                         raise FormatError(f"seq {seq}: key.added vkey is not in its canonical form")
-            if not verifier.verify(env.data, signature):
+            if (i, verifier.vkey) not in verified and not verifier.verify(env.data, signature):
                 raise AuthorizationError(
                     f"seq {seq}: the signature does not verify with {env.actor}'s registered key"
                 )
