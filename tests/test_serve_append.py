@@ -507,3 +507,45 @@ def test_the_demo_study_through_two_services_on_postgresql_is_the_archive_byte_f
     finally:
         for proc, _ in procs:
             _stop(proc)
+
+
+@pytest.mark.slow
+def test_every_command_works_on_a_study_behind_the_service(
+    tmp_path: Path, ledger_home: Path
+) -> None:
+    """`ledger new --store http://.../STUDY`, then lock, run, status, score, unblind, analyze
+    and export through the service (default request limit); the archive verifies."""
+    from click.testing import CliRunner
+
+    from ledger.cli import main
+
+    store = tmp_path / "store"
+    store.mkdir()
+    server = LocalTiles(None, service=AppendService(StoreRoot(str(store)), allow_create=True))
+    with server:
+        _every_command(server.url, store, tmp_path, CliRunner(), main)
+
+
+def _every_command(base: str, store: Path, tmp_path: Path, runner: Any, main: Any) -> None:
+    root = tmp_path / "remote-study"
+
+    def ledger(*args: str) -> str:
+        result = runner.invoke(main, list(args))
+        assert result.exit_code == 0, (args, result.output)
+        return result.output
+
+    ledger("new", str(root), "--store", f"{base}/remote-study")
+    assert (root / "ledger.store").read_text().strip() == f"{base}/remote-study"
+    spec = root / "study.toml"
+    spec.write_text(spec.read_text().replace("replicates = 30", "replicates = 1"))
+    ledger("lock", str(root))
+    ledger("run", str(root), "--backend", "simulated")
+    status = json.loads(ledger("status", str(root), "--json"))
+    assert all(a["pending"] == 0 for a in status["arms"])
+    for step in ("score", "unblind", "analyze"):
+        ledger(step, str(root))
+    ledger("export", str(root), str(tmp_path / "archive"))
+    ledger("verify", str(tmp_path / "archive"))
+    with Ledger.open(store / "remote-study.db", readonly=True) as local:
+        kinds = [e.kind for e in local.events()]
+    assert kinds.count("run.started") == 1 and kinds[-1] == "export.created"
