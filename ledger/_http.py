@@ -10,6 +10,7 @@ import base64
 import http.client
 import json as _json
 import re
+import threading
 import time
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -148,6 +149,7 @@ class Client:
         self.where = where
         self._next = 0
         self._conns: dict[str, http.client.HTTPConnection] = {}
+        self._lock = threading.Lock()  # one request at a time (`ledger run`'s writer thread)
 
     def __enter__(self) -> Client:
         return self
@@ -186,7 +188,15 @@ class Client:
         """Send one request; retry it unchanged while no answer comes (or 502/503/504).
 
         Answers other than 2xx and ``allow`` raise the library error their status means.
+        Thread-safe: requests from several threads are sent one after the other.
         """
+        with self._lock:
+            return self._request(method, op, json, params, signer, allow)
+
+    def _request(
+        self, method: str, op: str, json: Any, params: Mapping[str, Any] | None,
+        signer: SigningKey | None, allow: tuple[int, ...],
+    ) -> Answer:  # fmt: skip
         deadline = time.monotonic() + RETRY_SECONDS
         urls = self.where.urls
         delay = 0.1

@@ -26,6 +26,7 @@ import base64
 import hashlib
 import os
 import random
+import threading
 import time
 from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
@@ -123,6 +124,7 @@ class RemoteLedger(Ledger):
         self._reader: SigningKey | None = None
         self._tree: _Tree | None = None  # the head after this client's last append
         self.conflicts = 0
+        self._cache_lock = threading.RLock()
         """How many times the service answered 409 and a batch was signed again."""
         self._clock = clock or _fixed_clock(head) or utc_now
 
@@ -324,8 +326,9 @@ class RemoteLedger(Ledger):
         return list(events)
 
     def _remember(self, events: Sequence[Event]) -> None:
-        if events and len(self._cache) == events[0].seq:
-            self._cache.extend(events)
+        with self._cache_lock:
+            if events and len(self._cache) == events[0].seq:
+                self._cache.extend(events)
 
     # ------------------------------------------------------------------ checkpoints
 
@@ -383,6 +386,10 @@ class RemoteLedger(Ledger):
 
     def _sync(self) -> None:
         """Fetch the events this client has not seen yet (events never change once stored)."""
+        with self._cache_lock:
+            self._sync_locked()
+
+    def _sync_locked(self) -> None:
         while True:
             answer = self._client.request(
                 "GET", "events", params={"start": len(self._cache), "limit": PAGE},
