@@ -30,7 +30,7 @@ from analysis import analyze as an
 from analysis._errors import AnalysisError
 from analysis.rows import split_trial, trial_variant
 from analysis.stats import closed_form_fits
-from ledger import PostgresLocation
+from ledger import PostgresLocation, RemoteLocation
 from runner.plancheck import plan_stimuli
 from runner.planspec import (
     PLAN_FILE,
@@ -600,7 +600,7 @@ def _same_numbers(a: Any, b: Any, rel: float = 1e-6) -> bool:
     return bool(a == b)
 
 
-def _locked_state(root: Path, path: Path | PostgresLocation) -> str | None:
+def _locked_state(root: Path, path: Path | PostgresLocation | RemoteLocation) -> str | None:
     """The locked plan's text when the study is locked (spec unchanged), else None.
 
     Raises :class:`PlanError` when the spec changed since the lock or no plan was locked.

@@ -23,6 +23,7 @@ import html
 import io
 import json
 import math
+import tempfile
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -38,7 +39,7 @@ from analysis import flow as trial_flow
 from analysis import stats
 from analysis.analyze import NOT_APPLICABLE, ORIENTATIONS, TUMBLING_E, labels, verdict_caution
 from analysis.identical import IDENTICAL_ID, identical_banner
-from ledger import Ledger, PostgresLocation, write_files
+from ledger import Ledger, PostgresLocation, RemoteLocation, write_files
 from ledger.cliutil import table
 from runner.identity import session_notice
 from runner.lock import StudyError, ledger_path, protocol_event
@@ -97,7 +98,7 @@ class Report:
     """What :func:`build_report` read and wrote."""
 
     root: Path
-    ledger: Path | PostgresLocation
+    ledger: Path | PostgresLocation | RemoteLocation
     out_dir: Path
     html_path: Path
     protocol: dict[str, Any]
@@ -192,6 +193,23 @@ def _check_row(check: Any) -> tuple[str, str, str]:
         return check.name, where, check.reason
     return check.name, where, check.reason
 
+def _verify(path: Path | PostgresLocation | RemoteLocation) -> Any:
+    """The independent verifier's report on the ledger at ``path``.
+
+    A ledger behind ``ledger serve`` is fetched into a temporary SQLite copy first (every
+    envelope, signature, blob and checkpoint the service serves), and the verifier reads that.
+    """
+    if not isinstance(path, RemoteLocation):
+        return verify_path(str(path))
+    from ledger._remote import RemoteLedger
+
+    with tempfile.TemporaryDirectory(prefix="prompt-ledger-report-") as tmp:
+        with Ledger.open(path, readonly=True) as log:
+            assert isinstance(log, RemoteLedger)
+            copy = log.copy_to(Path(tmp) / "ledger.db")
+        return verify_path(str(copy))
+
+
 def _load(root: Path, out_dir: Path, html_path: Path) -> Report:
     path = ledger_path(root)
     if not path.is_file():
@@ -216,7 +234,7 @@ def _load(root: Path, out_dir: Path, html_path: Path) -> Report:
                   if blob else [])  # fmt: skip
         body = dict(protocol.body)
         flow = trial_flow.study_flow(log)
-    verification = verify_path(str(path))
+    verification = _verify(path)
     return Report(root, path, out_dir, html_path, body, results, amendments, runs, verification,
                   posthoc=posthoc, trials=trials, flow=flow)  # fmt: skip
 

@@ -31,7 +31,7 @@ from typing import Any, Literal
 
 from analysis._errors import AnalysisError
 from analysis.rows import split_trial, trial_variant
-from ledger import Ledger, LedgerError, PostgresLocation, node_hash
+from ledger import Ledger, LedgerError, PostgresLocation, RemoteLocation, node_hash
 from runner import StudyError
 from runner.lock import ledger_path
 from runner.recorded import EVENTS_FILE, Recorded, event_lines, layout, open_events, parse_line
@@ -211,7 +211,7 @@ class ViewIndex:
         self._tree: _Tree | None = None
         self._default_model: str | None = None
         self._previews: dict[str, str] = {}  # response blob -> preview (indexed already)
-        self.source: Path | PostgresLocation
+        self.source: Path | PostgresLocation | RemoteLocation
         if kind == "study":
             where = ledger_path(path)  # ledger.db, or the PostgreSQL store ledger.store names
             self._log = Ledger.open(where, readonly=True)

@@ -13,7 +13,15 @@ and p99 latency of one fetch, and the time ``ledger monitor``'s check takes from
 nginx. The clients run in this Python process, so on few cores the figures are bounded by the
 client as much as by the server. Timings are never asserted; ``--quick`` shrinks everything.
 
-Remote append through ``ledger serve`` is not measured here (it does not exist yet).
+``python benchmarks/bench_serve.py append [--seconds 5] [--clients 1,4]`` measures the append
+API instead: a throwaway PostgreSQL cluster (``tests/pg_server.py``, default durability) holds
+the log; for each number of client threads, single-event appends (a 200-byte body, signed by
+the owner key) go for ``--seconds`` (a) directly to the store (each thread its own
+:class:`ledger.Ledger` on PostgreSQL) and (b) through 1 and through 4 ``ledger serve``
+processes on that PostgreSQL (each thread a remote ledger spreading its requests over all of
+them: it signs, the service checks and sequences). Printed: appends per second, p50 and p99
+latency of one append (re-signing after a 409 included), the 409s, and the ratio to direct
+appends (target, issue 35: >= 0.5x). Clients and servers share this machine's cores.
 """
 
 from __future__ import annotations
@@ -26,6 +34,7 @@ import tempfile
 import threading
 import time
 from pathlib import Path
+from typing import Any
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "tests"))
@@ -102,8 +111,123 @@ def report(name: str, seconds: float, result: tuple[int, int, list[float]]) -> N
     )
 
 
+def _appender(
+    opener: Any, seconds: float, clients: int, key: SigningKey, batch: int
+) -> tuple[int, list[float], int]:
+    """``clients`` threads appending ``batch`` events at a time: (events, latencies, 409s)."""
+    from ledger import EventSpec
+
+    counts = [0] * clients
+    conflicts = [0] * clients
+    latencies: list[list[float]] = [[] for _ in range(clients)]
+    ready = threading.Barrier(clients + 1)
+    stop = [0.0]
+
+    def worker(i: int) -> None:
+        with opener() as log:
+            ready.wait()
+            n = 0
+            while time.perf_counter() < stop[0]:
+                t0 = time.perf_counter()
+                body = {"w": i, "text": "x" * 200}
+                log.append_many([EventSpec("artifact.locked", {**body, "n": n + j})
+                                 for j in range(batch)], key=key)  # fmt: skip
+                latencies[i].append(time.perf_counter() - t0)
+                n += batch
+            counts[i] = n
+            conflicts[i] = getattr(log, "conflicts", 0)
+
+    threads = [threading.Thread(target=worker, args=(i,)) for i in range(clients)]
+    for t in threads:
+        t.start()
+    stop[0] = time.perf_counter() + seconds + 0.05
+    ready.wait()
+    for t in threads:
+        t.join()
+    return sum(counts), [x for part in latencies for x in part], sum(conflicts)
+
+
+def bench_append(seconds: float, client_counts: list[int], batches: list[int]) -> None:
+    """Appends per second directly to PostgreSQL and through 1 and 4 `ledger serve` processes."""
+    import subprocess
+
+    from pg_server import PgServer, find_bindir, free_port  # type: ignore[import-not-found]
+
+    bindir = find_bindir()
+    if bindir is None:
+        raise SystemExit("no PostgreSQL binaries (apt-get install postgresql)")
+    key = SigningKey("bench.example/owner", b"\x07" * 32)
+    with tempfile.TemporaryDirectory(prefix="bench-append-") as tmp:
+        pg = PgServer(Path(tmp) / "pg", bindir)
+        pg.init()
+        pg.start()
+        procs: list[subprocess.Popen[str]] = []
+        try:
+            pg.createdb("ledgers")
+            ledger_cmd = str(Path(sys.executable).parent / "ledger")
+            bases = []
+            for _ in range(4):
+                port = free_port()
+                proc = subprocess.Popen(
+                    [ledger_cmd, "serve", "--store", pg.url(), "--allow-create", "--port",
+                     str(port)], stdout=subprocess.PIPE, text=True,
+                )  # fmt: skip
+                assert proc.stdout is not None
+                proc.stdout.readline()  # "serving ... on http://..."
+                procs.append(proc)
+                bases.append(f"http://127.0.0.1:{port}")
+            print(f"events appended per second, {seconds:g} s each, PostgreSQL on 127.0.0.1 "
+                  "(latency: one append call)")  # fmt: skip
+            for batch in batches:
+                for clients in client_counts:
+                    tag = f"{batch}_{clients}"
+                    direct_url = pg.url(schema=f"direct_{tag}")
+                    Ledger.create(direct_url, origin=ORIGIN, key=key).close()
+                    count, lat, _ = _appender(lambda u=direct_url: Ledger.open(u), seconds,
+                                              clients, key, batch)  # fmt: skip
+                    direct = count / seconds
+                    what = f"{batch} event(s)/append, {clients} client(s)"
+                    _append_line(f"direct, {what}", direct, lat, None, None)
+                    for k in (1, 4):
+                        urls = " ".join(f"{b}/svc-{tag}-{k}" for b in bases[:k])
+                        Ledger.create(urls.split()[0], origin=ORIGIN, key=key).close()
+                        count, lat, c409 = _appender(lambda u=urls: Ledger.open(u), seconds,
+                                                     clients, key, batch)  # fmt: skip
+                        _append_line(f"service x{k}, {what}", count / seconds, lat, c409,
+                                     direct)  # fmt: skip
+        finally:
+            for proc in procs:
+                proc.terminate()
+                proc.wait(timeout=30)
+                if proc.stdout is not None:
+                    proc.stdout.close()
+            pg.stop()
+            pg.remove()
+
+
+def _append_line(
+    name: str, rate: float, lat: list[float], conflicts: int | None, direct: float | None
+) -> None:
+    cuts = statistics.quantiles(lat, n=100)
+    extra = "" if conflicts is None else f"  409s {conflicts:5d}"
+    ratio = "" if direct is None else f"  {rate / direct:4.2f}x direct"
+    print(f"  {name:<46} {rate:8.0f} /s  p50 {cuts[49] * 1e3:6.2f} ms  "
+          f"p99 {cuts[98] * 1e3:6.2f} ms{extra}{ratio}")  # fmt: skip
+
+
 def main() -> None:
     """Run the benchmark and print its figures."""
+    if sys.argv[1:2] == ["append"]:
+        ap = argparse.ArgumentParser(description="appends through `ledger serve`")
+        ap.add_argument("--seconds", type=float, default=5.0)
+        ap.add_argument("--clients", default="1,4")
+        ap.add_argument("--batch", default="1,20", help="events per append (comma-separated)")
+        ap.add_argument("--quick", action="store_true")
+        opts = ap.parse_args(sys.argv[2:])
+        counts = [int(c) for c in opts.clients.split(",")]
+        batches = [int(b) for b in opts.batch.split(",")]
+        bench_append(0.5 if opts.quick else opts.seconds, counts, batches)
+        return
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--events", type=int, default=50000)
     parser.add_argument("--seconds", type=float, default=5.0)

@@ -24,6 +24,7 @@ if TYPE_CHECKING:
     from ledger._errors import (
         AuthorizationError,
         CanonicalError,
+        ConflictError,
         FormatError,
         KeyFileError,
         LedgerError,
@@ -42,6 +43,7 @@ if TYPE_CHECKING:
         read_regular_file,
         write_files,
     )
+    from ledger._http import RemoteLocation
     from ledger._keys import SigningKey, VerifierKey, load_verifier, user_home
     from ledger._merkle import (
         EMPTY_ROOT,
@@ -81,6 +83,7 @@ __all__ = [
     "AuthorizationError",
     "CanonicalError",
     "Checkpoint",
+    "ConflictError",
     "ConsistencyProof",
     "CopyResult",
     "Envelope",
@@ -100,6 +103,7 @@ __all__ = [
     "PostgresLocation",
     "ProofError",
     "RefusedError",
+    "RemoteLocation",
     "SchemaVersionError",
     "SealPolicy",
     "SigningKey",
@@ -147,6 +151,7 @@ _LAZY: dict[str, str] = {
     "AuthorizationError": "ledger._errors",
     "CanonicalError": "ledger._errors",
     "Checkpoint": "ledger._note",
+    "ConflictError": "ledger._errors",
     "ConsistencyProof": "ledger._store",
     "CopyResult": "ledger._copy",
     "Envelope": "ledger._envelope",
@@ -175,6 +180,7 @@ _LAZY: dict[str, str] = {
     "SigningKey": "ledger._keys",
     "StoreError": "ledger._errors",
     "RefusedError": "ledger._errors",
+    "RemoteLocation": "ledger._http",
     "StoredCheckpoint": "ledger._store",
     "VerifierKey": "ledger._keys",
     "canonical_json": "ledger._canonical",

@@ -17,6 +17,7 @@ from typing import Any
 
 from ledger._errors import StoreError
 from ledger._files import read_regular_file
+from ledger._http import RemoteLocation, is_http_url
 from ledger._postgres import PostgresLocation, is_url
 from ledger._store import Ledger, Location, _drop
 
@@ -25,8 +26,12 @@ STORE_FILE = "ledger.store"
 PAGE = 1000
 
 
-def study_ledger(root: Path) -> Path | PostgresLocation:
+def study_ledger(root: Path) -> Path | PostgresLocation | RemoteLocation:
     """Where the study folder ``root`` keeps its ledger: ``ledger.store``'s URL, or ``ledger.db``.
+
+    ``ledger.store`` names a PostgreSQL store (``postgresql://...``) or the study behind
+    ``ledger serve`` (``http(s)://HOST/STUDY``, or several such URLs of one study separated
+    by white space: ``docs/service.md`` §9).
 
     Raises :class:`StoreError` naming ``ledger.store`` when it is not valid.
     """
@@ -38,15 +43,19 @@ def study_ledger(root: Path) -> Path | PostgresLocation:
     except (OSError, UnicodeDecodeError) as exc:
         raise StoreError(f"{store}: cannot read the study's store URL ({exc})") from exc
     try:
+        if is_http_url(text):
+            return RemoteLocation.parse(text)
         return PostgresLocation.parse(text)
     except StoreError as exc:
         raise StoreError(f"{store}: {exc}") from exc
 
 
-def resolve(text: str) -> Path | PostgresLocation:
+def resolve(text: str) -> Path | PostgresLocation | RemoteLocation:
     """A ledger named on the command line: a URL, a study folder, or a SQLite file."""
     if is_url(text):
         return PostgresLocation.parse(text)
+    if is_http_url(text):
+        return RemoteLocation.parse(text)
     path = Path(text)
     if path.is_dir():
         return study_ledger(path)
@@ -72,6 +81,11 @@ def copy_ledger(src: Location, dst: Location) -> CopyResult:
     the copy's roots or rows disagree with the source (the copy is then removed).
     """
     target = Ledger.location(dst)
+    if isinstance(target, RemoteLocation) or isinstance(Ledger.location(src), RemoteLocation):
+        raise StoreError(
+            "ledger store copy copies between stores the service runs on (a SQLite file or a "
+            "PostgreSQL URL), not through `ledger serve`"
+        )
     if Ledger.exists(target):
         raise StoreError(f"{target}: a ledger is already there; refusing to overwrite it")
     with Ledger.open(src, readonly=True) as source:

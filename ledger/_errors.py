@@ -10,6 +10,7 @@
     ├── NotALedgerError          a file that is not a PROMPT ledger
     ├── SchemaVersionError       a ledger written by a newer version of this tool
     ├── StoreError               SQLite failures (locked, corrupt, read-only, I/O), with the path
+    │   └── ConflictError        a pre-signed envelope that does not continue the head (409)
     ├── OutputError              an output file that cannot be written (permissions, disk full)
     ├── ProofError               a proof request out of range, or a proof that does not verify
     └── NoteError                a malformed signed note or checkpoint, or one that does not verify
@@ -51,6 +52,24 @@ class SchemaVersionError(LedgerError):
 
 class StoreError(LedgerError):
     """A failure of the underlying SQLite store."""
+
+
+class ConflictError(StoreError):
+    """A pre-signed envelope that does not continue the log's head (``docs/service.md``).
+
+    Another writer appended first: the envelope's ``seq`` or ``prev`` is not the head's. Nothing
+    was appended; ``size`` and ``last`` (hex leaf hash, empty for an empty log) are the head the
+    writer must re-sign against.
+    """
+
+    def __init__(
+        self, message: str, *, size: int, last: str, head: dict[str, object] | None = None
+    ) -> None:
+        """Name the head the envelope should have continued (``head``: as the service sent it)."""
+        super().__init__(message)
+        self.size = size
+        self.last = last
+        self.head = head
 
 
 class RefusedError(LedgerError):

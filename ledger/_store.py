@@ -47,6 +47,7 @@ from ledger._errors import (
     StoreError,
 )
 from ledger._files import describe_os_error, os_error_advice, os_error_reason
+from ledger._http import RemoteLocation, is_http_url
 from ledger._keys import SigningKey, VerifierKey
 from ledger._merkle import (
     EMPTY_ROOT,
@@ -67,15 +68,16 @@ from ledger._postgres import (
     is_url,
 )
 from ledger._roles import ROLES, role_may_append
-from ledger._sealed import SealPolicy, open_blob
+from ledger._sealed import SealPolicy, is_sealed, open_blob
 
 APPLICATION_ID = 0x504C4731  # "PLG1"
 SCHEMA_VERSION = 1
 MAX_ORIGIN = 256
 
 Clock = Callable[[], datetime]
-Location = str | os.PathLike[str] | PostgresLocation
-"""Where a ledger lives: a SQLite file path, or a PostgreSQL store (a URL or its location)."""
+Location = str | os.PathLike[str] | PostgresLocation | RemoteLocation
+"""Where a ledger lives: a SQLite file path, a PostgreSQL store (a URL or its location), or a
+study behind ``ledger serve`` (an ``http(s)://`` URL or its location)."""
 BlobValue = bytes | str
 """A blob given to :meth:`Ledger.append`: raw bytes to store, or the hex SHA-256 of a stored one."""
 
@@ -385,12 +387,18 @@ class Ledger:
     # ------------------------------------------------------------------ opening and closing
 
     @staticmethod
-    def location(path: Location) -> Path | PostgresLocation:
-        """Parse where a ledger lives: a ``postgresql://`` URL, or else a SQLite file path."""
-        if isinstance(path, PostgresLocation):
+    def location(path: Location) -> Path | PostgresLocation | RemoteLocation:
+        """Parse where a ledger lives: a PostgreSQL URL, a service URL, or a file path.
+
+        ``postgresql://``: a PostgreSQL store; ``http(s)://``: a study behind ``ledger serve``
+        (one or several URLs, space-separated); anything else: a SQLite file.
+        """
+        if isinstance(path, PostgresLocation | RemoteLocation):
             return path
         if isinstance(path, str) and is_url(path):
             return PostgresLocation.parse(path)
+        if isinstance(path, str) and is_http_url(path):
+            return RemoteLocation.parse(path)
         return Path(path)
 
     @staticmethod
@@ -482,6 +490,10 @@ class Ledger:
         """
         where = cls.location(path)
         check_origin(origin)
+        if isinstance(where, RemoteLocation):  # the service creates it from our genesis
+            from ledger._remote import RemoteLedger
+
+            return RemoteLedger.create_remote(where, origin=origin, key=key, clock=clock)
         ledger = cls._create_empty(where, origin, clock)
         try:
             ledger._append_batch(
@@ -558,6 +570,10 @@ class Ledger:
             SchemaVersionError: the ledger was written by a newer version of this tool.
         """
         where = cls.location(path)
+        if isinstance(where, RemoteLocation):
+            from ledger._remote import RemoteLedger
+
+            return RemoteLedger.connect(where, clock=clock, readonly=readonly)
         if isinstance(where, PostgresLocation):
             db = PgConnection(where, readonly=readonly)
             try:
@@ -828,6 +844,272 @@ class Ledger:
         keys.flush()
         self._head_cache = head
         return events
+
+    # ------------------------------------------------------------------ pre-signed appends
+
+    def append_signed(
+        self, entries: Sequence[tuple[bytes, bytes]], blobs: Mapping[str, bytes] | None = None
+    ) -> tuple[list[Event], bool]:
+        """Append envelopes their actors signed elsewhere (the hook of ``ledger serve``).
+
+        ``entries`` are (canonical envelope bytes, Ed25519 signature) pairs with consecutive
+        seqs; ``blobs`` maps the hex SHA-256 of each blob sent with them to its bytes. In one
+        write transaction: each envelope must be canonical v1, continue the head (``seq`` is
+        the log's size, ``prev`` its last leaf hash), be signed by its actor's registered key
+        that is valid at that seq and whose role may append the kind, and reference only blobs
+        sent or already stored; on PostgreSQL the trial rules apply (``ledger/_guard.py``).
+        All of the batch is appended or none. A batch already stored byte for byte (a retried
+        request) is answered with the stored events and ``True`` (idempotent); otherwise
+        returns the new events and ``False``.
+
+        Raises:
+            FormatError: a malformed or non-canonical envelope, a blob whose bytes do not
+                hash to its name, a reference to a blob neither sent nor stored.
+            AuthorizationError: an unregistered or revoked key, a role that may not append the
+                kind, a signature that does not verify.
+            ConflictError: the batch does not continue the head (another writer was first).
+            RefusedError: a trial rule of the PostgreSQL store.
+        """
+        from ledger._envelope import parse_envelope
+
+        if not entries:
+            return [], False
+        parsed: list[tuple[Any, bytes]] = []
+        for i, (data, signature) in enumerate(entries):
+            try:
+                env = parse_envelope(data)
+            except FormatError as exc:
+                raise FormatError(f"entry {i}: {exc}") from exc
+            if parsed and env.seq != parsed[0][0].seq + i:
+                raise FormatError(
+                    f"entry {i}: seq {env.seq} does not follow seq {parsed[-1][0].seq} "
+                    "(a batch holds consecutive envelopes)"
+                )
+            parsed.append((env, bytes(signature)))
+        sent: dict[str, bytes] = {}
+        for digest, value in (blobs or {}).items():
+            actual = hashlib.sha256(value).hexdigest()
+            if actual != digest:
+                raise FormatError(f"blob {digest}: its bytes hash to {actual}")
+            sent[digest] = bytes(value)
+        # Signatures are checked before the write lock against the keys registered now, so
+        # several service processes verify in parallel and the sequenced transaction only
+        # checks that each key is still what it was (a key added in this batch: checked there).
+        # An actor id names its key (the id hashes the name and the public key), so a vkey
+        # seen once stays right; only an actor not seen yet sends us to the keys table.
+        vkeys: dict[str, str] = self.__dict__.setdefault("_signed_vkeys", {})
+        if any(env.actor not in vkeys for env, _ in parsed):
+            with self._errors():
+                vkeys.update((r.actor, r.vkey) for r in self.keys())
+        verified: set[tuple[int, str]] = set()
+        for i, (env, signature) in enumerate(parsed):
+            vkey = vkeys.get(env.actor)
+            if vkey is not None and VerifierKey.parse(vkey).verify(env.data, signature):
+                verified.add((i, vkey))
+        with self._errors(), self._write():
+            return self._append_signed_locked(parsed, sent, verified)
+
+    def _append_signed_locked(
+        self, parsed: Sequence[tuple[Any, bytes]], sent: dict[str, bytes],
+        verified: set[tuple[int, str]],
+    ) -> tuple[list[Event], bool]:  # fmt: skip
+        from ledger._errors import ConflictError
+
+        conn = self._conn
+        head = self._load_head_at_once()
+        first = parsed[0][0].seq
+        if first < head.size:
+            stored = [self.get(env.seq) for env, _ in parsed if env.seq < head.size]
+            if len(stored) == len(parsed) and all(
+                e.envelope == env.data and e.signature == sig
+                for e, (env, sig) in zip(stored, parsed, strict=True)
+            ):
+                return stored, True
+        if first != head.size or parsed[0][0].prev != (head.last.hex() if head.size else ZERO_HASH):
+            raise ConflictError(
+                f"{self.path}: seq {first} does not continue the log (size {head.size}, last "
+                f"leaf {head.last.hex() or 'none'}): another writer appended first; re-sign "
+                "against the new head",
+                size=head.size, last=head.last.hex(),
+            )  # fmt: skip
+        keys = _KeyView(conn)
+        event_rows: list[tuple[Any, ...]] = []
+        node_rows: list[tuple[int, int, bytes]] = []
+        blob_rows: dict[str, tuple[Any, ...]] = {}
+        events: list[Event] = []
+        for i, (env, signature) in enumerate(parsed):
+            seq, kind, body = env.seq, env.kind, dict(env.body)
+            prev = head.last.hex() if seq else ZERO_HASH
+            if env.prev != prev:
+                raise FormatError(
+                    f"seq {seq}: prev {env.prev} is not the leaf hash of seq {seq - 1}"
+                )
+            if seq == 0:
+                if kind != "ledger.genesis" or set(body) != {"origin", "vkey"}:
+                    raise FormatError("seq 0 must be ledger.genesis with body {origin, vkey}")
+                if body["origin"] != self.origin:
+                    raise FormatError(f"genesis origin {body['origin']!r} is not {self.origin!r}")
+                verifier = VerifierKey.parse(str(body["vkey"]))
+                if verifier.actor != env.actor:
+                    raise AuthorizationError(f"seq 0: actor {env.actor} is not the genesis key")
+                keys.register(verifier, "owner", 0)
+            else:
+                if kind == "ledger.genesis":
+                    raise FormatError("ledger.genesis can only be the first event of a new ledger")
+                record = keys.get(env.actor)
+                if record is None:
+                    raise AuthorizationError(
+                        f"seq {seq}: key {env.actor} is not registered in this ledger; an owner "
+                        "must add it first (ledger key add)"
+                    )
+                verifier = VerifierKey.parse(record.vkey)
+                keys.authorize(verifier, kind, seq)
+                if kind in ("key.added", "key.revoked"):
+                    self._apply_key_event(keys, kind, body, seq)
+                    if body != env.body:
+                        raise FormatError(f"seq {seq}: key.added vkey is not in its canonical form")
+            if (i, verifier.vkey) not in verified and not verifier.verify(env.data, signature):
+                raise AuthorizationError(
+                    f"seq {seq}: the signature does not verify with {env.actor}'s registered key"
+                )
+            withheld = self._sealing().names(kind, body) if env.blobs else frozenset()
+            for name, digest in env.blobs.items():
+                if name in withheld and digest in sent and not is_sealed(sent[digest]):
+                    raise FormatError(
+                        f"seq {seq}: blob {name!r} of {kind} is withheld by the locked privacy "
+                        "policy, so it must be sent sealed (docs/privacy.md); nothing appended"
+                    )
+                if digest in sent:
+                    data = sent[digest]
+                    blob_rows.setdefault(digest, (digest, len(data), data))
+                elif digest not in blob_rows and not conn.execute(
+                    "SELECT 1 FROM blobs WHERE sha256 = ?", (digest,)
+                ).fetchone():
+                    raise FormatError(
+                        f"seq {seq}: blob {name!r} refers to {digest}, which was neither sent "
+                        "nor stored"
+                    )
+            leaf = hashlib.sha256(b"\x00" + env.data).digest()
+            event_rows.append((seq, kind, env.actor, env.time, env.data, signature, leaf))
+            head.push(leaf, node_rows)
+            events.append(Event(seq, env.time, kind, env.actor, prev, dict(env.body),
+                                dict(env.blobs), env.data, signature, leaf))  # fmt: skip
+        if self.engine == "postgresql":  # the trial rules, as for the store's own appends
+            from ledger._guard import guard_appends
+
+            guard_appends(conn, self.path, [(e.seq, e.kind, e.body) for e in events],
+                          [env for env, _ in parsed])  # fmt: skip
+        if blob_rows:
+            conn.executemany(
+                "INSERT INTO blobs (sha256, size, data) VALUES (?, ?, ?) ON CONFLICT DO NOTHING",
+                list(blob_rows.values()),
+            )
+        conn.executemany(
+            "INSERT INTO events (seq, kind, actor, time, envelope, signature, leaf_hash) "
+            "VALUES (?, ?, ?, ?, ?, ?, ?)",
+            event_rows,
+        )
+        conn.executemany("INSERT INTO tree (level, idx, hash) VALUES (?, ?, ?)", node_rows)
+        if self.engine == "postgresql":
+            conn.execute("UPDATE coord SET size = ? WHERE id = 1", (head.size,))
+        keys.flush()
+        self._head_cache = head
+        return events, False
+
+    def _load_head_at_once(self) -> _Head:
+        """:meth:`_load_head` with the frontier read in one query when the cache missed.
+
+        Several service processes append in turn, so each one's cached head is usually stale;
+        one query instead of one per subtree keeps that cheap on PostgreSQL.
+        """
+        row = self._conn.execute(
+            "SELECT seq, leaf_hash FROM events ORDER BY seq DESC LIMIT 1"
+        ).fetchone()
+        if row is None:
+            return _Head(0, b"", [])
+        size, last = int(row[0]) + 1, bytes(row[1])
+        cached = self._head_cache
+        if cached is not None and cached.size == size and cached.last == last:
+            return _Head(size, last, list(cached.frontier))
+        parts = decompose(0, size)
+        wanted = [(lvl, idx) for lvl, idx in parts if lvl > 0]
+        found: dict[tuple[int, int], bytes] = {}
+        if wanted:
+            where = " OR ".join(["(level = ? AND idx = ?)"] * len(wanted))
+            args = [v for pair in wanted for v in pair]
+            for lvl, idx, h in self._conn.execute(
+                f"SELECT level, idx, hash FROM tree WHERE {where}", args
+            ).fetchall():
+                found[(int(lvl), int(idx))] = bytes(h)
+        frontier = []
+        for lvl, idx in parts:
+            h = last if lvl == 0 else found.get((lvl, idx))
+            if h is None:
+                raise StoreError(f"{self.path}: Merkle node (level {lvl}, index {idx}) is missing")
+            frontier.append((lvl, h))
+        return _Head(size, last, frontier)
+
+    def store_checkpoint(self, note: str, created: str | None = None) -> tuple[int, bool]:
+        """Store a checkpoint signed elsewhere (the hook of ``ledger serve``); (id, replayed).
+
+        The note must name this log's origin, a size within the log and that size's root, and
+        every signature line must verify with a key registered here that is valid at the
+        tree's last event. ``created`` is the signer's clock (``format_time``; default: this
+        store's). The same note already stored is answered with its id (idempotent).
+
+        Raises:
+            NoteError: a malformed note, another origin, a line by an unknown key or a bad one.
+            ProofError: a size outside the log, or a root that is not the log's at that size.
+            AuthorizationError: a signer revoked before the tree's last event.
+        """
+        from ledger._envelope import check_time
+        from ledger._note import parse_checkpoint
+
+        cp, parsed = parse_checkpoint(note)
+        if cp.origin != self.origin:
+            raise NoteError(f"checkpoint origin {cp.origin!r} is not this log's {self.origin!r}")
+        if created is not None:
+            check_time(created)
+        with self._errors(), self._write():
+            row = self._conn.execute(
+                "SELECT id FROM checkpoints WHERE size = ? AND note = ?", (cp.size, note)
+            ).fetchone()
+            if row is not None:
+                return int(row[0]), True
+            n = self._check_size(cp.size)
+            if n == 0:
+                raise NoteError(f"{self.path}: cannot store a checkpoint of an empty log")
+            if self._range_hash(0, n) != cp.root:
+                raise ProofError(f"checkpoint root is not the log's root at size {n}")
+            view = _KeyView(self._conn)
+            known = []
+            for sig in parsed.signatures:
+                actor = f"{sig.name}+{sig.key_id.hex()}"
+                record = view.get(actor)
+                if record is None:
+                    raise NoteError(f"checkpoint signed by {actor}, which is not registered here")
+                if not record.valid_for(n - 1):
+                    raise AuthorizationError(f"key {actor} is not valid at tree size {n} (revoked)")
+                known.append(VerifierKey.parse(record.vkey))
+            open_checkpoint(note, known)  # every line verifies (a bad one raises)
+            self._conn.execute(
+                "INSERT INTO checkpoints (size, root, note, created) VALUES (?, ?, ?, ?)",
+                (n, cp.root, note, created or format_time(self._clock())),
+            )
+            row = self._conn.execute(
+                "SELECT id FROM checkpoints WHERE size = ? AND note = ?", (n, note)
+            ).fetchone()
+        return int(row[0]), False
+
+    def head(self) -> tuple[int, bytes, list[tuple[int, bytes]]]:
+        """The log's size, last leaf hash (empty when empty) and Merkle frontier (largest first).
+
+        The frontier is the hashes of the complete subtrees the tree of ``size`` leaves is
+        made of: with it a writer computes the root after its own appends (``docs/service.md``).
+        """
+        with self._errors():
+            head = self._load_head()
+        return head.size, head.last, list(head.frontier)
 
     def _apply_key_event(
         self, keys: _KeyView, kind: str, body: dict[str, Any], seq: int
@@ -1164,7 +1446,7 @@ class _KeyView:
             self._cache[actor] = KeyRecord(*row) if row else None
         return self._cache[actor]
 
-    def authorize(self, key: SigningKey, kind: str, seq: int) -> None:
+    def authorize(self, key: SigningKey | VerifierKey, kind: str, seq: int) -> None:
         record = self.get(key.actor)
         if record is None or record.vkey != key.vkey:
             raise AuthorizationError(

@@ -253,8 +253,9 @@ def publish(
     ``leaves`` are the leaf hashes and ``entries`` the envelopes (at least ``size`` of each);
     only entry bundles lying wholly below ``entries_upto`` are written (the blinding rule of
     ``docs/service.md`` §3 decides it), with the blobs those entries reference (``blob_refs[i]``
-    is entry i's name -> SHA-256; ``blob`` reads one's stored bytes, or None for one withheld). Tiles come first, the checkpoint last, so
-    a reader who sees the checkpoint finds every tile it needs. ``published_size`` is the size
+    is entry i's name -> SHA-256; ``blob`` reads one's stored bytes, or None for one withheld).
+    Tiles come first, the checkpoint last, so a reader who sees the checkpoint finds every tile
+    it needs. ``published_size`` is the size
     of the checkpoint already in the directory: a smaller ``size`` is refused (a rollback).
     """
     if published_size is not None and size < published_size:

@@ -43,7 +43,24 @@ def _quorum(quorum: int | None, witnesses: list[str]) -> int | None:
 
 
 @click.command("serve", cls=Command)
-@click.argument("directory", type=click.Path(file_okay=False, path_type=Path))
+@click.argument("directory", required=False, type=click.Path(file_okay=False, path_type=Path))
+@click.option(
+    "--store", default=None, metavar="URL|DIR",
+    help="Serve the append API over this store: a PostgreSQL database (one schema per study) "
+    "or a folder of SQLite ledgers (<study>.db).",
+)  # fmt: skip
+@click.option(
+    "--allow-create", is_flag=True,
+    help="Let a client create a study in the store (ledger new --store http://.../STUDY).",
+)  # fmt: skip
+@click.option(
+    "--max-request-bytes", type=click.IntRange(1024), default=32 * 1024 * 1024,
+    show_default=True, help="Refuse (413) a request body larger than this.",
+)  # fmt: skip
+@click.option(
+    "--connections", type=click.IntRange(1, 64), default=4, show_default=True,
+    help="Open ledger connections per study in this process.",
+)  # fmt: skip
 @click.option("--host", default="127.0.0.1", show_default=True, help="Address to listen on.")
 @click.option(
     "--port",
@@ -52,21 +69,40 @@ def _quorum(quorum: int | None, witnesses: list[str]) -> int | None:
     show_default=True,
     help="Port (0: any free port).",
 )
-def serve_cmd(directory: Path, host: str, port: int) -> None:
-    """Serve published logs (C2SP tlog-tiles) from DIRECTORY over HTTP.
+def serve_cmd(
+    directory: Path | None, store: str | None, allow_create: bool, max_request_bytes: int,
+    connections: int, host: str, port: int,
+) -> None:  # fmt: skip
+    """Serve published logs (C2SP tlog-tiles) from DIRECTORY, and the append API over --store.
 
     DIRECTORY is one log written by `ledger tiles` (served at /) or a directory of them (each
     served at /NAME/). Only files are read, never a ledger: checkpoint (no-cache), tile/... and
-    blob/<sha256> (immutable). A malformed path gets 400 with the reason. See docs/service.md.
+    blob/<sha256> (immutable). A malformed path gets 400 with the reason.
+
+    With --store, writers append to the studies of that store at /STUDY/api/v1/: they submit
+    envelopes they signed, and the signature and the key's registered role are the only
+    authorisation. Any number of service processes may share one PostgreSQL store. A study
+    folder whose ledger.store names http(s)://HOST:PORT/STUDY works through it with every
+    command. See docs/service.md.
 
     \b
     Example:
       ledger tiles my-study public/my-study --follow &
       ledger serve public --port 7381
+      ledger serve --store postgresql://ledger@db/studies --port 7382
     """
+    from ledger._service import AppendService, StoreRoot
     from ledger.tiles_server import serve
 
-    serve(directory, host, port)
+    if directory is None and store is None:
+        raise click.UsageError("give a tiles DIRECTORY, a --store, or both")
+    service = None
+    if store is not None:
+        service = AppendService(
+            StoreRoot.parse(store), allow_create=allow_create, connections=connections,
+            max_request_bytes=max_request_bytes,
+        )  # fmt: skip
+    serve(directory, host, port, service)
 
 
 @click.command("monitor", cls=Command)

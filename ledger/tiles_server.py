@@ -1,4 +1,7 @@
-"""``ledger serve``: the tlog-tiles read path over HTTP (Starlette, served by uvicorn).
+"""``ledger serve``: the tlog-tiles read path, and the append API, over HTTP (Starlette, uvicorn).
+
+The append API (``--store``, ``ledger/_service.py``, ``docs/service.md`` §7) is routed first,
+under ``/<study>/api/v1/``; everything else is the read path below.
 
 The service serves the files of a published directory (``ledger tiles``) and nothing else; it
 never opens a ledger, so reads never reach the database. ``DIR`` is one published log (served at
@@ -20,6 +23,7 @@ import socket
 import sys
 import threading
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from starlette.applications import Starlette
 from starlette.requests import Request
@@ -28,6 +32,9 @@ from starlette.routing import Route
 
 from ledger._errors import LedgerError
 from ledger._tiles import TileError, parse_tile_path
+
+if TYPE_CHECKING:
+    from ledger._service import AppendService
 
 __all__ = ["IMMUTABLE", "LocalTiles", "ServeError", "make_app", "serve"]
 
@@ -73,14 +80,18 @@ def _resolve(root: Path, path: str) -> tuple[Path | None, str, str]:
     return None, "", f"{rest!r} is not checkpoint, a tile path or blob/<sha256 hex>"
 
 
-def make_app(directory: Path) -> Starlette:
-    """The Starlette application serving the published log(s) in ``directory``."""
-    if not directory.is_dir():
+def make_app(directory: Path | None, service: AppendService | None = None) -> Starlette:
+    """The application serving the published log(s) in ``directory`` and ``service``'s API."""
+    if directory is not None and not directory.is_dir():
         raise ServeError(f"{directory} is not a directory (publish a log with `ledger tiles`)")
-    root = directory.resolve()
+    if directory is None and service is None:
+        raise ServeError("nothing to serve: give a tiles DIRECTORY, a --store, or both")
+    root = directory.resolve() if directory is not None else None
 
     async def get(request: Request) -> Response:
         path = str(request.path_params["path"])
+        if root is None:
+            return _text(f"not found: /{path} (this service serves the append API only)", 404)
         target, kind, error = _resolve(root, path)
         if target is None:
             return _text(f"bad request: {error}", 400)
@@ -104,8 +115,11 @@ def make_app(directory: Path) -> Starlette:
     async def refuse(request: Request) -> Response:
         return _text(f"method {request.method} not allowed: the read path is GET only", 405)
 
+    from ledger._service import api_routes
+
     return Starlette(
         routes=[
+            *(api_routes(service) if service is not None else []),
             Route("/{path:path}", get, methods=["GET", "HEAD"]),
             Route("/{path:path}", refuse, methods=["POST", "PUT", "DELETE", "PATCH", "OPTIONS"]),
         ]
@@ -128,16 +142,22 @@ def _listen(host: str, port: int) -> socket.socket:
 
 
 class LocalTiles:
-    """The read path served in a thread of this process on 127.0.0.1 (tests, benchmarks)."""
+    """The read path (and the append API) served in a thread of this process on 127.0.0.1.
 
-    def __init__(self, directory: Path, port: int = 0) -> None:
+    For tests and benchmarks; ``service`` adds the append API over its store.
+    """
+
+    def __init__(
+        self, directory: Path | None, port: int = 0, service: AppendService | None = None
+    ) -> None:
         """Bind the socket (port 0: the system picks one); :meth:`start` serves it."""
         import uvicorn
 
         self._sock = _listen("127.0.0.1", port)
         self.url = f"http://127.0.0.1:{self._sock.getsockname()[1]}"
+        self.service = service
         config = uvicorn.Config(
-            make_app(directory),
+            make_app(directory, service),
             log_level="warning",
             access_log=False,
             lifespan="off",
@@ -166,6 +186,8 @@ class LocalTiles:
         if self._thread.is_alive():
             self._thread.join(timeout=30)
         self._sock.close()
+        if self.service is not None:
+            self.service.close()
 
     def __enter__(self) -> LocalTiles:
         return self.start()
@@ -174,17 +196,23 @@ class LocalTiles:
         self.stop()
 
 
-def serve(directory: Path, host: str, port: int) -> None:
-    """Serve ``directory`` on ``host:port`` until SIGINT or SIGTERM.
+def serve(
+    directory: Path | None, host: str, port: int, service: AppendService | None = None
+) -> None:
+    """Serve ``directory`` (and ``service``'s append API) on ``host:port`` until SIGTERM.
 
-    Prints ``serving DIR on http://HOST:PORT`` (flushed) once the socket is bound.
+    Prints ``serving WHAT on http://HOST:PORT`` (flushed) once the socket is bound.
     """
     import uvicorn
 
-    app = make_app(directory)
+    app = make_app(directory, service)
     sock = _listen(host, port)
     shown = f"[{host}]" if ":" in host else host
-    print(f"serving {directory} on http://{shown}:{sock.getsockname()[1]}", flush=True)
+    what = " and ".join(
+        [*([str(directory)] if directory is not None else []),
+         *([f"the append API over {service.store.text}"] if service is not None else [])]
+    )  # fmt: skip
+    print(f"serving {what} on http://{shown}:{sock.getsockname()[1]}", flush=True)
     config = uvicorn.Config(
         app,
         log_level="warning",
@@ -199,4 +227,6 @@ def serve(directory: Path, host: str, port: int) -> None:
         pass
     finally:
         sock.close()
+        if service is not None:
+            service.close()
         sys.stdout.flush()

@@ -27,7 +27,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
 
-from ledger import LedgerError, PostgresLocation, canonical_json
+from ledger import LedgerError, PostgresLocation, RemoteLocation, canonical_json
 from runner._pool import fast_idle_checks
 from runner.identity import (
     ASK_TIMEOUT_SECONDS,
@@ -605,7 +605,7 @@ class ReplayBackend:
         """
         self._answers: dict[str, list[tuple[bytes, Mapping[str, Any]]]] = {}
         self.simulated = False
-        self.source: Path | PostgresLocation = Path(source)
+        self.source: Path | PostgresLocation | RemoteLocation = Path(source)
         try:
             with open_recorded(source) as recorded:
                 self.source = recorded.source

@@ -69,8 +69,8 @@ def study_key(root: Path, key_file: str | None) -> SigningKey:
 )  # fmt: skip
 @click.option(
     "--store", default=None, metavar="URL",
-    help="Keep the ledger on PostgreSQL: postgresql://[user@]host[:port]/db[?schema=NAME] "
-    "(default: STUDY/ledger.db, SQLite).",
+    help="Keep the ledger on PostgreSQL: postgresql://[user@]host[:port]/db[?schema=NAME], "
+    "or behind `ledger serve`: http(s)://HOST[:PORT]/STUDY (default: STUDY/ledger.db, SQLite).",
 )  # fmt: skip
 def new(
     directory: Path, template: str, study_id: str | None, origin: str | None,
@@ -107,6 +107,8 @@ def new(
     --store puts the ledger on PostgreSQL (docs/storage.md): in the URL's ?schema=, else in a
     schema named after the study id; the study folder then holds ledger.store (the URL, never
     a password: libpq reads PGPASSWORD, ~/.pgpass or a service file) instead of ledger.db.
+    With an http(s)://HOST/STUDY URL of `ledger serve --allow-create`, the service creates the
+    ledger in its store, and every command works through it (docs/service.md §9).
     """
     from ledger import SigningKey
     from runner.new import new_template, study_id_from_directory

@@ -22,6 +22,7 @@ from ledger import (
     Ledger,
     LedgerError,
     PostgresLocation,
+    RemoteLocation,
     SigningKey,
     study_ledger,
     user_home,
@@ -73,7 +74,7 @@ class LockResult:
     """Design warnings (:meth:`runner.spec.Study.replication_warnings`): locked all the same."""
 
 
-def ledger_path(root: Path) -> Path | PostgresLocation:
+def ledger_path(root: Path) -> Path | PostgresLocation | RemoteLocation:
     """Where the study's ledger lives: ``ledger.db``, or the store ``ledger.store`` names.
 
     Raises :class:`StudyError` naming ``ledger.store`` when it cannot be read or holds no
@@ -90,14 +91,14 @@ def default_key_path(study_id: str) -> Path:
     return user_home() / "keys" / f"{study_id}-owner.key"
 
 
-def _ledger_owners(path: Path | PostgresLocation) -> set[str]:
+def _ledger_owners(path: Path | PostgresLocation | RemoteLocation) -> set[str]:
     """The vkeys of the active owners of the ledger at ``path``."""
     with Ledger.open(path, readonly=True) as log:
         records = log.keys()
     return {r.vkey for r in records if r.role == "owner" and r.revoked_seq is None}
 
 
-def _is_locked(path: Path | PostgresLocation) -> bool:
+def _is_locked(path: Path | PostgresLocation | RemoteLocation) -> bool:
     if not path.exists():
         return False
     with Ledger.open(path, readonly=True) as log:
@@ -157,7 +158,7 @@ def check_writable(root: str | Path) -> None:
 
 
 def check_origin_matches(
-    study: Study, ledger_origin: str, path: Path | PostgresLocation
+    study: Study, ledger_origin: str, path: Path | PostgresLocation | RemoteLocation
 ) -> None:
     """Refuse, naming ``study.origin``, if the spec's origin is not the ledger's genesis origin."""
     if study.origin != ledger_origin:

@@ -12,7 +12,16 @@ from importlib import resources
 from pathlib import Path
 from urllib.parse import parse_qsl, urlsplit
 
-from ledger import Ledger, LedgerError, PostgresLocation, SigningKey, is_url, schema_for
+from ledger import (
+    Ledger,
+    LedgerError,
+    PostgresLocation,
+    RemoteLocation,
+    SigningKey,
+    is_url,
+    schema_for,
+)
+from ledger._http import is_http_url
 from ledger._store import check_origin
 from runner.lock import LEDGER_FILE, STORE_FILE, StudyError, default_key_path
 from runner.spec import ID_RE, load_study
@@ -124,7 +133,7 @@ class NewStudy:
     """What :func:`new_study` created."""
 
     root: Path
-    ledger: Path | PostgresLocation
+    ledger: Path | PostgresLocation | RemoteLocation
     key_path: Path | None
     owner: str
     study_id: str = ""
@@ -356,7 +365,10 @@ def _new_study(
                 ) from exc
             made_key = True
         if where is None:
-            located: Path | PostgresLocation = root / LEDGER_FILE
+            located: Path | PostgresLocation | RemoteLocation = root / LEDGER_FILE
+        elif isinstance(where, RemoteLocation):  # the service's store keeps it
+            located = where
+            (root / STORE_FILE).write_text(f"{where}\n", encoding="utf-8")
         else:
             if not where.schema:  # the URL named none: the study's id does
                 where = PostgresLocation(where.conninfo, schema_for(study.id))
@@ -374,7 +386,9 @@ def _new_study(
     return NewStudy(root, located, key_path, key.actor, study.id, study.origin)
 
 
-def _store_location(store: str | None, part: str | None) -> PostgresLocation | None:
+def _store_location(
+    store: str | None, part: str | None
+) -> PostgresLocation | RemoteLocation | None:
     """The PostgreSQL store ``--store`` names (None: the SQLite default), checked before work.
 
     A URL without ``?schema=`` comes back with an empty schema: the study's id names it once the
@@ -383,6 +397,14 @@ def _store_location(store: str | None, part: str | None) -> PostgresLocation | N
     """
     if store is None:
         return None
+    if is_http_url(store):  # a study behind `ledger serve` (docs/service.md §9)
+        try:
+            remote = RemoteLocation.parse(store)
+        except LedgerError as exc:
+            raise StudyError(f"--store: {exc}") from exc
+        if part is None:
+            return remote
+        return RemoteLocation(tuple(f"{u}-{part.lower()}" for u in remote.urls))
     if not is_url(store):
         raise StudyError(
             f"--store {store!r}: takes a PostgreSQL URL (postgresql://[user@]host[:port]/"

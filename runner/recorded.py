@@ -28,6 +28,7 @@ from typing import Any, BinaryIO, Literal, Protocol
 from ledger import (
     Ledger,
     PostgresLocation,
+    RemoteLocation,
     describe_os_error,
     open_blob,
     open_regular_file,
@@ -181,7 +182,7 @@ class Recorded:
         self.layout: Layout = kind
         self._log: Ledger | None = None
         self._is_public: bool | None = None
-        self.source: Path | PostgresLocation = path
+        self.source: Path | PostgresLocation | RemoteLocation = path
         if kind != "archive":
             self.source = ledger_path(path) if kind == "study" else path
             self._log = Ledger.open(self.source, readonly=True)

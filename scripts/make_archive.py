@@ -159,7 +159,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--out", type=Path, default=None, help="build here instead")
     parser.add_argument(
         "--store", default=None, metavar="URL",
-        help="keep the study's ledger on PostgreSQL (postgresql://...?schema=NAME); the archive "
+        help="keep the study's ledger on PostgreSQL (postgresql://...?schema=NAME), or behind "
+        "`ledger serve` (http://HOST:PORT/STUDY, several URLs space-separated); the archive "
         "must be the same bytes",
     )  # fmt: skip
     args = parser.parse_args(argv)
@@ -179,7 +180,9 @@ def main(argv: list[str] | None = None) -> int:
             for rel in diff[:20]:
                 print(f"  {rel}")
             return 1
-        engine = "PostgreSQL" if args.store else "SQLite"
+        engine = "SQLite"
+        if args.store:
+            engine = "`ledger serve`" if args.store.startswith("http") else "PostgreSQL"
         print(f"archive/ is byte-identical to a fresh build (ledger on {engine})")
         return 0
     target = args.out or ARCHIVE

@@ -26,7 +26,7 @@ def test_ledger_public_names() -> None:
             "CanonicalError", "Checkpoint", "ConsistencyProof", "Envelope", "Event", "EventSpec",
             "FixedClock", "FormatError", "InclusionProof", "KeyFileError", "KeyRecord", "Ledger",
             "LedgerError", "NotALedgerError", "Note", "NoteError", "OutputError", "ProofError",
-            "PostgresLocation", "RefusedError",
+            "PostgresLocation", "RefusedError", "RemoteLocation", "ConflictError",
             "SchemaVersionError", "SigningKey", "StoreError", "StoredCheckpoint", "VerifierKey",
             "canonical_json", "describe_os_error", "describe_utf8_error", "leaf_hash",
             "load_verifier", "node_hash", "open_checkpoint",

@@ -1,0 +1,485 @@
+"""The append API of ``ledger serve``: writers submit envelopes they signed (docs/service.md §7).
+
+The service holds no state of its own: each request opens (or reuses) a connection to the
+study's ledger in the store and everything is decided inside the store's write transaction,
+so any number of service processes may share one PostgreSQL. Routes, under
+``/<study>/api/v1/``:
+
+* ``GET head``: origin, size, last leaf hash, Merkle frontier, last event's and checkpoint's
+  times (hashes only: public);
+* ``POST append``: ``{"entries": [{"envelope", "signature"}], "blobs": {sha256: base64},
+  "checkpoints": [{"note", "created"}]}``, all in one transaction; 200 with the seqs and
+  ``replayed`` (an identical batch already stored), 409 with the new head when the log moved;
+* ``POST create``: a new study's genesis (only with ``--allow-create``);
+* ``POST cosign``: witness cosignature lines for a stored checkpoint;
+* ``GET keys``, ``GET checkpoints``, ``GET root?size=``, ``GET proof/inclusion?index=&size=``,
+  ``GET proof/consistency?old=&new=``: public (keys, notes and hashes);
+* ``GET events?start=&limit=`` and ``GET blob/<sha256>``: signed reads only (header
+  ``Ledger-Signature: <actor> <unix time> <base64 Ed25519 signature>`` by a key the study
+  registered and has not revoked), because envelopes name trials by arm while the study is
+  blind (§8).
+
+Bad input is answered 4xx with ``{"error": reason}`` and nothing is appended: 400 malformed,
+403 refused key or signature, 404 unknown study, 408 body too slow, 409 head moved, 413 body
+too large, 415 not JSON, 422 a trial rule of the PostgreSQL store, 503 the store unreachable.
+The body's ``type`` names the library error (``FormatError``, ``ProofError``, ...).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import binascii
+import json
+import queue
+import re
+import threading
+import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager, suppress
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from starlette.concurrency import run_in_threadpool
+from starlette.requests import Request
+from starlette.responses import JSONResponse, Response
+from starlette.routing import Route
+
+from ledger._errors import (
+    AuthorizationError,
+    ConflictError,
+    FormatError,
+    LedgerError,
+    NoteError,
+    ProofError,
+    RefusedError,
+    StoreError,
+)
+from ledger._http import READ_HEADER, read_message
+from ledger._keys import VerifierKey
+from ledger._postgres import PostgresLocation, is_url, schema_for
+from ledger._store import Ledger
+
+__all__ = ["MAX_REQUEST_BYTES", "AppendService", "StoreRoot", "api_routes"]
+
+MAX_REQUEST_BYTES = 32 * 1024 * 1024
+"""Default bound on one request's body (envelopes, blobs and checkpoints together)."""
+BODY_SECONDS = 30.0
+"""A request body that takes longer than this to arrive is answered 408."""
+MAX_ENTRIES = 10_000
+READ_SKEW_SECONDS = 300
+STUDY_RE = re.compile(r"^[a-z0-9][a-z0-9_-]{0,62}$")
+HEX64 = re.compile(r"^[0-9a-f]{64}$")
+
+
+class BadRequest(LedgerError):
+    """A request the API refuses before it reaches the store: status and reason."""
+
+    def __init__(self, status: int, message: str) -> None:
+        """Carry the HTTP status the reason is answered with."""
+        super().__init__(message)
+        self.status = status
+
+
+@dataclass(frozen=True)
+class StoreRoot:
+    """Where the service's studies live: a PostgreSQL database (a schema per study) or a folder.
+
+    A study named ``my-study`` is the schema ``my_study`` (:func:`ledger.schema_for`) of the
+    database, or the SQLite file ``<folder>/my-study.db``.
+    """
+
+    text: str
+
+    @classmethod
+    def parse(cls, text: str) -> StoreRoot:
+        """Check ``text``: a PostgreSQL URL (its ``?schema=`` is ignored) or an existing folder."""
+        if is_url(text):
+            PostgresLocation.parse(text, default_schema="public")
+        elif not Path(text).is_dir():
+            raise StoreError(
+                f"--store {text!r} is neither a PostgreSQL URL nor a folder (a folder holds one "
+                "SQLite ledger per study, <study>.db)"
+            )
+        return cls(text)
+
+    def location(self, study: str) -> Path | PostgresLocation:
+        """Where ``study``'s ledger lives in this store."""
+        if is_url(self.text):
+            base = PostgresLocation.parse(self.text, default_schema="public")
+            return PostgresLocation(base.conninfo, schema_for(study))
+        return Path(self.text) / f"{study}.db"
+
+
+class AppendService:
+    """The studies of one store, each with a small pool of open ledgers (one per thread)."""
+
+    def __init__(
+        self, store: StoreRoot, *, allow_create: bool = False, connections: int = 4,
+        max_request_bytes: int = MAX_REQUEST_BYTES,
+    ) -> None:  # fmt: skip
+        """Serve the studies of ``store``; ``connections`` bounds the open ledgers per study."""
+        self.store = store
+        self.allow_create = allow_create
+        self.connections = connections
+        self.max_request_bytes = max_request_bytes
+        self._pools: dict[str, queue.LifoQueue[Ledger]] = {}
+        self._slots: dict[str, threading.Semaphore] = {}
+        self._lock = threading.Lock()
+
+    def close(self) -> None:
+        """Close every pooled ledger."""
+        with self._lock:
+            for pool in self._pools.values():
+                while True:
+                    try:
+                        pool.get_nowait().close()
+                    except queue.Empty:
+                        break
+
+    @contextmanager
+    def ledger(self, study: str) -> Iterator[Ledger]:
+        """A ledger of ``study`` for this request (404 when the store holds none)."""
+        if not STUDY_RE.match(study):
+            raise BadRequest(404, f"no study {study!r} (names: lower-case letters, digits, -, _)")
+        with self._lock:
+            pool = self._pools.setdefault(study, queue.LifoQueue())
+            slots = self._slots.setdefault(study, threading.Semaphore(self.connections))
+        with slots:
+            try:
+                log = pool.get_nowait()
+            except queue.Empty:
+                log = self._open(study)
+            broken = False
+            try:
+                yield log
+            except StoreError:
+                broken = True
+                raise
+            finally:
+                if broken:
+                    with suppress(Exception):
+                        log.close()
+                else:
+                    pool.put(log)
+
+    def _open(self, study: str) -> Ledger:
+        where = self.store.location(study)
+        if isinstance(where, Path) and not where.is_file():
+            raise BadRequest(404, f"no study {study!r} in this service's store")
+        try:
+            return Ledger.open(where)
+        except StoreError as exc:
+            if "no ledger there" in str(exc):
+                raise BadRequest(404, f"no study {study!r} in this service's store") from None
+            raise
+
+    def create(self, study: str, origin: str, envelope: bytes, signature: bytes) -> int:
+        """Create ``study`` with a genesis its owner signed; the store must not hold it yet."""
+        from ledger._store import _drop
+
+        if not self.allow_create:
+            raise BadRequest(
+                403, "this service does not create studies (start it with --allow-create)"
+            )
+        if not STUDY_RE.match(study):
+            raise BadRequest(400, f"{study!r} is not a study name (lower-case letters, digits)")
+        where = self.store.location(study)
+        if Ledger.exists(where):
+            raise BadRequest(409, f"study {study!r} exists already")
+        log = Ledger._create_empty(where, origin)
+        try:
+            log.append_signed([(envelope, signature)])
+        except BaseException:
+            log.close()
+            _drop(where)
+            raise
+        log.close()
+        return 1
+
+
+def _b64(value: Any, what: str) -> bytes:
+    if not isinstance(value, str):
+        raise BadRequest(400, f"{what} must be a base64 string")
+    try:
+        return base64.b64decode(value, validate=True)
+    except (binascii.Error, ValueError):
+        raise BadRequest(400, f"{what} is not valid base64") from None
+
+
+def _int(params: Any, name: str, default: int | None = None) -> int | None:
+    value = params.get(name)
+    if value is None:
+        return default
+    if not re.fullmatch(r"\d{1,18}", value):
+        raise BadRequest(400, f"query parameter {name}={value!r} is not a non-negative integer")
+    return int(value)
+
+
+def head_json(log: Ledger) -> dict[str, Any]:
+    """The head as the API answers it (``GET head``, and a 409's ``head``)."""
+    size, last, frontier = log.head()
+    row = log._conn.execute("SELECT MAX(created) FROM checkpoints").fetchone()
+    when = log.get(size - 1).time if size else None
+    return {
+        "api": 1, "origin": log.origin, "size": size, "last": last.hex(),
+        "frontier": [[lvl, h.hex()] for lvl, h in frontier], "time": when,
+        "checkpoint_time": row[0] if row else None,
+    }  # fmt: skip
+
+
+def _parse_append(data: Any) -> tuple[list[tuple[bytes, bytes]], dict[str, bytes], list[Any]]:
+    if not isinstance(data, dict) or set(data) - {"entries", "blobs", "checkpoints"}:
+        raise BadRequest(400, "body must be an object with entries, blobs and checkpoints")
+    raw_entries = data.get("entries", [])
+    raw_blobs = data.get("blobs", {})
+    raw_cps = data.get("checkpoints", [])
+    if not isinstance(raw_entries, list) or len(raw_entries) > MAX_ENTRIES:
+        raise BadRequest(400, f"entries must be a list of at most {MAX_ENTRIES}")
+    if not isinstance(raw_blobs, dict) or not isinstance(raw_cps, list) or len(raw_cps) > 100:
+        raise BadRequest(400, "blobs must be an object, checkpoints a list of at most 100")
+    entries = []
+    for i, entry in enumerate(raw_entries):
+        if not isinstance(entry, dict) or set(entry) != {"envelope", "signature"}:
+            raise BadRequest(400, f"entry {i} must be {{envelope, signature}}")
+        entries.append((_b64(entry["envelope"], f"entry {i} envelope"),
+                        _b64(entry["signature"], f"entry {i} signature")))  # fmt: skip
+        if len(entries[-1][1]) != 64:
+            raise BadRequest(400, f"entry {i} signature is not 64 bytes (Ed25519)")
+    blobs = {}
+    for digest, value in raw_blobs.items():
+        if not HEX64.match(digest):
+            raise BadRequest(400, f"blob name {digest[:80]!r} is not a lower-case hex SHA-256")
+        blobs[digest] = _b64(value, f"blob {digest}")
+    for i, cp in enumerate(raw_cps):
+        ok = isinstance(cp, dict) and set(cp) == {"note", "created"}
+        if not ok or not isinstance(cp["note"], str) or not isinstance(cp["created"], str | None):
+            raise BadRequest(400, f"checkpoint {i} must be {{note: string, created: string}}")
+    if not entries and not raw_cps:
+        raise BadRequest(400, "nothing to append: no entries and no checkpoints")
+    return entries, blobs, raw_cps
+
+
+def _append(log: Ledger, data: Any) -> dict[str, Any]:
+    entries, blobs, cps = _parse_append(data)
+    if not cps:  # one write transaction of the store's own (no savepoint around it)
+        events, replayed = log.append_signed(entries, blobs)
+        ids: list[tuple[int, bool]] = []
+    else:
+        with log.transaction():
+            events, replayed = log.append_signed(entries, blobs)
+            ids = [log.store_checkpoint(cp["note"], cp["created"]) for cp in cps]
+    return {
+        "seqs": [e.seq for e in events], "replayed": replayed,
+        "checkpoints": [{"id": i, "replayed": r} for i, r in ids],
+    }  # fmt: skip
+
+
+def _cosign(log: Ledger, data: Any) -> dict[str, Any]:
+    ok = isinstance(data, dict) and set(data) == {"id", "lines"}
+    if not ok or type(data["id"]) is not int or not isinstance(data["lines"], list):
+        raise BadRequest(400, "body must be {id: integer, lines: [string]}")
+    if len(data["lines"]) > 64 or not all(isinstance(x, str) for x in data["lines"]):
+        raise BadRequest(400, "lines must be at most 64 strings")
+    return {"note": log.add_cosignatures(data["id"], data["lines"])}
+
+
+def _check_reader(log: Ledger, request: Request) -> None:
+    """A signed read: the header's key must be registered here and unrevoked, its time recent."""
+    header = request.headers.get(READ_HEADER)
+    if not header:
+        raise BadRequest(
+            403, f"reading envelopes and blobs needs a {READ_HEADER} header signed by a key of "
+            "this study (envelopes name trials by arm: docs/service.md §8)")  # fmt: skip
+    parts = header.split(" ")
+    if len(parts) != 3 or not parts[1].isdigit():
+        raise BadRequest(400, f"{READ_HEADER} must be '<actor> <unix time> <base64 signature>'")
+    actor, when, sig = parts[0], int(parts[1]), _b64(parts[2], READ_HEADER)
+    if abs(time.time() - when) > READ_SKEW_SECONDS:
+        raise BadRequest(403, f"{READ_HEADER} time is more than {READ_SKEW_SECONDS} s off")
+    registered = log.keys()
+    record = next((k for k in registered if k.actor == actor), None)
+    if record is None or record.revoked_seq is not None:
+        raise BadRequest(403, f"key {actor} is not a registered, unrevoked key of this study")
+    target = request.url.path + (f"?{request.url.query}" if request.url.query else "")
+    if not VerifierKey.parse(record.vkey).verify(read_message(request.method, target, when), sig):
+        raise BadRequest(403, f"{READ_HEADER}: the signature does not verify with {actor}'s key")
+
+
+def _events(log: Ledger, request: Request) -> dict[str, Any]:
+    _check_reader(log, request)
+    start = _int(request.query_params, "start", 0) or 0
+    limit = min(_int(request.query_params, "limit", 1000) or 1000, 5000)
+    out = [{"envelope": base64.b64encode(e.envelope).decode(),
+            "signature": base64.b64encode(e.signature).decode()}
+           for e in log.events(start=start, end=start + limit)]  # fmt: skip
+    return {"events": out, "size": log.size}
+
+
+def _blob(log: Ledger, request: Request, digest: str) -> bytes:
+    _check_reader(log, request)
+    if not HEX64.match(digest):
+        raise BadRequest(400, f"{digest[:80]!r} is not a lower-case hex SHA-256")
+    try:
+        return log.stored_blob(digest)  # the bytes the address hashes (a sealed blob whole)
+    except StoreError:
+        raise
+    except LedgerError:
+        raise BadRequest(404, f"no blob {digest}") from None
+
+
+def _proof(log: Ledger, request: Request, which: str) -> dict[str, Any]:
+    q = request.query_params
+    if which == "inclusion":
+        index = _int(q, "index")
+        if index is None:
+            raise BadRequest(400, "query parameter index is required")
+        if index >= log.size:
+            raise ProofError(f"index {index} is outside the log (size {log.size})")
+        return log.inclusion_proof(index, _int(q, "size")).to_json()
+    old = _int(q, "old")
+    if old is None:
+        raise BadRequest(400, "query parameter old is required")
+    return log.consistency_proof(old, _int(q, "new")).to_json()
+
+
+_STATUS: list[tuple[type[BaseException], int]] = [
+    (BadRequest, 0), (ConflictError, 409), (RefusedError, 422), (AuthorizationError, 403),
+    (ProofError, 400), (FormatError, 400), (NoteError, 400), (StoreError, 503),
+]  # fmt: skip
+
+
+def _answer_error(exc: LedgerError, log_head: Callable[[], dict[str, Any]] | None) -> Response:
+    status = 500
+    for kind, code in _STATUS:
+        if isinstance(exc, kind):
+            status = exc.status if isinstance(exc, BadRequest) else code
+            break
+    body: dict[str, Any] = {"error": str(exc), "type": type(exc).__name__}
+    if isinstance(exc, RefusedError):
+        body["rule"] = exc.rule
+    if isinstance(exc, ConflictError):
+        body["head"] = {"size": exc.size, "last": exc.last}
+        if log_head is not None:
+            with suppress(LedgerError):
+                body["head"] = log_head()
+    if status == 500:
+        body["error"] = f"internal error: {exc}"
+    return JSONResponse(body, status)
+
+
+async def _read_body(request: Request, limit: int) -> Any:
+    """The JSON body: bounded in size (413) and time (408); 415 when it is not JSON."""
+    kind = request.headers.get("content-type", "").split(";")[0].strip()
+    if kind != "application/json":
+        raise BadRequest(415, "the body must be application/json")
+    declared = request.headers.get("content-length")
+    if declared is not None and (not declared.isdigit() or int(declared) > limit):
+        raise BadRequest(413, f"the body is over the {limit}-byte limit of this service")
+
+    async def collect() -> bytes:
+        chunks, size = [], 0
+        async for chunk in request.stream():
+            size += len(chunk)
+            if size > limit:
+                raise BadRequest(413, f"the body is over the {limit}-byte limit of this service")
+            chunks.append(chunk)
+        return b"".join(chunks)
+
+    try:
+        async with asyncio.timeout(BODY_SECONDS):
+            raw = await collect()
+    except TimeoutError:
+        raise BadRequest(408, f"the body did not arrive within {BODY_SECONDS:g} s") from None
+    try:
+        return json.loads(raw)
+    except (ValueError, UnicodeDecodeError) as exc:
+        raise BadRequest(400, f"the body is not JSON ({exc})") from None
+
+
+def api_routes(service: AppendService) -> list[Route]:
+    """The append API's routes (mounted before the tiles' catch-all route)."""
+
+    async def handle(request: Request) -> Response:
+        study = str(request.path_params["study"])
+        op = str(request.path_params["op"])
+        method = request.method
+        try:
+            data = None
+            if method == "POST":
+                data = await _read_body(request, service.max_request_bytes)
+            if op == "create" and method == "POST":
+                return await run_in_threadpool(_create, service, study, data)
+            return await run_in_threadpool(_dispatch, service, study, op, method, request, data)
+        except LedgerError as exc:
+            return _answer_error(exc, None)
+
+    return [Route("/{study}/api/v1/{op:path}", handle, methods=["GET", "HEAD", "POST"])]
+
+
+def _create(service: AppendService, study: str, data: Any) -> Response:
+    if not service.allow_create:
+        raise BadRequest(403, "this service does not create studies (start it with --allow-create)")
+    ok = isinstance(data, dict) and set(data) == {"origin", "entry"}
+    if not ok or not isinstance(data["origin"], str) or not isinstance(data["entry"], dict):
+        raise BadRequest(400, "body must be {origin: string, entry: {envelope, signature}}")
+    entry = data["entry"]
+    if set(entry) != {"envelope", "signature"}:
+        raise BadRequest(400, "entry must be {envelope, signature}")
+    from ledger._store import check_origin
+
+    check_origin(data["origin"])
+    service.create(study, data["origin"], _b64(entry["envelope"], "envelope"),
+                   _b64(entry["signature"], "signature"))  # fmt: skip
+    return JSONResponse({"study": study, "size": 1}, 201)
+
+
+def _dispatch(
+    service: AppendService, study: str, op: str, method: str, request: Request, data: Any
+) -> Response:
+    with service.ledger(study) as log:  # a StoreError (a lost server) closes this connection
+        try:
+            return _route(log, op, method, request, data)
+        except ConflictError as exc:
+            return _answer_error(exc, lambda: head_json(log))
+        except StoreError:
+            raise
+        except LedgerError as exc:
+            return _answer_error(exc, None)
+
+
+def _route(log: Ledger, op: str, method: str, request: Request, data: Any) -> Response:
+    if method == "POST":
+        if op == "append":
+            return JSONResponse(_append(log, data))
+        if op == "cosign":
+            return JSONResponse(_cosign(log, data))
+        raise BadRequest(405 if op in _GETS else 404, f"no POST {op} in the append API")
+    if op == "head":
+        return JSONResponse(head_json(log))
+    if op == "keys":
+        registered = log.keys()
+        rows = [{"actor": k.actor, "name": k.name, "vkey": k.vkey, "role": k.role,
+                 "added_seq": k.added_seq, "revoked_seq": k.revoked_seq}
+                for k in registered]  # fmt: skip
+        return JSONResponse({"keys": rows})
+    if op == "checkpoints":
+        return JSONResponse({"checkpoints": [
+            {"id": c.id, "size": c.size, "root": c.root.hex(), "note": c.note,
+             "created": c.created} for c in log.checkpoints()]})  # fmt: skip
+    if op == "root":
+        size = _int(request.query_params, "size")
+        return JSONResponse({"size": size, "root": log.root(size).hex()})
+    if op.startswith("proof/") and op[6:] in ("inclusion", "consistency"):
+        return JSONResponse(_proof(log, request, op[6:]))
+    if op == "events":
+        return JSONResponse(_events(log, request))
+    if op.startswith("blob/"):
+        return Response(_blob(log, request, op[5:]), 200, media_type="application/octet-stream")
+    if op in ("append", "cosign", "create"):
+        raise BadRequest(405, f"{op} takes POST")
+    raise BadRequest(404, f"no {op!r} in the append API (docs/service.md §7)")
+
+
+_GETS = frozenset({"head", "keys", "checkpoints", "root", "events"})
