@@ -105,7 +105,9 @@ def walkthrough(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
                 # the edit a newcomer makes: here, few replicates so the run is quick
                 spec = work / "my-study" / "study.toml"
                 text = spec.read_text(encoding="utf-8")
-                spec.write_text(text.replace("replicates = 30", "replicates = 1"), "utf-8")
+                text = text.replace("replicates = 30", "replicates = 1")
+                # and a smaller plan: 10 simulated studies a cell instead of 200 (minutes)
+                spec.write_text(text.replace("studies = 200", "studies = 10"), "utf-8")
             elif argv[0] == "ledger" and argv[1] == "view":
                 viewed(Path(expand(argv[2])))  # it serves until stopped: pages fetched here
             elif argv[0] == "ledger":

@@ -199,10 +199,13 @@ def test_a_refused_password_and_a_newer_schema_are_named(
 
 
 def test_a_server_that_goes_away_loses_nothing_and_is_found_again(
-    pg_server: Any,
+    pg_server: Any, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """kill -9 of the server between and during appends: one message, no half-written event,
     and the next append after its restart continues the chain."""
+    import ledger._postgres
+
+    monkeypatch.setattr(ledger._postgres, "RECONNECT_SECONDS", 1.0)  # the server stays down
     key = fixed_key("example.org/owner")
     url = pg_server.url(schema=schema())
     log = Ledger.create(url, origin="example.org/s", key=key)
