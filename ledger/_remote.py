@@ -42,7 +42,6 @@ from ledger._errors import (
     FormatError,
     LedgerError,
     NoteError,
-    ProofError,
     StoreError,
 )
 from ledger._http import Client, RemoteLocation, b64, reason
@@ -519,14 +518,6 @@ class RemoteLedger(Ledger):
         )
 
     # ------------------------------------------------------------------ Merkle tree
-
-    def _check_size(self, size: int | None) -> int:
-        current = self.size
-        if size is None:
-            return current
-        if not 0 <= size <= current:
-            raise ProofError(f"tree size {size} is outside the log (size {current})")
-        return size
 
     def root(self, size: int | None = None) -> bytes:
         """Merkle root of the first ``size`` events (default: the whole log)."""

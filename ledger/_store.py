@@ -823,7 +823,21 @@ class Ledger:
             events.append(
                 Event(seq, when, kind, actor, prev, body, dict(blob_refs), data, signature, leaf)
             )
-        if self.engine == "postgresql":  # many writers: the trial rules, checked in sequence
+        self._insert(events, specs, blob_rows, event_rows, node_rows, head, keys)
+        return events
+
+    def _insert(
+        self, events: Sequence[Event], specs: Sequence[object],
+        blob_rows: dict[str, tuple[Any, ...]], event_rows: list[tuple[Any, ...]],
+        node_rows: list[tuple[int, int, bytes]], head: _Head, keys: _KeyView,
+    ) -> None:  # fmt: skip
+        """Write a checked batch's rows (inside the write transaction) and keep its head.
+
+        On PostgreSQL the trial rules are checked first (``ledger/_guard.py``: many writers,
+        checked in sequence), and the sequencer row records the size it let through.
+        """
+        conn = self._conn
+        if self.engine == "postgresql":
             from ledger._guard import guard_appends
 
             guard_appends(conn, self.path, [(e.seq, e.kind, e.body) for e in events], specs)
@@ -838,11 +852,10 @@ class Ledger:
             event_rows,
         )
         conn.executemany("INSERT INTO tree (level, idx, hash) VALUES (?, ?, ?)", node_rows)
-        if self.engine == "postgresql":  # the sequencer row records the size it let through
+        if self.engine == "postgresql":
             conn.execute("UPDATE coord SET size = ? WHERE id = 1", (head.size,))
         keys.flush()
         self._head_cache = head
-        return events
 
     # ------------------------------------------------------------------ pre-signed appends
 
@@ -993,26 +1006,8 @@ class Ledger:
             head.push(leaf, node_rows)
             events.append(Event(seq, env.time, kind, env.actor, prev, dict(env.body),
                                 dict(env.blobs), env.data, signature, leaf))  # fmt: skip
-        if self.engine == "postgresql":  # the trial rules, as for the store's own appends
-            from ledger._guard import guard_appends
-
-            guard_appends(conn, self.path, [(e.seq, e.kind, e.body) for e in events],
-                          [env for env, _ in parsed])  # fmt: skip
-        if blob_rows:
-            conn.executemany(
-                "INSERT INTO blobs (sha256, size, data) VALUES (?, ?, ?) ON CONFLICT DO NOTHING",
-                list(blob_rows.values()),
-            )
-        conn.executemany(
-            "INSERT INTO events (seq, kind, actor, time, envelope, signature, leaf_hash) "
-            "VALUES (?, ?, ?, ?, ?, ?, ?)",
-            event_rows,
-        )
-        conn.executemany("INSERT INTO tree (level, idx, hash) VALUES (?, ?, ?)", node_rows)
-        if self.engine == "postgresql":
-            conn.execute("UPDATE coord SET size = ? WHERE id = 1", (head.size,))
-        keys.flush()
-        self._head_cache = head
+        self._insert(events, [env for env, _ in parsed], blob_rows, event_rows, node_rows, head,
+                     keys)  # fmt: skip
         return events, False
 
     def _load_head_at_once(self) -> _Head:
