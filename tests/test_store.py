@@ -416,3 +416,17 @@ def test_ledger_run_refuses_a_ledger_that_lost_its_last_events(
     assert "the last 2 event(s) are missing" in result.output and "ledger.db" in result.output
     with Ledger.open(db, readonly=True) as after:
         assert after.size == size - 2
+
+
+def test_a_second_signing_of_one_size_keeps_one_checkpoint(tmp_path: Path) -> None:
+    """Two writers closing sessions at once sign the same size: one row, every signature."""
+    owner = fixed_key("example.org/owner")
+    other = fixed_key("example.org/other-owner")
+    with Ledger.create(tmp_path / "l.db", origin="example.org/l", key=owner) as log:
+        log.add_key(other.verifier, "owner", key=owner)
+        log.append("artifact.locked", {"n": 1}, key=owner)
+        first = log.sign_checkpoint(owner)
+        assert log.sign_checkpoint(owner) == first  # the same note, not a second row
+        both = log.sign_checkpoint(other)
+        assert both.startswith(first) and both.count("\u2014 ") == 2
+        assert [(c.size, c.note) for c in log.checkpoints()] == [(3, both)]
