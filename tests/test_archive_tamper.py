@@ -224,6 +224,7 @@ def test_fresh_export_with_trusted_key_and_registration_checkpoint(archive: Path
     passed(report, "published-checkpoints")
 
 
+@SLOW  # test_archive.py's test_archive_verifies_with_the_cli_and_sha256sum runs the CLI by default
 def test_cli_verifies_an_archive(archive: Path) -> None:
     from click.testing import CliRunner
 
@@ -747,6 +748,7 @@ def test_readme_without_simulated_notice_signed_by_the_owner(copy_: Path) -> Non
 # export --force replaces an archive without a moment with none
 
 
+@SLOW  # four exports, seconds each
 def test_force_export_never_leaves_the_target_without_an_archive(
     archive: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:

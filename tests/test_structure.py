@@ -9,6 +9,7 @@ allowed directions: ``ledger`` (the core) imports none of the others; ``runner``
 from __future__ import annotations
 
 import ast
+import functools
 from pathlib import Path
 
 import pytest
@@ -47,8 +48,10 @@ def _resolve(name: str, modules: dict[str, Path]) -> str | None:
     return None
 
 
+@functools.cache
 def import_graph() -> dict[str, set[str]]:
-    """Module -> the project modules it imports, from the AST of every file."""
+    """Module -> the project modules it imports, from the AST of every file (read once a run;
+    the tests only read the graph)."""
     modules = _modules()
     graph: dict[str, set[str]] = {}
     for name, path in modules.items():

@@ -347,6 +347,7 @@ def wait_for(url: str, kind: str, n: int, proc: subprocess.Popen[bytes] | None =
         time.sleep(0.05)
 
 
+@pytest.mark.slow  # a process killed or frozen: seconds each (CI runs -m slow)
 def test_a_worker_killed_mid_run_is_reaped_and_another_finishes_the_study(
     tmp_path: Path, template: Path, pg_server: Any
 ) -> None:
@@ -409,6 +410,7 @@ def status_of(study: Path) -> dict[str, Any]:
     return dict(json.loads(result.output))
 
 
+@pytest.mark.slow  # a process killed or frozen: seconds each (CI runs -m slow)
 def test_a_frozen_worker_whose_lease_ran_out_records_its_late_answers_as_superseded(
     tmp_path: Path, template: Path, pg_server: Any
 ) -> None:
