@@ -500,6 +500,7 @@ parse_failure = 0.3
 """
 
 
+@pytest.mark.slow  # a whole plan run and its verification: seconds
 def test_binomial_plan_with_two_models_verifies(tmp_path: Path, study_template: Path) -> None:
     """Four-part trial ids, the model a fixed factor (in the sensitivity models too), binomial
     draws, and unparseable trials kept as 0 (``exclude_unparseable = false``): both sides
