@@ -8,6 +8,7 @@ published files and receipts only, never on a ledger: the study's own commands (
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -40,6 +41,20 @@ def _quorum(quorum: int | None, witnesses: list[str]) -> int | None:
             f"--quorum {quorum} must be between 1 and the number of --witness keys "
             f"({len(witnesses)})", param_hint="--quorum")  # fmt: skip
     return quorum
+
+
+def _trust_options(command: Callable[..., Any]) -> Callable[..., Any]:
+    """``--trusted-key``, ``--witness`` and ``--quorum``: whom a monitor or a receipt trusts."""
+    for option in reversed((
+        click.option("--trusted-key", "trusted_keys", multiple=True, required=True,
+                     help="The log's vkey (inline, @FILE or a .vkey path); repeatable."),
+        click.option("--witness", "witness_keys", multiple=True,
+                     help="A trusted witness's cosigner vkey (inline or @FILE); repeatable."),
+        click.option("--quorum", type=int, default=None,
+                     help="Cosignatures required (default: every --witness)."),
+    )):  # fmt: skip
+        command = option(command)
+    return command
 
 
 @click.command("serve", cls=Command)
@@ -107,22 +122,7 @@ def serve_cmd(
 
 @click.command("monitor", cls=Command)
 @click.argument("url")
-@click.option(
-    "--trusted-key",
-    "trusted_keys",
-    multiple=True,
-    required=True,
-    help="The log's vkey (inline, @FILE or a .vkey path); repeatable.",
-)
-@click.option(
-    "--witness",
-    "witness_keys",
-    multiple=True,
-    help="A trusted witness's cosigner vkey (inline or @FILE); repeatable.",
-)
-@click.option(
-    "--quorum", type=int, default=None, help="Cosignatures required (default: every --witness)."
-)
+@_trust_options
 @click.option(
     "--state",
     "state_file",
@@ -203,22 +203,7 @@ def monitor(url: str, trusted_keys: tuple[str, ...], witness_keys: tuple[str, ..
     required=True,
     type=click.Path(exists=True, dir_okay=False, path_type=Path),
 )
-@click.option(
-    "--trusted-key",
-    "trusted_keys",
-    multiple=True,
-    required=True,
-    help="The log's vkey (inline, @FILE or a .vkey path); repeatable.",
-)
-@click.option(
-    "--witness",
-    "witness_keys",
-    multiple=True,
-    help="A trusted witness's cosigner vkey (inline or @FILE); repeatable.",
-)
-@click.option(
-    "--quorum", type=int, default=None, help="Cosignatures required (default: every --witness)."
-)
+@_trust_options
 def verify_receipt_cmd(receipts: tuple[Path, ...], trusted_keys: tuple[str, ...],
                        witness_keys: tuple[str, ...], quorum: int | None) -> None:  # fmt: skip
     """Check receipts (C2SP tlog-proof files from `ledger receipt`) offline.
