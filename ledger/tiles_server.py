@@ -21,7 +21,6 @@ from __future__ import annotations
 import re
 import socket
 import sys
-import threading
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -31,6 +30,7 @@ from starlette.responses import Response
 from starlette.routing import Route
 
 from ledger._errors import LedgerError
+from ledger._local_server import LocalServer
 from ledger._tiles import TileError, parse_tile_path
 
 if TYPE_CHECKING:
@@ -141,7 +141,7 @@ def _listen(host: str, port: int) -> socket.socket:
     return sock
 
 
-class LocalTiles:
+class LocalTiles(LocalServer):
     """The read path (and the append API) served in a thread of this process on 127.0.0.1.
 
     For tests and benchmarks; ``service`` adds the append API over its store.
@@ -151,49 +151,17 @@ class LocalTiles:
         self, directory: Path | None, port: int = 0, service: AppendService | None = None
     ) -> None:
         """Bind the socket (port 0: the system picks one); :meth:`start` serves it."""
-        import uvicorn
-
-        self._sock = _listen("127.0.0.1", port)
-        self.url = f"http://127.0.0.1:{self._sock.getsockname()[1]}"
         self.service = service
-        config = uvicorn.Config(
-            make_app(directory, service),
-            log_level="warning",
-            access_log=False,
-            lifespan="off",
-            timeout_keep_alive=5,
-        )
-        self._server = uvicorn.Server(config)
-        self._thread = threading.Thread(
-            target=self._server.run,
-            kwargs={"sockets": [self._sock]},
-            daemon=True,
-            name="local-tiles",
-        )
-
-    def start(self) -> LocalTiles:
-        """Serve until :meth:`stop`; returns once the server answers."""
-        self._thread.start()
-        while not self._server.started:
-            if not self._thread.is_alive():
-                raise ServeError(f"the tiles service at {self.url} did not start")
-            threading.Event().wait(0.01)
-        return self
+        super().__init__(
+            _listen("127.0.0.1", port), make_app(directory, service), name="local-tiles",
+            what="tiles service", error=ServeError, timeout_keep_alive=5,
+        )  # fmt: skip
 
     def stop(self) -> None:
-        """Stop serving and wait for the server's thread."""
-        self._server.should_exit = True
-        if self._thread.is_alive():
-            self._thread.join(timeout=30)
-        self._sock.close()
+        """Stop serving, wait for the server's thread, and close the append service."""
+        super().stop()
         if self.service is not None:
             self.service.close()
-
-    def __enter__(self) -> LocalTiles:
-        return self.start()
-
-    def __exit__(self, *exc: object) -> None:
-        self.stop()
 
 
 def serve(

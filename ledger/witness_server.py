@@ -23,6 +23,7 @@ from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import Route
 
+from ledger._local_server import LocalServer
 from ledger.witness import MAX_BODY, AddResult, Witness, WitnessError
 
 __all__ = ["LocalWitness", "make_app", "serve"]
@@ -84,7 +85,7 @@ def _listen(directory: Path, host: str, port: int) -> socket.socket:
     return sock
 
 
-class LocalWitness:
+class LocalWitness(LocalServer):
     """A witness served in a thread of this process on ``127.0.0.1`` and an ephemeral port.
 
     For ``ledger demo`` and tests: ``with LocalWitness(directory) as w: ... w.url ...``; the
@@ -95,39 +96,10 @@ class LocalWitness:
         self, directory: Path, clock: Callable[[], int] | None = None, port: int = 0
     ) -> None:
         """Bind the socket (port 0: the system picks one); :meth:`start` serves it."""
-        import uvicorn
-
-        self._sock = _listen(directory, "127.0.0.1", port)
-        self.url = f"http://127.0.0.1:{self._sock.getsockname()[1]}"
-        config = uvicorn.Config(make_app(directory, clock), log_level="warning",
-                                access_log=False, lifespan="off")
-        self._server = uvicorn.Server(config)
-        self._thread = threading.Thread(
-            target=self._server.run, kwargs={"sockets": [self._sock]}, daemon=True,
-            name="local-witness",
-        )
-
-    def start(self) -> LocalWitness:
-        """Serve until :meth:`stop`; returns once the server answers."""
-        self._thread.start()
-        while not self._server.started:
-            if not self._thread.is_alive():
-                raise WitnessError(f"the local witness at {self.url} did not start")
-            threading.Event().wait(0.01)
-        return self
-
-    def stop(self) -> None:
-        """Stop serving and wait for the server's thread."""
-        self._server.should_exit = True
-        if self._thread.is_alive():
-            self._thread.join(timeout=30)
-        self._sock.close()
-
-    def __enter__(self) -> LocalWitness:
-        return self.start()
-
-    def __exit__(self, *exc: object) -> None:
-        self.stop()
+        super().__init__(
+            _listen(directory, "127.0.0.1", port), make_app(directory, clock),
+            name="local-witness", what="local witness", error=WitnessError,
+        )  # fmt: skip
 
 
 def serve(directory: Path, host: str, port: int) -> None:
