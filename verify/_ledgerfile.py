@@ -556,6 +556,22 @@ class _Run:
         """Hand the signatures of seqs ``lo..hi`` to a worker process."""
         return pool.submit(_verify_range, self.uri, lo, hi, keys, overrides)
 
+    def _submit_buffered(
+        self,
+        pool: ProcessPoolExecutor,
+        lo: int,
+        hi: int,
+        keys: dict[str, bytes],
+        overrides: dict[int, str | None],
+    ) -> Future[list[tuple[int, str]]]:
+        """Hand the buffered rows ``lo..hi`` to a worker with the task (no file to reopen).
+
+        :meth:`_submit` of the sources read from elsewhere: an archive, a PostgreSQL snapshot.
+        """
+        items = [item for item in self.sig_buffer if lo <= item[0] <= hi]
+        self.sig_buffer = [item for item in self.sig_buffer if item[0] > hi]
+        return pool.submit(_verify_items, items, keys, overrides)
+
     def _tree_rows(self, con: Any) -> Iterator[tuple[Any, Any, Any]]:
         if con is None:
             return

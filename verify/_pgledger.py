@@ -23,11 +23,10 @@ from __future__ import annotations
 import os
 import re
 from collections.abc import Iterable, Iterator, Sequence
-from concurrent.futures import Future, ProcessPoolExecutor
 from typing import Any
 from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
 
-from verify._ledgerfile import SCHEMA_VERSION, _NotALedger, _Run, _verify_items
+from verify._ledgerfile import SCHEMA_VERSION, _NotALedger, _Run
 from verify._report import Check, Report, Status
 from verify._safeio import UnsafeFileError, read_regular
 
@@ -412,18 +411,7 @@ class PgRun(_Run):
             "is missing from the blobs table",
         )  # fmt: skip
 
-    def _submit(
-        self,
-        pool: ProcessPoolExecutor,
-        lo: int,
-        hi: int,
-        keys: dict[str, bytes],
-        overrides: dict[int, str | None],
-    ) -> Future[list[tuple[int, str]]]:
-        """Hand the buffered rows ``lo..hi`` to a worker (it cannot share this snapshot)."""
-        items = [item for item in self.sig_buffer if lo <= item[0] <= hi]
-        self.sig_buffer = [item for item in self.sig_buffer if item[0] > hi]
-        return pool.submit(_verify_items, items, keys, overrides)
+    _submit = _Run._submit_buffered  # its rows are handed over: no file to reopen
 
 
 def verify_postgres(

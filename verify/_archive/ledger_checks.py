@@ -13,11 +13,11 @@ import os
 import re
 import time
 from collections.abc import Iterator, Sequence
-from concurrent.futures import Future, ProcessPoolExecutor
+from concurrent.futures import ProcessPoolExecutor
 from typing import Any
 
 from verify._errors import CheckpointFormatError, NoteError
-from verify._ledgerfile import RECOMPUTED, SKIMMED, _Run, _verify_items
+from verify._ledgerfile import RECOMPUTED, SKIMMED, _Run
 from verify._note import Checkpoint, parse_checkpoint, parse_note
 from verify._reader.events import EventReader
 from verify._reader.files import ArchiveFileError, ArchiveFiles, show
@@ -136,17 +136,7 @@ class ArchiveRun(_Run):
             return pre[1], envelope
         return None
 
-    def _submit(
-        self,
-        pool: ProcessPoolExecutor,
-        lo: int,
-        hi: int,
-        keys: dict[str, bytes],
-        overrides: dict[int, str | None],
-    ) -> Future[list[tuple[int, str]]]:
-        items = [item for item in self.sig_buffer if lo <= item[0] <= hi]
-        self.sig_buffer = [item for item in self.sig_buffer if item[0] > hi]
-        return pool.submit(_verify_items, items, keys, overrides)
+    _submit = _Run._submit_buffered  # its rows are handed over: no file to reopen
 
     # ------------------------------------------------------------------ run
 
