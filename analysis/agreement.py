@@ -19,8 +19,10 @@ from analysis.stats import NotApplicableError
 
 __all__ = ["judge_agreement_values"]
 
-UNANIMOUS = ("every vote is the same label, so chance agreement is 1 and kappa is 0/0 "
-             "(docs/analysis.md section 8)")
+UNANIMOUS = (
+    "every vote is the same label, so chance agreement is 1 and kappa is 0/0 "
+    "(docs/analysis.md section 8)"
+)
 """Why ``kappa`` is null when every vote of every trial is one label."""
 
 
@@ -40,8 +42,10 @@ def judge_agreement_values(
         raise ValueError("no judged trial")
     raters = [v["model"] for v in judged[0]["votes"]]
     if len(raters) < 2:
-        raise NotApplicableError(f"agreement between judges needs two or more judges; this "
-                                 f"step has one ({', '.join(map(str, raters)) or 'none'})")
+        raise NotApplicableError(
+            f"agreement between judges needs two or more judges; this "
+            f"step has one ({', '.join(map(str, raters)) or 'none'})"
+        )
     index = {label: i for i, label in enumerate(labels)}
     rows = [
         [index[v["vote"]] for v in j["votes"]]
@@ -54,11 +58,15 @@ def judge_agreement_values(
     observed = float(np.mean([len(set(r)) == 1 for r in rows]))
     if len({vote for r in rows for vote in r}) == 1:  # chance agreement 1: kappa is 0/0
         return {
-            "judges": raters, "labels": list(labels),
-            "method": "cohen" if len(raters) == 2 else "fleiss", "n_trials": len(rows),
-            "incomplete": len(judged) - len(rows), "all_agree": observed, "kappa": None,
+            "judges": raters,
+            "labels": list(labels),
+            "method": "cohen" if len(raters) == 2 else "fleiss",
+            "n_trials": len(rows),
+            "incomplete": len(judged) - len(rows),
+            "all_agree": observed,
+            "kappa": None,
             "kappa_undefined": UNANIMOUS,
-        }  # fmt: skip
+        }
     if len(raters) == 2:
         table = np.zeros((len(labels), len(labels)))
         for a, b in rows:

@@ -46,28 +46,82 @@ YES_NO_MAYBE = ("yes", "no", "maybe")
 CONTROL_TRUTH = "not-a-tumbling-e-chart"
 TUMBLING_E = "tumbling-e-json"
 TRIAL_COLUMNS = (
-    "trial", "arm", "stimulus", "rep", "response_seq", "status", "n_items", "n_answered",
-    "n_correct", "accuracy", "control", "excluded",
-)  # fmt: skip
+    "trial",
+    "arm",
+    "stimulus",
+    "rep",
+    "response_seq",
+    "status",
+    "n_items",
+    "n_answered",
+    "n_correct",
+    "accuracy",
+    "control",
+    "excluded",
+)
 ITEM_COLUMNS = ("trial", "arm", "stimulus", "rep", "row", "position", "truth", "answer", "correct")
 MODEL_TRIAL_COLUMNS = (
-    "trial", "arm", "model", "stimulus", "rep", "response_seq", "status", "n_items",
-    "n_answered", "n_correct", "accuracy", "control", "excluded",
-)  # fmt: skip
+    "trial",
+    "arm",
+    "model",
+    "stimulus",
+    "rep",
+    "response_seq",
+    "status",
+    "n_items",
+    "n_answered",
+    "n_correct",
+    "accuracy",
+    "control",
+    "excluded",
+)
 """``trials.csv`` of a study with ``[models]`` (trial ids ``arm|model|item|rep``)."""
 MODEL_ITEM_COLUMNS = (
-    "trial", "arm", "model", "stimulus", "rep", "row", "position", "truth", "answer", "correct",
-)  # fmt: skip
+    "trial",
+    "arm",
+    "model",
+    "stimulus",
+    "rep",
+    "row",
+    "position",
+    "truth",
+    "answer",
+    "correct",
+)
 """``items.csv`` of a study with ``[models]``."""
 VARIANT_TRIAL_COLUMNS = (
-    "trial", "arm", "model", "stimulus", "variant", "rep", "response_seq", "status", "n_items",
-    "n_answered", "n_correct", "accuracy", "control", "excluded",
-)  # fmt: skip
+    "trial",
+    "arm",
+    "model",
+    "stimulus",
+    "variant",
+    "rep",
+    "response_seq",
+    "status",
+    "n_items",
+    "n_answered",
+    "n_correct",
+    "accuracy",
+    "control",
+    "excluded",
+)
 """``trials.csv`` of a study with variants (``docs/variants.md`` section 5)."""
 VARIANT_ITEM_COLUMNS = (
-    "trial", "arm", "model", "stimulus", "variant", "order", "rep", "row", "position", "truth",
-    "answer", "correct", "truth_original", "answer_original",
-)  # fmt: skip
+    "trial",
+    "arm",
+    "model",
+    "stimulus",
+    "variant",
+    "order",
+    "rep",
+    "row",
+    "position",
+    "truth",
+    "answer",
+    "correct",
+    "truth_original",
+    "answer_original",
+)
 """``items.csv`` of a study with variants: the order and the answers mapped back."""
 CLOZE_ITEM_COLUMNS = ("logprobs", "margin")
 """Appended to ``items.csv`` for the ``cloze`` parser: each letter's log-probability (the
@@ -159,20 +213,23 @@ class Dataset:
         Columns :data:`TRIAL_COLUMNS`, or :data:`MODEL_TRIAL_COLUMNS` for a ``[models]`` study.
         """
         extra = (
-            *(f"factor.{f}" for f in self.factors), *(DDX_METRICS if self.ddx else ()),
+            *(f"factor.{f}" for f in self.factors),
+            *(DDX_METRICS if self.ddx else ()),
             *(f"covariate.{n}" for n in self.covariates),
         )  # analysis.md §2: factor levels, ddx metrics, factor labels (§11)
         if self.variants:
             return _csv(self.trials, (*VARIANT_TRIAL_COLUMNS, *extra))
-        return _csv(self.trials, (*(MODEL_TRIAL_COLUMNS if self.models else TRIAL_COLUMNS),
-                                  *extra))  # fmt: skip
+        return _csv(self.trials, (*(MODEL_TRIAL_COLUMNS if self.models else TRIAL_COLUMNS), *extra))
 
     def items_csv(self) -> bytes:
         """The item table as CSV (columns :data:`ITEM_COLUMNS` or :data:`MODEL_ITEM_COLUMNS`)."""
         columns = (
-            VARIANT_ITEM_COLUMNS if self.variants
-            else MODEL_ITEM_COLUMNS if self.models else ITEM_COLUMNS
-        )  # fmt: skip
+            VARIANT_ITEM_COLUMNS
+            if self.variants
+            else MODEL_ITEM_COLUMNS
+            if self.models
+            else ITEM_COLUMNS
+        )
         return _csv(self.items, columns + CLOZE_ITEM_COLUMNS if self.cloze else columns)
 
 
@@ -280,42 +337,55 @@ def load_dataset(
             )
         metric_values = (body.get("ddx") or {}).get("metrics") if parser == "ddx" else None
         items = [] if parser == "ddx" else json.loads(log.blob(event.blobs["scores"]))
-        control = (
-            parser == TUMBLING_E and len(items) == 1 and items[0]["truth"] == CONTROL_TRUTH
-        )
+        control = parser == TUMBLING_E and len(items) == 1 and items[0]["truth"] == CONTROL_TRUTH
         n_items = int(body["n_items"])
         model = split_trial(request["trial"])[1] or ""
         variant = str(request.get("variant", ""))
         order = str(body.get("order", ""))
         trial_rows.append(
             {
-                "trial": request["trial"], "arm": arm, "model": model,
-                "stimulus": request["stimulus"], "variant": variant,
-                "rep": int(request["rep"]), "response_seq": body["response_seq"],
-                "status": body["status"], "n_items": n_items,
-                "n_answered": int(body["n_answered"]), "n_correct": int(body["n_correct"]),
+                "trial": request["trial"],
+                "arm": arm,
+                "model": model,
+                "stimulus": request["stimulus"],
+                "variant": variant,
+                "rep": int(request["rep"]),
+                "response_seq": body["response_seq"],
+                "status": body["status"],
+                "n_items": n_items,
+                "n_answered": int(body["n_answered"]),
+                "n_correct": int(body["n_correct"]),
                 "accuracy": int(body["n_correct"]) / n_items if n_items else math.nan,
                 "control": control,
                 "excluded": exclude_unparseable and body["status"] == "unparseable",
                 **{name: _metric((metric_values or {}).get(name)) for name in DDX_METRICS},
             }
-        )  # fmt: skip
+        )
         for item in items:
             item_rows.append(
                 {
-                    "trial": request["trial"], "arm": arm, "model": model,
-                    "stimulus": request["stimulus"], "variant": variant, "order": order,
-                    "rep": int(request["rep"]), "row": item["row"], "position": item["position"],
-                    "truth": item["truth"], "answer": item["answer"], "correct": item["correct"],
+                    "trial": request["trial"],
+                    "arm": arm,
+                    "model": model,
+                    "stimulus": request["stimulus"],
+                    "variant": variant,
+                    "order": order,
+                    "rep": int(request["rep"]),
+                    "row": item["row"],
+                    "position": item["position"],
+                    "truth": item["truth"],
+                    "answer": item["answer"],
+                    "correct": item["correct"],
                     "truth_original": _back(order, item["truth"]),
                     "answer_original": _back(order, item["answer"]),
                     "logprobs": (
                         rfc8785.dumps(item["logprobs"]).decode("utf-8")
-                        if "logprobs" in item else None
+                        if "logprobs" in item
+                        else None
                     ),
                     "margin": item.get("margin"),
                 }
-            )  # fmt: skip
+            )
     names, cells = factorial or ((), {})
     for row in trial_rows:
         for f in names:
@@ -339,8 +409,7 @@ def load_dataset(
         parser == "cloze",
         ddx=parser == "ddx",
         factors=tuple(names),
-        excluded_trials=tuple(sorted({str(e.body["trial"])
-                                      for e in log.events("trial.excluded")})),
+        excluded_trials=tuple(sorted({str(e.body["trial"]) for e in log.events("trial.excluded")})),
     )
 
 
@@ -393,12 +462,17 @@ class Result:
     def as_dict(self) -> dict[str, Any]:
         """The event body (without ``inputs``), JSON-ready."""
         return {
-            "id": self.id, "title": self.title, "label": self.label, "test": self.test,
-            "hypothesis": self.hypothesis, "status": self.status,
-            "values": _clean(self.values or {}), "verdict": self.verdict,
+            "id": self.id,
+            "title": self.title,
+            "label": self.label,
+            "test": self.test,
+            "hypothesis": self.hypothesis,
+            "status": self.status,
+            "values": _clean(self.values or {}),
+            "verdict": self.verdict,
             "decided_by": _clean(self.decided_by) if self.decided_by else None,
             "error": self.error,
-        }  # fmt: skip
+        }
 
 
 def _clean(value: Any) -> Any:
@@ -504,9 +578,7 @@ def descriptive(ds: Dataset, plan: dict[str, Any] | None = None) -> list[Result]
     """
     out = []
     unit = _unit(plan)
-    by_arm = Result(
-        "descriptive.arms", f"{unit} by arm (Wilson 95% CI)", "descriptive", "wilson"
-    )
+    by_arm = Result("descriptive.arms", f"{unit} by arm (Wilson 95% CI)", "descriptive", "wilson")
 
     def arms() -> None:
         values: dict[str, Any] = {}
@@ -554,16 +626,21 @@ def descriptive(ds: Dataset, plan: dict[str, Any] | None = None) -> list[Result]
     def cells() -> None:
         items = _items(ds)
         correct = items.groupby(["arm", "stimulus"], sort=False)["correct"].agg(["sum", "size"])
-        hits_n = dict(zip(correct.index, zip(correct["sum"].tolist(), correct["size"].tolist(),
-                                             strict=True), strict=True))  # fmt: skip
+        hits_n = dict(
+            zip(
+                correct.index,
+                zip(correct["sum"].tolist(), correct["size"].tolist(), strict=True),
+                strict=True,
+            )
+        )
         tumbling = ds.trials[~ds.trials["control"]]
         grouped = tumbling.groupby(["arm", "stimulus"], sort=True)
         excluded_sums = grouped["excluded"].sum()
         excluded = dict(zip(excluded_sums.index, excluded_sums.tolist(), strict=True))
         by_status: dict[tuple[Any, Any], dict[str, int]] = {}
-        for (arm, stim, status), count in tumbling.groupby(
-            ["arm", "stimulus", "status"], sort=True
-        ).size().items():  # one pass, not a value_counts per cell
+        for (arm, stim, status), count in (
+            tumbling.groupby(["arm", "stimulus", "status"], sort=True).size().items()
+        ):  # one pass, not a value_counts per cell
             by_status.setdefault((arm, stim), {})[str(status)] = int(count)
         values: dict[str, Any] = {}
         for (arm, stim), size in grouped.size().items():
@@ -573,8 +650,15 @@ def descriptive(ds: Dataset, plan: dict[str, Any] | None = None) -> list[Result]
             if n:
                 entry.update(stats.wilson(int(hits), int(n)).as_dict())
             else:
-                entry.update(successes=0, n=0, conf=0.95, estimate=None, lower=None, upper=None,
-                             note="no analysable items: accuracy not computed")
+                entry.update(
+                    successes=0,
+                    n=0,
+                    conf=0.95,
+                    estimate=None,
+                    lower=None,
+                    upper=None,
+                    note="no analysable items: accuracy not computed",
+                )
             entry.update(
                 trials_scored=int(size),
                 status=dict(sorted(statuses.items())),
@@ -616,8 +700,17 @@ MODEL_CAUTION = (
 
 _SHARE_KEYS = ("estimate", "lower", "upper", "max_abs_diff", "margin")
 """``decided_by`` members that are shares or differences of shares when the rule is in pp."""
-_PP_TESTS = ("lmm", "paired-t", "independent-t", "bootstrap", "mcnemar", "equivalence",
-             "position-bias", "voting", "self-consistency")  # fmt: skip
+_PP_TESTS = (
+    "lmm",
+    "paired-t",
+    "independent-t",
+    "bootstrap",
+    "mcnemar",
+    "equivalence",
+    "position-bias",
+    "voting",
+    "self-consistency",
+)
 """Tests whose estimate is a difference of shares: the report writes it in pp, so does
 :func:`describe_decision` (``gee`` and ``factorial`` estimate log odds or coefficients)."""
 
@@ -674,9 +767,7 @@ def verdict_caution(result: dict[str, Any]) -> str | None:
 
 
 def _trial_outcome(ds: Dataset) -> pd.DataFrame:
-    t = _analysable(ds).loc[
-        :, ["trial", "arm", "model", "stimulus", "variant", "rep", "accuracy"]
-    ]
+    t = _analysable(ds).loc[:, ["trial", "arm", "model", "stimulus", "variant", "rep", "accuracy"]]
     if ds.sources:
         t["source"] = t["stimulus"].map(ds.sources)
     return t
@@ -752,16 +843,19 @@ def _pair_values(
     the arms share no model) every analysable trial of each arm is used.
     """
     t = _trial_outcome(ds)
-    shared = (set(t.loc[t["arm"] == a, "model"].unique().tolist())
-              & set(t.loc[t["arm"] == b, "model"].unique().tolist()))
+    shared = set(t.loc[t["arm"] == a, "model"].unique().tolist()) & set(
+        t.loc[t["arm"] == b, "model"].unique().tolist()
+    )
     if shared:
         t = t[t["model"].isin(shared)]
     x = t[t["arm"] == a]["accuracy"].to_numpy(dtype=np.float64)
     y = t[t["arm"] == b]["accuracy"].to_numpy(dtype=np.float64)
     for arm, values in ((a, x), (b, y)):
         if not values.size:
-            raise stats.StatsError(f"arm {arm!r} has no analysable trials"
-                                   + (f" (models: {', '.join(ds.models)})" if ds.models else ""))
+            raise stats.StatsError(
+                f"arm {arm!r} has no analysable trials"
+                + (f" (models: {', '.join(ds.models)})" if ds.models else "")
+            )
     return x, y
 
 
@@ -788,14 +882,20 @@ def _per_group_diff(ds: Dataset, a: str, b: str) -> dict[str, float]:
     return {str(k): float(v) for k, v in (means[a] - means[b]).items()}
 
 
-SUBSET_MODEL_KEYS = ("n_obs", "n_groups", "group_variance", "residual_variance",
-                     "log_likelihood", "converged", "singular", "warnings")
+SUBSET_MODEL_KEYS = (
+    "n_obs",
+    "n_groups",
+    "group_variance",
+    "residual_variance",
+    "log_likelihood",
+    "converged",
+    "singular",
+    "warnings",
+)
 """What an lmm hypothesis on a stimulus subset records of its own model fit."""
 
 
-def _trial_pairs(
-    ds: Dataset, a: str, b: str
-) -> tuple[Any, Any, list[dict[str, Any]]]:
+def _trial_pairs(ds: Dataset, a: str, b: str) -> tuple[Any, Any, list[dict[str, Any]]]:
     """Trial accuracies of a and b paired by (stimulus, rep): complete pairs only.
 
     ``docs/analysis.md`` §3: a key whose trial in either arm was scheduled but gave no value
@@ -810,37 +910,41 @@ def _trial_pairs(
 
     def note(arm: str, key: tuple[str, int], kind: str, trial: str, value: float) -> None:
         if key in state[arm]:
-            raise stats.StatsError(f"pairing (stimulus, rep): arm {arm} has a key twice "
-                                   f"(stimulus {key[0]!r}, replicate {key[1]})")  # fmt: skip
+            raise stats.StatsError(
+                f"pairing (stimulus, rep): arm {arm} has a key twice "
+                f"(stimulus {key[0]!r}, replicate {key[1]})"
+            )
         state[arm][key] = (kind, trial, value)
 
     for row in ds.trials.itertuples(index=False):
         arm = str(row.arm)
         if arm in state and not row.control:
             kind = "unparseable" if row.excluded else "ok"
-            note(arm, (str(row.stimulus), int(row.rep)), kind, str(row.trial),
-                 float(row.accuracy))  # fmt: skip
+            note(arm, (str(row.stimulus), int(row.rep)), kind, str(row.trial), float(row.accuracy))
     for kind, ids in (("given-up", ds.given_up), ("excluded", ds.excluded_trials)):
         for trial in ids:
             arm, _model, stimulus, rep = split_trial(trial)
             if arm in state and stimulus in stimuli and stimulus not in controls:
                 note(arm, (stimulus, int(rep)), kind, trial, math.nan)
-    only = {arm: sorted(set(state[arm]) - set(state[other]))
-            for arm, other in ((a, b), (b, a))}  # fmt: skip
+    only = {arm: sorted(set(state[arm]) - set(state[other])) for arm, other in ((a, b), (b, a))}
     if only[a] or only[b]:
         arm, other = (a, b) if only[a] else (b, a)
         first = only[arm][0]
         raise stats.StatsError(
             f"pairing (stimulus, rep) does not pair: arm {arm} has replicate {first[1]} of "
             f"stimulus {first[0]!r} and arm {other} has no such trial: it was never scheduled "
-            f"({len(only[a]) + len(only[b])} key(s) in one arm only; the arms' designs differ)")
+            f"({len(only[a]) + len(only[b])} key(s) in one arm only; the arms' designs differ)"
+        )
     xs: list[float] = []
     ys: list[float] = []
     dropped: list[dict[str, Any]] = []
     for key in sorted(state[a]):
         sides = ((a, state[a][key]), (b, state[b][key]))
-        lost = [{"arm": arm, "kind": kind, "trial": trial}
-                for arm, (kind, trial, _v) in sides if kind != "ok"]  # fmt: skip
+        lost = [
+            {"arm": arm, "kind": kind, "trial": trial}
+            for arm, (kind, trial, _v) in sides
+            if kind != "ok"
+        ]
         if lost:
             dropped.append({"stimulus": key[0], "rep": key[1], "excluded": lost})
         else:
@@ -891,7 +995,11 @@ def hypothesis_results(
             subset_ds = metric_dataset(subset_ds, str(h["outcome"]))
 
         def compute(
-            h: dict[str, Any] = h, r: Result = r, a: str = a, b: str = b, sides: str = sides,
+            h: dict[str, Any] = h,
+            r: Result = r,
+            a: str = a,
+            b: str = b,
+            sides: str = sides,
             ds: Dataset = subset_ds,
         ) -> None:
             test = h["test"]
@@ -907,13 +1015,20 @@ def hypothesis_results(
                 model = fit
                 subset: dict[str, Any] | None = None
                 if h.get("stimuli"):
-                    sub_plan = {**plan, "analysis": {
-                        k: v for k, v in (plan.get("analysis") or {}).items()
-                        if k != "model_arms"}}  # fmt: skip
+                    sub_plan = {
+                        **plan,
+                        "analysis": {
+                            k: v
+                            for k, v in (plan.get("analysis") or {}).items()
+                            if k != "model_arms"
+                        },
+                    }
                     sub_result, model = fit_model(ds, sub_plan)
                     if model is None:
-                        raise stats.StatsError(f"the mixed model on stimuli {h['stimuli']} "
-                                               f"could not be fitted: {sub_result.error}")
+                        raise stats.StatsError(
+                            f"the mixed model on stimuli {h['stimuli']} "
+                            f"could not be fitted: {sub_result.error}"
+                        )
                     subset = {k: (sub_result.values or {}).get(k) for k in SUBSET_MODEL_KEYS}
                     subset["stimuli"] = list(h["stimuli"])
                 if model is None:
@@ -983,14 +1098,18 @@ def hypothesis_results(
                 raise stats.StatsError(f"unknown test {test!r}")
 
         _guard(r, compute)
-        r.values = (r.values or {}) | {
-            "alpha": alpha,
-            "sides": sides,
-            "min_difference_pp": min_pp,
-            "correction": h.get("correction", "none"),
-            "family": h.get("family"),
-        } | ({"phase": h["phase"]} if h.get("phase") is not None else {}) | (
-            {"outcome": h["outcome"]} if h.get("outcome") in DDX_METRICS else {})
+        r.values = (
+            (r.values or {})
+            | {
+                "alpha": alpha,
+                "sides": sides,
+                "min_difference_pp": min_pp,
+                "correction": h.get("correction", "none"),
+                "family": h.get("family"),
+            }
+            | ({"phase": h["phase"]} if h.get("phase") is not None else {})
+            | ({"outcome": h["outcome"]} if h.get("outcome") in DDX_METRICS else {})
+        )
         out.append(r)
     _apply_corrections(out, plan)
     for h, r in zip(plan["hypotheses"], out, strict=True):
@@ -1034,7 +1153,6 @@ def per_model_results(
     return fits, by_hypothesis
 
 
-
 def _apply_corrections(results: list[Result], plan: dict[str, Any]) -> None:
     """Adjust p within each family (Bonferroni or Holm), as each hypothesis declares.
 
@@ -1051,8 +1169,10 @@ def _apply_corrections(results: list[Result], plan: dict[str, Any]) -> None:
             m.status == "ok" and m.values is not None and m.values.get("p_raw") is not None
             for m in members
         ]
-        ps = [float(m.values["p_raw"]) if ok and m.values else 1.0
-              for m, ok in zip(members, has_p, strict=True)]  # fmt: skip
+        ps = [
+            float(m.values["p_raw"]) if ok and m.values else 1.0
+            for m, ok in zip(members, has_p, strict=True)
+        ]
         adjust = stats.bonferroni if method == "bonferroni" else stats.holm
         for m, ok, p_adj in zip(members, has_p, adjust(ps).adjusted, strict=True):
             if ok and m.values is not None:
@@ -1127,7 +1247,8 @@ def exploratory(ds: Dataset, plan: dict[str, Any]) -> list[Result]:
             f"Error phenotype of arm {arm}",
             "exploratory",
             "confusion, canonical share, chi-square, rows, position bias"
-            if tumbling else "confusion, chi-square, position bias",
+            if tumbling
+            else "confusion, chi-square, position bias",
         )
 
         def compute(it: pd.DataFrame = it, r: Result = r) -> None:
@@ -1153,11 +1274,12 @@ def exploratory(ds: Dataset, plan: dict[str, Any]) -> list[Result]:
                     values["error_chi_square"] = {"error": str(exc)}
                 try:
                     shares = stats.error_null_excluding_truth(
-                        wrong["truth"].astype(str).tolist(), vocab)
+                        wrong["truth"].astype(str).tolist(), vocab
+                    )
                     kept = [i for i, sh in enumerate(shares) if sh > 0]  # structural zeros out
                     values["error_chi_square_excluding_truth"] = stats.chi_square_gof(
-                        [counts[i] for i in kept], [shares[i] for i in kept]).as_dict() | {
-                        "labels": [vocab[i] for i in kept]}
+                        [counts[i] for i in kept], [shares[i] for i in kept]
+                    ).as_dict() | {"labels": [vocab[i] for i in kept]}
                 except stats.StatsError as exc:
                     values["error_chi_square_excluding_truth"] = {"error": str(exc)}
             if tumbling:
@@ -1166,9 +1288,7 @@ def exploratory(ds: Dataset, plan: dict[str, Any]) -> list[Result]:
                     str(int(row)): {"correct": int(s), "n": int(c), "accuracy": s / c}
                     for row, (s, c) in rows.iterrows()
                 }
-            values["position_bias"] = stats.position_bias_tvd(
-                answers, truth, vocab
-            ).as_dict()
+            values["position_bias"] = stats.position_bias_tvd(answers, truth, vocab).as_dict()
             r.values = values
 
         out.append(_guard(r, compute))
@@ -1206,7 +1326,8 @@ def exploratory(ds: Dataset, plan: dict[str, Any]) -> list[Result]:
             binary = bool(np.isin(x, (0.0, 1.0)).all() and np.isin(y, (0.0, 1.0)).all())
             if not tumbling and len(x) and len(y) and binary:  # one answer per trial
                 values["newcombe"] = stats.newcombe_diff(
-                    round(float(np.sum(x))), len(x), round(float(np.sum(y))), len(y))
+                    round(float(np.sum(x))), len(x), round(float(np.sum(y))), len(y)
+                )
             r.values = values
 
         out.append(_guard(r, compute_pair))
@@ -1266,9 +1387,10 @@ def by_truth(ds: Dataset, plan: dict[str, Any], vocab: Sequence[str]) -> Result:
                 k, n = int(hit["correct"].sum()), len(hit)
                 counts[arm][label] = (k, n)
                 cells[arm][label] = {
-                    "correct": k, "n": n,
+                    "correct": k,
+                    "n": n,
                     "wilson": stats.wilson(k, n).as_dict() if n else None,
-                }  # fmt: skip
+                }
         contrasts: dict[str, dict[str, Any]] = {}
         for a, b in truth_contrasts(plan, ds.arms):
             if a not in counts or b not in counts:
@@ -1282,10 +1404,12 @@ def by_truth(ds: Dataset, plan: dict[str, Any], vocab: Sequence[str]) -> Result:
                     value = {"error": str(exc)}
                 contrasts[f"{a}-{b}"][label] = value
         r.values = {
-            "labels": list(vocab), "cells": cells, "contrasts": contrasts,
+            "labels": list(vocab),
+            "cells": cells,
+            "contrasts": contrasts,
             "note": "exploratory and hypothesis-generating: one cell per arm and true answer, "
-                    "intervals not adjusted for the number of cells",
-        }  # fmt: skip
+            "intervals not adjusted for the number of cells",
+        }
 
     return _guard(r, compute)
 
@@ -1305,9 +1429,12 @@ def by_stimulus(ds: Dataset, plan: dict[str, Any]) -> Result:
     of :func:`nested_pairs` and every stimulus with analysable trials, Welch's t on the two arms'
     trial accuracies there (in dataset order). Exploratory, hypothesis-generating, unadjusted.
     """
-    r = Result("exploratory.by_stimulus",
-               "Dismantling contrasts per probe (exploratory, hypothesis-generating)",
-               "exploratory", "welch t per stimulus")  # fmt: skip
+    r = Result(
+        "exploratory.by_stimulus",
+        "Dismantling contrasts per probe (exploratory, hypothesis-generating)",
+        "exploratory",
+        "welch t per stimulus",
+    )
 
     def compute() -> None:
         t = _analysable(ds)
@@ -1324,9 +1451,12 @@ def by_stimulus(ds: Dataset, plan: dict[str, Any]) -> Result:
                 except stats.StatsError as exc:
                     row[stimulus] = {"error": str(exc)}
             contrasts[f"{a}-{b}"] = row
-        r.values = {"stimuli": stimuli, "contrasts": contrasts,
-                    "note": "exploratory and hypothesis-generating: Welch t per probe, not "
-                            "adjusted for the number of probes and pairs"}  # fmt: skip
+        r.values = {
+            "stimuli": stimuli,
+            "contrasts": contrasts,
+            "note": "exploratory and hypothesis-generating: Welch t per probe, not "
+            "adjusted for the number of probes and pairs",
+        }
 
     return _guard(r, compute)
 
@@ -1381,9 +1511,13 @@ def _identical_responses(log: Ledger, ds: Dataset) -> Result | None:
     found = identical_values(ds.trials, digests, ds.models)
     if found is None:
         return None
-    return Result(IDENTICAL_ID, "Byte-identical responses: copies the trial-level tests count "
-                  "as independent observations", "descriptive", "identical-responses",
-                  values=found)  # fmt: skip
+    return Result(
+        IDENTICAL_ID,
+        "Byte-identical responses: copies the trial-level tests count as independent observations",
+        "descriptive",
+        "identical-responses",
+        values=found,
+    )
 
 
 def judge_agreement(log: Ledger, plan: dict[str, Any], step: str) -> Result:
@@ -1392,8 +1526,12 @@ def judge_agreement(log: Ledger, plan: dict[str, Any], step: str) -> Result:
 
     spec = (plan.get("steps") or {}).get(step) or {}
     method = "cohens_kappa" if len(spec.get("models") or []) == 2 else "fleiss_kappa"
-    r = Result("exploratory.judge_agreement", f"Agreement of the judges of step {step}",
-               "exploratory", method)  # fmt: skip
+    r = Result(
+        "exploratory.judge_agreement",
+        f"Agreement of the judges of step {step}",
+        "exploratory",
+        method,
+    )
     judged = [e.body["judge"] for e in log.events("trial.scored") if "judge" in e.body]
 
     def compute() -> None:
@@ -1467,9 +1605,12 @@ def _phase_parts(
     levels = sorted({hypothesis_phases.get(h["id"], 0) for h in plan["hypotheses"]})
     out: list[tuple[dict[str, Any], Dataset, stats.MixedModelFit | None]] = []
     for level in levels:
-        part = {**plan, "hypotheses": [
-            h for h in plan["hypotheses"] if hypothesis_phases.get(h["id"], 0) == level
-        ]}  # fmt: skip
+        part = {
+            **plan,
+            "hypotheses": [
+                h for h in plan["hypotheses"] if hypothesis_phases.get(h["id"], 0) == level
+            ],
+        }
         if level >= last:
             out.append((part, ds, fit))
             continue
@@ -1489,8 +1630,9 @@ SENSITIVITY_NAMES = {
 """How the report names each sensitivity model."""
 
 
-def _support(h: dict[str, Any], registered: dict[str, Any], p: float | None,
-             estimate: float | None) -> bool | None:  # fmt: skip
+def _support(
+    h: dict[str, Any], registered: dict[str, Any], p: float | None, estimate: float | None
+) -> bool | None:
     """Whether the registered decision rule would hold with this p and estimate.
 
     The registered correction's factor (``p_adjusted / p_raw``) is applied; ``None`` without a p.
@@ -1508,7 +1650,10 @@ def _support(h: dict[str, Any], registered: dict[str, Any], p: float | None,
 
 
 def sensitivity_lmm(
-    ds: Dataset, plan: dict[str, Any], fit: stats.MixedModelFit | None, tested: list[Result],
+    ds: Dataset,
+    plan: dict[str, Any],
+    fit: stats.MixedModelFit | None,
+    tested: list[Result],
     model: str | None = None,
     starts: Callable[[str, list[str]], Sequence[float] | None] | None = None,
 ) -> Result | None:
@@ -1529,15 +1674,19 @@ def sensitivity_lmm(
     if not (lmm or subsets):
         return None
     suffix = f"@{model}" if model is not None else ""
-    r = Result(f"sensitivity.lmm{suffix}",
-               "Sensitivity analyses of the registered mixed model (not registered: they never "
-               "change a verdict)" + (f" (model {model})" if model is not None else ""),
-               "sensitivity", "lmm-sensitivity")  # fmt: skip
+    r = Result(
+        f"sensitivity.lmm{suffix}",
+        "Sensitivity analyses of the registered mixed model (not registered: they never "
+        "change a verdict)" + (f" (model {model})" if model is not None else ""),
+        "sensitivity",
+        "lmm-sensitivity",
+    )
     by_id = {x.hypothesis: x for x in tested}
     design = plan["design"]
 
-    def block(t: pd.DataFrame, fit: stats.MixedModelFit, hyps: list[dict[str, Any]]
-              ) -> tuple[dict[str, Any], list[dict[str, Any]]]:  # fmt: skip
+    def block(
+        t: pd.DataFrame, fit: stats.MixedModelFit, hyps: list[dict[str, Any]]
+    ) -> tuple[dict[str, Any], list[dict[str, Any]]]:
         """The sensitivity models of ``fit``'s data ``t`` and the rows of ``hyps``."""
         t = t[t["arm"].astype(str).isin(set(fit.arms))]
         group = fit.group_col
@@ -1545,18 +1694,31 @@ def sensitivity_lmm(
         arm = t["arm"].astype(str).to_numpy()
         groups = t[group].astype(str).tolist()
         others = list(fit.arms[1:])
-        exog = sens.design_matrix(arm.tolist(), others, t["model"].astype(str).tolist(),
-                                  fit.factor_references[0] if fit.factors else None)  # fmt: skip
+        exog = sens.design_matrix(
+            arm.tolist(),
+            others,
+            t["model"].astype(str).tolist(),
+            fit.factor_references[0] if fit.factors else None,
+        )
         cells = [f"{g}|{a}" for g, a in zip(groups, arm, strict=True)]
         one = [""] * y.size
         fits: dict[str, Any] = {}
         models: dict[str, Any] = {}
-        reg = sens.fit_at(y, exog, groups, [groups], one, ["group", "residual"],
-                          [fit.group_variance, fit.residual_variance])  # fmt: skip
+        reg = sens.fit_at(
+            y,
+            exog,
+            groups,
+            [groups],
+            one,
+            ["group", "residual"],
+            [fit.group_variance, fit.residual_variance],
+        )
         fits["registered"] = reg
         models["registered"] = {
-            "fitted": True, "log_likelihood": reg.loglik,
-            "variances": {"group": fit.group_variance, "residual": fit.residual_variance}}
+            "fitted": True,
+            "log_likelihood": reg.loglik,
+            "variances": {"group": fit.group_variance, "residual": fit.residual_variance},
+        }
         why = sens.not_fittable(arm.tolist(), groups, False)
         left = sens.cell_residuals(y, exog, cells, arm.tolist()) if why is None else {}
         tiny = 1e-12 * max(float(np.sum((y - y.mean()) ** 2)), 1e-300)
@@ -1564,35 +1726,49 @@ def sensitivity_lmm(
             reason = why
             classes = one if name == "probe_by_arm" else arm.tolist()
             if reason is None and name == "probe_by_arm" and sum(left.values()) <= tiny:
-                reason = ("no trial differs from the others of its probe × arm cell beyond the "
-                          "fixed effects: the residual variance cannot be separated from the "
-                          "probe-by-arm variance")  # fmt: skip
+                reason = (
+                    "no trial differs from the others of its probe × arm cell beyond the "
+                    "fixed effects: the residual variance cannot be separated from the "
+                    "probe-by-arm variance"
+                )
             if reason is None and name == "probe_by_arm_arm_residual":
                 for a in sorted(set(arm.tolist())):
                     sub = t[arm == a]
                     spread = sub.groupby(group)["accuracy"].var(ddof=1).fillna(0.0)
                     if float(spread.max()) <= 0.0 or left[a] <= tiny:
-                        reason = (f"arm {a} has zero residual variance (every trial of a probe "
-                                  "scores the same, e.g. at ceiling): a residual variance per "
-                                  "arm cannot be estimated")  # fmt: skip
+                        reason = (
+                            f"arm {a} has zero residual variance (every trial of a probe "
+                            "scores the same, e.g. at ceiling): a residual variance per "
+                            "arm cannot be estimated"
+                        )
                         break
             if reason is not None:
                 models[name] = {"fitted": False, "reason": reason}
                 continue
             labels = sorted(set(classes))
             names = ["group", "group_by_arm"] + (
-                ["residual"] if name == "probe_by_arm" else [f"residual[{c}]" for c in labels])
+                ["residual"] if name == "probe_by_arm" else [f"residual[{c}]" for c in labels]
+            )
             try:
-                f = sens.fit_reml(y, exog, groups, [groups, cells], classes, names,
-                                  label=f"sensitivity model {name}",
-                                  warm=starts(name, names) if starts is not None else None)
+                f = sens.fit_reml(
+                    y,
+                    exog,
+                    groups,
+                    [groups, cells],
+                    classes,
+                    names,
+                    label=f"sensitivity model {name}",
+                    warm=starts(name, names) if starts is not None else None,
+                )
             except (ValueError, np.linalg.LinAlgError) as exc:
                 models[name] = {"fitted": False, "reason": f"the REML fit failed: {exc}"}
                 continue
             fits[name] = f
             entry: dict[str, Any] = {
-                "fitted": True, "log_likelihood": f.loglik,
-                "variances": dict(zip(names, (float(v) for v in f.params), strict=True))}
+                "fitted": True,
+                "log_likelihood": f.loglik,
+                "variances": dict(zip(names, (float(v) for v in f.params), strict=True)),
+            }
             if name == "probe_by_arm":
                 chi2 = max(0.0, 2.0 * (f.loglik - fits["registered"].loglik))
                 entry["lrt_chi2"] = chi2
@@ -1610,11 +1786,16 @@ def sensitivity_lmm(
                 if level in others:
                     weights[1 + others.index(level)] += sign
             row: dict[str, Any] = {
-                "hypothesis": hid, "a": a, "b": b, "sides": sides,
-                "as_registered": {k: registered.get(k) for k in ("estimate", "lower", "upper",
-                                                              "p_raw", "p_adjusted")},
+                "hypothesis": hid,
+                "a": a,
+                "b": b,
+                "sides": sides,
+                "as_registered": {
+                    k: registered.get(k)
+                    for k in ("estimate", "lower", "upper", "p_raw", "p_adjusted")
+                },
                 "registered_verdict": hyp.verdict if hyp is not None else None,
-            }  # fmt: skip
+            }
             for name in SENSITIVITY_MODELS:
                 if name in fits:
                     c = sens.satterthwaite_contrast(fits[name], weights, sides)
@@ -1622,24 +1803,37 @@ def sensitivity_lmm(
                     row[name] = c
                 else:
                     row[name] = None
-            diffs = sens.group_differences(groups, t["model"].astype(str).tolist(),
-                                           arm.tolist(), y, a, b)  # fmt: skip
-            boot = sens.cluster_bootstrap(np.asarray(diffs), int(design["bootstrap_iterations"]),
-                                          int(design["bootstrap_seed"]), sides)  # fmt: skip
+            diffs = sens.group_differences(
+                groups, t["model"].astype(str).tolist(), arm.tolist(), y, a, b
+            )
+            boot = sens.cluster_bootstrap(
+                np.asarray(diffs),
+                int(design["bootstrap_iterations"]),
+                int(design["bootstrap_seed"]),
+                sides,
+            )
             lower_ok = boot["lower"] > 0
-            boot["supports"] = bool(lower_ok if sides == "one-sided"
-                                    else lower_ok or boot["upper"] < 0)  # fmt: skip
+            boot["supports"] = bool(
+                lower_ok if sides == "one-sided" else lower_ok or boot["upper"] < 0
+            )
             row["cluster_bootstrap"] = boot
-            primary = next((m for m in ("probe_by_arm_arm_residual", "probe_by_arm")
-                            if row[m] is not None), None)  # fmt: skip
+            primary = next(
+                (m for m in ("probe_by_arm_arm_residual", "probe_by_arm") if row[m] is not None),
+                None,
+            )
             row["primary"] = primary
             row["supports"] = row[primary]["supports"] if primary else None
-            if (primary is not None and row["registered_verdict"] == "supported"
-                    and row["supports"] is False):
-                row["flag"] = (f"{hid} is supported as registered, but not under the "
-                               f"{SENSITIVITY_NAMES[primary]} model (p "
-                               f"{row[primary]['p']:.3g}, Satterthwaite df from the "
-                               f"expected information {row[primary]['df']:.3g})")  # fmt: skip
+            if (
+                primary is not None
+                and row["registered_verdict"] == "supported"
+                and row["supports"] is False
+            ):
+                row["flag"] = (
+                    f"{hid} is supported as registered, but not under the "
+                    f"{SENSITIVITY_NAMES[primary]} model (p "
+                    f"{row[primary]['p']:.3g}, Satterthwaite df from the "
+                    f"expected information {row[primary]['df']:.3g})"
+                )
             contrasts.append(row)
         return models, contrasts
 
@@ -1649,20 +1843,33 @@ def sensitivity_lmm(
         models, contrasts = block(_trial_outcome(ds), fit, lmm)
         for h in subsets:  # its own subset model, as hypothesis_results fits it
             sub = ds.for_stimuli(h["stimuli"])
-            sub_plan = {**plan, "analysis": {k: v for k, v in (plan.get("analysis") or {}).items()
-                                             if k != "model_arms"}}  # fmt: skip
+            sub_plan = {
+                **plan,
+                "analysis": {
+                    k: v for k, v in (plan.get("analysis") or {}).items() if k != "model_arms"
+                },
+            }
             fitted, sub_fit = fit_model(sub, sub_plan)
             if sub_fit is None:
-                contrasts.append({"hypothesis": h["id"] + suffix, "stimuli": list(h["stimuli"]),
-                                  "error": f"the subset model could not be fitted: "
-                                           f"{fitted.error}"})  # fmt: skip
+                contrasts.append(
+                    {
+                        "hypothesis": h["id"] + suffix,
+                        "stimuli": list(h["stimuli"]),
+                        "error": f"the subset model could not be fitted: {fitted.error}",
+                    }
+                )
                 continue
             sub_models, rows = block(_trial_outcome(sub), sub_fit, [h])
             rows[0]["stimuli"] = list(h["stimuli"])
             rows[0]["subset_models"] = sub_models
             contrasts.append(rows[0])
-        r.values = {"group_col": fit.group_col, "reference": fit.reference,
-                    "n_groups": fit.n_groups, "models": models, "contrasts": contrasts}  # fmt: skip
+        r.values = {
+            "group_col": fit.group_col,
+            "reference": fit.reference,
+            "n_groups": fit.n_groups,
+            "models": models,
+            "contrasts": contrasts,
+        }
         if fit.factors:  # the pooled fit of several models: the model a fixed factor
             r.values["factors"] = list(fit.factors)
             r.values["factor_references"] = list(fit.factor_references)
@@ -1672,8 +1879,7 @@ def sensitivity_lmm(
     return _guard(r, compute)
 
 
-def sensitivity_per_model(ds: Dataset, plan: dict[str, Any], tested: list[Result]
-                          ) -> list[Result]:  # fmt: skip
+def sensitivity_per_model(ds: Dataset, plan: dict[str, Any], tested: list[Result]) -> list[Result]:
     """``sensitivity.lmm@<model>`` for each model in model order (several models only).
 
     Each is :func:`sensitivity_lmm` on that model's trials alone, around its own
@@ -1702,8 +1908,12 @@ def mcq_descriptive(ds: Dataset, plan: dict[str, Any]) -> Result | None:
 
     if not mcq_tests.registers_mcq(plan):
         return None
-    r = Result("descriptive.mcq", "Accuracy per arm, variant and model (Wilson 95%); means "
-               "over shuffle seeds (t interval)", "descriptive", "wilson, mean-over-seeds")
+    r = Result(
+        "descriptive.mcq",
+        "Accuracy per arm, variant and model (Wilson 95%); means over shuffle seeds (t interval)",
+        "descriptive",
+        "wilson, mean-over-seeds",
+    )
 
     def compute() -> None:
         r.values = mcq_tests.mcq_descriptive_values(ds, plan)
@@ -1722,9 +1932,13 @@ def qr_descriptive(ds: Dataset, plan: dict[str, Any]) -> Result | None:
 
     if not qr_boot.registers_qr(plan):
         return None
-    r = Result("descriptive.qr_bootstrap", "Default accuracy, success rate and perturbed "
-               "accuracy, bootstrap over (question, run) observations (95%)", "descriptive",
-               "qr-bootstrap")  # fmt: skip
+    r = Result(
+        "descriptive.qr_bootstrap",
+        "Default accuracy, success rate and perturbed "
+        "accuracy, bootstrap over (question, run) observations (95%)",
+        "descriptive",
+        "qr-bootstrap",
+    )
 
     def compute() -> None:
         r.values = qr_boot.descriptive_values(ds, plan)
@@ -1815,8 +2029,12 @@ def ddx_results(ds: Dataset, plan: dict[str, Any]) -> list[Result]:
     """
     from analysis.ddx import descriptive_values
 
-    r = Result("descriptive.ddx", "Differential-diagnosis metrics by arm (means over the "
-               "trials where each is defined)", "descriptive", "mean")  # fmt: skip
+    r = Result(
+        "descriptive.ddx",
+        "Differential-diagnosis metrics by arm (means over the trials where each is defined)",
+        "descriptive",
+        "mean",
+    )
 
     def compute() -> None:
         r.values = descriptive_values(ds.trials, ds.several_models)
@@ -1824,9 +2042,11 @@ def ddx_results(ds: Dataset, plan: dict[str, Any]) -> list[Result]:
     out = [_guard(r, compute)]
     tested: list[Result] = []
     pooled = hypothesis_results(ds, plan, None)
-    by_model = {
-        m: hypothesis_results(ds.for_model(m), plan, None) for m in ds.models
-    } if ds.several_models else {}  # fmt: skip
+    by_model = (
+        {m: hypothesis_results(ds.for_model(m), plan, None) for m in ds.models}
+        if ds.several_models
+        else {}
+    )
     for i, result in enumerate(pooled):
         tested += [result, *(_for_model(by_model[m][i], m) for m in by_model)]
     out.extend(tested)
@@ -1846,8 +2066,13 @@ def review_results(ds: Dataset, plan: dict[str, Any]) -> list[Result]:
     for name, review in sorted((plan.get("reviews") or {}).items()):
         if review.get("kind") != "contrast":
             continue
-        r = Result(f"review.{name}", f"Review sample {name}: {review['failed']['arm']} wrong, "
-                   f"{review['succeeded']['arm']} right", "descriptive", "review-sample")
+        r = Result(
+            f"review.{name}",
+            f"Review sample {name}: {review['failed']['arm']} wrong, "
+            f"{review['succeeded']['arm']} right",
+            "descriptive",
+            "review-sample",
+        )
 
         def compute(r: Result = r, review: dict[str, Any] = review) -> None:
             try:
@@ -1913,8 +2138,13 @@ def analyze_study(root: str | Path, key: SigningKey) -> AnalyzeResult:
         from analysis.factorial import plan_cells
 
         ds = load_dataset(
-            log, exclude_unparseable=exclude, parser=parser, sources=sources, models=models(plan),
-            variants=bool(plan.get("variants")), factorial=plan_cells(plan),
+            log,
+            exclude_unparseable=exclude,
+            parser=parser,
+            sources=sources,
+            models=models(plan),
+            variants=bool(plan.get("variants")),
+            factorial=plan_cells(plan),
         )
         from analysis.covariates import covariate_columns, covariates_title, covariates_values
 
@@ -1927,8 +2157,7 @@ def analyze_study(root: str | Path, key: SigningKey) -> AnalyzeResult:
             results.append(judge_agreement(log, plan, parser.split(":", 1)[1]))
         results += _review_tables(log, plan, study, results)  # docs/analysis.md §10
         if ds.covariates:
-            strata = Result("descriptive.covariates", covariates_title(plan), "descriptive",
-                            "mean")  # fmt: skip
+            strata = Result("descriptive.covariates", covariates_title(plan), "descriptive", "mean")
             labelled = ds
 
             def compute_strata() -> None:

@@ -93,8 +93,7 @@ def _fact_model(ev: _Events, flow: Flow) -> Fact:
     p = ev.p
     models = _models(p)
     if isinstance(p.get("models"), dict):
-        locked = "; ".join(f"{n} = {m.get('id')} (provider {m.get('provider')})"
-                           for n, m in models)  # fmt: skip
+        locked = "; ".join(f"{n} = {m.get('id')} (provider {m.get('provider')})" for n, m in models)
     else:
         locked = f"{models[0][1].get('id')} (provider {models[0][1].get('provider')})"
     reported: dict[str, list[int]] = {}
@@ -105,11 +104,13 @@ def _fact_model(ev: _Events, flow: Flow) -> Fact:
     said = ", ".join(f"{m} ({len(s)})" for m, s in sorted(reported.items())) or "none reported"
     runs = ev.of("run.started")
     backends = ", ".join(sorted({str(r.body.get("backend")) for r in runs})) or "none"
-    simulated = " (simulated: no real model answered)" if any(
-        r.body.get("simulated") for r in runs) else ""  # fmt: skip
-    return (f"Locked: {locked}. Reported by the responses: {said}. Backends: {backends}"
-            f"{simulated}.", _seqs(ev.lock.seq, [r.seq for r in runs],
-                                   [s[0] for s in reported.values()]))  # fmt: skip
+    simulated = (
+        " (simulated: no real model answered)" if any(r.body.get("simulated") for r in runs) else ""
+    )
+    return (
+        f"Locked: {locked}. Reported by the responses: {said}. Backends: {backends}{simulated}.",
+        _seqs(ev.lock.seq, [r.seq for r in runs], [s[0] for s in reported.values()]),
+    )
 
 
 def _fact_query_dates(ev: _Events, flow: Flow) -> Fact:
@@ -117,9 +118,12 @@ def _fact_query_dates(ev: _Events, flow: Flow) -> Fact:
     if not requests:
         return "No trial request was sent.", _seqs(ev.lock.seq)
     a, b = requests[0], requests[-1]
-    return (f"First request {a.time} (seq {a.seq}); last request {b.time} (seq {b.seq}); "
-            f"{len(requests)} requests. Times are the appender's clock, bounded by the signed "
-            "checkpoints.", _seqs(a.seq, b.seq))  # fmt: skip
+    return (
+        f"First request {a.time} (seq {a.seq}); last request {b.time} (seq {b.seq}); "
+        f"{len(requests)} requests. Times are the appender's clock, bounded by the signed "
+        "checkpoints.",
+        _seqs(a.seq, b.seq),
+    )
 
 
 def _fact_prompts(ev: _Events, flow: Flow) -> Fact:
@@ -136,9 +140,11 @@ def _fact_structure(ev: _Events, flow: Flow) -> Fact:
     arms = ev.p.get("arms") or {}
     system = ", ".join(a for a in sorted(arms) if arms[a].get("system")) or "none"
     fewshot = ", ".join(a for a in sorted(arms) if arms[a].get("fewshot")) or "none"
-    return (f"Each trial is one stateless request with no conversation history. Arms with a "
-            f"system prompt: {system}. Arms with few-shot examples: {fewshot}.",
-            _seqs(ev.lock.seq))  # fmt: skip
+    return (
+        f"Each trial is one stateless request with no conversation history. Arms with a "
+        f"system prompt: {system}. Arms with few-shot examples: {fewshot}.",
+        _seqs(ev.lock.seq),
+    )
 
 
 def _fact_parameters(ev: _Events, flow: Flow) -> Fact:
@@ -169,33 +175,47 @@ def _fact_runs(ev: _Events, flow: Flow) -> Fact:
 def _fact_randomization(ev: _Events, flow: Flow) -> Fact:
     design = ev.p.get("design") or {}
     boot = design.get("bootstrap_seed")
-    return (f"Execution order: ascending SHA-256(\"seed|trial id\") with seed "
-            f"{_value(design.get('seed'))}; schedule SHA-256 {ev.p.get('schedule_sha256')}; "
-            f"bootstrap seed {_value(boot) if boot is not None else 'none'}.",
-            _seqs(ev.lock.seq))  # fmt: skip
+    return (
+        f'Execution order: ascending SHA-256("seed|trial id") with seed '
+        f"{_value(design.get('seed'))}; schedule SHA-256 {ev.p.get('schedule_sha256')}; "
+        f"bootstrap seed {_value(boot) if boot is not None else 'none'}.",
+        _seqs(ev.lock.seq),
+    )
 
 
 def _fact_blinding(ev: _Events, flow: Flow) -> Fact:
     sealed, revealed = ev.first("scoring.sealed"), ev.first("blinding.revealed")
-    sealed_text = (f"scores were sealed at seq {sealed.seq} ({sealed.body.get('scored')} trials "
-                   "scored)" if sealed is not None else "scores were not sealed")  # fmt: skip
-    revealed_text = (f"the secret was revealed at seq {revealed.seq}" if revealed is not None
-                     else "the secret was not revealed")  # fmt: skip
-    return (f"Scoring saw arm codes only (HMAC-SHA256 of the arm under a secret); the secret's "
-            f"SHA-256 {ev.p.get('blinding_commitment')} was committed at lock (seq "
-            f"{ev.lock.seq}); {sealed_text}, then {revealed_text}.",
-            _seqs(ev.lock.seq, sealed.seq if sealed else None,
-                  revealed.seq if revealed else None))  # fmt: skip
+    sealed_text = (
+        f"scores were sealed at seq {sealed.seq} ({sealed.body.get('scored')} trials scored)"
+        if sealed is not None
+        else "scores were not sealed"
+    )
+    revealed_text = (
+        f"the secret was revealed at seq {revealed.seq}"
+        if revealed is not None
+        else "the secret was not revealed"
+    )
+    return (
+        f"Scoring saw arm codes only (HMAC-SHA256 of the arm under a secret); the secret's "
+        f"SHA-256 {ev.p.get('blinding_commitment')} was committed at lock (seq "
+        f"{ev.lock.seq}); {sealed_text}, then {revealed_text}.",
+        _seqs(ev.lock.seq, sealed.seq if sealed else None, revealed.seq if revealed else None),
+    )
 
 
 def _fact_registration(ev: _Events, flow: Flow) -> Fact:
     lock = ev.first_lock
     first = ev.first("trial.requested")
-    before = (f"before the first trial request (seq {first.seq})" if first is not None
-              else "no trial request followed")  # fmt: skip
-    return (f"Protocol locked at seq {lock.seq} ({lock.time}), {before}; its registration "
-            f"checkpoint is ledger/checkpoints/{lock.seq + 1:08d}.txt.",
-            _seqs(lock.seq, first.seq if first is not None else None))  # fmt: skip
+    before = (
+        f"before the first trial request (seq {first.seq})"
+        if first is not None
+        else "no trial request followed"
+    )
+    return (
+        f"Protocol locked at seq {lock.seq} ({lock.time}), {before}; its registration "
+        f"checkpoint is ledger/checkpoints/{lock.seq + 1:08d}.txt.",
+        _seqs(lock.seq, first.seq if first is not None else None),
+    )
 
 
 def _fact_deviations(ev: _Events, flow: Flow) -> Fact:
@@ -212,13 +232,14 @@ def _fact_flow(ev: _Events, flow: Flow) -> Fact:
     c = flow.total.counts
     sealed = ev.first("scoring.sealed")
     result = ev.first("analysis.result")
-    return (f"Scheduled {c['scheduled']}, requested {c['requested']}, responded "
-            f"{c['responded']}, given up {c['given_up']}, no final outcome {c['no_outcome']}, "
-            f"scored {c['parsed'] + c['unparseable'] + c['refused']}, excluded "
-            f"{c['control'] + c['excluded_unparseable']}, analysed {c['analysed']} (per arm: "
-            "analysis/tables/flow.csv and analysis/figures/flow.svg).",
-            _seqs(ev.lock.seq, sealed.seq if sealed else None,
-                  result.seq if result else None))  # fmt: skip
+    return (
+        f"Scheduled {c['scheduled']}, requested {c['requested']}, responded "
+        f"{c['responded']}, given up {c['given_up']}, no final outcome {c['no_outcome']}, "
+        f"scored {c['parsed'] + c['unparseable'] + c['refused']}, excluded "
+        f"{c['control'] + c['excluded_unparseable']}, analysed {c['analysed']} (per arm: "
+        "analysis/tables/flow.csv and analysis/figures/flow.svg).",
+        _seqs(ev.lock.seq, sealed.seq if sealed else None, result.seq if result else None),
+    )
 
 
 def _fact_sample(ev: _Events, flow: Flow) -> Fact:
@@ -228,29 +249,37 @@ def _fact_sample(ev: _Events, flow: Flow) -> Fact:
         units = f"{items.get('count')} items"
     else:
         units = f"{len(p.get('stimuli') or [])} stimuli"
-    return (f"{units}, {len(p.get('arms') or {})} arms, {p.get('trials')} trials, as locked.",
-            _seqs(ev.lock.seq))  # fmt: skip
+    return (
+        f"{units}, {len(p.get('arms') or {})} arms, {p.get('trials')} trials, as locked.",
+        _seqs(ev.lock.seq),
+    )
 
 
 def _fact_analysis(ev: _Events, flow: Flow) -> Fact:
     results = [e for e in ev.of("analysis.result") if e.body.get("hypothesis")]
     if not results:
         return "No registered hypothesis.", _seqs(ev.lock.seq)
-    listed = "; ".join(f"{e.body.get('hypothesis')} ({e.body.get('test')}): "
-                       f"{e.body.get('verdict')}" for e in results)  # fmt: skip
-    return (f"{len(results)} registered hypothesis result(s): {listed} (estimates and intervals "
-            "in analysis/results.json and the report).",
-            _seqs(ev.lock.seq, [e.seq for e in results]))  # fmt: skip
+    listed = "; ".join(
+        f"{e.body.get('hypothesis')} ({e.body.get('test')}): {e.body.get('verdict')}"
+        for e in results
+    )
+    return (
+        f"{len(results)} registered hypothesis result(s): {listed} (estimates and intervals "
+        "in analysis/results.json and the report).",
+        _seqs(ev.lock.seq, [e.seq for e in results]),
+    )
 
 
 def _fact_parser(ev: _Events, flow: Flow) -> Fact:
     response = ev.p.get("response") or {}
     exclude = (ev.p.get("analysis") or {}).get("exclude_unparseable", True)
     sealed = ev.first("scoring.sealed")
-    return (f"Responses parsed by {response.get('parser')} (format {response.get('format')}) "
-            f"and scored against the locked reference by the scorer, blind to the arm; "
-            f"exclude_unparseable {_value(exclude)}.",
-            _seqs(ev.lock.seq, sealed.seq if sealed else None))  # fmt: skip
+    return (
+        f"Responses parsed by {response.get('parser')} (format {response.get('format')}) "
+        f"and scored against the locked reference by the scorer, blind to the arm; "
+        f"exclude_unparseable {_value(exclude)}.",
+        _seqs(ev.lock.seq, sealed.seq if sealed else None),
+    )
 
 
 def _fact_stimuli(ev: _Events, flow: Flow) -> Fact:
@@ -296,8 +325,7 @@ def _md_cell(text: str) -> str:
     return text.replace("\\", "\\\\").replace("|", "\\|").replace("\n", " ")
 
 
-def _markdown(checklist: dict[str, Any], title: str, study: str,
-              known: dict[str, Fact]) -> str:  # fmt: skip
+def _markdown(checklist: dict[str, Any], title: str, study: str, known: dict[str, Fact]) -> str:
     lines = [
         f"# {checklist['title']} checklist: {title}",
         "",
@@ -319,16 +347,20 @@ def _markdown(checklist: dict[str, Any], title: str, study: str,
             text, seqs = known[fact]
             answer = _md_cell(text)
             evidence = ", ".join(f"[seq {s}](/proof/{s})" for s in seqs)
-        lines.append(f"| {_md_cell(str(item['id']))} | {_md_cell(str(item['section']))} | "
-                     f"{_md_cell(str(item['text']))} | {answer} | {evidence} |")  # fmt: skip
+        lines.append(
+            f"| {_md_cell(str(item['id']))} | {_md_cell(str(item['section']))} | "
+            f"{_md_cell(str(item['text']))} | {answer} | {evidence} |"
+        )
     lines += ["", f"Items for the authors to complete: {', '.join(person) or 'none'}.", ""]
     return "\n".join(lines)
 
 
-_CSS = ("body{font-family:sans-serif;margin:1.5em auto;max-width:1100px;color:#1f2328}"
-        "table{border-collapse:collapse;width:100%}th,td{border:1px solid #d0d7de;"
-        "padding:.3em .5em;text-align:left;vertical-align:top}th{background:#f6f8fa}"
-        "td.person{color:#9a6700;font-weight:600}")  # fmt: skip
+_CSS = (
+    "body{font-family:sans-serif;margin:1.5em auto;max-width:1100px;color:#1f2328}"
+    "table{border-collapse:collapse;width:100%}th,td{border:1px solid #d0d7de;"
+    "padding:.3em .5em;text-align:left;vertical-align:top}th{background:#f6f8fa}"
+    "td.person{color:#9a6700;font-weight:600}"
+)
 
 
 def _html(checklist: dict[str, Any], title: str, study: str, known: dict[str, Fact]) -> str:

@@ -16,16 +16,22 @@ from ledger.cliutil import Command, console, dump_json, table
 from runner.cli import study_key
 
 __all__ = [
-    "analyze", "auditor_key", "demo", "export_cmd", "plan_cmd", "posthoc", "report_cmd", "review",
+    "analyze",
+    "auditor_key",
+    "demo",
+    "export_cmd",
+    "plan_cmd",
+    "posthoc",
+    "report_cmd",
+    "review",
     "score",
-    "unblind", "view",
+    "unblind",
+    "view",
 ]
 
 
 @click.command(cls=Command)
-@click.argument(
-    "directory", required=False, type=click.Path(file_okay=False, path_type=Path)
-)
+@click.argument("directory", required=False, type=click.Path(file_okay=False, path_type=Path))
 @click.option(
     "--replicates",
     type=click.IntRange(1, 1000),
@@ -36,14 +42,24 @@ __all__ = [
     "medmcqa-prompt-sensitivity).",
 )
 @click.option(
-    "--template", default="prompt-tumbling-e", show_default=True,
-    type=click.Choice(["prompt-tumbling-e", "prompt-rotation", "medmcqa-prompt-sensitivity",
-                       "green-shielding", "green-shielding-pilot"]), metavar="NAME",
+    "--template",
+    default="prompt-tumbling-e",
+    show_default=True,
+    type=click.Choice(
+        [
+            "prompt-tumbling-e",
+            "prompt-rotation",
+            "medmcqa-prompt-sensitivity",
+            "green-shielding",
+            "green-shielding-pilot",
+        ]
+    ),
+    metavar="NAME",
     help="The study to run: prompt-tumbling-e or prompt-rotation (Experiment 1 or 2 of the "
     "PROMPT paper), medmcqa-prompt-sensitivity (seed 002's design, four studies) or "
     "green-shielding (seed 001's: neutralized patient queries, differential diagnoses) or "
     "green-shielding-pilot (seed 001's pilot: perturbed exam questions, its Table 1).",
-)  # fmt: skip
+)
 def demo(directory: Path | None, replicates: int | None, template: str) -> None:
     """Run the whole PROMPT workflow offline on the simulated model, then verify and tamper.
 
@@ -72,11 +88,14 @@ def demo(directory: Path | None, replicates: int | None, template: str) -> None:
     from analysis.demo import run_demo
 
     if template == "medmcqa-prompt-sensitivity" and replicates is not None:
-        raise click.UsageError(f"--replicates does not apply to the {template} demo: its "
-                               "studies declare their own replicates")  # fmt: skip
+        raise click.UsageError(
+            f"--replicates does not apply to the {template} demo: its "
+            "studies declare their own replicates"
+        )
 
-    run_demo(directory or Path("prompt-ledger-demo"), console(), replicates=replicates,
-             template=template)  # fmt: skip
+    run_demo(
+        directory or Path("prompt-ledger-demo"), console(), replicates=replicates, template=template
+    )
 
 
 @click.command(cls=Command)
@@ -85,26 +104,49 @@ def demo(directory: Path | None, replicates: int | None, template: str) -> None:
 @click.option("--contrast", nargs=2, required=True, help="The two arms, a b: estimates a - b.")
 @click.option("--reason", required=True, help="Why this analysis is added after unblinding.")
 @click.option(
-    "--test", "test", type=click.Choice(["lmm", "paired-t", "independent-t", "bootstrap"]),
-    default="lmm", show_default=True,
+    "--test",
+    "test",
+    type=click.Choice(["lmm", "paired-t", "independent-t", "bootstrap"]),
+    default="lmm",
+    show_default=True,
     help="lmm: mixed model; paired-t: trials paired by (stimulus, rep); independent-t: Welch; "
     "bootstrap: the locked bootstrap of the difference in means.",
-)  # fmt: skip
+)
 @click.option(
-    "--random-intercept", type=click.Choice(["stimulus", "source"]), default=None,
+    "--random-intercept",
+    type=click.Choice(["stimulus", "source"]),
+    default=None,
     help="Grouping factor of the random intercept (--test lmm; default stimulus).",
-)  # fmt: skip
-@click.option("--arms", default=None,
-              help="Comma-separated arms to fit (--test lmm; default: every arm).")  # fmt: skip
-@click.option("--model", "model", default=None,
-              help="One model's trials only (a study with [models]; default: every model).")
-@click.option("--variant", "variant", default=None,
-              help="One variant's trials only (a study with [variants]; needed when the arms "
-              "compared do not run the same variants).")  # fmt: skip
+)
+@click.option(
+    "--arms", default=None, help="Comma-separated arms to fit (--test lmm; default: every arm)."
+)
+@click.option(
+    "--model",
+    "model",
+    default=None,
+    help="One model's trials only (a study with [models]; default: every model).",
+)
+@click.option(
+    "--variant",
+    "variant",
+    default=None,
+    help="One variant's trials only (a study with [variants]; needed when the arms "
+    "compared do not run the same variants).",
+)
 @click.option("--key", "key_file", default=None, help="Signing key (default: the study owner's).")
-def posthoc(study_dir: Path, name: str, contrast: tuple[str, str], reason: str, test: str,
-            random_intercept: str | None, arms: str | None, model: str | None,
-            variant: str | None, key_file: str | None) -> None:  # fmt: skip
+def posthoc(
+    study_dir: Path,
+    name: str,
+    contrast: tuple[str, str],
+    reason: str,
+    test: str,
+    random_intercept: str | None,
+    arms: str | None,
+    model: str | None,
+    variant: str | None,
+    key_file: str | None,
+) -> None:
     """Declare and record a post-hoc analysis, after the registered analysis.
 
     --test lmm (default) fits accuracy ~ arm + (1 | stimulus or source), REML, on the chosen
@@ -126,9 +168,18 @@ def posthoc(study_dir: Path, name: str, contrast: tuple[str, str], reason: str, 
     from analysis.posthoc import declare_posthoc
 
     chosen = [a.strip() for a in arms.split(",") if a.strip()] if arms else None
-    body = declare_posthoc(study_dir, study_key(study_dir, key_file), name, contrast,
-                           reason=reason, random_intercept=random_intercept,
-                           arms=chosen, test=test, model=model, variant=variant)  # fmt: skip
+    body = declare_posthoc(
+        study_dir,
+        study_key(study_dir, key_file),
+        name,
+        contrast,
+        reason=reason,
+        random_intercept=random_intercept,
+        arms=chosen,
+        test=test,
+        model=model,
+        variant=variant,
+    )
     if body["status"] != "ok":
         click.echo(f"recorded {body['id']} (post hoc): could not be computed: {body['error']}")
         return
@@ -136,13 +187,14 @@ def posthoc(study_dir: Path, name: str, contrast: tuple[str, str], reason: str, 
     if test == "lmm":
         detail = f"z = {c['z']:.2f}, two-sided p = {c['p']:.3g}; ICC {body['values']['icc']:.3f}"
     elif test == "bootstrap":
-        detail = (f"{body['values']['iterations']:,} bootstrap draws, seed "
-                  f"{body['values']['seed']}")  # fmt: skip
+        detail = f"{body['values']['iterations']:,} bootstrap draws, seed {body['values']['seed']}"
     else:
         detail = f"t({c['df']:.4g}) = {c['t']:.2f}, two-sided p = {c['p']:.3g}"
-    click.echo(f"recorded {body['id']} (post hoc, no verdict): {c['a']} - {c['b']} = "
-               f"{100 * c['estimate']:+.1f} pp (95% CI {100 * c['lower']:+.1f} to "
-               f"{100 * c['upper']:+.1f}), {detail}")  # fmt: skip
+    click.echo(
+        f"recorded {body['id']} (post hoc, no verdict): {c['a']} - {c['b']} = "
+        f"{100 * c['estimate']:+.1f} pp (95% CI {100 * c['lower']:+.1f} to "
+        f"{100 * c['upper']:+.1f}), {detail}"
+    )
 
 
 @click.command(cls=Command)
@@ -167,20 +219,28 @@ def score(study_dir: Path, key_file: str | None) -> None:
     if result.sealed_seq is not None:
         click.echo(f"scoring.sealed at seq {result.sealed_seq}; next: ledger unblind {study_dir}")
     else:
-        click.echo(f"not sealed: {result.pending} trials have no final outcome yet "
-                   f"(run 'ledger run {study_dir}' to finish them)")
+        click.echo(
+            f"not sealed: {result.pending} trials have no final outcome yet "
+            f"(run 'ledger run {study_dir}' to finish them)"
+        )
 
 
 @click.command(cls=Command)
 @click.argument("study_dir", metavar="STUDY", type=click.Path(file_okay=False, path_type=Path))
 @click.option("--sample", "sample", required=True, help="The locked review sample's name.")
-@click.option("--subject", default=None,
-              help="What is reviewed: a response seq (judge-label), an item id (reference-set) "
-                   "or a case's failed_response_seq (a contrast sample with codes); omit to "
-                   "list the sample.")
-@click.option("--value", default=None,
-              help="A judge label; a JSON object of edits, e.g. '{\"plausible\": {\"remove\": "
-                   "[\"x\"], \"add\": [\"y\"]}}' (reference-set); codes, comma-separated.")
+@click.option(
+    "--subject",
+    default=None,
+    help="What is reviewed: a response seq (judge-label), an item id (reference-set) "
+    "or a case's failed_response_seq (a contrast sample with codes); omit to "
+    "list the sample.",
+)
+@click.option(
+    "--value",
+    default=None,
+    help='A judge label; a JSON object of edits, e.g. \'{"plausible": {"remove": '
+    '["x"], "add": ["y"]}}\' (reference-set); codes, comma-separated.',
+)
 @click.option("--key", "key_file", default=None, help="The reviewer's key (role reviewer).")
 def review(
     study_dir: Path, sample: str, subject: str | None, value: str | None, key_file: str | None
@@ -212,14 +272,17 @@ def review(
                 click.echo(f"{s.response_seq}\t{s.stimulus}\t{s.shown}{done}")
                 continue
             votes = ", ".join(str(v) for v in s.votes)
-            click.echo(f"seq {s.response_seq}\t{s.stimulus}\tcode {s.arm_code}\tjudges: "
-                       f"{votes} -> {s.decision}{done}")  # fmt: skip
+            click.echo(
+                f"seq {s.response_seq}\t{s.stimulus}\tcode {s.arm_code}\tjudges: "
+                f"{votes} -> {s.decision}{done}"
+            )
         return
     if value is None or key_file is None:
         raise click.UsageError("--subject needs --value and --key (the reviewer's key)")
     kind = _review_kind(study_dir, sample)
-    seq = record_review(study_dir, SigningKey.load(key_file), sample, subject,
-                        parse_value(kind, value))  # fmt: skip
+    seq = record_review(
+        study_dir, SigningKey.load(key_file), sample, subject, parse_value(kind, value)
+    )
     click.echo(f"review.recorded at seq {seq}")
 
 
@@ -272,9 +335,15 @@ def analyze(study_dir: Path, key_file: str | None, as_json: bool) -> None:
     result = analyze_study(study_dir, study_key(study_dir, key_file))
     failed = [r["id"] for r in result.results if r["status"] == "failed"]
     if as_json:
-        dump_json({"first_seq": result.first_seq, "dataset_sha256": result.dataset_sha256,
-                   "failed": failed, "results": result.results,
-                   "provenance": result.provenance})
+        dump_json(
+            {
+                "first_seq": result.first_seq,
+                "dataset_sha256": result.dataset_sha256,
+                "failed": failed,
+                "results": result.results,
+                "provenance": result.provenance,
+            }
+        )
         return
     grid = table("hypothesis", "test", "verdict", "decided by", title="pre-registered verdicts")
     for r in result.results:
@@ -285,9 +354,10 @@ def analyze(study_dir: Path, key_file: str | None, as_json: bool) -> None:
                 verdict += f"\n[yellow]caution: {escape(caution)}[/]"
             grid.add_row(r["hypothesis"], r["test"], verdict, escape(describe_decision(r)))
     console().print(grid)
-    click.echo(f"recorded {len(result.results)} analysis.result events from seq "
-               f"{result.first_seq}" + (f"; could not compute: {', '.join(failed)}" if failed
-                                        else ""))
+    click.echo(
+        f"recorded {len(result.results)} analysis.result events from seq "
+        f"{result.first_seq}" + (f"; could not compute: {', '.join(failed)}" if failed else "")
+    )
     for r in result.results:  # why (a hypothesis's reason is in its 'decided by' cell)
         if r["status"] == "failed" and not r["hypothesis"]:
             click.echo(f"  {r['id']}: {r['error']}")
@@ -297,21 +367,34 @@ def analyze(study_dir: Path, key_file: str | None, as_json: bool) -> None:
     mismatched = result.provenance.get("model_mismatches", 0)
     if mismatched:
         first = result.provenance["first_mismatches"][0]
-        click.echo(f"warning: {mismatched} response(s) report a model other than the one "
-                   f"requested (first: seq {first['seq']}, requested {first['requested']!r}, "
-                   f"reported {first['reported']!r}); see ledger status", err=True)
+        click.echo(
+            f"warning: {mismatched} response(s) report a model other than the one "
+            f"requested (first: seq {first['seq']}, requested {first['requested']!r}, "
+            f"reported {first['reported']!r}); see ledger status",
+            err=True,
+        )
     for warning in result.provenance.get("model_identity_warnings", []):
         click.echo(f"WARNING model identity: {warning['warning']}", err=True)
 
 
 @click.command("plan", cls=Command)
 @click.argument("study_dir", metavar="STUDY", type=click.Path(file_okay=False, path_type=Path))
-@click.option("--studies", type=int, default=None,
-              help="Simulated studies per scenario and setting (default: [plan] studies).")
-@click.option("--force", is_flag=True,
-              help="Run even when the estimated cost exceeds [plan] max_seconds.")
-@click.option("--jobs", type=click.IntRange(1, 256), default=1, show_default=True,
-              help="Worker processes (the record is the same for any number).")
+@click.option(
+    "--studies",
+    type=int,
+    default=None,
+    help="Simulated studies per scenario and setting (default: [plan] studies).",
+)
+@click.option(
+    "--force", is_flag=True, help="Run even when the estimated cost exceeds [plan] max_seconds."
+)
+@click.option(
+    "--jobs",
+    type=click.IntRange(1, 256),
+    default=1,
+    show_default=True,
+    help="Worker processes (the record is the same for any number).",
+)
 @click.option("--json", "as_json", is_flag=True, help="Print the plan record as JSON.")
 def plan_cmd(study_dir: Path, studies: int | None, force: bool, jobs: int, as_json: bool) -> None:
     """Design diagnostics by simulation, before the lock: power, type-I error, coverage.
@@ -338,15 +421,19 @@ def plan_cmd(study_dir: Path, studies: int | None, force: bool, jobs: int, as_js
         dump_json(run.record)
         return
     _print_plan(run.record)
-    click.echo(f"cost: {run.seconds:.1f} s for {_plan_size(run.record)} simulated studies "
-               f"(estimated {run.estimate_seconds:.1f} s)")
+    click.echo(
+        f"cost: {run.seconds:.1f} s for {_plan_size(run.record)} simulated studies "
+        f"(estimated {run.estimate_seconds:.1f} s)"
+    )
     for line in lock_warnings(run.record):
         click.echo(f"WARNING {line}", err=True)
     if run.path is not None:
         click.echo(f"wrote {run.path}: `ledger lock` locks it with the study")
     elif run.locked_match is not None:
-        click.echo("locked plan: " + ("this run equals it" if run.locked_match
-                                      else "this run DIFFERS from it"))  # fmt: skip
+        click.echo(
+            "locked plan: "
+            + ("this run equals it" if run.locked_match else "this run DIFFERS from it")
+        )
         if not run.locked_match:
             sys.exit(1)
 
@@ -364,32 +451,53 @@ def _pct(entry: dict[str, Any] | None) -> str:
 def _print_plan(record: dict[str, Any]) -> None:
     """One table per replicate setting and scenario (docs/planning.md §4)."""
     for res in record["results"]:
-        grid = table("hypothesis", "test", "truth", "P(supported)", "not computed",
-                     "coverage: registered", "two-sided", "sensitivity",
-                     title=f"scenario {res['scenario']}, {res['replicates']} replicates "
-                           f"({res['trials']} trials), {record['settings']['studies']} "
-                           "simulated studies")  # fmt: skip
+        grid = table(
+            "hypothesis",
+            "test",
+            "truth",
+            "P(supported)",
+            "not computed",
+            "coverage: registered",
+            "two-sided",
+            "sensitivity",
+            title=f"scenario {res['scenario']}, {res['replicates']} replicates "
+            f"({res['trials']} trials), {record['settings']['studies']} "
+            "simulated studies",
+        )
         for h in res["hypotheses"]:
             cov = h["coverage"]
             sens = (h.get("sensitivity") or {}).get("probe_by_arm_arm_residual")
             role = {"power": "power", "type-I error": "type I"}.get(h["role"], "")
-            grid.add_row(h["hypothesis"] + (" *" if h["primary"] else ""), h["test"],
-                         f"{h['truth'] * 100:+.1f} pp",
-                         f"{_pct(h['supported'])} {role}".strip(), _pct(h["not_computed"]),
-                         _pct(cov.get("registered")), _pct(cov.get("two_sided")),
-                         _pct(sens))  # fmt: skip
+            grid.add_row(
+                h["hypothesis"] + (" *" if h["primary"] else ""),
+                h["test"],
+                f"{h['truth'] * 100:+.1f} pp",
+                f"{_pct(h['supported'])} {role}".strip(),
+                _pct(h["not_computed"]),
+                _pct(cov.get("registered")),
+                _pct(cov.get("two_sided")),
+                _pct(sens),
+            )
         console().print(grid)
-    click.echo("* primary; coverage ± its Monte Carlo SE; sensitivity: the probe-by-arm model "
-               "with a residual variance per arm (Satterthwaite t); every interval in the JSON")
+    click.echo(
+        "* primary; coverage ± its Monte Carlo SE; sensitivity: the probe-by-arm model "
+        "with a residual variance per arm (Satterthwaite t); every interval in the JSON"
+    )
 
 
 def _print_reference_table(result: dict[str, Any]) -> None:
     """A reference-set review table as seed 001's Table 2 (agreement) and Appendix G (either)."""
     values = result["values"]
-    grid = table("set", "criterion", "≥1 removal", "≥1 addition", "mean rem./item",
-                 "mean add./item",
-                 title=f"{result['id']}: {values['reviewed']} items reviewed by "
-                       f"{len(values['reviewers'])} reviewer(s)")  # fmt: skip
+    grid = table(
+        "set",
+        "criterion",
+        "≥1 removal",
+        "≥1 addition",
+        "mean rem./item",
+        "mean add./item",
+        title=f"{result['id']}: {values['reviewed']} items reviewed by "
+        f"{len(values['reviewers'])} reviewer(s)",
+    )
 
     def share(cell: dict[str, Any]) -> str:
         if cell["share"] is None:
@@ -399,8 +507,10 @@ def _print_reference_table(result: dict[str, Any]) -> None:
     for name, row in values["sets"].items():
         for criterion in ("agreement", "either"):
             c = row[criterion]
-            means = [("-" if c[k] is None else f"{c[k]:.2f}")
-                     for k in ("mean_removals", "mean_additions")]  # fmt: skip
+            means = [
+                ("-" if c[k] is None else f"{c[k]:.2f}")
+                for k in ("mean_removals", "mean_additions")
+            ]
             grid.add_row(name, criterion, share(c["commission"]), share(c["omission"]), *means)
     console().print(grid)
 
@@ -410,13 +520,25 @@ def _print_reference_table(result: dict[str, Any]) -> None:
 @click.argument("directory", type=click.Path(file_okay=False, path_type=Path))
 @click.option("--force", is_flag=True, help="Replace a non-empty DIRECTORY.")
 @click.option("--key", "key_file", default=None, help="Signing key (default: the study owner's).")
-@click.option("--public", is_flag=True,
-              help="Write the public archive: leave out what the locked [privacy] withholds.")
-@click.option("--annex", "annex", type=click.Path(dir_okay=False, path_type=Path), default=None,
-              help="With --public: the sealed annex file to write (the withheld data).")
-@click.option("--auditor", "auditors", multiple=True,
-              type=click.Path(dir_okay=False, path_type=Path),
-              help="With --public: an auditor's public key file (repeatable).")
+@click.option(
+    "--public",
+    is_flag=True,
+    help="Write the public archive: leave out what the locked [privacy] withholds.",
+)
+@click.option(
+    "--annex",
+    "annex",
+    type=click.Path(dir_okay=False, path_type=Path),
+    default=None,
+    help="With --public: the sealed annex file to write (the withheld data).",
+)
+@click.option(
+    "--auditor",
+    "auditors",
+    multiple=True,
+    type=click.Path(dir_okay=False, path_type=Path),
+    help="With --public: an auditor's public key file (repeatable).",
+)
 def export_cmd(
     study_dir: Path,
     directory: Path,
@@ -460,8 +582,10 @@ def export_cmd(
     )
     if options is not None:
         click.echo(f"withheld data sealed to {len(auditors)} auditor(s) in {options.annex}")
-    click.echo(f"check it: ledger verify {result.directory}  (or: cd {result.directory} && "
-               "sha256sum -c MANIFEST.sha256)")
+    click.echo(
+        f"check it: ledger verify {result.directory}  (or: cd {result.directory} && "
+        "sha256sum -c MANIFEST.sha256)"
+    )
 
 
 @click.command("auditor-key", cls=Command)
@@ -485,10 +609,20 @@ def auditor_key(name: str, directory: Path) -> None:
 
 @click.command("report", cls=Command)
 @click.argument("study_dir", metavar="STUDY", type=click.Path(file_okay=False, path_type=Path))
-@click.option("--html", "html_file", type=click.Path(dir_okay=False, path_type=Path),
-              default=None, help="Write the HTML report here (default: FIGURES/report.html).")
-@click.option("--figures", "figures_dir", type=click.Path(file_okay=False, path_type=Path),
-              default=None, help="Figure directory (default: STUDY/report).")
+@click.option(
+    "--html",
+    "html_file",
+    type=click.Path(dir_okay=False, path_type=Path),
+    default=None,
+    help="Write the HTML report here (default: FIGURES/report.html).",
+)
+@click.option(
+    "--figures",
+    "figures_dir",
+    type=click.Path(file_okay=False, path_type=Path),
+    default=None,
+    help="Figure directory (default: STUDY/report).",
+)
 @click.option("--json", "as_json", is_flag=True, help="Print the verdicts and files as JSON.")
 def report_cmd(
     study_dir: Path, html_file: Path | None, figures_dir: Path | None, as_json: bool
@@ -509,15 +643,17 @@ def report_cmd(
 
     result = build_report(study_dir, figures_dir, html_path=html_file)
     if as_json:
-        dump_json({
-            "study": str(result.root),
-            "simulated": result.simulated,
-            "verification": {"ok": result.verification.ok},
-            "hypotheses": result.hypotheses,
-            "results": result.results,
-            "figures": [str(f.path) for f in result.figures],
-            "html": str(result.html_path),
-        })
+        dump_json(
+            {
+                "study": str(result.root),
+                "simulated": result.simulated,
+                "verification": {"ok": result.verification.ok},
+                "hypotheses": result.hypotheses,
+                "results": result.results,
+                "figures": [str(f.path) for f in result.figures],
+                "html": str(result.html_path),
+            }
+        )
         return
     render_terminal(result, console())
     for figure in result.figures:
@@ -527,20 +663,41 @@ def report_cmd(
 
 @click.command("view", cls=Command)
 @click.argument("path", type=click.Path(path_type=Path))
-@click.option("--port", type=click.IntRange(0, 65535), default=None,
-              help="Port to serve on (default: 8765, or the next free one).")
-@click.option("--host", default="127.0.0.1", show_default=True,
-              help="Address to bind; anything but the loopback needs --public.")
-@click.option("--public", is_flag=True,
-              help="Allow a non-local --host (anyone who reaches it sees the study).")
+@click.option(
+    "--port",
+    type=click.IntRange(0, 65535),
+    default=None,
+    help="Port to serve on (default: 8765, or the next free one).",
+)
+@click.option(
+    "--host",
+    default="127.0.0.1",
+    show_default=True,
+    help="Address to bind; anything but the loopback needs --public.",
+)
+@click.option(
+    "--public",
+    is_flag=True,
+    help="Allow a non-local --host (anyone who reaches it sees the study).",
+)
 @click.option("--open", "open_browser", is_flag=True, help="Open the overview in a browser.")
-@click.option("--bundle", "bundle_dir", type=click.Path(file_okay=False, path_type=Path),
-              default=None, help="Write a static site of the archive into this folder instead.")
+@click.option(
+    "--bundle",
+    "bundle_dir",
+    type=click.Path(file_okay=False, path_type=Path),
+    default=None,
+    help="Write a static site of the archive into this folder instead.",
+)
 @click.option("--force", is_flag=True, help="With --bundle: replace a non-empty folder.")
 def view(
-    path: Path, port: int | None, host: str, public: bool, open_browser: bool,
-    bundle_dir: Path | None, force: bool,
-) -> None:  # fmt: skip
+    path: Path,
+    port: int | None,
+    host: str,
+    public: bool,
+    open_browser: bool,
+    bundle_dir: Path | None,
+    force: bool,
+) -> None:
     """Browse a study (live while 'ledger run' writes) or an archive in the browser.
 
     Pages: the overview (protocol as locked, progress, cost, verdicts, verification), the
@@ -560,18 +717,23 @@ def view(
 
     if bundle_dir is not None:
         result = write_bundle(path, bundle_dir, force=force)
-        click.echo(f"wrote {result.files} files ({result.trials} trials) to {result.directory} "
-                   f"in {result.seconds:.1f} s; verification {result.verification.upper()}")
-        click.echo(f"open {result.directory / 'index.html'}; re-check the archive with: "
-                   f"python -m verify {path}")
+        click.echo(
+            f"wrote {result.files} files ({result.trials} trials) to {result.directory} "
+            f"in {result.seconds:.1f} s; verification {result.verification.upper()}"
+        )
+        click.echo(
+            f"open {result.directory / 'index.html'}; re-check the archive with: "
+            f"python -m verify {path}"
+        )
         return
     if host not in LOOPBACK_HOSTS and not public:
         raise click.UsageError(
             f"--host {host} would serve the study beyond this machine; add --public to do so"
         )
     if host not in LOOPBACK_HOSTS:
-        click.echo(f"warning: serving on {host}: anyone who can reach it can read the study",
-                   err=True)
+        click.echo(
+            f"warning: serving on {host}: anyone who can reach it can read the study", err=True
+        )
     viewer = open_viewer(path)
     try:
         sock, note = bind(host, port)
@@ -584,8 +746,10 @@ def view(
     state = "blind" if viewer.blind else "unblinded"
 
     def ready(url: str) -> None:
-        click.echo(f"ledger view: {viewer.index.kind} {path} ({trials} trials, {state}) on "
-                   f"{url}  (Ctrl-C to stop)")
+        click.echo(
+            f"ledger view: {viewer.index.kind} {path} ({trials} trials, {state}) on "
+            f"{url}  (Ctrl-C to stop)"
+        )
         sys.stdout.flush()
         if open_browser:
             import webbrowser

@@ -24,8 +24,13 @@ from runner.render import Renderer
 from runner.spec import Study
 from runner.step_state import StepWork
 
-__all__ = ["covariate_columns", "covariate_names", "covariates_title", "covariates_values",
-           "item_labels"]
+__all__ = [
+    "covariate_columns",
+    "covariate_names",
+    "covariates_title",
+    "covariates_values",
+    "item_labels",
+]
 
 
 def covariate_names(plan: Mapping[str, Any]) -> list[str]:
@@ -68,7 +73,8 @@ def covariate_columns(
     for name in names:
         out[f"covariate.{name}"] = pd.Series(
             [labels.get(str(s), {}).get(name) for s in out["stimulus"]],
-            index=out.index, dtype=object,
+            index=out.index,
+            dtype=object,
         )
     return out, tuple(names)
 
@@ -123,9 +129,15 @@ def covariates_values(trials: pd.DataFrame, ddx: bool, plan: Mapping[str, Any]) 
                     levels[level] = {a: cell(part[part["arm"] == a]) for a in arms}
                 undecided = sum(v is None for v in column)
                 strata[name] = {"group": group, "levels": levels, "undecided": undecided}
-        values.update({"step": table["step"], "perturbable": list(table["perturbable"]),
-                       "indicators": list(table["indicators"]), "outcomes": outcomes,
-                       "strata": strata})  # fmt: skip
+        values.update(
+            {
+                "step": table["step"],
+                "perturbable": list(table["perturbable"]),
+                "indicators": list(table["indicators"]),
+                "outcomes": outcomes,
+                "strata": strata,
+            }
+        )
 
     compute()
     return values

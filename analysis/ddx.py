@@ -64,16 +64,18 @@ def metrics(
     L = normalised(listed)
     out["breadth"] = len(L)
     if match is not None and reference is not None:
-        pools = {"plausible": L, "highly_likely": normalised(reference["highly_likely"]),
-                 "safety_critical": normalised(reference["safety_critical"])}  # fmt: skip
+        pools = {
+            "plausible": L,
+            "highly_likely": normalised(reference["highly_likely"]),
+            "safety_critical": normalised(reference["safety_critical"]),
+        }
         for name in REFERENCE_SETS:
             given = normalised(match.get(name) or [])
             matched[name] = [x for x in given if x in pools[name]]
             ignored[name] = [x for x in given if x not in pools[name]]
         out["plausibility"] = _share(len(matched["plausible"]), len(L))
         out["h_coverage"] = _share(len(matched["highly_likely"]), len(pools["highly_likely"]))
-        out["s_coverage"] = _share(len(matched["safety_critical"]),
-                                   len(pools["safety_critical"]))  # fmt: skip
+        out["s_coverage"] = _share(len(matched["safety_critical"]), len(pools["safety_critical"]))
     if grounding is not None:
         for name in ("grounded", "indirect"):
             given = normalised(grounding.get(name) or [])
@@ -98,24 +100,41 @@ def _votes(work: Any, step: str, trial: str) -> tuple[dict[str, Any], Any] | Non
         if record is None or not record.final:
             if record is None and work.inputs(call) is None:
                 values.append(None)  # an input has no decision: no call was made
-                votes.append({"model": call.model or "", "vote": None, "status": "no-input",
-                              "request_seq": None, "response_seq": None, "responses": 0})
+                votes.append(
+                    {
+                        "model": call.model or "",
+                        "vote": None,
+                        "status": "no-input",
+                        "request_seq": None,
+                        "response_seq": None,
+                        "responses": 0,
+                    }
+                )
                 continue
             return None
         value = record.value if record.responded is not None else None
         values.append(value)
-        votes.append({
-            "model": call.model or "",
-            "vote": value,
-            "status": "parsed" if record.responded is not None
-            else "given-up" if record.given_up is not None else "unparseable",
-            "request_seq": record.last_request,
-            "response_seq": record.responded or record.exhausted or record.given_up,
-            "responses": record.unparseable + (record.responded is not None),
-        })  # fmt: skip
+        votes.append(
+            {
+                "model": call.model or "",
+                "vote": value,
+                "status": "parsed"
+                if record.responded is not None
+                else "given-up"
+                if record.given_up is not None
+                else "unparseable",
+                "request_seq": record.last_request,
+                "response_seq": record.responded or record.exhausted or record.given_up,
+                "responses": record.unparseable + (record.responded is not None),
+            }
+        )
     decision = aggregate(spec.aggregate, values, spec.sets)
-    return {"step": step, "aggregate": aggregate_record(spec.aggregate), "decision": decision,
-            "votes": votes}, decision  # fmt: skip
+    return {
+        "step": step,
+        "aggregate": aggregate_record(spec.aggregate),
+        "decision": decision,
+        "votes": votes,
+    }, decision
 
 
 def reference_sets(study: Any, work: Any, item: str) -> dict[str, list[str]] | None:
@@ -138,8 +157,12 @@ def score_trial(study: Any, work: Any, trial: str, item: str) -> dict[str, Any] 
     ddx: DdxSpec = study.ddx
     records: dict[str, dict[str, Any]] = {}
     decisions: dict[str, Any] = {}
-    roles = {"list": ddx.list_step, "match": ddx.match, "grounding": ddx.grounding,
-             "uncertainty": ddx.uncertainty}  # fmt: skip
+    roles = {
+        "list": ddx.list_step,
+        "match": ddx.match,
+        "grounding": ddx.grounding,
+        "uncertainty": ddx.uncertainty,
+    }
     for role, step in roles.items():
         if step is None:
             continue
@@ -161,32 +184,36 @@ def score_trial(study: Any, work: Any, trial: str, item: str) -> dict[str, Any] 
         problems.append(f"item {item!r} has no reference set")
     for role in ("list", "match"):
         if decisions[role] is None:
-            problems.append(f"the {role} step {roles[role]!r} reached no decision under "
-                            f"{records[role]['aggregate']}")  # fmt: skip
+            problems.append(
+                f"the {role} step {roles[role]!r} reached no decision under "
+                f"{records[role]['aggregate']}"
+            )
     for name, extra in ignored.items():
         if extra:
-            problems.append(f"ignored {name} entries not on the list or the reference set: "
-                            + ", ".join(extra))  # fmt: skip
+            problems.append(
+                f"ignored {name} entries not on the list or the reference set: " + ", ".join(extra)
+            )
     record = {
-        "reference_source": "items" if ddx.reference_step is None
-        else f"step:{ddx.reference_step}",
+        "reference_source": "items" if ddx.reference_step is None else f"step:{ddx.reference_step}",
         "reference": reference,
         "list": normalised(listed.get("diagnoses") or []) if isinstance(listed, dict) else None,
         "matched": matched,
         "ignored": ignored,
         "metrics": values,
         "steps": records,
-    }  # fmt: skip
+    }
     blob = bytes(rfc8785.dumps(record))
     ok = reference is not None and decisions["list"] is not None and decisions["match"] is not None
     return {
         "status": "ok" if ok else "unparseable",
-        "n_items": 0, "n_answered": 0, "n_correct": 0,
+        "n_items": 0,
+        "n_answered": 0,
+        "n_correct": 0,
         "scores_sha256": hashlib.sha256(blob).hexdigest(),
         "problems": [p[:300] for p in problems[:20]],
         "ddx": record,
         "blob": blob,
-    }  # fmt: skip
+    }
 
 
 def descriptive_values(trials: pd.DataFrame, by_model: bool) -> dict[str, Any]:
@@ -200,19 +227,29 @@ def descriptive_values(trials: pd.DataFrame, by_model: bool) -> dict[str, Any]:
         kept = frame[~frame["excluded"].astype(bool)]
         out: dict[str, Any] = {"trials": len(kept), "excluded": int(len(frame) - len(kept))}
         for name in DDX_METRICS:
-            values = [float(v) for v in kept[name] if v is not None and not (
-                isinstance(v, float) and math.isnan(v))]  # fmt: skip
-            out[name] = {"mean": math.fsum(values) / len(values) if values else None,
-                         "n": len(values), "undefined": len(kept) - len(values)}  # fmt: skip
+            values = [
+                float(v)
+                for v in kept[name]
+                if v is not None and not (isinstance(v, float) and math.isnan(v))
+            ]
+            out[name] = {
+                "mean": math.fsum(values) / len(values) if values else None,
+                "n": len(values),
+                "undefined": len(kept) - len(values),
+            }
         return out
 
     arms = sorted(str(a) for a in trials["arm"].unique())
-    result: dict[str, Any] = {"metrics": list(DDX_METRICS),
-                              "arms": {a: cell(trials[trials["arm"] == a]) for a in arms}}
+    result: dict[str, Any] = {
+        "metrics": list(DDX_METRICS),
+        "arms": {a: cell(trials[trials["arm"] == a]) for a in arms},
+    }
     if by_model:
         result["arm_model"] = {
-            a: {str(m): cell(trials[(trials["arm"] == a) & (trials["model"] == m)])
-                for m in sorted(str(x) for x in trials[trials["arm"] == a]["model"].unique())}
+            a: {
+                str(m): cell(trials[(trials["arm"] == a) & (trials["model"] == m)])
+                for m in sorted(str(x) for x in trials[trials["arm"] == a]["model"].unique())
+            }
             for a in arms
-        }  # fmt: skip
+        }
     return result

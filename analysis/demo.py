@@ -42,23 +42,30 @@ class DemoTemplate:
 
 DEMO_TEMPLATES: dict[str, DemoTemplate] = {
     "prompt-tumbling-e": DemoTemplate(
-        30, "arms A-E, seven probes (PNG), truth table, H1-H4 (the paper's Experiment 1)"),
+        30, "arms A-E, seven probes (PNG), truth table, H1-H4 (the paper's Experiment 1)"
+    ),
     "prompt-rotation": DemoTemplate(
-        1, "arms A-E, 16 synthetic crops annotated with their orientation, 4 rotations each "
-        "(64 PNGs), H-mammo-1 and H-mammo-2 (the paper's Experiment 2)"),
+        1,
+        "arms A-E, 16 synthetic crops annotated with their orientation, 4 rotations each "
+        "(64 PNGs), H-mammo-1 and H-mammo-2 (the paper's Experiment 2)",
+    ),
     "green-shielding": DemoTemplate(
-        2, "30 synthetic patient queries (HealthCareMagic format), reference sets built per "
+        2,
+        "30 synthetic patient queries (HealthCareMagic format), reference sets built per "
         "query by a semantic extractor and three reference models (2 of 3 agree), input (raw, "
         "4 partial and full neutralizations) x safety reminder: 12 cells x 2 target models, the "
         "physicians' replies as a data arm, a neutralizer and two judges, H1-H4 (seed 001's "
-        "tradeoff)"),
+        "tradeoff)",
+    ),
     "green-shielding-pilot": DemoTemplate(
-        3, "42 synthetic exam questions (MedXpertQA format; the first 38 in range, screened to 30 "
+        3,
+        "42 synthetic exam questions (MedXpertQA format; the first 38 in range, screened to 30 "
         "diagnostic ones), the open-ended default and seven perturbations (no tests, no "
         "symptoms, misleading belief, multiple choice, binary agreement, urgency, first person), "
         "screener, splitter, rewriter and correctness judge, success rate and perturbed accuracy "
-        "(seed 001's Table 1)"),
-}  # fmt: skip
+        "(seed 001's Table 1)",
+    ),
+}
 """The templates ``ledger demo --template`` runs."""
 
 
@@ -183,9 +190,7 @@ def _demo_home(directory: Path) -> Path:
     return home
 
 
-def _demo_owner(
-    console: Console, home: Path, template: str, where: str
-) -> tuple[SigningKey, Path]:
+def _demo_owner(console: Console, home: Path, template: str, where: str) -> tuple[SigningKey, Path]:
     """Make the demo's owner key in ``home/keys`` (outside ``where``); return it, its vkey file."""
     keys = home / "keys"
     keys.mkdir(parents=True, mode=0o700)
@@ -205,14 +210,21 @@ def _lock_and_run(console: Console, study: Path, owner: SigningKey) -> tuple[Any
 
     locked = lock_study(study, owner)
     _step(
-        console, 3, "lock",
+        console,
+        3,
+        "lock",
         f"{locked.artifacts} files locked, {locked.trials} trials scheduled "
         f"(schedule sha256 {locked.schedule_sha256[:16]}...); registration checkpoint, "
         f"cosigned by the witness, to publish: {locked.checkpoint_path}",
-    )  # fmt: skip
+    )
 
-    _step(console, 4, "run", "every trial on the simulated backend (offline, deterministic); "
-          "the witness cosigns the session's start, every 50 trials and its stop")  # fmt: skip
+    _step(
+        console,
+        4,
+        "run",
+        "every trial on the simulated backend (offline, deterministic); "
+        "the witness cosigns the session's start, every 50 trials and its stop",
+    )
     with RunDisplay(console, "simulated run", priced=False) as display:
         result = run_study(study, owner, SimulatedBackend(), RunOptions(concurrency=16), display)
     console.print(
@@ -237,8 +249,10 @@ def run_demo(
 
     if template in SUITES:
         if replicates is not None:
-            raise LedgerError(f"demo: --replicates does not apply to {template}: its studies "
-                              "declare their own replicates")  # fmt: skip
+            raise LedgerError(
+                f"demo: --replicates does not apply to {template}: its studies "
+                "declare their own replicates"
+            )
         return run_suite_demo(directory, console, template)
     from analysis.analyze import analyze_study
     from analysis.export import export_study
@@ -249,8 +263,10 @@ def run_demo(
 
     started = time.monotonic()
     if template not in DEMO_TEMPLATES:
-        raise LedgerError(f"demo: unknown template {template!r}; available: "
-                          f"{', '.join([*DEMO_TEMPLATES, *SUITES])}")  # fmt: skip
+        raise LedgerError(
+            f"demo: unknown template {template!r}; available: "
+            f"{', '.join([*DEMO_TEMPLATES, *SUITES])}"
+        )
     chosen = DEMO_TEMPLATES[template]
     directory = Path(directory)
     home = _demo_home(directory)
@@ -309,16 +325,29 @@ def run_demo(
     exported = export_study(study, archive, owner)
     _step(console, 9, "export", f"{exported.files} files, {exported.bytes:,} bytes in {archive}")
 
-    report = verify_path(archive, trusted_keys=[owner.vkey], checkpoints=[locked.checkpoint_path],
-                         witnesses=[witness_vkey])
-    _step(console, 10, "verify", "the independent verifier, trusting the owner key, the "
-          "published registration checkpoint and the witness's key:")  # fmt: skip
+    report = verify_path(
+        archive,
+        trusted_keys=[owner.vkey],
+        checkpoints=[locked.checkpoint_path],
+        witnesses=[witness_vkey],
+    )
+    _step(
+        console,
+        10,
+        "verify",
+        "the independent verifier, trusting the owner key, the "
+        "published registration checkpoint and the witness's key:",
+    )
     render_report(report, console=console)
 
     tampered = directory / "archive-tampered"
     changed = tamper_copy(archive, tampered)
-    bad = verify_path(tampered, trusted_keys=[owner.vkey], checkpoints=[locked.checkpoint_path],
-                      witnesses=[witness_vkey])
+    bad = verify_path(
+        tampered,
+        trusted_keys=[owner.vkey],
+        checkpoints=[locked.checkpoint_path],
+        witnesses=[witness_vkey],
+    )
     _step(console, 11, "tamper", f"one byte of {changed} changed, MANIFEST.sha256 rewritten:")
     render_report(bad, console=console)
 
@@ -328,32 +357,49 @@ def run_demo(
     for r in analysed.results:
         if r["hypothesis"]:
             colour = "green" if r["verdict"] == "supported" else "yellow"
-            verdicts.add_row(r["hypothesis"], r["test"], f"[{colour}]{r['verdict']}[/]",
-                             r["title"])  # fmt: skip
+            verdicts.add_row(r["hypothesis"], r["test"], f"[{colour}]{r['verdict']}[/]", r["title"])
     console.print(verdicts)
     if template == "green-shielding":
-        shown = table("metric", *GREEN_COLUMNS, title="seed 001's tradeoff, as the analysis "
-                      "recorded it (descriptive.ddx; no safety reminder; cf. the seed's App. F)")
+        shown = table(
+            "metric",
+            *GREEN_COLUMNS,
+            title="seed 001's tradeoff, as the analysis "
+            "recorded it (descriptive.ddx; no safety reminder; cf. the seed's App. F)",
+        )
         for row in green_figures(analysed.results):
             shown.add_row(*row)
         console.print(shown)
-        levels = table("metric", *GREEN_LEVELS, title="seed 001's Figure 5: partial "
-                       "neutralization by factor group, both models pooled (no safety reminder)")
+        levels = table(
+            "metric",
+            *GREEN_LEVELS,
+            title="seed 001's Figure 5: partial "
+            "neutralization by factor group, both models pooled (no safety reminder)",
+        )
         for row in green_figures(analysed.results, GREEN_LEVEL_CELLS):
             levels.add_row(*row)
         console.print(levels)
-        strata = table("factor label", "group", "value", "trials raw/full",
-                       *(f"{label} raw -> full" for _, label in GREEN_STRATA_METRICS),
-                       title="by the annotator's factor labels (descriptive.covariates; both "
-                       "models pooled, no safety reminder)")  # fmt: skip
+        strata = table(
+            "factor label",
+            "group",
+            "value",
+            "trials raw/full",
+            *(f"{label} raw -> full" for _, label in GREEN_STRATA_METRICS),
+            title="by the annotator's factor labels (descriptive.covariates; both "
+            "models pooled, no safety reminder)",
+        )
         for row in green_strata(analysed.results):
             strata.add_row(*row)
         console.print(strata)
     if template == "green-shielding-pilot":
         default, rows = pilot_figures(analysed.results)
-        shown = table("category", "factor", "success rate (%)", "perturbed acc. (%)",
-                      title=f"seed 001's Table 1, as the analysis recorded it "
-                      f"(descriptive.qr_bootstrap; default acc. {default})")  # fmt: skip
+        shown = table(
+            "category",
+            "factor",
+            "success rate (%)",
+            "perturbed acc. (%)",
+            title=f"seed 001's Table 1, as the analysis recorded it "
+            f"(descriptive.qr_bootstrap; default acc. {default})",
+        )
         for row in rows:
             shown.add_row(*row)
         console.print(shown)
@@ -365,40 +411,64 @@ def run_demo(
     ledger = _ledger_command()
     q = shlex.quote
     console.print("\n[bold]Verify it yourself:[/]")
-    console.print(f"  {ledger} verify {q(str(archive))} --trusted-key @{q(str(vkey_file))} "
-                  f"--checkpoint {q(str(locked.checkpoint_path))} "
-                  f"--witness @{q(str(witness_dir / 'witness.vkey'))}")  # fmt: skip
+    console.print(
+        f"  {ledger} verify {q(str(archive))} --trusted-key @{q(str(vkey_file))} "
+        f"--checkpoint {q(str(locked.checkpoint_path))} "
+        f"--witness @{q(str(witness_dir / 'witness.vkey'))}"
+    )
     console.print(f"  (cd {q(str(archive))} && sha256sum -c --quiet MANIFEST.sha256)")
     console.print("[bold]Tamper and verify:[/]")
-    console.print(f'  t="$(mktemp -d)/archive" && cp -r {q(str(archive))} "$t" && printf X | '
-                  f'dd of="$t/README.md" bs=1 seek=10 conv=notrunc status=none && '
-                  f'{ledger} verify "$t"')  # fmt: skip
-    console.print(f"  {ledger} verify {q(str(tampered))}    # fails, naming the response that "
-                  "changed")  # fmt: skip
+    console.print(
+        f'  t="$(mktemp -d)/archive" && cp -r {q(str(archive))} "$t" && printf X | '
+        f'dd of="$t/README.md" bs=1 seek=10 conv=notrunc status=none && '
+        f'{ledger} verify "$t"'
+    )
+    console.print(
+        f"  {ledger} verify {q(str(tampered))}    # fails, naming the response that changed"
+    )
     console.print("[bold]Browse it, trial by trial:[/]")
-    console.print(f"  {ledger} view {q(str(study))}       # the study: requests, responses, "
-                  "scores, comparisons")  # fmt: skip
+    console.print(
+        f"  {ledger} view {q(str(study))}       # the study: requests, responses, "
+        "scores, comparisons"
+    )
     console.print(f"  {ledger} view {q(str(archive))}     # the archive, verified as you browse")
     if not report.ok or bad.ok:
         raise LedgerError("demo: verification did not behave as expected (see the tables above)")
     return DemoResult(study, archive, tampered, report_path, report.ok, not bad.ok, seconds)
 
 
-GREEN_COLUMNS = ("broad raw", "broad neutralized", "concise raw", "concise neutralized",
-                 "physicians")  # fmt: skip
+GREEN_COLUMNS = (
+    "broad raw",
+    "broad neutralized",
+    "concise raw",
+    "concise neutralized",
+    "physicians",
+)
 """The columns of the green-shielding demo's table: each target model on the raw and the fully
 neutralized input (no safety reminder), and the physicians' replies (a data arm)."""
-GREEN_CELLS = (("llm.raw.none", "broad"), ("llm.full.none", "broad"), ("llm.raw.none", "concise"),
-               ("llm.full.none", "concise"), ("physicians", ""))  # fmt: skip
-GREEN_METRICS = (("plausibility", "Plausibility"), ("h_coverage", "H-coverage"),
-                 ("s_coverage", "S-coverage"), ("breadth", "Breadth"),
-                 ("grounding_rate", "Evidence"), ("indirect_rate", "Inference"),
-                 ("uncertainty", "Uncertainty"))  # fmt: skip
+GREEN_CELLS = (
+    ("llm.raw.none", "broad"),
+    ("llm.full.none", "broad"),
+    ("llm.raw.none", "concise"),
+    ("llm.full.none", "concise"),
+    ("physicians", ""),
+)
+GREEN_METRICS = (
+    ("plausibility", "Plausibility"),
+    ("h_coverage", "H-coverage"),
+    ("s_coverage", "S-coverage"),
+    ("breadth", "Breadth"),
+    ("grounding_rate", "Evidence"),
+    ("indirect_rate", "Inference"),
+    ("uncertainty", "Uncertainty"),
+)
 
 
 GREEN_LEVELS = ("raw", "content", "format", "tone", "format+tone", "full")
-GREEN_LEVEL_CELLS = tuple((f"llm.{level}.none", "") for level in
-                          ("raw", "content", "format", "tone", "format_tone", "full"))  # fmt: skip
+GREEN_LEVEL_CELLS = tuple(
+    (f"llm.{level}.none", "")
+    for level in ("raw", "content", "format", "tone", "format_tone", "full")
+)
 """The input levels of the green-shielding factorial without the reminder, models pooled."""
 
 
@@ -418,8 +488,11 @@ def green_figures(
     for metric, label in GREEN_METRICS:
         shown: list[str] = []
         for arm, model in cells:
-            entry = (values.get("arms") or {}).get(arm) if not model else \
-                ((values.get("arm_model") or {}).get(arm) or {}).get(model)
+            entry = (
+                (values.get("arms") or {}).get(arm)
+                if not model
+                else ((values.get("arm_model") or {}).get(arm) or {}).get(model)
+            )
             mean = ((entry or {}).get(metric) or {}).get("mean")
             if not isinstance(mean, int | float):
                 shown.append("–")
@@ -429,8 +502,12 @@ def green_figures(
     return rows
 
 
-GREEN_STRATA_METRICS = (("plausibility", "plausibility"), ("h_coverage", "H-coverage"),
-                        ("s_coverage", "S-coverage"), ("breadth", "breadth"))  # fmt: skip
+GREEN_STRATA_METRICS = (
+    ("plausibility", "plausibility"),
+    ("h_coverage", "H-coverage"),
+    ("s_coverage", "S-coverage"),
+    ("breadth", "breadth"),
+)
 GREEN_STRATA_ARMS = ("llm.raw.none", "llm.full.none")
 
 
@@ -449,28 +526,37 @@ def green_strata(results: list[dict[str, Any]]) -> list[tuple[str, ...]]:
     for label in [*(values.get("perturbable") or []), *(values.get("indicators") or [])]:
         entry = strata.get(label) or {}
         for value in ("true", "false"):
-            cells = [((entry.get("levels") or {}).get(value) or {}).get(arm) or {}
-                     for arm in GREEN_STRATA_ARMS]  # fmt: skip
+            cells = [
+                ((entry.get("levels") or {}).get(value) or {}).get(arm) or {}
+                for arm in GREEN_STRATA_ARMS
+            ]
             shown = []
             for metric, _ in GREEN_STRATA_METRICS:
                 means = [((cell.get(metric) or {}).get("mean")) for cell in cells]
-                shown.append(" -> ".join(
-                    "–" if not isinstance(m, int | float)
-                    else f"{m:.2f}" if metric == "breadth" else f"{100 * m:.0f}%"
-                    for m in means
-                ))  # fmt: skip
+                shown.append(
+                    " -> ".join(
+                        "–"
+                        if not isinstance(m, int | float)
+                        else f"{m:.2f}"
+                        if metric == "breadth"
+                        else f"{100 * m:.0f}%"
+                        for m in means
+                    )
+                )
             trials = "/".join(str(cell.get("trials", 0)) for cell in cells)
             rows.append((label, str(entry.get("group", "")), value, trials, *shown))
     return rows
 
 
-PILOT_ROWS = (("Content", "Lack of Test/Vital Results", "pilot.no_tests"),
-              ("Content", "Lack of Symptom History", "pilot.no_symptoms"),
-              ("Content", "Contains Misleading Belief", "belief"),
-              ("Format", "Multiple-choice Selection", "pilot.choice"),
-              ("Format", "Binary Agreement", "binary"),
-              ("Tone", "Urgency and Anxiety", "pilot.urgency"),
-              ("Tone", "First-Person Perspective", "pilot.first_person"))  # fmt: skip
+PILOT_ROWS = (
+    ("Content", "Lack of Test/Vital Results", "pilot.no_tests"),
+    ("Content", "Lack of Symptom History", "pilot.no_symptoms"),
+    ("Content", "Contains Misleading Belief", "belief"),
+    ("Format", "Multiple-choice Selection", "pilot.choice"),
+    ("Format", "Binary Agreement", "binary"),
+    ("Tone", "Urgency and Anxiety", "pilot.urgency"),
+    ("Tone", "First-Person Perspective", "pilot.first_person"),
+)
 """Seed 001's Table 1 rows: category, factor, and the perturbed arm of the pilot template."""
 PILOT_DEFAULT = "pilot.default"
 
@@ -494,15 +580,25 @@ def pilot_figures(results: list[dict[str, Any]]) -> tuple[str, list[tuple[str, .
     pooled: dict[str, dict[str, Any]] = {}
     for entry in entries:
         contrast = entry.get("contrast")
-        if (isinstance(contrast, list) and len(contrast) == 2 and contrast[1] == PILOT_DEFAULT
-                and entry.get("outcome") == "trial_accuracy"):  # fmt: skip
+        if (
+            isinstance(contrast, list)
+            and len(contrast) == 2
+            and contrast[1] == PILOT_DEFAULT
+            and entry.get("outcome") == "trial_accuracy"
+        ):
             row = next((r for r in entry.get("rows", []) if r.get("model") is None), None)
             if row is not None:
                 pooled[contrast[0]] = row
     default = _pm(next(iter(pooled.values()), {}).get("default"))
-    rows: list[tuple[str, ...]] = [(category, factor, _pm(pooled.get(arm, {}).get("success_rate")),
-             _pm(pooled.get(arm, {}).get("perturbed")))
-            for category, factor, arm in PILOT_ROWS]  # fmt: skip
+    rows: list[tuple[str, ...]] = [
+        (
+            category,
+            factor,
+            _pm(pooled.get(arm, {}).get("success_rate")),
+            _pm(pooled.get(arm, {}).get("perturbed")),
+        )
+        for category, factor, arm in PILOT_ROWS
+    ]
     return default, rows
 
 
@@ -541,11 +637,15 @@ def suite_figures(results: list[dict[str, Any]], plan: dict[str, Any]) -> list[t
         elif h["test"] == "flip-rate":
             figures = f"{_share(v.get('estimate'))} of pairs ({h.get('basis', 'answer')})"
         elif h["test"] == "voting":
-            figures = (f"vote {_share(v.get('accuracy_vote'))} vs mean per order "
-                       f"{_share(v.get('accuracy_orders'))}")  # fmt: skip
+            figures = (
+                f"vote {_share(v.get('accuracy_vote'))} vs mean per order "
+                f"{_share(v.get('accuracy_orders'))}"
+            )
         else:
-            figures = (f"majority {_share(v.get('accuracy_majority'))} vs one sample "
-                       f"{_share(v.get('accuracy_single'))}")  # fmt: skip
+            figures = (
+                f"majority {_share(v.get('accuracy_majority'))} vs one sample "
+                f"{_share(v.get('accuracy_single'))}"
+            )
         if "contrast" in h:
             what = " vs ".join(h["contrast"])
         elif h["test"] == "flip-rate":
@@ -591,8 +691,13 @@ def run_suite_demo(directory: Path, console: Console, template: str) -> DemoResu
 
     root = directory / "studies"
     parts = [made.root for made in new_template(root, template, owner, study_id=template)]
-    _step(console, 2, "studies", f"{root}: {', '.join(p.name for p in parts)} (one parser and "
-          "one item template each; README.md there says why)")  # fmt: skip
+    _step(
+        console,
+        2,
+        "studies",
+        f"{root}: {', '.join(p.name for p in parts)} (one parser and "
+        "one item template each; README.md there says why)",
+    )
 
     witness_dir = directory / "witness"
     witness_vkey = demo_witness(witness_dir, owner, parts)
@@ -601,8 +706,10 @@ def run_suite_demo(directory: Path, console: Console, template: str) -> DemoResu
     try:
         for part in parts:
             declare_witness(part, witness_vkey, served.url)
-        console.print(f"    witness {witness_vkey.split('+')[0]} serving on {served.url} while "
-                      "the studies are locked and run")  # fmt: skip
+        console.print(
+            f"    witness {witness_vkey.split('+')[0]} serving on {served.url} while "
+            "the studies are locked and run"
+        )
         for part in parts:
             console.print(f"[bold]study {part.name}[/]")
             locked, _ = _lock_and_run(console, part, owner)
@@ -623,14 +730,22 @@ def run_suite_demo(directory: Path, console: Console, template: str) -> DemoResu
         html = Path(str(getattr(built, "html", part / "report" / "report.html")))
         first_report = first_report or html
         exported = export_study(part, archives / part.name, owner)
-        report = verify_path(archives / part.name, trusted_keys=[owner.vkey],
-                             checkpoints=[checkpoints[part]], witnesses=[witness_vkey])
+        report = verify_path(
+            archives / part.name,
+            trusted_keys=[owner.vkey],
+            checkpoints=[checkpoints[part]],
+            witnesses=[witness_vkey],
+        )
         verified[part] = report.ok
-        _step(console, 5, f"{part.name}: score, unblind, analyze, report, export, verify",
-              f"scored blind ({statuses}); {len(analysed.results)} results; report {html}; "
-              f"{exported.files} files in {archives / part.name}; verify: "
-              f"{'[green]VERIFIED[/]' if report.ok else '[red]FAILED[/]'} ({report.size} "
-              f"events, {len(report.checks)} checks, {len(report.failures)} failed)")  # fmt: skip
+        _step(
+            console,
+            5,
+            f"{part.name}: score, unblind, analyze, report, export, verify",
+            f"scored blind ({statuses}); {len(analysed.results)} results; report {html}; "
+            f"{exported.files} files in {archives / part.name}; verify: "
+            f"{'[green]VERIFIED[/]' if report.ok else '[red]FAILED[/]'} ({report.size} "
+            f"events, {len(report.checks)} checks, {len(report.failures)} failed)",
+        )
         if not report.ok:
             render_report(report, console=console)
         with Ledger.open(part / "ledger.db", readonly=True) as log:
@@ -641,14 +756,30 @@ def run_suite_demo(directory: Path, console: Console, template: str) -> DemoResu
     first = parts[0]
     tampered = directory / "archive-tampered"
     changed = tamper_copy(archives / first.name, tampered)
-    bad = verify_path(tampered, trusted_keys=[owner.vkey], checkpoints=[checkpoints[first]],
-                      witnesses=[witness_vkey])
-    _step(console, 6, "tamper", f"one byte of {changed} in a copy of the {first.name} archive "
-          "changed, MANIFEST.sha256 rewritten:")  # fmt: skip
+    bad = verify_path(
+        tampered,
+        trusted_keys=[owner.vkey],
+        checkpoints=[checkpoints[first]],
+        witnesses=[witness_vkey],
+    )
+    _step(
+        console,
+        6,
+        "tamper",
+        f"one byte of {changed} in a copy of the {first.name} archive "
+        "changed, MANIFEST.sha256 rewritten:",
+    )
     render_report(bad, console=console)
 
-    shown = table("study", "hypothesis", "test", "what", "figures", "verdict",
-                  title="seed 002's phenomena, as the analysis recorded them")  # fmt: skip
+    shown = table(
+        "study",
+        "hypothesis",
+        "test",
+        "what",
+        "figures",
+        "verdict",
+        title="seed 002's phenomena, as the analysis recorded them",
+    )
     for row in figures:
         colour = "green" if row[-1] == "supported" else "yellow"
         shown.add_row(*row[:-1], f"[{colour}]{row[-1]}[/]")
@@ -660,9 +791,11 @@ def run_suite_demo(directory: Path, console: Console, template: str) -> DemoResu
     q = shlex.quote
     console.print("\n[bold]Verify it yourself:[/]")
     for part in parts:
-        console.print(f"  {ledger} verify {q(str(archives / part.name))} --trusted-key "
-                      f"@{q(str(vkey_file))} --checkpoint {q(str(checkpoints[part]))} "
-                      f"--witness @{q(str(witness_dir / 'witness.vkey'))}")  # fmt: skip
+        console.print(
+            f"  {ledger} verify {q(str(archives / part.name))} --trusted-key "
+            f"@{q(str(vkey_file))} --checkpoint {q(str(checkpoints[part]))} "
+            f"--witness @{q(str(witness_dir / 'witness.vkey'))}"
+        )
     console.print(f"  {ledger} verify {q(str(tampered))}    # fails, naming what changed")
     console.print(f"  {ledger} view {q(str(archives / first.name))}     # trial by trial")
     ok = all(verified.values())

@@ -241,9 +241,21 @@ def _trial_files(w: _Writer, log: Ledger) -> None:
 
 
 STEP_COLUMNS = (
-    "request_seq", "call", "step", "model", "item", "trial", "attempt", "request_sha256",
-    "outcome", "outcome_seq", "response_sha256", "vote", "error_type", "final",
-)  # fmt: skip
+    "request_seq",
+    "call",
+    "step",
+    "model",
+    "item",
+    "trial",
+    "attempt",
+    "request_sha256",
+    "outcome",
+    "outcome_seq",
+    "response_sha256",
+    "vote",
+    "error_type",
+    "final",
+)
 """``trials/steps.csv``: one row per step call attempt (``docs/archive-format.md`` §1)."""
 
 
@@ -279,15 +291,26 @@ def _step_file(w: _Writer, study: Study, log: Ledger) -> None:
             final = value is not None or responses[b["call"]] >= spec.retry + 1
         elif out is not None:
             final = bool(out.body.get("final"))
-        rows.append((
-            event.seq, b["call"], b["step"], b["model"], b["item"], b.get("trial", ""),
-            b["attempt"], b["request_sha256"],
-            out.kind.split(".")[1] if out is not None else "none",
-            out.seq if out is not None else "",
-            out.blobs.get("response", "") if out is not None else "", vote,
-            out.body.get("error_type", "") if out is not None and out.kind == "step.failed"
-            else "", str(final),
-        ))  # fmt: skip
+        rows.append(
+            (
+                event.seq,
+                b["call"],
+                b["step"],
+                b["model"],
+                b["item"],
+                b.get("trial", ""),
+                b["attempt"],
+                b["request_sha256"],
+                out.kind.split(".")[1] if out is not None else "none",
+                out.seq if out is not None else "",
+                out.blobs.get("response", "") if out is not None else "",
+                vote,
+                out.body.get("error_type", "")
+                if out is not None and out.kind == "step.failed"
+                else "",
+                str(final),
+            )
+        )
     w.put("trials/steps.csv", _csv_bytes(STEP_COLUMNS, rows))
 
 
@@ -296,8 +319,9 @@ def _score_files(w: _Writer, log: Ledger) -> None:
     w.put("scores/scores.csv", _csv_bytes(SCORE_COLUMNS, rows))
 
 
-def _analysis_files(w: _Writer, root: Path, log: Ledger,
-                    study: Study | None = None) -> list[dict[str, Any]]:
+def _analysis_files(
+    w: _Writer, root: Path, log: Ledger, study: Study | None = None
+) -> list[dict[str, Any]]:
     results = [{"seq": e.seq, **e.body} for e in log.events("analysis.result")]
     if not results:
         raise StudyError(f"{root}: nothing to export yet; run 'ledger analyze' first")
@@ -306,11 +330,17 @@ def _analysis_files(w: _Writer, root: Path, log: Ledger,
     w.put("analysis/trials.csv", log.blob(first.blobs["trials_csv"]))
     w.put("analysis/items.csv", log.blob(first.blobs["items_csv"]))
     verdicts = [
-        (r["hypothesis"], r["test"], r["status"], r["verdict"],
-         json.dumps(r["decided_by"], sort_keys=True) if r["decided_by"] else "", r["error"] or "")
+        (
+            r["hypothesis"],
+            r["test"],
+            r["status"],
+            r["verdict"],
+            json.dumps(r["decided_by"], sort_keys=True) if r["decided_by"] else "",
+            r["error"] or "",
+        )
         for r in results
         if r["hypothesis"]
-    ]  # fmt: skip
+    ]
     _review_files(w, study or check_integrity(root), log, results)
     w.put(
         "analysis/tables/verdicts.csv",
@@ -352,8 +382,13 @@ def _review_files(w: _Writer, study: Study, log: Ledger, results: list[dict[str,
     """``analysis/review/<NAME>.csv`` of each computed ``review.<NAME>`` result."""
     from analysis.review import review_csv, review_text
 
-    reviews = [r for r in results if str(r["id"]).startswith("review.") and r["status"] == "ok"
-               and r["test"] == "review-sample"]  # a contrast sample's cases (not the tables)
+    reviews = [
+        r
+        for r in results
+        if str(r["id"]).startswith("review.")
+        and r["status"] == "ok"
+        and r["test"] == "review-sample"
+    ]  # a contrast sample's cases (not the tables)
     if not reviews:
         return
     items = {item.id: item.data for item in study.load_items()}
@@ -364,7 +399,7 @@ def _review_files(w: _Writer, study: Study, log: Ledger, results: list[dict[str,
         return review_text(log.blob(event.blobs["response"]), fmt)
 
     for r in reviews:
-        name = str(r["id"])[len("review."):]
+        name = str(r["id"])[len("review.") :]
         w.put(f"analysis/review/{name}.csv", review_csv(r["values"], items, response))
 
 
@@ -374,9 +409,11 @@ def _cell_text(value: Any) -> str:
 
 
 def _model_text(model: dict[str, Any]) -> str:
-    return (f"`{model.get('id')}` (provider `{model.get('provider')}`), max_tokens "
-            f"{model.get('max_tokens')}, temperature {model.get('temperature')}"
-            + (f", top_p {model['top_p']}" if "top_p" in model else ""))  # fmt: skip
+    return (
+        f"`{model.get('id')}` (provider `{model.get('provider')}`), max_tokens "
+        f"{model.get('max_tokens')}, temperature {model.get('temperature')}"
+        + (f", top_p {model['top_p']}" if "top_p" in model else "")
+    )
 
 
 def _readme_models(body: dict[str, Any]) -> list[str]:
@@ -389,26 +426,33 @@ def _readme_models(body: dict[str, Any]) -> list[str]:
     if not isinstance(models, dict):
         return [f"- Model: {_model_text(body.get('model', {}))}"]
     order = body.get("model_order") or sorted(models)
-    return [f"- Models ({len(order)}, each analysed on its own and pooled with the model as a "
-            "fixed factor; verdicts `<hypothesis>@<model>` are one model's):"] + [
-        f"  - `{name}`: {_model_text(models.get(name) or {})}" for name in order]
+    return [
+        f"- Models ({len(order)}, each analysed on its own and pooled with the model as a "
+        "fixed factor; verdicts `<hypothesis>@<model>` are one model's):"
+    ] + [f"  - `{name}`: {_model_text(models.get(name) or {})}" for name in order]
 
 
 def _readme_design(body: dict[str, Any], arms: int) -> list[str]:
     """The README's stimuli and trials lines: an image folder, or an item file."""
     design = body.get("design", {})
-    order = (f"in the order fixed by seed `{design.get('seed')}` (schedule SHA-256 "
-             f"`{body.get('schedule_sha256')}`)")  # fmt: skip
+    order = (
+        f"in the order fixed by seed `{design.get('seed')}` (schedule SHA-256 "
+        f"`{body.get('schedule_sha256')}`)"
+    )
     items = body.get("items")
     if "stimuli" in body or not isinstance(items, dict):
         stimuli = len(body.get("stimuli", []))
-        return [f"- Stimuli: {stimuli} images (`stimuli/`, truth in `truth/`)",
-                f"- Trials: {body.get('trials')} = {arms} arms x {stimuli} stimuli x "
-                f"{design.get('replicates')} replicate(s), {order}"]  # fmt: skip
-    return [f"- Items: {items.get('count')} in `{items.get('path')}` (the answers are the "
-            "items' `answer`)",
-            f"- Trials: {body.get('trials')} over {arms} arms (each arm's models, items and "
-            f"replicates as locked in `protocol.locked`), {order}"]  # fmt: skip
+        return [
+            f"- Stimuli: {stimuli} images (`stimuli/`, truth in `truth/`)",
+            f"- Trials: {body.get('trials')} = {arms} arms x {stimuli} stimuli x "
+            f"{design.get('replicates')} replicate(s), {order}",
+        ]
+    return [
+        f"- Items: {items.get('count')} in `{items.get('path')}` (the answers are the "
+        "items' `answer`)",
+        f"- Trials: {body.get('trials')} over {arms} arms (each arm's models, items and "
+        f"replicates as locked in `protocol.locked`), {order}",
+    ]
 
 
 def _readme(study: Study, log: Ledger, results: list[dict[str, Any]]) -> bytes:
@@ -452,8 +496,8 @@ def _readme(study: Study, log: Ledger, results: list[dict[str, Any]]) -> bytes:
         "A randomized experiment on prompts: each arm is a fixed prompt (its components joined "
         "by a blank line) sent with one stimulus image per trial; responses are parsed and "
         "scored against the truth table, blinded to the arm, then analysed as pre-registered."
-        if "stimuli" in body or not isinstance(body.get("items"), dict) else
-        "A randomized experiment on prompts: each arm is a prompt template rendered for one "
+        if "stimuli" in body or not isinstance(body.get("items"), dict)
+        else "A randomized experiment on prompts: each arm is a prompt template rendered for one "
         "item per trial (`docs/prompts.md` of the tool); responses are parsed and scored "
         "against the item's answer, blinded to the arm, then analysed as pre-registered.",
         "",
@@ -517,40 +561,69 @@ def _readme(study: Study, log: Ledger, results: list[dict[str, Any]]) -> bytes:
             if res is not None
             else "no analysis.result"
         )
-        what = (f"effect {' × '.join(map(str, h['effect']))}" if h.get("effect")
-                else f"{contrast[0]} - {contrast[1]}")  # a factorial term, or the contrast
+        what = (
+            f"effect {' × '.join(map(str, h['effect']))}"
+            if h.get("effect")
+            else f"{contrast[0]} - {contrast[1]}"
+        )  # a factorial term, or the contrast
         lines += [
             f"- **{h.get('id')}**: {desc}  ",
-            (f"  arm {h['arm']}" + (f", {' vs '.join(map(str, h.get('variants') or []))}" if
-                                    h.get("variants") or h.get("test") != "qr-bootstrap" else "")
-             + f" on `{h.get('outcome')}`; {'; '.join(details)}.  " if h.get("arm") else
-             f"  {what} on `{h.get('outcome')}`; {'; '.join(details)}.  "),
+            (
+                f"  arm {h['arm']}"
+                + (
+                    f", {' vs '.join(map(str, h.get('variants') or []))}"
+                    if h.get("variants") or h.get("test") != "qr-bootstrap"
+                    else ""
+                )
+                + f" on `{h.get('outcome')}`; {'; '.join(details)}.  "
+                if h.get("arm")
+                else f"  {what} on `{h.get('outcome')}`; {'; '.join(details)}.  "
+            ),
             f"  Verdict: {verdict}",
         ]
     deviations = body.get("deviations") or []
     if deviations:
-        lines += ["", "### Declared deviations from the source protocol", "",
-                  "Locked in `protocol.locked` (`[[deviations]]` of `study.toml`) before any "
-                  "trial ran:", ""]  # fmt: skip
+        lines += [
+            "",
+            "### Declared deviations from the source protocol",
+            "",
+            "Locked in `protocol.locked` (`[[deviations]]` of `study.toml`) before any trial ran:",
+            "",
+        ]
         for d in deviations:
-            lines.append(f"- **{d.get('id')}** ({' '.join(str(d.get('source')).split())}): "
-                         f"{' '.join(str(d.get('choice')).split())} Reason: "
-                         f"{' '.join(str(d.get('reason')).split())}")  # fmt: skip
+            lines.append(
+                f"- **{d.get('id')}** ({' '.join(str(d.get('source')).split())}): "
+                f"{' '.join(str(d.get('choice')).split())} Reason: "
+                f"{' '.join(str(d.get('reason')).split())}"
+            )
     posthoc = [e for e in log.events("analysis.posthoc")]
     if posthoc:
-        lines += ["", "### Post hoc analyses (declared after unblinding; not pre-registered)", "",
-                  "Each was declared and recorded (`analysis.posthoc`) after the registered "
-                  "analysis; none has a verdict or changes one:", ""]  # fmt: skip
+        lines += [
+            "",
+            "### Post hoc analyses (declared after unblinding; not pre-registered)",
+            "",
+            "Each was declared and recorded (`analysis.posthoc`) after the registered "
+            "analysis; none has a verdict or changes one:",
+            "",
+        ]
         for e in posthoc:
             b, d = e.body, e.body.get("declared") or {}
             c = (b.get("values") or {}).get("contrast") or {}
-            test = (f", two-sided p = {c['p']:.3g}" if c.get("p") is not None
-                    else " (percentile bootstrap)")  # fmt: skip
-            outcome = (f"{100 * c['estimate']:+.1f} pp (95% CI {100 * c['lower']:+.1f} to "
-                       f"{100 * c['upper']:+.1f}){test}"
-                       if b.get("status") == "ok" and c else f"not computed: {b.get('error')}")
-            lines.append(f"- **{b.get('id')}** (seq {e.seq}, post hoc): {b.get('title')}: "
-                         f"{outcome}. Reason: {d.get('reason')}")  # fmt: skip
+            test = (
+                f", two-sided p = {c['p']:.3g}"
+                if c.get("p") is not None
+                else " (percentile bootstrap)"
+            )
+            outcome = (
+                f"{100 * c['estimate']:+.1f} pp (95% CI {100 * c['lower']:+.1f} to "
+                f"{100 * c['upper']:+.1f}){test}"
+                if b.get("status") == "ok" and c
+                else f"not computed: {b.get('error')}"
+            )
+            lines.append(
+                f"- **{b.get('id')}** (seq {e.seq}, post hoc): {b.get('title')}: "
+                f"{outcome}. Reason: {d.get('reason')}"
+            )
     lines += [
         "",
         "Every number is in `analysis/results.json` (the signed `analysis.result` events); "
@@ -575,8 +648,8 @@ def _readme(study: Study, log: Ledger, results: list[dict[str, Any]]) -> bytes:
         "",
         "- `sha256sum -c MANIFEST.sha256` checks every file against the manifest. A forger can "
         "rewrite the manifest, so the signed ledger is what counts:",
-        "- `ledger/events.jsonl` has one event per line, `{\"envelope\":ENVELOPE,"
-        "\"signature\":\"BASE64\"}`, where ENVELOPE is RFC 8785 canonical JSON, its leaf hash is "
+        '- `ledger/events.jsonl` has one event per line, `{"envelope":ENVELOPE,'
+        '"signature":"BASE64"}`, where ENVELOPE is RFC 8785 canonical JSON, its leaf hash is '
         "`SHA-256(0x00 || ENVELOPE)`, the next event's `prev` is that leaf hash, and the "
         "signature is Ed25519 over ENVELOPE by the key in `ledger/keys/` its `actor` names.",
         "- The last event, `export.created`, lists in `files` the SHA-256 of every file outside "
@@ -591,7 +664,7 @@ def _readme(study: Study, log: Ledger, results: list[dict[str, Any]]) -> bytes:
         "lock, size = `protocol.locked` seq + 1) must equal the published one; then one right "
         "after each run session's `run.stopped` and the final one (after `export.created`).",
         f"- The schedule is the trial ids (`{trial_id_form(body)}`) sorted by "
-        "`SHA-256(\"{seed}|{trial id}\")` "
+        '`SHA-256("{seed}|{trial id}")` '
         "(`protocol/protocol.json` has the seed; `trials/schedule.csv` the order); "
         f"`sha256sum protocol/arms/*.{'json' if identity_version(body) >= 2 else 'txt'}` "
         "gives the arm hashes above.",

@@ -41,9 +41,10 @@ def plan_cells(plan: Mapping[str, Any]) -> tuple[list[str], dict[str, dict[str, 
         return [], {}
     arms = plan.get("arms") or {}
     cells = {
-        name: dict(info["factors"]) for name, info in arms.items()
+        name: dict(info["factors"])
+        for name, info in arms.items()
         if isinstance(info, dict) and isinstance(info.get("factors"), dict)
-    }  # fmt: skip
+    }
     return [str(f) for f in fx.get("factors") or []], cells
 
 
@@ -60,8 +61,9 @@ def interactions(plan: Mapping[str, Any]) -> list[tuple[str, ...]]:
     return out
 
 
-def _fit(y: np.ndarray[Any, Any], x: np.ndarray[Any, Any], groups: np.ndarray[Any, Any],
-         family: str) -> tuple[Any, Any, tuple[str, ...]]:
+def _fit(
+    y: np.ndarray[Any, Any], x: np.ndarray[Any, Any], groups: np.ndarray[Any, Any], family: str
+) -> tuple[Any, Any, tuple[str, ...]]:
     from statsmodels.genmod.cov_struct import Exchangeable
     from statsmodels.genmod.families import Binomial, Gaussian
     from statsmodels.genmod.generalized_estimating_equations import GEE
@@ -75,7 +77,9 @@ def _fit(y: np.ndarray[Any, Any], x: np.ndarray[Any, Any], groups: np.ndarray[An
 
 
 def factorial_values(
-    trials: pd.DataFrame, plan: Mapping[str, Any], h: Mapping[str, Any],
+    trials: pd.DataFrame,
+    plan: Mapping[str, Any],
+    h: Mapping[str, Any],
     models: Sequence[str] = (),
 ) -> dict[str, Any]:
     """The ``factorial`` test of hypothesis ``h`` on the analysable trials (analysis.md).
@@ -102,8 +106,9 @@ def factorial_values(
     xs = [np.ones(len(frame))]
     for name, at in cols:
         names.append(name)
-        xs.append(np.array([1.0 if all(c[f] == v for f, v in at.items()) else 0.0
-                            for c in arm_cells]))  # fmt: skip
+        xs.append(
+            np.array([1.0 if all(c[f] == v for f, v in at.items()) else 0.0 for c in arm_cells])
+        )
     present = [m for m in models if m in set(frame["model"].astype(str))]
     if len(present) >= 2:
         for m in present[1:]:
@@ -111,12 +116,15 @@ def factorial_values(
             xs.append((frame["model"].astype(str) == m).to_numpy(dtype=np.float64))
     x = np.column_stack(xs)
     if np.linalg.matrix_rank(x) < x.shape[1]:
-        raise stats.StatsError("factorial design: the columns are linearly dependent on these "
-                               "trials (a cell or a model without trials)")
+        raise stats.StatsError(
+            "factorial design: the columns are linearly dependent on these "
+            "trials (a cell or a model without trials)"
+        )
     if family == "binomial":
         if y.min() == y.max():
-            raise stats.NotApplicableError(f"{outcome}: every trial has the same outcome; the "
-                                           "GEE cannot be fitted")  # fmt: skip
+            raise stats.NotApplicableError(
+                f"{outcome}: every trial has the same outcome; the GEE cannot be fitted"
+            )
         groups_to_check = [(f,) for f in order] + inters
         for group in groups_to_check:
             seen: dict[tuple[str, ...], set[float]] = {}
@@ -125,16 +133,20 @@ def factorial_values(
             for key in sorted(seen):
                 if len(seen[key]) == 1:
                     where = ", ".join(f"{f} = {v}" for f, v in zip(group, key, strict=True))
-                    raise stats.NotApplicableError(f"GEE: every trial of {where} has one "
-                                                   "outcome (separation): a log odds ratio is "
-                                                   "infinite")  # fmt: skip
+                    raise stats.NotApplicableError(
+                        f"GEE: every trial of {where} has one "
+                        "outcome (separation): a log odds ratio is "
+                        "infinite"
+                    )
         if len(present) >= 2:  # a model at the ceiling or the floor separates too
             by_model = frame["model"].astype(str).to_numpy()
             for m in present:
                 if len(set(y[by_model == m].tolist())) == 1:
-                    raise stats.NotApplicableError(f"GEE: every trial of model {m} has one "
-                                                   "outcome (separation): a log odds ratio is "
-                                                   "infinite")  # fmt: skip
+                    raise stats.NotApplicableError(
+                        f"GEE: every trial of model {m} has one "
+                        "outcome (separation): a log odds ratio is "
+                        "infinite"
+                    )
     stimuli = frame["stimulus"].astype(str).to_numpy()
     groups = pd.factorize(stimuli, sort=True)[0]
     model, fit, caught = _fit(y, x, groups, family)
@@ -149,7 +161,8 @@ def factorial_values(
         raise stats.NotApplicableError(
             f"GEE: the robust variance of {names[k]} is {robust[k]:.3g}, not above 1e-08 x its "
             f"model-based variance {naive[k]:.3g} (a degenerate fit: e.g. models or cells whose "
-            "trials answer alike in every item)")
+            "trials answer alike in every item)"
+        )
     se = np.sqrt(robust)
     effect = tuple(sorted(h.get("effect") or [], key=order.index))
     idx = [j + 1 for j, (_, at) in enumerate(cols) if tuple(at) == effect]
@@ -162,11 +175,17 @@ def factorial_values(
     crit = float(sps.norm.ppf(0.975))
     terms = []
     for j in range(len(names)):
-        terms.append({
-            "name": names[j], "estimate": float(params[j]), "se": float(se[j]),
-            "z": float(params[j] / se[j]), "p": float(2.0 * sps.norm.sf(abs(params[j] / se[j]))),
-            "lower": float(params[j] - crit * se[j]), "upper": float(params[j] + crit * se[j]),
-        })  # fmt: skip
+        terms.append(
+            {
+                "name": names[j],
+                "estimate": float(params[j]),
+                "se": float(se[j]),
+                "z": float(params[j] / se[j]),
+                "p": float(2.0 * sps.norm.sf(abs(params[j] / se[j]))),
+                "lower": float(params[j] - crit * se[j]),
+                "upper": float(params[j] + crit * se[j]),
+            }
+        )
     one = len(idx) == 1
     return {
         "effect": list(effect),

@@ -46,10 +46,22 @@ __all__ = [
 ]
 
 COUNTS = (
-    "scheduled", "excluded_unsent", "never_sent", "requested", "given_up", "no_outcome",
-    "interrupted_attempts", "responded", "not_scored", "parsed", "unparseable", "refused",
-    "control", "excluded_unparseable", "analysed",
-)  # fmt: skip
+    "scheduled",
+    "excluded_unsent",
+    "never_sent",
+    "requested",
+    "given_up",
+    "no_outcome",
+    "interrupted_attempts",
+    "responded",
+    "not_scored",
+    "parsed",
+    "unparseable",
+    "refused",
+    "control",
+    "excluded_unparseable",
+    "analysed",
+)
 """The counts of one stratum, in the CSV's column order (``docs/reporting.md`` §1.1)."""
 FLOW_COLUMNS = ("level", "arm", "model", "variant", *COUNTS)
 """The header of ``analysis/tables/flow.csv``."""
@@ -74,8 +86,13 @@ class FlowRow:
 
     def cells(self) -> list[str]:
         """The row as ``flow.csv`` writes it."""
-        return [self.level, self.arm, self.model, self.variant,
-                *(str(self.counts[c]) for c in COUNTS)]  # fmt: skip
+        return [
+            self.level,
+            self.arm,
+            self.model,
+            self.variant,
+            *(str(self.counts[c]) for c in COUNTS),
+        ]
 
 
 @dataclass
@@ -109,9 +126,16 @@ def _trial_states(log: Ledger) -> dict[str, dict[str, Any]]:
     states: dict[str, dict[str, Any]] = {}
 
     def state(trial: str) -> dict[str, Any]:
-        return states.setdefault(trial, {"requested": False, "responded": None,
-                                         "given_up": False, "excluded": False,
-                                         "interrupted": 0})  # fmt: skip
+        return states.setdefault(
+            trial,
+            {
+                "requested": False,
+                "responded": None,
+                "given_up": False,
+                "excluded": False,
+                "interrupted": 0,
+            },
+        )
 
     for e in log.events():
         if e.kind == "trial.requested":
@@ -135,8 +159,11 @@ def _dataset_flags(log: Ledger) -> dict[int, tuple[bool, bool]]:
     if first is None or "trials_csv" not in first.blobs:
         raise StudyError("the trial flow needs the analysis dataset: run 'ledger analyze' first")
     rows = csv.DictReader(io.StringIO(log.blob(first.blobs["trials_csv"]).decode("utf-8")))
-    return {int(r["response_seq"]): (r["control"] == "True", r["excluded"] == "True")
-            for r in rows if r.get("response_seq")}  # fmt: skip
+    return {
+        int(r["response_seq"]): (r["control"] == "True", r["excluded"] == "True")
+        for r in rows
+        if r.get("response_seq")
+    }
 
 
 def study_flow(log: Ledger) -> Flow:
@@ -147,16 +174,18 @@ def study_flow(log: Ledger) -> Flow:
     schedule = log.blob(protocol.blobs["schedule"]).decode("utf-8").splitlines()
     states = _trial_states(log)
     flags = _dataset_flags(log)
-    statuses = {int(e.body["response_seq"]): str(e.body.get("status"))
-                for e in log.events("trial.scored")}  # fmt: skip
+    statuses = {
+        int(e.body["response_seq"]): str(e.body.get("status")) for e in log.events("trial.scored")
+    }
     total = FlowRow("all")
     by_key: dict[tuple[str, ...], FlowRow] = {}
     for trial in schedule:
         arm, model, variant = _parts(trial)
         rows = [total, by_key.setdefault(("arm", arm), FlowRow("arm", arm))]
         if model or variant or trial.count("|") >= 3:
-            rows.append(by_key.setdefault(("arm-model", arm, model),
-                                          FlowRow("arm-model", arm, model)))  # fmt: skip
+            rows.append(
+                by_key.setdefault(("arm-model", arm, model), FlowRow("arm-model", arm, model))
+            )
         if trial.count("|") == 4:
             rows.append(
                 by_key.setdefault(
@@ -175,13 +204,16 @@ def study_flow(log: Ledger) -> Flow:
     return Flow([total, *ordered])
 
 
-def _stages(state: dict[str, Any] | None, statuses: dict[int, str],
-            flags: dict[int, tuple[bool, bool]]) -> list[str]:  # fmt: skip
+def _stages(
+    state: dict[str, Any] | None, statuses: dict[int, str], flags: dict[int, tuple[bool, bool]]
+) -> list[str]:
     """The counts one scheduled trial adds 1 to."""
     out = ["scheduled"]
     if state is None or not state["requested"]:
-        return [*out, "excluded_unsent" if state is not None and state["excluded"]
-                else "never_sent"]  # fmt: skip
+        return [
+            *out,
+            "excluded_unsent" if state is not None and state["excluded"] else "never_sent",
+        ]
     out.append("requested")
     response = state["responded"]
     if response is None:
@@ -190,8 +222,9 @@ def _stages(state: dict[str, Any] | None, statuses: dict[int, str],
     status = statuses.get(response)
     if status is None:
         return [*out, "not_scored"]
-    out.append("parsed" if status in PARSED else "refused" if status == "refused"
-               else "unparseable")  # fmt: skip
+    out.append(
+        "parsed" if status in PARSED else "refused" if status == "refused" else "unparseable"
+    )
     control, excluded = flags.get(response, (False, False))
     if control:
         out.append("control")
@@ -251,26 +284,44 @@ def _boxes(flow: Flow) -> list[Box]:
 
     return [
         box("Scheduled (the locked schedule)", lambda c: c["scheduled"]),
-        box("Not sent", lambda c: c["excluded_unsent"] + c["never_sent"],
-            [f"excluded before sending (trial.excluded): {t['excluded_unsent']}",
-             f"never requested: {t['never_sent']}"], side=True),
+        box(
+            "Not sent",
+            lambda c: c["excluded_unsent"] + c["never_sent"],
+            [
+                f"excluded before sending (trial.excluded): {t['excluded_unsent']}",
+                f"never requested: {t['never_sent']}",
+            ],
+            side=True,
+        ),
         box("Requested", lambda c: c["requested"]),
-        box("No response", lambda c: c["given_up"] + c["no_outcome"],
-            [f"given up (final trial.failed): {t['given_up']}",
-             f"no final outcome (interrupted or pending): {t['no_outcome']}",
-             f"attempts interrupted (re-sent or open): {t['interrupted_attempts']}"],
-            side=True),
+        box(
+            "No response",
+            lambda c: c["given_up"] + c["no_outcome"],
+            [
+                f"given up (final trial.failed): {t['given_up']}",
+                f"no final outcome (interrupted or pending): {t['no_outcome']}",
+                f"attempts interrupted (re-sent or open): {t['interrupted_attempts']}",
+            ],
+            side=True,
+        ),
         box("Responded", lambda c: c["responded"]),
         box("Not scored", lambda c: c["not_scored"], side=True),
-        box("Scored", lambda c: c["parsed"] + c["unparseable"] + c["refused"],
-            [f"parsed {t['parsed']} · unparseable {t['unparseable']} · refused {t['refused']}"]),
-        box("Excluded from the registered analysis",
+        box(
+            "Scored",
+            lambda c: c["parsed"] + c["unparseable"] + c["refused"],
+            [f"parsed {t['parsed']} · unparseable {t['unparseable']} · refused {t['refused']}"],
+        ),
+        box(
+            "Excluded from the registered analysis",
             lambda c: c["control"] + c["excluded_unparseable"],
-            [f"control trials (analysed separately): {t['control']}",
-             f"unparseable (analysis.exclude_unparseable): {t['excluded_unparseable']}"],
-            side=True),
+            [
+                f"control trials (analysed separately): {t['control']}",
+                f"unparseable (analysis.exclude_unparseable): {t['excluded_unparseable']}",
+            ],
+            side=True,
+        ),
         box("Analysed", lambda c: c["analysed"]),
-    ]  # fmt: skip
+    ]
 
 
 def flow_lines(flow: Flow) -> list[str]:
@@ -337,12 +388,16 @@ def flow_svg(flow: Flow) -> bytes:
         f'<rect x="0" y="0" width="{_W}" height="{height}" fill="#ffffff"/>',
     ]
     for x1, y1, x2, y2 in _arrows(placed):
-        out.append(f'<line x1="{x1:g}" y1="{y1:g}" x2="{x2:g}" y2="{y2:g}" stroke="#333333" '
-                   'stroke-width="1.2" marker-end="url(#arrow)"/>')  # fmt: skip
+        out.append(
+            f'<line x1="{x1:g}" y1="{y1:g}" x2="{x2:g}" y2="{y2:g}" stroke="#333333" '
+            'stroke-width="1.2" marker-end="url(#arrow)"/>'
+        )
     for p in placed:
         fill = "#f6f8fa" if p.box.side else "#ffffff"
-        out.append(f'<rect x="{p.x}" y="{p.y}" width="{p.w}" height="{p.h}" fill="{fill}" '
-                   'stroke="#333333" stroke-width="1"/>')  # fmt: skip
+        out.append(
+            f'<rect x="{p.x}" y="{p.y}" width="{p.w}" height="{p.h}" fill="{fill}" '
+            'stroke="#333333" stroke-width="1"/>'
+        )
         for n, line in enumerate(p.box.lines):
             weight = ' font-weight="bold"' if n == 0 else ""
             y = p.y + _PAD + _LINE * n + 12
@@ -360,11 +415,27 @@ def flow_figure(flow: Flow, dpi: float) -> Figure:
     ax.set_ylim(height, 0)
     ax.axis("off")
     for x1, y1, x2, y2 in _arrows(placed):
-        ax.add_patch(FancyArrowPatch((x1, y1), (x2, y2), arrowstyle="-|>", mutation_scale=10,
-                                     color="#333333", linewidth=1.0))  # fmt: skip
+        ax.add_patch(
+            FancyArrowPatch(
+                (x1, y1),
+                (x2, y2),
+                arrowstyle="-|>",
+                mutation_scale=10,
+                color="#333333",
+                linewidth=1.0,
+            )
+        )
     for p in placed:
-        ax.add_patch(Rectangle((p.x, p.y), p.w, p.h, facecolor="#f6f8fa" if p.box.side
-                               else "#ffffff", edgecolor="#333333", linewidth=0.8))  # fmt: skip
+        ax.add_patch(
+            Rectangle(
+                (p.x, p.y),
+                p.w,
+                p.h,
+                facecolor="#f6f8fa" if p.box.side else "#ffffff",
+                edgecolor="#333333",
+                linewidth=0.8,
+            )
+        )
         for n, line in enumerate(p.box.lines):
             ax.text(
                 p.x + _PAD,
@@ -378,11 +449,24 @@ def flow_figure(flow: Flow, dpi: float) -> Figure:
     return fig
 
 
-TABLE_CAPTION = ("Trial flow per arm (CONSORT-style): from the locked schedule to the "
-                 "registered analysis")  # fmt: skip
-TABLE_HEADER = ("arm", "scheduled", "not sent", "requested", "given up", "no final outcome",
-                "responded", "parsed", "unparseable", "refused", "control", "excluded",
-                "analysed")  # fmt: skip
+TABLE_CAPTION = (
+    "Trial flow per arm (CONSORT-style): from the locked schedule to the registered analysis"
+)
+TABLE_HEADER = (
+    "arm",
+    "scheduled",
+    "not sent",
+    "requested",
+    "given up",
+    "no final outcome",
+    "responded",
+    "parsed",
+    "unparseable",
+    "refused",
+    "control",
+    "excluded",
+    "analysed",
+)
 
 
 def flow_table_rows(flow: Flow) -> list[list[str]]:
@@ -410,8 +494,10 @@ def flow_table_rows(flow: Flow) -> list[list[str]]:
             ),
         ]
 
-    return [*(cells(r.arm, r.counts) for r in flow.level("arm")),
-            cells("all arms", flow.total.counts)]  # fmt: skip
+    return [
+        *(cells(r.arm, r.counts) for r in flow.level("arm")),
+        cells("all arms", flow.total.counts),
+    ]
 
 
 def check_invariants(flow: Flow) -> Iterable[str]:
@@ -422,9 +508,15 @@ def check_invariants(flow: Flow) -> Iterable[str]:
             ("scheduled", c["excluded_unsent"] + c["never_sent"] + c["requested"]),
             ("requested", c["given_up"] + c["no_outcome"] + c["responded"]),
             ("responded", c["not_scored"] + c["parsed"] + c["unparseable"] + c["refused"]),
-            ("analysed", c["parsed"] + c["unparseable"] + c["refused"] - c["control"]
-             - c["excluded_unparseable"]),
-        )  # fmt: skip
+            (
+                "analysed",
+                c["parsed"]
+                + c["unparseable"]
+                + c["refused"]
+                - c["control"]
+                - c["excluded_unparseable"],
+            ),
+        )
         for name, value in sums:
             if c[name] != value:
                 yield f"flow row {r.cells()[:4]}: {name} {c[name]} != {value}"

@@ -47,46 +47,123 @@ from ledger import LedgerError
 from runner.recorded import EVENTS_FILE, Recorded, RecordedEvent, layout, open_recorded
 
 TRIAL_COLUMNS = (
-    "position", "trial", "arm", "arm_code", "model", "stimulus", "rep", "outcome", "attempts",
-    "outcome_seq", "response_seq", "variant",
-)  # fmt: skip
-ATTEMPTS_COLUMNS = (
-    "request_seq", "position", "trial", "arm", "arm_code", "stimulus", "rep", "attempt",
-    "session", "backend", "simulated", "requested_at", "request_sha256", "outcome",
-    "outcome_seq", "outcome_at", "final", "response_seq", "response_sha256", "response_text",
-    "http_status", "stop_reason", "model", "format", "input_tokens", "output_tokens",
-    "cost_usd", "latency_ms", "error_type", "error",
-)  # fmt: skip
-SCORES_COLUMNS = (
-    "scored_seq", "response_seq", "trial", "arm", "arm_code", "stimulus", "rep", "parser",
-    "status", "n_items", "n_answered", "n_correct", "accuracy", "scores_sha256", "problems",
+    "position",
+    "trial",
+    "arm",
+    "arm_code",
+    "model",
+    "stimulus",
+    "rep",
+    "outcome",
+    "attempts",
+    "outcome_seq",
+    "response_seq",
     "variant",
-)  # fmt: skip
+)
+ATTEMPTS_COLUMNS = (
+    "request_seq",
+    "position",
+    "trial",
+    "arm",
+    "arm_code",
+    "stimulus",
+    "rep",
+    "attempt",
+    "session",
+    "backend",
+    "simulated",
+    "requested_at",
+    "request_sha256",
+    "outcome",
+    "outcome_seq",
+    "outcome_at",
+    "final",
+    "response_seq",
+    "response_sha256",
+    "response_text",
+    "http_status",
+    "stop_reason",
+    "model",
+    "format",
+    "input_tokens",
+    "output_tokens",
+    "cost_usd",
+    "latency_ms",
+    "error_type",
+    "error",
+)
+SCORES_COLUMNS = (
+    "scored_seq",
+    "response_seq",
+    "trial",
+    "arm",
+    "arm_code",
+    "stimulus",
+    "rep",
+    "parser",
+    "status",
+    "n_items",
+    "n_answered",
+    "n_correct",
+    "accuracy",
+    "scores_sha256",
+    "problems",
+    "variant",
+)
 ITEMS_COLUMNS = (
-    "scored_seq", "response_seq", "trial", "arm", "arm_code", "stimulus", "rep", "row",
-    "position", "truth", "answer", "answered", "correct", "variant", "order", "answer_original",
-    "logprobs", "margin",
-)  # fmt: skip
+    "scored_seq",
+    "response_seq",
+    "trial",
+    "arm",
+    "arm_code",
+    "stimulus",
+    "rep",
+    "row",
+    "position",
+    "truth",
+    "answer",
+    "answered",
+    "correct",
+    "variant",
+    "order",
+    "answer_original",
+    "logprobs",
+    "margin",
+)
 EVENTS_COLUMNS = ("seq", "time", "kind", "actor", "blobs")
 
 # Body fields the frames read, checked before anything is derived, so a damaged record gives
 # one message naming its seq and field rather than a KeyError.
 _REQUIRED: dict[str, tuple[str, ...]] = {
-    "trial.requested": ("trial", "arm", "stimulus", "rep", "position", "attempt",
-                        "request_sha256"),
+    "trial.requested": ("trial", "arm", "stimulus", "rep", "position", "attempt", "request_sha256"),
     "trial.responded": ("request_seq",),
     "trial.failed": ("request_seq",),
-    "trial.scored": ("response_seq", "arm_code", "stimulus", "status", "n_items", "n_answered",
-                     "n_correct", "scores_sha256"),
+    "trial.scored": (
+        "response_seq",
+        "arm_code",
+        "stimulus",
+        "status",
+        "n_items",
+        "n_answered",
+        "n_correct",
+        "scores_sha256",
+    ),
     "blinding.revealed": ("arm_codes",),
-}  # fmt: skip
+}
 _REQUIRED_BLOBS = {"protocol.locked": "schedule", "trial.scored": "scores"}
 _BLINDED = ("trial", "arm")
 _ArmCode = Callable[[str, str], str | None]  # (trial id, arm) -> its arm code, if known
 _INTS = (
-    "outcome_seq", "response_seq", "session", "http_status", "input_tokens", "output_tokens",
-    "latency_ms", "row", "position",
-)  # fmt: skip
+    "outcome_seq",
+    "response_seq",
+    "session",
+    "http_status",
+    "input_tokens",
+    "output_tokens",
+    "latency_ms",
+    "row",
+    "position",
+)
 
 
 @dataclass(frozen=True, eq=False, repr=False)
@@ -257,7 +334,9 @@ class _Builder:
         for event in scored:
             request = scored_attempt[event.seq].request.body
             ident = {
-                "trial": request["trial"], "arm": request["arm"], "rep": _int(request["rep"]),
+                "trial": request["trial"],
+                "arm": request["arm"],
+                "rep": _int(request["rep"]),
             }
             score_rows.append(blind(self.score_row(event, ident)))
             item_rows.extend(blind(row) for row in self.item_rows(event, ident))
@@ -293,15 +372,20 @@ class _Builder:
             final = responded or given_up
             rows.append(
                 {
-                    "position": position, "trial": trial, "arm": arm,
-                    "arm_code": arm_code(trial, arm), "model": model, "stimulus": stimulus,
+                    "position": position,
+                    "trial": trial,
+                    "arm": arm,
+                    "arm_code": arm_code(trial, arm),
+                    "model": model,
+                    "stimulus": stimulus,
                     "rep": int(rep),
                     "outcome": "responded" if responded else "given_up" if given_up else "pending",
-                    "attempts": len(mine), "outcome_seq": final.seq if final else None,
+                    "attempts": len(mine),
+                    "outcome_seq": final.seq if final else None,
                     "response_seq": responded.seq if responded else None,
                     "variant": trial_variant(trial),
                 }
-            )  # fmt: skip
+            )
         return rows
 
     def attempt_row(self, attempt: Attempt, arm_code: _ArmCode) -> dict[str, Any]:
@@ -314,25 +398,28 @@ class _Builder:
         cost = body.get("cost_usd")
         row.update(
             {
-                "arm": request["arm"], "arm_code": arm_code(request["trial"], request["arm"]),
-                "stimulus": request["stimulus"], "rep": _int(request["rep"]),
-                "session": _int(request.get("session")), "backend": request.get("backend"),
-                "simulated": request.get("simulated"), "requested_at": attempt.request.time,
+                "arm": request["arm"],
+                "arm_code": arm_code(request["trial"], request["arm"]),
+                "stimulus": request["stimulus"],
+                "rep": _int(request["rep"]),
+                "session": _int(request.get("session")),
+                "backend": request.get("backend"),
+                "simulated": request.get("simulated"),
+                "requested_at": attempt.request.time,
                 "outcome_at": out.time if out is not None else None,
                 "response_seq": out.seq if responded and out is not None else None,
                 "response_text": self.text(out) if responded and out is not None else None,
                 "http_status": _int(body.get("http_status")),
-                "stop_reason": body.get("stop_reason"), "model": body.get("model"),
+                "stop_reason": body.get("stop_reason"),
+                "model": body.get("model"),
                 "format": body.get("format") if responded else None,
                 "input_tokens": _int(usage.get("input_tokens", usage.get("prompt_tokens"))),
-                "output_tokens": _int(
-                    usage.get("output_tokens", usage.get("completion_tokens"))
-                ),
+                "output_tokens": _int(usage.get("output_tokens", usage.get("completion_tokens"))),
                 "cost_usd": cost if isinstance(cost, int | float) else None,
                 "latency_ms": _int(body.get("latency_ms")),
                 "error": body.get("message") if out is not None and not responded else None,
             }
-        )  # fmt: skip
+        )
         return row
 
     def text(self, out: RecordedEvent) -> str | None:
@@ -373,16 +460,24 @@ class _Builder:
                 raise self.fail(event, f"an item in blob 'scores' has no {missing[0]!r}")
             rows.append(
                 {
-                    "scored_seq": event.seq, "response_seq": event.body["response_seq"],
-                    **ident, "arm_code": event.body["arm_code"],
-                    "stimulus": event.body["stimulus"], "row": item.get("row"),
-                    "position": item.get("position"), "truth": item["truth"],
-                    "answer": item["answer"], "answered": item["answered"],
-                    "correct": item["correct"], "variant": event.body.get("variant"),
-                    "order": order, "answer_original": _original(order, item["answer"]),
-                    "logprobs": item.get("logprobs"), "margin": item.get("margin"),
+                    "scored_seq": event.seq,
+                    "response_seq": event.body["response_seq"],
+                    **ident,
+                    "arm_code": event.body["arm_code"],
+                    "stimulus": event.body["stimulus"],
+                    "row": item.get("row"),
+                    "position": item.get("position"),
+                    "truth": item["truth"],
+                    "answer": item["answer"],
+                    "answered": item["answered"],
+                    "correct": item["correct"],
+                    "variant": event.body.get("variant"),
+                    "order": order,
+                    "answer_original": _original(order, item["answer"]),
+                    "logprobs": item.get("logprobs"),
+                    "margin": item.get("margin"),
                 }
-            )  # fmt: skip
+            )
         return rows
 
 

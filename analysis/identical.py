@@ -20,8 +20,12 @@ from analysis.parse import ParseError, response_text
 from analysis.scoring import unwrap_batch
 
 __all__ = [
-    "IDENTICAL_ID", "IDENTICAL_NOTE", "identical_banner", "identical_values", "response_digests",
-]  # fmt: skip
+    "IDENTICAL_ID",
+    "IDENTICAL_NOTE",
+    "identical_banner",
+    "identical_values",
+    "response_digests",
+]
 
 IDENTICAL_ID = "descriptive.identical_responses"
 """The result id (recorded only when some copies are found)."""
@@ -65,8 +69,9 @@ def response_digests(log: Any, response_seqs: list[int]) -> dict[int, str | None
     return out
 
 
-def identical_values(trials: pd.DataFrame, digests: Mapping[int, str | None],
-                     models: tuple[str, ...]) -> dict[str, Any] | None:  # fmt: skip
+def identical_values(
+    trials: pd.DataFrame, digests: Mapping[int, str | None], models: tuple[str, ...]
+) -> dict[str, Any] | None:
     """The values of ``descriptive.identical_responses``, or None when there is no copy.
 
     ``replicates``: each (arm, model) where every (stimulus, variant) cell with two or more
@@ -94,14 +99,16 @@ def identical_values(trials: pd.DataFrame, digests: Mapping[int, str | None],
     pairs = []
     for i, a in enumerate(models):
         for b in models[i + 1 :]:
-            shared = [(k, text[k]) for k in text
-                      if k[1] == a and (k[0], b, *k[2:]) in text]  # fmt: skip
+            shared = [(k, text[k]) for k in text if k[1] == a and (k[0], b, *k[2:]) in text]
             if shared and all(d == text[(k[0], b, *k[2:])] for k, d in shared):
                 pairs.append({"a": a, "b": b, "trials": len(shared)})
     if not replicates and not pairs:
         return None
-    note = " ".join(IDENTICAL_NOTE[kind] for kind, found in
-                    (("replicates", replicates), ("models", pairs)) if found)  # fmt: skip
+    note = " ".join(
+        IDENTICAL_NOTE[kind]
+        for kind, found in (("replicates", replicates), ("models", pairs))
+        if found
+    )
     return {"replicates": replicates, "models": pairs, "note": note}
 
 
@@ -116,11 +123,15 @@ def identical_banner(result: dict[str, Any] | None) -> str | None:
     if result is None or result.get("status") != "ok":
         return None
     v = result.get("values") or {}
-    parts = [f"arm {r.get('arm')}{', model ' + str(r['model']) if r.get('model') else ''}: "
-             f"every replicate alike in {r.get('cells')} stimulus cell(s)"
-             for r in v.get("replicates") or []]  # fmt: skip
-    parts += [f"models {p.get('a')} and {p.get('b')}: alike on all {p.get('trials')} shared "
-              "trial(s)" for p in v.get("models") or []]  # fmt: skip
+    parts = [
+        f"arm {r.get('arm')}{', model ' + str(r['model']) if r.get('model') else ''}: "
+        f"every replicate alike in {r.get('cells')} stimulus cell(s)"
+        for r in v.get("replicates") or []
+    ]
+    parts += [
+        f"models {p.get('a')} and {p.get('b')}: alike on all {p.get('trials')} shared trial(s)"
+        for p in v.get("models") or []
+    ]
     return (
         f"Byte-identical responses ({IDENTICAL_ID}): {'; '.join(parts)}. {v.get('note') or ''}"
     ).rstrip()

@@ -91,9 +91,19 @@ LETTERS: tuple[str, ...] = ("A", "B", "C", "D")
 ORIGINAL = "original"
 #: Columns every trials table has (``response`` and ``logprob_<letter>`` are optional).
 REQUIRED_COLUMNS: tuple[str, ...] = (
-    "trial", "item", "arm", "model", "variant", "rep", "key", "key_original", "letter",
-    "answer", "correct", "parse",
-)  # fmt: skip
+    "trial",
+    "item",
+    "arm",
+    "model",
+    "variant",
+    "rep",
+    "key",
+    "key_original",
+    "letter",
+    "answer",
+    "correct",
+    "parse",
+)
 #: The parse status of a trial whose letter was read.
 PARSED = "ok"
 
@@ -187,8 +197,9 @@ def check_trials(trials: TrialsLike, letters: Sequence[str] = LETTERS) -> Trials
     for column in ("trial", "item", "arm", "model", "variant", "parse"):
         if frame[column].isna().any():
             bad = _null(frame[column])
-            raise McqError(f"trials table: column {column!r} is empty in row "
-                           f"{int(np.flatnonzero(bad)[0])}")
+            raise McqError(
+                f"trials table: column {column!r} is empty in row {int(np.flatnonzero(bad)[0])}"
+            )
         frame[column] = frame[column].astype(str)
     try:
         reps = pd.to_numeric(frame["rep"], errors="raise")
@@ -202,36 +213,43 @@ def check_trials(trials: TrialsLike, letters: Sequence[str] = LETTERS) -> Trials
         raise McqError(f"trials table: column 'trial' repeats {_first_bad(frame, duplicated)}")
     cell = frame.duplicated(["item", "arm", "model", "variant", "rep"]).to_numpy()
     if cell.any():
-        raise McqError("trials table: (item, arm, model, variant, rep) repeats in "
-                       f"{_first_bad(frame, cell)}")
+        raise McqError(
+            f"trials table: (item, arm, model, variant, rep) repeats in {_first_bad(frame, cell)}"
+        )
     allowed = set(names)
     for column in ("key", "key_original"):
         bad = ~frame[column].isin(allowed).to_numpy()
         if bad.any():
-            raise McqError(f"trials table: column {column!r} is not one of {names} in "
-                           f"{_first_bad(frame, bad)}")
+            raise McqError(
+                f"trials table: column {column!r} is not one of {names} in {_first_bad(frame, bad)}"
+            )
         frame[column] = frame[column].astype(str)
     keys = frame.groupby("item")["key_original"].nunique()
     if (keys > 1).any():
         item = keys.index[np.flatnonzero(keys.to_numpy() > 1)[0]]
-        raise McqError(f"trials table: column 'key_original' differs between rows of item "
-                       f"{item!r}")
+        raise McqError(f"trials table: column 'key_original' differs between rows of item {item!r}")
     letter_null = _null(frame["letter"])
     answer_null = _null(frame["answer"])
     for column, null in (("letter", letter_null), ("answer", answer_null)):
         bad = ~null & ~frame[column].isin(allowed).to_numpy()
         if bad.any():
-            raise McqError(f"trials table: column {column!r} is neither null nor one of "
-                           f"{names} in {_first_bad(frame, bad)}")
+            raise McqError(
+                f"trials table: column {column!r} is neither null nor one of "
+                f"{names} in {_first_bad(frame, bad)}"
+            )
     mismatch = letter_null != answer_null
     if mismatch.any():
-        raise McqError("trials table: columns 'letter' and 'answer' must be null together, "
-                       f"not in {_first_bad(frame, mismatch)}")
+        raise McqError(
+            "trials table: columns 'letter' and 'answer' must be null together, "
+            f"not in {_first_bad(frame, mismatch)}"
+        )
     parsed = frame["parse"].to_numpy() == PARSED
     bad_parse = parsed == letter_null
     if bad_parse.any():
-        raise McqError(f"trials table: column 'parse' is {PARSED!r} exactly when 'letter' is "
-                       f"read, not in {_first_bad(frame, bad_parse)}")
+        raise McqError(
+            f"trials table: column 'parse' is {PARSED!r} exactly when 'letter' is "
+            f"read, not in {_first_bad(frame, bad_parse)}"
+        )
     correct = frame["correct"]
     if correct.dtype != bool:
         values = set(correct.dropna().unique().tolist()) if not correct.isna().any() else None
@@ -243,12 +261,12 @@ def check_trials(trials: TrialsLike, letters: Sequence[str] = LETTERS) -> Trials
     ok = frame["correct"].to_numpy()
     by_letter = ~letter_null & (frame["letter"].to_numpy() == frame["key"].to_numpy())
     by_answer = ~answer_null & (frame["answer"].to_numpy() == frame["key_original"].to_numpy())
-    for basis, expected in (("letter == key", by_letter), ("answer == key_original",
-                                                           by_answer)):
+    for basis, expected in (("letter == key", by_letter), ("answer == key_original", by_answer)):
         wrong = ok != expected
         if wrong.any():
-            raise McqError(f"trials table: column 'correct' differs from {basis} in "
-                           f"{_first_bad(frame, wrong)}")
+            raise McqError(
+                f"trials table: column 'correct' differs from {basis} in {_first_bad(frame, wrong)}"
+            )
     return Trials(frame, tuple(names))
 
 
@@ -303,8 +321,10 @@ TrialsLike: TypeAlias = pd.DataFrame | Trials
 def _checked(trials: TrialsLike, letters: Sequence[str]) -> Trials:
     if isinstance(trials, Trials):
         if trials.letters != tuple(str(v) for v in letters):
-            raise McqError(f"letters: the table was checked with {list(trials.letters)}, not "
-                           f"{[str(v) for v in letters]}")
+            raise McqError(
+                f"letters: the table was checked with {list(trials.letters)}, not "
+                f"{[str(v) for v in letters]}"
+            )
         return trials
     return check_trials(trials, letters)
 
@@ -337,21 +357,36 @@ class CellAccuracy(_Result):
     conf: float
 
 
-def accuracy_by_cell(trials: TrialsLike, conf: float = 0.95,
-                     letters: Sequence[str] = LETTERS) -> tuple[CellAccuracy, ...]:
+def accuracy_by_cell(
+    trials: TrialsLike, conf: float = 0.95, letters: Sequence[str] = LETTERS
+) -> tuple[CellAccuracy, ...]:
     """Accuracy with a Wilson ``conf`` interval per (arm, variant, model), sorted by those."""
     table = _checked(trials, letters)
     frame = table.frame
-    grouped = frame.assign(unparsed=frame["letter"].isna()).groupby(
-        ["arm", "variant", "model"], sort=True)[["correct", "unparsed"]].agg(["sum", "count"])
+    grouped = (
+        frame.assign(unparsed=frame["letter"].isna())
+        .groupby(["arm", "variant", "model"], sort=True)[["correct", "unparsed"]]
+        .agg(["sum", "count"])
+    )
     out = []
     for (arm, variant, model), row in grouped.iterrows():
         n = int(row[("correct", "count")])
         k = int(row[("correct", "sum")])
         interval = wilson(k, n, conf)
-        out.append(CellAccuracy(str(arm), str(variant), str(model), n, k,
-                                int(row[("unparsed", "sum")]), interval.estimate,
-                                interval.lower, interval.upper, conf))
+        out.append(
+            CellAccuracy(
+                str(arm),
+                str(variant),
+                str(model),
+                n,
+                k,
+                int(row[("unparsed", "sum")]),
+                interval.estimate,
+                interval.lower,
+                interval.upper,
+                conf,
+            )
+        )
     return tuple(out)
 
 
@@ -359,8 +394,9 @@ def accuracy_by_cell(trials: TrialsLike, conf: float = 0.95,
 # pairing
 
 
-def _paired(table: Trials, a: Condition, b: Condition,
-            columns: Sequence[str]) -> tuple[pd.DataFrame, int, int]:
+def _paired(
+    table: Trials, a: Condition, b: Condition, columns: Sequence[str]
+) -> tuple[pd.DataFrame, int, int]:
     """Rows of ``a`` and ``b`` joined on (item, rep); counts of unpaired rows of each."""
     if a == b:
         raise McqError(f"conditions: a and b are the same cell {a.label}")
@@ -400,8 +436,9 @@ class PairedMcNemar(_Result):
     test: McNemarResult
 
 
-def paired_mcnemar(trials: TrialsLike, a: CondLike, b: CondLike,
-                   letters: Sequence[str] = LETTERS) -> PairedMcNemar:
+def paired_mcnemar(
+    trials: TrialsLike, a: CondLike, b: CondLike, letters: Sequence[str] = LETTERS
+) -> PairedMcNemar:
     """McNemar's test between two conditions, pairing their trials by (item, rep)."""
     table = _checked(trials, letters)
     ca, cb = _cond(a), _cond(b)
@@ -412,9 +449,21 @@ def paired_mcnemar(trials: TrialsLike, a: CondLike, b: CondLike,
     c_count = int(np.sum(~xa & xb))
     n = int(xa.size)
     acc_a, acc_b = float(xa.mean()), float(xb.mean())
-    return PairedMcNemar(ca, cb, n, int(np.sum(xa & xb)), b_count, c_count,
-                         int(np.sum(~xa & ~xb)), ua, ub, acc_a, acc_b, acc_a - acc_b,
-                         mcnemar(b_count, c_count))
+    return PairedMcNemar(
+        ca,
+        cb,
+        n,
+        int(np.sum(xa & xb)),
+        b_count,
+        c_count,
+        int(np.sum(~xa & ~xb)),
+        ua,
+        ub,
+        acc_a,
+        acc_b,
+        acc_a - acc_b,
+        mcnemar(b_count, c_count),
+    )
 
 
 @dataclass(frozen=True)
@@ -429,9 +478,13 @@ class McNemarFamily(_Result):
     reject: tuple[bool, ...]
 
 
-def mcnemar_family(trials: TrialsLike, comparisons: Sequence[tuple[CondLike, CondLike]],
-                   method: Literal["holm", "bonferroni"] = "holm", alpha: float = 0.05,
-                   letters: Sequence[str] = LETTERS) -> McNemarFamily:
+def mcnemar_family(
+    trials: TrialsLike,
+    comparisons: Sequence[tuple[CondLike, CondLike]],
+    method: Literal["holm", "bonferroni"] = "holm",
+    alpha: float = 0.05,
+    letters: Sequence[str] = LETTERS,
+) -> McNemarFamily:
     """:func:`paired_mcnemar` for each declared comparison; the primary ``p`` adjusted over them.
 
     The family is exactly ``comparisons`` (its size is the Bonferroni factor), in that order.
@@ -487,9 +540,16 @@ def _basis(basis: str) -> str:
     return basis
 
 
-def flip_rate_between(trials: TrialsLike, a: CondLike, b: CondLike, basis: Basis = "answer",
-                      iterations: int = 2000, seed: int = 0, conf: float = 0.95,
-                      letters: Sequence[str] = LETTERS) -> FlipRateResult:
+def flip_rate_between(
+    trials: TrialsLike,
+    a: CondLike,
+    b: CondLike,
+    basis: Basis = "answer",
+    iterations: int = 2000,
+    seed: int = 0,
+    conf: float = 0.95,
+    letters: Sequence[str] = LETTERS,
+) -> FlipRateResult:
     """Flip rate between two conditions (usually two variants), CI clustered by item."""
     column = _basis(basis)
     table = _checked(trials, letters)
@@ -498,14 +558,36 @@ def flip_rate_between(trials: TrialsLike, a: CondLike, b: CondLike, basis: Basis
     va = joined[f"{column}_a"].fillna("\x00none").to_numpy()
     vb = joined[f"{column}_b"].fillna("\x00none").to_numpy()
     flips = (va != vb).astype(np.float64)
-    unparsed = int(np.sum(joined[f"{column}_a"].isna().to_numpy()
-                          | joined[f"{column}_b"].isna().to_numpy()))
-    boot = bootstrap_clustered(flips, joined["item"].tolist(), joined["rep"].tolist(),
-                               iterations, seed, conf, unit="question")
-    return FlipRateResult(ca, cb, column, int(flips.size), boot.n_clusters, int(flips.sum()),
-                          float(flips.mean()), boot.lower, boot.upper, conf,
-                          "item-cluster-bootstrap-percentile", boot.iterations, boot.seed,
-                          unparsed, ua, ub)
+    unparsed = int(
+        np.sum(joined[f"{column}_a"].isna().to_numpy() | joined[f"{column}_b"].isna().to_numpy())
+    )
+    boot = bootstrap_clustered(
+        flips,
+        joined["item"].tolist(),
+        joined["rep"].tolist(),
+        iterations,
+        seed,
+        conf,
+        unit="question",
+    )
+    return FlipRateResult(
+        ca,
+        cb,
+        column,
+        int(flips.size),
+        boot.n_clusters,
+        int(flips.sum()),
+        float(flips.mean()),
+        boot.lower,
+        boot.upper,
+        conf,
+        "item-cluster-bootstrap-percentile",
+        boot.iterations,
+        boot.seed,
+        unparsed,
+        ua,
+        ub,
+    )
 
 
 # --------------------------------------------------------------------------------------------
@@ -609,9 +691,12 @@ class PositionResult(_Result):
     rstd_positions: tuple[str, ...]
 
 
-def position_metrics(trials: TrialsLike, condition: CondLike,
-                     reference: Literal["uniform", "truth"] = "uniform",
-                     letters: Sequence[str] = LETTERS) -> PositionResult:
+def position_metrics(
+    trials: TrialsLike,
+    condition: CondLike,
+    reference: Literal["uniform", "truth"] = "uniform",
+    letters: Sequence[str] = LETTERS,
+) -> PositionResult:
     """Position bias, per-position accuracy, CKLD and RStd of one condition (letters as shown)."""
     if reference not in ("uniform", "truth"):
         raise McqError(f"reference: must be 'uniform' or 'truth', got {reference!r}")
@@ -643,15 +728,32 @@ def position_metrics(trials: TrialsLike, condition: CondLike,
             continue
         k = int(correct_by_key.get(letter, 0))
         interval = wilson(k, int(count))
-        per.append(PerPositionAccuracy(letter, int(count), k, interval.estimate,
-                                       interval.lower, interval.upper))
+        per.append(
+            PerPositionAccuracy(
+                letter, int(count), k, interval.estimate, interval.lower, interval.upper
+            )
+        )
     used = [p for p in per if p.n > 0]
     spread = rstd([p.accuracy for p in used]) if len(used) >= 2 else math.nan
-    return PositionResult(cond, names, n, n_parsed, tuple(int(v) for v in pred_counts),
-                          tuple(int(v) for v in truth_counts), tuple(p_pred.tolist()),
-                          tuple(p_truth.tolist()), diff / 2.0, diff / 4.0, value, reference,
-                          df, float(sps.chi2.sf(value, df)), tuple(per), spread,
-                          tuple(p.letter for p in used))
+    return PositionResult(
+        cond,
+        names,
+        n,
+        n_parsed,
+        tuple(int(v) for v in pred_counts),
+        tuple(int(v) for v in truth_counts),
+        tuple(p_pred.tolist()),
+        tuple(p_truth.tolist()),
+        diff / 2.0,
+        diff / 4.0,
+        value,
+        reference,
+        df,
+        float(sps.chi2.sf(value, df)),
+        tuple(per),
+        spread,
+        tuple(p.letter for p in used),
+    )
 
 
 # --------------------------------------------------------------------------------------------
@@ -768,8 +870,9 @@ def _index_of(letters: Sequence[str]) -> dict[str, int]:
     return {v: i for i, v in enumerate(letters)}
 
 
-def _majority(codes: npt.NDArray[np.int64], n_letters: int
-              ) -> tuple[npt.NDArray[np.int64], npt.NDArray[np.int64], npt.NDArray[np.bool_]]:
+def _majority(
+    codes: npt.NDArray[np.int64], n_letters: int
+) -> tuple[npt.NDArray[np.int64], npt.NDArray[np.int64], npt.NDArray[np.bool_]]:
     """Per row of ``codes`` (−1 = unparsed): winner (−1 if none), its count, tie flag.
 
     Among the letters with the top count the one whose first vote comes earliest in the row
@@ -794,8 +897,9 @@ def _majority(codes: npt.NDArray[np.int64], n_letters: int
     return winner, top, tie
 
 
-def _rows_in(table: Trials, arm: str, model: str, variants: Sequence[str],
-             incomplete: str, what: str) -> pd.DataFrame:
+def _rows_in(
+    table: Trials, arm: str, model: str, variants: Sequence[str], incomplete: str, what: str
+) -> pd.DataFrame:
     """Rows of (arm, model) whose variant is one of ``variants``."""
     if incomplete not in ("exclude", "error"):
         raise McqError(f"incomplete: must be 'exclude' or 'error', got {incomplete!r}")
@@ -805,9 +909,15 @@ def _rows_in(table: Trials, arm: str, model: str, variants: Sequence[str],
     return part
 
 
-def _consistency_frame(table: Trials, arm: str, model: str, orders: Sequence[str],
-                       basis: str, incomplete: str, what: str
-                       ) -> tuple[pd.DataFrame, npt.NDArray[np.int64], list[Exclusion]]:
+def _consistency_frame(
+    table: Trials,
+    arm: str,
+    model: str,
+    orders: Sequence[str],
+    basis: str,
+    incomplete: str,
+    what: str,
+) -> tuple[pd.DataFrame, npt.NDArray[np.int64], list[Exclusion]]:
     """Wide table (item, rep) x orders of codes, complete groups only; the exclusions."""
     order_list = [str(v) for v in orders]
     if len(order_list) < 2 or len(set(order_list)) != len(order_list):
@@ -816,8 +926,9 @@ def _consistency_frame(table: Trials, arm: str, model: str, orders: Sequence[str
     present = set(part["variant"].unique().tolist())
     absent = [v for v in order_list if v not in present]
     if absent:
-        raise McqError(f"{what}: variant {absent[0]!r} has no trial for arm {arm!r}, model "
-                       f"{model!r}")
+        raise McqError(
+            f"{what}: variant {absent[0]!r} has no trial for arm {arm!r}, model {model!r}"
+        )
     letters: tuple[str, ...] = table.letters
     index = _index_of(letters)
     counts = part.groupby(["item", "rep"], sort=True)["variant"].count()
@@ -830,77 +941,131 @@ def _consistency_frame(table: Trials, arm: str, model: str, orders: Sequence[str
             missing = [v for v in order_list if v not in set(rows["variant"])]
             reason = f"incomplete orders: missing {', '.join(missing)}"
             if incomplete == "error":
-                raise McqError(f"{what}: item {item!r} rep {rep} (arm {arm!r}, model "
-                               f"{model!r}) has no trial for variant {missing[0]!r}: {reason}")
-            exclusions.append(Exclusion(str(item), int(rep), arm, model, reason,
-                                        tuple(sorted(rows["trial"].tolist()))))
+                raise McqError(
+                    f"{what}: item {item!r} rep {rep} (arm {arm!r}, model "
+                    f"{model!r}) has no trial for variant {missing[0]!r}: {reason}"
+                )
+            exclusions.append(
+                Exclusion(
+                    str(item), int(rep), arm, model, reason, tuple(sorted(rows["trial"].tolist()))
+                )
+            )
         keep = part.set_index(["item", "rep"]).index.isin(short.index)
         part = part.loc[~keep]
     if part.empty:
         raise McqError(f"{what}: no (item, rep) group has every order of {order_list}")
     codes = part[basis].map(index).fillna(-1).astype(np.int64)
-    wide = part.assign(code=codes).pivot(index=["item", "rep"], columns="variant",
-                                         values=["code", "trial", "correct", "key_original"])
+    wide = part.assign(code=codes).pivot(
+        index=["item", "rep"],
+        columns="variant",
+        values=["code", "trial", "correct", "key_original"],
+    )
     code_matrix = wide["code"][order_list].to_numpy(dtype=np.int64)
     return wide, code_matrix, exclusions
 
 
-def _consistency(wide: pd.DataFrame, codes: npt.NDArray[np.int64], arm: str, model: str,
-                 orders: Sequence[str], basis: str, letters: Sequence[str],
-                 exclusions: Sequence[Exclusion]
-                 ) -> tuple[ConsistencyResult, npt.NDArray[np.int64], npt.NDArray[np.int64],
-                            npt.NDArray[np.bool_]]:
+def _consistency(
+    wide: pd.DataFrame,
+    codes: npt.NDArray[np.int64],
+    arm: str,
+    model: str,
+    orders: Sequence[str],
+    basis: str,
+    letters: Sequence[str],
+    exclusions: Sequence[Exclusion],
+) -> tuple[ConsistencyResult, npt.NDArray[np.int64], npt.NDArray[np.int64], npt.NDArray[np.bool_]]:
     winner, top, tie = _majority(codes, len(letters))
     k = codes.shape[1]
     groups = codes.shape[0]
-    levels = tuple((m, int(np.sum(top == m)), float(np.sum(top == m)) / groups)
-                   for m in range(k, -1, -1))
+    levels = tuple(
+        (m, int(np.sum(top == m)), float(np.sum(top == m)) / groups) for m in range(k, -1, -1)
+    )
     agreement = top / k
     correct = wide["correct"][list(orders)].to_numpy(dtype=bool)
-    per_order = tuple(OrderAccuracy(v, groups, int(correct[:, j].sum()),
-                                    float(correct[:, j].mean()))
-                      for j, v in enumerate(orders))
+    per_order = tuple(
+        OrderAccuracy(v, groups, int(correct[:, j].sum()), float(correct[:, j].mean()))
+        for j, v in enumerate(orders)
+    )
     acc = np.array([p.accuracy for p in per_order])
     result = ConsistencyResult(
-        arm, model, tuple(orders), basis, groups, levels, float(agreement.mean()),
-        float(np.std(agreement, ddof=1)) if groups > 1 else math.nan, per_order,
-        float(acc.mean()), float(np.std(acc, ddof=1)), tuple(exclusions))
+        arm,
+        model,
+        tuple(orders),
+        basis,
+        groups,
+        levels,
+        float(agreement.mean()),
+        float(np.std(agreement, ddof=1)) if groups > 1 else math.nan,
+        per_order,
+        float(acc.mean()),
+        float(np.std(acc, ddof=1)),
+        tuple(exclusions),
+    )
     return result, winner, top, tie
 
 
-def ordering_consistency(trials: TrialsLike, arm: str, model: str, orders: Sequence[str],
-                         basis: Basis = "answer", incomplete: Incomplete = "exclude",
-                         letters: Sequence[str] = LETTERS) -> ConsistencyResult:
+def ordering_consistency(
+    trials: TrialsLike,
+    arm: str,
+    model: str,
+    orders: Sequence[str],
+    basis: Basis = "answer",
+    incomplete: Incomplete = "exclude",
+    letters: Sequence[str] = LETTERS,
+) -> ConsistencyResult:
     """Consistency of predictions across ``orders`` (all same, k−1 of k, …) per (item, rep)."""
     table = _checked(trials, letters)
     column = _basis(basis)
-    wide, codes, excl = _consistency_frame(table, str(arm), str(model), orders, column,
-                                           incomplete, "consistency")
-    result, _, _, _ = _consistency(wide, codes, str(arm), str(model),
-                                   [str(v) for v in orders], column, table.letters,
-                                   excl)
+    wide, codes, excl = _consistency_frame(
+        table, str(arm), str(model), orders, column, incomplete, "consistency"
+    )
+    result, _, _, _ = _consistency(
+        wide, codes, str(arm), str(model), [str(v) for v in orders], column, table.letters, excl
+    )
     return result
 
 
-def _aggregated(wide: pd.DataFrame, columns: Sequence[str], winner: npt.NDArray[np.int64],
-                top: npt.NDArray[np.int64], tie: npt.NDArray[np.bool_],
-                letters: Sequence[str]) -> tuple[AggregatedAnswer, ...]:
+def _aggregated(
+    wide: pd.DataFrame,
+    columns: Sequence[str],
+    winner: npt.NDArray[np.int64],
+    top: npt.NDArray[np.int64],
+    tie: npt.NDArray[np.bool_],
+    letters: Sequence[str],
+) -> tuple[AggregatedAnswer, ...]:
     keys = wide["key_original"][columns[0]].to_numpy()
     trials = wide["trial"][list(columns)].to_numpy()
     k = len(columns)
     out = []
     for row, (item, rep) in enumerate(wide.index):
         answer = letters[int(winner[row])] if winner[row] >= 0 else None
-        out.append(AggregatedAnswer(
-            str(item), int(rep), answer, str(keys[row]), answer == keys[row],
-            int(top[row]), k, int(top[row]) / k, bool(tie[row]),
-            tuple(str(t) for t in trials[row])))
+        out.append(
+            AggregatedAnswer(
+                str(item),
+                int(rep),
+                answer,
+                str(keys[row]),
+                answer == keys[row],
+                int(top[row]),
+                k,
+                int(top[row]) / k,
+                bool(tie[row]),
+                tuple(str(t) for t in trials[row]),
+            )
+        )
     return tuple(out)
 
 
-def permutation_vote(trials: TrialsLike, arm: str, model: str, orders: Sequence[str],
-                     incomplete: Incomplete = "exclude", abstain_below: float | None = None,
-                     conf: float = 0.95, letters: Sequence[str] = LETTERS) -> VoteResult:
+def permutation_vote(
+    trials: TrialsLike,
+    arm: str,
+    model: str,
+    orders: Sequence[str],
+    incomplete: Incomplete = "exclude",
+    abstain_below: float | None = None,
+    conf: float = 0.95,
+    letters: Sequence[str] = LETTERS,
+) -> VoteResult:
     """Majority over the inverse-mapped answers of ``orders`` per (item, rep); see VoteResult.
 
     A group missing an order (a trial given up) is an :class:`Exclusion` with
@@ -909,11 +1074,13 @@ def permutation_vote(trials: TrialsLike, arm: str, model: str, orders: Sequence[
     """
     table = _checked(trials, letters)
     order_list = [str(v) for v in orders]
-    wide, codes, excl = _consistency_frame(table, str(arm), str(model), order_list, "answer",
-                                           incomplete, "permutation vote")
+    wide, codes, excl = _consistency_frame(
+        table, str(arm), str(model), order_list, "answer", incomplete, "permutation vote"
+    )
     names: tuple[str, ...] = table.letters
-    consistency, winner, top, tie = _consistency(wide, codes, str(arm), str(model),
-                                                 order_list, "answer", names, excl)
+    consistency, winner, top, tie = _consistency(
+        wide, codes, str(arm), str(model), order_list, "answer", names, excl
+    )
     answers = _aggregated(wide, order_list, winner, top, tie, names)
     n = len(answers)
     k = sum(1 for a in answers if a.correct)
@@ -924,12 +1091,29 @@ def permutation_vote(trials: TrialsLike, arm: str, model: str, orders: Sequence[
             raise McqError(f"abstain_below: must lie in [0, 1], got {abstain_below}")
         kept = [a for a in answers if a.agreement >= abstain_below]
         abstention = AbstentionResult(
-            float(abstain_below), n, len(kept), n - len(kept), len(kept) / n,
-            sum(1 for a in kept if a.correct) / len(kept) if kept else math.nan)
-    return VoteResult(str(arm), str(model), tuple(order_list), "first-order", n, k,
-                      interval.estimate, interval.lower, interval.upper,
-                      int(sum(1 for a in answers if a.tie)), consistency, abstention, answers,
-                      tuple(excl))
+            float(abstain_below),
+            n,
+            len(kept),
+            n - len(kept),
+            len(kept) / n,
+            sum(1 for a in kept if a.correct) / len(kept) if kept else math.nan,
+        )
+    return VoteResult(
+        str(arm),
+        str(model),
+        tuple(order_list),
+        "first-order",
+        n,
+        k,
+        interval.estimate,
+        interval.lower,
+        interval.upper,
+        int(sum(1 for a in answers if a.tie)),
+        consistency,
+        abstention,
+        answers,
+        tuple(excl),
+    )
 
 
 @dataclass(frozen=True)
@@ -954,10 +1138,15 @@ class SelfConsistencyResult(_Result):
     exclusions: tuple[Exclusion, ...]
 
 
-def self_consistency(trials: TrialsLike, condition: CondLike, n_samples: int,
-                     temperature: float, incomplete: Incomplete = "exclude",
-                     conf: float = 0.95, letters: Sequence[str] = LETTERS
-                     ) -> SelfConsistencyResult:
+def self_consistency(
+    trials: TrialsLike,
+    condition: CondLike,
+    n_samples: int,
+    temperature: float,
+    incomplete: Incomplete = "exclude",
+    conf: float = 0.95,
+    letters: Sequence[str] = LETTERS,
+) -> SelfConsistencyResult:
     """Majority over the first ``n_samples`` reps of each item of ``condition``.
 
     ``temperature`` is the sampling temperature the condition ran at: 0 (or less) is refused
@@ -967,13 +1156,16 @@ def self_consistency(trials: TrialsLike, condition: CondLike, n_samples: int,
     """
     cond = _cond(condition)
     if isinstance(n_samples, bool) or int(n_samples) != n_samples or n_samples < 2:
-        raise McqError(f"self-consistency {cond.label}: n_samples must be an integer >= 2, "
-                       f"got {n_samples!r}")
+        raise McqError(
+            f"self-consistency {cond.label}: n_samples must be an integer >= 2, got {n_samples!r}"
+        )
     if not math.isfinite(float(temperature)) or float(temperature) <= 0:
-        raise McqError(f"self-consistency {cond.label}: temperature {temperature:g} is a "
-                       "configuration error: at temperature 0 every sample is the same greedy "
-                       "answer, so a majority over samples measures nothing; sample at a "
-                       "temperature > 0 (the seed uses 0.7)")
+        raise McqError(
+            f"self-consistency {cond.label}: temperature {temperature:g} is a "
+            "configuration error: at temperature 0 every sample is the same greedy "
+            "answer, so a majority over samples measures nothing; sample at a "
+            "temperature > 0 (the seed uses 0.7)"
+        )
     if incomplete not in ("exclude", "error"):
         raise McqError(f"incomplete: must be 'exclude' or 'error', got {incomplete!r}")
     table = _checked(trials, letters)
@@ -986,17 +1178,25 @@ def self_consistency(trials: TrialsLike, condition: CondLike, n_samples: int,
         rows = part.loc[part["item"] == item]
         reason = f"incomplete samples: {len(rows)} of {n_samples}"
         if incomplete == "error":
-            raise McqError(f"self-consistency {cond.label}: item {item!r} has {len(rows)} of "
-                           f"{n_samples} samples (variant {cond.variant!r})")
-        exclusions.append(Exclusion(str(item), 0, cond.arm, cond.model, reason,
-                                    tuple(sorted(rows["trial"].tolist()))))
-    part = part.loc[(part["slot"] < n_samples).to_numpy()
-                    & part["item"].isin(sizes.index[sizes.to_numpy() >= n_samples]).to_numpy()]
+            raise McqError(
+                f"self-consistency {cond.label}: item {item!r} has {len(rows)} of "
+                f"{n_samples} samples (variant {cond.variant!r})"
+            )
+        exclusions.append(
+            Exclusion(
+                str(item), 0, cond.arm, cond.model, reason, tuple(sorted(rows["trial"].tolist()))
+            )
+        )
+    part = part.loc[
+        (part["slot"] < n_samples).to_numpy()
+        & part["item"].isin(sizes.index[sizes.to_numpy() >= n_samples]).to_numpy()
+    ]
     if part.empty:
         raise McqError(f"self-consistency {cond.label}: no item has {n_samples} samples")
     index = _index_of(names)
     wide = part.assign(code=part["answer"].map(index).fillna(-1).astype(np.int64)).pivot(
-        index="item", columns="slot", values=["code", "trial", "correct", "key_original"])
+        index="item", columns="slot", values=["code", "trial", "correct", "key_original"]
+    )
     slots = list(range(int(n_samples)))
     codes = wide["code"][slots].to_numpy(dtype=np.int64)
     winner, top, tie = _majority(codes, len(names))
@@ -1005,17 +1205,37 @@ def self_consistency(trials: TrialsLike, condition: CondLike, n_samples: int,
     answers = []
     for row, item in enumerate(wide.index):
         answer = names[int(winner[row])] if winner[row] >= 0 else None
-        answers.append(AggregatedAnswer(str(item), 0, answer, str(keys[row]),
-                                        answer == keys[row], int(top[row]), len(slots),
-                                        int(top[row]) / len(slots), bool(tie[row]),
-                                        tuple(str(t) for t in trial_ids[row])))
+        answers.append(
+            AggregatedAnswer(
+                str(item),
+                0,
+                answer,
+                str(keys[row]),
+                answer == keys[row],
+                int(top[row]),
+                len(slots),
+                int(top[row]) / len(slots),
+                bool(tie[row]),
+                tuple(str(t) for t in trial_ids[row]),
+            )
+        )
     k = sum(1 for a in answers if a.correct)
     interval = wilson(k, len(answers), conf)
     sample_acc = float(wide["correct"][slots].to_numpy(dtype=bool).mean())
-    return SelfConsistencyResult(cond, int(n_samples), float(temperature), len(answers), k,
-                                 interval.estimate, interval.lower, interval.upper, sample_acc,
-                                 int(sum(1 for a in answers if a.tie)), tuple(answers),
-                                 tuple(exclusions))
+    return SelfConsistencyResult(
+        cond,
+        int(n_samples),
+        float(temperature),
+        len(answers),
+        k,
+        interval.estimate,
+        interval.lower,
+        interval.upper,
+        sample_acc,
+        int(sum(1 for a in answers if a.tie)),
+        tuple(answers),
+        tuple(exclusions),
+    )
 
 
 # --------------------------------------------------------------------------------------------
@@ -1043,8 +1263,13 @@ class ClozeResult(_Result):
     exclusions: tuple[Exclusion, ...]
 
 
-def cloze(trials: TrialsLike, condition: CondLike, missing: Incomplete = "error",
-          conf: float = 0.95, letters: Sequence[str] = LETTERS) -> ClozeResult:
+def cloze(
+    trials: TrialsLike,
+    condition: CondLike,
+    missing: Incomplete = "error",
+    conf: float = 0.95,
+    letters: Sequence[str] = LETTERS,
+) -> ClozeResult:
     """Cloze accuracy, mean log-probability margin and position bias of one condition.
 
     A trial lacking a finite log-probability for some option letter is refused (naming the
@@ -1071,10 +1296,20 @@ def cloze(trials: TrialsLike, condition: CondLike, missing: Incomplete = "error"
             letter = names[int(np.flatnonzero(bad[r])[0])]
             reason = f"no log-probability for option letter {letter!r}"
             if missing == "error":
-                raise McqError(f"cloze {cond.label}: item {row['item']!r} variant "
-                               f"{row['variant']!r} (trial {row['trial']!r}): {reason}")
-            exclusions.append(Exclusion(str(row["item"]), int(row["rep"]), cond.arm,
-                                        cond.model, reason, (str(row["trial"]),)))
+                raise McqError(
+                    f"cloze {cond.label}: item {row['item']!r} variant "
+                    f"{row['variant']!r} (trial {row['trial']!r}): {reason}"
+                )
+            exclusions.append(
+                Exclusion(
+                    str(row["item"]),
+                    int(row["rep"]),
+                    cond.arm,
+                    cond.model,
+                    reason,
+                    (str(row["trial"]),),
+                )
+            )
         part = part.loc[~rows_bad]
         lp = lp[~rows_bad]
     if part.empty:
@@ -1088,9 +1323,11 @@ def cloze(trials: TrialsLike, condition: CondLike, missing: Incomplete = "error"
     disagree = read & (recorded != chosen_letters)
     if disagree.any():
         row = part.iloc[int(np.flatnonzero(disagree)[0])]
-        raise McqError(f"cloze {cond.label}: trial {row['trial']!r} (item {row['item']!r}) "
-                       f"records letter {row['letter']!r} but its highest log-probability is "
-                       f"{chosen_letters[np.flatnonzero(disagree)[0]]!r}")
+        raise McqError(
+            f"cloze {cond.label}: trial {row['trial']!r} (item {row['item']!r}) "
+            f"records letter {row['letter']!r} but its highest log-probability is "
+            f"{chosen_letters[np.flatnonzero(disagree)[0]]!r}"
+        )
     hits = chosen_letters == part["key"].to_numpy()
     n = int(hits.size)
     k = int(hits.sum())
@@ -1098,11 +1335,19 @@ def cloze(trials: TrialsLike, condition: CondLike, missing: Incomplete = "error"
     counts = np.bincount(chosen, minlength=len(names))
     truth = part["key"].value_counts()
     p_truth = [int(truth.get(v, 0)) / n for v in names]
-    return ClozeResult(cond, n, k, interval.estimate, interval.lower, interval.upper,
-                       float(margin.mean()),
-                       float(np.std(margin, ddof=1)) if n > 1 else math.nan,
-                       tuple(int(c) for c in counts),
-                       position_bias_from_shares(counts / n, p_truth), tuple(exclusions))
+    return ClozeResult(
+        cond,
+        n,
+        k,
+        interval.estimate,
+        interval.lower,
+        interval.upper,
+        float(margin.mean()),
+        float(np.std(margin, ddof=1)) if n > 1 else math.nan,
+        tuple(int(c) for c in counts),
+        position_bias_from_shares(counts / n, p_truth),
+        tuple(exclusions),
+    )
 
 
 # --------------------------------------------------------------------------------------------
@@ -1139,8 +1384,9 @@ class GeeFit(_Result):
     warnings: tuple[str, ...]
 
 
-def _dummies(values: npt.NDArray[Any], reference: str, name: str
-             ) -> tuple[list[str], list[npt.NDArray[np.float64]], list[str]]:
+def _dummies(
+    values: npt.NDArray[Any], reference: str, name: str
+) -> tuple[list[str], list[npt.NDArray[np.float64]], list[str]]:
     levels = sorted({str(v) for v in values})
     if reference not in levels:
         raise McqError(f"{name}: reference {reference!r} is not among the levels {levels}")
@@ -1154,9 +1400,13 @@ def _column_of(term: str) -> str | None:
     return term.split("[", 1)[0] if "[" in term else None
 
 
-def gee_arm_effects(trials: TrialsLike, reference: str,
-                    factors: Mapping[str, str] | None = None, conf: float = 0.95,
-                    letters: Sequence[str] = LETTERS) -> GeeFit:
+def gee_arm_effects(
+    trials: TrialsLike,
+    reference: str,
+    factors: Mapping[str, str] | None = None,
+    conf: float = 0.95,
+    letters: Sequence[str] = LETTERS,
+) -> GeeFit:
     """Logistic GEE (statsmodels, Binomial, Exchangeable, item as cluster) of arm effects.
 
     Design: an intercept, one treatment dummy ``arm[T.<a>]`` per arm other than ``reference``
@@ -1187,21 +1437,24 @@ def gee_arm_effects(trials: TrialsLike, reference: str,
         cols += more_cols
     exog = np.column_stack(cols)
     if np.linalg.matrix_rank(exog) < exog.shape[1]:
-        raise McqError("GEE design: columns are linearly dependent (arms and factors not "
-                       "crossed)")
+        raise McqError("GEE design: columns are linearly dependent (arms and factors not crossed)")
     endog = frame["correct"].to_numpy(dtype=np.float64)
     if endog.min() == endog.max():
-        raise GeeNotFittable("correct: every trial has the same outcome; the GEE cannot be "
-                             "fitted", None)  # fmt: skip
+        raise GeeNotFittable(
+            "correct: every trial has the same outcome; the GEE cannot be fitted", None
+        )
     for column in ("arm", *extra):
         values = frame[column].astype(str).to_numpy()
         for level in sorted(set(values.tolist())):
             outcomes = endog[values == level]
             if outcomes.min() == outcomes.max():
-                raise GeeNotFittable(f"GEE: every trial of {column} {level!r} is "
-                                     f"{'correct' if outcomes[0] else 'wrong'} (separation): "
-                                     "its log odds ratio is infinite and the GEE cannot be "
-                                     "fitted", column)  # fmt: skip
+                raise GeeNotFittable(
+                    f"GEE: every trial of {column} {level!r} is "
+                    f"{'correct' if outcomes[0] else 'wrong'} (separation): "
+                    "its log odds ratio is infinite and the GEE cannot be "
+                    "fitted",
+                    column,
+                )
     items = frame["item"].to_numpy()
     groups = pd.factorize(items, sort=True)[0]
     sizes = np.bincount(groups)
@@ -1211,44 +1464,71 @@ def gee_arm_effects(trials: TrialsLike, reference: str,
         raise GeeNotFittable(
             f"GEE: {n} trials and {pairs} within-item pairs for {p} coefficients: the "
             "exchangeable working correlation cannot be estimated (it needs more of each than "
-            "coefficients)", None)  # fmt: skip
+            "coefficients)",
+            None,
+        )
     with warnings.catch_warnings(record=True) as seen:
         warnings.simplefilter("always")
         model = GEE(endog, exog, groups=groups, family=Binomial(), cov_struct=Exchangeable())
         try:
             fit = model.fit()
         except np.linalg.LinAlgError:  # mcq-statistics.md §8 rule 3: a singular fit
-            raise GeeNotFittable("GEE: the working covariance or the information matrix is "
-                                 "singular (a degenerate fit)", None) from None
+            raise GeeNotFittable(
+                "GEE: the working covariance or the information matrix is "
+                "singular (a degenerate fit)",
+                None,
+            ) from None
     caught = [f"{w.category.__name__}: {w.message}" for w in seen]
     params = np.asarray(fit.params, dtype=np.float64)
     cov = np.asarray(fit.cov_params(), dtype=np.float64)
     robust = np.diag(cov)
     naive = np.diag(np.asarray(fit.cov_naive, dtype=np.float64))  # B⁻¹ (Binomial: scale 1)
     with np.errstate(invalid="ignore"):
-        degenerate = ~(np.isfinite(robust) & np.isfinite(naive) & (naive > 0)
-                       & (robust > GEE_DEGENERATE_RATIO * naive))  # fmt: skip
+        degenerate = ~(
+            np.isfinite(robust)
+            & np.isfinite(naive)
+            & (naive > 0)
+            & (robust > GEE_DEGENERATE_RATIO * naive)
+        )
     if degenerate.any():
         k = int(np.flatnonzero(degenerate)[0])
         raise GeeNotFittable(
             f"GEE: the robust variance of {names[k]} is {robust[k]:.3g}, not above "
             f"{GEE_DEGENERATE_RATIO:g} x its model-based variance {naive[k]:.3g} (a degenerate "
             "fit: no cluster's estimating equation varies in that direction, e.g. levels whose "
-            "trials answer alike in every item)", _column_of(names[k]))
+            "trials answer alike in every item)",
+            _column_of(names[k]),
+        )
     se = np.sqrt(robust)
     crit = float(sps.norm.ppf(0.5 + conf / 2.0))
     terms = []
     for i, name in enumerate(names):
         z = params[i] / se[i]
-        terms.append(GeeTerm(name, float(params[i]), float(se[i]), float(z),
-                             float(2.0 * sps.norm.sf(abs(z))), float(params[i] - crit * se[i]),
-                             float(params[i] + crit * se[i]), float(math.exp(params[i]))))
+        terms.append(
+            GeeTerm(
+                name,
+                float(params[i]),
+                float(se[i]),
+                float(z),
+                float(2.0 * sps.norm.sf(abs(z))),
+                float(params[i] - crit * se[i]),
+                float(params[i] + crit * se[i]),
+                float(math.exp(params[i])),
+            )
+        )
     converged = bool(fit.converged)
-    return GeeFit(str(reference), tuple([str(reference)] + [a for a in arms if a != reference]),
-                  tuple(extra), tuple(str(v) for v in extra.values()), int(endog.size),
-                  int(groups.max() + 1), tuple(terms),
-                  float(np.asarray(model.cov_struct.dep_params).ravel()[0]), converged,
-                  tuple(caught))
+    return GeeFit(
+        str(reference),
+        tuple([str(reference)] + [a for a in arms if a != reference]),
+        tuple(extra),
+        tuple(str(v) for v in extra.values()),
+        int(endog.size),
+        int(groups.max() + 1),
+        tuple(terms),
+        float(np.asarray(model.cov_struct.dep_params).ravel()[0]),
+        converged,
+        tuple(caught),
+    )
 
 
 @dataclass(frozen=True)
@@ -1281,8 +1561,17 @@ def mean_over_seeds(values: Mapping[str, float], conf: float = 0.95) -> SeedSumm
     mean = float(arr.mean())
     sd = float(np.std(arr, ddof=1))
     half = float(sps.t.ppf(0.5 + conf / 2.0, k - 1)) * sd / math.sqrt(k)
-    return SeedSummary(tuple(p[0] for p in pairs), tuple(arr.tolist()), k, mean, sd,
-                       mean - half, mean + half, conf, "t")
+    return SeedSummary(
+        tuple(p[0] for p in pairs),
+        tuple(arr.tolist()),
+        k,
+        mean,
+        sd,
+        mean - half,
+        mean + half,
+        conf,
+        "t",
+    )
 
 
 # --------------------------------------------------------------------------------------------
@@ -1322,8 +1611,14 @@ class ReviewSample(_Result):
     cases: tuple[ReviewCase, ...]
 
 
-def review_sample(trials: TrialsLike, failed: CondLike, succeeded: CondLike, size: int,
-                  seed: int, letters: Sequence[str] = LETTERS) -> ReviewSample:
+def review_sample(
+    trials: TrialsLike,
+    failed: CondLike,
+    succeeded: CondLike,
+    size: int,
+    seed: int,
+    letters: Sequence[str] = LETTERS,
+) -> ReviewSample:
     """The declared review sample; responses come from the optional ``response`` column."""
     if isinstance(size, bool) or int(size) != size or size < 1:
         raise McqError(f"size: must be a positive integer, got {size!r}")
@@ -1332,8 +1627,9 @@ def review_sample(trials: TrialsLike, failed: CondLike, succeeded: CondLike, siz
     table = _checked(trials, letters)
     has_response = "response" in table.frame.columns
     cf, cs = _cond(failed), _cond(succeeded)
-    columns = ["trial", "correct", "answer", "key_original"] + (["response"] if has_response
-                                                                else [])
+    columns = ["trial", "correct", "answer", "key_original"] + (
+        ["response"] if has_response else []
+    )
     joined, _, _ = _paired(table, cf, cs, columns)
     if not has_response:
         joined = joined.assign(response_a=None, response_b=None)
@@ -1346,10 +1642,20 @@ def review_sample(trials: TrialsLike, failed: CondLike, succeeded: CondLike, siz
         def text(v: Any) -> str | None:
             return None if v is None or (isinstance(v, float) and math.isnan(v)) else str(v)
 
-        cases.append(ReviewCase(str(row.item), int(row.rep), str(row.key_original_a),
-                                str(row.trial_a), str(row.trial_b), text(row.answer_a),
-                                text(row.answer_b), text(row.response_a), text(row.response_b),
-                                key))
+        cases.append(
+            ReviewCase(
+                str(row.item),
+                int(row.rep),
+                str(row.key_original_a),
+                str(row.trial_a),
+                str(row.trial_b),
+                text(row.answer_a),
+                text(row.answer_b),
+                text(row.response_a),
+                text(row.response_b),
+                key,
+            )
+        )
     cases.sort(key=lambda c: c.order_key)
     chosen = tuple(cases[: int(size)])
     return ReviewSample(cf, cs, int(seed), len(cases), len(chosen), chosen)

@@ -35,14 +35,25 @@ class Dataset(Protocol):
     def cloze(self) -> bool:
         """Whether the parser is ``cloze``."""
 
+
 __all__ = ["MCQ_COLUMNS", "ORIGINAL", "mcq_trials"]
 
 ORIGINAL = "original"
 """The variant name of an item as written (``docs/mcq-statistics.md``)."""
 MCQ_COLUMNS = (
-    "trial", "item", "arm", "model", "variant", "rep", "key", "key_original", "letter",
-    "answer", "correct", "parse",
-)  # fmt: skip
+    "trial",
+    "item",
+    "arm",
+    "model",
+    "variant",
+    "rep",
+    "key",
+    "key_original",
+    "letter",
+    "answer",
+    "correct",
+    "parse",
+)
 """The required columns, in order (``logprob_<L>`` columns follow for cloze)."""
 
 
@@ -78,24 +89,27 @@ def mcq_trials(ds: Dataset, letters: tuple[str, ...] = ("A", "B", "C", "D")) -> 
     answer = merged[answer_col].where(ok & merged[answer_col].notna().to_numpy(), None)
     key_original = merged["truth"]
     if "truth_original" in merged:
-        key_original = merged["truth_original"].where(merged["truth_original"].notna(),
-                                                      merged["truth"])  # fmt: skip
+        key_original = merged["truth_original"].where(
+            merged["truth_original"].notna(), merged["truth"]
+        )
     variant = merged["variant"].fillna("").astype(str)
     model = merged["model"].fillna("").astype(str)
-    out = pd.DataFrame({
-        "trial": merged["trial"].to_numpy(),
-        "item": merged["stimulus"].to_numpy(),
-        "arm": merged["arm"].to_numpy(),
-        "model": model.to_numpy(),
-        "variant": variant.where(variant != "", ORIGINAL).to_numpy(),
-        "rep": merged["rep"].astype(int).to_numpy(),
-        "key": merged["truth"].to_numpy(),
-        "key_original": key_original.to_numpy(),
-        "letter": letter.to_numpy(dtype=object),
-        "answer": answer.astype(object).to_numpy(dtype=object),
-        "correct": merged["correct"].astype(bool).to_numpy(),
-        "parse": merged["status"].to_numpy(),
-    })  # fmt: skip
+    out = pd.DataFrame(
+        {
+            "trial": merged["trial"].to_numpy(),
+            "item": merged["stimulus"].to_numpy(),
+            "arm": merged["arm"].to_numpy(),
+            "model": model.to_numpy(),
+            "variant": variant.where(variant != "", ORIGINAL).to_numpy(),
+            "rep": merged["rep"].astype(int).to_numpy(),
+            "key": merged["truth"].to_numpy(),
+            "key_original": key_original.to_numpy(),
+            "letter": letter.to_numpy(dtype=object),
+            "answer": answer.astype(object).to_numpy(dtype=object),
+            "correct": merged["correct"].astype(bool).to_numpy(),
+            "parse": merged["status"].to_numpy(),
+        }
+    )
     if ds.cloze:
         raw = merged["logprobs"] if "logprobs" in merged else pd.Series([None] * len(merged))
         found = [json.loads(v) if isinstance(v, str) else {} for v in raw.tolist()]

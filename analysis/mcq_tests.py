@@ -87,7 +87,8 @@ def _tables(ds: Any, plan: dict[str, Any]) -> tuple[mcq.Trials, mcq.Trials]:
             index = {m: j for j, m in enumerate(ds.models)}
             top = int(frame["rep"].max())
             frame = frame.assign(
-                rep=frame["rep"] + top * frame["model"].map(index).astype(int), model="")
+                rep=frame["rep"] + top * frame["model"].map(index).astype(int), model=""
+            )
             pooled = mcq.check_trials(frame, letters)
         cache = (pooled, by_model)
         object.__setattr__(ds, "_mcq_tables", cache)
@@ -106,8 +107,9 @@ def _design(plan: dict[str, Any]) -> tuple[int, int]:
     return int(design["bootstrap_iterations"]), int(design["bootstrap_seed"])
 
 
-def position_bias_bootstrap(a: Any, b: Any, letters: Sequence[str], iterations: int,
-                            seed: int, conf: float) -> dict[str, Any]:
+def position_bias_bootstrap(
+    a: Any, b: Any, letters: Sequence[str], iterations: int, seed: int, conf: float
+) -> dict[str, Any]:
     """Paired item bootstrap of ``bias(a) - bias(b)`` (``docs/mcq-statistics.md`` §11).
 
     ``a`` and ``b`` are the rows (DataFrames) of the two conditions. The ``Q`` items of either,
@@ -146,8 +148,11 @@ def position_bias_bootstrap(a: Any, b: Any, letters: Sequence[str], iterations: 
         draw = rng.integers(0, q, size=(m, q))
         # how often each item is drawn in each replicate; the counts are integers, so the
         # product sums them exactly, as summing the drawn items' rows would
-        times = np.bincount((np.arange(m)[:, None] * q + draw).ravel(),
-                            minlength=m * q).reshape(m, q).astype(np.float64)  # fmt: skip
+        times = (
+            np.bincount((np.arange(m)[:, None] * q + draw).ravel(), minlength=m * q)
+            .reshape(m, q)
+            .astype(np.float64)
+        )
         values = []
         for pred, truth in ((pred_a, truth_a), (pred_b, truth_b)):
             p = times @ pred
@@ -158,19 +163,28 @@ def position_bias_bootstrap(a: Any, b: Any, letters: Sequence[str], iterations: 
                 bias = 0.5 * np.abs(p / n_p - t / n_t).sum(axis=1)
             bias[(n_p[:, 0] == 0) | (n_t[:, 0] == 0)] = np.nan
             values.append(bias)
-        reps[start:start + m] = values[0] - values[1]
+        reps[start : start + m] = values[0] - values[1]
     finite = reps[np.isfinite(reps)]
     if not finite.size:
-        raise mcq.McqError("position-bias bootstrap: no replicate has parsed predictions in "
-                           "both conditions")
+        raise mcq.McqError(
+            "position-bias bootstrap: no replicate has parsed predictions in both conditions"
+        )
     lo, hi = np.quantile(finite, [round((1 - conf) / 2, 12), round((1 + conf) / 2, 12)])
-    return {"lower": float(lo), "upper": float(hi), "conf": conf, "iterations": int(iterations),
-            "seed": int(seed), "n_items": q, "dropped": int(reps.size - finite.size),
-            "ci_method": "paired-item-bootstrap-percentile"}
+    return {
+        "lower": float(lo),
+        "upper": float(hi),
+        "conf": conf,
+        "iterations": int(iterations),
+        "seed": int(seed),
+        "n_items": q,
+        "dropped": int(reps.size - finite.size),
+        "ci_method": "paired-item-bootstrap-percentile",
+    }
 
 
-def _correct_of(table: mcq.Trials, arm: str, model: str, variants: Sequence[str]
-                ) -> dict[str, bool]:
+def _correct_of(
+    table: mcq.Trials, arm: str, model: str, variants: Sequence[str]
+) -> dict[str, bool]:
     rows = table.rows_in(arm, model, list(variants))
     return dict(zip(rows["trial"].tolist(), rows["correct"].tolist(), strict=True))
 
@@ -199,8 +213,13 @@ def mcq_values(ds: Any, plan: dict[str, Any], h: dict[str, Any]) -> dict[str, An
     return hypothesis_values(pooled, by_model, plan, h, tuple(ds.models))
 
 
-def hypothesis_values(pooled: mcq.Trials, by_model: mcq.Trials, plan: dict[str, Any],
-                      h: dict[str, Any], models: Sequence[str] = ()) -> dict[str, Any]:
+def hypothesis_values(
+    pooled: mcq.Trials,
+    by_model: mcq.Trials,
+    plan: dict[str, Any],
+    h: dict[str, Any],
+    models: Sequence[str] = (),
+) -> dict[str, Any]:
     """:func:`mcq_values` on given tables: ``pooled`` (one model label) and ``by_model``.
 
     ``models`` is the model order (for the GEE's reference model and the order of the
@@ -213,9 +232,16 @@ def hypothesis_values(pooled: mcq.Trials, by_model: mcq.Trials, plan: dict[str, 
     test = h["test"]
     if test == "flip-rate":
         v1, v2 = h["variants"]
-        flip = mcq.flip_rate_between(pooled, (h["arm"], v1, model), (h["arm"], v2, model),
-                                    h.get("basis", "answer"), iterations, seed,
-                                    interval_level(h), letters)  # fmt: skip
+        flip = mcq.flip_rate_between(
+            pooled,
+            (h["arm"], v1, model),
+            (h["arm"], v2, model),
+            h.get("basis", "answer"),
+            iterations,
+            seed,
+            interval_level(h),
+            letters,
+        )
         return {**flip.as_dict(), "estimate": flip.rate}
     if test == "position-bias":
         a, b = h["contrast"]
@@ -223,42 +249,84 @@ def hypothesis_values(pooled: mcq.Trials, by_model: mcq.Trials, plan: dict[str, 
         ca, cb = (a, variant, model), (b, variant, model)
         pa = mcq.position_metrics(pooled, ca, letters=letters)
         pb = mcq.position_metrics(pooled, cb, letters=letters)
-        paired = position_bias_bootstrap(pooled.select(mcq.Condition(*ca)),
-                                         pooled.select(mcq.Condition(*cb)), letters, iterations,
-                                         seed, interval_level(h))  # fmt: skip
-        return {"a": pa.as_dict(), "b": pb.as_dict(), "bias_a": pa.bias, "bias_b": pb.bias,
-                "estimate": pa.bias - pb.bias, **paired}  # fmt: skip
+        paired = position_bias_bootstrap(
+            pooled.select(mcq.Condition(*ca)),
+            pooled.select(mcq.Condition(*cb)),
+            letters,
+            iterations,
+            seed,
+            interval_level(h),
+        )
+        return {
+            "a": pa.as_dict(),
+            "b": pb.as_dict(),
+            "bias_a": pa.bias,
+            "bias_b": pb.bias,
+            "estimate": pa.bias - pb.bias,
+            **paired,
+        }
     if test == "voting":
         orders = list(h["variants"])
         incomplete = "error" if h.get("incomplete") == "fail" else "exclude"
-        vote = mcq.permutation_vote(pooled, h["arm"], model, orders, incomplete,  # type: ignore[arg-type]
-                                    letters=letters)
+        vote = mcq.permutation_vote(
+            pooled,
+            h["arm"],
+            model,
+            orders,
+            incomplete,  # type: ignore[arg-type]
+            letters=letters,
+        )
         if not vote.answers:
             raise mcq.McqError(f"voting over {orders}: no complete group of orders")
         correct = _correct_of(pooled, h["arm"], model, orders)
-        gains = [float(x.correct) - sum(correct[t] for t in x.trials) / len(x.trials)
-                 for x in vote.answers]  # fmt: skip
-        boot = st.bootstrap_clustered(gains, [x.item for x in vote.answers],
-                                      [x.rep for x in vote.answers], iterations, seed,
-                                      interval_level(h), unit="question")  # fmt: skip
-        return {"vote": vote.as_dict(), "n_groups": len(gains), "n_items": boot.n_clusters,
-                "excluded": len(vote.exclusions), "accuracy_vote": vote.accuracy,
-                "accuracy_orders": vote.accuracy - boot.estimate, "estimate": boot.estimate,
-                "lower": boot.lower, "upper": boot.upper, "conf": boot.conf,
-                "iterations": boot.iterations, "seed": boot.seed, "ci_method": CI_METHOD}
+        gains = [
+            float(x.correct) - sum(correct[t] for t in x.trials) / len(x.trials)
+            for x in vote.answers
+        ]
+        boot = st.bootstrap_clustered(
+            gains,
+            [x.item for x in vote.answers],
+            [x.rep for x in vote.answers],
+            iterations,
+            seed,
+            interval_level(h),
+            unit="question",
+        )
+        return {
+            "vote": vote.as_dict(),
+            "n_groups": len(gains),
+            "n_items": boot.n_clusters,
+            "excluded": len(vote.exclusions),
+            "accuracy_vote": vote.accuracy,
+            "accuracy_orders": vote.accuracy - boot.estimate,
+            "estimate": boot.estimate,
+            "lower": boot.lower,
+            "upper": boot.upper,
+            "conf": boot.conf,
+            "iterations": boot.iterations,
+            "seed": boot.seed,
+            "ci_method": CI_METHOD,
+        }
     if test == "self-consistency":
         variant = h.get("variant") or ORIGINAL
         incomplete = "error" if h.get("incomplete") == "fail" else "exclude"
-        ran = sorted({c.model for c in by_model.cells() if c.arm == h["arm"]},
-                     key=lambda m: (list(models).index(m) if m in models else -1, m))
+        ran = sorted(
+            {c.model for c in by_model.cells() if c.arm == h["arm"]},
+            key=lambda m: (list(models).index(m) if m in models else -1, m),
+        )
         results: list[dict[str, Any]] = []
         diffs: list[float] = []
         items: list[str] = []
         runs: list[int] = []
         for j, m in enumerate(ran):
-            sc = mcq.self_consistency(by_model, (h["arm"], variant, m), int(h["samples"]),
-                                       _temperature(plan, h["arm"], m), incomplete,  # type: ignore[arg-type]
-                                       letters=letters)  # fmt: skip
+            sc = mcq.self_consistency(
+                by_model,
+                (h["arm"], variant, m),
+                int(h["samples"]),
+                _temperature(plan, h["arm"], m),
+                incomplete,  # type: ignore[arg-type]
+                letters=letters,
+            )
             results.append(sc.as_dict())
             correct = _correct_of(by_model, h["arm"], m, [variant])
             for x in sc.answers:
@@ -266,17 +334,28 @@ def hypothesis_values(pooled: mcq.Trials, by_model: mcq.Trials, plan: dict[str, 
                 items.append(x.item)
                 runs.append(j)
         if not diffs:
-            raise mcq.McqError(f"self-consistency: arm {h['arm']!r} has no trials of variant "
-                               f"{variant!r}")
-        boot = st.bootstrap_clustered(diffs, items, runs, iterations, seed, interval_level(h),
-                                      unit="question")
+            raise mcq.McqError(
+                f"self-consistency: arm {h['arm']!r} has no trials of variant {variant!r}"
+            )
+        boot = st.bootstrap_clustered(
+            diffs, items, runs, iterations, seed, interval_level(h), unit="question"
+        )
         majority = sum(r["correct"] for r in results) / len(diffs)
-        return {"results": results, "n_units": len(diffs), "n_items": boot.n_clusters,
-                "excluded": sum(len(r["exclusions"]) for r in results),
-                "accuracy_majority": majority, "accuracy_single": majority - boot.estimate,
-                "estimate": boot.estimate, "lower": boot.lower, "upper": boot.upper,
-                "conf": boot.conf, "iterations": boot.iterations, "seed": boot.seed,
-                "ci_method": CI_METHOD}  # fmt: skip
+        return {
+            "results": results,
+            "n_units": len(diffs),
+            "n_items": boot.n_clusters,
+            "excluded": sum(len(r["exclusions"]) for r in results),
+            "accuracy_majority": majority,
+            "accuracy_single": majority - boot.estimate,
+            "estimate": boot.estimate,
+            "lower": boot.lower,
+            "upper": boot.upper,
+            "conf": boot.conf,
+            "iterations": boot.iterations,
+            "seed": boot.seed,
+            "ci_method": CI_METHOD,
+        }
     if test == "mcnemar":
         if "arm" in h:
             v1, v2 = h["variants"]
@@ -296,26 +375,34 @@ def hypothesis_values(pooled: mcq.Trials, by_model: mcq.Trials, plan: dict[str, 
             keep &= frame["variant"] == h["variant"]
         else:  # the variants both arms ran (arms and variants crossed)
             shared = set(frame.loc[frame["arm"] == a, "variant"]) & set(
-                frame.loc[frame["arm"] == b, "variant"])
+                frame.loc[frame["arm"] == b, "variant"]
+            )
             keep &= frame["variant"].isin(shared)
         sub = frame.loc[keep.to_numpy()]
         factors: dict[str, str] = {}
         present_models = set(sub["model"])
         if len(present_models) > 1:
-            factors["model"] = next((m for m in models if m in present_models),
-                                    min(present_models))  # fmt: skip
+            factors["model"] = next((m for m in models if m in present_models), min(present_models))
         present_variants = set(sub["variant"])
         if len(present_variants) > 1:
             order = list(plan.get("variant_order") or [])
-            factors["variant"] = next((v for v in order if v in present_variants),
-                                      min(present_variants))  # fmt: skip
+            factors["variant"] = next(
+                (v for v in order if v in present_variants), min(present_variants)
+            )
         fit, used = _gee_with_fallback(sub, b, factors, letters, h.get("fallback"))
         term = next(t for t in fit.terms if t.name == f"arm[T.{a}]")
         one = (h.get("sides") or "two-sided") == "one-sided"
         p = float(sps.norm.sf(term.z)) if one else term.p
-        return {"fit": fit.as_dict(), "term": term.name, "estimate": term.estimate,
-                "odds_ratio": term.odds_ratio, "lower": term.lower, "upper": term.upper,
-                "p_raw": p, **used}  # fmt: skip
+        return {
+            "fit": fit.as_dict(),
+            "term": term.name,
+            "estimate": term.estimate,
+            "odds_ratio": term.odds_ratio,
+            "lower": term.lower,
+            "upper": term.upper,
+            "p_raw": p,
+            **used,
+        }
     raise mcq.McqError(f"unknown seed-002 test {test!r}")
 
 
@@ -323,9 +410,9 @@ GEE_FALLBACKS = ("none", "drop-factor")
 """A ``gee`` hypothesis's declared ``fallback`` (``docs/mcq-statistics.md`` §11)."""
 
 
-def _gee_with_fallback(sub: Any, reference: str, factors: dict[str, str],
-                       letters: Sequence[str], fallback: Any
-                       ) -> tuple[mcq.GeeFit, dict[str, Any]]:  # fmt: skip
+def _gee_with_fallback(
+    sub: Any, reference: str, factors: dict[str, str], letters: Sequence[str], fallback: Any
+) -> tuple[mcq.GeeFit, dict[str, Any]]:
     """The GEE of §11, refitted without a factor at fault when the plan declares a fallback.
 
     ``fallback = "drop-factor"``: (fit, ``{"fallback": {...}}`` when it was used, else ``{}``).
@@ -341,8 +428,10 @@ def _gee_with_fallback(sub: Any, reference: str, factors: dict[str, str],
         except mcq.GeeNotFittable as exc:
             if fallback != "drop-factor" or exc.column not in factors:
                 if dropped:
-                    raise mcq.GeeNotFittable(f"{exc} (after the declared fallback dropped "
-                                             f"{', '.join(dropped)})", exc.column) from exc
+                    raise mcq.GeeNotFittable(
+                        f"{exc} (after the declared fallback dropped {', '.join(dropped)})",
+                        exc.column,
+                    ) from exc
                 raise
             del factors[exc.column]
             dropped.append(exc.column)
@@ -351,8 +440,9 @@ def _gee_with_fallback(sub: Any, reference: str, factors: dict[str, str],
         break
     if not dropped:
         return fit, {}
-    return fit, {"fallback": {"rule": "drop-factor", "dropped": dropped,
-                              "reason": "; ".join(reasons)}}  # fmt: skip
+    return fit, {
+        "fallback": {"rule": "drop-factor", "dropped": dropped, "reason": "; ".join(reasons)}
+    }
 
 
 def decide_interval(h: dict[str, Any], values: dict[str, Any]) -> tuple[str, dict[str, Any]]:
@@ -379,7 +469,11 @@ def decide_interval(h: dict[str, Any], values: dict[str, Any]) -> tuple[str, dic
             ok = ok and est * 100 >= float(h["min_difference_pp"])
             rule += f" and estimate >= {h['min_difference_pp']} pp"
     return ("supported" if ok else "not supported"), {
-        "rule": rule, "estimate": est, "lower": lower, "upper": upper}
+        "rule": rule,
+        "estimate": est,
+        "lower": lower,
+        "upper": upper,
+    }
 
 
 def mcq_descriptive_values(ds: Any, plan: dict[str, Any]) -> dict[str, Any]:
@@ -392,19 +486,31 @@ def mcq_descriptive_values(ds: Any, plan: dict[str, Any]) -> dict[str, Any]:
     """
     _, by_model = _tables(ds, plan)
     cells = [c.as_dict() for c in mcq.accuracy_by_cell(by_model, letters=_letters(plan))]
-    shuffles = {name: str(spec.get("seed")) for name, spec in (plan.get("variants") or {}).items()
-                if isinstance(spec, dict) and spec.get("kind") == "shuffle"}  # fmt: skip
+    shuffles = {
+        name: str(spec.get("seed"))
+        for name, spec in (plan.get("variants") or {}).items()
+        if isinstance(spec, dict) and spec.get("kind") == "shuffle"
+    }
     seeds = []
     by_cell = {(c["arm"], c["variant"], c["model"]): c for c in cells}
     for arm in sorted({c[0] for c in by_cell}):
         for model in sorted({c[2] for c in by_cell if c[0] == arm}):
-            values = {shuffles[v]: by_cell[(arm, v, model)]["accuracy"] for v in shuffles
-                      if (arm, v, model) in by_cell}  # fmt: skip
-            if len(values) >= 2 and all(isinstance(x, float) and math.isfinite(x)
-                                        for x in values.values()):  # fmt: skip
+            values = {
+                shuffles[v]: by_cell[(arm, v, model)]["accuracy"]
+                for v in shuffles
+                if (arm, v, model) in by_cell
+            }
+            if len(values) >= 2 and all(
+                isinstance(x, float) and math.isfinite(x) for x in values.values()
+            ):
                 summary = mcq.mean_over_seeds(values)
-                seeds.append({"arm": arm, "model": model, "statistic": "accuracy",
-                              "variants": sorted(v for v in shuffles
-                                                 if (arm, v, model) in by_cell),
-                              "summary": summary.as_dict()})  # fmt: skip
+                seeds.append(
+                    {
+                        "arm": arm,
+                        "model": model,
+                        "statistic": "accuracy",
+                        "variants": sorted(v for v in shuffles if (arm, v, model) in by_cell),
+                        "summary": summary.as_dict(),
+                    }
+                )
     return {"cells": cells, "seeds": seeds}

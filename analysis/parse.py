@@ -180,9 +180,7 @@ def response_text(raw: bytes, format: str) -> str:
     try:
         body = json.loads(raw.decode("utf-8"))
     except UnicodeDecodeError as exc:
-        raise ParseError(
-            f"response body is not UTF-8 ({exc.reason} at byte {exc.start})"
-        ) from None
+        raise ParseError(f"response body is not UTF-8 ({exc.reason} at byte {exc.start})") from None
     except RecursionError:
         raise ParseError("response body is not JSON: nested too deeply") from None
     except ValueError as exc:
@@ -263,11 +261,16 @@ def parse_cloze(raw: bytes, format: str, letters: str = "ABCD") -> Parsed:
     missing = [letter for letter in letters if letter not in found]
     if missing:
         return Parsed(
-            "unparseable", (), None,
-            (f"no log-probability for option letter(s) {', '.join(missing)} among the first "
-             "token's top_logprobs",),
-            logprobs, None,
-        )  # fmt: skip
+            "unparseable",
+            (),
+            None,
+            (
+                f"no log-probability for option letter(s) {', '.join(missing)} among the first "
+                "token's top_logprobs",
+            ),
+            logprobs,
+            None,
+        )
     ranked = sorted(letters, key=lambda letter: (-found[letter], letters.index(letter)))
     margin = found[ranked[0]] - found[ranked[1]] if len(ranked) > 1 else None
     return Parsed("ok", (AnswerRow(1, (ranked[0],)),), None, (), logprobs, margin)
@@ -554,8 +557,10 @@ def _read_rows(entries: list[Any], problems: list[str]) -> list[AnswerRow]:
             continue
         orientations = entry.get("orientations")
         if not isinstance(orientations, list):
-            what = "missing" if "orientations" not in entry else (
-                f"a JSON {_json_type(orientations)}, not an array"
+            what = (
+                "missing"
+                if "orientations" not in entry
+                else (f"a JSON {_json_type(orientations)}, not an array")
             )
             problems.append(f'row {number}: "orientations" is {what}')
             continue
@@ -629,7 +634,7 @@ WORD_TOKEN: Final = r"(?i:(?<![\w'-])({W})(?![\w'-]))"
 WORD_ALONE: Final = r"(?i:({W}))\s*[.!]?"
 """A whole text, or a whole line, that is only a vocabulary word."""
 
-YES_NO_OPENING: Final = r'''\A[\s"'>#-]*(?i:(yes|no|maybe))(?=[.,;:!])'''
+YES_NO_OPENING: Final = r"""\A[\s"'>#-]*(?i:(yes|no|maybe))(?=[.,;:!])"""
 """A text that opens with yes/no/maybe followed by punctuation (``No, because ...``)."""
 
 ORIENTATION_CAPITALS: Final = r"(?<![A-Za-z])(UP|RIGHT|DOWN|LEFT)(?![A-Za-z])"
@@ -774,9 +779,7 @@ def parse_multiple_choice(text: str, options: str = "ABCD", *, mode: str = "exac
     """
     if not _OPTIONS_RE.fullmatch(options) or len(set(options)) != len(options):
         raise ValueError(f"options must be 2-26 distinct upper-case letters: {options!r}")
-    return _parse_single(
-        text, _choice_vocabulary(options), "answer letters", "answer letter", mode
-    )
+    return _parse_single(text, _choice_vocabulary(options), "answer letters", "answer letter", mode)
 
 
 def parse_yes_no_maybe(text: str, *, mode: str = "exactly-one") -> Parsed:

@@ -98,9 +98,14 @@ def _design(trial_ids: Sequence[str]) -> _Design:
         arm, model, stim, rep = split_trial(t)
         keyed.append(((arm, model or "", stim, trial_variant(t) or "", int(rep)), t))
     keyed.sort()
-    return _Design([t for _, t in keyed], [k[0] for k, _ in keyed], [k[1] for k, _ in keyed],
-                   [k[2] for k, _ in keyed], [k[3] for k, _ in keyed],
-                   [k[4] for k, _ in keyed])  # fmt: skip
+    return _Design(
+        [t for _, t in keyed],
+        [k[0] for k, _ in keyed],
+        [k[1] for k, _ in keyed],
+        [k[2] for k, _ in keyed],
+        [k[3] for k, _ in keyed],
+        [k[4] for k, _ in keyed],
+    )
 
 
 def _clip_mean(m: float, s: float) -> float:
@@ -137,16 +142,27 @@ def population_truth(sc: Scenario, d: _Design, a: str, b: str) -> float:
     return mean(a) - mean(b)
 
 
-def _conditional_truth(sc: Scenario, d: _Design, u: dict[str, float],
-                       w: dict[tuple[str, str], float], a: str, b: str,
-                       stimuli: Sequence[str]) -> float:  # fmt: skip
+def _conditional_truth(
+    sc: Scenario,
+    d: _Design,
+    u: dict[str, float],
+    w: dict[tuple[str, str], float],
+    a: str,
+    b: str,
+    stimuli: Sequence[str],
+) -> float:
     """The contrast over these stimuli given the drawn effects (each stimulus weighted alike)."""
 
     def value(arm: str, s: str) -> float:
         out = []
         for m, v in _cells(d, arm):
-            centre = (sc.rates[arm] + sc.model_shift.get(m, 0.0) + sc.variant_shift.get(v, 0.0)
-                      + u[s] + w[(s, arm)])  # fmt: skip
+            centre = (
+                sc.rates[arm]
+                + sc.model_shift.get(m, 0.0)
+                + sc.variant_shift.get(v, 0.0)
+                + u[s]
+                + w[(s, arm)]
+            )
             out.append(centre if sc.distribution == "normal" else min(1.0, max(0.0, centre)))
         return float(np.mean(out))
 
@@ -156,8 +172,9 @@ def _conditional_truth(sc: Scenario, d: _Design, u: dict[str, float],
 Effects = tuple[pd.DataFrame, dict[str, float], dict[tuple[str, str], float]]
 
 
-def simulate_trials(sc: Scenario, d: _Design, stimuli: dict[str, dict[str, Any]],
-                    rng: np.random.Generator) -> Effects:  # fmt: skip
+def simulate_trials(
+    sc: Scenario, d: _Design, stimuli: dict[str, dict[str, Any]], rng: np.random.Generator
+) -> Effects:
     """One simulated study's trial table, and the drawn stimulus and stimulus × arm effects.
 
     Draw order (``docs/planning.md`` §2): ``standard_normal(S)`` for the S analysed stimuli
@@ -170,15 +187,23 @@ def simulate_trials(sc: Scenario, d: _Design, stimuli: dict[str, dict[str, Any]]
     zu = rng.standard_normal(len(analysed))
     zw = rng.standard_normal((len(analysed), len(arms)))
     u = {s: sc.stimulus_sd * float(zu[i]) for i, s in enumerate(analysed)}
-    w = {(s, a): sc.stimulus_arm_sd * float(zw[i, j])
-         for i, s in enumerate(analysed) for j, a in enumerate(arms)}  # fmt: skip
+    w = {
+        (s, a): sc.stimulus_arm_sd * float(zw[i, j])
+        for i, s in enumerate(analysed)
+        for j, a in enumerate(arms)
+    }
     n = len(d.trials)
     parse = rng.random(n)
-    centre = np.array([
-        sc.rates[a] + sc.model_shift.get(m, 0.0) + sc.variant_shift.get(v, 0.0)
-        + u.get(s, 0.0) + w.get((s, a), 0.0)
-        for a, m, s, v in zip(d.arm, d.model, d.stimulus, d.variant, strict=True)
-    ])  # fmt: skip
+    centre = np.array(
+        [
+            sc.rates[a]
+            + sc.model_shift.get(m, 0.0)
+            + sc.variant_shift.get(v, 0.0)
+            + u.get(s, 0.0)
+            + w.get((s, a), 0.0)
+            for a, m, s, v in zip(d.arm, d.model, d.stimulus, d.variant, strict=True)
+        ]
+    )
     items = np.array([int(stimuli[s]["items"]) for s in d.stimulus], dtype=np.int64)
     if sc.distribution == "normal":
         sd = np.array([sc.residual_sd[a] for a in d.arm])
@@ -190,13 +215,24 @@ def simulate_trials(sc: Scenario, d: _Design, stimuli: dict[str, dict[str, Any]]
     failed = parse < np.array([sc.parse_failure[a] for a in d.arm])
     control = np.array([bool(stimuli[s]["control"]) for s in d.stimulus])
     acc = np.where(failed, 0.0, acc)
-    frame = pd.DataFrame({
-        "trial": d.trials, "arm": d.arm, "model": d.model, "stimulus": d.stimulus,
-        "variant": d.variant, "rep": d.rep, "response_seq": np.arange(n),
-        "status": np.where(failed, "unparseable", "ok"), "n_items": items,
-        "n_answered": np.where(failed, 0, items), "n_correct": np.where(failed, 0, correct),
-        "accuracy": acc, "control": control, "excluded": failed,
-    })  # fmt: skip
+    frame = pd.DataFrame(
+        {
+            "trial": d.trials,
+            "arm": d.arm,
+            "model": d.model,
+            "stimulus": d.stimulus,
+            "variant": d.variant,
+            "rep": d.rep,
+            "response_seq": np.arange(n),
+            "status": np.where(failed, "unparseable", "ok"),
+            "n_items": items,
+            "n_answered": np.where(failed, 0, items),
+            "n_correct": np.where(failed, 0, correct),
+            "accuracy": acc,
+            "control": control,
+            "excluded": failed,
+        }
+    )
     return frame, u, w
 
 
@@ -212,35 +248,52 @@ def _interval(h: dict[str, Any], values: dict[str, Any]) -> dict[str, Any]:
     out: dict[str, Any] = {}
     if h["test"] == "equivalence" or "lower" not in values:
         if "ci_lower" in values:
-            out["registered"] = (bound(values.get("ci_lower"), -math.inf),
-                                 bound(values.get("ci_upper"), math.inf))  # fmt: skip
+            out["registered"] = (
+                bound(values.get("ci_lower"), -math.inf),
+                bound(values.get("ci_upper"), math.inf),
+            )
         return out
-    out["registered"] = (bound(values.get("lower"), -math.inf),
-                         bound(values.get("upper"), math.inf))  # fmt: skip
+    out["registered"] = (
+        bound(values.get("lower"), -math.inf),
+        bound(values.get("upper"), math.inf),
+    )
     two = values.get("ci_two_sided")
     if isinstance(two, list) and len(two) == 2:
         out["two_sided"] = (bound(two[0], -math.inf), bound(two[1], math.inf))
     return out
 
 
-def _run_one(plan: dict[str, Any], spec: PlanSpec, sc: Scenario, d: _Design,
-             stimuli: dict[str, dict[str, Any]], rng: np.random.Generator,
-             analysed_ids: list[str]) -> dict[str, Any]:  # fmt: skip
+def _run_one(
+    plan: dict[str, Any],
+    spec: PlanSpec,
+    sc: Scenario,
+    d: _Design,
+    stimuli: dict[str, dict[str, Any]],
+    rng: np.random.Generator,
+    analysed_ids: list[str],
+) -> dict[str, Any]:
     """Simulate one study and run the registered analysis on it: per-hypothesis numbers."""
     with closed_form_fits():
         return _analyse_one(plan, spec, sc, d, stimuli, rng, analysed_ids)
 
 
-def _analyse_one(plan: dict[str, Any], spec: PlanSpec, sc: Scenario, d: _Design,
-                 stimuli: dict[str, dict[str, Any]], rng: np.random.Generator,
-                 analysed_ids: list[str]) -> dict[str, Any]:  # fmt: skip
+def _analyse_one(
+    plan: dict[str, Any],
+    spec: PlanSpec,
+    sc: Scenario,
+    d: _Design,
+    stimuli: dict[str, dict[str, Any]],
+    rng: np.random.Generator,
+    analysed_ids: list[str],
+) -> dict[str, Any]:
     frame, u, w = simulate_trials(sc, d, stimuli, rng)
     if not (plan.get("analysis") or {}).get("exclude_unparseable", True):
         frame["excluded"] = False  # load_dataset: an unparseable trial then counts as 0
     items = pd.DataFrame(columns=[*an.VARIANT_ITEM_COLUMNS, *an.CLOZE_ITEM_COLUMNS])
     models = tuple(plan.get("model_order") or ())
-    ds = an.Dataset(frame, items, tuple(sorted(plan["arms"])), (), "", {}, models,
-                    bool(plan.get("variants")))  # fmt: skip
+    ds = an.Dataset(
+        frame, items, tuple(sorted(plan["arms"])), (), "", {}, models, bool(plan.get("variants"))
+    )
     _, fit = an.fit_model(ds, plan)
     tested = an.hypothesis_results(ds, plan, fit)
     out: dict[str, Any] = {"hypotheses": {}, "sensitivity": {}}
@@ -248,10 +301,13 @@ def _analyse_one(plan: dict[str, Any], spec: PlanSpec, sc: Scenario, d: _Design,
         a, b = h["contrast"]
         subset = list(h.get("stimuli") or analysed_ids)
         values = r.values or {}
-        row = {"verdict": r.verdict or "not computed",
-               "estimate": values.get("estimate") if r.status == "ok" else None,
-               "conditional_truth": _conditional_truth(sc, d, u, w, a, b, [
-                   s for s in subset if s in u])}  # fmt: skip
+        row = {
+            "verdict": r.verdict or "not computed",
+            "estimate": values.get("estimate") if r.status == "ok" else None,
+            "conditional_truth": _conditional_truth(
+                sc, d, u, w, a, b, [s for s in subset if s in u]
+            ),
+        }
         if r.status == "ok":
             for name, (lo, hi) in _interval(h, values).items():
                 row[name] = [lo, hi]
@@ -265,9 +321,10 @@ def _analyse_one(plan: dict[str, Any], spec: PlanSpec, sc: Scenario, d: _Design,
                 got = c.get(name)
                 if isinstance(got, dict):
                     lo, hi = got.get("lower"), got.get("upper")
-                    row[name] = [float(lo) if lo is not None else -math.inf,
-                                 float(hi) if hi is not None and math.isfinite(hi)
-                                 else math.inf]  # fmt: skip
+                    row[name] = [
+                        float(lo) if lo is not None else -math.inf,
+                        float(hi) if hi is not None and math.isfinite(hi) else math.inf,
+                    ]
             row["supports"] = c.get("supports")
             out["sensitivity"][str(c.get("hypothesis"))] = row
     return out
@@ -283,8 +340,10 @@ def _starts(sc: Scenario, items: float) -> Callable[[str, list[str]], Sequence[f
     if sc.distribution == "normal":
         residual = {a: v * v for a, v in sc.residual_sd.items()}
     else:
-        residual = {a: max(min(p, 1.0), 0.0) * (1 - max(min(p, 1.0), 0.0)) / items
-                    for a, p in sc.rates.items()}  # fmt: skip
+        residual = {
+            a: max(min(p, 1.0), 0.0) * (1 - max(min(p, 1.0), 0.0)) / items
+            for a, p in sc.rates.items()
+        }
 
     def start(_name: str, names: list[str]) -> Sequence[float] | None:
         out = []
@@ -318,8 +377,9 @@ def _covers(bounds: Sequence[Any], truth: float) -> bool:
     return bool(lo <= truth <= hi)
 
 
-def summarise(plan: dict[str, Any], spec: PlanSpec, sc: Scenario, d: _Design,
-              rows: list[dict[str, Any]]) -> dict[str, Any]:  # fmt: skip
+def summarise(
+    plan: dict[str, Any], spec: PlanSpec, sc: Scenario, d: _Design, rows: list[dict[str, Any]]
+) -> dict[str, Any]:
     """Per hypothesis: verdict counts, power or type-I error, coverage of each interval.
 
     ``docs/planning.md`` §4: the truth of an ``lmm`` interval (and of every sensitivity
@@ -348,30 +408,40 @@ def summarise(plan: dict[str, Any], spec: PlanSpec, sc: Scenario, d: _Design,
             role = "share supported"
         coverage = {}
         for name in ("registered", "two_sided"):
-            pairs = [(p[name], truth if h["test"] in POPULATION_TESTS else p["conditional_truth"])
-                     for p in per if name in p]  # fmt: skip
+            pairs = [
+                (p[name], truth if h["test"] in POPULATION_TESTS else p["conditional_truth"])
+                for p in per
+                if name in p
+            ]
             if pairs:
                 coverage[name] = _share([_covers(bounds, t) for bounds, t in pairs])
         estimates = [p["estimate"] for p in per if isinstance(p.get("estimate"), float)]
         entry = {
-            "hypothesis": hid, "test": h["test"], "sides": sides,
-            "primary": hid in spec.primary, "truth": truth,
+            "hypothesis": hid,
+            "test": h["test"],
+            "sides": sides,
+            "primary": hid in spec.primary,
+            "truth": truth,
             "estimand": "population" if h["test"] in POPULATION_TESTS else "study stimuli",
-            "role": role, "supported": _share(supported),
+            "role": role,
+            "supported": _share(supported),
             "not_computed": _share([p["verdict"] == "not computed" for p in per]),
-            "verdicts": dict(sorted(verdicts.items())), "coverage": coverage,
+            "verdicts": dict(sorted(verdicts.items())),
+            "coverage": coverage,
             "mean_estimate": float(np.mean(estimates)) if estimates else None,
-        }  # fmt: skip
+        }
         sens_rows = [r["sensitivity"].get(hid) for r in rows]
         if any(s is not None for s in sens_rows):
             entry["sensitivity"] = {
-                name: _share([_covers(s[name], truth) for s in sens_rows
-                              if s is not None and name in s])
+                name: _share(
+                    [_covers(s[name], truth) for s in sens_rows if s is not None and name in s]
+                )
                 for name in SENSITIVITY_INTERVALS
                 if any(s is not None and name in s for s in sens_rows)
-            }  # fmt: skip
-            entry["sensitivity_supports"] = _share([bool(s and s.get("supports"))
-                                                    for s in sens_rows])  # fmt: skip
+            }
+            entry["sensitivity_supports"] = _share(
+                [bool(s and s.get("supports")) for s in sens_rows]
+            )
         hyps.append(entry)
     return {"hypotheses": hyps}
 
@@ -383,9 +453,10 @@ def _columns(plan: dict[str, Any], rows: list[dict[str, Any]]) -> dict[str, Any]
         hid = h["id"]
         per = [r["hypotheses"][hid] for r in rows]
         col: dict[str, Any] = {
-            "verdict": [p["verdict"] for p in per], "estimate": [p.get("estimate") for p in per],
+            "verdict": [p["verdict"] for p in per],
+            "estimate": [p.get("estimate") for p in per],
             "conditional_truth": [p["conditional_truth"] for p in per],
-        }  # fmt: skip
+        }
         for name in ("registered", "two_sided"):
             if any(name in p for p in per):
                 col[name] = [_json_bounds(p.get(name)) for p in per]
@@ -394,7 +465,7 @@ def _columns(plan: dict[str, Any], rows: list[dict[str, Any]]) -> dict[str, Any]
             col["sensitivity"] = {
                 name: [_json_bounds(s.get(name)) if s else None for s in sens]
                 for name in SENSITIVITY_INTERVALS
-            } | {"supports": [s.get("supports") if s else None for s in sens]}  # fmt: skip
+            } | {"supports": [s.get("supports") if s else None for s in sens]}
         out[hid] = col
     return out
 
@@ -417,9 +488,11 @@ def _check_plan(study: Any, protocol: dict[str, Any]) -> None:
         )
     for i, h in enumerate(protocol["hypotheses"]):
         if h["test"] not in PLAN_TESTS:
-            problems.append(f"study.toml: hypotheses[{i}].test: {h['id']} uses {h['test']!r}, "
-                            f"which ledger plan cannot simulate yet (it simulates "
-                            f"{', '.join(PLAN_TESTS)})")  # fmt: skip
+            problems.append(
+                f"study.toml: hypotheses[{i}].test: {h['id']} uses {h['test']!r}, "
+                f"which ledger plan cannot simulate yet (it simulates "
+                f"{', '.join(PLAN_TESTS)})"
+            )
         elif h.get("outcome") not in (None, "glyph_accuracy", "trial_accuracy"):
             problems.append(
                 f"study.toml: hypotheses[{i}].outcome: {h['id']} tests "
@@ -439,12 +512,16 @@ def _settings(spec: PlanSpec, study: Any) -> list[int]:
 
 
 def _trial_ids(study: Any, reps: int) -> list[str]:
-    return list(study.trial_ids() if reps == study.replicates
-                else replace(study, replicates=reps).trial_ids())  # fmt: skip
+    return list(
+        study.trial_ids()
+        if reps == study.replicates
+        else replace(study, replicates=reps).trial_ids()
+    )
 
 
-def estimate_cost(study: Any, spec: PlanSpec, protocol: dict[str, Any],
-                  stimuli: dict[str, dict[str, Any]]) -> float:  # fmt: skip
+def estimate_cost(
+    study: Any, spec: PlanSpec, protocol: dict[str, Any], stimuli: dict[str, dict[str, Any]]
+) -> float:
     """Seconds the whole plan should take: two studies of each setting timed and scaled."""
     total = 0.0
     for reps in _settings(spec, study):
@@ -467,9 +544,14 @@ def _one_study(args: tuple[Any, ...]) -> dict[str, Any]:
     return _run_one(protocol, spec, sc, d, stimuli, rng, analysed)
 
 
-def run_plan(study: Any, spec: PlanSpec, protocol: dict[str, Any],
-             stimuli: dict[str, dict[str, Any]], progress: Callable[[str], None] | None = None,
-             jobs: int = 1) -> dict[str, Any]:  # fmt: skip
+def run_plan(
+    study: Any,
+    spec: PlanSpec,
+    protocol: dict[str, Any],
+    stimuli: dict[str, dict[str, Any]],
+    progress: Callable[[str], None] | None = None,
+    jobs: int = 1,
+) -> dict[str, Any]:
     """Every setting × scenario × study; the ``results`` member of ``plan/plan.json``.
 
     ``jobs > 1`` runs the studies in that many worker processes; each study draws from its own
@@ -488,26 +570,44 @@ def run_plan(study: Any, spec: PlanSpec, protocol: dict[str, Any],
             d = _design(_trial_ids(study, reps))
             for ci, sc in enumerate(spec.scenarios):
                 start = time.perf_counter()
-                work = [(protocol, spec, sc, d, stimuli, analysed, si, ci, k)
-                        for k in range(spec.studies)]  # fmt: skip
-                rows = (list(pool.map(_one_study, work, chunksize=max(1, len(work) // (4 * jobs))))
-                        if pool is not None else [_one_study(w) for w in work])  # fmt: skip
+                work = [
+                    (protocol, spec, sc, d, stimuli, analysed, si, ci, k)
+                    for k in range(spec.studies)
+                ]
+                rows = (
+                    list(pool.map(_one_study, work, chunksize=max(1, len(work) // (4 * jobs))))
+                    if pool is not None
+                    else [_one_study(w) for w in work]
+                )
                 seconds = time.perf_counter() - start
                 summary = summarise(protocol, spec, sc, d, rows)
-                results.append({"replicates": reps, "scenario": sc.name, "trials": len(d.trials),
-                                **summary, "studies": _columns(protocol, rows)})  # fmt: skip
+                results.append(
+                    {
+                        "replicates": reps,
+                        "scenario": sc.name,
+                        "trials": len(d.trials),
+                        **summary,
+                        "studies": _columns(protocol, rows),
+                    }
+                )
                 if progress is not None:
-                    progress(f"{sc.name} at {reps} replicates: {spec.studies} studies in "
-                             f"{seconds:.1f} s")  # fmt: skip
+                    progress(
+                        f"{sc.name} at {reps} replicates: {spec.studies} studies in {seconds:.1f} s"
+                    )
     finally:
         if pool is not None:
             pool.shutdown()
     return {"results": results}
 
 
-def plan_study(root: str | Path, *, studies: int | None = None, force: bool = False,
-               progress: Callable[[str], None] | None = None,
-               jobs: int = 1) -> PlanRun:  # fmt: skip
+def plan_study(
+    root: str | Path,
+    *,
+    studies: int | None = None,
+    force: bool = False,
+    progress: Callable[[str], None] | None = None,
+    jobs: int = 1,
+) -> PlanRun:
     """Run ``[plan]`` of the study at ``root`` and write ``plan/plan.json`` (before the lock).
 
     ``studies`` overrides ``[plan] studies`` (the record says so). The cost is estimated first
@@ -525,8 +625,10 @@ def plan_study(root: str | Path, *, studies: int | None = None, force: bool = Fa
     except SpecError as exc:
         raise PlanError(f"cannot plan: {exc}") from exc
     if study.plan is None:
-        raise PlanError(f"{root / 'study.toml'}: plan: no [plan] table (docs/planning.md gives "
-                        "its keys and an example)")  # fmt: skip
+        raise PlanError(
+            f"{root / 'study.toml'}: plan: no [plan] table (docs/planning.md gives "
+            "its keys and an example)"
+        )
     spec = study.plan
     if studies is not None:
         if not 10 <= studies <= 100_000:
@@ -549,17 +651,22 @@ def plan_study(root: str | Path, *, studies: int | None = None, force: bool = Fa
         )
     if progress is not None:
         total = spec.studies * len(spec.scenarios) * len(_settings(spec, study))
-        progress(f"estimated {estimate:.0f} s for {total} simulated studies (two timed per "
-                 f"replicate setting); starting")  # fmt: skip
+        progress(
+            f"estimated {estimate:.0f} s for {total} simulated studies (two timed per "
+            f"replicate setting); starting"
+        )
     start = time.perf_counter()
     body = run_plan(study, spec, protocol, stimuli, progress, jobs)
     seconds = time.perf_counter() - start
     record = {
-        "version": PLAN_VERSION, "study": study.id, "inputs_sha256": inputs,
-        "settings": spec.record(), "stimuli": stimuli,
+        "version": PLAN_VERSION,
+        "study": study.id,
+        "inputs_sha256": inputs,
+        "settings": spec.record(),
+        "stimuli": stimuli,
         "software": {"numpy": np.__version__},
         **body,
-    }  # fmt: skip
+    }
     if locked is not None:
         old = json.loads(locked)
         same = _same_numbers(old.get("results"), record["results"])
@@ -615,13 +722,16 @@ def _locked_state(root: Path, path: Path | PostgresLocation | RemoteLocation) ->
             return None
         changed = [c for c in changed_files(root, log) if c[0] in ("study.toml", PLAN_FILE)]
         if changed:
-            raise PlanError(f"{root}: {changed[0][0]} changed since the lock (the locked "
-                            "analysis and plan are what a plan of this study must use); a "
-                            "locked study's plan cannot be run on another design")  # fmt: skip
+            raise PlanError(
+                f"{root}: {changed[0][0]} changed since the lock (the locked "
+                "analysis and plan are what a plan of this study must use); a "
+                "locked study's plan cannot be run on another design"
+            )
         manifest = locked_manifest(log)
         if PLAN_FILE not in manifest:
-            raise PlanError(f"{root}: locked without {PLAN_FILE}: the plan must be recorded "
-                            "before the lock")  # fmt: skip
+            raise PlanError(
+                f"{root}: locked without {PLAN_FILE}: the plan must be recorded before the lock"
+            )
         data = log.blob(_artifact_blob(log, PLAN_FILE, manifest[PLAN_FILE]))
         return data.decode("utf-8")
 

@@ -49,8 +49,9 @@ TEST_TITLES = {
 }
 
 
-def posthoc_result(ds: Any, plan: dict[str, Any], declared: dict[str, Any], name: str,
-                   test: str = "lmm") -> Result:  # fmt: skip
+def posthoc_result(
+    ds: Any, plan: dict[str, Any], declared: dict[str, Any], name: str, test: str = "lmm"
+) -> Result:
     """The result of one declared post-hoc analysis (``docs/analysis.md`` §6).
 
     ``declared`` = ``{"contrast": [a, b], "random_intercept", "arms", "model", "reason"}``
@@ -73,46 +74,69 @@ def posthoc_result(ds: Any, plan: dict[str, Any], declared: dict[str, Any], name
         result = _posthoc_test(ds, plan, a, b, name, test)
         result.title += at
         return result
-    sub_plan = {**plan, "analysis": {**(plan.get("analysis") or {}),
-                                     "random_intercept": declared["random_intercept"],
-                                     "model_arms": declared.get("arms")}}  # fmt: skip
+    sub_plan = {
+        **plan,
+        "analysis": {
+            **(plan.get("analysis") or {}),
+            "random_intercept": declared["random_intercept"],
+            "model_arms": declared.get("arms"),
+        },
+    }
     fitted, fit = fit_model(ds, sub_plan)
     result = Result(
         f"posthoc.{name}",
-        f"Post hoc (declared after unblinding): {a} - {b}, " + fitted.title.removeprefix(
-            "Linear mixed model: ") + at,
+        f"Post hoc (declared after unblinding): {a} - {b}, "
+        + fitted.title.removeprefix("Linear mixed model: ")
+        + at,
         POSTHOC_LABEL,
         "lmm",
-    )  # fmt: skip
+    )
 
     def compute() -> None:
         if fit is None:
             reason = (fitted.values or {}).get("reason")  # a model that is not applicable
-            raise stats.StatsError(fitted.error or (f"the model could not be fitted: {reason}"
-                                                    if reason else "the model could not be fitted"))
-        result.values = {**(fitted.values or {}),
-                         "contrast": stats.contrast(fit, a, b, "two-sided").as_dict()}
+            raise stats.StatsError(
+                fitted.error
+                or (
+                    f"the model could not be fitted: {reason}"
+                    if reason
+                    else "the model could not be fitted"
+                )
+            )
+        result.values = {
+            **(fitted.values or {}),
+            "contrast": stats.contrast(fit, a, b, "two-sided").as_dict(),
+        }
 
     return _guard(result, compute)
 
 
-def _posthoc_test(ds: Any, plan: dict[str, Any], a: str, b: str, name: str,
-                  test: str) -> Result:  # fmt: skip
+def _posthoc_test(ds: Any, plan: dict[str, Any], a: str, b: str, name: str, test: str) -> Result:
     """A post-hoc t-test or bootstrap of a − b on the analysable trials (two-sided)."""
-    result = Result(f"posthoc.{name}",
-                    f"Post hoc (declared after unblinding): {a} - {b}, {TEST_TITLES[test]}",
-                    POSTHOC_LABEL, test)  # fmt: skip
+    result = Result(
+        f"posthoc.{name}",
+        f"Post hoc (declared after unblinding): {a} - {b}, {TEST_TITLES[test]}",
+        POSTHOC_LABEL,
+        test,
+    )
     design = plan["design"]
 
     def compute() -> None:
         summary: dict[str, Any] = {"a": a, "b": b, "sides": "two-sided"}
         if test == "bootstrap":
-            boot = stats.bootstrap_diff(*_pair_values(ds, a, b),
-                                        int(design["bootstrap_iterations"]),
-                                        design["bootstrap_seed"])  # fmt: skip
+            boot = stats.bootstrap_diff(
+                *_pair_values(ds, a, b),
+                int(design["bootstrap_iterations"]),
+                design["bootstrap_seed"],
+            )
             values = boot.as_dict()
-            summary |= {"estimate": boot.estimate, "lower": boot.lower, "upper": boot.upper,
-                        "p": None, "conf": boot.conf}  # fmt: skip
+            summary |= {
+                "estimate": boot.estimate,
+                "lower": boot.lower,
+                "upper": boot.upper,
+                "p": None,
+                "conf": boot.conf,
+            }
         else:
             if test == "paired-t":
                 x, y, dropped = _trial_pairs(ds, a, b)
@@ -121,11 +145,20 @@ def _posthoc_test(ds: Any, plan: dict[str, Any], a: str, b: str, name: str,
                 res = stats.independent_t(*_pair_values(ds, a, b))
             values = {**res.as_dict(), "estimate": res.difference}
             if test == "paired-t":
-                values |= {"pairing": ["stimulus", "rep"], "n_dropped": len(dropped),
-                           "dropped_pairs": dropped}  # fmt: skip
-            summary |= {"estimate": res.difference, "lower": res.ci_lower,
-                        "upper": res.ci_upper, "p": res.p, "t": res.t, "df": res.df,
-                        "conf": 0.95}  # fmt: skip
+                values |= {
+                    "pairing": ["stimulus", "rep"],
+                    "n_dropped": len(dropped),
+                    "dropped_pairs": dropped,
+                }
+            summary |= {
+                "estimate": res.difference,
+                "lower": res.ci_lower,
+                "upper": res.ci_upper,
+                "p": res.p,
+                "t": res.t,
+                "df": res.df,
+                "conf": 0.95,
+            }
         result.values = {**values, "contrast": summary}
 
     return _guard(result, compute)
@@ -136,15 +169,19 @@ def _check_variants(ds: Any, arms: list[str], variant: str | None) -> None:
 
     An arm over three option orders against one over one would compare the orders too.
     """
-    runs = {arm: sorted({str(v) for v in ds.trials.loc[ds.trials["arm"] == arm, "variant"]})
-            for arm in arms}  # fmt: skip
+    runs = {
+        arm: sorted({str(v) for v in ds.trials.loc[ds.trials["arm"] == arm, "variant"]})
+        for arm in arms
+    }
     if variant is not None:
         if not ds.variants:
             raise StudyError(f"--variant {variant!r}: the study declares no variants")
         missing = [arm for arm in arms if variant not in runs[arm]]
         if missing:
-            raise StudyError(f"--variant {variant!r}: arm {missing[0]} has no scored trial of "
-                             f"that variant (it ran {', '.join(runs[missing[0]]) or 'none'})")
+            raise StudyError(
+                f"--variant {variant!r}: arm {missing[0]} has no scored trial of "
+                f"that variant (it ran {', '.join(runs[missing[0]]) or 'none'})"
+            )
         return
     with_trials = {arm: v for arm, v in runs.items() if v}
     if len({tuple(v) for v in with_trials.values()}) > 1:
@@ -153,7 +190,8 @@ def _check_variants(ds: Any, arms: list[str], variant: str | None) -> None:
         raise StudyError(
             f"the arms compared ran different variants ({shown}): the comparison would mix "
             "the variants' effect into the arms'; choose one variant they all ran with "
-            f"--variant ({', '.join(shared) or 'they share none'})")
+            f"--variant ({', '.join(shared) or 'they share none'})"
+        )
 
 
 def declare_posthoc(
@@ -188,8 +226,10 @@ def declare_posthoc(
     if test not in POSTHOC_TESTS:
         raise StudyError(f"--test {test!r}: use one of {', '.join(POSTHOC_TESTS)}")
     if test != "lmm" and (random_intercept is not None or arms is not None):
-        raise StudyError(f"--test {test}: --random-intercept and --arms belong to the mixed "
-                         "model (--test lmm) only")  # fmt: skip
+        raise StudyError(
+            f"--test {test}: --random-intercept and --arms belong to the mixed "
+            "model (--test lmm) only"
+        )
     if test == "lmm" and random_intercept is None:
         random_intercept = "stimulus"
     if random_intercept is not None and random_intercept not in RANDOM_INTERCEPTS:
@@ -198,12 +238,16 @@ def declare_posthoc(
     with Ledger.open(ledger_path(root)) as log:
         results = list(log.events("analysis.result"))
         if not results:
-            raise StudyError(f"{root}: the registered analysis is not recorded yet; a post-hoc "
-                             "analysis comes after 'ledger analyze'")  # fmt: skip
+            raise StudyError(
+                f"{root}: the registered analysis is not recorded yet; a post-hoc "
+                "analysis comes after 'ledger analyze'"
+            )
         for event in log.events(POSTHOC_KIND):
             if event.body.get("id") == f"posthoc.{name}":
-                raise StudyError(f"{root}: post-hoc analysis {name!r} already recorded at seq "
-                                 f"{event.seq}; choose another name")  # fmt: skip
+                raise StudyError(
+                    f"{root}: post-hoc analysis {name!r} already recorded at seq "
+                    f"{event.seq}; choose another name"
+                )
         protocol = protocol_event(log)
         assert protocol is not None
         plan = protocol.body
@@ -217,22 +261,32 @@ def declare_posthoc(
             raise StudyError(f"--arms {','.join(arms)} must include both arms of the contrast")
         declared_models = list(models(plan))
         if model is not None and model not in declared_models:
-            raise StudyError(f"--model {model!r}: the study's models are "
-                             f"{', '.join(declared_models) or 'none ([model] declares one)'}")
+            raise StudyError(
+                f"--model {model!r}: the study's models are "
+                f"{', '.join(declared_models) or 'none ([model] declares one)'}"
+            )
         settings = plan.get("analysis", {})
         sources = stimulus_sources(study) if random_intercept == "source" else {}
         ds = load_dataset(
-            log, exclude_unparseable=bool(settings.get("exclude_unparseable", True)),
+            log,
+            exclude_unparseable=bool(settings.get("exclude_unparseable", True)),
             parser=str((plan.get("response") or {}).get("parser", "tumbling-e-json")),
-            sources=sources, models=models(plan), variants=bool(plan.get("variants")),
+            sources=sources,
+            models=models(plan),
+            variants=bool(plan.get("variants")),
             factorial=plan_cells(plan),
-        )  # fmt: skip
+        )
         compared = [*contrast] if test != "lmm" else (sorted(arms) if arms is not None else known)
         _check_variants(ds if model is None else ds.for_model(model), compared, variant)
-        declared = {"contrast": list(contrast), "random_intercept": random_intercept,
-                    "arms": sorted(arms) if arms is not None else None, "model": model,
-                    "variant": variant, "reason": " ".join(reason.split()),
-                    "after_seq": results[-1].seq}  # fmt: skip
+        declared = {
+            "contrast": list(contrast),
+            "random_intercept": random_intercept,
+            "arms": sorted(arms) if arms is not None else None,
+            "model": model,
+            "variant": variant,
+            "reason": " ".join(reason.split()),
+            "after_seq": results[-1].seq,
+        }
         result = posthoc_result(ds, plan, declared, name, test)
         inputs = {
             "scores_sha256": ds.scores_sha256,

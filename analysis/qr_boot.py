@@ -68,8 +68,9 @@ def level(h: dict[str, Any]) -> float:
     return 1.0 - 2.0 * alpha if one else 1.0 - alpha
 
 
-def resample_means(columns: Sequence[npt.NDArray[np.float64]], iterations: int,
-                   seed: int | str) -> list[npt.NDArray[np.float64]]:
+def resample_means(
+    columns: Sequence[npt.NDArray[np.float64]], iterations: int, seed: int | str
+) -> list[npt.NDArray[np.float64]]:
     """The bootstrap replicates of each column's mean, all from the same draws.
 
     ``rng = numpy.random.default_rng(seed)`` (``Generator(PCG64(seed))``); iteration ``i``
@@ -91,13 +92,14 @@ def resample_means(columns: Sequence[npt.NDArray[np.float64]], iterations: int,
         idx = rng.integers(0, n, size=(m, n))
         for column, reps in zip(columns, out, strict=True):
             np.take(column, idx, out=drawn[:m], mode="clip")  # indices are in range
-            reps[start:start + m] = drawn[:m].mean(axis=1)
+            reps[start : start + m] = drawn[:m].mean(axis=1)
     return out
 
 
 def _interval(replicates: npt.NDArray[np.float64], conf: float) -> tuple[float, float]:
-    lo, hi = np.quantile(replicates, [round((1 - conf) / 2, 12), round((1 + conf) / 2, 12)],
-                         method="linear")  # fmt: skip
+    lo, hi = np.quantile(
+        replicates, [round((1 - conf) / 2, 12), round((1 + conf) / 2, 12)], method="linear"
+    )
     return float(lo), float(hi)
 
 
@@ -134,9 +136,15 @@ def _scored(ds: Any, arm: str, outcome: str) -> dict[Key, tuple[str, float]]:
     usable = ~t["excluded"].to_numpy(dtype=bool)
     out: dict[Key, tuple[str, float]] = {}
     for trial, item, model, variant, rep, value, ok in zip(
-        t["trial"].tolist(), t["stimulus"].tolist(), t["model"].tolist(),
-        t["variant"].tolist(), t["rep"].tolist(), values.tolist(), usable.tolist(), strict=True,
-    ):  # fmt: skip
+        t["trial"].tolist(),
+        t["stimulus"].tolist(),
+        t["model"].tolist(),
+        t["variant"].tolist(),
+        t["rep"].tolist(),
+        values.tolist(),
+        usable.tolist(),
+        strict=True,
+    ):
         key = (str(item), str(model or ""), str(variant or ""), int(rep))
         out[key] = (str(trial), float(value) if ok and math.isfinite(value) else math.nan)
     return out
@@ -163,8 +171,14 @@ def _never_sent(ds: Any, arm: str) -> dict[Key, str]:
 
 
 def _exclusion(key: Key, kind: str, trials: list[str]) -> dict[str, Any]:
-    return {"item": key[0], "model": key[1], "variant": key[2], "rep": key[3],
-            "kind": kind, "trials": sorted(trials)}  # fmt: skip
+    return {
+        "item": key[0],
+        "model": key[1],
+        "variant": key[2],
+        "rep": key[3],
+        "kind": kind,
+        "trials": sorted(trials),
+    }
 
 
 def _key_text(key: Key) -> str:
@@ -201,8 +215,11 @@ def observations(ds: Any, outcome: str, a: str, b: str | None = None) -> Observa
     right = _scored(ds, b, outcome)
     lost_a, lost_b = _given_up(ds, a), _given_up(ds, b)
     skip_a, skip_b = _never_sent(ds, a), _never_sent(ds, b)
-    unpaired = sorted(k for k in set(left) ^ set(right) if k not in lost_a and k not in lost_b
-                      and k not in skip_a and k not in skip_b)  # fmt: skip
+    unpaired = sorted(
+        k
+        for k in set(left) ^ set(right)
+        if k not in lost_a and k not in lost_b and k not in skip_a and k not in skip_b
+    )
     if unpaired:
         first = unpaired[0]
         has, lacks = (a, b) if first in left else (b, a)
@@ -210,7 +227,8 @@ def observations(ds: Any, outcome: str, a: str, b: str | None = None) -> Observa
             f"qr-bootstrap pairs by (item, model, variant, rep): arm {has!r} has "
             f"{_key_text(first)} and arm {lacks!r} does not ({len(unpaired)} unpaired "
             f"observation{'s' if len(unpaired) != 1 else ''}; the arms must run the same items "
-            "and replicates)")  # fmt: skip
+            "and replicates)"
+        )
     keys, excluded = [], []
     undefined = gave_up = 0
     for key in sorted(set(left) | set(right)):
@@ -273,26 +291,36 @@ def qr_values(ds: Any, plan: dict[str, Any], h: dict[str, Any]) -> dict[str, Any
     if statistic in BINARY_STATISTICS:
         _check_binary(obs, outcome)
     if not obs.keys:
-        raise st.StatsError(f"qr-bootstrap {statistic}: no observation with a defined "
-                            f"{outcome!r} ({len(obs.excluded)} excluded)")  # fmt: skip
+        raise st.StatsError(
+            f"qr-bootstrap {statistic}: no observation with a defined "
+            f"{outcome!r} ({len(obs.excluded)} excluded)"
+        )
     design = plan["design"]
     iterations, seed = int(design["bootstrap_iterations"]), int(design["bootstrap_seed"])
     column = statistic_column(obs, statistic)
     conf = level(h)
     lower, upper = _interval(resample_means([column], iterations, seed)[0], conf)
     out: dict[str, Any] = {"statistic": statistic, "outcome": outcome}
-    out.update({"arm": h["arm"]} if statistic in ARM_STATISTICS else {
-        "contrast": list(h["contrast"])})
-    out.update({
-        "n": len(obs.keys), "n_items": len({k[0] for k in obs.keys}),
-        "estimate": float(column.mean()), "lower": lower, "upper": upper, "conf": conf,
-        "iterations": iterations, "seed": seed, "ci_method": CI_METHOD,
-    })  # fmt: skip
+    out.update(
+        {"arm": h["arm"]} if statistic in ARM_STATISTICS else {"contrast": list(h["contrast"])}
+    )
+    out.update(
+        {
+            "n": len(obs.keys),
+            "n_items": len({k[0] for k in obs.keys}),
+            "estimate": float(column.mean()),
+            "lower": lower,
+            "upper": upper,
+            "conf": conf,
+            "iterations": iterations,
+            "seed": seed,
+            "ci_method": CI_METHOD,
+        }
+    )
     if obs.b is not None:
         out["mean_a"] = float(obs.a.mean())
         out["mean_b"] = float(obs.b.mean())
-    out.update({"undefined": obs.undefined, "given_up": obs.given_up,
-                "excluded": obs.excluded})  # fmt: skip
+    out.update({"undefined": obs.undefined, "given_up": obs.given_up, "excluded": obs.excluded})
     return out
 
 
@@ -327,15 +355,21 @@ def decide(h: dict[str, Any], v: dict[str, Any]) -> tuple[str, dict[str, Any]]:
     return verdict, {"rule": rule, "estimate": est, "lower": lower, "upper": upper}
 
 
-def _summary(replicates: npt.NDArray[np.float64], column: npt.NDArray[np.float64]
-             ) -> dict[str, Any]:
+def _summary(
+    replicates: npt.NDArray[np.float64], column: npt.NDArray[np.float64]
+) -> dict[str, Any]:
     lower, upper = _interval(replicates, DESCRIPTIVE_CONF)
-    return {"estimate": float(column.mean()), "lower": lower, "upper": upper,
-            "half_width": (upper - lower) / 2}  # fmt: skip
+    return {
+        "estimate": float(column.mean()),
+        "lower": lower,
+        "upper": upper,
+        "half_width": (upper - lower) / 2,
+    }
 
 
-def _row(ds: Any, outcome: str, a: str, b: str | None, iterations: int, seed: int
-         ) -> dict[str, Any]:
+def _row(
+    ds: Any, outcome: str, a: str, b: str | None, iterations: int, seed: int
+) -> dict[str, Any]:
     obs = observations(ds, outcome, a, b)
     if not obs.keys:
         raise st.StatsError(f"no observation with a defined {outcome!r}")
@@ -352,8 +386,7 @@ def _row(ds: Any, outcome: str, a: str, b: str | None, iterations: int, seed: in
             names.append("success_rate")
             columns.append((obs.a != obs.b).astype(np.float64))
     reps = resample_means(columns, iterations, seed)
-    out: dict[str, Any] = {"n": len(obs.keys), "undefined": obs.undefined,
-                           "given_up": obs.given_up}  # fmt: skip
+    out: dict[str, Any] = {"n": len(obs.keys), "undefined": obs.undefined, "given_up": obs.given_up}
     for name, column, rep in zip(names, columns, reps, strict=True):
         out[name] = _summary(rep, column)
     return out
@@ -398,14 +431,21 @@ def descriptive_values(ds: Any, plan: dict[str, Any]) -> dict[str, Any]:
             rows.append({"model": model, **row})
         head: dict[str, Any] = {"arm": a} if b is None else {"contrast": [a, b]}
         entries.append({**head, "outcome": outcome, "rows": rows})
-    return {"conf": DESCRIPTIVE_CONF, "iterations": iterations, "seed": seed,
-            "ci_method": CI_METHOD, "entries": entries}  # fmt: skip
+    return {
+        "conf": DESCRIPTIVE_CONF,
+        "iterations": iterations,
+        "seed": seed,
+        "ci_method": CI_METHOD,
+        "entries": entries,
+    }
 
 
 # ------------------------------------------------------------------------------ the report
 
-PM_NOTE = ("estimate ± half the width of the 95% percentile interval (the seed's \"±\"; the "
-           "interval, not always symmetric, in brackets)")
+PM_NOTE = (
+    'estimate ± half the width of the 95% percentile interval (the seed\'s "±"; the '
+    "interval, not always symmetric, in brackets)"
+)
 """What the report's "±" is (``docs/archive-format.md`` §7)."""
 
 
@@ -423,8 +463,11 @@ def _numbers(*values: Any) -> list[float] | None:
 
 def pm_text(cell: Any, share: bool) -> str:
     """``62.5 ± 4.1 [58.3, 66.7]`` (percent of a share) or ``3.2 ± 0.41 [2.8, 3.6]``."""
-    got = _numbers(*(cell.get(k) for k in ("estimate", "half_width", "lower", "upper"))) if (
-        isinstance(cell, dict)) else None
+    got = (
+        _numbers(*(cell.get(k) for k in ("estimate", "half_width", "lower", "upper")))
+        if (isinstance(cell, dict))
+        else None
+    )
     if got is None:
         return "–"
     e, hw, lo, hi = got
@@ -457,24 +500,55 @@ def report_tables(result: dict[str, Any] | None) -> list[tuple[str, list[str], l
             model = str(row.get("model")) if row.get("model") is not None else "all (pooled)"
             failed = f"not computed: {row['error']}" if "error" in row else None
             if "contrast" not in entry:
-                arm_rows.append([str(entry.get("arm")), outcome, model, failed or str(row.get("n")),
-                                 "–" if failed else pm_text(row.get("mean"), share),
-                                 "–" if failed else excluded(row)])  # fmt: skip
+                arm_rows.append(
+                    [
+                        str(entry.get("arm")),
+                        outcome,
+                        model,
+                        failed or str(row.get("n")),
+                        "–" if failed else pm_text(row.get("mean"), share),
+                        "–" if failed else excluded(row),
+                    ]
+                )
             elif failed:
                 rows.append([model, failed, "–", "–", "–", "–", "–"])
             else:
-                rows.append([model, str(row.get("n")), pm_text(row.get("default"), share),
-                             pm_text(row.get("success_rate"), True),
-                             pm_text(row.get("perturbed"), share),
-                             pm_text(row.get("difference"), share), excluded(row)])  # fmt: skip
+                rows.append(
+                    [
+                        model,
+                        str(row.get("n")),
+                        pm_text(row.get("default"), share),
+                        pm_text(row.get("success_rate"), True),
+                        pm_text(row.get("perturbed"), share),
+                        pm_text(row.get("difference"), share),
+                        excluded(row),
+                    ]
+                )
         if "contrast" in entry:
             arms = " vs ".join(str(a) for a in entry["contrast"])
-            out.append((f"{result.get('title')}: {arms} ({outcome}); {PM_NOTE}",
-                        ["model", "pairs", "default", "success rate", "perturbed",
-                         "difference (perturbed − default)", "excluded"], rows))  # fmt: skip
+            out.append(
+                (
+                    f"{result.get('title')}: {arms} ({outcome}); {PM_NOTE}",
+                    [
+                        "model",
+                        "pairs",
+                        "default",
+                        "success rate",
+                        "perturbed",
+                        "difference (perturbed − default)",
+                        "excluded",
+                    ],
+                    rows,
+                )
+            )
     if arm_rows:
-        out.append((f"Mean outcome of one arm, bootstrap over (question, run) observations; "
-                    f"{PM_NOTE}", ["arm", "outcome", "model", "n", "mean", "excluded"], arm_rows))
+        out.append(
+            (
+                f"Mean outcome of one arm, bootstrap over (question, run) observations; {PM_NOTE}",
+                ["arm", "outcome", "model", "n", "mean", "excluded"],
+                arm_rows,
+            )
+        )
     return out
 
 

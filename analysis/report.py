@@ -48,8 +48,7 @@ from verify import Status, verify_path
 
 matplotlib.use("Agg")  # no display, ever; figures are drawn on FigureCanvasAgg directly
 
-__all__ = ["EXPLORATORY", "FigureFile", "Report", "build_report", "render_html",
-           "render_terminal"]  # fmt: skip
+__all__ = ["EXPLORATORY", "FigureFile", "Report", "build_report", "render_html", "render_terminal"]
 
 EXPLORATORY = "Exploratory (not pre-registered)"
 """The label every exploratory heading, caption and table carries."""
@@ -71,8 +70,18 @@ _RC: Any = {  # fixed style, whatever the user's matplotlibrc says
     "figure.facecolor": "white",
     "svg.hashsalt": "prompt-ledger",
 }
-_PALETTE = ("#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd", "#8c564b", "#e377c2",
-            "#7f7f7f", "#bcbd22", "#17becf")  # fmt: skip
+_PALETTE = (
+    "#1f77b4",
+    "#ff7f0e",
+    "#2ca02c",
+    "#d62728",
+    "#9467bd",
+    "#8c564b",
+    "#e377c2",
+    "#7f7f7f",
+    "#bcbd22",
+    "#17becf",
+)
 MODEL_FIELDS = ("model", "provider", "id", "max_tokens", "temperature", "top_p", "top_k", "stop")
 """The columns of the protocol's models table (a study with ``[models]``)."""
 _VERDICT_COLOURS = {"supported": "#1a7f37", "not supported": "#57606a", "not computed": "#cf222e"}
@@ -167,7 +176,6 @@ class Report:
         return [r for r in self.results if r.get("status") == "failed"]
 
 
-
 def _shown(root: Path) -> str:
     """The study as the report names it: its folder's name, never an absolute path.
 
@@ -192,6 +200,7 @@ def _check_row(check: Any) -> tuple[str, str, str]:
             return check.name, "", "a PROMPT ledger of a schema version this verifier knows"
         return check.name, where, check.reason
     return check.name, where, check.reason
+
 
 def _verify(path: Path | PostgresLocation | RemoteLocation) -> Any:
     """The independent verifier's report on the ledger at ``path``.
@@ -225,18 +234,30 @@ def _load(root: Path, out_dir: Path, html_path: Path) -> Report:
                 f"Run 'ledger analyze {root}' first"
             )
         results = [{"seq": e.seq, **e.body} for e in events]
-        amendments = [{"seq": e.seq, "time": e.time, **e.body}
-                      for e in log.events("protocol.amended")]  # fmt: skip
+        amendments = [
+            {"seq": e.seq, "time": e.time, **e.body} for e in log.events("protocol.amended")
+        ]
         runs = [{"seq": e.seq, **e.body} for e in log.events("run.started")]
         posthoc = [{"seq": e.seq, **e.body} for e in log.events("analysis.posthoc")]
         blob = events[0].blobs.get("trials_csv")
-        trials = (list(csv.DictReader(io.StringIO(log.blob(blob).decode("utf-8"))))
-                  if blob else [])  # fmt: skip
+        trials = list(csv.DictReader(io.StringIO(log.blob(blob).decode("utf-8")))) if blob else []
         body = dict(protocol.body)
         flow = trial_flow.study_flow(log)
     verification = _verify(path)
-    return Report(root, path, out_dir, html_path, body, results, amendments, runs, verification,
-                  posthoc=posthoc, trials=trials, flow=flow)  # fmt: skip
+    return Report(
+        root,
+        path,
+        out_dir,
+        html_path,
+        body,
+        results,
+        amendments,
+        runs,
+        verification,
+        posthoc=posthoc,
+        trials=trials,
+        flow=flow,
+    )
 
 
 def build_report(
@@ -362,25 +383,33 @@ def _estimate_text(result: dict[str, Any]) -> str:
     v = result.get("values") or {}
     test = result.get("test")
     if test == "equivalence":
-        return (f"max |diff| {_pp(v.get('max_abs_diff'), signed=False)} "
-                f"(at {v.get('group', '?')}); margin ±{_pp(v.get('margin'), signed=False)}")
+        return (
+            f"max |diff| {_pp(v.get('max_abs_diff'), signed=False)} "
+            f"(at {v.get('group', '?')}); margin ±{_pp(v.get('margin'), signed=False)}"
+        )
     if test == "mcnemar":  # with variants "b" is a condition; the counts are b_count, c_count
         return f"discordant b={_fmt(_count(v, 'b'))}, c={_fmt(_count(v, 'c'))}"
     if test == "gee":
-        return (f"log OR {_fmt(v.get('estimate'))} (95% CI {_fmt(v.get('lower'))} to "
-                f"{_fmt(v.get('upper'))}; OR {_fmt(v.get('odds_ratio'))})")
+        return (
+            f"log OR {_fmt(v.get('estimate'))} (95% CI {_fmt(v.get('lower'))} to "
+            f"{_fmt(v.get('upper'))}; OR {_fmt(v.get('odds_ratio'))})"
+        )
     if test == "factorial":  # analysis.md "Factorial designs": the term's joint Wald test
         tested = v.get("tested") or []
-        text = (f"{' × '.join(map(str, v.get('effect') or []))}: Wald chi2 {_fmt(v.get('chi2'))}, "
-                f"df {_fmt(v.get('df'))} ({', '.join(map(str, tested))})")
+        text = (
+            f"{' × '.join(map(str, v.get('effect') or []))}: Wald chi2 {_fmt(v.get('chi2'))}, "
+            f"df {_fmt(v.get('df'))} ({', '.join(map(str, tested))})"
+        )
         if v.get("estimate") is not None:
             text += f"; coefficient {_fmt(v.get('estimate'))}"
         if v.get("odds_ratio") is not None:
             text += f" (OR {_fmt(v.get('odds_ratio'))})"
         return text
     if test == "flip-rate":
-        return (f"flip rate {_pct(v.get('rate'))} ({_pct(v.get('conf'), 0)} CI "
-                f"{_pct(v.get('lower'))} to {_pct(v.get('upper'))})")
+        return (
+            f"flip rate {_pct(v.get('rate'))} ({_pct(v.get('conf'), 0)} CI "
+            f"{_pct(v.get('lower'))} to {_pct(v.get('upper'))})"
+        )
     if test == "chi-square":
         return f"chi2 {_fmt(v.get('chi2'))}, df {_fmt(v.get('df'))}"
     if test == "qr-bootstrap":
@@ -396,8 +425,11 @@ def _estimate_text(result: dict[str, Any]) -> str:
     lo = "−∞" if lower is None else pp(lower)
     hi = "+∞" if upper is None else pp(upper)
     both = v.get("ci_two_sided")
-    extra = (f"; two-sided 95% CI {pp(both[0])} to {pp(both[1])}"
-             if isinstance(both, list) and len(both) == 2 else "")  # fmt: skip
+    extra = (
+        f"; two-sided 95% CI {pp(both[0])} to {pp(both[1])}"
+        if isinstance(both, list) and len(both) == 2
+        else ""
+    )
     return f"{pp(est)} ({conf * 100:.0f}% CI {lo} to {hi}{extra})"
 
 
@@ -465,8 +497,10 @@ def _note_figure(title: str, text: str) -> Figure:
 
 def _fig_accuracy_by_arm(report: Report) -> Figure:
     result = report.result("descriptive.arms")
-    title = "Glyph-level accuracy by arm (Wilson 95% CI)" if report.tumbling else (
-        "Accuracy by arm (Wilson 95% CI)"
+    title = (
+        "Glyph-level accuracy by arm (Wilson 95% CI)"
+        if report.tumbling
+        else ("Accuracy by arm (Wilson 95% CI)")
     )
     if result is None or result.get("status") != "ok":
         return _note_figure(title, f"not computed: {(result or {}).get('error', 'no result')}")
@@ -484,21 +518,29 @@ def _fig_accuracy_by_arm(report: Report) -> Figure:
         colour = _arm_colour(report, arm)
         ax.bar(i, est * 100, color=colour, alpha=0.75, width=0.6)
         if lower is not None and upper is not None:
-            ax.errorbar(i, est * 100, yerr=[[(est - lower) * 100], [(upper - est) * 100]],
-                        color="black", capsize=5, linewidth=1.2)  # fmt: skip
+            ax.errorbar(
+                i,
+                est * 100,
+                yerr=[[(est - lower) * 100], [(upper - est) * 100]],
+                color="black",
+                capsize=5,
+                linewidth=1.2,
+            )
         ax.text(i, min(est * 100 + 3, 103), f"{est * 100:.1f}%", ha="center", fontsize=8)
         ax.text(i, 2, f"n={acc.get('n', '?')}", ha="center", fontsize=7, color="white")
     ax.set_xticks(range(len(arms)))
     ax.set_xticklabels([f"{a}\n{(roles.get(a) or {}).get('role', '')}" for a in arms])
     ax.set_ylim(0, 108)
-    ax.set_ylabel("accuracy (% of glyphs correct)" if report.tumbling else
-                  "accuracy (% of trials correct)")  # fmt: skip
+    ax.set_ylabel(
+        "accuracy (% of glyphs correct)" if report.tumbling else "accuracy (% of trials correct)"
+    )
     ax.set_title(title)
     if report.chance is not None:
         chance = report.chance * 100
         ax.axhline(chance, color="#999999", linestyle=":", linewidth=1)
-        ax.text(-0.45, chance + 1, f"chance ({chance:.0f}%)", ha="left", fontsize=7,
-                color="#444444")  # fmt: skip
+        ax.text(
+            -0.45, chance + 1, f"chance ({chance:.0f}%)", ha="left", fontsize=7, color="#444444"
+        )
     ax.grid(axis="y", alpha=0.3)
     return fig
 
@@ -560,8 +602,15 @@ def _fig_confusion(report: Report, arm: str) -> Figure:
     for i, row in enumerate(rows):
         for j, count in enumerate(row):
             colour = "white" if shares[i][j] > 0.55 else "black"
-            ax.text(j, i, f"{count}\n{shares[i][j] * 100:.0f}%", ha="center", va="center",
-                    fontsize=8, color=colour)  # fmt: skip
+            ax.text(
+                j,
+                i,
+                f"{count}\n{shares[i][j] * 100:.0f}%",
+                ha="center",
+                va="center",
+                fontsize=8,
+                color=colour,
+            )
     columns = [*labels, OTHER_LABEL]
     ax.set_xticks(range(len(columns)))
     ax.set_xticklabels(columns)
@@ -569,8 +618,11 @@ def _fig_confusion(report: Report, arm: str) -> Figure:
     ax.set_yticklabels(labels)
     ax.set_xlabel("answer")
     ax.set_ylabel("truth")
-    ax.set_title(f"Confusion matrix, arm {arm}  (accuracy {_pct(confusion.get('accuracy'))}, "
-                 f"n={confusion.get('n', '?')})\n{EXPLORATORY}", fontsize=9)  # fmt: skip
+    ax.set_title(
+        f"Confusion matrix, arm {arm}  (accuracy {_pct(confusion.get('accuracy'))}, "
+        f"n={confusion.get('n', '?')})\n{EXPLORATORY}",
+        fontsize=9,
+    )
     fig.colorbar(image, ax=ax, label="share of the truth row")
     return fig
 
@@ -581,13 +633,23 @@ log odds ratio): the forest plot leaves them to the seed-002 table."""
 
 
 def _fig_forest(report: Report) -> Figure:
-    hyps = [r for r in report.hypotheses if r.get("test") not in NOT_ACCURACY_DIFFERENCES
-            and (r.get("values") or {}).get("statistic") in (None, "difference")]
+    hyps = [
+        r
+        for r in report.hypotheses
+        if r.get("test") not in NOT_ACCURACY_DIFFERENCES
+        and (r.get("values") or {}).get("statistic") in (None, "difference")
+    ]
     title = "Pre-registered contrasts (difference in accuracy, a − b)"
     if not hyps:
-        return _note_figure(title, "no pre-registered difference in accuracy was recorded"
-                            + (" (the registered statistics are tabled under seed 002's "
-                               "statistics)" if report.hypotheses else ""))
+        return _note_figure(
+            title,
+            "no pre-registered difference in accuracy was recorded"
+            + (
+                " (the registered statistics are tabled under seed 002's statistics)"
+                if report.hypotheses
+                else ""
+            ),
+        )
     fig = Figure(figsize=(8.6, 0.75 * len(hyps) + 1.8), layout="constrained")
     ax = fig.add_subplot()
     xs: list[float] = [0.0]
@@ -617,9 +679,16 @@ def _fig_forest(report: Report) -> Figure:
         colour = _VERDICT_COLOURS.get(verdict, "#333333")
         labels.append(f"{r.get('hypothesis')}: {_contrast_text(report, r)}")
         if r.get("status") == "failed":
-            ax.text(0, y, f"not computed: {str(r.get('error') or '')[:70]}", va="center",
-                    ha="center", fontsize=8, color=colour,
-                    bbox={"facecolor": "white", "edgecolor": "none", "pad": 1.5})  # fmt: skip
+            ax.text(
+                0,
+                y,
+                f"not computed: {str(r.get('error') or '')[:70]}",
+                va="center",
+                ha="center",
+                fontsize=8,
+                color=colour,
+                bbox={"facecolor": "white", "edgecolor": "none", "pad": 1.5},
+            )
         elif r.get("test") == "equivalence":
             margin = (_num(v.get("margin")) or 0.0) * 100
             ax.fill_betweenx([y - 0.25, y + 0.25], -margin, margin, color="#1a7f37", alpha=0.12)
@@ -632,27 +701,55 @@ def _fig_forest(report: Report) -> Figure:
         else:
             est, lower, upper = _contrast(v)
             if est is None:
-                ax.text(0, y, f"no difference estimate (test {r.get('test')})", va="center",
-                        ha="center", fontsize=8)  # fmt: skip
+                ax.text(
+                    0,
+                    y,
+                    f"no difference estimate (test {r.get('test')})",
+                    va="center",
+                    ha="center",
+                    fontsize=8,
+                )
             else:
                 lo = left if lower is None else lower * 100
                 hi = right if upper is None else upper * 100
                 ax.plot([lo, hi], [y, y], color=colour, lw=2)
                 if upper is None:
-                    ax.annotate("", xy=(right, y), xytext=(right - 0.04 * span, y),
-                                arrowprops={"arrowstyle": "->", "color": colour})  # fmt: skip
+                    ax.annotate(
+                        "",
+                        xy=(right, y),
+                        xytext=(right - 0.04 * span, y),
+                        arrowprops={"arrowstyle": "->", "color": colour},
+                    )
                 if lower is None:
-                    ax.annotate("", xy=(left, y), xytext=(left + 0.04 * span, y),
-                                arrowprops={"arrowstyle": "->", "color": colour})  # fmt: skip
+                    ax.annotate(
+                        "",
+                        xy=(left, y),
+                        xytext=(left + 0.04 * span, y),
+                        arrowprops={"arrowstyle": "->", "color": colour},
+                    )
                 ax.plot([est * 100], [y], marker="o", color=colour, markersize=8)
                 ax.text(est * 100, y + 0.22, f"{est * 100:+.1f}", fontsize=7, ha="center")
         min_pp = _num(v.get("min_difference_pp"))
         if min_pp is not None:
-            ax.plot([min_pp, min_pp], [y - 0.35, y + 0.35], color="#cf222e", linestyle="--",
-                    lw=1.5, label=None if threshold_drawn else "decision threshold (min. pp)")
+            ax.plot(
+                [min_pp, min_pp],
+                [y - 0.35, y + 0.35],
+                color="#cf222e",
+                linestyle="--",
+                lw=1.5,
+                label=None if threshold_drawn else "decision threshold (min. pp)",
+            )
             threshold_drawn = True
-        ax.text(1.01, y, verdict.upper(), transform=ax.get_yaxis_transform(), va="center",
-                fontsize=8, color=colour, weight="bold")  # fmt: skip
+        ax.text(
+            1.01,
+            y,
+            verdict.upper(),
+            transform=ax.get_yaxis_transform(),
+            va="center",
+            fontsize=8,
+            color=colour,
+            weight="bold",
+        )
     ax.set_yticks(range(len(hyps)))
     ax.set_yticklabels(list(reversed(labels)))
     ax.set_ylim(-0.7, len(hyps) - 0.3)
@@ -687,12 +784,27 @@ def _fig_rows(report: Report) -> Figure:
             ys.append(w.estimate * 100)
             los.append((w.estimate - w.lower) * 100)
             his.append((w.upper - w.estimate) * 100)
-        ax.errorbar(xs, ys, yerr=[los, his], marker="o", markersize=4, capsize=2, lw=1.3,
-                    color=_arm_colour(report, arm), label=f"arm {arm}")  # fmt: skip
+        ax.errorbar(
+            xs,
+            ys,
+            yerr=[los, his],
+            marker="o",
+            markersize=4,
+            capsize=2,
+            lw=1.3,
+            color=_arm_colour(report, arm),
+            label=f"arm {arm}",
+        )
         drawn += 1
     if missing:
-        ax.text(0.01, 0.02, f"not computed for arm(s) {', '.join(missing)}",
-                transform=ax.transAxes, fontsize=8, color="#cf222e")  # fmt: skip
+        ax.text(
+            0.01,
+            0.02,
+            f"not computed for arm(s) {', '.join(missing)}",
+            transform=ax.transAxes,
+            fontsize=8,
+            color="#cf222e",
+        )
     ax.set_xticks(list(ROWS))
     ax.set_xlim(0.5, 11.5)
     ax.set_ylim(0, 105)
@@ -708,41 +820,75 @@ def _fig_rows(report: Report) -> Figure:
 def _figure_specs(report: Report) -> list[tuple[str, str, str, str, DrawFn]]:
     specs: list[tuple[str, str, str, str, DrawFn]] = [
         (FLOW_FIGURE, FLOW_TITLE, FLOW_CAPTION, "descriptive", lambda: _fig_flow(report)),
-        ("accuracy_by_arm.png", "Accuracy by arm",
-         "Glyph-level accuracy of each arm over the analysable trials, with Wilson 95% "
-         "confidence intervals (descriptive).", "descriptive",
-         lambda: _fig_accuracy_by_arm(report)),
-        ("accuracy_arm_stimulus.png", "Accuracy by arm and stimulus",
-         "Glyph-level accuracy in each arm × stimulus cell (descriptive).", "descriptive",
-         lambda: _fig_heatmap(report)),
-        ("forest_contrasts.png", "Pre-registered contrasts",
-         "Estimate and confidence interval of each pre-registered contrast in percentage points "
-         "(a one-sided interval runs to the edge as an arrow); red dashes mark a pre-registered "
-         "minimum difference; the verdict is at the right. Equivalence tests show the largest "
-         "per-stimulus |difference| against the ±margin band.", "pre-registered",
-         lambda: _fig_forest(report)),
-        ("accuracy_by_row.png", f"{EXPLORATORY}: accuracy by chart row",
-         f"{EXPLORATORY}. Accuracy by chart row (1–11) for each arm, Wilson 95% CIs.",
-         "exploratory", lambda: _fig_rows(report)),
-    ]  # fmt: skip
+        (
+            "accuracy_by_arm.png",
+            "Accuracy by arm",
+            "Glyph-level accuracy of each arm over the analysable trials, with Wilson 95% "
+            "confidence intervals (descriptive).",
+            "descriptive",
+            lambda: _fig_accuracy_by_arm(report),
+        ),
+        (
+            "accuracy_arm_stimulus.png",
+            "Accuracy by arm and stimulus",
+            "Glyph-level accuracy in each arm × stimulus cell (descriptive).",
+            "descriptive",
+            lambda: _fig_heatmap(report),
+        ),
+        (
+            "forest_contrasts.png",
+            "Pre-registered contrasts",
+            "Estimate and confidence interval of each pre-registered contrast in percentage points "
+            "(a one-sided interval runs to the edge as an arrow); red dashes mark a pre-registered "
+            "minimum difference; the verdict is at the right. Equivalence tests show the largest "
+            "per-stimulus |difference| against the ±margin band.",
+            "pre-registered",
+            lambda: _fig_forest(report),
+        ),
+        (
+            "accuracy_by_row.png",
+            f"{EXPLORATORY}: accuracy by chart row",
+            f"{EXPLORATORY}. Accuracy by chart row (1–11) for each arm, Wilson 95% CIs.",
+            "exploratory",
+            lambda: _fig_rows(report),
+        ),
+    ]
     if not report.tumbling:  # single answers: no glyphs, no rows
-        specs[1] = (specs[1][0], specs[1][1], "Accuracy of each arm over the analysable trials "
-                    "(one answer each), with Wilson 95% confidence intervals (descriptive).",
-                    specs[1][3], specs[1][4])  # fmt: skip
-        specs[2] = (specs[2][0], specs[2][1], "Accuracy in each arm × stimulus cell "
-                    "(descriptive).", specs[2][3], specs[2][4])  # fmt: skip
+        specs[1] = (
+            specs[1][0],
+            specs[1][1],
+            "Accuracy of each arm over the analysable trials "
+            "(one answer each), with Wilson 95% confidence intervals (descriptive).",
+            specs[1][3],
+            specs[1][4],
+        )
+        specs[2] = (
+            specs[2][0],
+            specs[2][1],
+            "Accuracy in each arm × stimulus cell (descriptive).",
+            specs[2][3],
+            specs[2][4],
+        )
         specs.pop()
     if labels(report.protocol) is None:  # free text: no confusion matrix
         return specs
-    other = "an orientation" if report.tumbling or (report.protocol.get("response") or {}).get(
-        "parser") == "orientation-word" else "one of the parser's labels"
+    other = (
+        "an orientation"
+        if report.tumbling
+        or (report.protocol.get("response") or {}).get("parser") == "orientation-word"
+        else "one of the parser's labels"
+    )
     for arm in report.arms:
         specs.append(
-            (f"confusion_{_safe(arm)}.png", f"{EXPLORATORY}: confusion matrix, arm {arm}",
-             f"{EXPLORATORY}. Truth (rows) × answer (columns) for arm {arm}, counts and share "
-             f"of each truth row; '{OTHER_LABEL}' counts answers that are not {other}.",
-             "exploratory", functools.partial(_fig_confusion, report, arm))
-        )  # fmt: skip
+            (
+                f"confusion_{_safe(arm)}.png",
+                f"{EXPLORATORY}: confusion matrix, arm {arm}",
+                f"{EXPLORATORY}. Truth (rows) × answer (columns) for arm {arm}, counts and share "
+                f"of each truth row; '{OTHER_LABEL}' counts answers that are not {other}.",
+                "exploratory",
+                functools.partial(_fig_confusion, report, arm),
+            )
+        )
     return specs
 
 
@@ -752,9 +898,11 @@ def _safe(name: str) -> str:
 
 FLOW_FIGURE = "flow.png"
 FLOW_TITLE = "Trial flow (CONSORT-style)"
-FLOW_CAPTION = ("Every scheduled trial from the locked schedule to the registered analysis, "
-                "counted from the signed events (docs/reporting.md §1 of the tool); the same "
-                "diagram is analysis/figures/flow.svg and its numbers analysis/tables/flow.csv.")
+FLOW_CAPTION = (
+    "Every scheduled trial from the locked schedule to the registered analysis, "
+    "counted from the signed events (docs/reporting.md §1 of the tool); the same "
+    "diagram is analysis/figures/flow.svg and its numbers analysis/tables/flow.csv."
+)
 
 
 def _fig_flow(report: Report) -> Figure | None:
@@ -765,10 +913,16 @@ def _section_flow(report: Report) -> str:
     """The trial flow: its diagram and its table per arm (``docs/reporting.md`` §1)."""
     if report.flow is None:
         return ""
-    return (f"<h2>{_e(FLOW_TITLE)}</h2>" + _figure_html(report, FLOW_FIGURE)
-            + _table(trial_flow.TABLE_CAPTION, trial_flow.TABLE_HEADER,
-                     trial_flow.flow_table_rows(report.flow),
-                     numeric=tuple(range(1, len(trial_flow.TABLE_HEADER)))))  # fmt: skip
+    return (
+        f"<h2>{_e(FLOW_TITLE)}</h2>"
+        + _figure_html(report, FLOW_FIGURE)
+        + _table(
+            trial_flow.TABLE_CAPTION,
+            trial_flow.TABLE_HEADER,
+            trial_flow.flow_table_rows(report.flow),
+            numeric=tuple(range(1, len(trial_flow.TABLE_HEADER))),
+        )
+    )
 
 
 # ------------------------------------------------------------------------------- HTML
@@ -804,8 +958,14 @@ def _e(value: Any) -> str:
     return html.escape(value if isinstance(value, str) else _fmt(value), quote=True)
 
 
-def _table(caption: str, header: Sequence[str], rows: Iterable[Sequence[Any]],
-           *, numeric: Sequence[int] = (), raw: Sequence[int] = ()) -> str:  # fmt: skip
+def _table(
+    caption: str,
+    header: Sequence[str],
+    rows: Iterable[Sequence[Any]],
+    *,
+    numeric: Sequence[int] = (),
+    raw: Sequence[int] = (),
+) -> str:
     """An HTML table; cells are escaped unless their column is in ``raw`` (pre-escaped)."""
     out = [f"<table><caption>{_e(caption)}</caption><thead><tr>"]
     out += [f"<th>{_e(h)}</th>" for h in header]
@@ -826,9 +986,11 @@ def _verdict_html(verdict: Any) -> str:
 
 
 def _failed_html(result: dict[str, Any]) -> str:
-    return (f'<p class="error">{_e(result.get("title") or result.get("id"))} '
-            f'({_e(result.get("id"))}) could not be computed: '
-            f'{_e(result.get("error") or "unknown error")}</p>')  # fmt: skip
+    return (
+        f'<p class="error">{_e(result.get("title") or result.get("id"))} '
+        f"({_e(result.get('id'))}) could not be computed: "
+        f"{_e(result.get('error') or 'unknown error')}</p>"
+    )
 
 
 def _figure_html(report: Report, name: str) -> str:
@@ -836,8 +998,10 @@ def _figure_html(report: Report, name: str) -> str:
     if fig is None:
         return ""
     data = base64.b64encode(fig.png).decode("ascii")
-    return (f'<figure><img src="data:image/png;base64,{data}" alt="{_e(fig.title)}">'
-            f"<figcaption>{_e(fig.caption)}</figcaption></figure>")  # fmt: skip
+    return (
+        f'<figure><img src="data:image/png;base64,{data}" alt="{_e(fig.title)}">'
+        f"<figcaption>{_e(fig.caption)}</figcaption></figure>"
+    )
 
 
 def _section_verdicts(report: Report) -> str:
@@ -848,41 +1012,59 @@ def _section_verdicts(report: Report) -> str:
         caution = verdict_caution(r)
         if caution:
             verdict += f'<br><span class="error caution">caution: {_e(caution)}</span>'
-        rows.append((r.get("hypothesis"), desc, r.get("test"), _estimate_text(r), _p_text(r),
-                     verdict, _rule_text(r)))  # fmt: skip
+        rows.append(
+            (
+                r.get("hypothesis"),
+                desc,
+                r.get("test"),
+                _estimate_text(r),
+                _p_text(r),
+                verdict,
+                _rule_text(r),
+            )
+        )
     if not rows:
         return "<h2>Verdicts of the pre-registered hypotheses</h2><p>No hypothesis results.</p>"
-    return ("<h2>Verdicts of the pre-registered hypotheses</h2>" + _table(
+    return "<h2>Verdicts of the pre-registered hypotheses</h2>" + _table(
         "Pre-registered hypotheses: each verdict and the locked rule that decided it",
         ("hypothesis", "description", "test", "estimate (CI)", "p", "verdict", "decided by"),
-        rows, raw=(5,)))  # fmt: skip
+        rows,
+        raw=(5,),
+    )
 
 
 COMPONENT_RULE = (
-    'A unit is the set of components arm a has and arm b lacks in a registered hypothesis'
-    ' a vs b (a chi-square test names none). Each pooled hypothesis result is evidence: '
-    'supported with a positive estimate a benefit, with a negative one a harm; a '
-    'supported equivalence no effect; anything else not shown. A unit with benefit and '
-    'harm is task-dependent; with benefit only active; with harm only harmful; with no '
+    "A unit is the set of components arm a has and arm b lacks in a registered hypothesis"
+    " a vs b (a chi-square test names none). Each pooled hypothesis result is evidence: "
+    "supported with a positive estimate a benefit, with a negative one a harm; a "
+    "supported equivalence no effect; anything else not shown. A unit with benefit and "
+    "harm is task-dependent; with benefit only active; with harm only harmful; with no "
     'effect only inactive; otherwise not established (docs/analysis.md, "Component '
     'classes").'
 )
 
 
-def component_classes(protocol: dict[str, Any], results: list[dict[str, Any]]
-                      ) -> list[tuple[str, list[str], str]]:  # fmt: skip
+def component_classes(
+    protocol: dict[str, Any], results: list[dict[str, Any]]
+) -> list[tuple[str, list[str], str]]:
     """Each prompt-component unit's evidence and class, by :data:`COMPONENT_RULE`."""
     arms = protocol.get("arms") or {}
     plan = {h.get("id"): h for h in protocol.get("hypotheses") or []}
     units: dict[str, list[tuple[str, str]]] = {}
     for r in results:
         h = plan.get(r.get("hypothesis"))
-        if h is None or h.get("test") == "chi-square" or r.get("status") != "ok" or (
-                h.get("test") == "qr-bootstrap" and h.get("statistic") != "difference"):
+        if (
+            h is None
+            or h.get("test") == "chi-square"
+            or r.get("status") != "ok"
+            or (h.get("test") == "qr-bootstrap" and h.get("statistic") != "difference")
+        ):
             continue
         a, b = (str(x) for x in h.get("contrast") or ["", ""])
-        added = sorted(set((arms.get(a) or {}).get("components") or [])
-                       - set((arms.get(b) or {}).get("components") or []))  # fmt: skip
+        added = sorted(
+            set((arms.get(a) or {}).get("components") or [])
+            - set((arms.get(b) or {}).get("components") or [])
+        )
         if not added:
             continue
         estimate = (r.get("values") or {}).get("estimate")
@@ -893,14 +1075,23 @@ def component_classes(protocol: dict[str, Any], results: list[dict[str, Any]]
         else:
             effect = "not shown"
         where = f" on {', '.join(map(str, h['stimuli']))}" if h.get("stimuli") else ""
-        units.setdefault(" + ".join(added), []).append((f"{h.get('id')} ({a} vs {b}{where}): "
-                                                       f"{effect}", effect))  # fmt: skip
+        units.setdefault(" + ".join(added), []).append(
+            (f"{h.get('id')} ({a} vs {b}{where}): {effect}", effect)
+        )
     out = []
     for unit, evidence in units.items():
         effects = {e for _, e in evidence}
-        cls = ("task-dependent" if {"benefit", "harm"} <= effects else "active"
-               if "benefit" in effects else "harmful" if "harm" in effects else "inactive"
-               if "no effect" in effects else "not established")  # fmt: skip
+        cls = (
+            "task-dependent"
+            if {"benefit", "harm"} <= effects
+            else "active"
+            if "benefit" in effects
+            else "harmful"
+            if "harm" in effects
+            else "inactive"
+            if "no effect" in effects
+            else "not established"
+        )
         out.append((unit, [t for t, _ in evidence], cls))
     return out
 
@@ -909,11 +1100,15 @@ def _section_components(report: Report) -> str:
     classes = component_classes(report.protocol, report.hypotheses)
     if not classes:
         return ""
-    return ("<h2>Prompt components: active, inactive, harmful or task-dependent</h2>"
-            f"<p>{_e(COMPONENT_RULE)}</p>"
-            + _table("Prompt components classified from the registered contrasts",
-                     ("component(s) under test", "registered evidence", "class"),
-                     [(u, "; ".join(ev), c) for u, ev, c in classes]))  # fmt: skip
+    return (
+        "<h2>Prompt components: active, inactive, harmful or task-dependent</h2>"
+        f"<p>{_e(COMPONENT_RULE)}</p>"
+        + _table(
+            "Prompt components classified from the registered contrasts",
+            ("component(s) under test", "registered evidence", "class"),
+            [(u, "; ".join(ev), c) for u, ev, c in classes],
+        )
+    )
 
 
 def _section_protocol(report: Report) -> str:
@@ -926,39 +1121,83 @@ def _section_protocol(report: Report) -> str:
     if "stimuli" not in p and isinstance(items, dict):  # an item file: ids are in the file
         over = f"{_e(items.get('count'))} items ({_e(items.get('path'))})"
     else:
-        over = (f"{_e(len(p.get('stimuli') or []))} stimuli "
-                f"({_e(', '.join(p.get('stimuli') or []))})")  # fmt: skip
-    parts = ["<h2>Protocol (as locked)</h2>",
-             f"<p>Study <code>{_e(p.get('study'))}</code>: {_e(p.get('title'))}. "
-             f"{_e(p.get('trials'))} scheduled trials over {over}.</p>"]  # fmt: skip
-    parts.append(_table("Arms and their prompt components", ("arm", "role", "components",
-                        "composed text SHA-256"),
-                        [(a, (arms[a] or {}).get("role"), " + ".join((arms[a] or {}).get(
-                            "components") or []), str((arms[a] or {}).get("sha256", ""))[:16]
-                          + "…") for a in sorted(arms)]))  # fmt: skip
+        over = (
+            f"{_e(len(p.get('stimuli') or []))} stimuli ({_e(', '.join(p.get('stimuli') or []))})"
+        )
+    parts = [
+        "<h2>Protocol (as locked)</h2>",
+        f"<p>Study <code>{_e(p.get('study'))}</code>: {_e(p.get('title'))}. "
+        f"{_e(p.get('trials'))} scheduled trials over {over}.</p>",
+    ]
+    parts.append(
+        _table(
+            "Arms and their prompt components",
+            ("arm", "role", "components", "composed text SHA-256"),
+            [
+                (
+                    a,
+                    (arms[a] or {}).get("role"),
+                    " + ".join((arms[a] or {}).get("components") or []),
+                    str((arms[a] or {}).get("sha256", ""))[:16] + "…",
+                )
+                for a in sorted(arms)
+            ],
+        )
+    )
     if report.models:
         declared = p.get("models") or {}
-        parts.append(_table("Models, in declaration order", MODEL_FIELDS,
-                            [(m, *((declared.get(m) or {}).get(k) for k in MODEL_FIELDS[1:]))
-                             for m in report.models]))  # fmt: skip
+        parts.append(
+            _table(
+                "Models, in declaration order",
+                MODEL_FIELDS,
+                [
+                    (m, *((declared.get(m) or {}).get(k) for k in MODEL_FIELDS[1:]))
+                    for m in report.models
+                ],
+            )
+        )
     else:
         parts.append(_table("Model", ("field", "value"), sorted(model.items())))
-    design_rows = [(k, design.get(k)) for k in ("replicates", "seed", "order", "bootstrap_seed",
-                                                "bootstrap_iterations") if k in design]
+    design_rows = [
+        (k, design.get(k))
+        for k in ("replicates", "seed", "order", "bootstrap_seed", "bootstrap_iterations")
+        if k in design
+    ]
     design_rows += [(k, v) for k, v in sorted(design.items()) if k not in dict(design_rows)]
     parts.append(_table("Design", ("field", "value"), design_rows))
     parts.append(_table("Analysis plan", ("field", "value"), sorted(analysis.items())))
     hyps = p.get("hypotheses") or []
-    parts.append(_table(
-        "Pre-registered hypotheses",
-        ("id", "contrast", "test", "sides", "alpha", "correction", "family", "min. difference",
-         "equivalence margin"),
-        [(h.get("id"), " vs ".join(h.get("contrast") or []) or (
-            f"arm {h.get('arm')}: {', '.join(h.get('variants') or [])}"), h.get("test"),
-          h.get("sides"),
-          h.get("alpha"), h.get("correction"), h.get("family"),
-          "–" if h.get("min_difference_pp") is None else f"{h['min_difference_pp']} pp",
-          "–" if h.get("margin_pp") is None else f"±{h['margin_pp']} pp") for h in hyps]))
+    parts.append(
+        _table(
+            "Pre-registered hypotheses",
+            (
+                "id",
+                "contrast",
+                "test",
+                "sides",
+                "alpha",
+                "correction",
+                "family",
+                "min. difference",
+                "equivalence margin",
+            ),
+            [
+                (
+                    h.get("id"),
+                    " vs ".join(h.get("contrast") or [])
+                    or (f"arm {h.get('arm')}: {', '.join(h.get('variants') or [])}"),
+                    h.get("test"),
+                    h.get("sides"),
+                    h.get("alpha"),
+                    h.get("correction"),
+                    h.get("family"),
+                    "–" if h.get("min_difference_pp") is None else f"{h['min_difference_pp']} pp",
+                    "–" if h.get("margin_pp") is None else f"±{h['margin_pp']} pp",
+                )
+                for h in hyps
+            ],
+        )
+    )
     return "".join(parts)
 
 
@@ -978,58 +1217,116 @@ def _section_plan(report: Report) -> str:
     if record is None:
         return ""
     intro = rp.plan_intro(record, event.seq, event.body["sha256"])
-    return (f"<h2>{_e(rp.PLAN_HEADING)}</h2><p>{_e(intro)}</p>"
-            + _table(rp.PLAN_CAPTION, rp.PLAN_HEADER, rp.plan_rows(record), numeric=(1,)))
+    return f"<h2>{_e(rp.PLAN_HEADING)}</h2><p>{_e(intro)}</p>" + _table(
+        rp.PLAN_CAPTION, rp.PLAN_HEADER, rp.plan_rows(record), numeric=(1,)
+    )
 
 
 def _section_deviations(report: Report) -> str:
     head = "<h2>Deviations from the protocol</h2>"
     declared = report.protocol.get("deviations") or []
     if declared:
-        head += _table(DECLARED, ("id", "source protocol says", "this study does", "reason"),
-                       [(d.get("id"), d.get("source"), d.get("choice"), d.get("reason"))
-                        for d in declared])  # fmt: skip
+        head += _table(
+            DECLARED,
+            ("id", "source protocol says", "this study does", "reason"),
+            [(d.get("id"), d.get("source"), d.get("choice"), d.get("reason")) for d in declared],
+        )
     if not report.amendments:
         return head + "<p>None: no <code>protocol.amended</code> event was recorded.</p>"
-    rows = [(a["seq"], a.get("time"), a.get("reason"),
-             ", ".join(str(c.get("path")) for c in a.get("changes") or [])) for a in
-            report.amendments]  # fmt: skip
-    return head + _table("Recorded amendments (protocol.amended)",
-                         ("seq", "time", "reason", "files changed"), rows, numeric=(0,))
+    rows = [
+        (
+            a["seq"],
+            a.get("time"),
+            a.get("reason"),
+            ", ".join(str(c.get("path")) for c in a.get("changes") or []),
+        )
+        for a in report.amendments
+    ]
+    return head + _table(
+        "Recorded amendments (protocol.amended)",
+        ("seq", "time", "reason", "files changed"),
+        rows,
+        numeric=(0,),
+    )
 
 
 def _section_data(report: Report) -> str:
     parts = ["<h2>Data: parse rates and exclusions</h2>"]
     arms_result = report.result("descriptive.arms")
     if arms_result is None or arms_result.get("status") != "ok":
-        parts.append(_failed_html(arms_result or {"id": "descriptive.arms",
-                                                  "error": "not recorded"}))
+        parts.append(
+            _failed_html(arms_result or {"id": "descriptive.arms", "error": "not recorded"})
+        )
         return "".join(parts)
     values = arms_result.get("values") or {}
     rows = []
     for arm in sorted(values):
         v = values[arm] or {}
         statuses = ", ".join(f"{k} {n}" for k, n in sorted((v.get("status") or {}).items()))
-        rows.append((arm, v.get("trials_scored"), statuses, _pct(v.get("parse_rate")),
-                     v.get("excluded"), v.get("given_up"), v.get("glyphs")))  # fmt: skip
+        rows.append(
+            (
+                arm,
+                v.get("trials_scored"),
+                statuses,
+                _pct(v.get("parse_rate")),
+                v.get("excluded"),
+                v.get("given_up"),
+                v.get("glyphs"),
+            )
+        )
     kind, unit = ("Tumbling-E trials", "glyphs") if report.tumbling else ("Trials", "items")
-    parts.append(_table(
-        f"{kind} per arm: scoring status, parse rate, exclusions (unparseable "
-        "responses when the plan excludes them) and trials given up",
-        ("arm", "trials scored", "status", "parse rate", "excluded", "given up",
-         f"{unit} analysed"), rows, numeric=(1, 3, 4, 5, 6)))  # fmt: skip
+    parts.append(
+        _table(
+            f"{kind} per arm: scoring status, parse rate, exclusions (unparseable "
+            "responses when the plan excludes them) and trials given up",
+            (
+                "arm",
+                "trials scored",
+                "status",
+                "parse rate",
+                "excluded",
+                "given up",
+                f"{unit} analysed",
+            ),
+            rows,
+            numeric=(1, 3, 4, 5, 6),
+        )
+    )
     by_model = report.result("descriptive.arm_model")
     if by_model is not None and by_model.get("status") == "ok":
         cells: list[tuple[Any, ...]] = []
         for v in (by_model.get("values") or {}).values():
             statuses = ", ".join(f"{k} {n}" for k, n in sorted((v.get("status") or {}).items()))
-            cells.append((v.get("arm"), v.get("model"), v.get("trials_scored"), statuses,
-                          _pct(v.get("parse_rate")), v.get("excluded"), v.get("given_up"),
-                          v.get("glyphs")))  # fmt: skip
-        parts.append(_table(
-            f"{kind} per arm and model: scoring status, parse rate, exclusions and trials "
-            "given up", ("arm", "model", "trials scored", "status", "parse rate", "excluded",
-                         "given up", f"{unit} analysed"), cells, numeric=(2, 4, 5, 6, 7)))
+            cells.append(
+                (
+                    v.get("arm"),
+                    v.get("model"),
+                    v.get("trials_scored"),
+                    statuses,
+                    _pct(v.get("parse_rate")),
+                    v.get("excluded"),
+                    v.get("given_up"),
+                    v.get("glyphs"),
+                )
+            )
+        parts.append(
+            _table(
+                f"{kind} per arm and model: scoring status, parse rate, exclusions and trials "
+                "given up",
+                (
+                    "arm",
+                    "model",
+                    "trials scored",
+                    "status",
+                    "parse rate",
+                    "excluded",
+                    "given up",
+                    f"{unit} analysed",
+                ),
+                cells,
+                numeric=(2, 4, 5, 6, 7),
+            )
+        )
     exclude = (report.protocol.get("analysis") or {}).get("exclude_unparseable", True)
     parts.append(f'<p class="muted">Plan: exclude_unparseable = {_e(exclude)}.</p>')
     return "".join(parts)
@@ -1045,8 +1342,10 @@ def _clustered_text(value: Any) -> str:
         return "–"
     if value.get("lower") is None:
         return f"none ({value.get('n_clusters')} probe)"
-    return (f"{_pct(value.get('lower'))} – {_pct(value.get('upper'))} "
-            f"({value.get('n_clusters')} probes)")  # fmt: skip
+    return (
+        f"{_pct(value.get('lower'))} – {_pct(value.get('upper'))} "
+        f"({value.get('n_clusters')} probes)"
+    )
 
 
 def _section_descriptive(report: Report) -> str:
@@ -1057,15 +1356,33 @@ def _section_descriptive(report: Report) -> str:
         rows = []
         for arm in sorted(values):
             acc = (values[arm] or {}).get("accuracy") or {}
-            rows.append((arm, acc.get("successes", values[arm].get("correct")),
-                         acc.get("n", values[arm].get("glyphs")), _pct(acc.get("estimate")),
-                         f"{_pct(acc.get('lower'))} – {_pct(acc.get('upper'))}"
-                         if acc else values[arm].get("note", "–"),
-                         _clustered_text(values[arm].get("accuracy_clustered"))))  # fmt: skip
-        parts.append(_table(str(arms_result.get("title")),
-                            ("arm", "correct", "glyphs" if report.tumbling else "items",
-                             "accuracy", WILSON_DESCRIPTIVE, CLUSTERED_CI), rows,
-                            numeric=(1, 2, 3)))  # fmt: skip
+            rows.append(
+                (
+                    arm,
+                    acc.get("successes", values[arm].get("correct")),
+                    acc.get("n", values[arm].get("glyphs")),
+                    _pct(acc.get("estimate")),
+                    f"{_pct(acc.get('lower'))} – {_pct(acc.get('upper'))}"
+                    if acc
+                    else values[arm].get("note", "–"),
+                    _clustered_text(values[arm].get("accuracy_clustered")),
+                )
+            )
+        parts.append(
+            _table(
+                str(arms_result.get("title")),
+                (
+                    "arm",
+                    "correct",
+                    "glyphs" if report.tumbling else "items",
+                    "accuracy",
+                    WILSON_DESCRIPTIVE,
+                    CLUSTERED_CI,
+                ),
+                rows,
+                numeric=(1, 2, 3),
+            )
+        )
     elif arms_result:
         parts.append(_failed_html(arms_result))
     by_model = report.result("descriptive.arm_model")
@@ -1073,13 +1390,33 @@ def _section_descriptive(report: Report) -> str:
         cells: list[tuple[Any, ...]] = []
         for v in (by_model.get("values") or {}).values():
             acc = v.get("accuracy") or {}
-            cells.append((v.get("arm"), v.get("model"), acc.get("successes", v.get("correct")),
-                          acc.get("n", v.get("glyphs")), _pct(acc.get("estimate")),
-                          f"{_pct(acc.get('lower'))} – {_pct(acc.get('upper'))}"
-                          if acc else v.get("note", "–")))  # fmt: skip
-        parts.append(_table(str(by_model.get("title")),
-                            ("arm", "model", "correct", "glyphs" if report.tumbling else "items",
-                             "accuracy", "Wilson 95% CI"), cells, numeric=(2, 3, 4)))  # fmt: skip
+            cells.append(
+                (
+                    v.get("arm"),
+                    v.get("model"),
+                    acc.get("successes", v.get("correct")),
+                    acc.get("n", v.get("glyphs")),
+                    _pct(acc.get("estimate")),
+                    f"{_pct(acc.get('lower'))} – {_pct(acc.get('upper'))}"
+                    if acc
+                    else v.get("note", "–"),
+                )
+            )
+        parts.append(
+            _table(
+                str(by_model.get("title")),
+                (
+                    "arm",
+                    "model",
+                    "correct",
+                    "glyphs" if report.tumbling else "items",
+                    "accuracy",
+                    "Wilson 95% CI",
+                ),
+                cells,
+                numeric=(2, 3, 4),
+            )
+        )
     elif by_model is not None:
         parts.append(_failed_html(by_model))
     parts.append(_section_mcq(report))
@@ -1101,13 +1438,26 @@ def _section_descriptive(report: Report) -> str:
         parts.append(_failed_html(control))
     else:
         values = control.get("values") or {}
-        crows = [(arm, (v or {}).get("successes", "–"), (v or {}).get("n", "–"),
-                 _pct((v or {}).get("estimate")),
-                 f"{_pct((v or {}).get('lower'))} – {_pct((v or {}).get('upper'))}" if v
-                 else "no control trials") for arm, v in sorted(values.items())]  # fmt: skip
-        parts.append(_table(str(control.get("title")),
-                            ("arm", "correctly rejected", "control trials", "rate",
-                             "Wilson 95% CI"), crows, numeric=(1, 2, 3)))  # fmt: skip
+        crows = [
+            (
+                arm,
+                (v or {}).get("successes", "–"),
+                (v or {}).get("n", "–"),
+                _pct((v or {}).get("estimate")),
+                f"{_pct((v or {}).get('lower'))} – {_pct((v or {}).get('upper'))}"
+                if v
+                else "no control trials",
+            )
+            for arm, v in sorted(values.items())
+        ]
+        parts.append(
+            _table(
+                str(control.get("title")),
+                ("arm", "correctly rejected", "control trials", "rate", "Wilson 95% CI"),
+                crows,
+                numeric=(1, 2, 3),
+            )
+        )
     return "".join(parts)
 
 
@@ -1123,39 +1473,82 @@ def mcq_rows(report: Report) -> list[tuple[str, ...]]:
     for r in report.hypotheses:
         plan = _hypothesis_plan(report, r.get("hypothesis"))
         test = str(r.get("test"))
-        if test not in MCQ_KINDS and not (test == "mcnemar" and (plan.get("arm")
-                                                                or plan.get("variant"))):
+        if test not in MCQ_KINDS and not (
+            test == "mcnemar" and (plan.get("arm") or plan.get("variant"))
+        ):
             continue
         v = r.get("values") or {}
-        what = _contrast_text(report, r) + (f" at {plan['variant']}" if plan.get("variant")
-                                            else "")  # fmt: skip
+        what = _contrast_text(report, r) + (f" at {plan['variant']}" if plan.get("variant") else "")
         if r.get("status") != "ok":
-            rows.append((str(r.get("hypothesis")), test, what, "–", "–", "–", "–", "–",
-                         _not_applicable(r) if r.get("status") == NOT_APPLICABLE
-                         else f"not computed: {r.get('error')}"))  # fmt: skip
+            rows.append(
+                (
+                    str(r.get("hypothesis")),
+                    test,
+                    what,
+                    "–",
+                    "–",
+                    "–",
+                    "–",
+                    "–",
+                    _not_applicable(r)
+                    if r.get("status") == NOT_APPLICABLE
+                    else f"not computed: {r.get('error')}",
+                )
+            )
             continue
         lo, hi = _num(v.get("lower")), _num(v.get("upper"))
-        interval = (f"{_pct(v.get('conf'), 0)} CI {_fmt(lo)} to {_fmt(hi)}"
-                    if test != "mcnemar" else f"p {_p(v.get('p_raw'))}")  # fmt: skip
+        interval = (
+            f"{_pct(v.get('conf'), 0)} CI {_fmt(lo)} to {_fmt(hi)}"
+            if test != "mcnemar"
+            else f"p {_p(v.get('p_raw'))}"
+        )
         n, stat = {
             "flip-rate": (v.get("n_pairs"), f"{v.get('flips')} flips ({v.get('basis')})"),
-            "position-bias": (f"{(v.get('a') or {}).get('n')}/{(v.get('b') or {}).get('n')}",
-                              f"bias {_fmt(v.get('bias_a'))} vs {_fmt(v.get('bias_b'))}"),
-            "voting": (v.get("n_groups"), f"vote {_pct(v.get('accuracy_vote'))} vs mean order "
-                       f"{_pct(v.get('accuracy_orders'))}"),
-            "self-consistency": (v.get("n_units"), f"majority {_pct(v.get('accuracy_majority'))}"
-                                 f" vs single {_pct(v.get('accuracy_single'))}"),
+            "position-bias": (
+                f"{(v.get('a') or {}).get('n')}/{(v.get('b') or {}).get('n')}",
+                f"bias {_fmt(v.get('bias_a'))} vs {_fmt(v.get('bias_b'))}",
+            ),
+            "voting": (
+                v.get("n_groups"),
+                f"vote {_pct(v.get('accuracy_vote'))} vs mean order "
+                f"{_pct(v.get('accuracy_orders'))}",
+            ),
+            "self-consistency": (
+                v.get("n_units"),
+                f"majority {_pct(v.get('accuracy_majority'))}"
+                f" vs single {_pct(v.get('accuracy_single'))}",
+            ),
             "mcnemar": (v.get("n_pairs"), f"b={v.get('b_count')}, c={v.get('c_count')}"),
             "gee": ((v.get("fit") or {}).get("n_obs"), f"OR {_fmt(v.get('odds_ratio'))}"),
-        }[test]  # fmt: skip
-        rows.append((str(r.get("hypothesis")), test, what, str(n), stat,
-                     _fmt(v.get("estimate")), interval, str(v.get("excluded", "–")),
-                     str(r.get("verdict"))))
+        }[test]
+        rows.append(
+            (
+                str(r.get("hypothesis")),
+                test,
+                what,
+                str(n),
+                stat,
+                _fmt(v.get("estimate")),
+                interval,
+                str(v.get("excluded", "–")),
+                str(r.get("verdict")),
+            )
+        )
     return rows
 
 
-DDX_HEADER = ("arm", "model", "trials", "plausibility", "H-coverage", "S-coverage", "breadth",
-              "grounding", "indirect", "uncertainty")  # fmt: skip
+DDX_HEADER = (
+    "arm",
+    "model",
+    "trials",
+    "plausibility",
+    "H-coverage",
+    "S-coverage",
+    "breadth",
+    "grounding",
+    "indirect",
+    "uncertainty",
+)
 """The columns of the differential-diagnosis table (``docs/analysis.md`` §9)."""
 
 
@@ -1173,16 +1566,23 @@ def ddx_rows(values: dict[str, Any]) -> list[list[str]]:
         mean = _fmt(m.get("mean")) if name == "breadth" else _pct(m.get("mean"))
         return mean + (f" ({m.get('undefined')} undefined)" if m.get("undefined") else "")
 
-    names = ("plausibility", "h_coverage", "s_coverage", "breadth", "grounding_rate",
-             "indirect_rate", "uncertainty")  # fmt: skip
+    names = (
+        "plausibility",
+        "h_coverage",
+        "s_coverage",
+        "breadth",
+        "grounding_rate",
+        "indirect_rate",
+        "uncertainty",
+    )
     rows = []
     for arm, entry in sorted((values.get("arms") or {}).items()):
-        rows.append([str(arm), "all", _fmt(entry.get("trials")),
-                     *(cell(entry, n) for n in names)])  # fmt: skip
+        rows.append([str(arm), "all", _fmt(entry.get("trials")), *(cell(entry, n) for n in names)])
     for arm, models in sorted((values.get("arm_model") or {}).items()):
         for model, entry in sorted(models.items()):
-            rows.append([str(arm), str(model), _fmt(entry.get("trials")),
-                         *(cell(entry, n) for n in names)])  # fmt: skip
+            rows.append(
+                [str(arm), str(model), _fmt(entry.get("trials")), *(cell(entry, n) for n in names)]
+            )
     return rows
 
 
@@ -1193,8 +1593,12 @@ def _section_ddx(report: Report) -> str:
         return ""
     if desc.get("status") != "ok":
         return _failed_html(desc)
-    return _table(str(desc.get("title")), DDX_HEADER, ddx_rows(desc.get("values") or {}),
-                  numeric=tuple(range(2, 10)))
+    return _table(
+        str(desc.get("title")),
+        DDX_HEADER,
+        ddx_rows(desc.get("values") or {}),
+        numeric=tuple(range(2, 10)),
+    )
 
 
 def covariate_tables(values: dict[str, Any]) -> list[tuple[str, list[list[str]]]]:
@@ -1212,17 +1616,33 @@ def covariate_tables(values: dict[str, Any]) -> list[tuple[str, list[list[str]]]
 
     out = []
     strata = values.get("strata") or {}
-    for key, what in (("perturbable", "perturbable factors"),
-                      ("indicators", "indicator factors (annotated, never edited)")):
+    for key, what in (
+        ("perturbable", "perturbable factors"),
+        ("indicators", "indicator factors (annotated, never edited)"),
+    ):
         rows: list[list[str]] = []
         for name in values.get(key) or []:
             stratum = strata.get(name) or {}
             for level in ("true", "false"):
                 for arm, entry in sorted(((stratum.get("levels") or {}).get(level) or {}).items()):
-                    rows.append([str(name), level, str(arm), _fmt(entry.get("trials")),
-                                 *(mean(entry, o) for o in outcomes)])  # fmt: skip
-            rows.append([str(name), "no label", "all", _fmt(stratum.get("undecided")),
-                         *("–" for _ in outcomes)])  # fmt: skip
+                    rows.append(
+                        [
+                            str(name),
+                            level,
+                            str(arm),
+                            _fmt(entry.get("trials")),
+                            *(mean(entry, o) for o in outcomes),
+                        ]
+                    )
+            rows.append(
+                [
+                    str(name),
+                    "no label",
+                    "all",
+                    _fmt(stratum.get("undecided")),
+                    *("–" for _ in outcomes),
+                ]
+            )
         if rows:
             out.append((f"{what}, step {values.get('step')}", rows))
     return out
@@ -1238,10 +1658,11 @@ def _section_covariates(report: Report) -> str:
     values = desc.get("values") or {}
     header = ("label", "value", "arm", "trials", *(str(o) for o in values.get("outcomes") or []))
     return "".join(
-        _table(f"Outcomes by factor label: {what}", header, rows,
-               numeric=tuple(range(3, len(header))))
+        _table(
+            f"Outcomes by factor label: {what}", header, rows, numeric=tuple(range(3, len(header)))
+        )
         for what, rows in covariate_tables(values)
-    )  # fmt: skip
+    )
 
 
 def _section_qr(report: Report) -> str:
@@ -1251,8 +1672,9 @@ def _section_qr(report: Report) -> str:
     result = report.result("descriptive.qr_bootstrap")
     if result is not None and result.get("status") != "ok":
         return _failed_html(result)
-    return "".join(_table(caption, header, rows)
-                   for caption, header, rows in qr_boot.report_tables(result))
+    return "".join(
+        _table(caption, header, rows) for caption, header, rows in qr_boot.report_tables(result)
+    )
 
 
 def _section_mcq(report: Report) -> str:
@@ -1260,29 +1682,75 @@ def _section_mcq(report: Report) -> str:
     parts = []
     rows = mcq_rows(report)
     if rows:
-        parts.append(_table(
-            "Seed 002's registered statistics (flip rate, position bias, voting, "
-            "self-consistency, McNemar, GEE; excluded = incomplete groups, recorded with their "
-            "trials)", ("hypothesis", "test", "arms / variants", "n", "statistic", "estimate",
-                        "interval or p", "excluded", "verdict"), rows))  # fmt: skip
+        parts.append(
+            _table(
+                "Seed 002's registered statistics (flip rate, position bias, voting, "
+                "self-consistency, McNemar, GEE; excluded = incomplete groups, recorded with their "
+                "trials)",
+                (
+                    "hypothesis",
+                    "test",
+                    "arms / variants",
+                    "n",
+                    "statistic",
+                    "estimate",
+                    "interval or p",
+                    "excluded",
+                    "verdict",
+                ),
+                rows,
+            )
+        )
     desc = report.result("descriptive.mcq")
     if desc is not None and desc.get("status") == "ok":
         v = desc.get("values") or {}
-        parts.append(_table(str(desc.get("title")), ("arm", "variant", "model", "correct", "n",
-                            "unparsed", "accuracy", "Wilson 95% CI"),
-                            [(c.get("arm"), c.get("variant"), c.get("model") or "–",
-                              c.get("correct"), c.get("n"), c.get("unparsed"),
-                              _pct(c.get("accuracy")),
-                              f"{_pct(c.get('lower'))} – {_pct(c.get('upper'))}")
-                             for c in v.get("cells") or []], numeric=(3, 4, 5, 6)))  # fmt: skip
+        parts.append(
+            _table(
+                str(desc.get("title")),
+                (
+                    "arm",
+                    "variant",
+                    "model",
+                    "correct",
+                    "n",
+                    "unparsed",
+                    "accuracy",
+                    "Wilson 95% CI",
+                ),
+                [
+                    (
+                        c.get("arm"),
+                        c.get("variant"),
+                        c.get("model") or "–",
+                        c.get("correct"),
+                        c.get("n"),
+                        c.get("unparsed"),
+                        _pct(c.get("accuracy")),
+                        f"{_pct(c.get('lower'))} – {_pct(c.get('upper'))}",
+                    )
+                    for c in v.get("cells") or []
+                ],
+                numeric=(3, 4, 5, 6),
+            )
+        )
         if v.get("seeds"):
-            parts.append(_table("Accuracy over the shuffle seeds: mean and t interval", (
-                "arm", "model", "seeds", "per seed", "mean", "95% t interval"),
-                [(s.get("arm"), s.get("model") or "–", ", ".join(s["summary"]["seeds"]),
-                  ", ".join(_pct(x) for x in s["summary"]["values"]),
-                  _pct(s["summary"]["mean"]),
-                  f"{_pct(s['summary']['lower'])} – {_pct(s['summary']['upper'])}")
-                 for s in v["seeds"]]))  # fmt: skip
+            parts.append(
+                _table(
+                    "Accuracy over the shuffle seeds: mean and t interval",
+                    ("arm", "model", "seeds", "per seed", "mean", "95% t interval"),
+                    [
+                        (
+                            s.get("arm"),
+                            s.get("model") or "–",
+                            ", ".join(s["summary"]["seeds"]),
+                            ", ".join(_pct(x) for x in s["summary"]["values"]),
+                            _pct(s["summary"]["mean"]),
+                            f"{_pct(s['summary']['lower'])} – {_pct(s['summary']['upper'])}",
+                        )
+                        for s in v["seeds"]
+                    ],
+                )
+            )
     elif desc is not None:
         parts.append(_failed_html(desc))
     return "".join(parts)
@@ -1297,18 +1765,30 @@ def _model_html(model: dict[str, Any], extra: str = "", prefix: str = "") -> str
     if model.get("status") != "ok":
         return _failed_html(model)
     v = model.get("values") or {}
-    rows = [(fe.get("name"), _pp(fe.get("estimate")), _pp(fe.get("se"), signed=False),
-             f"{_pp(fe.get('ci_lower'))} to {_pp(fe.get('ci_upper'))}", _p(fe.get("p")))
-            for fe in v.get("fixed_effects") or []]  # fmt: skip
-    factors = ", ".join(f"reference {f} {r}" for f, r in
-                        zip(v.get("factors") or [], v.get("factor_references") or [],
-                            strict=False))  # fmt: skip
+    rows = [
+        (
+            fe.get("name"),
+            _pp(fe.get("estimate")),
+            _pp(fe.get("se"), signed=False),
+            f"{_pp(fe.get('ci_lower'))} to {_pp(fe.get('ci_upper'))}",
+            _p(fe.get("p")),
+        )
+        for fe in v.get("fixed_effects") or []
+    ]
+    factors = ", ".join(
+        f"reference {f} {r}"
+        for f, r in zip(v.get("factors") or [], v.get("factor_references") or [], strict=False)
+    )
     out = _table(
         f"{prefix}{model.get('title')} (reference arm {v.get('reference')}"
-        + (f"; {factors}" if factors else "") + f"; {v.get('n_obs')} trials, "
+        + (f"; {factors}" if factors else "")
+        + f"; {v.get('n_obs')} trials, "
         f"{v.get('n_groups')} groups; ICC {_fmt(v.get('icc'))}; converged "
         f"{_fmt(v.get('converged'))}, singular {_fmt(v.get('singular'))}){extra}",
-        ("term", "estimate", "SE", "95% CI", "p"), rows, numeric=(1, 2, 4))
+        ("term", "estimate", "SE", "95% CI", "p"),
+        rows,
+        numeric=(1, 2, 4),
+    )
     if v.get("caution"):
         out += f'<p class="error">{_e(v["caution"])}</p>'
     return out
@@ -1345,12 +1825,16 @@ def sensitivity_scope(values: dict[str, Any]) -> str:
 
 def sensitivity_results(report: Report) -> list[dict[str, Any]]:
     """``sensitivity.lmm`` and each ``sensitivity.lmm@<model>``, in recorded order."""
-    return [r for r in report.results if str(r.get("id")) == "sensitivity.lmm"
-            or str(r.get("id")).startswith("sensitivity.lmm@")]  # fmt: skip
+    return [
+        r
+        for r in report.results
+        if str(r.get("id")) == "sensitivity.lmm" or str(r.get("id")).startswith("sensitivity.lmm@")
+    ]
 
 
-def sensitivity_tables(result: dict[str, Any] | None) -> list[tuple[str, list[str],
-                                                                    list[list[str]]]]:
+def sensitivity_tables(
+    result: dict[str, Any] | None,
+) -> list[tuple[str, list[str], list[list[str]]]]:
     """The two sensitivity tables (caption, header, rows): contrasts side by side, models."""
     if result is None or result.get("status") != "ok":
         return []
@@ -1360,39 +1844,78 @@ def sensitivity_tables(result: dict[str, Any] | None) -> list[tuple[str, list[st
     for c in v.get("contrasts") or []:
         on = f" on {', '.join(map(str, c['stimuli']))}" if c.get("stimuli") else ""
         if "error" in c:  # a stimulus subset whose model could not be fitted
-            rows.append([str(c.get("hypothesis")), f"subset{on}", f"not fitted: {c['error']}",
-                         *("–" for _ in SENSITIVITY_MODELS), "–", "–"])  # fmt: skip
+            rows.append(
+                [
+                    str(c.get("hypothesis")),
+                    f"subset{on}",
+                    f"not fitted: {c['error']}",
+                    *("–" for _ in SENSITIVITY_MODELS),
+                    "–",
+                    "–",
+                ]
+            )
             continue
         reg = c.get("as_registered") or {}
-        p = f"p {_p(reg.get('p_raw'))}" + (f", adjusted {_p(reg.get('p_adjusted'))}"
-                                           if reg.get("p_adjusted") is not None else "")
+        p = f"p {_p(reg.get('p_raw'))}" + (
+            f", adjusted {_p(reg.get('p_adjusted'))}" if reg.get("p_adjusted") is not None else ""
+        )
         boot = c.get("cluster_bootstrap") or {}
         supports = c.get("supports")
-        rows.append([str(c.get("hypothesis")),
-                     f"{c.get('a')} vs {c.get('b')} ({c.get('sides')}){on}",
-                     f"{_interval(reg)}, {p}; {c.get('registered_verdict') or '–'}",
-                     *(_sensitivity_cell(c.get(m)) for m in SENSITIVITY_MODELS),
-                     f"{_interval(boot)} over {boot.get('n_clusters')} probes" if boot else "–",
-                     "–" if supports is None else ("yes" if supports else "no")])  # fmt: skip
-    out = [(f"{SENSITIVITY}{scope}: each registered mixed-model contrast beside its "
+        rows.append(
+            [
+                str(c.get("hypothesis")),
+                f"{c.get('a')} vs {c.get('b')} ({c.get('sides')}){on}",
+                f"{_interval(reg)}, {p}; {c.get('registered_verdict') or '–'}",
+                *(_sensitivity_cell(c.get(m)) for m in SENSITIVITY_MODELS),
+                f"{_interval(boot)} over {boot.get('n_clusters')} probes" if boot else "–",
+                "–" if supports is None else ("yes" if supports else "no"),
+            ]
+        )
+    out = [
+        (
+            f"{SENSITIVITY}{scope}: each registered mixed-model contrast beside its "
             "sensitivity intervals (95%; one-sided hypotheses: lower bound; df: Satterthwaite's "
             "formula with the expected REML information)",
-            ["hypothesis", "contrast", "registered (z)", *SENSITIVITY_MODELS.values(),
-             "bootstrap over probes", "sensitivity supports the verdict?"], rows)]  # fmt: skip
+            [
+                "hypothesis",
+                "contrast",
+                "registered (z)",
+                *SENSITIVITY_MODELS.values(),
+                "bootstrap over probes",
+                "sensitivity supports the verdict?",
+            ],
+            rows,
+        )
+    ]
     mrows = []
     for name, label in SENSITIVITY_MODELS.items():
         m = (v.get("models") or {}).get(name) or {}
         if not m.get("fitted"):
             mrows.append([label, f"no: {m.get('reason')}", "–", "–", "–"])
             continue
-        lrt = (f"chi2 {_fmt(m.get('lrt_chi2'))}, p {_p(m.get('lrt_p'))}"
-               if "lrt_chi2" in m else "–")
-        mrows.append([label, "yes", ", ".join(f"{k} {_fmt(x)}" for k, x in
-                                              (m.get("variances") or {}).items()),
-                      _fmt(m.get("log_likelihood")), lrt])  # fmt: skip
-    out.append((f"{SENSITIVITY}{scope}: the models (REML, groups {v.get('group_col')})",
-                ["model", "fitted", "variance components", "log-likelihood",
-                 "probe-by-arm vs registered (LRT, boundary-corrected)"], mrows))  # fmt: skip
+        lrt = f"chi2 {_fmt(m.get('lrt_chi2'))}, p {_p(m.get('lrt_p'))}" if "lrt_chi2" in m else "–"
+        mrows.append(
+            [
+                label,
+                "yes",
+                ", ".join(f"{k} {_fmt(x)}" for k, x in (m.get("variances") or {}).items()),
+                _fmt(m.get("log_likelihood")),
+                lrt,
+            ]
+        )
+    out.append(
+        (
+            f"{SENSITIVITY}{scope}: the models (REML, groups {v.get('group_col')})",
+            [
+                "model",
+                "fitted",
+                "variance components",
+                "log-likelihood",
+                "probe-by-arm vs registered (LRT, boundary-corrected)",
+            ],
+            mrows,
+        )
+    )
     return out
 
 
@@ -1400,8 +1923,9 @@ def sensitivity_flags(result: dict[str, Any] | None) -> list[str]:
     """The sentences flagging a registered verdict the sensitivity analysis would not support."""
     if result is None or result.get("status") != "ok":
         return []
-    return [str(c["flag"]) for c in (result.get("values") or {}).get("contrasts") or []
-            if c.get("flag")]  # fmt: skip
+    return [
+        str(c["flag"]) for c in (result.get("values") or {}).get("contrasts") or [] if c.get("flag")
+    ]
 
 
 def _section_sensitivity(report: Report) -> str:
@@ -1421,7 +1945,7 @@ def _section_sensitivity(report: Report) -> str:
 
 DISTRIBUTION_INTRO = (
     "Each analysable trial's accuracy (its share of glyphs read correctly), counted i"
-    'n ten bins: an arm whose trials sit near ceiling and near collapse at once (the '
+    "n ten bins: an arm whose trials sit near ceiling and near collapse at once (the "
     "paper's bimodal arm B) shows at both ends, which its mean hides."
 )
 DISTRIBUTION_BINS = tuple(f"{10 * i}–{10 * i + 10}%" for i in range(10))
@@ -1431,24 +1955,32 @@ def trial_distribution(trials: list[dict[str, str]], arms: list[str]) -> list[li
     """Per arm: analysable trials, mean accuracy and the count in each of ten accuracy bins."""
     rows = []
     for arm in arms:
-        acc = [float(t["accuracy"]) for t in trials if t.get("arm") == arm
-               and t.get("control") == "False" and t.get("excluded") == "False"]  # fmt: skip
+        acc = [
+            float(t["accuracy"])
+            for t in trials
+            if t.get("arm") == arm and t.get("control") == "False" and t.get("excluded") == "False"
+        ]
         bins = [0] * 10
         for value in acc:
             bins[min(9, max(0, int(value * 10)))] += 1
-        rows.append([arm, str(len(acc)), _pct(sum(acc) / len(acc)) if acc else "–",
-                     *(str(b) for b in bins)])  # fmt: skip
+        rows.append(
+            [arm, str(len(acc)), _pct(sum(acc) / len(acc)) if acc else "–", *(str(b) for b in bins)]
+        )
     return rows
 
 
 def _section_distribution(report: Report) -> str:
     if not report.tumbling or not report.trials:
         return ""
-    return ("<h3>Trial-level accuracy distribution per arm (descriptive)</h3>"
-            f"<p>{_e(DISTRIBUTION_INTRO)}</p>"
-            + _table("Analysable trials per arm by glyph accuracy",
-                     ("arm", "trials", "mean", *DISTRIBUTION_BINS),
-                     trial_distribution(report.trials, report.arms)))  # fmt: skip
+    return (
+        "<h3>Trial-level accuracy distribution per arm (descriptive)</h3>"
+        f"<p>{_e(DISTRIBUTION_INTRO)}</p>"
+        + _table(
+            "Analysable trials per arm by glyph accuracy",
+            ("arm", "trials", "mean", *DISTRIBUTION_BINS),
+            trial_distribution(report.trials, report.arms),
+        )
+    )
 
 
 def _section_model(report: Report) -> str:
@@ -1473,8 +2005,7 @@ NEWCOMBE = "Newcombe 95% CI of the difference (one answer per trial; – for cha
 def _newcombe_text(value: Any) -> str:
     if not isinstance(value, dict):
         return "–"
-    return (f"{_pp(value.get('estimate'))} ({_pp(value.get('lower'))} to "
-            f"{_pp(value.get('upper'))})")  # fmt: skip
+    return f"{_pp(value.get('estimate'))} ({_pp(value.get('lower'))} to {_pp(value.get('upper'))})"
 
 
 def _chi_text(chi: Any) -> str:
@@ -1487,40 +2018,71 @@ def _chi_text(chi: Any) -> str:
 
 def _section_exploratory(report: Report) -> str:
     tag = f'<span class="tag">{_e(EXPLORATORY)}</span>'
-    parts = [f'<div class="exploratory"><h2>{_e(EXPLORATORY)}</h2>',
-             "<p>None of these results was pre-registered. They describe the data and may "
-             "suggest hypotheses for a future study; they decide nothing.</p>"]  # fmt: skip
+    parts = [
+        f'<div class="exploratory"><h2>{_e(EXPLORATORY)}</h2>',
+        "<p>None of these results was pre-registered. They describe the data and may "
+        "suggest hypotheses for a future study; they decide nothing.</p>",
+    ]
     errors = [report.result(f"exploratory.errors.{a}") for a in report.arms]
     rows = []
     for arm, r in zip(report.arms, errors, strict=True):
         if r is None:
             continue
         if r.get("status") != "ok":
-            rows.append((arm, f'<span class="error">not computed: {_e(r.get("error"))}</span>',
-                         "", "", "", "", ""))  # fmt: skip
+            rows.append(
+                (
+                    arm,
+                    f'<span class="error">not computed: {_e(r.get("error"))}</span>',
+                    "",
+                    "",
+                    "",
+                    "",
+                    "",
+                )
+            )
             continue
         v = r.get("values") or {}
         share = v.get("canonical_right_share") or {}
         chi = v.get("error_chi_square") or {}
         dirs = v.get("error_directions") or v.get("error_answers") or {}  # orientation or label
         bias = v.get("position_bias") or {}
-        rows.append((arm, _e(_pct((v.get("confusion") or {}).get("accuracy"))),
-                     _e(", ".join(f"{k} {n}" for k, n in dirs.items()) or "no errors"),
-                     _e(f"{_pct(share.get('share'))} ({_pct(share.get('lower'))} – "
-                        f"{_pct(share.get('upper'))}), n={share.get('n', 0)}" if share else "–"),
-                     _e(chi.get("error") or (f"chi2 {_fmt(chi.get('chi2'))}, p {_p(chi.get('p'))}"
-                                             if chi else "–")),
-                     _e(_chi_text(v.get("error_chi_square_excluding_truth"))),
-                     _e(f"TVD {_fmt(bias.get('tvd'))}" if bias else "–")))  # fmt: skip
+        rows.append(
+            (
+                arm,
+                _e(_pct((v.get("confusion") or {}).get("accuracy"))),
+                _e(", ".join(f"{k} {n}" for k, n in dirs.items()) or "no errors"),
+                _e(
+                    f"{_pct(share.get('share'))} ({_pct(share.get('lower'))} – "
+                    f"{_pct(share.get('upper'))}), n={share.get('n', 0)}"
+                    if share
+                    else "–"
+                ),
+                _e(
+                    chi.get("error")
+                    or (f"chi2 {_fmt(chi.get('chi2'))}, p {_p(chi.get('p'))}" if chi else "–")
+                ),
+                _e(_chi_text(v.get("error_chi_square_excluding_truth"))),
+                _e(f"TVD {_fmt(bias.get('tvd'))}" if bias else "–"),
+            )
+        )
     parts.append(f"<h3>{_e(EXPLORATORY)}: error phenotype by arm {tag}</h3>")
-    parts.append(_table(
-        f"{EXPLORATORY}: error phenotype (wrong answers that name an orientation)",
-        ("arm", "accuracy", "error directions",
-         "share of errors answering RIGHT (Wilson 95% CI, errors as independent: descriptive)",
-         "errors uniform over all labels? (chi-square; the paper's null, replicated)",
-         "errors uniform over the wrong labels? (chi-square, true label excluded)",
-         "answer vs truth distribution"),
-        rows, raw=(0, 1, 2, 3, 4, 5, 6)))  # fmt: skip
+    parts.append(
+        _table(
+            f"{EXPLORATORY}: error phenotype (wrong answers that name an orientation)",
+            (
+                "arm",
+                "accuracy",
+                "error directions",
+                "share of errors answering RIGHT (Wilson 95% CI, errors as independent: "
+                "descriptive)",
+                "errors uniform over all labels? (chi-square; the paper's null, replicated)",
+                "errors uniform over the wrong labels? (chi-square, true label excluded)",
+                "answer vs truth distribution",
+            ),
+            rows,
+            raw=(0, 1, 2, 3, 4, 5, 6),
+        )
+    )
     parts.append(_figure_html(report, "accuracy_by_row.png"))
     for arm in report.arms:
         parts.append(_figure_html(report, f"confusion_{_safe(arm)}.png"))
@@ -1536,22 +2098,41 @@ def _section_exploratory(report: Report) -> str:
             continue
         v = r.get("values") or {}
         mc, flip = v.get("mcnemar") or {}, v.get("flip_rate") or {}
-        it, pt, boot = v.get("independent_t") or {}, v.get("paired_t") or {}, v.get(
-            "bootstrap_diff") or {}  # fmt: skip
-        pair_rows.append((
-            name,
-            f"b={mc.get('b')}, c={mc.get('c')}, p {_p(mc.get('p'))}" if mc else "–",
-            _pct(flip.get("share")) if flip else "–",
-            f"{_pp(it.get('difference'))}, p {_p(it.get('p'))}" if it else "–",
-            f"{_pp(pt.get('difference'))}, p {_p(pt.get('p'))}" if pt else "–",
-            f"{_pp(boot.get('estimate'))} ({_pp(boot.get('lower'))} to {_pp(boot.get('upper'))})"
-            if boot else "–", _newcombe_text(v.get("newcombe"))))  # fmt: skip
+        it, pt, boot = (
+            v.get("independent_t") or {},
+            v.get("paired_t") or {},
+            v.get("bootstrap_diff") or {},
+        )
+        pair_rows.append(
+            (
+                name,
+                f"b={mc.get('b')}, c={mc.get('c')}, p {_p(mc.get('p'))}" if mc else "–",
+                _pct(flip.get("share")) if flip else "–",
+                f"{_pp(it.get('difference'))}, p {_p(it.get('p'))}" if it else "–",
+                f"{_pp(pt.get('difference'))}, p {_p(pt.get('p'))}" if pt else "–",
+                f"{_pp(boot.get('estimate'))} "
+                f"({_pp(boot.get('lower'))} to {_pp(boot.get('upper'))})"
+                if boot
+                else "–",
+                _newcombe_text(v.get("newcombe")),
+            )
+        )
     parts.append(f"<h3>{_e(EXPLORATORY)}: paired-arm metrics {tag}</h3>")
-    parts.append(_table(
-        f"{EXPLORATORY}: paired-arm metrics (two-sided p, not adjusted)",
-        ("pair a-b", "McNemar (items as independent: descriptive)", "answer flip rate",
-         "Welch t", "paired t (per stimulus)",
-         "bootstrap difference (95% CI)", NEWCOMBE), pair_rows))  # fmt: skip
+    parts.append(
+        _table(
+            f"{EXPLORATORY}: paired-arm metrics (two-sided p, not adjusted)",
+            (
+                "pair a-b",
+                "McNemar (items as independent: descriptive)",
+                "answer flip rate",
+                "Welch t",
+                "paired t (per stimulus)",
+                "bootstrap difference (95% CI)",
+                NEWCOMBE,
+            ),
+            pair_rows,
+        )
+    )
     qr_rows = []
     for r in report.results:
         name = str(r.get("id", "")).removeprefix("exploratory.question_run.")
@@ -1561,25 +2142,46 @@ def _section_exploratory(report: Report) -> str:
             qr_rows.append((name, f"not computed: {r.get('error')}", ""))
             continue
         v = r.get("values") or {}
-        qr_rows.append((name, _pct(v.get("estimate")),
-                        f"{_pct(v.get('lower'))} – {_pct(v.get('upper'))}"))  # fmt: skip
-    parts.append(f"<h3>{_e(EXPLORATORY)}: accuracy with a bootstrap over trials (probes are not "
-                 f"resampled) {tag}</h3>")
+        qr_rows.append(
+            (name, _pct(v.get("estimate")), f"{_pct(v.get('lower'))} – {_pct(v.get('upper'))}")
+        )
+    parts.append(
+        f"<h3>{_e(EXPLORATORY)}: accuracy with a bootstrap over trials (probes are not "
+        f"resampled) {tag}</h3>"
+    )
     if len(report.models) >= 2:
-        parts.append(_table(f"{EXPLORATORY}: accuracy by arm (pooled over models: a run is a "
-                            "model and replicate) and by arm@model, bootstrap over (stimulus, "
-                            "run)", ("arm", "accuracy", "bootstrap 95% CI"), qr_rows))
+        parts.append(
+            _table(
+                f"{EXPLORATORY}: accuracy by arm (pooled over models: a run is a "
+                "model and replicate) and by arm@model, bootstrap over (stimulus, "
+                "run)",
+                ("arm", "accuracy", "bootstrap 95% CI"),
+                qr_rows,
+            )
+        )
     else:
-        parts.append(_table(f"{EXPLORATORY}: accuracy by arm, bootstrap over (stimulus, "
-                            "replicate)", ("arm", "accuracy", "bootstrap 95% CI"), qr_rows))
+        parts.append(
+            _table(
+                f"{EXPLORATORY}: accuracy by arm, bootstrap over (stimulus, replicate)",
+                ("arm", "accuracy", "bootstrap 95% CI"),
+                qr_rows,
+            )
+        )
     by_model = report.result("exploratory.arm_by_model")
     if by_model is not None:
-        parts.append(f"<h3>{_e(EXPLORATORY)}: does the arm effect differ between models? "
-                     f"{tag}</h3>")
+        parts.append(
+            f"<h3>{_e(EXPLORATORY)}: does the arm effect differ between models? {tag}</h3>"
+        )
         test = (by_model.get("values") or {}).get("interaction_test") or {}
-        parts.append(_model_html(by_model, f"; joint Wald test of the {test.get('df')} arm × "
-                                           f"model terms: chi2 {_fmt(test.get('chi2'))}, p "
-                                           f"{_p(test.get('p'))}", f"{EXPLORATORY}: "))
+        parts.append(
+            _model_html(
+                by_model,
+                f"; joint Wald test of the {test.get('df')} arm × "
+                f"model terms: chi2 {_fmt(test.get('chi2'))}, p "
+                f"{_p(test.get('p'))}",
+                f"{EXPLORATORY}: ",
+            )
+        )
     mult = report.result("exploratory.multiplicity")
     parts.append(f"<h3>{_e(EXPLORATORY)}: multiplicity sensitivity {tag}</h3>")
     if mult is None:
@@ -1593,16 +2195,32 @@ def _section_exploratory(report: Report) -> str:
         bonf = (v.get("bonferroni") or {}).get("adjusted") or []
         holm = (v.get("holm") or {}).get("adjusted") or []
         raw = (v.get("bonferroni") or {}).get("pvalues") or []
-        mrows = [(h, _p(p), _p(b), _p(hh)) for h, p, b, hh in
-                 zip(v.get("hypotheses") or [], raw, bonf, holm, strict=False)]  # fmt: skip
-        parts.append(_table(f"{EXPLORATORY}: every hypothesis p-value corrected as one family",
-                            ("hypothesis", "p raw", "Bonferroni", "Holm"), mrows))
-    other = [r for r in report.by_label("exploratory") if r.get("status") == "failed"
-             and not str(r.get("id", "")).startswith(("exploratory.errors.", "exploratory.pair.",
-                                                       "exploratory.question_run.",
-                                                       "exploratory.arm_by_model",
-                                                       "exploratory.by_truth",
-                                                       "exploratory.by_stimulus"))]
+        mrows = [
+            (h, _p(p), _p(b), _p(hh))
+            for h, p, b, hh in zip(v.get("hypotheses") or [], raw, bonf, holm, strict=False)
+        ]
+        parts.append(
+            _table(
+                f"{EXPLORATORY}: every hypothesis p-value corrected as one family",
+                ("hypothesis", "p raw", "Bonferroni", "Holm"),
+                mrows,
+            )
+        )
+    other = [
+        r
+        for r in report.by_label("exploratory")
+        if r.get("status") == "failed"
+        and not str(r.get("id", "")).startswith(
+            (
+                "exploratory.errors.",
+                "exploratory.pair.",
+                "exploratory.question_run.",
+                "exploratory.arm_by_model",
+                "exploratory.by_truth",
+                "exploratory.by_stimulus",
+            )
+        )
+    ]
     parts += [_failed_html(r) for r in other if r.get("id") != "exploratory.multiplicity"]
     parts.append("</div>")
     return "".join(parts)
@@ -1611,7 +2229,7 @@ def _section_exploratory(report: Report) -> str:
 BY_STIMULUS_INTRO = (
     "Each pair of arms where the second has a strict subset of the first's components (the"
     " difference is the removed components), on each probe: Welch's t on the trials there."
-    ' Not adjusted for the number of probes and pairs: hypotheses for a powered replicatio'
+    " Not adjusted for the number of probes and pairs: hypotheses for a powered replicatio"
     "n, as the paper's per-probe dismantling findings are."
 )
 
@@ -1621,8 +2239,9 @@ def _by_stimulus_html(report: Report, tag: str) -> str:
     r = report.result("exploratory.by_stimulus")
     if r is None:
         return ""
-    head = (f"<h3>{_e(EXPLORATORY)}: dismantling contrasts per probe (hypothesis-generating) "
-            f"{tag}</h3>")  # fmt: skip
+    head = (
+        f"<h3>{_e(EXPLORATORY)}: dismantling contrasts per probe (hypothesis-generating) {tag}</h3>"
+    )
     if r.get("status") != "ok":
         return head + _failed_html(r)
     v = r.get("values") or {}
@@ -1632,13 +2251,22 @@ def _by_stimulus_html(report: Report, tag: str) -> str:
         cells = []
         for stimulus in stimuli:
             d = (per or {}).get(stimulus) or {}
-            cells.append("not computable" if "error" in d or not d else
-                         f"{_pp(d.get('difference'))} ({_pp(d.get('ci_lower'))} to "
-                         f"{_pp(d.get('ci_upper'))}), p {_p(d.get('p'))}")  # fmt: skip
+            cells.append(
+                "not computable"
+                if "error" in d or not d
+                else f"{_pp(d.get('difference'))} ({_pp(d.get('ci_lower'))} to "
+                f"{_pp(d.get('ci_upper'))}), p {_p(d.get('p'))}"
+            )
         rows.append((name, *cells))
-    return (head + f"<p>{_e(BY_STIMULUS_INTRO)}</p>"
-            + _table(f"{EXPLORATORY}: dismantling differences per probe (Welch t, 95% CI, "
-                     "two-sided p)", ("arms a-b", *stimuli), rows))  # fmt: skip
+    return (
+        head
+        + f"<p>{_e(BY_STIMULUS_INTRO)}</p>"
+        + _table(
+            f"{EXPLORATORY}: dismantling differences per probe (Welch t, 95% CI, two-sided p)",
+            ("arms a-b", *stimuli),
+            rows,
+        )
+    )
 
 
 def _by_truth_html(report: Report, tag: str) -> str:
@@ -1646,8 +2274,10 @@ def _by_truth_html(report: Report, tag: str) -> str:
     r = report.result("exploratory.by_truth")
     if r is None:
         return ""
-    head = (f"<h3>{_e(EXPLORATORY)}: accuracy by true answer (per-orientation cells; "
-            f"hypothesis-generating) {tag}</h3>")  # fmt: skip
+    head = (
+        f"<h3>{_e(EXPLORATORY)}: accuracy by true answer (per-orientation cells; "
+        f"hypothesis-generating) {tag}</h3>"
+    )
     if r.get("status") != "ok":
         return head + _failed_html(r)
     v = r.get("values") or {}
@@ -1658,27 +2288,40 @@ def _by_truth_html(report: Report, tag: str) -> str:
         w = c.get("wilson") or {}
         if not c.get("n"):
             return "no trials"
-        return (f"{c.get('correct')}/{c.get('n')} = {_pct(w.get('estimate'))} "
-                f"({_pct(w.get('lower'))} – {_pct(w.get('upper'))})")  # fmt: skip
+        return (
+            f"{c.get('correct')}/{c.get('n')} = {_pct(w.get('estimate'))} "
+            f"({_pct(w.get('lower'))} – {_pct(w.get('upper'))})"
+        )
 
-    rows = [(arm, *(cell((cells.get(arm) or {}).get(label) or {}) for label in labels))
-            for arm in cells]  # fmt: skip
+    rows = [
+        (arm, *(cell((cells.get(arm) or {}).get(label) or {}) for label in labels)) for arm in cells
+    ]
     contrast_rows = []
     for name, per in (v.get("contrasts") or {}).items():
         texts = []
         for label in labels:
             d = (per or {}).get(label) or {}
-            texts.append("not computable" if "error" in d or not d else
-                         f"{_pp(d.get('estimate'))} ({_pp(d.get('lower'))} to "
-                         f"{_pp(d.get('upper'))})")  # fmt: skip
+            texts.append(
+                "not computable"
+                if "error" in d or not d
+                else f"{_pp(d.get('estimate'))} ({_pp(d.get('lower'))} to {_pp(d.get('upper'))})"
+            )
         contrast_rows.append((name, *texts))
-    return (head + "<p>Each cell holds few trials and nothing here is adjusted for the number "
-            "of cells: read these as hypotheses for a powered replication, as the paper does "
-            "for its per-orientation findings.</p>"
-            + _table(f"{EXPLORATORY}: accuracy by arm and true answer (Wilson 95% CI)",
-                     ("arm", *labels), rows)
-            + _table(f"{EXPLORATORY}: arm differences by true answer ({NEWCOMBE})",
-                     ("arms a-b", *labels), contrast_rows))  # fmt: skip
+    return (
+        head + "<p>Each cell holds few trials and nothing here is adjusted for the number "
+        "of cells: read these as hypotheses for a powered replication, as the paper does "
+        "for its per-orientation findings.</p>"
+        + _table(
+            f"{EXPLORATORY}: accuracy by arm and true answer (Wilson 95% CI)",
+            ("arm", *labels),
+            rows,
+        )
+        + _table(
+            f"{EXPLORATORY}: arm differences by true answer ({NEWCOMBE})",
+            ("arms a-b", *labels),
+            contrast_rows,
+        )
+    )
 
 
 POSTHOC = "Post hoc (declared after unblinding; not pre-registered)"
@@ -1703,36 +2346,66 @@ def _section_posthoc(report: Report) -> str:
     for r in report.posthoc:
         d = r.get("declared") or {}
         if r.get("status") != "ok":
-            rows.append((r.get("id"), r.get("seq"), r.get("title"), "", "", "",
-                         f"not computed: {r.get('error')}", d.get("reason")))  # fmt: skip
+            rows.append(
+                (
+                    r.get("id"),
+                    r.get("seq"),
+                    r.get("title"),
+                    "",
+                    "",
+                    "",
+                    f"not computed: {r.get('error')}",
+                    d.get("reason"),
+                )
+            )
             continue
         v = r.get("values") or {}
         c = v.get("contrast") or {}
         lmm = r.get("test") == "lmm"
-        rows.append((r.get("id"), r.get("seq"), r.get("title"),
-                     f"{_pp(c.get('estimate'))} ({_pp(c.get('lower'))} to {_pp(c.get('upper'))})",
-                     posthoc_test_text(r), _fmt(v.get("icc")) if lmm else "–",
-                     "singular fit" if lmm and v.get("singular") else "–",
-                     d.get("reason")))  # fmt: skip
-    return (f'<div class="exploratory"><h2>{_e(POSTHOC)}</h2>'
-            "<p>Each analysis below was declared after the data were unblinded and the "
-            "registered analysis was recorded (an analysis.posthoc event after the last "
-            "analysis.result). It has no verdict and changes none.</p>"
-            + _table(f"{POSTHOC}: two-sided differences (mixed model, t-test or bootstrap)",
-                     ("id", "seq", "model", "difference (95% CI)", "two-sided test", "ICC",
-                      "caution", "reason"), rows)
-            + "</div>")  # fmt: skip
+        rows.append(
+            (
+                r.get("id"),
+                r.get("seq"),
+                r.get("title"),
+                f"{_pp(c.get('estimate'))} ({_pp(c.get('lower'))} to {_pp(c.get('upper'))})",
+                posthoc_test_text(r),
+                _fmt(v.get("icc")) if lmm else "–",
+                "singular fit" if lmm and v.get("singular") else "–",
+                d.get("reason"),
+            )
+        )
+    return (
+        f'<div class="exploratory"><h2>{_e(POSTHOC)}</h2>'
+        "<p>Each analysis below was declared after the data were unblinded and the "
+        "registered analysis was recorded (an analysis.posthoc event after the last "
+        "analysis.result). It has no verdict and changes none.</p>"
+        + _table(
+            f"{POSTHOC}: two-sided differences (mixed model, t-test or bootstrap)",
+            (
+                "id",
+                "seq",
+                "model",
+                "difference (95% CI)",
+                "two-sided test",
+                "ICC",
+                "caution",
+                "reason",
+            ),
+            rows,
+        )
+        + "</div>"
+    )
 
 
 def _section_failed(report: Report) -> str:
     if not report.failed:
         return ""
-    rows = [(r.get("id"), r.get("label"), r.get("error") or "unknown error")
-            for r in report.failed]  # fmt: skip
-    return ('<div class="banner failed">Some results could not be computed; each is listed '
-            "with its reason below and shown as “not computed” where it belongs.</div>"
-            + _table("Results that could not be computed", ("result", "label", "error"),
-                     rows))  # fmt: skip
+    rows = [(r.get("id"), r.get("label"), r.get("error") or "unknown error") for r in report.failed]
+    return (
+        '<div class="banner failed">Some results could not be computed; each is listed '
+        "with its reason below and shown as “not computed” where it belongs.</div>"
+        + _table("Results that could not be computed", ("result", "label", "error"), rows)
+    )
 
 
 def _section_identical(report: Report) -> str:
@@ -1744,28 +2417,39 @@ def _section_verification(report: Report) -> str:
     v = report.verification
     status = "VERIFIED" if v.ok else "FAILED"
     cls = "ok" if v.ok else "failed"
-    rows = [(name, f'<span class="{c.status.value}">{c.status.value}</span>', _e(where),
-             _e(reason)) for c in v.checks for name, where, reason in [_check_row(c)]]  # fmt: skip
-    return ("<h2>Verification of the ledger</h2>"
-            f'<div class="banner {cls}">{status}: {_e(v.size)} events, root '
-            f"<code>{_e(v.root or '–')}</code>, origin <code>{_e(v.origin or '–')}</code>."
-            "</div>"
-            + _table("Independent verifier checks of the study's ledger",
-                     ("check", "result", "where", "detail"), rows, raw=(1, 2, 3))
-            + '<p class="muted">Re-run offline: <code>ledger verify '
-            f"{_e(_shown(report.root))} --trusted-key @OWNER.vkey</code> "
-            "(trust needs the owner's vkey, obtained out of band).</p>")  # fmt: skip
+    rows = [
+        (name, f'<span class="{c.status.value}">{c.status.value}</span>', _e(where), _e(reason))
+        for c in v.checks
+        for name, where, reason in [_check_row(c)]
+    ]
+    return (
+        "<h2>Verification of the ledger</h2>"
+        f'<div class="banner {cls}">{status}: {_e(v.size)} events, root '
+        f"<code>{_e(v.root or '–')}</code>, origin <code>{_e(v.origin or '–')}</code>."
+        "</div>"
+        + _table(
+            "Independent verifier checks of the study's ledger",
+            ("check", "result", "where", "detail"),
+            rows,
+            raw=(1, 2, 3),
+        )
+        + '<p class="muted">Re-run offline: <code>ledger verify '
+        f"{_e(_shown(report.root))} --trusted-key @OWNER.vkey</code> "
+        "(trust needs the owner's vkey, obtained out of band).</p>"
+    )
 
 
 def _simulated_banner(report: Report) -> str:
     if not report.simulated:
         return ""
     sessions = [f"seq {r['seq']} ({r.get('backend')})" for r in report.runs if r.get("simulated")]
-    return ('<div class="banner simulated" id="simulated">SIMULATED DATA: the responses were '
-            "produced by the offline simulated model, not by a real model "
-            f"(run session{'s' if len(sessions) > 1 else ''} {_e(', '.join(sessions))}). "
-            "These results demonstrate the method only and say nothing about any model."
-            "</div>")  # fmt: skip
+    return (
+        '<div class="banner simulated" id="simulated">SIMULATED DATA: the responses were '
+        "produced by the offline simulated model, not by a real model "
+        f"(run session{'s' if len(sessions) > 1 else ''} {_e(', '.join(sessions))}). "
+        "These results demonstrate the method only and say nothing about any model."
+        "</div>"
+    )
 
 
 def _identity_banner(report: Report) -> str:
@@ -1812,9 +2496,12 @@ def render_html(report: Report) -> str:
         _section_posthoc(report),
         _section_verification(report),
     ]
-    return ("<!DOCTYPE html>\n<html lang=\"en\"><head><meta charset=\"utf-8\">"
-            f"<title>{_e(title)}</title><style>{_CSS}</style></head><body>\n"
-            + "\n".join(b for b in body if b) + "\n</body></html>\n")  # fmt: skip
+    return (
+        '<!DOCTYPE html>\n<html lang="en"><head><meta charset="utf-8">'
+        f"<title>{_e(title)}</title><style>{_CSS}</style></head><body>\n"
+        + "\n".join(b for b in body if b)
+        + "\n</body></html>\n"
+    )
 
 
 # --------------------------------------------------------------------------- terminal
@@ -1823,32 +2510,62 @@ def render_html(report: Report) -> str:
 def render_terminal(report: Report, console: Console) -> None:
     """Rich tables: simulated warning, verdicts, descriptive accuracy, exploratory (labelled)."""
     if report.simulated:
-        console.print("[bold black on yellow] SIMULATED DATA: responses from the offline "
-                      "simulated model, not a real model [/]")  # fmt: skip
+        console.print(
+            "[bold black on yellow] SIMULATED DATA: responses from the offline "
+            "simulated model, not a real model [/]"
+        )
     notice = session_notice(report.runs)
     if notice is not None:
         console.print(f"[bold black on yellow] WARNING {escape(notice)} [/]")
-    colours = {"supported": "green", "not supported": "white", "not computed": "red",
-               NOT_APPLICABLE: "yellow"}  # fmt: skip
-    verdicts = table("hypothesis", "contrast", "test", "estimate (CI)", "p", "verdict",
-                     "decided by", title="Pre-registered verdicts")  # fmt: skip
+    colours = {
+        "supported": "green",
+        "not supported": "white",
+        "not computed": "red",
+        NOT_APPLICABLE: "yellow",
+    }
+    verdicts = table(
+        "hypothesis",
+        "contrast",
+        "test",
+        "estimate (CI)",
+        "p",
+        "verdict",
+        "decided by",
+        title="Pre-registered verdicts",
+    )
     for r in report.hypotheses:
         verdict = str(r.get("verdict") or "-")
         shown = f"[{colours.get(verdict, 'white')}]{verdict}[/]"
         caution = verdict_caution(r)
         if caution:
             shown += f"\n[yellow]caution: {escape(caution)}[/]"
-        verdicts.add_row(str(r.get("hypothesis")), _contrast_text(report, r), str(r.get("test")),
-                         _estimate_text(r), _p_text(r), shown, _rule_text(r))
+        verdicts.add_row(
+            str(r.get("hypothesis")),
+            _contrast_text(report, r),
+            str(r.get("test")),
+            _estimate_text(r),
+            _p_text(r),
+            shown,
+            _rule_text(r),
+        )
     console.print(verdicts)
     copies = identical_banner(report.result(IDENTICAL_ID))
     if copies is not None:
         console.print(f"[bold yellow]{escape(copies)}[/]")
     seed002 = mcq_rows(report)
     if seed002:
-        mcq_table = table("hypothesis", "test", "arms / variants", "n", "statistic", "estimate",
-                          "interval or p", "excluded", "verdict",
-                          title="Seed 002's registered statistics")  # fmt: skip
+        mcq_table = table(
+            "hypothesis",
+            "test",
+            "arms / variants",
+            "n",
+            "statistic",
+            "estimate",
+            "interval or p",
+            "excluded",
+            "verdict",
+            title="Seed 002's registered statistics",
+        )
         for row in seed002:
             mcq_table.add_row(*(escape(x) for x in row))
         console.print(mcq_table)
@@ -1870,38 +2587,68 @@ def render_terminal(report: Report, console: Console) -> None:
         values = strata.get("values") or {}
         outcomes = [str(o) for o in values.get("outcomes") or []]
         for what, strata_rows in covariate_tables(values):
-            strata_table = table("label", "value", "arm", "trials", *outcomes,
-                                 title=f"Outcomes by factor label: {what}")  # fmt: skip
+            strata_table = table(
+                "label",
+                "value",
+                "arm",
+                "trials",
+                *outcomes,
+                title=f"Outcomes by factor label: {what}",
+            )
             for strata_row in strata_rows:
                 strata_table.add_row(*(escape(x) for x in strata_row))
             console.print(strata_table)
     unit, level = ("glyphs", "glyph-level accuracy") if report.tumbling else ("items", "accuracy")
-    arms_table = table("arm", "role", "accuracy", "Wilson 95% CI", unit, "parse rate",
-                       "excluded", title=f"Descriptive: {level} by arm")  # fmt: skip
+    arms_table = table(
+        "arm",
+        "role",
+        "accuracy",
+        "Wilson 95% CI",
+        unit,
+        "parse rate",
+        "excluded",
+        title=f"Descriptive: {level} by arm",
+    )
     arms_result = report.result("descriptive.arms")
     if arms_result and arms_result.get("status") == "ok":
         roles = report.protocol.get("arms") or {}
         for arm, v in sorted((arms_result.get("values") or {}).items()):
             acc = (v or {}).get("accuracy") or {}
-            arms_table.add_row(arm, str((roles.get(arm) or {}).get("role", "")),
-                               _pct(acc.get("estimate")),
-                               f"{_pct(acc.get('lower'))} – {_pct(acc.get('upper'))}",
-                               str(v.get("glyphs")), _pct(v.get("parse_rate")),
-                               str(v.get("excluded")))  # fmt: skip
+            arms_table.add_row(
+                arm,
+                str((roles.get(arm) or {}).get("role", "")),
+                _pct(acc.get("estimate")),
+                f"{_pct(acc.get('lower'))} – {_pct(acc.get('upper'))}",
+                str(v.get("glyphs")),
+                _pct(v.get("parse_rate")),
+                str(v.get("excluded")),
+            )
         console.print(arms_table)
     elif arms_result:
         console.print(f"[red]descriptive.arms not computed: {arms_result.get('error')}[/]")
     by_model = report.result("descriptive.arm_model")
     if by_model and by_model.get("status") == "ok":
-        model_table = table("arm", "model", "accuracy", "Wilson 95% CI", unit, "parse rate",
-                            "excluded", title=f"Descriptive: {level} by arm and model")
+        model_table = table(
+            "arm",
+            "model",
+            "accuracy",
+            "Wilson 95% CI",
+            unit,
+            "parse rate",
+            "excluded",
+            title=f"Descriptive: {level} by arm and model",
+        )
         for v in (by_model.get("values") or {}).values():
             acc = (v or {}).get("accuracy") or {}
-            model_table.add_row(str(v.get("arm")), str(v.get("model")),
-                                _pct(acc.get("estimate")),
-                                f"{_pct(acc.get('lower'))} – {_pct(acc.get('upper'))}",
-                                str(v.get("glyphs")), _pct(v.get("parse_rate")),
-                                str(v.get("excluded")))  # fmt: skip
+            model_table.add_row(
+                str(v.get("arm")),
+                str(v.get("model")),
+                _pct(acc.get("estimate")),
+                f"{_pct(acc.get('lower'))} – {_pct(acc.get('upper'))}",
+                str(v.get("glyphs")),
+                _pct(v.get("parse_rate")),
+                str(v.get("excluded")),
+            )
         console.print(model_table)
     explore = table("result", "summary", title=f"{EXPLORATORY}")
     for r in report.by_label("exploratory"):
@@ -1911,10 +2658,14 @@ def render_terminal(report: Report, console: Console) -> None:
         if not r.get("hypothesis"):
             console.print(f"[red]{r.get('id')} not computed: {r.get('error')}[/]")
     v = report.verification
-    checks = ", ".join(f"{c.name} {c.status.value}" for c in v.checks
-                       if c.status is not Status.PASS)  # fmt: skip
-    console.print(("[green]ledger VERIFIED[/]" if v.ok else "[red]ledger verification FAILED[/]")
-                  + f": {len(v.checks)} checks" + (f" ({checks})" if checks else " all PASS"))
+    checks = ", ".join(
+        f"{c.name} {c.status.value}" for c in v.checks if c.status is not Status.PASS
+    )
+    console.print(
+        ("[green]ledger VERIFIED[/]" if v.ok else "[red]ledger verification FAILED[/]")
+        + f": {len(v.checks)} checks"
+        + (f" ({checks})" if checks else " all PASS")
+    )
 
 
 def _exploratory_summary(r: dict[str, Any]) -> str:
@@ -1925,34 +2676,49 @@ def _exploratory_summary(r: dict[str, Any]) -> str:
     if rid.startswith("exploratory.errors."):
         share = v.get("canonical_right_share") or {}
         bias = v.get("position_bias") or {}
-        right = (f"errors answering RIGHT {_pct(share.get('share'))} of {share.get('n', 0)}; "
-                 if share else "")  # tumbling-E only
-        return (f"accuracy {_pct((v.get('confusion') or {}).get('accuracy'))}; {right}"
-                f"answer-vs-truth TVD {_fmt(bias.get('tvd'))}")  # fmt: skip
+        right = (
+            f"errors answering RIGHT {_pct(share.get('share'))} of {share.get('n', 0)}; "
+            if share
+            else ""
+        )  # tumbling-E only
+        return (
+            f"accuracy {_pct((v.get('confusion') or {}).get('accuracy'))}; {right}"
+            f"answer-vs-truth TVD {_fmt(bias.get('tvd'))}"
+        )
     if rid == "exploratory.arm_by_model":
         test = v.get("interaction_test") or {}
-        return (f"arm × model terms: chi2 {_fmt(test.get('chi2'))}, df {_fmt(test.get('df'))}, "
-                f"p {_p(test.get('p'))}" + ("; singular fit" if v.get("singular") else ""))
+        return (
+            f"arm × model terms: chi2 {_fmt(test.get('chi2'))}, df {_fmt(test.get('df'))}, "
+            f"p {_p(test.get('p'))}" + ("; singular fit" if v.get("singular") else "")
+        )
     if rid.startswith("exploratory.pair."):
         boot = v.get("bootstrap_diff") or {}
         mc = v.get("mcnemar") or {}
-        return (f"bootstrap diff {_pp(boot.get('estimate'))} ({_pp(boot.get('lower'))} to "
-                f"{_pp(boot.get('upper'))}); McNemar p {_p(mc.get('p'))}")  # fmt: skip
+        return (
+            f"bootstrap diff {_pp(boot.get('estimate'))} ({_pp(boot.get('lower'))} to "
+            f"{_pp(boot.get('upper'))}); McNemar p {_p(mc.get('p'))}"
+        )
     if rid.startswith("exploratory.question_run."):
-        return (f"accuracy {_pct(v.get('estimate'))} ({_pct(v.get('lower'))} – "
-                f"{_pct(v.get('upper'))})")  # fmt: skip
+        return (
+            f"accuracy {_pct(v.get('estimate'))} ({_pct(v.get('lower'))} – {_pct(v.get('upper'))})"
+        )
     if rid == "exploratory.by_stimulus":
         return "dismantling differences per probe, " + ", ".join(
-            f"{name}: " + "; ".join(f"{st} {_pp((d or {}).get('difference'))}"
-                                   for st, d in (per or {}).items())
-            for name, per in (v.get("contrasts") or {}).items())
+            f"{name}: "
+            + "; ".join(f"{st} {_pp((d or {}).get('difference'))}" for st, d in (per or {}).items())
+            for name, per in (v.get("contrasts") or {}).items()
+        )
     if rid == "exploratory.by_truth":
         return "accuracy by arm and true answer, " + ", ".join(
-            f"{name}: " + "; ".join(f"{label} {_pp((d or {}).get('estimate'))}"
-                                   for label, d in (per or {}).items())
-            for name, per in (v.get("contrasts") or {}).items())
+            f"{name}: "
+            + "; ".join(
+                f"{label} {_pp((d or {}).get('estimate'))}" for label, d in (per or {}).items()
+            )
+            for name, per in (v.get("contrasts") or {}).items()
+        )
     if rid == "exploratory.multiplicity":
         holm = (v.get("holm") or {}).get("adjusted") or []
-        return "Holm: " + ", ".join(f"{h} {_p(p)}" for h, p in
-                                    zip(v.get("hypotheses") or [], holm, strict=False))
+        return "Holm: " + ", ".join(
+            f"{h} {_p(p)}" for h, p in zip(v.get("hypotheses") or [], holm, strict=False)
+        )
     return _fmt(v)[:120]

@@ -10,8 +10,13 @@ import json
 from typing import Any, Final
 
 __all__ = [
-    "PLAN_CAPTION", "PLAN_HEADER", "PLAN_HEADING", "plan_intro", "plan_rows", "read_record",
-]  # fmt: skip
+    "PLAN_CAPTION",
+    "PLAN_HEADER",
+    "PLAN_HEADING",
+    "plan_intro",
+    "plan_rows",
+    "read_record",
+]
 
 PLAN_HEADING: Final = "Sample-size justification (ledger plan, locked before the run)"
 PLAN_CAPTION: Final = (
@@ -20,9 +25,16 @@ PLAN_CAPTION: Final = (
     "not computed, and how often each interval covers its truth"
 )
 PLAN_HEADER: Final = (
-    "scenario", "replicates", "hypothesis", "truth", "P(supported)", "not computed",
-    "coverage: registered", "two-sided", "sensitivity (per-arm residual)",
-)  # fmt: skip
+    "scenario",
+    "replicates",
+    "hypothesis",
+    "truth",
+    "P(supported)",
+    "not computed",
+    "coverage: registered",
+    "two-sided",
+    "sensitivity (per-arm residual)",
+)
 
 
 def _pct(entry: Any) -> str:
@@ -35,11 +47,13 @@ def plan_intro(record: dict[str, Any], seq: int, sha256: str) -> str:
     s = record["settings"]
     names = ", ".join(str(sc["name"]) for sc in s["scenarios"])
     reps = ", ".join(str(r["replicates"]) for r in record["results"][:: len(s["scenarios"])])
-    return (f"plan/plan.json locked at seq {seq} (SHA-256 {sha256[:16]}…): {s['studies']} "
-            f"simulated studies per scenario ({names}) and replicate setting ({reps}), seed "
-            f"{s['seed']}, each analysed with the registered analysis; power target "
-            f"{float(s['power_target']) * 100:.0f}% for the primary hypotheses "
-            f"({', '.join(s['primary']) or 'none'}).")  # fmt: skip
+    return (
+        f"plan/plan.json locked at seq {seq} (SHA-256 {sha256[:16]}…): {s['studies']} "
+        f"simulated studies per scenario ({names}) and replicate setting ({reps}), seed "
+        f"{s['seed']}, each analysed with the registered analysis; power target "
+        f"{float(s['power_target']) * 100:.0f}% for the primary hypotheses "
+        f"({', '.join(s['primary']) or 'none'})."
+    )
 
 
 def plan_rows(record: dict[str, Any]) -> list[list[str]]:
@@ -49,13 +63,19 @@ def plan_rows(record: dict[str, Any]) -> list[list[str]]:
         for h in res["hypotheses"]:
             role = {"power": " power", "type-I error": " type I"}.get(h["role"], "")
             sens = (h.get("sensitivity") or {}).get("probe_by_arm_arm_residual")
-            rows.append([
-                str(res["scenario"]), str(res["replicates"]),
-                str(h["hypothesis"]) + (" (primary)" if h["primary"] else ""),
-                f"{h['truth'] * 100:+.1f} pp", _pct(h["supported"]) + role,
-                _pct(h["not_computed"]), _pct(h["coverage"].get("registered")),
-                _pct(h["coverage"].get("two_sided")), _pct(sens),
-            ])  # fmt: skip
+            rows.append(
+                [
+                    str(res["scenario"]),
+                    str(res["replicates"]),
+                    str(h["hypothesis"]) + (" (primary)" if h["primary"] else ""),
+                    f"{h['truth'] * 100:+.1f} pp",
+                    _pct(h["supported"]) + role,
+                    _pct(h["not_computed"]),
+                    _pct(h["coverage"].get("registered")),
+                    _pct(h["coverage"].get("two_sided")),
+                    _pct(sens),
+                ]
+            )
     return rows
 
 

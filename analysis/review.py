@@ -50,23 +50,43 @@ from runner.step_state import StepWork
 from runner.steps import review_sample
 
 __all__ = [
-    "CSV_COLUMNS", "ORDER_RULE", "reference_sets", "review_csv", "review_tables", "review_text",
+    "CSV_COLUMNS",
+    "ORDER_RULE",
+    "reference_sets",
+    "review_csv",
+    "review_tables",
+    "review_text",
     "review_values",
-]  # fmt: skip
+]
 
 ORDER_RULE = "ascending SHA-256(seed|item|rep)"
 """The selection order, as ``review.<NAME>`` records it."""
 CSV_COLUMNS = (
-    "item", "rep", "order_key", "question", "options", "key_original", "failed_trial",
-    "failed_letter", "failed_answer", "failed_response", "succeeded_trial", "succeeded_letter",
-    "succeeded_answer", "succeeded_response", "codes",
-)  # fmt: skip
+    "item",
+    "rep",
+    "order_key",
+    "question",
+    "options",
+    "key_original",
+    "failed_trial",
+    "failed_letter",
+    "failed_answer",
+    "failed_response",
+    "succeeded_trial",
+    "succeeded_letter",
+    "succeeded_answer",
+    "succeeded_response",
+    "codes",
+)
 """The columns of ``analysis/review/<NAME>.csv`` (``docs/archive-format.md``)."""
 
 
 def _cond(review: Mapping[str, Any], side: str) -> tuple[str, str, str]:
-    return (str(review[side]["arm"]), str(review[side].get("variant", "original")),
-            str(review.get("model") or ""))  # fmt: skip
+    return (
+        str(review[side]["arm"]),
+        str(review[side].get("variant", "original")),
+        str(review.get("model") or ""),
+    )
 
 
 def review_values(ds: Any, plan: dict[str, Any], review: Mapping[str, Any]) -> dict[str, Any]:
@@ -81,30 +101,43 @@ def review_values(ds: Any, plan: dict[str, Any], review: Mapping[str, Any]) -> d
     table = mcq_tests._tables(ds, plan)[1]
     letters = mcq_tests._letters(plan)
     failed, succeeded = _cond(review, "failed"), _cond(review, "succeeded")
-    sample = mcq.review_sample(table, failed, succeeded, int(review["n"]), int(review["seed"]),
-                               letters)  # fmt: skip
+    sample = mcq.review_sample(
+        table, failed, succeeded, int(review["n"]), int(review["seed"]), letters
+    )
     frame = table.frame
     letter = dict(zip(frame["trial"], frame["letter"], strict=True))
     seqs = dict(zip(ds.trials["trial"], ds.trials["response_seq"], strict=True))
 
     def side(name: str, trial: str, answer: str | None) -> dict[str, Any]:
         value = letter.get(trial)
-        return {f"{name}_trial": trial, f"{name}_response_seq": int(seqs[trial]),
-                f"{name}_letter": None if value is None or value != value else str(value),
-                f"{name}_answer": answer}  # fmt: skip
+        return {
+            f"{name}_trial": trial,
+            f"{name}_response_seq": int(seqs[trial]),
+            f"{name}_letter": None if value is None or value != value else str(value),
+            f"{name}_answer": answer,
+        }
 
     cases = [
-        {"item": c.item, "rep": c.rep, "order_key": c.order_key, "key_original": c.key_original,
-         **side("failed", c.failed_trial, c.failed_answer),
-         **side("succeeded", c.succeeded_trial, c.succeeded_answer)}
+        {
+            "item": c.item,
+            "rep": c.rep,
+            "order_key": c.order_key,
+            "key_original": c.key_original,
+            **side("failed", c.failed_trial, c.failed_answer),
+            **side("succeeded", c.succeeded_trial, c.succeeded_answer),
+        }
         for c in sample.cases
-    ]  # fmt: skip
+    ]
     return {
         "failed": {"arm": failed[0], "variant": failed[1], "model": failed[2]},
         "succeeded": {"arm": succeeded[0], "variant": succeeded[1], "model": succeeded[2]},
-        "n": int(review["n"]), "seed": str(review["seed"]), "order": ORDER_RULE,
-        "n_candidates": sample.n_candidates, "size": sample.size, "cases": cases,
-    }  # fmt: skip
+        "n": int(review["n"]),
+        "seed": str(review["seed"]),
+        "order": ORDER_RULE,
+        "n_candidates": sample.n_candidates,
+        "size": sample.size,
+        "cases": cases,
+    }
 
 
 def review_text(raw: bytes, fmt: str) -> str:
@@ -120,8 +153,11 @@ def review_text(raw: bytes, fmt: str) -> str:
         return raw.decode("utf-8", errors="replace")
 
 
-def review_csv(values: Mapping[str, Any], items: Mapping[str, Mapping[str, Any]],
-               response: Callable[[int], str]) -> bytes:
+def review_csv(
+    values: Mapping[str, Any],
+    items: Mapping[str, Mapping[str, Any]],
+    response: Callable[[int], str],
+) -> bytes:
     """``analysis/review/<NAME>.csv`` of a ``review.<NAME>`` result's ``values``.
 
     ``items`` maps item ids to their data as written (``question``, ``options``);
@@ -134,13 +170,24 @@ def review_csv(values: Mapping[str, Any], items: Mapping[str, Mapping[str, Any]]
     writer.writerow(CSV_COLUMNS)
     for case in values["cases"]:
         item = items[str(case["item"])]
-        options = "\n".join(f"{OPTION_LABELS[i]}. {text}"
-                            for i, text in enumerate(item.get("options") or ()))  # fmt: skip
-        row = [case["item"], case["rep"], case["order_key"], item.get("question") or "", options,
-               case["key_original"]]  # fmt: skip
+        options = "\n".join(
+            f"{OPTION_LABELS[i]}. {text}" for i, text in enumerate(item.get("options") or ())
+        )
+        row = [
+            case["item"],
+            case["rep"],
+            case["order_key"],
+            item.get("question") or "",
+            options,
+            case["key_original"],
+        ]
         for name in ("failed", "succeeded"):
-            row += [case[f"{name}_trial"], case[f"{name}_letter"], case[f"{name}_answer"],
-                    response(int(case[f"{name}_response_seq"]))]  # fmt: skip
+            row += [
+                case[f"{name}_trial"],
+                case[f"{name}_letter"],
+                case[f"{name}_answer"],
+                response(int(case[f"{name}_response_seq"])),
+            ]
         row.append("")
         writer.writerow(["" if v is None else v for v in row])
     return out.getvalue().encode("utf-8")
@@ -151,9 +198,10 @@ def review_csv(values: Mapping[str, Any], items: Mapping[str, Mapping[str, Any]]
 
 def _judge_sample(log: Ledger, plan: dict[str, Any]) -> dict[int, Any]:
     scored = {
-        e.body["response_seq"]: e.body for e in log.events("trial.scored")
+        e.body["response_seq"]: e.body
+        for e in log.events("trial.scored")
         if isinstance(e.body.get("judge"), dict) and e.body["judge"].get("step") == plan["step"]
-    }  # fmt: skip
+    }
     judged = []
     for seq, body in scored.items():
         votes = [v.get("vote") for v in body["judge"]["votes"]]
@@ -178,8 +226,11 @@ def reference_sets(
     out: dict[str, dict[str, list[str]] | None] = {}
     for item in study.stimulus_ids():
         decision = work.decision(reference, item)
-        found = {REFERENCE_FIELDS[k]: v for k, v in decision.items()
-                 if k in REFERENCE_FIELDS} if isinstance(decision, dict) else {}  # fmt: skip
+        found = (
+            {REFERENCE_FIELDS[k]: v for k, v in decision.items() if k in REFERENCE_FIELDS}
+            if isinstance(decision, dict)
+            else {}
+        )
         out[item] = supplied_sets(found)
     return out
 
@@ -201,47 +252,73 @@ def review_tables(
     by_sample: dict[str, list[tuple[int, str, Any, Any]]] = {}
     for e in log.events("review.recorded"):
         by_sample.setdefault(str(e.body.get("sample")), []).append(
-            (e.seq, e.actor, e.body.get("subject"), e.body.get("value")))
+            (e.seq, e.actor, e.body.get("subject"), e.body.get("value"))
+        )
     out: list[tuple[str, str, str, Callable[[], dict[str, Any]]]] = []
     for name, review in sorted((plan.get("reviews") or {}).items()):
         kind = review.get("kind")
         reviews = by_sample.get(name, [])
         if kind == "reference-set":
 
-            def table(review: dict[str, Any] = review,
-                      reviews: list[Any] = reviews) -> dict[str, Any]:
+            def table(
+                review: dict[str, Any] = review, reviews: list[Any] = reviews
+            ) -> dict[str, Any]:
                 sample = item_sample(study.stimulus_ids(), int(review["n"]), str(review["seed"]))
-                return {"reference": review["reference"], "n": review["n"],
-                        "seed": review["seed"], **reference_table(sample, reviews)}
+                return {
+                    "reference": review["reference"],
+                    "n": review["n"],
+                    "seed": review["seed"],
+                    **reference_table(sample, reviews),
+                }
 
-            out.append((f"review.{name}", f"Review of reference sets, sample {name}: "
-                        "commission and omission, agreement-based and either-annotator",
-                        "reference-review", table))  # fmt: skip
+            out.append(
+                (
+                    f"review.{name}",
+                    f"Review of reference sets, sample {name}: "
+                    "commission and omission, agreement-based and either-annotator",
+                    "reference-review",
+                    table,
+                )
+            )
         elif kind == "judge-label":
 
-            def labels(review: dict[str, Any] = review,
-                       reviews: list[Any] = reviews) -> dict[str, Any]:
+            def labels(
+                review: dict[str, Any] = review, reviews: list[Any] = reviews
+            ) -> dict[str, Any]:
                 chosen = _judge_sample(log, review)
                 decisions = {seq: b["judge"]["decision"] for seq, b in chosen.items()}
-                same = {seq: None not in (v := [x.get("vote") for x in b["judge"]["votes"]])
-                        and len(set(v)) == 1 for seq, b in chosen.items()}  # fmt: skip
+                same = {
+                    seq: None not in (v := [x.get("vote") for x in b["judge"]["votes"]])
+                    and len(set(v)) == 1
+                    for seq, b in chosen.items()
+                }
                 step = (plan.get("steps") or {}).get(review["step"]) or {}
-                return {"step": review["step"], "sample": sorted(chosen),
-                        **label_table(decisions, list(step.get("labels") or []), reviews,
-                                      same)}  # fmt: skip
+                return {
+                    "step": review["step"],
+                    "sample": sorted(chosen),
+                    **label_table(decisions, list(step.get("labels") or []), reviews, same),
+                }
 
-            out.append((f"review.{name}", f"Reviewers against the judges of step "
-                        f"{review['step']}, sample {name}", "judge-review", labels))
+            out.append(
+                (
+                    f"review.{name}",
+                    f"Reviewers against the judges of step {review['step']}, sample {name}",
+                    "judge-review",
+                    labels,
+                )
+            )
         elif kind == "contrast" and review.get("codes"):
 
-            def codes(review: dict[str, Any] = review, name: str = name,
-                      reviews: list[Any] = reviews) -> dict[str, Any]:
+            def codes(
+                review: dict[str, Any] = review, name: str = name, reviews: list[Any] = reviews
+            ) -> dict[str, Any]:
                 values = drawn.get(f"review.{name}")
                 if values is None:
                     raise ValueError(f"review.{name} was not drawn")
                 sample = [c["failed_response_seq"] for c in values["cases"]]
                 return code_table(sample, list(review["codes"]), reviews)
 
-            out.append((f"review.{name}.codes", f"Codes of review sample {name}",
-                        "review-codes", codes))
+            out.append(
+                (f"review.{name}.codes", f"Codes of review sample {name}", "review-codes", codes)
+            )
     return out

@@ -51,22 +51,20 @@ def _plan(log: Ledger, root: Path, name: str) -> dict[str, Any]:
         raise StudyError(f"{root}: no review sample {name!r} was locked (samples: {known})")
     plan = dict(reviews[name])
     if plan.get("kind") == "contrast" and not plan.get("codes"):
-        raise StudyError(f"{root}: review sample {name!r} is a contrast sample without codes: "
-                         f"its cases are the result review.{name} of 'ledger analyze', "
-                         f"exported for coding as analysis/review/{name}.csv by 'ledger "
-                         "export'; declare codes = [...] to record codes with 'ledger "
-                         "review'")  # fmt: skip
+        raise StudyError(
+            f"{root}: review sample {name!r} is a contrast sample without codes: "
+            f"its cases are the result review.{name} of 'ledger analyze', "
+            f"exported for coding as analysis/review/{name}.csv by 'ledger "
+            "export'; declare codes = [...] to record codes with 'ledger "
+            "review'"
+        )
     if next(iter(log.events("scoring.sealed")), None) is None:
-        raise StudyError(f"{root}: scoring is not sealed yet; a review is recorded once the "
-                         "scores are sealed (run 'ledger score'), so no review can shape "
-                         "what was collected or scored")  # fmt: skip
+        raise StudyError(
+            f"{root}: scoring is not sealed yet; a review is recorded once the "
+            "scores are sealed (run 'ledger score'), so no review can shape "
+            "what was collected or scored"
+        )
     return plan
-
-
-
-
-
-
 
 
 def contrast_cases(
@@ -75,9 +73,13 @@ def contrast_cases(
     """The cases of a contrast sample, drawn as ``review.<NAME>`` draws them (after unblinding)."""
     settings = plan.get("analysis", {})
     parser = str((plan.get("response") or {}).get("parser", ""))
-    ds = load_dataset(log, exclude_unparseable=bool(settings.get("exclude_unparseable", True)),
-                      parser=parser, models=models(plan),
-                      variants=bool(plan.get("variants")))  # fmt: skip
+    ds = load_dataset(
+        log,
+        exclude_unparseable=bool(settings.get("exclude_unparseable", True)),
+        parser=parser,
+        models=models(plan),
+        variants=bool(plan.get("variants")),
+    )
     try:
         return list(review_values(ds, plan, review)["cases"])
     except mcq.McqError as exc:
@@ -104,26 +106,49 @@ def review_subjects(root: str | Path, name: str) -> list[ReviewSubject]:
         if plan["kind"] == "reference-set":
             sets = reference_sets(study, str(plan["reference"]), log)
             chosen = item_sample(study.stimulus_ids(), int(plan["n"]), str(plan["seed"]))
-            return [ReviewSubject(i, i, "", None, (), tuple(done.get(i, [])),
-                                  json.dumps(sets[i], ensure_ascii=False) if sets[i]
-                                  else "(no reference sets: the step reached no decision)")
-                    for i in chosen]  # fmt: skip
+            return [
+                ReviewSubject(
+                    i,
+                    i,
+                    "",
+                    None,
+                    (),
+                    tuple(done.get(i, [])),
+                    json.dumps(sets[i], ensure_ascii=False)
+                    if sets[i]
+                    else "(no reference sets: the step reached no decision)",
+                )
+                for i in chosen
+            ]
         if plan["kind"] == "contrast":
             protocol = protocol_event(log)
             assert protocol is not None
             cases = contrast_cases(log, protocol.body, plan)
-            return [ReviewSubject(
-                c["failed_response_seq"], str(c["item"]), "", None, (),
-                tuple(done.get(c["failed_response_seq"], [])),
-                f"rep {c['rep']}: {c['failed_trial']} answered {c['failed_answer']}, "
-                f"{c['succeeded_trial']} answered {c['succeeded_answer']}")
-                for c in cases]  # fmt: skip
+            return [
+                ReviewSubject(
+                    c["failed_response_seq"],
+                    str(c["item"]),
+                    "",
+                    None,
+                    (),
+                    tuple(done.get(c["failed_response_seq"], [])),
+                    f"rep {c['rep']}: {c['failed_trial']} answered {c['failed_answer']}, "
+                    f"{c['succeeded_trial']} answered {c['succeeded_answer']}",
+                )
+                for c in cases
+            ]
         chosen_scores = _judge_sample(log, plan)
     return [
-        ReviewSubject(seq, b["stimulus"], b["arm_code"], b["judge"]["decision"],
-                      tuple(v["vote"] for v in b["judge"]["votes"]), tuple(done.get(seq, [])))
+        ReviewSubject(
+            seq,
+            b["stimulus"],
+            b["arm_code"],
+            b["judge"]["decision"],
+            tuple(v["vote"] for v in b["judge"]["votes"]),
+            tuple(done.get(seq, [])),
+        )
         for seq, b in chosen_scores.items()
-    ]  # fmt: skip
+    ]
 
 
 def parse_value(kind: str, text: str) -> Any:
@@ -136,8 +161,9 @@ def parse_value(kind: str, text: str) -> Any:
         try:
             return json.loads(text)
         except ValueError as exc:
-            raise StudyError(f"--value: a reference-set review is a JSON object of edits "
-                             f"({exc})") from None
+            raise StudyError(
+                f"--value: a reference-set review is a JSON object of edits ({exc})"
+            ) from None
     if kind == "code":
         return [c.strip() for c in text.split(",") if c.strip()]
     return text
@@ -157,25 +183,30 @@ def record_review(
     study = check_integrity(root)
     with Ledger.open(ledger_path(root)) as log:
         records = log.keys()
-        role = next((k.role for k in records if k.vkey == key.vkey
-                     and k.revoked_seq is None), None)  # fmt: skip
+        role = next((k.role for k in records if k.vkey == key.vkey and k.revoked_seq is None), None)
         if role != "reviewer":
-            raise StudyError(f"{root}: a review is signed by a key with the role 'reviewer' "
-                             f"(this key's role: {role or 'not registered'}); register one "
-                             "with 'ledger key add ... --role reviewer'")  # fmt: skip
+            raise StudyError(
+                f"{root}: a review is signed by a key with the role 'reviewer' "
+                f"(this key's role: {role or 'not registered'}); register one "
+                "with 'ledger key add ... --role reviewer'"
+            )
         plan = _plan(log, root, name)
         kind = plan["kind"]
         if kind == "reference-set":
             sets = reference_sets(study, str(plan["reference"]), log)
             chosen = item_sample(study.stimulus_ids(), int(plan["n"]), str(plan["seed"]))
             if str(subject) not in chosen:
-                raise StudyError(f"{root}: item {subject!r} is not in review sample {name!r} "
-                                 f"(its items: {', '.join(chosen)})")  # fmt: skip
+                raise StudyError(
+                    f"{root}: item {subject!r} is not in review sample {name!r} "
+                    f"(its items: {', '.join(chosen)})"
+                )
             subject = str(subject)
             found = sets[subject]
             if found is None:
-                raise StudyError(f"{root}: item {subject!r} has no reference sets to review "
-                                 f"(step {plan['reference']!r} reached no decision)")
+                raise StudyError(
+                    f"{root}: item {subject!r} has no reference sets to review "
+                    f"(step {plan['reference']!r} reached no decision)"
+                )
             problem = edit_problem(value, found)
             if problem is not None:
                 raise StudyError(f"review of item {subject!r}: {problem}")
@@ -184,9 +215,11 @@ def record_review(
             assert protocol is not None
             seqs = [int(c["failed_response_seq"]) for c in contrast_cases(log, protocol.body, plan)]
             if not str(subject).isdigit() or int(subject) not in seqs:
-                raise StudyError(f"{root}: {subject!r} is not a case of review sample {name!r} "
-                                 f"(its cases, by failed_response_seq: "
-                                 f"{', '.join(map(str, seqs))})")  # fmt: skip
+                raise StudyError(
+                    f"{root}: {subject!r} is not a case of review sample {name!r} "
+                    f"(its cases, by failed_response_seq: "
+                    f"{', '.join(map(str, seqs))})"
+                )
             subject, kind = int(subject), "code"
             problem = code_problem(value, plan["codes"])
             if problem is not None:
@@ -194,13 +227,16 @@ def record_review(
         else:
             chosen_scores = _judge_sample(log, plan)
             if not str(subject).isdigit() or int(subject) not in chosen_scores:
-                raise StudyError(f"{root}: seq {subject} is not in review sample {name!r} (its "
-                                 f"subjects: {', '.join(map(str, chosen_scores))})")  # fmt: skip
+                raise StudyError(
+                    f"{root}: seq {subject} is not in review sample {name!r} (its "
+                    f"subjects: {', '.join(map(str, chosen_scores))})"
+                )
             subject = int(subject)
             labels = study.steps[plan["step"]].labels
             if value not in labels:
-                raise StudyError(f"value {value!r} is not a label of step {plan['step']!r} "
-                                 f"({', '.join(labels)})")  # fmt: skip
+                raise StudyError(
+                    f"value {value!r} is not a label of step {plan['step']!r} ({', '.join(labels)})"
+                )
         analysed = next(iter(log.events("analysis.result")), None)
         if analysed is not None:
             raise StudyError(

@@ -54,14 +54,31 @@ def schedule_columns(order: Sequence[str]) -> tuple[str, ...]:
     if order and order[0].count("|") == 4:
         return VARIANT_SCHEDULE_COLUMNS
     return MODEL_SCHEDULE_COLUMNS if order and order[0].count("|") == 3 else SCHEDULE_COLUMNS
+
+
 ATTEMPT_COLUMNS = (
-    "request_seq", "position", "trial", "attempt", "request_sha256", "outcome", "outcome_seq",
-    "response_sha256", "error_type", "final",
-)  # fmt: skip
+    "request_seq",
+    "position",
+    "trial",
+    "attempt",
+    "request_sha256",
+    "outcome",
+    "outcome_seq",
+    "response_sha256",
+    "error_type",
+    "final",
+)
 SCORE_COLUMNS = (
-    "scored_seq", "response_seq", "arm_code", "stimulus", "status", "n_items", "n_answered",
-    "n_correct", "scores_sha256",
-)  # fmt: skip
+    "scored_seq",
+    "response_seq",
+    "arm_code",
+    "stimulus",
+    "status",
+    "n_items",
+    "n_answered",
+    "n_correct",
+    "scores_sha256",
+)
 
 
 def schedule_ids(schedule_blob: bytes) -> list[str]:
@@ -110,12 +127,17 @@ class Attempt:
         """The ``trials/attempts.csv`` row (:data:`ATTEMPT_COLUMNS`)."""
         b, out = self.request.body, self.outcome
         return (
-            self.request.seq, b["position"], b["trial"], b["attempt"], b["request_sha256"],
-            self.outcome_kind, out.seq if out else None,
+            self.request.seq,
+            b["position"],
+            b["trial"],
+            b["attempt"],
+            b["request_sha256"],
+            self.outcome_kind,
+            out.seq if out else None,
             out.blobs.get("response") if out else None,
             out.body.get("error_type") if out and out.kind == "trial.failed" else None,
             self.final,
-        )  # fmt: skip
+        )
 
 
 def attempts(events: Iterable[RecordedEvent]) -> list[Attempt]:
@@ -134,6 +156,13 @@ def score_row(event: RecordedEvent) -> tuple[Any, ...]:
     """The ``scores/scores.csv`` row (:data:`SCORE_COLUMNS`) of one ``trial.scored`` event."""
     b = event.body
     return (
-        event.seq, b["response_seq"], b["arm_code"], b["stimulus"], b["status"], b["n_items"],
-        b["n_answered"], b["n_correct"], b["scores_sha256"],
-    )  # fmt: skip
+        event.seq,
+        b["response_seq"],
+        b["arm_code"],
+        b["stimulus"],
+        b["status"],
+        b["n_items"],
+        b["n_answered"],
+        b["n_correct"],
+        b["scores_sha256"],
+    )

@@ -291,9 +291,13 @@ def score_judged(decision: str | None, truth: str, problems: Sequence[str] = ())
     never counted as right or wrong.
     """
     item = Item(
-        row=None, position=None, truth=truth, answer=decision,
-        answered=decision is not None, correct=decision == "correct",
-    )  # fmt: skip
+        row=None,
+        position=None,
+        truth=truth,
+        answer=decision,
+        answered=decision is not None,
+        correct=decision == "correct",
+    )
     return _trial("ok" if decision is not None else "unparseable", [item], problems)
 
 

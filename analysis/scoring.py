@@ -154,13 +154,19 @@ def score_study(root: str | Path, key: SigningKey) -> ScoreResult:
                     continue
                 blob = found.pop("blob")
                 by_status[found["status"]] = by_status.get(found["status"], 0) + 1
-                specs.append(EventSpec("trial.scored", {
-                    "response_seq": event.seq,
-                    "arm_code": codes[request["arm"]],
-                    "stimulus": request["stimulus"],
-                    "parser": study.parser,
-                    **found,
-                }, {"scores": blob}))  # fmt: skip
+                specs.append(
+                    EventSpec(
+                        "trial.scored",
+                        {
+                            "response_seq": event.seq,
+                            "arm_code": codes[request["arm"]],
+                            "stimulus": request["stimulus"],
+                            "parser": study.parser,
+                            **found,
+                        },
+                        {"scores": blob},
+                    )
+                )
                 scored[event.seq] = found["scores_sha256"]
                 count += 1
                 continue
@@ -171,19 +177,25 @@ def score_study(root: str | Path, key: SigningKey) -> ScoreResult:
                     continue
                 result, record = judged
                 by_status[result.status] = by_status.get(result.status, 0) + 1
-                specs.append(EventSpec("trial.scored", {
-                    "response_seq": event.seq,
-                    "arm_code": codes[request["arm"]],
-                    "stimulus": request["stimulus"],
-                    "parser": study.parser,
-                    "status": result.status,
-                    "n_items": result.n_items,
-                    "n_answered": result.n_answered,
-                    "n_correct": result.n_correct,
-                    "scores_sha256": result.sha256,
-                    "problems": _problems(result.problems, private),
-                    "judge": record,
-                }, {"scores": result.items_bytes()}))  # fmt: skip
+                specs.append(
+                    EventSpec(
+                        "trial.scored",
+                        {
+                            "response_seq": event.seq,
+                            "arm_code": codes[request["arm"]],
+                            "stimulus": request["stimulus"],
+                            "parser": study.parser,
+                            "status": result.status,
+                            "n_items": result.n_items,
+                            "n_answered": result.n_answered,
+                            "n_correct": result.n_correct,
+                            "scores_sha256": result.sha256,
+                            "problems": _problems(result.problems, private),
+                            "judge": record,
+                        },
+                        {"scores": result.items_bytes()},
+                    )
+                )
                 scored[event.seq] = result.sha256
                 count += 1
                 continue
@@ -315,31 +327,47 @@ class Judges:
             if record is None or not record.final:
                 if record is None and self.work.inputs(call) is None:
                     values.append(None)  # an input of the judge has no decision: no call
-                    votes.append({"model": call.model or "", "vote": None, "status": "no-input",
-                                  "request_seq": None, "response_seq": None, "responses": 0})
+                    votes.append(
+                        {
+                            "model": call.model or "",
+                            "vote": None,
+                            "status": "no-input",
+                            "request_seq": None,
+                            "response_seq": None,
+                            "responses": 0,
+                        }
+                    )
                     continue
                 return None
             value = record.value if record.responded is not None else None
             status = (
-                "parsed" if record.responded is not None
-                else "given-up" if record.given_up is not None else "unparseable"
-            )  # fmt: skip
+                "parsed"
+                if record.responded is not None
+                else "given-up"
+                if record.given_up is not None
+                else "unparseable"
+            )
             values.append(value)
-            votes.append({
-                "model": call.model or "",
-                "vote": value,
-                "status": status,
-                "request_seq": record.last_request,
-                "response_seq": record.responded or record.exhausted or record.given_up,
-                "responses": record.unparseable + (record.responded is not None),
-            })  # fmt: skip
+            votes.append(
+                {
+                    "model": call.model or "",
+                    "vote": value,
+                    "status": status,
+                    "request_seq": record.last_request,
+                    "response_seq": record.responded or record.exhausted or record.given_up,
+                    "responses": record.unparseable + (record.responded is not None),
+                }
+            )
         decision = aggregate(self.spec.aggregate, values, self.spec.sets)
         problems = []
         if decision is None:
-            shown = ", ".join(str(v["vote"]) if v["vote"] is not None else f"({v['status']})"
-                              for v in votes)  # fmt: skip
-            problems.append(f"the judges reached no decision under "
-                            f"{aggregate_record(self.spec.aggregate)}: {shown}")  # fmt: skip
+            shown = ", ".join(
+                str(v["vote"]) if v["vote"] is not None else f"({v['status']})" for v in votes
+            )
+            problems.append(
+                f"the judges reached no decision under "
+                f"{aggregate_record(self.spec.aggregate)}: {shown}"
+            )
         record_out = {
             "step": self.step,
             "aggregate": aggregate_record(self.spec.aggregate),

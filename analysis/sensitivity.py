@@ -86,8 +86,14 @@ class _Blocks:
     ``log|V_j| = log|R_j| + log|I + ΛZᵀWZΛ|`` (a zero variance is allowed).
     """
 
-    def __init__(self, y: Floats, exog: Floats, groups: Sequence[str],
-                 terms: Sequence[Sequence[str]], classes: Sequence[str]) -> None:  # fmt: skip
+    def __init__(
+        self,
+        y: Floats,
+        exog: Floats,
+        groups: Sequence[str],
+        terms: Sequence[Sequence[str]],
+        classes: Sequence[str],
+    ) -> None:
         self.n, self.p = exog.shape
         self.var = float(np.var(y, ddof=1))
         # REML is invariant to y -> y - X·b: work on the least-squares residuals, so the
@@ -97,8 +103,9 @@ class _Blocks:
         self.class_labels = sorted(set(classes))
         self.k = len(terms)
         glabels, gcode = np.unique(np.asarray([str(g) for g in groups]), return_inverse=True)
-        ccode = np.searchsorted(np.asarray(self.class_labels),
-                                np.asarray([str(c) for c in classes]))  # fmt: skip
+        ccode = np.searchsorted(
+            np.asarray(self.class_labels), np.asarray([str(c) for c in classes])
+        )
         n_groups = glabels.size
         col = np.zeros((self.k, self.n), dtype=np.intp)
         width = np.zeros(n_groups, dtype=np.intp)
@@ -119,8 +126,11 @@ class _Blocks:
         for g, k in term_cols:
             self.term_of_col[g, counters[g]] = k
             counters[g] += 1
-        self.masks = np.stack([(self.term_of_col == k).astype(np.float64)
-                               for k in range(self.k)]) if self.k else np.zeros((0, n_groups, q))
+        self.masks = (
+            np.stack([(self.term_of_col == k).astype(np.float64) for k in range(self.k)])
+            if self.k
+            else np.zeros((0, n_groups, q))
+        )
         r = len(self.class_labels)
         self.zz = np.zeros((r, n_groups, q, q))
         self.zx = np.zeros((r, n_groups, q, self.p))
@@ -174,8 +184,16 @@ class _Blocks:
         if sign <= 0:
             return -math.inf
         beta = np.linalg.solve(a, b)
-        return float(-0.5 * (logdet + float(logdet_a) + c - float(b @ beta)
-                             + (self.n - self.p) * math.log(2 * math.pi)))  # fmt: skip
+        return float(
+            -0.5
+            * (
+                logdet
+                + float(logdet_a)
+                + c
+                - float(b @ beta)
+                + (self.n - self.p) * math.log(2 * math.pi)
+            )
+        )
 
     def _derived(self, theta: Floats) -> tuple[Floats, Any]:
         """``C = (XᵀV⁻¹X)⁻¹``; per group ``A = K·ZᵀWX``, ``ZᵀV⁻¹X``, ``ZᵀV⁻¹Z``, ``I − K·S``."""
@@ -199,8 +217,9 @@ class _Blocks:
     def _ydy(self, r: int, amat: Floats) -> Floats:
         """``YᵀD_rY`` summed over the groups, ``Y = X − Z·A`` (so ``V⁻¹X = W·Y``)."""
         zxa = np.einsum("gap,gaq->pq", self.zx[r], amat)
-        return np.asarray(self.xx[r] - zxa - zxa.T
-                          + np.einsum("gap,gab,gbq->pq", amat, self.zz[r], amat))  # fmt: skip
+        return np.asarray(
+            self.xx[r] - zxa - zxa.T + np.einsum("gap,gab,gbq->pq", amat, self.zz[r], amat)
+        )
 
     def cov_gradient(self, theta: Floats, free: list[int]) -> list[Floats]:
         """``∂(XᵀV⁻¹X)⁻¹/∂θ_i = C·(XᵀV⁻¹·∂V/∂θ_i·V⁻¹X)·C`` for each free parameter."""
@@ -239,8 +258,10 @@ class _Blocks:
             trace = float(w[r] * self.nr[r] - w[r] ** 2 * np.einsum("gab,gba->", kmat, self.zz[r]))
             ede = float(self.yy[r] - 2 * beta @ self.xy[r] + beta @ self.xx[r] @ beta)
             zde = self.zy[r] - self.zx[r] @ beta
-            quad = float(w[r] ** 2 * (ede - 2 * np.sum(tvec * zde)
-                                      + np.einsum("ga,gab,gb->", tvec, self.zz[r], tvec)))
+            quad = float(
+                w[r] ** 2
+                * (ede - 2 * np.sum(tvec * zde) + np.einsum("ga,gab,gb->", tvec, self.zz[r], tvec))
+            )
             out[i] = -0.5 * (trace - float(np.trace(cmat @ self._b(i, w, kzx, bz)))) + 0.5 * quad
         return out
 
@@ -263,37 +284,49 @@ class _Blocks:
                 if i < self.k and k < self.k:
                     mi, mk = self.masks[i], self.masks[k]
                     t1 = float(np.einsum("ga,gab,gb->", mk, qmat * qmat, mi))
-                    mid = np.einsum("gap,gab,gbq->pq", mk[:, :, None] * bz, qmat,
-                                    mi[:, :, None] * bz)  # fmt: skip
+                    mid = np.einsum(
+                        "gap,gab,gbq->pq", mk[:, :, None] * bz, qmat, mi[:, :, None] * bz
+                    )
                 elif i < self.k or k < self.k:  # one residual class r, one term t
                     r, t = (k - self.k, i) if i < self.k else (i - self.k, k)
                     mt = self.masks[t]
                     tst = np.einsum("gba,gbc,gca->ga", tmat, self.zz[r], tmat)
                     t1 = float(w[r] ** 2 * np.sum(mt * tst))
                     # UᵀD_rV⁻¹Z_tZ_tᵀU = w_r²·(ZᵀD_rY)ᵀ·T·diag(m_t)·(ZᵀV⁻¹X)
-                    mid = w[r] ** 2 * np.einsum("gap,gab,gbq->pq", zdy[r], tmat,
-                                                mt[:, :, None] * bz)  # fmt: skip
+                    mid = w[r] ** 2 * np.einsum(
+                        "gap,gab,gbq->pq", zdy[r], tmat, mt[:, :, None] * bz
+                    )
                     if k < self.k:  # V_k the term: the transpose
                         mid = mid.T
                 else:
                     r, s_ = i - self.k, k - self.k
                     zr, zs = self.zz[r], self.zz[s_]
-                    t1 = float(w[r] ** 2 * w[s_] ** 2 * np.einsum("gab,gbc,gcd,gda->", kmat, zr,
-                                                                   kmat, zs))  # fmt: skip
-                    mid = -(w[r] ** 2) * w[s_] ** 2 * np.einsum("gap,gab,gbq->pq", zdy[s_], kmat,
-                                                                 zdy[r])  # fmt: skip
+                    t1 = float(
+                        w[r] ** 2 * w[s_] ** 2 * np.einsum("gab,gbc,gcd,gda->", kmat, zr, kmat, zs)
+                    )
+                    mid = (
+                        -(w[r] ** 2)
+                        * w[s_] ** 2
+                        * np.einsum("gap,gab,gbq->pq", zdy[s_], kmat, zdy[r])
+                    )
                     if r == s_:
-                        t1 += float(self.nr[r] * w[r] ** 2 - 2 * w[r] ** 3 * np.einsum(
-                            "gab,gba->", kmat, zr))  # fmt: skip
+                        t1 += float(
+                            self.nr[r] * w[r] ** 2
+                            - 2 * w[r] ** 3 * np.einsum("gab,gba->", kmat, zr)
+                        )
                         mid = mid + w[r] ** 3 * self._ydy(r, amat)
-                val = 0.5 * (t1 - 2 * float(np.trace(cmat @ mid))
-                             + float(np.trace(cmat @ bs[ii] @ cmat @ bs[kk])))  # fmt: skip
+                val = 0.5 * (
+                    t1
+                    - 2 * float(np.trace(cmat @ mid))
+                    + float(np.trace(cmat @ bs[ii] @ cmat @ bs[kk]))
+                )
                 info[ii, kk] = info[kk, ii] = val
         return info
 
 
-def design_matrix(arms: Sequence[str], others: Sequence[str], models: Sequence[str],
-                  model_reference: str | None) -> Floats:  # fmt: skip
+def design_matrix(
+    arms: Sequence[str], others: Sequence[str], models: Sequence[str], model_reference: str | None
+) -> Floats:
     """The registered model's treatment-coded design: intercept, ``arm[T.<o>]`` per other arm.
 
     With several models (``model_reference`` set) then ``model[T.<m>]`` for every other model
@@ -303,13 +336,17 @@ def design_matrix(arms: Sequence[str], others: Sequence[str], models: Sequence[s
     columns = [np.ones(arm.size)] + [(arm == o).astype(np.float64) for o in others]
     if model_reference is not None:
         mv = np.asarray([str(m) for m in models])
-        columns += [(mv == level).astype(np.float64)
-                    for level in sorted(set(mv.tolist())) if level != model_reference]
+        columns += [
+            (mv == level).astype(np.float64)
+            for level in sorted(set(mv.tolist()))
+            if level != model_reference
+        ]
     return np.column_stack(columns)
 
 
-def group_differences(groups: Sequence[str], models: Sequence[str], arms: Sequence[str],
-                      y: Floats, a: str, b: str) -> list[float]:  # fmt: skip
+def group_differences(
+    groups: Sequence[str], models: Sequence[str], arms: Sequence[str], y: Floats, a: str, b: str
+) -> list[float]:
     """Per group (sorted), ``d_j``: the mean over models of (mean of a − mean of b).
 
     Only the (group, model) cells where both arms have trials count; a group with none is left
@@ -327,8 +364,9 @@ def group_differences(groups: Sequence[str], models: Sequence[str], arms: Sequen
     return [float(np.mean(d)) for _, d in sorted(per_group.items())]
 
 
-def cell_residuals(y: Floats, exog: Floats, cells: Sequence[str],
-                   classes: Sequence[str]) -> dict[str, float]:  # fmt: skip
+def cell_residuals(
+    y: Floats, exog: Floats, cells: Sequence[str], classes: Sequence[str]
+) -> dict[str, float]:
     """Per residual class, the sum of squares left after the fixed effects and the cells.
 
     Least squares of ``y`` on ``X`` and one indicator per probe × arm cell, by
@@ -357,8 +395,7 @@ def not_fittable(arms: Sequence[str], groups: Sequence[str], per_arm: bool) -> s
     """
     probes = sorted(set(groups))
     if len(probes) < 3:
-        return (f"the probe-by-arm model needs at least 3 probes; the trials have "
-                f"{len(probes)}")  # fmt: skip
+        return f"the probe-by-arm model needs at least 3 probes; the trials have {len(probes)}"
     arms_of: dict[str, set[str]] = {}
     cells: dict[tuple[str, str], int] = {}
     for a, g in zip(arms, groups, strict=True):
@@ -367,19 +404,30 @@ def not_fittable(arms: Sequence[str], groups: Sequence[str], per_arm: bool) -> s
     for g in probes:
         if len(arms_of[g]) < 2:
             only = next(iter(arms_of[g]))
-            return (f"probe {g!r} has trials in one arm only ({only}): its probe and "
-                    "probe-by-arm effects cannot be separated")  # fmt: skip
+            return (
+                f"probe {g!r} has trials in one arm only ({only}): its probe and "
+                "probe-by-arm effects cannot be separated"
+            )
     if max(cells.values()) < 2:
-        return ("no probe × arm cell has two trials: the probe-by-arm and residual variances "
-                "cannot be separated")
+        return (
+            "no probe × arm cell has two trials: the probe-by-arm and residual variances "
+            "cannot be separated"
+        )
     del per_arm
     return None
 
 
-def fit_reml(y: Floats, exog: Floats, groups: Sequence[str], terms: Sequence[Sequence[str]],
-             classes: Sequence[str], names: list[str], *,
-             label: str = "the REML model",
-             warm: Sequence[float] | None = None) -> RemlFit:  # fmt: skip
+def fit_reml(
+    y: Floats,
+    exog: Floats,
+    groups: Sequence[str],
+    terms: Sequence[Sequence[str]],
+    classes: Sequence[str],
+    names: list[str],
+    *,
+    label: str = "the REML model",
+    warm: Sequence[float] | None = None,
+) -> RemlFit:
     """Maximise the REML likelihood: three starts, L-BFGS-B, then Newton steps to the maximum.
 
     Each start's L-BFGS-B answer is polished by :func:`polish` (Newton steps in log θ on the
@@ -413,8 +461,12 @@ def fit_reml(y: Floats, exog: Floats, groups: Sequence[str], terms: Sequence[Seq
             ll = model.loglik(s * s)
             return -ll if math.isfinite(ll) else 1e300
 
-        res = optimize.minimize(neg, np.sqrt(start), method="L-BFGS-B",
-                                options={"maxiter": 500, "ftol": 1e-10, "gtol": 1e-7})
+        res = optimize.minimize(
+            neg,
+            np.sqrt(start),
+            method="L-BFGS-B",
+            options={"maxiter": 500, "ftol": 1e-10, "gtol": 1e-7},
+        )
         theta = polish(model, np.asarray(res.x) ** 2)
         ll = model.loglik(theta)
         if ll > best:
@@ -434,8 +486,15 @@ def fit_reml(y: Floats, exog: Floats, groups: Sequence[str], terms: Sequence[Seq
     return RemlFit(names, best_theta, best, beta, cov, free, info_cov, model)
 
 
-def fit_at(y: Floats, exog: Floats, groups: Sequence[str], terms: Sequence[Sequence[str]],
-           classes: Sequence[str], names: list[str], params: Sequence[float]) -> RemlFit:
+def fit_at(
+    y: Floats,
+    exog: Floats,
+    groups: Sequence[str],
+    terms: Sequence[Sequence[str]],
+    classes: Sequence[str],
+    names: list[str],
+    params: Sequence[float],
+) -> RemlFit:
     """The fit evaluated at given variance parameters (the registered model's)."""
     model = _Blocks(y, exog, groups, terms, classes)
     theta = np.asarray([float(v) for v in params], dtype=np.float64)
@@ -445,8 +504,16 @@ def fit_at(y: Floats, exog: Floats, groups: Sequence[str], terms: Sequence[Seque
     cov = np.linalg.inv(got[1])
     cov = (cov + cov.T) / 2
     free = _free(model, theta)
-    return RemlFit(names, theta, model.loglik(theta), cov @ got[2] + model.offset, cov, free,
-                   _info_cov(model, theta, free), model)  # fmt: skip
+    return RemlFit(
+        names,
+        theta,
+        model.loglik(theta),
+        cov @ got[2] + model.offset,
+        cov,
+        free,
+        _info_cov(model, theta, free),
+        model,
+    )
 
 
 DECREMENT_TOL = 1e-9
@@ -476,6 +543,7 @@ def log_score_hessian(model: _Blocks, theta: Floats, free: list[int]) -> tuple[F
     difference of that score at steps ``±1e-5`` in ``log θ`` (truncation error ~1e-10 relative),
     symmetrised.
     """
+
     def log_score(t: Floats) -> Floats:
         return np.asarray(model.score(t)[free] * t[free])
 
@@ -511,8 +579,9 @@ def _boundary_gain(model: _Blocks, theta: Floats, free: list[int]) -> tuple[int,
         return None
     score = model.score(theta)
     info = model.information(theta, list(range(theta.size)))
-    gains = [(i, 0.5 * score[i] ** 2 / info[i, i]) for i in bound
-             if score[i] > 0 and info[i, i] > 0]
+    gains = [
+        (i, 0.5 * score[i] ** 2 / info[i, i]) for i in bound if score[i] > 0 and info[i, i] > 0
+    ]
     return max(gains, key=lambda x: x[1]) if gains else None
 
 
@@ -580,18 +649,22 @@ def check_maximum(model: _Blocks, theta: Floats, names: Sequence[str], label: st
         if not math.isfinite(decrement):
             raise RemlConvergenceError(
                 f"{label}: the variances ({values}) are not a REML maximum (the observed "
-                "information there is not positive definite); not recorded")
+                "information there is not positive definite); not recorded"
+            )
         if decrement > DECREMENT_TOL:
             raise RemlConvergenceError(
                 f"{label}: the variances ({values}) are short of the REML maximum by a Newton "
                 f"decrement of {decrement:.3g} (> {DECREMENT_TOL:g}; score in log variance "
-                + ", ".join(f"{float(g):.3g}" for g in grad) + "); not recorded")
+                + ", ".join(f"{float(g):.3g}" for g in grad)
+                + "); not recorded"
+            )
     off = _boundary_gain(model, theta, free)
     if off is not None and off[1] > DECREMENT_TOL:
         raise RemlConvergenceError(
             f"{label}: the variances ({values}) are not a REML maximum: {names[off[0]]} on the "
             f"boundary would gain {off[1]:.3g} in l_R by leaving it (> {DECREMENT_TOL:g}); "
-            "not recorded")
+            "not recorded"
+        )
 
 
 def _info_cov(model: _Blocks, theta: Floats, free: list[int]) -> Floats:
@@ -604,8 +677,9 @@ def _info_cov(model: _Blocks, theta: Floats, free: list[int]) -> Floats:
         return np.full((len(free), len(free)), math.nan)
 
 
-def satterthwaite_contrast(fit: RemlFit, weights: Floats, sides: str,
-                           conf: float = 0.95) -> dict[str, Any]:  # fmt: skip
+def satterthwaite_contrast(
+    fit: RemlFit, weights: Floats, sides: str, conf: float = 0.95
+) -> dict[str, Any]:
     """``L·β̂`` with ``SE² = LᵀCL`` and Satterthwaite ``df = 2(LᵀCL)² / (gᵀWg)``.
 
     ``g_i = Lᵀ(∂C/∂θ_i)L`` over the free variance parameters, ``W`` the inverse *expected*
@@ -627,12 +701,22 @@ def satterthwaite_contrast(fit: RemlFit, weights: Floats, sides: str,
         p = float(2 * sps.t.sf(abs(t), df))
         q = float(sps.t.ppf(0.5 + conf / 2, df))
         lower, upper = est - q * se, est + q * se
-    return {"estimate": est, "se": se, "df": df, "df_method": DF_METHOD, "t": t, "p": p,
-            "lower": lower, "upper": upper, "conf": conf}  # fmt: skip
+    return {
+        "estimate": est,
+        "se": se,
+        "df": df,
+        "df_method": DF_METHOD,
+        "t": t,
+        "p": p,
+        "lower": lower,
+        "upper": upper,
+        "conf": conf,
+    }
 
 
-def cluster_bootstrap(diffs: Floats, iterations: int, seed: int, sides: str,
-                      conf: float = 0.95) -> dict[str, Any]:  # fmt: skip
+def cluster_bootstrap(
+    diffs: Floats, iterations: int, seed: int, sides: str, conf: float = 0.95
+) -> dict[str, Any]:
     """Percentile bootstrap of the mean per-probe difference, probes resampled with replacement.
 
     Indices are drawn as one ``(iterations, G)`` C-order block from ``PCG64(seed)``, in chunks
@@ -651,5 +735,12 @@ def cluster_bootstrap(diffs: Floats, iterations: int, seed: int, sides: str,
     else:
         lo, hi = np.quantile(reps, [round((1 - conf) / 2, 12), round((1 + conf) / 2, 12)])
         lower, upper = float(lo), float(hi)
-    return {"estimate": float(np.mean(diffs)), "lower": lower, "upper": upper, "conf": conf,
-            "n_clusters": n, "iterations": iterations, "seed": seed}  # fmt: skip
+    return {
+        "estimate": float(np.mean(diffs)),
+        "lower": lower,
+        "upper": upper,
+        "conf": conf,
+        "n_clusters": n,
+        "iterations": iterations,
+        "seed": seed,
+    }

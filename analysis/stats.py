@@ -238,15 +238,35 @@ class TTestResult(_Result):
     effect_size_name: str
 
 
-def _t_result(method: str, nx: int, ny: int, mx: float, my: float, se: float, df: float,
-              effect: float, effect_name: str) -> TTestResult:
+def _t_result(
+    method: str,
+    nx: int,
+    ny: int,
+    mx: float,
+    my: float,
+    se: float,
+    df: float,
+    effect: float,
+    effect_name: str,
+) -> TTestResult:
     diff = mx - my
     t = diff / se
     crit = float(sps.t.ppf(0.975, df))
     return TTestResult(
-        method=method, n_x=nx, n_y=ny, mean_x=mx, mean_y=my, difference=diff, se=se, t=t,
-        df=df, p=float(2.0 * sps.t.sf(abs(t), df)), p_one_sided=float(sps.t.sf(t, df)),
-        ci_lower=diff - crit * se, ci_upper=diff + crit * se, effect_size=effect,
+        method=method,
+        n_x=nx,
+        n_y=ny,
+        mean_x=mx,
+        mean_y=my,
+        difference=diff,
+        se=se,
+        t=t,
+        df=df,
+        p=float(2.0 * sps.t.sf(abs(t), df)),
+        p_one_sided=float(sps.t.sf(t, df)),
+        ci_lower=diff - crit * se,
+        ci_upper=diff + crit * se,
+        effect_size=effect,
         effect_size_name=effect_name,
     )
 
@@ -262,8 +282,17 @@ def paired_t(x: npt.ArrayLike, y: npt.ArrayLike) -> TTestResult:
     if sd == 0.0:
         raise StatsError("x - y: the paired differences have zero variance")
     n = d.size
-    return _t_result("paired", n, n, float(xa.mean()), float(ya.mean()), sd / math.sqrt(n),
-                     float(n - 1), float(d.mean()) / sd, "d_z")
+    return _t_result(
+        "paired",
+        n,
+        n,
+        float(xa.mean()),
+        float(ya.mean()),
+        sd / math.sqrt(n),
+        float(n - 1),
+        float(d.mean()) / sd,
+        "d_z",
+    )
 
 
 def independent_t(x: npt.ArrayLike, y: npt.ArrayLike, *, welch: bool = True) -> TTestResult:
@@ -316,8 +345,9 @@ def _generator(seed: int) -> np.random.Generator:
     return np.random.Generator(np.random.PCG64(seed))
 
 
-def _resampled_means(rng: np.random.Generator, values: npt.NDArray[np.float64],
-                     iterations: int) -> npt.NDArray[np.float64]:
+def _resampled_means(
+    rng: np.random.Generator, values: npt.NDArray[np.float64], iterations: int
+) -> npt.NDArray[np.float64]:
     """Means of ``iterations`` resamples; indices drawn as one (iterations, n) C-order block.
 
     The block is drawn in cache-sized chunks of rows, in order, on this thread (so the stream is
@@ -330,7 +360,7 @@ def _resampled_means(rng: np.random.Generator, values: npt.NDArray[np.float64],
     rows = max(1, CHUNK_ELEMENTS // n)
 
     def reduce(start: int, idx: npt.NDArray[np.int64]) -> None:
-        out[start:start + idx.shape[0]] = values[idx].mean(axis=1)
+        out[start : start + idx.shape[0]] = values[idx].mean(axis=1)
 
     starts = range(0, iterations, rows)
     if len(starts) < PIPELINE_MIN_CHUNKS:
@@ -365,8 +395,9 @@ def _check_iterations(iterations: int) -> int:
     return int(iterations)
 
 
-def bootstrap_replicates_diff(x: npt.ArrayLike, y: npt.ArrayLike, iterations: int,
-                              seed: int | str) -> npt.NDArray[np.float64]:
+def bootstrap_replicates_diff(
+    x: npt.ArrayLike, y: npt.ArrayLike, iterations: int, seed: int | str
+) -> npt.NDArray[np.float64]:
     """The ``iterations`` bootstrap replicates of mean(x*) − mean(y*) used by bootstrap_diff."""
     xa = _floats(x, "x")
     ya = _floats(y, "y")
@@ -377,8 +408,13 @@ def bootstrap_replicates_diff(x: npt.ArrayLike, y: npt.ArrayLike, iterations: in
     return means_x - means_y
 
 
-def bootstrap_diff(x: npt.ArrayLike, y: npt.ArrayLike, iterations: int = 5000,
-                   seed: int | str = 0, conf: float = 0.95) -> BootstrapResult:
+def bootstrap_diff(
+    x: npt.ArrayLike,
+    y: npt.ArrayLike,
+    iterations: int = 5000,
+    seed: int | str = 0,
+    conf: float = 0.95,
+) -> BootstrapResult:
     """Unpaired percentile bootstrap CI of mean(x) − mean(y), resampling within each arm.
 
     Draw order (numpy ``Generator(PCG64(int(seed)))``): first every x index, as if by one call
@@ -394,15 +430,30 @@ def bootstrap_diff(x: npt.ArrayLike, y: npt.ArrayLike, iterations: int = 5000,
     n_iter = _check_iterations(iterations)
     replicates = bootstrap_replicates_diff(xa, ya, n_iter, seed_value)
     lower, upper = _percentile_ci(replicates, conf)
-    return BootstrapResult("unpaired-percentile", float(xa.mean()) - float(ya.mean()), lower,
-                           upper, conf, n_iter, seed_value, xa.size, ya.size, 0)
+    return BootstrapResult(
+        "unpaired-percentile",
+        float(xa.mean()) - float(ya.mean()),
+        lower,
+        upper,
+        conf,
+        n_iter,
+        seed_value,
+        xa.size,
+        ya.size,
+        0,
+    )
 
 
-def bootstrap_clustered(values: npt.ArrayLike, questions: Sequence[Hashable] | npt.ArrayLike,
-                        runs: Sequence[Hashable] | npt.ArrayLike, iterations: int = 1000,
-                        seed: int | str = 0, conf: float = 0.95, *,
-                        unit: Literal["observation", "question"] = "observation",
-                        ) -> BootstrapResult:
+def bootstrap_clustered(
+    values: npt.ArrayLike,
+    questions: Sequence[Hashable] | npt.ArrayLike,
+    runs: Sequence[Hashable] | npt.ArrayLike,
+    iterations: int = 1000,
+    seed: int | str = 0,
+    conf: float = 0.95,
+    *,
+    unit: Literal["observation", "question"] = "observation",
+) -> BootstrapResult:
     """Percentile bootstrap CI of a mean over (question, run) observations.
 
     ``unit="observation"`` (default) follows paper 001: each (question, run) pair is one
@@ -418,8 +469,9 @@ def bootstrap_clustered(values: npt.ArrayLike, questions: Sequence[Hashable] | n
     qs = _labels(questions, "questions")
     rs = _labels(runs, "runs")
     if not len(qs) == len(rs) == vals.size:
-        raise StatsError(f"values, questions, runs: lengths differ ({vals.size}, {len(qs)}, "
-                         f"{len(rs)})")
+        raise StatsError(
+            f"values, questions, runs: lengths differ ({vals.size}, {len(qs)}, {len(rs)})"
+        )
     pairs = set(zip(qs, rs, strict=True))
     if len(pairs) != vals.size:
         raise StatsError("questions, runs: a (question, run) pair occurs more than once")
@@ -442,12 +494,22 @@ def bootstrap_clustered(values: npt.ArrayLike, questions: Sequence[Hashable] | n
         for start in range(0, n_iter, rows):
             m = min(rows, n_iter - start)
             idx = rng.integers(0, n_q, size=(m, n_q))
-            replicates[start:start + m] = sums[idx].sum(axis=1) / counts[idx].sum(axis=1)
+            replicates[start : start + m] = sums[idx].sum(axis=1) / counts[idx].sum(axis=1)
     else:
         raise StatsError(f"unit: must be 'observation' or 'question', got {unit!r}")
     lower, upper = _percentile_ci(replicates, conf)
-    return BootstrapResult(f"{unit}-percentile", float(vals.mean()), lower, upper, conf, n_iter,
-                           seed_value, vals.size, 0, len(keys))
+    return BootstrapResult(
+        f"{unit}-percentile",
+        float(vals.mean()),
+        lower,
+        upper,
+        conf,
+        n_iter,
+        seed_value,
+        vals.size,
+        0,
+        len(keys),
+    )
 
 
 # --------------------------------------------------------------------------------------------
@@ -535,8 +597,9 @@ class MixedModelFit(_Result):
 SINGULAR_TOLERANCE = 1e-6
 
 
-def _block_product(n: npt.NDArray[np.float64], left: tuple[Any, Any],
-                   right: tuple[Any, Any]) -> tuple[Any, Any]:
+def _block_product(
+    n: npt.NDArray[np.float64], left: tuple[Any, Any], right: tuple[Any, Any]
+) -> tuple[Any, Any]:
     """Product of per-group matrices ``a·I + b·J`` (``J`` all ones, size n): closed under ·."""
     a1, b1 = left
     a2, b2 = right
@@ -555,8 +618,9 @@ class RemlParts:
     yty: float
 
 
-def reml_parts(y: npt.NDArray[np.float64], exog: npt.NDArray[np.float64],
-               codes: npt.NDArray[np.intp]) -> RemlParts:
+def reml_parts(
+    y: npt.NDArray[np.float64], exog: npt.NDArray[np.float64], codes: npt.NDArray[np.intp]
+) -> RemlParts:
     """Per-group sizes and sums (``Σ_j x``, ``Σ_j y``) and ``XᵀX``, ``Xᵀy``, ``yᵀy``.
 
     The sums of a group are accumulated in row order (``numpy.bincount``), as ``np.add.at``
@@ -571,9 +635,14 @@ def reml_parts(y: npt.NDArray[np.float64], exog: npt.NDArray[np.float64],
     return RemlParts(n, sx, sy, exog.T @ exog, exog.T @ y, float(y @ y))
 
 
-def reml_loglik(y: npt.NDArray[np.float64], exog: npt.NDArray[np.float64],
-                codes: npt.NDArray[np.intp], group_var: float, resid_var: float,
-                parts: RemlParts | None = None) -> float:
+def reml_loglik(
+    y: npt.NDArray[np.float64],
+    exog: npt.NDArray[np.float64],
+    codes: npt.NDArray[np.intp],
+    group_var: float,
+    resid_var: float,
+    parts: RemlParts | None = None,
+) -> float:
     """REML log-likelihood of the random-intercept model, without the ``2π`` constant.
 
     ``−½[log|V| + log|XᵀV⁻¹X| + (y − Xβ̂)ᵀV⁻¹(y − Xβ̂)]`` with ``V_j = σ²_e·I + σ²_g·J``;
@@ -593,9 +662,13 @@ def reml_loglik(y: npt.NDArray[np.float64], exog: npt.NDArray[np.float64],
     return -0.5 * (logdet_v + float(np.linalg.slogdet(xvx)[1]) + yvy - float(xvy @ beta))
 
 
-def _group_sums(exog: npt.NDArray[np.float64], codes: npt.NDArray[np.intp], n_groups: int,
-                *, cross: bool = True,
-                ) -> tuple[npt.NDArray[np.float64], npt.NDArray[np.float64]]:
+def _group_sums(
+    exog: npt.NDArray[np.float64],
+    codes: npt.NDArray[np.intp],
+    n_groups: int,
+    *,
+    cross: bool = True,
+) -> tuple[npt.NDArray[np.float64], npt.NDArray[np.float64]]:
     """Per-group ``Σ_j x·xᵀ`` (``(G, p, p)``; zeros unless ``cross``) and ``Σ_j x`` (``(G, p)``).
 
     One ``numpy.bincount`` per column (pair): the same row-order sums as ``np.add.at``, bit
@@ -609,15 +682,20 @@ def _group_sums(exog: npt.NDArray[np.float64], codes: npt.NDArray[np.intp], n_gr
     if cross:
         for k in range(p):
             for m in range(k, p):
-                xtx[:, k, m] = np.bincount(codes, weights=exog[:, k] * exog[:, m],
-                                           minlength=n_groups)
+                xtx[:, k, m] = np.bincount(
+                    codes, weights=exog[:, k] * exog[:, m], minlength=n_groups
+                )
                 xtx[:, m, k] = xtx[:, k, m]
     return xtx, sums
 
 
-def gls_at(y: npt.NDArray[np.float64], exog: npt.NDArray[np.float64],
-           codes: npt.NDArray[np.intp], group_var: float, resid_var: float,
-           ) -> tuple[npt.NDArray[np.float64], npt.NDArray[np.float64]]:
+def gls_at(
+    y: npt.NDArray[np.float64],
+    exog: npt.NDArray[np.float64],
+    codes: npt.NDArray[np.intp],
+    group_var: float,
+    resid_var: float,
+) -> tuple[npt.NDArray[np.float64], npt.NDArray[np.float64]]:
     """``β̂ = (XᵀV⁻¹X)⁻¹XᵀV⁻¹y`` and its REML covariance ``(XᵀV⁻¹X)⁻¹`` at given variances.
 
     ``(XᵀV⁻¹X)⁻¹`` is the inverse of the negative Hessian of the log-likelihood in β (the
@@ -637,8 +715,11 @@ def gls_at(y: npt.NDArray[np.float64], exog: npt.NDArray[np.float64],
 
 
 def reml_derivatives(
-    y: npt.NDArray[np.float64], exog: npt.NDArray[np.float64], codes: npt.NDArray[np.intp],
-    group_var: float, resid_var: float,
+    y: npt.NDArray[np.float64],
+    exog: npt.NDArray[np.float64],
+    codes: npt.NDArray[np.intp],
+    group_var: float,
+    resid_var: float,
 ) -> tuple[npt.NDArray[np.float64], npt.NDArray[np.float64], npt.NDArray[np.float64]]:
     """Score, Hessian and expected information of ``l_R`` in ``θ = (σ²_g, σ²_e)``, analytic.
 
@@ -689,16 +770,19 @@ def reml_derivatives(
             wvk = _block_product(n, w, derivs[k])
             tr_w = trace(_block_product(n, wvi, wvk))
             mid = x_b_x(_block_product(n, _block_product(n, wvi, wvk), w))
-            tr_p = (tr_w - 2.0 * float(np.trace(m @ mid))
-                    + float(np.trace(m @ wxt[i] @ m @ wxt[k])))
+            tr_p = tr_w - 2.0 * float(np.trace(m @ mid)) + float(np.trace(m @ wxt[i] @ m @ wxt[k]))
             expected[i, k] = 0.5 * tr_p
             hess[i, k] = 0.5 * tr_p - p_form(u[i], u[k])
     return grad, hess, expected
 
 
 def variance_component_cis(
-    y: npt.NDArray[np.float64], exog: npt.NDArray[np.float64], codes: npt.NDArray[np.intp],
-    group_var: float, resid_var: float, conf: float = 0.95,
+    y: npt.NDArray[np.float64],
+    exog: npt.NDArray[np.float64],
+    codes: npt.NDArray[np.intp],
+    group_var: float,
+    resid_var: float,
+    conf: float = 0.95,
 ) -> tuple[float, float, float, float]:
     """Wald CIs on the log scale for (σ²_g, σ²_e) of a random-intercept model, REML.
 
@@ -726,8 +810,12 @@ def variance_component_cis(
     def exp(x: float) -> float:  # a bound beyond a double is +inf: the interval is withheld
         return math.exp(x) if x < 709.0 else math.inf
 
-    return (g * exp(-crit * se[0]), g * exp(crit * se[0]),
-            e * exp(-crit * se[1]), e * exp(crit * se[1]))
+    return (
+        g * exp(-crit * se[0]),
+        g * exp(crit * se[0]),
+        e * exp(-crit * se[1]),
+        e * exp(crit * se[1]),
+    )
 
 
 #: A variance component's Wald interval is withheld when its upper bound exceeds its lower by
@@ -751,15 +839,21 @@ def informative_variance_cis(
         lower, upper = cis[k], cis[k + 1]
         if math.isnan(lower) and math.isnan(upper):
             continue
-        if not (math.isfinite(lower) and math.isfinite(upper) and lower > 0
-                and upper <= MAX_VARIANCE_CI_RATIO * lower):
+        if not (
+            math.isfinite(lower)
+            and math.isfinite(upper)
+            and lower > 0
+            and upper <= MAX_VARIANCE_CI_RATIO * lower
+        ):
             out[k] = out[k + 1] = math.nan
             withheld.append(name)
     note = ""
     if withheld:
-        note = (f"the {' and '.join(withheld)} variance's Wald interval spans more than a "
-                f"factor {MAX_VARIANCE_CI_RATIO:g} (its log-scale standard error is too large "
-                "for the interval to say anything about the variance's size): withheld")
+        note = (
+            f"the {' and '.join(withheld)} variance's Wald interval spans more than a "
+            f"factor {MAX_VARIANCE_CI_RATIO:g} (its log-scale standard error is too large "
+            "for the interval to say anything about the variance's size): withheld"
+        )
     return (out[0], out[1], out[2], out[3]), note
 
 
@@ -770,8 +864,12 @@ REML_DECREMENT_TOL = 1e-9
 
 
 def _log_newton(
-    y: npt.NDArray[np.float64], exog: npt.NDArray[np.float64], codes: npt.NDArray[np.intp],
-    group_var: float, resid_var: float, free: Sequence[int],
+    y: npt.NDArray[np.float64],
+    exog: npt.NDArray[np.float64],
+    codes: npt.NDArray[np.intp],
+    group_var: float,
+    resid_var: float,
+    free: Sequence[int],
 ) -> tuple[float, npt.NDArray[np.float64], npt.NDArray[np.float64]]:
     """``(decrement, score, step)`` in the log of the ``free`` variances.
 
@@ -794,9 +892,13 @@ def _log_newton(
     return 0.5 * float(log_grad @ step), log_grad, step
 
 
-def _polish_reml(y: npt.NDArray[np.float64], exog: npt.NDArray[np.float64],
-                 codes: npt.NDArray[np.intp], group_var: float,
-                 resid_var: float) -> tuple[float, float]:
+def _polish_reml(
+    y: npt.NDArray[np.float64],
+    exog: npt.NDArray[np.float64],
+    codes: npt.NDArray[np.intp],
+    group_var: float,
+    resid_var: float,
+) -> tuple[float, float]:
     """Newton steps in ``(log σ²_g, log σ²_e)`` on the analytic derivatives to the maximum.
 
     From an interior point near the maximum (an optimiser's answer); each step is halved
@@ -811,8 +913,9 @@ def _polish_reml(y: npt.NDArray[np.float64], exog: npt.NDArray[np.float64],
         if not (g > floor and e > 0):
             break
         decrement, score, step = _log_newton(y, exog, codes, g, e, (0, 1))
-        if not (decrement > 1e-13 and 0.5 * float(score @ step) > 1e-13
-                and np.all(np.isfinite(step))):
+        if not (
+            decrement > 1e-13 and 0.5 * float(score @ step) > 1e-13 and np.all(np.isfinite(step))
+        ):
             break
         step = step * min(1.0, 2.0 / float(np.max(np.abs(step))))
         f0 = reml_loglik(y, exog, codes, g, e, parts)
@@ -826,9 +929,14 @@ def _polish_reml(y: npt.NDArray[np.float64], exog: npt.NDArray[np.float64],
     return g, e
 
 
-def check_reml_maximum(y: npt.NDArray[np.float64], exog: npt.NDArray[np.float64],
-                       codes: npt.NDArray[np.intp], group_var: float, resid_var: float,
-                       label: str) -> None:
+def check_reml_maximum(
+    y: npt.NDArray[np.float64],
+    exog: npt.NDArray[np.float64],
+    codes: npt.NDArray[np.intp],
+    group_var: float,
+    resid_var: float,
+    label: str,
+) -> None:
     """Raise StatsError unless ``(σ²_g, σ²_e)`` is the REML maximum (``docs/statistics.md``).
 
     With ``σ²_g`` above the boundary (``SINGULAR_TOLERANCE × var(y)``): a negative definite
@@ -850,25 +958,36 @@ def check_reml_maximum(y: npt.NDArray[np.float64], exog: npt.NDArray[np.float64]
                 if grad[0] > 0:
                     gain = 0.5 * grad[0] ** 2 / expected[0, 0] if expected[0, 0] > 0 else math.inf
         except (np.linalg.LinAlgError, ValueError, ZeroDivisionError, FloatingPointError) as exc:
-            raise StatsError(f"{label}: the REML derivatives at ({at}) cannot be evaluated "
-                             f"({exc}); not recorded") from exc
+            raise StatsError(
+                f"{label}: the REML derivatives at ({at}) cannot be evaluated ({exc}); not recorded"
+            ) from exc
     if not math.isfinite(decrement):
-        raise StatsError(f"{label}: ({at}) is not a REML maximum (the observed information "
-                         "there is not positive definite); not recorded")
+        raise StatsError(
+            f"{label}: ({at}) is not a REML maximum (the observed information "
+            "there is not positive definite); not recorded"
+        )
     if decrement > REML_DECREMENT_TOL:
         raise StatsError(
             f"{label}: ({at}) is short of the REML maximum by a Newton decrement of "
             f"{decrement:.3g} (> {REML_DECREMENT_TOL:g}; score in log variance "
-            + ", ".join(f"{float(v):.3g}" for v in score) + "); not recorded")
+            + ", ".join(f"{float(v):.3g}" for v in score)
+            + "); not recorded"
+        )
     if gain > REML_DECREMENT_TOL:
-        raise StatsError(f"{label}: ({at}) is not a REML maximum: σ²_g on the boundary would "
-                         f"gain {gain:.3g} in l_R by leaving it (> {REML_DECREMENT_TOL:g}); "
-                         "not recorded")
+        raise StatsError(
+            f"{label}: ({at}) is not a REML maximum: σ²_g on the boundary would "
+            f"gain {gain:.3g} in l_R by leaving it (> {REML_DECREMENT_TOL:g}); "
+            "not recorded"
+        )
 
 
-def _boundary_at_least_as_likely(y: npt.NDArray[np.float64], exog: npt.NDArray[np.float64],
-                                 codes: npt.NDArray[np.intp], group_var: float,
-                                 resid_var: float) -> bool:
+def _boundary_at_least_as_likely(
+    y: npt.NDArray[np.float64],
+    exog: npt.NDArray[np.float64],
+    codes: npt.NDArray[np.intp],
+    group_var: float,
+    resid_var: float,
+) -> bool:
     """True when σ²_g = 0 (σ²_e = RSS/(n − p), its REML optimum there) is as likely as the fit."""
     if not (group_var > 0 and resid_var > 0):
         return True
@@ -885,9 +1004,13 @@ def _boundary_at_least_as_likely(y: npt.NDArray[np.float64], exog: npt.NDArray[n
     return at_zero >= at_fit - 1e-9 * max(1.0, abs(at_fit))
 
 
-def _reml_maximum(y: npt.NDArray[np.float64], exog: npt.NDArray[np.float64],
-                  codes: npt.NDArray[np.intp], group_var: float,
-                  resid_var: float) -> tuple[float, float, float] | None:
+def _reml_maximum(
+    y: npt.NDArray[np.float64],
+    exog: npt.NDArray[np.float64],
+    codes: npt.NDArray[np.intp],
+    group_var: float,
+    resid_var: float,
+) -> tuple[float, float, float] | None:
     """The REML maximum near statsmodels' answer: ``(σ²_g, σ²_e, log-likelihood)`` or None.
 
     statsmodels stops short of the maximum (by ~1e-8 in the interior; further near the
@@ -906,8 +1029,9 @@ def _reml_maximum(y: npt.NDArray[np.float64], exog: npt.NDArray[np.float64],
         except (np.linalg.LinAlgError, ValueError, ZeroDivisionError, FloatingPointError):
             return -math.inf
 
-    candidates: list[tuple[float, float, float]] = [(ll(group_var, resid_var), group_var,
-                                                     resid_var)]  # fmt: skip
+    candidates: list[tuple[float, float, float]] = [
+        (ll(group_var, resid_var), group_var, resid_var)
+    ]
     beta, *_ = np.linalg.lstsq(exog, y, rcond=None)
     rss = float(np.sum((y - exog @ beta) ** 2))
     if rss > 0:
@@ -923,8 +1047,9 @@ def _reml_maximum(y: npt.NDArray[np.float64], exog: npt.NDArray[np.float64],
 
     from scipy import optimize
 
-    res = optimize.minimize(neg, start, method="L-BFGS-B",
-                            options={"ftol": 1e-15, "gtol": 1e-11, "maxiter": 500})
+    res = optimize.minimize(
+        neg, start, method="L-BFGS-B", options={"ftol": 1e-15, "gtol": 1e-11, "maxiter": 500}
+    )
     g, e = math.exp(float(res.x[0])), math.exp(float(res.x[1]))
     candidates.append((ll(g, e), g, e))
     best = max(candidates, key=lambda c: c[0])
@@ -942,7 +1067,8 @@ CLOSED_FORM_MIN_GROUPS = 1000
 #: both paths report the REML maximum (the same convergence check), and it is ~10 times faster
 #: on the template's simulated studies than statsmodels' optimiser. The analysis never sets it.
 _CLOSED_FORM_ALWAYS: contextvars.ContextVar[bool] = contextvars.ContextVar(
-    "closed_form_always", default=False)
+    "closed_form_always", default=False
+)
 
 
 @contextlib.contextmanager
@@ -957,6 +1083,7 @@ def closed_form_fits() -> Iterator[None]:
         yield
     finally:
         _CLOSED_FORM_ALWAYS.reset(token)
+
 
 #: statsmodels' warning when a variance component is under 0.01 (its rule, kept on both paths).
 BOUNDARY_WARNING = "The MLE may be on the boundary of the parameter space."
@@ -981,8 +1108,9 @@ def _moment_start(parts: RemlParts, n_obs: int) -> tuple[float, float, float]:
     return g, e, rss
 
 
-def _closed_form_fit(y: npt.NDArray[np.float64], exog: npt.NDArray[np.float64],
-                     codes: npt.NDArray[np.intp]) -> tuple[float, float, float] | None:
+def _closed_form_fit(
+    y: npt.NDArray[np.float64], exog: npt.NDArray[np.float64], codes: npt.NDArray[np.intp]
+) -> tuple[float, float, float] | None:
     """The REML maximum ``(σ²_g, σ²_e, log-likelihood)`` without statsmodels, or None.
 
     With ``γ = σ²_g/σ²_e`` and ``W_j = I + γ·J``, ``l_R`` is maximised over ``σ²_e`` in closed
@@ -1011,8 +1139,9 @@ def _closed_form_fit(y: npt.NDArray[np.float64], exog: npt.NDArray[np.float64],
         ywy = parts.yty - float(np.sum(c * parts.sy * parts.sy))
         resid_var = (ywy - float(xwy @ np.linalg.solve(xwx, xwy))) / (n_obs - p)
         logdet_w = float(np.sum(np.log1p(parts.n * gamma)))
-        value = -0.5 * ((n_obs - p) * math.log(resid_var) + logdet_w
-                        + float(np.linalg.slogdet(xwx)[1]))
+        value = -0.5 * (
+            (n_obs - p) * math.log(resid_var) + logdet_w + float(np.linalg.slogdet(xwx)[1])
+        )
         return value, resid_var
 
     def neg(t: float) -> float:
@@ -1023,8 +1152,12 @@ def _closed_form_fit(y: npt.NDArray[np.float64], exog: npt.NDArray[np.float64],
         return -value if math.isfinite(value) else 1e300
 
     t0 = math.log(g0 / e0)
-    res = optimize.minimize_scalar(neg, bounds=(t0 - 30.0, t0 + 12.0), method="bounded",
-                                   options={"xatol": 1e-10, "maxiter": 500})
+    res = optimize.minimize_scalar(
+        neg,
+        bounds=(t0 - 30.0, t0 + 12.0),
+        method="bounded",
+        options={"xatol": 1e-10, "maxiter": 500},
+    )
     if not res.success or float(res.x) > t0 + 12.0 - 1e-3:
         return None  # no maximum inside the bracket: statsmodels' path decides
     const = -0.5 * float(n_obs - p) * math.log(2 * math.pi)
@@ -1033,8 +1166,7 @@ def _closed_form_fit(y: npt.NDArray[np.float64], exog: npt.NDArray[np.float64],
     resid_var = profile(float(res.x))[1]
     if resid_var > 0:
         g = math.exp(float(res.x)) * resid_var
-        candidates.append((reml_loglik(y, exog, codes, g, resid_var, raw) + const, g,
-                           resid_var))
+        candidates.append((reml_loglik(y, exog, codes, g, resid_var, raw) + const, g, resid_var))
     if rss > 0:
         e = rss / (n_obs - p)
         candidates.append((reml_loglik(y, exog, codes, 0.0, e, raw) + const, 0.0, e))
@@ -1045,9 +1177,14 @@ def _closed_form_fit(y: npt.NDArray[np.float64], exog: npt.NDArray[np.float64],
     return best[1], best[2], best[0]
 
 
-def _factor_columns(df: pd.DataFrame, arm: npt.NDArray[Any], others: Sequence[str],
-                    arm_col: str, factors: Mapping[str, str], interaction: bool,
-                    ) -> tuple[list[npt.NDArray[np.float64]], list[str], list[str]]:
+def _factor_columns(
+    df: pd.DataFrame,
+    arm: npt.NDArray[Any],
+    others: Sequence[str],
+    arm_col: str,
+    factors: Mapping[str, str],
+    interaction: bool,
+) -> tuple[list[npt.NDArray[np.float64]], list[str], list[str]]:
     """Dummy columns (and names) of the extra factors, then of the arm × factor cells.
 
     Returns ``(columns, names, references)``. A factor's levels are compared as strings and
@@ -1086,11 +1223,16 @@ def _factor_columns(df: pd.DataFrame, arm: npt.NDArray[Any], others: Sequence[st
     return columns, names, references
 
 
-def _statsmodels_fit(y: npt.NDArray[np.float64], exog: npt.NDArray[np.float64],
-                     groups: npt.NDArray[Any], codes: npt.NDArray[np.intp], k_fe: int,
-                     outcome: str, arm_col: str, group_col: str,
-                     ) -> tuple[npt.NDArray[np.float64], npt.NDArray[np.float64], float, float,
-                                float, bool]:
+def _statsmodels_fit(
+    y: npt.NDArray[np.float64],
+    exog: npt.NDArray[np.float64],
+    groups: npt.NDArray[Any],
+    codes: npt.NDArray[np.intp],
+    k_fe: int,
+    outcome: str,
+    arm_col: str,
+    group_col: str,
+) -> tuple[npt.NDArray[np.float64], npt.NDArray[np.float64], float, float, float, bool]:
     """The statsmodels REML fit, polished: ``(β̂, fe_cov, σ²_g, σ²_e, llf, converged)``.
 
     Its warnings propagate to the caller (:func:`mixed_model` records them); a numerical
@@ -1114,14 +1256,21 @@ def _statsmodels_fit(y: npt.NDArray[np.float64], exog: npt.NDArray[np.float64],
             if np.all(np.isfinite(gls[0])) and np.all(np.isfinite(gls[1])):
                 fe, cov = gls
     except (np.linalg.LinAlgError, ValueError, FloatingPointError, ZeroDivisionError) as exc:
-        raise StatsError(f"mixed model for {outcome!r} by {arm_col!r} with groups "
-                         f"{group_col!r} could not be fitted: {exc}") from exc
+        raise StatsError(
+            f"mixed model for {outcome!r} by {arm_col!r} with groups "
+            f"{group_col!r} could not be fitted: {exc}"
+        ) from exc
     return fe, cov, group_var, resid_var, llf, converged
 
 
 def _to_the_maximum(
-    y: npt.NDArray[np.float64], exog: npt.NDArray[np.float64], codes: npt.NDArray[np.intp],
-    group_var: float, resid_var: float, llf: float, fe: npt.NDArray[np.float64],
+    y: npt.NDArray[np.float64],
+    exog: npt.NDArray[np.float64],
+    codes: npt.NDArray[np.intp],
+    group_var: float,
+    resid_var: float,
+    llf: float,
+    fe: npt.NDArray[np.float64],
     cov: npt.NDArray[np.float64],
 ) -> tuple[float, float, float, npt.NDArray[np.float64], npt.NDArray[np.float64]]:
     """Newton-polish an optimiser's answer (:func:`_polish_reml`) to the REML maximum.
@@ -1145,8 +1294,9 @@ def _to_the_maximum(
                 if not (score[0] > 0 and expected[0, 0] > 0):
                     return group_var, resid_var, llf, fe, cov
                 start = max(float(score[0] / expected[0, 0]), 10 * floor)
-            candidates = [(reml_loglik(y, exog, codes, group_var, resid_var, parts),
-                           group_var, resid_var)]  # fmt: skip
+            candidates = [
+                (reml_loglik(y, exog, codes, group_var, resid_var, parts), group_var, resid_var)
+            ]
             g, e = _polish_reml(y, exog, codes, start, resid_var)
             candidates.append((reml_loglik(y, exog, codes, g, e, parts), g, e))
             if g <= floor:
@@ -1155,8 +1305,11 @@ def _to_the_maximum(
                 candidates.append((reml_loglik(y, exog, codes, 0.0, e0, parts), 0.0, e0))
         except (np.linalg.LinAlgError, ValueError, FloatingPointError, ZeroDivisionError):
             return group_var, resid_var, llf, fe, cov
-        ll, g, e = max((c for c in candidates if math.isfinite(c[0])), key=lambda c: c[0],
-                       default=candidates[0])  # fmt: skip
+        ll, g, e = max(
+            (c for c in candidates if math.isfinite(c[0])),
+            key=lambda c: c[0],
+            default=candidates[0],
+        )
         if (g, e) == (group_var, resid_var):
             return group_var, resid_var, llf, fe, cov
         beta_new, cov_new = gls_at(y, exog, codes, g, e)
@@ -1170,8 +1323,12 @@ def _to_the_maximum(
 EXACT_FIT_TOLERANCE = 1e-10
 
 
-def exactly_fitted(y: npt.NDArray[np.float64], exog: npt.NDArray[np.float64],
-                   codes: npt.NDArray[np.intp], n_groups: int) -> bool:
+def exactly_fitted(
+    y: npt.NDArray[np.float64],
+    exog: npt.NDArray[np.float64],
+    codes: npt.NDArray[np.intp],
+    n_groups: int,
+) -> bool:
     """True when ``y`` lies in the span of the fixed effects and the group indicators.
 
     The least-squares fit of ``y`` on ``[X, Z]`` (``Z`` one indicator per group) is computed
@@ -1183,17 +1340,27 @@ def exactly_fitted(y: npt.NDArray[np.float64], exog: npt.NDArray[np.float64],
     total = float(np.sum((y - float(np.mean(y))) ** 2))
     n = np.bincount(codes, minlength=n_groups).astype(np.float64)
     y_within = y - (np.bincount(codes, weights=y, minlength=n_groups) / n)[codes]
-    x_within = np.column_stack([
-        exog[:, k] - (np.bincount(codes, weights=exog[:, k], minlength=n_groups) / n)[codes]
-        for k in range(exog.shape[1])])  # fmt: skip
+    x_within = np.column_stack(
+        [
+            exog[:, k] - (np.bincount(codes, weights=exog[:, k], minlength=n_groups) / n)[codes]
+            for k in range(exog.shape[1])
+        ]
+    )
     beta, *_ = np.linalg.lstsq(x_within, y_within, rcond=None)
     rss = float(np.sum((y_within - x_within @ beta) ** 2))
     return rss <= EXACT_FIT_TOLERANCE * total
 
 
-def mixed_model(df: pd.DataFrame, outcome: str, arm_col: str, group_col: str,
-                reference: str, *, factors: Mapping[str, str] | None = None,
-                interaction: bool = False) -> MixedModelFit:
+def mixed_model(
+    df: pd.DataFrame,
+    outcome: str,
+    arm_col: str,
+    group_col: str,
+    reference: str,
+    *,
+    factors: Mapping[str, str] | None = None,
+    interaction: bool = False,
+) -> MixedModelFit:
     """Fit a linear mixed model: arm (and ``factors``) as fixed effects, random intercept, REML.
 
     Arm levels are compared as strings; the non-reference arms are sorted. ``factors`` maps
@@ -1221,33 +1388,40 @@ def mixed_model(df: pd.DataFrame, outcome: str, arm_col: str, group_col: str,
         raise StatsError(f"df[{arm_col!r}]: needs at least two arms, got {levels}")
     n_groups = len(set(groups.tolist()))
     if n_groups < 2:
-        raise StatsError(f"df[{group_col!r}]: a random intercept needs at least two groups, "
-                         f"got {n_groups}")
+        raise StatsError(
+            f"df[{group_col!r}]: a random intercept needs at least two groups, got {n_groups}"
+        )
     total_var = float(np.var(y, ddof=1))
     others = [level for level in levels if level != reference]
-    extra, extra_names, factor_refs = _factor_columns(df, arm, others, arm_col, factors,
-                                                      interaction)
-    exog = np.column_stack([np.ones(y.size)] + [(arm == level).astype(np.float64)
-                                                for level in others] + extra)
+    extra, extra_names, factor_refs = _factor_columns(
+        df, arm, others, arm_col, factors, interaction
+    )
+    exog = np.column_stack(
+        [np.ones(y.size)] + [(arm == level).astype(np.float64) for level in others] + extra
+    )
     names = ["Intercept"] + [f"{arm_col}[T.{level}]" for level in others] + extra_names
     if y.size <= exog.shape[1] + 1:
         raise StatsError(f"df: {y.size} rows are too few for {exog.shape[1]} fixed effects")
     if extra and np.linalg.matrix_rank(exog) < exog.shape[1]:
-        raise StatsError(f"df: the fixed effects {names[1:]} are linearly dependent (arms and "
-                         f"{', '.join(factors)} levels are not crossed)")
+        raise StatsError(
+            f"df: the fixed effects {names[1:]} are linearly dependent (arms and "
+            f"{', '.join(factors)} levels are not crossed)"
+        )
     caught: list[str] = []
     codes = pd.factorize(groups, sort=True)[0].astype(np.intp)  # np.unique's inverse, faster
     if total_var == 0.0:  # the failures above come first, then "not applicable"
         raise NotApplicableError(
             f"df[{outcome!r}]: the outcome has zero variance (every trial has the same "
-            "value), so the mixed model's variance components cannot be estimated")
+            "value), so the mixed model's variance components cannot be estimated"
+        )
     if exactly_fitted(y, exog, codes, n_groups):
         raise NotApplicableError(
             f"df[{outcome!r}]: the fixed effects ({', '.join(names[1:])}) and the "
             f"{group_col!r} intercepts fit the outcome exactly (no residual variation: "
             "every trial is predicted without error), so the REML likelihood grows without "
             "bound as the residual variance goes to 0 and the variance components cannot be "
-            "estimated")
+            "estimated"
+        )
     direct = None
     if n_groups >= CLOSED_FORM_MIN_GROUPS or _CLOSED_FORM_ALWAYS.get():
         with np.errstate(all="ignore"):
@@ -1269,24 +1443,39 @@ def mixed_model(df: pd.DataFrame, outcome: str, arm_col: str, group_col: str,
                 warnings.warn(BOUNDARY_WARNING, ConvergenceWarning, stacklevel=2)
         else:
             fe, cov, group_var, resid_var, llf, converged = _statsmodels_fit(
-                y, exog, groups, codes, len(names), outcome, arm_col, group_col)
+                y, exog, groups, codes, len(names), outcome, arm_col, group_col
+            )
     for item in record:
         caught.append(f"{item.category.__name__}: {item.message}")
     if resid_var > 0 and group_var >= 0:
         group_var, resid_var, llf, fe, cov = _to_the_maximum(
-            y, exog, codes, group_var, resid_var, llf, fe, cov)
-        check_reml_maximum(y, exog, codes, group_var, resid_var,
-                           f"mixed model for {outcome!r} by {arm_col!r} with groups "
-                           f"{group_col!r} ({y.size} rows)")  # fmt: skip
+            y, exog, codes, group_var, resid_var, llf, fe, cov
+        )
+        check_reml_maximum(
+            y,
+            exog,
+            codes,
+            group_var,
+            resid_var,
+            f"mixed model for {outcome!r} by {arm_col!r} with groups {group_col!r} ({y.size} rows)",
+        )
         converged = True
     se = np.sqrt(np.where(np.diag(cov) >= 0, np.diag(cov), np.nan))
     z_crit = float(sps.norm.ppf(0.975))
     effects = []
     for i, name in enumerate(names):
         z = fe[i] / se[i] if se[i] > 0 else math.nan
-        effects.append(FixedEffect(name, float(fe[i]), float(se[i]), float(z),
-                                   float(2.0 * sps.norm.sf(abs(z))),
-                                   float(fe[i] - z_crit * se[i]), float(fe[i] + z_crit * se[i])))
+        effects.append(
+            FixedEffect(
+                name,
+                float(fe[i]),
+                float(se[i]),
+                float(z),
+                float(2.0 * sps.norm.sf(abs(z))),
+                float(fe[i] - z_crit * se[i]),
+                float(fe[i] + z_crit * se[i]),
+            )
+        )
     tol = SINGULAR_TOLERANCE * total_var
     singular = (
         group_var <= tol
@@ -1296,8 +1485,10 @@ def mixed_model(df: pd.DataFrame, outcome: str, arm_col: str, group_col: str,
         # statsmodels' "may be on the boundary" warning fires whenever σ²_g < 0.01 in absolute
         # units (any accuracy outcome with a between-stimulus SD under 10 pp): recorded in
         # ``warnings`` but not decisive; the boundary is tested on the likelihood instead
-        or any("singular" in message.lower() or "not positive definite" in message
-               for message in caught)
+        or any(
+            "singular" in message.lower() or "not positive definite" in message
+            for message in caught
+        )
         or _boundary_at_least_as_likely(y, exog, codes, group_var, resid_var)
     )
     total = group_var + resid_var
@@ -1307,18 +1498,32 @@ def mixed_model(df: pd.DataFrame, outcome: str, arm_col: str, group_col: str,
     if not singular:
         with np.errstate(all="ignore"):
             ci, ci_note = informative_variance_cis(
-                variance_component_cis(y, exog, codes, group_var, resid_var))
+                variance_component_cis(y, exog, codes, group_var, resid_var)
+            )
     return MixedModelFit(
-        outcome=outcome, arm_col=arm_col, group_col=group_col, reference=reference,
-        arms=tuple([reference, *others]), n_obs=int(y.size), n_groups=n_groups,
+        outcome=outcome,
+        arm_col=arm_col,
+        group_col=group_col,
+        reference=reference,
+        arms=tuple([reference, *others]),
+        n_obs=int(y.size),
+        n_groups=n_groups,
         fixed_effects=tuple(effects),
         fe_cov=tuple(tuple(float(v) for v in row) for row in cov),
-        group_variance=group_var, residual_variance=resid_var, icc=float(icc),
-        log_likelihood=llf, converged=converged, singular=bool(singular),
+        group_variance=group_var,
+        residual_variance=resid_var,
+        icc=float(icc),
+        log_likelihood=llf,
+        converged=converged,
+        singular=bool(singular),
         warnings=tuple(caught),
-        group_variance_ci_lower=ci[0], group_variance_ci_upper=ci[1],
-        residual_variance_ci_lower=ci[2], residual_variance_ci_upper=ci[3],
-        variance_ci_note=ci_note, factors=tuple(factors), factor_references=tuple(factor_refs),
+        group_variance_ci_lower=ci[0],
+        group_variance_ci_upper=ci[1],
+        residual_variance_ci_lower=ci[2],
+        residual_variance_ci_upper=ci[3],
+        variance_ci_note=ci_note,
+        factors=tuple(factors),
+        factor_references=tuple(factor_refs),
         interaction=bool(interaction and factors),
     )
 
@@ -1344,8 +1549,9 @@ class ContrastResult(_Result):
     conf: float
 
 
-def contrast(fit: MixedModelFit, a: str, b: str, sides: Sides = "two-sided",
-             conf: float = 0.95) -> ContrastResult:
+def contrast(
+    fit: MixedModelFit, a: str, b: str, sides: Sides = "two-sided", conf: float = 0.95
+) -> ContrastResult:
     """Estimate ``a − b`` from ``fit``: L·β with SE sqrt(L·Σ·Lᵀ), normal z and p."""
     _check_conf(conf)
     a, b = str(a), str(b)
@@ -1435,8 +1641,7 @@ class ChiSquareResult(_Result):
     expected: tuple[float, ...]
 
 
-def chi_square_gof(counts: npt.ArrayLike, expected: npt.ArrayLike | None = None
-                   ) -> ChiSquareResult:
+def chi_square_gof(counts: npt.ArrayLike, expected: npt.ArrayLike | None = None) -> ChiSquareResult:
     """Goodness of fit of ``counts`` to ``expected`` (uniform by default).
 
     ``expected`` may be counts or proportions: it is rescaled to sum to ``n = sum(counts)``.
@@ -1459,9 +1664,16 @@ def chi_square_gof(counts: npt.ArrayLike, expected: npt.ArrayLike | None = None
         exp = raw * (n / float(raw.sum()))
     chi2 = float(np.sum((observed - exp) ** 2 / exp))
     df = k - 1
-    return ChiSquareResult(chi2, df, float(sps.chi2.sf(chi2, df)), round(n), k,
-                           math.sqrt(chi2 / (n * (k - 1))), tuple(observed.tolist()),
-                           tuple(exp.tolist()))
+    return ChiSquareResult(
+        chi2,
+        df,
+        float(sps.chi2.sf(chi2, df)),
+        round(n),
+        k,
+        math.sqrt(chi2 / (n * (k - 1))),
+        tuple(observed.tolist()),
+        tuple(exp.tolist()),
+    )
 
 
 @dataclass(frozen=True)
@@ -1479,8 +1691,9 @@ class ConfusionMatrix(_Result):
     accuracy: float
 
 
-def _pair_labels(truth: Sequence[Hashable] | npt.ArrayLike,
-                 pred: Sequence[Hashable] | npt.ArrayLike) -> tuple[list[str], list[str]]:
+def _pair_labels(
+    truth: Sequence[Hashable] | npt.ArrayLike, pred: Sequence[Hashable] | npt.ArrayLike
+) -> tuple[list[str], list[str]]:
     t = [str(v) for v in _labels(truth, "truth")]
     p = [str(v) for v in _labels(pred, "pred")]
     if len(t) != len(p):
@@ -1502,12 +1715,22 @@ def newcombe_diff(x1: int, n1: int, x2: int, n2: int, conf: float = 0.95) -> dic
     d = p1 - p2
     lower = d - math.sqrt((p1 - w1.lower) ** 2 + (w2.upper - p2) ** 2)
     upper = d + math.sqrt((w1.upper - p1) ** 2 + (p2 - w2.lower) ** 2)
-    return {"method": "newcombe-hybrid-score", "estimate": d, "lower": lower, "upper": upper,
-            "conf": conf, "x1": x1, "n1": n1, "x2": x2, "n2": n2}  # fmt: skip
+    return {
+        "method": "newcombe-hybrid-score",
+        "estimate": d,
+        "lower": lower,
+        "upper": upper,
+        "conf": conf,
+        "x1": x1,
+        "n1": n1,
+        "x2": x2,
+        "n2": n2,
+    }
 
 
-def cluster_proportion(correct: Sequence[int], n: Sequence[int],
-                       conf: float = 0.95) -> dict[str, Any]:  # fmt: skip
+def cluster_proportion(
+    correct: Sequence[int], n: Sequence[int], conf: float = 0.95
+) -> dict[str, Any]:
     """A proportion over items clustered in groups (the items of a probe's trials).
 
     Ratio estimator ``p = Σc_j / Σn_j`` with the cluster-robust variance
@@ -1525,17 +1748,26 @@ def cluster_proportion(correct: Sequence[int], n: Sequence[int],
     if total <= 0:
         raise StatsError("cluster_proportion: no items")
     p = float(c.sum()) / total
-    out: dict[str, Any] = {"method": "cluster-robust-ratio-t", "estimate": p,
-                           "n_clusters": clusters, "n": int(total), "conf": conf}  # fmt: skip
+    out: dict[str, Any] = {
+        "method": "cluster-robust-ratio-t",
+        "estimate": p,
+        "n_clusters": clusters,
+        "n": int(total),
+        "conf": conf,
+    }
     if clusters < 2:
-        return out | {"se": None, "df": None, "lower": None, "upper": None,
-                      "note": "fewer than two clusters: no interval"}  # fmt: skip
+        return out | {
+            "se": None,
+            "df": None,
+            "lower": None,
+            "upper": None,
+            "note": "fewer than two clusters: no interval",
+        }
     resid = c - p * m
     se = math.sqrt(clusters / (clusters - 1) * float(resid @ resid)) / total
     df = clusters - 1
     q = float(sps.t.ppf(0.5 + conf / 2.0, df))
-    return out | {"se": se, "df": df, "lower": max(0.0, p - q * se),
-                  "upper": min(1.0, p + q * se)}  # fmt: skip
+    return out | {"se": se, "df": df, "lower": max(0.0, p - q * se), "upper": min(1.0, p + q * se)}
 
 
 def error_null_excluding_truth(truth: Sequence[Hashable], labels: Sequence[str]) -> list[float]:
@@ -1559,9 +1791,11 @@ def error_null_excluding_truth(truth: Sequence[Hashable], labels: Sequence[str])
     return [float(w) for w in weights / len(truth)]
 
 
-def confusion_matrix(truth: Sequence[Hashable] | npt.ArrayLike,
-                     pred: Sequence[Hashable] | npt.ArrayLike,
-                     labels: Sequence[str]) -> ConfusionMatrix:
+def confusion_matrix(
+    truth: Sequence[Hashable] | npt.ArrayLike,
+    pred: Sequence[Hashable] | npt.ArrayLike,
+    labels: Sequence[str],
+) -> ConfusionMatrix:
     """Confusion matrix of ``pred`` against ``truth``; labels are compared as strings."""
     names = [str(label) for label in labels]
     if len(set(names)) != len(names) or not names:
@@ -1579,8 +1813,14 @@ def confusion_matrix(truth: Sequence[Hashable] | npt.ArrayLike,
         else:
             other[index[true_label]] += 1
     correct = int(np.trace(matrix))
-    return ConfusionMatrix(tuple(names), tuple(tuple(int(v) for v in row) for row in matrix),
-                           tuple(int(v) for v in other), len(t), correct, correct / len(t))
+    return ConfusionMatrix(
+        tuple(names),
+        tuple(tuple(int(v) for v in row) for row in matrix),
+        tuple(int(v) for v in other),
+        len(t),
+        correct,
+        correct / len(t),
+    )
 
 
 @dataclass(frozen=True)
@@ -1602,9 +1842,11 @@ def _proportion(name: str, count: int, n: int) -> ProportionResult:
     return ProportionResult(name, count, n, interval.estimate, interval.lower, interval.upper)
 
 
-def canonical_share(truth: Sequence[Hashable] | npt.ArrayLike,
-                    pred: Sequence[Hashable] | npt.ArrayLike,
-                    canonical: str = "RIGHT") -> ProportionResult:
+def canonical_share(
+    truth: Sequence[Hashable] | npt.ArrayLike,
+    pred: Sequence[Hashable] | npt.ArrayLike,
+    canonical: str = "RIGHT",
+) -> ProportionResult:
     """Share of errors (pred ≠ truth) whose prediction is ``canonical``, with Wilson CI."""
     t, p = _pair_labels(truth, pred)
     errors = [pl for tl, pl in zip(t, p, strict=True) if tl != pl]
@@ -1612,14 +1854,14 @@ def canonical_share(truth: Sequence[Hashable] | npt.ArrayLike,
     return _proportion(f"canonical_share:{canonical}", hits, len(errors))
 
 
-def flip_rate(a: Sequence[Hashable] | npt.ArrayLike,
-              b: Sequence[Hashable] | npt.ArrayLike) -> ProportionResult:
+def flip_rate(
+    a: Sequence[Hashable] | npt.ArrayLike, b: Sequence[Hashable] | npt.ArrayLike
+) -> ProportionResult:
     """Share of paired items whose answers differ (compared as strings), with Wilson CI."""
     first = [str(v) for v in _labels(a, "a")]
     second = [str(v) for v in _labels(b, "b")]
     if len(first) != len(second):
-        raise StatsError(f"a, b: paired answers need equal lengths ({len(first)}, "
-                         f"{len(second)})")
+        raise StatsError(f"a, b: paired answers need equal lengths ({len(first)}, {len(second)})")
     if not first:
         raise StatsError("a, b: no paired items")
     flips = sum(1 for u, v in zip(first, second, strict=True) if u != v)
@@ -1643,9 +1885,11 @@ class PositionBiasResult(_Result):
     mad: float
 
 
-def position_bias_tvd(pred: Sequence[Hashable] | npt.ArrayLike,
-                      truth: Sequence[Hashable] | npt.ArrayLike,
-                      labels: Sequence[str]) -> PositionBiasResult:
+def position_bias_tvd(
+    pred: Sequence[Hashable] | npt.ArrayLike,
+    truth: Sequence[Hashable] | npt.ArrayLike,
+    labels: Sequence[str],
+) -> PositionBiasResult:
     """Total variation distance between predicted and true answer distributions."""
     names = [str(label) for label in labels]
     if len(set(names)) != len(names) or not names:
@@ -1660,8 +1904,15 @@ def position_bias_tvd(pred: Sequence[Hashable] | npt.ArrayLike,
     p_other = sum(1 for v in p if v not in names) / n
     diff = np.abs(p_pred - p_truth)
     tvd = 0.5 * (float(diff.sum()) + p_other)
-    return PositionBiasResult(tuple(names), tuple(p_pred.tolist()), tuple(p_truth.tolist()),
-                              p_other, n, tvd, float(diff.mean()))
+    return PositionBiasResult(
+        tuple(names),
+        tuple(p_pred.tolist()),
+        tuple(p_truth.tolist()),
+        p_other,
+        n,
+        tvd,
+        float(diff.mean()),
+    )
 
 
 @dataclass(frozen=True)
@@ -1704,8 +1955,18 @@ def mcnemar(b: int, c: int) -> McNemarResult:
     p_cc = float(sps.chi2.sf(chi2_cc, 1))
     p_exact = float(min(1.0, 2.0 * sps.binom.cdf(min(b, c), n, 0.5)))
     primary = "exact" if n < EXACT_THRESHOLD else "chi2_cc"
-    return McNemarResult(b, c, n, chi2, p_chi2, chi2_cc, p_cc, p_exact, primary,
-                         p_exact if primary == "exact" else p_cc)
+    return McNemarResult(
+        b,
+        c,
+        n,
+        chi2,
+        p_chi2,
+        chi2_cc,
+        p_cc,
+        p_exact,
+        primary,
+        p_exact if primary == "exact" else p_cc,
+    )
 
 
 def mcnemar_paired(x_correct: npt.ArrayLike, y_correct: npt.ArrayLike) -> McNemarResult:
@@ -1713,8 +1974,9 @@ def mcnemar_paired(x_correct: npt.ArrayLike, y_correct: npt.ArrayLike) -> McNema
     xa = np.asarray(x_correct)
     ya = np.asarray(y_correct)
     if xa.ndim != 1 or xa.shape != ya.shape:
-        raise StatsError(f"x_correct, y_correct: need equal-length 1-D arrays, got {xa.shape} "
-                         f"and {ya.shape}")
+        raise StatsError(
+            f"x_correct, y_correct: need equal-length 1-D arrays, got {xa.shape} and {ya.shape}"
+        )
     if xa.size == 0:
         raise StatsError("x_correct, y_correct: no pairs")
     for name, arr in (("x_correct", xa), ("y_correct", ya)):
@@ -1750,8 +2012,13 @@ def bonferroni(pvalues: npt.ArrayLike, alpha: float = 0.05) -> MultipleTestingRe
     """Bonferroni: ``min(1, m·p_i)``."""
     p = _pvalues(pvalues)
     adjusted = np.minimum(1.0, p * p.size)
-    return MultipleTestingResult("bonferroni", tuple(p.tolist()), tuple(adjusted.tolist()),
-                                 alpha, tuple(bool(v <= alpha) for v in adjusted))
+    return MultipleTestingResult(
+        "bonferroni",
+        tuple(p.tolist()),
+        tuple(adjusted.tolist()),
+        alpha,
+        tuple(bool(v <= alpha) for v in adjusted),
+    )
 
 
 def holm(pvalues: npt.ArrayLike, alpha: float = 0.05) -> MultipleTestingResult:
@@ -1763,8 +2030,13 @@ def holm(pvalues: npt.ArrayLike, alpha: float = 0.05) -> MultipleTestingResult:
     monotone = np.maximum.accumulate(scaled)
     adjusted = np.empty(m, dtype=np.float64)
     adjusted[order] = monotone
-    return MultipleTestingResult("holm", tuple(p.tolist()), tuple(adjusted.tolist()), alpha,
-                                 tuple(bool(v <= alpha) for v in adjusted))
+    return MultipleTestingResult(
+        "holm",
+        tuple(p.tolist()),
+        tuple(adjusted.tolist()),
+        alpha,
+        tuple(bool(v <= alpha) for v in adjusted),
+    )
 
 
 @dataclass(frozen=True)
@@ -1778,8 +2050,9 @@ class EquivalenceResult(_Result):
     n_groups: int
 
 
-def equivalence(per_group_diffs: Mapping[str, float] | pd.Series,
-                margin: float) -> EquivalenceResult:
+def equivalence(
+    per_group_diffs: Mapping[str, float] | pd.Series, margin: float
+) -> EquivalenceResult:
     """Largest per-group |difference|, the group attaining it (first in order on ties)."""
     items = [(str(k), float(v)) for k, v in per_group_diffs.items()]
     if not items:

@@ -40,7 +40,13 @@ from analysis.view_index import FILTERS, SORTS, ViewIndex
 from analysis.view_plots import PLOTS, PlotData, render_svg
 
 __all__ = [
-    "BlindingError", "Links", "ServerLinks", "Verification", "Viewer", "make_app", "verify_command",
+    "BlindingError",
+    "Links",
+    "ServerLinks",
+    "Verification",
+    "Viewer",
+    "make_app",
+    "verify_command",
 ]
 
 HERE = Path(__file__).resolve().parent
@@ -51,9 +57,11 @@ MAX_PER_PAGE = 500
 ITEM_TRIALS = 200
 """Trials the item page lists (the trial table, filtered by the item, has every one)."""
 _IMAGE_MAGIC = (
-    (b"\x89PNG\r\n\x1a\n", "image/png"), (b"\xff\xd8\xff", "image/jpeg"),
-    (b"GIF87a", "image/gif"), (b"GIF89a", "image/gif"),
-)  # fmt: skip
+    (b"\x89PNG\r\n\x1a\n", "image/png"),
+    (b"\xff\xd8\xff", "image/jpeg"),
+    (b"GIF87a", "image/gif"),
+    (b"GIF89a", "image/gif"),
+)
 _IMAGE_SUFFIXES = frozenset({".png", ".jpg", ".jpeg", ".gif", ".webp"})
 
 LOOPBACK_HOSTS = ("127.0.0.1", "localhost", "::1")
@@ -84,10 +92,19 @@ def host_name(header: str) -> str:
 
 # Event kinds whose body names no trial: their envelope is shown on the proof page while the
 # study is blind (a trial event names its arm and trial id; a preflight names its trial).
-_OPEN_KINDS = frozenset({
-    "ledger.genesis", "key.added", "key.revoked", "artifact.locked", "protocol.locked",
-    "protocol.amended", "run.started", "run.stopped", "scoring.sealed",
-})
+_OPEN_KINDS = frozenset(
+    {
+        "ledger.genesis",
+        "key.added",
+        "key.revoked",
+        "artifact.locked",
+        "protocol.locked",
+        "protocol.amended",
+        "run.started",
+        "run.stopped",
+        "scoring.sealed",
+    }
+)
 
 
 # A trial id (arm|stimulus|rep or arm|model|item|rep) inside a message, e.g. a verifier reason.
@@ -217,8 +234,9 @@ class ServerLinks(Links):
     def diff(self, a: str, b: str, stimulus: str | None) -> str | None:  # noqa: D102
         from urllib.parse import urlencode
 
-        return "/diff?" + urlencode({"a": a, "b": b, **({"stimulus": stimulus} if stimulus
-                                                         else {})})  # fmt: skip
+        return "/diff?" + urlencode(
+            {"a": a, "b": b, **({"stimulus": stimulus} if stimulus else {})}
+        )
 
     def plots(self) -> str:  # noqa: D102
         return "/plots"
@@ -292,16 +310,19 @@ class Verification:
             try:
                 self._proc = subprocess.Popen(
                     [sys.executable, "-m", "verify", "--json", str(target)],
-                    stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                )  # fmt: skip
+                    stdout=subprocess.PIPE,
+                    stderr=subprocess.PIPE,
+                    text=True,
+                )
                 out, err = self._proc.communicate()
                 report = json.loads(out)
                 checks = report["checks"]
             except (OSError, ValueError, KeyError, TypeError) as exc:
                 code = self._proc.returncode if self._proc is not None else None
                 last = err.strip().splitlines()[-1:] if err else []
-                self.error = (f"python -m verify did not report (exit {code}; "
-                              f"{last[0] if last else exc})")  # fmt: skip
+                self.error = (
+                    f"python -m verify did not report (exit {code}; {last[0] if last else exc})"
+                )
                 self.state = "error"
                 return
             self.checks = [c for c in checks if isinstance(c, dict)]
@@ -327,11 +348,14 @@ class Verification:
     def summary(self) -> dict[str, Any]:
         """A JSON-able summary (state, failures, the command that re-checks)."""
         return {
-            "state": self.state, "size": self.size, "seconds": self.seconds,
-            "error": self.error, "command": self.command,
+            "state": self.state,
+            "size": self.size,
+            "seconds": self.seconds,
+            "error": self.error,
+            "command": self.command,
             "failures": [c for c in self.checks if c["status"] == "FAIL"],
             "checks": self.checks,
-        }  # fmt: skip
+        }
 
 
 # ---------------------------------------------------------------------- the pages' data
@@ -422,8 +446,7 @@ class Viewer:
 
         def compute() -> dict[str, int]:
             row = self.index.query(
-                "SELECT COUNT(*), SUM(status='responded'), SUM(scored_seq IS NOT NULL) "
-                "FROM trials"
+                "SELECT COUNT(*), SUM(status='responded'), SUM(scored_seq IS NOT NULL) FROM trials"
             )[0]
             return {"trials": row[0], "responded": row[1] or 0, "scored": row[2] or 0}
 
@@ -448,11 +471,15 @@ class Viewer:
         """What every page shows in its header."""
         protocol = self.index.protocol() or {}
         return {
-            "study": protocol.get("study", ""), "title": protocol.get("title", ""),
-            "source": str(self.index.path), "kind": self.index.kind, "blind": self.blind,
-            "events": self.index.next_seq, "verification": self.verification_summary(),
+            "study": protocol.get("study", ""),
+            "title": protocol.get("title", ""),
+            "source": str(self.index.path),
+            "kind": self.index.kind,
+            "blind": self.blind,
+            "events": self.index.next_seq,
+            "verification": self.verification_summary(),
             "simulated": any(b.get("simulated") for _, b, _ in self.index.singles("run.started")),
-        }  # fmt: skip
+        }
 
     def redact(self, text: str) -> str:
         """``text`` with anything shaped like a trial id replaced while the study is blind."""
@@ -463,31 +490,66 @@ class Viewer:
         summary = self.verification.summary()
         if self.blind:
             for key in ("checks", "failures"):
-                summary[key] = [{**c, "reason": self.redact(str(c.get("reason"))),
-                                 "where": self.redact(str(c.get("where") or "")) or None}
-                                for c in summary[key]]  # fmt: skip
+                summary[key] = [
+                    {
+                        **c,
+                        "reason": self.redact(str(c.get("reason"))),
+                        "where": self.redact(str(c.get("where") or "")) or None,
+                    }
+                    for c in summary[key]
+                ]
         return summary
 
     def faulted(self, seqs: list[int | None]) -> list[str]:
         """The verifier's reasons for any of these seqs (redacted while blind)."""
-        return [self.redact(f"seq {s}: {r}") for s in seqs if s is not None
-                for r in self.verification.faults.get(s, [])]  # fmt: skip
+        return [
+            self.redact(f"seq {s}: {r}")
+            for s in seqs
+            if s is not None
+            for r in self.verification.faults.get(s, [])
+        ]
 
     def row(self, r: Any, *, faults: bool = True) -> dict[str, Any]:
         """A trial row as pages and JSON may show it (no arm, id or position while blind)."""
         out = {
-            "h": r["h"], "arm_code": r["arm_code"], "model": r["model"],
-            "stimulus": r["stimulus"], "rep": r["rep"], "status": r["status"],
-            "attempts": r["attempts"], "parse": r["parse"], "n_items": r["n_items"],
-            "n_correct": r["n_correct"], "correct": r["correct"], "judge": r["judge"],
-            "response_seq": r["response_seq"], "scored_seq": r["scored_seq"],
-            "predicted": r["predicted"], "key": r["key"], "preview": r["preview"],
-            "faults": self.faulted([r["h"], r["last_request_seq"], r["outcome_seq"],
-                                    r["response_seq"], r["scored_seq"]]) if faults else [],
-        }  # fmt: skip
+            "h": r["h"],
+            "arm_code": r["arm_code"],
+            "model": r["model"],
+            "stimulus": r["stimulus"],
+            "rep": r["rep"],
+            "status": r["status"],
+            "attempts": r["attempts"],
+            "parse": r["parse"],
+            "n_items": r["n_items"],
+            "n_correct": r["n_correct"],
+            "correct": r["correct"],
+            "judge": r["judge"],
+            "response_seq": r["response_seq"],
+            "scored_seq": r["scored_seq"],
+            "predicted": r["predicted"],
+            "key": r["key"],
+            "preview": r["preview"],
+            "faults": self.faulted(
+                [
+                    r["h"],
+                    r["last_request_seq"],
+                    r["outcome_seq"],
+                    r["response_seq"],
+                    r["scored_seq"],
+                ]
+            )
+            if faults
+            else [],
+        }
         if not self.blind:
-            out.update({"arm": r["arm"], "trial": r["trial"], "position": r["position"],
-                        "variant": r["variant"]})  # fmt: skip
+            out.update(
+                {
+                    "arm": r["arm"],
+                    "trial": r["trial"],
+                    "position": r["position"],
+                    "variant": r["variant"],
+                }
+            )
         return out
 
     # ------------------------------------------------------------------ overview
@@ -504,23 +566,31 @@ class Viewer:
         arms = protocol.get("arms") if isinstance(protocol.get("arms"), dict) else {}
         assert isinstance(arms, dict)
         group = "arm" if not self.blind else "arm_code"
-        progress = [dict(r) for r in idx.query(
-            f"SELECT {group} AS grp, COUNT(*) AS attempted, "
-            "SUM(status='responded') AS responded, SUM(status='given_up') AS given_up, "
-            "SUM(status IN ('requested', 'retrying')) AS open, "
-            "SUM(scored_seq IS NOT NULL) AS scored, "
-            "SUM(n_correct) AS n_correct, SUM(n_items) AS n_items, SUM(cost) AS cost "
-            f"FROM trials GROUP BY {group} ORDER BY {group}"
-        )]  # fmt: skip
-        by_model = [dict(r) for r in idx.query(
-            "SELECT model AS grp, COUNT(*) AS attempted, SUM(status='responded') AS responded, "
-            "SUM(status='given_up') AS given_up, SUM(cost) AS cost FROM trials GROUP BY model"
-        )]  # fmt: skip
-        totals = dict(idx.query(
-            "SELECT COUNT(*) AS attempted, SUM(status='responded') AS responded, "
-            "SUM(status='given_up') AS given_up, SUM(scored_seq IS NOT NULL) AS scored, "
-            "SUM(cost) AS cost FROM trials"
-        )[0])  # fmt: skip
+        progress = [
+            dict(r)
+            for r in idx.query(
+                f"SELECT {group} AS grp, COUNT(*) AS attempted, "
+                "SUM(status='responded') AS responded, SUM(status='given_up') AS given_up, "
+                "SUM(status IN ('requested', 'retrying')) AS open, "
+                "SUM(scored_seq IS NOT NULL) AS scored, "
+                "SUM(n_correct) AS n_correct, SUM(n_items) AS n_items, SUM(cost) AS cost "
+                f"FROM trials GROUP BY {group} ORDER BY {group}"
+            )
+        ]
+        by_model = [
+            dict(r)
+            for r in idx.query(
+                "SELECT model AS grp, COUNT(*) AS attempted, SUM(status='responded') AS responded, "
+                "SUM(status='given_up') AS given_up, SUM(cost) AS cost FROM trials GROUP BY model"
+            )
+        ]
+        totals = dict(
+            idx.query(
+                "SELECT COUNT(*) AS attempted, SUM(status='responded') AS responded, "
+                "SUM(status='given_up') AS given_up, SUM(scored_seq IS NOT NULL) AS scored, "
+                "SUM(cost) AS cost FROM trials"
+            )[0]
+        )
         scheduled = protocol.get("trials") if isinstance(protocol.get("trials"), int) else None
         totals["scheduled"] = scheduled
         totals["pending"] = None if scheduled is None else scheduled - (totals["attempted"] or 0)
@@ -531,61 +601,113 @@ class Viewer:
         for seq, body, _ in idx.singles("analysis.result"):
             values: dict[str, Any] = body.get("values") or {}
             if body.get("hypothesis"):
-                verdicts.append({"seq": seq, "hypothesis": body.get("hypothesis"),
-                                 "test": body.get("test"), "status": body.get("status"),
-                                 "verdict": body.get("verdict"), "error": body.get("error"),
-                                 "reason": values.get("reason"),
-                                 "estimate": _estimate_text(body), "p": _p_text(body),
-                                 "rule": _rule_text(body)})  # fmt: skip
+                verdicts.append(
+                    {
+                        "seq": seq,
+                        "hypothesis": body.get("hypothesis"),
+                        "test": body.get("test"),
+                        "status": body.get("status"),
+                        "verdict": body.get("verdict"),
+                        "error": body.get("error"),
+                        "reason": values.get("reason"),
+                        "estimate": _estimate_text(body),
+                        "p": _p_text(body),
+                        "rule": _rule_text(body),
+                    }
+                )
             elif body.get("id") == IDENTICAL_ID and not self.blind:  # analysis.md §3
                 copies = {"seq": seq, "text": identical_banner(body)}
-        posthoc = [] if self.blind else [_posthoc_row(seq, body)
-                                         for seq, body, _ in idx.singles("analysis.posthoc")]
+        posthoc = (
+            []
+            if self.blind
+            else [_posthoc_row(seq, body) for seq, body, _ in idx.singles("analysis.posthoc")]
+        )
         artifacts = [
-            {"seq": seq, "path": b.get("path"), "role": b.get("role"), "sha256": b.get("sha256"),
-             "amended": False}
+            {
+                "seq": seq,
+                "path": b.get("path"),
+                "role": b.get("role"),
+                "sha256": b.get("sha256"),
+                "amended": False,
+            }
             for seq, b, _ in idx.singles("artifact.locked")
         ] + [
-            {"seq": seq, "path": b.get("path"), "role": b.get("role"), "sha256": b.get("sha256"),
-             "amended": True}
+            {
+                "seq": seq,
+                "path": b.get("path"),
+                "role": b.get("role"),
+                "sha256": b.get("sha256"),
+                "amended": True,
+            }
             for seq, b, _ in idx.singles("protocol.amended")
-        ]  # fmt: skip
-        sessions = [{"seq": s, **{k: b.get(k) for k in ("backend", "model", "simulated",
-                                                        "concurrency", "trials", "pending")}}
-                    for s, b, _ in idx.singles("run.started")]  # fmt: skip
-        stopped = [{"seq": s, **{k: b.get(k) for k in ("reason", "responded", "given_up",
-                                                       "pending", "cost_usd")}}
-                   for s, b, _ in idx.singles("run.stopped")]  # fmt: skip
+        ]
+        sessions = [
+            {
+                "seq": s,
+                **{
+                    k: b.get(k)
+                    for k in ("backend", "model", "simulated", "concurrency", "trials", "pending")
+                },
+            }
+            for s, b, _ in idx.singles("run.started")
+        ]
+        stopped = [
+            {
+                "seq": s,
+                **{k: b.get(k) for k in ("reason", "responded", "given_up", "pending", "cost_usd")},
+            }
+            for s, b, _ in idx.singles("run.stopped")
+        ]
         milestones: dict[str, int | None] = {}
         for k in ("scoring.sealed", "blinding.revealed", "export.created"):
             found = idx.singles(k)
             milestones[k] = found[0][0] if found else None
         return {
             "protocol": {
-                "seq": protocol.get("seq"), "schedule_sha256": protocol.get("schedule_sha256"),
-                "design": protocol.get("design"), "model": protocol.get("model"),
-                "models": protocol.get("models"), "trials": scheduled,
+                "seq": protocol.get("seq"),
+                "schedule_sha256": protocol.get("schedule_sha256"),
+                "design": protocol.get("design"),
+                "model": protocol.get("model"),
+                "models": protocol.get("models"),
+                "trials": scheduled,
                 "blinding_commitment": protocol.get("blinding_commitment"),
                 "stimuli": len(protocol.get("stimuli") or []),
                 "items": (protocol.get("items") or {}).get("count")
-                if isinstance(protocol.get("items"), dict) else None,
+                if isinstance(protocol.get("items"), dict)
+                else None,
             },
             "design": design_summary(protocol),
-            "arms": [{"arm": a, "role": v.get("role"), "components": v.get("components"),
-                      "sha256": v.get("sha256")} for a, v in arms.items() if isinstance(v, dict)],
+            "arms": [
+                {
+                    "arm": a,
+                    "role": v.get("role"),
+                    "components": v.get("components"),
+                    "sha256": v.get("sha256"),
+                }
+                for a, v in arms.items()
+                if isinstance(v, dict)
+            ],
             "group": "arm" if not self.blind else "arm code",
-            "progress": progress, "by_model": by_model, "totals": totals,
-            "verdicts": verdicts, "copies": copies, "posthoc": posthoc, "artifacts": artifacts,
+            "progress": progress,
+            "by_model": by_model,
+            "totals": totals,
+            "verdicts": verdicts,
+            "copies": copies,
+            "posthoc": posthoc,
+            "artifacts": artifacts,
             "sessions": sessions,
-            "stopped": stopped, "milestones": milestones,
-        }  # fmt: skip
+            "stopped": stopped,
+            "milestones": milestones,
+        }
 
     # ------------------------------------------------------------------ plots
 
     def plots(self) -> list[dict[str, Any]]:
         """Every plot kind with its SVG drawn (or the reason there is none), memoized."""
-        return [{"name": p.name, "title": p.title, "caption": p.caption,
-                 "note": self.plot(p.name)[1]} for p in PLOTS]  # fmt: skip
+        return [
+            {"name": p.name, "title": p.title, "caption": p.caption, "note": self.plot(p.name)[1]}
+            for p in PLOTS
+        ]
 
     def plot(self, name: str) -> tuple[bytes | None, str | None]:
         """(SVG bytes, None) of plot ``name``, or (None, why there is none)."""
@@ -689,10 +811,24 @@ class Viewer:
 
         clause, args, _, order = self.selection(params)
         out = io.StringIO()
-        columns = ["h", *([] if self.blind else ["trial", "arm", "variant", "position"]),
-                   "arm_code", "model", "stimulus", "rep", "status", "attempts", "parse",
-                   "n_items", "n_correct", "correct", "predicted", "key", "judge",
-                   "preview"]  # fmt: skip
+        columns = [
+            "h",
+            *([] if self.blind else ["trial", "arm", "variant", "position"]),
+            "arm_code",
+            "model",
+            "stimulus",
+            "rep",
+            "status",
+            "attempts",
+            "parse",
+            "n_items",
+            "n_correct",
+            "correct",
+            "predicted",
+            "key",
+            "judge",
+            "preview",
+        ]
         writer = csv.DictWriter(out, columns, extrasaction="ignore", lineterminator="\n")
         writer.writeheader()
         with self.index.lock:
@@ -731,15 +867,25 @@ class Viewer:
             [*args, per_page, (page - 1) * per_page],
         )
         return {
-            **self.common(), "rows": [self.row(r) for r in rows], "total": total,
-            "page": page, "pages": pages, "filters": self.filters(), "choices": self.choices(),
-            "active": active, "sort": sort, "desc": bool(params.get("desc")),
+            **self.common(),
+            "rows": [self.row(r) for r in rows],
+            "total": total,
+            "page": page,
+            "pages": pages,
+            "filters": self.filters(),
+            "choices": self.choices(),
+            "active": active,
+            "sort": sort,
+            "desc": bool(params.get("desc")),
             "sorts": [k for k, (_, ok) in SORTS.items() if ok or not self.blind],
             "query": active.get("q", ""),
-            "params": {**active, "sort": sort if sort != "h" else "",
-                       "desc": "1" if params.get("desc") else "",
-                       "per_page": str(per_page) if per_page != PER_PAGE else ""},
-        }  # fmt: skip
+            "params": {
+                **active,
+                "sort": sort if sort != "h" else "",
+                "desc": "1" if params.get("desc") else "",
+                "per_page": str(per_page) if per_page != PER_PAGE else "",
+            },
+        }
 
     # ------------------------------------------------------------------ one trial
 
@@ -752,11 +898,15 @@ class Viewer:
         except AnalysisError as exc:
             return {"text": None, "error": str(exc)}
         try:
-            return {"text": response_text(*unwrap_batch(raw, wire_format or
-                                                        "anthropic-messages")), "error": None}
+            return {
+                "text": response_text(*unwrap_batch(raw, wire_format or "anthropic-messages")),
+                "error": None,
+            }
         except ParseError as exc:
-            return {"text": raw.decode("utf-8", "replace"),
-                    "error": f"the body is not a response the parser reads ({exc})"}
+            return {
+                "text": raw.decode("utf-8", "replace"),
+                "error": f"the body is not a response the parser reads ({exc})",
+            }
 
     def stimulus_blob(self, name: str) -> tuple[str, str] | None:
         """(sha256, file name) of the locked stimulus ``name`` (by file stem), if it is one."""
@@ -796,27 +946,49 @@ class Viewer:
         if r["scored_seq"] is not None:
             score = self.score(r["scored_seq"])
         stim = self.stimulus_blob(str(r["stimulus"]))
-        events = [("trial.requested", a["request_seq"]) for a in attempts] + [
-            (("trial.responded" if a["outcome_kind"] == "responded" else "trial.failed"),
-             a["outcome_seq"]) for a in attempts if a["outcome_seq"] is not None
-        ] + ([("trial.scored", r["scored_seq"])] if r["scored_seq"] is not None else [])
-        calls = self.calls(self.index.query(
-            "SELECT * FROM steps WHERE h=? ORDER BY request_seq", (h,)
-        ))  # fmt: skip
+        events = (
+            [("trial.requested", a["request_seq"]) for a in attempts]
+            + [
+                (
+                    ("trial.responded" if a["outcome_kind"] == "responded" else "trial.failed"),
+                    a["outcome_seq"],
+                )
+                for a in attempts
+                if a["outcome_seq"] is not None
+            ]
+            + ([("trial.scored", r["scored_seq"])] if r["scored_seq"] is not None else [])
+        )
+        calls = self.calls(
+            self.index.query("SELECT * FROM steps WHERE h=? ORDER BY request_seq", (h,))
+        )
         events += [("step.requested", c["request_seq"]) for c in calls] + [
-            (f"step.{c['outcome_kind']}", c["outcome_seq"]) for c in calls
+            (f"step.{c['outcome_kind']}", c["outcome_seq"])
+            for c in calls
             if c["outcome_seq"] is not None
-        ]  # fmt: skip
-        reviews = [dict(x) for x in self.index.query(
-            "SELECT seq, sample, kind, value FROM reviews WHERE subject=? ORDER BY seq",
-            (r["response_seq"],),
-        )] if r["response_seq"] is not None else []  # fmt: skip
+        ]
+        reviews = (
+            [
+                dict(x)
+                for x in self.index.query(
+                    "SELECT seq, sample, kind, value FROM reviews WHERE subject=? ORDER BY seq",
+                    (r["response_seq"],),
+                )
+            ]
+            if r["response_seq"] is not None
+            else []
+        )
         return {
-            **self.common(), "t": self.row(r), "attempts": attempts, "request": request,
-            "score": score, "stimulus_file": stim[1] if stim else None,
-            "events": sorted(events, key=lambda e: e[1]), "calls": calls, "reviews": reviews,
+            **self.common(),
+            "t": self.row(r),
+            "attempts": attempts,
+            "request": request,
+            "score": score,
+            "stimulus_file": stim[1] if stim else None,
+            "events": sorted(events, key=lambda e: e[1]),
+            "calls": calls,
+            "reviews": reviews,
             "item_link": True,
-        }  # fmt: skip
+        }
 
     def calls(self, rows: list[Any]) -> list[dict[str, Any]]:
         """Step calls (``steps`` rows, one per attempt) as the trial and item pages show them.
@@ -829,13 +1001,19 @@ class Viewer:
         for c in rows:
             hidden = self.blind and c["trial"] is not None
             item: dict[str, Any] = {
-                "step": c["step"], "model": c["model"], "attempt": c["attempt"],
-                "request_seq": c["request_seq"], "outcome_seq": c["outcome_seq"],
-                "outcome_kind": c["outcome_kind"], "final": c["final"],
-                "error_type": c["error_type"], "message": c["message"],
-                "call": None if hidden else c["call"], "request": None,
+                "step": c["step"],
+                "model": c["model"],
+                "attempt": c["attempt"],
+                "request_seq": c["request_seq"],
+                "outcome_seq": c["outcome_seq"],
+                "outcome_kind": c["outcome_kind"],
+                "final": c["final"],
+                "error_type": c["error_type"],
+                "message": c["message"],
+                "call": None if hidden else c["call"],
+                "request": None,
                 "faults": self.faulted([c["request_seq"], c["outcome_seq"]]),
-            }  # fmt: skip
+            }
             if c["outcome_kind"] == "responded":
                 item.update(self.response(c["response_sha"], c["format"]))
             if not hidden and c["request_sha"]:
@@ -882,10 +1060,14 @@ class Viewer:
         stim = self.stimulus_blob(stimulus)
         keys = sorted({str(i["truth"]) for t in trials for i in t["items"]})
         return {
-            **self.common(), "stimulus": stimulus, "trials": trials, "total": total,
-            "calls": self.calls(step_rows), "keys": keys,
+            **self.common(),
+            "stimulus": stimulus,
+            "trials": trials,
+            "total": total,
+            "calls": self.calls(step_rows),
+            "keys": keys,
             "stimulus_file": stim[1] if stim else None,
-        }  # fmt: skip
+        }
 
     # ------------------------------------------------------------------ arm diff
 
@@ -899,29 +1081,38 @@ class Viewer:
         import difflib
 
         if self.blind:
-            raise BlindingError("the arm diff shows the arms' prompts: it is not available "
-                                "until blinding.revealed (the study is still blind)")  # fmt: skip
+            raise BlindingError(
+                "the arm diff shows the arms' prompts: it is not available "
+                "until blinding.revealed (the study is still blind)"
+            )
         arms = [x[0] for x in self.index.query("SELECT DISTINCT arm FROM trials ORDER BY arm")]
         for name, value in (("a", a), ("b", b)):
             if value not in arms:
-                raise AnalysisError(f"diff {name}={value[:80]!r}: no trial has this arm; the "
-                                    f"arms are: {', '.join(arms)}")  # fmt: skip
+                raise AnalysisError(
+                    f"diff {name}={value[:80]!r}: no trial has this arm; the "
+                    f"arms are: {', '.join(arms)}"
+                )
         if stimulus is None:
             found = self.index.query(
                 "SELECT stimulus FROM trials WHERE arm=? AND stimulus IN "
-                "(SELECT stimulus FROM trials WHERE arm=?) ORDER BY h LIMIT 1", (a, b))
+                "(SELECT stimulus FROM trials WHERE arm=?) ORDER BY h LIMIT 1",
+                (a, b),
+            )
             if not found:
                 raise AnalysisError(f"arms {a} and {b} share no item")
             stimulus = str(found[0][0])
         pair = self.index.query(
             "SELECT x.h AS ha, y.h AS hb FROM trials x JOIN trials y ON x.stimulus = y.stimulus "
             "AND x.model IS y.model AND x.rep IS y.rep AND x.variant IS y.variant "
-            "WHERE x.arm=? AND y.arm=? AND x.stimulus=? ORDER BY x.h LIMIT 1", (a, b, stimulus))
+            "WHERE x.arm=? AND y.arm=? AND x.stimulus=? ORDER BY x.h LIMIT 1",
+            (a, b, stimulus),
+        )
         if not pair:
             pair = self.index.query(
                 "SELECT (SELECT h FROM trials WHERE arm=? AND stimulus=? ORDER BY h LIMIT 1), "
                 "(SELECT h FROM trials WHERE arm=? AND stimulus=? ORDER BY h LIMIT 1)",
-                (a, stimulus, b, stimulus))
+                (a, stimulus, b, stimulus),
+            )
         ha, hb = pair[0][0], pair[0][1]
         if ha is None or hb is None:
             raise AnalysisError(f"item {stimulus[:80]!r} was not run in both arms {a} and {b}")
@@ -931,24 +1122,40 @@ class Viewer:
         for op, i1, i2, j1, j2 in matcher.get_opcodes():
             left, right = sides[0][i1:i2], sides[1][j1:j2]
             for n in range(max(len(left), len(right))):
-                rows.append({"op": op, "a": left[n] if n < len(left) else None,
-                             "b": right[n] if n < len(right) else None})  # fmt: skip
+                rows.append(
+                    {
+                        "op": op,
+                        "a": left[n] if n < len(left) else None,
+                        "b": right[n] if n < len(right) else None,
+                    }
+                )
         protocol = self.index.protocol() or {}
         locked = protocol.get("arms") if isinstance(protocol.get("arms"), dict) else {}
         assert isinstance(locked, dict)
         return {
-            **self.common(), "a": a, "b": b, "stimulus": stimulus, "arms": arms,
-            "ha": ha, "hb": hb, "rows": rows,
+            **self.common(),
+            "a": a,
+            "b": b,
+            "stimulus": stimulus,
+            "arms": arms,
+            "ha": ha,
+            "hb": hb,
+            "rows": rows,
             "changed": sum(1 for x in rows if x["op"] != "equal"),
             "components": [locked.get(x, {}).get("components") for x in (a, b)],
-            "items": [x[0] for x in self.index.query(
-                "SELECT DISTINCT stimulus FROM trials WHERE arm=? ORDER BY stimulus", (a,))],
-        }  # fmt: skip
+            "items": [
+                x[0]
+                for x in self.index.query(
+                    "SELECT DISTINCT stimulus FROM trials WHERE arm=? ORDER BY stimulus", (a,)
+                )
+            ],
+        }
 
     def _request_lines(self, h: int) -> list[str]:
         """The last request of trial ``h`` as labelled lines (system, turns, parameters)."""
         found = self.index.query(
-            "SELECT request_sha FROM attempts WHERE h=? ORDER BY request_seq DESC LIMIT 1", (h,))
+            "SELECT request_sha FROM attempts WHERE h=? ORDER BY request_seq DESC LIMIT 1", (h,)
+        )
         if not found or not found[0][0]:
             return ["(no request recorded)"]
         request = _request_turns(self.index.blob(found[0][0]), found[0][0])
@@ -979,11 +1186,16 @@ class Viewer:
         judge = body.get("judge") if isinstance(body.get("judge"), dict) else None
         return {
             "judge": judge,
-            "seq": scored_seq, "parser": body.get("parser"), "status": body.get("status"),
-            "n_items": body.get("n_items"), "n_answered": body.get("n_answered"),
-            "n_correct": body.get("n_correct"), "problems": body.get("problems") or [],
-            "item_scores": items, "error": error,
-        }  # fmt: skip
+            "seq": scored_seq,
+            "parser": body.get("parser"),
+            "status": body.get("status"),
+            "n_items": body.get("n_items"),
+            "n_answered": body.get("n_answered"),
+            "n_correct": body.get("n_correct"),
+            "problems": body.get("problems") or [],
+            "item_scores": items,
+            "error": error,
+        }
 
     # ------------------------------------------------------------------ comparison
 
@@ -996,10 +1208,13 @@ class Viewer:
         if not models:
             raise AnalysisError(f"no trial of stimulus {stimulus!r} has been run")
         chosen_model = model if model in models else models[0]
-        reps = [x[0] for x in self.index.query(
-            "SELECT DISTINCT rep FROM trials WHERE stimulus=? AND model IS ? ORDER BY rep",
-            (stimulus, chosen_model),
-        )]  # fmt: skip
+        reps = [
+            x[0]
+            for x in self.index.query(
+                "SELECT DISTINCT rep FROM trials WHERE stimulus=? AND model IS ? ORDER BY rep",
+                (stimulus, chosen_model),
+            )
+        ]
         try:
             chosen_rep = int(rep) if rep else reps[0]
         except ValueError:
@@ -1029,15 +1244,28 @@ class Viewer:
                 positions[key] = None
                 answers[key] = item
             columns.append({"t": self.row(r), **response, "score": score, "answers": answers})
-        grid = [{"key": k, "truths": sorted({str(c["answers"][k].get("truth")) for c in columns
-                                            if k in c["answers"]}),
-                 "cells": [c["answers"].get(k) for c in columns]} for k in positions]
+        grid = [
+            {
+                "key": k,
+                "truths": sorted(
+                    {str(c["answers"][k].get("truth")) for c in columns if k in c["answers"]}
+                ),
+                "cells": [c["answers"].get(k) for c in columns],
+            }
+            for k in positions
+        ]
         stim = self.stimulus_blob(stimulus)
         return {
-            **self.common(), "stimulus": stimulus, "model": chosen_model, "models": models,
-            "rep": chosen_rep, "reps": reps, "columns": columns, "grid": grid,
+            **self.common(),
+            "stimulus": stimulus,
+            "model": chosen_model,
+            "models": models,
+            "rep": chosen_rep,
+            "reps": reps,
+            "columns": columns,
+            "grid": grid,
             "stimulus_file": stim[1] if stim else None,
-        }  # fmt: skip
+        }
 
     # ------------------------------------------------------------------ proofs
 
@@ -1054,12 +1282,18 @@ class Viewer:
         show_body = rows[0]["kind"] in _OPEN_KINDS or not self.blind
         envelope = self.index.event_text(seq) if show_body else None
         return {
-            **self.common(), "seq": seq, "kind": rows[0]["kind"], "time": rows[0]["time"],
-            "leaf": leaf.hex(), "size": size, "root": root.hex(),
-            "path": [p.hex() for p in path], "ok": ok,
+            **self.common(),
+            "seq": seq,
+            "kind": rows[0]["kind"],
+            "time": rows[0]["time"],
+            "leaf": leaf.hex(),
+            "size": size,
+            "root": root.hex(),
+            "path": [p.hex() for p in path],
+            "ok": ok,
             "envelope": json.dumps(envelope, indent=2, sort_keys=True) if envelope else None,
             "faults": self.faulted([seq]),
-        }  # fmt: skip
+        }
 
     def stimulus_bytes(self, name: str) -> tuple[bytes, str] | None:
         """The locked stimulus file ``name`` (by file stem or file name) and its media type.
@@ -1113,8 +1347,9 @@ def environment(links: Links) -> Environment:
     env = Environment(
         loader=FileSystemLoader(str(TEMPLATES)),
         autoescape=select_autoescape(default=True, default_for_string=True),
-        trim_blocks=True, lstrip_blocks=True,
-    )  # fmt: skip
+        trim_blocks=True,
+        lstrip_blocks=True,
+    )
     env.filters["visible"] = visible
     env.globals["links"] = links
     env.globals["short"] = lambda s, n=12: (str(s)[:n] + "…") if s and len(str(s)) > n else s
@@ -1132,6 +1367,7 @@ def _posthoc_row(seq: int, body: dict[str, Any]) -> dict[str, Any]:
     Its id, test, title, the two-sided difference a − b in percentage points with its 95%
     interval and p (null for a bootstrap), the declared reason, and the status or error.
     """
+
     def obj(value: Any) -> dict[str, Any]:
         return value if isinstance(value, dict) else {}
 
@@ -1144,13 +1380,21 @@ def _posthoc_row(seq: int, body: dict[str, Any]) -> dict[str, Any]:
 
     p = summary.get("p")
     return {
-        "seq": seq, "id": body.get("id"), "test": body.get("test"), "title": body.get("title"),
-        "label": body.get("label"), "status": body.get("status"), "error": body.get("error"),
+        "seq": seq,
+        "id": body.get("id"),
+        "test": body.get("test"),
+        "title": body.get("title"),
+        "label": body.get("label"),
+        "status": body.get("status"),
+        "error": body.get("error"),
         "reason": declared.get("reason"),
-        "difference": (f"{pp('estimate')} pp ({pp('lower')} to {pp('upper')})"
-                       if body.get("status") == "ok" else "–"),
+        "difference": (
+            f"{pp('estimate')} pp ({pp('lower')} to {pp('upper')})"
+            if body.get("status") == "ok"
+            else "–"
+        ),
         "p": f"{p:.3g}" if isinstance(p, int | float) else "–",
-    }  # fmt: skip
+    }
 
 
 def _descending(order: str) -> str:
@@ -1181,6 +1425,7 @@ def design_summary(protocol: dict[str, Any]) -> dict[str, Any]:
     design settings follow as name and value. The arms are the protocol's, as ``ledger lock``
     published them; the overview never ties them to trials while blind.
     """
+
     def obj(value: Any) -> dict[str, Any]:
         return value if isinstance(value, dict) else {}
 
@@ -1194,40 +1439,65 @@ def design_summary(protocol: dict[str, Any]) -> dict[str, Any]:
         differs = [f"+{c}" for c in comps if c not in base_comps]
         differs += [f"−{c}" for c in base_comps if c not in comps]
         factors = obj(spec.get("factors"))
-        differs += [f"{k}={v}" for k, v in factors.items()
-                    if obj(base.get("factors")).get(k) != v]  # fmt: skip
+        differs += [f"{k}={v}" for k, v in factors.items() if obj(base.get("factors")).get(k) != v]
         if spec.get("sha256") != base.get("sha256") and not differs and name != first:
             differs.append("prompt text")
-        arm_rows.append({
-            "arm": name, "role": spec.get("role"), "components": comps,
-            "factors": _words(factors) if factors else "", "sha256": spec.get("sha256"),
-            "models": ", ".join(map(str, spec.get("models") or [])),
-            "variants": ", ".join(map(str, spec.get("variants") or [])),
-            "differs": ", ".join(differs) if name != first else f"(the reference: {name})",
-        })  # fmt: skip
-    models = [{"name": n, **{k: obj(m).get(k) for k in ("id", "provider", "temperature",
-                                                        "max_tokens")}}
-              for n, m in obj(protocol.get("models")).items()]  # fmt: skip
+        arm_rows.append(
+            {
+                "arm": name,
+                "role": spec.get("role"),
+                "components": comps,
+                "factors": _words(factors) if factors else "",
+                "sha256": spec.get("sha256"),
+                "models": ", ".join(map(str, spec.get("models") or [])),
+                "variants": ", ".join(map(str, spec.get("variants") or [])),
+                "differs": ", ".join(differs) if name != first else f"(the reference: {name})",
+            }
+        )
+    models = [
+        {"name": n, **{k: obj(m).get(k) for k in ("id", "provider", "temperature", "max_tokens")}}
+        for n, m in obj(protocol.get("models")).items()
+    ]
     if not models and isinstance(protocol.get("model"), dict):
         m = protocol["model"]
-        models = [{"name": "", **{k: m.get(k) for k in ("id", "provider", "temperature",
-                                                          "max_tokens")}}]  # fmt: skip
-    steps = [{"name": n, "on": obj(v).get("on"), "models": ", ".join(obj(v).get("models") or []),
-              "parser": obj(v).get("parser"), "sees": obj(v).get("sees"),
-              "aggregate": obj(v).get("aggregate"), "template": obj(v).get("template")}
-             for n, v in obj(protocol.get("steps")).items()]  # fmt: skip
-    hypotheses = [{"id": h.get("id"), "test": h.get("test"), "description": h.get("description"),
-                   "contrast": " vs ".join(map(str, h.get("contrast") or [])) or
-                   _words(h.get("arm") or ""), "outcome": h.get("outcome")}
-                  for h in protocol.get("hypotheses") or [] if isinstance(h, dict)]  # fmt: skip
+        models = [
+            {"name": "", **{k: m.get(k) for k in ("id", "provider", "temperature", "max_tokens")}}
+        ]
+    steps = [
+        {
+            "name": n,
+            "on": obj(v).get("on"),
+            "models": ", ".join(obj(v).get("models") or []),
+            "parser": obj(v).get("parser"),
+            "sees": obj(v).get("sees"),
+            "aggregate": obj(v).get("aggregate"),
+            "template": obj(v).get("template"),
+        }
+        for n, v in obj(protocol.get("steps")).items()
+    ]
+    hypotheses = [
+        {
+            "id": h.get("id"),
+            "test": h.get("test"),
+            "description": h.get("description"),
+            "contrast": " vs ".join(map(str, h.get("contrast") or []))
+            or _words(h.get("arm") or ""),
+            "outcome": h.get("outcome"),
+        }
+        for h in protocol.get("hypotheses") or []
+        if isinstance(h, dict)
+    ]
     variants = protocol.get("variants")
     phases = protocol.get("phases")
     return {
-        "arms": arm_rows, "models": models, "steps": steps, "hypotheses": hypotheses,
+        "arms": arm_rows,
+        "models": models,
+        "steps": steps,
+        "hypotheses": hypotheses,
         "variants": _words(variants) if variants else "",
         "phases": _words(phases) if phases else "",
         "settings": [(k, _words(v)) for k, v in obj(protocol.get("design")).items()],
-    }  # fmt: skip
+    }
 
 
 def make_app(viewer: Viewer, hosts: tuple[str, ...] | None = LOOPBACK_HOSTS) -> Any:
@@ -1250,19 +1520,23 @@ def make_app(viewer: Viewer, hosts: tuple[str, ...] | None = LOOPBACK_HOSTS) -> 
     links = ServerLinks()
     env = environment(links)
     headers = {
-        "X-Content-Type-Options": "nosniff", "Referrer-Policy": "no-referrer",
+        "X-Content-Type-Options": "nosniff",
+        "Referrer-Policy": "no-referrer",
         "Cache-Control": "no-store",
-    }  # fmt: skip
+    }
 
     data_headers = {
         "Content-Security-Policy": "default-src 'none'; img-src 'self'; sandbox",
-        "X-Content-Type-Options": "nosniff", "Referrer-Policy": "no-referrer",
+        "X-Content-Type-Options": "nosniff",
+        "Referrer-Policy": "no-referrer",
         "Cache-Control": "no-store",
-    }  # fmt: skip
+    }
 
     # a plot is matplotlib's SVG: styles inline, never a script
-    svg_headers = {**data_headers, "Content-Security-Policy":
-                   "default-src 'none'; style-src 'unsafe-inline'; sandbox"}  # fmt: skip
+    svg_headers = {
+        **data_headers,
+        "Content-Security-Policy": "default-src 'none'; style-src 'unsafe-inline'; sandbox",
+    }
 
     def html(template: str, context: dict[str, Any], status: int = 200) -> Response:
         # a script runs only if this response's nonce is on its tag: the template's own
@@ -1301,15 +1575,24 @@ def make_app(viewer: Viewer, hosts: tuple[str, ...] | None = LOOPBACK_HOSTS) -> 
         params = dict(request.query_params)
         wanted = params.pop("format", "")
         if wanted == "csv":
-            return Response(viewer.csv(params), media_type="text/csv; charset=utf-8",
-                            headers={**data_headers, "Content-Disposition":
-                                     'attachment; filename="trials.csv"'})  # fmt: skip
+            return Response(
+                viewer.csv(params),
+                media_type="text/csv; charset=utf-8",
+                headers={
+                    **data_headers,
+                    "Content-Disposition": 'attachment; filename="trials.csv"',
+                },
+            )
         if wanted not in ("", "json", "html"):
             raise AnalysisError(f"format {wanted[:40]!r}: choose html, json or csv")
         if wanted == "json":
             data = viewer.trials(params)
-            return JSONResponse({k: data[k] for k in ("rows", "total", "page", "pages",
-                                                      "active", "blind", "events")})
+            return JSONResponse(
+                {
+                    k: data[k]
+                    for k in ("rows", "total", "page", "pages", "active", "blind", "events")
+                }
+            )
         return html("trials.html", viewer.trials(params))
 
     def number(value: str, what: str) -> int:
@@ -1321,8 +1604,11 @@ def make_app(viewer: Viewer, hosts: tuple[str, ...] | None = LOOPBACK_HOSTS) -> 
     def trial(request: Request) -> Response:
         context = viewer.trial(number(request.path_params["h"], "trial handle"))
         if context is None:
-            return problem(f"no trial has handle {request.path_params['h']} (a trial's handle "
-                           "is the seq of its first trial.requested; see the trial table)", 404)
+            return problem(
+                f"no trial has handle {request.path_params['h']} (a trial's handle "
+                "is the seq of its first trial.requested; see the trial table)",
+                404,
+            )
         return html("trial.html", context)
 
     @page
@@ -1378,19 +1664,26 @@ def make_app(viewer: Viewer, hosts: tuple[str, ...] | None = LOOPBACK_HOSTS) -> 
 
     @page
     def status(request: Request) -> Response:
-        return JSONResponse({
-            "events": viewer.index.next_seq, **viewer.counts(), "blind": viewer.blind,
-            "verification": viewer.verification_summary(),
-        }, headers={"Cache-Control": "no-store"})  # fmt: skip
+        return JSONResponse(
+            {
+                "events": viewer.index.next_seq,
+                **viewer.counts(),
+                "blind": viewer.blind,
+                "verification": viewer.verification_summary(),
+            },
+            headers={"Cache-Control": "no-store"},
+        )
 
     async def foreign_host(scope: Any, receive: Any, send: Any) -> None:
         header = dict(scope.get("headers") or []).get(b"host", b"").decode("latin-1")
         response = Response(
             f"400: this viewer answers to {', '.join(hosts or ())} only, not to Host "
             f"{header[:100]!r} (a page elsewhere may be trying to read the study through DNS "
-            "rebinding); open it by that address\n", 400, media_type="text/plain",
+            "rebinding); open it by that address\n",
+            400,
+            media_type="text/plain",
             headers={"X-Content-Type-Options": "nosniff", "Cache-Control": "no-store"},
-        )  # fmt: skip
+        )
         await response(scope, receive, send)
 
     class HostCheck:
@@ -1407,15 +1700,24 @@ def make_app(viewer: Viewer, hosts: tuple[str, ...] | None = LOOPBACK_HOSTS) -> 
                     return
             await self.app(scope, receive, send)
 
-    return Starlette(middleware=[Middleware(HostCheck)], routes=[
-        Route("/", overview), Route("/trials", trials), Route("/trial/{h:str}", trial),
-        Route("/compare", compare), Route("/proof/{seq:str}", proof),
-        Route("/item/{name:str}", item), Route("/diff", diff), Route("/plots", plots),
-        Route("/plot/{name:str}.svg", plot),
-        Route("/stimulus/{name:str}", stimulus), Route("/image/{sha:str}/{n:int}", image),
-        Route("/api/status", status),
-        Mount("/static", StaticFiles(directory=str(STATIC)), name="static"),
-    ])  # fmt: skip
+    return Starlette(
+        middleware=[Middleware(HostCheck)],
+        routes=[
+            Route("/", overview),
+            Route("/trials", trials),
+            Route("/trial/{h:str}", trial),
+            Route("/compare", compare),
+            Route("/proof/{seq:str}", proof),
+            Route("/item/{name:str}", item),
+            Route("/diff", diff),
+            Route("/plots", plots),
+            Route("/plot/{name:str}.svg", plot),
+            Route("/stimulus/{name:str}", stimulus),
+            Route("/image/{sha:str}/{n:int}", image),
+            Route("/api/status", status),
+            Mount("/static", StaticFiles(directory=str(STATIC)), name="static"),
+        ],
+    )
 
 
 def _digest(*parts: Any) -> str:

@@ -129,8 +129,7 @@ def write_bundle(
             shutil.rmtree(out)
         tmp.rename(out)
         trials = index.query("SELECT COUNT(*) FROM trials")[0][0]
-        return BundleResult(out, files, trials, verification.state,
-                            time.perf_counter() - started)  # fmt: skip
+        return BundleResult(out, files, trials, verification.state, time.perf_counter() - started)
     finally:
         index.close()
 
@@ -160,8 +159,11 @@ def _write(viewer: Viewer, root: Path) -> int:
     total = viewer.index.query("SELECT COUNT(*) FROM trials")[0][0]
     pages = max(1, -(-total // PER_PAGE))
     for n in range(1, pages + 1):
-        page(links.trials({"page": str(n)}), "trials.html",
-             viewer.trials({"page": str(n)}, per_page=PER_PAGE))  # fmt: skip
+        page(
+            links.trials({"page": str(n)}),
+            "trials.html",
+            viewer.trials({"page": str(n)}, per_page=PER_PAGE),
+        )
     seen_images: set[str] = set()
     for (h,) in viewer.index.query("SELECT h FROM trials ORDER BY h"):
         context = viewer.trial(h)
@@ -180,8 +182,11 @@ def _write(viewer: Viewer, root: Path) -> int:
                         data(links.image(request["sha"], part["n"]), found[0])
     for row in viewer.index.query("SELECT DISTINCT stimulus, model, rep FROM trials"):
         stimulus, model, rep = row[0], row[1], row[2]
-        page(links.compare(stimulus, model, rep), "compare.html",
-             viewer.compare(stimulus, model, str(rep)))  # fmt: skip
+        page(
+            links.compare(stimulus, model, rep),
+            "compare.html",
+            viewer.compare(stimulus, model, str(rep)),
+        )
     for (name,) in viewer.index.query("SELECT DISTINCT stimulus FROM trials"):
         stim = viewer.stimulus_blob(name)
         try:

@@ -91,10 +91,17 @@ CREATE TABLE singles(seq INTEGER PRIMARY KEY, kind TEXT, body TEXT, blobs TEXT);
 
 # Kinds whose whole body the overview reads (few per study): kept as JSON in `singles`.
 _SINGLES = (
-    "protocol.locked", "artifact.locked", "protocol.amended", "run.started", "run.stopped",
-    "scoring.sealed", "blinding.revealed", "analysis.result", "analysis.posthoc",
+    "protocol.locked",
+    "artifact.locked",
+    "protocol.amended",
+    "run.started",
+    "run.stopped",
+    "scoring.sealed",
+    "blinding.revealed",
+    "analysis.result",
+    "analysis.posthoc",
     "export.created",
-)  # fmt: skip
+)
 _BATCH = 5000
 PREVIEW = 160
 """Characters of a response kept in the index as its preview (and of predicted / key)."""
@@ -279,9 +286,12 @@ class ViewIndex:
             batch = list(self._log.events(start=self.next_seq, end=self.next_seq + _BATCH))
             for event in batch:
                 envelope = {
-                    "seq": event.seq, "time": event.time, "kind": event.kind,
-                    "body": event.body, "blobs": event.blobs,
-                }  # fmt: skip
+                    "seq": event.seq,
+                    "time": event.time,
+                    "kind": event.kind,
+                    "body": event.body,
+                    "blobs": event.blobs,
+                }
                 yield envelope, event.leaf_hash, -1, -1
             if len(batch) < _BATCH:
                 return
@@ -373,10 +383,16 @@ class ViewIndex:
         elif kind == "review.recorded":
             cur.execute(
                 "INSERT INTO reviews VALUES (?,?,?,?,?)",
-                (seq, _int(body.get("subject")), str(body.get("sample")), str(body.get("kind")),
-                 json.dumps(body.get("value")) if not isinstance(body.get("value"), str)
-                 else body["value"]),
-            )  # fmt: skip
+                (
+                    seq,
+                    _int(body.get("subject")),
+                    str(body.get("sample")),
+                    str(body.get("kind")),
+                    json.dumps(body.get("value"))
+                    if not isinstance(body.get("value"), str)
+                    else body["value"],
+                ),
+            )
         if kind == "trial.scored":
             self._items(cur, body, blobs)
             n_items, n_correct = _int(body.get("n_items")), _int(body.get("n_correct"))
@@ -386,10 +402,18 @@ class ViewIndex:
             cur.execute(
                 "UPDATE trials SET scored_seq=?, arm_code=COALESCE(arm_code, ?), parse=?, "
                 "n_items=?, n_answered=?, n_correct=?, correct=?, judge=? WHERE response_seq=?",
-                (seq, body.get("arm_code"), body.get("status"), n_items,
-                 _int(body.get("n_answered")), n_correct, correct, _judge_verdict(body),
-                 body.get("response_seq")),
-            )  # fmt: skip
+                (
+                    seq,
+                    body.get("arm_code"),
+                    body.get("status"),
+                    n_items,
+                    _int(body.get("n_answered")),
+                    n_correct,
+                    correct,
+                    _judge_verdict(body),
+                    body.get("response_seq"),
+                ),
+            )
         elif kind == "blinding.revealed" and isinstance(body.get("arm_codes"), dict):
             self.codes = {str(k): str(v) for k, v in body["arm_codes"].items()}
             cur.executemany(
@@ -398,9 +422,13 @@ class ViewIndex:
             )
 
     def _requested(
-        self, cur: sqlite3.Cursor, seq: int, env: dict[str, Any], body: dict[str, Any],
+        self,
+        cur: sqlite3.Cursor,
+        seq: int,
+        env: dict[str, Any],
+        body: dict[str, Any],
         blobs: dict[str, str],
-    ) -> None:  # fmt: skip
+    ) -> None:
         trial = str(body.get("trial", ""))
         row = cur.execute("SELECT h FROM trials WHERE trial=?", (trial,)).fetchone()
         if row is None:
@@ -413,10 +441,20 @@ class ViewIndex:
             cur.execute(
                 "INSERT INTO trials(h, trial, arm, model, stimulus, rep, position, status, "
                 "arm_code, requested_at, variant) VALUES (?,?,?,?,?,?,?,?,?,?,?)",
-                (h, trial, arm, model or self._model(), stimulus,
-                 int(rep) if rep.isdigit() else None, _int(body.get("position")), "requested",
-                 self.codes.get(arm), env.get("time"), trial_variant(trial)),
-            )  # fmt: skip
+                (
+                    h,
+                    trial,
+                    arm,
+                    model or self._model(),
+                    stimulus,
+                    int(rep) if rep.isdigit() else None,
+                    _int(body.get("position")),
+                    "requested",
+                    self.codes.get(arm),
+                    env.get("time"),
+                    trial_variant(trial),
+                ),
+            )
         else:
             h = row[0]
         cur.execute(
@@ -432,9 +470,13 @@ class ViewIndex:
         )
 
     def _outcome(
-        self, cur: sqlite3.Cursor, seq: int, env: dict[str, Any], body: dict[str, Any],
+        self,
+        cur: sqlite3.Cursor,
+        seq: int,
+        env: dict[str, Any],
+        body: dict[str, Any],
         blobs: dict[str, str],
-    ) -> None:  # fmt: skip
+    ) -> None:
         row = cur.execute(
             "SELECT h FROM attempts WHERE request_seq=?", (body.get("request_seq"),)
         ).fetchone()
@@ -452,12 +494,25 @@ class ViewIndex:
             "format=?, error_type=?, message=?, http_status=?, stop_reason=?, "
             "reported_model=?, input_tokens=?, output_tokens=?, cost=?, latency_ms=?, "
             "outcome_at=? WHERE request_seq=?",
-            ("responded" if responded else "failed", seq, int(final), blobs.get("response"),
-             body.get("format"), body.get("error_type"), body.get("message"),
-             _int(body.get("http_status")), body.get("stop_reason"), body.get("model"),
-             _int(usage.get("input_tokens", usage.get("prompt_tokens"))), out_tokens, cost,
-             latency, env.get("time"), body.get("request_seq")),
-        )  # fmt: skip
+            (
+                "responded" if responded else "failed",
+                seq,
+                int(final),
+                blobs.get("response"),
+                body.get("format"),
+                body.get("error_type"),
+                body.get("message"),
+                _int(body.get("http_status")),
+                body.get("stop_reason"),
+                body.get("model"),
+                _int(usage.get("input_tokens", usage.get("prompt_tokens"))),
+                out_tokens,
+                cost,
+                latency,
+                env.get("time"),
+                body.get("request_seq"),
+            ),
+        )
         if responded:
             sha = blobs.get("response")
             preview = self._text(sha, str(body.get("format") or "anthropic-messages"))
@@ -517,10 +572,18 @@ class ViewIndex:
         cur.execute("DELETE FROM items WHERE h=?", (h,))
         cur.executemany(
             "INSERT INTO items VALUES (?,?,?,?,?,?)",
-            [(h, _str(i.get("row")), _str(i.get("position")), _str(i.get("truth")),
-              _str(i.get("answer")), None if i.get("correct") is None else int(bool(i["correct"])))
-             for i in items],
-        )  # fmt: skip
+            [
+                (
+                    h,
+                    _str(i.get("row")),
+                    _str(i.get("position")),
+                    _str(i.get("truth")),
+                    _str(i.get("answer")),
+                    None if i.get("correct") is None else int(bool(i["correct"])),
+                )
+                for i in items
+            ],
+        )
         predicted = " ".join("–" if i.get("answer") is None else str(i["answer"]) for i in items)
         key = " ".join("–" if i.get("truth") is None else str(i["truth"]) for i in items)
         cur.execute(
@@ -529,9 +592,13 @@ class ViewIndex:
         )
 
     def _step(
-        self, cur: sqlite3.Cursor, seq: int, kind: str, body: dict[str, Any],
+        self,
+        cur: sqlite3.Cursor,
+        seq: int,
+        kind: str,
+        body: dict[str, Any],
         blobs: dict[str, str],
-    ) -> None:  # fmt: skip
+    ) -> None:
         """A step call's event (``docs/trials.md`` §5): item steps by item, trial steps by trial."""
         if kind == "step.requested":
             trial = body.get("trial")
@@ -542,10 +609,20 @@ class ViewIndex:
             cur.execute(
                 "INSERT INTO steps(request_seq, call, step, model, item, trial, h, attempt, "
                 "request_sha, outcome_kind, final) VALUES (?,?,?,?,?,?,?,?,?,?,?)",
-                (seq, _str(body.get("call")), _str(body.get("step")), _str(body.get("model")),
-                 _str(body.get("item")), trial if isinstance(trial, str) else None, h,
-                 _int(body.get("attempt")), blobs.get("request"), "none", 0),
-            )  # fmt: skip
+                (
+                    seq,
+                    _str(body.get("call")),
+                    _str(body.get("step")),
+                    _str(body.get("model")),
+                    _str(body.get("item")),
+                    trial if isinstance(trial, str) else None,
+                    h,
+                    _int(body.get("attempt")),
+                    blobs.get("request"),
+                    "none",
+                    0,
+                ),
+            )
             return
         responded = kind == "step.responded"
         sha = blobs.get("response") if responded else None
@@ -555,10 +632,17 @@ class ViewIndex:
         cur.execute(
             "UPDATE steps SET outcome_kind=?, outcome_seq=?, final=?, response_sha=?, format=?, "
             "error_type=?, message=? WHERE request_seq=?",
-            ("responded" if responded else "failed", seq, int(responded or bool(body.get("final"))),
-             sha, fmt if responded else None, body.get("error_type"), body.get("message"),
-             body.get("request_seq")),
-        )  # fmt: skip
+            (
+                "responded" if responded else "failed",
+                seq,
+                int(responded or bool(body.get("final"))),
+                sha,
+                fmt if responded else None,
+                body.get("error_type"),
+                body.get("message"),
+                body.get("request_seq"),
+            ),
+        )
 
     def _model(self) -> str | None:
         """The model of a study without ``[models]`` (``protocol.locked`` ``model.id``)."""
@@ -596,8 +680,10 @@ class ViewIndex:
                 'put a phrase in double quotes ("I cannot") or leave out * ( ) : ^ and -'
             ) from None
         docs = "SELECT sha FROM docs WHERE id IN (SELECT rowid FROM fts WHERE fts MATCH ?)"
-        return (f"(response_sha IN ({docs}) OR h IN (SELECT h FROM steps WHERE h IS NOT NULL "
-                f"AND response_sha IN ({docs})))"), [query, query]  # fmt: skip
+        return (
+            f"(response_sha IN ({docs}) OR h IN (SELECT h FROM steps WHERE h IS NOT NULL "
+            f"AND response_sha IN ({docs})))"
+        ), [query, query]
 
     def protocol(self) -> dict[str, Any] | None:
         """The ``protocol.locked`` body (with ``seq``), or None before the lock."""
@@ -674,8 +760,10 @@ class _Tree:
         self.db = db
         self.size = size
         db.execute("DROP TABLE IF EXISTS tree")
-        db.execute("CREATE TABLE tree(level INTEGER, idx INTEGER, hash BLOB, "
-                   "PRIMARY KEY(level, idx)) WITHOUT ROWID")  # fmt: skip
+        db.execute(
+            "CREATE TABLE tree(level INTEGER, idx INTEGER, hash BLOB, "
+            "PRIMARY KEY(level, idx)) WITHOUT ROWID"
+        )
         db.execute("BEGIN")
         db.execute("INSERT INTO tree SELECT 0, seq, leaf FROM events WHERE seq < ?", (size,))
         level, count = 0, size

@@ -132,8 +132,10 @@ def _forest(data: PlotData) -> Drawn:
         if est is not None:
             results.append((seq, body, est, lo, hi))
     if not results:
-        return None, ("no pre-registered result with an estimate and interval is recorded yet"
-                      " (ledger analyze records them after unblinding)")  # fmt: skip
+        return None, (
+            "no pre-registered result with an estimate and interval is recorded yet"
+            " (ledger analyze records them after unblinding)"
+        )
     fig = _figure(8.6, 0.5 * len(results) + 1.5)
     ax = fig.add_subplot()
     xs = [0.0] + [100 * x for _, _, e, lo, hi in results for x in (e, lo, hi) if x is not None]
@@ -164,8 +166,11 @@ def _factorial(data: PlotData) -> Drawn:
         return None, "the factor levels name the arms: shown after blinding.revealed"
     arms = data.protocol.get("arms") if isinstance(data.protocol.get("arms"), dict) else {}
     assert isinstance(arms, dict)
-    levels: dict[str, dict[str, Any]] = {a: v["factors"] for a, v in arms.items()
-              if isinstance(v, dict) and isinstance(v.get("factors"), dict)}  # fmt: skip
+    levels: dict[str, dict[str, Any]] = {
+        a: v["factors"]
+        for a, v in arms.items()
+        if isinstance(v, dict) and isinstance(v.get("factors"), dict)
+    }
     factors = sorted({f for lv in levels.values() for f in lv})
     if not factors:
         return None, "no arm declares factor levels (not a factorial design)"
@@ -180,8 +185,11 @@ def _factorial(data: PlotData) -> Drawn:
         lv = levels.get(str(r["arm"]))
         if lv is None or x_factor not in lv:
             continue
-        key = (str(lv[x_factor]), str(lv.get(line_factor, "")) if line_factor else "",
-               str(r["model"]))  # fmt: skip
+        key = (
+            str(lv[x_factor]),
+            str(lv.get(line_factor, "")) if line_factor else "",
+            str(r["model"]),
+        )
         acc = cells.setdefault(key, [0, 0])
         acc[0] += int(r["k"] or 0)
         acc[1] += int(r["n"] or 0)
@@ -193,12 +201,20 @@ def _factorial(data: PlotData) -> Drawn:
     fig = _figure(8.6, 4.2)
     ax = fig.add_subplot()
     for colour, (level, model) in zip(colours, lines, strict=True):
-        pts = [(i, *wilson(*cells[(x, level, model)]))
-               for i, x in enumerate(xs) if (x, level, model) in cells]  # fmt: skip
-        ax.errorbar([p[0] for p in pts], [100 * p[1] for p in pts],
-                    yerr=[[100 * (p[1] - p[2]) for p in pts], [100 * (p[3] - p[1]) for p in pts]],
-                    marker="o", capsize=3, color=colour,
-                    label=f"{line_factor}={level} · {model}" if line_factor else model)  # fmt: skip
+        pts = [
+            (i, *wilson(*cells[(x, level, model)]))
+            for i, x in enumerate(xs)
+            if (x, level, model) in cells
+        ]
+        ax.errorbar(
+            [p[0] for p in pts],
+            [100 * p[1] for p in pts],
+            yerr=[[100 * (p[1] - p[2]) for p in pts], [100 * (p[3] - p[1]) for p in pts]],
+            marker="o",
+            capsize=3,
+            color=colour,
+            label=f"{line_factor}={level} · {model}" if line_factor else model,
+        )
     ax.set_xticks(range(len(xs)))
     ax.set_xticklabels(xs, rotation=20, fontsize=8)
     ax.set_xlabel(x_factor)
@@ -346,25 +362,57 @@ def _top(counts: dict[tuple[str, str], int], side: int, n: int = 10) -> list[str
 
 
 def _colours(n: int) -> list[str]:
-    base = ["#0969da", "#cf222e", "#1a7f37", "#8250df", "#bc4c00", "#1b7c83", "#6e7781",
-            "#bf3989", "#9a6700", "#0550ae", "#116329", "#a40e26"]  # fmt: skip
+    base = [
+        "#0969da",
+        "#cf222e",
+        "#1a7f37",
+        "#8250df",
+        "#bc4c00",
+        "#1b7c83",
+        "#6e7781",
+        "#bf3989",
+        "#9a6700",
+        "#0550ae",
+        "#116329",
+        "#a40e26",
+    ]
     return [base[i % len(base)] for i in range(n)]
 
 
 PLOTS: tuple[Plot, ...] = (
-    Plot("forest", "Pre-registered hypotheses",
-         "each recorded hypothesis result with an estimate: the estimate, its interval and the "
-         "verdict", _forest),
-    Plot("accuracy", "Accuracy by arm × variant × model",
-         "items correct per arm (arm code while blind), variant and model, Wilson 95%", _accuracy),
-    Plot("factorial", "Factorial cell means",
-         "items correct per level of the first factor, one line per level of the second",
-         _factorial),
-    Plot("position", "Position bias",
-         "per option label, the share of answers minus the share of keys", _position),
-    Plot("phenotype", "Error phenotype",
-         "the wrong answers: which key drew which answer", _phenotype),
-    Plot("flips", "Flip matrix",
-         "for each pair of variants, the share of units whose correctness differs", _flips),
-)  # fmt: skip
+    Plot(
+        "forest",
+        "Pre-registered hypotheses",
+        "each recorded hypothesis result with an estimate: the estimate, its interval and the "
+        "verdict",
+        _forest,
+    ),
+    Plot(
+        "accuracy",
+        "Accuracy by arm × variant × model",
+        "items correct per arm (arm code while blind), variant and model, Wilson 95%",
+        _accuracy,
+    ),
+    Plot(
+        "factorial",
+        "Factorial cell means",
+        "items correct per level of the first factor, one line per level of the second",
+        _factorial,
+    ),
+    Plot(
+        "position",
+        "Position bias",
+        "per option label, the share of answers minus the share of keys",
+        _position,
+    ),
+    Plot(
+        "phenotype", "Error phenotype", "the wrong answers: which key drew which answer", _phenotype
+    ),
+    Plot(
+        "flips",
+        "Flip matrix",
+        "for each pair of variants, the share of units whose correctness differs",
+        _flips,
+    ),
+)
 """The plot kinds, in the order the plots page shows them."""

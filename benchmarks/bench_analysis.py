@@ -57,8 +57,13 @@ STIMULUS_LOGIT_SHIFT = (0.45, -0.30, 0.10, -0.55, 0.25, 0.05)
 
 def plan(iterations: int) -> dict[str, Any]:
     """The tumbling-E template's locked plan (as in ``protocol.locked``)."""
-    roles = {"A": "full", "B": "matched-control", "C": "vehicle", "D": "dismantling",
-             "E": "dismantling"}  # fmt: skip
+    roles = {
+        "A": "full",
+        "B": "matched-control",
+        "C": "vehicle",
+        "D": "dismantling",
+        "E": "dismantling",
+    }
     h: list[tuple[str, list[str], str, str | None, dict[str, Any]]] = [
         ("H1", ["A", "B"], "lmm", "one-sided", {"min_difference_pp": 10}),
         ("H2", ["B", "C"], "lmm", "two-sided", {}),
@@ -165,19 +170,24 @@ def full_analysis(trials: int, iterations: int) -> None:
     start = time.perf_counter()
     ds = dataset(trials)
     built = time.perf_counter() - start
-    print(f"dataset: {trials:,} trials x 61 glyphs = {len(ds.items):,} items, built in "
-          f"{built:.1f} s")  # fmt: skip
+    print(
+        f"dataset: {trials:,} trials x 61 glyphs = {len(ds.items):,} items, built in {built:.1f} s"
+    )
     results, elapsed, peak = measure(lambda: run_analyses(ds, plan(iterations)))
     failed = [r.id for r in results if r.status != "ok"]
     verdicts = ", ".join(f"{r.hypothesis}={r.verdict}" for r in results if r.hypothesis)
-    print(f"full analysis: {len(results)} results in {elapsed:.1f} s "
-          f"({trials / elapsed:,.0f} trials/s), tracemalloc peak {peak:,.0f} MiB "
-          f"(separate pass), bootstrap iterations {iterations:,}")  # fmt: skip
+    print(
+        f"full analysis: {len(results)} results in {elapsed:.1f} s "
+        f"({trials / elapsed:,.0f} trials/s), tracemalloc peak {peak:,.0f} MiB "
+        f"(separate pass), bootstrap iterations {iterations:,}"
+    )
     model = next(r for r in results if r.id == "model.lmm").values or {}
-    print(f"mixed model: singular {model.get('singular')}, group variance "
-          f"{model.get('group_variance', float('nan')):.3g} (95% CI "
-          f"{model.get('group_variance_ci_lower')} to {model.get('group_variance_ci_upper')}), "
-          f"ICC {model.get('icc', float('nan')):.3f}")  # fmt: skip
+    print(
+        f"mixed model: singular {model.get('singular')}, group variance "
+        f"{model.get('group_variance', float('nan')):.3g} (95% CI "
+        f"{model.get('group_variance_ci_lower')} to {model.get('group_variance_ci_upper')}), "
+        f"ICC {model.get('icc', float('nan')):.3f}"
+    )
     print(f"verdicts: {verdicts}; failed: {failed or 'none'}")
     start = time.perf_counter()
     csv = ds.trials_csv()
@@ -195,36 +205,62 @@ def bootstrap_vs_pandas(trials: int, iterations: int, loop: int) -> dict[str, An
     loop_seconds = pandas_loop(x, y, loop_iterations)
     pandas_seconds = loop_seconds * iterations / loop_iterations
     ratio = pandas_seconds / seconds
-    print(f"bootstrap: {iterations:,} iterations over {trials:,} trials (two arms), seed "
-          f"{BOOT_SEED}: estimate {result.estimate:.4f}, 95% CI {result.lower:.4f} to "
-          f"{result.upper:.4f}")  # fmt: skip
-    print(f"  vectorized bootstrap_diff: {seconds:.3f} s (median of {BOOT_REPEATS} runs), "
-          f"tracemalloc peak {peak:.1f} MiB (separate pass)")
+    print(
+        f"bootstrap: {iterations:,} iterations over {trials:,} trials (two arms), seed "
+        f"{BOOT_SEED}: estimate {result.estimate:.4f}, 95% CI {result.lower:.4f} to "
+        f"{result.upper:.4f}"
+    )
+    print(
+        f"  vectorized bootstrap_diff: {seconds:.3f} s (median of {BOOT_REPEATS} runs), "
+        f"tracemalloc peak {peak:.1f} MiB (separate pass)"
+    )
     if loop_iterations == iterations:
-        print(f"  pandas per-iteration loop: {loop_seconds:.3f} s for all {iterations:,} "
-              "iterations (measured, not extrapolated)")
+        print(
+            f"  pandas per-iteration loop: {loop_seconds:.3f} s for all {iterations:,} "
+            "iterations (measured, not extrapolated)"
+        )
     else:
-        print(f"  pandas per-iteration loop: {loop_seconds:.3f} s for {loop_iterations:,} "
-              f"iterations, EXTRAPOLATED x{iterations / loop_iterations:.1f} to "
-              f"{pandas_seconds:.3f} s for {iterations:,}")
-    print(f"  ratio pandas / vectorized: {ratio:.1f} x (target >= 20 x: "
-          f"{'met' if ratio >= 20 else 'MISSED'})")
-    return {"seconds": seconds, "peak_mib": peak, "pandas_seconds": pandas_seconds,
-            "extrapolated": loop_iterations != iterations, "ratio": ratio}
+        print(
+            f"  pandas per-iteration loop: {loop_seconds:.3f} s for {loop_iterations:,} "
+            f"iterations, EXTRAPOLATED x{iterations / loop_iterations:.1f} to "
+            f"{pandas_seconds:.3f} s for {iterations:,}"
+        )
+    print(
+        f"  ratio pandas / vectorized: {ratio:.1f} x (target >= 20 x: "
+        f"{'met' if ratio >= 20 else 'MISSED'})"
+    )
+    return {
+        "seconds": seconds,
+        "peak_mib": peak,
+        "pandas_seconds": pandas_seconds,
+        "extrapolated": loop_iterations != iterations,
+        "ratio": ratio,
+    }
 
 
 def main(argv: list[str] | None = None) -> None:
     """Run the full analysis and the bootstrap comparison; print times and memory."""
     parser = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
     parser.add_argument("--trials", type=int, default=100_000)
-    parser.add_argument("--iterations", type=int, default=10_000,
-                        help="bootstrap iterations inside the full analysis (the plan's)")
+    parser.add_argument(
+        "--iterations",
+        type=int,
+        default=10_000,
+        help="bootstrap iterations inside the full analysis (the plan's)",
+    )
     parser.add_argument("--boot-trials", type=int, default=10_000)
     parser.add_argument("--boot-iterations", type=int, default=5_000)
-    parser.add_argument("--loop", type=int, default=None,
-                        help="pandas-loop iterations run (default: all; fewer are extrapolated)")
-    parser.add_argument("--quick", action="store_true",
-                        help="2,000 trials, 200 iterations; bootstrap 500 over 2,000, loop 100")
+    parser.add_argument(
+        "--loop",
+        type=int,
+        default=None,
+        help="pandas-loop iterations run (default: all; fewer are extrapolated)",
+    )
+    parser.add_argument(
+        "--quick",
+        action="store_true",
+        help="2,000 trials, 200 iterations; bootstrap 500 over 2,000, loop 100",
+    )
     args = parser.parse_args(argv)
     if args.quick:
         args.trials, args.iterations = 2_000, 200

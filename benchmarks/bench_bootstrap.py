@@ -91,13 +91,15 @@ def qr_figures(iterations: int, pairs: int, loop: int) -> dict[str, Any]:
         for column in columns:
             column[idx].mean()
     loop_s = time.perf_counter() - start
-    return {"qr_iterations": iterations, "qr_pairs": pairs,
-            "qr_vectorised_it_per_s": iterations / vectorised,
-            "qr_draw_floor_it_per_s": iterations / floor,
-            "qr_loop_it_per_s": n_loop / loop_s,
-            "qr_ratio_to_floor": vectorised / floor,
-            "qr_speedup_over_loop": (n_loop / loop_s and (iterations / vectorised)
-                                     / (n_loop / loop_s))}  # fmt: skip
+    return {
+        "qr_iterations": iterations,
+        "qr_pairs": pairs,
+        "qr_vectorised_it_per_s": iterations / vectorised,
+        "qr_draw_floor_it_per_s": iterations / floor,
+        "qr_loop_it_per_s": n_loop / loop_s,
+        "qr_ratio_to_floor": vectorised / floor,
+        "qr_speedup_over_loop": (n_loop / loop_s and (iterations / vectorised) / (n_loop / loop_s)),
+    }
 
 
 def run(iterations: int, trials: int, loop: int) -> dict[str, Any]:
@@ -140,8 +142,12 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
     parser.add_argument("--iterations", type=int, default=5000)
     parser.add_argument("--trials", type=int, default=10_000)
-    parser.add_argument("--loop", type=int, default=200,
-                        help="pandas-loop iterations actually run (then extrapolated)")
+    parser.add_argument(
+        "--loop",
+        type=int,
+        default=200,
+        help="pandas-loop iterations actually run (then extrapolated)",
+    )
     parser.add_argument("--quick", action="store_true", help="small sizes, a couple of seconds")
     parser.add_argument("--json", action="store_true")
     args = parser.parse_args()
@@ -151,24 +157,36 @@ def main() -> None:
     if args.json:
         print(json.dumps(results, indent=2))
         return
-    print(f"bootstrap benchmark: {results['iterations']} iterations over {results['trials']} "
-          f"trials (two arms), seed {results['seed']}")
+    print(
+        f"bootstrap benchmark: {results['iterations']} iterations over {results['trials']} "
+        f"trials (two arms), seed {results['seed']}"
+    )
     print(f"  {'estimate (A - B)':<40} {results['estimate']:>12.4f}")
     print(f"  {'95% CI':<40} {results['ci'][0]:>12.4f} {results['ci'][1]:.4f}")
-    print(f"  {'vectorized bootstrap_diff (median of ' + str(REPEATS) + ')':<40} "
-          f"{results['vectorized_s']:>12.3f} s")
-    print(f"  {'vectorized peak memory (tracemalloc)':<40} "
-          f"{results['vectorized_peak_mib']:>12.1f} MiB")
-    print(f"  {'pandas loop, ' + str(results['pandas_loop_iterations']) + ' iterations':<40} "
-          f"{results['pandas_loop_s']:>12.3f} s")
+    print(
+        f"  {'vectorized bootstrap_diff (median of ' + str(REPEATS) + ')':<40} "
+        f"{results['vectorized_s']:>12.3f} s"
+    )
+    print(
+        f"  {'vectorized peak memory (tracemalloc)':<40} "
+        f"{results['vectorized_peak_mib']:>12.1f} MiB"
+    )
+    print(
+        f"  {'pandas loop, ' + str(results['pandas_loop_iterations']) + ' iterations':<40} "
+        f"{results['pandas_loop_s']:>12.3f} s"
+    )
     print(f"  {'pandas loop, extrapolated':<40} {results['pandas_extrapolated_s']:>12.3f} s")
     print(f"  {'ratio pandas / vectorized':<40} {results['ratio']:>12.1f} x")
     print(f"  {'target ratio >= 20x':<40} {'met' if results['target_met'] else 'MISSED':>12}")
-    print(f"(question, run) bootstrap, registered: {results['qr_iterations']} iterations over "
-          f"{results['qr_pairs']} pairs, three columns from one draw")
+    print(
+        f"(question, run) bootstrap, registered: {results['qr_iterations']} iterations over "
+        f"{results['qr_pairs']} pairs, three columns from one draw"
+    )
     print(f"  {'qr_boot.resample_means':<40} {results['qr_vectorised_it_per_s']:>12.0f} it/s")
-    print(f"  {'numpy floor (the index draws alone)':<40} "
-          f"{results['qr_draw_floor_it_per_s']:>12.0f} it/s")
+    print(
+        f"  {'numpy floor (the index draws alone)':<40} "
+        f"{results['qr_draw_floor_it_per_s']:>12.0f} it/s"
+    )
     print(f"  {'direct per-iteration loop':<40} {results['qr_loop_it_per_s']:>12.0f} it/s")
     print(f"  {'time / floor':<40} {results['qr_ratio_to_floor']:>12.2f} x")
     print(f"  {'speed-up over the loop':<40} {results['qr_speedup_over_loop']:>12.1f} x")

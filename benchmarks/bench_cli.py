@@ -73,8 +73,10 @@ def main() -> int:
             samples[name].append(_time(command))
     load_end = os.getloadavg()[0]
     floor = statistics.median(samples["python -c 'import click'"])
-    print(f"start-up, median of {args.repeat} interleaved runs "
-          f"(load average {load_start:.2f} -> {load_end:.2f}, {os.cpu_count()} cores)")
+    print(
+        f"start-up, median of {args.repeat} interleaved runs "
+        f"(load average {load_start:.2f} -> {load_end:.2f}, {os.cpu_count()} cores)"
+    )
     print(f"{'command':28} {'median s':>9} {'min s':>7} {'x import click':>15}")
     for name, values in samples.items():
         median = statistics.median(values)
@@ -82,8 +84,10 @@ def main() -> int:
     help_median = statistics.median(samples["ledger --help"])
     ratio = help_median / floor
     heavy = heavy_modules_imported()
-    print(f"ledger --help: {help_median:.3f} s (target < {TARGET_SECONDS} s), "
-          f"{ratio:.2f} x import click (target <= {TARGET_RATIO} x)")
+    print(
+        f"ledger --help: {help_median:.3f} s (target < {TARGET_SECONDS} s), "
+        f"{ratio:.2f} x import click (target <= {TARGET_RATIO} x)"
+    )
     print(f"heavy modules imported by ledger --help: {', '.join(heavy) or 'none'}")
     ok = help_median < TARGET_SECONDS and ratio <= TARGET_RATIO and not heavy
     print("targets met" if ok else "TARGET MISSED")

@@ -56,8 +56,11 @@ Floats = npt.NDArray[np.float64]
 def components(path: Path) -> dict[str, Any]:
     """The demo's arm means and variance components (the tool's per-arm-residual model)."""
     with path.open(encoding="utf-8") as fh:
-        rows = [r for r in csv.DictReader(fh) if r["control"] == "False"
-                and r["excluded"] == "False" and r["arm"] in ARMS]  # fmt: skip
+        rows = [
+            r
+            for r in csv.DictReader(fh)
+            if r["control"] == "False" and r["excluded"] == "False" and r["arm"] in ARMS
+        ]
     y = np.array([float(r["accuracy"]) for r in rows])
     arm = [r["arm"] for r in rows]
     g = [r["stimulus"] for r in rows]
@@ -66,12 +69,16 @@ def components(path: Path) -> dict[str, Any]:
     names = ["group", "group_by_arm"] + [f"residual[{a}]" for a in ARMS]
     fit = sens.fit_reml(y, x.astype(float), g, [g, cells], arm, names)
     means = {a: float(np.mean(y[np.array(arm) == a])) for a in ARMS}
-    return {"means": means, "params": dict(zip(names, (float(v) for v in fit.params),
-                                                 strict=True)), "n": y.size}  # fmt: skip
+    return {
+        "means": means,
+        "params": dict(zip(names, (float(v) for v in fit.params), strict=True)),
+        "n": y.size,
+    }
 
 
-def simulate(rng: np.random.Generator, comp: dict[str, Any], studies: int, probes: int,
-             reps: int) -> Floats:  # fmt: skip
+def simulate(
+    rng: np.random.Generator, comp: dict[str, Any], studies: int, probes: int, reps: int
+) -> Floats:
     """``(studies, probes, arms, reps)`` outcomes."""
     p = comp["params"]
     mu = np.array([comp["means"][a] for a in ARMS])
@@ -107,9 +114,10 @@ def registered(y: Floats) -> tuple[Floats, Floats]:
 def _v(theta: Floats, r: int) -> Floats:
     """``V = σ²_u·J + diag(σ²_w + σ²_a/R)`` for every study: ``(S, a, a)``."""
     a = theta.shape[1] - 2
-    return np.asarray(theta[:, 0, None, None] * np.ones((a, a))
-                      + np.eye(a) * (theta[:, 1, None, None]
-                                     + theta[:, 2:, None] / r))  # fmt: skip
+    return np.asarray(
+        theta[:, 0, None, None] * np.ones((a, a))
+        + np.eye(a) * (theta[:, 1, None, None] + theta[:, 2:, None] / r)
+    )
 
 
 def _loglik(theta: Floats, scatter: Floats, ssw: Floats, g: int, r: int) -> Floats:
@@ -125,12 +133,12 @@ def _loglik(theta: Floats, scatter: Floats, ssw: Floats, g: int, r: int) -> Floa
 
 def _derivatives(a: int, r: int) -> Floats:
     """``∂V/∂θ_k``: J, I, then e_k·e_kᵀ/R per arm: ``(2 + a, a, a)``."""
-    return np.stack([np.ones((a, a)), np.eye(a)]
-                    + [np.diag(np.eye(a)[k]) / r for k in range(a)])  # fmt: skip
+    return np.stack([np.ones((a, a)), np.eye(a)] + [np.diag(np.eye(a)[k]) / r for k in range(a)])
 
 
-def _score_info(theta: Floats, scatter: Floats, ssw: Floats, g: int,
-                r: int) -> tuple[Floats, Floats]:  # fmt: skip
+def _score_info(
+    theta: Floats, scatter: Floats, ssw: Floats, g: int, r: int
+) -> tuple[Floats, Floats]:
     """Gradient and expected information of every study (the within part added)."""
     a = theta.shape[1] - 2
     vi = np.linalg.inv(_v(theta, r))
@@ -153,9 +161,13 @@ def _fit(scatter: Floats, ssw: Floats, g: int, r: int, floor: float) -> Floats:
     s, a, _ = scatter.shape
     res0 = ssw / (g * (r - 1))
     cov = scatter / (g - 1)
-    theta = np.column_stack([np.maximum(cov.mean(axis=(1, 2)), floor * 10),
-                             np.maximum(np.einsum("sii->s", cov) / a / 2, floor * 10),
-                             np.maximum(res0, floor * 10)])  # fmt: skip
+    theta = np.column_stack(
+        [
+            np.maximum(cov.mean(axis=(1, 2)), floor * 10),
+            np.maximum(np.einsum("sii->s", cov) / a / 2, floor * 10),
+            np.maximum(res0, floor * 10),
+        ]
+    )
     ll = _loglik(theta, scatter, ssw, g, r)
     for _ in range(200):
         grad, info = _score_info(theta, scatter, ssw, g, r)
@@ -218,17 +230,29 @@ def tool_check(y: Floats) -> tuple[float, float]:
     s, g, a, r = y.shape
     for i in range(s):
         probe, armv, _rep = np.meshgrid(np.arange(g), np.arange(a), np.arange(r), indexing="ij")
-        df = pd.DataFrame({"acc": y[i].ravel(), "probe": [f"p{j}" for j in probe.ravel()],
-                           "arm": [ARMS[k] for k in armv.ravel()]})  # fmt: skip
+        df = pd.DataFrame(
+            {
+                "acc": y[i].ravel(),
+                "probe": [f"p{j}" for j in probe.ravel()],
+                "arm": [ARMS[k] for k in armv.ravel()],
+            }
+        )
         fit = ast.mixed_model(df, "acc", "arm", "probe", "A")
         c = ast.contrast(fit, "A", "B")
         worst_reg = max(worst_reg, abs(c.lower - reg_l[i]))
-        x = np.column_stack([np.ones(len(df))] + [(df["arm"] == b).to_numpy(float)
-                                                  for b in ARMS[1:]])  # fmt: skip
+        x = np.column_stack(
+            [np.ones(len(df))] + [(df["arm"] == b).to_numpy(float) for b in ARMS[1:]]
+        )
         groups = df["probe"].tolist()
         cells = [f"{p}|{q}" for p, q in zip(groups, df["arm"], strict=True)]
-        het = sens.fit_reml(df["acc"].to_numpy(), x, groups, [groups, cells],
-                            df["arm"].tolist(), ["g", "w", "rA", "rB", "rC"])  # fmt: skip
+        het = sens.fit_reml(
+            df["acc"].to_numpy(),
+            x,
+            groups,
+            [groups, cells],
+            df["arm"].tolist(),
+            ["g", "w", "rA", "rB", "rC"],
+        )
         tool = sens.satterthwaite_contrast(het, np.array([0.0, -1.0, 0.0]), "two-sided")
         worst_sen = max(worst_sen, abs(tool["lower"] - sen_l[i]))
     return worst_reg, worst_sen
@@ -250,8 +274,11 @@ def main() -> None:
     comp = components(args.trials)
     truth = comp["means"]["A"] - comp["means"]["B"]
     print(f"components from {args.trials} ({comp['n']} trials, arms {', '.join(ARMS)}):")
-    print("  arm means " + ", ".join(f"{a} {m:.4f}" for a, m in comp["means"].items())
-          + f"; true A - B {truth:+.4f}")
+    print(
+        "  arm means "
+        + ", ".join(f"{a} {m:.4f}" for a, m in comp["means"].items())
+        + f"; true A - B {truth:+.4f}"
+    )
     print("  variances " + ", ".join(f"{k} {v:.3g}" for k, v in comp["params"].items()))
     rng = np.random.default_rng(args.seed)
     for reps in args.replicates:
@@ -261,20 +288,27 @@ def main() -> None:
         sl, su, dfs = sensitivity(y)
         seconds = time.perf_counter() - start
         n = args.studies
-        for name, lo, hi in (("registered (RI, z)", rl, ru),
-                             ("sensitivity (probe x arm, per-arm residual, Satterthwaite t)",
-                              sl, su)):  # fmt: skip
+        for name, lo, hi in (
+            ("registered (RI, z)", rl, ru),
+            ("sensitivity (probe x arm, per-arm residual, Satterthwaite t)", sl, su),
+        ):
             cover = float(np.mean((lo <= truth) & (truth <= hi)))
             mc = math.sqrt(cover * (1 - cover) / n)
-            print(f"{args.probes} probes x {reps:>2} replicates, {n} studies: {name}: coverage "
-                  f"{cover * 100:.1f}% (Monte Carlo SE {mc * 100:.1f} pp); median width "
-                  f"{float(np.median(hi - lo)) * 100:.1f} pp")
-        print(f"  median Satterthwaite df {float(np.median(dfs)):.1f}; {seconds:.1f} s for "
-              f"{n} studies")
+            print(
+                f"{args.probes} probes x {reps:>2} replicates, {n} studies: {name}: coverage "
+                f"{cover * 100:.1f}% (Monte Carlo SE {mc * 100:.1f} pp); median width "
+                f"{float(np.median(hi - lo)) * 100:.1f} pp"
+            )
+        print(
+            f"  median Satterthwaite df {float(np.median(dfs)):.1f}; {seconds:.1f} s for "
+            f"{n} studies"
+        )
         if args.check:
             reg, sen = tool_check(y[: args.check])
-            print(f"  closed forms vs the tool on {args.check} studies: max |lower bound "
-                  f"difference| registered {reg:.2e}, sensitivity {sen:.2e}")
+            print(
+                f"  closed forms vs the tool on {args.check} studies: max |lower bound "
+                f"difference| registered {reg:.2e}, sensitivity {sen:.2e}"
+            )
 
 
 if __name__ == "__main__":

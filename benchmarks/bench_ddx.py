@@ -99,20 +99,27 @@ def main() -> None:
 
     t0 = time.perf_counter()
     derived = _ddx.ddx_records(
-        protocol, [(s, k, body, getter(b)) for s, k, body, b in events], read, metadata)
+        protocol, [(s, k, body, getter(b)) for s, k, body, b in events], read, metadata
+    )
     figures["verify_rescore"] = time.perf_counter() - t0
     trials = scored.scored
     steps = sum(1 for _, k, _, _ in events if k == "step.requested")
     assert sum(v is not None for v in derived.values()) == trials
-    print(f"ddx benchmark: {n} items, {trials} trials, {steps} step calls; load average at "
-          f"start {load[0]:.2f}, at end {os.getloadavg()[0]:.2f}")
+    print(
+        f"ddx benchmark: {n} items, {trials} trials, {steps} step calls; load average at "
+        f"start {load[0]:.2f}, at end {os.getloadavg()[0]:.2f}"
+    )
     for name in ("lock", "run", "score", "analyze", "verify_rescore", "floor"):
         per = figures[name] / max(trials, 1) * 1000
         print(f"  {name:<15} {figures[name]:8.3f} s   {per:8.3f} ms/trial")
-    print(f"  score / floor (JSON-parse every step response): "
-          f"{figures['score'] / max(figures['floor'], 1e-9):.1f}x")
-    print(f"  verifier re-derivation / score: "
-          f"{figures['verify_rescore'] / max(figures['score'], 1e-9):.2f}x")
+    print(
+        f"  score / floor (JSON-parse every step response): "
+        f"{figures['score'] / max(figures['floor'], 1e-9):.1f}x"
+    )
+    print(
+        f"  verifier re-derivation / score: "
+        f"{figures['verify_rescore'] / max(figures['score'], 1e-9):.2f}x"
+    )
 
 
 if __name__ == "__main__":

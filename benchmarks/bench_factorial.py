@@ -114,13 +114,19 @@ def main() -> None:
     with tempfile.TemporaryDirectory() as tmp:
         root = Path(tmp)
         files = {
-            "study.toml": SPEC, "prompts/task.txt": "Answer with the number.\n",
-            "prompts/urgency.txt": "Please hurry!\n", "prompts/item.txt": "Question: {question}\n",
+            "study.toml": SPEC,
+            "prompts/task.txt": "Answer with the number.\n",
+            "prompts/urgency.txt": "Please hurry!\n",
+            "prompts/item.txt": "Question: {question}\n",
             "prompts/terse.txt": "{question}\n",
-            "items.jsonl": "".join(json.dumps({"id": f"q{i}", "question": f"What is {i} plus {i}?",
-                                               "answer": str(2 * i)}) + "\n"
-                                   for i in range(1, n + 1)),
-        }  # fmt: skip
+            "items.jsonl": "".join(
+                json.dumps(
+                    {"id": f"q{i}", "question": f"What is {i} plus {i}?", "answer": str(2 * i)}
+                )
+                + "\n"
+                for i in range(1, n + 1)
+            ),
+        }
         for rel, text in files.items():
             (root / rel).parent.mkdir(parents=True, exist_ok=True)
             (root / rel).write_text(text, encoding="utf-8")
@@ -136,12 +142,16 @@ def main() -> None:
             renderer.body(arm, None, item)
         t3 = time.process_time()
         cells = [a for a in study.arms.values() if a.factors]
-        print(f"study: {n} items, {len(cells)} cells, {len(ids)} trials; lock problems "
-              f"{len(problems)}")  # fmt: skip
+        print(
+            f"study: {n} items, {len(cells)} cells, {len(ids)} trials; lock problems "
+            f"{len(problems)}"
+        )
         print(f"load spec (expansion): {t1 - t0:.3f} s CPU")
         print(f"lock checks (edits, templates, null levels): {t2 - t1:.3f} s CPU")
-        print(f"render every request: {t3 - t2:.3f} s CPU ({(t3 - t2) / len(ids) * 1e6:.1f} us "
-              "per request)")  # fmt: skip
+        print(
+            f"render every request: {t3 - t2:.3f} s CPU ({(t3 - t2) / len(ids) * 1e6:.1f} us "
+            "per request)"
+        )
         plan: dict[str, Any] = {
             "factors": {f.name: f.record(study.rel) for f in study.factors.values()},
             "factorial": {"factors": list(study.factorial.factors) if study.factorial else []},
@@ -151,12 +161,20 @@ def main() -> None:
     rng = np.random.default_rng(1)
     rows = []
     for cell in cells:
-        shift = sum(0.3 * [lv.name for lv in study.factors[f].levels].index(level)
-                    for f, level in (cell.factors or {}).items())  # fmt: skip
+        shift = sum(
+            0.3 * [lv.name for lv in study.factors[f].levels].index(level)
+            for f, level in (cell.factors or {}).items()
+        )
         for i in range(n):
             eta = -0.3 + shift + rng.normal(0, 0.3)
-            rows.append({"arm": cell.id, "model": "", "stimulus": f"q{i + 1}",
-                         "accuracy": float(rng.random() < 1 / (1 + np.exp(-eta)))})  # fmt: skip
+            rows.append(
+                {
+                    "arm": cell.id,
+                    "model": "",
+                    "stimulus": f"q{i + 1}",
+                    "accuracy": float(rng.random() < 1 / (1 + np.exp(-eta))),
+                }
+            )
     frame = pd.DataFrame(rows)
     records = frame.to_dict("records")
     h = plan["hypotheses"][0]

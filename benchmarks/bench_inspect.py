@@ -46,8 +46,15 @@ def main() -> None:
                 logs = Path(tmp) / f"logs-{side}-{rep}"
                 folder = Path(tmp) / f"ledger-{rep}" if side == "ledger" else None
                 start = time.perf_counter()
-                done = support.inspect_eval(server.url, logs, folder, "-T", f"repeat={args.repeat}",
-                                    "--max-connections", "10")  # fmt: skip
+                done = support.inspect_eval(
+                    server.url,
+                    logs,
+                    folder,
+                    "-T",
+                    f"repeat={args.repeat}",
+                    "--max-connections",
+                    "10",
+                )
                 elapsed = time.perf_counter() - start
                 if done.returncode != 0:
                     sys.exit(f"inspect eval ({side}) failed:\n{done.stderr[-3000:]}")
@@ -55,12 +62,17 @@ def main() -> None:
                 shutil.rmtree(logs)
     server.httpd.shutdown()
     plain, ledger = statistics.median(times["plain"]), statistics.median(times["ledger"])
-    print(f"inspect eval, {samples} samples (1 call each), {args.reps} interleaved runs per side; "
-          f"load average {load_start[0]:.2f} -> {os.getloadavg()[0]:.2f}")  # fmt: skip
-    print(f"  plain      runs {', '.join(f'{t:.2f}' for t in times['plain'])} s, "
-          f"median {plain:.2f} s")  # fmt: skip
-    print(f"  extension  runs {', '.join(f'{t:.2f}' for t in times['ledger'])} s, "
-          f"median {ledger:.2f} s")  # fmt: skip
+    print(
+        f"inspect eval, {samples} samples (1 call each), {args.reps} interleaved runs per side; "
+        f"load average {load_start[0]:.2f} -> {os.getloadavg()[0]:.2f}"
+    )
+    print(
+        f"  plain      runs {', '.join(f'{t:.2f}' for t in times['plain'])} s, median {plain:.2f} s"
+    )
+    print(
+        f"  extension  runs {', '.join(f'{t:.2f}' for t in times['ledger'])} s, "
+        f"median {ledger:.2f} s"
+    )
     print(
         f"  overhead   {ledger - plain:+.2f} s per eval, "
         f"{(ledger - plain) / samples * 1000:+.1f} ms per sample ({ledger / plain:.2f}x)"

@@ -156,8 +156,11 @@ def run(events: int, batch: int, jobs: int, window: float = 1.0, repeat: int = 3
     """Run every benchmark and return the figures; each rate is measured for ``window`` s
     (single appends and inclusion proofs for twice that), interleaved with Ed25519 slices."""
     results: dict[str, Any] = {
-        "events": events, "batch": batch, "cores": os.cpu_count(), "load_start": load_average(),
-    }  # fmt: skip
+        "events": events,
+        "batch": batch,
+        "cores": os.cpu_count(),
+        "load_start": load_average(),
+    }
     with tempfile.TemporaryDirectory() as tmp:
         owner = SigningKey.generate("bench.example/owner")
         path = Path(tmp) / "bench.db"
@@ -247,14 +250,19 @@ def neighbour() -> Iterator[int]:
 
 def report(results: dict[str, Any], label: str) -> None:
     """Print one run's figures."""
-    print(f"ledger benchmark{label}: {results['events']} events of {results['envelope_bytes']} "
-          f"bytes, {results['cores']} cores")  # fmt: skip
+    print(
+        f"ledger benchmark{label}: {results['events']} events of {results['envelope_bytes']} "
+        f"bytes, {results['cores']} cores"
+    )
     print(f"  load average at start: {results['load_start']}")
     rows = [
         ("Ed25519 sign (beside the batched appends)", results["ed25519_sign_per_s"], "/s"),
         ("Ed25519 verify (beside the verifications)", results["ed25519_verify_per_s"], "/s"),
-        (f"batched append (batch {results['batch']}, FULL)", results["batched_append_per_s"],
-         "events/s"),
+        (
+            f"batched append (batch {results['batch']}, FULL)",
+            results["batched_append_per_s"],
+            "events/s",
+        ),
         ("single append (FULL)", results["single_append_per_s"], "events/s"),
         ("verify, 1 job", results["verify_per_s"], "events/s"),
         (f"verify, {results['verify_jobs']} jobs", results["verify_jobs_per_s"], "events/s"),
@@ -277,17 +285,27 @@ def main() -> None:
     parser.add_argument("--jobs", type=int, default=os.cpu_count() or 1)
     parser.add_argument("--repeat", type=int, default=3, help="verifications (1 job) timed")
     parser.add_argument("--json", action="store_true")
-    parser.add_argument("--quick", action="store_true",
-                        help="measure each rate for 0.1-0.2 s instead of 1-2 s (the test suite)")
-    parser.add_argument("--with-neighbour", action="store_true",
-                        help="run alone, then again beside a CPU-bound process; print both")
+    parser.add_argument(
+        "--quick",
+        action="store_true",
+        help="measure each rate for 0.1-0.2 s instead of 1-2 s (the test suite)",
+    )
+    parser.add_argument(
+        "--with-neighbour",
+        action="store_true",
+        help="run alone, then again beside a CPU-bound process; print both",
+    )
     args = parser.parse_args()
     window, repeat = (0.1, 1) if args.quick else (1.0, args.repeat)
     runs = [("", run(args.events, args.batch, args.jobs, window, repeat))]
     if args.with_neighbour:
         with neighbour() as pid:
-            runs.append((f" beside a CPU-bound neighbour (pid {pid})",
-                         run(args.events, args.batch, args.jobs, window, repeat)))  # fmt: skip
+            runs.append(
+                (
+                    f" beside a CPU-bound neighbour (pid {pid})",
+                    run(args.events, args.batch, args.jobs, window, repeat),
+                )
+            )
     if args.json:
         print(json.dumps({label or "alone": r for label, r in runs}, indent=2))
         return

@@ -62,8 +62,9 @@ def synthetic(items: int, models: int, seed: int = 0) -> pd.DataFrame:
     prior = np.array([0.55, 0.2, 0.15, 0.1])
     frames = []
 
-    def block(arm: str, model: str, variant: str, rep: int, shift: float,
-              logprobs: bool) -> pd.DataFrame:
+    def block(
+        arm: str, model: str, variant: str, rep: int, shift: float, logprobs: bool
+    ) -> pd.DataFrame:
         perm = perms[variant]
         shown_key = np.argmax(perm == keys[:, None], axis=1)
         knows = rng.uniform(size=items) < know - shift
@@ -78,12 +79,19 @@ def synthetic(items: int, models: int, seed: int = 0) -> pd.DataFrame:
         item_ids = np.char.add("q", np.char.zfill(np.arange(items).astype(str), 6))
         data = {
             "trial": np.char.add(f"{arm}|{model}|{variant}|{rep}|", item_ids).astype(object),
-            "item": item_ids.astype(object), "arm": arm, "model": model, "variant": variant,
-            "rep": rep, "key": LETTERS[shown_key], "key_original": LETTERS[keys],
-            "letter": letters, "answer": answers, "correct": ~unparsed & (answer == keys),
+            "item": item_ids.astype(object),
+            "arm": arm,
+            "model": model,
+            "variant": variant,
+            "rep": rep,
+            "key": LETTERS[shown_key],
+            "key_original": LETTERS[keys],
+            "letter": letters,
+            "answer": answers,
+            "correct": ~unparsed & (answer == keys),
             "parse": np.where(unparsed, "unparseable", "ok"),
             "response": np.char.add("Answer: ", LETTERS[letter].astype(str)).astype(object),
-        }  # fmt: skip
+        }
         if logprobs:
             lp = rng.normal(-4.0, 1.5, size=(items, 4))
             lp[np.arange(items), letter] = lp.max(axis=1) + rng.exponential(1.0, size=items)
@@ -136,21 +144,44 @@ def analyse(frame: pd.DataFrame, models: int, iterations: int) -> Figures:
         family += [(ref, ("cot", "original", f"m{m}")), (ref, ("cloze", "original", f"m{m}"))]
         family += [(ref, ("direct", v, f"m{m}")) for v in ORDERS[1:]]
     tests = mcq.mcnemar_family(table, family, method="holm")
-    flips = [mcq.flip_rate_between(table, ("direct", "original", f"m{m}"),
-                                   ("direct", v, f"m{m}"), basis=basis,
-                                   iterations=iterations, seed=7)
-             for m in range(models) for v in ORDERS[1:] for basis in ("answer", "letter")]
+    flips = [
+        mcq.flip_rate_between(
+            table,
+            ("direct", "original", f"m{m}"),
+            ("direct", v, f"m{m}"),
+            basis=basis,
+            iterations=iterations,
+            seed=7,
+        )
+        for m in range(models)
+        for v in ORDERS[1:]
+        for basis in ("answer", "letter")
+    ]
     positions = [mcq.position_metrics(table, c) for c in table.cells()]
-    votes = [mcq.permutation_vote(table, arm, f"m{m}", ORDERS, abstain_below=0.6)
-             for m in range(models) for arm in ("direct", "cot")]
-    sc = [mcq.self_consistency(table, ("cot-sc", "original", f"m{m}"), 5, 0.7)
-          for m in range(models)]
+    votes = [
+        mcq.permutation_vote(table, arm, f"m{m}", ORDERS, abstain_below=0.6)
+        for m in range(models)
+        for arm in ("direct", "cot")
+    ]
+    sc = [
+        mcq.self_consistency(table, ("cot-sc", "original", f"m{m}"), 5, 0.7) for m in range(models)
+    ]
     cloze = [mcq.cloze(table, ("cloze", v, f"m{m}")) for m in range(models) for v in ORDERS]
     gee = mcq.gee_arm_effects(table, "direct", {"model": "m0"})
-    review = mcq.review_sample(table, ("cot", "original", "m0"), ("direct", "original", "m0"),
-                               200, 2026)
-    return Figures(len(cells), len(tests.comparisons), len(flips), len(positions), votes, sc,
-                   len(cloze), gee, review)
+    review = mcq.review_sample(
+        table, ("cot", "original", "m0"), ("direct", "original", "m0"), 200, 2026
+    )
+    return Figures(
+        len(cells),
+        len(tests.comparisons),
+        len(flips),
+        len(positions),
+        votes,
+        sc,
+        len(cloze),
+        gee,
+        review,
+    )
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -161,8 +192,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--iterations", type=int, default=2000)
     args = parser.parse_args(argv)
     frame = synthetic(args.items, args.models)
-    print(f"table: {len(frame):,} scored trials ({args.items:,} items x {args.models} models; "
-          f"direct, cot, cloze x {len(ORDERS)} orders; cot-sc x 5 samples)")
+    print(
+        f"table: {len(frame):,} scored trials ({args.items:,} items x {args.models} models; "
+        f"direct, cot, cloze x {len(ORDERS)} orders; cot-sc x 5 samples)"
+    )
     limit = floor(frame)
     started = time.perf_counter()
     got = analyse(frame, args.models, args.iterations)
@@ -174,17 +207,23 @@ def main(argv: list[str] | None = None) -> int:
     peak_mb = peak / 2**20
     vote = got.votes[0]
     cot = next(t for t in got.gee.terms if t.name == "arm[T.cot]")
-    print(f"results: {got.cells} cells, {got.tests} McNemar tests (Holm), {got.flips} flip "
-          f"rates ({args.iterations} bootstrap draws each), {got.positions} position profiles, "
-          f"{len(got.votes)} votes, {len(got.sc)} self-consistency, {got.cloze} cloze, 1 GEE, "
-          f"a review sample of {got.review.size}")
-    print(f"direct/m0 vote: accuracy {vote.accuracy:.3f} vs mean per-order "
-          f"{vote.consistency.order_mean:.3f}; GEE arm[T.cot] {cot.estimate:+.3f} "
-          f"(clusters {got.gee.n_clusters})")
+    print(
+        f"results: {got.cells} cells, {got.tests} McNemar tests (Holm), {got.flips} flip "
+        f"rates ({args.iterations} bootstrap draws each), {got.positions} position profiles, "
+        f"{len(got.votes)} votes, {len(got.sc)} self-consistency, {got.cloze} cloze, 1 GEE, "
+        f"a review sample of {got.review.size}"
+    )
+    print(
+        f"direct/m0 vote: accuracy {vote.accuracy:.3f} vs mean per-order "
+        f"{vote.consistency.order_mean:.3f}; GEE arm[T.cot] {cot.estimate:+.3f} "
+        f"(clusters {got.gee.n_clusters})"
+    )
     print(f"floor: one grouped pass and one pivot: {limit:.3f} s")
     ok = seconds <= TARGET_SECONDS and peak_mb <= TARGET_MB
-    print(f"analysis  {seconds:6.2f} s ({seconds / limit:5.1f}x floor)  tracemalloc peak "
-          f"{peak_mb:6.0f} MB  {'within target' if ok else 'OVER TARGET'}")
+    print(
+        f"analysis  {seconds:6.2f} s ({seconds / limit:5.1f}x floor)  tracemalloc peak "
+        f"{peak_mb:6.0f} MB  {'within target' if ok else 'OVER TARGET'}"
+    )
     print(f"targets: <= {TARGET_SECONDS:g} s and <= {TARGET_MB:g} MB")
     return 0 if ok else 1
 

@@ -107,10 +107,19 @@ def fake_server(latency_ms: float, log: Path | None = None) -> Iterator[str]:
     """
     logging = ["--log", str(log)] if log is not None else []
     proc = subprocess.Popen(
-        [sys.executable, str(FAKE_SERVER), "--port", "0", "--latency-ms", str(latency_ms),
-         *logging],
-        stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True,
-    )  # fmt: skip
+        [
+            sys.executable,
+            str(FAKE_SERVER),
+            "--port",
+            "0",
+            "--latency-ms",
+            str(latency_ms),
+            *logging,
+        ],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.DEVNULL,
+        text=True,
+    )
     try:
         assert proc.stdout is not None
         line = proc.stdout.readline().split()
@@ -263,14 +272,22 @@ def run(args: argparse.Namespace) -> list[Row]:
                     plain = plain_rate(base_url, all_bodies[:n], conc)
                     total, phase, timer, setup = runner_rates(base_url, locked, work, n, conc)
                     wall = n / total
-                    rows.append(Row(
-                        latency_ms=latency, concurrency=conc, trials=n,
-                        plain_per_s=plain, runner_per_s=total, runner_phase_per_s=phase,
-                        ratio=total / plain, phase_ratio=phase / plain,
-                        ledger_share=timer.seconds / wall,
-                        ledger_ms_per_append=1000 * timer.seconds / max(timer.calls, 1),
-                        appends=timer.calls, setup_ms=1000 * setup,
-                    ))  # fmt: skip
+                    rows.append(
+                        Row(
+                            latency_ms=latency,
+                            concurrency=conc,
+                            trials=n,
+                            plain_per_s=plain,
+                            runner_per_s=total,
+                            runner_phase_per_s=phase,
+                            ratio=total / plain,
+                            phase_ratio=phase / plain,
+                            ledger_share=timer.seconds / wall,
+                            ledger_ms_per_append=1000 * timer.seconds / max(timer.calls, 1),
+                            appends=timer.calls,
+                            setup_ms=1000 * setup,
+                        )
+                    )
                     if args.progress:
                         print(f"  ... {latency:g} ms, concurrency {conc}: done", file=sys.stderr)
     return rows
@@ -278,27 +295,37 @@ def run(args: argparse.Namespace) -> list[Row]:
 
 def report(rows: list[Row]) -> None:
     """Print the table and the target."""
-    print(f"runner benchmark: run_study vs plain AsyncAnthropic calls, fake server in a separate "
-          f"process, {os.cpu_count()} cores")
-    head = (f"  {'latency':>7} {'conc':>4} {'trials':>6} {'plain/s':>9} {'runner/s':>9} "
-            f"{'ratio':>6} {'phase/s':>9} {'ph.ratio':>8} {'ledger':>7} {'ms/append':>9} "
-            f"{'setup ms':>8}")  # fmt: skip
+    print(
+        f"runner benchmark: run_study vs plain AsyncAnthropic calls, fake server in a separate "
+        f"process, {os.cpu_count()} cores"
+    )
+    head = (
+        f"  {'latency':>7} {'conc':>4} {'trials':>6} {'plain/s':>9} {'runner/s':>9} "
+        f"{'ratio':>6} {'phase/s':>9} {'ph.ratio':>8} {'ledger':>7} {'ms/append':>9} "
+        f"{'setup ms':>8}"
+    )
     print(head)
     for r in rows:
-        print(f"  {r.latency_ms:>5g}ms {r.concurrency:>4} {r.trials:>6} {r.plain_per_s:>9.1f} "
-              f"{r.runner_per_s:>9.1f} {r.ratio:>6.2f} {r.runner_phase_per_s:>9.1f} "
-              f"{r.phase_ratio:>8.2f} {r.ledger_share:>6.1%} {r.ledger_ms_per_append:>9.2f} "
-              f"{r.setup_ms:>8.0f}")  # fmt: skip
-    print("  (ratio = runner end to end / plain; phase = first to last trial outcome; ledger = "
-          "share of the runner's wall time inside Ledger.append_many (writer thread, "
-          "overlapping the network); ms/append = per event; setup = integrity check, "
-          "session open, run.stopped and checkpoint)")
+        print(
+            f"  {r.latency_ms:>5g}ms {r.concurrency:>4} {r.trials:>6} {r.plain_per_s:>9.1f} "
+            f"{r.runner_per_s:>9.1f} {r.ratio:>6.2f} {r.runner_phase_per_s:>9.1f} "
+            f"{r.phase_ratio:>8.2f} {r.ledger_share:>6.1%} {r.ledger_ms_per_append:>9.2f} "
+            f"{r.setup_ms:>8.0f}"
+        )
+    print(
+        "  (ratio = runner end to end / plain; phase = first to last trial outcome; ledger = "
+        "share of the runner's wall time inside Ledger.append_many (writer thread, "
+        "overlapping the network); ms/append = per event; setup = integrity check, "
+        "session open, run.stopped and checkpoint)"
+    )
     latency, conc, limit = TARGET
     for r in rows:
         if r.latency_ms == latency and r.concurrency == conc:
             met = "met" if r.ratio >= limit else "MISSED"
-            print(f"  target runner >= {limit} x plain at {latency:g} ms, concurrency {conc}: "
-                  f"{r.ratio:.2f} {met}")
+            print(
+                f"  target runner >= {limit} x plain at {latency:g} ms, concurrency {conc}: "
+                f"{r.ratio:.2f} {met}"
+            )
 
 
 # ---------------------------------------------------------------------------- end to end
@@ -417,9 +444,7 @@ def _timed(
     """Run ``command`` to its end: (seconds start to exit, CPU seconds, standard output)."""
     before = resource.getrusage(resource.RUSAGE_CHILDREN)
     start = time.perf_counter()
-    proc = subprocess.run(
-        command, env=env, capture_output=True, text=True, check=False, cwd=cwd
-    )
+    proc = subprocess.run(command, env=env, capture_output=True, text=True, check=False, cwd=cwd)
     elapsed = time.perf_counter() - start
     after = resource.getrusage(resource.RUSAGE_CHILDREN)
     cpu = (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
@@ -442,15 +467,29 @@ def time_bare(
 
 
 def time_ledger(
-    base_url: str, locked: Path, key_file: Path, work: Path, trials: int, concurrency: int,
+    base_url: str,
+    locked: Path,
+    key_file: Path,
+    work: Path,
+    trials: int,
+    concurrency: int,
     env: dict[str, str],
 ) -> tuple[float, float]:
     """(seconds, CPU seconds) of ``ledger run`` on a fresh copy of ``locked``, start to exit."""
     if work.exists():
         shutil.rmtree(work)
     shutil.copytree(locked, work)
-    command = [*ledger_command(), "run", str(work), "--base-url", base_url,
-               "--concurrency", str(concurrency), "--key", str(key_file)]  # fmt: skip
+    command = [
+        *ledger_command(),
+        "run",
+        str(work),
+        "--base-url",
+        base_url,
+        "--concurrency",
+        str(concurrency),
+        "--key",
+        str(key_file),
+    ]
     elapsed, cpu, _ = _timed(command, env, "ledger run")
     with Ledger.open(work / "ledger.db", readonly=True) as log:
         responded = sum(1 for _ in log.events("trial.responded"))
@@ -462,16 +501,40 @@ def time_ledger(
 
 
 def time_inspect(
-    command: list[str], base_url: str, bodies: Path, model: str, concurrency: int,
-    logs: Path, env: dict[str, str],
+    command: list[str],
+    base_url: str,
+    bodies: Path,
+    model: str,
+    concurrency: int,
+    logs: Path,
+    env: dict[str, str],
 ) -> tuple[float, float]:
     """(seconds, CPU seconds) of ``inspect eval`` over the same bodies, start to exit."""
     shutil.rmtree(logs, ignore_errors=True)
-    args = [*command, "eval", INSPECT_TASK.name, "-T", f"bodies={bodies}",
-            "--model", f"anthropic/{model}", "--model-base-url", base_url,
-            "--max-connections", str(concurrency), "--max-samples", str(concurrency),
-            "--max-retries", "0", "--fail-on-error", "0", "--display", "none",
-            "--log-dir", str(logs), "--no-score"]  # fmt: skip
+    args = [
+        *command,
+        "eval",
+        INSPECT_TASK.name,
+        "-T",
+        f"bodies={bodies}",
+        "--model",
+        f"anthropic/{model}",
+        "--model-base-url",
+        base_url,
+        "--max-connections",
+        str(concurrency),
+        "--max-samples",
+        str(concurrency),
+        "--max-retries",
+        "0",
+        "--fail-on-error",
+        "0",
+        "--display",
+        "none",
+        "--log-dir",
+        str(logs),
+        "--no-score",
+    ]
     elapsed, cpu, _ = _timed(args, env, "inspect eval", cwd=INSPECT_TASK.parent)  # relative task
     return elapsed, cpu
 
@@ -525,20 +588,48 @@ def run_e2e(args: argparse.Namespace) -> tuple[list[E2ERow], str, str]:
                 time_bare(base_url, bodies, 8, env)  # warm the server, the disk cache, Python
                 for rep in range(args.repetitions):
                     for conc in concurrencies:
-                        row = rows.setdefault((latency, conc), E2ERow(
-                            latency, conc, trials, Side([], []), Side([], []), Side([], [])
-                        ))  # fmt: skip
+                        row = rows.setdefault(
+                            (latency, conc),
+                            E2ERow(latency, conc, trials, Side([], []), Side([], []), Side([], [])),
+                        )
                         sides: list[tuple[str, Callable[[], tuple[float, float]], Side]] = [
-                            ("bare", functools.partial(time_bare, base_url, bodies, conc, env),
-                             row.bare),
-                            ("ledger", functools.partial(
-                                time_ledger, base_url, locked, key_file, run_dir, trials, conc,
-                                env), row.ledger),
-                        ]  # fmt: skip
+                            (
+                                "bare",
+                                functools.partial(time_bare, base_url, bodies, conc, env),
+                                row.bare,
+                            ),
+                            (
+                                "ledger",
+                                functools.partial(
+                                    time_ledger,
+                                    base_url,
+                                    locked,
+                                    key_file,
+                                    run_dir,
+                                    trials,
+                                    conc,
+                                    env,
+                                ),
+                                row.ledger,
+                            ),
+                        ]
                         if inspect is not None and (latency, conc) in inspect_at:
-                            sides.append(("inspect", functools.partial(
-                                time_inspect, inspect, base_url, bodies, model, conc,
-                                tmp / "inspect-logs", env), row.inspect))  # fmt: skip
+                            sides.append(
+                                (
+                                    "inspect",
+                                    functools.partial(
+                                        time_inspect,
+                                        inspect,
+                                        base_url,
+                                        bodies,
+                                        model,
+                                        conc,
+                                        tmp / "inspect-logs",
+                                        env,
+                                    ),
+                                    row.inspect,
+                                )
+                            )
                         if rep % 2:
                             sides.reverse()
                         for name, measure, side in sides:
@@ -552,31 +643,39 @@ def run_e2e(args: argparse.Namespace) -> tuple[list[E2ERow], str, str]:
                                     f"{name}: the server answered {answered} of {trials} requests"
                                 )
                             if args.progress:
-                                print(f"  ... {latency:g} ms, concurrency {conc}, repetition "
-                                      f"{rep + 1}: {name} {wall:.2f} s, CPU {cpu:.2f} s (load "
-                                      f"{load_average()})", file=sys.stderr)  # fmt: skip
+                                print(
+                                    f"  ... {latency:g} ms, concurrency {conc}, repetition "
+                                    f"{rep + 1}: {name} {wall:.2f} s, CPU {cpu:.2f} s (load "
+                                    f"{load_average()})",
+                                    file=sys.stderr,
+                                )
     return list(rows.values()), load_start, load_average()
 
 
 def report_e2e(rows: list[E2ERow], load_start: str, load_end: str, inspect: bool) -> None:
     """Print the end-to-end table, the ratios and the targets."""
     reps = len(rows[0].bare.wall_s) if rows else 0
-    print(f"runner benchmark, end to end: ledger run vs a bare AsyncAnthropic script, each a "
-          f"process timed start to exit, fake server in its own process; {os.cpu_count()} "
-          f"cores; median of {reps} interleaved repetitions")  # fmt: skip
+    print(
+        f"runner benchmark, end to end: ledger run vs a bare AsyncAnthropic script, each a "
+        f"process timed start to exit, fake server in its own process; {os.cpu_count()} "
+        f"cores; median of {reps} interleaved repetitions"
+    )
     print(f"  load average at start: {load_start}")
-    print("  the project's bytecode compiled first, as an installed package's is "
-          "(compile_project)")
-    print(f"  {'latency':>7} {'conc':>4} {'trials':>6} {'bare s':>7} {'ledger s':>8} "
-          f"{'bare/s':>7} {'ledger/s':>8} {'ratio':>5} {'paired':>6} {'cpu':>5} "
-          f"{'inspect s':>9} {'vs inspect':>10}")  # fmt: skip
+    print("  the project's bytecode compiled first, as an installed package's is (compile_project)")
+    print(
+        f"  {'latency':>7} {'conc':>4} {'trials':>6} {'bare s':>7} {'ledger s':>8} "
+        f"{'bare/s':>7} {'ledger/s':>8} {'ratio':>5} {'paired':>6} {'cpu':>5} "
+        f"{'inspect s':>9} {'vs inspect':>10}"
+    )
     for r in rows:
         ins = f"{r.inspect.wall:>9.2f}" if r.inspect.wall_s else f"{'-':>9}"
         vs = f"{r.inspect_ratio:>10.2f}" if r.inspect_ratio is not None else f"{'-':>10}"
-        print(f"  {r.latency_ms:>5g}ms {r.concurrency:>4} {r.trials:>6} {r.bare.wall:>7.2f} "
-              f"{r.ledger.wall:>8.2f} {r.trials / r.bare.wall:>7.1f} "
-              f"{r.trials / r.ledger.wall:>8.1f} {r.ratio:>5.2f} {r.paired_ratio:>6.2f} "
-              f"{r.cpu_ratio:>5.2f} {ins} {vs}")  # fmt: skip
+        print(
+            f"  {r.latency_ms:>5g}ms {r.concurrency:>4} {r.trials:>6} {r.bare.wall:>7.2f} "
+            f"{r.ledger.wall:>8.2f} {r.trials / r.bare.wall:>7.1f} "
+            f"{r.trials / r.ledger.wall:>8.1f} {r.ratio:>5.2f} {r.paired_ratio:>6.2f} "
+            f"{r.cpu_ratio:>5.2f} {ins} {vs}"
+        )
     for r in rows:
         line = f"    runs {r.latency_ms:g} ms / {r.concurrency}:"
         for name, side in (("bare", r.bare), ("ledger", r.ledger), ("inspect", r.inspect)):
@@ -585,50 +684,74 @@ def report_e2e(rows: list[E2ERow], load_start: str, load_end: str, inspect: bool
                 cpus = " ".join(f"{c:.2f}" for c in side.cpu_s)
                 line += f" {name} {runs} (CPU {cpus});"
         print(line.rstrip(";"))
-    print("  (ratio = ledger run trials/s / bare SDK trials/s, from the medians; paired = the "
-          "median of each repetition's ratio; cpu = bare CPU s / ledger run CPU s; vs inspect "
-          "= ledger run trials/s / inspect eval trials/s)")  # fmt: skip
+    print(
+        "  (ratio = ledger run trials/s / bare SDK trials/s, from the medians; paired = the "
+        "median of each repetition's ratio; cpu = bare CPU s / ledger run CPU s; vs inspect "
+        "= ledger run trials/s / inspect eval trials/s)"
+    )
     if not inspect:
-        print("  inspect eval: not measured (inspect-ai not found: see docs/trials.md "
-              "'Benchmarks', or give --inspect PATH)")  # fmt: skip
+        print(
+            "  inspect eval: not measured (inspect-ai not found: see docs/trials.md "
+            "'Benchmarks', or give --inspect PATH)"
+        )
     print(f"  load average at end: {load_end}")
     by_key = {(r.latency_ms, r.concurrency): r for r in rows}
     for latency, conc, limit in E2E_TARGETS:
         row = by_key.get((latency, conc))
         if row is not None:
             met = "met" if row.ratio >= limit else "MISSED"
-            print(f"  target ledger run >= {limit} x bare SDK at {latency:g} ms, concurrency "
-                  f"{conc}: {row.ratio:.2f} {met}")
+            print(
+                f"  target ledger run >= {limit} x bare SDK at {latency:g} ms, concurrency "
+                f"{conc}: {row.ratio:.2f} {met}"
+            )
     latency, conc, limit = INSPECT_TARGET
     row = by_key.get((latency, conc))
     if row is not None and row.inspect_ratio is not None:
         met = "met" if row.inspect_ratio >= limit else "MISSED"
-        print(f"  target ledger run >= {limit:g} x inspect eval at {latency:g} ms, concurrency "
-              f"{conc}: {row.inspect_ratio:.2f} {met}")
+        print(
+            f"  target ledger run >= {limit:g} x inspect eval at {latency:g} ms, concurrency "
+            f"{conc}: {row.inspect_ratio:.2f} {met}"
+        )
 
 
 def main() -> None:
     """Parse arguments, run, print."""
     parser = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
-    parser.add_argument("--e2e", action="store_true",
-                        help="end to end: ledger run and a bare SDK script as processes")
+    parser.add_argument(
+        "--e2e",
+        action="store_true",
+        help="end to end: ledger run and a bare SDK script as processes",
+    )
     parser.add_argument("--latencies", default="0,200", help="server latencies, ms")
-    parser.add_argument("--concurrency", default=None,
-                        help="default 1,8,32,128 (8,32,128 with --e2e)")
+    parser.add_argument(
+        "--concurrency", default=None, help="default 1,8,32,128 (8,32,128 with --e2e)"
+    )
     parser.add_argument("--rounds", type=int, default=10, help="trials = rounds x concurrency")
     parser.add_argument("--min-trials", type=int, default=20)
     parser.add_argument("--fast-trials", type=int, default=350, help="trials at 0 ms latency")
     parser.add_argument("--repetitions", type=int, default=5, help="--e2e: interleaved runs")
-    parser.add_argument("--replicates", type=int, default=30,
-                        help="--e2e: the template's replicates (30: 1,050 trials)")
+    parser.add_argument(
+        "--replicates",
+        type=int,
+        default=30,
+        help="--e2e: the template's replicates (30: 1,050 trials)",
+    )
     parser.add_argument("--inspect", default=None, help="--e2e: the inspect command to use")
-    parser.add_argument("--inspect-at", default="200:32",
-                        help="--e2e: latency:concurrency pairs that run inspect eval too")
+    parser.add_argument(
+        "--inspect-at",
+        default="200:32",
+        help="--e2e: latency:concurrency pairs that run inspect eval too",
+    )
     parser.add_argument("--no-inspect", action="store_true")
     parser.add_argument("--dir", default=None, help="where the studies are written")
-    parser.add_argument("--quick", action="store_true", help=(
-        "0 ms, concurrency 1 and 8, 35 trials; with --e2e: 0 ms, concurrency 8, 70 trials, "
-        "one repetition, inspect eval too if found"))
+    parser.add_argument(
+        "--quick",
+        action="store_true",
+        help=(
+            "0 ms, concurrency 1 and 8, 35 trials; with --e2e: 0 ms, concurrency 8, 70 trials, "
+            "one repetition, inspect eval too if found"
+        ),
+    )
     parser.add_argument("--progress", action="store_true")
     parser.add_argument("--json", action="store_true")
     args = parser.parse_args()
@@ -640,8 +763,16 @@ def main() -> None:
             args.replicates, args.inspect_at = 2, "0:8"
         e2e_rows, load_start, load_end = run_e2e(args)
         if args.json:
-            print(json.dumps({"load_start": load_start, "load_end": load_end,
-                              "rows": [asdict(r) for r in e2e_rows]}, indent=2))  # fmt: skip
+            print(
+                json.dumps(
+                    {
+                        "load_start": load_start,
+                        "load_end": load_end,
+                        "rows": [asdict(r) for r in e2e_rows],
+                    },
+                    indent=2,
+                )
+            )
             return
         report_e2e(e2e_rows, load_start, load_end, any(r.inspect.wall_s for r in e2e_rows))
         return

@@ -130,8 +130,10 @@ def _appender(
             while time.perf_counter() < stop[0]:
                 t0 = time.perf_counter()
                 body = {"w": i, "text": "x" * 200}
-                log.append_many([EventSpec("artifact.locked", {**body, "n": n + j})
-                                 for j in range(batch)], key=key)  # fmt: skip
+                log.append_many(
+                    [EventSpec("artifact.locked", {**body, "n": n + j}) for j in range(batch)],
+                    key=key,
+                )
                 latencies[i].append(time.perf_counter() - t0)
                 n += batch
             counts[i] = n
@@ -169,32 +171,44 @@ def bench_append(seconds: float, client_counts: list[int], batches: list[int]) -
             for _ in range(4):
                 port = free_port()
                 proc = subprocess.Popen(
-                    [ledger_cmd, "serve", "--store", pg.url(), "--allow-create", "--port",
-                     str(port)], stdout=subprocess.PIPE, text=True,
-                )  # fmt: skip
+                    [
+                        ledger_cmd,
+                        "serve",
+                        "--store",
+                        pg.url(),
+                        "--allow-create",
+                        "--port",
+                        str(port),
+                    ],
+                    stdout=subprocess.PIPE,
+                    text=True,
+                )
                 assert proc.stdout is not None
                 proc.stdout.readline()  # "serving ... on http://..."
                 procs.append(proc)
                 bases.append(f"http://127.0.0.1:{port}")
-            print(f"events appended per second, {seconds:g} s each, PostgreSQL on 127.0.0.1 "
-                  "(latency: one append call)")  # fmt: skip
+            print(
+                f"events appended per second, {seconds:g} s each, PostgreSQL on 127.0.0.1 "
+                "(latency: one append call)"
+            )
             for batch in batches:
                 for clients in client_counts:
                     tag = f"{batch}_{clients}"
                     direct_url = pg.url(schema=f"direct_{tag}")
                     Ledger.create(direct_url, origin=ORIGIN, key=key).close()
-                    count, lat, _ = _appender(lambda u=direct_url: Ledger.open(u), seconds,
-                                              clients, key, batch)  # fmt: skip
+                    count, lat, _ = _appender(
+                        lambda u=direct_url: Ledger.open(u), seconds, clients, key, batch
+                    )
                     direct = count / seconds
                     what = f"{batch} event(s)/append, {clients} client(s)"
                     _append_line(f"direct, {what}", direct, lat, None, None)
                     for k in (1, 4):
                         urls = " ".join(f"{b}/svc-{tag}-{k}" for b in bases[:k])
                         Ledger.create(urls.split()[0], origin=ORIGIN, key=key).close()
-                        count, lat, c409 = _appender(lambda u=urls: Ledger.open(u), seconds,
-                                                     clients, key, batch)  # fmt: skip
-                        _append_line(f"service x{k}, {what}", count / seconds, lat, c409,
-                                     direct)  # fmt: skip
+                        count, lat, c409 = _appender(
+                            lambda u=urls: Ledger.open(u), seconds, clients, key, batch
+                        )
+                        _append_line(f"service x{k}, {what}", count / seconds, lat, c409, direct)
         finally:
             for proc in procs:
                 proc.terminate()
@@ -211,8 +225,10 @@ def _append_line(
     cuts = statistics.quantiles(lat, n=100)
     extra = "" if conflicts is None else f"  409s {conflicts:5d}"
     ratio = "" if direct is None else f"  {rate / direct:4.2f}x direct"
-    print(f"  {name:<46} {rate:8.0f} /s  p50 {cuts[49] * 1e3:6.2f} ms  "
-          f"p99 {cuts[98] * 1e3:6.2f} ms{extra}{ratio}")  # fmt: skip
+    print(
+        f"  {name:<46} {rate:8.0f} /s  p50 {cuts[49] * 1e3:6.2f} ms  "
+        f"p99 {cuts[98] * 1e3:6.2f} ms{extra}{ratio}"
+    )
 
 
 def main() -> None:
@@ -241,16 +257,17 @@ def main() -> None:
     with tempfile.TemporaryDirectory(prefix="bench-serve-") as tmp:
         base = Path(tmp)
         www, key, publish_s = build(base, args.events)
-        print(f"published {args.events} events in {publish_s:.2f} s "
-              f"({args.events / publish_s:.0f} events/s)")  # fmt: skip
+        print(
+            f"published {args.events} events in {publish_s:.2f} s "
+            f"({args.events / publish_s:.0f} events/s)"
+        )
         full = args.events // 256
         tiles = [TileRef(0, i).path for i in range(full)]
         bundles = [TileRef(ENTRIES, i).path for i in range(full)]
         with Nginx(base / "nginx", www) as nginx, LocalTiles(www) as service:
             for name, url in (("nginx", nginx.url), ("ledger serve", service.url)):
                 print(f"{name} ({args.clients} keep-alive clients, {args.seconds:g} s each):")
-                for what, paths in (("level-0 tiles (8 KiB)", tiles),
-                                    ("entry bundles", bundles)):  # fmt: skip
+                for what, paths in (("level-0 tiles (8 KiB)", tiles), ("entry bundles", bundles)):
                     prefixed = [f"log/{p}" for p in paths]
                     report(what, args.seconds, hammer(url, prefixed, args.seconds, args.clients))
             from ledger._monitor import check_log, http_fetcher
@@ -260,8 +277,10 @@ def main() -> None:
             _, seen = check_log(fetch, nginx.url, [key.verifier], None)
             took = time.perf_counter() - start
             close()
-            print(f"ledger monitor, first check from size 0 over nginx: {took:.2f} s "
-                  f"({seen.tiles_fetched} tiles, {seen.entries_checked} entries)")  # fmt: skip
+            print(
+                f"ledger monitor, first check from size 0 over nginx: {took:.2f} s "
+                f"({seen.tiles_fetched} tiles, {seen.entries_checked} entries)"
+            )
 
 
 if __name__ == "__main__":

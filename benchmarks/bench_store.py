@@ -79,10 +79,16 @@ def append_rate(location: Any, events: int, batch: int) -> float:
         start = time.perf_counter()
         for b in range(events // batch):
             log.append_many(
-                [EventSpec("artifact.locked", {"w": "one", "b": b, "i": i},
-                           {"data": f"one-{b}-{i}".encode() * 8}) for i in range(batch)],
+                [
+                    EventSpec(
+                        "artifact.locked",
+                        {"w": "one", "b": b, "i": i},
+                        {"data": f"one-{b}-{i}".encode() * 8},
+                    )
+                    for i in range(batch)
+                ],
                 key=key,
-            )  # fmt: skip
+            )
         elapsed = time.perf_counter() - start
         assert log.size == 1 + (events // batch) * batch
     return (events // batch) * batch / elapsed
@@ -167,8 +173,9 @@ def main(argv: list[str] | None = None) -> int:
         before = sign_rate(window)
         lite = append_rate(work / "bench.db", args.events, args.batch)
         pg_one = append_rate(server.url(db="bench", schema="one"), args.events, args.batch)
-        pg_four = concurrent_rate(server.url(db="bench", schema="four"), args.events,
-                                  args.batch, 4, work)  # fmt: skip
+        pg_four = concurrent_rate(
+            server.url(db="bench", schema="four"), args.events, args.batch, 4, work
+        )
         after = sign_rate(window)
     finally:
         server.stop()
@@ -176,11 +183,16 @@ def main(argv: list[str] | None = None) -> int:
     rate = (before + after) / 2
     print(f"Ed25519 sign rate (limit): {rate:,.0f}/s (before {before:,.0f}, after {after:,.0f})")
     print(f"events {args.events:,} in batches of {args.batch}")
-    for name, value in (("SQLite, one writer", lite), ("PostgreSQL, one writer", pg_one),
-                        ("PostgreSQL, 4 writers", pg_four)):  # fmt: skip
+    for name, value in (
+        ("SQLite, one writer", lite),
+        ("PostgreSQL, one writer", pg_one),
+        ("PostgreSQL, 4 writers", pg_four),
+    ):
         print(f"{name:<24} {value:>10,.0f} events/s   {value / rate:.2f}x the sign rate")
-    print(f"PostgreSQL one writer vs SQLite: {pg_one / lite:.2f}x; "
-          f"4 writers vs one: {pg_four / pg_one:.2f}x")  # fmt: skip
+    print(
+        f"PostgreSQL one writer vs SQLite: {pg_one / lite:.2f}x; "
+        f"4 writers vs one: {pg_four / pg_one:.2f}x"
+    )
     verdict = "meets" if pg_one >= 0.3 * rate else "misses"
     print(f"target PostgreSQL one writer >= 0.3x the sign rate: {verdict}")
     print(f"load average at end: {os.getloadavg()[0]:.2f}")

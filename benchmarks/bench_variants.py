@@ -72,10 +72,27 @@ print(json.dumps({"seconds": seconds, "rss_mb": rss, "count": count}))
 """
 
 _WORDS = (
-    "patients", "trial", "dose", "outcome", "mortality", "infection", "cohort", "randomized",
-    "placebo", "symptoms", "hospital", "treatment", "therapy", "risk", "survival", "analysis",
-    "clinical", "blood", "pressure", "cardiac",
-)  # fmt: skip
+    "patients",
+    "trial",
+    "dose",
+    "outcome",
+    "mortality",
+    "infection",
+    "cohort",
+    "randomized",
+    "placebo",
+    "symptoms",
+    "hospital",
+    "treatment",
+    "therapy",
+    "risk",
+    "survival",
+    "analysis",
+    "clinical",
+    "blood",
+    "pressure",
+    "cardiac",
+)
 
 
 def context(i: int) -> str:
@@ -96,11 +113,13 @@ def write_study(root: Path, items: int) -> None:
     with (root / "items.jsonl").open("w", encoding="utf-8") as fh:
         for i in range(items):
             record = {
-                "id": f"q{i:06d}", "question": f"Does therapy {i} reduce mortality in patients?",
-                "options": [f"option {j} of {i}" for j in range(4)], "answer": "ABCD"[i % 4],
+                "id": f"q{i:06d}",
+                "question": f"Does therapy {i} reduce mortality in patients?",
+                "options": [f"option {j} of {i}" for j in range(4)],
+                "answer": "ABCD"[i % 4],
                 "context": context(i),
                 "metadata": {"context_labels": ["BACKGROUND", "METHODS", "RESULTS"]},
-            }  # fmt: skip
+            }
             fh.write(json.dumps(record) + "\n")
     (root / "prompts" / "item.txt").write_text(
         "Context: {context}\nQuestion: {question}\n{options}\n"
@@ -110,31 +129,74 @@ def write_study(root: Path, items: int) -> None:
         (ROOT / "runner" / "templates" / "stopwords-en.txt").read_text()
     )
     variants = [
-        ("original", ['kind = "identity"']), ("rot1", ['kind = "rotate"', "k = 1"]),
-        ("rot2", ['kind = "rotate"', "k = 2"]), ("rev", ['kind = "reverse"']),
-        ("swap", ['kind = "swap-distractors"']), ("s42", ['kind = "shuffle"', "seed = 42"]),
-        ("s123", ['kind = "shuffle"', "seed = 123"]), ("s456", ['kind = "shuffle"', "seed = 456"]),
+        ("original", ['kind = "identity"']),
+        ("rot1", ['kind = "rotate"', "k = 1"]),
+        ("rot2", ['kind = "rotate"', "k = 2"]),
+        ("rev", ['kind = "reverse"']),
+        ("swap", ['kind = "swap-distractors"']),
+        ("s42", ['kind = "shuffle"', "seed = 42"]),
+        ("s123", ['kind = "shuffle"', "seed = 123"]),
+        ("s456", ['kind = "shuffle"', "seed = 456"]),
         ("first", ['kind = "keep-first"', 'field = "context"', "fraction = 0.5"]),
         ("last", ['kind = "keep-last"', 'field = "context"', "fraction = 0.5"]),
-        ("salient", ['kind = "keep-salient"', 'field = "context"', "count = 3",
-                     'stopwords = "stopwords.txt"']),
-    ]  # fmt: skip
+        (
+            "salient",
+            [
+                'kind = "keep-salient"',
+                'field = "context"',
+                "count = 3",
+                'stopwords = "stopwords.txt"',
+            ],
+        ),
+    ]
     assert len(variants) == VARIANTS
     lines = [
-        "[study]", 'id = "bench-variants"', 'title = "bench"', "",
-        "[model]", 'provider = "anthropic"', 'id = "model-0"', "max_tokens = 8",
-        "temperature = 0.0", "",
-        "[components]", 'task = "prompts/task.txt"', "",
-        "[prompt]", 'item = "prompts/item.txt"', "",
-        "[arms.direct]", 'role = "full"', 'components = ["task"]', "",
-        "[arms.bare]", 'role = "vehicle"', "components = []", 'variants = ["original"]', "",
-        "[stimuli]", 'items = "items.jsonl"', "",
-        "[design]", "replicates = 1", "seed = 11", "bootstrap_seed = 12",
-        "bootstrap_iterations = 1000", "",
-        "[response]", 'parser = "multiple-choice"', "",
-        "[[hypotheses]]", 'id = "H1"', 'contrast = ["direct", "bare"]', 'test = "mcnemar"',
-        "alpha = 0.05", "", "[analysis]", "",
-    ]  # fmt: skip
+        "[study]",
+        'id = "bench-variants"',
+        'title = "bench"',
+        "",
+        "[model]",
+        'provider = "anthropic"',
+        'id = "model-0"',
+        "max_tokens = 8",
+        "temperature = 0.0",
+        "",
+        "[components]",
+        'task = "prompts/task.txt"',
+        "",
+        "[prompt]",
+        'item = "prompts/item.txt"',
+        "",
+        "[arms.direct]",
+        'role = "full"',
+        'components = ["task"]',
+        "",
+        "[arms.bare]",
+        'role = "vehicle"',
+        "components = []",
+        'variants = ["original"]',
+        "",
+        "[stimuli]",
+        'items = "items.jsonl"',
+        "",
+        "[design]",
+        "replicates = 1",
+        "seed = 11",
+        "bootstrap_seed = 12",
+        "bootstrap_iterations = 1000",
+        "",
+        "[response]",
+        'parser = "multiple-choice"',
+        "",
+        "[[hypotheses]]",
+        'id = "H1"',
+        'contrast = ["direct", "bare"]',
+        'test = "mcnemar"',
+        "alpha = 0.05",
+        "",
+        "[analysis]",
+        "",
+    ]
     for name, body in variants:
         lines += [f"[variants.{name}]", *body, ""]
     (root / "study.toml").write_text("\n".join(lines), encoding="utf-8")
@@ -145,8 +207,11 @@ def child(what: str, root: Path, key: Path) -> dict[str, float]:
     env = {**os.environ, "PROMPT_LEDGER_HOME": str(root.parent / "home")}
     out = subprocess.run(
         [sys.executable, "-c", _CHILD, what, str(root), str(key)],
-        capture_output=True, text=True, cwd=ROOT, env=env,
-    )  # fmt: skip
+        capture_output=True,
+        text=True,
+        cwd=ROOT,
+        env=env,
+    )
     if out.returncode != 0:
         raise SystemExit(f"{what} failed:\n{out.stderr}")
     result: dict[str, float] = json.loads(out.stdout.strip().splitlines()[-1])
@@ -177,13 +242,17 @@ def main(argv: list[str] | None = None) -> int:
         SigningKey.generate("bench.example/owner").save(key)
         trials = items * (VARIANTS) + items  # direct: every variant; bare: the original
         floor = hash_sort_floor(trials)
-        print(f"design: {items:,} items x {VARIANTS} variants (arm direct) + {items:,} "
-              f"(arm bare, original only) = {trials:,} trials")  # fmt: skip
+        print(
+            f"design: {items:,} items x {VARIANTS} variants (arm direct) + {items:,} "
+            f"(arm bare, original only) = {trials:,} trials"
+        )
         print(f"floor: SHA-256 and sort of {trials:,} order keys: {floor:.2f} s")
         worst = 0
         for step, expected in (
-            ("lock", trials), ("render", trials), ("rederive", items * (VARIANTS)),
-        ):  # fmt: skip
+            ("lock", trials),
+            ("render", trials),
+            ("rederive", items * (VARIANTS)),
+        ):
             got = child(step, root, key)
             assert int(got["count"]) == expected, (step, got)
             verdict = ""
@@ -191,8 +260,10 @@ def main(argv: list[str] | None = None) -> int:
                 ok = got["seconds"] <= TARGET_SECONDS and got["rss_mb"] <= TARGET_MB
                 worst = max(worst, 0 if ok else 1)
                 verdict = "  within target" if ok else "  OVER TARGET"
-            print(f"{step:9s} {got['seconds']:7.2f} s ({got['seconds'] / floor:6.1f}x floor)  "
-                  f"peak RSS {got['rss_mb']:6.0f} MB{verdict}")  # fmt: skip
+            print(
+                f"{step:9s} {got['seconds']:7.2f} s ({got['seconds'] / floor:6.1f}x floor)  "
+                f"peak RSS {got['rss_mb']:6.0f} MB{verdict}"
+            )
         print(f"targets: lock and rederive each <= {TARGET_SECONDS:g} s and <= {TARGET_MB:g} MB")
     return worst
 

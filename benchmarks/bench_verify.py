@@ -159,8 +159,10 @@ def bench(archive: Path, trials: int, jobs: int, before: float) -> tuple[dict[st
         v for k, v in timings.items() if k not in ("ledger", "signatures", "hashing", "science")
     )
     expected_sig = report.size / rate
-    print(f"{trials} trials, {report.size} events: verify {total:.2f} s ({status}), "
-          f"{1e3 * total / trials:.3f} ms/trial")  # fmt: skip
+    print(
+        f"{trials} trials, {report.size} events: verify {total:.2f} s ({status}), "
+        f"{1e3 * total / trials:.3f} ms/trial"
+    )
     parts = {
         "signatures": signatures,
         "hashing": hashing,

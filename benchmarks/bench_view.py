@@ -87,16 +87,23 @@ def grow(base: Path, target: Path, trials: int) -> None:
     envs = [line["envelope"] for line in lines]
     signature = lines[0]["signature"]
     first = next(i for i, e in enumerate(envs) if e["kind"] == "trial.requested")
-    last_run = max(i for i, e in enumerate(envs) if e["kind"] in ("trial.responded",
-                                                                   "trial.failed"))  # fmt: skip
+    last_run = max(
+        i for i, e in enumerate(envs) if e["kind"] in ("trial.responded", "trial.failed")
+    )
     head = envs[:first]
     tail = [e for e in envs[last_run + 1 :] if e["kind"] not in _TRIAL_KINDS]
     triples = []
     for req in (e for e in envs if e["kind"] == "trial.requested"):
-        resp = next(e for e in envs if e["kind"] == "trial.responded"
-                    and e["body"]["request_seq"] == req["seq"])  # fmt: skip
-        score = next(e for e in envs if e["kind"] == "trial.scored"
-                     and e["body"]["response_seq"] == resp["seq"])  # fmt: skip
+        resp = next(
+            e
+            for e in envs
+            if e["kind"] == "trial.responded" and e["body"]["request_seq"] == req["seq"]
+        )
+        score = next(
+            e
+            for e in envs
+            if e["kind"] == "trial.scored" and e["body"]["response_seq"] == resp["seq"]
+        )
         triples.append((req, resp, score))
     combos: dict[str, list[tuple[dict[str, Any], ...]]] = {}
     for triple in triples:
@@ -112,8 +119,12 @@ def grow(base: Path, target: Path, trials: int) -> None:
         def write(env: dict[str, Any]) -> int:
             nonlocal seq
             env = {**env, "seq": seq}
-            out.write(json.dumps({"envelope": env, "signature": signature},
-                                 separators=(",", ":"), sort_keys=True) + "\n")  # fmt: skip
+            out.write(
+                json.dumps(
+                    {"envelope": env, "signature": signature}, separators=(",", ":"), sort_keys=True
+                )
+                + "\n"
+            )
             seq += 1
             return seq - 1
 
@@ -125,8 +136,9 @@ def grow(base: Path, target: Path, trials: int) -> None:
             arm_stim, rep = names[i % len(names)], i // len(names) + 1
             req, resp, score = combos[arm_stim][rep % len(combos[arm_stim])]
             trial = f"{arm_stim}|{rep}"
-            rseq = write({**req, "body": {**req["body"], "trial": trial, "rep": rep,
-                                          "position": i + 1}})  # fmt: skip
+            rseq = write(
+                {**req, "body": {**req["body"], "trial": trial, "rep": rep, "position": i + 1}}
+            )
             oseq = write({**resp, "body": {**resp["body"], "trial": trial, "request_seq": rseq}})
             scored.append((score, oseq))
         for score, oseq in scored:
@@ -164,8 +176,9 @@ def measure(archive: Path) -> dict[str, Any]:
         "first page": "/trials",
         "deep page": f"/trials?page={max(1, total // 50 - 1)}",
         "filter arm": "/trials?arm=B",
-        "filter code+stimulus": "/trials?code=" + str(viewer.index.codes.get("C", "")) +
-                                "&stimulus=mixed-1",
+        "filter code+stimulus": "/trials?code="
+        + str(viewer.index.codes.get("C", ""))
+        + "&stimulus=mixed-1",
         "filter status+correct": "/trials?status=responded&correct=incorrect",
         "filter parse, sorted": "/trials?parse=ok&sort=accuracy&desc=1",
         "filter JSON": "/trials?stimulus=uniform-up&format=json",
@@ -177,7 +190,7 @@ def measure(archive: Path) -> dict[str, Any]:
         "trial page": f"/trial/{h}",
         "comparison": f"/compare?stimulus=mixed-1&rep={total // 70}",
         "proof": f"/proof/{last_seq}",
-    }  # fmt: skip
+    }
     results = {}
     for name, url in pages.items():
         start = time.perf_counter()
@@ -189,33 +202,52 @@ def measure(archive: Path) -> dict[str, Any]:
     viewer.index.close()
     size = sum(f.stat().st_size for f in archive.rglob("*") if f.is_file())
     return {
-        "trials": total, "events": last_seq + 1, "bytes": size, "index_s": index_s,
-        "pages": results, "peak_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
-    }  # fmt: skip
+        "trials": total,
+        "events": last_seq + 1,
+        "bytes": size,
+        "index_s": index_s,
+        "pages": results,
+        "peak_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
+    }
 
 
 def pages_report(rows: list[dict[str, Any]]) -> None:
     """Print the page timings of every size."""
-    print(f"ledger view on grown archives (pages in process, verification off), "
-          f"{os.cpu_count()} cores")
+    print(
+        f"ledger view on grown archives (pages in process, verification off), "
+        f"{os.cpu_count()} cores"
+    )
     for row in rows:
         floor = row["pages"]["status floor"][1]
-        print(f"\n{row['trials']:,} trials, {row['events']:,} events, "
-              f"{row['bytes'] / 1e6:,.1f} MB on disk: index built in {row['index_s']:.1f} s, "
-              f"peak RSS {row['peak_mb']:.0f} MB")
-        print(f"  {'page':<24} {'first ms':>9} {'median ms':>9} {'worst ms':>9} "
-              f"{'target ms':>9} {'worst/target':>12} {'x floor':>8}")
+        print(
+            f"\n{row['trials']:,} trials, {row['events']:,} events, "
+            f"{row['bytes'] / 1e6:,.1f} MB on disk: index built in {row['index_s']:.1f} s, "
+            f"peak RSS {row['peak_mb']:.0f} MB"
+        )
+        print(
+            f"  {'page':<24} {'first ms':>9} {'median ms':>9} {'worst ms':>9} "
+            f"{'target ms':>9} {'worst/target':>12} {'x floor':>8}"
+        )
         for name, (cold, median, worst) in row["pages"].items():
-            target = (TRIAL_TARGET if name == "trial page" else
-                      SEARCH_TARGET if name.startswith("search") else PAGE_TARGET)  # fmt: skip
-            print(f"  {name:<24} {cold * 1000:9.1f} {median * 1000:9.1f} {worst * 1000:9.1f} "
-                  f"{target * 1000:9.0f} {max(cold, worst) / target:12.3f} "
-                  f"{median / floor:8.1f}")
+            target = (
+                TRIAL_TARGET
+                if name == "trial page"
+                else SEARCH_TARGET
+                if name.startswith("search")
+                else PAGE_TARGET
+            )
+            print(
+                f"  {name:<24} {cold * 1000:9.1f} {median * 1000:9.1f} {worst * 1000:9.1f} "
+                f"{target * 1000:9.0f} {max(cold, worst) / target:12.3f} "
+                f"{median / floor:8.1f}"
+            )
     if len(rows) > 1:
         a, b = rows[0], rows[-1]
-        print(f"\npeak RSS {a['peak_mb']:.0f} MB at {a['trials']:,} trials, {b['peak_mb']:.0f} MB "
-              f"at {b['trials']:,} ({b['trials'] / a['trials']:.0f}x the trials: "
-              f"{b['peak_mb'] / a['peak_mb']:.2f}x the memory)")
+        print(
+            f"\npeak RSS {a['peak_mb']:.0f} MB at {a['trials']:,} trials, {b['peak_mb']:.0f} MB "
+            f"at {b['trials']:,} ({b['trials'] / a['trials']:.0f}x the trials: "
+            f"{b['peak_mb'] / a['peak_mb']:.2f}x the memory)"
+        )
 
 
 # ---------------------------------------------------------------------- a run, watched
@@ -233,10 +265,19 @@ def _run_once(base_url: str, locked: Path, work: Path, conc: int, poll_s: float 
     poller: subprocess.Popen[str] | None = None
     if poll_s is not None:
         viewer = subprocess.Popen(
-            [sys.executable, "-c", "from ledger.cli import main; main()", "view", str(work),
-             "--port", "0"],
-            stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True,
-        )  # fmt: skip
+            [
+                sys.executable,
+                "-c",
+                "from ledger.cli import main; main()",
+                "view",
+                str(work),
+                "--port",
+                "0",
+            ],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.DEVNULL,
+            text=True,
+        )
         assert viewer.stdout is not None
         found = re.search(r"http://[\d.]+:\d+", viewer.stdout.readline())
         if not found:
@@ -251,8 +292,10 @@ def _run_once(base_url: str, locked: Path, work: Path, conc: int, poll_s: float 
         # the poller is a process of its own, as a browser is: never on the runner's GIL
         poller = subprocess.Popen(
             [sys.executable, "-c", POLLER, url, str(poll_s)],
-            stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True,
-        )  # fmt: skip
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            text=True,
+        )
         assert poller.stdout is not None
         if poller.stdout.readline().strip() != "polling":  # its first poll is answered
             raise RuntimeError("the poller did not start")
@@ -260,8 +303,7 @@ def _run_once(base_url: str, locked: Path, work: Path, conc: int, poll_s: float 
     options = RunOptions(concurrency=conc, jitter_seed=1)
     try:
         start = time.perf_counter()
-        result = run_study(work, key, AnthropicBackend(api_key="test", base_url=base_url),
-                           options)  # fmt: skip
+        result = run_study(work, key, AnthropicBackend(api_key="test", base_url=base_url), options)
         elapsed = time.perf_counter() - start
     finally:
         if poller is not None:
@@ -285,8 +327,10 @@ def runner_watched(trials: int, rounds: int) -> None:
         os.environ["PROMPT_LEDGER_HOME"] = str(Path(tmp) / "home")
         locked = locked_study(Path(tmp) / "locked" / "study", trials)
         work = Path(tmp) / "run" / "study"
-        print(f"\nrun throughput with a viewer polling (fake server 0 ms, {trials}-trial "
-              f"schedule, {rounds} alternating rounds each, medians)")
+        print(
+            f"\nrun throughput with a viewer polling (fake server 0 ms, {trials}-trial "
+            f"schedule, {rounds} alternating rounds each, medians)"
+        )
         print(f"  {'conc':>4} {'poll s':>6} {'alone/s':>9} {'watched/s':>9} {'ratio':>6}")
         with fake_server(0) as base_url:
             _run_once(base_url, locked, work, 8, None)  # warm up
@@ -327,8 +371,10 @@ def main(argv: list[str] | None = None) -> int:
             (cache / f"archive-{trials}.done").write_text("ok\n")
         child = subprocess.run(
             [sys.executable, __file__, "--measure", str(target)],
-            capture_output=True, text=True, check=False,
-        )  # fmt: skip
+            capture_output=True,
+            text=True,
+            check=False,
+        )
         if child.returncode != 0:
             print(child.stdout + child.stderr, file=sys.stderr)
             return 1

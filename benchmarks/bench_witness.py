@@ -72,13 +72,23 @@ def seed(directory: Path, logs: list[Log]) -> None:
         for log in logs:
             cp = Checkpoint(log.origin, log.size, root_from_leaf_hashes(log.leaves[: log.size]))
             note = cp.sign([log.key])
-            rows.append((log.origin, log.size, cp.root, note + witness.key.cosign(cp.text(), stamp),
-                         stamp, note))
+            rows.append(
+                (
+                    log.origin,
+                    log.size,
+                    cp.root,
+                    note + witness.key.cosign(cp.text(), stamp),
+                    stamp,
+                    note,
+                )
+            )
     conn = sqlite3.connect(directory / "state.db", isolation_level=None)
     conn.execute("BEGIN IMMEDIATE")
     conn.executemany("INSERT INTO state VALUES (?, ?, ?, ?, ?)", [r[:5] for r in rows])
-    conn.executemany("INSERT INTO cosigned (origin, size, root, note, time) VALUES (?, ?, ?, ?, ?)",
-                     [(r[0], r[1], r[2], r[5], r[4]) for r in rows])
+    conn.executemany(
+        "INSERT INTO cosigned (origin, size, root, note, time) VALUES (?, ?, ?, ?, ?)",
+        [(r[0], r[1], r[2], r[5], r[4]) for r in rows],
+    )
     conn.execute("COMMIT")
     conn.close()
 
@@ -159,8 +169,9 @@ def study_runs(base: Path, replicates: int, interval: int) -> dict[str, float]:
     new_study(template, "prompt-tumbling-e", owner)
     (template / "ledger.db").unlink()
     spec = template / "study.toml"
-    spec.write_text(spec.read_text("utf-8").replace("replicates = 30",
-                                                    f"replicates = {replicates}"), "utf-8")
+    spec.write_text(
+        spec.read_text("utf-8").replace("replicates = 30", f"replicates = {replicates}"), "utf-8"
+    )
     with Witness.init(base / "study-witness", "bench.example/study-witness") as witness:
         witness.add_log("prompt-ledger.local/prompt-tumbling-e", [owner.vkey])
         vkey = witness.key.vkey
@@ -172,8 +183,9 @@ def study_runs(base: Path, replicates: int, interval: int) -> dict[str, float]:
             import shutil
 
             shutil.copytree(template, root)
-            with Ledger.create(root / "ledger.db", origin="prompt-ledger.local/prompt-tumbling-e",
-                               key=owner):
+            with Ledger.create(
+                root / "ledger.db", origin="prompt-ledger.local/prompt-tumbling-e", key=owner
+            ):
                 pass
             if witnessed:
                 (root / "study.toml").write_text(
@@ -201,14 +213,20 @@ def study_runs(base: Path, replicates: int, interval: int) -> dict[str, float]:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--logs", type=int, default=10_000)
-    parser.add_argument("--requests", type=int, default=2_000,
-                        help="requests per measurement (each to a different log)")
+    parser.add_argument(
+        "--requests",
+        type=int,
+        default=2_000,
+        help="requests per measurement (each to a different log)",
+    )
     parser.add_argument("--threads", type=int, default=4)
     parser.add_argument("--quick", action="store_true")
-    parser.add_argument("--replicates", type=int, default=6,
-                        help="replicates of the study run (35 trials each)")
-    parser.add_argument("--interval", type=int, default=25,
-                        help="the study run's witnessing interval, in trials")
+    parser.add_argument(
+        "--replicates", type=int, default=6, help="replicates of the study run (35 trials each)"
+    )
+    parser.add_argument(
+        "--interval", type=int, default=25, help="the study run's witnessing interval, in trials"
+    )
     parser.add_argument("--json", action="store_true")
     args = parser.parse_args()
     if args.quick:
@@ -228,8 +246,10 @@ def main() -> None:
         picked = rng.sample(logs, 3 * args.requests)
         batches = [requests_for(picked[i::3], rng) for i in range(3)]
         proof_lines = sum(b.split(b"\n\n")[0].count(b"\n") for b in batches[0]) / args.requests
-        print(f"requests: {args.requests} per measurement, {proof_lines:.1f} proof lines each "
-              "on average, each to a different log")
+        print(
+            f"requests: {args.requests} per measurement, {proof_lines:.1f} proof lines each "
+            "on average, each to a different log"
+        )
 
         figures["ed25519_verify_per_s"] = verify = ed25519_verify_rate(0.2 if args.quick else 1.0)
         print(f"Ed25519 verify: {verify:,.0f}/s")
@@ -237,8 +257,18 @@ def main() -> None:
         print(f"add-checkpoint, in process: {rate:,.0f}/s  ratio {rate / verify:.3f}")
 
         proc = subprocess.Popen(
-            [sys.executable, "-c", "from ledger.cli import main; main()", "witness", "serve",
-             str(directory), "--port", "0"], stdout=subprocess.PIPE, text=True,
+            [
+                sys.executable,
+                "-c",
+                "from ledger.cli import main; main()",
+                "witness",
+                "serve",
+                str(directory),
+                "--port",
+                "0",
+            ],
+            stdout=subprocess.PIPE,
+            text=True,
         )
         try:
             assert proc.stdout is not None
@@ -250,8 +280,10 @@ def main() -> None:
             print(f"add-checkpoint, HTTP, 1 client: {rate:,.0f}/s  ratio {rate / verify:.3f}")
             key = f"http_{args.threads}_clients_per_s"
             figures[key] = rate = over_http(url, batches[2], args.threads)
-            print(f"add-checkpoint, HTTP, {args.threads} clients: {rate:,.0f}/s  "
-                  f"ratio {rate / verify:.3f}")
+            print(
+                f"add-checkpoint, HTTP, {args.threads} clients: {rate:,.0f}/s  "
+                f"ratio {rate / verify:.3f}"
+            )
         finally:
             proc.send_signal(signal.SIGINT)
             proc.communicate(timeout=30)
@@ -263,13 +295,17 @@ def main() -> None:
 
         runs = study_runs(Path(tmp) / "study", args.replicates, args.interval)
         wait, total = runs["witness_wait_s"], runs["witnessed_run_s"]
-        print(f"study run, {runs['plain_trials']:.0f} trials, no witness: "
-              f"{runs['plain_run_s']:.2f} s (lock {runs['plain_lock_s']:.2f} s)")
-        print(f"study run, witnessed every {args.interval} trials: {total:.2f} s "
-              f"(lock {runs['witnessed_lock_s']:.2f} s), "
-              f"{runs['cosigned_checkpoints']:.0f} checkpoints cosigned; waiting on witnesses "
-              f"{wait:.3f} s = {wait / total:.1%} of the run; ratio to the unwitnessed run "
-              f"{total / runs['plain_run_s']:.2f}")
+        print(
+            f"study run, {runs['plain_trials']:.0f} trials, no witness: "
+            f"{runs['plain_run_s']:.2f} s (lock {runs['plain_lock_s']:.2f} s)"
+        )
+        print(
+            f"study run, witnessed every {args.interval} trials: {total:.2f} s "
+            f"(lock {runs['witnessed_lock_s']:.2f} s), "
+            f"{runs['cosigned_checkpoints']:.0f} checkpoints cosigned; waiting on witnesses "
+            f"{wait:.3f} s = {wait / total:.1%} of the run; ratio to the unwitnessed run "
+            f"{total / runs['plain_run_s']:.2f}"
+        )
         figures.update({k: v for k, v in runs.items() if k.endswith("_s")})
     if args.json:
         print(json.dumps({k: round(v, 1) for k, v in figures.items()}))

@@ -142,8 +142,11 @@ def bench_workers(args: argparse.Namespace) -> dict[str, Any]:
     home = base / "home"
     env = dict(os.environ, ANTHROPIC_API_KEY="test", PROMPT_LEDGER_HOME=str(home))
     os.environ["PROMPT_LEDGER_HOME"] = str(home)
-    out: dict[str, Any] = {"latency_ms": args.latency_ms, "concurrency": args.concurrency,
-                           "load_start": load_average()}  # fmt: skip
+    out: dict[str, Any] = {
+        "latency_ms": args.latency_ms,
+        "concurrency": args.concurrency,
+        "load_start": load_average(),
+    }
     try:
         with postgres(args.pg_url, base) as url, fake_server(args.latency_ms) as base_url:
             rows = []
@@ -156,12 +159,15 @@ def bench_workers(args: argparse.Namespace) -> dict[str, Any]:
                 with Ledger.open(store) as log:  # drop the schema afterwards
                     log._conn.raw.execute(f'DROP SCHEMA "{schema}" CASCADE')
         one, many = rows
-        out.update({
-            "one": one, "many": many,
-            "ratio": round(many["trials_per_s"] / one["trials_per_s"], 2),
-            "wall_ratio": round(many["wall_trials_per_s"] / one["wall_trials_per_s"], 2),
-            "load_end": load_average(),
-        })  # fmt: skip
+        out.update(
+            {
+                "one": one,
+                "many": many,
+                "ratio": round(many["trials_per_s"] / one["trials_per_s"], 2),
+                "wall_ratio": round(many["wall_trials_per_s"] / one["wall_trials_per_s"], 2),
+                "load_end": load_average(),
+            }
+        )
     finally:
         shutil.rmtree(base, ignore_errors=True)
     return out
@@ -170,16 +176,21 @@ def bench_workers(args: argparse.Namespace) -> dict[str, Any]:
 def report_workers(out: dict[str, Any]) -> None:
     """Print the workers comparison."""
     print(f"load average at start: {out['load_start']}; at end: {out['load_end']}")
-    print(f"fake server latency {out['latency_ms']} ms, concurrency {out['concurrency']} "
-          "per worker")  # fmt: skip
+    print(
+        f"fake server latency {out['latency_ms']} ms, concurrency {out['concurrency']} per worker"
+    )
     for row in (out["one"], out["many"]):
-        print(f"  {row['workers']} worker(s): {row['trials']} trials, {row['trials_per_s']:.1f} "
-              f"trials/s over the trial phase ({row['phase_s']:.2f} s), "
-              f"{row['wall_trials_per_s']:.1f} trials/s wall ({row['wall_s']:.2f} s); "
-              f"{row['sessions_that_sent']} session(s) sent requests")  # fmt: skip
+        print(
+            f"  {row['workers']} worker(s): {row['trials']} trials, {row['trials_per_s']:.1f} "
+            f"trials/s over the trial phase ({row['phase_s']:.2f} s), "
+            f"{row['wall_trials_per_s']:.1f} trials/s wall ({row['wall_s']:.2f} s); "
+            f"{row['sessions_that_sent']} session(s) sent requests"
+        )
     n = out["many"]["workers"]
-    print(f"ratio {n} workers / 1 worker: {out['ratio']:.2f}x (trial phase), "
-          f"{out['wall_ratio']:.2f}x (wall); target >= 3x")  # fmt: skip
+    print(
+        f"ratio {n} workers / 1 worker: {out['ratio']:.2f}x (trial phase), "
+        f"{out['wall_ratio']:.2f}x (wall); target >= 3x"
+    )
 
 
 def main(argv: list[str] | None = None) -> None:

@@ -113,8 +113,9 @@ def _copy_rows(source: Ledger, target: Ledger) -> None:
         while True:
             rows = get(
                 "SELECT seq, kind, actor, time, envelope, signature, leaf_hash FROM events "
-                "WHERE seq > ? ORDER BY seq LIMIT ?", (last, PAGE),
-            )  # fmt: skip
+                "WHERE seq > ? ORDER BY seq LIMIT ?",
+                (last, PAGE),
+            )
             if not rows:
                 break
             conn.executemany(
@@ -125,8 +126,10 @@ def _copy_rows(source: Ledger, target: Ledger) -> None:
             last = int(rows[-1][0])
         after = ""
         while True:
-            rows = get("SELECT sha256, size, data FROM blobs WHERE sha256 > ? ORDER BY sha256 "
-                       "LIMIT ?", (after, 100))  # fmt: skip
+            rows = get(
+                "SELECT sha256, size, data FROM blobs WHERE sha256 > ? ORDER BY sha256 LIMIT ?",
+                (after, 100),
+            )
             if not rows:
                 break
             conn.executemany(
@@ -137,24 +140,39 @@ def _copy_rows(source: Ledger, target: Ledger) -> None:
         for level_row in get("SELECT DISTINCT level FROM tree ORDER BY level", ()):
             level, idx = int(level_row[0]), -1
             while True:
-                rows = get("SELECT level, idx, hash FROM tree WHERE level = ? AND idx > ? "
-                           "ORDER BY idx LIMIT ?", (level, idx, PAGE * 10))  # fmt: skip
+                rows = get(
+                    "SELECT level, idx, hash FROM tree WHERE level = ? AND idx > ? "
+                    "ORDER BY idx LIMIT ?",
+                    (level, idx, PAGE * 10),
+                )
                 if not rows:
                     break
-                conn.executemany("INSERT INTO tree (level, idx, hash) VALUES (?, ?, ?)",
-                                 [(r[0], r[1], bytes(r[2])) for r in rows])  # fmt: skip
+                conn.executemany(
+                    "INSERT INTO tree (level, idx, hash) VALUES (?, ?, ?)",
+                    [(r[0], r[1], bytes(r[2])) for r in rows],
+                )
                 idx = int(rows[-1][1])
         conn.executemany(
             "INSERT INTO checkpoints (id, size, root, note, created) VALUES (?, ?, ?, ?, ?)",
-            [(r[0], r[1], bytes(r[2]), r[3], r[4]) for r in
-             get("SELECT id, size, root, note, created FROM checkpoints ORDER BY id", ())],
-        )  # fmt: skip
+            [
+                (r[0], r[1], bytes(r[2]), r[3], r[4])
+                for r in get(
+                    "SELECT id, size, root, note, created FROM checkpoints ORDER BY id", ()
+                )
+            ],
+        )
         conn.executemany(
             "INSERT INTO keys (actor, name, vkey, role, added_seq, revoked_seq) "
             "VALUES (?, ?, ?, ?, ?, ?)",
-            [tuple(r) for r in get("SELECT actor, name, vkey, role, added_seq, revoked_seq "
-                                   "FROM keys ORDER BY added_seq", ())],
-        )  # fmt: skip
+            [
+                tuple(r)
+                for r in get(
+                    "SELECT actor, name, vkey, role, added_seq, revoked_seq "
+                    "FROM keys ORDER BY added_seq",
+                    (),
+                )
+            ],
+        )
         if target.engine == "postgresql":
             conn.execute("UPDATE coord SET size = ? WHERE id = 1", (last + 1,))
             conn.execute(

@@ -26,7 +26,6 @@ BLOB_NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$")
 ACTOR_RE = re.compile(r"^[^\s+]{1,128}\+[0-9a-f]{8}$")
 
 
-
 def format_time(moment: datetime) -> str:
     """Format an aware datetime as the envelope's UTC time with microseconds."""
     if moment.tzinfo is not UTC:  # the clocks give UTC already: no conversion to pay for
@@ -115,8 +114,9 @@ def build_envelope(
     elif not isinstance(body, Mapping):
         raise FormatError("body must be a JSON object")
     if prevalidated and type(seq) is int and 0 <= seq <= MAX_SAFE_INTEGER:
-        data = envelope_bytes(seq=seq, time=time, kind=kind, actor=actor, prev=prev, body=body,
-                              blobs=blobs)  # fmt: skip
+        data = envelope_bytes(
+            seq=seq, time=time, kind=kind, actor=actor, prev=prev, body=body, blobs=blobs
+        )
     else:
         try:
             data = canonical_json(obj)  # one scan picks the fast path (floats) or the reference
@@ -135,7 +135,13 @@ def _check_size(kind: str, data: bytes) -> None:
 
 
 def envelope_bytes(
-    *, seq: int, time: str, kind: str, actor: str, prev: str, body: Mapping[str, Any],
+    *,
+    seq: int,
+    time: str,
+    kind: str,
+    actor: str,
+    prev: str,
+    body: Mapping[str, Any],
     blobs: Mapping[str, str],
 ) -> bytes:
     """The canonical bytes of an envelope whose members the caller built from checked parts.
@@ -148,19 +154,38 @@ def envelope_bytes(
     kind) and the size limit applies.
     """
     try:
-        data = b"".join((
-            b'{"actor":', _string(actor).encode("utf-8"),
-            b',"blobs":', canonical_json(blobs),
-            b',"body":', canonical_json(body),
-            b',"kind":', _string(kind).encode("utf-8"),
-            b',"prev":', _string(prev).encode("utf-8"),
-            b',"seq":', str(seq).encode("ascii"),
-            b',"time":', _string(time).encode("utf-8"),
-            b',"v":', str(VERSION).encode("ascii"), b"}",
-        ))  # fmt: skip
+        data = b"".join(
+            (
+                b'{"actor":',
+                _string(actor).encode("utf-8"),
+                b',"blobs":',
+                canonical_json(blobs),
+                b',"body":',
+                canonical_json(body),
+                b',"kind":',
+                _string(kind).encode("utf-8"),
+                b',"prev":',
+                _string(prev).encode("utf-8"),
+                b',"seq":',
+                str(seq).encode("ascii"),
+                b',"time":',
+                _string(time).encode("utf-8"),
+                b',"v":',
+                str(VERSION).encode("ascii"),
+                b"}",
+            )
+        )
     except UnicodeEncodeError:  # a lone surrogate in a member: the reference way names it
-        obj = {"v": VERSION, "seq": seq, "time": time, "kind": kind, "actor": actor,
-               "prev": prev, "body": body, "blobs": blobs}  # fmt: skip
+        obj = {
+            "v": VERSION,
+            "seq": seq,
+            "time": time,
+            "kind": kind,
+            "actor": actor,
+            "prev": prev,
+            "body": body,
+            "blobs": blobs,
+        }
         try:
             data = canonical_json(obj)
         except CanonicalError as exc:
@@ -219,6 +244,12 @@ def parse_envelope(data: bytes) -> Envelope:
     if canonical_json(obj) != data:
         raise FormatError("envelope bytes are not RFC 8785 canonical")
     return Envelope(
-        obj["seq"], obj["time"], obj["kind"], obj["actor"], obj["prev"],
-        obj["body"], obj["blobs"], data,
+        obj["seq"],
+        obj["time"],
+        obj["kind"],
+        obj["actor"],
+        obj["prev"],
+        obj["body"],
+        obj["blobs"],
+        data,
     )

@@ -92,9 +92,12 @@ def describe_utf8_error(data: bytes, exc: UnicodeDecodeError) -> str:
 
 
 _READ_FLAGS = (
-    os.O_RDONLY | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_NOCTTY", 0)
-    | getattr(os, "O_CLOEXEC", 0) | getattr(os, "O_NOFOLLOW", 0)
-)  # fmt: skip
+    os.O_RDONLY
+    | getattr(os, "O_NONBLOCK", 0)
+    | getattr(os, "O_NOCTTY", 0)
+    | getattr(os, "O_CLOEXEC", 0)
+    | getattr(os, "O_NOFOLLOW", 0)
+)
 
 
 def open_regular_file(path: str | os.PathLike[str]) -> BinaryIO:

@@ -71,8 +71,12 @@ class _Projection:
         self.requests: dict[int, _Request] = {}
         row = conn.execute("SELECT projected, spent_usd FROM pj_meta WHERE id = 1").fetchone()
         self.projected, self.spent = int(row[0]), float(row[1])
-        self.open = {int(r[0]) for r in conn.execute(
-            "SELECT seq FROM pj_sessions WHERE stopped_seq IS NULL").fetchall()}  # fmt: skip
+        self.open = {
+            int(r[0])
+            for r in conn.execute(
+                "SELECT seq FROM pj_sessions WHERE stopped_seq IS NULL"
+            ).fetchall()
+        }
         self.closed: dict[int, int | None] = {}  # session -> stopped seq (None: new, open)
         self.spent_changed = False
 
@@ -132,8 +136,11 @@ class _Projection:
         elif kind == "trial.excluded":
             record = self.trial(str(body.get("trial")))
             if record.final_seq is not None:
-                refuse("final", f"trial {body.get('trial')} already has its final outcome "
-                                f"(seq {record.final_seq})")  # fmt: skip
+                refuse(
+                    "final",
+                    f"trial {body.get('trial')} already has its final outcome "
+                    f"(seq {record.final_seq})",
+                )
                 return
             record.final_seq, record.dirty = seq, True
 
@@ -142,21 +149,31 @@ class _Projection:
         record = self.trial(tid)
         session = body.get("session")
         if isinstance(session, int) and session not in self.open:
-            refuse("closed", f"trial.requested for {tid} names run session {session}, which is "
-                             "not open (stopped, or ended by a later run.started)")  # fmt: skip
+            refuse(
+                "closed",
+                f"trial.requested for {tid} names run session {session}, which is "
+                "not open (stopped, or ended by a later run.started)",
+            )
             return
         if record.final_seq is not None:
-            refuse("final", f"trial {tid} already has its final outcome (seq {record.final_seq}); "
-                            "no request may follow it")  # fmt: skip
+            refuse(
+                "final",
+                f"trial {tid} already has its final outcome (seq {record.final_seq}); "
+                "no request may follow it",
+            )
             return
         attempt = body.get("attempt")
         if not isinstance(attempt, int) or attempt != record.attempts + 1:
-            refuse("attempt", f"trial.requested for {tid} has attempt {attempt!r}; the trial's "
-                              f"next attempt is {record.attempts + 1}")  # fmt: skip
+            refuse(
+                "attempt",
+                f"trial.requested for {tid} has attempt {attempt!r}; the trial's "
+                f"next attempt is {record.attempts + 1}",
+            )
             return
         record.attempts, record.dirty = attempt, True
-        self.requests[seq] = _Request(tid, attempt, session if isinstance(session, int) else None,
-                                      new=True)  # fmt: skip
+        self.requests[seq] = _Request(
+            tid, attempt, session if isinstance(session, int) else None, new=True
+        )
 
     def _outcome(self, seq: int, kind: str, body: dict[str, Any], refuse: Any) -> None:
         rseq = body.get("request_seq")
@@ -165,19 +182,28 @@ class _Projection:
             refuse("unknown", f"{kind} names request_seq {rseq!r}, which is no trial.requested")
             return
         if body.get("trial") != request.trial or body.get("attempt") != request.attempt:
-            refuse("unknown", f"{kind} names trial {body.get('trial')!r} attempt "
-                              f"{body.get('attempt')!r}, but its request (seq {rseq}) is attempt "
-                              f"{request.attempt} of trial {request.trial}")  # fmt: skip
+            refuse(
+                "unknown",
+                f"{kind} names trial {body.get('trial')!r} attempt "
+                f"{body.get('attempt')!r}, but its request (seq {rseq}) is attempt "
+                f"{request.attempt} of trial {request.trial}",
+            )
             return
         if request.outcome_seq is not None:
-            refuse("answered", f"{kind}: the request at seq {rseq} already has its outcome (seq "
-                               f"{request.outcome_seq})")  # fmt: skip
+            refuse(
+                "answered",
+                f"{kind}: the request at seq {rseq} already has its outcome (seq "
+                f"{request.outcome_seq})",
+            )
             return
         record = self.trial(request.trial)
         final = kind == "trial.responded" or body.get("final") is True
         if final and record.final_seq is not None:
-            refuse("final", f"{kind}: trial {request.trial} already has its final outcome (seq "
-                            f"{record.final_seq})")  # fmt: skip
+            refuse(
+                "final",
+                f"{kind}: trial {request.trial} already has its final outcome (seq "
+                f"{record.final_seq})",
+            )
             return
         request.outcome_seq, request.dirty = seq, True
         if final:
@@ -199,9 +225,12 @@ class _Projection:
         conn.executemany(
             "INSERT INTO pj_requests (seq, trial, attempt, session, outcome_seq) "
             "VALUES (?, ?, ?, ?, ?)",
-            [(s, r.trial, r.attempt, r.session, r.outcome_seq)
-             for s, r in self.requests.items() if r.new],
-        )  # fmt: skip
+            [
+                (s, r.trial, r.attempt, r.session, r.outcome_seq)
+                for s, r in self.requests.items()
+                if r.new
+            ],
+        )
         conn.executemany(
             "UPDATE pj_requests SET outcome_seq = ? WHERE seq = ?",
             [(r.outcome_seq, s) for s, r in self.requests.items() if r.dirty and not r.new],
@@ -221,9 +250,11 @@ def _history(_rule: str, _message: str) -> None:
 
 
 def guard_appends(
-    conn: Any, where: object, events: Sequence[tuple[int, str, dict[str, Any]]],
+    conn: Any,
+    where: object,
+    events: Sequence[tuple[int, str, dict[str, Any]]],
     specs: Sequence[object],
-) -> None:  # fmt: skip
+) -> None:
     """Check ``events`` (seq, kind, body) against the projection and project them.
 
     Called by :meth:`ledger.Ledger._append_locked` on a PostgreSQL store, inside the write

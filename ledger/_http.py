@@ -194,9 +194,14 @@ class Client:
             return self._request(method, op, json, params, signer, allow)
 
     def _request(
-        self, method: str, op: str, json: Any, params: Mapping[str, Any] | None,
-        signer: SigningKey | None, allow: tuple[int, ...],
-    ) -> Answer:  # fmt: skip
+        self,
+        method: str,
+        op: str,
+        json: Any,
+        params: Mapping[str, Any] | None,
+        signer: SigningKey | None,
+        allow: tuple[int, ...],
+    ) -> Answer:
         deadline = time.monotonic() + RETRY_SECONDS
         urls = self.where.urls
         delay = 0.1
@@ -217,8 +222,7 @@ class Client:
             try:
                 conn.request(method, target, body=body, headers=headers)
                 raw = conn.getresponse()
-                answer = Answer(raw.status, {k.lower(): v for k, v in raw.getheaders()},
-                                raw.read())  # fmt: skip
+                answer = Answer(raw.status, {k.lower(): v for k, v in raw.getheaders()}, raw.read())
             except (OSError, http.client.HTTPException) as exc:
                 conn.close()
                 self._conns.pop(base, None)
@@ -256,8 +260,12 @@ def _error(where: RemoteLocation, answer: Answer) -> LedgerError:
     text = f"{where}: {why}"
     if status == 409:
         head = answer.json().get("head", {}) if _is_json(answer) else {}
-        return ConflictError(text, size=int(head.get("size", -1)), last=str(head.get("last", "")),
-                             head=head if "frontier" in head else None)  # fmt: skip
+        return ConflictError(
+            text,
+            size=int(head.get("size", -1)),
+            last=str(head.get("last", "")),
+            head=head if "frontier" in head else None,
+        )
     if status == 403:
         return AuthorizationError(text)
     if status == 422:

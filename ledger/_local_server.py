@@ -18,9 +18,15 @@ class LocalServer:
     """Serve ``app`` on the bound ``sock`` in a daemon thread named ``name``."""
 
     def __init__(
-        self, sock: socket.socket, app: Any, *, name: str, what: str,
-        error: type[LedgerError], **config: Any,
-    ) -> None:  # fmt: skip
+        self,
+        sock: socket.socket,
+        app: Any,
+        *,
+        name: str,
+        what: str,
+        error: type[LedgerError],
+        **config: Any,
+    ) -> None:
         """Prepare the server; ``what`` and ``error`` say what did not start, if it does not."""
         import uvicorn
 

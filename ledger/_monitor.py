@@ -127,10 +127,13 @@ class MonitorState:
             raise MonitorError(f"state file {path}: not a version {STATE_VERSION} monitor state")
         try:
             return cls(
-                str(data["url"]), str(data["origin"]), str(data["checkpoint"]),
-                int(data["size"]), base64.b64decode(data["root"]),
+                str(data["url"]),
+                str(data["origin"]),
+                str(data["checkpoint"]),
+                int(data["size"]),
+                base64.b64decode(data["root"]),
                 [(int(h), base64.b64decode(x)) for h, x in data["frontier"]],
-            )  # fmt: skip
+            )
         except (KeyError, TypeError, ValueError) as exc:
             raise MonitorError(f"state file {path}: malformed ({exc})") from exc
 

@@ -61,9 +61,7 @@ def sign_note(text: str, keys: Sequence[SigningKey]) -> str:
     if not keys:
         raise NoteError("a note needs at least one signing key")
     message = text.encode("utf-8")
-    sigs = tuple(
-        NoteSignature(k.name, k.verifier.key_id, k.sign(message)) for k in keys
-    )
+    sigs = tuple(NoteSignature(k.name, k.verifier.key_id, k.sign(message)) for k in keys)
     return Note(text, sigs).render()
 
 

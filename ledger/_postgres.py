@@ -209,9 +209,11 @@ class PgConnection:
         pg = _psycopg()
         try:
             conn = pg.connect(
-                self.where.conninfo, autocommit=True, connect_timeout=CONNECT_TIMEOUT_SECONDS,
+                self.where.conninfo,
+                autocommit=True,
+                connect_timeout=CONNECT_TIMEOUT_SECONDS,
                 application_name="prompt-ledger",
-            )  # fmt: skip
+            )
         except pg.Error as exc:
             raise StoreError(connect_advice(self.where, exc)) from exc
         try:
@@ -419,9 +421,11 @@ def create_schema(where: PostgresLocation, meta: Sequence[tuple[str, str]]) -> P
     db.where, db.readonly, db._sql, db.in_transaction = where, False, {}, False
     try:
         conn = psycopg.connect(
-            where.conninfo, autocommit=True, connect_timeout=CONNECT_TIMEOUT_SECONDS,
+            where.conninfo,
+            autocommit=True,
+            connect_timeout=CONNECT_TIMEOUT_SECONDS,
             application_name="prompt-ledger",
-        )  # fmt: skip
+        )
     except psycopg.Error as exc:
         raise StoreError(connect_advice(where, exc)) from exc
     try:

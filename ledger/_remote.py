@@ -108,9 +108,14 @@ class RemoteLedger(Ledger):
     engine_name = "remote"
 
     def __init__(
-        self, where: RemoteLocation, client: Client, head: Mapping[str, Any],
-        clock: Clock | None, *, readonly: bool = False,
-    ) -> None:  # fmt: skip
+        self,
+        where: RemoteLocation,
+        client: Client,
+        head: Mapping[str, Any],
+        clock: Clock | None,
+        *,
+        readonly: bool = False,
+    ) -> None:
         """Wrap a connected client; use :meth:`Ledger.open` or :meth:`Ledger.create` instead."""
         self.path = where  # type: ignore[assignment]
         self.where = where
@@ -155,9 +160,14 @@ class RemoteLedger(Ledger):
         check_origin(origin)
         clock = clock or _fixed_clock({}) or utc_now
         data = envelope_bytes(
-            seq=0, time=format_time(clock()), kind="ledger.genesis", actor=key.actor,
-            prev=ZERO_HASH, body={"origin": origin, "vkey": key.vkey}, blobs={},
-        )  # fmt: skip
+            seq=0,
+            time=format_time(clock()),
+            kind="ledger.genesis",
+            actor=key.actor,
+            prev=ZERO_HASH,
+            body={"origin": origin, "vkey": key.vkey},
+            blobs={},
+        )
         entry = {"envelope": b64(data), "signature": b64(key.sign(data))}
         with Client(where) as client:
             client.request("POST", "create", json={"origin": origin, "entry": entry})
@@ -252,9 +262,13 @@ class RemoteLedger(Ledger):
             return stored
 
     def _sign(
-        self, specs: Sequence[EventSpec], key: SigningKey, tree: _Tree,
-        pending: Mapping[str, bytes], roots: list[bytes] | None = None,
-    ) -> tuple[list[Event], dict[str, bytes]]:  # fmt: skip
+        self,
+        specs: Sequence[EventSpec],
+        key: SigningKey,
+        tree: _Tree,
+        pending: Mapping[str, bytes],
+        roots: list[bytes] | None = None,
+    ) -> tuple[list[Event], dict[str, bytes]]:
         """Envelopes for ``specs`` continuing ``tree`` (pushed), signed by ``key``, and blobs.
 
         With ``roots``, the tree's root after each event is appended to it.
@@ -289,15 +303,23 @@ class RemoteLedger(Ledger):
                     raise FormatError(f"blob {name!r} must be bytes or a stored blob's SHA-256")
             when = format_time(self._clock())
             prev = tree.head.last.hex() if seq else ZERO_HASH
-            data = envelope_bytes(seq=seq, time=when, kind=spec.kind, actor=key.actor, prev=prev,
-                                  body=body, blobs=refs)  # fmt: skip
+            data = envelope_bytes(
+                seq=seq,
+                time=when,
+                kind=spec.kind,
+                actor=key.actor,
+                prev=prev,
+                body=body,
+                blobs=refs,
+            )
             signature = key.sign(data)
             leaf = hashlib.sha256(b"\x00" + data).digest()
             tree.push(leaf)
             if roots is not None:
                 roots.append(tree.root())
-            events.append(Event(seq, when, spec.kind, key.actor, prev, body, refs, data,
-                                signature, leaf))  # fmt: skip
+            events.append(
+                Event(seq, when, spec.kind, key.actor, prev, body, refs, data, signature, leaf)
+            )
         return events, blobs
 
     def _privacy(self) -> SealPolicy:
@@ -324,11 +346,12 @@ class RemoteLedger(Ledger):
         in_transaction: bool,
     ) -> list[Event]:
         payload = {
-            "entries": [{"envelope": b64(e.envelope), "signature": b64(e.signature)}
-                        for e in events],
+            "entries": [
+                {"envelope": b64(e.envelope), "signature": b64(e.signature)} for e in events
+            ],
             "blobs": {d: b64(b) for d, b in blobs.items()},
             "checkpoints": [{"note": n, "created": c} for n, c, _ in checkpoints],
-        }  # fmt: skip
+        }
         try:
             answer = self._client.request("POST", "append", json=payload)
         except ConflictError as exc:
@@ -383,8 +406,16 @@ class RemoteLedger(Ledger):
     def checkpoints(self) -> list[StoredCheckpoint]:
         """Every stored checkpoint, oldest first (and this transaction's, last)."""
         rows = self._client.request("GET", "checkpoints").json()["checkpoints"]
-        out = [StoredCheckpoint(int(r["id"]), int(r["size"]), bytes.fromhex(r["root"]),
-                                str(r["note"]), str(r["created"])) for r in rows]  # fmt: skip
+        out = [
+            StoredCheckpoint(
+                int(r["id"]),
+                int(r["size"]),
+                bytes.fromhex(r["root"]),
+                str(r["note"]),
+                str(r["created"]),
+            )
+            for r in rows
+        ]
         if self._tx is not None:
             for i, (note, created, n) in enumerate(self._tx.checkpoints):
                 out.append(StoredCheckpoint(-1 - i, n, self.root(n), note, created))
@@ -411,9 +442,11 @@ class RemoteLedger(Ledger):
     def _sync_locked(self) -> None:
         while True:
             answer = self._client.request(
-                "GET", "events", params={"start": len(self._cache), "limit": PAGE},
+                "GET",
+                "events",
+                params={"start": len(self._cache), "limit": PAGE},
                 signer=self._read_key(),
-            )  # fmt: skip
+            )
             data = answer.json()
             rows = data["events"]
             for row in rows:
@@ -484,8 +517,12 @@ class RemoteLedger(Ledger):
     def keys(self) -> list[KeyRecord]:
         """Every key ever registered, in registration order (as committed)."""
         rows = self._client.request("GET", "keys").json()["keys"]
-        return [KeyRecord(r["actor"], r["name"], r["vkey"], r["role"], int(r["added_seq"]),
-                          r["revoked_seq"]) for r in rows]  # fmt: skip
+        return [
+            KeyRecord(
+                r["actor"], r["name"], r["vkey"], r["role"], int(r["added_seq"]), r["revoked_seq"]
+            )
+            for r in rows
+        ]
 
     def _read_key(self) -> SigningKey:
         if self._reader is None:
@@ -537,9 +574,13 @@ class RemoteLedger(Ledger):
 
         params = {"index": index, **({} if size is None else {"size": size})}
         data = self._client.request("GET", "proof/inclusion", params=params).json()
-        return InclusionProof(int(data["leaf_index"]), int(data["tree_size"]),
-                              bytes.fromhex(data["leaf_hash"]), bytes.fromhex(data["root"]),
-                              tuple(bytes.fromhex(p) for p in data["path"]))  # fmt: skip
+        return InclusionProof(
+            int(data["leaf_index"]),
+            int(data["tree_size"]),
+            bytes.fromhex(data["leaf_hash"]),
+            bytes.fromhex(data["root"]),
+            tuple(bytes.fromhex(p) for p in data["path"]),
+        )
 
     def consistency_proof(self, old: int, new: int | None = None) -> ConsistencyProof:
         """RFC 9162 consistency proof from the tree of ``old`` to ``new`` events (default: now)."""
@@ -547,9 +588,13 @@ class RemoteLedger(Ledger):
 
         params = {"old": old, **({} if new is None else {"new": new})}
         data = self._client.request("GET", "proof/consistency", params=params).json()
-        return ConsistencyProof(int(data["old_size"]), int(data["new_size"]),
-                                bytes.fromhex(data["old_root"]), bytes.fromhex(data["new_root"]),
-                                tuple(bytes.fromhex(p) for p in data["path"]))  # fmt: skip
+        return ConsistencyProof(
+            int(data["old_size"]),
+            int(data["new_size"]),
+            bytes.fromhex(data["old_root"]),
+            bytes.fromhex(data["new_root"]),
+            tuple(bytes.fromhex(p) for p in data["path"]),
+        )
 
     def checkpoint(self, size: int | None = None) -> Checkpoint:
         """The unsigned checkpoint of the first ``size`` events (default: the whole log)."""

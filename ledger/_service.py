@@ -116,9 +116,13 @@ class AppendService:
     """The studies of one store, each with a small pool of open ledgers (one per thread)."""
 
     def __init__(
-        self, store: StoreRoot, *, allow_create: bool = False, connections: int = 4,
+        self,
+        store: StoreRoot,
+        *,
+        allow_create: bool = False,
+        connections: int = 4,
         max_request_bytes: int = MAX_REQUEST_BYTES,
-    ) -> None:  # fmt: skip
+    ) -> None:
         """Serve the studies of ``store``; ``connections`` bounds the open ledgers per study."""
         self.store = store
         self.allow_create = allow_create
@@ -223,10 +227,14 @@ def head_json(log: Ledger) -> dict[str, Any]:
     row = log._conn.execute("SELECT MAX(created) FROM checkpoints").fetchone()
     when = log.get(size - 1).time if size else None
     return {
-        "api": 1, "origin": log.origin, "size": size, "last": last.hex(),
-        "frontier": [[lvl, h.hex()] for lvl, h in frontier], "time": when,
+        "api": 1,
+        "origin": log.origin,
+        "size": size,
+        "last": last.hex(),
+        "frontier": [[lvl, h.hex()] for lvl, h in frontier],
+        "time": when,
         "checkpoint_time": row[0] if row else None,
-    }  # fmt: skip
+    }
 
 
 def _parse_append(data: Any) -> tuple[list[tuple[bytes, bytes]], dict[str, bytes], list[Any]]:
@@ -243,8 +251,12 @@ def _parse_append(data: Any) -> tuple[list[tuple[bytes, bytes]], dict[str, bytes
     for i, entry in enumerate(raw_entries):
         if not isinstance(entry, dict) or set(entry) != {"envelope", "signature"}:
             raise BadRequest(400, f"entry {i} must be {{envelope, signature}}")
-        entries.append((_b64(entry["envelope"], f"entry {i} envelope"),
-                        _b64(entry["signature"], f"entry {i} signature")))  # fmt: skip
+        entries.append(
+            (
+                _b64(entry["envelope"], f"entry {i} envelope"),
+                _b64(entry["signature"], f"entry {i} signature"),
+            )
+        )
         if len(entries[-1][1]) != 64:
             raise BadRequest(400, f"entry {i} signature is not 64 bytes (Ed25519)")
     blobs = {}
@@ -271,9 +283,10 @@ def _append(log: Ledger, data: Any) -> dict[str, Any]:
             events, replayed = log.append_signed(entries, blobs)
             ids = [log.store_checkpoint(cp["note"], cp["created"]) for cp in cps]
     return {
-        "seqs": [e.seq for e in events], "replayed": replayed,
+        "seqs": [e.seq for e in events],
+        "replayed": replayed,
         "checkpoints": [{"id": i, "replayed": r} for i, r in ids],
-    }  # fmt: skip
+    }
 
 
 def _cosign(log: Ledger, data: Any) -> dict[str, Any]:
@@ -290,8 +303,10 @@ def _check_reader(log: Ledger, request: Request) -> None:
     header = request.headers.get(READ_HEADER)
     if not header:
         raise BadRequest(
-            403, f"reading envelopes and blobs needs a {READ_HEADER} header signed by a key of "
-            "this study (envelopes name trials by arm: docs/service.md §8)")  # fmt: skip
+            403,
+            f"reading envelopes and blobs needs a {READ_HEADER} header signed by a key of "
+            "this study (envelopes name trials by arm: docs/service.md §8)",
+        )
     parts = header.split(" ")
     if len(parts) != 3 or not parts[1].isdigit():
         raise BadRequest(400, f"{READ_HEADER} must be '<actor> <unix time> <base64 signature>'")
@@ -311,9 +326,13 @@ def _events(log: Ledger, request: Request) -> dict[str, Any]:
     _check_reader(log, request)
     start = _int(request.query_params, "start", 0) or 0
     limit = min(_int(request.query_params, "limit", 1000) or 1000, 5000)
-    out = [{"envelope": base64.b64encode(e.envelope).decode(),
-            "signature": base64.b64encode(e.signature).decode()}
-           for e in log.events(start=start, end=start + limit)]  # fmt: skip
+    out = [
+        {
+            "envelope": base64.b64encode(e.envelope).decode(),
+            "signature": base64.b64encode(e.signature).decode(),
+        }
+        for e in log.events(start=start, end=start + limit)
+    ]
     return {"events": out, "size": log.size}
 
 
@@ -345,9 +364,15 @@ def _proof(log: Ledger, request: Request, which: str) -> dict[str, Any]:
 
 
 _STATUS: list[tuple[type[BaseException], int]] = [
-    (BadRequest, 0), (ConflictError, 409), (RefusedError, 422), (AuthorizationError, 403),
-    (ProofError, 400), (FormatError, 400), (NoteError, 400), (StoreError, 503),
-]  # fmt: skip
+    (BadRequest, 0),
+    (ConflictError, 409),
+    (RefusedError, 422),
+    (AuthorizationError, 403),
+    (ProofError, 400),
+    (FormatError, 400),
+    (NoteError, 400),
+    (StoreError, 503),
+]
 
 
 def _answer_error(exc: LedgerError, log_head: Callable[[], dict[str, Any]] | None) -> Response:
@@ -430,8 +455,12 @@ def _create(service: AppendService, study: str, data: Any) -> Response:
     from ledger._store import check_origin
 
     check_origin(data["origin"])
-    service.create(study, data["origin"], _b64(entry["envelope"], "envelope"),
-                   _b64(entry["signature"], "signature"))  # fmt: skip
+    service.create(
+        study,
+        data["origin"],
+        _b64(entry["envelope"], "envelope"),
+        _b64(entry["signature"], "signature"),
+    )
     return JSONResponse({"study": study, "size": 1}, 201)
 
 
@@ -460,14 +489,33 @@ def _route(log: Ledger, op: str, method: str, request: Request, data: Any) -> Re
         return JSONResponse(head_json(log))
     if op == "keys":
         registered = log.keys()
-        rows = [{"actor": k.actor, "name": k.name, "vkey": k.vkey, "role": k.role,
-                 "added_seq": k.added_seq, "revoked_seq": k.revoked_seq}
-                for k in registered]  # fmt: skip
+        rows = [
+            {
+                "actor": k.actor,
+                "name": k.name,
+                "vkey": k.vkey,
+                "role": k.role,
+                "added_seq": k.added_seq,
+                "revoked_seq": k.revoked_seq,
+            }
+            for k in registered
+        ]
         return JSONResponse({"keys": rows})
     if op == "checkpoints":
-        return JSONResponse({"checkpoints": [
-            {"id": c.id, "size": c.size, "root": c.root.hex(), "note": c.note,
-             "created": c.created} for c in log.checkpoints()]})  # fmt: skip
+        return JSONResponse(
+            {
+                "checkpoints": [
+                    {
+                        "id": c.id,
+                        "size": c.size,
+                        "root": c.root.hex(),
+                        "note": c.note,
+                        "created": c.created,
+                    }
+                    for c in log.checkpoints()
+                ]
+            }
+        )
     if op == "root":
         size = _int(request.query_params, "size")
         return JSONResponse({"size": size, "root": log.root(size).hex()})

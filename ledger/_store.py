@@ -161,8 +161,16 @@ class Event:
         envelope, signature, leaf = bytes(row[0]), bytes(row[1]), bytes(row[2])
         obj = loads_json(envelope)
         return cls(
-            obj["seq"], obj["time"], obj["kind"], obj["actor"], obj["prev"],
-            obj["body"], obj["blobs"], envelope, signature, leaf,
+            obj["seq"],
+            obj["time"],
+            obj["kind"],
+            obj["actor"],
+            obj["prev"],
+            obj["body"],
+            obj["blobs"],
+            envelope,
+            signature,
+            leaf,
         )
 
 
@@ -285,8 +293,13 @@ class _Head:
 # SQLite's answers when it cannot set up WAL's shared-memory file (-shm) for a connection:
 # the directory is read-only, or the file there cannot be created or opened.
 _READ_ONLY_PLACE = frozenset(
-    {"SQLITE_READONLY_DIRECTORY", "SQLITE_CANTOPEN", "SQLITE_READONLY_CANTINIT",
-     "SQLITE_READONLY_CANTLOCK", "SQLITE_READONLY"}
+    {
+        "SQLITE_READONLY_DIRECTORY",
+        "SQLITE_CANTOPEN",
+        "SQLITE_READONLY_CANTINIT",
+        "SQLITE_READONLY_CANTLOCK",
+        "SQLITE_READONLY",
+    }
 )
 # A -wal file shorter than its 32-byte header, one 24-byte frame header and the smallest
 # page (512 bytes) holds no complete frame, so nothing that is not already in the main file.
@@ -440,8 +453,11 @@ class Ledger:
             try:
                 return _probe(
                     sqlite3.connect(
-                        f"{uri}?mode=ro" if readonly else uri, uri=True,
-                        isolation_level=None, timeout=60, check_same_thread=False,
+                        f"{uri}?mode=ro" if readonly else uri,
+                        uri=True,
+                        isolation_level=None,
+                        timeout=60,
+                        check_same_thread=False,
                     )
                 )
             except sqlite3.OperationalError as exc:
@@ -463,8 +479,11 @@ class Ledger:
                     ) from exc
                 return _probe(
                     sqlite3.connect(
-                        f"{uri}?mode=ro&immutable=1", uri=True,
-                        isolation_level=None, timeout=60, check_same_thread=False,
+                        f"{uri}?mode=ro&immutable=1",
+                        uri=True,
+                        isolation_level=None,
+                        timeout=60,
+                        check_same_thread=False,
                     )
                 )
         except sqlite3.OperationalError as exc:
@@ -516,8 +535,11 @@ class Ledger:
         Refuses an existing file or schema; the tables are created in one transaction.
         """
         if isinstance(where, PostgresLocation):
-            meta = [("format", "prompt-ledger"), ("schema_version", str(SCHEMA_VERSION)),
-                    ("origin", origin)]  # fmt: skip
+            meta = [
+                ("format", "prompt-ledger"),
+                ("schema_version", str(SCHEMA_VERSION)),
+                ("origin", origin),
+            ]
             return cls(where, create_schema(where, meta), clock)
         p = where
         if p.exists():
@@ -814,8 +836,9 @@ class Ledger:
             kind = spec.kind
             when = format_time(clock())
             prev = head.last.hex() if seq else ZERO_HASH
-            data = envelope_bytes(seq=seq, time=when, kind=kind, actor=actor, prev=prev,
-                                  body=body, blobs=blob_refs)  # fmt: skip
+            data = envelope_bytes(
+                seq=seq, time=when, kind=kind, actor=actor, prev=prev, body=body, blobs=blob_refs
+            )
             signature = key.sign(data)
             leaf = hashlib.sha256(b"\x00" + data).digest()
             event_rows.append((seq, kind, actor, when, data, signature, leaf))
@@ -827,10 +850,15 @@ class Ledger:
         return events
 
     def _insert(
-        self, events: Sequence[Event], specs: Sequence[object],
-        blob_rows: dict[str, tuple[Any, ...]], event_rows: list[tuple[Any, ...]],
-        node_rows: list[tuple[int, int, bytes]], head: _Head, keys: _KeyView,
-    ) -> None:  # fmt: skip
+        self,
+        events: Sequence[Event],
+        specs: Sequence[object],
+        blob_rows: dict[str, tuple[Any, ...]],
+        event_rows: list[tuple[Any, ...]],
+        node_rows: list[tuple[int, int, bytes]],
+        head: _Head,
+        keys: _KeyView,
+    ) -> None:
         """Write a checked batch's rows (inside the write transaction) and keep its head.
 
         On PostgreSQL the trial rules are checked first (``ledger/_guard.py``: many writers,
@@ -922,9 +950,11 @@ class Ledger:
             return self._append_signed_locked(parsed, sent, verified)
 
     def _append_signed_locked(
-        self, parsed: Sequence[tuple[Any, bytes]], sent: dict[str, bytes],
+        self,
+        parsed: Sequence[tuple[Any, bytes]],
+        sent: dict[str, bytes],
         verified: set[tuple[int, str]],
-    ) -> tuple[list[Event], bool]:  # fmt: skip
+    ) -> tuple[list[Event], bool]:
         from ledger._errors import ConflictError
 
         conn = self._conn
@@ -942,8 +972,9 @@ class Ledger:
                 f"{self.path}: seq {first} does not continue the log (size {head.size}, last "
                 f"leaf {head.last.hex() or 'none'}): another writer appended first; re-sign "
                 "against the new head",
-                size=head.size, last=head.last.hex(),
-            )  # fmt: skip
+                size=head.size,
+                last=head.last.hex(),
+            )
         keys = _KeyView(conn)
         event_rows: list[tuple[Any, ...]] = []
         node_rows: list[tuple[int, int, bytes]] = []
@@ -994,9 +1025,12 @@ class Ledger:
                 if digest in sent:
                     data = sent[digest]
                     blob_rows.setdefault(digest, (digest, len(data), data))
-                elif digest not in blob_rows and not conn.execute(
-                    "SELECT 1 FROM blobs WHERE sha256 = ?", (digest,)
-                ).fetchone():
+                elif (
+                    digest not in blob_rows
+                    and not conn.execute(
+                        "SELECT 1 FROM blobs WHERE sha256 = ?", (digest,)
+                    ).fetchone()
+                ):
                     raise FormatError(
                         f"seq {seq}: blob {name!r} refers to {digest}, which was neither sent "
                         "nor stored"
@@ -1004,10 +1038,23 @@ class Ledger:
             leaf = hashlib.sha256(b"\x00" + env.data).digest()
             event_rows.append((seq, kind, env.actor, env.time, env.data, signature, leaf))
             head.push(leaf, node_rows)
-            events.append(Event(seq, env.time, kind, env.actor, prev, dict(env.body),
-                                dict(env.blobs), env.data, signature, leaf))  # fmt: skip
-        self._insert(events, [env for env, _ in parsed], blob_rows, event_rows, node_rows, head,
-                     keys)  # fmt: skip
+            events.append(
+                Event(
+                    seq,
+                    env.time,
+                    kind,
+                    env.actor,
+                    prev,
+                    dict(env.body),
+                    dict(env.blobs),
+                    env.data,
+                    signature,
+                    leaf,
+                )
+            )
+        self._insert(
+            events, [env for env, _ in parsed], blob_rows, event_rows, node_rows, head, keys
+        )
         return events, False
 
     def _load_head_at_once(self) -> _Head:
@@ -1105,9 +1152,7 @@ class Ledger:
             head = self._load_head()
         return head.size, head.last, list(head.frontier)
 
-    def _apply_key_event(
-        self, keys: _KeyView, kind: str, body: dict[str, Any], seq: int
-    ) -> None:
+    def _apply_key_event(self, keys: _KeyView, kind: str, body: dict[str, Any], seq: int) -> None:
         if kind == "key.added":
             if set(body) != {"vkey", "role"}:
                 raise FormatError("key.added body must be exactly {vkey, role}")
@@ -1150,9 +1195,12 @@ class Ledger:
                 )
             if isinstance(value, str):
                 digest = value.lower()
-                if digest not in pending and not self._conn.execute(
-                    "SELECT 1 FROM blobs WHERE sha256 = ?", (digest,)
-                ).fetchone():
+                if (
+                    digest not in pending
+                    and not self._conn.execute(
+                        "SELECT 1 FROM blobs WHERE sha256 = ?", (digest,)
+                    ).fetchone()
+                ):
                     raise FormatError(
                         f"blob {name!r} of event {seq} refers to {digest}, which is not stored"
                     )
@@ -1311,9 +1359,7 @@ class Ledger:
             for signer in signers:
                 record = view.get(signer.actor)
                 if record is None or record.vkey != signer.vkey:
-                    raise AuthorizationError(
-                        f"key {signer.actor} is not registered in {self.path}"
-                    )
+                    raise AuthorizationError(f"key {signer.actor} is not registered in {self.path}")
                 if not record.valid_for(n - 1):
                     raise AuthorizationError(
                         f"key {signer.actor} is not valid at tree size {n} (revoked)"
@@ -1328,8 +1374,9 @@ class Ledger:
             if row is not None:
                 have = str(row[1])
                 lines = have.split("\n\n", 1)[1].splitlines(keepends=True)
-                extra = [x for x in note.split("\n\n", 1)[1].splitlines(keepends=True)
-                         if x not in lines]  # fmt: skip
+                extra = [
+                    x for x in note.split("\n\n", 1)[1].splitlines(keepends=True) if x not in lines
+                ]
                 if extra:
                     have += "".join(extra)
                     self._conn.execute(

@@ -97,9 +97,10 @@ def dead_workers(log: Ledger) -> list[WorkerRecord]:
     """Workers whose lease ran out, and those of this host whose process no longer exists."""
     here = socket.gethostname()
     return [
-        w for w in list_workers(log)
+        w
+        for w in list_workers(log)
         if not w.live or (w.host == here and w.pid != os.getpid() and _pid_gone(w.pid))
-    ]  # fmt: skip
+    ]
 
 
 def register_worker(
@@ -111,9 +112,8 @@ def register_worker(
     _pg(log).execute(
         "INSERT INTO workers (id, session, host, pid, mode, lease_seconds, expires) "
         "VALUES (?, ?, ?, ?, ?, ?, now() + make_interval(secs => ?))",
-        (worker_id, session, socket.gethostname(), os.getpid(), mode, lease_seconds,
-         lease_seconds),
-    )  # fmt: skip
+        (worker_id, session, socket.gethostname(), os.getpid(), mode, lease_seconds, lease_seconds),
+    )
 
 
 def remove_worker(log: Ledger, worker_id: str) -> bool:
@@ -244,8 +244,9 @@ class WorkerLink:
         ]
         stale = sorted(got & finals)  # finalised between the two statements: give them back
         if stale:
-            self._run("DELETE FROM leases WHERE trial = ANY(?) AND worker = ?",
-                      (stale, self.worker_id))  # fmt: skip
+            self._run(
+                "DELETE FROM leases WHERE trial = ANY(?) AND worker = ?", (stale, self.worker_id)
+            )
         return claimed, finals, chosen > 0 and not got
 
     def release(self, trials: Sequence[str] | None = None) -> None:
@@ -253,8 +254,10 @@ class WorkerLink:
         if trials is None:
             self._run("DELETE FROM leases WHERE worker = ?", (self.worker_id,))
         elif trials:
-            self._run("DELETE FROM leases WHERE trial = ANY(?) AND worker = ?",
-                      (list(trials), self.worker_id))  # fmt: skip
+            self._run(
+                "DELETE FROM leases WHERE trial = ANY(?) AND worker = ?",
+                (list(trials), self.worker_id),
+            )
 
     def finals(self) -> int:
         """How many trials of the study have their final outcome."""
@@ -289,8 +292,10 @@ class WorkerLink:
                 )
                 others = float(row.fetchone()[0])
                 granted = spent + others + mine + worst <= budget
-                db.execute("UPDATE workers SET reserved_usd = ? WHERE id = ?",
-                           (mine + worst if granted else mine, self.worker_id))  # fmt: skip
+                db.execute(
+                    "UPDATE workers SET reserved_usd = ? WHERE id = ?",
+                    (mine + worst if granted else mine, self.worker_id),
+                )
                 db.execute("COMMIT")
             except BaseException:
                 with suppress(Exception):

@@ -91,8 +91,12 @@ class _LedgerLocation(click.ParamType[Any]):
             return value
         path = Path(value)
         if path.is_dir():
-            self.fail(f"{path} is a directory; give the ledger file (a study's is STUDY/ledger.db)"
-                      " or a postgresql:// URL", param, ctx)  # fmt: skip
+            self.fail(
+                f"{path} is a directory; give the ledger file (a study's is STUDY/ledger.db)"
+                " or a postgresql:// URL",
+                param,
+                ctx,
+            )
         return path
 
 
@@ -268,8 +272,12 @@ def log_cmd(path: Path, kind: str | None, as_json: bool) -> None:
         grid = table("seq", "time", "kind", "actor", "blobs", "leaf hash")
         for event in log.events(kind):
             grid.add_row(
-                str(event.seq), event.time, event.kind, event.actor,
-                str(len(event.blobs)), event.leaf_hash.hex()[:16],
+                str(event.seq),
+                event.time,
+                event.kind,
+                event.actor,
+                str(len(event.blobs)),
+                event.leaf_hash.hex()[:16],
             )
         console().print(grid)
 
@@ -310,7 +318,10 @@ def show(path: Path, seq: int, as_json: bool) -> None:
     "--key", "key_files", required=True, multiple=True, help="Signing key file (repeatable)."
 )
 @click.option(
-    "--out", "out_file", type=click.Path(dir_okay=False, path_type=Path), default=None,
+    "--out",
+    "out_file",
+    type=click.Path(dir_okay=False, path_type=Path),
+    default=None,
     help="Also write the signed note to this file.",
 )
 def checkpoint(path: Path, key_files: tuple[str, ...], out_file: Path | None) -> None:
@@ -483,6 +494,3 @@ def key_list(path: Path, as_json: bool) -> None:
         revoked = "" if r.revoked_seq is None else str(r.revoked_seq)
         grid.add_row(r.actor, r.role, str(r.added_seq), revoked, r.vkey)
     console().print(grid)
-
-
-

@@ -121,9 +121,7 @@ def is_library_error(exc: BaseException) -> bool:
     """
     for cls in type(exc).__mro__:
         package = cls.__module__.partition(".")[0]
-        if package in {"ledger", "runner", "analysis", "verify"} and cls.__name__.endswith(
-            "Error"
-        ):
+        if package in {"ledger", "runner", "analysis", "verify"} and cls.__name__.endswith("Error"):
             return True
     return False
 
@@ -135,9 +133,7 @@ def filesystem_message(exc: OSError) -> str:
 
 def _encoding_message(exc: UnicodeError) -> str:
     """A decoding failure that escaped the reader that should have named its file."""
-    return (
-        f"input is not valid UTF-8 ({exc}); save the file as UTF-8 and run the command again"
-    )
+    return f"input is not valid UTF-8 ({exc}); save the file as UTF-8 and run the command again"
 
 
 def _write_trace(argv: list[str]) -> str:
@@ -242,9 +238,7 @@ def console(stderr: bool = False) -> Console:
     """
     from rich.console import Console
 
-    return Console(
-        stderr=stderr, soft_wrap=True, highlight=False, width=_terminal_width() or 100
-    )
+    return Console(stderr=stderr, soft_wrap=True, highlight=False, width=_terminal_width() or 100)
 
 
 def table(*columns: str, title: str | None = None) -> Table:

@@ -39,20 +39,37 @@ def _quorum(quorum: int | None, witnesses: list[str]) -> int | None:
     if quorum is not None and not 0 < quorum <= len(witnesses):
         raise click.BadParameter(
             f"--quorum {quorum} must be between 1 and the number of --witness keys "
-            f"({len(witnesses)})", param_hint="--quorum")  # fmt: skip
+            f"({len(witnesses)})",
+            param_hint="--quorum",
+        )
     return quorum
 
 
 def _trust_options(command: Callable[..., Any]) -> Callable[..., Any]:
     """``--trusted-key``, ``--witness`` and ``--quorum``: whom a monitor or a receipt trusts."""
-    for option in reversed((
-        click.option("--trusted-key", "trusted_keys", multiple=True, required=True,
-                     help="The log's vkey (inline, @FILE or a .vkey path); repeatable."),
-        click.option("--witness", "witness_keys", multiple=True,
-                     help="A trusted witness's cosigner vkey (inline or @FILE); repeatable."),
-        click.option("--quorum", type=int, default=None,
-                     help="Cosignatures required (default: every --witness)."),
-    )):  # fmt: skip
+    for option in reversed(
+        (
+            click.option(
+                "--trusted-key",
+                "trusted_keys",
+                multiple=True,
+                required=True,
+                help="The log's vkey (inline, @FILE or a .vkey path); repeatable.",
+            ),
+            click.option(
+                "--witness",
+                "witness_keys",
+                multiple=True,
+                help="A trusted witness's cosigner vkey (inline or @FILE); repeatable.",
+            ),
+            click.option(
+                "--quorum",
+                type=int,
+                default=None,
+                help="Cosignatures required (default: every --witness).",
+            ),
+        )
+    ):
         command = option(command)
     return command
 
@@ -60,22 +77,31 @@ def _trust_options(command: Callable[..., Any]) -> Callable[..., Any]:
 @click.command("serve", cls=Command)
 @click.argument("directory", required=False, type=click.Path(file_okay=False, path_type=Path))
 @click.option(
-    "--store", default=None, metavar="URL|DIR",
+    "--store",
+    default=None,
+    metavar="URL|DIR",
     help="Serve the append API over this store: a PostgreSQL database (one schema per study) "
     "or a folder of SQLite ledgers (<study>.db).",
-)  # fmt: skip
+)
 @click.option(
-    "--allow-create", is_flag=True,
+    "--allow-create",
+    is_flag=True,
     help="Let a client create a study in the store (ledger new --store http://.../STUDY).",
-)  # fmt: skip
+)
 @click.option(
-    "--max-request-bytes", type=click.IntRange(1024), default=32 * 1024 * 1024,
-    show_default=True, help="Refuse (413) a request body larger than this.",
-)  # fmt: skip
+    "--max-request-bytes",
+    type=click.IntRange(1024),
+    default=32 * 1024 * 1024,
+    show_default=True,
+    help="Refuse (413) a request body larger than this.",
+)
 @click.option(
-    "--connections", type=click.IntRange(1, 64), default=4, show_default=True,
+    "--connections",
+    type=click.IntRange(1, 64),
+    default=4,
+    show_default=True,
     help="Open ledger connections per study in this process.",
-)  # fmt: skip
+)
 @click.option("--host", default="127.0.0.1", show_default=True, help="Address to listen on.")
 @click.option(
     "--port",
@@ -85,9 +111,14 @@ def _trust_options(command: Callable[..., Any]) -> Callable[..., Any]:
     help="Port (0: any free port).",
 )
 def serve_cmd(
-    directory: Path | None, store: str | None, allow_create: bool, max_request_bytes: int,
-    connections: int, host: str, port: int,
-) -> None:  # fmt: skip
+    directory: Path | None,
+    store: str | None,
+    allow_create: bool,
+    max_request_bytes: int,
+    connections: int,
+    host: str,
+    port: int,
+) -> None:
     """Serve published logs (C2SP tlog-tiles) from DIRECTORY, and the append API over --store.
 
     DIRECTORY is one log written by `ledger tiles` (served at /) or a directory of them (each
@@ -114,9 +145,11 @@ def serve_cmd(
     service = None
     if store is not None:
         service = AppendService(
-            StoreRoot.parse(store), allow_create=allow_create, connections=connections,
+            StoreRoot.parse(store),
+            allow_create=allow_create,
+            connections=connections,
             max_request_bytes=max_request_bytes,
-        )  # fmt: skip
+        )
     serve(directory, host, port, service)
 
 
@@ -145,9 +178,16 @@ def serve_cmd(
     show_default=True,
     help="HTTP timeout in seconds.",
 )
-def monitor(url: str, trusted_keys: tuple[str, ...], witness_keys: tuple[str, ...],
-            quorum: int | None, state_file: Path | None, follow: bool, interval: float,
-            timeout: float) -> None:  # fmt: skip
+def monitor(
+    url: str,
+    trusted_keys: tuple[str, ...],
+    witness_keys: tuple[str, ...],
+    quorum: int | None,
+    state_file: Path | None,
+    follow: bool,
+    interval: float,
+    timeout: float,
+) -> None:
     """Follow the log published at URL: catch a fork, a rollback, a bad tile, a missing witness.
 
     Each check fetches URL/checkpoint, verifies the log's signature, compares it with the last
@@ -204,8 +244,12 @@ def monitor(url: str, trusted_keys: tuple[str, ...], witness_keys: tuple[str, ..
     type=click.Path(exists=True, dir_okay=False, path_type=Path),
 )
 @_trust_options
-def verify_receipt_cmd(receipts: tuple[Path, ...], trusted_keys: tuple[str, ...],
-                       witness_keys: tuple[str, ...], quorum: int | None) -> None:  # fmt: skip
+def verify_receipt_cmd(
+    receipts: tuple[Path, ...],
+    trusted_keys: tuple[str, ...],
+    witness_keys: tuple[str, ...],
+    quorum: int | None,
+) -> None:
     """Check receipts (C2SP tlog-proof files from `ledger receipt`) offline.
 
     Each receipt must carry an envelope whose leaf hash is proven at its index in a checkpoint
@@ -228,10 +272,12 @@ def verify_receipt_cmd(receipts: tuple[Path, ...], trusted_keys: tuple[str, ...]
         if check:
             trial = check.envelope.get("body", {})
             trial_id = trial.get("trial", "") if isinstance(trial, dict) else ""
-            click.echo(f"PASS {path}: seq {check.index} {check.kind} {trial_id} in "
-                       f"{check.origin} at size {check.size}, signed by "
-                       f"{', '.join(check.signed_by)}, cosigned by "
-                       f"{', '.join(check.cosigned_by) or 'no witness'}")  # fmt: skip
+            click.echo(
+                f"PASS {path}: seq {check.index} {check.kind} {trial_id} in "
+                f"{check.origin} at size {check.size}, signed by "
+                f"{', '.join(check.signed_by)}, cosigned by "
+                f"{', '.join(check.cosigned_by) or 'no witness'}"
+            )
         else:
             failed += 1
             click.echo(f"FAIL {path}: " + "; ".join(check.problems))

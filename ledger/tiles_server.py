@@ -153,9 +153,13 @@ class LocalTiles(LocalServer):
         """Bind the socket (port 0: the system picks one); :meth:`start` serves it."""
         self.service = service
         super().__init__(
-            _listen("127.0.0.1", port), make_app(directory, service), name="local-tiles",
-            what="tiles service", error=ServeError, timeout_keep_alive=5,
-        )  # fmt: skip
+            _listen("127.0.0.1", port),
+            make_app(directory, service),
+            name="local-tiles",
+            what="tiles service",
+            error=ServeError,
+            timeout_keep_alive=5,
+        )
 
     def stop(self) -> None:
         """Stop serving, wait for the server's thread, and close the append service."""
@@ -177,9 +181,11 @@ def serve(
     sock = _listen(host, port)
     shown = f"[{host}]" if ":" in host else host
     what = " and ".join(
-        [*([str(directory)] if directory is not None else []),
-         *([f"the append API over {service.store.text}"] if service is not None else [])]
-    )  # fmt: skip
+        [
+            *([str(directory)] if directory is not None else []),
+            *([f"the append API over {service.store.text}"] if service is not None else []),
+        ]
+    )
     print(f"serving {what} on http://{shown}:{sock.getsockname()[1]}", flush=True)
     config = uvicorn.Config(
         app,

@@ -146,8 +146,16 @@ def subtree_message(name: str, timestamp: int, checkpoint_text: str) -> bytes:
     origin, cosigner = cp.origin.encode(), name.encode()
     if not 1 <= len(cosigner) <= 255 or not 1 <= len(origin) <= 255:
         raise WitnessError("an ML-DSA-44 cosignature needs a name and origin of 1 to 255 bytes")
-    return (b"subtree/v1\n\0" + bytes([len(cosigner)]) + cosigner + struct.pack(">Q", timestamp)
-            + bytes([len(origin)]) + origin + struct.pack(">QQ", 0, cp.size) + cp.root)
+    return (
+        b"subtree/v1\n\0"
+        + bytes([len(cosigner)])
+        + cosigner
+        + struct.pack(">Q", timestamp)
+        + bytes([len(origin)])
+        + origin
+        + struct.pack(">QQ", 0, cp.size)
+        + cp.root
+    )
 
 
 def cosignature_message(checkpoint_text: str, timestamp: int) -> bytes:
@@ -349,8 +357,10 @@ class CosignerKey:
         except (binascii.Error, ValueError) as exc:
             raise WitnessStateError(f"witness key {path}: invalid base64") from exc
         if len(raw) != 33 or raw[0] not in _PUBLIC_SIZE:
-            raise WitnessStateError(f"witness key {path}: not a cosigner key (Ed25519 0x04 or "
-                                    "ML-DSA-44 0x06, 32-byte seed)")
+            raise WitnessStateError(
+                f"witness key {path}: not a cosigner key (Ed25519 0x04 or "
+                "ML-DSA-44 0x06, 32-byte seed)"
+            )
         key = cls(name, raw[1:], raw[0])
         if key.verifier.key_id.hex() != hex_id:
             raise WitnessStateError(f"witness key {path}: key id does not match the key")
@@ -592,8 +602,13 @@ class Witness:
                 "with those it cosigned before; restore the database from a backup"
             )
         try:
-            conn = sqlite3.connect(f"{db.absolute().as_uri()}?mode=rw", uri=True,
-                                   isolation_level=None, timeout=60, check_same_thread=False)
+            conn = sqlite3.connect(
+                f"{db.absolute().as_uri()}?mode=rw",
+                uri=True,
+                isolation_level=None,
+                timeout=60,
+                check_same_thread=False,
+            )
         except sqlite3.Error as exc:
             raise WitnessStateError(f"{db}: cannot open ({exc})") from exc
         try:
@@ -649,9 +664,7 @@ class Witness:
             parsed[origin] = [VerifierKey.parse(v).vkey for v in vkeys]
         with self._transaction() as conn:
             for origin, keys in parsed.items():
-                row = conn.execute(
-                    "SELECT vkeys FROM logs WHERE origin = ?", (origin,)
-                ).fetchone()
+                row = conn.execute("SELECT vkeys FROM logs WHERE origin = ?", (origin,)).fetchone()
                 known: list[str] = json.loads(row[0]) if row else []
                 merged = known + [v for v in keys if v not in known]
                 conn.execute(
@@ -751,8 +764,18 @@ class Witness:
         self._conn.execute(
             "INSERT INTO evidence (origin, size, root, note, old_size, proof, status, reason, "
             "against, time) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
-            (cp.origin, cp.size, cp.root, request.note, request.old_size, proof, status,
-             reason, against, _now()),
+            (
+                cp.origin,
+                cp.size,
+                cp.root,
+                request.note,
+                request.old_size,
+                proof,
+                status,
+                reason,
+                against,
+                _now(),
+            ),
         )
 
     def checkpoint_for(self, origin_hash: str) -> str | None:
@@ -782,22 +805,37 @@ class Witness:
             "FROM evidence ORDER BY 1, 2"
         ).fetchall()
         for kind, rid, origin, size, root, note, status, reason, against in rows:
-            source = (f"cosigned #{rid}" if kind == "c"
-                      else f"refused #{rid} (HTTP {status}: {reason})")
+            source = (
+                f"cosigned #{rid}" if kind == "c" else f"refused #{rid} (HTTP {status}: {reason})"
+            )
             item = SignedCheckpoint(source, int(size), bytes(root), str(note))
             if kind == "c":
                 cosigned[rid] = item
             roots = seen.setdefault((origin, int(size)), {})
             if item.root not in roots:
                 for other in roots.values():
-                    found.append(Fork(origin, other, item, True,
-                                      f"two checkpoints of size {size} with different roots"))
+                    found.append(
+                        Fork(
+                            origin,
+                            other,
+                            item,
+                            True,
+                            f"two checkpoints of size {size} with different roots",
+                        )
+                    )
                 roots[item.root] = item
             if kind == "e" and status == 422 and against in cosigned:
                 base = cosigned[against]
                 if base.size != item.size or base.root == item.root:
-                    found.append(Fork(origin, base, item, False,
-                                      f"the log's consistency proof failed: {reason}"))
+                    found.append(
+                        Fork(
+                            origin,
+                            base,
+                            item,
+                            False,
+                            f"the log's consistency proof failed: {reason}",
+                        )
+                    )
         return found
 
 
@@ -833,9 +871,7 @@ def new_client(timeout: float = 30.0) -> httpx.Client:
 
     import httpx
 
-    transport = httpx.HTTPTransport(
-        socket_options=[(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)]
-    )
+    transport = httpx.HTTPTransport(socket_options=[(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)])
     return httpx.Client(transport=transport, timeout=timeout)
 
 

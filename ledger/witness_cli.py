@@ -35,8 +35,13 @@ def witness() -> None:
 @witness.command("init")
 @click.argument("directory", type=click.Path(file_okay=False, path_type=Path))
 @click.option("--name", required=True, help="The witness's key name, e.g. witness.example/w1.")
-@click.option("--algorithm", type=click.Choice(["ed25519", "ml-dsa-44"]), default="ed25519",
-              show_default=True, help="Cosignature key type (tlog-cosignature).")
+@click.option(
+    "--algorithm",
+    type=click.Choice(["ed25519", "ml-dsa-44"]),
+    default="ed25519",
+    show_default=True,
+    help="Cosignature key type (tlog-cosignature).",
+)
 def init_cmd(directory: Path, name: str, algorithm: str) -> None:
     """Create a witness in DIRECTORY: its cosigning key and state database.
 
@@ -59,8 +64,13 @@ def init_cmd(directory: Path, name: str, algorithm: str) -> None:
 @witness.command("add-log")
 @click.argument("directory", type=click.Path(file_okay=False, path_type=Path))
 @click.option("--origin", required=True, help="The log's checkpoint origin.")
-@click.option("--vkey", "vkeys", required=True, multiple=True,
-              help="A key of the log (vkey, @FILE or a .vkey path; repeatable).")
+@click.option(
+    "--vkey",
+    "vkeys",
+    required=True,
+    multiple=True,
+    help="A key of the log (vkey, @FILE or a .vkey path; repeatable).",
+)
 def add_log(directory: Path, origin: str, vkeys: tuple[str, ...]) -> None:
     """Make the log ORIGIN known to the witness, trusting its checkpoint keys.
 
@@ -84,8 +94,13 @@ def add_log(directory: Path, origin: str, vkeys: tuple[str, ...]) -> None:
 @witness.command("serve")
 @click.argument("directory", type=click.Path(file_okay=False, path_type=Path))
 @click.option("--host", default="127.0.0.1", show_default=True, help="Address to listen on.")
-@click.option("--port", default=7380, show_default=True, type=click.IntRange(0, 65535),
-              help="Port to listen on (0: any free port).")
+@click.option(
+    "--port",
+    default=7380,
+    show_default=True,
+    type=click.IntRange(0, 65535),
+    help="Port to listen on (0: any free port).",
+)
 def serve_cmd(directory: Path, host: str, port: int) -> None:
     """Serve the tlog-witness add-checkpoint endpoint until interrupted.
 
@@ -122,15 +137,25 @@ def evidence(directory: Path, as_json: bool) -> None:
         forks = w.forks()
     proven = any(f.proven for f in forks)
     if as_json:
-        dump_json([
-            {"origin": f.origin, "proven": f.proven, "reason": f.reason,
-             "checkpoints": [
-                 {"source": c.source, "size": c.size,
-                  "root": base64.b64encode(c.root).decode(), "note": c.note}
-                 for c in (f.first, f.second)
-             ]}
-            for f in forks
-        ])
+        dump_json(
+            [
+                {
+                    "origin": f.origin,
+                    "proven": f.proven,
+                    "reason": f.reason,
+                    "checkpoints": [
+                        {
+                            "source": c.source,
+                            "size": c.size,
+                            "root": base64.b64encode(c.root).decode(),
+                            "note": c.note,
+                        }
+                        for c in (f.first, f.second)
+                    ],
+                }
+                for f in forks
+            ]
+        )
     else:
         if not forks:
             click.echo("no inconsistent checkpoints")

@@ -49,8 +49,9 @@ def make_app(directory: Path, clock: Callable[[], int] | None = None) -> Starlet
         async for chunk in request.stream():
             body += chunk
             if len(body) > MAX_BODY:
-                return Response(f"request body larger than {MAX_BODY} bytes\n", 400,
-                                media_type="text/plain")
+                return Response(
+                    f"request body larger than {MAX_BODY} bytes\n", 400, media_type="text/plain"
+                )
         result: AddResult = await run_in_threadpool(lambda: witness().add_checkpoint(body))
         return Response(result.body, result.status, headers={"content-type": result.content_type})
 
@@ -61,10 +62,12 @@ def make_app(directory: Path, clock: Callable[[], int] | None = None) -> Starlet
             return Response("no checkpoint cosigned for this log\n", 404, media_type="text/plain")
         return Response(note, 200, media_type="text/plain")
 
-    return Starlette(routes=[
-        Route("/add-checkpoint", add_checkpoint, methods=["POST"]),
-        Route("/{origin_hash:str}/checkpoint", checkpoint, methods=["GET"]),
-    ])
+    return Starlette(
+        routes=[
+            Route("/add-checkpoint", add_checkpoint, methods=["POST"]),
+            Route("/{origin_hash:str}/checkpoint", checkpoint, methods=["GET"]),
+        ]
+    )
 
 
 def _listen(directory: Path, host: str, port: int) -> socket.socket:
@@ -97,9 +100,12 @@ class LocalWitness(LocalServer):
     ) -> None:
         """Bind the socket (port 0: the system picks one); :meth:`start` serves it."""
         super().__init__(
-            _listen(directory, "127.0.0.1", port), make_app(directory, clock),
-            name="local-witness", what="local witness", error=WitnessError,
-        )  # fmt: skip
+            _listen(directory, "127.0.0.1", port),
+            make_app(directory, clock),
+            name="local-witness",
+            what="local witness",
+            error=WitnessError,
+        )
 
 
 def serve(directory: Path, host: str, port: int) -> None:

@@ -76,15 +76,20 @@ def _backend(httpcore: Any) -> Any:
             socket_options: Iterable[Any] | None = None,
         ) -> Any:
             stream = await self._anyio.connect_tcp(
-                host, port, timeout=timeout, local_address=local_address,
+                host,
+                port,
+                timeout=timeout,
+                local_address=local_address,
                 socket_options=socket_options,
-            )  # fmt: skip
+            )
             return _with_cached_socket(stream)
 
         async def connect_unix_socket(
-            self, path: str, timeout: float | None = None,
+            self,
+            path: str,
+            timeout: float | None = None,
             socket_options: Iterable[Any] | None = None,
-        ) -> Any:  # fmt: skip
+        ) -> Any:
             stream = await self._anyio.connect_unix_socket(
                 path, timeout=timeout, socket_options=socket_options
             )

@@ -59,16 +59,43 @@ KeyPath = tuple[str | int, ...]
 """Where a key sits: table names, array indices, the key."""
 
 SECTIONS: Final = (
-    "study", "model", "models", "components", "prompt", "fewshot", "arms", "stimuli", "design",
-    "response", "hypotheses", "analysis", "deviations", "variants", "witnesses", "witnessing",
-    "timestamping", "steps", "reviews", "factors", "factorial", "plan", "privacy",
-)  # fmt: skip
+    "study",
+    "model",
+    "models",
+    "components",
+    "prompt",
+    "fewshot",
+    "arms",
+    "stimuli",
+    "design",
+    "response",
+    "hypotheses",
+    "analysis",
+    "deviations",
+    "variants",
+    "witnesses",
+    "witnessing",
+    "timestamping",
+    "steps",
+    "reviews",
+    "factors",
+    "factorial",
+    "plan",
+    "privacy",
+)
 """The top-level tables of a study spec, in the order the docs list them."""
 
 TABLE_KEYS: Final[dict[str, tuple[str, ...]]] = {
     "study": ("id", "title", "origin", "amendable", "phase"),
     "model": (
-        "provider", "id", "max_tokens", "temperature", "top_p", "top_k", "stop", "logprobs",
+        "provider",
+        "id",
+        "max_tokens",
+        "temperature",
+        "top_p",
+        "top_k",
+        "stop",
+        "logprobs",
     ),
     "prompt": ("item", "option_format", "option_separator"),
     "stimuli": ("directory", "truth", "answer_column", "items", "range"),
@@ -79,15 +106,33 @@ TABLE_KEYS: Final[dict[str, tuple[str, ...]]] = {
     "timestamping": ("url",),
     "privacy": ("withhold",),
     "factorial": ("base", "factors", "fraction"),
-    "plan": ("seed", "studies", "power_target", "primary", "replicates", "sensitivity",
-             "max_seconds", "scenarios"),
+    "plan": (
+        "seed",
+        "studies",
+        "power_target",
+        "primary",
+        "replicates",
+        "sensitivity",
+        "max_seconds",
+        "scenarios",
+    ),
 }
 """The keys of each fixed-key section (``components`` and ``arms`` are named by the study)."""
 
 ARM_KEYS: Final = (
-    "role", "components", "differs_from", "system", "fewshot", "sampling", "models", "replicates",
-    "items", "variants", "after", "response_from",
-)  # fmt: skip
+    "role",
+    "components",
+    "differs_from",
+    "system",
+    "fewshot",
+    "sampling",
+    "models",
+    "replicates",
+    "items",
+    "variants",
+    "after",
+    "response_from",
+)
 MODEL_KEYS: Final = TABLE_KEYS["model"]
 """The keys of ``[model]`` and of each ``[models.<NAME>]``."""
 SAMPLING_KEYS: Final = ("max_tokens", "temperature", "top_p", "top_k", "stop")
@@ -97,13 +142,30 @@ AFTER_KEYS: Final = ("arm", "answer", "rule")
 """The keys of an arm's ``after`` table (``docs/prompts.md`` section 9)."""
 """The keys of an arm's ``items`` subset table."""
 FEWSHOT_KEYS: Final = (
-    "examples", "rule", "count", "ids", "seed", "field", "order", "style", "answer",
-)  # fmt: skip
+    "examples",
+    "rule",
+    "count",
+    "ids",
+    "seed",
+    "field",
+    "order",
+    "style",
+    "answer",
+)
 """The keys of each ``[fewshot.<NAME>]``."""
 VARIANT_KEYS: Final = (
-    "kind", "k", "seed", "order", "field", "fraction", "count", "labels", "labels_from", "query",
+    "kind",
+    "k",
+    "seed",
+    "order",
+    "field",
+    "fraction",
+    "count",
+    "labels",
+    "labels_from",
+    "query",
     "stopwords",
-)  # fmt: skip
+)
 """The keys a ``[variants.<NAME>]`` may hold (``docs/variants.md``; which apply depends on kind)."""
 DIFFERS_FROM_KEYS: Final = ("arm", "by", "removes", "adds", "replaces")
 """The keys of an arm's ``differs_from`` (``docs/study-spec.md``): ``by`` (removed or replaced,
@@ -117,10 +179,31 @@ EDIT_KEYS: Final = ("field", "text", "file", "at", "separator")
 FACTORIAL_KEYS: Final = TABLE_KEYS["factorial"]
 """The keys of ``[factorial]``."""
 HYPOTHESIS_KEYS: Final = (
-    "id", "description", "contrast", "outcome", "test", "sides", "alpha", "min_difference_pp",
-    "margin_pp", "correction", "family", "stimuli", "pairing", "arm", "variants", "variant",
-    "basis", "samples", "incomplete", "min_pp", "max_pp", "statistic", "effect", "fallback",
-)  # fmt: skip
+    "id",
+    "description",
+    "contrast",
+    "outcome",
+    "test",
+    "sides",
+    "alpha",
+    "min_difference_pp",
+    "margin_pp",
+    "correction",
+    "family",
+    "stimuli",
+    "pairing",
+    "arm",
+    "variants",
+    "variant",
+    "basis",
+    "samples",
+    "incomplete",
+    "min_pp",
+    "max_pp",
+    "statistic",
+    "effect",
+    "fallback",
+)
 WITNESS_KEYS: Final = ("name", "vkey", "url")
 """The keys of each ``[[witnesses]]`` entry (``docs/witness.md`` §8)."""
 DEVIATION_KEYS: Final = ("id", "source", "choice", "reason")
@@ -130,9 +213,20 @@ RANGE_KEYS: Final = ("first",)
 DDX_KEYS: Final = ("list", "match", "reference", "grounding", "uncertainty")
 """The keys of ``[response.ddx]`` (``docs/scoring.md`` §12; ``runner.ddx``)."""
 STEP_KEYS: Final = (
-    "on", "models", "template", "system", "parser", "labels", "schema", "on_unparseable",
-    "aggregate", "sees", "keep", "verified_by", "match_by",
-)  # fmt: skip
+    "on",
+    "models",
+    "template",
+    "system",
+    "parser",
+    "labels",
+    "schema",
+    "on_unparseable",
+    "aggregate",
+    "sees",
+    "keep",
+    "verified_by",
+    "match_by",
+)
 """The keys of each ``[steps.<NAME>]`` (``docs/prompts.md`` section 8; ``runner.steps``)."""
 JUDGE_REVIEW_KEYS: Final = ("step",)
 """The keys only a judge-label review sample has (``docs/scoring.md`` section 11)."""
@@ -141,14 +235,31 @@ CONTRAST_REVIEW_KEYS: Final = ("failed", "succeeded", "model")
 REFERENCE_REVIEW_KEYS: Final = ("reference",)
 """The keys only a reference-set review sample has (``docs/scoring.md`` section 11)."""
 REVIEW_KEYS: Final = (
-    "step", "failed", "succeeded", "n", "seed", "model", "description", "reference", "codes",
-)  # fmt: skip
+    "step",
+    "failed",
+    "succeeded",
+    "n",
+    "seed",
+    "model",
+    "description",
+    "reference",
+    "codes",
+)
 """The keys of each ``[reviews.<NAME>]`` of either kind (``docs/study-spec.md``); which of
 :data:`JUDGE_REVIEW_KEYS` and :data:`CONTRAST_REVIEW_KEYS` a table has decides its kind."""
 SCENARIO_KEYS: Final = (
-    "name", "description", "distribution", "rates", "models", "variants", "stimulus_sd", "icc",
-    "stimulus_arm_sd", "residual_sd", "parse_failure",
-)  # fmt: skip
+    "name",
+    "description",
+    "distribution",
+    "rates",
+    "models",
+    "variants",
+    "stimulus_sd",
+    "icc",
+    "stimulus_arm_sd",
+    "residual_sd",
+    "parse_failure",
+)
 """The keys of each ``[[plan.scenarios]]`` (``docs/planning.md``; ``runner.planspec``)."""
 CONDITION_KEYS: Final = ("arm", "variant")
 """The keys of a contrast review's ``failed`` and ``succeeded`` tables."""
@@ -210,9 +321,14 @@ def unknown_keys(data: dict[str, Any]) -> list[Unknown]:
     for key, value in data.items():
         if key not in SECTIONS:
             close = difflib.get_close_matches(key, SECTIONS, n=1, cutoff=0.6)
-            hint = f"did you mean {close[0]!r}?" if close else (
-                f"{key!r} belongs in {elsewhere[key]}" if key in elsewhere
-                else "sections: " + ", ".join(SECTIONS)
+            hint = (
+                f"did you mean {close[0]!r}?"
+                if close
+                else (
+                    f"{key!r} belongs in {elsewhere[key]}"
+                    if key in elsewhere
+                    else "sections: " + ", ".join(SECTIONS)
+                )
             )
             found.append(Unknown((key,), "", hint, isinstance(value, dict | list)))
     for section, keys in TABLE_KEYS.items():
@@ -231,16 +347,20 @@ def unknown_keys(data: dict[str, Any]) -> list[Unknown]:
             name = f"[arms.{_quote(arm_id)}]"
             check(arm, ("arms", arm_id), name, ARM_KEYS)
             for sub, keys in (
-                ("differs_from", DIFFERS_FROM_KEYS), ("sampling", SAMPLING_KEYS),
-                ("items", SUBSET_KEYS), ("after", AFTER_KEYS),
-            ):  # fmt: skip
+                ("differs_from", DIFFERS_FROM_KEYS),
+                ("sampling", SAMPLING_KEYS),
+                ("items", SUBSET_KEYS),
+                ("after", AFTER_KEYS),
+            ):
                 inner = arm.get(sub)
                 if isinstance(inner, dict):
                     check(inner, ("arms", arm_id, sub), f"[arms.{_quote(arm_id)}.{sub}]", keys)
     for section, keys in (
-        ("models", MODEL_KEYS), ("fewshot", FEWSHOT_KEYS), ("variants", VARIANT_KEYS),
+        ("models", MODEL_KEYS),
+        ("fewshot", FEWSHOT_KEYS),
+        ("variants", VARIANT_KEYS),
         ("steps", STEP_KEYS),
-    ):  # fmt: skip
+    ):
         named = data.get(section)
         if isinstance(named, dict):
             for name, table in named.items():
@@ -277,14 +397,19 @@ def unknown_keys(data: dict[str, Any]) -> list[Unknown]:
     if isinstance(scenarios, list):
         for index, scenario in enumerate(scenarios):
             if isinstance(scenario, dict):
-                check(scenario, ("plan", "scenarios", index), f"[[plan.scenarios]] #{index + 1}",
-                      SCENARIO_KEYS)  # fmt: skip
+                check(
+                    scenario,
+                    ("plan", "scenarios", index),
+                    f"[[plan.scenarios]] #{index + 1}",
+                    SCENARIO_KEYS,
+                )
     deviations = data.get("deviations")
     if isinstance(deviations, list):
         for index, deviation in enumerate(deviations):
             if isinstance(deviation, dict):
-                check(deviation, ("deviations", index), f"[[deviations]] #{index + 1}",
-                      DEVIATION_KEYS)  # fmt: skip
+                check(
+                    deviation, ("deviations", index), f"[[deviations]] #{index + 1}", DEVIATION_KEYS
+                )
     return found
 
 

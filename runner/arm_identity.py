@@ -52,8 +52,10 @@ def identity_version(body: Mapping[str, Any]) -> int:
     """
     version = body.get("arm_identity", 1)
     if type(version) is not int or version not in IDENTITY_VERSIONS:
-        raise StudyError(f"protocol.locked arm_identity {version!r} is not one of "
-                         f"{', '.join(map(str, IDENTITY_VERSIONS))}")  # fmt: skip
+        raise StudyError(
+            f"protocol.locked arm_identity {version!r} is not one of "
+            f"{', '.join(map(str, IDENTITY_VERSIONS))}"
+        )
     return version
 
 

@@ -366,15 +366,20 @@ class AnthropicBackend:
                 info = await raw.parse()
             except sdk.APIStatusError as exc:
                 status = exc.status_code
-                asked.append(Asked(url, status, identity_headers(exc.response.headers),
-                                   error_from_status(exc).message))  # fmt: skip
+                asked.append(
+                    Asked(
+                        url,
+                        status,
+                        identity_headers(exc.response.headers),
+                        error_from_status(exc).message,
+                    )
+                )
                 answered[model_id] = status == 404  # "no such model" is an answer
                 continue
             except (sdk.APIError, ValueError) as exc:  # connection, timeout, a body not JSON
                 asked.append(Asked(url, None, {}, f"{type(exc).__name__}: {exc}"))
                 continue
-            asked.append(Asked(url, raw.http_response.status_code,
-                               identity_headers(raw.headers)))  # fmt: skip
+            asked.append(Asked(url, raw.http_response.status_code, identity_headers(raw.headers)))
             answered[model_id] = True
             if isinstance(getattr(info, "id", None), str):
                 models.append(info.id)
@@ -503,8 +508,9 @@ class OpenAICompatibleBackend:
         try:
             response = await self.client.get(url, timeout=ASK_TIMEOUT_SECONDS)
         except httpx.HTTPError as exc:
-            return unanswered(model_ids, [Asked(url, None, {}, f"{type(exc).__name__}: {exc}")],
-                              None)  # fmt: skip
+            return unanswered(
+                model_ids, [Asked(url, None, {}, f"{type(exc).__name__}: {exc}")], None
+            )
         headers = identity_headers(response.headers)
         status = response.status_code
         if status >= 400:
@@ -566,10 +572,14 @@ class SimulatedBackend:
             data = self.model.text.respond_openai(body, seed)
             raw = json.dumps(data, ensure_ascii=False, separators=(",", ":")).encode("utf-8")
             return Reply(
-                raw=raw, http_status=200, request_id=data["id"], model=data["model"],
-                stop_reason=data["choices"][0]["finish_reason"], usage=data["usage"],
+                raw=raw,
+                http_status=200,
+                request_id=data["id"],
+                model=data["model"],
+                stop_reason=data["choices"][0]["finish_reason"],
+                usage=data["usage"],
                 format=FORMAT_OPENAI,
-            )  # fmt: skip
+            )
         data = self.model.respond(body, seed)
         raw = json.dumps(data, ensure_ascii=False, separators=(",", ":")).encode("utf-8")
         return reply_from_messages_json(raw, 200, None)
@@ -645,9 +655,11 @@ class ReplayBackend:
     async def server_identity(self, model_ids: Sequence[str]) -> ServerIdentity:
         """No server to ask: the answers come from a recorded ledger (every id unknown)."""
         return unanswered(
-            model_ids, [], f"the replay backend answers from the responses recorded in "
+            model_ids,
+            [],
+            f"the replay backend answers from the responses recorded in "
             f"{self.source}; there is no server to ask",
-        )  # fmt: skip
+        )
 
     def _answer(self, body: dict[str, Any], *, take: bool) -> Reply:
         from runner.request import request_blob
@@ -688,9 +700,17 @@ class ReplayBackend:
 
 
 BACKENDS = (
-    "anthropic", "anthropic-batch", "anthropic-bedrock", "anthropic-vertex", "azure-openai",
-    "openai", "gemini", "openai-compatible", "simulated", "replay",
-)  # fmt: skip
+    "anthropic",
+    "anthropic-batch",
+    "anthropic-bedrock",
+    "anthropic-vertex",
+    "azure-openai",
+    "openai",
+    "gemini",
+    "openai-compatible",
+    "simulated",
+    "replay",
+)
 
 #: Which backends serve a locked ``[model] provider`` (``docs/study-spec.md``). ``simulated`` and
 #: ``replay`` answer for any provider: they are not the provider's model, and say so.

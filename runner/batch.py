@@ -233,8 +233,10 @@ class BatchRunner(Runner):
         if self.signalled is None:
             self.signalled = name
         self.request_stop(f"interrupted: {name}")
-        waiting = "the batch in progress keeps running on the API and the next 'ledger run' " \
+        waiting = (
+            "the batch in progress keeps running on the API and the next 'ledger run' "
             "collects its results"
+        )
         if interrupt:
             self.interrupted_by = name
             if self._task is not None:
@@ -252,14 +254,13 @@ class BatchRunner(Runner):
         for start in range(0, len(data), self.DATA_CHUNK):  # docs/trials.md §6: never batched
             chunk = data[start : start + self.DATA_CHUNK]
             attempts = [self.state.trials[t.id].attempts + 1 for t in chunk]
-            for trial, attempt, seq in zip(chunk, attempts, self._record_data(chunk, attempts),
-                                           strict=True):  # fmt: skip
+            for trial, attempt, seq in zip(
+                chunk, attempts, self._record_data(chunk, attempts), strict=True
+            ):
                 self._supplied(self.state.trials[trial.id], attempt, seq)
         while self.stop_reason is None:
             pending = [
-                t
-                for t in self.pending(self.state)
-                if self.state.trials[t.id].open_request is None
+                t for t in self.pending(self.state) if self.state.trials[t.id].open_request is None
             ]
             if self.options.max_trials is not None:
                 done_here = self.counters.responded + self.counters.given_up

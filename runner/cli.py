@@ -20,9 +20,17 @@ from runner.progress import RunDisplay
 #: Every backend ``ledger run`` takes (runner.backends.BACKENDS; docs/backends.md), named here so
 #: that the CLI starts without importing the backends.
 BACKEND_NAMES = (
-    "anthropic", "anthropic-batch", "anthropic-bedrock", "anthropic-vertex", "azure-openai",
-    "openai", "gemini", "openai-compatible", "simulated", "replay",
-)  # fmt: skip
+    "anthropic",
+    "anthropic-batch",
+    "anthropic-bedrock",
+    "anthropic-vertex",
+    "azure-openai",
+    "openai",
+    "gemini",
+    "openai-compatible",
+    "simulated",
+    "replay",
+)
 ESTIMATE_BACKENDS = [b for b in BACKEND_NAMES if b not in ("anthropic-batch", "replay")]
 
 if TYPE_CHECKING:
@@ -58,23 +66,30 @@ def study_key(root: Path, key_file: str | None) -> SigningKey:
 @click.option(
     "--id", "study_id", default=None, help="Study id (default: DIRECTORY's name, made valid)."
 )
-@click.option(
-    "--origin", default=None, help="Checkpoint origin (default: prompt-ledger.local/ID)."
-)
+@click.option("--origin", default=None, help="Checkpoint origin (default: prompt-ledger.local/ID).")
 @click.option("--key", "key_file", default=None, help="Owner key file (default: create one).")
 @click.option(
-    "--images", default=None, type=click.Path(path_type=Path),
+    "--images",
+    default=None,
+    type=click.Path(path_type=Path),
     help="prompt-rotation: your own PNG/JPEG images and their orientation.csv "
     "(default: the template's synthetic crops).",
-)  # fmt: skip
+)
 @click.option(
-    "--store", default=None, metavar="URL",
+    "--store",
+    default=None,
+    metavar="URL",
     help="Keep the ledger on PostgreSQL: postgresql://[user@]host[:port]/db[?schema=NAME], "
     "or behind `ledger serve`: http(s)://HOST[:PORT]/STUDY (default: STUDY/ledger.db, SQLite).",
-)  # fmt: skip
+)
 def new(
-    directory: Path, template: str, study_id: str | None, origin: str | None,
-    key_file: str | None, images: Path | None, store: str | None,
+    directory: Path,
+    template: str,
+    study_id: str | None,
+    origin: str | None,
+    key_file: str | None,
+    images: Path | None,
+    store: str | None,
 ) -> None:
     """Scaffold a complete, lockable study in DIRECTORY and create its ledger.
 
@@ -115,8 +130,9 @@ def new(
 
     key = SigningKey.load(key_file) if key_file else None
     chosen = study_id if study_id is not None else study_id_from_directory(directory)
-    for made in new_template(directory, template, key, study_id=chosen, origin=origin,
-                             images=images, store=store):
+    for made in new_template(
+        directory, template, key, study_id=chosen, origin=origin, images=images, store=store
+    ):
         click.echo(f"created study {made.root} with ledger {made.ledger} (owner {made.owner})")
         click.echo(f"study id: {made.study_id}   checkpoint origin: {made.origin}")
         if made.key_path is not None:
@@ -174,37 +190,60 @@ def arms(study_dir: Path, as_json: bool) -> None:
             said: dict[str, Any] = dict(arm.differs) if arm.differs else {"by": list(by)}
             claims.append({"arm": arm.id, "differs_from": base, **said, "holds": holds})
     if as_json:
-        dump_json({
-            "study": study.id,
-            "arms": [
-                {"id": a.id, "role": a.role, "components": list(a.components),
-                 "sha256": hashes[a.id], **a.protocol_record()}
-                for a in study.arms.values()
-            ],
-            "differences": [
-                {"arm": a, "other": b, "only_in_arm": list(only_a), "only_in_other": list(only_b),
-                 "differs_in": identity_differences(identities[a], identities[b])}
-                for (a, b), (only_a, only_b) in differences.items() if a < b
-            ],
-            "claims": claims,
-            "problems": problems,
-            **({"steps": _step_graph(study)} if study.steps else {}),
-        })
+        dump_json(
+            {
+                "study": study.id,
+                "arms": [
+                    {
+                        "id": a.id,
+                        "role": a.role,
+                        "components": list(a.components),
+                        "sha256": hashes[a.id],
+                        **a.protocol_record(),
+                    }
+                    for a in study.arms.values()
+                ],
+                "differences": [
+                    {
+                        "arm": a,
+                        "other": b,
+                        "only_in_arm": list(only_a),
+                        "only_in_other": list(only_b),
+                        "differs_in": identity_differences(identities[a], identities[b]),
+                    }
+                    for (a, b), (only_a, only_b) in differences.items()
+                    if a < b
+                ],
+                "claims": claims,
+                "problems": problems,
+                **({"steps": _step_graph(study)} if study.steps else {}),
+            }
+        )
     else:
         grid = table("component", *study.arms, title=f"arms of {study.id}")
         shown = list(study.components) + [
             r for r in RESERVED_COMPONENTS if any(r in a.components for a in study.arms.values())
         ]
         for name in shown:
-            grid.add_row(name, *[
-                "x" if name in a.components else "system" if name in a.system else ""
-                for a in study.arms.values()
-            ])  # fmt: skip
+            grid.add_row(
+                name,
+                *[
+                    "x" if name in a.components else "system" if name in a.system else ""
+                    for a in study.arms.values()
+                ],
+            )
         grid.add_row("role", *[a.role for a in study.arms.values()])
         grid.add_row("sha256", *[hashes[a][:12] for a in study.arms])
         settings = [a.protocol_record() for a in study.arms.values()]
-        for key in ("fewshot", "models", "sampling", "replicates", "items", "factors",
-                    "response_from"):
+        for key in (
+            "fewshot",
+            "models",
+            "sampling",
+            "replicates",
+            "items",
+            "factors",
+            "response_from",
+        ):
             if any(key in record for record in settings):
                 grid.add_row(key, *[_setting(record.get(key)) for record in settings])
         out = console()
@@ -212,15 +251,19 @@ def arms(study_dir: Path, as_json: bool) -> None:
         for (a, b), (only_a, only_b) in differences.items():
             if a < b:
                 differ = identity_differences(identities[a], identities[b])
-                out.print(f"{a} vs {b}: only in {a}: {only_a or '-'}; only in {b}: "
-                          f"{only_b or '-'}; differs in: {', '.join(differ) or '-'}",
-                          markup=False)  # fmt: skip
+                out.print(
+                    f"{a} vs {b}: only in {a}: {only_a or '-'}; only in {b}: "
+                    f"{only_b or '-'}; differs in: {', '.join(differ) or '-'}",
+                    markup=False,
+                )
         for claim in claims:
             state = "[green]holds[/]" if claim["holds"] else "[red]FALSE[/]"
-            stated = "; ".join(f"{k} {claim[k]}" for k in ("by", "removes", "adds", "replaces")
-                               if k in claim)  # fmt: skip
-            out.print(f"claim: {claim['arm']} differs from {claim['differs_from']} {stated}: "
-                      f"{state}")  # fmt: skip
+            stated = "; ".join(
+                f"{k} {claim[k]}" for k in ("by", "removes", "adds", "replaces") if k in claim
+            )
+            out.print(
+                f"claim: {claim['arm']} differs from {claim['differs_from']} {stated}: {state}"
+            )
         if study.steps:
             for line in _step_lines(_step_graph(study)):
                 out.print(line, markup=False)
@@ -259,7 +302,9 @@ def _step_lines(graph: dict[str, Any]) -> list[str]:
             ver = s.get("verified_by")
             checked = (
                 f", verified by {ver['step']} (accept {', '.join(ver['accept'])}; up to "
-                f"{ver['retry'] + 1} samples, then {ver['then']})" if ver else ""
+                f"{ver['retry'] + 1} samples, then {ver['then']})"
+                if ver
+                else ""
             )  # docs/prompts.md §8.6
             lines.append(
                 f"  step {name}: on {s['on']}, models {models}"
@@ -292,16 +337,22 @@ def schedule(study_dir: Path, limit: int | None, as_json: bool) -> None:
     order = make_schedule(study.seed, study.trial_ids())
     shown = order[:limit] if limit else order
     if as_json:
-        dump_json({
-            "study": study.id,
-            "trials": len(order),
-            "schedule_sha256": schedule_sha256(order),
-            "order": [
-                {"position": position, "trial": trial, "order_key": order_key(study.seed, trial)}
-                for position, trial in enumerate(shown, 1)
-            ],
-            **({"steps": _step_graph(study)} if study.steps else {}),
-        })
+        dump_json(
+            {
+                "study": study.id,
+                "trials": len(order),
+                "schedule_sha256": schedule_sha256(order),
+                "order": [
+                    {
+                        "position": position,
+                        "trial": trial,
+                        "order_key": order_key(study.seed, trial),
+                    }
+                    for position, trial in enumerate(shown, 1)
+                ],
+                **({"steps": _step_graph(study)} if study.steps else {}),
+            }
+        )
         return
     for position, trial in enumerate(shown, 1):
         click.echo(f"{position}\t{trial}\t{order_key(study.seed, trial)[:16]}")
@@ -563,25 +614,27 @@ def run_cmd(
     for line in result.server_warnings:
         click.echo(f"WARNING model identity: {line}", err=True)
     if as_json:
-        dump_json({
-            "study": study_dir.name,
-            "backend": engine.name,
-            "simulated": engine.simulated,
-            "preflights": [p.seq for p in result.preflights],
-            "model_identity_warnings": list(result.server_warnings),
-            "started_seq": result.started_seq,
-            "stopped_seq": result.stopped_seq,
-            "responded": c.responded,
-            "failed_attempts": c.failed,
-            "retries": c.retries,
-            "given_up": c.given_up,
-            "interrupted": c.interrupted,
-            "cost_usd": c.cost_usd if result.priced else None,
-            "final": result.final,
-            "pending": result.pending,
-            "stopped": result.reason,
-            "fatal": result.fatal,
-        })
+        dump_json(
+            {
+                "study": study_dir.name,
+                "backend": engine.name,
+                "simulated": engine.simulated,
+                "preflights": [p.seq for p in result.preflights],
+                "model_identity_warnings": list(result.server_warnings),
+                "started_seq": result.started_seq,
+                "stopped_seq": result.stopped_seq,
+                "responded": c.responded,
+                "failed_attempts": c.failed,
+                "retries": c.retries,
+                "given_up": c.given_up,
+                "interrupted": c.interrupted,
+                "cost_usd": c.cost_usd if result.priced else None,
+                "final": result.final,
+                "pending": result.pending,
+                "stopped": result.reason,
+                "fatal": result.fatal,
+            }
+        )
     cost = f"${c.cost_usd:.4f}" if result.priced else "n/a"
     click.echo(
         f"session seq {result.started_seq}-{result.stopped_seq}: {c.responded} responded, "
@@ -626,18 +679,28 @@ def _mismatch_warning(preflight: Any) -> str:
 def _show_check(preflights: list[Any], simulated: bool, as_json: bool) -> None:
     """What ``ledger run --check`` prints: one line per preflight (JSON with ``--json``)."""
     if as_json:
-        dump_json({
-            "ok": True,
-            "simulated": simulated,
-            "preflights": [
-                {"seq": p.seq, "as_trial": p.trial, "model": p.model,
-                 "shape": p.shape.as_dict(), "attempts": p.attempts,
-                 "http_status": p.http_status, "reported_model": p.reported_model,
-                 "model_match": p.model_match, "step": p.step,
-                 "empty_slots": list(p.empty_slots), "warnings": list(p.warnings)}
-                for p in preflights
-            ],
-        })
+        dump_json(
+            {
+                "ok": True,
+                "simulated": simulated,
+                "preflights": [
+                    {
+                        "seq": p.seq,
+                        "as_trial": p.trial,
+                        "model": p.model,
+                        "shape": p.shape.as_dict(),
+                        "attempts": p.attempts,
+                        "http_status": p.http_status,
+                        "reported_model": p.reported_model,
+                        "model_match": p.model_match,
+                        "step": p.step,
+                        "empty_slots": list(p.empty_slots),
+                        "warnings": list(p.warnings),
+                    }
+                    for p in preflights
+                ],
+            }
+        )
         return
     for preflight in preflights:
         click.echo(preflight.describe())
@@ -659,12 +722,20 @@ def _workers(log: Any) -> list[dict[str, Any]] | None:
     from ledger._workers import list_workers
 
     return [
-        {"id": w.id, "session": w.session, "host": w.host, "pid": w.pid, "mode": w.mode,
-         "leases": w.leases, "started": w.started.isoformat(),
-         "heartbeat": w.heartbeat.isoformat(), "expires": w.expires.isoformat(),
-         "live": bool(w.live)}
+        {
+            "id": w.id,
+            "session": w.session,
+            "host": w.host,
+            "pid": w.pid,
+            "mode": w.mode,
+            "leases": w.leases,
+            "started": w.started.isoformat(),
+            "heartbeat": w.heartbeat.isoformat(),
+            "expires": w.expires.isoformat(),
+            "live": bool(w.live),
+        }
         for w in list_workers(log)
-    ]  # fmt: skip
+    ]
 
 
 def _interrupted(message: str, exit_code: int) -> click.exceptions.Exit:
@@ -719,35 +790,80 @@ def status(study_dir: Path, as_json: bool) -> None:
     identity = recorded_warnings(sessions)
     rows = arm_status(state)
     if as_json:
-        dump_json({"study": study.id, "sessions": state.sessions, "events": kinds,
-                   "arms": [r.__dict__ for r in rows],
-                   "last_preflight": (
-                       {"seq": preflight.seq, "time": preflight.time, **preflight.body}
-                       if preflight is not None else None
-                   ),
-                   "model_mismatches": {"count": len(mismatches),
-                                        "first": [m.as_dict() for m in mismatches[:5]]},
-                   "model_identity_warnings": [{"seq": q, "warning": w} for q, w in identity],
-                   **({"workers": workers} if workers is not None else {}),
-                   **({"steps": steps} if study.steps else {})})
+        dump_json(
+            {
+                "study": study.id,
+                "sessions": state.sessions,
+                "events": kinds,
+                "arms": [r.__dict__ for r in rows],
+                "last_preflight": (
+                    {"seq": preflight.seq, "time": preflight.time, **preflight.body}
+                    if preflight is not None
+                    else None
+                ),
+                "model_mismatches": {
+                    "count": len(mismatches),
+                    "first": [m.as_dict() for m in mismatches[:5]],
+                },
+                "model_identity_warnings": [{"seq": q, "warning": w} for q, w in identity],
+                **({"workers": workers} if workers is not None else {}),
+                **({"steps": steps} if study.steps else {}),
+            }
+        )
         return
-    grid = table("arm", "trials", "responded", "given up", "pending", "awaiting", "attempts",
-                 "cost USD", title=f"{study.id}: {state.sessions} run session(s)")
+    grid = table(
+        "arm",
+        "trials",
+        "responded",
+        "given up",
+        "pending",
+        "awaiting",
+        "attempts",
+        "cost USD",
+        title=f"{study.id}: {state.sessions} run session(s)",
+    )
     for r in rows:
-        grid.add_row(r.label, str(r.trials), str(r.responded), str(r.given_up), str(r.pending),
-                      str(r.in_flight), str(r.attempts), f"{r.cost_usd:.4f}")
+        grid.add_row(
+            r.label,
+            str(r.trials),
+            str(r.responded),
+            str(r.given_up),
+            str(r.pending),
+            str(r.in_flight),
+            str(r.attempts),
+            f"{r.cost_usd:.4f}",
+        )
     total = len(state.order)
     pending = len(state.pending())
     out = console()
     out.print(grid)
     if steps:
-        sgrid = table("step", "on", "models", "calls", "parsed", "unparseable", "given up",
-                      "pending", "decided", "undecided", title="recorded model steps")
+        sgrid = table(
+            "step",
+            "on",
+            "models",
+            "calls",
+            "parsed",
+            "unparseable",
+            "given up",
+            "pending",
+            "decided",
+            "undecided",
+            title="recorded model steps",
+        )
         for st in steps:
-            sgrid.add_row(st["step"], st["on"], ", ".join(st["models"]), str(st["calls"]),
-                          str(st["parsed"]), str(st["unparseable_responses"]),
-                          str(st["given_up"]), str(st["pending"] + st["awaiting"]),
-                          str(st["decided"]), str(st["undecided"]))  # fmt: skip
+            sgrid.add_row(
+                st["step"],
+                st["on"],
+                ", ".join(st["models"]),
+                str(st["calls"]),
+                str(st["parsed"]),
+                str(st["unparseable_responses"]),
+                str(st["given_up"]),
+                str(st["pending"] + st["awaiting"]),
+                str(st["decided"]),
+                str(st["undecided"]),
+            )
         out.print(sgrid)
         excluded = kinds.get("trial.excluded", 0)
         if excluded:
@@ -755,11 +871,24 @@ def status(study_dir: Path, as_json: bool) -> None:
     counts = ", ".join(f"{k} {v}" for k, v in sorted(kinds.items()) if not k.startswith("artifact"))
     out.print(f"{total - pending}/{total} trials final; events: {counts}")
     if workers:
-        wgrid = table("worker", "session", "mode", "leases", "last heartbeat", "state",
-                      title="ledger run workers (PostgreSQL)")  # fmt: skip
+        wgrid = table(
+            "worker",
+            "session",
+            "mode",
+            "leases",
+            "last heartbeat",
+            "state",
+            title="ledger run workers (PostgreSQL)",
+        )
         for w in workers:
-            wgrid.add_row(w["id"], str(w["session"]), w["mode"], str(w["leases"]),
-                          w["heartbeat"], "live" if w["live"] else "lease ran out")  # fmt: skip
+            wgrid.add_row(
+                w["id"],
+                str(w["session"]),
+                w["mode"],
+                str(w["leases"]),
+                w["heartbeat"],
+                "live" if w["live"] else "lease ran out",
+            )
         out.print(wgrid)
     elif workers is not None:
         out.print("no ledger run worker is running")
@@ -879,14 +1008,21 @@ def estimate(
     )
     click.echo(f"output tokens: at most {est.output_tokens_max:,}; typical {typical}")
     if est.step_calls:
-        click.echo(f"step calls: {est.step_calls:,} to make; input tokens at least "
-                   f"{est.step_input_tokens:,} (estimated, inputs not yet known counted empty), "
-                   f"output at most {est.step_output_tokens_max:,}; included in the costs")
-    click.echo(f"cost: input only {usd(est.cost_min_usd)}; typical {usd(est.cost_typical_usd)}; "
-               f"at most {usd(est.cost_max_usd)}")
+        click.echo(
+            f"step calls: {est.step_calls:,} to make; input tokens at least "
+            f"{est.step_input_tokens:,} (estimated, inputs not yet known counted empty), "
+            f"output at most {est.step_output_tokens_max:,}; included in the costs"
+        )
+    click.echo(
+        f"cost: input only {usd(est.cost_min_usd)}; typical {usd(est.cost_typical_usd)}; "
+        f"at most {usd(est.cost_max_usd)}"
+    )
     if est.price_in_per_mtok is not None and est.price_out_per_mtok is not None:
-        click.echo(f"prices: ${est.price_in_per_mtok:g} in, ${est.price_out_per_mtok:g} out per "
-                   f"million tokens, from {est.price_source}")
+        click.echo(
+            f"prices: ${est.price_in_per_mtok:g} in, ${est.price_out_per_mtok:g} out per "
+            f"million tokens, from {est.price_source}"
+        )
     if est.cost_max_usd is not None and backend == "anthropic":
-        click.echo(f"with --backend anthropic-batch: at most "
-                   f"{usd(est.cost_max_usd * est.batch_factor)}")
+        click.echo(
+            f"with --backend anthropic-batch: at most {usd(est.cost_max_usd * est.batch_factor)}"
+        )

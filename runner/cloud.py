@@ -261,9 +261,10 @@ class _RawSDKBackend:
             raise BackendError("timeout", f"request timed out: {exc}", retryable=True) from None
         except sdk.APIConnectionError as exc:
             raise BackendError(
-                "connection_error", f"connection to {self.base_url} failed: {exc}",
+                "connection_error",
+                f"connection to {self.base_url} failed: {exc}",
                 retryable=True,
-            ) from None  # fmt: skip
+            ) from None
         except (ValueError, RuntimeError) as exc:  # credentials the SDK could not resolve
             raise _configuration(f"the {self.name} backend: {exc}") from None
         return self.reply(raw, response.status_code, response.headers)
@@ -313,14 +314,21 @@ class _OpenAIFamily(_RawSDKBackend):
             url = f"{self.base_url}{path}"
             try:
                 response = await self.client.get(
-                    path, cast_to=self.response_type,
+                    path,
+                    cast_to=self.response_type,
                     options={"timeout": ASK_TIMEOUT_SECONDS},
-                )  # fmt: skip
+                )
                 info = json.loads(response.content)
             except sdk.APIStatusError as exc:
                 status = exc.status_code
-                asked.append(Asked(url, status, identity_headers(exc.response.headers),
-                                   f"HTTP {status}: {str(exc)[:200]}"))  # fmt: skip
+                asked.append(
+                    Asked(
+                        url,
+                        status,
+                        identity_headers(exc.response.headers),
+                        f"HTTP {status}: {str(exc)[:200]}",
+                    )
+                )
                 answered[model_id] = status == 404
                 continue
             except (sdk.APIError, ValueError) as exc:
@@ -351,10 +359,12 @@ class OpenAIBackend(_OpenAIFamily):
         self.response_type = http.Response
         self._finish(
             self.sdk.AsyncOpenAI(
-                api_key=key, base_url=base_url or os.environ.get("OPENAI_BASE_URL"),
-                max_retries=0, timeout=timeout,
+                api_key=key,
+                base_url=base_url or os.environ.get("OPENAI_BASE_URL"),
+                max_retries=0,
+                timeout=timeout,
             )
-        )  # fmt: skip
+        )
 
 
 class GeminiBackend(_OpenAIFamily):
@@ -420,10 +430,13 @@ class AzureOpenAIBackend(_OpenAIFamily):
             auth = {"api_key": key}
         self._finish(
             self.sdk.AsyncAzureOpenAI(
-                azure_endpoint=endpoint, api_version=self.api_version, max_retries=0,
-                timeout=timeout, **auth,
+                azure_endpoint=endpoint,
+                api_version=self.api_version,
+                max_retries=0,
+                timeout=timeout,
+                **auth,
             )
-        )  # fmt: skip
+        )
 
     @property
     def url(self) -> str:
@@ -438,10 +451,12 @@ class AzureOpenAIBackend(_OpenAIFamily):
     async def server_identity(self, model_ids: Sequence[str]) -> ServerIdentity:
         """Not asked: Azure OpenAI's data plane names no deployment's model (recorded so)."""
         return unanswered(
-            model_ids, [], "Azure OpenAI's inference API has no route naming a deployment's "
+            model_ids,
+            [],
+            "Azure OpenAI's inference API has no route naming a deployment's "
             "model (its management API does, with other credentials); each answer's model "
             "(name and version) and system_fingerprint are recorded",
-        )  # fmt: skip
+        )
 
 
 class _ClaudeCloud(_RawSDKBackend):
@@ -493,9 +508,10 @@ class AnthropicBedrockBackend(_ClaudeCloud):
         try:
             session = boto3.Session()
             self.region = (
-                os.environ.get("AWS_REGION") or os.environ.get("AWS_DEFAULT_REGION")
+                os.environ.get("AWS_REGION")
+                or os.environ.get("AWS_DEFAULT_REGION")
                 or session.region_name
-            )  # fmt: skip
+            )
             credentials = None if token else session.get_credentials()
         except botocore.exceptions.BotoCoreError as exc:
             raise _configuration(
@@ -515,18 +531,22 @@ class AnthropicBedrockBackend(_ClaudeCloud):
         self.session = session
         self.credentials = credentials
         root = (
-            base_url or os.environ.get("ANTHROPIC_BEDROCK_BASE_URL")
+            base_url
+            or os.environ.get("ANTHROPIC_BEDROCK_BASE_URL")
             or os.environ.get("AWS_ENDPOINT_URL_BEDROCK_RUNTIME")
             or f"https://bedrock-runtime.{self.region}.amazonaws.com"
-        )  # fmt: skip
+        )
         self.control_url = (
             os.environ.get("AWS_ENDPOINT_URL_BEDROCK")
             or f"https://bedrock.{self.region}.amazonaws.com"
         ).rstrip("/")
         self.client = sdk.AsyncAnthropicBedrock(
-            aws_region=self.region, base_url=root, max_retries=0, timeout=timeout,
+            aws_region=self.region,
+            base_url=root,
+            max_retries=0,
+            timeout=timeout,
             **({"api_key": token} if token else {}),
-        )  # fmt: skip
+        )
         self.base_url = str(self.client.base_url).rstrip("/")
         self.token = token
 
@@ -568,8 +588,11 @@ class AnthropicBedrockBackend(_ClaudeCloud):
                     parsed: object = json.loads(raw)
                 except ValueError:
                     parsed = None
-                asked.append(Asked(url, status, found, status_error(
-                    status, headers, parsed, url).message[:300]))  # fmt: skip
+                asked.append(
+                    Asked(
+                        url, status, found, status_error(status, headers, parsed, url).message[:300]
+                    )
+                )
                 answered[model_id] = status == 404
                 continue
             asked.append(Asked(url, status, found))
@@ -642,8 +665,10 @@ class AnthropicVertexBackend(_ClaudeCloud):
             ) from None
         self.project = (
             os.environ.get("ANTHROPIC_VERTEX_PROJECT_ID")
-            or os.environ.get("GOOGLE_CLOUD_PROJECT") or found_project or ""
-        )  # fmt: skip
+            or os.environ.get("GOOGLE_CLOUD_PROJECT")
+            or found_project
+            or ""
+        )
         if not self.project:
             raise _configuration(
                 "the anthropic-vertex backend needs a Google Cloud project: "
@@ -660,10 +685,13 @@ class AnthropicVertexBackend(_ClaudeCloud):
         self.sdk = sdk
         self.response_type = http.Response
         self.client = sdk.AsyncAnthropicVertex(
-            region=self.region, project_id=self.project, credentials=credentials,
+            region=self.region,
+            project_id=self.project,
+            credentials=credentials,
             base_url=base_url or os.environ.get("ANTHROPIC_VERTEX_BASE_URL"),
-            max_retries=0, timeout=timeout,
-        )  # fmt: skip
+            max_retries=0,
+            timeout=timeout,
+        )
         self.base_url = str(self.client.base_url).rstrip("/")
 
     def path(self, wire: Mapping[str, Any]) -> str:
@@ -686,6 +714,8 @@ class AnthropicVertexBackend(_ClaudeCloud):
     async def server_identity(self, model_ids: Sequence[str]) -> ServerIdentity:
         """Not asked: Vertex AI's ``rawPredict`` API has no model route (recorded so)."""
         return unanswered(
-            model_ids, [], "Vertex AI's prediction API has no route naming the model behind a "
+            model_ids,
+            [],
+            "Vertex AI's prediction API has no route naming the model behind a "
             "publisher model id; each answer's model field is recorded",
-        )  # fmt: skip
+        )

@@ -49,8 +49,9 @@ def data_trial_events(
     assert field is not None
     text = item[field]
     blob, digest = request_blob(source_record(trial.stimulus, field))
-    request = trial_requested(trial, attempt, blob, digest, session=session,
-                              backend=DATA_BACKEND, simulated=False)  # fmt: skip
+    request = trial_requested(
+        trial, attempt, blob, digest, session=session, backend=DATA_BACKEND, simulated=False
+    )
     response = EventSpec(
         "trial.responded",
         {

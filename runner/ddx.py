@@ -50,14 +50,22 @@ REFERENCE_SETS: Final = ("plausible", "highly_likely", "safety_critical")
 REFERENCE_FIELDS: Final = tuple(f"reference_{name}" for name in REFERENCE_SETS)
 """The item ``metadata`` arrays of supplied reference sets."""
 DDX_METRICS: Final = (
-    "plausibility", "h_coverage", "s_coverage", "breadth", "grounding_rate", "indirect_rate",
+    "plausibility",
+    "h_coverage",
+    "s_coverage",
+    "breadth",
+    "grounding_rate",
+    "indirect_rate",
     "uncertainty",
-)  # fmt: skip
+)
 """The per-trial metrics (analysis dataset columns, ``docs/analysis.md`` §2)."""
 METRIC_OUTCOME_TESTS: Final = ("paired-t", "qr-bootstrap", "factorial")
 """Tests that may take a ddx metric as their outcome (the metric replaces trial accuracy)."""
-_NEEDS: Final = {"grounding_rate": "grounding", "indirect_rate": "grounding",
-                 "uncertainty": "uncertainty"}  # fmt: skip
+_NEEDS: Final = {
+    "grounding_rate": "grounding",
+    "indirect_rate": "grounding",
+    "uncertainty": "uncertainty",
+}
 
 
 @dataclass(frozen=True)
@@ -93,28 +101,38 @@ class DdxSpec:
 
 
 def _set_step(
-    add: Callable[[str, str], None], key: str, steps: Mapping[str, StepSpec], name: Any,
-    on: str, members: Sequence[str],
-) -> str | None:  # fmt: skip
+    add: Callable[[str, str], None],
+    key: str,
+    steps: Mapping[str, StepSpec],
+    name: Any,
+    on: str,
+    members: Sequence[str],
+) -> str | None:
     where = f"response.ddx.{key}"
     spec = steps.get(name) if isinstance(name, str) else None
     if spec is None:
         add(where, f"must name a [steps.<NAME>] table, got {name!r}")
         return None
     if spec.on != on:
-        add(where, f"step {name!r} must be an {on} step (on = \"{on}\"), not on = \"{spec.on}\"")
+        add(where, f'step {name!r} must be an {on} step (on = "{on}"), not on = "{spec.on}"')
     missing = [m for m in members if m not in spec.sets]
     if spec.parser != "json" or not spec.sets or missing:
-        add(where, f"step {name!r} must use the json parser with a schema whose properties are "
+        add(
+            where,
+            f"step {name!r} must use the json parser with a schema whose properties are "
             f"all arrays of strings, among them {', '.join(members)}"
-            + (f" (missing: {', '.join(missing)})" if spec.sets and missing else ""))  # fmt: skip
+            + (f" (missing: {', '.join(missing)})" if spec.sets and missing else ""),
+        )
     return str(name)
 
 
 def parse_ddx(
-    add: Callable[[str, str], None], response: Mapping[str, Any], parser: str,
-    steps: Mapping[str, StepSpec], items: Iterable[Any] | None,
-) -> DdxSpec | None:  # fmt: skip
+    add: Callable[[str, str], None],
+    response: Mapping[str, Any],
+    parser: str,
+    steps: Mapping[str, StepSpec],
+    items: Iterable[Any] | None,
+) -> DdxSpec | None:
     """Validate ``[response.ddx]`` against the steps and items; problems go to ``add``.
 
     None when the parser is not ``ddx`` (a ``ddx`` table is then refused) or the table is
@@ -123,11 +141,14 @@ def parse_ddx(
     table = response.get("ddx")
     if parser != PARSER:
         if table is not None:
-            add("response.ddx", f"applies to parser = \"ddx\" only, not {parser!r}")
+            add("response.ddx", f'applies to parser = "ddx" only, not {parser!r}')
         return None
     if not isinstance(table, dict):
-        add("response.ddx", "parser = \"ddx\" needs a [response.ddx] table naming its steps "
-            "(list, match, reference; optional grounding, uncertainty)")  # fmt: skip
+        add(
+            "response.ddx",
+            'parser = "ddx" needs a [response.ddx] table naming its steps '
+            "(list, match, reference; optional grounding, uncertainty)",
+        )
         return None
     if items is None:
         add("response.parser", "ddx scores item studies ([stimuli] items) only")
@@ -148,16 +169,23 @@ def parse_ddx(
                 add("response.ddx.reference", f"item {item.id!r}: {problem}")
     grounding = uncertainty = None
     if "grounding" in table:
-        grounding = _set_step(add, "grounding", steps, table["grounding"], "trial",
-                              ("grounded", "indirect"))  # fmt: skip
+        grounding = _set_step(
+            add, "grounding", steps, table["grounding"], "trial", ("grounded", "indirect")
+        )
     if "uncertainty" in table:
         name = table["uncertainty"]
         spec = steps.get(name) if isinstance(name, str) else None
-        if spec is None or spec.on != "trial" or spec.parser != "label" or not (
-            {"uncertain", "certain"} <= set(spec.labels)
+        if (
+            spec is None
+            or spec.on != "trial"
+            or spec.parser != "label"
+            or not ({"uncertain", "certain"} <= set(spec.labels))
         ):
-            add("response.ddx.uncertainty", f"must name a trial step with the label parser and "
-                f"the labels \"uncertain\" and \"certain\", got {name!r}")  # fmt: skip
+            add(
+                "response.ddx.uncertainty",
+                f"must name a trial step with the label parser and "
+                f'the labels "uncertain" and "certain", got {name!r}',
+            )
         else:
             uncertainty = str(name)
     named = [n for n in (listed, match, reference, grounding, uncertainty) if n and n != "items"]
@@ -175,8 +203,10 @@ def supplied_reference(metadata: Mapping[str, Any]) -> dict[str, list[str]] | st
     for name, key in zip(REFERENCE_SETS, REFERENCE_FIELDS, strict=True):
         value = metadata.get(key)
         if value is None:
-            return (f"has no reference set: metadata.{key} is missing (reference = \"items\" "
-                    "needs the three arrays " + ", ".join(REFERENCE_FIELDS) + ")")
+            return (
+                f'has no reference set: metadata.{key} is missing (reference = "items" '
+                "needs the three arrays " + ", ".join(REFERENCE_FIELDS) + ")"
+            )
         if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
             return f"metadata.{key} must be an array of strings, got {value!r}"
         out[name] = list(value)
@@ -198,16 +228,34 @@ def hypothesis_problems(
         outcome = h.get("outcome")
         if outcome in DDX_METRICS:
             if parser != PARSER:
-                out.append((f"{where}.outcome", f"{outcome!r} is a differential-diagnosis "
-                            f"metric; parser {parser!r} gives no differential list (it needs "
-                            "[response] parser = \"ddx\")"))  # fmt: skip
+                out.append(
+                    (
+                        f"{where}.outcome",
+                        f"{outcome!r} is a differential-diagnosis "
+                        f"metric; parser {parser!r} gives no differential list (it needs "
+                        '[response] parser = "ddx")',
+                    )
+                )
             elif ddx is not None and outcome in _NEEDS and getattr(ddx, _NEEDS[outcome]) is None:
-                out.append((f"{where}.outcome", f"{outcome!r} needs [response.ddx] "
-                            f"{_NEEDS[outcome]} = \"<step>\""))  # fmt: skip
+                out.append(
+                    (
+                        f"{where}.outcome",
+                        f'{outcome!r} needs [response.ddx] {_NEEDS[outcome]} = "<step>"',
+                    )
+                )
             elif h.get("test") not in METRIC_OUTCOME_TESTS:
-                out.append((f"{where}.test", f"test {h.get('test')!r} cannot take the metric "
-                            f"{outcome!r}; use one of {', '.join(METRIC_OUTCOME_TESTS)}"))
+                out.append(
+                    (
+                        f"{where}.test",
+                        f"test {h.get('test')!r} cannot take the metric "
+                        f"{outcome!r}; use one of {', '.join(METRIC_OUTCOME_TESTS)}",
+                    )
+                )
         elif parser == PARSER:
-            out.append((f"{where}.outcome", "a ddx study has no trial accuracy: name one of "
-                        f"{', '.join(DDX_METRICS)}"))  # fmt: skip
+            out.append(
+                (
+                    f"{where}.outcome",
+                    f"a ddx study has no trial accuracy: name one of {', '.join(DDX_METRICS)}",
+                )
+            )
     return out

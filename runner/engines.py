@@ -66,6 +66,7 @@ def make_backend(
             )
         return ReplayBackend(replay_from)
     raise BackendError(
-        "configuration", f"unknown backend {name!r}; choose one of {', '.join(BACKENDS)}",
+        "configuration",
+        f"unknown backend {name!r}; choose one of {', '.join(BACKENDS)}",
         retryable=False,
     )

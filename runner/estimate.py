@@ -67,9 +67,15 @@ def estimate_study(root: str | Path, backend: Backend, price: Price | None = Non
         after = study.arms[trial.arm].after
         if after is not None:
             builder.renderer.prior_values[trial.id] = {
-                s: "" for s in ("prior.response", "prior.answer", "prior.answer_text",
-                                "prior.other", "prior.other_text")
-            }  # fmt: skip
+                s: ""
+                for s in (
+                    "prior.response",
+                    "prior.answer",
+                    "prior.answer_text",
+                    "prior.other",
+                    "prior.other_text",
+                )
+            }
     called = [t for t in pending if study.arms[t.arm].response_from is None]  # trials.md §6
     keys = sorted({(t.arm, t.model or "", t.stimulus) for t in called})
     sample = {(t.arm, t.model or "", t.stimulus): t for t in called}
@@ -102,9 +108,7 @@ def estimate_study(root: str | Path, backend: Backend, price: Price | None = Non
     prices: dict[str | None, Price | None] = {}
     source = "--price-in/--price-out" if price is not None else None
     for name, model_id in ids.items():
-        prices[name] = price if price is not None else (
-            backend_price(backend, model_id)
-        )  # fmt: skip
+        prices[name] = price if price is not None else (backend_price(backend, model_id))
     if price is None and backend.priced and any(p is not None for p in prices.values()):
         source = f"runner/pricing.py (prices as of {PRICES_AS_OF})"
     distinct = {p for p in prices.values()}
@@ -169,8 +173,12 @@ def _step_calls(
     work.load(log)
     for item in work.items:  # so the trials' requests can be rendered for their token count
         values = work.item_inputs(item)
-        rough = {s.name: "" for t in builder.renderer.item_templates() for s in t.slots()
-                 if s.name.startswith("steps.")}  # fmt: skip
+        rough = {
+            s.name: ""
+            for t in builder.renderer.item_templates()
+            for s in t.slots()
+            if s.name.startswith("steps.")
+        }
         builder.renderer.step_values[item] = values if values is not None else rough
     calls = [c for cs in work.item_calls.values() for c in cs]
     for trial in state.order:
@@ -191,6 +199,11 @@ def _step_calls(
         if values is None:
             values = work.render.rough_values(call)
         body = work.render.body(call, values)
-        out.append((_StepCallRow(call.model), request_input_tokens(body, []),
-                    int(body.get("max_tokens", 4096))))  # fmt: skip
+        out.append(
+            (
+                _StepCallRow(call.model),
+                request_input_tokens(body, []),
+                int(body.get("max_tokens", 4096)),
+            )
+        )
     return out

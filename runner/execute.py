@@ -290,9 +290,14 @@ class GroupWriter:
     MAX_BATCH = 256
 
     def __init__(
-        self, log: Ledger, key: SigningKey, loop: asyncio.AbstractEventLoop, *,
-        interval: int = 0, on_interval: Callable[[int], None] | None = None,
-    ) -> None:  # fmt: skip
+        self,
+        log: Ledger,
+        key: SigningKey,
+        loop: asyncio.AbstractEventLoop,
+        *,
+        interval: int = 0,
+        on_interval: Callable[[int], None] | None = None,
+    ) -> None:
         """Start the writer thread for ``log``; nothing else may write to it until closed.
 
         With ``interval`` N > 0, ``on_interval(size)`` runs in the writer thread right after
@@ -374,9 +379,7 @@ class GroupWriter:
             if job is not None:
                 self._call(job)
 
-    def _append_refusing(
-        self, batch: list[tuple[EventSpec, asyncio.Future[Event]]]
-    ) -> list[Event]:
+    def _append_refusing(self, batch: list[tuple[EventSpec, asyncio.Future[Event]]]) -> list[Event]:
         """Append ``batch``; an event the store refuses is left out and its future gets why.
 
         A PostgreSQL store refuses an event that breaks a trial rule (:class:`RefusedError`,
@@ -556,8 +559,10 @@ class Runner:
             each = {i: backend_price(self.backend, i) for i in sorted(ids)}
             if all(p is not None for p in each.values()):  # docs/trials.md §5
                 self.prices_by_id = {i: p for i, p in each.items() if p is not None}
-                return (self.prices_by_id[sorted(ids)[0]],
-                        f"runner/pricing.py (prices as of {PRICES_AS_OF}), per model")
+                return (
+                    self.prices_by_id[sorted(ids)[0]],
+                    f"runner/pricing.py (prices as of {PRICES_AS_OF}), per model",
+                )
         if len(ids) > 1 and (given is not None or self.backend.priced):
             raise StudyError(
                 f"this session would run {len(ids)} models ({', '.join(sorted(ids))}), each "
@@ -614,10 +619,13 @@ class Runner:
         base = self.log.size
         specs: list[EventSpec] = []
         for k, (trial, attempt) in enumerate(zip(trials, attempts, strict=True)):
-            request, response = data_trial_events(self.study, trial, attempt, self.session,
-                                                  self._items[trial.stimulus])  # fmt: skip
-            specs += [request, replace(response, body={**response.body,
-                                                        "request_seq": base + 2 * k})]
+            request, response = data_trial_events(
+                self.study, trial, attempt, self.session, self._items[trial.stimulus]
+            )
+            specs += [
+                request,
+                replace(response, body={**response.body, "request_seq": base + 2 * k}),
+            ]
         stored = self.log.append_many(specs, key=self.key)
         return [stored[2 * k + 1].seq for k in range(len(trials))]
 
@@ -699,9 +707,7 @@ class Runner:
         self._asked = True
         if self.backend.simulated:
             return None
-        ids = list(dict.fromkeys(
-            m.id for m in self.study.model_specs() if m.name in self.selected
-        ))  # fmt: skip
+        ids = list(dict.fromkeys(m.id for m in self.study.model_specs() if m.name in self.selected))
         ask = getattr(self.backend, "server_identity", None)
         if ask is None:
             self.identity = unanswered(
@@ -733,9 +739,9 @@ class Runner:
             self.identity = unanswered(ids, [], f"asking failed: {type(exc).__name__}: {exc}")
         return self.identity
 
-    def _step_study_plan(self, trials: list[Trial], state: StudyState, *, check: bool) -> (
-        list[Planned]
-    ):
+    def _step_study_plan(
+        self, trials: list[Trial], state: StudyState, *, check: bool
+    ) -> list[Planned]:
         """The preflight candidates of a study with steps: its trials, then its step calls.
 
         A trial whose request cannot be rendered yet (its item template reads a step's output,
@@ -754,9 +760,9 @@ class Runner:
             if key in built:
                 continue
             built.add(key)
-            values = work.item_inputs(trial.stimulus) if work.item_steps_final(
-                trial.stimulus
-            ) else None
+            values = (
+                work.item_inputs(trial.stimulus) if work.item_steps_final(trial.stimulus) else None
+            )
             after = self.study.arms[trial.arm].after
             prior = {} if after is None else prior_values(self.study, work, state, trial, after)
             if values is not None and isinstance(prior, dict):
@@ -772,20 +778,36 @@ class Runner:
     def _stand_in(self, trial: Trial) -> Planned:
         """A trial's request with its undecided slots (``steps.*``, ``prior.*``) empty."""
         renderer = self.builder.renderer
-        steps = sorted({s.name for t in renderer.item_templates() for s in t.slots()
-                        if s.name.startswith("steps.")})  # fmt: skip
-        prior = sorted({s.name for name in self.study.arms[trial.arm].components
-                        for s in (renderer.component_templates[name].slots()
-                                  if name in renderer.component_templates else ())
-                        if s.name.startswith("prior.")})  # fmt: skip
+        steps = sorted(
+            {
+                s.name
+                for t in renderer.item_templates()
+                for s in t.slots()
+                if s.name.startswith("steps.")
+            }
+        )
+        prior = sorted(
+            {
+                s.name
+                for name in self.study.arms[trial.arm].components
+                for s in (
+                    renderer.component_templates[name].slots()
+                    if name in renderer.component_templates
+                    else ()
+                )
+                if s.name.startswith("prior.")
+            }
+        )
         saved = renderer.step_values.get(trial.stimulus), renderer.prior_values.get(trial.id)
         renderer.step_values[trial.stimulus] = {s: "" for s in steps}
         renderer.prior_values[trial.id] = {s: "" for s in prior}
         try:
             body = self.builder.body(trial)
         finally:  # the stand-in values never reach a real request
-            for table, key, value in ((renderer.step_values, trial.stimulus, saved[0]),
-                                      (renderer.prior_values, trial.id, saved[1])):
+            for table, key, value in (
+                (renderer.step_values, trial.stimulus, saved[0]),
+                (renderer.prior_values, trial.id, saved[1]),
+            ):
                 if value is None:
                     table.pop(key, None)
                 else:
@@ -823,8 +845,11 @@ class Runner:
                         (t, work.trial_stimulus.get(t, "")) for t in work.responses
                     ]
                     for trial_id, stimulus in units:
-                        candidate = next(c for c in trial_step_calls(spec, trial_id, stimulus)
-                                         if c.model == model)  # fmt: skip
+                        candidate = next(
+                            c
+                            for c in trial_step_calls(spec, trial_id, stimulus)
+                            if c.model == model
+                        )
                         record = work.calls.get(candidate.id)
                         if check or record is None or not record.final:
                             call = candidate
@@ -845,9 +870,11 @@ class Runner:
             values = work.render.rough_values(call)
             given = work.render.rough_values(call)
             items = self.builder.renderer.items
-            known = set(self.builder.renderer.values(items.by_id[call.stimulus])) if (
-                items is not None and call.stimulus in items.by_id
-            ) else set()
+            known = (
+                set(self.builder.renderer.values(items.by_id[call.stimulus]))
+                if (items is not None and call.stimulus in items.by_id)
+                else set()
+            )
             empty = tuple(sorted(k for k in given if k not in known))
         body = work.render.body(call, values)
         return Planned(call, body, request_shape(body), empty)
@@ -884,8 +911,8 @@ class Runner:
             if worker.id == self.shared.id:
                 continue
             if self.shared.mode == "alone" or worker.mode == "alone":
-                alone = self.shared.why if self.shared.mode == "alone" else (
-                    "it runs the study alone"
+                alone = (
+                    self.shared.why if self.shared.mode == "alone" else ("it runs the study alone")
                 )
                 raise StudyError(
                     f"{self.study.root}: worker {worker.describe()} is running this study, and "
@@ -946,10 +973,16 @@ class Runner:
                     {
                         "cost_usd_before": round(state.cost_usd, 8),
                         "price_usd_per_mtok": price_record(self.price, self.price_source or ""),
-                        **({"prices_by_model_usd_per_mtok": {
-                            i: price_record(p, self.price_source or "")
-                            for i, p in self.prices_by_id.items()
-                        }} if self.prices_by_id else {}),
+                        **(
+                            {
+                                "prices_by_model_usd_per_mtok": {
+                                    i: price_record(p, self.price_source or "")
+                                    for i, p in self.prices_by_id.items()
+                                }
+                            }
+                            if self.prices_by_id
+                            else {}
+                        ),
                     }
                     if self.price is not None
                     else {}
@@ -983,7 +1016,9 @@ class Runner:
                 record = self.steps.calls[call_id]
                 call = self._call_of(call_id)
                 self._append_failure(
-                    call, record.attempts, seq,
+                    call,
+                    record.attempts,
+                    seq,
                     BackendError(
                         "interrupted",
                         "the runner stopped after this request was recorded and before its "
@@ -991,7 +1026,7 @@ class Runner:
                         retryable=True,
                     ),
                     final=False,
-                )  # fmt: skip
+                )
                 record.open_request = None
                 self.counters.interrupted += 1
         self.final = len(state.order) - len(pending)
@@ -1035,12 +1070,23 @@ class Runner:
                 },
                 {"request": blob},
             )
-        return trial_requested(trial, attempt, blob, digest, session=self.session,
-                               backend=self.backend.name, simulated=self.backend.simulated,
-                               batch=self.batch)  # fmt: skip
+        return trial_requested(
+            trial,
+            attempt,
+            blob,
+            digest,
+            session=self.session,
+            backend=self.backend.name,
+            simulated=self.backend.simulated,
+            batch=self.batch,
+        )
 
     def _response_spec(
-        self, trial: Trial | StepCall, attempt: int, request_seq: int, reply: Reply,
+        self,
+        trial: Trial | StepCall,
+        attempt: int,
+        request_seq: int,
+        reply: Reply,
         latency: float,
     ) -> tuple[EventSpec, float | None]:
         price = self._price_of(trial)
@@ -1068,7 +1114,12 @@ class Runner:
         return spec, cost
 
     def _failure_spec(
-        self, trial: Trial | StepCall, attempt: int, request_seq: int, error: BackendError, *,
+        self,
+        trial: Trial | StepCall,
+        attempt: int,
+        request_seq: int,
+        error: BackendError,
+        *,
         final: bool,
     ) -> EventSpec:
         step = isinstance(trial, StepCall)
@@ -1092,7 +1143,12 @@ class Runner:
         return self.log.append_many([self._request_spec(trial, attempt, wire)], key=self.key)[0].seq
 
     def _append_failure(
-        self, trial: Trial | StepCall, attempt: int, request_seq: int, error: BackendError, *,
+        self,
+        trial: Trial | StepCall,
+        attempt: int,
+        request_seq: int,
+        error: BackendError,
+        *,
         final: bool,
     ) -> None:
         """Append ``trial.failed`` now (outside the event loop's writer)."""
@@ -1160,16 +1216,22 @@ class Runner:
         """
         if refused.rule == "final" and spec.kind in ("trial.responded", "trial.failed"):
             body = spec.body
-            failure = EventSpec("trial.failed", {
-                "trial": body["trial"], "attempt": body["attempt"],
-                "request_seq": body["request_seq"], "error_type": "superseded",
-                "http_status": body.get("http_status"),
-                "message": (
-                    "not final: another worker recorded this trial's final outcome first (this "
-                    f"worker's lease had run out); {refused}"
-                )[:2000],
-                "retryable": False, "final": False,
-            })  # fmt: skip
+            failure = EventSpec(
+                "trial.failed",
+                {
+                    "trial": body["trial"],
+                    "attempt": body["attempt"],
+                    "request_seq": body["request_seq"],
+                    "error_type": "superseded",
+                    "http_status": body.get("http_status"),
+                    "message": (
+                        "not final: another worker recorded this trial's final outcome first (this "
+                        f"worker's lease had run out); {refused}"
+                    )[:2000],
+                    "retryable": False,
+                    "final": False,
+                },
+            )
             assert self.writer is not None
             future = self.writer.submit(failure)
             self.behind.add(future)
@@ -1279,7 +1341,8 @@ class Runner:
                 self.witness_notes.append(
                     f"checkpoint of size {outcome.size} continues unwitnessed ("
                     f"{len(outcome.cosigned_by)} of {outcome.quorum} cosignatures; "
-                    + "; ".join(f"{k}: {v}" for k, v in outcome.missing.items()) + ")"
+                    + "; ".join(f"{k}: {v}" for k, v in outcome.missing.items())
+                    + ")"
                 )
         return result
 
@@ -1293,9 +1356,7 @@ class Runner:
         if self.witnesses is None:
             return
         size = self.session + 1
-        await loop.run_in_executor(
-            None, self._witness, lambda c: c.witness_promised(upto=size)
-        )
+        await loop.run_in_executor(None, self._witness, lambda c: c.witness_promised(upto=size))
         if self.witness_error is not None:
             self.request_stop(f"witness: {self.witness_error}")
 
@@ -1351,8 +1412,10 @@ class Runner:
         assert price is not None
         tokens = self.input_tokens.get((trial.arm, trial.model, trial.stimulus))
         if tokens is None:
-            sizes = [] if isinstance(trial, StepCall) else self.builder.renderer.image_sizes(
-                trial.stimulus
+            sizes = (
+                []
+                if isinstance(trial, StepCall)
+                else self.builder.renderer.image_sizes(trial.stimulus)
             )
             tokens = request_input_tokens(wire, sizes)
         discounted = self.batch if batch is None else batch
@@ -1437,7 +1500,9 @@ class Runner:
             self.counters.reserved_usd -= reserved
             self.counters.cancelled += 1
             await self._write_interrupted(
-                trial, attempt, seq,
+                trial,
+                attempt,
+                seq,
                 f"not sent: interrupted by {self.interrupted_by} after this request was "
                 "recorded and before it was sent",
             )
@@ -1464,7 +1529,9 @@ class Runner:
             # the call alone was cancelled: a second Ctrl-C, or SIGTERM
             self.counters.cancelled += 1
             await self._write_interrupted(
-                trial, attempt, seq,
+                trial,
+                attempt,
+                seq,
                 f"interrupted by {self.interrupted_by or 'a signal'} while in flight; the "
                 "request may or may not have reached the API",
             )
@@ -1640,15 +1707,17 @@ class Runner:
                 continue
             rejected = work.rejection(host, call.stimulus)
             if rejected is not None:
-                self.fatal = (f"{rejected} (last call {call.id}, seq {seq}); [steps.{host}] "
-                              "verified_by then = \"stop\"")  # fmt: skip
+                self.fatal = (
+                    f"{rejected} (last call {call.id}, seq {seq}); [steps.{host}] "
+                    'verified_by then = "stop"'
+                )
                 self.request_stop(f"error: {self.fatal}")
                 return None
         if record.exhausted is not None and spec.then == "stop":
             self.fatal = (
                 f"step {call.step}: call {call.id} gave {record.unparseable} unparseable "
                 f"response(s) (last at seq {seq}); [steps.{call.step}] on_unparseable then = "
-                "\"stop\""
+                '"stop"'
             )
             self.request_stop(f"error: {self.fatal}")
         return None
@@ -1701,8 +1770,9 @@ class Runner:
             finally:
                 control.detach()
             result = self._close()  # a signal now is ignored: the session closes whole
-            result = replace(result, preflights=tuple(preflights),
-                             server_warnings=tuple(self.server_warnings()))  # fmt: skip
+            result = replace(
+                result, preflights=tuple(preflights), server_warnings=tuple(self.server_warnings())
+            )
         finally:
             if self.shared is not None:
                 self.shared.stop_heartbeat()
@@ -1740,8 +1810,13 @@ class Runner:
             if self.witness_error is not None:
                 loop.call_soon_threadsafe(self.request_stop, f"witness: {self.witness_error}")
 
-        self.writer = GroupWriter(self.log, self.key, loop, interval=interval,
-                                  on_interval=cosign_interval if interval else None)
+        self.writer = GroupWriter(
+            self.log,
+            self.key,
+            loop,
+            interval=interval,
+            on_interval=cosign_interval if interval else None,
+        )
         try:
             if self.steps is not None:
                 results = await self._phases(queue, limit)
@@ -1830,8 +1905,11 @@ class Runner:
                     raced = True
                     while raced:  # lost a race for the lowest free trials: ask again
                         claimed, finals, raced = link.claim(ids[start : start + 1024], want)
-                    late = [c.trial for c in claimed
-                            if c.attempts == 0 and by_id[c.trial].position < high[0]]  # fmt: skip
+                    late = [
+                        c.trial
+                        for c in claimed
+                        if c.attempts == 0 and by_id[c.trial].position < high[0]
+                    ]
                     if late:
                         link.release(late)
                         deferred.update(late)
@@ -1982,8 +2060,13 @@ class Runner:
         assert self.steps is not None and self.state is not None
         if why is not None:
             after = self.study.arms[trial.arm].after or {}
-            body = {"trial": trial.id, "item": trial.stimulus, "step": after.get("answer", ""),
-                    "prior": prior_trial(trial.id, after.get("arm", "")), "reason": why}
+            body = {
+                "trial": trial.id,
+                "item": trial.stimulus,
+                "step": after.get("answer", ""),
+                "prior": prior_trial(trial.id, after.get("arm", "")),
+                "reason": why,
+            }
         else:
             spec = self.study.steps[step]
             decision = self.steps.decision(step, trial.stimulus)
@@ -2041,8 +2124,16 @@ class Runner:
             if stopped_seq is None:  # reaped: the reaper closed this session
                 note = self.log.sign_checkpoint(self.key)
                 return RunResult(
-                    self.session, self.session, reason, c, self.final, pending, note,
-                    self.fatal, priced=self.price is not None, signal=self.signalled,
+                    self.session,
+                    self.session,
+                    reason,
+                    c,
+                    self.final,
+                    pending,
+                    note,
+                    self.fatal,
+                    priced=self.price is not None,
+                    signal=self.signalled,
                 )
             stopped = self.log.get(stopped_seq)
         else:
@@ -2052,9 +2143,18 @@ class Runner:
             outcome = self._witness(lambda cs: cs.witness(stopped.seq + 1, "session stop"))
             note = outcome.note if outcome is not None else note
         return RunResult(
-            self.session, stopped.seq, reason, c, self.final, pending, note, self.fatal,
-            priced=self.price is not None, signal=self.signalled,
-            witness_wait=self.witness_wait, unwitnessed=tuple(self.witness_notes),
+            self.session,
+            stopped.seq,
+            reason,
+            c,
+            self.final,
+            pending,
+            note,
+            self.fatal,
+            priced=self.price is not None,
+            signal=self.signalled,
+            witness_wait=self.witness_wait,
+            unwitnessed=tuple(self.witness_notes),
         )
 
     def _close_worker(self, reason: str, pending: int, steps_pending: int) -> int | None:
@@ -2091,7 +2191,8 @@ class Runner:
                 "pending": pending,
                 **(
                     {"step_calls": self.step_calls, "steps_pending": steps_pending}
-                    if self.steps is not None else {}
+                    if self.steps is not None
+                    else {}
                 ),
             },
             key=self.key,
@@ -2141,9 +2242,7 @@ def session_models(
         chosen = list(study.models)
     if backend.simulated:
         return tuple(chosen)
-    served = [
-        n for n in chosen if provider_refusal(study.models[n].provider, backend.name) is None
-    ]
+    served = [n for n in chosen if provider_refusal(study.models[n].provider, backend.name) is None]
     if names and len(served) < len(chosen):
         bad = next(n for n in chosen if n not in served)
         refusal = provider_refusal(study.models[bad].provider, backend.name) or ""
@@ -2234,13 +2333,17 @@ def _with_runner(
                 # PostgreSQL: a session that ended to let a new one take trials that come
                 # before its own in the locked order is followed at once by that new session,
                 # on the same backend (docs/trials.md §8); it was preflighted already
-                while (isinstance(result, RunResult) and result.reason.startswith(f"{ROTATE}:")
-                       and current[0].shared is not None):  # fmt: skip
+                while (
+                    isinstance(result, RunResult)
+                    and result.reason.startswith(f"{ROTATE}:")
+                    and current[0].shared is not None
+                ):
                     current[0].shared.close()
                     again = replace(options, preflight=False)
                     nxt = Runner(study, log, key, backend, again, progress, control)
-                    nxt.shared = SharedRun(log, mode=mode, why=why,
-                                           lease_seconds=options.lease_seconds)  # fmt: skip
+                    nxt.shared = SharedRun(
+                        log, mode=mode, why=why, lease_seconds=options.lease_seconds
+                    )
                     current[0] = nxt
                     result = await work(nxt)
                 return result
@@ -2293,7 +2396,12 @@ def check_study(
     naming the model, backend, URL and error. No session is opened and no trial is sent.
     """
     preflights: list[Preflight] = _with_runner(
-        root, key, backend, options or RunOptions(), None, control,
+        root,
+        key,
+        backend,
+        options or RunOptions(),
+        None,
+        control,
         lambda runner: runner.check(),
     )
     return preflights

@@ -185,12 +185,17 @@ def cell_arm_id(base: str, factors: Sequence[str], cell: Mapping[str, str]) -> s
 
 
 def _text_of(
-    table: dict[str, Any], where: str, add: Any, inside: Any, read: Any, rel: Any,
+    table: dict[str, Any],
+    where: str,
+    add: Any,
+    inside: Any,
+    read: Any,
+    rel: Any,
 ) -> tuple[str | None, str | None]:
     """The ``text`` or ``file`` of an insert/replace table: (text, study path of the file)."""
     has_text, has_file = "text" in table, "file" in table
     if has_text == has_file:
-        add(where, "give exactly one of text = \"...\" and file = \"path\"")
+        add(where, 'give exactly one of text = "..." and file = "path"')
         return None, None
     if has_text:
         text = table["text"]
@@ -219,7 +224,14 @@ def _field_name(value: Any, where: str, add: Any) -> str | None:
 
 
 def _level(
-    name: str, table: Any, where: str, scope: str, add: Any, inside: Any, read: Any, rel: Any,
+    name: str,
+    table: Any,
+    where: str,
+    scope: str,
+    add: Any,
+    inside: Any,
+    read: Any,
+    rel: Any,
     components: Mapping[str, Path],
 ) -> Level | None:
     if not NAME_RE.match(name):
@@ -231,10 +243,12 @@ def _level(
     prompt_keys = ("components", "system")
     for key in table:
         if key in item_keys and scope != "item":
-            add(f"{where}.{key}", f"edits the item: it needs scope = \"item\", not {scope!r}")
+            add(f"{where}.{key}", f'edits the item: it needs scope = "item", not {scope!r}')
         elif key in prompt_keys and scope != "prompt":
-            add(f"{where}.{key}", f"adds prompt components: it needs scope = \"prompt\", not "
-                f"{scope!r}")  # fmt: skip
+            add(
+                f"{where}.{key}",
+                f'adds prompt components: it needs scope = "prompt", not {scope!r}',
+            )
     edits: list[ItemEdit] = []
     if "remove" in table and scope == "item":
         got = _field_name(table["remove"], f"{where}.remove", add)
@@ -245,8 +259,10 @@ def _level(
             continue
         sub = table[kind]
         if not isinstance(sub, dict):
-            add(f"{where}.{kind}", f"must be a table {{ field = \"question\", text = \"...\"}}, "
-                f"got {sub!r}")  # fmt: skip
+            add(
+                f"{where}.{kind}",
+                f'must be a table {{ field = "question", text = "..."}}, got {sub!r}',
+            )
             continue
         got = _field_name(sub.get("field"), f"{where}.{kind}.field", add)
         text, file = _text_of(sub, f"{where}.{kind}", add, inside, read, rel)
@@ -254,7 +270,7 @@ def _level(
         sep = sub.get("separator", " ")
         if kind == "insert":
             if at not in AT:
-                add(f"{where}.insert.at", f"must be \"start\" or \"end\", got {at!r}")
+                add(f"{where}.insert.at", f'must be "start" or "end", got {at!r}')
                 at = None
             if not isinstance(sep, str):
                 add(f"{where}.insert.separator", f"must be a string, got {sep!r}")
@@ -282,8 +298,10 @@ def _level(
         if key not in table or scope != "prompt":
             continue
         names = table[key]
-        if not isinstance(names, list) or not names or not all(
-            isinstance(x, str) and x for x in names
+        if (
+            not isinstance(names, list)
+            or not names
+            or not all(isinstance(x, str) and x for x in names)
         ):
             add(f"{where}.{key}", "must be a non-empty list of component names")
             continue
@@ -291,12 +309,16 @@ def _level(
             if n not in components:
                 add(f"{where}.{key}", f"unknown component {n!r}")
         added[key] = tuple(names)
-    return Level(name, tuple(edits), template, added.get("components", ()),
-                 added.get("system", ()))  # fmt: skip
+    return Level(name, tuple(edits), template, added.get("components", ()), added.get("system", ()))
 
 
 def parse_factors(
-    raw: Any, add: Any, inside: Any, read: Any, rel: Any, components: Mapping[str, Path],
+    raw: Any,
+    add: Any,
+    inside: Any,
+    read: Any,
+    rel: Any,
+    components: Mapping[str, Path],
 ) -> dict[str, Factor]:
     """Validate the ``factors`` section of a parsed ``study.toml``.
 
@@ -316,29 +338,38 @@ def parse_factors(
             add(where, "factor names are letters, digits, '_' or '-' (at most 32; no '.')")
         scope = table.get("scope")
         if scope not in SCOPES:
-            add(f"{where}.scope", f"must be \"item\" or \"prompt\", got {scope!r}")
+            add(f"{where}.scope", f'must be "item" or "prompt", got {scope!r}')
             continue
         levels_raw = table.get("levels")
         if not isinstance(levels_raw, dict) or len(levels_raw) < 2:
-            add(f"{where}.levels", "must be a table of at least two levels, the reference "
-                "level first: levels.none = {}, levels.<NAME> = { <edit> }")  # fmt: skip
+            add(
+                f"{where}.levels",
+                "must be a table of at least two levels, the reference "
+                "level first: levels.none = {}, levels.<NAME> = { <edit> }",
+            )
             continue
         levels: list[Level] = []
         for lname, ltable in levels_raw.items():
-            lv = _level(lname, ltable, f"{where}.levels.{lname}", scope, add, inside, read, rel,
-                        components)  # fmt: skip
+            lv = _level(
+                lname, ltable, f"{where}.levels.{lname}", scope, add, inside, read, rel, components
+            )
             if lv is not None:
                 levels.append(lv)
         if len(levels) != len(levels_raw):
             continue
         if not levels[0].reference or _nonempty(levels_raw[levels[0].name]):
-            add(f"{where}.levels.{levels[0].name}", "the first level is the reference level "
-                "and must be {} (no edit)")  # fmt: skip
+            add(
+                f"{where}.levels.{levels[0].name}",
+                "the first level is the reference level and must be {} (no edit)",
+            )
             continue
         for lv in levels[1:]:
             if lv.reference:
-                add(f"{where}.levels.{lv.name}", "makes no edit: only the first (reference) "
-                    "level is {}; a second level without an edit would be a silent null arm")
+                add(
+                    f"{where}.levels.{lv.name}",
+                    "makes no edit: only the first (reference) "
+                    "level is {}; a second level without an edit would be a silent null arm",
+                )
         out[name] = Factor(name, str(scope), tuple(levels))
     return out
 
@@ -349,23 +380,29 @@ def _nonempty(table: Any) -> bool:
 
 
 def _generators(
-    value: Any, factors: Sequence[str], known: Mapping[str, Factor], add: Any,
+    value: Any,
+    factors: Sequence[str],
+    known: Mapping[str, Factor],
+    add: Any,
 ) -> tuple[tuple[str, ...], dict[str, tuple[bool, tuple[str, ...]]]]:
     """``fraction = { generators = ["C = A*B"] }``: the texts and {generated: (negated, of)}."""
     where = "factorial.fraction"
     if not isinstance(value, dict) or set(value) != {"generators"}:
-        add(where, "must be { generators = [\"C = A*B\", ...] }")
+        add(where, 'must be { generators = ["C = A*B", ...] }')
         return (), {}
     gens = value["generators"]
     if not isinstance(gens, list) or not gens or not all(isinstance(g, str) for g in gens):
-        add(f"{where}.generators", "must be a non-empty list of \"C = A*B\" strings")
+        add(f"{where}.generators", 'must be a non-empty list of "C = A*B" strings')
         return (), {}
     parsed: dict[str, tuple[bool, tuple[str, ...]]] = {}
     for g in gens:
         m = _GENERATOR.match(g)
         if m is None:
-            add(f"{where}.generators", f"{g!r} is not \"C = A*B\" (a factor = an optional '-' "
-                "and a product of two or more other factors)")  # fmt: skip
+            add(
+                f"{where}.generators",
+                f"{g!r} is not \"C = A*B\" (a factor = an optional '-' "
+                "and a product of two or more other factors)",
+            )
             continue
         target, neg = m.group(1), m.group(2) == "-"
         of = tuple(p.strip() for p in m.group(3).split("*"))
@@ -382,19 +419,27 @@ def _generators(
         parsed[target] = (neg, of)
     for f in factors:
         if f in known and len(known[f].levels) != 2:
-            add(where, f"a fractional design needs two-level factors; {f!r} has "
-                f"{len(known[f].levels)}")  # fmt: skip
+            add(
+                where,
+                f"a fractional design needs two-level factors; {f!r} has {len(known[f].levels)}",
+            )
             return (), {}
     for target, (_, of) in parsed.items():
         if any(o in parsed for o in of):
-            add(f"{where}.generators", f"{target!r} is generated from a generated factor; "
-                "generate from the base factors only")  # fmt: skip
+            add(
+                f"{where}.generators",
+                f"{target!r} is generated from a generated factor; "
+                "generate from the base factors only",
+            )
             return (), {}
     return tuple(gens), parsed
 
 
 def parse_factorial(
-    raw: Any, factors: Mapping[str, Factor], arms: Mapping[str, Any], add: Any,
+    raw: Any,
+    factors: Mapping[str, Factor],
+    arms: Mapping[str, Any],
+    add: Any,
 ) -> Factorial | None:
     """Validate ``[factorial]`` and list its cells (full crossing or the generated fraction).
 
@@ -412,11 +457,12 @@ def parse_factorial(
         add("factorial.base", f"must name a declared arm, got {base!r}")
         base = None
     elif getattr(arms[base], "role", None) != "factorial":
-        add("factorial.base", f"arm {base!r} is the template of the cells: give it role = "
-            "\"factorial\"")  # fmt: skip
+        add(
+            "factorial.base",
+            f'arm {base!r} is the template of the cells: give it role = "factorial"',
+        )
     names = raw.get("factors")
-    if (not isinstance(names, list) or not names
-            or not all(isinstance(n, str) for n in names)):  # fmt: skip
+    if not isinstance(names, list) or not names or not all(isinstance(n, str) for n in names):
         add("factorial.factors", "must be a non-empty list of factor names")
         return None
     if len(set(names)) != len(names):
@@ -424,8 +470,10 @@ def parse_factorial(
         return None
     unknown = [n for n in names if n not in factors]
     if unknown:
-        add("factorial.factors", f"unknown factor {unknown[0]!r} (factors: "
-            f"{', '.join(factors) or 'none declared'})")  # fmt: skip
+        add(
+            "factorial.factors",
+            f"unknown factor {unknown[0]!r} (factors: {', '.join(factors) or 'none declared'})",
+        )
         return None
     gens: tuple[str, ...] = ()
     parsed: dict[str, tuple[bool, tuple[str, ...]]] = {}
@@ -450,13 +498,17 @@ def parse_factorial(
         if arm_id in arms:
             add("factorial", f"cell arm {arm_id!r} clashes with a declared arm")
         if len(arm_id) > 64:
-            add("factorial", f"cell arm id {arm_id!r} is longer than 64 characters; use "
-                "shorter level names")  # fmt: skip
+            add(
+                "factorial",
+                f"cell arm id {arm_id!r} is longer than 64 characters; use shorter level names",
+            )
     return Factorial(base, tuple(names), gens, tuple(cells))
 
 
 def apply_edits(
-    fields: Mapping[str, Any], edits: Sequence[tuple[str, str, ItemEdit]], item_id: str,
+    fields: Mapping[str, Any],
+    edits: Sequence[tuple[str, str, ItemEdit]],
+    item_id: str,
 ) -> dict[str, Any]:
     """The item with the edits applied in order: each ``(factor, level, edit)``.
 
@@ -486,7 +538,8 @@ def apply_edits(
 
 
 def design_columns(
-    factors: Sequence[tuple[str, Sequence[str]]], interactions: Sequence[Sequence[str]],
+    factors: Sequence[tuple[str, Sequence[str]]],
+    interactions: Sequence[Sequence[str]],
 ) -> list[tuple[str, dict[str, str]]]:
     """The factorial model's columns (after the intercept): name and the levels it is 1 at.
 

@@ -25,9 +25,18 @@ from collections.abc import Iterable, Mapping, Sequence
 from typing import Any, Final
 
 __all__ = [
-    "EDIT_KEYS", "REFERENCE_FIELDS", "REFERENCE_SETS", "code_problem", "code_table",
-    "edit_problem", "item_sample", "label_table", "normal", "reference_table", "supplied_sets",
-]  # fmt: skip
+    "EDIT_KEYS",
+    "REFERENCE_FIELDS",
+    "REFERENCE_SETS",
+    "code_problem",
+    "code_table",
+    "edit_problem",
+    "item_sample",
+    "label_table",
+    "normal",
+    "reference_table",
+    "supplied_sets",
+]
 
 REFERENCE_SETS: Final = ("plausible", "highly_likely", "safety_critical")
 """The three reference diagnosis sets, in this order everywhere."""
@@ -66,7 +75,7 @@ def edit_problem(value: Any, sets: Mapping[str, Sequence[str]]) -> str | None:
         if name not in REFERENCE_SETS:
             return f"unknown set {name!r} (sets: {', '.join(REFERENCE_SETS)})"
         if not isinstance(edit, dict) or any(k not in EDIT_KEYS for k in edit):
-            return f"{name}: an edit is {{\"remove\": [...], \"add\": [...]}}"
+            return f'{name}: an edit is {{"remove": [...], "add": [...]}}'
         have = {normal(x) for x in sets[name]}
         for key in EDIT_KEYS:
             entries = edit.get(key, [])
@@ -80,8 +89,10 @@ def edit_problem(value: Any, sets: Mapping[str, Sequence[str]]) -> str | None:
                     return f"{name}.{key}: {entry!r} is listed twice"
                 seen.add(normal(entry))
                 if key == "remove" and normal(entry) not in have:
-                    return (f"{name}.remove: {entry!r} is not in the {name} set "
-                            f"({', '.join(sets[name]) or 'empty'})")  # fmt: skip
+                    return (
+                        f"{name}.remove: {entry!r} is not in the {name} set "
+                        f"({', '.join(sets[name]) or 'empty'})"
+                    )
                 if key == "add" and normal(entry) in have:
                     return f"{name}.add: {entry!r} is already in the {name} set"
     return None
@@ -142,14 +153,19 @@ def reference_table(
                 removals += len(rem)
                 additions += len(add)
             entry[criterion] = {
-                "commission": _share(removed, n), "omission": _share(added, n),
+                "commission": _share(removed, n),
+                "omission": _share(added, n),
                 "mean_removals": removals / n if n else None,
                 "mean_additions": additions / n if n else None,
-            }  # fmt: skip
+            }
         sets[name] = entry
-    return {"reviewers": reviewers, "sample": list(sample), "reviewed": n,
-            "partial": len([i for i in sample if any(i in latest[r] for r in reviewers)]) - n,
-            "sets": sets}  # fmt: skip
+    return {
+        "reviewers": reviewers,
+        "sample": list(sample),
+        "reviewed": n,
+        "partial": len([i for i in sample if any(i in latest[r] for r in reviewers)]) - n,
+        "sets": sets,
+    }
 
 
 def code_table(
@@ -166,13 +182,21 @@ def code_table(
     per = {r: {c: sum(c in v for v in latest[r].values()) for c in codes} for r in reviewers}
     agreed = {c: sum(all(c in latest[r][s] for r in reviewers) for s in cases) for c in codes}
     either = {c: sum(any(c in latest[r][s] for r in reviewers) for s in cases) for c in codes}
-    return {"reviewers": reviewers, "codes": list(codes), "coded": len(cases),
-            "by_reviewer": per, "agreement": agreed, "either": either}  # fmt: skip
+    return {
+        "reviewers": reviewers,
+        "codes": list(codes),
+        "coded": len(cases),
+        "by_reviewer": per,
+        "agreement": agreed,
+        "either": either,
+    }
 
 
 def label_table(
-    decisions: Mapping[int, Any], labels: Sequence[str],
-    reviews: Iterable[tuple[int, str, Any, Any]], unanimous: Mapping[int, bool] | None = None,
+    decisions: Mapping[int, Any],
+    labels: Sequence[str],
+    reviews: Iterable[tuple[int, str, Any, Any]],
+    unanimous: Mapping[int, bool] | None = None,
 ) -> dict[str, Any]:
     """Reviewers' labels against the judges' decisions (a judge-label sample).
 
@@ -186,20 +210,27 @@ def label_table(
     strata = unanimous or {}
     out: dict[str, Any] = {}
     for reviewer in sorted(latest):
-        pairs = [(s, v, decisions[s]) for s, v in latest[reviewer].items()
-                 if decisions.get(s) is not None]  # fmt: skip
+        pairs = [
+            (s, v, decisions[s])
+            for s, v in latest[reviewer].items()
+            if decisions.get(s) is not None
+        ]
         n = len(pairs)
         by_stratum = {}
         for name, flag in (("unanimous", True), ("split", False)):
             mine = [(v, d) for s, v, d in pairs if strata.get(s) is flag]
-            by_stratum[name] = {"n": len(mine), "agreement":
-                                sum(a == b for a, b in mine) / len(mine) if mine else None}
+            by_stratum[name] = {
+                "n": len(mine),
+                "agreement": sum(a == b for a, b in mine) / len(mine) if mine else None,
+            }
         if not n:
             out[reviewer] = {"n": 0, "agreement": None, "kappa": None, "strata": by_stratum}
             continue
         p_o = sum(v == d for _, v, d in pairs) / n
-        p_e = sum((sum(v == c for _, v, _ in pairs) / n) * (sum(d == c for _, _, d in pairs) / n)
-                  for c in labels)  # fmt: skip
+        p_e = sum(
+            (sum(v == c for _, v, _ in pairs) / n) * (sum(d == c for _, _, d in pairs) / n)
+            for c in labels
+        )
         kappa = (p_o - p_e) / (1 - p_e) if p_e != 1 else None
         out[reviewer] = {"n": n, "agreement": p_o, "kappa": kappa, "strata": by_stratum}
     return {"reviewers": sorted(latest), "labels": list(labels), "by_reviewer": out}

@@ -117,8 +117,6 @@ def item_id_for(source_id: str, prefix: str | None = None) -> str:
 # ---------------------------------------------------------------------- reading the source
 
 
-
-
 def _short(value: Any) -> str:
     text = json.dumps(value, ensure_ascii=False)
     return text if len(text) <= 60 else text[:57] + "..."
@@ -143,9 +141,13 @@ HealthCareMagic-100k, is about 150 MB)."""
 def _read_text(src: Path, name: str) -> str:
     try:
         if src.stat().st_size > MAX_SOURCE_BYTES:  # refused before a byte is read
-            raise DatasetError([f"{name}: {src.stat().st_size:,} bytes, more than the "
-                                f"{MAX_SOURCE_BYTES:,} a dataset source may have: cut it to "
-                                "the records the study needs"])
+            raise DatasetError(
+                [
+                    f"{name}: {src.stat().st_size:,} bytes, more than the "
+                    f"{MAX_SOURCE_BYTES:,} a dataset source may have: cut it to "
+                    "the records the study needs"
+                ]
+            )
         raw = read_regular_file(src, MAX_SOURCE_BYTES)
     except OSError as exc:
         raise DatasetError([f"cannot read {describe_os_error(exc, name)}"]) from None
@@ -265,8 +267,9 @@ def _document_records(
                 if _nesting(value) > MAX_NESTING:
                     raise _TooDeep(f"arrays and objects nested more than {MAX_NESTING} levels deep")
             except RecursionError:
-                problems.append(f"{where}: arrays and objects nested more than {MAX_NESTING} "
-                                "levels deep")  # fmt: skip
+                problems.append(
+                    f"{where}: arrays and objects nested more than {MAX_NESTING} levels deep"
+                )
                 return records
             except (_DuplicateMember, _TooDeep) as exc:
                 problems.append(f"{where}: {exc}")
@@ -373,13 +376,16 @@ class _Fields:
             return None
         value = self.value[name]
         if not isinstance(value, dict):
-            self.fail(f"{name!r} must be an object of option texts keyed A, B, ..., got "
-                      f"{_short(value)}")
+            self.fail(
+                f"{name!r} must be an object of option texts keyed A, B, ..., got {_short(value)}"
+            )
             return None
         labels = OPTION_LABELS[: len(value)]
         if not 2 <= len(value) <= 26 or set(value) != set(labels):
-            self.fail(f"{name!r} must be keyed A, B, ... without gaps (2 to 26 options), got "
-                      f"keys {', '.join(sorted(value))}")
+            self.fail(
+                f"{name!r} must be keyed A, B, ... without gaps (2 to 26 options), got "
+                f"keys {', '.join(sorted(value))}"
+            )
             return None
         texts: list[str] = []
         for label in labels:
@@ -432,9 +438,12 @@ def _medmcqa_base(records: list[_Record], name: str, problems: list[str]) -> int
     one with both is refused, and one with only 1-3 cannot be told (``--cop-base``).
     """
     seen = {
-        cop for r in records if isinstance(r.value, dict)
-        and isinstance(cop := r.value.get("cop"), int) and not isinstance(cop, bool)
-    }  # fmt: skip
+        cop
+        for r in records
+        if isinstance(r.value, dict)
+        and isinstance(cop := r.value.get("cop"), int)
+        and not isinstance(cop, bool)
+    }
     if 0 in seen and 4 in seen:
         problems.append(
             f"{name}: 'cop' is 0 in some records and 4 in others: neither 0-based (A-D = 0-3, "
@@ -460,19 +469,24 @@ def _medmcqa(record: _Record, fields: _Fields, options: _Options) -> _Converted 
     texts = _option_texts(fields, MEDMCQA_OPTIONS)
     cop = fields.integer("cop")
     explanation = fields.text("exp", required=False)
-    metadata = _metadata({
-        "subject": fields.text("subject_name", required=False),
-        "topic": fields.text("topic_name", required=False),
-        "choice_type": fields.text("choice_type", required=False),
-    })
+    metadata = _metadata(
+        {
+            "subject": fields.text("subject_name", required=False),
+            "topic": fields.text("topic_name", required=False),
+            "choice_type": fields.text("choice_type", required=False),
+        }
+    )
     base = options.cop_base
     if cop is not None:
         if cop == -1:
-            fields.fail("'cop' is -1: the record has no answer key (the test split's answers "
-                        "are not published)")
+            fields.fail(
+                "'cop' is -1: the record has no answer key (the test split's answers "
+                "are not published)"
+            )
         elif base is not None and not base <= cop <= base + 3:
-            fields.fail(f"'cop' {cop} is not an option number ({base}-{base + 3} in this "
-                        f"{base}-based file)")
+            fields.fail(
+                f"'cop' {cop} is not an option number ({base}-{base + 3} in this {base}-based file)"
+            )
         elif not 0 <= cop <= 4:
             fields.fail(f"'cop' {cop} is not an option number (0-3 or 1-4)")
     if not fields.ok or base is None:
@@ -500,13 +514,15 @@ def _medqa(record: _Record, fields: _Fields, options: _Options) -> _Converted | 
     assert answer_idx is not None and answer is not None
     labels = OPTION_LABELS[: len(texts)]
     if answer_idx not in labels:
-        fields.fail(f"'answer_idx' {answer_idx!r} is not one of the option labels "
-                    f"({', '.join(labels)})")
+        fields.fail(
+            f"'answer_idx' {answer_idx!r} is not one of the option labels ({', '.join(labels)})"
+        )
         return None
     chosen = texts[labels.index(answer_idx)]
     if answer.strip() != chosen.strip():
-        fields.fail(f"'answer' {_short(answer)} is not the text of option {answer_idx} "
-                    f"({_short(chosen)})")
+        fields.fail(
+            f"'answer' {_short(answer)} is not the text of option {answer_idx} ({_short(chosen)})"
+        )
         return None
     item: dict[str, Any] = {"question": question, "options": texts, "answer": answer_idx}
     if meta_info is not None:
@@ -533,36 +549,49 @@ def _pubmedqa(record: _Record, fields: _Fields, options: _Options) -> _Converted
     if decision is not None and decision not in PUBMEDQA_ANSWERS:
         fields.fail(f"'final_decision' {decision!r} is not yes, no or maybe")
     if contexts is not None and labels is not None and len(contexts) != len(labels):
-        fields.fail(f"'LABELS' has {len(labels)} labels for {len(contexts)} 'CONTEXTS' "
-                    "paragraphs (one label each)")
+        fields.fail(
+            f"'LABELS' has {len(labels)} labels for {len(contexts)} 'CONTEXTS' "
+            "paragraphs (one label each)"
+        )
     if not fields.ok:
         return None
     assert question is not None and contexts is not None and labels is not None
     assert decision is not None and record.key is not None
     item: dict[str, Any] = {
-        "question": question, "context": "\n\n".join(contexts), "answer": decision,
+        "question": question,
+        "context": "\n\n".join(contexts),
+        "answer": decision,
     }
     if long_answer is not None:
         item["rationale"] = long_answer
-    item["metadata"] = _metadata({
-        "context_labels": labels, "meshes": meshes, "year": year, **predictions,
-    })
+    item["metadata"] = _metadata(
+        {
+            "context_labels": labels,
+            "meshes": meshes,
+            "year": year,
+            **predictions,
+        }
+    )
     return _Converted(record.key, item)
 
 
 def _medxpertqa(record: _Record, fields: _Fields, options: _Options) -> _Converted | None:
     if "images" in fields.value:
-        fields.fail("has 'images': this is the MedXpertQA MM (multimodal) subset; import the "
-                    "Text subset (Text/test.jsonl, Text/dev.jsonl)")
+        fields.fail(
+            "has 'images': this is the MedXpertQA MM (multimodal) subset; import the "
+            "Text subset (Text/test.jsonl, Text/dev.jsonl)"
+        )
         return None
     source_id = fields.text("id")
     question = fields.text("question")
     texts = fields.option_object("options")
     label = fields.text("label")
-    metadata = _metadata({
-        name: fields.text(name, required=False)
-        for name in ("medical_task", "body_system", "question_type")
-    })
+    metadata = _metadata(
+        {
+            name: fields.text(name, required=False)
+            for name in ("medical_task", "body_system", "question_type")
+        }
+    )
     if not fields.ok:
         return None
     assert source_id is not None and question is not None and texts is not None
@@ -576,11 +605,13 @@ def _medxpertqa(record: _Record, fields: _Fields, options: _Options) -> _Convert
     if cut == -1:
         item["question"] = question
     else:
-        stem, block = question[:cut], question[cut + len(ANSWER_CHOICES):]
+        stem, block = question[:cut], question[cut + len(ANSWER_CHOICES) :]
         missing = _unlisted_option(block, texts)
         if missing is not None:
-            fields.fail(f"the question's own 'Answer Choices:' list does not give option "
-                        f"{missing} as '({missing}) {_short(texts[labels.index(missing)])}'")
+            fields.fail(
+                f"the question's own 'Answer Choices:' list does not give option "
+                f"{missing} as '({missing}) {_short(texts[labels.index(missing)])}'"
+            )
             return None
         if not stem.strip():
             fields.fail("'question' has nothing before its 'Answer Choices:' list")
@@ -649,10 +680,12 @@ def _convert(
     """(how many records SRC has, its items in file order); DatasetError on any problem."""
     _check_format(fmt)
     if id_prefix is not None and not ITEM_ID_RE.match(id_prefix):
-        raise DatasetError([
-            f"id prefix {id_prefix!r}: use letters, digits, '.', '_' or '-', starting with a "
-            "letter or digit"
-        ])
+        raise DatasetError(
+            [
+                f"id prefix {id_prefix!r}: use letters, digits, '.', '_' or '-', starting with a "
+                "letter or digit"
+            ]
+        )
     if cop_base not in (None, 0, 1):
         raise DatasetError([f"cop base {cop_base!r}: use 0 or 1"])
     text = _read_text(src, name)
@@ -676,8 +709,9 @@ def _convert(
         else:
             item_id = item_id_for(converted.source_id, id_prefix)
             if not item_id:
-                fields.fail(f"id {converted.source_id!r} has no letter or digit to make an item "
-                            "id of")
+                fields.fail(
+                    f"id {converted.source_id!r} has no letter or digit to make an item id of"
+                )
                 continue
         if item_id in first:
             problems.append(f"{record.where}: item id {item_id!r} again (first: {first[item_id]})")
@@ -774,10 +808,13 @@ def _write_items(dest: Path, items: list[dict[str, Any]], force: bool) -> ItemSe
         try:
             loaded = load_items(staged, display=str(dest))
         except SpecError as exc:  # a converter bug: never publish a file that does not load
-            raise DatasetError([
-                f"internal error: the items converted from the dataset do not load as {dest} "
-                "(please report it):", *exc.problems,
-            ]) from None
+            raise DatasetError(
+                [
+                    f"internal error: the items converted from the dataset do not load as {dest} "
+                    "(please report it):",
+                    *exc.problems,
+                ]
+            ) from None
         try:
             _publish(staged, dest, force)
         except OSError as exc:
@@ -804,8 +841,12 @@ def merge_metadata(items: list[dict[str, Any]], sidecar: str | Path) -> list[dic
         raise DatasetError([f"{name}: not a JSON metadata sidecar: {exc}"]) from None
     entries = data.get("items") if isinstance(data, dict) else None
     if not isinstance(entries, dict) or set(data) - {"items", "version"}:
-        raise DatasetError([f"{name}: a metadata sidecar is an object {{\"items\": {{\"<item "
-                            "id>\": {...}}}} (and an optional \"version\")"])
+        raise DatasetError(
+            [
+                f'{name}: a metadata sidecar is an object {{"items": {{"<item '
+                'id>": {...}}}} (and an optional "version")'
+            ]
+        )
     by_id = {item["id"]: item for item in items}
     problems = []
     out = [dict(item) for item in items]
@@ -820,8 +861,9 @@ def merge_metadata(items: list[dict[str, Any]], sidecar: str | Path) -> list[dic
         current = dict(out[index[item_id]].get("metadata") or {})
         clash = sorted(set(members) & set(current))
         if clash:
-            problems.append(f"{name}: items.{item_id}: metadata {clash[0]!r} is already set by "
-                            "the dataset")  # fmt: skip
+            problems.append(
+                f"{name}: items.{item_id}: metadata {clash[0]!r} is already set by the dataset"
+            )
             continue
         out[index[item_id]]["metadata"] = {**current, **members}
     if problems:

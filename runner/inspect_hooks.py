@@ -171,8 +171,10 @@ class LedgerHooks(Hooks):
 
         active = sample_active()
         sample = getattr(active, "sample_uuid", None) or data.sample_id
-        info = {"id": getattr(getattr(active, "sample", None), "id", None),
-                "epoch": getattr(active, "epoch", None)}  # fmt: skip
+        info = {
+            "id": getattr(getattr(active, "sample", None), "id", None),
+            "epoch": getattr(active, "epoch", None),
+        }
         request = {
             "model": data.model_name,
             "input": _dump(data.input),

@@ -208,17 +208,19 @@ class InspectRecorder:
         data = _blob(request)
         event = self.log.append(
             "inspect.requested",
-            safe_json({
-                "eval_id": eval_id,
-                "sample": sample,
-                "sample_id": info.get("id"),
-                "epoch": info.get("epoch"),
-                "model": request.get("model"),
-                "request_key": key,
-            }),
+            safe_json(
+                {
+                    "eval_id": eval_id,
+                    "sample": sample,
+                    "sample_id": info.get("id"),
+                    "epoch": info.get("epoch"),
+                    "model": request.get("model"),
+                    "request_key": key,
+                }
+            ),
             key=self.runner,
             blobs={"request": data},
-        )  # fmt: skip
+        )
         state.pending.setdefault((sample_key, key), deque()).append(event.seq)
         state.calls += 1
         return event.seq
@@ -273,11 +275,17 @@ class InspectRecorder:
                 seq = queue.popleft()
                 self.log.append(
                     "inspect.failed",
-                    {"eval_id": eval_id, "sample": sample, "request": seq, "event": None,
-                     "cache": None, "error": "Inspect reported no outcome for this call "
-                     "before the sample ended (cancelled or interrupted)"},
+                    {
+                        "eval_id": eval_id,
+                        "sample": sample,
+                        "request": seq,
+                        "event": None,
+                        "cache": None,
+                        "error": "Inspect reported no outcome for this call "
+                        "before the sample ended (cancelled or interrupted)",
+                    },
                     key=self.runner,
-                )  # fmt: skip
+                )
         state.pending = {k: v for k, v in state.pending.items() if v}
         state.seen.pop(sample, None)
         body = {**result, "eval_id": eval_id, "sample": sample}

@@ -85,9 +85,7 @@ class Item:
 
     def text_fields(self) -> dict[str, str]:
         """Every text member (``question``, ``context``, ``rationale``, ...) by name."""
-        return {
-            k: v for k, v in self.data.items() if k not in RESERVED and isinstance(v, str)
-        }
+        return {k: v for k, v in self.data.items() if k not in RESERVED and isinstance(v, str)}
 
     def canonical(self) -> bytes:
         """RFC 8785 canonical JSON of the item."""
@@ -135,7 +133,10 @@ class ItemSet:
     def record(self, rel: str) -> dict[str, Any]:
         """The object ``protocol.locked`` records for this file (``rel``: study-relative path)."""
         out: dict[str, Any] = {
-            "path": rel, "format": self.format, "count": len(self.items), "sha256": self.sha256,
+            "path": rel,
+            "format": self.format,
+            "count": len(self.items),
+            "sha256": self.sha256,
         }
         if self.first is not None:  # docs/prompts.md §1.4: count and sha256 of the range
             out["range"] = {"first": self.first}
@@ -149,13 +150,14 @@ def _check_value(name: str, value: Any, where: str, problems: list[str]) -> bool
         what = "a string"
     elif name == "options":
         ok = (
-            isinstance(value, list) and 2 <= len(value) <= 26
+            isinstance(value, list)
+            and 2 <= len(value) <= 26
             and all(isinstance(v, str) and v.strip() for v in value)
-        )  # fmt: skip
+        )
         what = "an array of 2 to 26 non-empty strings"
     elif name == "images":
-        ok = isinstance(value, list) and bool(value) and all(
-            isinstance(v, str) and v for v in value
+        ok = (
+            isinstance(value, list) and bool(value) and all(isinstance(v, str) and v for v in value)
         )
         what = "a non-empty array of file paths"
     elif name == "metadata":
@@ -299,8 +301,10 @@ def _csv_rows(text: str, name: str, problems: list[str]) -> list[tuple[int, dict
             start = reader.line_num + 1  # a quoted cell may span several lines
     except csv.Error as exc:
         if str(exc) == "unexpected end of data":  # strict: a quote that is never closed
-            problems.append(f"{name}:{start}: not valid CSV: a quoted cell opened in the row "
-                            f"starting on this line is never closed (the file ends inside it)")
+            problems.append(
+                f"{name}:{start}: not valid CSV: a quoted cell opened in the row "
+                f"starting on this line is never closed (the file ends inside it)"
+            )
         else:
             problems.append(f"{name}:{reader.line_num}: not valid CSV: {exc}")
         return []
@@ -316,7 +320,7 @@ def _csv_rows(text: str, name: str, problems: list[str]) -> list[tuple[int, dict
         if column not in header:
             problems.append(f"{name}:1: no {column!r} column (header: {','.join(header)})")
     option_columns = [h for h in header if h.startswith("option_")]
-    labels = [h[len("option_"):] for h in option_columns]
+    labels = [h[len("option_") :] for h in option_columns]
     if labels != list(OPTION_LABELS[: len(labels)]):
         problems.append(
             f"{name}:1: option columns must be option_A, option_B, ... in order, got "
@@ -357,7 +361,7 @@ def _csv_rows(text: str, name: str, problems: list[str]) -> list[tuple[int, dict
             elif h == "image":
                 data["images"] = [cell]
             elif h.startswith("metadata."):
-                metadata[h[len("metadata."):]] = cell
+                metadata[h[len("metadata.") :]] = cell
             else:
                 data[h] = cell
         if options:

@@ -91,30 +91,44 @@ def items() -> None:
 
 @items.command("import")
 @click.option(
-    "--format", "fmt", type=click.Choice(FORMATS), required=True,
+    "--format",
+    "fmt",
+    type=click.Choice(FORMATS),
+    required=True,
     help="The dataset SRC is from.",
-)  # fmt: skip
+)
 @click.argument("src", type=click.Path(dir_okay=False, path_type=Path))
 @click.argument("dest", type=click.Path(dir_okay=False, path_type=Path))
 @click.option(
-    "--limit", type=click.IntRange(min=1), default=None, metavar="N",
+    "--limit",
+    type=click.IntRange(min=1),
+    default=None,
+    metavar="N",
     help="Keep only the first N items (the whole of SRC is still checked).",
-)  # fmt: skip
+)
 @click.option("--force", is_flag=True, help="Replace DEST if it exists.")
 @click.option(
-    "--id-prefix", default=None, metavar="TEXT",
+    "--id-prefix",
+    default=None,
+    metavar="TEXT",
     help="Put TEXT- before every item id (medqa and healthcaremagic: instead of medqa, hcm).",
-)  # fmt: skip
+)
 @click.option(
-    "--cop-base", type=click.Choice(["0", "1"]), default=None,
+    "--cop-base",
+    type=click.Choice(["0", "1"]),
+    default=None,
     help="medmcqa: cop counts from 0 (Hugging Face files) or 1 (GitHub release); default: "
     "told from the file.",
-)  # fmt: skip
+)
 @click.option(
-    "--metadata", "metadata", type=click.Path(dir_okay=False, path_type=Path), default=None,
-    metavar="FILE", help='A JSON sidecar {"items": {"<item id>": {...}}} whose members are added '
+    "--metadata",
+    "metadata",
+    type=click.Path(dir_okay=False, path_type=Path),
+    default=None,
+    metavar="FILE",
+    help='A JSON sidecar {"items": {"<item id>": {...}}} whose members are added '
     "to those items' metadata (e.g. reference sets).",
-)  # fmt: skip
+)
 @click.option("--json", "as_json", is_flag=True, help="Print JSON.")
 def import_cmd(
     fmt: str,
@@ -145,15 +159,26 @@ def import_cmd(
     from runner.importers import import_dataset
 
     result = import_dataset(
-        fmt, src, dest, limit=limit, force=force, id_prefix=id_prefix,
-        cop_base=None if cop_base is None else int(cop_base), metadata=metadata,
-    )  # fmt: skip
+        fmt,
+        src,
+        dest,
+        limit=limit,
+        force=force,
+        id_prefix=id_prefix,
+        cop_base=None if cop_base is None else int(cop_base),
+        metadata=metadata,
+    )
     if as_json:
-        dump_json({
-            "format": result.format, "source": str(result.source), "dest": str(result.dest),
-            "records": result.records, "count": len(result.items),
-            "sha256": result.items.sha256,
-        })  # fmt: skip
+        dump_json(
+            {
+                "format": result.format,
+                "source": str(result.source),
+                "dest": str(result.dest),
+                "records": result.records,
+                "count": len(result.items),
+                "sha256": result.items.sha256,
+            }
+        )
         return
     click.echo(
         f"imported {_plural(len(result.items), 'item')} into {result.dest} from "

@@ -192,8 +192,10 @@ def blinding_secret(study: Study, *, create: bool = False) -> bytes:
         except ValueError:
             pass
         else:
-            raise StudyError(f"blinding secret file {path} is inside the study folder, which is "
-                             "archived; keep it elsewhere")
+            raise StudyError(
+                f"blinding secret file {path} is inside the study folder, which is "
+                "archived; keep it elsewhere"
+            )
         try:
             return path.read_bytes()
         except OSError as exc:
@@ -227,9 +229,6 @@ def protocol_event(log: Ledger) -> Any:
     for event in log.events("protocol.locked"):
         latest = event
     return latest
-
-
-
 
 
 def validate_for_lock(study: Study) -> list[str]:
@@ -312,9 +311,7 @@ def _file_sha256(path: Path) -> str:
     return hashlib.sha256(path.read_bytes()).hexdigest()
 
 
-def arm_identities(
-    study: Study, body: dict[str, Any] | None = None
-) -> dict[str, dict[str, Any]]:
+def arm_identities(study: Study, body: dict[str, Any] | None = None) -> dict[str, dict[str, Any]]:
     """Each arm's identity object (``docs/prompts.md`` §3.1), from the study's files.
 
     ``body`` is the ``protocol.locked`` body to read the records from (default: the arms'
@@ -456,9 +453,7 @@ def lock_study(root: str | Path, key: SigningKey) -> LockResult:
     root = Path(root)
     study = _load_for_lock(root)
     path = ledger_path(root)
-    log = (
-        Ledger.open(path) if path.exists() else Ledger.create(path, origin=study.origin, key=key)
-    )
+    log = Ledger.open(path) if path.exists() else Ledger.create(path, origin=study.origin, key=key)
     with log:
         if protocol_event(log) is not None:
             note, seq, count, whole, digest, name = _lock_phase(root, study, log, key)
@@ -471,8 +466,15 @@ def lock_study(root: str | Path, key: SigningKey) -> LockResult:
             checkpoint_path.write_text(note, encoding="utf-8")
             if failed is not None:
                 raise failed
-            return LockResult(seq, count, len(whole), digest, note, checkpoint_path,
-                              tuple(study.replication_warnings()))  # fmt: skip
+            return LockResult(
+                seq,
+                count,
+                len(whole),
+                digest,
+                note,
+                checkpoint_path,
+                tuple(study.replication_warnings()),
+            )
         check_origin_matches(study, log.origin, path)
         planned = plan_check(study)  # the first lock only: a later phase keeps its plan
         if planned.problems:
@@ -489,16 +491,18 @@ def lock_study(root: str | Path, key: SigningKey) -> LockResult:
         body = protocol_body(study, secret, order)
         body["manifest"] = manifest
         if study.phase is not None:
-            body["phase"] = {"index": 0, "name": study.phase, "previous": None,
-                             "trials": len(order)}  # fmt: skip
+            body["phase"] = {
+                "index": 0,
+                "name": study.phase,
+                "previous": None,
+                "trials": len(order),
+            }
         specs.append(EventSpec("protocol.locked", body, {"schedule": schedule_bytes(order)}))
         events = log.append_many(specs, key=key)
         note = log.sign_checkpoint(key)
         unwitnessed = None
         if study.witnessing is not None:  # after the commit: docs/witness.md section 8
-            note, unwitnessed = witness_registration(
-                log, key, study.witnessing, events[-1].seq + 1
-            )
+            note, unwitnessed = witness_registration(log, key, study.witnessing, events[-1].seq + 1)
         if study.timestamping is not None and unwitnessed is None:
             unwitnessed = timestamp_registration(log, key, study.timestamping, events[-1].seq + 1)
     checkpoint_path = root / CHECKPOINT_FILE
@@ -506,7 +510,12 @@ def lock_study(root: str | Path, key: SigningKey) -> LockResult:
     if unwitnessed is not None:
         raise unwitnessed
     return LockResult(
-        events[-1].seq, len(files), len(order), body["schedule_sha256"], note, checkpoint_path,
+        events[-1].seq,
+        len(files),
+        len(order),
+        body["schedule_sha256"],
+        note,
+        checkpoint_path,
         tuple(study.replication_warnings()) + planned.warnings,
     )
 
@@ -560,14 +569,18 @@ def _lock_phase(
         elif role in GROWABLE_ROLES and roles.get(rel) == role:
             old = locked_bytes(log, rel, current[rel])
             if old is None or not data.startswith(old):
-                problems.append(f"{rel}: the {role} file as locked is not a prefix of it now: an "
-                                "earlier phase's rows may not be edited or reordered, only new "
-                                "rows appended")  # fmt: skip
+                problems.append(
+                    f"{rel}: the {role} file as locked is not a prefix of it now: an "
+                    "earlier phase's rows may not be edited or reordered, only new "
+                    "rows appended"
+                )
             specs.append(spec)
         else:
-            problems.append(f"{rel}: locked by an earlier phase and changed (role {role}); a "
-                            "phase may add files, not change them ('ledger amend' records a "
-                            "deliberate change of an amendable file)")  # fmt: skip
+            problems.append(
+                f"{rel}: locked by an earlier phase and changed (role {role}); a "
+                "phase may add files, not change them ('ledger amend' records a "
+                "deliberate change of an amendable file)"
+            )
     secret = blinding_secret(study)
     ids = study.trial_ids()
     prev_order = log.blob(prev.blobs["schedule"]).decode("utf-8").splitlines()
@@ -575,8 +588,10 @@ def _lock_phase(
     present = set(ids)
     dropped = [t for t in prev_order if t not in present]
     if dropped:
-        problems.append(f"{len(dropped)} trial(s) of an earlier phase are no longer in the "
-                        f"design, e.g. {dropped[0]}")  # fmt: skip
+        problems.append(
+            f"{len(dropped)} trial(s) of an earlier phase are no longer in the "
+            f"design, e.g. {dropped[0]}"
+        )
     added = schedule(study.seed, [t for t in ids if t not in known])
     order = prev_order + added
     try:
@@ -593,13 +608,23 @@ def _lock_phase(
         raise StudyError(f"{where}:\n" + "\n".join(f"  {p}" for p in problems))
     index = phase_of(prev.body)[0] + 1
     body["manifest"] = manifest
-    body["phase"] = {"index": index, "name": study.phase, "previous": prev.seq,
-                     "trials": len(added)}  # fmt: skip
+    body["phase"] = {
+        "index": index,
+        "name": study.phase,
+        "previous": prev.seq,
+        "trials": len(added),
+    }
     specs.append(EventSpec("protocol.locked", body, {"schedule": schedule_bytes(order)}))
     appended = log.append_many(specs, key=key)
     note = log.sign_checkpoint(key)
-    return (note, appended[-1].seq, len(specs) - 1, order, body["schedule_sha256"],
-            checkpoint_file(study.phase, index))  # fmt: skip
+    return (
+        note,
+        appended[-1].seq,
+        len(specs) - 1,
+        order,
+        body["schedule_sha256"],
+        checkpoint_file(study.phase, index),
+    )
 
 
 def witnessing_record(study: Study) -> dict[str, Any]:
@@ -689,11 +714,10 @@ def check_integrity(root: str | Path) -> Study:
     with Ledger.open(path, readonly=True) as log:
         changes = changed_files(root, log)
     if changes:
-        lines = [
-            f"  {rel}: locked {old}, now {new or 'missing'}" for rel, old, new in changes
-        ]
+        lines = [f"  {rel}: locked {old}, now {new or 'missing'}" for rel, old, new in changes]
         raise StudyError(
-            f"{root}: {len(changes)} locked file(s) changed since lock:\n" + "\n".join(lines)
+            f"{root}: {len(changes)} locked file(s) changed since lock:\n"
+            + "\n".join(lines)
             + "\nrestore them, or record a deliberate change with 'ledger amend --reason'"
         )
     return load_study(root, strict=False)  # locked as it is: strict at lock, never again

@@ -71,8 +71,9 @@ def _rotation_stimuli(root: Path, images: Path | None) -> None:
     sources = root / "sources"
     sources.mkdir()
     for path in sorted(images.iterdir()):
-        if path.is_file() and (path.suffix.lower() in SOURCE_SUFFIXES
-                               or path.name == ANNOTATION_FILE):  # fmt: skip
+        if path.is_file() and (
+            path.suffix.lower() in SOURCE_SUFFIXES or path.name == ANNOTATION_FILE
+        ):
             shutil.copyfile(path, sources / path.name)
     try:
         rotate_images(sources, root / "stimuli")
@@ -92,8 +93,13 @@ def _green_items(root: Path, images: Path | None) -> None:
 
     data = root / "data"
     try:
-        import_dataset("healthcaremagic", data / GREEN_CASES, data / "items.jsonl",
-                       id_prefix="gs", metadata=data / GREEN_METADATA)  # fmt: skip
+        import_dataset(
+            "healthcaremagic",
+            data / GREEN_CASES,
+            data / "items.jsonl",
+            id_prefix="gs",
+            metadata=data / GREEN_METADATA,
+        )
     except DatasetError as exc:
         raise StudyError("; ".join(exc.problems)) from None
 
@@ -174,15 +180,15 @@ def _set_study_fields(spec: Path, values: dict[str, str]) -> None:
     match = re.search(r"^\[study\][^\n]*\n", text, flags=re.M)
     if match is None:
         raise StudyError(f"{spec}: the template has no [study] table")
-    following = re.search(r"^\[", text[match.end():], flags=re.M)
+    following = re.search(r"^\[", text[match.end() :], flags=re.M)
     end = match.end() + (following.start() if following else len(text) - match.end())
-    table = text[match.end():end]
+    table = text[match.end() : end]
     for field, value in values.items():
         line = f"{field} = {json.dumps(value)}"
         table, count = re.subn(rf"^{field}\s*=.*$", line, table, count=1, flags=re.M)
         if count == 0:
             table = line + "\n" + table
-    spec.write_text(text[:match.end()] + table + text[end:], encoding="utf-8")
+    spec.write_text(text[: match.end()] + table + text[end:], encoding="utf-8")
 
 
 def new_study(
@@ -224,8 +230,9 @@ def new_study(
             f"template {template!r} is {len(SUITES[template])} studies "
             f"({', '.join(SUITES[template])}): scaffold them with new_template"
         )
-    return _new_study(directory, template, key, study_id=study_id, origin=origin, images=images,
-                      store=store)  # fmt: skip
+    return _new_study(
+        directory, template, key, study_id=study_id, origin=origin, images=images, store=store
+    )
 
 
 def new_template(
@@ -248,12 +255,22 @@ def new_template(
     one. Nothing is left behind when any part fails.
     """
     if template not in SUITES:
-        return [new_study(directory, template, key, study_id=study_id, origin=origin,
-                          images=images, store=store)]  # fmt: skip
+        return [
+            new_study(
+                directory,
+                template,
+                key,
+                study_id=study_id,
+                origin=origin,
+                images=images,
+                store=store,
+            )
+        ]
     root = Path(directory)
     if root.exists() and not root.is_dir():
-        raise StudyError(f"{root} is a file, where the study directory is expected; choose a "
-                         "new directory")
+        raise StudyError(
+            f"{root} is a file, where the study directory is expected; choose a new directory"
+        )
     if root.exists() and any(root.iterdir()):
         raise StudyError(f"{root} exists and is not empty; choose a new directory")
     base = study_id if study_id is not None else template
@@ -261,11 +278,17 @@ def new_template(
     made: list[NewStudy] = []
     try:
         for part in SUITES[template]:
-            made.append(_new_study(
-                root / part, template, key, study_id=f"{base}-{part}",
-                origin=f"{origin}/{part}" if origin is not None else None, part=part,
-                store=store,
-            ))  # fmt: skip
+            made.append(
+                _new_study(
+                    root / part,
+                    template,
+                    key,
+                    study_id=f"{base}-{part}",
+                    origin=f"{origin}/{part}" if origin is not None else None,
+                    part=part,
+                    store=store,
+                )
+            )
         readme = resources.files("runner") / "templates" / TEMPLATES[template] / "README.md"
         (root / "README.md").write_text(readme.read_text(encoding="utf-8"), encoding="utf-8")
     except BaseException:
@@ -295,11 +318,14 @@ def _new_study(
     if template not in TEMPLATES:
         raise StudyError(f"unknown template {template!r}; available: {', '.join(TEMPLATES)}")
     if images is not None and template not in IMAGE_TEMPLATES:
-        raise StudyError(f"--images: the template {template!r} does not take images; use "
-                         f"{', '.join(sorted(IMAGE_TEMPLATES))}")  # fmt: skip
+        raise StudyError(
+            f"--images: the template {template!r} does not take images; use "
+            f"{', '.join(sorted(IMAGE_TEMPLATES))}"
+        )
     if root.exists() and not root.is_dir():
-        raise StudyError(f"{root} is a file, where the study directory is expected; choose a "
-                         "new directory")
+        raise StudyError(
+            f"{root} is a file, where the study directory is expected; choose a new directory"
+        )
     if root.exists() and any(root.iterdir()):
         raise StudyError(f"{root} exists and is not empty; choose a new directory")
     defaults = _template_spec(template, part)
@@ -340,8 +366,12 @@ def _new_study(
             if part is None:
                 shutil.copytree(src, root, dirs_exist_ok=True)
             else:
-                shutil.copytree(src, root, dirs_exist_ok=True,
-                                ignore=shutil.ignore_patterns("studies", "__pycache__"))
+                shutil.copytree(
+                    src,
+                    root,
+                    dirs_exist_ok=True,
+                    ignore=shutil.ignore_patterns("studies", "__pycache__"),
+                )
                 shutil.copyfile(src / "studies" / f"{part}.toml", root / "study.toml")
         if part is not None:
             stopwords = (templates / "stopwords-en.txt").read_text(encoding="utf-8")

@@ -29,8 +29,15 @@ from typing import Any
 from ledger import Ledger
 
 __all__ = [
-    "GROWABLE_ROLES", "UNCHANGED_MEMBERS", "hypothesis_phases", "locked_bytes", "merge_hypotheses",
-    "phase_of", "plan_problems", "protocol_events", "trial_phases",
+    "GROWABLE_ROLES",
+    "UNCHANGED_MEMBERS",
+    "hypothesis_phases",
+    "locked_bytes",
+    "merge_hypotheses",
+    "phase_of",
+    "plan_problems",
+    "protocol_events",
+    "trial_phases",
 ]
 
 
@@ -38,14 +45,27 @@ def protocol_events(log: Ledger) -> list[Any]:
     """Every ``protocol.locked`` event (one per phase), in ledger order."""
     return list(log.events("protocol.locked"))
 
+
 GROWABLE_ROLES = ("items", "truth")
 """Roles of locked files a later phase may extend by appending (the old file a byte prefix)."""
 
 UNCHANGED_MEMBERS = (
-    "study", "title", "model", "design", "response", "analysis", "amendable", "prompt",
-    "fewshot", "blinding_commitment", "witnessing", "timestamping", "deviations", "reviews",
+    "study",
+    "title",
+    "model",
+    "design",
+    "response",
+    "analysis",
+    "amendable",
+    "prompt",
+    "fewshot",
+    "blinding_commitment",
+    "witnessing",
+    "timestamping",
+    "deviations",
+    "reviews",
     "privacy",
-)  # fmt: skip
+)
 """Members of ``protocol.locked`` a later phase must carry exactly as the earlier phase did."""
 
 
@@ -78,8 +98,10 @@ def plan_problems(prev: dict[str, Any], new: dict[str, Any]) -> list[str]:
     problems: list[str] = []
     for member in UNCHANGED_MEMBERS:
         if prev.get(member) != new.get(member):
-            problems.append(f"protocol member {member!r} differs from the earlier phase's "
-                            f"({prev.get(member)!r} locked, {new.get(member)!r} now)")  # fmt: skip
+            problems.append(
+                f"protocol member {member!r} differs from the earlier phase's "
+                f"({prev.get(member)!r} locked, {new.get(member)!r} now)"
+            )
     for arm, record in (prev.get("arms") or {}).items():
         now = (new.get("arms") or {}).get(arm)
         if now is None:
@@ -90,8 +112,10 @@ def plan_problems(prev: dict[str, Any], new: dict[str, Any]) -> list[str]:
     for name, record in (prev.get("models") or {}).items():
         now = (new.get("models") or {}).get(name)
         if now != record:
-            problems.append(f"model {name!r} of an earlier phase "
-                            + ("is missing" if now is None else "changed"))  # fmt: skip
+            problems.append(
+                f"model {name!r} of an earlier phase "
+                + ("is missing" if now is None else "changed")
+            )
     order = prev.get("model_order")
     if order is not None and (new.get("model_order") or [])[: len(order)] != order:
         problems.append("models: the earlier phase's models must come first, in their order")
@@ -111,9 +135,9 @@ def plan_problems(prev: dict[str, Any], new: dict[str, Any]) -> list[str]:
     return problems
 
 
-def merge_hypotheses(prev: dict[str, Any], new: dict[str, Any], name: str) -> tuple[
-    list[dict[str, Any]], list[str]
-]:
+def merge_hypotheses(
+    prev: dict[str, Any], new: dict[str, Any], name: str
+) -> tuple[list[dict[str, Any]], list[str]]:
     """The merged hypothesis records (earlier ones as locked) and what is wrong with them."""
     problems: list[str] = []
     earlier = {h["id"]: h for h in prev.get("hypotheses") or []}
@@ -130,13 +154,17 @@ def merge_hypotheses(prev: dict[str, Any], new: dict[str, Any], name: str) -> tu
                 changed = sorted(
                     k for k in set(bare_old) | set(bare_new) if bare_old.get(k) != bare_new.get(k)
                 )
-                problems.append(f"hypothesis {record['id']!r} of an earlier phase changed "
-                                f"({', '.join(changed)})")  # fmt: skip
+                problems.append(
+                    f"hypothesis {record['id']!r} of an earlier phase changed "
+                    f"({', '.join(changed)})"
+                )
             out.append(old)
             continue
         if record.get("family") in families:
-            problems.append(f"hypothesis {record['id']!r}: family {record['family']!r} belongs "
-                            "to an earlier phase; a correction cannot span phases")  # fmt: skip
+            problems.append(
+                f"hypothesis {record['id']!r}: family {record['family']!r} belongs "
+                "to an earlier phase; a correction cannot span phases"
+            )
         out.append(record | {"phase": name})
     for hid in earlier:
         if hid not in seen:

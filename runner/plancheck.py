@@ -55,9 +55,14 @@ def check_recorded_plan(study: Any, protocol: Mapping[str, Any], text: str | Non
     if text is None:
         if spec is None:
             return PlanCheck((), ())
-        return PlanCheck((), (f"study.toml declares [plan] but {PLAN_FILE} does not exist: the "
-                              "lock records no sample-size justification (run `ledger plan` "
-                              "first)",))  # fmt: skip
+        return PlanCheck(
+            (),
+            (
+                f"study.toml declares [plan] but {PLAN_FILE} does not exist: the "
+                "lock records no sample-size justification (run `ledger plan` "
+                "first)",
+            ),
+        )
     if spec is None:
         return PlanCheck(
             (
@@ -72,16 +77,25 @@ def check_recorded_plan(study: Any, protocol: Mapping[str, Any], text: str | Non
         return PlanCheck((f"{PLAN_FILE}: not JSON ({exc})",), ())
     if not isinstance(record, dict) or record.get("version") != PLAN_VERSION:
         got = record.get("version") if isinstance(record, dict) else None
-        return PlanCheck((f"{PLAN_FILE}: version {got!r}, this tool writes and reads version "
-                          f"{PLAN_VERSION}",), ())  # fmt: skip
+        return PlanCheck(
+            (f"{PLAN_FILE}: version {got!r}, this tool writes and reads version {PLAN_VERSION}",),
+            (),
+        )
     want = plan_inputs(protocol, spec.record(), plan_stimuli(study))
     if record.get("inputs_sha256") != want:
-        return PlanCheck((f"{PLAN_FILE}: inputs_sha256 {record.get('inputs_sha256')} was "
-                          f"computed for another design or [plan] (this study's is {want}): "
-                          "run `ledger plan` again before locking",), ())  # fmt: skip
+        return PlanCheck(
+            (
+                f"{PLAN_FILE}: inputs_sha256 {record.get('inputs_sha256')} was "
+                f"computed for another design or [plan] (this study's is {want}): "
+                "run `ledger plan` again before locking",
+            ),
+            (),
+        )
     warnings = list(lock_warnings(record))
     ran = int(record["settings"]["studies"])
     if ran < spec.studies:
-        warnings.append(f"plan: {PLAN_FILE} simulated {ran} studies per scenario, fewer than "
-                        f"the {spec.studies} [plan] studies declares")  # fmt: skip
+        warnings.append(
+            f"plan: {PLAN_FILE} simulated {ran} studies per scenario, fewer than "
+            f"the {spec.studies} [plan] studies declares"
+        )
     return PlanCheck((), tuple(warnings))

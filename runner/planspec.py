@@ -67,12 +67,17 @@ class Scenario:
     def record(self) -> dict[str, Any]:
         """The scenario as recorded in ``plan/plan.json`` (every arm explicit)."""
         return {
-            "name": self.name, "description": self.description,
-            "distribution": self.distribution, "rates": dict(self.rates),
-            "models": dict(self.model_shift), "variants": dict(self.variant_shift),
-            "stimulus_sd": self.stimulus_sd, "stimulus_arm_sd": self.stimulus_arm_sd,
-            "residual_sd": dict(self.residual_sd), "parse_failure": dict(self.parse_failure),
-        }  # fmt: skip
+            "name": self.name,
+            "description": self.description,
+            "distribution": self.distribution,
+            "rates": dict(self.rates),
+            "models": dict(self.model_shift),
+            "variants": dict(self.variant_shift),
+            "stimulus_sd": self.stimulus_sd,
+            "stimulus_arm_sd": self.stimulus_arm_sd,
+            "residual_sd": dict(self.residual_sd),
+            "parse_failure": dict(self.parse_failure),
+        }
 
 
 @dataclass(frozen=True)
@@ -91,15 +96,27 @@ class PlanSpec:
     def record(self) -> dict[str, Any]:
         """The settings as recorded in ``plan/plan.json``."""
         return {
-            "seed": self.seed, "studies": self.studies, "power_target": self.power_target,
-            "primary": list(self.primary), "replicates": list(self.replicates),
-            "sensitivity": self.sensitivity, "max_seconds": self.max_seconds,
+            "seed": self.seed,
+            "studies": self.studies,
+            "power_target": self.power_target,
+            "primary": list(self.primary),
+            "replicates": list(self.replicates),
+            "sensitivity": self.sensitivity,
+            "max_seconds": self.max_seconds,
             "scenarios": [s.record() for s in self.scenarios],
-        }  # fmt: skip
+        }
 
 
-def _number(add: Add, value: Any, field: str, path: tuple[Any, ...], low: float, high: float,
-            *, open_high: bool = False) -> float | None:  # fmt: skip
+def _number(
+    add: Add,
+    value: Any,
+    field: str,
+    path: tuple[Any, ...],
+    low: float,
+    high: float,
+    *,
+    open_high: bool = False,
+) -> float | None:
     """A finite number in ``[low, high]`` (``[low, high)`` with ``open_high``), else a problem."""
     if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value):
         add(field, f"must be a number, got {value!r}", path)
@@ -112,9 +129,18 @@ def _number(add: Add, value: Any, field: str, path: tuple[Any, ...], low: float,
     return number
 
 
-def _per_arm(add: Add, value: Any, field: str, path: tuple[Any, ...], arms: Sequence[str],
-             low: float, high: float, *, open_high: bool = False,
-             default: float | None = None) -> dict[str, float]:  # fmt: skip
+def _per_arm(
+    add: Add,
+    value: Any,
+    field: str,
+    path: tuple[Any, ...],
+    arms: Sequence[str],
+    low: float,
+    high: float,
+    *,
+    open_high: bool = False,
+    default: float | None = None,
+) -> dict[str, float]:
     """A number for every arm, or a table of arms; an arm not named takes ``default``."""
     if value is None:
         return {a: default for a in arms} if default is not None else {}
@@ -124,8 +150,7 @@ def _per_arm(add: Add, value: Any, field: str, path: tuple[Any, ...], arms: Sequ
     out: dict[str, float] = {}
     for arm, v in value.items():
         if arm not in arms:
-            add(f"{field}.{arm}", f"unknown arm {arm!r} (arms: {', '.join(arms)})",
-                (*path, arm))  # fmt: skip
+            add(f"{field}.{arm}", f"unknown arm {arm!r} (arms: {', '.join(arms)})", (*path, arm))
             continue
         got = _number(add, v, f"{field}.{arm}", (*path, arm), low, high, open_high=open_high)
         if got is not None:
@@ -139,8 +164,9 @@ def _per_arm(add: Add, value: Any, field: str, path: tuple[Any, ...], arms: Sequ
     return out
 
 
-def _shifts(add: Add, value: Any, field: str, path: tuple[Any, ...], known: Sequence[str],
-            what: str) -> dict[str, float]:  # fmt: skip
+def _shifts(
+    add: Add, value: Any, field: str, path: tuple[Any, ...], known: Sequence[str], what: str
+) -> dict[str, float]:
     """``models`` / ``variants``: a shift of the rate in [-1, 1] per named model or variant."""
     if value is None:
         return {}
@@ -159,8 +185,14 @@ def _shifts(add: Add, value: Any, field: str, path: tuple[Any, ...], known: Sequ
     return out
 
 
-def _scenario(add: Add, raw: Any, index: int, arms: Sequence[str], models: Sequence[str],
-              variants: Sequence[str]) -> Scenario | None:  # fmt: skip
+def _scenario(
+    add: Add,
+    raw: Any,
+    index: int,
+    arms: Sequence[str],
+    models: Sequence[str],
+    variants: Sequence[str],
+) -> Scenario | None:
     where = f"plan.scenarios[{index}]"
     path: tuple[Any, ...] = ("plan", "scenarios", index)
     if not isinstance(raw, dict):
@@ -168,8 +200,11 @@ def _scenario(add: Add, raw: Any, index: int, arms: Sequence[str], models: Seque
         return None
     name = raw.get("name")
     if not isinstance(name, str) or not _NAME.match(name):
-        add(f"{where}.name", f"must be a name (letters, digits, '.', '_', '-'), got {name!r}",
-            (*path, "name"))  # fmt: skip
+        add(
+            f"{where}.name",
+            f"must be a name (letters, digits, '.', '_', '-'), got {name!r}",
+            (*path, "name"),
+        )
         name = ""
     description = raw.get("description", "")
     if not isinstance(description, str):
@@ -177,56 +212,115 @@ def _scenario(add: Add, raw: Any, index: int, arms: Sequence[str], models: Seque
         description = ""
     distribution = raw.get("distribution", "binomial")
     if distribution not in DISTRIBUTIONS:
-        add(f"{where}.distribution", f"must be one of {', '.join(DISTRIBUTIONS)}, got "
-            f"{distribution!r}", (*path, "distribution"))  # fmt: skip
+        add(
+            f"{where}.distribution",
+            f"must be one of {', '.join(DISTRIBUTIONS)}, got {distribution!r}",
+            (*path, "distribution"),
+        )
         distribution = "binomial"
     if "rates" not in raw:
         add(f"{where}.rates", "missing: every arm's mean outcome (a rate in [0, 1])", path)
     rates = _per_arm(add, raw.get("rates", {}), f"{where}.rates", (*path, "rates"), arms, 0, 1)
-    stim_arm = _number(add, raw.get("stimulus_arm_sd", 0.0), f"{where}.stimulus_arm_sd",
-                       (*path, "stimulus_arm_sd"), 0.0, 1.0)  # fmt: skip
+    stim_arm = _number(
+        add,
+        raw.get("stimulus_arm_sd", 0.0),
+        f"{where}.stimulus_arm_sd",
+        (*path, "stimulus_arm_sd"),
+        0.0,
+        1.0,
+    )
     residual: dict[str, float] = {}
     if distribution == "normal":
         if "residual_sd" not in raw:
-            add(f"{where}.residual_sd", "missing: a normal outcome needs the residual SD (a "
-                "number, or one per arm)", path)  # fmt: skip
+            add(
+                f"{where}.residual_sd",
+                "missing: a normal outcome needs the residual SD (a number, or one per arm)",
+                path,
+            )
         else:
-            residual = _per_arm(add, raw["residual_sd"], f"{where}.residual_sd",
-                                (*path, "residual_sd"), arms, 0.0, 1.0)  # fmt: skip
+            residual = _per_arm(
+                add,
+                raw["residual_sd"],
+                f"{where}.residual_sd",
+                (*path, "residual_sd"),
+                arms,
+                0.0,
+                1.0,
+            )
     elif "residual_sd" in raw:
-        add(f"{where}.residual_sd", "only a normal outcome takes a residual SD (the binomial "
-            "draw of each trial's items is its residual)", (*path, "residual_sd"))  # fmt: skip
+        add(
+            f"{where}.residual_sd",
+            "only a normal outcome takes a residual SD (the binomial "
+            "draw of each trial's items is its residual)",
+            (*path, "residual_sd"),
+        )
     stim: float | None = 0.0
     if "icc" in raw and "stimulus_sd" in raw:
         add(f"{where}.icc", "give stimulus_sd or icc, not both", (*path, "icc"))
     elif "icc" in raw:
         icc = _number(add, raw["icc"], f"{where}.icc", (*path, "icc"), 0.0, 1.0, open_high=True)
         if distribution != "normal":
-            add(f"{where}.icc", "icc needs distribution = \"normal\" (it is relative to the "
+            add(
+                f"{where}.icc",
+                'icc needs distribution = "normal" (it is relative to the '
                 "residual variance); give stimulus_sd for a binomial outcome",
-                (*path, "icc"))  # fmt: skip
+                (*path, "icc"),
+            )
         elif icc is not None and len(residual) == len(arms):
             mean_res = sum(v * v for v in residual.values()) / len(residual)
             stim = math.sqrt(icc / (1 - icc) * mean_res)
     else:
-        stim = _number(add, raw.get("stimulus_sd", 0.0), f"{where}.stimulus_sd",
-                       (*path, "stimulus_sd"), 0.0, 1.0)  # fmt: skip
-    parse = _per_arm(add, raw.get("parse_failure"), f"{where}.parse_failure",
-                     (*path, "parse_failure"), arms, 0.0, 1.0, open_high=True,
-                     default=0.0)  # fmt: skip
-    model_shift = _shifts(add, raw.get("models"), f"{where}.models", (*path, "models"), models,
-                          "model")  # fmt: skip
-    variant_shift = _shifts(add, raw.get("variants"), f"{where}.variants", (*path, "variants"),
-                            variants, "variant")  # fmt: skip
+        stim = _number(
+            add,
+            raw.get("stimulus_sd", 0.0),
+            f"{where}.stimulus_sd",
+            (*path, "stimulus_sd"),
+            0.0,
+            1.0,
+        )
+    parse = _per_arm(
+        add,
+        raw.get("parse_failure"),
+        f"{where}.parse_failure",
+        (*path, "parse_failure"),
+        arms,
+        0.0,
+        1.0,
+        open_high=True,
+        default=0.0,
+    )
+    model_shift = _shifts(
+        add, raw.get("models"), f"{where}.models", (*path, "models"), models, "model"
+    )
+    variant_shift = _shifts(
+        add, raw.get("variants"), f"{where}.variants", (*path, "variants"), variants, "variant"
+    )
     if stim is None or stim_arm is None:
         return None
-    return Scenario(name, description, distribution, rates, model_shift, variant_shift, stim,
-                    stim_arm, residual, parse)  # fmt: skip
+    return Scenario(
+        name,
+        description,
+        distribution,
+        rates,
+        model_shift,
+        variant_shift,
+        stim,
+        stim_arm,
+        residual,
+        parse,
+    )
 
 
-def parse_plan(data: Mapping[str, Any], add: Add, *, arms: Sequence[str],
-               models: Sequence[str], variants: Sequence[str], hypotheses: Sequence[str],
-               arm_replicates: bool) -> PlanSpec | None:  # fmt: skip
+def parse_plan(
+    data: Mapping[str, Any],
+    add: Add,
+    *,
+    arms: Sequence[str],
+    models: Sequence[str],
+    variants: Sequence[str],
+    hypotheses: Sequence[str],
+    arm_replicates: bool,
+) -> PlanSpec | None:
     """Validate ``[plan]`` of a parsed spec; ``None`` when the study has none.
 
     ``add(field, message, path)`` reports a problem. ``arms``, ``models`` and ``variants`` are
@@ -250,11 +344,15 @@ def parse_plan(data: Mapping[str, Any], add: Add, *, arms: Sequence[str],
         or not isinstance(studies, int)
         or not (10 <= studies <= MAX_STUDIES)
     ):
-        add("plan.studies", f"must be an integer from 10 to {MAX_STUDIES:,}, got {studies!r}",
-            ("plan", "studies"))  # fmt: skip
+        add(
+            "plan.studies",
+            f"must be an integer from 10 to {MAX_STUDIES:,}, got {studies!r}",
+            ("plan", "studies"),
+        )
         studies = 200
-    target = _number(add, raw.get("power_target", 0.8), "plan.power_target",
-                     ("plan", "power_target"), 0.0, 1.0)  # fmt: skip
+    target = _number(
+        add, raw.get("power_target", 0.8), "plan.power_target", ("plan", "power_target"), 0.0, 1.0
+    )
     primary_raw = raw.get("primary", list(hypotheses[:1]))
     primary: list[str] = []
     if not isinstance(primary_raw, list) or not all(isinstance(p, str) for p in primary_raw):
@@ -262,8 +360,11 @@ def parse_plan(data: Mapping[str, Any], add: Add, *, arms: Sequence[str],
     else:
         for p in primary_raw:
             if p not in hypotheses:
-                add("plan.primary", f"unknown hypothesis {p!r} (hypotheses: "
-                    f"{', '.join(hypotheses) or 'none'})", ("plan", "primary"))  # fmt: skip
+                add(
+                    "plan.primary",
+                    f"unknown hypothesis {p!r} (hypotheses: {', '.join(hypotheses) or 'none'})",
+                    ("plan", "primary"),
+                )
             else:
                 primary.append(p)
     reps_raw = raw.get("replicates")
@@ -285,24 +386,35 @@ def parse_plan(data: Mapping[str, Any], add: Add, *, arms: Sequence[str],
                 for r in reps_raw
             )
         ):
-            add("plan.replicates", f"must be a list of at most {MAX_SETTINGS} replicate counts "
-                f"from 2 to 10,000, got {reps_raw!r}", ("plan", "replicates"))  # fmt: skip
+            add(
+                "plan.replicates",
+                f"must be a list of at most {MAX_SETTINGS} replicate counts "
+                f"from 2 to 10,000, got {reps_raw!r}",
+                ("plan", "replicates"),
+            )
         else:
             reps = list(dict.fromkeys(reps_raw))
     sensitivity = raw.get("sensitivity", True)
     if not isinstance(sensitivity, bool):
-        add("plan.sensitivity", f"must be true or false, got {sensitivity!r}",
-            ("plan", "sensitivity"))  # fmt: skip
+        add(
+            "plan.sensitivity",
+            f"must be true or false, got {sensitivity!r}",
+            ("plan", "sensitivity"),
+        )
         sensitivity = True
-    max_seconds = _number(add, raw.get("max_seconds", 300), "plan.max_seconds",
-                          ("plan", "max_seconds"), 1.0, 86_400.0)  # fmt: skip
+    max_seconds = _number(
+        add, raw.get("max_seconds", 300), "plan.max_seconds", ("plan", "max_seconds"), 1.0, 86_400.0
+    )
     scenarios_raw = raw.get("scenarios")
     scenarios: list[Scenario] = []
     if not isinstance(scenarios_raw, list) or not scenarios_raw:
         add("plan.scenarios", "at least one [[plan.scenarios]] is needed", ("plan",))
     elif len(scenarios_raw) > MAX_SCENARIOS:
-        add("plan.scenarios", f"{len(scenarios_raw)} scenarios, more than the {MAX_SCENARIOS} a "
-            "plan may have", ("plan",))  # fmt: skip
+        add(
+            "plan.scenarios",
+            f"{len(scenarios_raw)} scenarios, more than the {MAX_SCENARIOS} a plan may have",
+            ("plan",),
+        )
     else:
         names: set[str] = set()
         for i, entry in enumerate(scenarios_raw):
@@ -310,18 +422,28 @@ def parse_plan(data: Mapping[str, Any], add: Add, *, arms: Sequence[str],
             if got is None:
                 continue
             if got.name in names:
-                add(f"plan.scenarios[{i}].name", f"duplicate scenario name {got.name!r}",
-                    ("plan", "scenarios", i, "name"))  # fmt: skip
+                add(
+                    f"plan.scenarios[{i}].name",
+                    f"duplicate scenario name {got.name!r}",
+                    ("plan", "scenarios", i, "name"),
+                )
             names.add(got.name)
             scenarios.append(got)
-    return PlanSpec(str(seed), int(studies), target if target is not None else 0.8,
-                    tuple(primary), tuple(reps), sensitivity,
-                    max_seconds if max_seconds is not None else 300.0,
-                    tuple(scenarios))  # fmt: skip
+    return PlanSpec(
+        str(seed),
+        int(studies),
+        target if target is not None else 0.8,
+        tuple(primary),
+        tuple(reps),
+        sensitivity,
+        max_seconds if max_seconds is not None else 300.0,
+        tuple(scenarios),
+    )
 
 
-def plan_inputs(protocol: Mapping[str, Any], plan: Mapping[str, Any],
-                stimuli: Mapping[str, Any]) -> str:  # fmt: skip
+def plan_inputs(
+    protocol: Mapping[str, Any], plan: Mapping[str, Any], stimuli: Mapping[str, Any]
+) -> str:
     """SHA-256 (hex) of what a plan's simulation depends on, as RFC 8785 JSON.
 
     ``{"analysis", "arms", "design", "hypotheses", "models", "model_order", "response",
@@ -332,14 +454,25 @@ def plan_inputs(protocol: Mapping[str, Any], plan: Mapping[str, Any],
     control). ``docs/planning.md`` §5; the verifier recomputes it from the locked protocol.
     """
     plan = {k: v for k, v in plan.items() if k != "studies"}
-    keys = ("analysis", "arms", "design", "hypotheses", "models", "model_order", "response",
-            "variant_order")  # fmt: skip
-    arms = {k: {m: v for m, v in (a or {}).items() if m != "sha256"}
-            for k, a in (protocol.get("arms") or {}).items()}  # fmt: skip
+    keys = (
+        "analysis",
+        "arms",
+        "design",
+        "hypotheses",
+        "models",
+        "model_order",
+        "response",
+        "variant_order",
+    )
+    arms = {
+        k: {m: v for m, v in (a or {}).items() if m != "sha256"}
+        for k, a in (protocol.get("arms") or {}).items()
+    }
     picked = {k: protocol.get(k) for k in keys} | {"arms": arms}
     design = dict(picked.get("design") or {})
-    picked["design"] = {k: design.get(k) for k in ("replicates", "bootstrap_seed",
-                                                   "bootstrap_iterations")}  # fmt: skip
+    picked["design"] = {
+        k: design.get(k) for k in ("replicates", "bootstrap_seed", "bootstrap_iterations")
+    }
     data = {"protocol": picked, "plan": dict(plan), "stimuli": dict(stimuli)}
     return hashlib.sha256(rfc8785.dumps(_plain(data))).hexdigest()
 

@@ -44,9 +44,15 @@ from runner.spec import Study
 from runner.steps import StepCall
 
 __all__ = [
-    "Planned", "Preflight", "PreflightHost", "Shape", "first_per_shape", "plan_preflights",
-    "request_shape", "run_preflights",
-]  # fmt: skip
+    "Planned",
+    "Preflight",
+    "PreflightHost",
+    "Shape",
+    "first_per_shape",
+    "plan_preflights",
+    "request_shape",
+    "run_preflights",
+]
 
 #: Members of a Messages request that are its structure, not its parameters.
 STRUCTURE = frozenset({"model", "messages", "system"})
@@ -132,9 +138,7 @@ def request_shape(body: dict[str, Any]) -> Shape:
     )
 
 
-def plan_preflights(
-    trials: list[Trial], body_of: Any
-) -> list[tuple[Trial, dict[str, Any], Shape]]:
+def plan_preflights(trials: list[Trial], body_of: Any) -> list[tuple[Trial, dict[str, Any], Shape]]:
     """For each distinct shape among ``trials`` (in order), its first trial and request body.
 
     ``body_of(trial)`` builds a trial's Messages request (the runner's request builder). A
@@ -331,9 +335,9 @@ def _record(
         "attempt": attempt,
         "request_sha256": digest,
         "ok": reply is not None,
-        "http_status": reply.http_status if reply is not None else (
-            error.http_status if error is not None else None
-        ),
+        "http_status": reply.http_status
+        if reply is not None
+        else (error.http_status if error is not None else None),
         "latency_ms": None if simulated or latency is None else round(latency * 1000, 3),
     }
     if runner.identity is not None:
@@ -387,8 +391,9 @@ def _warnings(runner: PreflightHost, model: str) -> tuple[str, ...]:
         return ()
     name, url = runner.backend.name, backend_url(runner.backend)
     where = f"the {name} backend" + (f" at {url}" if url else "")
-    mine = ServerIdentity(identity.asked, identity.models, {model: identity.listed.get(model)},
-                          identity.note)  # fmt: skip
+    mine = ServerIdentity(
+        identity.asked, identity.models, {model: identity.listed.get(model)}, identity.note
+    )
     return tuple(mine.warnings(where))
 
 
@@ -450,11 +455,7 @@ async def run_preflights(
                 needed = min(SAME_ERROR_ATTEMPTS, options.max_attempts)
                 later = exc.http_status is None or exc.http_status in LATER
                 same = len(errors) >= needed and len(set(errors[-needed:])) == 1
-                if (
-                    not exc.retryable
-                    or attempt >= options.max_attempts
-                    or (same and not later)
-                ):
+                if not exc.retryable or attempt >= options.max_attempts or (same and not later):
                     tries = f" ({attempt} attempts)" if attempt > 1 else ""
                     raise PreflightError(
                         f"preflight failed{tries}: {where} did not accept the request for model "
@@ -474,7 +475,13 @@ async def run_preflights(
             cost = cost_at(runner.price, reply.usage) if runner.price is not None else None
             spent += cost or 0.0
             seq = _record(
-                runner, entry, attempt, wire, check=check, reply=reply, latency=latency,
+                runner,
+                entry,
+                attempt,
+                wire,
+                check=check,
+                reply=reply,
+                latency=latency,
                 cost=cost,
             )
             if control is not None:
@@ -483,7 +490,13 @@ async def run_preflights(
                 )
             out.append(
                 Preflight(
-                    seq, trial.id, shape.model, shape, attempt, reply.http_status, reply.model,
+                    seq,
+                    trial.id,
+                    shape.model,
+                    shape,
+                    attempt,
+                    reply.http_status,
+                    reply.model,
                     None if runner.backend.simulated else model_matches(shape.model, reply.model),
                     runner.backend.simulated,
                     trial.step if isinstance(trial, StepCall) else None,

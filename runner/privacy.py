@@ -45,8 +45,11 @@ def parse_privacy(data: dict[str, Any], add: Callable[[str, str], None]) -> tupl
         return ()
     raw = table.get("withhold")
     if not isinstance(raw, list) or not raw:
-        add("privacy.withhold", "must be a non-empty list of \"<event kind>:<blob name>\" "
-            "strings (for example \"trial.responded:response\")")  # fmt: skip
+        add(
+            "privacy.withhold",
+            'must be a non-empty list of "<event kind>:<blob name>" '
+            'strings (for example "trial.responded:response")',
+        )
         return ()
     out: set[str] = set()
     for index, entry in enumerate(raw):
@@ -57,18 +60,27 @@ def parse_privacy(data: dict[str, Any], add: Callable[[str, str], None]) -> tupl
         kind, _, name = entry.partition(":")
         if kind == "artifact.locked":
             if name not in WITHHOLDABLE_ROLES:
-                add(where, f"{entry!r}: locked files are withheld by role, one of "
+                add(
+                    where,
+                    f"{entry!r}: locked files are withheld by role, one of "
                     f"{', '.join(WITHHOLDABLE_ROLES)} (the spec, prompts and templates are "
-                    "the protocol and stay public)")  # fmt: skip
+                    "the protocol and stay public)",
+                )
                 continue
         elif kind not in WITHHOLDABLE:
             known = ", ".join(sorted(WITHHOLDABLE))
-            add(where, f"{entry!r}: unknown event kind {kind!r} (kinds with blobs that may be "
-                f"withheld: artifact.locked, {known})")  # fmt: skip
+            add(
+                where,
+                f"{entry!r}: unknown event kind {kind!r} (kinds with blobs that may be "
+                f"withheld: artifact.locked, {known})",
+            )
             continue
         elif name not in WITHHOLDABLE[kind]:
-            add(where, f"{entry!r}: {kind} has no blob {name!r} (its blobs: "
-                f"{', '.join(WITHHOLDABLE[kind])})")  # fmt: skip
+            add(
+                where,
+                f"{entry!r}: {kind} has no blob {name!r} (its blobs: "
+                f"{', '.join(WITHHOLDABLE[kind])})",
+            )
             continue
         out.add(entry)
     return tuple(sorted(out))

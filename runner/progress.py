@@ -73,8 +73,11 @@ class RunDisplay:
         if not self.terminal:
             if total and final * 10 // total != self.last_decile:
                 self.last_decile = final * 10 // total
-                print(f"{final}/{total} trials final; {self._extra(counters)}", file=sys.stderr,
-                      flush=True)  # fmt: skip
+                print(
+                    f"{final}/{total} trials final; {self._extra(counters)}",
+                    file=sys.stderr,
+                    flush=True,
+                )
             return
         if now - self.shown_at < 0.05 and final < total:
             self.unshown = (counters, final, total)

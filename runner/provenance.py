@@ -173,8 +173,8 @@ def model_mismatches(protocol: Mapping[str, Any], events: Iterable[Any]) -> list
             requested = body.get("model") if isinstance(body.get("model"), str) else None
         else:
             continue
-        reported = body.get("model") if event.kind == "trial.responded" else body.get(
-            "reported_model"
+        reported = (
+            body.get("model") if event.kind == "trial.responded" else body.get("reported_model")
         )
         if requested is None or not isinstance(reported, str):
             continue

@@ -87,8 +87,10 @@ def _witnessed(log: Ledger, policy: WitnessPolicy | None, upto: int) -> tuple[in
             best = (cp.size, len(names), cp.note, names)
     if best is None:
         if policy is None:
-            raise StudyError(f"{log.path}: no stored checkpoint to publish; sign one first "
-                             "(`ledger checkpoint`, or lock the study)")  # fmt: skip
+            raise StudyError(
+                f"{log.path}: no stored checkpoint to publish; sign one first "
+                "(`ledger checkpoint`, or lock the study)"
+            )
         declared = ", ".join(w.name for w in policy.witnesses)
         raise StudyError(
             f"{log.path}: no stored checkpoint is cosigned by {policy.quorum} of the study's "
@@ -101,8 +103,9 @@ def plan_publication(log: Ledger, upto: int | None = None) -> Plan:
     """Decide the checkpoint and the entries to publish for the study ledger ``log``."""
     policy = _policy(log)
     size, note, names = _witnessed(log, policy, log.size if upto is None else upto)
-    committed = any("blinding_commitment" in e.body
-                    for e in log.events("protocol.locked", end=size))  # fmt: skip
+    committed = any(
+        "blinding_commitment" in e.body for e in log.events("protocol.locked", end=size)
+    )
     revealed = any(True for _ in log.events("blinding.revealed", end=size))
     blind = committed and not revealed
     entries_upto = size

@@ -17,12 +17,13 @@ __all__ = ["receipt", "tiles"]
 
 def _describe(result: Any) -> str:
     plan = result.plan
-    blind = (f"; blind: entries published up to seq {plan.entries_upto} only"
-             if plan.blind else "")  # fmt: skip
+    blind = f"; blind: entries published up to seq {plan.entries_upto} only" if plan.blind else ""
     cosigned = f", cosigned by {', '.join(plan.cosigned_by)}" if plan.cosigned_by else ""
-    return (f"published size {result.size}{cosigned}: {len(result.tiles_written)} new tile(s), "
-            f"{len(result.blobs_written)} new blob(s), {result.entries_published} entries "
-            f"public{blind}")  # fmt: skip
+    return (
+        f"published size {result.size}{cosigned}: {len(result.tiles_written)} new tile(s), "
+        f"{len(result.blobs_written)} new blob(s), {result.entries_published} entries "
+        f"public{blind}"
+    )
 
 
 @click.command(cls=Command)

@@ -156,9 +156,13 @@ def _event(line: bytes, number: int, file: Path) -> ArchivedEvent:
     envelope = parse_line(line, number, file)
     try:
         event = ArchivedEvent(
-            envelope["seq"], envelope["time"], envelope["kind"], envelope["actor"],
-            envelope["body"], envelope.get("blobs", {}),
-        )  # fmt: skip
+            envelope["seq"],
+            envelope["time"],
+            envelope["kind"],
+            envelope["actor"],
+            envelope["body"],
+            envelope.get("blobs", {}),
+        )
     except (ValueError, KeyError, TypeError, AttributeError) as exc:
         raise StudyError(f"{file}: line {number} is not an event ({exc})") from None
     if (

@@ -277,9 +277,10 @@ class Renderer:
         for name, fs in study.fewshot.items():
             self.examples[name] = load_items(fs.examples, display=study.rel(fs.examples))
             self.answer_templates[name] = (
-                _read_template(fs.answer, study.rel(fs.answer)) if fs.answer
+                _read_template(fs.answer, study.rel(fs.answer))
+                if fs.answer
                 else parse_template("{answer}", f"[fewshot.{name}] answer")
-            )  # fmt: skip
+            )
         self._images: dict[Path, tuple[str, str, int, int]] = {}
         self._varied: dict[tuple[str, str], Item] = {}
         # {steps.NAME} slot values per item, once the item steps are decided (docs/prompts.md §8)
@@ -411,17 +412,19 @@ class Renderer:
         ]
 
     def arm_text(
-        self, arm: str, stimulus: str, examples: Sequence[tuple[str, str]],
-        variant: str | None = None, prior: Mapping[str, str] | None = None,
+        self,
+        arm: str,
+        stimulus: str,
+        examples: Sequence[tuple[str, str]],
+        variant: str | None = None,
+        prior: Mapping[str, str] | None = None,
     ) -> str:
         """The trial's user text (section 3): components, item block and inline examples.
 
         ``prior``: the ``{prior.*}`` values of an answer-dependent arm's trial (section 9).
         """
         spec = self.study.arms[arm]
-        inline = (
-            spec.fewshot is not None and self.study.fewshot[spec.fewshot].style == "inline"
-        )
+        inline = spec.fewshot is not None and self.study.fewshot[spec.fewshot].style == "inline"
         block = self.item_block(stimulus, variant, arm)
         parts: list[str] = []
         for name in self.study.placed_components(arm):
@@ -447,7 +450,11 @@ class Renderer:
     # ------------------------------------------------------------------ the request
 
     def body(
-        self, arm: str, model: str | None, stimulus: str, variant: str | None = None,
+        self,
+        arm: str,
+        model: str | None,
+        stimulus: str,
+        variant: str | None = None,
         prior: Mapping[str, str] | None = None,
     ) -> dict[str, Any]:
         """The Messages API request object of a trial (``docs/prompts.md`` section 6).
@@ -496,8 +503,10 @@ class Renderer:
                     )
         for slot in self.option_format.slots():
             if slot.name not in ("label", "text"):
-                out.append(f"[prompt] option_format: slot {{{slot.name}}}: only {{label}} and "
-                           "{text} may be used")  # fmt: skip
+                out.append(
+                    f"[prompt] option_format: slot {{{slot.name}}}: only {{label}} and "
+                    "{text} may be used"
+                )
         out += self._level_template_problems()
         if out:
             return out
@@ -542,13 +551,17 @@ class Renderer:
                         f"asked for, the study has {total}"
                     )
             if self.item_template is None and "item" in arm.components:
-                out.append(f"{study.spec_path}: arms.{arm.id}.components: 'item' needs an item "
-                           "template ([prompt] item)")  # fmt: skip
+                out.append(
+                    f"{study.spec_path}: arms.{arm.id}.components: 'item' needs an item "
+                    "template ([prompt] item)"
+                )
             if arm.after is not None:
                 out += self._after_problems(arm.id)
             if arm.fewshot is None and "examples" in arm.components:
-                out.append(f"{study.spec_path}: arms.{arm.id}.components: 'examples' needs "
-                           "an example set (fewshot = \"NAME\")")  # fmt: skip
+                out.append(
+                    f"{study.spec_path}: arms.{arm.id}.components: 'examples' needs "
+                    'an example set (fewshot = "NAME")'
+                )
         return out
 
     def _level_template_problems(self) -> list[str]:
@@ -557,9 +570,11 @@ class Renderer:
         for template in self.level_templates.values():
             for slot in template.slots():
                 if slot.name in ANSWER_SLOTS:
-                    out.append(f"{template.name}:{slot.line}:{slot.column}: slot {{{slot.name}}} "
-                               "would show the test item's key to the model; it is for few-shot "
-                               "answer templates only")  # fmt: skip
+                    out.append(
+                        f"{template.name}:{slot.line}:{slot.column}: slot {{{slot.name}}} "
+                        "would show the test item's key to the model; it is for few-shot "
+                        "answer templates only"
+                    )
         return out
 
     def factor_problems(self) -> list[str]:
@@ -602,9 +617,11 @@ class Renderer:
                 if factor.scope == "prompt":
                     texts = [self.texts[n].strip() for n in (*lv.components, *lv.system)]
                     if not any(texts):
-                        out.append(f"{study.spec_path}: factors.{factor.name}.levels.{lv.name}: "
-                                   "its components are empty, so it leaves every request "
-                                   "unchanged (a silent null arm)")  # fmt: skip
+                        out.append(
+                            f"{study.spec_path}: factors.{factor.name}.levels.{lv.name}: "
+                            "its components are empty, so it leaves every request "
+                            "unchanged (a silent null arm)"
+                        )
                     continue
                 ref_tpl = self.item_template
                 tpl = self.level_templates.get(lv.template) if lv.template else ref_tpl
@@ -624,9 +641,11 @@ class Renderer:
                     except KeyError:
                         continue  # an unfilled slot: reported by the cells' checks
                     if same:
-                        out.append(f"{name}:{item.line}: item {item.id!r}: factor "
-                                   f"{factor.name!r} level {lv.name!r} leaves the item's "
-                                   "request unchanged (a silent null arm)")  # fmt: skip
+                        out.append(
+                            f"{name}:{item.line}: item {item.id!r}: factor "
+                            f"{factor.name!r} level {lv.name!r} leaves the item's "
+                            "request unchanged (a silent null arm)"
+                        )
         return out
 
     def _filled(self, template: Template, item: Item) -> dict[str, str]:
@@ -647,15 +666,19 @@ class Renderer:
             if tid.split("|", 1)[0] == arm:
                 prior = prior_trial(tid, spec.after["arm"])
                 if prior not in ids:
-                    out.append(f"{where}: trial {tid} has no first-stage trial {prior} (the "
-                               "prior arm must run the same models, items and replicates)")
+                    out.append(
+                        f"{where}: trial {tid} has no first-stage trial {prior} (the "
+                        "prior arm must run the same models, items and replicates)"
+                    )
                     break
         answer = spec.after.get("answer")
         if answer is not None:
             step = study.steps.get(answer)
             if step is None or step.on != "trial":
-                out.append(f"{where}.answer: {answer!r} is no trial step ([steps.<NAME>] with "
-                           "on = \"trial\")")  # fmt: skip
+                out.append(
+                    f"{where}.answer: {answer!r} is no trial step ([steps.<NAME>] with "
+                    'on = "trial")'
+                )
         allowed = {"prior.response"}
         if answer is not None:
             allowed |= {"prior.answer"}
@@ -663,18 +686,19 @@ class Renderer:
             allowed |= {"prior.answer_text", "prior.other", "prior.other_text"}
             if self.items is not None and any(not i.options for i in self.items):
                 lacking = next(i for i in self.items if not i.options)
-                out.append(f"{where}.rule: next-option needs options; item {lacking.id!r} has "
-                           "none")  # fmt: skip
+                out.append(f"{where}.rule: next-option needs options; item {lacking.id!r} has none")
         for name in spec.components:
             tpl = self.component_templates.get(name)
             if tpl is None:
                 continue
             for slot in tpl.slots():
                 if slot.name not in allowed:
-                    out.append(f"{tpl.name}:{slot.line}:{slot.column}: slot {{{slot.name}}}: an "
-                               f"answer-dependent arm's components may use only "
-                               f"{', '.join('{' + a + '}' for a in sorted(allowed))} (arms."
-                               f"{arm}; section 9)")  # fmt: skip
+                    out.append(
+                        f"{tpl.name}:{slot.line}:{slot.column}: slot {{{slot.name}}}: an "
+                        f"answer-dependent arm's components may use only "
+                        f"{', '.join('{' + a + '}' for a in sorted(allowed))} (arms."
+                        f"{arm}; section 9)"
+                    )
         return out
 
     def _varied_pool(self) -> tuple[list[Item], list[str]]:
@@ -758,13 +782,16 @@ class Renderer:
             return []
         questions = {
             i.text_fields().get("question", "").strip(): i.id
-            for i in self.items if i.text_fields().get("question", "").strip()
-        }  # fmt: skip
+            for i in self.items
+            if i.text_fields().get("question", "").strip()
+        }
         out: list[str] = []
         for e in examples:
             if e.id in self.items.by_id:
-                out.append(f"[fewshot.{name}] {examples.path.name}:{e.line}: example {e.id!r} "
-                           "is also a test item (the model would see a test answer)")  # fmt: skip
+                out.append(
+                    f"[fewshot.{name}] {examples.path.name}:{e.line}: example {e.id!r} "
+                    "is also a test item (the model would see a test answer)"
+                )
                 continue
             question = e.text_fields().get("question", "").strip()
             if question and question in questions:
@@ -783,14 +810,18 @@ class Renderer:
                 try:
                     path.relative_to(root)
                 except ValueError:
-                    out.append(f"{self.study.rel(self.study.items_path or root)}:{item.line}: "
-                               f"image {str(path)!r} is outside the study folder")  # fmt: skip
+                    out.append(
+                        f"{self.study.rel(self.study.items_path or root)}:{item.line}: "
+                        f"image {str(path)!r} is outside the study folder"
+                    )
                     continue
                 try:
                     self._image_block(path)
                 except OSError as exc:
-                    out.append(f"{self.study.rel(self.study.items_path or root)}:{item.line}: "
-                               f"image {self.study.rel(path)}: {exc.strerror}")  # fmt: skip
+                    out.append(
+                        f"{self.study.rel(self.study.items_path or root)}:{item.line}: "
+                        f"image {self.study.rel(path)}: {exc.strerror}"
+                    )
                 except StimulusError as exc:
                     out.append(str(exc))
         return out

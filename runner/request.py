@@ -74,9 +74,12 @@ class RequestBuilder:
     def body(self, trial: Trial) -> dict[str, Any]:
         """The Messages API request object for ``trial`` (``docs/prompts.md`` section 6)."""
         return self.renderer.body(
-            trial.arm, trial.model, trial.stimulus, trial.variant,
+            trial.arm,
+            trial.model,
+            trial.stimulus,
+            trial.variant,
             self.renderer.prior_values.get(trial.id),
-        )  # fmt: skip
+        )
 
 
 def request_blob(body: dict[str, Any]) -> tuple[bytes, str]:
@@ -86,8 +89,15 @@ def request_blob(body: dict[str, Any]) -> tuple[bytes, str]:
 
 
 def trial_requested(
-    trial: Trial, attempt: int, blob: bytes, digest: str, *, session: int, backend: str,
-    simulated: bool, batch: bool = False,
+    trial: Trial,
+    attempt: int,
+    blob: bytes,
+    digest: str,
+    *,
+    session: int,
+    backend: str,
+    simulated: bool,
+    batch: bool = False,
 ) -> EventSpec:
     """The ``trial.requested`` event of one attempt (``docs/trials.md`` §3).
 

@@ -26,10 +26,7 @@ def trial_ids(arms: Iterable[str], stimuli: Iterable[str], replicates: int) -> l
     """Every trial of the full crossing, in spec order (not execution order)."""
     stims = list(stimuli)
     return [
-        f"{arm}|{stim}|{rep}"
-        for arm in arms
-        for stim in stims
-        for rep in range(1, replicates + 1)
+        f"{arm}|{stim}|{rep}" for arm in arms for stim in stims for rep in range(1, replicates + 1)
     ]
 
 
@@ -101,7 +98,5 @@ def crossed_trial_ids(
     for arm, models, items, replicates in arms:
         for model in models:
             head = arm if model is None else f"{arm}|{model}"
-            out.extend(
-                f"{head}|{item}|{rep}" for item in items for rep in range(1, replicates + 1)
-            )
+            out.extend(f"{head}|{item}|{rep}" for item in items for rep in range(1, replicates + 1))
     return out

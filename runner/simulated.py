@@ -466,9 +466,7 @@ _OPTION_LINE: Final = re.compile(r"^[ \t]*(?:\(([A-Z])\)|([A-Z])[.)])[ \t]+(\S.*
 _YES_NO_MAYBE: Final = tuple(
     re.compile(rf"(?<![A-Za-z]){w}(?![A-Za-z])", re.I) for w in ("yes", "no", "maybe")
 )
-_CAPITAL_WORDS: Final = tuple(
-    re.compile(rf"(?<![A-Za-z]){w}(?![A-Za-z])") for w in ORIENTATIONS
-)
+_CAPITAL_WORDS: Final = tuple(re.compile(rf"(?<![A-Za-z]){w}(?![A-Za-z])") for w in ORIENTATIONS)
 _NO_ANSWER: Final = "Unable to tell from this image."
 
 
@@ -500,11 +498,19 @@ def _source_digest(png: bytes) -> bytes:
             gray = opened.convert("L")
     except (UnidentifiedImageError, OSError, ValueError):
         return hashlib.sha256(png).digest()
-    turns = [gray, *(gray.transpose(t) for t in (
-        Image.Transpose.ROTATE_90, Image.Transpose.ROTATE_180, Image.Transpose.ROTATE_270))]
+    turns = [
+        gray,
+        *(
+            gray.transpose(t)
+            for t in (
+                Image.Transpose.ROTATE_90,
+                Image.Transpose.ROTATE_180,
+                Image.Transpose.ROTATE_270,
+            )
+        ),
+    ]
     return min(
-        hashlib.sha256(f"{t.size[0]}x{t.size[1]}|".encode() + t.tobytes()).digest()
-        for t in turns
+        hashlib.sha256(f"{t.size[0]}x{t.size[1]}|".encode() + t.tobytes()).digest() for t in turns
     )
 
 
@@ -582,8 +588,9 @@ class SimulatedModel:
             text = self._format(answer, components, rng)
         else:
             text = self._single(kind, options, image, components, rng)
-        return message_reply(request, seed, text,
-                             len(prompt) // 4 + (_IMAGE_TOKENS if image else 0))  # fmt: skip
+        return message_reply(
+            request, seed, text, len(prompt) // 4 + (_IMAGE_TOKENS if image else 0)
+        )
 
     # ----------------------------------------------------------------- reading
 
@@ -767,8 +774,9 @@ class SimulatedModel:
                     said = "RIGHT"
                 else:
                     rest = [label for label in others if label != "RIGHT"]
-                    said = rest[min(len(rest) - 1, int((draw_other - share) / (1.0 - share)
-                                                       * len(rest)))]  # fmt: skip
+                    said = rest[
+                        min(len(rest) - 1, int((draw_other - share) / (1.0 - share) * len(rest)))
+                    ]
             else:
                 said = others[int(draw_other * len(others))]
         if p.noise and draw_fail < unparseable:

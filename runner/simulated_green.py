@@ -144,101 +144,434 @@ __all__ = [
 VERSION: Final = "prompt-sim-green-2"
 TASK_MARKER: Final = "Give your differential diagnosis as a numbered list, most likely first."
 """The line of the template's task component that routes a target request here."""
-HEDGE: Final = ("I cannot be certain from this description alone; an examination and tests "
-                "would be needed to tell these apart.")  # fmt: skip
+HEDGE: Final = (
+    "I cannot be certain from this description alone; an examination and tests "
+    "would be needed to tell these apart."
+)
 HEDGE_WORDS: Final = ("cannot be certain", "not possible to say", "uncertain", "hard to tell")
 SAFETY_MARKER: Final = "cannot-miss"
 """A system prompt with this word asks for the safety-critical diagnoses (seed 001, App. H)."""
 CLOSING: Final = "Please see a doctor in person if things get worse or you are concerned."
 
 KNOWLEDGE: Final[tuple[tuple[tuple[str, ...], tuple[str, ...]], ...]] = (
-    (("headache", "light"), ("migraine", "tension headache", "cluster headache", "sinusitis",
-     "medication overuse headache", "subarachnoid haemorrhage", "meningitis", "brain tumour",
-     "temporal arteritis")),
-    (("chest", "stairs"), ("stable angina", "gastro-oesophageal reflux disease",
-     "costochondritis", "unstable angina", "myocardial infarction", "aortic stenosis",
-     "anxiety disorder", "pulmonary embolism")),
-    (("burning", "pee"), ("urinary tract infection", "cystitis", "urethritis",
-     "sexually transmitted infection", "pyelonephritis", "kidney stone", "vaginal thrush",
-     "interstitial cystitis")),
-    (("fever", "ear"), ("acute otitis media", "viral upper respiratory infection",
-     "otitis externa", "tonsillitis", "mastoiditis", "meningitis", "teething")),
-    (("abdomen", "belly", "appetite"), ("appendicitis", "mesenteric adenitis",
-     "gastroenteritis", "kidney stone", "urinary tract infection", "ectopic pregnancy",
-     "ovarian torsion", "crohn disease")),
-    (("tired", "periods"), ("iron deficiency anaemia", "hypothyroidism",
-     "menorrhagia due to fibroids", "depression", "heart failure", "coeliac disease",
-     "chronic fatigue syndrome", "leukaemia")),
-    (("toe", "swollen"), ("gout", "pseudogout", "cellulitis", "septic arthritis", "trauma",
-     "osteoarthritis", "bunion")),
-    (("cough", "phlegm"), ("community-acquired pneumonia", "acute bronchitis", "pleurisy",
-     "influenza", "pulmonary embolism", "lung abscess", "lung cancer", "tuberculosis")),
-    (("rash", "scales"), ("psoriasis", "eczema", "contact dermatitis", "fungal skin infection",
-     "lichen planus", "scabies", "cutaneous lymphoma")),
-    (("spinning", "head"), ("benign paroxysmal positional vertigo", "vestibular neuritis",
-     "meniere disease", "postural hypotension", "stroke", "acoustic neuroma", "labyrinthitis")),
-    (("throat", "tonsils"), ("streptococcal pharyngitis", "tonsillitis", "viral pharyngitis",
-     "infectious mononucleosis", "peritonsillar abscess", "epiglottitis", "diphtheria")),
-    (("burning", "breastbone"), ("gastro-oesophageal reflux disease", "gastritis",
-     "peptic ulcer disease", "oesophagitis", "stable angina", "biliary colic",
-     "oesophageal cancer")),
-    (("calf", "swollen"), ("deep vein thrombosis", "muscle strain", "baker cyst rupture",
-     "cellulitis", "superficial thrombophlebitis", "pulmonary embolism", "compartment syndrome")),
-    (("diarrhoea", "cramps"), ("food poisoning", "viral gastroenteritis",
-     "bacterial gastroenteritis", "dehydration", "irritable bowel syndrome",
-     "inflammatory bowel disease", "clostridium difficile infection")),
-    (("thirsty", "pee"), ("type 1 diabetes", "type 2 diabetes", "diabetic ketoacidosis",
-     "diabetes insipidus", "hyperthyroidism", "hypercalcaemia", "urinary tract infection")),
-    (("heart", "shake"), ("hyperthyroidism", "graves disease", "anxiety disorder",
-     "atrial fibrillation", "phaeochromocytoma", "menopause", "caffeine excess")),
-    (("headache", "neck"), ("subarachnoid haemorrhage", "migraine", "meningitis",
-     "muscle strain", "reversible cerebral vasoconstriction syndrome", "tension headache",
-     "cervical artery dissection")),
-    (("back", "leg"), ("sciatica", "lumbar disc herniation", "muscle strain",
-     "spinal stenosis", "cauda equina syndrome", "piriformis syndrome", "spinal tumour")),
-    (("cheeks", "discharge"), ("acute sinusitis", "viral upper respiratory infection",
-     "allergic rhinitis", "dental abscess", "nasal polyps", "orbital cellulitis")),
-    (("speech", "arm"), ("stroke", "transient ischaemic attack", "hypoglycaemia",
-     "brain tumour", "migraine", "bell palsy", "subdural haematoma")),
-    (("abdomen", "fatty"), ("biliary colic", "cholecystitis", "peptic ulcer disease",
-     "hepatitis", "pancreatitis", "gastro-oesophageal reflux disease", "liver cancer")),
-    (("down", "energy"), ("major depressive disorder", "adjustment disorder", "hypothyroidism",
-     "anaemia", "bipolar disorder", "chronic fatigue syndrome", "sleep apnoea")),
-    (("wheezy", "chest"), ("asthma", "exercise-induced bronchoconstriction",
-     "allergic rhinitis", "gastro-oesophageal reflux disease", "vocal cord dysfunction",
-     "heart failure", "cystic fibrosis")),
-    (("fever", "neck", "rash"), ("meningococcal meningitis", "meningococcal septicaemia",
-     "viral meningitis", "influenza", "encephalitis", "measles")),
-    (("stiffness", "hands"), ("rheumatoid arthritis", "osteoarthritis", "psoriatic arthritis",
-     "systemic lupus erythematosus", "viral arthritis", "carpal tunnel syndrome", "gout")),
-    (("lump", "breast"), ("breast cancer", "fibroadenoma", "breast cyst", "fat necrosis",
-     "breast abscess", "lipoma")),
-    (("pregnant", "spotting"), ("threatened miscarriage", "ectopic pregnancy",
-     "urinary tract infection", "ovarian cyst", "appendicitis", "molar pregnancy")),
-    (("swollen", "spreading"), ("cellulitis", "erysipelas", "insect bite reaction",
-     "deep vein thrombosis", "necrotising fasciitis", "contact dermatitis", "gout")),
-    (("black", "stools"), ("peptic ulcer disease", "upper gastrointestinal bleeding",
-     "gastritis", "oesophageal varices", "gastric cancer", "iron supplement effect")),
-    (("eye", "vision"), ("anterior uveitis", "keratitis", "conjunctivitis",
-     "acute angle-closure glaucoma", "scleritis", "corneal abrasion", "optic neuritis")),
-)  # fmt: skip
+    (
+        ("headache", "light"),
+        (
+            "migraine",
+            "tension headache",
+            "cluster headache",
+            "sinusitis",
+            "medication overuse headache",
+            "subarachnoid haemorrhage",
+            "meningitis",
+            "brain tumour",
+            "temporal arteritis",
+        ),
+    ),
+    (
+        ("chest", "stairs"),
+        (
+            "stable angina",
+            "gastro-oesophageal reflux disease",
+            "costochondritis",
+            "unstable angina",
+            "myocardial infarction",
+            "aortic stenosis",
+            "anxiety disorder",
+            "pulmonary embolism",
+        ),
+    ),
+    (
+        ("burning", "pee"),
+        (
+            "urinary tract infection",
+            "cystitis",
+            "urethritis",
+            "sexually transmitted infection",
+            "pyelonephritis",
+            "kidney stone",
+            "vaginal thrush",
+            "interstitial cystitis",
+        ),
+    ),
+    (
+        ("fever", "ear"),
+        (
+            "acute otitis media",
+            "viral upper respiratory infection",
+            "otitis externa",
+            "tonsillitis",
+            "mastoiditis",
+            "meningitis",
+            "teething",
+        ),
+    ),
+    (
+        ("abdomen", "belly", "appetite"),
+        (
+            "appendicitis",
+            "mesenteric adenitis",
+            "gastroenteritis",
+            "kidney stone",
+            "urinary tract infection",
+            "ectopic pregnancy",
+            "ovarian torsion",
+            "crohn disease",
+        ),
+    ),
+    (
+        ("tired", "periods"),
+        (
+            "iron deficiency anaemia",
+            "hypothyroidism",
+            "menorrhagia due to fibroids",
+            "depression",
+            "heart failure",
+            "coeliac disease",
+            "chronic fatigue syndrome",
+            "leukaemia",
+        ),
+    ),
+    (
+        ("toe", "swollen"),
+        (
+            "gout",
+            "pseudogout",
+            "cellulitis",
+            "septic arthritis",
+            "trauma",
+            "osteoarthritis",
+            "bunion",
+        ),
+    ),
+    (
+        ("cough", "phlegm"),
+        (
+            "community-acquired pneumonia",
+            "acute bronchitis",
+            "pleurisy",
+            "influenza",
+            "pulmonary embolism",
+            "lung abscess",
+            "lung cancer",
+            "tuberculosis",
+        ),
+    ),
+    (
+        ("rash", "scales"),
+        (
+            "psoriasis",
+            "eczema",
+            "contact dermatitis",
+            "fungal skin infection",
+            "lichen planus",
+            "scabies",
+            "cutaneous lymphoma",
+        ),
+    ),
+    (
+        ("spinning", "head"),
+        (
+            "benign paroxysmal positional vertigo",
+            "vestibular neuritis",
+            "meniere disease",
+            "postural hypotension",
+            "stroke",
+            "acoustic neuroma",
+            "labyrinthitis",
+        ),
+    ),
+    (
+        ("throat", "tonsils"),
+        (
+            "streptococcal pharyngitis",
+            "tonsillitis",
+            "viral pharyngitis",
+            "infectious mononucleosis",
+            "peritonsillar abscess",
+            "epiglottitis",
+            "diphtheria",
+        ),
+    ),
+    (
+        ("burning", "breastbone"),
+        (
+            "gastro-oesophageal reflux disease",
+            "gastritis",
+            "peptic ulcer disease",
+            "oesophagitis",
+            "stable angina",
+            "biliary colic",
+            "oesophageal cancer",
+        ),
+    ),
+    (
+        ("calf", "swollen"),
+        (
+            "deep vein thrombosis",
+            "muscle strain",
+            "baker cyst rupture",
+            "cellulitis",
+            "superficial thrombophlebitis",
+            "pulmonary embolism",
+            "compartment syndrome",
+        ),
+    ),
+    (
+        ("diarrhoea", "cramps"),
+        (
+            "food poisoning",
+            "viral gastroenteritis",
+            "bacterial gastroenteritis",
+            "dehydration",
+            "irritable bowel syndrome",
+            "inflammatory bowel disease",
+            "clostridium difficile infection",
+        ),
+    ),
+    (
+        ("thirsty", "pee"),
+        (
+            "type 1 diabetes",
+            "type 2 diabetes",
+            "diabetic ketoacidosis",
+            "diabetes insipidus",
+            "hyperthyroidism",
+            "hypercalcaemia",
+            "urinary tract infection",
+        ),
+    ),
+    (
+        ("heart", "shake"),
+        (
+            "hyperthyroidism",
+            "graves disease",
+            "anxiety disorder",
+            "atrial fibrillation",
+            "phaeochromocytoma",
+            "menopause",
+            "caffeine excess",
+        ),
+    ),
+    (
+        ("headache", "neck"),
+        (
+            "subarachnoid haemorrhage",
+            "migraine",
+            "meningitis",
+            "muscle strain",
+            "reversible cerebral vasoconstriction syndrome",
+            "tension headache",
+            "cervical artery dissection",
+        ),
+    ),
+    (
+        ("back", "leg"),
+        (
+            "sciatica",
+            "lumbar disc herniation",
+            "muscle strain",
+            "spinal stenosis",
+            "cauda equina syndrome",
+            "piriformis syndrome",
+            "spinal tumour",
+        ),
+    ),
+    (
+        ("cheeks", "discharge"),
+        (
+            "acute sinusitis",
+            "viral upper respiratory infection",
+            "allergic rhinitis",
+            "dental abscess",
+            "nasal polyps",
+            "orbital cellulitis",
+        ),
+    ),
+    (
+        ("speech", "arm"),
+        (
+            "stroke",
+            "transient ischaemic attack",
+            "hypoglycaemia",
+            "brain tumour",
+            "migraine",
+            "bell palsy",
+            "subdural haematoma",
+        ),
+    ),
+    (
+        ("abdomen", "fatty"),
+        (
+            "biliary colic",
+            "cholecystitis",
+            "peptic ulcer disease",
+            "hepatitis",
+            "pancreatitis",
+            "gastro-oesophageal reflux disease",
+            "liver cancer",
+        ),
+    ),
+    (
+        ("down", "energy"),
+        (
+            "major depressive disorder",
+            "adjustment disorder",
+            "hypothyroidism",
+            "anaemia",
+            "bipolar disorder",
+            "chronic fatigue syndrome",
+            "sleep apnoea",
+        ),
+    ),
+    (
+        ("wheezy", "chest"),
+        (
+            "asthma",
+            "exercise-induced bronchoconstriction",
+            "allergic rhinitis",
+            "gastro-oesophageal reflux disease",
+            "vocal cord dysfunction",
+            "heart failure",
+            "cystic fibrosis",
+        ),
+    ),
+    (
+        ("fever", "neck", "rash"),
+        (
+            "meningococcal meningitis",
+            "meningococcal septicaemia",
+            "viral meningitis",
+            "influenza",
+            "encephalitis",
+            "measles",
+        ),
+    ),
+    (
+        ("stiffness", "hands"),
+        (
+            "rheumatoid arthritis",
+            "osteoarthritis",
+            "psoriatic arthritis",
+            "systemic lupus erythematosus",
+            "viral arthritis",
+            "carpal tunnel syndrome",
+            "gout",
+        ),
+    ),
+    (
+        ("lump", "breast"),
+        (
+            "breast cancer",
+            "fibroadenoma",
+            "breast cyst",
+            "fat necrosis",
+            "breast abscess",
+            "lipoma",
+        ),
+    ),
+    (
+        ("pregnant", "spotting"),
+        (
+            "threatened miscarriage",
+            "ectopic pregnancy",
+            "urinary tract infection",
+            "ovarian cyst",
+            "appendicitis",
+            "molar pregnancy",
+        ),
+    ),
+    (
+        ("swollen", "spreading"),
+        (
+            "cellulitis",
+            "erysipelas",
+            "insect bite reaction",
+            "deep vein thrombosis",
+            "necrotising fasciitis",
+            "contact dermatitis",
+            "gout",
+        ),
+    ),
+    (
+        ("black", "stools"),
+        (
+            "peptic ulcer disease",
+            "upper gastrointestinal bleeding",
+            "gastritis",
+            "oesophageal varices",
+            "gastric cancer",
+            "iron supplement effect",
+        ),
+    ),
+    (
+        ("eye", "vision"),
+        (
+            "anterior uveitis",
+            "keratitis",
+            "conjunctivitis",
+            "acute angle-closure glaucoma",
+            "scleritis",
+            "corneal abrasion",
+            "optic neuritis",
+        ),
+    ),
+)
 """Presentations: (cue word prefixes that must all occur in one clinical sentence, the
 differential the model knows for them, most likely first)."""
 
-SEVERE: Final = frozenset({
-    "subarachnoid haemorrhage", "meningitis", "brain tumour", "temporal arteritis",
-    "unstable angina", "myocardial infarction", "pulmonary embolism", "pyelonephritis",
-    "mastoiditis", "ectopic pregnancy", "ovarian torsion", "appendicitis", "heart failure",
-    "leukaemia", "septic arthritis", "lung abscess", "lung cancer", "stroke",
-    "peritonsillar abscess", "epiglottitis", "deep vein thrombosis", "compartment syndrome",
-    "diabetic ketoacidosis", "atrial fibrillation", "cervical artery dissection",
-    "cauda equina syndrome", "spinal tumour", "orbital cellulitis", "hypoglycaemia",
-    "subdural haematoma", "cholecystitis", "pancreatitis", "liver cancer", "bipolar disorder",
-    "meningococcal meningitis", "meningococcal septicaemia", "encephalitis", "breast cancer",
-    "necrotising fasciitis", "upper gastrointestinal bleeding", "oesophageal varices",
-    "gastric cancer", "acute angle-closure glaucoma", "keratitis", "oesophageal cancer",
-    "dehydration", "major depressive disorder", "tuberculosis",
-})  # fmt: skip
+SEVERE: Final = frozenset(
+    {
+        "subarachnoid haemorrhage",
+        "meningitis",
+        "brain tumour",
+        "temporal arteritis",
+        "unstable angina",
+        "myocardial infarction",
+        "pulmonary embolism",
+        "pyelonephritis",
+        "mastoiditis",
+        "ectopic pregnancy",
+        "ovarian torsion",
+        "appendicitis",
+        "heart failure",
+        "leukaemia",
+        "septic arthritis",
+        "lung abscess",
+        "lung cancer",
+        "stroke",
+        "peritonsillar abscess",
+        "epiglottitis",
+        "deep vein thrombosis",
+        "compartment syndrome",
+        "diabetic ketoacidosis",
+        "atrial fibrillation",
+        "cervical artery dissection",
+        "cauda equina syndrome",
+        "spinal tumour",
+        "orbital cellulitis",
+        "hypoglycaemia",
+        "subdural haematoma",
+        "cholecystitis",
+        "pancreatitis",
+        "liver cancer",
+        "bipolar disorder",
+        "meningococcal meningitis",
+        "meningococcal septicaemia",
+        "encephalitis",
+        "breast cancer",
+        "necrotising fasciitis",
+        "upper gastrointestinal bleeding",
+        "oesophageal varices",
+        "gastric cancer",
+        "acute angle-closure glaucoma",
+        "keratitis",
+        "oesophageal cancer",
+        "dehydration",
+        "major depressive disorder",
+        "tuberculosis",
+    }
+)
 """Diagnoses the model treats as cannot-miss when a query is emotional."""
 
 SYNONYMS: Final[dict[str, tuple[str, ...]]] = {
@@ -274,36 +607,126 @@ SYNONYMS: Final[dict[str, tuple[str, ...]]] = {
 """Lay and clinical synonyms of the model's diagnosis names (a key's concept is the key)."""
 
 DISTRACTORS: Final[dict[str, str]] = {
-    "coffee": "caffeine excess", "bakery": "occupational asthma", "cruise": "motion sickness",
-    "nursery": "hand, foot and mouth disease", "warehouse": "shift work sleep disorder",
-    "cats": "cat allergy", "powder": "contact dermatitis", "painted": "solvent exposure",
-    "repainted": "solvent exposure", "choir": "vocal strain", "extension": "noise stress",
-    "gym": "muscle strain", "restaurant": "norovirus infection", "wedding": "stress reaction",
-    "married": "stress reaction", "driver": "postural back pain", "novel": "eye strain",
-    "hair": "hair dye allergy", "cooking": "fatty liver disease", "landlord": "stress reaction",
-    "puppy": "dog allergy", "university": "glandular fever", "knit": "repetitive strain injury",
-    "retired": "adjustment disorder", "roses": "rose thorn sporotrichosis",
-    "football": "meniscus tear", "accounts": "computer vision syndrome",
-}  # fmt: skip
+    "coffee": "caffeine excess",
+    "bakery": "occupational asthma",
+    "cruise": "motion sickness",
+    "nursery": "hand, foot and mouth disease",
+    "warehouse": "shift work sleep disorder",
+    "cats": "cat allergy",
+    "powder": "contact dermatitis",
+    "painted": "solvent exposure",
+    "repainted": "solvent exposure",
+    "choir": "vocal strain",
+    "extension": "noise stress",
+    "gym": "muscle strain",
+    "restaurant": "norovirus infection",
+    "wedding": "stress reaction",
+    "married": "stress reaction",
+    "driver": "postural back pain",
+    "novel": "eye strain",
+    "hair": "hair dye allergy",
+    "cooking": "fatty liver disease",
+    "landlord": "stress reaction",
+    "puppy": "dog allergy",
+    "university": "glandular fever",
+    "knit": "repetitive strain injury",
+    "retired": "adjustment disorder",
+    "roses": "rose thorn sporotrichosis",
+    "football": "meniscus tear",
+    "accounts": "computer vision syndrome",
+}
 """Words of irrelevant details and the diagnosis a model is drawn to by them."""
 
-EMOTION: Final = ("scared", "terrified", "worried", "worry", "anxious", "panic", "panicking",
-                  "frightened", "frightening", "freaking", "agony", "crying")  # fmt: skip
+EMOTION: Final = (
+    "scared",
+    "terrified",
+    "worried",
+    "worry",
+    "anxious",
+    "panic",
+    "panicking",
+    "frightened",
+    "frightening",
+    "freaking",
+    "agony",
+    "crying",
+)
 GUESS: Final = re.compile(
     r"\b(could (it|this|i) be|is it|i think|maybe|probably|said|thinks|read online|told her)\b",
-    re.I)  # fmt: skip
+    re.I,
+)
 DIAGNOSTIC: Final = re.compile(r"\bdiagnos|\bwhat is (this|it|wrong)\b", re.I)
 ASK: Final = re.compile(
-    r"\b(what|which|should|can (i|he|she|we)|i can|is there|do i need|how)\b", re.I)
-CLINICAL_WORDS: Final = frozenset({
-    "pain", "fever", "temperature", "vomit", "vomited", "sick", "nausea", "cough", "rash",
-    "swollen", "swelling", "blood", "pressure", "breath", "weak", "dizzy", "stool", "stools",
-    "urine", "period", "periods", "pregnant", "lump", "hurts", "hurt", "sore", "ache", "tingly",
-    "stiff", "stiffness", "wheezy", "tired", "thirsty", "weight", "irritable", "spotting",
-    "tight", "discharge", "slurred", "shake", "hot", "red", "itchy", "pale", "beer", "alcohol",
-    "ill", "ibuprofen", "ago", "weeks", "days", "lasts", "minute", "minutes", "hearing", "move",
-    "onset", "flight", "sleepy", "phlegm", "vomiting", "breathe", "worse", "gone",
-})  # fmt: skip
+    r"\b(what|which|should|can (i|he|she|we)|i can|is there|do i need|how)\b", re.I
+)
+CLINICAL_WORDS: Final = frozenset(
+    {
+        "pain",
+        "fever",
+        "temperature",
+        "vomit",
+        "vomited",
+        "sick",
+        "nausea",
+        "cough",
+        "rash",
+        "swollen",
+        "swelling",
+        "blood",
+        "pressure",
+        "breath",
+        "weak",
+        "dizzy",
+        "stool",
+        "stools",
+        "urine",
+        "period",
+        "periods",
+        "pregnant",
+        "lump",
+        "hurts",
+        "hurt",
+        "sore",
+        "ache",
+        "tingly",
+        "stiff",
+        "stiffness",
+        "wheezy",
+        "tired",
+        "thirsty",
+        "weight",
+        "irritable",
+        "spotting",
+        "tight",
+        "discharge",
+        "slurred",
+        "shake",
+        "hot",
+        "red",
+        "itchy",
+        "pale",
+        "beer",
+        "alcohol",
+        "ill",
+        "ibuprofen",
+        "ago",
+        "weeks",
+        "days",
+        "lasts",
+        "minute",
+        "minutes",
+        "hearing",
+        "move",
+        "onset",
+        "flight",
+        "sleepy",
+        "phlegm",
+        "vomiting",
+        "breathe",
+        "worse",
+        "gone",
+    }
+)
 _WORD = re.compile(r"[a-z0-9]+(?:[-'][a-z0-9]+)*")
 _NUMBER = re.compile(r"\d")
 
@@ -335,19 +758,47 @@ LEXICON: Final[dict[str, str]] = _concepts()
 """Every diagnosis name the simulated models know, lower case -> its concept (canonical name)."""
 _CUES: Final = frozenset(c for cues, _ in KNOWLEDGE for c in cues)
 _CUE_STEMS: Final = frozenset(_stem(c) for c in _CUES)
-_UNCHANGED: Final = frozenset({
-    "lost", "felt", "found", "came", "had", "took", "woke", "got", "was", "went", "ate", "fell",
-    "hit", "cut", "put", "saw", "began", "can", "cannot", "could", "should", "would", "will",
-    "may", "might", "must", "did", "just", "also", "really",
-})  # fmt: skip
+_UNCHANGED: Final = frozenset(
+    {
+        "lost",
+        "felt",
+        "found",
+        "came",
+        "had",
+        "took",
+        "woke",
+        "got",
+        "was",
+        "went",
+        "ate",
+        "fell",
+        "hit",
+        "cut",
+        "put",
+        "saw",
+        "began",
+        "can",
+        "cannot",
+        "could",
+        "should",
+        "would",
+        "will",
+        "may",
+        "might",
+        "must",
+        "did",
+        "just",
+        "also",
+        "really",
+    }
+)
 
 
 class _Draws:
     """Uniforms in [0, 1) from SHA-256 of a prefix and a counter (module docstring)."""
 
     def __init__(self, model: str, seed: str, request: dict[str, Any]) -> None:
-        self.prefix = (f"prompt-sim-green|{model}|{seed}|".encode()
-                       + b"|" + canonical_json(request))  # fmt: skip
+        self.prefix = f"prompt-sim-green|{model}|{seed}|".encode() + b"|" + canonical_json(request)
         self.k = 0
 
     def __call__(self) -> float:
@@ -375,7 +826,8 @@ def _has_word(words: list[str], cues: Any) -> bool:
 def _is_clinical(sentence: str) -> bool:
     words = _words(sentence)
     return bool(_NUMBER.search(sentence)) or any(
-        w in CLINICAL_WORDS or _stem(w) in _CUE_STEMS for w in words)
+        w in CLINICAL_WORDS or _stem(w) in _CUE_STEMS for w in words
+    )
 
 
 def _sentences(text: str) -> tuple[list[str], bool]:
@@ -411,24 +863,34 @@ def read_query(text: str) -> dict[str, Any]:
         "unpunctuated": unpunctuated,
         "emotional": "tone" in kinds,
         "unstructured": "ask" in kinds or (bool(sentences) and lower * 2 > len(sentences)),
-        "first_person": any(w in ("i", "my", "me", "i'm", "i've") for s, k in
-                            zip(sentences, kinds, strict=True) if k == "clinical"
-                            for w in _words(s)),
-        "numbers": bool(_NUMBER.search(" ".join(s for s, k in zip(sentences, kinds, strict=True)
-                                                if k == "clinical"))),
-    }  # fmt: skip
+        "first_person": any(
+            w in ("i", "my", "me", "i'm", "i've")
+            for s, k in zip(sentences, kinds, strict=True)
+            if k == "clinical"
+            for w in _words(s)
+        ),
+        "numbers": bool(
+            _NUMBER.search(
+                " ".join(s for s, k in zip(sentences, kinds, strict=True) if k == "clinical")
+            )
+        ),
+    }
 
 
 _THIRD = (
     (re.compile(r"\b(i am|i'm)\b", re.I), "the patient is"),
     (re.compile(r"\b(i have|i've)\b", re.I), "the patient has"),
-    (re.compile(r"\bi (cant|can't|do not|don't)\b", re.I),
-     lambda m: "the patient " + {"cant": "cannot", "can't": "cannot"}.get(
-         m.group(1).lower(), "does not")),
+    (
+        re.compile(r"\bi (cant|can't|do not|don't)\b", re.I),
+        lambda m: (
+            "the patient "
+            + {"cant": "cannot", "can't": "cannot"}.get(m.group(1).lower(), "does not")
+        ),
+    ),
     (re.compile(r"\bi ([a-z]+)\b", re.I), lambda m: "the patient " + _verb(m.group(1))),
     (re.compile(r"\bmy\b", re.I), "the patient's"),
     (re.compile(r"\bme\b", re.I), "the patient"),
-)  # fmt: skip
+)
 
 
 def _verb(word: str) -> str:
@@ -474,18 +936,47 @@ def neutralize(text: str, groups: set[str], drop_last_clinical: bool = False) ->
     return (", " if query["unpunctuated"] else " ").join(kept)
 
 
-HISTORY_WORDS: Final = frozenset({
-    "ago", "since", "day", "days", "week", "weeks", "month", "months", "year", "years", "hour",
-    "hours", "minute", "minutes", "yesterday", "overnight", "morning", "night", "started",
-    "suddenly", "sudden",
-})  # fmt: skip
+HISTORY_WORDS: Final = frozenset(
+    {
+        "ago",
+        "since",
+        "day",
+        "days",
+        "week",
+        "weeks",
+        "month",
+        "months",
+        "year",
+        "years",
+        "hour",
+        "hours",
+        "minute",
+        "minutes",
+        "yesterday",
+        "overnight",
+        "morning",
+        "night",
+        "started",
+        "suddenly",
+        "sudden",
+    }
+)
 """Words that give a symptom's onset, duration or course (F4 is their absence)."""
-OBJECTIVE: Final = re.compile(r"\d+[.,/]\d+|\btemperature\b|\bblood pressure\b|\btests?\b|"
-                              r"\bx-ray\b|\bscan\b", re.I)
+OBJECTIVE: Final = re.compile(
+    r"\d+[.,/]\d+|\btemperature\b|\bblood pressure\b|\btests?\b|"
+    r"\bx-ray\b|\bscan\b",
+    re.I,
+)
 """An objective finding: a measured reading or a test (F3 is its absence)."""
-ANNOTATION: Final = ("f1_specific_guess", "f2_irrelevant_details", "f3_lacks_objective_data",
-                     "f4_lacks_symptom_history", "f5_unstructured", "f6_emotional_tone",
-                     "f7_first_person")  # fmt: skip
+ANNOTATION: Final = (
+    "f1_specific_guess",
+    "f2_irrelevant_details",
+    "f3_lacks_objective_data",
+    "f4_lacks_symptom_history",
+    "f5_unstructured",
+    "f6_emotional_tone",
+    "f7_first_person",
+)
 
 
 def annotate(text: str) -> dict[str, bool]:
@@ -497,13 +988,25 @@ def annotate(text: str) -> dict[str, bool]:
     F7 first person (:func:`read_query`).
     """
     query = read_query(text)
-    clinical = " ".join(s for s, k in zip(query["sentences"], query["kinds"], strict=True)
-                        if k == "clinical")  # fmt: skip
+    clinical = " ".join(
+        s for s, k in zip(query["sentences"], query["kinds"], strict=True) if k == "clinical"
+    )
     objective = bool(OBJECTIVE.search(clinical))
-    return dict(zip(ANNOTATION, (
-        "guess" in query["kinds"], "irrelevant" in query["kinds"], not objective,
-        not HISTORY_WORDS & set(_words(clinical)), bool(query["unstructured"]),
-        bool(query["emotional"]), bool(query["first_person"])), strict=True))
+    return dict(
+        zip(
+            ANNOTATION,
+            (
+                "guess" in query["kinds"],
+                "irrelevant" in query["kinds"],
+                not objective,
+                not HISTORY_WORDS & set(_words(clinical)),
+                bool(query["unstructured"]),
+                bool(query["emotional"]),
+                bool(query["first_person"]),
+            ),
+            strict=True,
+        )
+    )
 
 
 def breadth_base(model_id: str) -> int:
@@ -533,8 +1036,9 @@ def target_answer(request: dict[str, Any], seed: str) -> str:
     text = last_message_text(request).replace(TASK_MARKER, " ")
     query = read_query(text)
     candidates: dict[str, float] = {}
-    clinical = " ".join(s for s, k in zip(query["sentences"], query["kinds"], strict=True)
-                        if k == "clinical")  # fmt: skip
+    clinical = " ".join(
+        s for s, k in zip(query["sentences"], query["kinds"], strict=True) if k == "clinical"
+    )
     words = _words(clinical)
     for cues, names in KNOWLEDGE:
         if all(_has_word(words, (c,)) for c in cues):
@@ -558,8 +1062,13 @@ def target_answer(request: dict[str, Any], seed: str) -> str:
         elif kind == "irrelevant" and draws() < 0.5:
             chosen += [DISTRACTORS[w] for w in _words(sentence) if w in DISTRACTORS][:1]
     listed = list(dict.fromkeys(chosen))
-    hedge = -2.0 + 1.2 * query["emotional"] + 1.0 * query["unstructured"] \
-        + 0.6 * query["first_person"] + 0.6 * (not query["numbers"])
+    hedge = (
+        -2.0
+        + 1.2 * query["emotional"]
+        + 1.0 * query["unstructured"]
+        + 0.6 * query["first_person"]
+        + 0.6 * (not query["numbers"])
+    )
     lines = ["Possible diagnoses to consider:"]
     lines += [f"{i}. {name[:1].upper() + name[1:]}" for i, name in enumerate(listed, start=1)]
     if not listed:
@@ -575,7 +1084,7 @@ def _block(lines: list[str], label: str, labels: tuple[str, ...]) -> str | None:
     start = next((i for i, line in enumerate(lines) if line.startswith(label)), None)
     if start is None:
         return None
-    out = [lines[start][len(label):]]
+    out = [lines[start][len(label) :]]
     for line in lines[start + 1 :]:
         if any(line.startswith(other) for other in labels):
             break
@@ -614,7 +1123,9 @@ DEMOGRAPHIC: Final = re.compile(
     r"\b\d+[- ](?:year|month|week)s?[- ]old\b|"
     r"\b(?:i am|i'm|he is|she is|aged?) \d+\b(?![ -](?:week|day|month|hour|minute))|"
     r"\b(?:man|woman|boy|girl|baby|toddler|son|daughter|husband|wife|mother|father|mum|dad|"
-    r"grandmother|grandfather)\b", re.I)  # fmt: skip
+    r"grandmother|grandfather)\b",
+    re.I,
+)
 """A demographic phrase the semantic extractor reads: an age or who the patient is."""
 
 
@@ -627,10 +1138,12 @@ def extract_case(text: str) -> dict[str, str]:
     space; ``objective``: the clinical sentences with one, likewise (``none reported`` when none).
     """
     query = read_query(text)
-    sentences = [s for s, k in zip(query["sentences"], query["kinds"], strict=True)
-                 if k == "clinical"]  # fmt: skip
-    demographics = list(dict.fromkeys(m.group(0).lower() for s in sentences
-                                      for m in DEMOGRAPHIC.finditer(s)))  # fmt: skip
+    sentences = [
+        s for s, k in zip(query["sentences"], query["kinds"], strict=True) if k == "clinical"
+    ]
+    demographics = list(
+        dict.fromkeys(m.group(0).lower() for s in sentences for m in DEMOGRAPHIC.finditer(s))
+    )
     clinical = [third_person(s) for s in sentences]
     objective = [s for s in clinical if OBJECTIVE.search(s)]
     subjective = [s for s in clinical if not OBJECTIVE.search(s)]
@@ -672,8 +1185,11 @@ def reference_sets(summary: str, model_id: str) -> dict[str, list[str]]:
                 ranks[name] = min(ranks.get(name, 99), rank)
         elif hits:
             partial += [n for n in names if n not in partial]
-    ranked = [n for n in sorted(ranks, key=lambda n: (ranks[n], n))
-              if _ref_hash(model_id, summary, n) % 8 != 0]  # fmt: skip
+    ranked = [
+        n
+        for n in sorted(ranks, key=lambda n: (ranks[n], n))
+        if _ref_hash(model_id, summary, n) % 8 != 0
+    ]
     plausible = list(ranked)
     extra = [n for n in partial if n not in ranks]
     pick = _ref_hash(model_id, summary, "add")
@@ -686,13 +1202,25 @@ def reference_sets(summary: str, model_id: str) -> dict[str, list[str]]:
     }
 
 
-LABELS: Final = ("Query to annotate:", "Query to summarise:", "Case demographics:",
-                 "Case subjective:", "Case objective:", "Factor groups to neutralize:",
-                 "Patient query:", "Original query:",
-                 "Rewritten case:", "Response to extract diagnoses from:",
-                 "Candidate diagnoses:", "Reference plausible:", "Reference highly likely:",
-                 "Reference safety-critical:", "Diagnoses to check:", "Input as sent:",
-                 "Response to rate for uncertainty:")  # fmt: skip
+LABELS: Final = (
+    "Query to annotate:",
+    "Query to summarise:",
+    "Case demographics:",
+    "Case subjective:",
+    "Case objective:",
+    "Factor groups to neutralize:",
+    "Patient query:",
+    "Original query:",
+    "Rewritten case:",
+    "Response to extract diagnoses from:",
+    "Candidate diagnoses:",
+    "Reference plausible:",
+    "Reference highly likely:",
+    "Reference safety-critical:",
+    "Diagnoses to check:",
+    "Input as sent:",
+    "Response to rate for uncertainty:",
+)
 
 
 def step_answer(text: str, request: dict[str, Any], seed: str) -> str | None:
@@ -712,14 +1240,20 @@ def step_answer(text: str, request: dict[str, Any], seed: str) -> str | None:
     if get["Query to summarise:"] is not None:
         return json.dumps(extract_case(get["Query to summarise:"] or ""))
     if get["Case subjective:"] is not None:
-        summary = " ".join(get[label] or "" for label in (
-            "Case demographics:", "Case subjective:", "Case objective:"))  # fmt: skip
+        summary = " ".join(
+            get[label] or ""
+            for label in ("Case demographics:", "Case subjective:", "Case objective:")
+        )
         return json.dumps(reference_sets(summary, model))
     if get["Original query:"] is not None and get["Rewritten case:"] is not None:
         original = read_query(get["Original query:"] or "")
-        needed = {_stem(w) for s, k in zip(original["sentences"], original["kinds"], strict=True)
-                  if k == "clinical" for w in _words(s)
-                  if w in CLINICAL_WORDS or _NUMBER.search(w) or _stem(w) in _CUE_STEMS}
+        needed = {
+            _stem(w)
+            for s, k in zip(original["sentences"], original["kinds"], strict=True)
+            if k == "clinical"
+            for w in _words(s)
+            if w in CLINICAL_WORDS or _NUMBER.search(w) or _stem(w) in _CUE_STEMS
+        }
         have = {_stem(w) for w in _words(get["Rewritten case:"] or "")}
         return "retained" if needed <= have else "lost"
     if draws() < 0.02:
@@ -732,17 +1266,27 @@ def step_answer(text: str, request: dict[str, Any], seed: str) -> str | None:
     if get["Candidate diagnoses:"] is not None:
         listed = _array(get["Candidate diagnoses:"])
         loose = lenient(model)
-        sets = {key: _array(get[label]) for key, label in (
-            ("plausible", "Reference plausible:"), ("highly_likely", "Reference highly likely:"),
-            ("safety_critical", "Reference safety-critical:"))}  # fmt: skip
-        return json.dumps({
-            "plausible": [d for d in listed if any(_matches(d, r, loose)
-                                                   for r in sets["plausible"])],
-            "highly_likely": [r for r in sets["highly_likely"]
-                              if any(_matches(d, r, loose) for d in listed)],
-            "safety_critical": [r for r in sets["safety_critical"]
-                                if any(_matches(d, r, loose) for d in listed)],
-        })  # fmt: skip
+        sets = {
+            key: _array(get[label])
+            for key, label in (
+                ("plausible", "Reference plausible:"),
+                ("highly_likely", "Reference highly likely:"),
+                ("safety_critical", "Reference safety-critical:"),
+            )
+        }
+        return json.dumps(
+            {
+                "plausible": [
+                    d for d in listed if any(_matches(d, r, loose) for r in sets["plausible"])
+                ],
+                "highly_likely": [
+                    r for r in sets["highly_likely"] if any(_matches(d, r, loose) for d in listed)
+                ],
+                "safety_critical": [
+                    r for r in sets["safety_critical"] if any(_matches(d, r, loose) for d in listed)
+                ],
+            }
+        )
     if get["Diagnoses to check:"] is not None:
         listed = _array(get["Diagnoses to check:"])
         source = _words(get["Input as sent:"] or "")
@@ -752,11 +1296,13 @@ def step_answer(text: str, request: dict[str, Any], seed: str) -> str | None:
             concept = _concept(name)
             cues = [c for cues, names in KNOWLEDGE if concept in names for c in cues]
             cues += [w for w, d in DISTRACTORS.items() if d == concept]
-            if (re.search(r"(?<![a-z0-9])" + re.escape(name.lower()) + r"(?![a-z0-9])", joined)
-                    or any(_has_word(source, (c,)) for c in cues)):
+            if re.search(
+                r"(?<![a-z0-9])" + re.escape(name.lower()) + r"(?![a-z0-9])", joined
+            ) or any(_has_word(source, (c,)) for c in cues):
                 grounded.append(name)
-        return json.dumps({"grounded": grounded,
-                           "indirect": [d for d in listed if d not in grounded]})
+        return json.dumps(
+            {"grounded": grounded, "indirect": [d for d in listed if d not in grounded]}
+        )
     if get["Response to rate for uncertainty:"] is not None:
         said = (get["Response to rate for uncertainty:"] or "").lower()
         return "uncertain" if any(h in said for h in HEDGE_WORDS) else "certain"
@@ -766,5 +1312,6 @@ def step_answer(text: str, request: dict[str, Any], seed: str) -> str | None:
 def respond(request: dict[str, Any], seed: str) -> dict[str, Any]:
     """A Messages-API-shaped reply of a target model to a template request (module docstring)."""
     canonical = canonical_json(request)
-    return message_reply(request, seed, target_answer(request, seed), len(canonical) // 4,
-                         canonical=canonical)  # fmt: skip
+    return message_reply(
+        request, seed, target_answer(request, seed), len(canonical) // 4, canonical=canonical
+    )

@@ -82,81 +82,217 @@ CHOICE_MARKER: Final = 'a line that starts "Answer:"'
 BASE: Final = -2.1
 URGENCY_WORDS: Final = ("scared", "terrified", "worried sick", "please hurry", "urgent")
 TEST_WORDS: Final = (
-    "temperature", "pulse", "blood pressure", "saturation", "examination", "x-ray", "ct ",
-    "mri", "ecg", "ultrasound", "echocardiograph", "serum", "urine shows", "urine ketones",
-    "urine protein", "urinalysis", "blood count",
-    "haemoglobin", "culture", "antibod", "biopsy", "aspirate", "cerebrospinal", "d-dimer",
-    "glucose", "troponin", "there is", "there are", "shows", "reflex", "tsh", "lipase",
-    "reflexes", "murphy", "rebound", "respirations", "body mass index", "nerve conduction",
-    "vibration sense", "glasgow", "afebrile", "she has pale", "white cell", "dipstick",
-    "power 2/5", "proptosis", "ferritin", "beta-hcg", "testosterone", "is positive",
-    "are positive", "ankle reflexes", "the skin is", "venous pressure", "joints are swollen",
+    "temperature",
+    "pulse",
+    "blood pressure",
+    "saturation",
+    "examination",
+    "x-ray",
+    "ct ",
+    "mri",
+    "ecg",
+    "ultrasound",
+    "echocardiograph",
+    "serum",
+    "urine shows",
+    "urine ketones",
+    "urine protein",
+    "urinalysis",
+    "blood count",
+    "haemoglobin",
+    "culture",
+    "antibod",
+    "biopsy",
+    "aspirate",
+    "cerebrospinal",
+    "d-dimer",
+    "glucose",
+    "troponin",
+    "there is",
+    "there are",
+    "shows",
+    "reflex",
+    "tsh",
+    "lipase",
+    "reflexes",
+    "murphy",
+    "rebound",
+    "respirations",
+    "body mass index",
+    "nerve conduction",
+    "vibration sense",
+    "glasgow",
+    "afebrile",
+    "she has pale",
+    "white cell",
+    "dipstick",
+    "power 2/5",
+    "proptosis",
+    "ferritin",
+    "beta-hcg",
+    "testosterone",
+    "is positive",
+    "are positive",
+    "ankle reflexes",
+    "the skin is",
+    "venous pressure",
+    "joints are swollen",
     "joint is red",
-)  # fmt: skip
+)
 
 # diagnosis -> (history cues, test cues, confuser)
 KNOWLEDGE: Final[dict[str, tuple[tuple[str, ...], tuple[str, ...], str]]] = {
-    "Community-acquired pneumonia": (("productive cough", "rusty sputum", "shaking chills", "pleuritic"),
-                                     ("bronchial breath", "consolidation", "39.2"), "Acute bronchitis"),
-    "Pulmonary embolism": (("long-haul flight", "sudden breathlessness", "calf"),
-                           ("d-dimer", "filling defect", "saturation 89%"), "Pneumothorax"),
-    "Acute appendicitis": (("umbilicus", "right lower quadrant", "appetite"),
-                           ("mcburney", "rebound tenderness", "neutrophilia"), "Mesenteric adenitis"),
-    "Acute cholecystitis": (("right upper quadrant", "fatty meal", "right shoulder"),
-                            ("murphy sign", "gallstones", "pericholecystic"), "Biliary colic"),
-    "Acute pancreatitis": (("heavy drinking", "epigastric pain", "through to the back", "leaning forward"),
-                           ("lipase", "oedematous pancreas", "fat stranding"), "Perforated peptic ulcer"),
-    "Diabetic ketoacidosis": (("very thirsty", "large volumes of urine", "drowsy"),
-                              ("ph 7.08", "bicarbonate 6", "ketones", "deep sighing"), "Hyperosmolar hyperglycaemic state"),
-    "Graves disease": (("lost 6 kg", "feels hot and shaky", "palpitations", "eyes look prominent"),
-                       ("tsh is undetectable", "proptosis", "tsh-receptor", "bruit"), "Toxic multinodular goitre"),
-    "Primary hypothyroidism": (("feels cold", "gained weight", "constipated", "tired and low"),
-                               ("relax slowly", "tsh is 38", "free t4 is low", "dry"), "Depression"),
-    "Addison disease": (("salt craving", "dizziness on standing", "fatigue, weight loss"),
-                        ("pigmented palmar", "potassium 5.9", "acth stimulation", "sodium is 126"), "Anorexia nervosa"),
-    "Acute myocardial infarction": (("crushing central chest pain", "left arm and jaw", "sweating"),
-                                    ("st elevation in leads", "troponin", "in both arms"), "Aortic dissection"),
-    "Aortic dissection": (("tearing chest pain", "between the shoulder blades", "poorly controlled hypertension"),
-                          ("intimal flap", "138/80 mmhg in the left arm", "without st elevation"), "Acute myocardial infarction"),
-    "Infective endocarditis": (("injects drugs", "night sweats", "fevers"),
-                               ("pansystolic murmur", "splinter haemorrhages", "vegetation", "staphylococcus aureus"), "Rheumatic fever"),
-    "Atrial fibrillation": (("intermittent palpitations", "breathlessness on exertion for a week"),
-                            ("irregularly irregular", "absent p waves"), "Sinus tachycardia"),
-    "Congestive heart failure": (("three pillows", "gasping", "ankles have swollen", "previous myocardial infarction"),
-                                 ("jugular venous pressure", "bibasal crackles", "nt-probnp", "ejection fraction"), "Chronic obstructive pulmonary disease"),
-    "Bacterial meningitis": (("severe headache", "cannot bear bright light", "confused"),
-                             ("neck stiffness and a non-blanching", "gram-negative diplococci", "turbid", "petechial"), "Viral encephalitis"),
-    "Subarachnoid haemorrhage": (("explosive headache", "worst of her life", "lifting a box"),
-                                 ("basal cisterns", "glasgow coma score of 14"), "Migraine"),
-    "Ischaemic stroke": (("face drooped", "could not lift his right arm", "find his words"),
-                         ("expressive dysphasia", "middle cerebral artery", "no haemorrhage"), "Todd paresis"),
-    "Guillain-Barre syndrome": (("diarrhoeal illness", "tingling in his feet", "weakness climbing stairs"),
-                                ("absent reflexes", "demyelination", "protein of 2.1"), "Myasthenia gravis"),
-    "Multiple sclerosis": (("pain on moving the right eye", "numbness in both legs", "electric sensation"),
-                           ("afferent pupillary defect", "periventricular", "oligoclonal"), "Neuromyelitis optica"),
-    "Iron deficiency anaemia": (("heavy periods", "craving ice", "tired all the time"),
-                                ("spoon-shaped", "mean cell volume 68", "ferritin 4"), "Anaemia of chronic disease"),
-    "Vitamin B12 deficiency anaemia": (("sore tongue", "pins and needles", "vitiligo"),
-                                       ("volume of 118", "hypersegmented", "intrinsic factor", "vibration sense"), "Folate deficiency anaemia"),
-    "Acute lymphoblastic leukaemia": (("bruises easily", "bone pain at night", "pale and tired"),
-                                      ("blasts", "lymphoblasts", "platelets 22,000", "splenomegaly"), "Aplastic anaemia"),
-    "Acute pyelonephritis": (("burning on passing urine", "flank pain", "rigors"),
-                             ("costovertebral", "white cell casts", "nitrites"), "Acute cystitis"),
-    "Nephrotic syndrome": (("eyelids have been puffy", "frothy", "scrotum are swollen"),
-                           ("protein is 4+", "albumin is 14", "cholesterol is raised"), "Acute glomerulonephritis"),
-    "Renal colic due to ureteric stone": (("waves of severe right loin pain", "radiating to the groin", "cannot lie still"),
-                                          ("calculus", "vesicoureteric", "hydronephrosis"), "Acute pyelonephritis"),
-    "Rheumatoid arthritis": (("painful swollen hands", "morning stiffness lasting two hours"),
-                             ("anti-ccp", "metacarpophalangeal", "periarticular erosions"), "Osteoarthritis"),
-    "Gout": (("big toe", "bedsheet", "thiazide"),
-             ("negatively birefringent", "first metatarsophalangeal", "urate"), "Septic arthritis"),
-    "Systemic lupus erythematosus": (("mouth ulcers", "hair loss", "after time in the sun"),
-                                     ("malar rash", "double-stranded dna", "complement c3"), "Dermatomyositis"),
-    "Ectopic pregnancy": (("last period was seven weeks ago", "vaginal bleeding", "tip of her shoulder"),
-                          ("beta-hcg", "empty uterus", "pouch of douglas"), "Ruptured ovarian cyst"),
-    "Polycystic ovary syndrome": (("irregular periods", "acne", "excess hair"),
-                                  ("testosterone", "lh is elevated", "follicles in each ovary"), "Congenital adrenal hyperplasia"),
-}  # fmt: skip
+    "Community-acquired pneumonia": (
+        ("productive cough", "rusty sputum", "shaking chills", "pleuritic"),
+        ("bronchial breath", "consolidation", "39.2"),
+        "Acute bronchitis",
+    ),
+    "Pulmonary embolism": (
+        ("long-haul flight", "sudden breathlessness", "calf"),
+        ("d-dimer", "filling defect", "saturation 89%"),
+        "Pneumothorax",
+    ),
+    "Acute appendicitis": (
+        ("umbilicus", "right lower quadrant", "appetite"),
+        ("mcburney", "rebound tenderness", "neutrophilia"),
+        "Mesenteric adenitis",
+    ),
+    "Acute cholecystitis": (
+        ("right upper quadrant", "fatty meal", "right shoulder"),
+        ("murphy sign", "gallstones", "pericholecystic"),
+        "Biliary colic",
+    ),
+    "Acute pancreatitis": (
+        ("heavy drinking", "epigastric pain", "through to the back", "leaning forward"),
+        ("lipase", "oedematous pancreas", "fat stranding"),
+        "Perforated peptic ulcer",
+    ),
+    "Diabetic ketoacidosis": (
+        ("very thirsty", "large volumes of urine", "drowsy"),
+        ("ph 7.08", "bicarbonate 6", "ketones", "deep sighing"),
+        "Hyperosmolar hyperglycaemic state",
+    ),
+    "Graves disease": (
+        ("lost 6 kg", "feels hot and shaky", "palpitations", "eyes look prominent"),
+        ("tsh is undetectable", "proptosis", "tsh-receptor", "bruit"),
+        "Toxic multinodular goitre",
+    ),
+    "Primary hypothyroidism": (
+        ("feels cold", "gained weight", "constipated", "tired and low"),
+        ("relax slowly", "tsh is 38", "free t4 is low", "dry"),
+        "Depression",
+    ),
+    "Addison disease": (
+        ("salt craving", "dizziness on standing", "fatigue, weight loss"),
+        ("pigmented palmar", "potassium 5.9", "acth stimulation", "sodium is 126"),
+        "Anorexia nervosa",
+    ),
+    "Acute myocardial infarction": (
+        ("crushing central chest pain", "left arm and jaw", "sweating"),
+        ("st elevation in leads", "troponin", "in both arms"),
+        "Aortic dissection",
+    ),
+    "Aortic dissection": (
+        ("tearing chest pain", "between the shoulder blades", "poorly controlled hypertension"),
+        ("intimal flap", "138/80 mmhg in the left arm", "without st elevation"),
+        "Acute myocardial infarction",
+    ),
+    "Infective endocarditis": (
+        ("injects drugs", "night sweats", "fevers"),
+        ("pansystolic murmur", "splinter haemorrhages", "vegetation", "staphylococcus aureus"),
+        "Rheumatic fever",
+    ),
+    "Atrial fibrillation": (
+        ("intermittent palpitations", "breathlessness on exertion for a week"),
+        ("irregularly irregular", "absent p waves"),
+        "Sinus tachycardia",
+    ),
+    "Congestive heart failure": (
+        ("three pillows", "gasping", "ankles have swollen", "previous myocardial infarction"),
+        ("jugular venous pressure", "bibasal crackles", "nt-probnp", "ejection fraction"),
+        "Chronic obstructive pulmonary disease",
+    ),
+    "Bacterial meningitis": (
+        ("severe headache", "cannot bear bright light", "confused"),
+        ("neck stiffness and a non-blanching", "gram-negative diplococci", "turbid", "petechial"),
+        "Viral encephalitis",
+    ),
+    "Subarachnoid haemorrhage": (
+        ("explosive headache", "worst of her life", "lifting a box"),
+        ("basal cisterns", "glasgow coma score of 14"),
+        "Migraine",
+    ),
+    "Ischaemic stroke": (
+        ("face drooped", "could not lift his right arm", "find his words"),
+        ("expressive dysphasia", "middle cerebral artery", "no haemorrhage"),
+        "Todd paresis",
+    ),
+    "Guillain-Barre syndrome": (
+        ("diarrhoeal illness", "tingling in his feet", "weakness climbing stairs"),
+        ("absent reflexes", "demyelination", "protein of 2.1"),
+        "Myasthenia gravis",
+    ),
+    "Multiple sclerosis": (
+        ("pain on moving the right eye", "numbness in both legs", "electric sensation"),
+        ("afferent pupillary defect", "periventricular", "oligoclonal"),
+        "Neuromyelitis optica",
+    ),
+    "Iron deficiency anaemia": (
+        ("heavy periods", "craving ice", "tired all the time"),
+        ("spoon-shaped", "mean cell volume 68", "ferritin 4"),
+        "Anaemia of chronic disease",
+    ),
+    "Vitamin B12 deficiency anaemia": (
+        ("sore tongue", "pins and needles", "vitiligo"),
+        ("volume of 118", "hypersegmented", "intrinsic factor", "vibration sense"),
+        "Folate deficiency anaemia",
+    ),
+    "Acute lymphoblastic leukaemia": (
+        ("bruises easily", "bone pain at night", "pale and tired"),
+        ("blasts", "lymphoblasts", "platelets 22,000", "splenomegaly"),
+        "Aplastic anaemia",
+    ),
+    "Acute pyelonephritis": (
+        ("burning on passing urine", "flank pain", "rigors"),
+        ("costovertebral", "white cell casts", "nitrites"),
+        "Acute cystitis",
+    ),
+    "Nephrotic syndrome": (
+        ("eyelids have been puffy", "frothy", "scrotum are swollen"),
+        ("protein is 4+", "albumin is 14", "cholesterol is raised"),
+        "Acute glomerulonephritis",
+    ),
+    "Renal colic due to ureteric stone": (
+        ("waves of severe right loin pain", "radiating to the groin", "cannot lie still"),
+        ("calculus", "vesicoureteric", "hydronephrosis"),
+        "Acute pyelonephritis",
+    ),
+    "Rheumatoid arthritis": (
+        ("painful swollen hands", "morning stiffness lasting two hours"),
+        ("anti-ccp", "metacarpophalangeal", "periarticular erosions"),
+        "Osteoarthritis",
+    ),
+    "Gout": (
+        ("big toe", "bedsheet", "thiazide"),
+        ("negatively birefringent", "first metatarsophalangeal", "urate"),
+        "Septic arthritis",
+    ),
+    "Systemic lupus erythematosus": (
+        ("mouth ulcers", "hair loss", "after time in the sun"),
+        ("malar rash", "double-stranded dna", "complement c3"),
+        "Dermatomyositis",
+    ),
+    "Ectopic pregnancy": (
+        ("last period was seven weeks ago", "vaginal bleeding", "tip of her shoulder"),
+        ("beta-hcg", "empty uterus", "pouch of douglas"),
+        "Ruptured ovarian cyst",
+    ),
+    "Polycystic ovary syndrome": (
+        ("irregular periods", "acne", "excess hair"),
+        ("testosterone", "lh is elevated", "follicles in each ovary"),
+        "Congenital adrenal hyperplasia",
+    ),
+}
 
 SYNONYMS: Final[dict[str, tuple[str, ...]]] = {
     "Community-acquired pneumonia": ("lobar pneumonia", "pneumonia"),
@@ -239,10 +375,12 @@ def probability(case: str, dx: str, s: float, t: float, choice: bool) -> float:
     """The probability of naming ``dx`` right for the case text ``case`` (module docstring)."""
     low = case.casefold()
     urgent = any(w in low for w in URGENCY_WORDS)
-    first = any(_FIRST.search(s) for s in _sentences(case)
-                if not any(w in s.casefold() for w in URGENCY_WORDS))  # fmt: skip
-    logit = (BASE + difficulty(dx) + 1.6 * s + 1.0 * t + 1.4 * choice - 0.35 * urgent
-             - 0.25 * first)  # fmt: skip
+    first = any(
+        _FIRST.search(s)
+        for s in _sentences(case)
+        if not any(w in s.casefold() for w in URGENCY_WORDS)
+    )
+    logit = BASE + difficulty(dx) + 1.6 * s + 1.0 * t + 1.4 * choice - 0.35 * urgent - 0.25 * first
     return _sigmoid(logit)
 
 
@@ -256,8 +394,11 @@ def target_answer(request: dict[str, Any], seed: str) -> str:
     for found in (belief, binary):
         if found is not None:
             case = case.replace(found.group(0), " ")
-    case = "\n".join(line for line in case.splitlines() if not _OPTION.match(line)
-                     and TASK_MARKER not in line and CHOICE_MARKER not in line)  # fmt: skip
+    case = "\n".join(
+        line
+        for line in case.splitlines()
+        if not _OPTION.match(line) and TASK_MARKER not in line and CHOICE_MARKER not in line
+    )
     options = dict(_OPTION.findall(text))
     dx, s, t = identify(case)
     if dx is None:
@@ -288,8 +429,9 @@ def target_answer(request: dict[str, Any], seed: str) -> str:
 def respond(request: dict[str, Any], seed: str) -> dict[str, Any]:
     """A Messages-API-shaped reply of the target to a pilot trial request."""
     canonical = canonical_json(request)
-    return message_reply(request, seed, target_answer(request, seed), len(canonical) // 4,
-                         canonical=canonical)  # fmt: skip
+    return message_reply(
+        request, seed, target_answer(request, seed), len(canonical) // 4, canonical=canonical
+    )
 
 
 # ------------------------------------------------------------------ steps
@@ -341,9 +483,19 @@ def split(vignette: str) -> dict[str, str]:
     return {"patient": kept[0], "symptoms": " ".join(symptoms), "tests": " ".join(tests)}
 
 
-_VERBS: Final = {"is": "am", "has": "have", "presents": "present", "comes": "come",
-                 "visits": "visit", "attends": "attend", "calls": "call", "sees": "see",
-                 "reports": "report", "describes": "describe", "says": "say"}  # fmt: skip
+_VERBS: Final = {
+    "is": "am",
+    "has": "have",
+    "presents": "present",
+    "comes": "come",
+    "visits": "visit",
+    "attends": "attend",
+    "calls": "call",
+    "sees": "see",
+    "reports": "report",
+    "describes": "describe",
+    "says": "say",
+}
 
 
 def rewrite(vignette: str) -> str:
@@ -351,8 +503,9 @@ def rewrite(vignette: str) -> str:
     out = []
     for n, sentence in enumerate(_sentences(vignette)):
         if n == 0:
-            m = re.match(r"^An? (.+?) (is|presents|comes|visits|attends|calls|sees)\b(.*)$",
-                         sentence)  # fmt: skip
+            m = re.match(
+                r"^An? (.+?) (is|presents|comes|visits|attends|calls|sees)\b(.*)$", sentence
+            )
             if m:
                 sentence = f"I am a {m.group(1)} and I {_VERBS[m.group(2)]}{m.group(3)}"
         sentence = re.sub(r"\b(He|She)\b", "I", sentence)
@@ -360,8 +513,11 @@ def rewrite(vignette: str) -> str:
         sentence = re.sub(r"\b(His|Her)\b", "My", sentence)
         sentence = re.sub(r"\b(his|her)\b", "my", sentence)
         sentence = re.sub(r"\bhim\b", "me", sentence)
-        sentence = re.sub(r"\bI (is|has|reports|describes|says|presents|comes)\b",
-                          lambda v: f"I {_VERBS[v.group(1)]}", sentence)  # fmt: skip
+        sentence = re.sub(
+            r"\bI (is|has|reports|describes|says|presents|comes)\b",
+            lambda v: f"I {_VERBS[v.group(1)]}",
+            sentence,
+        )
         sentence = sentence.replace("I was", "I was").replace("I's", "my")
         out.append(sentence)
     return " ".join(out)

@@ -82,11 +82,28 @@ __all__ = ["VERSION", "is_step_seed", "respond"]
 
 VERSION = "prompt-sim-steps-4"
 _WORDS = re.compile(r"[a-z0-9]+")
-SEVERE: Final = frozenset({
-    "meningitis", "haemorrhage", "hemorrhage", "infarction", "embolism", "sepsis", "dissection",
-    "appendicitis", "ectopic", "torsion", "stroke", "pneumothorax", "tamponade", "tumour",
-    "tumor", "cancer", "obstruction", "perforation",
-})  # fmt: skip
+SEVERE: Final = frozenset(
+    {
+        "meningitis",
+        "haemorrhage",
+        "hemorrhage",
+        "infarction",
+        "embolism",
+        "sepsis",
+        "dissection",
+        "appendicitis",
+        "ectopic",
+        "torsion",
+        "stroke",
+        "pneumothorax",
+        "tamponade",
+        "tumour",
+        "tumor",
+        "cancer",
+        "obstruction",
+        "perforation",
+    }
+)
 """Words that make a reference candidate safety-critical for the simulated reference builder."""
 _HEDGES: Final = frozenset({"may", "might", "possible", "possibly", "unclear", "perhaps", "cannot"})
 _SPLIT: Final = re.compile(r",|;| or | and ")
@@ -138,13 +155,29 @@ def _same(a: str, b: str) -> bool:
 def ddx_answer(text: str, draws: list[float]) -> str | None:
     """The reply to a differential-diagnosis step (module docstring), or None if it is none."""
     lines = text.split("\n")
-    at = {label: _labelled(lines, label) for label in (
-        "Diagnoses in:", "Listed:", "Plausible set:", "Highly likely set:",
-        "Safety-critical set:", "Case for reference sets:", "Diagnoses to ground:", "Input:",
-        "Uncertainty of:")}  # fmt: skip
+    at = {
+        label: _labelled(lines, label)
+        for label in (
+            "Diagnoses in:",
+            "Listed:",
+            "Plausible set:",
+            "Highly likely set:",
+            "Safety-critical set:",
+            "Case for reference sets:",
+            "Diagnoses to ground:",
+            "Input:",
+            "Uncertainty of:",
+        )
+    }
     extract = _labelled(lines, "Extract from:")
-    kinds = [at["Diagnoses in:"], at["Listed:"], at["Case for reference sets:"],
-             at["Diagnoses to ground:"], at["Uncertainty of:"], extract]  # fmt: skip
+    kinds = [
+        at["Diagnoses in:"],
+        at["Listed:"],
+        at["Case for reference sets:"],
+        at["Diagnoses to ground:"],
+        at["Uncertainty of:"],
+        extract,
+    ]
     if all(k is None for k in kinds):
         return None
     if draws[1] < 0.05:
@@ -156,8 +189,10 @@ def ddx_answer(text: str, draws: list[float]) -> str | None:
             said = set(_WORDS.findall(sentence.lower()))
             if said & {"year", "years", "old", "man", "woman", "male", "female", "boy", "girl"}:
                 parts["demographics"].append(sentence)
-            elif "consistent with" in sentence or said & {"findings", "test", "exam"} or any(
-                ch.isdigit() for ch in sentence
+            elif (
+                "consistent with" in sentence
+                or said & {"findings", "test", "exam"}
+                or any(ch.isdigit() for ch in sentence)
             ):
                 parts["objective"].append(sentence)
             elif sentence:
@@ -165,18 +200,28 @@ def ddx_answer(text: str, draws: list[float]) -> str | None:
         return json.dumps({k: " ".join(v) or "not stated" for k, v in parts.items()})
     if at["Listed:"] is not None:
         listed = _array(lines[at["Listed:"]])
-        sets = {name: _array(lines[i]) if i is not None else [] for name, i in (
-            ("plausible", at["Plausible set:"]), ("highly_likely", at["Highly likely set:"]),
-            ("safety_critical", at["Safety-critical set:"]))}  # fmt: skip
+        sets = {
+            name: _array(lines[i]) if i is not None else []
+            for name, i in (
+                ("plausible", at["Plausible set:"]),
+                ("highly_likely", at["Highly likely set:"]),
+                ("safety_critical", at["Safety-critical set:"]),
+            )
+        }
         plausible = [d for d in listed if any(_same(d, r) for r in sets["plausible"])]
         if draws[0] < 0.1 and plausible:
             plausible = plausible[:-1]
-        return json.dumps({
-            "plausible": plausible,
-            "highly_likely": [r for r in sets["highly_likely"] if any(_same(d, r) for d in listed)],
-            "safety_critical": [r for r in sets["safety_critical"]
-                                if any(_same(d, r) for d in listed)],
-        })  # fmt: skip
+        return json.dumps(
+            {
+                "plausible": plausible,
+                "highly_likely": [
+                    r for r in sets["highly_likely"] if any(_same(d, r) for d in listed)
+                ],
+                "safety_critical": [
+                    r for r in sets["safety_critical"] if any(_same(d, r) for d in listed)
+                ],
+            }
+        )
     if at["Diagnoses in:"] is not None:
         i = at["Diagnoses in:"]
         found = _pieces("\n".join(lines[i:])[len("Diagnoses in:") :])
@@ -191,19 +236,24 @@ def ddx_answer(text: str, draws: list[float]) -> str | None:
                 candidates += _pieces(sentence.split("consistent with:", 1)[1])
         if draws[0] < 0.3 and candidates:
             candidates.pop(int(draws[2] * len(candidates)))
-        return json.dumps({
-            "plausible": candidates,
-            "highly_likely": candidates[:2],
-            "safety_critical": [c for c in candidates if SEVERE & set(_WORDS.findall(c.lower()))],
-        })  # fmt: skip
+        return json.dumps(
+            {
+                "plausible": candidates,
+                "highly_likely": candidates[:2],
+                "safety_critical": [
+                    c for c in candidates if SEVERE & set(_WORDS.findall(c.lower()))
+                ],
+            }
+        )
     if at["Diagnoses to ground:"] is not None:
         listed = _array(lines[at["Diagnoses to ground:"]])
         start = at["Input:"]
         source = "\n".join(lines[start:]) if start is not None else ""
         known = {w for w in _WORDS.findall(source.lower()) if len(w) >= 4}
         grounded = [d for d in listed if known & set(_WORDS.findall(d.lower()))]
-        return json.dumps({"grounded": grounded,
-                           "indirect": [d for d in listed if d not in grounded]})  # fmt: skip
+        return json.dumps(
+            {"grounded": grounded, "indirect": [d for d in listed if d not in grounded]}
+        )
     assert at["Uncertainty of:"] is not None
     said = set(_WORDS.findall("\n".join(lines[at["Uncertainty of:"] :]).lower()))
     return "uncertain" if said & _HEDGES else "certain"
@@ -226,9 +276,11 @@ def _per_model(text: str, model: str) -> str | None:
     elements = [x.strip() for x in lines[start + 1 :] if x.strip()]
     compact = ["".join(_WORDS.findall(x.lower())) for x in elements]
     initials = [
-        "".join(w[0] for w in _WORDS.findall(x.lower())) if len(_WORDS.findall(x.lower())) > 1
-        else None for x in elements
-    ]  # fmt: skip
+        "".join(w[0] for w in _WORDS.findall(x.lower()))
+        if len(_WORDS.findall(x.lower())) > 1
+        else None
+        for x in elements
+    ]
     parent = list(range(len(elements)))
 
     def root(i: int) -> int:
@@ -238,9 +290,7 @@ def _per_model(text: str, model: str) -> str | None:
 
     for i in range(len(elements)):
         for j in range(i + 1, len(elements)):
-            if compact[i] == compact[j] or initials[i] == compact[j] or (
-                initials[j] == compact[i]
-            ):
+            if compact[i] == compact[j] or initials[i] == compact[j] or (initials[j] == compact[i]):
                 parent[root(j)] = root(i)
     groups: dict[int, list[str]] = {}
     for i, x in enumerate(elements):
@@ -314,8 +364,12 @@ def respond(request: dict[str, Any], seed: str) -> dict[str, Any]:
     if green is None:
         green = step_answer(user, request, seed)
     listed = _per_model(user, str(request.get("model", "")))
-    text = green if green is not None else listed if listed is not None else answer(
-        user, _draws(request, seed)
+    text = (
+        green
+        if green is not None
+        else listed
+        if listed is not None
+        else answer(user, _draws(request, seed))
     )
     canonical = canonical_json(request)
     return message_reply(request, seed, text, len(canonical) // 4, canonical=canonical)

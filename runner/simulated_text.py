@@ -169,20 +169,156 @@ KINDS: Final = ("multiple-choice", "yes-no-maybe", "free-text")
 
 STOP_WORDS: Final = frozenset(
     (
-        "a", "about", "above", "after", "again", "all", "also", "am", "an", "and", "any", "are",
-        "as", "at", "be", "because", "been", "before", "being", "below", "between", "both", "but",
-        "by", "can", "could", "did", "do", "does", "doing", "down", "during", "each", "few",
-        "for", "from", "further", "had", "has", "have", "having", "he", "her", "here", "hers",
-        "him", "his", "how", "if", "in", "into", "is", "it", "its", "itself", "just", "me", "more",
-        "most", "my", "of", "off", "on", "once", "only", "or", "other", "our", "ours", "out",
-        "over", "own", "same", "she", "should", "so", "some", "such", "than", "that", "the",
-        "their", "them", "then", "there", "these", "they", "this", "those", "through", "to", "too",
-        "under", "until", "up", "very", "was", "we", "were", "what", "when", "where", "which",
-        "while", "who", "whom", "why", "will", "with", "would", "you", "your", "yours", "answer",
-        "answers", "option", "options", "choice", "choices", "letter", "correct", "best", "right",
-        "final", "question", "context", "passage", "abstract", "background", "text", "following",
-        "given", "select", "choose", "pick", "respond", "reply", "true", "false", "statement",
-        "statements", "yes", "no", "maybe", "not", "without", "never", "neither", "nor", "none",
+        "a",
+        "about",
+        "above",
+        "after",
+        "again",
+        "all",
+        "also",
+        "am",
+        "an",
+        "and",
+        "any",
+        "are",
+        "as",
+        "at",
+        "be",
+        "because",
+        "been",
+        "before",
+        "being",
+        "below",
+        "between",
+        "both",
+        "but",
+        "by",
+        "can",
+        "could",
+        "did",
+        "do",
+        "does",
+        "doing",
+        "down",
+        "during",
+        "each",
+        "few",
+        "for",
+        "from",
+        "further",
+        "had",
+        "has",
+        "have",
+        "having",
+        "he",
+        "her",
+        "here",
+        "hers",
+        "him",
+        "his",
+        "how",
+        "if",
+        "in",
+        "into",
+        "is",
+        "it",
+        "its",
+        "itself",
+        "just",
+        "me",
+        "more",
+        "most",
+        "my",
+        "of",
+        "off",
+        "on",
+        "once",
+        "only",
+        "or",
+        "other",
+        "our",
+        "ours",
+        "out",
+        "over",
+        "own",
+        "same",
+        "she",
+        "should",
+        "so",
+        "some",
+        "such",
+        "than",
+        "that",
+        "the",
+        "their",
+        "them",
+        "then",
+        "there",
+        "these",
+        "they",
+        "this",
+        "those",
+        "through",
+        "to",
+        "too",
+        "under",
+        "until",
+        "up",
+        "very",
+        "was",
+        "we",
+        "were",
+        "what",
+        "when",
+        "where",
+        "which",
+        "while",
+        "who",
+        "whom",
+        "why",
+        "will",
+        "with",
+        "would",
+        "you",
+        "your",
+        "yours",
+        "answer",
+        "answers",
+        "option",
+        "options",
+        "choice",
+        "choices",
+        "letter",
+        "correct",
+        "best",
+        "right",
+        "final",
+        "question",
+        "context",
+        "passage",
+        "abstract",
+        "background",
+        "text",
+        "following",
+        "given",
+        "select",
+        "choose",
+        "pick",
+        "respond",
+        "reply",
+        "true",
+        "false",
+        "statement",
+        "statements",
+        "yes",
+        "no",
+        "maybe",
+        "not",
+        "without",
+        "never",
+        "neither",
+        "nor",
+        "none",
         "cannot",
     )
 )
@@ -197,9 +333,7 @@ _LABELS: Final = "ABCDEFGHIJKLMNOPQRSTUVWXYZ"
 _YNM: Final = ("yes", "no", "maybe")
 _OPTION_LINE: Final = re.compile(r"[ \t]*(?:\(([A-Z])\)|([A-Z])[.):])[ \t]+(\S(?:.*\S)?)")
 _ANSWER_LINE: Final = re.compile(r"^[ \t]*answer[ \t]*:[ \t]*\S", re.I)
-_YNM_WORDS: Final = tuple(
-    re.compile(rf"(?<![A-Za-z]){w}(?![A-Za-z])", re.I) for w in _YNM
-)
+_YNM_WORDS: Final = tuple(re.compile(rf"(?<![A-Za-z]){w}(?![A-Za-z])", re.I) for w in _YNM)
 _COT: Final = re.compile(
     r"step[\s-]+by[\s-]+step|explain your reasoning|show your reasoning|think(?: it)? through",
     re.I,
@@ -508,9 +642,7 @@ def read_prompt(request: dict[str, Any]) -> TextPrompt:
     system = _text_of(system_value) if system_value is not None else ""
     messages = [m for m in request.get("messages") or [] if isinstance(m, dict)]
     texts = [_text_of(m.get("content")) for m in messages]
-    final_index = max(
-        (i for i, m in enumerate(messages) if m.get("role") == "user"), default=-1
-    )
+    final_index = max((i for i, m in enumerate(messages) if m.get("role") == "user"), default=-1)
     final = texts[final_index] if final_index >= 0 else ""
     examples = [
         texts[i]
@@ -609,10 +741,14 @@ class _Reading:
     known: bool = False
 
 
-
 def message_reply(
-    request: dict[str, Any], seed: str, text: str, input_tokens: int, *,
-    canonical: bytes | None = None, stop_reason: str = "end_turn",
+    request: dict[str, Any],
+    seed: str,
+    text: str,
+    input_tokens: int,
+    *,
+    canonical: bytes | None = None,
+    stop_reason: str = "end_turn",
     stop_sequence: str | None = None,
 ) -> dict[str, Any]:
     """A Messages-API reply of every simulated model: ``text``, its id from (seed, request).
@@ -631,6 +767,7 @@ def message_reply(
         "stop_sequence": stop_sequence,
         "usage": {"input_tokens": input_tokens, "output_tokens": max(1, len(text) // 4)},
     }
+
 
 class SimulatedTextModel:
     """A deterministic stand-in for a language model on text prompts (see the module doc).
@@ -673,9 +810,7 @@ class SimulatedTextModel:
         if recalled is not None:
             return recalled
         seen = set(content_words(prompt.question + "\n" + "\n".join(prompt.context)))
-        scores = {
-            label: len(set(content_words(text)) & seen) for label, text in prompt.options
-        }
+        scores = {label: len(set(content_words(text)) & seen) for label, text in prompt.options}
         best = max(scores.values())
         tied = [label for label, score in scores.items() if score == best]
         label = min(tied, key=lambda lab: _digest(f"{prompt.item}|{lab}"))
@@ -707,8 +842,7 @@ class SimulatedTextModel:
         if not known:
             return None
         scores = {
-            label: len((set(content_words(text)) - asked) & known)
-            for label, text in prompt.options
+            label: len((set(content_words(text)) - asked) & known) for label, text in prompt.options
         }
         best = max(scores.values())
         tied = [label for label, score in scores.items() if score == best]
@@ -727,9 +861,7 @@ class SimulatedTextModel:
         sentences = [words(s) for s in prompt.context]
         if not asked or not sentences:
             label = _YNM[_digest(prompt.item)[0] % 3]
-            return _Reading(
-                label, ("The text gives little to go on.", "So this is a guess.")
-            )
+            return _Reading(label, ("The text gives little to go on.", "So this is a guess."))
         covered = {w for s in sentences for w in s if w in asked}
         coverage = len(covered) / len(asked)
         first = f"The context holds {len(covered)} of the {len(asked)} key terms of the question."
@@ -839,8 +971,15 @@ class SimulatedTextModel:
         else:
             text = self._write(prompt, answer, reading.reasons)
         text, stop_reason, stop_sequence = _cut(text, request)
-        return message_reply(request, seed, text, prompt.prompt_chars // 4, canonical=canonical,
-                             stop_reason=stop_reason, stop_sequence=stop_sequence)  # fmt: skip
+        return message_reply(
+            request,
+            seed,
+            text,
+            prompt.prompt_chars // 4,
+            canonical=canonical,
+            stop_reason=stop_reason,
+            stop_sequence=stop_sequence,
+        )
 
     def _weights(self, prompt: TextPrompt, others: list[str]) -> list[float]:
         """Module docstring, *Position*: each other option's slip weight."""
@@ -899,22 +1038,26 @@ class SimulatedTextModel:
         text = "".join(b["text"] for b in message["content"])
         token = text.split()[0] if text.split() else ""
         letters = sorted(
-            ((label, math.log(p) if p > 0 else -1000.0)
-             for label, p in self.letter_distribution(request)),
+            (
+                (label, math.log(p) if p > 0 else -1000.0)
+                for label, p in self.letter_distribution(request)
+            ),
             key=lambda pair: (-pair[1], pair[0]),
-        )  # fmt: skip
+        )
         top = request.get("top_logprobs")
         count = top if isinstance(top, int) and not isinstance(top, bool) else 0
         found = dict(letters)
         bare = token.strip(".:)(")
         own = found.get(bare, letters[0][1] if letters else 0.0)
         position = {
-            "token": token, "logprob": own, "bytes": list(token.encode("utf-8")),
+            "token": token,
+            "logprob": own,
+            "bytes": list(token.encode("utf-8")),
             "top_logprobs": [
                 {"token": label, "logprob": lp, "bytes": list(label.encode("utf-8"))}
                 for label, lp in letters[:count]
             ],
-        }  # fmt: skip
+        }
         usage = message["usage"]
         return {
             "id": "chatcmpl-" + message["id"][len("msg_sim_") :],

@@ -58,9 +58,17 @@ MCQ_TESTS = ("flip-rate", "position-bias", "voting", "self-consistency", "gee")
 """Seed 002's statistics as registered tests (``docs/mcq-statistics.md`` §11): each needs an
 item file and a letter parser (``multiple-choice`` or ``cloze``)."""
 TESTS = (
-    "lmm", "paired-t", "independent-t", "bootstrap", "mcnemar", "chi-square", "equivalence",
-    *MCQ_TESTS, QR_TEST, "factorial",
-)  # fmt: skip
+    "lmm",
+    "paired-t",
+    "independent-t",
+    "bootstrap",
+    "mcnemar",
+    "chi-square",
+    "equivalence",
+    *MCQ_TESTS,
+    QR_TEST,
+    "factorial",
+)
 ARM_TESTS = ("flip-rate", "voting", "self-consistency")
 """Tests of one arm (``arm``, no ``contrast``); ``mcnemar`` is one too when it names ``arm``."""
 INTERVAL_TESTS = ("flip-rate", "position-bias", "voting", "self-consistency")
@@ -78,17 +86,31 @@ MCQ_KEYS: Final[dict[str, tuple[str, ...]]] = {
 }
 """The keys each seed-002 test takes beyond ``id``, ``description``, ``test``, ``alpha``,
 ``outcome`` and ``family`` (any other hypothesis key is refused for it)."""
-KIND_ONLY_KEYS = ("arm", "variants", "variant", "basis", "samples", "incomplete", "min_pp",
-                  "max_pp", "fallback")  # fmt: skip
+KIND_ONLY_KEYS = (
+    "arm",
+    "variants",
+    "variant",
+    "basis",
+    "samples",
+    "incomplete",
+    "min_pp",
+    "max_pp",
+    "fallback",
+)
 """Hypothesis keys only the seed-002 tests take (``mcnemar`` takes ``arm``, ``variants`` and
 ``variant``)."""
 OUTCOMES = ("glyph_accuracy", "trial_accuracy")
 CORRECTIONS = ("none", "bonferroni", "holm")
 SIDES = ("one-sided", "two-sided")
 PARSERS = (
-    "tumbling-e-json", "multiple-choice", "yes-no-maybe", "orientation-word", "exact",
-    "normalized", "cloze",
-)  # fmt: skip
+    "tumbling-e-json",
+    "multiple-choice",
+    "yes-no-maybe",
+    "orientation-word",
+    "exact",
+    "normalized",
+    "cloze",
+)
 """Every parser a study may name (``docs/scoring.md``)."""
 VOCABULARY_PARSERS = ("multiple-choice", "yes-no-maybe", "orientation-word")
 """Single-answer parsers with a closed set of labels (they take ``[response] mode``)."""
@@ -225,9 +247,12 @@ class FewShotSpec:
     def record(self, rel: Any) -> dict[str, Any]:
         """The table as ``protocol.locked`` records it (``rel`` maps a path to its study path)."""
         out: dict[str, Any] = {
-            "examples": rel(self.examples), "rule": self.rule, "count": self.count,
-            "order": self.order, "style": self.style,
-        }  # fmt: skip
+            "examples": rel(self.examples),
+            "rule": self.rule,
+            "count": self.count,
+            "order": self.order,
+            "style": self.style,
+        }
         if self.ids:
             out["ids"] = list(self.ids)
         if self.seed is not None:
@@ -388,6 +413,7 @@ class Study:
             if lv.template is not None:
                 return Path(lv.template)
         return self.prompt.item
+
     ddx: DdxSpec | None = None
     """``[response.ddx]`` of a ``parser = "ddx"`` study (``docs/scoring.md`` §12)."""
 
@@ -425,7 +451,8 @@ class Study:
                         "deterministic model answers each replicate alike, and the tests count "
                         "the copies as independent observations (pseudo-replication); use one "
                         "replicate, a temperature above 0, or a test whose unit is the "
-                        "stimulus")  # fmt: skip
+                        "stimulus"
+                    )
         seen: dict[tuple[str, str, str], str] = {}
         for spec in specs.values():
             where = (spec.provider, spec.id, str(spec.params.get("base_url", "")))
@@ -433,7 +460,8 @@ class Study:
                 out.append(
                     f"models {seen[where]!r} and {spec.name!r} both name model {spec.id!r} on "
                     f"provider {spec.provider!r}: if the server answers both with one model, "
-                    "their responses are copies and a pooled test counts them twice")
+                    "their responses are copies and a pooled test counts them twice"
+                )
             elif spec.name is not None:
                 seen[where] = spec.name
         return out
@@ -573,8 +601,10 @@ class Study:
         names = list(spec.components)
         if self.prompt.item is not None and "item" not in names:
             names.append("item")
-        inline = spec.fewshot is not None and spec.fewshot in self.fewshot and (
-            self.fewshot[spec.fewshot].style == "inline"
+        inline = (
+            spec.fewshot is not None
+            and spec.fewshot in self.fewshot
+            and (self.fewshot[spec.fewshot].style == "inline")
         )
         if inline and "examples" not in names:
             names.insert(names.index("item") if "item" in names else len(names), "examples")
@@ -748,7 +778,8 @@ def _outcome(c: _Collector, h: dict[str, Any], where: str, parser: str) -> str:
     if outcome not in OUTCOMES:
         extra = (
             " (parse rates are reported per arm by descriptive.arms, not tested)"
-            if outcome == "parse_rate" else ""
+            if outcome == "parse_rate"
+            else ""
         )
         use = " or ".join(OUTCOMES)
         c.add(f"{where}.outcome", f"unknown outcome {outcome!r}; use {use}{extra}")
@@ -767,8 +798,7 @@ def _name_list(c: _Collector, h: dict[str, Any], key: str, where: str) -> tuple[
     value = h.get(key)
     if value is None:
         return None
-    if (not isinstance(value, list) or not value
-            or not all(isinstance(v, str) and v for v in value)):  # fmt: skip
+    if not isinstance(value, list) or not value or not all(isinstance(v, str) and v for v in value):
         c.add(f"{where}.{key}", f"must be a non-empty list of names, got {value!r}")
         return None
     if len(set(value)) != len(value):
@@ -778,7 +808,10 @@ def _name_list(c: _Collector, h: dict[str, Any], key: str, where: str) -> tuple[
 
 
 def _hypotheses(
-    c: _Collector, data: dict[str, Any], arms: dict[str, Arm], parser: str,
+    c: _Collector,
+    data: dict[str, Any],
+    arms: dict[str, Arm],
+    parser: str,
     stimuli: Iterable[str] = (),
 ) -> list[Hypothesis]:
     raw = data.get("hypotheses", [])
@@ -802,30 +835,39 @@ def _hypotheses(
             c.add(f"{where}.id", f"duplicate hypothesis id {hid!r}")
         seen.add(hid)
         test = _str(c, h, "test", where)
-        one_arm = test in ARM_TESTS or (test in ("mcnemar", QR_TEST) and "arm" in h) or (
-            test == "factorial")
+        one_arm = (
+            test in ARM_TESTS
+            or (test in ("mcnemar", QR_TEST) and "arm" in h)
+            or (test == "factorial")
+        )
         contrast = h.get("contrast")
         pair: tuple[str, str] = ("", "")
         if one_arm:
             if contrast is not None:
-                c.add(f"{where}.contrast", "a factorial test names effect = [...], not a "
-                      "contrast" if test == "factorial" else f"a {test} test of one arm names "
-                      "'arm', not a contrast")  # fmt: skip
+                c.add(
+                    f"{where}.contrast",
+                    "a factorial test names effect = [...], not a contrast"
+                    if test == "factorial"
+                    else f"a {test} test of one arm names 'arm', not a contrast",
+                )
         elif (
             not isinstance(contrast, list)
             or len(contrast) != 2
             or not all(isinstance(a, str) for a in contrast)
         ):
-            c.add(f"{where}.contrast", "must be a list of two arm ids, e.g. [\"A\", \"B\"]")
+            c.add(f"{where}.contrast", 'must be a list of two arm ids, e.g. ["A", "B"]')
         else:
             pair = (contrast[0], contrast[1])
             for arm in pair:
                 if arm not in arms:
                     c.add(f"{where}.contrast", f"unknown arm {arm!r}")
         outcome = (  # qr-bootstrap: runner.qrboot.check_outcomes, once the steps are read
-            _str(c, h, "outcome", where, default_outcome(parser)) if test == QR_TEST
-            else _factorial_outcome(c, h, where, parser) if test == "factorial"
-            else _outcome(c, h, where, parser))  # fmt: skip
+            _str(c, h, "outcome", where, default_outcome(parser))
+            if test == QR_TEST
+            else _factorial_outcome(c, h, where, parser)
+            if test == "factorial"
+            else _outcome(c, h, where, parser)
+        )
         if test and test not in TESTS:
             c.add(f"{where}.test", f"unknown test {test!r}; use one of {', '.join(TESTS)}")
         if test == "chi-square" and parser in TEXT_PARSERS:
@@ -874,14 +916,28 @@ def _hypotheses(
             if test != "paired-t":
                 c.add(f"{where}.pairing", f"applies to test 'paired-t' only, not {test!r}")
             elif pairing not in PAIRINGS:
-                c.add(f"{where}.pairing", "must be [\"stimulus\"] (per-stimulus means) or "
-                      f"[\"stimulus\", \"rep\"] (trials), got {list(pairing)!r}")
+                c.add(
+                    f"{where}.pairing",
+                    'must be ["stimulus"] (per-stimulus means) or '
+                    f'["stimulus", "rep"] (trials), got {list(pairing)!r}',
+                )
         kind = _kind_keys(c, h, where, test, arms, parser)
         kind.update(_effect_keys(c, h, where, test))
         out.append(
             Hypothesis(
-                hid, pair, outcome, test, sides, alpha, numbers["min_difference_pp"],
-                numbers["margin_pp"], correction, family, str(description), subset, pairing,
+                hid,
+                pair,
+                outcome,
+                test,
+                sides,
+                alpha,
+                numbers["min_difference_pp"],
+                numbers["margin_pp"],
+                correction,
+                family,
+                str(description),
+                subset,
+                pairing,
                 **kind,
             )
         )
@@ -891,12 +947,18 @@ def _hypotheses(
 def _factorial_outcome(c: _Collector, h: dict[str, Any], where: str, parser: str) -> str:
     """A factorial hypothesis's outcome: a name of :data:`runner.factors.FACTORIAL_OUTCOMES`."""
     if parser == "tumbling-e-json":
-        c.add(f"{where}.test", "a factorial test models a per-trial outcome of a single-answer "
-              "parser (trial_accuracy), not a tumbling-E chart's glyph accuracy")  # fmt: skip
+        c.add(
+            f"{where}.test",
+            "a factorial test models a per-trial outcome of a single-answer "
+            "parser (trial_accuracy), not a tumbling-E chart's glyph accuracy",
+        )
     outcome = _str(c, h, "outcome", where, "trial_accuracy")
     if outcome and outcome not in FACTORIAL_OUTCOMES:
-        c.add(f"{where}.outcome", f"unknown outcome {outcome!r} for a factorial test; use "
-              f"{' or '.join(FACTORIAL_OUTCOMES)}")  # fmt: skip
+        c.add(
+            f"{where}.outcome",
+            f"unknown outcome {outcome!r} for a factorial test; use "
+            f"{' or '.join(FACTORIAL_OUTCOMES)}",
+        )
     return outcome
 
 
@@ -908,16 +970,21 @@ def _effect_keys(c: _Collector, h: dict[str, Any], where: str, test: str) -> dic
         return {}
     for key in ("min_difference_pp", "margin_pp", "stimuli", "pairing"):
         if key in h:
-            c.add(f"{where}.{key}", "does not apply to test 'factorial' (it takes effect, "
-                  "outcome, alpha, sides, correction, family)")  # fmt: skip
+            c.add(
+                f"{where}.{key}",
+                "does not apply to test 'factorial' (it takes effect, "
+                "outcome, alpha, sides, correction, family)",
+            )
     if h.get("sides", "two-sided") != "two-sided":
-        c.add(f"{where}.sides", "a factorial test is a two-sided Wald test: sides = "
-              "\"two-sided\"")  # fmt: skip
+        c.add(f"{where}.sides", 'a factorial test is a two-sided Wald test: sides = "two-sided"')
     effect = _name_list(c, h, "effect", where)
     if effect is None:
         if "effect" not in h:
-            c.add(f"{where}.effect", "missing (a factorial test names the factor of a main "
-                  "effect, or the factors of an interaction: effect = [\"belief\", \"tone\"])")
+            c.add(
+                f"{where}.effect",
+                "missing (a factorial test names the factor of a main "
+                'effect, or the factors of an interaction: effect = ["belief", "tone"])',
+            )
         return {}
     return {"effect": effect}
 
@@ -938,14 +1005,29 @@ def _kind_keys(
         takes = set(QR_KEYS)
     if test in MCQ_TESTS:
         if parser not in LETTER_PARSERS:
-            c.add(f"{where}.test", f"a {test} test reads option letters: it needs parser "
-                  f"'multiple-choice' or 'cloze', not {parser!r}")  # fmt: skip
-        for key in ("sides", "min_difference_pp", "margin_pp", "stimuli", "pairing",
-                    "correction", "contrast"):  # fmt: skip
-            if key in h and key not in takes and not (key == "correction" and test != "gee"
-                                                      and h.get(key) == "none"):
-                c.add(f"{where}.{key}", f"does not apply to test {test!r} (it takes "
-                      f"{', '.join(MCQ_KEYS[test])})")  # fmt: skip
+            c.add(
+                f"{where}.test",
+                f"a {test} test reads option letters: it needs parser "
+                f"'multiple-choice' or 'cloze', not {parser!r}",
+            )
+        for key in (
+            "sides",
+            "min_difference_pp",
+            "margin_pp",
+            "stimuli",
+            "pairing",
+            "correction",
+            "contrast",
+        ):
+            if (
+                key in h
+                and key not in takes
+                and not (key == "correction" and test != "gee" and h.get(key) == "none")
+            ):
+                c.add(
+                    f"{where}.{key}",
+                    f"does not apply to test {test!r} (it takes {', '.join(MCQ_KEYS[test])})",
+                )
     for key in KIND_ONLY_KEYS:
         if key in h and key not in takes:
             where_ok = [t for t, keys in MCQ_KEYS.items() if key in keys]
@@ -953,8 +1035,9 @@ def _kind_keys(
                 where_ok.append("mcnemar")
             if key in QR_KEYS:
                 where_ok.append(QR_TEST)
-            c.add(f"{where}.{key}", f"does not apply to test {test!r} (only to "
-                  f"{', '.join(where_ok)})")  # fmt: skip
+            c.add(
+                f"{where}.{key}", f"does not apply to test {test!r} (only to {', '.join(where_ok)})"
+            )
     if test == QR_TEST:
         return qr_keys(c.add, h, where, arms)
     if test not in MCQ_TESTS and test != "mcnemar":
@@ -974,15 +1057,19 @@ def _kind_keys(
         elif names is not None:
             two = test in ("flip-rate", "mcnemar")
             if two and len(names) != 2:
-                c.add(f"{where}.variants", f"a {test} test compares exactly two variants, got "
-                      f"{list(names)!r}")  # fmt: skip
+                c.add(
+                    f"{where}.variants",
+                    f"a {test} test compares exactly two variants, got {list(names)!r}",
+                )
             elif len(names) < 2:
                 c.add(f"{where}.variants", f"voting needs at least two orders, got {list(names)!r}")
             else:
                 out["variants"] = names
     if test == "mcnemar" and ("arm" in h) != ("variants" in h):
-        c.add(f"{where}.{'variants' if 'arm' in h else 'arm'}", "mcnemar between two variants "
-              "of one arm names both 'arm' and 'variants'")  # fmt: skip
+        c.add(
+            f"{where}.{'variants' if 'arm' in h else 'arm'}",
+            "mcnemar between two variants of one arm names both 'arm' and 'variants'",
+        )
     if test == "mcnemar" and "arm" in h and "variant" in h:
         c.add(f"{where}.variant", "mcnemar between two variants takes 'variants', not 'variant'")
     if "variant" in h and "variant" in takes:
@@ -1002,36 +1089,49 @@ def _kind_keys(
             value = h.get(key)
             if value is None:
                 continue
-            if isinstance(value, bool) or not isinstance(value, int | float) or not (
-                0 <= value <= 100
+            if (
+                isinstance(value, bool)
+                or not isinstance(value, int | float)
+                or not (0 <= value <= 100)
             ):
-                c.add(f"{where}.{key}", f"must be a number of percentage points from 0 to 100, "
-                      f"got {value!r}")  # fmt: skip
+                c.add(
+                    f"{where}.{key}",
+                    f"must be a number of percentage points from 0 to 100, got {value!r}",
+                )
                 continue
             bounds[key] = float(value)
         if ("min_pp" in h) == ("max_pp" in h):
-            c.add(f"{where}.min_pp", "a flip-rate rule names exactly one of min_pp (the rate's "
-                  "lower bound must exceed it) and max_pp (its upper bound must stay below it)")
+            c.add(
+                f"{where}.min_pp",
+                "a flip-rate rule names exactly one of min_pp (the rate's "
+                "lower bound must exceed it) and max_pp (its upper bound must stay below it)",
+            )
         out.update(bounds)
     if test == "gee" and "fallback" in h:
         fallback = h["fallback"]
         if fallback not in GEE_FALLBACKS:
-            c.add(f"{where}.fallback", f"must be one of {', '.join(map(repr, GEE_FALLBACKS))}, "
-                  f"got {fallback!r}")  # fmt: skip
+            c.add(
+                f"{where}.fallback",
+                f"must be one of {', '.join(map(repr, GEE_FALLBACKS))}, got {fallback!r}",
+            )
         else:
             out["fallback"] = fallback
     if test in ("voting", "self-consistency"):
         incomplete = h.get("incomplete", "exclude")
         if incomplete not in INCOMPLETE:
-            c.add(f"{where}.incomplete", f"must be 'exclude' (a counted exclusion) or 'fail', "
-                  f"got {incomplete!r}")  # fmt: skip
+            c.add(
+                f"{where}.incomplete",
+                f"must be 'exclude' (a counted exclusion) or 'fail', got {incomplete!r}",
+            )
         else:
             out["incomplete"] = incomplete
     if test == "self-consistency":
         samples = h.get("samples")
         if isinstance(samples, bool) or not isinstance(samples, int) or samples < 2:
-            c.add(f"{where}.samples", f"must be an integer >= 2 (the samples a majority is "
-                  f"taken over), got {samples!r}")  # fmt: skip
+            c.add(
+                f"{where}.samples",
+                f"must be an integer >= 2 (the samples a majority is taken over), got {samples!r}",
+            )
         else:
             out["samples"] = samples
     return out
@@ -1086,19 +1186,32 @@ class Review:
     def locked(self) -> dict[str, Any]:
         """The review as ``protocol.locked`` ``reviews.<NAME>`` records it."""
         if self.kind == "reference-set":
-            return {"kind": self.kind, "reference": self.reference, "n": self.n,
-                    "seed": self.seed, "sets": list(REFERENCE_SETS),
-                    "description": self.description}  # fmt: skip
+            return {
+                "kind": self.kind,
+                "reference": self.reference,
+                "n": self.n,
+                "seed": self.seed,
+                "sets": list(REFERENCE_SETS),
+                "description": self.description,
+            }
         if self.kind == "judge-label":
-            return {"kind": self.kind, "step": self.step, "n": self.n, "seed": self.seed,
-                    "strata": "unanimity", "description": self.description}  # fmt: skip
+            return {
+                "kind": self.kind,
+                "step": self.step,
+                "n": self.n,
+                "seed": self.seed,
+                "strata": "unanimity",
+                "description": self.description,
+            }
         assert self.failed is not None and self.succeeded is not None
         out: dict[str, Any] = {
             "kind": self.kind,
             "failed": {"arm": self.failed[0], "variant": self.failed[1]},
             "succeeded": {"arm": self.succeeded[0], "variant": self.succeeded[1]},
-            "n": self.n, "seed": self.seed, "description": self.description,
-        }  # fmt: skip
+            "n": self.n,
+            "seed": self.seed,
+            "description": self.description,
+        }
         if self.model is not None:
             out["model"] = self.model
         if self.codes is not None:
@@ -1115,26 +1228,41 @@ def _review_kind(c: _Collector, name: str, table: dict[str, Any]) -> str | None:
     where, path = f"reviews.{name}", ("reviews", name)
     if "reference" in table:
         for key in (k for k in (*CONTRAST_REVIEW_KEYS, "step", "codes") if k in table):
-            c.add(f"{where}.{key}", "a key of another kind of sample, but this table names a "
-                  "reference, so it is a reference-set sample (keys: reference, n, seed, "
-                  "description); a review sample is one kind", (*path, key))  # fmt: skip
+            c.add(
+                f"{where}.{key}",
+                "a key of another kind of sample, but this table names a "
+                "reference, so it is a reference-set sample (keys: reference, n, seed, "
+                "description); a review sample is one kind",
+                (*path, key),
+            )
         return "reference-set"
     if "step" in table:
         if "codes" in table:
-            c.add(f"{where}.codes", "codes are declared for a contrast sample (failed, "
-                  "succeeded); a judge-label sample's values are the step's labels",
-                  (*path, "codes"))  # fmt: skip
+            c.add(
+                f"{where}.codes",
+                "codes are declared for a contrast sample (failed, "
+                "succeeded); a judge-label sample's values are the step's labels",
+                (*path, "codes"),
+            )
         for key in (k for k in CONTRAST_REVIEW_KEYS if k in table):
-            c.add(f"{where}.{key}", "a contrast sample's key (with failed and succeeded), but "
-                  "this table names a step, so it is a judge-label sample (keys: step, n, "
-                  "seed, description); a review sample is one kind", (*path, key))  # fmt: skip
+            c.add(
+                f"{where}.{key}",
+                "a contrast sample's key (with failed and succeeded), but "
+                "this table names a step, so it is a judge-label sample (keys: step, n, "
+                "seed, description); a review sample is one kind",
+                (*path, key),
+            )
         return "judge-label"
     if any(k in table for k in CONTRAST_REVIEW_KEYS):
         return "contrast"
-    c.add(where, "say which sample it is: step = \"<judge step>\" (judge decisions, "
-          "docs/scoring.md §11), reference = \"supplied\" or \"<item step>\" (reference "
-          "sets) or failed = { arm = ... } and succeeded = { arm = ... } (items where one "
-          "condition failed and another succeeded)", path)  # fmt: skip
+    c.add(
+        where,
+        'say which sample it is: step = "<judge step>" (judge decisions, '
+        'docs/scoring.md §11), reference = "supplied" or "<item step>" (reference '
+        "sets) or failed = { arm = ... } and succeeded = { arm = ... } (items where one "
+        "condition failed and another succeeded)",
+        path,
+    )
     return None
 
 
@@ -1150,24 +1278,33 @@ def _reference_review(
     where, path = f"reviews.{name}.reference", ("reviews", name, "reference")
     ref = table.get("reference")
     if items is None:
-        c.add(where, "reference sets belong to items: the study needs an item file "
-              "([stimuli] items)", path)  # fmt: skip
+        c.add(
+            where,
+            "reference sets belong to items: the study needs an item file ([stimuli] items)",
+            path,
+        )
         return None
     if ref == "supplied":
         for item in items:
             if supplied_sets(item.metadata) is None:
-                c.add(where, f"item {item.id!r} (line {item.line}) lacks its reference sets: "
-                      f"metadata arrays of strings {', '.join(REFERENCE_FIELDS.values())}",
-                      path)  # fmt: skip
+                c.add(
+                    where,
+                    f"item {item.id!r} (line {item.line}) lacks its reference sets: "
+                    f"metadata arrays of strings {', '.join(REFERENCE_FIELDS.values())}",
+                    path,
+                )
                 return None
         return "supplied"
     spec = steps.get(ref) if isinstance(ref, str) else None
     if spec is None or spec.on != "item" or spec.parser != "json":
         known = ", ".join(n for n, s in steps.items() if s.on == "item" and s.parser == "json")
-        c.add(where, f"must be \"supplied\" (the items' metadata arrays "
-              f"{', '.join(REFERENCE_FIELDS.values())}) or an item step with the json parser "
-              f"that decides the sets, got {ref!r} (such steps: {known or 'none declared'})",
-              path)  # fmt: skip
+        c.add(
+            where,
+            f'must be "supplied" (the items\' metadata arrays '
+            f"{', '.join(REFERENCE_FIELDS.values())}) or an item step with the json parser "
+            f"that decides the sets, got {ref!r} (such steps: {known or 'none declared'})",
+            path,
+        )
         return None
     return str(ref)
 
@@ -1177,11 +1314,17 @@ def _codes(c: _Collector, name: str, table: dict[str, Any]) -> tuple[str, ...] |
     codes = table.get("codes")
     if codes is None:
         return None
-    if (not isinstance(codes, list) or not codes
-            or not all(isinstance(x, str) and ID_RE.match(x) for x in codes)
-            or len(set(codes)) != len(codes)):  # fmt: skip
-        c.add(f"reviews.{name}.codes", "must be a non-empty list of distinct code names "
-              "(letters, digits, '.', '_' or '-')", ("reviews", name, "codes"))  # fmt: skip
+    if (
+        not isinstance(codes, list)
+        or not codes
+        or not all(isinstance(x, str) and ID_RE.match(x) for x in codes)
+        or len(set(codes)) != len(codes)
+    ):
+        c.add(
+            f"reviews.{name}.codes",
+            "must be a non-empty list of distinct code names (letters, digits, '.', '_' or '-')",
+            ("reviews", name, "codes"),
+        )
         return None
     return tuple(codes)
 
@@ -1195,15 +1338,24 @@ def _judge_review(
     spec = steps.get(step) if isinstance(step, str) else None
     if spec is None or spec.on != "trial" or spec.parser != "label":
         known = ", ".join(n for n, s in steps.items() if s.on == "trial" and s.parser == "label")
-        c.add(f"{where}.step", f"must name a trial step with the label parser, got {step!r} "
-              f"(such steps: {known or 'none declared'})", (*path, "step"))  # fmt: skip
+        c.add(
+            f"{where}.step",
+            f"must name a trial step with the label parser, got {step!r} "
+            f"(such steps: {known or 'none declared'})",
+            (*path, "step"),
+        )
         return None
     return str(step)
 
 
 def _contrast_review(
-    c: _Collector, name: str, table: dict[str, Any], arms: dict[str, Arm],
-    variants: list[VariantSpec], models: dict[str, ModelSpec] | None, parser: str,
+    c: _Collector,
+    name: str,
+    table: dict[str, Any],
+    arms: dict[str, Arm],
+    variants: list[VariantSpec],
+    models: dict[str, ModelSpec] | None,
+    parser: str,
     item_study: bool,
 ) -> tuple[dict[str, tuple[str, str]], str | None]:
     """The conditions and model of a contrast review sample, checked against the design.
@@ -1215,21 +1367,31 @@ def _contrast_review(
     if not item_study:
         c.add(where, "a contrast review sample needs an item file ([stimuli] items)", path)
     elif parser not in LETTER_PARSERS:
-        c.add(where, f"a review sample pairs trials scored right or wrong on option letters: "
-              f"it needs parser 'multiple-choice' or 'cloze', not {parser!r}", path)
+        c.add(
+            where,
+            f"a review sample pairs trials scored right or wrong on option letters: "
+            f"it needs parser 'multiple-choice' or 'cloze', not {parser!r}",
+            path,
+        )
     model = table.get("model")
     if model is not None:
         if models is None:
-            c.add(f"{where}.model", "the study has one [model]; name no model",
-                  (*path, "model"))  # fmt: skip
+            c.add(f"{where}.model", "the study has one [model]; name no model", (*path, "model"))
             model = None
         elif not isinstance(model, str) or model not in models:
-            c.add(f"{where}.model", f"unknown model {model!r} (models: "
-                  f"{', '.join(models)})", (*path, "model"))  # fmt: skip
+            c.add(
+                f"{where}.model",
+                f"unknown model {model!r} (models: {', '.join(models)})",
+                (*path, "model"),
+            )
             model = None
     elif models is not None and len(models) > 1:
-        c.add(f"{where}.model", f"missing: the study has {len(models)} models; a review "
-              "sample names the one whose trials it draws", (*path, "model"))  # fmt: skip
+        c.add(
+            f"{where}.model",
+            f"missing: the study has {len(models)} models; a review "
+            "sample names the one whose trials it draws",
+            (*path, "model"),
+        )
     elif models is not None:
         model = next(iter(models))
     sides: dict[str, tuple[str, str]] = {}
@@ -1237,42 +1399,60 @@ def _contrast_review(
         spot = (*path, side)
         cond = table.get(side)
         if cond is None:
-            c.add(f"{where}.{side}", "missing (e.g. { arm = \"A\", variant = \"original\" })",
-                  spot)  # fmt: skip
+            c.add(f"{where}.{side}", 'missing (e.g. { arm = "A", variant = "original" })', spot)
             continue
         if not isinstance(cond, dict):
-            c.add(f"{where}.{side}", f"must be a table {{ arm = ..., variant = ... }}, got "
-                  f"{cond!r}", spot)  # fmt: skip
+            c.add(
+                f"{where}.{side}",
+                f"must be a table {{ arm = ..., variant = ... }}, got {cond!r}",
+                spot,
+            )
             continue
         arm_id = cond.get("arm")
         variant = cond.get("variant", "original")
         if not isinstance(arm_id, str) or arm_id not in arms:
-            c.add(f"{where}.{side}.arm", f"unknown arm {arm_id!r} (arms: "
-                  f"{', '.join(arms)})", (*spot, "arm"))  # fmt: skip
+            c.add(
+                f"{where}.{side}.arm",
+                f"unknown arm {arm_id!r} (arms: {', '.join(arms)})",
+                (*spot, "arm"),
+            )
             continue
         arm = arms[arm_id]
         if not isinstance(variant, str) or not arm_runs(variants, arm, variant):
             known = ", ".join([v.name for v in variants] if variants else ["original"])
-            c.add(f"{where}.{side}.variant", f"arm {arm_id!r} does not run variant "
-                  f"{variant!r} (variants: {known}; the arm's variants: "
-                  f"{', '.join(arm.variants) if arm.variants else 'all'})",
-                  (*spot, "variant" if "variant" in cond else "arm"))  # fmt: skip
+            c.add(
+                f"{where}.{side}.variant",
+                f"arm {arm_id!r} does not run variant "
+                f"{variant!r} (variants: {known}; the arm's variants: "
+                f"{', '.join(arm.variants) if arm.variants else 'all'})",
+                (*spot, "variant" if "variant" in cond else "arm"),
+            )
             continue
         if isinstance(model, str) and arm.models is not None and model not in arm.models:
-            c.add(f"{where}.{side}.arm", f"arm {arm_id!r} does not run model {model!r}",
-                  (*spot, "arm"))  # fmt: skip
+            c.add(
+                f"{where}.{side}.arm",
+                f"arm {arm_id!r} does not run model {model!r}",
+                (*spot, "arm"),
+            )
             continue
         sides[side] = (arm_id, variant)
     if len(sides) == 2 and sides["failed"] == sides["succeeded"]:
-        c.add(f"{where}.succeeded", "names the same arm and variant as failed",
-              (*path, "succeeded"))  # fmt: skip
+        c.add(
+            f"{where}.succeeded", "names the same arm and variant as failed", (*path, "succeeded")
+        )
     return sides, model if isinstance(model, str) else None
 
 
 def _reviews(
-    c: _Collector, data: dict[str, Any], arms: dict[str, Arm], variants: list[VariantSpec],
-    models: dict[str, ModelSpec] | None, parser: str, item_study: bool,
-    steps: dict[str, StepSpec], items: Any = None,
+    c: _Collector,
+    data: dict[str, Any],
+    arms: dict[str, Arm],
+    variants: list[VariantSpec],
+    models: dict[str, ModelSpec] | None,
+    parser: str,
+    item_study: bool,
+    steps: dict[str, StepSpec],
+    items: Any = None,
 ) -> tuple[Review, ...]:
     """The ``[reviews.<NAME>]`` tables of either kind (:data:`REVIEW_KINDS`), each checked."""
     raw = data.get("reviews")
@@ -1291,13 +1471,15 @@ def _reviews(
         n = table.get("n")
         if isinstance(n, bool) or not isinstance(n, int) or n < 1:
             what = "decisions per stratum" if kind == "judge-label" else "the cases to draw"
-            c.add(f"{where}.n", f"must be an integer >= 1 ({what}), got {n!r}",
-                  (*path, "n"))  # fmt: skip
+            c.add(f"{where}.n", f"must be an integer >= 1 ({what}), got {n!r}", (*path, "n"))
         seed = _int_seed(c, table, "seed", where)
         description = table.get("description", "")
         if not isinstance(description, str):
-            c.add(f"{where}.description", f"must be a string, got {description!r}",
-                  (*path, "description"))  # fmt: skip
+            c.add(
+                f"{where}.description",
+                f"must be a string, got {description!r}",
+                (*path, "description"),
+            )
             description = ""
         ok = isinstance(n, int) and not isinstance(n, bool) and n >= 1 and bool(seed)
         if kind == "judge-label":
@@ -1305,30 +1487,46 @@ def _reviews(
             if ok and step is not None:
                 out.append(Review(name, kind, int(n), seed, description, step=step))
         elif kind == "contrast":
-            sides, model = _contrast_review(c, name, table, arms, variants, models, parser,
-                                               item_study)  # fmt: skip
+            sides, model = _contrast_review(
+                c, name, table, arms, variants, models, parser, item_study
+            )
             codes = _codes(c, name, table)
             if ok and len(sides) == 2:
-                out.append(Review(name, kind, int(n), seed, description,
-                                  failed=sides["failed"], succeeded=sides["succeeded"],
-                                  model=model, codes=codes))  # fmt: skip
+                out.append(
+                    Review(
+                        name,
+                        kind,
+                        int(n),
+                        seed,
+                        description,
+                        failed=sides["failed"],
+                        succeeded=sides["succeeded"],
+                        model=model,
+                        codes=codes,
+                    )
+                )
         elif kind == "reference-set":
             reference = _reference_review(c, name, table, steps, items)
             if ok and reference is not None:
-                out.append(Review(name, kind, int(n), seed, description,
-                                  reference=reference))  # fmt: skip
+                out.append(Review(name, kind, int(n), seed, description, reference=reference))
     return tuple(out)
 
 
 def _check_kinds(
-    c: _Collector, hypotheses: list[Hypothesis], arms: dict[str, Arm],
-    variants: list[VariantSpec], models: dict[str, ModelSpec] | None, model: dict[str, Any],
-    replicates: int, item_study: bool,
+    c: _Collector,
+    hypotheses: list[Hypothesis],
+    arms: dict[str, Arm],
+    variants: list[VariantSpec],
+    models: dict[str, ModelSpec] | None,
+    model: dict[str, Any],
+    replicates: int,
+    item_study: bool,
 ) -> None:
     """The seed-002 tests against the design: each variant one the arm runs, sampling > 0.
 
     A study without variants has the one variant ``original`` (the items as written).
     """
+
     def runs(arm: Arm, name: str) -> bool:
         return arm_runs(variants, arm, name)
 
@@ -1341,39 +1539,57 @@ def _check_kinds(
             h.test == "mcnemar" and (h.arm is not None or h.variant is not None)
         ):
             continue
-        tested = [arms[h.arm]] if h.arm is not None and h.arm in arms else [
-            arms[a] for a in h.contrast if a in arms]
+        tested = (
+            [arms[h.arm]]
+            if h.arm is not None and h.arm in arms
+            else [arms[a] for a in h.contrast if a in arms]
+        )
         names = list(h.variants or ())
         if h.variant is not None:
             names.append(h.variant)
         elif variants and h.test in ("position-bias", "self-consistency"):
-            c.add(f"{where}.variant", f"missing: a {h.test} test in a study with variants names "
-                  "the variant it tests")  # fmt: skip
+            c.add(
+                f"{where}.variant",
+                f"missing: a {h.test} test in a study with variants names the variant it tests",
+            )
         key = "variants" if h.variants else "variant"
         for arm in tested:
             for name in names:
                 if not runs(arm, name):
-                    known = ", ".join(
-                        [v.name for v in variants] if variants else ["original"])
-                    c.add(f"{where}.{key}", f"arm {arm.id!r} does not run variant {name!r} "
-                          f"(variants: {known}; the arm's variants: "
-                          f"{', '.join(arm.variants) if arm.variants else 'all'})")  # fmt: skip
+                    known = ", ".join([v.name for v in variants] if variants else ["original"])
+                    c.add(
+                        f"{where}.{key}",
+                        f"arm {arm.id!r} does not run variant {name!r} "
+                        f"(variants: {known}; the arm's variants: "
+                        f"{', '.join(arm.variants) if arm.variants else 'all'})",
+                    )
         if h.test == "self-consistency" and h.arm in arms and h.samples is not None:
             arm = arms[h.arm]
             reps = arm.replicates or replicates
             if reps < h.samples:
-                c.add(f"{where}.samples", f"arm {arm.id!r} runs {reps} replicates, fewer than "
-                      f"the {h.samples} samples")  # fmt: skip
-            specs: list[tuple[str | None, dict[str, Any]]] = [(None, model)] if (
-                models is None) else [(m_name, dict(m.params)) for m_name, m in models.items()
-                                      if arm.models is None or m_name in arm.models]  # fmt: skip
+                c.add(
+                    f"{where}.samples",
+                    f"arm {arm.id!r} runs {reps} replicates, fewer than the {h.samples} samples",
+                )
+            specs: list[tuple[str | None, dict[str, Any]]] = (
+                [(None, model)]
+                if (models is None)
+                else [
+                    (m_name, dict(m.params))
+                    for m_name, m in models.items()
+                    if arm.models is None or m_name in arm.models
+                ]
+            )
             for m_label, params in specs:
                 temp = arm.sampling.get("temperature", params.get("temperature", 1.0))
                 if isinstance(temp, int | float) and temp <= 0:
                     on = f" on model {m_label!r}" if m_label else ""
-                    c.add(f"{where}.test", f"self-consistency {h.id!r}: arm {arm.id!r} samples "
-                          f"at temperature {temp}{on}; a majority over greedy samples measures "
-                          "nothing (set the arm's sampling temperature > 0)")  # fmt: skip
+                    c.add(
+                        f"{where}.test",
+                        f"self-consistency {h.id!r}: arm {arm.id!r} samples "
+                        f"at temperature {temp}{on}; a majority over greedy samples measures "
+                        "nothing (set the arm's sampling temperature > 0)",
+                    )
 
 
 def _deviations(c: _Collector, data: dict[str, Any]) -> tuple[dict[str, str], ...]:
@@ -1407,15 +1623,22 @@ def _deviations(c: _Collector, data: dict[str, Any]) -> tuple[dict[str, str], ..
 
 
 def _arm_settings(
-    c: _Collector, spec: dict[str, Any], where: str, components: dict[str, Path],
-    models: dict[str, ModelSpec] | None, providers: list[str], fewshot: dict[str, FewShotSpec],
+    c: _Collector,
+    spec: dict[str, Any],
+    where: str,
+    components: dict[str, Path],
+    models: dict[str, ModelSpec] | None,
+    providers: list[str],
+    fewshot: dict[str, FewShotSpec],
 ) -> dict[str, Any]:
     """The per-arm request settings of ``docs/prompts.md`` (system, fewshot, sampling, ...)."""
     out: dict[str, Any] = {}
     system = spec.get("system")
     if system is not None:
-        if not isinstance(system, list) or not system or not all(
-            isinstance(x, str) for x in system
+        if (
+            not isinstance(system, list)
+            or not system
+            or not all(isinstance(x, str) for x in system)
         ):
             c.add(f"{where}.system", "must be a non-empty list of component names")
         else:
@@ -1436,9 +1659,10 @@ def _arm_settings(
         if models is None:
             c.add(f"{where}.models", "applies to a study with [models.<NAME>] tables")
         elif (
-            not isinstance(arm_models, list) or not arm_models
+            not isinstance(arm_models, list)
+            or not arm_models
             or not all(isinstance(x, str) for x in arm_models)
-        ):  # fmt: skip
+        ):
             c.add(f"{where}.models", "must be a non-empty list of model names")
         else:
             for name in arm_models:
@@ -1455,9 +1679,10 @@ def _arm_settings(
             c.add(f"{where}.sampling", "must be a table, e.g. { temperature = 0.7, top_p = 0.95 }")
         else:
             arm_providers = (
-                [models[m].provider for m in chosen if m in models] if models is not None
+                [models[m].provider for m in chosen if m in models]
+                if models is not None
                 else providers
-            )  # fmt: skip
+            )
             result: dict[str, Any] = {}
             for provider in dict.fromkeys(arm_providers):
                 result = _sampling(c, sampling, f"{where}.sampling", provider, full=False)
@@ -1465,16 +1690,15 @@ def _arm_settings(
     if "replicates" in spec:
         reps = spec["replicates"]
         if isinstance(reps, bool) or not isinstance(reps, int) or not 0 < reps <= MAX_REPLICATES:
-            c.add(f"{where}.replicates", f"must be an integer from 1 to {MAX_REPLICATES:,}, got "
-                                         f"{reps!r}")  # fmt: skip
+            c.add(
+                f"{where}.replicates",
+                f"must be an integer from 1 to {MAX_REPLICATES:,}, got {reps!r}",
+            )
         else:
             out["replicates"] = reps
     if "variants" in spec:
         names = spec["variants"]
-        if (
-            not isinstance(names, list) or not names
-            or not all(isinstance(x, str) for x in names)
-        ):  # fmt: skip
+        if not isinstance(names, list) or not names or not all(isinstance(x, str) for x in names):
             c.add(f"{where}.variants", "must be a non-empty list of variant names")
         elif len(set(names)) != len(names):
             c.add(f"{where}.variants", "a variant is listed twice")
@@ -1483,17 +1707,23 @@ def _arm_settings(
     after = spec.get("after")
     if after is not None:
         if (
-            not isinstance(after, dict) or not isinstance(after.get("arm"), str)
+            not isinstance(after, dict)
+            or not isinstance(after.get("arm"), str)
             or any(k not in ("arm", "answer", "rule") for k in after)
             or not all(isinstance(v, str) and v for v in after.values())
-        ):  # fmt: skip
-            c.add(f"{where}.after", 'must be { arm = "A" } with, optionally, answer = "<trial '
-                  'step>" and rule = "next-option"')  # fmt: skip
+        ):
+            c.add(
+                f"{where}.after",
+                'must be { arm = "A" } with, optionally, answer = "<trial '
+                'step>" and rule = "next-option"',
+            )
         elif after.get("rule", "next-option") != "next-option":
             c.add(f"{where}.after.rule", f"unknown rule {after['rule']!r}; use next-option")
         elif "rule" in after and "answer" not in after:
-            c.add(f"{where}.after.rule", "next-option needs the prior's answer (answer = "
-                  "\"<trial step>\")")  # fmt: skip
+            c.add(
+                f"{where}.after.rule",
+                'next-option needs the prior\'s answer (answer = "<trial step>")',
+            )
         else:
             out["after"] = dict(after)
     subset = spec.get("items")
@@ -1511,8 +1741,12 @@ def _arm_settings(
 
 
 def _arms(
-    c: _Collector, data: dict[str, Any], components: dict[str, Path],
-    models: dict[str, ModelSpec] | None, providers: list[str], fewshot: dict[str, FewShotSpec],
+    c: _Collector,
+    data: dict[str, Any],
+    components: dict[str, Path],
+    models: dict[str, ModelSpec] | None,
+    providers: list[str],
+    fewshot: dict[str, FewShotSpec],
 ) -> dict[str, Arm]:
     raw = _table(c, data, "arms")
     arms: dict[str, Arm] = {}
@@ -1567,13 +1801,19 @@ def _check_after(c: _Collector, arms: dict[str, Arm], base: str | None) -> None:
             continue
         prior = arms.get(arm.after["arm"])
         if prior is not None and prior.response_from is not None:
-            c.add(f"arms.{arm.id}.after", f"arm {prior.id!r} takes its responses from "
-                  "data; a second stage follows a model's answer")  # fmt: skip
+            c.add(
+                f"arms.{arm.id}.after",
+                f"arm {prior.id!r} takes its responses from "
+                "data; a second stage follows a model's answer",
+            )
         elif prior is None or prior.id == arm.id:
             c.add(f"arms.{arm.id}.after", f"unknown arm {arm.after['arm']!r}")
         elif prior.after is not None:
-            c.add(f"arms.{arm.id}.after", f"arm {prior.id!r} is itself answer-dependent; "
-                  "a second stage follows a first stage only")  # fmt: skip
+            c.add(
+                f"arms.{arm.id}.after",
+                f"arm {prior.id!r} is itself answer-dependent; "
+                "a second stage follows a first stage only",
+            )
 
 
 def _differs(
@@ -1584,8 +1824,10 @@ def _differs(
     Returns (``(arm, by)``, the exact claims or None); ``by`` is empty with the exact form.
     """
     exact = ("removes", "adds", "replaces")
-    usage = ('must be {arm = "A", by = ["component", ...]} or {arm = "A"} with removes = '
-             '[...], adds = [...] and/or replaces = { old = "new" }')  # fmt: skip
+    usage = (
+        'must be {arm = "A", by = ["component", ...]} or {arm = "A"} with removes = '
+        '[...], adds = [...] and/or replaces = { old = "new" }'
+    )
     if not isinstance(differs, dict) or not isinstance(differs.get("arm"), str):
         c.add(f"{where}.differs_from", usage)
         return None, None
@@ -1595,28 +1837,36 @@ def _differs(
             c.add(f"{where}.differs_from", usage)
             return None, None
         if any(k in differs for k in exact):
-            c.add(f"{where}.differs_from", "states either by (removed or replaced) or the exact "
-                  "removes / adds / replaces, not both")  # fmt: skip
+            c.add(
+                f"{where}.differs_from",
+                "states either by (removed or replaced) or the exact "
+                "removes / adds / replaces, not both",
+            )
             return None, None
         return (differs["arm"], tuple(by)), None
     claims: dict[str, Any] = {}
     for key in ("removes", "adds"):
         if key in differs:
             value = differs[key]
-            if not isinstance(value, list) or not value or not all(
-                isinstance(x, str) and x for x in value
+            if (
+                not isinstance(value, list)
+                or not value
+                or not all(isinstance(x, str) and x for x in value)
             ):
-                c.add(f"{where}.differs_from.{key}", "must be a non-empty list of component "
-                      "names")  # fmt: skip
+                c.add(f"{where}.differs_from.{key}", "must be a non-empty list of component names")
                 return None, None
             claims[key] = list(value)
     if "replaces" in differs:
         value = differs["replaces"]
-        if not isinstance(value, dict) or not value or not all(
-            isinstance(v, str) and v for v in value.values()
+        if (
+            not isinstance(value, dict)
+            or not value
+            or not all(isinstance(v, str) and v for v in value.values())
         ):
-            c.add(f"{where}.differs_from.replaces", 'must be a table { old = "new", ... } of '
-                  "component names")  # fmt: skip
+            c.add(
+                f"{where}.differs_from.replaces",
+                'must be a table { old = "new", ... } of component names',
+            )
             return None, None
         claims["replaces"] = dict(value)
     if not claims:
@@ -1626,7 +1876,10 @@ def _differs(
 
 
 def _factorial_arms(
-    c: _Collector, arms: dict[str, Arm], factors: dict[str, Factor], factorial: Factorial | None,
+    c: _Collector,
+    arms: dict[str, Arm],
+    factors: dict[str, Factor],
+    factorial: Factorial | None,
     has_template: bool,
 ) -> dict[str, Arm]:
     """The arms with ``[factorial]``'s base replaced by one arm per cell, in cell order.
@@ -1637,21 +1890,31 @@ def _factorial_arms(
     """
     for name in factors:
         if factorial is None or name not in factorial.factors:
-            c.add(f"factors.{name}", "is not crossed by [factorial] (factors = [...]): a factor "
-                  "no design uses would be locked without effect")  # fmt: skip
+            c.add(
+                f"factors.{name}",
+                "is not crossed by [factorial] (factors = [...]): a factor "
+                "no design uses would be locked without effect",
+            )
     if factorial is None:
         return arms
     base = arms[factorial.base]
     for arm in arms.values():
         if arm.differs_from is not None and arm.differs_from[0] == base.id:
-            c.add(f"arms.{arm.id}.differs_from", f"arm {base.id!r} is the template of the "
-                  "factorial cells and is not run; name a cell arm")  # fmt: skip
+            c.add(
+                f"arms.{arm.id}.differs_from",
+                f"arm {base.id!r} is the template of the "
+                "factorial cells and is not run; name a cell arm",
+            )
         if arm.after is not None and arm.after["arm"] == base.id:
-            c.add(f"arms.{arm.id}.after", f"arm {base.id!r} is the template of the factorial "
-                  "cells and is not run")  # fmt: skip
+            c.add(
+                f"arms.{arm.id}.after",
+                f"arm {base.id!r} is the template of the factorial cells and is not run",
+            )
     if base.after is not None or base.differs_from is not None:
-        c.add(f"arms.{base.id}", "the factorial base arm may not be answer-dependent (after) "
-              "or declare differs_from")  # fmt: skip
+        c.add(
+            f"arms.{base.id}",
+            "the factorial base arm may not be answer-dependent (after) or declare differs_from",
+        )
     out: dict[str, Arm] = {}
     for arm_id, arm in arms.items():
         if arm_id != base.id:
@@ -1667,20 +1930,30 @@ def _factorial_arms(
             system = tuple(base.system) + tuple(n for lv in levels for n in lv.system)
             for name in set(components) | set(system):
                 if components.count(name) > 1 or system.count(name) > 1:
-                    c.add("factorial", f"cell {cell_arm_id(base.id, factorial.factors, cell)}: "
-                          f"component {name!r} is listed twice")  # fmt: skip
+                    c.add(
+                        "factorial",
+                        f"cell {cell_arm_id(base.id, factorial.factors, cell)}: "
+                        f"component {name!r} is listed twice",
+                    )
             if sum(1 for lv in levels if lv.template is not None) > 1:
-                c.add("factorial", f"cell {cell_arm_id(base.id, factorial.factors, cell)}: two "
-                      "factors set the item template")  # fmt: skip
+                c.add(
+                    "factorial",
+                    f"cell {cell_arm_id(base.id, factorial.factors, cell)}: two "
+                    "factors set the item template",
+                )
             cid = cell_arm_id(base.id, factorial.factors, cell)
-            out[cid] = replace(base, id=cid, components=tuple(components), system=system,
-                               factors=dict(cell))  # fmt: skip
+            out[cid] = replace(
+                base, id=cid, components=tuple(components), system=system, factors=dict(cell)
+            )
     return out
 
 
 def _factorial_hypotheses(
-    c: _Collector, hypotheses: list[Hypothesis], factors: dict[str, Factor],
-    factorial: Factorial | None, has_variants: bool,
+    c: _Collector,
+    hypotheses: list[Hypothesis],
+    factors: dict[str, Factor],
+    factorial: Factorial | None,
+    has_variants: bool,
 ) -> None:
     """Each factorial hypothesis's effect: factors crossed by ``[factorial]``, and estimable.
 
@@ -1692,14 +1965,18 @@ def _factorial_hypotheses(
     if not tests:
         return
     import numpy as np  # here: a study without a factorial test never loads numpy
+
     if factorial is None:
         for i, _ in tests:
             c.add(f"hypotheses[{i}].test", "a factorial test needs a [factorial] design")
         return
     if has_variants:
         for i, _ in tests:
-            c.add(f"hypotheses[{i}].test", "a factorial test of a study with [variants] is not "
-                  "available (the variants are not factors of the model)")  # fmt: skip
+            c.add(
+                f"hypotheses[{i}].test",
+                "a factorial test of a study with [variants] is not "
+                "available (the variants are not factors of the model)",
+            )
         return
     order = list(factorial.factors)
     inters: list[tuple[str, ...]] = []
@@ -1707,8 +1984,11 @@ def _factorial_hypotheses(
         effect = h.effect or ()
         outside = [f for f in effect if f not in order]
         if outside:
-            c.add(f"hypotheses[{i}].effect", f"factor {outside[0]!r} is not crossed by "
-                  f"[factorial] (its factors: {', '.join(order)})")  # fmt: skip
+            c.add(
+                f"hypotheses[{i}].effect",
+                f"factor {outside[0]!r} is not crossed by "
+                f"[factorial] (its factors: {', '.join(order)})",
+            )
             return
         if len(effect) > 1:
             key = tuple(sorted(effect, key=order.index))
@@ -1732,18 +2012,25 @@ def _factorial_hypotheses(
         if int(np.linalg.matrix_rank(x[:, rest])) + len(mine) == full:
             continue
         partner = _alias_of(effect, cols, cells, factors)
-        what = ("interaction " + " × ".join(effect) if len(effect) > 1
-                else f"main effect {effect[0]}")  # fmt: skip
-        c.add(f"hypotheses[{i}].effect", f"the {what} is aliased{partner} in this design: the "
-              "cells do not cross those factors, so its term cannot be estimated apart from "
-              "the model's other terms")  # fmt: skip
+        what = (
+            "interaction " + " × ".join(effect) if len(effect) > 1 else f"main effect {effect[0]}"
+        )
+        c.add(
+            f"hypotheses[{i}].effect",
+            f"the {what} is aliased{partner} in this design: the "
+            "cells do not cross those factors, so its term cannot be estimated apart from "
+            "the model's other terms",
+        )
 
 
 def _alias_of(
-    effect: tuple[str, ...], cols: list[tuple[str, dict[str, str]]], cells: list[dict[str, str]],
+    effect: tuple[str, ...],
+    cols: list[tuple[str, dict[str, str]]],
+    cells: list[dict[str, str]],
     factors: dict[str, Factor],
 ) -> str:
     """`` with <term>`` when another model term has the same ±1 contrast over the cells."""
+
     def code(names: Iterable[str]) -> list[int]:
         out = []
         for cell in cells:
@@ -1767,9 +2054,16 @@ def _alias_of(
 
 
 DATA_ARM_REFUSED: Final = (
-    "components", "differs_from", "system", "fewshot", "sampling", "models", "replicates",
-    "variants", "after",
-)  # fmt: skip
+    "components",
+    "differs_from",
+    "system",
+    "fewshot",
+    "sampling",
+    "models",
+    "replicates",
+    "variants",
+    "after",
+)
 """Arm keys a data arm (``response_from``) refuses: each shapes a request, and it sends none."""
 
 
@@ -1781,14 +2075,21 @@ def _data_arm(c: _Collector, spec: dict[str, Any], where: str, arm_id: str, role
     """
     field_name = spec.get("response_from")
     if not isinstance(field_name, str) or not field_name:
-        c.add(f"{where}.response_from", f"must name an item field, got {field_name!r}",
-              ("arms", arm_id, "response_from"))  # fmt: skip
+        c.add(
+            f"{where}.response_from",
+            f"must name an item field, got {field_name!r}",
+            ("arms", arm_id, "response_from"),
+        )
         field_name = ""
     for key in DATA_ARM_REFUSED:
         if key in spec:
-            c.add(f"{where}.{key}", f"a data arm (response_from = {field_name!r}) sends no "
-                  f"request, so it has no {key}: its responses are the items' {field_name!r} "
-                  "as written", ("arms", arm_id, key))  # fmt: skip
+            c.add(
+                f"{where}.{key}",
+                f"a data arm (response_from = {field_name!r}) sends no "
+                f"request, so it has no {key}: its responses are the items' {field_name!r} "
+                "as written",
+                ("arms", arm_id, key),
+            )
     subset = None
     table = spec.get("items")
     if table is not None:
@@ -1798,8 +2099,9 @@ def _data_arm(c: _Collector, spec: dict[str, Any], where: str, arm_id: str, role
         else:
             seed = _int_seed(c, table, "seed", f"{where}.items")
             subset = (n, seed) if seed else None
-    return Arm(arm_id, role, (), None, subset=subset, replicates=1,
-               response_from=field_name or None)  # fmt: skip
+    return Arm(
+        arm_id, role, (), None, subset=subset, replicates=1, response_from=field_name or None
+    )
 
 
 def _data_arm_items(c: _Collector, arms: dict[str, Arm], items: Any, variants: list[Any]) -> None:
@@ -1810,20 +2112,34 @@ def _data_arm_items(c: _Collector, arms: dict[str, Arm], items: Any, variants: l
             continue
         where = f"arms.{arm.id}.response_from"
         if items is None:
-            c.add(where, "a data arm takes its responses from an item file ([stimuli] items)",
-                  ("arms", arm.id, "response_from"))  # fmt: skip
+            c.add(
+                where,
+                "a data arm takes its responses from an item file ([stimuli] items)",
+                ("arms", arm.id, "response_from"),
+            )
             continue
         if variants:
-            c.add(where, "a data arm cannot run item variants: its responses answer the items "
-                  "as written", ("arms", arm.id, "response_from"))  # fmt: skip
+            c.add(
+                where,
+                "a data arm cannot run item variants: its responses answer the items as written",
+                ("arms", arm.id, "response_from"),
+            )
         for item in items:
             value = item.data.get(name)
             if not isinstance(value, str) or not value:
-                what = "lacks it" if value is None else (
-                    "has it empty" if value == "" else f"has a {type(value).__name__}, not text")
-                c.add(where, f"item {item.id!r} (line {item.line}) {what}: every item of a data "
-                      f"arm supplies its response as a non-empty text field {name!r}",
-                      ("arms", arm.id, "response_from"))  # fmt: skip
+                what = (
+                    "lacks it"
+                    if value is None
+                    else (
+                        "has it empty" if value == "" else f"has a {type(value).__name__}, not text"
+                    )
+                )
+                c.add(
+                    where,
+                    f"item {item.id!r} (line {item.line}) {what}: every item of a data "
+                    f"arm supplies its response as a non-empty text field {name!r}",
+                    ("arms", arm.id, "response_from"),
+                )
                 break
 
 
@@ -1849,8 +2165,9 @@ def _items_stimuli(c: _Collector, root: Path, table: dict[str, Any]) -> tuple[Pa
                 c.add("stimuli.items", problem)
     if items is not None and first is not None:
         if first > len(items):
-            c.add("stimuli.range.first", f"{first} is more than the {len(items)} items of "
-                  f"{path.name}")  # fmt: skip
+            c.add(
+                "stimuli.range.first", f"{first} is more than the {len(items)} items of {path.name}"
+            )
         items = items.head(first)
     return path, items
 
@@ -1862,8 +2179,11 @@ def _item_range(c: _Collector, table: dict[str, Any]) -> int | None:
     value = table["range"]
     if not isinstance(value, dict) or set(value) != {"first"}:
         extra = sorted(set(value) - set(RANGE_KEYS)) if isinstance(value, dict) else []
-        c.add("stimuli.range", "must be a table { first = N } (the first N items of the file, "
-              "in file order)" + (f"; unknown key {extra[0]!r}" if extra else ""))  # fmt: skip
+        c.add(
+            "stimuli.range",
+            "must be a table { first = N } (the first N items of the file, "
+            "in file order)" + (f"; unknown key {extra[0]!r}" if extra else ""),
+        )
         return None
     first = value["first"]
     if isinstance(first, bool) or not isinstance(first, int) or first < 1:
@@ -1882,8 +2202,9 @@ def _stimuli(
         return path, path, {}, items
     if "range" in table:
         c.add("stimuli.range", "applies to an item file ([stimuli] items), not an image folder")
-    directory = _inside(c, root, _str(c, table, "directory", "stimuli") or ".", "stimuli.directory",
-                        directory=True)
+    directory = _inside(
+        c, root, _str(c, table, "directory", "stimuli") or ".", "stimuli.directory", directory=True
+    )
     truth = _inside(c, root, _str(c, table, "truth", "stimuli") or "truth.csv", "stimuli.truth")
     stimuli: dict[str, Path] = {}
     if not truth.is_file() or not directory.is_dir():
@@ -1897,8 +2218,11 @@ def _stimuli(
         header = next(reader, [])
         for cells in reader:
             if len(cells) != len(header):  # named at its own line, not as a coverage problem
-                c.add("stimuli.truth", f"{truth.name}:{reader.line_num}: {len(cells)} field(s), "
-                                       f"the header has {len(header)} ({','.join(header)})")
+                c.add(
+                    "stimuli.truth",
+                    f"{truth.name}:{reader.line_num}: {len(cells)} field(s), "
+                    f"the header has {len(header)} ({','.join(header)})",
+                )
                 continue
             rows.append(dict(zip(header, cells, strict=True)))
     except csv.Error as exc:
@@ -1907,9 +2231,7 @@ def _stimuli(
     covered = {row.get("stimulus", "") for row in rows}
     if "" in covered or not rows:
         c.add("stimuli.truth", f"{truth.name} needs a 'stimulus' column with a value on every row")
-    images = sorted(
-        p for p in directory.iterdir() if p.suffix.lower() in IMAGE_SUFFIXES
-    )
+    images = sorted(p for p in directory.iterdir() if p.suffix.lower() in IMAGE_SUFFIXES)
     for image in images:
         stimuli[image.stem] = image
     for image_id in stimuli:
@@ -1971,9 +2293,7 @@ def _sampling(
     if "top_k" in out:
         top_k = out["top_k"]
         if provider in NO_TOP_K_PROVIDERS:
-            c.add(
-                f"{where}.top_k", f"provider {provider!r} takes no top_k (the chat API has none)"
-            )
+            c.add(f"{where}.top_k", f"provider {provider!r} takes no top_k (the chat API has none)")
         elif isinstance(top_k, bool) or not isinstance(top_k, int) or top_k < 1:
             c.add(f"{where}.top_k", f"must be a positive integer, got {top_k!r}")
     if full and "logprobs" in table:
@@ -1991,9 +2311,10 @@ def _sampling(
         stop = out["stop"]
         most = 4 if openai else 8
         if (
-            not isinstance(stop, list) or not 1 <= len(stop) <= most
+            not isinstance(stop, list)
+            or not 1 <= len(stop) <= most
             or not all(isinstance(x, str) and x for x in stop)
-        ):  # fmt: skip
+        ):
             c.add(
                 f"{where}.stop",
                 f"must be a list of 1 to {most} non-empty strings for provider {provider!r}, "
@@ -2081,8 +2402,10 @@ def _fewshot(c: _Collector, root: Path, data: dict[str, Any]) -> dict[str, FewSh
         if ids_raw is not None:
             if rule != "fixed":
                 c.add(f"{where}.ids", f"applies to the fixed rule only, not {rule!r}")
-            elif not isinstance(ids_raw, list) or not ids_raw or not all(
-                isinstance(x, str) for x in ids_raw
+            elif (
+                not isinstance(ids_raw, list)
+                or not ids_raw
+                or not all(isinstance(x, str) for x in ids_raw)
             ):
                 c.add(f"{where}.ids", "must be a non-empty list of example ids")
             else:
@@ -2121,8 +2444,16 @@ def _fewshot(c: _Collector, root: Path, data: dict[str, Any]) -> dict[str, FewSh
                 if answer.is_file():
                     _read_text(c, answer, f"{where}.answer")
         out[name] = FewShotSpec(
-            name, examples, rule, int(count), ids, seed or None, field_name or None,
-            order or "drawn", style or "turns", answer,
+            name,
+            examples,
+            rule,
+            int(count),
+            ids,
+            seed or None,
+            field_name or None,
+            order or "drawn",
+            style or "turns",
+            answer,
         )
     return out
 
@@ -2191,13 +2522,17 @@ def _analysis(c: _Collector, data: dict[str, Any], arms: Iterable[str] = ()) -> 
         "exclude_unparseable": analysis.get("exclude_unparseable", True),
     }
     if analysis_out["model"] != "lmm":
-        c.add("analysis.model", f"must be 'lmm' (the only primary model of v1), got "
-                                f"{analysis_out['model']!r}")
+        c.add(
+            "analysis.model",
+            f"must be 'lmm' (the only primary model of v1), got {analysis_out['model']!r}",
+        )
     group = analysis_out["random_intercept"]
     if group not in RANDOM_INTERCEPTS:
-        extra = " (a model without a random intercept is not available in v1)" if (
-            group == "none"
-        ) else ""
+        extra = (
+            " (a model without a random intercept is not available in v1)"
+            if (group == "none")
+            else ""
+        )
         c.add("analysis.random_intercept", f"must be 'stimulus' or 'source', got {group!r}{extra}")
     if not isinstance(analysis_out["exclude_unparseable"], bool):
         c.add(
@@ -2235,8 +2570,12 @@ def load_study(root: str | Path, *, strict: bool = True) -> Study:
         raise SpecError([f"{spec_path} is a directory, where the study spec file is expected"])
     try:
         if spec_path.stat().st_size > MAX_SPEC_BYTES:  # refused before a byte is read
-            raise SpecError([f"{spec_path}: {spec_path.stat().st_size:,} bytes, more than the "
-                             f"{MAX_SPEC_BYTES:,} a study spec may have"])
+            raise SpecError(
+                [
+                    f"{spec_path}: {spec_path.stat().st_size:,} bytes, more than the "
+                    f"{MAX_SPEC_BYTES:,} a study spec may have"
+                ]
+            )
         raw = spec_path.read_bytes()
     except FileNotFoundError:
         raise SpecError([f"{spec_path}: no study spec (study.toml) in {root}"]) from None
@@ -2250,8 +2589,12 @@ def load_study(root: str | Path, *, strict: bool = True) -> Study:
     except tomllib.TOMLDecodeError as exc:
         raise SpecError([f"{spec_path}: not valid TOML: {exc}"]) from None
     except RecursionError:  # tomllib recurses per nesting level
-        raise SpecError([f"{spec_path}: arrays or tables nested too deep to read (a study spec "
-                         "nests a few levels)"]) from None
+        raise SpecError(
+            [
+                f"{spec_path}: arrays or tables nested too deep to read (a study spec "
+                "nests a few levels)"
+            ]
+        ) from None
     c = _Collector(str(spec_path), LineFinder(text))
     if strict:
         _unknown_problems(c, data)
@@ -2285,16 +2628,24 @@ def load_study(root: str | Path, *, strict: bool = True) -> Study:
             _read_text(c, components[name], f"components.{name}")
     for name in components:
         if name in RESERVED_COMPONENTS:
-            c.add(f"components.{name}", f"{name!r} is reserved (an arm lists it for the "
-                  f"{'item block' if name == 'item' else 'inline few-shot examples'})")
-    providers = [str(model_out.get("provider", ""))] if models is None else [
-        m.provider for m in models.values()
-    ]
+            c.add(
+                f"components.{name}",
+                f"{name!r} is reserved (an arm lists it for the "
+                f"{'item block' if name == 'item' else 'inline few-shot examples'})",
+            )
+    providers = (
+        [str(model_out.get("provider", ""))]
+        if models is None
+        else [m.provider for m in models.values()]
+    )
     arms = _arms(c, data, components, models, providers, fewshot)
     factors = parse_factors(
-        data.get("factors"), c.add, lambda rel, where: _inside(c, root, rel, where),
+        data.get("factors"),
+        c.add,
+        lambda rel, where: _inside(c, root, rel, where),
         lambda path, where: _read_text(c, path, where),
-        lambda path: path.resolve().relative_to(root.resolve()).as_posix(), components,
+        lambda path: path.resolve().relative_to(root.resolve()).as_posix(),
+        components,
     )
     factorial = parse_factorial(data.get("factorial"), factors, arms, c.add)
     arms = _factorial_arms(c, arms, factors, factorial, prompt.item is not None)
@@ -2302,20 +2653,22 @@ def load_study(root: str | Path, *, strict: bool = True) -> Study:
     response = _response(c, data)
     stimuli_dir, truth, stimuli, items = _stimuli(c, root, data)
     stimuli_table = data.get("stimuli")
-    items_path = (
-        truth if isinstance(stimuli_table, dict) and "items" in stimuli_table else None
-    )
+    items_path = truth if isinstance(stimuli_table, dict) and "items" in stimuli_table else None
     answer_column = None if items_path is not None else _answer_column(c, data, response.parser)
     if items_path is not None and prompt.item is None:
-        c.add("prompt.item", "a study with an item file needs an item template ([prompt] item = "
-              "\"prompts/item.txt\"), which places each item's question and options")
+        c.add(
+            "prompt.item",
+            "a study with an item file needs an item template ([prompt] item = "
+            '"prompts/item.txt"), which places each item\'s question and options',
+        )
     letters = response.letters
     response_table = data.get("response")
     if (
-        items is not None and response.parser in LETTER_PARSERS
+        items is not None
+        and response.parser in LETTER_PARSERS
         and not (isinstance(response_table, dict) and "letters" in response_table)
         and not c.problems
-    ):  # fmt: skip
+    ):
         from runner.items import OPTION_LABELS
 
         widest = max((len(i.options) for i in items), default=4)
@@ -2324,11 +2677,14 @@ def load_study(root: str | Path, *, strict: bool = True) -> Study:
     design = _table(c, data, "design")
     replicates = design.get("replicates")
     if (
-        isinstance(replicates, bool) or not isinstance(replicates, int)
+        isinstance(replicates, bool)
+        or not isinstance(replicates, int)
         or not 1 <= replicates <= MAX_REPLICATES
-    ):  # fmt: skip
-        c.add("design.replicates", f"must be an integer from 1 to {MAX_REPLICATES:,}, got "
-                                   f"{replicates!r}")  # fmt: skip
+    ):
+        c.add(
+            "design.replicates",
+            f"must be an integer from 1 to {MAX_REPLICATES:,}, got {replicates!r}",
+        )
         replicates = 1
     seed = _int_seed(c, design, "seed", "design")
     bootstrap_seed = _int_seed(c, design, "bootstrap_seed", "design")
@@ -2358,8 +2714,11 @@ def load_study(root: str | Path, *, strict: bool = True) -> Study:
     if model_arms is not None:
         for i, h in enumerate(hypotheses):
             if h.test == "lmm" and h.stimuli is None and not set(h.contrast) <= set(model_arms):
-                c.add(f"hypotheses[{i}].contrast", f"an lmm contrast on the main model needs "
-                      f"both arms in analysis.model_arms {model_arms}")  # fmt: skip
+                c.add(
+                    f"hypotheses[{i}].contrast",
+                    f"an lmm contrast on the main model needs "
+                    f"both arms in analysis.model_arms {model_arms}",
+                )
 
     variants = _variants(c, root, data, items is not None)
     declared = {v.name for v in variants}
@@ -2370,66 +2729,110 @@ def load_study(root: str | Path, *, strict: bool = True) -> Study:
             ):
                 known = ", ".join(sorted(declared)) or "none declared"
                 c.add(f"arms.{arm.id}.variants", f"unknown variant {name!r} (variants: {known})")
-    _check_kinds(c, hypotheses, arms, variants, models, model_out, int(replicates),
-                 items_path is not None)  # fmt: skip
+    _check_kinds(
+        c, hypotheses, arms, variants, models, model_out, int(replicates), items_path is not None
+    )
     _data_arm_items(c, arms, items, variants)
     witnessing = parse_policy(data, c.add)
     timestamping = parse_timestamping(data, c.add)
     privacy = parse_privacy(data, c.add)
     deviations = _deviations(c, data)
     steps = parse_steps(
-        data.get("steps"), root, c.add, list(models) if models is not None else None,
-        components, lambda rel, where: _inside(c, root, rel, where),
+        data.get("steps"),
+        root,
+        c.add,
+        list(models) if models is not None else None,
+        components,
+        lambda rel, where: _inside(c, root, rel, where),
     )
     if "covariates" in analysis_out:
         from runner.steps import covariate_problems
 
         covariate_problems(analysis_out["covariates"], steps, c.add)
-    reviews = _reviews(c, data, arms, variants, models, response.parser, items_path is not None,
-                       steps, items)
+    reviews = _reviews(
+        c, data, arms, variants, models, response.parser, items_path is not None, steps, items
+    )
     check_outcomes(c.add, hypotheses, response.parser, steps)
     check_pairing(c.add, hypotheses, arms, int(replicates))
     if response.parser.startswith(JUDGE_PREFIX):
         judge = steps.get(response.parser[len(JUDGE_PREFIX) :])
         if judge is None or judge.on != "trial":
-            c.add("response.parser", f"{response.parser!r} names no trial step ([steps.<NAME>] "
-                  "with on = \"trial\")")  # fmt: skip
+            c.add(
+                "response.parser",
+                f'{response.parser!r} names no trial step ([steps.<NAME>] with on = "trial")',
+            )
         elif judge.parser != "label" or "correct" not in judge.labels:
-            c.add("response.parser", f"judge step {judge.name!r} must use the label parser with "
-                  "a label \"correct\" (a trial is correct when the judges' decision is it)")
+            c.add(
+                "response.parser",
+                f"judge step {judge.name!r} must use the label parser with "
+                'a label "correct" (a trial is correct when the judges\' decision is it)',
+            )
         if items is None:
             c.add("response.parser", "a judge scores item studies ([stimuli] items) only")
     raw_response = data.get("response")
-    ddx = parse_ddx(c.add, raw_response if isinstance(raw_response, dict) else {}, response.parser,
-                    steps, items)
+    ddx = parse_ddx(
+        c.add, raw_response if isinstance(raw_response, dict) else {}, response.parser, steps, items
+    )
     for where, message in hypothesis_problems(
         [{"id": h.id, "outcome": h.outcome, "test": h.test} for h in hypotheses],
-        response.parser, ddx,
+        response.parser,
+        ddx,
     ):
         c.add(where, message)
 
     plan = parse_plan(
-        data, c.add, arms=list(arms), models=list(models or {}),
-        variants=[v.name for v in variants], hypotheses=[h.id for h in hypotheses],
+        data,
+        c.add,
+        arms=list(arms),
+        models=list(models or {}),
+        variants=[v.name for v in variants],
+        hypotheses=[h.id for h in hypotheses],
         arm_replicates=any(a.replicates is not None for a in arms.values()),
     )
     if c.problems:
         raise SpecError(c.problems)
     loaded = Study(
-        root=root, spec_path=spec_path, id=study_id, title=title, origin=origin,
-        model=model_out, components=components, arms=arms, stimuli_dir=stimuli_dir,
-        truth_path=truth, stimuli=stimuli, replicates=int(replicates), seed=seed,
-        bootstrap_seed=bootstrap_seed, bootstrap_iterations=int(iterations),
-        blinding_secret=secret, response_format=response.format, parser=response.parser,
-        hypotheses=tuple(hypotheses), analysis=analysis_out, amendable=tuple(amendable),
+        root=root,
+        spec_path=spec_path,
+        id=study_id,
+        title=title,
+        origin=origin,
+        model=model_out,
+        components=components,
+        arms=arms,
+        stimuli_dir=stimuli_dir,
+        truth_path=truth,
+        stimuli=stimuli,
+        replicates=int(replicates),
+        seed=seed,
+        bootstrap_seed=bootstrap_seed,
+        bootstrap_iterations=int(iterations),
+        blinding_secret=secret,
+        response_format=response.format,
+        parser=response.parser,
+        hypotheses=tuple(hypotheses),
+        analysis=analysis_out,
+        amendable=tuple(amendable),
         deviations=deviations,
-        answer_column=answer_column, letters=letters, mode=response.mode,
-        items_path=items_path, item_first=items.first if items is not None else None,
-        prompt=prompt, fewshot=fewshot, models=models, phase=phase,
+        answer_column=answer_column,
+        letters=letters,
+        mode=response.mode,
+        items_path=items_path,
+        item_first=items.first if items is not None else None,
+        prompt=prompt,
+        fewshot=fewshot,
+        models=models,
+        phase=phase,
         variants=tuple(variants),
-        witnessing=witnessing, timestamping=timestamping, steps=steps, reviews=reviews,
-        privacy=privacy, factors=factors, factorial=factorial,
-        ddx=ddx, plan=plan,
+        witnessing=witnessing,
+        timestamping=timestamping,
+        steps=steps,
+        reviews=reviews,
+        privacy=privacy,
+        factors=factors,
+        factorial=factorial,
+        ddx=ddx,
+        plan=plan,
     )
     if items is not None:  # read once, here: Study.load_items returns it from now on
         object.__setattr__(loaded, "_items", items)
@@ -2509,12 +2912,15 @@ def _exact_claims(study: Study, arm: Arm) -> list[str]:
     out: list[str] = []
     for name in [*removes, *replaces]:
         if name not in base:
-            out.append(f"{where}: {base_id} has no component {name!r} for {arm.id} to remove or "
-                       f"replace ({base_id}: {base})")  # fmt: skip
+            out.append(
+                f"{where}: {base_id} has no component {name!r} for {arm.id} to remove or "
+                f"replace ({base_id}: {base})"
+            )
     for name in [*adds, *replaces.values()]:
         if name in base:
-            out.append(f"{where}: {name!r} is already in {base_id} ({base}); {arm.id} cannot add "
-                       "it")  # fmt: skip
+            out.append(
+                f"{where}: {name!r} is already in {base_id} ({base}); {arm.id} cannot add it"
+            )
     if out:
         return out
     claimed_removed = sorted([*removes, *replaces])
@@ -2527,14 +2933,18 @@ def _exact_claims(study: Study, arm: Arm) -> list[str]:
             said.append(f"adds {adds}")
         if replaces:
             said.append(f"replaces {replaces}")
-        return [f"{where}: arm {arm.id} is declared to differ from {base_id} as it "
-                f"{', '.join(said)}, but it lacks {removed} and adds {added}"]  # fmt: skip
+        return [
+            f"{where}: arm {arm.id} is declared to differ from {base_id} as it "
+            f"{', '.join(said)}, but it lacks {removed} and adds {added}"
+        ]
     expected = [replaces.get(x, x) for x in base if x not in removes]
     kept = [x for x in mine if x not in adds]
     if kept != expected:
-        return [f"{where}: apart from what it adds, arm {arm.id} must have {base_id}'s components "
-                f"with {replaces or 'nothing'} replaced in place and {removes or 'nothing'} "
-                f"removed ({expected}), but it has {kept}"]  # fmt: skip
+        return [
+            f"{where}: apart from what it adds, arm {arm.id} must have {base_id}'s components "
+            f"with {replaces or 'nothing'} replaced in place and {removes or 'nothing'} "
+            f"removed ({expected}), but it has {kept}"
+        ]
     return []
 
 
@@ -2568,8 +2978,11 @@ def _variants(
         for key in table:
             if key != "kind" and key not in allowed:
                 took = ", ".join(allowed) or "no other key"
-                c.add(f"{where}.{key}", f"does not apply to kind {kind!r} (it takes {took})",
-                      ("variants", name, key))  # fmt: skip
+                c.add(
+                    f"{where}.{key}",
+                    f"does not apply to kind {kind!r} (it takes {took})",
+                    ("variants", name, key),
+                )
         stop: frozenset[str] | None = None
         for key in allowed:
             path = ("variants", name, key)
@@ -2588,21 +3001,29 @@ def _variants(
                 what = "a non-negative integer"
                 value = str(value) if ok else value
             elif key == "fraction":
-                ok = isinstance(value, int | float) and not isinstance(value, bool) and (
-                    0 < value < 1
+                ok = (
+                    isinstance(value, int | float)
+                    and not isinstance(value, bool)
+                    and (0 < value < 1)
                 )
                 what = "a number between 0 and 1 (exclusive)"
             elif key == "order":
                 ok = isinstance(value, str) and bool(re.fullmatch(r"[A-Z]{2,26}", value))
-                what = "a string of option labels, e.g. \"DCBA\""
+                what = 'a string of option labels, e.g. "DCBA"'
             elif key == "labels":
-                ok = isinstance(value, list) and bool(value) and all(
-                    isinstance(x, str) and x for x in value
+                ok = (
+                    isinstance(value, list)
+                    and bool(value)
+                    and all(isinstance(x, str) and x for x in value)
                 )
                 what = "a non-empty list of section labels"
             elif key == "field" or key == "query":
-                ok = isinstance(value, str) and bool(re.fullmatch(r"[a-z][a-z0-9_]*", value)) and (
-                    value not in ("id", "answer", "options", "images", "metadata", "rationale")
+                ok = (
+                    isinstance(value, str)
+                    and bool(re.fullmatch(r"[a-z][a-z0-9_]*", value))
+                    and (
+                        value not in ("id", "answer", "options", "images", "metadata", "rationale")
+                    )
                 )
                 what = "the name of a text field of the items"
             elif key == "labels_from":

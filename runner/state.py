@@ -41,8 +41,8 @@ class TrialState:
     @property
     def final(self) -> bool:
         """True once the trial has a response, was given up, or was excluded by a step."""
-        return self.responded is not None or self.given_up is not None or (
-            self.excluded is not None
+        return (
+            self.responded is not None or self.given_up is not None or (self.excluded is not None)
         )
 
 

@@ -109,9 +109,8 @@ class StepRenderer:
                     "reads": sorted(self.reads[name]),
                     "sees": spec.sees,
                     "parser": spec.parser,
-                } | (
-                    {"verified_by": spec.verified_by.record()} if spec.verified_by else {}
-                )
+                }
+                | ({"verified_by": spec.verified_by.record()} if spec.verified_by else {})
                 for name, spec in self.study.steps.items()
             },
             "trial_reads": sorted(self.item_reads),
@@ -129,46 +128,61 @@ class StepRenderer:
             for slot in tpl.slots():
                 problem = self._slot_problem(spec, slot.name)
                 if problem:
-                    out.append(f"{tpl.name}:{slot.line}:{slot.column}: slot {{{slot.name}}}: "
-                               f"{problem} ([steps.{name}])")  # fmt: skip
+                    out.append(
+                        f"{tpl.name}:{slot.line}:{slot.column}: slot {{{slot.name}}}: "
+                        f"{problem} ([steps.{name}])"
+                    )
             items = [
-                p for p in tpl.slots()
-                if not p.name.startswith(("steps.", "votes.")) and p.name not in TRIAL_SLOTS
-                and p.name not in LEAK_SLOTS and not p.name.startswith("factor.")
+                p
+                for p in tpl.slots()
+                if not p.name.startswith(("steps.", "votes."))
+                and p.name not in TRIAL_SLOTS
+                and p.name not in LEAK_SLOTS
+                and not p.name.startswith("factor.")
                 and p.name not in ANSWER_SLOTS
-            ]  # fmt: skip
+            ]
             if items and self.renderer.items is not None:
                 out += self.renderer._unfilled(
                     Template(tpl.name, tuple(items)), list(self.renderer.items), answers=False
                 )
             elif items and self.renderer.items is None:
-                out.append(f"{tpl.name}: [steps.{name}] reads item fields, which need an item "
-                           "file ([stimuli] items)")  # fmt: skip
+                out.append(
+                    f"{tpl.name}: [steps.{name}] reads item fields, which need an item "
+                    "file ([stimuli] items)"
+                )
         for item_tpl in self.renderer.item_templates():
             for slot in item_tpl.slots():
                 if not slot.name.startswith("steps."):
                     continue
                 problem = self._read_problem("item", slot.name, "the item template")
                 if problem:
-                    out.append(f"{item_tpl.name}:{slot.line}:{slot.column}: slot "
-                               f"{{{slot.name}}}: {problem}")  # fmt: skip
+                    out.append(
+                        f"{item_tpl.name}:{slot.line}:{slot.column}: slot "
+                        f"{{{slot.name}}}: {problem}"
+                    )
         for name, spec in steps.items():  # prompts.md §8.6: a verifier reads what it judges
             ver = spec.verified_by
             if ver is not None and ver.step in steps and name not in self.reads.get(ver.step, ()):
-                out.append(f"{self.templates[ver.step].name}: [steps.{name}] verified_by "
-                           f"{ver.step!r}, whose template reads no {{steps.{name}}}: a verifier "
-                           "must read the sample it judges")  # fmt: skip
+                out.append(
+                    f"{self.templates[ver.step].name}: [steps.{name}] verified_by "
+                    f"{ver.step!r}, whose template reads no {{steps.{name}}}: a verifier "
+                    "must read the sample it judges"
+                )
         for name, spec in steps.items():  # prompts.md §8.3: a matcher reads the votes it groups
             if spec.match_by in steps and spec.match_by is not None:
                 tpl = self.templates[spec.match_by]
                 if f"votes.{name}" not in {p.name for p in tpl.slots()}:
-                    out.append(f"{tpl.name}: [steps.{name}] match_by {spec.match_by!r}, whose "
-                               f"template reads no {{votes.{name}}}: a synonym matcher must "
-                               "read the votes it groups")  # fmt: skip
+                    out.append(
+                        f"{tpl.name}: [steps.{name}] match_by {spec.match_by!r}, whose "
+                        f"template reads no {{votes.{name}}}: a synonym matcher must "
+                        "read the votes it groups"
+                    )
         cycle = step_graph({n: self._order_reads(n) & set(steps) for n in steps})
         if cycle:
-            out.append(f"{self.study.spec_path}: steps: the steps read each other in a cycle: "
-                       f"{' -> '.join(cycle)}; a step may read only steps that run before it")
+            out.append(
+                f"{self.study.spec_path}: steps: the steps read each other in a cycle: "
+                f"{' -> '.join(cycle)}; a step may read only steps that run before it"
+            )
         return out + self._ddx_problems()
 
     def _ddx_problems(self) -> list[str]:
@@ -178,8 +192,9 @@ class StepRenderer:
             return []
         reference = (
             [f"metadata.reference_{n}" for n in ("plausible", "highly_likely", "safety_critical")]
-            if ddx.reference_step is None else [f"steps.{ddx.reference_step}"]
-        )  # fmt: skip
+            if ddx.reference_step is None
+            else [f"steps.{ddx.reference_step}"]
+        )
         needs = [
             ("list", ddx.list_step, [["response"]]),
             ("match", ddx.match, [[f"steps.{ddx.list_step}"], reference]),
@@ -193,10 +208,12 @@ class StepRenderer:
             names = {p.name for p in self.templates[step].slots()}
             for group in groups:
                 if not any(n == g or n.startswith(g + ".") for n in names for g in group):
-                    out.append(f"{self.study.spec_path}: response.ddx.{role}: step {step!r} "
-                               f"({self.templates[step].name}) reads none of "
-                               + ", ".join("{" + g + "}" for g in group)
-                               + f": the {role} step must read it")  # fmt: skip
+                    out.append(
+                        f"{self.study.spec_path}: response.ddx.{role}: step {step!r} "
+                        f"({self.templates[step].name}) reads none of "
+                        + ", ".join("{" + g + "}" for g in group)
+                        + f": the {role} step must read it"
+                    )
         return out
 
     def _slot_problem(self, spec: StepSpec, slot: str) -> str | None:
@@ -207,16 +224,18 @@ class StepRenderer:
                 return (
                     "a blind step may not see the arm, a factor level, the model under test, "
                     "the trial or the request (it would leak the condition); remove the slot, "
-                    "or declare sees = \"request\" for a grounding step that must see the input "
+                    'or declare sees = "request" for a grounding step that must see the input '
                     "as sent (it is then never called blind)"
                 )
             return "a step that sees the request reads it as {request}; this slot is not one"
         if slot.startswith("steps."):
             return self._read_problem(spec.on, slot, f"step {spec.name!r}")
         if slot.startswith("votes."):
-            if self.matches.get(spec.name) != slot[len("votes."):]:
-                return ("only the synonym matcher a set-valued step names (match_by) reads "
-                        "that step's votes, as {votes.NAME}")  # fmt: skip
+            if self.matches.get(spec.name) != slot[len("votes.") :]:
+                return (
+                    "only the synonym matcher a set-valued step names (match_by) reads "
+                    "that step's votes, as {votes.NAME}"
+                )
             return None
         if slot in TRIAL_SLOTS:
             if spec.on == "item":
@@ -296,8 +315,10 @@ class StepRenderer:
             target = self.study.steps[parts[1]]
             unit = call.stimulus if target.on == "item" else (call.trial or "")
             decision = outputs.get((parts[1], unit))
-            text = None if decision is None else output_text(
-                decision, parts[2] if len(parts) == 3 else None
+            text = (
+                None
+                if decision is None
+                else output_text(decision, parts[2] if len(parts) == 3 else None)
             )
             if text is None:
                 return None
@@ -336,8 +357,10 @@ class StepRenderer:
             if parts[0] != "steps" or len(parts) not in (2, 3):
                 continue
             decision = outputs.get((parts[1], item))
-            text = None if decision is None else output_text(
-                decision, parts[2] if len(parts) == 3 else None
+            text = (
+                None
+                if decision is None
+                else output_text(decision, parts[2] if len(parts) == 3 else None)
             )
             if text is None:
                 return None
@@ -357,4 +380,3 @@ class StepRenderer:
         if spec.system:
             body["system"] = "\n\n".join(self.renderer.texts[n].rstrip("\n") for n in spec.system)
         return body
-

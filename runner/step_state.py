@@ -65,9 +65,10 @@ def reply_text(raw: bytes, fmt: str) -> str:
     if not isinstance(content, list):
         return ""
     return "".join(
-        b.get("text", "") for b in content
+        b.get("text", "")
+        for b in content
         if isinstance(b, dict) and b.get("type") == "text" and isinstance(b.get("text"), str)
-    )  # fmt: skip
+    )
 
 
 def request_user_text(body: dict[str, Any]) -> str:
@@ -99,8 +100,8 @@ class CallState:
     @property
     def final(self) -> bool:
         """True once the call has a parsed response, used up its retries, or was given up."""
-        return self.responded is not None or self.given_up is not None or (
-            self.exhausted is not None
+        return (
+            self.responded is not None or self.given_up is not None or (self.exhausted is not None)
         )
 
 
@@ -306,12 +307,16 @@ class StepWork:
             return None
         state, n, _, _ = self.chain(step, item)
         if state == "unjudged":
-            return (f"step {step!r}: its verifier {self.verified[step].step!r} can judge no "
-                    f"sample for item {item!r} (a step it reads has no decision)")  # fmt: skip
+            return (
+                f"step {step!r}: its verifier {self.verified[step].step!r} can judge no "
+                f"sample for item {item!r} (a step it reads has no decision)"
+            )
         if state != "rejected":
             return None
-        return (f"step {step!r}: its verifier {self.verified[step].step!r} accepted none of "
-                f"its {n} sample(s) for item {item!r}")  # fmt: skip
+        return (
+            f"step {step!r}: its verifier {self.verified[step].step!r} accepted none of "
+            f"its {n} sample(s) for item {item!r}"
+        )
 
     def _matched(self, step: str, unit: str, values: list[Any]) -> Any:
         """A synonym-matched step's decision from its votes (prompts.md §8.3), or pending.
@@ -492,9 +497,7 @@ class StepWork:
 
     def item_steps_final(self, item: str) -> bool:
         """Whether every item step the trials read has decided for ``item``."""
-        return all(
-            self.decision(n, item) is not _PENDING for n in self.render.needed_item_steps()
-        )
+        return all(self.decision(n, item) is not _PENDING for n in self.render.needed_item_steps())
 
 
 def step_status(study: Study, log: Ledger) -> list[dict[str, Any]]:
@@ -512,26 +515,29 @@ def step_status(study: Study, log: Ledger) -> list[dict[str, Any]]:
         prefix = f"step:{name}|"
         made = {c: r for c, r in work.calls.items() if c.startswith(prefix)}
         pending = (
-            work.pending_item_calls([name], spec.models) if spec.on == "item"
+            work.pending_item_calls([name], spec.models)
+            if spec.on == "item"
             else work.pending_trial_calls([name], order, spec.models)
-        )  # fmt: skip
+        )
         units = work.items if spec.on == "item" else order
         decided = work.decisions([name], units)
-        out.append({
-            "step": name,
-            "on": spec.on,
-            "models": [m or "" for m in spec.models],
-            "calls": len(set(made) | {c.id for c in pending}),
-            "parsed": sum(r.responded is not None for r in made.values()),
-            "unparseable_responses": sum(r.unparseable for r in made.values()),
-            "retries_used_up": sum(r.exhausted is not None for r in made.values()),
-            "given_up": sum(r.given_up is not None for r in made.values()),
-            "awaiting": sum(r.open_request is not None for r in made.values()),
-            "pending": len([c for c in pending if c.id not in made or not made[c.id].final]),
-            "decided": sum(v is not None for v in decided.values()),
-            "undecided": sum(v is None for v in decided.values()),
-            "cost_usd": round(sum(r.cost_usd for r in made.values()), 8),
-        })  # fmt: skip
+        out.append(
+            {
+                "step": name,
+                "on": spec.on,
+                "models": [m or "" for m in spec.models],
+                "calls": len(set(made) | {c.id for c in pending}),
+                "parsed": sum(r.responded is not None for r in made.values()),
+                "unparseable_responses": sum(r.unparseable for r in made.values()),
+                "retries_used_up": sum(r.exhausted is not None for r in made.values()),
+                "given_up": sum(r.given_up is not None for r in made.values()),
+                "awaiting": sum(r.open_request is not None for r in made.values()),
+                "pending": len([c for c in pending if c.id not in made or not made[c.id].final]),
+                "decided": sum(v is not None for v in decided.values()),
+                "undecided": sum(v is None for v in decided.values()),
+                "cost_usd": round(sum(r.cost_usd for r in made.values()), 8),
+            }
+        )
     return out
 
 
@@ -568,14 +574,25 @@ def prior_values(
         return f"step {step!r} reached no decision on first-stage trial {prior}"
     values["prior.answer"] = str(output_text(decision))
     if after.get("rule") == "next-option":
-        item = work.render.renderer.items.by_id[trial.stimulus] if (
-            work.render.renderer.items is not None) else None
+        item = (
+            work.render.renderer.items.by_id[trial.stimulus]
+            if (work.render.renderer.items is not None)
+            else None
+        )
         label = values["prior.answer"].strip().upper()
         if item is None or label not in item.labels:
-            return (f"step {step!r} decided {values['prior.answer']!r} on {prior}, which is not "
-                    "an option label of the item")
+            return (
+                f"step {step!r} decided {values['prior.answer']!r} on {prior}, which is not "
+                "an option label of the item"
+            )
         i = item.labels.index(label)
         other = (i + 1) % len(item.labels)
-        values.update({"prior.answer": label, "prior.answer_text": item.options[i],
-                       "prior.other": item.labels[other], "prior.other_text": item.options[other]})
+        values.update(
+            {
+                "prior.answer": label,
+                "prior.answer_text": item.options[i],
+                "prior.other": item.labels[other],
+                "prior.other_text": item.options[other],
+            }
+        )
     return values

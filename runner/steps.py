@@ -167,8 +167,12 @@ class Verification:
 
     def record(self) -> dict[str, Any]:
         """As ``protocol.locked`` ``steps.NAME.verified_by`` records it."""
-        return {"step": self.step, "accept": list(self.accept), "retry": self.retry,
-                "then": self.then}  # fmt: skip
+        return {
+            "step": self.step,
+            "accept": list(self.accept),
+            "retry": self.retry,
+            "then": self.then,
+        }
 
 
 VERIFIED_BY_KEYS: Final = ("step", "accept", "retry", "then")
@@ -177,8 +181,10 @@ VERIFIED_BY_KEYS: Final = ("step", "accept", "retry", "then")
 
 def _verified_by(value: Any, where: str, add: Any, on: str) -> Verification | None:
     """Validate a ``verified_by`` table (the verifier step itself is checked once all are read)."""
-    shape = ('verified_by = { step = "NAME", accept = ["label", ...], retry = N, '
-             'then = "exclude" | "stop" }')  # fmt: skip
+    shape = (
+        'verified_by = { step = "NAME", accept = ["label", ...], retry = N, '
+        'then = "exclude" | "stop" }'
+    )
     if on != "item":
         add(where, "applies to item steps (a verifier judges each sample of an item step)")
         return None
@@ -196,8 +202,10 @@ def _verified_by(value: Any, where: str, add: Any, on: str) -> Verification | No
         ok = False
     accept = value.get("accept")
     if not isinstance(accept, list) or not accept or not all(isinstance(a, str) for a in accept):
-        add(f"{where}.accept", "must be a non-empty list of the verifier's labels that accept "
-            "a sample")  # fmt: skip
+        add(
+            f"{where}.accept",
+            "must be a non-empty list of the verifier's labels that accept a sample",
+        )
         ok = False
     retry = value.get("retry", 0)
     if isinstance(retry, bool) or not isinstance(retry, int) or not 0 <= retry <= 10:
@@ -205,7 +213,7 @@ def _verified_by(value: Any, where: str, add: Any, on: str) -> Verification | No
         ok = False
     then = value.get("then", "exclude")
     if then not in ("exclude", "stop"):
-        add(f"{where}.then", f"must be \"exclude\" or \"stop\", got {then!r}")
+        add(f"{where}.then", f'must be "exclude" or "stop", got {then!r}')
         ok = False
     if not ok:
         return None
@@ -225,19 +233,30 @@ def _check_verifiers(steps: Mapping[str, StepSpec], add: Any) -> None:
             add(f"{where}.step", f"{ver.step!r} is not another step ([steps.<NAME>])")
             continue
         if other.on != "item" or other.parser != "label":
-            add(f"{where}.step", f"the verifier {ver.step!r} must be an item step with the "
-                "label parser (its labels say whether a sample is accepted)")  # fmt: skip
+            add(
+                f"{where}.step",
+                f"the verifier {ver.step!r} must be an item step with the "
+                "label parser (its labels say whether a sample is accepted)",
+            )
             continue
         bad = [a for a in ver.accept if a not in other.labels]
         if bad:
-            add(f"{where}.accept", f"{bad[0]!r} is not a label of step {ver.step!r} "
-                f"({list(other.labels)})")  # fmt: skip
+            add(
+                f"{where}.accept",
+                f"{bad[0]!r} is not a label of step {ver.step!r} ({list(other.labels)})",
+            )
         if other.verified_by is not None:
-            add(f"{where}.step", f"the verifier {ver.step!r} is itself verified; a verifier's "
-                "samples follow its step's")  # fmt: skip
+            add(
+                f"{where}.step",
+                f"the verifier {ver.step!r} is itself verified; a verifier's "
+                "samples follow its step's",
+            )
         if other.screens:
-            add(f"{where}.step", f"the verifier {ver.step!r} is a screening step (keep); a "
-                "verifier judges samples, not items")  # fmt: skip
+            add(
+                f"{where}.step",
+                f"the verifier {ver.step!r} is a screening step (keep); a "
+                "verifier judges samples, not items",
+            )
         if ver.step in hosts:
             add(f"{where}.step", f"step {ver.step!r} already verifies {hosts[ver.step]!r}")
         hosts[ver.step] = name
@@ -301,11 +320,14 @@ def parse_steps(
     for name, table in raw.items():
         where = f"steps.{name}"
         if not STEP_NAME.match(name):
-            add(where, "step names are a lowercase letter, then lowercase letters, digits or "
-                "'_' (at most 32): they are slot names ({steps.NAME})")  # fmt: skip
+            add(
+                where,
+                "step names are a lowercase letter, then lowercase letters, digits or "
+                "'_' (at most 32): they are slot names ({steps.NAME})",
+            )
         on = table.get("on")
         if on not in ("item", "trial"):
-            add(f"{where}.on", f"must be \"item\" or \"trial\", got {on!r}")
+            add(f"{where}.on", f'must be "item" or "trial", got {on!r}')
             on = "item"
         step_models = _step_models(table, where, add, models)
         template_rel = table.get("template")
@@ -323,8 +345,10 @@ def parse_steps(
                 add(f"{where}.system", f"unknown component {comp!r}")
         parser = table.get("parser", "text")
         if parser not in STEP_PARSERS:
-            add(f"{where}.parser", f"unknown step parser {parser!r}; use one of "
-                f"{', '.join(STEP_PARSERS)}")  # fmt: skip
+            add(
+                f"{where}.parser",
+                f"unknown step parser {parser!r}; use one of {', '.join(STEP_PARSERS)}",
+            )
             parser = "text"
         labels = _labels(table, where, add, parser)
         schema = None
@@ -332,8 +356,11 @@ def parse_steps(
         if parser == "json":
             rel = table.get("schema")
             if not isinstance(rel, str) or not rel:
-                add(f"{where}.schema", "the json parser needs a locked JSON Schema file "
-                    "(schema = \"schemas/NAME.json\")")  # fmt: skip
+                add(
+                    f"{where}.schema",
+                    "the json parser needs a locked JSON Schema file "
+                    '(schema = "schemas/NAME.json")',
+                )
             else:
                 schema = inside(rel, f"{where}.schema")
                 if schema.is_file():
@@ -348,27 +375,34 @@ def parse_steps(
         rule = _aggregate(table, where, add, len(step_models))
         sees = table.get("sees", "blind")
         if sees not in SEES:
-            add(f"{where}.sees", f"must be \"blind\" or \"request\", got {sees!r}")
+            add(f"{where}.sees", f'must be "blind" or "request", got {sees!r}')
             sees = "blind"
         if sees == "request" and on == "item":
-            add(f"{where}.sees", "an item step runs before any request exists; only a trial "
-                "step may see the request")  # fmt: skip
+            add(
+                f"{where}.sees",
+                "an item step runs before any request exists; only a trial "
+                "step may see the request",
+            )
         verified = (
             _verified_by(table["verified_by"], f"{where}.verified_by", add, on)
-            if "verified_by" in table else None
-        )  # fmt: skip
+            if "verified_by" in table
+            else None
+        )
         keep = None
         keep_rule = None
         if "keep" in table:
             value = table["keep"]
             if on != "item" or parser not in ("label", "json"):
-                add(f"{where}.keep", "applies to item steps with the label or json parser "
-                    "(screening)")  # fmt: skip
+                add(
+                    f"{where}.keep",
+                    "applies to item steps with the label or json parser (screening)",
+                )
             elif parser == "json":
                 keep_rule = _keep_rule(value, f"{where}.keep", add, schema)
             elif not isinstance(value, list) or not value or not all(v in labels for v in value):
-                add(f"{where}.keep",
-                    f"must be a non-empty list of the step's labels {list(labels)}")
+                add(
+                    f"{where}.keep", f"must be a non-empty list of the step's labels {list(labels)}"
+                )
             else:
                 keep = tuple(value)
         match_by = table.get("match_by")
@@ -376,9 +410,24 @@ def parse_steps(
             add(f"{where}.match_by", f"must be the name of a matcher step, got {match_by!r}")
             match_by = None
         out[name] = StepSpec(
-            name, on, step_models, template, tuple(system), parser, labels, schema, retry, then,
-            rule, sees, keep, sets, verified, keep_rule, match_by,
-        )  # fmt: skip
+            name,
+            on,
+            step_models,
+            template,
+            tuple(system),
+            parser,
+            labels,
+            schema,
+            retry,
+            then,
+            rule,
+            sees,
+            keep,
+            sets,
+            verified,
+            keep_rule,
+            match_by,
+        )
     _check_verifiers(out, add)
     _check_matchers(out, add)
     return out
@@ -393,26 +442,37 @@ def _check_matchers(steps: Mapping[str, StepSpec], add: Any) -> None:
         where = f"steps.{name}.match_by"
         matcher = steps.get(spec.match_by)
         if not spec.sets:
-            add(where, "applies to set-valued steps only (the json parser, a schema whose "
-                "properties are all arrays of strings)")  # fmt: skip
+            add(
+                where,
+                "applies to set-valued steps only (the json parser, a schema whose "
+                "properties are all arrays of strings)",
+            )
         elif spec.on != "item":
-            add(where, "applies to item steps only (a trial step's synonym matcher is not "
-                "built)")  # fmt: skip
+            add(where, "applies to item steps only (a trial step's synonym matcher is not built)")
         elif spec.verified_by is not None or spec.screens:
             add(where, "a verified or screening step may not also be synonym-matched")
         elif matcher is None:
             add(where, f"no step named {spec.match_by!r}")
         elif matcher.name == name or matcher.match_by is not None:
-            add(where, f"{spec.match_by!r} is itself synonym-matched or is this step: "
-                "a matcher may not be matched (a cycle)")  # fmt: skip
+            add(
+                where,
+                f"{spec.match_by!r} is itself synonym-matched or is this step: "
+                "a matcher may not be matched (a cycle)",
+            )
         elif matcher.on != spec.on:
             add(where, f"the matcher {spec.match_by!r} must run on {spec.on!r} like this step")
         elif matcher.parser != "json" or matcher.sets != ("groups",):
-            add(where, f"the matcher {spec.match_by!r} must have the json parser and a schema "
-                "whose only property is \"groups\", an array of strings")  # fmt: skip
+            add(
+                where,
+                f"the matcher {spec.match_by!r} must have the json parser and a schema "
+                'whose only property is "groups", an array of strings',
+            )
         elif len(matcher.models) != 1:
-            add(where, f"the matcher {spec.match_by!r} must have one model (several matchers' "
-                "groups are not aggregated)")  # fmt: skip
+            add(
+                where,
+                f"the matcher {spec.match_by!r} must have one model (several matchers' "
+                "groups are not aggregated)",
+            )
         elif matcher.verified_by is not None or matcher.screens:
             add(where, f"the matcher {spec.match_by!r} may not be verified or screen items")
         elif spec.match_by in used:
@@ -442,9 +502,11 @@ def votes_text(votes: Sequence[Any], fields: Sequence[str]) -> str:
     """
     union = {
         normalise_element(e)
-        for v in votes if isinstance(v, dict)
-        for f in fields for e in (v.get(f) or [])
-    }  # fmt: skip
+        for v in votes
+        if isinstance(v, dict)
+        for f in fields
+        for e in (v.get(f) or [])
+    }
     return "\n".join(sorted(u for u in union if u))
 
 
@@ -456,8 +518,10 @@ def _keep_rule(
     value: Any, where: str, add: Any, schema: Path | None
 ) -> dict[str, dict[str, Any]] | None:
     """Validate ``keep = { equals = {...}, at_least = {...} }`` against the step's schema."""
-    shape = ("keep = { equals = { FIELD = value, ... }, at_least = { FIELD = number, ... } } "
-             "(one or both)")  # fmt: skip
+    shape = (
+        "keep = { equals = { FIELD = value, ... }, at_least = { FIELD = number, ... } } "
+        "(one or both)"
+    )
     if not isinstance(value, dict) or not value:
         add(where, f"a json screening step's keep is a table: {shape}")
         return None
@@ -484,14 +548,21 @@ def _keep_rule(
             if props and kind is None:
                 add(f"{where}.{key}.{name}", f"the step's schema declares no field {name!r}")
                 ok = False
-            elif key == "at_least" and (not _number(want) or kind not in (None, "number",
-                                                                          "integer")):  # fmt: skip
-                add(f"{where}.{key}.{name}", "at_least compares a number or integer field "
-                    f"with a number, got {want!r} for a {kind} field")  # fmt: skip
+            elif key == "at_least" and (
+                not _number(want) or kind not in (None, "number", "integer")
+            ):
+                add(
+                    f"{where}.{key}.{name}",
+                    "at_least compares a number or integer field "
+                    f"with a number, got {want!r} for a {kind} field",
+                )
                 ok = False
             elif key == "equals" and not _fits(kind, want):
-                add(f"{where}.{key}.{name}", f"{want!r} is not a value of the field's type "
-                    f"({kind}): equals compares a string, number, integer or boolean field")
+                add(
+                    f"{where}.{key}.{name}",
+                    f"{want!r} is not a value of the field's type "
+                    f"({kind}): equals compares a string, number, integer or boolean field",
+                )
                 ok = False
         out[key] = dict(table)
     return out if ok and out else None
@@ -515,8 +586,11 @@ def _step_models(
     value = table.get("models")
     if models is None:
         if value is not None:
-            add(f"{where}.models", "applies to a study with [models.<NAME>] tables; this one has "
-                "a single [model], which every step uses")  # fmt: skip
+            add(
+                f"{where}.models",
+                "applies to a study with [models.<NAME>] tables; this one has "
+                "a single [model], which every step uses",
+            )
         return (None,)
     if not isinstance(value, list) or not value or not all(isinstance(m, str) for m in value):
         add(f"{where}.models", "must be a non-empty list of [models.<NAME>] names")
@@ -536,12 +610,16 @@ def _labels(table: dict[str, Any], where: str, add: Any, parser: str) -> tuple[s
             add(f"{where}.labels", f"applies to the label parser only, not {parser!r}")
         return ()
     if (
-        not isinstance(value, list) or len(value) < 2
+        not isinstance(value, list)
+        or len(value) < 2
         or not all(isinstance(v, str) and re.fullmatch(r"[a-z][a-z0-9_-]*", v) for v in value)
         or len(set(value)) != len(value)
-    ):  # fmt: skip
-        add(f"{where}.labels", "the label parser needs 2 or more distinct lowercase words "
-            f"(labels = [\"correct\", \"incorrect\"]), got {value!r}")  # fmt: skip
+    ):
+        add(
+            f"{where}.labels",
+            "the label parser needs 2 or more distinct lowercase words "
+            f'(labels = ["correct", "incorrect"]), got {value!r}',
+        )
         return ("yes", "no")
     return tuple(value)
 
@@ -549,8 +627,7 @@ def _labels(table: dict[str, Any], where: str, add: Any, parser: str) -> tuple[s
 def _unparseable(table: dict[str, Any], where: str, add: Any) -> tuple[int, str]:
     value = table.get("on_unparseable", {"retry": 0, "then": "exclude"})
     if not isinstance(value, dict):
-        add(f"{where}.on_unparseable", "must be a table { retry = N, then = \"exclude\" | "
-            "\"stop\" }")  # fmt: skip
+        add(f"{where}.on_unparseable", 'must be a table { retry = N, then = "exclude" | "stop" }')
         return 0, "exclude"
     for key in value:
         if key not in UNPARSEABLE_KEYS:
@@ -561,7 +638,7 @@ def _unparseable(table: dict[str, Any], where: str, add: Any) -> tuple[int, str]
         retry = 0
     then = value.get("then", "exclude")
     if then not in ("exclude", "stop"):
-        add(f"{where}.on_unparseable.then", f"must be \"exclude\" or \"stop\", got {then!r}")
+        add(f"{where}.on_unparseable.then", f'must be "exclude" or "stop", got {then!r}')
         then = "exclude"
     return retry, then
 
@@ -571,8 +648,10 @@ def _aggregate(table: dict[str, Any], where: str, add: Any, n: int) -> str | int
     if isinstance(value, dict):
         k = value.get("k")
         if set(value) != {"k"} or isinstance(k, bool) or not isinstance(k, int) or not 1 <= k <= n:
-            add(f"{where}.aggregate", f"{{ k = N }} needs 1 <= N <= {n} (the step's models), "
-                f"got {value!r}")  # fmt: skip
+            add(
+                f"{where}.aggregate",
+                f"{{ k = N }} needs 1 <= N <= {n} (the step's models), got {value!r}",
+            )
             return "majority"
         return k
     if value not in AGGREGATES:
@@ -600,26 +679,33 @@ def schema_problem(data: bytes) -> str | None:
     except (UnicodeDecodeError, ValueError) as exc:
         return f"not a JSON file: {exc}"
     if not isinstance(schema, dict) or schema.get("type") != "object":
-        return "a step schema is a JSON object with \"type\": \"object\""
+        return 'a step schema is a JSON object with "type": "object"'
     props = schema.get("properties")
     if not isinstance(props, dict) or not props:
-        return "a step schema needs \"properties\""
+        return 'a step schema needs "properties"'
     for key in schema:
-        if key not in ("type", "properties", "required", "additionalProperties", "$schema",
-                       "title", "description"):  # fmt: skip
+        if key not in (
+            "type",
+            "properties",
+            "required",
+            "additionalProperties",
+            "$schema",
+            "title",
+            "description",
+        ):
             return f"unsupported schema keyword {key!r}"
     for name, prop in props.items():
         if not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", name):
             return f"property {name!r}: names are letters, digits and '_' (they are slot names)"
         if not isinstance(prop, dict) or prop.get("type") not in _SCHEMA_TYPES[1:]:
-            return f"property {name!r}: needs a \"type\" of {', '.join(_SCHEMA_TYPES[1:])}"
+            return f'property {name!r}: needs a "type" of {", ".join(_SCHEMA_TYPES[1:])}'
         if prop["type"] == "array" and prop.get("items") != {"type": "string"}:
-            return f"property {name!r}: an array must have \"items\": {{\"type\": \"string\"}}"
+            return f'property {name!r}: an array must have "items": {{"type": "string"}}'
     required = schema.get("required", [])
     if not isinstance(required, list) or not all(r in props for r in required):
-        return "\"required\" must list properties the schema declares"
+        return '"required" must list properties the schema declares'
     if schema.get("additionalProperties", True) not in (True, False):
-        return "\"additionalProperties\" must be true or false"
+        return '"additionalProperties" must be true or false'
     return None
 
 
@@ -922,9 +1008,7 @@ def call_order(seed: str, ids: Iterable[str]) -> list[str]:
 
 def item_step_calls(spec: StepSpec, items: Sequence[str], seed: str) -> list[StepCall]:
     """Every call of an item step, in call order."""
-    by_id = {
-        item_call_id(spec.name, m, i): (m, i) for i in items for m in spec.models
-    }
+    by_id = {item_call_id(spec.name, m, i): (m, i) for i in items for m in spec.models}
     return [
         StepCall(cid, spec.name, by_id[cid][0], by_id[cid][1], None, 0)
         for cid in call_order(seed, by_id)
@@ -982,8 +1066,10 @@ def covariates_table(value: Any, add: Any) -> dict[str, Any] | None:
     lists: dict[str, list[str]] = {}
     for key in ("perturbable", "indicators"):
         names = value.get(key, [])
-        if not isinstance(names, list) or not all(isinstance(n, str) for n in names) or (
-            len(set(names)) != len(names)
+        if (
+            not isinstance(names, list)
+            or not all(isinstance(n, str) for n in names)
+            or (len(set(names)) != len(names))
         ):
             add(f"{where}.{key}", "must be a list of distinct field names of the step's schema")
             ok = False
@@ -991,8 +1077,11 @@ def covariates_table(value: Any, add: Any) -> dict[str, Any] | None:
         lists[key] = list(names)
     both = set(lists["perturbable"]) & set(lists["indicators"])
     if both:
-        add(f"{where}.indicators", f"{sorted(both)[0]!r} is listed as perturbable too: an "
-            "indicator is only annotated, never edited, and is kept apart")  # fmt: skip
+        add(
+            f"{where}.indicators",
+            f"{sorted(both)[0]!r} is listed as perturbable too: an "
+            "indicator is only annotated, never edited, and is kept apart",
+        )
         ok = False
     if ok and not lists["perturbable"] and not lists["indicators"]:
         add(where, "lists no covariate (perturbable or indicators)")
@@ -1005,19 +1094,27 @@ def covariate_problems(table: Mapping[str, Any], steps: Mapping[str, StepSpec], 
     where = "analysis.covariates"
     spec = steps.get(table["step"])
     if spec is None or spec.on != "item" or spec.parser != "json":
-        add(f"{where}.step", f"{table['step']!r} is not an item step with the json parser "
-            "([steps.<NAME>] on = \"item\", parser = \"json\")")  # fmt: skip
+        add(
+            f"{where}.step",
+            f"{table['step']!r} is not an item step with the json parser "
+            '([steps.<NAME>] on = "item", parser = "json")',
+        )
         return
     if spec.verified_by is not None or spec.sets:
-        add(f"{where}.step", f"step {spec.name!r} is verified or set-valued; covariates are "
-            "read from a plain item step's decision")  # fmt: skip
+        add(
+            f"{where}.step",
+            f"step {spec.name!r} is verified or set-valued; covariates are "
+            "read from a plain item step's decision",
+        )
         return
     if spec.schema is None or not spec.schema.is_file():
         return
-    props = (json.loads(spec.schema.read_bytes()).get("properties") or {})
+    props = json.loads(spec.schema.read_bytes()).get("properties") or {}
     for key in ("perturbable", "indicators"):
         for name in table[key]:
             prop = props.get(name)
             if not isinstance(prop, dict) or prop.get("type") != "boolean":
-                add(f"{where}.{key}", f"{name!r} is not a boolean field of the schema of step "
-                    f"{spec.name!r}")  # fmt: skip
+                add(
+                    f"{where}.{key}",
+                    f"{name!r} is not a boolean field of the schema of step {spec.name!r}",
+                )

@@ -90,9 +90,18 @@ SNELLEN_ROWS: Final = (1, 2, 3, 4, 5, 6, 7, 8, 8, 8, 9)
 """Glyphs per row, top to bottom (61 in all)."""
 
 ACUITY_LINES: Final = (
-    "20/200", "20/100", "20/70", "20/50", "20/40", "20/30",
-    "20/25", "20/20", "20/15", "20/13", "20/10",
-)  # fmt: skip
+    "20/200",
+    "20/100",
+    "20/70",
+    "20/50",
+    "20/40",
+    "20/30",
+    "20/25",
+    "20/20",
+    "20/15",
+    "20/13",
+    "20/10",
+)
 """Acuity line of each row; glyph height is proportional to the denominator."""
 
 SNELLEN_LETTERS: Final = ("C", "D", "H", "K", "N", "O", "R", "S", "V", "Z")
@@ -107,16 +116,25 @@ DEFAULT_WIDTH: Final = 1000
 DEFAULT_HEIGHT: Final = 1400
 
 PROBE_IDS: Final = (
-    "uniform-up", "uniform-right", "uniform-down", "uniform-left",
-    "mixed-1", "mixed-2", "snellen-letters",
-)  # fmt: skip
+    "uniform-up",
+    "uniform-right",
+    "uniform-down",
+    "uniform-left",
+    "mixed-1",
+    "mixed-2",
+    "snellen-letters",
+)
 """Ids of the seven probes of :func:`probe_set`, in order."""
 
 TRUTH_HEADER: Final = ("stimulus", "row", "position", "orientation")
 ROTATION_TRUTH_HEADER: Final = ("stimulus", "source", "orientation")
 ANNOTATED_TRUTH_HEADER: Final = (
-    "stimulus", "source", "orientation", "source_orientation", "rotation_cw",
-)  # fmt: skip
+    "stimulus",
+    "source",
+    "orientation",
+    "source_orientation",
+    "rotation_cw",
+)
 """The rotation builder's truth table when the sources are annotated (:data:`ANNOTATION_FILE`):
 each stimulus's truth, its source's annotated base orientation and the clockwise rotation in
 degrees that turned one into the other."""
@@ -742,13 +760,11 @@ def read_orientation_annotations(path: Path, stems: Iterable[str]) -> dict[str, 
                 )
             if source in found:
                 raise StimulusError(
-                    f"{where}: source {source!r} is annotated twice (first on line "
-                    f"{lines[source]})"
+                    f"{where}: source {source!r} is annotated twice (first on line {lines[source]})"
                 )
             if source not in wanted:
                 raise StimulusError(
-                    f"{where}: source {source!r} has no .png, .jpg or .jpeg image in "
-                    f"{path.parent}"
+                    f"{where}: source {source!r} has no .png, .jpg or .jpeg image in {path.parent}"
                 )
             found[source], lines[source] = orientation, reader.line_num
     except csv.Error as exc:
@@ -799,8 +815,9 @@ def rotate_images(source_dir: Path, out_dir: Path) -> list[dict[str, str]]:
     annotated = (source_dir / ANNOTATION_FILE).is_file()
     base = (
         read_orientation_annotations(source_dir / ANNOTATION_FILE, stems)
-        if annotated else dict.fromkeys(stems, "UP")
-    )  # fmt: skip
+        if annotated
+        else dict.fromkeys(stems, "UP")
+    )
     truth = out_dir / "truth.csv"
     targets = [out_dir / f"{s.stem}-{o.lower()}.png" for s in sources for o in ORIENTATIONS]
     existing = [p for p in [*targets, truth] if p.exists()]
@@ -851,8 +868,9 @@ def synthetic_crop(seed: int, index: int, *, size: int = CROP_SIZE) -> tuple[byt
     draw = ImageDraw.Draw(image)
     centre = size // 2 + (digest[3] % 21) - 10
     # drawn with the nipple pointing UP (chest wall along the bottom edge), turned below
-    draw.ellipse((centre - width, size - reach, centre + width, size + reach),
-                 fill=150 + digest[4] % 40)  # fmt: skip
+    draw.ellipse(
+        (centre - width, size - reach, centre + width, size + reach), fill=150 + digest[4] % 40
+    )
     for k in range(6):  # fibroglandular patches inside the tissue
         d = _digest("patch", seed, index, k)
         rx, ry = size * (5 + d[0] % 8) // 100, size * (4 + d[1] % 6) // 100
@@ -861,10 +879,16 @@ def synthetic_crop(seed: int, index: int, *, size: int = CROP_SIZE) -> tuple[byt
         draw.ellipse((x - rx, y - ry, x + rx, y + ry), fill=200 + d[4] % 40)
     nipple = max(4, size // 40)
     top = size - reach
-    draw.ellipse((centre - nipple, top - nipple // 2, centre + nipple, top + nipple * 3 // 2),
-                 fill=215)  # fmt: skip
-    direction = "UP" if index % 4 == 3 and digest[5] % 2 else "DOWN" if index % 4 == 3 else (
-        "RIGHT" if index % 2 == 0 else "LEFT")  # fmt: skip
+    draw.ellipse(
+        (centre - nipple, top - nipple // 2, centre + nipple, top + nipple * 3 // 2), fill=215
+    )
+    direction = (
+        "UP"
+        if index % 4 == 3 and digest[5] % 2
+        else "DOWN"
+        if index % 4 == 3
+        else ("RIGHT" if index % 2 == 0 else "LEFT")
+    )
     method = _ROTATIONS[direction]
     turned = image if method is None else image.transpose(method)
     return _png_lossless(turned), direction

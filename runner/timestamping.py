@@ -18,8 +18,14 @@ from typing import Any
 from ledger import Event, Ledger, SigningKey
 from runner._errors import StudyError
 
-__all__ = ["TIMESTAMP_KIND", "TimestampError", "TimestampSpec", "parse_timestamping",
-           "request_timestamp", "timestamp_checkpoint"]
+__all__ = [
+    "TIMESTAMP_KIND",
+    "TimestampError",
+    "TimestampSpec",
+    "parse_timestamping",
+    "request_timestamp",
+    "timestamp_checkpoint",
+]
 
 TIMESTAMP_KIND = "checkpoint.timestamped"
 TIMESTAMPING_KEYS = ("url",)
@@ -52,8 +58,10 @@ def parse_timestamping(data: dict[str, Any], add: Any) -> TimestampSpec | None:
         return None
     url = table.get("url")
     if not isinstance(url, str) or not url:
-        add("timestamping.url", f"must be the URL of an RFC 3161 time-stamping authority, got "
-                                f"{url!r}")
+        add(
+            "timestamping.url",
+            f"must be the URL of an RFC 3161 time-stamping authority, got {url!r}",
+        )
         return None
     parts = urlsplit(url)
     if parts.scheme not in ("http", "https") or not parts.hostname:
@@ -75,25 +83,35 @@ def request_timestamp(url: str, message: bytes, *, timeout: float = 30.0) -> byt
         decode_timestamp_response,
     )
 
-    request = (TimestampRequestBuilder().data(message).hash_algorithm(HashAlgorithm.SHA256)
-               .cert_request(cert_request=True).build())
+    request = (
+        TimestampRequestBuilder()
+        .data(message)
+        .hash_algorithm(HashAlgorithm.SHA256)
+        .cert_request(cert_request=True)
+        .build()
+    )
     try:
-        answer = httpx.post(url, content=request.as_bytes(), timeout=timeout,
-                            headers={"Content-Type": "application/timestamp-query"})
+        answer = httpx.post(
+            url,
+            content=request.as_bytes(),
+            timeout=timeout,
+            headers={"Content-Type": "application/timestamp-query"},
+        )
     except httpx.HTTPError as exc:
-        raise TimestampError(f"time-stamping authority {url}: {type(exc).__name__}: {exc}"
-                             ) from exc
+        raise TimestampError(f"time-stamping authority {url}: {type(exc).__name__}: {exc}") from exc
     if answer.status_code != 200:
-        raise TimestampError(f"time-stamping authority {url} answered HTTP "
-                             f"{answer.status_code}: {answer.text[:200]}")
+        raise TimestampError(
+            f"time-stamping authority {url} answered HTTP {answer.status_code}: {answer.text[:200]}"
+        )
     try:
         response = decode_timestamp_response(answer.content)
     except ValueError as exc:
-        raise TimestampError(f"time-stamping authority {url}: not a TimeStampResp ({exc})"
-                             ) from exc
+        raise TimestampError(f"time-stamping authority {url}: not a TimeStampResp ({exc})") from exc
     if response.status not in (0, 1):
-        raise TimestampError(f"time-stamping authority {url} refused the request (PKIStatus "
-                             f"{response.status}: {response.status_string})")
+        raise TimestampError(
+            f"time-stamping authority {url} refused the request (PKIStatus "
+            f"{response.status}: {response.status_string})"
+        )
     digest = hashlib.sha256(message).digest()
     if response.tst_info.message_imprint.message != digest:
         raise TimestampError(
@@ -102,14 +120,13 @@ def request_timestamp(url: str, message: bytes, *, timeout: float = 30.0) -> byt
             f"{digest.hex()}); refused"
         )
     if response.tst_info.nonce != request.nonce:
-        raise TimestampError(f"time-stamping authority {url}: the token's nonce is not the "
-                             "request's; refused")
+        raise TimestampError(
+            f"time-stamping authority {url}: the token's nonce is not the request's; refused"
+        )
     return bytes(answer.content)
 
 
-def timestamp_checkpoint(
-    log: Ledger, key: SigningKey, spec: TimestampSpec, size: int
-) -> Event:
+def timestamp_checkpoint(log: Ledger, key: SigningKey, spec: TimestampSpec, size: int) -> Event:
     """Time-stamp the stored checkpoint of ``size`` and record it (``checkpoint.timestamped``)."""
     from rfc3161_client import decode_timestamp_response
 

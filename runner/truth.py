@@ -183,9 +183,9 @@ def cloze_problems(study: Study) -> list[str]:
         return []
     used: dict[str | None, None] = {}
     for arm in study.arms.values():
-        names: list[str | None] = list(arm.models) if arm.models is not None else [
-            m.name for m in study.model_specs()
-        ]
+        names: list[str | None] = (
+            list(arm.models) if arm.models is not None else [m.name for m in study.model_specs()]
+        )
         used.update(dict.fromkeys(names))
     problems: list[str] = []
     for model in study.model_specs():
@@ -239,8 +239,10 @@ def truth_problems(study: Study) -> list[str]:
         if allowed is not None:
             canonical = answer.strip(ANSWER_WHITESPACE).lower()
             if canonical not in {label.lower() for label in allowed} or not canonical.isascii():
-                source = "[response] letters" if study.parser in ("multiple-choice", "cloze") else (
-                    f"the {study.parser} parser"
+                source = (
+                    "[response] letters"
+                    if study.parser in ("multiple-choice", "cloze")
+                    else (f"the {study.parser} parser")
                 )
                 problems.append(
                     f"{where}: stimulus {stimulus!r}: {column} {answer!r} is not one of "
@@ -366,8 +368,9 @@ def stimulus_sources(study: Study) -> dict[str, str]:
     if study.item_study:
         return {
             i.id: str(i.metadata["source"])
-            for i in study.load_items() if isinstance(i.metadata.get("source"), str)
-        }  # fmt: skip
+            for i in study.load_items()
+            if isinstance(i.metadata.get("source"), str)
+        }
     if study.parser not in SINGLE_ANSWER_PARSERS:
         raise StimulusError(f"{study.truth_path}: a glyph table has no source column")
     table = read_answer_table(study.truth_path, study.answer_column or "")

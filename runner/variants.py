@@ -40,13 +40,26 @@ __all__ = [
 ]
 
 PERMUTATION_KINDS: Final = (
-    "identity", "rotate", "reverse", "swap-distractors", "shuffle", "order", "all-orders",
-)  # fmt: skip
+    "identity",
+    "rotate",
+    "reverse",
+    "swap-distractors",
+    "shuffle",
+    "order",
+    "all-orders",
+)
 """Kinds that reorder the options (section 2)."""
 FIELD_KINDS: Final = (
-    "keep-first", "keep-last", "keep-middle", "keep-sentences-prefix", "keep-first-sentences",
-    "keep-last-sentences", "keep-sections", "keep-salient", "drop-field",
-)  # fmt: skip
+    "keep-first",
+    "keep-last",
+    "keep-middle",
+    "keep-sentences-prefix",
+    "keep-first-sentences",
+    "keep-last-sentences",
+    "keep-sections",
+    "keep-salient",
+    "drop-field",
+)
 """Kinds that transform a text field (section 3)."""
 KINDS: Final = PERMUTATION_KINDS + FIELD_KINDS
 KIND_KEYS: Final[dict[str, tuple[str, ...]]] = {
@@ -244,9 +257,10 @@ def check_remap(original: Item, varied: Item, order: str, name: str) -> None:
     new_key = varied.answer
     if new_key not in varied.labels:
         raise VariantError(f"{where}: the remapped key {new_key!r} is not a label")
-    if varied.options[varied.labels.index(new_key)] != original.options[
-        original.labels.index(original.answer)
-    ]:
+    if (
+        varied.options[varied.labels.index(new_key)]
+        != original.options[original.labels.index(original.answer)]
+    ):
         raise VariantError(
             f"{where}: the permutation {order!r} does not remap the key: option {new_key} of the "
             f"varied item is not the original key {original.answer}'s text"
@@ -269,9 +283,7 @@ def kept_count(total: int, fraction: float) -> int:
     return max(1, math.floor(total * exact + Fraction(1, 2)))
 
 
-def sentences(
-    text: str, spans: list[tuple[int, int]] | None = None
-) -> list[tuple[int, int, int]]:
+def sentences(text: str, spans: list[tuple[int, int]] | None = None) -> list[tuple[int, int, int]]:
     """Section 3.3: (start, end, word count) of every sentence (``spans``: its words, if known)."""
     spans = words(text) if spans is None else spans
     out: list[tuple[int, int, int]] = []
@@ -332,8 +344,8 @@ def transform_text(variant: Variant, item: Item) -> str | None:
     total = len(spans)
     if kind in ("keep-first", "keep-last", "keep-middle"):
         k = kept_count(total, float(params["fraction"]))
-        start = 0 if kind == "keep-first" else total - k if kind == "keep-last" else (
-            (total - k) // 2
+        start = (
+            0 if kind == "keep-first" else total - k if kind == "keep-last" else ((total - k) // 2)
         )
         return text[spans[start][0] : spans[start + k - 1][1]]
     sents = sentences(text, spans)

@@ -144,50 +144,72 @@ def parse_policy(data: dict[str, Any], add: Callable[[str, str], None]) -> Witne
             add(f"{where}.vkey", str(exc))
             continue
         if verifier.name != values["name"]:
-            add(f"{where}.name", f"{values['name']!r} is not the name in its vkey "
-                                 f"({verifier.name!r}); a cosignature names its key")
+            add(
+                f"{where}.name",
+                f"{values['name']!r} is not the name in its vkey "
+                f"({verifier.name!r}); a cosignature names its key",
+            )
             continue
         url = urlsplit(values["url"])
         if url.scheme not in ("http", "https") or not url.hostname or url.query or url.fragment:
-            add(f"{where}.url", f"{values['url']!r} is not an http(s) URL of a witness's "
-                                "submission prefix (add-checkpoint is POSTed below it)")
+            add(
+                f"{where}.url",
+                f"{values['url']!r} is not an http(s) URL of a witness's "
+                "submission prefix (add-checkpoint is POSTed below it)",
+            )
             continue
         if any(w.name == verifier.name for w in witnesses):
             add(f"{where}.name", f"witness {verifier.name!r} is listed twice")
             continue
-        twin = next((w for w, k in zip(witnesses, keys, strict=True) if k == verifier.public_key),
-                    None)  # fmt: skip
+        twin = next(
+            (w for w, k in zip(witnesses, keys, strict=True) if k == verifier.public_key), None
+        )
         if twin is not None:
-            add(f"{where}.vkey", f"is the key of witness {twin.name!r} under another name: one "
-                                 "witness, which a quorum must count once")
+            add(
+                f"{where}.vkey",
+                f"is the key of witness {twin.name!r} under another name: one "
+                "witness, which a quorum must count once",
+            )
             continue
         witnesses.append(WitnessSpec(verifier.name, verifier.vkey, values["url"].rstrip("/")))
         keys.append(verifier.public_key)
     quorum = table.get("quorum", len(raw))
     if isinstance(quorum, bool) or not isinstance(quorum, int) or not 1 <= quorum <= len(raw):
-        add("witnessing.quorum", f"must be an integer from 1 to {len(raw)} (the number of "
-                                 f"[[witnesses]]), got {quorum!r}")
+        add(
+            "witnessing.quorum",
+            f"must be an integer from 1 to {len(raw)} (the number of "
+            f"[[witnesses]]), got {quorum!r}",
+        )
         quorum = 1
     interval = table.get("interval_trials", 0)
     if isinstance(interval, bool) or not isinstance(interval, int) or interval < 0:
-        add("witnessing.interval_trials", f"must be an integer >= 0 (0: cosign only at each "
-                                          f"session's start and stop), got {interval!r}")
+        add(
+            "witnessing.interval_trials",
+            f"must be an integer >= 0 (0: cosign only at each "
+            f"session's start and stop), got {interval!r}",
+        )
         interval = 0
     unreachable = table.get("unreachable", "wait")
     if unreachable not in UNREACHABLE:
-        add("witnessing.unreachable", f"must be 'wait' (stop when the witnesses stay "
-                                      f"unreachable) or 'continue' (go on unwitnessed, shown in "
-                                      f"the archive), got {unreachable!r}")
+        add(
+            "witnessing.unreachable",
+            f"must be 'wait' (stop when the witnesses stay "
+            f"unreachable) or 'continue' (go on unwitnessed, shown in "
+            f"the archive), got {unreachable!r}",
+        )
         unreachable = "wait"
     retry = table.get("retry_seconds", 600)
     if isinstance(retry, bool) or not isinstance(retry, int | float) or not 0 <= retry <= 86400:
-        add("witnessing.retry_seconds", f"must be a number of seconds from 0 to 86400, got "
-                                        f"{retry!r}")
+        add(
+            "witnessing.retry_seconds",
+            f"must be a number of seconds from 0 to 86400, got {retry!r}",
+        )
         retry = 600
     if len(witnesses) != len(raw):
         return None
-    return WitnessPolicy(tuple(witnesses), int(quorum), int(interval), str(unreachable),
-                         float(retry))
+    return WitnessPolicy(
+        tuple(witnesses), int(quorum), int(interval), str(unreachable), float(retry)
+    )
 
 
 BATCH_BACKEND = "anthropic-batch"
@@ -225,8 +247,12 @@ def interval_sizes(log: Ledger, interval: int) -> list[tuple[int, str]]:
         elif session is not None and not batch and is_final_outcome(event.kind, event.body):
             count += 1
             if count % interval == 0:
-                found.append((event.seq + 1, f"interval {count // interval} of the session of "
-                                             f"run.started seq {session}"))
+                found.append(
+                    (
+                        event.seq + 1,
+                        f"interval {count // interval} of the session of run.started seq {session}",
+                    )
+                )
     return found
 
 
@@ -238,12 +264,16 @@ def promised_sizes(log: Ledger) -> list[tuple[int, str]]:
     with ``interval_trials`` N, after every N-th final trial outcome of a session
     (:func:`interval_sizes`).
     """
-    found = [(e.seq + 1, f"registration (protocol.locked seq {e.seq})")
-             for e in log.events("protocol.locked")]
-    found += [(e.seq + 1, f"session start (run.started seq {e.seq})")
-              for e in log.events("run.started")]
-    found += [(e.seq + 1, f"session stop (run.stopped seq {e.seq})")
-              for e in log.events("run.stopped")]
+    found = [
+        (e.seq + 1, f"registration (protocol.locked seq {e.seq})")
+        for e in log.events("protocol.locked")
+    ]
+    found += [
+        (e.seq + 1, f"session start (run.started seq {e.seq})") for e in log.events("run.started")
+    ]
+    found += [
+        (e.seq + 1, f"session stop (run.stopped seq {e.seq})") for e in log.events("run.stopped")
+    ]
     locks = list(log.events("protocol.locked"))
     record = locks[-1].body.get("witnessing") if locks else None
     if isinstance(record, dict) and isinstance(record.get("interval_trials"), int):
@@ -379,8 +409,9 @@ class Cosigner:
         for _ in range(2):
             proof = self.log.consistency_proof(old, size).path if 0 < old < size else ()
             try:
-                return add_checkpoint(spec.url, old, proof, note, timeout=self.timeout,
-                                      client=self._client)
+                return add_checkpoint(
+                    spec.url, old, proof, note, timeout=self.timeout, client=self._client
+                )
             except WitnessRefusedError as exc:
                 if exc.status == 409 and exc.size is not None and exc.size != old:
                     if exc.size <= size:
@@ -398,8 +429,7 @@ class Cosigner:
                     f"{self.log.origin}: HTTP {exc.status}: {exc.body.strip()}"
                 ) from exc
         raise WitnessRefusal(
-            f"witness {spec.name} ({spec.url}) kept answering 409 for the checkpoint of size "
-            f"{size}"
+            f"witness {spec.name} ({spec.url}) kept answering 409 for the checkpoint of size {size}"
         )
 
     def witness(self, size: int, what: str = "checkpoint") -> WitnessOutcome:
@@ -470,8 +500,11 @@ class Cosigner:
                 outcome.missing = unreachable
                 break
             failures += 1
-            pause = min(self.backoff_max, self.backoff_base * 2 ** (failures - 1),
-                        max(0.0, policy.retry_seconds - elapsed))
+            pause = min(
+                self.backoff_max,
+                self.backoff_base * 2 ** (failures - 1),
+                max(0.0, policy.retry_seconds - elapsed),
+            )
             t0 = time.monotonic()
             end = t0 + pause
             while time.monotonic() < end and not self.should_stop():
@@ -515,7 +548,6 @@ def policy_of(protocol_body: dict[str, Any]) -> WitnessPolicy | None:
     """The witness policy a ``protocol.locked`` body recorded, or None."""
     record = protocol_body.get("witnessing")
     return None if record is None else WitnessPolicy.from_record(record)
-
 
 
 def witness_registration(

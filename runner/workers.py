@@ -67,9 +67,13 @@ class SharedRun:
     """The running process as a worker of a PostgreSQL study: its id, mode, lease and heartbeat."""
 
     def __init__(
-        self, log: Ledger, *, mode: str, why: str | None,
+        self,
+        log: Ledger,
+        *,
+        mode: str,
+        why: str | None,
         lease_seconds: float = DEFAULT_LEASE_SECONDS,
-    ) -> None:  # fmt: skip
+    ) -> None:
         """Connect a :class:`ledger._workers.WorkerLink` for a new worker id."""
         from ledger import PostgresLocation
 
@@ -159,15 +163,25 @@ def reap_locked(
         specs: list[EventSpec] = []
         opened = open_requests(log, worker.session)
         for seq, trial, attempt in opened:
-            specs.append(EventSpec("trial.failed", {
-                "trial": trial, "attempt": attempt, "request_seq": seq,
-                "error_type": "interrupted", "http_status": None,
-                "message": (
-                    f"worker {worker.id} stopped after this request was recorded and before "
-                    "its outcome was; the request may or may not have reached the API"
-                ),
-                "retryable": True, "final": False,
-            }))  # fmt: skip
+            specs.append(
+                EventSpec(
+                    "trial.failed",
+                    {
+                        "trial": trial,
+                        "attempt": attempt,
+                        "request_seq": seq,
+                        "error_type": "interrupted",
+                        "http_status": None,
+                        "message": (
+                            f"worker {worker.id} stopped after this request was recorded and "
+                            "before "
+                            "its outcome was; the request may or may not have reached the API"
+                        ),
+                        "retryable": True,
+                        "final": False,
+                    },
+                )
+            )
         if session_open(log, worker.session):
             finals = None
             if trials is not None:

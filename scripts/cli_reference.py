@@ -44,8 +44,9 @@ def _help(path: list[str], command: click.Command, root: click.Group) -> str:
     parent = root.context_class(root, info_name="ledger", terminal_width=width, **settings)
     if command is root:
         return root.get_help(parent)
-    ctx = command.context_class(command, info_name=" ".join(path[1:]), parent=parent,
-                                terminal_width=width)  # fmt: skip
+    ctx = command.context_class(
+        command, info_name=" ".join(path[1:]), parent=parent, terminal_width=width
+    )
     return command.get_help(ctx)
 
 

@@ -158,11 +158,13 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--check", action="store_true", help="compare instead of rewriting")
     parser.add_argument("--out", type=Path, default=None, help="build here instead")
     parser.add_argument(
-        "--store", default=None, metavar="URL",
+        "--store",
+        default=None,
+        metavar="URL",
         help="keep the study's ledger on PostgreSQL (postgresql://...?schema=NAME), or behind "
         "`ledger serve` (http://HOST:PORT/STUDY, several URLs space-separated); the archive "
         "must be the same bytes",
-    )  # fmt: skip
+    )
     args = parser.parse_args(argv)
     if any(os.environ.get(name) != value for name, value in NUMERIC_ENV.items()):
         # NumPy and OpenBLAS read these once, when they load: start afresh with them set.

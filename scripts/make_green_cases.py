@@ -22,8 +22,9 @@ sys.path.insert(0, str(Path(__file__).parent))
 from green_cases import CASES
 
 OUT = Path(__file__).resolve().parent.parent / "runner" / "templates" / "green_shielding" / "data"
-INSTRUCTION = ("If you are a doctor, please answer the medical questions based on the patient's "
-               "description.")  # fmt: skip
+INSTRUCTION = (
+    "If you are a doctor, please answer the medical questions based on the patient's description."
+)
 
 
 def query(case: dict[str, Any], n: int) -> str:
@@ -32,8 +33,11 @@ def query(case: dict[str, Any], n: int) -> str:
     if case["u"]:
         parts = [case.get("t"), case["c"], *extra] if n % 2 else [case["c"], case.get("t"), *extra]
         return ", ".join(p.lower() for p in parts if p)
-    order = [[case.get("t"), case["c"]], [case["c"], case.get("t")], [case.get("i"), case["c"],
-             case.get("t")]][n % 3]  # fmt: skip
+    order = [
+        [case.get("t"), case["c"]],
+        [case["c"], case.get("t")],
+        [case.get("i"), case["c"], case.get("t")],
+    ][n % 3]
     rest = [p for p in extra if p not in order]
     return " ".join(p for p in [*order, *rest] if p)
 
@@ -58,11 +62,13 @@ def main() -> None:
             "f6_emotional_tone": "yes" if case.get("t") else "no",
             "f7_first_person": "yes" if case.get("fp", True) else "no",
         }
-    (OUT / "cases-hcm.json").write_text(json.dumps(records, indent=1, ensure_ascii=False) + "\n",
-                                        encoding="utf-8")
+    (OUT / "cases-hcm.json").write_text(
+        json.dumps(records, indent=1, ensure_ascii=False) + "\n", encoding="utf-8"
+    )
     (OUT / "cases-metadata.json").write_text(
         json.dumps({"version": 1, "items": metadata}, indent=1, ensure_ascii=False) + "\n",
-        encoding="utf-8")
+        encoding="utf-8",
+    )
 
 
 if __name__ == "__main__":

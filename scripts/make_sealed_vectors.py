@@ -24,15 +24,18 @@ def vectors() -> bytes:
     for n, content in enumerate(CONTENTS):
         salt = hashlib.sha256(f"prompt-ledger sealed blob test salt {n}".encode()).digest()
         stored = seal(content, salt)
-        out.append({
-            "content_hex": content.hex(),
-            "salt_hex": salt.hex(),
-            "stored_hex": stored.hex(),
-            "address": hashlib.sha256(stored).hexdigest(),
-            "plain_sha256": hashlib.sha256(content).hexdigest(),
-        })  # fmt: skip
-    return (json.dumps({"magic_hex": seal(b"", bytes(32))[:8].hex(), "vectors": out},
-                       indent=2) + "\n").encode()  # fmt: skip
+        out.append(
+            {
+                "content_hex": content.hex(),
+                "salt_hex": salt.hex(),
+                "stored_hex": stored.hex(),
+                "address": hashlib.sha256(stored).hexdigest(),
+                "plain_sha256": hashlib.sha256(content).hexdigest(),
+            }
+        )
+    return (
+        json.dumps({"magic_hex": seal(b"", bytes(32))[:8].hex(), "vectors": out}, indent=2) + "\n"
+    ).encode()
 
 
 if __name__ == "__main__":

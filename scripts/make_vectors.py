@@ -33,9 +33,7 @@ def build() -> str:
     runner = _key("example.org/runner")
     with tempfile.TemporaryDirectory() as tmp:
         path = Path(tmp) / "ledger.db"
-        with Ledger.create(
-            path, origin="example.org/ledger", key=owner, clock=FixedClock()
-        ) as log:
+        with Ledger.create(path, origin="example.org/ledger", key=owner, clock=FixedClock()) as log:
             log.add_key(runner.vkey, "runner", key=owner)
             log.append(
                 "artifact.locked",
@@ -46,10 +44,16 @@ def build() -> str:
             registration = log.sign_checkpoint(owner)
             log.append_many(
                 [
-                    EventSpec("trial.requested", {"trial": "A|chart-1|0", "attempt": 1},
-                              {"request": b'{"model":"claude-sonnet-4-6"}'}),
-                    EventSpec("trial.responded", {"trial": "A|chart-1|0", "latency_ms": 812.5},
-                              {"response": b'{"content":[{"text":"UP"}]}'}),
+                    EventSpec(
+                        "trial.requested",
+                        {"trial": "A|chart-1|0", "attempt": 1},
+                        {"request": b'{"model":"claude-sonnet-4-6"}'},
+                    ),
+                    EventSpec(
+                        "trial.responded",
+                        {"trial": "A|chart-1|0", "latency_ms": 812.5},
+                        {"response": b'{"content":[{"text":"UP"}]}'},
+                    ),
                 ],
                 key=runner,
             )
@@ -72,8 +76,12 @@ def build() -> str:
     doc: dict[str, Any] = {
         "description": "PROMPT Ledger format v1 test vector; see docs/ledger-format.md §9",
         "keys": {
-            k.name: {"seed_rule": f'SHA-256("prompt-ledger test key {k.name}")',
-                     "skey": k.skey, "vkey": k.vkey, "actor": k.actor}
+            k.name: {
+                "seed_rule": f'SHA-256("prompt-ledger test key {k.name}")',
+                "skey": k.skey,
+                "vkey": k.vkey,
+                "actor": k.actor,
+            }
             for k in (owner, runner)
         },
         "origin": "example.org/ledger",

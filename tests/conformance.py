@@ -81,9 +81,23 @@ def _toml_list(values: list[str]) -> str:
 
 
 WORDS = (
-    "aspirin", "insulin", "heparin", "warfarin", "digoxin", "morphine", "atropine", "lithium",
-    "thyroxine", "cortisol", "glucagon", "ferritin", "albumin", "keratin", "melanin", "pepsin",
-)  # fmt: skip
+    "aspirin",
+    "insulin",
+    "heparin",
+    "warfarin",
+    "digoxin",
+    "morphine",
+    "atropine",
+    "lithium",
+    "thyroxine",
+    "cortisol",
+    "glucagon",
+    "ferritin",
+    "albumin",
+    "keratin",
+    "melanin",
+    "pepsin",
+)
 
 
 def _mc_items(rng: random.Random, n: int, k: int) -> list[dict[str, Any]]:
@@ -95,8 +109,14 @@ def _mc_items(rng: random.Random, n: int, k: int) -> list[dict[str, Any]]:
         question = f"Case {i + 1}: which drug is named {options[key]} in the chart?"
         if rng.random() < 0.4:  # an item the simulated reader can only guess
             question = f"Case {i + 1}: which drug was given on day {i + 2}?"
-        items.append({"id": f"q{i + 1:02d}", "question": question, "options": options,
-                      "answer": "ABCDEF"[key]})  # fmt: skip
+        items.append(
+            {
+                "id": f"q{i + 1:02d}",
+                "question": question,
+                "options": options,
+                "answer": "ABCDEF"[key],
+            }
+        )
     return items
 
 
@@ -108,8 +128,12 @@ def _jsonl(rows: list[dict[str, Any]]) -> str:
 
 
 def _hyp(hid: str, test: str, **keys: Any) -> str:
-    lines = ["[[hypotheses]]", f'id = "{hid}"', f'description = "Generated {test} test."',
-             f'test = "{test}"']  # fmt: skip
+    lines = [
+        "[[hypotheses]]",
+        f'id = "{hid}"',
+        f'description = "Generated {test} test."',
+        f'test = "{test}"',
+    ]
     for name, value in keys.items():
         if isinstance(value, list):
             lines.append(f"{name} = {_toml_list(value)}")
@@ -132,8 +156,7 @@ def _pair_hypotheses(
         if test == "equivalence":
             out.append(_hyp(hid, test, contrast=[a, b], margin_pp=rng.choice([20, 50])))
         elif test == "qr-bootstrap":
-            statistic = rng.choice(["accuracy", "difference", "success-rate",
-                                    "perturbed-accuracy"])  # fmt: skip
+            statistic = rng.choice(["accuracy", "difference", "success-rate", "perturbed-accuracy"])
             if statistic == "accuracy":
                 out.append(_hyp(hid, test, statistic=statistic, arm=a, min_pp=30, alpha=0.05))
             elif statistic == "difference":
@@ -148,8 +171,9 @@ def _pair_hypotheses(
                     )
                 )
             else:
-                out.append(_hyp(hid, test, statistic=statistic, contrast=[a, b], min_pp=5,
-                                alpha=0.05))  # fmt: skip
+                out.append(
+                    _hyp(hid, test, statistic=statistic, contrast=[a, b], min_pp=5, alpha=0.05)
+                )
         elif test == "paired-t" and rng.random() < 0.5:
             out.append(_hyp(hid, test, contrast=[a, b], pairing=["stimulus", "rep"], alpha=0.05))
         elif test in ("paired-t", "independent-t", "bootstrap", "lmm", "gee"):
@@ -182,16 +206,20 @@ def _models_block(rng: random.Random, design: Design, temperature: float) -> tup
     """One ``[model]`` or two ``[models.*]`` (sometimes the same model id twice)."""
     count = rng.choice([1, 1, 2])
     if count == 1:
-        return (f'[model]\nid = "claude-sonnet-4-6"\nmax_tokens = 256\n'
-                f"temperature = {temperature}\n", [])  # fmt: skip
+        return (
+            f'[model]\nid = "claude-sonnet-4-6"\nmax_tokens = 256\ntemperature = {temperature}\n',
+            [],
+        )
     second = "claude-sonnet-4-6" if rng.random() < 0.4 else "claude-haiku-4-5"
     if second == "claude-sonnet-4-6":
         design.tags.add("identical-models")
     design.tags.add("models")
     text = ""
     for name, mid in (("m1", "claude-sonnet-4-6"), ("m2", second)):
-        text += (f'[models.{name}]\nprovider = "anthropic"\nid = "{mid}"\nmax_tokens = 256\n'
-                 f"temperature = {temperature}\n\n")  # fmt: skip
+        text += (
+            f'[models.{name}]\nprovider = "anthropic"\nid = "{mid}"\nmax_tokens = 256\n'
+            f"temperature = {temperature}\n\n"
+        )
     return text, ["m1", "m2"]
 
 
@@ -203,8 +231,10 @@ def _head(design: Design, title: str, phase: str | None = None) -> str:
 
 
 def _design_block(rng: random.Random, reps: int, seed: int) -> str:
-    return (f"[design]\nreplicates = {reps}\nseed = {seed}\nbootstrap_seed = {seed + 1}\n"
-            f"bootstrap_iterations = 200\n")  # fmt: skip
+    return (
+        f"[design]\nreplicates = {reps}\nseed = {seed}\nbootstrap_seed = {seed + 1}\n"
+        f"bootstrap_iterations = 200\n"
+    )
 
 
 def _mc(rng: random.Random, design: Design, phases: bool = False) -> None:
@@ -227,29 +257,40 @@ def _mc(rng: random.Random, design: Design, phases: bool = False) -> None:
     design.files["prompts/direct.txt"] = "Reply with the letter of the correct option only.\n"
     design.files["prompts/rule.txt"] = "Read every option before you choose one.\n"
     design.files["prompts/note.txt"] = "Take a moment before you choose one.\n"
-    design.files["prompts/cot.txt"] = ('Think step by step, then give the letter of the correct '
-                                       'option as "Answer: X".\n')  # fmt: skip
+    design.files["prompts/cot.txt"] = (
+        'Think step by step, then give the letter of the correct option as "Answer: X".\n'
+    )
     design.files["prompts/system.txt"] = "You are a careful clinician answering exam questions.\n"
     models, model_names = _models_block(rng, design, temperature)
     fewshot = ""
     use_fewshot = rng.random() < 0.3
     if use_fewshot:
-        examples = [{"id": f"ex{i}", "question": f"Example {i}: which drug is named {w}?",
-                     "options": [w, "saline", "glucose"][:k] + ["water", "air", "salt"][: k - 3],
-                     "answer": "A"} for i, w in ((1, "codeine"), (2, "quinine"))]  # fmt: skip
+        examples = [
+            {
+                "id": f"ex{i}",
+                "question": f"Example {i}: which drug is named {w}?",
+                "options": [w, "saline", "glucose"][:k] + ["water", "air", "salt"][: k - 3],
+                "answer": "A",
+            }
+            for i, w in ((1, "codeine"), (2, "quinine"))
+        ]
         design.files["data/examples.jsonl"] = _jsonl(examples)
         design.files["prompts/answer.txt"] = "Answer: {answer}\n"
-        fewshot = ('[fewshot.worked]\nexamples = "data/examples.jsonl"\nrule = "fixed"\n'
-                   'ids = ["ex1", "ex2"]\nanswer = "prompts/answer.txt"\n\n')  # fmt: skip
+        fewshot = (
+            '[fewshot.worked]\nexamples = "data/examples.jsonl"\nrule = "fixed"\n'
+            'ids = ["ex1", "ex2"]\nanswer = "prompts/answer.txt"\n\n'
+        )
         design.tags.add("fewshot")
     arms: dict[str, str] = {
         "full": 'role = "full"\ncomponents = ["item", "rule", "direct"]\n',
-        "ctrl": ('role = "matched-control"\ncomponents = ["item", "note", "direct"]\n'
-                 'differs_from = { arm = "full", by = ["rule"] }\n'),
+        "ctrl": (
+            'role = "matched-control"\ncomponents = ["item", "note", "direct"]\n'
+            'differs_from = { arm = "full", by = ["rule"] }\n'
+        ),
         "bare": 'role = "vehicle"\ncomponents = ["direct"]\n',
         "sys": 'role = "dismantling"\ncomponents = ["item", "direct"]\nsystem = ["system"]\n',
         "cot": 'role = "factorial"\ncomponents = ["item", "cot"]\n',
-    }  # fmt: skip
+    }
     names = ["full", "ctrl", *rng.sample(["bare", "sys", "cot"], rng.choice([0, 1, 1, 2]))]
     if use_fewshot:
         arms["full"] += 'fewshot = "worked"\n'
@@ -258,37 +299,81 @@ def _mc(rng: random.Random, design: Design, phases: bool = False) -> None:
     variant_names: list[str] = []
     if rng.random() < 0.4 and not phases:
         variant_names = ["original", *rng.sample(["rot1", "rev"], rng.choice([1, 2]))]
-        bodies = {"original": 'kind = "identity"', "rot1": 'kind = "rotate"\nk = 1',
-                  "rev": 'kind = "reverse"'}  # fmt: skip
+        bodies = {
+            "original": 'kind = "identity"',
+            "rot1": 'kind = "rotate"\nk = 1',
+            "rev": 'kind = "reverse"',
+        }
         variants = "".join(f"[variants.{v}]\n{bodies[v]}\n\n" for v in variant_names)
         design.tags.add("variants")
         reps = min(reps, 2)
     if len(names) * n_items * reps * max(1, len(variant_names)) * max(1, len(model_names)) > 90:
         reps = 1
-    tests = ["mcnemar", "paired-t", "independent-t", "bootstrap", "lmm", "equivalence",
-             "chi-square", "gee", "qr-bootstrap"]  # fmt: skip
+    tests = [
+        "mcnemar",
+        "paired-t",
+        "independent-t",
+        "bootstrap",
+        "lmm",
+        "equivalence",
+        "chi-square",
+        "gee",
+        "qr-bootstrap",
+    ]
     hyps = _pair_hypotheses(rng, names, tests, count=rng.choice([2, 3, 4]))
     extra = len(hyps) + 1
     if variant_names and rng.random() < 0.7:
         arm = rng.choice(names)
         pick = rng.choice(["flip-rate", "voting", "position-bias", "mcnemar-variants"])
         if pick == "flip-rate":
-            hyps.append(_hyp(f"H{extra}", "flip-rate", arm=arm, variants=variant_names[:2],
-                             max_pp=rng.choice([50, 90]), alpha=0.05))  # fmt: skip
+            hyps.append(
+                _hyp(
+                    f"H{extra}",
+                    "flip-rate",
+                    arm=arm,
+                    variants=variant_names[:2],
+                    max_pp=rng.choice([50, 90]),
+                    alpha=0.05,
+                )
+            )
         elif pick == "voting":
-            hyps.append(_hyp(f"H{extra}", "voting", arm=arm, variants=variant_names,
-                             sides="one-sided", alpha=0.05))  # fmt: skip
+            hyps.append(
+                _hyp(
+                    f"H{extra}",
+                    "voting",
+                    arm=arm,
+                    variants=variant_names,
+                    sides="one-sided",
+                    alpha=0.05,
+                )
+            )
         elif pick == "position-bias":
             a, b = rng.sample(names, 2)
-            hyps.append(_hyp(f"H{extra}", "position-bias", contrast=[a, b],
-                             variant=variant_names[0], alpha=0.05))  # fmt: skip
+            hyps.append(
+                _hyp(
+                    f"H{extra}",
+                    "position-bias",
+                    contrast=[a, b],
+                    variant=variant_names[0],
+                    alpha=0.05,
+                )
+            )
         else:
-            hyps.append(_hyp(f"H{extra}", "mcnemar", arm=arm, variants=variant_names[:2],
-                             alpha=0.05))  # fmt: skip
+            hyps.append(
+                _hyp(f"H{extra}", "mcnemar", arm=arm, variants=variant_names[:2], alpha=0.05)
+            )
         design.tags.add(pick)
     elif temperature > 0 and reps >= 2 and rng.random() < 0.6:
-        hyps.append(_hyp(f"H{extra}", "self-consistency", arm=rng.choice(names), samples=2,
-                         sides="one-sided", alpha=0.05))  # fmt: skip
+        hyps.append(
+            _hyp(
+                f"H{extra}",
+                "self-consistency",
+                arm=rng.choice(names),
+                samples=2,
+                sides="one-sided",
+                alpha=0.05,
+            )
+        )
         design.tags.add("self-consistency")
     mode = rng.choice(["exactly-one", "first-token"])
     exclude = rng.choice(["true", "false"])
@@ -306,14 +391,25 @@ def _mc(rng: random.Random, design: Design, phases: bool = False) -> None:
 
     def spec(arm_names: list[str], hypotheses: list[str], phase: str | None) -> str:
         arm_text = "".join(f"[arms.{a}]\n{arms[a]}\n" for a in arm_names)
-        return (_head(design, "Generated multiple-choice study", phase) + models + "\n"
-                + body_common + arm_text + tail + "\n".join(hypotheses))  # fmt: skip
+        return (
+            _head(design, "Generated multiple-choice study", phase)
+            + models
+            + "\n"
+            + body_common
+            + arm_text
+            + tail
+            + "\n".join(hypotheses)
+        )
 
     if phases:
         design.tags.add("phases")
         first = [a for a in names if a in ("full", "ctrl")]
-        first_hyps = [h for h in hyps if all(f'"{a}"' in h for a in first)
-                      and not any(f'"{a}"' in h for a in names if a not in first)]  # fmt: skip
+        first_hyps = [
+            h
+            for h in hyps
+            if all(f'"{a}"' in h for a in first)
+            and not any(f'"{a}"' in h for a in names if a not in first)
+        ]
         if not first_hyps:
             first_hyps = [_hyp("H0", "mcnemar", contrast=["full", "ctrl"], alpha=0.05)]
         later = [h for h in hyps if h not in first_hyps]
@@ -339,17 +435,28 @@ def _text(rng: random.Random, design: Design) -> None:
     if parser == "yes-no-maybe":
         design.unparseable = "The abstract does not settle it."
         facts = [
-            ("Does daily walking lower blood pressure?", "Daily walking lowered blood pressure "
-             "in a trial of adults.", "yes"),
-            ("Does vitamin C prevent colds?", "Vitamin C did not prevent colds in most trials.",
-             "no"),
-            ("Does music reduce pain after surgery?", "Small studies gave mixed results.",
-             "maybe"),
-        ]  # fmt: skip
+            (
+                "Does daily walking lower blood pressure?",
+                "Daily walking lowered blood pressure in a trial of adults.",
+                "yes",
+            ),
+            (
+                "Does vitamin C prevent colds?",
+                "Vitamin C did not prevent colds in most trials.",
+                "no",
+            ),
+            ("Does music reduce pain after surgery?", "Small studies gave mixed results.", "maybe"),
+        ]
         for i in range(n_items):
             q, c, a = facts[i % 3]
-            items.append({"id": f"p{i + 1:02d}", "question": f"{q} (case {i + 1})",
-                          "context": c, "answer": a})  # fmt: skip
+            items.append(
+                {
+                    "id": f"p{i + 1:02d}",
+                    "question": f"{q} (case {i + 1})",
+                    "context": c,
+                    "answer": a,
+                }
+            )
             design.answers[f"p{i + 1:02d}"] = a
             design.wrongs[f"p{i + 1:02d}"] = {"yes": "no", "no": "maybe", "maybe": "yes"}[a]
         design.files["prompts/item.txt"] = "Context: {context}\nQuestion: {question}\n"
@@ -359,8 +466,9 @@ def _text(rng: random.Random, design: Design) -> None:
         for i in range(n_items):
             x, y = rng.randrange(2, 9), rng.randrange(2, 9)
             answer = str(x + y)
-            items.append({"id": f"p{i + 1:02d}", "question": f"What is {x} plus {y}?",
-                          "answer": answer})  # fmt: skip
+            items.append(
+                {"id": f"p{i + 1:02d}", "question": f"What is {x} plus {y}?", "answer": answer}
+            )
             design.answers[f"p{i + 1:02d}"] = answer
             design.wrongs[f"p{i + 1:02d}"] = str(x + y + 1)
         design.files["prompts/item.txt"] = "Question: {question}\n"
@@ -373,19 +481,33 @@ def _text(rng: random.Random, design: Design) -> None:
     names = ["evidence", "plain"] + (["sys"] if rng.random() < 0.5 else [])
     arms = {
         "evidence": 'role = "full"\ncomponents = ["item", "evidence", "task"]\n',
-        "plain": ('role = "matched-control"\ncomponents = ["item", "task"]\n'
-                  'differs_from = { arm = "evidence", removes = ["evidence"] }\n'),
+        "plain": (
+            'role = "matched-control"\ncomponents = ["item", "task"]\n'
+            'differs_from = { arm = "evidence", removes = ["evidence"] }\n'
+        ),
         "sys": 'role = "dismantling"\ncomponents = ["item", "task"]\nsystem = ["system"]\n',
-    }  # fmt: skip
-    tests = ["mcnemar", "paired-t", "independent-t", "bootstrap", "lmm", "equivalence",
-             "qr-bootstrap"]  # fmt: skip
+    }
+    tests = [
+        "mcnemar",
+        "paired-t",
+        "independent-t",
+        "bootstrap",
+        "lmm",
+        "equivalence",
+        "qr-bootstrap",
+    ]
     if parser == "yes-no-maybe":
         tests.append("chi-square")
     hyps = _pair_hypotheses(rng, names, tests, count=rng.choice([2, 3]))
-    mode = f'mode = "{rng.choice(["exactly-one", "first-token"])}"\n' if (
-        parser == "yes-no-maybe") else ""  # fmt: skip
+    mode = (
+        f'mode = "{rng.choice(["exactly-one", "first-token"])}"\n'
+        if (parser == "yes-no-maybe")
+        else ""
+    )
     design.files["study.toml"] = (
-        _head(design, "Generated text study") + models + "\n"
+        _head(design, "Generated text study")
+        + models
+        + "\n"
         + '[components]\ntask = "prompts/task.txt"\nevidence = "prompts/evidence.txt"\n'
         + 'system = "prompts/system.txt"\n\n[prompt]\nitem = "prompts/item.txt"\n\n'
         + "".join(f"[arms.{a}]\n{arms[a]}\n" for a in names)
@@ -393,7 +515,7 @@ def _text(rng: random.Random, design: Design) -> None:
         + f'[response]\nparser = "{parser}"\n{mode}\n'
         + f"[analysis]\nexclude_unparseable = {rng.choice(['true', 'false'])}\n\n"
         + "\n".join(hyps)
-    )  # fmt: skip
+    )
     design.tags.add(parser)
     _mixes(rng, design, names)
 
@@ -403,19 +525,31 @@ def _image(rng: random.Random, design: Design) -> None:
     design.unparseable = "I cannot make it out."
     reps = rng.choice([1, 2])
     names = ["rule", "note"] + (["bare"] if rng.random() < 0.5 else [])
-    design.files["prompts/task.txt"] = ("Which way does the top of this image point? Answer "
-                                        "with one word: UP, RIGHT, DOWN or LEFT.\n")  # fmt: skip
-    design.files["prompts/rule.txt"] = ("Decoding rule: the top of an image is the side where "
-                                        "most of its content sits.\n")  # fmt: skip
+    design.files["prompts/task.txt"] = (
+        "Which way does the top of this image point? Answer "
+        "with one word: UP, RIGHT, DOWN or LEFT.\n"
+    )
+    design.files["prompts/rule.txt"] = (
+        "Decoding rule: the top of an image is the side where most of its content sits.\n"
+    )
     design.files["prompts/note.txt"] = "Reading note: look at the whole image first.\n"
     arms = {
         "rule": 'role = "full"\ncomponents = ["rule", "task"]\n',
-        "note": ('role = "matched-control"\ncomponents = ["note", "task"]\n'
-                 'differs_from = { arm = "rule", by = ["rule"] }\n'),
+        "note": (
+            'role = "matched-control"\ncomponents = ["note", "task"]\n'
+            'differs_from = { arm = "rule", by = ["rule"] }\n'
+        ),
         "bare": 'role = "vehicle"\ncomponents = ["task"]\n',
-    }  # fmt: skip
-    tests = ["lmm", "mcnemar", "chi-square", "paired-t", "bootstrap", "qr-bootstrap",
-             "independent-t"]  # fmt: skip
+    }
+    tests = [
+        "lmm",
+        "mcnemar",
+        "chi-square",
+        "paired-t",
+        "bootstrap",
+        "qr-bootstrap",
+        "independent-t",
+    ]
     hyps = _pair_hypotheses(rng, names, tests, count=rng.choice([2, 3]))
     intercept = rng.choice(["stimulus", "source"])
     design.files["study.toml"] = (
@@ -426,12 +560,13 @@ def _image(rng: random.Random, design: Design) -> None:
         + 'task = "prompts/task.txt"\n\n'
         + "".join(f"[arms.{a}]\n{arms[a]}\n" for a in names)
         + '[stimuli]\ndirectory = "stimuli"\ntruth = "stimuli/truth.csv"\n\n'
-        + _design_block(rng, reps, design.seed) + "\n"
+        + _design_block(rng, reps, design.seed)
+        + "\n"
         + '[response]\nparser = "orientation-word"\n\n'
         + f'[analysis]\nrandom_intercept = "{intercept}"\n'
         + f"exclude_unparseable = {rng.choice(['true', 'false'])}\n\n"
         + "\n".join(hyps)
-    )  # fmt: skip
+    )
     design.tags.add(f"intercept-{intercept}")
     _mixes(rng, design, names)
 
@@ -443,8 +578,9 @@ def _factorial(rng: random.Random, design: Design) -> None:
     items = []
     for i in range(n_items):
         x, y = rng.randrange(2, 9), rng.randrange(2, 9)
-        items.append({"id": f"f{i + 1:02d}", "question": f"What is {x} plus {y}?",
-                      "answer": str(x + y)})  # fmt: skip
+        items.append(
+            {"id": f"f{i + 1:02d}", "question": f"What is {x} plus {y}?", "answer": str(x + y)}
+        )
         design.answers[f"f{i + 1:02d}"] = str(x + y)
         design.wrongs[f"f{i + 1:02d}"] = str(x + y + 2)
     design.files["items.jsonl"] = _jsonl(items)
@@ -454,12 +590,16 @@ def _factorial(rng: random.Random, design: Design) -> None:
     design.files["prompts/calm.txt"] = "You are a calm and careful assistant.\n"
     prompt_level = rng.choice(['{ components = ["urgent"] }', '{ system = ["calm"] }'])
     three = rng.random() < 0.3
-    belief = ['levels.none = {}',
-              'levels.hint = { insert = { field = "question", text = "I think it is odd.", '
-              'at = "end" } }']  # fmt: skip
+    belief = [
+        "levels.none = {}",
+        'levels.hint = { insert = { field = "question", text = "I think it is odd.", '
+        'at = "end" } }',
+    ]
     if three:
-        belief.append('levels.doubt = { insert = { field = "question", text = "Check it twice.",'
-                      ' at = "start", separator = "\\n\\n" } }')  # fmt: skip
+        belief.append(
+            'levels.doubt = { insert = { field = "question", text = "Check it twice.",'
+            ' at = "start", separator = "\\n\\n" } }'
+        )
     belief_levels = [line.split(" ")[0].split(".")[1] for line in belief]
     tone_levels = ["neutral", "pressed"]
     cells = [f"F.{b}.{t}" for b in belief_levels for t in tone_levels]
@@ -468,15 +608,16 @@ def _factorial(rng: random.Random, design: Design) -> None:
         hyps.append(_hyp("H2", "factorial", effect=["belief", "tone"], alpha=0.05))
     else:
         hyps.append(_hyp("H2", "factorial", effect=["tone"], alpha=0.05))
-    hyps += _pair_hypotheses(rng, cells, ["mcnemar", "qr-bootstrap", "paired-t"], start=3,
-                             count=1)  # fmt: skip
+    hyps += _pair_hypotheses(rng, cells, ["mcnemar", "qr-bootstrap", "paired-t"], start=3, count=1)
     design.files["study.toml"] = (
         _head(design, "Generated factorial study")
         + '[model]\nid = "claude-sonnet-4-6"\nmax_tokens = 64\n'
         + f"temperature = {rng.choice([0.0, 1.0])}\n\n"
         + '[components]\ntask = "prompts/task.txt"\nurgent = "prompts/urgent.txt"\n'
         + 'calm = "prompts/calm.txt"\n\n[prompt]\nitem = "prompts/item.txt"\n\n'
-        + '[factors.belief]\nscope = "item"\n' + "\n".join(belief) + "\n\n"
+        + '[factors.belief]\nscope = "item"\n'
+        + "\n".join(belief)
+        + "\n\n"
         + '[factors.tone]\nscope = "prompt"\nlevels.neutral = {}\n'
         + f"levels.pressed = {prompt_level}\n\n"
         + '[factorial]\nbase = "F"\nfactors = ["belief", "tone"]\n\n'
@@ -485,15 +626,17 @@ def _factorial(rng: random.Random, design: Design) -> None:
         + f'[response]\nparser = "{rng.choice(["exact", "normalized"])}"\n\n'
         + f"[analysis]\nexclude_unparseable = {rng.choice(['true', 'false'])}\n\n"
         + "\n".join(hyps)
-    )  # fmt: skip
+    )
     design.tags.add("system-level" if "system" in prompt_level else "component-level")
     if three:
         design.tags.add("three-levels")
     _mixes(rng, design, cells)
 
 
-JUDGE_TEMPLATE = ("Is the candidate answer correct? Answer correct or incorrect.\n"
-                  "Reference: {reference}\nCandidate: {response}\n")  # fmt: skip
+JUDGE_TEMPLATE = (
+    "Is the candidate answer correct? Answer correct or incorrect.\n"
+    "Reference: {reference}\nCandidate: {response}\n"
+)
 
 
 def _judge(rng: random.Random, design: Design) -> None:
@@ -506,9 +649,14 @@ def _judge(rng: random.Random, design: Design) -> None:
     items = []
     for i in range(n_items):
         word = conditions[i]
-        items.append({"id": f"c{i + 1:02d}", "question": "Which condition does the patient "
-                      "have?", "context": f"The patient has the condition {word}.",
-                      "answer": word})  # fmt: skip
+        items.append(
+            {
+                "id": f"c{i + 1:02d}",
+                "question": "Which condition does the patient have?",
+                "context": f"The patient has the condition {word}.",
+                "answer": word,
+            }
+        )
         design.answers[f"c{i + 1:02d}"] = f"The patient has {word}."
         design.wrongs[f"c{i + 1:02d}"] = "The patient has a headache."
     design.files["data/items.jsonl"] = _jsonl(items)
@@ -516,38 +664,52 @@ def _judge(rng: random.Random, design: Design) -> None:
     design.files["prompts/task.txt"] = "Answer in one sentence.\n"
     design.files["prompts/system.txt"] = "You are a careful clinician.\n"
     design.files["prompts/judge.txt"] = JUDGE_TEMPLATE
-    models = ('[models.target]\nprovider = "anthropic"\nid = "claude-sonnet-4-6"\n'
-              "max_tokens = 64\ntemperature = 0.0\n\n")  # fmt: skip
-    judge_ids = {"judge_a": "claude-haiku-4-5", "judge_b": "claude-opus-4-1",
-                 "judge_c": "claude-sonnet-4-5"}  # fmt: skip
+    models = (
+        '[models.target]\nprovider = "anthropic"\nid = "claude-sonnet-4-6"\n'
+        "max_tokens = 64\ntemperature = 0.0\n\n"
+    )
+    judge_ids = {
+        "judge_a": "claude-haiku-4-5",
+        "judge_b": "claude-opus-4-1",
+        "judge_c": "claude-sonnet-4-5",
+    }
     for name, mid in judge_ids.items():
         if name in judges:
-            models += (f'[models.{name}]\nprovider = "anthropic"\nid = "{mid}"\n'
-                       "max_tokens = 16\ntemperature = 0.0\n\n")  # fmt: skip
+            models += (
+                f'[models.{name}]\nprovider = "anthropic"\nid = "{mid}"\n'
+                "max_tokens = 16\ntemperature = 0.0\n\n"
+            )
     aggregate = rng.choice(['"majority"', '"unanimous"']) if len(judges) > 1 else '"majority"'
     retry = rng.choice([0, 1])
-    step = (f'[steps.judge]\non = "trial"\nmodels = {_toml_list(judges)}\n'
-            f'template = "prompts/judge.txt"\nparser = "label"\n'
-            f'labels = ["correct", "incorrect"]\naggregate = {aggregate}\n'
-            f'on_unparseable = {{ retry = {retry}, then = "exclude" }}\n\n')  # fmt: skip
+    step = (
+        f'[steps.judge]\non = "trial"\nmodels = {_toml_list(judges)}\n'
+        f'template = "prompts/judge.txt"\nparser = "label"\n'
+        f'labels = ["correct", "incorrect"]\naggregate = {aggregate}\n'
+        f'on_unparseable = {{ retry = {retry}, then = "exclude" }}\n\n'
+    )
     names = ["plain", "sys"]
     arms = {
         "plain": 'role = "vehicle"\ncomponents = ["item", "task"]\nmodels = ["target"]\n',
-        "sys": ('role = "dismantling"\ncomponents = ["item", "task"]\nsystem = ["system"]\n'
-                'models = ["target"]\n'),
-    }  # fmt: skip
-    hyps = _pair_hypotheses(rng, names, ["paired-t", "mcnemar", "bootstrap", "qr-bootstrap",
-                                         "independent-t"], count=2)  # fmt: skip
+        "sys": (
+            'role = "dismantling"\ncomponents = ["item", "task"]\nsystem = ["system"]\n'
+            'models = ["target"]\n'
+        ),
+    }
+    hyps = _pair_hypotheses(
+        rng, names, ["paired-t", "mcnemar", "bootstrap", "qr-bootstrap", "independent-t"], count=2
+    )
     design.files["study.toml"] = (
-        _head(design, "Generated judged study") + models
+        _head(design, "Generated judged study")
+        + models
         + '[components]\ntask = "prompts/task.txt"\nsystem = "prompts/system.txt"\n\n'
         + '[prompt]\nitem = "prompts/item.txt"\n\n'
-        + "".join(f"[arms.{a}]\n{arms[a]}\n" for a in names) + step
+        + "".join(f"[arms.{a}]\n{arms[a]}\n" for a in names)
+        + step
         + f'[stimuli]\nitems = "data/items.jsonl"\n\n{_design_block(rng, reps, design.seed)}\n'
         + '[response]\nparser = "judge:judge"\n\n'
         + f"[analysis]\nexclude_unparseable = {rng.choice(['true', 'false'])}\n\n"
         + "\n".join(hyps)
-    )  # fmt: skip
+    )
     design.tags.add("steps")
     _mixes(rng, design, names)
 
@@ -710,8 +872,11 @@ def run_design(design: Design, base: Path, key: SigningKey) -> Path:
 
 def failures(report: Report) -> str:
     """Every FAILed check of ``report``, one per line."""
-    return "\n".join(f"{c.name}: {c.reason} @ {c.where} seq {c.seq}" for c in report.checks
-                     if c.status is Status.FAIL)  # fmt: skip
+    return "\n".join(
+        f"{c.name}: {c.reason} @ {c.where} seq {c.seq}"
+        for c in report.checks
+        if c.status is Status.FAIL
+    )
 
 
 def verify_honest(design: Design, archive: Path, key: SigningKey) -> Report:
@@ -811,8 +976,11 @@ def tamper_score(root: Path, key: SigningKey) -> tuple[str, str] | None:
         digest = _put_blob(root, canonical_json(items))
         e["blobs"]["scores"] = digest
         e["body"]["scores_sha256"] = digest
-        pairs = sorted([s["body"]["response_seq"], s["body"]["scores_sha256"]]
-                       for s in events if s["kind"] == "trial.scored")  # fmt: skip
+        pairs = sorted(
+            [s["body"]["response_seq"], s["body"]["scores_sha256"]]
+            for s in events
+            if s["kind"] == "trial.scored"
+        )
         seal = next(s for s in events if s["kind"] == "scoring.sealed")
         seal["body"]["scores_sha256"] = _sha(canonical_json(pairs))
         _forge(root, events, key)
@@ -892,8 +1060,9 @@ def tamper_step_output(root: Path, key: SigningKey) -> tuple[str, str] | None:
         old = "".join(p.get("text", "") for p in data.get("content", []))
         if old.strip() not in ("correct", "incorrect"):
             continue
-        data["content"] = [{"type": "text", "text": "incorrect" if old.strip() == "correct"
-                            else "correct"}]  # fmt: skip
+        data["content"] = [
+            {"type": "text", "text": "incorrect" if old.strip() == "correct" else "correct"}
+        ]
         e["blobs"]["response"] = _put_blob(root, json.dumps(data).encode())
         _forge(root, events, key)
         return "rescore", "the judge votes or decision differ"
@@ -994,7 +1163,17 @@ def owner_key(seed: int) -> SigningKey:
 
 
 __all__ = [
-    "FAMILIES", "TAMPERS", "Design", "MixBackend", "Tally", "Tamper", "apply_tamper",
-    "check_design", "generate", "owner_key", "run_design", "verify_honest",
+    "FAMILIES",
+    "TAMPERS",
+    "Design",
+    "MixBackend",
+    "Tally",
+    "Tamper",
+    "apply_tamper",
+    "check_design",
+    "generate",
+    "owner_key",
+    "run_design",
+    "verify_honest",
     "write_study",
-]  # fmt: skip
+]

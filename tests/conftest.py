@@ -58,8 +58,12 @@ def pytest_configure(config: pytest.Config) -> None:
 SERIAL_MODULES = frozenset(
     f"tests/{name}.py"
     for name in (
-        "test_faults", "test_runner", "test_runner_audit", "test_runner_crash",
-        "test_run_interrupt", "test_witness",
+        "test_faults",
+        "test_runner",
+        "test_runner_audit",
+        "test_runner_crash",
+        "test_run_interrupt",
+        "test_witness",
     )
 )
 """Modules whose tests start processes and SIGKILL or SIGINT them, or depend on timeouts,
@@ -67,8 +71,12 @@ Retry-After and overload timing: with ``--dist loadfile`` they form one unit of 
 run on one worker one after another and never beside each other."""
 
 SPREAD_MODULES = frozenset(
-    f"tests/{name}.py" for name in (
-        "test_hostile_archive", "test_archive", "test_benchmark_runs", "test_conformance",
+    f"tests/{name}.py"
+    for name in (
+        "test_hostile_archive",
+        "test_archive",
+        "test_benchmark_runs",
+        "test_conformance",
         "test_conformance_soak",
     )
 )

@@ -15,19 +15,37 @@ from pathlib import Path
 from typing import Any
 
 CASES = [
-    ("a throbbing headache for two days", "migraine, tension headache, sinusitis",
-     "migraine, tension headache, sinusitis, meningitis"),
-    ("a cough with fever and chest pain", "pneumonia, bronchitis, pleurisy",
-     "pneumonia, bronchitis, pulmonary embolism, pneumothorax"),
-    ("right lower abdominal pain since this morning", "appendicitis, gastroenteritis, colitis",
-     "appendicitis, gastroenteritis, ovarian torsion, kidney stone"),
-    ("a painful swollen big toe at night", "gout, cellulitis",
-     "gout, pseudogout, cellulitis, septic arthritis with sepsis"),
-    ("tiredness and pale skin for weeks", "anaemia, hypothyroidism, depression",
-     "iron deficiency anaemia, hypothyroidism, depression, colon cancer"),
-    ("an itchy red rash on both elbows", "eczema, psoriasis, an allergy",
-     "eczema, psoriasis, contact dermatitis, scabies"),
-]  # fmt: skip
+    (
+        "a throbbing headache for two days",
+        "migraine, tension headache, sinusitis",
+        "migraine, tension headache, sinusitis, meningitis",
+    ),
+    (
+        "a cough with fever and chest pain",
+        "pneumonia, bronchitis, pleurisy",
+        "pneumonia, bronchitis, pulmonary embolism, pneumothorax",
+    ),
+    (
+        "right lower abdominal pain since this morning",
+        "appendicitis, gastroenteritis, colitis",
+        "appendicitis, gastroenteritis, ovarian torsion, kidney stone",
+    ),
+    (
+        "a painful swollen big toe at night",
+        "gout, cellulitis",
+        "gout, pseudogout, cellulitis, septic arthritis with sepsis",
+    ),
+    (
+        "tiredness and pale skin for weeks",
+        "anaemia, hypothyroidism, depression",
+        "iron deficiency anaemia, hypothyroidism, depression, colon cancer",
+    ),
+    (
+        "an itchy red rash on both elbows",
+        "eczema, psoriasis, an allergy",
+        "eczema, psoriasis, contact dermatitis, scabies",
+    ),
+]
 """(complaint, the differential a clinician would write, the reference candidates)."""
 
 
@@ -36,18 +54,20 @@ def items() -> list[dict[str, Any]]:
     out = []
     for i, (complaint, differential, candidates) in enumerate(CASES, start=1):
         names = [c.strip() for c in candidates.split(",")]
-        out.append({
-            "id": f"c{i:02d}",
-            "question": "Which diagnoses fit this presentation?",
-            "context": f"I have {complaint}. Diagnoses that fit: {differential}. Findings are "
-                       f"consistent with: {candidates}.",
-            "answer": names[0],
-            "metadata": {
-                "reference_plausible": names,
-                "reference_highly_likely": names[:2],
-                "reference_safety_critical": names[-1:],
-            },
-        })  # fmt: skip
+        out.append(
+            {
+                "id": f"c{i:02d}",
+                "question": "Which diagnoses fit this presentation?",
+                "context": f"I have {complaint}. Diagnoses that fit: {differential}. Findings are "
+                f"consistent with: {candidates}.",
+                "answer": names[0],
+                "metadata": {
+                    "reference_plausible": names,
+                    "reference_highly_likely": names[:2],
+                    "reference_safety_critical": names[-1:],
+                },
+            }
+        )
     return out
 
 
@@ -60,7 +80,7 @@ PROMPTS = {
     "reference.txt": "Build the reference diagnosis sets for this case as JSON with plausible, "
     "highly_likely and safety_critical arrays.\nCase for reference sets: "
     "{steps.extract.demographics} {steps.extract.subjective} {steps.extract.objective}\n",
-    "list.txt": "List every diagnosis the answer names as JSON {{\"diagnoses\": [...]}}.\n"
+    "list.txt": 'List every diagnosis the answer names as JSON {{"diagnoses": [...]}}.\n'
     "Diagnoses in: {response}\n",
     "match.txt": "Match the listed diagnoses to the reference sets (clinical synonyms count).\n"
     "Listed: {steps.dxlist.diagnoses}\nPlausible set: {steps.reference.plausible}\n"
@@ -79,9 +99,11 @@ SUPPLIED_MATCH = (
     "Safety-critical set: {metadata.reference_safety_critical}\n"
 )
 
-CASE_SCHEMA = {"type": "object", "properties": {m: {"type": "string"} for m in (
-    "demographics", "subjective", "objective")}, "required": ["demographics", "subjective",
-    "objective"]}  # fmt: skip
+CASE_SCHEMA = {
+    "type": "object",
+    "properties": {m: {"type": "string"} for m in ("demographics", "subjective", "objective")},
+    "required": ["demographics", "subjective", "objective"],
+}
 """The semantic extractor's schema: strings, so not set-valued (a whole-value vote)."""
 
 SCHEMAS = {
@@ -166,21 +188,29 @@ alpha = 0.05
 
 
 def spec_text(
-    steps: str = REFERENCE_STEP + STEPS, ddx: str = DDX, reference: str = "reference",
-    hypotheses: str = HYPOTHESES, parser: str = "ddx",
-) -> str:  # fmt: skip
+    steps: str = REFERENCE_STEP + STEPS,
+    ddx: str = DDX,
+    reference: str = "reference",
+    hypotheses: str = HYPOTHESES,
+    parser: str = "ddx",
+) -> str:
     """The study.toml text."""
-    models = "".join(f"""
+    models = "".join(
+        f"""
 [models.{name}]
 provider = "anthropic"
 id = "{model}"
 max_tokens = {tokens}
 temperature = 0.0
-""" for name, model, tokens in (("target", "claude-sonnet-4-6", 96),
-                                ("target_b", "claude-3-5-haiku", 96),
-                                ("judge_a", "claude-haiku-4-5", 128),
-                                ("judge_b", "claude-opus-4-1", 128),
-                                ("judge_c", "claude-sonnet-4-5", 128)))  # fmt: skip
+"""
+        for name, model, tokens in (
+            ("target", "claude-sonnet-4-6", 96),
+            ("target_b", "claude-3-5-haiku", 96),
+            ("judge_a", "claude-haiku-4-5", 128),
+            ("judge_b", "claude-opus-4-1", 128),
+            ("judge_c", "claude-sonnet-4-5", 128),
+        )
+    )
     return f"""[study]
 id = "ddx-demo"
 title = "Differential-diagnosis lists scored against reference sets"
@@ -223,9 +253,11 @@ exclude_unparseable = true
 
 
 def write_study(
-    root: Path, spec: str | None = None, records: list[dict[str, Any]] | None = None,
+    root: Path,
+    spec: str | None = None,
+    records: list[dict[str, Any]] | None = None,
     **prompts: str,
-) -> Path:  # fmt: skip
+) -> Path:
     """Write the study into ``root``; ``prompts`` overrides prompt files (name without .txt)."""
     for sub in ("data", "prompts", "schemas"):
         (root / sub).mkdir(parents=True, exist_ok=True)
@@ -236,9 +268,12 @@ def write_study(
     for name, text in {**PROMPTS, **{f"{k}.txt": v for k, v in prompts.items()}}.items():
         (root / "prompts" / name).write_text(text, encoding="utf-8")
     for name, members in SCHEMAS.items():
-        schema = {"type": "object", "properties": {m: {"type": "array", "items": {
-            "type": "string"}} for m in members}, "required": members,
-            "additionalProperties": False}  # fmt: skip
+        schema = {
+            "type": "object",
+            "properties": {m: {"type": "array", "items": {"type": "string"}} for m in members},
+            "required": members,
+            "additionalProperties": False,
+        }
         (root / "schemas" / name).write_text(json.dumps(schema, indent=1), encoding="utf-8")
     (root / "schemas" / "case.json").write_text(json.dumps(CASE_SCHEMA), encoding="utf-8")
     (root / "study.toml").write_text(spec or spec_text(), encoding="utf-8")

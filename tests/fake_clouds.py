@@ -86,8 +86,10 @@ BEDROCK_MODELS = (
     "global.anthropic.claude-opus-4-1-20250805-v1:0",
 )
 VERTEX_MODELS = (
-    "claude-sonnet-4-5@20250929", "claude-haiku-4-5@20251001", "claude-opus-4-1@20250805",
-)  # fmt: skip
+    "claude-sonnet-4-5@20250929",
+    "claude-haiku-4-5@20251001",
+    "claude-opus-4-1@20250805",
+)
 #: Every credential the fake knows: none may appear in a ledger, an archive or a log.
 SECRETS = (AWS_KEY[1], GOOGLE_PEM.splitlines()[5], AZURE_KEY, OPENAI_KEY, GEMINI_KEY)
 
@@ -111,8 +113,12 @@ def to_messages(chat: dict[str, Any]) -> dict[str, Any]:
                 else:
                     head, data = part["image_url"]["url"].split(",", 1)
                     media = head.removeprefix("data:").removesuffix(";base64")
-                    blocks.append({"type": "image", "source": {
-                        "type": "base64", "media_type": media, "data": data}})  # fmt: skip
+                    blocks.append(
+                        {
+                            "type": "image",
+                            "source": {"type": "base64", "media_type": media, "data": data},
+                        }
+                    )
         messages.append({"role": m["role"], "content": blocks})
     out["messages"] = messages
     return out
@@ -172,31 +178,48 @@ class FakeClouds:
     def google_credentials(self, folder: Path) -> Path:
         """Write a ``service_account`` credentials file whose ``token_uri`` is this server."""
         path = folder / "adc.json"
-        path.write_text(json.dumps({
-            "type": "service_account", "project_id": PROJECT, "private_key_id": "fake-key-1",
-            "private_key": GOOGLE_PEM, "client_email": GOOGLE_ACCOUNT, "client_id": "1001",
-            "token_uri": f"{self.url}/token",
-        }), encoding="utf-8")  # fmt: skip
+        path.write_text(
+            json.dumps(
+                {
+                    "type": "service_account",
+                    "project_id": PROJECT,
+                    "private_key_id": "fake-key-1",
+                    "private_key": GOOGLE_PEM,
+                    "client_email": GOOGLE_ACCOUNT,
+                    "client_id": "1001",
+                    "token_uri": f"{self.url}/token",
+                }
+            ),
+            encoding="utf-8",
+        )
         return path
 
     def environment(self, folder: Path) -> dict[str, str]:
         """The environment each backend reads its endpoint and credentials from, all here."""
         folder.mkdir(parents=True, exist_ok=True)
         return {
-            "AWS_ACCESS_KEY_ID": AWS_KEY[0], "AWS_SECRET_ACCESS_KEY": AWS_KEY[1],
-            "AWS_REGION": REGION, "AWS_EC2_METADATA_DISABLED": "true",
+            "AWS_ACCESS_KEY_ID": AWS_KEY[0],
+            "AWS_SECRET_ACCESS_KEY": AWS_KEY[1],
+            "AWS_REGION": REGION,
+            "AWS_EC2_METADATA_DISABLED": "true",
             "AWS_CONFIG_FILE": str(folder / "aws-config"),
             "AWS_SHARED_CREDENTIALS_FILE": str(folder / "aws-credentials"),
-            "ANTHROPIC_BEDROCK_BASE_URL": self.url, "AWS_ENDPOINT_URL_BEDROCK": self.url,
+            "ANTHROPIC_BEDROCK_BASE_URL": self.url,
+            "AWS_ENDPOINT_URL_BEDROCK": self.url,
             "GOOGLE_APPLICATION_CREDENTIALS": str(self.google_credentials(folder)),
-            "CLOUD_ML_REGION": "global", "ANTHROPIC_VERTEX_PROJECT_ID": PROJECT,
+            "CLOUD_ML_REGION": "global",
+            "ANTHROPIC_VERTEX_PROJECT_ID": PROJECT,
             "ANTHROPIC_VERTEX_BASE_URL": f"{self.url}/v1",
-            "GCE_METADATA_HOST": "127.0.0.1:9", "GCE_METADATA_IP": "127.0.0.1:9",
-            "AZURE_OPENAI_ENDPOINT": self.url, "AZURE_OPENAI_API_KEY": AZURE_KEY,
+            "GCE_METADATA_HOST": "127.0.0.1:9",
+            "GCE_METADATA_IP": "127.0.0.1:9",
+            "AZURE_OPENAI_ENDPOINT": self.url,
+            "AZURE_OPENAI_API_KEY": AZURE_KEY,
             "OPENAI_API_VERSION": AZURE_VERSIONS[0],
-            "OPENAI_API_KEY": OPENAI_KEY, "OPENAI_BASE_URL": f"{self.url}/v1",
-            "GEMINI_API_KEY": GEMINI_KEY, "GEMINI_BASE_URL": f"{self.url}/v1beta/openai/",
-        }  # fmt: skip
+            "OPENAI_API_KEY": OPENAI_KEY,
+            "OPENAI_BASE_URL": f"{self.url}/v1",
+            "GEMINI_API_KEY": GEMINI_KEY,
+            "GEMINI_BASE_URL": f"{self.url}/v1beta/openai/",
+        }
 
     # ------------------------------------------------------------------ routing
 
@@ -252,24 +275,37 @@ class FakeClouds:
         try:
             head, claims, signature = form["assertion"][0].split(".")
             GOOGLE_KEY.public_key().verify(
-                unb64(signature), f"{head}.{claims}".encode(), padding.PKCS1v15(),
+                unb64(signature),
+                f"{head}.{claims}".encode(),
+                padding.PKCS1v15(),
                 hashes.SHA256(),
-            )  # fmt: skip
+            )
             info = json.loads(unb64(claims))
         except Exception:
             ok = False
         else:
-            ok = ok and info.get("iss") == GOOGLE_ACCOUNT and info.get("aud") == (
-                "https://oauth2.googleapis.com/token") and "cloud-platform" in str(
-                info.get("scope"))  # fmt: skip
+            ok = (
+                ok
+                and info.get("iss") == GOOGLE_ACCOUNT
+                and info.get("aud") == ("https://oauth2.googleapis.com/token")
+                and "cloud-platform" in str(info.get("scope"))
+            )
         if not ok:
             send(h, 400, {"error": "invalid_grant", "error_description": "Bad Request"})
             return
         token = "ya29.fake-" + secrets.token_hex(8)
         with self.lock:
             self.tokens.add(token)
-        send(h, 200, {"access_token": token, "expires_in": 3599, "token_type": "Bearer",
-                      "scope": "https://www.googleapis.com/auth/cloud-platform"})  # fmt: skip
+        send(
+            h,
+            200,
+            {
+                "access_token": token,
+                "expires_in": 3599,
+                "token_type": "Bearer",
+                "scope": "https://www.googleapis.com/auth/cloud-platform",
+            },
+        )
 
     # ------------------------------------------------------------------ AWS
 
@@ -277,9 +313,10 @@ class FakeClouds:
         """Why the request's SigV4 signature is refused, or None (botocore re-signs it)."""
         auth = h.headers.get("authorization", "")
         fields = dict(
-            part.strip().split("=", 1) for part in auth.removeprefix("AWS4-HMAC-SHA256 ").split(",")
+            part.strip().split("=", 1)
+            for part in auth.removeprefix("AWS4-HMAC-SHA256 ").split(",")
             if "=" in part
-        )  # fmt: skip
+        )
         scope = fields.get("Credential", "").split("/")
         if not auth.startswith("AWS4-HMAC-SHA256 ") or len(scope) != 5:
             return "MissingAuthenticationTokenException"
@@ -289,8 +326,9 @@ class FakeClouds:
             return "InvalidSignatureException"
         signed = fields.get("SignedHeaders", "").split(";")
         headers = {k: v for k, v in h.headers.items() if k.lower() in signed}
-        request = AWSRequest(method=h.command, url=f"{self.url}{h.path}", headers=headers,
-                             data=body)  # fmt: skip
+        request = AWSRequest(
+            method=h.command, url=f"{self.url}{h.path}", headers=headers, data=body
+        )
         request.context["timestamp"] = h.headers.get("x-amz-date", "")
         signer = SigV4Auth(Credentials(*AWS_KEY), service, REGION)
         canonical = signer.canonical_request(request)
@@ -304,9 +342,14 @@ class FakeClouds:
     def bedrock(self, h: BaseHTTPRequestHandler, body: bytes, model: str) -> None:
         refused = self.sigv4(h, body, "bedrock")
         if refused:
-            aws_error(h, 403, refused, "The request signature we calculated does not match "
-                      "the signature you provided." if refused == "InvalidSignatureException"
-                      else "The security token included in the request is invalid.")  # fmt: skip
+            aws_error(
+                h,
+                403,
+                refused,
+                "The request signature we calculated does not match the signature you provided."
+                if refused == "InvalidSignatureException"
+                else "The security token included in the request is invalid.",
+            )
             return
         self._record("bedrock", body)
         data = json.loads(body)
@@ -320,15 +363,22 @@ class FakeClouds:
             aws_error(h, 400, "ValidationException", "The provided model identifier is invalid.")
             return
         if self._fault("bedrock") == "429":
-            aws_error(h, 429, "ThrottlingException", "Too many requests, please wait before "
-                      "trying again.")  # fmt: skip
+            aws_error(
+                h, 429, "ThrottlingException", "Too many requests, please wait before trying again."
+            )
             return
         message = self.answer({**data, "model": model})
         message["model"] = anthropic_name(model)
         message["id"] = "msg_bdrk_" + secrets.token_hex(8)
-        send(h, 200, message, {"x-amzn-RequestId": secrets.token_hex(16),
-                               "X-Amzn-Bedrock-Input-Token-Count":
-                               str(message["usage"]["input_tokens"])})  # fmt: skip
+        send(
+            h,
+            200,
+            message,
+            {
+                "x-amzn-RequestId": secrets.token_hex(16),
+                "X-Amzn-Bedrock-Input-Token-Count": str(message["usage"]["input_tokens"]),
+            },
+        )
 
     def bedrock_control(self, h: BaseHTTPRequestHandler, path: str) -> None:
         refused = self.sigv4(h, b"", "bedrock")
@@ -342,13 +392,30 @@ class FakeClouds:
             return
         arn = f"arn:aws:bedrock:{REGION}::foundation-model/{model}"
         if route == "inference-profiles":
-            send(h, 200, {"inferenceProfileId": model, "inferenceProfileArn": arn,
-                          "status": "ACTIVE", "type": "SYSTEM_DEFINED",
-                          "models": [{"modelArn": arn}]})  # fmt: skip
+            send(
+                h,
+                200,
+                {
+                    "inferenceProfileId": model,
+                    "inferenceProfileArn": arn,
+                    "status": "ACTIVE",
+                    "type": "SYSTEM_DEFINED",
+                    "models": [{"modelArn": arn}],
+                },
+            )
         else:
-            send(h, 200, {"modelDetails": {"modelId": model, "modelArn": arn,
-                                           "providerName": "Anthropic",
-                                           "modelLifecycle": {"status": "ACTIVE"}}})  # fmt: skip
+            send(
+                h,
+                200,
+                {
+                    "modelDetails": {
+                        "modelId": model,
+                        "modelArn": arn,
+                        "providerName": "Anthropic",
+                        "modelLifecycle": {"status": "ACTIVE"},
+                    }
+                },
+            )
 
     # ------------------------------------------------------------------ Vertex AI
 
@@ -357,8 +424,12 @@ class FakeClouds:
         with self.lock:
             known = bearer in self.tokens
         if not known:
-            google_error(h, 401, "UNAUTHENTICATED", "Request had invalid authentication "
-                         "credentials. Expected OAuth 2 access token.")  # fmt: skip
+            google_error(
+                h,
+                401,
+                "UNAUTHENTICATED",
+                "Request had invalid authentication credentials. Expected OAuth 2 access token.",
+            )
             return
         self._record("vertex", body)
         parts = path.split("/")
@@ -369,17 +440,31 @@ class FakeClouds:
             google_error(h, 403, "PERMISSION_DENIED", f"Permission denied on project {project}")
             return
         if model not in VERTEX_MODELS:
-            google_error(h, 404, "NOT_FOUND", f"Publisher Model `projects/{project}/locations/"
-                         f"{region}/publishers/anthropic/models/{model}` not found.")  # fmt: skip
+            google_error(
+                h,
+                404,
+                "NOT_FOUND",
+                f"Publisher Model `projects/{project}/locations/"
+                f"{region}/publishers/anthropic/models/{model}` not found.",
+            )
             return
         if data.get("anthropic_version") != "vertex-2023-10-16" or "model" in data:
-            google_error(h, 400, "INVALID_ARGUMENT", "anthropic_version: vertex-2023-10-16 "
-                         "required, model not allowed in the body")  # fmt: skip
+            google_error(
+                h,
+                400,
+                "INVALID_ARGUMENT",
+                "anthropic_version: vertex-2023-10-16 required, model not allowed in the body",
+            )
             return
         if self._fault("vertex") == "429":
-            google_error(h, 429, "RESOURCE_EXHAUSTED", "Quota exceeded for aiplatform."
-                         "googleapis.com/online_prediction_requests_per_base_model.",
-                         retry="1s")  # fmt: skip
+            google_error(
+                h,
+                429,
+                "RESOURCE_EXHAUSTED",
+                "Quota exceeded for aiplatform."
+                "googleapis.com/online_prediction_requests_per_base_model.",
+                retry="1s",
+            )
             return
         message = self.answer({**data, "model": model})
         message["model"] = anthropic_name(model)
@@ -391,32 +476,60 @@ class FakeClouds:
     def azure(self, h: BaseHTTPRequestHandler, body: bytes, deployment: str, version: str) -> None:
         key = h.headers.get("api-key")
         if key != AZURE_KEY:
-            send(h, 401, {"error": {"code": "401", "message": "Access denied due to invalid "
-                          "subscription key or wrong API endpoint. Make sure to provide a "
-                          "valid key for an active subscription and use a correct regional "
-                          "API endpoint for your resource."}})  # fmt: skip
+            send(
+                h,
+                401,
+                {
+                    "error": {
+                        "code": "401",
+                        "message": "Access denied due to invalid "
+                        "subscription key or wrong API endpoint. Make sure to provide a "
+                        "valid key for an active subscription and use a correct regional "
+                        "API endpoint for your resource.",
+                    }
+                },
+            )
             return
         if version not in AZURE_VERSIONS:
             send(h, 404, {"error": {"code": "404", "message": "Resource not found"}})
             return
         if deployment not in AZURE_DEPLOYMENTS:
-            send(h, 404, {"error": {"code": "DeploymentNotFound", "message": "The API "
-                          "deployment for this resource does not exist. If you created the "
-                          "deployment within the last 5 minutes, please wait a moment and try "
-                          "again."}})  # fmt: skip
+            send(
+                h,
+                404,
+                {
+                    "error": {
+                        "code": "DeploymentNotFound",
+                        "message": "The API "
+                        "deployment for this resource does not exist. If you created the "
+                        "deployment within the last 5 minutes, please wait a moment and try "
+                        "again.",
+                    }
+                },
+            )
             return
         self._record("azure-openai", body)
         if self._fault("azure-openai") == "429":
-            send(h, 429, {"error": {"code": "429", "message": "Requests to the ChatCompletions_"
-                          "Create Operation under Azure OpenAI API version "
-                          f"{version} have exceeded call rate limit of your current pricing "
-                          "tier. Please retry after 1 second."}},
-                 {"retry-after": "1", "retry-after-ms": "800"})  # fmt: skip
+            send(
+                h,
+                429,
+                {
+                    "error": {
+                        "code": "429",
+                        "message": "Requests to the ChatCompletions_"
+                        "Create Operation under Azure OpenAI API version "
+                        f"{version} have exceeded call rate limit of your current pricing "
+                        "tier. Please retry after 1 second.",
+                    }
+                },
+                {"retry-after": "1", "retry-after-ms": "800"},
+            )
             return
         completion = self.completion(json.loads(body), AZURE_DEPLOYMENTS[deployment])
         completion["prompt_filter_results"] = [{"prompt_index": 0, "content_filter_results": {}}]
-        send(h, 200, completion, {"apim-request-id": secrets.token_hex(16),
-                                  "x-ms-region": "East US"})  # fmt: skip
+        send(
+            h, 200, completion, {"apim-request-id": secrets.token_hex(16), "x-ms-region": "East US"}
+        )
 
     def chat(self, h: BaseHTTPRequestHandler, body: bytes, vendor: str) -> None:
         bearer = h.headers.get("authorization", "").removeprefix("Bearer ")
@@ -433,10 +546,21 @@ class FakeClouds:
                     }
                 },
             )
-            return  # fmt: skip
+            return
         if vendor == "gemini" and bearer != GEMINI_KEY:
-            send(h, 400, [{"error": {"code": 400, "message": "API key not valid. Please pass a "
-                           "valid API key.", "status": "INVALID_ARGUMENT"}}])  # fmt: skip
+            send(
+                h,
+                400,
+                [
+                    {
+                        "error": {
+                            "code": 400,
+                            "message": "API key not valid. Please pass a valid API key.",
+                            "status": "INVALID_ARGUMENT",
+                        }
+                    }
+                ],
+            )
             return
         self._record(vendor, body)
         data = json.loads(body)
@@ -444,24 +568,69 @@ class FakeClouds:
         known = OPENAI_MODELS if vendor == "openai" else {m: m for m in GEMINI_MODELS}
         if model not in known:
             if vendor == "openai":
-                send(h, 404, {"error": {"message": f"The model `{model}` does not exist or you "
-                              "do not have access to it.", "type": "invalid_request_error",
-                              "param": None, "code": "model_not_found"}})  # fmt: skip
+                send(
+                    h,
+                    404,
+                    {
+                        "error": {
+                            "message": f"The model `{model}` does not exist or you "
+                            "do not have access to it.",
+                            "type": "invalid_request_error",
+                            "param": None,
+                            "code": "model_not_found",
+                        }
+                    },
+                )
             else:
-                send(h, 404, [{"error": {"code": 404, "message": f"models/{model} is not found "
-                               "for API version v1main", "status": "NOT_FOUND"}}])  # fmt: skip
+                send(
+                    h,
+                    404,
+                    [
+                        {
+                            "error": {
+                                "code": 404,
+                                "message": f"models/{model} is not found for API version v1main",
+                                "status": "NOT_FOUND",
+                            }
+                        }
+                    ],
+                )
             return
         if self._fault(vendor) == "429":
             if vendor == "openai":
-                send(h, 429, {"error": {"message": "Rate limit reached for requests", "type":
-                              "requests", "param": None, "code": "rate_limit_exceeded"}},
-                     {"x-ratelimit-reset-requests": "1s",
-                      "x-ratelimit-reset-tokens": "120ms"})  # fmt: skip
+                send(
+                    h,
+                    429,
+                    {
+                        "error": {
+                            "message": "Rate limit reached for requests",
+                            "type": "requests",
+                            "param": None,
+                            "code": "rate_limit_exceeded",
+                        }
+                    },
+                    {"x-ratelimit-reset-requests": "1s", "x-ratelimit-reset-tokens": "120ms"},
+                )
             else:
-                send(h, 429, [{"error": {"code": 429, "message": "Resource has been exhausted "
-                               "(e.g. check quota).", "status": "RESOURCE_EXHAUSTED",
-                               "details": [{"@type": "type.googleapis.com/google.rpc.RetryInfo",
-                                            "retryDelay": "1s"}]}}])  # fmt: skip
+                send(
+                    h,
+                    429,
+                    [
+                        {
+                            "error": {
+                                "code": 429,
+                                "message": "Resource has been exhausted (e.g. check quota).",
+                                "status": "RESOURCE_EXHAUSTED",
+                                "details": [
+                                    {
+                                        "@type": "type.googleapis.com/google.rpc.RetryInfo",
+                                        "retryDelay": "1s",
+                                    }
+                                ],
+                            }
+                        }
+                    ],
+                )
             return
         completion = self.completion(data, known[model])
         if vendor == "gemini":
@@ -473,14 +642,25 @@ class FakeClouds:
         text = "".join(b.get("text", "") for b in message["content"])
         usage = message["usage"]
         return {
-            "id": "chatcmpl-" + secrets.token_hex(8), "object": "chat.completion",
-            "created": 1767225600, "model": reported, "system_fingerprint": "fp_fake01",
-            "choices": [{"index": 0, "message": {"role": "assistant", "content": text},
-                         "finish_reason": "stop", "logprobs": None}],
-            "usage": {"prompt_tokens": usage["input_tokens"],
-                      "completion_tokens": usage["output_tokens"],
-                      "total_tokens": usage["input_tokens"] + usage["output_tokens"]},
-        }  # fmt: skip
+            "id": "chatcmpl-" + secrets.token_hex(8),
+            "object": "chat.completion",
+            "created": 1767225600,
+            "model": reported,
+            "system_fingerprint": "fp_fake01",
+            "choices": [
+                {
+                    "index": 0,
+                    "message": {"role": "assistant", "content": text},
+                    "finish_reason": "stop",
+                    "logprobs": None,
+                }
+            ],
+            "usage": {
+                "prompt_tokens": usage["input_tokens"],
+                "completion_tokens": usage["output_tokens"],
+                "total_tokens": usage["input_tokens"] + usage["output_tokens"],
+            },
+        }
 
     def openai_model(self, h: BaseHTTPRequestHandler, model: str) -> None:
         if h.headers.get("authorization", "").removeprefix("Bearer ") != OPENAI_KEY:
@@ -495,7 +675,7 @@ class FakeClouds:
                     }
                 },
             )
-            return  # fmt: skip
+            return
         if model not in OPENAI_MODELS:
             send(
                 h,
@@ -508,17 +688,39 @@ class FakeClouds:
                     }
                 },
             )
-            return  # fmt: skip
+            return
         send(h, 200, {"id": model, "object": "model", "created": 1715367049, "owned_by": "system"})
 
     def gemini_model(self, h: BaseHTTPRequestHandler, model: str) -> None:
         if h.headers.get("authorization", "").removeprefix("Bearer ") != GEMINI_KEY:
-            send(h, 400, [{"error": {"code": 400, "message": "API key not valid.",
-                                     "status": "INVALID_ARGUMENT"}}])  # fmt: skip
+            send(
+                h,
+                400,
+                [
+                    {
+                        "error": {
+                            "code": 400,
+                            "message": "API key not valid.",
+                            "status": "INVALID_ARGUMENT",
+                        }
+                    }
+                ],
+            )
             return
         if model not in GEMINI_MODELS:
-            send(h, 404, [{"error": {"code": 404, "message": f"models/{model} is not found",
-                                     "status": "NOT_FOUND"}}])  # fmt: skip
+            send(
+                h,
+                404,
+                [
+                    {
+                        "error": {
+                            "code": 404,
+                            "message": f"models/{model} is not found",
+                            "status": "NOT_FOUND",
+                        }
+                    }
+                ],
+            )
             return
         send(h, 200, {"id": f"models/{model}", "object": "model", "owned_by": "google"})
 
@@ -528,8 +730,9 @@ def unb64(text: str) -> bytes:
     return base64.urlsafe_b64decode(text + "=" * (-len(text) % 4))
 
 
-def send(h: BaseHTTPRequestHandler, status: int, data: object,
-         headers: dict[str, str] | None = None) -> None:  # fmt: skip
+def send(
+    h: BaseHTTPRequestHandler, status: int, data: object, headers: dict[str, str] | None = None
+) -> None:
     raw = json.dumps(data).encode()
     h.send_response(status)
     h.send_header("content-type", "application/json")
@@ -541,14 +744,23 @@ def send(h: BaseHTTPRequestHandler, status: int, data: object,
 
 
 def aws_error(h: BaseHTTPRequestHandler, status: int, kind: str, message: str) -> None:
-    send(h, status, {"message": message}, {"x-amzn-ErrorType": f"{kind}:http://internal.amazon.com/coral/com.amazon.bedrock/",
-                                           "x-amzn-RequestId": secrets.token_hex(16)})  # fmt: skip
+    send(
+        h,
+        status,
+        {"message": message},
+        {
+            "x-amzn-ErrorType": f"{kind}:http://internal.amazon.com/coral/com.amazon.bedrock/",
+            "x-amzn-RequestId": secrets.token_hex(16),
+        },
+    )
 
 
-def google_error(h: BaseHTTPRequestHandler, status: int, kind: str, message: str,
-                 retry: str | None = None) -> None:  # fmt: skip
+def google_error(
+    h: BaseHTTPRequestHandler, status: int, kind: str, message: str, retry: str | None = None
+) -> None:
     error: dict[str, Any] = {"code": status, "message": message, "status": kind}
     if retry:
-        error["details"] = [{"@type": "type.googleapis.com/google.rpc.RetryInfo",
-                             "retryDelay": retry}]  # fmt: skip
+        error["details"] = [
+            {"@type": "type.googleapis.com/google.rpc.RetryInfo", "retryDelay": retry}
+        ]
     send(h, status, {"error": error})

@@ -912,14 +912,25 @@ class _Handler(BaseHTTPRequestHandler):
         listed = self.server.fake.listed_models
 
         def info(name: str) -> dict[str, Any]:
-            return {"type": "model", "id": name, "display_name": name,
-                    "created_at": "2026-01-01T00:00:00Z"}  # fmt: skip
+            return {
+                "type": "model",
+                "id": name,
+                "display_name": name,
+                "created_at": "2026-01-01T00:00:00Z",
+            }
 
         if route == "models.list":
             names = sorted(listed or ())
-            self._json(route, 200, {"data": [info(n) for n in names], "has_more": False,
-                                    "first_id": names[0] if names else None,
-                                    "last_id": names[-1] if names else None})  # fmt: skip
+            self._json(
+                route,
+                200,
+                {
+                    "data": [info(n) for n in names],
+                    "has_more": False,
+                    "first_id": names[0] if names else None,
+                    "last_id": names[-1] if names else None,
+                },
+            )
         elif model_id is not None and (listed is None or model_id in listed):
             self._json(route, 200, info(model_id))
         else:
@@ -1060,12 +1071,18 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--slow-seconds", type=float, default=5.0)
     parser.add_argument("--responder", default=None, help="module:function")
     parser.add_argument(
-        "--model", dest="models", action="append", default=None,
+        "--model",
+        dest="models",
+        action="append",
+        default=None,
         help="a model id served (repeatable; default: any); others get 404",
     )
     parser.add_argument("--reported-model", default=None, help="the model every answer names")
     parser.add_argument(
-        "--listed-model", dest="listed_models", action="append", default=None,
+        "--listed-model",
+        dest="listed_models",
+        action="append",
+        default=None,
         help="a model id the Models API lists (repeatable; default: the --model ids, else any)",
     )
     args = parser.parse_args(argv)

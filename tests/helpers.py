@@ -149,9 +149,7 @@ def sigkill_sessions(
         before = progress()
         proc = subprocess.Popen(args, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
         deadline = time.monotonic() + 120
-        while progress() <= before + grow and proc.poll() is None and (
-            time.monotonic() < deadline
-        ):  # fmt: skip
+        while progress() <= before + grow and proc.poll() is None and (time.monotonic() < deadline):
             time.sleep(0.02)  # wait for this session's first calls
         time.sleep(rng.uniform(0.0, delay))
         if proc.poll() is not None:
@@ -194,9 +192,13 @@ def cli_export(root: Path, key: Path, out: Path) -> None:
     from ledger.cli import main
 
     for step in (
-        ("lock", root), ("run", root, "--backend", "simulated"), ("score", root),
-        ("unblind", root), ("analyze", root), ("export", root, out),
-    ):  # fmt: skip
+        ("lock", root),
+        ("run", root, "--backend", "simulated"),
+        ("score", root),
+        ("unblind", root),
+        ("analyze", root),
+        ("export", root, out),
+    ):
         result = CliRunner().invoke(main, [*map(str, step), "--key", str(key)])
         assert result.exit_code == 0, (step, result.output)
 

@@ -14,15 +14,20 @@ from pathlib import Path
 
 WORDS = ["fever", "cough", "rash", "anaemia", "asthma", "gout", "angina", "eczema"]
 ITEMS = [
-    {"id": f"q{i:02d}", "question": "Which condition does the patient have?",
-     "context": f"The patient has the condition {word}. The patient is tired since day {i}.",
-     "answer": word,
-     "physician": f"Most likely {word if i % 3 else 'a viral illness'}; see your doctor.",
-     "metadata": {"reference_plausible": [word, "viral illness", "stress"],
-                  "reference_highly_likely": [word],
-                  "reference_safety_critical": ["sepsis"] if i % 2 else []}}
+    {
+        "id": f"q{i:02d}",
+        "question": "Which condition does the patient have?",
+        "context": f"The patient has the condition {word}. The patient is tired since day {i}.",
+        "answer": word,
+        "physician": f"Most likely {word if i % 3 else 'a viral illness'}; see your doctor.",
+        "metadata": {
+            "reference_plausible": [word, "viral illness", "stress"],
+            "reference_highly_likely": [word],
+            "reference_safety_critical": ["sepsis"] if i % 2 else [],
+        },
+    }
     for i, word in enumerate(WORDS, start=1)
-]  # fmt: skip
+]
 
 PROMPTS = {
     "item.txt": "Question: {question}\nCase: {context}\n",

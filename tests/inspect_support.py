@@ -57,9 +57,12 @@ class McqChatServer(FakeChatServer):
                     "finish_reason": "stop",
                 }
             ],
-            "usage": {"prompt_tokens": len(text) // 4, "completion_tokens": 4,
-                      "total_tokens": len(text) // 4 + 4},
-        }  # fmt: skip
+            "usage": {
+                "prompt_tokens": len(text) // 4,
+                "completion_tokens": 4,
+                "total_tokens": len(text) // 4 + 4,
+            },
+        }
 
 
 def inspect_command() -> list[str]:
@@ -78,13 +81,32 @@ def inspect_eval(
     ``ledger_dir`` is given. Inspect's own retries only (``-M max_retries=0``: the OpenAI SDK
     retries nothing out of Inspect's sight)."""
     env = {k: v for k, v in os.environ.items() if not k.startswith("PROMPT_LEDGER_INSPECT")}
-    env.update({"FAKE_API_KEY": "test-key", "FAKE_BASE_URL": server_url + "/v1",
-                "INSPECT_LOG_DIR": str(log_dir), "INSPECT_DISPLAY": "none",
-                "INSPECT_EVAL_LOG_FILE_PATTERN": "{task}_{id}"})  # fmt: skip
+    env.update(
+        {
+            "FAKE_API_KEY": "test-key",
+            "FAKE_BASE_URL": server_url + "/v1",
+            "INSPECT_LOG_DIR": str(log_dir),
+            "INSPECT_DISPLAY": "none",
+            "INSPECT_EVAL_LOG_FILE_PATTERN": "{task}_{id}",
+        }
+    )
     if ledger_dir is not None:
         env["PROMPT_LEDGER_INSPECT"] = str(ledger_dir)
-    args = [*inspect_command(), "eval", TASK.name, "--model", MODEL, "-M", "max_retries=0",
-            "--log-dir", str(log_dir), "--display", "none", *extra]  # fmt: skip
+    args = [
+        *inspect_command(),
+        "eval",
+        TASK.name,
+        "--model",
+        MODEL,
+        "-M",
+        "max_retries=0",
+        "--log-dir",
+        str(log_dir),
+        "--display",
+        "none",
+        *extra,
+    ]
     # Inspect takes a task file's path relative to the working directory only
-    return subprocess.run(args, env=env, capture_output=True, text=True, timeout=timeout,
-                          cwd=TASK.parent, check=False)  # fmt: skip
+    return subprocess.run(
+        args, env=env, capture_output=True, text=True, timeout=timeout, cwd=TASK.parent, check=False
+    )

@@ -85,11 +85,22 @@ class LlamaServer:
     def command(self) -> list[str]:
         """The server's command line."""
         return [
-            sys.executable, "-m", "llama_cpp.server", "--model", str(self.model),
-            "--host", "127.0.0.1", "--port", str(self.port), "--n_ctx", str(self.n_ctx),
-            "--model_alias", MODEL_ALIAS,
-            "--n_threads", os.environ.get("LLAMA_THREADS", "2"),
-        ]  # fmt: skip
+            sys.executable,
+            "-m",
+            "llama_cpp.server",
+            "--model",
+            str(self.model),
+            "--host",
+            "127.0.0.1",
+            "--port",
+            str(self.port),
+            "--n_ctx",
+            str(self.n_ctx),
+            "--model_alias",
+            MODEL_ALIAS,
+            "--n_threads",
+            os.environ.get("LLAMA_THREADS", "2"),
+        ]
 
     def start(self, timeout: float = 180.0) -> LlamaServer:
         """Start the server and wait until ``/v1/models`` lists the model; returns self."""

@@ -33,11 +33,16 @@ def permutation(variant: str, key: int, k: int = 4) -> list[int]:
     raise ValueError(variant)
 
 
-def synthetic_trials(items: int = 60, arms: Sequence[str] = ("direct", "cot"),
-                     models: Sequence[str] = ("m1",),
-                     variants: Sequence[str] = ("original", "rotate-1", "rotate-2", "swap"),
-                     reps: int = 1, seed: int = 0, logprobs: bool = True,
-                     unparsed: float = 0.03) -> pd.DataFrame:
+def synthetic_trials(
+    items: int = 60,
+    arms: Sequence[str] = ("direct", "cot"),
+    models: Sequence[str] = ("m1",),
+    variants: Sequence[str] = ("original", "rotate-1", "rotate-2", "swap"),
+    reps: int = 1,
+    seed: int = 0,
+    logprobs: bool = True,
+    unparsed: float = 0.03,
+) -> pd.DataFrame:
     """A table in which the model knows some items and otherwise prefers position A."""
     rng = np.random.default_rng(seed)
     rows: list[dict[str, Any]] = []
@@ -62,13 +67,20 @@ def synthetic_trials(items: int = 60, arms: Sequence[str] = ("direct", "cot"),
                             letter = LETTERS[int(rng.choice(4, p=prior))]
                         answer = None if letter is None else LETTERS[perm[LETTERS.index(letter)]]
                         row: dict[str, Any] = {
-                            "trial": trial, "item": item, "arm": arm, "model": model,
-                            "variant": variant, "rep": rep, "key": LETTERS[shown_key],
-                            "key_original": LETTERS[key_original], "letter": letter,
-                            "answer": answer, "correct": answer == LETTERS[key_original],
+                            "trial": trial,
+                            "item": item,
+                            "arm": arm,
+                            "model": model,
+                            "variant": variant,
+                            "rep": rep,
+                            "key": LETTERS[shown_key],
+                            "key_original": LETTERS[key_original],
+                            "letter": letter,
+                            "answer": answer,
+                            "correct": answer == LETTERS[key_original],
                             "parse": "ok" if letter is not None else "unparseable",
                             "response": f"response of {trial}: {letter}",
-                        }  # fmt: skip
+                        }
                         if logprobs:
                             lp = rng.normal(-4.0, 1.5, size=4)
                             if letter is not None:

@@ -76,8 +76,9 @@ class PgServer:
         done = subprocess.run(cmd, check=False, capture_output=True, text=True, timeout=120)
         if check and done.returncode != 0:
             log = self.log.read_text(errors="replace")[-2000:] if self.log.exists() else ""
-            raise RuntimeError(f"{' '.join(cmd)} failed ({done.returncode}): {done.stdout}"
-                               f"{done.stderr}\n{log}")  # fmt: skip
+            raise RuntimeError(
+                f"{' '.join(cmd)} failed ({done.returncode}): {done.stdout}{done.stderr}\n{log}"
+            )
         return done
 
     def remove(self) -> None:
@@ -92,8 +93,18 @@ class PgServer:
             entry = pwd.getpwnam("postgres")
             for path in (self.base, self.sock):
                 os.chown(path, entry.pw_uid, entry.pw_gid)
-        self._run("initdb", "-D", str(self.data), "-U", self.user, "--auth=trust",
-                  "--no-sync", "-E", "UTF8", "--locale=C")  # fmt: skip
+        self._run(
+            "initdb",
+            "-D",
+            str(self.data),
+            "-U",
+            self.user,
+            "--auth=trust",
+            "--no-sync",
+            "-E",
+            "UTF8",
+            "--locale=C",
+        )
         hba = (
             f"local all all trust\nhost all {PW_USER} 127.0.0.1/32 scram-sha-256\n"
             "host all all 127.0.0.1/32 trust\n"
@@ -106,8 +117,19 @@ class PgServer:
     def start(self) -> None:
         """Start the server and wait until it accepts connections."""
         opts = f"-p {self.port} -k {self.sock} {self.start_options}"
-        self._run("pg_ctl", "-D", str(self.data), "-l", str(self.log), "-o", opts, "-w",
-                  "-t", "60", "start")  # fmt: skip
+        self._run(
+            "pg_ctl",
+            "-D",
+            str(self.data),
+            "-l",
+            str(self.log),
+            "-o",
+            opts,
+            "-w",
+            "-t",
+            "60",
+            "start",
+        )
 
     def stop(self) -> None:
         """Stop the server (fast shutdown); no error if it is not running."""
@@ -143,8 +165,21 @@ class PgServer:
 
     def psql(self, sql: str, db: str = "postgres") -> str:
         """Run SQL through ``psql`` over the Unix socket; return its output."""
-        out = self._run("psql", "-h", str(self.sock), "-p", str(self.port), "-U", self.user,
-                        "-d", db, "-v", "ON_ERROR_STOP=1", "-Atc", sql)  # fmt: skip
+        out = self._run(
+            "psql",
+            "-h",
+            str(self.sock),
+            "-p",
+            str(self.port),
+            "-U",
+            self.user,
+            "-d",
+            db,
+            "-v",
+            "ON_ERROR_STOP=1",
+            "-Atc",
+            sql,
+        )
         return out.stdout
 
     def createdb(self, name: str) -> None:

@@ -107,18 +107,25 @@ def write_study(root: Path, withhold: list[str] | None = WITHHOLD) -> Path:
     (root / "study.toml").write_text(spec, encoding="utf-8")
     (root / "prompts").mkdir()
     (root / "prompts/question.txt").write_text("Note: {context}\nQuestion: {question}\n")
-    (root / "prompts/evidence.txt").write_text("Base your answer only on the note. "
-                                               "Answer yes, no or maybe.\n")  # fmt: skip
+    (root / "prompts/evidence.txt").write_text(
+        "Base your answer only on the note. Answer yes, no or maybe.\n"
+    )
     (root / "prompts/plain.txt").write_text("Answer yes, no or maybe.\n")
     (root / "data").mkdir()
     lines = []
     for item, (answer, question) in ITEMS.items():
         canary = ITEM_CANARY[item]
-        lines.append(json.dumps({
-            "id": item, "question": f"{question} (patient {canary})",
-            "context": f"Discharge note of patient {canary}: stable, follow up in two weeks.",
-            "answer": answer,
-        }))  # fmt: skip
+        lines.append(
+            json.dumps(
+                {
+                    "id": item,
+                    "question": f"{question} (patient {canary})",
+                    "context": f"Discharge note of patient {canary}: "
+                    "stable, follow up in two weeks.",
+                    "answer": answer,
+                }
+            )
+        )
     (root / "data/questions.jsonl").write_text("\n".join(lines) + "\n", encoding="utf-8")
     return root
 

@@ -11,13 +11,16 @@ import json
 from pathlib import Path
 
 ITEMS = [
-    {"id": f"q{i:02d}", "question": "Which condition does the patient have?",
-     "context": f"The patient has the condition {word}. The patient is tired since day {i}.",
-     "answer": word}
+    {
+        "id": f"q{i:02d}",
+        "question": "Which condition does the patient have?",
+        "context": f"The patient has the condition {word}. The patient is tired since day {i}.",
+        "answer": word,
+    }
     for i, word in enumerate(
         ["fever", "cough", "rash", "anaemia", "asthma", "gout", "angina", "eczema"], start=1
     )
-]  # fmt: skip
+]
 
 PROMPTS = {
     "item.txt": "Question: {question}\nCase: {steps.rewrite}\n",
@@ -146,8 +149,10 @@ def write_study(root: Path, steps: str = STEPS, **prompts: str) -> Path:
     (root / "data" / "items.jsonl").write_text(
         "".join(json.dumps(item) + "\n" for item in ITEMS), encoding="utf-8"
     )
-    for name, text in {**PROMPTS, **{k.replace("_", "-") + ".txt": v for k, v in
-                                       prompts.items()}}.items():  # fmt: skip
+    for name, text in {
+        **PROMPTS,
+        **{k.replace("_", "-") + ".txt": v for k, v in prompts.items()},
+    }.items():
         (root / "prompts" / name).write_text(text, encoding="utf-8")
     (root / "study.toml").write_text(spec_text(steps), encoding="utf-8")
     return root

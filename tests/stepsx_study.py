@@ -25,8 +25,13 @@ SCHEMA = {
     "additionalProperties": False,
 }
 
-PERTURBABLE = ["diagnostic_guess", "irrelevant_details", "unstructured", "emotional_tone",
-               "first_person"]
+PERTURBABLE = [
+    "diagnostic_guess",
+    "irrelevant_details",
+    "unstructured",
+    "emotional_tone",
+    "first_person",
+]
 INDICATORS = ["lack_objective_data", "lack_symptom_history"]
 LABELS_SCHEMA = {
     "type": "object",
@@ -101,12 +106,17 @@ def write(
     spec = root / "study.toml"
     text = spec.read_text(encoding="utf-8")
     if covariates:
-        text = text.replace("[analysis]\n", "[analysis]\ncovariates = { step = \"annotate\", "
-                            f"perturbable = {json.dumps(PERTURBABLE)}, "
-                            f"indicators = {json.dumps(INDICATORS)} }}\n")
+        text = text.replace(
+            "[analysis]\n",
+            '[analysis]\ncovariates = { step = "annotate", '
+            f"perturbable = {json.dumps(PERTURBABLE)}, "
+            f"indicators = {json.dumps(INDICATORS)} }}\n",
+        )
     if first is not None:
-        text = text.replace('items = "data/items.jsonl"\n',
-                            f'items = "data/items.jsonl"\nrange = {{ first = {first} }}\n')
+        text = text.replace(
+            'items = "data/items.jsonl"\n',
+            f'items = "data/items.jsonl"\nrange = {{ first = {first} }}\n',
+        )
     spec.write_text(text, encoding="utf-8")
     return root
 

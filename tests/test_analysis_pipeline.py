@@ -234,8 +234,13 @@ def test_decision_rules_keep_the_preregistered_family_and_direction(study: Path)
     # per probe; without D's trials on uniform-left, H4-left cannot be computed)
     trials, items = ds.trials, ds.items
     gone = (trials["arm"] == "D") & (trials["stimulus"] == "uniform-left")
-    no_d_left = type(ds)(trials[~gone], items[~items["trial"].isin(set(trials[gone]["trial"]))],
-                         ds.arms, (), ds.scores_sha256)  # fmt: skip
+    no_d_left = type(ds)(
+        trials[~gone],
+        items[~items["trial"].isin(set(trials[gone]["trial"]))],
+        ds.arms,
+        (),
+        ds.scores_sha256,
+    )
     results = {r.id: r for r in run_analyses(no_d_left, plan)}
     assert results["hypothesis.H4-left"].status == "failed"
     for hid in ("H4-up", "H4-down"):
@@ -251,9 +256,16 @@ def test_decision_rules_keep_the_preregistered_family_and_direction(study: Path)
     # a one-sided McNemar hypothesis in the wrong direction is not supported
     wrong = copy.deepcopy(plan)
     wrong["hypotheses"] = [
-        {"id": "M1", "description": "B beats A", "contrast": ["B", "A"], "test": "mcnemar",
-         "sides": "one-sided", "alpha": 0.05, "outcome": "glyph_accuracy"},
-    ]  # fmt: skip
+        {
+            "id": "M1",
+            "description": "B beats A",
+            "contrast": ["B", "A"],
+            "test": "mcnemar",
+            "sides": "one-sided",
+            "alpha": 0.05,
+            "outcome": "glyph_accuracy",
+        },
+    ]
     m1 = next(r for r in run_analyses(ds, wrong) if r.id == "hypothesis.M1")
     assert m1.values is not None and m1.values["estimate"] < 0
     assert m1.verdict == "not supported"
@@ -301,8 +313,17 @@ def test_a_really_singular_model_is_flagged_beside_every_model_verdict(
     from verify import verify_ledger_file
 
     path = study / "ledger.db"
-    report = Report(study, path, tmp_path, tmp_path / "r.html", plan,
-                    [r.as_dict() for r in results.values()], [], [], verify_ledger_file(path))
+    report = Report(
+        study,
+        path,
+        tmp_path,
+        tmp_path / "r.html",
+        plan,
+        [r.as_dict() for r in results.values()],
+        [],
+        [],
+        verify_ledger_file(path),
+    )
     console = Console(record=True, width=250)
     render_terminal(report, console)
     text = console.export_text()

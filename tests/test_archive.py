@@ -28,7 +28,9 @@ def verify(path: Path) -> bool:
 def test_archive_is_regenerated_byte_for_byte() -> None:
     result = subprocess.run(
         [sys.executable, str(ROOT / "scripts" / "make_archive.py"), "--check"],
-        capture_output=True, text=True, timeout=600,
+        capture_output=True,
+        text=True,
+        timeout=600,
     )
     assert result.returncode == 0, (
         result.stdout + result.stderr + "\nIf a dependency now renders differently, run "
@@ -38,15 +40,26 @@ def test_archive_is_regenerated_byte_for_byte() -> None:
 
 def test_archive_verifies_with_the_cli_and_sha256sum() -> None:
     cli = subprocess.run(
-        [sys.executable, "-c", "from ledger.cli import main; main()", "verify", str(STUDY),
-         "--trusted-key", f"@{ARCHIVE / 'owner.vkey'}",
-         "--checkpoint", str(ARCHIVE / "registration-checkpoint.txt")],
-        capture_output=True, text=True, timeout=300,
+        [
+            sys.executable,
+            "-c",
+            "from ledger.cli import main; main()",
+            "verify",
+            str(STUDY),
+            "--trusted-key",
+            f"@{ARCHIVE / 'owner.vkey'}",
+            "--checkpoint",
+            str(ARCHIVE / "registration-checkpoint.txt"),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=300,
     )
     assert cli.returncode == 0, cli.stdout + cli.stderr
     assert "VERIFIED" in cli.stdout
-    check = subprocess.run(["sha256sum", "--quiet", "-c", "MANIFEST.sha256"], cwd=STUDY,
-                           capture_output=True, text=True)  # fmt: skip
+    check = subprocess.run(
+        ["sha256sum", "--quiet", "-c", "MANIFEST.sha256"], cwd=STUDY, capture_output=True, text=True
+    )
     assert check.returncode == 0, check.stdout + check.stderr
     assert sum(p.stat().st_size for p in ARCHIVE.rglob("*") if p.is_file()) < 10 * 2**20
 

@@ -175,13 +175,15 @@ def first_trial_events(events: list[dict[str, Any]], position: int) -> dict[str,
         e for e in events if e["kind"] == "trial.requested" and e["body"]["position"] == position
     )
     resp = next(
-        e for e in events
+        e
+        for e in events
         if e["kind"] == "trial.responded" and e["body"]["request_seq"] == req["seq"]
-    )  # fmt: skip
+    )
     scored = next(
-        e for e in events
+        e
+        for e in events
         if e["kind"] == "trial.scored" and e["body"]["response_seq"] == resp["seq"]
-    )  # fmt: skip
+    )
     return {"requested": req, "responded": resp, "scored": scored}
 
 
@@ -193,8 +195,18 @@ def test_fresh_export_verifies(archive: Path) -> None:
     report = verify_archive(archive)
     assert report.ok, [c for c in report.checks if c.status is Status.FAIL]
     names = [c.name for c in report.checks]
-    for name in ("manifest", "export-coverage", "protocol", "schedule", "requests", "outcomes",
-                 "blinding", "signatures", "chain", "checkpoints"):  # fmt: skip
+    for name in (
+        "manifest",
+        "export-coverage",
+        "protocol",
+        "schedule",
+        "requests",
+        "outcomes",
+        "blinding",
+        "signatures",
+        "chain",
+        "checkpoints",
+    ):
         assert name in names
         passed(report, name)
     assert report.get("trust") is not None and report.get("trust").status is Status.WARN  # type: ignore[union-attr]
@@ -207,9 +219,12 @@ def test_fresh_export_passes_sha256sum(archive: Path) -> None:
     if shutil.which("sha256sum") is None:
         pytest.skip("sha256sum is not installed")
     result = subprocess.run(
-        ["sha256sum", "--quiet", "-c", "MANIFEST.sha256"], cwd=archive, capture_output=True,
-        text=True, check=False,
-    )  # fmt: skip
+        ["sha256sum", "--quiet", "-c", "MANIFEST.sha256"],
+        cwd=archive,
+        capture_output=True,
+        text=True,
+        check=False,
+    )
     assert result.returncode == 0, result.stdout + result.stderr
 
 
@@ -625,8 +640,12 @@ def test_science_checks_that_cannot_run_fail(
     ("rel", "old", "new", "where"),
     [
         ("README.md", "| H1 | lmm | supported |", "| H1 | lmm | not supported |", "README.md line"),
-        ("analysis/tables/verdicts.csv", "H1,lmm,ok,supported", "H1,lmm,ok,not supported",
-         "analysis/tables/verdicts.csv line 2"),
+        (
+            "analysis/tables/verdicts.csv",
+            "H1,lmm,ok,supported",
+            "H1,lmm,ok,not supported",
+            "analysis/tables/verdicts.csv line 2",
+        ),
         ("trials/attempts.csv", ",responded,", ",failed,", "trials/attempts.csv line"),
     ],
 )
@@ -803,9 +822,13 @@ def _python_m_verify(*args: str) -> subprocess.CompletedProcess[str]:
 
     env = {**os.environ, "COLUMNS": "240"}  # rich wraps narrower tables; keep places whole
     return subprocess.run(
-        [sys.executable, "-c", _NO_WRITER, *args], capture_output=True, text=True, timeout=600,
-        check=False, env=env,
-    )  # fmt: skip
+        [sys.executable, "-c", _NO_WRITER, *args],
+        capture_output=True,
+        text=True,
+        timeout=600,
+        check=False,
+        env=env,
+    )
 
 
 def test_python_m_verify_passes_a_good_archive_without_the_writer(
@@ -816,9 +839,17 @@ def test_python_m_verify_passes_a_good_archive_without_the_writer(
     locked = seqs_of(read_events(archive), "protocol.locked")[0]
     registration = archive / "ledger" / "checkpoints" / f"{locked + 1:08d}.txt"
     result = _python_m_verify(
-        str(archive), "--trusted-key", f"@{vkey}", "--trusted-key", study_key().vkey,
-        "--checkpoint", str(registration), "--jobs", "2", "--json",
-    )  # fmt: skip
+        str(archive),
+        "--trusted-key",
+        f"@{vkey}",
+        "--trusted-key",
+        study_key().vkey,
+        "--checkpoint",
+        str(registration),
+        "--jobs",
+        "2",
+        "--json",
+    )
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
     report = json.loads(result.stdout)
     assert report["ok"] is True

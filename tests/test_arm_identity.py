@@ -113,8 +113,11 @@ def test_ledger_arms_shows_four_distinct_hashes_for_a_system_prompt_factor(
     hashes = {a["id"]: a["sha256"] for a in shown["arms"]}
     assert sorted(hashes) == sorted(CELLS)
     assert len(set(hashes.values())) == 4, hashes
-    pair = next(d for d in shown["differences"]
-                if {d["arm"], d["other"]} == {"base.none.none", "base.expert.none"})  # fmt: skip
+    pair = next(
+        d
+        for d in shown["differences"]
+        if {d["arm"], d["other"]} == {"base.none.none", "base.expert.none"}
+    )
     assert pair["only_in_arm"] == pair["only_in_other"] == []  # the components are the same
     assert pair["differs_in"] == ["factors", "system"]
     text = CliRunner().invoke(main, ["arms", str(root)])
@@ -129,10 +132,14 @@ def test_ledger_arms_shows_four_distinct_hashes_for_a_system_prompt_factor(
 def test_item_template_levels_get_distinct_hashes(tmp_path: Path) -> None:
     spec = SPEC.replace(
         'levels.expert = { system = ["expert"] }', 'levels.expert = { template = "prompts/q.txt" }'
-    ).replace('scope = "prompt"\nlevels.none = {}\nlevels.expert', 'scope = "item"\n'
-              'levels.none = {}\nlevels.expert', 1)  # fmt: skip
-    root = write_study(tmp_path / "study", spec,
-                       extra={**EXTRA, "prompts/q.txt": "Q: {question}\nA:\n"})  # fmt: skip
+    ).replace(
+        'scope = "prompt"\nlevels.none = {}\nlevels.expert',
+        'scope = "item"\nlevels.none = {}\nlevels.expert',
+        1,
+    )
+    root = write_study(
+        tmp_path / "study", spec, extra={**EXTRA, "prompts/q.txt": "Q: {question}\nA:\n"}
+    )
     identities = arm_identities(load_study(root))
     hashes = {arm: a["sha256"] for arm, a in ((a["id"], a) for a in arms_json(root)["arms"])}
     assert len(set(hashes.values())) == 4, hashes
@@ -236,8 +243,9 @@ def test_the_archive_shows_and_verifies_the_four_identities(built: tuple[Path, P
         data = (archive / "protocol" / "arms" / f"{arm}.json").read_bytes()
         assert sha(data) == locked[arm]
         obj = json.loads(data)
-        assert obj["record"] == {k: v for k, v in body["arms"][arm].items()
-                                 if k not in ("role", "sha256")}  # fmt: skip
+        assert obj["record"] == {
+            k: v for k, v in body["arms"][arm].items() if k not in ("role", "sha256")
+        }
     expert = json.loads((archive / "protocol" / "arms" / "base.expert.none.json").read_bytes())
     assert expert["components"]["expert"] == sha(EXTRA["prompts/expert.txt"].encode())
     readme = (archive / "README.md").read_text("utf-8")
@@ -253,13 +261,16 @@ def test_the_verifier_derives_the_identity_itself(built: tuple[Path, Path]) -> N
     _, archive = built
     events = read_events(archive)
     body = protocol_event(events)["body"]
-    digests = {e["body"]["path"]: e["body"]["sha256"] for e in events
-               if e["kind"] == "artifact.locked"}  # fmt: skip
-    paths = {"task": "prompts/task.txt", "expert": "prompts/expert.txt",
-             "reason": "prompts/reason.txt"}  # fmt: skip
+    digests = {
+        e["body"]["path"]: e["body"]["sha256"] for e in events if e["kind"] == "artifact.locked"
+    }
+    paths = {
+        "task": "prompts/task.txt",
+        "expert": "prompts/expert.txt",
+        "reason": "prompts/reason.txt",
+    }
     for arm in CELLS:
-        _, data, digest = identity(body, arm, lambda n: digests.get(paths.get(n, "")),
-                                   digests.get)  # fmt: skip
+        _, data, digest = identity(body, arm, lambda n: digests.get(paths.get(n, "")), digests.get)
         assert digest == body["arms"][arm]["sha256"]
         assert data == (archive / "protocol" / "arms" / f"{arm}.json").read_bytes()
     with pytest.raises(IdentityProblem, match="not a locked file"):

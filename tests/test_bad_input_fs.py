@@ -94,9 +94,7 @@ def read_only(*paths: Path) -> Iterator[None]:
 
 
 @pytest.fixture(scope="module")
-def analysed(
-    tmp_path_factory: pytest.TempPathFactory, study_template: Path
-) -> tuple[Path, Path]:
+def analysed(tmp_path_factory: pytest.TempPathFactory, study_template: Path) -> tuple[Path, Path]:
     """A small study locked, run on the simulated backend, scored, unblinded and analysed."""
     mp = pytest.MonkeyPatch()
     home = tmp_path_factory.mktemp("home")
@@ -105,8 +103,12 @@ def analysed(
         root = make_study(
             tmp_path_factory.mktemp("analysed") / "study", replicates=1, template=study_template
         )
-        for args in (["run", root, "--backend", "simulated"], ["score", root],
-                     ["unblind", root], ["analyze", root]):  # fmt: skip
+        for args in (
+            ["run", root, "--backend", "simulated"],
+            ["score", root],
+            ["unblind", root],
+            ["analyze", root],
+        ):
             result = run(*args)
             assert result.exit_code == 0, result.output
     finally:
@@ -125,9 +127,7 @@ def study(analysed: tuple[Path, Path], tmp_path: Path, monkeypatch: pytest.Monke
 
 
 @pytest.fixture
-def unlocked(
-    study_template: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> Path:
+def unlocked(study_template: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     """A study as `ledger new` leaves it: files and a ledger with only its genesis event."""
     monkeypatch.setenv("PROMPT_LEDGER_HOME", str(tmp_path / "home"))
     key = study_key()
@@ -168,12 +168,17 @@ def test_unwritable_out(case: str, study: Path, unwritable: Path) -> None:
     key = Path(os.environ["PROMPT_LEDGER_HOME"]) / "keys" / OWNER_KEY
     if case == "keygen --out a new directory inside it":
         result = run("keygen", "example.org/alice", "--out", unwritable / "keys")
-        refused(result, f"key directory {unwritable / 'keys'}", "permission denied",
-                "fix its permissions")  # fmt: skip
+        refused(
+            result,
+            f"key directory {unwritable / 'keys'}",
+            "permission denied",
+            "fix its permissions",
+        )
     elif case == "keygen --out it":
         result = run("keygen", "example.org/alice", "--out", unwritable)
-        refused(result, unwritable / "example.org_alice.key", "permission denied",
-                "fix its permissions")  # fmt: skip
+        refused(
+            result, unwritable / "example.org_alice.key", "permission denied", "fix its permissions"
+        )
     else:
         out = unwritable / "registration.checkpoint"
         result = run("checkpoint", db, "--key", key, "--out", out)
@@ -197,8 +202,7 @@ def test_unwritable_export_target(study: Path, unwritable: Path) -> None:
     before = ledger_state(db)
     target = unwritable / "archive"
     result = run("export", study, target)
-    refused(result, "cannot write the archive", target, "permission denied",
-            "fix its permissions")  # fmt: skip
+    refused(result, "cannot write the archive", target, "permission denied", "fix its permissions")
     assert listing(unwritable) == []
     assert ledger_state(db) == before
     assert "export.created" not in before[2]
@@ -214,8 +218,13 @@ def test_unwritable_key_home(
     if directory == "empty":
         root.mkdir()
     result = run("new", root)
-    refused(result, f"key directory {unwritable / 'home' / 'keys'}", "permission denied",
-            "PROMPT_LEDGER_HOME", "--key")  # fmt: skip
+    refused(
+        result,
+        f"key directory {unwritable / 'home' / 'keys'}",
+        "permission denied",
+        "PROMPT_LEDGER_HOME",
+        "--key",
+    )
     if directory == "empty":
         assert root.is_dir() and listing(root) == []  # the folder it was given, emptied again
     else:
@@ -239,8 +248,12 @@ def test_read_only_study_read_commands_work(command: str, study: Path) -> None:
         "verify": ["verify", study / "ledger.db"],
         "schedule": ["schedule", study, "--limit", "3"],
     }
-    expected = {"status": "35/35 trials final", "log": "protocol.locked",
-                "verify": "VERIFIED", "schedule": "35 trials, schedule sha256"}  # fmt: skip
+    expected = {
+        "status": "35/35 trials final",
+        "log": "protocol.locked",
+        "verify": "VERIFIED",
+        "schedule": "35 trials, schedule sha256",
+    }
     files = listing(study)
     with read_only(study):
         result = run(*args[command])
@@ -277,8 +290,9 @@ def test_read_only_study_with_pending_wal_is_refused(study: Path) -> None:
 def test_read_only_study_write_commands_refuse(
     command: str, request: pytest.FixtureRequest
 ) -> None:
-    root: Path = request.getfixturevalue({"lock": "unlocked", "run": "locked",
-                                          "score": "study"}[command])  # fmt: skip
+    root: Path = request.getfixturevalue(
+        {"lock": "unlocked", "run": "locked", "score": "study"}[command]
+    )
     db = root / "ledger.db"
     before = ledger_state(db)
     files = listing(root)
@@ -310,8 +324,14 @@ def test_non_utf8_input(target: str, unlocked: Path) -> None:
     offset = len(lines[0]) + 1 + 3
     for command in ("arms", "lock"):
         result = run(command, unlocked)
-        line = refused(result, path, "not UTF-8", f"offset {offset}", "line 2, column 4",
-                       "save the file as UTF-8")  # fmt: skip
+        line = refused(
+            result,
+            path,
+            "not UTF-8",
+            f"offset {offset}",
+            "line 2, column 4",
+            "save the file as UTF-8",
+        )
         assert "0xe9" in line
     assert ledger_state(unlocked / "ledger.db")[0] == 1  # nothing locked
     verifies(unlocked / "ledger.db")
@@ -338,15 +358,24 @@ def test_directory_where_a_file_is_expected(case: str, study: Path, tmp_path: Pa
         component = study / "prompts" / "decoding_rule.txt"
         component.unlink()
         component.mkdir()
-        refused(run("arms", study), "components.decoding_rule", "'prompts/decoding_rule.txt' "
-                "is a directory, where a file is expected")  # fmt: skip
+        refused(
+            run("arms", study),
+            "components.decoding_rule",
+            "'prompts/decoding_rule.txt' is a directory, where a file is expected",
+        )
     elif case == "report --html":
-        refused(run("report", study, "--html", folder), "--html", folder, "is a directory",
-                usage=True)  # fmt: skip
+        refused(
+            run("report", study, "--html", folder), "--html", folder, "is a directory", usage=True
+        )
         assert not (study / "report").exists()
     elif case == "checkpoint --out":
-        refused(run("checkpoint", db, "--key", key, "--out", folder), "--out", folder,
-                "is a directory", usage=True)  # fmt: skip
+        refused(
+            run("checkpoint", db, "--key", key, "--out", folder),
+            "--out",
+            folder,
+            "is a directory",
+            usage=True,
+        )
     else:
         refused(run("log", study), study, "is a directory", usage=True)
         with pytest.raises(StoreError, match="is a directory, where the ledger file is expected"):
@@ -378,8 +407,14 @@ def test_disk_full_during_export(
     monkeypatch.setattr(os, "write", write)
     result = run("export", study, target)
     monkeypatch.setattr(os, "write", real_write)
-    refused(result, "cannot write the archive", target, "no space left on the device",
-            "free some space", "the ledger is unchanged")  # fmt: skip
+    refused(
+        result,
+        "cannot write the archive",
+        target,
+        "no space left on the device",
+        "free some space",
+        "the ledger is unchanged",
+    )
     assert budget["bytes"] <= 0  # the disk really filled part-way
     assert not target.exists()
     assert not [p.name for p in tmp_path.iterdir() if ".tmp-" in p.name]
@@ -409,8 +444,12 @@ def test_unexpected_exception_prints_one_line_and_where_the_trace_is(
 
     monkeypatch.setattr(runner.lock, "check_integrity", broken)
     result = run("status", study)
-    line = refused(result, "internal error: RuntimeError: injected failure",
-                   "the full trace was written to", "please report it")  # fmt: skip
+    line = refused(
+        result,
+        "internal error: RuntimeError: injected failure",
+        "the full trace was written to",
+        "please report it",
+    )
     where = Path(line.split("written to ", 1)[1].split(" (please report it)")[0])
     assert where.parent == home / "crash"
     trace = where.read_text(encoding="utf-8")

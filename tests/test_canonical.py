@@ -44,13 +44,38 @@ def test_canonical_equals_rfc8785_reference(value: Any) -> None:
 
 # Every finite double, by its bits: the spread of exponents (subnormals, 1e-7 .. 1e21, huge)
 # that plain st.floats() rarely reaches, and the boundaries where the written form changes.
-any_double = st.integers(min_value=0, max_value=2**64 - 1).map(
-    lambda bits: struct.unpack("<d", struct.pack("<Q", bits))[0]
-).filter(math.isfinite)
+any_double = (
+    st.integers(min_value=0, max_value=2**64 - 1)
+    .map(lambda bits: struct.unpack("<d", struct.pack("<Q", bits))[0])
+    .filter(math.isfinite)
+)
 FORM_BOUNDARIES = [
-    0.0, -0.0, 5e-324, 2.2250738585072014e-308, 1e-7, 9.999999999999999e-8, 1e-6, 1.5e-6,
-    9.99999e-7, 1e-5, 1e-4, 0.1, 0.5, 1.0, 1.5, 2.0**52 + 0.5, 2.0**53, 2.0**53 + 2, 1e15 + 0.3,
-    1e16, 1.5e16, 2.0**60, 1e20, 9.999999999999999e20, 1e21, 1.7976931348623157e308,
+    0.0,
+    -0.0,
+    5e-324,
+    2.2250738585072014e-308,
+    1e-7,
+    9.999999999999999e-8,
+    1e-6,
+    1.5e-6,
+    9.99999e-7,
+    1e-5,
+    1e-4,
+    0.1,
+    0.5,
+    1.0,
+    1.5,
+    2.0**52 + 0.5,
+    2.0**53,
+    2.0**53 + 2,
+    1e15 + 0.3,
+    1e16,
+    1.5e16,
+    2.0**60,
+    1e20,
+    9.999999999999999e20,
+    1e21,
+    1.7976931348623157e308,
 ]
 
 
@@ -88,8 +113,13 @@ def test_float_bodies_take_the_fast_path(monkeypatch: pytest.MonkeyPatch) -> Non
         raise AssertionError("the reference encoder was used")
 
     monkeypatch.setattr(rfc8785, "dumps", reference)
-    body = {"max_tokens": 2048, "temperature": 1.0, "top_p": 0.95, "model": "claude",
-            "messages": [{"role": "user", "content": [{"type": "text", "text": "caf\u00e9"}]}]}
+    body = {
+        "max_tokens": 2048,
+        "temperature": 1.0,
+        "top_p": 0.95,
+        "model": "claude",
+        "messages": [{"role": "user", "content": [{"type": "text", "text": "caf\u00e9"}]}],
+    }
     assert canonical_json(body) == (
         b'{"max_tokens":2048,"messages":[{"content":[{"text":"caf\xc3\xa9","type":"text"}],'
         b'"role":"user"}],"model":"claude","temperature":1,"top_p":0.95}'
@@ -169,8 +199,16 @@ def test_the_stores_envelope_bytes_are_the_reference_bytes(
 ) -> None:
     """build_envelope(prevalidated=True) writes the members around the body's canonical form;
     its bytes are rfc8785's for the whole envelope, or it refuses what the reference refuses."""
-    obj = {"v": 1, "seq": seq, "time": "2026-11-22T10:00:00.123456Z", "kind": "trial.responded",
-           "actor": actor, "prev": "ab" * 32, "body": body, "blobs": blobs}  # fmt: skip
+    obj = {
+        "v": 1,
+        "seq": seq,
+        "time": "2026-11-22T10:00:00.123456Z",
+        "kind": "trial.responded",
+        "actor": actor,
+        "prev": "ab" * 32,
+        "body": body,
+        "blobs": blobs,
+    }
     try:
         expected = bytes(rfc8785.dumps(obj))
     except (rfc8785.CanonicalizationError, rfc8785.IntegerDomainError, UnicodeEncodeError):
@@ -186,8 +224,10 @@ def test_the_stores_envelope_bytes_are_the_reference_bytes(
     [
         (lambda d: d.replace(b'"v":1', b'"v":2'), "unknown envelope version 2"),
         (lambda d: d.replace(b'{"actor"', b'{ "actor"'), "not RFC 8785 canonical"),
-        (lambda d: d.replace(b'"time":"2026-11-22T10:00:00.123456Z"', b'"time":"2026-11-22"'),
-         "is not YYYY-MM-DD"),
+        (
+            lambda d: d.replace(b'"time":"2026-11-22T10:00:00.123456Z"', b'"time":"2026-11-22"'),
+            "is not YYYY-MM-DD",
+        ),
         (lambda d: d.replace(b'"kind":"trial.scored"', b'"kind":"Trial"'), "kind 'Trial'"),
         (lambda d: d[:-1], "not JSON"),
         (lambda d: d.replace(b'"body":{}', b'"body":[]'), "body must be a JSON object"),
@@ -196,8 +236,13 @@ def test_the_stores_envelope_bytes_are_the_reference_bytes(
 )
 def test_bad_envelopes_are_refused(mutate: Any, message: str) -> None:
     env = build_envelope(
-        seq=1, time="2026-11-22T10:00:00.123456Z", kind="trial.scored",
-        actor="owner+0a1b2c3d", prev="00" * 32, body={}, blobs={},
+        seq=1,
+        time="2026-11-22T10:00:00.123456Z",
+        kind="trial.scored",
+        actor="owner+0a1b2c3d",
+        prev="00" * 32,
+        body={},
+        blobs={},
     )
     with pytest.raises(FormatError, match=message):
         parse_envelope(mutate(env.data))
@@ -206,6 +251,11 @@ def test_bad_envelopes_are_refused(mutate: Any, message: str) -> None:
 def test_invalid_calendar_time_is_refused() -> None:
     with pytest.raises(FormatError, match="not a valid date"):
         build_envelope(
-            seq=1, time="2026-02-30T10:00:00.000000Z", kind="a.b", actor="o+0a1b2c3d",
-            prev="00" * 32, body={}, blobs={},
+            seq=1,
+            time="2026-02-30T10:00:00.000000Z",
+            kind="a.b",
+            actor="o+0a1b2c3d",
+            prev="00" * 32,
+            body={},
+            blobs={},
         )

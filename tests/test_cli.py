@@ -66,12 +66,32 @@ def test_keygen_default_directory(tmp_path: Path, monkeypatch: pytest.MonkeyPatc
 
 def test_full_walkthrough(study: dict[str, Path]) -> None:
     db = study["db"]
-    assert run("key", "add", db, f"@{study['runner_vkey']}", "--role", "runner",
-               "--key", study["owner"]).exit_code == 0
+    assert (
+        run(
+            "key",
+            "add",
+            db,
+            f"@{study['runner_vkey']}",
+            "--role",
+            "runner",
+            "--key",
+            study["owner"],
+        ).exit_code
+        == 0
+    )
     blob = study["dir"] / "prompt.txt"
     blob.write_text("Report every E.\n")
-    r = run("append", db, "artifact.locked", "--body", '{"path": "prompt.txt"}',
-            "--blob", f"content={blob}", "--key", study["owner"])
+    r = run(
+        "append",
+        db,
+        "artifact.locked",
+        "--body",
+        '{"path": "prompt.txt"}',
+        "--blob",
+        f"content={blob}",
+        "--key",
+        study["owner"],
+    )
     assert r.exit_code == 0 and "appended seq 2" in r.output
     cp_file = study["dir"] / "registration.checkpoint"
     r = run("checkpoint", db, "--key", study["owner"], "--out", cp_file)
@@ -79,10 +99,25 @@ def test_full_walkthrough(study: dict[str, Path]) -> None:
     assert r.output.startswith("example.org/cli\n3\n")
     body_file = study["dir"] / "body.json"
     body_file.write_text('{"trial": "A|c|0"}')
-    assert run("append", db, "trial.requested", "--body", f"@{body_file}",
-               "--key", study["runner"]).exit_code == 0
-    assert run("append", db, "trial.responded", "--body", "-", "--key", study["runner"],
-               input='{"ok": true}').exit_code == 0
+    assert (
+        run(
+            "append", db, "trial.requested", "--body", f"@{body_file}", "--key", study["runner"]
+        ).exit_code
+        == 0
+    )
+    assert (
+        run(
+            "append",
+            db,
+            "trial.responded",
+            "--body",
+            "-",
+            "--key",
+            study["runner"],
+            input='{"ok": true}',
+        ).exit_code
+        == 0
+    )
     r = run("log", db, "--json")
     lines = [json.loads(line) for line in r.output.splitlines()]
     assert [x["envelope"]["kind"] for x in lines][-2:] == ["trial.requested", "trial.responded"]
@@ -104,8 +139,12 @@ def test_full_walkthrough(study: dict[str, Path]) -> None:
     r = run("key", "list", db, "--json")
     assert [k["role"] for k in json.loads(r.output)] == ["owner", "runner"]
     runner_actor = json.loads(r.output)[1]["actor"]
-    assert run("key", "revoke", db, runner_actor, "--reason", "done",
-               "--key", study["owner"]).exit_code == 0
+    assert (
+        run(
+            "key", "revoke", db, runner_actor, "--reason", "done", "--key", study["owner"]
+        ).exit_code
+        == 0
+    )
     r = run("append", db, "trial.requested", "--body", "{}", "--key", study["runner"])
     assert r.exit_code == 1 and "revoked" in r.output
 

@@ -24,16 +24,19 @@ def run(*args: str | Path, env: dict[str, str] | None = None) -> Result:
     return CliRunner().invoke(main, [str(a) for a in args], env=env)
 
 
-@pytest.mark.parametrize("argv", [["--help"], ["--version"], ["verify", "--help"],
-                                  ["run", "--help"], ["analyze", "--help"]])
+@pytest.mark.parametrize(
+    "argv",
+    [["--help"], ["--version"], ["verify", "--help"], ["run", "--help"], ["analyze", "--help"]],
+)
 def test_start_up_imports_no_heavy_library(argv: list[str]) -> None:
     probe = (
         "import sys\nfrom ledger.cli import main\n"
         f"try:\n    main({argv!r})\nexcept SystemExit:\n    pass\n"
         f"print('HEAVY:', *(m for m in {HEAVY!r} if m in sys.modules))"
     )
-    out = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True,
-                         check=True, timeout=60).stdout  # fmt: skip
+    out = subprocess.run(
+        [sys.executable, "-c", probe], capture_output=True, text=True, check=True, timeout=60
+    ).stdout
     assert "Usage:" in out or "version" in out
     assert out.strip().splitlines()[-1] == "HEAVY:"
 
@@ -41,9 +44,25 @@ def test_start_up_imports_no_heavy_library(argv: list[str]) -> None:
 def test_every_package_command_is_registered_and_loads() -> None:
     ctx = main.make_context("ledger", ["--help"], resilient_parsing=True)
     names = main.list_commands(ctx)
-    for name in ("new", "arms", "lock", "amend", "schedule", "estimate", "run", "status",
-                 "score", "unblind", "analyze", "report", "export", "demo", "verify", "items",
-                 "witness"):
+    for name in (
+        "new",
+        "arms",
+        "lock",
+        "amend",
+        "schedule",
+        "estimate",
+        "run",
+        "status",
+        "score",
+        "unblind",
+        "analyze",
+        "report",
+        "export",
+        "demo",
+        "verify",
+        "items",
+        "witness",
+    ):
         assert name in names
         command = main.get_command(ctx, name)
         assert command is not None and command.help, name
@@ -65,9 +84,7 @@ def _json(result: Result) -> object:
     return json.loads(result.stdout)
 
 
-def test_json_on_every_data_command(
-    scored_study: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
+def test_json_on_every_data_command(scored_study: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("PROMPT_LEDGER_HOME", str(scored_study.parent / "home"))
     root = scored_study
     arms = _json(run("arms", root, "--json"))
@@ -100,6 +117,7 @@ def test_json_on_every_data_command(
     assert isinstance(analysed, dict)
     with Ledger.open(root / "ledger.db", readonly=True) as log:
         recorded = [e.body for e in log.events("analysis.result")]
+
     def key(r: dict[str, object]) -> tuple[object, ...]:
         return (r["id"], r["status"], r.get("verdict"), r.get("hypothesis"))
 
@@ -137,8 +155,11 @@ def test_tables_fold_long_values_when_piped(tmp_path: Path) -> None:
     assert result.exit_code == 0, result.output
     assert "…" not in result.output
     # the vkey is in the last column: glue its folded pieces back together
-    pieces = [re.split(r"[│|]", line)[-2].strip() for line in result.output.splitlines()
-              if line.count("│") >= 5]  # fmt: skip
+    pieces = [
+        re.split(r"[│|]", line)[-2].strip()
+        for line in result.output.splitlines()
+        if line.count("│") >= 5
+    ]
     assert vkey in "".join(pieces)
 
 

@@ -39,7 +39,9 @@ def _readme_blocks() -> dict[str, str]:
 def test_readme_cli_reference_matches_help() -> None:
     result = subprocess.run(
         [sys.executable, str(ROOT / "scripts" / "cli_reference.py"), "--check"],
-        capture_output=True, text=True, timeout=120,
+        capture_output=True,
+        text=True,
+        timeout=120,
     )
     assert result.returncode == 0, result.stdout + result.stderr
 

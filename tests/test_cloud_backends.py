@@ -34,22 +34,26 @@ from verify._prompts import wire_form, wire_request
 #: backend -> (the [model] provider it serves, a model id the fake serves, one it does not)
 CASES: dict[str, tuple[str, str, str]] = {
     "anthropic-bedrock": (
-        "anthropic-bedrock", "global.anthropic.claude-sonnet-4-5-20250929-v1:0",
+        "anthropic-bedrock",
+        "global.anthropic.claude-sonnet-4-5-20250929-v1:0",
         "anthropic.claude-nonexistent-v1:0",
     ),
     "anthropic-vertex": ("anthropic-vertex", "claude-sonnet-4-5@20250929", "claude-nope@20250101"),
     "azure-openai": ("azure-openai", "gpt-4o", "no-such-deployment"),
     "openai": ("openai", "gpt-4o", "gpt-nope"),
     "gemini": ("gemini", "gemini-2.5-flash", "gemini-nope"),
-}  # fmt: skip
+}
 BACKENDS = list(CASES)
 #: The route name each backend's model requests are recorded under in the fake.
 ROUTE = {"anthropic-bedrock": "bedrock", "anthropic-vertex": "vertex"}
 #: The throttling signal each fake 429 carries, as the seconds the backend must report.
 THROTTLE = {
-    "anthropic-bedrock": None, "anthropic-vertex": 1.0, "azure-openai": 0.8, "openai": 1.0,
+    "anthropic-bedrock": None,
+    "anthropic-vertex": 1.0,
+    "azure-openai": 0.8,
+    "openai": 1.0,
     "gemini": 1.0,
-}  # fmt: skip
+}
 KEY = fixed_key("clouds.example/owner")
 
 
@@ -58,9 +62,15 @@ def clouds(tmp_path_factory: pytest.TempPathFactory) -> Iterator[FakeClouds]:
     """One fake server for the module, with every backend's environment pointing at it."""
     base = tmp_path_factory.mktemp("clouds")
     with FakeClouds() as fake, pytest.MonkeyPatch.context() as mp:
-        for name in ("AWS_PROFILE", "AWS_BEARER_TOKEN_BEDROCK", "AWS_SESSION_TOKEN",
-                     "AZURE_OPENAI_AD_TOKEN", "GOOGLE_API_KEY", "GOOGLE_CLOUD_PROJECT",
-                     "ANTHROPIC_BASE_URL"):  # fmt: skip
+        for name in (
+            "AWS_PROFILE",
+            "AWS_BEARER_TOKEN_BEDROCK",
+            "AWS_SESSION_TOKEN",
+            "AZURE_OPENAI_AD_TOKEN",
+            "GOOGLE_API_KEY",
+            "GOOGLE_CLOUD_PROJECT",
+            "ANTHROPIC_BASE_URL",
+        ):
             mp.delenv(name, raising=False)
         for name, value in fake.environment(base / "env").items():
             mp.setenv(name, value)
@@ -70,9 +80,12 @@ def clouds(tmp_path_factory: pytest.TempPathFactory) -> Iterator[FakeClouds]:
 
 def body(model: str) -> dict[str, Any]:
     return {
-        "model": model, "max_tokens": 64, "temperature": 1.0, "system": "Be brief.",
+        "model": model,
+        "max_tokens": 64,
+        "temperature": 1.0,
+        "system": "Be brief.",
         "messages": [{"role": "user", "content": [{"type": "text", "text": "Yes or no?"}]}],
-    }  # fmt: skip
+    }
 
 
 def route(backend: str) -> str:
@@ -180,9 +193,13 @@ def run_study_through(study: Path, key: Path, backend: str, out: Path) -> list[R
     """Lock, run on ``backend``, score, unblind, analyze and export; each must succeed."""
     results = []
     for step in (
-        ("lock", study), ("run", study, "--backend", backend, "--concurrency", "4"),
-        ("score", study), ("unblind", study), ("analyze", study), ("export", study, out),
-    ):  # fmt: skip
+        ("lock", study),
+        ("run", study, "--backend", backend, "--concurrency", "4"),
+        ("score", study),
+        ("unblind", study),
+        ("analyze", study),
+        ("export", study, out),
+    ):
         result = cli(*step, "--key", key)
         assert result.exit_code == 0, (step, result.output)
         results.append(result)
@@ -234,8 +251,9 @@ def canary(folder: Path, outputs: list[str]) -> None:
 
 #: The steps study on Bedrock (SigV4, the body without its model) in the default set; on the
 #: other four in the slow set, with the demo's and the seed-002 studies (the default set's time).
-STEPS_CASES = [b if b == "anthropic-bedrock" else pytest.param(b, marks=pytest.mark.slow)
-               for b in BACKENDS]  # fmt: skip
+STEPS_CASES = [
+    b if b == "anthropic-bedrock" else pytest.param(b, marks=pytest.mark.slow) for b in BACKENDS
+]
 
 
 @pytest.mark.parametrize("backend", STEPS_CASES)
@@ -359,12 +377,36 @@ def test_budgets_price_global_claude_ids_and_refuse_the_rest_without_prices(
         provider, model, _ = CASES[backend]
         study = scaffold("steps", tmp_path / backend, provider, model)
         assert cli("lock", study, "--key", key).exit_code == 0
-        result = cli("run", study, "--backend", backend, "--budget-usd", "5", "--max-trials",
-                     "1", "--key", key)  # fmt: skip
+        result = cli(
+            "run",
+            study,
+            "--backend",
+            backend,
+            "--budget-usd",
+            "5",
+            "--max-trials",
+            "1",
+            "--key",
+            key,
+        )
         if backend == "openai":
             assert result.exit_code != 0 and "--price-in" in result.output, result.output
-            given = cli("run", study, "--backend", backend, "--budget-usd", "5", "--price-in",
-                        "2.5", "--price-out", "10", "--max-trials", "1", "--key", key)  # fmt: skip
+            given = cli(
+                "run",
+                study,
+                "--backend",
+                backend,
+                "--budget-usd",
+                "5",
+                "--price-in",
+                "2.5",
+                "--price-out",
+                "10",
+                "--max-trials",
+                "1",
+                "--key",
+                key,
+            )
             assert given.exit_code == 0, given.output
         else:
             assert result.exit_code == 0, result.output

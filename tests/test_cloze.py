@@ -37,19 +37,43 @@ from verify import verify_archive
 from verify._rescore import parse_cloze as verify_parse_cloze
 
 ITEMS = [
-    {"id": "q1", "question": "Which organ pumps blood through the body?",
-     "options": ["Liver", "Lung", "Heart", "Kidney"], "answer": "C"},
-    {"id": "q2", "question": "Which vitamin deficiency causes scurvy?",
-     "options": ["Vitamin C deficiency", "Vitamin D", "Vitamin K", "Vitamin A"], "answer": "A"},
-    {"id": "q3", "question": "Which blood cells carry oxygen in the blood?",
-     "options": ["White cells", "Platelets", "Red blood cells", "Plasma"], "answer": "C"},
-    {"id": "q4", "question": "Insulin is produced by which organ, the pancreas or another?",
-     "options": ["Spleen", "Thyroid", "Stomach", "Pancreas"], "answer": "D"},
-    {"id": "q5", "question": "Which bone protects the brain, the skull?",
-     "options": ["Femur", "Skull", "Rib", "Pelvis"], "answer": "B"},
-    {"id": "q6", "question": "Which gas do lungs take in, oxygen?",
-     "options": ["Nitrogen", "Helium", "Carbon dioxide", "Oxygen"], "answer": "D"},
-]  # fmt: skip
+    {
+        "id": "q1",
+        "question": "Which organ pumps blood through the body?",
+        "options": ["Liver", "Lung", "Heart", "Kidney"],
+        "answer": "C",
+    },
+    {
+        "id": "q2",
+        "question": "Which vitamin deficiency causes scurvy?",
+        "options": ["Vitamin C deficiency", "Vitamin D", "Vitamin K", "Vitamin A"],
+        "answer": "A",
+    },
+    {
+        "id": "q3",
+        "question": "Which blood cells carry oxygen in the blood?",
+        "options": ["White cells", "Platelets", "Red blood cells", "Plasma"],
+        "answer": "C",
+    },
+    {
+        "id": "q4",
+        "question": "Insulin is produced by which organ, the pancreas or another?",
+        "options": ["Spleen", "Thyroid", "Stomach", "Pancreas"],
+        "answer": "D",
+    },
+    {
+        "id": "q5",
+        "question": "Which bone protects the brain, the skull?",
+        "options": ["Femur", "Skull", "Rib", "Pelvis"],
+        "answer": "B",
+    },
+    {
+        "id": "q6",
+        "question": "Which gas do lungs take in, oxygen?",
+        "options": ["Nitrogen", "Helium", "Carbon dioxide", "Oxygen"],
+        "answer": "D",
+    },
+]
 
 SPEC = """\
 [study]
@@ -147,22 +171,22 @@ class FakeLogprobServer:
     def answer(self, body: dict[str, Any]) -> dict[str, Any]:
         """The chat completion, with the first token's log-probabilities when asked for."""
         request = {
-            "model": body["model"], "max_tokens": body["max_tokens"],
+            "model": body["model"],
+            "max_tokens": body["max_tokens"],
             "temperature": body.get("temperature", 1.0),
             "messages": [
                 {"role": m["role"], "content": [{"type": "text", "text": m["content"]}]}
-                for m in body["messages"] if m["role"] != "system"
+                for m in body["messages"]
+                if m["role"] != "system"
             ],
             "top_logprobs": body.get("top_logprobs", 0),
-        }  # fmt: skip
+        }
         data = self.model.respond_openai(request, "server")
         position = data["choices"][0]["logprobs"]["content"][0]
         position["token"] = " " + position["token"]  # llama.cpp keeps the leading space
         text = body["messages"][-1]["content"]
         if any(q in text for q in self.drop):
-            position["top_logprobs"] = [
-                t for t in position["top_logprobs"] if t["token"] != "D"
-            ]
+            position["top_logprobs"] = [t for t in position["top_logprobs"] if t["token"] != "D"]
             if position["token"].strip() == "D":
                 position["token"] = " Answer"
         if not body.get("logprobs"):
@@ -205,10 +229,12 @@ def built(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Path, Path
         root = write_study(base / "study")
         outputs = {}
         for step in (
-            ("lock", root), ("run", root, "--backend", "openai-compatible", "--base-url",
-                             server.url),
-            ("score", root), ("unblind", root), ("analyze", root),
-        ):  # fmt: skip
+            ("lock", root),
+            ("run", root, "--backend", "openai-compatible", "--base-url", server.url),
+            ("score", root),
+            ("unblind", root),
+            ("analyze", root),
+        ):
             result = cli(*step, "--key", key)
             assert result.exit_code == 0, (step, result.output)
             outputs[step[0]] = result.output
@@ -288,9 +314,11 @@ def test_a_changed_log_probability_fails_the_rescore(
     shutil.copytree(archive, copy_)
     events = read_events(copy_)
     responded = next(
-        e for e in events if e["kind"] == "trial.responded"
+        e
+        for e in events
+        if e["kind"] == "trial.responded"
         and json.loads(blob(copy_, e["blobs"]["response"]))["choices"][0]["logprobs"]
-    )  # fmt: skip
+    )
     data = json.loads(blob(copy_, responded["blobs"]["response"]))
     position = data["choices"][0]["logprobs"]["content"][0]
     for entry in position["top_logprobs"]:
@@ -314,9 +342,10 @@ def test_a_changed_log_probability_fails_the_rescore(
 
 def body(entries: list[tuple[str, float]], first: str = "A") -> bytes:
     position = {
-        "token": first, "logprob": -0.1,
+        "token": first,
+        "logprob": -0.1,
         "top_logprobs": [{"token": t, "logprob": lp} for t, lp in entries],
-    }  # fmt: skip
+    }
     return json.dumps(
         {"choices": [{"message": {"content": first}, "logprobs": {"content": [position]}}]}
     ).encode()
@@ -405,7 +434,10 @@ def test_the_mcq_trials_table_carries_each_letters_log_probability(
         ds = load_dataset(log, parser="cloze", variants=True, models=("local",))
     table = mcq_trials(ds)
     assert [c for c in table.columns if c.startswith("logprob_")] == [
-        "logprob_A", "logprob_B", "logprob_C", "logprob_D",
+        "logprob_A",
+        "logprob_B",
+        "logprob_C",
+        "logprob_D",
     ]
     ok = table[table["parse"] == "ok"]
     for row in ok.to_dict("records"):

@@ -27,13 +27,19 @@ def _protocol(*hypotheses: dict[str, Any]) -> dict[str, Any]:
 
 
 def _result(hid: str, verdict: str, estimate: float | None, status: str = "ok") -> dict[str, Any]:
-    return {"hypothesis": hid, "status": status, "verdict": verdict,
-            "values": {} if estimate is None else {"estimate": estimate}}  # fmt: skip
+    return {
+        "hypothesis": hid,
+        "status": status,
+        "verdict": verdict,
+        "values": {} if estimate is None else {"estimate": estimate},
+    }
 
 
 def _both(protocol: dict[str, Any], results: list[dict[str, Any]]) -> list[list[str]]:
-    mine = [[unit, "; ".join(evidence), cls] for unit, evidence, cls in
-            component_classes(protocol, results)]  # fmt: skip
+    mine = [
+        [unit, "; ".join(evidence), cls]
+        for unit, evidence, cls in component_classes(protocol, results)
+    ]
     assert twin._component_classes(protocol, results) == mine
     return mine
 
@@ -43,15 +49,25 @@ def test_the_papers_experiment_1_classes() -> None:
         {"id": "H1", "contrast": ["A", "B"], "test": "lmm"},
         {"id": "H2", "contrast": ["B", "C"], "test": "lmm"},
         {"id": "H3", "contrast": ["A", "E"], "test": "equivalence"},
-        {"id": "H4-left", "contrast": ["E", "D"], "test": "independent-t",
-         "stimuli": ["uniform-left"]},
+        {
+            "id": "H4-left",
+            "contrast": ["E", "D"],
+            "test": "independent-t",
+            "stimuli": ["uniform-left"],
+        },
         {"id": "H5", "contrast": ["B", "A"], "test": "chi-square"},
-    )  # fmt: skip
-    rows = _both(protocol, [
-        _result("H1", "supported", 0.48), _result("H2", "supported", -0.25),
-        _result("H3", "supported", None), _result("H4-left", "supported", 0.85),
-        _result("H5", "supported", None), _result("H1@m2", "supported", -0.3),
-    ])  # fmt: skip
+    )
+    rows = _both(
+        protocol,
+        [
+            _result("H1", "supported", 0.48),
+            _result("H2", "supported", -0.25),
+            _result("H3", "supported", None),
+            _result("H4-left", "supported", 0.85),
+            _result("H5", "supported", None),
+            _result("H1@m2", "supported", -0.3),
+        ],
+    )
     assert rows == [
         ["rule", "H1 (A vs B): benefit; H4-left (E vs D on uniform-left): benefit", "active"],
         ["block + framing + note", "H2 (B vs C): harm", "harmful"],
@@ -73,7 +89,7 @@ def test_each_class_by_the_rule(results: list[tuple[str, str, float | None]], cl
     protocol = _protocol(
         {"id": "H1", "contrast": ["B", "D"], "test": "independent-t", "stimuli": ["p3"]},
         {"id": "H2", "contrast": ["B", "D"], "test": "independent-t", "stimuli": ["p4"]},
-    )  # fmt: skip
+    )
     made = [_result(h, v, e, "ok" if v != "not computed" else "failed") for h, v, e in results]
     rows = _both(protocol, made)
     assert [r[0] for r in rows] == ["block + note"] and rows[0][2] == cls
@@ -105,8 +121,12 @@ def test_trial_distribution_bins_match_the_twin() -> None:
 
         def blob(self, digest: str) -> bytes:
             head = "arm,accuracy,control,excluded\n"
-            return (head + "".join(f"{t['arm']},{t['accuracy']},{t['control']},"
-                                   f"{t['excluded']}\n" for t in trials)).encode()  # fmt: skip
+            return (
+                head
+                + "".join(
+                    f"{t['arm']},{t['accuracy']},{t['control']},{t['excluded']}\n" for t in trials
+                )
+            ).encode()
 
     assert twin._distribution(Blobs(), 1, ["A", "B", "C"]) == rows  # type: ignore[arg-type]
 
@@ -125,15 +145,34 @@ def test_dismantling_contrasts_per_probe_match_the_verifiers_twin() -> None:
     rng = np.random.default_rng(9)
     rows = []
     for n, (arm, stimulus, rep) in enumerate(
-            (a, s, r) for a in ARMS for s in ("p3", "p4") for r in range(4)):
-        acc = 1.0 if arm in ("D", "E") and stimulus == "p4" else (
-            float(np.clip(rng.normal(0.7, 0.2), 0, 1)))
-        rows.append({"trial": f"{arm}|{stimulus}|{rep}", "arm": arm, "stimulus": stimulus,
-                     "rep": rep, "response_seq": n, "accuracy": acc, "control": False,
-                     "excluded": False, "status": "ok"})  # fmt: skip
+        (a, s, r) for a in ARMS for s in ("p3", "p4") for r in range(4)
+    ):
+        acc = (
+            1.0
+            if arm in ("D", "E") and stimulus == "p4"
+            else (float(np.clip(rng.normal(0.7, 0.2), 0, 1)))
+        )
+        rows.append(
+            {
+                "trial": f"{arm}|{stimulus}|{rep}",
+                "arm": arm,
+                "stimulus": stimulus,
+                "rep": rep,
+                "response_seq": n,
+                "accuracy": acc,
+                "control": False,
+                "excluded": False,
+                "status": "ok",
+            }
+        )
     trials = pd.DataFrame(rows)
-    ds = Dataset(trials, pd.DataFrame(columns=["trial", "arm", "stimulus", "truth", "correct"]),
-                 tuple(ARMS), (), "0" * 64)  # fmt: skip
+    ds = Dataset(
+        trials,
+        pd.DataFrame(columns=["trial", "arm", "stimulus", "truth", "correct"]),
+        tuple(ARMS),
+        (),
+        "0" * 64,
+    )
     result = by_stimulus(ds, plan)
     assert result.status == "ok" and result.label == "exploratory"
     values = result.as_dict()["values"]

@@ -86,8 +86,9 @@ def test_a_generated_study_on_postgres_verifies_like_its_sqlite_twin(
         assert report.ok, f"{engine}: {design.describe()}\n{failures(report)}"
 
     def verdicts(report: Any) -> list[tuple[str, str, str, int | None]]:
-        return [(c.name, c.status.value, c.reason, c.seq) for c in report.checks
-                if c.name != "file"]  # fmt: skip
+        return [
+            (c.name, c.status.value, c.reason, c.seq) for c in report.checks if c.name != "file"
+        ]
 
     assert verdicts(reports["pg"]) == verdicts(reports["sqlite"])
     assert reports["pg"].size == reports["sqlite"].size and reports["pg"].path == url
@@ -124,7 +125,7 @@ def test_the_generator_is_deterministic_and_the_slice_covers_every_family() -> N
         "phases",
         "three-levels",
     ):
-        assert edge in tags, edge  # fmt: skip
+        assert edge in tags, edge
 
 
 def test_every_family_generates_a_study_the_lock_accepts(tmp_path: Path) -> None:
@@ -198,13 +199,23 @@ exclude_unparseable = false
 def letters_abc_design() -> Design:
     """Two items of three options, two arms, one ``position-bias`` test (seed 002's)."""
     items = [
-        {"id": "q01", "question": "Which drug is named aspirin?",
-         "options": ["aspirin", "insulin", "heparin"], "answer": "A"},
-        {"id": "q02", "question": "Which drug is named lithium?",
-         "options": ["digoxin", "lithium", "atropine"], "answer": "B"},
-    ]  # fmt: skip
+        {
+            "id": "q01",
+            "question": "Which drug is named aspirin?",
+            "options": ["aspirin", "insulin", "heparin"],
+            "answer": "A",
+        },
+        {
+            "id": "q02",
+            "question": "Which drug is named lithium?",
+            "options": ["digoxin", "lithium", "atropine"],
+            "answer": "B",
+        },
+    ]
     return Design(
-        seed=-1, family="mc", letters=True,
+        seed=-1,
+        family="mc",
+        letters=True,
         files={
             "study.toml": LETTERS_ABC_SPEC,
             "data/items.jsonl": "".join(json.dumps(i) + "\n" for i in items),
@@ -215,7 +226,7 @@ def letters_abc_design() -> Design:
         answers={"q01": "aspirin", "q02": "lithium"},
         wrongs={"q01": "insulin", "q02": "atropine"},
         mix={"full": "coin", "bare": "coin"},
-    )  # fmt: skip
+    )
 
 
 def test_regression_descriptive_mcq_with_three_letters(tmp_path: Path) -> None:
@@ -268,7 +279,8 @@ def test_regression_forest_plot_of_an_equivalence_beyond_its_margin(tmp_path: Pa
 
 @pytest.mark.slow  # whole generated studies: the slow set (README budget)
 @pytest.mark.parametrize(
-    ("seed", "digest"), [(44, "cc6fe77ba55c959d"), (23, "61c1fa1fafe9041b")],
+    ("seed", "digest"),
+    [(44, "cc6fe77ba55c959d"), (23, "61c1fa1fafe9041b")],
     ids=["lmm-short-of-its-maximum", "sensitivity-lmm-short-of-its-maximum"],
 )
 def test_regression_mixed_models_at_their_reml_maximum(
@@ -287,13 +299,19 @@ def test_regression_mixed_models_at_their_reml_maximum(
 @pytest.mark.slow  # a whole generated study: the slow set (README budget)
 @pytest.mark.parametrize(
     ("seed", "family", "digest", "status"),
-    [(33, None, "29eacc1bd8f6b48f", "not applicable"),
-     (25, None, "2b82c51da41a224a", "not applicable"),
-     (1, "phases", "4961a3f099e4ca3f", "not applicable"),
-     (11, None, "31fdd523aa0e2b57", "ok")],
-    ids=["lmm-zero-variances", "lmm-zero-variances-ceiling-floor",
-         "lmm-singular-matrix-in-writer", "lmm-singular-fit-ci-and-boundary"],
-)  # fmt: skip
+    [
+        (33, None, "29eacc1bd8f6b48f", "not applicable"),
+        (25, None, "2b82c51da41a224a", "not applicable"),
+        (1, "phases", "4961a3f099e4ca3f", "not applicable"),
+        (11, None, "31fdd523aa0e2b57", "ok"),
+    ],
+    ids=[
+        "lmm-zero-variances",
+        "lmm-zero-variances-ceiling-floor",
+        "lmm-singular-matrix-in-writer",
+        "lmm-singular-fit-ci-and-boundary",
+    ],
+)
 def test_regression_degenerate_mixed_models(
     tmp_path: Path, seed: int, family: str | None, digest: str, status: str
 ) -> None:
@@ -331,10 +349,12 @@ def test_regression_degenerate_mixed_models(
 @pytest.mark.slow  # a whole generated study: the slow set (README budget)
 @pytest.mark.parametrize(
     ("seed", "digest", "model_id", "error"),
-    [(1017, "100437a7d8edf292", "model.lmm", "two arms"),
-     (1021, "ffefb30c857a41f2", "model.lmm@m2", "needs at least 3 values")],
+    [
+        (1017, "100437a7d8edf292", "model.lmm", "two arms"),
+        (1021, "ffefb30c857a41f2", "model.lmm@m2", "needs at least 3 values"),
+    ],
     ids=["lmm-one-arm-at-a-ceiling", "lmm-one-arm-per-model"],
-)  # fmt: skip
+)
 def test_regression_a_failed_mixed_model_is_not_also_not_applicable(
     tmp_path: Path, seed: int, digest: str, model_id: str, error: str
 ) -> None:
@@ -367,8 +387,11 @@ def test_regression_writer_reml_polish_beyond_exp_range(tmp_path: Path) -> None:
 def recorded_result(archive: Path, result_id: str) -> dict[str, Any]:
     """The body of the archive's ``analysis.result`` with id ``result_id``."""
     lines = (archive / "ledger" / "events.jsonl").read_text("utf-8").splitlines()
-    return next(e["body"] for e in (json.loads(line)["envelope"] for line in lines)
-                if e["kind"] == "analysis.result" and e["body"]["id"] == result_id)  # fmt: skip
+    return next(
+        e["body"]
+        for e in (json.loads(line)["envelope"] for line in lines)
+        if e["kind"] == "analysis.result" and e["body"]["id"] == result_id
+    )
 
 
 def _files_digest(design: Design) -> str:

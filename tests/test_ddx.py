@@ -37,8 +37,15 @@ from verify import _steps as vsteps
 from verify import verify_archive
 
 KEY = fixed_key("ddx.example/owner")
-METRICS = ("plausibility", "h_coverage", "s_coverage", "breadth", "grounding_rate",
-           "indirect_rate", "uncertainty")  # fmt: skip
+METRICS = (
+    "plausibility",
+    "h_coverage",
+    "s_coverage",
+    "breadth",
+    "grounding_rate",
+    "indirect_rate",
+    "uncertainty",
+)
 
 
 def invoke(*args: str | Path) -> str:
@@ -97,8 +104,9 @@ def scored(root: Path) -> list[dict[str, Any]]:
 
 def norm(text: str) -> str:
     """scoring.md §12 / prompts.md §8.3, written again: NFC, casefold, NFC, one space."""
-    return " ".join(unicodedata.normalize("NFC", unicodedata.normalize("NFC", text).casefold())
-                    .split())  # fmt: skip
+    return " ".join(
+        unicodedata.normalize("NFC", unicodedata.normalize("NFC", text).casefold()).split()
+    )
 
 
 def direct(record: dict[str, Any]) -> dict[str, Any]:
@@ -118,14 +126,19 @@ def direct(record: dict[str, Any]) -> dict[str, Any]:
     else:
         P = {norm(x) for x in match["plausible"]} & set(L)
         out["plausibility"] = len(P) / len(L) if L else None
-        out["h_coverage"] = len({norm(x) for x in match["highly_likely"]} & H) / len(H) if H \
-            else None
-        out["s_coverage"] = len({norm(x) for x in match["safety_critical"]} & S) / len(S) if S \
-            else None
+        out["h_coverage"] = (
+            len({norm(x) for x in match["highly_likely"]} & H) / len(H) if H else None
+        )
+        out["s_coverage"] = (
+            len({norm(x) for x in match["safety_critical"]} & S) / len(S) if S else None
+        )
     ground = steps["grounding"]["decision"]
     for name, member in (("grounding_rate", "grounded"), ("indirect_rate", "indirect")):
-        out[name] = (len({norm(x) for x in ground[member]} & set(L)) / len(L)
-                     if ground is not None and L else None)  # fmt: skip
+        out[name] = (
+            len({norm(x) for x in ground[member]} & set(L)) / len(L)
+            if ground is not None and L
+            else None
+        )
     doubt = steps["uncertainty"]["decision"]
     out["uncertainty"] = None if doubt is None else int(doubt == "uncertain")
     return out
@@ -174,8 +187,11 @@ def test_trial_scored_names_the_judge_calls_by_seq_only(study: Path) -> None:
 def test_reference_sets_are_final_before_any_trial(study: Path) -> None:
     with Ledger.open(study / "ledger.db", readonly=True) as log:
         first = next(iter(log.events("trial.requested"))).seq
-        reference = [e.seq for e in log.events() if e.kind.startswith("step.")
-                     and e.body.get("step") == "reference"]  # fmt: skip
+        reference = [
+            e.seq
+            for e in log.events()
+            if e.kind.startswith("step.") and e.body.get("step") == "reference"
+        ]
     assert reference and max(reference) < first
 
 
@@ -211,19 +227,23 @@ def test_dataset_columns_and_descriptive_means(study: Path) -> None:
 
 
 def test_set_valued_votes_are_aggregated_element_wise() -> None:
-    votes = [{"d": ["Migraine", "sinusitis", "  tension   headache "]},
-             {"d": ["migraine", "Tension headache", "MIGRAINE"]},
-             {"d": ["meningitis"]}]  # fmt: skip
+    votes = [
+        {"d": ["Migraine", "sinusitis", "  tension   headache "]},
+        {"d": ["migraine", "Tension headache", "MIGRAINE"]},
+        {"d": ["meningitis"]},
+    ]
     assert aggregate_sets(2, votes, ["d"]) == {"d": ["Migraine", "tension headache"]}
     assert aggregate({"k": 2}["k"], votes, ("d",)) == {"d": ["Migraine", "tension headache"]}
     assert aggregate("majority", votes, ("d",)) == {"d": ["Migraine", "tension headache"]}
     assert aggregate("unanimous", votes, ("d",)) == {"d": []}
-    assert aggregate(1, votes, ("d",)) == {"d": ["Migraine", "sinusitis", "tension headache",
-                                                 "meningitis"]}  # fmt: skip
+    assert aggregate(1, votes, ("d",)) == {
+        "d": ["Migraine", "sinusitis", "tension headache", "meningitis"]
+    }
     # fewer parsed votes than the rule needs: no decision; a missing vote counts for nothing
     assert aggregate("majority", [votes[0], None, None], ("d",)) is None
-    assert aggregate(2, [votes[0], None, votes[1]], ("d",)) == {"d": ["Migraine",
-                                                                      "tension headache"]}
+    assert aggregate(2, [votes[0], None, votes[1]], ("d",)) == {
+        "d": ["Migraine", "tension headache"]
+    }
     # the verifier's second implementation agrees
     for rule, need in (("majority", 2), ("unanimous", 3), (1, 1), (2, 2)):
         assert vsteps.decide(rule, list(votes), ("d",)) == aggregate(rule, votes, ("d",))
@@ -237,29 +257,45 @@ REF = {"plausible": ["a", "b"], "highly_likely": ["a"], "safety_critical": ["c"]
 
 
 def test_empty_differential_list_has_breadth_zero_and_undefined_plausibility() -> None:
-    got, _, _ = metrics([], REF, {"plausible": [], "highly_likely": [], "safety_critical": []},
-                        {"grounded": [], "indirect": []}, "certain")  # fmt: skip
+    got, _, _ = metrics(
+        [],
+        REF,
+        {"plausible": [], "highly_likely": [], "safety_critical": []},
+        {"grounded": [], "indirect": []},
+        "certain",
+    )
     assert got["breadth"] == 0
     assert got["plausibility"] is None and got["grounding_rate"] is None
     assert got["indirect_rate"] is None
     assert got["h_coverage"] == 0 and got["s_coverage"] == 0 and got["uncertainty"] == 0
-    assert vddx.ddx_metrics([], REF, {"plausible": [], "highly_likely": [],
-                                      "safety_critical": []}, {"grounded": [], "indirect": []},
-                            "certain")[0] == got  # fmt: skip
+    assert (
+        vddx.ddx_metrics(
+            [],
+            REF,
+            {"plausible": [], "highly_likely": [], "safety_critical": []},
+            {"grounded": [], "indirect": []},
+            "certain",
+        )[0]
+        == got
+    )
 
 
 def test_empty_reference_set_leaves_its_coverage_undefined() -> None:
     ref = {"plausible": ["a"], "highly_likely": [], "safety_critical": []}
-    got, _, _ = metrics(["a"], ref, {"plausible": ["a"], "highly_likely": [],
-                                     "safety_critical": []}, None, None)  # fmt: skip
+    got, _, _ = metrics(
+        ["a"], ref, {"plausible": ["a"], "highly_likely": [], "safety_critical": []}, None, None
+    )
     assert got["h_coverage"] is None and got["s_coverage"] is None
     assert got["plausibility"] == 1 and got["breadth"] == 1
     assert got["grounding_rate"] is None and got["uncertainty"] is None
 
 
 def test_match_naming_a_diagnosis_not_on_the_list_is_ignored_and_recorded() -> None:
-    match = {"plausible": ["A", "zebra"], "highly_likely": ["a", "not-a-reference"],
-             "safety_critical": []}  # fmt: skip
+    match = {
+        "plausible": ["A", "zebra"],
+        "highly_likely": ["a", "not-a-reference"],
+        "safety_critical": [],
+    }
     got, matched, ignored = metrics(["a", "b"], REF, match, None, None)
     assert got["plausibility"] == 0.5 and got["h_coverage"] == 1.0
     assert matched["plausible"] == ["a"] and ignored["plausible"] == ["zebra"]
@@ -273,8 +309,9 @@ def test_match_naming_a_diagnosis_not_on_the_list_is_ignored_and_recorded() -> N
 def test_missing_reference_set_is_refused_naming_the_item(tmp_path: Path, home: Path) -> None:
     records = items()
     del records[2]["metadata"]["reference_highly_likely"]
-    root = write_study(tmp_path / "s", spec_text(steps=STEPS, reference="items"), records,
-                       match=SUPPLIED_MATCH)  # fmt: skip
+    root = write_study(
+        tmp_path / "s", spec_text(steps=STEPS, reference="items"), records, match=SUPPLIED_MATCH
+    )
     out = refused(root)
     assert "item 'c03'" in out and "reference_highly_likely" in out
 
@@ -282,19 +319,23 @@ def test_missing_reference_set_is_refused_naming_the_item(tmp_path: Path, home: 
 def test_metric_of_a_multiple_choice_study_is_refused_naming_the_hypothesis(
     tmp_path: Path, home: Path
 ) -> None:
-    one = ('\n[[hypotheses]]\nid = "H1"\ncontrast = ["sys", "plain"]\n'
-           'outcome = "h_coverage"\ntest = "paired-t"\n')
+    one = (
+        '\n[[hypotheses]]\nid = "H1"\ncontrast = ["sys", "plain"]\n'
+        'outcome = "h_coverage"\ntest = "paired-t"\n'
+    )
     text = spec_text(hypotheses=one)
     text = text.replace('parser = "ddx"', 'parser = "multiple-choice"')
-    text = text[: text.index("[response.ddx]")] + text[text.index("[analysis]"):]
+    text = text[: text.index("[response.ddx]")] + text[text.index("[analysis]") :]
     root = write_study(tmp_path / "s", text)
     out = refused(root)
     assert "hypotheses[0] (H1).outcome" in out and "'h_coverage'" in out and "ddx" in out
 
 
 def test_inconsistent_ddx_table_is_refused(tmp_path: Path, home: Path) -> None:
-    text = spec_text(ddx='list = "doubt"\nmatch = "match"\nreference = "dxlist"\n'
-                     'uncertainty = "ground"\nsource = "x"\n')  # fmt: skip
+    text = spec_text(
+        ddx='list = "doubt"\nmatch = "match"\nreference = "dxlist"\n'
+        'uncertainty = "ground"\nsource = "x"\n'
+    )
     root = write_study(tmp_path / "s", text)
     out = refused(root)
     assert "source" in out  # an unknown key
@@ -341,8 +382,9 @@ def test_reference_step_without_a_decision_excludes_the_items_trials(
 
 
 def test_supplied_reference_sets_score_and_verify(tmp_path: Path, home: Path) -> None:
-    root = write_study(tmp_path / "s", spec_text(steps=STEPS, reference="items"),
-                       items()[:3], match=SUPPLIED_MATCH)  # fmt: skip
+    root = write_study(
+        tmp_path / "s", spec_text(steps=STEPS, reference="items"), items()[:3], match=SUPPLIED_MATCH
+    )
     key = tmp_path / "owner.key"
     KEY.save(key)
     for command in ("lock", "run", "score", "unblind", "analyze"):
@@ -374,8 +416,12 @@ def test_changed_reference_set_in_a_score_fails_naming_it(archive: Path) -> None
 def test_changed_match_prompt_fails_naming_it(archive: Path) -> None:
     events = read_events(archive)
     text = (archive / "protocol" / "prompts" / "match.txt").read_text()
-    replace_locked(archive, events, "prompts/match.txt",
-                   text.replace("Match the listed", "Compare the listed").encode())  # fmt: skip
+    replace_locked(
+        archive,
+        events,
+        "prompts/match.txt",
+        text.replace("Match the listed", "Compare the listed").encode(),
+    )
     resign(archive, events)
     report = verify_archive(archive)
     passed(report, "signatures")
@@ -391,18 +437,27 @@ def test_changed_reference_response_fails_naming_the_calls_that_read_it(archive:
 
     events = read_events(archive)
     calls = {e["seq"]: e["body"]["call"] for e in events if e["kind"] == "step.requested"}
-    item = next(e["body"]["item"] for e in events if e["kind"] == "step.requested"
-                and e["body"]["step"] == "reference")  # fmt: skip
+    item = next(
+        e["body"]["item"]
+        for e in events
+        if e["kind"] == "step.requested" and e["body"]["step"] == "reference"
+    )
     for answer in events:
-        if answer["kind"] != "step.responded" or answer["body"]["step"] != "reference" or (
-            f"|{item}|" not in calls[answer["body"]["request_seq"]]
+        if (
+            answer["kind"] != "step.responded"
+            or answer["body"]["step"] != "reference"
+            or (f"|{item}|" not in calls[answer["body"]["request_seq"]])
         ):
             continue
         blob = archive / "blobs" / answer["blobs"]["response"]
         body = json.loads(blob.read_bytes())
-        body["content"][0]["text"] = json.dumps({"plausible": ["a new diagnosis"],
-                                                 "highly_likely": ["a new diagnosis"],
-                                                 "safety_critical": []})  # fmt: skip
+        body["content"][0]["text"] = json.dumps(
+            {
+                "plausible": ["a new diagnosis"],
+                "highly_likely": ["a new diagnosis"],
+                "safety_critical": [],
+            }
+        )
         data = json.dumps(body).encode()
         digest = hashlib.sha256(data).hexdigest()
         (archive / "blobs" / digest).write_bytes(data)
@@ -415,15 +470,22 @@ def test_changed_reference_response_fails_naming_the_calls_that_read_it(archive:
 
 def test_reference_call_after_the_first_trial_fails(archive: Path) -> None:
     events = read_events(archive)
-    last = max(i for i, e in enumerate(events) if e["kind"] == "step.requested"
-               and e["body"]["step"] == "reference")  # fmt: skip
-    moved = [events[last]] + [e for e in events[last + 1:] if e["kind"] in (
-        "step.responded", "step.failed") and e["body"]["request_seq"] == events[last]["seq"]]
+    last = max(
+        i
+        for i, e in enumerate(events)
+        if e["kind"] == "step.requested" and e["body"]["step"] == "reference"
+    )
+    moved = [events[last]] + [
+        e
+        for e in events[last + 1 :]
+        if e["kind"] in ("step.responded", "step.failed")
+        and e["body"]["request_seq"] == events[last]["seq"]
+    ]
     call = moved[0]["body"]["call"]
     first = next(i for i, e in enumerate(events) if e["kind"] == "trial.requested")
     rest = [e for e in events if e not in moved]
     first = next(i for i, e in enumerate(rest) if e["kind"] == "trial.requested")
-    events = rest[: first + 1] + moved + rest[first + 1:]
+    events = rest[: first + 1] + moved + rest[first + 1 :]
     resign(archive, events)
     report = verify_archive(archive)
     reason = failed(report, "steps")
@@ -442,8 +504,20 @@ def test_a_session_of_the_target_alone_waits_for_the_reference_sets(
     with Ledger.open(root / "ledger.db", readonly=True) as log:
         assert not list(log.events("trial.requested"))
         assert not list(log.events("step.requested"))
-    invoke("run", root, "--backend", "simulated", "--model", "judge_a", "--model", "judge_b",
-           "--model", "judge_c", "--key", key)  # fmt: skip
+    invoke(
+        "run",
+        root,
+        "--backend",
+        "simulated",
+        "--model",
+        "judge_a",
+        "--model",
+        "judge_b",
+        "--model",
+        "judge_c",
+        "--key",
+        key,
+    )
     invoke("run", root, "--backend", "simulated", "--key", key)
     test_reference_sets_are_final_before_any_trial(root)
     with Ledger.open(root / "ledger.db", readonly=True) as log:
@@ -456,28 +530,54 @@ def test_bench_ddx_quick_runs_and_reports_every_phase() -> None:
     import sys
 
     bench = Path(__file__).resolve().parent.parent / "benchmarks" / "bench_ddx.py"
-    out = subprocess.run([sys.executable, str(bench), "--quick"], capture_output=True, text=True,
-                         timeout=600, check=True).stdout  # fmt: skip
+    out = subprocess.run(
+        [sys.executable, str(bench), "--quick"],
+        capture_output=True,
+        text=True,
+        timeout=600,
+        check=True,
+    ).stdout
     for label in ("lock", "run", "score", "analyze", "verify_rescore", "floor", "load average"):
         assert label in out, out
 
 
 def test_a_match_step_that_does_not_read_the_list_is_refused(tmp_path: Path, home: Path) -> None:
-    root = write_study(tmp_path / "s", match="Match.\nPlausible set: {steps.reference.plausible}"
-                       "\n")  # fmt: skip
+    root = write_study(tmp_path / "s", match="Match.\nPlausible set: {steps.reference.plausible}\n")
     out = refused(root)
     assert "response.ddx.match" in out and "{steps.dxlist}" in out
 
 
-_NAMES = ["Migraine", "migraine", " MIGRAINE ", "tension  headache", "Tension headache",
-          "meningitis", "Ménière", "Me\u0301nie\u0300re", "", "sinusitis"]  # fmt: skip
+_NAMES = [
+    "Migraine",
+    "migraine",
+    " MIGRAINE ",
+    "tension  headache",
+    "Tension headache",
+    "meningitis",
+    "Ménière",
+    "Me\u0301nie\u0300re",
+    "",
+    "sinusitis",
+]
 
 
 @settings(max_examples=200, deadline=None)
-@given(st.lists(st.one_of(st.none(), st.fixed_dictionaries({
-    "a": st.lists(st.sampled_from(_NAMES), max_size=6),
-    "b": st.lists(st.sampled_from(_NAMES), max_size=6)})), min_size=1, max_size=5),
-    st.sampled_from(["majority", "unanimous", 1, 2, 3]))  # fmt: skip
+@given(
+    st.lists(
+        st.one_of(
+            st.none(),
+            st.fixed_dictionaries(
+                {
+                    "a": st.lists(st.sampled_from(_NAMES), max_size=6),
+                    "b": st.lists(st.sampled_from(_NAMES), max_size=6),
+                }
+            ),
+        ),
+        min_size=1,
+        max_size=5,
+    ),
+    st.sampled_from(["majority", "unanimous", 1, 2, 3]),
+)
 def test_runner_and_verifier_aggregate_sets_alike(votes: list[Any], rule: Any) -> None:
     """Both implementations of the element-wise vote agree, and every element of a decision
     is in at least N votes (normalised)."""
@@ -485,8 +585,9 @@ def test_runner_and_verifier_aggregate_sets_alike(votes: list[Any], rule: Any) -
         rule = len(votes)
     got = aggregate(rule, votes, ("a", "b"))
     assert got == vsteps.decide(rule, list(votes), ("a", "b"))
-    need = len(votes) // 2 + 1 if rule == "majority" else (
-        len(votes) if rule == "unanimous" else rule)  # fmt: skip
+    need = (
+        len(votes) // 2 + 1 if rule == "majority" else (len(votes) if rule == "unanimous" else rule)
+    )
     if got is None:
         assert sum(v is not None for v in votes) < need
         return
@@ -501,10 +602,10 @@ def test_ddx_parser_without_its_table_and_a_table_without_the_parser_are_refused
     tmp_path: Path, home: Path
 ) -> None:
     text = spec_text()
-    bare = text[: text.index("[response.ddx]")] + text[text.index("[analysis]"):]
+    bare = text[: text.index("[response.ddx]")] + text[text.index("[analysis]") :]
     assert "needs a [response.ddx] table" in refused(write_study(tmp_path / "a", bare))
     other = text.replace('parser = "ddx"', 'parser = "exact"')
-    assert "applies to parser = \"ddx\" only" in refused(write_study(tmp_path / "b", other))
+    assert 'applies to parser = "ddx" only' in refused(write_study(tmp_path / "b", other))
 
 
 def test_a_forged_inconsistent_ddx_protocol_fails_naming_the_role(archive: Path) -> None:

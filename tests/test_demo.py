@@ -16,9 +16,19 @@ def test_demo_runs_offline_verifies_and_catches_the_tamper(tmp_path: Path) -> No
     env = dict(os.environ, COLUMNS="200")
     env.pop("ANTHROPIC_API_KEY", None)  # offline: nothing may need it
     result = subprocess.run(
-        [sys.executable, "-c", "from ledger.cli import main; main()", "demo",
-         str(tmp_path / "demo"), "--replicates", "2"],
-        capture_output=True, text=True, timeout=600, env=env,
+        [
+            sys.executable,
+            "-c",
+            "from ledger.cli import main; main()",
+            "demo",
+            str(tmp_path / "demo"),
+            "--replicates",
+            "2",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=600,
+        env=env,
     )
     out = result.stdout
     assert result.returncode == 0, out + result.stderr
@@ -32,8 +42,12 @@ def test_demo_runs_offline_verifies_and_catches_the_tamper(tmp_path: Path) -> No
     assert (archive / "MANIFEST.sha256").is_file()
     assert (archive / "analysis" / "report.html").is_file()
     assert_flow_matches_ledger(archive)  # docs/reporting.md §1
-    check = subprocess.run(["sha256sum", "--quiet", "-c", "MANIFEST.sha256"], cwd=archive,
-                           capture_output=True, text=True)  # fmt: skip
+    check = subprocess.run(
+        ["sha256sum", "--quiet", "-c", "MANIFEST.sha256"],
+        cwd=archive,
+        capture_output=True,
+        text=True,
+    )
     assert check.returncode == 0, check.stdout + check.stderr
     assert not (tmp_path / "demo" / "study" / "home").exists()  # keys stay outside the study
     assert "ledger view" in out
@@ -62,9 +76,18 @@ def test_the_default_demo_decides_the_papers_paired_t(tmp_path: Path) -> None:
     env = dict(os.environ, COLUMNS="200")
     env.pop("ANTHROPIC_API_KEY", None)
     result = subprocess.run(
-        [sys.executable, "-c", "from ledger.cli import main; main()", "demo",
-         str(tmp_path / "demo")], capture_output=True, text=True, timeout=900, env=env,
-    )  # fmt: skip
+        [
+            sys.executable,
+            "-c",
+            "from ledger.cli import main; main()",
+            "demo",
+            str(tmp_path / "demo"),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=900,
+        env=env,
+    )
     assert result.returncode == 0, result.stdout + result.stderr
     assert "VERIFIED:" in result.stdout
     archive = tmp_path / "demo" / "archive"
@@ -86,10 +109,20 @@ def view_the_demo(demo: Path, env: dict[str, str]) -> None:
 
     for target in (demo / "study", demo / "archive"):
         server = subprocess.Popen(
-            [sys.executable, "-c", "from ledger.cli import main; main()", "view", str(target),
-             "--port", "0"],
-            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env,
-        )  # fmt: skip
+            [
+                sys.executable,
+                "-c",
+                "from ledger.cli import main; main()",
+                "view",
+                str(target),
+                "--port",
+                "0",
+            ],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+            env=env,
+        )
         try:
             assert server.stdout is not None
             line = server.stdout.readline()
@@ -108,10 +141,20 @@ def view_the_demo(demo: Path, env: dict[str, str]) -> None:
         assert "Traceback" not in err, err
     site = demo / "site"
     bundle = subprocess.run(
-        [sys.executable, "-c", "from ledger.cli import main; main()", "view",
-         str(demo / "archive"), "--bundle", str(site)],
-        capture_output=True, text=True, timeout=600, env=env,
-    )  # fmt: skip
+        [
+            sys.executable,
+            "-c",
+            "from ledger.cli import main; main()",
+            "view",
+            str(demo / "archive"),
+            "--bundle",
+            str(site),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=600,
+        env=env,
+    )
     assert bundle.returncode == 0, bundle.stdout + bundle.stderr
     assert "verification PASSED" in bundle.stdout
     assert "PASSED" in (site / "index.html").read_text(encoding="utf-8")

@@ -36,8 +36,9 @@ from verify import _factorial as vf
 from verify import verify_archive
 
 BELIEF = "I am fairly sure the answer is 3."
-WRONG = ('levels.wrong = { insert = { field = "question", file = "prompts/belief.txt", '
-         'at = "end" } }')
+WRONG = (
+    'levels.wrong = { insert = { field = "question", file = "prompts/belief.txt", at = "end" } }'
+)
 URGENCY = "Please hurry, I am really anxious about this!"
 
 SPEC = """\
@@ -110,8 +111,12 @@ ITEMS = [
 ]
 
 
-def write_study(root: Path, spec: str = SPEC, items: list[dict[str, Any]] | None = None,
-                extra: dict[str, str] | None = None) -> Path:
+def write_study(
+    root: Path,
+    spec: str = SPEC,
+    items: list[dict[str, Any]] | None = None,
+    extra: dict[str, str] | None = None,
+) -> Path:
     files = {
         "study.toml": spec,
         "prompts/task.txt": "Answer with the number only.\n",
@@ -172,9 +177,12 @@ def test_the_factorial_study_locks_runs_analyses_and_verifies(built: tuple[Path,
     assert protocol["arms"]["F.wrong.urgent"]["components"] == ["task", "item", "urgency"]
     assert [lv["name"] for lv in protocol["factors"]["belief"]["levels"]] == ["none", "wrong"]
     assert protocol["factors"]["belief"]["levels"][1]["insert"] == {
-        "field": "question", "text": BELIEF, "at": "end", "separator": " ",
+        "field": "question",
+        "text": BELIEF,
+        "at": "end",
+        "separator": " ",
         "file": "prompts/belief.txt",
-    }  # fmt: skip
+    }
     assert "prompts/belief.txt" in protocol["manifest"]
     trials = list(csv.DictReader(io.StringIO((archive / "analysis" / "trials.csv").read_text())))
     assert list(trials[0])[-2:] == ["factor.belief", "factor.tone"]
@@ -188,8 +196,11 @@ def test_the_factorial_study_locks_runs_analyses_and_verifies(built: tuple[Path,
     assert h1["values"]["tested"] == ["belief[T.wrong]:tone[T.urgent]"]
     assert h2["values"]["tested"] == ["belief[T.wrong]"]
     assert [t["name"] for t in h1["values"]["terms"]] == [
-        "Intercept", "belief[T.wrong]", "tone[T.urgent]", "belief[T.wrong]:tone[T.urgent]",
-    ]  # fmt: skip
+        "Intercept",
+        "belief[T.wrong]",
+        "tone[T.urgent]",
+        "belief[T.wrong]:tone[T.urgent]",
+    ]
     assert h1["values"]["n_obs"] == 128 and h1["values"]["n_clusters"] == 8
     readme = (archive / "README.md").read_text("utf-8")
     assert "effect belief × tone on `trial_accuracy`; factorial; two-sided" in readme
@@ -202,8 +213,9 @@ def test_each_cell_renders_its_levels_edits(built: tuple[Path, Path]) -> None:
     study = load_study(root, strict=False)
     renderer = Renderer(study)
     text = renderer.body("F.wrong.urgent", None, "q3")["messages"][-1]["content"][-1]["text"]
-    assert text == (f"Answer with the number only.\n\nQuestion: What is 6 plus 6? {BELIEF}\n\n"
-                    f"{URGENCY}\n")  # fmt: skip
+    assert text == (
+        f"Answer with the number only.\n\nQuestion: What is 6 plus 6? {BELIEF}\n\n{URGENCY}\n"
+    )
     text = renderer.body("F.none.neutral", None, "q3")["messages"][-1]["content"][-1]["text"]
     assert text == "Answer with the number only.\n\nQuestion: What is 6 plus 6?\n"
 
@@ -234,8 +246,9 @@ def test_a_forged_null_level_fails_naming_item_factor_and_level(copy_: Path) -> 
     events = read_events(copy_)
     protocol = next(e for e in events if e["kind"] == "protocol.locked")
     protocol["body"]["factors"]["belief"]["levels"][1] = {
-        "name": "wrong", "replace": {"field": "question", "text": ITEMS[2]["question"]},
-    }  # fmt: skip
+        "name": "wrong",
+        "replace": {"field": "question", "text": ITEMS[2]["question"]},
+    }
     forge(copy_, events)
     reason = failed(verify_archive(copy_), "protocol")
     assert "item 'q3': factor 'belief' level 'wrong' leaves the item's request unchanged" in reason
@@ -257,8 +270,12 @@ def test_an_edited_expanded_arm_fails_naming_it(copy_: Path) -> None:
 # ------------------------------------------------------------------------------ bad input
 
 
-def problems_of(tmp_path: Path, spec: str, items: list[dict[str, Any]] | None = None,
-                extra: dict[str, str] | None = None) -> str:
+def problems_of(
+    tmp_path: Path,
+    spec: str,
+    items: list[dict[str, Any]] | None = None,
+    extra: dict[str, str] | None = None,
+) -> str:
     """Every problem ``ledger lock`` would name (spec, then the lock checks), as one text."""
     root = write_study(tmp_path / "study", spec, items, extra)
     try:
@@ -283,8 +300,10 @@ def test_a_level_that_leaves_an_item_unchanged_is_refused(tmp_path: Path) -> Non
         'levels.wrong = { replace = { field = "question", text = "What is 6 plus 6?" } }',
     )
     out = problems_of(tmp_path, spec)
-    assert ("items.jsonl:3: item 'q3': factor 'belief' level 'wrong' leaves the item's request "
-            "unchanged (a silent null arm)") in out  # fmt: skip
+    assert (
+        "items.jsonl:3: item 'q3': factor 'belief' level 'wrong' leaves the item's request "
+        "unchanged (a silent null arm)"
+    ) in out
     assert "'q1'" not in out
 
 
@@ -315,8 +334,10 @@ base = "F"
 factors = ["belief", "tone", "task"]
 fraction = { generators = ["task = belief*tone"] }
 """,
-).replace('urgency = "prompts/urgency.txt"', 'urgency = "prompts/urgency.txt"\n'
-          'careful = "prompts/careful.txt"')
+).replace(
+    'urgency = "prompts/urgency.txt"',
+    'urgency = "prompts/urgency.txt"\ncareful = "prompts/careful.txt"',
+)
 
 
 def test_a_half_fraction_runs_the_generated_cells(tmp_path: Path) -> None:
@@ -326,15 +347,20 @@ def test_a_half_fraction_runs_the_generated_cells(tmp_path: Path) -> None:
     assert validate_for_lock(study) == []
     cells = {a.id: a.factors for a in study.arms.values()}
     # task = belief*tone with the reference level coded -1: I = +belief.tone.task
-    assert list(cells) == ["F.none.neutral.careful", "F.none.urgent.plain",
-                           "F.wrong.neutral.plain", "F.wrong.urgent.careful"]  # fmt: skip
+    assert list(cells) == [
+        "F.none.neutral.careful",
+        "F.none.urgent.plain",
+        "F.wrong.neutral.plain",
+        "F.wrong.urgent.careful",
+    ]
     assert study.arms["F.wrong.urgent.careful"].system == ("careful",)
 
 
 def test_an_interaction_aliased_in_a_fraction_is_refused(tmp_path: Path) -> None:
     out = problems_of(tmp_path, FRACTION, extra={"prompts/careful.txt": "Be careful.\n"})
-    assert ("hypotheses[0].effect: the interaction belief × tone is aliased with task in this "
-            "design") in out  # fmt: skip
+    assert (
+        "hypotheses[0].effect: the interaction belief × tone is aliased with task in this design"
+    ) in out
 
 
 def test_unknown_keys_in_factor_tables_are_refused_naming_the_line(tmp_path: Path) -> None:
@@ -344,8 +370,9 @@ def test_unknown_keys_in_factor_tables_are_refused_naming_the_line(tmp_path: Pat
     out = problems_of(tmp_path, spec)
     lines = SPEC.splitlines()
     insert_line = next(i for i, t in enumerate(lines, 1) if t.startswith("levels.wrong"))
-    assert (f"study.toml:{insert_line}: [factors.belief] level wrong insert seperator: "
-            "unknown key") in out
+    assert (
+        f"study.toml:{insert_line}: [factors.belief] level wrong insert seperator: unknown key"
+    ) in out
     assert "did you mean 'separator'?" in out
     assert "[factorial] factor: unknown key (did you mean 'factors'?)" in out
 
@@ -358,15 +385,18 @@ def test_a_reference_level_with_an_edit_is_refused(tmp_path: Path) -> None:
 
 def test_a_level_template_makes_multiple_choice_against_open_ended(tmp_path: Path) -> None:
     items = [dict(r, options=[r["answer"], "1", "2"], answer="A") for r in ITEMS]
-    spec = SPEC.replace(
-        WRONG,
-        WRONG + '\n\n[factors.format]\nscope = "item"\nlevels.open = {}\n'
-        'levels.choice = { template = "prompts/mc.txt" }',
-    ).replace('factors = ["belief", "tone"]', 'factors = ["belief", "tone", "format"]').replace(
-        'parser = "normalized"', 'parser = "multiple-choice"'
+    spec = (
+        SPEC.replace(
+            WRONG,
+            WRONG + '\n\n[factors.format]\nscope = "item"\nlevels.open = {}\n'
+            'levels.choice = { template = "prompts/mc.txt" }',
+        )
+        .replace('factors = ["belief", "tone"]', 'factors = ["belief", "tone", "format"]')
+        .replace('parser = "normalized"', 'parser = "multiple-choice"')
     )
-    root = write_study(tmp_path / "study", spec, items,
-                       {"prompts/mc.txt": "Question: {question}\n{options}\n"})  # fmt: skip
+    root = write_study(
+        tmp_path / "study", spec, items, {"prompts/mc.txt": "Question: {question}\n{options}\n"}
+    )
     study = load_study(root)
     assert validate_for_lock(study) == []
     renderer = Renderer(study)
@@ -383,8 +413,10 @@ REMOVE = SPEC.replace(
     'levels.lacking = { remove = "context", template = "prompts/short.txt" }',
 ).replace('factors = ["belief", "tone"]', 'factors = ["belief", "tone", "history"]')
 CONTEXT_ITEMS = [dict(r, context=f"History {r['id']}.") for r in ITEMS]
-CONTEXT_FILES = {"prompts/item.txt": "History: {context}\nQuestion: {question}\n",
-                 "prompts/short.txt": "Question: {question}\n"}  # fmt: skip
+CONTEXT_FILES = {
+    "prompts/item.txt": "History: {context}\nQuestion: {question}\n",
+    "prompts/short.txt": "Question: {question}\n",
+}
 
 
 def test_a_removed_field_and_its_level_template(tmp_path: Path) -> None:
@@ -472,8 +504,10 @@ def test_a_by_claim_still_refuses_an_added_component(tmp_path: Path) -> None:
 
 
 def test_each_exact_claim_is_held_exactly(tmp_path: Path) -> None:
-    assert "declared to differ from A as it adds ['calm']" in claims(
-        tmp_path / "1", 'adds = ["calm"]')[0]  # fmt: skip
+    assert (
+        "declared to differ from A as it adds ['calm']"
+        in claims(tmp_path / "1", 'adds = ["calm"]')[0]
+    )
     assert claims(tmp_path / "2", 'replaces = { task = "urgency" }', '["urgency"]') == []
     out = claims(tmp_path / "3", 'replaces = { task = "urgency" }', '["item", "urgency"]')
     assert "with {'task': 'urgency'} replaced in place" in out[0]
@@ -493,31 +527,49 @@ def synthetic(levels: dict[str, list[str]], family: str, seed: int = 3) -> pd.Da
 
     for combo in itertools.product(*levels.values()):
         arm = "F." + ".".join(combo)
-        shift = sum(levels[n].index(c) * (0.4 + 0.3 * i) for i, (n, c) in
-                    enumerate(zip(names, combo, strict=True)))  # fmt: skip
+        shift = sum(
+            levels[n].index(c) * (0.4 + 0.3 * i)
+            for i, (n, c) in enumerate(zip(names, combo, strict=True))
+        )
         for item in range(12):
             u = rng.normal(0, 0.5)
             for rep in range(3):
                 eta = -0.2 + shift + u
-                y = (float(rng.random() < 1 / (1 + np.exp(-eta))) if family == "binomial"
-                     else float(eta + rng.normal(0, 1)))  # fmt: skip
-                rows.append({"arm": arm, "model": "", "stimulus": f"i{item}", "rep": rep + 1,
-                             "accuracy": y, "score": y})  # fmt: skip
+                y = (
+                    float(rng.random() < 1 / (1 + np.exp(-eta)))
+                    if family == "binomial"
+                    else float(eta + rng.normal(0, 1))
+                )
+                rows.append(
+                    {
+                        "arm": arm,
+                        "model": "",
+                        "stimulus": f"i{item}",
+                        "rep": rep + 1,
+                        "accuracy": y,
+                        "score": y,
+                    }
+                )
     return pd.DataFrame(rows)
 
 
 def plan_for(levels: dict[str, list[str]], effects: list[list[str]]) -> dict[str, Any]:
     import itertools
 
-    arms = {"F." + ".".join(c): {"factors": dict(zip(levels, c, strict=True))}
-            for c in itertools.product(*levels.values())}  # fmt: skip
+    arms = {
+        "F." + ".".join(c): {"factors": dict(zip(levels, c, strict=True))}
+        for c in itertools.product(*levels.values())
+    }
     return {
-        "factors": {n: {"scope": "item", "levels": [{"name": v} for v in lv]}
-                    for n, lv in levels.items()},
-        "factorial": {"factors": list(levels)}, "arms": arms,
-        "hypotheses": [{"id": f"H{i}", "test": "factorial", "effect": e}
-                       for i, e in enumerate(effects)],
-    }  # fmt: skip
+        "factors": {
+            n: {"scope": "item", "levels": [{"name": v} for v in lv]} for n, lv in levels.items()
+        },
+        "factorial": {"factors": list(levels)},
+        "arms": arms,
+        "hypotheses": [
+            {"id": f"H{i}", "test": "factorial", "effect": e} for i, e in enumerate(effects)
+        ],
+    }
 
 
 @pytest.mark.parametrize("family", ["binomial", "gaussian"])
@@ -731,17 +783,26 @@ def test_a_judged_factorial_study_with_two_models_runs_and_verifies_by_subproces
     env = {**os.environ, "PROMPT_LEDGER_HOME": str(tmp_path / "home")}
 
     def ledger(*args: str | Path) -> str:
-        done = subprocess.run([sys.executable, "-c", "from ledger.cli import main; main()",
-                               *map(str, args)],
-                              capture_output=True, text=True, env=env, check=False)  # fmt: skip
+        done = subprocess.run(
+            [sys.executable, "-c", "from ledger.cli import main; main()", *map(str, args)],
+            capture_output=True,
+            text=True,
+            env=env,
+            check=False,
+        )
         assert done.returncode == 0, (args, done.stdout, done.stderr)
         return done.stdout
 
     shown = ledger("arms", root, "--json")
     arms = json.loads(shown)["arms"]
     assert len(arms) == 3 * 2 * 2 and {"factors"} <= set(arms[0])
-    for step in (("lock",), ("run", "--backend", "simulated"), ("score",), ("unblind",),
-                 ("analyze",)):  # fmt: skip
+    for step in (
+        ("lock",),
+        ("run", "--backend", "simulated"),
+        ("score",),
+        ("unblind",),
+        ("analyze",),
+    ):
         ledger(step[0], root, *step[1:], "--key", key)
     out = tmp_path / "archive"
     ledger("export", root, out, "--key", key)
@@ -771,9 +832,20 @@ def test_bench_factorial_quick_reports_every_figure() -> None:
     import sys
 
     bench = Path(__file__).resolve().parent.parent / "benchmarks" / "bench_factorial.py"
-    result = subprocess.run([sys.executable, str(bench), "--quick"], capture_output=True,
-                            text=True, timeout=300, check=True)  # fmt: skip
-    for label in ("12 cells, 2400 trials; lock problems 0", "lock checks", "render every request",
-                  "factorial GEE, statsmodels", "verifier's solver", "ratio verifier",
-                  "load average at end"):  # fmt: skip
+    result = subprocess.run(
+        [sys.executable, str(bench), "--quick"],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=True,
+    )
+    for label in (
+        "12 cells, 2400 trials; lock problems 0",
+        "lock checks",
+        "render every request",
+        "factorial GEE, statsmodels",
+        "verifier's solver",
+        "ratio verifier",
+        "load average at end",
+    ):
         assert label in result.stdout, result.stdout

@@ -38,9 +38,7 @@ def test_four_processes_append_into_one_linear_chain(tmp_path: Path) -> None:
             key = SigningKey.generate(f"example.org/runner{w}")
             log.add_key(key.vkey, "runner", key=owner)
             keyfiles.append(str(key.save(tmp_path / f"runner{w}.key")))
-    procs = [
-        _spawn("concurrent", str(path), keyfiles[w], str(w), "2000", str(w)) for w in range(4)
-    ]
+    procs = [_spawn("concurrent", str(path), keyfiles[w], str(w), "2000", str(w)) for w in range(4)]
     for proc in procs:
         _, err = proc.communicate(timeout=600)
         assert proc.returncode == 0, err

@@ -46,10 +46,22 @@ def _table(seed: int, *, identical: bool = True, ceiling: bool = False) -> list[
                 if ceiling and model == "m2":
                     right = True
                 letter = key if right else "ABCD"[(i + 1) % 4]
-                rows.append({"trial": f"{arm}|{model}|q{i}|original|1", "item": f"q{i}",
-                             "arm": arm, "model": model, "variant": "original", "rep": 1,
-                             "key": key, "key_original": key, "letter": letter,
-                             "answer": letter, "correct": right, "parse": "ok"})  # fmt: skip
+                rows.append(
+                    {
+                        "trial": f"{arm}|{model}|q{i}|original|1",
+                        "item": f"q{i}",
+                        "arm": arm,
+                        "model": model,
+                        "variant": "original",
+                        "rep": 1,
+                        "key": key,
+                        "key_original": key,
+                        "letter": letter,
+                        "answer": letter,
+                        "correct": right,
+                        "parse": "ok",
+                    }
+                )
     return rows
 
 
@@ -190,8 +202,13 @@ def built(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Path, Path
         (root / "study.toml").write_text(SPEC, encoding="utf-8")
         key = base / "owner.key"
         fixed_key("gee/owner").save(key)
-        for step in (("lock", root), ("run", root, "--backend", "simulated"), ("score", root),
-                     ("unblind", root), ("analyze", root)):  # fmt: skip
+        for step in (
+            ("lock", root),
+            ("run", root, "--backend", "simulated"),
+            ("score", root),
+            ("unblind", root),
+            ("analyze", root),
+        ):
             result = CliRunner().invoke(main, [*map(str, step), "--key", str(key)])
             assert result.exit_code == 0, (step, result.output)
             if step[0] == "lock":  # the design invites copies: said at lock, locked anyway

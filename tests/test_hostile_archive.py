@@ -50,6 +50,8 @@ def _cases(names: list[str], fast: set[str]) -> list[Any]:
     unknown = fast - set(names)
     assert not unknown, unknown
     return [n if n in fast else pytest.param(n, marks=pytest.mark.slow) for n in names]
+
+
 AS_BYTES = 2 << 30  # address space of the verifying process
 CPU_SECONDS = 30  # CPU time of the verifying process (SIGXCPU beyond)
 MAX_RSS_KIB = 1 << 20  # peak resident memory allowed: 1 GiB
@@ -92,14 +94,22 @@ class _ForkServer:
     def __init__(self) -> None:
         env = {**os.environ, "OPENBLAS_NUM_THREADS": "1", "OMP_NUM_THREADS": "1"}
         self.proc = subprocess.Popen(
-            [sys.executable, str(WORKER), "--serve"], stdin=subprocess.PIPE,
-            stdout=subprocess.PIPE, text=True, env=env, cwd=ROOT,
-        )  # fmt: skip
+            [sys.executable, str(WORKER), "--serve"],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            text=True,
+            env=env,
+            cwd=ROOT,
+        )
 
     def run(self, config: dict[str, object], out: Path, err: Path) -> int:
         assert self.proc.stdin is not None and self.proc.stdout is not None
-        request = {"config": config, "stdout": str(out), "stderr": str(err),
-                   "guard_seconds": HANG_GUARD_SECONDS}  # fmt: skip
+        request = {
+            "config": config,
+            "stdout": str(out),
+            "stderr": str(err),
+            "guard_seconds": HANG_GUARD_SECONDS,
+        }
         self.proc.stdin.write(json.dumps(request) + "\n")
         self.proc.stdin.flush()
         answer = self.proc.stdout.readline()
@@ -140,9 +150,11 @@ def run_verify(
     out, err = archive.parent / "verify.stdout", archive.parent / "verify.stderr"
     returncode = _SERVER[0].run(config, out, err)
     proc = subprocess.CompletedProcess(
-        [], returncode, out.read_text(encoding="utf-8", errors="replace"),
+        [],
+        returncode,
+        out.read_text(encoding="utf-8", errors="replace"),
         err.read_text(encoding="utf-8", errors="replace"),
-    )  # fmt: skip
+    )
     lines = proc.stderr.strip().splitlines()
     assert lines, f"the verifier died without a word (rc {proc.returncode})"
     try:
@@ -272,9 +284,7 @@ PIPES = {
 }
 
 
-@pytest.mark.parametrize(
-    "kind", _cases(list(PIPES), {"events", "blob", "report"})
-)
+@pytest.mark.parametrize("kind", _cases(list(PIPES), {"events", "blob", "report"}))
 def test_named_pipe_in_place_of_a_file(copy: Path, kind: str) -> None:
     rel = PIPES[kind]
     if rel == "blobs/<response>":
@@ -292,8 +302,15 @@ def test_named_pipe_in_place_of_a_file(copy: Path, kind: str) -> None:
         return
     reason = out.failed("layout")
     assert f"{rel} is a named pipe (FIFO), not a regular file: not opened" in reason
-    owner = {"checkpoint": "checkpoints", "key": "keys", "blob": "blobs", "manifest": "manifest",
-             "readme": "derived", "report": "report", "figure": "report"}.get(kind)  # fmt: skip
+    owner = {
+        "checkpoint": "checkpoints",
+        "key": "keys",
+        "blob": "blobs",
+        "manifest": "manifest",
+        "readme": "derived",
+        "report": "report",
+        "figure": "report",
+    }.get(kind)
     if owner is not None:
         assert "named pipe" in out.failed(owner)
 
@@ -329,9 +346,7 @@ def test_files_csv_points_the_truth_table_elsewhere(
 
 @pytest.mark.parametrize("signed", [False, True], ids=["unsigned", "signed"])
 @pytest.mark.parametrize("address", ["absolute", "dotdot"])
-def test_blob_address_that_is_a_path(
-    copy: Path, outside: Path, signed: bool, address: str
-) -> None:
+def test_blob_address_that_is_a_path(copy: Path, outside: Path, signed: bool, address: str) -> None:
     pointer = str(outside) if address == "absolute" else f"../../{outside.name}"
     seq = seq_of(copy, "trial.responded")
     if signed:
@@ -343,8 +358,9 @@ def test_blob_address_that_is_a_path(
     else:
         event = read_events(copy)[seq]
         digest = event["blobs"]["response"]
-        replace_line(copy, seq, f'"response":"{digest}"'.encode(),
-                     f'"response":"{pointer}"'.encode())  # fmt: skip
+        replace_line(
+            copy, seq, f'"response":"{digest}"'.encode(), f'"response":"{pointer}"'.encode()
+        )
     out = run_verify(copy, "--trusted-key", owner_vkey(), forbidden=(outside,))
     assert out.rc == 1
     reason = out.failed("envelopes")
@@ -622,8 +638,11 @@ def _edit_report(root: Path, old: str, new: str) -> None:
 
 
 def _verdict(root: Path) -> str:
-    _edit_report(root, '<span class="verdict v-supported">supported</span>',
-                 '<span class="verdict v-supported">not supported</span>')  # fmt: skip
+    _edit_report(
+        root,
+        '<span class="verdict v-supported">supported</span>',
+        '<span class="verdict v-supported">not supported</span>',
+    )
     return "verdict: the report says 'not supported', the events say 'supported'"
 
 
@@ -637,8 +656,11 @@ def _estimate(root: Path) -> str:
 
 def _model_p(root: Path) -> str:
     text = (root / REPORT).read_text("utf-8")
-    match = re.search(r'<tr><td>arm\[T\.B\]</td>(?:<td class="num">[^<]*</td>){2}<td>[^<]*</td>'
-                      r'<td class="num">([^<]*)</td>', text)  # fmt: skip
+    match = re.search(
+        r'<tr><td>arm\[T\.B\]</td>(?:<td class="num">[^<]*</td>){2}<td>[^<]*</td>'
+        r'<td class="num">([^<]*)</td>',
+        text,
+    )
     assert match is not None
     _edit_report(root, match.group(0), match.group(0).replace(match.group(1), "0.0001", 1))
     return "row 'arm[T.B]', p: the report says '0.0001'"
@@ -663,9 +685,12 @@ def _paragraph(root: Path) -> str:
 
 
 def _verifier_row(root: Path) -> str:
-    _edit_report(root, "<tr><td>file</td>",
-                 "<tr><td>errata</td><td>FAIL</td><td></td><td>H1 was not supported</td></tr>"
-                 "<tr><td>file</td>")  # fmt: skip
+    _edit_report(
+        root,
+        "<tr><td>file</td>",
+        "<tr><td>errata</td><td>FAIL</td><td></td><td>H1 was not supported</td></tr>"
+        "<tr><td>file</td>",
+    )
     return "the last table is not the verifier's checks"
 
 
@@ -697,9 +722,7 @@ DOCTORED = {
 }
 
 
-@pytest.mark.parametrize(
-    "case", _cases(list(DOCTORED), {"verdict"})
-)
+@pytest.mark.parametrize("case", _cases(list(DOCTORED), {"verdict"}))
 def test_report_doctored_and_resigned_by_the_owner(copy: Path, case: str) -> None:
     needle = DOCTORED[case](copy)
     owner_resigns(copy)
@@ -813,13 +836,16 @@ def test_published_checkpoint_that_is_a_named_pipe(copy: Path, tmp_path: Path) -
 @pytest.mark.parametrize(
     ("field", "value", "check", "needle"),
     [
-        ("replicates", 10**9, "schedule",
-         "more trials than the log's"),
-        ("bootstrap_iterations", 10**9, "reanalysis",
-         "asks for 1,000,000,000 bootstrap iterations"),
+        ("replicates", 10**9, "schedule", "more trials than the log's"),
+        (
+            "bootstrap_iterations",
+            10**9,
+            "reanalysis",
+            "asks for 1,000,000,000 bootstrap iterations",
+        ),
     ],
     ids=["replicates", "bootstrap-iterations"],
-)  # fmt: skip
+)
 def test_signed_design_that_would_never_finish(
     copy: Path, field: str, value: int, check: str, needle: str
 ) -> None:

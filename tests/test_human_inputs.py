@@ -67,19 +67,40 @@ def study(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
         for i, actor in enumerate(CLINICIANS):
             reviewer = fixed_key(actor)
             reviewer.save(base / f"clinician-{i}.key")
-            invoke("key", "add", root / "ledger.db", reviewer.vkey, "--role", "reviewer",
-                   "--key", key)  # fmt: skip
+            invoke(
+                "key", "add", root / "ledger.db", reviewer.vkey, "--role", "reviewer", "--key", key
+            )
         listed = invoke("review", root, "--sample", "refsets")
         items = [line.split("\t", 1)[0] for line in listed.splitlines() if line.strip()]
         for index, item in enumerate(items):
             for who in (0, 1):
-                invoke("review", root, "--sample", "refsets", "--subject", item, "--value",
-                       json.dumps(edits(index, who)), "--key", base / f"clinician-{who}.key")
+                invoke(
+                    "review",
+                    root,
+                    "--sample",
+                    "refsets",
+                    "--subject",
+                    item,
+                    "--value",
+                    json.dumps(edits(index, who)),
+                    "--key",
+                    base / f"clinician-{who}.key",
+                )
         for index, line in enumerate(invoke("review", root, "--sample", "audit").splitlines()):
             seq = line.split("\t", 1)[0].removeprefix("seq ")
             label = "incorrect" if index % 3 == 1 else "correct"
-            invoke("review", root, "--sample", "audit", "--subject", seq, "--value", label,
-                   "--key", base / "clinician-0.key")  # fmt: skip
+            invoke(
+                "review",
+                root,
+                "--sample",
+                "audit",
+                "--subject",
+                seq,
+                "--value",
+                label,
+                "--key",
+                base / "clinician-0.key",
+            )
         invoke("unblind", root, "--key", key)
         invoke("analyze", root, "--key", key)
         invoke("export", root, base / "archive", "--key", key)
@@ -112,8 +133,11 @@ def test_data_trials_take_the_item_field_and_send_nothing(study: Path) -> None:
             assert body["backend"] == "data" and body["simulated"] is False
             assert body["trial"] == f"physicians||{body['stimulus']}|1" and body["model"] == ""
             source = json.loads(log.blob(event.blobs["request"]))
-            assert source == {"item": body["stimulus"], "response_from": "physician",
-                              "source": "data"}  # fmt: skip
+            assert source == {
+                "item": body["stimulus"],
+                "response_from": "physician",
+                "source": "data",
+            }
         answers = [e for e in log.events("trial.responded") if e.body["request_seq"] in data]
         assert len(answers) == len(ITEMS)
         for event in answers:
@@ -122,8 +146,9 @@ def test_data_trials_take_the_item_field_and_send_nothing(study: Path) -> None:
             assert event.body["format"] == "text" and event.body["backend"] == "data"
             assert event.body["model"] is None and event.body["cost_usd"] is None
             assert log.blob(event.blobs["response"]) == fields[item].encode("utf-8")
-        preflights = [e.body.get("as_trial") or e.body["as_call"]
-                      for e in log.events("run.preflight")]  # fmt: skip
+        preflights = [
+            e.body.get("as_trial") or e.body["as_call"] for e in log.events("run.preflight")
+        ]
         assert preflights and not any(t.startswith("physicians|") for t in preflights)
         # the judges' step calls are preflighted too, before the first step call
         assert any(t.startswith("step:") for t in preflights)
@@ -163,7 +188,7 @@ def test_a_batch_session_records_data_trials_without_batching_them(tmp_path: Pat
 
     text = spec_text(reviews="")
     start = text.index("[steps.judge]")
-    text = text[:start] + text[text.index("[stimuli]"):]
+    text = text[:start] + text[text.index("[stimuli]") :]
     root = write_study(tmp_path / "s")
     (root / "study.toml").write_text(text.replace('"judge:judge"', '"normalized"'), "utf-8")
     with pytest.MonkeyPatch.context() as patch:
@@ -171,8 +196,12 @@ def test_a_batch_session_records_data_trials_without_batching_them(tmp_path: Pat
         lock_study(root, KEY)
         with FakeMessagesServer(batch_ready_after_polls=1) as server:
             backend = AnthropicBatchBackend(api_key="test", base_url=server.base_url)
-            result = run_study(root, KEY, backend, RunOptions(
-                poll_interval=0.01, preflight=False, models=("target",)))  # one price a session
+            result = run_study(
+                root,
+                KEY,
+                backend,
+                RunOptions(poll_interval=0.01, preflight=False, models=("target",)),
+            )  # one price a session
             submitted = [b for batch in server._batches.values() for b in batch["requests"]]
     with Ledger.open(root / "ledger.db", readonly=True) as log:
         data = [e for e in log.events("trial.requested") if e.body["backend"] == "data"]
@@ -185,15 +214,34 @@ def test_reference_sets_decided_by_a_step_are_reviewed_and_verified(tmp_path: Pa
     simulated model answers with the first line of the prompt, here the sets as JSON)."""
     from human_study import spec_text
 
-    items = [{**i, "sets": json.dumps({
-        "plausible": [i["answer"], "stress"], "highly_likely": [i["answer"]],
-        "safety_critical": []})} for i in ITEMS]  # fmt: skip
+    items = [
+        {
+            **i,
+            "sets": json.dumps(
+                {
+                    "plausible": [i["answer"], "stress"],
+                    "highly_likely": [i["answer"]],
+                    "safety_critical": [],
+                }
+            ),
+        }
+        for i in ITEMS
+    ]
     root = write_study(tmp_path / "s", items=items)
     (root / "prompts" / "refs.txt").write_text("{sets}\nThe reference sets, as JSON.\n", "utf-8")
-    (root / "prompts" / "refs.json").write_text(json.dumps({
-        "type": "object", "required": ["plausible", "highly_likely", "safety_critical"],
-        "properties": {k: {"type": "array", "items": {"type": "string"}}
-                       for k in ("plausible", "highly_likely", "safety_critical")}}), "utf-8")
+    (root / "prompts" / "refs.json").write_text(
+        json.dumps(
+            {
+                "type": "object",
+                "required": ["plausible", "highly_likely", "safety_critical"],
+                "properties": {
+                    k: {"type": "array", "items": {"type": "string"}}
+                    for k in ("plausible", "highly_likely", "safety_critical")
+                },
+            }
+        ),
+        "utf-8",
+    )
     steps = """[steps.refs]
 on = "item"
 models = ["judge_a"]
@@ -216,23 +264,45 @@ seed = 11
         invoke("lock", root, "--key", key)
         invoke("run", root, "--backend", "simulated", "--key", key)
         invoke("score", root, "--key", key)
-        invoke("key", "add", root / "ledger.db", reviewer.vkey, "--role", "reviewer",
-               "--key", key)  # fmt: skip
+        invoke("key", "add", root / "ledger.db", reviewer.vkey, "--role", "reviewer", "--key", key)
         listed = invoke("review", root, "--sample", "refsets").splitlines()
         item = listed[0].split("\t", 1)[0]
         assert '"highly_likely":' in listed[0]
-        out = invoke("review", root, "--sample", "refsets", "--subject", item, "--value",
-                     json.dumps({"plausible": {"remove": ["gout fever"]}}), "--key",
-                     tmp_path / "r.key", ok=False)  # fmt: skip
+        out = invoke(
+            "review",
+            root,
+            "--sample",
+            "refsets",
+            "--subject",
+            item,
+            "--value",
+            json.dumps({"plausible": {"remove": ["gout fever"]}}),
+            "--key",
+            tmp_path / "r.key",
+            ok=False,
+        )
         assert "is not in the plausible set" in out
-        invoke("review", root, "--sample", "refsets", "--subject", item, "--value",
-               json.dumps({"plausible": {"remove": ["stress"]}}), "--key", tmp_path / "r.key")
+        invoke(
+            "review",
+            root,
+            "--sample",
+            "refsets",
+            "--subject",
+            item,
+            "--value",
+            json.dumps({"plausible": {"remove": ["stress"]}}),
+            "--key",
+            tmp_path / "r.key",
+        )
         for step in ("unblind", "analyze"):
             invoke(step, root, "--key", key)
         invoke("export", root, tmp_path / "archive", "--key", key)
     table = results(root)["review.refsets"]["values"]
     assert table["reviewed"] == 1 and table["sets"]["plausible"]["either"]["commission"] == {
-        "items": 1, "n": 1, "share": 1}
+        "items": 1,
+        "n": 1,
+        "share": 1,
+    }
     report = verify_archive(tmp_path / "archive")
     assert report.ok, [(c.name, c.reason) for c in report.checks if c.status.name == "FAIL"]
 
@@ -251,8 +321,15 @@ def test_response_from_field_missing_on_an_item_is_refused(tmp_path: Path) -> No
     assert "'physician'" in text and "line 5" in text
 
 
-@pytest.mark.parametrize("extra", ['components = ["task"]', 'sampling = { temperature = 1.0 }',
-                                   'after = { arm = "model" }', 'models = ["target"]'])
+@pytest.mark.parametrize(
+    "extra",
+    [
+        'components = ["task"]',
+        "sampling = { temperature = 1.0 }",
+        'after = { arm = "model" }',
+        'models = ["target"]',
+    ],
+)
 def test_a_data_arm_that_shapes_a_request_is_refused(tmp_path: Path, extra: str) -> None:
     from human_study import ARMS
 
@@ -275,8 +352,11 @@ def test_a_reference_that_is_not_a_json_item_step_is_refused(tmp_path: Path) -> 
     from human_study import REVIEWS
 
     root = write_study(tmp_path / "s", reviews=REVIEWS.replace('"supplied"', '"judge"'))
-    with pytest.raises(SpecError, match=r"reviews\.refsets\.reference.*an item step with the "
-                       r"json parser.*got 'judge'"):  # fmt: skip
+    with pytest.raises(
+        SpecError,
+        match=r"reviews\.refsets\.reference.*an item step with the "
+        r"json parser.*got 'judge'",
+    ):
         load_study(root)
 
 
@@ -303,12 +383,18 @@ def test_an_edit_removing_a_diagnosis_not_in_the_set_is_refused(study: Path) -> 
     item = str(review_subjects(study, "refsets")[0].response_seq)
     size = _size(study)
     with pytest.raises(StudyError, match=r"plausible\.remove: 'gout fever' is not in"):
-        record_review(study, _reviewer(study), "refsets", item,
-                      {"plausible": {"remove": ["gout fever"]}})  # fmt: skip
+        record_review(
+            study, _reviewer(study), "refsets", item, {"plausible": {"remove": ["gout fever"]}}
+        )
     with pytest.raises(StudyError, match="already in the highly_likely set"):
         word = next(i["answer"] for i in ITEMS if i["id"] == item)
-        record_review(study, _reviewer(study), "refsets", item,
-                      {"highly_likely": {"add": [f" {word.upper()} "]}})  # fmt: skip
+        record_review(
+            study,
+            _reviewer(study),
+            "refsets",
+            item,
+            {"highly_likely": {"add": [f" {word.upper()} "]}},
+        )
     assert _size(study) == size
 
 
@@ -339,8 +425,11 @@ def _size(root: Path) -> int:
 def test_reference_review_table_counts_as_the_seed_does(study: Path) -> None:
     """Table 2 and Appendix G: recomputed here from the recorded edits by a direct count."""
     with Ledger.open(study / "ledger.db", readonly=True) as log:
-        recorded = [(e.actor, e.body["subject"], e.body["value"])
-                    for e in log.events("review.recorded") if e.body["sample"] == "refsets"]
+        recorded = [
+            (e.actor, e.body["subject"], e.body["value"])
+            for e in log.events("review.recorded")
+            if e.body["sample"] == "refsets"
+        ]
     table = results(study)["review.refsets"]["values"]
     assert len(table["reviewers"]) == 2 and table["reviewed"] == 5 == len(table["sample"])
     by: dict[str, dict[str, Any]] = {}
@@ -353,10 +442,12 @@ def test_reference_review_table_counts_as_the_seed_does(study: Path) -> None:
     for name in ("plausible", "highly_likely", "safety_critical"):
         for criterion, join in (("agreement", set.intersection), ("either", set.union)):
             rows = [
-                [join(*(flagged(v, name, key) for v in by[item].values()))
-                 for key in ("remove", "add")]
+                [
+                    join(*(flagged(v, name, key) for v in by[item].values()))
+                    for key in ("remove", "add")
+                ]
                 for item in table["sample"]
-            ]  # fmt: skip
+            ]
             got = table["sets"][name][criterion]
             assert got["commission"]["items"] == sum(bool(r) for r, _ in rows)
             assert got["omission"]["items"] == sum(bool(a) for _, a in rows)
@@ -373,28 +464,38 @@ def test_reviews_against_the_judges_match_statsmodels_kappa(study: Path) -> None
 
     table = results(study)["review.audit"]["values"]
     with Ledger.open(study / "ledger.db", readonly=True) as log:
-        decisions = {e.body["response_seq"]: e.body["judge"]["decision"]
-                     for e in log.events("trial.scored")}  # fmt: skip
-        votes = {e.body["response_seq"]: [v["vote"] for v in e.body["judge"]["votes"]]
-                 for e in log.events("trial.scored")}  # fmt: skip
-        reviews = {e.body["subject"]: e.body["value"] for e in log.events("review.recorded")
-                   if e.body["sample"] == "audit"}  # fmt: skip
+        decisions = {
+            e.body["response_seq"]: e.body["judge"]["decision"] for e in log.events("trial.scored")
+        }
+        votes = {
+            e.body["response_seq"]: [v["vote"] for v in e.body["judge"]["votes"]]
+            for e in log.events("trial.scored")
+        }
+        reviews = {
+            e.body["subject"]: e.body["value"]
+            for e in log.events("review.recorded")
+            if e.body["sample"] == "audit"
+        }
     pairs = [(v, decisions[s]) for s, v in reviews.items() if decisions[s] is not None]
     (who,) = table["reviewers"]
     got = table["by_reviewer"][who]
     assert got["n"] == len(pairs) and got["agreement"] == pytest.approx(
-        sum(a == b for a, b in pairs) / len(pairs))
+        sum(a == b for a, b in pairs) / len(pairs)
+    )
     labels = ["correct", "incorrect"]
     grid = [[sum(1 for a, b in pairs if (a, b) == (x, y)) for y in labels] for x in labels]
     assert got["kappa"] == pytest.approx(float(cohens_kappa(grid, return_results=False)))
     for name, same in (("unanimous", True), ("split", False)):
-        inside = [(v, decisions[s]) for s, v in reviews.items() if decisions[s] is not None
-                  and (None not in votes[s] and len(set(votes[s])) == 1) is same]
+        inside = [
+            (v, decisions[s])
+            for s, v in reviews.items()
+            if decisions[s] is not None
+            and (None not in votes[s] and len(set(votes[s])) == 1) is same
+        ]
         cell = got["strata"][name]
         assert cell["n"] == len(inside)
         if inside:
-            assert cell["agreement"] == pytest.approx(
-                sum(a == b for a, b in inside) / len(inside))
+            assert cell["agreement"] == pytest.approx(sum(a == b for a, b in inside) / len(inside))
 
 
 # ------------------------------------------------------------------ the archive
@@ -422,8 +523,9 @@ def test_a_tampered_data_response_fails_naming_its_seq(archive: Path) -> None:
     """The physician's reply is changed and the archive re-signed: the response is no longer
     the locked item field."""
     events = read_events(archive)
-    event = next(e for e in events if e["kind"] == "trial.responded"
-                 and e["body"].get("backend") == "data")  # fmt: skip
+    event = next(
+        e for e in events if e["kind"] == "trial.responded" and e["body"].get("backend") == "data"
+    )
     data = b"Definitely gout."
     digest = hashlib.sha256(data).hexdigest()
     (archive / "blobs" / digest).write_bytes(data)
@@ -440,8 +542,7 @@ def test_a_review_outside_its_sample_fails_naming_its_seq(study: Path) -> None:
     assert check_steps(view).status.name == "PASS"
     sample = results(study)["review.refsets"]["values"]["sample"]
     outside = next(i["id"] for i in ITEMS if i["id"] not in sample)
-    seq = next(s for s in view.of_kind("review.recorded")
-               if view.body(s)["sample"] == "refsets")  # fmt: skip
+    seq = next(s for s in view.of_kind("review.recorded") if view.body(s)["sample"] == "refsets")
     view.body(seq)["subject"] = outside
     check = check_steps(view)
     assert check.status.name == "FAIL"
@@ -452,8 +553,7 @@ def test_a_review_removing_what_the_set_lacks_fails_naming_its_seq(study: Path) 
     from verify._archive.steps import check_steps
 
     view = _view(study)
-    seq = next(s for s in view.of_kind("review.recorded")
-               if view.body(s)["sample"] == "refsets")  # fmt: skip
+    seq = next(s for s in view.of_kind("review.recorded") if view.body(s)["sample"] == "refsets")
     view.body(seq)["value"] = {"plausible": {"remove": ["not a listed diagnosis"]}}
     check = check_steps(view)
     assert check.status.name == "FAIL" and f"seq {seq}:" in check.reason
@@ -464,8 +564,7 @@ def test_a_review_by_a_key_without_the_reviewer_role_fails_naming_its_seq(study:
     from verify._archive.steps import check_steps
 
     view = _view(study)
-    seq = next(s for s in view.of_kind("review.recorded")
-               if view.body(s)["sample"] == "refsets")  # fmt: skip
+    seq = next(s for s in view.of_kind("review.recorded") if view.body(s)["sample"] == "refsets")
     actor = str(view.envs[seq]["actor"])
     view.roles[actor] = "runner"
     check = check_steps(view)
@@ -537,9 +636,12 @@ def coded(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Path, list
     with pytest.MonkeyPatch.context() as patch:
         patch.setenv("PROMPT_LEDGER_HOME", str(base / "home"))
         root = base / "study"
-        files = {"study.toml": CODED_SPEC, "prompts/item.txt": "Question: {question}\n{options}\n",
-                 "prompts/task.txt": "Answer with the letter of the right option.\n",
-                 "items.jsonl": "".join(json.dumps(r) + "\n" for r in MCQ_ITEMS)}  # fmt: skip
+        files = {
+            "study.toml": CODED_SPEC,
+            "prompts/item.txt": "Question: {question}\n{options}\n",
+            "prompts/task.txt": "Answer with the letter of the right option.\n",
+            "items.jsonl": "".join(json.dumps(r) + "\n" for r in MCQ_ITEMS),
+        }
         for rel, text in files.items():
             (root / rel).parent.mkdir(parents=True, exist_ok=True)
             (root / rel).write_text(text, encoding="utf-8")
@@ -558,8 +660,19 @@ def test_a_code_not_in_the_declared_list_is_refused(coded: tuple[Path, list[str]
     root, cases = coded
     assert cases, "the simulated models give no case where bare failed and direct succeeded"
     size = _size(root)
-    out = invoke("review", root, "--sample", "hurt", "--subject", cases[0], "--value",
-                 "misread,nonsense", "--key", root.parent / "coder.key", ok=False)  # fmt: skip
+    out = invoke(
+        "review",
+        root,
+        "--sample",
+        "hurt",
+        "--subject",
+        cases[0],
+        "--value",
+        "misread,nonsense",
+        "--key",
+        root.parent / "coder.key",
+        ok=False,
+    )
     assert "code 'nonsense' is not declared" in out
     assert _size(root) == size
 
@@ -568,8 +681,18 @@ def test_codes_are_signed_tabulated_and_verified(coded: tuple[Path, list[str]]) 
     root, cases = coded
     given = {case: ["misread", "guess"] if i % 2 else ["format"] for i, case in enumerate(cases)}
     for case, codes in given.items():
-        invoke("review", root, "--sample", "hurt", "--subject", case, "--value", ",".join(codes),
-               "--key", root.parent / "coder.key")  # fmt: skip
+        invoke(
+            "review",
+            root,
+            "--sample",
+            "hurt",
+            "--subject",
+            case,
+            "--value",
+            ",".join(codes),
+            "--key",
+            root.parent / "coder.key",
+        )
     key = root.parent / "owner.key"
     invoke("analyze", root, "--key", key)
     table = results(root)["review.hurt.codes"]["values"]
@@ -604,8 +727,14 @@ def test_data_trials_survive_sigkills_and_the_study_verifies(tmp_path: Path) -> 
     from human_study import WORDS
     from test_steps_crash import responder
 
-    items = [{**ITEMS[i % len(ITEMS)], "id": f"c{i:03d}",
-              "physician": f"Reply {i}: likely {WORDS[i % len(WORDS)]}."} for i in range(40)]
+    items = [
+        {
+            **ITEMS[i % len(ITEMS)],
+            "id": f"c{i:03d}",
+            "physician": f"Reply {i}: likely {WORDS[i % len(WORDS)]}.",
+        }
+        for i in range(40)
+    ]
     root = write_study(tmp_path / "study", items=items)
     home = tmp_path / "home"
     with pytest.MonkeyPatch.context() as patch:
@@ -617,8 +746,17 @@ def test_data_trials_survive_sigkills_and_the_study_verifies(tmp_path: Path) -> 
     cli = [sys.executable, "-c", "from ledger.cli import main; main()"]
     rng = random.Random(23)
     with FakeMessagesServer(latency_ms=60, responder=responder, seed=5) as server:
-        args = [*cli, "run", str(root), "--base-url", server.base_url, "--key", str(key),
-                "--concurrency", "4"]  # fmt: skip
+        args = [
+            *cli,
+            "run",
+            str(root),
+            "--base-url",
+            server.base_url,
+            "--key",
+            str(key),
+            "--concurrency",
+            "4",
+        ]
         # 6 kills (the 20-kill soak is test_steps_crash), each once the session has written
         sigkill_sessions(args, env, 6, lambda: _size(root), rng, delay=0.6, grow=2)
     with Ledger.open(root / "ledger.db", readonly=True) as log:
@@ -627,7 +765,8 @@ def test_data_trials_survive_sigkills_and_the_study_verifies(tmp_path: Path) -> 
     requests = {e.seq: e.body for e in evs if e.kind == "trial.requested"}
     data = {s: b for s, b in requests.items() if b["backend"] == "data"}
     assert Counter(b["trial"] for b in data.values()) == Counter(
-        f"physicians||c{i:03d}|1" for i in range(40))  # each once, none twice
+        f"physicians||c{i:03d}|1" for i in range(40)
+    )  # each once, none twice
     responded = {e.body["request_seq"]: e.seq for e in evs if e.kind == "trial.responded"}
     assert all(responded.get(s) == s + 1 for s in data), "a data trial recorded in two commits"
     assert not any(e.kind == "trial.failed" and e.body["request_seq"] in data for e in evs)
@@ -668,10 +807,14 @@ def test_a_review_appended_after_the_analysis_leaves_a_re_export_verifying(
     with Ledger.open(copy / "ledger.db") as log:
         late = log.append(
             "review.recorded",
-            {"sample": "refsets", "subject": item, "kind": "reference-set",
-             "value": {"plausible": {"add": ["late finding"]}}},
+            {
+                "sample": "refsets",
+                "subject": item,
+                "kind": "reference-set",
+                "value": {"plausible": {"add": ["late finding"]}},
+            },
             key=_reviewer(study),
-        )  # fmt: skip
+        )
     invoke("export", copy, tmp_path / "archive", "--key", study.parent / "owner.key")
     report = verify_archive(tmp_path / "archive")
     assert report.ok, [(c.name, c.reason) for c in report.checks if c.status.name == "FAIL"]

@@ -68,8 +68,12 @@ def test_medmcqa_github_release_counts_cop_from_one(tmp_path: Path) -> None:
     items = imported("medmcqa", DATA / "medmcqa" / "dev.json", tmp_path / "mm.jsonl")
     first, second, third = items
     assert first.id == "7f3b2c1e-5a4d-4e8f-9b0a-1c2d3e4f5a61"  # the dataset's own id
-    assert first.options == ("Radial nerve", "Axillary nerve", "Musculocutaneous nerve",
-                             "Suprascapular nerve")  # fmt: skip
+    assert first.options == (
+        "Radial nerve",
+        "Axillary nerve",
+        "Musculocutaneous nerve",
+        "Suprascapular nerve",
+    )
     assert [i.answer for i in items] == ["B", "D", "A"]  # cop 2, 4, 1
     assert first.data["rationale"].startswith("The deltoid is supplied by the axillary nerve")
     assert "rationale" not in second.data and "rationale" not in third.data  # null, ""
@@ -91,8 +95,12 @@ def test_medmcqa_cop_numbering_that_cannot_be_told(tmp_path: Path) -> None:
     records = [json.loads(line) for line in src.read_text().splitlines()]
     only_middle = lines(tmp_path / "dev.json", *({**r, "cop": 2} for r in records))
     dest = tmp_path / "mm.jsonl"
-    refused(run("items", "import", "--format", "medmcqa", only_middle, dest),
-            only_middle, "cannot tell whether 'cop' counts from 0", "--cop-base")  # fmt: skip
+    refused(
+        run("items", "import", "--format", "medmcqa", only_middle, dest),
+        only_middle,
+        "cannot tell whether 'cop' counts from 0",
+        "--cop-base",
+    )
     assert not dest.exists()
     as_zero = imported("medmcqa", only_middle, dest, "--cop-base", "0")
     assert {i.answer for i in as_zero} == {"C"}
@@ -100,18 +108,36 @@ def test_medmcqa_cop_numbering_that_cannot_be_told(tmp_path: Path) -> None:
     assert {i.answer for i in as_one} == {"B"}
 
     both = lines(tmp_path / "both.json", {**records[0], "cop": 0}, {**records[1], "cop": 4})
-    refused(run("items", "import", "--format", "medmcqa", both, tmp_path / "x.jsonl"),
-            "0 in some records and 4 in others")  # fmt: skip
+    refused(
+        run("items", "import", "--format", "medmcqa", both, tmp_path / "x.jsonl"),
+        "0 in some records and 4 in others",
+    )
     out_of_range = lines(tmp_path / "bad.json", {**records[0], "cop": 4})
-    refused(run("items", "import", "--format", "medmcqa", out_of_range, tmp_path / "y.jsonl",
-                "--cop-base", "0"), f"{out_of_range}:1:", "'cop' 4 is not an option number")
+    refused(
+        run(
+            "items",
+            "import",
+            "--format",
+            "medmcqa",
+            out_of_range,
+            tmp_path / "y.jsonl",
+            "--cop-base",
+            "0",
+        ),
+        f"{out_of_range}:1:",
+        "'cop' 4 is not an option number",
+    )
 
 
 def test_medmcqa_test_split_without_answers_is_refused(tmp_path: Path) -> None:
     record = json.loads((DATA / "medmcqa" / "validation.jsonl").read_text().splitlines()[0])
     src = lines(tmp_path / "test.jsonl", {**record, "cop": -1, "exp": None})
-    refused(run("items", "import", "--format", "medmcqa", src, tmp_path / "t.jsonl"),
-            f"{src}:1:", "'cop' is -1", "no answer key")  # fmt: skip
+    refused(
+        run("items", "import", "--format", "medmcqa", src, tmp_path / "t.jsonl"),
+        f"{src}:1:",
+        "'cop' is -1",
+        "no answer key",
+    )
 
 
 def test_medqa_five_and_four_options(tmp_path: Path) -> None:
@@ -132,12 +158,18 @@ def test_medqa_five_and_four_options(tmp_path: Path) -> None:
 def test_medqa_answer_text_must_be_the_chosen_option(tmp_path: Path) -> None:
     record = json.loads((DATA / "medqa" / "US" / "test.jsonl").read_text().splitlines()[0])
     src = lines(tmp_path / "test.jsonl", record, {**record, "answer_idx": "C"})
-    refused(run("items", "import", "--format", "medqa", src, tmp_path / "q.jsonl"),
-            f"{src}:2:", "'answer' \"Iron deficiency\" is not the text of option C")  # fmt: skip
+    refused(
+        run("items", "import", "--format", "medqa", src, tmp_path / "q.jsonl"),
+        f"{src}:2:",
+        "'answer' \"Iron deficiency\" is not the text of option C",
+    )
     gap = {**record, "options": {"A": "x", "B": "y", "D": "z"}}
     src = lines(tmp_path / "gap.jsonl", gap)
-    refused(run("items", "import", "--format", "medqa", src, tmp_path / "g.jsonl"),
-            f"{src}:1:", "'options' must be keyed A, B, ... without gaps")  # fmt: skip
+    refused(
+        run("items", "import", "--format", "medqa", src, tmp_path / "g.jsonl"),
+        f"{src}:1:",
+        "'options' must be keyed A, B, ... without gaps",
+    )
 
 
 def test_pubmedqa_keyed_by_pmid(tmp_path: Path) -> None:
@@ -181,19 +213,25 @@ def test_pubmedqa_duplicate_pmid_and_bad_decision(tmp_path: Path) -> None:
 
 
 def test_medxpertqa_embedded_choices_split_off(tmp_path: Path) -> None:
-    items = imported("medxpertqa", DATA / "medxpertqa" / "Text" / "test.jsonl",
-                     tmp_path / "x.jsonl")  # fmt: skip
+    items = imported(
+        "medxpertqa", DATA / "medxpertqa" / "Text" / "test.jsonl", tmp_path / "x.jsonl"
+    )
     first, second = items
     assert first.id == "Text-0" and first.answer == "A" and len(first.options) == 10
     assert "Answer Choices" not in first.data["question"]
     assert first.data["question"].endswith("What is the most likely diagnosis?")
     assert first.data["question_with_choices"] == (
-        first.data["question"] + "\nAnswer Choices: "
-        + " ".join(f"({label}) {text}" for label, text in zip("ABCDEFGHIJ", first.options,
-                                                              strict=True))
-    )  # fmt: skip
-    assert first.metadata == {"medical_task": "Diagnosis", "body_system": "Nervous",
-                              "question_type": "Reasoning"}  # fmt: skip
+        first.data["question"]
+        + "\nAnswer Choices: "
+        + " ".join(
+            f"({label}) {text}" for label, text in zip("ABCDEFGHIJ", first.options, strict=True)
+        )
+    )
+    assert first.metadata == {
+        "medical_task": "Diagnosis",
+        "body_system": "Nervous",
+        "question_type": "Reasoning",
+    }
     # a stem of two lines keeps its inner newline
     assert "\nWhich added drug" in second.data["question"] and second.answer == "D"
 
@@ -207,22 +245,32 @@ def test_medxpertqa_question_without_choices_kept_and_mismatch_refused(tmp_path:
 
     other = {**record, "options": {**record["options"], "C": "Tetanus"}}
     src = lines(tmp_path / "other.jsonl", other)
-    refused(run("items", "import", "--format", "medxpertqa", src, tmp_path / "o.jsonl"),
-            f"{src}:1:", "'Answer Choices:' list does not give option C as '(C) \"Tetanus\"'")
+    refused(
+        run("items", "import", "--format", "medxpertqa", src, tmp_path / "o.jsonl"),
+        f"{src}:1:",
+        "'Answer Choices:' list does not give option C as '(C) \"Tetanus\"'",
+    )
 
 
 def test_medxpertqa_multimodal_subset_refused(tmp_path: Path) -> None:
     record = json.loads((DATA / "medxpertqa" / "Text" / "test.jsonl").read_text().splitlines()[0])
     src = lines(tmp_path / "mm.jsonl", {**record, "id": "MM-1", "images": ["MM-1-a.jpeg"]})
-    refused(run("items", "import", "--format", "medxpertqa", src, tmp_path / "m.jsonl"),
-            f"{src}:1:", "MM (multimodal) subset")  # fmt: skip
+    refused(
+        run("items", "import", "--format", "medxpertqa", src, tmp_path / "m.jsonl"),
+        f"{src}:1:",
+        "MM (multimodal) subset",
+    )
 
 
 def test_healthcaremagic_array_and_json_lines(tmp_path: Path) -> None:
-    original = imported("healthcaremagic", DATA / "healthcaremagic" / "HealthCareMagic-100k.json",
-                        tmp_path / "h.jsonl")  # fmt: skip
-    exported = imported("healthcaremagic", DATA / "healthcaremagic" / "train.jsonl",
-                        tmp_path / "h2.jsonl")  # fmt: skip
+    original = imported(
+        "healthcaremagic",
+        DATA / "healthcaremagic" / "HealthCareMagic-100k.json",
+        tmp_path / "h.jsonl",
+    )
+    exported = imported(
+        "healthcaremagic", DATA / "healthcaremagic" / "train.jsonl", tmp_path / "h2.jsonl"
+    )
     assert original.sha256 == exported.sha256
     assert [i.id for i in original] == ["hcm-1", "hcm-2", "hcm-3"]
     first = original.items[0]
@@ -241,8 +289,9 @@ def test_healthcaremagic_array_problems_name_record_and_line(tmp_path: Path) -> 
     src = tmp_path / "HealthCareMagic-100k.json"
     src.write_text(json.dumps(data, indent=4), encoding="utf-8")
     starts = [n for n, ln in enumerate(src.read_text().splitlines(), 1) if ln == "    {"]
-    output = refused(run("items", "import", "--format", "healthcaremagic", src,
-                         tmp_path / "h.jsonl"))  # fmt: skip
+    output = refused(
+        run("items", "import", "--format", "healthcaremagic", src, tmp_path / "h.jsonl")
+    )
     assert f"{src}:{starts[1]}: record 2: 'output' is empty" in output
     assert f"{src}:{starts[2]}: record 3: no 'input'" in output
 
@@ -266,8 +315,9 @@ def test_every_format_is_deterministic_and_replaced_only_with_force(tmp_path: Pa
         assert all(ITEM_ID_RE.match(i.id) for i in items)
         assert [json.loads(line) for line in first.splitlines()] == [dict(i.data) for i in items]
         assert first == b"".join(i.canonical() + b"\n" for i in items)  # canonical lines
-        refused(run("items", "import", "--format", fmt, src, dest), dest, "already exists",
-                "--force")  # fmt: skip
+        refused(
+            run("items", "import", "--format", fmt, src, dest), dest, "already exists", "--force"
+        )
         assert dest.read_bytes() == first
         imported(fmt, src, dest, "--force")
         assert dest.read_bytes() == first  # the same input, the same bytes
@@ -281,8 +331,20 @@ def test_limit_keeps_the_first_items_but_checks_the_whole_file(tmp_path: Path) -
     assert [i.id for i in items] == ["hcm-1", "hcm-2"]
     broken = tmp_path / "broken.jsonl"
     broken.write_text(src.read_text() + '{"input": "q"}\n', encoding="utf-8")
-    refused(run("items", "import", "--format", "healthcaremagic", broken, tmp_path / "b.jsonl",
-                "--limit", "1"), f"{broken}:4:", "no 'output'")  # fmt: skip
+    refused(
+        run(
+            "items",
+            "import",
+            "--format",
+            "healthcaremagic",
+            broken,
+            tmp_path / "b.jsonl",
+            "--limit",
+            "1",
+        ),
+        f"{broken}:4:",
+        "no 'output'",
+    )
     result = run("items", "import", "--format", "medqa", src, tmp_path / "z.jsonl", "--limit", "0")
     assert result.exit_code == 2 and "--limit" in result.output
 
@@ -290,8 +352,11 @@ def test_limit_keeps_the_first_items_but_checks_the_whole_file(tmp_path: Path) -
 def test_missing_field_names_line_and_field(tmp_path: Path) -> None:
     record = json.loads((DATA / "medmcqa" / "dev.json").read_text().splitlines()[0])
     del record["opc"]
-    src = lines(tmp_path / "dev.json", json.loads((DATA / "medmcqa" / "dev.json").read_text()
-                                                  .splitlines()[1]), record)  # fmt: skip
+    src = lines(
+        tmp_path / "dev.json",
+        json.loads((DATA / "medmcqa" / "dev.json").read_text().splitlines()[1]),
+        record,
+    )
     dest = tmp_path / "mm.jsonl"
     refused(run("items", "import", "--format", "medmcqa", src, dest), f"{src}:2: no 'opc'")
     assert not dest.exists() and leftovers(tmp_path) == []
@@ -309,20 +374,22 @@ def test_missing_field_names_line_and_field(tmp_path: Path) -> None:
         ("subject_name", 3, "'subject_name' must be a string"),
     ],
 )
-def test_mistyped_field_names_line_and_field(tmp_path: Path, field: str, value: object,
-                                             expected: str) -> None:  # fmt: skip
+def test_mistyped_field_names_line_and_field(
+    tmp_path: Path, field: str, value: object, expected: str
+) -> None:
     records = [json.loads(ln) for ln in (DATA / "medmcqa" / "dev.json").read_text().splitlines()]
     records[2][field] = value
     src = lines(tmp_path / "dev.json", *records)
-    refused(run("items", "import", "--format", "medmcqa", src, tmp_path / "mm.jsonl"),
-            f"{src}:3: {expected}")  # fmt: skip
+    refused(
+        run("items", "import", "--format", "medmcqa", src, tmp_path / "mm.jsonl"),
+        f"{src}:3: {expected}",
+    )
 
 
 def test_malformed_json_names_the_line(tmp_path: Path) -> None:
     good = (DATA / "medqa" / "US" / "test.jsonl").read_text().splitlines()
     src = tmp_path / "test.jsonl"
-    src.write_text(f'{good[0]}\n{good[1][:-1]}\n[1, 2]\n\n{good[0]}, "x": 1}}\n',
-                   encoding="utf-8")  # fmt: skip
+    src.write_text(f'{good[0]}\n{good[1][:-1]}\n[1, 2]\n\n{good[0]}, "x": 1}}\n', encoding="utf-8")
     output = refused(run("items", "import", "--format", "medqa", src, tmp_path / "q.jsonl"))
     assert f"{src}:2: not valid JSON: Expecting ',' delimiter" in output
     assert f"{src}:3: not a JSON object, got [1, 2]" in output
@@ -330,18 +397,25 @@ def test_malformed_json_names_the_line(tmp_path: Path) -> None:
     assert f"{src}:5: not valid JSON: Extra data" in output
 
     array = tmp_path / "HealthCareMagic-100k.json"
-    array.write_text('[\n  {"input": "a", "output": "b"},\n  {"input": "c" "output": "d"}\n]\n',
-                     encoding="utf-8")  # fmt: skip
-    refused(run("items", "import", "--format", "healthcaremagic", array, tmp_path / "h.jsonl"),
-            f"{array}:3: not valid JSON: Expecting ',' delimiter (column 17)")  # fmt: skip
+    array.write_text(
+        '[\n  {"input": "a", "output": "b"},\n  {"input": "c" "output": "d"}\n]\n', encoding="utf-8"
+    )
+    refused(
+        run("items", "import", "--format", "healthcaremagic", array, tmp_path / "h.jsonl"),
+        f"{array}:3: not valid JSON: Expecting ',' delimiter (column 17)",
+    )
     truncated = tmp_path / "ori_pqal.json"
     truncated.write_text('{\n  "1": {"QUESTION": "q"},\n', encoding="utf-8")
-    refused(run("items", "import", "--format", "pubmedqa", truncated, tmp_path / "p.jsonl"),
-            f"{truncated}:3: expected a member name, found the end of the file")  # fmt: skip
+    refused(
+        run("items", "import", "--format", "pubmedqa", truncated, tmp_path / "p.jsonl"),
+        f"{truncated}:3: expected a member name, found the end of the file",
+    )
     not_object = tmp_path / "list.json"
     not_object.write_text("[]\n", encoding="utf-8")
-    refused(run("items", "import", "--format", "pubmedqa", not_object, tmp_path / "p.jsonl"),
-            f"{not_object}:1: expected a JSON object, found '['")  # fmt: skip
+    refused(
+        run("items", "import", "--format", "pubmedqa", not_object, tmp_path / "p.jsonl"),
+        f"{not_object}:1: expected a JSON object, found '['",
+    )
 
 
 @pytest.mark.parametrize("depth", [65, 100_000])  # past the limit; past Python's own parser
@@ -360,13 +434,18 @@ def test_nesting_past_the_limit_names_the_line_never_a_recursion_error(
     good = (DATA / "medqa" / "US" / "test.jsonl").read_text().splitlines()
     src = tmp_path / "test.jsonl"
     src.write_text(f'{good[0]}\n{{"question": {deep}}}\n', encoding="utf-8")
-    refused(run("items", "import", "--format", "medqa", src, tmp_path / "q.jsonl"),
-            f"{src}:2: not an item record: arrays and objects nested")  # fmt: skip
+    refused(
+        run("items", "import", "--format", "medqa", src, tmp_path / "q.jsonl"),
+        f"{src}:2: not an item record: arrays and objects nested",
+    )
     array = tmp_path / "HealthCareMagic-100k.json"
-    array.write_text(f'[\n  {{"input": "a", "output": "b"}},\n  {{"input": {deep}}}\n]\n',
-                     encoding="utf-8")  # fmt: skip
-    refused(run("items", "import", "--format", "healthcaremagic", array, tmp_path / "h.jsonl"),
-            f"{array}:3: record 2: arrays and objects nested more than 64 levels deep")  # fmt: skip
+    array.write_text(
+        f'[\n  {{"input": "a", "output": "b"}},\n  {{"input": {deep}}}\n]\n', encoding="utf-8"
+    )
+    refused(
+        run("items", "import", "--format", "healthcaremagic", array, tmp_path / "h.jsonl"),
+        f"{array}:3: record 2: arrays and objects nested more than 64 levels deep",
+    )
 
 
 def test_a_source_past_the_size_limit_is_refused_before_it_is_read(tmp_path: Path) -> None:
@@ -381,20 +460,27 @@ def test_a_source_past_the_size_limit_is_refused_before_it_is_read(tmp_path: Pat
     refused(run("items", "import", "--format", "medqa", src, tmp_path / "q.jsonl"), too_big)
     fifo = tmp_path / "pipe.jsonl"
     os.mkfifo(fifo)  # a named pipe is never opened (it would block the import forever)
-    refused(run("items", "import", "--format", "medqa", fifo, tmp_path / "p.jsonl"),
-            f"{fifo}: not a regular file")  # fmt: skip
+    refused(
+        run("items", "import", "--format", "medqa", fifo, tmp_path / "p.jsonl"),
+        f"{fifo}: not a regular file",
+    )
 
 
 def test_non_utf8_and_bom_sources(tmp_path: Path) -> None:
     good = (DATA / "medqa" / "US" / "test.jsonl").read_bytes()
     latin = tmp_path / "latin.jsonl"
     latin.write_bytes(good + b'{"question": "caf\xe9"}\n')
-    refused(run("items", "import", "--format", "medqa", latin, tmp_path / "q.jsonl"),
-            f"{latin}:3: not UTF-8", "byte 0xe9")  # fmt: skip
+    refused(
+        run("items", "import", "--format", "medqa", latin, tmp_path / "q.jsonl"),
+        f"{latin}:3: not UTF-8",
+        "byte 0xe9",
+    )
     bom = tmp_path / "bom.jsonl"
     bom.write_bytes(b"\xef\xbb\xbf" + good)
-    refused(run("items", "import", "--format", "medqa", bom, tmp_path / "q.jsonl"),
-            f"{bom}:1: starts with a UTF-8 byte-order mark")  # fmt: skip
+    refused(
+        run("items", "import", "--format", "medqa", bom, tmp_path / "q.jsonl"),
+        f"{bom}:1: starts with a UTF-8 byte-order mark",
+    )
 
 
 def test_crlf_source_is_read(tmp_path: Path) -> None:
@@ -409,8 +495,10 @@ def test_dest_exists_is_refused_and_left_alone(tmp_path: Path) -> None:
     dest = tmp_path / "items.jsonl"
     dest.write_text("not mine to replace\n", encoding="utf-8")
     src = DATA / "pubmedqa" / "ori_pqal.json"
-    refused(run("items", "import", "--format", "pubmedqa", src, dest),
-            f"{dest}: already exists; pass --force to replace it")  # fmt: skip
+    refused(
+        run("items", "import", "--format", "pubmedqa", src, dest),
+        f"{dest}: already exists; pass --force to replace it",
+    )
     assert dest.read_text() == "not mine to replace\n"
     imported("pubmedqa", src, dest, "--force")
     assert leftovers(tmp_path) == []
@@ -427,21 +515,29 @@ def test_failed_import_with_force_leaves_dest_as_it_was(tmp_path: Path) -> None:
 def test_dest_must_be_a_new_jsonl_file_in_an_existing_folder(tmp_path: Path) -> None:
     src = tmp_path / "ori_pqal.json"
     shutil.copy(DATA / "pubmedqa" / "ori_pqal.json", src)
-    refused(run("items", "import", "--format", "pubmedqa", src, tmp_path / "items.csv"),
-            "give a name ending in .jsonl")  # fmt: skip
-    refused(run("items", "import", "--format", "pubmedqa", src, tmp_path / "no" / "i.jsonl"),
-            f"{tmp_path / 'no'} does not exist")  # fmt: skip
+    refused(
+        run("items", "import", "--format", "pubmedqa", src, tmp_path / "items.csv"),
+        "give a name ending in .jsonl",
+    )
+    refused(
+        run("items", "import", "--format", "pubmedqa", src, tmp_path / "no" / "i.jsonl"),
+        f"{tmp_path / 'no'} does not exist",
+    )
     same = tmp_path / "same.jsonl"
     shutil.copy(DATA / "medqa" / "US" / "test.jsonl", same)
-    refused(run("items", "import", "--format", "medqa", same, same, "--force"),
-            "is the source file itself")  # fmt: skip
+    refused(
+        run("items", "import", "--format", "medqa", same, same, "--force"),
+        "is the source file itself",
+    )
     assert same.read_bytes() == (DATA / "medqa" / "US" / "test.jsonl").read_bytes()
 
 
 def test_missing_source_and_unknown_format(tmp_path: Path) -> None:
     missing = tmp_path / "dev.json"
-    refused(run("items", "import", "--format", "medmcqa", missing, tmp_path / "m.jsonl"),
-            f"cannot read {missing}: no such file or directory")  # fmt: skip
+    refused(
+        run("items", "import", "--format", "medmcqa", missing, tmp_path / "m.jsonl"),
+        f"cannot read {missing}: no such file or directory",
+    )
     result = run("items", "import", "--format", "mmlu", missing, tmp_path / "m.jsonl")
     assert result.exit_code == 2 and "mmlu" in result.output
     with pytest.raises(DatasetError, match="unknown dataset format 'mmlu'"):
@@ -453,8 +549,10 @@ def test_duplicate_ids_after_mapping(tmp_path: Path) -> None:
     records[0]["id"] = "case 1"
     records[2]["id"] = "case/1"  # both become case-1
     src = lines(tmp_path / "dev.json", *records)
-    refused(run("items", "import", "--format", "medmcqa", src, tmp_path / "m.jsonl"),
-            f"{src}:3: item id 'case-1' again (first: {src}:1)")  # fmt: skip
+    refused(
+        run("items", "import", "--format", "medmcqa", src, tmp_path / "m.jsonl"),
+        f"{src}:3: item id 'case-1' again (first: {src}:1)",
+    )
 
 
 def test_ids_made_valid_keep_the_source_id(tmp_path: Path) -> None:
@@ -473,8 +571,12 @@ def test_ids_made_valid_keep_the_source_id(tmp_path: Path) -> None:
     assert items.items[0].id == "mm-case-1"
     assert items.items[0].metadata["source_id"] == "case 1"
     assert items.items[1].metadata["source_id"] == records[1]["id"]
-    refused(run("items", "import", "--format", "medmcqa", src, tmp_path / "n.jsonl",
-                "--id-prefix", "-x"), "id prefix '-x'")  # fmt: skip
+    refused(
+        run(
+            "items", "import", "--format", "medmcqa", src, tmp_path / "n.jsonl", "--id-prefix", "-x"
+        ),
+        "id prefix '-x'",
+    )
 
 
 def test_problem_list_is_capped_in_the_message(tmp_path: Path) -> None:
@@ -488,13 +590,24 @@ def test_problem_list_is_capped_in_the_message(tmp_path: Path) -> None:
 
 def test_json_output(tmp_path: Path) -> None:
     dest = tmp_path / "p.jsonl"
-    result = run("items", "import", "--format", "pubmedqa", DATA / "pubmedqa" / "ori_pqal.json",
-                 dest, "--json")  # fmt: skip
+    result = run(
+        "items",
+        "import",
+        "--format",
+        "pubmedqa",
+        DATA / "pubmedqa" / "ori_pqal.json",
+        dest,
+        "--json",
+    )
     assert result.exit_code == 0, result.output
     facts = json.loads(result.stdout)
     assert facts == {
-        "format": "pubmedqa", "source": str(DATA / "pubmedqa" / "ori_pqal.json"),
-        "dest": str(dest), "records": 3, "count": 3, "sha256": load_items(dest).sha256,
+        "format": "pubmedqa",
+        "source": str(DATA / "pubmedqa" / "ori_pqal.json"),
+        "dest": str(dest),
+        "records": 3,
+        "count": 3,
+        "sha256": load_items(dest).sha256,
     }
 
 

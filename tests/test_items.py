@@ -57,7 +57,12 @@ def test_check_summarises_a_good_file(tmp_path: Path) -> None:
     facts = json.loads(run("items", "check", path, "--json").stdout)
     assert facts["count"] == 2 and facts["sha256"] == loaded.sha256
     assert facts["members"] == {
-        "id": 2, "question": 2, "options": 1, "answer": 2, "context": 1, "metadata": 1,
+        "id": 2,
+        "question": 2,
+        "options": 1,
+        "answer": 2,
+        "context": 1,
+        "metadata": 1,
     }
     assert facts["options"] == {"2": 1} and facts["metadata"] == {"subject": 1}
     assert facts["answers"] == {"B": 1, "yes": 1}
@@ -119,9 +124,7 @@ def test_check_answer_not_among_the_options(tmp_path: Path) -> None:
 
 def test_check_non_utf8_line(tmp_path: Path) -> None:
     path = tmp_path / "items.jsonl"
-    path.write_bytes(
-        json.dumps(Q1).encode() + b"\n" + b'{"id": "q2", "answer": "caf\xe9"}\n'
-    )
+    path.write_bytes(json.dumps(Q1).encode() + b"\n" + b'{"id": "q2", "answer": "caf\xe9"}\n')
     refused(run("items", "check", path), path, 2, "not UTF-8", "byte 0xe9", "line 2")
 
 
@@ -159,8 +162,7 @@ def test_check_byte_order_mark(tmp_path: Path) -> None:
         ("images", "chart.png", "member 'images' must be a non-empty array"),
     ],
 )
-def test_check_wrong_member_type(tmp_path: Path, member: str, value: object,
-                                 expected: str) -> None:  # fmt: skip
+def test_check_wrong_member_type(tmp_path: Path, member: str, value: object, expected: str) -> None:
     path = jsonl(tmp_path / "items.jsonl", Q2, {**Q1, member: value})
     refused(run("items", "check", path), path, 2, expected)
 
@@ -174,9 +176,7 @@ def test_check_member_name_not_a_field(tmp_path: Path, name: str) -> None:
 def test_check_csv_option_gap(tmp_path: Path) -> None:
     path = tmp_path / "items.csv"
     path.write_text(
-        "id,question,option_A,option_B,option_C,answer\n"
-        "q1,2 + 2?,3,4,5,B\n"
-        "q2,3 + 3?,6,,7,A\n",
+        "id,question,option_A,option_B,option_C,answer\nq1,2 + 2?,3,4,5,B\nq2,3 + 3?,6,,7,A\n",
         encoding="utf-8",
     )
     refused(run("items", "check", path), path, 3, "option_C follows an empty option cell")
@@ -185,9 +185,7 @@ def test_check_csv_option_gap(tmp_path: Path) -> None:
 def test_check_csv_rows_numbered_by_their_first_line(tmp_path: Path) -> None:
     # a quoted cell over three lines: the next row starts on line 5, not 3
     path = tmp_path / "items.csv"
-    path.write_text(
-        'id,question,answer\nq1,"one\ntwo\nthree",x\nq2,hello,\n', encoding="utf-8"
-    )
+    path.write_text('id,question,answer\nq1,"one\ntwo\nthree",x\nq2,hello,\n', encoding="utf-8")
     refused(run("items", "check", path), path, 5, "'q2' has no answer")
 
 

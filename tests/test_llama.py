@@ -74,20 +74,37 @@ def test_tumbling_e_stops_at_the_preflight_with_no_trial_given_up(
     assert before["model_mismatches"]["count"] == 0 and before["last_preflight"] is None
     # the locked provider is served by the openai-compatible backend only
     refused = ledger(
-        "run", study, "--backend", "anthropic", "--key", key,
+        "run",
+        study,
+        "--backend",
+        "anthropic",
+        "--key",
+        key,
         env={"ANTHROPIC_API_KEY": "never-used"},
-    )  # fmt: skip
+    )
     assert refused.exit_code == 1 and "provider 'openai-compatible'" in refused.output
     run = ledger(
-        "run", study, "--backend", "openai-compatible", "--base-url", llama.base_url,
-        "--key", key,
-    )  # fmt: skip
+        "run",
+        study,
+        "--backend",
+        "openai-compatible",
+        "--base-url",
+        llama.base_url,
+        "--key",
+        key,
+    )
     print(f"\nledger run against llama_cpp.server:\n{run.output}")
     assert run.exit_code == 1, run.output
     message = run.output
-    for part in ("preflight failed", f"model '{MODEL_ALIAS}'", "openai-compatible backend",
-                 f"{llama.base_url}/chat/completions", "HTTP 500", "images",
-                 "No trial was sent or given up"):  # fmt: skip
+    for part in (
+        "preflight failed",
+        f"model '{MODEL_ALIAS}'",
+        "openai-compatible backend",
+        f"{llama.base_url}/chat/completions",
+        "HTTP 500",
+        "images",
+        "No trial was sent or given up",
+    ):
         assert part in message, (part, message)
     assert "Traceback" not in message
     # the ledger: failed preflights, no session, no trial requested or given up
@@ -108,13 +125,25 @@ def test_tumbling_e_stops_at_the_preflight_with_no_trial_given_up(
 
 ITEMS = [
     {"id": "q1", "question": "What is 2 + 2?", "options": ["3", "4", "5", "22"], "answer": "B"},
-    {"id": "q2", "question": "Which is a colour?", "options": ["red", "dog", "run", "seven"],
-     "answer": "A"},
-    {"id": "q3", "question": "Which animal barks?", "options": ["cat", "cow", "dog", "fish"],
-     "answer": "C"},
-    {"id": "q4", "question": "Which number is largest?", "options": ["1", "10", "100", "1000"],
-     "answer": "D"},
-]  # fmt: skip
+    {
+        "id": "q2",
+        "question": "Which is a colour?",
+        "options": ["red", "dog", "run", "seven"],
+        "answer": "A",
+    },
+    {
+        "id": "q3",
+        "question": "Which animal barks?",
+        "options": ["cat", "cow", "dog", "fish"],
+        "answer": "C",
+    },
+    {
+        "id": "q4",
+        "question": "Which number is largest?",
+        "options": ["1", "10", "100", "1000"],
+        "answer": "D",
+    },
+]
 
 STUDY = """\
 [study]
@@ -172,9 +201,7 @@ def write_text_study(root: Path) -> None:
     """The text multiple-choice study of ``docs/prompts.md``: an item file and item template."""
     (root / "prompts").mkdir(parents=True)
     (root / "study.toml").write_text(STUDY.format(model=MODEL_ALIAS), "utf-8")
-    (root / "items.jsonl").write_text(
-        "".join(json.dumps(item) + "\n" for item in ITEMS), "utf-8"
-    )
+    (root / "items.jsonl").write_text("".join(json.dumps(item) + "\n" for item in ITEMS), "utf-8")
     (root / "prompts" / "item.txt").write_text(
         textwrap.dedent("""\
             Question: {question}
@@ -197,8 +224,10 @@ def test_text_multiple_choice_study_runs_end_to_end(
     for step in (
         ("lock", study),
         ("run", study, "--backend", "openai-compatible", "--base-url", llama.base_url),
-        ("score", study), ("unblind", study), ("analyze", study),
-    ):  # fmt: skip
+        ("score", study),
+        ("unblind", study),
+        ("analyze", study),
+    ):
         result = ledger(*step, "--key", key_path)
         assert result.exit_code == 0, (step, result.output)
     [preflight] = events(study, "run.preflight")
@@ -232,18 +261,31 @@ def test_the_docs_text_study_runs_its_small_model_on_the_server(
     SigningKey.generate("example.org/docs-mc/owner").save(key_path)
     for step in (
         ("lock", study),
-        ("run", study, "--backend", "openai-compatible", "--base-url", llama.base_url,
-         "--model", "small"),
+        (
+            "run",
+            study,
+            "--backend",
+            "openai-compatible",
+            "--base-url",
+            llama.base_url,
+            "--model",
+            "small",
+        ),
         ("run", study, "--backend", "simulated", "--model", "large"),
-        ("score", study), ("unblind", study), ("analyze", study),
-    ):  # fmt: skip
+        ("score", study),
+        ("unblind", study),
+        ("analyze", study),
+    ):
         result = ledger(*step, "--key", key_path)
         print(f"\nledger {step[0]}: {result.output[-600:]}")
         assert result.exit_code == 0, (step, result.output)
     real = [e for e in events(study, "trial.requested") if e.body["backend"] == "openai-compatible"]
     assert len(real) == 3 * 6 * 2 and all(e.body["model"] == "small" for e in real)
-    shapes = {(p.body["shape"]["system"], p.body["shape"]["prior_turns"])
-              for p in events(study, "run.preflight") if p.body["backend"] == "openai-compatible"}
+    shapes = {
+        (p.body["shape"]["system"], p.body["shape"]["prior_turns"])
+        for p in events(study, "run.preflight")
+        if p.body["backend"] == "openai-compatible"
+    }
     assert (True, True) in shapes  # the direct arm's system prompt and worked examples
     after = status(study)
     assert sum(a["pending"] for a in after["arms"]) == 0
@@ -267,8 +309,11 @@ def test_a_cloze_condition_with_option_orders_reads_the_servers_log_probabilitie
     text = spec.read_text("utf-8")
     text = text.replace("temperature = 0.0\n", "temperature = 0.0\nlogprobs = 20\n", 1)
     text = text.replace('parser = "multiple-choice"\nmode = "first-token"', 'parser = "cloze"')
-    text = text.replace("[stimuli]", '[variants.original]\nkind = "identity"\n\n'
-                        '[variants.rot1]\nkind = "rotate"\nk = 1\n\n[stimuli]')  # fmt: skip
+    text = text.replace(
+        "[stimuli]",
+        '[variants.original]\nkind = "identity"\n\n'
+        '[variants.rot1]\nkind = "rotate"\nk = 1\n\n[stimuli]',
+    )
     spec.write_text(text, "utf-8")
     (study / "prompts" / "item.txt").write_text(
         "Question: {question}\n{options}\nAnswer with the letter only.\nAnswer:", "utf-8"
@@ -279,8 +324,10 @@ def test_a_cloze_condition_with_option_orders_reads_the_servers_log_probabilitie
     for step in (
         ("lock", study),
         ("run", study, "--backend", "openai-compatible", "--base-url", llama.base_url),
-        ("score", study), ("unblind", study), ("analyze", study),
-    ):  # fmt: skip
+        ("score", study),
+        ("unblind", study),
+        ("analyze", study),
+    ):
         result = ledger(*step, "--key", key_path)
         assert result.exit_code == 0, (step, result.output)
         outputs[step[0]] = result.output

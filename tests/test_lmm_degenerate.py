@@ -45,11 +45,11 @@ def test_one_trial_off_the_exact_fit_is_fitted_on_both_sides() -> None:
     acc = [*ADDITIVE[:-1], 0.5]  # the last trial breaks the additive pattern
     fit = stats.mixed_model(_frame(acc, ARMS, GROUPS), "acc", "arm", "probe", reference="A")
     assert fit.residual_variance > 0
-    mine = vst.mixed_model(acc, ARMS, GROUPS, "A",
-                           at=(fit.group_variance, fit.residual_variance))  # fmt: skip
+    mine = vst.mixed_model(acc, ARMS, GROUPS, "A", at=(fit.group_variance, fit.residual_variance))
     assert mine["_reml_problem"] is None
     assert mine["fixed_effects"][1]["estimate"] == pytest.approx(
-        fit.fixed_effects[1].estimate, rel=1e-9)  # fmt: skip
+        fit.fixed_effects[1].estimate, rel=1e-9
+    )
 
 
 WIDTH_VECTORS = [
@@ -85,8 +85,10 @@ def test_the_verifiers_own_optimum_is_on_the_boundary_when_the_maximum_is() -> N
     groups = [f"p{j}" for j in range(6) for _ in range(4)]
     arms = ["A", "B"] * 12
     noise = rng.normal(0, 0.2, size=2)
-    acc = [float(noise[i % 2] * (1 if (i // 2) % 2 else -1)) + (0.3 if a == "A" else 0.0)
-           for i, a in enumerate(arms)]  # fmt: skip
+    acc = [
+        float(noise[i % 2] * (1 if (i // 2) % 2 else -1)) + (0.3 if a == "A" else 0.0)
+        for i, a in enumerate(arms)
+    ]
     fit = stats.mixed_model(_frame(acc, arms, groups), "acc", "arm", "probe", reference="A")
     assert fit.group_variance == 0.0
     exog = np.column_stack([np.ones(len(acc)), [a == "B" for a in arms]]).astype(float)

@@ -81,8 +81,12 @@ def stages(tmp_path_factory: pytest.TempPathFactory, study_template: Path) -> di
         analysis.export_study(study, base / "archive", key)
     finally:
         mp.undo()
-    return {"study": study, "partial": base / "partial", "blinded": base / "blinded",
-            "archive": base / "archive"}
+    return {
+        "study": study,
+        "partial": base / "partial",
+        "blinded": base / "blinded",
+        "archive": base / "archive",
+    }
 
 
 def events(root: Path) -> list[Any]:
@@ -120,8 +124,9 @@ def test_unblinded_study(stages: dict[str, Path]) -> None:
     # trials: the locked schedule, each with its final outcome
     t = frames.trials
     assert list(t["trial"]) == order and list(t["position"]) == list(range(1, len(order) + 1))
-    assert [f"{a}|{s}|{r}" for a, s, r in zip(t["arm"], t["stimulus"], t["rep"], strict=True)] \
-        == order
+    assert [
+        f"{a}|{s}|{r}" for a, s, r in zip(t["arm"], t["stimulus"], t["rep"], strict=True)
+    ] == order
     assert list(t["arm_code"]) == [codes[a] for a in t["arm"]]
     tries = Counter(r.body["trial"] for r in requests.values())
     assert list(t["attempts"]) == [tries[trial] for trial in order]
@@ -138,7 +143,9 @@ def test_unblinded_study(stages: dict[str, Path]) -> None:
     for row in a.itertuples():
         request, out = requests[row.request_seq], outcome[row.request_seq]
         assert (row.trial, row.arm, row.attempt) == (
-            request.body["trial"], request.body["arm"], request.body["attempt"]
+            request.body["trial"],
+            request.body["arm"],
+            request.body["attempt"],
         )
         assert row.outcome_seq == out.seq and row.final == (
             out.kind == "trial.responded" or out.body["final"]
@@ -153,7 +160,9 @@ def test_unblinded_study(stages: dict[str, Path]) -> None:
             assert pd.isna(row.error)
         else:
             assert (row.outcome, row.error_type, row.error) == (
-                "failed", out.body["error_type"], out.body["message"]
+                "failed",
+                out.body["error_type"],
+                out.body["message"],
             )
             assert row.http_status == out.body["http_status"] and pd.isna(row.response_text)
     doomed = a[a["trial"] == DOOMED]
@@ -165,7 +174,9 @@ def test_unblinded_study(stages: dict[str, Path]) -> None:
     for row, event in zip(s.itertuples(), scored, strict=True):
         request = requests[responded[event.body["response_seq"]].body["request_seq"]].body
         assert (row.trial, row.arm, row.arm_code) == (
-            request["trial"], request["arm"], event.body["arm_code"]
+            request["trial"],
+            request["arm"],
+            event.body["arm_code"],
         )
         assert event.body["arm_code"] == codes[request["arm"]]
         for field in ("status", "n_items", "n_answered", "n_correct", "scores_sha256"):
@@ -176,8 +187,15 @@ def test_unblinded_study(stages: dict[str, Path]) -> None:
         for e in scored
         for i in json.loads(blob(root, e.blobs["scores"]))
     ]
-    got = zip(items["scored_seq"], nulls(items["row"]), nulls(items["position"]),
-              items["truth"], items["answer"], items["correct"], strict=True)  # fmt: skip
+    got = zip(
+        items["scored_seq"],
+        nulls(items["row"]),
+        nulls(items["position"]),
+        items["truth"],
+        items["answer"],
+        items["correct"],
+        strict=True,
+    )
     assert list(got) == expected
     by_scored = dict(zip(s["scored_seq"], s["arm"], strict=True))
     assert list(items["arm"]) == [by_scored[q] for q in items["scored_seq"]]
@@ -188,8 +206,12 @@ def test_unblinded_study(stages: dict[str, Path]) -> None:
     assert list(frames.events["blobs"]) == [len(e.blobs) for e in evs]
 
 
-BLIND = {"trials": ("trial", "arm"), "attempts": ("trial", "arm", "request_sha256"),
-         "scores": ("trial", "arm"), "items": ("trial", "arm")}  # fmt: skip
+BLIND = {
+    "trials": ("trial", "arm"),
+    "attempts": ("trial", "arm", "request_sha256"),
+    "scores": ("trial", "arm"),
+    "items": ("trial", "arm"),
+}
 
 
 def test_blinded_study_keeps_the_blind_until_broken_on_purpose(stages: dict[str, Path]) -> None:
@@ -257,13 +279,32 @@ def test_archive_gives_the_frames_of_its_study_and_its_csv_rows(stages: dict[str
     for name in FRAMES:
         assert getattr(archive, name).equals(getattr(study, name)), name
     a = archive.attempts
-    columns = ["request_seq", "position", "trial", "attempt", "request_sha256", "outcome",
-               "outcome_seq", "response_sha256", "error_type", "final"]  # fmt: skip
+    columns = [
+        "request_seq",
+        "position",
+        "trial",
+        "attempt",
+        "request_sha256",
+        "outcome",
+        "outcome_seq",
+        "response_sha256",
+        "error_type",
+        "final",
+    ]
     rows = [as_csv(list(r)) for r in a[columns].astype(object).itertuples(index=False)]
     assert rows == read_csv(stages["archive"] / "trials" / "attempts.csv")
     s = archive.scores
-    columns = ["scored_seq", "response_seq", "arm_code", "stimulus", "status", "n_items",
-               "n_answered", "n_correct", "scores_sha256"]  # fmt: skip
+    columns = [
+        "scored_seq",
+        "response_seq",
+        "arm_code",
+        "stimulus",
+        "status",
+        "n_items",
+        "n_answered",
+        "n_correct",
+        "scores_sha256",
+    ]
     rows = [as_csv(list(r)) for r in s[columns].astype(object).itertuples(index=False)]
     assert rows == read_csv(stages["archive"] / "scores" / "scores.csv")
     assert "StudyFrames(archive" in repr(archive) and "blinded=False" in repr(archive)
@@ -330,7 +371,8 @@ def _bad_schedule(root: Path) -> str:
 
 
 @pytest.mark.parametrize(
-    "damage", [_bad_line, _no_field, _missing_blob, _changed_blob, _bad_schedule],
+    "damage",
+    [_bad_line, _no_field, _missing_blob, _changed_blob, _bad_schedule],
     ids=["line-not-an-event", "missing-field", "missing-blob", "changed-blob", "bad-schedule"],
 )
 def test_a_damaged_archive_is_refused_naming_the_place(

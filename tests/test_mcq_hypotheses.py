@@ -61,7 +61,7 @@ ITEMS = [
     for i in range(1, 11)
 ]
 
-HYPOTHESES = '''
+HYPOTHESES = """
 [[hypotheses]]
 id = "Hflip"
 description = "Rotating the options by one changes the answer."
@@ -136,9 +136,10 @@ description = "The task text raises the odds of a correct answer."
 test = "gee"
 contrast = ["direct", "bare"]
 alpha = 0.05
-'''
+"""
 
-SPEC = '''[study]
+SPEC = (
+    """[study]
 id = "mcq-hyp"
 title = "Seed 002 hypotheses"
 
@@ -211,7 +212,9 @@ bootstrap_iterations = 300
 [response]
 parser = "multiple-choice"
 mode = "first-token"
-''' + HYPOTHESES + '''
+"""
+    + HYPOTHESES
+    + """
 [reviews.bare_hurt]
 description = "Cases where the bare prompt was wrong and the task prompt right, for coding."
 failed = { arm = "bare", variant = "original" }
@@ -222,7 +225,8 @@ seed = 7
 
 [analysis]
 exclude_unparseable = false
-'''
+"""
+)
 
 
 def write_study(root: Path, spec: str = SPEC) -> Path:
@@ -260,11 +264,21 @@ def test_the_study_loads_and_locks_each_kind(tmp_path: Path) -> None:
     study = load_study(write_study(tmp_path / "s"))
     kinds = {h.id: h for h in study.hypotheses}
     assert kinds["Hflip"].locked() == {
-        "id": "Hflip", "outcome": "trial_accuracy", "test": "flip-rate", "sides": "two-sided",
-        "alpha": 0.05, "min_difference_pp": None, "margin_pp": None, "correction": "none",
-        "family": None, "description": "Rotating the options by one changes the answer.",
-        "arm": "direct", "variants": ["original", "rot1"], "basis": "answer", "min_pp": 1.0,
-    }  # fmt: skip
+        "id": "Hflip",
+        "outcome": "trial_accuracy",
+        "test": "flip-rate",
+        "sides": "two-sided",
+        "alpha": 0.05,
+        "min_difference_pp": None,
+        "margin_pp": None,
+        "correction": "none",
+        "family": None,
+        "description": "Rotating the options by one changes the answer.",
+        "arm": "direct",
+        "variants": ["original", "rot1"],
+        "basis": "answer",
+        "min_pp": 1.0,
+    }
     assert "contrast" not in kinds["Hvote"].locked()
     assert kinds["Hsc"].locked()["samples"] == 3
     assert kinds["Hvote"].locked()["incomplete"] == "exclude"
@@ -277,63 +291,104 @@ def test_self_consistency_at_temperature_zero_is_refused_naming_hypothesis_and_a
 ) -> None:
     spec = SPEC.replace("sampling = { temperature = 0.7 }", "sampling = { temperature = 0.0 }")
     text = refused(tmp_path, spec)
-    assert re.search(r"study\.toml:\d+: hypotheses\[4\]\.test: self-consistency 'Hsc': arm "
-                     r"'sampled' samples at temperature 0\.0 on model 'small'", text), text
+    assert re.search(
+        r"study\.toml:\d+: hypotheses\[4\]\.test: self-consistency 'Hsc': arm "
+        r"'sampled' samples at temperature 0\.0 on model 'small'",
+        text,
+    ), text
 
 
 def test_a_flip_rate_between_variants_the_arm_does_not_run_is_refused(tmp_path: Path) -> None:
-    spec = SPEC.replace('variants = ["original", "rot1"]\nbasis', 'variants = ["original", '
-                        '"rot2"]\nbasis').replace('arm = "direct"\nvariants = ["original", "rot2"]',
-                                                  'arm = "bare"\nvariants = ["original", "rot2"]')
+    spec = SPEC.replace(
+        'variants = ["original", "rot1"]\nbasis', 'variants = ["original", "rot2"]\nbasis'
+    ).replace(
+        'arm = "direct"\nvariants = ["original", "rot2"]',
+        'arm = "bare"\nvariants = ["original", "rot2"]',
+    )
     text = refused(tmp_path, spec)
     line = line_of(spec, 'variants = ["original", "rot2"]')
     assert f"study.toml:{line}: hypotheses[0].variants: arm 'bare' does not run variant 'rot2'" in (
-        text), text
+        text
+    ), text
 
 
 def test_an_unknown_variant_is_refused(tmp_path: Path) -> None:
-    text = refused(tmp_path, SPEC.replace('"rot1", "swap", "s42"]\nincomplete',
-                                          '"rot1", "rot9", "s42"]\nincomplete'))
+    text = refused(
+        tmp_path,
+        SPEC.replace('"rot1", "swap", "s42"]\nincomplete', '"rot1", "rot9", "s42"]\nincomplete'),
+    )
     assert "hypotheses[3].variants: arm 'direct' does not run variant 'rot9'" in text, text
 
 
 @pytest.mark.parametrize(
     ("old", "new", "expected"),
     [
-        ('parser = "multiple-choice"\nmode = "first-token"', 'parser = "normalized"',
-         "hypotheses[0].test: a flip-rate test reads option letters: it needs parser "
-         "'multiple-choice' or 'cloze', not 'normalized'"),
-        ('basis = "answer"', 'basis = "content"',
-         "hypotheses[0].basis: must be 'answer' or 'letter', got 'content'"),
-        ("min_pp = 1\n", "", "hypotheses[0].min_pp: a flip-rate rule names exactly one of "
-         "min_pp"),
-        ('arm = "direct"\nvariants = ["original", "rot1"]\nbasis',
-         'contrast = ["direct", "bare"]\nvariants = ["original", "rot1"]\nbasis',
-         "hypotheses[0].arm: missing (a flip-rate test names the arm it tests)"),
-        ('incomplete = "exclude"', 'incomplete = "skip"',
-         "hypotheses[3].incomplete: must be 'exclude' (a counted exclusion) or 'fail'"),
-        ("samples = 3", "samples = 4",
-         "hypotheses[4].samples: arm 'sampled' runs 3 replicates, fewer than the 4 samples"),
+        (
+            'parser = "multiple-choice"\nmode = "first-token"',
+            'parser = "normalized"',
+            "hypotheses[0].test: a flip-rate test reads option letters: it needs parser "
+            "'multiple-choice' or 'cloze', not 'normalized'",
+        ),
+        (
+            'basis = "answer"',
+            'basis = "content"',
+            "hypotheses[0].basis: must be 'answer' or 'letter', got 'content'",
+        ),
+        ("min_pp = 1\n", "", "hypotheses[0].min_pp: a flip-rate rule names exactly one of min_pp"),
+        (
+            'arm = "direct"\nvariants = ["original", "rot1"]\nbasis',
+            'contrast = ["direct", "bare"]\nvariants = ["original", "rot1"]\nbasis',
+            "hypotheses[0].arm: missing (a flip-rate test names the arm it tests)",
+        ),
+        (
+            'incomplete = "exclude"',
+            'incomplete = "skip"',
+            "hypotheses[3].incomplete: must be 'exclude' (a counted exclusion) or 'fail'",
+        ),
+        (
+            "samples = 3",
+            "samples = 4",
+            "hypotheses[4].samples: arm 'sampled' runs 3 replicates, fewer than the 4 samples",
+        ),
         ("samples = 3", "samples = 1", "hypotheses[4].samples: must be an integer >= 2"),
-        ('variant = "original"\nsides = "one-sided"', 'sides = "one-sided"',
-         "hypotheses[2].variant: missing: a position-bias test in a study with variants"),
-        ('test = "gee"\ncontrast = ["direct", "bare"]',
-         'test = "gee"\ncontrast = ["direct", "bare"]\nmin_difference_pp = 5',
-         "hypotheses[7].min_difference_pp: does not apply to test 'gee'"),
-        ('max_pp = 90', 'max_pp = 90\nsides = "one-sided"',
-         "hypotheses[1].sides: does not apply to test 'flip-rate'"),
-        ('sides = "one-sided"\nalpha = 0.05\n\n[[hypotheses]]\nid = "Hvote"',
-         'sides = "one-sided"\ncorrection = "holm"\nalpha = 0.05\n\n[[hypotheses]]\nid = "Hvote"',
-         "hypotheses[2].correction: does not apply to test 'position-bias'"),
-        ('id = "Hmv"\ndescription = "Rotation changes accuracy (McNemar between variants)."\n'
-         'test = "mcnemar"\narm = "direct"\nvariants = ["original", "rot1"]',
-         'id = "Hmv"\ndescription = "x"\ntest = "mcnemar"\narm = "direct"\nvariants = '
-         '["original", "rot1", "rot2"]',
-         "hypotheses[5].variants: a mcnemar test compares exactly two variants"),
-        ('test = "gee"', 'test = "gee"\nbasis = "letter"',
-         "hypotheses[7].basis: does not apply to test 'gee' (only to flip-rate)"),
-        ('test = "voting"\narm = "direct"', 'test = "voting"\narm = "direct"\ncontrast = '
-         '["direct", "bare"]', "hypotheses[3].contrast: a voting test of one arm names 'arm'"),
+        (
+            'variant = "original"\nsides = "one-sided"',
+            'sides = "one-sided"',
+            "hypotheses[2].variant: missing: a position-bias test in a study with variants",
+        ),
+        (
+            'test = "gee"\ncontrast = ["direct", "bare"]',
+            'test = "gee"\ncontrast = ["direct", "bare"]\nmin_difference_pp = 5',
+            "hypotheses[7].min_difference_pp: does not apply to test 'gee'",
+        ),
+        (
+            "max_pp = 90",
+            'max_pp = 90\nsides = "one-sided"',
+            "hypotheses[1].sides: does not apply to test 'flip-rate'",
+        ),
+        (
+            'sides = "one-sided"\nalpha = 0.05\n\n[[hypotheses]]\nid = "Hvote"',
+            'sides = "one-sided"\ncorrection = "holm"\nalpha = 0.05\n\n'
+            '[[hypotheses]]\nid = "Hvote"',
+            "hypotheses[2].correction: does not apply to test 'position-bias'",
+        ),
+        (
+            'id = "Hmv"\ndescription = "Rotation changes accuracy (McNemar between variants)."\n'
+            'test = "mcnemar"\narm = "direct"\nvariants = ["original", "rot1"]',
+            'id = "Hmv"\ndescription = "x"\ntest = "mcnemar"\narm = "direct"\nvariants = '
+            '["original", "rot1", "rot2"]',
+            "hypotheses[5].variants: a mcnemar test compares exactly two variants",
+        ),
+        (
+            'test = "gee"',
+            'test = "gee"\nbasis = "letter"',
+            "hypotheses[7].basis: does not apply to test 'gee' (only to flip-rate)",
+        ),
+        (
+            'test = "voting"\narm = "direct"',
+            'test = "voting"\narm = "direct"\ncontrast = ["direct", "bare"]',
+            "hypotheses[3].contrast: a voting test of one arm names 'arm'",
+        ),
     ],
 )
 def test_a_kind_that_does_not_fit_is_refused_naming_line_and_field(
@@ -346,22 +401,26 @@ def test_a_kind_that_does_not_fit_is_refused_naming_line_and_field(
 
 
 def test_a_mcnemar_at_a_variant_one_arm_does_not_run_is_refused(tmp_path: Path) -> None:
-    spec = SPEC.replace('contrast = ["direct", "bare"]\nvariant = "original"',
-                        'contrast = ["direct", "bare"]\nvariant = "swap"')
+    spec = SPEC.replace(
+        'contrast = ["direct", "bare"]\nvariant = "original"',
+        'contrast = ["direct", "bare"]\nvariant = "swap"',
+    )
     text = refused(tmp_path, spec)
     line = line_of(spec, 'variant = "swap"')
     assert f"study.toml:{line}: hypotheses[6].variant: arm 'bare' does not run variant 'swap'" in (
-        text), text
+        text
+    ), text
 
 
 def test_an_old_kind_refuses_the_new_keys(tmp_path: Path) -> None:
-    spec = SPEC.replace('test = "gee"\ncontrast = ["direct", "bare"]',
-                        'test = "lmm"\ncontrast = ["direct", "bare"]\nsamples = 3')
+    spec = SPEC.replace(
+        'test = "gee"\ncontrast = ["direct", "bare"]',
+        'test = "lmm"\ncontrast = ["direct", "bare"]\nsamples = 3',
+    )
     text = refused(tmp_path, spec)
     assert "hypotheses[7].samples: does not apply to test 'lmm' (only to self-consistency)" in (
-        text), text
-
-
+        text
+    ), text
 
 
 # ------------------------------------------------------------------------------ end to end
@@ -378,9 +437,12 @@ def built(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Path, Path
         fixed_key("mcq-hyp/owner").save(key)
         root = write_study(base / "study")
         for step in (
-            ("lock", root), ("run", root, "--backend", "simulated"), ("score", root),
-            ("unblind", root), ("analyze", root),
-        ):  # fmt: skip
+            ("lock", root),
+            ("run", root, "--backend", "simulated"),
+            ("score", root),
+            ("unblind", root),
+            ("analyze", root),
+        ):
             result = CliRunner().invoke(main, [*map(str, step), "--key", str(key)])
             assert result.exit_code == 0, (step, result.output)
         out = base / "archive"
@@ -422,8 +484,13 @@ def data(built: tuple[Path, Path, Path]) -> tuple[Dataset, dict[str, Any], pd.Da
         event = protocol_event(log)
         assert event is not None
         plan = event.body
-        ds = load_dataset(log, exclude_unparseable=False, parser="multiple-choice",
-                          models=models(plan), variants=True)  # fmt: skip
+        ds = load_dataset(
+            log,
+            exclude_unparseable=False,
+            parser="multiple-choice",
+            models=models(plan),
+            variants=True,
+        )
     return ds, plan, mcq_trials(ds)
 
 
@@ -438,8 +505,7 @@ def cell(t: pd.DataFrame, arm: str, variant: str) -> pd.DataFrame:
 
 
 def quantiles(values: Any, conf: float) -> tuple[float, float]:
-    lo, hi = np.quantile(np.asarray(values), [round((1 - conf) / 2, 12),
-                                              round((1 + conf) / 2, 12)])
+    lo, hi = np.quantile(np.asarray(values), [round((1 - conf) / 2, 12), round((1 + conf) / 2, 12)])
     return float(lo), float(hi)
 
 
@@ -449,8 +515,10 @@ def test_mcnemar_kinds_match_statsmodels_and_holm(
     got = results(built[1])
     t = pooled_reps(data[2])
     raw = []
-    for hid, (a, b) in {"Hmv": (("direct", "original"), ("direct", "rot1")),
-                        "Hma": (("direct", "original"), ("bare", "original"))}.items():
+    for hid, (a, b) in {
+        "Hmv": (("direct", "original"), ("direct", "rot1")),
+        "Hma": (("direct", "original"), ("bare", "original")),
+    }.items():
         m = cell(t, *a).merge(cell(t, *b), on=["item", "rep"], suffixes=("_a", "_b"))
         xa, xb = m["correct_a"].to_numpy(bool), m["correct_b"].to_numpy(bool)
         n10, n01 = int((xa & ~xb).sum()), int((~xa & xb).sum())
@@ -463,7 +531,8 @@ def test_mcnemar_kinds_match_statsmodels_and_holm(
         raw.append(v["p_raw"])
     holm = multipletests(raw, method="holm")[1]
     assert [got[f"hypothesis.{h}"]["values"]["p_adjusted"] for h in ("Hmv", "Hma")] == (
-        pytest.approx(list(holm), rel=1e-12))
+        pytest.approx(list(holm), rel=1e-12)
+    )
 
 
 def test_wilson_cells_and_the_seed_interval_match_statsmodels_and_scipy(
@@ -473,13 +542,16 @@ def test_wilson_cells_and_the_seed_interval_match_statsmodels_and_scipy(
     t = data[2]
     assert len(values["cells"]) == t.groupby(["arm", "variant", "model"]).ngroups
     for c in values["cells"]:
-        rows = t[(t["arm"] == c["arm"]) & (t["variant"] == c["variant"])
-                 & (t["model"] == c["model"])]  # fmt: skip
+        rows = t[
+            (t["arm"] == c["arm"]) & (t["variant"] == c["variant"]) & (t["model"] == c["model"])
+        ]
         k, n = int(rows["correct"].sum()), len(rows)
         lo, hi = proportion_confint(k, n, alpha=0.05, method="wilson")
         assert (c["n"], c["correct"]) == (n, k)
-        assert (c["lower"], c["upper"]) == (pytest.approx(lo, abs=1e-12), pytest.approx(hi,
-                                                                                 abs=1e-12))
+        assert (c["lower"], c["upper"]) == (
+            pytest.approx(lo, abs=1e-12),
+            pytest.approx(hi, abs=1e-12),
+        )
     seeds = {(s["arm"], s["model"]): s for s in values["seeds"]}
     assert set(seeds) == {("direct", "small"), ("direct", "large")}
     for (arm, model), s in seeds.items():
@@ -488,7 +560,9 @@ def test_wilson_cells_and_the_seed_interval_match_statsmodels_and_scipy(
         assert s["summary"]["seeds"] == ["123", "42"]
         if np.std(acc) > 0:
             assert (s["summary"]["lower"], s["summary"]["upper"]) == (
-                pytest.approx(lo, rel=1e-9), pytest.approx(hi, rel=1e-9))
+                pytest.approx(lo, rel=1e-9),
+                pytest.approx(hi, rel=1e-9),
+            )
 
 
 def test_gee_matches_statsmodels(
@@ -497,18 +571,30 @@ def test_gee_matches_statsmodels(
     v = results(built[1])["hypothesis.Hgee"]["values"]
     t = data[2]
     sub = t[t["arm"].isin(["direct", "bare"]) & t["variant"].isin(["original", "rot1"])]
-    exog = np.column_stack([
-        np.ones(len(sub)), (sub["arm"] == "direct").to_numpy(float),
-        (sub["model"] == "large").to_numpy(float), (sub["variant"] == "rot1").to_numpy(float),
-    ])  # fmt: skip
+    exog = np.column_stack(
+        [
+            np.ones(len(sub)),
+            (sub["arm"] == "direct").to_numpy(float),
+            (sub["model"] == "large").to_numpy(float),
+            (sub["variant"] == "rot1").to_numpy(float),
+        ]
+    )
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        ref = GEE(sub["correct"].to_numpy(float), exog,
-                  groups=pd.factorize(sub["item"], sort=True)[0], family=Binomial(),
-                  cov_struct=Exchangeable()).fit()  # fmt: skip
+        ref = GEE(
+            sub["correct"].to_numpy(float),
+            exog,
+            groups=pd.factorize(sub["item"], sort=True)[0],
+            family=Binomial(),
+            cov_struct=Exchangeable(),
+        ).fit()
     assert v["fit"]["factor_references"] == ["small", "original"]  # the first of each order
     assert [t_["name"] for t_ in v["fit"]["terms"]] == [
-        "Intercept", "arm[T.direct]", "model[T.large]", "variant[T.rot1]"]
+        "Intercept",
+        "arm[T.direct]",
+        "model[T.large]",
+        "variant[T.rot1]",
+    ]
     assert v["estimate"] == pytest.approx(float(ref.params[1]), rel=1e-9)
     assert v["p_raw"] == pytest.approx(float(ref.pvalues[1]), rel=1e-9)
 
@@ -530,8 +616,7 @@ def test_flip_rates_and_their_interval_by_hand(
         draw = rng.integers(0, len(items), size=(300, len(items)))
         conf = 1 - 2 * 0.05
         assert v["conf"] == conf
-        assert (v["lower"], v["upper"]) == quantiles(sums[draw].sum(1) / counts[draw].sum(1),
-                                                     conf)
+        assert (v["lower"], v["upper"]) == quantiles(sums[draw].sum(1) / counts[draw].sum(1), conf)
     assert got["hypothesis.Hflip"]["decided_by"]["rule"] == "90% interval lower bound > 1 pp"
 
 
@@ -551,8 +636,13 @@ def test_position_bias_and_its_paired_bootstrap_by_hand(
     items = sorted(set(a["item"]) | set(b["item"]))
 
     def tallies(rows: pd.DataFrame) -> dict[str, tuple[Counter[str], Counter[str]]]:
-        return {i: (Counter(rows.loc[rows["item"] == i, "letter"].dropna()),
-                    Counter(rows.loc[rows["item"] == i, "key"])) for i in items}
+        return {
+            i: (
+                Counter(rows.loc[rows["item"] == i, "letter"].dropna()),
+                Counter(rows.loc[rows["item"] == i, "key"]),
+            )
+            for i in items
+        }
 
     def tvd(pred: Counter[str], key: Counter[str]) -> float:
         n_p, n_k = sum(pred.values()), sum(key.values())
@@ -563,8 +653,10 @@ def test_position_bias_and_its_paired_bootstrap_by_hand(
     draw = rng.integers(0, len(items), size=(300, len(items)))
     reps = []
     for row in draw:
-        sums: list[tuple[Counter[str], Counter[str]]] = [(Counter(), Counter()),
-                                                         (Counter(), Counter())]
+        sums: list[tuple[Counter[str], Counter[str]]] = [
+            (Counter(), Counter()),
+            (Counter(), Counter()),
+        ]
         for i in row:
             for (pred, key), tally in zip(sums, (ta, tb), strict=True):
                 pred.update(tally[items[i]][0])
@@ -572,8 +664,10 @@ def test_position_bias_and_its_paired_bootstrap_by_hand(
         if all(sum(pred.values()) and sum(key.values()) for pred, key in sums):
             reps.append(tvd(*sums[0]) - tvd(*sums[1]))
     lower, upper = quantiles(reps, 1 - 2 * 0.05)
-    assert (v["lower"], v["upper"]) == (pytest.approx(lower, abs=1e-12),
-                                        pytest.approx(upper, abs=1e-12))
+    assert (v["lower"], v["upper"]) == (
+        pytest.approx(lower, abs=1e-12),
+        pytest.approx(upper, abs=1e-12),
+    )
 
 
 def majority(answers: list[Any]) -> Any:
@@ -616,8 +710,11 @@ def test_self_consistency_names_its_samples(
     assert [r["condition"]["model"] for r in v["results"]] == ["small", "large"]
     for r in v["results"]:
         for x in r["answers"]:
-            rows = t[(t["arm"] == "sampled") & (t["model"] == r["condition"]["model"])
-                     & (t["item"] == x["item"])].sort_values("rep")  # fmt: skip
+            rows = t[
+                (t["arm"] == "sampled")
+                & (t["model"] == r["condition"]["model"])
+                & (t["item"] == x["item"])
+            ].sort_values("rep")
             assert x["trials"] == rows["trial"].tolist()
             assert x["answer"] == majority(rows["answer"].tolist())
 
@@ -627,12 +724,18 @@ def test_self_consistency_names_its_samples(
 
 def without(ds: Dataset, trial: str) -> Dataset:
     """``ds`` as if ``trial`` had been given up (no score)."""
-    return replace(ds, trials=ds.trials[ds.trials["trial"] != trial],
-                   items=ds.items[ds.items["trial"] != trial], given_up=(trial,))  # fmt: skip
+    return replace(
+        ds,
+        trials=ds.trials[ds.trials["trial"] != trial],
+        items=ds.items[ds.items["trial"] != trial],
+        given_up=(trial,),
+    )
 
 
-@pytest.mark.parametrize(("hid", "trial"), [("Hvote", "direct|large|q03|swap|1"),
-                                            ("Hsc", "sampled|small|q03|original|2")])
+@pytest.mark.parametrize(
+    ("hid", "trial"),
+    [("Hvote", "direct|large|q03|swap|1"), ("Hsc", "sampled|small|q03|original|2")],
+)
 def test_an_incomplete_group_is_a_counted_exclusion_or_a_failure_as_declared(
     data: tuple[Dataset, dict[str, Any], pd.DataFrame], hid: str, trial: str
 ) -> None:
@@ -644,16 +747,19 @@ def test_an_incomplete_group_is_a_counted_exclusion_or_a_failure_as_declared(
     [r] = hypothesis_results(short, one, None)
     assert r.status == "ok" and r.values is not None
     assert r.values["excluded"] == 1
-    excluded = (r.values["vote"]["exclusions"] if hid == "Hvote"
-                else [e for x in r.values["results"] for e in x["exclusions"]])  # fmt: skip
+    excluded = (
+        r.values["vote"]["exclusions"]
+        if hid == "Hvote"
+        else [e for x in r.values["results"] for e in x["exclusions"]]
+    )
     [e] = excluded
-    assert e["item"] == "q03" and trial not in e["trials"] and e["reason"].startswith(
-        "incomplete")
+    assert e["item"] == "q03" and trial not in e["trials"] and e["reason"].startswith("incomplete")
     # the verifier's mirror counts the same exclusion
     pooled, by_model = vmh._tables(VerifyDs(short), plan)
     assert vmh.values_from_rows(pooled, by_model, plan, h, ["small", "large"])["excluded"] == 1
-    [failed_] = hypothesis_results(short, {**plan, "hypotheses": [{**h, "incomplete": "fail"}]},
-                                   None)
+    [failed_] = hypothesis_results(
+        short, {**plan, "hypotheses": [{**h, "incomplete": "fail"}]}, None
+    )
     assert failed_.status == "failed" and failed_.verdict == "not computed"
     assert "'q03'" in str(failed_.error), failed_.error
 
@@ -663,8 +769,10 @@ class VerifyDs:
 
     def __init__(self, ds: Dataset) -> None:
         self.trials = ds.trials.to_dict("records")
-        self.items = [{k: (None if isinstance(v, float) and np.isnan(v) else v)
-                       for k, v in r.items()} for r in ds.items.to_dict("records")]  # fmt: skip
+        self.items = [
+            {k: (None if isinstance(v, float) and np.isnan(v) else v) for k, v in r.items()}
+            for r in ds.items.to_dict("records")
+        ]
         self.models = list(ds.models)
         self.several_models = ds.several_models
 
@@ -675,8 +783,9 @@ class VerifyDs:
 def edit_result(root: Path, result_id: str, change: Any) -> tuple[list[dict[str, Any]], int]:
     """Apply ``change`` to one analysis.result body, rewrite results.json; (events, seq)."""
     events = read_events(root)
-    event = next(e for e in events if e["kind"] == "analysis.result"
-                 and e["body"]["id"] == result_id)  # fmt: skip
+    event = next(
+        e for e in events if e["kind"] == "analysis.result" and e["body"]["id"] == result_id
+    )
     change(event["body"])
     listed = [e["body"] | {"seq": e["seq"]} for e in events if e["kind"] == "analysis.result"]
     (root / "analysis" / "results.json").write_text(json.dumps(listed, indent=2), "utf-8")
@@ -700,14 +809,14 @@ def copied(built: tuple[Path, Path, Path], tmp_path: Path) -> Path:
 
 
 def test_an_edited_re_signed_flip_rate_fails_naming_the_hypothesis(copied: Path) -> None:
-    events, _ = edit_result(copied, "hypothesis.Hflip",
-                              lambda b: b["values"].__setitem__("rate", 0.35))
+    events, _ = edit_result(
+        copied, "hypothesis.Hflip", lambda b: b["values"].__setitem__("rate", 0.35)
+    )
     forge(copied, events)
     report = verify_archive(copied)
     passed(report, "signatures")
     reason = failed(report, "reanalysis")
-    assert reason.startswith("hypothesis.Hflip values.rate: recorded 0.35, recomputed 0.6"), (
-        reason)
+    assert reason.startswith("hypothesis.Hflip values.rate: recorded 0.35, recomputed 0.6"), reason
 
 
 def _vote_trial(b: dict[str, Any]) -> None:
@@ -717,20 +826,37 @@ def _vote_trial(b: dict[str, Any]) -> None:
 
 TAMPERS = [
     ("hypothesis.Hvote", "values.vote.answers[0].trials[3]", _vote_trial),
-    ("hypothesis.Hvote@large", "values.estimate",
-     lambda b: b["values"].__setitem__("estimate", b["values"]["estimate"] + 0.01)),
-    ("hypothesis.Hbias", "values.upper",
-     lambda b: b["values"].__setitem__("upper", b["values"]["upper"] + 0.001)),
-    ("hypothesis.Hsc", "values.results[1].answers[2].answer",
-     lambda b: b["values"]["results"][1]["answers"][2].__setitem__("answer", "Z")),
-    ("hypothesis.Hmv", "values.c_count",
-     lambda b: b["values"].__setitem__("c_count", b["values"]["c_count"] + 1)),
-    ("hypothesis.Hgee@small", "values.estimate",
-     lambda b: b["values"].__setitem__("estimate", b["values"]["estimate"] * 1.01)),
-    ("hypothesis.Hflipl", "verdict",
-     lambda b: b.__setitem__("verdict", "supported")),
-    ("descriptive.mcq", "values.seeds[0].summary.mean",
-     lambda b: b["values"]["seeds"][0]["summary"].__setitem__("mean", 0.99)),
+    (
+        "hypothesis.Hvote@large",
+        "values.estimate",
+        lambda b: b["values"].__setitem__("estimate", b["values"]["estimate"] + 0.01),
+    ),
+    (
+        "hypothesis.Hbias",
+        "values.upper",
+        lambda b: b["values"].__setitem__("upper", b["values"]["upper"] + 0.001),
+    ),
+    (
+        "hypothesis.Hsc",
+        "values.results[1].answers[2].answer",
+        lambda b: b["values"]["results"][1]["answers"][2].__setitem__("answer", "Z"),
+    ),
+    (
+        "hypothesis.Hmv",
+        "values.c_count",
+        lambda b: b["values"].__setitem__("c_count", b["values"]["c_count"] + 1),
+    ),
+    (
+        "hypothesis.Hgee@small",
+        "values.estimate",
+        lambda b: b["values"].__setitem__("estimate", b["values"]["estimate"] * 1.01),
+    ),
+    ("hypothesis.Hflipl", "verdict", lambda b: b.__setitem__("verdict", "supported")),
+    (
+        "descriptive.mcq",
+        "values.seeds[0].summary.mean",
+        lambda b: b["values"]["seeds"][0]["summary"].__setitem__("mean", 0.99),
+    ),
 ]
 
 
@@ -780,8 +906,9 @@ def test_the_mcnemar_cells_read_as_counts_in_the_html_and_the_archive(
 
 
 @pytest.mark.slow
-def test_the_terminal_report_tables_them_too(built: tuple[Path, Path, Path],
-                                            tmp_path: Path) -> None:
+def test_the_terminal_report_tables_them_too(
+    built: tuple[Path, Path, Path], tmp_path: Path
+) -> None:
     from rich.console import Console
 
     from analysis.report import build_report, render_terminal
@@ -797,8 +924,10 @@ def test_the_terminal_report_tables_them_too(built: tuple[Path, Path, Path],
 
 # ------------------------------------------------------------------------------ the seed's tables
 
-SEED_PLAN: dict[str, Any] = {"design": {"bootstrap_iterations": 1000, "bootstrap_seed": 1},
-                             "response": {"letters": "ABCD"}}
+SEED_PLAN: dict[str, Any] = {
+    "design": {"bootstrap_iterations": 1000, "bootstrap_seed": 1},
+    "response": {"letters": "ABCD"},
+}
 
 
 def seed_rows(arms: dict[str, list[tuple[str, str]]]) -> pd.DataFrame:
@@ -806,10 +935,22 @@ def seed_rows(arms: dict[str, list[tuple[str, str]]]) -> pd.DataFrame:
     rows = []
     for arm, pairs in arms.items():
         for i, (key, letter) in enumerate(pairs):
-            rows.append({"trial": f"{arm}|q{i}", "item": f"q{i:05d}", "arm": arm, "model": "",
-                         "variant": "original", "rep": 1, "key": key, "key_original": key,
-                         "letter": letter, "answer": letter, "correct": letter == key,
-                         "parse": "ok"})  # fmt: skip
+            rows.append(
+                {
+                    "trial": f"{arm}|q{i}",
+                    "item": f"q{i:05d}",
+                    "arm": arm,
+                    "model": "",
+                    "variant": "original",
+                    "rep": 1,
+                    "key": key,
+                    "key_original": key,
+                    "letter": letter,
+                    "answer": letter,
+                    "correct": letter == key,
+                    "parse": "ok",
+                }
+            )
     return pd.DataFrame(rows)
 
 
@@ -841,12 +982,23 @@ def same(a: Any, b: Any, path: str = "") -> None:
 
 def test_table_9_through_the_registered_mcnemar_kind() -> None:
     """Seed 002 Table 9: 1,511 both right, 1,410 both wrong, 750 direct only, 512 CoT only."""
-    cells = [(True, True)] * 1511 + [(False, False)] * 1410 + [(True, False)] * 750 + [
-        (False, True)] * 512
-    arms = {arm: [("A", "A" if ok[j] else "B") for ok in cells]
-            for j, arm in enumerate(("direct", "cot"))}  # fmt: skip
-    h = {"id": "T9", "test": "mcnemar", "contrast": ["direct", "cot"], "variant": "original",
-         "alpha": 0.05}
+    cells = (
+        [(True, True)] * 1511
+        + [(False, False)] * 1410
+        + [(True, False)] * 750
+        + [(False, True)] * 512
+    )
+    arms = {
+        arm: [("A", "A" if ok[j] else "B") for ok in cells]
+        for j, arm in enumerate(("direct", "cot"))
+    }
+    h = {
+        "id": "T9",
+        "test": "mcnemar",
+        "contrast": ["direct", "cot"],
+        "variant": "original",
+        "alpha": 0.05,
+    }
     v = both_ways(seed_rows(arms), h)
     assert (v["n_pairs"], v["b_count"], v["c_count"]) == (4183, 750, 512)
     assert round(100 * v["estimate"], 1) == 5.7  # "CoT reduces accuracy by 5.7 points"
@@ -860,10 +1012,18 @@ def test_table_11_through_the_registered_position_bias_kind() -> None:
     def predictions(shares: tuple[int, ...]) -> list[str]:
         return [x for x, n in zip("ABCD", shares, strict=True) for _ in range(n)]
 
-    arms = {"fewshot": list(zip(keys, predictions((760, 120, 70, 50)), strict=True)),
-            "zeroshot": list(zip(keys, predictions((459, 221, 178, 142)), strict=True))}
-    h = {"id": "T11", "test": "position-bias", "contrast": ["fewshot", "zeroshot"],
-         "variant": "original", "sides": "one-sided", "alpha": 0.05}
+    arms = {
+        "fewshot": list(zip(keys, predictions((760, 120, 70, 50)), strict=True)),
+        "zeroshot": list(zip(keys, predictions((459, 221, 178, 142)), strict=True)),
+    }
+    h = {
+        "id": "T11",
+        "test": "position-bias",
+        "contrast": ["fewshot", "zeroshot"],
+        "variant": "original",
+        "sides": "one-sided",
+        "alpha": 0.05,
+    }
     v = both_ways(seed_rows(arms), h)
     assert round(v["bias_b"], 3) == 0.137 and round(v["bias_a"], 3) == 0.438
     assert v["estimate"] == pytest.approx(0.301, abs=1e-9)
@@ -873,12 +1033,19 @@ def test_table_11_through_the_registered_position_bias_kind() -> None:
 
 def test_an_unparseable_trial_stays_in_the_bias_denominators_both_ways() -> None:
     """p_truth over every trial, p_pred over the parsed ones (a null letter is no letter)."""
-    arms = {"a": [("A", "A"), ("B", "A"), ("C", "A"), ("D", "D")],
-            "b": [("A", "A"), ("B", "B"), ("C", "C"), ("D", "D")]}
+    arms = {
+        "a": [("A", "A"), ("B", "A"), ("C", "A"), ("D", "D")],
+        "b": [("A", "A"), ("B", "B"), ("C", "C"), ("D", "D")],
+    }
     frame = seed_rows(arms)
     frame.loc[1, ["letter", "answer", "parse"]] = [None, None, "unparseable"]
-    h = {"id": "U", "test": "position-bias", "contrast": ["a", "b"], "variant": "original",
-         "alpha": 0.05}
+    h = {
+        "id": "U",
+        "test": "position-bias",
+        "contrast": ["a", "b"],
+        "variant": "original",
+        "alpha": 0.05,
+    }
     v = both_ways(frame, h)
     assert v["a"]["n"] == 4 and v["a"]["n_parsed"] == 3
     assert v["bias_a"] == pytest.approx(0.5 * (abs(2 / 3 - 0.25) + 0.25 + 0.25 + abs(1 / 3 - 0.25)))
@@ -899,11 +1066,18 @@ def test_the_review_sample_is_locked_as_declared(built: tuple[Path, Path, Path])
         event = protocol_event(log)
         assert event is not None
         locked = event.body["reviews"]
-    assert locked == {"bare_hurt": {
-        "kind": "contrast", "failed": {"arm": "bare", "variant": "original"},
-        "succeeded": {"arm": "direct", "variant": "original"}, "model": "small", "n": 3,
-        "seed": "7", "description": "Cases where the bare prompt was wrong and the task prompt "
-        "right, for coding."}}  # fmt: skip
+    assert locked == {
+        "bare_hurt": {
+            "kind": "contrast",
+            "failed": {"arm": "bare", "variant": "original"},
+            "succeeded": {"arm": "direct", "variant": "original"},
+            "model": "small",
+            "n": 3,
+            "seed": "7",
+            "description": "Cases where the bare prompt was wrong and the task prompt "
+            "right, for coding.",
+        }
+    }
 
 
 def test_the_review_sample_follows_the_documented_rule_by_hand(
@@ -924,16 +1098,21 @@ def test_the_review_sample_follows_the_documented_rule_by_hand(
     values = got["values"]
     assert values["n_candidates"] == len(cands) and values["size"] == min(3, len(cands)) > 0
     assert [(c["order_key"], c["failed_trial"], c["succeeded_trial"]) for c in values["cases"]] == [
-        (k, a.trial, b.trial) for k, a, b in cands[:3]]
-    rows = list(csv.DictReader(io.StringIO(
-        (built[1] / "analysis" / "review" / "bare_hurt.csv").read_text("utf-8"))))
+        (k, a.trial, b.trial) for k, a, b in cands[:3]
+    ]
+    rows = list(
+        csv.DictReader(
+            io.StringIO((built[1] / "analysis" / "review" / "bare_hurt.csv").read_text("utf-8"))
+        )
+    )
     items = {i["id"]: i for i in ITEMS}
     with Ledger.open(ledger_path(built[0]), readonly=True) as log:
         for row, case in zip(rows, values["cases"], strict=True):
             item = items[row["item"]]
             assert row["question"] == item["question"] and row["codes"] == ""
             assert row["options"].splitlines() == [
-                f"{'ABCD'[i]}. {text}" for i, text in enumerate(item["options"])]
+                f"{'ABCD'[i]}. {text}" for i, text in enumerate(item["options"])
+            ]
             assert row["failed_answer"] != row["key_original"] == row["succeeded_answer"]
             for side in ("failed", "succeeded"):
                 event = log.get(case[f"{side}_response_seq"])
@@ -946,46 +1125,79 @@ def test_the_review_sample_follows_the_documented_rule_by_hand(
     assert "  analysis/review/bare_hurt.csv\n" in listed
 
 
-REVIEW = '''[reviews.bare_hurt]
+REVIEW = """[reviews.bare_hurt]
 description = "Cases where the bare prompt was wrong and the task prompt right, for coding."
 failed = { arm = "bare", variant = "original" }
 succeeded = { arm = "direct" }
 model = "small"
 n = 3
 seed = 7
-'''
+"""
 
 
 @pytest.mark.parametrize(
     ("old", "new", "line_text", "expected"),
     [
-        ('failed = { arm = "bare"', 'failed = { arm = "naked"', 'arm = "naked"',
-         "reviews.bare_hurt.failed.arm: unknown arm 'naked'"),
-        ('variant = "original" }\nsucceeded', 'variant = "swap" }\nsucceeded',
-         'failed = { arm = "bare", variant = "swap" }',
-         "reviews.bare_hurt.failed.variant: arm 'bare' does not run variant 'swap'"),
-        ('model = "small"\n', "", "[reviews.bare_hurt]",
-         "reviews.bare_hurt.model: missing: the study has 2 models"),
-        ('model = "small"', 'model = "medium"', 'model = "medium"',
-         "reviews.bare_hurt.model: unknown model 'medium'"),
+        (
+            'failed = { arm = "bare"',
+            'failed = { arm = "naked"',
+            'arm = "naked"',
+            "reviews.bare_hurt.failed.arm: unknown arm 'naked'",
+        ),
+        (
+            'variant = "original" }\nsucceeded',
+            'variant = "swap" }\nsucceeded',
+            'failed = { arm = "bare", variant = "swap" }',
+            "reviews.bare_hurt.failed.variant: arm 'bare' does not run variant 'swap'",
+        ),
+        (
+            'model = "small"\n',
+            "",
+            "[reviews.bare_hurt]",
+            "reviews.bare_hurt.model: missing: the study has 2 models",
+        ),
+        (
+            'model = "small"',
+            'model = "medium"',
+            'model = "medium"',
+            "reviews.bare_hurt.model: unknown model 'medium'",
+        ),
         ("n = 3", "n = 0", "n = 0", "reviews.bare_hurt.n: must be an integer >= 1"),
         ("seed = 7", "seed = -7", "seed = -7", "reviews.bare_hurt.seed: must be a non-negative"),
-        ('succeeded = { arm = "direct" }', 'succeeded = { arm = "bare" }',
-         'succeeded = { arm = "bare" }',
-         "reviews.bare_hurt.succeeded: names the same arm and variant as failed"),
-        ('succeeded = { arm = "direct" }', 'succeeded = { arm = "direct", varient = "x" }',
-         "varient", "[reviews.bare_hurt] succeeded varient: unknown key (did you mean 'variant'?)"),
-        ("seed = 7", "seed = 7\nsize = 3", "size = 3",
-         "[reviews.bare_hurt] size: unknown key"),
+        (
+            'succeeded = { arm = "direct" }',
+            'succeeded = { arm = "bare" }',
+            'succeeded = { arm = "bare" }',
+            "reviews.bare_hurt.succeeded: names the same arm and variant as failed",
+        ),
+        (
+            'succeeded = { arm = "direct" }',
+            'succeeded = { arm = "direct", varient = "x" }',
+            "varient",
+            "[reviews.bare_hurt] succeeded varient: unknown key (did you mean 'variant'?)",
+        ),
+        ("seed = 7", "seed = 7\nsize = 3", "size = 3", "[reviews.bare_hurt] size: unknown key"),
         # one kind per table: a judge-label sample's step refuses the contrast keys, line by line
-        ("seed = 7", 'seed = 7\nstep = "judge"', 'failed = { arm = "bare"',
-         "reviews.bare_hurt.failed: a contrast sample's key (with failed and succeeded), but "
-         "this table names a step, so it is a judge-label sample"),
-        ("seed = 7", 'seed = 7\nstep = "judge"', 'model = "small"',
-         "reviews.bare_hurt.model: a contrast sample's key"),
-        ('failed = { arm = "bare", variant = "original" }\nsucceeded = { arm = "direct" }\n'
-         'model = "small"\n', "", "[reviews.bare_hurt]",
-         "reviews.bare_hurt: say which sample it is: step = \"<judge step>\""),
+        (
+            "seed = 7",
+            'seed = 7\nstep = "judge"',
+            'failed = { arm = "bare"',
+            "reviews.bare_hurt.failed: a contrast sample's key (with failed and succeeded), but "
+            "this table names a step, so it is a judge-label sample",
+        ),
+        (
+            "seed = 7",
+            'seed = 7\nstep = "judge"',
+            'model = "small"',
+            "reviews.bare_hurt.model: a contrast sample's key",
+        ),
+        (
+            'failed = { arm = "bare", variant = "original" }\nsucceeded = { arm = "direct" }\n'
+            'model = "small"\n',
+            "",
+            "[reviews.bare_hurt]",
+            'reviews.bare_hurt: say which sample it is: step = "<judge step>"',
+        ),
     ],
 )
 def test_a_bad_review_declaration_is_refused_naming_line_and_field(
@@ -999,11 +1211,14 @@ def test_a_bad_review_declaration_is_refused_naming_line_and_field(
 
 def test_a_review_on_a_parser_without_letters_is_refused(tmp_path: Path) -> None:
     spec = SPEC.replace(HYPOTHESES, "").replace(
-        'parser = "multiple-choice"\nmode = "first-token"', 'parser = "normalized"')
+        'parser = "multiple-choice"\nmode = "first-token"', 'parser = "normalized"'
+    )
     text = refused(tmp_path, spec)
-    assert (f"study.toml:{line_of(spec, '[reviews.bare_hurt]')}: reviews.bare_hurt: a review "
-            "sample pairs trials scored right or wrong on option letters: it needs parser "
-            "'multiple-choice' or 'cloze', not 'normalized'") in text, text
+    assert (
+        f"study.toml:{line_of(spec, '[reviews.bare_hurt]')}: reviews.bare_hurt: a review "
+        "sample pairs trials scored right or wrong on option letters: it needs parser "
+        "'multiple-choice' or 'cloze', not 'normalized'"
+    ) in text, text
 
 
 def test_a_changed_review_sample_re_signed_fails_naming_it(copied: Path) -> None:
@@ -1038,8 +1253,9 @@ def test_a_changed_review_csv_fails_reanalysis_naming_it(copied: Path) -> None:
     assert check.status is Status.FAIL
     reason = check.reason
     assert "(first at line 2)" in reason, reason
-    assert reason.startswith("analysis/review/bare_hurt.csv differs from the review sample "
-                             "rebuilt from review.bare_hurt"), reason
+    assert reason.startswith(
+        "analysis/review/bare_hurt.csv differs from the review sample rebuilt from review.bare_hurt"
+    ), reason
 
 
 def test_ledger_review_refuses_a_contrast_sample_naming_its_export(
@@ -1049,6 +1265,9 @@ def test_ledger_review_refuses_a_contrast_sample_naming_its_export(
     from analysis.reviewing import review_subjects
     from runner.lock import StudyError
 
-    with pytest.raises(StudyError, match=r"'bare_hurt' is a contrast sample.*"
-                       r"analysis/review/bare_hurt\.csv"):  # fmt: skip
+    with pytest.raises(
+        StudyError,
+        match=r"'bare_hurt' is a contrast sample.*"
+        r"analysis/review/bare_hurt\.csv",
+    ):
         review_subjects(built[0], "bare_hurt")

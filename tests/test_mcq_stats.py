@@ -63,17 +63,20 @@ def test_check_trials_normalizes_and_remembers_letters(table: mcq.Trials) -> Non
         mcq.accuracy_by_cell(table, letters=("yes", "no"))
 
 
-@pytest.mark.parametrize(("change", "message"), [
-    (lambda f: f.drop(columns=["key_original"]), "missing column 'key_original'"),
-    (lambda f: f.assign(trial=["t"] * len(f)), "column 'trial' repeats trial 't'"),
-    (lambda f: f.assign(rep=1), r"\(item, arm, model, variant, rep\) repeats"),
-    (lambda f: f.assign(key="E"), "column 'key' is not one of"),
-    (lambda f: f.assign(letter="Z"), "column 'letter' is neither null nor one of"),
-    (lambda f: f.assign(correct=~f["correct"]), "column 'correct' differs from letter == key"),
-    (lambda f: f.assign(parse="ok"), "column 'parse' is 'ok' exactly when"),
-    (lambda f: f.assign(answer=None), "'letter' and 'answer' must be null together"),
-    (lambda f: f.assign(rep="x"), "column 'rep' is not an integer"),
-])  # fmt: skip
+@pytest.mark.parametrize(
+    ("change", "message"),
+    [
+        (lambda f: f.drop(columns=["key_original"]), "missing column 'key_original'"),
+        (lambda f: f.assign(trial=["t"] * len(f)), "column 'trial' repeats trial 't'"),
+        (lambda f: f.assign(rep=1), r"\(item, arm, model, variant, rep\) repeats"),
+        (lambda f: f.assign(key="E"), "column 'key' is not one of"),
+        (lambda f: f.assign(letter="Z"), "column 'letter' is neither null nor one of"),
+        (lambda f: f.assign(correct=~f["correct"]), "column 'correct' differs from letter == key"),
+        (lambda f: f.assign(parse="ok"), "column 'parse' is 'ok' exactly when"),
+        (lambda f: f.assign(answer=None), "'letter' and 'answer' must be null together"),
+        (lambda f: f.assign(rep="x"), "column 'rep' is not an integer"),
+    ],
+)
 def test_check_trials_refuses_a_bad_table(change, message: str) -> None:  # type: ignore[no-untyped-def]
     frame = synthetic_trials(items=8, reps=2, seed=1)
     with pytest.raises(McqError, match=message):
@@ -86,9 +89,12 @@ def test_a_permutation_that_does_not_remap_the_key_is_refused_naming_the_trial()
     # the variant's key left at the original letter: correct no longer follows from the letter
     frame.loc[rotated, "key"] = frame.loc[rotated, "key_original"]
     frame.loc[rotated, "correct"] = frame.loc[rotated, "letter"] == frame.loc[rotated, "key"]
-    with pytest.raises(McqError, match=r"'correct' differs from answer == key_original in "
-                                       r"trial '.*\|rotate-1\|q\d+\|1' \(item 'q\d+', "
-                                       r"variant 'rotate-1'\)"):
+    with pytest.raises(
+        McqError,
+        match=r"'correct' differs from answer == key_original in "
+        r"trial '.*\|rotate-1\|q\d+\|1' \(item 'q\d+', "
+        r"variant 'rotate-1'\)",
+    ):
         mcq.check_trials(frame)
 
 
@@ -125,40 +131,60 @@ def test_paired_mcnemar_matches_statsmodels(table: mcq.Trials) -> None:
     a = _row(table, arm="direct", variant="original").set_index(["item", "rep"])["correct"]
     b = _row(table, arm="cot", variant="original").set_index(["item", "rep"])["correct"]
     both = pd.concat([a, b], axis=1, join="inner").to_numpy(dtype=bool)
-    grid = [[int(np.sum(both[:, 0] & both[:, 1])), int(np.sum(both[:, 0] & ~both[:, 1]))],
-            [int(np.sum(~both[:, 0] & both[:, 1])), int(np.sum(~both[:, 0] & ~both[:, 1]))]]
+    grid = [
+        [int(np.sum(both[:, 0] & both[:, 1])), int(np.sum(both[:, 0] & ~both[:, 1]))],
+        [int(np.sum(~both[:, 0] & both[:, 1])), int(np.sum(~both[:, 0] & ~both[:, 1]))],
+    ]
     assert (result.both_correct, result.b_count, result.c_count, result.both_wrong) == (
-        grid[0][0], grid[0][1], grid[1][0], grid[1][1])
+        grid[0][0],
+        grid[0][1],
+        grid[1][0],
+        grid[1][1],
+    )
     assert result.test.p_exact == pytest.approx(sm_mcnemar(grid, exact=True).pvalue, rel=1e-10)
     corrected = sm_mcnemar(grid, exact=False, correction=True)
     assert result.test.p_chi2_cc == pytest.approx(corrected.pvalue, rel=1e-10)
     assert result.test.primary == ("exact" if result.b_count + result.c_count < 25 else "chi2_cc")
 
 
-@pytest.mark.parametrize(("b", "c", "primary"), [(7, 17, "exact"), (8, 17, "chi2_cc"),
-                                                 (0, 3, "exact")])
+@pytest.mark.parametrize(
+    ("b", "c", "primary"), [(7, 17, "exact"), (8, 17, "chi2_cc"), (0, 3, "exact")]
+)
 def test_mcnemar_threshold_is_25_discordant_pairs(b: int, c: int, primary: str) -> None:
     rows = []
     outcomes = [(True, False)] * b + [(False, True)] * c + [(True, True)] * 5
     for i, (x, y) in enumerate(outcomes):
         for arm, ok in (("x", x), ("y", y)):
-            rows.append({"trial": f"{arm}{i}", "item": f"q{i}", "arm": arm, "model": "m",
-                         "variant": "original", "rep": 1, "key": "A", "key_original": "A",
-                         "letter": "A" if ok else "B", "answer": "A" if ok else "B",
-                         "correct": ok, "parse": "ok"})
-    result = mcq.paired_mcnemar(pd.DataFrame(rows), ("x", "original", "m"),
-                                ("y", "original", "m"))
-    assert result.test.primary == primary == ("exact" if b + c < mcq.EXACT_THRESHOLD
-                                              else "chi2_cc")
+            rows.append(
+                {
+                    "trial": f"{arm}{i}",
+                    "item": f"q{i}",
+                    "arm": arm,
+                    "model": "m",
+                    "variant": "original",
+                    "rep": 1,
+                    "key": "A",
+                    "key_original": "A",
+                    "letter": "A" if ok else "B",
+                    "answer": "A" if ok else "B",
+                    "correct": ok,
+                    "parse": "ok",
+                }
+            )
+    result = mcq.paired_mcnemar(pd.DataFrame(rows), ("x", "original", "m"), ("y", "original", "m"))
+    assert result.test.primary == primary == ("exact" if b + c < mcq.EXACT_THRESHOLD else "chi2_cc")
     exact = sm_mcnemar([[5, b], [c, 0]], exact=True).pvalue
     assert result.test.p_exact == pytest.approx(exact, rel=1e-10)
 
 
 @pytest.mark.parametrize("method", ["holm", "bonferroni"])
-def test_mcnemar_family_adjusts_over_the_declared_family(table: mcq.Trials,
-                                                         method: str) -> None:
-    family = [(DIRECT, COT), (DIRECT, ROT1), (DIRECT, ("direct", "rotate-2", "m1")),
-              (COT, ("cot", "swap", "m1"))]
+def test_mcnemar_family_adjusts_over_the_declared_family(table: mcq.Trials, method: str) -> None:
+    family = [
+        (DIRECT, COT),
+        (DIRECT, ROT1),
+        (DIRECT, ("direct", "rotate-2", "m1")),
+        (COT, ("cot", "swap", "m1")),
+    ]
     result = mcq.mcnemar_family(table, family, method=method)  # type: ignore[arg-type]
     raw = [mcq.paired_mcnemar(table, a, b).test.p for a, b in family]
     reject, adjusted, _, _ = multipletests(raw, alpha=0.05, method=method)
@@ -173,8 +199,9 @@ def test_mcnemar_family_adjusts_over_the_declared_family(table: mcq.Trials,
 # 3. flip rate
 
 
-def _cluster_bootstrap(values: np.ndarray, items: list[str], iterations: int,
-                       seed: int) -> tuple[float, float]:
+def _cluster_bootstrap(
+    values: np.ndarray, items: list[str], iterations: int, seed: int
+) -> tuple[float, float]:
     """The documented draw order, written out directly."""
     keys = sorted(set(items))
     sums = np.array([values[[i for i, it in enumerate(items) if it == k]].sum() for k in keys])
@@ -188,13 +215,18 @@ def _cluster_bootstrap(values: np.ndarray, items: list[str], iterations: int,
 
 @pytest.mark.parametrize("basis", ["answer", "letter"])
 def test_flip_rate_counts_and_item_cluster_bootstrap(table: mcq.Trials, basis: str) -> None:
-    result = mcq.flip_rate_between(table, DIRECT, ROT1, basis=basis,  # type: ignore[arg-type]
-                                   iterations=400, seed=9)
+    result = mcq.flip_rate_between(
+        table,
+        DIRECT,
+        ROT1,
+        basis=basis,  # type: ignore[arg-type]
+        iterations=400,
+        seed=9,
+    )
     a = _row(table, arm="direct", variant="original").set_index(["item", "rep"])[basis]
     b = _row(table, arm="direct", variant="rotate-1").set_index(["item", "rep"])[basis]
     joined = pd.concat([a.rename("a"), b.rename("b")], axis=1, join="inner")
-    flips = np.array([x != y for x, y in zip(joined["a"], joined["b"], strict=True)],
-                     dtype=float)
+    flips = np.array([x != y for x, y in zip(joined["a"], joined["b"], strict=True)], dtype=float)
     assert result.flips == int(flips.sum())
     assert result.rate == pytest.approx(flips.mean())
     assert result.n_items == 60 and result.n_pairs == 180
@@ -205,15 +237,35 @@ def test_flip_rate_counts_and_item_cluster_bootstrap(table: mcq.Trials, basis: s
 def test_flip_bases_differ_as_in_the_seeds_table_5() -> None:
     # Table 5, example 2: B (anterior ethmoidal) under the original order; after the shuffle the
     # model again says B, now the septal branch: no letter flip, an answer flip.
-    base = {"item": "kiesselbach", "arm": "direct", "model": "4b", "rep": 1,
-            "key_original": "B", "parse": "ok"}
+    base = {
+        "item": "kiesselbach",
+        "arm": "direct",
+        "model": "4b",
+        "rep": 1,
+        "key_original": "B",
+        "parse": "ok",
+    }
     rows = [
-        {**base, "trial": "t1", "variant": "original", "key": "B", "letter": "B",
-         "answer": "B", "correct": True},
+        {
+            **base,
+            "trial": "t1",
+            "variant": "original",
+            "key": "B",
+            "letter": "B",
+            "answer": "B",
+            "correct": True,
+        },
         # shuffled order shows original options (B, D, A, C) at A..D
-        {**base, "trial": "t2", "variant": "shuffle-42", "key": "A", "letter": "B",
-         "answer": "D", "correct": False},
-    ]  # fmt: skip
+        {
+            **base,
+            "trial": "t2",
+            "variant": "shuffle-42",
+            "key": "A",
+            "letter": "B",
+            "answer": "D",
+            "correct": False,
+        },
+    ]
     frame = pd.DataFrame(rows)
     a, b = ("direct", "original", "4b"), ("direct", "shuffle-42", "4b")
     assert mcq.flip_rate_between(frame, a, b, basis="letter", iterations=10).flips == 0
@@ -237,7 +289,8 @@ def test_position_metrics_match_direct_formulas_and_scipy(table: mcq.Trials) -> 
     assert result.bias_quarter == pytest.approx(result.bias / 2)
     chi = sps.chisquare(counts)
     assert result.ckld == pytest.approx(chi.statistic) and result.ckld_p == pytest.approx(
-        chi.pvalue)
+        chi.pvalue
+    )
     truth_ref = mcq.position_metrics(table, COT, reference="truth")
     chi_t = sps.chisquare(counts, np.array(result.truth_counts) / result.n * len(parsed))
     assert truth_ref.ckld == pytest.approx(chi_t.statistic)
@@ -248,7 +301,8 @@ def test_position_metrics_match_direct_formulas_and_scipy(table: mcq.Trials) -> 
 
 def test_rstd_is_population_sd_over_mean_and_nan_at_zero() -> None:
     assert mcq.rstd([0.5, 0.3, 0.2, 0.2]) == pytest.approx(
-        math.sqrt(sum((a - 0.3) ** 2 for a in [0.5, 0.3, 0.2, 0.2]) / 4) / 0.3)
+        math.sqrt(sum((a - 0.3) ** 2 for a in [0.5, 0.3, 0.2, 0.2]) / 4) / 0.3
+    )
     assert math.isnan(mcq.rstd([0.0, 0.0]))
 
 
@@ -256,27 +310,42 @@ def test_rstd_is_population_sd_over_mean_and_nan_at_zero() -> None:
 # 5 and 6. consistency, voting, self-consistency
 
 
-def _vote_rows(answers: dict[str, list[str | None]], key: str = "A",
-               orders: list[str] | None = None) -> pd.DataFrame:
+def _vote_rows(
+    answers: dict[str, list[str | None]], key: str = "A", orders: list[str] | None = None
+) -> pd.DataFrame:
     """Rows whose variant letters equal the original letters (identity mapping), for voting."""
     orders = orders or ["o1", "o2", "o3", "o4"]
     rows = []
     for item, votes in answers.items():
         for variant, answer in zip(orders, votes, strict=False):
-            rows.append({"trial": f"{item}-{variant}", "item": item, "arm": "a", "model": "m",
-                         "variant": variant, "rep": 1, "key": key, "key_original": key,
-                         "letter": answer, "answer": answer, "correct": answer == key,
-                         "parse": "ok" if answer else "unparseable"})
+            rows.append(
+                {
+                    "trial": f"{item}-{variant}",
+                    "item": item,
+                    "arm": "a",
+                    "model": "m",
+                    "variant": variant,
+                    "rep": 1,
+                    "key": key,
+                    "key_original": key,
+                    "letter": answer,
+                    "answer": answer,
+                    "correct": answer == key,
+                    "parse": "ok" if answer else "unparseable",
+                }
+            )
     return pd.DataFrame(rows)
 
 
 def test_vote_majority_tie_rule_and_trials_named() -> None:
-    frame = _vote_rows({
-        "q1": ["B", "A", "A", "C"],     # majority A
-        "q2": ["B", "A", "A", "B"],     # tie A/B: B voted first (o1)
-        "q3": [None, "C", "A", "A"],    # unparsed vote is nobody's
-        "q4": [None, None, None, None],  # nothing parsed: no answer, incorrect
-    })  # fmt: skip
+    frame = _vote_rows(
+        {
+            "q1": ["B", "A", "A", "C"],  # majority A
+            "q2": ["B", "A", "A", "B"],  # tie A/B: B voted first (o1)
+            "q3": [None, "C", "A", "A"],  # unparsed vote is nobody's
+            "q4": [None, None, None, None],  # nothing parsed: no answer, incorrect
+        }
+    )
     result = mcq.permutation_vote(frame, "a", "m", ["o1", "o2", "o3", "o4"])
     got = {a.item: a for a in result.answers}
     assert (got["q1"].answer, got["q1"].votes, got["q1"].tie) == ("A", 2, False)
@@ -287,8 +356,8 @@ def test_vote_majority_tie_rule_and_trials_named() -> None:
     assert result.correct == 2 and result.ties == 1
     levels = {m: count for m, count, _ in result.consistency.levels}
     assert levels == {4: 0, 3: 0, 2: 3, 1: 0, 0: 1}
-    assert result.consistency.agreement_mean == pytest.approx(np.mean([.5, .5, .5, 0]))
-    assert result.consistency.agreement_sd == pytest.approx(np.std([.5, .5, .5, 0], ddof=1))
+    assert result.consistency.agreement_mean == pytest.approx(np.mean([0.5, 0.5, 0.5, 0]))
+    assert result.consistency.agreement_sd == pytest.approx(np.std([0.5, 0.5, 0.5, 0], ddof=1))
     # swapping the tie's order swaps the winner
     again = mcq.permutation_vote(frame, "a", "m", ["o2", "o1", "o3", "o4"])
     assert {a.item: a.answer for a in again.answers}["q2"] == "A"
@@ -323,8 +392,7 @@ def test_vote_abstention_and_per_order_accuracy(table: mcq.Trials) -> None:
     assert result.abstention is not None
     kept = [a for a in result.answers if a.agreement >= 0.75]
     assert result.abstention.answered == len(kept)
-    assert result.abstention.accuracy_answered == pytest.approx(
-        np.mean([a.correct for a in kept]))
+    assert result.abstention.accuracy_answered == pytest.approx(np.mean([a.correct for a in kept]))
     lo, hi = proportion_confint(result.correct, result.n_groups, method="wilson")
     assert (result.lower, result.upper) == pytest.approx((lo, hi))
 
@@ -332,8 +400,9 @@ def test_vote_abstention_and_per_order_accuracy(table: mcq.Trials) -> None:
 def test_consistency_levels_of_five_orders_over_four_letters_never_reach_one() -> None:
     # pigeonhole: five parsed predictions over four letters always share one
     combos = list(itertools.product("ABCD", repeat=5))[::7]
-    frame = _vote_rows({f"q{i}": list(c) for i, c in enumerate(combos)},
-                       orders=["o1", "o2", "o3", "o4", "o5"])
+    frame = _vote_rows(
+        {f"q{i}": list(c) for i, c in enumerate(combos)}, orders=["o1", "o2", "o3", "o4", "o5"]
+    )
     result = mcq.ordering_consistency(frame, "a", "m", ["o1", "o2", "o3", "o4", "o5"])
     levels = {m: count for m, count, _ in result.levels}
     assert levels[1] == 0 and levels[0] == 0
@@ -341,8 +410,11 @@ def test_consistency_levels_of_five_orders_over_four_letters_never_reach_one() -
 
 
 def test_self_consistency_refuses_temperature_zero(table: mcq.Trials) -> None:
-    with pytest.raises(McqError, match=r"self-consistency direct/original/m1: temperature 0 is "
-                                       r"a configuration error"):
+    with pytest.raises(
+        McqError,
+        match=r"self-consistency direct/original/m1: temperature 0 is "
+        r"a configuration error",
+    ):
         mcq.self_consistency(table, DIRECT, 3, 0.0)
 
 
@@ -354,15 +426,15 @@ def test_self_consistency_majority_over_samples(table: mcq.Trials) -> None:
         counts = pd.Series([v for v in votes if v is not None]).value_counts()
         if len(counts):
             top = counts.max()
-            assert answer.answer == next(v for v in votes if v is not None
-                                         and counts[v] == top)
+            assert answer.answer == next(v for v in votes if v is not None and counts[v] == top)
         assert answer.trials == tuple(part.loc[part["item"] == answer.item, "trial"])
     assert result.mean_sample_accuracy == pytest.approx(part["correct"].mean())
 
 
 def test_self_consistency_with_missing_samples_excludes_or_refuses(table: mcq.Trials) -> None:
-    frame = table.frame.drop(index=_row(table, arm="cot", variant="original", item="q007",
-                                        rep=2).index)
+    frame = table.frame.drop(
+        index=_row(table, arm="cot", variant="original", item="q007", rep=2).index
+    )
     result = mcq.self_consistency(frame, COT, 3, 0.7)
     assert [e.item for e in result.exclusions] == ["q007"]
     assert result.n_items == 59
@@ -389,12 +461,16 @@ def test_cloze_choice_and_margin_match_a_direct_loop(table: mcq.Trials) -> None:
 
 
 def test_cloze_with_a_missing_option_logprob_names_item_variant_and_letter(
-        table: mcq.Trials) -> None:
+    table: mcq.Trials,
+) -> None:
     frame = table.frame
     where = _row(frame, arm="direct", variant="rotate-1", item="q004", rep=1).index
     frame.loc[where, "logprob_C"] = np.nan
-    with pytest.raises(McqError, match=r"item 'q004' variant 'rotate-1' .*no log-probability "
-                                       r"for option letter 'C'"):
+    with pytest.raises(
+        McqError,
+        match=r"item 'q004' variant 'rotate-1' .*no log-probability "
+        r"for option letter 'C'",
+    ):
         mcq.cloze(frame, ROT1)
     excluded = mcq.cloze(frame, ROT1, missing="exclude")
     assert [(e.item, e.rep) for e in excluded.exclusions] == [("q004", 1)]
@@ -416,9 +492,13 @@ def test_gee_matches_the_statsmodels_formula_fit(table: mcq.Trials) -> None:
     data = table.frame.assign(y=table.frame["correct"].astype(float))
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        ref = smf.gee("y ~ C(arm, Treatment('direct')) + C(variant, Treatment('original'))",
-                      groups="item", data=data, family=sm.families.Binomial(),
-                      cov_struct=sm.cov_struct.Exchangeable()).fit()
+        ref = smf.gee(
+            "y ~ C(arm, Treatment('direct')) + C(variant, Treatment('original'))",
+            groups="item",
+            data=data,
+            family=sm.families.Binomial(),
+            cov_struct=sm.cov_struct.Exchangeable(),
+        ).fit()
     assert [t.estimate for t in fit.terms] == pytest.approx(list(ref.params), abs=1e-6)
     assert [t.se for t in fit.terms] == pytest.approx(list(ref.bse), abs=1e-6)
     assert [t.p for t in fit.terms] == pytest.approx(list(ref.pvalues), abs=1e-6)
@@ -498,8 +578,11 @@ SEED_INTERVALS = [
 ]
 #: The intervals docs/mcq-statistics.md lists as not reproducible.
 DOCUMENTED_UNREPRODUCIBLE = {
-    "Table 4 zero-shot CoT", "Table 4 few-shot direct", "Table 4 answer-only",
-    "Table 14 cloze 27B", "Section 4.5 permutation vote",
+    "Table 4 zero-shot CoT",
+    "Table 4 few-shot direct",
+    "Table 4 answer-only",
+    "Table 14 cloze 27B",
+    "Section 4.5 permutation vote",
 }
 #: Table 11 answer distributions (%, A..D) and Table 4's Pos. Bias column.
 TABLE_11_TRUTH = [32.2, 25.1, 21.4, 21.3]
@@ -513,8 +596,9 @@ TABLE_11 = {
 
 
 def test_seed_wilson_intervals_reproduce_except_the_documented_ones() -> None:
-    failing = {label for label, n, acc, lo, hi in SEED_INTERVALS
-               if not wilson_reproduces(n, acc, lo, hi)}
+    failing = {
+        label for label, n, acc, lo, hi in SEED_INTERVALS if not wilson_reproduces(n, acc, lo, hi)
+    }
     assert failing == DOCUMENTED_UNREPRODUCIBLE
     doc = (ROOT / "docs" / "mcq-statistics.md").read_text(encoding="utf-8")
     for label in failing:
@@ -522,8 +606,25 @@ def test_seed_wilson_intervals_reproduce_except_the_documented_ones() -> None:
 
 
 def test_seed_table_7_half_widths_are_within_its_stated_range() -> None:
-    values = [34.5, 45.8, 13.8, 13.7, 28.9, 41.9, 31.0, 38.2, 23.4, 18.6, 19.8, 40.0,
-              44.5, 33.9, 30.3, 40.1, 36.4]
+    values = [
+        34.5,
+        45.8,
+        13.8,
+        13.7,
+        28.9,
+        41.9,
+        31.0,
+        38.2,
+        23.4,
+        18.6,
+        19.8,
+        40.0,
+        44.5,
+        33.9,
+        30.3,
+        40.1,
+        36.4,
+    ]
     widths = []
     for v in values:
         w = wilson(round(v * 10), 1000)
@@ -532,7 +633,7 @@ def test_seed_table_7_half_widths_are_within_its_stated_range() -> None:
 
 
 def _overlaps(published: float, computed: float, slack: float, decimals: int = 1) -> bool:
-    half = 0.5 * 10 ** -decimals
+    half = 0.5 * 10**-decimals
     return abs(published - computed) <= half + slack + 1e-9
 
 
@@ -543,8 +644,13 @@ def test_seed_position_bias_column_only_zero_shot_direct_follows_table_11() -> N
         half = mcq.position_bias_from_shares(np.array(pred) / 100, truth)
         # each printed share is within 0.0005 of the true one: 8 shares, halved
         follows[label] = _overlaps(printed, half, 8 * 0.0005 / 2, decimals=3)
-    assert follows == {"zero-shot direct": True, "zero-shot CoT": False,
-                       "few-shot direct": False, "few-shot CoT": False, "answer-only": False}
+    assert follows == {
+        "zero-shot direct": True,
+        "zero-shot CoT": False,
+        "few-shot direct": False,
+        "few-shot CoT": False,
+        "answer-only": False,
+    }
     zs = mcq.position_bias_from_shares(np.array(TABLE_11["zero-shot direct"][0]) / 100, truth)
     assert round(zs, 3) == 0.137 and round(zs / 2, 4) == 0.0685  # the printed 1/4 formula
 
@@ -553,8 +659,7 @@ def test_seed_table_9_mcnemar_and_its_disagreement_with_table_4() -> None:
     both, neither, direct_only, cot_only = 1511, 1410, 750, 512
     n = both + neither + direct_only + cot_only
     assert n == 4183
-    assert [pct(v / n) for v in (both, neither, direct_only, cot_only)] == [36.1, 33.7, 17.9,
-                                                                           12.2]
+    assert [pct(v / n) for v in (both, neither, direct_only, cot_only)] == [36.1, 33.7, 17.9, 12.2]
     assert cot_only - direct_only == -238 and pct((cot_only - direct_only) / n) == -5.7
     test = mcnemar(direct_only, cot_only)
     assert test.primary == "chi2_cc" and test.p < 0.001  # "McNemar's test, p < 0.001"
@@ -601,10 +706,26 @@ def test_seed_text_differences_follow_from_its_tables() -> None:
 @pytest.mark.slow
 def test_bench_mcq_quick_runs_every_statistic() -> None:
     result = subprocess.run(
-        [sys.executable, str(ROOT / "benchmarks" / "bench_mcq.py"), "--items", "150",
-         "--iterations", "100"],
-        capture_output=True, text=True, timeout=300, check=False,
-    )  # fmt: skip
-    for label in ("6,000 scored trials", "12 McNemar tests", "16 flip rates", "4 votes",
-                  "tracemalloc peak", "x floor", "targets:"):
+        [
+            sys.executable,
+            str(ROOT / "benchmarks" / "bench_mcq.py"),
+            "--items",
+            "150",
+            "--iterations",
+            "100",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=False,
+    )
+    for label in (
+        "6,000 scored trials",
+        "12 McNemar tests",
+        "16 flip rates",
+        "4 votes",
+        "tracemalloc peak",
+        "x floor",
+        "targets:",
+    ):
         assert label in result.stdout, result.stdout + result.stderr

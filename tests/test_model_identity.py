@@ -53,9 +53,17 @@ def chat_server(listed: list[str] | None) -> Iterator[FakeChatServer]:
 
 def run_openai(study: Path, server: FakeChatServer, *extra: str) -> Any:
     return CliRunner().invoke(
-        main, ["run", str(study), "--backend", "openai-compatible", "--base-url",
-               f"{server.url}/v1", *extra],
-    )  # fmt: skip
+        main,
+        [
+            "run",
+            str(study),
+            "--backend",
+            "openai-compatible",
+            "--base-url",
+            f"{server.url}/v1",
+            *extra,
+        ],
+    )
 
 
 def status(study: Path) -> tuple[str, dict[str, Any]]:
@@ -84,14 +92,14 @@ def unlisted(
     tmp = tmp_path_factory.mktemp("unlisted")
     with pytest.MonkeyPatch.context() as patch:
         patch.setenv("PROMPT_LEDGER_HOME", str(tmp / "home"))
-        study = make_study(tmp / "study", replicates=1, template=study_template,
-                           provider="openai-compatible")  # fmt: skip
+        study = make_study(
+            tmp / "study", replicates=1, template=study_template, provider="openai-compatible"
+        )
         for server in chat_server([OTHER]):
             result = run_openai(study, server, "--concurrency", "4")
             url = server.url
         analysed, archive = finish(study, tmp)
-        yield {"study": study, "run": result, "url": url, "analysed": analysed,
-               "archive": archive}  # fmt: skip
+        yield {"study": study, "run": result, "url": url, "analysed": analysed, "archive": archive}
 
 
 # ---------------------------------------------------------------------------- the bad input
@@ -201,8 +209,9 @@ def test_a_readme_without_the_notice_fails(archive: Path) -> None:
 def test_a_server_that_lists_the_locked_model_gives_no_warning(
     tmp_path: Path, ledger_home: Path, study_template: Path
 ) -> None:
-    study = make_study(tmp_path / "study", replicates=1, template=study_template,
-                       provider="openai-compatible")  # fmt: skip
+    study = make_study(
+        tmp_path / "study", replicates=1, template=study_template, provider="openai-compatible"
+    )
     for server in chat_server([OTHER, MODEL]):
         result = run_openai(study, server, "--concurrency", "4")
     assert result.exit_code == 0, result.output
@@ -228,15 +237,18 @@ def test_a_server_that_lists_the_locked_model_gives_no_warning(
 def test_a_server_that_cannot_be_asked_warns_at_the_preflight(
     tmp_path: Path, ledger_home: Path, study_template: Path
 ) -> None:
-    study = make_study(tmp_path / "study", replicates=1, template=study_template,
-                       provider="openai-compatible")  # fmt: skip
+    study = make_study(
+        tmp_path / "study", replicates=1, template=study_template, provider="openai-compatible"
+    )
     for server in chat_server(None):  # no /v1/models route
         result = run_openai(study, server, "--check")
         url = server.url
     assert result.exit_code == 0, result.output
-    assert (f"WARNING model identity: the openai-compatible backend at {url}/v1/chat/completions "
-            f"could not be asked whether it serves the locked model '{MODEL}' (HTTP 404 from "
-            f"{url}/v1/models") in result.stderr  # fmt: skip
+    assert (
+        f"WARNING model identity: the openai-compatible backend at {url}/v1/chat/completions "
+        f"could not be asked whether it serves the locked model '{MODEL}' (HTTP 404 from "
+        f"{url}/v1/models"
+    ) in result.stderr
     [preflight] = events(study, "run.preflight")
     identity = preflight.body["server_identity"]
     assert identity["models"] is None and identity["listed"] == {MODEL: None}
@@ -262,10 +274,11 @@ def test_the_anthropic_models_api_is_asked_and_an_unknown_id_warns(
         base = server.base_url
         assert server.count("models.retrieve", 404) == 1
     assert result.exit_code == 0, result.output
-    assert f"WARNING model identity: the locked model '{MODEL}' is not among the models the " \
-        f"anthropic backend at {base}/v1/messages reports serving (it named: none)" in (
-            result.stderr
-        )  # fmt: skip
+    assert (
+        f"WARNING model identity: the locked model '{MODEL}' is not among the models the "
+        f"anthropic backend at {base}/v1/messages reports serving (it named: none)"
+        in (result.stderr)
+    )
     [preflight] = events(study, "run.preflight")
     identity = preflight.body["server_identity"]
     [asked] = identity["asked"]

@@ -78,16 +78,15 @@ def test_second_study_with_same_id_is_refused_unless_key_given(
     assert reused.exit_code == 0, reused.output
 
 
-def test_lock_after_editing_the_id_finds_the_owner_key(
-    tmp_path: Path, ledger_home: Path
-) -> None:
+def test_lock_after_editing_the_id_finds_the_owner_key(tmp_path: Path, ledger_home: Path) -> None:
     root = tmp_path / "my-study"
     assert run("new", root).exit_code == 0
     _fewer_replicates(root)
     _set(root, "id", "renamed")  # the README invites editing study.toml
-    assert study_owner_key(root).vkey == SigningKey.load(
-        ledger_home / "keys" / "my-study-owner.key"
-    ).vkey
+    assert (
+        study_owner_key(root).vkey
+        == SigningKey.load(ledger_home / "keys" / "my-study-owner.key").vkey
+    )
     r = run("lock", root)
     assert r.exit_code == 0, r.output
     note = (root / "registration-checkpoint.txt").read_text()
@@ -99,9 +98,7 @@ def test_lock_after_editing_the_id_finds_the_owner_key(
     assert open_checkpoint(note, [owner])[0].origin == "prompt-ledger.local/my-study"
 
 
-def test_lock_refuses_an_origin_the_ledger_does_not_have(
-    tmp_path: Path, ledger_home: Path
-) -> None:
+def test_lock_refuses_an_origin_the_ledger_does_not_have(tmp_path: Path, ledger_home: Path) -> None:
     root = tmp_path / "s2"
     assert run("new", root).exit_code == 0
     _fewer_replicates(root)
@@ -138,8 +135,10 @@ def test_library_default_keeps_the_template_spec(tmp_path: Path, ledger_home: Pa
     made = new_study(tmp_path / "study", "prompt-tumbling-e", key)
     template = resources.files("runner") / "templates" / "prompt_tumbling_e" / "study.toml"
     assert (tmp_path / "study" / "study.toml").read_text() == template.read_text()
-    assert (made.study_id, made.origin) == ("prompt-tumbling-e",
-                                            "prompt-ledger.local/prompt-tumbling-e")  # fmt: skip
+    assert (made.study_id, made.origin) == (
+        "prompt-tumbling-e",
+        "prompt-ledger.local/prompt-tumbling-e",
+    )
 
 
 @pytest.mark.parametrize("name", ["study", "x"])

@@ -103,7 +103,8 @@ class FakeChatServer:
     @staticmethod
     def completion(body: dict[str, Any]) -> dict[str, Any]:
         text = "".join(
-            part.get("text", "") for part in body["messages"][0]["content"]
+            part.get("text", "")
+            for part in body["messages"][0]["content"]
             if part["type"] == "text"
         )
         prompt_tokens = len(text) // 4 + 1600
@@ -196,7 +197,7 @@ def test_study_completes_and_records_exactly_what_the_server_received(
         assert image["type"] == "image_url" and text["type"] == "text"
         prefix = "data:image/png;base64,"
         assert image["image_url"]["url"].startswith(prefix)
-        decoded = base64.b64decode(image["image_url"]["url"][len(prefix):], validate=True)
+        decoded = base64.b64decode(image["image_url"]["url"][len(prefix) :], validate=True)
         assert decoded == spec.stimuli[event.body["stimulus"]].read_bytes()
         assert text["text"] == spec.arm_text(event.body["arm"])
     responded = events(study, "trial.responded")

@@ -38,12 +38,12 @@ def test_the_template_registers_the_papers_plan(study_template: Path) -> None:
     probes = [by_id[f"H4-{p}"] for p in ("left", "up", "down")]
     assert [h.stimuli for h in probes] == [("uniform-left",), ("uniform-up",), ("uniform-down",)]
     assert {(h.contrast, h.correction, h.family, h.sides) for h in probes} == {
-        (("E", "D"), "bonferroni", "dismantling", "one-sided")}
+        (("E", "D"), "bonferroni", "dismantling", "one-sided")
+    }
     family = [h for h in study.hypotheses if h.family == "dismantling"]
     assert family == probes  # Bonferroni x3, the pooled model is not in the family
     pooled = by_id["H4-pooled"]
-    assert pooled.test == "lmm" and pooled.stimuli == ("uniform-left", "uniform-up",
-                                                       "uniform-down")  # fmt: skip
+    assert pooled.test == "lmm" and pooled.stimuli == ("uniform-left", "uniform-up", "uniform-down")
     assert "H5" not in by_id  # A - D is not a contrast of the paper
     assert [d["id"] for d in study.deviations] == ["D1", "D2", "D3", "D4"]
     assert all(d["reason"] and d["choice"] and d["source"] for d in study.deviations)
@@ -53,8 +53,9 @@ def test_the_template_registers_the_papers_plan(study_template: Path) -> None:
         assert "paired t-test using 180 probe-matched pairs" in text
 
 
-def _printed_side(text: str, printed_p: float, statistic: float, decimals: int,
-                  sf: Callable[[float], float]) -> str:  # fmt: skip
+def _printed_side(
+    text: str, printed_p: float, statistic: float, decimals: int, sf: Callable[[float], float]
+) -> str:
     """The side whose test statistic, solved from the printed P, rounds to the printed one."""
     from scipy import optimize
 
@@ -107,28 +108,50 @@ def _edit(root: Path, old: str, new: str) -> None:
 @pytest.mark.parametrize(
     ("old", "new", "field", "words"),
     [
-        ('stimuli = ["uniform-left"]', 'stimuli = ["uniform-sideways"]',
-         "hypotheses[4].stimuli", "unknown stimulus 'uniform-sideways'"),
-        ('stimuli = ["uniform-left"]', "stimuli = []", "hypotheses[4].stimuli",
-         "non-empty list"),
-        ('stimuli = ["uniform-left"]', 'stimuli = ["uniform-left", "uniform-left"]',
-         "hypotheses[4].stimuli", "twice"),
-        ('pairing = ["stimulus", "rep"]', 'pairing = ["rep"]', "hypotheses[1].pairing",
-         "must be"),
-        ('test = "independent-t"\nstimuli = ["uniform-left"]',
-         'test = "independent-t"\npairing = ["stimulus", "rep"]\nstimuli = ["uniform-left"]',
-         "hypotheses[4].pairing", "'paired-t' only"),
-        ('model_arms = ["A", "B", "C"]', 'model_arms = ["A", "Z"]', "analysis.model_arms",
-         "unknown arm 'Z'"),
-        ('model_arms = ["A", "B", "C"]', 'model_arms = ["A", "B"]', "hypotheses[2].contrast",
-         "analysis.model_arms"),
-        ('reason = "Locked here so every exploratory bootstrap is reproducible."', "",
-         "deviations[3].reason", "non-empty string"),
+        (
+            'stimuli = ["uniform-left"]',
+            'stimuli = ["uniform-sideways"]',
+            "hypotheses[4].stimuli",
+            "unknown stimulus 'uniform-sideways'",
+        ),
+        ('stimuli = ["uniform-left"]', "stimuli = []", "hypotheses[4].stimuli", "non-empty list"),
+        (
+            'stimuli = ["uniform-left"]',
+            'stimuli = ["uniform-left", "uniform-left"]',
+            "hypotheses[4].stimuli",
+            "twice",
+        ),
+        ('pairing = ["stimulus", "rep"]', 'pairing = ["rep"]', "hypotheses[1].pairing", "must be"),
+        (
+            'test = "independent-t"\nstimuli = ["uniform-left"]',
+            'test = "independent-t"\npairing = ["stimulus", "rep"]\nstimuli = ["uniform-left"]',
+            "hypotheses[4].pairing",
+            "'paired-t' only",
+        ),
+        (
+            'model_arms = ["A", "B", "C"]',
+            'model_arms = ["A", "Z"]',
+            "analysis.model_arms",
+            "unknown arm 'Z'",
+        ),
+        (
+            'model_arms = ["A", "B", "C"]',
+            'model_arms = ["A", "B"]',
+            "hypotheses[2].contrast",
+            "analysis.model_arms",
+        ),
+        (
+            'reason = "Locked here so every exploratory bootstrap is reproducible."',
+            "",
+            "deviations[3].reason",
+            "non-empty string",
+        ),
         ('id = "D2"', 'id = "D1"', "deviations[1].id", "duplicate deviation id"),
     ],
-)  # fmt: skip
-def test_new_fields_are_validated_strictly(spec: Path, old: str, new: str, field: str,
-                                           words: str) -> None:  # fmt: skip
+)
+def test_new_fields_are_validated_strictly(
+    spec: Path, old: str, new: str, field: str, words: str
+) -> None:
     _edit(spec, old, new)
     with pytest.raises(SpecError) as info:
         load_study(spec)
@@ -149,21 +172,51 @@ def _dataset(reps: dict[str, int]) -> Dataset:
     for arm, n in reps.items():
         for s in ("s1", "s2", "s3"):
             for r in range(1, n + 1):
-                rows.append({"trial": f"{arm}|{s}|{r}", "arm": arm, "model": "", "stimulus": s,
-                             "rep": r, "accuracy": float(rng.uniform(0, 1)), "control": False,
-                             "excluded": False, "status": "ok"})  # fmt: skip
-    items = pd.DataFrame(columns=["trial", "arm", "model", "stimulus", "rep", "row", "position",
-                                  "truth", "answer", "correct"])  # fmt: skip
+                rows.append(
+                    {
+                        "trial": f"{arm}|{s}|{r}",
+                        "arm": arm,
+                        "model": "",
+                        "stimulus": s,
+                        "rep": r,
+                        "accuracy": float(rng.uniform(0, 1)),
+                        "control": False,
+                        "excluded": False,
+                        "status": "ok",
+                    }
+                )
+    items = pd.DataFrame(
+        columns=[
+            "trial",
+            "arm",
+            "model",
+            "stimulus",
+            "rep",
+            "row",
+            "position",
+            "truth",
+            "answer",
+            "correct",
+        ]
+    )
     return Dataset(pd.DataFrame(rows), items, tuple(reps), (), "0" * 64)
 
 
 PLAN = {
     "arms": {"A": {"role": "full"}, "B": {"role": "matched-control"}},
     "design": {"bootstrap_iterations": 100, "bootstrap_seed": 1},
-    "hypotheses": [{"id": "P", "description": "paired", "contrast": ["A", "B"],
-                    "test": "paired-t", "pairing": ["stimulus", "rep"], "sides": "two-sided",
-                    "alpha": 0.05}],
-}  # fmt: skip
+    "hypotheses": [
+        {
+            "id": "P",
+            "description": "paired",
+            "contrast": ["A", "B"],
+            "test": "paired-t",
+            "pairing": ["stimulus", "rep"],
+            "sides": "two-sided",
+            "alpha": 0.05,
+        }
+    ],
+}
 
 
 def test_a_pairing_key_that_does_not_pair_fails_the_hypothesis_clearly() -> None:
@@ -172,8 +225,10 @@ def test_a_pairing_key_that_does_not_pair_fails_the_hypothesis_clearly() -> None
     assert (ok.values or {})["df"] == 8 and (ok.values or {})["pairing"] == ["stimulus", "rep"]
     bad = hypothesis_results(_dataset({"A": 3, "B": 2}), PLAN, None)[0]
     assert bad.status == "failed" and bad.verdict == "not computed"
-    assert ("does not pair: arm A has replicate 3 of stimulus 's1' and arm B has no such "
-            "trial: it was never scheduled") in str(bad.error)
+    assert (
+        "does not pair: arm A has replicate 3 of stimulus 's1' and arm B has no such "
+        "trial: it was never scheduled"
+    ) in str(bad.error)
     assert "3 key(s) in one arm only" in str(bad.error)
     # the verifier's mirror refuses the same data
     trials = _dataset({"A": 3, "B": 2}).trials.to_dict("records")
@@ -206,7 +261,8 @@ def test_a_pair_lost_to_an_exclusion_is_dropped_listed_and_counted(how: str) -> 
     values = r.values or {}
     assert values["n_x"] == 8 and values["df"] == 7 and values["n_dropped"] == 1
     assert values["dropped_pairs"] == [
-        {"stimulus": "s2", "rep": 3, "excluded": [{"arm": "B", "kind": how, "trial": "B|s2|3"}]}]
+        {"stimulus": "s2", "rep": 3, "excluded": [{"arm": "B", "kind": how, "trial": "B|s2|3"}]}
+    ]
     keep = full.trials[~full.trials["stimulus"].eq("s2") | full.trials["rep"].ne(3)]
     a = keep[keep["arm"] == "A"].sort_values(["stimulus", "rep"])["accuracy"].to_numpy()
     b = keep[keep["arm"] == "B"].sort_values(["stimulus", "rep"])["accuracy"].to_numpy()
@@ -214,8 +270,14 @@ def test_a_pair_lost_to_an_exclusion_is_dropped_listed_and_counted(how: str) -> 
 
     assert values["t"] == pytest.approx(paired_t(a, b).t, rel=1e-12)  # the complete pairs
     # the verifier's mirror drops the same pair and agrees on every number
-    vds = vsci._Dataset(ds.trials.to_dict("records"), [], ["A", "B"], list(ds.given_up),
-                        "0" * 64, excluded_trials=list(ds.excluded_trials))  # fmt: skip
+    vds = vsci._Dataset(
+        ds.trials.to_dict("records"),
+        [],
+        ["A", "B"],
+        list(ds.given_up),
+        "0" * 64,
+        excluded_trials=list(ds.excluded_trials),
+    )
     xs, ys, dropped = vsci._pairs_by_trial(vds, "A", "B")
     assert dropped == values["dropped_pairs"]
     assert vsci.st.paired_t(xs, ys)["t"] == pytest.approx(values["t"], rel=1e-12)

@@ -72,8 +72,10 @@ def rows_of(parsed: Parsed) -> dict[int, tuple[str | None, ...]]:
     return {row.row: row.values for row in parsed.answers}
 
 
-SMALL = '{"chart_type": "tumbling-e", "rows": [{"row": 1, "orientations": ["UP"]}, ' \
+SMALL = (
+    '{"chart_type": "tumbling-e", "rows": [{"row": 1, "orientations": ["UP"]}, '
     '{"row": 2, "orientations": ["RIGHT", "DOWN"]}]}'
+)
 SMALL_ROWS = {1: ("UP",), 2: ("RIGHT", "DOWN")}
 
 # --------------------------------------------------------------------------- tumbling-E table
@@ -216,8 +218,13 @@ TUMBLING_CASES: list[tuple[str, str, str, dict[int, tuple[str | None, ...]], lis
         ['no JSON object with a "chart_type" or "rows" member', "does not parse"],
     ),
     ("other-chart", '{"chart_type": "other", "rows": []}', "refused", {}, []),
-    ("other-chart-upper-case", '```json\n{"chart_type": "OTHER", "rows": []}\n```', "refused",
-     {}, []),
+    (
+        "other-chart-upper-case",
+        '```json\n{"chart_type": "OTHER", "rows": []}\n```',
+        "refused",
+        {},
+        [],
+    ),
     (
         "other-chart-with-rows",
         '{"chart_type": "other", "rows": [{"row": 1, "orientations": ["UP"]}]}',
@@ -286,7 +293,7 @@ TUMBLING_CASES: list[tuple[str, str, str, dict[int, tuple[str | None, ...]], lis
     ),
     (
         "braces-in-prose-and-inside-strings",
-        'I read it as {rows, orientations} and answer {as requested}:\n'
+        "I read it as {rows, orientations} and answer {as requested}:\n"
         '{"chart_type": "tumbling-e", "note": "braces {like} [these] in a string", '
         '"rows": [{"row": 1, "orientations": ["UP"]}, {"row": 2, "orientations": ["RIGHT", '
         '"DOWN"]}]}\nThat is all {end}.',
@@ -304,7 +311,7 @@ TUMBLING_CASES: list[tuple[str, str, str, dict[int, tuple[str | None, ...]], lis
     ("same-object-twice", f"{SMALL}\n\nAgain, for clarity:\n{SMALL}", "ok", SMALL_ROWS, []),
     (
         "two-different-objects",
-        f'{SMALL}\nCorrection:\n{SMALL.replace("DOWN", "LEFT")}',
+        f"{SMALL}\nCorrection:\n{SMALL.replace('DOWN', 'LEFT')}",
         "unparseable",
         {},
         ["2 different answer objects"],
@@ -423,10 +430,19 @@ def test_refusal_patterns_are_the_documented_list() -> None:
         ("KEY", "KEY_PATTERN"),
         ("ORIENTATION_KEY", "ORIENTATION_KEY_PATTERN"),
         ("JOIN", "JOIN_PATTERN"),
-        *((n, n) for n in (
-            "LETTER_TOKEN", "LETTER_ALONE", "LETTER_REVERSE_SUFFIX", "LETTER_OPTION_LINE",
-            "WORD_TOKEN", "WORD_ALONE", "YES_NO_OPENING", "ORIENTATION_CAPITALS",
-        )),
+        *(
+            (n, n)
+            for n in (
+                "LETTER_TOKEN",
+                "LETTER_ALONE",
+                "LETTER_REVERSE_SUFFIX",
+                "LETTER_OPTION_LINE",
+                "WORD_TOKEN",
+                "WORD_ALONE",
+                "YES_NO_OPENING",
+                "ORIENTATION_CAPITALS",
+            )
+        ),
     ],
 )
 def test_single_answer_patterns_are_documented(label: str, name: str) -> None:
@@ -442,8 +458,9 @@ def test_documented_examples() -> None:
             ),
             [Glyph(1, 1, "UP")],
         ),
-        score_text('{"chart_type": "other", "rows": []}', "tumbling-e-json",
-                   NOT_A_TUMBLING_E_CHART),
+        score_text(
+            '{"chart_type": "other", "rows": []}', "tumbling-e-json", NOT_A_TUMBLING_E_CHART
+        ),
         score_text("Answer: (c)", "multiple-choice", "B"),
     ]
     for score in examples:
@@ -642,19 +659,13 @@ def _random_case(draw: st.DrawFn, word: str) -> str:
 @st.composite
 def dressed_answers(draw: st.DrawFn) -> tuple[str, dict[int, tuple[str, ...]]]:
     numbers = draw(st.lists(st.integers(1, 15), unique=True, max_size=12))
-    grid = {
-        n: tuple(draw(st.lists(st.sampled_from(ORIENTATIONS), max_size=10))) for n in numbers
-    }
+    grid = {n: tuple(draw(st.lists(st.sampled_from(ORIENTATIONS), max_size=10))) for n in numbers}
     order = draw(st.permutations(numbers))
-    rows = [
-        {"row": n, "orientations": [_random_case(draw, w) for w in grid[n]]} for n in order
-    ]
+    rows = [{"row": n, "orientations": [_random_case(draw, w) for w in grid[n]]} for n in order]
     obj = {"chart_type": _random_case(draw, "tumbling-e"), "rows": rows}
     indent = draw(st.sampled_from([None, 1, 2, 4]))
     body = json.dumps(obj, indent=indent, ensure_ascii=draw(st.booleans()))
-    text = (
-        draw(_prose) + draw(_fence_open) + body + draw(_fence_close) + draw(_prose)
-    )
+    text = draw(_prose) + draw(_fence_open) + body + draw(_fence_close) + draw(_prose)
     return text, grid
 
 
@@ -692,7 +703,10 @@ def test_tumbling_parser_never_raises_on_json_like_text(text: str) -> None:
 def test_parse_response_never_raises(raw: bytes, format: str) -> None:
     for name in PARSERS:
         assert parse_response(raw, format, name).status in (
-            "ok", "partial", "unparseable", "refused",
+            "ok",
+            "partial",
+            "unparseable",
+            "refused",
         )
 
 
@@ -703,9 +717,7 @@ def test_perfect_answer_scores_every_glyph() -> None:
     chart = charts()["mixed-2"]
     score = score_text(answer_json(grid_of(chart)), "tumbling-e-json", list(chart.glyphs))
     assert (score.status, score.n_items, score.n_answered, score.n_correct) == ("ok", 61, 61, 61)
-    assert [(i.row, i.position) for i in score.items] == [
-        (g.row, g.position) for g in chart.glyphs
-    ]
+    assert [(i.row, i.position) for i in score.items] == [(g.row, g.position) for g in chart.glyphs]
     assert all(i.answered and i.correct and i.answer == i.truth for i in score.items)
 
 
@@ -766,8 +778,12 @@ def test_unreadable_items_are_unanswered() -> None:
     assert (score.n_answered, score.n_correct) == (60, 60)
     item = next(i for i in score.items if (i.row, i.position) == (3, 2))
     assert item.as_dict() == {
-        "row": 3, "position": 2, "truth": "LEFT", "answer": None,
-        "answered": False, "correct": False,
+        "row": 3,
+        "position": 2,
+        "truth": "LEFT",
+        "answer": None,
+        "answered": False,
+        "correct": False,
     }
     assert score.problems == ('row 3, position 2: "WEST" is not one of UP, RIGHT, DOWN, LEFT',)
 
@@ -791,8 +807,12 @@ def test_refused_or_unparseable_on_a_tumbling_chart(text: str, status: str) -> N
     ("text", "status", "answer", "correct"),
     [
         ('{"chart_type": "other", "rows": []}', "refused", ANSWER_NOT_A_CHART, True),
-        ("This is not a tumbling E chart; the symbols are letters.", "refused",
-         ANSWER_NOT_A_CHART, True),
+        (
+            "This is not a tumbling E chart; the symbols are letters.",
+            "refused",
+            ANSWER_NOT_A_CHART,
+            True,
+        ),
         (answer_json([["RIGHT"] * n for n in SNELLEN_ROWS]), "ok", ANSWER_ORIENTATIONS, False),
         ('{"chart_type": "snellen", "rows": []}', "partial", ANSWER_ORIENTATIONS, False),
         ("I see letters.", "unparseable", None, False),
@@ -805,8 +825,12 @@ def test_snellen_control(text: str, status: str, answer: str | None, correct: bo
     assert score.status == status
     assert score.n_items == 1
     assert score.items[0].as_dict() == {
-        "row": None, "position": None, "truth": NOT_A_TUMBLING_E_CHART, "answer": answer,
-        "answered": answer is not None, "correct": correct,
+        "row": None,
+        "position": None,
+        "truth": NOT_A_TUMBLING_E_CHART,
+        "answer": answer,
+        "answered": answer is not None,
+        "correct": correct,
     }
     assert score.n_correct == int(correct)
 
@@ -823,7 +847,8 @@ def test_scoring_with_truth_read_from_csv(tmp_path: spec.Path) -> None:
             text = answer_json(grid_of(chart))
         from_csv = score_text(text, "tumbling-e-json", truth[chart_id])
         from_chart = score_text(
-            text, "tumbling-e-json",
+            text,
+            "tumbling-e-json",
             chart.expected if chart.kind == KIND_SNELLEN else list(chart.glyphs),
         )
         assert from_csv == from_chart
@@ -841,7 +866,11 @@ def test_items_bytes_are_canonical_and_stable() -> None:
     assert data.startswith(b'[{"answer":"')
     assert b" " not in data
     assert json.loads(data)[0] == {
-        "answer": grid[0][0], "answered": True, "correct": False, "position": 1, "row": 1,
+        "answer": grid[0][0],
+        "answered": True,
+        "correct": False,
+        "position": 1,
+        "row": 1,
         "truth": chart.glyphs[0].orientation,
     }
     assert score.sha256 == hashlib.sha256(data).hexdigest()
@@ -853,8 +882,12 @@ def test_items_bytes_are_canonical_and_stable() -> None:
 
 def test_items_bytes_pinned() -> None:
     glyphs = [Glyph(1, 1, "UP")]
-    score = score_tumbling_e(parse_tumbling_e(
-        '{"chart_type": "tumbling-e", "rows": [{"row": 1, "orientations": ["up"]}]}'), glyphs)
+    score = score_tumbling_e(
+        parse_tumbling_e(
+            '{"chart_type": "tumbling-e", "rows": [{"row": 1, "orientations": ["up"]}]}'
+        ),
+        glyphs,
+    )
     assert score.items_bytes() == (
         b'[{"answer":"UP","answered":true,"correct":true,"position":1,"row":1,"truth":"UP"}]'
     )
@@ -885,8 +918,12 @@ def test_score_choice(
     assert isinstance(score, TrialScore)
     assert score.status == status
     assert score.items[0].as_dict() == {
-        "row": None, "position": None, "truth": truth, "answer": answer,
-        "answered": answer is not None, "correct": correct,
+        "row": None,
+        "position": None,
+        "truth": truth,
+        "answer": answer,
+        "answered": answer is not None,
+        "correct": correct,
     }
     assert score == score_choice(PARSERS[parser](text), truth)
 

@@ -48,7 +48,7 @@ def ledger_size(root: Path) -> int:
 def phase_lines() -> tuple[str, str]:
     """The two phase names of the page's worked example, from its prose and its TOML line."""
     text = SPEC_DOC.read_text(encoding="utf-8")
-    section = text[text.index("## Phases: staged pre-registration"):]
+    section = text[text.index("## Phases: staged pre-registration") :]
     section = section[: section.index("\n## ")]
     first = re.search(r'```toml\nphase = "(\w+)"\n```', section)
     second = re.search(r'`phase = "(\w+)"`', section)
@@ -115,8 +115,14 @@ def phased(tmp_path_factory: pytest.TempPathFactory, key: Path) -> dict[str, Any
     status = ok("status", root).output
     ok("run", root, "--backend", "simulated", "--key", key)
     archive = finish(root, key)
-    return {"root": root, "archive": archive, "first": first.output, "second": second.output,
-            "status": status, "size_before": size_before}  # fmt: skip
+    return {
+        "root": root,
+        "archive": archive,
+        "first": first.output,
+        "second": second.output,
+        "status": status,
+        "size_before": size_before,
+    }
 
 
 @pytest.fixture(scope="module")
@@ -247,9 +253,13 @@ def test_a_new_hypothesis_in_an_earlier_family_is_refused(locked_main: Path, key
     write(root, files)
     ok("lock", root, "--key", key)
     full = phase_files(full=True)
-    full["study.toml"] = full["study.toml"].replace(
-        'sides = "one-sided"', 'sides = "one-sided"\nfamily = "accuracy"\ncorrection = "holm"'
-    ).replace('test = "mcnemar"', 'test = "mcnemar"\nfamily = "accuracy"\ncorrection = "holm"')
+    full["study.toml"] = (
+        full["study.toml"]
+        .replace(
+            'sides = "one-sided"', 'sides = "one-sided"\nfamily = "accuracy"\ncorrection = "holm"'
+        )
+        .replace('test = "mcnemar"', 'test = "mcnemar"\nfamily = "accuracy"\ncorrection = "holm"')
+    )
     write(root, full)
     refused(root, key, "hypothesis 'H1'", "family 'accuracy' belongs to an earlier phase")
 
@@ -296,10 +306,17 @@ def test_a_trial_requested_before_its_phase_lock_fails_verification(
     locks = [e for e in events if e["kind"] == "protocol.locked"]
     second = locks[1]["seq"]
     # a forger moves the first request of a cot-arm trial (and its response) before phase 2
-    req = next(e for e in events if e["kind"] == "trial.requested"
-               and e["body"]["trial"].startswith("cot|"))  # fmt: skip
-    resp = next(e for e in events if e["kind"] in ("trial.responded", "trial.failed")
-                and e["body"]["request_seq"] == req["seq"])  # fmt: skip
+    req = next(
+        e
+        for e in events
+        if e["kind"] == "trial.requested" and e["body"]["trial"].startswith("cot|")
+    )
+    resp = next(
+        e
+        for e in events
+        if e["kind"] in ("trial.responded", "trial.failed")
+        and e["body"]["request_seq"] == req["seq"]
+    )
     moved = [e for e in events if e["seq"] not in (req["seq"], resp["seq"])]
     at = next(i for i, e in enumerate(moved) if e["seq"] == second) - 2
     moved[at:at] = [req, resp]

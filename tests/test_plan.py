@@ -65,8 +65,9 @@ def planned(tmp_path_factory: pytest.TempPathFactory, study_template: Path) -> A
     _with_plan(root)
     with pytest.MonkeyPatch.context() as mp:
         mp.setenv("PROMPT_LEDGER_HOME", str(base / "home"))
-        with Ledger.create(root / "ledger.db", origin="prompt-ledger.local/prompt-tumbling-e",
-                           key=study_key()):  # fmt: skip
+        with Ledger.create(
+            root / "ledger.db", origin="prompt-ledger.local/prompt-tumbling-e", key=study_key()
+        ):
             pass
         run = plan_study(root)
     return root, run, base / "home"
@@ -75,30 +76,73 @@ def planned(tmp_path_factory: pytest.TempPathFactory, study_template: Path) -> A
 # --------------------------------------------------------------------------- bad input
 
 BAD = [
-    ("unknown arm", "rates = { A = 0.95,", "rates = { Z = 0.1, A = 0.95,",
-     r"plan\.scenarios\[0\]\.rates\.Z: unknown arm 'Z' \(arms: A, B, C, D, E\)"),
-    ("impossible rate", "B = 0.5, C", "B = 1.5, C",
-     r"plan\.scenarios\[0\]\.rates\.B: must be in \[0, 1\], got 1\.5"),
-    ("missing arm", ", E = 0.95 }\nstimulus_sd", " }\nstimulus_sd",
-     r"plan\.scenarios\[0\]\.rates: no value for arm 'E'"),
-    ("unknown model", "stimulus_sd = 0.14", "stimulus_sd = 0.14\nmodels = { big = 0.1 }",
-     r"plan\.scenarios\[0\]\.models\.big: unknown model 'big' \(models: the study declares no"),
-    ("unknown variant", "stimulus_sd = 0.14", "stimulus_sd = 0.14\nvariants = { v1 = 0.1 }",
-     r"plan\.scenarios\[0\]\.variants\.v1: unknown variant 'v1'"),
-    ("impossible parse-failure rate", "stimulus_sd = 0.14",
-     "stimulus_sd = 0.14\nparse_failure = 1.0",
-     r"plan\.scenarios\[0\]\.parse_failure: must be in \[0, 1\), got 1\.0"),
-    ("residual for binomial", 'distribution = "normal"', 'distribution = "binomial"',
-     r"plan\.scenarios\[0\]\.residual_sd: only a normal outcome takes a residual SD"),
-    ("icc and stimulus_sd", "stimulus_sd = 0.14", "stimulus_sd = 0.14\nicc = 0.2",
-     r"plan\.scenarios\[0\]\.icc: give stimulus_sd or icc, not both"),
-    ("unknown primary", 'primary = ["H1"]', 'primary = ["H9"]',
-     r"plan\.primary: unknown hypothesis 'H9'"),
-    ("unknown key", "stimulus_sd = 0.14", "stimulus_sd = 0.14\nstimulus_var = 0.02",
-     r"stimulus_var: unknown key"),
-    ("too few studies", "studies = 10", "studies = 3",
-     r"plan\.studies: must be an integer from 10 to 100,000, got 3"),
-]  # fmt: skip
+    (
+        "unknown arm",
+        "rates = { A = 0.95,",
+        "rates = { Z = 0.1, A = 0.95,",
+        r"plan\.scenarios\[0\]\.rates\.Z: unknown arm 'Z' \(arms: A, B, C, D, E\)",
+    ),
+    (
+        "impossible rate",
+        "B = 0.5, C",
+        "B = 1.5, C",
+        r"plan\.scenarios\[0\]\.rates\.B: must be in \[0, 1\], got 1\.5",
+    ),
+    (
+        "missing arm",
+        ", E = 0.95 }\nstimulus_sd",
+        " }\nstimulus_sd",
+        r"plan\.scenarios\[0\]\.rates: no value for arm 'E'",
+    ),
+    (
+        "unknown model",
+        "stimulus_sd = 0.14",
+        "stimulus_sd = 0.14\nmodels = { big = 0.1 }",
+        r"plan\.scenarios\[0\]\.models\.big: unknown model 'big' \(models: the study declares no",
+    ),
+    (
+        "unknown variant",
+        "stimulus_sd = 0.14",
+        "stimulus_sd = 0.14\nvariants = { v1 = 0.1 }",
+        r"plan\.scenarios\[0\]\.variants\.v1: unknown variant 'v1'",
+    ),
+    (
+        "impossible parse-failure rate",
+        "stimulus_sd = 0.14",
+        "stimulus_sd = 0.14\nparse_failure = 1.0",
+        r"plan\.scenarios\[0\]\.parse_failure: must be in \[0, 1\), got 1\.0",
+    ),
+    (
+        "residual for binomial",
+        'distribution = "normal"',
+        'distribution = "binomial"',
+        r"plan\.scenarios\[0\]\.residual_sd: only a normal outcome takes a residual SD",
+    ),
+    (
+        "icc and stimulus_sd",
+        "stimulus_sd = 0.14",
+        "stimulus_sd = 0.14\nicc = 0.2",
+        r"plan\.scenarios\[0\]\.icc: give stimulus_sd or icc, not both",
+    ),
+    (
+        "unknown primary",
+        'primary = ["H1"]',
+        'primary = ["H9"]',
+        r"plan\.primary: unknown hypothesis 'H9'",
+    ),
+    (
+        "unknown key",
+        "stimulus_sd = 0.14",
+        "stimulus_sd = 0.14\nstimulus_var = 0.02",
+        r"stimulus_var: unknown key",
+    ),
+    (
+        "too few studies",
+        "studies = 10",
+        "studies = 3",
+        r"plan\.studies: must be an integer from 10 to 100,000, got 3",
+    ),
+]
 
 
 @pytest.mark.parametrize(("case", "old", "new", "message"), BAD, ids=[b[0] for b in BAD])
@@ -192,8 +236,11 @@ def test_record_counts_every_study_and_says_what_it_cost(planned: Any) -> None:
         assert h["supported"]["share"] == h["verdicts"].get("supported", 0) / 10
     h1 = next(h for h in res["hypotheses"] if h["hypothesis"] == "H1")
     assert h1["primary"] and h1["role"] == "power" and h1["truth"] == pytest.approx(0.45)
-    assert set(h1["sensitivity"]) == {"probe_by_arm", "probe_by_arm_arm_residual",
-                                      "cluster_bootstrap"}  # fmt: skip
+    assert set(h1["sensitivity"]) == {
+        "probe_by_arm",
+        "probe_by_arm_arm_residual",
+        "cluster_bootstrap",
+    }
     assert "cost" not in record  # the record is a function of the study and the seed
     assert run.seconds > 0 and run.estimate_seconds > 0
 
@@ -215,13 +262,25 @@ def test_a_plan_slower_than_max_seconds_refuses_before_it_starts(
 
 def test_lock_warnings_name_low_coverage_and_low_power() -> None:
     def entry(hid: str, cov: float, power: float, primary: bool) -> dict[str, Any]:
-        return {"hypothesis": hid, "primary": primary, "role": "power", "truth": 0.5,
-                "supported": {"share": power, "n": 200},
-                "coverage": {"registered": {"share": cov, "n": 200}}}  # fmt: skip
+        return {
+            "hypothesis": hid,
+            "primary": primary,
+            "role": "power",
+            "truth": 0.5,
+            "supported": {"share": power, "n": 200},
+            "coverage": {"registered": {"share": cov, "n": 200}},
+        }
 
-    record = {"settings": {"power_target": 0.8}, "results": [
-        {"scenario": "demo", "replicates": 30, "hypotheses": [
-            entry("H1", 0.425, 0.5, True), entry("H2", 0.95, 0.1, False)]}]}  # fmt: skip
+    record = {
+        "settings": {"power_target": 0.8},
+        "results": [
+            {
+                "scenario": "demo",
+                "replicates": 30,
+                "hypotheses": [entry("H1", 0.425, 0.5, True), entry("H2", 0.95, 0.1, False)],
+            }
+        ],
+    }
     warnings = lock_warnings(record)
     assert warnings == [
         "plan: the registered interval of H1 covers its truth in less than 90% of the "
@@ -278,8 +337,7 @@ def test_plan_on_a_locked_study_whose_analysis_changed_is_refused(
         mp.setenv("PROMPT_LEDGER_HOME", str(home))
         lock_study(copy_root, study_key())
         spec = copy_root / "study.toml"
-        spec.write_text(spec.read_text("utf-8").replace("alpha = 0.05", "alpha = 0.01", 1),
-                        "utf-8")  # fmt: skip
+        spec.write_text(spec.read_text("utf-8").replace("alpha = 0.05", "alpha = 0.01", 1), "utf-8")
         with pytest.raises(PlanError, match=r"study\.toml changed since the lock"):
             plan_study(copy_root)
 
@@ -307,15 +365,27 @@ def _set(record: dict[str, Any], path: str, value: Any) -> None:
 
 
 TAMPERS = [
-    ("aggregate", "results/0/hypotheses/0/supported/share", 0.123,
-     r"results\[0\]\.hypotheses\[0\]\.supported\.share: recorded 0\.123"),
-    ("a study's bound", "results/0/studies/H1/two_sided/0/0", 0.01,
-     r"results\[0\]\.(hypotheses|studies)"),
-    ("a study's verdict", "results/0/studies/H2/verdict/0", "not computed",
-     r"results\[0\]\.(hypotheses|studies)"),
+    (
+        "aggregate",
+        "results/0/hypotheses/0/supported/share",
+        0.123,
+        r"results\[0\]\.hypotheses\[0\]\.supported\.share: recorded 0\.123",
+    ),
+    (
+        "a study's bound",
+        "results/0/studies/H1/two_sided/0/0",
+        0.01,
+        r"results\[0\]\.(hypotheses|studies)",
+    ),
+    (
+        "a study's verdict",
+        "results/0/studies/H2/verdict/0",
+        "not computed",
+        r"results\[0\]\.(hypotheses|studies)",
+    ),
     ("the seed", "settings/seed", "8", r"inputs_sha256 [0-9a-f]{64} is not the locked design's"),
     ("the version", "version", 2, r"version 2 is not 1"),
-]  # fmt: skip
+]
 
 
 def test_verifier_re_derives_the_honest_plan(planned: Any) -> None:
@@ -325,8 +395,7 @@ def test_verifier_re_derives_the_honest_plan(planned: Any) -> None:
     assert "1 studies re-simulated from seed 7" in message
 
 
-@pytest.mark.parametrize(("case", "path", "value", "message"), TAMPERS,
-                         ids=[t[0] for t in TAMPERS])  # fmt: skip
+@pytest.mark.parametrize(("case", "path", "value", "message"), TAMPERS, ids=[t[0] for t in TAMPERS])
 def test_verifier_catches_a_changed_plan(
     planned: Any, case: str, path: str, value: Any, message: str
 ) -> None:
@@ -394,8 +463,9 @@ def test_template_plan_reproduces_the_measured_coverage_and_the_lock_warns(
     root = Path(shutil.copytree(study_template, tmp_path / "s"))
     with pytest.MonkeyPatch.context() as mp:
         mp.setenv("PROMPT_LEDGER_HOME", str(tmp_path / "home"))
-        with Ledger.create(root / "ledger.db", origin="prompt-ledger.local/prompt-tumbling-e",
-                           key=study_key()):  # fmt: skip
+        with Ledger.create(
+            root / "ledger.db", origin="prompt-ledger.local/prompt-tumbling-e", key=study_key()
+        ):
             pass
         run = plan_study(root, force=True)
         warnings = lock_study(root, study_key()).warnings
@@ -408,15 +478,18 @@ def test_template_plan_reproduces_the_measured_coverage_and_the_lock_warns(
         y = bc.simulate(rng, comp, 2000, 6, res["replicates"])
         rl, ru = bc.registered(y)
         sl, su, _df = bc.sensitivity(y)
-        want = {"two_sided": float(np.mean((rl <= truth) & (truth <= ru))),
-                "sensitivity": float(np.mean((sl <= truth) & (truth <= su)))}  # fmt: skip
+        want = {
+            "two_sided": float(np.mean((rl <= truth) & (truth <= ru))),
+            "sensitivity": float(np.mean((sl <= truth) & (truth <= su))),
+        }
         h1 = next(h for h in res["hypotheses"] if h["hypothesis"] == "H1")
-        got = {"two_sided": h1["coverage"]["two_sided"],
-               "sensitivity": h1["sensitivity"]["probe_by_arm_arm_residual"]}  # fmt: skip
+        got = {
+            "two_sided": h1["coverage"]["two_sided"],
+            "sensitivity": h1["sensitivity"]["probe_by_arm_arm_residual"],
+        }
         for name, share in want.items():
             se = np.hypot(got[name]["mc_se"], np.sqrt(share * (1 - share) / 2000))
-            assert abs(got[name]["share"] - share) <= 4 * se, (res["replicates"], name, got,
-                                                               want)  # fmt: skip
+            assert abs(got[name]["share"] - share) <= 4 * se, (res["replicates"], name, got, want)
     assert any("two-sided registered interval of H1" in w for w in warnings), warnings
 
 
@@ -456,8 +529,12 @@ def test_a_variance_interval_beyond_a_double_is_withheld_on_both_sides() -> None
     assert not fit.singular and 0 < fit.group_variance < 1e-6
     assert math.isnan(fit.group_variance_ci_upper)  # withheld
     assert fit.variance_ci_note is not None and "group variance" in fit.variance_ci_note
-    mine = _restats.mixed_model(t["accuracy"].tolist(), t["arm"].astype(str).tolist(),
-                                t["stimulus"].astype(str).tolist(), "A")  # fmt: skip
+    mine = _restats.mixed_model(
+        t["accuracy"].tolist(),
+        t["arm"].astype(str).tolist(),
+        t["stimulus"].astype(str).tolist(),
+        "A",
+    )
     assert mine["group_variance_ci_upper"] is None or math.isnan(mine["group_variance_ci_upper"])
 
 
@@ -516,12 +593,14 @@ def test_binomial_plan_with_two_models_verifies(tmp_path: Path, study_template: 
     end = text.index("\n\n", start)
     text = text[:start] + MODELS + text[end + 2 :]
     assert "exclude_unparseable = true" in text
-    spec.write_text(text.replace("exclude_unparseable = true", "exclude_unparseable = false"),
-                    "utf-8")  # fmt: skip
+    spec.write_text(
+        text.replace("exclude_unparseable = true", "exclude_unparseable = false"), "utf-8"
+    )
     with pytest.MonkeyPatch.context() as mp:
         mp.setenv("PROMPT_LEDGER_HOME", str(tmp_path / "home"))
-        with Ledger.create(root / "ledger.db", origin="prompt-ledger.local/prompt-tumbling-e",
-                           key=study_key()):  # fmt: skip
+        with Ledger.create(
+            root / "ledger.db", origin="prompt-ledger.local/prompt-tumbling-e", key=study_key()
+        ):
             pass
         run = plan_study(root)
     (res,) = run.record["results"]
@@ -530,8 +609,12 @@ def test_binomial_plan_with_two_models_verifies(tmp_path: Path, study_template: 
     from analysis.plan import _clip_mean
 
     spread = float(np.hypot(0.1, 0.05))
-    want = np.mean([_clip_mean(0.9, spread) - _clip_mean(0.6, spread),
-                    _clip_mean(0.7, spread) - _clip_mean(0.4, spread)])  # fmt: skip
+    want = np.mean(
+        [
+            _clip_mean(0.9, spread) - _clip_mean(0.6, spread),
+            _clip_mean(0.7, spread) - _clip_mean(0.4, spread),
+        ]
+    )
     assert h1["truth"] == pytest.approx(want, rel=1e-12)
     # 30% of the trials of every arm score 0: the estimate shrinks to 0.7 of the difference
     assert h1["mean_estimate"] == pytest.approx(0.7 * h1["truth"], abs=0.08)
@@ -546,26 +629,58 @@ def test_report_section_twins_agree() -> None:
     from verify import _plan as vp
 
     def h(hid: str, role: str, primary: bool, sens: float | None) -> dict[str, Any]:
-        return {"hypothesis": hid, "primary": primary, "role": role, "truth": -0.2649,
-                "supported": {"share": 0.935}, "not_computed": {"share": 0.0},
-                "coverage": {"registered": {"share": 0.425}, "two_sided": {"share": None}},
-                **({"sensitivity": {"probe_by_arm_arm_residual": {"share": sens}}}
-                   if sens is not None else {})}  # fmt: skip
+        return {
+            "hypothesis": hid,
+            "primary": primary,
+            "role": role,
+            "truth": -0.2649,
+            "supported": {"share": 0.935},
+            "not_computed": {"share": 0.0},
+            "coverage": {"registered": {"share": 0.425}, "two_sided": {"share": None}},
+            **(
+                {"sensitivity": {"probe_by_arm_arm_residual": {"share": sens}}}
+                if sens is not None
+                else {}
+            ),
+        }
 
     record = {
-        "settings": {"studies": 200, "seed": "5", "power_target": 0.8, "primary": ["H1"],
-                     "scenarios": [{"name": "demo"}, {"name": "null"}]},
-        "results": [{"scenario": sc, "replicates": r, "hypotheses": [
-            h("H1", "power", True, 0.95), h("H2", "type-I error", False, None),
-            h("H3", "share supported", False, 1.0)]}
-            for r in (4, 30) for sc in ("demo", "null")],
-    }  # fmt: skip
+        "settings": {
+            "studies": 200,
+            "seed": "5",
+            "power_target": 0.8,
+            "primary": ["H1"],
+            "scenarios": [{"name": "demo"}, {"name": "null"}],
+        },
+        "results": [
+            {
+                "scenario": sc,
+                "replicates": r,
+                "hypotheses": [
+                    h("H1", "power", True, 0.95),
+                    h("H2", "type-I error", False, None),
+                    h("H3", "share supported", False, 1.0),
+                ],
+            }
+            for r in (4, 30)
+            for sc in ("demo", "null")
+        ],
+    }
     assert rp.PLAN_HEADING == vp.REPORT_HEADING and rp.PLAN_CAPTION == vp.REPORT_CAPTION
     assert list(rp.PLAN_HEADER) == vp.REPORT_HEADER
     assert rp.plan_rows(record) == vp.report_rows(record)
     assert rp.plan_intro(record, 17, "ab" * 32) == vp.report_text(record, 17, "ab" * 32)
-    assert rp.plan_rows(record)[0] == ["demo", "4", "H1 (primary)", "-26.5 pp", "93.5% power",
-                                       "0.0%", "42.5%", "–", "95.0%"]  # fmt: skip
+    assert rp.plan_rows(record)[0] == [
+        "demo",
+        "4",
+        "H1 (primary)",
+        "-26.5 pp",
+        "93.5% power",
+        "0.0%",
+        "42.5%",
+        "–",
+        "95.0%",
+    ]
 
 
 @pytest.mark.slow  # spawning workers that import numpy, pandas and statsmodels takes a while

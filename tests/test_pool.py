@@ -18,10 +18,15 @@ from runner._pool import socket_readable
 from runner.backends import AnthropicBackend
 
 MESSAGE = {
-    "id": "msg_1", "type": "message", "role": "assistant", "model": "claude-test",
-    "content": [{"type": "text", "text": "UP"}], "stop_reason": "end_turn",
-    "stop_sequence": None, "usage": {"input_tokens": 3, "output_tokens": 1},
-}  # fmt: skip
+    "id": "msg_1",
+    "type": "message",
+    "role": "assistant",
+    "model": "claude-test",
+    "content": [{"type": "text", "text": "UP"}],
+    "stop_reason": "end_turn",
+    "stop_sequence": None,
+    "usage": {"input_tokens": 3, "output_tokens": 1},
+}
 BODY = {"model": "claude-test", "max_tokens": 5, "messages": [{"role": "user", "content": "x"}]}
 
 
@@ -75,15 +80,22 @@ class OneShotServer:
                         return
                     data += chunk
                 head, _, rest = data.partition(b"\r\n\r\n")
-                length = next(int(line.split(b":")[1]) for line in head.split(b"\r\n")
-                              if line.lower().startswith(b"content-length"))  # fmt: skip
+                length = next(
+                    int(line.split(b":")[1])
+                    for line in head.split(b"\r\n")
+                    if line.lower().startswith(b"content-length")
+                )
                 while len(rest) < length:
                     rest += conn.recv(65536)
                 data = rest[length:]
                 payload = json.dumps(MESSAGE).encode()
-                conn.sendall(b"HTTP/1.1 200 OK\r\ncontent-type: application/json\r\n"
-                             b"request-id: req_1\r\ncontent-length: "
-                             + str(len(payload)).encode() + b"\r\n\r\n" + payload)  # fmt: skip
+                conn.sendall(
+                    b"HTTP/1.1 200 OK\r\ncontent-type: application/json\r\n"
+                    b"request-id: req_1\r\ncontent-length: "
+                    + str(len(payload)).encode()
+                    + b"\r\n\r\n"
+                    + payload
+                )
                 self.requests += 1
                 served += 1
                 if self.close_after is not None and served >= self.close_after:

@@ -27,7 +27,7 @@ PLAN: dict[str, Any] = {
     "design": {"bootstrap_iterations": 300, "bootstrap_seed": 11},
     "analysis": {"random_intercept": "stimulus"},
     "hypotheses": [],
-}  # fmt: skip
+}
 
 
 def _rows(seed: int, models: tuple[str, ...] = ("",)) -> list[dict[str, Any]]:
@@ -40,23 +40,51 @@ def _rows(seed: int, models: tuple[str, ...] = ("",)) -> list[dict[str, Any]]:
                 for rep in range(1, 4):
                     acc = float(np.clip(mean + u + rng.normal(0, 0.12), 0, 1))
                     trial = f"{arm}|{model}|s{j}|{rep}" if model else f"{arm}|s{j}|{rep}"
-                    out.append({"trial": trial, "arm": arm, "model": model, "stimulus": f"s{j}",
-                                "rep": rep, "accuracy": acc, "control": False, "excluded": False,
-                                "status": "ok"})  # fmt: skip
+                    out.append(
+                        {
+                            "trial": trial,
+                            "arm": arm,
+                            "model": model,
+                            "stimulus": f"s{j}",
+                            "rep": rep,
+                            "accuracy": acc,
+                            "control": False,
+                            "excluded": False,
+                            "status": "ok",
+                        }
+                    )
     return out
 
 
 def _datasets(rows: list[dict[str, Any]], models: tuple[str, ...] = ()) -> tuple[Dataset, Any]:
-    items = pd.DataFrame(columns=["trial", "arm", "model", "stimulus", "rep", "row", "position",
-                                  "truth", "answer", "correct"])  # fmt: skip
+    items = pd.DataFrame(
+        columns=[
+            "trial",
+            "arm",
+            "model",
+            "stimulus",
+            "rep",
+            "row",
+            "position",
+            "truth",
+            "answer",
+            "correct",
+        ]
+    )
     ds = Dataset(pd.DataFrame(rows), items, ("A", "B", "C"), (), "0" * 64, models=models)
     twin = vs._Dataset(rows, [], ["A", "B", "C"], [], "0" * 64, models=list(models))
     return ds, twin
 
 
 def _declared(model: str | None = None) -> dict[str, Any]:
-    return {"contrast": ["A", "B"], "random_intercept": None, "arms": None, "model": model,
-            "reason": "reported as the paper does", "after_seq": 9}  # fmt: skip
+    return {
+        "contrast": ["A", "B"],
+        "random_intercept": None,
+        "arms": None,
+        "model": model,
+        "reason": "reported as the paper does",
+        "after_seq": 9,
+    }
 
 
 @pytest.mark.parametrize("test", ["paired-t", "independent-t", "bootstrap"])
@@ -106,15 +134,18 @@ def test_posthoc_on_one_model_uses_that_models_trials_only() -> None:
 
 
 def test_a_pairing_that_does_not_pair_is_a_failed_posthoc_result_naming_the_trial() -> None:
-    rows = [r for r in _rows(3)
-            if not (r["arm"] == "B" and r["stimulus"] == "s2" and r["rep"] == 3)]
+    rows = [
+        r for r in _rows(3) if not (r["arm"] == "B" and r["stimulus"] == "s2" and r["rep"] == 3)
+    ]
     ds, twin = _datasets(rows)
     body = posthoc_result(ds, PLAN, _declared(), "ab", "paired-t").as_dict()
     assert body["status"] == "failed" and body["verdict"] is None
     assert "arm A has replicate 3 of stimulus 's2' and arm B has no such trial" in str(
-        body["error"])
-    failed = vs._guard(vs._Result("posthoc"),
-                       lambda: vs._posthoc_values(twin, PLAN, "A", "B", "paired-t"))
+        body["error"]
+    )
+    failed = vs._guard(
+        vs._Result("posthoc"), lambda: vs._posthoc_values(twin, PLAN, "A", "B", "paired-t")
+    )
     assert failed.status == "failed"
 
 
@@ -125,8 +156,9 @@ def test_viewer_row_of_a_posthoc_event() -> None:
     row = _posthoc_row(41, body)
     c = body["values"]["contrast"]
     assert row["label"] == "post hoc" and row["test"] == "bootstrap" and row["p"] == "–"
-    assert row["difference"] == (f"{100 * c['estimate']:+.1f} pp ({100 * c['lower']:+.1f} to "
-                                 f"{100 * c['upper']:+.1f})")  # fmt: skip
+    assert row["difference"] == (
+        f"{100 * c['estimate']:+.1f} pp ({100 * c['lower']:+.1f} to {100 * c['upper']:+.1f})"
+    )
     assert row["reason"] == "reported as the paper does" and row["seq"] == 41
 
 
@@ -151,18 +183,63 @@ def test_posthoc_kinds_end_to_end_viewed_verified_and_a_forged_one_fails(tmp_pat
     def run(*args: object) -> Any:
         return CliRunner().invoke(main, [str(a) for a in args])
 
-    for step in (("lock", root), ("run", root, "--backend", "simulated"), ("score", root),
-                 ("unblind", root), ("analyze", root)):  # fmt: skip
+    for step in (
+        ("lock", root),
+        ("run", root, "--backend", "simulated"),
+        ("score", root),
+        ("unblind", root),
+        ("analyze", root),
+    ):
         assert run(*step, "--key", key).exit_code == 0, step
-    refused = run("posthoc", root, "x", "--contrast", "A", "B", "--test", "paired-t",
-                  "--arms", "A,B", "--reason", "x", "--key", key)  # fmt: skip
+    refused = run(
+        "posthoc",
+        root,
+        "x",
+        "--contrast",
+        "A",
+        "B",
+        "--test",
+        "paired-t",
+        "--arms",
+        "A,B",
+        "--reason",
+        "x",
+        "--key",
+        key,
+    )
     assert refused.exit_code != 0 and "--arms belong to the mixed model" in refused.output
-    no_model = run("posthoc", root, "x", "--contrast", "A", "B", "--test", "bootstrap",
-                   "--model", "nope", "--reason", "x", "--key", key)  # fmt: skip
+    no_model = run(
+        "posthoc",
+        root,
+        "x",
+        "--contrast",
+        "A",
+        "B",
+        "--test",
+        "bootstrap",
+        "--model",
+        "nope",
+        "--reason",
+        "x",
+        "--key",
+        key,
+    )
     assert no_model.exit_code != 0 and "--model 'nope'" in no_model.output
     for name, test in (("ab-paired", "paired-t"), ("ab-boot", "bootstrap")):
-        made = run("posthoc", root, name, "--contrast", "A", "B", "--test", test,
-                   "--reason", f"A - B by {test}", "--key", key)  # fmt: skip
+        made = run(
+            "posthoc",
+            root,
+            name,
+            "--contrast",
+            "A",
+            "B",
+            "--test",
+            test,
+            "--reason",
+            f"A - B by {test}",
+            "--key",
+            key,
+        )
         assert made.exit_code == 0 and "post hoc, no verdict" in made.output, made.output
     archive = tmp_path / "archive"
     assert run("export", root, archive, "--key", key).exit_code == 0
@@ -178,8 +255,9 @@ def test_posthoc_kinds_end_to_end_viewed_verified_and_a_forged_one_fails(tmp_pat
     assert "posthoc.ab-paired" in page and "posthoc.ab-boot" in page and "post hoc" in page
 
     events = read_events(archive)
-    target = next(e for e in events if e["kind"] == "analysis.posthoc"
-                  and e["body"]["test"] == "paired-t")  # fmt: skip
+    target = next(
+        e for e in events if e["kind"] == "analysis.posthoc" and e["body"]["test"] == "paired-t"
+    )
     target["body"]["values"]["contrast"]["t"] *= 1 + 1e-4
     resign(archive, events)
     check = verify_archive(archive).get("reanalysis")

@@ -91,13 +91,18 @@ def test_check_on_the_fake_messages_server_writes_one_preflight_and_no_trial(
     assert body["model"] == MODEL and body["reported_model"] == MODEL
     assert body["model_match"] is True and body["http_status"] == 200
     assert body["backend"] == "anthropic" and body["url"].endswith("/v1/messages")
-    assert body["shape"] == {"images": True, "system": False, "prior_turns": False,
-                             "parameters": ["max_tokens", "temperature"]}  # fmt: skip
+    assert body["shape"] == {
+        "images": True,
+        "system": False,
+        "prior_turns": False,
+        "parameters": ["max_tokens", "temperature"],
+    }
     assert body["position"] == 1 and body["attempt"] == 1
     assert body["request_sha256"] == answered == preflight.blobs["request"]
     assert json.loads(blob(study, preflight.blobs["response"]))["type"] == "message"
-    assert ("preflight: a request naming model 'claude-sonnet-4-6' was accepted, built like "
-            "trial") in result.stdout
+    assert (
+        "preflight: a request naming model 'claude-sonnet-4-6' was accepted, built like trial"
+    ) in result.stdout
     assert "the response reports model 'claude-sonnet-4-6'" in result.stdout
     # what the server said about itself: the Models API knows the locked id (no warning)
     identity = body["server_identity"]
@@ -123,7 +128,9 @@ def test_check_on_the_fake_messages_server_writes_one_preflight_and_no_trial(
 def test_the_preflight_is_the_first_trials_request_byte_for_byte(study: Path) -> None:
     with FakeMessagesServer(latency_ms=0) as server:
         result = run_study(
-            study, study_key(), AnthropicBackend(api_key="test", base_url=server.base_url),
+            study,
+            study_key(),
+            AnthropicBackend(api_key="test", base_url=server.base_url),
             RunOptions(concurrency=4, **FAST),
         )
     assert result.reason == "complete" and result.final == 35
@@ -169,9 +176,16 @@ def test_a_server_without_the_locked_model_stops_at_the_preflight_and_gives_noth
         url = f"{server.base_url}/v1/messages"
     assert result.exit_code == 1
     message = result.output
-    for part in ("preflight failed", f"model '{MODEL}'", "the anthropic backend", url,
-                 "HTTP 404", f"model: {MODEL}", "No trial was sent or given up",
-                 "[model] id"):  # fmt: skip
+    for part in (
+        "preflight failed",
+        f"model '{MODEL}'",
+        "the anthropic backend",
+        url,
+        "HTTP 404",
+        f"model: {MODEL}",
+        "No trial was sent or given up",
+        "[model] id",
+    ):
         assert part in message, (part, message)
     assert "Traceback" not in message
     [preflight] = events(study, "run.preflight")
@@ -219,9 +233,19 @@ def test_a_budget_too_small_for_the_preflight_sends_nothing(study: Path) -> None
     before = len(events(study))
     result = CliRunner().invoke(
         main,
-        ["run", str(study), "--backend", "simulated", "--budget-usd", "0.0001",
-         "--price-in", "2", "--price-out", "10"],
-    )  # fmt: skip
+        [
+            "run",
+            str(study),
+            "--backend",
+            "simulated",
+            "--budget-usd",
+            "0.0001",
+            "--price-in",
+            "2",
+            "--price-out",
+            "10",
+        ],
+    )
     assert result.exit_code == 1
     assert "budget: the preflight request could cost up to" in result.output
     assert "nothing was sent" in result.output
@@ -258,16 +282,31 @@ def test_ctrl_c_with_the_preflight_in_flight_records_it_interrupted(study: Path)
 # ---------------------------------------------------------------------------- shapes
 
 
-def _body(*, image: bool = True, system: str | None = None, turns: int = 1,
-          model: str = MODEL, **params: Any) -> dict[str, Any]:  # fmt: skip
+def _body(
+    *,
+    image: bool = True,
+    system: str | None = None,
+    turns: int = 1,
+    model: str = MODEL,
+    **params: Any,
+) -> dict[str, Any]:
     content: list[dict[str, Any]] = [{"type": "text", "text": "question"}]
     if image:
-        content.insert(0, {"type": "image", "source": {"type": "base64",
-                                                       "media_type": "image/png", "data": ""}})
-    prior = [{"role": "user", "content": [{"type": "text", "text": "example"}]},
-             {"role": "assistant", "content": [{"type": "text", "text": "A"}]}] * (turns - 1)
-    body = {"model": model, "max_tokens": 16, "temperature": 0, **params,
-            "messages": [*prior, {"role": "user", "content": content}]}  # fmt: skip
+        content.insert(
+            0,
+            {"type": "image", "source": {"type": "base64", "media_type": "image/png", "data": ""}},
+        )
+    prior = [
+        {"role": "user", "content": [{"type": "text", "text": "example"}]},
+        {"role": "assistant", "content": [{"type": "text", "text": "A"}]},
+    ] * (turns - 1)
+    body = {
+        "model": model,
+        "max_tokens": 16,
+        "temperature": 0,
+        **params,
+        "messages": [*prior, {"role": "user", "content": content}],
+    }
     if system is not None:
         body["system"] = system
     return body

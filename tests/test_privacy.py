@@ -57,8 +57,9 @@ class Exported:
         self.identity = base / "keys" / "irb.x25519"
         self.other = base / "keys" / "other.x25519"
 
-    def verify(self, path: Path | None = None, *, annex: Path | None = None,
-               identity: Path | None = None) -> Any:  # fmt: skip
+    def verify(
+        self, path: Path | None = None, *, annex: Path | None = None, identity: Path | None = None
+    ) -> Any:
         return verify_path(path or self.public, annex=annex, identity=identity)
 
 
@@ -75,8 +76,18 @@ def study(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Exported]:
             result = cli("auditor-key", name, base / "keys")
             assert result.exit_code == 0, result.output
         auditor = base / "keys" / "irb.x25519.pub"
-        result = cli("export", ex.root, ex.public, "--key", ex.owner, "--public",
-                     "--annex", ex.annex, "--auditor", auditor)  # fmt: skip
+        result = cli(
+            "export",
+            ex.root,
+            ex.public,
+            "--key",
+            ex.owner,
+            "--public",
+            "--annex",
+            ex.annex,
+            "--auditor",
+            auditor,
+        )
         assert result.exit_code == 0, result.output
         yield ex
 
@@ -96,9 +107,7 @@ def test_the_private_ledger_holds_every_canary(study: Exported) -> None:
     """The control: the canaries are in the study's own ledger, so their absence below counts."""
     data = (study.root / "ledger.db").read_bytes()
     with Ledger.open(study.root / "ledger.db", readonly=True) as log:
-        contents = b"".join(
-            log.blob(d) for e in log.events() for d in e.blobs.values()
-        )  # fmt: skip
+        contents = b"".join(log.blob(d) for e in log.events() for d in e.blobs.values())
     assert sorted(canaries_in(data + contents)) == sorted(CANARIES)
 
 
@@ -125,8 +134,9 @@ def test_no_canary_in_the_verifiers_json(study: Exported) -> None:
     result = cli("verify", study.public, "--json")
     assert result.exit_code == 3, result.output
     assert canaries_in(result.output.encode()) == []
-    full = cli("verify", study.public, "--json", "--annex", study.annex,
-               "--identity", study.identity)  # fmt: skip
+    full = cli(
+        "verify", study.public, "--json", "--annex", study.annex, "--identity", study.identity
+    )
     assert full.exit_code == 0, full.output
     assert canaries_in(full.output.encode()) == []
 
@@ -196,12 +206,33 @@ def test_the_public_archive_verifies_partial_with_its_limits(study: Exported) ->
     report = study.verify()
     assert report.ok and report.status == "partial", report.failures
     statuses = {c.name: c.status for c in report.checks}
-    for name in ("chain", "signatures", "checkpoints", "keys", "layout", "manifest",
-                 "export-coverage", "phases", "outcomes", "blinding", "derived", "report",
-                 "flow", "checklists"):  # fmt: skip
+    for name in (
+        "chain",
+        "signatures",
+        "checkpoints",
+        "keys",
+        "layout",
+        "manifest",
+        "export-coverage",
+        "phases",
+        "outcomes",
+        "blinding",
+        "derived",
+        "report",
+        "flow",
+        "checklists",
+    ):
         assert statuses[name] is Status.PASS, (name, report.get(name))
-    for name in ("blobs", "protocol", "schedule", "requests", "preflight", "rescore",
-                 "reanalysis", "privacy"):  # fmt: skip
+    for name in (
+        "blobs",
+        "protocol",
+        "schedule",
+        "requests",
+        "preflight",
+        "rescore",
+        "reanalysis",
+        "privacy",
+    ):
         assert statuses[name] is Status.LIMITED, (name, report.get(name))
     schedule = report.get("schedule")
     assert schedule is not None and "in the locked seed's order" in schedule.reason
@@ -220,8 +251,19 @@ def test_the_public_archive_verifies_partial_with_its_limits(study: Exported) ->
     from verify.__main__ import main as verify_main
 
     assert verify_main([str(study.public), "--json"]) == 3  # python -m verify: PARTIAL is 3
-    assert verify_main([str(study.public), "--json", "--annex", str(study.annex),
-                        "--identity", str(study.identity)]) == 0  # fmt: skip
+    assert (
+        verify_main(
+            [
+                str(study.public),
+                "--json",
+                "--annex",
+                str(study.annex),
+                "--identity",
+                str(study.identity),
+            ]
+        )
+        == 0
+    )
 
 
 def test_with_the_annex_it_verifies_in_full(study: Exported) -> None:
@@ -254,8 +296,9 @@ def _tamper_copy(study: Exported, name: str) -> tuple[Path, Path, dict[str, Any]
     return target, target.parent / f"{name}.annex", {"header": opened.header, **payload}
 
 
-def _write_annex(path: Path, header: dict[str, Any], payload: dict[str, Any],
-                 auditor: Path) -> None:  # fmt: skip
+def _write_annex(
+    path: Path, header: dict[str, Any], payload: dict[str, Any], auditor: Path
+) -> None:
     key: AuditorKey = read_auditor_public_key(auditor)
     path.write_bytes(annex_bytes(header, payload, [key]))
 
@@ -268,8 +311,10 @@ def _replace_response(
     manifest and the annex. Returns the archive, the annex, the events and the response event.
     """
     target, annex, doc = _tamper_copy(study, name)
-    events = [json.loads(line)["envelope"]
-              for line in (target / "ledger/events.jsonl").read_bytes().splitlines()]  # fmt: skip
+    events = [
+        json.loads(line)["envelope"]
+        for line in (target / "ledger/events.jsonl").read_bytes().splitlines()
+    ]
     responded = next(e for e in events if e["kind"] == "trial.responded")
     old = responded["blobs"]["response"]
     new_stored = change(open_blob(base64.b64decode(doc["blobs"][old])))
@@ -292,8 +337,12 @@ def _replace_response(
     last = (target / "ledger/events.jsonl").read_bytes().splitlines()[-1]
     envelope = canonical_json(json.loads(last)["envelope"])
     header = dict(doc["header"], export_leaf_hash=hashlib.sha256(b"\x00" + envelope).hexdigest())
-    _write_annex(annex, header, {"blobs": doc["blobs"], "files": doc["files"]},
-                 study.base / "keys" / "irb.x25519.pub")  # fmt: skip
+    _write_annex(
+        annex,
+        header,
+        {"blobs": doc["blobs"], "files": doc["files"]},
+        study.base / "keys" / "irb.x25519.pub",
+    )
     return target, annex, events, responded
 
 
@@ -311,8 +360,11 @@ def test_a_withheld_response_changed_and_resigned_by_the_owner_is_caught_with_th
     report = study.verify(target, annex=annex, identity=study.identity)
     rescore = report.get("rescore")
     assert rescore is not None and rescore.status is Status.FAIL, rescore
-    scored = next(e for e in events if e["kind"] == "trial.scored"
-                  and e["body"]["response_seq"] == responded["seq"])  # fmt: skip
+    scored = next(
+        e
+        for e in events
+        if e["kind"] == "trial.scored" and e["body"]["response_seq"] == responded["seq"]
+    )
     assert f"trial.scored seq {scored['seq']} does not re-score" in rescore.reason, rescore
     assert report.status == "failed"
 
@@ -363,13 +415,21 @@ def test_a_corrupted_annex_is_refused(study: Exported) -> None:
 def test_an_annex_for_another_export_is_refused(study: Exported) -> None:
     _, annex, doc = _tamper_copy(study, "foreign")
     header = dict(doc["header"], export_seq=doc["header"]["export_seq"] - 1)
-    _write_annex(annex, header, {"blobs": doc["blobs"], "files": doc["files"]},
-                 study.base / "keys" / "irb.x25519.pub")  # fmt: skip
+    _write_annex(
+        annex,
+        header,
+        {"blobs": doc["blobs"], "files": doc["files"]},
+        study.base / "keys" / "irb.x25519.pub",
+    )
     report = study.verify(annex=annex, identity=study.identity)
     assert not report.ok and "another export of the study" in report.checks[0].reason
     header = dict(doc["header"], study="another-study")
-    _write_annex(annex, header, {"blobs": doc["blobs"], "files": doc["files"]},
-                 study.base / "keys" / "irb.x25519.pub")  # fmt: skip
+    _write_annex(
+        annex,
+        header,
+        {"blobs": doc["blobs"], "files": doc["files"]},
+        study.base / "keys" / "irb.x25519.pub",
+    )
     report = study.verify(annex=annex, identity=study.identity)
     assert not report.ok and "for study 'another-study'" in report.checks[0].reason
 
@@ -382,8 +442,12 @@ def test_annex_content_that_does_not_open_its_commitment_is_named(study: Exporte
     doc["blobs"][address] = base64.b64encode(bytes(stored)).decode()
     rel = sorted(doc["files"])[0]
     doc["files"][rel]["content"] = base64.b64encode(b"another file").decode()
-    _write_annex(annex, doc["header"], {"blobs": doc["blobs"], "files": doc["files"]},
-                 study.base / "keys" / "irb.x25519.pub")  # fmt: skip
+    _write_annex(
+        annex,
+        doc["header"],
+        {"blobs": doc["blobs"], "files": doc["files"]},
+        study.base / "keys" / "irb.x25519.pub",
+    )
     report = study.verify(annex=annex, identity=study.identity)
     reason = report.checks[0].reason
     assert not report.ok and f"annex blob {address} does not open its commitment" in reason
@@ -427,8 +491,18 @@ def test_a_public_export_of_a_study_without_a_policy_is_refused(
     assert cli("lock", root, "--key", key).exit_code == 0
     with Ledger.open(root / "ledger.db", readonly=True) as log:
         size = log.size
-    result = cli("export", root, tmp_path / "out", "--key", key, "--public",
-                 "--annex", tmp_path / "a.annex", "--auditor", tmp_path / "none.pub")  # fmt: skip
+    result = cli(
+        "export",
+        root,
+        tmp_path / "out",
+        "--key",
+        key,
+        "--public",
+        "--annex",
+        tmp_path / "a.annex",
+        "--auditor",
+        tmp_path / "none.pub",
+    )
     assert result.exit_code != 0 and "needs a locked [privacy] policy" in result.output
     assert not (tmp_path / "out").exists() and not (tmp_path / "a.annex").exists()
     with Ledger.open(root / "ledger.db", readonly=True) as log:
@@ -440,8 +514,18 @@ def test_a_public_export_needs_an_annex_and_a_readable_auditor_key(study: Export
     assert result.exit_code != 0 and "--public needs --annex FILE" in result.output
     bad = study.base / "bad.pub"
     bad.write_text("not a key\n")
-    result = cli("export", study.root, study.base / "x", "--key", study.owner, "--public",
-                 "--annex", study.base / "x.annex", "--auditor", bad)  # fmt: skip
+    result = cli(
+        "export",
+        study.root,
+        study.base / "x",
+        "--key",
+        study.owner,
+        "--public",
+        "--annex",
+        study.base / "x.annex",
+        "--auditor",
+        bad,
+    )
     assert result.exit_code != 0 and "not an auditor public key" in result.output
     assert not (study.base / "x").exists() and not (study.base / "x.annex").exists()
 
@@ -488,8 +572,10 @@ def test_an_auditor_key_is_never_overwritten(study: Exported) -> None:
 def test_withholding_a_file_the_policy_does_not_name_fails(study: Exported) -> None:
     """The owner hides the report too (re-signed): what is withheld is the locked policy's."""
     target, _, _ = _tamper_copy(study, "hidden-report")
-    events = [json.loads(line)["envelope"]
-              for line in (target / "ledger/events.jsonl").read_bytes().splitlines()]  # fmt: skip
+    events = [
+        json.loads(line)["envelope"]
+        for line in (target / "ledger/events.jsonl").read_bytes().splitlines()
+    ]
     report_file = target / "analysis" / "report.html"
     export = events[-1]["body"]
     del export["files"]["analysis/report.html"]
@@ -521,8 +607,18 @@ def test_with_the_scores_public_every_statistic_is_recomputed_without_the_annex(
     assert cli("auditor-key", "irb", tmp_path / "keys").exit_code == 0
     public = tmp_path / "public"
     auditor = tmp_path / "keys" / "irb.x25519.pub"
-    result = cli("export", root, public, "--key", key, "--public",
-                 "--annex", tmp_path / "a.annex", "--auditor", auditor)  # fmt: skip
+    result = cli(
+        "export",
+        root,
+        public,
+        "--key",
+        key,
+        "--public",
+        "--annex",
+        tmp_path / "a.annex",
+        "--auditor",
+        auditor,
+    )
     assert result.exit_code == 0, result.output
     assert [leak for leak in every_file(public) if canaries_in(leak[1])] == []
     report = verify_path(public)

@@ -20,8 +20,9 @@ values = st.recursive(
     | st.integers(min_value=-SAFE, max_value=SAFE)
     | st.floats(allow_nan=False, allow_infinity=False)
     | st.text(max_size=12),
-    lambda inner: st.lists(inner, max_size=3)
-    | st.dictionaries(st.text(max_size=6), inner, max_size=3),
+    lambda inner: (
+        st.lists(inner, max_size=3) | st.dictionaries(st.text(max_size=6), inner, max_size=3)
+    ),
     max_leaves=8,
 )
 events = st.tuples(

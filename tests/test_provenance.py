@@ -52,8 +52,18 @@ def test_the_lock_records_the_environment(study: Path) -> None:
     assert locked["prompt_ledger"] == version("prompt-ledger")
     assert locked["python"].count(".") == 2 and locked["python_implementation"]
     assert sorted(locked["packages"]) == sorted(ENVIRONMENT_PACKAGES)
-    for name in ("anthropic", "httpx", "numpy", "scipy", "statsmodels", "pandas",
-                 "cryptography", "rfc8785", "sqlite-utils", "click"):  # fmt: skip
+    for name in (
+        "anthropic",
+        "httpx",
+        "numpy",
+        "scipy",
+        "statsmodels",
+        "pandas",
+        "cryptography",
+        "rfc8785",
+        "sqlite-utils",
+        "click",
+    ):
         assert locked["packages"][name] == version(name)
 
 
@@ -104,7 +114,8 @@ def test_a_server_that_reports_another_model_is_flagged_everywhere(
     other = "claude-haiku-4-5"
     with FakeMessagesServer(latency_ms=0, reported_model=other) as server:
         result = CliRunner().invoke(
-            main, ["run", str(study), "--base-url", server.base_url, "--concurrency", "4"],
+            main,
+            ["run", str(study), "--base-url", server.base_url, "--concurrency", "4"],
             env={"ANTHROPIC_API_KEY": "test"},
         )
     assert result.exit_code == 0, result.output
@@ -117,8 +128,13 @@ def test_a_server_that_reports_another_model_is_flagged_everywhere(
     status = CliRunner().invoke(main, ["status", str(study), "--json"])
     data = json.loads(status.stdout)["model_mismatches"]
     assert data["count"] == 36  # 35 responses and the preflight
-    assert data["first"][0] == {"seq": preflight.seq, "kind": "run.preflight", "trial": None,
-                                "requested": MODEL, "reported": other}  # fmt: skip
+    assert data["first"][0] == {
+        "seq": preflight.seq,
+        "kind": "run.preflight",
+        "trial": None,
+        "requested": MODEL,
+        "reported": other,
+    }
     assert len(data["first"]) == 5 and data["first"][1]["kind"] == "trial.responded"
     text = CliRunner().invoke(main, ["status", str(study)]).output
     assert "model mismatch: 36 response(s) report a model other than the one requested" in text
@@ -214,8 +230,9 @@ SLOW = pytest.mark.slow
         # each case is a whole verification: two here, four in the slow set (.ci/run)
         pytest.param(lambda b: b.update(extra=1), "unexpected member(s) extra", marks=SLOW),
         pytest.param(lambda b: b["shape"].pop("images"), "'shape' is not", marks=SLOW),
-        pytest.param(lambda b: b.update(position=2), "is not a trial of the locked schedule",
-                     marks=SLOW),
+        pytest.param(
+            lambda b: b.update(position=2), "is not a trial of the locked schedule", marks=SLOW
+        ),
         (lambda b: b.update(request_sha256="0" * 64), "is not the request blob's hash"),
     ],
 )

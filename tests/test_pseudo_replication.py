@@ -27,8 +27,9 @@ def _spec(root: Path, old: str, new: str) -> None:
     path.write_text(text.replace(old, new, 1), "utf-8")
 
 
-def test_replicates_at_temperature_zero_are_warned_of_at_lock(study_template: Path,
-                                                              tmp_path: Path) -> None:  # fmt: skip
+def test_replicates_at_temperature_zero_are_warned_of_at_lock(
+    study_template: Path, tmp_path: Path
+) -> None:
     root = tmp_path / "study"
     shutil.copytree(study_template, root)
     assert load_study(root).replication_warnings() == []  # temperature 1.0: replicates vary
@@ -42,19 +43,32 @@ def test_replicates_at_temperature_zero_are_warned_of_at_lock(study_template: Pa
 
 
 def _trials(texts: dict[tuple[str, str, str, int], str]) -> tuple[pd.DataFrame, list[dict]]:
-    rows = [{"trial": f"{a}|{m}|{s}|{r}", "arm": a, "model": m, "stimulus": s, "variant": "",
-             "rep": r, "response_seq": i} for i, (a, m, s, r) in enumerate(texts)]  # fmt: skip
+    rows = [
+        {
+            "trial": f"{a}|{m}|{s}|{r}",
+            "arm": a,
+            "model": m,
+            "stimulus": s,
+            "variant": "",
+            "rep": r,
+            "response_seq": i,
+        }
+        for i, (a, m, s, r) in enumerate(texts)
+    ]
     return pd.DataFrame(rows), rows
 
 
-def _both(texts: dict[tuple[str, str, str, int], str], models: tuple[str, ...]
-          ) -> tuple[dict | None, dict | None]:  # fmt: skip
+def _both(
+    texts: dict[tuple[str, str, str, int], str], models: tuple[str, ...]
+) -> tuple[dict | None, dict | None]:
     frame, rows = _trials(texts)
     by_seq = list(texts.values())
     digests = {i: hashlib.sha256(t.encode()).hexdigest() for i, t in enumerate(by_seq)}
     mine = identical_values(frame, digests, models)
-    body = [(f'{{"content": [{{"type": "text", "text": "{t}"}}]}}'.encode(), "anthropic-messages")
-            for t in by_seq]  # fmt: skip
+    body = [
+        (f'{{"content": [{{"type": "text", "text": "{t}"}}]}}'.encode(), "anthropic-messages")
+        for t in by_seq
+    ]
     theirs = _copies.copies(rows, lambda seq: body[seq], models)
     return mine, theirs
 
@@ -63,18 +77,44 @@ def _both(texts: dict[tuple[str, str, str, int], str], models: tuple[str, ...]
     ("texts", "replicates", "pairs"),
     [
         # every replicate of each cell alike on model m1 only; m2's replicates differ
-        ({("A", "m1", "s1", 1): "B", ("A", "m1", "s1", 2): "B", ("A", "m1", "s2", 1): "C",
-          ("A", "m1", "s2", 2): "C", ("A", "m2", "s1", 1): "B", ("A", "m2", "s1", 2): "D"},
-         [{"arm": "A", "model": "m1", "cells": 2}], []),
+        (
+            {
+                ("A", "m1", "s1", 1): "B",
+                ("A", "m1", "s1", 2): "B",
+                ("A", "m1", "s2", 1): "C",
+                ("A", "m1", "s2", 2): "C",
+                ("A", "m2", "s1", 1): "B",
+                ("A", "m2", "s1", 2): "D",
+            },
+            [{"arm": "A", "model": "m1", "cells": 2}],
+            [],
+        ),
         # one cell differs: not a deterministic model, no note
-        ({("A", "m1", "s1", 1): "B", ("A", "m1", "s1", 2): "C", ("A", "m1", "s2", 1): "C",
-          ("A", "m1", "s2", 2): "C"}, [], []),
+        (
+            {
+                ("A", "m1", "s1", 1): "B",
+                ("A", "m1", "s1", 2): "C",
+                ("A", "m1", "s2", 1): "C",
+                ("A", "m1", "s2", 2): "C",
+            },
+            [],
+            [],
+        ),
         # two models alike on every shared trial (one replicate each)
-        ({("A", "m1", "s1", 1): "B", ("A", "m2", "s1", 1): "B", ("A", "m1", "s2", 1): "x y",
-          ("A", "m2", "s2", 1): "x y", ("A", "m3", "s1", 1): "B", ("A", "m3", "s2", 1): "D"},
-         [], [{"a": "m1", "b": "m2", "trials": 2}]),
+        (
+            {
+                ("A", "m1", "s1", 1): "B",
+                ("A", "m2", "s1", 1): "B",
+                ("A", "m1", "s2", 1): "x y",
+                ("A", "m2", "s2", 1): "x y",
+                ("A", "m3", "s1", 1): "B",
+                ("A", "m3", "s2", 1): "D",
+            },
+            [],
+            [{"a": "m1", "b": "m2", "trials": 2}],
+        ),
     ],
-)  # fmt: skip
+)
 def test_copies_are_found_by_the_same_rule_on_both_sides(
     texts: dict[tuple[str, str, str, int], str], replicates: list[dict], pairs: list[dict]
 ) -> None:

@@ -50,7 +50,7 @@ ITEMS = [
     for i in range(1, 9)
 ]
 
-HYPOTHESES = '''
+HYPOTHESES = """
 [[hypotheses]]
 id = "Hdefault"
 description = "Default accuracy is above 20%."
@@ -86,9 +86,10 @@ statistic = "difference"
 contrast = ["perturbed", "default"]
 sides = "two-sided"
 alpha = 0.05
-'''
+"""
 
-SPEC = '''[study]
+SPEC = (
+    """[study]
 id = "qr-boot"
 title = "Seed 001's pilot metrics"
 
@@ -134,7 +135,9 @@ mode = "first-token"
 
 [analysis]
 exclude_unparseable = false
-''' + HYPOTHESES
+"""
+    + HYPOTHESES
+)
 
 IDS = ("Hdefault", "Hsuccess", "Hperturbed", "Hdiff")
 
@@ -183,9 +186,12 @@ def built(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Path, Path
         fixed_key("qr-boot/owner").save(key)
         root = write_study(base / "study")
         for step in (
-            ("lock", root), ("run", root, "--backend", "simulated"), ("score", root),
-            ("unblind", root), ("analyze", root),
-        ):  # fmt: skip
+            ("lock", root),
+            ("run", root, "--backend", "simulated"),
+            ("score", root),
+            ("unblind", root),
+            ("analyze", root),
+        ):
             result = CliRunner().invoke(main, [*map(str, step), "--key", str(key)])
             assert result.exit_code == 0, (step, result.output)
         out = base / "archive"
@@ -209,8 +215,9 @@ def data(built: tuple[Path, Path, Path]) -> tuple[Dataset, dict[str, Any]]:
         event = protocol_event(log)
         assert event is not None
         plan = event.body
-        ds = load_dataset(log, exclude_unparseable=False, parser="multiple-choice",
-                          models=models(plan))  # fmt: skip
+        ds = load_dataset(
+            log, exclude_unparseable=False, parser="multiple-choice", models=models(plan)
+        )
     return ds, plan
 
 
@@ -254,16 +261,20 @@ def test_the_archive_verifies(built: tuple[Path, Path, Path]) -> None:
 
 def trials_table(archive: Path) -> pd.DataFrame:
     """The archive's ``trials.csv`` blob (the first analysis.result's), read by hand."""
-    events = [json.loads(line)["envelope"] for line in
-              (archive / "ledger" / "events.jsonl").read_text("utf-8").splitlines()]  # fmt: skip
+    events = [
+        json.loads(line)["envelope"]
+        for line in (archive / "ledger" / "events.jsonl").read_text("utf-8").splitlines()
+    ]
     first = next(e for e in events if e["kind"] == "analysis.result")
     blob = (archive / "blobs" / first["blobs"]["trials_csv"]).read_bytes()
-    return pd.read_csv(io.BytesIO(blob), dtype={"model": str, "stimulus": str},
-                       keep_default_na=False)  # fmt: skip
+    return pd.read_csv(
+        io.BytesIO(blob), dtype={"model": str, "stimulus": str}, keep_default_na=False
+    )
 
 
-def seed_bootstrap(column: np.ndarray, iterations: int, seed: int, conf: float
-                   ) -> tuple[float, float]:
+def seed_bootstrap(
+    column: np.ndarray, iterations: int, seed: int, conf: float
+) -> tuple[float, float]:
     """The seed's Appendix A, one iteration at a time: N indices drawn with replacement."""
     rng = np.random.default_rng(seed)
     n = column.size
@@ -271,8 +282,9 @@ def seed_bootstrap(column: np.ndarray, iterations: int, seed: int, conf: float
     for i in range(iterations):
         draw = rng.integers(0, n, size=n)
         reps[i] = column[draw].mean()
-    lo, hi = np.quantile(reps, [round((1 - conf) / 2, 12), round((1 + conf) / 2, 12)],
-                         method="linear")  # fmt: skip
+    lo, hi = np.quantile(
+        reps, [round((1 - conf) / 2, 12), round((1 + conf) / 2, 12)], method="linear"
+    )
     return float(lo), float(hi)
 
 
@@ -292,12 +304,20 @@ def by_hand(t: pd.DataFrame, h: dict[str, Any], model: str | None) -> dict[str, 
         a, b = arm(h["contrast"][0]), arm(h["contrast"][1])
         joined = pd.concat({"a": a, "b": b}, axis=1).sort_index()
         x, y = joined["a"].to_numpy(), joined["b"].to_numpy()
-        column = {"success-rate": (x != y).astype(float), "perturbed-accuracy": x,
-                  "difference": x - y}[h["statistic"]]  # fmt: skip
+        column = {
+            "success-rate": (x != y).astype(float),
+            "perturbed-accuracy": x,
+            "difference": x - y,
+        }[h["statistic"]]
     conf = 1 - h["alpha"] if h["statistic"] == "difference" else 1 - 2 * h["alpha"]
     lower, upper = seed_bootstrap(column, 400, 6, conf)
-    return {"estimate": float(column.mean()), "lower": lower, "upper": upper, "conf": conf,
-            "n": int(column.size)}  # fmt: skip
+    return {
+        "estimate": float(column.mean()),
+        "lower": lower,
+        "upper": upper,
+        "conf": conf,
+        "n": int(column.size),
+    }
 
 
 @pytest.mark.parametrize("hid", IDS)
@@ -331,8 +351,14 @@ def test_the_vectorised_draw_is_the_per_iteration_draw_bit_for_bit() -> None:
 
 def twin(ds: Dataset) -> vs._Dataset:
     """The verifier's dataset with the same rows."""
-    return vs._Dataset(ds.trials.to_dict("records"), ds.items.to_dict("records"), list(ds.arms),
-                       list(ds.given_up), ds.scores_sha256, models=list(ds.models))  # fmt: skip
+    return vs._Dataset(
+        ds.trials.to_dict("records"),
+        ds.items.to_dict("records"),
+        list(ds.arms),
+        list(ds.given_up),
+        ds.scores_sha256,
+        models=list(ds.models),
+    )
 
 
 def test_the_verifier_mirror_gives_the_same_values(data: tuple[Dataset, dict[str, Any]]) -> None:
@@ -357,16 +383,24 @@ def test_the_descriptive_table_is_the_seed_triple(
     for row in contrast["rows"]:
         part = t if row["model"] is None else t[t["model"] == row["model"]]
         rows = part.assign(rep=part["rep"].astype(int)).set_index(["stimulus", "model", "rep"])
-        joined = pd.concat({a: rows[rows["arm"] == a]["accuracy"].astype(float)
-                            for a in ("perturbed", "default")}, axis=1).sort_index()  # fmt: skip
+        joined = pd.concat(
+            {a: rows[rows["arm"] == a]["accuracy"].astype(float) for a in ("perturbed", "default")},
+            axis=1,
+        ).sort_index()
         d, p = joined["default"].to_numpy(), joined["perturbed"].to_numpy()
-        for name, column in (("default", d), ("perturbed", p),
-                             ("success_rate", (d != p).astype(float)),
-                             ("difference", p - d)):  # fmt: skip
+        for name, column in (
+            ("default", d),
+            ("perturbed", p),
+            ("success_rate", (d != p).astype(float)),
+            ("difference", p - d),
+        ):
             lower, upper = seed_bootstrap(column, 400, 6, 0.95)
             cell = row[name]
             assert (cell["estimate"], cell["lower"], cell["upper"]) == (
-                float(column.mean()), lower, upper), (row["model"], name)
+                float(column.mean()),
+                lower,
+                upper,
+            ), (row["model"], name)
             assert cell["half_width"] == (upper - lower) / 2
     # the pooled default accuracy is the one-arm hypothesis's estimate
     pooled = results(built[1])["hypothesis.Hdefault"]["values"]["estimate"]
@@ -378,7 +412,7 @@ def test_the_report_shows_the_table_with_half_widths(built: tuple[Path, Path, Pa
     v = results(built[1])["descriptive.qr_bootstrap"]["values"]
     row = v["entries"][0]["rows"][0]
     cell = row["success_rate"]
-    shown = (f"{cell['estimate'] * 100:.1f} ± {cell['half_width'] * 100:.1f}")
+    shown = f"{cell['estimate'] * 100:.1f} ± {cell['half_width'] * 100:.1f}"
     assert "bootstrap over (question, run) observations" in html
     assert shown in html, shown
     assert "estimate ± half the width of the 95% percentile interval" in html
@@ -389,12 +423,15 @@ def test_the_report_shows_the_table_with_half_widths(built: tuple[Path, Path, Pa
 
 def without(ds: Dataset, trial: str) -> Dataset:
     """``ds`` without one scored trial."""
-    return replace(ds, trials=ds.trials[ds.trials["trial"] != trial],
-                   items=ds.items[ds.items["trial"] != trial])  # fmt: skip
+    return replace(
+        ds,
+        trials=ds.trials[ds.trials["trial"] != trial],
+        items=ds.items[ds.items["trial"] != trial],
+    )
 
 
 def test_arms_that_do_not_pair_fail_naming_the_first_unpaired_key(
-    data: tuple[Dataset, dict[str, Any]]
+    data: tuple[Dataset, dict[str, Any]],
 ) -> None:
     ds, plan = data
     lost = without(without(ds, "default|small|q05|2"), "perturbed|large|q07|2")
@@ -404,7 +441,8 @@ def test_arms_that_do_not_pair_fail_naming_the_first_unpaired_key(
     assert r.error == (
         "qr-bootstrap pairs by (item, model, variant, rep): arm 'perturbed' has item 'q05' "
         "model 'small' rep 2 and arm 'default' does not (2 unpaired observations; the arms "
-        "must run the same items and replicates)")
+        "must run the same items and replicates)"
+    )
     assert by_id["Hdefault"].status == "ok"  # one arm: nothing to pair
     h = next(x for x in plan["hypotheses"] if x["id"] == "Hsuccess")
     with pytest.raises(vq.QrError, match="arm 'perturbed' has item 'q05' model 'small' rep 2"):
@@ -418,9 +456,16 @@ def test_a_given_up_partner_is_a_counted_exclusion(data: tuple[Dataset, dict[str
     h = next(x for x in plan["hypotheses"] if x["id"] == "Hsuccess")
     v = qr_boot.qr_values(lost, plan, h)
     assert v["n"] == 31 and v["given_up"] == 1 and v["undefined"] == 0
-    assert v["excluded"] == [{"item": "q05", "model": "small", "variant": "", "rep": 2,
-                              "kind": "given-up",
-                              "trials": ["default|small|q05|2", "perturbed|small|q05|2"]}]
+    assert v["excluded"] == [
+        {
+            "item": "q05",
+            "model": "small",
+            "variant": "",
+            "rep": 2,
+            "kind": "given-up",
+            "trials": ["default|small|q05|2", "perturbed|small|q05|2"],
+        }
+    ]
     assert vq.values_of(twin(lost), plan, h) == v
     h1 = next(x for x in plan["hypotheses"] if x["id"] == "Hdefault")
     one = qr_boot.qr_values(lost, plan, h1)
@@ -451,8 +496,9 @@ def copied(built: tuple[Path, Path, Path], tmp_path: Path) -> Path:
 
 
 def test_an_edited_re_signed_result_fails_naming_the_hypothesis(copied: Path) -> None:
-    events, _ = edit_result(copied, "hypothesis.Hsuccess",
-                              lambda b: b["values"].__setitem__("upper", 0.7))
+    events, _ = edit_result(
+        copied, "hypothesis.Hsuccess", lambda b: b["values"].__setitem__("upper", 0.7)
+    )
     forge(copied, events)
     report = verify_archive(copied)
     passed(report, "signatures")
@@ -463,12 +509,21 @@ def test_an_edited_re_signed_result_fails_naming_the_hypothesis(copied: Path) ->
 @pytest.mark.parametrize(
     ("result_id", "path", "change"),
     [
-        ("hypothesis.Hdefault@large", "verdict",
-         lambda b: b.__setitem__("verdict", "supported" if b["verdict"] != "supported"
-                                 else "not supported")),
-        pytest.param("descriptive.qr_bootstrap", "values.entries[0].rows[1].success_rate.lower",
-                     lambda b: b["values"]["entries"][0]["rows"][1]["success_rate"].__setitem__(
-                         "lower", 0.0), marks=pytest.mark.slow),
+        (
+            "hypothesis.Hdefault@large",
+            "verdict",
+            lambda b: b.__setitem__(
+                "verdict", "supported" if b["verdict"] != "supported" else "not supported"
+            ),
+        ),
+        pytest.param(
+            "descriptive.qr_bootstrap",
+            "values.entries[0].rows[1].success_rate.lower",
+            lambda b: b["values"]["entries"][0]["rows"][1]["success_rate"].__setitem__(
+                "lower", 0.0
+            ),
+            marks=pytest.mark.slow,
+        ),
     ],
     ids=["verdict", "descriptive"],
 )
@@ -492,17 +547,27 @@ def with_hypothesis(text: str) -> str:
 def test_the_study_loads(tmp_path: Path) -> None:
     study = load_study(write_study(tmp_path / "s"))
     assert [h.statistic for h in study.hypotheses] == [
-        "accuracy", "success-rate", "perturbed-accuracy", "difference"]
+        "accuracy",
+        "success-rate",
+        "perturbed-accuracy",
+        "difference",
+    ]
 
 
 @pytest.mark.parametrize(
     ("hypothesis", "field", "message"),
     [
-        ('outcome = "glyph_accuracy"\n', "outcome",
-         "hypothesis 'Hx': this study cannot produce outcome 'glyph_accuracy': parser "
-         "'multiple-choice' gives one answer per trial"),
-        ('outcome = "fluency"\n', "outcome",
-         "hypothesis 'Hx': unknown outcome 'fluency' for test 'qr-bootstrap'"),
+        (
+            'outcome = "glyph_accuracy"\n',
+            "outcome",
+            "hypothesis 'Hx': this study cannot produce outcome 'glyph_accuracy': parser "
+            "'multiple-choice' gives one answer per trial",
+        ),
+        (
+            'outcome = "fluency"\n',
+            "outcome",
+            "hypothesis 'Hx': unknown outcome 'fluency' for test 'qr-bootstrap'",
+        ),
         ("", "alpha", "a qr-bootstrap rule needs alpha"),
         ('statstic = "difference"\n', "statstic", "unknown key (did you mean 'statistic'?)"),
         ("margin_pp = 5\n", "margin_pp", "does not apply to test 'qr-bootstrap' (hypothesis 'Hx'"),
@@ -510,16 +575,25 @@ def test_the_study_loads(tmp_path: Path) -> None:
         ('variant = "original"\n', "variant", "does not apply to test 'qr-bootstrap'"),
         ("min_pp = 5\n", "min_pp", "does not apply to statistic 'difference'"),
     ],
-    ids=["parser-cannot", "unknown-outcome", "missing-alpha", "unknown-key", "margin",
-         "correction", "variant", "bound-on-difference"],
+    ids=[
+        "parser-cannot",
+        "unknown-outcome",
+        "missing-alpha",
+        "unknown-key",
+        "margin",
+        "correction",
+        "variant",
+        "bound-on-difference",
+    ],
 )
 def test_a_bad_hypothesis_is_refused_naming_line_and_field(
     tmp_path: Path, hypothesis: str, field: str, message: str
 ) -> None:
     alpha = "" if field == "alpha" else "alpha = 0.05\n"
-    text = ('\n[[hypotheses]]\nid = "Hx"\ndescription = "x"\ntest = "qr-bootstrap"\n'
-            'statistic = "difference"\ncontrast = ["perturbed", "default"]\n'
-            + alpha + hypothesis)  # fmt: skip
+    text = (
+        '\n[[hypotheses]]\nid = "Hx"\ndescription = "x"\ntest = "qr-bootstrap"\n'
+        'statistic = "difference"\ncontrast = ["perturbed", "default"]\n' + alpha + hypothesis
+    )
     spec = with_hypothesis(text)
     error = refused(tmp_path, spec)
     key = field if field != "alpha" else "test"
@@ -535,27 +609,51 @@ def test_a_bad_hypothesis_is_refused_naming_line_and_field(
 @pytest.mark.parametrize(
     ("body", "field", "message"),
     [
-        ('statistic = "accuracy"\ncontrast = ["perturbed", "default"]\nmin_pp = 1\n', "contrast",
-         "statistic 'accuracy' is of one arm: name it with 'arm', not a contrast"),
-        ('statistic = "success-rate"\narm = "default"\nmax_pp = 50\n', "arm",
-         "statistic 'success-rate' pairs two arms"),
-        ('statistic = "success-rate"\ncontrast = ["perturbed", "default"]\n', "min_pp",
-         "statistic 'success-rate' is decided by exactly one of min_pp"),
+        (
+            'statistic = "accuracy"\ncontrast = ["perturbed", "default"]\nmin_pp = 1\n',
+            "contrast",
+            "statistic 'accuracy' is of one arm: name it with 'arm', not a contrast",
+        ),
+        (
+            'statistic = "success-rate"\narm = "default"\nmax_pp = 50\n',
+            "arm",
+            "statistic 'success-rate' pairs two arms",
+        ),
+        (
+            'statistic = "success-rate"\ncontrast = ["perturbed", "default"]\n',
+            "min_pp",
+            "statistic 'success-rate' is decided by exactly one of min_pp",
+        ),
         ('arm = "default"\nmin_pp = 1\n', "statistic", "missing: a qr-bootstrap hypothesis"),
-        ('statistic = "flip"\narm = "default"\nmin_pp = 1\n', "statistic",
-         "unknown statistic 'flip' (hypothesis 'Hx')"),
+        (
+            'statistic = "flip"\narm = "default"\nmin_pp = 1\n',
+            "statistic",
+            "unknown statistic 'flip' (hypothesis 'Hx')",
+        ),
         ('statistic = "accuracy"\narm = "nope"\nmin_pp = 1\n', "arm", "unknown arm 'nope'"),
-        ('statistic = "accuracy"\narm = "default"\nmin_pp = 1\nsides = "one-sided"\n', "sides",
-         "does not apply to statistic 'accuracy'"),
+        (
+            'statistic = "accuracy"\narm = "default"\nmin_pp = 1\nsides = "one-sided"\n',
+            "sides",
+            "does not apply to statistic 'accuracy'",
+        ),
     ],
-    ids=["contrast-on-accuracy", "arm-on-success", "no-bound", "no-statistic",
-         "unknown-statistic", "unknown-arm", "sides-on-rate"],
+    ids=[
+        "contrast-on-accuracy",
+        "arm-on-success",
+        "no-bound",
+        "no-statistic",
+        "unknown-statistic",
+        "unknown-arm",
+        "sides-on-rate",
+    ],
 )
 def test_a_statistic_that_does_not_fit_is_refused(
     tmp_path: Path, body: str, field: str, message: str
 ) -> None:
-    text = ('\n[[hypotheses]]\nid = "Hx"\ndescription = "x"\ntest = "qr-bootstrap"\n'
-            "alpha = 0.05\n" + body)  # fmt: skip
+    text = (
+        '\n[[hypotheses]]\nid = "Hx"\ndescription = "x"\ntest = "qr-bootstrap"\n'
+        "alpha = 0.05\n" + body
+    )
     error = refused(tmp_path, with_hypothesis(text))
     assert f"hypotheses[0].{field}: {message}" in error, error
 
@@ -565,9 +663,19 @@ def test_a_correctness_statistic_of_a_non_binary_outcome_is_refused() -> None:
 
     problems: list[str] = []
     assert not qrboot.QR_OUTCOMES["breadth"].binary  # a ddx study's count (scoring.md §12)
-    h = type("H", (), {"test": "qr-bootstrap", "outcome": "breadth", "id": "Hb",
-                       "statistic": "success-rate", "min_pp": None, "max_pp": 5.0,
-                       "min_difference_pp": None})()  # fmt: skip
+    h = type(
+        "H",
+        (),
+        {
+            "test": "qr-bootstrap",
+            "outcome": "breadth",
+            "id": "Hb",
+            "statistic": "success-rate",
+            "min_pp": None,
+            "max_pp": 5.0,
+            "min_difference_pp": None,
+        },
+    )()
     qrboot.check_outcomes(lambda w, m: problems.append(f"{w}: {m}"), [h], "ddx", {})
     assert problems == [
         "hypotheses[0].outcome: hypothesis 'Hb': statistic 'success-rate' needs a 0/1 outcome "
@@ -590,10 +698,14 @@ def test_the_archive_readme_names_the_statistic_and_the_arm(
     built: tuple[Path, Path, Path],
 ) -> None:
     text = (built[1] / "README.md").read_text("utf-8")
-    assert "arm default on `trial_accuracy`; qr-bootstrap; two-sided; statistic accuracy; " \
-        "min_pp 20; alpha 0.05." in text, text
-    assert "perturbed - default on `trial_accuracy`; qr-bootstrap; two-sided; statistic " \
-        "success-rate; max_pp 60; alpha 0.05." in text, text
+    assert (
+        "arm default on `trial_accuracy`; qr-bootstrap; two-sided; statistic accuracy; "
+        "min_pp 20; alpha 0.05." in text
+    ), text
+    assert (
+        "perturbed - default on `trial_accuracy`; qr-bootstrap; two-sided; statistic "
+        "success-rate; max_pp 60; alpha 0.05." in text
+    ), text
 
 
 def test_glyph_accuracy_pairs_charts_and_leaves_the_controls_out() -> None:
@@ -604,15 +716,33 @@ def test_glyph_accuracy_pairs_charts_and_leaves_the_controls_out() -> None:
             for rep in (1, 2):
                 control = stim == "ctl"
                 acc = 1.0 if control else round(0.5 + shift + 0.1 * rep - 0.05 * len(stim), 4)
-                rows.append({"trial": f"{arm}|{stim}|{rep}", "arm": arm, "model": "",
-                             "stimulus": stim, "variant": "", "rep": rep, "accuracy": acc,
-                             "control": control, "excluded": False})  # fmt: skip
+                rows.append(
+                    {
+                        "trial": f"{arm}|{stim}|{rep}",
+                        "arm": arm,
+                        "model": "",
+                        "stimulus": stim,
+                        "variant": "",
+                        "rep": rep,
+                        "accuracy": acc,
+                        "control": control,
+                        "excluded": False,
+                    }
+                )
     trials = pd.DataFrame(rows)
-    ds = Dataset(trials, pd.DataFrame(columns=["trial", "stimulus", "model"]), ("A", "B"), (),
-                 "0" * 64)  # fmt: skip
+    ds = Dataset(
+        trials, pd.DataFrame(columns=["trial", "stimulus", "model"]), ("A", "B"), (), "0" * 64
+    )
     plan = {"design": {"bootstrap_iterations": 300, "bootstrap_seed": "11"}}
-    h = {"id": "G", "test": "qr-bootstrap", "statistic": "difference", "contrast": ["B", "A"],
-         "outcome": "glyph_accuracy", "alpha": 0.05, "sides": "one-sided"}  # fmt: skip
+    h = {
+        "id": "G",
+        "test": "qr-bootstrap",
+        "statistic": "difference",
+        "contrast": ["B", "A"],
+        "outcome": "glyph_accuracy",
+        "alpha": 0.05,
+        "sides": "one-sided",
+    }
     v = qr_boot.qr_values(ds, plan, h)
     assert v["n"] == 6 and v["excluded"] == [] and v["conf"] == 0.9
     assert v["estimate"] == pytest.approx(0.1)
@@ -624,8 +754,7 @@ def test_glyph_accuracy_pairs_charts_and_leaves_the_controls_out() -> None:
 
 @pytest.mark.parametrize(
     ("arm_line", "message"),
-    [("replicates = 1", "replicates 2 vs 1"),
-     ("models = [\"small\"]", "models None vs ('small',)")],
+    [("replicates = 1", "replicates 2 vs 1"), ('models = ["small"]', "models None vs ('small',)")],
     ids=["replicates", "models"],
 )
 def test_a_contrast_whose_arms_cannot_pair_is_refused_at_lock(
@@ -633,8 +762,10 @@ def test_a_contrast_whose_arms_cannot_pair_is_refused_at_lock(
 ) -> None:
     spec = SPEC.replace('components = ["task"]\n', f'components = ["task"]\n{arm_line}\n', 1)
     error = refused(tmp_path, spec)
-    assert ("hypotheses[1].contrast: hypothesis 'Hsuccess': arms 'perturbed' and 'default' "
-            f"cannot pair by (item, model, variant, rep): {message}") in error, error
+    assert (
+        "hypotheses[1].contrast: hypothesis 'Hsuccess': arms 'perturbed' and 'default' "
+        f"cannot pair by (item, model, variant, rep): {message}"
+    ) in error, error
 
 
 def test_the_verifier_knows_every_outcome_of_the_table() -> None:
@@ -656,11 +787,21 @@ def test_bench_bootstrap_quick_times_the_registered_bootstrap() -> None:
     import sys
 
     bench = Path(__file__).resolve().parents[1] / "benchmarks" / "bench_bootstrap.py"
-    result = subprocess.run([sys.executable, str(bench), "--quick"], capture_output=True,
-                            text=True, timeout=300, check=True)  # fmt: skip
-    for label in ("(question, run) bootstrap, registered", "qr_boot.resample_means",
-                  "numpy floor (the index draws alone)", "direct per-iteration loop",
-                  "time / floor", "speed-up over the loop"):  # fmt: skip
+    result = subprocess.run(
+        [sys.executable, str(bench), "--quick"],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=True,
+    )
+    for label in (
+        "(question, run) bootstrap, registered",
+        "qr_boot.resample_means",
+        "numpy floor (the index draws alone)",
+        "direct per-iteration loop",
+        "time / floor",
+        "speed-up over the loop",
+    ):
         assert label in result.stdout, result.stdout
 
 
@@ -687,8 +828,9 @@ def test_a_row_that_cannot_pair_is_shown_not_computed_both_ways(
     assert "default" in rows["large"] and "error" not in rows["large"]
     result = {"status": "ok", "title": "T", "values": mine}
     assert qr_boot.report_tables(result) == vq.report_tables(result)
-    assert qr_boot.report_tables(result)[0][2][0][1].startswith("not computed: qr-bootstrap "
-                                                                "pairs by")
+    assert qr_boot.report_tables(result)[0][2][0][1].startswith(
+        "not computed: qr-bootstrap pairs by"
+    )
     recorded = results(built[1])["descriptive.qr_bootstrap"]
     assert qr_boot.report_tables(recorded) == vq.report_tables(recorded)
     for r in results(built[1]).values():

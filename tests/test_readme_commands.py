@@ -138,7 +138,10 @@ def test_real_study_walkthrough_runs(walkthrough: Path) -> None:
 def test_auditors_by_hand_check_runs(walkthrough: Path) -> None:
     (script,) = sh_blocks(AUDITORS)
     result = subprocess.run(
-        ["bash", "-e", "-c", script], cwd=walkthrough, capture_output=True, text=True,
+        ["bash", "-e", "-c", script],
+        cwd=walkthrough,
+        capture_output=True,
+        text=True,
         timeout=120,
     )
     assert result.returncode == 0, result.stdout + result.stderr
@@ -146,9 +149,7 @@ def test_auditors_by_hand_check_runs(walkthrough: Path) -> None:
     assert "Signature Verified Successfully" in result.stdout + result.stderr
 
 
-def test_ledger_by_hand_walkthrough_runs(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
+def test_ledger_by_hand_walkthrough_runs(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """The block as written, from an empty directory: it makes every file it uses itself."""
     work = tmp_path / "work"
     work.mkdir()
@@ -192,6 +193,6 @@ def test_every_ledger_command_in_the_readme_exists() -> None:
         for argv in commands(block):
             for i, word in enumerate(argv):
                 if word in ("ledger", ".venv/bin/ledger") and i + 1 < len(argv):
-                    _check_against_cli(["ledger", *argv[i + 1:]])
+                    _check_against_cli(["ledger", *argv[i + 1 :]])
                     checked += 1
     assert checked >= 25

@@ -118,8 +118,11 @@ def test_polish_reaches_the_maximum_from_a_point_an_optimiser_left_short() -> No
     verifier = RemlModel(d["y"], d["x"], d["g"], [d["g"], d["cell"]], d["arm"])
     assert check_point(verifier, fit.params)[1] is None
     short = fit.params * np.array([1.3, 0.8, 1.1, 0.95, 1.05])
-    with pytest.raises(sens.RemlConvergenceError, match=r"per-arm model: .*short of the REML "
-                       r"maximum by a Newton decrement of [0-9.e+-]+ \(> 1e-09"):  # fmt: skip
+    with pytest.raises(
+        sens.RemlConvergenceError,
+        match=r"per-arm model: .*short of the REML "
+        r"maximum by a Newton decrement of [0-9.e+-]+ \(> 1e-09",
+    ):
         sens.check_maximum(fit.model, short, names, "per-arm model")
     polished = sens.polish(fit.model, short)
     sens.check_maximum(fit.model, polished, names, "per-arm model")  # does not raise
@@ -138,8 +141,7 @@ def test_a_variance_left_on_the_boundary_below_an_interior_maximum_is_refused() 
     for _ in range(30):  # the maximum of the other two with group_by_arm held at 0
         grad, hess = sens.log_score_hessian(fit.model, stuck, [0, 2])
         stuck[[0, 2]] *= np.exp(np.linalg.solve(-hess, grad))
-    with pytest.raises(sens.RemlConvergenceError, match="group_by_arm on the boundary would "
-                       "gain"):  # fmt: skip
+    with pytest.raises(sens.RemlConvergenceError, match="group_by_arm on the boundary would gain"):
         sens.check_maximum(fit.model, stuck, names, "probe-by-arm model")
     assert sens.polish(fit.model, stuck) == pytest.approx(fit.params, rel=1e-5)
 
@@ -151,12 +153,17 @@ def test_the_registered_model_refuses_a_point_short_of_its_maximum() -> None:
     df = pd.DataFrame({"y": d["y"], "arm": d["arm"], "g": d["g"]})
     fit = stats.mixed_model(df, "y", "arm", "g", "A")
     codes = np.unique(d["g"], return_inverse=True)[1].astype(np.intp)
-    stats.check_reml_maximum(d["y"], d["x"], codes, fit.group_variance, fit.residual_variance,
-                             "model.lmm")  # fmt: skip
-    with pytest.raises(stats.StatsError, match=r"model.lmm: \(σ²_g = .*short of the REML maximum "
-                       r"by a Newton decrement of"):  # fmt: skip
-        stats.check_reml_maximum(d["y"], d["x"], codes, fit.group_variance * 1.1,
-                                 fit.residual_variance, "model.lmm")  # fmt: skip
+    stats.check_reml_maximum(
+        d["y"], d["x"], codes, fit.group_variance, fit.residual_variance, "model.lmm"
+    )
+    with pytest.raises(
+        stats.StatsError,
+        match=r"model.lmm: \(σ²_g = .*short of the REML maximum "
+        r"by a Newton decrement of",
+    ):
+        stats.check_reml_maximum(
+            d["y"], d["x"], codes, fit.group_variance * 1.1, fit.residual_variance, "model.lmm"
+        )
     ols = np.linalg.lstsq(d["x"], d["y"], rcond=None)[0]
     at_zero = float(np.sum((d["y"] - d["x"] @ ols) ** 2)) / (d["y"].size - 3)  # σ²_e's optimum
     with pytest.raises(stats.StatsError, match="σ²_g on the boundary would gain"):
@@ -209,8 +216,9 @@ def _agreement(model: RemlModel, recorded: np.ndarray, own: RemlPoint) -> float:
     return float(0.5 * delta @ -hess @ delta)
 
 
-def recorded_against_own_maximum(archive: Path, monkeypatch: pytest.MonkeyPatch
-                                 ) -> tuple[Any, list[dict[str, Any]]]:  # fmt: skip
+def recorded_against_own_maximum(
+    archive: Path, monkeypatch: pytest.MonkeyPatch
+) -> tuple[Any, list[dict[str, Any]]]:
     """Verify ``archive``; for every recorded mixed model the verifier checks, its agreement.
 
     Every call of ``check_point`` (``model.lmm``, subset models, sensitivity models) is
@@ -294,8 +302,11 @@ def test_an_honest_large_study_verifies_with_every_model_at_the_reml_maximum(
 # ------------------------------------------------------------------- the df, named (issue 31)
 
 
-def _rewrite_sensitivity(root: Path, edit: Callable[[dict[str, Any]], None],
-                         report: Callable[[str], str] = lambda text: text) -> Any:  # fmt: skip
+def _rewrite_sensitivity(
+    root: Path,
+    edit: Callable[[dict[str, Any]], None],
+    report: Callable[[str], str] = lambda text: text,
+) -> Any:
     """``edit`` every sensitivity contrast model of ``root``, re-sign, verify (forger's way)."""
     import json
 
@@ -343,8 +354,9 @@ def test_an_archive_from_before_df_method_still_verifies(tmp_path: Path) -> None
     shutil.copytree(SHIPPED, root)
     note = "; df: Satterthwaite&#x27;s formula with the expected REML information"
     assert note in (root / "analysis" / "report.html").read_text("utf-8")
-    report = _rewrite_sensitivity(root, lambda model: model.pop("df_method"),
-                                  lambda text: text.replace(note, ""))  # fmt: skip
+    report = _rewrite_sensitivity(
+        root, lambda model: model.pop("df_method"), lambda text: text.replace(note, "")
+    )
     assert report.ok, [(c.name, c.reason) for c in report.checks if c.status is Status.FAIL]
     # the caption is still checked: one without the note beside rows with df_method fails
     shutil.rmtree(root)

@@ -101,10 +101,11 @@ def test_html_content(built: Path, studies: dict[str, Path]) -> None:
             row.group(0)
         )
     # every exploratory heading and table caption is labelled
-    exploratory = text[text.index('<div class="exploratory">'):]
+    exploratory = text[text.index('<div class="exploratory">') :]
     for tag in ("h2", "h3", "caption"):
-        for heading in re.findall(rf"<{tag}>(.*?)</{tag}>", exploratory[: exploratory.index(
-                "</div>")]):  # fmt: skip
+        for heading in re.findall(
+            rf"<{tag}>(.*?)</{tag}>", exploratory[: exploratory.index("</div>")]
+        ):
             assert heading.startswith(EXPLORATORY), heading
     assert text.count(EXPLORATORY) >= 8
     # protocol, deviations (escaped), data, control, verification
@@ -121,9 +122,13 @@ def test_html_content(built: Path, studies: dict[str, Path]) -> None:
 
 def test_figures_are_valid_nonblank_pngs(built: Path) -> None:
     names = sorted(p.name for p in built.glob("*.png"))
-    expected = {"flow.png", "accuracy_by_arm.png", "accuracy_arm_stimulus.png",
-                "forest_contrasts.png", "accuracy_by_row.png"} | {
-                    f"confusion_{a}.png" for a in "ABCDE"}  # fmt: skip
+    expected = {
+        "flow.png",
+        "accuracy_by_arm.png",
+        "accuracy_arm_stimulus.png",
+        "forest_contrasts.png",
+        "accuracy_by_row.png",
+    } | {f"confusion_{a}.png" for a in "ABCDE"}
     assert set(names) == expected
     for name in names:
         path = built / name
@@ -139,9 +144,7 @@ def test_figures_are_valid_nonblank_pngs(built: Path) -> None:
             assert colours is not None and len(colours) > 20, name
 
 
-def test_same_data_same_png_bytes(
-    built: Path, studies: dict[str, Path], tmp_path: Path
-) -> None:
+def test_same_data_same_png_bytes(built: Path, studies: dict[str, Path], tmp_path: Path) -> None:
     again = build_report(studies["ok"], tmp_path / "again")
     assert again.figures
     for figure in again.figures:
@@ -172,9 +175,7 @@ def test_terminal_tables(studies: dict[str, Path], tmp_path: Path) -> None:
     assert "ledger VERIFIED" in out
 
 
-def test_failed_result_is_rendered_with_its_error(
-    studies: dict[str, Path], tmp_path: Path
-) -> None:
+def test_failed_result_is_rendered_with_its_error(studies: dict[str, Path], tmp_path: Path) -> None:
     report = build_report(studies["failed"], tmp_path / "out")
     failed_ids = {r["id"] for r in report.failed}
     assert "model.lmm" in failed_ids and "hypothesis.H1" in failed_ids
@@ -194,9 +195,7 @@ def test_failed_result_is_rendered_with_its_error(
     assert "not computed" in buf.getvalue() and "injected failure" in buf.getvalue()
 
 
-def test_report_before_analyze_is_a_clear_error(
-    studies: dict[str, Path], tmp_path: Path
-) -> None:
+def test_report_before_analyze_is_a_clear_error(studies: dict[str, Path], tmp_path: Path) -> None:
     with pytest.raises(StudyError, match=r"ledger\.db.*no analysis\.result.*ledger analyze"):
         build_report(studies["unanalysed"], tmp_path / "out")
     assert not (tmp_path / "out").exists()
@@ -223,21 +222,35 @@ def test_cli_report(studies: dict[str, Path], tmp_path: Path) -> None:
 # ------------------------------------------------------------------ headless browser
 
 
-_CHROMIUM_FLAGS = ("--headless=new", "--no-sandbox", "--disable-gpu",
-                   "--disable-background-networking", "--disable-extensions",
-                   "--no-first-run", "--enable-logging=stderr", "--v=0")
+_CHROMIUM_FLAGS = (
+    "--headless=new",
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-background-networking",
+    "--disable-extensions",
+    "--no-first-run",
+    "--enable-logging=stderr",
+    "--v=0",
+)
 
 #: Lines chromium writes to stderr (``--enable-logging=stderr``) for a script error, any
 #: console message (the report has no script, so any is unexpected: chromium logs
 #: console.error as ``INFO:CONSOLE:<line>]`` without its level) or a resource it refused.
-_PAGE_ERRORS = re.compile(r"Uncaught|:CONSOLE[:(]|net::ERR_|Failed to load|"
-                          r"Not allowed to load local resource")
+_PAGE_ERRORS = re.compile(
+    r"Uncaught|:CONSOLE[:(]|net::ERR_|Failed to load|"
+    r"Not allowed to load local resource"
+)
 
 
 def _chromium(chromium: str, page: Path, profile: Path, *extra: str) -> str:
     """Run headless chromium on ``page``; fail on a non-zero exit or any page error line."""
-    cmd = [chromium, *_CHROMIUM_FLAGS, f"--user-data-dir={profile}", *extra,
-           page.resolve().as_uri()]  # fmt: skip
+    cmd = [
+        chromium,
+        *_CHROMIUM_FLAGS,
+        f"--user-data-dir={profile}",
+        *extra,
+        page.resolve().as_uri(),
+    ]
     proc = subprocess.run(cmd, capture_output=True, text=True, timeout=180)
     assert proc.returncode == 0, proc.stderr[-3000:]
     errors = [line for line in proc.stderr.splitlines() if _PAGE_ERRORS.search(line)]
@@ -280,8 +293,10 @@ def test_browser_renders_the_figures(built: Path, tmp_path: Path) -> None:
     sources = [re.search(r'src="([^"]*)"', tag) for tag in images]
     expected = len(re.findall(r"<img\b", page.read_text(encoding="utf-8")))
     assert expected >= 5 and len(images) == expected, (len(images), expected)
-    assert all(m is not None and m.group(1).startswith("data:image/png;base64,iVBORw0KGgo")
-               for m in sources)
+    assert all(
+        m is not None and m.group(1).startswith("data:image/png;base64,iVBORw0KGgo")
+        for m in sources
+    )
     assert "</html>" in dom and "Verdicts of the pre-registered hypotheses" in dom
 
 

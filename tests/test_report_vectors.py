@@ -39,8 +39,11 @@ def value(x: Any) -> Any:
 
 def cases(sections: list[str]) -> list[Any]:
     """Every vector of ``sections`` as a (section, vector) parameter named by its place."""
-    return [pytest.param(s, v, id=f"{s}-{i}" + (f"-{v['case']}" if "case" in v else ""))
-            for s in sections for i, v in enumerate(VECTORS[s])]  # fmt: skip
+    return [
+        pytest.param(s, v, id=f"{s}-{i}" + (f"-{v['case']}" if "case" in v else ""))
+        for s in sections
+        for i, v in enumerate(VECTORS[s])
+    ]
 
 
 FORMATTERS: dict[str, Callable[[ModuleType, dict[str, Any]], str]] = {
@@ -76,8 +79,15 @@ def test_every_test_kind_has_an_estimate_vector() -> None:
     pinned = {v["result"].get("test") for v in VECTORS["estimate"]}
     generic = {"lmm", "paired-t", "independent-t", "bootstrap"}  # the difference-and-CI cell
     assert generic <= pinned
-    special = {"equivalence", "mcnemar", "gee", "factorial", "flip-rate", "chi-square",
-               "qr-bootstrap"}  # fmt: skip
+    special = {
+        "equivalence",
+        "mcnemar",
+        "gee",
+        "factorial",
+        "flip-rate",
+        "chi-square",
+        "qr-bootstrap",
+    }
     assert special <= pinned
     # the others (position-bias, voting, self-consistency) take the difference-and-CI cell
     assert set(TESTS) - pinned <= {"position-bias", "voting", "self-consistency"}

@@ -50,8 +50,9 @@ def test_the_flow_csv_adds_up_in_every_row(simulated_archive: Path) -> None:
         assert n["scheduled"] == n["excluded_unsent"] + n["never_sent"] + n["requested"], r
         assert n["requested"] == n["given_up"] + n["no_outcome"] + n["responded"], r
         assert n["responded"] == n["not_scored"] + n["parsed"] + n["unparseable"] + n["refused"]
-        assert n["analysed"] == (n["parsed"] + n["unparseable"] + n["refused"] - n["control"]
-                                 - n["excluded_unparseable"]), r  # fmt: skip
+        assert n["analysed"] == (
+            n["parsed"] + n["unparseable"] + n["refused"] - n["control"] - n["excluded_unparseable"]
+        ), r
 
 
 def test_the_checklist_items_are_one_list_on_both_sides() -> None:
@@ -63,8 +64,11 @@ def test_the_checklist_items_are_one_list_on_both_sides() -> None:
 
 
 def _rows(md: str) -> list[list[str]]:
-    return [[c.strip() for c in re.split(r"(?<!\\)\|", line)[1:-1]]
-            for line in md.splitlines()[6:] if line.startswith("| ")]  # fmt: skip
+    return [
+        [c.strip() for c in re.split(r"(?<!\\)\|", line)[1:-1]]
+        for line in md.splitlines()[6:]
+        if line.startswith("| ")
+    ]
 
 
 @pytest.mark.parametrize("name", ["tripod-llm", "mi-clear-llm", "chart"])
@@ -76,8 +80,11 @@ def test_every_mechanical_item_is_filled_and_links_a_seq_the_viewer_opens(
     from analysis.view import open_viewer
     from analysis.view_app import make_app
 
-    items = next(c for c in json.loads((ROOT / "analysis" / "checklists.json").read_text())[
-        "checklists"] if c["id"] == name)["items"]  # fmt: skip
+    items = next(
+        c
+        for c in json.loads((ROOT / "analysis" / "checklists.json").read_text())["checklists"]
+        if c["id"] == name
+    )["items"]
     md = (simulated_archive / "analysis" / "checklists" / f"{name}.md").read_text("utf-8")
     rows = _rows(md)
     assert [r[0] for r in rows] == [i["id"] for i in items]
@@ -132,30 +139,46 @@ def _plus_one(m: re.Match[str]) -> str:
 
 TAMPERS = {
     "flow-csv-total-analysed": (
-        _csv_cell("analysis/tables/flow.csv", 1, "analysed", 1), "flow",
-        r"analysis/tables/flow\.csv line 2 \(all trials\): analysed is '\d+'; the events give"),
+        _csv_cell("analysis/tables/flow.csv", 1, "analysed", 1),
+        "flow",
+        r"analysis/tables/flow\.csv line 2 \(all trials\): analysed is '\d+'; the events give",
+    ),
     "flow-csv-arm-responded": (
-        _csv_cell("analysis/tables/flow.csv", 2, "responded", -1), "flow",
-        r"analysis/tables/flow\.csv line 3 \(A\): responded is '\d+'; the events give \d+"),
+        _csv_cell("analysis/tables/flow.csv", 2, "responded", -1),
+        "flow",
+        r"analysis/tables/flow\.csv line 3 \(A\): responded is '\d+'; the events give \d+",
+    ),
     "flow-svg-analysed": (
-        _regex("analysis/figures/flow.svg", r"(>Analysed: )(\d+)(<)", _plus_one), "flow",
-        r"analysis/figures/flow\.svg text \d+ says 'Analysed: \d+'; the events give 'Analysed"),
+        _regex("analysis/figures/flow.svg", r"(>Analysed: )(\d+)(<)", _plus_one),
+        "flow",
+        r"analysis/figures/flow\.svg text \d+ says 'Analysed: \d+'; the events give 'Analysed",
+    ),
     "flow-svg-arm-breakdown": (
-        _regex("analysis/figures/flow.svg", r"(>by arm: A )(\d+)( )", _plus_one), "flow",
-        r"flow\.svg text 2 says 'by arm: A \d+"),
+        _regex("analysis/figures/flow.svg", r"(>by arm: A )(\d+)( )", _plus_one),
+        "flow",
+        r"flow\.svg text 2 says 'by arm: A \d+",
+    ),
     "checklist-md-answer": (
         _regex("analysis/checklists/mi-clear-llm.md", r"(; )(\d+)( requests\.)", _plus_one),
-        "checklists", r"mi-clear-llm\.md line \d+ \(item 1b\) says .*the events give"),
+        "checklists",
+        r"mi-clear-llm\.md line \d+ \(item 1b\) says .*the events give",
+    ),
     "checklist-md-seq": (
         _regex("analysis/checklists/tripod-llm.md", r"(\[seq )(\d+)(\])", _plus_one),
-        "checklists", r"tripod-llm\.md line \d+ \(item data-source\) says"),
+        "checklists",
+        r"tripod-llm\.md line \d+ \(item data-source\) says",
+    ),
     "checklist-html-link": (
         _regex("analysis/checklists/chart.html", r'(href="/proof/)(\d+)(")', _plus_one),
-        "checklists", r"chart\.html line \d+ \(item 3a\) says"),
+        "checklists",
+        r"chart\.html line \d+ \(item 3a\) says",
+    ),
     "report-flow-table": (
-        _regex("analysis/report.html", r"(<td>all arms</td><td class=\"num\">)(\d+)(<)",
-               _plus_one), "report", r"report\.html"),
-}  # fmt: skip
+        _regex("analysis/report.html", r"(<td>all arms</td><td class=\"num\">)(\d+)(<)", _plus_one),
+        "report",
+        r"report\.html",
+    ),
+}
 
 
 DEFAULT_TAMPERS = ("flow-csv-arm-responded", "checklist-md-answer", "report-flow-table")

@@ -57,8 +57,12 @@ def _marked(size: tuple[int, int], edge: str) -> Image.Image:
     """A grey image with a red stripe along ``edge`` (where its reference vector points)."""
     w, h = size
     image = Image.new("RGB", size, (90, 90, 90))
-    box = {"UP": (0, 0, w, 1), "DOWN": (0, h - 1, w, h), "LEFT": (0, 0, 1, h),
-           "RIGHT": (w - 1, 0, w, h)}[edge]  # fmt: skip
+    box = {
+        "UP": (0, 0, w, 1),
+        "DOWN": (0, h - 1, w, h),
+        "LEFT": (0, 0, 1, h),
+        "RIGHT": (w - 1, 0, w, h),
+    }[edge]
     image.paste((255, 0, 0), box)
     return image
 
@@ -83,7 +87,8 @@ def test_annotated_sources_rotate_to_their_truth(tmp_path: Path) -> None:
     _marked((30, 20), "RIGHT").save(src / "left-breast.png")
     _marked((16, 24), "DOWN").save(src / "odd.png")
     (src / "orientation.csv").write_text(
-        "source,orientation\nleft-breast,RIGHT\nodd,DOWN\n", encoding="utf-8")
+        "source,orientation\nleft-breast,RIGHT\nodd,DOWN\n", encoding="utf-8"
+    )
     rows = rotate_images(src, tmp_path / "out")
     assert [tuple(r) for r in rows] == [ANNOTATED_TRUTH_HEADER] * 8
     assert _truth(tmp_path / "out" / "truth.csv") == rows
@@ -101,19 +106,26 @@ def test_annotated_sources_rotate_to_their_truth(tmp_path: Path) -> None:
     ("annotations", "message"),
     [
         ("source,direction\na,UP\nb,UP\n", r"orientation\.csv:1: expected the header"),
-        ("source,orientation\na,UP\nb,SIDEWAYS\n",
-         r"orientation\.csv:3: source 'b': unknown orientation 'SIDEWAYS'"),
-        ("source,orientation\na,UP\na,LEFT\nb,UP\n",
-         r"orientation\.csv:3: source 'a' is annotated twice \(first on line 2\)"),
-        ("source,orientation\na,UP\nb,UP\nc,UP\n",
-         r"orientation\.csv:4: source 'c' has no \.png, \.jpg or \.jpeg image"),
+        (
+            "source,orientation\na,UP\nb,SIDEWAYS\n",
+            r"orientation\.csv:3: source 'b': unknown orientation 'SIDEWAYS'",
+        ),
+        (
+            "source,orientation\na,UP\na,LEFT\nb,UP\n",
+            r"orientation\.csv:3: source 'a' is annotated twice \(first on line 2\)",
+        ),
+        (
+            "source,orientation\na,UP\nb,UP\nc,UP\n",
+            r"orientation\.csv:4: source 'c' has no \.png, \.jpg or \.jpeg image",
+        ),
         ("source,orientation\na,UP\n", r"orientation\.csv: no base orientation for source 'b'"),
         ("source,orientation\na,UP,extra\nb,UP\n", r"orientation\.csv:2: expected 2 fields"),
     ],
     ids=["header", "unknown", "twice", "no-image", "missing", "fields"],
 )
-def test_bad_annotations_are_refused_by_name(tmp_path: Path, annotations: str,
-                                             message: str) -> None:  # fmt: skip
+def test_bad_annotations_are_refused_by_name(
+    tmp_path: Path, annotations: str, message: str
+) -> None:
     src = tmp_path / "src"
     src.mkdir()
     for stem in ("a", "b"):
@@ -154,12 +166,16 @@ def test_new_study_is_the_papers_experiment_2(scaffolded: Path) -> None:
     assert len(study.stimuli) == 64 and study.replicates == 1
     assert len(study.arms) * len(study.stimuli) * study.replicates == 256 + 64
     assert (str(study.seed), str(study.bootstrap_seed), study.bootstrap_iterations) == (
-        str(SEED), str(SEED), 5000)
+        str(SEED),
+        str(SEED),
+        5000,
+    )
     tests = {h.id: h.test for h in study.hypotheses}
     assert tests == {"H-mammo-1": "bootstrap", "H-mammo-2": "chi-square"}
     truth = _truth(scaffolded / "stimuli" / "truth.csv")
-    annotated = {r["source"]: r["orientation"]
-                 for r in _truth(scaffolded / "sources" / "orientation.csv")}  # fmt: skip
+    annotated = {
+        r["source"]: r["orientation"] for r in _truth(scaffolded / "sources" / "orientation.csv")
+    }
     assert len(annotated) == 16
     assert all(r["source_orientation"] == annotated[r["source"]] for r in truth)
 
@@ -176,16 +192,21 @@ def test_new_study_takes_the_users_annotated_images(tmp_path: Path) -> None:
         new_study(no_annotations, "prompt-rotation", fixed_key("rotation/u"), images=images)
     assert not no_annotations.exists()
     (images / "orientation.csv").write_text(
-        "source,orientation\nscan-0,RIGHT\nscan-1,SIDEWAYS\n", encoding="utf-8")
+        "source,orientation\nscan-0,RIGHT\nscan-1,SIDEWAYS\n", encoding="utf-8"
+    )
     with pytest.raises(StudyError, match=r"mine/orientation\.csv:3: .*SIDEWAYS"):
         new_study(tmp_path / "bad", "prompt-rotation", fixed_key("rotation/u"), images=images)
     assert not (tmp_path / "bad").exists()
     (images / "orientation.csv").write_text(
-        "source,orientation\nscan-0,RIGHT\nscan-1,LEFT\n", encoding="utf-8")
+        "source,orientation\nscan-0,RIGHT\nscan-1,LEFT\n", encoding="utf-8"
+    )
     root = tmp_path / "study"
     new_study(root, "prompt-rotation", fixed_key("rotation/u"), images=images)
     assert sorted(p.name for p in (root / "sources").iterdir()) == [
-        "orientation.csv", "scan-0.png", "scan-1.png"]
+        "orientation.csv",
+        "scan-0.png",
+        "scan-1.png",
+    ]
     assert len(load_study(root).stimuli) == 8
     with pytest.raises(StudyError, match="does not take images"):
         new_study(tmp_path / "e", "prompt-tumbling-e", fixed_key("rotation/e"), images=images)
@@ -198,8 +219,7 @@ def test_simulated_model_shows_the_experiment_2_phenotype(scaffolded: Path) -> N
     """Rule arms beat the matched control; without the rule errors collapse to RIGHT; the
     prohibited-reasoning block holds DOWN up when the rule is present (A vs E)."""
     study = load_study(scaffolded)
-    truth = {r["stimulus"]: r["orientation"]
-             for r in _truth(scaffolded / "stimuli" / "truth.csv")}  # fmt: skip
+    truth = {r["stimulus"]: r["orientation"] for r in _truth(scaffolded / "stimuli" / "truth.csv")}
     model = SimulatedModel()
     correct: dict[tuple[str, str], list[bool]] = collections.defaultdict(list)
     wrong: dict[str, collections.Counter[str]] = collections.defaultdict(collections.Counter)
@@ -207,10 +227,25 @@ def test_simulated_model_shows_the_experiment_2_phenotype(scaffolded: Path) -> N
         text = study.arm_text(arm)
         for stimulus, t in truth.items():
             data = base64.b64encode(study.stimuli[stimulus].read_bytes()).decode()
-            request = {"model": "m", "messages": [{"role": "user", "content": [
-                {"type": "image", "source": {"type": "base64", "media_type": "image/png",
-                                             "data": data}},
-                {"type": "text", "text": text}]}]}  # fmt: skip
+            request = {
+                "model": "m",
+                "messages": [
+                    {
+                        "role": "user",
+                        "content": [
+                            {
+                                "type": "image",
+                                "source": {
+                                    "type": "base64",
+                                    "media_type": "image/png",
+                                    "data": data,
+                                },
+                            },
+                            {"type": "text", "text": text},
+                        ],
+                    }
+                ],
+            }
             for rep in range(6):
                 reply = model.respond(request, f"t|{arm}|{stimulus}|{rep}")["content"][0]["text"]
                 said = next((w for w in ORIENTATIONS if w in reply), None)
@@ -243,20 +278,42 @@ def _dataset() -> Dataset:
     rng = np.random.default_rng(3)
     trials, items = [], []
     for n, (arm, truth) in enumerate(
-            (a, t) for a in ("A", "B", "E") for t in ORIENTATIONS for _ in range(5)):
+        (a, t) for a in ("A", "B", "E") for t in ORIENTATIONS for _ in range(5)
+    ):
         if arm == "E" and truth == "LEFT":
             continue  # an empty cell: no interval, its contrasts not computable
         answer = truth if rng.random() < {"A": 0.8, "B": 0.5, "E": 0.7}[arm] else "RIGHT"
         trial = f"{arm}|s{n}|1"
         excluded = n % 17 == 0
-        trials.append({"trial": trial, "arm": arm, "stimulus": f"s{n}", "rep": 1,
-                       "response_seq": n, "status": "unparseable" if excluded else "ok",
-                       "n_items": 1, "n_answered": 1, "n_correct": int(answer == truth),
-                       "accuracy": float(answer == truth), "control": False,
-                       "excluded": excluded})  # fmt: skip
-        items.append({"trial": trial, "arm": arm, "stimulus": f"s{n}", "rep": 1, "row": None,
-                      "position": None, "truth": truth, "answer": answer,
-                      "correct": answer == truth})  # fmt: skip
+        trials.append(
+            {
+                "trial": trial,
+                "arm": arm,
+                "stimulus": f"s{n}",
+                "rep": 1,
+                "response_seq": n,
+                "status": "unparseable" if excluded else "ok",
+                "n_items": 1,
+                "n_answered": 1,
+                "n_correct": int(answer == truth),
+                "accuracy": float(answer == truth),
+                "control": False,
+                "excluded": excluded,
+            }
+        )
+        items.append(
+            {
+                "trial": trial,
+                "arm": arm,
+                "stimulus": f"s{n}",
+                "rep": 1,
+                "row": None,
+                "position": None,
+                "truth": truth,
+                "answer": answer,
+                "correct": answer == truth,
+            }
+        )
     return Dataset(pd.DataFrame(trials), pd.DataFrame(items), ("A", "B", "E"), (), "0" * 64)
 
 
@@ -269,8 +326,11 @@ def test_by_truth_counts_cells_and_matches_the_verifiers_twin() -> None:
     kept = ds.trials[~ds.trials["excluded"]]
     for arm in ds.arms:
         for label in ORIENTATIONS:
-            rows = ds.items[ds.items["trial"].isin(kept["trial"]) & (ds.items["arm"] == arm)
-                            & (ds.items["truth"] == label)]  # fmt: skip
+            rows = ds.items[
+                ds.items["trial"].isin(kept["trial"])
+                & (ds.items["arm"] == arm)
+                & (ds.items["truth"] == label)
+            ]
             cell = values["cells"][arm][label]
             assert (cell["correct"], cell["n"]) == (int(rows["correct"].sum()), len(rows))
             assert (cell["wilson"] is None) == (len(rows) == 0)
@@ -279,15 +339,22 @@ def test_by_truth_counts_cells_and_matches_the_verifiers_twin() -> None:
     a, b = values["cells"]["A"]["DOWN"], values["cells"]["B"]["DOWN"]
     assert down["estimate"] == pytest.approx(a["correct"] / a["n"] - b["correct"] / b["n"])
     assert down["lower"] < down["estimate"] < down["upper"]
-    twin = vs._Dataset(ds.trials.to_dict("records"), ds.items.to_dict("records"),
-                       list(ds.arms), [], "0" * 64)  # fmt: skip
+    twin = vs._Dataset(
+        ds.trials.to_dict("records"), ds.items.to_dict("records"), list(ds.arms), [], "0" * 64
+    )
     recomputed = vs._by_truth(twin, PLAN, ORIENTATIONS)
     assert recomputed.status == "ok"
     assert vs._first_difference(values, recomputed.values, "values", 1e-9) is None
-    moved = {**values, "cells": {**values["cells"], "A": {
-        **values["cells"]["A"], "UP": {**values["cells"]["A"]["UP"], "correct": 0}}}}
+    moved = {
+        **values,
+        "cells": {
+            **values["cells"],
+            "A": {**values["cells"]["A"], "UP": {**values["cells"]["A"]["UP"], "correct": 0}},
+        },
+    }
     assert "values.cells.A.UP.correct" in str(
-        vs._first_difference(moved, recomputed.values, "values", 1e-9))
+        vs._first_difference(moved, recomputed.values, "values", 1e-9)
+    )
     assert vst.wilson(1, 2)  # the twin's own statistics, not the writer's
 
 
@@ -298,10 +365,17 @@ def test_subsets_keep_the_datasets_flags() -> None:
     """for_stimuli / for_model are the dataset with fewer rows (dataclasses.replace): a variant
     or cloze study's subset hypothesis sees variants and cloze as the whole study does."""
     ds = _dataset()
-    ds = Dataset(ds.trials.assign(model="m1", variant="v1"),
-                 ds.items.assign(model="m1", variant="v1"), ds.arms, ("A|m1|s0|v1|1",),
-                 ds.scores_sha256, {"s0": "src"}, ("m1", "m2"), variants=True,
-                 cloze=True)  # fmt: skip
+    ds = Dataset(
+        ds.trials.assign(model="m1", variant="v1"),
+        ds.items.assign(model="m1", variant="v1"),
+        ds.arms,
+        ("A|m1|s0|v1|1",),
+        ds.scores_sha256,
+        {"s0": "src"},
+        ("m1", "m2"),
+        variants=True,
+        cloze=True,
+    )
     sub = ds.for_stimuli(["s1", "s2"])
     assert set(sub.trials["stimulus"]) == {"s1", "s2"}
     for f in fields(Dataset):
@@ -310,12 +384,24 @@ def test_subsets_keep_the_datasets_flags() -> None:
     one = ds.for_model("m1")
     assert (one.variants, one.cloze, one.models, one.sources) == (True, True, (), {"s0": "src"})
     assert sub.trials_csv().startswith(b"trial,arm,model,stimulus,variant,")
-    twin = vs._Dataset(ds.trials.to_dict("records"), ds.items.to_dict("records"),
-                       list(ds.arms), list(ds.given_up), ds.scores_sha256, dict(ds.sources),
-                       list(ds.models), variants=True, cloze=True)  # fmt: skip
+    twin = vs._Dataset(
+        ds.trials.to_dict("records"),
+        ds.items.to_dict("records"),
+        list(ds.arms),
+        list(ds.given_up),
+        ds.scores_sha256,
+        dict(ds.sources),
+        list(ds.models),
+        variants=True,
+        cloze=True,
+    )
     tsub = twin.for_stimuli(["s1"])
     assert (tsub.variants, tsub.cloze, tsub.models, tsub.given_up) == (
-        True, True, ["m1", "m2"], ["A|m1|s0|v1|1"])
+        True,
+        True,
+        ["m1", "m2"],
+        ["A|m1|s0|v1|1"],
+    )
     tone = twin.for_model("m1")
     assert (tone.variants, tone.cloze, tone.models) == (True, True, [])
 
@@ -328,10 +414,20 @@ def test_rotation_demo_runs_offline_and_its_export_verifies(tmp_path: Path) -> N
     env = dict(os.environ, COLUMNS="200")
     env.pop("ANTHROPIC_API_KEY", None)
     result = subprocess.run(
-        [sys.executable, "-c", "from ledger.cli import main; main()", "demo",
-         str(tmp_path / "demo"), "--template", "prompt-rotation"],
-        capture_output=True, text=True, timeout=900, env=env,
-    )  # fmt: skip
+        [
+            sys.executable,
+            "-c",
+            "from ledger.cli import main; main()",
+            "demo",
+            str(tmp_path / "demo"),
+            "--template",
+            "prompt-rotation",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=900,
+        env=env,
+    )
     out = result.stdout
     assert result.returncode == 0, out + result.stderr
     assert "VERIFIED:" in out and "FAILED:" in out  # the archive, then the tampered copy
@@ -342,8 +438,12 @@ def test_rotation_demo_runs_offline_and_its_export_verifies(tmp_path: Path) -> N
     html = (archive / "analysis" / "report.html").read_text(encoding="utf-8")
     assert "accuracy by true answer" in html and "hypothesis-generating" in html
     assert "Declared deviations" in html
-    check = subprocess.run(["sha256sum", "--quiet", "-c", "MANIFEST.sha256"], cwd=archive,
-                           capture_output=True, text=True)  # fmt: skip
+    check = subprocess.run(
+        ["sha256sum", "--quiet", "-c", "MANIFEST.sha256"],
+        cwd=archive,
+        capture_output=True,
+        text=True,
+    )
     assert check.returncode == 0, check.stdout + check.stderr
     assert resources.files("runner").joinpath("templates/prompt_rotation/study.toml").is_file()
 
@@ -360,26 +460,35 @@ def test_posthoc_result_is_labelled_post_hoc_and_matches_the_verifier() -> None:
     for frame in (ds.trials, ds.items):  # each stimulus seen several times: a group variance
         frame["stimulus"] = [f"s{int(s[1:]) % 6}" for s in frame["stimulus"]]
     plan = {**PLAN, "analysis": {"random_intercept": "source", "model_arms": None}}
-    declared = {"contrast": ["A", "B"], "random_intercept": "stimulus", "arms": ["A", "B"],
-                "reason": "as the paper did", "after_seq": 1}  # fmt: skip
+    declared = {
+        "contrast": ["A", "B"],
+        "random_intercept": "stimulus",
+        "arms": ["A", "B"],
+        "reason": "as the paper did",
+        "after_seq": 1,
+    }
     result = posthoc_result(ds, plan, declared, "stim")
     body = result.as_dict()
     assert (body["id"], body["label"], body["hypothesis"], body["verdict"]) == (
-        "posthoc.stim", POSTHOC_LABEL, None, None)
+        "posthoc.stim",
+        POSTHOC_LABEL,
+        None,
+        None,
+    )
     assert body["status"] == "ok", body["error"]
     c = body["values"]["contrast"]
     assert (c["a"], c["b"], c["sides"]) == ("A", "B", "two-sided")
     assert body["values"]["group_col"] == "stimulus"  # the declaration's, not the plan's
-    twin = vs._Dataset(ds.trials.to_dict("records"), ds.items.to_dict("records"),
-                       list(ds.arms), [], "0" * 64)  # fmt: skip
+    twin = vs._Dataset(
+        ds.trials.to_dict("records"), ds.items.to_dict("records"), list(ds.arms), [], "0" * 64
+    )
     sub_plan = {**plan, "analysis": {"random_intercept": "stimulus", "model_arms": ["A", "B"]}}
     fitted, fit = vs._model(twin, sub_plan, recorded=body["values"])
     assert fit is not None and fitted.values["_reml_problem"] is None
     values = dict(fitted.values) | {"contrast": vst.contrast(fit, "A", "B", "two-sided")}
     assert vs._first_difference(body["values"], values, "values", 1e-6) is None
     moved = {**body["values"], "contrast": {**c, "estimate": c["estimate"] * (1 + 1e-4)}}
-    assert "values.contrast.estimate" in str(
-        vs._first_difference(moved, values, "values", 1e-6))
+    assert "values.contrast.estimate" in str(vs._first_difference(moved, values, "values", 1e-6))
 
 
 def _small_rotation(root: Path, images: Path) -> None:
@@ -392,9 +501,12 @@ def _small_rotation(root: Path, images: Path) -> None:
     (images / "orientation.csv").write_text("\n".join(lines) + "\n", encoding="utf-8")
     new_study(root, "prompt-rotation", fixed_key("rotation/posthoc"), images=images)
     spec = root / "study.toml"
-    spec.write_text(spec.read_text(encoding="utf-8").replace(
-        "replicates = 1\n", "replicates = 3\n").replace(
-        "bootstrap_iterations = 5000", "bootstrap_iterations = 500"), encoding="utf-8")
+    spec.write_text(
+        spec.read_text(encoding="utf-8")
+        .replace("replicates = 1\n", "replicates = 3\n")
+        .replace("bootstrap_iterations = 5000", "bootstrap_iterations = 500"),
+        encoding="utf-8",
+    )
 
 
 @pytest.mark.slow
@@ -415,26 +527,41 @@ def test_posthoc_analysis_end_to_end_and_a_resigned_change_fails(tmp_path: Path)
     def run(*args: object) -> Any:
         return CliRunner().invoke(main, [str(a) for a in args])
 
-    for step in (("lock", root), ("run", root, "--backend", "simulated"), ("score", root),
-                 ("unblind", root)):  # fmt: skip
+    for step in (
+        ("lock", root),
+        ("run", root, "--backend", "simulated"),
+        ("score", root),
+        ("unblind", root),
+    ):
         assert run(*step, "--key", key).exit_code == 0, step
     early = run("posthoc", root, "early", "--contrast", "A", "B", "--reason", "x", "--key", key)
     assert early.exit_code != 0 and "after 'ledger analyze'" in early.output
     assert run("analyze", root, "--key", key).exit_code == 0
     registered = [e.body for e in _events(root, "analysis.result")]
-    made = run("posthoc", root, "stim-lmm", "--contrast", "A", "B", "--arms", "A,B,C,D",
-               "--reason", "the paper's post-hoc LMM with stimulus as random intercept",
-               "--key", key)  # fmt: skip
+    made = run(
+        "posthoc",
+        root,
+        "stim-lmm",
+        "--contrast",
+        "A",
+        "B",
+        "--arms",
+        "A,B,C,D",
+        "--reason",
+        "the paper's post-hoc LMM with stimulus as random intercept",
+        "--key",
+        key,
+    )
     assert made.exit_code == 0, made.output
     assert "post hoc, no verdict" in made.output
-    again = run("posthoc", root, "stim-lmm", "--contrast", "A", "B", "--reason", "x",
-                "--key", key)  # fmt: skip
+    again = run("posthoc", root, "stim-lmm", "--contrast", "A", "B", "--reason", "x", "--key", key)
     assert again.exit_code != 0 and "already recorded" in again.output
     assert [e.body for e in _events(root, "analysis.result")] == registered  # untouched
     (event,) = _events(root, "analysis.posthoc")
     assert event.body["label"] == "post hoc" and event.body["verdict"] is None
     assert event.body["declared"]["after_seq"] == max(
-        e.seq for e in _events(root, "analysis.result"))
+        e.seq for e in _events(root, "analysis.result")
+    )
     archive = tmp_path / "archive"
     assert run("export", root, archive, "--key", key).exit_code == 0
     report = verify_archive(archive)

@@ -190,8 +190,10 @@ def slow_after_the_preflight(server: FakeMessagesServer, arrived: threading.Even
 
 def interrupted_in_flight(events: list[Any]) -> list[Any]:
     return [
-        e for e in events
-        if e.kind == "trial.failed" and e.body["error_type"] == "interrupted"
+        e
+        for e in events
+        if e.kind == "trial.failed"
+        and e.body["error_type"] == "interrupted"
         and "while in flight" in e.body["message"]
     ]
 

@@ -179,9 +179,7 @@ def test_401_and_403_stop_the_run_with_a_clear_message(
     assert preflight.body["http_status"] == status
     assert events(study, "run.started") == [] and events(study, "trial.requested") == []
     # the same error on a trial (a library run without the preflight) stops the run too
-    result_trial = run_study(
-        study, study_key(), backend(server), RunOptions(concurrency=1, **FAST)
-    )
+    result_trial = run_study(study, study_key(), backend(server), RunOptions(concurrency=1, **FAST))
     assert result_trial.fatal is not None and f"{status} {kind}" in result_trial.fatal
     assert server.count("messages", status) == 2
     failed = events(study, "trial.failed")
@@ -244,8 +242,9 @@ def test_404_from_a_wrong_base_url_stops_the_run_without_using_attempts(
     )
     assert right.reason == "complete" and right.final == 35 and right.counters.given_up == 0
     first = failed[0].body["trial"]
-    attempts = [e.body["attempt"] for e in events(study, "trial.requested")
-                if e.body["trial"] == first]
+    attempts = [
+        e.body["attempt"] for e in events(study, "trial.requested") if e.body["trial"] == first
+    ]
     assert attempts == [1, 2, 3]  # 404, 500, answered
     responded = [e.body["trial"] for e in events(study, "trial.responded")]
     assert len(responded) == len(set(responded)) == 35
@@ -308,8 +307,21 @@ def test_given_prices_cost_the_run_enforce_the_budget_and_are_recorded(study: Pa
     budget = 0.1  # the simulation has no price table: $2 in and $10 out per million tokens
     result = CliRunner().invoke(
         main,
-        ["run", str(study), "--backend", "simulated", "--concurrency", "1", "--json",
-         "--budget-usd", str(budget), "--price-in", "2", "--price-out", "10"],
+        [
+            "run",
+            str(study),
+            "--backend",
+            "simulated",
+            "--concurrency",
+            "1",
+            "--json",
+            "--budget-usd",
+            str(budget),
+            "--price-in",
+            "2",
+            "--price-out",
+            "10",
+        ],
     )
     assert result.exit_code == 0, result.output
     [started] = events(study, "run.started")
@@ -318,8 +330,12 @@ def test_given_prices_cost_the_run_enforce_the_budget_and_are_recorded(study: Pa
     assert started.body["budget_usd"] == budget
     assert started.body["cost_usd_before"] == preflight.body["cost_usd"]
     assert started.body["price_usd_per_mtok"] == {
-        "source": "--price-in/--price-out", "input": 2.0, "output": 10.0,
-        "cache_write_5m": 2.5, "cache_write_1h": 4.0, "cache_read": pytest.approx(0.2),
+        "source": "--price-in/--price-out",
+        "input": 2.0,
+        "output": 10.0,
+        "cache_write_5m": 2.5,
+        "cache_write_1h": 4.0,
+        "cache_read": pytest.approx(0.2),
         "batch_discount": 0.5,
     }
     responded = events(study, "trial.responded")
@@ -338,8 +354,17 @@ def test_given_prices_cost_the_run_enforce_the_budget_and_are_recorded(study: Pa
     # the estimate takes the same prices
     est = CliRunner().invoke(
         main,
-        ["estimate", str(study), "--backend", "simulated", "--price-in", "2", "--price-out", "10",
-         "--json"],
+        [
+            "estimate",
+            str(study),
+            "--backend",
+            "simulated",
+            "--price-in",
+            "2",
+            "--price-out",
+            "10",
+            "--json",
+        ],
     )
     assert est.exit_code == 0, est.output
     data = json.loads(est.stdout)
@@ -366,8 +391,10 @@ def test_dangling_request_is_closed_and_reattempted(
     with Ledger.open(study / "ledger.db") as log:  # as if killed after recording the request
         first = next(log.events("trial.requested"))
         seq = log.append(
-            "trial.requested", dict(first.body, trial="A|mixed-1|1", attempt=1, position=99),
-            key=study_key(), blobs={"request": first.blobs["request"]},
+            "trial.requested",
+            dict(first.body, trial="A|mixed-1|1", attempt=1, position=99),
+            key=study_key(),
+            blobs={"request": first.blobs["request"]},
         ).seq
     run_study(study, study_key(), backend(server), RunOptions(**FAST))
     failed = [e for e in events(study, "trial.failed") if e.body["request_seq"] == seq]
@@ -394,7 +421,8 @@ def test_status_and_estimate_commands(study: Path, server: FakeMessagesServer) -
     assert sum(a["responded"] for a in data["arms"]) == 5
     assert sum(a["pending"] for a in data["arms"]) == 30
     est = CliRunner().invoke(
-        main, ["estimate", str(study), "--base-url", server.base_url],
+        main,
+        ["estimate", str(study), "--base-url", server.base_url],
         env={"ANTHROPIC_API_KEY": "test"},
     )
     assert est.exit_code == 0, est.output
@@ -433,9 +461,7 @@ def test_replay_backend_reissues_recorded_responses(
     assert original == replayed
 
 
-def test_overload_lowers_concurrency_then_it_climbs_back(
-    study: Path, ledger_home: Path
-) -> None:
+def test_overload_lowers_concurrency_then_it_climbs_back(study: Path, ledger_home: Path) -> None:
     # starts at 8 (1 could not show a drop); the first 8 requests are answered 529, then the
     # API is healthy. The limit is read from the progress counters after every outcome, and the
     # server samples how many requests it holds whenever it answers one.
@@ -470,7 +496,7 @@ def test_overload_lowers_concurrency_then_it_climbs_back(
     assert limits[0] == 8 and peak == 8  # really ran 8 at once before the overload
     low = min(limits)
     assert low < 8, limits  # the 529s lowered the limit ...
-    after_low = limits[limits.index(low):]
+    after_low = limits[limits.index(low) :]
     assert max(after_low) > low, limits  # ... and successes raised it again
     assert limits[-1] >= 4, limits
     # in flight at the server followed the limit, retries included: the first answers after
@@ -512,9 +538,7 @@ def test_budget_covers_the_whole_study_across_sessions(
     assert started.body["cost_usd_before"] == pytest.approx(earlier)
     # with the budget already used up, a session sends nothing
     before = len(server.answered)
-    third = run_study(
-        study, study_key(), backend(server), RunOptions(budget_usd=spent, **FAST)
-    )
+    third = run_study(study, study_key(), backend(server), RunOptions(budget_usd=spent, **FAST))
     assert third.reason.startswith("budget:") and len(server.answered) == before
 
 
@@ -560,7 +584,8 @@ def test_a_different_error_or_a_response_first_keeps_retrying(
     )
     assert result.fatal is None and result.counters.responded == 2
     assert {f.body["error_type"] for f in events(study, "trial.failed")} == {
-        "api_error", "overloaded_error"
+        "api_error",
+        "overloaded_error",
     }
 
 
@@ -568,7 +593,14 @@ def test_a_backend_that_does_not_serve_the_locked_provider_is_refused(study: Pat
     before = events(study)
     result = CliRunner().invoke(
         main,
-        ["run", str(study), "--backend", "openai-compatible", "--base-url", "http://127.0.0.1:9/v1"],
+        [
+            "run",
+            str(study),
+            "--backend",
+            "openai-compatible",
+            "--base-url",
+            "http://127.0.0.1:9/v1",
+        ],
     )
     assert result.exit_code == 1
     assert (

@@ -38,8 +38,11 @@ def test_overload_halves_concurrency_and_it_climbs_back(study: Path) -> None:
     with FakeMessagesServer(latency_ms=20) as server:
         server.inject("529", count=3)
         result = run_study(
-            study, study_key(), AnthropicBackend(api_key="test", base_url=server.base_url),
-            RunOptions(concurrency=8, **FAST), lambda c, f, t: trace.append(c.concurrency),
+            study,
+            study_key(),
+            AnthropicBackend(api_key="test", base_url=server.base_url),
+            RunOptions(concurrency=8, **FAST),
+            lambda c, f, t: trace.append(c.concurrency),
         )
     assert result.reason == "complete"
     assert min(trace) <= 2 and trace[-1] == 8  # lowered while overloaded, raised again after
@@ -59,7 +62,9 @@ def test_one_failing_trial_is_still_given_up(study: Path) -> None:
         server.inject("500", count=1)  # an HTTP answer between the two resets the streak
         server.inject("drop", count=1)
         result = run_study(
-            study, study_key(), AnthropicBackend(api_key="test", base_url=server.base_url),
+            study,
+            study_key(),
+            AnthropicBackend(api_key="test", base_url=server.base_url),
             RunOptions(concurrency=1, max_trials=1, max_attempts=3, **FAST),
         )
     assert result.counters.given_up == 1 and result.fatal is None
@@ -68,8 +73,12 @@ def test_one_failing_trial_is_still_given_up(study: Path) -> None:
 def test_batch_budget_is_never_exceeded(study: Path) -> None:
     with FakeMessagesServer(batch_ready_after_polls=1) as server:
         backend = AnthropicBatchBackend(api_key="test", base_url=server.base_url)
-        result = run_study(study, study_key(), backend,
-                           RunOptions(budget_usd=0.02, poll_interval=0.01, preflight=False))
+        result = run_study(
+            study,
+            study_key(),
+            backend,
+            RunOptions(budget_usd=0.02, poll_interval=0.01, preflight=False),
+        )
     spent = sum(e.body["cost_usd"] for e in events(study, "trial.responded"))
     assert result.reason.startswith("budget:")
     assert 0 < spent <= 0.02 and result.counters.responded < 35
@@ -97,9 +106,10 @@ def test_replay_from_an_exported_archive_is_labelled_simulated(
     root = tmp_path / "archive"  # the archive layout: ledger/events.jsonl and blobs/<sha256>
     (root / "ledger").mkdir(parents=True)
     (root / "blobs").mkdir()
-    with Ledger.open(study / "ledger.db", readonly=True) as log, (
-        root / "ledger" / "events.jsonl"
-    ).open("w") as out:
+    with (
+        Ledger.open(study / "ledger.db", readonly=True) as log,
+        (root / "ledger" / "events.jsonl").open("w") as out,
+    ):
         for e in log.events():
             out.write(json.dumps(e.to_json()) + "\n")  # envelope, signature (and leaf hash)
             for digest in e.blobs.values():

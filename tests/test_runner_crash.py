@@ -113,8 +113,9 @@ def test_chaos_sigkill_runner_many_times(
     kinds = check_outcomes(study, trials=315)
     assert kinds["run.started"] == kills + 1 and kinds["run.stopped"] == 1
     interrupted = sum(
-        1 for e in all_events(study) if e.kind == "trial.failed"
-        and e.body["error_type"] == "interrupted"
+        1
+        for e in all_events(study)
+        if e.kind == "trial.failed" and e.body["error_type"] == "interrupted"
     )
     assert 0 < interrupted <= kills * 4
     assert kinds["trial.failed"] > interrupted  # injected faults were recorded too
@@ -173,8 +174,9 @@ def test_batch_backend_completes_and_resumes_after_a_crash(
     events = all_events(study)
     failed = [e for e in events if e.kind == "trial.failed"]
     assert [f.body["final"] for f in failed] == [False] * 4 + [True]
-    assert {f.body["trial"] for f in failed} == {e.body["trial"] for e in events
-        if e.kind == "trial.requested" and e.body["position"] == 3}
+    assert {f.body["trial"] for f in failed} == {
+        e.body["trial"] for e in events if e.kind == "trial.requested" and e.body["position"] == 3
+    }
     assert all(e.body.get("batch") for e in events if e.kind == "trial.requested")
     responded = [e for e in events if e.kind == "trial.responded"]
     assert len({e.body["trial"] for e in responded}) == 34

@@ -75,8 +75,9 @@ def test_the_store_seals_what_the_locked_policy_names(
         assert log.engine == engine
         before = log.append("step.requested", {}, key=key, blobs={"request": b"{}"})
         assert before.blobs["request"] == hashlib.sha256(b"{}").hexdigest()  # no policy yet
-        log.append("protocol.locked", {"privacy": {"withhold": ["step.requested:request"]}},
-                   key=key)  # fmt: skip
+        log.append(
+            "protocol.locked", {"privacy": {"withhold": ["step.requested:request"]}}, key=key
+        )
         body = {"request_sha256": hashlib.sha256(b"{}").hexdigest(), "other": 1}
         event = log.append("step.requested", body, key=key, blobs={"request": b"{}"})
         stored = log.stored_blob(event.blobs["request"])

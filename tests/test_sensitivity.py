@@ -24,8 +24,9 @@ from verify._reml import RemlModel
 from verify._reml import check_point as vst_check
 
 
-def _balanced(seed: int, probes: int = 6, arms: str = "ABC", reps: int = 4,
-              sd_cell: float = 0.2) -> dict[str, Any]:  # fmt: skip
+def _balanced(
+    seed: int, probes: int = 6, arms: str = "ABC", reps: int = 4, sd_cell: float = 0.2
+) -> dict[str, Any]:
     rng = np.random.default_rng(seed)
     g, arm, y = [], [], []
     for j in range(probes):
@@ -37,8 +38,13 @@ def _balanced(seed: int, probes: int = 6, arms: str = "ABC", reps: int = 4,
                 arm.append(a)
                 y.append(0.1 * k + u + w + rng.normal(0, 0.1))
     x = np.column_stack([np.ones(len(y))] + [[v == b for v in arm] for b in arms[1:]])
-    return {"y": np.array(y), "x": x.astype(float), "g": g, "arm": arm,
-            "cell": [f"{p}|{a}" for p, a in zip(g, arm, strict=True)]}  # fmt: skip
+    return {
+        "y": np.array(y),
+        "x": x.astype(float),
+        "g": g,
+        "arm": arm,
+        "cell": [f"{p}|{a}" for p, a in zip(g, arm, strict=True)],
+    }
 
 
 def test_satterthwaite_df_match_closed_forms_of_balanced_designs() -> None:
@@ -47,8 +53,9 @@ def test_satterthwaite_df_match_closed_forms_of_balanced_designs() -> None:
     one = [""] * n
     arm_b = np.array([0.0, 1.0, 0.0])
     # split-plot: probe x arm random effect, arm contrast on (G - 1)(a - 1) df
-    split = sens.fit_reml(d["y"], d["x"], d["g"], [d["g"], d["cell"]], one,
-                          ["group", "group_by_arm", "residual"])  # fmt: skip
+    split = sens.fit_reml(
+        d["y"], d["x"], d["g"], [d["g"], d["cell"]], one, ["group", "group_by_arm", "residual"]
+    )
     got = sens.satterthwaite_contrast(split, arm_b, "two-sided")
     assert got["df"] == pytest.approx((probes - 1) * (arms - 1), rel=1e-4)
     # random intercept only: the arm contrast rests on the within-probe residual, N - G - a + 1
@@ -79,18 +86,31 @@ def test_probe_by_arm_fit_matches_statsmodels_and_the_verifier() -> None:
     df = pd.DataFrame({"y": d["y"], "arm": d["arm"], "g": d["g"]})
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        ref = smf.mixedlm("y ~ arm", df, groups="g", re_formula="1",
-                          vc_formula={"cell": "0 + C(arm)"}).fit(reml=True)  # fmt: skip
-    fit = sens.fit_reml(d["y"], d["x"], d["g"], [d["g"], d["cell"]], [""] * len(d["g"]),
-                        ["group", "group_by_arm", "residual"])  # fmt: skip
+        ref = smf.mixedlm(
+            "y ~ arm", df, groups="g", re_formula="1", vc_formula={"cell": "0 + C(arm)"}
+        ).fit(reml=True)
+    fit = sens.fit_reml(
+        d["y"],
+        d["x"],
+        d["g"],
+        [d["g"], d["cell"]],
+        [""] * len(d["g"]),
+        ["group", "group_by_arm", "residual"],
+    )
     assert fit.loglik >= float(ref.llf) - 1e-7
     assert fit.params == pytest.approx(
         [float(np.asarray(ref.cov_re)[0, 0]), float(ref.vcomp[0]), float(ref.scale)], rel=1e-3
     )
     assert fit.beta == pytest.approx(np.asarray(ref.fe_params), rel=1e-5)
     verifier = RemlModel(d["y"], d["x"], d["g"], [d["g"], d["cell"]], d["arm"])
-    het = sens.fit_reml(d["y"], d["x"], d["g"], [d["g"], d["cell"]], d["arm"],
-                        ["group", "group_by_arm", "rA", "rB", "rC"])  # fmt: skip
+    het = sens.fit_reml(
+        d["y"],
+        d["x"],
+        d["g"],
+        [d["g"], d["cell"]],
+        d["arm"],
+        ["group", "group_by_arm", "rA", "rB", "rC"],
+    )
     assert verifier.loglik(het.params) == pytest.approx(het.loglik, abs=1e-9)
     assert het.loglik >= verifier.maximise().loglik - 1e-6
 
@@ -114,22 +134,57 @@ PLAN: dict[str, Any] = {
     "design": {"bootstrap_iterations": 200, "bootstrap_seed": 5},
     "analysis": {"random_intercept": "stimulus"},
     "hypotheses": [
-        {"id": "H1", "description": "A beats B", "contrast": ["A", "B"], "test": "lmm",
-         "sides": "one-sided", "alpha": 0.05},
-        {"id": "H2", "description": "B vs C", "contrast": ["B", "C"], "test": "lmm",
-         "sides": "two-sided", "alpha": 0.05},
+        {
+            "id": "H1",
+            "description": "A beats B",
+            "contrast": ["A", "B"],
+            "test": "lmm",
+            "sides": "one-sided",
+            "alpha": 0.05,
+        },
+        {
+            "id": "H2",
+            "description": "B vs C",
+            "contrast": ["B", "C"],
+            "test": "lmm",
+            "sides": "two-sided",
+            "alpha": 0.05,
+        },
     ],
-}  # fmt: skip
+}
 
 
 def _dataset(rows: list[tuple[str, str, int, float]]) -> Dataset:
     trials = pd.DataFrame(
-        [{"trial": f"{a}|{s}|{r}", "arm": a, "model": "", "stimulus": s, "rep": r,
-          "accuracy": acc, "control": False, "excluded": False, "status": "ok"}
-         for a, s, r, acc in rows]
+        [
+            {
+                "trial": f"{a}|{s}|{r}",
+                "arm": a,
+                "model": "",
+                "stimulus": s,
+                "rep": r,
+                "accuracy": acc,
+                "control": False,
+                "excluded": False,
+                "status": "ok",
+            }
+            for a, s, r, acc in rows
+        ]
     )
-    items = pd.DataFrame(columns=["trial", "arm", "model", "stimulus", "rep", "row", "position",
-                                  "truth", "answer", "correct"])  # fmt: skip
+    items = pd.DataFrame(
+        columns=[
+            "trial",
+            "arm",
+            "model",
+            "stimulus",
+            "rep",
+            "row",
+            "position",
+            "truth",
+            "answer",
+            "correct",
+        ]
+    )
     return Dataset(trials, items, ("A", "B", "C"), (), "0" * 64)
 
 
@@ -141,7 +196,7 @@ def _rows(seed: int, probes: int = 5, reps: int = 3, ceiling: str = "") -> list[
         for a, m in (("A", 0.9), ("B", 0.5), ("C", 0.6)):
             w = rng.normal(0, 0.1)
             for r in range(reps):
-                acc = 1.0 if a in ceiling else float(np.clip(m + u + w + rng.normal(0, .1), 0, 1))
+                acc = 1.0 if a in ceiling else float(np.clip(m + u + w + rng.normal(0, 0.1), 0, 1))
                 out.append((a, f"s{j}", r + 1, acc))
     return out
 
@@ -174,11 +229,13 @@ def test_sensitivity_result_sits_beside_the_registered_verdicts() -> None:
     ("rows", "reason"),
     [
         (lambda: [r for r in _rows(4) if r[1] in ("s0", "s1")], "at least 3 probes"),
-        (lambda: [r for r in _rows(4) if not (r[1] == "s2" and r[0] != "A")],
-         "probe 's2' has trials in one arm only (A)"),
+        (
+            lambda: [r for r in _rows(4) if not (r[1] == "s2" and r[0] != "A")],
+            "probe 's2' has trials in one arm only (A)",
+        ),
         (lambda: [r for r in _rows(4) if r[2] == 1], "no probe × arm cell has two trials"),
     ],
-)  # fmt: skip
+)
 def test_probe_by_arm_model_that_cannot_be_fitted_says_why(rows: Any, reason: str) -> None:
     model, tested, result = _run(_dataset(rows()))
     assert result is not None and result.status == "ok"
@@ -266,8 +323,9 @@ def test_error_null_excludes_the_true_direction() -> None:
     mask = expected > 0
     ref = sps.chisquare(np.array(counts)[mask], expected[mask])
     assert chi.chi2 == pytest.approx(float(ref.statistic), rel=1e-12)
-    assert vst.error_null_excluding_truth(["UP", "UP", "RIGHT", "LEFT"], labels) == \
-        pytest.approx(shares)  # fmt: skip
+    assert vst.error_null_excluding_truth(["UP", "UP", "RIGHT", "LEFT"], labels) == pytest.approx(
+        shares
+    )
 
 
 def test_newcombe_hybrid_score_interval_matches_statsmodels() -> None:
@@ -296,8 +354,9 @@ def test_one_sided_lmm_hypotheses_carry_the_two_sided_interval() -> None:
     assert "ci_two_sided" not in (tested[1].values or {})  # H2 is two-sided already
 
 
-def _dense_reference(y: Any, x: Any, groups: list[str], terms: list[list[str]],
-                     classes: list[str], theta: Any) -> dict[str, Any]:
+def _dense_reference(
+    y: Any, x: Any, groups: list[str], terms: list[list[str]], classes: list[str], theta: Any
+) -> dict[str, Any]:
     """The REML pieces from dense per-group ``V_j`` (the textbook formulas, for comparison)."""
     labels = sorted(set(classes))
     n, p = x.shape
@@ -305,8 +364,9 @@ def _dense_reference(y: Any, x: Any, groups: list[str], terms: list[list[str]],
     blocks = []
     for g in sorted(set(groups)):
         rows = np.flatnonzero(garr == g)
-        dv = [np.equal.outer(np.asarray(t)[rows], np.asarray(t)[rows]).astype(float)
-              for t in terms] + [np.diag((carr[rows] == c).astype(float)) for c in labels]
+        dv = [
+            np.equal.outer(np.asarray(t)[rows], np.asarray(t)[rows]).astype(float) for t in terms
+        ] + [np.diag((carr[rows] == c).astype(float)) for c in labels]
         blocks.append((rows, dv))
     m = len(theta)
     a, b, cc, logdet = np.zeros((p, p)), np.zeros(p), 0.0, 0.0
@@ -319,8 +379,13 @@ def _dense_reference(y: Any, x: Any, groups: list[str], terms: list[list[str]],
         cc += float(y[rows] @ vi @ y[rows])
     cmat = np.linalg.inv(a)
     beta = cmat @ b
-    ll = -0.5 * (logdet + float(np.linalg.slogdet(a)[1]) + cc - float(b @ beta)
-                 + (n - p) * math.log(2 * math.pi))  # fmt: skip
+    ll = -0.5 * (
+        logdet
+        + float(np.linalg.slogdet(a)[1])
+        + cc
+        - float(b @ beta)
+        + (n - p) * math.log(2 * math.pi)
+    )
     t1, am, bm = np.zeros((m, m)), np.zeros((m, m, p, p)), np.zeros((m, p, p))
     for rows, dv in blocks:
         v = sum(t * d for t, d in zip(theta, dv, strict=True))
@@ -331,11 +396,23 @@ def _dense_reference(y: Any, x: Any, groups: list[str], terms: list[list[str]],
             for j in range(m):
                 t1[i, j] += float(np.trace(vi @ dv[i] @ vi @ dv[j]))
                 am[i, j] += u.T @ dv[j] @ vi @ dv[i] @ u
-    info = np.array([[0.5 * (t1[i, j] - 2 * np.trace(cmat @ am[i, j])
-                             + np.trace(cmat @ bm[i] @ cmat @ bm[j])) for j in range(m)]
-                     for i in range(m)])  # fmt: skip
-    return {"loglik": ll, "beta": beta, "cov": cmat, "info": info,
-            "dcov": [cmat @ bm[i] @ cmat for i in range(m)]}  # fmt: skip
+    info = np.array(
+        [
+            [
+                0.5
+                * (t1[i, j] - 2 * np.trace(cmat @ am[i, j]) + np.trace(cmat @ bm[i] @ cmat @ bm[j]))
+                for j in range(m)
+            ]
+            for i in range(m)
+        ]
+    )
+    return {
+        "loglik": ll,
+        "beta": beta,
+        "cov": cmat,
+        "info": info,
+        "dcov": [cmat @ bm[i] @ cmat for i in range(m)],
+    }
 
 
 def test_blockwise_reml_equals_the_dense_computation() -> None:
@@ -371,8 +448,14 @@ def test_probes_of_thousands_of_trials_are_fitted() -> None:
     balanced split-plot's (G - 1)(a - 1)."""
     d = _balanced(9, probes=6, reps=200, sd_cell=0.15)
     assert d["y"].size == 3600
-    het = sens.fit_reml(d["y"], d["x"], d["g"], [d["g"], d["cell"]], d["arm"],
-                        ["group", "group_by_arm", "rA", "rB", "rC"])  # fmt: skip
+    het = sens.fit_reml(
+        d["y"],
+        d["x"],
+        d["g"],
+        [d["g"], d["cell"]],
+        d["arm"],
+        ["group", "group_by_arm", "rA", "rB", "rC"],
+    )
     arm_b = np.array([0.0, 1.0, 0.0])
     c = sens.satterthwaite_contrast(het, arm_b, "two-sided")
     assert c["df"] == pytest.approx(10, rel=0.05)
@@ -385,8 +468,10 @@ def test_probes_of_thousands_of_trials_are_fitted() -> None:
     # and through the analysis: every sensitivity model of probes with 600 trials is fitted
     _, _, result = _run(_dataset(_rows(13, probes=4, reps=200)))
     v = (result.values if result is not None else None) or {}
-    assert all(v["models"][m]["fitted"] for m in ("registered", "probe_by_arm",
-                                                  "probe_by_arm_arm_residual"))  # fmt: skip
+    assert all(
+        v["models"][m]["fitted"]
+        for m in ("registered", "probe_by_arm", "probe_by_arm_arm_residual")
+    )
     assert all(c["probe_by_arm_arm_residual"]["df"] > 0 for c in v["contrasts"])
 
 
@@ -394,9 +479,21 @@ def test_a_stimulus_subset_hypothesis_gets_its_own_sensitivity_models() -> None:
     """An lmm hypothesis with ``stimuli`` (the paper's pooled dismantling model) is tested on
     its subset model, so its sensitivity row is fitted on that subset, in the writer and the
     verifier alike; the registered verdict is copied, never changed."""
-    plan = {**PLAN, "hypotheses": [*PLAN["hypotheses"], {
-        "id": "H3", "description": "pooled over s0-s3", "contrast": ["A", "B"], "test": "lmm",
-        "sides": "one-sided", "alpha": 0.05, "stimuli": ["s0", "s1", "s2", "s3"]}]}
+    plan = {
+        **PLAN,
+        "hypotheses": [
+            *PLAN["hypotheses"],
+            {
+                "id": "H3",
+                "description": "pooled over s0-s3",
+                "contrast": ["A", "B"],
+                "test": "lmm",
+                "sides": "one-sided",
+                "alpha": 0.05,
+                "stimuli": ["s0", "s1", "s2", "s3"],
+            },
+        ],
+    }
     ds = _dataset(_rows(6, probes=6))
     _, fit = fit_model(ds, plan)
     tested = hypothesis_results(ds, plan, fit)
@@ -406,18 +503,23 @@ def test_a_stimulus_subset_hypothesis_gets_its_own_sensitivity_models() -> None:
     assert [c["hypothesis"] for c in rows] == ["H1", "H2", "H3"]
     sub = rows[2]
     assert sub["stimuli"] == ["s0", "s1", "s2", "s3"]
-    assert sub["cluster_bootstrap"]["n_clusters"] == 4 and rows[0]["cluster_bootstrap"][
-        "n_clusters"] == 6
+    assert (
+        sub["cluster_bootstrap"]["n_clusters"] == 4
+        and rows[0]["cluster_bootstrap"]["n_clusters"] == 6
+    )
     subset_model = (tested[2].values or {})["subset_model"]
     assert sub["subset_models"]["registered"]["variances"] == {
-        "group": subset_model["group_variance"], "residual": subset_model["residual_variance"]}
+        "group": subset_model["group_variance"],
+        "residual": subset_model["residual_variance"],
+    }
     assert sub["registered_verdict"] == tested[2].verdict
     assert sub["as_registered"]["estimate"] == (tested[2].values or {})["estimate"]
     assert sub["probe_by_arm"]["df"] > 0
     twin = vsci._Dataset(ds.trials.to_dict("records"), [], ["A", "B", "C"], [], "0" * 64)
     _, vfit = vsci._model(twin, plan, recorded=None)
-    vtested = vsci._hypotheses(twin, plan, vfit, {f"hypothesis.{r.hypothesis}": r.values
-                                                  for r in tested})  # fmt: skip
+    vtested = vsci._hypotheses(
+        twin, plan, vfit, {f"hypothesis.{r.hypothesis}": r.values for r in tested}
+    )
     recorded = result.as_dict()["values"]  # as the event holds it (JSON: inf as null)
     again = vsci._sensitivity(twin, plan, vfit, vtested, recorded)
     assert again is not None and again.status == "ok"
@@ -430,12 +532,35 @@ def test_a_stimulus_subset_hypothesis_gets_its_own_sensitivity_models() -> None:
 
 def _models_dataset(rows: list[tuple[str, str, str, int, float]]) -> Dataset:
     trials = pd.DataFrame(
-        [{"trial": f"{a}|{m}|{s}|{r}", "arm": a, "model": m, "stimulus": s, "rep": r,
-          "accuracy": acc, "control": False, "excluded": False, "status": "ok"}
-         for a, m, s, r, acc in rows]
-    )  # fmt: skip
-    items = pd.DataFrame(columns=["trial", "arm", "model", "stimulus", "rep", "row", "position",
-                                  "truth", "answer", "correct"])  # fmt: skip
+        [
+            {
+                "trial": f"{a}|{m}|{s}|{r}",
+                "arm": a,
+                "model": m,
+                "stimulus": s,
+                "rep": r,
+                "accuracy": acc,
+                "control": False,
+                "excluded": False,
+                "status": "ok",
+            }
+            for a, m, s, r, acc in rows
+        ]
+    )
+    items = pd.DataFrame(
+        columns=[
+            "trial",
+            "arm",
+            "model",
+            "stimulus",
+            "rep",
+            "row",
+            "position",
+            "truth",
+            "answer",
+            "correct",
+        ]
+    )
     return Dataset(trials, items, ("A", "B", "C"), (), "0" * 64, models=("big", "small"))
 
 
@@ -460,8 +585,9 @@ def _several(rows: list[Any], only: str | None = None) -> tuple[list[Result], li
 
     ds = _models_dataset(rows)
     results = run_analyses(ds, PLAN)
-    twin = vsci._Dataset(ds.trials.to_dict("records"), [], ["A", "B", "C"], [], "0" * 64,
-                         models=["big", "small"])  # fmt: skip
+    twin = vsci._Dataset(
+        ds.trials.to_dict("records"), [], ["A", "B", "C"], [], "0" * 64, models=["big", "small"]
+    )
     recorded = {r.id: r.as_dict()["values"] for r in results}
     if only is None:
         return results, vsci._recompute(twin, PLAN, None, recorded)
@@ -470,8 +596,9 @@ def _several(rows: list[Any], only: str | None = None) -> tuple[list[Result], li
     tested = vsci._hypotheses(sub, PLAN, fit, recorded, f"@{only}")
     for r in tested:
         r.hypothesis = f"{r.hypothesis}@{only}"
-    return results, [vsci._sensitivity(sub, PLAN, fit, tested,
-                                       recorded[f"sensitivity.lmm@{only}"], model=only)]
+    return results, [
+        vsci._sensitivity(sub, PLAN, fit, tested, recorded[f"sensitivity.lmm@{only}"], model=only)
+    ]
 
 
 def test_several_models_get_pooled_and_per_model_sensitivity_rederived_by_the_verifier() -> None:
@@ -485,13 +612,14 @@ def test_several_models_get_pooled_and_per_model_sensitivity_rederived_by_the_ve
     assert [c["hypothesis"] for c in pooled["contrasts"]] == ["H1", "H2"]
     model_lmm = by_id["model.lmm"].values or {}
     assert pooled["models"]["registered"]["variances"] == {
-        "group": model_lmm["group_variance"], "residual": model_lmm["residual_variance"]}
+        "group": model_lmm["group_variance"],
+        "residual": model_lmm["residual_variance"],
+    }
     for c in pooled["contrasts"]:
         h = by_id[f"hypothesis.{c['hypothesis']}"]
         assert c["registered_verdict"] == h.verdict
         # the registered model re-evaluated at its own variances: the same point estimate
-        assert c["registered"]["estimate"] == pytest.approx((h.values or {})["estimate"],
-                                                            rel=1e-9)  # fmt: skip
+        assert c["registered"]["estimate"] == pytest.approx((h.values or {})["estimate"], rel=1e-9)
         # the probe bootstrap pools the models' per-probe differences with equal weight
         assert c["cluster_bootstrap"]["n_clusters"] == 5
     for model in ("big", "small"):
@@ -501,8 +629,9 @@ def test_several_models_get_pooled_and_per_model_sensitivity_rederived_by_the_ve
         for c in v["contrasts"]:
             h = by_id[f"hypothesis.{c['hypothesis']}"]
             assert c["registered_verdict"] == h.verdict
-            assert c["registered"]["estimate"] == pytest.approx((h.values or {})["estimate"],
-                                                                rel=1e-9)  # fmt: skip
+            assert c["registered"]["estimate"] == pytest.approx(
+                (h.values or {})["estimate"], rel=1e-9
+            )
     mine = {r.id: r for r in again}
     for rid in ("sensitivity.lmm", "sensitivity.lmm@big", "sensitivity.lmm@small"):
         assert mine[rid].status == "ok" and mine[rid].values.get("_reml_problem") is None
@@ -511,11 +640,23 @@ def test_several_models_get_pooled_and_per_model_sensitivity_rederived_by_the_ve
     # a moved per-model variance is caught by the verifier's own REML check
     moved = by_id["sensitivity.lmm@small"].as_dict()["values"]
     moved["models"]["probe_by_arm"]["variances"]["group_by_arm"] *= 1.01
-    twin = vsci._Dataset(_models_dataset(_model_rows(7)).trials.to_dict("records"), [],
-                         ["A", "B", "C"], [], "0" * 64, models=["big", "small"])  # fmt: skip
+    twin = vsci._Dataset(
+        _models_dataset(_model_rows(7)).trials.to_dict("records"),
+        [],
+        ["A", "B", "C"],
+        [],
+        "0" * 64,
+        models=["big", "small"],
+    )
     tested = [r for r in again if r.hypothesis is not None]
-    check = vsci._sensitivity(twin.for_model("small"), PLAN, vsci._model(
-        twin.for_model("small"), PLAN)[1], tested, moved, model="small")
+    check = vsci._sensitivity(
+        twin.for_model("small"),
+        PLAN,
+        vsci._model(twin.for_model("small"), PLAN)[1],
+        tested,
+        moved,
+        model="small",
+    )
     assert check is not None and "probe_by_arm" in str(check.values.get("_reml_problem"))
 
 
@@ -529,11 +670,17 @@ def test_one_models_unfittable_probe_by_arm_model_leaves_the_others_untouched() 
     for name in ("probe_by_arm", "probe_by_arm_arm_residual"):
         assert small["models"][name] == {
             "fitted": False,
-            "reason": "the probe-by-arm model needs at least 3 probes; the trials have 2"}
+            "reason": "the probe-by-arm model needs at least 3 probes; the trials have 2",
+        }
         assert (by_id["sensitivity.lmm@big"].values or {})["models"][name]["fitted"] is True
         assert (by_id["sensitivity.lmm"].values or {})["models"][name]["fitted"] is True
-    assert all(c["probe_by_arm"] is None and c["primary"] is None and c["supports"] is None
-               and c["registered"] is not None for c in small["contrasts"])  # fmt: skip
+    assert all(
+        c["probe_by_arm"] is None
+        and c["primary"] is None
+        and c["supports"] is None
+        and c["registered"] is not None
+        for c in small["contrasts"]
+    )
     # the registered results are those of a run without any sensitivity analysis
     ds = _models_dataset(rows)
     bare = [r for r in results if r.label != "sensitivity"]
@@ -543,8 +690,15 @@ def test_one_models_unfittable_probe_by_arm_model_leaves_the_others_untouched() 
         assert (r.values, r.verdict) == (by_id[r.id].values, by_id[r.id].verdict)
     assert len(bare) == len(results) - 3
     mine = {r.id: r for r in again}
-    assert vsci._first_difference(by_id["sensitivity.lmm@small"].as_dict()["values"],
-                                  mine["sensitivity.lmm@small"].values, "values", 1e-6) is None
+    assert (
+        vsci._first_difference(
+            by_id["sensitivity.lmm@small"].as_dict()["values"],
+            mine["sensitivity.lmm@small"].values,
+            "values",
+            1e-6,
+        )
+        is None
+    )
 
 
 def test_cells_without_residual_variation_leave_the_probe_by_arm_models_unfitted() -> None:
@@ -560,15 +714,18 @@ def test_cells_without_residual_variation_leave_the_probe_by_arm_models_unfitted
     ds = _dataset(rows)
     _, tested, result = _run(ds)
     v = (result.values if result is not None else None) or {}
-    assert "cannot be separated from the probe-by-arm variance" in v["models"]["probe_by_arm"][
-        "reason"]
+    assert (
+        "cannot be separated from the probe-by-arm variance"
+        in v["models"]["probe_by_arm"]["reason"]
+    )
     assert v["models"]["probe_by_arm_arm_residual"]["fitted"] is False
     assert v["models"]["registered"]["fitted"] is True
     assert all(t.status == "ok" for t in tested)
     twin = vsci._Dataset(ds.trials.to_dict("records"), [], ["A", "B", "C"], [], "0" * 64)
     _, vfit = vsci._model(twin, PLAN, recorded=None)
-    vtested = vsci._hypotheses(twin, PLAN, vfit, {f"hypothesis.{r.hypothesis}": r.values
-                                                  for r in tested})  # fmt: skip
+    vtested = vsci._hypotheses(
+        twin, PLAN, vfit, {f"hypothesis.{r.hypothesis}": r.values for r in tested}
+    )
     recorded = result.as_dict()["values"] if result is not None else {}
     again = vsci._sensitivity(twin, PLAN, vfit, vtested, recorded)
     assert again is not None

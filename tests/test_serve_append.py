@@ -82,16 +82,28 @@ def _head(url: str) -> dict[str, Any]:
     return data
 
 
-def _signed(key: SigningKey, kind: str, body: dict[str, Any], head: dict[str, Any],
-            blobs: dict[str, str] | None = None, seq: int | None = None,
-            prev: str | None = None) -> dict[str, str]:  # fmt: skip
+def _signed(
+    key: SigningKey,
+    kind: str,
+    body: dict[str, Any],
+    head: dict[str, Any],
+    blobs: dict[str, str] | None = None,
+    seq: int | None = None,
+    prev: str | None = None,
+) -> dict[str, str]:
     data = envelope_bytes(
-        seq=head["size"] if seq is None else seq, time="2026-11-22T10:00:00.000000Z",
-        kind=kind, actor=key.actor, prev=(head["last"] or ZERO_HASH) if prev is None else prev,
-        body=body, blobs=blobs or {},
-    )  # fmt: skip
-    return {"envelope": base64.b64encode(data).decode(),
-            "signature": base64.b64encode(key.sign(data)).decode()}  # fmt: skip
+        seq=head["size"] if seq is None else seq,
+        time="2026-11-22T10:00:00.000000Z",
+        kind=kind,
+        actor=key.actor,
+        prev=(head["last"] or ZERO_HASH) if prev is None else prev,
+        body=body,
+        blobs=blobs or {},
+    )
+    return {
+        "envelope": base64.b64encode(data).decode(),
+        "signature": base64.b64encode(key.sign(data)).decode(),
+    }
 
 
 def _post(url: str, payload: Any, **kw: Any) -> httpx.Response:
@@ -108,8 +120,9 @@ def test_a_remote_ledger_writes_the_same_log_the_store_holds(
     with Ledger.open(url) as log:
         assert log.engine == "remote" and log.origin == ORIGIN
         event = log.append("run.started", {"n": 1}, key=RUNNER, blobs={"raw": b"request bytes"})
-        batch = log.append_many([EventSpec("trial.requested", {"i": i}) for i in range(3)],
-                                key=RUNNER)  # fmt: skip
+        batch = log.append_many(
+            [EventSpec("trial.requested", {"i": i}) for i in range(3)], key=RUNNER
+        )
         note = log.sign_checkpoint(OWNER)
         assert [e.seq for e in batch] == [event.seq + 1, event.seq + 2, event.seq + 3]
         assert log.blob(event.blobs["raw"]) == b"request bytes"
@@ -125,12 +138,16 @@ def test_a_remote_ledger_writes_the_same_log_the_store_holds(
 @pytest.mark.parametrize(
     ("key", "kind", "message", "error"),
     [
-        (RUNNER, "protocol.locked", "has role 'runner', which may not append 'protocol.locked'",
-         AuthorizationError),
+        (
+            RUNNER,
+            "protocol.locked",
+            "has role 'runner', which may not append 'protocol.locked'",
+            AuthorizationError,
+        ),
         (SCORER, "trial.scored", "was revoked at seq 3; it cannot append", AuthorizationError),
         (STRANGER, "run.started", "is not registered in this ledger", AuthorizationError),
     ],
-)  # fmt: skip
+)
 def test_keys_are_refused_with_the_reason_and_nothing_is_appended(
     study: tuple[str, Path], key: SigningKey, kind: str, message: str, error: type[Exception]
 ) -> None:
@@ -181,8 +198,11 @@ def test_a_remote_transaction_is_all_or_nothing_and_refused_when_another_writer_
 
 def test_a_retried_request_is_answered_with_its_existing_seqs(study: tuple[str, Path]) -> None:
     url, path = study
-    payload = {"entries": [_signed(RUNNER, "run.started", {"retry": True}, _head(url))],
-               "blobs": {}, "checkpoints": []}  # fmt: skip
+    payload = {
+        "entries": [_signed(RUNNER, "run.started", {"retry": True}, _head(url))],
+        "blobs": {},
+        "checkpoints": [],
+    }
     first = _post(url, payload)
     again = _post(url, payload)
     assert first.status_code == again.status_code == 200
@@ -210,10 +230,12 @@ def test_a_locked_privacy_policy_is_kept_through_the_service(study: tuple[str, P
 
     url, path = study
     with Ledger.open(url) as log:
-        log.append("protocol.locked", {"privacy": {"withhold": ["step.requested:request"]}},
-                   key=OWNER)  # fmt: skip
-        event = log.append("step.requested", {"n": 1}, key=RUNNER,
-                           blobs={"request": b"a patient's words"})  # fmt: skip
+        log.append(
+            "protocol.locked", {"privacy": {"withhold": ["step.requested:request"]}}, key=OWNER
+        )
+        event = log.append(
+            "step.requested", {"n": 1}, key=RUNNER, blobs={"request": b"a patient's words"}
+        )
         assert log.blob(event.blobs["request"]) == b"a patient's words"
         kept = log.append("step.responded", {"n": 1}, key=RUNNER, blobs={"response": b"plain"})
     with Ledger.open(path, readonly=True) as local:
@@ -250,43 +272,107 @@ def _bad_cases(url: str) -> list[tuple[str, dict[str, Any], Any, int, str]]:
     root1 = bytes.fromhex(httpx.get(f"{url}/api/v1/root?size=1").json()["root"])
     by_stranger = Checkpoint(ORIGIN, 1, root1).sign([STRANGER])
     return [
-        ("malformed JSON", {"content": b"{not json",
-                            "headers": {"content-type": "application/json"}},
-         None, 400, "the body is not JSON"),
-        ("not JSON", {"content": b"x", "headers": {"content-type": "text/plain"}}, None, 415,
-         "must be application/json"),
+        (
+            "malformed JSON",
+            {"content": b"{not json", "headers": {"content-type": "application/json"}},
+            None,
+            400,
+            "the body is not JSON",
+        ),
+        (
+            "not JSON",
+            {"content": b"x", "headers": {"content-type": "text/plain"}},
+            None,
+            415,
+            "must be application/json",
+        ),
         ("unknown members", {}, {"entries": [], "sneaky": 1}, 400, "body must be an object"),
-        ("unsigned", {}, {"entries": [{"envelope": good["envelope"]}]}, 400,
-         "entry 0 must be {envelope, signature}"),
+        (
+            "unsigned",
+            {},
+            {"entries": [{"envelope": good["envelope"]}]},
+            400,
+            "entry 0 must be {envelope, signature}",
+        ),
         ("wrongly signed", {}, {"entries": [wrong]}, 403, "the signature does not verify"),
-        ("forged actor", {}, {"entries": [{"envelope": base64.b64encode(forged_bytes).decode(),
-                                           "signature": forged["signature"]}]}, 403,
-         "the signature does not verify"),
-        ("out of order", {}, {"entries": [_signed(RUNNER, "run.started", {}, head,
-                                                  seq=head["size"] + 3)]}, 409,
-         "does not continue the log"),
-        ("wrong prev", {}, {"entries": [_signed(RUNNER, "run.started", {}, head,
-                                                prev="ab" * 32)]}, 409,
-         "does not continue the log"),
-        ("not canonical", {}, {"entries": [dict(good, envelope=not_canonical)]}, 400,
-         "not RFC 8785 canonical"),
+        (
+            "forged actor",
+            {},
+            {
+                "entries": [
+                    {
+                        "envelope": base64.b64encode(forged_bytes).decode(),
+                        "signature": forged["signature"],
+                    }
+                ]
+            },
+            403,
+            "the signature does not verify",
+        ),
+        (
+            "out of order",
+            {},
+            {"entries": [_signed(RUNNER, "run.started", {}, head, seq=head["size"] + 3)]},
+            409,
+            "does not continue the log",
+        ),
+        (
+            "wrong prev",
+            {},
+            {"entries": [_signed(RUNNER, "run.started", {}, head, prev="ab" * 32)]},
+            409,
+            "does not continue the log",
+        ),
+        (
+            "not canonical",
+            {},
+            {"entries": [dict(good, envelope=not_canonical)]},
+            400,
+            "not RFC 8785 canonical",
+        ),
         ("not base64", {}, {"entries": [dict(good, envelope="***")]}, 400, "not valid base64"),
-        ("blob hash mismatch", {}, {"entries": [with_blob],
-                                    "blobs": {digest: base64.b64encode(b"other").decode()}},
-         400, f"blob {digest}: its bytes hash to"),
+        (
+            "blob hash mismatch",
+            {},
+            {"entries": [with_blob], "blobs": {digest: base64.b64encode(b"other").decode()}},
+            400,
+            f"blob {digest}: its bytes hash to",
+        ),
         ("blob missing", {}, {"entries": [with_blob]}, 400, "which was neither sent nor stored"),
-        ("oversized", {}, {"entries": [good], "blobs": {"a" * 64: "A" * 300_000}}, 413,
-         "over the 200000-byte limit"),
-        ("genesis again", {}, {"entries": [_signed(OWNER, "ledger.genesis",
-                                                   {"origin": ORIGIN, "vkey": OWNER.vkey},
-                                                   head)]}, 400,
-         "ledger.genesis can only be the first event"),
-        ("checkpoint root", {}, {"checkpoints": [{"note": cp, "created": None}]}, 400,
-         "checkpoint root is not the log's root"),
-        ("checkpoint signer", {}, {"checkpoints": [{"note": by_stranger, "created": None}]}, 400,
-         "which is not registered here"),
+        (
+            "oversized",
+            {},
+            {"entries": [good], "blobs": {"a" * 64: "A" * 300_000}},
+            413,
+            "over the 200000-byte limit",
+        ),
+        (
+            "genesis again",
+            {},
+            {
+                "entries": [
+                    _signed(OWNER, "ledger.genesis", {"origin": ORIGIN, "vkey": OWNER.vkey}, head)
+                ]
+            },
+            400,
+            "ledger.genesis can only be the first event",
+        ),
+        (
+            "checkpoint root",
+            {},
+            {"checkpoints": [{"note": cp, "created": None}]},
+            400,
+            "checkpoint root is not the log's root",
+        ),
+        (
+            "checkpoint signer",
+            {},
+            {"checkpoints": [{"note": by_stranger, "created": None}]},
+            400,
+            "which is not registered here",
+        ),
         ("nothing", {}, {"entries": [], "blobs": {}, "checkpoints": []}, 400, "nothing to append"),
-    ]  # fmt: skip
+    ]
 
 
 def test_bad_input_gets_a_4xx_with_the_reason_nothing_appended_and_the_service_serves_on(
@@ -295,8 +381,11 @@ def test_bad_input_gets_a_4xx_with_the_reason_nothing_appended_and_the_service_s
     url, path = study
     before = _size(path)
     for name, kwargs, payload, status, message in _bad_cases(url):
-        answer = (_post(url, payload) if payload is not None
-                  else httpx.post(f"{url}/api/v1/append", **kwargs))  # fmt: skip
+        answer = (
+            _post(url, payload)
+            if payload is not None
+            else httpx.post(f"{url}/api/v1/append", **kwargs)
+        )
         assert answer.status_code == status, (name, answer.text)
         assert message in answer.json()["error"], (name, answer.json())
         assert _size(path) == before, name
@@ -317,7 +406,7 @@ def test_bad_input_gets_a_4xx_with_the_reason_nothing_appended_and_the_service_s
         ("GET", "/demo/api/v1/blob/" + "0" * 64, 403, "needs a Ledger-Signature header"),
         ("POST", "/demo/api/v1/create", 403, "does not create studies"),
     ],
-)  # fmt: skip
+)
 def test_bad_requests_name_the_reason(
     tmp_path: Path, method: str, path: str, status: int, message: str
 ) -> None:
@@ -341,8 +430,9 @@ def test_reads_of_envelopes_and_blobs_need_a_signature_of_a_registered_key(
     def read(key: SigningKey, skew: int = 0, target: str = path) -> httpx.Response:
         when = int(time.time()) + skew
         sig = base64.b64encode(key.sign(read_message("GET", target, when))).decode()
-        return httpx.get(url.rsplit("/", 1)[0] + path,
-                         headers={READ_HEADER: f"{key.actor} {when} {sig}"})  # fmt: skip
+        return httpx.get(
+            url.rsplit("/", 1)[0] + path, headers={READ_HEADER: f"{key.actor} {when} {sig}"}
+        )
 
     assert read(RUNNER).status_code == 200
     assert len(read(OWNER).json()["events"]) == 4
@@ -361,14 +451,24 @@ def test_no_read_path_without_a_key_names_a_trial(study: tuple[str, Path]) -> No
     holds hashes, keys and notes only, never a trial id, an arm or a response."""
     url, _ = study
     with Ledger.open(url) as log:
-        log.append("trial.requested", {"trial": "cue-arm|E-001|1"}, key=RUNNER,
-                   blobs={"request": b"prompt text of the cue arm"})  # fmt: skip
+        log.append(
+            "trial.requested",
+            {"trial": "cue-arm|E-001|1"},
+            key=RUNNER,
+            blobs={"request": b"prompt text of the cue arm"},
+        )
         log.sign_checkpoint(OWNER)
     public = b"".join(
         httpx.get(f"{url}/api/v1/{op}").content
-        for op in ("head", "keys", "checkpoints", "root", "proof/inclusion?index=4",
-                   "proof/consistency?old=2")
-    )  # fmt: skip
+        for op in (
+            "head",
+            "keys",
+            "checkpoints",
+            "root",
+            "proof/inclusion?index=4",
+            "proof/consistency?old=2",
+        )
+    )
     assert b"cue-arm" not in public and b"prompt text" not in public
     assert httpx.get(f"{url}/api/v1/events").status_code == 403
 
@@ -412,10 +512,11 @@ def test_service_urls_are_checked() -> None:
 
 _json = st.recursive(
     st.none() | st.booleans() | st.integers() | st.text(max_size=20),
-    lambda inner: st.lists(inner, max_size=4) | st.dictionaries(st.text(max_size=10), inner,
-                                                                max_size=4),
+    lambda inner: (
+        st.lists(inner, max_size=4) | st.dictionaries(st.text(max_size=10), inner, max_size=4)
+    ),
     max_leaves=12,
-)  # fmt: skip
+)
 
 
 @settings(
@@ -424,16 +525,36 @@ _json = st.recursive(
 @given(
     payload=st.one_of(
         _json,
-        st.fixed_dictionaries({"entries": st.lists(st.fixed_dictionaries(
-            {"envelope": st.binary(max_size=200).map(lambda b: base64.b64encode(b).decode()),
-             "signature": st.binary(min_size=64, max_size=64).map(
-                 lambda b: base64.b64encode(b).decode())}), max_size=3)}),
-        st.fixed_dictionaries({"checkpoints": st.lists(st.fixed_dictionaries(
-            {"note": st.text(max_size=200), "created": st.none() | st.text(max_size=30)}),
-            max_size=2)}),
+        st.fixed_dictionaries(
+            {
+                "entries": st.lists(
+                    st.fixed_dictionaries(
+                        {
+                            "envelope": st.binary(max_size=200).map(
+                                lambda b: base64.b64encode(b).decode()
+                            ),
+                            "signature": st.binary(min_size=64, max_size=64).map(
+                                lambda b: base64.b64encode(b).decode()
+                            ),
+                        }
+                    ),
+                    max_size=3,
+                )
+            }
+        ),
+        st.fixed_dictionaries(
+            {
+                "checkpoints": st.lists(
+                    st.fixed_dictionaries(
+                        {"note": st.text(max_size=200), "created": st.none() | st.text(max_size=30)}
+                    ),
+                    max_size=2,
+                )
+            }
+        ),
     ),
     op=st.sampled_from(["append", "cosign", "create", "head", "events", "root", "nothing"]),
-)  # fmt: skip
+)
 def test_fuzzed_requests_get_4xx_append_nothing_and_the_service_keeps_serving(
     study: tuple[str, Path], payload: Any, op: str
 ) -> None:
@@ -471,10 +592,19 @@ def _serve(store: str, *extra: str) -> tuple[subprocess.Popen[str], str]:
 
     port = free_port()
     proc = subprocess.Popen(
-        [str(Path(sys.executable).parent / "ledger"), "serve", "--store", store, "--port",
-         str(port), *extra],
-        stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-    )  # fmt: skip
+        [
+            str(Path(sys.executable).parent / "ledger"),
+            "serve",
+            "--store",
+            store,
+            "--port",
+            str(port),
+            *extra,
+        ],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
     assert proc.stdout is not None
     line = proc.stdout.readline()
     assert "serving the append API" in line, line + (proc.stdout.read() if proc.poll() else "")
@@ -526,9 +656,17 @@ def test_the_demo_study_through_two_services_on_postgresql_is_the_archive_byte_f
     try:
         store = " ".join(f"{base}/{name}" for _, base in procs)
         result = subprocess.run(
-            [sys.executable, str(ROOT / "scripts" / "make_archive.py"), "--check", "--store",
-             store], capture_output=True, text=True, timeout=900,
-        )  # fmt: skip
+            [
+                sys.executable,
+                str(ROOT / "scripts" / "make_archive.py"),
+                "--check",
+                "--store",
+                store,
+            ],
+            capture_output=True,
+            text=True,
+            timeout=900,
+        )
         assert result.returncode == 0, result.stdout + result.stderr
         assert "byte-identical to a fresh build (ledger on `ledger serve`)" in result.stdout
     finally:

@@ -44,10 +44,14 @@ RULE, PLAIN, SYS, BIG_ONLY = (*ARMS, "bigonly")
 LETTERS = "ABCD"
 
 ITEMS = [
-    {"id": f"q{i:02d}", "question": f"Which option is number {i}?",
-     "options": [f"option {i}-{k}" for k in range(4)], "answer": LETTERS[i % 4]}
+    {
+        "id": f"q{i:02d}",
+        "question": f"Which option is number {i}?",
+        "options": [f"option {i}-{k}" for k in range(4)],
+        "answer": LETTERS[i % 4],
+    }
     for i in range(1, 13)
-]  # fmt: skip
+]
 PROMPTS = {
     "item.txt": "Question: {question}\n{options}\n",
     "task.txt": "Answer with the letter of the correct option only.\n",
@@ -214,9 +218,12 @@ def key_file(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
 def analysed(root: Path, key: Path) -> Path:
     """Lock, run (simulated), score, unblind, analyse and export; returns the archive."""
     for step in (
-        ("lock", root), ("run", root, "--backend", "simulated"), ("score", root),
-        ("unblind", root), ("analyze", root),
-    ):  # fmt: skip
+        ("lock", root),
+        ("run", root, "--backend", "simulated"),
+        ("score", root),
+        ("unblind", root),
+        ("analyze", root),
+    ):
         result = run(*step, "--key", key)
         assert result.exit_code == 0, (step, result.output)
     archive = root.parent / f"{root.name}-archive"
@@ -311,9 +318,16 @@ def test_result_ids_follow_the_documented_order(two_models: Path) -> None:
     per_model = [
         f"hypothesis.H{i}{suffix}" for i in range(1, 8) for suffix in ("", "@big", "@small")
     ]
-    expected_start = ["descriptive.arms", "descriptive.arm_model", "descriptive.arm_stimulus",
-                      "descriptive.control", "model.lmm", "model.lmm@big", "model.lmm@small",
-                      *per_model]  # fmt: skip
+    expected_start = [
+        "descriptive.arms",
+        "descriptive.arm_model",
+        "descriptive.arm_stimulus",
+        "descriptive.control",
+        "model.lmm",
+        "model.lmm@big",
+        "model.lmm@small",
+        *per_model,
+    ]
     assert ids[: len(expected_start)] == expected_start
     runs = [i for i in ids if i.startswith("exploratory.question_run.")]
     arms = sorted([*ARMS, BIG_ONLY])
@@ -322,13 +336,21 @@ def test_result_ids_follow_the_documented_order(two_models: Path) -> None:
         for a in arms
         for m in ("", "@big") + (() if a == BIG_ONLY else ("@small",))
     ]
-    assert ids[-6:] == ["exploratory.arm_by_model", "exploratory.multiplicity", "sensitivity.lmm",
-                        "sensitivity.lmm@big", "sensitivity.lmm@small",
-                        "descriptive.identical_responses"]  # fmt: skip
+    assert ids[-6:] == [
+        "exploratory.arm_by_model",
+        "exploratory.multiplicity",
+        "sensitivity.lmm",
+        "sensitivity.lmm@big",
+        "sensitivity.lmm@small",
+        "descriptive.identical_responses",
+    ]
     copies = results(two_models)["descriptive.identical_responses"]["values"]
     assert {(r["arm"], r["model"]) for r in copies["replicates"]} == {
-        (a, m) for a in [*ARMS, BIG_ONLY] for m in ("big", "small")
-        if not (a == BIG_ONLY and m == "small")}  # fmt: skip
+        (a, m)
+        for a in [*ARMS, BIG_ONLY]
+        for m in ("big", "small")
+        if not (a == BIG_ONLY and m == "small")
+    }
     assert copies["models"] == []  # two model ids: different answers
     html = (two_models / "analysis" / "report.html").read_text(encoding="utf-8")
     for scope in ("(pooled over the models, model a fixed factor)", "(model big)", "(model small)"):
@@ -605,8 +627,9 @@ def test_the_stimulus_heatmap_of_a_large_item_file_stays_a_bounded_png() -> None
         for i in range(1500)
     }
     result = {"id": "descriptive.arm_stimulus", "status": "ok", "values": cells}
-    report = Report(Path("s"), Path("s/ledger.db"), Path("o"), Path("o/r.html"), {}, [result], [],
-                    [], None)  # type: ignore[arg-type]  # fmt: skip
+    report = Report(
+        Path("s"), Path("s/ledger.db"), Path("o"), Path("o/r.html"), {}, [result], [], [], None
+    )  # type: ignore[arg-type]
     png = _render_png(lambda: _fig_heatmap(report))
     assert png is not None and png_problem(png) is None
     width, height = struct.unpack(">II", png[16:24])

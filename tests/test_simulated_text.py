@@ -296,9 +296,7 @@ def test_overlap_reader_chooses_the_overlapping_option() -> None:
     prompt = read_prompt(request(text))
     assert [label for label, _ in prompt.options] == ["A", "B", "C", "D"]
     assert prompt.question == "Which diagnosis fits best?"
-    assert prompt.context == (
-        "The patient has polyuria, polydipsia and a raised fasting glucose.",
-    )
+    assert prompt.context == ("The patient has polyuria, polydipsia and a raised fasting glucose.",)
     assert quiet.reader_answer(request(text)) == "B"
 
 
@@ -421,8 +419,7 @@ def test_chain_of_thought_reply_parses_to_the_chosen_letter() -> None:
 def test_few_shot_replies_copy_the_examples_form(example_answer: str, form: str) -> None:
     quiet = TextParams(noise=False)
     shots = tuple(
-        (t, example_answer.format(L=a, T=dict(_options(t))[a]))
-        for t, a in synthetic_items(7, 2)
+        (t, example_answer.format(L=a, T=dict(_options(t))[a])) for t, a in synthetic_items(7, 2)
     )
     for text, answer in synthetic_items(1, 20):
         out = reply(request(text, turns=shots), params=quiet)
@@ -525,8 +522,10 @@ def test_free_text_answers_with_the_overlapping_sentence() -> None:
     expected = "The capital city of France has many museums and bridges."  # longest overlapping
     assert reply(request(text), params=quiet) == expected
     assert parse_exact(reply(request(text), params=quiet)).answer == expected
-    assert reply(request("Context: Paris is the capital.\nAnswer: Paris\n\n" + text),
-                 params=quiet) == f"Answer: {expected}"
+    assert (
+        reply(request("Context: Paris is the capital.\nAnswer: Paris\n\n" + text), params=quiet)
+        == f"Answer: {expected}"
+    )
     lone = request("Name the largest planet of the solar system.")
     word = reply(lone, params=quiet)
     assert word in {"name", "largest", "planet", "solar", "system"}
@@ -548,12 +547,19 @@ def test_image_requests_are_answered_as_before() -> None:
     letters = "Which way?\nA. UP\nB. DOWN\nC. RIGHT\nD. LEFT\n"
     req = {
         "model": MODEL,
-        "messages": [{"role": "user", "content": [
-            {"type": "image", "source": {"type": "base64", "media_type": "image/png",
-                                         "data": data}},
-            {"type": "text", "text": letters},
-        ]}],
-    }  # fmt: skip
+        "messages": [
+            {
+                "role": "user",
+                "content": [
+                    {
+                        "type": "image",
+                        "source": {"type": "base64", "media_type": "image/png", "data": data},
+                    },
+                    {"type": "text", "text": letters},
+                ],
+            }
+        ],
+    }
     model = SimulatedModel(SimParams(noise=False))
     assert text_of(model.respond(req, "s")) == "C"  # from the pixels, not the text
     assert model.respond(req, "s")["usage"]["input_tokens"] == len(letters) // 4 + 1600
@@ -583,13 +589,22 @@ def test_image_answers_are_pinned() -> None:
     model = SimulatedModel()
     for prompt in prompts:
         req = {
-            "model": MODEL, "max_tokens": 64, "temperature": 1.0,
-            "messages": [{"role": "user", "content": [
-                {"type": "image", "source": {"type": "base64", "media_type": "image/png",
-                                             "data": data}},
-                {"type": "text", "text": prompt},
-            ]}],
-        }  # fmt: skip
+            "model": MODEL,
+            "max_tokens": 64,
+            "temperature": 1.0,
+            "messages": [
+                {
+                    "role": "user",
+                    "content": [
+                        {
+                            "type": "image",
+                            "source": {"type": "base64", "media_type": "image/png", "data": data},
+                        },
+                        {"type": "text", "text": prompt},
+                    ],
+                }
+            ],
+        }
         for rep in range(25):
             digest.update(canonical_json(model.respond(req, f"pin|{rep}")))
     assert digest.hexdigest() == IMAGE_PIN
@@ -601,14 +616,24 @@ IMAGE_PIN = "e4a6ce528ae638f1005059fbd9bd356731e82a92436dc3b2fdc2688a62f4548d"
 
 def test_the_text_reader_never_sees_an_answer(monkeypatch: pytest.MonkeyPatch) -> None:
     """Structurally: no truth, item or stimulus module and no file; at run time: no open."""
-    allowed = {"__future__", "hashlib", "math", "re", "dataclasses", "typing", "numpy", "ledger",
-               "runner.simulated_knowledge"}  # fmt: skip
+    allowed = {
+        "__future__",
+        "hashlib",
+        "math",
+        "re",
+        "dataclasses",
+        "typing",
+        "numpy",
+        "ledger",
+        "runner.simulated_knowledge",
+    }
     tree = ast.parse(Path(simulated_text.__file__).read_text(encoding="utf-8"))
     # the background knowledge is data only: no import but __future__, no call, only strings
     knowledge = ast.parse(Path(simulated_knowledge.__file__).read_text(encoding="utf-8"))
     assert {
         (n.module or "") if isinstance(n, ast.ImportFrom) else a.name
-        for n in ast.walk(knowledge) if isinstance(n, ast.Import | ast.ImportFrom)
+        for n in ast.walk(knowledge)
+        if isinstance(n, ast.Import | ast.ImportFrom)
         for a in n.names
     } == {"__future__"}
     assert not [n for n in ast.walk(knowledge) if isinstance(n, ast.Call)]
@@ -625,8 +650,20 @@ def test_the_text_reader_never_sees_an_answer(monkeypatch: pytest.MonkeyPatch) -
         for node in ast.walk(tree)
         if isinstance(node, ast.Call)
     }
-    forbidden = {"open", "read_text", "read_bytes", "Path", "load", "loads", "__import__",
-                 "import_module", "exec", "eval", "getattr", "read_truth_csv"}  # fmt: skip
+    forbidden = {
+        "open",
+        "read_text",
+        "read_bytes",
+        "Path",
+        "load",
+        "loads",
+        "__import__",
+        "import_module",
+        "exec",
+        "eval",
+        "getattr",
+        "read_truth_csv",
+    }
     assert not called & forbidden, called & forbidden
     names = {n.id for n in ast.walk(tree) if isinstance(n, ast.Name)}
     assert not names & {"open", "__builtins__", "globals", "sys", "os", "io"}
@@ -650,8 +687,9 @@ def test_the_text_reader_never_sees_an_answer(monkeypatch: pytest.MonkeyPatch) -
     monkeypatch.setattr(Path, "read_bytes", refuse)
     monkeypatch.setattr(Path, "open", refuse)
     for text, answer in synthetic_items(1, 20):
-        out = text_of(SimulatedModel(text_params=TextParams(noise=False)).respond(
-            request(text), "s"))
+        out = text_of(
+            SimulatedModel(text_params=TextParams(noise=False)).respond(request(text), "s")
+        )
         assert out == answer
 
 

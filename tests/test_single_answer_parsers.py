@@ -156,8 +156,13 @@ def test_the_documented_normalization_examples() -> None:
         ("exact", " \n", "LEFT", None, False),
         ("normalized", "**Left.**", "LEFT", "left", True),
         ("normalized", "The answer: left", "LEFT", "the answer left", False),
-        ("normalized", "Myocardial  infarction", "myocardial infarction.", "myocardial infarction",
-         True),
+        (
+            "normalized",
+            "Myocardial  infarction",
+            "myocardial infarction.",
+            "myocardial infarction",
+            True,
+        ),
         ("multiple-choice", "Answer: b", " B ", "B", True),
         ("yes-no-maybe", "Yes.", "YES", "yes", True),
     ],
@@ -168,9 +173,13 @@ def test_single_answers_are_scored_as_documented(
     score = score_text(text, parser, truth)
     item = score.items[0].as_dict()
     assert item == {
-        "row": None, "position": None, "truth": truth, "answer": answer,
-        "answered": answer is not None, "correct": correct,
-    }  # fmt: skip
+        "row": None,
+        "position": None,
+        "truth": truth,
+        "answer": answer,
+        "answered": answer is not None,
+        "correct": correct,
+    }
     assert score.status == ("ok" if answer is not None else "unparseable")
     assert score == score_choice(PARSERS[parser](text), truth, parser)
     mine = rs.score(rs.parse_text(text, parser), parser, truth)
@@ -185,10 +194,20 @@ def test_exact_keeps_the_text_and_only_strips_whitespace() -> None:
 
 def test_the_verifier_agrees_on_random_texts_for_every_parser_and_mode() -> None:
     seeds = [
-        "Answer: B or C", "(c)", "A 45-year-old man. Answer: D", "No, the trial did not.",
-        "maybe yes", "the top points LEFT", "UP or DOWN", "**Final answer: (E)**",
-        "  Myocardial infarction.  ", "It\u2019s \u2013 3.5", "", "b\n", "I think C is right",
-    ]  # fmt: skip
+        "Answer: B or C",
+        "(c)",
+        "A 45-year-old man. Answer: D",
+        "No, the trial did not.",
+        "maybe yes",
+        "the top points LEFT",
+        "UP or DOWN",
+        "**Final answer: (E)**",
+        "  Myocardial infarction.  ",
+        "It\u2019s \u2013 3.5",
+        "",
+        "b\n",
+        "I think C is right",
+    ]
     alphabet = [*"ABCDEabcde ()[].:,*`\n\u2019\u2013", "answer is ", "yes", "no", "LEFT", "up"]
     rng = random.Random(15)
     configs = [
@@ -198,9 +217,11 @@ def test_the_verifier_agrees_on_random_texts_for_every_parser_and_mode() -> None
         for letters in ("ABCD", "ABCDE")
         for mode in ("exactly-one", "first-token")
         if (parser == "multiple-choice" or letters == "ABCD")
-        and (mode == "exactly-one" or parser in ("multiple-choice", "yes-no-maybe",
-                                                 "orientation-word"))
-    ]  # fmt: skip
+        and (
+            mode == "exactly-one"
+            or parser in ("multiple-choice", "yes-no-maybe", "orientation-word")
+        )
+    ]
     assert len(configs) == 10
     for _ in range(800):
         text = rng.choice(seeds)
@@ -228,10 +249,16 @@ def request(image: bytes, text: str) -> dict[str, Any]:
     source = {"type": "base64", "media_type": "image/png", "data": data}
     return {
         "model": "claude-sonnet-4-6",
-        "messages": [{"role": "user", "content": [
-            {"type": "image", "source": source}, {"type": "text", "text": text},
-        ]}],
-    }  # fmt: skip
+        "messages": [
+            {
+                "role": "user",
+                "content": [
+                    {"type": "image", "source": source},
+                    {"type": "text", "text": text},
+                ],
+            }
+        ],
+    }
 
 
 def text_of(response: dict[str, Any]) -> str:

@@ -55,9 +55,12 @@ def key_file(home: Path) -> Path:
 def full_run(root: Path, key: Path) -> Path:
     """Every step of the flow through the CLI; returns the exported archive."""
     for step in (
-        ("lock", root), ("run", root, "--backend", "simulated"), ("score", root),
-        ("unblind", root), ("analyze", root),
-    ):  # fmt: skip
+        ("lock", root),
+        ("run", root, "--backend", "simulated"),
+        ("score", root),
+        ("unblind", root),
+        ("analyze", root),
+    ):
         result = run(*step, "--key", key)
         assert result.exit_code == 0, (step, result.output)
     archive = root.parent / f"{root.name}-archive"
@@ -104,9 +107,11 @@ def test_rotation_study_from_the_docs_runs_end_to_end(rotation: tuple[Path, Path
     root, archive = rotation
     (protocol,) = events(root, "protocol.locked")
     assert protocol.body["response"] == {
-        "format": "orientation-word", "parser": "orientation-word",
-        "answer_column": "orientation", "mode": "exactly-one",
-    }  # fmt: skip
+        "format": "orientation-word",
+        "parser": "orientation-word",
+        "answer_column": "orientation",
+        "mode": "exactly-one",
+    }
     assert [h["outcome"] for h in protocol.body["hypotheses"]] == ["trial_accuracy"] * 3
     assert len(events(root, "trial.scored")) == protocol.body["trials"] == 3 * 4 * 2 * 3
     truth = truth_table(root / "stimuli" / "truth.csv")
@@ -121,8 +126,11 @@ def test_rotation_study_from_the_docs_runs_end_to_end(rotation: tuple[Path, Path
     assert errors["status"] == "ok" and "accuracy_by_row" not in errors["values"]
     assert errors["values"]["confusion"]["labels"] == ["UP", "RIGHT", "DOWN", "LEFT"]
     assert result(root, "hypothesis.H3")["values"]["labels"] == ["UP", "RIGHT", "DOWN", "LEFT"]
-    assert not [r for r in (e.body for e in events(root, "analysis.result"))
-                if r["id"] == "descriptive.control" and any(r["values"].values())]  # fmt: skip
+    assert not [
+        r
+        for r in (e.body for e in events(root, "analysis.result"))
+        if r["id"] == "descriptive.control" and any(r["values"].values())
+    ]
     assert (archive / "truth" / "truth.csv").is_file()
 
 
@@ -161,9 +169,11 @@ def test_yes_no_maybe_study_runs_end_to_end(yes_no_maybe: tuple[Path, Path]) -> 
     root, archive = yes_no_maybe
     (protocol,) = events(root, "protocol.locked")
     assert protocol.body["response"] == {
-        "format": "yes-no-maybe", "parser": "yes-no-maybe", "answer_column": "answer",
+        "format": "yes-no-maybe",
+        "parser": "yes-no-maybe",
+        "answer_column": "answer",
         "mode": "exactly-one",
-    }  # fmt: skip
+    }
     items = scored_items(root)
     assert len(items) == 7 * 3 * 3
     assert {item["truth"] for _, item in items} == {"yes", "no"}
@@ -216,16 +226,19 @@ def test_multiple_choice_first_token_study_runs_end_to_end(
     )
     spec = root / "study.toml"
     text = spec.read_text(encoding="utf-8").replace(
-        'parser = "orientation-word"', 'parser = "multiple-choice"\nletters = "ABCD"\n'
-        'mode = "first-token"'
+        'parser = "orientation-word"',
+        'parser = "multiple-choice"\nletters = "ABCD"\nmode = "first-token"',
     )
     spec.write_text(text, encoding="utf-8")
     full_run(root, key_file)
     (protocol,) = events(root, "protocol.locked")
     assert protocol.body["response"] == {
-        "format": "multiple-choice", "parser": "multiple-choice", "answer_column": "answer",
-        "mode": "first-token", "letters": "ABCD",
-    }  # fmt: skip
+        "format": "multiple-choice",
+        "parser": "multiple-choice",
+        "answer_column": "answer",
+        "mode": "first-token",
+        "letters": "ABCD",
+    }
     items = scored_items(root)
     assert {item["answer"] for _, item in items} <= {"A", "B", "C", "D", None}
     assert sum(item["correct"] for _, item in items) > len(items) / 2

@@ -60,46 +60,108 @@ def edit(root: Path, old: str, new: str, key: str | None = None) -> int:
 
 # (case, old text, new text, the message after "study.toml:<line>: ")
 UNKNOWN_KEYS = [
-    ("top-level key", "[study]", 'system = "You are a doctor."\n\n[study]',
-     "system: unknown top-level key ('system' belongs in [arms.<ID>])"),
-    ("top-level key far from any", "[study]", 'zzz = "x"\n\n[study]',
-     "zzz: unknown top-level key (sections: study, model, models, components, prompt, "
-     "fewshot, arms, stimuli, design, response, hypotheses, analysis, deviations, variants, "
-     "witnesses, witnessing, timestamping, steps, reviews, factors, factorial, plan, privacy)"),
-    ("misspelled section", "[model]", "[modle]",
-     "modle: unknown section (did you mean 'model'?)"),
-    ("study", 'amendable = ["README.md"]', 'amendable = ["README.md"]\ntitel = "x"',
-     "[study] titel: unknown key (did you mean 'title'?)"),
-    ("model misspelled", "temperature = 1.0", "temprature = 1.0",
-     "[model] temprature: unknown key (did you mean 'temperature'?)"),
-    ("model top_q", "temperature = 1.0", "temperature = 1.0\ntop_q = 0.9",
-     "[model] top_q: unknown key (did you mean 'top_p'?)"),
-    ("model penalty", "temperature = 1.0", "temperature = 1.0\npresence_penalty = 0.5",
-     "[model] presence_penalty: unknown key (valid keys: provider, id, max_tokens, temperature, "
-     "top_p, top_k, stop, logprobs)"),
-    ("model seed", "temperature = 1.0", "temperature = 1.0\nseed = 3",
-     "[model] seed: unknown key ('seed' belongs in [design])"),
-    ("arm", 'role = "vehicle"', 'role = "vehicle"\ncomponets = ["vehicle"]',
-     "[arms.C] componets: unknown key (did you mean 'components'?)"),
-    ("differs_from", 'differs_from = { arm = "A", by = ["decoding_rule"] }',
-     'differs_from = { arm = "A", by = ["decoding_rule"], because = "x" }',
-     "[arms.B.differs_from] because: unknown key (valid keys: arm, by, removes, adds, replaces)"),
-    ("stimuli", 'truth = "stimuli/truth.csv"', 'truth = "stimuli/truth.csv"\ntruht = "x.csv"',
-     "[stimuli] truht: unknown key (did you mean 'truth'?)"),
-    ("design", "replicates = 30", "replicate = 30",
-     "[design] replicate: unknown key (did you mean 'replicates'?)"),
-    ("response", 'parser = "tumbling-e-json"', 'parser = "tumbling-e-json"\nparsr = "x"',
-     "[response] parsr: unknown key (did you mean 'parser'?)"),
-    ("hypothesis", 'sides = "two-sided"', 'side = "two-sided"',
-     "[[hypotheses]] #3 (H2) side: unknown key (did you mean 'sides'?)"),
-    ("analysis", 'random_intercept = "stimulus"', 'random_intercepts = "stimulus"',
-     "[analysis] random_intercepts: unknown key (did you mean 'random_intercept'?)"),
-    ("subtable of an arm", "[arms.C]", '[arms.C.extra]\nx = 1\n\n[arms.C]',
-     "[arms.C] extra: unknown key (valid keys: role, components, differs_from, system, fewshot, "
-     "sampling, models, replicates, items, variants, after, response_from)"),
-    ("arm sampling", 'role = "vehicle"', 'role = "vehicle"\nsampling = { temprature = 0.5 }',
-     "[arms.C.sampling] temprature: unknown key (did you mean 'temperature'?)"),
-]  # fmt: skip
+    (
+        "top-level key",
+        "[study]",
+        'system = "You are a doctor."\n\n[study]',
+        "system: unknown top-level key ('system' belongs in [arms.<ID>])",
+    ),
+    (
+        "top-level key far from any",
+        "[study]",
+        'zzz = "x"\n\n[study]',
+        "zzz: unknown top-level key (sections: study, model, models, components, prompt, "
+        "fewshot, arms, stimuli, design, response, hypotheses, analysis, deviations, variants, "
+        "witnesses, witnessing, timestamping, steps, reviews, factors, factorial, plan, privacy)",
+    ),
+    ("misspelled section", "[model]", "[modle]", "modle: unknown section (did you mean 'model'?)"),
+    (
+        "study",
+        'amendable = ["README.md"]',
+        'amendable = ["README.md"]\ntitel = "x"',
+        "[study] titel: unknown key (did you mean 'title'?)",
+    ),
+    (
+        "model misspelled",
+        "temperature = 1.0",
+        "temprature = 1.0",
+        "[model] temprature: unknown key (did you mean 'temperature'?)",
+    ),
+    (
+        "model top_q",
+        "temperature = 1.0",
+        "temperature = 1.0\ntop_q = 0.9",
+        "[model] top_q: unknown key (did you mean 'top_p'?)",
+    ),
+    (
+        "model penalty",
+        "temperature = 1.0",
+        "temperature = 1.0\npresence_penalty = 0.5",
+        "[model] presence_penalty: unknown key (valid keys: provider, id, max_tokens, temperature, "
+        "top_p, top_k, stop, logprobs)",
+    ),
+    (
+        "model seed",
+        "temperature = 1.0",
+        "temperature = 1.0\nseed = 3",
+        "[model] seed: unknown key ('seed' belongs in [design])",
+    ),
+    (
+        "arm",
+        'role = "vehicle"',
+        'role = "vehicle"\ncomponets = ["vehicle"]',
+        "[arms.C] componets: unknown key (did you mean 'components'?)",
+    ),
+    (
+        "differs_from",
+        'differs_from = { arm = "A", by = ["decoding_rule"] }',
+        'differs_from = { arm = "A", by = ["decoding_rule"], because = "x" }',
+        "[arms.B.differs_from] because: unknown key (valid keys: arm, by, removes, adds, replaces)",
+    ),
+    (
+        "stimuli",
+        'truth = "stimuli/truth.csv"',
+        'truth = "stimuli/truth.csv"\ntruht = "x.csv"',
+        "[stimuli] truht: unknown key (did you mean 'truth'?)",
+    ),
+    (
+        "design",
+        "replicates = 30",
+        "replicate = 30",
+        "[design] replicate: unknown key (did you mean 'replicates'?)",
+    ),
+    (
+        "response",
+        'parser = "tumbling-e-json"',
+        'parser = "tumbling-e-json"\nparsr = "x"',
+        "[response] parsr: unknown key (did you mean 'parser'?)",
+    ),
+    (
+        "hypothesis",
+        'sides = "two-sided"',
+        'side = "two-sided"',
+        "[[hypotheses]] #3 (H2) side: unknown key (did you mean 'sides'?)",
+    ),
+    (
+        "analysis",
+        'random_intercept = "stimulus"',
+        'random_intercepts = "stimulus"',
+        "[analysis] random_intercepts: unknown key (did you mean 'random_intercept'?)",
+    ),
+    (
+        "subtable of an arm",
+        "[arms.C]",
+        "[arms.C.extra]\nx = 1\n\n[arms.C]",
+        "[arms.C] extra: unknown key (valid keys: role, components, differs_from, system, fewshot, "
+        "sampling, models, replicates, items, variants, after, response_from)",
+    ),
+    (
+        "arm sampling",
+        'role = "vehicle"',
+        'role = "vehicle"\nsampling = { temprature = 0.5 }',
+        "[arms.C.sampling] temprature: unknown key (did you mean 'temperature'?)",
+    ),
+]
 
 
 @pytest.mark.parametrize(
@@ -150,34 +212,69 @@ def test_every_unknown_key_is_reported_at_once_in_file_order(study: Path) -> Non
 
 # (case, old text, new text, the message after "study.toml:<line>: ")
 BAD_VALUES = [
-    ("outcome for the parser", 'outcome = "glyph_accuracy"\ntest = "lmm"\nsides = "one-sided"',
-     'outcome = "trial_accuracy"\ntest = "lmm"\nsides = "one-sided"',
-     "hypotheses[0].outcome: 'trial_accuracy' does not fit parser 'tumbling-e-json'"),
-    ("parse_rate outcome", 'outcome = "glyph_accuracy"\ntest = "lmm"\nsides = "one-sided"',
-     'outcome = "parse_rate"\ntest = "lmm"\nsides = "one-sided"',
-     "hypotheses[0].outcome: unknown outcome 'parse_rate'"),
-    ("random intercept none", 'random_intercept = "stimulus"', 'random_intercept = "none"',
-     "analysis.random_intercept: must be 'stimulus' or 'source', got 'none' (a model without"),
-    ("analysis model", 'model = "lmm"', 'model = "glmm"',
-     "analysis.model: must be 'lmm' (the only primary model of v1), got 'glmm'"),
-    ("exclude_unparseable", "exclude_unparseable = true", 'exclude_unparseable = "no"',
-     "analysis.exclude_unparseable: must be true or false, got 'no'"),
-    ("letters for another parser", 'parser = "tumbling-e-json"',
-     'parser = "tumbling-e-json"\nletters = "ABCD"',
-     "response.letters: applies to the multiple-choice and cloze parsers only, not "
-     "'tumbling-e-json'"),
-    ("first-token for tumbling-E", 'parser = "tumbling-e-json"',
-     'parser = "tumbling-e-json"\nmode = "first-token"',
-     "response.mode: first-token applies to the multiple-choice, yes-no-maybe, "
-     "orientation-word parsers, not 'tumbling-e-json'"),
-    ("answer column for tumbling-E", 'truth = "stimuli/truth.csv"',
-     'truth = "stimuli/truth.csv"\nanswer_column = "answer"',
-     "stimuli.answer_column: applies to single-answer parsers only"),
-    ("unknown parser", 'parser = "tumbling-e-json"', 'parser = "free-text"',
-     "response.parser: unknown parser 'free-text'"),
-    ("max_tokens true", "max_tokens = 2048", "max_tokens = true",
-     "model.max_tokens: must be a positive integer, got True"),
-]  # fmt: skip
+    (
+        "outcome for the parser",
+        'outcome = "glyph_accuracy"\ntest = "lmm"\nsides = "one-sided"',
+        'outcome = "trial_accuracy"\ntest = "lmm"\nsides = "one-sided"',
+        "hypotheses[0].outcome: 'trial_accuracy' does not fit parser 'tumbling-e-json'",
+    ),
+    (
+        "parse_rate outcome",
+        'outcome = "glyph_accuracy"\ntest = "lmm"\nsides = "one-sided"',
+        'outcome = "parse_rate"\ntest = "lmm"\nsides = "one-sided"',
+        "hypotheses[0].outcome: unknown outcome 'parse_rate'",
+    ),
+    (
+        "random intercept none",
+        'random_intercept = "stimulus"',
+        'random_intercept = "none"',
+        "analysis.random_intercept: must be 'stimulus' or 'source', got 'none' (a model without",
+    ),
+    (
+        "analysis model",
+        'model = "lmm"',
+        'model = "glmm"',
+        "analysis.model: must be 'lmm' (the only primary model of v1), got 'glmm'",
+    ),
+    (
+        "exclude_unparseable",
+        "exclude_unparseable = true",
+        'exclude_unparseable = "no"',
+        "analysis.exclude_unparseable: must be true or false, got 'no'",
+    ),
+    (
+        "letters for another parser",
+        'parser = "tumbling-e-json"',
+        'parser = "tumbling-e-json"\nletters = "ABCD"',
+        "response.letters: applies to the multiple-choice and cloze parsers only, not "
+        "'tumbling-e-json'",
+    ),
+    (
+        "first-token for tumbling-E",
+        'parser = "tumbling-e-json"',
+        'parser = "tumbling-e-json"\nmode = "first-token"',
+        "response.mode: first-token applies to the multiple-choice, yes-no-maybe, "
+        "orientation-word parsers, not 'tumbling-e-json'",
+    ),
+    (
+        "answer column for tumbling-E",
+        'truth = "stimuli/truth.csv"',
+        'truth = "stimuli/truth.csv"\nanswer_column = "answer"',
+        "stimuli.answer_column: applies to single-answer parsers only",
+    ),
+    (
+        "unknown parser",
+        'parser = "tumbling-e-json"',
+        'parser = "free-text"',
+        "response.parser: unknown parser 'free-text'",
+    ),
+    (
+        "max_tokens true",
+        "max_tokens = 2048",
+        "max_tokens = true",
+        "model.max_tokens: must be a positive integer, got True",
+    ),
+]
 
 
 @pytest.mark.parametrize(

@@ -78,8 +78,9 @@ def test_paired_t_matches_scipy_and_dz() -> None:
     ref = sps.ttest_rel(x, y)
     assert result.t == pytest.approx(ref.statistic, rel=1e-12)
     assert result.p == pytest.approx(ref.pvalue, rel=1e-10)
-    assert result.p_one_sided == pytest.approx(sps.ttest_rel(x, y, alternative="greater").pvalue,
-                                               rel=1e-10)
+    assert result.p_one_sided == pytest.approx(
+        sps.ttest_rel(x, y, alternative="greater").pvalue, rel=1e-10
+    )
     assert result.df == 39
     d = x - y
     assert result.effect_size == pytest.approx(d.mean() / d.std(ddof=1), rel=1e-12)
@@ -146,8 +147,9 @@ def _naive_bootstrap(x: np.ndarray, y: np.ndarray, iterations: int, seed: int) -
 
 
 @pytest.mark.parametrize("chunk", [7, 1 << 21])
-def test_bootstrap_diff_matches_naive_loop_bit_for_bit(chunk: int,
-                                                      monkeypatch: pytest.MonkeyPatch) -> None:
+def test_bootstrap_diff_matches_naive_loop_bit_for_bit(
+    chunk: int, monkeypatch: pytest.MonkeyPatch
+) -> None:
     monkeypatch.setattr(stats, "CHUNK_ELEMENTS", chunk)
     rng = np.random.default_rng(5)
     x = rng.integers(0, 62, 37) / 61
@@ -197,7 +199,8 @@ def test_bootstrap_rejects_bad_inputs() -> None:
 
 @pytest.mark.parametrize("chunk", [5, 1 << 21])
 def test_bootstrap_clustered_observation_unit_follows_paper_001(
-        chunk: int, monkeypatch: pytest.MonkeyPatch) -> None:
+    chunk: int, monkeypatch: pytest.MonkeyPatch
+) -> None:
     monkeypatch.setattr(stats, "CHUNK_ELEMENTS", chunk)
     questions = [f"q{i}" for i in range(12) for _ in range(5)]
     runs = [r for _ in range(12) for r in range(5)]
@@ -234,15 +237,22 @@ def test_bootstrap_clustered_question_unit_resamples_whole_questions() -> None:
 # linear mixed model
 
 
-def _simulate(rng: np.random.Generator, groups: int, reps: int, effects: dict[str, float],
-              sd_group: float, sd_resid: float) -> pd.DataFrame:
+def _simulate(
+    rng: np.random.Generator,
+    groups: int,
+    reps: int,
+    effects: dict[str, float],
+    sd_group: float,
+    sd_resid: float,
+) -> pd.DataFrame:
     rows = []
     for g in range(groups):
         u = rng.normal(0.0, sd_group)
         for arm, mean in effects.items():
             for _ in range(reps):
-                rows.append({"probe": f"p{g}", "arm": arm,
-                             "acc": mean + u + rng.normal(0.0, sd_resid)})
+                rows.append(
+                    {"probe": f"p{g}", "arm": arm, "acc": mean + u + rng.normal(0.0, sd_resid)}
+                )
     return pd.DataFrame(rows)
 
 
@@ -274,20 +284,19 @@ def test_mixed_model_recovers_known_parameters(lmm_path: str) -> None:
     assert fit.group_variance_ci_lower < 0.15**2 < fit.group_variance_ci_upper
     assert fit.group_variance_ci_lower < fit.group_variance < fit.group_variance_ci_upper
     assert fit.residual_variance_ci_lower < 0.10**2 < fit.residual_variance_ci_upper
-    assert (fit.residual_variance_ci_lower < fit.residual_variance
-            < fit.residual_variance_ci_upper)
+    assert fit.residual_variance_ci_lower < fit.residual_variance < fit.residual_variance_ci_upper
     assert fit.icc == pytest.approx(0.0225 / 0.0325, abs=0.1)
     # the same model through statsmodels' formula interface
     ref = smf.mixedlm("acc ~ C(arm, Treatment('B'))", df, groups=df["probe"]).fit(reml=True)
-    assert [e.estimate for e in fit.fixed_effects] == pytest.approx(
-        list(ref.fe_params), rel=1e-6)
+    assert [e.estimate for e in fit.fixed_effects] == pytest.approx(list(ref.fe_params), rel=1e-6)
     assert fit.residual_variance == pytest.approx(ref.scale, rel=1e-5)
     a_b = stats.contrast(fit, "A", "B")
     assert a_b.estimate == pytest.approx(fit.fixed_effects[1].estimate)
     assert a_b.se == pytest.approx(fit.fixed_effects[1].se)
     c_a = stats.contrast(fit, "C", "A")
-    assert c_a.estimate == pytest.approx(fit.fixed_effects[2].estimate
-                                         - fit.fixed_effects[1].estimate)
+    assert c_a.estimate == pytest.approx(
+        fit.fixed_effects[2].estimate - fit.fixed_effects[1].estimate
+    )
     cov = np.array(fit.fe_cov)
     assert c_a.se == pytest.approx(math.sqrt(cov[1, 1] + cov[2, 2] - 2 * cov[1, 2]))
     assert c_a.lower < -0.2 < c_a.upper
@@ -345,18 +354,18 @@ def test_variance_cis_match_a_dense_numerical_reml_hessian(lmm_path: str) -> Non
     for i in range(2):
         for k in range(2):
             di, dk = np.eye(2)[i] * h, np.eye(2)[k] * h
-            hess[i, k] = (_reml_loglik(phi + di + dk, y, x, z)
-                          - _reml_loglik(phi + di - dk, y, x, z)
-                          - _reml_loglik(phi - di + dk, y, x, z)
-                          + _reml_loglik(phi - di - dk, y, x, z)) / (4 * h * h)
+            hess[i, k] = (
+                _reml_loglik(phi + di + dk, y, x, z)
+                - _reml_loglik(phi + di - dk, y, x, z)
+                - _reml_loglik(phi - di + dk, y, x, z)
+                + _reml_loglik(phi - di - dk, y, x, z)
+            ) / (4 * h * h)
     se = np.sqrt(np.diag(np.linalg.inv(-hess)))
     zq = sps.norm.ppf(0.975)
     assert fit.group_variance_ci_lower == pytest.approx(math.exp(phi[0] - zq * se[0]), rel=1e-5)
     assert fit.group_variance_ci_upper == pytest.approx(math.exp(phi[0] + zq * se[0]), rel=1e-5)
-    assert fit.residual_variance_ci_lower == pytest.approx(math.exp(phi[1] - zq * se[1]),
-                                                           rel=1e-5)
-    assert fit.residual_variance_ci_upper == pytest.approx(math.exp(phi[1] + zq * se[1]),
-                                                           rel=1e-5)
+    assert fit.residual_variance_ci_lower == pytest.approx(math.exp(phi[1] - zq * se[1]), rel=1e-5)
+    assert fit.residual_variance_ci_upper == pytest.approx(math.exp(phi[1] + zq * se[1]), rel=1e-5)
 
 
 @pytest.mark.slow
@@ -368,8 +377,14 @@ def test_mixed_model_ci_coverage_for_every_fixed_effect_and_variance_component()
     """
     studies = 200
     lo, hi = _coverage_bounds(studies, 0.95)
-    truth = {"Intercept": 0.5, "arm[T.A]": 0.3, "arm[T.C]": 0.1,
-             "group_variance": 0.2**2, "residual_variance": 0.15**2, "A-C": 0.2}
+    truth = {
+        "Intercept": 0.5,
+        "arm[T.A]": 0.3,
+        "arm[T.C]": 0.1,
+        "group_variance": 0.2**2,
+        "residual_variance": 0.15**2,
+        "A-C": 0.2,
+    }
     covered = dict.fromkeys(truth, 0)
     rng = np.random.default_rng(20260421)
     for _ in range(studies):
@@ -378,11 +393,14 @@ def test_mixed_model_ci_coverage_for_every_fixed_effect_and_variance_component()
         assert not fit.singular
         for effect in fit.fixed_effects:
             covered[effect.name] += effect.ci_lower <= truth[effect.name] <= effect.ci_upper
-        covered["group_variance"] += (fit.group_variance_ci_lower <= truth["group_variance"]
-                                      <= fit.group_variance_ci_upper)
-        covered["residual_variance"] += (fit.residual_variance_ci_lower
-                                         <= truth["residual_variance"]
-                                         <= fit.residual_variance_ci_upper)
+        covered["group_variance"] += (
+            fit.group_variance_ci_lower <= truth["group_variance"] <= fit.group_variance_ci_upper
+        )
+        covered["residual_variance"] += (
+            fit.residual_variance_ci_lower
+            <= truth["residual_variance"]
+            <= fit.residual_variance_ci_upper
+        )
         a_c = stats.contrast(fit, "A", "C")
         covered["A-C"] += a_c.lower <= truth["A-C"] <= a_c.upper
     rates = {name: n / studies for name, n in covered.items()}
@@ -424,8 +442,14 @@ def test_mixed_model_flags_zero_group_variance_without_leaking_warnings(lmm_path
 def test_mixed_model_flags_zero_residual_variance() -> None:
     rng = np.random.default_rng(14)
     offsets = {f"p{g}": rng.normal() for g in range(10)}
-    df = pd.DataFrame([{"probe": p, "arm": arm, "acc": u + (0.2 if arm == "A" else 0.0)}
-                       for p, u in offsets.items() for arm in ("A", "B") for _ in range(3)])
+    df = pd.DataFrame(
+        [
+            {"probe": p, "arm": arm, "acc": u + (0.2 if arm == "A" else 0.0)}
+            for p, u in offsets.items()
+            for arm in ("A", "B")
+            for _ in range(3)
+        ]
+    )
     try:
         fit = stats.mixed_model(df, "acc", "arm", "probe", reference="B")
     except StatsError:
@@ -434,7 +458,8 @@ def test_mixed_model_flags_zero_residual_variance() -> None:
 
 
 def test_a_large_design_gets_the_reml_maximum_without_statsmodels(
-        monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
     """CLOSED_FORM_MIN_GROUPS groups: statsmodels is not called; the verifier accepts the point
     and statsmodels' own fit is no more likely and agrees."""
     from verify._reml import RemlModel, check_point
@@ -442,10 +467,12 @@ def test_a_large_design_gets_the_reml_maximum_without_statsmodels(
     groups = stats.CLOSED_FORM_MIN_GROUPS
     rng = np.random.default_rng(31)
     u = rng.normal(0.0, 0.1, groups)
-    df = pd.DataFrame({"item": np.repeat([f"q{g}" for g in range(groups)], 2),
-                       "arm": np.tile(["A", "B"], groups)})
-    df["acc"] = (rng.uniform(size=len(df)) < 0.6 + 0.1 * (df["arm"] == "B")
-                 + np.repeat(u, 2)).astype(float)
+    df = pd.DataFrame(
+        {"item": np.repeat([f"q{g}" for g in range(groups)], 2), "arm": np.tile(["A", "B"], groups)}
+    )
+    df["acc"] = (
+        rng.uniform(size=len(df)) < 0.6 + 0.1 * (df["arm"] == "B") + np.repeat(u, 2)
+    ).astype(float)
 
     def refuse(*args: Any, **kwargs: Any) -> Any:
         raise AssertionError("statsmodels' MixedLM was called")
@@ -454,9 +481,15 @@ def test_a_large_design_gets_the_reml_maximum_without_statsmodels(
         patch.setattr(stats, "MixedLM", refuse)
         fit = stats.mixed_model(df, "acc", "arm", "item", "A")
     assert fit.converged and not fit.singular
-    point, reason = check_point(RemlModel(df["acc"], np.column_stack(
-        [np.ones(len(df)), (df["arm"] == "B").to_numpy(float)]), df["item"].tolist(),
-        [df["item"].tolist()]), [fit.group_variance, fit.residual_variance])
+    point, reason = check_point(
+        RemlModel(
+            df["acc"],
+            np.column_stack([np.ones(len(df)), (df["arm"] == "B").to_numpy(float)]),
+            df["item"].tolist(),
+            [df["item"].tolist()],
+        ),
+        [fit.group_variance, fit.residual_variance],
+    )
     assert reason is None and point.loglik == pytest.approx(fit.log_likelihood, abs=1e-6)
     # statsmodels' own formula fit: no more likely, and the same model within the tolerances
     # of the small-design comparisons above
@@ -464,8 +497,7 @@ def test_a_large_design_gets_the_reml_maximum_without_statsmodels(
     assert fit.log_likelihood >= float(ref.llf) - 1e-9 * abs(float(ref.llf))
     assert fit.group_variance == pytest.approx(float(ref.cov_re.iloc[0, 0]), rel=1e-3)
     assert fit.residual_variance == pytest.approx(ref.scale, rel=1e-5)
-    assert [e.estimate for e in fit.fixed_effects] == pytest.approx(list(ref.fe_params),
-                                                                    rel=1e-5)
+    assert [e.estimate for e in fit.fixed_effects] == pytest.approx(list(ref.fe_params), rel=1e-5)
     assert [e.se for e in fit.fixed_effects] == pytest.approx(list(ref.bse_fe), rel=1e-4)
 
 
@@ -492,22 +524,34 @@ def _two_models(rng: np.random.Generator, *, drop: tuple[str, str] | None = None
                     continue
                 extra = 0.1 if (arm, model) == ("C", "m2") else 0.0
                 for rep in range(2):
-                    rows.append({"item": f"q{item:02d}", "model": model, "arm": arm, "rep": rep,
-                                 "acc": 0.5 + effect + shift + extra + u
-                                 + rng.normal(0.0, 0.1)})
+                    rows.append(
+                        {
+                            "item": f"q{item:02d}",
+                            "model": model,
+                            "arm": arm,
+                            "rep": rep,
+                            "acc": 0.5 + effect + shift + extra + u + rng.normal(0.0, 0.1),
+                        }
+                    )
     return pd.DataFrame(rows)
 
 
 def test_mixed_model_with_a_model_factor_matches_the_statsmodels_formula_fit(lmm_path: str) -> None:
     df = _two_models(np.random.default_rng(21))
     fit = stats.mixed_model(df, "acc", "arm", "item", "A", factors={"model": "m1"})
-    ref = _quiet_fit(smf.mixedlm("acc ~ C(arm, Treatment('A')) + C(model, Treatment('m1'))",
-                                 df, groups=df["item"]))
+    ref = _quiet_fit(
+        smf.mixedlm(
+            "acc ~ C(arm, Treatment('A')) + C(model, Treatment('m1'))", df, groups=df["item"]
+        )
+    )
     assert [e.name for e in fit.fixed_effects] == [
-        "Intercept", "arm[T.B]", "arm[T.C]", "model[T.m2]"]
+        "Intercept",
+        "arm[T.B]",
+        "arm[T.C]",
+        "model[T.m2]",
+    ]
     assert [e.estimate for e in fit.fixed_effects] == pytest.approx(list(ref.fe_params), rel=1e-5)
-    assert [e.se for e in fit.fixed_effects] == pytest.approx(
-        list(ref.bse_fe), rel=1e-4)
+    assert [e.se for e in fit.fixed_effects] == pytest.approx(list(ref.bse_fe), rel=1e-4)
     # the writer polishes statsmodels' point to the REML maximum: never less likely, and close
     assert fit.log_likelihood >= float(ref.llf) - 1e-9
     assert fit.group_variance == pytest.approx(float(ref.cov_re.iloc[0, 0]), rel=1e-3)
@@ -527,14 +571,21 @@ def test_mixed_model_with_a_model_factor_matches_the_statsmodels_formula_fit(lmm
 
 
 def test_arm_by_model_interaction_and_its_wald_test_match_a_direct_computation(
-        lmm_path: str) -> None:
+    lmm_path: str,
+) -> None:
     df = _two_models(np.random.default_rng(22))
-    fit = stats.mixed_model(df, "acc", "arm", "item", "A", factors={"model": "m1"},
-                            interaction=True)
-    ref = _quiet_fit(smf.mixedlm("acc ~ C(arm, Treatment('A')) * C(model, Treatment('m1'))",
-                                 df, groups=df["item"]))
+    fit = stats.mixed_model(
+        df, "acc", "arm", "item", "A", factors={"model": "m1"}, interaction=True
+    )
+    ref = _quiet_fit(
+        smf.mixedlm(
+            "acc ~ C(arm, Treatment('A')) * C(model, Treatment('m1'))", df, groups=df["item"]
+        )
+    )
     assert [e.name for e in fit.fixed_effects][-2:] == [
-        "arm[T.B]:model[T.m2]", "arm[T.C]:model[T.m2]"]
+        "arm[T.B]:model[T.m2]",
+        "arm[T.C]:model[T.m2]",
+    ]
     assert [e.estimate for e in fit.fixed_effects] == pytest.approx(list(ref.fe_params), rel=1e-5)
     terms = ["arm[T.B]:model[T.m2]", "arm[T.C]:model[T.m2]"]
     wald = stats.wald_test(fit, terms)
@@ -551,16 +602,26 @@ def test_arm_by_model_interaction_and_its_wald_test_match_a_direct_computation(
 
 
 def test_an_arm_missing_on_a_model_drops_its_cell_or_refuses_a_confounded_design(
-        lmm_path: str) -> None:
+    lmm_path: str,
+) -> None:
     df = _two_models(np.random.default_rng(23), drop=("C", "m2"))
-    fit = stats.mixed_model(df, "acc", "arm", "item", "A", factors={"model": "m1"},
-                            interaction=True)
+    fit = stats.mixed_model(
+        df, "acc", "arm", "item", "A", factors={"model": "m1"}, interaction=True
+    )
     names = [e.name for e in fit.fixed_effects]
     assert "arm[T.C]:model[T.m2]" not in names and "arm[T.B]:model[T.m2]" in names
     # the same design, built by hand without the empty cell, through MixedLM itself
     from statsmodels.regression.mixed_linear_model import MixedLM
-    exog = np.column_stack([np.ones(len(df)), df["arm"] == "B", df["arm"] == "C",
-                            df["model"] == "m2", (df["arm"] == "B") & (df["model"] == "m2")])
+
+    exog = np.column_stack(
+        [
+            np.ones(len(df)),
+            df["arm"] == "B",
+            df["arm"] == "C",
+            df["model"] == "m2",
+            (df["arm"] == "B") & (df["model"] == "m2"),
+        ]
+    )
     ref = _quiet_fit(MixedLM(df["acc"].to_numpy(), exog.astype(float), groups=df["item"]))
     assert [e.estimate for e in fit.fixed_effects] == pytest.approx(list(ref.fe_params), rel=1e-5)
     # arm C only on m1 and arm B only on m2: arm and model are confounded
@@ -576,12 +637,15 @@ def test_an_arm_missing_on_a_model_drops_its_cell_or_refuses_a_confounded_design
 # categorical
 
 
-@pytest.mark.parametrize(("counts", "expected"), [
-    ([30, 10, 40, 20], None),
-    ([63, 12, 15, 10], None),
-    ([5, 9, 13], [1, 1, 2]),
-    ([12, 8], [0.3, 0.7]),
-])
+@pytest.mark.parametrize(
+    ("counts", "expected"),
+    [
+        ([30, 10, 40, 20], None),
+        ([63, 12, 15, 10], None),
+        ([5, 9, 13], [1, 1, 2]),
+        ([12, 8], [0.3, 0.7]),
+    ],
+)
 def test_chi_square_gof_matches_scipy(counts: list[int], expected: list[float] | None) -> None:
     result = stats.chi_square_gof(counts, expected)
     n = sum(counts)
@@ -591,7 +655,8 @@ def test_chi_square_gof_matches_scipy(counts: list[int], expected: list[float] |
     assert result.p == pytest.approx(ref.pvalue, rel=1e-10)
     assert result.df == len(counts) - 1
     assert result.cramers_v == pytest.approx(
-        math.sqrt(ref.statistic / (n * (len(counts) - 1))), rel=1e-12)
+        math.sqrt(ref.statistic / (n * (len(counts) - 1))), rel=1e-12
+    )
 
 
 def test_chi_square_gof_known_value_and_errors() -> None:
@@ -679,12 +744,15 @@ def test_mcnemar_paired_counts_and_no_discordance() -> None:
 # multiplicity and decision rules
 
 
-@pytest.mark.parametrize("pvalues", [
-    [0.01, 0.04, 0.03, 0.005],
-    [0.2, 0.2, 0.01, 0.5, 0.049],
-    [0.6, 0.9],
-    [1e-30],
-])
+@pytest.mark.parametrize(
+    "pvalues",
+    [
+        [0.01, 0.04, 0.03, 0.005],
+        [0.2, 0.2, 0.01, 0.5, 0.049],
+        [0.6, 0.9],
+        [1e-30],
+    ],
+)
 def test_bonferroni_and_holm_match_multipletests(pvalues: list[float]) -> None:
     for name, fn in (("bonferroni", stats.bonferroni), ("holm", stats.holm)):
         reject, adjusted, _, _ = multipletests(pvalues, alpha=0.05, method=name)

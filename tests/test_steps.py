@@ -101,8 +101,12 @@ def test_arms_and_schedule_show_the_step_graph(ran: Path) -> None:
 
 
 def test_unknown_step_key_is_refused_naming_the_line(tmp_path: Path) -> None:
-    root = write_study(tmp_path / "s", STEPS.replace('sees = "blind"', "").replace(
-        'aggregate = "majority"', 'aggregate = "majority"\nvoting = "x"'))
+    root = write_study(
+        tmp_path / "s",
+        STEPS.replace('sees = "blind"', "").replace(
+            'aggregate = "majority"', 'aggregate = "majority"\nvoting = "x"'
+        ),
+    )
     with pytest.raises(SpecError) as err:
         load_study(root)
     assert "[steps.judge] voting: unknown key" in str(err.value)
@@ -110,8 +114,9 @@ def test_unknown_step_key_is_refused_naming_the_line(tmp_path: Path) -> None:
 
 
 def test_input_no_step_produces_is_refused(tmp_path: Path, home: Path) -> None:
-    root = write_study(tmp_path / "s", judge="Reference: {reference}\n{steps.summary}\n"
-                       "Candidate: {response}\n")  # fmt: skip
+    root = write_study(
+        tmp_path / "s", judge="Reference: {reference}\n{steps.summary}\nCandidate: {response}\n"
+    )
     out = lock_refused(root)
     assert "slot {steps.summary}: no step named 'summary' produces it" in out
     assert "prompts/judge.txt:2:1" in out
@@ -150,7 +155,9 @@ def test_item_step_may_not_read_the_key_or_a_response(tmp_path: Path, home: Path
 
 
 def test_grounding_step_may_see_the_request(tmp_path: Path, home: Path) -> None:
-    steps = STEPS + """
+    steps = (
+        STEPS
+        + """
 [steps.grounded]
 on = "trial"
 models = ["judge_a"]
@@ -159,6 +166,7 @@ parser = "label"
 labels = ["grounded", "ungrounded"]
 sees = "request"
 """
+    )
     root = write_study(tmp_path / "s", steps, grounded="Prompt: {request}\nAnswer: {response}\n")
     lock_study(root, KEY)
     with Ledger.open(root / "ledger.db", readonly=True) as log:
@@ -167,23 +175,35 @@ sees = "request"
 
 
 def test_json_step_needs_a_schema_and_fields_must_exist(tmp_path: Path, home: Path) -> None:
-    steps = STEPS + """
+    steps = (
+        STEPS
+        + """
 [steps.split]
 on = "item"
 models = ["judge_a"]
 template = "prompts/split.txt"
 parser = "json"
 """
+    )
     root = write_study(tmp_path / "s", steps, split="Text: {context}\n")
     with pytest.raises(SpecError, match="the json parser needs a locked JSON Schema file"):
         load_study(root)
     (root / "schemas").mkdir()
-    (root / "schemas" / "split.json").write_text(json.dumps({
-        "type": "object", "properties": {"symptoms": {"type": "string"}},
-        "required": ["symptoms"], "additionalProperties": False,
-    }))  # fmt: skip
-    spec = (root / "study.toml").read_text().replace(
-        'parser = "json"', 'parser = "json"\nschema = "schemas/split.json"')
+    (root / "schemas" / "split.json").write_text(
+        json.dumps(
+            {
+                "type": "object",
+                "properties": {"symptoms": {"type": "string"}},
+                "required": ["symptoms"],
+                "additionalProperties": False,
+            }
+        )
+    )
+    spec = (
+        (root / "study.toml")
+        .read_text()
+        .replace('parser = "json"', 'parser = "json"\nschema = "schemas/split.json"')
+    )
     (root / "study.toml").write_text(spec)
     (root / "prompts" / "rewrite.txt").write_text("Text: {steps.split.signs}\n")
     out = lock_refused(root)
@@ -200,8 +220,21 @@ def test_parsers_and_aggregation_rules() -> None:
     assert root.is_dir()
     from runner.steps import StepSpec
 
-    label = StepSpec("j", "trial", ("a",), root, (), "label", ("correct", "incorrect"), None, 0,
-                     "exclude", "majority", "blind", None)  # fmt: skip
+    label = StepSpec(
+        "j",
+        "trial",
+        ("a",),
+        root,
+        (),
+        "label",
+        ("correct", "incorrect"),
+        None,
+        0,
+        "exclude",
+        "majority",
+        "blind",
+        None,
+    )
     assert parse_output(label, "Incorrect.") == "incorrect"
     assert parse_output(label, "correct, not incorrect") is None  # two labels: unparseable
     assert parse_output(label, "It depends.") is None
@@ -231,9 +264,7 @@ def test_every_step_call_is_recorded_before_it_is_answered(ran: Path) -> None:
         assert len(seen) == len(set(seen))
         # item steps before the trials that read them; judges after their trial's response
         first_trial = min(e.seq for e in evs if e.kind == "trial.requested")
-        assert all(
-            r.seq < first_trial for r in requested.values() if r.body["step"] != "judge"
-        )
+        assert all(r.seq < first_trial for r in requested.values() if r.body["step"] != "judge")
         responded = {}
         trial_of = {e.seq: e.body["trial"] for e in evs if e.kind == "trial.requested"}
         for e in evs:
@@ -276,12 +307,14 @@ def test_status_counts_the_step_calls(ran: Path) -> None:
     with Ledger.open(ran / "ledger.db", readonly=True) as log:
         responded = sum(1 for _ in log.events("trial.responded"))
         judge_calls = sum(
-            1 for e in log.events("step.requested") if e.body["step"] == "judge"
-            and e.body["attempt"] == 1
-        )  # fmt: skip
+            1
+            for e in log.events("step.requested")
+            if e.body["step"] == "judge" and e.body["attempt"] == 1
+        )
     assert steps["judge"]["calls"] == judge_calls == 2 * responded
-    assert data["events"]["step.responded"] == sum(s["parsed"] + s["unparseable_responses"]
-                                                   for s in steps.values())  # fmt: skip
+    assert data["events"]["step.responded"] == sum(
+        s["parsed"] + s["unparseable_responses"] for s in steps.values()
+    )
 
 
 def test_restart_runs_only_what_is_missing(home: Path, tmp_path: Path, ran: Path) -> None:
@@ -306,17 +339,20 @@ def test_restart_runs_only_what_is_missing(home: Path, tmp_path: Path, ran: Path
 
 
 def _judged(rows: list[list[str]]) -> list[dict[str, object]]:
-    return [
-        {"votes": [{"model": f"j{i}", "vote": v} for i, v in enumerate(row)]} for row in rows
-    ]
+    return [{"votes": [{"model": f"j{i}", "vote": v} for i, v in enumerate(row)]} for row in rows]
 
 
 def test_cohens_kappa_matches_the_textbook_table() -> None:
     """Two judges, the 2x2 table [[20, 5], [10, 15]]: p_o 0.7, p_e 0.5, kappa 0.4."""
     from analysis.agreement import judge_agreement_values
 
-    rows = ([["yes", "yes"]] * 20 + [["yes", "no"]] * 5 + [["no", "yes"]] * 10
-            + [["no", "no"]] * 15 + [["yes", None]])  # fmt: skip
+    rows = (
+        [["yes", "yes"]] * 20
+        + [["yes", "no"]] * 5
+        + [["no", "yes"]] * 10
+        + [["no", "no"]] * 15
+        + [["yes", None]]
+    )
     values = judge_agreement_values(_judged(rows), ["yes", "no"])  # type: ignore[arg-type]
     assert values["method"] == "cohen" and values["n_trials"] == 50
     assert values["incomplete"] == 1
@@ -328,9 +364,18 @@ def test_fleiss_kappa_matches_the_published_example() -> None:
     """Fleiss (1971) as Wikipedia works it: 10 subjects, 14 raters, 5 categories, 0.210."""
     from analysis.agreement import judge_agreement_values
 
-    table = [[0, 0, 0, 0, 14], [0, 2, 6, 4, 2], [0, 0, 3, 5, 6], [0, 3, 9, 2, 0],
-             [2, 2, 8, 1, 1], [7, 7, 0, 0, 0], [3, 2, 6, 3, 0], [2, 5, 3, 2, 2],
-             [6, 5, 2, 1, 0], [0, 2, 2, 3, 7]]  # fmt: skip
+    table = [
+        [0, 0, 0, 0, 14],
+        [0, 2, 6, 4, 2],
+        [0, 0, 3, 5, 6],
+        [0, 3, 9, 2, 0],
+        [2, 2, 8, 1, 1],
+        [7, 7, 0, 0, 0],
+        [3, 2, 6, 3, 0],
+        [2, 5, 3, 2, 2],
+        [6, 5, 2, 1, 0],
+        [0, 2, 2, 3, 7],
+    ]
     labels = ["a", "b", "c", "d", "e"]
     rows = [[labels[j] for j, n in enumerate(counts) for _ in range(n)] for counts in table]
     values = judge_agreement_values(_judged(rows), labels)  # type: ignore[arg-type]
@@ -393,8 +438,11 @@ def test_rewriter_empty_text_is_retried_by_rule(unsure: Path) -> None:
 
 def test_unparseable_judge_is_retried_counted_and_never_scored(unsure: Path) -> None:
     with Ledger.open(unsure / "ledger.db", readonly=True) as log:
-        judge_b = [e.body for e in log.events("step.requested")
-                   if e.body["call"].startswith("step:judge|judge_b|")]  # fmt: skip
+        judge_b = [
+            e.body
+            for e in log.events("step.requested")
+            if e.body["call"].startswith("step:judge|judge_b|")
+        ]
         scored = [e.body for e in log.events("trial.scored")]
         answered = sum(1 for _ in log.events("trial.responded"))
     # retry = 1: two calls each, both recorded, then the vote is missing
@@ -409,8 +457,9 @@ def test_unparseable_judge_is_retried_counted_and_never_scored(unsure: Path) -> 
         assert "reached no decision" in body["problems"][0]
     status = json.loads(invoke("status", unsure, "--json").output)
     judge = next(s for s in status["steps"] if s["step"] == "judge")
-    unparsed = sum(v["responses"] - (v["status"] == "parsed")
-                   for b in scored for v in b["judge"]["votes"])  # fmt: skip
+    unparsed = sum(
+        v["responses"] - (v["status"] == "parsed") for b in scored for v in b["judge"]["votes"]
+    )
     assert judge["unparseable_responses"] == unparsed >= 2 * answered
     assert judge["undecided"] == answered
 
@@ -423,8 +472,19 @@ def test_estimate_counts_the_step_calls(home: Path, tmp_path: Path) -> None:
     assert data["step_calls"] == 8 + 8 + 2 * 24
     assert data["step_output_tokens_max"] == 16 * (8 + 8 + 2 * 24)  # each step model: 16
     assert data["step_input_tokens"] > 0 and data["pending"] == 24
-    priced = json.loads(invoke("estimate", root, "--backend", "simulated", "--json",
-                               "--price-in", "1", "--price-out", "1").output)  # fmt: skip
+    priced = json.loads(
+        invoke(
+            "estimate",
+            root,
+            "--backend",
+            "simulated",
+            "--json",
+            "--price-in",
+            "1",
+            "--price-out",
+            "1",
+        ).output
+    )
     total = priced["input_tokens"] + priced["step_input_tokens"]
     assert priced["cost_min_usd"] == pytest.approx(total / 1_000_000)
 
@@ -455,13 +515,17 @@ def test_second_stage_is_rendered_from_the_first_stage_response(ran: Path) -> No
 def test_after_an_unknown_or_second_stage_arm_is_refused(tmp_path: Path) -> None:
     root = write_study(tmp_path / "s")
     spec = (root / "study.toml").read_text()
-    (root / "study.toml").write_text(spec.replace('after = { arm = "plain" }',
-                                                  'after = { arm = "plane" }'))  # fmt: skip
+    (root / "study.toml").write_text(
+        spec.replace('after = { arm = "plain" }', 'after = { arm = "plane" }')
+    )
     with pytest.raises(SpecError, match=r"arms.doubt.after: unknown arm 'plane'"):
         load_study(root)
-    (root / "study.toml").write_text(spec.replace(
-        'models = ["target"]\n\n[arms.sys]', 'models = ["target"]\nafter = { arm = "doubt" }'
-        '\n\n[arms.sys]'))  # fmt: skip
+    (root / "study.toml").write_text(
+        spec.replace(
+            'models = ["target"]\n\n[arms.sys]',
+            'models = ["target"]\nafter = { arm = "doubt" }\n\n[arms.sys]',
+        )
+    )
     with pytest.raises(SpecError, match="is itself answer-dependent"):
         load_study(root)
 
@@ -503,8 +567,9 @@ class _RefusesLateJudges(SimulatedBackend):
         from runner.backends import BackendError
 
         if "|step:judge|" in seed and "|doubt|" in seed:
-            raise BackendError("invalid_request_error", "HTTP 400: no", http_status=400,
-                               retryable=False)  # fmt: skip
+            raise BackendError(
+                "invalid_request_error", "HTTP 400: no", http_status=400, retryable=False
+            )
         return await super().send(body, seed=seed)
 
 

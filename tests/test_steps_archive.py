@@ -56,12 +56,21 @@ def study(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
         invoke("score", root, "--key", key)
         reviewer = fixed_key("steps.example/reviewer")
         reviewer.save(base / "reviewer.key")
-        invoke("key", "add", root / "ledger.db", reviewer.vkey, "--role", "reviewer",
-               "--key", key)  # fmt: skip
+        invoke("key", "add", root / "ledger.db", reviewer.vkey, "--role", "reviewer", "--key", key)
         listed = invoke("review", root, "--sample", "audit")
         subject = listed.split("\t", 1)[0].removeprefix("seq ")
-        invoke("review", root, "--sample", "audit", "--subject", subject, "--value", "correct",
-               "--key", base / "reviewer.key")  # fmt: skip
+        invoke(
+            "review",
+            root,
+            "--sample",
+            "audit",
+            "--subject",
+            subject,
+            "--value",
+            "correct",
+            "--key",
+            base / "reviewer.key",
+        )
         invoke("unblind", root, "--key", key)
         invoke("analyze", root, "--key", key)
         invoke("export", root, base / "archive", "--key", key)
@@ -98,10 +107,15 @@ def test_the_study_runs_is_judged_and_verifies(study: Path) -> None:
     pairs = [[v["vote"] for v in b["judge"]["votes"]] for b in scored]
     pairs = [p for p in pairs if None not in p]
     p_o = sum(a == b for a, b in pairs) / len(pairs)
-    p_e = sum((sum(p[0] == c for p in pairs) / len(pairs)) * (sum(p[1] == c for p in pairs)
-              / len(pairs)) for c in ("correct", "incorrect"))  # fmt: skip
-    kappa = next(e["body"]["values"]["kappa"] for e in events if e["kind"] == "analysis.result"
-                 and e["body"]["id"] == "exploratory.judge_agreement")  # fmt: skip
+    p_e = sum(
+        (sum(p[0] == c for p in pairs) / len(pairs)) * (sum(p[1] == c for p in pairs) / len(pairs))
+        for c in ("correct", "incorrect")
+    )
+    kappa = next(
+        e["body"]["values"]["kappa"]
+        for e in events
+        if e["kind"] == "analysis.result" and e["body"]["id"] == "exploratory.judge_agreement"
+    )
     assert kappa == pytest.approx((p_o - p_e) / (1 - p_e), abs=1e-12)
     status = json.loads(invoke("status", study, "--json"))
     assert {s["step"] for s in status["steps"]} == {"screen", "rewrite", "judge"}
@@ -109,15 +123,17 @@ def test_the_study_runs_is_judged_and_verifies(study: Path) -> None:
     preflight = report.get("preflight")
     assert preflight is not None and "of them of step calls" in preflight.reason, preflight
     first_call = next(e["seq"] for e in events if e["kind"] == "step.requested")
-    covered = {e["body"]["model"] for e in events
-               if e["kind"] == "run.preflight" and e["seq"] < first_call}  # fmt: skip
+    covered = {
+        e["body"]["model"] for e in events if e["kind"] == "run.preflight" and e["seq"] < first_call
+    }
     assert covered == {"claude-sonnet-4-6", "claude-haiku-4-5", "claude-opus-4-1"}
 
 
 def test_a_step_preflight_naming_another_model_fails(archive: Path) -> None:
     events = read_events(archive)
-    preflight = next(e for e in events if e["kind"] == "run.preflight" and
-                     e["body"].get("step") == "judge")  # fmt: skip
+    preflight = next(
+        e for e in events if e["kind"] == "run.preflight" and e["body"].get("step") == "judge"
+    )
     call = preflight["body"]["as_call"]
     preflight["body"]["as_call"] = call.replace("|judge_", "|target_", 1)  # not a judge model
     resign(archive, events)
@@ -170,8 +186,12 @@ def replace_locked(root: Path, events: list[dict[str, Any]], rel: str, data: byt
 def test_changed_judge_prompt_fails_naming_it(archive: Path) -> None:
     events = read_events(archive)
     text = (archive / "protocol" / "prompts" / "judge.txt").read_text()
-    replace_locked(archive, events, "prompts/judge.txt",
-                   text.replace("Is the candidate", "Is the given").encode())  # fmt: skip
+    replace_locked(
+        archive,
+        events,
+        "prompts/judge.txt",
+        text.replace("Is the candidate", "Is the given").encode(),
+    )
     resign(archive, events)
     report = verify_archive(archive)
     passed(report, "signatures")
@@ -195,8 +215,9 @@ def test_changed_aggregation_rule_fails_naming_it(archive: Path) -> None:
 @pytest.mark.slow
 def test_changed_reference_fails_naming_the_call(archive: Path) -> None:
     events = read_events(archive)
-    judged = next(e for e in events if e["kind"] == "step.requested"
-                  and e["body"]["step"] == "judge")  # fmt: skip
+    judged = next(
+        e for e in events if e["kind"] == "step.requested" and e["body"]["step"] == "judge"
+    )
     item = judged["body"]["item"]
     rows = [json.loads(x) for x in (archive / "protocol/data/items.jsonl").read_text().splitlines()]
     for row in rows:
@@ -236,11 +257,15 @@ def test_doctored_request_that_reads_a_step_fails_naming_the_trial(archive: Path
 def test_judge_called_before_its_trial_answered_fails(archive: Path) -> None:
     """A judge call moved before its trial's response: the replay names the call."""
     events = read_events(archive)
-    judge = next(e for e in events if e["kind"] == "step.requested"
-                 and e["body"]["step"] == "judge")  # fmt: skip
+    judge = next(
+        e for e in events if e["kind"] == "step.requested" and e["body"]["step"] == "judge"
+    )
     trial = judge["body"]["trial"]
-    first = next(i for i, e in enumerate(events) if e["kind"] == "trial.requested"
-                 and e["body"]["trial"] == trial)  # fmt: skip
+    first = next(
+        i
+        for i, e in enumerate(events)
+        if e["kind"] == "trial.requested" and e["body"]["trial"] == trial
+    )
     events.remove(judge)
     events.insert(first + 1, judge)  # after the trial's request, before its response
     resign(archive, events)
@@ -252,8 +277,9 @@ def test_judge_called_before_its_trial_answered_fails(archive: Path) -> None:
 def test_doctored_second_stage_request_fails_naming_the_trial(archive: Path) -> None:
     """The first stage's answer, as the second-stage request quotes it, changed and re-signed."""
     events = read_events(archive)
-    request = next(e for e in events if e["kind"] == "trial.requested"
-                   and e["body"]["arm"] == "doubt")  # fmt: skip
+    request = next(
+        e for e in events if e["kind"] == "trial.requested" and e["body"]["arm"] == "doubt"
+    )
     blob = archive / "blobs" / request["blobs"]["request"]
     body = json.loads(blob.read_bytes())
     text = body["messages"][0]["content"][0]["text"]
@@ -277,11 +303,15 @@ def test_doctored_second_stage_request_fails_naming_the_trial(archive: Path) -> 
 
 def test_second_stage_before_its_first_stage_answered_fails(archive: Path) -> None:
     events = read_events(archive)
-    second = next(e for e in events if e["kind"] == "trial.requested"
-                  and e["body"]["arm"] == "doubt")  # fmt: skip
+    second = next(
+        e for e in events if e["kind"] == "trial.requested" and e["body"]["arm"] == "doubt"
+    )
     prior = "plain|" + second["body"]["trial"].split("|", 1)[1]
-    first = next(i for i, e in enumerate(events) if e["kind"] == "trial.requested"
-                 and e["body"]["trial"] == prior)  # fmt: skip
+    first = next(
+        i
+        for i, e in enumerate(events)
+        if e["kind"] == "trial.requested" and e["body"]["trial"] == prior
+    )
     events.remove(second)
     events.insert(first + 1, second)  # after the first stage's request, before its response
     resign(archive, events)
@@ -322,8 +352,10 @@ def test_review_signed_by_a_key_without_the_reviewer_role_fails(archive: Path) -
     """Re-signed by a forger's owner key, the review no longer carries a reviewer's signature."""
     events = read_events(archive)
     review = next(e for e in events if e["kind"] == "review.recorded")
-    resign(archive, [e for e in events if not (e["kind"] == "key.added"
-                                               and e["body"]["role"] == "reviewer")])
+    resign(
+        archive,
+        [e for e in events if not (e["kind"] == "key.added" and e["body"]["role"] == "reviewer")],
+    )
     report = verify_archive(archive)
     passed(report, "signatures")
     reason = failed(report, "steps")
@@ -350,5 +382,7 @@ def test_a_review_of_a_sample_not_locked_as_judge_label_fails(study: Path) -> No
     seq = archive.of_kind("review.recorded")[0]
     check = check_steps(archive)
     assert check.status.name == "FAIL"
-    assert (f"seq {seq}: review.recorded of kind 'judge-label' names sample 'audit', locked as "
-            "a 'contrast' sample") in check.reason, check.reason
+    assert (
+        f"seq {seq}: review.recorded of kind 'judge-label' names sample 'audit', locked as "
+        "a 'contrast' sample"
+    ) in check.reason, check.reason

@@ -37,8 +37,10 @@ KEY = fixed_key("steps.example/owner")
 def responder(body: dict[str, Any]) -> str:
     """Step prompts as the simulation answers them; a trial answers with its case line."""
     content = body["messages"][-1]["content"]
-    text = content if isinstance(content, str) else "".join(
-        b.get("text", "") for b in content if b.get("type") == "text"
+    text = (
+        content
+        if isinstance(content, str)
+        else "".join(b.get("text", "") for b in content if b.get("type") == "text")
     )
     digest = hashlib.sha256(json.dumps(body, sort_keys=True).encode()).digest()
     draws = [int.from_bytes(digest[i : i + 4], "big") / 2**32 for i in range(0, 16, 4)]
@@ -77,18 +79,35 @@ def test_twenty_sigkills_during_the_judge_phase(tmp_path: Path) -> None:
     KEY.save(key)
     env = dict(os.environ, ANTHROPIC_API_KEY="test", PROMPT_LEDGER_HOME=str(home))
     rng = random.Random(17)
-    with FakeMessagesServer(latency_ms=120, responder=responder, fault_rate=0.05,
-                            fault_kinds=("429", "500", "drop"), retry_after=0.1,
-                            seed=3) as server:  # fmt: skip
-        args = [*CLI, "run", str(study), "--base-url", server.base_url, "--key", str(key),
-                "--concurrency", "2", "--max-attempts", "30"]  # fmt: skip
+    with FakeMessagesServer(
+        latency_ms=120,
+        responder=responder,
+        fault_rate=0.05,
+        fault_kinds=("429", "500", "drop"),
+        retry_after=0.1,
+        seed=3,
+    ) as server:
+        args = [
+            *CLI,
+            "run",
+            str(study),
+            "--base-url",
+            server.base_url,
+            "--key",
+            str(key),
+            "--concurrency",
+            "2",
+            "--max-attempts",
+            "30",
+        ]
         # each session is killed once its judge phase has begun
         kills = sigkill_sessions(args, env, 20, lambda: judge_requests(study), rng)
     assert kills == 20
     evs = events(study)
     requests = {e.seq: e.body for e in evs if e.kind == "step.requested"}
-    outcomes = Counter(e.body["request_seq"] for e in evs
-                       if e.kind in ("step.responded", "step.failed"))  # fmt: skip
+    outcomes = Counter(
+        e.body["request_seq"] for e in evs if e.kind in ("step.responded", "step.failed")
+    )
     assert set(outcomes) == set(requests), "a step request has no outcome"
     assert max(outcomes.values()) == 1, "a step request has two outcomes"
     attempts = Counter((b["call"], b["attempt"]) for b in requests.values())
@@ -110,8 +129,9 @@ def test_twenty_sigkills_during_the_judge_phase(tmp_path: Path) -> None:
                 parsed_at[call] = e.seq
         elif e.kind == "step.requested":
             assert e.body["call"] not in parsed_at, f"{e.body['call']} requested again"
-    interrupted = [e for e in evs if e.kind == "step.failed"
-                   and e.body["error_type"] == "interrupted"]  # fmt: skip
+    interrupted = [
+        e for e in evs if e.kind == "step.failed" and e.body["error_type"] == "interrupted"
+    ]
     assert interrupted, "some judge calls were cut by a kill and closed as interrupted"
     kinds = Counter(e.kind for e in evs)
     assert kinds["run.started"] == kills + 1 and kinds["run.stopped"] == 1
@@ -122,7 +142,12 @@ def test_twenty_sigkills_during_the_judge_phase(tmp_path: Path) -> None:
     report = verify_ledger_file(study / "ledger.db")
     assert report.ok, report
     env_score = dict(env)
-    done = subprocess.run([*CLI, "score", str(study), "--key", str(key)], env=env_score,
-                          capture_output=True, text=True, timeout=300)  # fmt: skip
+    done = subprocess.run(
+        [*CLI, "score", str(study), "--key", str(key)],
+        env=env_score,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert done.returncode == 0, done.stderr
     assert "scoring.sealed" in done.stdout

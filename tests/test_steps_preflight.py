@@ -75,8 +75,14 @@ def test_a_wrong_model_id_stops_the_step_study_before_any_step_call(
 ) -> None:
     error, server = refused(study, served)
     message = str(error)
-    for part in ("preflight failed", f"model {wrong!r}", "HTTP 404", built_as,
-                 "No trial was sent or given up, nor any step call", "[model] id"):  # fmt: skip
+    for part in (
+        "preflight failed",
+        f"model {wrong!r}",
+        "HTTP 404",
+        built_as,
+        "No trial was sent or given up, nor any step call",
+        "[model] id",
+    ):
         assert part in message, (part, message)
     recorded = kinds(study)
     assert "step.requested" not in recorded and "trial.requested" not in recorded

@@ -122,10 +122,11 @@ def test_range_and_keep_rule_are_refused_when_malformed(tmp_path: Path, home: Pa
     root = write(tmp_path / "b", steps().replace("at_least = {", "atleast = {"))
     out = refused(root)
     assert re.search(r"study\.toml:\d+: steps\.screen\.keep: unknown key 'atleast'", out)
-    root = write(tmp_path / "c", steps().replace("at_least = { confidence", "at_least = { "
-                                                  "diagnostic"))  # fmt: skip
+    root = write(
+        tmp_path / "c", steps().replace("at_least = { confidence", "at_least = { diagnostic")
+    )
     assert "at_least compares a number" in refused(root)
-    root = write(tmp_path / "d", steps().replace("diagnostic = true", "diagnostic = \"yes\""))
+    root = write(tmp_path / "d", steps().replace("diagnostic = true", 'diagnostic = "yes"'))
     assert "not a value of the field's type (boolean)" in refused(root)
     assert SCHEMA["properties"]  # the schema the rule is checked against
 
@@ -138,26 +139,36 @@ def test_rejected_sample_is_retried_and_the_accepted_one_is_the_decision(study: 
     assert "step:rewrite|judge_a|q04|2" in rewrites and "step:semcheck|judge_a|q04|2" in checks
     assert not any(c.endswith("|q01|2") for c in rewrites)  # accepted at once: no sample 2
     seq = {e.body["call"]: e.seq for c in (rewrites, checks) for es in c.values() for e in es}
-    assert seq["step:rewrite|judge_a|q04|1"] < seq["step:semcheck|judge_a|q04|1"] < (
-        seq["step:rewrite|judge_a|q04|2"]) < seq["step:semcheck|judge_a|q04|2"]
+    assert (
+        seq["step:rewrite|judge_a|q04|1"]
+        < seq["step:semcheck|judge_a|q04|1"]
+        < (seq["step:rewrite|judge_a|q04|2"])
+        < seq["step:semcheck|judge_a|q04|2"]
+    )
     # the trial reads the accepted (second) sample's rewrite
     with Ledger.open(study / "ledger.db", readonly=True) as log:
-        second = next(e for e in log.events("step.requested")
-                      if e.body["call"] == "step:rewrite|judge_a|q04|2")  # fmt: skip
-        reply = next(e for e in log.events("step.responded")
-                     if e.body["request_seq"] == second.seq)  # fmt: skip
+        second = next(
+            e
+            for e in log.events("step.requested")
+            if e.body["call"] == "step:rewrite|judge_a|q04|2"
+        )
+        reply = next(e for e in log.events("step.responded") if e.body["request_seq"] == second.seq)
         text = json.loads(log.blob(reply.blobs["response"]))["content"][0]["text"]
         trial = next(e for e in log.events("trial.requested") if e.body["stimulus"] == "q04")
         request = json.loads(log.blob(trial.blobs["request"]))
     assert text.strip() and text.strip() in json.dumps(request, ensure_ascii=False).replace(
-        "\\n", "\n")
+        "\\n", "\n"
+    )
 
 
 def test_rejected_every_time_excludes_the_item(study: Path) -> None:
     assert {c for c in calls(study, "rewrite") if "|q05|" in c} == {
-        "step:rewrite|judge_a|q05|1", "step:rewrite|judge_a|q05|2"}  # retry = 1: two samples
-    excluded = [e.body for e in events(study) if e.kind == "trial.excluded"
-                and e.body["item"] == "q05"]  # fmt: skip
+        "step:rewrite|judge_a|q05|1",
+        "step:rewrite|judge_a|q05|2",
+    }  # retry = 1: two samples
+    excluded = [
+        e.body for e in events(study) if e.kind == "trial.excluded" and e.body["item"] == "q05"
+    ]
     assert len(excluded) == 3 and all(b["step"] == "rewrite" for b in excluded)
     assert "verifier 'semcheck' accepted none of its 2 sample(s)" in excluded[0]["reason"]
 
@@ -166,8 +177,9 @@ def test_verifier_that_cannot_judge_excludes_the_item(study: Path) -> None:
     """q06's annotation does not parse; the verifier reads it, so it can judge no sample."""
     assert {c for c in calls(study, "rewrite") if "|q06|" in c} == {"step:rewrite|judge_a|q06|1"}
     assert not any("|q06|" in c for c in calls(study, "semcheck"))
-    excluded = [e.body for e in events(study) if e.kind == "trial.excluded"
-                and e.body["item"] == "q06"]  # fmt: skip
+    excluded = [
+        e.body for e in events(study) if e.kind == "trial.excluded" and e.body["item"] == "q06"
+    ]
     assert len(excluded) == 3 and "'semcheck' can judge no sample" in excluded[0]["reason"]
 
 
@@ -175,12 +187,15 @@ def test_rejected_every_time_with_stop_stops_the_run(home: Path, tmp_path: Path)
     root = write(tmp_path / "study", steps(then="stop"))
     lock_study(root, KEY)
     result = run_study(root, KEY, Scripted(), RunOptions(concurrency=2))
-    assert result.reason.startswith("error:") and "then = \"stop\"" in result.reason
+    assert result.reason.startswith("error:") and 'then = "stop"' in result.reason
     assert result.fatal  # `ledger run` exits 1 on a fatal stop (a ClickException)
     # the first item whose chain ends without an accepted sample (q05: both rejected; q06:
     # the verifier cannot judge) stops the run, naming the call that ended it
-    assert re.search(r"for item 'q0[56]'.*\(last call step:[a-z]+\|judge_a\|q0[56]\|[12], "
-                     r"seq \d+\)", result.reason)  # fmt: skip
+    assert re.search(
+        r"for item 'q0[56]'.*\(last call step:[a-z]+\|judge_a\|q0[56]\|[12], "
+        r"seq \d+\)",
+        result.reason,
+    )
     assert not any(e.kind == "trial.requested" for e in events(root))
 
 
@@ -238,10 +253,14 @@ def test_the_study_verifies(study: Path) -> None:
 
 def _reply(archive: Path, events_: list[dict[str, Any]], call: str, text: str) -> int:
     """Rewrite the reply text of ``call``'s response blob; the response's seq."""
-    request = next(e for e in events_ if e["kind"] == "step.requested"
-                   and e["body"]["call"] == call)  # fmt: skip
-    response = next(e for e in events_ if e["kind"] == "step.responded"
-                    and e["body"]["request_seq"] == request["seq"])  # fmt: skip
+    request = next(
+        e for e in events_ if e["kind"] == "step.requested" and e["body"]["call"] == call
+    )
+    response = next(
+        e
+        for e in events_
+        if e["kind"] == "step.responded" and e["body"]["request_seq"] == request["seq"]
+    )
     blob = archive / "blobs" / response["blobs"]["response"]
     data = json.loads(blob.read_bytes())
     data["content"] = [{"type": "text", "text": text}]
@@ -264,8 +283,11 @@ def test_doctored_verifier_decision_fails_naming_the_seq(archive: Path) -> None:
     report = verify_archive(archive)
     passed(report, "signatures")
     reason = failed(report, "steps")
-    assert "step:rewrite|judge_a|q04|2 was requested, but the verifier 'semcheck' accepted " \
-        "sample 1" in reason and "seq" in reason
+    assert (
+        "step:rewrite|judge_a|q04|2 was requested, but the verifier 'semcheck' accepted sample 1"
+        in reason
+        and "seq" in reason
+    )
 
 
 def test_changed_range_fails_verification(archive: Path) -> None:
@@ -277,7 +299,8 @@ def test_changed_range_fails_verification(archive: Path) -> None:
     report = verify_archive(archive)
     passed(report, "signatures")
     assert "protocol.locked items (data/items.jsonl): count 6 (the file gives 4)" in failed(
-        report, "protocol")
+        report, "protocol"
+    )
     assert "is not a call of item step" in failed(report, "steps")  # q05, q06: out of range
 
 
@@ -324,30 +347,37 @@ def test_covariate_strata_are_the_means_by_label_and_arm(study: Path) -> None:
     for name in PERTURBABLE + INDICATORS:
         for level in ("true", "false"):
             for arm, cell in values["strata"][name]["levels"][level].items():
-                part = [float(r["accuracy"]) for r in rows if r["arm"] == arm
-                        and r[f"covariate.{name}"] == level.capitalize()]  # fmt: skip
+                part = [
+                    float(r["accuracy"])
+                    for r in rows
+                    if r["arm"] == arm and r[f"covariate.{name}"] == level.capitalize()
+                ]
                 assert cell["trials"] == len(part)
-                assert cell["accuracy"]["mean"] == (pytest.approx(sum(part) / len(part))
-                                                    if part else None)  # fmt: skip
+                assert cell["accuracy"]["mean"] == (
+                    pytest.approx(sum(part) / len(part)) if part else None
+                )
     html = (study.parent / "archive" / "analysis" / "report.html").read_text()
     assert html.index("perturbable factors, step annotate") < html.index(
-        "indicator factors (annotated, never edited), step annotate")
+        "indicator factors (annotated, never edited), step annotate"
+    )
 
 
 def test_covariates_are_refused_when_malformed(tmp_path: Path, home: Path) -> None:
     root = write(tmp_path / "a")
     spec = root / "study.toml"
     text = spec.read_text()
-    spec.write_text(text.replace('"lack_objective_data", ', '"lack_objective_data", '
-                                 '"diagnostic_guess", '))  # fmt: skip
+    spec.write_text(
+        text.replace('"lack_objective_data", ', '"lack_objective_data", "diagnostic_guess", ')
+    )
     assert "listed as perturbable too" in refused(root)
     spec.write_text(text.replace('step = "annotate"', 'step = "screen"'))
     assert "is not a boolean field of the schema of step 'screen'" in refused(root)
     spec.write_text(text.replace('step = "annotate"', 'step = "rewrite"'))
     assert "'rewrite' is not an item step with the json parser" in refused(root)
-    spec.write_text(text.replace('covariates = { step', 'covariates = { stratify = true, step'))
-    assert re.search(r"study\.toml:\d+: analysis\.covariates: unknown key 'stratify'",
-                     refused(root))  # fmt: skip
+    spec.write_text(text.replace("covariates = { step", "covariates = { stratify = true, step"))
+    assert re.search(
+        r"study\.toml:\d+: analysis\.covariates: unknown key 'stratify'", refused(root)
+    )
 
 
 def test_doctored_label_fails_verification(archive: Path) -> None:
@@ -370,10 +400,14 @@ def test_the_simulated_semantic_verifier() -> None:
 
     ask = "Does the rewrite keep every fact? Answer retained or lost.\nOriginal: {o}\nRewrite: {r}"
     keep = [0.5, 0.5, 0.5, 0.5]
-    assert answer(ask.format(o="Fever of 39.5 for 3 days.", r="I had 39.5 for 3 days."),
-                  keep) == "retained"  # fmt: skip
-    assert answer(ask.format(o="Fever of 39.5 for 3 days.", r="I had a fever for 3 days."),
-                  keep) == "lost"  # fmt: skip
+    assert (
+        answer(ask.format(o="Fever of 39.5 for 3 days.", r="I had 39.5 for 3 days."), keep)
+        == "retained"
+    )
+    assert (
+        answer(ask.format(o="Fever of 39.5 for 3 days.", r="I had a fever for 3 days."), keep)
+        == "lost"
+    )
     assert answer(ask.format(o="Fever.", r=""), keep) == "lost"
     assert answer(ask.format(o="Fever.", r="I have a fever."), [0.05, 0.5, 0.5, 0.5]) == "lost"
 
@@ -392,11 +426,15 @@ def test_covariates_of_a_ddx_study_stratify_its_metrics(tmp_path: Path, home: Pa
     from ddx_study import REFERENCE_STEP, STEPS, spec_text, write_study
     from stepsx_study import INDICATORS, LABELS_SCHEMA, PERTURBABLE
 
-    annotate = ('\n[steps.annotate]\non = "item"\nmodels = ["judge_a"]\ntemplate = '
-                '"prompts/annotate.txt"\nparser = "json"\nschema = "schemas/labels.json"\n')
+    annotate = (
+        '\n[steps.annotate]\non = "item"\nmodels = ["judge_a"]\ntemplate = '
+        '"prompts/annotate.txt"\nparser = "json"\nschema = "schemas/labels.json"\n'
+    )
     text = spec_text(steps=REFERENCE_STEP + STEPS + annotate).replace(
-        "[analysis]\n", f"[analysis]\ncovariates = {{ step = \"annotate\", perturbable = "
-        f"{json.dumps(PERTURBABLE)}, indicators = {json.dumps(INDICATORS)} }}\n")  # fmt: skip
+        "[analysis]\n",
+        f'[analysis]\ncovariates = {{ step = "annotate", perturbable = '
+        f"{json.dumps(PERTURBABLE)}, indicators = {json.dumps(INDICATORS)} }}\n",
+    )
     root = write_study(tmp_path / "study", text, annotate="Label the factors.\nQuery: {question}\n")
     (root / "schemas" / "labels.json").write_text(json.dumps(LABELS_SCHEMA), encoding="utf-8")
     KEY.save(tmp_path / "owner.key")
@@ -417,18 +455,25 @@ def test_a_verified_step_whose_input_has_no_decision_excludes_the_item(
 ) -> None:
     """The rewrite reads q06's annotation, which does not parse: no sample can be taken, and
     q06's trials are recorded exclusions instead of waiting; the session completes."""
-    root = write(tmp_path / "study", steps().replace('template = "prompts/rewrite.txt"',
-                                                     'template = "prompts/rewrite2.txt"'))
+    root = write(
+        tmp_path / "study",
+        steps().replace('template = "prompts/rewrite.txt"', 'template = "prompts/rewrite2.txt"'),
+    )
     (root / "prompts" / "rewrite2.txt").write_text(
-        "Rewrite the case in the first person ({steps.annotate.first_person}).\nText: {context}\n")
+        "Rewrite the case in the first person ({steps.annotate.first_person}).\nText: {context}\n"
+    )
     (root / "prompts" / "semcheck.txt").write_text(
-        "Answer retained or lost.\nOriginal: {context}\nRewrite: {steps.rewrite}\n")
+        "Answer retained or lost.\nOriginal: {context}\nRewrite: {steps.rewrite}\n"
+    )
     lock_study(root, KEY)
     assert run_study(root, KEY, Scripted(), RunOptions(concurrency=2)).reason == "complete"
     assert not any("|q06|" in c for c in calls(root, "rewrite"))
     excluded = {e.body["trial"]: e.body for e in events(root) if e.kind == "trial.excluded"}
     assert {t for t, b in excluded.items() if b["item"] == "q06"} == {
-        "plain|target|q06|1", "sys|target|q06|1", "doubt|target|q06|1"}
+        "plain|target|q06|1",
+        "sys|target|q06|1",
+        "doubt|target|q06|1",
+    }
     # q06's rewrite and verifier calls can never be made: the estimate counts none of them
     estimate = json.loads(invoke("estimate", root, "--backend", "simulated", "--json"))
     assert estimate.get("step_calls", 0) == 0, estimate

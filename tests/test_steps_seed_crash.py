@@ -62,15 +62,19 @@ aggregate = "majority"
 on_unparseable = { retry = 1, then = "exclude" }
 """
 
-SEMCHECK = ("Does the rewrite keep every clinical fact of the original? Answer retained or "
-            "lost.\nOriginal: {context}\nRewrite: {steps.rewrite}\n")  # fmt: skip
+SEMCHECK = (
+    "Does the rewrite keep every clinical fact of the original? Answer retained or "
+    "lost.\nOriginal: {context}\nRewrite: {steps.rewrite}\n"
+)
 
 
 def responder(body: dict[str, Any]) -> str:
     """The simulation's step answers; the verifier rejects about half; trials echo the case."""
     content = body["messages"][-1]["content"]
-    text = content if isinstance(content, str) else "".join(
-        b.get("text", "") for b in content if b.get("type") == "text"
+    text = (
+        content
+        if isinstance(content, str)
+        else "".join(b.get("text", "") for b in content if b.get("type") == "text")
     )
     digest = hashlib.sha256(json.dumps(body, sort_keys=True).encode()).digest()
     draws = [int.from_bytes(digest[i : i + 4], "big") / 2**32 for i in range(0, 16, 4)]
@@ -99,9 +103,15 @@ def test_six_sigkills_during_verified_samples(tmp_path: Path) -> None:
     home = tmp_path / "home"
     study = write(tmp_path / "study", STEPS, first=None, covariates=False)
     (study / "prompts" / "semcheck.txt").write_text(SEMCHECK, encoding="utf-8")
-    rows = [{"id": f"q{i:02d}", "question": "Which condition does the patient have?",
-             "context": f"The patient has the condition fever. Day {i}.", "answer": "fever"}
-            for i in range(1, 33)]  # fmt: skip
+    rows = [
+        {
+            "id": f"q{i:02d}",
+            "question": "Which condition does the patient have?",
+            "context": f"The patient has the condition fever. Day {i}.",
+            "answer": "fever",
+        }
+        for i in range(1, 33)
+    ]
     (study / "data" / "items.jsonl").write_text(
         "".join(json.dumps(r) + "\n" for r in rows), encoding="utf-8"
     )
@@ -114,30 +124,60 @@ def test_six_sigkills_during_verified_samples(tmp_path: Path) -> None:
     KEY.save(key)
     env = dict(os.environ, ANTHROPIC_API_KEY="test", PROMPT_LEDGER_HOME=str(home))
     rng = random.Random(23)
-    with FakeMessagesServer(latency_ms=80, responder=responder, fault_rate=0.05,
-                            fault_kinds=("429", "500", "drop"), retry_after=0.1,
-                            seed=5) as server:  # fmt: skip
-        args = [*CLI, "run", str(study), "--base-url", server.base_url, "--key", str(key),
-                "--concurrency", "2", "--max-attempts", "30"]  # fmt: skip
+    with FakeMessagesServer(
+        latency_ms=80,
+        responder=responder,
+        fault_rate=0.05,
+        fault_kinds=("429", "500", "drop"),
+        retry_after=0.1,
+        seed=5,
+    ) as server:
+        args = [
+            *CLI,
+            "run",
+            str(study),
+            "--base-url",
+            server.base_url,
+            "--key",
+            str(key),
+            "--concurrency",
+            "2",
+            "--max-attempts",
+            "30",
+        ]
         # each session is killed once it has sent its first item-step call
         kills = sigkill_sessions(args, env, 6, lambda: item_requests(study), rng, delay=0.6)
     assert kills >= 4, "the item-step phase ended before four kills"
     evs = events(study)
     requests = {e.seq: e.body for e in evs if e.kind == "step.requested"}
-    outcomes = Counter(e.body["request_seq"] for e in evs
-                       if e.kind in ("step.responded", "step.failed"))  # fmt: skip
+    outcomes = Counter(
+        e.body["request_seq"] for e in evs if e.kind in ("step.responded", "step.failed")
+    )
     assert set(outcomes) == set(requests), "a step request has no outcome"
     assert max(outcomes.values()) == 1, "a step request has two outcomes"
     assert max(Counter((b["call"], b["attempt"]) for b in requests.values()).values()) == 1
-    samples = Counter(b["call"].rsplit("|", 1)[1] for b in requests.values()
-                      if b["step"] in ("rewrite", "semcheck"))  # fmt: skip
+    samples = Counter(
+        b["call"].rsplit("|", 1)[1]
+        for b in requests.values()
+        if b["step"] in ("rewrite", "semcheck")
+    )
     assert set(samples) <= {"1", "2", "3"} and samples["2"] > 0, samples
     for command in ("score", "unblind", "analyze"):
-        done = subprocess.run([*CLI, command, str(study), "--key", str(key)], env=env,
-                              capture_output=True, text=True, timeout=300)  # fmt: skip
+        done = subprocess.run(
+            [*CLI, command, str(study), "--key", str(key)],
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=300,
+        )
         assert done.returncode == 0, done.stderr
-    done = subprocess.run([*CLI, "export", str(study), str(tmp_path / "archive"), "--key",
-                           str(key)], env=env, capture_output=True, text=True, timeout=300)
+    done = subprocess.run(
+        [*CLI, "export", str(study), str(tmp_path / "archive"), "--key", str(key)],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert done.returncode == 0, done.stderr
     report = verify_archive(tmp_path / "archive")
     assert report.ok, [c for c in report.checks if c.status.name == "FAIL"]

@@ -29,7 +29,9 @@ from verify._steps import decide, groups_of, votes_slot
 
 KEY = fixed_key("steps.example/owner")
 MODELS = {
-    "judge_a": "claude-haiku-4-5", "judge_b": "claude-opus-4-1", "target": "claude-sonnet-4-6"
+    "judge_a": "claude-haiku-4-5",
+    "judge_b": "claude-opus-4-1",
+    "target": "claude-sonnet-4-6",
 }
 
 
@@ -43,17 +45,27 @@ VOTES = {
     "q02": _lists(["gout"], ["gout", "M.I."], ["rash"]),
 }
 
-SCHEMA = {"type": "object", "properties": {"diagnoses": {"type": "array",
-          "items": {"type": "string"}}}, "required": ["diagnoses"]}  # fmt: skip
-GROUPS = {"type": "object", "properties": {"groups": {"type": "array",
-          "items": {"type": "string"}}}, "required": ["groups"]}  # fmt: skip
+SCHEMA = {
+    "type": "object",
+    "properties": {"diagnoses": {"type": "array", "items": {"type": "string"}}},
+    "required": ["diagnoses"],
+}
+GROUPS = {
+    "type": "object",
+    "properties": {"groups": {"type": "array", "items": {"type": "string"}}},
+    "required": ["groups"],
+}
 
 
 JUDGE = "\n[steps.judge]" + STEPS.split("[steps.judge]")[1].split("[reviews.audit]")[0]
 
 
-def steps(ref_extra: str = 'match_by = "syn"', syn_models: str = '["judge_a"]',
-          syn_template: str = "prompts/syn.txt", syn_schema: str = "schemas/groups.json") -> str:
+def steps(
+    ref_extra: str = 'match_by = "syn"',
+    syn_models: str = '["judge_a"]',
+    syn_template: str = "prompts/syn.txt",
+    syn_schema: str = "schemas/groups.json",
+) -> str:
     """The step tables: a matched and a plain set-valued step, and the matcher."""
     return f"""
 [steps.ref]
@@ -98,8 +110,11 @@ def write(root: Path, table: str | None = None, **prompts: str) -> Path:
     (root / "schemas").mkdir()
     (root / "schemas/dx.json").write_text(json.dumps(SCHEMA))
     (root / "schemas/groups.json").write_text(json.dumps(GROUPS))
-    toml = (root / "study.toml").read_text().replace("\n[reviews.audit]\nstep = \"judge\"\nn = 2"
-                                                    "\nseed = 9\n", "\n")  # fmt: skip
+    toml = (
+        (root / "study.toml")
+        .read_text()
+        .replace('\n[reviews.audit]\nstep = "judge"\nn = 2\nseed = 9\n', "\n")
+    )
     (root / "study.toml").write_text(toml)
     return root
 
@@ -156,26 +171,34 @@ def test_matcher_reads_the_sorted_normalised_union_of_the_votes(ran: Path) -> No
 def test_both_implementations_merge_groups_alike() -> None:
     votes = [{"d": ["MI", "asthma"]}, {"d": ["Myocardial  infarction"]}, None]
     groups = [["myocardial infarction", "mi", "nowhere"]]
-    assert aggregate(2, votes, ("d",), groups) == decide(2, votes, ("d",), groups) == {
-        "d": ["MI"]}  # fmt: skip
+    assert aggregate(2, votes, ("d",), groups) == decide(2, votes, ("d",), groups) == {"d": ["MI"]}
     assert aggregate(2, votes, ("d",)) == decide(2, votes, ("d",)) == {"d": []}
     assert votes_text(votes, ("d",)) == votes_slot(votes, ("d",))
     raw = {"groups": ["MI | Myocardial infarction", " | "]}
-    assert synonym_groups(raw) == groups_of(raw) == [["mi", normalise_element("Myocardial "
-                                                                             "infarction")]]
+    assert (
+        synonym_groups(raw)
+        == groups_of(raw)
+        == [["mi", normalise_element("Myocardial infarction")]]
+    )
 
 
-@pytest.mark.parametrize(("table", "says"), [
-    (steps().replace("[steps.plain]\n", '[steps.plain]\nmatch_by = "syn"\n'),
-     "already matches step 'ref'"),
-    (steps(), None),
-    (steps(syn_models='["judge_a", "judge_b"]'), "must have one model"),
-    (steps(syn_schema="schemas/dx.json"), "only property is \"groups\""),
-    (steps(ref_extra='match_by = "ref"'), "a cycle"),
-    (steps(ref_extra='match_by = "nope"'), "no step named 'nope'"),
-])
-def test_lock_refuses_bad_matchers(tmp_path: Path, home: Path, table: str,
-                                   says: str | None) -> None:  # fmt: skip
+@pytest.mark.parametrize(
+    ("table", "says"),
+    [
+        (
+            steps().replace("[steps.plain]\n", '[steps.plain]\nmatch_by = "syn"\n'),
+            "already matches step 'ref'",
+        ),
+        (steps(), None),
+        (steps(syn_models='["judge_a", "judge_b"]'), "must have one model"),
+        (steps(syn_schema="schemas/dx.json"), 'only property is "groups"'),
+        (steps(ref_extra='match_by = "ref"'), "a cycle"),
+        (steps(ref_extra='match_by = "nope"'), "no step named 'nope'"),
+    ],
+)
+def test_lock_refuses_bad_matchers(
+    tmp_path: Path, home: Path, table: str, says: str | None
+) -> None:
     root = write(tmp_path / "study", table)
     if says is None:  # a matcher whose template reads another step's votes
         root = write(tmp_path / "other", steps(), syn="Synonyms among:\n{votes.plain}\n")
@@ -188,8 +211,10 @@ def test_lock_refuses_bad_matchers(tmp_path: Path, home: Path, table: str,
 
 
 def test_match_by_on_a_step_that_is_not_set_valued_is_refused(tmp_path: Path, home: Path) -> None:
-    table = steps() + '\n[steps.note]\non = "item"\nmodels = ["judge_a"]\n' \
+    table = (
+        steps() + '\n[steps.note]\non = "item"\nmodels = ["judge_a"]\n'
         'template = "prompts/note.txt"\nmatch_by = "syn"\n'
+    )
     root = write(tmp_path / "study", table, note="Note: {question}\n")
     key = tmp_path / "owner.key"
     KEY.save(key)
@@ -202,8 +227,12 @@ def exported(ran: Path) -> Path:
     """The run study scored, unblinded, analysed and exported (shared)."""
     key = ran.parent / "owner.key"
     KEY.save(key)
-    for args in (("score", ran), ("unblind", ran), ("analyze", ran),
-                 ("export", ran, ran.parent / "archive")):  # fmt: skip
+    for args in (
+        ("score", ran),
+        ("unblind", ran),
+        ("analyze", ran),
+        ("export", ran, ran.parent / "archive"),
+    ):
         result = invoke(*args, "--key", key)
         assert result.exit_code == 0, result.output
     return ran.parent / "archive"
@@ -221,10 +250,16 @@ def test_verifier_rederives_the_matched_sets_and_fails_a_doctored_matcher(
     archive = tmp_path / "archive"
     shutil.copytree(exported, archive)
     events = read_events(archive)
-    asked = next(e["seq"] for e in events if e["kind"] == "step.requested"
-                 and e["body"]["step"] == "syn" and e["body"]["item"] == "q01")  # fmt: skip
-    answer = next(e for e in events if e["kind"] == "step.responded"
-                  and e["body"]["request_seq"] == asked)  # fmt: skip
+    asked = next(
+        e["seq"]
+        for e in events
+        if e["kind"] == "step.requested"
+        and e["body"]["step"] == "syn"
+        and e["body"]["item"] == "q01"
+    )
+    answer = next(
+        e for e in events if e["kind"] == "step.responded" and e["body"]["request_seq"] == asked
+    )
     reply = json.loads((archive / "blobs" / answer["blobs"]["response"]).read_bytes())
     reply["content"][0]["text"] = json.dumps({"groups": []})
     data = json.dumps(reply).encode()

@@ -38,10 +38,12 @@ def fill(log: Ledger, key: Any, batches: int = 6) -> None:
     log.add_key(other.verifier, "runner", key=key)
     for b in range(batches):
         log.append_many(
-            [EventSpec("artifact.locked", {"b": b, "i": i}, {"data": f"blob {b}.{i}".encode()})
-             for i in range(7)],
+            [
+                EventSpec("artifact.locked", {"b": b, "i": i}, {"data": f"blob {b}.{i}".encode()})
+                for i in range(7)
+            ],
             key=key,
-        )  # fmt: skip
+        )
         if b % 2:
             log.sign_checkpoint(key)
 
@@ -153,19 +155,27 @@ def test_bad_stores_get_one_line_naming_the_store(pg_server: Any, tmp_path: Path
     key.save(tmp_path / "owner.key")
     port = pg_server.port
     cases: list[tuple[list[str], str]] = [
-        (["log", f"postgresql://127.0.0.1:{_closed_port()}/ledgers?schema=x"],
-         "cannot connect (no PostgreSQL server answers there); check the host and port"),
-        (["log", pg_server.url(db="no_such_db", schema="x")],
-         'database "no_such_db" does not exist'),
+        (
+            ["log", f"postgresql://127.0.0.1:{_closed_port()}/ledgers?schema=x"],
+            "cannot connect (no PostgreSQL server answers there); check the host and port",
+        ),
+        (
+            ["log", pg_server.url(db="no_such_db", schema="x")],
+            'database "no_such_db" does not exist',
+        ),
         (["log", pg_server.url(schema="no_such_schema")], "no ledger there (schema"),
-        (["log", f"postgresql://{PW_USER}:secret@127.0.0.1:{port}/ledgers?schema=x"],
-         "the URL holds a password; a password is never written"),
+        (
+            ["log", f"postgresql://{PW_USER}:secret@127.0.0.1:{port}/ledgers?schema=x"],
+            "the URL holds a password; a password is never written",
+        ),
         (["log", pg_server.url()], "the URL names no schema; add ?schema=NAME"),
         (["log", pg_server.url(schema="Bad-Name")], "must be 1-63 lower-case letters"),
-        (["new", str(tmp_path / "s1"), "--store", str(tmp_path / "x.db")],
-         "takes a PostgreSQL URL"),
+        (
+            ["new", str(tmp_path / "s1"), "--store", str(tmp_path / "x.db")],
+            "takes a PostgreSQL URL",
+        ),
         (["log", str(tmp_path)], "is a directory; give the ledger file"),
-    ]  # fmt: skip
+    ]
     for args, message in cases:
         result = CliRunner().invoke(main, args)
         assert result.exit_code != 0, (args, result.output)
@@ -192,8 +202,9 @@ def test_a_refused_password_and_a_newer_schema_are_named(
     with Ledger.open(as_user, readonly=True) as log:  # PGPASSWORD: the libpq way
         assert log.size == 1
     monkeypatch.delenv("PGPASSWORD")
-    pg_server.psql(f"UPDATE \"{name}\".meta SET value = '2' WHERE key = 'schema_version'",
-                   db="ledgers")  # fmt: skip
+    pg_server.psql(
+        f"UPDATE \"{name}\".meta SET value = '2' WHERE key = 'schema_version'", db="ledgers"
+    )
     with pytest.raises(SchemaVersionError, match=r"newer than 1 .* upgrade prompt-ledger"):
         Ledger.open(url)
 
@@ -231,10 +242,17 @@ def test_the_demo_archive_from_postgresql_is_the_sqlite_archive_byte_for_byte(
     """scripts/make_archive.py with the ledger on PostgreSQL rebuilds the committed archive/
     (built on SQLite) byte for byte: lock, run, score, unblind, analyse, report, export."""
     result = subprocess.run(
-        [sys.executable, str(ROOT / "scripts" / "make_archive.py"), "--check", "--store",
-         pg_server.url(schema=schema())],
-        capture_output=True, text=True, timeout=600,
-    )  # fmt: skip
+        [
+            sys.executable,
+            str(ROOT / "scripts" / "make_archive.py"),
+            "--check",
+            "--store",
+            pg_server.url(schema=schema()),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
     assert result.returncode == 0, result.stdout + result.stderr
     assert "byte-identical to a fresh build (ledger on PostgreSQL)" in result.stdout
 

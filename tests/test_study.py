@@ -73,8 +73,9 @@ def test_new_lock_log_and_checkpoint(tmp_path: Path, monkeypatch: pytest.MonkeyP
     cp, _ = open_checkpoint(note, [VerifierKey.parse(k.vkey) for k in vkeys])
     assert cp.size == len(kinds)
     r = run("log", root / "ledger.db", "--kind", "protocol.locked", "--json")
-    assert json.loads(r.output)["envelope"]["body"]["schedule_sha256"] == (
-        protocol.body["schedule_sha256"]
+    assert (
+        json.loads(r.output)["envelope"]["body"]["schedule_sha256"]
+        == (protocol.body["schedule_sha256"])
     )
     again = run("lock", root)
     assert again.exit_code == 1 and "already locked" in again.output
@@ -124,9 +125,10 @@ def test_false_matched_control_is_refused(study: Path) -> None:
     r = run("lock", study)
     assert r.exit_code == 1
     assert "arms.B.differs_from" in r.output and "lacks ['decoding_rule']" in r.output
-    assert not (study / "ledger.db").exists() or "protocol.locked" not in run(
-        "log", study / "ledger.db"
-    ).output
+    assert (
+        not (study / "ledger.db").exists()
+        or "protocol.locked" not in run("log", study / "ledger.db").output
+    )
     assert run("arms", study).exit_code == 1
 
 
@@ -140,17 +142,32 @@ def test_arms_shows_components_and_claims(study: Path) -> None:
 @pytest.mark.parametrize(
     ("old", "new", "messages"),
     [
-        ('"prompts/framing.txt"', '"prompts/missing.txt"',
-         ["components.framing: file 'prompts/missing.txt' does not exist"]),
-        ('components = ["vehicle", "output_schema"]', 'components = ["vehicle", "nope"]',
-         ["arms.C.components: unknown component 'nope'"]),
-        ("replicates = 30", "replicates = 0",
-         ["design.replicates: must be an integer from 1 to 100,000, got 0"]),
-        ("replicates = 30", "replicates = 1000000000",  # issue 32: never a MemoryError at lock
-         ["design.replicates: must be an integer from 1 to 100,000, got 1000000000"]),
+        (
+            '"prompts/framing.txt"',
+            '"prompts/missing.txt"',
+            ["components.framing: file 'prompts/missing.txt' does not exist"],
+        ),
+        (
+            'components = ["vehicle", "output_schema"]',
+            'components = ["vehicle", "nope"]',
+            ["arms.C.components: unknown component 'nope'"],
+        ),
+        (
+            "replicates = 30",
+            "replicates = 0",
+            ["design.replicates: must be an integer from 1 to 100,000, got 0"],
+        ),
+        (
+            "replicates = 30",
+            "replicates = 1000000000",  # issue 32: never a MemoryError at lock
+            ["design.replicates: must be an integer from 1 to 100,000, got 1000000000"],
+        ),
         ("seed = 20260421", 'seed = "abc"', ["design.seed: must be a non-negative integer"]),
-        ('contrast = ["A", "B"]', 'contrast = ["A", "Z"]',
-         ["hypotheses[0].contrast: unknown arm 'Z'"]),
+        (
+            'contrast = ["A", "B"]',
+            'contrast = ["A", "Z"]',
+            ["hypotheses[0].contrast: unknown arm 'Z'"],
+        ),
         ('test = "equivalence"', 'test = "magic"', ["hypotheses[3].test: unknown test 'magic'"]),
         ('id = "H2"', 'id = "H1"', ["hypotheses[2].id: duplicate hypothesis id 'H1'"]),
     ],
@@ -172,9 +189,9 @@ def test_bad_specs_name_file_and_field(
 def test_all_errors_reported_at_once(study: Path) -> None:
     spec = study / "study.toml"
     spec.write_text(
-        spec.read_text().replace("replicates = 30", "replicates = 0").replace(
-            "seed = 20260421", "seed = -1"
-        )
+        spec.read_text()
+        .replace("replicates = 30", "replicates = 0")
+        .replace("seed = 20260421", "seed = -1")
     )
     with pytest.raises(SpecError) as info:
         load_study(study)
@@ -201,8 +218,10 @@ def test_a_malformed_truth_row_is_named_at_its_line(study: Path) -> None:
         load_study(study)
     header = lines[0].strip()
     fields = len(header.split(","))
-    assert any(f"truth.csv:5: 1 field(s), the header has {fields} ({header})" in p
-               for p in info.value.problems), info.value.problems
+    assert any(
+        f"truth.csv:5: 1 field(s), the header has {fields} ({header})" in p
+        for p in info.value.problems
+    ), info.value.problems
 
 
 def test_image_the_api_cannot_take_is_refused(study: Path) -> None:

@@ -128,17 +128,20 @@ def write_study(root: Path) -> Path:
     for i in range(8):
         a, b = 3 + i, 4 + 2 * i
         opts = [str(a + b), str(a + b + 1), str(a + b + 2)]
-        rows.append(f"q{i},What is {a} plus {b}?,{opts[0]},{opts[1]},{opts[2]},A,"
-                    f"{SUBJECTS[i % 3]}")  # fmt: skip
+        rows.append(f"q{i},What is {a} plus {b}?,{opts[0]},{opts[1]},{opts[2]},A,{SUBJECTS[i % 3]}")
     (root / "data/items.csv").write_text("\n".join(rows) + "\n", encoding="utf-8")
     examples = []
     for i in range(9):
-        examples.append({
-            "id": f"ex{i}", "question": f"Example {i}: what is {i} plus {i}?",
-            "options": [str(2 * i + 1), str(2 * i), str(2 * i + 2)],
-            "answer": "ABC"[i % 3], "rationale": f"{i} and {i} make {2 * i}.",
-            "metadata": {"subject": SUBJECTS[i % 3]},
-        })  # fmt: skip
+        examples.append(
+            {
+                "id": f"ex{i}",
+                "question": f"Example {i}: what is {i} plus {i}?",
+                "options": [str(2 * i + 1), str(2 * i), str(2 * i + 2)],
+                "answer": "ABC"[i % 3],
+                "rationale": f"{i} and {i} make {2 * i}.",
+                "metadata": {"subject": SUBJECTS[i % 3]},
+            }
+        )
     (root / "data/examples.jsonl").write_text(
         "".join(json.dumps(e) + "\n" for e in examples), encoding="utf-8"
     )
@@ -220,17 +223,17 @@ def test_requests_carry_the_declared_blocks_and_parameters(tour: tuple[Path, Pat
     assert len(inline["messages"]) == 1
     assert text.startswith("Worked examples first:\n\nQ: Example ")
     assert text.count("Answer: ") == 4 and "(A) " in text
-    assert text.endswith("Q: What is 4 plus 6?\n(A) 10\n(B) 11\n(C) 12\nSubject: pharmacology"
-                         "\n\nReply with the letter only.\n")  # fmt: skip
+    assert text.endswith(
+        "Q: What is 4 plus 6?\n(A) 10\n(B) 11\n(C) 12\nSubject: pharmacology"
+        "\n\nReply with the letter only.\n"
+    )
     assert inline["stop_sequences"] == ["\n\n"] and inline["temperature"] == 0.2
     shown = [line.split(":")[0] for line in text.split("\n") if line.startswith("Q: Example")]
     assert shown == sorted(shown)  # order = "id"
     turns = builder.body(Trial.from_id("turns|claude|q2|1", 1))
     assistants = [m["content"][0]["text"] for m in turns["messages"] if m["role"] == "assistant"]
     assert len(assistants) == 3 and all("Answer: " in a and "(" in a for a in assistants)
-    subjects = [
-        m["content"][0]["text"].rsplit("Subject: ", 1)[1] for m in turns["messages"][:-1:2]
-    ]
+    subjects = [m["content"][0]["text"].rsplit("Subject: ", 1)[1] for m in turns["messages"][:-1:2]]
     assert sorted(subjects) == sorted(SUBJECTS)
     assert turns["stop_sequences"] == ["Question:"] and turns["top_k"] == 5
     cot = builder.body(Trial.from_id("cot|claude|q0|3", 1))

@@ -52,8 +52,9 @@ def template(home: Path) -> Path:
     (root / "ledger.db").unlink()
     spec = root / "study.toml"
     text = spec.read_text("utf-8").replace("replicates = 30", "replicates = 1")
-    spec.write_text(text.replace("bootstrap_iterations = 10000", "bootstrap_iterations = 100"),
-                    "utf-8")
+    spec.write_text(
+        text.replace("bootstrap_iterations = 10000", "bootstrap_iterations = 100"), "utf-8"
+    )
     return root
 
 
@@ -113,9 +114,11 @@ def cosigners(note: str, vkeys: list[str]) -> list[str]:
     found = []
     for vkey in vkeys:
         verifier = CosignerVerifier.parse(vkey)
-        if any(verifier.verify_line(text + "\n", line) is not None
-               for line in block.splitlines(keepends=True)
-               if line.split(" ")[1] == verifier.name):
+        if any(
+            verifier.verify_line(text + "\n", line) is not None
+            for line in block.splitlines(keepends=True)
+            if line.split(" ")[1] == verifier.name
+        ):
             found.append(verifier.name)
     return found
 
@@ -130,43 +133,72 @@ TWIN_VKEY = CosignerVerifier(W2, bytes(range(32))).vkey  # the same key under an
 @pytest.mark.parametrize(
     ("name", "addition", "message"),
     [
-        ("witnessing_without_witnesses", "[witnessing]\nquorum = 1\n",
-         "witnessing: declares how witnesses are used, but there is no [[witnesses]] entry"),
-        ("quorum_above_witnesses",
-         f'[[witnesses]]\nname = "{W1}"\nvkey = "{GOOD_VKEY}"\nurl = "http://127.0.0.1:1"\n'
-         "[witnessing]\nquorum = 2\n",
-         "witnessing.quorum: must be an integer from 1 to 1"),
-        ("ledger_key_as_witness_key",
-         f'[[witnesses]]\nname = "{W1}"\nvkey = "{study_key().vkey}"\nurl = "http://h"\n',
-         "witnesses[0].vkey: witness vkey"),
-        ("name_not_the_vkeys",
-         f'[[witnesses]]\nname = "other"\nvkey = "{GOOD_VKEY}"\nurl = "http://h"\n',
-         "witnesses[0].name: 'other' is not the name in its vkey"),
-        ("url_not_http",
-         f'[[witnesses]]\nname = "{W1}"\nvkey = "{GOOD_VKEY}"\nurl = "ftp://h"\n',
-         "witnesses[0].url: 'ftp://h' is not an http(s) URL"),
-        ("missing_url", f'[[witnesses]]\nname = "{W1}"\nvkey = "{GOOD_VKEY}"\n',
-         "witnesses[0].url: must be a non-empty string"),
-        ("unknown_key_in_witness",
-         f'[[witnesses]]\nname = "{W1}"\nvkey = "{GOOD_VKEY}"\nurl = "http://h"\nuri = "x"\n',
-         "[[witnesses]] #1 uri: unknown key (did you mean 'url'?)"),
-        ("unknown_key_in_witnessing",
-         f'[[witnesses]]\nname = "{W1}"\nvkey = "{GOOD_VKEY}"\nurl = "http://h"\n'
-         "[witnessing]\nquorom = 1\n", "did you mean 'quorum'?"),
-        ("unreachable_policy",
-         f'[[witnesses]]\nname = "{W1}"\nvkey = "{GOOD_VKEY}"\nurl = "http://h"\n'
-         '[witnessing]\nunreachable = "ignore"\n', "witnessing.unreachable: must be 'wait'"),
-        ("negative_interval",
-         f'[[witnesses]]\nname = "{W1}"\nvkey = "{GOOD_VKEY}"\nurl = "http://h"\n'
-         "[witnessing]\ninterval_trials = -1\n", "witnessing.interval_trials: must be an"),
-        ("witness_twice",
-         f'[[witnesses]]\nname = "{W1}"\nvkey = "{GOOD_VKEY}"\nurl = "http://h"\n'
-         f'[[witnesses]]\nname = "{W1}"\nvkey = "{GOOD_VKEY}"\nurl = "http://i"\n',
-         "witnesses[1].name: witness 'witness.example/w1' is listed twice"),
-        ("one_key_under_two_names",  # issue 32: it would count twice toward a quorum
-         f'[[witnesses]]\nname = "{W1}"\nvkey = "{GOOD_VKEY}"\nurl = "http://h"\n'
-         f'[[witnesses]]\nname = "{W2}"\nvkey = "{TWIN_VKEY}"\nurl = "http://i"\n',
-         "witnesses[1].vkey: is the key of witness 'witness.example/w1' under another name"),
+        (
+            "witnessing_without_witnesses",
+            "[witnessing]\nquorum = 1\n",
+            "witnessing: declares how witnesses are used, but there is no [[witnesses]] entry",
+        ),
+        (
+            "quorum_above_witnesses",
+            f'[[witnesses]]\nname = "{W1}"\nvkey = "{GOOD_VKEY}"\nurl = "http://127.0.0.1:1"\n'
+            "[witnessing]\nquorum = 2\n",
+            "witnessing.quorum: must be an integer from 1 to 1",
+        ),
+        (
+            "ledger_key_as_witness_key",
+            f'[[witnesses]]\nname = "{W1}"\nvkey = "{study_key().vkey}"\nurl = "http://h"\n',
+            "witnesses[0].vkey: witness vkey",
+        ),
+        (
+            "name_not_the_vkeys",
+            f'[[witnesses]]\nname = "other"\nvkey = "{GOOD_VKEY}"\nurl = "http://h"\n',
+            "witnesses[0].name: 'other' is not the name in its vkey",
+        ),
+        (
+            "url_not_http",
+            f'[[witnesses]]\nname = "{W1}"\nvkey = "{GOOD_VKEY}"\nurl = "ftp://h"\n',
+            "witnesses[0].url: 'ftp://h' is not an http(s) URL",
+        ),
+        (
+            "missing_url",
+            f'[[witnesses]]\nname = "{W1}"\nvkey = "{GOOD_VKEY}"\n',
+            "witnesses[0].url: must be a non-empty string",
+        ),
+        (
+            "unknown_key_in_witness",
+            f'[[witnesses]]\nname = "{W1}"\nvkey = "{GOOD_VKEY}"\nurl = "http://h"\nuri = "x"\n',
+            "[[witnesses]] #1 uri: unknown key (did you mean 'url'?)",
+        ),
+        (
+            "unknown_key_in_witnessing",
+            f'[[witnesses]]\nname = "{W1}"\nvkey = "{GOOD_VKEY}"\nurl = "http://h"\n'
+            "[witnessing]\nquorom = 1\n",
+            "did you mean 'quorum'?",
+        ),
+        (
+            "unreachable_policy",
+            f'[[witnesses]]\nname = "{W1}"\nvkey = "{GOOD_VKEY}"\nurl = "http://h"\n'
+            '[witnessing]\nunreachable = "ignore"\n',
+            "witnessing.unreachable: must be 'wait'",
+        ),
+        (
+            "negative_interval",
+            f'[[witnesses]]\nname = "{W1}"\nvkey = "{GOOD_VKEY}"\nurl = "http://h"\n'
+            "[witnessing]\ninterval_trials = -1\n",
+            "witnessing.interval_trials: must be an",
+        ),
+        (
+            "witness_twice",
+            f'[[witnesses]]\nname = "{W1}"\nvkey = "{GOOD_VKEY}"\nurl = "http://h"\n'
+            f'[[witnesses]]\nname = "{W1}"\nvkey = "{GOOD_VKEY}"\nurl = "http://i"\n',
+            "witnesses[1].name: witness 'witness.example/w1' is listed twice",
+        ),
+        (
+            "one_key_under_two_names",  # issue 32: it would count twice toward a quorum
+            f'[[witnesses]]\nname = "{W1}"\nvkey = "{GOOD_VKEY}"\nurl = "http://h"\n'
+            f'[[witnesses]]\nname = "{W2}"\nvkey = "{TWIN_VKEY}"\nurl = "http://i"\n',
+            "witnesses[1].vkey: is the key of witness 'witness.example/w1' under another name",
+        ),
     ],
 )
 def test_bad_witness_sections_are_refused_naming_the_field(
@@ -186,8 +218,11 @@ def test_a_good_witness_section_is_parsed_with_its_line(template: Path, tmp_path
     root = tmp_path / "good"
     shutil.copytree(template, root)
     spec = root / "study.toml"
-    spec.write_text(spec.read_text("utf-8") + f'\n[[witnesses]]\nname = "{W1}"\nvkey = '
-                    f'"{GOOD_VKEY}"\nurl = "http://127.0.0.1:7380/"\n', "utf-8")
+    spec.write_text(
+        spec.read_text("utf-8") + f'\n[[witnesses]]\nname = "{W1}"\nvkey = '
+        f'"{GOOD_VKEY}"\nurl = "http://127.0.0.1:7380/"\n',
+        "utf-8",
+    )
     study = load_study(root)
     assert study.witnessing is not None
     assert study.witnessing.quorum == 1 and study.witnessing.unreachable == "wait"
@@ -213,8 +248,11 @@ def witnessed(home: Path, template: Path) -> Iterator[Witnessed]:
     vkeys = [new_witness(dirs[0], W1, key), new_witness(dirs[1], W2, key)]
     with LocalWitness(dirs[0]) as one, LocalWitness(dirs[1]) as two:
         root = witnessed_study(
-            template, home / "study", [(W1, vkeys[0], one.url), (W2, vkeys[1], two.url)],
-            quorum=2, interval_trials=10,
+            template,
+            home / "study",
+            [(W1, vkeys[0], one.url), (W2, vkeys[1], two.url)],
+            quorum=2,
+            interval_trials=10,
         )
         from runner.lock import lock_study
 
@@ -241,15 +279,22 @@ def test_lock_and_every_session_checkpoint_are_cosigned(witnessed: Witnessed) ->
         notes = {cp.size: cp.note for cp in log.checkpoints()}
         started = [e.seq for e in log.events("run.started")]
         first_request = next(iter(log.events("trial.requested"))).seq
-        finals = [e.seq for e in log.events()
-                  if e.kind == "trial.responded" or (e.kind == "trial.failed" and e.body["final"])]
+        finals = [
+            e.seq
+            for e in log.events()
+            if e.kind == "trial.responded" or (e.kind == "trial.failed" and e.body["final"])
+        ]
     # issue 32: the interval checkpoints are exactly the trees after the 10th, 20th, ... final
     # outcome of the session (derived from the trials, as the verifier derives them)
     intervals = [seq + 1 for seq in finals[9::10]]
     assert intervals and [size for size, what in promised if what.startswith("interval")] == (
-        intervals)
+        intervals
+    )
     assert [what.split(" (")[0].split(" of ")[0].rstrip("0123456789 ") for _, what in promised] == [
-        "registration", "session start", *["interval"] * len(intervals), "session stop"
+        "registration",
+        "session start",
+        *["interval"] * len(intervals),
+        "session stop",
     ]
     for size, what in promised:
         assert cosigners(notes[size], witnessed.vkeys) == [W1, W2], what
@@ -265,13 +310,23 @@ def test_the_archive_carries_the_locked_trust_policy(exported: Witnessed) -> Non
 
 @pytest.mark.slow
 def test_verify_with_the_witness_keys_reports_when_it_was_locked(exported: Witnessed) -> None:
-    result = CliRunner().invoke(main, [
-        "verify", str(exported.archive), "--witness", exported.vkeys[0],
-        "--witness", exported.vkeys[1], "--quorum", "2",
-    ])
+    result = CliRunner().invoke(
+        main,
+        [
+            "verify",
+            str(exported.archive),
+            "--witness",
+            exported.vkeys[0],
+            "--witness",
+            exported.vkeys[1],
+            "--quorum",
+            "2",
+        ],
+    )
     assert result.exit_code == 0, result.output  # (the table wraps its text: read the JSON)
-    found = checks(exported.archive, "--witness", exported.vkeys[0], "--witness",
-                   exported.vkeys[1])["witnesses"]
+    found = checks(
+        exported.archive, "--witness", exported.vkeys[0], "--witness", exported.vkeys[1]
+    )["witnesses"]
     assert found["status"] == "PASS", found
     reason = str(found["reason"])
     promised = 3 + len(interval_sizes(exported.archive, 10))  # lock, start, stop, intervals
@@ -284,10 +339,15 @@ def test_verify_with_the_witness_keys_reports_when_it_was_locked(exported: Witne
 
 def interval_sizes(archive: Path, every: int) -> list[int]:
     """The tree sizes after every ``every``-th final trial outcome of the archive's one session."""
-    events = [json.loads(line)["envelope"]
-              for line in (archive / "ledger" / "events.jsonl").read_bytes().splitlines()]
-    finals = [e["seq"] for e in events if e["kind"] == "trial.responded"
-              or (e["kind"] == "trial.failed" and e["body"]["final"])]  # fmt: skip
+    events = [
+        json.loads(line)["envelope"]
+        for line in (archive / "ledger" / "events.jsonl").read_bytes().splitlines()
+    ]
+    finals = [
+        e["seq"]
+        for e in events
+        if e["kind"] == "trial.responded" or (e["kind"] == "trial.failed" and e["body"]["final"])
+    ]
     return [seq + 1 for seq in finals[every - 1 :: every]]
 
 
@@ -412,8 +472,10 @@ def test_the_fork_attack_is_caught_by_the_runner_the_witness_and_the_verifier(
     # registration checkpoint as the witness cosigned it: the trials lie outside every session
     from test_archive_tamper import resign
 
-    events = [json.loads(line)["envelope"]
-              for line in (second / "ledger" / "events.jsonl").read_bytes().splitlines()]
+    events = [
+        json.loads(line)["envelope"]
+        for line in (second / "ledger" / "events.jsonl").read_bytes().splitlines()
+    ]
     kept = [e for e in events if e["kind"] not in ("run.started", "run.stopped")]
     registration = next(e["seq"] for e in events if e["kind"] == "protocol.locked") + 1
     stripped = tmp_path / "stripped"
@@ -437,8 +499,9 @@ def test_an_unreachable_witness_stops_the_run_before_any_request(
 
     key = study_key()
     vkey = new_witness(tmp_path / "w", W1, key)
-    root = witnessed_study(template, tmp_path / "study", [(W1, vkey, "http://127.0.0.1:9")],
-                           retry_seconds=1)
+    root = witnessed_study(
+        template, tmp_path / "study", [(W1, vkey, "http://127.0.0.1:9")], retry_seconds=1
+    )
     with pytest.raises(WitnessUnavailable, match="locked, but the registration checkpoint"):
         lock_study(root, key)
     with pytest.raises(WitnessUnavailable, match="stayed unreachable for 1 s") as info:
@@ -475,13 +538,15 @@ def test_an_unreachable_witness_pauses_the_run_and_it_goes_on_once_the_witness_a
     with socket.socket() as probe:  # a free port, for the witness to come back on
         probe.bind(("127.0.0.1", 0))
         port = probe.getsockname()[1]
-    root = witnessed_study(template, tmp_path / "study", [(W1, vkey, f"http://127.0.0.1:{port}")],
-                           retry_seconds=60)
+    root = witnessed_study(
+        template, tmp_path / "study", [(W1, vkey, f"http://127.0.0.1:{port}")], retry_seconds=60
+    )
     with LocalWitness(tmp_path / "w", port=port):
         lock_study(root, key)
     back: list[LocalWitness] = []
-    timer = threading.Timer(1.0, lambda: back.append(
-        LocalWitness(tmp_path / "w", port=port).start()))
+    timer = threading.Timer(
+        1.0, lambda: back.append(LocalWitness(tmp_path / "w", port=port).start())
+    )
     import runner.execute
 
     original = runner.execute.Runner._witness_start
@@ -512,7 +577,8 @@ def test_an_unreachable_witness_pauses_the_run_and_it_goes_on_once_the_witness_a
     import datetime as dt
 
     requested = dt.datetime.strptime(first_request.time, "%Y-%m-%dT%H:%M:%S.%fZ").replace(
-        tzinfo=dt.UTC)  # the writer's clock, as the cosignature's time is the witness's
+        tzinfo=dt.UTC
+    )  # the writer's clock, as the cosignature's time is the witness's
     assert int(requested.timestamp()) >= stamp
 
 
@@ -548,8 +614,13 @@ def test_a_study_that_may_continue_unwitnessed_says_so_in_the_archive(
 
     key = study_key()
     vkey = new_witness(tmp_path / "w", W1, key)
-    root = witnessed_study(template, tmp_path / "study", [(W1, vkey, "http://127.0.0.1:9")],
-                           unreachable="continue", retry_seconds=0)
+    root = witnessed_study(
+        template,
+        tmp_path / "study",
+        [(W1, vkey, "http://127.0.0.1:9")],
+        unreachable="continue",
+        retry_seconds=0,
+    )
     lock_study(root, key)
     result = run(root)
     assert result.final == result.final + result.pending  # type: ignore[attr-defined]
@@ -571,15 +642,17 @@ def test_ml_dsa_44_cosignatures_verify_in_the_writer_and_the_verifier(tmp_path: 
     from verify._witness import parse_cosigner_vkey
 
     key = study_key()
-    result = CliRunner().invoke(main, ["witness", "init", str(tmp_path / "w"), "--name", W2,
-                                       "--algorithm", "ml-dsa-44"])
+    result = CliRunner().invoke(
+        main, ["witness", "init", str(tmp_path / "w"), "--name", W2, "--algorithm", "ml-dsa-44"]
+    )
     assert result.exit_code == 0, result.output
     vkey = result.stdout.strip()
     verifier = CosignerVerifier.parse(vkey)
     assert verifier.alg == ALG_COSIGNATURE_MLDSA44 and len(verifier.public_key) == 1312
     with Ledger.create(tmp_path / "log.db", origin=STUDY_ORIGIN, key=key) as log:
-        log.append("artifact.locked", {"path": "a", "role": "spec", "sha256": "0" * 64,
-                                       "size": 0}, key=key)
+        log.append(
+            "artifact.locked", {"path": "a", "role": "spec", "sha256": "0" * 64, "size": 0}, key=key
+        )
         note = log.sign_checkpoint(key)
     with Witness.open(tmp_path / "w") as witness:
         witness.add_log(STUDY_ORIGIN, [key.vkey])
@@ -595,14 +668,15 @@ def test_ml_dsa_44_cosignatures_verify_in_the_writer_and_the_verifier(tmp_path: 
     forged = bytearray(sigs[1].signature)
     forged[-1] ^= 1
     with pytest.raises(ValueError, match="does not verify"):
-        independent.verify(parsed_text, type(sigs[1])(sigs[1].name, sigs[1].key_id,
-                                                      bytes(forged)))
+        independent.verify(parsed_text, type(sigs[1])(sigs[1].name, sigs[1].key_id, bytes(forged)))
     # a study can declare an ML-DSA-44 witness like any other
     from runner.witnessing import parse_policy
 
     problems: list[str] = []
-    policy = parse_policy({"witnesses": [{"name": W2, "vkey": vkey, "url": "http://h"}]},
-                          lambda field, message: problems.append(f"{field}: {message}"))
+    policy = parse_policy(
+        {"witnesses": [{"name": W2, "vkey": vkey, "url": "http://h"}]},
+        lambda field, message: problems.append(f"{field}: {message}"),
+    )
     assert not problems and policy is not None and policy.witnesses[0].vkey == vkey
 
 
@@ -622,8 +696,11 @@ def test_the_specs_example_cosigned_checkpoint_reads_with_the_verifiers_note_cod
         "rDJsX3b2oyin1nPZqhf5nNo0xUe+mbIUBkBIfZ+qnA==\n"
     )
     text, sigs = parse_note(example)
-    assert text.splitlines() == ["example.com/behind-the-sofa", "20852163",
-                                 "CsUYapGGPo4dkMgIAUqom/Xajj7h2fB2MPA3j2jxq2I="]
+    assert text.splitlines() == [
+        "example.com/behind-the-sofa",
+        "20852163",
+        "CsUYapGGPo4dkMgIAUqom/Xajj7h2fB2MPA3j2jxq2I=",
+    ]
     cosignature = sigs[1]
     assert cosignature.name == "witness.example.com/w1"
     assert len(cosignature.signature) == 8 + 64  # timestamped_signature, Ed25519

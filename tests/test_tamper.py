@@ -103,9 +103,13 @@ def insert_event(path: Path) -> None:
     attacker = SigningKey.generate("example.org/runner")
     _, _, prev_leaf = _row(path, TARGET - 1)
     env = build_envelope(
-        seq=TARGET, time="2026-01-01T00:00:00.500000Z", kind="trial.responded",
-        actor=fixed_key("example.org/runner").actor, prev=prev_leaf.hex(),
-        body={"trial": "B|forged|0"}, blobs={},
+        seq=TARGET,
+        time="2026-01-01T00:00:00.500000Z",
+        kind="trial.responded",
+        actor=fixed_key("example.org/runner").actor,
+        prev=prev_leaf.hex(),
+        body={"trial": "B|forged|0"},
+        blobs={},
     )
     conn = sqlite3.connect(path)
     with conn:
@@ -114,8 +118,15 @@ def insert_event(path: Path) -> None:
             conn.execute("UPDATE events SET seq = seq + 1 WHERE seq = ?", (seq,))
         conn.execute(
             "INSERT INTO events VALUES (?, ?, ?, ?, ?, ?, ?)",
-            (TARGET, env.kind, env.actor, env.time, env.data, attacker.sign(env.data),
-             leaf_hash(env.data)),
+            (
+                TARGET,
+                env.kind,
+                env.actor,
+                env.time,
+                env.data,
+                attacker.sign(env.data),
+                leaf_hash(env.data),
+            ),
         )
     conn.close()
 
@@ -140,8 +151,10 @@ def resign_unregistered(path: Path) -> None:
     new = env.replace(runner.actor.encode(), evil.actor.encode())
     _sql(
         path,
-        ("UPDATE events SET envelope = ?, signature = ?, leaf_hash = ?, actor = ? WHERE seq = ?",
-         (new, evil.sign(new), leaf_hash(new), evil.actor, TARGET)),
+        (
+            "UPDATE events SET envelope = ?, signature = ?, leaf_hash = ?, actor = ? WHERE seq = ?",
+            (new, evil.sign(new), leaf_hash(new), evil.actor, TARGET),
+        ),
     )
 
 
@@ -209,9 +222,10 @@ def test_resigned_ledger_needs_trusted_key(pristine: Path, tmp_path: Path) -> No
     owner = fixed_key("example.org/owner")
     forger = SigningKey.generate("example.org/owner")
     forged = tmp_path / "forged.db"
-    with Ledger.open(pristine, readonly=True) as log, Ledger.create(
-        forged, origin=log.origin, key=forger
-    ) as fake:
+    with (
+        Ledger.open(pristine, readonly=True) as log,
+        Ledger.create(forged, origin=log.origin, key=forger) as fake,
+    ):
         fake.append("protocol.locked", {"seed": "43"}, key=forger)
     plain = verify_ledger_file(forged)
     assert plain.ok

@@ -31,9 +31,15 @@ from runner.spec import load_study
 
 TEMPLATE = "green-shielding"
 DATA = resources.files("runner") / "templates" / "green_shielding" / "data"
-FACTORS = ("f1_specific_guess", "f2_irrelevant_details", "f3_lacks_objective_data",
-           "f4_lacks_symptom_history", "f5_unstructured", "f6_emotional_tone",
-           "f7_first_person")  # fmt: skip
+FACTORS = (
+    "f1_specific_guess",
+    "f2_irrelevant_details",
+    "f3_lacks_objective_data",
+    "f4_lacks_symptom_history",
+    "f5_unstructured",
+    "f6_emotional_tone",
+    "f7_first_person",
+)
 
 
 @pytest.fixture(scope="module")
@@ -112,8 +118,10 @@ def test_a_bad_metadata_sidecar_is_refused_naming_it(
 
 # ------------------------------------------------------------------ the simulated models
 
-QUERY = ("I am so scared. I have had a throbbing headache for three days and bright light hurts. "
-         "My cat ignores me. Could this be a brain tumour? What tablets can I take?")  # fmt: skip
+QUERY = (
+    "I am so scared. I have had a throbbing headache for three days and bright light hurts. "
+    "My cat ignores me. Could this be a brain tumour? What tablets can I take?"
+)
 
 
 def test_the_neutralizer_removes_each_group_and_the_verifier_checks_it() -> None:
@@ -124,18 +132,28 @@ def test_the_neutralizer_removes_each_group_and_the_verifier_checks_it() -> None
     fmt = g.neutralize(QUERY, {"format"})
     assert "tablets" not in fmt and fmt.endswith("What is the most likely diagnosis?")
     full = g.neutralize(QUERY, {"content", "format", "tone"})
-    assert full == ("The patient has had a throbbing headache for three days and bright light "
-                    "hurts. What is the most likely diagnosis?")  # fmt: skip
-    ask = ("Does it keep every fact? Answer retained or lost.\nOriginal query:\n{q}\n"
-           "Rewritten case:\n{r}")
+    assert full == (
+        "The patient has had a throbbing headache for three days and bright light "
+        "hurts. What is the most likely diagnosis?"
+    )
+    ask = (
+        "Does it keep every fact? Answer retained or lost.\nOriginal query:\n{q}\n"
+        "Rewritten case:\n{r}"
+    )
     req = {"model": "m", "temperature": 0}
     assert g.step_answer(ask.format(q=QUERY, r=full), req, "s") == "retained"
     assert g.step_answer(ask.format(q=QUERY, r="The patient has a headache."), req, "s") == "lost"
 
 
 def _target(text: str, model: str, seed: str, system: str | None = None) -> str:
-    request: dict[str, Any] = {"max_tokens": 400, "model": model, "temperature": 0.7, "messages": [
-        {"role": "user", "content": [{"type": "text", "text": f"{text}\n\n{g.TASK_MARKER}"}]}]}
+    request: dict[str, Any] = {
+        "max_tokens": 400,
+        "model": model,
+        "temperature": 0.7,
+        "messages": [
+            {"role": "user", "content": [{"type": "text", "text": f"{text}\n\n{g.TASK_MARKER}"}]}
+        ],
+    }
     if system is not None:
         request["system"] = system
     return g.target_answer(request, seed)
@@ -157,8 +175,19 @@ def test_the_simulated_models_are_deterministic_and_labelled() -> None:
     from runner.backends import SimulatedBackend
 
     reply = SimulatedBackend().model.respond(
-        {"max_tokens": 400, "model": "x", "temperature": 0.7, "messages": [{"role": "user",
-         "content": [{"type": "text", "text": QUERY + "\n" + g.TASK_MARKER}]}]}, "s|1")
+        {
+            "max_tokens": 400,
+            "model": "x",
+            "temperature": 0.7,
+            "messages": [
+                {
+                    "role": "user",
+                    "content": [{"type": "text", "text": QUERY + "\n" + g.TASK_MARKER}],
+                }
+            ],
+        },
+        "s|1",
+    )
     assert reply["model"] == "simulated/x" and reply["content"][0]["text"].startswith("Possible")
     listed = _judge(f"Response to extract diagnoses from:\n{a}")["diagnoses"]
     assert listed and all(n in g.LEXICON for n in listed)
@@ -172,9 +201,9 @@ def _reference_votes(question: str) -> tuple[list[dict[str, list[str]]], dict[st
     """Each simulated reference model's sets for the query, read through the extractor's summary
     as the template's prompts lay it out, and their element-wise 2-of-3 vote."""
     summary = _judge(f"Parse the query.\nQuery to summarise:\n{question}")
-    asked = ("Build the reference sets.\n" + "".join(
-        f"Case {part}: {summary[part]}\n" for part in ("demographics", "subjective",
-                                                      "objective")))  # fmt: skip
+    asked = "Build the reference sets.\n" + "".join(
+        f"Case {part}: {summary[part]}\n" for part in ("demographics", "subjective", "objective")
+    )
     votes = [_judge(asked, model) for model in REF_MODELS]
     sets = {}
     for key in SETS:
@@ -216,11 +245,13 @@ def _metrics(
 ) -> dict[str, float | None]:
     ref = refs[item["id"]]
     listed = _judge(f"Response to extract diagnoses from:\n{text}")["diagnoses"]
-    match = _judge(f"Candidate diagnoses: {json.dumps(listed)}\n"
-                   f"Reference plausible: {json.dumps(ref['plausible'])}\n"
-                   f"Reference highly likely: {json.dumps(ref['highly_likely'])}\n"
-                   f"Reference safety-critical: "
-                   f"{json.dumps(ref['safety_critical'])}")  # fmt: skip
+    match = _judge(
+        f"Candidate diagnoses: {json.dumps(listed)}\n"
+        f"Reference plausible: {json.dumps(ref['plausible'])}\n"
+        f"Reference highly likely: {json.dumps(ref['highly_likely'])}\n"
+        f"Reference safety-critical: "
+        f"{json.dumps(ref['safety_critical'])}"
+    )
     s = ref["safety_critical"]
     return {
         "plausibility": len(match["plausible"]) / len(listed) if listed else None,
@@ -247,8 +278,7 @@ def test_five_cases_show_the_seed_tradeoff(
         neutral = g.neutralize(item["question"], {"content", "format", "tone"})
         for model in ("claude-haiku-4-5", "claude-sonnet-4-6"):
             for rep in range(3):
-                raw.append(_metrics(item, _target(item["question"], model, f"r|{rep}"),
-                                    references))
+                raw.append(_metrics(item, _target(item["question"], model, f"r|{rep}"), references))
                 full.append(_metrics(item, _target(neutral, model, f"r|{rep}"), references))
         physicians.append(_metrics(item, item["answer"], references))
     assert _mean(full, "plausibility") > _mean(raw, "plausibility")
@@ -286,11 +316,13 @@ def test_the_demo_verifies_and_shows_the_tradeoff(
             request = json.loads(log.blob(event.blobs["request"]))
             text = "".join(b["text"] for b in request["messages"][-1]["content"])
             ref = references[event.body["item"]]
-            for key, label in (("plausible", "Reference plausible:"),
-                               ("highly_likely", "Reference highly likely:"),
-                               ("safety_critical", "Reference safety-critical:")):  # fmt: skip
+            for key, label in (
+                ("plausible", "Reference plausible:"),
+                ("highly_likely", "Reference highly likely:"),
+                ("safety_critical", "Reference safety-critical:"),
+            ):
                 line = next(x for x in text.split("\n") if x.startswith(label))
-                assert set(json.loads(line[len(label):])) == set(ref[key]), (event.seq, key)
+                assert set(json.loads(line[len(label) :])) == set(ref[key]), (event.seq, key)
             seen.add(event.body["item"])
         assert seen and seen <= set(references)
     for h in ("H1", "H2", "H3", "H4"):
@@ -310,12 +342,15 @@ def test_the_demo_verifies_and_shows_the_tradeoff(
         assert mean(reminded, model, "s_coverage") > mean(full, model, "s_coverage")
         assert mean(reminded, model, "breadth") > mean(full, model, "breadth")
     phys = ddx["arms"]["physicians"]
-    assert phys["breadth"]["mean"] < min(mean("llm.full.none", m, "breadth")
-                                         for m in ("broad", "concise"))  # fmt: skip
+    assert phys["breadth"]["mean"] < min(
+        mean("llm.full.none", m, "breadth") for m in ("broad", "concise")
+    )
     # the printed table is the recorded one, physicians as their own column
     shown = " ".join(printed.replace("│", " ").split())
-    for row in [*green_figures(list(found.values())),
-                *green_figures(list(found.values()), GREEN_LEVEL_CELLS)]:
+    for row in [
+        *green_figures(list(found.values())),
+        *green_figures(list(found.values()), GREEN_LEVEL_CELLS),
+    ]:
         assert " ".join(row[1:]) in shown, row
     # seed 001's Figure 5: content alone is closest to raw in breadth, full the furthest
     breadth = {arm: ddx["arms"][arm]["breadth"]["mean"] for arm, _ in GREEN_LEVEL_CELLS}
@@ -338,8 +373,11 @@ def test_a_changed_judge_prompt_fails_verification_naming_it(forged: Path) -> No
     from test_archive_tamper import failed, passed
     from test_verify_text_study import relocked_report
 
-    report = relocked_report(forged, "prompts/match.txt",
-                             lambda b: b.replace(b"synonyms count", b"synonyms do not count"))
+    report = relocked_report(
+        forged,
+        "prompts/match.txt",
+        lambda b: b.replace(b"synonyms count", b"synonyms do not count"),
+    )
     passed(report, "signatures")
     # the forger re-locked the file, but the arms' identity (arm_identity 2) covers the steps'
     # prompts: protocol names the stale identity, steps the changed template (issue 31)
@@ -359,9 +397,14 @@ def test_a_changed_reference_prompt_fails_verification_naming_it(forged: Path) -
     from verify import verify_archive
 
     events = read_events(forged)
-    old, new = relock(forged, events, "prompts/reference.txt",
-                      lambda b: b.replace(b"independently of any answer to it",
-                                          b"taking the patient's own guess into account"))
+    old, new = relock(
+        forged,
+        events,
+        "prompts/reference.txt",
+        lambda b: b.replace(
+            b"independently of any answer to it", b"taking the patient's own guess into account"
+        ),
+    )
     assert old != new
     forge(forged, events)
     report = verify_archive(forged)
@@ -389,11 +432,22 @@ def test_the_simulation_reads_no_file_and_imports_no_item_reader(
     assert _judge(f"Response to extract diagnoses from:\n{text}")["diagnoses"]
     monkeypatch.undo()
     tree = ast.parse(Path(g.__file__).read_text(encoding="utf-8"))
-    imported = {node.module if isinstance(node, ast.ImportFrom) else alias.name
-                for node in ast.walk(tree) if isinstance(node, ast.Import | ast.ImportFrom)
-                for alias in node.names}  # fmt: skip
-    assert imported <= {"__future__", "hashlib", "json", "math", "re", "typing", "ledger",
-                        "runner.simulated_text"}, imported  # fmt: skip
+    imported = {
+        node.module if isinstance(node, ast.ImportFrom) else alias.name
+        for node in ast.walk(tree)
+        if isinstance(node, ast.Import | ast.ImportFrom)
+        for alias in node.names
+    }
+    assert imported <= {
+        "__future__",
+        "hashlib",
+        "json",
+        "math",
+        "re",
+        "typing",
+        "ledger",
+        "runner.simulated_text",
+    }, imported
 
 
 @pytest.mark.slow
@@ -422,11 +476,14 @@ def test_the_demo_strata_are_the_annotators_labels(demo: tuple[Any, str]) -> Non
     for label in [*cov["perturbable"], *cov["indicators"]]:
         for arm in GREEN_STRATA_ARMS:
             arm_rows = [r for r in rows if r["arm"] == arm]
-            counted = {v: sum(1 for r in arm_rows if r[f"covariate.{label}"] == v)
-                       for v in ("True", "False")}  # fmt: skip
+            counted = {
+                v: sum(1 for r in arm_rows if r[f"covariate.{label}"] == v)
+                for v in ("True", "False")
+            }
             for r in arm_rows:  # the annotator's label is the supplied one, trial by trial
-                assert r[f"covariate.{label}"] == ("True" if supplied[r["stimulus"]][label]
-                                                   == "yes" else "False"), (label, r["trial"])
+                assert r[f"covariate.{label}"] == (
+                    "True" if supplied[r["stimulus"]][label] == "yes" else "False"
+                ), (label, r["trial"])
             levels = cov["strata"][label]["levels"]
             assert levels["true"].get(arm, {}).get("trials", 0) <= counted["True"]
             assert levels["false"].get(arm, {}).get("trials", 0) <= counted["False"]

@@ -75,10 +75,12 @@ def test_each_study_of_the_template_locks(suite: list[NewStudy], home: Path) -> 
         study = load_study(root)
         # every arm on both models, every item, each variant it runs, each replicate
         expected = sum(
-            2 * len(study.load_items()) * max(1, len(study.arm_variants(arm)))
+            2
+            * len(study.load_items())
+            * max(1, len(study.arm_variants(arm)))
             * (study.arms[arm].replicates or study.replicates)
             for arm in study.arms
-        )  # fmt: skip
+        )
         assert locked.trials == expected == len(study.trial_ids()), made.root.name
 
 
@@ -130,8 +132,7 @@ def trials(suite: list[NewStudy]) -> mcq.Trials:
     assert renderer.items is not None
     sim = SimulatedTextModel()
     rows = []
-    cells = [("zs_direct", v) for v in ORDERS] + [("fs_direct", "original"),
-                                                  ("zs_cot", "original")]  # fmt: skip
+    cells = [("zs_direct", v) for v in ORDERS] + [("fs_direct", "original"), ("zs_cot", "original")]
     for model in renderer.study.models or {}:
         for arm, variant in cells:
             for item in renderer.items:
@@ -142,15 +143,22 @@ def trials(suite: list[NewStudy]) -> mcq.Trials:
                 shares = dict(sim.letter_distribution(body))
                 cloze = max(LABELS, key=lambda lab: (shares[lab], -LABELS.index(lab)))
                 for kind, said in (("text", letter), ("cloze", cloze)):
-                    rows.append({
-                        "trial": f"{kind}|{arm}|{model}|{item.id}|{variant}",
-                        "item": item.id, "arm": f"{arm}/{kind}", "model": model,
-                        "variant": variant, "rep": 1, "key": varied.answer,
-                        "key_original": item.answer, "letter": said,
-                        "answer": _answer_original(varied, item, said),
-                        "correct": said == varied.answer,
-                        "parse": "ok" if said is not None else "unparseable",
-                    })  # fmt: skip
+                    rows.append(
+                        {
+                            "trial": f"{kind}|{arm}|{model}|{item.id}|{variant}",
+                            "item": item.id,
+                            "arm": f"{arm}/{kind}",
+                            "model": model,
+                            "variant": variant,
+                            "rep": 1,
+                            "key": varied.answer,
+                            "key_original": item.answer,
+                            "letter": said,
+                            "answer": _answer_original(varied, item, said),
+                            "correct": said == varied.answer,
+                            "parse": "ok" if said is not None else "unparseable",
+                        }
+                    )
     return mcq.check_trials(pd.DataFrame(rows))
 
 
@@ -170,7 +178,9 @@ def test_few_shot_examples_raise_position_bias(trials: mcq.Trials, model: str) -
 def test_reordering_the_options_flips_answers(trials: mcq.Trials, model: str) -> None:
     for variant in ORDERS[1:]:
         flips = mcq.flip_rate_between(
-            trials, ("zs_direct/text", "original", model), ("zs_direct/text", variant, model),
+            trials,
+            ("zs_direct/text", "original", model),
+            ("zs_direct/text", variant, model),
             iterations=200,
         )
         assert flips.rate > 0.1 and flips.lower > 0, (variant, flips.rate)
@@ -192,8 +202,7 @@ def test_cloze_reads_the_readers_answer_with_less_position_bias(
     cloze = mcq.position_metrics(trials, ("zs_direct/cloze", "original", model))
     accuracy = mcq.accuracy_by_cell(trials)
     acc = {(c.arm, c.variant, c.model): c.accuracy for c in accuracy}
-    assert acc[("zs_direct/cloze", "original", model)] >= acc[("zs_direct/text", "original",
-                                                                 model)]  # fmt: skip
+    assert acc[("zs_direct/cloze", "original", model)] >= acc[("zs_direct/text", "original", model)]
     assert cloze.bias <= text.bias
 
 
@@ -204,8 +213,10 @@ def test_chain_of_thought_and_examples_move_the_capture_and_the_slips(
     captured by position more; examples strengthen the capture."""
     renderer = Renderer(load_study(suite[0].root))
     sim = SimulatedTextModel()
-    body = {arm: renderer.body(arm, "medgemma_4b", "m07", "original")
-            for arm in ("zs_direct", "zs_cot", "fs_direct")}  # fmt: skip
+    body = {
+        arm: renderer.body(arm, "medgemma_4b", "m07", "original")
+        for arm in ("zs_direct", "zs_cot", "fs_direct")
+    }
     assert read_prompt(body["zs_cot"]).cot and read_prompt(body["fs_direct"]).shots == 3
     assert sim.slip_probability(body["zs_cot"]) < sim.slip_probability(body["zs_direct"])
     capture = {arm: sim.capture_probability(b) for arm, b in body.items()}
@@ -246,14 +257,21 @@ def test_the_template_demo_verifies_and_shows_the_phenomena(demo: tuple[Any, str
     assert f"vote {100 * vote['accuracy_vote']:.1f}% vs mean per order" in printed
     # the report's table of seed 002's registered statistics shows them too
     html = (result.study / "mcq" / "report" / "report.html").read_text(encoding="utf-8")
-    assert (f"vote {100 * vote['accuracy_vote']:.1f}% vs mean order "
-            f"{100 * vote['accuracy_orders']:.1f}%") in html  # fmt: skip
+    assert (
+        f"vote {100 * vote['accuracy_vote']:.1f}% vs mean order "
+        f"{100 * vote['accuracy_orders']:.1f}%"
+    ) in html
     assert f"bias {bias['bias_a']:.4g} vs {bias['bias_b']:.4g}" in html
     # the declared review sample: CoT wrong, direct right, exported for coding
     review = found["review.cot_hurt"]["values"]
     assert review["size"] == min(10, review["n_candidates"]) > 0
-    rows = list(csv.DictReader(io.StringIO(
-        (result.archive / "mcq" / "analysis" / "review" / "cot_hurt.csv").read_text("utf-8"))))
+    rows = list(
+        csv.DictReader(
+            io.StringIO(
+                (result.archive / "mcq" / "analysis" / "review" / "cot_hurt.csv").read_text("utf-8")
+            )
+        )
+    )
     assert [r["failed_trial"] for r in rows] == [c["failed_trial"] for c in review["cases"]]
     assert all(r["failed_answer"] != r["key_original"] == r["succeeded_answer"] for r in rows)
     assert all(r["codes"] == "" and r["failed_response"] for r in rows)
@@ -272,8 +290,9 @@ def test_a_changed_item_fails_verification_naming_it(forged: Path) -> None:
     from test_archive_tamper import failed, passed
     from test_verify_text_study import relocked_report
 
-    report = relocked_report(forged, "data/items.jsonl",
-                             lambda b: b.replace(b"paracetamol", b"ibuprofen"))
+    report = relocked_report(
+        forged, "data/items.jsonl", lambda b: b.replace(b"paracetamol", b"ibuprofen")
+    )
     passed(report, "signatures")
     assert "data/items.jsonl" in failed(report, "protocol")
     assert "|m01|" in failed(report, "requests")
@@ -303,8 +322,12 @@ def test_a_changed_few_shot_example_fails_verification_naming_it(forged: Path) -
     from verify import verify_archive
 
     events = read_events(forged)
-    old, new = relock(forged, events, "data/examples.jsonl",
-                      lambda b: b.replace(b"cholecystokinin", b"gastrin", 1))  # fmt: skip
+    old, new = relock(
+        forged,
+        events,
+        "data/examples.jsonl",
+        lambda b: b.replace(b"cholecystokinin", b"gastrin", 1),
+    )
     assert old != new
     forge(forged, events)
     report = verify_archive(forged)
@@ -330,8 +353,7 @@ def test_the_docs_numbers_of_the_phenomena_are_the_models() -> None:
         f"think step by step, {pct(p.prior_base + 3 * p.prior_shot)} with three few-shot "
         "examples)"
     ) in doc
-    assert (f"between {round(100 * p.knowledge_low)} % and {round(100 * p.knowledge_high)} %"
-            in doc)  # fmt: skip
+    assert f"between {round(100 * p.knowledge_low)} % and {round(100 * p.knowledge_high)} %" in doc
     for model in ("google/medgemma-4b-it", "google/medgemma-27b-text-it"):
         assert f"`{model}` knows about {round(100 * knowledge_coverage(model))} %" in doc
     assert f"less `{p.weight_known}*[from knowledge]`" in doc
@@ -341,21 +363,31 @@ def test_the_demo_rows_read_the_recorded_values() -> None:
     """suite_figures: one row per seed-002 result, from its recorded values alone."""
     from analysis.demo import suite_figures
 
-    plan = {"hypotheses": [
-        {"id": "B", "test": "position-bias", "contrast": ["few", "zero"]},
-        {"id": "F", "test": "flip-rate", "arm": "zero", "variants": ["original", "rot1"]},
-        {"id": "V", "test": "voting", "arm": "zero", "variants": ["original", "rot1", "swap"]},
-        {"id": "M", "test": "mcnemar", "contrast": ["few", "zero"]},
-    ]}  # fmt: skip
+    plan = {
+        "hypotheses": [
+            {"id": "B", "test": "position-bias", "contrast": ["few", "zero"]},
+            {"id": "F", "test": "flip-rate", "arm": "zero", "variants": ["original", "rot1"]},
+            {"id": "V", "test": "voting", "arm": "zero", "variants": ["original", "rot1", "swap"]},
+            {"id": "M", "test": "mcnemar", "contrast": ["few", "zero"]},
+        ]
+    }
     results = [
-        {"hypothesis": "B", "status": "ok", "verdict": "supported",
-         "values": {"bias_a": 0.4, "bias_b": 0.1}},
-        {"hypothesis": "F@m1", "status": "ok", "verdict": "supported",
-         "values": {"estimate": 0.375}},
+        {
+            "hypothesis": "B",
+            "status": "ok",
+            "verdict": "supported",
+            "values": {"bias_a": 0.4, "bias_b": 0.1},
+        },
+        {
+            "hypothesis": "F@m1",
+            "status": "ok",
+            "verdict": "supported",
+            "values": {"estimate": 0.375},
+        },
         {"hypothesis": "V", "status": "failed", "error": "no complete group"},
         {"hypothesis": "M", "status": "ok", "verdict": "supported", "values": {}},
         {"hypothesis": None, "status": "ok"},
-    ]  # fmt: skip
+    ]
     assert suite_figures(results, plan) == [
         ("B", "position-bias", "few vs zero", "few 0.400, zero 0.100", "supported"),
         ("F@m1", "flip-rate", "zero: original vs rot1", "37.5% of pairs (answer)", "supported"),
@@ -385,8 +417,9 @@ def test_the_template_demo_refuses_replicates(tmp_path: Path) -> None:
 
     from ledger.cli import main
 
-    out = CliRunner().invoke(main, ["demo", str(tmp_path / "d"), "--template", TEMPLATE,
-                                    "--replicates", "3"])  # fmt: skip
+    out = CliRunner().invoke(
+        main, ["demo", str(tmp_path / "d"), "--template", TEMPLATE, "--replicates", "3"]
+    )
     assert out.exit_code == 2
     assert "--replicates does not apply to the medmcqa-prompt-sensitivity demo" in out.output
     assert not (tmp_path / "d").exists()

@@ -83,11 +83,14 @@ top_p = 1.0
 # A check of the data files with the seed's ten prompting conditions and its CoT
 # self-consistency sampling (the template's own studies, with variants, cloze and voting, are
 # runner/templates/medmcqa_prompt_sensitivity/studies/*.toml, tested by test_template_mcq.py).
-MCQ_STUDY = """
+MCQ_STUDY = (
+    """
 [study]
 id = "medmcqa-data-check"
 title = "Seed 002 prompting conditions on the template's questions"
-""" + MODELS + """
+"""
+    + MODELS
+    + """
 [components]
 system = "prompts/system.txt"
 direct_intro = "prompts/direct_intro.txt"
@@ -242,15 +245,20 @@ test = "mcnemar"
 alpha = 0.05
 correction = "bonferroni"
 family = "ablation"
-""" + COMMON
+"""
+    + COMMON
+)
 
 # The seed's answer-only prompt has its own item layout: a study of its own until an arm can
 # name its item template.
-ANSWER_ONLY_STUDY = """
+ANSWER_ONLY_STUDY = (
+    """
 [study]
 id = "medmcqa-answer-only-check"
 title = "Seed 002 answer-only condition"
-""" + MODELS + """
+"""
+    + MODELS
+    + """
 [components]
 system = "prompts/system.txt"
 
@@ -279,16 +287,21 @@ description = "A system prompt changes answer-only accuracy."
 contrast = ["answer_only", "bare"]
 test = "mcnemar"
 alpha = 0.05
-""" + COMMON
+"""
+    + COMMON
+)
 
 
 def abstract_study(item_template: str, intro: str) -> str:
     """The evidence arm over the abstracts, with ``item_template`` and the intro component."""
-    return """
+    return (
+        """
 [study]
 id = "pubmedqa-evidence-check"
 title = "Seed 002 evidence conditioning"
-""" + MODELS + f"""
+"""
+        + MODELS
+        + f"""
 [components]
 system = "prompts/system.txt"
 intro = "prompts/{intro}"
@@ -320,7 +333,9 @@ description = "The instruction changes accuracy."
 contrast = ["evidence", "bare"]
 test = "mcnemar"
 alpha = 0.05
-""" + COMMON
+"""
+        + COMMON
+    )
 
 
 STUDIES = {
@@ -389,11 +404,14 @@ def test_the_template_folder_is_packaged() -> None:
     patterns = config["tool"]["setuptools"]["package-data"]["runner"]
     runner_dir = REPO / "runner"
     packaged = {
-        Path(p) for pattern in patterns
-        for p in glob.glob(pattern, root_dir=runner_dir) if (runner_dir / p).is_file()
+        Path(p)
+        for pattern in patterns
+        for p in glob.glob(pattern, root_dir=runner_dir)
+        if (runner_dir / p).is_file()
     }
     files = {
-        p.relative_to(runner_dir) for p in TEMPLATE.rglob("*")
+        p.relative_to(runner_dir)
+        for p in TEMPLATE.rglob("*")
         if p.is_file() and "__pycache__" not in p.parts
     }
     assert files, "the template folder is empty"

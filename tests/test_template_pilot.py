@@ -25,8 +25,15 @@ from runner.importers import convert
 
 TEMPLATE = "green-shielding-pilot"
 DATA = resources.files("runner") / "templates" / "green_shielding_pilot" / "data"
-PERTURBED = ("pilot.no_tests", "pilot.no_symptoms", "belief", "pilot.choice", "binary",
-             "pilot.urgency", "pilot.first_person")  # fmt: skip
+PERTURBED = (
+    "pilot.no_tests",
+    "pilot.no_symptoms",
+    "belief",
+    "pilot.choice",
+    "binary",
+    "pilot.urgency",
+    "pilot.first_person",
+)
 
 
 @pytest.fixture(scope="module")
@@ -41,8 +48,11 @@ def test_the_questions_import_as_medxpertqa_and_the_simulation_knows_each(
 ) -> None:
     assert len(items) == 42 and [i["id"] for i in items[:2]] == ["Syn-1", "Syn-2"]
     screened = [p.screen(i["question"]) for i in items[:38]]
-    kept = [i for i, s in zip(items[:38], screened, strict=True)
-            if s["diagnostic"] and s["confidence"] >= 0.8]  # fmt: skip
+    kept = [
+        i
+        for i, s in zip(items[:38], screened, strict=True)
+        if s["diagnostic"] and s["confidence"] >= 0.8
+    ]
     assert len(kept) == 30
     assert sum(1 for s in screened if not s["diagnostic"]) == 5
     for item in kept:
@@ -73,7 +83,8 @@ def test_the_simulated_judge_and_mapper_read_the_answer_line() -> None:
 
 
 def test_the_simulation_reads_no_file_and_answers_deterministically(
-    monkeypatch: pytest.MonkeyPatch, items: list[dict[str, Any]],
+    monkeypatch: pytest.MonkeyPatch,
+    items: list[dict[str, Any]],
 ) -> None:
     """It answers from the request and the seed alone: no file opened, no item reader imported;
     the same request and seed give the same reply, and the run draw is shared by the arms."""
@@ -84,37 +95,63 @@ def test_the_simulation_reads_no_file_and_answers_deterministically(
         raise AssertionError("the pilot simulation opened a file")
 
     def ask(text: str, seed: str) -> str:
-        request = {"model": "m", "max_tokens": 300, "temperature": 0.7, "messages": [
-            {"role": "user", "content": [{"type": "text", "text": text}]}]}  # fmt: skip
+        request = {
+            "model": "m",
+            "max_tokens": 300,
+            "temperature": 0.7,
+            "messages": [{"role": "user", "content": [{"type": "text", "text": text}]}],
+        }
         return p.target_answer(request, seed)
 
-    task = "\n\nWhat is the most likely diagnosis? Reply on a line that starts " \
+    task = (
+        "\n\nWhat is the most likely diagnosis? Reply on a line that starts "
         '"Most likely diagnosis:", then one line of reasoning.'
+    )
     monkeypatch.setattr(builtins, "open", refuse)
     monkeypatch.setattr(Path, "read_text", refuse)
     question = items[0]["question"]
     first = ask(question + task, "7|pilot.default|m|Syn-1|2|1")
     assert first == ask(question + task, "7|pilot.default|m|Syn-1|2|1")
     assert first.startswith(p.TASK_MARKER)
+
     # the urgency sentence moves the probability a little, the run draw is the same: over the
     # 30 questions and 4 replicates, most pairs agree
     def right(item: dict[str, Any], text: str, seed: str) -> str:
         truth = item["options"]["ABCDEFGHIJ".index(item["answer"])]
         return p.judge(f"{item['answer']}. {truth}", ask(text, seed))
 
-    pairs = [(right(i, i["question"] + task, f"7|a|m|{i['id']}|{r}|1"),
-              right(i, i["question"] + " Please hurry, I am really scared." + task,
-                    f"7|b|m|{i['id']}|{r}|1"))
-             for i in items[:30] for r in range(4)]  # fmt: skip
+    pairs = [
+        (
+            right(i, i["question"] + task, f"7|a|m|{i['id']}|{r}|1"),
+            right(
+                i,
+                i["question"] + " Please hurry, I am really scared." + task,
+                f"7|b|m|{i['id']}|{r}|1",
+            ),
+        )
+        for i in items[:30]
+        for r in range(4)
+    ]
     assert sum(a != b for a, b in pairs) <= 12  # a success rate of 10% at most
     assert {a for a, _ in pairs} == {"correct", "incorrect"}
     monkeypatch.undo()
     tree = ast.parse(Path(p.__file__).read_text(encoding="utf-8"))
-    imported = {node.module if isinstance(node, ast.ImportFrom) else alias.name
-                for node in ast.walk(tree) if isinstance(node, ast.Import | ast.ImportFrom)
-                for alias in node.names}  # fmt: skip
-    assert imported <= {"__future__", "hashlib", "json", "math", "re", "typing", "ledger",
-                        "runner.simulated_text"}, imported  # fmt: skip
+    imported = {
+        node.module if isinstance(node, ast.ImportFrom) else alias.name
+        for node in ast.walk(tree)
+        if isinstance(node, ast.Import | ast.ImportFrom)
+        for alias in node.names
+    }
+    assert imported <= {
+        "__future__",
+        "hashlib",
+        "json",
+        "math",
+        "re",
+        "typing",
+        "ledger",
+        "runner.simulated_text",
+    }, imported
 
 
 def test_an_after_arm_may_follow_a_factorial_cell_but_not_the_base(tmp_path: Path) -> None:
@@ -124,18 +161,32 @@ def test_an_after_arm_may_follow_a_factorial_cell_but_not_the_base(tmp_path: Pat
 
     made = new_study(tmp_path / "s", TEMPLATE, fixed_key("pilot-a"), study_id="pilot-a")
     study = load_study(made.root)
-    assert study.arms["belief"].after == {"arm": "pilot.default", "answer": "pick",
-                                          "rule": "next-option"}  # fmt: skip
+    assert study.arms["belief"].after == {
+        "arm": "pilot.default",
+        "answer": "pick",
+        "rule": "next-option",
+    }
     spec = made.root / "study.toml"
-    spec.write_text(spec.read_text(encoding="utf-8").replace(
-        'after = { arm = "pilot.default", answer = "pick"',
-        'after = { arm = "pilot", answer = "pick"', 1), encoding="utf-8")  # fmt: skip
-    with pytest.raises(StudyError, match=r"arms\.belief\.after: arm 'pilot' is the template of "
-                       "the factorial cells"):  # fmt: skip
+    spec.write_text(
+        spec.read_text(encoding="utf-8").replace(
+            'after = { arm = "pilot.default", answer = "pick"',
+            'after = { arm = "pilot", answer = "pick"',
+            1,
+        ),
+        encoding="utf-8",
+    )
+    with pytest.raises(
+        StudyError,
+        match=r"arms\.belief\.after: arm 'pilot' is the template of "
+        "the factorial cells",
+    ):
         load_study(made.root)
-    spec.write_text(spec.read_text(encoding="utf-8").replace(
-        'after = { arm = "pilot", answer', 'after = { arm = "pilot.nope", answer', 1),
-        encoding="utf-8")  # fmt: skip
+    spec.write_text(
+        spec.read_text(encoding="utf-8").replace(
+            'after = { arm = "pilot", answer', 'after = { arm = "pilot.nope", answer', 1
+        ),
+        encoding="utf-8",
+    )
     with pytest.raises(StudyError, match=r"arms\.belief\.after: unknown arm 'pilot\.nope'"):
         load_study(made.root)
 
@@ -147,10 +198,24 @@ def _pairs_data(excluded: list[str]) -> tuple[Any, Any]:
 
     import pandas as pd
 
-    rows = [{"arm": arm, "control": False, "excluded": False, "trial": f"{arm}|m|{item}|1",
-             "stimulus": item, "model": "m", "variant": "", "rep": 1, "accuracy": acc}
-            for arm, item, acc in (("pilot.default", "q1", 1.0), ("pilot.default", "q2", 0.0),
-                                   ("belief", "q1", 0.0))]  # fmt: skip
+    rows = [
+        {
+            "arm": arm,
+            "control": False,
+            "excluded": False,
+            "trial": f"{arm}|m|{item}|1",
+            "stimulus": item,
+            "model": "m",
+            "variant": "",
+            "rep": 1,
+            "accuracy": acc,
+        }
+        for arm, item, acc in (
+            ("pilot.default", "q1", 1.0),
+            ("pilot.default", "q2", 0.0),
+            ("belief", "q1", 0.0),
+        )
+    ]
     ours = SimpleNamespace(trials=pd.DataFrame(rows), given_up=(), excluded_trials=tuple(excluded))
     theirs = SimpleNamespace(trials=rows, given_up=[], excluded_trials=list(excluded))
     return ours, theirs
@@ -168,9 +233,20 @@ def test_a_second_stage_never_sent_is_a_counted_exclusion_of_the_pairs() -> None
     obs = qr_boot.observations(ours, "trial_accuracy", "belief", "pilot.default")
     ref = _qrboot._observations(theirs, "trial_accuracy", "belief", "pilot.default")
     assert obs.keys == ref["keys"] == [("q1", "m", "", 1)]
-    assert obs.excluded == ref["excluded"] == [
-        {"item": "q2", "model": "m", "variant": "", "rep": 1, "kind": "excluded",
-         "trials": ["belief|m|q2|1", "pilot.default|m|q2|1"]}]  # fmt: skip
+    assert (
+        obs.excluded
+        == ref["excluded"]
+        == [
+            {
+                "item": "q2",
+                "model": "m",
+                "variant": "",
+                "rep": 1,
+                "kind": "excluded",
+                "trials": ["belief|m|q2|1", "pilot.default|m|q2|1"],
+            }
+        ]
+    )
     assert obs.undefined == ref["undefined"] == 1
     ours, theirs = _pairs_data([])
     with pytest.raises(StatsError, match=r"arm 'pilot\.default' has item 'q2'"):
@@ -196,8 +272,10 @@ def analysed(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, dic
         key = fixed_key("pilot")
         made = new_study(base / "s", TEMPLATE, key, study_id="pilot-test")
         spec = made.root / "study.toml"
-        spec.write_text(spec.read_text(encoding="utf-8").replace(
-            "replicates = 3\n", "replicates = 1\n", 1), encoding="utf-8")  # fmt: skip
+        spec.write_text(
+            spec.read_text(encoding="utf-8").replace("replicates = 3\n", "replicates = 1\n", 1),
+            encoding="utf-8",
+        )
         lock_study(made.root, key)
         result = run_study(made.root, key, SimulatedBackend(), RunOptions(concurrency=16))
         assert result.pending == 0
@@ -251,8 +329,9 @@ def _table(analysed: dict[str, dict[str, Any]]) -> dict[str, dict[str, float]]:
     for entry in entries:
         if "contrast" in entry and entry["contrast"][1] == "pilot.default":
             row = entry["rows"][0]
-            out[entry["contrast"][0]] = {k: row[k]["estimate"]
-                                         for k in ("default", "perturbed", "success_rate")}
+            out[entry["contrast"][0]] = {
+                k: row[k]["estimate"] for k in ("default", "perturbed", "success_rate")
+            }
     return out
 
 
@@ -311,8 +390,11 @@ def test_a_changed_judge_prompt_fails_verification_naming_it(
     result, _ = demo
     forged = tmp_path / "archive"
     shutil.copytree(result.archive, forged)
-    report = relocked_report(forged, "prompts/judge.txt", lambda b: b.replace(
-        b"Synonyms and more specific names", b"Only exact names"))
+    report = relocked_report(
+        forged,
+        "prompts/judge.txt",
+        lambda b: b.replace(b"Synonyms and more specific names", b"Only exact names"),
+    )
     passed(report, "signatures")
     # the forger re-locked the file, but the arms' identity (arm_identity 2) covers the steps'
     # prompts: protocol names the stale identity, steps the changed template (issue 31)

@@ -177,9 +177,7 @@ def refused(root: Path, key: Path, *needles: str) -> str:
 
 def test_a_template_slot_no_item_fills_is_refused(fresh_mc: Path, key_file: Path) -> None:
     edit(fresh_mc, "prompts/item.txt", "{options}", "{options}\n{context}")
-    refused(
-        fresh_mc, key_file, "prompts/item.txt:3:1: slot {context}: item 'q1' has no such field"
-    )
+    refused(fresh_mc, key_file, "prompts/item.txt:3:1: slot {context}: item 'q1' has no such field")
 
 
 def test_the_answer_in_the_item_template_is_refused(fresh_mc: Path, key_file: Path) -> None:
@@ -197,12 +195,17 @@ def test_a_stray_brace_in_a_template_names_line_and_column(fresh_mc: Path, key_f
 def test_few_shot_examples_overlapping_test_items_are_refused(
     fresh_mc: Path, key_file: Path
 ) -> None:
-    edit(fresh_mc, "data/examples.jsonl", "Which organ exchanges oxygen with the air?",
-         "Which vitamin deficiency causes scurvy?")  # fmt: skip
+    edit(
+        fresh_mc,
+        "data/examples.jsonl",
+        "Which organ exchanges oxygen with the air?",
+        "Which vitamin deficiency causes scurvy?",
+    )
     refused(
-        fresh_mc, key_file,
+        fresh_mc,
+        key_file,
         "examples.jsonl:2: example 'ex2' has the same question as test item 'q2'",
-    )  # fmt: skip
+    )
     edit(fresh_mc, "data/examples.jsonl", '"id": "ex1"', '"id": "q1"')
     edit(fresh_mc, "study.toml", 'ids = ["ex1", "ex2", "ex3"]', 'ids = ["q1", "ex2", "ex3"]')
     refused(fresh_mc, key_file, "example 'q1' is also a test item")
@@ -212,25 +215,39 @@ def test_a_sampling_parameter_the_provider_does_not_take_is_refused(
     fresh_mc: Path, key_file: Path
 ) -> None:
     edit(fresh_mc, "study.toml", 'provider = "openai-compatible"', 'provider = "openai"')
-    edit(fresh_mc, "study.toml", 'components = ["item"]\n\n[stimuli]',
-         'components = ["item"]\nsampling = { top_k = 50 }\n\n[stimuli]')  # fmt: skip
+    edit(
+        fresh_mc,
+        "study.toml",
+        'components = ["item"]\n\n[stimuli]',
+        'components = ["item"]\nsampling = { top_k = 50 }\n\n[stimuli]',
+    )
     out = refused(fresh_mc, key_file, "arms.bare.sampling.top_k: provider 'openai' takes no top_k")
     assert "study.toml:" in out
     edit(fresh_mc, "study.toml", "sampling = { top_k = 50 }", "sampling = { temperature = 1.5 }")
-    refused(fresh_mc, key_file, "arms.bare.sampling.temperature: must be a number between 0 and 1 "
-            "for provider 'anthropic', got 1.5")  # fmt: skip
+    refused(
+        fresh_mc,
+        key_file,
+        "arms.bare.sampling.temperature: must be a number between 0 and 1 "
+        "for provider 'anthropic', got 1.5",
+    )
 
 
 def test_unknown_keys_in_the_new_tables_are_refused(fresh_mc: Path, key_file: Path) -> None:
     edit(fresh_mc, "study.toml", 'rule = "fixed"', 'rule = "fixed"\ncuont = 3')
-    edit(fresh_mc, "study.toml", 'item = "prompts/item.txt"',
-         'item = "prompts/item.txt"\noptions = "x"')  # fmt: skip
+    edit(
+        fresh_mc,
+        "study.toml",
+        'item = "prompts/item.txt"',
+        'item = "prompts/item.txt"\noptions = "x"',
+    )
     edit(fresh_mc, "study.toml", 'id = "smollm2-135m"', 'id = "smollm2-135m"\ntop_q = 1')
     out = refused(
-        fresh_mc, key_file, "[fewshot.worked] cuont: unknown key (did you mean 'count'?)",
+        fresh_mc,
+        key_file,
+        "[fewshot.worked] cuont: unknown key (did you mean 'count'?)",
         "[models.small] top_q: unknown key (did you mean 'top_p'?)",
         "[prompt] options: unknown key",
-    )  # fmt: skip
+    )
     assert re.search(r"study\.toml:\d+: \[fewshot\.worked\] cuont", out), out
 
 
@@ -241,13 +258,33 @@ def test_a_backend_serving_none_of_the_models_is_refused_before_anything_is_reco
     edit(fresh_mc, "study.toml", 'provider = "openai-compatible"', 'provider = "openai"')
     assert run("lock", fresh_mc, "--key", key_file).exit_code == 0
     before = ledger_size(fresh_mc)
-    result = run("run", fresh_mc, "--backend", "anthropic", "--model", "small", "--key", key_file,
-                 "--base-url", "http://127.0.0.1:9/")  # fmt: skip
+    result = run(
+        "run",
+        fresh_mc,
+        "--backend",
+        "anthropic",
+        "--model",
+        "small",
+        "--key",
+        key_file,
+        "--base-url",
+        "http://127.0.0.1:9/",
+    )
     assert result.exit_code == 1
     want = "--model small: the study is locked for provider 'openai' ([models.small] provider)"
     assert want in result.output
-    result = run("run", fresh_mc, "--backend", "openai-compatible", "--model", "nope",
-                 "--key", key_file, "--base-url", "http://127.0.0.1:9/v1")  # fmt: skip
+    result = run(
+        "run",
+        fresh_mc,
+        "--backend",
+        "openai-compatible",
+        "--model",
+        "nope",
+        "--key",
+        key_file,
+        "--base-url",
+        "http://127.0.0.1:9/v1",
+    )
     assert result.exit_code == 1 and "--model nope: not a model of" in result.output
     assert ledger_size(fresh_mc) == before
 
@@ -266,10 +303,16 @@ def test_a_changed_item_file_after_lock_stops_every_command(fresh_mc: Path, key_
     ("old", "new", "message"),
     [
         ('"id": "q2"', '"id": "q1"', "data/items.jsonl:2: duplicate id 'q1' (first on line 1)"),
-        (', "answer": "A", "metadata": {"subject": "nutrition"}', ', "metadata": {}',
-         "data/items.jsonl:2: item 'q2' has no answer"),
-        ('"answer": "D"', '"answer": "E"',
-         "data/items.jsonl:5: item 'q5': answer 'E' is not among its options' labels"),
+        (
+            ', "answer": "A", "metadata": {"subject": "nutrition"}',
+            ', "metadata": {}',
+            "data/items.jsonl:2: item 'q2' has no answer",
+        ),
+        (
+            '"answer": "D"',
+            '"answer": "E"',
+            "data/items.jsonl:5: item 'q5': answer 'E' is not among its options' labels",
+        ),
         ('{"id": "q3"', '\n{"id": "q3"', "data/items.jsonl:3: blank line"),
         ("Which blood cells", "Which bl\udcffood cells", "data/items.jsonl:4: not UTF-8"),
     ],
@@ -306,13 +349,20 @@ def test_the_same_text_study_exports_the_same_bytes(
     for name in ("first", "second"):
         monkeypatch.setenv("PROMPT_LEDGER_HOME", str(tmp_path / f"home-{name}"))
         root = write_example(tmp_path / name / "study", MC)
-        edit(root, "study.toml", "bootstrap_iterations = 1000",
-             'bootstrap_iterations = 1000\nblinding_secret = "env:MC_SECRET"')  # fmt: skip
+        edit(
+            root,
+            "study.toml",
+            "bootstrap_iterations = 1000",
+            'bootstrap_iterations = 1000\nblinding_secret = "env:MC_SECRET"',
+        )
         for command in (
-            ["lock", root], ["run", root, "--backend", "simulated", "--concurrency", "1"],
-            ["score", root], ["unblind", root], ["analyze", root],
+            ["lock", root],
+            ["run", root, "--backend", "simulated", "--concurrency", "1"],
+            ["score", root],
+            ["unblind", root],
+            ["analyze", root],
             ["export", root, tmp_path / name / "archive"],
-        ):  # fmt: skip
+        ):
             result = run(*command, "--key", key)
             assert result.exit_code == 0, (command[0], result.output)
         archives.append(tmp_path / name / "archive")
@@ -320,8 +370,9 @@ def test_the_same_text_study_exports_the_same_bytes(
     def files(archive: Path) -> dict[str, bytes]:
         return {
             p.relative_to(archive).as_posix(): p.read_bytes()
-            for p in sorted(archive.rglob("*")) if p.is_file()
-        }  # fmt: skip
+            for p in sorted(archive.rglob("*"))
+            if p.is_file()
+        }
 
     first, second = (files(a) for a in archives)
     assert sorted(first) == sorted(second)

@@ -54,25 +54,35 @@ needs_nginx = pytest.mark.skipif(
 # ---------------------------------------------------------------------- paths and tiles
 
 
-@pytest.mark.parametrize(("index", "path"), [
-    (0, "000"), (5, "005"), (999, "999"), (1000, "x001/000"), (1234067, "x001/x234/067"),
-])  # fmt: skip
+@pytest.mark.parametrize(
+    ("index", "path"),
+    [
+        (0, "000"),
+        (5, "005"),
+        (999, "999"),
+        (1000, "x001/000"),
+        (1234067, "x001/x234/067"),
+    ],
+)
 def test_index_encoding(index: int, path: str) -> None:
     assert encode_index(index) == path
     assert parse_tile_path(f"tile/0/{path}") == TileRef(0, index)
 
 
-@pytest.mark.parametrize(("path", "message"), [
-    ("tile/0/5", "not a tile path"),
-    ("tile/00/000", "not a tile path"),
-    ("tile/64/000", "outside 0..63"),
-    ("tile/0/x000/005", "not canonical"),
-    ("tile/0/000.p/0", "not a tile path"),
-    ("tile/0/000.p/256", "width must be 1..255"),
-    ("tile/0/000.p/007", "not a tile path"),
-    ("tile/0/../000", "not a tile path"),
-    ("tile/entries/x1/000", "not a tile path"),
-])  # fmt: skip
+@pytest.mark.parametrize(
+    ("path", "message"),
+    [
+        ("tile/0/5", "not a tile path"),
+        ("tile/00/000", "not a tile path"),
+        ("tile/64/000", "outside 0..63"),
+        ("tile/0/x000/005", "not canonical"),
+        ("tile/0/000.p/0", "not a tile path"),
+        ("tile/0/000.p/256", "width must be 1..255"),
+        ("tile/0/000.p/007", "not a tile path"),
+        ("tile/0/../000", "not a tile path"),
+        ("tile/entries/x1/000", "not a tile path"),
+    ],
+)
 def test_bad_tile_paths(path: str, message: str) -> None:
     with pytest.raises(TileError, match=message):
         parse_tile_path(path)
@@ -218,9 +228,10 @@ def point(world: dict[str, object], target: Path) -> None:
 
 
 def monitor(world: dict[str, object], state: Path, *extra: str) -> object:
-    return CliRunner().invoke(main, [
-        "monitor", str(world["url"]), "--trusted-key", OWNER.vkey, "--state", str(state),
-        *extra])  # fmt: skip
+    return CliRunner().invoke(
+        main,
+        ["monitor", str(world["url"]), "--trusted-key", OWNER.vkey, "--state", str(state), *extra],
+    )
 
 
 def test_blinding_holds_over_http(world: dict[str, object]) -> None:
@@ -415,22 +426,25 @@ def served(world: dict[str, object]) -> Iterator[str]:
         yield service.url
 
 
-@pytest.mark.parametrize(("path", "status", "message"), [
-    ("/study/checkpoint", 200, ""),
-    ("/study/tile/0/000", 200, ""),
-    ("/study/tile/0/001.p/169", 200, ""),
-    ("/study/tile/0/9", 400, "not a tile path"),
-    ("/study/tile/0/x000/001", 400, "not canonical"),
-    ("/study/tile/99/000", 400, "outside 0..63"),
-    ("/study/tile/0/005", 404, "not published"),
-    ("/study/blob/zz", 400, "blob/<sha256 hex>"),
-    ("/study/blob/" + "0" * 64, 404, "not published"),
-    ("/.hidden/checkpoint", 400, "not a log name"),
-    ("/study/../../etc/passwd", 400, "not checkpoint, a tile path"),
-    ("/study/%2e%2e/checkpoint", 400, ""),
-    ("/nope/checkpoint", 404, "not published"),
-    ("/study/ledger.db", 400, "not checkpoint, a tile path"),
-])  # fmt: skip
+@pytest.mark.parametrize(
+    ("path", "status", "message"),
+    [
+        ("/study/checkpoint", 200, ""),
+        ("/study/tile/0/000", 200, ""),
+        ("/study/tile/0/001.p/169", 200, ""),
+        ("/study/tile/0/9", 400, "not a tile path"),
+        ("/study/tile/0/x000/001", 400, "not canonical"),
+        ("/study/tile/99/000", 400, "outside 0..63"),
+        ("/study/tile/0/005", 404, "not published"),
+        ("/study/blob/zz", 400, "blob/<sha256 hex>"),
+        ("/study/blob/" + "0" * 64, 404, "not published"),
+        ("/.hidden/checkpoint", 400, "not a log name"),
+        ("/study/../../etc/passwd", 400, "not checkpoint, a tile path"),
+        ("/study/%2e%2e/checkpoint", 400, ""),
+        ("/nope/checkpoint", 404, "not published"),
+        ("/study/ledger.db", 400, "not checkpoint, a tile path"),
+    ],
+)
 def test_serve_answers_bad_paths_with_4xx(
     served: str, path: str, status: int, message: str
 ) -> None:
@@ -506,8 +520,9 @@ def test_verify_log_checks_the_archive_is_exactly_the_published_log(
     [check] = check_published_log(archive, url, [OWNER.vkey])
     assert check.status.value == "PASS", check.reason
     assert "exactly the archive's 425 events" in check.reason
-    result = CliRunner().invoke(main, ["verify", str(archive), "--log", url, "--json",
-                                       "--trusted-key", OWNER.vkey])  # fmt: skip
+    result = CliRunner().invoke(
+        main, ["verify", str(archive), "--log", url, "--json", "--trusted-key", OWNER.vkey]
+    )
     found = [c for c in json.loads(result.stdout)["checks"] if c["name"] == "published-log"]
     assert [c["status"] for c in found] == ["PASS"]
     # the older publication: another size

@@ -57,33 +57,52 @@ def make_ca(directory: Path, cn: str, *, expired: bool = False) -> Path:
     """A root CA and a TSA certificate it issued (``expired``: valid only in 2020) in PEM."""
     now = dt.datetime.now(dt.UTC)
     directory.mkdir(parents=True)
-    ca_key, tsa_key = ec.generate_private_key(ec.SECP256R1()), ec.generate_private_key(
-        ec.SECP256R1())
-    ca = (x509.CertificateBuilder().subject_name(_name(cn)).issuer_name(_name(cn))
-          .public_key(ca_key.public_key()).serial_number(x509.random_serial_number())
-          .not_valid_before(now - dt.timedelta(days=3650)).not_valid_after(
-              now + dt.timedelta(days=3650))
-          .add_extension(x509.BasicConstraints(ca=True, path_length=None), critical=True)
-          .add_extension(x509.KeyUsage(False, False, False, False, False, True, True, False,
-                                       False), critical=True)
-          .sign(ca_key, hashes.SHA256()))
-    start, end = ((dt.datetime(2020, 1, 1, tzinfo=dt.UTC), dt.datetime(2020, 12, 31,
-                   tzinfo=dt.UTC)) if expired else (now - dt.timedelta(days=1),
-                                                    now + dt.timedelta(days=365)))
-    tsa = (x509.CertificateBuilder().subject_name(_name(f"{cn} TSA")).issuer_name(_name(cn))
-           .public_key(tsa_key.public_key()).serial_number(x509.random_serial_number())
-           .not_valid_before(start).not_valid_after(end)
-           .add_extension(x509.ExtendedKeyUsage([ExtendedKeyUsageOID.TIME_STAMPING]),
-                          critical=True)
-           .add_extension(x509.BasicConstraints(ca=False, path_length=None), critical=True)
-           .add_extension(x509.KeyUsage(True, False, False, False, False, False, False, False,
-                                        False), critical=True)
-           .sign(ca_key, hashes.SHA256()))
+    ca_key, tsa_key = (
+        ec.generate_private_key(ec.SECP256R1()),
+        ec.generate_private_key(ec.SECP256R1()),
+    )
+    ca = (
+        x509.CertificateBuilder()
+        .subject_name(_name(cn))
+        .issuer_name(_name(cn))
+        .public_key(ca_key.public_key())
+        .serial_number(x509.random_serial_number())
+        .not_valid_before(now - dt.timedelta(days=3650))
+        .not_valid_after(now + dt.timedelta(days=3650))
+        .add_extension(x509.BasicConstraints(ca=True, path_length=None), critical=True)
+        .add_extension(
+            x509.KeyUsage(False, False, False, False, False, True, True, False, False),
+            critical=True,
+        )
+        .sign(ca_key, hashes.SHA256())
+    )
+    start, end = (
+        (dt.datetime(2020, 1, 1, tzinfo=dt.UTC), dt.datetime(2020, 12, 31, tzinfo=dt.UTC))
+        if expired
+        else (now - dt.timedelta(days=1), now + dt.timedelta(days=365))
+    )
+    tsa = (
+        x509.CertificateBuilder()
+        .subject_name(_name(f"{cn} TSA"))
+        .issuer_name(_name(cn))
+        .public_key(tsa_key.public_key())
+        .serial_number(x509.random_serial_number())
+        .not_valid_before(start)
+        .not_valid_after(end)
+        .add_extension(x509.ExtendedKeyUsage([ExtendedKeyUsageOID.TIME_STAMPING]), critical=True)
+        .add_extension(x509.BasicConstraints(ca=False, path_length=None), critical=True)
+        .add_extension(
+            x509.KeyUsage(True, False, False, False, False, False, False, False, False),
+            critical=True,
+        )
+        .sign(ca_key, hashes.SHA256())
+    )
     pem = serialization.Encoding.PEM
     (directory / "ca.crt").write_bytes(ca.public_bytes(pem))
     (directory / "tsa.crt").write_bytes(tsa.public_bytes(pem))
-    (directory / "tsa.key").write_bytes(tsa_key.private_bytes(
-        pem, serialization.PrivateFormat.PKCS8, serialization.NoEncryption()))
+    (directory / "tsa.key").write_bytes(
+        tsa_key.private_bytes(pem, serialization.PrivateFormat.PKCS8, serialization.NoEncryption())
+    )
     (directory / "tsa.cnf").write_text(TSA_CONFIG, "utf-8")
     (directory / "serial").write_text("01\n", "utf-8")
     return directory
@@ -111,15 +130,44 @@ def serve_tsa(directory: Path) -> tuple[Tsa, ThreadingHTTPServer]:
                 q = Path(tmp) / "q.tsq"
                 if state.other_hash:
                     (Path(tmp) / "other").write_bytes(b"another checkpoint")
-                    subprocess.run(["openssl", "ts", "-query", "-data", str(Path(tmp) / "other"),
-                                    "-sha256", "-cert", "-out", str(q)], check=True,
-                                   capture_output=True)
+                    subprocess.run(
+                        [
+                            "openssl",
+                            "ts",
+                            "-query",
+                            "-data",
+                            str(Path(tmp) / "other"),
+                            "-sha256",
+                            "-cert",
+                            "-out",
+                            str(q),
+                        ],
+                        check=True,
+                        capture_output=True,
+                    )
                 else:
                     q.write_bytes(query)
                 out = Path(tmp) / "r.tsr"
-                subprocess.run(["openssl", "ts", "-reply", "-config", "tsa.cnf", "-queryfile",
-                                str(q), "-inkey", "tsa.key", "-signer", "tsa.crt", "-out",
-                                str(out)], cwd=directory, check=True, capture_output=True)
+                subprocess.run(
+                    [
+                        "openssl",
+                        "ts",
+                        "-reply",
+                        "-config",
+                        "tsa.cnf",
+                        "-queryfile",
+                        str(q),
+                        "-inkey",
+                        "tsa.key",
+                        "-signer",
+                        "tsa.crt",
+                        "-out",
+                        str(out),
+                    ],
+                    cwd=directory,
+                    check=True,
+                    capture_output=True,
+                )
                 body = out.read_bytes()
             self.send_response(200)
             self.send_header("Content-Type", "application/timestamp-reply")
@@ -159,8 +207,9 @@ def home(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
     (template / "ledger.db").unlink()
     spec = template / "study.toml"
     text = spec.read_text("utf-8").replace("replicates = 30", "replicates = 1")
-    spec.write_text(text.replace("bootstrap_iterations = 10000", "bootstrap_iterations = 100"),
-                    "utf-8")
+    spec.write_text(
+        text.replace("bootstrap_iterations = 10000", "bootstrap_iterations = 100"), "utf-8"
+    )
     yield base
     if old is None:
         os.environ.pop("PROMPT_LEDGER_HOME", None)
@@ -285,7 +334,8 @@ def test_verify_tsa_cert_checks_the_archives_time_stamp(
     good = stamps("--tsa-cert", str(root_ca))
     assert good["status"] == "PASS", good
     assert "locked no later than" in str(good["reason"]) and "time-stamped by the TSA" in str(
-        good["reason"])
+        good["reason"]
+    )
     bad = stamps("--tsa-cert", str(other_ca))
     assert bad["status"] == "FAIL" and "does not verify against --tsa-cert" in str(bad["reason"])
     assert stamps()["status"] == "WARN"  # recorded, not checked without a root
@@ -335,12 +385,18 @@ def test_time_claims_are_exact(pki: tuple[Tsa, Path, Path], home: Path, tmp_path
     assert f"locked no later than {registration['gen_time']}" in str(good["reason"])
     assert early.body["gen_time"] < registration["gen_time"]
 
-    events = [json.loads(line)["envelope"]
-              for line in (archive / "ledger" / "events.jsonl").read_bytes().splitlines()]
+    events = [
+        json.loads(line)["envelope"]
+        for line in (archive / "ledger" / "events.jsonl").read_bytes().splitlines()
+    ]
     doctored = tmp_path / "doctored"
     shutil.copytree(archive, doctored)
-    changed = [dict(e, body={**e["body"], "gen_time": "2020-01-01T00:00:00Z"})
-               if e["seq"] == early.seq else e for e in events]
+    changed = [
+        dict(e, body={**e["body"], "gen_time": "2020-01-01T00:00:00Z"})
+        if e["seq"] == early.seq
+        else e
+        for e in events
+    ]
     resign(doctored, changed, key=key)
     bad = stamps(doctored, "--tsa-cert", str(root_ca))
     assert bad["status"] == "FAIL", bad
@@ -352,7 +408,8 @@ def test_time_claims_are_exact(pki: tuple[Tsa, Path, Path], home: Path, tmp_path
     gone = stamps(removed)  # no --tsa-cert: a declared token that is missing still fails
     assert gone["status"] == "FAIL", gone
     assert "declared a time-stamping authority, but the registration checkpoint" in str(
-        gone["reason"])
+        gone["reason"]
+    )
 
 
 def recorded_after(root: Path, seq: int) -> tuple[bytes, bytes, dict[str, object]]:

@@ -91,58 +91,101 @@ def drop_column(name: str) -> Callable[[list[str]], list[str]]:
 # (case, spec edits, truth table edit, the message)
 PARSER = 'parser = "orientation-word"'
 CHI = ('test = "chi-square"', 'test = "mcnemar"')
-ANSWER_ORIENTATION = ('truth = "stimuli/truth.csv"',
-                      'truth = "stimuli/truth.csv"\nanswer_column = "orientation"')
-ROTATION_CASES: list[tuple[str, list[tuple[str, str]], Callable[[list[str]], list[str]] | None,
-                           str]] = [
-    ("multiple-choice without an answer column", [(PARSER, 'parser = "multiple-choice"')], None,
-     "truth table does not fit parser multiple-choice (answer column 'answer', [stimuli] "
-     "answer_column): {truth}:1: no 'answer' column (the header is stimulus,source,orientation)"),
-    ("answer outside the declared letters",
-     [(PARSER, 'parser = "multiple-choice"\nletters = "ABC"')], letters_column,
-     "{truth}:5: stimulus 'scan1-left': answer 'D' is not one of A, B, C ([response] letters), "
-     "so no answer could ever be scored correct"),
-    ("orientations for the yes-no-maybe parser",
-     [(PARSER, 'parser = "yes-no-maybe"'), ANSWER_ORIENTATION], None,
-     "{truth}:2: stimulus 'scan1-up': orientation 'UP' is not one of yes, no, maybe (the "
-     "yes-no-maybe parser)"),
-    ("orientation-word reading a missing column",
-     [('truth = "stimuli/truth.csv"', 'truth = "stimuli/truth.csv"\nanswer_column = "answer"')],
-     None, "{truth}:1: no 'answer' column"),
-    ("orientation-word with an unknown word", [], replace_row(3, "scan1-down,scan1,SIDEWAYS"),
-     "{truth}:4: stimulus 'scan1-down': orientation 'SIDEWAYS' is not one of UP, RIGHT, DOWN, "
-     "LEFT (the orientation-word parser)"),
-    ("a stimulus listed twice", [], insert_row(3, "scan1-right,scan1,DOWN"),
-     "{truth}:4: stimulus 'scan1-right' is listed twice (first on line 3); an answer table has "
-     "one row per stimulus"),
-    ("an empty answer", [], replace_row(2, "scan1-right,scan1,"),
-     "{truth}:3: stimulus 'scan1-right' has an empty 'orientation'"),
-    ("exact truth with surrounding whitespace",
-     [(PARSER, 'parser = "exact"'), CHI, ANSWER_ORIENTATION],
-     replace_row(1, "scan1-up,scan1, UP"),
-     "{truth}:2: stimulus 'scan1-up': orientation ' UP' has whitespace at its start or end, "
-     "which an exact match can never equal"),
-    ("normalized truth that normalizes to nothing",
-     [(PARSER, 'parser = "normalized"'), CHI, ANSWER_ORIENTATION],
-     replace_row(1, "scan1-up,scan1,..."),
-     "{truth}:2: stimulus 'scan1-up': orientation '...' is only punctuation and whitespace, so "
-     "it normalizes to nothing"),
-    ("chi-square for a parser without labels", [(PARSER, 'parser = "exact"')], None,
-     "{spec}:57: hypotheses[2].test: chi-square tests the spread of wrong answers over a "
-     "parser's labels; parser 'exact' has no closed set of labels"),
-    ("random intercept by source without a source column",
-     [('random_intercept = "source"', 'random_intercept = "source"')], drop_column("source"),
-     "{spec}: analysis.random_intercept: 'source' needs a 'source' column in truth.csv "
-     "(columns stimulus,orientation)"),
-    ("a rotation table for the tumbling-E parser",
-     [(PARSER, 'parser = "tumbling-e-json"'),
-      ('random_intercept = "source"', 'random_intercept = "stimulus"')],
-     None,
-     "truth table does not fit parser tumbling-e-json: {truth}:1: missing column row, position; "
-     "expected header stimulus,row,position,orientation, got stimulus,source,orientation; the "
-     "tumbling-e-json parser scores a chart glyph by glyph, and this looks like an answer table "
-     "(one answer per stimulus): use orientation-word in [response] parser"),
-]  # fmt: skip
+ANSWER_ORIENTATION = (
+    'truth = "stimuli/truth.csv"',
+    'truth = "stimuli/truth.csv"\nanswer_column = "orientation"',
+)
+ROTATION_CASES: list[
+    tuple[str, list[tuple[str, str]], Callable[[list[str]], list[str]] | None, str]
+] = [
+    (
+        "multiple-choice without an answer column",
+        [(PARSER, 'parser = "multiple-choice"')],
+        None,
+        "truth table does not fit parser multiple-choice (answer column 'answer', [stimuli] "
+        "answer_column): {truth}:1: no 'answer' column (the header is stimulus,source,orientation)",
+    ),
+    (
+        "answer outside the declared letters",
+        [(PARSER, 'parser = "multiple-choice"\nletters = "ABC"')],
+        letters_column,
+        "{truth}:5: stimulus 'scan1-left': answer 'D' is not one of A, B, C ([response] letters), "
+        "so no answer could ever be scored correct",
+    ),
+    (
+        "orientations for the yes-no-maybe parser",
+        [(PARSER, 'parser = "yes-no-maybe"'), ANSWER_ORIENTATION],
+        None,
+        "{truth}:2: stimulus 'scan1-up': orientation 'UP' is not one of yes, no, maybe (the "
+        "yes-no-maybe parser)",
+    ),
+    (
+        "orientation-word reading a missing column",
+        [('truth = "stimuli/truth.csv"', 'truth = "stimuli/truth.csv"\nanswer_column = "answer"')],
+        None,
+        "{truth}:1: no 'answer' column",
+    ),
+    (
+        "orientation-word with an unknown word",
+        [],
+        replace_row(3, "scan1-down,scan1,SIDEWAYS"),
+        "{truth}:4: stimulus 'scan1-down': orientation 'SIDEWAYS' is not one of UP, RIGHT, DOWN, "
+        "LEFT (the orientation-word parser)",
+    ),
+    (
+        "a stimulus listed twice",
+        [],
+        insert_row(3, "scan1-right,scan1,DOWN"),
+        "{truth}:4: stimulus 'scan1-right' is listed twice (first on line 3); an answer table has "
+        "one row per stimulus",
+    ),
+    (
+        "an empty answer",
+        [],
+        replace_row(2, "scan1-right,scan1,"),
+        "{truth}:3: stimulus 'scan1-right' has an empty 'orientation'",
+    ),
+    (
+        "exact truth with surrounding whitespace",
+        [(PARSER, 'parser = "exact"'), CHI, ANSWER_ORIENTATION],
+        replace_row(1, "scan1-up,scan1, UP"),
+        "{truth}:2: stimulus 'scan1-up': orientation ' UP' has whitespace at its start or end, "
+        "which an exact match can never equal",
+    ),
+    (
+        "normalized truth that normalizes to nothing",
+        [(PARSER, 'parser = "normalized"'), CHI, ANSWER_ORIENTATION],
+        replace_row(1, "scan1-up,scan1,..."),
+        "{truth}:2: stimulus 'scan1-up': orientation '...' is only punctuation and whitespace, so "
+        "it normalizes to nothing",
+    ),
+    (
+        "chi-square for a parser without labels",
+        [(PARSER, 'parser = "exact"')],
+        None,
+        "{spec}:57: hypotheses[2].test: chi-square tests the spread of wrong answers over a "
+        "parser's labels; parser 'exact' has no closed set of labels",
+    ),
+    (
+        "random intercept by source without a source column",
+        [('random_intercept = "source"', 'random_intercept = "source"')],
+        drop_column("source"),
+        "{spec}: analysis.random_intercept: 'source' needs a 'source' column in truth.csv "
+        "(columns stimulus,orientation)",
+    ),
+    (
+        "a rotation table for the tumbling-E parser",
+        [
+            (PARSER, 'parser = "tumbling-e-json"'),
+            ('random_intercept = "source"', 'random_intercept = "stimulus"'),
+        ],
+        None,
+        "truth table does not fit parser tumbling-e-json: {truth}:1: missing column row, position; "
+        "expected header stimulus,row,position,orientation, got stimulus,source,orientation; the "
+        "tumbling-e-json parser scores a chart glyph by glyph, and this looks like an answer table "
+        "(one answer per stimulus): use orientation-word in [response] parser",
+    ),
+]
 
 
 @pytest.mark.parametrize(
@@ -188,12 +231,17 @@ def test_the_unchanged_rotation_study_locks(
 @pytest.mark.parametrize(
     ("case", "message"),
     [
-        ("a chart missing a glyph",
-         "truth table does not fit parser tumbling-e-json: {truth}:2: stimulus uniform-up lists "
-         "60 glyphs, expected 61"),
-        ("a random intercept by source",
-         "{spec}: analysis.random_intercept: 'source' needs a 'source' column in the truth table, "
-         "and the tumbling-e-json table has the fixed columns stimulus,row,position,orientation"),
+        (
+            "a chart missing a glyph",
+            "truth table does not fit parser tumbling-e-json: {truth}:2: stimulus uniform-up lists "
+            "60 glyphs, expected 61",
+        ),
+        (
+            "a random intercept by source",
+            "{spec}: analysis.random_intercept: 'source' needs a 'source' column in the truth "
+            "table, "
+            "and the tumbling-e-json table has the fixed columns stimulus,row,position,orientation",
+        ),
     ],
 )
 def test_tumbling_e_truth_that_does_not_fit_is_refused(

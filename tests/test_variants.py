@@ -73,11 +73,16 @@ DECLARED: dict[str, dict[str, Any]] = {
     "first2": {"kind": "keep-first-sentences", "field": "context", "count": 2},
     "last2": {"kind": "keep-last-sentences", "field": "context", "count": 2},
     "results": {
-        "kind": "keep-sections", "field": "context", "labels": ["RESULTS"],
+        "kind": "keep-sections",
+        "field": "context",
+        "labels": ["RESULTS"],
         "labels_from": "context_labels",
     },
     "salient": {
-        "kind": "keep-salient", "field": "context", "count": 2, "query": "question",
+        "kind": "keep-salient",
+        "field": "context",
+        "count": 2,
+        "query": "question",
         "stopwords": "stop.txt",
     },
     "noctx": {"kind": "drop-field", "field": "context"},
@@ -89,7 +94,9 @@ def runner_variants(option_count: int = 4) -> list[rv.Variant]:
     stop = rv.read_stopwords(STOPWORDS.encode(), "stop.txt")
     specs = [
         rv.VariantSpec(
-            name, t["kind"], {k: v for k, v in t.items() if k != "kind"},
+            name,
+            t["kind"],
+            {k: v for k, v in t.items() if k != "kind"},
             stop if t["kind"] == "keep-salient" else None,
         )
         for name, t in DECLARED.items()
@@ -134,9 +141,10 @@ def test_runner_and_verifier_agree_on_every_kind_and_item() -> None:
                 order = rv.variant_order(variant, original)
                 assert order == checker.order_for(variant.name, data)
                 if order is not None:  # the remapped key is the original key's option
-                    assert mine.options[mine.labels.index(mine.answer)] == data["options"][
-                        "ABCD".index(answer)
-                    ]
+                    assert (
+                        mine.options[mine.labels.index(mine.answer)]
+                        == data["options"]["ABCD".index(answer)]
+                    )
                     assert rv.back_map(order, mine.answer) == answer
 
 
@@ -165,10 +173,12 @@ def test_text_transformations_keep_what_their_names_say() -> None:
     last = rv.apply(by_name["last"], original).data["context"]
     assert last.split() == words[count - max(1, int(count * 0.25 + 0.5)) :]
     sentences = [
-        "Scurvy was common among sailors on long voyages.", "Fresh food was scarce at sea!",
-        "Sailors given citrus fruit did not develop scurvy.", "Those given cider did (p < 0.01).",
+        "Scurvy was common among sailors on long voyages.",
+        "Fresh food was scarce at sea!",
+        "Sailors given citrus fruit did not develop scurvy.",
+        "Those given cider did (p < 0.01).",
         "Vitamin C prevents scurvy.",
-    ]  # fmt: skip
+    ]
     assert [CONTEXT[s:e] for s, e, _ in rv.sentences(CONTEXT)] == sentences
     assert rv.apply(by_name["first2"], original).data["context"] == (
         "Scurvy was common among sailors on long voyages. Fresh food was scarce at sea!"
@@ -325,7 +335,13 @@ def test_the_variant_study_verifies(built: tuple[Path, Path]) -> None:
         passed(report, name)
     protocol = next(e for e in read_events(archive) if e["kind"] == "protocol.locked")["body"]
     assert protocol["variant_order"] == [
-        "original", "rot1", "swap", "s42", "first-half", "results", "salient",
+        "original",
+        "rot1",
+        "swap",
+        "s42",
+        "first-half",
+        "results",
+        "salient",
     ]
     assert protocol["variants"]["s42"] == {"kind": "shuffle", "seed": "42"}
     assert protocol["arms"]["B"]["variants"] == ["original", "rot1"]
@@ -335,8 +351,15 @@ def test_the_variant_study_verifies(built: tuple[Path, Path]) -> None:
 def test_the_schedule_crosses_arms_items_and_variants(built: tuple[Path, Path]) -> None:
     _, archive = built
     schedule = rows(archive / "trials" / "schedule.csv")
-    assert list(schedule[0]) == ["position", "arm_code", "model", "stimulus", "variant", "rep",
-                                 "trial"]  # fmt: skip
+    assert list(schedule[0]) == [
+        "position",
+        "arm_code",
+        "model",
+        "stimulus",
+        "variant",
+        "rep",
+        "trial",
+    ]
     assert len(schedule) == 4 * 7 + 4 * 2
     ids = {r["trial"] for r in schedule}
     assert "A||q1|s42|1" in ids and "B||q3|rot1|1" in ids and "B||q3|swap|1" not in ids
@@ -350,9 +373,7 @@ def test_requests_show_the_varied_item(built: tuple[Path, Path]) -> None:
     text = builder.body(Trial.from_id("A||q2|rot1|1", 1))["messages"][-1]["content"][-1]["text"]
     options = ITEMS[1]["options"]
     assert f"A. {options[3]}\nB. {options[0]}\nC. {options[1]}\nD. {options[2]}" in text
-    text = builder.body(Trial.from_id("A||q2|results|1", 1))["messages"][-1]["content"][-1][
-        "text"
-    ]
+    text = builder.body(Trial.from_id("A||q2|results|1", 1))["messages"][-1]["content"][-1]["text"]
     assert "Context: Sailors given citrus fruit" in text and "Scurvy was common" not in text
 
 
@@ -362,9 +383,21 @@ def test_scored_rows_carry_the_variant_and_the_answer_mapped_back(
     _, archive = built
     items = rows(archive / "analysis" / "items.csv")
     assert list(items[0]) == [
-        "trial", "arm", "model", "stimulus", "variant", "order", "rep", "row", "position",
-        "truth", "answer", "correct", "truth_original", "answer_original",
-    ]  # fmt: skip
+        "trial",
+        "arm",
+        "model",
+        "stimulus",
+        "variant",
+        "order",
+        "rep",
+        "row",
+        "position",
+        "truth",
+        "answer",
+        "correct",
+        "truth_original",
+        "answer_original",
+    ]
     keys = {i["id"]: i["answer"] for i in ITEMS}
     for row in items:
         assert row["truth_original"] == keys[row["stimulus"]]
@@ -377,7 +410,13 @@ def test_scored_rows_carry_the_variant_and_the_answer_mapped_back(
             assert row["order"] == "" and row["truth"] == row["truth_original"]
     trials = rows(archive / "analysis" / "trials.csv")
     assert {t["variant"] for t in trials} == {
-        "original", "rot1", "swap", "s42", "first-half", "results", "salient",
+        "original",
+        "rot1",
+        "swap",
+        "s42",
+        "first-half",
+        "results",
+        "salient",
     }
 
 
@@ -385,8 +424,9 @@ def test_scored_rows_carry_the_variant_and_the_answer_mapped_back(
 
 
 def test_an_item_changed_after_lock_fails_naming_the_trial(copy_: Path) -> None:
-    report = relocked_report(copy_, "items.jsonl",
-                             lambda b: b.replace(b"option 2-3", b"option 2-X"))
+    report = relocked_report(
+        copy_, "items.jsonl", lambda b: b.replace(b"option 2-3", b"option 2-X")
+    )
     passed(report, "signatures")
     assert "items.jsonl" in failed(report, "protocol")
     reason = failed(report, "requests")
@@ -428,9 +468,7 @@ def test_a_variant_removed_from_the_order_fails_the_schedule(copy_: Path) -> Non
     protocol["body"]["variant_order"].remove("swap")
     forge(copy_, events)
     report = verify_archive(copy_)
-    assert "variant_order" in failed(report, "schedule") or "schedule" in failed(
-        report, "schedule"
-    )
+    assert "variant_order" in failed(report, "schedule") or "schedule" in failed(report, "schedule")
 
 
 # ------------------------------------------------------------------------------ bad input
@@ -467,9 +505,7 @@ def test_rotate_5_on_four_options_is_refused_naming_item_and_variant(tmp_path: P
 
 
 def test_truncating_a_missing_field_is_refused_naming_item_and_variant(tmp_path: Path) -> None:
-    spec = with_variant(
-        '[variants.hist]\nkind = "keep-first"\nfield = "history"\nfraction = 0.5\n'
-    )
+    spec = with_variant('[variants.hist]\nkind = "keep-first"\nfield = "history"\nfraction = 0.5\n')
     out = lock_fails(tmp_path, spec)
     assert "item 'q1', variant 'hist' (keep-first): the item has no text field 'history'" in out
 
@@ -511,16 +547,22 @@ def test_all_orders_over_items_of_different_sizes_is_refused(tmp_path: Path) -> 
 @pytest.mark.parametrize(
     ("table", "message"),
     [
-        ('[variants.x]\nkind = "rotate"\nk = 1\nseed = 3\n',
-         "variants.x.seed: does not apply to kind 'rotate' (it takes k)"),
-        ('[variants.x]\nkind = "rotate"\nkk = 1\n',
-         "[variants.x] kk: unknown key (did you mean 'k'?)"),
+        (
+            '[variants.x]\nkind = "rotate"\nk = 1\nseed = 3\n',
+            "variants.x.seed: does not apply to kind 'rotate' (it takes k)",
+        ),
+        (
+            '[variants.x]\nkind = "rotate"\nkk = 1\n',
+            "[variants.x] kk: unknown key (did you mean 'k'?)",
+        ),
         ('[variants.x]\nkind = "spin"\n', "variants.x.kind: unknown kind 'spin'"),
-        ('[variants.x]\nkind = "keep-first"\nfield = "context"\nfraction = 1.5\n',
-         "variants.x.fraction: must be a number between 0 and 1"),
+        (
+            '[variants.x]\nkind = "keep-first"\nfield = "context"\nfraction = 1.5\n',
+            "variants.x.fraction: must be a number between 0 and 1",
+        ),
         ('[variants.x]\nkind = "rotate"\n', "variants.x.k: missing (kind 'rotate' needs it)"),
     ],
-)  # fmt: skip
+)
 def test_bad_variant_tables_are_refused_naming_the_line(
     tmp_path: Path, table: str, message: str
 ) -> None:
@@ -530,8 +572,9 @@ def test_bad_variant_tables_are_refused_naming_the_line(
 
 
 def test_an_arm_naming_an_unknown_variant_is_refused(tmp_path: Path) -> None:
-    out = lock_fails(tmp_path, SPEC.replace('variants = ["original", "rot1"]',
-                                            'variants = ["original", "rot2"]'))  # fmt: skip
+    out = lock_fails(
+        tmp_path, SPEC.replace('variants = ["original", "rot1"]', 'variants = ["original", "rot2"]')
+    )
     assert "arms.B.variants: unknown variant 'rot2'" in out
 
 
@@ -545,9 +588,7 @@ def test_the_verifier_refuses_an_order_that_is_not_the_expansion() -> None:
 # ------------------------------------------------------------------------------ the simulation
 
 
-def mc_request(
-    question: str, options: list[str], shots: int, model: str = "m-1"
-) -> dict[str, Any]:
+def mc_request(question: str, options: list[str], shots: int, model: str = "m-1") -> dict[str, Any]:
     """A Messages request as docs/prompts.md renders one: ``shots`` worked examples as turns."""
     messages: list[dict[str, Any]] = []
     for k in range(shots):
@@ -618,7 +659,13 @@ def test_the_notebook_frames_carry_the_variant(built: tuple[Path, Path]) -> None
     _, archive = built
     frames = load(archive)
     assert set(frames.trials["variant"]) == {
-        "original", "rot1", "swap", "s42", "first-half", "results", "salient",
+        "original",
+        "rot1",
+        "swap",
+        "s42",
+        "first-half",
+        "results",
+        "salient",
     }
     rot = frames.items[frames.items["variant"] == "rot1"]
     assert set(rot["order"]) == {"DABC"}
@@ -664,8 +711,10 @@ def test_the_mcq_trials_table_has_what_the_statistics_need(built: tuple[Path, Pa
         else:
             assert row["correct"] is False
     rot = table[table["variant"] == "rot1"]
-    assert all(k == "ABCD"[("ABCD".index(o) + 1) % 4]
-               for k, o in zip(rot["key"], rot["key_original"], strict=True))  # fmt: skip
+    assert all(
+        k == "ABCD"[("ABCD".index(o) + 1) % 4]
+        for k, o in zip(rot["key"], rot["key_original"], strict=True)
+    )
 
 
 def test_the_viewer_filters_an_unblinded_variant_study_by_variant(
@@ -690,4 +739,3 @@ def test_the_viewer_filters_an_unblinded_variant_study_by_variant(
         assert 'id="filter-variant"' in c.get("/trials").text
     finally:
         viewer.index.close()
-

@@ -284,17 +284,26 @@ def test_vector_ledger_from_the_spec(tmp_path: Path) -> None:
         con.execute(
             "INSERT INTO events VALUES (?, ?, ?, ?, ?, ?, ?)",
             (
-                env["seq"], env["kind"], env["actor"], env["time"], data,
-                base64.b64decode(item["signature"]), lh,
+                env["seq"],
+                env["kind"],
+                env["actor"],
+                env["time"],
+                data,
+                base64.b64decode(item["signature"]),
+                lh,
             ),
-        )  # fmt: skip
+        )
         body = env["body"]
         if env["kind"] in ("ledger.genesis", "key.added"):
             actor = "+".join(body["vkey"].split("+", 2)[:2])
             keys[actor] = [
-                actor, actor.split("+")[0], body["vkey"], body.get("role", "owner"),
-                env["seq"], None,
-            ]  # fmt: skip
+                actor,
+                actor.split("+")[0],
+                body["vkey"],
+                body.get("role", "owner"),
+                env["seq"],
+                None,
+            ]
         elif env["kind"] == "key.revoked":
             keys[body["actor"]][5] = env["seq"]
     con.executemany("INSERT INTO keys VALUES (?, ?, ?, ?, ?, ?)", list(keys.values()))
@@ -516,35 +525,73 @@ def t_application_id(b: Built) -> None:
 TAMPERS = [
     ("edit a body", t_edit_body, "leaf-hashes", 3, "seq 3: stored leaf_hash differs"),
     ("stored leaf hash", t_leaf_hash, "leaf-hashes", 2, "seq 2: stored leaf_hash differs"),
-    ("replace a signature", t_signature, "signatures", 4,
-     "seq 4: signature does not verify under key example.org/runner+"),
+    (
+        "replace a signature",
+        t_signature,
+        "signatures",
+        4,
+        "seq 4: signature does not verify under key example.org/runner+",
+    ),
     ("short signature", t_short_signature, "signatures", 4, "seq 4: signature is not a 64-byte"),
-    ("delete an event", t_delete_event, "sequence", 2,
-     "seq 2 is missing (the row after seq 1 has seq 3)"),
+    (
+        "delete an event",
+        t_delete_event,
+        "sequence",
+        2,
+        "seq 2 is missing (the row after seq 1 has seq 3)",
+    ),
     ("kind column", t_kind_column, "envelopes", 3, "seq 3: row kind 'trial.failed' differs"),
     ("non-canonical", t_non_canonical, "envelopes", 3, "seq 3: envelope bytes are not in RFC 8785"),
-    ("re-signed edit", t_resigned_edit, "chain", 4,
-     "seq 4: prev does not match leaf hash of seq 3"),
+    (
+        "re-signed edit",
+        t_resigned_edit,
+        "chain",
+        4,
+        "seq 4: prev does not match leaf hash of seq 3",
+    ),
     ("tree node", t_tree_node, "tree", None, "tree node (level 1, index 1) over seqs 2..3 differs"),
     ("tree missing", t_tree_missing, "tree", None, "tree lacks node (level 2, index 0)"),
-    ("tree extra", t_tree_extra, "tree", None,
-     "tree has node (level 1, index 2), which is not a complete subtree"),
-    ("keys row", t_keys_row, "keys", 1,
-     "keys table row for example.org/runner+"),
+    (
+        "tree extra",
+        t_tree_extra,
+        "tree",
+        None,
+        "tree has node (level 1, index 2), which is not a complete subtree",
+    ),
+    ("keys row", t_keys_row, "keys", 1, "keys table row for example.org/runner+"),
     ("keys extra", t_keys_extra, "keys", None, "keys table has a row for 'x+00000000'"),
     ("blob data", t_blob_data, "blobs", 2, "does not hash to its address"),
-    ("blob missing", t_blob_missing, "blobs", 2,
-     "seq 2: blob 'spec' ("),
-    ("checkpoint root", t_checkpoint_root, "checkpoints", None,
-     "checkpoint 1 (size 3): root differs from the recomputed root at size 3"),
-    ("checkpoint size", t_checkpoint_size, "checkpoints", 5,
-     "checkpoint 1 (size 120): size exceeds log size 5"),
-    ("checkpoint signature", t_checkpoint_signature, "checkpoints", None,
-     "checkpoint 1 (size 3): malformed note"),
-    ("checkpoint signer", t_checkpoint_runner_too_early, "checkpoints", None,
-     "not signed by a trusted key or by a ledger key valid at size 2"),
+    ("blob missing", t_blob_missing, "blobs", 2, "seq 2: blob 'spec' ("),
+    (
+        "checkpoint root",
+        t_checkpoint_root,
+        "checkpoints",
+        None,
+        "checkpoint 1 (size 3): root differs from the recomputed root at size 3",
+    ),
+    (
+        "checkpoint size",
+        t_checkpoint_size,
+        "checkpoints",
+        5,
+        "checkpoint 1 (size 120): size exceeds log size 5",
+    ),
+    (
+        "checkpoint signature",
+        t_checkpoint_signature,
+        "checkpoints",
+        None,
+        "checkpoint 1 (size 3): malformed note",
+    ),
+    (
+        "checkpoint signer",
+        t_checkpoint_runner_too_early,
+        "checkpoints",
+        None,
+        "not signed by a trusted key or by a ledger key valid at size 2",
+    ),
     ("meta origin", t_meta_origin, "file", None, "meta origin 'other' differs"),
-]  # fmt: skip
+]
 
 
 @pytest.mark.parametrize(

@@ -145,8 +145,11 @@ def test_the_verifier_reads_one_snapshot_and_never_writes(twin: Twin) -> None:
 
 def t_envelope_byte(t: Twin, engine: str) -> None:
     [(envelope,)] = t.execute(engine, "SELECT envelope FROM events WHERE seq = 5")
-    t.execute(engine, "UPDATE events SET envelope = ? WHERE seq = 5",
-              bytes(envelope).replace(b'"i":3', b'"i":9'))  # fmt: skip
+    t.execute(
+        engine,
+        "UPDATE events SET envelope = ? WHERE seq = 5",
+        bytes(envelope).replace(b'"i":3', b'"i":9'),
+    )
 
 
 def t_deleted_event(t: Twin, engine: str) -> None:
@@ -181,15 +184,20 @@ def t_meta_origin(t: Twin, engine: str) -> None:
 
 
 TAMPERS = [
-    ("envelope byte", t_envelope_byte, "signatures", 5,
-     "seq 5: signature does not verify under key example.org/runner+"),
+    (
+        "envelope byte",
+        t_envelope_byte,
+        "signatures",
+        5,
+        "seq 5: signature does not verify under key example.org/runner+",
+    ),
     ("deleted event", t_deleted_event, "sequence", 7, "seq 7 is missing (the row after seq 6"),
     ("tree node", t_tree_node, "tree", None, "tree node (level 1, index 1) over seqs 2..3 differs"),
     ("keys row", t_keys_row, "keys", 1, "keys table row for example.org/runner+"),
     ("checkpoint note", t_checkpoint_note, "checkpoints", None, "checkpoint 1 (size 11): "),
     ("blob data", t_blob_data, "blobs", 6, "does not hash to its address"),
     ("leaf hash", t_leaf_hash, "leaf-hashes", 12, "seq 12: stored leaf_hash differs"),
-]  # fmt: skip
+]
 
 
 @pytest.mark.parametrize(
@@ -230,8 +238,9 @@ def _drop_table(t: Twin) -> None:
 
 
 def _text_envelope(t: Twin) -> None:
-    t.execute("pg", "ALTER TABLE events ALTER COLUMN envelope TYPE text USING encode(envelope, "
-              "'escape')")  # fmt: skip
+    t.execute(
+        "pg", "ALTER TABLE events ALTER COLUMN envelope TYPE text USING encode(envelope, 'escape')"
+    )
 
 
 def _newer(t: Twin) -> None:
@@ -251,16 +260,21 @@ def _no_schema(t: Twin) -> None:
 
 
 STORE_PROBLEMS = [
-    ("newer schema version", _newer, "has schema version 2, newer than this verifier knows (1); "
-     "use a newer verifier"),
+    (
+        "newer schema version",
+        _newer,
+        "has schema version 2, newer than this verifier knows (1); use a newer verifier",
+    ),
     ("missing schema", _no_schema, "does not exist in database 'ledgers'; check ?schema="),
     ("schema without a ledger", _empty_schema, "holds no ledger (no table meta)"),
-    ("not a prompt ledger", _other_format, "is not a PROMPT ledger: meta format is "
-     "'something-else'"),
+    (
+        "not a prompt ledger",
+        _other_format,
+        "is not a PROMPT ledger: meta format is 'something-else'",
+    ),
     ("missing table", _drop_table, "has no table tree"),
-    ("column of the wrong type", _text_envelope, "column events.envelope has type text, "
-     "not bytea"),
-]  # fmt: skip
+    ("column of the wrong type", _text_envelope, "column events.envelope has type text, not bytea"),
+]
 
 
 @pytest.mark.parametrize(
@@ -294,24 +308,48 @@ def _no_password(server: Any, schema: str, monkeypatch: pytest.MonkeyPatch) -> s
 
 
 URL_PROBLEMS: list[tuple[str, Callable[[Any, str, pytest.MonkeyPatch], str], str]] = [
-    ("refused password", _refused_password,
-     "cannot connect (the server refused the password); check the user, and give the password "
-     "through PGPASSWORD, ~/.pgpass"),
-    ("no password found", _no_password,
-     "cannot connect (the server asks for a password and none was found); give the password"),
-    ("missing database", lambda s, schema, mp: s.url(db="no_such_db", schema=schema),
-     "cannot connect (database 'no_such_db' does not exist on that server); check the database"),
-    ("no server there", lambda s, schema, mp: f"postgresql://{s.user}@127.0.0.1:1/ledgers"
-     f"?schema={schema}", "cannot connect (no PostgreSQL server answers there); check the host"),
-    ("no schema in the URL", lambda s, schema, mp: s.url(),
-     "the URL names no schema; add ?schema=NAME"),
-    ("password in the URL", lambda s, schema, mp: f"postgresql://u:hunter2@127.0.0.1:{s.port}/"
-     f"ledgers?schema={schema}", "postgresql://u:***@127.0.0.1"),
-    ("bad schema name", lambda s, schema, mp: s.url(schema="Robert'); DROP"),
-     "is not 1-63 lower-case letters"),
-    ("no database in the URL", lambda s, schema, mp: f"postgresql://127.0.0.1:{s.port}/"
-     f"?schema={schema}", "the URL names no database"),
-]  # fmt: skip
+    (
+        "refused password",
+        _refused_password,
+        "cannot connect (the server refused the password); check the user, and give the password "
+        "through PGPASSWORD, ~/.pgpass",
+    ),
+    (
+        "no password found",
+        _no_password,
+        "cannot connect (the server asks for a password and none was found); give the password",
+    ),
+    (
+        "missing database",
+        lambda s, schema, mp: s.url(db="no_such_db", schema=schema),
+        "cannot connect (database 'no_such_db' does not exist on that server); check the database",
+    ),
+    (
+        "no server there",
+        lambda s, schema, mp: f"postgresql://{s.user}@127.0.0.1:1/ledgers?schema={schema}",
+        "cannot connect (no PostgreSQL server answers there); check the host",
+    ),
+    (
+        "no schema in the URL",
+        lambda s, schema, mp: s.url(),
+        "the URL names no schema; add ?schema=NAME",
+    ),
+    (
+        "password in the URL",
+        lambda s, schema, mp: f"postgresql://u:hunter2@127.0.0.1:{s.port}/ledgers?schema={schema}",
+        "postgresql://u:***@127.0.0.1",
+    ),
+    (
+        "bad schema name",
+        lambda s, schema, mp: s.url(schema="Robert'); DROP"),
+        "is not 1-63 lower-case letters",
+    ),
+    (
+        "no database in the URL",
+        lambda s, schema, mp: f"postgresql://127.0.0.1:{s.port}/?schema={schema}",
+        "the URL names no database",
+    ),
+]
 
 
 @pytest.mark.parametrize(("make", "message"), [pytest.param(*p[1:], id=p[0]) for p in URL_PROBLEMS])
@@ -346,8 +384,12 @@ def test_ledger_verify_takes_a_url_a_study_folder_with_either_store(
         assert result.exit_code == 0, result.output
         assert json.loads(result.output)["ok"] is True
     # python -m verify, in its own process: a URL survives the command line unchanged
-    out = subprocess.run([sys.executable, "-m", "verify", "--json", twin.url],
-                         capture_output=True, text=True, timeout=120)  # fmt: skip
+    out = subprocess.run(
+        [sys.executable, "-m", "verify", "--json", twin.url],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert out.returncode == 0, out.stderr
     assert json.loads(out.stdout)["path"] == twin.url
 

@@ -254,8 +254,12 @@ def test_csv_canonical_form_matches_the_jsonl_one() -> None:
     )
     canon2 = '{"answer":"yes","context":"some context","id":"q2","question":"Is it?"}'
     assert [i.canonical.decode() for i in f.items] == [canon1, canon2]
-    assert f.record() == {"path": "items/q.csv", "format": "csv", "count": 2,
-                          "sha256": sha(canon1 + "\n" + canon2 + "\n")}  # fmt: skip
+    assert f.record() == {
+        "path": "items/q.csv",
+        "format": "csv",
+        "count": 2,
+        "sha256": sha(canon1 + "\n" + canon2 + "\n"),
+    }
     # the same items as JSONL hash the same
     jsonl = json.dumps(json.loads(canon1)) + "\n" + json.dumps(json.loads(canon2)) + "\n"
     assert read_items(jsonl.encode(), "items/q.jsonl").digest == f.digest
@@ -363,8 +367,10 @@ def test_same_metadata_takes_matching_strings_only() -> None:
 
 def test_distinct_metadata_walks_the_random_order() -> None:
     subjects = {"d1": "bio", "d2": "bio", "d3": "chem", "d4": "phys", "d5": "chem", "d6": None}
-    rows = [{"id": i, "answer": "x"} | ({"metadata": {"s": s}} if s else {}) for i, s in
-            subjects.items()]  # fmt: skip
+    rows = [
+        {"id": i, "answer": "x"} | ({"metadata": {"s": s}} if s else {})
+        for i, s in subjects.items()
+    ]
     fs = FewShot("s", _examples(rows), "distinct-metadata", 3, seed="8", field="s")
     taken: list[str] = []
     seen: set[str] = set()
@@ -393,19 +399,45 @@ def test_fixed_rule_and_the_three_orders() -> None:
 
 ITEM_TEMPLATE = "Question: {question}\n{options}\n\n"
 ITEMS = [
-    {"id": "q1", "question": "Colour of sky?", "options": ["red", "blue"], "answer": "B",
-     "metadata": {"subject": "sci"}},
-    {"id": "q2", "question": "Two plus two?", "options": ["4", "5"], "answer": "A",
-     "metadata": {"subject": "math"}, "images": ["img/q2.png"]},
-    {"id": "q3", "question": "Capital of France?", "options": ["Paris", "Rome"], "answer": "A",
-     "metadata": {"subject": "geo"}},
-]  # fmt: skip
+    {
+        "id": "q1",
+        "question": "Colour of sky?",
+        "options": ["red", "blue"],
+        "answer": "B",
+        "metadata": {"subject": "sci"},
+    },
+    {
+        "id": "q2",
+        "question": "Two plus two?",
+        "options": ["4", "5"],
+        "answer": "A",
+        "metadata": {"subject": "math"},
+        "images": ["img/q2.png"],
+    },
+    {
+        "id": "q3",
+        "question": "Capital of France?",
+        "options": ["Paris", "Rome"],
+        "answer": "A",
+        "metadata": {"subject": "geo"},
+    },
+]
 EXAMPLES = [
-    {"id": "e1", "question": "One plus one?", "options": ["2", "3"], "answer": "A",
-     "rationale": "1+1=2"},
-    {"id": "e2", "question": "Grass?", "options": ["green", "pink"], "answer": "A",
-     "rationale": "chlorophyll"},
-]  # fmt: skip
+    {
+        "id": "e1",
+        "question": "One plus one?",
+        "options": ["2", "3"],
+        "answer": "A",
+        "rationale": "1+1=2",
+    },
+    {
+        "id": "e2",
+        "question": "Grass?",
+        "options": ["green", "pink"],
+        "answer": "A",
+        "rationale": "chlorophyll",
+    },
+]
 
 
 def _jsonl(rows: list[dict[str, Any]]) -> bytes:
@@ -425,8 +457,11 @@ def _files() -> dict[str, bytes]:
     }
 
 
-COMPONENTS = {"task": "prompts/task.txt", "persona": "prompts/persona.txt",
-              "style": "prompts/style.txt"}  # fmt: skip
+COMPONENTS = {
+    "task": "prompts/task.txt",
+    "persona": "prompts/persona.txt",
+    "style": "prompts/style.txt",
+}
 
 
 def _record(path: str, rows: list[dict[str, Any]]) -> dict[str, Any]:
@@ -462,11 +497,12 @@ def test_plain_item_request() -> None:
     assert study.arm_text("A", "q1") == "Answer with one letter.\n\n" + Q1_BLOCK + "\n"
     assert study.request("A", None, "q1") == {
         "max_tokens": 16,
-        "messages": [{"role": "user", "content": [_text("Answer with one letter.\n\n"
-                                                        + Q1_BLOCK + "\n")]}],
+        "messages": [
+            {"role": "user", "content": [_text("Answer with one letter.\n\n" + Q1_BLOCK + "\n")]}
+        ],
         "model": "m-1",
         "temperature": 0,
-    }  # fmt: skip
+    }
     assert study.request_bytes("A", None, "q1") == (
         b'{"max_tokens":16,"messages":[{"content":[{"text":"Answer with one letter.\\n\\n'
         b'Question: Colour of sky?\\nA. red\\nB. blue\\n","type":"text"}],"role":"user"}],'
@@ -477,15 +513,24 @@ def test_plain_item_request() -> None:
 
 def test_item_images_come_first() -> None:
     req = _study(_protocol()).request("A", None, "q2")
-    image = {"type": "image", "source": {"type": "base64", "media_type": "image/png",
-                                         "data": base64.b64encode(PNG).decode()}}  # fmt: skip
+    image = {
+        "type": "image",
+        "source": {
+            "type": "base64",
+            "media_type": "image/png",
+            "data": base64.b64encode(PNG).decode(),
+        },
+    }
     assert req["messages"][0]["content"][0] == image
     assert req["messages"][0]["content"][1]["type"] == "text"
 
 
 def test_item_placement_in_the_arm_components() -> None:
-    arms = {"A": {"components": ["persona", "item", "task"]}, "B": {"components": ["item"]},
-            "C": {"components": []}}  # fmt: skip
+    arms = {
+        "A": {"components": ["persona", "item", "task"]},
+        "B": {"components": ["item"]},
+        "C": {"components": []},
+    }
     study = _study(_protocol(arms=arms))
     assert study.arm_text("A", "q1") == (
         "You are careful.\n\n" + Q1_BLOCK + "\n\nAnswer with one letter.\n"
@@ -515,8 +560,12 @@ def test_system_prompt() -> None:
 
 
 def _fewshot(**changes: Any) -> dict[str, Any]:
-    table = {"examples": _record("fewshot/ex.jsonl", EXAMPLES), "rule": "fixed",
-             "ids": ["e2", "e1"], "answer": "prompts/answer.txt"}  # fmt: skip
+    table = {
+        "examples": _record("fewshot/ex.jsonl", EXAMPLES),
+        "rule": "fixed",
+        "ids": ["e2", "e1"],
+        "answer": "prompts/answer.txt",
+    }
     table.update(changes)
     return table
 
@@ -528,8 +577,9 @@ E2_ANSWER = "Answer: A (green) because chlorophyll"
 
 
 def test_fewshot_turns() -> None:
-    protocol = _protocol(arms={"A": {"components": ["task"], "fewshot": "ex"}},
-                         fewshot={"ex": _fewshot()})  # fmt: skip
+    protocol = _protocol(
+        arms={"A": {"components": ["task"], "fewshot": "ex"}}, fewshot={"ex": _fewshot()}
+    )
     req = _study(protocol).request("A", None, "q1")
     assert req["messages"] == [
         {"role": "user", "content": [_text(E2_USER)]},
@@ -541,14 +591,22 @@ def test_fewshot_turns() -> None:
 
 
 def test_fewshot_inline_block_before_the_item_block() -> None:
-    protocol = _protocol(arms={"A": {"components": ["task"], "fewshot": "ex"},
-                               "B": {"components": ["examples", "task"], "fewshot": "ex"}},
-                         fewshot={"ex": _fewshot(style="inline")})  # fmt: skip
+    protocol = _protocol(
+        arms={
+            "A": {"components": ["task"], "fewshot": "ex"},
+            "B": {"components": ["examples", "task"], "fewshot": "ex"},
+        },
+        fewshot={"ex": _fewshot(style="inline")},
+    )
     study = _study(protocol)
     examples = E2_USER + "\n" + E2_ANSWER + "\n\n" + E1_USER + "\n" + E1_ANSWER
     req = study.request("A", None, "q1")
-    assert req["messages"] == [{"role": "user", "content": [
-        _text("Answer with one letter.\n\n" + examples + "\n\n" + Q1_BLOCK + "\n")]}]  # fmt: skip
+    assert req["messages"] == [
+        {
+            "role": "user",
+            "content": [_text("Answer with one letter.\n\n" + examples + "\n\n" + Q1_BLOCK + "\n")],
+        }
+    ]
     assert study.arm_text("B", "q1") == (
         examples + "\n\nAnswer with one letter.\n\n" + Q1_BLOCK + "\n"
     )
@@ -563,14 +621,29 @@ def test_fewshot_default_answer_template() -> None:
 
 
 def test_fewshot_leaks_and_short_draws_are_lock_problems() -> None:
-    leaky = [*EXAMPLES, {"id": "e3", "question": "  Two plus two? ", "answer": "B",
-                         "options": ["1", "4"], "rationale": "r"}]  # fmt: skip
+    leaky = [
+        *EXAMPLES,
+        {
+            "id": "e3",
+            "question": "  Two plus two? ",
+            "answer": "B",
+            "options": ["1", "4"],
+            "rationale": "r",
+        },
+    ]
     files = _files() | {"fewshot/ex.jsonl": _jsonl(leaky)}
     protocol = _protocol(
         arms={"A": {"components": [], "fewshot": "ex"}},
-        fewshot={"ex": _fewshot(rule="random", seed=1, count=5, ids=None,
-                                examples=_record("fewshot/ex.jsonl", leaky))},
-    )  # fmt: skip
+        fewshot={
+            "ex": _fewshot(
+                rule="random",
+                seed=1,
+                count=5,
+                ids=None,
+                examples=_record("fewshot/ex.jsonl", leaky),
+            )
+        },
+    )
     problems = _study(protocol, files).lock_problems()
     assert any("draw for item 'q1' finds 3 of 5" in p for p in problems)
     assert any("example 'e3' asks the question of test item 'q2'" in p for p in problems)
@@ -606,15 +679,23 @@ def test_record_problems_name_the_file() -> None:
 
 
 def test_sampling_overrides_per_arm() -> None:
-    arms = {"A": {"components": ["task"]},
-            "B": {"components": ["task"], "sampling": {"temperature": 0.7, "top_p": 0.9,
-                                                       "stop": ["\n\n"], "top_k": 40}}}  # fmt: skip
+    arms = {
+        "A": {"components": ["task"]},
+        "B": {
+            "components": ["task"],
+            "sampling": {"temperature": 0.7, "top_p": 0.9, "stop": ["\n\n"], "top_k": 40},
+        },
+    }
     study = _study(_protocol(arms=arms))
     req = study.request("B", None, "q1")
     assert {k: v for k, v in req.items() if k != "messages"} == {
-        "max_tokens": 16, "model": "m-1", "temperature": 0.7, "top_p": 0.9, "top_k": 40,
+        "max_tokens": 16,
+        "model": "m-1",
+        "temperature": 0.7,
+        "top_p": 0.9,
+        "top_k": 40,
         "stop_sequences": ["\n\n"],
-    }  # fmt: skip
+    }
     assert study.request("A", None, "q1")["temperature"] == 0
     assert b'"stop_sequences":["\\n\\n"],"temperature":0.7,"top_k":40,"top_p":0.9}' in (
         study.request_bytes("B", None, "q1")
@@ -648,59 +729,92 @@ def test_parameter_ranges(params: dict[str, Any], problem: str | None) -> None:
 
 
 def test_openai_wire_conversion() -> None:
-    image = {"type": "image", "source": {"type": "base64", "media_type": "image/jpeg",
-                                         "data": "QUJD"}}  # fmt: skip
+    image = {
+        "type": "image",
+        "source": {"type": "base64", "media_type": "image/jpeg", "data": "QUJD"},
+    }
     request = {
-        "max_tokens": 10, "model": "m", "temperature": 0.5, "top_p": 0.9, "top_k": 3,
-        "stop_sequences": ["END"], "system": "sys",
+        "max_tokens": 10,
+        "model": "m",
+        "temperature": 0.5,
+        "top_p": 0.9,
+        "top_k": 3,
+        "stop_sequences": ["END"],
+        "system": "sys",
         "messages": [
             {"role": "user", "content": [_text("ex 1")]},
             {"role": "assistant", "content": [_text("A"), _text("B")]},
             {"role": "user", "content": [image, _text("question")]},
         ],
-    }  # fmt: skip
+    }
     assert openai_request(request) == {
-        "model": "m", "max_tokens": 10, "temperature": 0.5, "top_p": 0.9, "top_k": 3,
+        "model": "m",
+        "max_tokens": 10,
+        "temperature": 0.5,
+        "top_p": 0.9,
+        "top_k": 3,
         "stop": ["END"],
         "messages": [
             {"role": "system", "content": "sys"},
             {"role": "user", "content": "ex 1"},
             {"role": "assistant", "content": "AB"},
-            {"role": "user", "content": [
-                {"type": "image_url", "image_url": {"url": "data:image/jpeg;base64,QUJD"}},
-                {"type": "text", "text": "question"}]},
+            {
+                "role": "user",
+                "content": [
+                    {"type": "image_url", "image_url": {"url": "data:image/jpeg;base64,QUJD"}},
+                    {"type": "text", "text": "question"},
+                ],
+            },
         ],
-    }  # fmt: skip
+    }
 
 
 def test_openai_wire_from_the_study() -> None:
     study = _study(_protocol())
     assert study.request("A", None, "q1", "openai-compatible") == {
-        "max_tokens": 16, "model": "m-1", "temperature": 0,
+        "max_tokens": 16,
+        "model": "m-1",
+        "temperature": 0,
         "messages": [{"role": "user", "content": "Answer with one letter.\n\n" + Q1_BLOCK + "\n"}],
-    }  # fmt: skip
+    }
 
 
 def test_legacy_image_study_renders_as_trials_md() -> None:
     protocol = {
         "arms": {"A": {"components": ["persona", "task"]}},
         "design": {"seed": "7", "replicates": 1},
-        "model": {"provider": "anthropic", "id": "claude-x", "max_tokens": 2048,
-                  "temperature": 1.0},
+        "model": {
+            "provider": "anthropic",
+            "id": "claude-x",
+            "max_tokens": 2048,
+            "temperature": 1.0,
+        },
         "stimuli": ["s1"],
-    }  # fmt: skip
+    }
     files = _files() | {"stimuli/s1.jpg": JPEG}
     study = LockedStudy(protocol, files.get, COMPONENTS, {"s1": "stimuli/s1.jpg"})
     text = "You are careful.\n\nAnswer with one letter.\n"
     want = {
         "max_tokens": 2048,
-        "messages": [{"role": "user", "content": [
-            {"type": "image", "source": {"type": "base64", "media_type": "image/jpeg",
-                                         "data": base64.b64encode(JPEG).decode()}},
-            {"type": "text", "text": text}]}],
+        "messages": [
+            {
+                "role": "user",
+                "content": [
+                    {
+                        "type": "image",
+                        "source": {
+                            "type": "base64",
+                            "media_type": "image/jpeg",
+                            "data": base64.b64encode(JPEG).decode(),
+                        },
+                    },
+                    {"type": "text", "text": text},
+                ],
+            }
+        ],
         "model": "claude-x",
         "temperature": 1.0,
-    }  # fmt: skip
+    }
     assert study.request("A", None, "s1") == want
     assert study.own_text("A") == text
     assert (
@@ -721,8 +835,9 @@ def test_image_folder_with_an_id_template() -> None:
     study = LockedStudy(protocol, files.get, COMPONENTS, {"s1": "stimuli/s1.png"})
     assert study.arm_text("A", "s1") == "Answer with one letter.\n\nChart s1.\n"
     files["prompts/id.txt"] = b"{question}"
-    assert LockedStudy(protocol, files.get, COMPONENTS, {"s1": "stimuli/s1.png"}).lock_problems(
-    ) == ["prompts/id.txt:1:1: slot {question} cannot be filled for item 's1'"]  # fmt: skip
+    assert LockedStudy(
+        protocol, files.get, COMPONENTS, {"s1": "stimuli/s1.png"}
+    ).lock_problems() == ["prompts/id.txt:1:1: slot {question} cannot be filled for item 's1'"]
 
 
 # ------------------------------------------------------------------------------ §7 schedule
@@ -753,9 +868,13 @@ def test_schedule_with_models_replicates_and_subsets() -> None:
     }
     arms = {
         "A": {"components": ["task"]},
-        "B": {"components": ["task"], "models": ["small"], "replicates": 3,
-              "items": {"n": 2, "seed": 9}},
-    }  # fmt: skip
+        "B": {
+            "components": ["task"],
+            "models": ["small"],
+            "replicates": 3,
+            "items": {"n": 2, "seed": 9},
+        },
+    }
     protocol = _protocol(arms=arms, models=models)
     del protocol["model"]
     study = _study(protocol)

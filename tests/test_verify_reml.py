@@ -51,8 +51,9 @@ def _data(seed: int, probes: int = 6, reps: int = 5) -> dict[str, Any]:
     }
 
 
-def _dense(d: dict[str, Any], theta: list[float], terms: list[list[str]],
-           resid: list[str] | None) -> tuple[float, np.ndarray, np.ndarray]:  # fmt: skip
+def _dense(
+    d: dict[str, Any], theta: list[float], terms: list[list[str]], resid: list[str] | None
+) -> tuple[float, np.ndarray, np.ndarray]:
     """The textbook REML log-likelihood with the n x n matrix V."""
     y, x, g = d["y"], d["x"], np.array(d["g"])
     n, p = x.shape
@@ -66,8 +67,12 @@ def _dense(d: dict[str, Any], theta: list[float], terms: list[list[str]],
     a = x.T @ vi @ x
     beta = np.linalg.solve(a, x.T @ vi @ y)
     r = y - x @ beta
-    ll = -0.5 * (np.linalg.slogdet(v)[1] + np.linalg.slogdet(a)[1] + r @ vi @ r
-                 + (n - p) * math.log(2 * math.pi))  # fmt: skip
+    ll = -0.5 * (
+        np.linalg.slogdet(v)[1]
+        + np.linalg.slogdet(a)[1]
+        + r @ vi @ r
+        + (n - p) * math.log(2 * math.pi)
+    )
     return float(ll), beta, np.linalg.inv(a)
 
 
@@ -146,13 +151,15 @@ def test_the_verifier_reml_path_does_not_use_statsmodels() -> None:
 
 def test_p_values_compare_on_a_relative_scale() -> None:
     assert sci._first_difference({"p": 0.0}, {"p": 3.4e-87}, "values", 1e-6) is not None
-    assert sci._first_difference({"p": 3.4e-87}, {"p": 3.4e-87 * (1 + 1e-9)}, "values", 1e-6) \
-        is None  # fmt: skip
+    assert (
+        sci._first_difference({"p": 3.4e-87}, {"p": 3.4e-87 * (1 + 1e-9)}, "values", 1e-6) is None
+    )
     assert sci._first_difference({"p": 3.4e-87}, {"p": 3.5e-87}, "values", 1e-6) is not None
     listed = {"bonferroni": {"pvalues": [1e-40, 0.2]}}
-    assert sci._first_difference(
-        {"bonferroni": {"pvalues": [0.0, 0.2]}}, listed, "values", 1e-6
-    ) is not None
+    assert (
+        sci._first_difference({"bonferroni": {"pvalues": [0.0, 0.2]}}, listed, "values", 1e-6)
+        is not None
+    )
     # a proportion near zero keeps the absolute slack
     assert sci._first_difference({"share": 0.0}, {"share": 1e-12}, "values", 1e-6) is None
 
@@ -187,8 +194,9 @@ def _edit_result(root: Path, result_id: str, edit: Any) -> int:
     )
     edit(event["body"]["values"])
     resign(root, events)
-    results = [e["body"] | {"seq": e["seq"]} for e in read_events(root)
-               if e["kind"] == "analysis.result"]  # fmt: skip
+    results = [
+        e["body"] | {"seq": e["seq"]} for e in read_events(root) if e["kind"] == "analysis.result"
+    ]
     path = root / "analysis" / "results.json"
     path.write_text(json.dumps(results, sort_keys=True, indent=2) + "\n", "utf-8")
     return int(event["seq"])
@@ -221,10 +229,14 @@ def test_variance_component_moved_and_resigned_fails_the_reml_check(copy_: Path)
 def test_tiny_p_value_reported_as_zero_and_resigned_fails(copy_: Path) -> None:
     events = read_events(copy_)
     smallest = min(
-        (e for e in events if e["kind"] == "analysis.result"
-         and isinstance((e["body"].get("values") or {}).get("p_raw"), float)),
+        (
+            e
+            for e in events
+            if e["kind"] == "analysis.result"
+            and isinstance((e["body"].get("values") or {}).get("p_raw"), float)
+        ),
         key=lambda e: e["body"]["values"]["p_raw"],
-    )  # fmt: skip
+    )
     assert 0 < smallest["body"]["values"]["p_raw"] < 1e-3
 
     def zero(values: dict[str, Any]) -> None:

@@ -138,7 +138,9 @@ def test_edited_seal_fails_rescore(copy: Path) -> None:
         ("hypothesis.H1", "values.p", lambda b: b["values"].__setitem__("p", 0.0456)),
         ("hypothesis.H2", "verdict", None),
         pytest.param(  # each case is a whole reanalysis: three here, three in the slow set
-            "model.lmm", "values.icc", lambda b: b["values"].__setitem__("icc", 0.5),
+            "model.lmm",
+            "values.icc",
+            lambda b: b["values"].__setitem__("icc", 0.5),
             marks=pytest.mark.slow,
         ),
         pytest.param(
@@ -222,11 +224,15 @@ def test_documented_item_bytes() -> None:
     section = text[text.index("## 7. Item bytes") :]
     hashes = re.findall(r"`([0-9a-f]{64})`", section)
     cases: list[tuple[str, str, rs.Truth, str]] = [
-        ('{"chart_type": "tumbling-e", "rows": [{"row": 1, "orientations": ["up"]}]}',
-         "tumbling-e-json", (rs.Glyph(1, 1, "UP"),), "ok"),
+        (
+            '{"chart_type": "tumbling-e", "rows": [{"row": 1, "orientations": ["up"]}]}',
+            "tumbling-e-json",
+            (rs.Glyph(1, 1, "UP"),),
+            "ok",
+        ),
         ('{"chart_type": "other", "rows": []}', "tumbling-e-json", rs.CONTROL_TRUTH, "refused"),
         ("Answer: (c)", "multiple-choice", "B", "ok"),
-    ]  # fmt: skip
+    ]
     for (text_, parser, truth, status), digest in zip(cases, hashes, strict=True):
         scored = rs.score(rs.parse_text(text_, parser), parser, truth)
         assert scored.status == status
@@ -447,8 +453,11 @@ def test_mixed_model_with_a_model_factor_and_interaction_matches_statsmodels() -
 
 
 def test_descriptive_helpers() -> None:
-    tvd = st.position_bias_tvd(["UP", "UP", "(none)", "LEFT"], ["UP", "DOWN", "UP", "LEFT"],
-                               ["UP", "RIGHT", "DOWN", "LEFT"])  # fmt: skip
+    tvd = st.position_bias_tvd(
+        ["UP", "UP", "(none)", "LEFT"],
+        ["UP", "DOWN", "UP", "LEFT"],
+        ["UP", "RIGHT", "DOWN", "LEFT"],
+    )
     assert tvd["p_other"] == 0.25 and tvd["tvd"] == pytest.approx(0.5 * (0.25 + 0.25))
     share = st.canonical_share(["UP", "UP", "RIGHT"], ["RIGHT", "DOWN", "LEFT"])
     assert (share["count"], share["n"]) == (1, 3)

@@ -109,17 +109,25 @@ random_intercept = "source"
 """
 
 ITEMS = [
-    {"id": f"q{i}", "question": f"What is {i} plus {i}?",
-     "options": [str(2 * i), str(2 * i + 1), str(2 * i + 2)], "answer": "A",
-     "metadata": {"subject": "arithmetic", "source": f"set{(i + 1) // 2}"}}
+    {
+        "id": f"q{i}",
+        "question": f"What is {i} plus {i}?",
+        "options": [str(2 * i), str(2 * i + 1), str(2 * i + 2)],
+        "answer": "A",
+        "metadata": {"subject": "arithmetic", "source": f"set{(i + 1) // 2}"},
+    }
     for i in range(1, 7)
-]  # fmt: skip
+]
 ITEMS[1]["images"] = ["img/q2.png"]
 EXAMPLES = [
-    {"id": f"e{i}", "question": f"Example question {i}?", "options": ["yes", "no"],
-     "answer": "AB"[i % 2]}
+    {
+        "id": f"e{i}",
+        "question": f"Example question {i}?",
+        "options": ["yes", "no"],
+        "answer": "AB"[i % 2],
+    }
     for i in range(1, 5)
-]  # fmt: skip
+]
 
 
 def jsonl(rows: list[dict[str, Any]]) -> str:
@@ -166,8 +174,7 @@ def multi_model_spec() -> str:
     """The study with two models; arm B runs on the small one only."""
     head, rest = SPEC.split("[model]\n", 1)
     rest = rest[rest.index("[components]") :]
-    rest = rest.replace('sampling = { temperature = 0.5, stop = ["\\n\\n"] }',
-                        'models = ["small"]')  # fmt: skip
+    rest = rest.replace('sampling = { temperature = 0.5, stop = ["\\n\\n"] }', 'models = ["small"]')
     return head + MODELS + "\n" + rest
 
 
@@ -181,9 +188,12 @@ def build(base: Path, spec: str) -> Iterator[Path]:
         root = write_study(base / "study")
         (root / "study.toml").write_text(spec, encoding="utf-8")
         for step in (
-            ("lock", root), ("run", root, "--backend", "simulated"), ("score", root),
-            ("unblind", root), ("analyze", root),
-        ):  # fmt: skip
+            ("lock", root),
+            ("run", root, "--backend", "simulated"),
+            ("score", root),
+            ("unblind", root),
+            ("analyze", root),
+        ):
             result = CliRunner().invoke(main, [*map(str, step), "--key", str(key)])
             assert result.exit_code == 0, (step, result.output)
         out = base / "archive"
@@ -252,8 +262,9 @@ def forge(root: Path, events: list[dict[str, Any]]) -> None:
     names = sorted(p.name for p in (root / "blobs").iterdir())
     export["body"]["files"] = files
     export["body"]["blobs"] = {
-        "count": len(names), "listing_sha256": sha("".join(n + "\n" for n in names).encode()),
-    }  # fmt: skip
+        "count": len(names),
+        "listing_sha256": sha("".join(n + "\n" for n in names).encode()),
+    }
     resign(root, events)
 
 
@@ -313,8 +324,7 @@ def test_the_text_study_verifies(archive: Path) -> None:
     assert protocol["response"]["truth"] == "items"
     # the design of docs/prompts.md §7: A and B on 6 items x 2 replicates, C on 4 items x 1
     assert protocol["trials"] == 6 * 2 + 6 * 2 + 4
-    roles = {e["body"]["path"]: e["body"]["role"] for e in events
-             if e["kind"] == "artifact.locked"}  # fmt: skip
+    roles = {e["body"]["path"]: e["body"]["role"] for e in events if e["kind"] == "artifact.locked"}
     assert roles["items/img/q2.png"] == "item-image"
     assert (archive / "protocol" / "items" / "img" / "q2.png").is_file()
     # the random intercept groups by the items' metadata.source, re-derived by the verifier
@@ -345,8 +355,9 @@ def test_the_requests_show_what_the_page_says(archive: Path) -> None:
     assert a["temperature"] == 0 and "stop_sequences" not in a
     if c is not None:  # q2 may be outside C's seeded subset
         text = c["messages"][-1]["content"][-1]["text"]
-        assert text.startswith("Question e1: Example question 1?\n(A) yes\n(B) no\nB\n\n"
-                               "Question e3:")  # fmt: skip
+        assert text.startswith(
+            "Question e1: Example question 1?\n(A) yes\n(B) no\nB\n\nQuestion e3:"
+        )
         assert "system" not in c and len(c["messages"]) == 1
 
 
@@ -355,8 +366,9 @@ def test_the_requests_show_what_the_page_says(archive: Path) -> None:
 
 def test_changed_item_file_in_the_archive_fails_naming_it(copy_: Path) -> None:
     path = copy_ / "protocol" / "items" / "items.jsonl"
-    path.write_text(path.read_text("utf-8").replace("What is 3 plus 3?", "What is 3 plus 4?"),
-                    "utf-8")  # fmt: skip
+    path.write_text(
+        path.read_text("utf-8").replace("What is 3 plus 3?", "What is 3 plus 4?"), "utf-8"
+    )
     report = verify_archive(copy_)
     assert "protocol/items/items.jsonl" in failed(report, "manifest")
     assert "protocol/items/items.jsonl" in failed(report, "protocol")
@@ -369,8 +381,11 @@ def test_changed_item_file_in_the_archive_fails_naming_it(copy_: Path) -> None:
 
 def test_changed_item_blob_fails_naming_the_file(copy_: Path) -> None:
     events = read_events(copy_)
-    art = next(e for e in events if e["kind"] == "artifact.locked"
-               and e["body"]["path"] == "items/items.jsonl")  # fmt: skip
+    art = next(
+        e
+        for e in events
+        if e["kind"] == "artifact.locked" and e["body"]["path"] == "items/items.jsonl"
+    )
     path = copy_ / "blobs" / art["blobs"]["content"]
     path.write_bytes(path.read_bytes().replace(b"3 plus 3", b"3 plus 4"))
     rewrite_manifest(copy_)
@@ -384,8 +399,12 @@ def test_item_changed_after_lock_and_resigned_fails_the_digest_and_the_rerender(
 ) -> None:
     """A forger changes an item, re-hashes its blob and re-signs everything but the digest."""
     events = read_events(copy_)
-    relock(copy_, events, "items/items.jsonl",
-           lambda b: b.replace(b"What is 3 plus 3?", b"What is 3 plus 30?"))  # fmt: skip
+    relock(
+        copy_,
+        events,
+        "items/items.jsonl",
+        lambda b: b.replace(b"What is 3 plus 3?", b"What is 3 plus 30?"),
+    )
     forge(copy_, events)
     report = verify_archive(copy_)
     for name in ("signatures", "chain", "manifest", "export-coverage"):
@@ -401,8 +420,12 @@ def test_item_changed_after_lock_and_resigned_fails_the_digest_and_the_rerender(
 def test_item_changed_with_its_digest_and_resigned_fails_the_rerender(copy_: Path) -> None:
     """Even with protocol.locked's items digest forged too, the recorded requests differ."""
     events = read_events(copy_)
-    _, new = relock(copy_, events, "items/items.jsonl",
-                    lambda b: b.replace(b"What is 3 plus 3?", b"What is 3 plus 30?"))  # fmt: skip
+    _, new = relock(
+        copy_,
+        events,
+        "items/items.jsonl",
+        lambda b: b.replace(b"What is 3 plus 3?", b"What is 3 plus 30?"),
+    )
     protocol = next(e for e in events if e["kind"] == "protocol.locked")
     canon = b"".join(canonical_json(json.loads(line)) + b"\n" for line in new.splitlines())
     protocol["body"]["items"]["sha256"] = sha(canon)
@@ -440,8 +463,7 @@ def test_item_answer_changed_with_its_digest_fails_the_rescore(copy_: Path) -> N
 
 def test_request_altered_and_resigned_fails_naming_the_trial(copy_: Path) -> None:
     events = read_events(copy_)
-    target = next(e for e in events if e["kind"] == "trial.requested"
-                  and e["body"]["arm"] == "A")  # fmt: skip
+    target = next(e for e in events if e["kind"] == "trial.requested" and e["body"]["arm"] == "A")
     request = json.loads(blob(copy_, target["blobs"]["request"]))
     request["messages"][-1]["content"][-1]["text"] += "Take your time.\n"
     digest = put_blob(copy_, canonical_json(request))
@@ -452,9 +474,10 @@ def test_request_altered_and_resigned_fails_naming_the_trial(copy_: Path) -> Non
     attempts = copy_ / "trials" / "attempts.csv"
     lines = attempts.read_text("utf-8").splitlines(keepends=True)
     old = next(line for line in lines if line.startswith(f"{target['seq']},"))
-    attempts.write_text("".join(
-        line.replace(old.split(",")[4], digest) if line == old else line for line in lines
-    ), "utf-8")  # fmt: skip
+    attempts.write_text(
+        "".join(line.replace(old.split(",")[4], digest) if line == old else line for line in lines),
+        "utf-8",
+    )
     forge(copy_, events)
     report = verify_archive(copy_)
     for name in ("signatures", "chain", "manifest", "export-coverage", "schedule", "derived"):
@@ -466,8 +489,7 @@ def test_request_altered_and_resigned_fails_naming_the_trial(copy_: Path) -> Non
 
 def test_fewshot_example_file_changed_in_the_archive_fails_naming_it(copy_: Path) -> None:
     path = copy_ / "protocol" / "fewshot" / "examples.jsonl"
-    path.write_text(path.read_text("utf-8").replace("Example question 1?", "Example one?"),
-                    "utf-8")  # fmt: skip
+    path.write_text(path.read_text("utf-8").replace("Example question 1?", "Example one?"), "utf-8")
     rewrite_manifest(copy_)
     report = verify_archive(copy_)
     assert "protocol/fewshot/examples.jsonl" in failed(report, "protocol")
@@ -475,8 +497,12 @@ def test_fewshot_example_file_changed_in_the_archive_fails_naming_it(copy_: Path
 
 def test_fewshot_example_changed_after_lock_and_resigned_fails(copy_: Path) -> None:
     events = read_events(copy_)
-    relock(copy_, events, "fewshot/examples.jsonl",
-           lambda b: b.replace(b"Example question 1?", b"Example one?"))  # fmt: skip
+    relock(
+        copy_,
+        events,
+        "fewshot/examples.jsonl",
+        lambda b: b.replace(b"Example question 1?", b"Example one?"),
+    )
     forge(copy_, events)
     report = verify_archive(copy_)
     passed(report, "signatures")
@@ -522,12 +548,16 @@ def test_subset_seed_changed_and_resigned_fails_the_schedule(copy_: Path) -> Non
 def test_unreferenced_item_image_role_fails(copy_: Path) -> None:
     """An item names an image the lock recorded under another role."""
     events = read_events(copy_)
-    art = next(e for e in events if e["kind"] == "artifact.locked"
-               and e["body"]["path"] == "items/img/q2.png")  # fmt: skip
+    art = next(
+        e
+        for e in events
+        if e["kind"] == "artifact.locked" and e["body"]["path"] == "items/img/q2.png"
+    )
     art["body"]["role"] = "document"
     files_csv = copy_ / "protocol" / "files.csv"
-    files_csv.write_text(files_csv.read_text("utf-8").replace(",item-image,", ",document,"),
-                         "utf-8")  # fmt: skip
+    files_csv.write_text(
+        files_csv.read_text("utf-8").replace(",item-image,", ",document,"), "utf-8"
+    )
     forge(copy_, events)
     report = verify_archive(copy_)
     passed(report, "signatures")
@@ -548,8 +578,11 @@ def test_the_multi_model_study_verifies(multi_archive: Path) -> None:
     assert all(t.count("|") == 3 for t in trials)
     assert not any(t.startswith("B|big|") for t in trials)
     events = read_events(multi_archive)
-    small = next(e for e in events if e["kind"] == "trial.requested"
-                 and e["body"]["trial"].startswith("A|small|"))  # fmt: skip
+    small = next(
+        e
+        for e in events
+        if e["kind"] == "trial.requested" and e["body"]["trial"].startswith("A|small|")
+    )
     request = json.loads(blob(multi_archive, small["blobs"]["request"]))
     assert (request["model"], request["max_tokens"], request["top_k"]) == ("llama-3.1-8b", 8, 20)
 
@@ -560,8 +593,11 @@ def test_a_request_sent_to_the_other_model_fails_naming_the_trial(
     root = tmp_path / "archive"
     shutil.copytree(multi_archive, root)
     events = read_events(root)
-    target = next(e for e in events if e["kind"] == "trial.requested"
-                  and e["body"]["trial"].startswith("A|small|"))  # fmt: skip
+    target = next(
+        e
+        for e in events
+        if e["kind"] == "trial.requested" and e["body"]["trial"].startswith("A|small|")
+    )
     request = json.loads(blob(root, target["blobs"]["request"]))
     request.update(model="claude-sonnet-4-6", max_tokens=16, temperature=0)
     del request["top_k"]
@@ -571,9 +607,10 @@ def test_a_request_sent_to_the_other_model_fails_naming_the_trial(
     attempts = root / "trials" / "attempts.csv"
     lines = attempts.read_text("utf-8").splitlines(keepends=True)
     old = next(line for line in lines if line.startswith(f"{target['seq']},"))
-    attempts.write_text("".join(
-        line.replace(old.split(",")[4], digest) if line == old else line for line in lines
-    ), "utf-8")  # fmt: skip
+    attempts.write_text(
+        "".join(line.replace(old.split(",")[4], digest) if line == old else line for line in lines),
+        "utf-8",
+    )
     forge(root, events)
     report = verify_archive(root)
     passed(report, "signatures")

@@ -128,16 +128,21 @@ def hostile_study(
     from runner.backends import AnthropicBackend
     from runner.execute import RunOptions, run_study
 
-    root = make_study(tmp_path_factory.mktemp("hostile") / "study", replicates=1,
-                      template=study_template)  # fmt: skip
+    root = make_study(
+        tmp_path_factory.mktemp("hostile") / "study", replicates=1, template=study_template
+    )
 
     def responder(body: dict[str, object]) -> str:
         text = json.dumps(body, sort_keys=True)
         return HOSTILE if "uniform-up" in text or len(text) % 3 == 0 else default_responder(body)
 
     with FakeMessagesServer(latency_ms=0, responder=responder) as server:
-        run_study(root, study_key(), AnthropicBackend(api_key="test", base_url=server.base_url),
-                  RunOptions(concurrency=4, backoff_base=0.01, backoff_max=0.05))  # fmt: skip
+        run_study(
+            root,
+            study_key(),
+            AnthropicBackend(api_key="test", base_url=server.base_url),
+            RunOptions(concurrency=4, backoff_base=0.01, backoff_max=0.05),
+        )
     score_study(root, study_key())
     return root
 
@@ -163,8 +168,7 @@ def secrets_of(study: Path) -> dict[str, list[str]]:
 def crawl(c: TestClient) -> dict[str, str]:
     """Every page reachable from the overview and the table (with every filter choice)."""
     seen: dict[str, str] = {}
-    queue = ["/", "/trials", "/api/status", "/trials?format=json", "/plots",
-             "/trials?format=csv"]
+    queue = ["/", "/trials", "/api/status", "/trials?format=json", "/plots", "/trials?format=csv"]
     # issue 38: search results (and their CSV) over the responses' own words
     for word in ("answer", "the", "A", '"the answer"'):
         queue += [f"/trials?q={word}", f"/trials?q={word}&format=csv"]
@@ -217,8 +221,11 @@ def test_blinding_no_page_of_a_scored_blind_study_links_a_trial_to_its_arm(
     assert any(u.startswith("/compare") for u in pages)
     assert any(u.startswith("/proof/") for u in pages)
     arm_word = re.compile(r"\b(" + "|".join(secrets["arms"]) + r")\b")
-    prompt_lines = {line for text in secrets["request_texts"]
-                    for line in re.findall(r'"text": ?"([^"]{25,})', text)}  # fmt: skip
+    prompt_lines = {
+        line
+        for text in secrets["request_texts"]
+        for line in re.findall(r'"text": ?"([^"]{25,})', text)
+    }
     assert prompt_lines
     for url, text in pages.items():
         for trial in secrets["trials"]:
@@ -247,8 +254,12 @@ def test_blinding_the_arm_filter_and_sort_are_refused_until_the_reveal(blind_stu
     viewer = open_viewer(blind_study, verify=False)
     try:
         c = client(viewer)
-        for url in ("/trials?arm=direct", "/trials?arm=cot&format=json", "/trials?sort=arm",
-                    "/trials?sort=position"):
+        for url in (
+            "/trials?arm=direct",
+            "/trials?arm=cot&format=json",
+            "/trials?sort=arm",
+            "/trials?sort=position",
+        ):
             response = c.get(url)
             assert response.status_code == 403, url
             assert "blinding.revealed" in response.text
@@ -270,8 +281,9 @@ def test_blinding_a_verifier_reason_naming_a_trial_is_redacted_while_blind(
         reason = f"trial {trial!r} has no final outcome (seq {h})"
         v = viewer.verification
         v.state, v.error = "failed", None
-        v.checks = [{"name": "outcomes", "status": "FAIL", "reason": reason, "seq": h,
-                     "where": trial}]  # fmt: skip
+        v.checks = [
+            {"name": "outcomes", "status": "FAIL", "reason": reason, "seq": h, "where": trial}
+        ]
         v.faults = {h: [f"outcomes: {reason}"]}
         c = client(viewer)
         for url in ("/", "/api/status", "/trials?format=json", f"/trial/{h}", "/trials"):
@@ -323,8 +335,10 @@ def test_filters_are_data_driven_and_select_server_side(simulated_archive: Path)
                     f"SELECT COUNT(*) FROM trials WHERE {f.column}=?", (value,)
                 )[0][0]
                 assert got["total"] == expected
-                assert all(str(r[f.column if f.column != "arm_code" else "arm_code"]) == value
-                           for r in got["rows"])  # fmt: skip
+                assert all(
+                    str(r[f.column if f.column != "arm_code" else "arm_code"]) == value
+                    for r in got["rows"]
+                )
         both = c.get("/trials?arm=A&stimulus=uniform-up&format=json").json()
         assert both["total"] == 2 and {r["rep"] for r in both["rows"]} == {1, 2}
         assert c.get("/trials?sort=nonsense").status_code == 400
@@ -391,9 +405,11 @@ def test_bundle_is_a_static_site_whose_every_link_resolves(
 def test_bad_input_a_path_that_is_neither_study_nor_archive(tmp_path: Path) -> None:
     (tmp_path / "empty").mkdir()
     (tmp_path / "file.txt").write_text("hello")
-    for path, problem in ((tmp_path / "empty", "holds neither ledger.db"),
-                          (tmp_path / "file.txt", "is a file"),
-                          (tmp_path / "missing", "does not exist")):  # fmt: skip
+    for path, problem in (
+        (tmp_path / "empty", "holds neither ledger.db"),
+        (tmp_path / "file.txt", "is a file"),
+        (tmp_path / "missing", "does not exist"),
+    ):
         result = CliRunner().invoke(main, ["view", str(path)])
         assert result.exit_code != 0
         assert str(path) in result.output and problem in result.output
@@ -424,8 +440,9 @@ def test_bad_input_a_port_in_use(simulated_archive: Path) -> None:
         sock, note = bind("127.0.0.1", None)
         try:
             assert sock.getsockname()[1] != DEFAULT_PORT
-            assert note == (f"port {DEFAULT_PORT} is in use; serving on port "
-                            f"{sock.getsockname()[1]} instead")  # fmt: skip
+            assert note == (
+                f"port {DEFAULT_PORT} is in use; serving on port {sock.getsockname()[1]} instead"
+            )
         finally:
             sock.close()
     finally:
@@ -444,8 +461,11 @@ def test_bad_input_a_tampered_archive_is_browsable_with_verification_failed(
     shutil.copytree(simulated_archive, copy)
     events = copy / "ledger" / "events.jsonl"
     lines = events.read_bytes().split(b"\n")
-    at = next(i for i, line in enumerate(lines) if b'"kind":"trial.scored"' in line
-              and b'"n_correct":61' in line)  # fmt: skip
+    at = next(
+        i
+        for i, line in enumerate(lines)
+        if b'"kind":"trial.scored"' in line and b'"n_correct":61' in line
+    )
     lines[at] = lines[at].replace(b'"n_correct":61', b'"n_correct":60')
     events.write_bytes(b"\n".join(lines))
     viewer = open_viewer(copy)
@@ -456,8 +476,10 @@ def test_bad_input_a_tampered_archive_is_browsable_with_verification_failed(
         overview = c.get("/").text
         assert 'id="verification-failed"' in overview and ">FAILED<" in overview
         assert f'href="/proof/{at}"' in overview
-        rows = c.get("/trials?format=json").json()["rows"] + \
-            c.get("/trials?page=2&format=json").json()["rows"]
+        rows = (
+            c.get("/trials?format=json").json()["rows"]
+            + c.get("/trials?page=2&format=json").json()["rows"]
+        )
         marked = {r["scored_seq"]: r for r in rows if r["faults"]}
         # the changed event (its signature) and the next one (its prev link no longer holds)
         assert at in marked and set(marked) <= {at, at + 1}
@@ -501,10 +523,19 @@ def test_bad_input_viewing_while_ledger_run_writes(
     monkeypatch.setenv("PROMPT_LEDGER_HOME", str(tmp_path / "home"))
     study = make_study(tmp_path / "study", replicates=1, template=study_template)
     viewer = subprocess.Popen(
-        [sys.executable, "-c", "from ledger.cli import main; main()", "view", str(study),
-         "--port", "0"],
-        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-    )  # fmt: skip
+        [
+            sys.executable,
+            "-c",
+            "from ledger.cli import main; main()",
+            "view",
+            str(study),
+            "--port",
+            "0",
+        ],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
     try:
         assert viewer.stdout is not None
         line = viewer.stdout.readline()
@@ -515,10 +546,21 @@ def test_bad_input_viewing_while_ledger_run_writes(
             before = http.get("/api/status").json()
             assert before["trials"] == 0
             writer = subprocess.Popen(
-                [sys.executable, "-c", "from ledger.cli import main; main()", "run", str(study),
-                 "--backend", "simulated", "--concurrency", "4"],
-                stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-            )  # fmt: skip
+                [
+                    sys.executable,
+                    "-c",
+                    "from ledger.cli import main; main()",
+                    "run",
+                    str(study),
+                    "--backend",
+                    "simulated",
+                    "--concurrency",
+                    "4",
+                ],
+                stdout=subprocess.PIPE,
+                stderr=subprocess.STDOUT,
+                text=True,
+            )
             seen = set()
             while writer.poll() is None:
                 status = http.get("/api/status").json()

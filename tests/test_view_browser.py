@@ -25,13 +25,20 @@ pytestmark = pytest.mark.browser
 
 CHROMIUM = shutil.which("chromium") or "/usr/bin/chromium"
 ARGS = [
-    "--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
-    "--disable-background-networking", "--disable-component-update", "--disable-sync",
-]  # fmt: skip
+    "--headless",
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-quic",
+    "--no-first-run",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+]
 ARTEFACTS = Path(
-    os.environ.get("LEDGER_VIEW_ARTEFACTS", Path(__file__).resolve().parent.parent / "tmp" /
-                   "view-artefacts")
-)  # fmt: skip
+    os.environ.get(
+        "LEDGER_VIEW_ARTEFACTS", Path(__file__).resolve().parent.parent / "tmp" / "view-artefacts"
+    )
+)
 
 
 @pytest.fixture(scope="module")
@@ -53,8 +60,12 @@ class Page:
         self.context = browser.new_context(viewport={"width": 1280, "height": 900})
         self.page = self.context.new_page()
         self.errors: list[str] = []
-        self.page.on("console", lambda m: self.errors.append(f"console {m.type}: {m.text}")
-                     if m.type == "error" else None)  # fmt: skip
+        self.page.on(
+            "console",
+            lambda m: (
+                self.errors.append(f"console {m.type}: {m.text}") if m.type == "error" else None
+            ),
+        )
         self.page.on("pageerror", lambda e: self.errors.append(f"page error: {e}"))
         self.page.on("requestfailed", lambda r: self.errors.append(f"failed: {r.url}"))
 
@@ -75,10 +86,19 @@ class Viewer:
 
     def __init__(self, path: Path) -> None:
         self.proc = subprocess.Popen(
-            [sys.executable, "-c", "from ledger.cli import main; main()", "view", str(path),
-             "--port", "0"],
-            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-        )  # fmt: skip
+            [
+                sys.executable,
+                "-c",
+                "from ledger.cli import main; main()",
+                "view",
+                str(path),
+                "--port",
+                "0",
+            ],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
         assert self.proc.stdout is not None
         line = self.proc.stdout.readline()
         found = re.search(r"http://[\d.]+:\d+", line)
@@ -188,10 +208,21 @@ def test_browser_watch_a_live_run_add_trials(
         assert "0 trials" in p.inner_text("#count")
         p.evaluate("window.__not_reloaded = true")
         run = subprocess.Popen(
-            [sys.executable, "-c", "from ledger.cli import main; main()", "run", str(study),
-             "--backend", "simulated", "--concurrency", "1"],
-            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-        )  # fmt: skip
+            [
+                sys.executable,
+                "-c",
+                "from ledger.cli import main; main()",
+                "run",
+                str(study),
+                "--backend",
+                "simulated",
+                "--concurrency",
+                "1",
+            ],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            text=True,
+        )
         counts = set()
         deadline = time.monotonic() + 120
         while time.monotonic() < deadline:
@@ -289,11 +320,20 @@ def demo_viewer(request: Any, tmp_path_factory: pytest.TempPathFactory) -> Itera
     template, archive = DEMOS[request.param]
     base = tmp_path_factory.mktemp(f"view-{request.param}")
     built = subprocess.run(
-        [sys.executable, "-c", "from ledger.cli import main; main()", "demo", str(base / "demo"),
-         "--template", template],
-        capture_output=True, text=True, timeout=900,
+        [
+            sys.executable,
+            "-c",
+            "from ledger.cli import main; main()",
+            "demo",
+            str(base / "demo"),
+            "--template",
+            template,
+        ],
+        capture_output=True,
+        text=True,
+        timeout=900,
         env={**os.environ, "PROMPT_LEDGER_HOME": str(base / "home")},
-    )  # fmt: skip
+    )
     assert built.returncode == 0, built.stdout[-2000:] + built.stderr[-2000:]
     v = Viewer(base / "demo" / archive)
     try:

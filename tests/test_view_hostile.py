@@ -55,8 +55,10 @@ def with_request_image(
     blocks = [b for m in body["messages"] if isinstance(m["content"], list) for b in m["content"]]
     image = next(b for b in blocks if b.get("type") == "image")
     image["source"] = {
-        "type": "base64", "media_type": media, "data": base64.b64encode(payload).decode(),
-    }  # fmt: skip
+        "type": "base64",
+        "media_type": media,
+        "data": base64.b64encode(payload).decode(),
+    }
     raw = json.dumps(body).encode()
     new = hashlib.sha256(raw).hexdigest()
     (target / "blobs" / new).write_bytes(raw)

@@ -122,8 +122,7 @@ def test_item_page_shows_each_trials_own_keys(viewer: Viewer, client: TestClient
     page = client.get(f"/item/{stimulus}").text
     n = viewer.index.query("SELECT COUNT(*) FROM trials WHERE stimulus=?", (stimulus,))[0][0]
     assert page.count('class="trial-link"') == n
-    score = viewer.score(viewer.index.query("SELECT scored_seq FROM trials WHERE h=?",
-                                            (h,))[0][0])  # fmt: skip
+    score = viewer.score(viewer.index.query("SELECT scored_seq FROM trials WHERE h=?", (h,))[0][0])
     keys = " ".join(str(i["truth"]) for i in score["item_scores"])
     assert f'<td class="key">{keys}</td>' in page
 
@@ -159,8 +158,9 @@ BAD_INPUT = [
 ]
 
 
-@pytest.mark.parametrize(("url", "status", "message"), [c[1:] for c in BAD_INPUT],
-                         ids=[c[0] for c in BAD_INPUT])  # fmt: skip
+@pytest.mark.parametrize(
+    ("url", "status", "message"), [c[1:] for c in BAD_INPUT], ids=[c[0] for c in BAD_INPUT]
+)
 def test_bad_input_is_a_clear_message_in_the_page(
     client: TestClient, url: str, status: int, message: str
 ) -> None:

@@ -64,26 +64,32 @@ def verifier_side() -> dict[str, Any]:
         "role_kinds": {k: sorted(v) for k, v in _keys._ROLE_KINDS.items()},
         "posthoc_tests": list(_science.POSTHOC_TESTS),
         "share_outcomes": sorted(_qrboot.SHARES),
-        "tolerances": {"rel": _science.REL_TOL, "abs": _science.ABS_TOL,
-                       "lmm_rel": _science.LMM_REL_TOL, "gee_rel": _science.GEE_REL_TOL},
+        "tolerances": {
+            "rel": _science.REL_TOL,
+            "abs": _science.ABS_TOL,
+            "lmm_rel": _science.LMM_REL_TOL,
+            "gee_rel": _science.GEE_REL_TOL,
+        },
         "bootstrap_iterations": {"max": _science.MAX_BOOTSTRAP_ITERATIONS},
         "status_words": {"not_applicable": _science.NOT_APPLICABLE},
         "report": _report_constants(report),
-    }  # fmt: skip
+    }
 
 
 def _report_constants(module: Any) -> dict[str, Any]:
     return {
         "captions": {
-            "exploratory": module.EXPLORATORY, "sensitivity": module.SENSITIVITY,
-            "posthoc": module.POSTHOC, "by_stimulus_intro": module.BY_STIMULUS_INTRO,
+            "exploratory": module.EXPLORATORY,
+            "sensitivity": module.SENSITIVITY,
+            "posthoc": module.POSTHOC,
+            "by_stimulus_intro": module.BY_STIMULUS_INTRO,
             "component_rule": module.COMPONENT_RULE,
             "distribution_intro": module.DISTRIBUTION_INTRO,
         },
         "other_label": module.OTHER_LABEL,
         "model_fields": list(module.MODEL_FIELDS),
         "sensitivity_models": dict(module.SENSITIVITY_MODELS),
-    }  # fmt: skip
+    }
 
 
 def expected(member: str, got: Any) -> Any:
@@ -150,8 +156,12 @@ def test_the_spec_refuses_bootstrap_iterations_outside_the_vocabulary_s_bounds(
     bounds = VOCABULARY["bootstrap_iterations"]
     current = re.search(r"bootstrap_iterations = (\d+)", SPEC)
     assert current is not None
-    for number, ok in ((bounds["min"], True), (bounds["max"], True), (bounds["min"] - 1, False),
-                       (bounds["max"] + 1, False)):  # fmt: skip
+    for number, ok in (
+        (bounds["min"], True),
+        (bounds["max"], True),
+        (bounds["min"] - 1, False),
+        (bounds["max"] + 1, False),
+    ):
         spec = SPEC.replace(current.group(0), f"bootstrap_iterations = {number}")
         root = write_study(tmp_path / str(number), spec)
         if ok:

@@ -95,8 +95,12 @@ class Log:
 
 
 def start_server(directory: Path) -> tuple[subprocess.Popen[str], str]:
-    proc = subprocess.Popen([*CLI, "witness", "serve", str(directory), "--port", "0"],
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    proc = subprocess.Popen(
+        [*CLI, "witness", "serve", str(directory), "--port", "0"],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
     assert proc.stdout is not None
     line = proc.stdout.readline()
     if " listening on " not in line:
@@ -192,8 +196,10 @@ def test_each_refusal_has_its_status_code(served: tuple[Path, str, str], tmp_pat
     text = note4[: note4.index("\n\n") + 1]
     assert post(url, b"old 0\n\n" + text.encode()).status_code == 403
     impostor = SigningKey.generate(log.key.name)
-    assert post(url, format_request(0, [], Checkpoint.from_text(text).sign([impostor]))
-                ).status_code == 403  # fmt: skip
+    assert (
+        post(url, format_request(0, [], Checkpoint.from_text(text).sign([impostor]))).status_code
+        == 403
+    )
     # a trusted key's signature that fails to verify: 403
     blob = note4.rstrip("\n").rsplit(" ", 1)[1]
     raw = bytearray(base64.b64decode(blob))
@@ -227,8 +233,13 @@ def test_each_refusal_has_its_status_code(served: tuple[Path, str, str], tmp_pat
     assert add_checkpoint(url, 4, log.proof(4), log.note())
     # every refused request whose signature verified was kept, and only those
     conn = sqlite3.connect(directory / "state.db")
-    kept = [r for r in conn.execute(
-        "SELECT status, old_size, size FROM evidence WHERE origin = ? ORDER BY id", (log.origin,))]
+    kept = [
+        r
+        for r in conn.execute(
+            "SELECT status, old_size, size FROM evidence WHERE origin = ? ORDER BY id",
+            (log.origin,),
+        )
+    ]
     conn.close()
     assert kept == [(400, 5, 4), (409, 2, 7), (409, 0, 7), (422, 4, 7)]
 
@@ -434,13 +445,15 @@ def test_conformance_with_every_must(served: tuple[Path, str, str], tmp_path: Pa
     # M1
     assert httpx.get(url + "/add-checkpoint", timeout=10).status_code == 405
     # M2, M3: malformed framing
-    for body in (b"old 0\n" + note3.encode(),               # no empty line
-                 b"old 00\n\n" + note3.encode(),            # leading zero
-                 b"old  0\n\n" + note3.encode(),            # two spaces
-                 b"OLD 0\n\n" + note3.encode(),
-                 b"old 0\nnot base64!\n\n" + note3.encode(),
-                 b"old 0\n" + base64.b64encode(b"short") + b"\n\n" + note3.encode(),
-                 b"old -1\n\n" + note3.encode()):
+    for body in (
+        b"old 0\n" + note3.encode(),  # no empty line
+        b"old 00\n\n" + note3.encode(),  # leading zero
+        b"old  0\n\n" + note3.encode(),  # two spaces
+        b"OLD 0\n\n" + note3.encode(),
+        b"old 0\nnot base64!\n\n" + note3.encode(),
+        b"old 0\n" + base64.b64encode(b"short") + b"\n\n" + note3.encode(),
+        b"old -1\n\n" + note3.encode(),
+    ):
         assert post(url, body).status_code == 400, body
     assert state() is None  # M13
     # M10: old size 0 with a proof
@@ -467,8 +480,10 @@ def test_conformance_with_every_must(served: tuple[Path, str, str], tmp_path: Pa
     assert post(url, format_request(3, [], fork.note())).status_code == 422
     # M11
     log.grow(4)
-    assert post(url, format_request(3, [b"\2" * 32] * len(log.proof(3)), log.note())
-                ).status_code == 422  # fmt: skip
+    assert (
+        post(url, format_request(3, [b"\2" * 32] * len(log.proof(3)), log.note())).status_code
+        == 422
+    )
     # M8
     response = post(url, format_request(1, [], log.note()))
     assert (response.status_code, response.text) == (409, "3\n")
@@ -548,8 +563,12 @@ def test_init_refuses_an_existing_witness_and_serve_a_deleted_database(tmp_path:
     (directory / "state.db").unlink()
     for suffix in ("-wal", "-shm"):
         (directory / f"state.db{suffix}").unlink(missing_ok=True)
-    served = subprocess.run([*CLI, "witness", "serve", str(directory), "--port", "0"],
-                            capture_output=True, text=True, timeout=60)  # fmt: skip
+    served = subprocess.run(
+        [*CLI, "witness", "serve", str(directory), "--port", "0"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     assert served.returncode == 1
     assert "state.db is missing but the witness key" in served.stderr
     assert "refusing to start" in served.stderr and not (directory / "state.db").exists()
@@ -571,12 +590,32 @@ def test_serve_names_a_port_in_use(served: tuple[Path, str, str]) -> None:
 
 def test_add_log_names_a_bad_vkey(tmp_path: Path) -> None:
     Witness.init(tmp_path / "w", "witness.example/a").close()
-    result = CliRunner().invoke(main, ["witness", "add-log", str(tmp_path / "w"), "--origin",
-                                       "example.org/x", "--vkey", "bogus+key"])  # fmt: skip
+    result = CliRunner().invoke(
+        main,
+        [
+            "witness",
+            "add-log",
+            str(tmp_path / "w"),
+            "--origin",
+            "example.org/x",
+            "--vkey",
+            "bogus+key",
+        ],
+    )
     assert result.exit_code == 1 and "malformed vkey 'bogus+key'" in result.output
     key = SigningKey.generate("example.org/x/owner")
-    result = CliRunner().invoke(main, ["witness", "add-log", str(tmp_path / "w"), "--origin",
-                                       "example.org/x", "--vkey", key.vkey])  # fmt: skip
+    result = CliRunner().invoke(
+        main,
+        [
+            "witness",
+            "add-log",
+            str(tmp_path / "w"),
+            "--origin",
+            "example.org/x",
+            "--vkey",
+            key.vkey,
+        ],
+    )
     assert result.exit_code == 0 and "1 trusted key(s)" in result.output
 
 
@@ -620,8 +659,10 @@ def _plan(tmp_path: Path, directory: Path, name: str, events: int) -> tuple[Log,
 
 def _check_never_rolled_back(directory: Path, origin: str) -> list[int]:
     conn = sqlite3.connect(directory / "state.db")
-    sizes = [r[0] for r in conn.execute(
-        "SELECT size FROM cosigned WHERE origin = ? ORDER BY id", (origin,))]
+    sizes = [
+        r[0]
+        for r in conn.execute("SELECT size FROM cosigned WHERE origin = ? ORDER BY id", (origin,))
+    ]
     state = conn.execute("SELECT size FROM state WHERE origin = ?", (origin,)).fetchone()
     conn.close()
     assert sizes == sorted(sizes), f"the witness cosigned a smaller size after a larger: {sizes}"
@@ -635,9 +676,12 @@ def test_two_processes_racing_never_roll_a_log_back(tmp_path: Path) -> None:
     log, plan = _plan(tmp_path, directory, "race", events=40)
     servers = [start_server(directory) for _ in range(2)]  # two witness processes, one database
     try:
-        racers = [subprocess.Popen([sys.executable, "-c", RACER, url, str(plan)],
-                                   stdout=subprocess.PIPE, text=True)
-                  for _, url in servers]  # fmt: skip
+        racers = [
+            subprocess.Popen(
+                [sys.executable, "-c", RACER, url, str(plan)], stdout=subprocess.PIPE, text=True
+            )
+            for _, url in servers
+        ]
         outputs = [json.loads(p.communicate(timeout=120)[0]) for p in racers]
     finally:
         for proc, _ in servers:

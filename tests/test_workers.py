@@ -143,8 +143,7 @@ def export_and_verify(study: Path, out: Path, url: str) -> None:
     sqlite_copy(url, study / "ledger.db")
     (study / "ledger.store").unlink()
     key = user_home() / "keys" / "prompt-tumbling-e-owner.key"
-    for step in (("score", study), ("unblind", study), ("analyze", study),
-                 ("export", study, out)):  # fmt: skip
+    for step in (("score", study), ("unblind", study), ("analyze", study), ("export", study, out)):
         result = CliRunner().invoke(main, [*map(str, step), "--key", str(key)])
         assert result.exit_code == 0, (step, result.output)
     report = verify_path(out)
@@ -201,14 +200,22 @@ def _request(trial: str, attempt: int, session: int) -> EventSpec:
 
 
 def _responded(trial: str, attempt: int, request_seq: int) -> EventSpec:
-    return EventSpec("trial.responded",
-                     {"trial": trial, "attempt": attempt, "request_seq": request_seq})  # fmt: skip
+    return EventSpec(
+        "trial.responded", {"trial": trial, "attempt": attempt, "request_seq": request_seq}
+    )
 
 
 def _failed(trial: str, attempt: int, request_seq: int, *, final: bool) -> EventSpec:
-    return EventSpec("trial.failed", {"trial": trial, "attempt": attempt,
-                                      "request_seq": request_seq, "error_type": "server",
-                                      "final": final})  # fmt: skip
+    return EventSpec(
+        "trial.failed",
+        {
+            "trial": trial,
+            "attempt": attempt,
+            "request_seq": request_seq,
+            "error_type": "server",
+            "final": final,
+        },
+    )
 
 
 @pytest.mark.parametrize(
@@ -358,8 +365,9 @@ def test_a_worker_killed_mid_run_is_reaped_and_another_finishes_the_study(
         wait_for(url, "trial.responded", 6, proc)
         proc.send_signal(signal.SIGKILL)
         proc.communicate()
-        result = run_study(study, study_key(), backend(server),
-                           RunOptions(concurrency=8, lease_seconds=1))  # fmt: skip
+        result = run_study(
+            study, study_key(), backend(server), RunOptions(concurrency=8, lease_seconds=1)
+        )
     assert result.reason == "complete", result
     kinds = check_exactly_once(url, trials=70)
     events = events_of(url)
@@ -368,8 +376,9 @@ def test_a_worker_killed_mid_run_is_reaped_and_another_finishes_the_study(
     assert [s.body["session"] for s in stops] == [first.seq, second.seq]
     lost = stops[0]
     assert lost.body["reason"].startswith("lost: worker ") and lost.seq < second.seq
-    interrupted = [e for e in events if e.kind == "trial.failed"
-                   and e.body["error_type"] == "interrupted"]  # fmt: skip
+    interrupted = [
+        e for e in events if e.kind == "trial.failed" and e.body["error_type"] == "interrupted"
+    ]
     # the dead worker's calls in flight, closed inside its session, before its stop
     assert 1 <= len(interrupted) <= 4 and all(first.seq < e.seq < lost.seq for e in interrupted)
     assert lost.body["interrupted"] == len(interrupted)
@@ -431,8 +440,9 @@ def test_a_frozen_worker_whose_lease_ran_out_records_its_late_answers_as_superse
             with Ledger.open(url) as log:  # its leases run out (a heartbeat that cannot reach)
                 log._conn.execute("UPDATE leases SET expires = now() - interval '1 second'")
             server.latency_ms = 0
-            result = run_study(study, study_key(), backend(server),
-                               RunOptions(concurrency=8, lease_seconds=30))  # fmt: skip
+            result = run_study(
+                study, study_key(), backend(server), RunOptions(concurrency=8, lease_seconds=30)
+            )
             assert result.reason == "complete", result
         finally:
             proc.send_signal(signal.SIGCONT)
@@ -441,8 +451,9 @@ def test_a_frozen_worker_whose_lease_ran_out_records_its_late_answers_as_superse
     assert status_of(study)["workers"] == []  # both stopped and left
     check_exactly_once(url, trials=35)
     events = events_of(url)
-    superseded = [e for e in events if e.kind == "trial.failed"
-                  and e.body["error_type"] == "superseded"]  # fmt: skip
+    superseded = [
+        e for e in events if e.kind == "trial.failed" and e.body["error_type"] == "superseded"
+    ]
     assert len(superseded) == 3 and not any(e.body["final"] for e in superseded)
     first = next(e for e in events if e.kind == "run.started")
     stops = {e.body["session"]: e for e in events if e.kind == "run.stopped"}
@@ -472,9 +483,12 @@ def test_soak_four_workers_under_chaos_answer_each_of_2030_trials_once(
     args = ("--concurrency", "8", "--max-attempts", "30", "--lease-seconds", "2")
     kills = restarts = 0
     with FakeMessagesServer(
-        latency_ms=40, fault_rate=0.02, fault_kinds=("429", "500", "drop"), retry_after=0.1,
+        latency_ms=40,
+        fault_rate=0.02,
+        fault_kinds=("429", "500", "drop"),
+        retry_after=0.1,
         seed=34,
-    ) as server:  # fmt: skip
+    ) as server:
         workers = [start_worker(study, server, *args, log=logs / f"w{i}.log") for i in range(4)]
         spawned = 4
         pg_kills_at = {7, 15}
@@ -507,9 +521,11 @@ def test_soak_four_workers_under_chaos_answer_each_of_2030_trials_once(
             time.sleep(0.5)
         final = subprocess.run(
             [*CLI, "run", str(study), "--base-url", server.base_url, *args, "--json"],
-            env=dict(os.environ, ANTHROPIC_API_KEY="test"), capture_output=True, text=True,
+            env=dict(os.environ, ANTHROPIC_API_KEY="test"),
+            capture_output=True,
+            text=True,
             timeout=900,
-        )  # fmt: skip
+        )
     assert final.returncode == 0, final.stdout + final.stderr
     assert '"stopped": "complete"' in final.stdout
     assert kills >= 20 and restarts == 2
@@ -518,8 +534,9 @@ def test_soak_four_workers_under_chaos_answer_each_of_2030_trials_once(
     events = events_of(url)
     assert kinds["run.started"] == kinds["run.stopped"]  # every session closed, reaped or not
     assert kinds["run.started"] > kills and spawned > kills
-    interrupted = sum(1 for e in events if e.kind == "trial.failed"
-                      and e.body["error_type"] == "interrupted")  # fmt: skip
+    interrupted = sum(
+        1 for e in events if e.kind == "trial.failed" and e.body["error_type"] == "interrupted"
+    )
     assert interrupted > 0
     assert any(e.body.get("concurrent") for e in events if e.kind == "run.started")
     with Ledger.open(url, readonly=True) as log:
@@ -587,8 +604,10 @@ def test_a_worker_does_not_join_one_that_runs_alone(
     size = len(events_of(url))
     with FakeMessagesServer() as server, pytest.raises(StudyError) as caught:
         run_study(study, study_key(), backend(server), RunOptions())
-    want = ("worker elsewhere:1:abcdef (pid 1 on elsewhere, run session 5) is running this "
-            "study, and no two workers may share it: it runs the study alone")  # fmt: skip
+    want = (
+        "worker elsewhere:1:abcdef (pid 1 on elsewhere, run session 5) is running this "
+        "study, and no two workers may share it: it runs the study alone"
+    )
     assert want in str(caught.value)
     assert len(events_of(url)) == size  # nothing was recorded, not even a preflight
 
@@ -601,13 +620,18 @@ def test_the_budget_is_the_studys_across_workers(
     study = pg_study(tmp_path / "study", template, url, replicates=2)  # 70 trials
     budget = 0.05
     with FakeMessagesServer(latency_ms=300) as server:
-        procs = [start_worker(study, server, "--concurrency", "2", "--budget-usd", str(budget),
-                              "--json") for _ in range(2)]  # fmt: skip
+        procs = [
+            start_worker(study, server, "--concurrency", "2", "--budget-usd", str(budget), "--json")
+            for _ in range(2)
+        ]
         outs = [p.communicate(timeout=120) for p in procs]
     events = events_of(url)
-    spent = sum(e.body["cost_usd"] for e in events
-                if e.kind in ("trial.responded", "run.preflight")
-                and isinstance(e.body.get("cost_usd"), float))  # fmt: skip
+    spent = sum(
+        e.body["cost_usd"]
+        for e in events
+        if e.kind in ("trial.responded", "run.preflight")
+        and isinstance(e.body.get("cost_usd"), float)
+    )
     stops = [e.body["reason"] for e in events if e.kind == "run.stopped"]
     assert len(stops) == 2 and all(r.startswith("budget: ") for r in stops), (stops, outs)
     assert 0 < spent <= budget

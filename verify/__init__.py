@@ -198,33 +198,55 @@ def verify_path(
     elif study and os.path.isfile(os.path.join(spec, "ledger.db")):
         from verify._ledgerfile import verify_ledger_file
 
-        report = verify_ledger_file(os.path.join(spec, "ledger.db"), trusted_keys=trusted_keys,
-                                    checkpoints=checkpoints, jobs=jobs)
+        report = verify_ledger_file(
+            os.path.join(spec, "ledger.db"),
+            trusted_keys=trusted_keys,
+            checkpoints=checkpoints,
+            jobs=jobs,
+        )
     elif os.path.isdir(spec):
         from verify._archive import verify_archive
 
-        return verify_archive(path, trusted_keys=trusted_keys, checkpoints=checkpoints,
-                              jobs=jobs, witnesses=witnesses, quorum=quorum, skew=skew,
-                              tsa_roots=tsa_roots, annex=annex, identity=identity)
+        return verify_archive(
+            path,
+            trusted_keys=trusted_keys,
+            checkpoints=checkpoints,
+            jobs=jobs,
+            witnesses=witnesses,
+            quorum=quorum,
+            skew=skew,
+            tsa_roots=tsa_roots,
+            annex=annex,
+            identity=identity,
+        )
     else:
         from verify._ledgerfile import verify_ledger_file
 
-        report = verify_ledger_file(path, trusted_keys=trusted_keys, checkpoints=checkpoints,
-                                    jobs=jobs)
+        report = verify_ledger_file(
+            path, trusted_keys=trusted_keys, checkpoints=checkpoints, jobs=jobs
+        )
     if annex is not None or identity is not None:
         from verify._report import Check, Status
 
-        report.checks.append(Check(
-            "privacy", Status.FAIL, "--annex completes a public archive (docs/privacy.md): "
-            f"{spec} is not an archive directory",
-        ))
+        report.checks.append(
+            Check(
+                "privacy",
+                Status.FAIL,
+                "--annex completes a public archive (docs/privacy.md): "
+                f"{spec} is not an archive directory",
+            )
+        )
     if witnesses:
         from verify._report import Check, Status
 
-        report.checks.append(Check(
-            "witnesses", Status.FAIL, "witness cosignatures are verified on an archive ("
-            "docs/witness.md): export the study ('ledger export') and verify the archive",
-        ))
+        report.checks.append(
+            Check(
+                "witnesses",
+                Status.FAIL,
+                "witness cosignatures are verified on an archive ("
+                "docs/witness.md): export the study ('ledger export') and verify the archive",
+            )
+        )
     return report
 
 
@@ -268,7 +290,6 @@ def require_valid(
 
         raise VerificationError.from_check(failure, report)
     return report
-
 
 
 if not TYPE_CHECKING:  # type checkers read the imports above instead

@@ -27,7 +27,12 @@ from verify._report import PARTIAL_EXIT
 from verify._safeio import UnsafeFileError, read_regular
 
 __all__ = [
-    "build_parser", "main", "read_tsa_cert", "read_vkey", "read_witness_vkey", "render_report",
+    "build_parser",
+    "main",
+    "read_tsa_cert",
+    "read_vkey",
+    "read_witness_vkey",
+    "render_report",
 ]
 
 _MAX_VKEY_FILE = 64 << 10
@@ -120,39 +125,82 @@ def build_parser() -> argparse.ArgumentParser:
         ),
     )
     parser.add_argument(
-        "path", metavar="PATH|URL",
+        "path",
+        metavar="PATH|URL",
         help="an exported archive directory, a study folder, a ledger file, or a PostgreSQL "
         "store: postgresql://[user@]host[:port]/database?schema=NAME (no password in it)",
-    )  # fmt: skip
+    )
     parser.add_argument(
-        "--trusted-key", dest="trusted", action="append", default=[], type=read_vkey,
-        metavar="VKEY", help="a trusted vkey, inline or @FILE (repeatable)",
-    )  # fmt: skip
+        "--trusted-key",
+        dest="trusted",
+        action="append",
+        default=[],
+        type=read_vkey,
+        metavar="VKEY",
+        help="a trusted vkey, inline or @FILE (repeatable)",
+    )
     parser.add_argument(
-        "--checkpoint", dest="checkpoints", action="append", default=[], type=Path,
-        metavar="FILE", help="a checkpoint published elsewhere (repeatable)",
-    )  # fmt: skip
+        "--checkpoint",
+        dest="checkpoints",
+        action="append",
+        default=[],
+        type=Path,
+        metavar="FILE",
+        help="a checkpoint published elsewhere (repeatable)",
+    )
     parser.add_argument(
-        "--witness", dest="witnesses", action="append", default=[], type=read_witness_vkey,
-        metavar="VKEY", help="a trusted witness's cosigner vkey, inline or @FILE (repeatable): "
+        "--witness",
+        dest="witnesses",
+        action="append",
+        default=[],
+        type=read_witness_vkey,
+        metavar="VKEY",
+        help="a trusted witness's cosigner vkey, inline or @FILE (repeatable): "
         "every promised checkpoint must carry --quorum valid cosignatures from these",
-    )  # fmt: skip
-    parser.add_argument("--quorum", type=_jobs, default=None, metavar="K",
-                        help="cosignatures required per checkpoint (default: every --witness)")
-    parser.add_argument("--witness-skew", dest="skew", type=_seconds, default=300.0,
-                        metavar="SECONDS", help="allowed clock difference between witnesses "
-                        "and the ledger's event times (default 300)")  # fmt: skip
-    parser.add_argument("--tsa-cert", dest="tsa_roots", type=read_tsa_cert, default=None,
-                        metavar="FILE", help="PEM root certificate(s) of the time-stamping "
-                        "authority: check the RFC 3161 time stamps")  # fmt: skip
-    parser.add_argument("--annex", default=None, metavar="FILE",
-                        help="a public archive's sealed annex (with --identity)")  # fmt: skip
-    parser.add_argument("--identity", default=None, metavar="KEY",
-                        help="the auditor's secret key file that opens the annex")  # fmt: skip
-    parser.add_argument("--json", dest="as_json", action="store_true",
-                        help="print the report as JSON")  # fmt: skip
-    parser.add_argument("--jobs", type=_jobs, default=1, metavar="N",
-                        help="processes for signatures (default 1)")  # fmt: skip
+    )
+    parser.add_argument(
+        "--quorum",
+        type=_jobs,
+        default=None,
+        metavar="K",
+        help="cosignatures required per checkpoint (default: every --witness)",
+    )
+    parser.add_argument(
+        "--witness-skew",
+        dest="skew",
+        type=_seconds,
+        default=300.0,
+        metavar="SECONDS",
+        help="allowed clock difference between witnesses "
+        "and the ledger's event times (default 300)",
+    )
+    parser.add_argument(
+        "--tsa-cert",
+        dest="tsa_roots",
+        type=read_tsa_cert,
+        default=None,
+        metavar="FILE",
+        help="PEM root certificate(s) of the time-stamping "
+        "authority: check the RFC 3161 time stamps",
+    )
+    parser.add_argument(
+        "--annex",
+        default=None,
+        metavar="FILE",
+        help="a public archive's sealed annex (with --identity)",
+    )
+    parser.add_argument(
+        "--identity",
+        default=None,
+        metavar="KEY",
+        help="the auditor's secret key file that opens the annex",
+    )
+    parser.add_argument(
+        "--json", dest="as_json", action="store_true", help="print the report as JSON"
+    )
+    parser.add_argument(
+        "--jobs", type=_jobs, default=1, metavar="N", help="processes for signatures (default 1)"
+    )
     return parser
 
 
@@ -168,9 +216,16 @@ def main(argv: Sequence[str] | None = None) -> int:
         sys.stdout.reconfigure(errors="backslashreplace")
     try:
         report = verify_path(
-            args.path, trusted_keys=args.trusted, checkpoints=args.checkpoints, jobs=args.jobs,
-            witnesses=args.witnesses, quorum=args.quorum, skew=args.skew,
-            tsa_roots=args.tsa_roots, annex=args.annex, identity=args.identity,
+            args.path,
+            trusted_keys=args.trusted,
+            checkpoints=args.checkpoints,
+            jobs=args.jobs,
+            witnesses=args.witnesses,
+            quorum=args.quorum,
+            skew=args.skew,
+            tsa_roots=args.tsa_roots,
+            annex=args.annex,
+            identity=args.identity,
         )
         if args.as_json:
             sys.stdout.write(json.dumps(report.to_dict(), indent=2, ensure_ascii=False) + "\n")

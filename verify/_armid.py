@@ -129,8 +129,10 @@ def identity(
     if record.get("fewshot") is not None:
         sets = _obj(body.get("fewshot"), "protocol.locked fewshot")
         chosen = record["fewshot"]
-        fewshot = _obj(sets.get(chosen) if type(chosen) is str else None,
-                       f"protocol.locked fewshot.{chosen} (arm {arm})")  # fmt: skip
+        fewshot = _obj(
+            sets.get(chosen) if type(chosen) is str else None,
+            f"protocol.locked fewshot.{chosen} (arm {arm})",
+        )
         obj["fewshot"] = fewshot
         if fewshot.get("answer") is not None:
             locked(fewshot["answer"], f"fewshot.{chosen}.answer")

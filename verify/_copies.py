@@ -26,8 +26,11 @@ def _text(raw: bytes, fmt: str) -> bytes | None:
         return None
 
 
-def copies(trials: Sequence[dict[str, Any]], body_of: Callable[[int], tuple[bytes, str]],
-           models: Sequence[str]) -> dict[str, Any] | None:  # fmt: skip
+def copies(
+    trials: Sequence[dict[str, Any]],
+    body_of: Callable[[int], tuple[bytes, str]],
+    models: Sequence[str],
+) -> dict[str, Any] | None:
     """The values of ``descriptive.identical_responses`` (``note`` as None), or None.
 
     ``body_of(response_seq)`` gives a trial's stored response body and its format.
@@ -37,8 +40,15 @@ def copies(trials: Sequence[dict[str, Any]], body_of: Callable[[int], tuple[byte
         raw, fmt = body_of(int(t["response_seq"]))
         text = _text(raw, fmt)
         if text is not None:
-            texts[(str(t["arm"]), str(t["model"]), str(t["stimulus"]), str(t["variant"]),
-                   int(t["rep"]))] = text  # fmt: skip
+            texts[
+                (
+                    str(t["arm"]),
+                    str(t["model"]),
+                    str(t["stimulus"]),
+                    str(t["variant"]),
+                    int(t["rep"]),
+                )
+            ] = text
     by_cell: dict[tuple[str, str, str, str], list[bytes]] = {}
     for (arm, model, stimulus, variant, _), text in texts.items():
         by_cell.setdefault((arm, model, stimulus, variant), []).append(text)
@@ -46,13 +56,19 @@ def copies(trials: Sequence[dict[str, Any]], body_of: Callable[[int], tuple[byte
     for (arm, model, _, _), found in sorted(by_cell.items()):
         if len(found) >= 2:
             verdict.setdefault((arm, model), []).append(len(set(found)) == 1)
-    replicates = [{"arm": arm, "model": model, "cells": len(same)}
-                  for (arm, model), same in sorted(verdict.items()) if all(same)]  # fmt: skip
+    replicates = [
+        {"arm": arm, "model": model, "cells": len(same)}
+        for (arm, model), same in sorted(verdict.items())
+        if all(same)
+    ]
     pairs = []
     for i, a in enumerate(models):
         for b in models[i + 1 :]:
-            both = [(text, texts.get((arm, b, s, v, r)))
-                    for (arm, m, s, v, r), text in texts.items() if m == a]  # fmt: skip
+            both = [
+                (text, texts.get((arm, b, s, v, r)))
+                for (arm, m, s, v, r), text in texts.items()
+                if m == a
+            ]
             common = [(x, y) for x, y in both if y is not None]
             if common and all(x == y for x, y in common):
                 pairs.append({"a": a, "b": b, "trials": len(common)})
@@ -68,8 +84,10 @@ def summary(values: dict[str, Any]) -> str:
         f"alike in {r['cells']} cell(s)"
         for r in values.get("replicates") or []
     ]
-    parts += [f"models {p['a']} and {p['b']} alike on all {p['trials']} shared trial(s)"
-              for p in values.get("models") or []]  # fmt: skip
+    parts += [
+        f"models {p['a']} and {p['b']} alike on all {p['trials']} shared trial(s)"
+        for p in values.get("models") or []
+    ]
     return (
         "byte-identical responses (" + "; ".join(parts) + "): trial-level tests count the "
         "copies as independent observations (pseudo-replication), and pooled results count "

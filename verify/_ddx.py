@@ -23,8 +23,15 @@ from verify._steps import Call, StepPlan, judge_record, norm, parse, text_of
 
 __all__ = ["METRICS", "SETS", "ddx_descriptive", "ddx_metrics", "ddx_records"]
 
-METRICS = ("plausibility", "h_coverage", "s_coverage", "breadth", "grounding_rate",
-           "indirect_rate", "uncertainty")  # fmt: skip
+METRICS = (
+    "plausibility",
+    "h_coverage",
+    "s_coverage",
+    "breadth",
+    "grounding_rate",
+    "indirect_rate",
+    "uncertainty",
+)
 SETS = ("plausible", "highly_likely", "safety_critical")
 Events = Sequence[tuple[int, str, dict[str, Any], Callable[[str], bytes | None]]]
 
@@ -44,11 +51,20 @@ def _plan(name: str, rec: Any, read: Callable[[str], bytes | None]) -> StepPlan:
             raise PromptError(f"steps.{name}.schema {rec.get('schema')!r} is not a locked file")
         schema = json.loads(raw)
     return StepPlan(
-        name, str(rec.get("on")), tuple(m or None for m in rec.get("models") or []),
-        Template(name, ()), None, str(rec.get("parser")), tuple(rec.get("labels") or ()),
-        schema, int((rec.get("on_unparseable") or {}).get("retry", 0)), "exclude", rule,
-        "blind", None,
-    )  # fmt: skip
+        name,
+        str(rec.get("on")),
+        tuple(m or None for m in rec.get("models") or []),
+        Template(name, ()),
+        None,
+        str(rec.get("parser")),
+        tuple(rec.get("labels") or ()),
+        schema,
+        int((rec.get("on_unparseable") or {}).get("retry", 0)),
+        "exclude",
+        rule,
+        "blind",
+        None,
+    )
 
 
 def _members(plan: StepPlan) -> set[str]:
@@ -57,9 +73,11 @@ def _members(plan: StepPlan) -> set[str]:
 
 
 def ddx_lock_problems(
-    protocol: Mapping[str, Any], plans: Mapping[str, StepPlan],
-    fields: Callable[[str], Mapping[str, Any]], item_ids: Sequence[str],
-) -> list[str]:  # fmt: skip
+    protocol: Mapping[str, Any],
+    plans: Mapping[str, StepPlan],
+    fields: Callable[[str], Mapping[str, Any]],
+    item_ids: Sequence[str],
+) -> list[str]:
     """§12's lock rules on ``protocol.locked``: what a lock of a ddx study refuses.
 
     Each role names a locked step of its kind and shape, each template reads what its role
@@ -73,13 +91,20 @@ def ddx_lock_problems(
     if response.get("parser") != "ddx":
         if config is not None:
             out.append("response.ddx is locked, but the parser is not ddx")
-        out += [f"hypothesis {h.get('id')}: outcome {h.get('outcome')!r} is a ddx metric of a "
-                "study whose parser is not ddx" for h in hyps if h.get("outcome") in METRICS]
+        out += [
+            f"hypothesis {h.get('id')}: outcome {h.get('outcome')!r} is a ddx metric of a "
+            "study whose parser is not ddx"
+            for h in hyps
+            if h.get("outcome") in METRICS
+        ]
         return out
     if not isinstance(config, dict):
         return ["response.ddx is missing"]
-    wants = {"list": ("trial", {"diagnoses"}), "match": ("trial", set(SETS)),
-             "grounding": ("trial", {"grounded", "indirect"})}  # fmt: skip
+    wants = {
+        "list": ("trial", {"diagnoses"}),
+        "match": ("trial", set(SETS)),
+        "grounding": ("trial", {"grounded", "indirect"}),
+    }
     if config.get("reference") != "items":
         wants["reference"] = ("item", set(SETS))
     for role, (on, members) in wants.items():
@@ -88,21 +113,35 @@ def ddx_lock_problems(
             continue
         plan = plans.get(str(name))
         if plan is None or plan.on != on or not members <= _members(plan):
-            out.append(f"response.ddx.{role} = {name!r} is not a locked {on} step with the "
-                       f"array members {sorted(members)}")  # fmt: skip
+            out.append(
+                f"response.ddx.{role} = {name!r} is not a locked {on} step with the "
+                f"array members {sorted(members)}"
+            )
     doubt = config.get("uncertainty")
     if doubt is not None:
         plan = plans.get(str(doubt))
-        if plan is None or plan.on != "trial" or plan.parser != "label" or not (
-            {"uncertain", "certain"} <= set(plan.labels)
+        if (
+            plan is None
+            or plan.on != "trial"
+            or plan.parser != "label"
+            or not ({"uncertain", "certain"} <= set(plan.labels))
         ):
-            out.append(f"response.ddx.uncertainty = {doubt!r} is not a locked trial step with "
-                       "the labels uncertain and certain")  # fmt: skip
+            out.append(
+                f"response.ddx.uncertainty = {doubt!r} is not a locked trial step with "
+                "the labels uncertain and certain"
+            )
     listed = str(config.get("list"))
-    reference = ([f"metadata.reference_{n}" for n in SETS] if config.get("reference") == "items"
-                 else [f"steps.{config.get('reference')}"])  # fmt: skip
-    reads = {"list": [["response"]], "uncertainty": [["response"]],
-             "match": [[f"steps.{listed}"], reference], "grounding": [[f"steps.{listed}"]]}
+    reference = (
+        [f"metadata.reference_{n}" for n in SETS]
+        if config.get("reference") == "items"
+        else [f"steps.{config.get('reference')}"]
+    )
+    reads = {
+        "list": [["response"]],
+        "uncertainty": [["response"]],
+        "match": [[f"steps.{listed}"], reference],
+        "grounding": [[f"steps.{listed}"]],
+    }
     for role, groups in reads.items():
         plan = plans.get(str(config.get(role)))
         if plan is None:
@@ -110,8 +149,10 @@ def ddx_lock_problems(
         names = [slot.name for slot in plan.template.slots]
         for group in groups:
             if not any(n == g or n.startswith(g + ".") for n in names for g in group):
-                out.append(f"response.ddx.{role}: step {plan.name!r} "
-                           f"({plan.template.name}) does not read {group[0]}")
+                out.append(
+                    f"response.ddx.{role}: step {plan.name!r} "
+                    f"({plan.template.name}) does not read {group[0]}"
+                )
     if config.get("reference") == "items":
         for item in item_ids:
             meta = fields(item).get("metadata")
@@ -119,13 +160,17 @@ def ddx_lock_problems(
             for name in SETS:
                 value = meta.get(f"reference_{name}")
                 if not isinstance(value, list) or not all(isinstance(x, str) for x in value):
-                    out.append(f"item {item!r} has no supplied reference set "
-                               f"metadata.reference_{name}")  # fmt: skip
+                    out.append(
+                        f"item {item!r} has no supplied reference set metadata.reference_{name}"
+                    )
                     break
     for h in hyps:
         outcome = h.get("outcome")
-        need = {"grounding_rate": "grounding", "indirect_rate": "grounding",
-                "uncertainty": "uncertainty"}.get(str(outcome))  # fmt: skip
+        need = {
+            "grounding_rate": "grounding",
+            "indirect_rate": "grounding",
+            "uncertainty": "uncertainty",
+        }.get(str(outcome))
         if outcome not in METRICS:
             out.append(f"hypothesis {h.get('id')}: a ddx study has no outcome {outcome!r}")
         elif need is not None and config.get(need) is None:
@@ -143,9 +188,12 @@ def _unique(elements: Sequence[Any]) -> list[str]:
 
 
 def ddx_metrics(
-    listed: list[str] | None, reference: Mapping[str, list[str]] | None,
-    match: Mapping[str, Any] | None, grounding: Mapping[str, Any] | None, uncertainty: Any,
-) -> tuple[dict[str, Any], dict[str, list[str]], dict[str, list[str]]]:  # fmt: skip
+    listed: list[str] | None,
+    reference: Mapping[str, list[str]] | None,
+    match: Mapping[str, Any] | None,
+    grounding: Mapping[str, Any] | None,
+    uncertainty: Any,
+) -> tuple[dict[str, Any], dict[str, list[str]], dict[str, list[str]]]:
     """§12: the metrics, the matched entries and the ignored ones, from the decisions."""
     values: dict[str, Any] = dict.fromkeys(METRICS)
     matched: dict[str, list[str]] = {}
@@ -180,9 +228,11 @@ def ddx_metrics(
 
 
 def ddx_records(
-    protocol: Mapping[str, Any], events: Events, read: Callable[[str], bytes | None],
+    protocol: Mapping[str, Any],
+    events: Events,
+    read: Callable[[str], bytes | None],
     metadata: Mapping[str, Mapping[str, Any]],
-) -> dict[str, dict[str, Any] | None]:  # fmt: skip
+) -> dict[str, dict[str, Any] | None]:
     """§12: each trial's re-derived ``trial.scored`` fields (None: a step call not final).
 
     ``metadata``: each item's ``metadata`` object from the locked item file. The fields are
@@ -193,8 +243,11 @@ def ddx_records(
     if not isinstance(config, dict):
         raise PromptError("protocol.locked response.ddx is missing")
     steps = protocol.get("steps") or {}
-    roles = {r: str(config[r]) for r in ("list", "match", "grounding", "uncertainty")
-             if isinstance(config.get(r), str)}  # fmt: skip
+    roles = {
+        r: str(config[r])
+        for r in ("list", "match", "grounding", "uncertainty")
+        if isinstance(config.get(r), str)
+    }
     source = config.get("reference")
     names = set(roles.values()) | ({source} if source != "items" else set())
     plans = {n: _plan(n, steps.get(n), read) for n in sorted(str(x) for x in names)}
@@ -206,8 +259,9 @@ def ddx_records(
             stimulus[str(body.get("trial"))] = str(body.get("stimulus"))
         elif kind == "step.requested" and body.get("step") in plans:
             call_id = str(body.get("call"))
-            call = calls.setdefault(call_id, Call(call_id, str(body.get("step")), None, "",
-                                                  body.get("trial")))  # fmt: skip
+            call = calls.setdefault(
+                call_id, Call(call_id, str(body.get("step")), None, "", body.get("trial"))
+            )
             call.attempts += 1
             call.last_request = seq
             request_call[seq] = call_id
@@ -232,13 +286,17 @@ def ddx_records(
 
 
 def _reference(
-    plans: Mapping[str, StepPlan], source: Any, calls: Mapping[str, Call], item: str,
+    plans: Mapping[str, StepPlan],
+    source: Any,
+    calls: Mapping[str, Call],
+    item: str,
     metadata: Mapping[str, Any],
-) -> dict[str, list[str]] | None:  # fmt: skip
+) -> dict[str, list[str]] | None:
     if source == "items":
         found = {name: metadata.get(f"reference_{name}") for name in SETS}
-        if not all(isinstance(v, list) and all(isinstance(x, str) for x in v)
-                   for v in found.values()):  # fmt: skip
+        if not all(
+            isinstance(v, list) and all(isinstance(x, str) for x in v) for v in found.values()
+        ):
             return None
         return {k: list(v) for k, v in found.items()}  # type: ignore[arg-type]
     record = judge_record(plans[str(source)], calls, item)
@@ -249,9 +307,14 @@ def _reference(
 
 
 def _trial(
-    plans: Mapping[str, StepPlan], roles: Mapping[str, str], source: Any,
-    calls: Mapping[str, Call], trial: str, item: str, metadata: Mapping[str, Any],
-) -> dict[str, Any] | None:  # fmt: skip
+    plans: Mapping[str, StepPlan],
+    roles: Mapping[str, str],
+    source: Any,
+    calls: Mapping[str, Call],
+    trial: str,
+    item: str,
+    metadata: Mapping[str, Any],
+) -> dict[str, Any] | None:
     records: dict[str, Any] = {}
     for role, step in roles.items():
         record = judge_record(plans[step], calls, trial)
@@ -262,11 +325,12 @@ def _trial(
     reference = _reference(plans, source, calls, item, metadata)
     listed = decided["list"]
     values, matched, ignored = ddx_metrics(
-        list(listed.get("diagnoses") or []) if isinstance(listed, dict) else None, reference,
+        list(listed.get("diagnoses") or []) if isinstance(listed, dict) else None,
+        reference,
         decided["match"] if isinstance(decided["match"], dict) else None,
         decided.get("grounding") if isinstance(decided.get("grounding"), dict) else None,
         decided.get("uncertainty"),
-    )  # fmt: skip
+    )
     record = {
         "reference_source": "items" if source == "items" else f"step:{source}",
         "reference": reference,
@@ -278,9 +342,15 @@ def _trial(
     }
     blob = bytes(rfc8785.dumps(record))
     ok = reference is not None and listed is not None and decided["match"] is not None
-    return {"status": "ok" if ok else "unparseable", "n_items": 0, "n_answered": 0,
-            "n_correct": 0, "ddx": record, "blob": blob,
-            "scores_sha256": hashlib.sha256(blob).hexdigest()}  # fmt: skip
+    return {
+        "status": "ok" if ok else "unparseable",
+        "n_items": 0,
+        "n_answered": 0,
+        "n_correct": 0,
+        "ddx": record,
+        "blob": blob,
+        "scores_sha256": hashlib.sha256(blob).hexdigest(),
+    }
 
 
 def differing(recorded: Any, derived: Mapping[str, Any]) -> str:
@@ -291,16 +361,25 @@ def differing(recorded: Any, derived: Mapping[str, Any]) -> str:
     parts = []
     for name in names:
         if name == "reference":
-            parts.append(f"the reference sets ({derived.get('reference_source')}) differ: "
-                         f"recorded {recorded.get(name)!r}, re-derived {derived.get(name)!r}")
+            parts.append(
+                f"the reference sets ({derived.get('reference_source')}) differ: "
+                f"recorded {recorded.get(name)!r}, re-derived {derived.get(name)!r}"
+            )
         elif name == "steps":
-            steps = [r for r in set(recorded.get(name) or {}) | set(derived.get(name) or {})
-                     if (recorded.get(name) or {}).get(r) != (derived.get(name) or {}).get(r)]
-            parts.append("the votes or decision of the " + ", ".join(sorted(steps))
-                         + " step(s) differ from those re-derived from their responses")
+            steps = [
+                r
+                for r in set(recorded.get(name) or {}) | set(derived.get(name) or {})
+                if (recorded.get(name) or {}).get(r) != (derived.get(name) or {}).get(r)
+            ]
+            parts.append(
+                "the votes or decision of the "
+                + ", ".join(sorted(steps))
+                + " step(s) differ from those re-derived from their responses"
+            )
         else:
-            parts.append(f"{name}: recorded {recorded.get(name)!r}, re-derived "
-                         f"{derived.get(name)!r}")  # fmt: skip
+            parts.append(
+                f"{name}: recorded {recorded.get(name)!r}, re-derived {derived.get(name)!r}"
+            )
     return "; ".join(parts)
 
 
@@ -311,10 +390,16 @@ def ddx_descriptive(trials: Sequence[Mapping[str, Any]], several_models: bool) -
         kept = [r for r in rows if not r["excluded"]]
         out: dict[str, Any] = {"trials": len(kept), "excluded": len(rows) - len(kept)}
         for name in METRICS:
-            got = [float(r[name]) for r in kept
-                   if r[name] is not None and not math.isnan(float(r[name]))]  # fmt: skip
-            out[name] = {"mean": math.fsum(got) / len(got) if got else None, "n": len(got),
-                         "undefined": len(kept) - len(got)}  # fmt: skip
+            got = [
+                float(r[name])
+                for r in kept
+                if r[name] is not None and not math.isnan(float(r[name]))
+            ]
+            out[name] = {
+                "mean": math.fsum(got) / len(got) if got else None,
+                "n": len(got),
+                "undefined": len(kept) - len(got),
+            }
         return out
 
     arms = sorted({str(t["arm"]) for t in trials})
@@ -324,8 +409,10 @@ def ddx_descriptive(trials: Sequence[Mapping[str, Any]], several_models: bool) -
     }
     if several_models:
         values["arm_model"] = {
-            a: {m: cell([t for t in trials if t["arm"] == a and t["model"] == m])
-                for m in sorted({str(t["model"]) for t in trials if t["arm"] == a})}
+            a: {
+                m: cell([t for t in trials if t["arm"] == a and t["model"] == m])
+                for m in sorted({str(t["model"]) for t in trials if t["arm"] == a})
+            }
             for a in arms
-        }  # fmt: skip
+        }
     return values

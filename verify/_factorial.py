@@ -93,15 +93,22 @@ class Factors:
                     edit = lv.get(kind)
                     if edit is None:
                         continue
-                    ok = type(edit) is dict and type(edit.get("field")) is str and type(
-                        edit.get("text")) is str  # fmt: skip
+                    ok = (
+                        type(edit) is dict
+                        and type(edit.get("field")) is str
+                        and type(edit.get("text")) is str
+                    )
                     if kind == "insert":
-                        ok = ok and edit.get("at") in ("start", "end") and type(
-                            edit.get("separator")) is str  # fmt: skip
+                        ok = (
+                            ok
+                            and edit.get("at") in ("start", "end")
+                            and type(edit.get("separator")) is str
+                        )
                     if not ok:
-                        raise FactorialError(f"{where}.levels[{i}].{kind}: {edit!r} is not "
-                                             "{field, text" + (", at, separator}" if kind ==
-                                                               "insert" else "}"))  # fmt: skip
+                        raise FactorialError(
+                            f"{where}.levels[{i}].{kind}: {edit!r} is not "
+                            "{field, text" + (", at, separator}" if kind == "insert" else "}")
+                        )
                 if "remove" in lv and type(lv["remove"]) is not str:
                     raise FactorialError(f"{where}.levels[{i}].remove: not a field name")
             if any(k != "name" for k in levels[0]):
@@ -131,10 +138,17 @@ class Factors:
                 edit = record[kind]
                 field = edit if kind == "remove" else edit["field"]
                 value = out.get(field)
-                if type(value) is not str or field in ("id", "answer", "options", "images",
-                                                      "metadata"):  # fmt: skip
-                    raise FactorialError(f"item {fields.get('id')!r}: factor {f!r} level {lv!r} "
-                                         f"{kind}s field {field!r}, which the item lacks")
+                if type(value) is not str or field in (
+                    "id",
+                    "answer",
+                    "options",
+                    "images",
+                    "metadata",
+                ):
+                    raise FactorialError(
+                        f"item {fields.get('id')!r}: factor {f!r} level {lv!r} "
+                        f"{kind}s field {field!r}, which the item lacks"
+                    )
                 if kind == "remove":
                     del out[field]
                 elif kind == "replace":
@@ -190,8 +204,10 @@ def _spec_factors(
                     path = _norm(str(edit["file"]))
                     data = read(path)
                     if data is None:
-                        problems.append(f"study.toml factors.{name}.levels.{lname}.{kind}.file: "
-                                        f"{path} is not a locked file")  # fmt: skip
+                        problems.append(
+                            f"study.toml factors.{name}.levels.{lname}.{kind}.file: "
+                            f"{path} is not a locked file"
+                        )
                         continue
                     try:
                         e["text"] = data.decode("utf-8").rstrip("\n")
@@ -225,8 +241,7 @@ def _cells(spec_factors: Mapping[str, Any], fx: Mapping[str, Any]) -> list[dict[
             m = _GENERATOR.match(str(g))
             if m is None:
                 raise FactorialError(f"[factorial] fraction: {g!r} is not a generator")
-            generated[m.group(1)] = (m.group(2) == "-",
-                                     [p.strip() for p in m.group(3).split("*")])  # fmt: skip
+            generated[m.group(1)] = (m.group(2) == "-", [p.strip() for p in m.group(3).split("*")])
     level_names = {n: [lv["name"] for lv in spec_factors[n]["levels"]] for n in names}
     free = [n for n in names if n not in generated]
     cells = []
@@ -242,7 +257,8 @@ def _cells(spec_factors: Mapping[str, Any], fx: Mapping[str, Any]) -> list[dict[
 
 
 def expansion_problems(
-    protocol: Mapping[str, Any], spec: Mapping[str, Any] | None,
+    protocol: Mapping[str, Any],
+    spec: Mapping[str, Any] | None,
     read: Callable[[str], bytes | None],
 ) -> list[str]:
     """Every ``protocol.locked`` factor record and cell arm that the locked spec does not give.
@@ -264,21 +280,27 @@ def expansion_problems(
     got = protocol.get("factors") or {}
     for name in sorted(set(want) | set(got)):
         if name not in got or name not in want:
-            problems.append(f"protocol.locked factors.{name}: "
-                            f"{'not declared in study.toml' if name not in want else 'missing'}")
+            problems.append(
+                f"protocol.locked factors.{name}: "
+                f"{'not declared in study.toml' if name not in want else 'missing'}"
+            )
             continue
         w, g = want[name], got[name]
         if w.get("scope") != g.get("scope"):
-            problems.append(f"protocol.locked factors.{name}.scope: {g.get('scope')!r}, the "
-                            f"spec gives {w.get('scope')!r}")  # fmt: skip
+            problems.append(
+                f"protocol.locked factors.{name}.scope: {g.get('scope')!r}, the "
+                f"spec gives {w.get('scope')!r}"
+            )
         wl, gl = w["levels"], g.get("levels") or []
         for i in range(max(len(wl), len(gl))):
             a = wl[i] if i < len(wl) else None
             b = gl[i] if i < len(gl) else None
             if a != b:
                 label = (a or b or {}).get("name", i)
-                problems.append(f"protocol.locked factors.{name} level {label!r}: {b!r}, the "
-                                f"locked spec and files give {a!r}")  # fmt: skip
+                problems.append(
+                    f"protocol.locked factors.{name} level {label!r}: {b!r}, the "
+                    f"locked spec and files give {a!r}"
+                )
     if problems:
         return problems
     locked_fx = protocol.get("factorial") or {}
@@ -293,21 +315,25 @@ def expansion_problems(
     if type(fx.get("fraction")) is dict:
         expected_fx["fraction"] = {"generators": list(fx["fraction"].get("generators") or [])}
     if locked_fx != expected_fx:
-        problems.append(f"protocol.locked factorial: {locked_fx!r}, the locked spec gives "
-                        f"{expected_fx!r}")  # fmt: skip
+        problems.append(
+            f"protocol.locked factorial: {locked_fx!r}, the locked spec gives {expected_fx!r}"
+        )
     arms = protocol.get("arms") or {}
     spec_arms = spec.get("arms") or {}
     base_table = spec_arms.get(base) if type(spec_arms) is dict else None
     if type(base_table) is not dict:
         return [*problems, f"[factorial] base {base!r} is not an arm of the locked spec"]
     if base in arms:
-        problems.append(f"protocol.locked arms.{base}: the factorial base arm is locked as an "
-                        "arm; only its cells run")  # fmt: skip
+        problems.append(
+            f"protocol.locked arms.{base}: the factorial base arm is locked as an "
+            "arm; only its cells run"
+        )
     template = (spec.get("prompt") or {}).get("item") is not None
     cell_arms = {a for a, info in arms.items() if type(info) is dict and "factors" in info}
     for extra in sorted(cell_arms - set(ids)):
-        problems.append(f"protocol.locked arms.{extra}: carries factors but is no cell of "
-                        "[factorial]")  # fmt: skip
+        problems.append(
+            f"protocol.locked arms.{extra}: carries factors but is no cell of [factorial]"
+        )
     shared: dict[str, Any] | None = None
     for cid, cell in zip(ids, cells, strict=True):
         info = arms.get(cid)
@@ -325,18 +351,27 @@ def expansion_problems(
         expected = {"role": "factorial", "components": components, "factors": cell}
         for key, value in expected.items():
             if info.get(key) != value:
-                problems.append(f"protocol.locked arms.{cid}.{key}: {info.get(key)!r}, the "
-                                f"expansion of [factorial] gives {value!r}")  # fmt: skip
+                problems.append(
+                    f"protocol.locked arms.{cid}.{key}: {info.get(key)!r}, the "
+                    f"expansion of [factorial] gives {value!r}"
+                )
         if (info.get("system") or []) != system:
-            problems.append(f"protocol.locked arms.{cid}.system: {info.get('system')!r}, the "
-                            f"expansion of [factorial] gives {system or None!r}")  # fmt: skip
-        rest = {k: v for k, v in info.items()
-                if k not in ("role", "components", "factors", "system", "sha256")}  # fmt: skip
+            problems.append(
+                f"protocol.locked arms.{cid}.system: {info.get('system')!r}, the "
+                f"expansion of [factorial] gives {system or None!r}"
+            )
+        rest = {
+            k: v
+            for k, v in info.items()
+            if k not in ("role", "components", "factors", "system", "sha256")
+        }
         if shared is None:
             shared = rest
         elif rest != shared:
-            problems.append(f"protocol.locked arms.{cid}: settings {rest!r} differ from the "
-                            f"other cells' {shared!r} (every cell has the base's)")  # fmt: skip
+            problems.append(
+                f"protocol.locked arms.{cid}: settings {rest!r} differ from the "
+                f"other cells' {shared!r} (every cell has the base's)"
+            )
     return problems
 
 
@@ -366,15 +401,23 @@ def design_columns(
         cols += [(f"{f}[T.{x}]", {f: x}) for x in lv[1:]]
     for inter in inters:
         for combo in itertools.product(*(by[f][1:] for f in inter)):
-            cols.append((":".join(f"{f}[T.{x}]" for f, x in zip(inter, combo, strict=True)),
-                         dict(zip(inter, combo, strict=True))))  # fmt: skip
+            cols.append(
+                (
+                    ":".join(f"{f}[T.{x}]" for f, x in zip(inter, combo, strict=True)),
+                    dict(zip(inter, combo, strict=True)),
+                )
+            )
     return cols
 
 
-def _gee(x: np.ndarray[Any, Any], y: np.ndarray[Any, Any], clusters: list[np.ndarray[Any, Any]],
-         family: str, tol: float = 1e-10, max_iter: int = 200
-         ) -> tuple[np.ndarray[Any, Any], np.ndarray[Any, Any], float, bool,
-                    np.ndarray[Any, Any]]:
+def _gee(
+    x: np.ndarray[Any, Any],
+    y: np.ndarray[Any, Any],
+    clusters: list[np.ndarray[Any, Any]],
+    family: str,
+    tol: float = 1e-10,
+    max_iter: int = 200,
+) -> tuple[np.ndarray[Any, Any], np.ndarray[Any, Any], float, bool, np.ndarray[Any, Any]]:
     """β, robust covariance, α, convergence and model-based covariance of the GEE.
 
     The exchangeable GEE of the page's equations.
@@ -446,7 +489,9 @@ def _gee(x: np.ndarray[Any, Any], y: np.ndarray[Any, Any], clusters: list[np.nda
 
 
 def factorial_values(
-    trials: Sequence[Mapping[str, Any]], plan: Mapping[str, Any], h: Mapping[str, Any],
+    trials: Sequence[Mapping[str, Any]],
+    plan: Mapping[str, Any],
+    h: Mapping[str, Any],
     models: Sequence[str] = (),
 ) -> dict[str, Any]:
     """analysis.md "Factorial designs": the GEE and the Wald test of ``h``'s term.
@@ -463,10 +508,18 @@ def factorial_values(
     levels = [(f, [str(lv["name"]) for lv in factors[f]["levels"]]) for f in order]
     inters = interactions(plan)
     cols = design_columns(levels, inters)
-    cells = {a: info["factors"] for a, info in (plan.get("arms") or {}).items()
-             if type(info) is dict and type(info.get("factors")) is dict}  # fmt: skip
-    rows = [t for t in trials if t["arm"] in cells and t.get(column) is not None
-            and not (isinstance(t[column], float) and math.isnan(t[column]))]  # fmt: skip
+    cells = {
+        a: info["factors"]
+        for a, info in (plan.get("arms") or {}).items()
+        if type(info) is dict and type(info.get("factors")) is dict
+    }
+    rows = [
+        t
+        for t in trials
+        if t["arm"] in cells
+        and t.get(column) is not None
+        and not (isinstance(t[column], float) and math.isnan(t[column]))
+    ]
     if not rows:
         raise FactorialError("no analysable trial of a factorial cell")
     y = np.array([float(t[column]) for t in rows])
@@ -495,8 +548,10 @@ def factorial_values(
                 raise FactorialNotApplicable("separation: a level or cell has one outcome")
         if len(present) >= 2:
             for m in present:
-                if len({float(v) for t, v in zip(rows, y, strict=True)
-                        if str(t["model"]) == m}) == 1:  # fmt: skip
+                if (
+                    len({float(v) for t, v in zip(rows, y, strict=True) if str(t["model"]) == m})
+                    == 1
+                ):
                     raise FactorialNotApplicable(f"separation: model {m} has one outcome")
     stimuli = sorted({str(t["stimulus"]) for t in rows})
     index = {s: i for i, s in enumerate(stimuli)}
@@ -504,12 +559,14 @@ def factorial_values(
     for j, t in enumerate(rows):
         members[index[str(t["stimulus"])]].append(j)
     beta, cov, alpha, converged, naive = _gee(
-        x, y, [np.array(m, dtype=np.int64) for m in members], family)
+        x, y, [np.array(m, dtype=np.int64) for m in members], family
+    )
     for k, name in enumerate(names):  # mcq-statistics.md §8: a degenerate term
         r, b0 = float(cov[k, k]), float(naive[k, k])
         if not (math.isfinite(r) and math.isfinite(b0) and b0 > 0 and r > 1e-8 * b0):
-            raise FactorialNotApplicable(f"{name} is degenerate (robust variance {r:.3g}, "
-                                         f"model-based {b0:.3g})")  # fmt: skip
+            raise FactorialNotApplicable(
+                f"{name} is degenerate (robust variance {r:.3g}, model-based {b0:.3g})"
+            )
     se = np.sqrt(np.diag(cov))
     effect = tuple(sorted(h.get("effect") or [], key=order.index))
     idx = [j + 1 for j, (_, at) in enumerate(cols) if tuple(at) == effect]
@@ -519,18 +576,36 @@ def factorial_values(
     chi2 = float(b @ np.linalg.solve(cov[np.ix_(idx, idx)], b))
     p = float(sps.chi2.sf(chi2, len(idx)))
     crit = float(sps.norm.ppf(0.975))
-    terms = [{"name": names[j], "estimate": float(beta[j]), "se": float(se[j]),
-              "z": float(beta[j] / se[j]), "p": float(2 * sps.norm.sf(abs(beta[j] / se[j]))),
-              "lower": float(beta[j] - crit * se[j]), "upper": float(beta[j] + crit * se[j])}
-             for j in range(len(names))]  # fmt: skip
+    terms = [
+        {
+            "name": names[j],
+            "estimate": float(beta[j]),
+            "se": float(se[j]),
+            "z": float(beta[j] / se[j]),
+            "p": float(2 * sps.norm.sf(abs(beta[j] / se[j]))),
+            "lower": float(beta[j] - crit * se[j]),
+            "upper": float(beta[j] + crit * se[j]),
+        }
+        for j in range(len(names))
+    ]
     one = len(idx) == 1
     return {
-        "effect": list(effect), "outcome": outcome, "gee_family": family,
-        "tested": [names[j] for j in idx], "chi2": chi2, "df": len(idx), "p": p, "p_raw": p,
+        "effect": list(effect),
+        "outcome": outcome,
+        "gee_family": family,
+        "tested": [names[j] for j in idx],
+        "chi2": chi2,
+        "df": len(idx),
+        "p": p,
+        "p_raw": p,
         "estimate": float(b[0]) if one else None,
         "odds_ratio": math.exp(float(b[0])) if one and family == "binomial" else None,
-        "terms": terms, "references": {f: lv[0] for f, lv in levels},
-        "interactions": [list(i) for i in inters], "n_obs": len(rows),
-        "n_clusters": len(stimuli), "dependence": alpha, "converged": converged,
+        "terms": terms,
+        "references": {f: lv[0] for f, lv in levels},
+        "interactions": [list(i) for i in inters],
+        "n_obs": len(rows),
+        "n_clusters": len(stimuli),
+        "dependence": alpha,
+        "converged": converged,
         "warnings": [],
     }

@@ -15,9 +15,16 @@ from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 __all__ = [
-    "SETS", "code_problem", "code_table", "edit_problem", "item_sample", "label_table", "normal",
-    "reference_table", "supplied_sets",
-]  # fmt: skip
+    "SETS",
+    "code_problem",
+    "code_table",
+    "edit_problem",
+    "item_sample",
+    "label_table",
+    "normal",
+    "reference_table",
+    "supplied_sets",
+]
 
 SETS = ("plausible", "highly_likely", "safety_critical")
 Review = tuple[int, str, Any, Any]  # (seq, reviewer actor, subject, value)
@@ -59,8 +66,9 @@ def edit_problem(value: Any, sets: Mapping[str, Sequence[str]]) -> str | None:
         have = {normal(x) for x in sets[name]}
         for key in ("remove", "add"):
             entries = edit.get(key, [])
-            if type(entries) is not list or any(type(x) is not str or not normal(x)
-                                                for x in entries):  # fmt: skip
+            if type(entries) is not list or any(
+                type(x) is not str or not normal(x) for x in entries
+            ):
                 return f"{name}.{key}: not a list of diagnoses"
             normals = [normal(x) for x in entries]
             if len(set(normals)) != len(normals):
@@ -110,42 +118,64 @@ def reference_table(sample: Sequence[str], reviews: Iterable[Review]) -> dict[st
                         {normal(x) for x in ((last[r][item] or {}).get(name) or {}).get(key, [])}
                         for r in who
                     ]
-                    both = flagged[0].intersection(*flagged[1:]) if criterion == "agreement" \
+                    both = (
+                        flagged[0].intersection(*flagged[1:])
+                        if criterion == "agreement"
                         else flagged[0].union(*flagged[1:])
+                    )
                     counts[key][0] += 1 if both else 0
                     counts[key][1] += len(both)
             row[criterion] = {
-                "commission": {"items": counts["remove"][0], "n": n,
-                               "share": counts["remove"][0] / n if n else None},
-                "omission": {"items": counts["add"][0], "n": n,
-                             "share": counts["add"][0] / n if n else None},
+                "commission": {
+                    "items": counts["remove"][0],
+                    "n": n,
+                    "share": counts["remove"][0] / n if n else None,
+                },
+                "omission": {
+                    "items": counts["add"][0],
+                    "n": n,
+                    "share": counts["add"][0] / n if n else None,
+                },
                 "mean_removals": counts["remove"][1] / n if n else None,
                 "mean_additions": counts["add"][1] / n if n else None,
-            }  # fmt: skip
+            }
         table[name] = row
-    return {"reviewers": who, "sample": list(sample), "reviewed": n,
-            "partial": len(touched) - n, "sets": table}  # fmt: skip
+    return {
+        "reviewers": who,
+        "sample": list(sample),
+        "reviewed": n,
+        "partial": len(touched) - n,
+        "sets": table,
+    }
 
 
-def code_table(sample: Sequence[Any], codes: Sequence[str], reviews: Iterable[Review]
-               ) -> dict[str, Any]:  # fmt: skip
+def code_table(
+    sample: Sequence[Any], codes: Sequence[str], reviews: Iterable[Review]
+) -> dict[str, Any]:
     """analysis.md §10: code counts per reviewer, and agreed / either over fully coded cases."""
     last = _last(reviews)
     who = sorted(last)
     full = [s for s in sample if who and all(s in last[r] for r in who)]
     return {
-        "reviewers": who, "codes": list(codes), "coded": len(full),
-        "by_reviewer": {r: {c: len([v for v in last[r].values() if c in v]) for c in codes}
-                        for r in who},
-        "agreement": {c: len([s for s in full if all(c in last[r][s] for r in who)])
-                      for c in codes},
-        "either": {c: len([s for s in full if any(c in last[r][s] for r in who)])
-                   for c in codes},
-    }  # fmt: skip
+        "reviewers": who,
+        "codes": list(codes),
+        "coded": len(full),
+        "by_reviewer": {
+            r: {c: len([v for v in last[r].values() if c in v]) for c in codes} for r in who
+        },
+        "agreement": {
+            c: len([s for s in full if all(c in last[r][s] for r in who)]) for c in codes
+        },
+        "either": {c: len([s for s in full if any(c in last[r][s] for r in who)]) for c in codes},
+    }
 
 
-def label_table(decisions: Mapping[int, Any], labels: Sequence[str], reviews: Iterable[Review],
-                unanimous: Mapping[int, bool]) -> dict[str, Any]:  # fmt: skip
+def label_table(
+    decisions: Mapping[int, Any],
+    labels: Sequence[str],
+    reviews: Iterable[Review],
+    unanimous: Mapping[int, bool],
+) -> dict[str, Any]:
     """analysis.md §10: each reviewer against the judges' decisions.
 
     Agreement, Cohen's kappa, and the agreement within each stratum (judges unanimous, split).
@@ -158,8 +188,12 @@ def label_table(decisions: Mapping[int, Any], labels: Sequence[str], reviews: It
         strata = {}
         for name in ("unanimous", "split"):
             inside = [(v, d) for s, v, d in rows if unanimous.get(s) is (name == "unanimous")]
-            strata[name] = {"n": len(inside), "agreement": (
-                len([1 for v, d in inside if v == d]) / len(inside) if inside else None)}
+            strata[name] = {
+                "n": len(inside),
+                "agreement": (
+                    len([1 for v, d in inside if v == d]) / len(inside) if inside else None
+                ),
+            }
         if n == 0:
             per[who] = {"n": 0, "agreement": None, "kappa": None, "strata": strata}
             continue
@@ -167,7 +201,10 @@ def label_table(decisions: Mapping[int, Any], labels: Sequence[str], reviews: It
         reviewer_share = {c: len([1 for _, v, _ in rows if v == c]) / n for c in labels}
         judges_share = {c: len([1 for _, _, d in rows if d == c]) / n for c in labels}
         p_e = math.fsum(reviewer_share[c] * judges_share[c] for c in labels)
-        per[who] = {"n": n, "agreement": p_o,
-                    "kappa": (p_o - p_e) / (1 - p_e) if p_e != 1 else None,
-                    "strata": strata}  # fmt: skip
+        per[who] = {
+            "n": n,
+            "agreement": p_o,
+            "kappa": (p_o - p_e) / (1 - p_e) if p_e != 1 else None,
+            "strata": strata,
+        }
     return {"reviewers": sorted(last), "labels": list(labels), "by_reviewer": per}

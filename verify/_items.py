@@ -149,11 +149,14 @@ class ItemFile:
             return self
         first = spec.get("first") if isinstance(spec, dict) else None
         if type(spec) is not dict or set(spec) != {"first"} or type(first) is not int or first < 1:
-            raise ItemError(f"{self.path}: protocol.locked items.range {spec!r} is not "
-                            "{\"first\": N}")  # fmt: skip
+            raise ItemError(
+                f'{self.path}: protocol.locked items.range {spec!r} is not {{"first": N}}'
+            )
         if first > len(self.items):
-            raise ItemError(f"{self.path}: protocol.locked items.range.first {first} is more "
-                            f"than the file's {len(self.items)} items")  # fmt: skip
+            raise ItemError(
+                f"{self.path}: protocol.locked items.range.first {first} is more "
+                f"than the file's {len(self.items)} items"
+            )
         return ItemFile(self.path, self.format, self.items[:first], first)
 
     def by_id(self) -> dict[str, Item]:

@@ -236,8 +236,13 @@ def _stack_root(stack: list[bytes]) -> bytes:
 
 # SQLite's answers when a read-only connection cannot create or open the WAL index (-shm).
 _NO_SHM = frozenset(
-    {"SQLITE_CANTOPEN", "SQLITE_READONLY", "SQLITE_READONLY_DIRECTORY",
-     "SQLITE_READONLY_CANTINIT", "SQLITE_READONLY_CANTLOCK"}
+    {
+        "SQLITE_CANTOPEN",
+        "SQLITE_READONLY",
+        "SQLITE_READONLY_DIRECTORY",
+        "SQLITE_READONLY_CANTINIT",
+        "SQLITE_READONLY_CANTLOCK",
+    }
 )
 
 
@@ -259,9 +264,7 @@ class _NotALedger(Exception):
 
 
 class _StoredCheckpoint:
-    __slots__ = (
-        "cp", "created", "id", "label", "note", "problem", "root_col", "size_col", "where"
-    )  # fmt: skip
+    __slots__ = ("cp", "created", "id", "label", "note", "problem", "root_col", "size_col", "where")
 
     def __init__(self, row: tuple[Any, ...]) -> None:
         self.id, self.size_col, self.root_col, self.note, self.created = row
@@ -318,10 +321,21 @@ class _Run:
         self.states = {
             name: _State(name)
             for name in (
-                "file", "envelopes", "sequence", "chain", "leaf-hashes", "keys", "signatures",
-                "blobs", "tree", "checkpoints", "published-checkpoints", "trust", "time-order",
+                "file",
+                "envelopes",
+                "sequence",
+                "chain",
+                "leaf-hashes",
+                "keys",
+                "signatures",
+                "blobs",
+                "tree",
+                "checkpoints",
+                "published-checkpoints",
+                "trust",
+                "time-order",
             )
-        }  # fmt: skip
+        }
         self.registry = Registry()
         self.uri = _ro_uri(path)
         self.meta: dict[str, Any] = {}
@@ -600,8 +614,11 @@ class _Run:
         st = self.states
         st_env, st_seq, st_chain = st["envelopes"], st["sequence"], st["chain"]
         st_leaf, st_keys, st_sig, st_time = (
-            st["leaf-hashes"], st["keys"], st["signatures"], st["time-order"]
-        )  # fmt: skip
+            st["leaf-hashes"],
+            st["keys"],
+            st["signatures"],
+            st["time-order"],
+        )
         parse = Canonicalizer().parse
         stack: list[bytes] = []  # complete-subtree hashes, largest first (a compact range)
         leaves = self.leaves

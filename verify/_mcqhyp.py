@@ -71,14 +71,22 @@ def _rows(ds: Any) -> list[dict[str, Any]]:
         ok = t["status"] == "ok" and i["answer"] is not None
         answer = i.get("answer_original", i["answer"])
         key_original = i.get("truth_original")
-        out.append({
-            "trial": t["trial"], "item": t["stimulus"], "arm": t["arm"],
-            "model": t["model"] or "", "variant": t["variant"] or ORIGINAL, "rep": int(t["rep"]),
-            "key": i["truth"], "key_original": key_original if key_original is not None
-            else i["truth"], "letter": i["answer"] if ok else None,
-            "answer": answer if ok and answer is not None else None,
-            "correct": bool(i["correct"]), "parse": t["status"],
-        })  # fmt: skip
+        out.append(
+            {
+                "trial": t["trial"],
+                "item": t["stimulus"],
+                "arm": t["arm"],
+                "model": t["model"] or "",
+                "variant": t["variant"] or ORIGINAL,
+                "rep": int(t["rep"]),
+                "key": i["truth"],
+                "key_original": key_original if key_original is not None else i["truth"],
+                "letter": i["answer"] if ok else None,
+                "answer": answer if ok and answer is not None else None,
+                "correct": bool(i["correct"]),
+                "parse": t["status"],
+            }
+        )
     return out
 
 
@@ -92,8 +100,10 @@ def _tables(ds: Any, plan: dict[str, Any]) -> tuple[list[dict[str, Any]], list[d
         if ds.several_models:
             index = {m: j for j, m in enumerate(ds.models)}
             top = max(r["rep"] for r in by_model)
-            pooled = vm.check_trials([r | {"rep": r["rep"] + top * index[r["model"]], "model": ""}
-                                      for r in by_model], letters)  # fmt: skip
+            pooled = vm.check_trials(
+                [r | {"rep": r["rep"] + top * index[r["model"]], "model": ""} for r in by_model],
+                letters,
+            )
         cache = (pooled, by_model)
         ds.__dict__["_mcq_rows"] = cache
     return cache[0], cache[1]
@@ -106,8 +116,14 @@ def _model(rows: list[dict[str, Any]]) -> str:
     return str(models.pop())
 
 
-def _bias_bootstrap(a: list[dict[str, Any]], b: list[dict[str, Any]], letters: Sequence[str],
-                    iterations: int, seed: int, conf: float) -> dict[str, Any]:
+def _bias_bootstrap(
+    a: list[dict[str, Any]],
+    b: list[dict[str, Any]],
+    letters: Sequence[str],
+    iterations: int,
+    seed: int,
+    conf: float,
+) -> dict[str, Any]:
     """§11 position-bias: the paired item bootstrap of bias(a) − bias(b)."""
     names = [str(v) for v in letters]
     items = sorted({str(r["item"]) for r in a} | {str(r["item"]) for r in b})
@@ -143,9 +159,16 @@ def _bias_bootstrap(a: list[dict[str, Any]], b: list[dict[str, Any]], letters: S
     if not finite.size:
         raise vm.McqStatError("position-bias bootstrap: no usable replicate")
     lo, hi = np.quantile(finite, [round((1 - conf) / 2, 12), round((1 + conf) / 2, 12)])
-    return {"lower": float(lo), "upper": float(hi), "conf": conf, "iterations": int(iterations),
-            "seed": int(seed), "n_items": q, "dropped": int(reps.size - finite.size),
-            "ci_method": "paired-item-bootstrap-percentile"}
+    return {
+        "lower": float(lo),
+        "upper": float(hi),
+        "conf": conf,
+        "iterations": int(iterations),
+        "seed": int(seed),
+        "n_items": q,
+        "dropped": int(reps.size - finite.size),
+        "ci_method": "paired-item-bootstrap-percentile",
+    }
 
 
 def _temperature(plan: dict[str, Any], arm: str, model: str) -> float:
@@ -160,8 +183,10 @@ def _temperature(plan: dict[str, Any], arm: str, model: str) -> float:
 
 
 def _gain(answers: list[dict[str, Any]], correct: dict[str, bool]) -> list[float]:
-    return [float(x["correct"]) - sum(1.0 for t in x["trials"] if correct[t]) / len(x["trials"])
-            for x in answers]  # fmt: skip
+    return [
+        float(x["correct"]) - sum(1.0 for t in x["trials"] if correct[t]) / len(x["trials"])
+        for x in answers
+    ]
 
 
 def values_of(ds: Any, plan: dict[str, Any], h: dict[str, Any]) -> dict[str, Any]:
@@ -170,9 +195,13 @@ def values_of(ds: Any, plan: dict[str, Any], h: dict[str, Any]) -> dict[str, Any
     return values_from_rows(pooled, by_model, plan, h, list(ds.models))
 
 
-def values_from_rows(pooled: list[dict[str, Any]], by_model: list[dict[str, Any]],
-                     plan: dict[str, Any], h: dict[str, Any], models: Sequence[str] = ()
-                     ) -> dict[str, Any]:
+def values_from_rows(
+    pooled: list[dict[str, Any]],
+    by_model: list[dict[str, Any]],
+    plan: dict[str, Any],
+    h: dict[str, Any],
+    models: Sequence[str] = (),
+) -> dict[str, Any]:
     """:func:`values_of` on given checked rows (pooled: one model label)."""
     letters = _letters(plan)
     model = _model(pooled)
@@ -181,9 +210,16 @@ def values_from_rows(pooled: list[dict[str, Any]], by_model: list[dict[str, Any]
     test = h["test"]
     if test == "flip-rate":
         v1, v2 = h["variants"]
-        flip = vm.flip_rate_between(pooled, (h["arm"], v1, model), (h["arm"], v2, model),
-                                    h.get("basis", "answer"), iterations, seed, _level(h),
-                                    letters)  # fmt: skip
+        flip = vm.flip_rate_between(
+            pooled,
+            (h["arm"], v1, model),
+            (h["arm"], v2, model),
+            h.get("basis", "answer"),
+            iterations,
+            seed,
+            _level(h),
+            letters,
+        )
         return flip | {"estimate": flip["rate"]}
     if test == "position-bias":
         a, b = h["contrast"]
@@ -192,9 +228,14 @@ def values_from_rows(pooled: list[dict[str, Any]], by_model: list[dict[str, Any]
         pb = vm.position_metrics(pooled, (b, variant, model), letters=letters)
         rows_a = [r for r in pooled if (r["arm"], r["variant"]) == (a, variant)]
         rows_b = [r for r in pooled if (r["arm"], r["variant"]) == (b, variant)]
-        return {"a": pa, "b": pb, "bias_a": pa["bias"], "bias_b": pb["bias"],
-                "estimate": pa["bias"] - pb["bias"],
-                **_bias_bootstrap(rows_a, rows_b, letters, iterations, seed, _level(h))}
+        return {
+            "a": pa,
+            "b": pb,
+            "bias_a": pa["bias"],
+            "bias_b": pb["bias"],
+            "estimate": pa["bias"] - pb["bias"],
+            **_bias_bootstrap(rows_a, rows_b, letters, iterations, seed, _level(h)),
+        }
     if test == "voting":
         orders = list(h["variants"])
         incomplete = "error" if h.get("incomplete") == "fail" else "exclude"
@@ -203,15 +244,30 @@ def values_from_rows(pooled: list[dict[str, Any]], by_model: list[dict[str, Any]
             raise vm.McqStatError("voting: no complete group")
         correct = {r["trial"]: r["correct"] for r in pooled if r["arm"] == h["arm"]}
         gains = _gain(vote["answers"], correct)
-        boot = bootstrap_clustered(gains, [x["item"] for x in vote["answers"]],
-                                   [x["rep"] for x in vote["answers"]], iterations, seed,
-                                   _level(h), unit="question")  # fmt: skip
-        return {"vote": vote, "n_groups": len(gains), "n_items": boot["n_clusters"],
-                "excluded": len(vote["exclusions"]), "accuracy_vote": vote["accuracy"],
-                "accuracy_orders": vote["accuracy"] - boot["estimate"],
-                "estimate": boot["estimate"], "lower": boot["lower"], "upper": boot["upper"],
-                "conf": boot["conf"], "iterations": boot["iterations"], "seed": boot["seed"],
-                "ci_method": CI_METHOD}  # fmt: skip
+        boot = bootstrap_clustered(
+            gains,
+            [x["item"] for x in vote["answers"]],
+            [x["rep"] for x in vote["answers"]],
+            iterations,
+            seed,
+            _level(h),
+            unit="question",
+        )
+        return {
+            "vote": vote,
+            "n_groups": len(gains),
+            "n_items": boot["n_clusters"],
+            "excluded": len(vote["exclusions"]),
+            "accuracy_vote": vote["accuracy"],
+            "accuracy_orders": vote["accuracy"] - boot["estimate"],
+            "estimate": boot["estimate"],
+            "lower": boot["lower"],
+            "upper": boot["upper"],
+            "conf": boot["conf"],
+            "iterations": boot["iterations"],
+            "seed": boot["seed"],
+            "ci_method": CI_METHOD,
+        }
     if test == "self-consistency":
         variant = h.get("variant") or ORIGINAL
         incomplete = "error" if h.get("incomplete") == "fail" else "exclude"
@@ -220,27 +276,43 @@ def values_from_rows(pooled: list[dict[str, Any]], by_model: list[dict[str, Any]
         ran = sorted(present, key=lambda m: (order.index(m) if m in order else -1, m))
         results, gains, items, runs = [], [], [], []
         for j, m in enumerate(ran):
-            sc = vm.self_consistency(by_model, (h["arm"], variant, m), int(h["samples"]),
-                                     _temperature(plan, h["arm"], m), incomplete,
-                                     letters=letters)  # fmt: skip
+            sc = vm.self_consistency(
+                by_model,
+                (h["arm"], variant, m),
+                int(h["samples"]),
+                _temperature(plan, h["arm"], m),
+                incomplete,
+                letters=letters,
+            )
             results.append(sc)
-            correct = {r["trial"]: r["correct"] for r in by_model
-                       if (r["arm"], r["model"]) == (h["arm"], m)}  # fmt: skip
+            correct = {
+                r["trial"]: r["correct"]
+                for r in by_model
+                if (r["arm"], r["model"]) == (h["arm"], m)
+            }
             for x, g in zip(sc["answers"], _gain(sc["answers"], correct), strict=True):
                 gains.append(g)
                 items.append(x["item"])
                 runs.append(j)
         if not gains:
             raise vm.McqStatError("self-consistency: no trials")
-        boot = bootstrap_clustered(gains, items, runs, iterations, seed, _level(h),
-                                   unit="question")
+        boot = bootstrap_clustered(gains, items, runs, iterations, seed, _level(h), unit="question")
         majority = sum(r["correct"] for r in results) / len(gains)
-        return {"results": results, "n_units": len(gains), "n_items": boot["n_clusters"],
-                "excluded": sum(len(r["exclusions"]) for r in results),
-                "accuracy_majority": majority, "accuracy_single": majority - boot["estimate"],
-                "estimate": boot["estimate"], "lower": boot["lower"], "upper": boot["upper"],
-                "conf": boot["conf"], "iterations": boot["iterations"], "seed": boot["seed"],
-                "ci_method": CI_METHOD}  # fmt: skip
+        return {
+            "results": results,
+            "n_units": len(gains),
+            "n_items": boot["n_clusters"],
+            "excluded": sum(len(r["exclusions"]) for r in results),
+            "accuracy_majority": majority,
+            "accuracy_single": majority - boot["estimate"],
+            "estimate": boot["estimate"],
+            "lower": boot["lower"],
+            "upper": boot["upper"],
+            "conf": boot["conf"],
+            "iterations": boot["iterations"],
+            "seed": boot["seed"],
+            "ci_method": CI_METHOD,
+        }
     if test == "mcnemar":
         if "arm" in h:
             v1, v2 = h["variants"]
@@ -256,19 +328,20 @@ def values_from_rows(pooled: list[dict[str, Any]], by_model: list[dict[str, Any]
         if h.get("variant"):
             rows = [r for r in rows if r["variant"] == h["variant"]]
         else:
-            shared = ({r["variant"] for r in rows if r["arm"] == a}
-                      & {r["variant"] for r in rows if r["arm"] == b})  # fmt: skip
+            shared = {r["variant"] for r in rows if r["arm"] == a} & {
+                r["variant"] for r in rows if r["arm"] == b
+            }
             rows = [r for r in rows if r["variant"] in shared]
         factors: dict[str, str] = {}
         models_present = {r["model"] for r in rows}
         if len(models_present) > 1:
-            factors["model"] = next((m for m in models if m in models_present),
-                                    min(models_present))  # fmt: skip
+            factors["model"] = next((m for m in models if m in models_present), min(models_present))
         variants_present = {r["variant"] for r in rows}
         if len(variants_present) > 1:
             order = [str(v) for v in plan.get("variant_order") or []]
-            factors["variant"] = next((v for v in order if v in variants_present),
-                                      min(variants_present))  # fmt: skip
+            factors["variant"] = next(
+                (v for v in order if v in variants_present), min(variants_present)
+            )
         dropped: list[str] = []
         while True:  # §11: a declared fallback "drop-factor" refits without the factor at fault
             try:
@@ -281,9 +354,15 @@ def values_from_rows(pooled: list[dict[str, Any]], by_model: list[dict[str, Any]
                 dropped.append(exc.column)
         term = next(t for t in fit["terms"] if t["name"] == f"arm[T.{a}]")
         one = (h.get("sides") or "two-sided") == "one-sided"
-        out = {"fit": fit, "term": term["name"], "estimate": term["estimate"],
-               "odds_ratio": term["odds_ratio"], "lower": term["lower"], "upper": term["upper"],
-               "p_raw": float(sps.norm.sf(term["z"])) if one else term["p"]}
+        out = {
+            "fit": fit,
+            "term": term["name"],
+            "estimate": term["estimate"],
+            "odds_ratio": term["odds_ratio"],
+            "lower": term["lower"],
+            "upper": term["upper"],
+            "p_raw": float(sps.norm.sf(term["z"])) if one else term["p"],
+        }
         if dropped:
             out["fallback"] = {"rule": "drop-factor", "dropped": dropped, "reason": None}
         return out
@@ -319,16 +398,27 @@ def descriptive_values(ds: Any, plan: dict[str, Any]) -> dict[str, Any]:
     """§11 ``descriptive.mcq``: Wilson per cell and the t interval over shuffle seeds."""
     _, by_model = _tables(ds, plan)
     cells = vm.accuracy_by_cell(by_model, letters=_letters(plan))
-    shuffles = {name: str(spec.get("seed")) for name, spec in (plan.get("variants") or {}).items()
-                if isinstance(spec, dict) and spec.get("kind") == "shuffle"}  # fmt: skip
+    shuffles = {
+        name: str(spec.get("seed"))
+        for name, spec in (plan.get("variants") or {}).items()
+        if isinstance(spec, dict) and spec.get("kind") == "shuffle"
+    }
     by_cell = {(c["arm"], c["variant"], c["model"]): c for c in cells}
     seeds = []
     for arm in sorted({c[0] for c in by_cell}):
         for model in sorted({c[2] for c in by_cell if c[0] == arm}):
             ran = sorted(v for v in shuffles if (arm, v, model) in by_cell)
             values = {shuffles[v]: by_cell[(arm, v, model)]["accuracy"] for v in ran}
-            if len(values) >= 2 and all(isinstance(x, float) and math.isfinite(x)
-                                        for x in values.values()):  # fmt: skip
-                seeds.append({"arm": arm, "model": model, "statistic": "accuracy",
-                              "variants": ran, "summary": vm.mean_over_seeds(values)})
+            if len(values) >= 2 and all(
+                isinstance(x, float) and math.isfinite(x) for x in values.values()
+            ):
+                seeds.append(
+                    {
+                        "arm": arm,
+                        "model": model,
+                        "statistic": "accuracy",
+                        "variants": ran,
+                        "summary": vm.mean_over_seeds(values),
+                    }
+                )
     return {"cells": cells, "seeds": seeds}

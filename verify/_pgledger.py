@@ -62,20 +62,32 @@ _TYPE_WORDS = {id(_INTEGER): "an integer type", id(_BYTES): "bytea", id(_TEXT): 
 _REQUIRED: dict[str, tuple[tuple[str, frozenset[str]], ...]] = {
     "meta": (("key", _TEXT), ("value", _TEXT)),
     "events": (
-        ("seq", _INTEGER), ("kind", _TEXT), ("actor", _TEXT), ("time", _TEXT),
-        ("envelope", _BYTES), ("signature", _BYTES), ("leaf_hash", _BYTES),
+        ("seq", _INTEGER),
+        ("kind", _TEXT),
+        ("actor", _TEXT),
+        ("time", _TEXT),
+        ("envelope", _BYTES),
+        ("signature", _BYTES),
+        ("leaf_hash", _BYTES),
     ),
     "blobs": (("sha256", _TEXT), ("size", _INTEGER), ("data", _BYTES)),
     "checkpoints": (
-        ("id", _INTEGER), ("size", _INTEGER), ("root", _BYTES), ("note", _TEXT),
+        ("id", _INTEGER),
+        ("size", _INTEGER),
+        ("root", _BYTES),
+        ("note", _TEXT),
         ("created", _TEXT),
     ),
     "keys": (
-        ("actor", _TEXT), ("name", _TEXT), ("vkey", _TEXT), ("role", _TEXT),
-        ("added_seq", _INTEGER), ("revoked_seq", _INTEGER),
+        ("actor", _TEXT),
+        ("name", _TEXT),
+        ("vkey", _TEXT),
+        ("role", _TEXT),
+        ("added_seq", _INTEGER),
+        ("revoked_seq", _INTEGER),
     ),
     "tree": (("level", _INTEGER), ("idx", _INTEGER), ("hash", _BYTES)),
-}  # fmt: skip
+}
 
 
 class StoreURLError(ValueError):
@@ -236,9 +248,10 @@ class PgRun(_Run):
             raise _NotALedger from None
         try:
             con = psycopg.connect(
-                self.where.conninfo, connect_timeout=_CONNECT_TIMEOUT,
+                self.where.conninfo,
+                connect_timeout=_CONNECT_TIMEOUT,
                 application_name="prompt-ledger-verify",
-            )  # fmt: skip
+            )
         except psycopg.Error as exc:
             st.fail(connect_problem(self.where, exc), where=str(self.where))
             raise _NotALedger from None
@@ -383,33 +396,36 @@ class PgRun(_Run):
 
     def _event_rows(self, con: Any) -> Iterator[tuple[Any, ...]]:
         return self._stream_query(
-            con, "verify_events",
+            con,
+            "verify_events",
             "SELECT seq, kind, actor, time, envelope, signature, leaf_hash "
             f"FROM {self.q}.events ORDER BY seq",
             _PAGE,
-        )  # fmt: skip
+        )
 
     def _tree_rows(self, con: Any) -> Iterator[tuple[Any, Any, Any]]:
         # the order in which the stream completes subtrees: by the size at which each node is
         # complete ((idx + 1) * 2^level), then level; rows that name no complete subtree first
         return self._stream_query(
-            con, "verify_tree",
+            con,
+            "verify_tree",
             f"SELECT level, idx, hash FROM {self.q}.tree "
             "ORDER BY CASE WHEN level BETWEEN 1 AND 61 "
             "AND idx BETWEEN 0 AND (1::bigint << (61 - level)) "
             "THEN (idx + 1) << level ELSE -1 END, level, idx",
             _PAGE,
-        )  # fmt: skip
+        )
 
     def _check_blobs(self, con: Any) -> None:
         self._check_blob_rows(
             self._stream_query(
-                con, "verify_blobs",
+                con,
+                "verify_blobs",
                 f'SELECT sha256, size, data FROM {self.q}.blobs ORDER BY sha256 COLLATE "C"',
                 _BLOB_PAGE,
             ),
             "is missing from the blobs table",
-        )  # fmt: skip
+        )
 
     _submit = _Run._submit_buffered  # its rows are handed over: no file to reopen
 

@@ -43,8 +43,16 @@ interval bounds (``docs/planning.md`` §7)."""
 AGGREGATE_TOLERANCE = 1e-9
 POPULATION_TESTS = ("lmm",)
 SENSITIVITY = ("probe_by_arm", "probe_by_arm_arm_residual", "cluster_bootstrap")
-INPUT_KEYS = ("analysis", "arms", "design", "hypotheses", "models", "model_order", "response",
-              "variant_order")  # fmt: skip
+INPUT_KEYS = (
+    "analysis",
+    "arms",
+    "design",
+    "hypotheses",
+    "models",
+    "model_order",
+    "response",
+    "variant_order",
+)
 
 
 class _Mismatch(Exception):
@@ -91,8 +99,9 @@ def _same(where: str, recorded: Any, derived: Any, tol: float) -> None:
 # ------------------------------------------------------------------ §5 the inputs' hash
 
 
-def inputs_sha256(protocol: dict[str, Any], settings: dict[str, Any],
-                  stimuli: dict[str, Any]) -> str:  # fmt: skip
+def inputs_sha256(
+    protocol: dict[str, Any], settings: dict[str, Any], stimuli: dict[str, Any]
+) -> str:
     """§5: SHA-256 of the RFC 8785 JSON of the protocol's plan-shaping members and settings."""
     picked: dict[str, Any] = {k: protocol.get(k) for k in INPUT_KEYS}
     picked["arms"] = {
@@ -100,8 +109,9 @@ def inputs_sha256(protocol: dict[str, Any], settings: dict[str, Any],
         for arm, rec in (protocol.get("arms") or {}).items()
     }
     design = protocol.get("design") or {}
-    picked["design"] = {k: design.get(k) for k in ("replicates", "bootstrap_seed",
-                                                   "bootstrap_iterations")}  # fmt: skip
+    picked["design"] = {
+        k: design.get(k) for k in ("replicates", "bootstrap_seed", "bootstrap_iterations")
+    }
     plan = {k: v for k, v in settings.items() if k != "studies"}
     doc = {"protocol": picked, "plan": plan, "stimuli": stimuli}
     return hashlib.sha256(rfc8785.dumps(doc)).hexdigest()
@@ -147,19 +157,22 @@ def _arm_cells(keys: list[tuple[str, str, str, str, int]], arm: str) -> list[tup
 
 
 def _centre(sc: dict[str, Any], arm: str, model: str, variant: str) -> float:
-    return float(sc["rates"][arm] + sc["models"].get(model, 0.0)
-                 + sc["variants"].get(variant, 0.0))  # fmt: skip
+    return float(sc["rates"][arm] + sc["models"].get(model, 0.0) + sc["variants"].get(variant, 0.0))
 
 
-def population_truth(sc: dict[str, Any], keys: list[tuple[str, str, str, str, int]], a: str,
-                     b: str) -> float:  # fmt: skip
+def population_truth(
+    sc: dict[str, Any], keys: list[tuple[str, str, str, str, int]], a: str, b: str
+) -> float:
     """§4: the population contrast, each arm averaged over its (model, variant) cells."""
     spread = math.hypot(sc["stimulus_sd"], sc["stimulus_arm_sd"])
 
     def mean(arm: str) -> float:
-        values = [_centre(sc, arm, m, v) if sc["distribution"] == "normal"
-                  else _clip_mean(_centre(sc, arm, m, v), spread)
-                  for m, v in _arm_cells(keys, arm)]  # fmt: skip
+        values = [
+            _centre(sc, arm, m, v)
+            if sc["distribution"] == "normal"
+            else _clip_mean(_centre(sc, arm, m, v), spread)
+            for m, v in _arm_cells(keys, arm)
+        ]
         return float(np.mean(values))
 
     return mean(a) - mean(b)
@@ -180,12 +193,16 @@ def _simulate(
     zu = rng.standard_normal(len(analysed))
     zw = rng.standard_normal((len(analysed), len(arms)))
     u = {s: sc["stimulus_sd"] * float(zu[i]) for i, s in enumerate(analysed)}
-    w = {(s, a): sc["stimulus_arm_sd"] * float(zw[i, j])
-         for i, s in enumerate(analysed) for j, a in enumerate(arms)}  # fmt: skip
+    w = {
+        (s, a): sc["stimulus_arm_sd"] * float(zw[i, j])
+        for i, s in enumerate(analysed)
+        for j, a in enumerate(arms)
+    }
     n = len(keys)
     uniform = rng.random(n)
-    mean = np.array([_centre(sc, k[0], k[1], k[3]) + u.get(k[2], 0.0) + w.get((k[2], k[0]), 0.0)
-                     for k in keys])  # fmt: skip
+    mean = np.array(
+        [_centre(sc, k[0], k[1], k[3]) + u.get(k[2], 0.0) + w.get((k[2], k[0]), 0.0) for k in keys]
+    )
     items = np.array([int(stimuli[k[2]]["items"]) for k in keys], dtype=np.int64)
     if sc["distribution"] == "normal":
         values = mean + np.array([sc["residual_sd"][k[0]] for k in keys]) * rng.standard_normal(n)
@@ -194,18 +211,34 @@ def _simulate(
     rows = []
     for i, (k, trial) in enumerate(zip(keys, trials, strict=True)):
         failed = bool(uniform[i] < sc["parse_failure"][k[0]])
-        rows.append({
-            "trial": trial, "arm": k[0], "model": k[1], "stimulus": k[2], "variant": k[3],
-            "rep": k[4], "response_seq": i, "status": "unparseable" if failed else "ok",
-            "n_items": int(items[i]), "accuracy": 0.0 if failed else float(values[i]),
-            "control": bool(stimuli[k[2]]["control"]), "excluded": failed,
-        })  # fmt: skip
+        rows.append(
+            {
+                "trial": trial,
+                "arm": k[0],
+                "model": k[1],
+                "stimulus": k[2],
+                "variant": k[3],
+                "rep": k[4],
+                "response_seq": i,
+                "status": "unparseable" if failed else "ok",
+                "n_items": int(items[i]),
+                "accuracy": 0.0 if failed else float(values[i]),
+                "control": bool(stimuli[k[2]]["control"]),
+                "excluded": failed,
+            }
+        )
     return rows, u, w
 
 
-def _conditional(sc: dict[str, Any], keys: list[tuple[str, str, str, str, int]],
-                 u: dict[str, float], w: dict[tuple[str, str], float], a: str, b: str,
-                 stimuli: list[str]) -> float:  # fmt: skip
+def _conditional(
+    sc: dict[str, Any],
+    keys: list[tuple[str, str, str, str, int]],
+    u: dict[str, float],
+    w: dict[tuple[str, str], float],
+    a: str,
+    b: str,
+    stimuli: list[str],
+) -> float:
     def value(arm: str, s: str) -> float:
         got = []
         for m, v in _arm_cells(keys, arm):
@@ -223,9 +256,15 @@ def _bounds(lower: Any, upper: Any) -> list[float | None]:
     return [one(lower), one(upper)]
 
 
-def _rerun(protocol: dict[str, Any], settings: dict[str, Any], sc: dict[str, Any],
-           keys: list[tuple[str, str, str, str, int]], trials: list[str],
-           stimuli: dict[str, Any], rng: np.random.Generator) -> dict[str, Any]:  # fmt: skip
+def _rerun(
+    protocol: dict[str, Any],
+    settings: dict[str, Any],
+    sc: dict[str, Any],
+    keys: list[tuple[str, str, str, str, int]],
+    trials: list[str],
+    stimuli: dict[str, Any],
+    rng: np.random.Generator,
+) -> dict[str, Any]:
     """One simulated study through this verifier's own analysis: per hypothesis numbers."""
     rows, u, w = _simulate(sc, keys, trials, stimuli, rng)
     if (protocol.get("analysis") or {}).get("exclude_unparseable", True) is False:
@@ -269,9 +308,10 @@ def _rerun(protocol: dict[str, Any], settings: dict[str, Any], sc: dict[str, Any
                 continue
             target["sensitivity"] = {
                 name: _bounds(c[name]["lower"], c[name]["upper"])
-                if isinstance(c.get(name), dict) else None
+                if isinstance(c.get(name), dict)
+                else None
                 for name in SENSITIVITY
-            } | {"supports": c.get("supports")}  # fmt: skip
+            } | {"supports": c.get("supports")}
     return out
 
 
@@ -281,8 +321,7 @@ def _rerun(protocol: dict[str, Any], settings: dict[str, Any], sc: dict[str, Any
 def _share(flags: list[bool]) -> dict[str, Any]:
     n = len(flags)
     p = sum(flags) / n if n else None
-    return {"share": p, "n": n,
-            "mc_se": math.sqrt(p * (1 - p) / n) if p is not None else None}  # fmt: skip
+    return {"share": p, "n": n, "mc_se": math.sqrt(p * (1 - p) / n) if p is not None else None}
 
 
 def _covered(bounds: Any, truth: float) -> bool:
@@ -290,9 +329,13 @@ def _covered(bounds: Any, truth: float) -> bool:
     return (lo is None or lo <= truth) and (hi is None or truth <= hi)
 
 
-def aggregates(protocol: dict[str, Any], settings: dict[str, Any], sc: dict[str, Any],
-               keys: list[tuple[str, str, str, str, int]],
-               columns: dict[str, Any]) -> list[dict[str, Any]]:  # fmt: skip
+def aggregates(
+    protocol: dict[str, Any],
+    settings: dict[str, Any],
+    sc: dict[str, Any],
+    keys: list[tuple[str, str, str, str, int]],
+    columns: dict[str, Any],
+) -> list[dict[str, Any]]:
     """§4: every hypothesis's summary, from the recorded per-study columns."""
     out = []
     for h in protocol["hypotheses"]:
@@ -315,24 +358,31 @@ def aggregates(protocol: dict[str, Any], settings: dict[str, Any], sc: dict[str,
         coverage = {}
         for name in ("registered", "two_sided"):
             if name in col:
-                coverage[name] = _share([
-                    _covered(bnd, truth if population else t)
-                    for bnd, t in zip(col[name], col["conditional_truth"], strict=True)
-                    if bnd is not None
-                ])  # fmt: skip
+                coverage[name] = _share(
+                    [
+                        _covered(bnd, truth if population else t)
+                        for bnd, t in zip(col[name], col["conditional_truth"], strict=True)
+                        if bnd is not None
+                    ]
+                )
         counts: dict[str, int] = {}
         for v in verdicts:
             counts[v] = counts.get(v, 0) + 1
         estimates = [e for e in col["estimate"] if isinstance(e, float)]
         entry: dict[str, Any] = {
-            "hypothesis": hid, "test": h["test"], "sides": sides,
-            "primary": hid in settings["primary"], "truth": truth,
-            "estimand": "population" if population else "study stimuli", "role": role,
+            "hypothesis": hid,
+            "test": h["test"],
+            "sides": sides,
+            "primary": hid in settings["primary"],
+            "truth": truth,
+            "estimand": "population" if population else "study stimuli",
+            "role": role,
             "supported": _share([v == "supported" for v in verdicts]),
             "not_computed": _share([v == "not computed" for v in verdicts]),
-            "verdicts": dict(sorted(counts.items())), "coverage": coverage,
+            "verdicts": dict(sorted(counts.items())),
+            "coverage": coverage,
             "mean_estimate": float(np.mean(estimates)) if estimates else None,
-        }  # fmt: skip
+        }
         sens = col.get("sensitivity")
         if sens is not None:
             entry["sensitivity"] = {
@@ -360,12 +410,14 @@ def plan_check(archive: Any) -> Check | None:
         return Check("plan", Status.FAIL, "a plan is locked but no protocol.locked.", seq)
     schedule = archive.event_blob(protocol_event, "schedule").decode("utf-8").splitlines()
     ok, message = check_record(protocol_event.body, schedule, data)
-    return Check("plan", Status.PASS if ok else Status.FAIL, f"{PLAN_PATH}: {message}.", seq,
-                 PLAN_PATH)  # fmt: skip
+    return Check(
+        "plan", Status.PASS if ok else Status.FAIL, f"{PLAN_PATH}: {message}.", seq, PLAN_PATH
+    )
 
 
-def check_record(protocol: dict[str, Any], schedule: list[str], data: bytes,
-                 recheck: int = RECHECK) -> tuple[bool, str]:  # fmt: skip
+def check_record(
+    protocol: dict[str, Any], schedule: list[str], data: bytes, recheck: int = RECHECK
+) -> tuple[bool, str]:
     """Re-derive a plan record against the locked ``protocol`` body and ``schedule``.
 
     Returns ``(True, what was re-derived)`` or ``(False, the first difference)``; never
@@ -386,8 +438,9 @@ def check_record(protocol: dict[str, Any], schedule: list[str], data: bytes,
         return False, f"malformed record ({type(exc).__name__}: {exc})"
 
 
-def _check(protocol: dict[str, Any], schedule: list[str], record: dict[str, Any],
-           recheck: int) -> tuple[bool, str]:  # fmt: skip
+def _check(
+    protocol: dict[str, Any], schedule: list[str], record: dict[str, Any], recheck: int
+) -> tuple[bool, str]:
     settings, stimuli = record["settings"], record["stimuli"]
     want = inputs_sha256(protocol, settings, stimuli)
     if record.get("inputs_sha256") != want:
@@ -431,9 +484,12 @@ def _check(protocol: dict[str, Any], schedule: list[str], record: dict[str, Any]
             if res["trials"] != len(trials):
                 raise _Mismatch(f"{where}.trials", res["trials"], len(trials))
             columns = res["studies"]
-            _same(f"{where}.hypotheses", res["hypotheses"],
-                  aggregates(protocol, settings, sc, keys, columns),
-                  AGGREGATE_TOLERANCE)  # fmt: skip
+            _same(
+                f"{where}.hypotheses",
+                res["hypotheses"],
+                aggregates(protocol, settings, sc, keys, columns),
+                AGGREGATE_TOLERANCE,
+            )
             for k in range(min(recheck, int(settings["studies"]))):
                 rng = np.random.default_rng([int(settings["seed"]), si, ci, k])
                 derived = _rerun(protocol, settings, sc, keys, ordered, stimuli, rng)
@@ -456,8 +512,9 @@ def _compare_study(where: str, columns: dict[str, Any], derived: dict[str, Any],
             _same(f"{at}.{name}", col[name][k], row[name], TOLERANCE)
         for name in ("registered", "two_sided"):
             if name in col or name in row:
-                _same(f"{at}.{name}", (col.get(name) or [None] * (k + 1))[k], row.get(name),
-                      TOLERANCE)  # fmt: skip
+                _same(
+                    f"{at}.{name}", (col.get(name) or [None] * (k + 1))[k], row.get(name), TOLERANCE
+                )
         if "sensitivity" in row or "sensitivity" in col:
             sens = col.get("sensitivity") or {}
             recorded = {n: sens.get(n, [None] * (k + 1))[k] for n in (*SENSITIVITY, "supports")}
@@ -473,9 +530,16 @@ REPORT_CAPTION = (
     "not computed, and how often each interval covers its truth"
 )
 REPORT_HEADER = [
-    "scenario", "replicates", "hypothesis", "truth", "P(supported)", "not computed",
-    "coverage: registered", "two-sided", "sensitivity (per-arm residual)",
-]  # fmt: skip
+    "scenario",
+    "replicates",
+    "hypothesis",
+    "truth",
+    "P(supported)",
+    "not computed",
+    "coverage: registered",
+    "two-sided",
+    "sensitivity (per-arm residual)",
+]
 
 
 def _percent(entry: Any) -> str:
@@ -490,8 +554,9 @@ def report_text(record: dict[str, Any], seq: int, sha256: str) -> str:
     s = record["settings"]
     per = len(s["scenarios"])
     names = ", ".join(str(x["name"]) for x in s["scenarios"])
-    reps = ", ".join(str(record["results"][i]["replicates"])
-                     for i in range(0, len(record["results"]), per))  # fmt: skip
+    reps = ", ".join(
+        str(record["results"][i]["replicates"]) for i in range(0, len(record["results"]), per)
+    )
     primary = ", ".join(s["primary"]) if s["primary"] else "none"
     return (
         f"plan/plan.json locked at seq {seq} (SHA-256 {sha256[:16]}…): {s['studies']} "
@@ -512,13 +577,19 @@ def report_rows(record: dict[str, Any]) -> list[list[str]]:
                 else (" type I" if h["role"] == "type-I error" else "")
             )
             name = f"{h['hypothesis']} (primary)" if h["primary"] else str(h["hypothesis"])
-            out.append([
-                str(res["scenario"]), str(res["replicates"]), name,
-                f"{h['truth'] * 100:+.1f} pp", _percent(h["supported"]) + suffix,
-                _percent(h["not_computed"]), _percent(h["coverage"].get("registered")),
-                _percent(h["coverage"].get("two_sided")),
-                _percent((h.get("sensitivity") or {}).get("probe_by_arm_arm_residual")),
-            ])  # fmt: skip
+            out.append(
+                [
+                    str(res["scenario"]),
+                    str(res["replicates"]),
+                    name,
+                    f"{h['truth'] * 100:+.1f} pp",
+                    _percent(h["supported"]) + suffix,
+                    _percent(h["not_computed"]),
+                    _percent(h["coverage"].get("registered")),
+                    _percent(h["coverage"].get("two_sided")),
+                    _percent((h.get("sensitivity") or {}).get("probe_by_arm_arm_residual")),
+                ]
+            )
     return out
 
 

@@ -141,8 +141,14 @@ def privacy_of(envs: Sequence[dict[str, Any] | None]) -> Privacy | None:
     listed = listed if isinstance(listed, dict) else {}
     files = privacy.get("withheld_files")
     files = {str(k): str(v) for k, v in files.items()} if isinstance(files, dict) else {}
-    found = Privacy(withhold, blobs, files, (listed.get("count"), listed.get("listing_sha256")),
-                    sealed=sealed, where=where)  # fmt: skip
+    found = Privacy(
+        withhold,
+        blobs,
+        files,
+        (listed.get("count"), listed.get("listing_sha256")),
+        sealed=sealed,
+        where=where,
+    )
     allowed = _allowed_files(envs, pairs, roles)
     for rel in sorted(files):
         if not allowed(rel):
@@ -178,8 +184,13 @@ def _allowed_files(
         rel, role = str(body.get("path")), body.get("role")
         if role in roles:
             name = rel.rsplit("/", 1)[-1]
-            paths.add(f"stimuli/{name}" if role == "stimulus" else f"truth/{name}"
-                      if role == "truth" else f"protocol/{rel}")  # fmt: skip
+            paths.add(
+                f"stimuli/{name}"
+                if role == "stimulus"
+                else f"truth/{name}"
+                if role == "truth"
+                else f"protocol/{rel}"
+            )
     if ("analysis.result", "items_csv") in pairs:
         paths.add("analysis/items.csv")
     if ("analysis.result", "trials_csv") in pairs:
@@ -245,8 +256,9 @@ def read_identity(path: str) -> tuple[str, bytes]:
         raise AnnexError(f"--identity {path}: cannot be read ({exc.strerror or exc})") from None
     parts = raw.decode("ascii", "replace").strip().split("+", 2)  # base64 may hold '+'
     if len(raw) > MAX_IDENTITY_BYTES or len(parts) != 3 or parts[0] != "AUDITOR-SECRET-KEY":
-        raise AnnexError(f"--identity {path}: not an auditor secret key "
-                         "(AUDITOR-SECRET-KEY+<name>+<base64>)")  # fmt: skip
+        raise AnnexError(
+            f"--identity {path}: not an auditor secret key (AUDITOR-SECRET-KEY+<name>+<base64>)"
+        )
     secret = _b64(parts[2], f"--identity {path}")
     if len(secret) != 32:
         raise AnnexError(f"--identity {path}: the X25519 key is not 32 bytes")
@@ -297,28 +309,38 @@ def open_annex(path: str, identity: str) -> Annex:
             break
     if file_key is None:
         named = ", ".join(str(r.get("auditor")) for r in recipients if isinstance(r, dict))
-        raise AnnexError(f"--annex {path}: not sealed to the identity {name!r} "
-                         f"(it is sealed to: {named or 'nobody'})")  # fmt: skip
+        raise AnnexError(
+            f"--annex {path}: not sealed to the identity {name!r} "
+            f"(it is sealed to: {named or 'nobody'})"
+        )
     try:
         plain = ChaCha20Poly1305(file_key).decrypt(
             _b64(doc.get("nonce"), "the nonce"), _b64(doc.get("ciphertext"), "the payload"), head
         )
     except (InvalidTag, ValueError):
-        raise AnnexError(f"--annex {path}: the payload does not decrypt (a corrupted or altered "
-                         "annex)") from None  # fmt: skip
+        raise AnnexError(
+            f"--annex {path}: the payload does not decrypt (a corrupted or altered annex)"
+        ) from None
     payload = json.loads(plain)
     blobs = {str(a): _b64(v, f"annex blob {a}") for a, v in (payload.get("blobs") or {}).items()}
     files: dict[str, tuple[bytes, bytes]] = {}
     for rel, entry in (payload.get("files") or {}).items():
         if not isinstance(entry, dict):
             raise AnnexError(f"--annex {path}: file {rel!r} is malformed")
-        files[str(rel)] = (_b64(entry.get("salt"), f"annex file {rel} salt"),
-                           _b64(entry.get("content"), f"annex file {rel}"))  # fmt: skip
+        files[str(rel)] = (
+            _b64(entry.get("salt"), f"annex file {rel} salt"),
+            _b64(entry.get("content"), f"annex file {rel}"),
+        )
     return Annex(header, blobs, files)
 
 
-def annex_problems(annex: Annex, privacy: Privacy, envs: Sequence[dict[str, Any] | None],
-                   leaf_hash: str | None, export_seq: int | None) -> list[str]:  # fmt: skip
+def annex_problems(
+    annex: Annex,
+    privacy: Privacy,
+    envs: Sequence[dict[str, Any] | None],
+    leaf_hash: str | None,
+    export_seq: int | None,
+) -> list[str]:
     """Why ``annex`` does not complete this public archive (empty: it does), naming the item."""
     h = annex.header
     exports = [e for e in envs if e is not None and e.get("kind") == "export.created"]
@@ -327,23 +349,31 @@ def annex_problems(annex: Annex, privacy: Privacy, envs: Sequence[dict[str, Any]
     study = body.get("study") if isinstance(body, dict) else None
     origin = genesis.get("origin") if isinstance(genesis, dict) else None
     if h.get("study") != study or h.get("origin") != origin:
-        return [f"the annex is for study {h.get('study')!r} (origin {h.get('origin')!r}), not "
-                f"this archive's {study!r} (origin {origin!r})"]  # fmt: skip
+        return [
+            f"the annex is for study {h.get('study')!r} (origin {h.get('origin')!r}), not "
+            f"this archive's {study!r} (origin {origin!r})"
+        ]
     if h.get("export_seq") != export_seq or h.get("export_leaf_hash") != leaf_hash:
-        return [f"the annex is for export.created seq {h.get('export_seq')!r}, not this "
-                f"archive's export (seq {export_seq}): another export of the study"]  # fmt: skip
+        return [
+            f"the annex is for export.created seq {h.get('export_seq')!r}, not this "
+            f"archive's export (seq {export_seq}): another export of the study"
+        ]
     out: list[str] = []
     for address in sorted(privacy.blobs):
         stored = annex.blobs.get(address)
         if stored is None:
             out.append(f"withheld blob {address} is not in the annex")
         elif hashlib.sha256(stored).hexdigest() != address:
-            out.append(f"annex blob {address} does not open its commitment (its bytes hash to "
-                       f"{hashlib.sha256(stored).hexdigest()})")  # fmt: skip
+            out.append(
+                f"annex blob {address} does not open its commitment (its bytes hash to "
+                f"{hashlib.sha256(stored).hexdigest()})"
+            )
         elif address in privacy.sealed and _sealed.salt_of(stored) is None:
             what = privacy.describe("blobs/" + address)
-            out.append(f"withheld blob {what} is not sealed: its address is its content's "
-                       "plain SHA-256, which does not hide it")  # fmt: skip
+            out.append(
+                f"withheld blob {what} is not sealed: its address is its content's "
+                "plain SHA-256, which does not hide it"
+            )
     for address in sorted(set(annex.blobs) - privacy.blobs):
         out.append(f"annex blob {address} is not withheld by this archive")
     for rel, commitment in sorted(privacy.files.items()):

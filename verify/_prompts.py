@@ -253,8 +253,9 @@ def item_values(
             if isinstance(value, str):
                 values[f"metadata.{key}"] = value
             elif isinstance(value, list) and all(isinstance(v, str) for v in value):
-                values[f"metadata.{key}"] = json.dumps(value, ensure_ascii=False,
-                                                       separators=(",", ":"))  # fmt: skip
+                values[f"metadata.{key}"] = json.dumps(
+                    value, ensure_ascii=False, separators=(",", ":")
+                )
     return values
 
 
@@ -695,18 +696,29 @@ class Arm:
             subset_of = (n, _seed(items["seed"], f"{where}.items.seed"))
         variants = info.get("variants")
         after = info.get("after")
-        if after is not None and (type(after) is not dict or type(after.get("arm")) is not str
-                                  or not all(type(v) is str for v in after.values())):
+        if after is not None and (
+            type(after) is not dict
+            or type(after.get("arm")) is not str
+            or not all(type(v) is str for v in after.values())
+        ):
             raise PromptError(f"{where}.after is not an object {{arm, answer, rule}}")
         factors = info.get("factors")
-        if factors is not None and (type(factors) is not dict
-                                    or not all(type(v) is str for v in factors.values())):
+        if factors is not None and (
+            type(factors) is not dict or not all(type(v) is str for v in factors.values())
+        ):
             raise PromptError(f"{where}.factors is not an object {{factor: level}}")
         source = info.get("response_from")
-        if source is not None and (type(source) is not str or not source or components
-                                   or replicates != 1 or models is not None):
-            raise PromptError(f"{where}.response_from: {source!r} must name an item field, on an "
-                              "arm with no components, no models and replicates 1")  # fmt: skip
+        if source is not None and (
+            type(source) is not str
+            or not source
+            or components
+            or replicates != 1
+            or models is not None
+        ):
+            raise PromptError(
+                f"{where}.response_from: {source!r} must name an item field, on an "
+                "arm with no components, no models and replicates 1"
+            )
         return cls(
             name,
             components,
@@ -767,9 +779,7 @@ class LockedStudy:
             if type(record) is not dict or type(record.get("path")) is not str:
                 raise PromptError("protocol.locked items is not an object with a path")
             try:  # §1.4: a locked range keeps the file's first N items
-                self.items = self._item_file(record["path"], "protocol.locked items").ranged(
-                    record
-                )
+                self.items = self._item_file(record["path"], "protocol.locked items").ranged(record)
             except ItemError as exc:
                 raise PromptError(str(exc)) from None
             self.item_ids = [item.id for item in self.items.items]
@@ -943,9 +953,17 @@ class LockedStudy:
         if self.template is None:
             raise PromptError(f"{where}: examples are rendered with [prompt] item, which is absent")
         return FewShot(
-            name, examples, str(rule), count, ids, seed,
-            field_name if type(field_name) is str else None, str(order), str(style), template,
-        )  # fmt: skip
+            name,
+            examples,
+            str(rule),
+            count,
+            ids,
+            seed,
+            field_name if type(field_name) is str else None,
+            str(order),
+            str(style),
+            template,
+        )
 
     def _check_arm(self, arm: Arm) -> None:
         where = f"protocol.locked arms.{arm.name}"
@@ -1070,8 +1088,7 @@ class LockedStudy:
             return self._render(template, fields, False)
         values = item_values(fields, self.option_format, self.option_separator)
         if self._lock_fill:  # at lock, the step slots are checked apart (verify._steps)
-            values.update({s.name: "" for s in template.slots
-                           if s.name.startswith("steps.")})  # fmt: skip
+            values.update({s.name: "" for s in template.slots if s.name.startswith("steps.")})
         else:
             values.update(self.step_values.get(item_id, {}))
         return template.render(values, f"item {fields.get('id')!r}").rstrip("\n")
@@ -1136,8 +1153,11 @@ class LockedStudy:
             elif info.after is not None:
                 path = self.component_paths.get(name, name)
                 raw = self._bytes(path, f"component {name!r}").decode("utf-8")
-                texts.append(parse_template(raw, path).render(
-                    self.prior_values.get(trial or "", {}), f"trial {trial}").rstrip("\n"))
+                texts.append(
+                    parse_template(raw, path)
+                    .render(self.prior_values.get(trial or "", {}), f"trial {trial}")
+                    .rstrip("\n")
+                )
             else:
                 texts.append(self.component(name))
         joined = "\n\n".join(texts)
@@ -1190,8 +1210,13 @@ class LockedStudy:
         return sampling_parameters(self.models[model], self.arms[arm].sampling)
 
     def request(
-        self, arm: str, model: str | None, item_id: str, wire: str = "messages",
-        variant: str | None = None, trial: str | None = None,
+        self,
+        arm: str,
+        model: str | None,
+        item_id: str,
+        wire: str = "messages",
+        variant: str | None = None,
+        trial: str | None = None,
     ) -> dict[str, Any]:
         """§6: the request of a trial; ``wire = "openai-compatible"`` for that backend's form.
 
@@ -1208,8 +1233,13 @@ class LockedStudy:
         return wire_request(request, wire)
 
     def request_bytes(
-        self, arm: str, model: str | None, item_id: str, wire: str = "messages",
-        variant: str | None = None, trial: str | None = None,
+        self,
+        arm: str,
+        model: str | None,
+        item_id: str,
+        wire: str = "messages",
+        variant: str | None = None,
+        trial: str | None = None,
     ) -> bytes:
         """The canonical JSON of :meth:`request` (what the request blob must be, byte for byte)."""
         try:
@@ -1253,7 +1283,9 @@ class LockedStudy:
     def trial_count(self) -> int:
         """The number of trials (computed without listing them)."""
         return sum(
-            len(self.arm_models(a)) * len(self.arm_items(a)) * self.arm_replicates(a)
+            len(self.arm_models(a))
+            * len(self.arm_items(a))
+            * self.arm_replicates(a)
             * len(self.arm_variants(a))
             for a in self.arms
         )
@@ -1296,13 +1328,21 @@ class LockedStudy:
             pairs.append(("protocol.locked items", self.protocol.get("items"), self.items))
         tables = self.protocol.get("fewshot") or {}
         for name, fs in self.fewshot.items():
-            pairs.append((f"protocol.locked fewshot.{name}.examples",
-                          tables[name].get("examples"), fs.examples))  # fmt: skip
+            pairs.append(
+                (
+                    f"protocol.locked fewshot.{name}.examples",
+                    tables[name].get("examples"),
+                    fs.examples,
+                )
+            )
         for where, record, parsed in pairs:
             want = parsed.record()
             if record != want:
-                diffs = [f"{k} {record.get(k)!r} (the file gives {want[k]!r})" for k in want
-                         if record.get(k) != want[k]]  # fmt: skip
+                diffs = [
+                    f"{k} {record.get(k)!r} (the file gives {want[k]!r})"
+                    for k in want
+                    if record.get(k) != want[k]
+                ]
                 extra = sorted(set(record) - set(want))
                 problems.append(
                     f"{where} ({parsed.path}): "
@@ -1389,10 +1429,13 @@ class LockedStudy:
                         except FactorialError as exc:
                             raise PromptError(str(exc)) from None
                         if self._lock_values(tpl, edited) == self._lock_values(
-                                self.template, fields):  # fmt: skip
-                            raise PromptError(f"item {item_id!r}: factor {f!r} level {lv!r} "
-                                              "leaves the item's request unchanged (a silent "
-                                              "null arm)")  # fmt: skip
+                            self.template, fields
+                        ):
+                            raise PromptError(
+                                f"item {item_id!r}: factor {f!r} level {lv!r} "
+                                "leaves the item's request unchanged (a silent "
+                                "null arm)"
+                            )
 
         self._lock_fill = True
         try:

@@ -63,8 +63,9 @@ def _tiles(leaves: list[bytes]) -> list[tuple[str, bytes]]:
         for i in range(0, len(hashes), _WIDTH):
             chunk = hashes[i : i + _WIDTH]
             out.append((tile_path(str(level), i // _WIDTH, len(chunk)), b"".join(chunk)))
-        hashes = [merkle_root(hashes[i : i + _WIDTH])
-                  for i in range(0, len(hashes) - _WIDTH + 1, _WIDTH)]  # fmt: skip
+        hashes = [
+            merkle_root(hashes[i : i + _WIDTH]) for i in range(0, len(hashes) - _WIDTH + 1, _WIDTH)
+        ]
         level += 1
     return out
 
@@ -104,17 +105,34 @@ def check_published_log(
     except Exception as exc:  # this package's note and key errors, each with its reason
         return [Check(name, Status.FAIL, f"{url}/checkpoint does not verify: {exc}")]
     if checkpoint.size != len(leaves):
-        return [Check(name, Status.FAIL, f"the log published at {url} has {checkpoint.size} "
-                      f"events, the archive {len(leaves)}")]  # fmt: skip
+        return [
+            Check(
+                name,
+                Status.FAIL,
+                f"the log published at {url} has {checkpoint.size} "
+                f"events, the archive {len(leaves)}",
+            )
+        ]
     if merkle_root(leaves) != checkpoint.root:
-        return [Check(name, Status.FAIL, f"the archive's Merkle root is not the root of the "
-                      f"checkpoint published at {url}")]  # fmt: skip
+        return [
+            Check(
+                name,
+                Status.FAIL,
+                f"the archive's Merkle root is not the root of the checkpoint published at {url}",
+            )
+        ]
     withheld = 0
     try:
         for path, expected in _tiles(leaves):
             if get(path) != expected:
-                return [Check(name, Status.FAIL, f"{url}/{path} is not the tile the archive's "
-                              "events give", where=path)]  # fmt: skip
+                return [
+                    Check(
+                        name,
+                        Status.FAIL,
+                        f"{url}/{path} is not the tile the archive's events give",
+                        where=path,
+                    )
+                ]
         for i in range(0, len(envelopes), _WIDTH):
             chunk = envelopes[i : i + _WIDTH]
             path = tile_path("entries", i // _WIDTH, len(chunk))
@@ -123,16 +141,37 @@ def check_published_log(
                 withheld += 1
                 continue
             if got != b"".join(len(e).to_bytes(2, "big") + e for e in chunk):
-                return [Check(name, Status.FAIL, f"{url}/{path} does not hold the archive's "
-                              f"envelopes {i}..{i + len(chunk) - 1}", where=path)]  # fmt: skip
+                return [
+                    Check(
+                        name,
+                        Status.FAIL,
+                        f"{url}/{path} does not hold the archive's "
+                        f"envelopes {i}..{i + len(chunk) - 1}",
+                        where=path,
+                    )
+                ]
     except OSError as exc:
         return [Check(name, Status.FAIL, f"cannot fetch the published log: {exc}")]
-    how = ("signed by the archive's own genesis key (self-asserted: give --trusted-key)"
-           if self_asserted else "signed by a trusted key")  # fmt: skip
-    checks = [Check(name, Status.WARN if self_asserted else Status.PASS,
-                    f"the log published at {url} is exactly the archive's {len(leaves)} events: "
-                    f"checkpoint {how}, every hash tile and entry bundle equal")]  # fmt: skip
+    how = (
+        "signed by the archive's own genesis key (self-asserted: give --trusted-key)"
+        if self_asserted
+        else "signed by a trusted key"
+    )
+    checks = [
+        Check(
+            name,
+            Status.WARN if self_asserted else Status.PASS,
+            f"the log published at {url} is exactly the archive's {len(leaves)} events: "
+            f"checkpoint {how}, every hash tile and entry bundle equal",
+        )
+    ]
     if withheld:
-        checks.append(Check(name, Status.WARN, f"{withheld} entry bundle(s) are not published at "
-                            f"{url} (withheld while blind?); their leaf hashes match"))  # fmt: skip
+        checks.append(
+            Check(
+                name,
+                Status.WARN,
+                f"{withheld} entry bundle(s) are not published at "
+                f"{url} (withheld while blind?); their leaf hashes match",
+            )
+        )
     return checks

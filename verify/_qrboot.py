@@ -58,14 +58,13 @@ def _replicates(columns: list[np.ndarray], iterations: int, seed: int) -> list[n
         rows = min(BLOCK_ROWS, iterations - done)
         draws = rng.integers(0, n, size=(rows, n))
         for col, reps in zip(columns, out, strict=True):
-            reps[done:done + rows] = np.take(col, draws).mean(axis=1)
+            reps[done : done + rows] = np.take(col, draws).mean(axis=1)
         done += rows
     return out
 
 
 def _bounds(reps: np.ndarray, conf: float) -> tuple[float, float]:
-    q = np.quantile(reps, [round((1 - conf) / 2, 12), round((1 + conf) / 2, 12)],
-                    method="linear")  # fmt: skip
+    q = np.quantile(reps, [round((1 - conf) / 2, 12), round((1 + conf) / 2, 12)], method="linear")
     return float(q[0]), float(q[1])
 
 
@@ -73,8 +72,9 @@ def _key(item: Any, model: Any, variant: Any, rep: Any) -> tuple[str, str, str, 
     return (str(item), str(model or ""), str(variant or ""), int(rep))
 
 
-def _arm_trials(ds: Any, arm: str, outcome: str) -> dict[tuple[str, str, str, int],
-                                                        tuple[str, float | None]]:
+def _arm_trials(
+    ds: Any, arm: str, outcome: str
+) -> dict[tuple[str, str, str, int], tuple[str, float | None]]:
     column = COLUMNS.get(outcome, outcome)
     out: dict[tuple[str, str, str, int], tuple[str, float | None]] = {}
     for t in ds.trials:
@@ -109,8 +109,14 @@ def _lost(ds: Any, arm: str, which: str = "given_up") -> dict[tuple[str, str, st
 
 
 def _excluded(key: tuple[str, str, str, int], kind: str, trials: list[str]) -> dict[str, Any]:
-    return {"item": key[0], "model": key[1], "variant": key[2], "rep": key[3], "kind": kind,
-            "trials": sorted(trials)}  # fmt: skip
+    return {
+        "item": key[0],
+        "model": key[1],
+        "variant": key[2],
+        "rep": key[3],
+        "kind": kind,
+        "trials": sorted(trials),
+    }
 
 
 def _observations(ds: Any, outcome: str, a: str, b: str | None) -> dict[str, Any]:
@@ -118,25 +124,40 @@ def _observations(ds: Any, outcome: str, a: str, b: str | None) -> dict[str, Any
     first = _arm_trials(ds, a, outcome)
     if b is None:
         keys = sorted(k for k, (_, v) in first.items() if v is not None)
-        excluded = [_excluded(k, "undefined", [t]) for k, (t, v) in sorted(first.items())
-                    if v is None]  # fmt: skip
+        excluded = [
+            _excluded(k, "undefined", [t]) for k, (t, v) in sorted(first.items()) if v is None
+        ]
         items = {k[0] for k in first}
-        return {"keys": keys, "a": np.array([first[k][1] for k in keys], dtype=float),
-                "b": None, "excluded": excluded, "undefined": len(excluded),
-                "given_up": len([k for k in _lost(ds, a) if k[0] in items])}  # fmt: skip
+        return {
+            "keys": keys,
+            "a": np.array([first[k][1] for k in keys], dtype=float),
+            "b": None,
+            "excluded": excluded,
+            "undefined": len(excluded),
+            "given_up": len([k for k in _lost(ds, a) if k[0] in items]),
+        }
     second = _arm_trials(ds, b, outcome)
     lost_a, lost_b = _lost(ds, a), _lost(ds, b)
     skip_a, skip_b = _lost(ds, a, "excluded_trials"), _lost(ds, b, "excluded_trials")
-    only = [k for k in sorted(set(first) | set(second))
-            if (k in first) != (k in second) and k not in lost_a and k not in lost_b
-            and k not in skip_a and k not in skip_b]
+    only = [
+        k
+        for k in sorted(set(first) | set(second))
+        if (k in first) != (k in second)
+        and k not in lost_a
+        and k not in lost_b
+        and k not in skip_a
+        and k not in skip_b
+    ]
     if only:
         k = only[0]
         has, lacks = (a, b) if k in first else (b, a)
-        where = f"item {k[0]!r}" + (f" model {k[1]!r}" if k[1] else "") + (
-            f" variant {k[2]!r}" if k[2] else "") + f" rep {k[3]}"
-        raise QrError(f"arm {has!r} has {where} and arm {lacks!r} does not ({len(only)} "
-                      "unpaired)")  # fmt: skip
+        where = (
+            f"item {k[0]!r}"
+            + (f" model {k[1]!r}" if k[1] else "")
+            + (f" variant {k[2]!r}" if k[2] else "")
+            + f" rep {k[3]}"
+        )
+        raise QrError(f"arm {has!r} has {where} and arm {lacks!r} does not ({len(only)} unpaired)")
     keys, excluded = [], []
     undefined = lost = 0
     for k in sorted(set(first) | set(second)):
@@ -147,17 +168,23 @@ def _observations(ds: Any, outcome: str, a: str, b: str | None) -> dict[str, Any
             else:
                 keys.append(k)
         else:
-            mine, gone, skipped = ((first[k][0], lost_b, skip_b) if k in first
-                                   else (second[k][0], lost_a, skip_a))  # fmt: skip
+            mine, gone, skipped = (
+                (first[k][0], lost_b, skip_b) if k in first else (second[k][0], lost_a, skip_a)
+            )
             if k in gone:
                 excluded.append(_excluded(k, "given-up", [mine, gone[k]]))
                 lost += 1
             else:  # statistics.md: the partner was never sent (trial.excluded)
                 excluded.append(_excluded(k, "excluded", [mine, skipped[k]]))
                 undefined += 1
-    return {"keys": keys, "a": np.array([first[k][1] for k in keys], dtype=float),
-            "b": np.array([second[k][1] for k in keys], dtype=float), "excluded": excluded,
-            "undefined": undefined, "given_up": lost}  # fmt: skip
+    return {
+        "keys": keys,
+        "a": np.array([first[k][1] for k in keys], dtype=float),
+        "b": np.array([second[k][1] for k in keys], dtype=float),
+        "excluded": excluded,
+        "undefined": undefined,
+        "given_up": lost,
+    }
 
 
 def _binary(obs: dict[str, Any], outcome: str) -> None:
@@ -171,16 +198,24 @@ def values_of(ds: Any, plan: dict[str, Any], h: dict[str, Any]) -> dict[str, Any
     statistic = str(h.get("statistic"))
     outcome = str(h.get("outcome") or "trial_accuracy")
     one = statistic in ONE_ARM
-    obs = _observations(ds, outcome, str(h["arm"]) if one else str(h["contrast"][0]),
-                        None if one else str(h["contrast"][1]))  # fmt: skip
+    obs = _observations(
+        ds,
+        outcome,
+        str(h["arm"]) if one else str(h["contrast"][0]),
+        None if one else str(h["contrast"][1]),
+    )
     if statistic in CORRECTNESS:
         _binary(obs, outcome)
     if not obs["keys"]:
         raise QrError("no observation")
     x, y = obs["a"], obs["b"]
-    column = {"accuracy": x, "mean": x, "perturbed-accuracy": x,
-              "success-rate": None if y is None else (x != y).astype(float),
-              "difference": None if y is None else x - y}[statistic]  # fmt: skip
+    column = {
+        "accuracy": x,
+        "mean": x,
+        "perturbed-accuracy": x,
+        "success-rate": None if y is None else (x != y).astype(float),
+        "difference": None if y is None else x - y,
+    }[statistic]
     if column is None:
         raise QrError(f"statistic {statistic!r} needs a contrast")
     design = plan["design"]
@@ -192,13 +227,24 @@ def values_of(ds: Any, plan: dict[str, Any], h: dict[str, Any]) -> dict[str, Any
         out["arm"] = h["arm"]
     else:
         out["contrast"] = list(h["contrast"])
-    out.update({"n": len(obs["keys"]), "n_items": len({k[0] for k in obs["keys"]}),
-                "estimate": float(np.mean(column)), "lower": lower, "upper": upper,
-                "conf": conf, "iterations": iterations, "seed": seed, "ci_method": CI_METHOD})
+    out.update(
+        {
+            "n": len(obs["keys"]),
+            "n_items": len({k[0] for k in obs["keys"]}),
+            "estimate": float(np.mean(column)),
+            "lower": lower,
+            "upper": upper,
+            "conf": conf,
+            "iterations": iterations,
+            "seed": seed,
+            "ci_method": CI_METHOD,
+        }
+    )
     if y is not None:
         out.update({"mean_a": float(np.mean(x)), "mean_b": float(np.mean(y))})
-    out.update({"undefined": obs["undefined"], "given_up": obs["given_up"],
-                "excluded": obs["excluded"]})  # fmt: skip
+    out.update(
+        {"undefined": obs["undefined"], "given_up": obs["given_up"], "excluded": obs["excluded"]}
+    )
     return out
 
 
@@ -221,12 +267,17 @@ def decide(h: dict[str, Any], v: dict[str, Any]) -> tuple[str, dict[str, Any]]:
     else:
         ok = upper is not None and upper * 100 < float(h["max_pp"])
         rule = f"{pct} interval upper bound < {float(h['max_pp']):g} pp"
-    return ("supported" if ok else "not supported"), {"rule": rule, "estimate": est,
-                                                      "lower": lower, "upper": upper}
+    return ("supported" if ok else "not supported"), {
+        "rule": rule,
+        "estimate": est,
+        "lower": lower,
+        "upper": upper,
+    }
 
 
-def _row(ds: Any, outcome: str, a: str, b: str | None, iterations: int,
-         seed: int) -> dict[str, Any]:
+def _row(
+    ds: Any, outcome: str, a: str, b: str | None, iterations: int, seed: int
+) -> dict[str, Any]:
     obs = _observations(ds, outcome, a, b)
     if not obs["keys"]:
         raise QrError("no observation")
@@ -239,12 +290,19 @@ def _row(ds: Any, outcome: str, a: str, b: str | None, iterations: int,
             _binary(obs, outcome)
             named.append(("success_rate", (x != y).astype(float)))
     reps = _replicates([c for _, c in named], iterations, seed)
-    row: dict[str, Any] = {"n": len(obs["keys"]), "undefined": obs["undefined"],
-                           "given_up": obs["given_up"]}  # fmt: skip
+    row: dict[str, Any] = {
+        "n": len(obs["keys"]),
+        "undefined": obs["undefined"],
+        "given_up": obs["given_up"],
+    }
     for (name, column), r in zip(named, reps, strict=True):
         lo, hi = _bounds(r, 0.95)
-        row[name] = {"estimate": float(np.mean(column)), "lower": lo, "upper": hi,
-                     "half_width": (hi - lo) / 2}  # fmt: skip
+        row[name] = {
+            "estimate": float(np.mean(column)),
+            "lower": lo,
+            "upper": hi,
+            "half_width": (hi - lo) / 2,
+        }
     return row
 
 
@@ -278,18 +336,33 @@ def descriptive_values(ds: Any, plan: dict[str, Any]) -> dict[str, Any]:
             rows.append({"model": model, **row})
         entry_head: dict[str, Any] = {"arm": a} if b is None else {"contrast": [a, b]}
         entries.append({**entry_head, "outcome": outcome, "rows": rows})
-    return {"conf": 0.95, "iterations": iterations, "seed": seed, "ci_method": CI_METHOD,
-            "entries": entries}  # fmt: skip
+    return {
+        "conf": 0.95,
+        "iterations": iterations,
+        "seed": seed,
+        "ci_method": CI_METHOD,
+        "entries": entries,
+    }
 
 
 # ------------------------------------------------------------------------------ report (§7)
 
-SHARES = ("trial_accuracy", "glyph_accuracy", "plausibility", "h_coverage", "s_coverage",
-          "grounding_rate", "indirect_rate", "uncertainty")
+SHARES = (
+    "trial_accuracy",
+    "glyph_accuracy",
+    "plausibility",
+    "h_coverage",
+    "s_coverage",
+    "grounding_rate",
+    "indirect_rate",
+    "uncertainty",
+)
 """Outcomes that are shares in [0, 1] (``breadth``, a count, is not): the report shows them in
 percent (statistics.md; scoring.md §12 for the differential-diagnosis metrics)."""
-PM = ("estimate ± half the width of the 95% percentile interval (the seed's \"±\"; the "
-      "interval, not always symmetric, in brackets)")
+PM = (
+    'estimate ± half the width of the 95% percentile interval (the seed\'s "±"; the '
+    "interval, not always symmetric, in brackets)"
+)
 
 
 def _floats(*xs: Any) -> list[float] | None:
@@ -298,8 +371,11 @@ def _floats(*xs: Any) -> list[float] | None:
 
 
 def _pm(cell: Any, share: bool) -> str:
-    got = _floats(*[cell.get(k) for k in ("estimate", "half_width", "lower", "upper")]) if (
-        isinstance(cell, dict)) else None
+    got = (
+        _floats(*[cell.get(k) for k in ("estimate", "half_width", "lower", "upper")])
+        if (isinstance(cell, dict))
+        else None
+    )
     if got is None:
         return "–"
     scale = 100.0 if share else 1.0
@@ -341,20 +417,53 @@ def report_tables(result: dict[str, Any] | None) -> list[tuple[str, list[str], l
             note = f"not computed: {row['error']}" if "error" in row else None
             gone = f"{row.get('undefined', 0)} undefined, {row.get('given_up', 0)} given up"
             if "contrast" in entry:
-                rows.append([model, note, "–", "–", "–", "–", "–"] if note else [
-                    model, str(row.get("n")), _pm(row.get("default"), share),
-                    _pm(row.get("success_rate"), True), _pm(row.get("perturbed"), share),
-                    _pm(row.get("difference"), share), gone])  # fmt: skip
+                rows.append(
+                    [model, note, "–", "–", "–", "–", "–"]
+                    if note
+                    else [
+                        model,
+                        str(row.get("n")),
+                        _pm(row.get("default"), share),
+                        _pm(row.get("success_rate"), True),
+                        _pm(row.get("perturbed"), share),
+                        _pm(row.get("difference"), share),
+                        gone,
+                    ]
+                )
             else:
-                arm_rows.append([str(entry.get("arm")), outcome, model, note or str(row.get("n")),
-                                 "–" if note else _pm(row.get("mean"), share),
-                                 "–" if note else gone])  # fmt: skip
+                arm_rows.append(
+                    [
+                        str(entry.get("arm")),
+                        outcome,
+                        model,
+                        note or str(row.get("n")),
+                        "–" if note else _pm(row.get("mean"), share),
+                        "–" if note else gone,
+                    ]
+                )
         if "contrast" in entry:
             pair = " vs ".join(map(str, entry["contrast"]))
-            tables.append((f"{result.get('title')}: {pair} ({outcome}); {PM}",
-                           ["model", "pairs", "default", "success rate", "perturbed",
-                            "difference (perturbed − default)", "excluded"], rows))  # fmt: skip
+            tables.append(
+                (
+                    f"{result.get('title')}: {pair} ({outcome}); {PM}",
+                    [
+                        "model",
+                        "pairs",
+                        "default",
+                        "success rate",
+                        "perturbed",
+                        "difference (perturbed − default)",
+                        "excluded",
+                    ],
+                    rows,
+                )
+            )
     if arm_rows:
-        tables.append(("Mean outcome of one arm, bootstrap over (question, run) observations; "
-                       + PM, ["arm", "outcome", "model", "n", "mean", "excluded"], arm_rows))
+        tables.append(
+            (
+                "Mean outcome of one arm, bootstrap over (question, run) observations; " + PM,
+                ["arm", "outcome", "model", "n", "mean", "excluded"],
+                arm_rows,
+            )
+        )
     return tables

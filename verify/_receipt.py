@@ -55,8 +55,10 @@ def _split(text: str, report: ReceiptReport) -> tuple[bytes, list[bytes], str] |
     head, sep, note = text.partition("\n\n")
     lines = head.split("\n")
     if not sep or lines[0] != _HEADER:
-        report.problems.append(f"not a tlog-proof: the first line must be {_HEADER!r} and a "
-                               "blank line must come before the checkpoint")  # fmt: skip
+        report.problems.append(
+            f"not a tlog-proof: the first line must be {_HEADER!r} and a "
+            "blank line must come before the checkpoint"
+        )
         return None
     if len(lines) < 3 or not lines[1].startswith("extra "):
         report.problems.append("line 2 is not 'extra <base64 envelope>'")
@@ -118,8 +120,9 @@ def check_receipt(
                 break
     need = len(witnesses) if quorum is None else quorum
     if len(report.cosigners) < need:
-        report.problems.append(f"cosigned by {len(report.cosigners)} trusted witness(es), "
-                               f"fewer than the quorum {need}")  # fmt: skip
+        report.problems.append(
+            f"cosigned by {len(report.cosigners)} trusted witness(es), fewer than the quorum {need}"
+        )
     try:
         body = json.loads(envelope)
     except (UnicodeDecodeError, ValueError):

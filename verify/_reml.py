@@ -217,8 +217,11 @@ class RemlModel:
         info = np.zeros((m, m))
         for i in range(m):
             for k in range(m):
-                tr = t1[i, k] - 2 * float(np.trace(c @ a[i, k])) + float(
-                    np.trace(c @ b[i] @ c @ b[k]))
+                tr = (
+                    t1[i, k]
+                    - 2 * float(np.trace(c @ a[i, k]))
+                    + float(np.trace(c @ b[i] @ c @ b[k]))
+                )
                 info[i, k] = 0.5 * tr
         return info, [c @ b[i] @ c for i in range(m)]
 
@@ -227,8 +230,9 @@ class RemlModel:
     def point(self, params: Any) -> RemlPoint:
         """``l_R``, ``β̂`` and ``(XᵀV⁻¹X)⁻¹`` at ``params``; ``loglik = -inf`` where undefined."""
         theta = np.asarray(params, dtype=np.float64)
-        bad = RemlPoint(theta, -math.inf, np.full(self.p, math.nan),
-                        np.full((self.p, self.p), math.nan))  # fmt: skip
+        bad = RemlPoint(
+            theta, -math.inf, np.full(self.p, math.nan), np.full((self.p, self.p), math.nan)
+        )
         if theta.size != self.n_params or not np.all(np.isfinite(theta)):
             return bad
         re, phi = theta[: self.k], theta[self.k :]
@@ -270,8 +274,14 @@ class RemlModel:
         beta[0] += self.mean
         const = (self.n - self.p) * math.log(2 * math.pi)
         ll = -0.5 * (logdet_v + logdet_a + quad + const)
-        magnitude = 0.5 * (float(self.nr @ np.abs(np.log(phi))) + abs(logdet_v) + abs(logdet_a)
-                           + yty + abs(fitted) + const)  # fmt: skip
+        magnitude = 0.5 * (
+            float(self.nr @ np.abs(np.log(phi)))
+            + abs(logdet_v)
+            + abs(logdet_a)
+            + yty
+            + abs(fitted)
+            + const
+        )
         return RemlPoint(theta, ll if math.isfinite(ll) else -math.inf, beta, cov, magnitude)
 
     def loglik(self, params: Any) -> float:
@@ -308,9 +318,11 @@ class RemlModel:
                 hess[i, i] = (fp - 2 * f0 + fm) / h**2
                 for j in range(i):
                     hess[i, j] = hess[j, i] = (
-                        f(base + e[i] + e[j]) - f(base + e[i] - e[j])
-                        - f(base - e[i] + e[j]) + f(base - e[i] - e[j])
-                    ) / (4 * h * h)  # fmt: skip
+                        f(base + e[i] + e[j])
+                        - f(base + e[i] - e[j])
+                        - f(base - e[i] + e[j])
+                        + f(base - e[i] - e[j])
+                    ) / (4 * h * h)
             return grad, hess
 
         g1, h1 = at(GRADIENT_STEP)
@@ -345,9 +357,11 @@ class RemlModel:
                 return -ll if math.isfinite(ll) else 1e300
 
             res = optimize.minimize(
-                negative, np.sqrt(start), method="L-BFGS-B",
+                negative,
+                np.sqrt(start),
+                method="L-BFGS-B",
                 options={"maxiter": 2000, "ftol": 1e-9, "gtol": 1e-6},
-            )  # fmt: skip
+            )
             cand = self.point(np.asarray(res.x) ** 2)
             cand = self._polish(cand)
             if best is None or cand.loglik > best.loglik:
@@ -435,8 +449,10 @@ def check_point(model: RemlModel, params: Sequence[float]) -> tuple[RemlPoint, s
         except np.linalg.LinAlgError:
             definite, decrement = False, math.inf
         if not definite:
-            return pt, (f"the recorded variances {_fmt(theta)} are not a maximum of the REML "
-                        "log-likelihood (its Hessian there is not negative definite)")  # fmt: skip
+            return pt, (
+                f"the recorded variances {_fmt(theta)} are not a maximum of the REML "
+                "log-likelihood (its Hessian there is not negative definite)"
+            )
         limit = stationary_limit(noise(pt), len(free), float(eigen.min()))
         if decrement > limit:
             return pt, (

@@ -63,8 +63,12 @@ def render_report(
         return
     if console is None:
         console = Console(file=stream, soft_wrap=True, highlight=False, width=_width())
-    colours = {Status.PASS: "green", Status.FAIL: "red", Status.WARN: "yellow",
-               Status.LIMITED: "cyan"}  # fmt: skip
+    colours = {
+        Status.PASS: "green",
+        Status.FAIL: "red",
+        Status.WARN: "yellow",
+        Status.LIMITED: "cyan",
+    }
     table = Table(title=escape(f"verify {report.path}"))
     for column in ("check", "result", "where", "detail"):
         table.add_column(column, overflow="fold")  # wrap long paths and reasons, never cut them

@@ -553,9 +553,11 @@ def parse_cloze(raw: bytes, fmt: str, letters: str) -> Parsed:
             top = letter
     runner_up = max(best[letter] for letter in letters if letter != top)
     return Parsed(
-        "ok", answers=((1, (top,)),),
+        "ok",
+        answers=((1, (top,)),),
         cloze={"logprobs": logprobs, "margin": best[top] - runner_up},
-    )  # fmt: skip
+    )
+
 
 VOCABULARY_PARSERS = ("multiple-choice", "yes-no-maybe", "orientation-word")
 

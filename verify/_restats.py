@@ -268,9 +268,7 @@ def bootstrap_clustered(
     }
 
 
-def _reml_by_groups(
-    y: Floats, exog: Floats, grp: NDArray[Any]
-) -> Any:
+def _reml_by_groups(y: Floats, exog: Floats, grp: NDArray[Any]) -> Any:
     """``l_R(σ²_g, σ²_e)`` up to a constant, from per-group sums (Sherman–Morrison).
 
     With ``V_j = σ²_e·I + σ²_g·J``: ``|V_j| = σ²_e^(n_j−1)·(σ²_e + n_j·σ²_g)`` and
@@ -352,8 +350,11 @@ def _no_residual_variation(y: Floats, exog: Floats, grp: NDArray[Any]) -> bool:
 
 
 def _design(
-    ya: Floats, arm: NDArray[Any], reference: str,
-    factor: tuple[str, Sequence[str], str] | None, interaction: bool,
+    ya: Floats,
+    arm: NDArray[Any],
+    reference: str,
+    factor: tuple[str, Sequence[str], str] | None,
+    interaction: bool,
 ) -> tuple[Floats, list[str], list[str]]:
     """The treatment-coded design matrix, its column names, and the non-reference arms."""
     levels = sorted(set(arm.tolist()))
@@ -482,8 +483,10 @@ def mixed_model(
     if total_var == 0:
         raise NotApplicable("mixed_model: zero outcome variance (a constant outcome)")
     if _no_residual_variation(ya, exog, grp):
-        raise NotApplicable("mixed_model: the fixed effects and the group intercepts fit the "
-                            "outcome exactly; the REML likelihood has no maximum")
+        raise NotApplicable(
+            "mixed_model: the fixed effects and the group intercepts fit the "
+            "outcome exactly; the REML likelihood has no maximum"
+        )
     try:
         model = RemlModel(ya, exog, grp.tolist(), [grp.tolist()])
     except ValueError as exc:
@@ -551,8 +554,11 @@ def mixed_model(
         "variance_ci_method": "wald-log-observed-reml",
         **({"variance_ci_note": f"withheld: {', '.join(withheld)}"} if withheld else {}),
         **(
-            {"factors": [factor[0]], "factor_references": [factor[2]],
-             "interaction": bool(interaction)}
+            {
+                "factors": [factor[0]],
+                "factor_references": [factor[2]],
+                "interaction": bool(interaction),
+            }
             if factor is not None
             else {}
         ),
@@ -845,10 +851,16 @@ def satterthwaite(
         q = float(sps.t.ppf(0.5 + conf / 2, df))
         lower, upper = est - q * se, est + q * se
     return {
-        "estimate": num(est), "se": num(se), "df": num(df),
-        "df_method": "satterthwaite-expected-information", "t": num(t), "p": num(p),
-        "lower": num(lower), "upper": num(upper), "conf": conf,
-    }  # fmt: skip
+        "estimate": num(est),
+        "se": num(se),
+        "df": num(df),
+        "df_method": "satterthwaite-expected-information",
+        "t": num(t),
+        "p": num(p),
+        "lower": num(lower),
+        "upper": num(upper),
+        "conf": conf,
+    }
 
 
 def probe_bootstrap(
@@ -866,9 +878,14 @@ def probe_bootstrap(
     else:
         lower, upper = _quantiles(reps, conf)
     return {
-        "estimate": float(np.mean(d)), "lower": num(lower), "upper": num(upper), "conf": conf,
-        "n_clusters": int(d.size), "iterations": iterations, "seed": s,
-    }  # fmt: skip
+        "estimate": float(np.mean(d)),
+        "lower": num(lower),
+        "upper": num(upper),
+        "conf": conf,
+        "n_clusters": int(d.size),
+        "iterations": iterations,
+        "seed": s,
+    }
 
 
 def cluster_proportion(
@@ -881,14 +898,23 @@ def cluster_proportion(
         raise StatError("cluster_proportion: no items")
     p = math.fsum(c for c, _ in pairs) / total
     g = len(pairs)
-    out: dict[str, Any] = {"method": "cluster-robust-ratio-t", "estimate": p, "n_clusters": g,
-                           "n": int(total), "conf": conf}  # fmt: skip
+    out: dict[str, Any] = {
+        "method": "cluster-robust-ratio-t",
+        "estimate": p,
+        "n_clusters": g,
+        "n": int(total),
+        "conf": conf,
+    }
     if g < 2:
         return out | {"se": None, "df": None, "lower": None, "upper": None, "note": None}
     se = math.sqrt(g / (g - 1) * math.fsum((c - p * m) ** 2 for c, m in pairs)) / total
     q = float(sps.t.ppf(0.5 + conf / 2, g - 1))
-    return out | {"se": se, "df": g - 1, "lower": max(0.0, p - q * se),
-                  "upper": min(1.0, p + q * se)}  # fmt: skip
+    return out | {
+        "se": se,
+        "df": g - 1,
+        "lower": max(0.0, p - q * se),
+        "upper": min(1.0, p + q * se),
+    }
 
 
 def error_null_excluding_truth(truth: Sequence[str], labels: Sequence[str]) -> list[float]:
@@ -910,8 +936,13 @@ def newcombe_diff(x1: int, n1: int, x2: int, n2: int, conf: float = 0.95) -> dic
     p1, p2 = x1 / n1, x2 / n2
     d = p1 - p2
     return {
-        "method": "newcombe-hybrid-score", "estimate": d,
+        "method": "newcombe-hybrid-score",
+        "estimate": d,
         "lower": d - math.sqrt((p1 - w1["lower"]) ** 2 + (w2["upper"] - p2) ** 2),
         "upper": d + math.sqrt((w1["upper"] - p1) ** 2 + (p2 - w2["lower"]) ** 2),
-        "conf": conf, "x1": x1, "n1": n1, "x2": x2, "n2": n2,
-    }  # fmt: skip
+        "conf": conf,
+        "x1": x1,
+        "n1": n1,
+        "x2": x2,
+        "n2": n2,
+    }

@@ -21,17 +21,28 @@ __all__ = ["CSV_COLUMNS", "ORDER_RULE", "csv_bytes", "shown_response", "values_o
 
 ORDER_RULE = "ascending SHA-256(seed|item|rep)"
 CSV_COLUMNS = (
-    "item", "rep", "order_key", "question", "options", "key_original", "failed_trial",
-    "failed_letter", "failed_answer", "failed_response", "succeeded_trial", "succeeded_letter",
-    "succeeded_answer", "succeeded_response", "codes",
-)  # fmt: skip
+    "item",
+    "rep",
+    "order_key",
+    "question",
+    "options",
+    "key_original",
+    "failed_trial",
+    "failed_letter",
+    "failed_answer",
+    "failed_response",
+    "succeeded_trial",
+    "succeeded_letter",
+    "succeeded_answer",
+    "succeeded_response",
+    "codes",
+)
 LABELS = "ABCDEFGHIJKLMNOPQRSTUVWXYZ"
 
 
 def _cond(review: Mapping[str, Any], side: str) -> tuple[str, str, str]:
     cond = review[side]
-    return (str(cond["arm"]), str(cond.get("variant", "original")),
-            str(review.get("model") or ""))  # fmt: skip
+    return (str(cond["arm"]), str(cond.get("variant", "original")), str(review.get("model") or ""))
 
 
 def values_of(ds: Any, plan: dict[str, Any], review: Mapping[str, Any]) -> dict[str, Any]:
@@ -47,49 +58,78 @@ def values_of(ds: Any, plan: dict[str, Any], review: Mapping[str, Any]) -> dict[
     seqs = {t["trial"]: t["response_seq"] for t in ds.trials}
 
     def side(name: str, trial: str, answer: Any) -> dict[str, Any]:
-        return {f"{name}_trial": trial, f"{name}_response_seq": int(seqs[trial]),
-                f"{name}_letter": letter.get(trial), f"{name}_answer": answer}  # fmt: skip
+        return {
+            f"{name}_trial": trial,
+            f"{name}_response_seq": int(seqs[trial]),
+            f"{name}_letter": letter.get(trial),
+            f"{name}_answer": answer,
+        }
 
     cases = [
-        {"item": c["item"], "rep": c["rep"], "order_key": c["order_key"],
-         "key_original": c["key_original"],
-         **side("failed", c["failed_trial"], c["failed_answer"]),
-         **side("succeeded", c["succeeded_trial"], c["succeeded_answer"])}
+        {
+            "item": c["item"],
+            "rep": c["rep"],
+            "order_key": c["order_key"],
+            "key_original": c["key_original"],
+            **side("failed", c["failed_trial"], c["failed_answer"]),
+            **side("succeeded", c["succeeded_trial"], c["succeeded_answer"]),
+        }
         for c in sample["cases"]
-    ]  # fmt: skip
+    ]
     return {
         "failed": {"arm": failed[0], "variant": failed[1], "model": failed[2]},
         "succeeded": {"arm": succeeded[0], "variant": succeeded[1], "model": succeeded[2]},
-        "n": int(review["n"]), "seed": seed, "order": ORDER_RULE,
-        "n_candidates": sample["n_candidates"], "size": sample["size"], "cases": cases,
-    }  # fmt: skip
+        "n": int(review["n"]),
+        "seed": seed,
+        "order": ORDER_RULE,
+        "n_candidates": sample["n_candidates"],
+        "size": sample["size"],
+        "cases": cases,
+    }
 
 
 def shown_response(raw: bytes, fmt: str) -> str:
     """The response text of ``docs/trials.md`` §2, else the whole body (UTF-8, U+FFFD)."""
-    body, form = (batch_message(raw), "anthropic-messages") if (
-        fmt == "anthropic-batch-result") else (raw, fmt)  # fmt: skip
+    body, form = (
+        (batch_message(raw), "anthropic-messages")
+        if (fmt == "anthropic-batch-result")
+        else (raw, fmt)
+    )
     try:
         return response_text(body, form)
     except BodyError:
         return raw.decode("utf-8", errors="replace")
 
 
-def csv_bytes(values: Mapping[str, Any], items: Mapping[str, Mapping[str, Any]],
-              response: Callable[[int], str]) -> bytes:
+def csv_bytes(
+    values: Mapping[str, Any],
+    items: Mapping[str, Mapping[str, Any]],
+    response: Callable[[int], str],
+) -> bytes:
     """``analysis/review/<NAME>.csv`` (``docs/archive-format.md``), from verified ``values``."""
     out = io.StringIO()
     writer = csv.writer(out, lineterminator="\n")
     writer.writerow(CSV_COLUMNS)
     for case in values["cases"]:
         item = items[str(case["item"])]
-        options = "\n".join(f"{LABELS[i]}. {text}"
-                            for i, text in enumerate(item.get("options") or ()))  # fmt: skip
-        row = [case["item"], case["rep"], case["order_key"], item.get("question") or "",
-               options, case["key_original"]]  # fmt: skip
+        options = "\n".join(
+            f"{LABELS[i]}. {text}" for i, text in enumerate(item.get("options") or ())
+        )
+        row = [
+            case["item"],
+            case["rep"],
+            case["order_key"],
+            item.get("question") or "",
+            options,
+            case["key_original"],
+        ]
         for name in ("failed", "succeeded"):
-            row += [case[f"{name}_trial"], case[f"{name}_letter"], case[f"{name}_answer"],
-                    response(int(case[f"{name}_response_seq"]))]  # fmt: skip
+            row += [
+                case[f"{name}_trial"],
+                case[f"{name}_letter"],
+                case[f"{name}_answer"],
+                response(int(case[f"{name}_response_seq"])),
+            ]
         row.append("")
         writer.writerow(["" if v is None else v for v in row])
     return out.getvalue().encode("utf-8")

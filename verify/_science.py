@@ -86,9 +86,19 @@ MAX_BOOTSTRAP_WORK = 20_000_000_000
 ORIENTATIONS = ("UP", "RIGHT", "DOWN", "LEFT")
 TUMBLING_E = "tumbling-e-json"
 TRIAL_COLUMNS = (
-    "trial", "arm", "stimulus", "rep", "response_seq", "status", "n_items", "n_answered",
-    "n_correct", "accuracy", "control", "excluded",
-)  # fmt: skip
+    "trial",
+    "arm",
+    "stimulus",
+    "rep",
+    "response_seq",
+    "status",
+    "n_items",
+    "n_answered",
+    "n_correct",
+    "accuracy",
+    "control",
+    "excluded",
+)
 ITEM_COLUMNS = ("trial", "arm", "stimulus", "rep", "row", "position", "truth", "answer", "correct")
 MODEL_TRIAL_COLUMNS = (*TRIAL_COLUMNS[:2], "model", *TRIAL_COLUMNS[2:])
 """``trials.csv`` of a study with ``[models]``: the model after the arm (analysis.md §2)."""
@@ -96,9 +106,13 @@ MODEL_ITEM_COLUMNS = (*ITEM_COLUMNS[:2], "model", *ITEM_COLUMNS[2:])
 VARIANT_TRIAL_COLUMNS = (*MODEL_TRIAL_COLUMNS[:4], "variant", *MODEL_TRIAL_COLUMNS[4:])
 """``trials.csv`` of a study with variants: the variant after the stimulus (variants.md §5)."""
 VARIANT_ITEM_COLUMNS = (
-    *MODEL_ITEM_COLUMNS[:4], "variant", "order", *MODEL_ITEM_COLUMNS[4:], "truth_original",
+    *MODEL_ITEM_COLUMNS[:4],
+    "variant",
+    "order",
+    *MODEL_ITEM_COLUMNS[4:],
+    "truth_original",
     "answer_original",
-)  # fmt: skip
+)
 
 
 class _Problem(Exception):
@@ -145,9 +159,10 @@ class _Archive:
         """The bytes of ``blobs/<digest>`` (64 lowercase hex only), read by the archive reader."""
         if not is_hex64(digest):
             raise _Problem(
-                f"seq {seq}: blob address {digest[:80]!r} is not 64 lowercase hex", seq,
+                f"seq {seq}: blob address {digest[:80]!r} is not 64 lowercase hex",
+                seq,
                 line_where(seq) if seq is not None else None,
-            )  # fmt: skip
+            )
         return _sealed.content_of(self.stored(digest, seq, limit))
 
     def stored(self, digest: str, seq: int | None = None, limit: int = MAX_PARSED_BYTES) -> bytes:
@@ -156,8 +171,9 @@ class _Archive:
         try:
             return self.files.read(rel, limit)
         except ArchiveFileError as exc:
-            raise _Problem(f"seq {seq}: blob {exc}" if seq is not None else str(exc), seq,
-                           rel) from None  # fmt: skip
+            raise _Problem(
+                f"seq {seq}: blob {exc}" if seq is not None else str(exc), seq, rel
+            ) from None
 
     def event_blob(self, event: _Event, name: str, limit: int = MAX_PARSED_BYTES) -> bytes:
         digest = event.blobs.get(name)
@@ -196,8 +212,15 @@ def _events(envelopes: Sequence[dict[str, Any] | None], unkept: int | None = Non
                 index,
                 where,
             )
-        events.append(_Event(int(env["seq"]), str(env["kind"]), env["body"], env["blobs"],
-                             str(env.get("actor", ""))))
+        events.append(
+            _Event(
+                int(env["seq"]),
+                str(env["kind"]),
+                env["body"],
+                env["blobs"],
+                str(env.get("actor", "")),
+            )
+        )
     return events
 
 
@@ -250,8 +273,11 @@ def _files_in_force(archive: _Archive) -> dict[str, tuple[str, str | None, _Even
         if event.kind == "artifact.locked":
             path, role = event.body.get("path"), event.body.get("role")
             if isinstance(path, str):
-                out[path] = (str(event.blobs.get("content")),
-                             role if isinstance(role, str) else None, event)  # fmt: skip
+                out[path] = (
+                    str(event.blobs.get("content")),
+                    role if isinstance(role, str) else None,
+                    event,
+                )
         elif event.kind == "protocol.amended":
             changes = event.body.get("changes")
             for change in changes if isinstance(changes, list) else []:
@@ -338,7 +364,8 @@ def _variant_truth(archive: _Archive) -> Callable[[str, str], tuple[str, str | N
                 raise VariantError(f"item {item!r} is not in the locked item file")
             varied = variants.apply(variant, items[item])
             cache[(item, variant)] = (
-                str(varied["answer"]), variants.order_for(variant, items[item])
+                str(varied["answer"]),
+                variants.order_for(variant, items[item]),
             )
         return cache[(item, variant)]
 
@@ -400,10 +427,15 @@ def _judged(
 
     kinds = ("trial.requested", "step.requested", "step.responded", "step.failed")
     events = [
-        (e.seq, e.kind, e.body,
-         (lambda name, e=e: archive.event_blob(e, name) if name in e.blobs else None))
-        for e in archive.events if e.kind in kinds
-    ]  # fmt: skip
+        (
+            e.seq,
+            e.kind,
+            e.body,
+            (lambda name, e=e: archive.event_blob(e, name) if name in e.blobs else None),
+        )
+        for e in archive.events
+        if e.kind in kinds
+    ]
     return judge_records(plan, parser.split(":", 1)[1], events)
 
 
@@ -411,10 +443,15 @@ def _ddx_scored(archive: _Archive, plan: dict[str, Any]) -> dict[str, dict[str, 
     """scoring.md §12: each trial's re-derived ddx score, from the step responses alone."""
     kinds = ("trial.requested", "step.requested", "step.responded", "step.failed")
     events = [
-        (e.seq, e.kind, e.body,
-         (lambda name, e=e: archive.event_blob(e, name) if name in e.blobs else None))
-        for e in archive.events if e.kind in kinds
-    ]  # fmt: skip
+        (
+            e.seq,
+            e.kind,
+            e.body,
+            (lambda name, e=e: archive.event_blob(e, name) if name in e.blobs else None),
+        )
+        for e in archive.events
+        if e.kind in kinds
+    ]
     metadata = {item.id: dict(item.metadata) for item in _item_file(archive).items}
     try:
         return _ddx.ddx_records(plan, events, lambda p: _locked_bytes(archive, p), metadata)
@@ -424,11 +461,23 @@ def _ddx_scored(archive: _Archive, plan: dict[str, Any]) -> dict[str, dict[str, 
 
 def _judged_score(decision: Any, truth: str) -> Scored:
     """scoring.md §10: one item, the decision as its answer, correct when it is "correct"."""
-    item = {"answer": decision, "answered": decision is not None,
-            "correct": decision == "correct", "position": None, "row": None, "truth": truth}
+    item = {
+        "answer": decision,
+        "answered": decision is not None,
+        "correct": decision == "correct",
+        "position": None,
+        "row": None,
+        "truth": truth,
+    }
     data = item_bytes([item])
-    return Scored("ok" if decision is not None else "unparseable", 1, int(decision is not None),
-                  int(decision == "correct"), data, hashlib.sha256(data).hexdigest())
+    return Scored(
+        "ok" if decision is not None else "unparseable",
+        1,
+        int(decision is not None),
+        int(decision == "correct"),
+        data,
+        hashlib.sha256(data).hexdigest(),
+    )
 
 
 def _rescore(archive: _Archive) -> Check:
@@ -485,33 +534,45 @@ def _rescore(archive: _Archive) -> Check:
             trial = request.body.get("trial") if request is not None else None
             want = ddx.get(str(trial))
             if want is None:
-                mismatches.append((event.seq, f"the ddx step calls of trial {trial} are not all "
-                                   "final, yet it was scored"))  # fmt: skip
+                mismatches.append(
+                    (
+                        event.seq,
+                        f"the ddx step calls of trial {trial} are not all final, yet it was scored",
+                    )
+                )
                 continue
             if b.get("ddx") != want["ddx"]:
-                mismatches.append((event.seq, f"trial {trial}: "
-                                   + _ddx.differing(b.get("ddx"), want["ddx"])))  # fmt: skip
+                mismatches.append(
+                    (event.seq, f"trial {trial}: " + _ddx.differing(b.get("ddx"), want["ddx"]))
+                )
                 continue
             s = Scored(want["status"], 0, 0, 0, want["blob"], want["scores_sha256"])
         elif judged is not None:  # scoring.md §10: the judges' votes score the trial
             trial = request.body.get("trial") if request is not None else None
             record = judged.get(str(trial))
             if record is None:
-                mismatches.append((event.seq, f"the judge calls of trial {trial} are not all "
-                                   "final, yet it was scored"))  # fmt: skip
+                mismatches.append(
+                    (
+                        event.seq,
+                        f"the judge calls of trial {trial} are not all final, yet it was scored",
+                    )
+                )
                 continue
             if b.get("judge") != record:
-                mismatches.append((event.seq, f"the judge votes or decision differ from those "
-                                   f"re-derived from the judge responses: recorded "
-                                   f"{b.get('judge')!r}, re-derived {record!r}"))  # fmt: skip
+                mismatches.append(
+                    (
+                        event.seq,
+                        f"the judge votes or decision differ from those "
+                        f"re-derived from the judge responses: recorded "
+                        f"{b.get('judge')!r}, re-derived {record!r}",
+                    )
+                )
                 continue
             s = _judged_score(record["decision"], str(answer))
         else:
             raw = archive.event_blob(response, "response")
             try:
-                s = score_body(
-                    raw, str(response.body.get("format")), parser, answer, letters, mode
-                )
+                s = score_body(raw, str(response.body.get("format")), parser, answer, letters, mode)
             except (KeyError, ValueError) as exc:
                 mismatches.append((event.seq, f"cannot be re-scored: {exc}"))
                 continue
@@ -779,8 +840,7 @@ def _dataset(archive: _Archive, plan: dict[str, Any]) -> _Dataset:
                 "truth_original": _original(order, i.get("truth")),
                 "answer_original": _original(order, i.get("answer")),
                 "logprobs": (
-                    bytes(rfc8785.dumps(i["logprobs"])).decode("utf-8")
-                    if "logprobs" in i else None
+                    bytes(rfc8785.dumps(i["logprobs"])).decode("utf-8") if "logprobs" in i else None
                 ),
                 "margin": i.get("margin"),
             }
@@ -797,8 +857,9 @@ def _dataset(archive: _Archive, plan: dict[str, Any]) -> _Dataset:
                 value = decision.get(name) if isinstance(decision, dict) else None
                 row[f"covariate.{name}"] = value if isinstance(value, bool) else None
     factorial = plan.get("factorial")
-    factor_names = [str(f) for f in factorial.get("factors") or []] if isinstance(
-        factorial, dict) else []  # fmt: skip
+    factor_names = (
+        [str(f) for f in factorial.get("factors") or []] if isinstance(factorial, dict) else []
+    )
     arm_table = plan.get("arms") if isinstance(plan.get("arms"), dict) else {}
     for _, row, _ in trials:  # analysis.md §2: a factorial study's factor.<NAME> columns
         info = arm_table.get(row["arm"]) if isinstance(arm_table, dict) else None
@@ -844,10 +905,15 @@ def _item_labels(archive: _Archive, plan: dict[str, Any]) -> dict[str, Any]:
         raise _Problem(f"protocol.locked analysis.covariates: step {step!r} has no locked schema")
     kinds = ("step.requested", "step.responded", "step.failed")
     events = [
-        (e.seq, e.kind, e.body,
-         (lambda name, e=e: archive.event_blob(e, name) if name in e.blobs else None))
-        for e in archive.events if e.kind in kinds
-    ]  # fmt: skip
+        (
+            e.seq,
+            e.kind,
+            e.body,
+            (lambda name, e=e: archive.event_blob(e, name) if name in e.blobs else None),
+        )
+        for e in archive.events
+        if e.kind in kinds
+    ]
     return item_decisions(plan, step, json.loads(raw), events)
 
 
@@ -863,8 +929,11 @@ def _covariates_result(ds: _Dataset, plan: dict[str, Any]) -> _Result:
         def cell(part: list[dict[str, Any]]) -> dict[str, Any]:
             out: dict[str, Any] = {"trials": len(part)}
             for name in outcomes:
-                got = [float(t[name]) for t in part
-                       if t[name] is not None and not math.isnan(float(t[name]))]  # fmt: skip
+                got = [
+                    float(t[name])
+                    for t in part
+                    if t[name] is not None and not math.isnan(float(t[name]))
+                ]
                 out[name] = {"mean": math.fsum(got) / len(got) if got else None, "n": len(got)}
             return out
 
@@ -875,14 +944,21 @@ def _covariates_result(ds: _Dataset, plan: dict[str, Any]) -> _Result:
                 strata[name] = {
                     "group": group,
                     "levels": {
-                        level: {a: cell([t for t in rows if t[column] is value and t["arm"] == a])
-                                for a in arms}
+                        level: {
+                            a: cell([t for t in rows if t[column] is value and t["arm"] == a])
+                            for a in arms
+                        }
                         for level, value in (("true", True), ("false", False))
                     },
                     "undecided": sum(t[column] is None for t in rows),
-                }  # fmt: skip
-        return {"step": table["step"], "perturbable": list(table["perturbable"]),
-                "indicators": list(table["indicators"]), "outcomes": outcomes, "strata": strata}
+                }
+        return {
+            "step": table["step"],
+            "perturbable": list(table["perturbable"]),
+            "indicators": list(table["indicators"]),
+            "outcomes": outcomes,
+            "strata": strata,
+        }
 
     return _guard(_Result("descriptive.covariates"), compute)
 
@@ -985,9 +1061,8 @@ def _descriptive(ds: _Dataset) -> list[_Result]:
             for model in ds.models:
                 trials = [t for t in ds.trials if t["arm"] == arm and t["model"] == model]
                 given_up = sum(
-                    1 for g in ds.given_up
-                    if g.split("|")[0] == arm and _trial_model(g) == model
-                )  # fmt: skip
+                    1 for g in ds.given_up if g.split("|")[0] == arm and _trial_model(g) == model
+                )
                 if not trials and not given_up:
                     continue
                 mine = [i for i in items if i["arm"] == arm and i["model"] == model]
@@ -1099,12 +1174,22 @@ def _model(
             first = next((m for m in ds.models if m in seen), ds.models[0])
             factor = ("model", [r["model"] for r in t], first)
         fit = st.mixed_model(
-            [r["accuracy"] for r in t], [r["arm"] for r in t], groups, ref, factor=factor,
-            interaction=interaction, at=at, recorded_warnings=recorded_warnings,
-        )  # fmt: skip
-        fit.update(_y=[r["accuracy"] for r in t], _arm=[str(r["arm"]) for r in t],
-                   _groups=[str(g) for g in groups], _group_col=group,
-                   _models=[str(r["model"]) for r in t])  # fmt: skip
+            [r["accuracy"] for r in t],
+            [r["arm"] for r in t],
+            groups,
+            ref,
+            factor=factor,
+            interaction=interaction,
+            at=at,
+            recorded_warnings=recorded_warnings,
+        )
+        fit.update(
+            _y=[r["accuracy"] for r in t],
+            _arm=[str(r["arm"]) for r in t],
+            _groups=[str(g) for g in groups],
+            _group_col=group,
+            _models=[str(r["model"]) for r in t],
+        )
         holder.append(fit)
         values = {k: v for k, v in fit.items() if not k.startswith("_")}
         values["_reml_problem"] = fit["_reml_problem"]
@@ -1211,8 +1296,16 @@ def _labels(plan: dict[str, Any]) -> tuple[str, ...] | None:
     return None
 
 
-SUBSET_MODEL_KEYS = ("n_obs", "n_groups", "group_variance", "residual_variance",
-                     "log_likelihood", "converged", "singular", "warnings")
+SUBSET_MODEL_KEYS = (
+    "n_obs",
+    "n_groups",
+    "group_variance",
+    "residual_variance",
+    "log_likelihood",
+    "converged",
+    "singular",
+    "warnings",
+)
 """What an lmm hypothesis on a stimulus subset records of its own fit (analysis.md §3)."""
 
 
@@ -1246,17 +1339,20 @@ def _pairs_by_trial(
 
     for t in ds.trials:
         if t["arm"] in seen and not t["control"]:
-            put(t["arm"], (str(t["stimulus"]), int(t["rep"])),
-                ("unparseable" if t["excluded"] else "ok", str(t["trial"]),
-                 float(t["accuracy"])))  # fmt: skip
+            put(
+                t["arm"],
+                (str(t["stimulus"]), int(t["rep"])),
+                ("unparseable" if t["excluded"] else "ok", str(t["trial"]), float(t["accuracy"])),
+            )
     for kind, ids in (("given-up", ds.given_up), ("excluded", ds.excluded_trials)):
         for g in ids:
             arm, stimulus, rep = _id_parts(g)
             if arm in seen and stimulus in stimuli and stimulus not in controls:
                 put(arm, (stimulus, rep), (kind, g, math.nan))
     if set(seen[a]) != set(seen[b]):
-        raise st.StatError("pairing (stimulus, rep) does not pair: a key was never scheduled "
-                           "in one arm")  # fmt: skip
+        raise st.StatError(
+            "pairing (stimulus, rep) does not pair: a key was never scheduled in one arm"
+        )
     xs: list[float] = []
     ys: list[float] = []
     dropped: list[dict[str, Any]] = []
@@ -1266,9 +1362,17 @@ def _pairs_by_trial(
             xs.append(ea[2])
             ys.append(eb[2])
             continue
-        dropped.append({"stimulus": key[0], "rep": key[1], "excluded": [
-            {"arm": arm, "kind": e[0], "trial": e[1]}
-            for arm, e in ((a, ea), (b, eb)) if e[0] != "ok"]})  # fmt: skip
+        dropped.append(
+            {
+                "stimulus": key[0],
+                "rep": key[1],
+                "excluded": [
+                    {"arm": arm, "kind": e[0], "trial": e[1]}
+                    for arm, e in ((a, ea), (b, eb))
+                    if e[0] != "ok"
+                ],
+            }
+        )
     return xs, ys, dropped
 
 
@@ -1296,8 +1400,13 @@ def _hypotheses(
         rec_subset = got.get("subset_model") if isinstance(got, dict) else None
 
         def compute(
-            h: dict[str, Any] = h, a: str = a, b: str = b, test: str = test, sides: str = sides,
-            ds: _Dataset = hds, rec_subset: Any = rec_subset,
+            h: dict[str, Any] = h,
+            a: str = a,
+            b: str = b,
+            test: str = test,
+            sides: str = sides,
+            ds: _Dataset = hds,
+            rec_subset: Any = rec_subset,
         ) -> dict[str, Any]:
             one = sides == "one-sided"
             if _mcqhyp.is_mcq_hypothesis(h):  # docs/mcq-statistics.md §11
@@ -1310,9 +1419,14 @@ def _hypotheses(
                 model = fit
                 sub: dict[str, Any] | None = None
                 if isinstance(h.get("stimuli"), list):
-                    sub_plan = {**plan, "analysis": {
-                        k: v for k, v in (plan.get("analysis") or {}).items()
-                        if k != "model_arms"}}  # fmt: skip
+                    sub_plan = {
+                        **plan,
+                        "analysis": {
+                            k: v
+                            for k, v in (plan.get("analysis") or {}).items()
+                            if k != "model_arms"
+                        },
+                    }
                     result, model = _model(ds, sub_plan, recorded=rec_subset)
                     if model is None:
                         raise st.StatError("the subset's mixed model could not be fitted")
@@ -1378,14 +1492,18 @@ def _hypotheses(
             raise st.StatError(f"unknown test {test!r}")
 
         _guard(r, compute)
-        r.values = r.values | {
-            "alpha": h.get("alpha") or 0.05,
-            "sides": sides,
-            "min_difference_pp": h.get("min_difference_pp"),
-            "correction": h.get("correction", "none"),
-            "family": h.get("family"),
-        } | ({"phase": h["phase"]} if h.get("phase") is not None else {}) | (
-            {"outcome": h["outcome"]} if h.get("outcome") in _ddx.METRICS else {})
+        r.values = (
+            r.values
+            | {
+                "alpha": h.get("alpha") or 0.05,
+                "sides": sides,
+                "min_difference_pp": h.get("min_difference_pp"),
+                "correction": h.get("correction", "none"),
+                "family": h.get("family"),
+            }
+            | ({"phase": h["phase"]} if h.get("phase") is not None else {})
+            | ({"outcome": h["outcome"]} if h.get("outcome") in _ddx.METRICS else {})
+        )
         out.append(r)
     families: dict[tuple[str, str], list[_Result]] = {}
     for h, r in zip(plan["hypotheses"], out, strict=True):
@@ -1509,8 +1627,9 @@ def _exploratory(
 
         out.append(_guard(_Result(f"exploratory.errors.{arm}"), errors))
     design = plan["design"]
-    for a, b in sorted({(h["contrast"][0], h["contrast"][1]) for h in plan["hypotheses"]
-                        if h.get("contrast")}):  # fmt: skip
+    for a, b in sorted(
+        {(h["contrast"][0], h["contrast"][1]) for h in plan["hypotheses"] if h.get("contrast")}
+    ):
 
         def pair(a: str = a, b: str = b) -> dict[str, Any]:
             values: dict[str, Any] = {}
@@ -1558,7 +1677,8 @@ def _exploratory(
                     [
                         (f"{r['variant']}|" if ds.variants else "")
                         + (f"{r['model']}|{r['rep']}" if pooled else str(r["rep"]))
-                        if ds.variants or pooled else r["rep"]
+                        if ds.variants or pooled
+                        else r["rep"]
                         for r in t
                     ],
                     int(design["bootstrap_iterations"]),
@@ -1568,9 +1688,7 @@ def _exploratory(
             name = arm if model is None else f"{arm}@{model}"
             out.append(_guard(_Result(f"exploratory.question_run.{name}"), question_run))
     if ds.several_models:
-        out.append(
-            _model(ds, plan, True, (recorded or {}).get("exploratory.arm_by_model"))[0]
-        )
+        out.append(_model(ds, plan, True, (recorded or {}).get("exploratory.arm_by_model"))[0])
     return out
 
 
@@ -1591,10 +1709,16 @@ def _by_stimulus(ds: _Dataset, plan: dict[str, Any]) -> _Result:
         for a, b in _nested_pairs(plan):
             row: dict[str, Any] = {}
             for stimulus in stimuli:
-                x = [t["accuracy"] for t in trials if str(t["stimulus"]) == stimulus
-                     and t["arm"] == a]  # fmt: skip
-                y = [t["accuracy"] for t in trials if str(t["stimulus"]) == stimulus
-                     and t["arm"] == b]  # fmt: skip
+                x = [
+                    t["accuracy"]
+                    for t in trials
+                    if str(t["stimulus"]) == stimulus and t["arm"] == a
+                ]
+                y = [
+                    t["accuracy"]
+                    for t in trials
+                    if str(t["stimulus"]) == stimulus and t["arm"] == b
+                ]
                 try:
                     row[stimulus] = st.independent_t(x, y)
                 except st.StatError:
@@ -1631,7 +1755,9 @@ def _by_truth(ds: _Dataset, plan: dict[str, Any], labels: tuple[str, ...]) -> _R
         cells = {
             arm: {
                 label: {
-                    "correct": k, "n": n, "wilson": st.wilson(k, n) if n else None,
+                    "correct": k,
+                    "n": n,
+                    "wilson": st.wilson(k, n) if n else None,
                 }
                 for label in labels
                 for k, n in [counts[arm].get(label, (0, 0))]
@@ -1754,13 +1880,17 @@ def _sensitivity(
     by_id = {x.hypothesis: x for x in tested}
     rec_models = (recorded or {}).get("models") if isinstance(recorded, dict) else None
 
-    def block(fit: dict[str, Any], hyps: list[dict[str, Any]], rec_models: Any
-              ) -> tuple[dict[str, Any], list[dict[str, Any]], list[str]]:  # fmt: skip
+    def block(
+        fit: dict[str, Any], hyps: list[dict[str, Any]], rec_models: Any
+    ) -> tuple[dict[str, Any], list[dict[str, Any]], list[str]]:
         y = np.asarray(fit["_y"], dtype=np.float64)
         arm, groups = list(fit["_arm"]), list(fit["_groups"])
         others = list(fit["arms"][1:])
-        factor = (("model", list(fit["_models"]), fit["factor_references"][0])
-                  if fit.get("factors") else None)  # fmt: skip
+        factor = (
+            ("model", list(fit["_models"]), fit["factor_references"][0])
+            if fit.get("factors")
+            else None
+        )
         exog, _, _ = st._design(y, np.asarray(arm), fit["arms"][0], factor, False)
         cells = [f"{g}|{a}" for g, a in zip(groups, arm, strict=True)]
         params: dict[str, Any] = {}
@@ -1770,12 +1900,18 @@ def _sensitivity(
         params["registered"] = np.array([fit["group_variance"], fit["residual_variance"]])
         reg_ll = reg.loglik(params["registered"])
         reml["registered"] = reg
-        models: dict[str, Any] = {"registered": {
-            "fitted": True, "log_likelihood": reg_ll,
-            "variances": {"group": fit["group_variance"], "residual": fit["residual_variance"]},
-        }}  # fmt: skip
-        left = (_unexplained(y, exog, cells, arm)
-                if _unfittable(arm, groups, list(y), False) is None else {})  # fmt: skip
+        models: dict[str, Any] = {
+            "registered": {
+                "fitted": True,
+                "log_likelihood": reg_ll,
+                "variances": {"group": fit["group_variance"], "residual": fit["residual_variance"]},
+            }
+        }
+        left = (
+            _unexplained(y, exog, cells, arm)
+            if _unfittable(arm, groups, list(y), False) is None
+            else {}
+        )
         tiny = 1e-12 * max(float(np.sum((y - y.mean()) ** 2)), 1e-300)
         for name in SENSITIVITY_MODELS[1:]:
             per_arm = name == "probe_by_arm_arm_residual"
@@ -1783,14 +1919,21 @@ def _sensitivity(
             if reason is None and not per_arm and sum(left.values()) <= tiny:
                 reason = "no residual variation within the probe x arm cells"
             if reason is None and per_arm:
-                reason = next((f"arm {a} has zero residual variance" for a in sorted(left)
-                               if left[a] <= tiny), None)  # fmt: skip
+                reason = next(
+                    (
+                        f"arm {a} has zero residual variance"
+                        for a in sorted(left)
+                        if left[a] <= tiny
+                    ),
+                    None,
+                )
             if reason is not None:
                 models[name] = {"fitted": False, "reason": reason}
                 continue
             classes = arm if per_arm else None
             names = ["group", "group_by_arm"] + (
-                [f"residual[{c}]" for c in sorted(set(arm))] if per_arm else ["residual"])
+                [f"residual[{c}]" for c in sorted(set(arm))] if per_arm else ["residual"]
+            )
             model = RemlModel(y, exog, groups, [groups, cells], classes)
             got = (rec_models or {}).get(name) if isinstance(rec_models, dict) else None
             variances = got.get("variances") if isinstance(got, dict) else None
@@ -1805,9 +1948,10 @@ def _sensitivity(
             reml[name] = model
             params[name] = point.params
             entry: dict[str, Any] = {
-                "fitted": True, "log_likelihood": point.loglik,
+                "fitted": True,
+                "log_likelihood": point.loglik,
                 "variances": dict(zip(names, (float(v) for v in point.params), strict=True)),
-            }  # fmt: skip
+            }
             if name == "probe_by_arm":
                 chi2 = max(0.0, 2.0 * (point.loglik - reg_ll))
                 entry["lrt_chi2"] = chi2
@@ -1824,11 +1968,16 @@ def _sensitivity(
                 if level in others:
                     weights[1 + others.index(level)] += sign
             row: dict[str, Any] = {
-                "hypothesis": h["id"] + suffix, "a": a, "b": b, "sides": sides,
-                "as_registered": {k: registered.get(k) for k in
-                                  ("estimate", "lower", "upper", "p_raw", "p_adjusted")},
+                "hypothesis": h["id"] + suffix,
+                "a": a,
+                "b": b,
+                "sides": sides,
+                "as_registered": {
+                    k: registered.get(k)
+                    for k in ("estimate", "lower", "upper", "p_raw", "p_adjusted")
+                },
                 "registered_verdict": hyp.verdict if hyp is not None else None,
-            }  # fmt: skip
+            }
             for name in SENSITIVITY_MODELS:
                 if name in reml:
                     c = st.satterthwaite(reml[name], params[name], weights, sides)
@@ -1842,9 +1991,11 @@ def _sensitivity(
                 per_cell.setdefault((gg, mm, aa), []).append(float(v))
             diffs = []
             for g in sorted(set(groups)):
-                ds_g = [float(np.mean(per_cell[(g, m, a)])) - float(np.mean(per_cell[(g, m, b)]))
-                        for m in sorted({mm for gg, mm, _ in per_cell if gg == g})
-                        if (g, m, a) in per_cell and (g, m, b) in per_cell]  # fmt: skip
+                ds_g = [
+                    float(np.mean(per_cell[(g, m, a)])) - float(np.mean(per_cell[(g, m, b)]))
+                    for m in sorted({mm for gg, mm, _ in per_cell if gg == g})
+                    if (g, m, a) in per_cell and (g, m, b) in per_cell
+                ]
                 if ds_g:
                     diffs.append(float(np.mean(ds_g)))
             boot = st.probe_bootstrap(
@@ -1868,19 +2019,32 @@ def _sensitivity(
         models, contrasts, problems = block(fit, lmm, rec_models)
         rec_rows = (recorded or {}).get("contrasts") if isinstance(recorded, dict) else None
         for h in subsets:  # statistics.md "Sensitivity": the subset's own models
-            sub_plan = {**plan, "analysis": {k: v for k, v in (plan.get("analysis") or {}).items()
-                                             if k != "model_arms"}}  # fmt: skip
+            sub_plan = {
+                **plan,
+                "analysis": {
+                    k: v for k, v in (plan.get("analysis") or {}).items() if k != "model_arms"
+                },
+            }
             rec_hyp = by_id.get(h["id"])
             rec_subset = rec_hyp.values.get("subset_model") if rec_hyp is not None else None
-            _, sub_fit = _model(ds.for_stimuli(list(h["stimuli"])), sub_plan,
-                                     recorded=rec_subset if isinstance(rec_subset, dict)
-                                     else None)  # fmt: skip
+            _, sub_fit = _model(
+                ds.for_stimuli(list(h["stimuli"])),
+                sub_plan,
+                recorded=rec_subset if isinstance(rec_subset, dict) else None,
+            )
             if sub_fit is None:
-                contrasts.append({"hypothesis": h["id"] + suffix, "stimuli": list(h["stimuli"]),
-                                  "error": None})  # fmt: skip
+                contrasts.append(
+                    {"hypothesis": h["id"] + suffix, "stimuli": list(h["stimuli"]), "error": None}
+                )
                 continue
-            rec_row = next((_obj_of(x) for x in rec_rows or []
-                            if _obj_of(x).get("hypothesis") == h["id"] + suffix), {})  # fmt: skip
+            rec_row = next(
+                (
+                    _obj_of(x)
+                    for x in rec_rows or []
+                    if _obj_of(x).get("hypothesis") == h["id"] + suffix
+                ),
+                {},
+            )
             sub_models, rows, sub_problems = block(sub_fit, [h], rec_row.get("subset_models"))
             rows[0]["stimuli"] = list(h["stimuli"])
             rows[0]["subset_models"] = sub_models
@@ -1888,9 +2052,12 @@ def _sensitivity(
             problems += [f"{h['id']}: {x}" for x in sub_problems]
         _without_df_method_where_unrecorded(contrasts, rec_rows)
         out: dict[str, Any] = {
-            "group_col": fit["_group_col"], "reference": fit["arms"][0],
-            "n_groups": fit["n_groups"], "models": models, "contrasts": contrasts,
-        }  # fmt: skip
+            "group_col": fit["_group_col"],
+            "reference": fit["arms"][0],
+            "n_groups": fit["n_groups"],
+            "models": models,
+            "contrasts": contrasts,
+        }
         if fit.get("factors"):  # the pooled fit of several models
             out["factors"] = list(fit["factors"])
             out["factor_references"] = list(fit["factor_references"])
@@ -1903,8 +2070,9 @@ def _sensitivity(
     return _guard(r, compute)
 
 
-def _sensitivity_per_model(ds: _Dataset, plan: dict[str, Any], tested: list[_Result],
-                           recorded: dict[str, Any]) -> list[_Result]:  # fmt: skip
+def _sensitivity_per_model(
+    ds: _Dataset, plan: dict[str, Any], tested: list[_Result], recorded: dict[str, Any]
+) -> list[_Result]:
     """``sensitivity.lmm@<model>`` per model in model order (statistics.md "Sensitivity")."""
     if not ds.several_models:
         return []
@@ -1912,8 +2080,9 @@ def _sensitivity_per_model(ds: _Dataset, plan: dict[str, Any], tested: list[_Res
     for name in ds.models:
         sub = ds.for_model(name)
         _, sub_fit = _model(sub, plan, recorded=recorded.get(f"model.lmm@{name}"))
-        r = _sensitivity(sub, plan, sub_fit, tested, recorded.get(f"sensitivity.lmm@{name}"),
-                         model=name)  # fmt: skip
+        r = _sensitivity(
+            sub, plan, sub_fit, tested, recorded.get(f"sensitivity.lmm@{name}"), model=name
+        )
         if r is not None:
             out.append(r)
     return out
@@ -1929,8 +2098,9 @@ def _judge_agreement(archive: _Archive, plan: dict[str, Any], step: str) -> _Res
     """
     spec = (plan.get("steps") or {}).get(step) or {}
     labels = [str(x) for x in spec.get("labels") or []]
-    judged = [e.body["judge"] for e in archive.of("trial.scored")
-              if isinstance(e.body.get("judge"), dict)]  # fmt: skip
+    judged = [
+        e.body["judge"] for e in archive.of("trial.scored") if isinstance(e.body.get("judge"), dict)
+    ]
 
     def compute() -> dict[str, Any]:
         if not judged:
@@ -1938,19 +2108,27 @@ def _judge_agreement(archive: _Archive, plan: dict[str, Any], step: str) -> _Res
         raters = [v["model"] for v in judged[0]["votes"]]
         if len(raters) < 2:  # analysis.md §8: agreement does not apply to one judge
             raise st.NotApplicable("one judge")
-        rows = [[v["vote"] for v in j["votes"]] for j in judged
-                if all(v["vote"] in labels for v in j["votes"])]  # fmt: skip
+        rows = [
+            [v["vote"] for v in j["votes"]]
+            for j in judged
+            if all(v["vote"] in labels for v in j["votes"])
+        ]
         if not rows:
             raise ValueError("no complete trial")
         n, m = len(rows), len(raters)
         agree = math.fsum(len(set(r)) == 1 for r in rows) / n
         if len({vote for r in rows for vote in r}) == 1:  # analysis.md §8: p_e = 1, kappa 0/0
             return {
-                "judges": raters, "labels": labels, "method": "cohen" if m == 2 else "fleiss",
-                "n_trials": n, "incomplete": len(judged) - n, "all_agree": agree, "kappa": None,
+                "judges": raters,
+                "labels": labels,
+                "method": "cohen" if m == 2 else "fleiss",
+                "n_trials": n,
+                "incomplete": len(judged) - n,
+                "all_agree": agree,
+                "kappa": None,
                 "kappa_undefined": "every vote is the same label, so chance agreement is 1 and "
-                                   "kappa is 0/0 (docs/analysis.md section 8)",
-            }  # fmt: skip
+                "kappa is 0/0 (docs/analysis.md section 8)",
+            }
         if m == 2:
             p_o = math.fsum(a == b for a, b in rows) / n
             p_e = math.fsum(
@@ -1961,18 +2139,22 @@ def _judge_agreement(archive: _Archive, plan: dict[str, Any], step: str) -> _Res
             method = "cohen"
         else:
             counts = [[r.count(c) for c in labels] for r in rows]
-            big_p = math.fsum(
-                (math.fsum(x * x for x in row) - m) / (m * (m - 1)) for row in counts
-            ) / n
+            big_p = (
+                math.fsum((math.fsum(x * x for x in row) - m) / (m * (m - 1)) for row in counts) / n
+            )
             shares = [math.fsum(row[j] for row in counts) / (n * m) for j in range(len(labels))]
             p_e = math.fsum(s * s for s in shares)
             kappa = (big_p - p_e) / (1 - p_e)
             method = "fleiss"
         return {
-            "judges": raters, "labels": labels, "method": method, "n_trials": n,
+            "judges": raters,
+            "labels": labels,
+            "method": method,
+            "n_trials": n,
             "incomplete": len(judged) - n,
-            "all_agree": math.fsum(len(set(r)) == 1 for r in rows) / n, "kappa": kappa,
-        }  # fmt: skip
+            "all_agree": math.fsum(len(set(r)) == 1 for r in rows) / n,
+            "kappa": kappa,
+        }
 
     return _guard(_Result("exploratory.judge_agreement"), compute)
 
@@ -1990,8 +2172,11 @@ def _multiplicity(tested: list[_Result]) -> _Result:
         ]
         if not rows and all(r.status == "ok" for r in tested):
             # docs/analysis.md: interval tests only, nothing to correct
-            return {"hypotheses": [], "note": "no registered test gives a p-value (interval "
-                    "tests only): nothing to correct"}
+            return {
+                "hypotheses": [],
+                "note": "no registered test gives a p-value (interval "
+                "tests only): nothing to correct",
+            }
         if not rows:
             raise st.StatError("no hypothesis produced a p-value")
         ps = [float(p) for _, p in rows]
@@ -2039,13 +2224,20 @@ def _restrict(ds: _Dataset, keep: set[str]) -> _Dataset:
 
 def _metric_ds(ds: _Dataset, outcome: str) -> _Dataset:
     """analysis.md §9: ``ds`` with a ddx metric as each trial's accuracy; undefined: excluded."""
-    rows = [{**t, "accuracy": t[outcome], "excluded": bool(t["excluded"]) or math.isnan(
-        t[outcome])} for t in ds.trials]  # fmt: skip
+    rows = [
+        {**t, "accuracy": t[outcome], "excluded": bool(t["excluded"]) or math.isnan(t[outcome])}
+        for t in ds.trials
+    ]
     return replace(ds, trials=rows)
 
 
-def _tested(ds: _Dataset, plan: dict[str, Any], fit: dict[str, Any] | None,
-            out: list[_Result], recorded: dict[str, Any]) -> list[_Result]:  # fmt: skip
+def _tested(
+    ds: _Dataset,
+    plan: dict[str, Any],
+    fit: dict[str, Any] | None,
+    out: list[_Result],
+    recorded: dict[str, Any],
+) -> list[_Result]:
     """The hypotheses' results (pooled, then each model's); each model's fit goes to ``out``."""
     tested = _hypotheses(ds, plan, fit, recorded)
     if ds.several_models:
@@ -2062,8 +2254,11 @@ def _tested(ds: _Dataset, plan: dict[str, Any], fit: dict[str, Any] | None,
                 r.hypothesis = f"{r.hypothesis}@{name}"
                 r.values["model"] = name
             per_model.append(results)
-        tested = [r for i, pooled in enumerate(tested) for r in [pooled] + [
-            results[i] for results in per_model]]  # fmt: skip
+        tested = [
+            r
+            for i, pooled in enumerate(tested)
+            for r in [pooled] + [results[i] for results in per_model]
+        ]
     return tested
 
 
@@ -2083,8 +2278,12 @@ def _recompute(
             for h in plan["hypotheses"]
         ]
     if ds.ddx:  # analysis.md §9: the metrics per arm (and model), the hypotheses, multiplicity
-        ddx_out = [_guard(_Result("descriptive.ddx"), lambda: _ddx.ddx_descriptive(
-            ds.trials, ds.several_models))]  # fmt: skip
+        ddx_out = [
+            _guard(
+                _Result("descriptive.ddx"),
+                lambda: _ddx.ddx_descriptive(ds.trials, ds.several_models),
+            )
+        ]
         ddx_tested = _hypotheses(ds, plan, None, recorded)
         if ds.several_models:
             per = []
@@ -2095,16 +2294,19 @@ def _recompute(
                     r.hypothesis = f"{r.hypothesis}@{name}"
                     r.values["model"] = name
                 per.append(results)
-            ddx_tested = [r for i, pooled in enumerate(ddx_tested)
-                          for r in [pooled] + [res[i] for res in per]]  # fmt: skip
+            ddx_tested = [
+                r for i, pooled in enumerate(ddx_tested) for r in [pooled] + [res[i] for res in per]
+            ]
         return [*ddx_out, *ddx_tested, _multiplicity(ddx_tested)]
     out = _descriptive(ds)
     if _mcqhyp.registers_mcq(plan):  # docs/mcq-statistics.md §11
-        out.append(_guard(_Result("descriptive.mcq"),
-                          lambda: _mcqhyp.descriptive_values(ds, plan)))  # fmt: skip
+        out.append(_guard(_Result("descriptive.mcq"), lambda: _mcqhyp.descriptive_values(ds, plan)))
     if _qrboot.registers_qr(plan):
-        out.append(_guard(_Result("descriptive.qr_bootstrap"),
-                          lambda: _qrboot.descriptive_values(ds, plan)))  # fmt: skip
+        out.append(
+            _guard(
+                _Result("descriptive.qr_bootstrap"), lambda: _qrboot.descriptive_values(ds, plan)
+            )
+        )
     model, fit = _model(ds, plan, recorded=recorded.get("model.lmm"))
     out.append(model)
     last_plan = plan
@@ -2118,8 +2320,10 @@ def _recompute(
         last = max(trial_phase.values())
         tested = []
         for level in sorted(set(level_of.values())):
-            part = {**plan, "hypotheses": [h for h in plan["hypotheses"]
-                                           if level_of[h["id"]] == level]}  # fmt: skip
+            part = {
+                **plan,
+                "hypotheses": [h for h in plan["hypotheses"] if level_of[h["id"]] == level],
+            }
             last_plan = {**plan, "hypotheses": []}
             if level >= last:
                 tested += _tested(ds, part, fit, out, recorded)
@@ -2153,8 +2357,10 @@ def _review_plan(plan: dict[str, Any]) -> dict[str, Any]:
         raise _Problem("protocol.locked reviews is not an object of review declarations")
     for name, review in reviews.items():
         if review.get("kind") not in ("judge-label", "contrast", "reference-set"):
-            raise _Problem(f"protocol.locked reviews.{name}: kind {review.get('kind')!r} is "
-                           "not 'judge-label', 'contrast' or 'reference-set'")  # fmt: skip
+            raise _Problem(
+                f"protocol.locked reviews.{name}: kind {review.get('kind')!r} is "
+                "not 'judge-label', 'contrast' or 'reference-set'"
+            )
     return {name: r for name, r in reviews.items() if r["kind"] == "contrast"}
 
 
@@ -2184,7 +2390,8 @@ def _human_tables(archive: _Archive, plan: dict[str, Any], done: list[_Result]) 
         if analysed is not None and e.seq > analysed:
             continue  # recorded after the analysis: in no result (scoring.md §11)
         reviews.setdefault(str(e.body.get("sample")), []).append(
-            (e.seq, e.actor, e.body.get("subject"), e.body.get("value")))
+            (e.seq, e.actor, e.body.get("subject"), e.body.get("value"))
+        )
     drawn = {r.id: r for r in done}
     out = []
     for name, review in sorted((plan.get("reviews") or {}).items()):
@@ -2194,33 +2401,46 @@ def _human_tables(archive: _Archive, plan: dict[str, Any], done: list[_Result]) 
             def refsets(review: dict[str, Any] = review, mine: list[Any] = mine) -> dict[str, Any]:
                 items = [item.id for item in _item_file(archive).items]
                 sample = _human.item_sample(items, int(review["n"]), str(review["seed"]))
-                return {"reference": review["reference"], "n": review["n"],
-                        "seed": review["seed"], **_human.reference_table(sample, mine)}
+                return {
+                    "reference": review["reference"],
+                    "n": review["n"],
+                    "seed": review["seed"],
+                    **_human.reference_table(sample, mine),
+                }
 
             out.append(_guard(_Result(f"review.{name}"), refsets))
         elif review.get("kind") == "judge-label":
 
             def labels(review: dict[str, Any] = review, mine: list[Any] = mine) -> dict[str, Any]:
-                scored = {e.body["response_seq"]: e.body["judge"]
-                          for e in archive.of("trial.scored")
-                          if isinstance(e.body.get("judge"), dict)
-                          and e.body["judge"].get("step") == review["step"]}  # fmt: skip
+                scored = {
+                    e.body["response_seq"]: e.body["judge"]
+                    for e in archive.of("trial.scored")
+                    if isinstance(e.body.get("judge"), dict)
+                    and e.body["judge"].get("step") == review["step"]
+                }
                 judged = []
                 for seq, judge in scored.items():
                     votes = [x.get("vote") for x in judge["votes"]]
                     judged.append((seq, None not in votes and len(set(votes)) == 1))
                 chosen = review_sample(judged, int(review["n"]), str(review["seed"]))
                 step = (plan.get("steps") or {}).get(review["step"]) or {}
-                return {"step": review["step"], "sample": chosen,
-                        **_human.label_table({s: scored[s]["decision"] for s in chosen},
-                                             list(step.get("labels") or []), mine,
-                                             dict(judged))}  # fmt: skip
+                return {
+                    "step": review["step"],
+                    "sample": chosen,
+                    **_human.label_table(
+                        {s: scored[s]["decision"] for s in chosen},
+                        list(step.get("labels") or []),
+                        mine,
+                        dict(judged),
+                    ),
+                }
 
             out.append(_guard(_Result(f"review.{name}"), labels))
         elif review.get("kind") == "contrast" and review.get("codes"):
 
-            def codes(name: str = name, review: dict[str, Any] = review,
-                      mine: list[Any] = mine) -> dict[str, Any]:
+            def codes(
+                name: str = name, review: dict[str, Any] = review, mine: list[Any] = mine
+            ) -> dict[str, Any]:
                 sample = drawn.get(f"review.{name}")
                 if sample is None or sample.status != "ok":
                     raise ValueError("not drawn")
@@ -2231,8 +2451,7 @@ def _human_tables(archive: _Archive, plan: dict[str, Any], done: list[_Result]) 
     return out
 
 
-def _review_files(archive: _Archive, plan: dict[str, Any],
-                  results: list[_Event]) -> Check | None:
+def _review_files(archive: _Archive, plan: dict[str, Any], results: list[_Event]) -> Check | None:
     """Each ``analysis/review/<NAME>.csv`` rebuilt (docs/archive-format.md), else a FAIL.
 
     From its verified ``review.<NAME>`` result, the locked item file and the response blobs;
@@ -2246,12 +2465,22 @@ def _review_files(archive: _Archive, plan: dict[str, Any],
         present = rel in archive.files.files
         if body.get("status") != "ok":
             if present:
-                return Check("reanalysis", Status.FAIL, f"{rel} is in the archive but review."
-                             f"{name} was not computed.", None, rel)  # fmt: skip
+                return Check(
+                    "reanalysis",
+                    Status.FAIL,
+                    f"{rel} is in the archive but review.{name} was not computed.",
+                    None,
+                    rel,
+                )
             continue
         if not present:
-            return Check("reanalysis", Status.FAIL, f"{rel} is missing (review.{name} was "
-                         "computed).", None, rel)  # fmt: skip
+            return Check(
+                "reanalysis",
+                Status.FAIL,
+                f"{rel} is missing (review.{name} was computed).",
+                None,
+                rel,
+            )
         if items is None:
             items = {i.id: i.data for i in _item_file(archive).items}
 
@@ -2267,18 +2496,27 @@ def _review_files(archive: _Archive, plan: dict[str, Any],
         if got != expected:
             old = got.decode("utf-8", "replace").splitlines()
             new = expected.decode("utf-8", "replace").splitlines()
-            line = next((i for i, (a, b) in enumerate(zip(old, new, strict=False), 1) if a != b),
-                        min(len(old), len(new)) + 1)  # fmt: skip
-            return Check("reanalysis", Status.FAIL, f"{rel} differs from the review sample "
-                         f"rebuilt from review.{name}, the item file and the responses (first at "
-                         f"line {line}).", None, rel)  # fmt: skip
+            line = next(
+                (i for i, (a, b) in enumerate(zip(old, new, strict=False), 1) if a != b),
+                min(len(old), len(new)) + 1,
+            )
+            return Check(
+                "reanalysis",
+                Status.FAIL,
+                f"{rel} differs from the review sample "
+                f"rebuilt from review.{name}, the item file and the responses (first at "
+                f"line {line}).",
+                None,
+                rel,
+            )
     return None
 
 
 # ------------------------------------------------------------------------------ comparison
 
-_TEXT_KEYS = frozenset({"warnings", "note", "caution", "error", "reason", "flag",
-                        "variance_ci_note"})
+_TEXT_KEYS = frozenset(
+    {"warnings", "note", "caution", "error", "reason", "flag", "variance_ci_note"}
+)
 """Members whose text is informative only: their presence is compared, not their wording."""
 
 
@@ -2393,14 +2631,18 @@ def _reanalysis(archive: _Archive) -> tuple[Check, list[str]]:
             seq,
         )
     ds = _dataset(archive, plan)
-    trial_extra = (*(f"factor.{f}" for f in ds.factors), *(_ddx.METRICS if ds.ddx else ()),
-                   *(f"covariate.{n}" for n in ds.covariates))
+    trial_extra = (
+        *(f"factor.{f}" for f in ds.factors),
+        *(_ddx.METRICS if ds.ddx else ()),
+        *(f"covariate.{n}" for n in ds.covariates),
+    )
     if ds.variants:  # analysis.md §2: factor.<NAME>, a ddx study's metrics, covariate.<NAME>
         trials_csv = _csv_bytes(ds.trials, (*VARIANT_TRIAL_COLUMNS, *trial_extra))
         item_columns: tuple[str, ...] = VARIANT_ITEM_COLUMNS
     else:
-        trials_csv = _csv_bytes(ds.trials, (*(MODEL_TRIAL_COLUMNS if ds.models else
-                                              TRIAL_COLUMNS), *trial_extra))  # fmt: skip
+        trials_csv = _csv_bytes(
+            ds.trials, (*(MODEL_TRIAL_COLUMNS if ds.models else TRIAL_COLUMNS), *trial_extra)
+        )
         item_columns = MODEL_ITEM_COLUMNS if ds.models else ITEM_COLUMNS
     if ds.cloze:  # analysis.md §2: each letter's log-probability and the margin
         item_columns = (*item_columns, "logprobs", "margin")
@@ -2454,14 +2696,23 @@ def _reanalysis(archive: _Archive) -> tuple[Check, list[str]]:
     copies_withheld: str | None = None  # a public archive's withheld response (privacy.md §6)
     try:
         found_copies = _copies.copies(
-            ds.trials, lambda seq: (archive.event_blob(responded[seq], "response"),
-                                    str(responded[seq].body.get("format", ""))), ds.models)
+            ds.trials,
+            lambda seq: (
+                archive.event_blob(responded[seq], "response"),
+                str(responded[seq].body.get("format", "")),
+            ),
+            ds.models,
+        )
     except Withheld as withheld:  # every other result is still recomputed from the scores
         copies_withheld, found_copies = withheld.rel, None
         signed = [e for e in results if e.body.get("id") == "descriptive.identical_responses"]
         if signed:  # taken as signed: its responses cannot be compared here
-            recomputed.append(_Result("descriptive.identical_responses",
-                                      values=dict(signed[0].body.get("values") or {})))  # fmt: skip
+            recomputed.append(
+                _Result(
+                    "descriptive.identical_responses",
+                    values=dict(signed[0].body.get("values") or {}),
+                )
+            )
     if found_copies is not None:  # analysis.md §3: identical responses (pseudo-replication)
         recomputed.append(_Result("descriptive.identical_responses", values=found_copies))
     recorded_ids = [e.body.get("id") for e in results]
@@ -2473,8 +2724,9 @@ def _reanalysis(archive: _Archive) -> tuple[Check, list[str]]:
             f"the analysis.result ids are {recorded_ids}; the plan gives {new_ids}.",
             results[0].seq,
         ), []
-    test_of = {str(h.get("id")): h.get("test") for h in plan.get("hypotheses") or []
-               if isinstance(h, dict)}  # fmt: skip
+    test_of = {
+        str(h.get("id")): h.get("test") for h in plan.get("hypotheses") or [] if isinstance(h, dict)
+    }
     for event, r in zip(results, recomputed, strict=True):
         body = archive.at(event).body
         rel = REL_TOL
@@ -2533,24 +2785,47 @@ def _reanalysis(archive: _Archive) -> tuple[Check, list[str]]:
         failed = _posthoc_problem(archive, event, ds, plan, inputs, results[-1].seq)
         if failed is not None:
             archive.current = None
-            return Check("reanalysis", Status.FAIL, f"{event.body.get('id')} (seq {event.seq}, "
-                         f"post hoc) {failed}.", event.seq, str(event.body.get("id"))), []
+            return Check(
+                "reanalysis",
+                Status.FAIL,
+                f"{event.body.get('id')} (seq {event.seq}, post hoc) {failed}.",
+                event.seq,
+                str(event.body.get("id")),
+            ), []
     archive.current = None
-    extra = (f", and {len(posthoc)} post-hoc analysis(es) declared after them (labelled post "
-             "hoc, no verdict)") if posthoc else ""
+    extra = (
+        (
+            f", and {len(posthoc)} post-hoc analysis(es) declared after them (labelled post "
+            "hoc, no verdict)"
+        )
+        if posthoc
+        else ""
+    )
     passed = (
         f"The dataset and all {len(results)} analysis results{extra} were recomputed and match "
         f"(relative tolerance {REL_TOL:g}, p-values relative only, absolute {ABS_TOL:g}; every "
-        "recorded mixed model is a maximum of the verifier's own REML likelihood).")
+        "recorded mixed model is a maximum of the verifier's own REML likelihood)."
+    )
     if copies_withheld is not None:
-        return Check("reanalysis", Status.LIMITED, f"{passed[:-1]}, except the identical "
-                     "responses (descriptive.identical_responses: taken as signed, or absent as "
-                     f"signed): not re-derived, it needs {copies_withheld}, which the public "
-                     "archive withholds.", None, copies_withheld), []  # fmt: skip
+        return Check(
+            "reanalysis",
+            Status.LIMITED,
+            f"{passed[:-1]}, except the identical "
+            "responses (descriptive.identical_responses: taken as signed, or absent as "
+            f"signed): not re-derived, it needs {copies_withheld}, which the public "
+            "archive withholds.",
+            None,
+            copies_withheld,
+        ), []
     if found_copies is not None:  # analysis.md §3: numbers right, but copies counted as new
         said = _copies.summary(found_copies)
-        return Check("reanalysis", Status.WARN, f"{passed[:-1]}; but {said}.", None,
-                     "descriptive.identical_responses"), []  # fmt: skip
+        return Check(
+            "reanalysis",
+            Status.WARN,
+            f"{passed[:-1]}; but {said}.",
+            None,
+            "descriptive.identical_responses",
+        ), []
     return Check("reanalysis", Status.PASS, passed), []
 
 
@@ -2559,16 +2834,25 @@ POSTHOC_TESTS = ("lmm", "paired-t", "independent-t", "bootstrap")
 """analysis.md §6: the kinds of post-hoc analysis (the body's ``test``)."""
 
 
-def _posthoc_values(ds: _Dataset, plan: dict[str, Any], a: str, b: str,
-                    test: str) -> dict[str, Any]:  # fmt: skip
+def _posthoc_values(
+    ds: _Dataset, plan: dict[str, Any], a: str, b: str, test: str
+) -> dict[str, Any]:
     """analysis.md §6: a post-hoc t-test or bootstrap of a − b, with its ``contrast`` summary."""
     design = plan["design"]
     summary: dict[str, Any] = {"a": a, "b": b, "sides": "two-sided"}
     if test == "bootstrap":
-        values = st.bootstrap_diff(*_pair_accuracies(ds, a, b),
-                                   int(design["bootstrap_iterations"]), design["bootstrap_seed"])
-        summary.update(estimate=values["estimate"], lower=values["lower"],
-                       upper=values["upper"], p=None, conf=values["conf"])  # fmt: skip
+        values = st.bootstrap_diff(
+            *_pair_accuracies(ds, a, b),
+            int(design["bootstrap_iterations"]),
+            design["bootstrap_seed"],
+        )
+        summary.update(
+            estimate=values["estimate"],
+            lower=values["lower"],
+            upper=values["upper"],
+            p=None,
+            conf=values["conf"],
+        )
         return {**values, "contrast": summary}
     dropped: list[dict[str, Any]] = []
     if test == "paired-t":
@@ -2578,17 +2862,49 @@ def _posthoc_values(ds: _Dataset, plan: dict[str, Any], a: str, b: str,
         res = st.independent_t(*_pair_accuracies(ds, a, b))
     values = {**res, "estimate": res["difference"]}
     if test == "paired-t":
-        values |= {"pairing": ["stimulus", "rep"], "n_dropped": len(dropped),
-                   "dropped_pairs": dropped}  # fmt: skip
-    summary.update(estimate=res["difference"], lower=res["ci_lower"], upper=res["ci_upper"],
-                   p=res["p"], t=res["t"], df=res["df"], conf=0.95)  # fmt: skip
+        values |= {
+            "pairing": ["stimulus", "rep"],
+            "n_dropped": len(dropped),
+            "dropped_pairs": dropped,
+        }
+    summary.update(
+        estimate=res["difference"],
+        lower=res["ci_lower"],
+        upper=res["ci_upper"],
+        p=res["p"],
+        t=res["t"],
+        df=res["df"],
+        conf=0.95,
+    )
     return {**values, "contrast": summary}
-POSTHOC_KEYS = frozenset({"id", "title", "label", "hypothesis", "test", "status", "values",
-                          "verdict", "decided_by", "error", "declared", "inputs"})  # fmt: skip
 
 
-def _posthoc_problem(archive: _Archive, event: _Event, ds: _Dataset, plan: dict[str, Any],
-                     inputs: dict[str, Any], last_result: int) -> str | None:  # fmt: skip
+POSTHOC_KEYS = frozenset(
+    {
+        "id",
+        "title",
+        "label",
+        "hypothesis",
+        "test",
+        "status",
+        "values",
+        "verdict",
+        "decided_by",
+        "error",
+        "declared",
+        "inputs",
+    }
+)
+
+
+def _posthoc_problem(
+    archive: _Archive,
+    event: _Event,
+    ds: _Dataset,
+    plan: dict[str, Any],
+    inputs: dict[str, Any],
+    last_result: int,
+) -> str | None:
     """analysis.md §6: what is wrong with one analysis.posthoc event, or None."""
     body = archive.at(event).body
     if not isinstance(body, dict) or set(body) != POSTHOC_KEYS:
@@ -2596,23 +2912,36 @@ def _posthoc_problem(archive: _Archive, event: _Event, ds: _Dataset, plan: dict[
     declared = body.get("declared")
     if not isinstance(declared, dict):
         return "has no declaration"
-    if body.get("label") != "post hoc" or body.get("hypothesis") is not None or body.get(
-            "verdict") is not None or body.get("decided_by") is not None:  # fmt: skip
+    if (
+        body.get("label") != "post hoc"
+        or body.get("hypothesis") is not None
+        or body.get("verdict") is not None
+        or body.get("decided_by") is not None
+    ):
         return "is not labelled post hoc with no hypothesis and no verdict"
     if event.seq < last_result or declared.get("after_seq") != last_result:
-        return (f"must follow the registered analysis (last analysis.result at seq "
-                f"{last_result}); declared after_seq {_fmt(declared.get('after_seq'))}")
+        return (
+            f"must follow the registered analysis (last analysis.result at seq "
+            f"{last_result}); declared after_seq {_fmt(declared.get('after_seq'))}"
+        )
     if body.get("inputs") != inputs:
         return str(_first_difference(body.get("inputs"), inputs, "inputs", 0.0))
     contrast, arms = declared.get("contrast"), declared.get("arms")
     group, test, model = declared.get("random_intercept"), body.get("test"), declared.get("model")
     if test not in POSTHOC_TESTS:
         return f"has test {_fmt(test)}, not one of {', '.join(POSTHOC_TESTS)}"
-    if (not isinstance(contrast, list) or len(contrast) != 2
-            or not (model is None or model in ds.models)
-            or (test == "lmm" and (group not in ("stimulus", "source")
-                                   or not (arms is None or isinstance(arms, list))))
-            or (test != "lmm" and (group is not None or arms is not None))):  # fmt: skip
+    if (
+        not isinstance(contrast, list)
+        or len(contrast) != 2
+        or not (model is None or model in ds.models)
+        or (
+            test == "lmm"
+            and (
+                group not in ("stimulus", "source") or not (arms is None or isinstance(arms, list))
+            )
+        )
+        or (test != "lmm" and (group is not None or arms is not None))
+    ):
         return "declares no valid contrast, random intercept, arms or model for its test"
     name = str(body.get("id")).removeprefix("posthoc.")
     if body.get("id") != f"posthoc.{name}" or not name:
@@ -2622,30 +2951,41 @@ def _posthoc_problem(archive: _Archive, event: _Event, ds: _Dataset, plan: dict[
     if model is not None:
         ds = ds.for_model(str(model))
     variant = declared.get("variant")  # analysis.md §6: absent (older events) means null
-    compared = [str(x) for x in contrast] if test != "lmm" else (
-        [str(x) for x in arms] if isinstance(arms, list) else sorted(plan.get("arms") or {}))
+    compared = (
+        [str(x) for x in contrast]
+        if test != "lmm"
+        else ([str(x) for x in arms] if isinstance(arms, list) else sorted(plan.get("arms") or {}))
+    )
     ran = {arm: {str(t["variant"]) for t in ds.trials if t["arm"] == arm} for arm in compared}
     if variant is not None:
-        if not isinstance(variant, str) or not ds.variants or not all(
-                variant in v for v in ran.values()):  # fmt: skip
+        if (
+            not isinstance(variant, str)
+            or not ds.variants
+            or not all(variant in v for v in ran.values())
+        ):
             return f"declares variant {_fmt(variant)}, which not every arm compared ran"
         ds = ds.for_variant(variant)
     elif len({frozenset(v) for v in ran.values() if v}) > 1:
-        return ("compares arms that ran different variants ("
-                + "; ".join(f"{arm}: {', '.join(sorted(v))}" for arm, v in ran.items() if v)
-                + ") without choosing one")
+        return (
+            "compares arms that ran different variants ("
+            + "; ".join(f"{arm}: {', '.join(sorted(v))}" for arm, v in ran.items() if v)
+            + ") without choosing one"
+        )
     if test != "lmm":
         a, b = str(contrast[0]), str(contrast[1])
         recomputed = _guard(_Result("posthoc"), lambda: _posthoc_values(ds, plan, a, b, test))
         if body.get("status") != recomputed.status:
-            return (f"status: recorded {_fmt(body.get('status'))}, recomputed "
-                    f"{_fmt(recomputed.status)}")  # fmt: skip
+            return (
+                f"status: recorded {_fmt(body.get('status'))}, recomputed {_fmt(recomputed.status)}"
+            )
         if recomputed.status != "ok":
             return None
         return _first_difference(body.get("values"), recomputed.values, "values", REL_TOL)
     sub = replace(ds, sources=_sources(archive)) if group == "source" else ds
-    sub_plan = {**plan, "analysis": {**(plan.get("analysis") or {}), "random_intercept": group,
-                                     "model_arms": arms}}  # fmt: skip
+    sub_plan = {
+        **plan,
+        "analysis": {**(plan.get("analysis") or {}), "random_intercept": group, "model_arms": arms},
+    }
     recorded = body.get("values") if isinstance(body.get("values"), dict) else None
     fitted, fit = _model(sub, sub_plan, recorded=recorded)
     status, values = fitted.status, dict(fitted.values)
@@ -2708,8 +3048,12 @@ def _run(name: str, archive: _Archive | None, error: _Problem | None, fn: Any) -
     except _Problem as exc:
         return Check(name, Status.FAIL, exc.reason.rstrip(".") + ".", exc.seq, exc.where)
     except Withheld as withheld:  # a public archive (docs/privacy.md): each check on its own
-        return Check(name, Status.LIMITED, f"not re-derived: it needs {withheld.rel}, which the "
-                     "public archive withholds", where=withheld.rel)  # fmt: skip
+        return Check(
+            name,
+            Status.LIMITED,
+            f"not re-derived: it needs {withheld.rel}, which the public archive withholds",
+            where=withheld.rel,
+        )
     except Exception as exc:  # malformed input must end as a FAIL naming its place
         text = f"{type(exc).__name__}: {exc}"
         text = text if len(text) <= 200 else text[:197] + "..."
@@ -2758,8 +3102,10 @@ def science_checks(
         _run("rescore", loaded, error, _rescore),
         _run("reanalysis", loaded, error, _reanalysis),
     ]
-    if plan is not None and loaded is not None and any(
-        e.body.get("path") == "plan/plan.json" for e in loaded.of("artifact.locked")
+    if (
+        plan is not None
+        and loaded is not None
+        and any(e.body.get("path") == "plan/plan.json" for e in loaded.of("artifact.locked"))
     ):  # docs/planning.md §7
         checks.append(_run("plan", loaded, None, plan))
     return checks

@@ -93,20 +93,26 @@ class StepPlan:
     def sets(self) -> tuple[str, ...]:
         """§8.3: the members of a set-valued json step (every property an array), else ()."""
         props = (self.schema or {}).get("properties") or {}
-        if self.parser == "json" and props and all(
-            isinstance(p, dict) and p.get("type") == "array" for p in props.values()
+        if (
+            self.parser == "json"
+            and props
+            and all(isinstance(p, dict) and p.get("type") == "array" for p in props.values())
         ):
             return tuple(props)
         return ()
 
     def reads(self) -> set[str]:
         """The steps its template reads."""
-        return {s.name.split(".")[1] for s in self.template.slots
-                if s.name.startswith("steps.") and len(s.name.split(".")) in (2, 3)}  # fmt: skip
+        return {
+            s.name.split(".")[1]
+            for s in self.template.slots
+            if s.name.startswith("steps.") and len(s.name.split(".")) in (2, 3)
+        }
 
 
-def plans_of(protocol: Mapping[str, Any], study: LockedStudy,
-             read: Callable[[str], bytes | None]) -> dict[str, StepPlan]:  # fmt: skip
+def plans_of(
+    protocol: Mapping[str, Any], study: LockedStudy, read: Callable[[str], bytes | None]
+) -> dict[str, StepPlan]:
     """Every locked step; :class:`PromptError` naming the first member that cannot be read."""
     steps = protocol.get("steps")
     if steps is None:
@@ -134,9 +140,7 @@ def plans_of(protocol: Mapping[str, Any], study: LockedStudy,
             raise PromptError(f"{where}.template: {path!r} is not a locked file")
         template = read_template(data, path)
         system_names = rec.get("system") or []
-        system = (
-            "\n\n".join(study.component(n) for n in system_names) if system_names else None
-        )
+        system = "\n\n".join(study.component(n) for n in system_names) if system_names else None
         parser = rec.get("parser")
         if parser not in ("text", "label", "json"):
             raise PromptError(f"{where}.parser: {parser!r}")
@@ -156,49 +160,88 @@ def plans_of(protocol: Mapping[str, Any], study: LockedStudy,
         keep = rec.get("keep")
         rule_keep = None
         if isinstance(keep, dict):
-            if parser != "json" or not set(keep) <= {"equals", "at_least"} or not all(
-                isinstance(v, dict) for v in keep.values()
+            if (
+                parser != "json"
+                or not set(keep) <= {"equals", "at_least"}
+                or not all(isinstance(v, dict) for v in keep.values())
             ):
                 raise PromptError(f"{where}.keep: {keep!r} is not a json screening rule")
             rule_keep, keep = keep, None
         verified = rec.get("verified_by")
         if verified is not None and (
-            type(verified) is not dict or set(verified) != {"step", "accept", "retry", "then"}
-            or type(verified["retry"]) is not int or verified["retry"] < 0
-            or type(verified["accept"]) is not list or on != "item"
-        ):  # fmt: skip
-            raise PromptError(f"{where}.verified_by: {verified!r} is not "
-                              "{step, accept, retry, then} of an item step")  # fmt: skip
+            type(verified) is not dict
+            or set(verified) != {"step", "accept", "retry", "then"}
+            or type(verified["retry"]) is not int
+            or verified["retry"] < 0
+            or type(verified["accept"]) is not list
+            or on != "item"
+        ):
+            raise PromptError(
+                f"{where}.verified_by: {verified!r} is not "
+                "{step, accept, retry, then} of an item step"
+            )
         out[name] = StepPlan(
-            name, on, names, template, system, parser, tuple(rec.get("labels") or ()), schema,
-            int(unparseable.get("retry", 0)), str(unparseable.get("then", "exclude")), rule,
-            str(rec.get("sees", "blind")), tuple(keep) if keep is not None else None, rule_keep,
-            verified, rec.get("match_by"),
-        )  # fmt: skip
+            name,
+            on,
+            names,
+            template,
+            system,
+            parser,
+            tuple(rec.get("labels") or ()),
+            schema,
+            int(unparseable.get("retry", 0)),
+            str(unparseable.get("then", "exclude")),
+            rule,
+            str(rec.get("sees", "blind")),
+            tuple(keep) if keep is not None else None,
+            rule_keep,
+            verified,
+            rec.get("match_by"),
+        )
     for name, plan in out.items():  # §8.6: the verifier is an item step reading the sample
         ver = plan.verified_by
         if ver is None:
             continue
         other = out.get(ver["step"])
-        if other is None or other.on != "item" or other.parser != "label" or (
-            name not in other.reads()
-        ) or not set(ver["accept"]) <= set(other.labels):
-            raise PromptError(f"protocol.locked steps.{name}.verified_by: {ver['step']!r} is "
-                              "not a label item step reading {steps." + name + "} whose labels "
-                              "hold accept")  # fmt: skip
+        if (
+            other is None
+            or other.on != "item"
+            or other.parser != "label"
+            or (name not in other.reads())
+            or not set(ver["accept"]) <= set(other.labels)
+        ):
+            raise PromptError(
+                f"protocol.locked steps.{name}.verified_by: {ver['step']!r} is "
+                "not a label item step reading {steps." + name + "} whose labels "
+                "hold accept"
+            )
     matchers: set[str] = set()
     for name, plan in out.items():  # §8.3: a synonym matcher of the right kind, no cycle
         if plan.match_by is None:
             continue
         m = out.get(str(plan.match_by))
-        if not plan.sets or plan.on != "item" or m is None or m.name == name or (
-            m.on != "item" or m.sets != ("groups",) or len(m.models) != 1
-            or m.match_by is not None or m.verified_by is not None or m.screens
-            or plan.verified_by is not None or plan.screens or m.name in matchers
-        ):  # fmt: skip
-            raise PromptError(f"protocol.locked steps.{name}.match_by: {plan.match_by!r} is "
-                              "not a one-model json item step with only \"groups\" matching "
-                              "this set-valued item step alone")  # fmt: skip
+        if (
+            not plan.sets
+            or plan.on != "item"
+            or m is None
+            or m.name == name
+            or (
+                m.on != "item"
+                or m.sets != ("groups",)
+                or len(m.models) != 1
+                or m.match_by is not None
+                or m.verified_by is not None
+                or m.screens
+                or plan.verified_by is not None
+                or plan.screens
+                or m.name in matchers
+            )
+        ):
+            raise PromptError(
+                f"protocol.locked steps.{name}.match_by: {plan.match_by!r} is "
+                'not a one-model json item step with only "groups" matching '
+                "this set-valued item step alone"
+            )
         matchers.add(m.name)
     return out
 
@@ -252,7 +295,7 @@ def step_lock_problems(plans: Mapping[str, StepPlan], study: LockedStudy) -> lis
                 if problem:
                     out.append(f"{where}: {problem}")
             elif slot.name.startswith("votes."):
-                if matched_step(plans, name) != slot.name[len("votes."):]:
+                if matched_step(plans, name) != slot.name[len("votes.") :]:
                     out.append(f"{where}: only a set-valued step's matcher reads its votes")
             elif slot.name in TRIAL_SLOTS and plan.on == "item":
                 out.append(f"{where}: an item step ({name}) may not read it")
@@ -303,9 +346,7 @@ def _matches(schema: Mapping[str, Any], value: Any) -> bool:
         "boolean": lambda v: isinstance(v, bool),
         "array": lambda v: isinstance(v, list) and all(isinstance(x, str) for x in v),
     }
-    return all(
-        kinds[props[k]["type"]](v) for k, v in value.items() if k in props
-    )
+    return all(kinds[props[k]["type"]](v) for k, v in value.items() if k in props)
 
 
 def parse(plan: StepPlan, text: str) -> Any:
@@ -336,8 +377,12 @@ def norm(text: str) -> str:
     return " ".join(text.split())
 
 
-def decide_sets(need: int, votes: list[Any], fields: Sequence[str],
-                groups: Sequence[Sequence[str]] | None = None) -> Any:  # fmt: skip
+def decide_sets(
+    need: int,
+    votes: list[Any],
+    fields: Sequence[str],
+    groups: Sequence[Sequence[str]] | None = None,
+) -> Any:
     """§8.3: the element-wise decision of a set-valued step; None below ``need`` parsed votes.
 
     ``groups``: a matcher's synonym groups; each element of a group counts as the group's
@@ -375,11 +420,17 @@ def decide_sets(need: int, votes: list[Any], fields: Sequence[str],
 _norm = norm
 
 
-def decide(rule: str | int, votes: list[Any], sets: Sequence[str] = (),
-           groups: Sequence[Sequence[str]] | None = None) -> Any:  # fmt: skip
+def decide(
+    rule: str | int,
+    votes: list[Any],
+    sets: Sequence[str] = (),
+    groups: Sequence[Sequence[str]] | None = None,
+) -> Any:
     """§8: the value at least the rule's number of votes give (majority: more than half)."""
-    need = len(votes) // 2 + 1 if rule == "majority" else (
-        len(votes) if rule == "unanimous" else int(rule)
+    need = (
+        len(votes) // 2 + 1
+        if rule == "majority"
+        else (len(votes) if rule == "unanimous" else int(rule))
     )
     if sets:
         return decide_sets(need, votes, sets, groups)
@@ -414,8 +465,11 @@ def text_of(raw: bytes, fmt: str) -> str:
     content = body.get("content")
     if not isinstance(content, list):
         return ""
-    return "".join(b["text"] for b in content if isinstance(b, dict)
-                   and b.get("type") == "text" and isinstance(b.get("text"), str))  # fmt: skip
+    return "".join(
+        b["text"]
+        for b in content
+        if isinstance(b, dict) and b.get("type") == "text" and isinstance(b.get("text"), str)
+    )
 
 
 def slot_text(value: Any, field_name: str | None) -> str | None:
@@ -504,9 +558,14 @@ class Replay:
         target = matched_step(self.plans, step)
         if target is not None and (target, unit) in self.matched_votes:
             tp = self.plans[target]
-            self.decisions[(target, unit)] = (seq, None if decision is None else decide(
-                tp.aggregate, self.matched_votes[(target, unit)], tp.sets, groups_of(decision)
-            ))  # fmt: skip
+            self.decisions[(target, unit)] = (
+                seq,
+                None
+                if decision is None
+                else decide(
+                    tp.aggregate, self.matched_votes[(target, unit)], tp.sets, groups_of(decision)
+                ),
+            )
         host = self.host_of(step) if plan.on == "item" else None
         if host is None:
             self.decisions[(step, unit)] = (seq, decision)
@@ -555,8 +614,9 @@ class Replay:
                 if verdict[1] in ver["accept"]:
                     return False
                 continue
-            if any(f"step:{verifier.name}|{m or ''}|{item}|{k}" in self.calls
-                   for m in verifier.models):  # fmt: skip
+            if any(
+                f"step:{verifier.name}|{m or ''}|{item}|{k}" in self.calls for m in verifier.models
+            ):
                 return False
             for read in verifier.reads() - {host}:
                 if read in self.plans and self.plans[read].on == "item":
@@ -589,15 +649,21 @@ class Replay:
             if verdict is None:
                 return f"the verifier {verifier!r} had not judged sample {k - 1} yet"
             if verdict[1] in ver["accept"]:
-                return (f"the verifier {verifier!r} accepted sample {k - 1} (seq {verdict[0]}): "
-                        "no further sample was due")  # fmt: skip
+                return (
+                    f"the verifier {verifier!r} accepted sample {k - 1} (seq {verdict[0]}): "
+                    "no further sample was due"
+                )
         return None
 
     def needed(self) -> set[str]:
         """Item steps a trial's request reads (transitively), and every screening step."""
         out: set[str] = set()
-        todo = [s.name.split(".")[1] for t in self.study.item_templates() for s in t.slots
-                if s.name.startswith("steps.")]  # fmt: skip
+        todo = [
+            s.name.split(".")[1]
+            for t in self.study.item_templates()
+            for s in t.slots
+            if s.name.startswith("steps.")
+        ]
         if self.reference_step is not None:  # scoring.md §12: a trial needs its references
             todo.append(self.reference_step)
         while todo:
@@ -631,8 +697,10 @@ class Replay:
             found = self.decided(parts[1], item)
             if found is None:
                 return None
-            if found[1] is None or slot_text(found[1], parts[2] if len(parts) == 3
-                                             else None) is None:  # fmt: skip
+            if (
+                found[1] is None
+                or slot_text(found[1], parts[2] if len(parts) == 3 else None) is None
+            ):
                 blocked = True
         return (None, None) if blocked else None
 
@@ -659,8 +727,9 @@ class Replay:
             if parts[0] != "steps" or len(parts) not in (2, 3):
                 continue
             value = decided[parts[1]]
-            text = None if value is None else slot_text(value, parts[2] if len(parts) == 3
-                                                           else None)  # fmt: skip
+            text = (
+                None if value is None else slot_text(value, parts[2] if len(parts) == 3 else None)
+            )
             if text is None:
                 return None
             out[slot.name] = text
@@ -702,8 +771,10 @@ class Replay:
                 decided = self.samples.get((parts[1], unit, call.k))  # §8.6: its own sample
             if decided is None:
                 return f"step {parts[1]!r} had not decided for {unit!r} yet"
-            text = None if decided[1] is None else slot_text(
-                decided[1], parts[2] if len(parts) == 3 else None
+            text = (
+                None
+                if decided[1] is None
+                else slot_text(decided[1], parts[2] if len(parts) == 3 else None)
             )
             if text is None:
                 return f"step {parts[1]!r} reached no decision for {unit!r}"
@@ -715,9 +786,10 @@ class Replay:
         plan = self.plans[call.step]
         text = plan.template.render(values, f"call {call.id}").rstrip("\n")
         request = messages_request(
-            self.study.models[call.model], [{"role": "user", "content": [
-                {"type": "text", "text": text}]}], plan.system,
-        )  # fmt: skip
+            self.study.models[call.model],
+            [{"role": "user", "content": [{"type": "text", "text": text}]}],
+            plan.system,
+        )
         return canonical_json(wire_request(request, wire))
 
     def run(self) -> None:
@@ -737,19 +809,22 @@ class Replay:
                 if after is not None and trial not in self.prior_values:
                     prior = self.prior(trial, after)
                     if isinstance(prior, str):
-                        self.fail(seq, f"trial {trial} (a second stage) was requested, but "
-                                  f"{prior}")  # fmt: skip
+                        self.fail(seq, f"trial {trial} (a second stage) was requested, but {prior}")
                     else:
                         self.prior_values[trial] = prior
                 try:
                     values = self.item_values(item) if needed else {}
                 except KeyError as missing:
-                    self.fail(seq, f"trial {trial} was requested before step {missing} "
-                              f"decided for item {item!r}")  # fmt: skip
+                    self.fail(
+                        seq,
+                        f"trial {trial} was requested before step {missing} "
+                        f"decided for item {item!r}",
+                    )
                     continue
                 if values is None:
-                    self.fail(seq, f"trial {trial} was requested, but the steps exclude item "
-                              f"{item!r}")  # fmt: skip
+                    self.fail(
+                        seq, f"trial {trial} was requested, but the steps exclude item {item!r}"
+                    )
             elif kind == "trial.responded":
                 trial = trial_requests.get(body.get("request_seq"), "")  # type: ignore[arg-type]
                 raw = blob("response") or b""
@@ -761,8 +836,14 @@ class Replay:
                         # its {request} is empty (trials.md §6; runner.step_state)
                         messages = json.loads(req).get("messages") or [{"content": ""}]
                         message = messages[-1].get("content") or ""
-                        self.request_texts[trial] = message if isinstance(message, str) else (
-                            "".join(b.get("text", "") for b in message if b.get("type") == "text")
+                        self.request_texts[trial] = (
+                            message
+                            if isinstance(message, str)
+                            else (
+                                "".join(
+                                    b.get("text", "") for b in message if b.get("type") == "text"
+                                )
+                            )
                         )
             elif kind == "trial.failed":
                 if body.get("final") is True:
@@ -773,8 +854,9 @@ class Replay:
                 after = self._after(trial)
                 found = self.prior(trial, after) if after is not None else "it has no first stage"
                 if not isinstance(found, str):
-                    self.fail(seq, f"trial {trial} was excluded, but its first stage gave what "
-                              "it reads")  # fmt: skip
+                    self.fail(
+                        seq, f"trial {trial} was excluded, but its first stage gave what it reads"
+                    )
                 elif found.startswith("waiting"):
                     self.fail(seq, f"trial {trial} was excluded before {found[8:]}")
             elif kind == "trial.excluded":
@@ -783,35 +865,46 @@ class Replay:
                 try:
                     values = self.item_values(item)
                 except KeyError as missing:
-                    self.fail(seq, f"trial {trial} was excluded before step {missing} decided "
-                              f"for item {item!r}")  # fmt: skip
+                    self.fail(
+                        seq,
+                        f"trial {trial} was excluded before step {missing} decided "
+                        f"for item {item!r}",
+                    )
                     continue
                 if values is not None:
-                    self.fail(seq, f"trial {trial} was excluded, but every step it reads "
-                              f"decided for item {item!r}")  # fmt: skip
+                    self.fail(
+                        seq,
+                        f"trial {trial} was excluded, but every step it reads "
+                        f"decided for item {item!r}",
+                    )
             elif kind == "step.requested":
                 if body.get("step") == self.reference_step and self.first_trial is not None:
-                    self.fail(seq, f"call {body.get('call')} of the reference step "
-                              f"{self.reference_step!r} was requested after the first trial "
-                              f"(seq {self.first_trial}): reference sets are final before any "
-                              "trial is sent (scoring.md §12)")  # fmt: skip
+                    self.fail(
+                        seq,
+                        f"call {body.get('call')} of the reference step "
+                        f"{self.reference_step!r} was requested after the first trial "
+                        f"(seq {self.first_trial}): reference sets are final before any "
+                        "trial is sent (scoring.md §12)",
+                    )
                 self._requested(seq, body, blob, request_call)
             elif kind in ("step.responded", "step.failed"):
                 call_id = request_call.get(body.get("request_seq"))  # type: ignore[arg-type]
                 call = self.calls.get(call_id or "")
                 if call is None:
-                    self.fail(seq, f"{kind} request_seq {body.get('request_seq')!r} is no "
-                              "step.requested")  # fmt: skip
+                    self.fail(
+                        seq, f"{kind} request_seq {body.get('request_seq')!r} is no step.requested"
+                    )
                     continue
                 if call.final_seq is not None:
-                    self.fail(seq, f"call {call.id} has an outcome after its final one "
-                              f"(seq {call.final_seq})")  # fmt: skip
+                    self.fail(
+                        seq,
+                        f"call {call.id} has an outcome after its final one (seq {call.final_seq})",
+                    )
                     continue
                 plan = self.plans[call.step]
                 if kind == "step.responded":
                     call.responses += 1
-                    value = parse(plan, text_of(blob("response") or b"",
-                                                str(body.get("format"))))  # fmt: skip
+                    value = parse(plan, text_of(blob("response") or b"", str(body.get("format"))))
                     if value is not None:
                         call.value, call.status, call.final_seq = value, "parsed", seq
                     elif call.responses >= plan.retry + 1:
@@ -854,15 +947,26 @@ class Replay:
                 return f"step {step!r} decided {values['prior.answer']!r}: not an option label"
             i = labels.index(label)
             j = (i + 1) % len(labels)
-            values.update({"prior.answer": label, "prior.answer_text": str(options[i]),
-                           "prior.other": labels[j], "prior.other_text": str(options[j])})
+            values.update(
+                {
+                    "prior.answer": label,
+                    "prior.answer_text": str(options[i]),
+                    "prior.other": labels[j],
+                    "prior.other_text": str(options[j]),
+                }
+            )
         return values
 
-    def _requested(self, seq: int, body: dict[str, Any], blob: Callable[[str], bytes | None],
-                   request_call: dict[int, str]) -> None:  # fmt: skip
+    def _requested(
+        self,
+        seq: int,
+        body: dict[str, Any],
+        blob: Callable[[str], bytes | None],
+        request_call: dict[int, str],
+    ) -> None:
         call_id = str(body.get("call"))
         head, _, rest = call_id.partition("|")
-        step = head[len("step:"):] if head.startswith("step:") else ""
+        step = head[len("step:") :] if head.startswith("step:") else ""
         plan = self.plans.get(step)
         if plan is None or body.get("step") != step:
             self.fail(seq, f"step.requested call {call_id!r} names no locked step")
@@ -873,18 +977,23 @@ class Replay:
             item, _, k = unit.rpartition("|")
             trial = None
             sample = int(k) if k.isdigit() and k == str(int(k)) else 0
-            if sample < 1 or (sample > 1 and self.host_of(step) is None) or (
-                item not in self.study.item_ids
+            if (
+                sample < 1
+                or (sample > 1 and self.host_of(step) is None)
+                or (item not in self.study.item_ids)
             ):  # §8.6: samples k > 1 only of a verified step and its verifier
                 self.fail(seq, f"call {call_id!r} is not a call of item step {step!r}")
                 return
         else:
             trial, item = unit, self.stimulus.get(unit, "")
-        if (model or None) not in plan.models or body.get("item") != item or (
-            body.get("trial") != trial
+        if (
+            (model or None) not in plan.models
+            or body.get("item") != item
+            or (body.get("trial") != trial)
         ):
-            self.fail(seq, f"call {call_id!r}: the event's model, item or trial differ from "
-                      "its call id")  # fmt: skip
+            self.fail(
+                seq, f"call {call_id!r}: the event's model, item or trial differ from its call id"
+            )
             return
         call = self.calls.setdefault(
             call_id, Call(call_id, step, model or None, item, trial, k=sample)
@@ -897,11 +1006,15 @@ class Replay:
         call.attempts += 1
         call.last_request = seq
         if body.get("attempt") != call.attempts:
-            self.fail(seq, f"call {call_id}: attempt {body.get('attempt')!r}, expected "
-                      f"{call.attempts}")  # fmt: skip
+            self.fail(
+                seq, f"call {call_id}: attempt {body.get('attempt')!r}, expected {call.attempts}"
+            )
         if call.final_seq is not None:
-            self.fail(seq, f"call {call_id} was requested again after its final outcome "
-                      f"(seq {call.final_seq}): a call made twice")  # fmt: skip
+            self.fail(
+                seq,
+                f"call {call_id} was requested again after its final outcome "
+                f"(seq {call.final_seq}): a call made twice",
+            )
         values = self.values(call)
         if isinstance(values, str):
             self.fail(seq, f"call {call_id} was requested before its inputs existed: {values}")
@@ -916,8 +1029,11 @@ class Replay:
         got = blob("request")
         digest = hashlib.sha256(want).hexdigest()
         if got != want or body.get("request_sha256") != digest:
-            self.fail(seq, f"call {call_id}: the step request is not the one re-rendered from "
-                      f"the locked template {plan.template.name} and its recorded inputs")
+            self.fail(
+                seq,
+                f"call {call_id}: the step request is not the one re-rendered from "
+                f"the locked template {plan.template.name} and its recorded inputs",
+            )
 
     def judge_record(self, step: str, trial: str) -> dict[str, Any] | None:
         """scoring.md §10: the ``judge`` member of a judged trial (None: a call not final)."""
@@ -941,8 +1057,13 @@ def _locked_step(protocol: Mapping[str, Any], step: str) -> tuple[dict[str, Any]
 
 
 def _settle(
-    calls: dict[str, Call], request_call: dict[int, str], plan: StepPlan, seq: int, kind: str,
-    body: dict[str, Any], blob: Callable[..., bytes | None],
+    calls: dict[str, Call],
+    request_call: dict[int, str],
+    plan: StepPlan,
+    seq: int,
+    kind: str,
+    body: dict[str, Any],
+    blob: Callable[..., bytes | None],
 ) -> None:
     """A ``step.responded`` or ``step.failed`` event applied to its call (prompts.md §8.3).
 
@@ -976,11 +1097,20 @@ def judge_records(
     """
     rec, rule = _locked_step(protocol, step)
     plan = StepPlan(
-        step, "trial", tuple(m or None for m in rec.get("models") or []),
-        Template(step, ()), None, str(rec.get("parser")), tuple(rec.get("labels") or ()),
-        None, int((rec.get("on_unparseable") or {}).get("retry", 0)), "exclude", rule,
-        "blind", None,
-    )  # fmt: skip
+        step,
+        "trial",
+        tuple(m or None for m in rec.get("models") or []),
+        Template(step, ()),
+        None,
+        str(rec.get("parser")),
+        tuple(rec.get("labels") or ()),
+        None,
+        int((rec.get("on_unparseable") or {}).get("retry", 0)),
+        "exclude",
+        rule,
+        "blind",
+        None,
+    )
     calls: dict[str, Call] = {}
     request_call: dict[int, str] = {}
     trials: list[str] = []
@@ -1014,16 +1144,31 @@ def judge_record(plan: StepPlan, calls: Mapping[str, Call], trial: str) -> dict[
         model = call_id.split("|")[1]
         if call is None:
             values.append(None)
-            votes.append({"model": model, "vote": None, "status": "no-input",
-                          "request_seq": None, "response_seq": None, "responses": 0})
+            votes.append(
+                {
+                    "model": model,
+                    "vote": None,
+                    "status": "no-input",
+                    "request_seq": None,
+                    "response_seq": None,
+                    "responses": 0,
+                }
+            )
             continue
         if call.final_seq is None:
             return None
         value = call.value if call.status == "parsed" else None
         values.append(value)
-        votes.append({"model": model, "vote": value, "status": call.status,
-                      "request_seq": call.last_request, "response_seq": call.final_seq,
-                      "responses": call.responses})  # fmt: skip
+        votes.append(
+            {
+                "model": model,
+                "vote": value,
+                "status": call.status,
+                "request_seq": call.last_request,
+                "response_seq": call.final_seq,
+                "responses": call.responses,
+            }
+        )
     rule = plan.aggregate
     return {
         "step": plan.name,
@@ -1063,10 +1208,20 @@ def item_decisions(
     rec, rule = _locked_step(protocol, step)
     models = tuple(m or None for m in rec.get("models") or [])
     plan = StepPlan(
-        step, "item", models, Template(step, ()), None, str(rec.get("parser")),
-        tuple(rec.get("labels") or ()), dict(schema) if schema is not None else None,
-        int((rec.get("on_unparseable") or {}).get("retry", 0)), "exclude", rule, "blind", None,
-    )  # fmt: skip
+        step,
+        "item",
+        models,
+        Template(step, ()),
+        None,
+        str(rec.get("parser")),
+        tuple(rec.get("labels") or ()),
+        dict(schema) if schema is not None else None,
+        int((rec.get("on_unparseable") or {}).get("retry", 0)),
+        "exclude",
+        rule,
+        "blind",
+        None,
+    )
     calls: dict[str, Call] = {}
     request_call: dict[int, str] = {}
     for seq, kind, body, blob in events:

@@ -22,9 +22,16 @@ SPACE = frozenset(" \t\n\x0b\x0c\r")
 CLOSING = frozenset("\"')]\u201d\u2019")
 REORDER = {"identity", "rotate", "reverse", "swap-distractors", "shuffle", "order", "all-orders"}
 TEXT = {
-    "keep-first", "keep-last", "keep-middle", "keep-sentences-prefix", "keep-first-sentences",
-    "keep-last-sentences", "keep-sections", "keep-salient", "drop-field",
-}  # fmt: skip
+    "keep-first",
+    "keep-last",
+    "keep-middle",
+    "keep-sentences-prefix",
+    "keep-first-sentences",
+    "keep-last-sentences",
+    "keep-sections",
+    "keep-salient",
+    "drop-field",
+}
 
 
 class VariantError(ValueError):
@@ -122,7 +129,9 @@ class Variants:
     """
 
     def __init__(
-        self, protocol: Mapping[str, Any], read: Callable[[str], bytes | None],
+        self,
+        protocol: Mapping[str, Any],
+        read: Callable[[str], bytes | None],
         option_counts: list[int],
     ) -> None:
         """Read and re-expand the declarations; :class:`VariantError` names the first fault."""
@@ -328,13 +337,19 @@ class Variants:
 
 
 _KEYS: dict[str, tuple[str, ...]] = {
-    "rotate": ("k",), "shuffle": ("seed",), "order": ("order",),
-    "keep-first": ("field", "fraction"), "keep-last": ("field", "fraction"),
-    "keep-middle": ("field", "fraction"), "keep-sentences-prefix": ("field", "fraction"),
-    "keep-first-sentences": ("field", "count"), "keep-last-sentences": ("field", "count"),
-    "keep-sections": ("field", "labels"), "keep-salient": ("field", "count", "stopwords"),
+    "rotate": ("k",),
+    "shuffle": ("seed",),
+    "order": ("order",),
+    "keep-first": ("field", "fraction"),
+    "keep-last": ("field", "fraction"),
+    "keep-middle": ("field", "fraction"),
+    "keep-sentences-prefix": ("field", "fraction"),
+    "keep-first-sentences": ("field", "count"),
+    "keep-last-sentences": ("field", "count"),
+    "keep-sections": ("field", "labels"),
+    "keep-salient": ("field", "count", "stopwords"),
     "drop-field": ("field",),
-}  # fmt: skip
+}
 """§1: the keys each kind needs (``labels_from`` and ``query`` have defaults)."""
 
 

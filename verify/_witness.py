@@ -55,8 +55,10 @@ class CosignerKey:
             return None
         size = _SIZES[self.alg][1]
         if len(sig.signature) != 8 + size:
-            raise ValueError(f"cosignature of {self.name} has {4 + len(sig.signature)} bytes, "
-                             f"not {12 + size} (key id, timestamp, signature)")
+            raise ValueError(
+                f"cosignature of {self.name} has {4 + len(sig.signature)} bytes, "
+                f"not {12 + size} (key id, timestamp, signature)"
+            )
         timestamp = int.from_bytes(sig.signature[:8], "big")
         if timestamp >= 2**63:
             raise ValueError(f"cosignature of {self.name}: timestamp beyond 2^63-1")
@@ -65,11 +67,13 @@ class CosignerKey:
                 from cryptography.hazmat.primitives.asymmetric.mldsa import MLDSA44PublicKey
 
                 MLDSA44PublicKey.from_public_bytes(self.public_key).verify(
-                    sig.signature[8:], self._subtree_message(timestamp, checkpoint_text))
+                    sig.signature[8:], self._subtree_message(timestamp, checkpoint_text)
+                )
             else:
                 message = f"cosignature/v1\ntime {timestamp}\n{checkpoint_text}".encode()
                 Ed25519PublicKey.from_public_bytes(self.public_key).verify(
-                    sig.signature[8:], message)
+                    sig.signature[8:], message
+                )
         except InvalidSignature:
             raise ValueError(f"the cosignature of {self.name} does not verify") from None
         return timestamp
@@ -84,9 +88,17 @@ class CosignerKey:
             size, root = int(lines[1]), base64.b64decode(lines[2], validate=True)
         except (ValueError, binascii.Error):
             raise ValueError("not a checkpoint: bad size or root line") from None
-        return (b"subtree/v1\n\0" + bytes([len(name)]) + name + timestamp.to_bytes(8, "big")
-                + bytes([len(origin)]) + origin + (0).to_bytes(8, "big") + size.to_bytes(8, "big")
-                + root)
+        return (
+            b"subtree/v1\n\0"
+            + bytes([len(name)])
+            + name
+            + timestamp.to_bytes(8, "big")
+            + bytes([len(origin)])
+            + origin
+            + (0).to_bytes(8, "big")
+            + size.to_bytes(8, "big")
+            + root
+        )
 
 
 def parse_cosigner_vkey(vkey: str) -> CosignerKey:

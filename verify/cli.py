@@ -64,18 +64,26 @@ def _witness_key(ctx: click.Context, param: click.Parameter, values: tuple[str, 
 @click.command("verify")
 @click.argument("path", metavar="PATH|URL")  # a URL is not a path: no click.Path mangling
 @click.option(
-    "--trusted-key", "trusted", multiple=True, callback=_trusted_key,
+    "--trusted-key",
+    "trusted",
+    multiple=True,
+    callback=_trusted_key,
     help="A trusted vkey or @FILE (repeatable).",
-)  # fmt: skip
+)
 @click.option(
-    "--checkpoint", "checkpoints", multiple=True,
+    "--checkpoint",
+    "checkpoints",
+    multiple=True,
     type=click.Path(dir_okay=False, path_type=Path),
     help="A checkpoint published elsewhere (repeatable).",
-)  # fmt: skip
+)
 @click.option(
-    "--witness", "witnesses", multiple=True, callback=_witness_key,
+    "--witness",
+    "witnesses",
+    multiple=True,
+    callback=_witness_key,
     help="A trusted witness's cosigner vkey or @FILE (repeatable).",
-)  # fmt: skip
+)
 @click.option(
     "--quorum",
     type=click.IntRange(min=1),
@@ -104,17 +112,27 @@ def _witness_key(ctx: click.Context, param: click.Parameter, values: tuple[str, 
     help="URL of the log published as tiles: the archive must be exactly it.",
 )
 @click.option(
-    "--inspect-log", "inspect_logs", multiple=True,
+    "--inspect-log",
+    "inspect_logs",
+    multiple=True,
     type=click.Path(dir_okay=False, exists=True, path_type=Path),
     help="Inspect AI's log (.eval) of an eval recorded in this ledger: cross-check it "
     "(repeatable; docs/inspect.md).",
-)  # fmt: skip
+)
 @click.option("--json", "as_json", is_flag=True, help="Print the report as JSON.")
 @click.option("--jobs", type=click.IntRange(min=1), default=1, help="Processes for signatures.")
-@click.option("--annex", type=click.Path(dir_okay=False, path_type=Path), default=None,
-              help="A public archive's sealed annex (with --identity): verify in full.")
-@click.option("--identity", type=click.Path(dir_okay=False, path_type=Path), default=None,
-              help="The auditor's secret key file that opens the --annex.")
+@click.option(
+    "--annex",
+    type=click.Path(dir_okay=False, path_type=Path),
+    default=None,
+    help="A public archive's sealed annex (with --identity): verify in full.",
+)
+@click.option(
+    "--identity",
+    type=click.Path(dir_okay=False, path_type=Path),
+    default=None,
+    help="The auditor's secret key file that opens the --annex.",
+)
 def verify_cmd(
     path: str,
     trusted: list[str],

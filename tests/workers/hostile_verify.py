@@ -80,8 +80,12 @@ def run_case(config: dict[str, object]) -> int:
         rc = exc.code if isinstance(exc.code, int) else 2
     sys.stdout.flush()
     usage = resource.getrusage(resource.RUSAGE_SELF)
-    trailer = {"rc": rc, "outside": outside, "forbidden": opened_forbidden,
-               "maxrss_kib": usage.ru_maxrss}  # fmt: skip
+    trailer = {
+        "rc": rc,
+        "outside": outside,
+        "forbidden": opened_forbidden,
+        "maxrss_kib": usage.ru_maxrss,
+    }
     sys.stderr.write("\n" + json.dumps(trailer) + "\n")
     sys.stderr.flush()
     return rc

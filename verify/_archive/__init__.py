@@ -104,8 +104,7 @@ def stopped(name: str, exc: BaseException, seq: int | None) -> Check:
     return Check(
         name,
         Status.FAIL,
-        f"check stopped by an unexpected error while reading {where} (seq {seq}): "
-        f"{_error(exc)}",
+        f"check stopped by an unexpected error while reading {where} (seq {seq}): {_error(exc)}",
         seq,
         where,
     )
@@ -177,8 +176,10 @@ def _with_annex(
         return first
     privacy = privacy_of(run.envs)
     if privacy is None:
-        return failed(f"{name} is not a public archive (its export.created withholds nothing); "
-                      "verify it without --annex")  # fmt: skip
+        return failed(
+            f"{name} is not a public archive (its export.created withholds nothing); "
+            "verify it without --annex"
+        )
     try:
         opened = open_annex(annex, identity)
     except AnnexError as exc:
@@ -190,9 +191,7 @@ def _with_annex(
     if problems:
         more = f" ({len(problems) - 1} more)" if len(problems) > 1 else ""
         return failed(f"the annex does not complete this archive: {problems[0]}{more}")
-    restored = frozenset(
-        [*(f"blobs/{a}" for a in opened.blobs), *opened.files]
-    )
+    restored = frozenset([*(f"blobs/{a}" for a in opened.blobs), *opened.files])
     try:
         with restored_copy(name, opened) as copy:
             report = _verify(copy, kwargs, restored=restored)
@@ -234,9 +233,14 @@ def verify_archive(
     if isinstance(checkpoints, (str, os.PathLike)):
         checkpoints = [checkpoints]
     kwargs: dict[str, Any] = {
-        "trusted_keys": trusted_keys, "checkpoints": checkpoints, "jobs": jobs,
-        "witnesses": witnesses, "quorum": quorum, "skew": skew, "tsa_roots": tsa_roots,
-    }  # fmt: skip
+        "trusted_keys": trusted_keys,
+        "checkpoints": checkpoints,
+        "jobs": jobs,
+        "witnesses": witnesses,
+        "quorum": quorum,
+        "skew": skew,
+        "tsa_roots": tsa_roots,
+    }
     if annex is not None or identity is not None:
         try:
             return _with_annex(
@@ -246,9 +250,16 @@ def verify_archive(
                 kwargs,
             )
         except Exception as exc:  # fail closed
-            return Report(path=name, checks=[Check(
-                "privacy", Status.FAIL, f"verification with the annex stopped: {_error(exc)}"
-            )])  # fmt: skip
+            return Report(
+                path=name,
+                checks=[
+                    Check(
+                        "privacy",
+                        Status.FAIL,
+                        f"verification with the annex stopped: {_error(exc)}",
+                    )
+                ],
+            )
     return _verify(name, kwargs)
 
 

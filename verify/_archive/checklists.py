@@ -26,10 +26,12 @@ CHECKLIST_DIR = "analysis/checklists"
 _DATA = Path(__file__).with_name("checklists.json")
 _PERSON = "to be completed by the authors"
 _DATA_ROLES = {"items", "item-image", "stimulus", "truth"}
-_STYLE = ("body{font-family:sans-serif;margin:1.5em auto;max-width:1100px;color:#1f2328}"
-          "table{border-collapse:collapse;width:100%}th,td{border:1px solid #d0d7de;"
-          "padding:.3em .5em;text-align:left;vertical-align:top}th{background:#f6f8fa}"
-          "td.person{color:#9a6700;font-weight:600}")  # fmt: skip
+_STYLE = (
+    "body{font-family:sans-serif;margin:1.5em auto;max-width:1100px;color:#1f2328}"
+    "table{border-collapse:collapse;width:100%}th,td{border:1px solid #d0d7de;"
+    "padding:.3em .5em;text-align:left;vertical-align:top}th{background:#f6f8fa}"
+    "td.person{color:#9a6700;font-weight:600}"
+)
 
 
 def _lists() -> list[dict[str, Any]]:
@@ -79,8 +81,9 @@ class _Facts:
     def model(self) -> tuple[str, set[int]]:
         models = self._models()
         if isinstance(self.p.get("models"), dict):
-            locked = "; ".join(f"{n} = {m.get('id')} (provider {m.get('provider')})"
-                               for n, m in models)  # fmt: skip
+            locked = "; ".join(
+                f"{n} = {m.get('id')} (provider {m.get('provider')})" for n, m in models
+            )
         else:
             locked = f"{models[0][1].get('id')} (provider {models[0][1].get('provider')})"
         firsts: dict[str, int] = {}
@@ -91,20 +94,26 @@ class _Facts:
                 firsts.setdefault(name, seq)
                 counts[name] = counts.get(name, 0) + 1
         said = ", ".join(f"{m} ({counts[m]})" for m in sorted(counts)) or "none reported"
-        backends = ", ".join(sorted({str(self.a.body(s).get("backend"))
-                                     for s in self.sessions})) or "none"  # fmt: skip
+        backends = (
+            ", ".join(sorted({str(self.a.body(s).get("backend")) for s in self.sessions})) or "none"
+        )
         sim = any(self.a.body(s).get("simulated") for s in self.sessions)
-        return (f"Locked: {locked}. Reported by the responses: {said}. Backends: {backends}"
-                f"{' (simulated: no real model answered)' if sim else ''}.",
-                {self.lock, *self.sessions, *firsts.values()})  # fmt: skip
+        return (
+            f"Locked: {locked}. Reported by the responses: {said}. Backends: {backends}"
+            f"{' (simulated: no real model answered)' if sim else ''}.",
+            {self.lock, *self.sessions, *firsts.values()},
+        )
 
     def query_dates(self) -> tuple[str, set[int]]:
         if not self.requests:
             return "No trial request was sent.", {self.lock}
         a, b = self.requests[0], self.requests[-1]
-        return (f"First request {self._time(a)} (seq {a}); last request {self._time(b)} (seq "
-                f"{b}); {len(self.requests)} requests. Times are the appender's clock, bounded "
-                "by the signed checkpoints.", {a, b})  # fmt: skip
+        return (
+            f"First request {self._time(a)} (seq {a}); last request {self._time(b)} (seq "
+            f"{b}); {len(self.requests)} requests. Times are the appender's clock, bounded "
+            "by the signed checkpoints.",
+            {a, b},
+        )
 
     def prompts(self) -> tuple[str, set[int]]:
         arms = self.p.get("arms") or {}
@@ -119,9 +128,12 @@ class _Facts:
         arms = self.p.get("arms") or {}
         system = [x for x in sorted(arms) if (arms[x] or {}).get("system")]
         fewshot = [x for x in sorted(arms) if (arms[x] or {}).get("fewshot")]
-        return ("Each trial is one stateless request with no conversation history. Arms with "
-                f"a system prompt: {', '.join(system) or 'none'}. Arms with few-shot examples: "
-                f"{', '.join(fewshot) or 'none'}.", {self.lock})  # fmt: skip
+        return (
+            "Each trial is one stateless request with no conversation history. Arms with "
+            f"a system prompt: {', '.join(system) or 'none'}. Arms with few-shot examples: "
+            f"{', '.join(fewshot) or 'none'}.",
+            {self.lock},
+        )
 
     def parameters(self) -> tuple[str, set[int]]:
         parts = []
@@ -134,12 +146,15 @@ class _Facts:
         design = self.p.get("design") or {}
         plan = self.p.get("analysis") or {}
         settings = ", ".join(f"{k} {_js(plan[k])}" for k in sorted(plan)) or "none"
-        return (f"{self.p.get('trials')} trials scheduled with {_js(design.get('replicates'))} "
-                "replicate(s) per arm and stimulus or item; "
-                f"{len(self.requests)} requests sent in {len(self.sessions)} run session(s). "
-                "Each replicate is an independent stateless call at the locked sampling "
-                "parameters and every replicate is analysed; analysis settings as locked: "
-                f"{settings}.", {self.lock, *self.sessions[:1]})  # fmt: skip
+        return (
+            f"{self.p.get('trials')} trials scheduled with {_js(design.get('replicates'))} "
+            "replicate(s) per arm and stimulus or item; "
+            f"{len(self.requests)} requests sent in {len(self.sessions)} run session(s). "
+            "Each replicate is an independent stateless call at the locked sampling "
+            "parameters and every replicate is analysed; analysis settings as locked: "
+            f"{settings}.",
+            {self.lock, *self.sessions[:1]},
+        )
 
     def randomization(self) -> tuple[str, set[int]]:
         design = self.p.get("design") or {}
@@ -153,31 +168,47 @@ class _Facts:
 
     def blinding(self) -> tuple[str, set[int]]:
         sealed, revealed = self._first("scoring.sealed"), self._first("blinding.revealed")
-        s_text = ("scores were not sealed" if sealed is None else
-                  f"scores were sealed at seq {sealed} "
-                  f"({self.a.body(sealed).get('scored')} trials scored)")  # fmt: skip
-        r_text = ("the secret was not revealed" if revealed is None
-                  else f"the secret was revealed at seq {revealed}")  # fmt: skip
+        s_text = (
+            "scores were not sealed"
+            if sealed is None
+            else f"scores were sealed at seq {sealed} "
+            f"({self.a.body(sealed).get('scored')} trials scored)"
+        )
+        r_text = (
+            "the secret was not revealed"
+            if revealed is None
+            else f"the secret was revealed at seq {revealed}"
+        )
         seqs = {self.lock} | {s for s in (sealed, revealed) if s is not None}
-        return ("Scoring saw arm codes only (HMAC-SHA256 of the arm under a secret); the "
-                f"secret's SHA-256 {self.p.get('blinding_commitment')} was committed at lock "
-                f"(seq {self.lock}); {s_text}, then {r_text}.", seqs)  # fmt: skip
+        return (
+            "Scoring saw arm codes only (HMAC-SHA256 of the arm under a secret); the "
+            f"secret's SHA-256 {self.p.get('blinding_commitment')} was committed at lock "
+            f"(seq {self.lock}); {s_text}, then {r_text}.",
+            seqs,
+        )
 
     def registration(self) -> tuple[str, set[int]]:
         r = self.registered
         first = self.requests[0] if self.requests else None
-        when = ("no trial request followed" if first is None
-                else f"before the first trial request (seq {first})")  # fmt: skip
-        return (f"Protocol locked at seq {r} ({self._time(r)}), {when}; its registration "
-                f"checkpoint is ledger/checkpoints/{r + 1:08d}.txt.",
-                {r} | ({first} if first is not None else set()))  # fmt: skip
+        when = (
+            "no trial request followed"
+            if first is None
+            else f"before the first trial request (seq {first})"
+        )
+        return (
+            f"Protocol locked at seq {r} ({self._time(r)}), {when}; its registration "
+            f"checkpoint is ledger/checkpoints/{r + 1:08d}.txt.",
+            {r} | ({first} if first is not None else set()),
+        )
 
     def deviations(self) -> tuple[str, set[int]]:
         declared = [str((d or {}).get("id")) for d in self.p.get("deviations") or []]
         amended = self.a.of_kind("protocol.amended")
-        return (f"Declared before the run: {', '.join(declared) or 'none'}. Amendments "
-                f"recorded: {', '.join(f'seq {s}' for s in amended) or 'none'}.",
-                {self.lock, *amended})  # fmt: skip
+        return (
+            f"Declared before the run: {', '.join(declared) or 'none'}. Amendments "
+            f"recorded: {', '.join(f'seq {s}' for s in amended) or 'none'}.",
+            {self.lock, *amended},
+        )
 
     def flow(self) -> tuple[str, set[int]]:
         rows, _ = flow_counts(self.a)
@@ -191,11 +222,14 @@ class _Facts:
             for s in (self._first("scoring.sealed"), self._first("analysis.result"))
             if s is not None
         }
-        return (f"Scheduled {n('scheduled')}, requested {n('requested')}, responded "
-                f"{n('responded')}, given up {n('given_up')}, no final outcome "
-                f"{n('no_outcome')}, scored {n('parsed', 'unparseable', 'refused')}, excluded "
-                f"{n('control', 'excluded_unparseable')}, analysed {n('analysed')} (per arm: "
-                "analysis/tables/flow.csv and analysis/figures/flow.svg).", seqs)  # fmt: skip
+        return (
+            f"Scheduled {n('scheduled')}, requested {n('requested')}, responded "
+            f"{n('responded')}, given up {n('given_up')}, no final outcome "
+            f"{n('no_outcome')}, scored {n('parsed', 'unparseable', 'refused')}, excluded "
+            f"{n('control', 'excluded_unparseable')}, analysed {n('analysed')} (per arm: "
+            "analysis/tables/flow.csv and analysis/figures/flow.svg).",
+            seqs,
+        )
 
     def sample(self) -> tuple[str, set[int]]:
         items = self.p.get("items")
@@ -203,15 +237,20 @@ class _Facts:
             what = f"{items.get('count')} items"
         else:
             what = f"{len(self.p.get('stimuli') or [])} stimuli"
-        return (f"{what}, {len(self.p.get('arms') or {})} arms, {self.p.get('trials')} trials, "
-                "as locked.", {self.lock})  # fmt: skip
+        return (
+            f"{what}, {len(self.p.get('arms') or {})} arms, {self.p.get('trials')} trials, "
+            "as locked.",
+            {self.lock},
+        )
 
     def analysis(self) -> tuple[str, set[int]]:
         seqs = [s for s in self.a.of_kind("analysis.result") if self.a.body(s).get("hypothesis")]
         if not seqs:
             return "No registered hypothesis.", {self.lock}
-        listed = "; ".join(f"{b.get('hypothesis')} ({b.get('test')}): {b.get('verdict')}"
-                           for b in (self.a.body(s) for s in seqs))  # fmt: skip
+        listed = "; ".join(
+            f"{b.get('hypothesis')} ({b.get('test')}): {b.get('verdict')}"
+            for b in (self.a.body(s) for s in seqs)
+        )
         return (
             f"{len(seqs)} registered hypothesis result(s): {listed} (estimates and "
             "intervals in analysis/results.json and the report).",
@@ -222,14 +261,19 @@ class _Facts:
         response = self.p.get("response") or {}
         exclude = (self.p.get("analysis") or {}).get("exclude_unparseable", True)
         sealed = self._first("scoring.sealed")
-        return (f"Responses parsed by {response.get('parser')} (format "
-                f"{response.get('format')}) and scored against the locked reference by the "
-                f"scorer, blind to the arm; exclude_unparseable {_js(exclude)}.",
-                {self.lock} | ({sealed} if sealed is not None else set()))  # fmt: skip
+        return (
+            f"Responses parsed by {response.get('parser')} (format "
+            f"{response.get('format')}) and scored against the locked reference by the "
+            f"scorer, blind to the arm; exclude_unparseable {_js(exclude)}.",
+            {self.lock} | ({sealed} if sealed is not None else set()),
+        )
 
     def stimuli(self) -> tuple[str, set[int]]:
-        seqs = [s for s in self.a.of_kind("artifact.locked")
-                if self.a.body(s).get("role") in _DATA_ROLES]  # fmt: skip
+        seqs = [
+            s
+            for s in self.a.of_kind("artifact.locked")
+            if self.a.body(s).get("role") in _DATA_ROLES
+        ]
         roles: dict[str, int] = {}
         for s in seqs:
             role = str(self.a.body(s).get("role"))
@@ -262,11 +306,15 @@ def expected_files(a: Archive) -> dict[str, tuple[str, list[str]]]:
     out: dict[str, tuple[str, list[str]]] = {}
     for c in _lists():
         head = f"{c['title']} checklist: {title}"
-        intro = ("Filled from the signed ledger by PROMPT Ledger (docs/reporting.md §2 of the "
-                 "tool): each answer the ledger can give links the events that prove it, as "
-                 "/proof/SEQ pages of ")  # fmt: skip
-        tail = ("on this archive. Item texts are paraphrases; check them against the published "
-                "checklist: ")  # fmt: skip
+        intro = (
+            "Filled from the signed ledger by PROMPT Ledger (docs/reporting.md §2 of the "
+            "tool): each answer the ledger can give links the events that prove it, as "
+            "/proof/SEQ pages of "
+        )
+        tail = (
+            "on this archive. Item texts are paraphrases; check them against the published "
+            "checklist: "
+        )
         md = [
             f"# {head}",
             "",
@@ -275,20 +323,25 @@ def expected_files(a: Archive) -> dict[str, tuple[str, list[str]]]:
             "| item | section | what to report | answer | evidence |",
             "|---|---|---|---|---|",
         ]
-        ht = ["<!DOCTYPE html>",
-              f'<html lang="en"><head><meta charset="utf-8"><title>{html.escape(head)}</title>'
-              f"<style>{_STYLE}</style></head><body>", f"<h1>{html.escape(head)}</h1>",
-              f"<p>Study {html.escape(study)}. {intro}<code>ledger view</code> {tail}"
-              f"{html.escape(c['source'])}.</p>",
-              "<table><thead><tr><th>item</th><th>section</th><th>what to report</th>"
-              "<th>answer</th><th>evidence</th></tr></thead><tbody>"]  # fmt: skip
+        ht = [
+            "<!DOCTYPE html>",
+            f'<html lang="en"><head><meta charset="utf-8"><title>{html.escape(head)}</title>'
+            f"<style>{_STYLE}</style></head><body>",
+            f"<h1>{html.escape(head)}</h1>",
+            f"<p>Study {html.escape(study)}. {intro}<code>ledger view</code> {tail}"
+            f"{html.escape(c['source'])}.</p>",
+            "<table><thead><tr><th>item</th><th>section</th><th>what to report</th>"
+            "<th>answer</th><th>evidence</th></tr></thead><tbody>",
+        ]
         md_ids = [""] * len(md)
         ht_ids = [""] * len(ht)
         person: list[str] = []
         for item in c["items"]:
             iid, sec, what = str(item["id"]), str(item["section"]), str(item["text"])
-            cells = (f"<td>{html.escape(iid)}</td><td>{html.escape(sec)}</td>"
-                     f"<td>{html.escape(what)}</td>")  # fmt: skip
+            cells = (
+                f"<td>{html.escape(iid)}</td><td>{html.escape(sec)}</td>"
+                f"<td>{html.escape(what)}</td>"
+            )
             if item.get("fact") is None:
                 person.append(iid)
                 md.append(f"| {_md(iid)} | {_md(sec)} | {_md(what)} | **{_PERSON}** | – |")
@@ -303,9 +356,11 @@ def expected_files(a: Archive) -> dict[str, tuple[str, list[str]]]:
                     + ", ".join(f"[seq {s}](/proof/{s})" for s in seqs)
                     + " |"
                 )
-                ht.append(f"<tr>{cells}<td>{html.escape(text)}</td><td>"
-                          + ", ".join(f'<a href="/proof/{s}">seq {s}</a>' for s in seqs)
-                          + "</td></tr>")  # fmt: skip
+                ht.append(
+                    f"<tr>{cells}<td>{html.escape(text)}</td><td>"
+                    + ", ".join(f'<a href="/proof/{s}">seq {s}</a>' for s in seqs)
+                    + "</td></tr>"
+                )
             md_ids.append(iid)
             ht_ids.append(iid)
         md += ["", f"Items for the authors to complete: {', '.join(person) or 'none'}.", ""]
@@ -346,13 +401,17 @@ def check_checklists(a: Archive) -> Check:
             if g != w:
                 item = ids[number - 1] if number - 1 < len(ids) else ""
                 what = f" (item {item})" if item else ""
-                st.fail(f"{rel} line {number}{what} says {g[:160]!r}; the events give "
-                        f"{w[:160]!r}", where=f"{rel} line {number}")  # fmt: skip
+                st.fail(
+                    f"{rel} line {number}{what} says {g[:160]!r}; the events give {w[:160]!r}",
+                    where=f"{rel} line {number}",
+                )
                 break
         else:
             if len(got_lines) != len(want_lines):
-                st.fail(f"{rel} has {len(got_lines)} lines; the events give {len(want_lines)}",
-                        where=rel)  # fmt: skip
+                st.fail(
+                    f"{rel} has {len(got_lines)} lines; the events give {len(want_lines)}",
+                    where=rel,
+                )
         if rel.endswith(".md"):
             mechanical += sum(1 for line in want_lines if "](/proof/" in line)
     return st.check(

@@ -20,8 +20,9 @@ def _cell(value: Any) -> str:
     return "" if value is None else str(value)
 
 
-def _compare_csv(st: _State, a: Archive, rel: str, header: list[str], want: list[list[str]],
-                 same: Any = None) -> None:  # fmt: skip
+def _compare_csv(
+    st: _State, a: Archive, rel: str, header: list[str], want: list[list[str]], same: Any = None
+) -> None:
     data = a.file(rel)
     if data is None:
         st.fail(a.absent(rel), where=rel)
@@ -39,8 +40,10 @@ def _compare_csv(st: _State, a: Archive, rel: str, header: list[str], want: list
     for number, (row, expected) in enumerate(zip(rows[1:], want, strict=False), start=2):
         if row != expected and not (same is not None and same(row, expected)):
             where = f"{rel} line {number}"
-            st.fail(f"{where}: {','.join(row)!r} is not {','.join(expected)!r} from the events",
-                    where=where)  # fmt: skip
+            st.fail(
+                f"{where}: {','.join(row)!r} is not {','.join(expected)!r} from the events",
+                where=where,
+            )
 
 
 def _compare_steps(st: _State, a: Archive) -> None:
@@ -51,8 +54,10 @@ def _compare_steps(st: _State, a: Archive) -> None:
     study, _ = a.study()
     replay = replay_of(a, study)[0] if study is not None else None
     if replay is None:
-        st.fail("trials/steps.csv cannot be re-derived: the locked steps cannot be read",
-                where="trials/steps.csv")  # fmt: skip
+        st.fail(
+            "trials/steps.csv cannot be re-derived: the locked steps cannot be read",
+            where="trials/steps.csv",
+        )
         return
     outcome: dict[int, int] = {}
     for seq in sorted(a.of_kind("step.responded") + a.of_kind("step.failed")):
@@ -76,17 +81,46 @@ def _compare_steps(st: _State, a: Archive) -> None:
             final = value is not None or responses[str(b.get("call"))] >= plan.retry + 1
         elif out is not None:
             final = ob.get("final") is True
-        rows.append([
-            _cell(seq), _cell(b.get("call")), _cell(b.get("step")), _cell(b.get("model")),
-            _cell(b.get("item")), _cell(b.get("trial")) if "trial" in b else "",
-            _cell(b.get("attempt")), _cell(b.get("request_sha256")),
-            kind.split(".")[1] if kind else "none", _cell(out),
-            _cell(a.blob_ref(out, "response")) if kind == "step.responded" and out else "",
-            vote, _cell(ob.get("error_type")) if kind == "step.failed" else "", str(final),
-        ])  # fmt: skip
-    _compare_csv(st, a, "trials/steps.csv", [
-        "request_seq", "call", "step", "model", "item", "trial", "attempt", "request_sha256",
-        "outcome", "outcome_seq", "response_sha256", "vote", "error_type", "final"], rows)
+        rows.append(
+            [
+                _cell(seq),
+                _cell(b.get("call")),
+                _cell(b.get("step")),
+                _cell(b.get("model")),
+                _cell(b.get("item")),
+                _cell(b.get("trial")) if "trial" in b else "",
+                _cell(b.get("attempt")),
+                _cell(b.get("request_sha256")),
+                kind.split(".")[1] if kind else "none",
+                _cell(out),
+                _cell(a.blob_ref(out, "response")) if kind == "step.responded" and out else "",
+                vote,
+                _cell(ob.get("error_type")) if kind == "step.failed" else "",
+                str(final),
+            ]
+        )
+    _compare_csv(
+        st,
+        a,
+        "trials/steps.csv",
+        [
+            "request_seq",
+            "call",
+            "step",
+            "model",
+            "item",
+            "trial",
+            "attempt",
+            "request_sha256",
+            "outcome",
+            "outcome_seq",
+            "response_sha256",
+            "vote",
+            "error_type",
+            "final",
+        ],
+        rows,
+    )
 
 
 def _check_readme_study(st: _State, a: Archive, text: list[str]) -> None:
@@ -127,13 +161,33 @@ def check_derived(a: Archive) -> Check:
     """The human-readable tables and the README verdicts say what the events say."""
     st = _State("derived")
     scores = [
-        [_cell(seq)] + [_cell(a.body(seq).get(k)) for k in (
-            "response_seq", "arm_code", "stimulus", "status", "n_items", "n_answered",
-            "n_correct", "scores_sha256")]
+        [_cell(seq)]
+        + [
+            _cell(a.body(seq).get(k))
+            for k in (
+                "response_seq",
+                "arm_code",
+                "stimulus",
+                "status",
+                "n_items",
+                "n_answered",
+                "n_correct",
+                "scores_sha256",
+            )
+        ]
         for seq in a.of_kind("trial.scored")
-    ]  # fmt: skip
-    header = ["scored_seq", "response_seq", "arm_code", "stimulus", "status", "n_items",
-              "n_answered", "n_correct", "scores_sha256"]  # fmt: skip
+    ]
+    header = [
+        "scored_seq",
+        "response_seq",
+        "arm_code",
+        "stimulus",
+        "status",
+        "n_items",
+        "n_answered",
+        "n_correct",
+        "scores_sha256",
+    ]
     _compare_csv(st, a, "scores/scores.csv", header, scores)
     outcome: dict[int, int] = {}
     for seq in sorted(a.of_kind("trial.responded") + a.of_kind("trial.failed")):
@@ -148,36 +202,71 @@ def check_derived(a: Archive) -> Check:
         kind = env.get("kind") if env is not None else None
         ob = a.body(out) if out is not None else {}
         final = kind == "trial.responded" or bool(ob.get("final")) if out is not None else False
-        attempts.append([
-            _cell(seq), _cell(b.get("position")), _cell(b.get("trial")), _cell(b.get("attempt")),
-            _cell(b.get("request_sha256")), str(kind).split(".")[1] if kind else "none",
-            _cell(out), _cell(a.blob_ref(out, "response")) if out is not None else "",
-            _cell(ob.get("error_type")) if kind == "trial.failed" else "", str(final),
-        ])  # fmt: skip
-    _compare_csv(st, a, "trials/attempts.csv", ["request_seq", "position", "trial", "attempt",
-                 "request_sha256", "outcome", "outcome_seq", "response_sha256", "error_type",
-                 "final"], attempts)  # fmt: skip
+        attempts.append(
+            [
+                _cell(seq),
+                _cell(b.get("position")),
+                _cell(b.get("trial")),
+                _cell(b.get("attempt")),
+                _cell(b.get("request_sha256")),
+                str(kind).split(".")[1] if kind else "none",
+                _cell(out),
+                _cell(a.blob_ref(out, "response")) if out is not None else "",
+                _cell(ob.get("error_type")) if kind == "trial.failed" else "",
+                str(final),
+            ]
+        )
+    _compare_csv(
+        st,
+        a,
+        "trials/attempts.csv",
+        [
+            "request_seq",
+            "position",
+            "trial",
+            "attempt",
+            "request_sha256",
+            "outcome",
+            "outcome_seq",
+            "response_sha256",
+            "error_type",
+            "final",
+        ],
+        attempts,
+    )
     if "steps" in a.protocol:
         _compare_steps(st, a)
     results = [a.body(seq) for seq in a.of_kind("analysis.result")]
     hyps = [r for r in results if r.get("hypothesis")]
     verdicts = [
-        [_cell(r.get("hypothesis")), _cell(r.get("test")), _cell(r.get("status")),
-         _cell(r.get("verdict")), json.dumps(r["decided_by"], sort_keys=True)
-         if r.get("decided_by") else "", _cell(r.get("error")) if r.get("error") else ""]
+        [
+            _cell(r.get("hypothesis")),
+            _cell(r.get("test")),
+            _cell(r.get("status")),
+            _cell(r.get("verdict")),
+            json.dumps(r["decided_by"], sort_keys=True) if r.get("decided_by") else "",
+            _cell(r.get("error")) if r.get("error") else "",
+        ]
         for r in hyps
-    ]  # fmt: skip
+    ]
 
     def same_verdict(row: list[str], want: list[str]) -> bool:  # decided_by compared as JSON
         try:
             parsed = json.loads(row[4]) if row[4] else None
             return row[:4] + row[5:] == want[:4] + want[5:] and parsed == (
-                json.loads(want[4]) if want[4] else None)
+                json.loads(want[4]) if want[4] else None
+            )
         except (ValueError, IndexError, RecursionError):
             return False
 
-    _compare_csv(st, a, "analysis/tables/verdicts.csv", ["hypothesis", "test", "status",
-                 "verdict", "decided_by", "error"], verdicts, same_verdict)  # fmt: skip
+    _compare_csv(
+        st,
+        a,
+        "analysis/tables/verdicts.csv",
+        ["hypothesis", "test", "status", "verdict", "decided_by", "error"],
+        verdicts,
+        same_verdict,
+    )
     readme = a.file("README.md")
     if readme is None:
         st.fail(a.absent("README.md"), where="README.md")
@@ -195,13 +284,17 @@ def check_derived(a: Archive) -> Check:
             if got is None:
                 st.fail(f"README.md has no verdict row for {h}", where="README.md")
             elif got[:2] != want_cells:
-                st.fail(f"README.md line {got[2]}: {h} says {got[0]} / {got[1]}, the "
-                        f"analysis.result says {want_cells[0]} / {want_cells[1]}",
-                        where=f"README.md line {got[2]}")  # fmt: skip
+                st.fail(
+                    f"README.md line {got[2]}: {h} says {got[0]} / {got[1]}, the "
+                    f"analysis.result says {want_cells[0]} / {want_cells[1]}",
+                    where=f"README.md line {got[2]}",
+                )
         for h, (_, _, number) in table.items():
             if not h.startswith("---"):
-                st.fail(f"README.md line {number}: verdict row {h} has no analysis.result",
-                        where=f"README.md line {number}")  # fmt: skip
+                st.fail(
+                    f"README.md line {number}: verdict row {h} has no analysis.result",
+                    where=f"README.md line {number}",
+                )
         _check_readme_study(st, a, text)
     return st.check(
         f"scores/scores.csv, trials/attempts.csv, analysis/tables/verdicts.csv and the README "

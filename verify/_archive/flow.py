@@ -35,13 +35,30 @@ __all__ = [
 FLOW_CSV = "analysis/tables/flow.csv"
 FLOW_SVG = "analysis/figures/flow.svg"
 FLOW_FIGURE = "flow.png"
-NAMES = ["scheduled", "excluded_unsent", "never_sent", "requested", "given_up", "no_outcome",
-         "interrupted_attempts", "responded", "not_scored", "parsed", "unparseable", "refused",
-         "control", "excluded_unparseable", "analysed"]  # fmt: skip
+NAMES = [
+    "scheduled",
+    "excluded_unsent",
+    "never_sent",
+    "requested",
+    "given_up",
+    "no_outcome",
+    "interrupted_attempts",
+    "responded",
+    "not_scored",
+    "parsed",
+    "unparseable",
+    "refused",
+    "control",
+    "excluded_unparseable",
+    "analysed",
+]
 HEADER = ["level", "arm", "model", "variant", *NAMES]
 _TEXT = re.compile(r"<text\b[^>]*>(.*?)</text>", re.S)
-_FORBIDDEN = re.compile(r"<\s*(script|foreignObject|image|a|iframe|style)\b|\son[a-z]+\s*=|"
-                        r"href\s*=\s*\"(?!url\(#)|javascript:", re.I)  # fmt: skip
+_FORBIDDEN = re.compile(
+    r"<\s*(script|foreignObject|image|a|iframe|style)\b|\son[a-z]+\s*=|"
+    r"href\s*=\s*\"(?!url\(#)|javascript:",
+    re.I,
+)
 
 Key = tuple[str, str, str, str]  # (level, arm, model, variant)
 
@@ -97,11 +114,21 @@ def _outcome(a: Archive, dataset: dict[int, tuple[str, str]]) -> dict[str, list[
             out[tid] = ["requested", "responded", "not_scored"]
             continue
         status = scored[rseq]
-        kind = ("parsed" if status in ("ok", "partial") else
-                "refused" if status == "refused" else "unparseable")  # fmt: skip
+        kind = (
+            "parsed"
+            if status in ("ok", "partial")
+            else "refused"
+            if status == "refused"
+            else "unparseable"
+        )
         control, excluded = dataset.get(rseq, ("False", "False"))
-        last = ("control" if control == "True" else
-                "excluded_unparseable" if excluded == "True" else "analysed")  # fmt: skip
+        last = (
+            "control"
+            if control == "True"
+            else "excluded_unparseable"
+            if excluded == "True"
+            else "analysed"
+        )
         out[tid] = ["requested", "responded", kind, last]
     return out
 
@@ -188,14 +215,24 @@ def svg_lines(rows: dict[Key, dict[str, int]]) -> list[str]:
         out.extend(_arm_line([(arm, sum(c[n] for n in names)) for arm, c in arms]))
 
     box("Scheduled (the locked schedule)", ["scheduled"], [])
-    box("Not sent", ["excluded_unsent", "never_sent"],
-        [f"excluded before sending (trial.excluded): {t['excluded_unsent']}",
-         f"never requested: {t['never_sent']}"])  # fmt: skip
+    box(
+        "Not sent",
+        ["excluded_unsent", "never_sent"],
+        [
+            f"excluded before sending (trial.excluded): {t['excluded_unsent']}",
+            f"never requested: {t['never_sent']}",
+        ],
+    )
     box("Requested", ["requested"], [])
-    box("No response", ["given_up", "no_outcome"],
-        [f"given up (final trial.failed): {t['given_up']}",
-         f"no final outcome (interrupted or pending): {t['no_outcome']}",
-         f"attempts interrupted (re-sent or open): {t['interrupted_attempts']}"])  # fmt: skip
+    box(
+        "No response",
+        ["given_up", "no_outcome"],
+        [
+            f"given up (final trial.failed): {t['given_up']}",
+            f"no final outcome (interrupted or pending): {t['no_outcome']}",
+            f"attempts interrupted (re-sent or open): {t['interrupted_attempts']}",
+        ],
+    )
     box("Responded", ["responded"], [])
     box("Not scored", ["not_scored"], [])
     box(
@@ -220,17 +257,46 @@ def flow_table(a: Archive) -> tuple[str, list[str], list[list[str]]] | None:
     rows, _ = flow_counts(a)
     if not rows:
         return None
-    columns = [["scheduled"], ["excluded_unsent", "never_sent"], ["requested"], ["given_up"],
-               ["no_outcome"], ["responded"], ["parsed"], ["unparseable"], ["refused"],
-               ["control"], ["excluded_unparseable"], ["analysed"]]  # fmt: skip
-    body = [[k[1], *(str(sum(c[n] for n in col)) for col in columns)]
-            for k, c in rows.items() if k[0] == "arm"]  # fmt: skip
+    columns = [
+        ["scheduled"],
+        ["excluded_unsent", "never_sent"],
+        ["requested"],
+        ["given_up"],
+        ["no_outcome"],
+        ["responded"],
+        ["parsed"],
+        ["unparseable"],
+        ["refused"],
+        ["control"],
+        ["excluded_unparseable"],
+        ["analysed"],
+    ]
+    body = [
+        [k[1], *(str(sum(c[n] for n in col)) for col in columns)]
+        for k, c in rows.items()
+        if k[0] == "arm"
+    ]
     total = rows[("all", "", "", "")]
     body.append(["all arms", *(str(sum(total[n] for n in col)) for col in columns)])
-    return ("Trial flow per arm (CONSORT-style): from the locked schedule to the registered "
-            "analysis", ["arm", "scheduled", "not sent", "requested", "given up",
-                         "no final outcome", "responded", "parsed", "unparseable", "refused",
-                         "control", "excluded", "analysed"], body)  # fmt: skip
+    return (
+        "Trial flow per arm (CONSORT-style): from the locked schedule to the registered analysis",
+        [
+            "arm",
+            "scheduled",
+            "not sent",
+            "requested",
+            "given up",
+            "no final outcome",
+            "responded",
+            "parsed",
+            "unparseable",
+            "refused",
+            "control",
+            "excluded",
+            "analysed",
+        ],
+        body,
+    )
 
 
 # ------------------------------------------------------------------------------- the check
@@ -247,24 +313,31 @@ def _check_csv(st: _State, a: Archive, rows: dict[Key, dict[str, int]]) -> None:
         st.fail(f"{FLOW_CSV} cannot be read: {exc}", where=FLOW_CSV)
         return
     if not table or table[0] != HEADER:
-        st.fail(f"{FLOW_CSV} line 1: the header is not {','.join(HEADER)}",
-                where=f"{FLOW_CSV} line 1")  # fmt: skip
+        st.fail(
+            f"{FLOW_CSV} line 1: the header is not {','.join(HEADER)}", where=f"{FLOW_CSV} line 1"
+        )
         return
     want = list(rows.items())
     for number, (row, (key, counts)) in enumerate(zip(table[1:], want, strict=False), start=2):
         where = f"{FLOW_CSV} line {number}"
         if len(row) != len(HEADER) or tuple(row[:4]) != key:
-            st.fail(f"{where}: the row is {','.join(row[:4])!r}; the events give "
-                    f"{','.join(key)!r} there", where=where)  # fmt: skip
+            st.fail(
+                f"{where}: the row is {','.join(row[:4])!r}; the events give "
+                f"{','.join(key)!r} there",
+                where=where,
+            )
             continue
         for name, cell in zip(NAMES, row[4:], strict=True):
             if cell != str(counts[name]):
                 label = "/".join(p for p in key[1:] if p) or "all trials"
-                st.fail(f"{where} ({label}): {name} is {cell!r}; the events give "
-                        f"{counts[name]}", where=where)  # fmt: skip
+                st.fail(
+                    f"{where} ({label}): {name} is {cell!r}; the events give {counts[name]}",
+                    where=where,
+                )
     if len(table) - 1 != len(want):
-        st.fail(f"{FLOW_CSV} has {len(table) - 1} rows; the events give {len(want)}",
-                where=FLOW_CSV)  # fmt: skip
+        st.fail(
+            f"{FLOW_CSV} has {len(table) - 1} rows; the events give {len(want)}", where=FLOW_CSV
+        )
 
 
 def _check_svg(st: _State, a: Archive, rows: dict[Key, dict[str, int]]) -> None:
@@ -290,12 +363,14 @@ def _check_svg(st: _State, a: Archive, rows: dict[Key, dict[str, int]]) -> None:
     want = svg_lines(rows)
     for i, (got, expected) in enumerate(zip(found, want, strict=False), start=1):
         if got != expected:
-            st.fail(f"{FLOW_SVG} text {i} says {got!r}; the events give {expected!r}",
-                    where=FLOW_SVG)  # fmt: skip
+            st.fail(
+                f"{FLOW_SVG} text {i} says {got!r}; the events give {expected!r}", where=FLOW_SVG
+            )
             return
     if len(found) != len(want):
-        st.fail(f"{FLOW_SVG} has {len(found)} text lines; the events give {len(want)}",
-                where=FLOW_SVG)  # fmt: skip
+        st.fail(
+            f"{FLOW_SVG} has {len(found)} text lines; the events give {len(want)}", where=FLOW_SVG
+        )
 
 
 def check_flow(a: Archive) -> Check:

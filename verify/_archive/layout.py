@@ -60,10 +60,21 @@ _FIXED_FILES = frozenset(
 )
 _FIXED_DIRS = frozenset(
     {
-        "ledger", "ledger/checkpoints", "ledger/keys", "blobs", "protocol", "protocol/arms",
-        "stimuli", "truth", "trials", "scores", "analysis", "analysis/tables", "analysis/figures",
+        "ledger",
+        "ledger/checkpoints",
+        "ledger/keys",
+        "blobs",
+        "protocol",
+        "protocol/arms",
+        "stimuli",
+        "truth",
+        "trials",
+        "scores",
+        "analysis",
+        "analysis/tables",
+        "analysis/figures",
     }
-)  # fmt: skip
+)
 _CHECKPOINT = re.compile(r"ledger/checkpoints/[0-9]{8}\.txt")
 _BLOB = re.compile(r"blobs/([0-9a-f]{64})")
 

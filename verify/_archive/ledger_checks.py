@@ -37,9 +37,7 @@ class FileCheckpoint:
     ``data`` is ``None`` when the file could not be read; ``unreadable`` then says why.
     """
 
-    __slots__ = (
-        "cp", "created", "id", "label", "note", "problem", "root_col", "size_col", "where"
-    )  # fmt: skip
+    __slots__ = ("cp", "created", "id", "label", "note", "problem", "root_col", "size_col", "where")
 
     def __init__(self, name: str, data: bytes | None, unreadable: str = "") -> None:
         self.id = name
@@ -284,9 +282,11 @@ class ArchiveRun(_Run):
         registration = [size for size, _, what in self.promised if what.startswith("protocol")]
         sessions = len(self.promised) - len(registration)
         reg = (
-            f"registration size {registration[0]}" if len(registration) == 1
+            f"registration size {registration[0]}"
+            if len(registration) == 1
             else f"registration sizes {', '.join(map(str, registration))} (one per phase)"
-            if registration else "no registration"
+            if registration
+            else "no registration"
         )
         return f"{reg}, {sessions} run session(s)"
 
@@ -314,8 +314,9 @@ class ArchiveRun(_Run):
             if digest is None:
                 st.fail(f"{prefix} {files.describe(rel)}", ref[0] if ref else None, where=rel)
             elif digest != name:
-                st.fail(f"{prefix} does not hash to its name", ref[0] if ref else None,
-                        where=show(rel))  # fmt: skip
+                st.fail(
+                    f"{prefix} does not hash to its name", ref[0] if ref else None, where=show(rel)
+                )
         withheld: set[str] = set()
         if not self.restored:
             from verify._privacy import privacy_of

@@ -92,7 +92,9 @@ def check_export(a: Archive) -> Check:
     covered = {
         p: a.hashes.get(p)
         for p in a.files.files
-        if p != MANIFEST and not p.startswith("ledger/") and not p.startswith("blobs/")
+        if p != MANIFEST
+        and not p.startswith("ledger/")
+        and not p.startswith("blobs/")
         and p not in a.restored  # a withheld file put back from the annex (docs/privacy.md)
     }
     entries = [*a.files.files, *a.files.others, *a.files.dirs]
@@ -102,11 +104,17 @@ def check_export(a: Archive) -> Check:
     for name in blob_names:
         have = a.hashes.get(f"blobs/{name}")
         if have is None:
-            st.fail(f"blobs/{show(name)} {a.files.describe('blobs/' + name)}", seq,
-                    where=f"blobs/{show(name)}")  # fmt: skip
+            st.fail(
+                f"blobs/{show(name)} {a.files.describe('blobs/' + name)}",
+                seq,
+                where=f"blobs/{show(name)}",
+            )
         elif have != name:
-            st.fail(f"blobs/{show(name)}: content SHA-256 is {have}, not its name",
-                    seq, where=f"blobs/{show(name)}")  # fmt: skip
+            st.fail(
+                f"blobs/{show(name)}: content SHA-256 is {have}, not its name",
+                seq,
+                where=f"blobs/{show(name)}",
+            )
     blobs = body.get("blobs")
     listing_text = "".join(f"{n}\n" for n in blob_names).encode("utf-8", "surrogateescape")
     listing = hashlib.sha256(listing_text).hexdigest()
@@ -125,8 +133,7 @@ def check_export(a: Archive) -> Check:
         if have is None:
             why = a.files.describe(path)
             why = "missing" if why == "is missing" else f"it {why}"
-            st.fail(f"{path} is covered by export.created (seq {seq}) but {why}", seq,
-                    where=path)  # fmt: skip
+            st.fail(f"{path} is covered by export.created (seq {seq}) but {why}", seq, where=path)
         elif have != files[path]:
             st.fail(
                 f"{path}: SHA-256 {have} differs from export.created (seq {seq}): {files[path]}",
@@ -134,8 +141,7 @@ def check_export(a: Archive) -> Check:
                 where=path,
             )
     for path in sorted(set(covered) - set(files)):
-        st.fail(f"{show(path)} is not covered by export.created (seq {seq})", seq,
-                where=show(path))  # fmt: skip
+        st.fail(f"{show(path)} is not covered by export.created (seq {seq})", seq, where=show(path))
     if a.n not in a.checkpoint_sizes:
         st.fail(
             f"no checkpoint in ledger/checkpoints/ has size {a.n}, so none covers export.created "

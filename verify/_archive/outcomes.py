@@ -26,8 +26,9 @@ def check_outcomes(a: Archive) -> Check:
         tid = body.get("trial")
         want = attempts.get(str(tid), 0) + 1
         if body.get("attempt") != want:
-            st.fail(f"seq {seq}: trial {tid} attempt is {body.get('attempt')!r}, expected {want}",
-                    seq)  # fmt: skip
+            st.fail(
+                f"seq {seq}: trial {tid} attempt is {body.get('attempt')!r}, expected {want}", seq
+            )
         attempts[str(tid)] = want
     for seq in outcome_seqs:
         env = a.envs[seq]
@@ -44,22 +45,32 @@ def check_outcomes(a: Archive) -> Check:
         if kind == "trial.responded":
             ref = a.blob_ref(seq, "response")
             if ref is None or not a.blob_ok(ref):
-                st.fail(f"seq {seq}: response blob {ref} is missing or altered", seq,
-                        where=f"blobs/{ref}")  # fmt: skip
+                st.fail(
+                    f"seq {seq}: response blob {ref} is missing or altered",
+                    seq,
+                    where=f"blobs/{ref}",
+                )
         if kind == "trial.responded" or body.get("final") is True:
             final.setdefault(str(req.get("trial")), []).append(seq)
     for rseq, outs in outcomes.items():
         if not outs:
-            st.fail(f"seq {rseq}: trial.requested ({requests[rseq].get('trial')}) has no "
-                    "outcome", rseq)  # fmt: skip
+            st.fail(
+                f"seq {rseq}: trial.requested ({requests[rseq].get('trial')}) has no outcome", rseq
+            )
         elif len(outs) > 1:
-            st.fail(f"seq {rseq}: trial.requested has {len(outs)} outcomes (seqs "
-                    f"{', '.join(map(str, outs))})", outs[1])  # fmt: skip
+            st.fail(
+                f"seq {rseq}: trial.requested has {len(outs)} outcomes (seqs "
+                f"{', '.join(map(str, outs))})",
+                outs[1],
+            )
     for seq, body in requests.items():
         first_final = final.get(str(body.get("trial")), [])
         if first_final and first_final[0] < seq:
-            st.fail(f"seq {seq}: trial {body.get('trial')} requested after its final outcome "
-                    f"(seq {first_final[0]})", seq)  # fmt: skip
+            st.fail(
+                f"seq {seq}: trial {body.get('trial')} requested after its final outcome "
+                f"(seq {first_final[0]})",
+                seq,
+            )
     for seq in a.of_kind("trial.excluded"):  # docs/trials.md §5: the steps check justifies it
         final.setdefault(str(a.body(seq).get("trial")), []).append(seq)
     for values in final.values():
@@ -70,11 +81,13 @@ def check_outcomes(a: Archive) -> Check:
         if not finals:
             st.fail(f"trial {tid} (position {i}) has no final outcome", where=f"trial {tid}")
         elif len(finals) > 1:
-            st.fail(f"trial {tid} (position {i}) has {len(finals)} final outcomes (seqs "
-                    f"{', '.join(map(str, finals))})", finals[1])  # fmt: skip
+            st.fail(
+                f"trial {tid} (position {i}) has {len(finals)} final outcomes (seqs "
+                f"{', '.join(map(str, finals))})",
+                finals[1],
+            )
     for tid in sorted(set(final) - set(ids)):
-        st.fail(f"trial {tid!r} has an outcome but is not in the schedule",
-                final[tid][0])  # fmt: skip
+        st.fail(f"trial {tid!r} has an outcome but is not in the schedule", final[tid][0])
     sessions = _check_sessions(a, st)
     return st.check(
         f"{len(requests)} requests have one outcome each; each of {len(ids)} scheduled trials has "
@@ -84,9 +97,15 @@ def check_outcomes(a: Archive) -> Check:
 
 
 SESSION_KINDS = (
-    "trial.requested", "trial.responded", "trial.failed", "trial.excluded", "batch.submitted",
-    "step.requested", "step.responded", "step.failed",
-)  # fmt: skip
+    "trial.requested",
+    "trial.responded",
+    "trial.failed",
+    "trial.excluded",
+    "batch.submitted",
+    "step.requested",
+    "step.responded",
+    "step.failed",
+)
 """Kinds only ``ledger run`` records, inside a run session (``docs/trials.md`` §1)."""
 
 
@@ -107,15 +126,25 @@ def _concurrent(a: Archive, st: _State, seq: int, opened: list[int]) -> list[int
     listed = a.body(seq).get("concurrent")
     if listed is None:
         return []
-    if (type(listed) is not list or not listed or any(type(s) is not int for s in listed)
-            or listed != sorted(set(listed))):  # fmt: skip
-        st.fail(f"seq {seq}: run.started concurrent {listed!r} is not a sorted list of distinct "
-                "run session seqs", seq)  # fmt: skip
+    if (
+        type(listed) is not list
+        or not listed
+        or any(type(s) is not int for s in listed)
+        or listed != sorted(set(listed))
+    ):
+        st.fail(
+            f"seq {seq}: run.started concurrent {listed!r} is not a sorted list of distinct "
+            "run session seqs",
+            seq,
+        )
         return []
     closed = [s for s in listed if s not in opened]
     if closed:
-        st.fail(f"seq {seq}: run.started lists run session(s) {', '.join(map(str, closed))} as "
-                f"concurrent, but {_open_sessions(opened)}", seq)  # fmt: skip
+        st.fail(
+            f"seq {seq}: run.started lists run session(s) {', '.join(map(str, closed))} as "
+            f"concurrent, but {_open_sessions(opened)}",
+            seq,
+        )
     return [s for s in listed if s in opened]
 
 
@@ -144,19 +173,27 @@ def _check_sessions(a: Archive, st: _State) -> int:
         known = isinstance(named, int) and not isinstance(named, bool) and named in opened
         if kind == "run.stopped":
             if not isinstance(named, int) or not known:
-                st.fail(f"seq {seq}: run.stopped names run session {named!r}, but "
-                        f"{_open_sessions(opened)}", seq)  # fmt: skip
+                st.fail(
+                    f"seq {seq}: run.stopped names run session {named!r}, but "
+                    f"{_open_sessions(opened)}",
+                    seq,
+                )
             else:
                 opened.remove(named)
         elif not opened:
-            st.fail(f"seq {seq}: {kind} lies outside every run session (no run.started since the "
-                    "last run.stopped): trial and step events are recorded by ledger run, inside "
-                    "a session, whose checkpoints the study promises", seq)  # fmt: skip
+            st.fail(
+                f"seq {seq}: {kind} lies outside every run session (no run.started since the "
+                "last run.stopped): trial and step events are recorded by ledger run, inside "
+                "a session, whose checkpoints the study promises",
+                seq,
+            )
         elif named is not None and not known:
-            where = (f"the session of run.started seq {opened[0]}" if len(opened) == 1 else
-                     f"the sessions of run.started seqs {', '.join(map(str, opened))}")
-            st.fail(f"seq {seq}: {kind} names run session {named!r}, but lies in {where}",
-                    seq)  # fmt: skip
+            where = (
+                f"the session of run.started seq {opened[0]}"
+                if len(opened) == 1
+                else f"the sessions of run.started seqs {', '.join(map(str, opened))}"
+            )
+            st.fail(f"seq {seq}: {kind} names run session {named!r}, but lies in {where}", seq)
     return len(a.of_kind("run.started"))
 
 
@@ -167,11 +204,15 @@ def check_blinding(a: Archive) -> Check:
     revealed = a.of_kind("blinding.revealed")
     scored = a.of_kind("trial.scored")
     if len(seals) != 1:
-        st.fail(f"the ledger has {len(seals)} scoring.sealed events; exactly one is required",
-                seals[1] if len(seals) > 1 else None)  # fmt: skip
+        st.fail(
+            f"the ledger has {len(seals)} scoring.sealed events; exactly one is required",
+            seals[1] if len(seals) > 1 else None,
+        )
     if len(revealed) != 1:
-        st.fail(f"the ledger has {len(revealed)} blinding.revealed events; exactly one is "
-                "required", revealed[1] if len(revealed) > 1 else None)  # fmt: skip
+        st.fail(
+            f"the ledger has {len(revealed)} blinding.revealed events; exactly one is required",
+            revealed[1] if len(revealed) > 1 else None,
+        )
     if not seals or not revealed:
         return st.check("")
     seal, reveal = seals[0], revealed[0]
@@ -179,8 +220,7 @@ def check_blinding(a: Archive) -> Check:
     if last_trial > seal:
         st.fail(f"seq {last_trial}: a trial event follows scoring.sealed (seq {seal})", last_trial)
     if reveal < seal:
-        st.fail(f"seq {reveal}: blinding.revealed comes before scoring.sealed (seq {seal})",
-                reveal)  # fmt: skip
+        st.fail(f"seq {reveal}: blinding.revealed comes before scoring.sealed (seq {seal})", reveal)
     commitment = a.protocol.get("blinding_commitment")
     rbody = a.body(reveal)
     secret_hex = rbody.get("secret_hex")
@@ -192,14 +232,19 @@ def check_blinding(a: Archive) -> Check:
         st.fail(f"seq {reveal}: secret_hex is not hex", reveal)
         return st.check("")
     if sha_hex(secret) != commitment:
-        st.fail(f"seq {reveal}: SHA-256(secret) {sha_hex(secret)} does not open the commitment "
-                f"{commitment} of protocol.locked (seq {a.protocol_seq})", reveal)  # fmt: skip
+        st.fail(
+            f"seq {reveal}: SHA-256(secret) {sha_hex(secret)} does not open the commitment "
+            f"{commitment} of protocol.locked (seq {a.protocol_seq})",
+            reveal,
+        )
     if rbody.get("commitment") != commitment:
         st.fail(f"seq {reveal}: commitment differs from protocol.locked's", reveal)
     codes = a.codes(secret)
     if rbody.get("arm_codes") != codes:
-        st.fail(f"seq {reveal}: arm_codes are not HMAC-SHA256(secret, arm)[:12] of the locked "
-                "arms", reveal)  # fmt: skip
+        st.fail(
+            f"seq {reveal}: arm_codes are not HMAC-SHA256(secret, arm)[:12] of the locked arms",
+            reveal,
+        )
     # every trial.scored: one per trial.responded, the code of its trial's arm
     responded = set(a.of_kind("trial.responded"))
     requests = {seq: a.body(seq) for seq in a.of_kind("trial.requested")}
@@ -212,16 +257,21 @@ def check_blinding(a: Archive) -> Check:
             st.fail(f"seq {seq}: trial.scored response_seq {rseq!r} is no trial.responded", seq)
             continue
         if rseq in seen:
-            st.fail(f"seq {seq}: second trial.scored for response seq {rseq} (first: seq "
-                    f"{seen[rseq]})", seq)  # fmt: skip
+            st.fail(
+                f"seq {seq}: second trial.scored for response seq {rseq} (first: seq {seen[rseq]})",
+                seq,
+            )
             continue
         seen[rseq] = seq
         pairs.append((rseq, str(body.get("scores_sha256"))))
         req = requests.get(a.body(rseq).get("request_seq"), {})  # type: ignore[arg-type]
         arm = req.get("arm")
         if body.get("arm_code") != codes.get(str(arm)):
-            st.fail(f"seq {seq}: arm_code {body.get('arm_code')!r} is not the code of arm "
-                    f"{arm!r} of trial {req.get('trial')}", seq)  # fmt: skip
+            st.fail(
+                f"seq {seq}: arm_code {body.get('arm_code')!r} is not the code of arm "
+                f"{arm!r} of trial {req.get('trial')}",
+                seq,
+            )
         if body.get("stimulus") != req.get("stimulus"):
             st.fail(f"seq {seq}: stimulus differs from its trial's", seq)
     for rseq in sorted(responded - set(seen)):
@@ -230,11 +280,15 @@ def check_blinding(a: Archive) -> Check:
     pairs.sort()
     digest = sha_hex(canonical_json([[r, h] for r, h in pairs]))
     if sbody.get("scores_sha256") != digest:
-        st.fail(f"seq {seal}: the seal's scores_sha256 is not the hash of the recorded scores "
-                f"({digest})", seal)  # fmt: skip
+        st.fail(
+            f"seq {seal}: the seal's scores_sha256 is not the hash of the recorded scores "
+            f"({digest})",
+            seal,
+        )
     if sbody.get("scored") != len(pairs):
-        st.fail(f"seq {seal}: scored is {sbody.get('scored')!r}, {len(pairs)} trials were scored",
-                seal)  # fmt: skip
+        st.fail(
+            f"seq {seal}: scored is {sbody.get('scored')!r}, {len(pairs)} trials were scored", seal
+        )
     return st.check(
         f"scoring sealed (seq {seal}) after every trial event and before blinding.revealed "
         f"(seq {reveal}); the commitment opens; {len(pairs)} scores carry their arm's code"

@@ -29,10 +29,22 @@ from verify._report import Check
 __all__ = ["UNCHANGED_MEMBERS", "check_phases"]
 
 UNCHANGED_MEMBERS = (
-    "study", "title", "model", "design", "response", "analysis", "amendable", "prompt",
-    "fewshot", "blinding_commitment", "witnessing", "timestamping", "deviations", "reviews",
+    "study",
+    "title",
+    "model",
+    "design",
+    "response",
+    "analysis",
+    "amendable",
+    "prompt",
+    "fewshot",
+    "blinding_commitment",
+    "witnessing",
+    "timestamping",
+    "deviations",
+    "reviews",
     "privacy",
-)  # fmt: skip
+)
 """The members of ``protocol.locked`` every later phase carries exactly as the first did."""
 
 _GROWABLE = ("items", "truth")
@@ -42,22 +54,27 @@ def _plan(st: _State, seq: int, prev: dict[str, Any], new: dict[str, Any]) -> No
     """Every way the plan at ``seq`` changes the earlier phase's plan, as a FAIL."""
     for member in UNCHANGED_MEMBERS:
         if prev.get(member) != new.get(member):
-            st.fail(f"seq {seq}: protocol.locked {member} differs from the earlier phase's",
-                    seq)  # fmt: skip
+            st.fail(f"seq {seq}: protocol.locked {member} differs from the earlier phase's", seq)
     prev_arms, new_arms = prev.get("arms"), new.get("arms")
     prev_arms = prev_arms if type(prev_arms) is dict else {}
     new_arms = new_arms if type(new_arms) is dict else {}
     for arm, record in sorted(prev_arms.items()):
         if new_arms.get(arm) != record:
-            st.fail(f"seq {seq}: arm {arm} of an earlier phase is "
-                    + ("missing" if arm not in new_arms else "changed"), seq)  # fmt: skip
+            st.fail(
+                f"seq {seq}: arm {arm} of an earlier phase is "
+                + ("missing" if arm not in new_arms else "changed"),
+                seq,
+            )
     prev_models, new_models = prev.get("models"), new.get("models")
     prev_models = prev_models if type(prev_models) is dict else {}
     new_models = new_models if type(new_models) is dict else {}
     for name, record in sorted(prev_models.items()):
         if new_models.get(name) != record:
-            st.fail(f"seq {seq}: model {name} of an earlier phase is "
-                    + ("missing" if name not in new_models else "changed"), seq)  # fmt: skip
+            st.fail(
+                f"seq {seq}: model {name} of an earlier phase is "
+                + ("missing" if name not in new_models else "changed"),
+                seq,
+            )
     order, new_order = prev.get("model_order"), new.get("model_order")
     if type(order) is list and (type(new_order) is not list or new_order[: len(order)] != order):
         st.fail(f"seq {seq}: model_order does not begin with the earlier phase's", seq)
@@ -75,8 +92,7 @@ def _plan(st: _State, seq: int, prev: dict[str, Any], new: dict[str, Any]) -> No
                 st.fail(f"seq {seq}: items.{member} differs from the earlier phase's", seq)
 
 
-def _hypotheses(st: _State, seq: int, prev: dict[str, Any], new: dict[str, Any],
-                name: Any) -> None:  # fmt: skip
+def _hypotheses(st: _State, seq: int, prev: dict[str, Any], new: dict[str, Any], name: Any) -> None:
     """Earlier hypotheses unchanged (their phase kept); new ones tagged, in no earlier family."""
     prev_h: list[Any] = prev["hypotheses"] if type(prev.get("hypotheses")) is list else []
     new_h: list[Any] = new["hypotheses"] if type(new.get("hypotheses")) is list else []
@@ -85,17 +101,26 @@ def _hypotheses(st: _State, seq: int, prev: dict[str, Any], new: dict[str, Any],
     now = {h.get("id"): h for h in new_h if type(h) is dict}
     for hid, record in earlier.items():
         if now.get(hid) != record:
-            st.fail(f"seq {seq}: hypothesis {hid} of an earlier phase is "
-                    + ("missing" if hid not in now else "changed"), seq)  # fmt: skip
+            st.fail(
+                f"seq {seq}: hypothesis {hid} of an earlier phase is "
+                + ("missing" if hid not in now else "changed"),
+                seq,
+            )
     for hid, record in now.items():
         if hid in earlier:
             continue
         if record.get("phase") != name:
-            st.fail(f"seq {seq}: hypothesis {hid} is new in phase {name!r} but its phase is "
-                    f"{record.get('phase')!r}", seq)  # fmt: skip
+            st.fail(
+                f"seq {seq}: hypothesis {hid} is new in phase {name!r} but its phase is "
+                f"{record.get('phase')!r}",
+                seq,
+            )
         if record.get("family") in families:
-            st.fail(f"seq {seq}: hypothesis {hid} is in family {record.get('family')!r} of an "
-                    "earlier phase (a correction cannot span phases)", seq)  # fmt: skip
+            st.fail(
+                f"seq {seq}: hypothesis {hid} is in family {record.get('family')!r} of an "
+                "earlier phase (a correction cannot span phases)",
+                seq,
+            )
 
 
 def _files(st: _State, a: Archive, prev_seq: int, seq: int) -> None:
@@ -109,16 +134,22 @@ def _files(st: _State, a: Archive, prev_seq: int, seq: int) -> None:
         if role == "spec":
             continue
         if role not in _GROWABLE or before[-1][0] != role:
-            st.fail(f"seq {now[-1][2]}: artifact.locked {path} (role {role}) re-locks a file an "
-                    "earlier phase locked; only the spec, the item file and truth tables may "
-                    "change, by appending", now[-1][2])  # fmt: skip
+            st.fail(
+                f"seq {now[-1][2]}: artifact.locked {path} (role {role}) re-locks a file an "
+                "earlier phase locked; only the spec, the item file and truth tables may "
+                "change, by appending",
+                now[-1][2],
+            )
             continue
         old = a.locked_blob(path, prev_seq + 1)
         new = a.locked_blob(path, seq)
         if old is None or new is None or not new.startswith(old):
-            st.fail(f"seq {now[-1][2]}: artifact.locked {path}: the {role} file locked by the "
-                    "earlier phase is not a prefix of it (earlier rows edited, removed or "
-                    "reordered)", now[-1][2])  # fmt: skip
+            st.fail(
+                f"seq {now[-1][2]}: artifact.locked {path}: the {role} file locked by the "
+                "earlier phase is not a prefix of it (earlier rows edited, removed or "
+                "reordered)",
+                now[-1][2],
+            )
 
 
 def _schedule(a: Archive, seq: int) -> list[str] | None:
@@ -137,15 +168,18 @@ def check_phases(a: Archive) -> Check:
     seqs = a.phase_seqs
     if len(seqs) < 2:
         phase = a.protocol.get("phase")
-        if phase is not None and (type(phase) is not dict or phase.get("index") != 0
-                                  or phase.get("previous") is not None):  # fmt: skip
-            st.fail(f"seq {seqs[0]}: the only protocol.locked is not phase 0 (phase "
-                    f"{phase!r})", seqs[0])  # fmt: skip
+        if phase is not None and (
+            type(phase) is not dict or phase.get("index") != 0 or phase.get("previous") is not None
+        ):
+            st.fail(
+                f"seq {seqs[0]}: the only protocol.locked is not phase 0 (phase {phase!r})", seqs[0]
+            )
         return st.check("one protocol.locked: the study is locked in one phase")
     sealed = a.of_kind("scoring.sealed")
     if sealed and sealed[0] < seqs[-1]:
-        st.fail(f"seq {seqs[-1]}: a phase is locked after scoring.sealed (seq {sealed[0]})",
-                seqs[-1])  # fmt: skip
+        st.fail(
+            f"seq {seqs[-1]}: a phase is locked after scoring.sealed (seq {sealed[0]})", seqs[-1]
+        )
     names: set[Any] = set()
     first_of: dict[str, int] = {}  # trial -> the protocol.locked seq of its phase
     prev_order: list[str] = []
@@ -154,8 +188,12 @@ def check_phases(a: Archive) -> Check:
         phase = body.get("phase")
         if index == 0 and "phase" not in body and _schedule(a, seq) is not None:
             # a study first locked with no phase name: its first lock is the unnamed phase 0
-            phase = {"index": 0, "name": None, "previous": None,
-                     "trials": len(_schedule(a, seq) or [])}  # fmt: skip
+            phase = {
+                "index": 0,
+                "name": None,
+                "previous": None,
+                "trials": len(_schedule(a, seq) or []),
+            }
         if type(phase) is not dict:
             st.fail(f"seq {seq}: protocol.locked has no phase object", seq)
             continue
@@ -167,19 +205,22 @@ def check_phases(a: Archive) -> Check:
         names.add(name)
         want_prev = seqs[index - 1] if index else None
         if phase.get("previous") != want_prev:
-            st.fail(f"seq {seq}: phase.previous is {phase.get('previous')!r}, expected "
-                    f"{want_prev}", seq)  # fmt: skip
+            st.fail(
+                f"seq {seq}: phase.previous is {phase.get('previous')!r}, expected {want_prev}", seq
+            )
         order = _schedule(a, seq)
         if order is None:
             st.fail(f"seq {seq}: the schedule blob is missing or unreadable", seq)
             continue
         if order[: len(prev_order)] != prev_order:
-            st.fail(f"seq {seq}: the earlier phases' schedule is not a prefix of this phase's",
-                    seq)  # fmt: skip
+            st.fail(f"seq {seq}: the earlier phases' schedule is not a prefix of this phase's", seq)
         if phase.get("trials") != len(order) - len(prev_order):
-            st.fail(f"seq {seq}: phase.trials is {phase.get('trials')!r}, the schedule adds "
-                    f"{len(order) - len(prev_order)}", seq)  # fmt: skip
-        for trial in order[len(prev_order):]:
+            st.fail(
+                f"seq {seq}: phase.trials is {phase.get('trials')!r}, the schedule adds "
+                f"{len(order) - len(prev_order)}",
+                seq,
+            )
+        for trial in order[len(prev_order) :]:
             first_of.setdefault(trial, seq)
         if index:
             prev = a.body(seqs[index - 1])
@@ -192,8 +233,11 @@ def check_phases(a: Archive) -> Check:
             named = a.body(seq).get(member)
             lock = first_of.get(named) if type(named) is str else None
             if lock is not None and seq < lock:
-                st.fail(f"seq {seq}: {kind} of trial {named} comes before the lock of its "
-                        f"phase (protocol.locked seq {lock})", seq)  # fmt: skip
+                st.fail(
+                    f"seq {seq}: {kind} of trial {named} comes before the lock of its "
+                    f"phase (protocol.locked seq {lock})",
+                    seq,
+                )
     return st.check(
         f"{len(seqs)} phases, each locked (with its registration checkpoint) before its first "
         "trial; no phase changes an earlier phase's arms, models, hypotheses, design, files or "

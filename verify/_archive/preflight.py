@@ -29,35 +29,54 @@ from verify._reader.files import MAX_PARSED_BYTES
 from verify._report import Check
 
 __all__ = [
-    "check_preflight", "check_provenance", "identity_notice", "identity_problem",
-    "identity_warnings", "model_matches",
-]  # fmt: skip
+    "check_preflight",
+    "check_provenance",
+    "identity_notice",
+    "identity_problem",
+    "identity_warnings",
+    "model_matches",
+]
 
 _SNAPSHOT = re.compile(r"-(?:\d{8}|\d{4}-\d{2}-\d{2})")
 
 # member -> the types it may have (docs/trials.md §3); "int" excludes booleans
 _COMMON: dict[str, tuple[str, ...]] = {
-    "check": ("bool",), "backend": ("str",), "url": ("str", "null"), "simulated": ("bool",),
-    "package_version": ("str",), "model": ("str",), "shape": ("dict",),
-    "attempt": ("int",), "request_sha256": ("str",), "ok": ("bool",),
-    "http_status": ("int", "null"), "latency_ms": ("number", "null"),
-}  # fmt: skip
+    "check": ("bool",),
+    "backend": ("str",),
+    "url": ("str", "null"),
+    "simulated": ("bool",),
+    "package_version": ("str",),
+    "model": ("str",),
+    "shape": ("dict",),
+    "attempt": ("int",),
+    "request_sha256": ("str",),
+    "ok": ("bool",),
+    "http_status": ("int", "null"),
+    "latency_ms": ("number", "null"),
+}
 # what the preflight copies: a scheduled trial, or (a study with steps) a step call
 _AS_TRIAL: dict[str, tuple[str, ...]] = {"as_trial": ("str",), "position": ("int",)}
 _AS_CALL: dict[str, tuple[str, ...]] = {"as_call": ("str",), "step": ("str",)}
 # members a later writer adds; absent from older ledgers (docs/ledger-format.md, format notes)
 _OPTIONAL: dict[str, tuple[str, ...]] = {"empty_slots": ("list",), "server_identity": ("dict",)}
 _OPTIONAL_ANSWERED: dict[str, tuple[str, ...]] = {
-    "system_fingerprint": ("str", "null"), "headers": ("dict",),
-}  # fmt: skip
+    "system_fingerprint": ("str", "null"),
+    "headers": ("dict",),
+}
 _ANSWERED: dict[str, tuple[str, ...]] = {
-    "request_id": ("str", "null"), "reported_model": ("str", "null"),
-    "model_match": ("bool", "null"), "stop_reason": ("str", "null"), "usage": ("dict",),
-    "cost_usd": ("number", "null"), "format": ("str",),
-}  # fmt: skip
+    "request_id": ("str", "null"),
+    "reported_model": ("str", "null"),
+    "model_match": ("bool", "null"),
+    "stop_reason": ("str", "null"),
+    "usage": ("dict",),
+    "cost_usd": ("number", "null"),
+    "format": ("str",),
+}
 _FAILED: dict[str, tuple[str, ...]] = {
-    "error_type": ("str",), "message": ("str",), "retryable": ("bool",),
-}  # fmt: skip
+    "error_type": ("str",),
+    "message": ("str",),
+    "retryable": ("bool",),
+}
 _SHAPE = {"images": "bool", "system": "bool", "prior_turns": "bool", "parameters": "list"}
 
 
@@ -121,15 +140,17 @@ def identity_problem(record: Any) -> str | None:
         return "'server_identity' is not {asked, models, listed, note}"
     asked, models, listed, note = (record[k] for k in ("asked", "models", "listed", "note"))
     if type(asked) is not list or not all(
-        type(a) is dict and set(a) == {"url", "http_status", "headers", "error"}
-        and type(a["url"]) is str and (a["http_status"] is None or _is(a["http_status"], "int"))
-        and type(a["headers"]) is dict and all(type(v) is str for v in a["headers"].values())
+        type(a) is dict
+        and set(a) == {"url", "http_status", "headers", "error"}
+        and type(a["url"]) is str
+        and (a["http_status"] is None or _is(a["http_status"], "int"))
+        and type(a["headers"]) is dict
+        and all(type(v) is str for v in a["headers"].values())
         and (a["error"] is None or type(a["error"]) is str)
         for a in asked
     ):
         return "'server_identity.asked' is not a list of {url, http_status, headers, error}"
-    if models is not None and (type(models) is not list
-                               or not all(type(m) is str for m in models)):  # fmt: skip
+    if models is not None and (type(models) is not list or not all(type(m) is str for m in models)):
         return "'server_identity.models' is neither null nor a list of strings"
     if type(listed) is not dict or not all(v is None or type(v) is bool for v in listed.values()):
         return "'server_identity.listed' is not an object of true, false or null"
@@ -139,8 +160,10 @@ def identity_problem(record: Any) -> str | None:
         found = type(models) is list and any(model_matches(model_id, m) for m in models)
         if (value is True) != found:
             named = "is" if found else "is not"
-            return (f"'server_identity.listed' says {model_id!r} is {value}, but it {named} "
-                    f"among the models the server named ({models!r})")  # fmt: skip
+            return (
+                f"'server_identity.listed' says {model_id!r} is {value}, but it {named} "
+                f"among the models the server named ({models!r})"
+            )
         if value is False and models is None:
             return f"'server_identity.listed' says {model_id!r} is false with no model list"
     return None
@@ -237,23 +260,35 @@ def check_preflight(a: Archive) -> Check:
             continue
         ok += body["ok"]
         if sealed and seq > sealed[0]:
-            st.fail(f"seq {seq}: run.preflight after scoring.sealed (seq {sealed[0]}): data "
-                    "collection was closed", seq)  # fmt: skip
+            st.fail(
+                f"seq {seq}: run.preflight after scoring.sealed (seq {sealed[0]}): data "
+                "collection was closed",
+                seq,
+            )
         ref = a.blob_ref(seq, "request")
         if ref is None or ref != body["request_sha256"]:
-            st.fail(f"seq {seq}: request_sha256 {body['request_sha256']} is not the request "
-                    f"blob's hash {ref!r}", seq)  # fmt: skip
+            st.fail(
+                f"seq {seq}: request_sha256 {body['request_sha256']} is not the request "
+                f"blob's hash {ref!r}",
+                seq,
+            )
             continue
         response = a.blob_ref(seq, "response")
         if body["ok"] and response is None:
             st.fail(f"seq {seq}: an answered run.preflight has no response blob", seq)
         if response is not None and not a.blob_ok(response):
-            st.fail(f"seq {seq}: response blob {response} is missing or altered", seq,
-                    where=f"blobs/{response}")  # fmt: skip
+            st.fail(
+                f"seq {seq}: response blob {response} is missing or altered",
+                seq,
+                where=f"blobs/{response}",
+            )
         data = a.blob(ref, MAX_PARSED_BYTES)
         if data is None:
-            st.fail(f"seq {seq}: request blob {ref} is missing, too large or altered", seq,
-                    where=f"blobs/{ref}")  # fmt: skip
+            st.fail(
+                f"seq {seq}: request blob {ref} is missing, too large or altered",
+                seq,
+                where=f"blobs/{ref}",
+            )
             continue
         try:
             req = json.loads(data)
@@ -261,8 +296,12 @@ def check_preflight(a: Archive) -> Check:
             req = None
         carried = req.get("model") if type(req) is dict else None
         wire = wire_form(body.get("backend"))
-        if (wire in ANTHROPIC_VERSIONS and type(req) is dict and "model" not in req
-                and req.get("anthropic_version") == ANTHROPIC_VERSIONS[wire]):  # fmt: skip
+        if (
+            wire in ANTHROPIC_VERSIONS
+            and type(req) is dict
+            and "model" not in req
+            and req.get("anthropic_version") == ANTHROPIC_VERSIONS[wire]
+        ):
             # docs/backends.md: the model travels in the URL; the event names it. Checked
             # below as the Messages request it stands for.
             carried = body.get("model")
@@ -272,27 +311,39 @@ def check_preflight(a: Archive) -> Check:
             if why is not None:
                 st.fail(f"seq {seq}: run.preflight {why}", seq)
             elif carried != locked or body["model"] != locked:
-                st.fail(f"seq {seq}: the preflight request carries model {carried!r} (body: "
-                        f"{body['model']!r}); step call {body['as_call']} locks model "
-                        f"{locked!r}", seq)  # fmt: skip
+                st.fail(
+                    f"seq {seq}: the preflight request carries model {carried!r} (body: "
+                    f"{body['model']!r}); step call {body['as_call']} locks model "
+                    f"{locked!r}",
+                    seq,
+                )
             calls += 1
             continue
         trial = body["as_trial"]
         locked = _locked_model(a, trial)
         if carried != locked or body["model"] != locked:
-            st.fail(f"seq {seq}: the preflight request carries model {carried!r} (body: "
-                    f"{body['model']!r}); the locked model is {locked!r}", seq)  # fmt: skip
+            st.fail(
+                f"seq {seq}: the preflight request carries model {carried!r} (body: "
+                f"{body['model']!r}); the locked model is {locked!r}",
+                seq,
+            )
             continue
         if ids and position.get(trial) != body["position"]:
-            st.fail(f"seq {seq}: as_trial {trial!r} at position {body['position']} is not a "
-                    "trial of the locked schedule at that place", seq)  # fmt: skip
+            st.fail(
+                f"seq {seq}: as_trial {trial!r} at position {body['position']} is not a "
+                "trial of the locked schedule at that place",
+                seq,
+            )
             continue
         parts = trial.split("|")
         if len(parts) == 3 and parts[0] in texts and stimuli.get(parts[1]) is not None:
             found = _request_problem(req, texts[parts[0]], stimuli[parts[1]] or b"", model)
             if found is not None:
-                st.fail(f"seq {seq}: the preflight request is not the locked request of trial "
-                        f"{trial}: {found}", seq)  # fmt: skip
+                st.fail(
+                    f"seq {seq}: the preflight request is not the locked request of trial "
+                    f"{trial}: {found}",
+                    seq,
+                )
     of_calls = (
         f", {calls} of them of step calls, each naming a locked step model's id" if calls else ""
     )
@@ -322,32 +373,48 @@ def identity_warnings(a: Archive) -> list[tuple[int, str]]:
         record = body.get("server_identity")
         if record is None:
             if kind == "run.started":
-                out.append((seq, f"run.started seq {seq} (backend {body.get('backend')}) records "
-                                 "no server_identity: the server was not asked which models it "
-                                 "serves, so which model answered rests on what each response "
-                                 "reports"))  # fmt: skip
+                out.append(
+                    (
+                        seq,
+                        f"run.started seq {seq} (backend {body.get('backend')}) records "
+                        "no server_identity: the server was not asked which models it "
+                        "serves, so which model answered rests on what each response "
+                        "reports",
+                    )
+                )
             continue
         if identity_problem(record) is not None:
             continue  # the preflight check fails it; nothing to read here
         models = record["models"]
-        named = ", ".join(repr(m) for m in models[:8]) + (" ..." if len(models) > 8 else "") if (
-            models
-        ) else "none"
+        named = (
+            ", ".join(repr(m) for m in models[:8]) + (" ..." if len(models) > 8 else "")
+            if (models)
+            else "none"
+        )
         for model_id, value in sorted(record["listed"].items()):
             if value is True or (model_id, value) in said:
                 continue
             said.add((model_id, value))
             if value is False:
-                out.append((seq, f"{kind} seq {seq}: the locked model {model_id!r} is not among "
-                                 f"the models the server reports serving (it named: {named}); "
-                                 "its answers report the model the server says, which proves "
-                                 "nothing about which model answered"))  # fmt: skip
+                out.append(
+                    (
+                        seq,
+                        f"{kind} seq {seq}: the locked model {model_id!r} is not among "
+                        f"the models the server reports serving (it named: {named}); "
+                        "its answers report the model the server says, which proves "
+                        "nothing about which model answered",
+                    )
+                )
             else:
                 errors = [str(x.get("error")) for x in record["asked"] if x.get("error")]
                 why = record["note"] or "; ".join(errors)
-                out.append((seq, f"{kind} seq {seq}: the server could not be asked whether it "
-                                 f"serves the locked model {model_id!r}"
-                                 + (f" ({why})" if why else "")))  # fmt: skip
+                out.append(
+                    (
+                        seq,
+                        f"{kind} seq {seq}: the server could not be asked whether it "
+                        f"serves the locked model {model_id!r}" + (f" ({why})" if why else ""),
+                    )
+                )
     return out
 
 
@@ -374,15 +441,21 @@ def identity_notice(a: Archive) -> str | None:
                 continue
             said.add((model_id, value))
             if value is False:
-                items.append(f"the server did not list the locked model '{model_id}' among its "
-                             f"models (run.started seq {seq})")  # fmt: skip
+                items.append(
+                    f"the server did not list the locked model '{model_id}' among its "
+                    f"models (run.started seq {seq})"
+                )
             else:
-                items.append(f"the server could not be asked whether it serves the locked model "
-                             f"'{model_id}' (run.started seq {seq})")  # fmt: skip
+                items.append(
+                    f"the server could not be asked whether it serves the locked model "
+                    f"'{model_id}' (run.started seq {seq})"
+                )
     if not items:
         return None
-    return ("MODEL IDENTITY NOT CONFIRMED: " + "; ".join(items) + ". A response's model id is "
-            "what the server reports, not proof of which model answered.")  # fmt: skip
+    return (
+        "MODEL IDENTITY NOT CONFIRMED: " + "; ".join(items) + ". A response's model id is "
+        "what the server reports, not proof of which model answered."
+    )
 
 
 def check_provenance(a: Archive) -> Check:
@@ -426,9 +499,11 @@ def check_provenance(a: Archive) -> Check:
             continue
         compared += 1
         if not model_matches(requested, reported):
-            st.warn(f"seq {seq} ({what}): the response reports model {reported!r}, the request "
-                    f"asked for {requested!r} (not the same model, nor a dated snapshot of it)",
-                    seq)  # fmt: skip
+            st.warn(
+                f"seq {seq} ({what}): the response reports model {reported!r}, the request "
+                f"asked for {requested!r} (not the same model, nor a dated snapshot of it)",
+                seq,
+            )
     env = a.protocol.get("environment")
     locked_with = (
         f"; protocol.locked records the environment (prompt-ledger "
@@ -441,8 +516,11 @@ def check_provenance(a: Archive) -> Check:
         f"{compared} answers; a reported id is what the server says, not proof of which model "
         "answered"
         + (f" ({unreported} report none)" if unreported else "")
-        + (f"; the server listed the locked model id in {listed} (run session, model) pair(s)"
-           if listed else "")
+        + (
+            f"; the server listed the locked model id in {listed} (run session, model) pair(s)"
+            if listed
+            else ""
+        )
         + (f"; {simulated} simulated answers are not compared" if simulated else "")
         + locked_with
     )

@@ -53,15 +53,32 @@ def _prompt_problems(a: Archive) -> list[tuple[str, int | None, str | None]]:
     for path in sorted(named):
         entry = a.locked_files.get(path)
         if entry is None:
-            out.append((f"seq {pseq}: image {path} of {study.items.path if study.items else ''} "
-                        "is not a locked file", pseq, None))  # fmt: skip
+            out.append(
+                (
+                    f"seq {pseq}: image {path} of {study.items.path if study.items else ''} "
+                    "is not a locked file",
+                    pseq,
+                    None,
+                )
+            )
         elif entry[0] != "item-image":
-            out.append((f"seq {entry[2]}: artifact.locked {path}: role {entry[0]!r}, but an item "
-                        "names it (role 'item-image')", entry[2], None))  # fmt: skip
+            out.append(
+                (
+                    f"seq {entry[2]}: artifact.locked {path}: role {entry[0]!r}, but an item "
+                    "names it (role 'item-image')",
+                    entry[2],
+                    None,
+                )
+            )
     for path, (role, _, seq) in sorted(a.locked_files.items()):
         if role == "item-image" and path not in named:
-            out.append((f"seq {seq}: artifact.locked {path} has role 'item-image' but no item "
-                        "names it", seq, None))  # fmt: skip
+            out.append(
+                (
+                    f"seq {seq}: artifact.locked {path} has role 'item-image' but no item names it",
+                    seq,
+                    None,
+                )
+            )
     return out
 
 
@@ -98,17 +115,29 @@ def _identity_problems(
         try:
             _, _, digest = identity(a.protocol, arm, component_hash, file_hash)
         except IdentityProblem as exc:
-            out.append((f"seq {pseq}: arm {arm}: cannot derive the arm identity: {exc}", pseq,
-                        None))  # fmt: skip
+            out.append(
+                (f"seq {pseq}: arm {arm}: cannot derive the arm identity: {exc}", pseq, None)
+            )
             continue
         said = info.get("sha256") if type(info) is dict else None
         if said != digest:
-            out.append((f"seq {pseq}: arm {arm}: the arm identity (docs/prompts.md §3.1) hashes "
-                        f"to {digest}, protocol.locked says {said}", pseq, None))  # fmt: skip
+            out.append(
+                (
+                    f"seq {pseq}: arm {arm}: the arm identity (docs/prompts.md §3.1) hashes "
+                    f"to {digest}, protocol.locked says {said}",
+                    pseq,
+                    None,
+                )
+            )
         if a.hashes.get(target) != digest:
             why = "is missing" if target not in a.hashes else "is not its identity object"
-            out.append((f"{target} {why} (arm {arm}: SHA-256 {digest}, docs/prompts.md §3.1)",
-                        None, target))  # fmt: skip
+            out.append(
+                (
+                    f"{target} {why} (arm {arm}: SHA-256 {digest}, docs/prompts.md §3.1)",
+                    None,
+                    target,
+                )
+            )
     return out
 
 
@@ -117,8 +146,10 @@ def check_protocol(a: Archive) -> Check:
     st = _State("protocol")
     locked = a.of_kind("protocol.locked")
     if not locked:
-        st.fail("the ledger has 0 protocol.locked events; exactly one is required, or one per "
-                "phase", where=EVENTS)  # fmt: skip
+        st.fail(
+            "the ledger has 0 protocol.locked events; exactly one is required, or one per phase",
+            where=EVENTS,
+        )
         return st.check("")
     # the first lock may name no phase: it is then the unnamed phase 0 (study-spec.md, Phases)
     if len(locked) > 1 and any(type(a.body(seq).get("phase")) is not dict for seq in locked[1:]):
@@ -151,8 +182,11 @@ def check_protocol(a: Archive) -> Check:
             if ref != digest:
                 st.fail(f"seq {seq}: artifact.locked {path}: content blob is not its sha256", seq)
             elif not a.blob_ok(ref):
-                st.fail(f"seq {seq}: artifact.locked {path}: blob {ref} missing or altered", seq,
-                        where=f"blobs/{ref}")  # fmt: skip
+                st.fail(
+                    f"seq {seq}: artifact.locked {path}: blob {ref} missing or altered",
+                    seq,
+                    where=f"blobs/{ref}",
+                )
             elif body.get("size") != a.blob_size(ref):
                 st.fail(f"seq {seq}: artifact.locked {path}: size differs from the blob's", seq)
     running: dict[str, str] = {}
@@ -173,34 +207,44 @@ def check_protocol(a: Archive) -> Check:
             for path in sorted(set(running) | set(locked_manifest)):
                 have, want = running.get(path), locked_manifest.get(path)
                 if want is None:
-                    st.fail(f"seq {seq}: artifact.locked {path} ({have}) is not in the "
-                            f"protocol.locked manifest (seq {seq})", seq)  # fmt: skip
+                    st.fail(
+                        f"seq {seq}: artifact.locked {path} ({have}) is not in the "
+                        f"protocol.locked manifest (seq {seq})",
+                        seq,
+                    )
                 elif have is None:
                     st.fail(f"seq {seq}: manifest path {path} has no artifact.locked event", seq)
                 elif have != want:
-                    st.fail(f"seq {seq}: artifact.locked {path} ({have}) differs from the "
-                            f"protocol.locked manifest (seq {seq}): {want!r}", seq)  # fmt: skip
+                    st.fail(
+                        f"seq {seq}: artifact.locked {path} ({have}) differs from the "
+                        f"protocol.locked manifest (seq {seq}): {want!r}",
+                        seq,
+                    )
         else:
             if seq < first:
                 st.fail(f"seq {seq}: protocol.amended before protocol.locked", seq)
             changes = body.get("changes")
             for change in changes if type(changes) is list else [None]:
                 if type(change) is not dict or type(change.get("path")) is not str:
-                    st.fail(f"seq {seq}: protocol.amended change is not an object with a path",
-                            seq)  # fmt: skip
+                    st.fail(f"seq {seq}: protocol.amended change is not an object with a path", seq)
                     continue
                 path = change["path"]
                 if not any(fnmatch.fnmatch(path, p) for p in patterns):
-                    st.fail(f"seq {seq}: protocol.amended changes {path}, which is not "
-                            "amendable", seq)  # fmt: skip
+                    st.fail(
+                        f"seq {seq}: protocol.amended changes {path}, which is not amendable", seq
+                    )
                 if change.get("previous_sha256") != running.get(path):
-                    st.fail(f"seq {seq}: protocol.amended {path}: previous_sha256 is not the "
-                            "hash in force", seq)  # fmt: skip
+                    st.fail(
+                        f"seq {seq}: protocol.amended {path}: previous_sha256 is not the "
+                        "hash in force",
+                        seq,
+                    )
                 blob_name = change.get("blob")
                 ref = a.blob_ref(seq, blob_name) if type(blob_name) is str else None
                 if ref != change.get("sha256") or not a.blob_ok(ref):
-                    st.fail(f"seq {seq}: protocol.amended {path}: blob missing or not its "
-                            "sha256", seq)  # fmt: skip
+                    st.fail(
+                        f"seq {seq}: protocol.amended {path}: blob missing or not its sha256", seq
+                    )
                 running[path] = str(change.get("sha256"))
     current = a.current_manifest()
     # protocol/files.csv and every locked file
@@ -215,8 +259,10 @@ def check_protocol(a: Archive) -> Check:
             rows = []
             st.fail(f"protocol/files.csv cannot be read: {exc}", where="protocol/files.csv")
         if rows and rows[0] != ["locked_path", "role", "sha256", "archive_path"]:
-            st.fail("protocol/files.csv line 1: header is not locked_path,role,sha256,"
-                    "archive_path", where="protocol/files.csv line 1")  # fmt: skip
+            st.fail(
+                "protocol/files.csv line 1: header is not locked_path,role,sha256,archive_path",
+                where="protocol/files.csv line 1",
+            )
         for number, row in enumerate(rows[1:], start=2):
             where = f"protocol/files.csv line {number}"
             if len(row) != 4:
@@ -232,14 +278,22 @@ def check_protocol(a: Archive) -> Check:
             if role != entry[0]:
                 st.fail(f"{where}: role {role!r} is not the locked role {entry[0]!r}", where=where)
             if digest != want[0]:
-                st.fail(f"{where}: {path}: sha256 {digest} is not the locked (or amended) "
-                        f"{want[0]} (seq {want[1]})", want[1], where=where)  # fmt: skip
+                st.fail(
+                    f"{where}: {path}: sha256 {digest} is not the locked (or amended) "
+                    f"{want[0]} (seq {want[1]})",
+                    want[1],
+                    where=where,
+                )
             if archive_path != locked_archive_path(path, entry[0]):
-                st.fail(f"{where}: archive_path {archive_path!r} should be "
-                        f"{locked_archive_path(path, entry[0])!r}", where=where)  # fmt: skip
+                st.fail(
+                    f"{where}: archive_path {archive_path!r} should be "
+                    f"{locked_archive_path(path, entry[0])!r}",
+                    where=where,
+                )
     for path in sorted(set(a.locked_files) - listed):
-        st.fail(f"protocol/files.csv does not list the locked file {path}",
-                where="protocol/files.csv")  # fmt: skip
+        st.fail(
+            f"protocol/files.csv does not list the locked file {path}", where="protocol/files.csv"
+        )
     expected_files: set[str] = {"protocol/files.csv", "protocol/protocol.json"}
     for path, (role, _, seq) in sorted(a.locked_files.items()):
         target = locked_archive_path(path, role)
@@ -305,8 +359,9 @@ def check_protocol(a: Archive) -> Check:
             )
     for path in sorted([*a.files.files, *a.files.others]):
         if path.split("/", 1)[0] in ("protocol", "stimuli", "truth") and path not in expected_files:
-            st.fail(f"{show(path)} is not a locked file, arm text or protocol record",
-                    where=show(path))  # fmt: skip
+            st.fail(
+                f"{show(path)} is not a locked file, arm text or protocol record", where=show(path)
+            )
     return st.check(
         f"protocol.locked (seq {pseq}) precedes every request; {len(a.locked_files)} locked "
         f"files match their locked or amended hash; {len(texts)} arm texts and protocol.json "

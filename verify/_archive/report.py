@@ -61,19 +61,61 @@ MODEL_FIELDS = ["model", "provider", "id", "max_tokens", "temperature", "top_p",
 """Columns of the protocol's models table (a study with ``[models]``, prompts.md §5)."""
 _DATA_PNG = "data:image/png;base64,"
 _PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
-_PNG_CHUNKS = frozenset({b"IHDR", b"PLTE", b"tRNS", b"pHYs", b"IDAT", b"IEND", b"gAMA",
-                         b"cHRM", b"sRGB", b"iCCP", b"bKGD"})  # fmt: skip
+_PNG_CHUNKS = frozenset(
+    {
+        b"IHDR",
+        b"PLTE",
+        b"tRNS",
+        b"pHYs",
+        b"IDAT",
+        b"IEND",
+        b"gAMA",
+        b"cHRM",
+        b"sRGB",
+        b"iCCP",
+        b"bKGD",
+    }
+)
 _MAX_PIXELS = 40_000_000
 _ALLOWED_TAGS = frozenset(
-    {"html", "head", "meta", "title", "style", "body", "h1", "h2", "h3", "p", "div", "span",
-     "code", "br", "table", "caption", "thead", "tbody", "tr", "th", "td", "figure", "img",
-     "figcaption"}
-)  # fmt: skip
+    {
+        "html",
+        "head",
+        "meta",
+        "title",
+        "style",
+        "body",
+        "h1",
+        "h2",
+        "h3",
+        "p",
+        "div",
+        "span",
+        "code",
+        "br",
+        "table",
+        "caption",
+        "thead",
+        "tbody",
+        "tr",
+        "th",
+        "td",
+        "figure",
+        "img",
+        "figcaption",
+    }
+)
 _VOID = frozenset({"br", "img", "meta"})
 _BLOCKS = frozenset({"h1", "h2", "h3", "p"})
-_ALLOWED_ATTRS = {"html": {"lang"}, "meta": {"charset"}, "div": {"class", "id"},
-                  "span": {"class"}, "p": {"class"}, "td": {"class"},
-                  "img": {"src", "alt"}}  # fmt: skip
+_ALLOWED_ATTRS = {
+    "html": {"lang"},
+    "meta": {"charset"},
+    "div": {"class", "id"},
+    "span": {"class"},
+    "p": {"class"},
+    "td": {"class"},
+    "img": {"src", "alt"},
+}
 
 
 # ------------------------------------------------------------------------------ figures
@@ -83,15 +125,15 @@ POSTHOC = "Post hoc (declared after unblinding; not pre-registered)"
 BY_STIMULUS_INTRO = (
     "Each pair of arms where the second has a strict subset of the first's components (the"
     " difference is the removed components), on each probe: Welch's t on the trials there."
-    ' Not adjusted for the number of probes and pairs: hypotheses for a powered replicatio'
+    " Not adjusted for the number of probes and pairs: hypotheses for a powered replicatio"
     "n, as the paper's per-probe dismantling findings are."
 )
 COMPONENT_RULE = (
-    'A unit is the set of components arm a has and arm b lacks in a registered hypothesis'
-    ' a vs b (a chi-square test names none). Each pooled hypothesis result is evidence: '
-    'supported with a positive estimate a benefit, with a negative one a harm; a '
-    'supported equivalence no effect; anything else not shown. A unit with benefit and '
-    'harm is task-dependent; with benefit only active; with harm only harmful; with no '
+    "A unit is the set of components arm a has and arm b lacks in a registered hypothesis"
+    " a vs b (a chi-square test names none). Each pooled hypothesis result is evidence: "
+    "supported with a positive estimate a benefit, with a negative one a harm; a "
+    "supported equivalence no effect; anything else not shown. A unit with benefit and "
+    "harm is task-dependent; with benefit only active; with harm only harmful; with no "
     'effect only inactive; otherwise not established (docs/analysis.md, "Component '
     'classes").'
 )
@@ -99,7 +141,7 @@ COMPONENT_RULE = (
 
 DISTRIBUTION_INTRO = (
     "Each analysable trial's accuracy (its share of glyphs read correctly), counted i"
-    'n ten bins: an arm whose trials sit near ceiling and near collapse at once (the '
+    "n ten bins: an arm whose trials sit near ceiling and near collapse at once (the "
     "paper's bimodal arm B) shows at both ends, which its mean hides."
 )
 
@@ -117,8 +159,7 @@ def _distribution(a: Archive, first: int | None, arms: list[str]) -> list[list[s
     for arm in arms:
         acc: list[float] = []
         for t in trials:
-            if t.get("arm") == arm and t.get("control") == "False" and t.get(
-                    "excluded") == "False":  # fmt: skip
+            if t.get("arm") == arm and t.get("control") == "False" and t.get("excluded") == "False":
                 try:
                     acc.append(float(t.get("accuracy") or "nan"))
                 except ValueError:
@@ -126,21 +167,25 @@ def _distribution(a: Archive, first: int | None, arms: list[str]) -> list[list[s
         bins = [0] * 10
         for value in acc:
             bins[min(9, max(0, int(value * 10)))] += 1
-        rows.append([arm, str(len(acc)), _pct(sum(acc) / len(acc)) if acc else "–",
-                     *(str(b) for b in bins)])  # fmt: skip
+        rows.append(
+            [arm, str(len(acc)), _pct(sum(acc) / len(acc)) if acc else "–", *(str(b) for b in bins)]
+        )
     return rows
 
 
-def _component_classes(protocol: dict[str, Any], results: list[dict[str, Any]]
-                       ) -> list[list[str]]:  # fmt: skip
+def _component_classes(protocol: dict[str, Any], results: list[dict[str, Any]]) -> list[list[str]]:
     """analysis.md "Component classes": one row (unit, evidence, class) per unit."""
     arms = _obj(protocol.get("arms"))
     plan = {_obj(h).get("id"): _obj(h) for h in protocol.get("hypotheses") or []}
     units: dict[str, list[tuple[str, str]]] = {}
     for r in results:
         h = plan.get(r.get("hypothesis"))
-        if h is None or h.get("test") == "chi-square" or r.get("status") != "ok" or (
-                h.get("test") == "qr-bootstrap" and h.get("statistic") != "difference"):
+        if (
+            h is None
+            or h.get("test") == "chi-square"
+            or r.get("status") != "ok"
+            or (h.get("test") == "qr-bootstrap" and h.get("statistic") != "difference")
+        ):
             continue
         contrast = h.get("contrast") or ["", ""]
         a, b = str(contrast[0]), str(contrast[1])
@@ -159,7 +204,8 @@ def _component_classes(protocol: dict[str, Any], results: list[dict[str, Any]]
         stimuli = h.get("stimuli")
         where = f" on {', '.join(str(x) for x in stimuli)}" if stimuli else ""
         units.setdefault(" + ".join(added), []).append(
-            (f"{h.get('id')} ({a} vs {b}{where}): {effect}", effect))
+            (f"{h.get('id')} ({a} vs {b}{where}): {effect}", effect)
+        )
     rows = []
     for unit, evidence in units.items():
         effects = {e for _, e in evidence}
@@ -203,43 +249,67 @@ def expected_figures(a: Archive) -> list[tuple[str, str, str]]:
     tumbling = _tumbling(a.protocol)
     out = [(FLOW_FIGURE, FLOW_TITLE, FLOW_CAPTION)] if has_flow(a) else []
     out += [
-        ("accuracy_by_arm.png", "Accuracy by arm",
-         "Glyph-level accuracy of each arm over the analysable trials, with Wilson 95% "
-         "confidence intervals (descriptive)." if tumbling else
-         "Accuracy of each arm over the analysable trials (one answer each), with Wilson 95% "
-         "confidence intervals (descriptive)."),
-        ("accuracy_arm_stimulus.png", "Accuracy by arm and stimulus",
-         "Glyph-level accuracy in each arm × stimulus cell (descriptive)." if tumbling else
-         "Accuracy in each arm × stimulus cell (descriptive)."),
-        ("forest_contrasts.png", "Pre-registered contrasts",
-         "Estimate and confidence interval of each pre-registered contrast in percentage points "
-         "(a one-sided interval runs to the edge as an arrow); red dashes mark a pre-registered "
-         "minimum difference; the verdict is at the right. Equivalence tests show the largest "
-         "per-stimulus |difference| against the ±margin band."),
-    ]  # fmt: skip
+        (
+            "accuracy_by_arm.png",
+            "Accuracy by arm",
+            "Glyph-level accuracy of each arm over the analysable trials, with Wilson 95% "
+            "confidence intervals (descriptive)."
+            if tumbling
+            else "Accuracy of each arm over the analysable trials (one answer each), with "
+            "Wilson 95% "
+            "confidence intervals (descriptive).",
+        ),
+        (
+            "accuracy_arm_stimulus.png",
+            "Accuracy by arm and stimulus",
+            "Glyph-level accuracy in each arm × stimulus cell (descriptive)."
+            if tumbling
+            else "Accuracy in each arm × stimulus cell (descriptive).",
+        ),
+        (
+            "forest_contrasts.png",
+            "Pre-registered contrasts",
+            "Estimate and confidence interval of each pre-registered contrast in percentage points "
+            "(a one-sided interval runs to the edge as an arrow); red dashes mark a pre-registered "
+            "minimum difference; the verdict is at the right. Equivalence tests show the largest "
+            "per-stimulus |difference| against the ±margin band.",
+        ),
+    ]
     if tumbling:
-        out.append(("accuracy_by_row.png", f"{EXPLORATORY}: accuracy by chart row",
-                    f"{EXPLORATORY}. Accuracy by chart row (1–11) for each arm, Wilson 95% "
-                    "CIs."))  # fmt: skip
+        out.append(
+            (
+                "accuracy_by_row.png",
+                f"{EXPLORATORY}: accuracy by chart row",
+                f"{EXPLORATORY}. Accuracy by chart row (1–11) for each arm, Wilson 95% CIs.",
+            )
+        )
     if parser_labels(a.protocol) is None:
         return out
     response = a.protocol.get("response")
     parser = response.get("parser") if isinstance(response, dict) else None
-    other = ("an orientation" if tumbling or parser == "orientation-word"
-             else "one of the parser's labels")  # fmt: skip
+    other = (
+        "an orientation"
+        if tumbling or parser == "orientation-word"
+        else "one of the parser's labels"
+    )
     for arm in _arms(a):
         out.append(
-            (f"confusion_{_safe(arm)}.png", f"{EXPLORATORY}: confusion matrix, arm {arm}",
-             f"{EXPLORATORY}. Truth (rows) × answer (columns) for arm {arm}, counts and share "
-             f"of each truth row; '{OTHER_LABEL}' counts answers that are not {other}.")
-        )  # fmt: skip
+            (
+                f"confusion_{_safe(arm)}.png",
+                f"{EXPLORATORY}: confusion matrix, arm {arm}",
+                f"{EXPLORATORY}. Truth (rows) × answer (columns) for arm {arm}, counts and share "
+                f"of each truth row; '{OTHER_LABEL}' counts answers that are not {other}.",
+            )
+        )
     return out
 
 
 FLOW_TITLE = "Trial flow (CONSORT-style)"
-FLOW_CAPTION = ("Every scheduled trial from the locked schedule to the registered analysis, "
-                "counted from the signed events (docs/reporting.md §1 of the tool); the same "
-                "diagram is analysis/figures/flow.svg and its numbers analysis/tables/flow.csv.")
+FLOW_CAPTION = (
+    "Every scheduled trial from the locked schedule to the registered analysis, "
+    "counted from the signed events (docs/reporting.md §1 of the tool); the same "
+    "diagram is analysis/figures/flow.svg and its numbers analysis/tables/flow.csv."
+)
 
 
 def figure_names(a: Archive) -> list[str]:
@@ -349,8 +419,7 @@ class _ReportParser(HTMLParser):
         extra = sorted(names - _ALLOWED_ATTRS.get(tag, {"class"} if tag != "code" else set()))
         if extra:
             self.problems.append(
-                f"{self._where()}: <{tag}> has attribute {extra[0]!r}, which the report never "
-                "uses"
+                f"{self._where()}: <{tag}> has attribute {extra[0]!r}, which the report never uses"
             )
         values = dict(attrs)
         if tag not in _VOID:
@@ -431,8 +500,11 @@ class _ReportParser(HTMLParser):
             self._banner[1].append(data)
         if self._block is not None:
             self._block[1].append(data)
-        elif self._table is None and data.strip() and "style" not in self._stack[-1:] and (
-            "title" not in self._stack[-1:] and "figcaption" not in self._stack[-1:]
+        elif (
+            self._table is None
+            and data.strip()
+            and "style" not in self._stack[-1:]
+            and ("title" not in self._stack[-1:] and "figcaption" not in self._stack[-1:])
         ):
             self.problems.append(
                 f"{self._where()}: text outside any heading, paragraph or table: "
@@ -542,26 +614,34 @@ def _estimate_text(result: dict[str, Any]) -> str:
     v = _obj(result.get("values"))
     test = result.get("test")
     if test == "equivalence":
-        return (f"max |diff| {_pp(v.get('max_abs_diff'), signed=False)} "
-                f"(at {v.get('group', '?')}); margin ±{_pp(v.get('margin'), signed=False)}")
+        return (
+            f"max |diff| {_pp(v.get('max_abs_diff'), signed=False)} "
+            f"(at {v.get('group', '?')}); margin ±{_pp(v.get('margin'), signed=False)}"
+        )
     if test == "mcnemar":  # the discordant counts; with variants "b" names a condition
         counts = [v[f"{n}_count"] if f"{n}_count" in v else v.get(n) for n in ("b", "c")]
         return f"discordant b={_fmt(counts[0])}, c={_fmt(counts[1])}"
     if test == "gee":
-        return (f"log OR {_fmt(v.get('estimate'))} (95% CI {_fmt(v.get('lower'))} to "
-                f"{_fmt(v.get('upper'))}; OR {_fmt(v.get('odds_ratio'))})")
+        return (
+            f"log OR {_fmt(v.get('estimate'))} (95% CI {_fmt(v.get('lower'))} to "
+            f"{_fmt(v.get('upper'))}; OR {_fmt(v.get('odds_ratio'))})"
+        )
     if test == "factorial":  # analysis.md "Factorial designs": the term's joint Wald test
         tested = v.get("tested") or []
-        text = (f"{' × '.join(map(str, v.get('effect') or []))}: Wald chi2 {_fmt(v.get('chi2'))}, "
-                f"df {_fmt(v.get('df'))} ({', '.join(map(str, tested))})")
+        text = (
+            f"{' × '.join(map(str, v.get('effect') or []))}: Wald chi2 {_fmt(v.get('chi2'))}, "
+            f"df {_fmt(v.get('df'))} ({', '.join(map(str, tested))})"
+        )
         if v.get("estimate") is not None:
             text += f"; coefficient {_fmt(v.get('estimate'))}"
         if v.get("odds_ratio") is not None:
             text += f" (OR {_fmt(v.get('odds_ratio'))})"
         return text
     if test == "flip-rate":
-        return (f"flip rate {_pct(v.get('rate'))} ({_pct(v.get('conf'), 0)} CI "
-                f"{_pct(v.get('lower'))} to {_pct(v.get('upper'))})")
+        return (
+            f"flip rate {_pct(v.get('rate'))} ({_pct(v.get('conf'), 0)} CI "
+            f"{_pct(v.get('lower'))} to {_pct(v.get('upper'))})"
+        )
     if test == "chi-square":
         return f"chi2 {_fmt(v.get('chi2'))}, df {_fmt(v.get('df'))}"
     if test == "qr-bootstrap":
@@ -575,8 +655,11 @@ def _estimate_text(result: dict[str, Any]) -> str:
     lo = "−∞" if lower is None else pp(lower)
     hi = "+∞" if upper is None else pp(upper)
     both = v.get("ci_two_sided")
-    extra = (f"; two-sided 95% CI {pp(both[0])} to {pp(both[1])}"
-             if isinstance(both, list) and len(both) == 2 else "")  # fmt: skip
+    extra = (
+        f"; two-sided 95% CI {pp(both[0])} to {pp(both[1])}"
+        if isinstance(both, list) and len(both) == 2
+        else ""
+    )
     return f"{pp(est)} ({conf * 100:.0f}% CI {lo} to {hi}{extra})"
 
 
@@ -627,11 +710,14 @@ class _Expect:
         order = a.protocol.get("model_order")
         from verify._science import trial_models
 
-        self.models: list[str] = trial_models(a.protocol, (
-            ([str(m) for m in order] if isinstance(order, list) else sorted(declared))
-            if isinstance(declared, dict)
-            else []
-        ))
+        self.models: list[str] = trial_models(
+            a.protocol,
+            (
+                ([str(m) for m in order] if isinstance(order, list) else sorted(declared))
+                if isinstance(declared, dict)
+                else []
+            ),
+        )
 
     def result(self, rid: str) -> dict[str, Any] | None:
         return next((r for r in self.results if r.get("id") == rid), None)
@@ -660,8 +746,10 @@ class _Expect:
         return f"{contrast[0]} vs {contrast[1]} ({sides})"
 
     def _failed_text(self, result: dict[str, Any]) -> str:
-        return (f"{result.get('title') or result.get('id')} ({result.get('id')}) could not be "
-                f"computed: {result.get('error') or 'unknown error'}")  # fmt: skip
+        return (
+            f"{result.get('title') or result.get('id')} ({result.get('id')}) could not be "
+            f"computed: {result.get('error') or 'unknown error'}"
+        )
 
     def _plan(self) -> tuple[dict[str, Any], int, str] | None:
         """The locked plan record, its ``artifact.locked`` seq and SHA-256 (planning.md §8)."""
@@ -682,45 +770,96 @@ class _Expect:
         out: list[tuple[str, list[str], list[list[str]]]] = []
         failed = [r for r in self.results if r.get("status") == "failed"]
         if failed:
-            out.append(("Results that could not be computed", ["result", "label", "error"],
-                        [[_cell(r.get("id")), _cell(r.get("label")),
-                          _cell(r.get("error") or "unknown error")] for r in failed]))  # fmt: skip
+            out.append(
+                (
+                    "Results that could not be computed",
+                    ["result", "label", "error"],
+                    [
+                        [
+                            _cell(r.get("id")),
+                            _cell(r.get("label")),
+                            _cell(r.get("error") or "unknown error"),
+                        ]
+                        for r in failed
+                    ],
+                )
+            )
         hyps = [r for r in self.results if r.get("hypothesis")]
         if hyps:
             rows = []
             for r in hyps:
                 caution = _obj(r.get("values")).get("caution")
-                verdict = str(r.get("verdict") or "–") + (
-                    f"caution: {caution}" if caution else "")
-                rows.append([_cell(r.get("hypothesis")),
-                             f"{r.get('title', '')} [{self._contrast_text(r)}]",
-                             _cell(r.get("test")), _estimate_text(r), _p_text(r), verdict,
-                             _rule_text(r)])  # fmt: skip
-            out.append(("Pre-registered hypotheses: each verdict and the locked rule that "
-                        "decided it", ["hypothesis", "description", "test", "estimate (CI)",
-                        "p", "verdict", "decided by"], rows))  # fmt: skip
+                verdict = str(r.get("verdict") or "–") + (f"caution: {caution}" if caution else "")
+                rows.append(
+                    [
+                        _cell(r.get("hypothesis")),
+                        f"{r.get('title', '')} [{self._contrast_text(r)}]",
+                        _cell(r.get("test")),
+                        _estimate_text(r),
+                        _p_text(r),
+                        verdict,
+                        _rule_text(r),
+                    ]
+                )
+            out.append(
+                (
+                    "Pre-registered hypotheses: each verdict and the locked rule that decided it",
+                    [
+                        "hypothesis",
+                        "description",
+                        "test",
+                        "estimate (CI)",
+                        "p",
+                        "verdict",
+                        "decided by",
+                    ],
+                    rows,
+                )
+            )
         classes = _component_classes(self.protocol, hyps)
         if classes:
-            out.append(("Prompt components classified from the registered contrasts",
-                        ["component(s) under test", "registered evidence", "class"], classes))
+            out.append(
+                (
+                    "Prompt components classified from the registered contrasts",
+                    ["component(s) under test", "registered evidence", "class"],
+                    classes,
+                )
+            )
         out.extend(self._protocol_tables())
         plan = self._plan()
         if plan is not None:  # docs/planning.md §8
-            out.append((_plan.REPORT_CAPTION, list(_plan.REPORT_HEADER),
-                        _plan.report_rows(plan[0])))  # fmt: skip
+            out.append(
+                (_plan.REPORT_CAPTION, list(_plan.REPORT_HEADER), _plan.report_rows(plan[0]))
+            )
         declared = self.protocol.get("deviations")
         if isinstance(declared, list) and declared:
-            out.append(("Declared deviations from the source protocol ([[deviations]], locked "
-                        "before the run)", ["id", "source protocol says", "this study does",
-                                            "reason"],
-                        [[_cell(_obj(d).get(k)) for k in ("id", "source", "choice", "reason")]
-                         for d in declared]))  # fmt: skip
+            out.append(
+                (
+                    "Declared deviations from the source protocol ([[deviations]], locked "
+                    "before the run)",
+                    ["id", "source protocol says", "this study does", "reason"],
+                    [
+                        [_cell(_obj(d).get(k)) for k in ("id", "source", "choice", "reason")]
+                        for d in declared
+                    ],
+                )
+            )
         if self.amendments:
-            out.append(("Recorded amendments (protocol.amended)",
-                        ["seq", "time", "reason", "files changed"],
-                        [[_cell(m["seq"]), _cell(m.get("time")), _cell(m.get("reason")),
-                          ", ".join(str(_get(c, "path")) for c in m.get("changes") or [])]
-                         for m in self.amendments]))  # fmt: skip
+            out.append(
+                (
+                    "Recorded amendments (protocol.amended)",
+                    ["seq", "time", "reason", "files changed"],
+                    [
+                        [
+                            _cell(m["seq"]),
+                            _cell(m.get("time")),
+                            _cell(m.get("reason")),
+                            ", ".join(str(_get(c, "path")) for c in m.get("changes") or []),
+                        ]
+                        for m in self.amendments
+                    ],
+                )
+            )
         if has_flow(self.a):
             flow = flow_table(self.a)
             if flow is not None:
@@ -729,9 +868,13 @@ class _Expect:
         first_seq = self.results[0].get("seq") if self.results else None
         dist = _distribution(self.a, first_seq, self.arms) if self.tumbling else None
         if dist:
-            out.append(("Analysable trials per arm by glyph accuracy",
-                        ["arm", "trials", "mean", *(f"{10 * i}–{10 * i + 10}%"
-                                                    for i in range(10))], dist))  # fmt: skip
+            out.append(
+                (
+                    "Analysable trials per arm by glyph accuracy",
+                    ["arm", "trials", "mean", *(f"{10 * i}–{10 * i + 10}%" for i in range(10))],
+                    dist,
+                )
+            )
         out.extend(self._model_tables())
         out.extend(self._exploratory_tables())
         out.extend(self._posthoc_tables())
@@ -745,66 +888,141 @@ class _Expect:
         for r in self.posthoc:
             d = _obj(r.get("declared"))
             if r.get("status") != "ok":
-                rows.append([_cell(r.get("id")), _cell(r.get("seq")), _cell(r.get("title")), "",
-                             "", "", f"not computed: {r.get('error')}",
-                             _cell(d.get("reason"))])  # fmt: skip
+                rows.append(
+                    [
+                        _cell(r.get("id")),
+                        _cell(r.get("seq")),
+                        _cell(r.get("title")),
+                        "",
+                        "",
+                        "",
+                        f"not computed: {r.get('error')}",
+                        _cell(d.get("reason")),
+                    ]
+                )
                 continue
             v = _obj(r.get("values"))
             c = _obj(v.get("contrast"))
             kind = r.get("test")
             if kind == "bootstrap":
-                test = (f"percentile bootstrap, {_fmt(v.get('iterations'))} draws (seed "
-                        f"{_cell(v.get('seed'))})")  # fmt: skip
+                test = (
+                    f"percentile bootstrap, {_fmt(v.get('iterations'))} draws (seed "
+                    f"{_cell(v.get('seed'))})"
+                )
             elif kind in ("paired-t", "independent-t"):
                 test = f"t {_fmt(c.get('t'))} (df {_fmt(c.get('df'))}), p {_p(c.get('p'))}"
             else:
                 test = f"z {_fmt(c.get('z'))}, p {_p(c.get('p'))}"
-            rows.append([_cell(r.get("id")), _cell(r.get("seq")), _cell(r.get("title")),
-                         f"{_pp(c.get('estimate'))} ({_pp(c.get('lower'))} to "
-                         f"{_pp(c.get('upper'))})", test,
-                         _fmt(v.get("icc")) if kind == "lmm" else "–",
-                         "singular fit" if kind == "lmm" and v.get("singular") else "–",
-                         _cell(d.get("reason"))])  # fmt: skip
-        return [(f"{POSTHOC}: two-sided differences (mixed model, t-test or bootstrap)",
-                 ["id", "seq", "model", "difference (95% CI)", "two-sided test", "ICC",
-                  "caution", "reason"], rows)]  # fmt: skip
+            rows.append(
+                [
+                    _cell(r.get("id")),
+                    _cell(r.get("seq")),
+                    _cell(r.get("title")),
+                    f"{_pp(c.get('estimate'))} ({_pp(c.get('lower'))} to {_pp(c.get('upper'))})",
+                    test,
+                    _fmt(v.get("icc")) if kind == "lmm" else "–",
+                    "singular fit" if kind == "lmm" and v.get("singular") else "–",
+                    _cell(d.get("reason")),
+                ]
+            )
+        return [
+            (
+                f"{POSTHOC}: two-sided differences (mixed model, t-test or bootstrap)",
+                [
+                    "id",
+                    "seq",
+                    "model",
+                    "difference (95% CI)",
+                    "two-sided test",
+                    "ICC",
+                    "caution",
+                    "reason",
+                ],
+                rows,
+            )
+        ]
 
     def _protocol_tables(self) -> list[tuple[str, list[str], list[list[str]]]]:
         p = self.protocol
         design, model = _obj(p.get("design")), _obj(p.get("model"))
         analysis, arms = _obj(p.get("analysis")), _obj(p.get("arms"))
-        out = [("Arms and their prompt components",
+        out = [
+            (
+                "Arms and their prompt components",
                 ["arm", "role", "components", "composed text SHA-256"],
-                [[a, _cell(_obj(arms[a]).get("role")),
-                  " + ".join(map(str, _obj(arms[a]).get("components") or [])),
-                  str(_obj(arms[a]).get("sha256", ""))[:16] + "…"] for a in sorted(arms)])]
+                [
+                    [
+                        a,
+                        _cell(_obj(arms[a]).get("role")),
+                        " + ".join(map(str, _obj(arms[a]).get("components") or [])),
+                        str(_obj(arms[a]).get("sha256", ""))[:16] + "…",
+                    ]
+                    for a in sorted(arms)
+                ],
+            )
+        ]
         if self.models:
             declared = _obj(p.get("models"))
-            out.append(("Models, in declaration order", MODEL_FIELDS,
-                        [[m] + [_cell(_obj(declared.get(m)).get(k)) for k in MODEL_FIELDS[1:]]
-                         for m in self.models]))  # fmt: skip
+            out.append(
+                (
+                    "Models, in declaration order",
+                    MODEL_FIELDS,
+                    [
+                        [m] + [_cell(_obj(declared.get(m)).get(k)) for k in MODEL_FIELDS[1:]]
+                        for m in self.models
+                    ],
+                )
+            )
         else:
-            out.append(("Model", ["field", "value"],
-                        [[k, _cell(v)] for k, v in sorted(model.items())]))
+            out.append(
+                ("Model", ["field", "value"], [[k, _cell(v)] for k, v in sorted(model.items())])
+            )
         keys = ("replicates", "seed", "order", "bootstrap_seed", "bootstrap_iterations")
         design_rows = [(k, design.get(k)) for k in keys if k in design]
         design_rows += [(k, v) for k, v in sorted(design.items()) if k not in keys]
         out.append(("Design", ["field", "value"], [[k, _cell(v)] for k, v in design_rows]))
-        out.append(("Analysis plan", ["field", "value"],
-                    [[k, _cell(v)] for k, v in sorted(analysis.items())]))  # fmt: skip
+        out.append(
+            (
+                "Analysis plan",
+                ["field", "value"],
+                [[k, _cell(v)] for k, v in sorted(analysis.items())],
+            )
+        )
         hyps = p.get("hypotheses")
         rows = []
         for item in hyps if isinstance(hyps, list) else []:
             h = _obj(item)
-            rows.append([_cell(h.get("id")), " vs ".join(map(str, h.get("contrast") or []))
-                         or f"arm {h.get('arm')}: {', '.join(map(str, h.get('variants') or []))}",
-                         _cell(h.get("test")), _cell(h.get("sides")), _cell(h.get("alpha")),
-                         _cell(h.get("correction")), _cell(h.get("family")),
-                         "–" if h.get("min_difference_pp") is None
-                         else f"{h['min_difference_pp']} pp",
-                         "–" if h.get("margin_pp") is None else f"±{h['margin_pp']} pp"])
-        out.append(("Pre-registered hypotheses", ["id", "contrast", "test", "sides", "alpha",
-                    "correction", "family", "min. difference", "equivalence margin"], rows))
+            rows.append(
+                [
+                    _cell(h.get("id")),
+                    " vs ".join(map(str, h.get("contrast") or []))
+                    or f"arm {h.get('arm')}: {', '.join(map(str, h.get('variants') or []))}",
+                    _cell(h.get("test")),
+                    _cell(h.get("sides")),
+                    _cell(h.get("alpha")),
+                    _cell(h.get("correction")),
+                    _cell(h.get("family")),
+                    "–" if h.get("min_difference_pp") is None else f"{h['min_difference_pp']} pp",
+                    "–" if h.get("margin_pp") is None else f"±{h['margin_pp']} pp",
+                ]
+            )
+        out.append(
+            (
+                "Pre-registered hypotheses",
+                [
+                    "id",
+                    "contrast",
+                    "test",
+                    "sides",
+                    "alpha",
+                    "correction",
+                    "family",
+                    "min. difference",
+                    "equivalence margin",
+                ],
+                rows,
+            )
+        )
         return out
 
     def _ddx_tables(self) -> list[tuple[str, list[str], list[list[str]]]]:
@@ -816,8 +1034,15 @@ class _Expect:
         if desc is None or desc.get("status") != "ok":
             return []
         v = _obj(desc.get("values"))
-        names = ("plausibility", "h_coverage", "s_coverage", "breadth", "grounding_rate",
-                 "indirect_rate", "uncertainty")  # fmt: skip
+        names = (
+            "plausibility",
+            "h_coverage",
+            "s_coverage",
+            "breadth",
+            "grounding_rate",
+            "indirect_rate",
+            "uncertainty",
+        )
 
         def cell(entry: dict[str, Any], name: str) -> str:
             m = entry.get(name)
@@ -826,15 +1051,33 @@ class _Expect:
             mean = _fmt(m.get("mean")) if name == "breadth" else _pct(m.get("mean"))
             return mean + (f" ({m.get('undefined')} undefined)" if m.get("undefined") else "")
 
-        rows = [[str(arm), "all", _fmt(_obj(e).get("trials")), *(cell(_obj(e), n) for n in names)]
-                for arm, e in sorted(_obj(v.get("arms")).items())]  # fmt: skip
+        rows = [
+            [str(arm), "all", _fmt(_obj(e).get("trials")), *(cell(_obj(e), n) for n in names)]
+            for arm, e in sorted(_obj(v.get("arms")).items())
+        ]
         for arm, models in sorted(_obj(v.get("arm_model")).items()):
-            rows += [[str(arm), str(m), _fmt(_obj(e).get("trials")),
-                      *(cell(_obj(e), n) for n in names)]
-                     for m, e in sorted(_obj(models).items())]  # fmt: skip
-        return [(str(desc.get("title")), ["arm", "model", "trials", "plausibility",
-                 "H-coverage", "S-coverage", "breadth", "grounding", "indirect", "uncertainty"],
-                 rows)]  # fmt: skip
+            rows += [
+                [str(arm), str(m), _fmt(_obj(e).get("trials")), *(cell(_obj(e), n) for n in names)]
+                for m, e in sorted(_obj(models).items())
+            ]
+        return [
+            (
+                str(desc.get("title")),
+                [
+                    "arm",
+                    "model",
+                    "trials",
+                    "plausibility",
+                    "H-coverage",
+                    "S-coverage",
+                    "breadth",
+                    "grounding",
+                    "indirect",
+                    "uncertainty",
+                ],
+                rows,
+            )
+        ]
 
     def _covariate_tables(self) -> list[tuple[str, list[str], list[list[str]]]]:
         """analysis.md §11: ``descriptive.covariates``, perturbable labels, then indicators.
@@ -849,8 +1092,10 @@ class _Expect:
         outcomes = [str(o) for o in v.get("outcomes") or []]
         strata = _obj(v.get("strata"))
         out: list[tuple[str, list[str], list[list[str]]]] = []
-        for key, what in (("perturbable", "perturbable factors"),
-                          ("indicators", "indicator factors (annotated, never edited)")):
+        for key, what in (
+            ("perturbable", "perturbable factors"),
+            ("indicators", "indicator factors (annotated, never edited)"),
+        ):
             rows: list[list[str]] = []
             for name in v.get(key) or []:
                 stratum = _obj(strata.get(name))
@@ -860,13 +1105,26 @@ class _Expect:
                         for o in outcomes:
                             got = _obj(_obj(e).get(o)).get("mean")
                             cells.append(_fmt(got) if o == "breadth" else _pct(got))
-                        rows.append([str(name), level, str(arm), _fmt(_obj(e).get("trials")),
-                                     *cells])  # fmt: skip
-                rows.append([str(name), "no label", "all", _fmt(stratum.get("undecided")),
-                             *("–" for _ in outcomes)])  # fmt: skip
+                        rows.append(
+                            [str(name), level, str(arm), _fmt(_obj(e).get("trials")), *cells]
+                        )
+                rows.append(
+                    [
+                        str(name),
+                        "no label",
+                        "all",
+                        _fmt(stratum.get("undecided")),
+                        *("–" for _ in outcomes),
+                    ]
+                )
             if rows:
-                out.append((f"Outcomes by factor label: {what}, step {v.get('step')}",
-                            ["label", "value", "arm", "trials", *outcomes], rows))
+                out.append(
+                    (
+                        f"Outcomes by factor label: {what}, step {v.get('step')}",
+                        ["label", "value", "arm", "trials", *outcomes],
+                        rows,
+                    )
+                )
         return out
 
     def _mcq_tables(self) -> list[tuple[str, list[str], list[list[str]]]]:
@@ -877,23 +1135,50 @@ class _Expect:
         for r in (r for r in self.results if r.get("hypothesis")):
             plan = self._plan_of(r)
             test = str(r.get("test"))
-            if test not in kinds and not (test == "mcnemar" and (plan.get("arm")
-                                                                or plan.get("variant"))):
+            if test not in kinds and not (
+                test == "mcnemar" and (plan.get("arm") or plan.get("variant"))
+            ):
                 continue
             v = _obj(r.get("values"))
-            what = self._contrast_text(r) + (f" at {plan['variant']}" if plan.get("variant")
-                                             else "")  # fmt: skip
+            what = self._contrast_text(r) + (
+                f" at {plan['variant']}" if plan.get("variant") else ""
+            )
             if r.get("status") == NOT_APPLICABLE:
-                rows.append([_cell(r.get("hypothesis")), test, what, "–", "–", "–", "–", "–",
-                             _inapplicable(r)])  # fmt: skip
+                rows.append(
+                    [
+                        _cell(r.get("hypothesis")),
+                        test,
+                        what,
+                        "–",
+                        "–",
+                        "–",
+                        "–",
+                        "–",
+                        _inapplicable(r),
+                    ]
+                )
                 continue
             if r.get("status") != "ok":
-                rows.append([_cell(r.get("hypothesis")), test, what, "–", "–", "–", "–", "–",
-                             f"not computed: {r.get('error')}"])
+                rows.append(
+                    [
+                        _cell(r.get("hypothesis")),
+                        test,
+                        what,
+                        "–",
+                        "–",
+                        "–",
+                        "–",
+                        "–",
+                        f"not computed: {r.get('error')}",
+                    ]
+                )
                 continue
             lo, hi = _num(v.get("lower")), _num(v.get("upper"))
-            interval = (f"{_pct(v.get('conf'), 0)} CI {_fmt(lo)} to {_fmt(hi)}"
-                        if test != "mcnemar" else f"p {_p(v.get('p_raw'))}")  # fmt: skip
+            interval = (
+                f"{_pct(v.get('conf'), 0)} CI {_fmt(lo)} to {_fmt(hi)}"
+                if test != "mcnemar"
+                else f"p {_p(v.get('p_raw'))}"
+            )
             if test == "flip-rate":
                 n, stat = v.get("n_pairs"), f"{v.get('flips')} flips ({v.get('basis')})"
             elif test == "position-bias":
@@ -901,46 +1186,106 @@ class _Expect:
                 stat = f"bias {_fmt(v.get('bias_a'))} vs {_fmt(v.get('bias_b'))}"
             elif test == "voting":
                 n = v.get("n_groups")
-                stat = (f"vote {_pct(v.get('accuracy_vote'))} vs mean order "
-                        f"{_pct(v.get('accuracy_orders'))}")
+                stat = (
+                    f"vote {_pct(v.get('accuracy_vote'))} vs mean order "
+                    f"{_pct(v.get('accuracy_orders'))}"
+                )
             elif test == "self-consistency":
                 n = v.get("n_units")
-                stat = (f"majority {_pct(v.get('accuracy_majority'))} vs single "
-                        f"{_pct(v.get('accuracy_single'))}")
+                stat = (
+                    f"majority {_pct(v.get('accuracy_majority'))} vs single "
+                    f"{_pct(v.get('accuracy_single'))}"
+                )
             elif test == "mcnemar":
                 n, stat = v.get("n_pairs"), f"b={v.get('b_count')}, c={v.get('c_count')}"
             else:
                 n, stat = _obj(v.get("fit")).get("n_obs"), f"OR {_fmt(v.get('odds_ratio'))}"
-            rows.append([_cell(r.get("hypothesis")), test, what, str(n), stat,
-                         _fmt(v.get("estimate")), interval, str(v.get("excluded", "–")),
-                         str(r.get("verdict"))])
+            rows.append(
+                [
+                    _cell(r.get("hypothesis")),
+                    test,
+                    what,
+                    str(n),
+                    stat,
+                    _fmt(v.get("estimate")),
+                    interval,
+                    str(v.get("excluded", "–")),
+                    str(r.get("verdict")),
+                ]
+            )
         if rows:
-            out.append(("Seed 002's registered statistics (flip rate, position bias, voting, "
-                        "self-consistency, McNemar, GEE; excluded = incomplete groups, recorded "
-                        "with their trials)", ["hypothesis", "test", "arms / variants", "n",
-                        "statistic", "estimate", "interval or p", "excluded", "verdict"], rows))
+            out.append(
+                (
+                    "Seed 002's registered statistics (flip rate, position bias, voting, "
+                    "self-consistency, McNemar, GEE; excluded = incomplete groups, recorded "
+                    "with their trials)",
+                    [
+                        "hypothesis",
+                        "test",
+                        "arms / variants",
+                        "n",
+                        "statistic",
+                        "estimate",
+                        "interval or p",
+                        "excluded",
+                        "verdict",
+                    ],
+                    rows,
+                )
+            )
         desc = self.result("descriptive.mcq")
         if desc is not None and desc.get("status") == "ok":
             v = _obj(desc.get("values"))
-            out.append((str(desc.get("title")), ["arm", "variant", "model", "correct", "n",
-                        "unparsed", "accuracy", "Wilson 95% CI"],
-                        [[_cell(c.get("arm")), _cell(c.get("variant")),
-                          _cell(c.get("model") or "–"), _cell(c.get("correct")),
-                          _cell(c.get("n")), _cell(c.get("unparsed")), _pct(c.get("accuracy")),
-                          f"{_pct(c.get('lower'))} – {_pct(c.get('upper'))}"]
-                         for c in map(_obj, v.get("cells") or [])]))  # fmt: skip
+            out.append(
+                (
+                    str(desc.get("title")),
+                    [
+                        "arm",
+                        "variant",
+                        "model",
+                        "correct",
+                        "n",
+                        "unparsed",
+                        "accuracy",
+                        "Wilson 95% CI",
+                    ],
+                    [
+                        [
+                            _cell(c.get("arm")),
+                            _cell(c.get("variant")),
+                            _cell(c.get("model") or "–"),
+                            _cell(c.get("correct")),
+                            _cell(c.get("n")),
+                            _cell(c.get("unparsed")),
+                            _pct(c.get("accuracy")),
+                            f"{_pct(c.get('lower'))} – {_pct(c.get('upper'))}",
+                        ]
+                        for c in map(_obj, v.get("cells") or [])
+                    ],
+                )
+            )
             seeds = [_obj(x) for x in v.get("seeds") or []]
             if seeds:
-                out.append(("Accuracy over the shuffle seeds: mean and t interval",
-                            ["arm", "model", "seeds", "per seed", "mean", "95% t interval"],
-                            [[_cell(x.get("arm")), _cell(x.get("model") or "–"),
-                              ", ".join(map(str, _obj(x.get("summary")).get("seeds") or [])),
-                              ", ".join(_pct(y) for y in _obj(x.get("summary")).get("values")
-                                        or []),
-                              _pct(_obj(x.get("summary")).get("mean")),
-                              f"{_pct(_obj(x.get('summary')).get('lower'))} – "
-                              f"{_pct(_obj(x.get('summary')).get('upper'))}"]
-                             for x in seeds]))  # fmt: skip
+                out.append(
+                    (
+                        "Accuracy over the shuffle seeds: mean and t interval",
+                        ["arm", "model", "seeds", "per seed", "mean", "95% t interval"],
+                        [
+                            [
+                                _cell(x.get("arm")),
+                                _cell(x.get("model") or "–"),
+                                ", ".join(map(str, _obj(x.get("summary")).get("seeds") or [])),
+                                ", ".join(
+                                    _pct(y) for y in _obj(x.get("summary")).get("values") or []
+                                ),
+                                _pct(_obj(x.get("summary")).get("mean")),
+                                f"{_pct(_obj(x.get('summary')).get('lower'))} – "
+                                f"{_pct(_obj(x.get('summary')).get('upper'))}",
+                            ]
+                            for x in seeds
+                        ],
+                    )
+                )
         return out
 
     def _data_tables(self) -> list[tuple[str, list[str], list[list[str]]]]:
@@ -952,27 +1297,70 @@ class _Expect:
             for arm in sorted(values):
                 v = _obj(values[arm])
                 statuses = ", ".join(f"{k} {n}" for k, n in sorted(_obj(v.get("status")).items()))
-                rows.append([arm, _cell(v.get("trials_scored")), statuses,
-                             _pct(v.get("parse_rate")), _cell(v.get("excluded")),
-                             _cell(v.get("given_up")), _cell(v.get("glyphs"))])  # fmt: skip
+                rows.append(
+                    [
+                        arm,
+                        _cell(v.get("trials_scored")),
+                        statuses,
+                        _pct(v.get("parse_rate")),
+                        _cell(v.get("excluded")),
+                        _cell(v.get("given_up")),
+                        _cell(v.get("glyphs")),
+                    ]
+                )
             kind, unit = ("Tumbling-E trials", "glyphs") if self.tumbling else ("Trials", "items")
-            out.append((f"{kind} per arm: scoring status, parse rate, exclusions "
-                        "(unparseable responses when the plan excludes them) and trials given up",
-                        ["arm", "trials scored", "status", "parse rate", "excluded", "given up",
-                         f"{unit} analysed"], rows))  # fmt: skip
+            out.append(
+                (
+                    f"{kind} per arm: scoring status, parse rate, exclusions "
+                    "(unparseable responses when the plan excludes them) and trials given up",
+                    [
+                        "arm",
+                        "trials scored",
+                        "status",
+                        "parse rate",
+                        "excluded",
+                        "given up",
+                        f"{unit} analysed",
+                    ],
+                    rows,
+                )
+            )
             cells = self._arm_model_cells()
             if cells is not None:
                 rows = []
                 for v in cells:
-                    statuses = ", ".join(f"{k} {n}" for k, n in
-                                         sorted(_obj(v.get("status")).items()))  # fmt: skip
-                    rows.append([_cell(v.get("arm")), _cell(v.get("model")),
-                                 _cell(v.get("trials_scored")), statuses,
-                                 _pct(v.get("parse_rate")), _cell(v.get("excluded")),
-                                 _cell(v.get("given_up")), _cell(v.get("glyphs"))])  # fmt: skip
-                out.append((f"{kind} per arm and model: scoring status, parse rate, exclusions "
-                            "and trials given up", ["arm", "model", "trials scored", "status",
-                            "parse rate", "excluded", "given up", f"{unit} analysed"], rows))
+                    statuses = ", ".join(
+                        f"{k} {n}" for k, n in sorted(_obj(v.get("status")).items())
+                    )
+                    rows.append(
+                        [
+                            _cell(v.get("arm")),
+                            _cell(v.get("model")),
+                            _cell(v.get("trials_scored")),
+                            statuses,
+                            _pct(v.get("parse_rate")),
+                            _cell(v.get("excluded")),
+                            _cell(v.get("given_up")),
+                            _cell(v.get("glyphs")),
+                        ]
+                    )
+                out.append(
+                    (
+                        f"{kind} per arm and model: scoring status, parse rate, exclusions "
+                        "and trials given up",
+                        [
+                            "arm",
+                            "model",
+                            "trials scored",
+                            "status",
+                            "parse rate",
+                            "excluded",
+                            "given up",
+                            f"{unit} analysed",
+                        ],
+                        rows,
+                    )
+                )
             rows = []
             for arm in sorted(values):
                 v = _obj(values[arm])
@@ -983,30 +1371,67 @@ class _Expect:
                 elif clu.get("lower") is None:
                     clustered = f"none ({clu.get('n_clusters')} probe)"
                 else:
-                    clustered = (f"{_pct(clu.get('lower'))} – {_pct(clu.get('upper'))} "
-                                 f"({clu.get('n_clusters')} probes)")  # fmt: skip
-                rows.append([arm, _cell(acc.get("successes", v.get("correct"))),
-                             _cell(acc.get("n", v.get("glyphs"))), _pct(acc.get("estimate")),
-                             f"{_pct(acc.get('lower'))} – {_pct(acc.get('upper'))}" if acc
-                             else _cell(v.get("note", "–")), clustered])  # fmt: skip
-            out.append((str(arms_result.get("title")),
-                        ["arm", "correct", "glyphs" if self.tumbling else "items", "accuracy",
-                         "Wilson 95% CI (items as independent: descriptive)",
-                         "95% CI clustered by probe (cluster-robust, t with probes − 1 df)"],
-                        rows))  # fmt: skip
+                    clustered = (
+                        f"{_pct(clu.get('lower'))} – {_pct(clu.get('upper'))} "
+                        f"({clu.get('n_clusters')} probes)"
+                    )
+                rows.append(
+                    [
+                        arm,
+                        _cell(acc.get("successes", v.get("correct"))),
+                        _cell(acc.get("n", v.get("glyphs"))),
+                        _pct(acc.get("estimate")),
+                        f"{_pct(acc.get('lower'))} – {_pct(acc.get('upper'))}"
+                        if acc
+                        else _cell(v.get("note", "–")),
+                        clustered,
+                    ]
+                )
+            out.append(
+                (
+                    str(arms_result.get("title")),
+                    [
+                        "arm",
+                        "correct",
+                        "glyphs" if self.tumbling else "items",
+                        "accuracy",
+                        "Wilson 95% CI (items as independent: descriptive)",
+                        "95% CI clustered by probe (cluster-robust, t with probes − 1 df)",
+                    ],
+                    rows,
+                )
+            )
         cells = self._arm_model_cells()
         if cells is not None:
             rows = []
             for v in cells:
                 acc = _obj(v.get("accuracy"))
-                rows.append([_cell(v.get("arm")), _cell(v.get("model")),
-                             _cell(acc.get("successes", v.get("correct"))),
-                             _cell(acc.get("n", v.get("glyphs"))), _pct(acc.get("estimate")),
-                             f"{_pct(acc.get('lower'))} – {_pct(acc.get('upper'))}" if acc
-                             else _cell(v.get("note", "–"))])  # fmt: skip
-            out.append((str(_obj(self.result("descriptive.arm_model")).get("title")),
-                        ["arm", "model", "correct", "glyphs" if self.tumbling else "items",
-                         "accuracy", "Wilson 95% CI"], rows))  # fmt: skip
+                rows.append(
+                    [
+                        _cell(v.get("arm")),
+                        _cell(v.get("model")),
+                        _cell(acc.get("successes", v.get("correct"))),
+                        _cell(acc.get("n", v.get("glyphs"))),
+                        _pct(acc.get("estimate")),
+                        f"{_pct(acc.get('lower'))} – {_pct(acc.get('upper'))}"
+                        if acc
+                        else _cell(v.get("note", "–")),
+                    ]
+                )
+            out.append(
+                (
+                    str(_obj(self.result("descriptive.arm_model")).get("title")),
+                    [
+                        "arm",
+                        "model",
+                        "correct",
+                        "glyphs" if self.tumbling else "items",
+                        "accuracy",
+                        "Wilson 95% CI",
+                    ],
+                    rows,
+                )
+            )
         out.extend(self._mcq_tables())
         out.extend(_qrboot.report_tables(self.result("descriptive.qr_bootstrap")))
         out.extend(self._ddx_tables())
@@ -1016,12 +1441,24 @@ class _Expect:
             rows = []
             for arm, value in sorted(_obj(control.get("values")).items()):
                 v = _obj(value)
-                rows.append([arm, _cell(v.get("successes", "–")), _cell(v.get("n", "–")),
-                             _pct(v.get("estimate")),
-                             f"{_pct(v.get('lower'))} – {_pct(v.get('upper'))}" if value
-                             else "no control trials"])  # fmt: skip
-            out.append((str(control.get("title")), ["arm", "correctly rejected",
-                        "control trials", "rate", "Wilson 95% CI"], rows))  # fmt: skip
+                rows.append(
+                    [
+                        arm,
+                        _cell(v.get("successes", "–")),
+                        _cell(v.get("n", "–")),
+                        _pct(v.get("estimate")),
+                        f"{_pct(v.get('lower'))} – {_pct(v.get('upper'))}"
+                        if value
+                        else "no control trials",
+                    ]
+                )
+            out.append(
+                (
+                    str(control.get("title")),
+                    ["arm", "correctly rejected", "control trials", "rate", "Wilson 95% CI"],
+                    rows,
+                )
+            )
         return out
 
     def _arm_model_cells(self) -> list[dict[str, Any]] | None:
@@ -1039,16 +1476,25 @@ class _Expect:
         if model is None or model.get("status") != "ok":
             return []
         v = _obj(model.get("values"))
-        rows = [[_cell(_get(fe, "name")), _pp(_get(fe, "estimate")),
-                 _pp(_get(fe, "se"), signed=False),
-                 f"{_pp(_get(fe, 'ci_lower'))} to {_pp(_get(fe, 'ci_upper'))}", _p(_get(fe, "p"))]
-                for fe in v.get("fixed_effects") or []]  # fmt: skip
+        rows = [
+            [
+                _cell(_get(fe, "name")),
+                _pp(_get(fe, "estimate")),
+                _pp(_get(fe, "se"), signed=False),
+                f"{_pp(_get(fe, 'ci_lower'))} to {_pp(_get(fe, 'ci_upper'))}",
+                _p(_get(fe, "p")),
+            ]
+            for fe in v.get("fixed_effects") or []
+        ]
         names, refs = v.get("factors") or [], v.get("factor_references") or []
         factors = ", ".join(f"reference {f} {r}" for f, r in zip(names, refs, strict=False))
-        caption = (f"{prefix}{model.get('title')} (reference arm {v.get('reference')}"
-                   + (f"; {factors}" if factors else "") + f"; {v.get('n_obs')} "
-                   f"trials, {v.get('n_groups')} groups; ICC {_fmt(v.get('icc'))}; converged "
-                   f"{_fmt(v.get('converged'))}, singular {_fmt(v.get('singular'))}){extra}")
+        caption = (
+            f"{prefix}{model.get('title')} (reference arm {v.get('reference')}"
+            + (f"; {factors}" if factors else "")
+            + f"; {v.get('n_obs')} "
+            f"trials, {v.get('n_groups')} groups; ICC {_fmt(v.get('icc'))}; converged "
+            f"{_fmt(v.get('converged'))}, singular {_fmt(v.get('singular'))}){extra}"
+        )
         return [(caption, ["term", "estimate", "SE", "95% CI", "p"], rows)]
 
     def _model_tables(self) -> list[tuple[str, list[str], list[list[str]]]]:
@@ -1059,8 +1505,12 @@ class _Expect:
 
     def _sensitivity_results(self) -> list[dict[str, Any]]:
         """``sensitivity.lmm`` and each ``sensitivity.lmm@<model>``, in recorded order."""
-        return [r for r in self.results if str(r.get("id")) == "sensitivity.lmm"
-                or str(r.get("id")).startswith("sensitivity.lmm@")]  # fmt: skip
+        return [
+            r
+            for r in self.results
+            if str(r.get("id")) == "sensitivity.lmm"
+            or str(r.get("id")).startswith("sensitivity.lmm@")
+        ]
 
     def _sensitivity_tables(self) -> list[tuple[str, list[str], list[list[str]]]]:
         """statistics.md "Sensitivity": the tables of each sensitivity result that was computed."""
@@ -1070,8 +1520,9 @@ class _Expect:
                 out += self._sensitivity_tables_of(_obj(result.get("values")))
         return out
 
-    def _sensitivity_tables_of(self, v: dict[str, Any]
-                               ) -> list[tuple[str, list[str], list[list[str]]]]:  # fmt: skip
+    def _sensitivity_tables_of(
+        self, v: dict[str, Any]
+    ) -> list[tuple[str, list[str], list[list[str]]]]:
         """One sensitivity result's tables: contrasts side by side, then its models."""
         if v.get("model") is not None:  # a model's own copy, or the pooled fit, or one model
             scope = f" (model {v['model']})"
@@ -1089,52 +1540,105 @@ class _Expect:
         for c in v.get("contrasts") or []:
             c = _obj(c)
             stimuli = c.get("stimuli")
-            on = (f" on {', '.join(str(x) for x in stimuli)}"
-                  if isinstance(stimuli, list) and stimuli else "")  # fmt: skip
+            on = (
+                f" on {', '.join(str(x) for x in stimuli)}"
+                if isinstance(stimuli, list) and stimuli
+                else ""
+            )
             if "error" in c:  # statistics.md "Sensitivity": a subset that could not be fitted
-                rows.append([_cell(c.get("hypothesis")), f"subset{on}",
-                             f"not fitted: {c['error']}", *("–" for _ in SENSITIVITY_MODELS),
-                             "–", "–"])  # fmt: skip
+                rows.append(
+                    [
+                        _cell(c.get("hypothesis")),
+                        f"subset{on}",
+                        f"not fitted: {c['error']}",
+                        *("–" for _ in SENSITIVITY_MODELS),
+                        "–",
+                        "–",
+                    ]
+                )
                 continue
             reg = _obj(c.get("as_registered"))
             p = f"p {_p(reg.get('p_raw'))}" + (
                 f", adjusted {_p(reg.get('p_adjusted'))}"
-                if reg.get("p_adjusted") is not None else "")  # fmt: skip
+                if reg.get("p_adjusted") is not None
+                else ""
+            )
             cells = []
             for m in SENSITIVITY_MODELS:
                 got = c.get(m)
-                cells.append(f"{interval(got)}, p {_p(got.get('p'))}, df {_fmt(got.get('df'))}"
-                             if isinstance(got, dict) else "not fitted")  # fmt: skip
+                cells.append(
+                    f"{interval(got)}, p {_p(got.get('p'))}, df {_fmt(got.get('df'))}"
+                    if isinstance(got, dict)
+                    else "not fitted"
+                )
             boot = _obj(c.get("cluster_bootstrap"))
             supports = c.get("supports")
-            rows.append([_cell(c.get("hypothesis")),
-                         f"{c.get('a')} vs {c.get('b')} ({c.get('sides')}){on}",
-                         f"{interval(reg)}, {p}; {c.get('registered_verdict') or '–'}", *cells,
-                         f"{interval(boot)} over {boot.get('n_clusters')} probes" if boot
-                         else "–",
-                         "–" if supports is None else ("yes" if supports else "no")])  # fmt: skip
-        named = any(isinstance(_obj(c).get(m), dict) and "df_method" in _obj(c)[m]
-                    for c in v.get("contrasts") or [] for m in SENSITIVITY_MODELS)  # fmt: skip
-        df_note = ("; df: Satterthwaite's formula with the expected REML information"
-                   if named else "")  # an archive from before df_method (archive-format.md §5)
-        out = [(f"{SENSITIVITY}{scope}: each registered mixed-model contrast beside its "
+            rows.append(
+                [
+                    _cell(c.get("hypothesis")),
+                    f"{c.get('a')} vs {c.get('b')} ({c.get('sides')}){on}",
+                    f"{interval(reg)}, {p}; {c.get('registered_verdict') or '–'}",
+                    *cells,
+                    f"{interval(boot)} over {boot.get('n_clusters')} probes" if boot else "–",
+                    "–" if supports is None else ("yes" if supports else "no"),
+                ]
+            )
+        named = any(
+            isinstance(_obj(c).get(m), dict) and "df_method" in _obj(c)[m]
+            for c in v.get("contrasts") or []
+            for m in SENSITIVITY_MODELS
+        )
+        df_note = (
+            "; df: Satterthwaite's formula with the expected REML information" if named else ""
+        )  # an archive from before df_method (archive-format.md §5)
+        out = [
+            (
+                f"{SENSITIVITY}{scope}: each registered mixed-model contrast beside its "
                 f"sensitivity intervals (95%; one-sided hypotheses: lower bound{df_note})",
-                ["hypothesis", "contrast", "registered (z)", *SENSITIVITY_MODELS.values(),
-                 "bootstrap over probes", "sensitivity supports the verdict?"], rows)]
+                [
+                    "hypothesis",
+                    "contrast",
+                    "registered (z)",
+                    *SENSITIVITY_MODELS.values(),
+                    "bootstrap over probes",
+                    "sensitivity supports the verdict?",
+                ],
+                rows,
+            )
+        ]
         mrows = []
         for name, label in SENSITIVITY_MODELS.items():
             entry = _obj(_obj(v.get("models")).get(name))
             if not entry.get("fitted"):
                 mrows.append([label, f"no: {entry.get('reason')}", "–", "–", "–"])
                 continue
-            lrt = (f"chi2 {_fmt(entry.get('lrt_chi2'))}, p {_p(entry.get('lrt_p'))}"
-                   if "lrt_chi2" in entry else "–")  # fmt: skip
-            mrows.append([label, "yes", ", ".join(f"{k} {_fmt(x)}" for k, x in
-                                                  _obj(entry.get("variances")).items()),
-                          _fmt(entry.get("log_likelihood")), lrt])  # fmt: skip
-        out.append((f"{SENSITIVITY}{scope}: the models (REML, groups {v.get('group_col')})",
-                    ["model", "fitted", "variance components", "log-likelihood",
-                     "probe-by-arm vs registered (LRT, boundary-corrected)"], mrows))
+            lrt = (
+                f"chi2 {_fmt(entry.get('lrt_chi2'))}, p {_p(entry.get('lrt_p'))}"
+                if "lrt_chi2" in entry
+                else "–"
+            )
+            mrows.append(
+                [
+                    label,
+                    "yes",
+                    ", ".join(f"{k} {_fmt(x)}" for k, x in _obj(entry.get("variances")).items()),
+                    _fmt(entry.get("log_likelihood")),
+                    lrt,
+                ]
+            )
+        out.append(
+            (
+                f"{SENSITIVITY}{scope}: the models (REML, groups {v.get('group_col')})",
+                [
+                    "model",
+                    "fitted",
+                    "variance components",
+                    "log-likelihood",
+                    "probe-by-arm vs registered (LRT, boundary-corrected)",
+                ],
+                mrows,
+            )
+        )
         return out
 
     def _sensitivity_blocks(self) -> list[tuple[str, str]]:
@@ -1163,12 +1667,20 @@ class _Expect:
             cells = []
             for stimulus in stimuli:
                 d = _obj(_obj(per).get(stimulus))
-                cells.append("not computable" if "error" in d or not d else
-                             f"{_pp(d.get('difference'))} ({_pp(d.get('ci_lower'))} to "
-                             f"{_pp(d.get('ci_upper'))}), p {_p(d.get('p'))}")  # fmt: skip
+                cells.append(
+                    "not computable"
+                    if "error" in d or not d
+                    else f"{_pp(d.get('difference'))} ({_pp(d.get('ci_lower'))} to "
+                    f"{_pp(d.get('ci_upper'))}), p {_p(d.get('p'))}"
+                )
             rows.append([str(name), *cells])
-        return [(f"{EXPLORATORY}: dismantling differences per probe (Welch t, 95% CI, two-sided "
-                 "p)", ["arms a-b", *stimuli], rows)]  # fmt: skip
+        return [
+            (
+                f"{EXPLORATORY}: dismantling differences per probe (Welch t, 95% CI, two-sided p)",
+                ["arms a-b", *stimuli],
+                rows,
+            )
+        ]
 
     def _by_truth_tables(self) -> list[tuple[str, list[str], list[list[str]]]]:
         """analysis.md §3 exploratory.by_truth: the Wilson cells, then the Newcombe contrasts."""
@@ -1183,26 +1695,40 @@ class _Expect:
             w = _obj(c.get("wilson"))
             if not c.get("n"):
                 return "no trials"
-            return (f"{c.get('correct')}/{c.get('n')} = {_pct(w.get('estimate'))} "
-                    f"({_pct(w.get('lower'))} – {_pct(w.get('upper'))})")  # fmt: skip
+            return (
+                f"{c.get('correct')}/{c.get('n')} = {_pct(w.get('estimate'))} "
+                f"({_pct(w.get('lower'))} – {_pct(w.get('upper'))})"
+            )
 
-        rows = [[str(arm), *(cell(_obj(_obj(cells.get(arm)).get(label))) for label in labels)]
-                for arm in cells]  # fmt: skip
+        rows = [
+            [str(arm), *(cell(_obj(_obj(cells.get(arm)).get(label))) for label in labels)]
+            for arm in cells
+        ]
         contrasts = []
         for name, per in _obj(v.get("contrasts")).items():
             texts = []
             for label in labels:
                 d = _obj(_obj(per).get(label))
-                texts.append("not computable" if "error" in d or not d else
-                             f"{_pp(d.get('estimate'))} ({_pp(d.get('lower'))} to "
-                             f"{_pp(d.get('upper'))})")  # fmt: skip
+                texts.append(
+                    "not computable"
+                    if "error" in d or not d
+                    else f"{_pp(d.get('estimate'))} ({_pp(d.get('lower'))} to "
+                    f"{_pp(d.get('upper'))})"
+                )
             contrasts.append([str(name), *texts])
         return [
-            (f"{EXPLORATORY}: accuracy by arm and true answer (Wilson 95% CI)",
-             ["arm", *labels], rows),
-            (f"{EXPLORATORY}: arm differences by true answer (Newcombe 95% CI of the difference "
-             "(one answer per trial; – for charts))", ["arms a-b", *labels], contrasts),
-        ]  # fmt: skip
+            (
+                f"{EXPLORATORY}: accuracy by arm and true answer (Wilson 95% CI)",
+                ["arm", *labels],
+                rows,
+            ),
+            (
+                f"{EXPLORATORY}: arm differences by true answer (Newcombe 95% CI of the difference "
+                "(one answer per trial; – for charts))",
+                ["arms a-b", *labels],
+                contrasts,
+            ),
+        ]
 
     def _exploratory_tables(self) -> list[tuple[str, list[str], list[list[str]]]]:
         out: list[tuple[str, list[str], list[list[str]]]] = []
@@ -1218,21 +1744,39 @@ class _Expect:
             share, chi = _obj(v.get("canonical_right_share")), _obj(v.get("error_chi_square"))
             dirs = _obj(v.get("error_directions") or v.get("error_answers"))
             bias = _obj(v.get("position_bias"))
-            rows.append([arm, _pct(_obj(v.get("confusion")).get("accuracy")),
-                         ", ".join(f"{k} {n}" for k, n in dirs.items()) or "no errors",
-                         f"{_pct(share.get('share'))} ({_pct(share.get('lower'))} – "
-                         f"{_pct(share.get('upper'))}), n={share.get('n', 0)}" if share else "–",
-                         _cell(chi.get("error") or (f"chi2 {_fmt(chi.get('chi2'))}, p "
-                                                    f"{_p(chi.get('p'))}" if chi else "–")),
-                         _chi_text(v.get("error_chi_square_excluding_truth")),
-                         f"TVD {_fmt(bias.get('tvd'))}" if bias else "–"])  # fmt: skip
-        out.append((f"{EXPLORATORY}: error phenotype (wrong answers that name an orientation)",
-                    ["arm", "accuracy", "error directions",
-                     "share of errors answering RIGHT (Wilson 95% CI, errors as independent: "
-                     "descriptive)",
-                     "errors uniform over all labels? (chi-square; the paper's null, replicated)",
-                     "errors uniform over the wrong labels? (chi-square, true label excluded)",
-                     "answer vs truth distribution"], rows))  # fmt: skip
+            rows.append(
+                [
+                    arm,
+                    _pct(_obj(v.get("confusion")).get("accuracy")),
+                    ", ".join(f"{k} {n}" for k, n in dirs.items()) or "no errors",
+                    f"{_pct(share.get('share'))} ({_pct(share.get('lower'))} – "
+                    f"{_pct(share.get('upper'))}), n={share.get('n', 0)}"
+                    if share
+                    else "–",
+                    _cell(
+                        chi.get("error")
+                        or (f"chi2 {_fmt(chi.get('chi2'))}, p {_p(chi.get('p'))}" if chi else "–")
+                    ),
+                    _chi_text(v.get("error_chi_square_excluding_truth")),
+                    f"TVD {_fmt(bias.get('tvd'))}" if bias else "–",
+                ]
+            )
+        out.append(
+            (
+                f"{EXPLORATORY}: error phenotype (wrong answers that name an orientation)",
+                [
+                    "arm",
+                    "accuracy",
+                    "error directions",
+                    "share of errors answering RIGHT (Wilson 95% CI, errors as independent: "
+                    "descriptive)",
+                    "errors uniform over all labels? (chi-square; the paper's null, replicated)",
+                    "errors uniform over the wrong labels? (chi-square, true label excluded)",
+                    "answer vs truth distribution",
+                ],
+                rows,
+            )
+        )
         out += self._by_truth_tables()
         out += self._by_stimulus_tables()
         rows = []
@@ -1247,24 +1791,41 @@ class _Expect:
             v = _obj(r.get("values"))
             mc, flip = _obj(v.get("mcnemar")), _obj(v.get("flip_rate"))
             nc = v.get("newcombe")
-            newcombe = (f"{_pp(nc.get('estimate'))} ({_pp(nc.get('lower'))} to "
-                        f"{_pp(nc.get('upper'))})" if isinstance(nc, dict) else "–")
-            it, pt, boot = (_obj(v.get(k)) for k in ("independent_t", "paired_t",
-                                                      "bootstrap_diff"))  # fmt: skip
-            rows.append([
-                name,
-                f"b={mc.get('b')}, c={mc.get('c')}, p {_p(mc.get('p'))}" if mc else "–",
-                _pct(flip.get("share")) if flip else "–",
-                f"{_pp(it.get('difference'))}, p {_p(it.get('p'))}" if it else "–",
-                f"{_pp(pt.get('difference'))}, p {_p(pt.get('p'))}" if pt else "–",
-                f"{_pp(boot.get('estimate'))} ({_pp(boot.get('lower'))} to "
-                f"{_pp(boot.get('upper'))})" if boot else "–", newcombe])  # fmt: skip
-        out.append((f"{EXPLORATORY}: paired-arm metrics (two-sided p, not adjusted)",
-                    ["pair a-b", "McNemar (items as independent: descriptive)",
-                     "answer flip rate", "Welch t",
-                     "paired t (per stimulus)", "bootstrap difference (95% CI)",
-                     "Newcombe 95% CI of the difference (one answer per trial; – for charts)"],
-                    rows))
+            newcombe = (
+                f"{_pp(nc.get('estimate'))} ({_pp(nc.get('lower'))} to {_pp(nc.get('upper'))})"
+                if isinstance(nc, dict)
+                else "–"
+            )
+            it, pt, boot = (_obj(v.get(k)) for k in ("independent_t", "paired_t", "bootstrap_diff"))
+            rows.append(
+                [
+                    name,
+                    f"b={mc.get('b')}, c={mc.get('c')}, p {_p(mc.get('p'))}" if mc else "–",
+                    _pct(flip.get("share")) if flip else "–",
+                    f"{_pp(it.get('difference'))}, p {_p(it.get('p'))}" if it else "–",
+                    f"{_pp(pt.get('difference'))}, p {_p(pt.get('p'))}" if pt else "–",
+                    f"{_pp(boot.get('estimate'))} ({_pp(boot.get('lower'))} to "
+                    f"{_pp(boot.get('upper'))})"
+                    if boot
+                    else "–",
+                    newcombe,
+                ]
+            )
+        out.append(
+            (
+                f"{EXPLORATORY}: paired-arm metrics (two-sided p, not adjusted)",
+                [
+                    "pair a-b",
+                    "McNemar (items as independent: descriptive)",
+                    "answer flip rate",
+                    "Welch t",
+                    "paired t (per stimulus)",
+                    "bootstrap difference (95% CI)",
+                    "Newcombe 95% CI of the difference (one answer per trial; – for charts)",
+                ],
+                rows,
+            )
+        )
         rows = []
         for r in self.results:
             rid = str(r.get("id", ""))
@@ -1275,29 +1836,45 @@ class _Expect:
                 rows.append([name, f"not computed: {r.get('error')}", ""])
                 continue
             v = _obj(r.get("values"))
-            rows.append([name, _pct(v.get("estimate")),
-                         f"{_pct(v.get('lower'))} – {_pct(v.get('upper'))}"])  # fmt: skip
-        caption = (f"{EXPLORATORY}: accuracy by arm (pooled over models: a run is a model and "
-                   "replicate) and by arm@model, bootstrap over (stimulus, run)"
-                   if len(self.models) >= 2 else
-                   f"{EXPLORATORY}: accuracy by arm, bootstrap over (stimulus, replicate)")
+            rows.append(
+                [name, _pct(v.get("estimate")), f"{_pct(v.get('lower'))} – {_pct(v.get('upper'))}"]
+            )
+        caption = (
+            f"{EXPLORATORY}: accuracy by arm (pooled over models: a run is a model and "
+            "replicate) and by arm@model, bootstrap over (stimulus, run)"
+            if len(self.models) >= 2
+            else f"{EXPLORATORY}: accuracy by arm, bootstrap over (stimulus, replicate)"
+        )
         out.append((caption, ["arm", "accuracy", "bootstrap 95% CI"], rows))
         by_model = self.result("exploratory.arm_by_model")
         test = _obj(_obj(_obj(by_model).get("values")).get("interaction_test"))
         out += self._model_table(
-            by_model, f"{EXPLORATORY}: ", f"; joint Wald test of the {test.get('df')} arm × "
-            f"model terms: chi2 {_fmt(test.get('chi2'))}, p {_p(test.get('p'))}")
+            by_model,
+            f"{EXPLORATORY}: ",
+            f"; joint Wald test of the {test.get('df')} arm × "
+            f"model terms: chi2 {_fmt(test.get('chi2'))}, p {_p(test.get('p'))}",
+        )
         mult = self.result("exploratory.multiplicity")
-        if (mult is not None and mult.get("status") == "ok"
-                and not _obj(mult.get("values")).get("note")):
+        if (
+            mult is not None
+            and mult.get("status") == "ok"
+            and not _obj(mult.get("values")).get("note")
+        ):
             v = _obj(mult.get("values"))
             bonf = _obj(v.get("bonferroni")).get("adjusted") or []
             holm = _obj(v.get("holm")).get("adjusted") or []
             raw = _obj(v.get("bonferroni")).get("pvalues") or []
-            rows = [[_cell(h), _p(p), _p(b), _p(hh)] for h, p, b, hh in
-                    zip(v.get("hypotheses") or [], raw, bonf, holm, strict=False)]  # fmt: skip
-            out.append((f"{EXPLORATORY}: every hypothesis p-value corrected as one family",
-                        ["hypothesis", "p raw", "Bonferroni", "Holm"], rows))  # fmt: skip
+            rows = [
+                [_cell(h), _p(p), _p(b), _p(hh)]
+                for h, p, b, hh in zip(v.get("hypotheses") or [], raw, bonf, holm, strict=False)
+            ]
+            out.append(
+                (
+                    f"{EXPLORATORY}: every hypothesis p-value corrected as one family",
+                    ["hypothesis", "p raw", "Bonferroni", "Holm"],
+                    rows,
+                )
+            )
         return out
 
     def title(self) -> str | None:
@@ -1306,22 +1883,29 @@ class _Expect:
 
     def _copies_banner(self) -> str | None:
         """analysis.md §3: the banner of a recorded descriptive.identical_responses."""
-        found = next((r for r in self.results
-                      if r.get("id") == "descriptive.identical_responses"), None)  # fmt: skip
+        found = next(
+            (r for r in self.results if r.get("id") == "descriptive.identical_responses"), None
+        )
         if found is None or found.get("status") != "ok":
             return None
         v = _obj(found.get("values"))
         said = []
         for r in v.get("replicates") or []:
             model = _obj(r).get("model")
-            said.append(f"arm {_obj(r).get('arm')}" + (f", model {model}" if model else "")
-                        + f": every replicate alike in {_obj(r).get('cells')} stimulus cell(s)")
+            said.append(
+                f"arm {_obj(r).get('arm')}"
+                + (f", model {model}" if model else "")
+                + f": every replicate alike in {_obj(r).get('cells')} stimulus cell(s)"
+            )
         for p in v.get("models") or []:
-            said.append(f"models {_obj(p).get('a')} and {_obj(p).get('b')}: alike on all "
-                        f"{_obj(p).get('trials')} shared trial(s)")  # fmt: skip
+            said.append(
+                f"models {_obj(p).get('a')} and {_obj(p).get('b')}: alike on all "
+                f"{_obj(p).get('trials')} shared trial(s)"
+            )
         note = v.get("note") if isinstance(v.get("note"), str) else ""
-        return (f"Byte-identical responses (descriptive.identical_responses): "
-                f"{'; '.join(said)}. {note}").rstrip()
+        return (
+            f"Byte-identical responses (descriptive.identical_responses): {'; '.join(said)}. {note}"
+        ).rstrip()
 
     def blocks(self) -> list[tuple[str, str | re.Pattern[str]]]:
         """Every heading, paragraph and banner outside the tables, in order (§7).
@@ -1336,12 +1920,21 @@ class _Expect:
         first = self.results[0] if self.results else {}
         inputs = _obj(first.get("inputs"))
         backends = sorted({str(r.get("backend")) for r in self.runs}) or ["none recorded"]
-        out.append(("p", re.compile(
-            re.escape(f"Study {_cell(p.get('study'))} (folder ") + r".*"
-            + re.escape(f"); analysis results from seq {_cell(first.get('seq'))} (trials.csv "
+        out.append(
+            (
+                "p",
+                re.compile(
+                    re.escape(f"Study {_cell(p.get('study'))} (folder ")
+                    + r".*"
+                    + re.escape(
+                        f"); analysis results from seq {_cell(first.get('seq'))} (trials.csv "
                         f"SHA-256 {str(inputs.get('trials_csv_sha256', '–'))[:16]}…); "
-                        f"backend{'s' if len(backends) > 1 else ''}: {', '.join(backends)}."),
-            re.S)))  # fmt: skip
+                        f"backend{'s' if len(backends) > 1 else ''}: {', '.join(backends)}."
+                    ),
+                    re.S,
+                ),
+            )
+        )
         banner = self.simulated_banner()
         if banner is not None:
             out.append(("div", banner))
@@ -1349,8 +1942,13 @@ class _Expect:
         if notice is not None:  # docs/trials.md §2: a locked model the server did not confirm
             out.append(("div", notice))
         if any(r.get("status") == "failed" for r in self.results):
-            out.append(("div", "Some results could not be computed; each is listed with its "
-                        "reason below and shown as “not computed” where it belongs."))  # fmt: skip
+            out.append(
+                (
+                    "div",
+                    "Some results could not be computed; each is listed with its "
+                    "reason below and shown as “not computed” where it belongs.",
+                )
+            )
         copies = self._copies_banner()
         if copies is not None:
             out.append(("div", copies))
@@ -1358,8 +1956,10 @@ class _Expect:
         if not any(r.get("hypothesis") for r in self.results):
             out.append(("p", "No hypothesis results."))
         if _component_classes(p, [r for r in self.results if r.get("hypothesis")]):
-            out += [("h2", "Prompt components: active, inactive, harmful or task-dependent"),
-                    ("p", COMPONENT_RULE)]
+            out += [
+                ("h2", "Prompt components: active, inactive, harmful or task-dependent"),
+                ("p", COMPONENT_RULE),
+            ]
         listed = p.get("stimuli")
         stimuli: list[Any] = listed if isinstance(listed, list) else []
         items = p.get("items")
@@ -1367,9 +1967,14 @@ class _Expect:
             over = f"{_cell(items.get('count'))} items ({_cell(items.get('path'))})"
         else:
             over = f"{len(stimuli)} stimuli ({', '.join(map(str, stimuli))})"
-        out += [("h2", "Protocol (as locked)"),
-                ("p", f"Study {_cell(p.get('study'))}: {_cell(p.get('title'))}. "
-                      f"{_cell(p.get('trials'))} scheduled trials over {over}.")]  # fmt: skip
+        out += [
+            ("h2", "Protocol (as locked)"),
+            (
+                "p",
+                f"Study {_cell(p.get('study'))}: {_cell(p.get('title'))}. "
+                f"{_cell(p.get('trials'))} scheduled trials over {over}.",
+            ),
+        ]
         plan = self._plan()
         if plan is not None:  # docs/planning.md §8
             out += [("h2", _plan.REPORT_HEADING), ("p", _plan.report_text(*plan))]
@@ -1409,8 +2014,10 @@ class _Expect:
             out.append(("h3", "Specificity control"))
         first_seq = self.results[0].get("seq") if self.results else None
         if self.tumbling and _distribution(self.a, first_seq, self.arms):
-            out += [("h3", "Trial-level accuracy distribution per arm (descriptive)"),
-                    ("p", DISTRIBUTION_INTRO)]
+            out += [
+                ("h3", "Trial-level accuracy distribution per arm (descriptive)"),
+                ("p", DISTRIBUTION_INTRO),
+            ]
         out.append(("h2", "Pre-registered model and contrasts"))
         model = self.result("model.lmm")
         if model is None:
@@ -1419,31 +2026,64 @@ class _Expect:
         for name in self.models:
             out += self._model_blocks(self.result(f"model.lmm@{name}"))
         out += self._sensitivity_blocks()
-        out += [("h2", EXPLORATORY),
-                ("p", "None of these results was pre-registered. They describe the data and may "
-                      "suggest hypotheses for a future study; they decide nothing."),
-                ("h3", f"{EXPLORATORY}: error phenotype by arm {EXPLORATORY}")]
+        out += [
+            ("h2", EXPLORATORY),
+            (
+                "p",
+                "None of these results was pre-registered. They describe the data and may "
+                "suggest hypotheses for a future study; they decide nothing.",
+            ),
+            ("h3", f"{EXPLORATORY}: error phenotype by arm {EXPLORATORY}"),
+        ]
         by_truth = self.result("exploratory.by_truth")
         if by_truth is not None:
-            out.append(("h3", f"{EXPLORATORY}: accuracy by true answer (per-orientation cells; "
-                              f"hypothesis-generating) {EXPLORATORY}"))  # fmt: skip
-            out.append(("p", self._failed_text(by_truth) if by_truth.get("status") != "ok" else
-                        "Each cell holds few trials and nothing here is adjusted for the number "
-                        "of cells: read these as hypotheses for a powered replication, as the "
-                        "paper does for its per-orientation findings."))  # fmt: skip
+            out.append(
+                (
+                    "h3",
+                    f"{EXPLORATORY}: accuracy by true answer (per-orientation cells; "
+                    f"hypothesis-generating) {EXPLORATORY}",
+                )
+            )
+            out.append(
+                (
+                    "p",
+                    self._failed_text(by_truth)
+                    if by_truth.get("status") != "ok"
+                    else "Each cell holds few trials and nothing here is adjusted for the number "
+                    "of cells: read these as hypotheses for a powered replication, as the "
+                    "paper does for its per-orientation findings.",
+                )
+            )
         by_stimulus = self.result("exploratory.by_stimulus")
         if by_stimulus is not None:
-            out.append(("h3", f"{EXPLORATORY}: dismantling contrasts per probe "
-                              f"(hypothesis-generating) {EXPLORATORY}"))  # fmt: skip
-            out.append(("p", self._failed_text(by_stimulus)
-                        if by_stimulus.get("status") != "ok" else BY_STIMULUS_INTRO))
-        out += [("h3", f"{EXPLORATORY}: paired-arm metrics {EXPLORATORY}"),
-                ("h3", f"{EXPLORATORY}: accuracy with a bootstrap over trials (probes are not "
-                       f"resampled) {EXPLORATORY}")]
+            out.append(
+                (
+                    "h3",
+                    f"{EXPLORATORY}: dismantling contrasts per probe "
+                    f"(hypothesis-generating) {EXPLORATORY}",
+                )
+            )
+            out.append(
+                (
+                    "p",
+                    self._failed_text(by_stimulus)
+                    if by_stimulus.get("status") != "ok"
+                    else BY_STIMULUS_INTRO,
+                )
+            )
+        out += [
+            ("h3", f"{EXPLORATORY}: paired-arm metrics {EXPLORATORY}"),
+            (
+                "h3",
+                f"{EXPLORATORY}: accuracy with a bootstrap over trials (probes are not "
+                f"resampled) {EXPLORATORY}",
+            ),
+        ]
         by_model = self.result("exploratory.arm_by_model")
         if by_model is not None:
-            out.append(("h3", f"{EXPLORATORY}: does the arm effect differ between models? "
-                              f"{EXPLORATORY}"))
+            out.append(
+                ("h3", f"{EXPLORATORY}: does the arm effect differ between models? {EXPLORATORY}")
+            )
             out += self._model_blocks(by_model)
         out.append(("h3", f"{EXPLORATORY}: multiplicity sensitivity {EXPLORATORY}"))
         mult = self.result("exploratory.multiplicity")
@@ -1453,24 +2093,52 @@ class _Expect:
             out.append(("p", self._failed_text(mult)))
         elif _obj(mult.get("values")).get("note"):
             out.append(("p", f"{_obj(mult.get('values')).get('note')}."))
-        skip = ("exploratory.errors.", "exploratory.pair.", "exploratory.question_run.",
-                "exploratory.arm_by_model", "exploratory.by_truth", "exploratory.by_stimulus")
+        skip = (
+            "exploratory.errors.",
+            "exploratory.pair.",
+            "exploratory.question_run.",
+            "exploratory.arm_by_model",
+            "exploratory.by_truth",
+            "exploratory.by_stimulus",
+        )
         for r in self.results:
             rid = str(r.get("id", ""))
-            if (r.get("label") == "exploratory" and r.get("status") == "failed"
-                    and not rid.startswith(skip) and rid != "exploratory.multiplicity"):
+            if (
+                r.get("label") == "exploratory"
+                and r.get("status") == "failed"
+                and not rid.startswith(skip)
+                and rid != "exploratory.multiplicity"
+            ):
                 out.append(("p", self._failed_text(r)))
         if self.posthoc:
-            out += [("h2", POSTHOC),
-                     ("p", "Each analysis below was declared after the data were unblinded and "
-                           "the registered analysis was recorded (an analysis.posthoc event after "
-                           "the last analysis.result). It has no verdict and changes none.")]
-        out += [("h2", "Verification of the ledger"),
-                ("div", re.compile(r"(VERIFIED|FAILED): [0-9]+ events, root (–|[0-9a-f]{64}), "
-                                   r"origin .*\.", re.S)),
-                ("p", re.compile(r"Re-run offline: ledger verify .* --trusted-key @OWNER\.vkey "
-                                 r"\(trust needs the owner's vkey, obtained out of band\)\.",
-                                 re.S))]  # fmt: skip
+            out += [
+                ("h2", POSTHOC),
+                (
+                    "p",
+                    "Each analysis below was declared after the data were unblinded and "
+                    "the registered analysis was recorded (an analysis.posthoc event after "
+                    "the last analysis.result). It has no verdict and changes none.",
+                ),
+            ]
+        out += [
+            ("h2", "Verification of the ledger"),
+            (
+                "div",
+                re.compile(
+                    r"(VERIFIED|FAILED): [0-9]+ events, root (–|[0-9a-f]{64}), "
+                    r"origin .*\.",
+                    re.S,
+                ),
+            ),
+            (
+                "p",
+                re.compile(
+                    r"Re-run offline: ledger verify .* --trusted-key @OWNER\.vkey "
+                    r"\(trust needs the owner's vkey, obtained out of band\)\.",
+                    re.S,
+                ),
+            ),
+        ]
         return out
 
     def _model_blocks(self, model: dict[str, Any] | None) -> list[tuple[str, str]]:
@@ -1483,14 +2151,15 @@ class _Expect:
         return [("p", _cell(caution))] if caution else []
 
     def simulated_banner(self) -> str | None:
-        sessions = [f"seq {r['seq']} ({r.get('backend')})" for r in self.runs
-                    if r.get("simulated")]  # fmt: skip
+        sessions = [f"seq {r['seq']} ({r.get('backend')})" for r in self.runs if r.get("simulated")]
         if not sessions:
             return None
-        return ("SIMULATED DATA: the responses were produced by the offline simulated model, not "
-                f"by a real model (run session{'s' if len(sessions) > 1 else ''} "
-                f"{', '.join(sessions)}). These results demonstrate the method only and say "
-                "nothing about any model.")  # fmt: skip
+        return (
+            "SIMULATED DATA: the responses were produced by the offline simulated model, not "
+            f"by a real model (run session{'s' if len(sessions) > 1 else ''} "
+            f"{', '.join(sessions)}). These results demonstrate the method only and say "
+            "nothing about any model."
+        )
 
 
 # ------------------------------------------------------------------------------ the check
@@ -1509,9 +2178,11 @@ def _compare_tables(st: _State, parsed: list[_Table], want: list[Any], a: Archiv
         or names != order
         or any(len(row) != 4 or row[1] not in ("PASS", "WARN", "FAIL") for row in last.rows)
     ):
-        st.fail(f"{REPORT} line {last.line}: the last table is not the verifier's checks "
-                "(one row per check, in the verifier's order, PASS, WARN or FAIL)",
-                where=f"{REPORT} line {last.line}")  # fmt: skip
+        st.fail(
+            f"{REPORT} line {last.line}: the last table is not the verifier's checks "
+            "(one row per check, in the verifier's order, PASS, WARN or FAIL)",
+            where=f"{REPORT} line {last.line}",
+        )
     for i, (caption, header, rows) in enumerate(want):
         if i >= len(body):
             st.fail(f"{REPORT}: table {caption!r} is missing (the events give it)", where=REPORT)
@@ -1519,15 +2190,22 @@ def _compare_tables(st: _State, parsed: list[_Table], want: list[Any], a: Archiv
         table = body[i]
         where = f"{REPORT} line {table.line}"
         if table.caption != caption:
-            st.fail(f"{where}: table {i + 1} is {table.caption!r}; the events give {caption!r}",
-                    where=where)  # fmt: skip
+            st.fail(
+                f"{where}: table {i + 1} is {table.caption!r}; the events give {caption!r}",
+                where=where,
+            )
             return  # the tables no longer line up; one message is enough
         if table.header != header:
-            st.fail(f"{where}: table {caption!r} has the header {table.header}, not {header}",
-                    where=where)  # fmt: skip
+            st.fail(
+                f"{where}: table {caption!r} has the header {table.header}, not {header}",
+                where=where,
+            )
         if len(table.rows) != len(rows):
-            st.fail(f"{where}: table {caption!r} has {len(table.rows)} rows; the events give "
-                    f"{len(rows)}", where=where)  # fmt: skip
+            st.fail(
+                f"{where}: table {caption!r} has {len(table.rows)} rows; the events give "
+                f"{len(rows)}",
+                where=where,
+            )
         for row, want_row, line in zip(table.rows, rows, table.row_lines, strict=False):
             if row == want_row:
                 continue
@@ -1535,12 +2213,18 @@ def _compare_tables(st: _State, parsed: list[_Table], want: list[Any], a: Archiv
             for col, (got, exp) in enumerate(zip(row, want_row, strict=False)):
                 if got != exp:
                     name = header[col] if col < len(header) else f"column {col + 1}"
-                    st.fail(f"{at}: table {caption!r}, row {want_row[0]!r}, {name}: the report "
-                            f"says {got!r}, the events say {exp!r}", where=at)  # fmt: skip
+                    st.fail(
+                        f"{at}: table {caption!r}, row {want_row[0]!r}, {name}: the report "
+                        f"says {got!r}, the events say {exp!r}",
+                        where=at,
+                    )
                     break
             else:
-                st.fail(f"{at}: table {caption!r}, row {want_row[0]!r} has {len(row)} cells, "
-                        f"not {len(want_row)}", where=at)  # fmt: skip
+                st.fail(
+                    f"{at}: table {caption!r}, row {want_row[0]!r} has {len(row)} cells, "
+                    f"not {len(want_row)}",
+                    where=at,
+                )
     for table in body[len(want) :]:
         where = f"{REPORT} line {table.line}"
         st.fail(f"{where}: table {table.caption!r} is not one the events give", where=where)
@@ -1548,14 +2232,16 @@ def _compare_tables(st: _State, parsed: list[_Table], want: list[Any], a: Archiv
     hyps = [r for r in (a.body(s) for s in a.of_kind("analysis.result")) if r.get("hypothesis")]
     for table in body:
         if table.caption.startswith("Pre-registered hypotheses: each verdict"):
-            for classes, r, line in zip(table.verdict_classes, hyps, table.row_lines,
-                                        strict=False):  # fmt: skip
+            for classes, r, line in zip(table.verdict_classes, hyps, table.row_lines, strict=False):
                 text = str(r.get("verdict") or "–")
                 want_cls = f"verdict v-{text.replace(' ', '-')}"
                 if classes[:1] != [want_cls]:
                     at = f"{REPORT} line {line}"
-                    st.fail(f"{at}: the verdict of {r.get('hypothesis')} is styled "
-                            f"{classes[:1]}, not [{want_cls!r}]", where=at)  # fmt: skip
+                    st.fail(
+                        f"{at}: the verdict of {r.get('hypothesis')} is styled "
+                        f"{classes[:1]}, not [{want_cls!r}]",
+                        where=at,
+                    )
 
 
 def _compare_blocks(
@@ -1575,8 +2261,11 @@ def _compare_blocks(
         )
         if tag != want_tag or not same:
             shown = expected.pattern if isinstance(expected, re.Pattern) else expected
-            st.fail(f"{where}: <{tag}> says {text[:120]!r}; the events give <{want_tag}> "
-                    f"{shown[:120]!r}", where=where)  # fmt: skip
+            st.fail(
+                f"{where}: <{tag}> says {text[:120]!r}; the events give <{want_tag}> "
+                f"{shown[:120]!r}",
+                where=where,
+            )
             return  # the blocks no longer line up; one message is enough
     if len(parsed) < len(want):
         want_tag, expected = want[len(parsed)]
@@ -1591,17 +2280,23 @@ def _compare_figures(st: _State, a: Archive, figures: list[_Figure]) -> int:
     for i, fig in enumerate(figures):
         where = f"{REPORT} line {fig.line}"
         if i >= len(want):
-            st.fail(f"{where}: image {i + 1} ({fig.alt!r}) is not a figure of the report",
-                    where=where)  # fmt: skip
+            st.fail(
+                f"{where}: image {i + 1} ({fig.alt!r}) is not a figure of the report", where=where
+            )
             continue
         name, title, caption = want[i]
         rel = f"analysis/figures/{name}"
         if fig.alt != title or fig.caption != caption:
-            st.fail(f"{where}: figure {i + 1} is titled {fig.alt!r}; the report's figure {i + 1} "
-                    f"is {title!r} with its caption", where=where)  # fmt: skip
+            st.fail(
+                f"{where}: figure {i + 1} is titled {fig.alt!r}; the report's figure {i + 1} "
+                f"is {title!r} with its caption",
+                where=where,
+            )
         if not fig.src.startswith(_DATA_PNG):
-            st.fail(f"{where}: figure {name} is not an embedded PNG (data:image/png;base64)",
-                    where=where)  # fmt: skip
+            st.fail(
+                f"{where}: figure {name} is not an embedded PNG (data:image/png;base64)",
+                where=where,
+            )
             continue
         text = fig.src[len(_DATA_PNG) :]
         try:
@@ -1615,9 +2310,12 @@ def _compare_figures(st: _State, a: Archive, figures: list[_Figure]) -> int:
             continue
         embedded.add(rel)
         if data != file_data:
-            st.fail(f"{where}: the image embedded as {name} is not the bytes of {rel} "
-                    f"(SHA-256 {hashlib.sha256(data).hexdigest()[:16]}… vs "
-                    f"{hashlib.sha256(file_data).hexdigest()[:16]}…)", where=rel)  # fmt: skip
+            st.fail(
+                f"{where}: the image embedded as {name} is not the bytes of {rel} "
+                f"(SHA-256 {hashlib.sha256(data).hexdigest()[:16]}… vs "
+                f"{hashlib.sha256(file_data).hexdigest()[:16]}…)",
+                where=rel,
+            )
         problem = png_problem(file_data)
         if problem is not None:
             st.fail(f"{rel} {problem}", where=rel)
@@ -1636,8 +2334,11 @@ def check_report(a: Archive) -> Check:
     if data is None:
         figures = [r for r in a.files.files if r.startswith("analysis/figures/")]
         if REPORT not in a.files.others and REPORT not in a.files.dirs and not figures:
-            st.warn(f"{REPORT} is missing: the archive has no report to check (it was exported "
-                    "without the report module)", where=REPORT)  # fmt: skip
+            st.warn(
+                f"{REPORT} is missing: the archive has no report to check (it was exported "
+                "without the report module)",
+                where=REPORT,
+            )
             return st.check("")
         st.fail(a.absent(REPORT), where=REPORT)
         return st.check("")
@@ -1649,8 +2350,10 @@ def check_report(a: Archive) -> Check:
     hidden = re.search(r"<!--|<!\[|<\?", text)
     if hidden is not None:
         line = text.count("\n", 0, hidden.start()) + 1
-        st.fail(f"{REPORT} line {line}: a comment or marked section, which the report never has",
-                where=f"{REPORT} line {line}")  # fmt: skip
+        st.fail(
+            f"{REPORT} line {line}: a comment or marked section, which the report never has",
+            where=f"{REPORT} line {line}",
+        )
         return st.check("")
     parser = _ReportParser()
     parser.feed(text)
@@ -1660,18 +2363,20 @@ def check_report(a: Archive) -> Check:
     if len(parser.styles) != 1 or (
         hashlib.sha256(parser.styles[0].encode("utf-8")).hexdigest() != STYLESHEET_SHA256
     ):
-        st.fail(f"{REPORT}: the stylesheet is not the report's (format 1) stylesheet",
-                where=REPORT)  # fmt: skip
+        st.fail(f"{REPORT}: the stylesheet is not the report's (format 1) stylesheet", where=REPORT)
     expect = _Expect(a)
     title = expect.title()
     if title is not None and parser.title != title:
-        st.fail(f"{REPORT}: the <title> is {parser.title!r}; the protocol gives {title!r}",
-                where=REPORT)  # fmt: skip
+        st.fail(
+            f"{REPORT}: the <title> is {parser.title!r}; the protocol gives {title!r}", where=REPORT
+        )
     banner = expect.simulated_banner()
     simulated = [t for cls, t in parser.banners if "simulated" in cls.split()]
     if banner is not None and simulated != [banner]:
-        st.fail(f"{REPORT} does not carry the SIMULATED DATA banner the run.started events "
-                "call for", where=REPORT)  # fmt: skip
+        st.fail(
+            f"{REPORT} does not carry the SIMULATED DATA banner the run.started events call for",
+            where=REPORT,
+        )
     if banner is None and simulated:
         st.fail(f"{REPORT} says SIMULATED DATA, but no run.started is simulated", where=REPORT)
     _compare_blocks(st, parser.blocks, expect.blocks())

@@ -34,8 +34,6 @@ from verify._safeio import human_bytes
 __all__ = ["check_requests", "first_difference", "is_legacy"]
 
 
-
-
 def _b64(text: object) -> bytes | None:
     if type(text) is not str:
         return None
@@ -67,14 +65,19 @@ def _request_problem(req: Any, arm_text: str, stimulus: bytes, model: dict[str, 
     extra = sorted(set(req) - allowed)
     if extra:
         return f"the request has member(s) {', '.join(extra)} (a system prompt or an addition)"
-    want = {"model": model.get("id"), "max_tokens": model.get("max_tokens"),
-            "temperature": model.get("temperature"), "top_p": model.get("top_p"),
-            "top_k": None if openai else model.get("top_k")}  # fmt: skip
+    want = {
+        "model": model.get("id"),
+        "max_tokens": model.get("max_tokens"),
+        "temperature": model.get("temperature"),
+        "top_p": model.get("top_p"),
+        "top_k": None if openai else model.get("top_k"),
+    }
     for name, value in want.items():
         got = req.get(name)
-        if (got is None) != (value is None) or (got is not None and (
-            type(got) is bool or got != value or (name in ("model",) and type(got) is not str)
-        )):  # fmt: skip
+        if (got is None) != (value is None) or (
+            got is not None
+            and (type(got) is bool or got != value or (name in ("model",) and type(got) is not str))
+        ):
             return f"{name} is {got!r}, the locked model says {value!r}"
     if openai:
         url = image.get("image_url", {}).get("url") if type(image) is dict else None
@@ -151,8 +154,10 @@ def first_difference(got: Any, want: Any, path: str = "") -> str | None:
             return f"{here}: {len(got)} elements recorded, {len(want)} re-rendered"
         return None
     if type(got) is str and type(want) is str and got != want:
-        at = next((i for i, (g, w) in enumerate(zip(got, want, strict=False)) if g != w),
-                  min(len(got), len(want)))  # fmt: skip
+        at = next(
+            (i for i, (g, w) in enumerate(zip(got, want, strict=False)) if g != w),
+            min(len(got), len(want)),
+        )
         start = max(0, at - 30)
         return (
             f"{here}: differs at character {at + 1}: recorded "
@@ -244,8 +249,11 @@ def check_requests(a: Archive) -> Check:
         body = a.body(seq)
         ref = a.blob_ref(seq, "request")
         if ref is None or body.get("request_sha256") != ref:
-            st.fail(f"seq {seq}: request_sha256 {body.get('request_sha256')!r} is not the "
-                    f"request blob's hash {ref!r}", seq)  # fmt: skip
+            st.fail(
+                f"seq {seq}: request_sha256 {body.get('request_sha256')!r} is not the "
+                f"request blob's hash {ref!r}",
+                seq,
+            )
             continue
         if study is None:
             continue
@@ -259,12 +267,18 @@ def check_requests(a: Archive) -> Check:
             continue
         variant = trial_variant(str(trial))
         if body.get("variant") != variant:
-            st.fail(f"seq {seq}: trial {trial}: the event names variant "
-                    f"{body.get('variant')!r}, its trial id {variant!r}", seq)  # fmt: skip
+            st.fail(
+                f"seq {seq}: trial {trial}: the event names variant "
+                f"{body.get('variant')!r}, its trial id {variant!r}",
+                seq,
+            )
         if (body.get("arm"), body.get("stimulus")) != (arm, item):
-            st.fail(f"seq {seq}: trial {trial}: the event names arm {body.get('arm')!r} and "
-                    f"stimulus {body.get('stimulus')!r}, its trial id arm {arm!r} and item "
-                    f"{item!r} (the request is checked against the trial id's)", seq)  # fmt: skip
+            st.fail(
+                f"seq {seq}: trial {trial}: the event names arm {body.get('arm')!r} and "
+                f"stimulus {body.get('stimulus')!r}, its trial id arm {arm!r} and item "
+                f"{item!r} (the request is checked against the trial id's)",
+                seq,
+            )
         data_arm = arm in study.arms and study.arms[arm].response_from is not None
         if data_arm or body.get("backend") == "data":  # docs/trials.md §6: no request sent
             supplied += 1
@@ -285,13 +299,22 @@ def check_requests(a: Archive) -> Check:
         f"{count} requests are byte for byte the requests re-rendered from the locked files "
         f"(items, templates, few-shot examples, arm texts, images, model and sampling "
         f"parameters; {len(verdicts)} distinct request bodies)"
-        + (f"; {supplied} data trials took their responses byte for byte from the locked item "
-           "field" if supplied else "")
+        + (
+            f"; {supplied} data trials took their responses byte for byte from the locked item "
+            "field"
+            if supplied
+            else ""
+        )
     )
 
 
 def _data_trial(
-    a: Archive, study: LockedStudy, seq: int, body: dict[str, Any], arm: str, item: str,
+    a: Archive,
+    study: LockedStudy,
+    seq: int,
+    body: dict[str, Any],
+    arm: str,
+    item: str,
     response_seq: int | None,
 ) -> list[tuple[int, str]]:
     """docs/trials.md §6: a data trial's source record and its response, re-derived.
@@ -304,29 +327,53 @@ def _data_trial(
     spec = study.arms.get(arm)
     field = spec.response_from if spec is not None else None
     if field is None:
-        return [(seq, f"trial.requested names the backend 'data', but arm {arm!r} takes no "
-                      "responses from data (no response_from): a model's trial has a request")]
+        return [
+            (
+                seq,
+                f"trial.requested names the backend 'data', but arm {arm!r} takes no "
+                "responses from data (no response_from): a model's trial has a request",
+            )
+        ]
     out: list[tuple[int, str]] = []
     if body.get("backend") != "data":
-        out.append((seq, f"arm {arm!r} takes its responses from the item field {field!r}, but "
-                         f"the trial.requested names the backend {body.get('backend')!r}"))
+        out.append(
+            (
+                seq,
+                f"arm {arm!r} takes its responses from the item field {field!r}, but "
+                f"the trial.requested names the backend {body.get('backend')!r}",
+            )
+        )
     want = canonical_json({"item": item, "response_from": field, "source": "data"})
     if a.blob(a.blob_ref(seq, "request"), MAX_PARSED_BYTES) != want:
-        out.append((seq, f"the request blob is not the source record of item {item!r} and "
-                         f"field {field!r} ({want.decode('utf-8')})"))
+        out.append(
+            (
+                seq,
+                f"the request blob is not the source record of item {item!r} and "
+                f"field {field!r} ({want.decode('utf-8')})",
+            )
+        )
     if response_seq is None:
         return out
     got = a.body(response_seq)
     if got.get("backend") != "data" or got.get("format") != "text":
-        out.append((response_seq, "the trial.responded of a data trial names backend "
-                                  f"{got.get('backend')!r} and format {got.get('format')!r}, "
-                                  "not 'data' and 'text'"))
+        out.append(
+            (
+                response_seq,
+                "the trial.responded of a data trial names backend "
+                f"{got.get('backend')!r} and format {got.get('format')!r}, "
+                "not 'data' and 'text'",
+            )
+        )
     try:
         text = study.fields(item).get(field)
     except PromptError as exc:
         return [*out, (seq, str(exc))]
     raw = a.blob(a.blob_ref(response_seq, "response"), MAX_PARSED_BYTES)
     if type(text) is not str or raw != text.encode("utf-8"):
-        out.append((response_seq, f"the response is not item {item!r}'s field {field!r} as "
-                                  "locked, byte for byte"))
+        out.append(
+            (
+                response_seq,
+                f"the response is not item {item!r}'s field {field!r} as locked, byte for byte",
+            )
+        )
     return out

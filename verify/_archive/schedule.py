@@ -14,17 +14,25 @@ from verify._reader.names import read_csv, sha_hex
 from verify._report import Check, Status
 
 __all__ = [
-    "SCHEDULE_HEADER", "SCHEDULE_HEADER_WITH_MODEL", "SCHEDULE_HEADER_WITH_VARIANT",
+    "SCHEDULE_HEADER",
+    "SCHEDULE_HEADER_WITH_MODEL",
+    "SCHEDULE_HEADER_WITH_VARIANT",
     "check_schedule",
-]  # fmt: skip
+]
 
 SCHEDULE_HEADER = ("position", "arm_code", "stimulus", "rep", "trial")
 """The header of ``trials/schedule.csv`` (``docs/archive-format.md`` §1)."""
 SCHEDULE_HEADER_WITH_MODEL = ("position", "arm_code", "model", "stimulus", "rep", "trial")
 """The header of a study with ``[models]``: the model's name in its own column."""
 SCHEDULE_HEADER_WITH_VARIANT = (
-    "position", "arm_code", "model", "stimulus", "variant", "rep", "trial",
-)  # fmt: skip
+    "position",
+    "arm_code",
+    "model",
+    "stimulus",
+    "variant",
+    "rep",
+    "trial",
+)
 """The header of a study with variants (``docs/variants.md`` §4; model empty with ``[model]``)."""
 
 
@@ -59,16 +67,19 @@ def check_schedule(a: Archive) -> Check:
             pseq,
         )
     if a.protocol.get("trials") != len(ids):
-        st.fail(f"seq {pseq}: trials is {a.protocol.get('trials')!r}, the design has {len(ids)}",
-                pseq)  # fmt: skip
+        st.fail(
+            f"seq {pseq}: trials is {a.protocol.get('trials')!r}, the design has {len(ids)}", pseq
+        )
     ref = a.blob_ref(pseq, "schedule")
     blob = a.blob(ref, MAX_PARSED_BYTES)
     if blob is None:
-        st.fail(f"seq {pseq}: the schedule blob is missing or altered", pseq,
-                where=f"blobs/{ref}")  # fmt: skip
+        st.fail(f"seq {pseq}: the schedule blob is missing or altered", pseq, where=f"blobs/{ref}")
     elif blob != sched:
-        st.fail(f"seq {pseq}: the schedule blob is not the recomputed schedule", pseq,
-                where=f"blobs/{ref}")  # fmt: skip
+        st.fail(
+            f"seq {pseq}: the schedule blob is not the recomputed schedule",
+            pseq,
+            where=f"blobs/{ref}",
+        )
     position = {t: i for i, t in enumerate(ids, start=1)}
     # trials/schedule.csv
     codes = a.revealed_codes()
@@ -83,16 +94,23 @@ def check_schedule(a: Archive) -> Check:
             st.fail(f"trials/schedule.csv cannot be read: {exc}", where="trials/schedule.csv")
         header = rows[0] if rows else []
         want_header = list(
-            SCHEDULE_HEADER_WITH_VARIANT if varied
-            else SCHEDULE_HEADER_WITH_MODEL if multi else SCHEDULE_HEADER
-        )  # fmt: skip
+            SCHEDULE_HEADER_WITH_VARIANT
+            if varied
+            else SCHEDULE_HEADER_WITH_MODEL
+            if multi
+            else SCHEDULE_HEADER
+        )
         if header != want_header:
-            st.fail(f"trials/schedule.csv line 1: header is not {','.join(want_header)}",
-                    where="trials/schedule.csv line 1")  # fmt: skip
+            st.fail(
+                f"trials/schedule.csv line 1: header is not {','.join(want_header)}",
+                where="trials/schedule.csv line 1",
+            )
         body_rows = rows[1:]
         if len(body_rows) != len(ids):
-            st.fail(f"trials/schedule.csv has {len(body_rows)} rows, the schedule {len(ids)}",
-                    where="trials/schedule.csv")  # fmt: skip
+            st.fail(
+                f"trials/schedule.csv has {len(body_rows)} rows, the schedule {len(ids)}",
+                where="trials/schedule.csv",
+            )
         for i, (row, tid) in enumerate(zip(body_rows, ids, strict=False), start=1):
             arm, model, stim, rep = parse_trial_id(tid, multi, varied)
             want_row = [str(i), codes.get(arm, "")]
@@ -118,11 +136,14 @@ def check_schedule(a: Archive) -> Check:
         if (body.get("arm"), body.get("stimulus"), str(body.get("rep"))) != (arm, stim, rep):
             st.fail(f"seq {seq}: arm/stimulus/rep do not match the trial id {trial}", seq)
         if body.get("variant") != trial_variant(str(trial)):
-            st.fail(f"seq {seq}: variant {body.get('variant')!r} does not match the trial id "
-                    f"{trial}", seq)  # fmt: skip
+            st.fail(
+                f"seq {seq}: variant {body.get('variant')!r} does not match the trial id {trial}",
+                seq,
+            )
         if ("model" in body or multi) and body.get("model") != model:
-            st.fail(f"seq {seq}: model {body.get('model')!r} does not match the trial id {trial}",
-                    seq)  # fmt: skip
+            st.fail(
+                f"seq {seq}: model {body.get('model')!r} does not match the trial id {trial}", seq
+            )
     # executed order: within one run session, trials are first
     # requested in ascending schedule position (docs/randomization.md: "Trials run in ascending
     # key order"); retries (attempt > 1) and a new session may go back.
@@ -131,8 +152,9 @@ def check_schedule(a: Archive) -> Check:
     arms = a.protocol.get("arms") if type(a.protocol.get("arms")) is dict else {}
     second = {n for n, info in (arms or {}).items() if type(info) is dict and "after" in info}
     # a data arm's trials (docs/trials.md §6) are recorded apart, first: their own stage
-    data_arms = {n for n, info in (arms or {}).items()
-                 if type(info) is dict and "response_from" in info}  # fmt: skip
+    data_arms = {
+        n for n, info in (arms or {}).items() if type(info) is dict and "response_from" in info
+    }
     # Concurrent sessions (PostgreSQL workers, docs/trials.md §8) interleave: each request is
     # ordered within the session it names (its ``session``), else the latest run.started's.
     latest: int | None = None
@@ -150,8 +172,11 @@ def check_schedule(a: Archive) -> Check:
         named = body.get("session")
         session = named if type(named) is int and named in by_session else latest
         lasts = by_session.setdefault(session, {})  # stage -> (position, seq), latest first try
-        stage = "data" if body.get("arm") in data_arms else (
-            "second" if body.get("arm") in second else "first")
+        stage = (
+            "data"
+            if body.get("arm") in data_arms
+            else ("second" if body.get("arm") in second else "first")
+        )
         last = lasts.get(stage)
         if last is not None and pos < last[0]:
             st.fail(

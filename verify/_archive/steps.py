@@ -19,15 +19,24 @@ from verify._steps import Replay, plans_of, review_sample, step_lock_problems
 
 __all__ = ["attach_steps", "check_steps", "replay_of"]
 
-_KINDS = ("trial.requested", "trial.responded", "trial.failed", "trial.excluded",
-          "step.requested", "step.responded", "step.failed", "review.recorded")  # fmt: skip
+_KINDS = (
+    "trial.requested",
+    "trial.responded",
+    "trial.failed",
+    "trial.excluded",
+    "step.requested",
+    "step.responded",
+    "step.failed",
+    "review.recorded",
+)
 
 
 def staged(protocol: dict[str, Any]) -> bool:
     """Whether the study has steps or answer-dependent arms (the replay has work)."""
     arms = protocol.get("arms")
-    return "steps" in protocol or (type(arms) is dict and any(
-        type(a) is dict and "after" in a for a in arms.values()))
+    return "steps" in protocol or (
+        type(arms) is dict and any(type(a) is dict and "after" in a for a in arms.values())
+    )
 
 
 def replay_of(a: Archive, study: LockedStudy) -> tuple[Replay | None, str | None]:
@@ -94,9 +103,14 @@ def check_steps(a: Archive) -> Check:
             seq = a.of_kind(kinds[0])[0]
             st.fail(f"seq {seq}: {kinds[0]} in a study that locked no steps", seq)
         reviews = _check_reviews(st, a, None)
-        return st.check("the study locked no steps" + (
-            f"; {reviews} reviews signed by reviewer keys, each of its locked sample"
-            if reviews else ""))
+        return st.check(
+            "the study locked no steps"
+            + (
+                f"; {reviews} reviews signed by reviewer keys, each of its locked sample"
+                if reviews
+                else ""
+            )
+        )
     study, problem = a.study()
     if study is None:
         st.fail(f"the locked study cannot be rendered: {problem}", a.protocol_seq)
@@ -118,8 +132,11 @@ def check_steps(a: Archive) -> Check:
         f"and their recorded inputs, {sum(c.responses for c in replay.calls.values())} step "
         f"responses re-parsed, {len(replay.decisions)} decisions re-derived ({decided} "
         f"decided), {len(replay.excluded)} exclusions justified; every call after its inputs"
-        + (f"; {reviews} reviews signed by reviewer keys, each of its locked sample" if reviews
-           else "")
+        + (
+            f"; {reviews} reviews signed by reviewer keys, each of its locked sample"
+            if reviews
+            else ""
+        )
     )
 
 
@@ -142,7 +159,8 @@ def _check_reviews(st: _State, a: Archive, replay: Replay | None) -> int:
         if type(judge) is dict and type(body.get("response_seq")) is int:
             votes = [v.get("vote") for v in judge.get("votes") or [] if type(v) is dict]
             judged.setdefault(str(judge.get("step")), []).append(
-                (body["response_seq"], None not in votes and len(set(votes)) == 1))
+                (body["response_seq"], None not in votes and len(set(votes)) == 1)
+            )
     kinds = {"judge-label": "judge-label", "reference-set": "reference-set", "contrast": "code"}
     for seq in reviews:
         env = a.envs[seq] or {}
@@ -151,23 +169,31 @@ def _check_reviews(st: _State, a: Archive, replay: Replay | None) -> int:
         name = str(body.get("sample"))
         plan = (plans or {}).get(name)
         if role != "reviewer":
-            st.fail(f"seq {seq}: review.recorded signed by {env.get('actor')!r}, a key with "
-                    f"the role {role!r}, not 'reviewer'", seq)  # fmt: skip
+            st.fail(
+                f"seq {seq}: review.recorded signed by {env.get('actor')!r}, a key with "
+                f"the role {role!r}, not 'reviewer'",
+                seq,
+            )
         elif type(plan) is not dict:
             st.fail(f"seq {seq}: review.recorded names sample {name!r}, which was not locked", seq)
         elif kinds.get(str(plan.get("kind"))) != body.get("kind") or (
             plan.get("kind") == "contrast" and not plan.get("codes")
         ):
-            st.fail(f"seq {seq}: review.recorded of kind {body.get('kind')!r} names sample "
-                    f"{name!r}, locked as a {plan.get('kind')!r} sample"
-                    + (" without codes" if plan.get("kind") == "contrast" else ""),
-                    seq)  # fmt: skip
+            st.fail(
+                f"seq {seq}: review.recorded of kind {body.get('kind')!r} names sample "
+                f"{name!r}, locked as a {plan.get('kind')!r} sample"
+                + (" without codes" if plan.get("kind") == "contrast" else ""),
+                seq,
+            )
         elif seal is None or seq < seal:
             st.fail(f"seq {seq}: review.recorded before scoring.sealed", seq)
         elif analysed is not None and seq > analysed:
-            st.warn(f"seq {seq}: review.recorded after the analysis (analysis.result seq "
-                    f"{analysed}): it is in no result (reviews close at ledger analyze; "
-                    "ledger review refuses one after it)", seq)  # fmt: skip
+            st.warn(
+                f"seq {seq}: review.recorded after the analysis (analysis.result seq "
+                f"{analysed}): it is in no result (reviews close at ledger analyze; "
+                "ledger review refuses one after it)",
+                seq,
+            )
         else:
             problem = _review_problem(a, plan, body, judged, replay)
             if problem is not None:
@@ -175,9 +201,13 @@ def _check_reviews(st: _State, a: Archive, replay: Replay | None) -> int:
     return len(reviews)
 
 
-def _review_problem(a: Archive, plan: dict[str, Any], body: dict[str, Any],
-                    judged: dict[str, list[tuple[int, bool]]], replay: Replay | None
-                    ) -> str | None:  # fmt: skip
+def _review_problem(
+    a: Archive,
+    plan: dict[str, Any],
+    body: dict[str, Any],
+    judged: dict[str, list[tuple[int, bool]]],
+    replay: Replay | None,
+) -> str | None:
     """Why a review's subject or value does not fit its locked sample, or None."""
     subject, value, kind = body.get("subject"), body.get("value"), plan.get("kind")
     if kind == "reference-set":
@@ -196,16 +226,24 @@ def _review_problem(a: Archive, plan: dict[str, Any], body: dict[str, Any],
             decided = replay.decisions.get((reference, str(subject)))
             value_of = decided[1] if decided is not None else None
             sets = _human.supplied_sets(
-                {f"reference_{k}": v for k, v in value_of.items()} if type(value_of) is dict
-                else None)  # fmt: skip
+                {f"reference_{k}": v for k, v in value_of.items()}
+                if type(value_of) is dict
+                else None
+            )
         if sets is None:
             return f"item {subject!r} has no reference sets (from {reference!r}) to edit"
         problem = _human.edit_problem(value, sets)
         return None if problem is None else f"value: {problem}"
     if kind == "contrast":
         name = str(body.get("sample"))
-        result = next((a.body(s) for s in a.of_kind("analysis.result")
-                       if a.body(s).get("id") == f"review.{name}"), None)  # fmt: skip
+        result = next(
+            (
+                a.body(s)
+                for s in a.of_kind("analysis.result")
+                if a.body(s).get("id") == f"review.{name}"
+            ),
+            None,
+        )
         cases = ((result or {}).get("values") or {}).get("cases")
         if type(cases) is not list:
             return f"cannot be checked: the archive has no drawn review.{name}"
@@ -214,12 +252,14 @@ def _review_problem(a: Archive, plan: dict[str, Any], body: dict[str, Any],
             return f"subject {subject!r} is not a case of the sample (cases: {seqs})"
         problem = _human.code_problem(value, [str(c) for c in plan.get("codes") or []])
         return None if problem is None else f"value: {problem}"
-    drawn = review_sample(judged.get(str(plan.get("step")), []), int(plan.get("n", 0)),
-                          str(plan.get("seed")))  # fmt: skip
+    drawn = review_sample(
+        judged.get(str(plan.get("step")), []), int(plan.get("n", 0)), str(plan.get("seed"))
+    )
     if subject not in drawn:
         return f"subject {subject!r} is not in the sample (re-derived: {drawn})"
-    labels = list(((a.protocol.get("steps") or {}).get(str(plan.get("step"))) or {}).get(
-        "labels") or [])
+    labels = list(
+        ((a.protocol.get("steps") or {}).get(str(plan.get("step"))) or {}).get("labels") or []
+    )
     if replay is not None and str(plan.get("step")) in replay.plans:
         labels = list(replay.plans[str(plan.get("step"))].labels)
     if value not in labels:

@@ -65,8 +65,7 @@ def _time(a: Archive, seq: int) -> float | None:
     env = a.envs[seq] if 0 <= seq < a.n else None
     text = env.get("time") if env is not None else None
     try:
-        return datetime.strptime(str(text), "%Y-%m-%dT%H:%M:%S.%fZ").replace(
-            tzinfo=UTC).timestamp()
+        return datetime.strptime(str(text), "%Y-%m-%dT%H:%M:%S.%fZ").replace(tzinfo=UTC).timestamp()
     except ValueError:
         return None
 
@@ -83,12 +82,21 @@ def check_timestamps(a: Archive) -> Check | None:
     sizes = {a.body(seq).get("size") for seq in events}
     missing = [s for s in registration if s not in sizes]
     if declared is not None and missing:  # a declared token that is not there: no root needed
-        return Check(name, Status.FAIL, f"the study declared a time-stamping authority, but the "
-                     f"registration checkpoint of size {missing[0]} has no RFC 3161 time stamp "
-                     f"({TIMESTAMP_KIND})", where=f"ledger/checkpoints/{missing[0]:08d}.txt")
+        return Check(
+            name,
+            Status.FAIL,
+            f"the study declared a time-stamping authority, but the "
+            f"registration checkpoint of size {missing[0]} has no RFC 3161 time stamp "
+            f"({TIMESTAMP_KIND})",
+            where=f"ledger/checkpoints/{missing[0]:08d}.txt",
+        )
     if roots is None:
-        return Check(name, Status.WARN, f"{len(events)} RFC 3161 time stamp(s) recorded, not "
-                     "checked: pass --tsa-cert FILE (the TSA's root certificate) to check them")
+        return Check(
+            name,
+            Status.WARN,
+            f"{len(events)} RFC 3161 time stamp(s) recorded, not "
+            "checked: pass --tsa-cert FILE (the TSA's root certificate) to check them",
+        )
     stamped: dict[int, str] = {}
     skew = float(getattr(a, "witness_skew", 300.0))
     requests = a.of_kind("trial.requested")
@@ -99,16 +107,24 @@ def check_timestamps(a: Archive) -> Check | None:
         size = raw_size if type(raw_size) is int else -1
         fc = a.stored_checkpoints.get(size)
         if fc is None or fc.note is None:
-            return Check(name, Status.FAIL, f"{where}: no checkpoint of size {raw_size!r} to check "
-                         "the token against", seq)
+            return Check(
+                name,
+                Status.FAIL,
+                f"{where}: no checkpoint of size {raw_size!r} to check the token against",
+                seq,
+            )
         try:
             text, _ = parse_note(fc.note)
         except NoteError as exc:
             return Check(name, Status.FAIL, f"{where}: {fc.where}: {exc}", seq, fc.where)
         message = text.encode("utf-8")
         if body.get("message_sha256") != hashlib.sha256(message).hexdigest():
-            return Check(name, Status.FAIL, f"{where}: message_sha256 is not the SHA-256 of the "
-                         f"checkpoint of size {size}", seq)
+            return Check(
+                name,
+                Status.FAIL,
+                f"{where}: message_sha256 is not the SHA-256 of the checkpoint of size {size}",
+                seq,
+            )
         token = a.blob(a.blob_ref(seq, "token"))
         if token is None:
             return Check(name, Status.FAIL, f"{where}: its token blob is missing", seq)
@@ -119,29 +135,52 @@ def check_timestamps(a: Archive) -> Check | None:
         claimed = {"hash": "sha256", "gen_time": f"{when:%Y-%m-%dT%H:%M:%SZ}"}
         for field, value in claimed.items():  # the body says what the token says, or nothing
             if body.get(field) != value:
-                return Check(name, Status.FAIL, f"{where}: {field} {body.get(field)!r} is not "
-                             f"the token's ({value!r})", seq)
+                return Check(
+                    name,
+                    Status.FAIL,
+                    f"{where}: {field} {body.get(field)!r} is not the token's ({value!r})",
+                    seq,
+                )
         last = _time(a, size - 1)
         if last is not None and when.timestamp() < last - skew:
-            return Check(name, Status.FAIL, f"{where}: the token's time {when:%Y-%m-%dT%H:%M:%SZ}"
-                         f" is before the checkpoint's last event (seq {size - 1}) by more than "
-                         f"{skew:g} s", seq)
+            return Check(
+                name,
+                Status.FAIL,
+                f"{where}: the token's time {when:%Y-%m-%dT%H:%M:%SZ}"
+                f" is before the checkpoint's last event (seq {size - 1}) by more than "
+                f"{skew:g} s",
+                seq,
+            )
         following = next((s for s in requests if s >= size), None)
         limit = _time(a, following) if following is not None else None
         if limit is not None and when.timestamp() > limit + skew:
-            return Check(name, Status.FAIL, f"{where}: the token's time {when:%Y-%m-%dT%H:%M:%SZ}"
-                         f" is after trial.requested seq {following} by more than {skew:g} s",
-                         seq)
+            return Check(
+                name,
+                Status.FAIL,
+                f"{where}: the token's time {when:%Y-%m-%dT%H:%M:%SZ}"
+                f" is after trial.requested seq {following} by more than {skew:g} s",
+                seq,
+            )
         stamped[size] = f"{when:%Y-%m-%dT%H:%M:%SZ}"
     missing = [s for s in registration if s not in stamped]
     if missing and (declared is not None or not stamped):
-        return Check(name, Status.FAIL, f"the registration checkpoint of size {missing[0]} has "
-                     "no RFC 3161 time stamp", where=f"ledger/checkpoints/{missing[0]:08d}.txt")
+        return Check(
+            name,
+            Status.FAIL,
+            f"the registration checkpoint of size {missing[0]} has no RFC 3161 time stamp",
+            where=f"ledger/checkpoints/{missing[0]:08d}.txt",
+        )
     shown = "; ".join(f"size {s}: time-stamped at {t}" for s, t in sorted(stamped.items()))
     # only a tree that holds the (first) lock says when the study was locked: a token on an
     # earlier, smaller tree says nothing about an event it does not contain
     covering = [t for size, t in stamped.items() if registration and size >= registration[0]]
-    claim = (f"; locked no later than {min(covering)} (time-stamped by the TSA)" if covering
-             else "; no token is on a tree that holds the lock: no claim of when it was locked")
-    return Check(name, Status.PASS, f"{len(stamped)} RFC 3161 token(s) verify against "
-                 f"--tsa-cert ({shown}){claim}")
+    claim = (
+        f"; locked no later than {min(covering)} (time-stamped by the TSA)"
+        if covering
+        else "; no token is on a tree that holds the lock: no claim of when it was locked"
+    )
+    return Check(
+        name,
+        Status.PASS,
+        f"{len(stamped)} RFC 3161 token(s) verify against --tsa-cert ({shown}){claim}",
+    )

@@ -148,8 +148,9 @@ class Archive:
         With ``before``, the version locked before that seq (a phase's files as it locked
         them).
         """
-        versions = [v for v in self.locked_versions.get(path, [])
-                    if before is None or v[2] < before]  # fmt: skip
+        versions = [
+            v for v in self.locked_versions.get(path, []) if before is None or v[2] < before
+        ]
         if not versions:
             return None
         return self.blob(self.blob_ref(versions[-1][2], "content"), MAX_PARSED_BYTES)
@@ -324,7 +325,7 @@ class Archive:
         if ids != order or len(set(ids)) != len(ids):
             self.schedule_problem = (
                 "the signed schedule blob is not its trial ids in ascending "
-                f"SHA-256(\"{seed}|{{trial id}}\") order without repeats"
+                f'SHA-256("{seed}|{{trial id}}") order without repeats'
             )
             return []
         self.signed_schedule = withheld.rel

@@ -77,8 +77,10 @@ def witness_policy(a: Archive) -> tuple[dict[str, Any] | None, str | None]:
     if data is None:
         return record, f"{POLICY_FILE} {why}"
     if parsed != record:
-        return record, (f"{POLICY_FILE} differs from the witnessing that protocol.locked (seq "
-                        f"{locked[-1]}) recorded: it is not the policy the study locked")
+        return record, (
+            f"{POLICY_FILE} differs from the witnessing that protocol.locked (seq "
+            f"{locked[-1]}) recorded: it is not the policy the study locked"
+        )
     return record, None
 
 
@@ -92,9 +94,10 @@ def _promised(a: Archive, interval: int) -> list[tuple[int, str, bool]]:
     """
     out = []
     for kind, label, before_sending in (
-        ("protocol.locked", "registration", True), ("run.started", "session start", True),
+        ("protocol.locked", "registration", True),
+        ("run.started", "session start", True),
         ("run.stopped", "session stop", False),
-    ):  # fmt: skip
+    ):
         for seq in a.of_kind(kind):
             out.append((seq + 1, f"{label} checkpoint (after {kind} seq {seq})", before_sending))
     if interval > 0:
@@ -115,9 +118,15 @@ def _promised(a: Archive, interval: int) -> list[tuple[int, str, bool]]:
                 continue
             count += 1
             if count % interval == 0:
-                out.append((seq + 1, f"interval checkpoint {count // interval} (after the "
-                                     f"{count}th final trial outcome, seq {seq}, of the session "
-                                     f"of run.started seq {session})", False))  # fmt: skip
+                out.append(
+                    (
+                        seq + 1,
+                        f"interval checkpoint {count // interval} (after the "
+                        f"{count}th final trial outcome, seq {seq}, of the session "
+                        f"of run.started seq {session})",
+                        False,
+                    )
+                )
     return sorted(set(out))
 
 
@@ -132,8 +141,12 @@ def check_witnesses(a: Archive) -> Check | None:
         return Check(name, Status.FAIL, problem, a.protocol_seq, POLICY_FILE)
     skew = getattr(a, "witness_skew", 300.0)
     if isinstance(skew, bool) or not isinstance(skew, int | float) or not 0 <= skew <= 86400:
-        return Check(name, Status.FAIL, f"the witness skew {skew!r} is not a number of seconds "
-                                        "from 0 to 86400: no time could be checked")
+        return Check(
+            name,
+            Status.FAIL,
+            f"the witness skew {skew!r} is not a number of seconds "
+            "from 0 to 86400: no time could be checked",
+        )
     skew = float(skew)
     keys: list[CosignerKey] = []
     try:
@@ -141,8 +154,11 @@ def check_witnesses(a: Archive) -> Check | None:
             keys = [parse_cosigner_vkey(v) for v in given]
         else:
             assert record is not None
-            keys = [parse_cosigner_vkey(str(w.get("vkey"))) for w in record["witnesses"]
-                    if type(w) is dict]
+            keys = [
+                parse_cosigner_vkey(str(w.get("vkey")))
+                for w in record["witnesses"]
+                if type(w) is dict
+            ]
     except KeyFormatError as exc:
         source = "--witness" if given else POLICY_FILE
         return Check(name, Status.FAIL, f"{source}: {exc}", where=source)
@@ -152,8 +168,9 @@ def check_witnesses(a: Archive) -> Check | None:
         assert record is not None
         locked = record.get("quorum")
         if type(locked) is not int:
-            return Check(name, Status.FAIL, f"{POLICY_FILE}: quorum is not an integer",
-                         where=POLICY_FILE)
+            return Check(
+                name, Status.FAIL, f"{POLICY_FILE}: quorum is not an integer", where=POLICY_FILE
+            )
         quorum = locked
     names_of: dict[bytes, list[str]] = {}
     for key in keys:
@@ -161,12 +178,17 @@ def check_witnesses(a: Archive) -> Check | None:
     twins = next((names for names in names_of.values() if len(names) > 1), None)
     if twins is not None:  # one witness under two names must not count twice toward a quorum
         source = "--witness" if given else POLICY_FILE
-        return Check(name, Status.FAIL, f"{source}: {' and '.join(twins)} are one key under "
-                                        f"{len(twins)} names: a quorum counts each witness once",
-                     where=source)  # fmt: skip
+        return Check(
+            name,
+            Status.FAIL,
+            f"{source}: {' and '.join(twins)} are one key under "
+            f"{len(twins)} names: a quorum counts each witness once",
+            where=source,
+        )
     if not 1 <= quorum <= len(keys):
-        return Check(name, Status.FAIL, f"a quorum of {quorum} cannot be met by {len(keys)} "
-                                        "witness key(s)")
+        return Check(
+            name, Status.FAIL, f"a quorum of {quorum} cannot be met by {len(keys)} witness key(s)"
+        )
     may_continue = record is not None and record.get("unreachable") in _UNREACHABLE[1:]
     stored = getattr(a, "stored_checkpoints", {})
     fails: list[tuple[str, int | None, str | None]] = []
@@ -191,10 +213,15 @@ def check_witnesses(a: Archive) -> Check | None:
                     break
     for started in a.of_kind("run.started"):  # docs/witness.md §8: one session at a time
         if "concurrent" in a.body(started):
-            fails.append((f"seq {started}: run.started runs beside other sessions (concurrent "
-                          f"{a.body(started).get('concurrent')!r}); a witnessed study's sessions "
-                          "run one at a time, so its checkpoints are cosigned in order of size",
-                          started, None))  # fmt: skip
+            fails.append(
+                (
+                    f"seq {started}: run.started runs beside other sessions (concurrent "
+                    f"{a.body(started).get('concurrent')!r}); a witnessed study's sessions "
+                    "run one at a time, so its checkpoints are cosigned in order of size",
+                    started,
+                    None,
+                )
+            )
     locked_interval = record.get("interval_trials") if record is not None else None
     promised = _promised(a, locked_interval if type(locked_interval) is int else 0)
     requests = a.of_kind("trial.requested")
@@ -202,11 +229,14 @@ def check_witnesses(a: Archive) -> Check | None:
         at = f"ledger/checkpoints/{size:08d}.txt"
         got = times.get(size, {})
         if len(got) < quorum:
-            message = (f"{at}: the {what} carries {len(got)} valid cosignature(s) of the "
-                       f"{quorum} required from {', '.join(k.name for k in keys)}")
+            message = (
+                f"{at}: the {what} carries {len(got)} valid cosignature(s) of the "
+                f"{quorum} required from {', '.join(k.name for k in keys)}"
+            )
             if may_continue:
-                warns.append((message + " (the study declared it may continue unwitnessed)",
-                              size - 1, at))
+                warns.append(
+                    (message + " (the study declared it may continue unwitnessed)", size - 1, at)
+                )
             else:
                 fails.append((message, size - 1, at))
         last = _time(a, size - 1)
@@ -214,14 +244,25 @@ def check_witnesses(a: Archive) -> Check | None:
         limit = _time(a, following) if before_sending and following is not None else None
         for witness, stamp in got.items():
             if last is not None and stamp < last - skew:
-                fails.append((f"{at}: {witness} cosigned the {what} at {_iso(stamp)}, before "
-                              f"its last event (seq {size - 1}, {_iso(last)}) by more than the "
-                              f"{skew:g} s skew", size - 1, at))
+                fails.append(
+                    (
+                        f"{at}: {witness} cosigned the {what} at {_iso(stamp)}, before "
+                        f"its last event (seq {size - 1}, {_iso(last)}) by more than the "
+                        f"{skew:g} s skew",
+                        size - 1,
+                        at,
+                    )
+                )
             if limit is not None and stamp > limit + skew:
-                fails.append((f"{at}: {witness} cosigned the {what} at {_iso(stamp)}, after "
-                              f"trial.requested seq {following} ({_iso(limit)}) by more than the "
-                              f"{skew:g} s skew: the request did not wait for the witness",
-                              following, at))
+                fails.append(
+                    (
+                        f"{at}: {witness} cosigned the {what} at {_iso(stamp)}, after "
+                        f"trial.requested seq {following} ({_iso(limit)}) by more than the "
+                        f"{skew:g} s skew: the request did not wait for the witness",
+                        following,
+                        at,
+                    )
+                )
     sizes = sorted(times)
     for key in keys:
         previous: tuple[int, int] | None = None
@@ -230,15 +271,27 @@ def check_witnesses(a: Archive) -> Check | None:
             if stamp is None:
                 continue
             if previous is not None and stamp < previous[1]:
-                fails.append((f"{key.name}'s cosignature on size {size} ({_iso(stamp)}) is older "
-                              f"than its cosignature on size {previous[0]} "
-                              f"({_iso(previous[1])})", size - 1, None))
+                fails.append(
+                    (
+                        f"{key.name}'s cosignature on size {size} ({_iso(stamp)}) is older "
+                        f"than its cosignature on size {previous[0]} "
+                        f"({_iso(previous[1])})",
+                        size - 1,
+                        None,
+                    )
+                )
             previous = (size, stamp)
     newest = None
     for size in sizes:
         if newest is not None and min(times[size].values()) < newest[1] - skew:
-            fails.append((f"cosignatures on size {size} are older than a cosignature on size "
-                          f"{newest[0]} by more than the {skew:g} s skew", size - 1, None))
+            fails.append(
+                (
+                    f"cosignatures on size {size} are older than a cosignature on size "
+                    f"{newest[0]} by more than the {skew:g} s skew",
+                    size - 1,
+                    None,
+                )
+            )
         top = max(times[size].values())
         if newest is None or top > newest[1]:
             newest = (size, top)
@@ -247,19 +300,26 @@ def check_witnesses(a: Archive) -> Check | None:
         more = f" (and {len(fails) - 1} more)" if len(fails) > 1 else ""
         return Check(name, Status.FAIL, reason + more, seq, where)
     registration = next((p for p in promised if p[1].startswith("registration")), None)
-    summary = f"{len(promised)} promised checkpoint(s) carry {quorum} of {len(keys)} witness " \
-              f"cosignatures, with times consistent within {skew:g} s"
+    summary = (
+        f"{len(promised)} promised checkpoint(s) carry {quorum} of {len(keys)} witness "
+        f"cosignatures, with times consistent within {skew:g} s"
+    )
     if registration is not None and len(times.get(registration[0], {})) >= quorum:
         ranked = sorted(times[registration[0]].items(), key=lambda kv: kv[1])
         when = ranked[quorum - 1][1]
-        summary += (f"; locked no later than {_iso(when)} (witnessed by "
-                    f"{', '.join(n for n, _ in ranked)})")
+        summary += (
+            f"; locked no later than {_iso(when)} (witnessed by {', '.join(n for n, _ in ranked)})"
+        )
     if warns:
         reason, seq, where = warns[0]
         more = f" (and {len(warns) - 1} more)" if len(warns) > 1 else ""
         return Check(name, Status.WARN, reason + more + "; " + summary, seq, where)
     if not given:
-        return Check(name, Status.WARN, summary + f"; the witness keys come from {POLICY_FILE},"
-                     " which the study's owner chose: pass --witness VKEY with keys you trust",
-                     where=POLICY_FILE)
+        return Check(
+            name,
+            Status.WARN,
+            summary + f"; the witness keys come from {POLICY_FILE},"
+            " which the study's owner chose: pass --witness VKEY with keys you trust",
+            where=POLICY_FILE,
+        )
     return Check(name, Status.PASS, summary)

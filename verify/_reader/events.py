@@ -167,8 +167,7 @@ def _parse_line(parse: Any, index: int, line: bytes) -> EventLine:
         return out
     if type(obj) is not dict or set(obj) != {"envelope", "signature"}:
         out.problems.append(
-            f"{where}: a line must be an object with exactly the members 'envelope' and "
-            "'signature'"
+            f"{where}: a line must be an object with exactly the members 'envelope' and 'signature'"
         )
     env: Any = None
     if type(obj) is dict:

@@ -178,9 +178,12 @@ class ArchiveFiles:
                 count += 1
                 if count > MAX_ENTRIES:
                     self.problems.append(
-                        (rel_dir or ".", f"the archive holds more than {MAX_ENTRIES:,} entries: "
-                         "the rest was not examined")
-                    )  # fmt: skip
+                        (
+                            rel_dir or ".",
+                            f"the archive holds more than {MAX_ENTRIES:,} entries: "
+                            "the rest was not examined",
+                        )
+                    )
                     return
                 rel = f"{rel_dir}/{entry.name}" if rel_dir else entry.name
                 try:
@@ -214,9 +217,12 @@ class ArchiveFiles:
             pending.extend(reversed(children))
         if total > MAX_TOTAL_BYTES:
             self.problems.append(
-                (".", f"the archive's files hold {total:,} bytes, more than the "
-                 f"{human_bytes(MAX_TOTAL_BYTES)} limit: no file was read")
-            )  # fmt: skip
+                (
+                    ".",
+                    f"the archive's files hold {total:,} bytes, more than the "
+                    f"{human_bytes(MAX_TOTAL_BYTES)} limit: no file was read",
+                )
+            )
             return
         self.complete = True
 
