@@ -358,11 +358,11 @@ def test_a_study_locked_before_keys_were_strict_keeps_working(
     study: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """Strict at new, arms and lock; a locked spec cannot change, so later commands read it."""
-    import runner.spec
+    import runner.spec._load
 
     line = edit(study, "temperature = 1.0", "temperature = 1.0\nlogit_bias = 0.9", key="logit_bias")
     with monkeypatch.context() as patch:  # as an earlier version locked it: logit_bias ignored
-        patch.setattr(runner.spec, "_unknown_problems", lambda c, data: None)
+        patch.setattr(runner.spec._load, "_unknown_problems", lambda c, data: None)
         assert run("lock", study, "--key", study.parent / "owner.key").exit_code == 0
     assert run("schedule", study, "--limit", "1").exit_code == 0
     assert load_study(study, strict=False).model["temperature"] == 1.0
