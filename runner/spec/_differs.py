@@ -3,11 +3,17 @@
 from __future__ import annotations
 
 import itertools
-from typing import Any
+from typing import Any, Final
 
 from runner.spec._collector import Collector
 from runner.spec._study import Study
 from runner.spec._types import Arm
+
+USAGE: Final = (
+    'must be {arm = "A", by = ["component", ...]} or {arm = "A"} with removes = '
+    '[...], adds = [...] and/or replaces = { old = "new" }'
+)
+EXACT: Final = ("removes", "adds", "replaces")
 
 
 def parse_differs(
@@ -17,39 +23,48 @@ def parse_differs(
 
     Returns (``(arm, by)``, the exact claims or None); ``by`` is empty with the exact form.
     """
-    exact = ("removes", "adds", "replaces")
-    usage = (
-        'must be {arm = "A", by = ["component", ...]} or {arm = "A"} with removes = '
-        '[...], adds = [...] and/or replaces = { old = "new" }'
-    )
     if not isinstance(differs, dict) or not isinstance(differs.get("arm"), str):
-        c.add(f"{where}.differs_from", usage)
+        c.add(f"{where}.differs_from", USAGE)
         return None, None
     if "by" in differs:
-        by = differs["by"]
-        if not isinstance(by, list) or not all(isinstance(x, str) for x in by):
-            c.add(f"{where}.differs_from", usage)
-            return None, None
-        if any(k in differs for k in exact):
-            c.add(
-                f"{where}.differs_from",
-                "states either by (removed or replaced) or the exact "
-                "removes / adds / replaces, not both",
-            )
-            return None, None
-        return (differs["arm"], tuple(by)), None
+        return _by(c, differs, where), None
+    claims = _claims(c, differs, where)
+    if claims is None:
+        return None, None
+    return (differs["arm"], ()), claims
+
+
+def _by(c: Collector, differs: dict[str, Any], where: str) -> tuple[str, tuple[str, ...]] | None:
+    """``{arm, by}``: the components removed (or replaced one for one)."""
+    by = differs["by"]
+    if not isinstance(by, list) or not all(isinstance(x, str) for x in by):
+        c.add(f"{where}.differs_from", USAGE)
+        return None
+    if any(k in differs for k in EXACT):
+        c.add(
+            f"{where}.differs_from",
+            "states either by (removed or replaced) or the exact "
+            "removes / adds / replaces, not both",
+        )
+        return None
+    return (differs["arm"], tuple(by))
+
+
+def _claims(c: Collector, differs: dict[str, Any], where: str) -> dict[str, Any] | None:
+    """The exact claims ``removes``, ``adds`` (lists) and ``replaces`` ({old: new})."""
     claims: dict[str, Any] = {}
     for key in ("removes", "adds"):
-        if key in differs:
-            value = differs[key]
-            if (
-                not isinstance(value, list)
-                or not value
-                or not all(isinstance(x, str) and x for x in value)
-            ):
-                c.add(f"{where}.differs_from.{key}", "must be a non-empty list of component names")
-                return None, None
-            claims[key] = list(value)
+        value = differs.get(key)
+        if key not in differs:
+            continue
+        if (
+            not isinstance(value, list)
+            or not value
+            or not all(isinstance(x, str) and x for x in value)
+        ):
+            c.add(f"{where}.differs_from.{key}", "must be a non-empty list of component names")
+            return None
+        claims[key] = list(value)
     if "replaces" in differs:
         value = differs["replaces"]
         if (
@@ -61,12 +76,12 @@ def parse_differs(
                 f"{where}.differs_from.replaces",
                 'must be a table { old = "new", ... } of component names',
             )
-            return None, None
+            return None
         claims["replaces"] = dict(value)
     if not claims:
-        c.add(f"{where}.differs_from", usage)
-        return None, None
-    return (differs["arm"], ()), claims
+        c.add(f"{where}.differs_from", USAGE)
+        return None
+    return claims
 
 
 def component_differences(study: Study) -> dict[tuple[str, str], tuple[list[str], list[str]]]:
@@ -137,36 +152,15 @@ def _exact_claims(study: Study, arm: Arm) -> list[str]:
     removes = list(arm.differs.get("removes", []))
     adds = list(arm.differs.get("adds", []))
     replaces: dict[str, str] = dict(arm.differs.get("replaces", {}))
-    removed = [x for x in base if x not in mine]
-    added = [x for x in mine if x not in base]
-    out: list[str] = []
-    for name in [*removes, *replaces]:
-        if name not in base:
-            out.append(
-                f"{where}: {base_id} has no component {name!r} for {arm.id} to remove or "
-                f"replace ({base_id}: {base})"
-            )
-    for name in [*adds, *replaces.values()]:
-        if name in base:
-            out.append(
-                f"{where}: {name!r} is already in {base_id} ({base}); {arm.id} cannot add it"
-            )
+    out = _impossible_claims(
+        where, arm.id, base_id, base, [*removes, *replaces], [*adds, *replaces.values()]
+    )
     if out:
         return out
-    claimed_removed = sorted([*removes, *replaces])
-    claimed_added = sorted([*adds, *replaces.values()])
-    if sorted(removed) != claimed_removed or sorted(added) != claimed_added:
-        said = []
-        if removes:
-            said.append(f"removes {removes}")
-        if adds:
-            said.append(f"adds {adds}")
-        if replaces:
-            said.append(f"replaces {replaces}")
-        return [
-            f"{where}: arm {arm.id} is declared to differ from {base_id} as it "
-            f"{', '.join(said)}, but it lacks {removed} and adds {added}"
-        ]
+    said = {"removes": removes, "adds": adds, "replaces": replaces}
+    out = _not_as_said(where, arm.id, base_id, base, mine, said)
+    if out:
+        return out
     expected = [replaces.get(x, x) for x in base if x not in removes]
     kept = [x for x in mine if x not in adds]
     if kept != expected:
@@ -176,3 +170,38 @@ def _exact_claims(study: Study, arm: Arm) -> list[str]:
             f"removed ({expected}), but it has {kept}"
         ]
     return []
+
+
+def _not_as_said(
+    where: str, arm_id: str, base_id: str, base: list[str], mine: list[str], said: dict[str, Any]
+) -> list[str]:
+    """The components the arm lacks and adds are not those its claims name."""
+    removed = [x for x in base if x not in mine]
+    added = [x for x in mine if x not in base]
+    replaces = said["replaces"]
+    if sorted(removed) == sorted([*said["removes"], *replaces]) and sorted(added) == sorted(
+        [*said["adds"], *replaces.values()]
+    ):
+        return []
+    claims = ", ".join(f"{verb} {value}" for verb, value in said.items() if value)
+    return [
+        f"{where}: arm {arm_id} is declared to differ from {base_id} as it "
+        f"{claims}, but it lacks {removed} and adds {added}"
+    ]
+
+
+def _impossible_claims(
+    where: str, arm_id: str, base_id: str, base: list[str], gone: list[str], new: list[str]
+) -> list[str]:
+    """A claim to remove (or replace) what the base lacks, or to add what it has."""
+    out = [
+        f"{where}: {base_id} has no component {name!r} for {arm_id} to remove or "
+        f"replace ({base_id}: {base})"
+        for name in gone
+        if name not in base
+    ]
+    return out + [
+        f"{where}: {name!r} is already in {base_id} ({base}); {arm_id} cannot add it"
+        for name in new
+        if name in base
+    ]

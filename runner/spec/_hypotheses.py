@@ -75,16 +75,18 @@ def check_steps(st: Loading) -> None:
             spec.against_steps(st.c.add, st.hypotheses, st)
 
 
+def _tested_arms(arms: dict[str, Arm], h: Hypothesis) -> list[Arm]:
+    """The arm a hypothesis of one arm tests, else the arms of its contrast (those declared)."""
+    if h.arm is not None and h.arm in arms:
+        return [arms[h.arm]]
+    return [arms[a] for a in h.contrast if a in arms]
+
+
 def _check_variants(st: Loading, where: str, h: Hypothesis, spec: StatisticSpec) -> None:
     """Each variant the hypothesis names is one the arms it tests run.
 
     A study without variants has the one variant ``original`` (the items as written).
     """
-    arms = st.arms
-    if h.arm is not None and h.arm in arms:
-        tested = [arms[h.arm]]
-    else:
-        tested = [arms[a] for a in h.contrast if a in arms]
     names = list(h.variants or ())
     if h.variant is not None:
         names.append(h.variant)
@@ -95,14 +97,14 @@ def _check_variants(st: Loading, where: str, h: Hypothesis, spec: StatisticSpec)
         )
     key = "variants" if h.variants else "variant"
     known = ", ".join([v.name for v in st.variants] if st.variants else ["original"])
-    for arm in tested:
+    for arm in _tested_arms(st.arms, h):
+        chosen = ", ".join(arm.variants) if arm.variants else "all"
         for name in names:
             if not arm_runs(st.variants, arm, name):
                 st.c.add(
                     f"{where}.{key}",
                     f"arm {arm.id!r} does not run variant {name!r} "
-                    f"(variants: {known}; the arm's variants: "
-                    f"{', '.join(arm.variants) if arm.variants else 'all'})",
+                    f"(variants: {known}; the arm's variants: {chosen})",
                 )
 
 
@@ -298,30 +300,35 @@ def _kind_keys(
 
     What needs the variants, models and replicates is checked by :func:`check_design`.
     """
+    if spec is not None:
+        _kind_fit(c, h, where, spec, parser)
     takes = spec.takes if spec is not None else ()
-    if spec is not None and spec.letters and parser not in LETTER_PARSERS:
-        c.add(
-            f"{where}.test",
-            f"a {test} test reads option letters: it needs parser "
-            f"'multiple-choice' or 'cloze', not {parser!r}",
-        )
-    if spec is not None and spec.own_keys:
-        for key in COMMON_KEYS:
-            if key in h and key not in takes and not (key == "correction" and h[key] == "none"):
-                c.add(
-                    f"{where}.{key}",
-                    f"does not apply to test {test!r} (it takes {', '.join(takes)})",
-                )
     for key in KIND_ONLY_KEYS:
         if key in h and key not in takes:
-            c.add(
-                f"{where}.{key}",
-                f"does not apply to test {test!r} (only to {', '.join(taking(key))})",
-            )
+            only = ", ".join(taking(key))
+            c.add(f"{where}.{key}", f"does not apply to test {test!r} (only to {only})")
     out = spec.read(c.add, h, where, arms) if spec is not None else {}
     if "effect" in h and "effect" not in takes:
-        c.add(
-            f"{where}.effect",
-            f"does not apply to test {test!r} (only to {', '.join(taking('effect'))})",
-        )
+        only = ", ".join(taking("effect"))
+        c.add(f"{where}.effect", f"does not apply to test {test!r} (only to {only})")
     return out
+
+
+def _kind_fit(
+    c: Collector, h: dict[str, Any], where: str, spec: StatisticSpec, parser: str
+) -> None:
+    """A letter kind's parser; the common keys a kind with ``own_keys`` does not take."""
+    if spec.letters and parser not in LETTER_PARSERS:
+        c.add(
+            f"{where}.test",
+            f"a {spec.name} test reads option letters: it needs parser "
+            f"'multiple-choice' or 'cloze', not {parser!r}",
+        )
+    if not spec.own_keys:
+        return
+    for key in COMMON_KEYS:
+        if key in h and key not in spec.takes and not (key == "correction" and h[key] == "none"):
+            c.add(
+                f"{where}.{key}",
+                f"does not apply to test {spec.name!r} (it takes {', '.join(spec.takes)})",
+            )

@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from typing import Any
+from collections.abc import Callable
+from typing import Any, Final
 
 from runner._schema import CONTRAST_REVIEW_KEYS, KeyPath
 from runner.human_review import REFERENCE_FIELDS, supplied_sets
@@ -11,24 +12,8 @@ from runner.spec._collector import Collector
 from runner.spec._fields import ID_RE, int_seed
 from runner.spec._response import LETTER_PARSERS
 from runner.spec._state import Loading
-from runner.spec._types import Arm, ModelSpec, Review
+from runner.spec._types import ModelSpec, Review
 from runner.steps import StepSpec
-from runner.variants import VariantSpec
-
-
-def parse_reviews(st: Loading) -> None:
-    """``[reviews.<NAME>]``: review samples checked against the design and the steps."""
-    st.reviews = _reviews(
-        st.c,
-        st.data,
-        st.arms,
-        st.variants,
-        st.models,
-        st.parser,
-        st.item_study,
-        st.steps,
-        st.items,
-    )
 
 
 def _review_kind(c: Collector, name: str, table: dict[str, Any]) -> str | None:
@@ -160,15 +145,80 @@ def _judge_review(
     return str(step)
 
 
-def _contrast_review(
+def _contrast_fit(st: Loading, where: str, path: KeyPath) -> None:
+    """A contrast sample pairs trials of an item study scored on option letters."""
+    if not st.item_study:
+        st.c.add(where, "a contrast review sample needs an item file ([stimuli] items)", path)
+    elif st.parser not in LETTER_PARSERS:
+        st.c.add(
+            where,
+            f"a review sample pairs trials scored right or wrong on option letters: "
+            f"it needs parser 'multiple-choice' or 'cloze', not {st.parser!r}",
+            path,
+        )
+
+
+def _review_model(
     c: Collector,
-    name: str,
     table: dict[str, Any],
-    arms: dict[str, Arm],
-    variants: list[VariantSpec],
+    where: str,
+    path: KeyPath,
     models: dict[str, ModelSpec] | None,
-    parser: str,
-    item_study: bool,
+) -> str | None:
+    """The model whose trials a contrast sample draws: named when the study has several."""
+    model = table.get("model")
+    spot = (*path, "model")
+    if model is not None:
+        if models is None:
+            c.add(f"{where}.model", "the study has one [model]; name no model", spot)
+            return None
+        if not isinstance(model, str) or model not in models:
+            c.add(f"{where}.model", f"unknown model {model!r} (models: {', '.join(models)})", spot)
+            return None
+        return model
+    if models is not None and len(models) > 1:
+        c.add(
+            f"{where}.model",
+            f"missing: the study has {len(models)} models; a review "
+            "sample names the one whose trials it draws",
+            spot,
+        )
+        return None
+    return next(iter(models)) if models is not None else None
+
+
+def _condition(
+    st: Loading, where: str, spot: KeyPath, cond: Any, model: str | None
+) -> tuple[str, str] | None:
+    """One side's ``{ arm, variant }``: an arm that runs the variant (and the model)."""
+    c, arms = st.c, st.arms
+    if not isinstance(cond, dict):
+        c.add(where, f"must be a table {{ arm = ..., variant = ... }}, got {cond!r}", spot)
+        return None
+    arm_id = cond.get("arm")
+    variant = cond.get("variant", "original")
+    if not isinstance(arm_id, str) or arm_id not in arms:
+        c.add(f"{where}.arm", f"unknown arm {arm_id!r} (arms: {', '.join(arms)})", (*spot, "arm"))
+        return None
+    arm = arms[arm_id]
+    if not isinstance(variant, str) or not arm_runs(st.variants, arm, variant):
+        known = ", ".join([v.name for v in st.variants] if st.variants else ["original"])
+        c.add(
+            f"{where}.variant",
+            f"arm {arm_id!r} does not run variant "
+            f"{variant!r} (variants: {known}; the arm's variants: "
+            f"{', '.join(arm.variants) if arm.variants else 'all'})",
+            (*spot, "variant" if "variant" in cond else "arm"),
+        )
+        return None
+    if model is not None and arm.models is not None and model not in arm.models:
+        c.add(f"{where}.arm", f"arm {arm_id!r} does not run model {model!r}", (*spot, "arm"))
+        return None
+    return (arm_id, variant)
+
+
+def _contrast_review(
+    st: Loading, name: str, table: dict[str, Any]
 ) -> tuple[dict[str, tuple[str, str]], str | None]:
     """The conditions and model of a contrast review sample, checked against the design.
 
@@ -176,149 +226,90 @@ def _contrast_review(
     trials are drawn (``docs/mcq-statistics.md`` §9).
     """
     where, path = f"reviews.{name}", ("reviews", name)
-    if not item_study:
-        c.add(where, "a contrast review sample needs an item file ([stimuli] items)", path)
-    elif parser not in LETTER_PARSERS:
-        c.add(
-            where,
-            f"a review sample pairs trials scored right or wrong on option letters: "
-            f"it needs parser 'multiple-choice' or 'cloze', not {parser!r}",
-            path,
-        )
-    model = table.get("model")
-    if model is not None:
-        if models is None:
-            c.add(f"{where}.model", "the study has one [model]; name no model", (*path, "model"))
-            model = None
-        elif not isinstance(model, str) or model not in models:
-            c.add(
-                f"{where}.model",
-                f"unknown model {model!r} (models: {', '.join(models)})",
-                (*path, "model"),
-            )
-            model = None
-    elif models is not None and len(models) > 1:
-        c.add(
-            f"{where}.model",
-            f"missing: the study has {len(models)} models; a review "
-            "sample names the one whose trials it draws",
-            (*path, "model"),
-        )
-    elif models is not None:
-        model = next(iter(models))
+    _contrast_fit(st, where, path)
+    model = _review_model(st.c, table, where, path, st.models)
     sides: dict[str, tuple[str, str]] = {}
     for side in ("failed", "succeeded"):
         spot = (*path, side)
-        cond = table.get(side)
-        if cond is None:
-            c.add(f"{where}.{side}", 'missing (e.g. { arm = "A", variant = "original" })', spot)
+        if side not in table:
+            st.c.add(f"{where}.{side}", 'missing (e.g. { arm = "A", variant = "original" })', spot)
             continue
-        if not isinstance(cond, dict):
-            c.add(
-                f"{where}.{side}",
-                f"must be a table {{ arm = ..., variant = ... }}, got {cond!r}",
-                spot,
-            )
-            continue
-        arm_id = cond.get("arm")
-        variant = cond.get("variant", "original")
-        if not isinstance(arm_id, str) or arm_id not in arms:
-            c.add(
-                f"{where}.{side}.arm",
-                f"unknown arm {arm_id!r} (arms: {', '.join(arms)})",
-                (*spot, "arm"),
-            )
-            continue
-        arm = arms[arm_id]
-        if not isinstance(variant, str) or not arm_runs(variants, arm, variant):
-            known = ", ".join([v.name for v in variants] if variants else ["original"])
-            c.add(
-                f"{where}.{side}.variant",
-                f"arm {arm_id!r} does not run variant "
-                f"{variant!r} (variants: {known}; the arm's variants: "
-                f"{', '.join(arm.variants) if arm.variants else 'all'})",
-                (*spot, "variant" if "variant" in cond else "arm"),
-            )
-            continue
-        if isinstance(model, str) and arm.models is not None and model not in arm.models:
-            c.add(
-                f"{where}.{side}.arm",
-                f"arm {arm_id!r} does not run model {model!r}",
-                (*spot, "arm"),
-            )
-            continue
-        sides[side] = (arm_id, variant)
+        cond = _condition(st, f"{where}.{side}", spot, table[side], model)
+        if cond is not None:
+            sides[side] = cond
     if len(sides) == 2 and sides["failed"] == sides["succeeded"]:
-        c.add(
+        st.c.add(
             f"{where}.succeeded", "names the same arm and variant as failed", (*path, "succeeded")
         )
-    return sides, model if isinstance(model, str) else None
+    return sides, model
 
 
-def _reviews(
-    c: Collector,
-    data: dict[str, Any],
-    arms: dict[str, Arm],
-    variants: list[VariantSpec],
-    models: dict[str, ModelSpec] | None,
-    parser: str,
-    item_study: bool,
-    steps: dict[str, StepSpec],
-    items: Any = None,
-) -> tuple[Review, ...]:
-    """The ``[reviews.<NAME>]`` tables of either kind (:data:`REVIEW_KINDS`), each checked."""
-    raw = data.get("reviews")
+def _judge_fields(st: Loading, name: str, table: dict[str, Any]) -> dict[str, Any] | None:
+    step = _judge_review(st.c, name, table, st.steps)
+    return None if step is None else {"step": step}
+
+
+def _contrast_fields(st: Loading, name: str, table: dict[str, Any]) -> dict[str, Any] | None:
+    sides, model = _contrast_review(st, name, table)
+    codes = _codes(st.c, name, table)
+    if len(sides) != 2:
+        return None
+    return {
+        "failed": sides["failed"],
+        "succeeded": sides["succeeded"],
+        "model": model,
+        "codes": codes,
+    }
+
+
+def _reference_fields(st: Loading, name: str, table: dict[str, Any]) -> dict[str, Any] | None:
+    reference = _reference_review(st.c, name, table, st.steps, st.items)
+    return None if reference is None else {"reference": reference}
+
+
+FIELDS_BY_KIND: Final[
+    dict[str, Callable[[Loading, str, dict[str, Any]], dict[str, Any] | None]]
+] = {
+    "judge-label": _judge_fields,
+    "contrast": _contrast_fields,
+    "reference-set": _reference_fields,
+}
+"""Each kind of :data:`REVIEW_KINDS`: the :class:`Review` fields of its own (None if bad)."""
+
+
+def _review(st: Loading, name: str, table: dict[str, Any]) -> Review | None:
+    """One ``[reviews.<name>]`` table, checked (None when it has a problem)."""
+    c = st.c
+    where = f"reviews.{name}"
+    path: KeyPath = ("reviews", name)
+    if not ID_RE.match(name):
+        c.add(where, "review names are letters, digits, '.', '_' or '-' (at most 64)", path)
+    kind = _review_kind(c, name, table)
+    n = table.get("n")
+    good_n = isinstance(n, int) and not isinstance(n, bool) and n >= 1
+    if not good_n:
+        what = "decisions per stratum" if kind == "judge-label" else "the cases to draw"
+        c.add(f"{where}.n", f"must be an integer >= 1 ({what}), got {n!r}", (*path, "n"))
+    seed = int_seed(c, table, "seed", where)
+    description = table.get("description", "")
+    if not isinstance(description, str):
+        c.add(
+            f"{where}.description", f"must be a string, got {description!r}", (*path, "description")
+        )
+        description = ""
+    fields = FIELDS_BY_KIND[kind](st, name, table) if kind is not None else None
+    if fields is None or not good_n or not seed:
+        return None
+    return Review(name, str(kind), int(n), seed, description, **fields)
+
+
+def parse_reviews(st: Loading) -> None:
+    """``[reviews.<NAME>]`` of any kind (:data:`REVIEW_KINDS`), each checked against the design."""
+    raw = st.data.get("reviews")
     if raw is None:
-        return ()
+        return
     if not isinstance(raw, dict) or not raw or not all(isinstance(v, dict) for v in raw.values()):
-        c.add("reviews", "declare each review sample as a [reviews.<NAME>] table")
-        return ()
-    out: list[Review] = []
-    for name, table in raw.items():
-        where = f"reviews.{name}"
-        path: KeyPath = ("reviews", name)
-        if not ID_RE.match(name):
-            c.add(where, "review names are letters, digits, '.', '_' or '-' (at most 64)", path)
-        kind = _review_kind(c, name, table)
-        n = table.get("n")
-        if isinstance(n, bool) or not isinstance(n, int) or n < 1:
-            what = "decisions per stratum" if kind == "judge-label" else "the cases to draw"
-            c.add(f"{where}.n", f"must be an integer >= 1 ({what}), got {n!r}", (*path, "n"))
-        seed = int_seed(c, table, "seed", where)
-        description = table.get("description", "")
-        if not isinstance(description, str):
-            c.add(
-                f"{where}.description",
-                f"must be a string, got {description!r}",
-                (*path, "description"),
-            )
-            description = ""
-        ok = isinstance(n, int) and not isinstance(n, bool) and n >= 1 and bool(seed)
-        if kind == "judge-label":
-            step = _judge_review(c, name, table, steps)
-            if ok and step is not None:
-                out.append(Review(name, kind, int(n), seed, description, step=step))
-        elif kind == "contrast":
-            sides, model = _contrast_review(
-                c, name, table, arms, variants, models, parser, item_study
-            )
-            codes = _codes(c, name, table)
-            if ok and len(sides) == 2:
-                out.append(
-                    Review(
-                        name,
-                        kind,
-                        int(n),
-                        seed,
-                        description,
-                        failed=sides["failed"],
-                        succeeded=sides["succeeded"],
-                        model=model,
-                        codes=codes,
-                    )
-                )
-        elif kind == "reference-set":
-            reference = _reference_review(c, name, table, steps, items)
-            if ok and reference is not None:
-                out.append(Review(name, kind, int(n), seed, description, reference=reference))
-    return tuple(out)
+        st.c.add("reviews", "declare each review sample as a [reviews.<NAME>] table")
+        return
+    reviews = (_review(st, name, table) for name, table in raw.items())
+    st.reviews = tuple(r for r in reviews if r is not None)

@@ -106,27 +106,10 @@ class Study:
         observations), and per pair of models that name one model id on one provider and base
         URL (two names, one model). Warnings only: such a design may be intended.
         """
-        out: list[str] = []
         specs = {m.name: m for m in self.model_specs()}
+        out: list[str] = []
         for arm in self.arms.values():
-            reps = arm.replicates or self.replicates
-            if arm.response_from is not None or reps < 2:
-                continue
-            names: list[str | None] = list(arm.models) if arm.models is not None else list(specs)
-            for name in names:
-                spec = specs.get(name)
-                if spec is None:
-                    continue
-                temp = arm.sampling.get("temperature", spec.params.get("temperature", 1.0))
-                if isinstance(temp, int | float) and not isinstance(temp, bool) and temp == 0:
-                    on = f" on model {name!r}" if name is not None else ""
-                    out.append(
-                        f"arm {arm.id!r}{on} runs {reps} replicates at temperature 0: a "
-                        "deterministic model answers each replicate alike, and the tests count "
-                        "the copies as independent observations (pseudo-replication); use one "
-                        "replicate, a temperature above 0, or a test whose unit is the "
-                        "stimulus"
-                    )
+            out += self._greedy_replicates(arm, specs)
         seen: dict[tuple[str, str, str], str] = {}
         for spec in specs.values():
             where = (spec.provider, spec.id, str(spec.params.get("base_url", "")))
@@ -138,6 +121,29 @@ class Study:
                 )
             elif spec.name is not None:
                 seen[where] = spec.name
+        return out
+
+    def _greedy_replicates(self, arm: Arm, specs: dict[str | None, ModelSpec]) -> list[str]:
+        """One warning per model the arm runs two or more replicates of at temperature 0."""
+        reps = arm.replicates or self.replicates
+        if arm.response_from is not None or reps < 2:
+            return []
+        names: list[str | None] = list(arm.models) if arm.models is not None else list(specs)
+        out = []
+        for name in names:
+            spec = specs.get(name)
+            if spec is None:
+                continue
+            temp = arm.sampling.get("temperature", spec.params.get("temperature", 1.0))
+            if isinstance(temp, int | float) and not isinstance(temp, bool) and temp == 0:
+                on = f" on model {name!r}" if name is not None else ""
+                out.append(
+                    f"arm {arm.id!r}{on} runs {reps} replicates at temperature 0: a "
+                    "deterministic model answers each replicate alike, and the tests count "
+                    "the copies as independent observations (pseudo-replication); use one "
+                    "replicate, a temperature above 0, or a test whose unit is the "
+                    "stimulus"
+                )
         return out
 
     @property
@@ -197,14 +203,36 @@ class Study:
         files: dict[str, str] = {self._rel(self.spec_path): "spec"}
         for path in self.components.values():
             files[self._rel(path)] = "component"
+        files.update(self._stimulus_files())
+        files.update(self._template_files())
+        for spec in self.variants:
+            if "stopwords" in spec.params:
+                files[str(spec.params["stopwords"])] = "stopwords"
+        templates, texts = self._factor_files()
+        files.update(templates)
+        for path in texts:
+            files.setdefault(path, "factor-text")
+        if self.plan is not None and (self.root / PLAN_FILE).is_file():  # docs/planning.md
+            files[PLAN_FILE] = "plan"
+        for pattern in self.amendable:  # documents that may be amended are locked too
+            for path in sorted(self.root.glob(pattern)):
+                if path.is_file():
+                    files.setdefault(self._rel(path), "document")
+        return dict(sorted(files.items()))
+
+    def _stimulus_files(self) -> dict[str, str]:
+        """The item file and its images, or the truth table and the stimulus images."""
         if self.items_path is not None:
-            files[self._rel(self.items_path)] = "items"
-            for path in self.item_images():
-                files[self._rel(path)] = "item-image"
-        else:
-            files[self._rel(self.truth_path)] = "truth"
-            for path in self.stimuli.values():
-                files[self._rel(path)] = "stimulus"
+            files = {self._rel(self.items_path): "items"}
+            files.update((self._rel(path), "item-image") for path in self.item_images())
+            return files
+        files = {self._rel(self.truth_path): "truth"}
+        files.update((self._rel(path), "stimulus") for path in self.stimuli.values())
+        return files
+
+    def _template_files(self) -> dict[str, str]:
+        """The item template, the example sets (and answer templates), the steps' files."""
+        files: dict[str, str] = {}
         if self.prompt.item is not None:
             files[self._rel(self.prompt.item)] = "template"
         for fs in self.fewshot.values():
@@ -215,23 +243,14 @@ class Study:
             files[self._rel(step.template)] = "step-template"
             if step.schema is not None:
                 files[self._rel(step.schema)] = "step-schema"
-        for spec in self.variants:
-            if "stopwords" in spec.params:
-                files[str(spec.params["stopwords"])] = "stopwords"
-        for factor in self.factors.values():  # docs/study-spec.md "Factors"
-            for lv in factor.levels:
-                if lv.template is not None:
-                    files[self._rel(lv.template)] = "template"
-                for edit in lv.edits:
-                    if edit.file is not None:
-                        files.setdefault(edit.file, "factor-text")
-        if self.plan is not None and (self.root / PLAN_FILE).is_file():  # docs/planning.md
-            files[PLAN_FILE] = "plan"
-        for pattern in self.amendable:  # documents that may be amended are locked too
-            for path in sorted(self.root.glob(pattern)):
-                if path.is_file():
-                    files.setdefault(self._rel(path), "document")
-        return dict(sorted(files.items()))
+        return files
+
+    def _factor_files(self) -> tuple[dict[str, str], list[str]]:
+        """The factors' level templates, and their edits' text files (study-spec.md "Factors")."""
+        levels = [lv for factor in self.factors.values() for lv in factor.levels]
+        templates = {self._rel(lv.template): "template" for lv in levels if lv.template is not None}
+        texts = [edit.file for lv in levels for edit in lv.edits if edit.file is not None]
+        return templates, texts
 
     def rel(self, path: Path) -> str:
         """``path`` relative to the study folder, with ``/`` separators."""
