@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any, Final
+from typing import Any, Final, TypeGuard
 
 from runner._schema import CONTRAST_REVIEW_KEYS, KeyPath
 from runner.human_review import REFERENCE_FIELDS, supplied_sets
@@ -277,6 +277,10 @@ FIELDS_BY_KIND: Final[
 """Each kind of :data:`REVIEW_KINDS`: the :class:`Review` fields of its own (None if bad)."""
 
 
+def _positive(n: Any) -> TypeGuard[int]:
+    return isinstance(n, int) and not isinstance(n, bool) and n >= 1
+
+
 def _review(st: Loading, name: str, table: dict[str, Any]) -> Review | None:
     """One ``[reviews.<name>]`` table, checked (None when it has a problem)."""
     c = st.c
@@ -286,8 +290,7 @@ def _review(st: Loading, name: str, table: dict[str, Any]) -> Review | None:
         c.add(where, "review names are letters, digits, '.', '_' or '-' (at most 64)", path)
     kind = _review_kind(c, name, table)
     n = table.get("n")
-    good_n = isinstance(n, int) and not isinstance(n, bool) and n >= 1
-    if not good_n:
+    if not _positive(n):
         what = "decisions per stratum" if kind == "judge-label" else "the cases to draw"
         c.add(f"{where}.n", f"must be an integer >= 1 ({what}), got {n!r}", (*path, "n"))
     seed = int_seed(c, table, "seed", where)
@@ -298,9 +301,9 @@ def _review(st: Loading, name: str, table: dict[str, Any]) -> Review | None:
         )
         description = ""
     fields = FIELDS_BY_KIND[kind](st, name, table) if kind is not None else None
-    if fields is None or not good_n or not seed:
+    if fields is None or not _positive(n) or not seed:
         return None
-    return Review(name, str(kind), int(n), seed, description, **fields)
+    return Review(name, str(kind), n, seed, description, **fields)
 
 
 def parse_reviews(st: Loading) -> None:

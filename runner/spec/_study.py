@@ -210,8 +210,8 @@ class Study:
                 files[str(spec.params["stopwords"])] = "stopwords"
         templates, texts = self._factor_files()
         files.update(templates)
-        for path in texts:
-            files.setdefault(path, "factor-text")
+        for text in texts:
+            files.setdefault(text, "factor-text")
         if self.plan is not None and (self.root / PLAN_FILE).is_file():  # docs/planning.md
             files[PLAN_FILE] = "plan"
         for pattern in self.amendable:  # documents that may be amended are locked too
