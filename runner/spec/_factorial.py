@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from runner.factors import Factor, Factorial, cell_arm_id, parse_factorial, parse_factors
+from runner.factors import Factor, Factorial, Level, cell_arm_id, parse_factorial, parse_factors
 from runner.spec._arms import check_after
 from runner.spec._collector import Collector
 from runner.spec._state import Loading
@@ -53,6 +53,22 @@ def _factorial_arms(
     if factorial is None:
         return arms
     base = arms[factorial.base]
+    _check_base(c, arms, base)
+    out: dict[str, Arm] = {}
+    for arm_id, arm in arms.items():
+        if arm_id != base.id:
+            out[arm_id] = arm
+            continue
+        for cell in factorial.cells:
+            cid = cell_arm_id(base.id, factorial.factors, cell)
+            out[cid] = _cell_arm(
+                c, base, cid, [factors[f].level(lv) for f, lv in cell.items()], has_template, cell
+            )
+    return out
+
+
+def _check_base(c: Collector, arms: dict[str, Arm], base: Arm) -> None:
+    """The base arm is a template, never run: no arm follows it or differs from it."""
     for arm in arms.values():
         if arm.differs_from is not None and arm.differs_from[0] == base.id:
             c.add(
@@ -70,34 +86,26 @@ def _factorial_arms(
             f"arms.{base.id}",
             "the factorial base arm may not be answer-dependent (after) or declare differs_from",
         )
-    out: dict[str, Arm] = {}
-    for arm_id, arm in arms.items():
-        if arm_id != base.id:
-            out[arm_id] = arm
-            continue
-        for cell in factorial.cells:
-            levels = [factors[f].level(lv) for f, lv in cell.items()]
-            components = list(base.components)
-            added = [n for lv in levels for n in lv.components]
-            if has_template and "item" not in components:
-                components.append("item")
-            components += added
-            system = tuple(base.system) + tuple(n for lv in levels for n in lv.system)
-            for name in set(components) | set(system):
-                if components.count(name) > 1 or system.count(name) > 1:
-                    c.add(
-                        "factorial",
-                        f"cell {cell_arm_id(base.id, factorial.factors, cell)}: "
-                        f"component {name!r} is listed twice",
-                    )
-            if sum(1 for lv in levels if lv.template is not None) > 1:
-                c.add(
-                    "factorial",
-                    f"cell {cell_arm_id(base.id, factorial.factors, cell)}: two "
-                    "factors set the item template",
-                )
-            cid = cell_arm_id(base.id, factorial.factors, cell)
-            out[cid] = replace(
-                base, id=cid, components=tuple(components), system=system, factors=dict(cell)
-            )
-    return out
+
+
+def _cell_arm(
+    c: Collector,
+    base: Arm,
+    cid: str,
+    levels: list[Level],
+    has_template: bool,
+    cell: dict[str, str],
+) -> Arm:
+    """The arm of one cell: the base with its levels' components and system components."""
+    components = list(base.components)
+    added = [n for lv in levels for n in lv.components]
+    if has_template and "item" not in components:
+        components.append("item")
+    components += added
+    system = tuple(base.system) + tuple(n for lv in levels for n in lv.system)
+    for name in set(components) | set(system):
+        if components.count(name) > 1 or system.count(name) > 1:
+            c.add("factorial", f"cell {cid}: component {name!r} is listed twice")
+    if sum(1 for lv in levels if lv.template is not None) > 1:
+        c.add("factorial", f"cell {cid}: two factors set the item template")
+    return replace(base, id=cid, components=tuple(components), system=system, factors=dict(cell))

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any, Final
 
 from runner.spec._collector import Collector
@@ -36,67 +37,93 @@ def providers(st: Loading) -> list[str]:
     return [m.provider for m in st.models.values()]
 
 
+def _count(value: Any, low: int, high: int | None = None) -> bool:
+    """Whether ``value`` is an integer (not a bool) from ``low`` (to ``high``)."""
+    if isinstance(value, bool) or not isinstance(value, int):
+        return False
+    return low <= value and (high is None or value <= high)
+
+
+def _number(value: Any, high: float) -> bool:
+    """Whether ``value`` is a number (not a bool) from 0 to ``high``."""
+    return not isinstance(value, bool) and isinstance(value, int | float) and 0 <= value <= high
+
+
+def _max_tokens(value: Any, provider: str) -> str | None:
+    return None if _count(value, 1) else f"must be a positive integer, got {value!r}"
+
+
+def _temperature(value: Any, provider: str) -> str | None:
+    top = PROVIDERS_TEMPERATURE_MAX.get(provider, 2.0)
+    if _number(value, top):
+        return None
+    return f"must be a number between 0 and {top:g} for provider {provider!r}, got {value!r}"
+
+
+def _top_p(value: Any, provider: str) -> str | None:
+    return None if _number(value, 1) else f"must be a number between 0 and 1, got {value!r}"
+
+
+def _top_k(value: Any, provider: str) -> str | None:
+    if provider in NO_TOP_K_PROVIDERS:
+        return f"provider {provider!r} takes no top_k (the chat API has none)"
+    return None if _count(value, 1) else f"must be a positive integer, got {value!r}"
+
+
+def _logprobs(value: Any, provider: str) -> str | None:
+    if provider not in LOGPROB_PROVIDERS:
+        return (
+            f"provider {provider!r} cannot return log-probabilities (only "
+            f"{' and '.join(LOGPROB_PROVIDERS)} servers do)"
+        )
+    return None if _count(value, 1, 20) else f"must be an integer from 1 to 20, got {value!r}"
+
+
+def _stop(value: Any, provider: str) -> str | None:
+    most = 4 if provider in CHAT_PROVIDERS else 8
+    if (
+        isinstance(value, list)
+        and 1 <= len(value) <= most
+        and all(isinstance(x, str) and x for x in value)
+    ):
+        return None
+    return (
+        f"must be a list of 1 to {most} non-empty strings for provider {provider!r}, got {value!r}"
+    )
+
+
+SAMPLING_KEYS: Final = ("max_tokens", "temperature", "top_p", "top_k", "stop")
+"""The sampling parameters a model table or an arm's ``sampling`` may set."""
+CHECKS: Final[tuple[tuple[str, Callable[[Any, str], str | None]], ...]] = (
+    ("max_tokens", _max_tokens),
+    ("temperature", _temperature),
+    ("top_p", _top_p),
+    ("top_k", _top_k),
+    ("logprobs", _logprobs),
+    ("stop", _stop),
+)
+"""Each parameter's check for a provider: the problem, or None (in the order reported)."""
+
+
 def sampling_params(
     c: Collector, table: dict[str, Any], where: str, provider: str, *, full: bool
 ) -> dict[str, Any]:
     """The sampling parameters of a model table or an arm's ``sampling`` (docs/prompts.md §5).
 
-    ``full``: a model table, where ``max_tokens`` (2048) and ``temperature`` (1.0) default.
+    ``full``: a model table, where ``max_tokens`` (2048) and ``temperature`` (1.0) default,
+    and which may ask for ``logprobs``.
     """
     out: dict[str, Any] = {}
     if full:
         out["max_tokens"] = table.get("max_tokens", 2048)
         out["temperature"] = table.get("temperature", 1.0)
-    for key in ("max_tokens", "temperature", "top_p", "top_k", "stop"):
-        if key in table:
-            out[key] = table[key]
-    openai = provider in CHAT_PROVIDERS
-    if "max_tokens" in out:
-        tokens = out["max_tokens"]
-        if isinstance(tokens, bool) or not isinstance(tokens, int) or tokens < 1:
-            c.add(f"{where}.max_tokens", f"must be a positive integer, got {tokens!r}")
-    if "temperature" in out:
-        top = PROVIDERS_TEMPERATURE_MAX.get(provider, 2.0)
-        temp = out["temperature"]
-        if isinstance(temp, bool) or not isinstance(temp, int | float) or not 0 <= temp <= top:
-            c.add(
-                f"{where}.temperature",
-                f"must be a number between 0 and {top:g} for provider {provider!r}, got {temp!r}",
-            )
-    if "top_p" in out:
-        top_p = out["top_p"]
-        if isinstance(top_p, bool) or not isinstance(top_p, int | float) or not 0 <= top_p <= 1:
-            c.add(f"{where}.top_p", f"must be a number between 0 and 1, got {top_p!r}")
-    if "top_k" in out:
-        top_k = out["top_k"]
-        if provider in NO_TOP_K_PROVIDERS:
-            c.add(f"{where}.top_k", f"provider {provider!r} takes no top_k (the chat API has none)")
-        elif isinstance(top_k, bool) or not isinstance(top_k, int) or top_k < 1:
-            c.add(f"{where}.top_k", f"must be a positive integer, got {top_k!r}")
+    out.update((key, table[key]) for key in SAMPLING_KEYS if key in table)
     if full and "logprobs" in table:
         out["logprobs"] = table["logprobs"]
-        value = out["logprobs"]
-        if provider not in LOGPROB_PROVIDERS:
-            c.add(
-                f"{where}.logprobs",
-                f"provider {provider!r} cannot return log-probabilities (only "
-                f"{' and '.join(LOGPROB_PROVIDERS)} servers do)",
-            )
-        elif isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= 20:
-            c.add(f"{where}.logprobs", f"must be an integer from 1 to 20, got {value!r}")
-    if "stop" in out:
-        stop = out["stop"]
-        most = 4 if openai else 8
-        if (
-            not isinstance(stop, list)
-            or not 1 <= len(stop) <= most
-            or not all(isinstance(x, str) and x for x in stop)
-        ):
-            c.add(
-                f"{where}.stop",
-                f"must be a list of 1 to {most} non-empty strings for provider {provider!r}, "
-                f"got {stop!r}",
-            )
+    for key, check in CHECKS:
+        problem = check(out[key], provider) if key in out else None
+        if problem is not None:
+            c.add(f"{where}.{key}", problem)
     return out
 
 

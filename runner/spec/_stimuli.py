@@ -111,12 +111,19 @@ def _stimuli(
         directory=True,
     )
     truth = inside(c, root, string(c, table, "truth", "stimuli") or "truth.csv", "stimuli.truth")
-    stimuli: dict[str, Path] = {}
     if not truth.is_file() or not directory.is_dir():
-        return directory, truth, stimuli, None
+        return directory, truth, {}, None
+    rows = _truth_rows(c, truth)
+    if rows is None:
+        return directory, truth, {}, None
+    return directory, truth, _images(c, directory, truth, rows), None
+
+
+def _truth_rows(c: Collector, truth: Path) -> list[dict[str, str]] | None:
+    """The truth table's rows (a row of the wrong width named at its line), None if unreadable."""
     text = read_text(c, truth, "stimuli.truth")
     if text is None:
-        return directory, truth, stimuli, None
+        return None
     reader = csv.reader(io.StringIO(text, newline=""), strict=True)
     rows: list[dict[str, str]] = []
     try:
@@ -132,13 +139,19 @@ def _stimuli(
             rows.append(dict(zip(header, cells, strict=True)))
     except csv.Error as exc:
         c.add("stimuli.truth", f"{truth.name}:{reader.line_num}: not valid CSV ({exc})")
-        return directory, truth, stimuli, None
+        return None
+    return rows
+
+
+def _images(
+    c: Collector, directory: Path, truth: Path, rows: list[dict[str, str]]
+) -> dict[str, Path]:
+    """The images by id, each covered by a truth row and each row by an image."""
     covered = {row.get("stimulus", "") for row in rows}
     if "" in covered or not rows:
         c.add("stimuli.truth", f"{truth.name} needs a 'stimulus' column with a value on every row")
     images = sorted(p for p in directory.iterdir() if p.suffix.lower() in IMAGE_SUFFIXES)
-    for image in images:
-        stimuli[image.stem] = image
+    stimuli = {image.stem: image for image in images}
     for image_id in stimuli:
         if image_id not in covered:
             c.add("stimuli.truth", f"the truth table does not cover stimulus {image_id!r}")
@@ -146,4 +159,4 @@ def _stimuli(
         c.add("stimuli.truth", f"truth row for {stim!r} has no image in {directory.name}/")
     if not stimuli:
         c.add("stimuli.directory", "no images (.png, .jpg, .gif, .webp) found")
-    return directory, truth, stimuli, None
+    return stimuli
