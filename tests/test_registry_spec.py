@@ -28,6 +28,8 @@ def test_the_registry_is_the_vocabulary_s_tests_in_order() -> None:
     assert list(REGISTRY) == VOCABULARY["tests"]
     assert list(TESTS) == VOCABULARY["tests"]
     assert runner.spec.TESTS == TESTS  # the name other modules and tests import
+    mcq = ["flip-rate", "position-bias", "voting", "self-consistency", "gee"]
+    assert list(runner.spec.MCQ_TESTS) == mcq  # docs/mcq-statistics.md §11
 
 
 def test_each_kind_is_one_module_named_after_it() -> None:

@@ -148,7 +148,7 @@ def test_the_verdict_words_are_the_vocabulary_s(package: str) -> None:
 def test_the_spec_refuses_bootstrap_iterations_outside_the_vocabulary_s_bounds(
     tmp_path: Path,
 ) -> None:
-    """The writer's bounds are checked at load (runner/spec.py), the verifier's maximum above."""
+    """The writer checks its bounds at load (runner/spec/_design.py), the verifier its maximum."""
     from test_factorial import SPEC, write_study
 
     from runner.spec import SpecError, load_study

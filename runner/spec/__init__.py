@@ -54,7 +54,7 @@ from runner.spec._types import (
     PromptSpec,
     Review,
 )
-from runner.statistics import KIND_ONLY_KEYS, TESTS
+from runner.statistics import KIND_ONLY_KEYS, MCQ_TESTS, TESTS
 from runner.statistics._base import OUTCOMES, default_outcome
 from runner.statistics.gee import GEE_FALLBACKS
 
@@ -76,6 +76,7 @@ __all__ = [
     "LOGPROB_PROVIDERS",
     "MAX_REPLICATES",
     "MAX_SPEC_BYTES",
+    "MCQ_TESTS",
     "MODES",
     "NO_TOP_K_PROVIDERS",
     "OUTCOMES",

@@ -18,7 +18,15 @@ from typing import Final
 
 from runner.statistics._base import KIND_ONLY_KEYS, StatisticSpec
 
-__all__ = ["KIND_ONLY_KEYS", "REGISTRY", "TESTS", "StatisticSpec", "lookup", "taking"]
+__all__ = [
+    "KIND_ONLY_KEYS",
+    "MCQ_TESTS",
+    "REGISTRY",
+    "TESTS",
+    "StatisticSpec",
+    "lookup",
+    "taking",
+]
 
 
 def _discover() -> dict[str, StatisticSpec]:
@@ -44,6 +52,9 @@ REGISTRY: Final[Mapping[str, StatisticSpec]] = MappingProxyType(_discover())
 """Every statistic kind by its ``test`` name, in :data:`TESTS` order."""
 TESTS: Final = tuple(REGISTRY)
 """The ``test`` names a hypothesis may use, in registry order."""
+MCQ_TESTS: Final = tuple(name for name, spec in REGISTRY.items() if spec.letters)
+"""Seed 002's statistics (``docs/mcq-statistics.md`` §11): each reads option letters, so it
+needs an item file and a letter parser (``multiple-choice`` or ``cloze``)."""
 
 
 def lookup(test: str) -> StatisticSpec | None:
