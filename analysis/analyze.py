@@ -31,8 +31,9 @@ import pandas as pd
 import rfc8785
 from scipy import stats as sps
 
-from analysis import stats
+from analysis import statistics, stats
 from analysis.rows import split_trial
+from analysis.statistics.lmm import MODEL_CAUTION
 from ledger import EventSpec, Ledger, SealPolicy, SigningKey
 from runner.ddx import DDX_METRICS
 from runner.identity import recorded_warnings
@@ -690,29 +691,8 @@ def descriptive(ds: Dataset, plan: dict[str, Any] | None = None) -> list[Result]
     return out
 
 
-#: Recorded on ``model.lmm`` and on every ``lmm`` hypothesis when the fit is singular or did
-#: not converge; the report shows it beside each verdict that depends on the model.
-MODEL_CAUTION = (
-    "the mixed model is singular or did not converge; contrasts are reported but flagged "
-    "(not for confirmatory inference)"
-)
-
-
 _SHARE_KEYS = ("estimate", "lower", "upper", "max_abs_diff", "margin")
 """``decided_by`` members that are shares or differences of shares when the rule is in pp."""
-_PP_TESTS = (
-    "lmm",
-    "paired-t",
-    "independent-t",
-    "bootstrap",
-    "mcnemar",
-    "equivalence",
-    "position-bias",
-    "voting",
-    "self-consistency",
-)
-"""Tests whose estimate is a difference of shares: the report writes it in pp, so does
-:func:`describe_decision` (``gee`` and ``factorial`` estimate log odds or coefficients)."""
 
 
 def _decision_number(key: str, value: Any, in_pp: bool) -> str:
@@ -747,7 +727,8 @@ def describe_decision(result: dict[str, Any]) -> str:
     decided = result.get("decided_by") or {}
     rule = decided.get("rule")
     values = result.get("values") or {}
-    in_pp = (" pp" in str(rule or "") or result.get("test") in _PP_TESTS) and (
+    kind = statistics.kind_of(result)
+    in_pp = (" pp" in str(rule or "") or (kind is not None and kind.in_pp)) and (
         values.get("outcome") != "breadth"  # a number of diagnoses (docs/analysis.md §9)
     )
     shown = [(k, _decision_number(k, v, in_pp)) for k, v in sorted(decided.items()) if k != "rule"]
@@ -882,19 +863,6 @@ def _per_group_diff(ds: Dataset, a: str, b: str) -> dict[str, float]:
     return {str(k): float(v) for k, v in (means[a] - means[b]).items()}
 
 
-SUBSET_MODEL_KEYS = (
-    "n_obs",
-    "n_groups",
-    "group_variance",
-    "residual_variance",
-    "log_likelihood",
-    "converged",
-    "singular",
-    "warnings",
-)
-"""What an lmm hypothesis on a stimulus subset records of its own model fit."""
-
-
 def _trial_pairs(ds: Dataset, a: str, b: str) -> tuple[Any, Any, list[dict[str, Any]]]:
     """Trial accuracies of a and b paired by (stimulus, rep): complete pairs only.
 
@@ -961,24 +929,90 @@ def _paired_items(ds: Dataset, a: str, b: str) -> pd.DataFrame:
     return left.merge(right, on=keys, suffixes=("_a", "_b"))
 
 
+@dataclass
+class StatisticData:
+    """The analysis dataset as the statistics of :mod:`analysis.statistics` read it.
+
+    Implements :class:`analysis.statistics.Data`: the dataset ``ds`` of one hypothesis (its
+    stimulus subset, its ddx metric as the outcome), the locked ``plan``, the study's mixed
+    model ``fit`` and the parser's ``vocabulary``, with the pairings of ``docs/analysis.md`` §3.
+    """
+
+    ds: Dataset
+    plan: dict[str, Any]
+    fit: stats.MixedModelFit | None = None
+    vocabulary: tuple[str, ...] | None = None
+
+    def analysable(self) -> pd.DataFrame:
+        """The analysable trials (not controls, not excluded)."""
+        return _analysable(self.ds)
+
+    def items(self) -> pd.DataFrame:
+        """The analysable items."""
+        return _items(self.ds)
+
+    def pair_values(
+        self, a: str, b: str
+    ) -> tuple[np.ndarray[Any, np.dtype[np.float64]], np.ndarray[Any, np.dtype[np.float64]]]:
+        """Trial accuracies of arms ``a`` and ``b`` on the models both ran."""
+        return _pair_values(self.ds, a, b)
+
+    def stimulus_means(self, a: str, b: str) -> pd.DataFrame:
+        """Per stimulus, the mean accuracy of ``a`` and of ``b`` on shared stimuli."""
+        return _stimulus_means(self.ds, a, b)
+
+    def per_group_diff(self, a: str, b: str) -> dict[str, float]:
+        """Per stimulus, the difference of the mean accuracies ``a - b``."""
+        return _per_group_diff(self.ds, a, b)
+
+    def trial_pairs(self, a: str, b: str) -> tuple[Any, Any, list[dict[str, Any]]]:
+        """Trial accuracies paired by (stimulus, rep), and the pairs dropped."""
+        return _trial_pairs(self.ds, a, b)
+
+    def paired_items(self, a: str, b: str) -> pd.DataFrame:
+        """The items of ``a`` and ``b`` paired by (model, stimulus, variant, rep, row, position)."""
+        return _paired_items(self.ds, a, b)
+
+    def refit(self, plan: dict[str, Any]) -> tuple[Result, stats.MixedModelFit | None]:
+        """The locked mixed model fitted on this data under ``plan``."""
+        return fit_model(self.ds, plan)
+
+
+def _hypothesis_dataset(ds: Dataset, h: dict[str, Any]) -> Dataset:
+    """The data a hypothesis reads: its stimuli, its ddx metric as the outcome (§9)."""
+    subset = ds.for_stimuli(h["stimuli"]) if h.get("stimuli") else ds
+    if h.get("outcome") in DDX_METRICS:  # docs/analysis.md §9: the metric is the outcome
+        subset = metric_dataset(subset, str(h["outcome"]))
+    return subset
+
+
+def _recorded_settings(h: dict[str, Any]) -> dict[str, Any]:
+    """What every hypothesis result records of its declaration beside the statistic."""
+    return (
+        {
+            "alpha": h.get("alpha") or 0.05,
+            "sides": h.get("sides") or "two-sided",
+            "min_difference_pp": h.get("min_difference_pp"),
+            "correction": h.get("correction", "none"),
+            "family": h.get("family"),
+        }
+        | ({"phase": h["phase"]} if h.get("phase") is not None else {})
+        | ({"outcome": h["outcome"]} if h.get("outcome") in DDX_METRICS else {})
+    )
+
+
 def hypothesis_results(
     ds: Dataset, plan: dict[str, Any], fit: stats.MixedModelFit | None
 ) -> list[Result]:
     """Each pre-registered hypothesis's test and decision rule, with multiplicity corrections.
 
+    Each hypothesis is computed and decided by its kind in :data:`analysis.statistics.REGISTRY`.
     With several models these are the pooled results (pairs matched within a model, the
     model a fixed factor of the mixed model); :func:`per_model_results` gives each model's.
     """
-    from analysis import (
-        mcq_tests,  # imports this module (through mcq_rows): not at the top
-        qr_boot,
-    )
-
-    design = plan["design"]
     vocabulary = labels(plan)
     out: list[Result] = []
     for h in plan["hypotheses"]:
-        a, b = h.get("contrast") or (h.get("arm", ""), "")
         r = Result(
             f"hypothesis.{h['id']}",
             h["description"],
@@ -986,139 +1020,18 @@ def hypothesis_results(
             h["test"],
             hypothesis=h["id"],
         )
-        sides = h.get("sides") or "two-sided"
-        alpha = h.get("alpha") or 0.05
-        min_pp = h.get("min_difference_pp")
+        data = StatisticData(_hypothesis_dataset(ds, h), plan, fit, vocabulary)
 
-        subset_ds = ds.for_stimuli(h["stimuli"]) if h.get("stimuli") else ds
-        if h.get("outcome") in DDX_METRICS:  # docs/analysis.md §9: the metric is the outcome
-            subset_ds = metric_dataset(subset_ds, str(h["outcome"]))
-
-        def compute(
-            h: dict[str, Any] = h,
-            r: Result = r,
-            a: str = a,
-            b: str = b,
-            sides: str = sides,
-            ds: Dataset = subset_ds,
-        ) -> None:
-            test = h["test"]
-            if mcq_tests.is_mcq_hypothesis(h):  # seed 002's kinds: docs/mcq-statistics.md §11
-                r.values = mcq_tests.mcq_values(ds, plan, h)
-            elif qr_boot.is_qr_hypothesis(h):  # seed 001's (question, run) bootstrap
-                r.values = qr_boot.qr_values(ds, plan, h)
-            elif test == "factorial":  # docs/analysis.md "Factorial designs"
-                from analysis.factorial import factorial_values
-
-                r.values = factorial_values(_analysable(ds), plan, h, ds.models)
-            elif test == "lmm":
-                model = fit
-                subset: dict[str, Any] | None = None
-                if h.get("stimuli"):
-                    sub_plan = {
-                        **plan,
-                        "analysis": {
-                            k: v
-                            for k, v in (plan.get("analysis") or {}).items()
-                            if k != "model_arms"
-                        },
-                    }
-                    sub_result, model = fit_model(ds, sub_plan)
-                    if model is None:
-                        raise stats.StatsError(
-                            f"the mixed model on stimuli {h['stimuli']} "
-                            f"could not be fitted: {sub_result.error}"
-                        )
-                    subset = {k: (sub_result.values or {}).get(k) for k in SUBSET_MODEL_KEYS}
-                    subset["stimuli"] = list(h["stimuli"])
-                if model is None:
-                    raise stats.StatsError("the mixed model could not be fitted (model.lmm)")
-                c = stats.contrast(model, a, b, sides)  # type: ignore[arg-type]
-                r.values = {**c.as_dict(), "singular_fit": model.singular}
-                if sides == "one-sided":  # as the paper reports H1: +48.5 pp, 95% CI +43.2 to +53.7
-                    both = stats.contrast(model, a, b, "two-sided")
-                    r.values["ci_two_sided"] = [both.lower, both.upper]
-                if subset is not None:
-                    r.values["subset_model"] = subset
-                if model.singular or not model.converged:
-                    r.values["caution"] = MODEL_CAUTION
-                r.values["p_raw"] = c.p
-            elif test == "equivalence":
-                e = stats.equivalence(_per_group_diff(ds, a, b), h["margin_pp"] / 100)
-                r.values = e.as_dict()
-            elif test == "paired-t":
-                dropped: list[dict[str, Any]] | None = None
-                if h.get("pairing") == ["stimulus", "rep"]:
-                    x, y, dropped = _trial_pairs(ds, a, b)
-                else:
-                    means = _stimulus_means(ds, a, b)
-                    x, y = means[a].to_numpy(), means[b].to_numpy()
-                res = stats.paired_t(x, y)
-                r.values = {
-                    **res.as_dict(),
-                    "p_raw": res.p_one_sided if sides == "one-sided" else res.p,
-                    "estimate": res.difference,
-                }
-                if h.get("pairing"):
-                    r.values["pairing"] = list(h["pairing"])
-                if dropped is not None:
-                    r.values["n_dropped"] = len(dropped)
-                    r.values["dropped_pairs"] = dropped
-            elif test == "independent-t":
-                res = stats.independent_t(*_pair_values(ds, a, b))
-                r.values = {
-                    **res.as_dict(),
-                    "p_raw": res.p_one_sided if sides == "one-sided" else res.p,
-                    "estimate": res.difference,
-                }
-            elif test == "bootstrap":
-                boot = stats.bootstrap_diff(
-                    *_pair_values(ds, a, b),
-                    int(design["bootstrap_iterations"]),
-                    design["bootstrap_seed"],
-                )
-                r.values = boot.as_dict()
-            elif test == "mcnemar":
-                pairs = _paired_items(ds, a, b)
-                if pairs.empty:
-                    raise stats.StatsError(f"no paired items between arms {a!r} and {b!r}")
-                mc = stats.mcnemar_paired(
-                    pairs["correct_a"].to_numpy(), pairs["correct_b"].to_numpy()
-                )
-                r.values = {**mc.as_dict(), "p_raw": mc.p, "estimate": (mc.b - mc.c) / len(pairs)}
-            elif test == "chi-square":
-                if vocabulary is None:
-                    raise stats.StatsError("chi-square needs a parser with a closed set of labels")
-                it = _items(ds)
-                wrong = it[(it["arm"] == a) & (~it["correct"]) & it["answer"].isin(vocabulary)]
-                counts = [int((wrong["answer"] == o).sum()) for o in vocabulary]
-                chi = stats.chi_square_gof(counts)
-                r.values = {**chi.as_dict(), "labels": list(vocabulary), "p_raw": chi.p}
-            else:
-                raise stats.StatsError(f"unknown test {test!r}")
+        def compute(h: dict[str, Any] = h, r: Result = r, data: StatisticData = data) -> None:
+            r.values = statistics.statistic(h["test"]).compute(data, h)
 
         _guard(r, compute)
-        r.values = (
-            (r.values or {})
-            | {
-                "alpha": alpha,
-                "sides": sides,
-                "min_difference_pp": min_pp,
-                "correction": h.get("correction", "none"),
-                "family": h.get("family"),
-            }
-            | ({"phase": h["phase"]} if h.get("phase") is not None else {})
-            | ({"outcome": h["outcome"]} if h.get("outcome") in DDX_METRICS else {})
-        )
+        r.values = (r.values or {}) | _recorded_settings(h)
         out.append(r)
     _apply_corrections(out, plan)
     for h, r in zip(plan["hypotheses"], out, strict=True):
-        if r.status == "ok" and h["test"] in mcq_tests.INTERVAL_TESTS:
-            r.verdict, r.decided_by = mcq_tests.decide_interval(h, r.values or {})
-        elif r.status == "ok" and qr_boot.is_qr_hypothesis(h):
-            r.verdict, r.decided_by = qr_boot.decide(h, r.values or {})
-        elif r.status == "ok":
-            _decide(h, r)
+        if r.status == "ok":
+            r.verdict, r.decided_by = statistics.decide(h, r.values or {})
     return out
 
 
@@ -1178,52 +1091,6 @@ def _apply_corrections(results: list[Result], plan: dict[str, Any]) -> None:
             if ok and m.values is not None:
                 m.values["p_adjusted"] = p_adj
                 m.values["family_size"] = len(members)
-
-
-def _decide(h: dict[str, Any], r: Result) -> None:
-    """The decision rule of ``docs/analysis.md`` §3, applied to one computed result."""
-    v = r.values or {}
-    test = h["test"]
-    alpha = v["alpha"]
-    min_pp = v.get("min_difference_pp")
-    if test == "equivalence":
-        holds = bool(v["holds"])
-        r.verdict = "supported" if holds else "not supported"
-        r.decided_by = {
-            "rule": "max per-group |difference| < margin",
-            "max_abs_diff": v["max_abs_diff"],
-            "group": v["group"],
-            "margin": v["margin"],
-        }
-        return
-    if test == "bootstrap":
-        lower, upper, est = v["lower"], v["upper"], v["estimate"]
-        if h.get("sides") == "one-sided":
-            ok = lower is not None and lower > 0
-            rule = "95% bootstrap CI lower bound > 0"
-        else:
-            ok = (lower is not None and lower > 0) or (upper is not None and upper < 0)
-            rule = "95% bootstrap CI excludes 0"
-        if min_pp is not None:
-            ok = ok and est * 100 >= min_pp
-            rule += f" and estimate >= {min_pp} pp"
-        r.verdict = "supported" if ok else "not supported"
-        r.decided_by = {"rule": rule, "estimate": est, "lower": lower, "upper": upper}
-        return
-    p = v.get("p_adjusted", v.get("p_raw"))
-    estimate = v.get("estimate")
-    ok = p is not None and p < alpha
-    rule = f"p{' (adjusted)' if 'p_adjusted' in v else ''} < {alpha}"
-    if test in ("lmm", "paired-t", "independent-t", "mcnemar", "gee") and (
-        h.get("sides") == "one-sided"
-    ):
-        ok = ok and estimate is not None and estimate > 0
-        rule += " and the estimate in the predicted direction"
-    if min_pp is not None and estimate is not None:
-        ok = ok and estimate * 100 >= min_pp
-        rule += f" and estimate >= {min_pp} pp"
-    r.verdict = "supported" if ok else "not supported"
-    r.decided_by = {"rule": rule, "p": p, "estimate": estimate}
 
 
 def exploratory(ds: Dataset, plan: dict[str, Any]) -> list[Result]:
@@ -1669,8 +1536,9 @@ def sensitivity_lmm(
     """
     from analysis import sensitivity as sens
 
-    lmm = [h for h in plan["hypotheses"] if h["test"] == "lmm" and not h.get("stimuli")]
-    subsets = [h for h in plan["hypotheses"] if h["test"] == "lmm" and h.get("stimuli")]
+    modelled = [h for h in plan["hypotheses"] if statistics.is_mixed_model(h)]
+    lmm = [h for h in modelled if not h.get("stimuli")]
+    subsets = [h for h in modelled if h.get("stimuli")]
     if not (lmm or subsets):
         return None
     suffix = f"@{model}" if model is not None else ""
@@ -1906,7 +1774,7 @@ def mcq_descriptive(ds: Dataset, plan: dict[str, Any]) -> Result | None:
     """
     from analysis import mcq_tests
 
-    if not mcq_tests.registers_mcq(plan):
+    if not statistics.registers_seed002(plan):
         return None
     r = Result(
         "descriptive.mcq",

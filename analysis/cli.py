@@ -30,6 +30,28 @@ __all__ = [
 ]
 
 
+class PosthocTests(click.Choice[str]):
+    """``--test`` of ``ledger posthoc``: :data:`analysis.statistics.POSTHOC_TESTS`.
+
+    The registry imports the statistics (numpy, pandas, scipy), so it is read when click
+    first needs the choices (help, a value to check), not when the CLI is imported.
+    """
+
+    def __init__(self) -> None:
+        super().__init__(())
+
+    @property
+    def choices(self) -> tuple[str, ...]:
+        """The registry's post-hoc kinds, in order."""
+        from analysis.statistics import POSTHOC_TESTS
+
+        return POSTHOC_TESTS
+
+    @choices.setter
+    def choices(self, value: Any) -> None:
+        """Ignored: the registry is the one list."""
+
+
 @click.command(cls=Command)
 @click.argument("directory", required=False, type=click.Path(file_okay=False, path_type=Path))
 @click.option(
@@ -106,7 +128,7 @@ def demo(directory: Path | None, replicates: int | None, template: str) -> None:
 @click.option(
     "--test",
     "test",
-    type=click.Choice(["lmm", "paired-t", "independent-t", "bootstrap"]),
+    type=PosthocTests(),
     default="lmm",
     show_default=True,
     help="lmm: mixed model; paired-t: trials paired by (stimulus, rep); independent-t: Welch; "
@@ -166,6 +188,7 @@ def posthoc(
           --reason "few-shot against zero-shot, options as written"
     """
     from analysis.posthoc import declare_posthoc
+    from analysis.statistics import statistic
 
     chosen = [a.strip() for a in arms.split(",") if a.strip()] if arms else None
     body = declare_posthoc(
@@ -184,12 +207,9 @@ def posthoc(
         click.echo(f"recorded {body['id']} (post hoc): could not be computed: {body['error']}")
         return
     c = body["values"]["contrast"]
-    if test == "lmm":
-        detail = f"z = {c['z']:.2f}, two-sided p = {c['p']:.3g}; ICC {body['values']['icc']:.3f}"
-    elif test == "bootstrap":
-        detail = f"{body['values']['iterations']:,} bootstrap draws, seed {body['values']['seed']}"
-    else:
-        detail = f"t({c['df']:.4g}) = {c['t']:.2f}, two-sided p = {c['p']:.3g}"
+    posthoc = statistic(test).posthoc
+    assert posthoc is not None  # --test is one of POSTHOC_TESTS
+    detail = posthoc.echo(body["values"])
     click.echo(
         f"recorded {body['id']} (post hoc, no verdict): {c['a']} - {c['b']} = "
         f"{100 * c['estimate']:+.1f} pp (95% CI {100 * c['lower']:+.1f} to "

@@ -18,16 +18,9 @@ from pathlib import Path
 from typing import Any
 
 from analysis import stats
-from analysis.analyze import (
-    Result,
-    _guard,
-    _pair_values,
-    _trial_pairs,
-    fit_model,
-    load_dataset,
-    models,
-)
+from analysis.analyze import Result, StatisticData, _guard, fit_model, load_dataset, models
 from analysis.factorial import plan_cells
+from analysis.statistics import POSTHOC_TESTS, statistic
 from ledger import EventSpec, Ledger, SigningKey
 from runner.lock import StudyError, check_integrity, ledger_path, protocol_event
 from runner.spec import ID_RE
@@ -40,13 +33,6 @@ POSTHOC_KIND = "analysis.posthoc"
 POSTHOC_LABEL = "post hoc"
 """The label every post-hoc result carries (never ``pre-registered``)."""
 RANDOM_INTERCEPTS = ("stimulus", "source")
-POSTHOC_TESTS = ("lmm", "paired-t", "independent-t", "bootstrap")
-"""The post-hoc analysis kinds (``ledger posthoc --test``), as the registered tests compute them."""
-TEST_TITLES = {
-    "paired-t": "paired t-test, trials paired by (stimulus, rep)",
-    "independent-t": "Welch t-test on trial accuracies",
-    "bootstrap": "percentile bootstrap of the difference in mean trial accuracy",
-}
 
 
 def posthoc_result(
@@ -70,7 +56,7 @@ def posthoc_result(
     if declared.get("variant") is not None:
         ds = ds.for_variant(str(declared["variant"]))
         at = f" (variant {declared['variant']})"
-    if test != "lmm":
+    if not statistic(test).mixed_model:
         result = _posthoc_test(ds, plan, a, b, name, test)
         result.title += at
         return result
@@ -112,54 +98,24 @@ def posthoc_result(
 
 
 def _posthoc_test(ds: Any, plan: dict[str, Any], a: str, b: str, name: str, test: str) -> Result:
-    """A post-hoc t-test or bootstrap of a − b on the analysable trials (two-sided)."""
+    """A post-hoc t-test or bootstrap of a − b on the analysable trials (two-sided).
+
+    The kind's :attr:`analysis.statistics.Posthoc.compute` gives the values and the contrast
+    summary.
+    """
+    posthoc = statistic(test).posthoc
+    assert posthoc is not None and posthoc.compute is not None
+    compute_kind = posthoc.compute
     result = Result(
         f"posthoc.{name}",
-        f"Post hoc (declared after unblinding): {a} - {b}, {TEST_TITLES[test]}",
+        f"Post hoc (declared after unblinding): {a} - {b}, {posthoc.title}",
         POSTHOC_LABEL,
         test,
     )
-    design = plan["design"]
 
     def compute() -> None:
-        summary: dict[str, Any] = {"a": a, "b": b, "sides": "two-sided"}
-        if test == "bootstrap":
-            boot = stats.bootstrap_diff(
-                *_pair_values(ds, a, b),
-                int(design["bootstrap_iterations"]),
-                design["bootstrap_seed"],
-            )
-            values = boot.as_dict()
-            summary |= {
-                "estimate": boot.estimate,
-                "lower": boot.lower,
-                "upper": boot.upper,
-                "p": None,
-                "conf": boot.conf,
-            }
-        else:
-            if test == "paired-t":
-                x, y, dropped = _trial_pairs(ds, a, b)
-                res = stats.paired_t(x, y)
-            else:
-                res = stats.independent_t(*_pair_values(ds, a, b))
-            values = {**res.as_dict(), "estimate": res.difference}
-            if test == "paired-t":
-                values |= {
-                    "pairing": ["stimulus", "rep"],
-                    "n_dropped": len(dropped),
-                    "dropped_pairs": dropped,
-                }
-            summary |= {
-                "estimate": res.difference,
-                "lower": res.ci_lower,
-                "upper": res.ci_upper,
-                "p": res.p,
-                "t": res.t,
-                "df": res.df,
-                "conf": 0.95,
-            }
-        result.values = {**values, "contrast": summary}
+        values, summary = compute_kind(StatisticData(ds, plan), a, b)
+        result.values = {**values, "contrast": {"a": a, "b": b, "sides": "two-sided"} | summary}
 
     return _guard(result, compute)
 
@@ -225,12 +181,13 @@ def declare_posthoc(
         raise StudyError("--reason: say why this analysis is added after unblinding")
     if test not in POSTHOC_TESTS:
         raise StudyError(f"--test {test!r}: use one of {', '.join(POSTHOC_TESTS)}")
-    if test != "lmm" and (random_intercept is not None or arms is not None):
+    mixed_model = statistic(test).mixed_model
+    if not mixed_model and (random_intercept is not None or arms is not None):
         raise StudyError(
             f"--test {test}: --random-intercept and --arms belong to the mixed "
             "model (--test lmm) only"
         )
-    if test == "lmm" and random_intercept is None:
+    if mixed_model and random_intercept is None:
         random_intercept = "stimulus"
     if random_intercept is not None and random_intercept not in RANDOM_INTERCEPTS:
         raise StudyError(f"--random-intercept {random_intercept!r}: use stimulus or source")
@@ -276,7 +233,7 @@ def declare_posthoc(
             variants=bool(plan.get("variants")),
             factorial=plan_cells(plan),
         )
-        compared = [*contrast] if test != "lmm" else (sorted(arms) if arms is not None else known)
+        compared = (sorted(arms) if arms is not None else known) if mixed_model else [*contrast]
         _check_variants(ds if model is None else ds.for_model(model), compared, variant)
         declared = {
             "contrast": list(contrast),

@@ -21,7 +21,6 @@ import csv
 import functools
 import html
 import io
-import json
 import math
 import tempfile
 from collections.abc import Callable, Iterable, Sequence
@@ -39,6 +38,15 @@ from analysis import flow as trial_flow
 from analysis import stats
 from analysis.analyze import NOT_APPLICABLE, ORIENTATIONS, TUMBLING_E, labels, verdict_caution
 from analysis.identical import IDENTICAL_ID, identical_banner
+from analysis.statistics import MIXED_MODEL, is_mixed_model, kind_of
+from analysis.statistics._base import difference_effect
+from analysis.statistics._format import contrast as _contrast
+from analysis.statistics._format import diagnoses as _diagnoses
+from analysis.statistics._format import fmt as _fmt
+from analysis.statistics._format import num as _num
+from analysis.statistics._format import p as _p
+from analysis.statistics._format import pct as _pct
+from analysis.statistics._format import pp as _pp
 from ledger import Ledger, PostgresLocation, RemoteLocation, write_files
 from ledger.cliutil import table
 from runner.identity import session_notice
@@ -288,68 +296,6 @@ def build_report(
 # -------------------------------------------------------------------------- formatting
 
 
-def _num(value: Any) -> float | None:
-    if isinstance(value, bool) or value is None:
-        return None
-    if isinstance(value, int | float) and math.isfinite(float(value)):
-        return float(value)
-    return None
-
-
-def _pct(value: Any, digits: int = 1) -> str:
-    v = _num(value)
-    return "–" if v is None else f"{v * 100:.{digits}f}%"
-
-
-def _pp(value: Any, *, signed: bool = True) -> str:
-    v = _num(value)
-    if v is None:
-        return "–"
-    return f"{v * 100:+.1f} pp" if signed else f"{v * 100:.1f} pp"
-
-
-def _p(value: Any) -> str:
-    v = _num(value)
-    if v is None:
-        return "–"
-    if v == 0:
-        return "< 1e-300"
-    if v < 1e-4:
-        return f"{v:.1e}"
-    return f"{v:.4f}"
-
-
-def _fmt(value: Any) -> str:
-    if value is None:
-        return "–"
-    if isinstance(value, bool):
-        return "yes" if value else "no"
-    if isinstance(value, float):
-        return f"{value:.4g}"
-    if isinstance(value, list | tuple):
-        return ", ".join(_fmt(v) for v in value)
-    if isinstance(value, dict):
-        return json.dumps(value, sort_keys=True, default=str)
-    return str(value)
-
-
-def _count(values: dict[str, Any], name: str) -> Any:
-    """McNemar's discordant count ``name`` (``b`` or ``c``).
-
-    ``<name>_count`` when the result has it (a paired McNemar with variants, where ``b`` is
-    the second condition), else ``<name>``.
-    """
-    return values[f"{name}_count"] if f"{name}_count" in values else values.get(name)
-
-
-def _contrast(values: dict[str, Any]) -> tuple[float | None, float | None, float | None]:
-    """(estimate, lower, upper) of a difference result, whatever test produced it."""
-    est = _num(values.get("estimate", values.get("difference")))
-    lower = _num(values.get("lower", values.get("ci_lower")))
-    upper = _num(values.get("upper", values.get("ci_upper")))
-    return est, lower, upper
-
-
 def _hypothesis_plan(report: Report, hypothesis: str | None) -> dict[str, Any]:
     """The registered hypothesis of a result (``H1``, or ``H1@<model>`` for one model's)."""
     hyps = report.protocol.get("hypotheses", [])
@@ -361,12 +307,6 @@ def _hypothesis_plan(report: Report, hypothesis: str | None) -> dict[str, Any]:
         if base is not None and h.get("id") == base:
             return dict(h)
     return {}
-
-
-def _diagnoses(value: Any, *, signed: bool = True) -> str:
-    """A difference in breadth (a ddx hypothesis): a signed number of diagnoses."""
-    v = _num(value)
-    return "–" if v is None else f"{v:+.3g} diagnoses"
 
 
 def _not_applicable(result: dict[str, Any]) -> str:
@@ -381,41 +321,9 @@ def _estimate_text(result: dict[str, Any]) -> str:
     if result.get("status") == NOT_APPLICABLE:
         return NOT_APPLICABLE
     v = result.get("values") or {}
-    test = result.get("test")
-    if test == "equivalence":
-        return (
-            f"max |diff| {_pp(v.get('max_abs_diff'), signed=False)} "
-            f"(at {v.get('group', '?')}); margin ±{_pp(v.get('margin'), signed=False)}"
-        )
-    if test == "mcnemar":  # with variants "b" is a condition; the counts are b_count, c_count
-        return f"discordant b={_fmt(_count(v, 'b'))}, c={_fmt(_count(v, 'c'))}"
-    if test == "gee":
-        return (
-            f"log OR {_fmt(v.get('estimate'))} (95% CI {_fmt(v.get('lower'))} to "
-            f"{_fmt(v.get('upper'))}; OR {_fmt(v.get('odds_ratio'))})"
-        )
-    if test == "factorial":  # analysis.md "Factorial designs": the term's joint Wald test
-        tested = v.get("tested") or []
-        text = (
-            f"{' × '.join(map(str, v.get('effect') or []))}: Wald chi2 {_fmt(v.get('chi2'))}, "
-            f"df {_fmt(v.get('df'))} ({', '.join(map(str, tested))})"
-        )
-        if v.get("estimate") is not None:
-            text += f"; coefficient {_fmt(v.get('estimate'))}"
-        if v.get("odds_ratio") is not None:
-            text += f" (OR {_fmt(v.get('odds_ratio'))})"
-        return text
-    if test == "flip-rate":
-        return (
-            f"flip rate {_pct(v.get('rate'))} ({_pct(v.get('conf'), 0)} CI "
-            f"{_pct(v.get('lower'))} to {_pct(v.get('upper'))})"
-        )
-    if test == "chi-square":
-        return f"chi2 {_fmt(v.get('chi2'))}, df {_fmt(v.get('df'))}"
-    if test == "qr-bootstrap":
-        from analysis import qr_boot
-
-        return qr_boot.estimate_text(v)
+    kind = kind_of(result)
+    if kind is not None and kind.estimate_text is not None:
+        return kind.estimate_text(v)
     est, lower, upper = _contrast(v)
     if est is None:
         return "–"
@@ -456,8 +364,9 @@ def _rule_text(result: dict[str, Any]) -> str:
 
 def _contrast_text(report: Report, result: dict[str, Any]) -> str:
     plan = _hypothesis_plan(report, result.get("hypothesis"))
-    if plan.get("arm") and plan.get("test") == "qr-bootstrap":  # one arm, no variants
-        return f"arm {plan['arm']}"
+    kind = kind_of(plan)
+    if plan.get("arm") and kind is not None and not kind.arm_compares_variants:
+        return f"arm {plan['arm']}"  # a statistic of one arm, no variants
     if plan.get("arm"):  # a seed-002 test of one arm: its variants (orders)
         return f"arm {plan['arm']}: " + " vs ".join(plan.get("variants") or [])
     contrast = plan.get("contrast") or []
@@ -627,18 +536,21 @@ def _fig_confusion(report: Report, arm: str) -> Figure:
     return fig
 
 
-NOT_ACCURACY_DIFFERENCES = ("flip-rate", "position-bias", "gee")
-"""Seed-002 kinds whose estimate is not a difference in accuracy (a rate, a bias difference, a
-log odds ratio): the forest plot leaves them to the seed-002 table."""
+def accuracy_difference(result: dict[str, Any]) -> bool:
+    """Whether a hypothesis result is a difference in accuracy the forest plot draws.
+
+    Not a kind whose estimate is something else (a rate, a bias difference, a log odds ratio:
+    :attr:`analysis.statistics.Statistic.accuracy_difference`; the seed-002 table has them),
+    nor a one-arm ``statistic`` other than ``difference``.
+    """
+    kind = kind_of(result)
+    return (kind is None or kind.accuracy_difference) and (result.get("values") or {}).get(
+        "statistic"
+    ) in (None, "difference")
 
 
 def _fig_forest(report: Report) -> Figure:
-    hyps = [
-        r
-        for r in report.hypotheses
-        if r.get("test") not in NOT_ACCURACY_DIFFERENCES
-        and (r.get("values") or {}).get("statistic") in (None, "difference")
-    ]
+    hyps = [r for r in report.hypotheses if accuracy_difference(r)]
     title = "Pre-registered contrasts (difference in accuracy, a − b)"
     if not hyps:
         return _note_figure(
@@ -657,12 +569,9 @@ def _fig_forest(report: Report) -> Figure:
         v = r.get("values") or {}
         est, lower, upper = _contrast(v)
         xs += [x * 100 for x in (est, lower, upper) if x is not None]
-        if r.get("test") == "equivalence" and _num(v.get("margin")) is not None:
-            margin = _num(v.get("margin")) or 0.0
-            xs += [margin * 100, -margin * 100]
-            diff = _num(v.get("max_abs_diff"))  # drawn too, with its label: inside the axes
-            if diff is not None:
-                xs += [diff * 100, -diff * 100]
+        kind = kind_of(r)
+        if kind is not None:
+            xs += kind.forest_span(v)
         min_pp = _num(v.get("min_difference_pp"))
         if min_pp is not None:
             xs.append(min_pp)
@@ -689,15 +598,8 @@ def _fig_forest(report: Report) -> Figure:
                 color=colour,
                 bbox={"facecolor": "white", "edgecolor": "none", "pad": 1.5},
             )
-        elif r.get("test") == "equivalence":
-            margin = (_num(v.get("margin")) or 0.0) * 100
-            ax.fill_betweenx([y - 0.25, y + 0.25], -margin, margin, color="#1a7f37", alpha=0.12)
-            for m in (-margin, margin):
-                ax.plot([m, m], [y - 0.3, y + 0.3], color="#1a7f37", linestyle="--", lw=1)
-            diff = (_num(v.get("max_abs_diff")) or 0.0) * 100
-            ax.plot([-diff, diff], [y, y], color=colour, lw=2)
-            ax.plot([diff], [y], marker="D", color=colour, markersize=7)
-            ax.text(diff, y + 0.28, "max |diff| vs ±margin", fontsize=7, ha="center")
+        elif (kind := kind_of(r)) is not None and kind.forest_marks is not None:
+            kind.forest_marks(ax, y, v, colour)
         else:
             est, lower, upper = _contrast(v)
             if est is None:
@@ -1053,12 +955,11 @@ def component_classes(
     units: dict[str, list[tuple[str, str]]] = {}
     for r in results:
         h = plan.get(r.get("hypothesis"))
-        if (
-            h is None
-            or h.get("test") == "chi-square"
-            or r.get("status") != "ok"
-            or (h.get("test") == "qr-bootstrap" and h.get("statistic") != "difference")
-        ):
+        kind = kind_of(h) if h is not None else None
+        if h is None or r.get("status") != "ok":
+            continue
+        effect = kind.component_effect(h, r) if kind is not None else difference_effect(h, r)
+        if effect is None:
             continue
         a, b = (str(x) for x in h.get("contrast") or ["", ""])
         added = sorted(
@@ -1067,13 +968,6 @@ def component_classes(
         )
         if not added:
             continue
-        estimate = (r.get("values") or {}).get("estimate")
-        if h.get("test") == "equivalence":
-            effect = "no effect" if r.get("verdict") == "supported" else "not shown"
-        elif r.get("verdict") == "supported" and isinstance(estimate, int | float):
-            effect = "benefit" if estimate > 0 else "harm" if estimate < 0 else "not shown"
-        else:
-            effect = "not shown"
         where = f" on {', '.join(map(str, h['stimuli']))}" if h.get("stimuli") else ""
         units.setdefault(" + ".join(added), []).append(
             (f"{h.get('id')} ({a} vs {b}{where}): {effect}", effect)
@@ -1461,72 +1355,36 @@ def _section_descriptive(report: Report) -> str:
     return "".join(parts)
 
 
-MCQ_KINDS = ("flip-rate", "position-bias", "voting", "self-consistency", "gee")
-
-
 def mcq_rows(report: Report) -> list[tuple[str, ...]]:
     """One row per seed-002 hypothesis result (``docs/mcq-statistics.md`` §11).
 
-    (hypothesis, test, what, n, statistic, estimate, interval, excluded, verdict).
+    (hypothesis, test, what, n, statistic, estimate, interval, excluded, verdict); the kind's
+    :attr:`analysis.statistics.Statistic.seed002_cells` gives n, statistic and interval.
     """
     rows: list[tuple[str, ...]] = []
     for r in report.hypotheses:
         plan = _hypothesis_plan(report, r.get("hypothesis"))
-        test = str(r.get("test"))
-        if test not in MCQ_KINDS and not (
-            test == "mcnemar" and (plan.get("arm") or plan.get("variant"))
-        ):
+        kind = kind_of(r)
+        if kind is None or kind.seed002_cells is None or not kind.seed002(plan):
             continue
-        v = r.get("values") or {}
+        test = str(r.get("test"))
         what = _contrast_text(report, r) + (f" at {plan['variant']}" if plan.get("variant") else "")
         if r.get("status") != "ok":
-            rows.append(
-                (
-                    str(r.get("hypothesis")),
-                    test,
-                    what,
-                    "–",
-                    "–",
-                    "–",
-                    "–",
-                    "–",
-                    _not_applicable(r)
-                    if r.get("status") == NOT_APPLICABLE
-                    else f"not computed: {r.get('error')}",
-                )
+            failed = (
+                _not_applicable(r)
+                if r.get("status") == NOT_APPLICABLE
+                else f"not computed: {r.get('error')}"
             )
+            rows.append((str(r.get("hypothesis")), test, what, *("–",) * 5, failed))
             continue
-        lo, hi = _num(v.get("lower")), _num(v.get("upper"))
-        interval = (
-            f"{_pct(v.get('conf'), 0)} CI {_fmt(lo)} to {_fmt(hi)}"
-            if test != "mcnemar"
-            else f"p {_p(v.get('p_raw'))}"
-        )
-        n, stat = {
-            "flip-rate": (v.get("n_pairs"), f"{v.get('flips')} flips ({v.get('basis')})"),
-            "position-bias": (
-                f"{(v.get('a') or {}).get('n')}/{(v.get('b') or {}).get('n')}",
-                f"bias {_fmt(v.get('bias_a'))} vs {_fmt(v.get('bias_b'))}",
-            ),
-            "voting": (
-                v.get("n_groups"),
-                f"vote {_pct(v.get('accuracy_vote'))} vs mean order "
-                f"{_pct(v.get('accuracy_orders'))}",
-            ),
-            "self-consistency": (
-                v.get("n_units"),
-                f"majority {_pct(v.get('accuracy_majority'))}"
-                f" vs single {_pct(v.get('accuracy_single'))}",
-            ),
-            "mcnemar": (v.get("n_pairs"), f"b={v.get('b_count')}, c={v.get('c_count')}"),
-            "gee": ((v.get("fit") or {}).get("n_obs"), f"OR {_fmt(v.get('odds_ratio'))}"),
-        }[test]
+        v = r.get("values") or {}
+        n, stat, interval = kind.seed002_cells(v)
         rows.append(
             (
                 str(r.get("hypothesis")),
                 test,
                 what,
-                str(n),
+                n,
                 stat,
                 _fmt(v.get("estimate")),
                 interval,
@@ -2329,13 +2187,11 @@ POSTHOC = "Post hoc (declared after unblinding; not pre-registered)"
 
 def posthoc_test_text(r: dict[str, Any]) -> str:
     """The test column of a post-hoc row: z (mixed model), t and df, or the bootstrap's draws."""
-    v = r.get("values") or {}
-    c = v.get("contrast") or {}
-    if r.get("test") == "bootstrap":
-        return f"percentile bootstrap, {_fmt(v.get('iterations'))} draws (seed {v.get('seed')})"
-    if r.get("test") in ("paired-t", "independent-t"):
-        return f"t {_fmt(c.get('t'))} (df {_fmt(c.get('df'))}), p {_p(c.get('p'))}"
-    return f"z {_fmt(c.get('z'))}, p {_p(c.get('p'))}"
+    kind = kind_of(r)
+    posthoc = kind.posthoc if kind is not None else None
+    if posthoc is None:  # an unknown kind: shown as the mixed model's contrast
+        posthoc = MIXED_MODEL.posthoc
+    return posthoc.detail(r.get("values") or {}) if posthoc is not None else "–"
 
 
 def _section_posthoc(report: Report) -> str:
@@ -2361,7 +2217,7 @@ def _section_posthoc(report: Report) -> str:
             continue
         v = r.get("values") or {}
         c = v.get("contrast") or {}
-        lmm = r.get("test") == "lmm"
+        lmm = is_mixed_model(r)
         rows.append(
             (
                 r.get("id"),

@@ -122,13 +122,15 @@ def _accuracy(data: PlotData) -> Drawn:
 
 
 def _forest(data: PlotData) -> Drawn:
-    from analysis.report import NOT_ACCURACY_DIFFERENCES, _contrast
+    from analysis.statistics import kind_of
+    from analysis.statistics._format import contrast
 
     results = []
     for seq, body, _ in data.index.singles("analysis.result"):
-        if not body.get("hypothesis") or body.get("test") in NOT_ACCURACY_DIFFERENCES:
+        kind = kind_of(body)  # a rate, a bias, a log odds ratio: not a difference in accuracy
+        if not body.get("hypothesis") or (kind is not None and not kind.accuracy_difference):
             continue
-        est, lo, hi = _contrast(body.get("values") or {})
+        est, lo, hi = contrast(body.get("values") or {})
         if est is not None:
             results.append((seq, body, est, lo, hi))
     if not results:
