@@ -602,58 +602,26 @@ def pilot_figures(results: list[dict[str, Any]]) -> tuple[str, list[tuple[str, .
     return default, rows
 
 
-SUITE_STATISTICS = ("position-bias", "flip-rate", "voting", "self-consistency")
-"""The registered seed-002 tests whose figures the template demo prints after verification."""
-
-
-def _share(value: Any) -> str:
-    return f"{100 * value:.1f}%" if isinstance(value, int | float) else "–"
-
-
-def _bias(value: Any) -> str:
-    return f"{value:.3f}" if isinstance(value, int | float) else "–"
-
-
 def suite_figures(results: list[dict[str, Any]], plan: dict[str, Any]) -> list[tuple[str, ...]]:
-    """One row per recorded seed-002 hypothesis result of :data:`SUITE_STATISTICS`.
+    """One row per recorded hypothesis result of a kind with a ``demo_row`` (seed 002's).
 
     ``(hypothesis, test, what, figures, verdict)``: position bias of each arm, flip rate, vote
     against the mean per-order accuracy, majority against the mean sample, as ``analysis``
     recorded them (the verified numbers, not recomputed here; the report's table of seed 002's
     registered statistics shows the same values).
     """
+    from analysis import statistics
+
     tests = {h["id"]: h for h in plan.get("hypotheses") or []}
     rows: list[tuple[str, ...]] = []
     for r in results:
         h = tests.get(str(r.get("hypothesis") or "").split("@")[0])
-        if h is None or h["test"] not in SUITE_STATISTICS:
+        kind = statistics.kind_of(h) if h is not None else None
+        if h is None or kind is None or kind.demo_row is None:
             continue
-        v = r.get("values") or {}
+        what, figures = kind.demo_row(h, r.get("values") or {})
         if r.get("status") != "ok":
             figures = f"not computed: {r.get('error')}"
-        elif h["test"] == "position-bias":
-            a, b = h["contrast"]
-            figures = f"{a} {_bias(v.get('bias_a'))}, {b} {_bias(v.get('bias_b'))}"
-        elif h["test"] == "flip-rate":
-            figures = f"{_share(v.get('estimate'))} of pairs ({h.get('basis', 'answer')})"
-        elif h["test"] == "voting":
-            figures = (
-                f"vote {_share(v.get('accuracy_vote'))} vs mean per order "
-                f"{_share(v.get('accuracy_orders'))}"
-            )
-        else:
-            figures = (
-                f"majority {_share(v.get('accuracy_majority'))} vs one sample "
-                f"{_share(v.get('accuracy_single'))}"
-            )
-        if "contrast" in h:
-            what = " vs ".join(h["contrast"])
-        elif h["test"] == "flip-rate":
-            what = f"{h['arm']}: {' vs '.join(h['variants'])}"
-        elif h["test"] == "voting":
-            what = f"{h['arm']}: {len(h['variants'])} orders"
-        else:
-            what = f"{h['arm']}: {h.get('samples')} samples"
         rows.append((str(r["hypothesis"]), h["test"], what, figures, str(r.get("verdict") or "")))
     return rows
 

@@ -27,6 +27,7 @@ import pandas as pd
 from scipy import stats as sps
 
 from analysis import analyze as an
+from analysis import statistics
 from analysis._errors import AnalysisError
 from analysis.rows import split_trial, trial_variant
 from analysis.stats import closed_form_fits
@@ -51,11 +52,11 @@ __all__ = [
     "simulate_trials",
 ]
 
-PLAN_TESTS: Final = ("lmm", "paired-t", "independent-t", "bootstrap", "equivalence")
-"""The registered tests ``ledger plan`` can simulate (trial-level outcomes)."""
-POPULATION_TESTS: Final = ("lmm",)
-"""Tests whose interval estimates the population contrast (stimuli a random sample); the
-others estimate the contrast over the study's own stimuli (``docs/planning.md`` §4)."""
+PLAN_TESTS: Final = tuple(k for k, s in statistics.REGISTRY.items() if s.plannable)
+"""The registered tests ``ledger plan`` can simulate (trial-level outcomes): the kinds of
+:data:`analysis.statistics.REGISTRY` marked ``plannable``. A mixed-model kind's interval
+estimates the population contrast (stimuli a random sample); the others estimate the
+contrast over the study's own stimuli (``docs/planning.md`` §4)."""
 SENSITIVITY_INTERVALS: Final = ("probe_by_arm", "probe_by_arm_arm_residual", "cluster_bootstrap")
 """The ``sensitivity.lmm`` intervals whose coverage the plan reports (population truth)."""
 _STAMP: Final = "2026-01-01T00:00:00Z"
@@ -246,7 +247,7 @@ def _interval(h: dict[str, Any], values: dict[str, Any]) -> dict[str, Any]:
         return float(v) if isinstance(v, int | float) and math.isfinite(v) else default
 
     out: dict[str, Any] = {}
-    if h["test"] == "equivalence" or "lower" not in values:
+    if "lower" not in values:  # a t-test's interval (an equivalence has none)
         if "ci_lower" in values:
             out["registered"] = (
                 bound(values.get("ci_lower"), -math.inf),
@@ -312,7 +313,7 @@ def _analyse_one(
             for name, (lo, hi) in _interval(h, values).items():
                 row[name] = [lo, hi]
         out["hypotheses"][h["id"]] = row
-    if spec.sensitivity and any(h["test"] == "lmm" for h in plan["hypotheses"]):
+    if spec.sensitivity and any(statistics.is_mixed_model(h) for h in plan["hypotheses"]):
         items = float(np.mean([stimuli[s]["items"] for s in analysed_ids]))
         sens = an.sensitivity_lmm(ds, plan, fit, tested, starts=_starts(sc, items))
         for c in ((sens.values or {}).get("contrasts") or []) if sens is not None else []:
@@ -398,7 +399,8 @@ def summarise(
         supported = [p["verdict"] == "supported" for p in per]
         sides = h.get("sides") or "two-sided"
         min_pp = h.get("min_difference_pp")
-        if h["test"] == "equivalence":
+        population = statistics.is_mixed_model(h)
+        if not statistics.statistic(h["test"]).claims_difference:
             role = "share supported"
         elif abs(truth) < 1e-12:
             role = "type-I error"
@@ -409,9 +411,7 @@ def summarise(
         coverage = {}
         for name in ("registered", "two_sided"):
             pairs = [
-                (p[name], truth if h["test"] in POPULATION_TESTS else p["conditional_truth"])
-                for p in per
-                if name in p
+                (p[name], truth if population else p["conditional_truth"]) for p in per if name in p
             ]
             if pairs:
                 coverage[name] = _share([_covers(bounds, t) for bounds, t in pairs])
@@ -422,7 +422,7 @@ def summarise(
             "sides": sides,
             "primary": hid in spec.primary,
             "truth": truth,
-            "estimand": "population" if h["test"] in POPULATION_TESTS else "study stimuli",
+            "estimand": "population" if population else "study stimuli",
             "role": role,
             "supported": _share(supported),
             "not_computed": _share([p["verdict"] == "not computed" for p in per]),

@@ -20,7 +20,7 @@ from typing import Any
 from analysis import stats
 from analysis.analyze import Result, StatisticData, _guard, fit_model, load_dataset, models
 from analysis.factorial import plan_cells
-from analysis.statistics import POSTHOC_TESTS, statistic
+from analysis.statistics import MIXED_MODEL, POSTHOC_TESTS, statistic
 from ledger import EventSpec, Ledger, SigningKey
 from runner.lock import StudyError, check_integrity, ledger_path, protocol_event
 from runner.spec import ID_RE
@@ -36,7 +36,7 @@ RANDOM_INTERCEPTS = ("stimulus", "source")
 
 
 def posthoc_result(
-    ds: Any, plan: dict[str, Any], declared: dict[str, Any], name: str, test: str = "lmm"
+    ds: Any, plan: dict[str, Any], declared: dict[str, Any], name: str, test: str = MIXED_MODEL.key
 ) -> Result:
     """The result of one declared post-hoc analysis (``docs/analysis.md`` §6).
 
@@ -75,7 +75,7 @@ def posthoc_result(
         + fitted.title.removeprefix("Linear mixed model: ")
         + at,
         POSTHOC_LABEL,
-        "lmm",
+        test,
     )
 
     def compute() -> None:
@@ -159,7 +159,7 @@ def declare_posthoc(
     reason: str,
     random_intercept: str | None = None,
     arms: list[str] | None = None,
-    test: str = "lmm",
+    test: str = MIXED_MODEL.key,
     model: str | None = None,
     variant: str | None = None,
 ) -> dict[str, Any]:

@@ -404,6 +404,27 @@ def _note_figure(title: str, text: str) -> Figure:
     return fig
 
 
+def _accuracy_bar(ax: Any, i: int, acc: dict[str, Any], report: Report, arm: str) -> None:
+    """One arm's accuracy bar with its Wilson interval, value and n."""
+    est, lower, upper = (_num(acc.get(k)) for k in ("estimate", "lower", "upper"))
+    if est is None:
+        ax.text(i, 0.05, "no parseable\nresponses", ha="center", fontsize=8, color="#cf222e")
+        return
+    colour = _arm_colour(report, arm)
+    ax.bar(i, est * 100, color=colour, alpha=0.75, width=0.6)
+    if lower is not None and upper is not None:
+        ax.errorbar(
+            i,
+            est * 100,
+            yerr=[[(est - lower) * 100], [(upper - est) * 100]],
+            color="black",
+            capsize=5,
+            linewidth=1.2,
+        )
+    ax.text(i, min(est * 100 + 3, 103), f"{est * 100:.1f}%", ha="center", fontsize=8)
+    ax.text(i, 2, f"n={acc.get('n', '?')}", ha="center", fontsize=7, color="white")
+
+
 def _fig_accuracy_by_arm(report: Report) -> Figure:
     result = report.result("descriptive.arms")
     title = (
@@ -413,30 +434,17 @@ def _fig_accuracy_by_arm(report: Report) -> Figure:
     )
     if result is None or result.get("status") != "ok":
         return _note_figure(title, f"not computed: {(result or {}).get('error', 'no result')}")
-    values = result.get("values") or {}
-    arms = [a for a in report.arms if a in values] or sorted(values)
     fig = Figure(figsize=(7.0, 4.0), layout="constrained")
-    ax = fig.add_subplot()
+    _draw_accuracy_by_arm(fig.add_subplot(), report, result.get("values") or {}, title)
+    return fig
+
+
+def _draw_accuracy_by_arm(ax: Any, report: Report, values: dict[str, Any], title: str) -> None:
+    """The bars of :func:`_fig_accuracy_by_arm`, the arms' roles and the chance line."""
+    arms = [a for a in report.arms if a in values] or sorted(values)
     roles = report.protocol.get("arms", {})
     for i, arm in enumerate(arms):
-        acc = (values.get(arm) or {}).get("accuracy") or {}
-        est, lower, upper = (_num(acc.get(k)) for k in ("estimate", "lower", "upper"))
-        if est is None:
-            ax.text(i, 0.05, "no parseable\nresponses", ha="center", fontsize=8, color="#cf222e")
-            continue
-        colour = _arm_colour(report, arm)
-        ax.bar(i, est * 100, color=colour, alpha=0.75, width=0.6)
-        if lower is not None and upper is not None:
-            ax.errorbar(
-                i,
-                est * 100,
-                yerr=[[(est - lower) * 100], [(upper - est) * 100]],
-                color="black",
-                capsize=5,
-                linewidth=1.2,
-            )
-        ax.text(i, min(est * 100 + 3, 103), f"{est * 100:.1f}%", ha="center", fontsize=8)
-        ax.text(i, 2, f"n={acc.get('n', '?')}", ha="center", fontsize=7, color="white")
+        _accuracy_bar(ax, i, (values.get(arm) or {}).get("accuracy") or {}, report, arm)
     ax.set_xticks(range(len(arms)))
     ax.set_xticklabels([f"{a}\n{(roles.get(a) or {}).get('role', '')}" for a in arms])
     ax.set_ylim(0, 108)
@@ -451,15 +459,12 @@ def _fig_accuracy_by_arm(report: Report) -> Figure:
             -0.45, chance + 1, f"chance ({chance:.0f}%)", ha="left", fontsize=7, color="#444444"
         )
     ax.grid(axis="y", alpha=0.3)
-    return fig
 
 
-def _fig_heatmap(report: Report) -> Figure:
-    result = report.result("descriptive.arm_stimulus")
-    title = "Accuracy by arm and stimulus"
-    if result is None or result.get("status") != "ok" or not result.get("values"):
-        return _note_figure(title, f"not computed: {(result or {}).get('error', 'no result')}")
-    cells = list((result.get("values") or {}).values())
+def _accuracy_grid(
+    cells: list[dict[str, Any]],
+) -> tuple[list[str], list[str], list[list[float]]]:
+    """(arms, stimuli, accuracy in % per arm row and stimulus column, NaN where missing)."""
     arms = sorted({str(c["arm"]) for c in cells})
     stimuli = sorted({str(c["stimulus"]) for c in cells})
     grid = [[math.nan] * len(stimuli) for _ in arms]
@@ -469,18 +474,31 @@ def _fig_heatmap(report: Report) -> Figure:
         grid[arms.index(str(c["arm"]))][column[str(c["stimulus"])]] = (
             math.nan if est is None else est * 100
         )
+    return arms, stimuli, grid
+
+
+def _grid_labels(ax: Any, grid: list[list[float]]) -> None:
+    """Each heatmap cell's accuracy (``–`` where missing), dark text on the light cells."""
+    for i, row in enumerate(grid):
+        for j, value in enumerate(row):
+            text = "–" if math.isnan(value) else f"{value:.0f}%"
+            colour = "black" if not math.isnan(value) and value > 60 else "white"
+            ax.text(j, i, text, ha="center", va="center", fontsize=8, color=colour)
+
+
+def _fig_heatmap(report: Report) -> Figure:
+    result = report.result("descriptive.arm_stimulus")
+    title = "Accuracy by arm and stimulus"
+    if result is None or result.get("status") != "ok" or not result.get("values"):
+        return _note_figure(title, f"not computed: {(result or {}).get('error', 'no result')}")
+    arms, stimuli, grid = _accuracy_grid(list((result.get("values") or {}).values()))
     labelled = len(stimuli) <= LABELLED_STIMULI
     width = max(6.0, 1.15 * len(stimuli) + 2.0) if labelled else 16.0
     fig = Figure(figsize=(width, 0.6 * len(arms) + 2.2), layout="constrained")
     ax = fig.add_subplot()
     image = ax.imshow(grid, cmap="viridis", vmin=0, vmax=100, aspect="auto")
-    for i in range(len(arms) if labelled else 0):
-        for j in range(len(stimuli)):
-            value = grid[i][j]
-            text = "–" if math.isnan(value) else f"{value:.0f}%"
-            colour = "black" if not math.isnan(value) and value > 60 else "white"
-            ax.text(j, i, text, ha="center", va="center", fontsize=8, color=colour)
     if labelled:
+        _grid_labels(ax, grid)
         ax.set_xticks(range(len(stimuli)))
         ax.set_xticklabels(stimuli, rotation=30, ha="right")
     else:  # an item file of hundreds of items: one thin column each, no labels
@@ -494,20 +512,16 @@ def _fig_heatmap(report: Report) -> Figure:
     return fig
 
 
-def _fig_confusion(report: Report, arm: str) -> Figure:
-    result = report.result(f"exploratory.errors.{arm}")
-    title = f"{EXPLORATORY}: confusion matrix, arm {arm}"
-    if result is None or result.get("status") != "ok":
-        return _note_figure(title, f"not computed: {(result or {}).get('error', 'no result')}")
-    confusion = (result.get("values") or {}).get("confusion") or {}
+def _confusion_rows(confusion: dict[str, Any]) -> tuple[list[str], list[list[int]]]:
+    """(truth labels, per truth row the answer counts then the other answers) of a matrix."""
     labels = [str(x) for x in confusion.get("labels", ORIENTATIONS)]
     counts = confusion.get("counts") or [[0] * len(labels) for _ in labels]
     other = confusion.get("other") or [0] * len(labels)
-    rows = [[int(c) for c in row] + [int(o)] for row, o in zip(counts, other, strict=False)]
-    shares = [[c / max(sum(row), 1) for c in row] for row in rows]
-    fig = Figure(figsize=(5.6, 4.4), layout="constrained")
-    ax = fig.add_subplot()
-    image = ax.imshow(shares, cmap="Blues", vmin=0, vmax=1, aspect="auto")
+    return labels, [[int(c) for c in row] + [int(o)] for row, o in zip(counts, other, strict=False)]
+
+
+def _count_cells(ax: Any, rows: list[list[int]], shares: list[list[float]]) -> None:
+    """Each cell's count and row share, white on the dark cells."""
     for i, row in enumerate(rows):
         for j, count in enumerate(row):
             colour = "white" if shares[i][j] > 0.55 else "black"
@@ -520,6 +534,20 @@ def _fig_confusion(report: Report, arm: str) -> Figure:
                 fontsize=8,
                 color=colour,
             )
+
+
+def _fig_confusion(report: Report, arm: str) -> Figure:
+    result = report.result(f"exploratory.errors.{arm}")
+    title = f"{EXPLORATORY}: confusion matrix, arm {arm}"
+    if result is None or result.get("status") != "ok":
+        return _note_figure(title, f"not computed: {(result or {}).get('error', 'no result')}")
+    confusion = (result.get("values") or {}).get("confusion") or {}
+    labels, rows = _confusion_rows(confusion)
+    shares = [[c / max(sum(row), 1) for c in row] for row in rows]
+    fig = Figure(figsize=(5.6, 4.4), layout="constrained")
+    ax = fig.add_subplot()
+    image = ax.imshow(shares, cmap="Blues", vmin=0, vmax=1, aspect="auto")
+    _count_cells(ax, rows, shares)
     columns = [*labels, OTHER_LABEL]
     ax.set_xticks(range(len(columns)))
     ax.set_xticklabels(columns)
@@ -549,6 +577,95 @@ def accuracy_difference(result: dict[str, Any]) -> bool:
     ) in (None, "difference")
 
 
+def _forest_extent(hyps: list[dict[str, Any]]) -> list[float]:
+    """Every x the forest plot must show: 0, estimates, bounds, thresholds, kinds' marks."""
+    xs: list[float] = [0.0]
+    for r in hyps:
+        v = r.get("values") or {}
+        est, lower, upper = _contrast(v)
+        xs += [x * 100 for x in (est, lower, upper) if x is not None]
+        kind = kind_of(r)
+        if kind is not None:
+            xs += kind.forest_span(v)
+        min_pp = _num(v.get("min_difference_pp"))
+        if min_pp is not None:
+            xs.append(min_pp)
+    return xs
+
+
+def _forest_note(ax: Any, y: float, text: str, **style: Any) -> None:
+    ax.text(0, y, text, va="center", ha="center", fontsize=8, **style)
+
+
+def _forest_interval(
+    ax: Any, y: float, r: dict[str, Any], colour: str, limits: tuple[float, float, float]
+) -> None:
+    """A difference and its interval; an open side (one-sided) is an arrow to the edge."""
+    left, right, span = limits
+    est, lower, upper = _contrast(r.get("values") or {})
+    if est is None:
+        _forest_note(ax, y, f"no difference estimate (test {r.get('test')})")
+        return
+    lo = left if lower is None else lower * 100
+    hi = right if upper is None else upper * 100
+    ax.plot([lo, hi], [y, y], color=colour, lw=2)
+    arrows = ((upper, right, right - 0.04 * span), (lower, left, left + 0.04 * span))
+    for bound, edge, start in arrows:
+        if bound is None:
+            ax.annotate(
+                "",
+                xy=(edge, y),
+                xytext=(start, y),
+                arrowprops={"arrowstyle": "->", "color": colour},
+            )
+    ax.plot([est * 100], [y], marker="o", color=colour, markersize=8)
+    ax.text(est * 100, y + 0.22, f"{est * 100:+.1f}", fontsize=7, ha="center")
+
+
+def _forest_row(
+    ax: Any, y: float, r: dict[str, Any], limits: tuple[float, float, float], threshold: bool
+) -> bool:
+    """One hypothesis's row; returns whether the threshold line (and its legend) is drawn."""
+    v = r.get("values") or {}
+    verdict = str(r.get("verdict") or "–")
+    colour = _VERDICT_COLOURS.get(verdict, "#333333")
+    kind = kind_of(r)
+    if r.get("status") == "failed":
+        _forest_note(
+            ax,
+            y,
+            f"not computed: {str(r.get('error') or '')[:70]}",
+            color=colour,
+            bbox={"facecolor": "white", "edgecolor": "none", "pad": 1.5},
+        )
+    elif kind is not None and kind.forest_marks is not None:
+        kind.forest_marks(ax, y, v, colour)
+    else:
+        _forest_interval(ax, y, r, colour, limits)
+    min_pp = _num(v.get("min_difference_pp"))
+    if min_pp is not None:
+        ax.plot(
+            [min_pp, min_pp],
+            [y - 0.35, y + 0.35],
+            color="#cf222e",
+            linestyle="--",
+            lw=1.5,
+            label=None if threshold else "decision threshold (min. pp)",
+        )
+        threshold = True
+    ax.text(
+        1.01,
+        y,
+        verdict.upper(),
+        transform=ax.get_yaxis_transform(),
+        va="center",
+        fontsize=8,
+        color=colour,
+        weight="bold",
+    )
+    return threshold
+
+
 def _fig_forest(report: Report) -> Figure:
     hyps = [r for r in report.hypotheses if accuracy_difference(r)]
     title = "Pre-registered contrasts (difference in accuracy, a − b)"
@@ -564,94 +681,17 @@ def _fig_forest(report: Report) -> Figure:
         )
     fig = Figure(figsize=(8.6, 0.75 * len(hyps) + 1.8), layout="constrained")
     ax = fig.add_subplot()
-    xs: list[float] = [0.0]
-    for r in hyps:
-        v = r.get("values") or {}
-        est, lower, upper = _contrast(v)
-        xs += [x * 100 for x in (est, lower, upper) if x is not None]
-        kind = kind_of(r)
-        if kind is not None:
-            xs += kind.forest_span(v)
-        min_pp = _num(v.get("min_difference_pp"))
-        if min_pp is not None:
-            xs.append(min_pp)
+    xs = _forest_extent(hyps)
     span = max(xs) - min(xs) or 10.0
     left, right = min(xs) - 0.12 * span, max(xs) + 0.12 * span
     ax.set_xlim(left, right)
     ax.axvline(0, color="#555555", linewidth=1)
-    labels = []
     threshold_drawn = False
     for i, r in enumerate(hyps):
-        y = len(hyps) - 1 - i
-        v = r.get("values") or {}
-        verdict = str(r.get("verdict") or "–")
-        colour = _VERDICT_COLOURS.get(verdict, "#333333")
-        labels.append(f"{r.get('hypothesis')}: {_contrast_text(report, r)}")
-        if r.get("status") == "failed":
-            ax.text(
-                0,
-                y,
-                f"not computed: {str(r.get('error') or '')[:70]}",
-                va="center",
-                ha="center",
-                fontsize=8,
-                color=colour,
-                bbox={"facecolor": "white", "edgecolor": "none", "pad": 1.5},
-            )
-        elif (kind := kind_of(r)) is not None and kind.forest_marks is not None:
-            kind.forest_marks(ax, y, v, colour)
-        else:
-            est, lower, upper = _contrast(v)
-            if est is None:
-                ax.text(
-                    0,
-                    y,
-                    f"no difference estimate (test {r.get('test')})",
-                    va="center",
-                    ha="center",
-                    fontsize=8,
-                )
-            else:
-                lo = left if lower is None else lower * 100
-                hi = right if upper is None else upper * 100
-                ax.plot([lo, hi], [y, y], color=colour, lw=2)
-                if upper is None:
-                    ax.annotate(
-                        "",
-                        xy=(right, y),
-                        xytext=(right - 0.04 * span, y),
-                        arrowprops={"arrowstyle": "->", "color": colour},
-                    )
-                if lower is None:
-                    ax.annotate(
-                        "",
-                        xy=(left, y),
-                        xytext=(left + 0.04 * span, y),
-                        arrowprops={"arrowstyle": "->", "color": colour},
-                    )
-                ax.plot([est * 100], [y], marker="o", color=colour, markersize=8)
-                ax.text(est * 100, y + 0.22, f"{est * 100:+.1f}", fontsize=7, ha="center")
-        min_pp = _num(v.get("min_difference_pp"))
-        if min_pp is not None:
-            ax.plot(
-                [min_pp, min_pp],
-                [y - 0.35, y + 0.35],
-                color="#cf222e",
-                linestyle="--",
-                lw=1.5,
-                label=None if threshold_drawn else "decision threshold (min. pp)",
-            )
-            threshold_drawn = True
-        ax.text(
-            1.01,
-            y,
-            verdict.upper(),
-            transform=ax.get_yaxis_transform(),
-            va="center",
-            fontsize=8,
-            color=colour,
-            weight="bold",
+        threshold_drawn = _forest_row(
+            ax, len(hyps) - 1 - i, r, (left, right, span), threshold_drawn
         )
+    labels = [f"{r.get('hypothesis')}: {_contrast_text(report, r)}" for r in hyps]
     ax.set_yticks(range(len(hyps)))
     ax.set_yticklabels(list(reversed(labels)))
     ax.set_ylim(-0.7, len(hyps) - 0.3)
@@ -946,6 +986,44 @@ COMPONENT_RULE = (
 )
 
 
+def _component_evidence(
+    arms: dict[str, Any], h: dict[str, Any], r: dict[str, Any]
+) -> tuple[str, str, str] | None:
+    """(unit, evidence text, effect) of one computed result, or ``None`` when it is no evidence.
+
+    The unit is the components arm a has and arm b lacks; the kind says what its result
+    shows (:attr:`analysis.statistics.Statistic.component_effect`).
+    """
+    kind = kind_of(h)
+    effect = kind.component_effect(h, r) if kind is not None else difference_effect(h, r)
+    if effect is None:
+        return None
+    a, b = (str(x) for x in h.get("contrast") or ["", ""])
+    added = sorted(
+        set((arms.get(a) or {}).get("components") or [])
+        - set((arms.get(b) or {}).get("components") or [])
+    )
+    if not added:
+        return None
+    where = f" on {', '.join(map(str, h['stimuli']))}" if h.get("stimuli") else ""
+    return " + ".join(added), f"{h.get('id')} ({a} vs {b}{where}): {effect}", effect
+
+
+COMPONENT_CLASSES = (
+    ("task-dependent", ("benefit", "harm")),
+    ("active", ("benefit",)),
+    ("harmful", ("harm",)),
+    ("inactive", ("no effect",)),
+)
+"""A unit's class: the first whose effects all appear in its evidence (:data:`COMPONENT_RULE`)."""
+
+
+def _component_class(effects: set[str]) -> str:
+    return next(
+        (cls for cls, needs in COMPONENT_CLASSES if set(needs) <= effects), "not established"
+    )
+
+
 def component_classes(
     protocol: dict[str, Any], results: list[dict[str, Any]]
 ) -> list[tuple[str, list[str], str]]:
@@ -955,39 +1033,16 @@ def component_classes(
     units: dict[str, list[tuple[str, str]]] = {}
     for r in results:
         h = plan.get(r.get("hypothesis"))
-        kind = kind_of(h) if h is not None else None
-        if h is None or r.get("status") != "ok":
-            continue
-        effect = kind.component_effect(h, r) if kind is not None else difference_effect(h, r)
-        if effect is None:
-            continue
-        a, b = (str(x) for x in h.get("contrast") or ["", ""])
-        added = sorted(
-            set((arms.get(a) or {}).get("components") or [])
-            - set((arms.get(b) or {}).get("components") or [])
+        found = (
+            _component_evidence(arms, h, r) if h is not None and r.get("status") == "ok" else None
         )
-        if not added:
-            continue
-        where = f" on {', '.join(map(str, h['stimuli']))}" if h.get("stimuli") else ""
-        units.setdefault(" + ".join(added), []).append(
-            (f"{h.get('id')} ({a} vs {b}{where}): {effect}", effect)
-        )
-    out = []
-    for unit, evidence in units.items():
-        effects = {e for _, e in evidence}
-        cls = (
-            "task-dependent"
-            if {"benefit", "harm"} <= effects
-            else "active"
-            if "benefit" in effects
-            else "harmful"
-            if "harm" in effects
-            else "inactive"
-            if "no effect" in effects
-            else "not established"
-        )
-        out.append((unit, [t for t, _ in evidence], cls))
-    return out
+        if found is not None:
+            unit, text, effect = found
+            units.setdefault(unit, []).append((text, effect))
+    return [
+        (unit, [t for t, _ in evidence], _component_class({e for _, e in evidence}))
+        for unit, evidence in units.items()
+    ]
 
 
 def _section_components(report: Report) -> str:
@@ -1144,6 +1199,19 @@ def _section_deviations(report: Report) -> str:
     )
 
 
+def _parse_cells(v: dict[str, Any]) -> tuple[Any, ...]:
+    """(trials scored, statuses, parse rate, excluded, given up, analysed) of one cell."""
+    statuses = ", ".join(f"{k} {n}" for k, n in sorted((v.get("status") or {}).items()))
+    return (
+        v.get("trials_scored"),
+        statuses,
+        _pct(v.get("parse_rate")),
+        v.get("excluded"),
+        v.get("given_up"),
+        v.get("glyphs"),
+    )
+
+
 def _section_data(report: Report) -> str:
     parts = ["<h2>Data: parse rates and exclusions</h2>"]
     arms_result = report.result("descriptive.arms")
@@ -1153,21 +1221,7 @@ def _section_data(report: Report) -> str:
         )
         return "".join(parts)
     values = arms_result.get("values") or {}
-    rows = []
-    for arm in sorted(values):
-        v = values[arm] or {}
-        statuses = ", ".join(f"{k} {n}" for k, n in sorted((v.get("status") or {}).items()))
-        rows.append(
-            (
-                arm,
-                v.get("trials_scored"),
-                statuses,
-                _pct(v.get("parse_rate")),
-                v.get("excluded"),
-                v.get("given_up"),
-                v.get("glyphs"),
-            )
-        )
+    rows = [(arm, *_parse_cells(values[arm] or {})) for arm in sorted(values)]
     kind, unit = ("Tumbling-E trials", "glyphs") if report.tumbling else ("Trials", "items")
     parts.append(
         _table(
@@ -1188,21 +1242,10 @@ def _section_data(report: Report) -> str:
     )
     by_model = report.result("descriptive.arm_model")
     if by_model is not None and by_model.get("status") == "ok":
-        cells: list[tuple[Any, ...]] = []
-        for v in (by_model.get("values") or {}).values():
-            statuses = ", ".join(f"{k} {n}" for k, n in sorted((v.get("status") or {}).items()))
-            cells.append(
-                (
-                    v.get("arm"),
-                    v.get("model"),
-                    v.get("trials_scored"),
-                    statuses,
-                    _pct(v.get("parse_rate")),
-                    v.get("excluded"),
-                    v.get("given_up"),
-                    v.get("glyphs"),
-                )
-            )
+        cells: list[tuple[Any, ...]] = [
+            (v.get("arm"), v.get("model"), *_parse_cells(v))
+            for v in (by_model.get("values") or {}).values()
+        ]
         parts.append(
             _table(
                 f"{kind} per arm and model: scoring status, parse rate, exclusions and trials "
@@ -1874,210 +1917,202 @@ def _chi_text(chi: Any) -> str:
     return f"chi2 {_fmt(chi.get('chi2'))}, p {_p(chi.get('p'))}"
 
 
+def _error_phenotype_row(arm: str, r: dict[str, Any]) -> tuple[str, ...]:
+    """One arm's error phenotype cells (HTML-escaped), or why it was not computed."""
+    if r.get("status") != "ok":
+        error = f'<span class="error">not computed: {_e(r.get("error"))}</span>'
+        return (arm, error, "", "", "", "", "")
+    v = r.get("values") or {}
+    share = v.get("canonical_right_share") or {}
+    chi = v.get("error_chi_square") or {}
+    dirs = v.get("error_directions") or v.get("error_answers") or {}  # orientation or label
+    bias = v.get("position_bias") or {}
+    return (
+        arm,
+        _e(_pct((v.get("confusion") or {}).get("accuracy"))),
+        _e(", ".join(f"{k} {n}" for k, n in dirs.items()) or "no errors"),
+        _e(
+            f"{_pct(share.get('share'))} ({_pct(share.get('lower'))} – "
+            f"{_pct(share.get('upper'))}), n={share.get('n', 0)}"
+            if share
+            else "–"
+        ),
+        _e(
+            chi.get("error")
+            or (f"chi2 {_fmt(chi.get('chi2'))}, p {_p(chi.get('p'))}" if chi else "–")
+        ),
+        _e(_chi_text(v.get("error_chi_square_excluding_truth"))),
+        _e(f"TVD {_fmt(bias.get('tvd'))}" if bias else "–"),
+    )
+
+
+def _exploratory_errors_html(report: Report, tag: str) -> str:
+    """The error phenotype of each arm (a parser with a closed set of labels)."""
+    rows = []
+    for arm in report.arms:
+        r = report.result(f"exploratory.errors.{arm}")
+        if r is not None:
+            rows.append(_error_phenotype_row(arm, r))
+    return f"<h3>{_e(EXPLORATORY)}: error phenotype by arm {tag}</h3>" + _table(
+        f"{EXPLORATORY}: error phenotype (wrong answers that name an orientation)",
+        (
+            "arm",
+            "accuracy",
+            "error directions",
+            "share of errors answering RIGHT (Wilson 95% CI, errors as independent: descriptive)",
+            "errors uniform over all labels? (chi-square; the paper's null, replicated)",
+            "errors uniform over the wrong labels? (chi-square, true label excluded)",
+            "answer vs truth distribution",
+        ),
+        rows,
+        raw=(0, 1, 2, 3, 4, 5, 6),
+    )
+
+
+def _pair_row(r: dict[str, Any]) -> tuple[Any, ...]:
+    """One arm pair's paired metrics, or why they were not computed."""
+    name = str(r["id"]).removeprefix("exploratory.pair.")
+    if r.get("status") != "ok":
+        return (name, f"not computed: {r.get('error')}", "", "", "", "", "")
+    v = r.get("values") or {}
+    mc, flip = v.get("mcnemar") or {}, v.get("flip_rate") or {}
+    it, pt, boot = (
+        v.get("independent_t") or {},
+        v.get("paired_t") or {},
+        v.get("bootstrap_diff") or {},
+    )
+    return (
+        name,
+        f"b={mc.get('b')}, c={mc.get('c')}, p {_p(mc.get('p'))}" if mc else "–",
+        _pct(flip.get("share")) if flip else "–",
+        f"{_pp(it.get('difference'))}, p {_p(it.get('p'))}" if it else "–",
+        f"{_pp(pt.get('difference'))}, p {_p(pt.get('p'))}" if pt else "–",
+        f"{_pp(boot.get('estimate'))} ({_pp(boot.get('lower'))} to {_pp(boot.get('upper'))})"
+        if boot
+        else "–",
+        _newcombe_text(v.get("newcombe")),
+    )
+
+
+def _exploratory_pairs_html(report: Report, tag: str) -> str:
+    """The paired-arm metrics of each registered contrast's arms."""
+    pair_rows = [
+        _pair_row(r) for r in report.results if str(r.get("id", "")).startswith("exploratory.pair.")
+    ]
+    return f"<h3>{_e(EXPLORATORY)}: paired-arm metrics {tag}</h3>" + _table(
+        f"{EXPLORATORY}: paired-arm metrics (two-sided p, not adjusted)",
+        (
+            "pair a-b",
+            "McNemar (items as independent: descriptive)",
+            "answer flip rate",
+            "Welch t",
+            "paired t (per stimulus)",
+            "bootstrap difference (95% CI)",
+            NEWCOMBE,
+        ),
+        pair_rows,
+    )
+
+
+def _question_run_row(name: str, r: dict[str, Any]) -> tuple[Any, ...]:
+    if r.get("status") != "ok":
+        return (name, f"not computed: {r.get('error')}", "")
+    v = r.get("values") or {}
+    return (name, _pct(v.get("estimate")), f"{_pct(v.get('lower'))} – {_pct(v.get('upper'))}")
+
+
+def _exploratory_question_run_html(report: Report, tag: str) -> str:
+    """Accuracy by arm (and arm@model) with the bootstrap over trials."""
+    qr_rows = []
+    for r in report.results:
+        name = str(r.get("id", "")).removeprefix("exploratory.question_run.")
+        if name != r.get("id"):
+            qr_rows.append(_question_run_row(name, r))
+    caption = (
+        f"{EXPLORATORY}: accuracy by arm (pooled over models: a run is a "
+        "model and replicate) and by arm@model, bootstrap over (stimulus, "
+        "run)"
+        if len(report.models) >= 2
+        else f"{EXPLORATORY}: accuracy by arm, bootstrap over (stimulus, replicate)"
+    )
+    return (
+        f"<h3>{_e(EXPLORATORY)}: accuracy with a bootstrap over trials (probes are not "
+        f"resampled) {tag}</h3>"
+    ) + _table(caption, ("arm", "accuracy", "bootstrap 95% CI"), qr_rows)
+
+
+def _exploratory_arm_by_model_html(report: Report, tag: str) -> str:
+    """The arm × model mixed model (several models), when recorded."""
+    by_model = report.result("exploratory.arm_by_model")
+    if by_model is None:
+        return ""
+    test = (by_model.get("values") or {}).get("interaction_test") or {}
+    return f"<h3>{_e(EXPLORATORY)}: does the arm effect differ between models? {tag}</h3>" + (
+        _model_html(
+            by_model,
+            f"; joint Wald test of the {test.get('df')} arm × "
+            f"model terms: chi2 {_fmt(test.get('chi2'))}, p "
+            f"{_p(test.get('p'))}",
+            f"{EXPLORATORY}: ",
+        )
+    )
+
+
+def _multiplicity_body(mult: dict[str, Any] | None) -> str:
+    """Every hypothesis p corrected as one family, or why there is nothing to show."""
+    if mult is None:
+        return "<p>Not recorded.</p>"
+    if mult.get("status") != "ok":
+        return _failed_html(mult)
+    v = mult.get("values") or {}
+    if v.get("note"):
+        return f"<p>{_e(v.get('note'))}.</p>"
+    bonf = (v.get("bonferroni") or {}).get("adjusted") or []
+    holm = (v.get("holm") or {}).get("adjusted") or []
+    raw = (v.get("bonferroni") or {}).get("pvalues") or []
+    mrows = [
+        (h, _p(p), _p(b), _p(hh))
+        for h, p, b, hh in zip(v.get("hypotheses") or [], raw, bonf, holm, strict=False)
+    ]
+    return _table(
+        f"{EXPLORATORY}: every hypothesis p-value corrected as one family",
+        ("hypothesis", "p raw", "Bonferroni", "Holm"),
+        mrows,
+    )
+
+
+SHOWN_EXPLORATORY = (
+    "exploratory.errors.",
+    "exploratory.pair.",
+    "exploratory.question_run.",
+    "exploratory.arm_by_model",
+    "exploratory.by_truth",
+    "exploratory.by_stimulus",
+)
+"""Exploratory results the section tables (a failed one there); others failed are listed."""
+
+
 def _section_exploratory(report: Report) -> str:
     tag = f'<span class="tag">{_e(EXPLORATORY)}</span>'
     parts = [
         f'<div class="exploratory"><h2>{_e(EXPLORATORY)}</h2>',
         "<p>None of these results was pre-registered. They describe the data and may "
         "suggest hypotheses for a future study; they decide nothing.</p>",
+        _exploratory_errors_html(report, tag),
+        _figure_html(report, "accuracy_by_row.png"),
+        *(_figure_html(report, f"confusion_{_safe(arm)}.png") for arm in report.arms),
+        _by_truth_html(report, tag),
+        _by_stimulus_html(report, tag),
+        _exploratory_pairs_html(report, tag),
+        _exploratory_question_run_html(report, tag),
+        _exploratory_arm_by_model_html(report, tag),
+        f"<h3>{_e(EXPLORATORY)}: multiplicity sensitivity {tag}</h3>",
+        _multiplicity_body(report.result("exploratory.multiplicity")),
     ]
-    errors = [report.result(f"exploratory.errors.{a}") for a in report.arms]
-    rows = []
-    for arm, r in zip(report.arms, errors, strict=True):
-        if r is None:
-            continue
-        if r.get("status") != "ok":
-            rows.append(
-                (
-                    arm,
-                    f'<span class="error">not computed: {_e(r.get("error"))}</span>',
-                    "",
-                    "",
-                    "",
-                    "",
-                    "",
-                )
-            )
-            continue
-        v = r.get("values") or {}
-        share = v.get("canonical_right_share") or {}
-        chi = v.get("error_chi_square") or {}
-        dirs = v.get("error_directions") or v.get("error_answers") or {}  # orientation or label
-        bias = v.get("position_bias") or {}
-        rows.append(
-            (
-                arm,
-                _e(_pct((v.get("confusion") or {}).get("accuracy"))),
-                _e(", ".join(f"{k} {n}" for k, n in dirs.items()) or "no errors"),
-                _e(
-                    f"{_pct(share.get('share'))} ({_pct(share.get('lower'))} – "
-                    f"{_pct(share.get('upper'))}), n={share.get('n', 0)}"
-                    if share
-                    else "–"
-                ),
-                _e(
-                    chi.get("error")
-                    or (f"chi2 {_fmt(chi.get('chi2'))}, p {_p(chi.get('p'))}" if chi else "–")
-                ),
-                _e(_chi_text(v.get("error_chi_square_excluding_truth"))),
-                _e(f"TVD {_fmt(bias.get('tvd'))}" if bias else "–"),
-            )
-        )
-    parts.append(f"<h3>{_e(EXPLORATORY)}: error phenotype by arm {tag}</h3>")
-    parts.append(
-        _table(
-            f"{EXPLORATORY}: error phenotype (wrong answers that name an orientation)",
-            (
-                "arm",
-                "accuracy",
-                "error directions",
-                "share of errors answering RIGHT (Wilson 95% CI, errors as independent: "
-                "descriptive)",
-                "errors uniform over all labels? (chi-square; the paper's null, replicated)",
-                "errors uniform over the wrong labels? (chi-square, true label excluded)",
-                "answer vs truth distribution",
-            ),
-            rows,
-            raw=(0, 1, 2, 3, 4, 5, 6),
-        )
-    )
-    parts.append(_figure_html(report, "accuracy_by_row.png"))
-    for arm in report.arms:
-        parts.append(_figure_html(report, f"confusion_{_safe(arm)}.png"))
-    parts.append(_by_truth_html(report, tag))
-    parts.append(_by_stimulus_html(report, tag))
-    pair_rows = []
-    for r in report.results:
-        if not str(r.get("id", "")).startswith("exploratory.pair."):
-            continue
-        name = str(r["id"]).removeprefix("exploratory.pair.")
-        if r.get("status") != "ok":
-            pair_rows.append((name, f"not computed: {r.get('error')}", "", "", "", "", ""))
-            continue
-        v = r.get("values") or {}
-        mc, flip = v.get("mcnemar") or {}, v.get("flip_rate") or {}
-        it, pt, boot = (
-            v.get("independent_t") or {},
-            v.get("paired_t") or {},
-            v.get("bootstrap_diff") or {},
-        )
-        pair_rows.append(
-            (
-                name,
-                f"b={mc.get('b')}, c={mc.get('c')}, p {_p(mc.get('p'))}" if mc else "–",
-                _pct(flip.get("share")) if flip else "–",
-                f"{_pp(it.get('difference'))}, p {_p(it.get('p'))}" if it else "–",
-                f"{_pp(pt.get('difference'))}, p {_p(pt.get('p'))}" if pt else "–",
-                f"{_pp(boot.get('estimate'))} "
-                f"({_pp(boot.get('lower'))} to {_pp(boot.get('upper'))})"
-                if boot
-                else "–",
-                _newcombe_text(v.get("newcombe")),
-            )
-        )
-    parts.append(f"<h3>{_e(EXPLORATORY)}: paired-arm metrics {tag}</h3>")
-    parts.append(
-        _table(
-            f"{EXPLORATORY}: paired-arm metrics (two-sided p, not adjusted)",
-            (
-                "pair a-b",
-                "McNemar (items as independent: descriptive)",
-                "answer flip rate",
-                "Welch t",
-                "paired t (per stimulus)",
-                "bootstrap difference (95% CI)",
-                NEWCOMBE,
-            ),
-            pair_rows,
-        )
-    )
-    qr_rows = []
-    for r in report.results:
-        name = str(r.get("id", "")).removeprefix("exploratory.question_run.")
-        if name == r.get("id"):
-            continue
-        if r.get("status") != "ok":
-            qr_rows.append((name, f"not computed: {r.get('error')}", ""))
-            continue
-        v = r.get("values") or {}
-        qr_rows.append(
-            (name, _pct(v.get("estimate")), f"{_pct(v.get('lower'))} – {_pct(v.get('upper'))}")
-        )
-    parts.append(
-        f"<h3>{_e(EXPLORATORY)}: accuracy with a bootstrap over trials (probes are not "
-        f"resampled) {tag}</h3>"
-    )
-    if len(report.models) >= 2:
-        parts.append(
-            _table(
-                f"{EXPLORATORY}: accuracy by arm (pooled over models: a run is a "
-                "model and replicate) and by arm@model, bootstrap over (stimulus, "
-                "run)",
-                ("arm", "accuracy", "bootstrap 95% CI"),
-                qr_rows,
-            )
-        )
-    else:
-        parts.append(
-            _table(
-                f"{EXPLORATORY}: accuracy by arm, bootstrap over (stimulus, replicate)",
-                ("arm", "accuracy", "bootstrap 95% CI"),
-                qr_rows,
-            )
-        )
-    by_model = report.result("exploratory.arm_by_model")
-    if by_model is not None:
-        parts.append(
-            f"<h3>{_e(EXPLORATORY)}: does the arm effect differ between models? {tag}</h3>"
-        )
-        test = (by_model.get("values") or {}).get("interaction_test") or {}
-        parts.append(
-            _model_html(
-                by_model,
-                f"; joint Wald test of the {test.get('df')} arm × "
-                f"model terms: chi2 {_fmt(test.get('chi2'))}, p "
-                f"{_p(test.get('p'))}",
-                f"{EXPLORATORY}: ",
-            )
-        )
-    mult = report.result("exploratory.multiplicity")
-    parts.append(f"<h3>{_e(EXPLORATORY)}: multiplicity sensitivity {tag}</h3>")
-    if mult is None:
-        parts.append("<p>Not recorded.</p>")
-    elif mult.get("status") != "ok":
-        parts.append(_failed_html(mult))
-    elif (mult.get("values") or {}).get("note"):
-        parts.append(f"<p>{_e((mult.get('values') or {}).get('note'))}.</p>")
-    else:
-        v = mult.get("values") or {}
-        bonf = (v.get("bonferroni") or {}).get("adjusted") or []
-        holm = (v.get("holm") or {}).get("adjusted") or []
-        raw = (v.get("bonferroni") or {}).get("pvalues") or []
-        mrows = [
-            (h, _p(p), _p(b), _p(hh))
-            for h, p, b, hh in zip(v.get("hypotheses") or [], raw, bonf, holm, strict=False)
-        ]
-        parts.append(
-            _table(
-                f"{EXPLORATORY}: every hypothesis p-value corrected as one family",
-                ("hypothesis", "p raw", "Bonferroni", "Holm"),
-                mrows,
-            )
-        )
     other = [
         r
         for r in report.by_label("exploratory")
-        if r.get("status") == "failed"
-        and not str(r.get("id", "")).startswith(
-            (
-                "exploratory.errors.",
-                "exploratory.pair.",
-                "exploratory.question_run.",
-                "exploratory.arm_by_model",
-                "exploratory.by_truth",
-                "exploratory.by_stimulus",
-            )
-        )
+        if r.get("status") == "failed" and not str(r.get("id", "")).startswith(SHOWN_EXPLORATORY)
     ]
     parts += [_failed_html(r) for r in other if r.get("id") != "exploratory.multiplicity"]
     parts.append("</div>")
@@ -2127,6 +2162,41 @@ def _by_stimulus_html(report: Report, tag: str) -> str:
     )
 
 
+def _truth_cell(c: dict[str, Any]) -> str:
+    """An arm's accuracy at one true answer: correct/n = share (Wilson interval)."""
+    w = c.get("wilson") or {}
+    if not c.get("n"):
+        return "no trials"
+    return (
+        f"{c.get('correct')}/{c.get('n')} = {_pct(w.get('estimate'))} "
+        f"({_pct(w.get('lower'))} – {_pct(w.get('upper'))})"
+    )
+
+
+def _truth_difference(d: dict[str, Any]) -> str:
+    """An arm difference at one true answer, with its interval, or why it is not computable."""
+    if "error" in d or not d:
+        return "not computable"
+    return f"{_pp(d.get('estimate'))} ({_pp(d.get('lower'))} to {_pp(d.get('upper'))})"
+
+
+def _by_truth_rows(
+    v: dict[str, Any],
+) -> tuple[list[str], list[tuple[Any, ...]], list[tuple[Any, ...]]]:
+    """(true answers, accuracy rows per arm, difference rows per arm pair) of by_truth."""
+    labels = [str(x) for x in v.get("labels") or []]
+    cells = v.get("cells") or {}
+    rows = [
+        (arm, *(_truth_cell((cells.get(arm) or {}).get(label) or {}) for label in labels))
+        for arm in cells
+    ]
+    contrast_rows = [
+        (name, *(_truth_difference((per or {}).get(label) or {}) for label in labels))
+        for name, per in (v.get("contrasts") or {}).items()
+    ]
+    return labels, rows, contrast_rows
+
+
 def _by_truth_html(report: Report, tag: str) -> str:
     """``exploratory.by_truth``: accuracy per arm and true answer, and per-truth arm contrasts."""
     r = report.result("exploratory.by_truth")
@@ -2138,33 +2208,7 @@ def _by_truth_html(report: Report, tag: str) -> str:
     )
     if r.get("status") != "ok":
         return head + _failed_html(r)
-    v = r.get("values") or {}
-    labels = [str(x) for x in v.get("labels") or []]
-    cells = v.get("cells") or {}
-
-    def cell(c: dict[str, Any]) -> str:
-        w = c.get("wilson") or {}
-        if not c.get("n"):
-            return "no trials"
-        return (
-            f"{c.get('correct')}/{c.get('n')} = {_pct(w.get('estimate'))} "
-            f"({_pct(w.get('lower'))} – {_pct(w.get('upper'))})"
-        )
-
-    rows = [
-        (arm, *(cell((cells.get(arm) or {}).get(label) or {}) for label in labels)) for arm in cells
-    ]
-    contrast_rows = []
-    for name, per in (v.get("contrasts") or {}).items():
-        texts = []
-        for label in labels:
-            d = (per or {}).get(label) or {}
-            texts.append(
-                "not computable"
-                if "error" in d or not d
-                else f"{_pp(d.get('estimate'))} ({_pp(d.get('lower'))} to {_pp(d.get('upper'))})"
-            )
-        contrast_rows.append((name, *texts))
+    labels, rows, contrast_rows = _by_truth_rows(r.get("values") or {})
     return (
         head + "<p>Each cell holds few trials and nothing here is adjusted for the number "
         "of cells: read these as hypotheses for a powered replication, as the paper does "
@@ -2365,6 +2409,12 @@ def render_html(report: Report) -> str:
 
 def render_terminal(report: Report, console: Console) -> None:
     """Rich tables: simulated warning, verdicts, descriptive accuracy, exploratory (labelled)."""
+    for section in TERMINAL_SECTIONS:
+        section(report, console)
+
+
+def _terminal_banners(report: Report, console: Console) -> None:
+    """The simulated-data and session warnings, first."""
     if report.simulated:
         console.print(
             "[bold black on yellow] SIMULATED DATA: responses from the offline "
@@ -2373,6 +2423,10 @@ def render_terminal(report: Report, console: Console) -> None:
     notice = session_notice(report.runs)
     if notice is not None:
         console.print(f"[bold black on yellow] WARNING {escape(notice)} [/]")
+
+
+def _terminal_verdicts(report: Report, console: Console) -> None:
+    """The pre-registered verdicts, each with its caution."""
     colours = {
         "supported": "green",
         "not supported": "white",
@@ -2405,6 +2459,10 @@ def render_terminal(report: Report, console: Console) -> None:
             _rule_text(r),
         )
     console.print(verdicts)
+
+
+def _terminal_seed002(report: Report, console: Console) -> None:
+    """The identical-copies banner and seed 002's statistics."""
     copies = identical_banner(report.result(IDENTICAL_ID))
     if copies is not None:
         console.print(f"[bold yellow]{escape(copies)}[/]")
@@ -2425,6 +2483,10 @@ def render_terminal(report: Report, console: Console) -> None:
         for row in seed002:
             mcq_table.add_row(*(escape(x) for x in row))
         console.print(mcq_table)
+
+
+def _terminal_qr(report: Report, console: Console) -> None:
+    """The qr-bootstrap descriptive tables, when recorded."""
     from analysis import qr_boot
 
     for caption, header, rows in qr_boot.report_tables(report.result("descriptive.qr_bootstrap")):
@@ -2432,12 +2494,20 @@ def render_terminal(report: Report, console: Console) -> None:
         for cells in rows:
             qr_table.add_row(*(escape(x) for x in cells))
         console.print(qr_table)
+
+
+def _terminal_ddx(report: Report, console: Console) -> None:
+    """The ddx outcomes table, when recorded."""
     ddx = report.result("descriptive.ddx")
     if ddx is not None and ddx.get("status") == "ok":
         ddx_table = table(*DDX_HEADER, title=str(ddx.get("title")))
         for ddx_row in ddx_rows(ddx.get("values") or {}):
             ddx_table.add_row(*(escape(x) for x in ddx_row))
         console.print(ddx_table)
+
+
+def _terminal_covariates(report: Report, console: Console) -> None:
+    """The outcomes by factor label (``docs/analysis.md`` §11), when recorded."""
     strata = report.result("descriptive.covariates")  # docs/analysis.md §11
     if strata is not None and strata.get("status") == "ok":
         values = strata.get("values") or {}
@@ -2454,7 +2524,28 @@ def render_terminal(report: Report, console: Console) -> None:
             for strata_row in strata_rows:
                 strata_table.add_row(*(escape(x) for x in strata_row))
             console.print(strata_table)
-    unit, level = ("glyphs", "glyph-level accuracy") if report.tumbling else ("items", "accuracy")
+
+
+def _unit_level(report: Report) -> tuple[str, str]:
+    """(what is counted, what accuracy is) in the descriptive tables' headers."""
+    return ("glyphs", "glyph-level accuracy") if report.tumbling else ("items", "accuracy")
+
+
+def _accuracy_cells(v: dict[str, Any]) -> tuple[str, ...]:
+    """(accuracy, Wilson interval, analysed, parse rate, excluded) of one descriptive cell."""
+    acc = (v or {}).get("accuracy") or {}
+    return (
+        _pct(acc.get("estimate")),
+        f"{_pct(acc.get('lower'))} – {_pct(acc.get('upper'))}",
+        str(v.get("glyphs")),
+        _pct(v.get("parse_rate")),
+        str(v.get("excluded")),
+    )
+
+
+def _terminal_descriptive(report: Report, console: Console) -> None:
+    """Descriptive accuracy by arm."""
+    unit, level = _unit_level(report)
     arms_table = table(
         "arm",
         "role",
@@ -2469,19 +2560,16 @@ def render_terminal(report: Report, console: Console) -> None:
     if arms_result and arms_result.get("status") == "ok":
         roles = report.protocol.get("arms") or {}
         for arm, v in sorted((arms_result.get("values") or {}).items()):
-            acc = (v or {}).get("accuracy") or {}
-            arms_table.add_row(
-                arm,
-                str((roles.get(arm) or {}).get("role", "")),
-                _pct(acc.get("estimate")),
-                f"{_pct(acc.get('lower'))} – {_pct(acc.get('upper'))}",
-                str(v.get("glyphs")),
-                _pct(v.get("parse_rate")),
-                str(v.get("excluded")),
-            )
+            role = str((roles.get(arm) or {}).get("role", ""))
+            arms_table.add_row(arm, role, *_accuracy_cells(v))
         console.print(arms_table)
     elif arms_result:
         console.print(f"[red]descriptive.arms not computed: {arms_result.get('error')}[/]")
+
+
+def _terminal_by_model(report: Report, console: Console) -> None:
+    """Descriptive accuracy by arm and model (several models)."""
+    unit, level = _unit_level(report)
     by_model = report.result("descriptive.arm_model")
     if by_model and by_model.get("status") == "ok":
         model_table = table(
@@ -2495,17 +2583,12 @@ def render_terminal(report: Report, console: Console) -> None:
             title=f"Descriptive: {level} by arm and model",
         )
         for v in (by_model.get("values") or {}).values():
-            acc = (v or {}).get("accuracy") or {}
-            model_table.add_row(
-                str(v.get("arm")),
-                str(v.get("model")),
-                _pct(acc.get("estimate")),
-                f"{_pct(acc.get('lower'))} – {_pct(acc.get('upper'))}",
-                str(v.get("glyphs")),
-                _pct(v.get("parse_rate")),
-                str(v.get("excluded")),
-            )
+            model_table.add_row(str(v.get("arm")), str(v.get("model")), *_accuracy_cells(v))
         console.print(model_table)
+
+
+def _terminal_exploratory(report: Report, console: Console) -> None:
+    """The exploratory results (labelled) and the failed ones."""
     explore = table("result", "summary", title=f"{EXPLORATORY}")
     for r in report.by_label("exploratory"):
         explore.add_row(str(r.get("id")), _exploratory_summary(r))
@@ -2513,6 +2596,10 @@ def render_terminal(report: Report, console: Console) -> None:
     for r in report.failed:
         if not r.get("hypothesis"):
             console.print(f"[red]{r.get('id')} not computed: {r.get('error')}[/]")
+
+
+def _terminal_verification(report: Report, console: Console) -> None:
+    """The ledger verification: its verdict and the checks not PASS."""
     v = report.verification
     checks = ", ".join(
         f"{c.name} {c.status.value}" for c in v.checks if c.status is not Status.PASS
@@ -2524,57 +2611,98 @@ def render_terminal(report: Report, console: Console) -> None:
     )
 
 
+TERMINAL_SECTIONS: tuple[Callable[[Report, Console], None], ...] = (
+    _terminal_banners,
+    _terminal_verdicts,
+    _terminal_seed002,
+    _terminal_qr,
+    _terminal_ddx,
+    _terminal_covariates,
+    _terminal_descriptive,
+    _terminal_by_model,
+    _terminal_exploratory,
+    _terminal_verification,
+)
+""":func:`render_terminal`'s sections, in the order printed."""
+
+
+def _errors_summary(v: dict[str, Any]) -> str:
+    share = v.get("canonical_right_share") or {}
+    bias = v.get("position_bias") or {}
+    right = (
+        f"errors answering RIGHT {_pct(share.get('share'))} of {share.get('n', 0)}; "
+        if share
+        else ""
+    )  # tumbling-E only
+    return (
+        f"accuracy {_pct((v.get('confusion') or {}).get('accuracy'))}; {right}"
+        f"answer-vs-truth TVD {_fmt(bias.get('tvd'))}"
+    )
+
+
+def _arm_by_model_summary(v: dict[str, Any]) -> str:
+    test = v.get("interaction_test") or {}
+    return (
+        f"arm × model terms: chi2 {_fmt(test.get('chi2'))}, df {_fmt(test.get('df'))}, "
+        f"p {_p(test.get('p'))}" + ("; singular fit" if v.get("singular") else "")
+    )
+
+
+def _pair_summary(v: dict[str, Any]) -> str:
+    boot = v.get("bootstrap_diff") or {}
+    mc = v.get("mcnemar") or {}
+    return (
+        f"bootstrap diff {_pp(boot.get('estimate'))} ({_pp(boot.get('lower'))} to "
+        f"{_pp(boot.get('upper'))}); McNemar p {_p(mc.get('p'))}"
+    )
+
+
+def _question_run_summary(v: dict[str, Any]) -> str:
+    return f"accuracy {_pct(v.get('estimate'))} ({_pct(v.get('lower'))} – {_pct(v.get('upper'))})"
+
+
+def _per_contrast(v: dict[str, Any], key: str) -> str:
+    """``name: level difference; ...`` for each contrast of a per-level result."""
+    return ", ".join(
+        f"{name}: "
+        + "; ".join(f"{level} {_pp((d or {}).get(key))}" for level, d in (per or {}).items())
+        for name, per in (v.get("contrasts") or {}).items()
+    )
+
+
+def _by_stimulus_summary(v: dict[str, Any]) -> str:
+    return "dismantling differences per probe, " + _per_contrast(v, "difference")
+
+
+def _by_truth_summary(v: dict[str, Any]) -> str:
+    return "accuracy by arm and true answer, " + _per_contrast(v, "estimate")
+
+
+def _multiplicity_summary(v: dict[str, Any]) -> str:
+    holm = (v.get("holm") or {}).get("adjusted") or []
+    return "Holm: " + ", ".join(
+        f"{h} {_p(p)}" for h, p in zip(v.get("hypotheses") or [], holm, strict=False)
+    )
+
+
+EXPLORATORY_SUMMARIES: tuple[tuple[str, Callable[[dict[str, Any]], str]], ...] = (
+    ("exploratory.errors.", _errors_summary),
+    ("exploratory.arm_by_model", _arm_by_model_summary),
+    ("exploratory.pair.", _pair_summary),
+    ("exploratory.question_run.", _question_run_summary),
+    ("exploratory.by_stimulus", _by_stimulus_summary),
+    ("exploratory.by_truth", _by_truth_summary),
+    ("exploratory.multiplicity", _multiplicity_summary),
+)
+"""The terminal's one-line summary of an exploratory result, by id (a prefix ending in ``.``)."""
+
+
 def _exploratory_summary(r: dict[str, Any]) -> str:
     if r.get("status") != "ok":
         return f"not computed: {r.get('error')}"
     v = r.get("values") or {}
     rid = str(r.get("id", ""))
-    if rid.startswith("exploratory.errors."):
-        share = v.get("canonical_right_share") or {}
-        bias = v.get("position_bias") or {}
-        right = (
-            f"errors answering RIGHT {_pct(share.get('share'))} of {share.get('n', 0)}; "
-            if share
-            else ""
-        )  # tumbling-E only
-        return (
-            f"accuracy {_pct((v.get('confusion') or {}).get('accuracy'))}; {right}"
-            f"answer-vs-truth TVD {_fmt(bias.get('tvd'))}"
-        )
-    if rid == "exploratory.arm_by_model":
-        test = v.get("interaction_test") or {}
-        return (
-            f"arm × model terms: chi2 {_fmt(test.get('chi2'))}, df {_fmt(test.get('df'))}, "
-            f"p {_p(test.get('p'))}" + ("; singular fit" if v.get("singular") else "")
-        )
-    if rid.startswith("exploratory.pair."):
-        boot = v.get("bootstrap_diff") or {}
-        mc = v.get("mcnemar") or {}
-        return (
-            f"bootstrap diff {_pp(boot.get('estimate'))} ({_pp(boot.get('lower'))} to "
-            f"{_pp(boot.get('upper'))}); McNemar p {_p(mc.get('p'))}"
-        )
-    if rid.startswith("exploratory.question_run."):
-        return (
-            f"accuracy {_pct(v.get('estimate'))} ({_pct(v.get('lower'))} – {_pct(v.get('upper'))})"
-        )
-    if rid == "exploratory.by_stimulus":
-        return "dismantling differences per probe, " + ", ".join(
-            f"{name}: "
-            + "; ".join(f"{st} {_pp((d or {}).get('difference'))}" for st, d in (per or {}).items())
-            for name, per in (v.get("contrasts") or {}).items()
-        )
-    if rid == "exploratory.by_truth":
-        return "accuracy by arm and true answer, " + ", ".join(
-            f"{name}: "
-            + "; ".join(
-                f"{label} {_pp((d or {}).get('estimate'))}" for label, d in (per or {}).items()
-            )
-            for name, per in (v.get("contrasts") or {}).items()
-        )
-    if rid == "exploratory.multiplicity":
-        holm = (v.get("holm") or {}).get("adjusted") or []
-        return "Holm: " + ", ".join(
-            f"{h} {_p(p)}" for h, p in zip(v.get("hypotheses") or [], holm, strict=False)
-        )
+    for name, summary in EXPLORATORY_SUMMARIES:
+        if rid == name or (name.endswith(".") and rid.startswith(name)):
+            return summary(v)
     return _fmt(v)[:120]

@@ -145,7 +145,11 @@ class Statistic:
     ``arm_compares_variants``: a hypothesis of one arm compares its ``variants`` (else it is
     about the arm alone). ``mixed_model``: the kind is a contrast of the registered mixed
     model (its estimand the population of stimuli; its sensitivity analyses are
-    ``sensitivity.lmm``'s).
+    ``sensitivity.lmm``'s). ``plannable``: ``ledger plan`` can simulate the kind (trial-level
+    outcomes, ``docs/planning.md``). ``claims_difference``: a supported verdict claims a
+    difference (its share supported is a power or a type-I error; not so an equivalence's).
+    ``demo_row``: (what, figures) of a recorded result, as the template demo prints it after
+    verification (``None``: the demo does not print the kind).
     """
 
     key: str
@@ -165,6 +169,9 @@ class Statistic:
     posthoc: Posthoc | None = None
     arm_compares_variants: bool = True
     mixed_model: bool = False
+    plannable: bool = False
+    claims_difference: bool = True
+    demo_row: Callable[[dict[str, Any], Values], tuple[str, str]] | None = None
 
 
 def contrast_of(h: dict[str, Any]) -> tuple[str, str]:

@@ -64,4 +64,5 @@ STATISTIC = Statistic(
         echo=posthoc_echo,
         compute=posthoc_compute,
     ),
+    plannable=True,
 )

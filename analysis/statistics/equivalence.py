@@ -74,4 +74,6 @@ STATISTIC = Statistic(
     component_effect=component_effect,
     forest_span=forest_span,
     forest_marks=forest_marks,
+    plannable=True,
+    claims_difference=False,
 )

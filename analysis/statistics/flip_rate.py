@@ -64,6 +64,12 @@ def seed002_cells(v: dict[str, Any]) -> tuple[str, str, str]:
     return str(v.get("n_pairs")), f"{v.get('flips')} flips ({v.get('basis')})", interval_cell(v)
 
 
+def demo_row(h: dict[str, Any], v: dict[str, Any]) -> tuple[str, str]:
+    """(what, figures) the template demo prints: the share of pairs that flip."""
+    what = f"{h['arm']}: {' vs '.join(h['variants'])}"
+    return what, f"{pct(v.get('estimate'))} of pairs ({h.get('basis', 'answer')})"
+
+
 STATISTIC = Statistic(
     key="flip-rate",
     order=7,
@@ -75,4 +81,5 @@ STATISTIC = Statistic(
     seed002=always,
     seed002_values=seed002_values,
     seed002_cells=seed002_cells,
+    demo_row=demo_row,
 )

@@ -44,4 +44,5 @@ STATISTIC = Statistic(
         echo=t_echo,
         compute=posthoc_compute,
     ),
+    plannable=True,
 )

@@ -101,4 +101,5 @@ STATISTIC = Statistic(
     in_pp=True,
     posthoc=Posthoc(title="linear mixed model", detail=posthoc_detail, echo=posthoc_echo),
     mixed_model=True,
+    plannable=True,
 )

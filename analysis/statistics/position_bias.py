@@ -53,6 +53,16 @@ def seed002_cells(v: dict[str, Any]) -> tuple[str, str, str]:
     return n, f"bias {fmt(v.get('bias_a'))} vs {fmt(v.get('bias_b'))}", interval_cell(v)
 
 
+def demo_row(h: dict[str, Any], v: dict[str, Any]) -> tuple[str, str]:
+    """(what, figures) the template demo prints: each arm's bias."""
+    a, b = h["contrast"]
+    return " vs ".join(h["contrast"]), f"{a} {_bias(v.get('bias_a'))}, {b} {_bias(v.get('bias_b'))}"
+
+
+def _bias(value: Any) -> str:
+    return f"{value:.3f}" if isinstance(value, int | float) else "–"
+
+
 STATISTIC = Statistic(
     key="position-bias",
     order=8,
@@ -64,4 +74,5 @@ STATISTIC = Statistic(
     seed002=always,
     seed002_values=seed002_values,
     seed002_cells=seed002_cells,
+    demo_row=demo_row,
 )

@@ -81,6 +81,14 @@ def seed002_cells(v: dict[str, Any]) -> tuple[str, str, str]:
     return str(v.get("n_units")), stat, interval_cell(v)
 
 
+def demo_row(h: dict[str, Any], v: dict[str, Any]) -> tuple[str, str]:
+    """(what, figures) the template demo prints: the majority against one sample."""
+    figures = (
+        f"majority {pct(v.get('accuracy_majority'))} vs one sample {pct(v.get('accuracy_single'))}"
+    )
+    return f"{h['arm']}: {h.get('samples')} samples", figures
+
+
 STATISTIC = Statistic(
     key="self-consistency",
     order=10,
@@ -91,4 +99,5 @@ STATISTIC = Statistic(
     seed002=always,
     seed002_values=seed002_values,
     seed002_cells=seed002_cells,
+    demo_row=demo_row,
 )

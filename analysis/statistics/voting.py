@@ -68,6 +68,14 @@ def seed002_cells(v: dict[str, Any]) -> tuple[str, str, str]:
     return str(v.get("n_groups")), stat, interval_cell(v)
 
 
+def demo_row(h: dict[str, Any], v: dict[str, Any]) -> tuple[str, str]:
+    """(what, figures) the template demo prints: the vote against the mean per order."""
+    figures = (
+        f"vote {pct(v.get('accuracy_vote'))} vs mean per order {pct(v.get('accuracy_orders'))}"
+    )
+    return f"{h['arm']}: {len(h['variants'])} orders", figures
+
+
 STATISTIC = Statistic(
     key="voting",
     order=9,
@@ -78,4 +86,5 @@ STATISTIC = Statistic(
     seed002=always,
     seed002_values=seed002_values,
     seed002_cells=seed002_cells,
+    demo_row=demo_row,
 )
