@@ -863,18 +863,15 @@ def _per_group_diff(ds: Dataset, a: str, b: str) -> dict[str, float]:
     return {str(k): float(v) for k, v in (means[a] - means[b]).items()}
 
 
-def _trial_pairs(ds: Dataset, a: str, b: str) -> tuple[Any, Any, list[dict[str, Any]]]:
-    """Trial accuracies of a and b paired by (stimulus, rep): complete pairs only.
+PairState = dict[str, dict[tuple[str, int], tuple[str, str, float]]]
+"""Per arm, (stimulus, rep) -> (kind: ok, unparseable, given-up or excluded; trial; value)."""
 
-    ``docs/analysis.md`` §3: a key whose trial in either arm was scheduled but gave no value
-    (unparseable and excluded, given up, or recorded as ``trial.excluded``) drops the pair,
-    listed in the third member; a key one arm has and the other never had (no such trial was
-    scheduled) raises :class:`~analysis.stats.StatsError` naming it: the pairing is part of
-    the plan.
-    """
+
+def _pair_state(ds: Dataset, a: str, b: str) -> PairState:
+    """Every scheduled (stimulus, rep) key of arms ``a`` and ``b`` and what it gave."""
     controls = set(ds.trials.loc[ds.trials["control"].astype(bool), "stimulus"].astype(str))
     stimuli = set(ds.trials["stimulus"].astype(str))
-    state: dict[str, dict[tuple[str, int], tuple[str, str, float]]] = {a: {}, b: {}}
+    state: PairState = {a: {}, b: {}}
 
     def note(arm: str, key: tuple[str, int], kind: str, trial: str, value: float) -> None:
         if key in state[arm]:
@@ -894,6 +891,11 @@ def _trial_pairs(ds: Dataset, a: str, b: str) -> tuple[Any, Any, list[dict[str, 
             arm, _model, stimulus, rep = split_trial(trial)
             if arm in state and stimulus in stimuli and stimulus not in controls:
                 note(arm, (stimulus, int(rep)), kind, trial, math.nan)
+    return state
+
+
+def _check_pairing(state: PairState, a: str, b: str) -> None:
+    """Refuse a key one arm has and the other never had: the arms' designs differ."""
     only = {arm: sorted(set(state[arm]) - set(state[other])) for arm, other in ((a, b), (b, a))}
     if only[a] or only[b]:
         arm, other = (a, b) if only[a] else (b, a)
@@ -903,6 +905,19 @@ def _trial_pairs(ds: Dataset, a: str, b: str) -> tuple[Any, Any, list[dict[str, 
             f"stimulus {first[0]!r} and arm {other} has no such trial: it was never scheduled "
             f"({len(only[a]) + len(only[b])} key(s) in one arm only; the arms' designs differ)"
         )
+
+
+def _trial_pairs(ds: Dataset, a: str, b: str) -> tuple[Any, Any, list[dict[str, Any]]]:
+    """Trial accuracies of a and b paired by (stimulus, rep): complete pairs only.
+
+    ``docs/analysis.md`` §3: a key whose trial in either arm was scheduled but gave no value
+    (unparseable and excluded, given up, or recorded as ``trial.excluded``) drops the pair,
+    listed in the third member; a key one arm has and the other never had (no such trial was
+    scheduled) raises :class:`~analysis.stats.StatsError` naming it: the pairing is part of
+    the plan.
+    """
+    state = _pair_state(ds, a, b)
+    _check_pairing(state, a, b)
     xs: list[float] = []
     ys: list[float] = []
     dropped: list[dict[str, Any]] = []
@@ -1093,21 +1108,68 @@ def _apply_corrections(results: list[Result], plan: dict[str, Any]) -> None:
                 m.values["family_size"] = len(members)
 
 
-def exploratory(ds: Dataset, plan: dict[str, Any]) -> list[Result]:
-    """Not pre-registered: error phenotype, rows, position bias, paired-arm metrics.
+def _error_tests(
+    wrong: pd.DataFrame, vocab: tuple[str, ...], tumbling: bool, oriented: bool
+) -> dict[str, Any]:
+    """The wrong answers' canonical RIGHT share (tumbling-E), counts and chi-square tests."""
+    values: dict[str, Any] = {}
+    if tumbling:
+        values["canonical_right_share"] = stats.canonical_share(
+            wrong["truth"].astype(str).tolist(), wrong["answer"].astype(str).tolist()
+        ).as_dict()
+    counts = [int((wrong["answer"] == o).sum()) for o in vocab]
+    name = "error_directions" if oriented else "error_answers"
+    values[name] = dict(zip(vocab, counts, strict=True))
+    try:
+        values["error_chi_square"] = stats.chi_square_gof(counts).as_dict()
+    except stats.StatsError as exc:
+        values["error_chi_square"] = {"error": str(exc)}
+    try:
+        shares = stats.error_null_excluding_truth(wrong["truth"].astype(str).tolist(), vocab)
+        kept = [i for i, sh in enumerate(shares) if sh > 0]  # structural zeros out
+        values["error_chi_square_excluding_truth"] = stats.chi_square_gof(
+            [counts[i] for i in kept], [shares[i] for i in kept]
+        ).as_dict() | {"labels": [vocab[i] for i in kept]}
+    except stats.StatsError as exc:
+        values["error_chi_square_excluding_truth"] = {"error": str(exc)}
+    return values
 
-    ``exploratory.errors.<arm>`` needs a parser with a closed set of labels (:func:`labels`);
-    its members follow ``docs/analysis.md`` §3 (rows and the canonical RIGHT share only for
-    tumbling-E charts).
-    """
-    out: list[Result] = []
-    items = _items(ds)
+
+def _error_values(
+    it: pd.DataFrame, vocab: tuple[str, ...], tumbling: bool, oriented: bool
+) -> dict[str, Any]:
+    """``exploratory.errors.<arm>``'s values from the arm's analysable items ``it``."""
+    if it.empty:
+        kind = "tumbling-E " if tumbling else ""
+        raise stats.StatsError(f"no parseable {kind}responses in this arm")
+    answers = it["answer"].fillna("(none)").astype(str).tolist()
+    truth = it["truth"].astype(str).tolist()
+    confusion = stats.confusion_matrix(truth, answers, vocab)
+    wrong = it[(~it["correct"]) & it["answer"].isin(vocab)]
+    values: dict[str, Any] = {"confusion": confusion.as_dict()}
+    if len(wrong):
+        values |= _error_tests(wrong, vocab, tumbling, oriented)
+    if tumbling:
+        rows = it.groupby("row")["correct"].agg(["sum", "count"])
+        values["accuracy_by_row"] = {
+            str(int(row)): {"correct": int(s), "n": int(c), "accuracy": s / c}
+            for row, (s, c) in rows.iterrows()
+        }
+    values["position_bias"] = stats.position_bias_tvd(answers, truth, vocab).as_dict()
+    return values
+
+
+def _error_phenotypes(ds: Dataset, plan: dict[str, Any]) -> list[Result]:
+    """``exploratory.errors.<arm>`` of each arm (a parser with a closed set of labels)."""
     vocabulary = labels(plan)
+    if vocabulary is None:
+        return []
+    items = _items(ds)
     parser = (plan.get("response") or {}).get("parser", TUMBLING_E)
     tumbling = parser == TUMBLING_E
     oriented = parser in (TUMBLING_E, "orientation-word")
-    vocab: tuple[str, ...] = vocabulary or ()
-    for arm in ds.arms if vocabulary is not None else ():
+    out: list[Result] = []
+    for arm in ds.arms:
         it = items[items["arm"] == arm]
         r = Result(
             f"exploratory.errors.{arm}",
@@ -1119,46 +1181,65 @@ def exploratory(ds: Dataset, plan: dict[str, Any]) -> list[Result]:
         )
 
         def compute(it: pd.DataFrame = it, r: Result = r) -> None:
-            if it.empty:
-                kind = "tumbling-E " if tumbling else ""
-                raise stats.StatsError(f"no parseable {kind}responses in this arm")
-            answers = it["answer"].fillna("(none)").astype(str).tolist()
-            truth = it["truth"].astype(str).tolist()
-            confusion = stats.confusion_matrix(truth, answers, vocab)
-            wrong = it[(~it["correct"]) & it["answer"].isin(vocab)]
-            values: dict[str, Any] = {"confusion": confusion.as_dict()}
-            if len(wrong):
-                if tumbling:
-                    values["canonical_right_share"] = stats.canonical_share(
-                        wrong["truth"].astype(str).tolist(), wrong["answer"].astype(str).tolist()
-                    ).as_dict()
-                counts = [int((wrong["answer"] == o).sum()) for o in vocab]
-                name = "error_directions" if oriented else "error_answers"
-                values[name] = dict(zip(vocab, counts, strict=True))
-                try:
-                    values["error_chi_square"] = stats.chi_square_gof(counts).as_dict()
-                except stats.StatsError as exc:
-                    values["error_chi_square"] = {"error": str(exc)}
-                try:
-                    shares = stats.error_null_excluding_truth(
-                        wrong["truth"].astype(str).tolist(), vocab
-                    )
-                    kept = [i for i, sh in enumerate(shares) if sh > 0]  # structural zeros out
-                    values["error_chi_square_excluding_truth"] = stats.chi_square_gof(
-                        [counts[i] for i in kept], [shares[i] for i in kept]
-                    ).as_dict() | {"labels": [vocab[i] for i in kept]}
-                except stats.StatsError as exc:
-                    values["error_chi_square_excluding_truth"] = {"error": str(exc)}
-            if tumbling:
-                rows = it.groupby("row")["correct"].agg(["sum", "count"])
-                values["accuracy_by_row"] = {
-                    str(int(row)): {"correct": int(s), "n": int(c), "accuracy": s / c}
-                    for row, (s, c) in rows.iterrows()
-                }
-            values["position_bias"] = stats.position_bias_tvd(answers, truth, vocab).as_dict()
-            r.values = values
+            r.values = _error_values(it, vocabulary, tumbling, oriented)
 
         out.append(_guard(r, compute))
+    return out
+
+
+def _pair_metrics(
+    ds: Dataset, design: dict[str, Any], tumbling: bool, a: str, b: str
+) -> dict[str, Any]:
+    """``exploratory.pair.<a>-<b>``'s values: McNemar, flips, t-tests, bootstrap, Newcombe."""
+    values: dict[str, Any] = {}
+    paired = _paired_items(ds, a, b)
+    if not paired.empty:
+        values["mcnemar"] = stats.mcnemar_paired(
+            paired["correct_a"].to_numpy(), paired["correct_b"].to_numpy()
+        ).as_dict()
+        values["flip_rate"] = stats.flip_rate(
+            paired["answer_a"].fillna("(none)").astype(str).tolist(),
+            paired["answer_b"].fillna("(none)").astype(str).tolist(),
+        ).as_dict()
+    x, y = _pair_values(ds, a, b)
+    values["independent_t"] = stats.independent_t(x, y).as_dict()
+    means = _stimulus_means(ds, a, b)
+    if len(means) >= 2:
+        values["paired_t"] = stats.paired_t(means[a].to_numpy(), means[b].to_numpy()).as_dict()
+    values["bootstrap_diff"] = stats.bootstrap_diff(
+        x, y, int(design["bootstrap_iterations"]), design["bootstrap_seed"]
+    ).as_dict()
+    binary = bool(np.isin(x, (0.0, 1.0)).all() and np.isin(y, (0.0, 1.0)).all())
+    if not tumbling and len(x) and len(y) and binary:  # one answer per trial
+        values["newcombe"] = stats.newcombe_diff(
+            round(float(np.sum(x))), len(x), round(float(np.sum(y))), len(y)
+        )
+    return values
+
+
+def _question_runs(ds: Dataset, design: dict[str, Any]) -> list[Result]:
+    """``exploratory.question_run.<arm>`` of each arm, then of each arm@model it ran."""
+    out: list[Result] = []
+    for arm in ds.arms:
+        out.append(_question_run(ds, design, arm, None))
+        ran = set(ds.trials.loc[ds.trials["arm"] == arm, "model"].unique().tolist())
+        for model in ds.models if ds.several_models else ():
+            if model in ran:
+                out.append(_question_run(ds, design, arm, model))
+    return out
+
+
+def exploratory(ds: Dataset, plan: dict[str, Any]) -> list[Result]:
+    """Not pre-registered: error phenotype, rows, position bias, paired-arm metrics.
+
+    ``exploratory.errors.<arm>`` needs a parser with a closed set of labels (:func:`labels`);
+    its members follow ``docs/analysis.md`` §3 (rows and the canonical RIGHT share only for
+    tumbling-E charts).
+    """
+    out = _error_phenotypes(ds, plan)
+    vocabulary = labels(plan)
+    parser = (plan.get("response") or {}).get("parser", TUMBLING_E)
+    tumbling = parser == TUMBLING_E
     design = plan["design"]
     pairs = sorted({tuple(h["contrast"]) for h in plan["hypotheses"] if h.get("contrast")})
     for a, b in pairs:
@@ -1170,44 +1251,14 @@ def exploratory(ds: Dataset, plan: dict[str, Any]) -> list[Result]:
         )
 
         def compute_pair(a: str = a, b: str = b, r: Result = r) -> None:
-            values: dict[str, Any] = {}
-            paired = _paired_items(ds, a, b)
-            if not paired.empty:
-                values["mcnemar"] = stats.mcnemar_paired(
-                    paired["correct_a"].to_numpy(), paired["correct_b"].to_numpy()
-                ).as_dict()
-                values["flip_rate"] = stats.flip_rate(
-                    paired["answer_a"].fillna("(none)").astype(str).tolist(),
-                    paired["answer_b"].fillna("(none)").astype(str).tolist(),
-                ).as_dict()
-            x, y = _pair_values(ds, a, b)
-            values["independent_t"] = stats.independent_t(x, y).as_dict()
-            means = _stimulus_means(ds, a, b)
-            if len(means) >= 2:
-                values["paired_t"] = stats.paired_t(
-                    means[a].to_numpy(), means[b].to_numpy()
-                ).as_dict()
-            values["bootstrap_diff"] = stats.bootstrap_diff(
-                x, y, int(design["bootstrap_iterations"]), design["bootstrap_seed"]
-            ).as_dict()
-            binary = bool(np.isin(x, (0.0, 1.0)).all() and np.isin(y, (0.0, 1.0)).all())
-            if not tumbling and len(x) and len(y) and binary:  # one answer per trial
-                values["newcombe"] = stats.newcombe_diff(
-                    round(float(np.sum(x))), len(x), round(float(np.sum(y))), len(y)
-                )
-            r.values = values
+            r.values = _pair_metrics(ds, design, tumbling, a, b)
 
         out.append(_guard(r, compute_pair))
     if parser == "orientation-word" and vocabulary is not None:
         out.append(by_truth(ds, plan, vocabulary))
     if tumbling and nested_pairs(plan):
         out.append(by_stimulus(ds, plan))
-    for arm in ds.arms:
-        out.append(_question_run(ds, design, arm, None))
-        ran = set(ds.trials.loc[ds.trials["arm"] == arm, "model"].unique().tolist())
-        for model in ds.models if ds.several_models else ():
-            if model in ran:
-                out.append(_question_run(ds, design, arm, model))
+    out += _question_runs(ds, design)
     if ds.several_models:
         out.append(fit_model(ds, plan, interaction=True)[0])
     return out
@@ -1988,6 +2039,55 @@ class AnalyzeResult:
     provenance: dict[str, Any] = field(default_factory=dict)
 
 
+def _study_dataset(study: Any, log: Ledger, plan: dict[str, Any]) -> Dataset:
+    """The analysis dataset of the study's ledger, as the plan reads it, with factor labels."""
+    from analysis.covariates import covariate_columns
+    from analysis.factorial import plan_cells
+
+    settings = plan.get("analysis", {})
+    sources = stimulus_sources(study) if settings.get("random_intercept") == "source" else {}
+    ds = load_dataset(
+        log,
+        exclude_unparseable=bool(settings.get("exclude_unparseable", True)),
+        parser=str((plan.get("response") or {}).get("parser", TUMBLING_E)),
+        sources=sources,
+        models=models(plan),
+        variants=bool(plan.get("variants")),
+        factorial=plan_cells(plan),
+    )
+    with_labels, labels = covariate_columns(ds.trials, plan, study, log)
+    if labels:  # docs/analysis.md §11: factor labels
+        ds = replace(ds, trials=with_labels, covariates=labels)
+    return ds
+
+
+def _study_results(
+    study: Any, log: Ledger, plan: dict[str, Any], ds: Dataset, results: list[Result]
+) -> list[Result]:
+    """The results that read more than the dataset, after :func:`run_analyses`'s.
+
+    Judge agreement, review tables, outcomes by factor label, identical responses.
+    """
+    from analysis.covariates import covariates_title, covariates_values
+
+    parser = str((plan.get("response") or {}).get("parser", TUMBLING_E))
+    out: list[Result] = []
+    if parser.startswith("judge:"):  # docs/analysis.md §8: exploratory judge agreement
+        out.append(judge_agreement(log, plan, parser.split(":", 1)[1]))
+    out += _review_tables(log, plan, study, results + out)  # docs/analysis.md §10
+    if ds.covariates:
+        strata = Result("descriptive.covariates", covariates_title(plan), "descriptive", "mean")
+
+        def compute_strata() -> None:
+            strata.values = covariates_values(ds.trials, ds.ddx, plan)
+
+        out.append(_guard(strata, compute_strata))
+    copies = _identical_responses(log, ds)  # docs/analysis.md §3: pseudo-replication
+    if copies is not None:
+        out.append(copies)
+    return out
+
+
 def analyze_study(root: str | Path, key: SigningKey) -> AnalyzeResult:
     """Run the locked plan on the scored data; append one ``analysis.result`` per result."""
     root = Path(root)
@@ -1999,42 +2099,10 @@ def analyze_study(root: str | Path, key: SigningKey) -> AnalyzeResult:
         protocol = protocol_event(log)
         assert protocol is not None
         plan = protocol.body
-        settings = plan.get("analysis", {})
-        exclude = bool(settings.get("exclude_unparseable", True))
-        parser = str((plan.get("response") or {}).get("parser", TUMBLING_E))
-        sources = stimulus_sources(study) if settings.get("random_intercept") == "source" else {}
-        from analysis.factorial import plan_cells
-
-        ds = load_dataset(
-            log,
-            exclude_unparseable=exclude,
-            parser=parser,
-            sources=sources,
-            models=models(plan),
-            variants=bool(plan.get("variants")),
-            factorial=plan_cells(plan),
-        )
-        from analysis.covariates import covariate_columns, covariates_title, covariates_values
-
-        with_labels, labels = covariate_columns(ds.trials, plan, study, log)
-        if labels:  # docs/analysis.md §11: factor labels
-            ds = replace(ds, trials=with_labels, covariates=labels)
+        ds = _study_dataset(study, log, plan)
         trial_phase = trial_phases(log) if len(protocol_events(log)) > 1 else None
         results = run_analyses(ds, plan, trial_phase, hypothesis_phases(plan, log))
-        if parser.startswith("judge:"):  # docs/analysis.md §8: exploratory judge agreement
-            results.append(judge_agreement(log, plan, parser.split(":", 1)[1]))
-        results += _review_tables(log, plan, study, results)  # docs/analysis.md §10
-        if ds.covariates:
-            strata = Result("descriptive.covariates", covariates_title(plan), "descriptive", "mean")
-            labelled = ds
-
-            def compute_strata() -> None:
-                strata.values = covariates_values(labelled.trials, labelled.ddx, plan)
-
-            results.append(_guard(strata, compute_strata))
-        copies = _identical_responses(log, ds)  # docs/analysis.md §3: pseudo-replication
-        if copies is not None:
-            results.append(copies)
+        results += _study_results(study, log, plan, ds, results)
         trials_csv, items_csv = ds.trials_csv(), ds.items_csv()
         policy = SealPolicy.from_protocol(plan)  # docs/privacy.md: withheld datasets are sealed
         trials_csv = policy.seal_now("analysis.result", "trials_csv", trials_csv)

@@ -294,26 +294,32 @@ def mcq_descriptive_values(ds: Any, plan: dict[str, Any]) -> dict[str, Any]:
         for name, spec in (plan.get("variants") or {}).items()
         if isinstance(spec, dict) and spec.get("kind") == "shuffle"
     }
-    seeds = []
     by_cell = {(c["arm"], c["variant"], c["model"]): c for c in cells}
+    seeds = []
     for arm in sorted({c[0] for c in by_cell}):
         for model in sorted({c[2] for c in by_cell if c[0] == arm}):
-            values = {
-                shuffles[v]: by_cell[(arm, v, model)]["accuracy"]
-                for v in shuffles
-                if (arm, v, model) in by_cell
-            }
-            if len(values) >= 2 and all(
-                isinstance(x, float) and math.isfinite(x) for x in values.values()
-            ):
-                summary = mcq.mean_over_seeds(values)
-                seeds.append(
-                    {
-                        "arm": arm,
-                        "model": model,
-                        "statistic": "accuracy",
-                        "variants": sorted(v for v in shuffles if (arm, v, model) in by_cell),
-                        "summary": summary.as_dict(),
-                    }
-                )
+            summary = _seed_summary(by_cell, shuffles, arm, model)
+            if summary is not None:
+                seeds.append(summary)
     return {"cells": cells, "seeds": seeds}
+
+
+def _seed_summary(
+    by_cell: dict[tuple[str, str, str], dict[str, Any]],
+    shuffles: dict[str, str],
+    arm: str,
+    model: str,
+) -> dict[str, Any] | None:
+    """The mean over an (arm, model)'s shuffle seeds, when it ran two or more with accuracies."""
+    ran = [v for v in shuffles if (arm, v, model) in by_cell]
+    values = {shuffles[v]: by_cell[(arm, v, model)]["accuracy"] for v in ran}
+    finite = all(isinstance(x, float) and math.isfinite(x) for x in values.values())
+    if len(values) < 2 or not finite:
+        return None
+    return {
+        "arm": arm,
+        "model": model,
+        "statistic": "accuracy",
+        "variants": sorted(ran),
+        "summary": mcq.mean_over_seeds(values).as_dict(),
+    }

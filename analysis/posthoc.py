@@ -120,6 +120,18 @@ def _posthoc_test(ds: Any, plan: dict[str, Any], a: str, b: str, name: str, test
     return _guard(result, compute)
 
 
+def _check_variant(ds: Any, runs: dict[str, list[str]], variant: str) -> None:
+    """Refuse a ``--variant`` in a study without variants, or that an arm compared did not run."""
+    if not ds.variants:
+        raise StudyError(f"--variant {variant!r}: the study declares no variants")
+    missing = [arm for arm in runs if variant not in runs[arm]]
+    if missing:
+        raise StudyError(
+            f"--variant {variant!r}: arm {missing[0]} has no scored trial of "
+            f"that variant (it ran {', '.join(runs[missing[0]]) or 'none'})"
+        )
+
+
 def _check_variants(ds: Any, arms: list[str], variant: str | None) -> None:
     """Refuse comparing arms that ran different variants (``docs/analysis.md`` §6).
 
@@ -130,14 +142,7 @@ def _check_variants(ds: Any, arms: list[str], variant: str | None) -> None:
         for arm in arms
     }
     if variant is not None:
-        if not ds.variants:
-            raise StudyError(f"--variant {variant!r}: the study declares no variants")
-        missing = [arm for arm in arms if variant not in runs[arm]]
-        if missing:
-            raise StudyError(
-                f"--variant {variant!r}: arm {missing[0]} has no scored trial of "
-                f"that variant (it ran {', '.join(runs[missing[0]]) or 'none'})"
-            )
+        _check_variant(ds, runs, variant)
         return
     with_trials = {arm: v for arm, v in runs.items() if v}
     if len({tuple(v) for v in with_trials.values()}) > 1:
@@ -147,6 +152,66 @@ def _check_variants(ds: Any, arms: list[str], variant: str | None) -> None:
             f"the arms compared ran different variants ({shown}): the comparison would mix "
             "the variants' effect into the arms'; choose one variant they all ran with "
             f"--variant ({', '.join(shared) or 'they share none'})"
+        )
+
+
+def _check_options(
+    name: str, reason: str, test: str, random_intercept: str | None, arms: list[str] | None
+) -> str | None:
+    """Refuse a bad name, reason, test or mixed-model option; the random intercept to use."""
+    if not ID_RE.match(name):
+        raise StudyError(f"post-hoc name {name!r}: use letters, digits, '.', '_' or '-'")
+    if not reason.strip():
+        raise StudyError("--reason: say why this analysis is added after unblinding")
+    if test not in POSTHOC_TESTS:
+        raise StudyError(f"--test {test!r}: use one of {', '.join(POSTHOC_TESTS)}")
+    mixed_model = statistic(test).mixed_model
+    if not mixed_model and (random_intercept is not None or arms is not None):
+        raise StudyError(
+            f"--test {test}: --random-intercept and --arms belong to the mixed "
+            "model (--test lmm) only"
+        )
+    if mixed_model and random_intercept is None:
+        random_intercept = "stimulus"
+    if random_intercept is not None and random_intercept not in RANDOM_INTERCEPTS:
+        raise StudyError(f"--random-intercept {random_intercept!r}: use stimulus or source")
+    return random_intercept
+
+
+def _recorded_analysis(root: Path, log: Ledger, name: str) -> list[Any]:
+    """The registered analysis's results; refused before it, or for a name already used."""
+    results = list(log.events("analysis.result"))
+    if not results:
+        raise StudyError(
+            f"{root}: the registered analysis is not recorded yet; a post-hoc "
+            "analysis comes after 'ledger analyze'"
+        )
+    for event in log.events(POSTHOC_KIND):
+        if event.body.get("id") == f"posthoc.{name}":
+            raise StudyError(
+                f"{root}: post-hoc analysis {name!r} already recorded at seq "
+                f"{event.seq}; choose another name"
+            )
+    return results
+
+
+def _check_arms(
+    plan: dict[str, Any], contrast: tuple[str, str], arms: list[str] | None, model: str | None
+) -> None:
+    """Refuse an unknown arm or model, an arm against itself, or arms without the contrast."""
+    known = sorted(plan["arms"])
+    for arm in [*contrast, *(arms or [])]:
+        if arm not in known:
+            raise StudyError(f"unknown arm {arm!r}; the study's arms are {', '.join(known)}")
+    if contrast[0] == contrast[1]:
+        raise StudyError(f"--contrast: {contrast[0]} against itself")
+    if arms is not None and not {*contrast} <= set(arms):
+        raise StudyError(f"--arms {','.join(arms)} must include both arms of the contrast")
+    declared_models = list(models(plan))
+    if model is not None and model not in declared_models:
+        raise StudyError(
+            f"--model {model!r}: the study's models are "
+            f"{', '.join(declared_models) or 'none ([model] declares one)'}"
         )
 
 
@@ -175,53 +240,16 @@ def declare_posthoc(
     variants, or that an arm compared did not run.
     """
     root = Path(root)
-    if not ID_RE.match(name):
-        raise StudyError(f"post-hoc name {name!r}: use letters, digits, '.', '_' or '-'")
-    if not reason.strip():
-        raise StudyError("--reason: say why this analysis is added after unblinding")
-    if test not in POSTHOC_TESTS:
-        raise StudyError(f"--test {test!r}: use one of {', '.join(POSTHOC_TESTS)}")
+    random_intercept = _check_options(name, reason, test, random_intercept, arms)
     mixed_model = statistic(test).mixed_model
-    if not mixed_model and (random_intercept is not None or arms is not None):
-        raise StudyError(
-            f"--test {test}: --random-intercept and --arms belong to the mixed "
-            "model (--test lmm) only"
-        )
-    if mixed_model and random_intercept is None:
-        random_intercept = "stimulus"
-    if random_intercept is not None and random_intercept not in RANDOM_INTERCEPTS:
-        raise StudyError(f"--random-intercept {random_intercept!r}: use stimulus or source")
     study = check_integrity(root)
     with Ledger.open(ledger_path(root)) as log:
-        results = list(log.events("analysis.result"))
-        if not results:
-            raise StudyError(
-                f"{root}: the registered analysis is not recorded yet; a post-hoc "
-                "analysis comes after 'ledger analyze'"
-            )
-        for event in log.events(POSTHOC_KIND):
-            if event.body.get("id") == f"posthoc.{name}":
-                raise StudyError(
-                    f"{root}: post-hoc analysis {name!r} already recorded at seq "
-                    f"{event.seq}; choose another name"
-                )
+        results = _recorded_analysis(root, log, name)
         protocol = protocol_event(log)
         assert protocol is not None
         plan = protocol.body
         known = sorted(plan["arms"])
-        for arm in [*contrast, *(arms or [])]:
-            if arm not in known:
-                raise StudyError(f"unknown arm {arm!r}; the study's arms are {', '.join(known)}")
-        if contrast[0] == contrast[1]:
-            raise StudyError(f"--contrast: {contrast[0]} against itself")
-        if arms is not None and not {*contrast} <= set(arms):
-            raise StudyError(f"--arms {','.join(arms)} must include both arms of the contrast")
-        declared_models = list(models(plan))
-        if model is not None and model not in declared_models:
-            raise StudyError(
-                f"--model {model!r}: the study's models are "
-                f"{', '.join(declared_models) or 'none ([model] declares one)'}"
-            )
+        _check_arms(plan, contrast, arms, model)
         settings = plan.get("analysis", {})
         sources = stimulus_sources(study) if random_intercept == "source" else {}
         ds = load_dataset(
