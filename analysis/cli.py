@@ -348,9 +348,7 @@ def analyze(study_dir: Path, key_file: str | None, as_json: bool) -> None:
       ledger analyze my-study
       ledger analyze my-study --json
     """
-    from rich.markup import escape
-
-    from analysis.analyze import analyze_study, describe_decision, verdict_caution
+    from analysis.analyze import analyze_study
 
     result = analyze_study(study_dir, study_key(study_dir, key_file))
     failed = [r["id"] for r in result.results if r["status"] == "failed"]
@@ -365,15 +363,7 @@ def analyze(study_dir: Path, key_file: str | None, as_json: bool) -> None:
             }
         )
         return
-    grid = table("hypothesis", "test", "verdict", "decided by", title="pre-registered verdicts")
-    for r in result.results:
-        if r["hypothesis"]:
-            verdict = escape(r["verdict"] or "-")
-            caution = verdict_caution(r)
-            if caution:
-                verdict += f"\n[yellow]caution: {escape(caution)}[/]"
-            grid.add_row(r["hypothesis"], r["test"], verdict, escape(describe_decision(r)))
-    console().print(grid)
+    _print_verdicts(result.results)
     click.echo(
         f"recorded {len(result.results)} analysis.result events from seq "
         f"{result.first_seq}" + (f"; could not compute: {', '.join(failed)}" if failed else "")
@@ -384,16 +374,38 @@ def analyze(study_dir: Path, key_file: str | None, as_json: bool) -> None:
     for r in result.results:  # docs/analysis.md §10: the reference-set tables, as seed 001's
         if r["test"] == "reference-review" and r["status"] == "ok":
             _print_reference_table(r)
-    mismatched = result.provenance.get("model_mismatches", 0)
+    _warn_provenance(result.provenance)
+
+
+def _print_verdicts(results: list[dict[str, Any]]) -> None:
+    """The pre-registered verdicts, each with its caution and how it was decided."""
+    from rich.markup import escape
+
+    from analysis.analyze import describe_decision, verdict_caution
+
+    grid = table("hypothesis", "test", "verdict", "decided by", title="pre-registered verdicts")
+    for r in results:
+        if r["hypothesis"]:
+            verdict = escape(r["verdict"] or "-")
+            caution = verdict_caution(r)
+            if caution:
+                verdict += f"\n[yellow]caution: {escape(caution)}[/]"
+            grid.add_row(r["hypothesis"], r["test"], verdict, escape(describe_decision(r)))
+    console().print(grid)
+
+
+def _warn_provenance(provenance: dict[str, Any]) -> None:
+    """Warn (stderr) of responses from another model and of model identity warnings."""
+    mismatched = provenance.get("model_mismatches", 0)
     if mismatched:
-        first = result.provenance["first_mismatches"][0]
+        first = provenance["first_mismatches"][0]
         click.echo(
             f"warning: {mismatched} response(s) report a model other than the one "
             f"requested (first: seq {first['seq']}, requested {first['requested']!r}, "
             f"reported {first['reported']!r}); see ledger status",
             err=True,
         )
-    for warning in result.provenance.get("model_identity_warnings", []):
+    for warning in provenance.get("model_identity_warnings", []):
         click.echo(f"WARNING model identity: {warning['warning']}", err=True)
 
 
