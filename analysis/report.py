@@ -1060,94 +1060,98 @@ def _section_components(report: Report) -> str:
     )
 
 
-def _section_protocol(report: Report) -> str:
-    p = report.protocol
-    design = p.get("design") or {}
-    model = p.get("model") or {}
-    analysis = p.get("analysis") or {}
-    arms = p.get("arms") or {}
+def _protocol_scope(p: dict[str, Any]) -> str:
+    """What the trials run over: an item file's count and path, else the stimuli."""
     items = p.get("items")
     if "stimuli" not in p and isinstance(items, dict):  # an item file: ids are in the file
-        over = f"{_e(items.get('count'))} items ({_e(items.get('path'))})"
-    else:
-        over = (
-            f"{_e(len(p.get('stimuli') or []))} stimuli ({_e(', '.join(p.get('stimuli') or []))})"
-        )
-    parts = [
-        "<h2>Protocol (as locked)</h2>",
-        f"<p>Study <code>{_e(p.get('study'))}</code>: {_e(p.get('title'))}. "
-        f"{_e(p.get('trials'))} scheduled trials over {over}.</p>",
-    ]
-    parts.append(
-        _table(
-            "Arms and their prompt components",
-            ("arm", "role", "components", "composed text SHA-256"),
-            [
-                (
-                    a,
-                    (arms[a] or {}).get("role"),
-                    " + ".join((arms[a] or {}).get("components") or []),
-                    str((arms[a] or {}).get("sha256", ""))[:16] + "…",
-                )
-                for a in sorted(arms)
-            ],
-        )
-    )
-    if report.models:
-        declared = p.get("models") or {}
-        parts.append(
-            _table(
-                "Models, in declaration order",
-                MODEL_FIELDS,
-                [
-                    (m, *((declared.get(m) or {}).get(k) for k in MODEL_FIELDS[1:]))
-                    for m in report.models
-                ],
-            )
-        )
-    else:
-        parts.append(_table("Model", ("field", "value"), sorted(model.items())))
-    design_rows = [
-        (k, design.get(k))
-        for k in ("replicates", "seed", "order", "bootstrap_seed", "bootstrap_iterations")
-        if k in design
-    ]
-    design_rows += [(k, v) for k, v in sorted(design.items()) if k not in dict(design_rows)]
-    parts.append(_table("Design", ("field", "value"), design_rows))
-    parts.append(_table("Analysis plan", ("field", "value"), sorted(analysis.items())))
-    hyps = p.get("hypotheses") or []
-    parts.append(
-        _table(
-            "Pre-registered hypotheses",
+        return f"{_e(items.get('count'))} items ({_e(items.get('path'))})"
+    return f"{_e(len(p.get('stimuli') or []))} stimuli ({_e(', '.join(p.get('stimuli') or []))})"
+
+
+def _arms_table(arms: dict[str, Any]) -> str:
+    return _table(
+        "Arms and their prompt components",
+        ("arm", "role", "components", "composed text SHA-256"),
+        [
             (
-                "id",
-                "contrast",
-                "test",
-                "sides",
-                "alpha",
-                "correction",
-                "family",
-                "min. difference",
-                "equivalence margin",
-            ),
-            [
-                (
-                    h.get("id"),
-                    " vs ".join(h.get("contrast") or [])
-                    or (f"arm {h.get('arm')}: {', '.join(h.get('variants') or [])}"),
-                    h.get("test"),
-                    h.get("sides"),
-                    h.get("alpha"),
-                    h.get("correction"),
-                    h.get("family"),
-                    "–" if h.get("min_difference_pp") is None else f"{h['min_difference_pp']} pp",
-                    "–" if h.get("margin_pp") is None else f"±{h['margin_pp']} pp",
-                )
-                for h in hyps
-            ],
-        )
+                a,
+                (arms[a] or {}).get("role"),
+                " + ".join((arms[a] or {}).get("components") or []),
+                str((arms[a] or {}).get("sha256", ""))[:16] + "…",
+            )
+            for a in sorted(arms)
+        ],
     )
-    return "".join(parts)
+
+
+def _models_table(report: Report) -> str:
+    """The models in declaration order, or the one model's fields."""
+    p = report.protocol
+    if not report.models:
+        return _table("Model", ("field", "value"), sorted((p.get("model") or {}).items()))
+    declared = p.get("models") or {}
+    return _table(
+        "Models, in declaration order",
+        MODEL_FIELDS,
+        [(m, *((declared.get(m) or {}).get(k) for k in MODEL_FIELDS[1:])) for m in report.models],
+    )
+
+
+def _design_table(design: dict[str, Any]) -> str:
+    """The design, its usual fields first."""
+    usual = ("replicates", "seed", "order", "bootstrap_seed", "bootstrap_iterations")
+    design_rows: list[tuple[str, Any]] = [(k, design.get(k)) for k in usual if k in design]
+    design_rows += [(k, v) for k, v in sorted(design.items()) if k not in dict(design_rows)]
+    return _table("Design", ("field", "value"), design_rows)
+
+
+def _hypothesis_cells(h: dict[str, Any]) -> tuple[Any, ...]:
+    """A registered hypothesis as the protocol table shows it."""
+    what = " vs ".join(h.get("contrast") or []) or (
+        f"arm {h.get('arm')}: {', '.join(h.get('variants') or [])}"
+    )
+    return (
+        h.get("id"),
+        what,
+        h.get("test"),
+        h.get("sides"),
+        h.get("alpha"),
+        h.get("correction"),
+        h.get("family"),
+        "–" if h.get("min_difference_pp") is None else f"{h['min_difference_pp']} pp",
+        "–" if h.get("margin_pp") is None else f"±{h['margin_pp']} pp",
+    )
+
+
+def _section_protocol(report: Report) -> str:
+    p = report.protocol
+    hypotheses_table = _table(
+        "Pre-registered hypotheses",
+        (
+            "id",
+            "contrast",
+            "test",
+            "sides",
+            "alpha",
+            "correction",
+            "family",
+            "min. difference",
+            "equivalence margin",
+        ),
+        [_hypothesis_cells(h) for h in p.get("hypotheses") or []],
+    )
+    return "".join(
+        [
+            "<h2>Protocol (as locked)</h2>",
+            f"<p>Study <code>{_e(p.get('study'))}</code>: {_e(p.get('title'))}. "
+            f"{_e(p.get('trials'))} scheduled trials over {_protocol_scope(p)}.</p>",
+            _arms_table(p.get("arms") or {}),
+            _models_table(report),
+            _design_table(p.get("design") or {}),
+            _table("Analysis plan", ("field", "value"), sorted((p.get("analysis") or {}).items())),
+            hypotheses_table,
+        ]
+    )
 
 
 DECLARED = "Declared deviations from the source protocol ([[deviations]], locked before the run)"
@@ -1285,116 +1289,113 @@ def _clustered_text(value: Any) -> str:
     )
 
 
-def _section_descriptive(report: Report) -> str:
-    parts = ["<h2>Descriptive results</h2>"]
+def _accuracy_row(arm: str, v: dict[str, Any]) -> tuple[Any, ...]:
+    """One arm's correct, n, accuracy, Wilson interval (or its note) and clustered interval."""
+    acc = (v or {}).get("accuracy") or {}
+    return (
+        arm,
+        acc.get("successes", v.get("correct")),
+        acc.get("n", v.get("glyphs")),
+        _pct(acc.get("estimate")),
+        f"{_pct(acc.get('lower'))} – {_pct(acc.get('upper'))}" if acc else v.get("note", "–"),
+        _clustered_text(v.get("accuracy_clustered")),
+    )
+
+
+def _arms_accuracy_html(report: Report) -> str:
+    """``descriptive.arms``: accuracy by arm, Wilson and clustered intervals."""
     arms_result = report.result("descriptive.arms")
-    if arms_result and arms_result.get("status") == "ok":
-        values = arms_result.get("values") or {}
-        rows = []
-        for arm in sorted(values):
-            acc = (values[arm] or {}).get("accuracy") or {}
-            rows.append(
-                (
-                    arm,
-                    acc.get("successes", values[arm].get("correct")),
-                    acc.get("n", values[arm].get("glyphs")),
-                    _pct(acc.get("estimate")),
-                    f"{_pct(acc.get('lower'))} – {_pct(acc.get('upper'))}"
-                    if acc
-                    else values[arm].get("note", "–"),
-                    _clustered_text(values[arm].get("accuracy_clustered")),
-                )
-            )
-        parts.append(
-            _table(
-                str(arms_result.get("title")),
-                (
-                    "arm",
-                    "correct",
-                    "glyphs" if report.tumbling else "items",
-                    "accuracy",
-                    WILSON_DESCRIPTIVE,
-                    CLUSTERED_CI,
-                ),
-                rows,
-                numeric=(1, 2, 3),
-            )
-        )
-    elif arms_result:
-        parts.append(_failed_html(arms_result))
+    if not arms_result:
+        return ""
+    if arms_result.get("status") != "ok":
+        return _failed_html(arms_result)
+    values = arms_result.get("values") or {}
+    return _table(
+        str(arms_result.get("title")),
+        (
+            "arm",
+            "correct",
+            "glyphs" if report.tumbling else "items",
+            "accuracy",
+            WILSON_DESCRIPTIVE,
+            CLUSTERED_CI,
+        ),
+        [_accuracy_row(arm, values[arm]) for arm in sorted(values)],
+        numeric=(1, 2, 3),
+    )
+
+
+def _arm_model_html(report: Report) -> str:
+    """``descriptive.arm_model``: accuracy by arm and model (several models)."""
     by_model = report.result("descriptive.arm_model")
-    if by_model is not None and by_model.get("status") == "ok":
-        cells: list[tuple[Any, ...]] = []
-        for v in (by_model.get("values") or {}).values():
-            acc = v.get("accuracy") or {}
-            cells.append(
-                (
-                    v.get("arm"),
-                    v.get("model"),
-                    acc.get("successes", v.get("correct")),
-                    acc.get("n", v.get("glyphs")),
-                    _pct(acc.get("estimate")),
-                    f"{_pct(acc.get('lower'))} – {_pct(acc.get('upper'))}"
-                    if acc
-                    else v.get("note", "–"),
-                )
-            )
-        parts.append(
-            _table(
-                str(by_model.get("title")),
-                (
-                    "arm",
-                    "model",
-                    "correct",
-                    "glyphs" if report.tumbling else "items",
-                    "accuracy",
-                    "Wilson 95% CI",
-                ),
-                cells,
-                numeric=(2, 3, 4),
-            )
+    if by_model is None:
+        return ""
+    if by_model.get("status") != "ok":
+        return _failed_html(by_model)
+    cells = [
+        (v.get("arm"), v.get("model"), *_accuracy_row("", v)[1:5])
+        for v in (by_model.get("values") or {}).values()
+    ]
+    return _table(
+        str(by_model.get("title")),
+        (
+            "arm",
+            "model",
+            "correct",
+            "glyphs" if report.tumbling else "items",
+            "accuracy",
+            "Wilson 95% CI",
+        ),
+        cells,
+        numeric=(2, 3, 4),
+    )
+
+
+def _control_html(report: Report) -> str:
+    """``descriptive.control``: each arm's specificity-control trials correctly rejected."""
+    control = report.result("descriptive.control")
+    if control is None:
+        return "<p>Not recorded.</p>"
+    if control.get("status") != "ok":
+        return _failed_html(control)
+    values = control.get("values") or {}
+    crows = [
+        (
+            arm,
+            (v or {}).get("successes", "–"),
+            (v or {}).get("n", "–"),
+            _pct((v or {}).get("estimate")),
+            f"{_pct((v or {}).get('lower'))} – {_pct((v or {}).get('upper'))}"
+            if v
+            else "no control trials",
         )
-    elif by_model is not None:
-        parts.append(_failed_html(by_model))
-    parts.append(_section_mcq(report))
-    parts.append(_section_qr(report))
-    parts.append(_section_ddx(report))
-    parts.append(_section_covariates(report))
-    parts.append(_figure_html(report, "accuracy_by_arm.png"))
+        for arm, v in sorted(values.items())
+    ]
+    return _table(
+        str(control.get("title")),
+        ("arm", "correctly rejected", "control trials", "rate", "Wilson 95% CI"),
+        crows,
+        numeric=(1, 2, 3),
+    )
+
+
+def _section_descriptive(report: Report) -> str:
+    parts = [
+        "<h2>Descriptive results</h2>",
+        _arms_accuracy_html(report),
+        _arm_model_html(report),
+        _section_mcq(report),
+        _section_qr(report),
+        _section_ddx(report),
+        _section_covariates(report),
+        _figure_html(report, "accuracy_by_arm.png"),
+    ]
     stim = report.result("descriptive.arm_stimulus")
     if stim and stim.get("status") == "failed":
         parts.append(_failed_html(stim))
     parts.append(_figure_html(report, "accuracy_arm_stimulus.png"))
-    if not report.tumbling:  # only a tumbling-E study has specificity-control trials
-        return "".join(parts)
-    parts.append("<h3>Specificity control</h3>")
-    control = report.result("descriptive.control")
-    if control is None:
-        parts.append("<p>Not recorded.</p>")
-    elif control.get("status") != "ok":
-        parts.append(_failed_html(control))
-    else:
-        values = control.get("values") or {}
-        crows = [
-            (
-                arm,
-                (v or {}).get("successes", "–"),
-                (v or {}).get("n", "–"),
-                _pct((v or {}).get("estimate")),
-                f"{_pct((v or {}).get('lower'))} – {_pct((v or {}).get('upper'))}"
-                if v
-                else "no control trials",
-            )
-            for arm, v in sorted(values.items())
-        ]
-        parts.append(
-            _table(
-                str(control.get("title")),
-                ("arm", "correctly rejected", "control trials", "rate", "Wilson 95% CI"),
-                crows,
-                numeric=(1, 2, 3),
-            )
-        )
+    if report.tumbling:  # only a tumbling-E study has specificity-control trials
+        parts += ["<h3>Specificity control</h3>", _control_html(report)]
     return "".join(parts)
 
 
