@@ -31,8 +31,9 @@ import pandas as pd
 import rfc8785
 from scipy import stats as sps
 
-from analysis import stats
+from analysis import statistics, stats
 from analysis.rows import split_trial
+from analysis.statistics.lmm import MODEL_CAUTION
 from ledger import EventSpec, Ledger, SealPolicy, SigningKey
 from runner.ddx import DDX_METRICS
 from runner.identity import recorded_warnings
@@ -690,29 +691,8 @@ def descriptive(ds: Dataset, plan: dict[str, Any] | None = None) -> list[Result]
     return out
 
 
-#: Recorded on ``model.lmm`` and on every ``lmm`` hypothesis when the fit is singular or did
-#: not converge; the report shows it beside each verdict that depends on the model.
-MODEL_CAUTION = (
-    "the mixed model is singular or did not converge; contrasts are reported but flagged "
-    "(not for confirmatory inference)"
-)
-
-
 _SHARE_KEYS = ("estimate", "lower", "upper", "max_abs_diff", "margin")
 """``decided_by`` members that are shares or differences of shares when the rule is in pp."""
-_PP_TESTS = (
-    "lmm",
-    "paired-t",
-    "independent-t",
-    "bootstrap",
-    "mcnemar",
-    "equivalence",
-    "position-bias",
-    "voting",
-    "self-consistency",
-)
-"""Tests whose estimate is a difference of shares: the report writes it in pp, so does
-:func:`describe_decision` (``gee`` and ``factorial`` estimate log odds or coefficients)."""
 
 
 def _decision_number(key: str, value: Any, in_pp: bool) -> str:
@@ -747,7 +727,8 @@ def describe_decision(result: dict[str, Any]) -> str:
     decided = result.get("decided_by") or {}
     rule = decided.get("rule")
     values = result.get("values") or {}
-    in_pp = (" pp" in str(rule or "") or result.get("test") in _PP_TESTS) and (
+    kind = statistics.kind_of(result)
+    in_pp = (" pp" in str(rule or "") or (kind is not None and kind.in_pp)) and (
         values.get("outcome") != "breadth"  # a number of diagnoses (docs/analysis.md §9)
     )
     shown = [(k, _decision_number(k, v, in_pp)) for k, v in sorted(decided.items()) if k != "rule"]
@@ -882,31 +863,15 @@ def _per_group_diff(ds: Dataset, a: str, b: str) -> dict[str, float]:
     return {str(k): float(v) for k, v in (means[a] - means[b]).items()}
 
 
-SUBSET_MODEL_KEYS = (
-    "n_obs",
-    "n_groups",
-    "group_variance",
-    "residual_variance",
-    "log_likelihood",
-    "converged",
-    "singular",
-    "warnings",
-)
-"""What an lmm hypothesis on a stimulus subset records of its own model fit."""
+PairState = dict[str, dict[tuple[str, int], tuple[str, str, float]]]
+"""Per arm, (stimulus, rep) -> (kind: ok, unparseable, given-up or excluded; trial; value)."""
 
 
-def _trial_pairs(ds: Dataset, a: str, b: str) -> tuple[Any, Any, list[dict[str, Any]]]:
-    """Trial accuracies of a and b paired by (stimulus, rep): complete pairs only.
-
-    ``docs/analysis.md`` §3: a key whose trial in either arm was scheduled but gave no value
-    (unparseable and excluded, given up, or recorded as ``trial.excluded``) drops the pair,
-    listed in the third member; a key one arm has and the other never had (no such trial was
-    scheduled) raises :class:`~analysis.stats.StatsError` naming it: the pairing is part of
-    the plan.
-    """
+def _pair_state(ds: Dataset, a: str, b: str) -> PairState:
+    """Every scheduled (stimulus, rep) key of arms ``a`` and ``b`` and what it gave."""
     controls = set(ds.trials.loc[ds.trials["control"].astype(bool), "stimulus"].astype(str))
     stimuli = set(ds.trials["stimulus"].astype(str))
-    state: dict[str, dict[tuple[str, int], tuple[str, str, float]]] = {a: {}, b: {}}
+    state: PairState = {a: {}, b: {}}
 
     def note(arm: str, key: tuple[str, int], kind: str, trial: str, value: float) -> None:
         if key in state[arm]:
@@ -926,6 +891,11 @@ def _trial_pairs(ds: Dataset, a: str, b: str) -> tuple[Any, Any, list[dict[str, 
             arm, _model, stimulus, rep = split_trial(trial)
             if arm in state and stimulus in stimuli and stimulus not in controls:
                 note(arm, (stimulus, int(rep)), kind, trial, math.nan)
+    return state
+
+
+def _check_pairing(state: PairState, a: str, b: str) -> None:
+    """Refuse a key one arm has and the other never had: the arms' designs differ."""
     only = {arm: sorted(set(state[arm]) - set(state[other])) for arm, other in ((a, b), (b, a))}
     if only[a] or only[b]:
         arm, other = (a, b) if only[a] else (b, a)
@@ -935,6 +905,19 @@ def _trial_pairs(ds: Dataset, a: str, b: str) -> tuple[Any, Any, list[dict[str, 
             f"stimulus {first[0]!r} and arm {other} has no such trial: it was never scheduled "
             f"({len(only[a]) + len(only[b])} key(s) in one arm only; the arms' designs differ)"
         )
+
+
+def _trial_pairs(ds: Dataset, a: str, b: str) -> tuple[Any, Any, list[dict[str, Any]]]:
+    """Trial accuracies of a and b paired by (stimulus, rep): complete pairs only.
+
+    ``docs/analysis.md`` §3: a key whose trial in either arm was scheduled but gave no value
+    (unparseable and excluded, given up, or recorded as ``trial.excluded``) drops the pair,
+    listed in the third member; a key one arm has and the other never had (no such trial was
+    scheduled) raises :class:`~analysis.stats.StatsError` naming it: the pairing is part of
+    the plan.
+    """
+    state = _pair_state(ds, a, b)
+    _check_pairing(state, a, b)
     xs: list[float] = []
     ys: list[float] = []
     dropped: list[dict[str, Any]] = []
@@ -961,24 +944,90 @@ def _paired_items(ds: Dataset, a: str, b: str) -> pd.DataFrame:
     return left.merge(right, on=keys, suffixes=("_a", "_b"))
 
 
+@dataclass
+class StatisticData:
+    """The analysis dataset as the statistics of :mod:`analysis.statistics` read it.
+
+    Implements :class:`analysis.statistics.Data`: the dataset ``ds`` of one hypothesis (its
+    stimulus subset, its ddx metric as the outcome), the locked ``plan``, the study's mixed
+    model ``fit`` and the parser's ``vocabulary``, with the pairings of ``docs/analysis.md`` §3.
+    """
+
+    ds: Dataset
+    plan: dict[str, Any]
+    fit: stats.MixedModelFit | None = None
+    vocabulary: tuple[str, ...] | None = None
+
+    def analysable(self) -> pd.DataFrame:
+        """The analysable trials (not controls, not excluded)."""
+        return _analysable(self.ds)
+
+    def items(self) -> pd.DataFrame:
+        """The analysable items."""
+        return _items(self.ds)
+
+    def pair_values(
+        self, a: str, b: str
+    ) -> tuple[np.ndarray[Any, np.dtype[np.float64]], np.ndarray[Any, np.dtype[np.float64]]]:
+        """Trial accuracies of arms ``a`` and ``b`` on the models both ran."""
+        return _pair_values(self.ds, a, b)
+
+    def stimulus_means(self, a: str, b: str) -> pd.DataFrame:
+        """Per stimulus, the mean accuracy of ``a`` and of ``b`` on shared stimuli."""
+        return _stimulus_means(self.ds, a, b)
+
+    def per_group_diff(self, a: str, b: str) -> dict[str, float]:
+        """Per stimulus, the difference of the mean accuracies ``a - b``."""
+        return _per_group_diff(self.ds, a, b)
+
+    def trial_pairs(self, a: str, b: str) -> tuple[Any, Any, list[dict[str, Any]]]:
+        """Trial accuracies paired by (stimulus, rep), and the pairs dropped."""
+        return _trial_pairs(self.ds, a, b)
+
+    def paired_items(self, a: str, b: str) -> pd.DataFrame:
+        """The items of ``a`` and ``b`` paired by (model, stimulus, variant, rep, row, position)."""
+        return _paired_items(self.ds, a, b)
+
+    def refit(self, plan: dict[str, Any]) -> tuple[Result, stats.MixedModelFit | None]:
+        """The locked mixed model fitted on this data under ``plan``."""
+        return fit_model(self.ds, plan)
+
+
+def _hypothesis_dataset(ds: Dataset, h: dict[str, Any]) -> Dataset:
+    """The data a hypothesis reads: its stimuli, its ddx metric as the outcome (§9)."""
+    subset = ds.for_stimuli(h["stimuli"]) if h.get("stimuli") else ds
+    if h.get("outcome") in DDX_METRICS:  # docs/analysis.md §9: the metric is the outcome
+        subset = metric_dataset(subset, str(h["outcome"]))
+    return subset
+
+
+def _recorded_settings(h: dict[str, Any]) -> dict[str, Any]:
+    """What every hypothesis result records of its declaration beside the statistic."""
+    return (
+        {
+            "alpha": h.get("alpha") or 0.05,
+            "sides": h.get("sides") or "two-sided",
+            "min_difference_pp": h.get("min_difference_pp"),
+            "correction": h.get("correction", "none"),
+            "family": h.get("family"),
+        }
+        | ({"phase": h["phase"]} if h.get("phase") is not None else {})
+        | ({"outcome": h["outcome"]} if h.get("outcome") in DDX_METRICS else {})
+    )
+
+
 def hypothesis_results(
     ds: Dataset, plan: dict[str, Any], fit: stats.MixedModelFit | None
 ) -> list[Result]:
     """Each pre-registered hypothesis's test and decision rule, with multiplicity corrections.
 
+    Each hypothesis is computed and decided by its kind in :data:`analysis.statistics.REGISTRY`.
     With several models these are the pooled results (pairs matched within a model, the
     model a fixed factor of the mixed model); :func:`per_model_results` gives each model's.
     """
-    from analysis import (
-        mcq_tests,  # imports this module (through mcq_rows): not at the top
-        qr_boot,
-    )
-
-    design = plan["design"]
     vocabulary = labels(plan)
     out: list[Result] = []
     for h in plan["hypotheses"]:
-        a, b = h.get("contrast") or (h.get("arm", ""), "")
         r = Result(
             f"hypothesis.{h['id']}",
             h["description"],
@@ -986,139 +1035,18 @@ def hypothesis_results(
             h["test"],
             hypothesis=h["id"],
         )
-        sides = h.get("sides") or "two-sided"
-        alpha = h.get("alpha") or 0.05
-        min_pp = h.get("min_difference_pp")
+        data = StatisticData(_hypothesis_dataset(ds, h), plan, fit, vocabulary)
 
-        subset_ds = ds.for_stimuli(h["stimuli"]) if h.get("stimuli") else ds
-        if h.get("outcome") in DDX_METRICS:  # docs/analysis.md §9: the metric is the outcome
-            subset_ds = metric_dataset(subset_ds, str(h["outcome"]))
-
-        def compute(
-            h: dict[str, Any] = h,
-            r: Result = r,
-            a: str = a,
-            b: str = b,
-            sides: str = sides,
-            ds: Dataset = subset_ds,
-        ) -> None:
-            test = h["test"]
-            if mcq_tests.is_mcq_hypothesis(h):  # seed 002's kinds: docs/mcq-statistics.md §11
-                r.values = mcq_tests.mcq_values(ds, plan, h)
-            elif qr_boot.is_qr_hypothesis(h):  # seed 001's (question, run) bootstrap
-                r.values = qr_boot.qr_values(ds, plan, h)
-            elif test == "factorial":  # docs/analysis.md "Factorial designs"
-                from analysis.factorial import factorial_values
-
-                r.values = factorial_values(_analysable(ds), plan, h, ds.models)
-            elif test == "lmm":
-                model = fit
-                subset: dict[str, Any] | None = None
-                if h.get("stimuli"):
-                    sub_plan = {
-                        **plan,
-                        "analysis": {
-                            k: v
-                            for k, v in (plan.get("analysis") or {}).items()
-                            if k != "model_arms"
-                        },
-                    }
-                    sub_result, model = fit_model(ds, sub_plan)
-                    if model is None:
-                        raise stats.StatsError(
-                            f"the mixed model on stimuli {h['stimuli']} "
-                            f"could not be fitted: {sub_result.error}"
-                        )
-                    subset = {k: (sub_result.values or {}).get(k) for k in SUBSET_MODEL_KEYS}
-                    subset["stimuli"] = list(h["stimuli"])
-                if model is None:
-                    raise stats.StatsError("the mixed model could not be fitted (model.lmm)")
-                c = stats.contrast(model, a, b, sides)  # type: ignore[arg-type]
-                r.values = {**c.as_dict(), "singular_fit": model.singular}
-                if sides == "one-sided":  # as the paper reports H1: +48.5 pp, 95% CI +43.2 to +53.7
-                    both = stats.contrast(model, a, b, "two-sided")
-                    r.values["ci_two_sided"] = [both.lower, both.upper]
-                if subset is not None:
-                    r.values["subset_model"] = subset
-                if model.singular or not model.converged:
-                    r.values["caution"] = MODEL_CAUTION
-                r.values["p_raw"] = c.p
-            elif test == "equivalence":
-                e = stats.equivalence(_per_group_diff(ds, a, b), h["margin_pp"] / 100)
-                r.values = e.as_dict()
-            elif test == "paired-t":
-                dropped: list[dict[str, Any]] | None = None
-                if h.get("pairing") == ["stimulus", "rep"]:
-                    x, y, dropped = _trial_pairs(ds, a, b)
-                else:
-                    means = _stimulus_means(ds, a, b)
-                    x, y = means[a].to_numpy(), means[b].to_numpy()
-                res = stats.paired_t(x, y)
-                r.values = {
-                    **res.as_dict(),
-                    "p_raw": res.p_one_sided if sides == "one-sided" else res.p,
-                    "estimate": res.difference,
-                }
-                if h.get("pairing"):
-                    r.values["pairing"] = list(h["pairing"])
-                if dropped is not None:
-                    r.values["n_dropped"] = len(dropped)
-                    r.values["dropped_pairs"] = dropped
-            elif test == "independent-t":
-                res = stats.independent_t(*_pair_values(ds, a, b))
-                r.values = {
-                    **res.as_dict(),
-                    "p_raw": res.p_one_sided if sides == "one-sided" else res.p,
-                    "estimate": res.difference,
-                }
-            elif test == "bootstrap":
-                boot = stats.bootstrap_diff(
-                    *_pair_values(ds, a, b),
-                    int(design["bootstrap_iterations"]),
-                    design["bootstrap_seed"],
-                )
-                r.values = boot.as_dict()
-            elif test == "mcnemar":
-                pairs = _paired_items(ds, a, b)
-                if pairs.empty:
-                    raise stats.StatsError(f"no paired items between arms {a!r} and {b!r}")
-                mc = stats.mcnemar_paired(
-                    pairs["correct_a"].to_numpy(), pairs["correct_b"].to_numpy()
-                )
-                r.values = {**mc.as_dict(), "p_raw": mc.p, "estimate": (mc.b - mc.c) / len(pairs)}
-            elif test == "chi-square":
-                if vocabulary is None:
-                    raise stats.StatsError("chi-square needs a parser with a closed set of labels")
-                it = _items(ds)
-                wrong = it[(it["arm"] == a) & (~it["correct"]) & it["answer"].isin(vocabulary)]
-                counts = [int((wrong["answer"] == o).sum()) for o in vocabulary]
-                chi = stats.chi_square_gof(counts)
-                r.values = {**chi.as_dict(), "labels": list(vocabulary), "p_raw": chi.p}
-            else:
-                raise stats.StatsError(f"unknown test {test!r}")
+        def compute(h: dict[str, Any] = h, r: Result = r, data: StatisticData = data) -> None:
+            r.values = statistics.statistic(h["test"]).compute(data, h)
 
         _guard(r, compute)
-        r.values = (
-            (r.values or {})
-            | {
-                "alpha": alpha,
-                "sides": sides,
-                "min_difference_pp": min_pp,
-                "correction": h.get("correction", "none"),
-                "family": h.get("family"),
-            }
-            | ({"phase": h["phase"]} if h.get("phase") is not None else {})
-            | ({"outcome": h["outcome"]} if h.get("outcome") in DDX_METRICS else {})
-        )
+        r.values = (r.values or {}) | _recorded_settings(h)
         out.append(r)
     _apply_corrections(out, plan)
     for h, r in zip(plan["hypotheses"], out, strict=True):
-        if r.status == "ok" and h["test"] in mcq_tests.INTERVAL_TESTS:
-            r.verdict, r.decided_by = mcq_tests.decide_interval(h, r.values or {})
-        elif r.status == "ok" and qr_boot.is_qr_hypothesis(h):
-            r.verdict, r.decided_by = qr_boot.decide(h, r.values or {})
-        elif r.status == "ok":
-            _decide(h, r)
+        if r.status == "ok":
+            r.verdict, r.decided_by = statistics.decide(h, r.values or {})
     return out
 
 
@@ -1180,67 +1108,68 @@ def _apply_corrections(results: list[Result], plan: dict[str, Any]) -> None:
                 m.values["family_size"] = len(members)
 
 
-def _decide(h: dict[str, Any], r: Result) -> None:
-    """The decision rule of ``docs/analysis.md`` §3, applied to one computed result."""
-    v = r.values or {}
-    test = h["test"]
-    alpha = v["alpha"]
-    min_pp = v.get("min_difference_pp")
-    if test == "equivalence":
-        holds = bool(v["holds"])
-        r.verdict = "supported" if holds else "not supported"
-        r.decided_by = {
-            "rule": "max per-group |difference| < margin",
-            "max_abs_diff": v["max_abs_diff"],
-            "group": v["group"],
-            "margin": v["margin"],
+def _error_tests(
+    wrong: pd.DataFrame, vocab: tuple[str, ...], tumbling: bool, oriented: bool
+) -> dict[str, Any]:
+    """The wrong answers' canonical RIGHT share (tumbling-E), counts and chi-square tests."""
+    values: dict[str, Any] = {}
+    if tumbling:
+        values["canonical_right_share"] = stats.canonical_share(
+            wrong["truth"].astype(str).tolist(), wrong["answer"].astype(str).tolist()
+        ).as_dict()
+    counts = [int((wrong["answer"] == o).sum()) for o in vocab]
+    name = "error_directions" if oriented else "error_answers"
+    values[name] = dict(zip(vocab, counts, strict=True))
+    try:
+        values["error_chi_square"] = stats.chi_square_gof(counts).as_dict()
+    except stats.StatsError as exc:
+        values["error_chi_square"] = {"error": str(exc)}
+    try:
+        shares = stats.error_null_excluding_truth(wrong["truth"].astype(str).tolist(), vocab)
+        kept = [i for i, sh in enumerate(shares) if sh > 0]  # structural zeros out
+        values["error_chi_square_excluding_truth"] = stats.chi_square_gof(
+            [counts[i] for i in kept], [shares[i] for i in kept]
+        ).as_dict() | {"labels": [vocab[i] for i in kept]}
+    except stats.StatsError as exc:
+        values["error_chi_square_excluding_truth"] = {"error": str(exc)}
+    return values
+
+
+def _error_values(
+    it: pd.DataFrame, vocab: tuple[str, ...], tumbling: bool, oriented: bool
+) -> dict[str, Any]:
+    """``exploratory.errors.<arm>``'s values from the arm's analysable items ``it``."""
+    if it.empty:
+        kind = "tumbling-E " if tumbling else ""
+        raise stats.StatsError(f"no parseable {kind}responses in this arm")
+    answers = it["answer"].fillna("(none)").astype(str).tolist()
+    truth = it["truth"].astype(str).tolist()
+    confusion = stats.confusion_matrix(truth, answers, vocab)
+    wrong = it[(~it["correct"]) & it["answer"].isin(vocab)]
+    values: dict[str, Any] = {"confusion": confusion.as_dict()}
+    if len(wrong):
+        values |= _error_tests(wrong, vocab, tumbling, oriented)
+    if tumbling:
+        rows = it.groupby("row")["correct"].agg(["sum", "count"])
+        values["accuracy_by_row"] = {
+            str(int(row)): {"correct": int(s), "n": int(c), "accuracy": s / c}
+            for row, (s, c) in rows.iterrows()
         }
-        return
-    if test == "bootstrap":
-        lower, upper, est = v["lower"], v["upper"], v["estimate"]
-        if h.get("sides") == "one-sided":
-            ok = lower is not None and lower > 0
-            rule = "95% bootstrap CI lower bound > 0"
-        else:
-            ok = (lower is not None and lower > 0) or (upper is not None and upper < 0)
-            rule = "95% bootstrap CI excludes 0"
-        if min_pp is not None:
-            ok = ok and est * 100 >= min_pp
-            rule += f" and estimate >= {min_pp} pp"
-        r.verdict = "supported" if ok else "not supported"
-        r.decided_by = {"rule": rule, "estimate": est, "lower": lower, "upper": upper}
-        return
-    p = v.get("p_adjusted", v.get("p_raw"))
-    estimate = v.get("estimate")
-    ok = p is not None and p < alpha
-    rule = f"p{' (adjusted)' if 'p_adjusted' in v else ''} < {alpha}"
-    if test in ("lmm", "paired-t", "independent-t", "mcnemar", "gee") and (
-        h.get("sides") == "one-sided"
-    ):
-        ok = ok and estimate is not None and estimate > 0
-        rule += " and the estimate in the predicted direction"
-    if min_pp is not None and estimate is not None:
-        ok = ok and estimate * 100 >= min_pp
-        rule += f" and estimate >= {min_pp} pp"
-    r.verdict = "supported" if ok else "not supported"
-    r.decided_by = {"rule": rule, "p": p, "estimate": estimate}
+    values["position_bias"] = stats.position_bias_tvd(answers, truth, vocab).as_dict()
+    return values
 
 
-def exploratory(ds: Dataset, plan: dict[str, Any]) -> list[Result]:
-    """Not pre-registered: error phenotype, rows, position bias, paired-arm metrics.
-
-    ``exploratory.errors.<arm>`` needs a parser with a closed set of labels (:func:`labels`);
-    its members follow ``docs/analysis.md`` §3 (rows and the canonical RIGHT share only for
-    tumbling-E charts).
-    """
-    out: list[Result] = []
-    items = _items(ds)
+def _error_phenotypes(ds: Dataset, plan: dict[str, Any]) -> list[Result]:
+    """``exploratory.errors.<arm>`` of each arm (a parser with a closed set of labels)."""
     vocabulary = labels(plan)
+    if vocabulary is None:
+        return []
+    items = _items(ds)
     parser = (plan.get("response") or {}).get("parser", TUMBLING_E)
     tumbling = parser == TUMBLING_E
     oriented = parser in (TUMBLING_E, "orientation-word")
-    vocab: tuple[str, ...] = vocabulary or ()
-    for arm in ds.arms if vocabulary is not None else ():
+    out: list[Result] = []
+    for arm in ds.arms:
         it = items[items["arm"] == arm]
         r = Result(
             f"exploratory.errors.{arm}",
@@ -1252,46 +1181,65 @@ def exploratory(ds: Dataset, plan: dict[str, Any]) -> list[Result]:
         )
 
         def compute(it: pd.DataFrame = it, r: Result = r) -> None:
-            if it.empty:
-                kind = "tumbling-E " if tumbling else ""
-                raise stats.StatsError(f"no parseable {kind}responses in this arm")
-            answers = it["answer"].fillna("(none)").astype(str).tolist()
-            truth = it["truth"].astype(str).tolist()
-            confusion = stats.confusion_matrix(truth, answers, vocab)
-            wrong = it[(~it["correct"]) & it["answer"].isin(vocab)]
-            values: dict[str, Any] = {"confusion": confusion.as_dict()}
-            if len(wrong):
-                if tumbling:
-                    values["canonical_right_share"] = stats.canonical_share(
-                        wrong["truth"].astype(str).tolist(), wrong["answer"].astype(str).tolist()
-                    ).as_dict()
-                counts = [int((wrong["answer"] == o).sum()) for o in vocab]
-                name = "error_directions" if oriented else "error_answers"
-                values[name] = dict(zip(vocab, counts, strict=True))
-                try:
-                    values["error_chi_square"] = stats.chi_square_gof(counts).as_dict()
-                except stats.StatsError as exc:
-                    values["error_chi_square"] = {"error": str(exc)}
-                try:
-                    shares = stats.error_null_excluding_truth(
-                        wrong["truth"].astype(str).tolist(), vocab
-                    )
-                    kept = [i for i, sh in enumerate(shares) if sh > 0]  # structural zeros out
-                    values["error_chi_square_excluding_truth"] = stats.chi_square_gof(
-                        [counts[i] for i in kept], [shares[i] for i in kept]
-                    ).as_dict() | {"labels": [vocab[i] for i in kept]}
-                except stats.StatsError as exc:
-                    values["error_chi_square_excluding_truth"] = {"error": str(exc)}
-            if tumbling:
-                rows = it.groupby("row")["correct"].agg(["sum", "count"])
-                values["accuracy_by_row"] = {
-                    str(int(row)): {"correct": int(s), "n": int(c), "accuracy": s / c}
-                    for row, (s, c) in rows.iterrows()
-                }
-            values["position_bias"] = stats.position_bias_tvd(answers, truth, vocab).as_dict()
-            r.values = values
+            r.values = _error_values(it, vocabulary, tumbling, oriented)
 
         out.append(_guard(r, compute))
+    return out
+
+
+def _pair_metrics(
+    ds: Dataset, design: dict[str, Any], tumbling: bool, a: str, b: str
+) -> dict[str, Any]:
+    """``exploratory.pair.<a>-<b>``'s values: McNemar, flips, t-tests, bootstrap, Newcombe."""
+    values: dict[str, Any] = {}
+    paired = _paired_items(ds, a, b)
+    if not paired.empty:
+        values["mcnemar"] = stats.mcnemar_paired(
+            paired["correct_a"].to_numpy(), paired["correct_b"].to_numpy()
+        ).as_dict()
+        values["flip_rate"] = stats.flip_rate(
+            paired["answer_a"].fillna("(none)").astype(str).tolist(),
+            paired["answer_b"].fillna("(none)").astype(str).tolist(),
+        ).as_dict()
+    x, y = _pair_values(ds, a, b)
+    values["independent_t"] = stats.independent_t(x, y).as_dict()
+    means = _stimulus_means(ds, a, b)
+    if len(means) >= 2:
+        values["paired_t"] = stats.paired_t(means[a].to_numpy(), means[b].to_numpy()).as_dict()
+    values["bootstrap_diff"] = stats.bootstrap_diff(
+        x, y, int(design["bootstrap_iterations"]), design["bootstrap_seed"]
+    ).as_dict()
+    binary = bool(np.isin(x, (0.0, 1.0)).all() and np.isin(y, (0.0, 1.0)).all())
+    if not tumbling and len(x) and len(y) and binary:  # one answer per trial
+        values["newcombe"] = stats.newcombe_diff(
+            round(float(np.sum(x))), len(x), round(float(np.sum(y))), len(y)
+        )
+    return values
+
+
+def _question_runs(ds: Dataset, design: dict[str, Any]) -> list[Result]:
+    """``exploratory.question_run.<arm>`` of each arm, then of each arm@model it ran."""
+    out: list[Result] = []
+    for arm in ds.arms:
+        out.append(_question_run(ds, design, arm, None))
+        ran = set(ds.trials.loc[ds.trials["arm"] == arm, "model"].unique().tolist())
+        for model in ds.models if ds.several_models else ():
+            if model in ran:
+                out.append(_question_run(ds, design, arm, model))
+    return out
+
+
+def exploratory(ds: Dataset, plan: dict[str, Any]) -> list[Result]:
+    """Not pre-registered: error phenotype, rows, position bias, paired-arm metrics.
+
+    ``exploratory.errors.<arm>`` needs a parser with a closed set of labels (:func:`labels`);
+    its members follow ``docs/analysis.md`` §3 (rows and the canonical RIGHT share only for
+    tumbling-E charts).
+    """
+    out = _error_phenotypes(ds, plan)
+    vocabulary = labels(plan)
+    parser = (plan.get("response") or {}).get("parser", TUMBLING_E)
+    tumbling = parser == TUMBLING_E
     design = plan["design"]
     pairs = sorted({tuple(h["contrast"]) for h in plan["hypotheses"] if h.get("contrast")})
     for a, b in pairs:
@@ -1303,44 +1251,14 @@ def exploratory(ds: Dataset, plan: dict[str, Any]) -> list[Result]:
         )
 
         def compute_pair(a: str = a, b: str = b, r: Result = r) -> None:
-            values: dict[str, Any] = {}
-            paired = _paired_items(ds, a, b)
-            if not paired.empty:
-                values["mcnemar"] = stats.mcnemar_paired(
-                    paired["correct_a"].to_numpy(), paired["correct_b"].to_numpy()
-                ).as_dict()
-                values["flip_rate"] = stats.flip_rate(
-                    paired["answer_a"].fillna("(none)").astype(str).tolist(),
-                    paired["answer_b"].fillna("(none)").astype(str).tolist(),
-                ).as_dict()
-            x, y = _pair_values(ds, a, b)
-            values["independent_t"] = stats.independent_t(x, y).as_dict()
-            means = _stimulus_means(ds, a, b)
-            if len(means) >= 2:
-                values["paired_t"] = stats.paired_t(
-                    means[a].to_numpy(), means[b].to_numpy()
-                ).as_dict()
-            values["bootstrap_diff"] = stats.bootstrap_diff(
-                x, y, int(design["bootstrap_iterations"]), design["bootstrap_seed"]
-            ).as_dict()
-            binary = bool(np.isin(x, (0.0, 1.0)).all() and np.isin(y, (0.0, 1.0)).all())
-            if not tumbling and len(x) and len(y) and binary:  # one answer per trial
-                values["newcombe"] = stats.newcombe_diff(
-                    round(float(np.sum(x))), len(x), round(float(np.sum(y))), len(y)
-                )
-            r.values = values
+            r.values = _pair_metrics(ds, design, tumbling, a, b)
 
         out.append(_guard(r, compute_pair))
     if parser == "orientation-word" and vocabulary is not None:
         out.append(by_truth(ds, plan, vocabulary))
     if tumbling and nested_pairs(plan):
         out.append(by_stimulus(ds, plan))
-    for arm in ds.arms:
-        out.append(_question_run(ds, design, arm, None))
-        ran = set(ds.trials.loc[ds.trials["arm"] == arm, "model"].unique().tolist())
-        for model in ds.models if ds.several_models else ():
-            if model in ran:
-                out.append(_question_run(ds, design, arm, model))
+    out += _question_runs(ds, design)
     if ds.several_models:
         out.append(fit_model(ds, plan, interaction=True)[0])
     return out
@@ -1669,8 +1587,9 @@ def sensitivity_lmm(
     """
     from analysis import sensitivity as sens
 
-    lmm = [h for h in plan["hypotheses"] if h["test"] == "lmm" and not h.get("stimuli")]
-    subsets = [h for h in plan["hypotheses"] if h["test"] == "lmm" and h.get("stimuli")]
+    modelled = [h for h in plan["hypotheses"] if statistics.is_mixed_model(h)]
+    lmm = [h for h in modelled if not h.get("stimuli")]
+    subsets = [h for h in modelled if h.get("stimuli")]
     if not (lmm or subsets):
         return None
     suffix = f"@{model}" if model is not None else ""
@@ -1906,7 +1825,7 @@ def mcq_descriptive(ds: Dataset, plan: dict[str, Any]) -> Result | None:
     """
     from analysis import mcq_tests
 
-    if not mcq_tests.registers_mcq(plan):
+    if not statistics.registers_seed002(plan):
         return None
     r = Result(
         "descriptive.mcq",
@@ -2120,6 +2039,55 @@ class AnalyzeResult:
     provenance: dict[str, Any] = field(default_factory=dict)
 
 
+def _study_dataset(study: Any, log: Ledger, plan: dict[str, Any]) -> Dataset:
+    """The analysis dataset of the study's ledger, as the plan reads it, with factor labels."""
+    from analysis.covariates import covariate_columns
+    from analysis.factorial import plan_cells
+
+    settings = plan.get("analysis", {})
+    sources = stimulus_sources(study) if settings.get("random_intercept") == "source" else {}
+    ds = load_dataset(
+        log,
+        exclude_unparseable=bool(settings.get("exclude_unparseable", True)),
+        parser=str((plan.get("response") or {}).get("parser", TUMBLING_E)),
+        sources=sources,
+        models=models(plan),
+        variants=bool(plan.get("variants")),
+        factorial=plan_cells(plan),
+    )
+    with_labels, labels = covariate_columns(ds.trials, plan, study, log)
+    if labels:  # docs/analysis.md §11: factor labels
+        ds = replace(ds, trials=with_labels, covariates=labels)
+    return ds
+
+
+def _study_results(
+    study: Any, log: Ledger, plan: dict[str, Any], ds: Dataset, results: list[Result]
+) -> list[Result]:
+    """The results that read more than the dataset, after :func:`run_analyses`'s.
+
+    Judge agreement, review tables, outcomes by factor label, identical responses.
+    """
+    from analysis.covariates import covariates_title, covariates_values
+
+    parser = str((plan.get("response") or {}).get("parser", TUMBLING_E))
+    out: list[Result] = []
+    if parser.startswith("judge:"):  # docs/analysis.md §8: exploratory judge agreement
+        out.append(judge_agreement(log, plan, parser.split(":", 1)[1]))
+    out += _review_tables(log, plan, study, results + out)  # docs/analysis.md §10
+    if ds.covariates:
+        strata = Result("descriptive.covariates", covariates_title(plan), "descriptive", "mean")
+
+        def compute_strata() -> None:
+            strata.values = covariates_values(ds.trials, ds.ddx, plan)
+
+        out.append(_guard(strata, compute_strata))
+    copies = _identical_responses(log, ds)  # docs/analysis.md §3: pseudo-replication
+    if copies is not None:
+        out.append(copies)
+    return out
+
+
 def analyze_study(root: str | Path, key: SigningKey) -> AnalyzeResult:
     """Run the locked plan on the scored data; append one ``analysis.result`` per result."""
     root = Path(root)
@@ -2131,42 +2099,10 @@ def analyze_study(root: str | Path, key: SigningKey) -> AnalyzeResult:
         protocol = protocol_event(log)
         assert protocol is not None
         plan = protocol.body
-        settings = plan.get("analysis", {})
-        exclude = bool(settings.get("exclude_unparseable", True))
-        parser = str((plan.get("response") or {}).get("parser", TUMBLING_E))
-        sources = stimulus_sources(study) if settings.get("random_intercept") == "source" else {}
-        from analysis.factorial import plan_cells
-
-        ds = load_dataset(
-            log,
-            exclude_unparseable=exclude,
-            parser=parser,
-            sources=sources,
-            models=models(plan),
-            variants=bool(plan.get("variants")),
-            factorial=plan_cells(plan),
-        )
-        from analysis.covariates import covariate_columns, covariates_title, covariates_values
-
-        with_labels, labels = covariate_columns(ds.trials, plan, study, log)
-        if labels:  # docs/analysis.md §11: factor labels
-            ds = replace(ds, trials=with_labels, covariates=labels)
+        ds = _study_dataset(study, log, plan)
         trial_phase = trial_phases(log) if len(protocol_events(log)) > 1 else None
         results = run_analyses(ds, plan, trial_phase, hypothesis_phases(plan, log))
-        if parser.startswith("judge:"):  # docs/analysis.md §8: exploratory judge agreement
-            results.append(judge_agreement(log, plan, parser.split(":", 1)[1]))
-        results += _review_tables(log, plan, study, results)  # docs/analysis.md §10
-        if ds.covariates:
-            strata = Result("descriptive.covariates", covariates_title(plan), "descriptive", "mean")
-            labelled = ds
-
-            def compute_strata() -> None:
-                strata.values = covariates_values(labelled.trials, labelled.ddx, plan)
-
-            results.append(_guard(strata, compute_strata))
-        copies = _identical_responses(log, ds)  # docs/analysis.md §3: pseudo-replication
-        if copies is not None:
-            results.append(copies)
+        results += _study_results(study, log, plan, ds, results)
         trials_csv, items_csv = ds.trials_csv(), ds.items_csv()
         policy = SealPolicy.from_protocol(plan)  # docs/privacy.md: withheld datasets are sealed
         trials_csv = policy.seal_now("analysis.result", "trials_csv", trials_csv)

@@ -30,6 +30,28 @@ __all__ = [
 ]
 
 
+class PosthocTests(click.Choice[str]):
+    """``--test`` of ``ledger posthoc``: :data:`analysis.statistics.POSTHOC_TESTS`.
+
+    The registry imports the statistics (numpy, pandas, scipy), so it is read when click
+    first needs the choices (help, a value to check), not when the CLI is imported.
+    """
+
+    def __init__(self) -> None:
+        super().__init__(())
+
+    @property
+    def choices(self) -> tuple[str, ...]:
+        """The registry's post-hoc kinds, in order."""
+        from analysis.statistics import POSTHOC_TESTS
+
+        return POSTHOC_TESTS
+
+    @choices.setter
+    def choices(self, value: Any) -> None:
+        """Ignored: the registry is the one list."""
+
+
 @click.command(cls=Command)
 @click.argument("directory", required=False, type=click.Path(file_okay=False, path_type=Path))
 @click.option(
@@ -106,7 +128,7 @@ def demo(directory: Path | None, replicates: int | None, template: str) -> None:
 @click.option(
     "--test",
     "test",
-    type=click.Choice(["lmm", "paired-t", "independent-t", "bootstrap"]),
+    type=PosthocTests(),
     default="lmm",
     show_default=True,
     help="lmm: mixed model; paired-t: trials paired by (stimulus, rep); independent-t: Welch; "
@@ -166,6 +188,7 @@ def posthoc(
           --reason "few-shot against zero-shot, options as written"
     """
     from analysis.posthoc import declare_posthoc
+    from analysis.statistics import statistic
 
     chosen = [a.strip() for a in arms.split(",") if a.strip()] if arms else None
     body = declare_posthoc(
@@ -184,12 +207,9 @@ def posthoc(
         click.echo(f"recorded {body['id']} (post hoc): could not be computed: {body['error']}")
         return
     c = body["values"]["contrast"]
-    if test == "lmm":
-        detail = f"z = {c['z']:.2f}, two-sided p = {c['p']:.3g}; ICC {body['values']['icc']:.3f}"
-    elif test == "bootstrap":
-        detail = f"{body['values']['iterations']:,} bootstrap draws, seed {body['values']['seed']}"
-    else:
-        detail = f"t({c['df']:.4g}) = {c['t']:.2f}, two-sided p = {c['p']:.3g}"
+    posthoc = statistic(test).posthoc
+    assert posthoc is not None  # --test is one of POSTHOC_TESTS
+    detail = posthoc.echo(body["values"])
     click.echo(
         f"recorded {body['id']} (post hoc, no verdict): {c['a']} - {c['b']} = "
         f"{100 * c['estimate']:+.1f} pp (95% CI {100 * c['lower']:+.1f} to "
@@ -328,9 +348,7 @@ def analyze(study_dir: Path, key_file: str | None, as_json: bool) -> None:
       ledger analyze my-study
       ledger analyze my-study --json
     """
-    from rich.markup import escape
-
-    from analysis.analyze import analyze_study, describe_decision, verdict_caution
+    from analysis.analyze import analyze_study
 
     result = analyze_study(study_dir, study_key(study_dir, key_file))
     failed = [r["id"] for r in result.results if r["status"] == "failed"]
@@ -345,15 +363,7 @@ def analyze(study_dir: Path, key_file: str | None, as_json: bool) -> None:
             }
         )
         return
-    grid = table("hypothesis", "test", "verdict", "decided by", title="pre-registered verdicts")
-    for r in result.results:
-        if r["hypothesis"]:
-            verdict = escape(r["verdict"] or "-")
-            caution = verdict_caution(r)
-            if caution:
-                verdict += f"\n[yellow]caution: {escape(caution)}[/]"
-            grid.add_row(r["hypothesis"], r["test"], verdict, escape(describe_decision(r)))
-    console().print(grid)
+    _print_verdicts(result.results)
     click.echo(
         f"recorded {len(result.results)} analysis.result events from seq "
         f"{result.first_seq}" + (f"; could not compute: {', '.join(failed)}" if failed else "")
@@ -364,16 +374,38 @@ def analyze(study_dir: Path, key_file: str | None, as_json: bool) -> None:
     for r in result.results:  # docs/analysis.md §10: the reference-set tables, as seed 001's
         if r["test"] == "reference-review" and r["status"] == "ok":
             _print_reference_table(r)
-    mismatched = result.provenance.get("model_mismatches", 0)
+    _warn_provenance(result.provenance)
+
+
+def _print_verdicts(results: list[dict[str, Any]]) -> None:
+    """The pre-registered verdicts, each with its caution and how it was decided."""
+    from rich.markup import escape
+
+    from analysis.analyze import describe_decision, verdict_caution
+
+    grid = table("hypothesis", "test", "verdict", "decided by", title="pre-registered verdicts")
+    for r in results:
+        if r["hypothesis"]:
+            verdict = escape(r["verdict"] or "-")
+            caution = verdict_caution(r)
+            if caution:
+                verdict += f"\n[yellow]caution: {escape(caution)}[/]"
+            grid.add_row(r["hypothesis"], r["test"], verdict, escape(describe_decision(r)))
+    console().print(grid)
+
+
+def _warn_provenance(provenance: dict[str, Any]) -> None:
+    """Warn (stderr) of responses from another model and of model identity warnings."""
+    mismatched = provenance.get("model_mismatches", 0)
     if mismatched:
-        first = result.provenance["first_mismatches"][0]
+        first = provenance["first_mismatches"][0]
         click.echo(
             f"warning: {mismatched} response(s) report a model other than the one "
             f"requested (first: seq {first['seq']}, requested {first['requested']!r}, "
             f"reported {first['reported']!r}); see ledger status",
             err=True,
         )
-    for warning in result.provenance.get("model_identity_warnings", []):
+    for warning in provenance.get("model_identity_warnings", []):
         click.echo(f"WARNING model identity: {warning['warning']}", err=True)
 
 

@@ -602,60 +602,96 @@ def pilot_figures(results: list[dict[str, Any]]) -> tuple[str, list[tuple[str, .
     return default, rows
 
 
-SUITE_STATISTICS = ("position-bias", "flip-rate", "voting", "self-consistency")
-"""The registered seed-002 tests whose figures the template demo prints after verification."""
-
-
-def _share(value: Any) -> str:
-    return f"{100 * value:.1f}%" if isinstance(value, int | float) else "–"
-
-
-def _bias(value: Any) -> str:
-    return f"{value:.3f}" if isinstance(value, int | float) else "–"
-
-
 def suite_figures(results: list[dict[str, Any]], plan: dict[str, Any]) -> list[tuple[str, ...]]:
-    """One row per recorded seed-002 hypothesis result of :data:`SUITE_STATISTICS`.
+    """One row per recorded hypothesis result of a kind with a ``demo_row`` (seed 002's).
 
     ``(hypothesis, test, what, figures, verdict)``: position bias of each arm, flip rate, vote
     against the mean per-order accuracy, majority against the mean sample, as ``analysis``
     recorded them (the verified numbers, not recomputed here; the report's table of seed 002's
     registered statistics shows the same values).
     """
+    from analysis import statistics
+
     tests = {h["id"]: h for h in plan.get("hypotheses") or []}
     rows: list[tuple[str, ...]] = []
     for r in results:
         h = tests.get(str(r.get("hypothesis") or "").split("@")[0])
-        if h is None or h["test"] not in SUITE_STATISTICS:
+        kind = statistics.kind_of(h) if h is not None else None
+        if h is None or kind is None or kind.demo_row is None:
             continue
-        v = r.get("values") or {}
+        what, figures = kind.demo_row(h, r.get("values") or {})
         if r.get("status") != "ok":
             figures = f"not computed: {r.get('error')}"
-        elif h["test"] == "position-bias":
-            a, b = h["contrast"]
-            figures = f"{a} {_bias(v.get('bias_a'))}, {b} {_bias(v.get('bias_b'))}"
-        elif h["test"] == "flip-rate":
-            figures = f"{_share(v.get('estimate'))} of pairs ({h.get('basis', 'answer')})"
-        elif h["test"] == "voting":
-            figures = (
-                f"vote {_share(v.get('accuracy_vote'))} vs mean per order "
-                f"{_share(v.get('accuracy_orders'))}"
-            )
-        else:
-            figures = (
-                f"majority {_share(v.get('accuracy_majority'))} vs one sample "
-                f"{_share(v.get('accuracy_single'))}"
-            )
-        if "contrast" in h:
-            what = " vs ".join(h["contrast"])
-        elif h["test"] == "flip-rate":
-            what = f"{h['arm']}: {' vs '.join(h['variants'])}"
-        elif h["test"] == "voting":
-            what = f"{h['arm']}: {len(h['variants'])} orders"
-        else:
-            what = f"{h['arm']}: {h.get('samples')} samples"
         rows.append((str(r["hypothesis"]), h["test"], what, figures, str(r.get("verdict") or "")))
     return rows
+
+
+def _suite_part(
+    console: Console,
+    part: Path,
+    owner: SigningKey,
+    archives: Path,
+    checkpoint: Path,
+    witness_vkey: str,
+) -> tuple[Path, bool, list[tuple[str, ...]]]:
+    """Score, unblind, analyse, report, export and verify one study of a suite.
+
+    Returns (its report's HTML, whether its archive verified, its seed-002 figure rows).
+    """
+    from analysis.analyze import analyze_study
+    from analysis.export import export_study
+    from analysis.report import build_report
+    from analysis.scoring import score_study, unblind_study
+    from ledger import Ledger
+    from runner.lock import protocol_event
+    from verify import render_report, verify_path
+
+    scored = score_study(part, owner)
+    statuses = ", ".join(f"{k} {v}" for k, v in sorted(scored.by_status.items()))
+    unblind_study(part, owner)
+    analysed = analyze_study(part, owner)
+    built = build_report(part, part / "report")
+    html = Path(str(getattr(built, "html", part / "report" / "report.html")))
+    exported = export_study(part, archives / part.name, owner)
+    report = verify_path(
+        archives / part.name,
+        trusted_keys=[owner.vkey],
+        checkpoints=[checkpoint],
+        witnesses=[witness_vkey],
+    )
+    _step(
+        console,
+        5,
+        f"{part.name}: score, unblind, analyze, report, export, verify",
+        f"scored blind ({statuses}); {len(analysed.results)} results; report {html}; "
+        f"{exported.files} files in {archives / part.name}; verify: "
+        f"{'[green]VERIFIED[/]' if report.ok else '[red]FAILED[/]'} ({report.size} "
+        f"events, {len(report.checks)} checks, {len(report.failures)} failed)",
+    )
+    if not report.ok:
+        render_report(report, console=console)
+    with Ledger.open(part / "ledger.db", readonly=True) as log:
+        protocol = protocol_event(log)
+    plan = protocol.body if protocol is not None else {}
+    rows = [(part.name, *row) for row in suite_figures(analysed.results, plan)]
+    return html, report.ok, rows
+
+
+def _print_suite_figures(console: Console, figures: list[tuple[str, ...]]) -> None:
+    """Seed 002's phenomena of every study of the suite, as the analysis recorded them."""
+    shown = table(
+        "study",
+        "hypothesis",
+        "test",
+        "what",
+        "figures",
+        "verdict",
+        title="seed 002's phenomena, as the analysis recorded them",
+    )
+    for row in figures:
+        colour = "green" if row[-1] == "supported" else "yellow"
+        shown.add_row(*row[:-1], f"[{colour}]{row[-1]}[/]")
+    console.print(shown)
 
 
 def run_suite_demo(directory: Path, console: Console, template: str) -> DemoResult:
@@ -669,13 +705,7 @@ def run_suite_demo(directory: Path, console: Console, template: str) -> DemoResu
     statistics are printed as recorded: position bias per arm, flip rates, permutation voting
     against the mean per-order accuracy, self-consistency.
     """
-    from analysis.analyze import analyze_study
-    from analysis.export import export_study
-    from analysis.report import build_report
-    from analysis.scoring import score_study, unblind_study
-    from ledger import Ledger
     from ledger.witness_server import LocalWitness
-    from runner.lock import protocol_event
     from runner.new import new_template
     from verify import render_report, verify_path
 
@@ -722,36 +752,11 @@ def run_suite_demo(directory: Path, console: Console, template: str) -> DemoResu
     figures: list[tuple[str, ...]] = []
     first_report: Path | None = None
     for part in parts:
-        scored = score_study(part, owner)
-        statuses = ", ".join(f"{k} {v}" for k, v in sorted(scored.by_status.items()))
-        unblind_study(part, owner)
-        analysed = analyze_study(part, owner)
-        built = build_report(part, part / "report")
-        html = Path(str(getattr(built, "html", part / "report" / "report.html")))
+        html, verified[part], rows = _suite_part(
+            console, part, owner, archives, checkpoints[part], witness_vkey
+        )
         first_report = first_report or html
-        exported = export_study(part, archives / part.name, owner)
-        report = verify_path(
-            archives / part.name,
-            trusted_keys=[owner.vkey],
-            checkpoints=[checkpoints[part]],
-            witnesses=[witness_vkey],
-        )
-        verified[part] = report.ok
-        _step(
-            console,
-            5,
-            f"{part.name}: score, unblind, analyze, report, export, verify",
-            f"scored blind ({statuses}); {len(analysed.results)} results; report {html}; "
-            f"{exported.files} files in {archives / part.name}; verify: "
-            f"{'[green]VERIFIED[/]' if report.ok else '[red]FAILED[/]'} ({report.size} "
-            f"events, {len(report.checks)} checks, {len(report.failures)} failed)",
-        )
-        if not report.ok:
-            render_report(report, console=console)
-        with Ledger.open(part / "ledger.db", readonly=True) as log:
-            protocol = protocol_event(log)
-        plan = protocol.body if protocol is not None else {}
-        figures += [(part.name, *row) for row in suite_figures(analysed.results, plan)]
+        figures += rows
 
     first = parts[0]
     tampered = directory / "archive-tampered"
@@ -770,20 +775,7 @@ def run_suite_demo(directory: Path, console: Console, template: str) -> DemoResu
         "changed, MANIFEST.sha256 rewritten:",
     )
     render_report(bad, console=console)
-
-    shown = table(
-        "study",
-        "hypothesis",
-        "test",
-        "what",
-        "figures",
-        "verdict",
-        title="seed 002's phenomena, as the analysis recorded them",
-    )
-    for row in figures:
-        colour = "green" if row[-1] == "supported" else "yellow"
-        shown.add_row(*row[:-1], f"[{colour}]{row[-1]}[/]")
-    console.print(shown)
+    _print_suite_figures(console, figures)
     console.print("[yellow]Simulated data: these figures demonstrate the method only.[/]")
     seconds = time.monotonic() - started
     console.print(f"\n[bold]Done in {seconds:.0f} s.[/] Studies: {root}   Archives: {archives}")

@@ -33,6 +33,7 @@ from analysis.rows import (
     schedule_rows,
     score_row,
 )
+from analysis.statistics import kind_of
 from ledger import (
     Ledger,
     OutputError,
@@ -466,15 +467,32 @@ def _readme(study: Study, log: Ledger, results: list[dict[str, Any]]) -> bytes:
     assert protocol is not None
     body = protocol.body
     sessions = [e.body for e in log.events("run.started")]
-    simulated = any(s.get("simulated") for s in sessions)
-    backends = sorted({str(s.get("backend")) for s in sessions})
-    arms: dict[str, Any] = body.get("arms", {})
+    lines = [
+        *_readme_title(study, log, protocol.seq, body, sessions),
+        *_readme_study(body, sessions),
+        *_readme_arms(body),
+        *_readme_verdicts(body, results),
+        *_readme_deviations(body),
+        *_readme_posthoc(log),
+        *_readme_how_to_verify(body, protocol.seq),
+    ]
+    return "\n".join(lines).encode("utf-8")
+
+
+def _simulated(sessions: list[dict[str, Any]]) -> bool:
+    return any(s.get("simulated") for s in sessions)
+
+
+def _readme_title(
+    study: Study, log: Ledger, seq: int, body: dict[str, Any], sessions: list[dict[str, Any]]
+) -> list[str]:
+    """The title, where the study comes from, and the notices above everything else."""
     title = body.get("title") or study.title
     lines = [
         f"# {title}",
         "",
         f"Study `{body.get('study', study.id)}` (ledger origin `{study.origin}`), registered "
-        f"with `protocol.locked` at seq {protocol.seq} and exported by PROMPT Ledger as an "
+        f"with `protocol.locked` at seq {seq} and exported by PROMPT Ledger as an "
         f"OSF-style archive (format {ARCHIVE_FORMAT}, described in `docs/archive-format.md` of "
         "the tool).",
         "",
@@ -482,7 +500,7 @@ def _readme(study: Study, log: Ledger, results: list[dict[str, Any]]) -> bytes:
     notice = session_notice([{"seq": e.seq, **e.body} for e in log.events("run.started")])
     if notice is not None:  # docs/trials.md §2: what the server said about the locked model
         lines += [f"**{notice}**", ""]
-    if simulated:
+    if _simulated(sessions):
         lines += [
             "**SIMULATED DATA. The responses in this archive come from the offline simulated "
             "model (backend `simulated`), not from a real model: no model was asked anything. "
@@ -490,7 +508,14 @@ def _readme(study: Study, log: Ledger, results: list[dict[str, Any]]) -> bytes:
             "model.**",
             "",
         ]
-    lines += [
+    return lines
+
+
+def _readme_study(body: dict[str, Any], sessions: list[dict[str, Any]]) -> list[str]:
+    """``## The study``: what an arm is, the models, backends, design and response format."""
+    simulated = _simulated(sessions)
+    backends = sorted({str(s.get("backend")) for s in sessions})
+    return [
         "## The study",
         "",
         "A randomized experiment on prompts: each arm is a fixed prompt (its components joined "
@@ -505,10 +530,17 @@ def _readme(study: Study, log: Ledger, results: list[dict[str, Any]]) -> bytes:
         f"- Backend: {', '.join(f'`{b}`' for b in backends) or 'none (never run)'} in "
         f"{len(sessions)} run session(s)"
         + (" -- **SIMULATED: no real model answered**" if simulated else ""),
-        *_readme_design(body, len(arms)),
+        *_readme_design(body, len(body.get("arms", {}))),
         f"- Response format `{body.get('response', {}).get('format')}`, parsed by "
         f"`{body.get('response', {}).get('parser')}`",
         "",
+    ]
+
+
+def _readme_arms(body: dict[str, Any]) -> list[str]:
+    """``### Arms``: each arm's role, components (or data field) and hash."""
+    arms: dict[str, Any] = body.get("arms", {})
+    lines = [
         "### Arms",
         "",
         *_readme_arm_intro(body),
@@ -524,8 +556,13 @@ def _readme(study: Study, log: Ledger, results: list[dict[str, Any]]) -> bytes:
             f"| {_cell_text(arm_id)} | {_cell_text(arm.get('role'))} | "
             f"{_cell_text(parts)} | `{arm.get('sha256')}` |"
         )
+    return lines
+
+
+def _readme_verdicts(body: dict[str, Any], results: list[dict[str, Any]]) -> list[str]:
+    """The verdict table (the verifier's ``derived`` check reads it) and each hypothesis."""
     by_id = {r["hypothesis"]: r for r in results if r["hypothesis"]}
-    lines += [
+    lines = [
         "",
         "## Verdicts of the pre-registered hypotheses",
         "",
@@ -537,94 +574,113 @@ def _readme(study: Study, log: Ledger, results: list[dict[str, Any]]) -> bytes:
             lines.append(f"| {r['hypothesis']} | {r['test']} | {r['verdict']} |")
     lines += ["", "### The hypotheses as registered", ""]
     for h in body.get("hypotheses", []):
-        contrast = h.get("contrast") or ["?", "?"]
-        details = [f"{h.get('test')}", f"{h.get('sides')}"]
-        for key in ("statistic", "variant", "basis", "samples", "incomplete", "min_pp", "max_pp"):
-            if h.get(key) is not None:  # seed 002's kinds (docs/mcq-statistics.md §11)
-                details.append(f"{key} {h[key]}")
-        if h.get("alpha") is not None:
-            details.append(f"alpha {h['alpha']}")
-        if h.get("min_difference_pp") is not None:
-            details.append(f"minimum difference {h['min_difference_pp']} pp")
-        if h.get("margin_pp") is not None:
-            details.append(f"margin {h['margin_pp']} pp")
-        if h.get("correction") not in (None, "none"):
-            details.append(f"{h['correction']} within family `{h.get('family')}`")
-        if h.get("stimuli"):
-            details.append(f"on stimuli {', '.join(map(str, h['stimuli']))} only")
-        if h.get("pairing"):
-            details.append(f"pairs by ({', '.join(map(str, h['pairing']))})")
-        res = by_id.get(h.get("id"))
-        desc = " ".join(str(h.get("description") or "(no description)").split())
-        verdict = (
-            f"**{res['verdict']}** ({describe_decision(res)})"
-            if res is not None
-            else "no analysis.result"
-        )
-        what = (
-            f"effect {' × '.join(map(str, h['effect']))}"
-            if h.get("effect")
-            else f"{contrast[0]} - {contrast[1]}"
-        )  # a factorial term, or the contrast
-        lines += [
-            f"- **{h.get('id')}**: {desc}  ",
-            (
-                f"  arm {h['arm']}"
-                + (
-                    f", {' vs '.join(map(str, h.get('variants') or []))}"
-                    if h.get("variants") or h.get("test") != "qr-bootstrap"
-                    else ""
-                )
-                + f" on `{h.get('outcome')}`; {'; '.join(details)}.  "
-                if h.get("arm")
-                else f"  {what} on `{h.get('outcome')}`; {'; '.join(details)}.  "
-            ),
-            f"  Verdict: {verdict}",
-        ]
+        lines += _readme_hypothesis(h, by_id.get(h.get("id")))
+    return lines
+
+
+def _hypothesis_details(h: dict[str, Any]) -> list[str]:
+    """The registered settings of a hypothesis, in words (test, sides, kind's keys, rule)."""
+    details = [f"{h.get('test')}", f"{h.get('sides')}"]
+    for key in ("statistic", "variant", "basis", "samples", "incomplete", "min_pp", "max_pp"):
+        if h.get(key) is not None:  # seed 002's kinds (docs/mcq-statistics.md §11)
+            details.append(f"{key} {h[key]}")
+    optional = (
+        ("alpha", "alpha {}"),
+        ("min_difference_pp", "minimum difference {} pp"),
+        ("margin_pp", "margin {} pp"),
+    )
+    details += [text.format(h[key]) for key, text in optional if h.get(key) is not None]
+    if h.get("correction") not in (None, "none"):
+        details.append(f"{h['correction']} within family `{h.get('family')}`")
+    if h.get("stimuli"):
+        details.append(f"on stimuli {', '.join(map(str, h['stimuli']))} only")
+    if h.get("pairing"):
+        details.append(f"pairs by ({', '.join(map(str, h['pairing']))})")
+    return details
+
+
+def _readme_hypothesis(h: dict[str, Any], res: dict[str, Any] | None) -> list[str]:
+    """One registered hypothesis: what it compares, its settings, and its verdict."""
+    contrast = h.get("contrast") or ["?", "?"]
+    details = "; ".join(_hypothesis_details(h))
+    desc = " ".join(str(h.get("description") or "(no description)").split())
+    verdict = (
+        f"**{res['verdict']}** ({describe_decision(res)})"
+        if res is not None
+        else "no analysis.result"
+    )
+    if h.get("arm"):
+        kind = kind_of(h)
+        variants = h.get("variants") or kind is None or kind.arm_compares_variants
+        listed = f", {' vs '.join(map(str, h.get('variants') or []))}" if variants else ""
+        what = f"  arm {h['arm']}{listed}"
+    elif h.get("effect"):  # a factorial term
+        what = f"  effect {' × '.join(map(str, h['effect']))}"
+    else:
+        what = f"  {contrast[0]} - {contrast[1]}"
+    return [
+        f"- **{h.get('id')}**: {desc}  ",
+        f"{what} on `{h.get('outcome')}`; {details}.  ",
+        f"  Verdict: {verdict}",
+    ]
+
+
+def _readme_deviations(body: dict[str, Any]) -> list[str]:
+    """The declared deviations from the source protocol, when there are any."""
     deviations = body.get("deviations") or []
-    if deviations:
-        lines += [
-            "",
-            "### Declared deviations from the source protocol",
-            "",
-            "Locked in `protocol.locked` (`[[deviations]]` of `study.toml`) before any trial ran:",
-            "",
-        ]
-        for d in deviations:
-            lines.append(
-                f"- **{d.get('id')}** ({' '.join(str(d.get('source')).split())}): "
-                f"{' '.join(str(d.get('choice')).split())} Reason: "
-                f"{' '.join(str(d.get('reason')).split())}"
-            )
+    if not deviations:
+        return []
+    lines = [
+        "",
+        "### Declared deviations from the source protocol",
+        "",
+        "Locked in `protocol.locked` (`[[deviations]]` of `study.toml`) before any trial ran:",
+        "",
+    ]
+    for d in deviations:
+        lines.append(
+            f"- **{d.get('id')}** ({' '.join(str(d.get('source')).split())}): "
+            f"{' '.join(str(d.get('choice')).split())} Reason: "
+            f"{' '.join(str(d.get('reason')).split())}"
+        )
+    return lines
+
+
+def _readme_posthoc(log: Ledger) -> list[str]:
+    """The post-hoc analyses: each one's difference and reason (no verdict)."""
     posthoc = [e for e in log.events("analysis.posthoc")]
-    if posthoc:
-        lines += [
-            "",
-            "### Post hoc analyses (declared after unblinding; not pre-registered)",
-            "",
-            "Each was declared and recorded (`analysis.posthoc`) after the registered "
-            "analysis; none has a verdict or changes one:",
-            "",
-        ]
-        for e in posthoc:
-            b, d = e.body, e.body.get("declared") or {}
-            c = (b.get("values") or {}).get("contrast") or {}
-            test = (
-                f", two-sided p = {c['p']:.3g}"
-                if c.get("p") is not None
-                else " (percentile bootstrap)"
-            )
-            outcome = (
-                f"{100 * c['estimate']:+.1f} pp (95% CI {100 * c['lower']:+.1f} to "
-                f"{100 * c['upper']:+.1f}){test}"
-                if b.get("status") == "ok" and c
-                else f"not computed: {b.get('error')}"
-            )
-            lines.append(
-                f"- **{b.get('id')}** (seq {e.seq}, post hoc): {b.get('title')}: "
-                f"{outcome}. Reason: {d.get('reason')}"
-            )
-    lines += [
+    if not posthoc:
+        return []
+    lines = [
+        "",
+        "### Post hoc analyses (declared after unblinding; not pre-registered)",
+        "",
+        "Each was declared and recorded (`analysis.posthoc`) after the registered "
+        "analysis; none has a verdict or changes one:",
+        "",
+    ]
+    for e in posthoc:
+        b, d = e.body, e.body.get("declared") or {}
+        c = (b.get("values") or {}).get("contrast") or {}
+        test = (
+            f", two-sided p = {c['p']:.3g}" if c.get("p") is not None else " (percentile bootstrap)"
+        )
+        outcome = (
+            f"{100 * c['estimate']:+.1f} pp (95% CI {100 * c['lower']:+.1f} to "
+            f"{100 * c['upper']:+.1f}){test}"
+            if b.get("status") == "ok" and c
+            else f"not computed: {b.get('error')}"
+        )
+        lines.append(
+            f"- **{b.get('id')}** (seq {e.seq}, post hoc): {b.get('title')}: "
+            f"{outcome}. Reason: {d.get('reason')}"
+        )
+    return lines
+
+
+def _readme_how_to_verify(body: dict[str, Any], seq: int) -> list[str]:
+    """Where the numbers are, and how to verify the archive (with the verifier and by hand)."""
+    return [
         "",
         "Every number is in `analysis/results.json` (the signed `analysis.result` events); "
         "`analysis/report.html` shows them with figures.",
@@ -660,7 +716,7 @@ def _readme(study: Study, log: Ledger, results: list[dict[str, Any]]) -> bytes:
         "(`ls blobs | LC_ALL=C sort | sha256sum`; `ls blobs | wc -l` for the count).",
         "- `ledger/checkpoints/<size>.txt` are signed C2SP checkpoints (origin, tree size, "
         "RFC 6962 Merkle root), one signed at each step the protocol promises: the "
-        f"registration checkpoint `ledger/checkpoints/{protocol.seq + 1:08d}.txt` (signed at "
+        f"registration checkpoint `ledger/checkpoints/{seq + 1:08d}.txt` (signed at "
         "lock, size = `protocol.locked` seq + 1) must equal the published one; then one right "
         "after each run session's `run.stopped` and the final one (after `export.created`).",
         f"- The schedule is the trial ids (`{trial_id_form(body)}`) sorted by "
@@ -673,7 +729,6 @@ def _readme(study: Study, log: Ledger, results: list[dict[str, Any]]) -> bytes:
         "(`response_sha256`).",
         "",
     ]
-    return "\n".join(lines).encode("utf-8")
 
 
 def witness_policy_file(log: Ledger) -> bytes | None:

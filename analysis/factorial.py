@@ -54,7 +54,7 @@ def interactions(plan: Mapping[str, Any]) -> list[tuple[str, ...]]:
     out: list[tuple[str, ...]] = []
     for h in plan.get("hypotheses") or []:
         effect = h.get("effect") or []
-        if h.get("test") == "factorial" and len(effect) > 1:
+        if len(effect) > 1:  # only a factorial hypothesis names an effect (docs/study-spec.md)
             key = tuple(sorted(effect, key=order.index))
             if key not in out:
                 out.append(key)

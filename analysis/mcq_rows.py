@@ -57,13 +57,8 @@ MCQ_COLUMNS = (
 """The required columns, in order (``logprob_<L>`` columns follow for cloze)."""
 
 
-def mcq_trials(ds: Dataset, letters: tuple[str, ...] = ("A", "B", "C", "D")) -> pd.DataFrame:
-    """One row per scored single-answer trial, in ``response_seq`` order (module docstring).
-
-    Raises :class:`ValueError` when a trial has other than one scored item (a tumbling-E
-    chart is not a multiple-choice trial). Column-wise (no per-row Python): a study of
-    100,000 trials is one merge.
-    """
+def _merged(ds: Dataset) -> pd.DataFrame:
+    """Each trial's row joined to its one scored item; a trial with several or none is refused."""
     items = ds.items
     counts = items.groupby("trial", sort=False).size()
     several = counts[counts != 1]
@@ -72,17 +67,38 @@ def mcq_trials(ds: Dataset, letters: tuple[str, ...] = ("A", "B", "C", "D")) -> 
             f"trial {several.index[0]!r} has {int(several.iloc[0])} scored items; the MCQ table "
             "takes single-answer trials"
         )
-    trials = ds.trials
     wanted = ["trial", "truth", "answer", "correct", "truth_original", "answer_original"]
     if ds.cloze:
         wanted.append("logprobs")
     part = items.loc[:, [c for c in wanted if c in items.columns]]
-    merged = trials.loc[:, ["trial", "stimulus", "arm", "model", "variant", "rep", "status"]].merge(
+    columns = ["trial", "stimulus", "arm", "model", "variant", "rep", "status"]
+    merged = ds.trials.loc[:, columns].merge(
         part, on="trial", how="left", validate="one_to_one", sort=False
     )
     if merged["truth"].isna().any():
         bad = merged.loc[merged["truth"].isna(), "trial"].iloc[0]
         raise ValueError(f"trial {bad!r} has no scored item")
+    return merged
+
+
+def _add_logprobs(out: pd.DataFrame, merged: pd.DataFrame, letters: tuple[str, ...]) -> None:
+    """A cloze trial's ``logprob_<letter>`` columns (NaN where the response gave none)."""
+    raw = merged["logprobs"] if "logprobs" in merged else pd.Series([None] * len(merged))
+    found = [json.loads(v) if isinstance(v, str) else {} for v in raw.tolist()]
+    for label in letters:
+        out[f"logprob_{label}"] = [
+            float(f[label]) if f.get(label) is not None else float("nan") for f in found
+        ]
+
+
+def mcq_trials(ds: Dataset, letters: tuple[str, ...] = ("A", "B", "C", "D")) -> pd.DataFrame:
+    """One row per scored single-answer trial, in ``response_seq`` order (module docstring).
+
+    Raises :class:`ValueError` when a trial has other than one scored item (a tumbling-E
+    chart is not a multiple-choice trial). Column-wise (no per-row Python): a study of
+    100,000 trials is one merge.
+    """
+    merged = _merged(ds)
     ok = (merged["status"] == "ok").to_numpy() & merged["answer"].notna().to_numpy()
     answer_col = "answer_original" if "answer_original" in merged else "answer"
     letter = merged["answer"].where(ok, None).astype(object)
@@ -111,11 +127,6 @@ def mcq_trials(ds: Dataset, letters: tuple[str, ...] = ("A", "B", "C", "D")) -> 
         }
     )
     if ds.cloze:
-        raw = merged["logprobs"] if "logprobs" in merged else pd.Series([None] * len(merged))
-        found = [json.loads(v) if isinstance(v, str) else {} for v in raw.tolist()]
-        for label in letters:
-            out[f"logprob_{label}"] = [
-                float(f[label]) if f.get(label) is not None else float("nan") for f in found
-            ]
+        _add_logprobs(out, merged, letters)
     columns = list(MCQ_COLUMNS) + ([f"logprob_{label}" for label in letters] if ds.cloze else [])
     return out.loc[:, columns]

@@ -1,67 +1,56 @@
-"""Seed 002's statistics as registered hypotheses (``docs/mcq-statistics.md`` §11).
+"""What seed 002's statistics compute on (``docs/mcq-statistics.md`` §11).
 
-:func:`mcq_values` computes one hypothesis of a seed-002 kind (``flip-rate``, ``position-bias``,
-``voting``, ``self-consistency``, ``gee``, and ``mcnemar`` between two variants or at one
-variant) on a :class:`analysis.analyze.Dataset`; :func:`decide_interval` applies the decision
-rule of the interval kinds; :func:`mcq_descriptive` is the ``descriptive.mcq`` result (accuracy
-with Wilson intervals per cell, means over shuffle seeds). Everything reads the long-format
-table of :mod:`analysis.mcq_rows`, validated once per dataset by :func:`analysis.mcq.check_trials`
-and kept on the dataset. Pure functions, no I/O; ``verify/_mcqhyp.py`` re-derives them.
+Each seed-002 kind (``flip-rate``, ``position-bias``, ``voting``, ``self-consistency``,
+``gee``, and ``mcnemar`` between two variants or at one variant) is a module of
+:mod:`analysis.statistics`; this module gives them :class:`Tables` (the long-format table of
+:mod:`analysis.mcq_rows`, validated once per dataset by :func:`analysis.mcq.check_trials` and
+kept on the dataset, with the plan's letters and bootstrap), the shared pieces they use
+(:func:`interval_level`, :func:`position_bias_bootstrap`, :func:`gee_with_fallback`), and
+:func:`mcq_descriptive_values`, the ``descriptive.mcq`` result (accuracy with Wilson
+intervals per cell, means over shuffle seeds). Pure functions, no I/O; ``verify/_mcqhyp.py``
+re-derives them.
 """
 
 from __future__ import annotations
 
 import math
 from collections.abc import Sequence
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 import numpy.typing as npt
-from scipy import stats as sps
 
 from analysis import mcq
 from analysis import stats as st
-from analysis.mcq_rows import ORIGINAL, mcq_trials
+from analysis.mcq_rows import mcq_trials
 
 __all__ = [
-    "INTERVAL_TESTS",
-    "MCQ_TESTS",
-    "decide_interval",
-    "hypothesis_values",
+    "CI_METHOD",
+    "GEE_FALLBACKS",
+    "Tables",
+    "correct_of",
+    "dataset_tables",
+    "gee_with_fallback",
     "interval_level",
-    "is_mcq_hypothesis",
     "mcq_descriptive_values",
-    "mcq_values",
     "position_bias_bootstrap",
-    "registers_mcq",
+    "tables",
+    "temperature",
 ]
 
-MCQ_TESTS = ("flip-rate", "position-bias", "voting", "self-consistency", "gee")
-"""The seed-002 hypothesis kinds (``runner.spec.MCQ_TESTS``)."""
-INTERVAL_TESTS = ("flip-rate", "position-bias", "voting", "self-consistency")
-"""Kinds decided by an item-bootstrap interval (no p-value)."""
 CI_METHOD = "item-cluster-bootstrap-percentile"
 
 
-def is_mcq_hypothesis(h: dict[str, Any]) -> bool:
-    """Whether hypothesis ``h`` (as locked) is computed here rather than by the older tests."""
-    return h["test"] in MCQ_TESTS or (h["test"] == "mcnemar" and ("arm" in h or "variant" in h))
-
-
-def registers_mcq(plan: dict[str, Any]) -> bool:
-    """Whether the plan registers a seed-002 hypothesis (then ``descriptive.mcq`` is made)."""
-    return any(is_mcq_hypothesis(h) for h in plan.get("hypotheses") or [])
-
-
-def interval_level(h: dict[str, Any]) -> float:
+def interval_level(h: dict[str, Any], *, one_bound: bool = False) -> float:
     """The interval level of an interval kind: ``1 - alpha``, or ``1 - 2 alpha`` for one bound.
 
-    ``flip-rate`` rules use one bound (``min_pp`` the lower, ``max_pp`` the upper), as do
-    ``sides = "one-sided"`` rules: the bound of a ``1 - 2 alpha`` interval is a level-alpha
-    one-sided test.
+    ``one_bound`` kinds' rules use one bound (``flip-rate``: ``min_pp`` the lower, ``max_pp``
+    the upper), as do ``sides = "one-sided"`` rules: the bound of a ``1 - 2 alpha`` interval
+    is a level-alpha one-sided test.
     """
     alpha = float(h.get("alpha") or 0.05)
-    one = h["test"] == "flip-rate" or (h.get("sides") or "two-sided") == "one-sided"
+    one = one_bound or (h.get("sides") or "two-sided") == "one-sided"
     return 1.0 - 2.0 * alpha if one else 1.0 - alpha
 
 
@@ -182,14 +171,13 @@ def position_bias_bootstrap(
     }
 
 
-def _correct_of(
-    table: mcq.Trials, arm: str, model: str, variants: Sequence[str]
-) -> dict[str, bool]:
+def correct_of(table: mcq.Trials, arm: str, model: str, variants: Sequence[str]) -> dict[str, bool]:
+    """Each trial of (arm, model) over ``variants`` -> whether it answered correctly."""
     rows = table.rows_in(arm, model, list(variants))
     return dict(zip(rows["trial"].tolist(), rows["correct"].tolist(), strict=True))
 
 
-def _temperature(plan: dict[str, Any], arm: str, model: str) -> float:
+def temperature(plan: dict[str, Any], arm: str, model: str) -> float:
     """The arm's sampling temperature: its ``sampling`` one, else the lowest of its models'."""
     spec = (plan.get("arms") or {}).get(arm) or {}
     sampling = spec.get("sampling") or {}
@@ -202,215 +190,61 @@ def _temperature(plan: dict[str, Any], arm: str, model: str) -> float:
     return float((plan.get("model") or {}).get("temperature", 1.0))
 
 
-def mcq_values(ds: Any, plan: dict[str, Any], h: dict[str, Any]) -> dict[str, Any]:
-    """The recorded ``values`` of one seed-002 hypothesis on ``ds`` (§11 of the page).
+@dataclass(frozen=True)
+class Tables:
+    """What a seed-002 statistic computes on: the long-format tables and the plan's settings.
 
-    Interval kinds give ``estimate``, ``lower``, ``upper``, ``conf``; ``mcnemar`` and ``gee``
-    give ``p_raw`` and ``estimate``. Raises :class:`analysis.mcq.McqError` (a ``StatsError``)
-    when the data cannot give the statistic, naming what is missing.
+    ``pooled`` has one model label (``model``), ``by_model`` keeps each model's; ``models`` is
+    the model order (the GEE's reference model, the order of self-consistency's results);
+    ``letters`` the response's letters; ``iterations`` and ``seed`` the design's bootstrap.
+    """
+
+    pooled: mcq.Trials
+    by_model: mcq.Trials
+    plan: dict[str, Any]
+    models: tuple[str, ...]
+    letters: tuple[str, ...]
+    model: str
+    iterations: int
+    seed: int
+
+
+def tables(
+    pooled: mcq.Trials, by_model: mcq.Trials, plan: dict[str, Any], models: Sequence[str] = ()
+) -> Tables:
+    """:class:`Tables` of given tables: ``pooled`` (one model label) and ``by_model``.
+
+    ``plan`` needs ``design`` (bootstrap iterations and seed), ``response.letters`` and, for
+    self-consistency, the arms' and models' temperatures.
+    """
+    iterations, seed = _design(plan)
+    return Tables(
+        pooled,
+        by_model,
+        plan,
+        tuple(models),
+        _letters(plan),
+        _model_label(pooled),
+        iterations,
+        seed,
+    )
+
+
+def dataset_tables(ds: Any, plan: dict[str, Any]) -> Tables:
+    """:class:`Tables` of a :class:`analysis.analyze.Dataset` (validated once, kept on it).
+
+    Raises :class:`analysis.mcq.McqError` (a ``StatsError``) when the data cannot give the
+    tables, naming what is missing.
     """
     pooled, by_model = _tables(ds, plan)
-    return hypothesis_values(pooled, by_model, plan, h, tuple(ds.models))
-
-
-def hypothesis_values(
-    pooled: mcq.Trials,
-    by_model: mcq.Trials,
-    plan: dict[str, Any],
-    h: dict[str, Any],
-    models: Sequence[str] = (),
-) -> dict[str, Any]:
-    """:func:`mcq_values` on given tables: ``pooled`` (one model label) and ``by_model``.
-
-    ``models`` is the model order (for the GEE's reference model and the order of the
-    self-consistency results); ``plan`` needs ``design`` (bootstrap iterations and seed),
-    ``response.letters`` and, for self-consistency, the arms' and models' temperatures.
-    """
-    letters = _letters(plan)
-    model = _model_label(pooled)
-    iterations, seed = _design(plan)
-    test = h["test"]
-    if test == "flip-rate":
-        v1, v2 = h["variants"]
-        flip = mcq.flip_rate_between(
-            pooled,
-            (h["arm"], v1, model),
-            (h["arm"], v2, model),
-            h.get("basis", "answer"),
-            iterations,
-            seed,
-            interval_level(h),
-            letters,
-        )
-        return {**flip.as_dict(), "estimate": flip.rate}
-    if test == "position-bias":
-        a, b = h["contrast"]
-        variant = h.get("variant") or ORIGINAL
-        ca, cb = (a, variant, model), (b, variant, model)
-        pa = mcq.position_metrics(pooled, ca, letters=letters)
-        pb = mcq.position_metrics(pooled, cb, letters=letters)
-        paired = position_bias_bootstrap(
-            pooled.select(mcq.Condition(*ca)),
-            pooled.select(mcq.Condition(*cb)),
-            letters,
-            iterations,
-            seed,
-            interval_level(h),
-        )
-        return {
-            "a": pa.as_dict(),
-            "b": pb.as_dict(),
-            "bias_a": pa.bias,
-            "bias_b": pb.bias,
-            "estimate": pa.bias - pb.bias,
-            **paired,
-        }
-    if test == "voting":
-        orders = list(h["variants"])
-        incomplete = "error" if h.get("incomplete") == "fail" else "exclude"
-        vote = mcq.permutation_vote(
-            pooled,
-            h["arm"],
-            model,
-            orders,
-            incomplete,  # type: ignore[arg-type]
-            letters=letters,
-        )
-        if not vote.answers:
-            raise mcq.McqError(f"voting over {orders}: no complete group of orders")
-        correct = _correct_of(pooled, h["arm"], model, orders)
-        gains = [
-            float(x.correct) - sum(correct[t] for t in x.trials) / len(x.trials)
-            for x in vote.answers
-        ]
-        boot = st.bootstrap_clustered(
-            gains,
-            [x.item for x in vote.answers],
-            [x.rep for x in vote.answers],
-            iterations,
-            seed,
-            interval_level(h),
-            unit="question",
-        )
-        return {
-            "vote": vote.as_dict(),
-            "n_groups": len(gains),
-            "n_items": boot.n_clusters,
-            "excluded": len(vote.exclusions),
-            "accuracy_vote": vote.accuracy,
-            "accuracy_orders": vote.accuracy - boot.estimate,
-            "estimate": boot.estimate,
-            "lower": boot.lower,
-            "upper": boot.upper,
-            "conf": boot.conf,
-            "iterations": boot.iterations,
-            "seed": boot.seed,
-            "ci_method": CI_METHOD,
-        }
-    if test == "self-consistency":
-        variant = h.get("variant") or ORIGINAL
-        incomplete = "error" if h.get("incomplete") == "fail" else "exclude"
-        ran = sorted(
-            {c.model for c in by_model.cells() if c.arm == h["arm"]},
-            key=lambda m: (list(models).index(m) if m in models else -1, m),
-        )
-        results: list[dict[str, Any]] = []
-        diffs: list[float] = []
-        items: list[str] = []
-        runs: list[int] = []
-        for j, m in enumerate(ran):
-            sc = mcq.self_consistency(
-                by_model,
-                (h["arm"], variant, m),
-                int(h["samples"]),
-                _temperature(plan, h["arm"], m),
-                incomplete,  # type: ignore[arg-type]
-                letters=letters,
-            )
-            results.append(sc.as_dict())
-            correct = _correct_of(by_model, h["arm"], m, [variant])
-            for x in sc.answers:
-                diffs.append(float(x.correct) - sum(correct[t] for t in x.trials) / len(x.trials))
-                items.append(x.item)
-                runs.append(j)
-        if not diffs:
-            raise mcq.McqError(
-                f"self-consistency: arm {h['arm']!r} has no trials of variant {variant!r}"
-            )
-        boot = st.bootstrap_clustered(
-            diffs, items, runs, iterations, seed, interval_level(h), unit="question"
-        )
-        majority = sum(r["correct"] for r in results) / len(diffs)
-        return {
-            "results": results,
-            "n_units": len(diffs),
-            "n_items": boot.n_clusters,
-            "excluded": sum(len(r["exclusions"]) for r in results),
-            "accuracy_majority": majority,
-            "accuracy_single": majority - boot.estimate,
-            "estimate": boot.estimate,
-            "lower": boot.lower,
-            "upper": boot.upper,
-            "conf": boot.conf,
-            "iterations": boot.iterations,
-            "seed": boot.seed,
-            "ci_method": CI_METHOD,
-        }
-    if test == "mcnemar":
-        if "arm" in h:
-            v1, v2 = h["variants"]
-            ca, cb = (h["arm"], v1, model), (h["arm"], v2, model)
-        else:
-            a, b = h["contrast"]
-            ca, cb = (a, h["variant"], model), (b, h["variant"], model)
-        mc = mcq.paired_mcnemar(pooled, ca, cb, letters)
-        if mc.n_pairs == 0:
-            raise mcq.McqError(f"mcnemar: {'/'.join(ca)} and {'/'.join(cb)} share no (item, rep)")
-        return {**mc.as_dict(), "p_raw": mc.test.p, "estimate": mc.difference}
-    if test == "gee":
-        a, b = h["contrast"]
-        frame = by_model.frame
-        keep = frame["arm"].isin([a, b])
-        if h.get("variant"):
-            keep &= frame["variant"] == h["variant"]
-        else:  # the variants both arms ran (arms and variants crossed)
-            shared = set(frame.loc[frame["arm"] == a, "variant"]) & set(
-                frame.loc[frame["arm"] == b, "variant"]
-            )
-            keep &= frame["variant"].isin(shared)
-        sub = frame.loc[keep.to_numpy()]
-        factors: dict[str, str] = {}
-        present_models = set(sub["model"])
-        if len(present_models) > 1:
-            factors["model"] = next((m for m in models if m in present_models), min(present_models))
-        present_variants = set(sub["variant"])
-        if len(present_variants) > 1:
-            order = list(plan.get("variant_order") or [])
-            factors["variant"] = next(
-                (v for v in order if v in present_variants), min(present_variants)
-            )
-        fit, used = _gee_with_fallback(sub, b, factors, letters, h.get("fallback"))
-        term = next(t for t in fit.terms if t.name == f"arm[T.{a}]")
-        one = (h.get("sides") or "two-sided") == "one-sided"
-        p = float(sps.norm.sf(term.z)) if one else term.p
-        return {
-            "fit": fit.as_dict(),
-            "term": term.name,
-            "estimate": term.estimate,
-            "odds_ratio": term.odds_ratio,
-            "lower": term.lower,
-            "upper": term.upper,
-            "p_raw": p,
-            **used,
-        }
-    raise mcq.McqError(f"unknown seed-002 test {test!r}")
+    return tables(pooled, by_model, plan, tuple(ds.models))
 
 
 GEE_FALLBACKS = ("none", "drop-factor")
 """A ``gee`` hypothesis's declared ``fallback`` (``docs/mcq-statistics.md`` §11)."""
 
 
-def _gee_with_fallback(
+def gee_with_fallback(
     sub: Any, reference: str, factors: dict[str, str], letters: Sequence[str], fallback: Any
 ) -> tuple[mcq.GeeFit, dict[str, Any]]:
     """The GEE of §11, refitted without a factor at fault when the plan declares a fallback.
@@ -445,37 +279,6 @@ def _gee_with_fallback(
     }
 
 
-def decide_interval(h: dict[str, Any], values: dict[str, Any]) -> tuple[str, dict[str, Any]]:
-    """(verdict, decided_by) of an interval kind (``docs/mcq-statistics.md`` §11)."""
-    lower, upper, est = values["lower"], values["upper"], values["estimate"]
-    level = f"{round(100 * values['conf'], 6):g}%"
-    if h["test"] == "flip-rate":
-        if h.get("min_pp") is not None:
-            bound = float(h["min_pp"])
-            ok = lower is not None and lower * 100 > bound
-            rule = f"{level} interval lower bound > {bound:g} pp"
-        else:
-            bound = float(h["max_pp"])
-            ok = upper is not None and upper * 100 < bound
-            rule = f"{level} interval upper bound < {bound:g} pp"
-    else:
-        if (h.get("sides") or "two-sided") == "one-sided":
-            ok = lower is not None and lower > 0
-            rule = f"{level} interval lower bound > 0"
-        else:
-            ok = (lower is not None and lower > 0) or (upper is not None and upper < 0)
-            rule = f"{level} interval excludes 0"
-        if h.get("min_difference_pp") is not None:
-            ok = ok and est * 100 >= float(h["min_difference_pp"])
-            rule += f" and estimate >= {h['min_difference_pp']} pp"
-    return ("supported" if ok else "not supported"), {
-        "rule": rule,
-        "estimate": est,
-        "lower": lower,
-        "upper": upper,
-    }
-
-
 def mcq_descriptive_values(ds: Any, plan: dict[str, Any]) -> dict[str, Any]:
     """``descriptive.mcq``: accuracy per (arm, variant, model) and means over shuffle seeds.
 
@@ -491,26 +294,32 @@ def mcq_descriptive_values(ds: Any, plan: dict[str, Any]) -> dict[str, Any]:
         for name, spec in (plan.get("variants") or {}).items()
         if isinstance(spec, dict) and spec.get("kind") == "shuffle"
     }
-    seeds = []
     by_cell = {(c["arm"], c["variant"], c["model"]): c for c in cells}
+    seeds = []
     for arm in sorted({c[0] for c in by_cell}):
         for model in sorted({c[2] for c in by_cell if c[0] == arm}):
-            values = {
-                shuffles[v]: by_cell[(arm, v, model)]["accuracy"]
-                for v in shuffles
-                if (arm, v, model) in by_cell
-            }
-            if len(values) >= 2 and all(
-                isinstance(x, float) and math.isfinite(x) for x in values.values()
-            ):
-                summary = mcq.mean_over_seeds(values)
-                seeds.append(
-                    {
-                        "arm": arm,
-                        "model": model,
-                        "statistic": "accuracy",
-                        "variants": sorted(v for v in shuffles if (arm, v, model) in by_cell),
-                        "summary": summary.as_dict(),
-                    }
-                )
+            summary = _seed_summary(by_cell, shuffles, arm, model)
+            if summary is not None:
+                seeds.append(summary)
     return {"cells": cells, "seeds": seeds}
+
+
+def _seed_summary(
+    by_cell: dict[tuple[str, str, str], dict[str, Any]],
+    shuffles: dict[str, str],
+    arm: str,
+    model: str,
+) -> dict[str, Any] | None:
+    """The mean over an (arm, model)'s shuffle seeds, when it ran two or more with accuracies."""
+    ran = [v for v in shuffles if (arm, v, model) in by_cell]
+    values = {shuffles[v]: by_cell[(arm, v, model)]["accuracy"] for v in ran}
+    finite = all(isinstance(x, float) and math.isfinite(x) for x in values.values())
+    if len(values) < 2 or not finite:
+        return None
+    return {
+        "arm": arm,
+        "model": model,
+        "statistic": "accuracy",
+        "variants": sorted(ran),
+        "summary": mcq.mean_over_seeds(values).as_dict(),
+    }

@@ -407,10 +407,14 @@ def _same_json(a: Any, b: Any) -> bool:
     """JSON equality: same types (a boolean is not a number), members and elements."""
     if isinstance(a, bool) or isinstance(b, bool) or a is None or b is None:
         return a is b
-    if isinstance(a, int | float) and isinstance(b, int | float):
-        return a == b
-    if isinstance(a, str) and isinstance(b, str):
-        return a == b
+    if isinstance(a, list | dict) or isinstance(b, list | dict):
+        return _same_container(a, b)
+    numbers = isinstance(a, int | float) and isinstance(b, int | float)
+    return (numbers or (isinstance(a, str) and isinstance(b, str))) and a == b
+
+
+def _same_container(a: Any, b: Any) -> bool:
+    """:func:`_same_json` of two arrays (element by element) or two objects (member by member)."""
     if isinstance(a, list) and isinstance(b, list):
         return len(a) == len(b) and all(_same_json(x, y) for x, y in zip(a, b, strict=True))
     if isinstance(a, dict) and isinstance(b, dict):

@@ -27,6 +27,7 @@ import pandas as pd
 from scipy import stats as sps
 
 from analysis import analyze as an
+from analysis import statistics
 from analysis._errors import AnalysisError
 from analysis.rows import split_trial, trial_variant
 from analysis.stats import closed_form_fits
@@ -51,11 +52,11 @@ __all__ = [
     "simulate_trials",
 ]
 
-PLAN_TESTS: Final = ("lmm", "paired-t", "independent-t", "bootstrap", "equivalence")
-"""The registered tests ``ledger plan`` can simulate (trial-level outcomes)."""
-POPULATION_TESTS: Final = ("lmm",)
-"""Tests whose interval estimates the population contrast (stimuli a random sample); the
-others estimate the contrast over the study's own stimuli (``docs/planning.md`` §4)."""
+PLAN_TESTS: Final = tuple(k for k, s in statistics.REGISTRY.items() if s.plannable)
+"""The registered tests ``ledger plan`` can simulate (trial-level outcomes): the kinds of
+:data:`analysis.statistics.REGISTRY` marked ``plannable``. A mixed-model kind's interval
+estimates the population contrast (stimuli a random sample); the others estimate the
+contrast over the study's own stimuli (``docs/planning.md`` §4)."""
 SENSITIVITY_INTERVALS: Final = ("probe_by_arm", "probe_by_arm_arm_residual", "cluster_bootstrap")
 """The ``sensitivity.lmm`` intervals whose coverage the plan reports (population truth)."""
 _STAMP: Final = "2026-01-01T00:00:00Z"
@@ -246,7 +247,7 @@ def _interval(h: dict[str, Any], values: dict[str, Any]) -> dict[str, Any]:
         return float(v) if isinstance(v, int | float) and math.isfinite(v) else default
 
     out: dict[str, Any] = {}
-    if h["test"] == "equivalence" or "lower" not in values:
+    if "lower" not in values:  # a t-test's interval (an equivalence has none)
         if "ci_lower" in values:
             out["registered"] = (
                 bound(values.get("ci_lower"), -math.inf),
@@ -277,6 +278,17 @@ def _run_one(
         return _analyse_one(plan, spec, sc, d, stimuli, rng, analysed_ids)
 
 
+def _simulated_dataset(plan: dict[str, Any], frame: pd.DataFrame) -> an.Dataset:
+    """The analysis dataset of one simulated study's trials (no items: trial outcomes only)."""
+    if not (plan.get("analysis") or {}).get("exclude_unparseable", True):
+        frame["excluded"] = False  # load_dataset: an unparseable trial then counts as 0
+    items = pd.DataFrame(columns=[*an.VARIANT_ITEM_COLUMNS, *an.CLOZE_ITEM_COLUMNS])
+    models = tuple(plan.get("model_order") or ())
+    return an.Dataset(
+        frame, items, tuple(sorted(plan["arms"])), (), "", {}, models, bool(plan.get("variants"))
+    )
+
+
 def _analyse_one(
     plan: dict[str, Any],
     spec: PlanSpec,
@@ -287,47 +299,50 @@ def _analyse_one(
     analysed_ids: list[str],
 ) -> dict[str, Any]:
     frame, u, w = simulate_trials(sc, d, stimuli, rng)
-    if not (plan.get("analysis") or {}).get("exclude_unparseable", True):
-        frame["excluded"] = False  # load_dataset: an unparseable trial then counts as 0
-    items = pd.DataFrame(columns=[*an.VARIANT_ITEM_COLUMNS, *an.CLOZE_ITEM_COLUMNS])
-    models = tuple(plan.get("model_order") or ())
-    ds = an.Dataset(
-        frame, items, tuple(sorted(plan["arms"])), (), "", {}, models, bool(plan.get("variants"))
-    )
+    ds = _simulated_dataset(plan, frame)
     _, fit = an.fit_model(ds, plan)
     tested = an.hypothesis_results(ds, plan, fit)
     out: dict[str, Any] = {"hypotheses": {}, "sensitivity": {}}
     for h, r in zip(plan["hypotheses"], tested, strict=True):
         a, b = h["contrast"]
         subset = list(h.get("stimuli") or analysed_ids)
-        values = r.values or {}
-        row = {
-            "verdict": r.verdict or "not computed",
-            "estimate": values.get("estimate") if r.status == "ok" else None,
-            "conditional_truth": _conditional_truth(
-                sc, d, u, w, a, b, [s for s in subset if s in u]
-            ),
-        }
-        if r.status == "ok":
-            for name, (lo, hi) in _interval(h, values).items():
-                row[name] = [lo, hi]
-        out["hypotheses"][h["id"]] = row
-    if spec.sensitivity and any(h["test"] == "lmm" for h in plan["hypotheses"]):
+        truth = _conditional_truth(sc, d, u, w, a, b, [s for s in subset if s in u])
+        out["hypotheses"][h["id"]] = _hypothesis_row(h, r, truth)
+    if spec.sensitivity and any(statistics.is_mixed_model(h) for h in plan["hypotheses"]):
         items = float(np.mean([stimuli[s]["items"] for s in analysed_ids]))
         sens = an.sensitivity_lmm(ds, plan, fit, tested, starts=_starts(sc, items))
         for c in ((sens.values or {}).get("contrasts") or []) if sens is not None else []:
-            row = {}
-            for name in SENSITIVITY_INTERVALS:
-                got = c.get(name)
-                if isinstance(got, dict):
-                    lo, hi = got.get("lower"), got.get("upper")
-                    row[name] = [
-                        float(lo) if lo is not None else -math.inf,
-                        float(hi) if hi is not None and math.isfinite(hi) else math.inf,
-                    ]
-            row["supports"] = c.get("supports")
-            out["sensitivity"][str(c.get("hypothesis"))] = row
+            out["sensitivity"][str(c.get("hypothesis"))] = _sensitivity_row(c)
     return out
+
+
+def _sensitivity_row(c: dict[str, Any]) -> dict[str, Any]:
+    """One hypothesis's sensitivity intervals (open bounds as ∓inf) and whether all support."""
+    row: dict[str, Any] = {}
+    for name in SENSITIVITY_INTERVALS:
+        got = c.get(name)
+        if isinstance(got, dict):
+            lo, hi = got.get("lower"), got.get("upper")
+            row[name] = [
+                float(lo) if lo is not None else -math.inf,
+                float(hi) if hi is not None and math.isfinite(hi) else math.inf,
+            ]
+    row["supports"] = c.get("supports")
+    return row
+
+
+def _hypothesis_row(h: dict[str, Any], r: Any, truth: float) -> dict[str, Any]:
+    """One simulated study's verdict, estimate, conditional truth and registered intervals."""
+    values = r.values or {}
+    row: dict[str, Any] = {
+        "verdict": r.verdict or "not computed",
+        "estimate": values.get("estimate") if r.status == "ok" else None,
+        "conditional_truth": truth,
+    }
+    if r.status == "ok":
+        for name, (lo, hi) in _interval(h, values).items():
+            row[name] = [lo, hi]
+    return row
 
 
 def _starts(sc: Scenario, items: float) -> Callable[[str, list[str]], Sequence[float] | None]:
@@ -377,6 +392,45 @@ def _covers(bounds: Sequence[Any], truth: float) -> bool:
     return bool(lo <= truth <= hi)
 
 
+def _role(h: dict[str, Any], truth: float) -> str:
+    """What the share supported measures: power, type-I error, or only a share supported."""
+    sides = h.get("sides") or "two-sided"
+    min_pp = h.get("min_difference_pp")
+    if not statistics.statistic(h["test"]).claims_difference:
+        return "share supported"
+    if abs(truth) < 1e-12:
+        return "type-I error"
+    if (truth > 0 or sides == "two-sided") and (min_pp is None or truth * 100 >= min_pp):
+        return "power"
+    return "share supported"
+
+
+def _coverage(per: list[dict[str, Any]], truth: float, population: bool) -> dict[str, Any]:
+    """The share of registered (and two-sided) intervals covering their truth."""
+    coverage = {}
+    for name in ("registered", "two_sided"):
+        pairs = [
+            (p[name], truth if population else p["conditional_truth"]) for p in per if name in p
+        ]
+        if pairs:
+            coverage[name] = _share([_covers(bounds, t) for bounds, t in pairs])
+    return coverage
+
+
+def _sensitivity_coverage(sens_rows: list[Any], truth: float) -> dict[str, Any]:
+    """Each sensitivity interval's coverage of the population truth, and how often all support."""
+    return {
+        "sensitivity": {
+            name: _share(
+                [_covers(s[name], truth) for s in sens_rows if s is not None and name in s]
+            )
+            for name in SENSITIVITY_INTERVALS
+            if any(s is not None and name in s for s in sens_rows)
+        },
+        "sensitivity_supports": _share([bool(s and s.get("supports")) for s in sens_rows]),
+    }
+
+
 def summarise(
     plan: dict[str, Any], spec: PlanSpec, sc: Scenario, d: _Design, rows: list[dict[str, Any]]
 ) -> dict[str, Any]:
@@ -395,53 +449,25 @@ def summarise(
         verdicts: dict[str, int] = {}
         for p in per:
             verdicts[p["verdict"]] = verdicts.get(p["verdict"], 0) + 1
-        supported = [p["verdict"] == "supported" for p in per]
-        sides = h.get("sides") or "two-sided"
-        min_pp = h.get("min_difference_pp")
-        if h["test"] == "equivalence":
-            role = "share supported"
-        elif abs(truth) < 1e-12:
-            role = "type-I error"
-        elif (truth > 0 or sides == "two-sided") and (min_pp is None or truth * 100 >= min_pp):
-            role = "power"
-        else:
-            role = "share supported"
-        coverage = {}
-        for name in ("registered", "two_sided"):
-            pairs = [
-                (p[name], truth if h["test"] in POPULATION_TESTS else p["conditional_truth"])
-                for p in per
-                if name in p
-            ]
-            if pairs:
-                coverage[name] = _share([_covers(bounds, t) for bounds, t in pairs])
+        population = statistics.is_mixed_model(h)
         estimates = [p["estimate"] for p in per if isinstance(p.get("estimate"), float)]
         entry = {
             "hypothesis": hid,
             "test": h["test"],
-            "sides": sides,
+            "sides": h.get("sides") or "two-sided",
             "primary": hid in spec.primary,
             "truth": truth,
-            "estimand": "population" if h["test"] in POPULATION_TESTS else "study stimuli",
-            "role": role,
-            "supported": _share(supported),
+            "estimand": "population" if population else "study stimuli",
+            "role": _role(h, truth),
+            "supported": _share([p["verdict"] == "supported" for p in per]),
             "not_computed": _share([p["verdict"] == "not computed" for p in per]),
             "verdicts": dict(sorted(verdicts.items())),
-            "coverage": coverage,
+            "coverage": _coverage(per, truth, population),
             "mean_estimate": float(np.mean(estimates)) if estimates else None,
         }
         sens_rows = [r["sensitivity"].get(hid) for r in rows]
         if any(s is not None for s in sens_rows):
-            entry["sensitivity"] = {
-                name: _share(
-                    [_covers(s[name], truth) for s in sens_rows if s is not None and name in s]
-                )
-                for name in SENSITIVITY_INTERVALS
-                if any(s is not None and name in s for s in sens_rows)
-            }
-            entry["sensitivity_supports"] = _share(
-                [bool(s and s.get("supports")) for s in sens_rows]
-            )
+            entry |= _sensitivity_coverage(sens_rows, truth)
         hyps.append(entry)
     return {"hypotheses": hyps}
 
@@ -462,12 +488,17 @@ def _columns(plan: dict[str, Any], rows: list[dict[str, Any]]) -> dict[str, Any]
                 col[name] = [_json_bounds(p.get(name)) for p in per]
         sens = [r["sensitivity"].get(hid) for r in rows]
         if any(s is not None for s in sens):
-            col["sensitivity"] = {
-                name: [_json_bounds(s.get(name)) if s else None for s in sens]
-                for name in SENSITIVITY_INTERVALS
-            } | {"supports": [s.get("supports") if s else None for s in sens]}
+            col["sensitivity"] = _sensitivity_columns(sens)
         out[hid] = col
     return out
+
+
+def _sensitivity_columns(sens: list[Any]) -> dict[str, Any]:
+    """Each sensitivity interval's bounds per simulated study, and whether all supported."""
+    return {
+        name: [_json_bounds(s.get(name)) if s else None for s in sens]
+        for name in SENSITIVITY_INTERVALS
+    } | {"supports": [s.get("supports") if s else None for s in sens]}
 
 
 def _json_bounds(bounds: Any) -> list[float | None] | None:

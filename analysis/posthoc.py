@@ -18,16 +18,9 @@ from pathlib import Path
 from typing import Any
 
 from analysis import stats
-from analysis.analyze import (
-    Result,
-    _guard,
-    _pair_values,
-    _trial_pairs,
-    fit_model,
-    load_dataset,
-    models,
-)
+from analysis.analyze import Result, StatisticData, _guard, fit_model, load_dataset, models
 from analysis.factorial import plan_cells
+from analysis.statistics import MIXED_MODEL, POSTHOC_TESTS, statistic
 from ledger import EventSpec, Ledger, SigningKey
 from runner.lock import StudyError, check_integrity, ledger_path, protocol_event
 from runner.spec import ID_RE
@@ -40,17 +33,10 @@ POSTHOC_KIND = "analysis.posthoc"
 POSTHOC_LABEL = "post hoc"
 """The label every post-hoc result carries (never ``pre-registered``)."""
 RANDOM_INTERCEPTS = ("stimulus", "source")
-POSTHOC_TESTS = ("lmm", "paired-t", "independent-t", "bootstrap")
-"""The post-hoc analysis kinds (``ledger posthoc --test``), as the registered tests compute them."""
-TEST_TITLES = {
-    "paired-t": "paired t-test, trials paired by (stimulus, rep)",
-    "independent-t": "Welch t-test on trial accuracies",
-    "bootstrap": "percentile bootstrap of the difference in mean trial accuracy",
-}
 
 
 def posthoc_result(
-    ds: Any, plan: dict[str, Any], declared: dict[str, Any], name: str, test: str = "lmm"
+    ds: Any, plan: dict[str, Any], declared: dict[str, Any], name: str, test: str = MIXED_MODEL.key
 ) -> Result:
     """The result of one declared post-hoc analysis (``docs/analysis.md`` §6).
 
@@ -70,7 +56,7 @@ def posthoc_result(
     if declared.get("variant") is not None:
         ds = ds.for_variant(str(declared["variant"]))
         at = f" (variant {declared['variant']})"
-    if test != "lmm":
+    if not statistic(test).mixed_model:
         result = _posthoc_test(ds, plan, a, b, name, test)
         result.title += at
         return result
@@ -89,7 +75,7 @@ def posthoc_result(
         + fitted.title.removeprefix("Linear mixed model: ")
         + at,
         POSTHOC_LABEL,
-        "lmm",
+        test,
     )
 
     def compute() -> None:
@@ -112,56 +98,38 @@ def posthoc_result(
 
 
 def _posthoc_test(ds: Any, plan: dict[str, Any], a: str, b: str, name: str, test: str) -> Result:
-    """A post-hoc t-test or bootstrap of a − b on the analysable trials (two-sided)."""
+    """A post-hoc t-test or bootstrap of a − b on the analysable trials (two-sided).
+
+    The kind's :attr:`analysis.statistics.Posthoc.compute` gives the values and the contrast
+    summary.
+    """
+    posthoc = statistic(test).posthoc
+    assert posthoc is not None and posthoc.compute is not None
+    compute_kind = posthoc.compute
     result = Result(
         f"posthoc.{name}",
-        f"Post hoc (declared after unblinding): {a} - {b}, {TEST_TITLES[test]}",
+        f"Post hoc (declared after unblinding): {a} - {b}, {posthoc.title}",
         POSTHOC_LABEL,
         test,
     )
-    design = plan["design"]
 
     def compute() -> None:
-        summary: dict[str, Any] = {"a": a, "b": b, "sides": "two-sided"}
-        if test == "bootstrap":
-            boot = stats.bootstrap_diff(
-                *_pair_values(ds, a, b),
-                int(design["bootstrap_iterations"]),
-                design["bootstrap_seed"],
-            )
-            values = boot.as_dict()
-            summary |= {
-                "estimate": boot.estimate,
-                "lower": boot.lower,
-                "upper": boot.upper,
-                "p": None,
-                "conf": boot.conf,
-            }
-        else:
-            if test == "paired-t":
-                x, y, dropped = _trial_pairs(ds, a, b)
-                res = stats.paired_t(x, y)
-            else:
-                res = stats.independent_t(*_pair_values(ds, a, b))
-            values = {**res.as_dict(), "estimate": res.difference}
-            if test == "paired-t":
-                values |= {
-                    "pairing": ["stimulus", "rep"],
-                    "n_dropped": len(dropped),
-                    "dropped_pairs": dropped,
-                }
-            summary |= {
-                "estimate": res.difference,
-                "lower": res.ci_lower,
-                "upper": res.ci_upper,
-                "p": res.p,
-                "t": res.t,
-                "df": res.df,
-                "conf": 0.95,
-            }
-        result.values = {**values, "contrast": summary}
+        values, summary = compute_kind(StatisticData(ds, plan), a, b)
+        result.values = {**values, "contrast": {"a": a, "b": b, "sides": "two-sided"} | summary}
 
     return _guard(result, compute)
+
+
+def _check_variant(ds: Any, runs: dict[str, list[str]], variant: str) -> None:
+    """Refuse a ``--variant`` in a study without variants, or that an arm compared did not run."""
+    if not ds.variants:
+        raise StudyError(f"--variant {variant!r}: the study declares no variants")
+    missing = [arm for arm in runs if variant not in runs[arm]]
+    if missing:
+        raise StudyError(
+            f"--variant {variant!r}: arm {missing[0]} has no scored trial of "
+            f"that variant (it ran {', '.join(runs[missing[0]]) or 'none'})"
+        )
 
 
 def _check_variants(ds: Any, arms: list[str], variant: str | None) -> None:
@@ -174,14 +142,7 @@ def _check_variants(ds: Any, arms: list[str], variant: str | None) -> None:
         for arm in arms
     }
     if variant is not None:
-        if not ds.variants:
-            raise StudyError(f"--variant {variant!r}: the study declares no variants")
-        missing = [arm for arm in arms if variant not in runs[arm]]
-        if missing:
-            raise StudyError(
-                f"--variant {variant!r}: arm {missing[0]} has no scored trial of "
-                f"that variant (it ran {', '.join(runs[missing[0]]) or 'none'})"
-            )
+        _check_variant(ds, runs, variant)
         return
     with_trials = {arm: v for arm, v in runs.items() if v}
     if len({tuple(v) for v in with_trials.values()}) > 1:
@@ -194,6 +155,66 @@ def _check_variants(ds: Any, arms: list[str], variant: str | None) -> None:
         )
 
 
+def _check_options(
+    name: str, reason: str, test: str, random_intercept: str | None, arms: list[str] | None
+) -> str | None:
+    """Refuse a bad name, reason, test or mixed-model option; the random intercept to use."""
+    if not ID_RE.match(name):
+        raise StudyError(f"post-hoc name {name!r}: use letters, digits, '.', '_' or '-'")
+    if not reason.strip():
+        raise StudyError("--reason: say why this analysis is added after unblinding")
+    if test not in POSTHOC_TESTS:
+        raise StudyError(f"--test {test!r}: use one of {', '.join(POSTHOC_TESTS)}")
+    mixed_model = statistic(test).mixed_model
+    if not mixed_model and (random_intercept is not None or arms is not None):
+        raise StudyError(
+            f"--test {test}: --random-intercept and --arms belong to the mixed "
+            "model (--test lmm) only"
+        )
+    if mixed_model and random_intercept is None:
+        random_intercept = "stimulus"
+    if random_intercept is not None and random_intercept not in RANDOM_INTERCEPTS:
+        raise StudyError(f"--random-intercept {random_intercept!r}: use stimulus or source")
+    return random_intercept
+
+
+def _recorded_analysis(root: Path, log: Ledger, name: str) -> list[Any]:
+    """The registered analysis's results; refused before it, or for a name already used."""
+    results = list(log.events("analysis.result"))
+    if not results:
+        raise StudyError(
+            f"{root}: the registered analysis is not recorded yet; a post-hoc "
+            "analysis comes after 'ledger analyze'"
+        )
+    for event in log.events(POSTHOC_KIND):
+        if event.body.get("id") == f"posthoc.{name}":
+            raise StudyError(
+                f"{root}: post-hoc analysis {name!r} already recorded at seq "
+                f"{event.seq}; choose another name"
+            )
+    return results
+
+
+def _check_arms(
+    plan: dict[str, Any], contrast: tuple[str, str], arms: list[str] | None, model: str | None
+) -> None:
+    """Refuse an unknown arm or model, an arm against itself, or arms without the contrast."""
+    known = sorted(plan["arms"])
+    for arm in [*contrast, *(arms or [])]:
+        if arm not in known:
+            raise StudyError(f"unknown arm {arm!r}; the study's arms are {', '.join(known)}")
+    if contrast[0] == contrast[1]:
+        raise StudyError(f"--contrast: {contrast[0]} against itself")
+    if arms is not None and not {*contrast} <= set(arms):
+        raise StudyError(f"--arms {','.join(arms)} must include both arms of the contrast")
+    declared_models = list(models(plan))
+    if model is not None and model not in declared_models:
+        raise StudyError(
+            f"--model {model!r}: the study's models are "
+            f"{', '.join(declared_models) or 'none ([model] declares one)'}"
+        )
+
+
 def declare_posthoc(
     root: str | Path,
     key: SigningKey,
@@ -203,7 +224,7 @@ def declare_posthoc(
     reason: str,
     random_intercept: str | None = None,
     arms: list[str] | None = None,
-    test: str = "lmm",
+    test: str = MIXED_MODEL.key,
     model: str | None = None,
     variant: str | None = None,
 ) -> dict[str, Any]:
@@ -219,52 +240,16 @@ def declare_posthoc(
     variants, or that an arm compared did not run.
     """
     root = Path(root)
-    if not ID_RE.match(name):
-        raise StudyError(f"post-hoc name {name!r}: use letters, digits, '.', '_' or '-'")
-    if not reason.strip():
-        raise StudyError("--reason: say why this analysis is added after unblinding")
-    if test not in POSTHOC_TESTS:
-        raise StudyError(f"--test {test!r}: use one of {', '.join(POSTHOC_TESTS)}")
-    if test != "lmm" and (random_intercept is not None or arms is not None):
-        raise StudyError(
-            f"--test {test}: --random-intercept and --arms belong to the mixed "
-            "model (--test lmm) only"
-        )
-    if test == "lmm" and random_intercept is None:
-        random_intercept = "stimulus"
-    if random_intercept is not None and random_intercept not in RANDOM_INTERCEPTS:
-        raise StudyError(f"--random-intercept {random_intercept!r}: use stimulus or source")
+    random_intercept = _check_options(name, reason, test, random_intercept, arms)
+    mixed_model = statistic(test).mixed_model
     study = check_integrity(root)
     with Ledger.open(ledger_path(root)) as log:
-        results = list(log.events("analysis.result"))
-        if not results:
-            raise StudyError(
-                f"{root}: the registered analysis is not recorded yet; a post-hoc "
-                "analysis comes after 'ledger analyze'"
-            )
-        for event in log.events(POSTHOC_KIND):
-            if event.body.get("id") == f"posthoc.{name}":
-                raise StudyError(
-                    f"{root}: post-hoc analysis {name!r} already recorded at seq "
-                    f"{event.seq}; choose another name"
-                )
+        results = _recorded_analysis(root, log, name)
         protocol = protocol_event(log)
         assert protocol is not None
         plan = protocol.body
         known = sorted(plan["arms"])
-        for arm in [*contrast, *(arms or [])]:
-            if arm not in known:
-                raise StudyError(f"unknown arm {arm!r}; the study's arms are {', '.join(known)}")
-        if contrast[0] == contrast[1]:
-            raise StudyError(f"--contrast: {contrast[0]} against itself")
-        if arms is not None and not {*contrast} <= set(arms):
-            raise StudyError(f"--arms {','.join(arms)} must include both arms of the contrast")
-        declared_models = list(models(plan))
-        if model is not None and model not in declared_models:
-            raise StudyError(
-                f"--model {model!r}: the study's models are "
-                f"{', '.join(declared_models) or 'none ([model] declares one)'}"
-            )
+        _check_arms(plan, contrast, arms, model)
         settings = plan.get("analysis", {})
         sources = stimulus_sources(study) if random_intercept == "source" else {}
         ds = load_dataset(
@@ -276,7 +261,7 @@ def declare_posthoc(
             variants=bool(plan.get("variants")),
             factorial=plan_cells(plan),
         )
-        compared = [*contrast] if test != "lmm" else (sorted(arms) if arms is not None else known)
+        compared = (sorted(arms) if arms is not None else known) if mixed_model else [*contrast]
         _check_variants(ds if model is None else ds.for_model(model), compared, variant)
         declared = {
             "contrast": list(contrast),

@@ -488,59 +488,27 @@ def report_tables(result: dict[str, Any] | None) -> list[tuple[str, list[str], l
     v = result.get("values") or {}
     out: list[tuple[str, list[str], list[list[str]]]] = []
     arm_rows: list[list[str]] = []
-
-    def excluded(row: dict[str, Any]) -> str:
-        return f"{row.get('undefined', 0)} undefined, {row.get('given_up', 0)} given up"
-
     for entry in v.get("entries") or []:
         outcome = str(entry.get("outcome"))
-        share = _share(outcome)
-        rows: list[list[str]] = []
-        for row in entry.get("rows") or []:
-            model = str(row.get("model")) if row.get("model") is not None else "all (pooled)"
-            failed = f"not computed: {row['error']}" if "error" in row else None
-            if "contrast" not in entry:
-                arm_rows.append(
-                    [
-                        str(entry.get("arm")),
-                        outcome,
-                        model,
-                        failed or str(row.get("n")),
-                        "–" if failed else pm_text(row.get("mean"), share),
-                        "–" if failed else excluded(row),
-                    ]
-                )
-            elif failed:
-                rows.append([model, failed, "–", "–", "–", "–", "–"])
-            else:
-                rows.append(
-                    [
-                        model,
-                        str(row.get("n")),
-                        pm_text(row.get("default"), share),
-                        pm_text(row.get("success_rate"), True),
-                        pm_text(row.get("perturbed"), share),
-                        pm_text(row.get("difference"), share),
-                        excluded(row),
-                    ]
-                )
-        if "contrast" in entry:
-            arms = " vs ".join(str(a) for a in entry["contrast"])
-            out.append(
-                (
-                    f"{result.get('title')}: {arms} ({outcome}); {PM_NOTE}",
-                    [
-                        "model",
-                        "pairs",
-                        "default",
-                        "success rate",
-                        "perturbed",
-                        "difference (perturbed − default)",
-                        "excluded",
-                    ],
-                    rows,
-                )
+        if "contrast" not in entry:
+            arm_rows += [_arm_row(entry, row) for row in entry.get("rows") or []]
+            continue
+        arms = " vs ".join(str(a) for a in entry["contrast"])
+        out.append(
+            (
+                f"{result.get('title')}: {arms} ({outcome}); {PM_NOTE}",
+                [
+                    "model",
+                    "pairs",
+                    "default",
+                    "success rate",
+                    "perturbed",
+                    "difference (perturbed − default)",
+                    "excluded",
+                ],
+                [_contrast_row(outcome, row) for row in entry.get("rows") or []],
             )
+        )
     if arm_rows:
         out.append(
             (
@@ -550,6 +518,44 @@ def report_tables(result: dict[str, Any] | None) -> list[tuple[str, list[str], l
             )
         )
     return out
+
+
+def _excluded_text(row: dict[str, Any]) -> str:
+    return f"{row.get('undefined', 0)} undefined, {row.get('given_up', 0)} given up"
+
+
+def _row_model(row: dict[str, Any]) -> str:
+    return str(row.get("model")) if row.get("model") is not None else "all (pooled)"
+
+
+def _arm_row(entry: dict[str, Any], row: dict[str, Any]) -> list[str]:
+    """One row of the arm table: arm, outcome, model, n, mean, excluded (or why not)."""
+    outcome = str(entry.get("outcome"))
+    failed = f"not computed: {row['error']}" if "error" in row else None
+    return [
+        str(entry.get("arm")),
+        outcome,
+        _row_model(row),
+        failed or str(row.get("n")),
+        "–" if failed else pm_text(row.get("mean"), _share(outcome)),
+        "–" if failed else _excluded_text(row),
+    ]
+
+
+def _contrast_row(outcome: str, row: dict[str, Any]) -> list[str]:
+    """One row of a contrast's table: model, pairs, the four statistics, excluded."""
+    if "error" in row:
+        return [_row_model(row), f"not computed: {row['error']}", "–", "–", "–", "–", "–"]
+    share = _share(outcome)
+    return [
+        _row_model(row),
+        str(row.get("n")),
+        pm_text(row.get("default"), share),
+        pm_text(row.get("success_rate"), True),
+        pm_text(row.get("perturbed"), share),
+        pm_text(row.get("difference"), share),
+        _excluded_text(row),
+    ]
 
 
 def estimate_text(values: dict[str, Any]) -> str:

@@ -21,7 +21,6 @@ import csv
 import functools
 import html
 import io
-import json
 import math
 import tempfile
 from collections.abc import Callable, Iterable, Sequence
@@ -39,6 +38,15 @@ from analysis import flow as trial_flow
 from analysis import stats
 from analysis.analyze import NOT_APPLICABLE, ORIENTATIONS, TUMBLING_E, labels, verdict_caution
 from analysis.identical import IDENTICAL_ID, identical_banner
+from analysis.statistics import MIXED_MODEL, is_mixed_model, kind_of
+from analysis.statistics._base import difference_effect
+from analysis.statistics._format import contrast as _contrast
+from analysis.statistics._format import diagnoses as _diagnoses
+from analysis.statistics._format import fmt as _fmt
+from analysis.statistics._format import num as _num
+from analysis.statistics._format import p as _p
+from analysis.statistics._format import pct as _pct
+from analysis.statistics._format import pp as _pp
 from ledger import Ledger, PostgresLocation, RemoteLocation, write_files
 from ledger.cliutil import table
 from runner.identity import session_notice
@@ -288,68 +296,6 @@ def build_report(
 # -------------------------------------------------------------------------- formatting
 
 
-def _num(value: Any) -> float | None:
-    if isinstance(value, bool) or value is None:
-        return None
-    if isinstance(value, int | float) and math.isfinite(float(value)):
-        return float(value)
-    return None
-
-
-def _pct(value: Any, digits: int = 1) -> str:
-    v = _num(value)
-    return "–" if v is None else f"{v * 100:.{digits}f}%"
-
-
-def _pp(value: Any, *, signed: bool = True) -> str:
-    v = _num(value)
-    if v is None:
-        return "–"
-    return f"{v * 100:+.1f} pp" if signed else f"{v * 100:.1f} pp"
-
-
-def _p(value: Any) -> str:
-    v = _num(value)
-    if v is None:
-        return "–"
-    if v == 0:
-        return "< 1e-300"
-    if v < 1e-4:
-        return f"{v:.1e}"
-    return f"{v:.4f}"
-
-
-def _fmt(value: Any) -> str:
-    if value is None:
-        return "–"
-    if isinstance(value, bool):
-        return "yes" if value else "no"
-    if isinstance(value, float):
-        return f"{value:.4g}"
-    if isinstance(value, list | tuple):
-        return ", ".join(_fmt(v) for v in value)
-    if isinstance(value, dict):
-        return json.dumps(value, sort_keys=True, default=str)
-    return str(value)
-
-
-def _count(values: dict[str, Any], name: str) -> Any:
-    """McNemar's discordant count ``name`` (``b`` or ``c``).
-
-    ``<name>_count`` when the result has it (a paired McNemar with variants, where ``b`` is
-    the second condition), else ``<name>``.
-    """
-    return values[f"{name}_count"] if f"{name}_count" in values else values.get(name)
-
-
-def _contrast(values: dict[str, Any]) -> tuple[float | None, float | None, float | None]:
-    """(estimate, lower, upper) of a difference result, whatever test produced it."""
-    est = _num(values.get("estimate", values.get("difference")))
-    lower = _num(values.get("lower", values.get("ci_lower")))
-    upper = _num(values.get("upper", values.get("ci_upper")))
-    return est, lower, upper
-
-
 def _hypothesis_plan(report: Report, hypothesis: str | None) -> dict[str, Any]:
     """The registered hypothesis of a result (``H1``, or ``H1@<model>`` for one model's)."""
     hyps = report.protocol.get("hypotheses", [])
@@ -361,12 +307,6 @@ def _hypothesis_plan(report: Report, hypothesis: str | None) -> dict[str, Any]:
         if base is not None and h.get("id") == base:
             return dict(h)
     return {}
-
-
-def _diagnoses(value: Any, *, signed: bool = True) -> str:
-    """A difference in breadth (a ddx hypothesis): a signed number of diagnoses."""
-    v = _num(value)
-    return "–" if v is None else f"{v:+.3g} diagnoses"
 
 
 def _not_applicable(result: dict[str, Any]) -> str:
@@ -381,41 +321,9 @@ def _estimate_text(result: dict[str, Any]) -> str:
     if result.get("status") == NOT_APPLICABLE:
         return NOT_APPLICABLE
     v = result.get("values") or {}
-    test = result.get("test")
-    if test == "equivalence":
-        return (
-            f"max |diff| {_pp(v.get('max_abs_diff'), signed=False)} "
-            f"(at {v.get('group', '?')}); margin ±{_pp(v.get('margin'), signed=False)}"
-        )
-    if test == "mcnemar":  # with variants "b" is a condition; the counts are b_count, c_count
-        return f"discordant b={_fmt(_count(v, 'b'))}, c={_fmt(_count(v, 'c'))}"
-    if test == "gee":
-        return (
-            f"log OR {_fmt(v.get('estimate'))} (95% CI {_fmt(v.get('lower'))} to "
-            f"{_fmt(v.get('upper'))}; OR {_fmt(v.get('odds_ratio'))})"
-        )
-    if test == "factorial":  # analysis.md "Factorial designs": the term's joint Wald test
-        tested = v.get("tested") or []
-        text = (
-            f"{' × '.join(map(str, v.get('effect') or []))}: Wald chi2 {_fmt(v.get('chi2'))}, "
-            f"df {_fmt(v.get('df'))} ({', '.join(map(str, tested))})"
-        )
-        if v.get("estimate") is not None:
-            text += f"; coefficient {_fmt(v.get('estimate'))}"
-        if v.get("odds_ratio") is not None:
-            text += f" (OR {_fmt(v.get('odds_ratio'))})"
-        return text
-    if test == "flip-rate":
-        return (
-            f"flip rate {_pct(v.get('rate'))} ({_pct(v.get('conf'), 0)} CI "
-            f"{_pct(v.get('lower'))} to {_pct(v.get('upper'))})"
-        )
-    if test == "chi-square":
-        return f"chi2 {_fmt(v.get('chi2'))}, df {_fmt(v.get('df'))}"
-    if test == "qr-bootstrap":
-        from analysis import qr_boot
-
-        return qr_boot.estimate_text(v)
+    kind = kind_of(result)
+    if kind is not None and kind.estimate_text is not None:
+        return kind.estimate_text(v)
     est, lower, upper = _contrast(v)
     if est is None:
         return "–"
@@ -456,8 +364,9 @@ def _rule_text(result: dict[str, Any]) -> str:
 
 def _contrast_text(report: Report, result: dict[str, Any]) -> str:
     plan = _hypothesis_plan(report, result.get("hypothesis"))
-    if plan.get("arm") and plan.get("test") == "qr-bootstrap":  # one arm, no variants
-        return f"arm {plan['arm']}"
+    kind = kind_of(plan)
+    if plan.get("arm") and kind is not None and not kind.arm_compares_variants:
+        return f"arm {plan['arm']}"  # a statistic of one arm, no variants
     if plan.get("arm"):  # a seed-002 test of one arm: its variants (orders)
         return f"arm {plan['arm']}: " + " vs ".join(plan.get("variants") or [])
     contrast = plan.get("contrast") or []
@@ -495,6 +404,27 @@ def _note_figure(title: str, text: str) -> Figure:
     return fig
 
 
+def _accuracy_bar(ax: Any, i: int, acc: dict[str, Any], report: Report, arm: str) -> None:
+    """One arm's accuracy bar with its Wilson interval, value and n."""
+    est, lower, upper = (_num(acc.get(k)) for k in ("estimate", "lower", "upper"))
+    if est is None:
+        ax.text(i, 0.05, "no parseable\nresponses", ha="center", fontsize=8, color="#cf222e")
+        return
+    colour = _arm_colour(report, arm)
+    ax.bar(i, est * 100, color=colour, alpha=0.75, width=0.6)
+    if lower is not None and upper is not None:
+        ax.errorbar(
+            i,
+            est * 100,
+            yerr=[[(est - lower) * 100], [(upper - est) * 100]],
+            color="black",
+            capsize=5,
+            linewidth=1.2,
+        )
+    ax.text(i, min(est * 100 + 3, 103), f"{est * 100:.1f}%", ha="center", fontsize=8)
+    ax.text(i, 2, f"n={acc.get('n', '?')}", ha="center", fontsize=7, color="white")
+
+
 def _fig_accuracy_by_arm(report: Report) -> Figure:
     result = report.result("descriptive.arms")
     title = (
@@ -504,30 +434,17 @@ def _fig_accuracy_by_arm(report: Report) -> Figure:
     )
     if result is None or result.get("status") != "ok":
         return _note_figure(title, f"not computed: {(result or {}).get('error', 'no result')}")
-    values = result.get("values") or {}
-    arms = [a for a in report.arms if a in values] or sorted(values)
     fig = Figure(figsize=(7.0, 4.0), layout="constrained")
-    ax = fig.add_subplot()
+    _draw_accuracy_by_arm(fig.add_subplot(), report, result.get("values") or {}, title)
+    return fig
+
+
+def _draw_accuracy_by_arm(ax: Any, report: Report, values: dict[str, Any], title: str) -> None:
+    """The bars of :func:`_fig_accuracy_by_arm`, the arms' roles and the chance line."""
+    arms = [a for a in report.arms if a in values] or sorted(values)
     roles = report.protocol.get("arms", {})
     for i, arm in enumerate(arms):
-        acc = (values.get(arm) or {}).get("accuracy") or {}
-        est, lower, upper = (_num(acc.get(k)) for k in ("estimate", "lower", "upper"))
-        if est is None:
-            ax.text(i, 0.05, "no parseable\nresponses", ha="center", fontsize=8, color="#cf222e")
-            continue
-        colour = _arm_colour(report, arm)
-        ax.bar(i, est * 100, color=colour, alpha=0.75, width=0.6)
-        if lower is not None and upper is not None:
-            ax.errorbar(
-                i,
-                est * 100,
-                yerr=[[(est - lower) * 100], [(upper - est) * 100]],
-                color="black",
-                capsize=5,
-                linewidth=1.2,
-            )
-        ax.text(i, min(est * 100 + 3, 103), f"{est * 100:.1f}%", ha="center", fontsize=8)
-        ax.text(i, 2, f"n={acc.get('n', '?')}", ha="center", fontsize=7, color="white")
+        _accuracy_bar(ax, i, (values.get(arm) or {}).get("accuracy") or {}, report, arm)
     ax.set_xticks(range(len(arms)))
     ax.set_xticklabels([f"{a}\n{(roles.get(a) or {}).get('role', '')}" for a in arms])
     ax.set_ylim(0, 108)
@@ -542,15 +459,12 @@ def _fig_accuracy_by_arm(report: Report) -> Figure:
             -0.45, chance + 1, f"chance ({chance:.0f}%)", ha="left", fontsize=7, color="#444444"
         )
     ax.grid(axis="y", alpha=0.3)
-    return fig
 
 
-def _fig_heatmap(report: Report) -> Figure:
-    result = report.result("descriptive.arm_stimulus")
-    title = "Accuracy by arm and stimulus"
-    if result is None or result.get("status") != "ok" or not result.get("values"):
-        return _note_figure(title, f"not computed: {(result or {}).get('error', 'no result')}")
-    cells = list((result.get("values") or {}).values())
+def _accuracy_grid(
+    cells: list[dict[str, Any]],
+) -> tuple[list[str], list[str], list[list[float]]]:
+    """(arms, stimuli, accuracy in % per arm row and stimulus column, NaN where missing)."""
     arms = sorted({str(c["arm"]) for c in cells})
     stimuli = sorted({str(c["stimulus"]) for c in cells})
     grid = [[math.nan] * len(stimuli) for _ in arms]
@@ -560,18 +474,31 @@ def _fig_heatmap(report: Report) -> Figure:
         grid[arms.index(str(c["arm"]))][column[str(c["stimulus"])]] = (
             math.nan if est is None else est * 100
         )
+    return arms, stimuli, grid
+
+
+def _grid_labels(ax: Any, grid: list[list[float]]) -> None:
+    """Each heatmap cell's accuracy (``–`` where missing), dark text on the light cells."""
+    for i, row in enumerate(grid):
+        for j, value in enumerate(row):
+            text = "–" if math.isnan(value) else f"{value:.0f}%"
+            colour = "black" if not math.isnan(value) and value > 60 else "white"
+            ax.text(j, i, text, ha="center", va="center", fontsize=8, color=colour)
+
+
+def _fig_heatmap(report: Report) -> Figure:
+    result = report.result("descriptive.arm_stimulus")
+    title = "Accuracy by arm and stimulus"
+    if result is None or result.get("status") != "ok" or not result.get("values"):
+        return _note_figure(title, f"not computed: {(result or {}).get('error', 'no result')}")
+    arms, stimuli, grid = _accuracy_grid(list((result.get("values") or {}).values()))
     labelled = len(stimuli) <= LABELLED_STIMULI
     width = max(6.0, 1.15 * len(stimuli) + 2.0) if labelled else 16.0
     fig = Figure(figsize=(width, 0.6 * len(arms) + 2.2), layout="constrained")
     ax = fig.add_subplot()
     image = ax.imshow(grid, cmap="viridis", vmin=0, vmax=100, aspect="auto")
-    for i in range(len(arms) if labelled else 0):
-        for j in range(len(stimuli)):
-            value = grid[i][j]
-            text = "–" if math.isnan(value) else f"{value:.0f}%"
-            colour = "black" if not math.isnan(value) and value > 60 else "white"
-            ax.text(j, i, text, ha="center", va="center", fontsize=8, color=colour)
     if labelled:
+        _grid_labels(ax, grid)
         ax.set_xticks(range(len(stimuli)))
         ax.set_xticklabels(stimuli, rotation=30, ha="right")
     else:  # an item file of hundreds of items: one thin column each, no labels
@@ -585,20 +512,16 @@ def _fig_heatmap(report: Report) -> Figure:
     return fig
 
 
-def _fig_confusion(report: Report, arm: str) -> Figure:
-    result = report.result(f"exploratory.errors.{arm}")
-    title = f"{EXPLORATORY}: confusion matrix, arm {arm}"
-    if result is None or result.get("status") != "ok":
-        return _note_figure(title, f"not computed: {(result or {}).get('error', 'no result')}")
-    confusion = (result.get("values") or {}).get("confusion") or {}
+def _confusion_rows(confusion: dict[str, Any]) -> tuple[list[str], list[list[int]]]:
+    """(truth labels, per truth row the answer counts then the other answers) of a matrix."""
     labels = [str(x) for x in confusion.get("labels", ORIENTATIONS)]
     counts = confusion.get("counts") or [[0] * len(labels) for _ in labels]
     other = confusion.get("other") or [0] * len(labels)
-    rows = [[int(c) for c in row] + [int(o)] for row, o in zip(counts, other, strict=False)]
-    shares = [[c / max(sum(row), 1) for c in row] for row in rows]
-    fig = Figure(figsize=(5.6, 4.4), layout="constrained")
-    ax = fig.add_subplot()
-    image = ax.imshow(shares, cmap="Blues", vmin=0, vmax=1, aspect="auto")
+    return labels, [[int(c) for c in row] + [int(o)] for row, o in zip(counts, other, strict=False)]
+
+
+def _count_cells(ax: Any, rows: list[list[int]], shares: list[list[float]]) -> None:
+    """Each cell's count and row share, white on the dark cells."""
     for i, row in enumerate(rows):
         for j, count in enumerate(row):
             colour = "white" if shares[i][j] > 0.55 else "black"
@@ -611,6 +534,20 @@ def _fig_confusion(report: Report, arm: str) -> Figure:
                 fontsize=8,
                 color=colour,
             )
+
+
+def _fig_confusion(report: Report, arm: str) -> Figure:
+    result = report.result(f"exploratory.errors.{arm}")
+    title = f"{EXPLORATORY}: confusion matrix, arm {arm}"
+    if result is None or result.get("status") != "ok":
+        return _note_figure(title, f"not computed: {(result or {}).get('error', 'no result')}")
+    confusion = (result.get("values") or {}).get("confusion") or {}
+    labels, rows = _confusion_rows(confusion)
+    shares = [[c / max(sum(row), 1) for c in row] for row in rows]
+    fig = Figure(figsize=(5.6, 4.4), layout="constrained")
+    ax = fig.add_subplot()
+    image = ax.imshow(shares, cmap="Blues", vmin=0, vmax=1, aspect="auto")
+    _count_cells(ax, rows, shares)
     columns = [*labels, OTHER_LABEL]
     ax.set_xticks(range(len(columns)))
     ax.set_xticklabels(columns)
@@ -627,18 +564,110 @@ def _fig_confusion(report: Report, arm: str) -> Figure:
     return fig
 
 
-NOT_ACCURACY_DIFFERENCES = ("flip-rate", "position-bias", "gee")
-"""Seed-002 kinds whose estimate is not a difference in accuracy (a rate, a bias difference, a
-log odds ratio): the forest plot leaves them to the seed-002 table."""
+def accuracy_difference(result: dict[str, Any]) -> bool:
+    """Whether a hypothesis result is a difference in accuracy the forest plot draws.
+
+    Not a kind whose estimate is something else (a rate, a bias difference, a log odds ratio:
+    :attr:`analysis.statistics.Statistic.accuracy_difference`; the seed-002 table has them),
+    nor a one-arm ``statistic`` other than ``difference``.
+    """
+    kind = kind_of(result)
+    return (kind is None or kind.accuracy_difference) and (result.get("values") or {}).get(
+        "statistic"
+    ) in (None, "difference")
+
+
+def _forest_extent(hyps: list[dict[str, Any]]) -> list[float]:
+    """Every x the forest plot must show: 0, estimates, bounds, thresholds, kinds' marks."""
+    xs: list[float] = [0.0]
+    for r in hyps:
+        v = r.get("values") or {}
+        est, lower, upper = _contrast(v)
+        xs += [x * 100 for x in (est, lower, upper) if x is not None]
+        kind = kind_of(r)
+        if kind is not None:
+            xs += kind.forest_span(v)
+        min_pp = _num(v.get("min_difference_pp"))
+        if min_pp is not None:
+            xs.append(min_pp)
+    return xs
+
+
+def _forest_note(ax: Any, y: float, text: str, **style: Any) -> None:
+    ax.text(0, y, text, va="center", ha="center", fontsize=8, **style)
+
+
+def _forest_interval(
+    ax: Any, y: float, r: dict[str, Any], colour: str, limits: tuple[float, float, float]
+) -> None:
+    """A difference and its interval; an open side (one-sided) is an arrow to the edge."""
+    left, right, span = limits
+    est, lower, upper = _contrast(r.get("values") or {})
+    if est is None:
+        _forest_note(ax, y, f"no difference estimate (test {r.get('test')})")
+        return
+    lo = left if lower is None else lower * 100
+    hi = right if upper is None else upper * 100
+    ax.plot([lo, hi], [y, y], color=colour, lw=2)
+    arrows = ((upper, right, right - 0.04 * span), (lower, left, left + 0.04 * span))
+    for bound, edge, start in arrows:
+        if bound is None:
+            ax.annotate(
+                "",
+                xy=(edge, y),
+                xytext=(start, y),
+                arrowprops={"arrowstyle": "->", "color": colour},
+            )
+    ax.plot([est * 100], [y], marker="o", color=colour, markersize=8)
+    ax.text(est * 100, y + 0.22, f"{est * 100:+.1f}", fontsize=7, ha="center")
+
+
+def _forest_row(
+    ax: Any, y: float, r: dict[str, Any], limits: tuple[float, float, float], threshold: bool
+) -> bool:
+    """One hypothesis's row; returns whether the threshold line (and its legend) is drawn."""
+    v = r.get("values") or {}
+    verdict = str(r.get("verdict") or "–")
+    colour = _VERDICT_COLOURS.get(verdict, "#333333")
+    kind = kind_of(r)
+    if r.get("status") == "failed":
+        _forest_note(
+            ax,
+            y,
+            f"not computed: {str(r.get('error') or '')[:70]}",
+            color=colour,
+            bbox={"facecolor": "white", "edgecolor": "none", "pad": 1.5},
+        )
+    elif kind is not None and kind.forest_marks is not None:
+        kind.forest_marks(ax, y, v, colour)
+    else:
+        _forest_interval(ax, y, r, colour, limits)
+    min_pp = _num(v.get("min_difference_pp"))
+    if min_pp is not None:
+        ax.plot(
+            [min_pp, min_pp],
+            [y - 0.35, y + 0.35],
+            color="#cf222e",
+            linestyle="--",
+            lw=1.5,
+            label=None if threshold else "decision threshold (min. pp)",
+        )
+        threshold = True
+    ax.text(
+        1.01,
+        y,
+        verdict.upper(),
+        transform=ax.get_yaxis_transform(),
+        va="center",
+        fontsize=8,
+        color=colour,
+        weight="bold",
+    )
+    return threshold
 
 
 def _fig_forest(report: Report) -> Figure:
-    hyps = [
-        r
-        for r in report.hypotheses
-        if r.get("test") not in NOT_ACCURACY_DIFFERENCES
-        and (r.get("values") or {}).get("statistic") in (None, "difference")
-    ]
+    hyps = [r for r in report.hypotheses if accuracy_difference(r)]
     title = "Pre-registered contrasts (difference in accuracy, a − b)"
     if not hyps:
         return _note_figure(
@@ -652,104 +681,17 @@ def _fig_forest(report: Report) -> Figure:
         )
     fig = Figure(figsize=(8.6, 0.75 * len(hyps) + 1.8), layout="constrained")
     ax = fig.add_subplot()
-    xs: list[float] = [0.0]
-    for r in hyps:
-        v = r.get("values") or {}
-        est, lower, upper = _contrast(v)
-        xs += [x * 100 for x in (est, lower, upper) if x is not None]
-        if r.get("test") == "equivalence" and _num(v.get("margin")) is not None:
-            margin = _num(v.get("margin")) or 0.0
-            xs += [margin * 100, -margin * 100]
-            diff = _num(v.get("max_abs_diff"))  # drawn too, with its label: inside the axes
-            if diff is not None:
-                xs += [diff * 100, -diff * 100]
-        min_pp = _num(v.get("min_difference_pp"))
-        if min_pp is not None:
-            xs.append(min_pp)
+    xs = _forest_extent(hyps)
     span = max(xs) - min(xs) or 10.0
     left, right = min(xs) - 0.12 * span, max(xs) + 0.12 * span
     ax.set_xlim(left, right)
     ax.axvline(0, color="#555555", linewidth=1)
-    labels = []
     threshold_drawn = False
     for i, r in enumerate(hyps):
-        y = len(hyps) - 1 - i
-        v = r.get("values") or {}
-        verdict = str(r.get("verdict") or "–")
-        colour = _VERDICT_COLOURS.get(verdict, "#333333")
-        labels.append(f"{r.get('hypothesis')}: {_contrast_text(report, r)}")
-        if r.get("status") == "failed":
-            ax.text(
-                0,
-                y,
-                f"not computed: {str(r.get('error') or '')[:70]}",
-                va="center",
-                ha="center",
-                fontsize=8,
-                color=colour,
-                bbox={"facecolor": "white", "edgecolor": "none", "pad": 1.5},
-            )
-        elif r.get("test") == "equivalence":
-            margin = (_num(v.get("margin")) or 0.0) * 100
-            ax.fill_betweenx([y - 0.25, y + 0.25], -margin, margin, color="#1a7f37", alpha=0.12)
-            for m in (-margin, margin):
-                ax.plot([m, m], [y - 0.3, y + 0.3], color="#1a7f37", linestyle="--", lw=1)
-            diff = (_num(v.get("max_abs_diff")) or 0.0) * 100
-            ax.plot([-diff, diff], [y, y], color=colour, lw=2)
-            ax.plot([diff], [y], marker="D", color=colour, markersize=7)
-            ax.text(diff, y + 0.28, "max |diff| vs ±margin", fontsize=7, ha="center")
-        else:
-            est, lower, upper = _contrast(v)
-            if est is None:
-                ax.text(
-                    0,
-                    y,
-                    f"no difference estimate (test {r.get('test')})",
-                    va="center",
-                    ha="center",
-                    fontsize=8,
-                )
-            else:
-                lo = left if lower is None else lower * 100
-                hi = right if upper is None else upper * 100
-                ax.plot([lo, hi], [y, y], color=colour, lw=2)
-                if upper is None:
-                    ax.annotate(
-                        "",
-                        xy=(right, y),
-                        xytext=(right - 0.04 * span, y),
-                        arrowprops={"arrowstyle": "->", "color": colour},
-                    )
-                if lower is None:
-                    ax.annotate(
-                        "",
-                        xy=(left, y),
-                        xytext=(left + 0.04 * span, y),
-                        arrowprops={"arrowstyle": "->", "color": colour},
-                    )
-                ax.plot([est * 100], [y], marker="o", color=colour, markersize=8)
-                ax.text(est * 100, y + 0.22, f"{est * 100:+.1f}", fontsize=7, ha="center")
-        min_pp = _num(v.get("min_difference_pp"))
-        if min_pp is not None:
-            ax.plot(
-                [min_pp, min_pp],
-                [y - 0.35, y + 0.35],
-                color="#cf222e",
-                linestyle="--",
-                lw=1.5,
-                label=None if threshold_drawn else "decision threshold (min. pp)",
-            )
-            threshold_drawn = True
-        ax.text(
-            1.01,
-            y,
-            verdict.upper(),
-            transform=ax.get_yaxis_transform(),
-            va="center",
-            fontsize=8,
-            color=colour,
-            weight="bold",
+        threshold_drawn = _forest_row(
+            ax, len(hyps) - 1 - i, r, (left, right, span), threshold_drawn
         )
+    labels = [f"{r.get('hypothesis')}: {_contrast_text(report, r)}" for r in hyps]
     ax.set_yticks(range(len(hyps)))
     ax.set_yticklabels(list(reversed(labels)))
     ax.set_ylim(-0.7, len(hyps) - 0.3)
@@ -1044,6 +986,44 @@ COMPONENT_RULE = (
 )
 
 
+def _component_evidence(
+    arms: dict[str, Any], h: dict[str, Any], r: dict[str, Any]
+) -> tuple[str, str, str] | None:
+    """(unit, evidence text, effect) of one computed result, or ``None`` when it is no evidence.
+
+    The unit is the components arm a has and arm b lacks; the kind says what its result
+    shows (:attr:`analysis.statistics.Statistic.component_effect`).
+    """
+    kind = kind_of(h)
+    effect = kind.component_effect(h, r) if kind is not None else difference_effect(h, r)
+    if effect is None:
+        return None
+    a, b = (str(x) for x in h.get("contrast") or ["", ""])
+    added = sorted(
+        set((arms.get(a) or {}).get("components") or [])
+        - set((arms.get(b) or {}).get("components") or [])
+    )
+    if not added:
+        return None
+    where = f" on {', '.join(map(str, h['stimuli']))}" if h.get("stimuli") else ""
+    return " + ".join(added), f"{h.get('id')} ({a} vs {b}{where}): {effect}", effect
+
+
+COMPONENT_CLASSES = (
+    ("task-dependent", ("benefit", "harm")),
+    ("active", ("benefit",)),
+    ("harmful", ("harm",)),
+    ("inactive", ("no effect",)),
+)
+"""A unit's class: the first whose effects all appear in its evidence (:data:`COMPONENT_RULE`)."""
+
+
+def _component_class(effects: set[str]) -> str:
+    return next(
+        (cls for cls, needs in COMPONENT_CLASSES if set(needs) <= effects), "not established"
+    )
+
+
 def component_classes(
     protocol: dict[str, Any], results: list[dict[str, Any]]
 ) -> list[tuple[str, list[str], str]]:
@@ -1053,47 +1033,16 @@ def component_classes(
     units: dict[str, list[tuple[str, str]]] = {}
     for r in results:
         h = plan.get(r.get("hypothesis"))
-        if (
-            h is None
-            or h.get("test") == "chi-square"
-            or r.get("status") != "ok"
-            or (h.get("test") == "qr-bootstrap" and h.get("statistic") != "difference")
-        ):
-            continue
-        a, b = (str(x) for x in h.get("contrast") or ["", ""])
-        added = sorted(
-            set((arms.get(a) or {}).get("components") or [])
-            - set((arms.get(b) or {}).get("components") or [])
+        found = (
+            _component_evidence(arms, h, r) if h is not None and r.get("status") == "ok" else None
         )
-        if not added:
-            continue
-        estimate = (r.get("values") or {}).get("estimate")
-        if h.get("test") == "equivalence":
-            effect = "no effect" if r.get("verdict") == "supported" else "not shown"
-        elif r.get("verdict") == "supported" and isinstance(estimate, int | float):
-            effect = "benefit" if estimate > 0 else "harm" if estimate < 0 else "not shown"
-        else:
-            effect = "not shown"
-        where = f" on {', '.join(map(str, h['stimuli']))}" if h.get("stimuli") else ""
-        units.setdefault(" + ".join(added), []).append(
-            (f"{h.get('id')} ({a} vs {b}{where}): {effect}", effect)
-        )
-    out = []
-    for unit, evidence in units.items():
-        effects = {e for _, e in evidence}
-        cls = (
-            "task-dependent"
-            if {"benefit", "harm"} <= effects
-            else "active"
-            if "benefit" in effects
-            else "harmful"
-            if "harm" in effects
-            else "inactive"
-            if "no effect" in effects
-            else "not established"
-        )
-        out.append((unit, [t for t, _ in evidence], cls))
-    return out
+        if found is not None:
+            unit, text, effect = found
+            units.setdefault(unit, []).append((text, effect))
+    return [
+        (unit, [t for t, _ in evidence], _component_class({e for _, e in evidence}))
+        for unit, evidence in units.items()
+    ]
 
 
 def _section_components(report: Report) -> str:
@@ -1111,94 +1060,98 @@ def _section_components(report: Report) -> str:
     )
 
 
-def _section_protocol(report: Report) -> str:
-    p = report.protocol
-    design = p.get("design") or {}
-    model = p.get("model") or {}
-    analysis = p.get("analysis") or {}
-    arms = p.get("arms") or {}
+def _protocol_scope(p: dict[str, Any]) -> str:
+    """What the trials run over: an item file's count and path, else the stimuli."""
     items = p.get("items")
     if "stimuli" not in p and isinstance(items, dict):  # an item file: ids are in the file
-        over = f"{_e(items.get('count'))} items ({_e(items.get('path'))})"
-    else:
-        over = (
-            f"{_e(len(p.get('stimuli') or []))} stimuli ({_e(', '.join(p.get('stimuli') or []))})"
-        )
-    parts = [
-        "<h2>Protocol (as locked)</h2>",
-        f"<p>Study <code>{_e(p.get('study'))}</code>: {_e(p.get('title'))}. "
-        f"{_e(p.get('trials'))} scheduled trials over {over}.</p>",
-    ]
-    parts.append(
-        _table(
-            "Arms and their prompt components",
-            ("arm", "role", "components", "composed text SHA-256"),
-            [
-                (
-                    a,
-                    (arms[a] or {}).get("role"),
-                    " + ".join((arms[a] or {}).get("components") or []),
-                    str((arms[a] or {}).get("sha256", ""))[:16] + "…",
-                )
-                for a in sorted(arms)
-            ],
-        )
-    )
-    if report.models:
-        declared = p.get("models") or {}
-        parts.append(
-            _table(
-                "Models, in declaration order",
-                MODEL_FIELDS,
-                [
-                    (m, *((declared.get(m) or {}).get(k) for k in MODEL_FIELDS[1:]))
-                    for m in report.models
-                ],
-            )
-        )
-    else:
-        parts.append(_table("Model", ("field", "value"), sorted(model.items())))
-    design_rows = [
-        (k, design.get(k))
-        for k in ("replicates", "seed", "order", "bootstrap_seed", "bootstrap_iterations")
-        if k in design
-    ]
-    design_rows += [(k, v) for k, v in sorted(design.items()) if k not in dict(design_rows)]
-    parts.append(_table("Design", ("field", "value"), design_rows))
-    parts.append(_table("Analysis plan", ("field", "value"), sorted(analysis.items())))
-    hyps = p.get("hypotheses") or []
-    parts.append(
-        _table(
-            "Pre-registered hypotheses",
+        return f"{_e(items.get('count'))} items ({_e(items.get('path'))})"
+    return f"{_e(len(p.get('stimuli') or []))} stimuli ({_e(', '.join(p.get('stimuli') or []))})"
+
+
+def _arms_table(arms: dict[str, Any]) -> str:
+    return _table(
+        "Arms and their prompt components",
+        ("arm", "role", "components", "composed text SHA-256"),
+        [
             (
-                "id",
-                "contrast",
-                "test",
-                "sides",
-                "alpha",
-                "correction",
-                "family",
-                "min. difference",
-                "equivalence margin",
-            ),
-            [
-                (
-                    h.get("id"),
-                    " vs ".join(h.get("contrast") or [])
-                    or (f"arm {h.get('arm')}: {', '.join(h.get('variants') or [])}"),
-                    h.get("test"),
-                    h.get("sides"),
-                    h.get("alpha"),
-                    h.get("correction"),
-                    h.get("family"),
-                    "–" if h.get("min_difference_pp") is None else f"{h['min_difference_pp']} pp",
-                    "–" if h.get("margin_pp") is None else f"±{h['margin_pp']} pp",
-                )
-                for h in hyps
-            ],
-        )
+                a,
+                (arms[a] or {}).get("role"),
+                " + ".join((arms[a] or {}).get("components") or []),
+                str((arms[a] or {}).get("sha256", ""))[:16] + "…",
+            )
+            for a in sorted(arms)
+        ],
     )
-    return "".join(parts)
+
+
+def _models_table(report: Report) -> str:
+    """The models in declaration order, or the one model's fields."""
+    p = report.protocol
+    if not report.models:
+        return _table("Model", ("field", "value"), sorted((p.get("model") or {}).items()))
+    declared = p.get("models") or {}
+    return _table(
+        "Models, in declaration order",
+        MODEL_FIELDS,
+        [(m, *((declared.get(m) or {}).get(k) for k in MODEL_FIELDS[1:])) for m in report.models],
+    )
+
+
+def _design_table(design: dict[str, Any]) -> str:
+    """The design, its usual fields first."""
+    usual = ("replicates", "seed", "order", "bootstrap_seed", "bootstrap_iterations")
+    design_rows: list[tuple[str, Any]] = [(k, design.get(k)) for k in usual if k in design]
+    design_rows += [(k, v) for k, v in sorted(design.items()) if k not in dict(design_rows)]
+    return _table("Design", ("field", "value"), design_rows)
+
+
+def _hypothesis_cells(h: dict[str, Any]) -> tuple[Any, ...]:
+    """A registered hypothesis as the protocol table shows it."""
+    what = " vs ".join(h.get("contrast") or []) or (
+        f"arm {h.get('arm')}: {', '.join(h.get('variants') or [])}"
+    )
+    return (
+        h.get("id"),
+        what,
+        h.get("test"),
+        h.get("sides"),
+        h.get("alpha"),
+        h.get("correction"),
+        h.get("family"),
+        "–" if h.get("min_difference_pp") is None else f"{h['min_difference_pp']} pp",
+        "–" if h.get("margin_pp") is None else f"±{h['margin_pp']} pp",
+    )
+
+
+def _section_protocol(report: Report) -> str:
+    p = report.protocol
+    hypotheses_table = _table(
+        "Pre-registered hypotheses",
+        (
+            "id",
+            "contrast",
+            "test",
+            "sides",
+            "alpha",
+            "correction",
+            "family",
+            "min. difference",
+            "equivalence margin",
+        ),
+        [_hypothesis_cells(h) for h in p.get("hypotheses") or []],
+    )
+    return "".join(
+        [
+            "<h2>Protocol (as locked)</h2>",
+            f"<p>Study <code>{_e(p.get('study'))}</code>: {_e(p.get('title'))}. "
+            f"{_e(p.get('trials'))} scheduled trials over {_protocol_scope(p)}.</p>",
+            _arms_table(p.get("arms") or {}),
+            _models_table(report),
+            _design_table(p.get("design") or {}),
+            _table("Analysis plan", ("field", "value"), sorted((p.get("analysis") or {}).items())),
+            hypotheses_table,
+        ]
+    )
 
 
 DECLARED = "Declared deviations from the source protocol ([[deviations]], locked before the run)"
@@ -1250,6 +1203,19 @@ def _section_deviations(report: Report) -> str:
     )
 
 
+def _parse_cells(v: dict[str, Any]) -> tuple[Any, ...]:
+    """(trials scored, statuses, parse rate, excluded, given up, analysed) of one cell."""
+    statuses = ", ".join(f"{k} {n}" for k, n in sorted((v.get("status") or {}).items()))
+    return (
+        v.get("trials_scored"),
+        statuses,
+        _pct(v.get("parse_rate")),
+        v.get("excluded"),
+        v.get("given_up"),
+        v.get("glyphs"),
+    )
+
+
 def _section_data(report: Report) -> str:
     parts = ["<h2>Data: parse rates and exclusions</h2>"]
     arms_result = report.result("descriptive.arms")
@@ -1259,21 +1225,7 @@ def _section_data(report: Report) -> str:
         )
         return "".join(parts)
     values = arms_result.get("values") or {}
-    rows = []
-    for arm in sorted(values):
-        v = values[arm] or {}
-        statuses = ", ".join(f"{k} {n}" for k, n in sorted((v.get("status") or {}).items()))
-        rows.append(
-            (
-                arm,
-                v.get("trials_scored"),
-                statuses,
-                _pct(v.get("parse_rate")),
-                v.get("excluded"),
-                v.get("given_up"),
-                v.get("glyphs"),
-            )
-        )
+    rows = [(arm, *_parse_cells(values[arm] or {})) for arm in sorted(values)]
     kind, unit = ("Tumbling-E trials", "glyphs") if report.tumbling else ("Trials", "items")
     parts.append(
         _table(
@@ -1294,21 +1246,10 @@ def _section_data(report: Report) -> str:
     )
     by_model = report.result("descriptive.arm_model")
     if by_model is not None and by_model.get("status") == "ok":
-        cells: list[tuple[Any, ...]] = []
-        for v in (by_model.get("values") or {}).values():
-            statuses = ", ".join(f"{k} {n}" for k, n in sorted((v.get("status") or {}).items()))
-            cells.append(
-                (
-                    v.get("arm"),
-                    v.get("model"),
-                    v.get("trials_scored"),
-                    statuses,
-                    _pct(v.get("parse_rate")),
-                    v.get("excluded"),
-                    v.get("given_up"),
-                    v.get("glyphs"),
-                )
-            )
+        cells: list[tuple[Any, ...]] = [
+            (v.get("arm"), v.get("model"), *_parse_cells(v))
+            for v in (by_model.get("values") or {}).values()
+        ]
         parts.append(
             _table(
                 f"{kind} per arm and model: scoring status, parse rate, exclusions and trials "
@@ -1348,185 +1289,146 @@ def _clustered_text(value: Any) -> str:
     )
 
 
-def _section_descriptive(report: Report) -> str:
-    parts = ["<h2>Descriptive results</h2>"]
+def _accuracy_row(arm: str, v: dict[str, Any]) -> tuple[Any, ...]:
+    """One arm's correct, n, accuracy, Wilson interval (or its note) and clustered interval."""
+    acc = (v or {}).get("accuracy") or {}
+    return (
+        arm,
+        acc.get("successes", v.get("correct")),
+        acc.get("n", v.get("glyphs")),
+        _pct(acc.get("estimate")),
+        f"{_pct(acc.get('lower'))} – {_pct(acc.get('upper'))}" if acc else v.get("note", "–"),
+        _clustered_text(v.get("accuracy_clustered")),
+    )
+
+
+def _arms_accuracy_html(report: Report) -> str:
+    """``descriptive.arms``: accuracy by arm, Wilson and clustered intervals."""
     arms_result = report.result("descriptive.arms")
-    if arms_result and arms_result.get("status") == "ok":
-        values = arms_result.get("values") or {}
-        rows = []
-        for arm in sorted(values):
-            acc = (values[arm] or {}).get("accuracy") or {}
-            rows.append(
-                (
-                    arm,
-                    acc.get("successes", values[arm].get("correct")),
-                    acc.get("n", values[arm].get("glyphs")),
-                    _pct(acc.get("estimate")),
-                    f"{_pct(acc.get('lower'))} – {_pct(acc.get('upper'))}"
-                    if acc
-                    else values[arm].get("note", "–"),
-                    _clustered_text(values[arm].get("accuracy_clustered")),
-                )
-            )
-        parts.append(
-            _table(
-                str(arms_result.get("title")),
-                (
-                    "arm",
-                    "correct",
-                    "glyphs" if report.tumbling else "items",
-                    "accuracy",
-                    WILSON_DESCRIPTIVE,
-                    CLUSTERED_CI,
-                ),
-                rows,
-                numeric=(1, 2, 3),
-            )
-        )
-    elif arms_result:
-        parts.append(_failed_html(arms_result))
+    if not arms_result:
+        return ""
+    if arms_result.get("status") != "ok":
+        return _failed_html(arms_result)
+    values = arms_result.get("values") or {}
+    return _table(
+        str(arms_result.get("title")),
+        (
+            "arm",
+            "correct",
+            "glyphs" if report.tumbling else "items",
+            "accuracy",
+            WILSON_DESCRIPTIVE,
+            CLUSTERED_CI,
+        ),
+        [_accuracy_row(arm, values[arm]) for arm in sorted(values)],
+        numeric=(1, 2, 3),
+    )
+
+
+def _arm_model_html(report: Report) -> str:
+    """``descriptive.arm_model``: accuracy by arm and model (several models)."""
     by_model = report.result("descriptive.arm_model")
-    if by_model is not None and by_model.get("status") == "ok":
-        cells: list[tuple[Any, ...]] = []
-        for v in (by_model.get("values") or {}).values():
-            acc = v.get("accuracy") or {}
-            cells.append(
-                (
-                    v.get("arm"),
-                    v.get("model"),
-                    acc.get("successes", v.get("correct")),
-                    acc.get("n", v.get("glyphs")),
-                    _pct(acc.get("estimate")),
-                    f"{_pct(acc.get('lower'))} – {_pct(acc.get('upper'))}"
-                    if acc
-                    else v.get("note", "–"),
-                )
-            )
-        parts.append(
-            _table(
-                str(by_model.get("title")),
-                (
-                    "arm",
-                    "model",
-                    "correct",
-                    "glyphs" if report.tumbling else "items",
-                    "accuracy",
-                    "Wilson 95% CI",
-                ),
-                cells,
-                numeric=(2, 3, 4),
-            )
+    if by_model is None:
+        return ""
+    if by_model.get("status") != "ok":
+        return _failed_html(by_model)
+    cells = [
+        (v.get("arm"), v.get("model"), *_accuracy_row("", v)[1:5])
+        for v in (by_model.get("values") or {}).values()
+    ]
+    return _table(
+        str(by_model.get("title")),
+        (
+            "arm",
+            "model",
+            "correct",
+            "glyphs" if report.tumbling else "items",
+            "accuracy",
+            "Wilson 95% CI",
+        ),
+        cells,
+        numeric=(2, 3, 4),
+    )
+
+
+def _control_html(report: Report) -> str:
+    """``descriptive.control``: each arm's specificity-control trials correctly rejected."""
+    control = report.result("descriptive.control")
+    if control is None:
+        return "<p>Not recorded.</p>"
+    if control.get("status") != "ok":
+        return _failed_html(control)
+    values = control.get("values") or {}
+    crows = [
+        (
+            arm,
+            (v or {}).get("successes", "–"),
+            (v or {}).get("n", "–"),
+            _pct((v or {}).get("estimate")),
+            f"{_pct((v or {}).get('lower'))} – {_pct((v or {}).get('upper'))}"
+            if v
+            else "no control trials",
         )
-    elif by_model is not None:
-        parts.append(_failed_html(by_model))
-    parts.append(_section_mcq(report))
-    parts.append(_section_qr(report))
-    parts.append(_section_ddx(report))
-    parts.append(_section_covariates(report))
-    parts.append(_figure_html(report, "accuracy_by_arm.png"))
+        for arm, v in sorted(values.items())
+    ]
+    return _table(
+        str(control.get("title")),
+        ("arm", "correctly rejected", "control trials", "rate", "Wilson 95% CI"),
+        crows,
+        numeric=(1, 2, 3),
+    )
+
+
+def _section_descriptive(report: Report) -> str:
+    parts = [
+        "<h2>Descriptive results</h2>",
+        _arms_accuracy_html(report),
+        _arm_model_html(report),
+        _section_mcq(report),
+        _section_qr(report),
+        _section_ddx(report),
+        _section_covariates(report),
+        _figure_html(report, "accuracy_by_arm.png"),
+    ]
     stim = report.result("descriptive.arm_stimulus")
     if stim and stim.get("status") == "failed":
         parts.append(_failed_html(stim))
     parts.append(_figure_html(report, "accuracy_arm_stimulus.png"))
-    if not report.tumbling:  # only a tumbling-E study has specificity-control trials
-        return "".join(parts)
-    parts.append("<h3>Specificity control</h3>")
-    control = report.result("descriptive.control")
-    if control is None:
-        parts.append("<p>Not recorded.</p>")
-    elif control.get("status") != "ok":
-        parts.append(_failed_html(control))
-    else:
-        values = control.get("values") or {}
-        crows = [
-            (
-                arm,
-                (v or {}).get("successes", "–"),
-                (v or {}).get("n", "–"),
-                _pct((v or {}).get("estimate")),
-                f"{_pct((v or {}).get('lower'))} – {_pct((v or {}).get('upper'))}"
-                if v
-                else "no control trials",
-            )
-            for arm, v in sorted(values.items())
-        ]
-        parts.append(
-            _table(
-                str(control.get("title")),
-                ("arm", "correctly rejected", "control trials", "rate", "Wilson 95% CI"),
-                crows,
-                numeric=(1, 2, 3),
-            )
-        )
+    if report.tumbling:  # only a tumbling-E study has specificity-control trials
+        parts += ["<h3>Specificity control</h3>", _control_html(report)]
     return "".join(parts)
-
-
-MCQ_KINDS = ("flip-rate", "position-bias", "voting", "self-consistency", "gee")
 
 
 def mcq_rows(report: Report) -> list[tuple[str, ...]]:
     """One row per seed-002 hypothesis result (``docs/mcq-statistics.md`` §11).
 
-    (hypothesis, test, what, n, statistic, estimate, interval, excluded, verdict).
+    (hypothesis, test, what, n, statistic, estimate, interval, excluded, verdict); the kind's
+    :attr:`analysis.statistics.Statistic.seed002_cells` gives n, statistic and interval.
     """
     rows: list[tuple[str, ...]] = []
     for r in report.hypotheses:
         plan = _hypothesis_plan(report, r.get("hypothesis"))
-        test = str(r.get("test"))
-        if test not in MCQ_KINDS and not (
-            test == "mcnemar" and (plan.get("arm") or plan.get("variant"))
-        ):
+        kind = kind_of(r)
+        if kind is None or kind.seed002_cells is None or not kind.seed002(plan):
             continue
-        v = r.get("values") or {}
+        test = str(r.get("test"))
         what = _contrast_text(report, r) + (f" at {plan['variant']}" if plan.get("variant") else "")
         if r.get("status") != "ok":
-            rows.append(
-                (
-                    str(r.get("hypothesis")),
-                    test,
-                    what,
-                    "–",
-                    "–",
-                    "–",
-                    "–",
-                    "–",
-                    _not_applicable(r)
-                    if r.get("status") == NOT_APPLICABLE
-                    else f"not computed: {r.get('error')}",
-                )
+            failed = (
+                _not_applicable(r)
+                if r.get("status") == NOT_APPLICABLE
+                else f"not computed: {r.get('error')}"
             )
+            rows.append((str(r.get("hypothesis")), test, what, *("–",) * 5, failed))
             continue
-        lo, hi = _num(v.get("lower")), _num(v.get("upper"))
-        interval = (
-            f"{_pct(v.get('conf'), 0)} CI {_fmt(lo)} to {_fmt(hi)}"
-            if test != "mcnemar"
-            else f"p {_p(v.get('p_raw'))}"
-        )
-        n, stat = {
-            "flip-rate": (v.get("n_pairs"), f"{v.get('flips')} flips ({v.get('basis')})"),
-            "position-bias": (
-                f"{(v.get('a') or {}).get('n')}/{(v.get('b') or {}).get('n')}",
-                f"bias {_fmt(v.get('bias_a'))} vs {_fmt(v.get('bias_b'))}",
-            ),
-            "voting": (
-                v.get("n_groups"),
-                f"vote {_pct(v.get('accuracy_vote'))} vs mean order "
-                f"{_pct(v.get('accuracy_orders'))}",
-            ),
-            "self-consistency": (
-                v.get("n_units"),
-                f"majority {_pct(v.get('accuracy_majority'))}"
-                f" vs single {_pct(v.get('accuracy_single'))}",
-            ),
-            "mcnemar": (v.get("n_pairs"), f"b={v.get('b_count')}, c={v.get('c_count')}"),
-            "gee": ((v.get("fit") or {}).get("n_obs"), f"OR {_fmt(v.get('odds_ratio'))}"),
-        }[test]
+        v = r.get("values") or {}
+        n, stat, interval = kind.seed002_cells(v)
         rows.append(
             (
                 str(r.get("hypothesis")),
                 test,
                 what,
-                str(n),
+                n,
                 stat,
                 _fmt(v.get("estimate")),
                 interval,
@@ -2016,210 +1918,202 @@ def _chi_text(chi: Any) -> str:
     return f"chi2 {_fmt(chi.get('chi2'))}, p {_p(chi.get('p'))}"
 
 
+def _error_phenotype_row(arm: str, r: dict[str, Any]) -> tuple[str, ...]:
+    """One arm's error phenotype cells (HTML-escaped), or why it was not computed."""
+    if r.get("status") != "ok":
+        error = f'<span class="error">not computed: {_e(r.get("error"))}</span>'
+        return (arm, error, "", "", "", "", "")
+    v = r.get("values") or {}
+    share = v.get("canonical_right_share") or {}
+    chi = v.get("error_chi_square") or {}
+    dirs = v.get("error_directions") or v.get("error_answers") or {}  # orientation or label
+    bias = v.get("position_bias") or {}
+    return (
+        arm,
+        _e(_pct((v.get("confusion") or {}).get("accuracy"))),
+        _e(", ".join(f"{k} {n}" for k, n in dirs.items()) or "no errors"),
+        _e(
+            f"{_pct(share.get('share'))} ({_pct(share.get('lower'))} – "
+            f"{_pct(share.get('upper'))}), n={share.get('n', 0)}"
+            if share
+            else "–"
+        ),
+        _e(
+            chi.get("error")
+            or (f"chi2 {_fmt(chi.get('chi2'))}, p {_p(chi.get('p'))}" if chi else "–")
+        ),
+        _e(_chi_text(v.get("error_chi_square_excluding_truth"))),
+        _e(f"TVD {_fmt(bias.get('tvd'))}" if bias else "–"),
+    )
+
+
+def _exploratory_errors_html(report: Report, tag: str) -> str:
+    """The error phenotype of each arm (a parser with a closed set of labels)."""
+    rows = []
+    for arm in report.arms:
+        r = report.result(f"exploratory.errors.{arm}")
+        if r is not None:
+            rows.append(_error_phenotype_row(arm, r))
+    return f"<h3>{_e(EXPLORATORY)}: error phenotype by arm {tag}</h3>" + _table(
+        f"{EXPLORATORY}: error phenotype (wrong answers that name an orientation)",
+        (
+            "arm",
+            "accuracy",
+            "error directions",
+            "share of errors answering RIGHT (Wilson 95% CI, errors as independent: descriptive)",
+            "errors uniform over all labels? (chi-square; the paper's null, replicated)",
+            "errors uniform over the wrong labels? (chi-square, true label excluded)",
+            "answer vs truth distribution",
+        ),
+        rows,
+        raw=(0, 1, 2, 3, 4, 5, 6),
+    )
+
+
+def _pair_row(r: dict[str, Any]) -> tuple[Any, ...]:
+    """One arm pair's paired metrics, or why they were not computed."""
+    name = str(r["id"]).removeprefix("exploratory.pair.")
+    if r.get("status") != "ok":
+        return (name, f"not computed: {r.get('error')}", "", "", "", "", "")
+    v = r.get("values") or {}
+    mc, flip = v.get("mcnemar") or {}, v.get("flip_rate") or {}
+    it, pt, boot = (
+        v.get("independent_t") or {},
+        v.get("paired_t") or {},
+        v.get("bootstrap_diff") or {},
+    )
+    return (
+        name,
+        f"b={mc.get('b')}, c={mc.get('c')}, p {_p(mc.get('p'))}" if mc else "–",
+        _pct(flip.get("share")) if flip else "–",
+        f"{_pp(it.get('difference'))}, p {_p(it.get('p'))}" if it else "–",
+        f"{_pp(pt.get('difference'))}, p {_p(pt.get('p'))}" if pt else "–",
+        f"{_pp(boot.get('estimate'))} ({_pp(boot.get('lower'))} to {_pp(boot.get('upper'))})"
+        if boot
+        else "–",
+        _newcombe_text(v.get("newcombe")),
+    )
+
+
+def _exploratory_pairs_html(report: Report, tag: str) -> str:
+    """The paired-arm metrics of each registered contrast's arms."""
+    pair_rows = [
+        _pair_row(r) for r in report.results if str(r.get("id", "")).startswith("exploratory.pair.")
+    ]
+    return f"<h3>{_e(EXPLORATORY)}: paired-arm metrics {tag}</h3>" + _table(
+        f"{EXPLORATORY}: paired-arm metrics (two-sided p, not adjusted)",
+        (
+            "pair a-b",
+            "McNemar (items as independent: descriptive)",
+            "answer flip rate",
+            "Welch t",
+            "paired t (per stimulus)",
+            "bootstrap difference (95% CI)",
+            NEWCOMBE,
+        ),
+        pair_rows,
+    )
+
+
+def _question_run_row(name: str, r: dict[str, Any]) -> tuple[Any, ...]:
+    if r.get("status") != "ok":
+        return (name, f"not computed: {r.get('error')}", "")
+    v = r.get("values") or {}
+    return (name, _pct(v.get("estimate")), f"{_pct(v.get('lower'))} – {_pct(v.get('upper'))}")
+
+
+def _exploratory_question_run_html(report: Report, tag: str) -> str:
+    """Accuracy by arm (and arm@model) with the bootstrap over trials."""
+    qr_rows = []
+    for r in report.results:
+        name = str(r.get("id", "")).removeprefix("exploratory.question_run.")
+        if name != r.get("id"):
+            qr_rows.append(_question_run_row(name, r))
+    caption = (
+        f"{EXPLORATORY}: accuracy by arm (pooled over models: a run is a "
+        "model and replicate) and by arm@model, bootstrap over (stimulus, "
+        "run)"
+        if len(report.models) >= 2
+        else f"{EXPLORATORY}: accuracy by arm, bootstrap over (stimulus, replicate)"
+    )
+    return (
+        f"<h3>{_e(EXPLORATORY)}: accuracy with a bootstrap over trials (probes are not "
+        f"resampled) {tag}</h3>"
+    ) + _table(caption, ("arm", "accuracy", "bootstrap 95% CI"), qr_rows)
+
+
+def _exploratory_arm_by_model_html(report: Report, tag: str) -> str:
+    """The arm × model mixed model (several models), when recorded."""
+    by_model = report.result("exploratory.arm_by_model")
+    if by_model is None:
+        return ""
+    test = (by_model.get("values") or {}).get("interaction_test") or {}
+    return f"<h3>{_e(EXPLORATORY)}: does the arm effect differ between models? {tag}</h3>" + (
+        _model_html(
+            by_model,
+            f"; joint Wald test of the {test.get('df')} arm × "
+            f"model terms: chi2 {_fmt(test.get('chi2'))}, p "
+            f"{_p(test.get('p'))}",
+            f"{EXPLORATORY}: ",
+        )
+    )
+
+
+def _multiplicity_body(mult: dict[str, Any] | None) -> str:
+    """Every hypothesis p corrected as one family, or why there is nothing to show."""
+    if mult is None:
+        return "<p>Not recorded.</p>"
+    if mult.get("status") != "ok":
+        return _failed_html(mult)
+    v = mult.get("values") or {}
+    if v.get("note"):
+        return f"<p>{_e(v.get('note'))}.</p>"
+    bonf = (v.get("bonferroni") or {}).get("adjusted") or []
+    holm = (v.get("holm") or {}).get("adjusted") or []
+    raw = (v.get("bonferroni") or {}).get("pvalues") or []
+    mrows = [
+        (h, _p(p), _p(b), _p(hh))
+        for h, p, b, hh in zip(v.get("hypotheses") or [], raw, bonf, holm, strict=False)
+    ]
+    return _table(
+        f"{EXPLORATORY}: every hypothesis p-value corrected as one family",
+        ("hypothesis", "p raw", "Bonferroni", "Holm"),
+        mrows,
+    )
+
+
+SHOWN_EXPLORATORY = (
+    "exploratory.errors.",
+    "exploratory.pair.",
+    "exploratory.question_run.",
+    "exploratory.arm_by_model",
+    "exploratory.by_truth",
+    "exploratory.by_stimulus",
+)
+"""Exploratory results the section tables (a failed one there); others failed are listed."""
+
+
 def _section_exploratory(report: Report) -> str:
     tag = f'<span class="tag">{_e(EXPLORATORY)}</span>'
     parts = [
         f'<div class="exploratory"><h2>{_e(EXPLORATORY)}</h2>',
         "<p>None of these results was pre-registered. They describe the data and may "
         "suggest hypotheses for a future study; they decide nothing.</p>",
+        _exploratory_errors_html(report, tag),
+        _figure_html(report, "accuracy_by_row.png"),
+        *(_figure_html(report, f"confusion_{_safe(arm)}.png") for arm in report.arms),
+        _by_truth_html(report, tag),
+        _by_stimulus_html(report, tag),
+        _exploratory_pairs_html(report, tag),
+        _exploratory_question_run_html(report, tag),
+        _exploratory_arm_by_model_html(report, tag),
+        f"<h3>{_e(EXPLORATORY)}: multiplicity sensitivity {tag}</h3>",
+        _multiplicity_body(report.result("exploratory.multiplicity")),
     ]
-    errors = [report.result(f"exploratory.errors.{a}") for a in report.arms]
-    rows = []
-    for arm, r in zip(report.arms, errors, strict=True):
-        if r is None:
-            continue
-        if r.get("status") != "ok":
-            rows.append(
-                (
-                    arm,
-                    f'<span class="error">not computed: {_e(r.get("error"))}</span>',
-                    "",
-                    "",
-                    "",
-                    "",
-                    "",
-                )
-            )
-            continue
-        v = r.get("values") or {}
-        share = v.get("canonical_right_share") or {}
-        chi = v.get("error_chi_square") or {}
-        dirs = v.get("error_directions") or v.get("error_answers") or {}  # orientation or label
-        bias = v.get("position_bias") or {}
-        rows.append(
-            (
-                arm,
-                _e(_pct((v.get("confusion") or {}).get("accuracy"))),
-                _e(", ".join(f"{k} {n}" for k, n in dirs.items()) or "no errors"),
-                _e(
-                    f"{_pct(share.get('share'))} ({_pct(share.get('lower'))} – "
-                    f"{_pct(share.get('upper'))}), n={share.get('n', 0)}"
-                    if share
-                    else "–"
-                ),
-                _e(
-                    chi.get("error")
-                    or (f"chi2 {_fmt(chi.get('chi2'))}, p {_p(chi.get('p'))}" if chi else "–")
-                ),
-                _e(_chi_text(v.get("error_chi_square_excluding_truth"))),
-                _e(f"TVD {_fmt(bias.get('tvd'))}" if bias else "–"),
-            )
-        )
-    parts.append(f"<h3>{_e(EXPLORATORY)}: error phenotype by arm {tag}</h3>")
-    parts.append(
-        _table(
-            f"{EXPLORATORY}: error phenotype (wrong answers that name an orientation)",
-            (
-                "arm",
-                "accuracy",
-                "error directions",
-                "share of errors answering RIGHT (Wilson 95% CI, errors as independent: "
-                "descriptive)",
-                "errors uniform over all labels? (chi-square; the paper's null, replicated)",
-                "errors uniform over the wrong labels? (chi-square, true label excluded)",
-                "answer vs truth distribution",
-            ),
-            rows,
-            raw=(0, 1, 2, 3, 4, 5, 6),
-        )
-    )
-    parts.append(_figure_html(report, "accuracy_by_row.png"))
-    for arm in report.arms:
-        parts.append(_figure_html(report, f"confusion_{_safe(arm)}.png"))
-    parts.append(_by_truth_html(report, tag))
-    parts.append(_by_stimulus_html(report, tag))
-    pair_rows = []
-    for r in report.results:
-        if not str(r.get("id", "")).startswith("exploratory.pair."):
-            continue
-        name = str(r["id"]).removeprefix("exploratory.pair.")
-        if r.get("status") != "ok":
-            pair_rows.append((name, f"not computed: {r.get('error')}", "", "", "", "", ""))
-            continue
-        v = r.get("values") or {}
-        mc, flip = v.get("mcnemar") or {}, v.get("flip_rate") or {}
-        it, pt, boot = (
-            v.get("independent_t") or {},
-            v.get("paired_t") or {},
-            v.get("bootstrap_diff") or {},
-        )
-        pair_rows.append(
-            (
-                name,
-                f"b={mc.get('b')}, c={mc.get('c')}, p {_p(mc.get('p'))}" if mc else "–",
-                _pct(flip.get("share")) if flip else "–",
-                f"{_pp(it.get('difference'))}, p {_p(it.get('p'))}" if it else "–",
-                f"{_pp(pt.get('difference'))}, p {_p(pt.get('p'))}" if pt else "–",
-                f"{_pp(boot.get('estimate'))} "
-                f"({_pp(boot.get('lower'))} to {_pp(boot.get('upper'))})"
-                if boot
-                else "–",
-                _newcombe_text(v.get("newcombe")),
-            )
-        )
-    parts.append(f"<h3>{_e(EXPLORATORY)}: paired-arm metrics {tag}</h3>")
-    parts.append(
-        _table(
-            f"{EXPLORATORY}: paired-arm metrics (two-sided p, not adjusted)",
-            (
-                "pair a-b",
-                "McNemar (items as independent: descriptive)",
-                "answer flip rate",
-                "Welch t",
-                "paired t (per stimulus)",
-                "bootstrap difference (95% CI)",
-                NEWCOMBE,
-            ),
-            pair_rows,
-        )
-    )
-    qr_rows = []
-    for r in report.results:
-        name = str(r.get("id", "")).removeprefix("exploratory.question_run.")
-        if name == r.get("id"):
-            continue
-        if r.get("status") != "ok":
-            qr_rows.append((name, f"not computed: {r.get('error')}", ""))
-            continue
-        v = r.get("values") or {}
-        qr_rows.append(
-            (name, _pct(v.get("estimate")), f"{_pct(v.get('lower'))} – {_pct(v.get('upper'))}")
-        )
-    parts.append(
-        f"<h3>{_e(EXPLORATORY)}: accuracy with a bootstrap over trials (probes are not "
-        f"resampled) {tag}</h3>"
-    )
-    if len(report.models) >= 2:
-        parts.append(
-            _table(
-                f"{EXPLORATORY}: accuracy by arm (pooled over models: a run is a "
-                "model and replicate) and by arm@model, bootstrap over (stimulus, "
-                "run)",
-                ("arm", "accuracy", "bootstrap 95% CI"),
-                qr_rows,
-            )
-        )
-    else:
-        parts.append(
-            _table(
-                f"{EXPLORATORY}: accuracy by arm, bootstrap over (stimulus, replicate)",
-                ("arm", "accuracy", "bootstrap 95% CI"),
-                qr_rows,
-            )
-        )
-    by_model = report.result("exploratory.arm_by_model")
-    if by_model is not None:
-        parts.append(
-            f"<h3>{_e(EXPLORATORY)}: does the arm effect differ between models? {tag}</h3>"
-        )
-        test = (by_model.get("values") or {}).get("interaction_test") or {}
-        parts.append(
-            _model_html(
-                by_model,
-                f"; joint Wald test of the {test.get('df')} arm × "
-                f"model terms: chi2 {_fmt(test.get('chi2'))}, p "
-                f"{_p(test.get('p'))}",
-                f"{EXPLORATORY}: ",
-            )
-        )
-    mult = report.result("exploratory.multiplicity")
-    parts.append(f"<h3>{_e(EXPLORATORY)}: multiplicity sensitivity {tag}</h3>")
-    if mult is None:
-        parts.append("<p>Not recorded.</p>")
-    elif mult.get("status") != "ok":
-        parts.append(_failed_html(mult))
-    elif (mult.get("values") or {}).get("note"):
-        parts.append(f"<p>{_e((mult.get('values') or {}).get('note'))}.</p>")
-    else:
-        v = mult.get("values") or {}
-        bonf = (v.get("bonferroni") or {}).get("adjusted") or []
-        holm = (v.get("holm") or {}).get("adjusted") or []
-        raw = (v.get("bonferroni") or {}).get("pvalues") or []
-        mrows = [
-            (h, _p(p), _p(b), _p(hh))
-            for h, p, b, hh in zip(v.get("hypotheses") or [], raw, bonf, holm, strict=False)
-        ]
-        parts.append(
-            _table(
-                f"{EXPLORATORY}: every hypothesis p-value corrected as one family",
-                ("hypothesis", "p raw", "Bonferroni", "Holm"),
-                mrows,
-            )
-        )
     other = [
         r
         for r in report.by_label("exploratory")
-        if r.get("status") == "failed"
-        and not str(r.get("id", "")).startswith(
-            (
-                "exploratory.errors.",
-                "exploratory.pair.",
-                "exploratory.question_run.",
-                "exploratory.arm_by_model",
-                "exploratory.by_truth",
-                "exploratory.by_stimulus",
-            )
-        )
+        if r.get("status") == "failed" and not str(r.get("id", "")).startswith(SHOWN_EXPLORATORY)
     ]
     parts += [_failed_html(r) for r in other if r.get("id") != "exploratory.multiplicity"]
     parts.append("</div>")
@@ -2269,6 +2163,41 @@ def _by_stimulus_html(report: Report, tag: str) -> str:
     )
 
 
+def _truth_cell(c: dict[str, Any]) -> str:
+    """An arm's accuracy at one true answer: correct/n = share (Wilson interval)."""
+    w = c.get("wilson") or {}
+    if not c.get("n"):
+        return "no trials"
+    return (
+        f"{c.get('correct')}/{c.get('n')} = {_pct(w.get('estimate'))} "
+        f"({_pct(w.get('lower'))} – {_pct(w.get('upper'))})"
+    )
+
+
+def _truth_difference(d: dict[str, Any]) -> str:
+    """An arm difference at one true answer, with its interval, or why it is not computable."""
+    if "error" in d or not d:
+        return "not computable"
+    return f"{_pp(d.get('estimate'))} ({_pp(d.get('lower'))} to {_pp(d.get('upper'))})"
+
+
+def _by_truth_rows(
+    v: dict[str, Any],
+) -> tuple[list[str], list[tuple[Any, ...]], list[tuple[Any, ...]]]:
+    """(true answers, accuracy rows per arm, difference rows per arm pair) of by_truth."""
+    labels = [str(x) for x in v.get("labels") or []]
+    cells = v.get("cells") or {}
+    rows = [
+        (arm, *(_truth_cell((cells.get(arm) or {}).get(label) or {}) for label in labels))
+        for arm in cells
+    ]
+    contrast_rows = [
+        (name, *(_truth_difference((per or {}).get(label) or {}) for label in labels))
+        for name, per in (v.get("contrasts") or {}).items()
+    ]
+    return labels, rows, contrast_rows
+
+
 def _by_truth_html(report: Report, tag: str) -> str:
     """``exploratory.by_truth``: accuracy per arm and true answer, and per-truth arm contrasts."""
     r = report.result("exploratory.by_truth")
@@ -2280,33 +2209,7 @@ def _by_truth_html(report: Report, tag: str) -> str:
     )
     if r.get("status") != "ok":
         return head + _failed_html(r)
-    v = r.get("values") or {}
-    labels = [str(x) for x in v.get("labels") or []]
-    cells = v.get("cells") or {}
-
-    def cell(c: dict[str, Any]) -> str:
-        w = c.get("wilson") or {}
-        if not c.get("n"):
-            return "no trials"
-        return (
-            f"{c.get('correct')}/{c.get('n')} = {_pct(w.get('estimate'))} "
-            f"({_pct(w.get('lower'))} – {_pct(w.get('upper'))})"
-        )
-
-    rows = [
-        (arm, *(cell((cells.get(arm) or {}).get(label) or {}) for label in labels)) for arm in cells
-    ]
-    contrast_rows = []
-    for name, per in (v.get("contrasts") or {}).items():
-        texts = []
-        for label in labels:
-            d = (per or {}).get(label) or {}
-            texts.append(
-                "not computable"
-                if "error" in d or not d
-                else f"{_pp(d.get('estimate'))} ({_pp(d.get('lower'))} to {_pp(d.get('upper'))})"
-            )
-        contrast_rows.append((name, *texts))
+    labels, rows, contrast_rows = _by_truth_rows(r.get("values") or {})
     return (
         head + "<p>Each cell holds few trials and nothing here is adjusted for the number "
         "of cells: read these as hypotheses for a powered replication, as the paper does "
@@ -2329,13 +2232,11 @@ POSTHOC = "Post hoc (declared after unblinding; not pre-registered)"
 
 def posthoc_test_text(r: dict[str, Any]) -> str:
     """The test column of a post-hoc row: z (mixed model), t and df, or the bootstrap's draws."""
-    v = r.get("values") or {}
-    c = v.get("contrast") or {}
-    if r.get("test") == "bootstrap":
-        return f"percentile bootstrap, {_fmt(v.get('iterations'))} draws (seed {v.get('seed')})"
-    if r.get("test") in ("paired-t", "independent-t"):
-        return f"t {_fmt(c.get('t'))} (df {_fmt(c.get('df'))}), p {_p(c.get('p'))}"
-    return f"z {_fmt(c.get('z'))}, p {_p(c.get('p'))}"
+    kind = kind_of(r)
+    posthoc = kind.posthoc if kind is not None else None
+    if posthoc is None:  # an unknown kind: shown as the mixed model's contrast
+        posthoc = MIXED_MODEL.posthoc
+    return posthoc.detail(r.get("values") or {}) if posthoc is not None else "–"
 
 
 def _section_posthoc(report: Report) -> str:
@@ -2361,7 +2262,7 @@ def _section_posthoc(report: Report) -> str:
             continue
         v = r.get("values") or {}
         c = v.get("contrast") or {}
-        lmm = r.get("test") == "lmm"
+        lmm = is_mixed_model(r)
         rows.append(
             (
                 r.get("id"),
@@ -2509,6 +2410,12 @@ def render_html(report: Report) -> str:
 
 def render_terminal(report: Report, console: Console) -> None:
     """Rich tables: simulated warning, verdicts, descriptive accuracy, exploratory (labelled)."""
+    for section in TERMINAL_SECTIONS:
+        section(report, console)
+
+
+def _terminal_banners(report: Report, console: Console) -> None:
+    """The simulated-data and session warnings, first."""
     if report.simulated:
         console.print(
             "[bold black on yellow] SIMULATED DATA: responses from the offline "
@@ -2517,6 +2424,10 @@ def render_terminal(report: Report, console: Console) -> None:
     notice = session_notice(report.runs)
     if notice is not None:
         console.print(f"[bold black on yellow] WARNING {escape(notice)} [/]")
+
+
+def _terminal_verdicts(report: Report, console: Console) -> None:
+    """The pre-registered verdicts, each with its caution."""
     colours = {
         "supported": "green",
         "not supported": "white",
@@ -2549,6 +2460,10 @@ def render_terminal(report: Report, console: Console) -> None:
             _rule_text(r),
         )
     console.print(verdicts)
+
+
+def _terminal_seed002(report: Report, console: Console) -> None:
+    """The identical-copies banner and seed 002's statistics."""
     copies = identical_banner(report.result(IDENTICAL_ID))
     if copies is not None:
         console.print(f"[bold yellow]{escape(copies)}[/]")
@@ -2569,6 +2484,10 @@ def render_terminal(report: Report, console: Console) -> None:
         for row in seed002:
             mcq_table.add_row(*(escape(x) for x in row))
         console.print(mcq_table)
+
+
+def _terminal_qr(report: Report, console: Console) -> None:
+    """The qr-bootstrap descriptive tables, when recorded."""
     from analysis import qr_boot
 
     for caption, header, rows in qr_boot.report_tables(report.result("descriptive.qr_bootstrap")):
@@ -2576,12 +2495,20 @@ def render_terminal(report: Report, console: Console) -> None:
         for cells in rows:
             qr_table.add_row(*(escape(x) for x in cells))
         console.print(qr_table)
+
+
+def _terminal_ddx(report: Report, console: Console) -> None:
+    """The ddx outcomes table, when recorded."""
     ddx = report.result("descriptive.ddx")
     if ddx is not None and ddx.get("status") == "ok":
         ddx_table = table(*DDX_HEADER, title=str(ddx.get("title")))
         for ddx_row in ddx_rows(ddx.get("values") or {}):
             ddx_table.add_row(*(escape(x) for x in ddx_row))
         console.print(ddx_table)
+
+
+def _terminal_covariates(report: Report, console: Console) -> None:
+    """The outcomes by factor label (``docs/analysis.md`` §11), when recorded."""
     strata = report.result("descriptive.covariates")  # docs/analysis.md §11
     if strata is not None and strata.get("status") == "ok":
         values = strata.get("values") or {}
@@ -2598,7 +2525,28 @@ def render_terminal(report: Report, console: Console) -> None:
             for strata_row in strata_rows:
                 strata_table.add_row(*(escape(x) for x in strata_row))
             console.print(strata_table)
-    unit, level = ("glyphs", "glyph-level accuracy") if report.tumbling else ("items", "accuracy")
+
+
+def _unit_level(report: Report) -> tuple[str, str]:
+    """(what is counted, what accuracy is) in the descriptive tables' headers."""
+    return ("glyphs", "glyph-level accuracy") if report.tumbling else ("items", "accuracy")
+
+
+def _accuracy_cells(v: dict[str, Any]) -> tuple[str, ...]:
+    """(accuracy, Wilson interval, analysed, parse rate, excluded) of one descriptive cell."""
+    acc = (v or {}).get("accuracy") or {}
+    return (
+        _pct(acc.get("estimate")),
+        f"{_pct(acc.get('lower'))} – {_pct(acc.get('upper'))}",
+        str(v.get("glyphs")),
+        _pct(v.get("parse_rate")),
+        str(v.get("excluded")),
+    )
+
+
+def _terminal_descriptive(report: Report, console: Console) -> None:
+    """Descriptive accuracy by arm."""
+    unit, level = _unit_level(report)
     arms_table = table(
         "arm",
         "role",
@@ -2613,19 +2561,16 @@ def render_terminal(report: Report, console: Console) -> None:
     if arms_result and arms_result.get("status") == "ok":
         roles = report.protocol.get("arms") or {}
         for arm, v in sorted((arms_result.get("values") or {}).items()):
-            acc = (v or {}).get("accuracy") or {}
-            arms_table.add_row(
-                arm,
-                str((roles.get(arm) or {}).get("role", "")),
-                _pct(acc.get("estimate")),
-                f"{_pct(acc.get('lower'))} – {_pct(acc.get('upper'))}",
-                str(v.get("glyphs")),
-                _pct(v.get("parse_rate")),
-                str(v.get("excluded")),
-            )
+            role = str((roles.get(arm) or {}).get("role", ""))
+            arms_table.add_row(arm, role, *_accuracy_cells(v))
         console.print(arms_table)
     elif arms_result:
         console.print(f"[red]descriptive.arms not computed: {arms_result.get('error')}[/]")
+
+
+def _terminal_by_model(report: Report, console: Console) -> None:
+    """Descriptive accuracy by arm and model (several models)."""
+    unit, level = _unit_level(report)
     by_model = report.result("descriptive.arm_model")
     if by_model and by_model.get("status") == "ok":
         model_table = table(
@@ -2639,17 +2584,12 @@ def render_terminal(report: Report, console: Console) -> None:
             title=f"Descriptive: {level} by arm and model",
         )
         for v in (by_model.get("values") or {}).values():
-            acc = (v or {}).get("accuracy") or {}
-            model_table.add_row(
-                str(v.get("arm")),
-                str(v.get("model")),
-                _pct(acc.get("estimate")),
-                f"{_pct(acc.get('lower'))} – {_pct(acc.get('upper'))}",
-                str(v.get("glyphs")),
-                _pct(v.get("parse_rate")),
-                str(v.get("excluded")),
-            )
+            model_table.add_row(str(v.get("arm")), str(v.get("model")), *_accuracy_cells(v))
         console.print(model_table)
+
+
+def _terminal_exploratory(report: Report, console: Console) -> None:
+    """The exploratory results (labelled) and the failed ones."""
     explore = table("result", "summary", title=f"{EXPLORATORY}")
     for r in report.by_label("exploratory"):
         explore.add_row(str(r.get("id")), _exploratory_summary(r))
@@ -2657,6 +2597,10 @@ def render_terminal(report: Report, console: Console) -> None:
     for r in report.failed:
         if not r.get("hypothesis"):
             console.print(f"[red]{r.get('id')} not computed: {r.get('error')}[/]")
+
+
+def _terminal_verification(report: Report, console: Console) -> None:
+    """The ledger verification: its verdict and the checks not PASS."""
     v = report.verification
     checks = ", ".join(
         f"{c.name} {c.status.value}" for c in v.checks if c.status is not Status.PASS
@@ -2668,57 +2612,98 @@ def render_terminal(report: Report, console: Console) -> None:
     )
 
 
+TERMINAL_SECTIONS: tuple[Callable[[Report, Console], None], ...] = (
+    _terminal_banners,
+    _terminal_verdicts,
+    _terminal_seed002,
+    _terminal_qr,
+    _terminal_ddx,
+    _terminal_covariates,
+    _terminal_descriptive,
+    _terminal_by_model,
+    _terminal_exploratory,
+    _terminal_verification,
+)
+""":func:`render_terminal`'s sections, in the order printed."""
+
+
+def _errors_summary(v: dict[str, Any]) -> str:
+    share = v.get("canonical_right_share") or {}
+    bias = v.get("position_bias") or {}
+    right = (
+        f"errors answering RIGHT {_pct(share.get('share'))} of {share.get('n', 0)}; "
+        if share
+        else ""
+    )  # tumbling-E only
+    return (
+        f"accuracy {_pct((v.get('confusion') or {}).get('accuracy'))}; {right}"
+        f"answer-vs-truth TVD {_fmt(bias.get('tvd'))}"
+    )
+
+
+def _arm_by_model_summary(v: dict[str, Any]) -> str:
+    test = v.get("interaction_test") or {}
+    return (
+        f"arm × model terms: chi2 {_fmt(test.get('chi2'))}, df {_fmt(test.get('df'))}, "
+        f"p {_p(test.get('p'))}" + ("; singular fit" if v.get("singular") else "")
+    )
+
+
+def _pair_summary(v: dict[str, Any]) -> str:
+    boot = v.get("bootstrap_diff") or {}
+    mc = v.get("mcnemar") or {}
+    return (
+        f"bootstrap diff {_pp(boot.get('estimate'))} ({_pp(boot.get('lower'))} to "
+        f"{_pp(boot.get('upper'))}); McNemar p {_p(mc.get('p'))}"
+    )
+
+
+def _question_run_summary(v: dict[str, Any]) -> str:
+    return f"accuracy {_pct(v.get('estimate'))} ({_pct(v.get('lower'))} – {_pct(v.get('upper'))})"
+
+
+def _per_contrast(v: dict[str, Any], key: str) -> str:
+    """``name: level difference; ...`` for each contrast of a per-level result."""
+    return ", ".join(
+        f"{name}: "
+        + "; ".join(f"{level} {_pp((d or {}).get(key))}" for level, d in (per or {}).items())
+        for name, per in (v.get("contrasts") or {}).items()
+    )
+
+
+def _by_stimulus_summary(v: dict[str, Any]) -> str:
+    return "dismantling differences per probe, " + _per_contrast(v, "difference")
+
+
+def _by_truth_summary(v: dict[str, Any]) -> str:
+    return "accuracy by arm and true answer, " + _per_contrast(v, "estimate")
+
+
+def _multiplicity_summary(v: dict[str, Any]) -> str:
+    holm = (v.get("holm") or {}).get("adjusted") or []
+    return "Holm: " + ", ".join(
+        f"{h} {_p(p)}" for h, p in zip(v.get("hypotheses") or [], holm, strict=False)
+    )
+
+
+EXPLORATORY_SUMMARIES: tuple[tuple[str, Callable[[dict[str, Any]], str]], ...] = (
+    ("exploratory.errors.", _errors_summary),
+    ("exploratory.arm_by_model", _arm_by_model_summary),
+    ("exploratory.pair.", _pair_summary),
+    ("exploratory.question_run.", _question_run_summary),
+    ("exploratory.by_stimulus", _by_stimulus_summary),
+    ("exploratory.by_truth", _by_truth_summary),
+    ("exploratory.multiplicity", _multiplicity_summary),
+)
+"""The terminal's one-line summary of an exploratory result, by id (a prefix ending in ``.``)."""
+
+
 def _exploratory_summary(r: dict[str, Any]) -> str:
     if r.get("status") != "ok":
         return f"not computed: {r.get('error')}"
     v = r.get("values") or {}
     rid = str(r.get("id", ""))
-    if rid.startswith("exploratory.errors."):
-        share = v.get("canonical_right_share") or {}
-        bias = v.get("position_bias") or {}
-        right = (
-            f"errors answering RIGHT {_pct(share.get('share'))} of {share.get('n', 0)}; "
-            if share
-            else ""
-        )  # tumbling-E only
-        return (
-            f"accuracy {_pct((v.get('confusion') or {}).get('accuracy'))}; {right}"
-            f"answer-vs-truth TVD {_fmt(bias.get('tvd'))}"
-        )
-    if rid == "exploratory.arm_by_model":
-        test = v.get("interaction_test") or {}
-        return (
-            f"arm × model terms: chi2 {_fmt(test.get('chi2'))}, df {_fmt(test.get('df'))}, "
-            f"p {_p(test.get('p'))}" + ("; singular fit" if v.get("singular") else "")
-        )
-    if rid.startswith("exploratory.pair."):
-        boot = v.get("bootstrap_diff") or {}
-        mc = v.get("mcnemar") or {}
-        return (
-            f"bootstrap diff {_pp(boot.get('estimate'))} ({_pp(boot.get('lower'))} to "
-            f"{_pp(boot.get('upper'))}); McNemar p {_p(mc.get('p'))}"
-        )
-    if rid.startswith("exploratory.question_run."):
-        return (
-            f"accuracy {_pct(v.get('estimate'))} ({_pct(v.get('lower'))} – {_pct(v.get('upper'))})"
-        )
-    if rid == "exploratory.by_stimulus":
-        return "dismantling differences per probe, " + ", ".join(
-            f"{name}: "
-            + "; ".join(f"{st} {_pp((d or {}).get('difference'))}" for st, d in (per or {}).items())
-            for name, per in (v.get("contrasts") or {}).items()
-        )
-    if rid == "exploratory.by_truth":
-        return "accuracy by arm and true answer, " + ", ".join(
-            f"{name}: "
-            + "; ".join(
-                f"{label} {_pp((d or {}).get('estimate'))}" for label, d in (per or {}).items()
-            )
-            for name, per in (v.get("contrasts") or {}).items()
-        )
-    if rid == "exploratory.multiplicity":
-        holm = (v.get("holm") or {}).get("adjusted") or []
-        return "Holm: " + ", ".join(
-            f"{h} {_p(p)}" for h, p in zip(v.get("hypotheses") or [], holm, strict=False)
-        )
+    for name, summary in EXPLORATORY_SUMMARIES:
+        if rid == name or (name.endswith(".") and rid.startswith(name)):
+            return summary(v)
     return _fmt(v)[:120]

@@ -294,6 +294,26 @@ def _step_work(study: Study, log: Ledger) -> Any:
     return work
 
 
+def _vote(call: Any, record: Any) -> dict[str, Any]:
+    """One judge call's final vote: its value (when parsed), status and events."""
+    value = record.value if record.responded is not None else None
+    status = (
+        "parsed"
+        if record.responded is not None
+        else "given-up"
+        if record.given_up is not None
+        else "unparseable"
+    )
+    return {
+        "model": call.model or "",
+        "vote": value,
+        "status": status,
+        "request_seq": record.last_request,
+        "response_seq": record.responded or record.exhausted or record.given_up,
+        "responses": record.unparseable + (record.responded is not None),
+    }
+
+
 class Judges:
     """The votes of a study's judge step (``[response] parser = "judge:<step>"``).
 
@@ -339,25 +359,9 @@ class Judges:
                     )
                     continue
                 return None
-            value = record.value if record.responded is not None else None
-            status = (
-                "parsed"
-                if record.responded is not None
-                else "given-up"
-                if record.given_up is not None
-                else "unparseable"
-            )
-            values.append(value)
-            votes.append(
-                {
-                    "model": call.model or "",
-                    "vote": value,
-                    "status": status,
-                    "request_seq": record.last_request,
-                    "response_seq": record.responded or record.exhausted or record.given_up,
-                    "responses": record.unparseable + (record.responded is not None),
-                }
-            )
+            vote = _vote(call, record)
+            values.append(vote["vote"])
+            votes.append(vote)
         decision = aggregate(self.spec.aggregate, values, self.spec.sets)
         problems = []
         if decision is None:

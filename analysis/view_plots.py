@@ -121,16 +121,24 @@ def _accuracy(data: PlotData) -> Drawn:
     return fig, None
 
 
-def _forest(data: PlotData) -> Drawn:
-    from analysis.report import NOT_ACCURACY_DIFFERENCES, _contrast
+def _forest_results(data: PlotData) -> list[tuple[Any, ...]]:
+    """(seq, body, estimate, lower, upper) of each recorded difference with an estimate."""
+    from analysis.statistics import kind_of
+    from analysis.statistics._format import contrast
 
     results = []
     for seq, body, _ in data.index.singles("analysis.result"):
-        if not body.get("hypothesis") or body.get("test") in NOT_ACCURACY_DIFFERENCES:
+        kind = kind_of(body)  # a rate, a bias, a log odds ratio: not a difference in accuracy
+        if not body.get("hypothesis") or (kind is not None and not kind.accuracy_difference):
             continue
-        est, lo, hi = _contrast(body.get("values") or {})
+        est, lo, hi = contrast(body.get("values") or {})
         if est is not None:
             results.append((seq, body, est, lo, hi))
+    return results
+
+
+def _forest(data: PlotData) -> Drawn:
+    results = _forest_results(data)
     if not results:
         return None, (
             "no pre-registered result with an estimate and interval is recorded yet"
@@ -161,26 +169,22 @@ def _forest(data: PlotData) -> Drawn:
     return fig, None
 
 
-def _factorial(data: PlotData) -> Drawn:
-    if data.blind:
-        return None, "the factor levels name the arms: shown after blinding.revealed"
-    arms = data.protocol.get("arms") if isinstance(data.protocol.get("arms"), dict) else {}
+def _factor_levels(protocol: dict[str, Any]) -> dict[str, dict[str, Any]]:
+    """Each cell arm's ``{factor: level}`` (arms that declare factors)."""
+    arms = protocol.get("arms") if isinstance(protocol.get("arms"), dict) else {}
     assert isinstance(arms, dict)
-    levels: dict[str, dict[str, Any]] = {
+    return {
         a: v["factors"]
         for a, v in arms.items()
         if isinstance(v, dict) and isinstance(v.get("factors"), dict)
     }
-    factors = sorted({f for lv in levels.values() for f in lv})
-    if not factors:
-        return None, "no arm declares factor levels (not a factorial design)"
-    rows = data.index.query(
-        "SELECT arm, model, SUM(n_correct) AS k, SUM(n_items) AS n FROM trials "
-        "WHERE n_items > 0 GROUP BY arm, model"
-    )
+
+
+def _factorial_cells(
+    rows: list[Any], levels: dict[str, dict[str, Any]], x_factor: str, line_factor: str | None
+) -> dict[tuple[str, str, str], list[int]]:
+    """(x level, line level, model) -> [items correct, items] summed over the cell arms."""
     cells: dict[tuple[str, str, str], list[int]] = {}
-    x_factor = factors[0]
-    line_factor = factors[1] if len(factors) > 1 else None
     for r in rows:
         lv = levels.get(str(r["arm"]))
         if lv is None or x_factor not in lv:
@@ -193,14 +197,15 @@ def _factorial(data: PlotData) -> Drawn:
         acc = cells.setdefault(key, [0, 0])
         acc[0] += int(r["k"] or 0)
         acc[1] += int(r["n"] or 0)
-    if not cells:
-        return None, "no factorial arm has scored items with a key"
-    xs = list(dict.fromkeys(k[0] for k in sorted(cells)))
+    return cells
+
+
+def _factorial_lines(
+    ax: Any, cells: dict[tuple[str, str, str], list[int]], xs: list[str], line_factor: str | None
+) -> None:
+    """One line of Wilson intervals per (line level, model) across the x levels."""
     lines = sorted({(k[1], k[2]) for k in cells})
-    colours = _colours(len(lines))
-    fig = _figure(8.6, 4.2)
-    ax = fig.add_subplot()
-    for colour, (level, model) in zip(colours, lines, strict=True):
+    for colour, (level, model) in zip(_colours(len(lines)), lines, strict=True):
         pts = [
             (i, *wilson(*cells[(x, level, model)]))
             for i, x in enumerate(xs)
@@ -215,18 +220,36 @@ def _factorial(data: PlotData) -> Drawn:
             color=colour,
             label=f"{line_factor}={level} · {model}" if line_factor else model,
         )
+
+
+def _factorial(data: PlotData) -> Drawn:
+    if data.blind:
+        return None, "the factor levels name the arms: shown after blinding.revealed"
+    levels = _factor_levels(data.protocol)
+    factors = sorted({f for lv in levels.values() for f in lv})
+    if not factors:
+        return None, "no arm declares factor levels (not a factorial design)"
+    rows = data.index.query(
+        "SELECT arm, model, SUM(n_correct) AS k, SUM(n_items) AS n FROM trials "
+        "WHERE n_items > 0 GROUP BY arm, model"
+    )
+    x_factor = factors[0]
+    line_factor = factors[1] if len(factors) > 1 else None
+    cells = _factorial_cells(rows, levels, x_factor, line_factor)
+    if not cells:
+        return None, "no factorial arm has scored items with a key"
+    xs = list(dict.fromkeys(k[0] for k in sorted(cells)))
+    fig = _figure(8.6, 4.2)
+    ax = fig.add_subplot()
+    _factorial_lines(ax, cells, xs, line_factor)
     ax.set_xticks(range(len(xs)))
     ax.set_xticklabels(xs, rotation=20, fontsize=8)
     ax.set_xlabel(x_factor)
     ax.set_ylabel("items correct (%), Wilson 95%")
-    ax.set_title(
-        "Factorial cell means"
-        + (
-            f": {x_factor} × {line_factor} (lines not parallel = interaction)"
-            if line_factor
-            else ""
-        )
+    interaction = (
+        f": {x_factor} × {line_factor} (lines not parallel = interaction)" if line_factor else ""
     )
+    ax.set_title("Factorial cell means" + interaction)
     ax.legend(fontsize=7)
     ax.grid(alpha=0.3)
     return fig, None
@@ -315,6 +338,12 @@ def _phenotype(data: PlotData) -> Drawn:
     return fig, None
 
 
+def _flip_share(units: dict[tuple[Any, ...], dict[str, bool]], a: str, b: str) -> float:
+    """The % of units with both variants whose correctness differs between them (NaN: none)."""
+    both = [u for u in units.values() if a in u and b in u]
+    return 100 * sum(u[a] != u[b] for u in both) / len(both) if both else math.nan
+
+
 def _flips(data: PlotData) -> Drawn:
     if data.blind:
         return None, "variants may point to arms: shown after blinding.revealed"
@@ -330,13 +359,7 @@ def _flips(data: PlotData) -> Drawn:
     variants = sorted({v for u in units.values() for v in u})
     if len(variants) < 2:
         return None, "the study has fewer than two variants of an item (no flips to count)"
-    grid = []
-    for a in variants:
-        line = []
-        for b in variants:
-            both = [u for u in units.values() if a in u and b in u]
-            line.append(100 * sum(u[a] != u[b] for u in both) / len(both) if both else math.nan)
-        grid.append(line)
+    grid = [[_flip_share(units, a, b) for b in variants] for a in variants]
     fig = _figure(6.4, 5.2)
     ax = fig.add_subplot()
     shown = ax.imshow(grid, cmap="Blues", vmin=0)

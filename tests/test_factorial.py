@@ -29,6 +29,7 @@ from test_archive_tamper import failed, passed, read_events
 from test_verify_text_study import forge, relocked_report
 
 from analysis import factorial as af
+from analysis.statistics import REGISTRY
 from runner.lock import validate_for_lock
 from runner.render import Renderer
 from runner.spec import SpecError, check_matched_controls, load_study
@@ -193,6 +194,7 @@ def test_the_factorial_study_locks_runs_analyses_and_verifies(built: tuple[Path,
     by_id = {r["id"]: r for r in results}
     h1, h2 = by_id["hypothesis.H1"], by_id["hypothesis.H2"]
     assert h1["status"] == "ok" and h2["status"] == "ok"
+    assert set(REGISTRY["factorial"].schema) <= set(h1["values"]) & set(h2["values"])
     assert h1["values"]["tested"] == ["belief[T.wrong]:tone[T.urgent]"]
     assert h2["values"]["tested"] == ["belief[T.wrong]"]
     assert [t["name"] for t in h1["values"]["terms"]] == [

@@ -40,7 +40,9 @@ from test_verify_text_study import forge
 from analysis import mcq
 from analysis.analyze import Dataset, _clean, hypothesis_results, load_dataset, models
 from analysis.mcq_rows import mcq_trials
-from analysis.mcq_tests import decide_interval, hypothesis_values
+from analysis.statistics import REGISTRY
+from analysis.statistics import decide as decide_interval
+from analysis.statistics import seed002_values as hypothesis_values
 from ledger import Ledger
 from ledger.cli import main
 from runner.lock import ledger_path, protocol_event
@@ -466,6 +468,7 @@ def test_every_kind_is_computed_with_a_verdict(built: tuple[Path, Path, Path]) -
             r = got[f"hypothesis.{hid}{suffix}"]
             assert r["status"] == "ok", (hid, suffix, r["error"])
             assert r["verdict"] in ("supported", "not supported"), r
+            assert set(REGISTRY[r["test"]].schema) <= set(r["values"]), (hid, r["test"])
     assert got["descriptive.mcq"]["status"] == "ok"
 
 

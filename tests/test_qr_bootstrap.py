@@ -30,6 +30,7 @@ from test_verify_text_study import forge
 
 from analysis import qr_boot
 from analysis.analyze import Dataset, hypothesis_results, load_dataset, models
+from analysis.statistics import REGISTRY
 from ledger import Ledger
 from ledger.cli import main
 from runner.lock import ledger_path, protocol_event
@@ -242,6 +243,7 @@ def test_every_result_is_computed_with_a_verdict(built: tuple[Path, Path, Path])
             assert r["status"] == "ok", (hid, suffix, r["error"])
             assert r["verdict"] in ("supported", "not supported"), r
             assert r["values"]["n"] == (32 if not suffix else 16)
+            assert set(REGISTRY["qr-bootstrap"].schema) <= set(r["values"]), (hid, suffix)
     assert got["descriptive.qr_bootstrap"]["status"] == "ok"
     # interval tests only: nothing for the multiplicity view to correct, and nothing failed
     assert got["exploratory.multiplicity"]["status"] == "ok"
