@@ -27,12 +27,16 @@ appends (target, issue 35: >= 0.5x). Clients and servers share this machine's co
 from __future__ import annotations
 
 import argparse
+import importlib.util
+import multiprocessing
+import os
 import random
 import statistics
 import sys
 import tempfile
 import threading
 import time
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -47,6 +51,7 @@ from ledger.tiles_server import LocalTiles  # noqa: E402
 from runner.publish import StudyPublisher  # noqa: E402
 
 ORIGIN = "bench.example/serve"
+OWNER_NAME, OWNER_SEED = "bench.example/owner", b"\x07" * 32
 
 
 def build(base: Path, events: int) -> tuple[Path, SigningKey, float]:
@@ -111,46 +116,90 @@ def report(name: str, seconds: float, result: tuple[int, int, list[float]]) -> N
     )
 
 
-def _appender(
-    opener: Any, seconds: float, clients: int, key: SigningKey, batch: int
-) -> tuple[int, list[float], int]:
-    """``clients`` threads appending ``batch`` events at a time: (events, latencies, 409s)."""
+def _client(
+    url: str, seconds: float, batch: int, index: int, ready: Any, out: Any
+) -> None:  # pragma: no cover - runs in a client process
+    """One client process: open ``url``, wait for the others, append for ``seconds``."""
     from ledger import EventSpec
 
-    counts = [0] * clients
-    conflicts = [0] * clients
-    latencies: list[list[float]] = [[] for _ in range(clients)]
-    ready = threading.Barrier(clients + 1)
-    stop = [0.0]
-
-    def worker(i: int) -> None:
-        with opener() as log:
-            ready.wait()
-            n = 0
-            while time.perf_counter() < stop[0]:
-                t0 = time.perf_counter()
-                body = {"w": i, "text": "x" * 200}
-                log.append_many(
-                    [EventSpec("artifact.locked", {**body, "n": n + j}) for j in range(batch)],
-                    key=key,
-                )
-                latencies[i].append(time.perf_counter() - t0)
-                n += batch
-            counts[i] = n
-            conflicts[i] = getattr(log, "conflicts", 0)
-
-    threads = [threading.Thread(target=worker, args=(i,)) for i in range(clients)]
-    for t in threads:
-        t.start()
-    stop[0] = time.perf_counter() + seconds + 0.05
-    ready.wait()
-    for t in threads:
-        t.join()
-    return sum(counts), [x for part in latencies for x in part], sum(conflicts)
+    key = SigningKey(OWNER_NAME, OWNER_SEED)
+    latencies: list[float] = []
+    attempts: list[int] = []
+    n = 0
+    with Ledger.open(url) as log:
+        for _ in url.split():  # each service process opens its connection to the log now
+            _ = log.size
+        ready.wait()
+        stop = time.monotonic() + seconds
+        while time.monotonic() < stop:
+            before = getattr(log, "conflicts", 0)
+            t0 = time.perf_counter()
+            body = {"w": index, "text": "x" * 200}
+            log.append_many(
+                [EventSpec("artifact.locked", {**body, "n": n + j}) for j in range(batch)],
+                key=key,
+            )
+            latencies.append(time.perf_counter() - t0)
+            attempts.append(getattr(log, "conflicts", 0) - before)
+            n += batch
+    out.put((index, n, latencies, attempts))
 
 
-def bench_append(seconds: float, client_counts: list[int], batches: list[int]) -> None:
-    """Appends per second directly to PostgreSQL and through 1 and 4 `ledger serve` processes."""
+@dataclass
+class Run:
+    """One timed run: events appended, latencies of each append call, 409s lost per call."""
+
+    events: int
+    latencies: list[float]
+    lost: list[int]
+    per_client: list[int]
+
+
+def _appender(urls: list[str], seconds: float, batch: int) -> Run:
+    """One client process per URL (one client per entry), appending ``batch`` events a call."""
+    ctx = multiprocessing.get_context("spawn")
+    ready = ctx.Barrier(len(urls) + 1)
+    out = ctx.Queue()
+    procs = [
+        ctx.Process(target=_client, args=(url, seconds, batch, i, ready, out))
+        for i, url in enumerate(urls)
+    ]
+    for proc in procs:
+        proc.start()
+    ready.wait(timeout=120)
+    results = [out.get(timeout=seconds + 120) for _ in procs]
+    for proc in procs:
+        proc.join(timeout=60)
+        if proc.exitcode != 0:
+            raise SystemExit(f"a client process failed (exit {proc.exitcode})")
+    results.sort()
+    return Run(
+        sum(r[1] for r in results),
+        [x for r in results for x in r[2]],
+        [x for r in results for x in r[3]],
+        [r[1] for r in results],
+    )
+
+
+def _load() -> str:
+    one, five, _ = os.getloadavg()
+    return f"load average {one:.2f} (1 min), {five:.2f} (5 min) on {os.cpu_count()} CPUs"
+
+
+def bench_append(
+    seconds: float,
+    client_counts: list[int],
+    batches: list[int],
+    *,
+    repeat: int,
+    durable: bool,
+    own_logs: bool,
+) -> None:
+    """Appends per second directly to PostgreSQL and through 1 and 4 `ledger serve` processes.
+
+    For each (batch, clients) the three paths run in turn, ``repeat`` times, each run on a
+    fresh log; the ratio printed is this row's median rate over the same round's direct rate.
+    """
     import subprocess
 
     from pg_server import PgServer, find_bindir, free_port  # type: ignore[import-not-found]
@@ -158,9 +207,15 @@ def bench_append(seconds: float, client_counts: list[int], batches: list[int]) -
     bindir = find_bindir()
     if bindir is None:
         raise SystemExit("no PostgreSQL binaries (apt-get install postgresql)")
-    key = SigningKey("bench.example/owner", b"\x07" * 32)
+    key = SigningKey(OWNER_NAME, OWNER_SEED)
+    if importlib.util.find_spec("httptools") is not None:  # what uvicorn's http="auto" picks
+        http = "httptools (uvicorn's C parser)"
+    else:
+        http = "h11 (pure Python: install httptools for the faster parser)"
     with tempfile.TemporaryDirectory(prefix="bench-append-") as tmp:
         pg = PgServer(Path(tmp) / "pg", bindir)
+        if durable:  # PostgreSQL's defaults: every commit waits for its WAL flush
+            pg.start_options = "-c listen_addresses=127.0.0.1 -c max_connections=200"
         pg.init()
         pg.start()
         procs: list[subprocess.Popen[str]] = []
@@ -188,27 +243,41 @@ def bench_append(seconds: float, client_counts: list[int], batches: list[int]) -
                 procs.append(proc)
                 bases.append(f"http://127.0.0.1:{port}")
             print(
-                f"events appended per second, {seconds:g} s each, PostgreSQL on 127.0.0.1 "
-                "(latency: one append call)"
+                f"events appended per second, {seconds:g} s a run, {repeat} run(s) a row, "
+                f"PostgreSQL on 127.0.0.1 ({'fsync on' if durable else 'fsync off'}), "
+                f"service HTTP: {http}; each client its own process; "
+                f"{'each client its own log' if own_logs else 'all clients on one log'}"
             )
+            print(f"  before: {_load()}")
+            serial = [0]
+
+            def fresh(prefix: str, clients: int) -> list[str]:
+                """New logs behind ``prefix`` (one, or one per client); the clients' URLs."""
+                serial[0] += 1
+                names = [
+                    f"r{serial[0]}c{i}" if own_logs else f"r{serial[0]}" for i in range(clients)
+                ]
+                urls = [prefix.format(name=name) for name in names]
+                for url in dict.fromkeys(urls):
+                    Ledger.create(url.split()[0], origin=ORIGIN, key=key).close()
+                return urls
+
             for batch in batches:
                 for clients in client_counts:
-                    tag = f"{batch}_{clients}"
-                    direct_url = pg.url(schema=f"direct_{tag}")
-                    Ledger.create(direct_url, origin=ORIGIN, key=key).close()
-                    count, lat, _ = _appender(
-                        lambda u=direct_url: Ledger.open(u), seconds, clients, key, batch
-                    )
-                    direct = count / seconds
+                    paths: list[tuple[str, str]] = [
+                        ("direct", pg.url(schema="d_{name}")),
+                        ("service x1", f"{bases[0]}/s1-{{name}}"),
+                        ("service x4", " ".join(f"{b}/s4-{{name}}" for b in bases)),
+                    ]
+                    runs: dict[str, list[Run]] = {name: [] for name, _ in paths}
+                    for _ in range(repeat):
+                        for name, prefix in paths:
+                            runs[name].append(_appender(fresh(prefix, clients), seconds, batch))
                     what = f"{batch} event(s)/append, {clients} client(s)"
-                    _append_line(f"direct, {what}", direct, lat, None, None)
-                    for k in (1, 4):
-                        urls = " ".join(f"{b}/svc-{tag}-{k}" for b in bases[:k])
-                        Ledger.create(urls.split()[0], origin=ORIGIN, key=key).close()
-                        count, lat, c409 = _appender(
-                            lambda u=urls: Ledger.open(u), seconds, clients, key, batch
-                        )
-                        _append_line(f"service x{k}, {what}", count / seconds, lat, c409, direct)
+                    direct = [r.events / seconds for r in runs["direct"]]
+                    for name, _ in paths:
+                        _append_line(f"{name}, {what}", runs[name], seconds, direct)
+                    print(f"  after this row: {_load()}")
         finally:
             for proc in procs:
                 proc.terminate()
@@ -219,15 +288,20 @@ def bench_append(seconds: float, client_counts: list[int], batches: list[int]) -
             pg.remove()
 
 
-def _append_line(
-    name: str, rate: float, lat: list[float], conflicts: int | None, direct: float | None
-) -> None:
-    cuts = statistics.quantiles(lat, n=100)
-    extra = "" if conflicts is None else f"  409s {conflicts:5d}"
-    ratio = "" if direct is None else f"  {rate / direct:4.2f}x direct"
+def _append_line(name: str, runs: list[Run], seconds: float, direct: list[float]) -> None:
+    """One row: median rate (each run's), p50/p99 over all calls, 409s, median ratio."""
+    rates = [r.events / seconds for r in runs]
+    lat = [x for r in runs for x in r.latencies]
+    lost = [x for r in runs for x in r.lost]
+    cuts = statistics.quantiles(lat, n=100) if len(lat) > 1 else [lat[0]] * 99
+    each = "/".join(f"{x:.0f}" for x in rates)
+    extra = ""
+    if name.startswith("service"):
+        ratio = statistics.median(r / d for r, d in zip(rates, direct, strict=True))
+        extra = f"  409s {sum(lost):5d} (max {max(lost)} a call)  {ratio:4.2f}x direct"
     print(
-        f"  {name:<46} {rate:8.0f} /s  p50 {cuts[49] * 1e3:6.2f} ms  "
-        f"p99 {cuts[98] * 1e3:6.2f} ms{extra}{ratio}"
+        f"  {name:<42} {statistics.median(rates):7.0f} /s ({each})  "
+        f"p50 {cuts[49] * 1e3:6.2f} ms  p99 {cuts[98] * 1e3:7.2f} ms{extra}"
     )
 
 
@@ -238,11 +312,25 @@ def main() -> None:
         ap.add_argument("--seconds", type=float, default=5.0)
         ap.add_argument("--clients", default="1,4")
         ap.add_argument("--batch", default="1,20", help="events per append (comma-separated)")
+        ap.add_argument("--repeat", type=int, default=3, help="runs a row (median ratio)")
+        ap.add_argument(
+            "--durable", action="store_true", help="PostgreSQL with fsync on (its default)"
+        )
+        ap.add_argument(
+            "--own-logs", action="store_true", help="each client appends to its own study"
+        )
         ap.add_argument("--quick", action="store_true")
         opts = ap.parse_args(sys.argv[2:])
         counts = [int(c) for c in opts.clients.split(",")]
         batches = [int(b) for b in opts.batch.split(",")]
-        bench_append(0.5 if opts.quick else opts.seconds, counts, batches)
+        bench_append(
+            0.5 if opts.quick else opts.seconds,
+            counts,
+            batches,
+            repeat=1 if opts.quick else opts.repeat,
+            durable=opts.durable,
+            own_logs=opts.own_logs,
+        )
         return
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--events", type=int, default=50000)
