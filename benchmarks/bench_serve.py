@@ -119,7 +119,11 @@ def report(name: str, seconds: float, result: tuple[int, int, list[float]]) -> N
 def _client(
     url: str, seconds: float, batch: int, index: int, ready: Any, out: Any
 ) -> None:  # pragma: no cover - runs in a client process
-    """One client process: open ``url``, wait for the others, append for ``seconds``."""
+    """One client process: open ``url``, wait for the others, append for ``seconds``.
+
+    Waits on ``ready`` twice: to start together, and once more after putting its figures, so
+    that its PostgreSQL backend is still there when the parent reads the CPU times.
+    """
     from ledger import EventSpec
 
     key = SigningKey(OWNER_NAME, OWNER_SEED)
@@ -130,6 +134,7 @@ def _client(
         for _ in url.split():  # each service process opens its connection to the log now
             _ = log.size
         ready.wait()
+        cpu = time.process_time()
         stop = time.monotonic() + seconds
         while time.monotonic() < stop:
             before = getattr(log, "conflicts", 0)
@@ -142,21 +147,59 @@ def _client(
             latencies.append(time.perf_counter() - t0)
             attempts.append(getattr(log, "conflicts", 0) - before)
             n += batch
-    out.put((index, n, latencies, attempts))
+        out.put((index, n, latencies, attempts, time.process_time() - cpu))
+        ready.wait()
 
 
 @dataclass
 class Run:
-    """One timed run: events appended, latencies of each append call, 409s lost per call."""
+    """One timed run: events appended, latencies of each call, 409s lost per call, CPU seconds.
+
+    ``cpu`` is the CPU time of the client processes, the service processes and PostgreSQL's
+    processes during the run: what the appends cost the machine, whoever else loads it.
+    """
 
     events: int
     latencies: list[float]
     lost: list[int]
     per_client: list[int]
+    cpu: float
 
 
-def _appender(urls: list[str], seconds: float, batch: int) -> Run:
-    """One client process per URL (one client per entry), appending ``batch`` events a call."""
+def _cpu_seconds(pids: list[int]) -> dict[int, float]:
+    """User + system CPU seconds of each live process in ``pids`` (from /proc)."""
+    tick = os.sysconf("SC_CLK_TCK")
+    out = {}
+    for pid in pids:
+        try:
+            fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        out[pid] = (int(fields[11]) + int(fields[12])) / tick
+    return out
+
+
+def _server_pids(postmaster: int | None, services: list[int]) -> list[int]:
+    """The service processes, the postmaster and its children (backends, WAL writer...)."""
+    pids = [*services]
+    if postmaster is None:
+        return pids
+    pids.append(postmaster)
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            fields = stat.read_text().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        if int(fields[1]) == postmaster:
+            pids.append(int(stat.parent.name))
+    return pids
+
+
+def _appender(urls: list[str], seconds: float, batch: int, servers: Any = lambda: []) -> Run:
+    """One client process per URL (one client per entry), appending ``batch`` events a call.
+
+    ``servers()`` lists the server-side processes whose CPU time the run is charged with.
+    """
     ctx = multiprocessing.get_context("spawn")
     ready = ctx.Barrier(len(urls) + 1)
     out = ctx.Queue()
@@ -167,17 +210,22 @@ def _appender(urls: list[str], seconds: float, batch: int) -> Run:
     for proc in procs:
         proc.start()
     ready.wait(timeout=120)
+    before = _cpu_seconds(servers())
     results = [out.get(timeout=seconds + 120) for _ in procs]
+    after = _cpu_seconds(servers())
+    ready.wait(timeout=120)
     for proc in procs:
         proc.join(timeout=60)
         if proc.exitcode != 0:
             raise SystemExit(f"a client process failed (exit {proc.exitcode})")
     results.sort()
+    server_cpu = sum(t - before.get(pid, 0.0) for pid, t in after.items())
     return Run(
         sum(r[1] for r in results),
         [x for r in results for x in r[2]],
         [x for r in results for x in r[3]],
         [r[1] for r in results],
+        server_cpu + sum(r[4] for r in results),
     )
 
 
@@ -251,6 +299,9 @@ def bench_append(
             print(f"  before: {_load()}")
             serial = [0]
 
+            def servers() -> list[int]:
+                return _server_pids(pg.pid(), [p.pid for p in procs])
+
             def fresh(prefix: str, clients: int) -> list[str]:
                 """New logs behind ``prefix`` (one, or one per client); the clients' URLs."""
                 serial[0] += 1
@@ -272,11 +323,11 @@ def bench_append(
                     runs: dict[str, list[Run]] = {name: [] for name, _ in paths}
                     for _ in range(repeat):
                         for name, prefix in paths:
-                            runs[name].append(_appender(fresh(prefix, clients), seconds, batch))
+                            urls = fresh(prefix, clients)
+                            runs[name].append(_appender(urls, seconds, batch, servers))
                     what = f"{batch} event(s)/append, {clients} client(s)"
-                    direct = [r.events / seconds for r in runs["direct"]]
                     for name, _ in paths:
-                        _append_line(f"{name}, {what}", runs[name], seconds, direct)
+                        _append_line(f"{name}, {what}", runs[name], seconds, runs["direct"])
                     print(f"  after this row: {_load()}")
         finally:
             for proc in procs:
@@ -288,20 +339,31 @@ def bench_append(
             pg.remove()
 
 
-def _append_line(name: str, runs: list[Run], seconds: float, direct: list[float]) -> None:
-    """One row: median rate (each run's), p50/p99 over all calls, 409s, median ratio."""
+def _append_line(name: str, runs: list[Run], seconds: float, direct: list[Run]) -> None:
+    """One row: median rate (each run's), p50/p99 over all calls, CPU per event, 409s, ratios.
+
+    The rate ratio is the median over the runs of this row's rate over the same round's
+    direct rate; the CPU ratio is direct CPU per event over this row's (both medians).
+    """
     rates = [r.events / seconds for r in runs]
     lat = [x for r in runs for x in r.latencies]
     lost = [x for r in runs for x in r.lost]
     cuts = statistics.quantiles(lat, n=100) if len(lat) > 1 else [lat[0]] * 99
+    cpu = statistics.median(r.cpu / max(r.events, 1) for r in runs)
     each = "/".join(f"{x:.0f}" for x in rates)
     extra = ""
     if name.startswith("service"):
-        ratio = statistics.median(r / d for r, d in zip(rates, direct, strict=True))
-        extra = f"  409s {sum(lost):5d} (max {max(lost)} a call)  {ratio:4.2f}x direct"
+        ratio = statistics.median(
+            r.events / max(d.events, 1) for r, d in zip(runs, direct, strict=True)
+        )
+        direct_cpu = statistics.median(d.cpu / max(d.events, 1) for d in direct)
+        extra = (
+            f"  409s {sum(lost):4d} (max {max(lost)} a call)  {ratio:4.2f}x direct"
+            f" (CPU: {direct_cpu / cpu:4.2f}x)"
+        )
     print(
-        f"  {name:<42} {statistics.median(rates):7.0f} /s ({each})  "
-        f"p50 {cuts[49] * 1e3:6.2f} ms  p99 {cuts[98] * 1e3:7.2f} ms{extra}"
+        f"  {name:<40} {statistics.median(rates):6.0f} /s ({each})  p50 {cuts[49] * 1e3:6.2f}"
+        f" ms  p99 {cuts[98] * 1e3:7.2f} ms  CPU {cpu * 1e6:5.0f} us/event{extra}"
     )
 
 
