@@ -36,6 +36,7 @@ import sys
 import tempfile
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -163,7 +164,14 @@ class Run:
     latencies: list[float]
     lost: list[int]
     per_client: list[int]
-    cpu: float
+    cpu_clients: float
+    cpu_services: float
+    cpu_postgres: float
+
+    @property
+    def cpu(self) -> float:
+        """CPU seconds of every process taking part."""
+        return self.cpu_clients + self.cpu_services + self.cpu_postgres
 
 
 def _cpu_seconds(pids: list[int]) -> dict[int, float]:
@@ -179,12 +187,11 @@ def _cpu_seconds(pids: list[int]) -> dict[int, float]:
     return out
 
 
-def _server_pids(postmaster: int | None, services: list[int]) -> list[int]:
-    """The service processes, the postmaster and its children (backends, WAL writer...)."""
-    pids = [*services]
+def _postgres_pids(postmaster: int | None) -> list[int]:
+    """The postmaster and its children (backends, WAL writer, checkpointer...)."""
     if postmaster is None:
-        return pids
-    pids.append(postmaster)
+        return []
+    pids = [postmaster]
     for stat in Path("/proc").glob("[0-9]*/stat"):
         try:
             fields = stat.read_text().rsplit(")", 1)[1].split()
@@ -195,10 +202,17 @@ def _server_pids(postmaster: int | None, services: list[int]) -> list[int]:
     return pids
 
 
-def _appender(urls: list[str], seconds: float, batch: int, servers: Any = lambda: []) -> Run:
+def _appender(
+    urls: list[str],
+    seconds: float,
+    batch: int,
+    services: list[int],
+    postgres: Callable[[], list[int]],
+) -> Run:
     """One client process per URL (one client per entry), appending ``batch`` events a call.
 
-    ``servers()`` lists the server-side processes whose CPU time the run is charged with.
+    The run is charged with the CPU time of the clients, of ``services`` (process ids) and of
+    the processes ``postgres()`` lists.
     """
     ctx = multiprocessing.get_context("spawn")
     ready = ctx.Barrier(len(urls) + 1)
@@ -210,22 +224,25 @@ def _appender(urls: list[str], seconds: float, batch: int, servers: Any = lambda
     for proc in procs:
         proc.start()
     ready.wait(timeout=120)
-    before = _cpu_seconds(servers())
+    before = _cpu_seconds(services + postgres())
     results = [out.get(timeout=seconds + 120) for _ in procs]
-    after = _cpu_seconds(servers())
+    after = _cpu_seconds(services + postgres())
     ready.wait(timeout=120)
     for proc in procs:
         proc.join(timeout=60)
         if proc.exitcode != 0:
             raise SystemExit(f"a client process failed (exit {proc.exitcode})")
     results.sort()
-    server_cpu = sum(t - before.get(pid, 0.0) for pid, t in after.items())
+    spent = {pid: t - before.get(pid, 0.0) for pid, t in after.items()}
+    on_services = sum(spent.get(pid, 0.0) for pid in services)
     return Run(
         sum(r[1] for r in results),
         [x for r in results for x in r[2]],
         [x for r in results for x in r[3]],
         [r[1] for r in results],
-        server_cpu + sum(r[4] for r in results),
+        sum(r[4] for r in results),
+        on_services,
+        sum(spent.values()) - on_services,
     )
 
 
@@ -299,8 +316,8 @@ def bench_append(
             print(f"  before: {_load()}")
             serial = [0]
 
-            def servers() -> list[int]:
-                return _server_pids(pg.pid(), [p.pid for p in procs])
+            def postgres() -> list[int]:
+                return _postgres_pids(pg.pid())
 
             def fresh(prefix: str, clients: int) -> list[str]:
                 """New logs behind ``prefix`` (one, or one per client); the clients' URLs."""
@@ -324,7 +341,8 @@ def bench_append(
                     for _ in range(repeat):
                         for name, prefix in paths:
                             urls = fresh(prefix, clients)
-                            runs[name].append(_appender(urls, seconds, batch, servers))
+                            pids = [] if name == "direct" else [p.pid for p in procs]
+                            runs[name].append(_appender(urls, seconds, batch, pids, postgres))
                     what = f"{batch} event(s)/append, {clients} client(s)"
                     for name, _ in paths:
                         _append_line(f"{name}, {what}", runs[name], seconds, runs["direct"])
@@ -350,6 +368,10 @@ def _append_line(name: str, runs: list[Run], seconds: float, direct: list[Run]) 
     lost = [x for r in runs for x in r.lost]
     cuts = statistics.quantiles(lat, n=100) if len(lat) > 1 else [lat[0]] * 99
     cpu = statistics.median(r.cpu / max(r.events, 1) for r in runs)
+    parts = [
+        statistics.median(getattr(r, f"cpu_{part}") / max(r.events, 1) for r in runs) * 1e6
+        for part in ("clients", "services", "postgres")
+    ]
     each = "/".join(f"{x:.0f}" for x in rates)
     extra = ""
     if name.startswith("service"):
@@ -363,7 +385,8 @@ def _append_line(name: str, runs: list[Run], seconds: float, direct: list[Run]) 
         )
     print(
         f"  {name:<40} {statistics.median(rates):6.0f} /s ({each})  p50 {cuts[49] * 1e3:6.2f}"
-        f" ms  p99 {cuts[98] * 1e3:7.2f} ms  CPU {cpu * 1e6:5.0f} us/event{extra}"
+        f" ms  p99 {cuts[98] * 1e3:7.2f} ms  CPU {cpu * 1e6:5.0f} us/event"
+        f" ({parts[0]:.0f} client, {parts[1]:.0f} service, {parts[2]:.0f} PostgreSQL){extra}"
     )
 
 
