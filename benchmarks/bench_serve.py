@@ -13,15 +13,22 @@ and p99 latency of one fetch, and the time ``ledger monitor``'s check takes from
 nginx. The clients run in this Python process, so on few cores the figures are bounded by the
 client as much as by the server. Timings are never asserted; ``--quick`` shrinks everything.
 
-``python benchmarks/bench_serve.py append [--seconds 5] [--clients 1,4]`` measures the append
-API instead: a throwaway PostgreSQL cluster (``tests/pg_server.py``, default durability) holds
-the log; for each number of client threads, single-event appends (a 200-byte body, signed by
-the owner key) go for ``--seconds`` (a) directly to the store (each thread its own
-:class:`ledger.Ledger` on PostgreSQL) and (b) through 1 and through 4 ``ledger serve``
-processes on that PostgreSQL (each thread a remote ledger spreading its requests over all of
-them: it signs, the service checks and sequences). Printed: appends per second, p50 and p99
-latency of one append (re-signing after a 409 included), the 409s, and the ratio to direct
-appends (target, issue 35: >= 0.5x). Clients and servers share this machine's cores.
+``python benchmarks/bench_serve.py append [--seconds 5] [--repeat 3] [--clients 1,4] [--batch
+1,20] [--own-logs] [--durable]`` measures the append API instead: a throwaway PostgreSQL cluster
+(``tests/pg_server.py``: ``fsync`` off like the tests' cluster, or PostgreSQL's defaults with
+``--durable``) holds the logs. For each events-per-call and number of clients, three paths run
+in turn, ``--repeat`` times, each run on a fresh log: (a) direct (each client its own
+:class:`ledger.Ledger` on PostgreSQL), (b) through one and (c) through four ``ledger serve``
+processes on that PostgreSQL (each client a remote ledger spreading its requests over all of
+them: it signs, the service checks and sequences). Each client is its own process (clients in
+threads of one process shared a GIL, which decided who won a race for the head); all clients
+append to one log, or each to its own with ``--own-logs`` (a service hosting many studies).
+Printed per row: the median rate and each run's, p50 and p99 latency of one call (re-signing
+after a 409 included), the CPU time per event of the clients, the service processes and
+PostgreSQL's processes (read from /proc: what the appends cost, whoever else loads the
+machine), the 409s and the most a single call lost, the median ratio of the rate to the same
+round's direct rate (target, issue 35: >= 0.5x) and the ratio of the CPU costs. The load
+average is printed before and after each row: on a shared machine the rates move with it.
 """
 
 from __future__ import annotations
