@@ -243,6 +243,9 @@ def test_a_stale_batch_is_answered_409_before_its_signatures_are_checked(
     checked.clear()
     lost = [_signed(RUNNER, "run.started", {"n": i}, stale, seq=4 + i) for i in range(3)]
     assert _post(url, {"entries": lost}).status_code == 409
+    assert len(checked) == 3  # no 409 yet: a lone writer's batches go straight to the store
+    checked.clear()
+    assert _post(url, {"entries": lost}).status_code == 409  # the study is contended now
     assert checked == []
     forged = _signed(RUNNER, "run.started", {"n": 2}, stale)
     forged["signature"] = base64.b64encode(bytes(64)).decode()  # would be 403 at the head
