@@ -25,9 +25,7 @@ from __future__ import annotations
 import base64
 import hashlib
 import os
-import random
 import threading
-import time
 from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -241,8 +239,10 @@ class RemoteLedger(Ledger):
             return events
         # Sign against the head this client left (no extra round trip); when another writer
         # appended meanwhile the service answers 409 and the batch is re-signed on the new head.
+        # A loser re-signs at once: pausing only the writers that lost hands the log to the
+        # one that keeps winning (it signs against its own last head, no round trip), which
+        # starved the others for seconds (docs/service.md §10).
         tree = self._tree or _Tree.from_json(self._head())
-        lost = 0
         while True:
             after = tree.copy()
             events, blobs = self._sign(specs, key, after, pending={})
@@ -252,9 +252,6 @@ class RemoteLedger(Ledger):
                 if exc.size < 0:
                     raise
                 self.conflicts += 1  # the 409 carries the new head: re-sign on it
-                lost += 1
-                if lost > 1:  # others keep winning: step aside a random moment (jitter)
-                    time.sleep(random.uniform(0, min(0.0005 * 2**lost, 0.05)))
                 tree = _Tree.from_json(exc.head if exc.head is not None else self._head())
                 continue
             self._tree = after

@@ -46,6 +46,7 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
+from ledger._envelope import ZERO_HASH
 from ledger._errors import (
     AuthorizationError,
     ConflictError,
@@ -69,6 +70,8 @@ BODY_SECONDS = 30.0
 """A request body that takes longer than this to arrive is answered 408."""
 MAX_ENTRIES = 10_000
 READ_SKEW_SECONDS = 300
+CONTENDED_SECONDS = 5.0
+"""After a 409 for a study, its batches are checked for their position first for this long."""
 STUDY_RE = re.compile(r"^[a-z0-9][a-z0-9_-]{0,62}$")
 HEX64 = re.compile(r"^[0-9a-f]{64}$")
 
@@ -131,6 +134,17 @@ class AppendService:
         self._pools: dict[str, queue.LifoQueue[Ledger]] = {}
         self._slots: dict[str, threading.Semaphore] = {}
         self._lock = threading.Lock()
+        self._conflicts: dict[str, float] = {}
+        """When this process last answered 409 for each study (``time.monotonic``)."""
+
+    def contended(self, study: str) -> bool:
+        """True when this process answered a 409 for ``study`` in the last few seconds."""
+        when = self._conflicts.get(study)
+        return when is not None and time.monotonic() - when < CONTENDED_SECONDS
+
+    def conflict(self, study: str) -> None:
+        """Note a 409 answered for ``study``: its next batches are checked before signatures."""
+        self._conflicts[study] = time.monotonic()
 
     def close(self) -> None:
         """Close every pooled ledger."""
@@ -273,8 +287,54 @@ def _parse_append(data: Any) -> tuple[list[tuple[bytes, bytes]], dict[str, bytes
     return entries, blobs, raw_cps
 
 
-def _append(log: Ledger, data: Any) -> dict[str, Any]:
+def _check_position(log: Ledger, entries: list[tuple[bytes, bytes]]) -> None:
+    """Answer a batch that cannot continue the log 409 before its signatures are checked.
+
+    Used while a study is contended (this process answered it a 409 lately): a writer that
+    lost a race sends a batch signed against an old head; checking its signatures first
+    (about three times the cost of making them) only to find the head moved would spend
+    most of a contended service's time on batches that cannot be appended. A batch that
+    continues the head this connection last wrote costs no query; otherwise one for the last
+    event, and one more for a batch that starts inside the log (a retried request is
+    answered with its seqs by :meth:`Ledger.append_signed`). The transaction checks the
+    position again; a malformed first envelope is left to it.
+    """
+    from ledger._envelope import parse_envelope
+
+    if not entries:
+        return
+    try:
+        env = parse_envelope(entries[0][0])
+    except FormatError:
+        return  # answered 400 by append_signed, with the entry's number
+    known = log._head_cache
+    if known is not None and known.size and (env.seq, env.prev) == (known.size, known.last.hex()):
+        return  # continues what this connection wrote last: the transaction will tell
+    with log._errors():
+        row = log._conn.execute(
+            "SELECT seq, leaf_hash FROM events ORDER BY seq DESC LIMIT 1"
+        ).fetchone()
+        size, last = (0, b"") if row is None else (int(row[0]) + 1, bytes(row[1]))
+        if env.seq < size:
+            stored = log._conn.execute(
+                "SELECT envelope FROM events WHERE seq = ?", (env.seq,)
+            ).fetchone()
+            if stored is not None and bytes(stored[0]) == env.data:
+                return  # a retried request: append_signed answers it with its seqs
+        elif env.seq == size and env.prev == (last.hex() if size else ZERO_HASH):
+            return
+    raise ConflictError(
+        f"{log.path}: seq {env.seq} does not continue the log (size {size}, last leaf "
+        f"{last.hex() or 'none'}): another writer appended first; re-sign against the new head",
+        size=size,
+        last=last.hex(),
+    )
+
+
+def _append(log: Ledger, data: Any, contended: bool) -> dict[str, Any]:
     entries, blobs, cps = _parse_append(data)
+    if contended:
+        _check_position(log, entries)
     if not cps:  # one write transaction of the store's own (no savepoint around it)
         events, replayed = log.append_signed(entries, blobs)
         ids: list[tuple[int, bool]] = []
@@ -469,8 +529,9 @@ def _dispatch(
 ) -> Response:
     with service.ledger(study) as log:  # a StoreError (a lost server) closes this connection
         try:
-            return _route(log, op, method, request, data)
+            return _route(log, op, method, request, data, service.contended(study))
         except ConflictError as exc:
+            service.conflict(study)
             return _answer_error(exc, lambda: head_json(log))
         except StoreError:
             raise
@@ -478,10 +539,12 @@ def _dispatch(
             return _answer_error(exc, None)
 
 
-def _route(log: Ledger, op: str, method: str, request: Request, data: Any) -> Response:
+def _route(
+    log: Ledger, op: str, method: str, request: Request, data: Any, contended: bool = False
+) -> Response:
     if method == "POST":
         if op == "append":
-            return JSONResponse(_append(log, data))
+            return JSONResponse(_append(log, data, contended))
         if op == "cosign":
             return JSONResponse(_cosign(log, data))
         raise BadRequest(405 if op in _GETS else 404, f"no POST {op} in the append API")

@@ -222,6 +222,60 @@ def test_a_stale_envelope_gets_409_with_the_new_head(study: tuple[str, Path]) ->
     assert answer.json()["head"]["last"] == _head(url)["last"]
 
 
+def test_a_stale_batch_is_answered_409_before_its_signatures_are_checked(
+    study: tuple[str, Path], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A batch that cannot continue the log costs the service no signature checks (§7)."""
+    from ledger._keys import VerifierKey
+
+    checked: list[bytes] = []
+    real = VerifierKey.verify
+
+    def counting(self: VerifierKey, message: bytes, signature: bytes) -> bool:
+        checked.append(message)
+        return real(self, message, signature)
+
+    monkeypatch.setattr(VerifierKey, "verify", counting)  # the service runs in this process
+    url, path = study
+    stale = _head(url)
+    assert _post(url, {"entries": [_signed(RUNNER, "run.started", {"n": 1}, stale)]}).is_success
+    assert checked, "the spy sees the service's signature checks"
+    checked.clear()
+    lost = [_signed(RUNNER, "run.started", {"n": i}, stale, seq=4 + i) for i in range(3)]
+    assert _post(url, {"entries": lost}).status_code == 409
+    assert len(checked) == 3  # no 409 yet: a lone writer's batches go straight to the store
+    checked.clear()
+    assert _post(url, {"entries": lost}).status_code == 409  # the study is contended now
+    assert checked == []
+    forged = _signed(RUNNER, "run.started", {"n": 2}, stale)
+    forged["signature"] = base64.b64encode(bytes(64)).decode()  # would be 403 at the head
+    answer = _post(url, {"entries": [forged]})
+    assert answer.status_code == 409, answer.text
+    assert answer.json()["head"]["size"] == 5 == _size(path)
+    at_head = _signed(RUNNER, "run.started", {"n": 2}, _head(url))
+    at_head["signature"] = forged["signature"]
+    refused = _post(url, {"entries": [at_head]})
+    assert refused.status_code == 403 and "does not verify" in refused.json()["error"]
+    ahead = _signed(RUNNER, "run.started", {"n": 3}, _head(url), seq=9)
+    assert _post(url, {"entries": [ahead]}).status_code == 409
+    other_chain = _signed(RUNNER, "run.started", {"n": 4}, _head(url), prev="ab" * 32)
+    assert _post(url, {"entries": [other_chain]}).status_code == 409
+    assert _size(path) == 5
+
+
+def test_a_malformed_stale_envelope_is_still_answered_400_with_its_entry(
+    study: tuple[str, Path],
+) -> None:
+    url, path = study
+    entry = _signed(RUNNER, "run.started", {"n": 1}, _head(url), seq=1)
+    raw = base64.b64decode(entry["envelope"]).replace(b'"kind"', b' "kind"', 1)  # not canonical
+    entry["envelope"] = base64.b64encode(raw).decode()
+    answer = _post(url, {"entries": [entry]})
+    assert answer.status_code == 400, answer.text
+    assert "entry 0" in answer.json()["error"] and "canonical" in answer.json()["error"]
+    assert _size(path) == 4
+
+
 def test_a_locked_privacy_policy_is_kept_through_the_service(study: tuple[str, Path]) -> None:
     """Remote appends seal what the policy withholds, as the store does; an unsealed blob the
     policy names is refused with the reason, and the service serves a sealed blob's stored
