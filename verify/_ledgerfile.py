@@ -583,7 +583,8 @@ class _Run:
         :meth:`_submit` of the sources read from elsewhere: an archive, a PostgreSQL snapshot.
         """
         items = [item for item in self.sig_buffer if lo <= item[0] <= hi]
-        self.sig_buffer = [item for item in self.sig_buffer if item[0] > hi]
+        # in place: the stream appends to this very list
+        self.sig_buffer[:] = [item for item in self.sig_buffer if item[0] > hi]
         return pool.submit(_verify_items, items, keys, overrides)
 
     def _tree_rows(self, con: Any) -> Iterator[tuple[Any, Any, Any]]:
