@@ -246,6 +246,17 @@ _NO_SHM = frozenset(
 )
 
 
+def _blob_row_problem(address: Any, size: Any, data: Any) -> str | None:
+    """What is wrong with a stored blob row (to follow its name), or None."""
+    if not isinstance(data, bytes):
+        return ": data is not a BLOB"
+    if _sha256(data).hexdigest() != address:
+        return " does not hash to its address"
+    if size != len(data) or type(size) is not int:
+        return f": size column is {size!r:.40}, the data has {len(data)} bytes"
+    return None
+
+
 def _wal_has_frames(path: str) -> bool:
     """True when ``path``-wal is long enough to hold a frame (32 + 24 + 512 bytes at least)."""
     try:
@@ -744,16 +755,9 @@ class _Run:
                 first_unreferenced = label
             else:
                 unreferenced += 1
-            if not isinstance(data, bytes):
-                st.fail(f"{prefix}: data is not a BLOB", seq, where=label)
-            elif _sha256(data).hexdigest() != address:
-                st.fail(f"{prefix} does not hash to its address", seq, where=label)
-            elif size != len(data) or type(size) is not int:
-                st.fail(
-                    f"{prefix}: size column is {size!r:.40}, the data has {len(data)} bytes",
-                    seq,
-                    where=label,
-                )
+            problem = _blob_row_problem(address, size, data)
+            if problem is not None:
+                st.fail(f"{prefix}{problem}", seq, where=label)
         for address, (seq, name) in refs.items():
             if address not in seen:
                 st.fail(
@@ -821,8 +825,6 @@ class _Run:
         self, stored: list[_StoredCheckpoint], trusted: Sequence[Vkey]
     ) -> None:
         st = self.states["checkpoints"]
-        origin = self.registry.origin
-        n = self.size
         for s in stored:
             label = s.label
             where = s.where
@@ -834,33 +836,38 @@ class _Run:
             except (NoteError, CheckpointFormatError) as exc:
                 st.fail(f"{label}: {exc}", where=where)
                 continue
-            root = self.roots.get(cp.size)
-            if origin is None or cp.origin != origin:
-                st.fail(
-                    f"{label}: origin {cp.origin!r:.80} is not the log's origin {origin!r}",
-                    where=where,
-                )
-            elif cp.size > n:
-                # the first event the checkpoint covers and the log lacks is seq n
-                st.fail(f"{label}: size exceeds log size {n}", n, where=where)
-            elif root is None or cp.root != root:
-                st.fail(
-                    f"{label}: root differs from the recomputed root at size {cp.size}",
-                    where=where,
-                )
-            elif not self._signed_at(signers, cp.size, trusted):
-                st.fail(
-                    f"{label}: not signed by a trusted key or by a ledger key valid at size "
-                    f"{cp.size} (verified signers: {', '.join(k.actor for k in signers)})",
-                    where=where,
-                )
-            elif s.size_col != cp.size or type(s.size_col) is not int:
-                st.fail(
-                    f"{label}: size column is {s.size_col!r:.40}, the note says {cp.size}",
-                    where=where,
-                )
-            elif s.root_col != cp.root:
-                st.fail(f"{label}: root column differs from the note's root", where=where)
+            problem = self._stored_checkpoint_problem(s, cp, signers, trusted)
+            if problem is not None:
+                st.fail(f"{label}: {problem[0]}", problem[1], where=where)
+
+    def _stored_checkpoint_problem(
+        self,
+        s: _StoredCheckpoint,
+        cp: Checkpoint,
+        signers: Sequence[Vkey],
+        trusted: Sequence[Vkey],
+    ) -> tuple[str, int | None] | None:
+        """What is wrong with an opened stored checkpoint, and at which seq; or None."""
+        origin = self.registry.origin
+        root = self.roots.get(cp.size)
+        n = self.size
+        if origin is None or cp.origin != origin:
+            return f"origin {cp.origin!r:.80} is not the log's origin {origin!r}", None
+        if cp.size > n:
+            # the first event the checkpoint covers and the log lacks is seq n
+            return f"size exceeds log size {n}", n
+        if root is None or cp.root != root:
+            return f"root differs from the recomputed root at size {cp.size}", None
+        if not self._signed_at(signers, cp.size, trusted):
+            return (
+                f"not signed by a trusted key or by a ledger key valid at size "
+                f"{cp.size} (verified signers: {', '.join(k.actor for k in signers)})"
+            ), None
+        if s.size_col != cp.size or type(s.size_col) is not int:
+            return f"size column is {s.size_col!r:.40}, the note says {cp.size}", None
+        if s.root_col != cp.root:
+            return "root column differs from the note's root", None
+        return None
 
     def _check_published(self, trusted: Sequence[Vkey], final_root: bytes) -> None:
         st = self.states["published-checkpoints"]
