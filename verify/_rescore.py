@@ -247,6 +247,11 @@ def json_equal(x: Any, y: Any) -> bool:
         return x == y
     if isinstance(x, str) and isinstance(y, str):
         return x == y
+    return _containers_equal(x, y)
+
+
+def _containers_equal(x: Any, y: Any) -> bool:
+    """:func:`json_equal` of two arrays or two objects, element by element; else False."""
     if isinstance(x, list) and isinstance(y, list):
         return len(x) == len(y) and all(json_equal(a, b) for a, b in zip(x, y, strict=True))
     if isinstance(x, dict) and isinstance(y, dict):
