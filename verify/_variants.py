@@ -353,6 +353,37 @@ _KEYS: dict[str, tuple[str, ...]] = {
 """§1: the keys each kind needs (``labels_from`` and ``query`` have defaults)."""
 
 
+def _positive_int(value: Any) -> bool:
+    return type(value) is int and value >= 1
+
+
+def _seed(value: Any) -> bool:
+    return (type(value) is int and value >= 0) or (type(value) is str and value.isdigit())
+
+
+def _fraction(value: Any) -> bool:
+    return type(value) in (int, float) and 0 < value < 1
+
+
+def _labels(value: Any) -> bool:
+    return type(value) is list and bool(value) and all(type(v) is str for v in value)
+
+
+def _text(value: Any) -> bool:
+    return type(value) is str and value != ""
+
+
+_VALUE_RULES: dict[str, Callable[[Any], bool]] = {
+    "k": _positive_int,
+    "count": _positive_int,
+    "seed": _seed,
+    "fraction": _fraction,
+    "labels": _labels,
+    **dict.fromkeys(("order", "field", "labels_from", "query", "stopwords", "kind"), _text),
+}
+"""§1: the type each key of a variant declaration must have; a key not here is refused."""
+
+
 def _check_declaration(name: str, table: dict[str, Any]) -> None:
     """§1: every key a kind needs, of its type; :class:`VariantError` naming the first fault."""
     where = f"protocol.locked variants.{name}"
@@ -360,20 +391,8 @@ def _check_declaration(name: str, table: dict[str, Any]) -> None:
         if key not in table:
             raise VariantError(f"{where}: kind {table['kind']!r} needs {key!r}")
     for key, value in table.items():
-        ok = True
-        if key in ("k", "count"):
-            ok = type(value) is int and value >= 1
-        elif key == "seed":
-            ok = (type(value) is int and value >= 0) or (type(value) is str and value.isdigit())
-        elif key == "fraction":
-            ok = type(value) in (int, float) and 0 < value < 1
-        elif key == "labels":
-            ok = type(value) is list and bool(value) and all(type(v) is str for v in value)
-        elif key in ("order", "field", "labels_from", "query", "stopwords", "kind"):
-            ok = type(value) is str and value != ""
-        else:
-            ok = False
-        if not ok:
+        rule = _VALUE_RULES.get(key)
+        if rule is None or not rule(value):
             raise VariantError(f"{where}.{key}: {value!r} is not what docs/variants.md §1 allows")
 
 
