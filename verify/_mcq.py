@@ -443,13 +443,13 @@ def _sd(values: Sequence[float]) -> float:
     return math.sqrt(sum((v - m) ** 2 for v in values) / (len(values) - 1))
 
 
-def _groups(
-    table: Sequence[Row], arm: str, model: str, orders: Sequence[str], incomplete: str, what: str
-) -> tuple[dict[tuple[str, int], dict[str, Row]], list[dict[str, Any]]]:
-    if incomplete not in ("exclude", "error"):
-        raise McqStatError(f"incomplete: {incomplete!r}")
-    if len(orders) < 2 or len(set(orders)) != len(orders):
-        raise McqStatError(f"{what}: orders must be >= 2 distinct variants")
+def _order_groups(
+    table: Sequence[Row], arm: str, model: str, orders: Sequence[str], what: str
+) -> dict[tuple[str, int], dict[str, Row]]:
+    """The arm and model's trials in ``orders``, by (item, rep) and then by variant.
+
+    Each order must have at least one trial.
+    """
     groups: dict[tuple[str, int], dict[str, Row]] = defaultdict(dict)
     for r in table:
         if r["arm"] == arm and r["model"] == model and r["variant"] in orders:
@@ -462,28 +462,44 @@ def _groups(
             raise McqStatError(
                 f"{what}: variant {v!r} has no trial for arm {arm!r}, model {model!r}"
             )
+    return groups
+
+
+def _incomplete(
+    key: tuple[str, int], arm: str, model: str, missing: list[str], have: dict[str, Row]
+) -> dict[str, Any]:
+    """The exclusion record of an (item, rep) group that lacks some orders."""
+    return {
+        "item": key[0],
+        "rep": key[1],
+        "arm": arm,
+        "model": model,
+        "reason": f"incomplete orders: missing {', '.join(missing)}",
+        "trials": sorted(r["trial"] for r in have.values()),
+    }
+
+
+def _groups(
+    table: Sequence[Row], arm: str, model: str, orders: Sequence[str], incomplete: str, what: str
+) -> tuple[dict[tuple[str, int], dict[str, Row]], list[dict[str, Any]]]:
+    if incomplete not in ("exclude", "error"):
+        raise McqStatError(f"incomplete: {incomplete!r}")
+    if len(orders) < 2 or len(set(orders)) != len(orders):
+        raise McqStatError(f"{what}: orders must be >= 2 distinct variants")
+    groups = _order_groups(table, arm, model, orders, what)
     exclusions = []
     complete = {}
     for key in sorted(groups):
         have = groups[key]
         missing = [v for v in orders if v not in have]
-        if missing:
-            if incomplete == "error":
-                raise McqStatError(
-                    f"{what}: item {key[0]!r} rep {key[1]} has no trial for variant {missing[0]!r}"
-                )
-            exclusions.append(
-                {
-                    "item": key[0],
-                    "rep": key[1],
-                    "arm": arm,
-                    "model": model,
-                    "reason": f"incomplete orders: missing {', '.join(missing)}",
-                    "trials": sorted(r["trial"] for r in have.values()),
-                }
-            )
-        else:
+        if not missing:
             complete[key] = have
+            continue
+        if incomplete == "error":
+            raise McqStatError(
+                f"{what}: item {key[0]!r} rep {key[1]} has no trial for variant {missing[0]!r}"
+            )
+        exclusions.append(_incomplete(key, arm, model, missing, have))
     if not complete:
         raise McqStatError(f"{what}: no (item, rep) group has every order")
     return complete, exclusions

@@ -115,19 +115,29 @@ def response_text(raw: bytes, fmt: str) -> str:
     if not isinstance(body, dict):
         raise BodyError("not an object")
     if fmt == "anthropic-messages":
-        content = body.get("content")
-        if not isinstance(content, list):
-            raise BodyError("no content array")
-        parts: list[str] = []
-        for block in content:
-            if not isinstance(block, dict):
-                raise BodyError("content element not an object")
-            if block.get("type") == "text":
-                text = block.get("text")
-                if not isinstance(text, str):
-                    raise BodyError("text block without a string text")
-                parts.append(text)
-        return "".join(parts)
+        return _messages_text(body)
+    return _chat_text(body)
+
+
+def _messages_text(body: dict[str, Any]) -> str:
+    """The text blocks of a Messages response, joined; :class:`BodyError` if malformed."""
+    content = body.get("content")
+    if not isinstance(content, list):
+        raise BodyError("no content array")
+    parts: list[str] = []
+    for block in content:
+        if not isinstance(block, dict):
+            raise BodyError("content element not an object")
+        if block.get("type") == "text":
+            text = block.get("text")
+            if not isinstance(text, str):
+                raise BodyError("text block without a string text")
+            parts.append(text)
+    return "".join(parts)
+
+
+def _chat_text(body: dict[str, Any]) -> str:
+    """The first choice's content of a chat completion; :class:`BodyError` if malformed."""
     choices = body.get("choices")
     if not isinstance(choices, list) or not choices:
         raise BodyError("no choices")
