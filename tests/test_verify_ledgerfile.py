@@ -5,6 +5,7 @@ from __future__ import annotations
 import base64
 import hashlib
 import json
+import shutil
 import sqlite3
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -24,6 +25,7 @@ from verify import (
     VerificationError,
     compute_key_id,
     require_valid,
+    verify_archive,
     verify_ledger_file,
 )
 
@@ -880,3 +882,29 @@ def test_jobs_give_identical_reports(
     assert one.to_dict() == three.to_dict()
     sig = one.get("signatures")
     assert sig is not None and sig.status is Status.FAIL
+
+
+def test_jobs_check_every_chunk_of_an_archive(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """An archive's signatures go to the workers in chunks of buffered lines: a bad signature
+    in a chunk after the first fails with ``jobs > 1`` as it does inline (a regression: the
+    stream kept appending to a buffer the first hand-over had replaced)."""
+    root = Path(__file__).resolve().parent.parent / "archive" / "prompt-tumbling-e"
+    copy = tmp_path / "archive"
+    shutil.copytree(root, copy)
+    events = copy / "ledger" / "events.jsonl"
+    lines = events.read_bytes().split(b"\n")
+    seq = 400  # beyond the first chunk of 256 lines
+    assert len(lines) > seq + 1
+    line = json.loads(lines[seq])
+    line["signature"] = base64.b64encode(RUNNER.priv.sign(b"y")).decode("ascii")
+    lines[seq] = json.dumps(line, separators=(",", ":")).encode("utf-8")
+    events.write_bytes(b"\n".join(lines))
+    monkeypatch.setattr(verify._ledgerfile, "_MIN_PARALLEL_EVENTS", 0)
+    one = verify_archive(copy, jobs=1)
+    two = verify_archive(copy, jobs=2)
+    assert one.to_dict() == two.to_dict()
+    sig = two.get("signatures")
+    assert sig is not None and sig.status is Status.FAIL
+    assert sig.reason.startswith(f"seq {seq}: signature does not verify")

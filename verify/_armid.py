@@ -84,6 +84,54 @@ def _level(factors: dict[str, Any], factor: str, level: Any, arm: str) -> dict[s
     raise IdentityProblem(f"arm {arm}: factor {factor} has no level {level!r} in protocol.locked")
 
 
+def _component_hashes(
+    record: dict[str, Any], arm: str, component_hash: Callable[[str], str | None]
+) -> dict[str, str]:
+    """The SHA-256 of each component and system file the arm names (none for a reserved name)."""
+    hashes: dict[str, str] = {}
+    names = _names(record.get("components"), f"arms.{arm}.components")
+    for name in names + _names(record.get("system"), f"arms.{arm}.system"):
+        digest = component_hash(name)
+        if digest is not None:
+            hashes[name] = digest
+    return hashes
+
+
+def _fewshot(
+    body: Mapping[str, Any], record: dict[str, Any], arm: str, locked: Callable[[Any, str], None]
+) -> dict[str, Any]:
+    """The few-shot set the arm draws from; its answer template is a locked file."""
+    sets = _obj(body.get("fewshot"), "protocol.locked fewshot")
+    chosen = record["fewshot"]
+    fewshot = _obj(
+        sets.get(chosen) if type(chosen) is str else None,
+        f"protocol.locked fewshot.{chosen} (arm {arm})",
+    )
+    if fewshot.get("answer") is not None:
+        locked(fewshot["answer"], f"fewshot.{chosen}.answer")
+    return fewshot
+
+
+def _models(body: Mapping[str, Any], record: dict[str, Any], arm: str) -> dict[str, Any]:
+    """The locked model tables of the models the arm names, each of them locked."""
+    tables = _obj(body["models"], "protocol.locked models")
+    chosen_models = _names(record["models"], f"arms.{arm}.models")
+    missing = [m for m in chosen_models if m not in tables]
+    if missing:
+        raise IdentityProblem(f"arm {arm}: model {missing[0]} is not in protocol.locked models")
+    return {m: tables[m] for m in chosen_models}
+
+
+def _steps(body: Mapping[str, Any], locked: Callable[[Any, str], None]) -> dict[str, Any]:
+    """The locked steps; each one's template and schema are locked files."""
+    steps = _obj(body["steps"], "protocol.locked steps")
+    for name, step in steps.items():
+        for member in ("template", "schema"):
+            if _obj(step, f"steps.{name}").get(member) is not None:
+                locked(step[member], f"steps.{name}.{member}")
+    return steps
+
+
 def identity(
     protocol: Mapping[str, Any],
     arm: str,
@@ -113,13 +161,7 @@ def identity(
             raise IdentityProblem(f"{what} {path} is not a locked file")
         files[path] = digest
 
-    hashes: dict[str, str] = {}
-    names = _names(record.get("components"), f"arms.{arm}.components")
-    for name in names + _names(record.get("system"), f"arms.{arm}.system"):
-        digest = component_hash(name)
-        if digest is not None:
-            hashes[name] = digest
-    obj["components"] = hashes
+    obj["components"] = _component_hashes(record, arm, component_hash)
     template = _template(body, record, arm)
     if template is not None:
         obj["template"] = template
@@ -127,15 +169,7 @@ def identity(
     if "prompt" in body:
         obj["prompt"] = body["prompt"]
     if record.get("fewshot") is not None:
-        sets = _obj(body.get("fewshot"), "protocol.locked fewshot")
-        chosen = record["fewshot"]
-        fewshot = _obj(
-            sets.get(chosen) if type(chosen) is str else None,
-            f"protocol.locked fewshot.{chosen} (arm {arm})",
-        )
-        obj["fewshot"] = fewshot
-        if fewshot.get("answer") is not None:
-            locked(fewshot["answer"], f"fewshot.{chosen}.answer")
+        obj["fewshot"] = _fewshot(body, record, arm, locked)
     if record.get("factors"):
         factors = _obj(body.get("factors"), "protocol.locked factors")
         obj["levels"] = {
@@ -145,19 +179,9 @@ def identity(
     if "model" in body:
         obj["model"] = body["model"]
     if record.get("models") is not None and "models" in body:
-        tables = _obj(body["models"], "protocol.locked models")
-        chosen_models = _names(record["models"], f"arms.{arm}.models")
-        missing = [m for m in chosen_models if m not in tables]
-        if missing:
-            raise IdentityProblem(f"arm {arm}: model {missing[0]} is not in protocol.locked models")
-        obj["models"] = {m: tables[m] for m in chosen_models}
+        obj["models"] = _models(body, record, arm)
     if "steps" in body:
-        steps = _obj(body["steps"], "protocol.locked steps")
-        obj["steps"] = steps
-        for name, step in steps.items():
-            for member in ("template", "schema"):
-                if _obj(step, f"steps.{name}").get(member) is not None:
-                    locked(step[member], f"steps.{name}.{member}")
+        obj["steps"] = _steps(body, locked)
     if "variants" in body:
         obj["variants"] = body["variants"]
     obj["files"] = files

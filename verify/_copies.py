@@ -26,6 +26,24 @@ def _text(raw: bytes, fmt: str) -> bytes | None:
         return None
 
 
+def _same_models(
+    texts: dict[tuple[str, str, str, str, int], bytes], models: Sequence[str]
+) -> list[dict[str, Any]]:
+    """Each pair of models whose responses are identical on every trial both answered."""
+    pairs = []
+    for i, a in enumerate(models):
+        for b in models[i + 1 :]:
+            both = [
+                (text, texts.get((arm, b, s, v, r)))
+                for (arm, m, s, v, r), text in texts.items()
+                if m == a
+            ]
+            common = [(x, y) for x, y in both if y is not None]
+            if common and all(x == y for x, y in common):
+                pairs.append({"a": a, "b": b, "trials": len(common)})
+    return pairs
+
+
 def copies(
     trials: Sequence[dict[str, Any]],
     body_of: Callable[[int], tuple[bytes, str]],
@@ -61,17 +79,7 @@ def copies(
         for (arm, model), same in sorted(verdict.items())
         if all(same)
     ]
-    pairs = []
-    for i, a in enumerate(models):
-        for b in models[i + 1 :]:
-            both = [
-                (text, texts.get((arm, b, s, v, r)))
-                for (arm, m, s, v, r), text in texts.items()
-                if m == a
-            ]
-            common = [(x, y) for x, y in both if y is not None]
-            if common and all(x == y for x, y in common):
-                pairs.append({"a": a, "b": b, "trials": len(common)})
+    pairs = _same_models(texts, models)
     if not replicates and not pairs:
         return None
     return {"replicates": replicates, "models": pairs, "note": None}

@@ -100,6 +100,17 @@ def ddx_lock_problems(
         return out
     if not isinstance(config, dict):
         return ["response.ddx is missing"]
+    out += _role_problems(config, plans)
+    out += _read_problems(config, plans)
+    if config.get("reference") == "items":
+        out += _reference_problems(fields, item_ids)
+    out += _outcome_problems(config, hyps)
+    return out
+
+
+def _role_problems(config: Mapping[str, Any], plans: Mapping[str, StepPlan]) -> list[str]:
+    """Each ddx role names a locked step of its kind (item or trial) and array members."""
+    out: list[str] = []
     wants = {
         "list": ("trial", {"diagnoses"}),
         "match": ("trial", set(SETS)),
@@ -130,6 +141,12 @@ def ddx_lock_problems(
                 f"response.ddx.uncertainty = {doubt!r} is not a locked trial step with "
                 "the labels uncertain and certain"
             )
+    return out
+
+
+def _read_problems(config: Mapping[str, Any], plans: Mapping[str, StepPlan]) -> list[str]:
+    """Each role's template reads what the role needs (the response, the list, the sets)."""
+    out: list[str] = []
     listed = str(config.get("list"))
     reference = (
         [f"metadata.reference_{n}" for n in SETS]
@@ -153,24 +170,35 @@ def ddx_lock_problems(
                     f"response.ddx.{role}: step {plan.name!r} "
                     f"({plan.template.name}) does not read {group[0]}"
                 )
-    if config.get("reference") == "items":
-        for item in item_ids:
-            meta = fields(item).get("metadata")
-            meta = meta if isinstance(meta, dict) else {}
-            for name in SETS:
-                value = meta.get(f"reference_{name}")
-                if not isinstance(value, list) or not all(isinstance(x, str) for x in value):
-                    out.append(
-                        f"item {item!r} has no supplied reference set metadata.reference_{name}"
-                    )
-                    break
+    return out
+
+
+def _reference_problems(
+    fields: Callable[[str], Mapping[str, Any]], item_ids: Sequence[str]
+) -> list[str]:
+    """Supplied reference sets: each item has every set as a list of strings."""
+    out: list[str] = []
+    for item in item_ids:
+        meta = fields(item).get("metadata")
+        meta = meta if isinstance(meta, dict) else {}
+        for name in SETS:
+            value = meta.get(f"reference_{name}")
+            if not isinstance(value, list) or not all(isinstance(x, str) for x in value):
+                out.append(f"item {item!r} has no supplied reference set metadata.reference_{name}")
+                break
+    return out
+
+
+_NEEDS = {"grounding_rate": "grounding", "indirect_rate": "grounding", "uncertainty": "uncertainty"}
+"""The ddx role an outcome needs beyond the list and the match."""
+
+
+def _outcome_problems(config: Mapping[str, Any], hyps: list[dict[str, Any]]) -> list[str]:
+    """Each hypothesis's outcome is a ddx metric whose role the study locked."""
+    out: list[str] = []
     for h in hyps:
         outcome = h.get("outcome")
-        need = {
-            "grounding_rate": "grounding",
-            "indirect_rate": "grounding",
-            "uncertainty": "uncertainty",
-        }.get(str(outcome))
+        need = _NEEDS.get(str(outcome))
         if outcome not in METRICS:
             out.append(f"hypothesis {h.get('id')}: a ddx study has no outcome {outcome!r}")
         elif need is not None and config.get(need) is None:
@@ -185,6 +213,24 @@ def _unique(elements: Sequence[Any]) -> list[str]:
         if key and key not in out:
             out.append(key)
     return out
+
+
+def _rate(part: list[str], whole: list[str]) -> float | None:
+    """``len(part) / len(whole)``; None for an empty whole."""
+    return len(part) / len(whole) if whole else None
+
+
+def _split(
+    name: str,
+    decision: Mapping[str, Any],
+    pool: list[str],
+    matched: dict[str, list[str]],
+    ignored: dict[str, list[str]],
+) -> None:
+    """The distinct entries a decision gives under ``name``: those in ``pool`` and the others."""
+    given = _unique(decision.get(name) or [])
+    matched[name] = [x for x in given if x in pool]
+    ignored[name] = [x for x in given if x not in pool]
 
 
 def ddx_metrics(
@@ -203,28 +249,41 @@ def ddx_metrics(
     L = _unique(listed)
     values["breadth"] = len(L)
 
-    def rate(part: list[str], whole: list[str]) -> float | None:
-        return len(part) / len(whole) if whole else None
-
     if match is not None and reference is not None:
         H, S = _unique(reference["highly_likely"]), _unique(reference["safety_critical"])
         for name, pool in (("plausible", L), ("highly_likely", H), ("safety_critical", S)):
-            given = _unique(match.get(name) or [])
-            matched[name] = [x for x in given if x in pool]
-            ignored[name] = [x for x in given if x not in pool]
-        values["plausibility"] = rate(matched["plausible"], L)
-        values["h_coverage"] = rate(matched["highly_likely"], H)
-        values["s_coverage"] = rate(matched["safety_critical"], S)
+            _split(name, match, pool, matched, ignored)
+        values["plausibility"] = _rate(matched["plausible"], L)
+        values["h_coverage"] = _rate(matched["highly_likely"], H)
+        values["s_coverage"] = _rate(matched["safety_critical"], S)
     if grounding is not None:
         for name in ("grounded", "indirect"):
-            given = _unique(grounding.get(name) or [])
-            matched[name] = [x for x in given if x in L]
-            ignored[name] = [x for x in given if x not in L]
-        values["grounding_rate"] = rate(matched["grounded"], L)
-        values["indirect_rate"] = rate(matched["indirect"], L)
+            _split(name, grounding, L, matched, ignored)
+        values["grounding_rate"] = _rate(matched["grounded"], L)
+        values["indirect_rate"] = _rate(matched["indirect"], L)
     if uncertainty in ("uncertain", "certain"):
         values["uncertainty"] = 1 if uncertainty == "uncertain" else 0
     return values, matched, ignored
+
+
+def _outcome(
+    call: Call,
+    plan: StepPlan,
+    seq: int,
+    kind: str,
+    body: Mapping[str, Any],
+    blob: Callable[[str], bytes | None],
+) -> None:
+    """A step call's response (re-parsed) or failure; a final one settles the call."""
+    if kind == "step.responded":
+        call.responses += 1
+        value = parse(plan, text_of(blob("response") or b"", str(body.get("format"))))
+        if value is not None:
+            call.value, call.status, call.final_seq = value, "parsed", seq
+        elif call.responses >= plan.retry + 1:
+            call.status, call.final_seq = "unparseable", seq
+    elif body.get("final") is True:
+        call.status, call.final_seq = "given-up", seq
 
 
 def ddx_records(
@@ -251,6 +310,17 @@ def ddx_records(
     source = config.get("reference")
     names = set(roles.values()) | ({source} if source != "items" else set())
     plans = {n: _plan(n, steps.get(n), read) for n in sorted(str(x) for x in names)}
+    calls, stimulus = _replay(events, plans)
+    out: dict[str, dict[str, Any] | None] = {}
+    for trial, item in stimulus.items():
+        out[trial] = _trial(plans, roles, source, calls, trial, item, metadata.get(item) or {})
+    return out
+
+
+def _replay(
+    events: Events, plans: Mapping[str, StepPlan]
+) -> tuple[dict[str, Call], dict[str, str]]:
+    """The calls of the ddx steps, settled by their outcomes, and each trial's item."""
     calls: dict[str, Call] = {}
     request_call: dict[int, str] = {}
     stimulus: dict[str, str] = {}
@@ -267,22 +337,9 @@ def ddx_records(
             request_call[seq] = call_id
         elif kind in ("step.responded", "step.failed"):
             found = calls.get(request_call.get(body.get("request_seq"), ""))  # type: ignore[arg-type]
-            if found is None or found.final_seq is not None:
-                continue
-            plan = plans[found.step]
-            if kind == "step.responded":
-                found.responses += 1
-                value = parse(plan, text_of(blob("response") or b"", str(body.get("format"))))
-                if value is not None:
-                    found.value, found.status, found.final_seq = value, "parsed", seq
-                elif found.responses >= plan.retry + 1:
-                    found.status, found.final_seq = "unparseable", seq
-            elif body.get("final") is True:
-                found.status, found.final_seq = "given-up", seq
-    out: dict[str, dict[str, Any] | None] = {}
-    for trial, item in stimulus.items():
-        out[trial] = _trial(plans, roles, source, calls, trial, item, metadata.get(item) or {})
-    return out
+            if found is not None and found.final_seq is None:
+                _outcome(found, plans[found.step], seq, kind, body, blob)
+    return calls, stimulus
 
 
 def _reference(

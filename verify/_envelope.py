@@ -99,11 +99,7 @@ def envelope_problem(env: Any, row_seq: int, *, prev_ok: bool = False) -> str | 
     if type(env) is not dict:
         return "envelope is not a JSON object"
     if len(env) != 8 or env.keys() != ENVELOPE_MEMBERS:
-        missing = sorted(ENVELOPE_MEMBERS - env.keys())
-        extra = sorted(env.keys() - ENVELOPE_MEMBERS)
-        if missing:
-            return f"envelope lacks member {missing[0]!r}"
-        return f"envelope has unknown member {extra[0]!r}"
+        return _members_problem(env)
     v = env["v"]
     if type(v) is not int or v != 1:
         return f"v is {_show(v)}; this verifier knows only format version 1"
@@ -117,7 +113,20 @@ def envelope_problem(env: Any, row_seq: int, *, prev_ok: bool = False) -> str | 
         return f"prev {_show(env['prev'])} is not 64 lowercase hex digits"
     if type(env["body"]) is not dict:
         return "body is not a JSON object"
-    blobs = env["blobs"]
+    return _blobs_problem(env["blobs"])
+
+
+def _members_problem(env: dict[str, Any]) -> str:
+    """The first member an envelope without exactly the §1 members lacks, or else has extra."""
+    missing = sorted(ENVELOPE_MEMBERS - env.keys())
+    extra = sorted(env.keys() - ENVELOPE_MEMBERS)
+    if missing:
+        return f"envelope lacks member {missing[0]!r}"
+    return f"envelope has unknown member {extra[0]!r}"
+
+
+def _blobs_problem(blobs: Any) -> str | None:
+    """The first way an envelope's ``blobs`` is not an object of names to SHA-256 addresses."""
     if type(blobs) is not dict:
         return "blobs is not a JSON object"
     for name, digest in blobs.items():

@@ -11,7 +11,7 @@ from __future__ import annotations
 import hashlib
 import math
 import unicodedata
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any
 
 __all__ = [
@@ -65,19 +65,27 @@ def edit_problem(value: Any, sets: Mapping[str, Sequence[str]]) -> str | None:
             return f"{name}: not an edit {{remove, add}}"
         have = {normal(x) for x in sets[name]}
         for key in ("remove", "add"):
-            entries = edit.get(key, [])
-            if type(entries) is not list or any(
-                type(x) is not str or not normal(x) for x in entries
-            ):
-                return f"{name}.{key}: not a list of diagnoses"
-            normals = [normal(x) for x in entries]
-            if len(set(normals)) != len(normals):
-                return f"{name}.{key}: a diagnosis twice"
-            for entry, norm in zip(entries, normals, strict=True):
-                if key == "remove" and norm not in have:
-                    return f"{name}.remove: {entry!r} is not in the set"
-                if key == "add" and norm in have:
-                    return f"{name}.add: {entry!r} is already in the set"
+            problem = _entries_problem(f"{name}.{key}", key == "remove", edit.get(key, []), have)
+            if problem is not None:
+                return problem
+    return None
+
+
+def _entries_problem(where: str, remove: bool, entries: Any, have: set[str]) -> str | None:
+    """Why one side of an edit (``remove`` or ``add``) is not a list of distinct diagnoses.
+
+    Removals must each be in the set, additions each not.
+    """
+    if type(entries) is not list or any(type(x) is not str or not normal(x) for x in entries):
+        return f"{where}: not a list of diagnoses"
+    normals = [normal(x) for x in entries]
+    if len(set(normals)) != len(normals):
+        return f"{where}: a diagnosis twice"
+    for entry, norm in zip(entries, normals, strict=True):
+        if remove and norm not in have:
+            return f"{where}: {entry!r} is not in the set"
+        if not remove and norm in have:
+            return f"{where}: {entry!r} is already in the set"
     return None
 
 
@@ -109,43 +117,59 @@ def reference_table(sample: Sequence[str], reviews: Iterable[Review]) -> dict[st
     touched = [i for i in sample if any(i in last[r] for r in who)]
     table: dict[str, Any] = {}
     for name in SETS:
-        row: dict[str, Any] = {}
-        for criterion in ("agreement", "either"):
-            counts = {"remove": [0, 0], "add": [0, 0]}  # items with >= 1, diagnoses
-            for item in done:
-                for key in ("remove", "add"):
-                    flagged = [
-                        {normal(x) for x in ((last[r][item] or {}).get(name) or {}).get(key, [])}
-                        for r in who
-                    ]
-                    both = (
-                        flagged[0].intersection(*flagged[1:])
-                        if criterion == "agreement"
-                        else flagged[0].union(*flagged[1:])
-                    )
-                    counts[key][0] += 1 if both else 0
-                    counts[key][1] += len(both)
-            row[criterion] = {
-                "commission": {
-                    "items": counts["remove"][0],
-                    "n": n,
-                    "share": counts["remove"][0] / n if n else None,
-                },
-                "omission": {
-                    "items": counts["add"][0],
-                    "n": n,
-                    "share": counts["add"][0] / n if n else None,
-                },
-                "mean_removals": counts["remove"][1] / n if n else None,
-                "mean_additions": counts["add"][1] / n if n else None,
-            }
-        table[name] = row
+        table[name] = {
+            criterion: _set_row(_edit_counts(name, criterion, done, last, who), n)
+            for criterion in ("agreement", "either")
+        }
     return {
         "reviewers": who,
         "sample": list(sample),
         "reviewed": n,
         "partial": len(touched) - n,
         "sets": table,
+    }
+
+
+def _edit_counts(
+    name: str, criterion: str, done: Sequence[str], last: dict[str, dict[Any, Any]], who: list[str]
+) -> dict[str, list[int]]:
+    """Per side (remove, add) of set ``name``: [items with at least one, diagnoses].
+
+    The reviewers' edits are taken where all agree (``agreement``) or where any made one
+    (``either``).
+    """
+    counts = {"remove": [0, 0], "add": [0, 0]}
+    for item in done:
+        for key in ("remove", "add"):
+            flagged = [
+                {normal(x) for x in ((last[r][item] or {}).get(name) or {}).get(key, [])}
+                for r in who
+            ]
+            both = (
+                flagged[0].intersection(*flagged[1:])
+                if criterion == "agreement"
+                else flagged[0].union(*flagged[1:])
+            )
+            counts[key][0] += 1 if both else 0
+            counts[key][1] += len(both)
+    return counts
+
+
+def _set_row(counts: dict[str, list[int]], n: int) -> dict[str, Any]:
+    """One set's commission (removals) and omission (additions) over ``n`` reviewed items."""
+    return {
+        "commission": {
+            "items": counts["remove"][0],
+            "n": n,
+            "share": counts["remove"][0] / n if n else None,
+        },
+        "omission": {
+            "items": counts["add"][0],
+            "n": n,
+            "share": counts["add"][0] / n if n else None,
+        },
+        "mean_removals": counts["remove"][1] / n if n else None,
+        "mean_additions": counts["add"][1] / n if n else None,
     }
 
 
@@ -163,10 +187,50 @@ def code_table(
         "by_reviewer": {
             r: {c: len([v for v in last[r].values() if c in v]) for c in codes} for r in who
         },
-        "agreement": {
-            c: len([s for s in full if all(c in last[r][s] for r in who)]) for c in codes
-        },
-        "either": {c: len([s for s in full if any(c in last[r][s] for r in who)]) for c in codes},
+        "agreement": {c: _coded(c, full, last, who, all) for c in codes},
+        "either": {c: _coded(c, full, last, who, any) for c in codes},
+    }
+
+
+def _coded(
+    code: str,
+    full: Sequence[Any],
+    last: dict[str, dict[Any, Any]],
+    who: list[str],
+    combine: Callable[[Iterable[bool]], bool],
+) -> int:
+    """How many fully coded cases all (``combine=all``) or any reviewer gave ``code``."""
+    return len([s for s in full if combine(code in last[r][s] for r in who)])
+
+
+def _strata(rows: list[tuple[int, Any, Any]], unanimous: Mapping[int, bool]) -> dict[str, Any]:
+    """A reviewer's agreement with the judges where they were unanimous, and where split."""
+    strata = {}
+    for name in ("unanimous", "split"):
+        inside = [(v, d) for s, v, d in rows if unanimous.get(s) is (name == "unanimous")]
+        strata[name] = {
+            "n": len(inside),
+            "agreement": (len([1 for v, d in inside if v == d]) / len(inside) if inside else None),
+        }
+    return strata
+
+
+def _reviewer_agreement(
+    rows: list[tuple[int, Any, Any]], labels: Sequence[str], strata: dict[str, Any]
+) -> dict[str, Any]:
+    """A reviewer's agreement with the judges' decisions and Cohen's kappa over ``rows``."""
+    n = len(rows)
+    if n == 0:
+        return {"n": 0, "agreement": None, "kappa": None, "strata": strata}
+    p_o = math.fsum(1 for _, v, d in rows if v == d) / n
+    reviewer_share = {c: len([1 for _, v, _ in rows if v == c]) / n for c in labels}
+    judges_share = {c: len([1 for _, _, d in rows if d == c]) / n for c in labels}
+    p_e = math.fsum(reviewer_share[c] * judges_share[c] for c in labels)
+    return {
+        "n": n,
+        "agreement": p_o,
+        "kappa": (p_o - p_e) / (1 - p_e) if p_e != 1 else None,
+        "strata": strata,
     }
 
 
@@ -184,27 +248,5 @@ def label_table(
     per: dict[str, Any] = {}
     for who in sorted(last):
         rows = [(s, v, decisions[s]) for s, v in last[who].items() if decisions.get(s) is not None]
-        n = len(rows)
-        strata = {}
-        for name in ("unanimous", "split"):
-            inside = [(v, d) for s, v, d in rows if unanimous.get(s) is (name == "unanimous")]
-            strata[name] = {
-                "n": len(inside),
-                "agreement": (
-                    len([1 for v, d in inside if v == d]) / len(inside) if inside else None
-                ),
-            }
-        if n == 0:
-            per[who] = {"n": 0, "agreement": None, "kappa": None, "strata": strata}
-            continue
-        p_o = math.fsum(1 for _, v, d in rows if v == d) / n
-        reviewer_share = {c: len([1 for _, v, _ in rows if v == c]) / n for c in labels}
-        judges_share = {c: len([1 for _, _, d in rows if d == c]) / n for c in labels}
-        p_e = math.fsum(reviewer_share[c] * judges_share[c] for c in labels)
-        per[who] = {
-            "n": n,
-            "agreement": p_o,
-            "kappa": (p_o - p_e) / (1 - p_e) if p_e != 1 else None,
-            "strata": strata,
-        }
+        per[who] = _reviewer_agreement(rows, labels, _strata(rows, unanimous))
     return {"reviewers": sorted(last), "labels": list(labels), "by_reviewer": per}

@@ -394,6 +394,36 @@ def _header(header: list[str], path: str) -> dict[str, str]:
     return kinds
 
 
+def _row_item(
+    header: list[str], kinds: dict[str, str], options: list[str], row: list[str], where: str
+) -> dict[str, Any]:
+    """One CSV row as an item object: its non-empty cells, options in order, metadata."""
+    cells = dict(zip(header, row, strict=True))
+    obj: dict[str, Any] = {}
+    for name in header:
+        kind, value = kinds[name], cells[name]
+        if value == "" or kind in ("option", "metadata"):
+            continue
+        if kind == "image":
+            obj["images"] = [value]
+        else:
+            obj[name] = value
+    filled = [cells[n] != "" for n in options]
+    if any(filled):
+        count = sum(filled)
+        if not all(filled[:count]):
+            raise ItemError(
+                f"{where}: the options have a gap (non-empty option cells must run "
+                "from option_A without an empty one)"
+            )
+        obj["options"] = [cells[n] for n in options[:count]]
+    meta = {n[len("metadata.") :]: cells[n] for n in header if kinds[n] == "metadata"}
+    meta = {k: v for k, v in meta.items() if v != ""}
+    if meta:
+        obj["metadata"] = meta
+    return obj
+
+
 def _read_csv(data: bytes, path: str) -> list[Item]:
     try:
         text = data.decode("utf-8")
@@ -416,29 +446,7 @@ def _read_csv(data: bytes, path: str) -> list[Item]:
             where = f"{path} line {start}"
             if len(row) != len(header):
                 raise ItemError(f"{where}: {len(row)} cells, the header has {len(header)}")
-            cells = dict(zip(header, row, strict=True))
-            obj: dict[str, Any] = {}
-            for name in header:
-                kind, value = kinds[name], cells[name]
-                if value == "" or kind in ("option", "metadata"):
-                    continue
-                if kind == "image":
-                    obj["images"] = [value]
-                else:
-                    obj[name] = value
-            filled = [cells[n] != "" for n in options]
-            if any(filled):
-                count = sum(filled)
-                if not all(filled[:count]):
-                    raise ItemError(
-                        f"{where}: the options have a gap (non-empty option cells must run "
-                        "from option_A without an empty one)"
-                    )
-                obj["options"] = [cells[n] for n in options[:count]]
-            meta = {n[len("metadata.") :]: cells[n] for n in header if kinds[n] == "metadata"}
-            meta = {k: v for k, v in meta.items() if v != ""}
-            if meta:
-                obj["metadata"] = meta
+            obj = _row_item(header, kinds, options, row, where)
             _check_item(obj, where, column=True)
             items.append(Item(obj, start, _canonical(obj, where)))
     except csv.Error as exc:

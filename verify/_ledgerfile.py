@@ -246,6 +246,17 @@ _NO_SHM = frozenset(
 )
 
 
+def _blob_row_problem(address: Any, size: Any, data: Any) -> str | None:
+    """What is wrong with a stored blob row (to follow its name), or None."""
+    if not isinstance(data, bytes):
+        return ": data is not a BLOB"
+    if _sha256(data).hexdigest() != address:
+        return " does not hash to its address"
+    if size != len(data) or type(size) is not int:
+        return f": size column is {size!r:.40}, the data has {len(data)} bytes"
+    return None
+
+
 def _wal_has_frames(path: str) -> bool:
     """True when ``path``-wal is long enough to hold a frame (32 + 24 + 512 bytes at least)."""
     try:
@@ -583,7 +594,8 @@ class _Run:
         :meth:`_submit` of the sources read from elsewhere: an archive, a PostgreSQL snapshot.
         """
         items = [item for item in self.sig_buffer if lo <= item[0] <= hi]
-        self.sig_buffer = [item for item in self.sig_buffer if item[0] > hi]
+        # in place: the stream appends to this very list
+        self.sig_buffer[:] = [item for item in self.sig_buffer if item[0] > hi]
         return pool.submit(_verify_items, items, keys, overrides)
 
     def _tree_rows(self, con: Any) -> Iterator[tuple[Any, Any, Any]]:
@@ -611,333 +623,12 @@ class _Run:
         pool: ProcessPoolExecutor | None,
         total: int,
     ) -> list[Future[list[tuple[int, str]]]]:
-        st = self.states
-        st_env, st_seq, st_chain = st["envelopes"], st["sequence"], st["chain"]
-        st_leaf, st_keys, st_sig, st_time = (
-            st["leaf-hashes"],
-            st["keys"],
-            st["signatures"],
-            st["time-order"],
-        )
-        parse = Canonicalizer().parse
-        stack: list[bytes] = []  # complete-subtree hashes, largest first (a compact range)
-        leaves = self.leaves
-        roots = self.roots
-        if 0 in snapshot_sizes:
-            roots[0] = EMPTY_ROOT
-        registry = self.registry
-        reg_keys = registry.keys
-        blob_refs = self.blob_refs
-        structural = self.structural_sig_fails
-        inline = pool is None
-        tree_rows = self._tree_rows(con)
-        pending = next(tree_rows, None)
-        sha256 = _sha256
-        # (actor, kind) -> key, for pairs that were valid and allowed; valid for every later seq
-        # until the next key event, because validity only starts (a < seq) or ends (revocation)
-        authorized: dict[tuple[str, str], Ed25519PublicKey] = {}
-
-        futures: list[Future[list[tuple[int, str]]]] = []
-        chunk = max(256, min(8192, total // (self.jobs * 8) + 1))
-        chunk_lo: int | None = None
-        chunk_n = 0
-        overrides: dict[int, str | None] = {}
-        key_map: dict[str, bytes] = {}
-
-        expected = 0
-        n_faulty = 0
-        first_faulty = -1
-        n_skimmed = 0
-        first_skimmed = -1
-        position = 0
-        prev_hex = ZERO_PREV
-        prev_seq = -1
-        prev_time: str | None = None
-        prev_time_seq = -1
-
-        rows = self._event_rows(con)
-        clock = time.perf_counter
-        sig_time = 0.0
-        check_tree = self.has_tree
-        buffer = self.sig_buffer if not inline else None
-        for seq, kind_col, actor_col, time_col, envelope, signature, stored_leaf in rows:
-            # sequence -----------------------------------------------------------------------
-            faulty = seq != expected
-            if faulty:
-                if position == 0:
-                    st_seq.fail(f"the first row has seq {seq}, not 0", seq=0)
-                else:
-                    st_seq.fail(
-                        f"seq {expected} is missing (the row after seq {prev_seq} has seq {seq})",
-                        seq=expected,
-                    )
-            expected = seq + 1
-
-            # leaf hash ----------------------------------------------------------------------
-            if type(envelope) is not bytes:
-                st_env.fail(
-                    f"seq {seq}: envelope is stored as {type(envelope).__name__}, not as a BLOB",
-                    seq,
-                )
-                envelope = _as_bytes(envelope)
-            lh = sha256(b"\x00" + envelope).digest()
-            if stored_leaf is not RECOMPUTED and stored_leaf != lh:
-                st_leaf.fail(
-                    f"seq {seq}: stored leaf_hash differs from SHA-256(0x00 || envelope)", seq
-                )
-
-            # envelope -----------------------------------------------------------------------
-            env: Any = None
-            env_ok = False
-            skim = kind_col is SKIMMED  # an archive line not parsed (MAX_FAULTY_KEPT)
-            if not skim:
-                try:
-                    env, canonical = self._parsed(envelope) or parse(envelope)
-                except CanonicalError as exc:
-                    st_env.fail(f"seq {seq}: envelope is not valid JSON for JCS: {exc}", seq)
-                else:
-                    if len(envelope) > MAX_ENVELOPE_BYTES:
-                        st_env.fail(
-                            f"seq {seq}: envelope is {len(envelope)} bytes, more than "
-                            f"{MAX_ENVELOPE_BYTES}",
-                            seq,
-                        )
-                    elif canonical != envelope:
-                        st_env.fail(
-                            f"seq {seq}: envelope bytes are not in RFC 8785 canonical form", seq
-                        )
-                    else:
-                        problem = envelope_problem(
-                            env, seq, prev_ok=type(env) is dict and env.get("prev") == prev_hex
-                        )
-                        if problem is not None:
-                            st_env.fail(f"seq {seq}: {problem}", seq)
-                        elif env["kind"] != kind_col:
-                            st_env.fail(
-                                f"seq {seq}: row kind {kind_col!r:.80} differs from the "
-                                f"envelope's {env['kind']!r}",
-                                seq,
-                            )
-                        elif env["actor"] != actor_col:
-                            st_env.fail(
-                                f"seq {seq}: row actor {actor_col!r:.80} differs from the "
-                                f"envelope's {env['actor']!r}",
-                                seq,
-                            )
-                        elif env["time"] != time_col:
-                            st_env.fail(
-                                f"seq {seq}: row time {time_col!r:.80} differs from the "
-                                f"envelope's {env['time']!r}",
-                                seq,
-                            )
-                        else:
-                            env_ok = True
-            is_obj = env_ok or type(env) is dict
-            if env_ok:
-                kind, actor, prev = env["kind"], env["actor"], env["prev"]
-            elif is_obj:
-                kind, actor, prev = env.get("kind"), env.get("actor"), env.get("prev")
-            else:
-                kind = actor = prev = None
-
-            # chain --------------------------------------------------------------------------
-            faulty = faulty or not env_ok or prev != prev_hex
-            if prev != prev_hex and not skim:
-                if not is_obj:
-                    st_chain.fail(
-                        f"seq {seq}: prev cannot be read: the envelope is not a JSON object", seq
-                    )
-                elif position == 0:
-                    st_chain.fail(f"seq {seq}: prev of the first event is not 64 zeros", seq)
-                else:
-                    st_chain.fail(
-                        f"seq {seq}: prev does not match leaf hash of seq {prev_seq}", seq
-                    )
-            prev_hex = lh.hex()
-            prev_seq = seq
-
-            # tree: the compact range inline; each completed subtree is checked against the next
-            # stored row, which the ORDER BY of _tree_rows puts in exactly this order ----------
-            if leaves is not None:
-                leaves.append(lh)
-            h = lh
-            m = position
-            position += 1
-            if m & 1:
-                level = 0
-                while m & 1:
-                    h = sha256(b"\x01" + stack.pop() + h).digest()
-                    m >>= 1
-                    level += 1
-                    if not check_tree:
-                        pass
-                    elif pending is not None and pending[0] == level and pending[1] == m:
-                        if pending[2] != h:
-                            self._tree_mismatch(level, m, position, h, pending)
-                        pending = next(tree_rows, None)
-                    else:
-                        pending = self._compare_tree([(level, m, h)], pending, tree_rows, position)
-            stack.append(h)
-            if position in snapshot_sizes:
-                roots[position] = _stack_root(stack)
-            if skim:  # hashed into the tree (checkpoints are still compared), nothing else
-                if first_skimmed < 0:
-                    first_skimmed = seq
-                n_skimmed += 1
-                continue
-
-            # keys ---------------------------------------------------------------------------
-            if position == 1 and kind != "ledger.genesis":
-                st_seq.fail(
-                    f"seq {seq}: the first event is {kind!r:.80}, not ledger.genesis"
-                    if is_obj
-                    else f"seq {seq}: the first event is unreadable, not a ledger.genesis",
-                    seq,
-                )
-                st_keys.fail(f"seq {seq}: no ledger.genesis event registers an owner key", seq)
-            if kind in _KEY_KINDS:
-                authorized.clear()  # validity and roles may change from here on
-                body = env.get("body")
-                if type(body) is dict:
-                    problem = registry.apply(seq, kind, actor, body)
-                    if problem is not None:
-                        st_keys.fail(f"seq {seq}: {problem}", seq)
-                else:
-                    st_keys.fail(f"seq {seq}: {kind} body is not a JSON object", seq)
-
-            # signatures ---------------------------------------------------------------------
-            problem = None
-            key_obj: Ed25519PublicKey | None = None
-            if env_ok and (key_obj := authorized.get((actor, kind))) is not None:
-                pass  # this actor passed every check below for this kind since the last key event
-            elif type(actor) is not str:
-                problem = f"seq {seq}: actor cannot be read, so the signature cannot be checked"
-            else:
-                record = reg_keys.get(actor)
-                if record is None:
-                    problem = f"seq {seq}: actor {actor} is not a registered key"
-                elif not record.valid_for(seq):
-                    if record.revoked_seq is not None and seq > record.revoked_seq:
-                        problem = f"seq {seq}: key {actor} was revoked at seq {record.revoked_seq}"
-                    else:
-                        problem = (
-                            f"seq {seq}: key {actor} is registered by this event and may sign "
-                            "only later events"
-                        )
-                elif type(kind) is not str or not role_may_append(record.role, kind):
-                    problem = (
-                        f"seq {seq}: key {actor} has role {record.role}, which may not append "
-                        f"{kind!r:.80}"
-                    )
-                else:
-                    key_obj = record.vkey.ed25519
-                    if env_ok:
-                        authorized[(actor, kind)] = key_obj
-            if problem is not None:
-                st_sig.fail(problem, seq)
-                faulty = True
-                if not inline:
-                    structural.add(seq)
-                    overrides[seq] = None
-            elif key_obj is not None and n_faulty >= MAX_FAULTY_KEPT:
-                # the log is junk from here on: a signature costs as much as a thousand lines,
-                # so none is verified any more (and the line is not kept), only counted
-                st_sig.fail(
-                    f"seq {seq}: signature not verified: {n_faulty:,} earlier lines (the first "
-                    f"at seq {first_faulty}) are not the next event of the log",
-                    seq,
-                    rank=1,
-                )
-                faulty = True
-                if not inline:
-                    overrides[seq] = None
-            elif key_obj is not None and inline:
-                t0 = clock()
-                if type(signature) is not bytes or len(signature) != 64:
-                    st_sig.fail(f"seq {seq}: signature is not a 64-byte BLOB", seq)
-                    faulty = True
-                else:
-                    try:
-                        key_obj.verify(signature, envelope)
-                    except InvalidSignature:
-                        # inline, no structural problem was found at this seq: counted at once
-                        st_sig.fail(f"seq {seq}: signature does not verify under key {actor}", seq)
-                        faulty = True
-                sig_time += clock() - t0
-            elif actor != actor_col:
-                overrides[seq] = actor
-            if not inline:
-                if buffer is not None:
-                    buffer.append((seq, actor_col, envelope, signature))
-                if chunk_lo is None:
-                    chunk_lo = seq
-                chunk_n += 1
-                if chunk_n >= chunk:
-                    if len(key_map) != len(reg_keys):
-                        key_map = {a: r.vkey.public_key for a, r in reg_keys.items()}
-                    futures.append(self._submit(pool, chunk_lo, seq, key_map, overrides))  # type: ignore[arg-type]
-                    chunk_lo, chunk_n, overrides = None, 0, {}
-
-            # kept or not: beyond MAX_FAULTY_KEPT faulty lines, neither the envelope (the
-            # source's business, through unkept_row) nor its blob references are kept ---------
-            if faulty:
-                n_faulty += 1
-                if first_faulty < 0:
-                    first_faulty = seq
-                if n_faulty > MAX_FAULTY_KEPT:
-                    self.unkept_row = seq
-                    if self.unkept is None:
-                        self.unkept = seq
-
-            # blobs and time -----------------------------------------------------------------
-            if env_ok:
-                blobs = env["blobs"]
-                if blobs and n_faulty <= MAX_FAULTY_KEPT:
-                    for name, digest in blobs.items():
-                        if digest not in blob_refs:
-                            blob_refs[digest] = (seq, name)
-                t = env["time"]
-                if prev_time is not None and t < prev_time:
-                    st_time.warn(
-                        f"seq {seq}: time {t} is earlier than seq {prev_time_seq}'s {prev_time}",
-                        seq,
-                    )
-                prev_time, prev_time_seq = t, seq
-
-        self.sig_time += sig_time
-        self.faulty = n_faulty
-        if n_skimmed:
-            why = (
-                f"{n_faulty:,} earlier lines (the first at seq {first_faulty}) are not the next "
-                "event of the log"
-            )
-            st_env.fail(
-                f"seq {first_skimmed}: this line and the {n_skimmed - 1:,} after it were not "
-                f"parsed, only hashed into the tree: {why}",
-                first_skimmed,
-                rank=1,
-                count=n_skimmed,
-            )
-            st_sig.fail(
-                f"seq {first_skimmed}: the signatures of this line and the {n_skimmed - 1:,} "
-                f"after it were not verified: {why}",
-                first_skimmed,
-                rank=1,
-                count=n_skimmed,
-            )
-        if pool is not None and chunk_lo is not None:
-            key_map = {a: r.vkey.public_key for a, r in reg_keys.items()}
-            futures.append(self._submit(pool, chunk_lo, prev_seq, key_map, overrides))
-        while pending is not None:
-            self._tree_extra(pending)
-            pending = next(tree_rows, None)
-        if position == 0:
-            st_seq.fail("the log has no events (no ledger.genesis)", seq=0)
-            st_keys.fail("the log has no events, so no owner key is registered", seq=0)
-        self.size = position
-        roots[position] = _stack_root(stack)
-        self.tree_nodes = position - bin(position).count("1")
-        return futures
+        """Check every event row in one pass (see :class:`_Stream`); return the workers' futures."""
+        stream = _Stream(self, con, snapshot_sizes, pool, total)
+        row = stream.row
+        for seq, kind, actor, time_, envelope, signature, leaf_hash in self._event_rows(con):
+            row(seq, kind, actor, time_, envelope, signature, leaf_hash)
+        return stream.finish()
 
     # ---------------------------------------------------------------------------------- tree
 
@@ -1064,16 +755,9 @@ class _Run:
                 first_unreferenced = label
             else:
                 unreferenced += 1
-            if not isinstance(data, bytes):
-                st.fail(f"{prefix}: data is not a BLOB", seq, where=label)
-            elif _sha256(data).hexdigest() != address:
-                st.fail(f"{prefix} does not hash to its address", seq, where=label)
-            elif size != len(data) or type(size) is not int:
-                st.fail(
-                    f"{prefix}: size column is {size!r:.40}, the data has {len(data)} bytes",
-                    seq,
-                    where=label,
-                )
+            problem = _blob_row_problem(address, size, data)
+            if problem is not None:
+                st.fail(f"{prefix}{problem}", seq, where=label)
         for address, (seq, name) in refs.items():
             if address not in seen:
                 st.fail(
@@ -1141,8 +825,6 @@ class _Run:
         self, stored: list[_StoredCheckpoint], trusted: Sequence[Vkey]
     ) -> None:
         st = self.states["checkpoints"]
-        origin = self.registry.origin
-        n = self.size
         for s in stored:
             label = s.label
             where = s.where
@@ -1154,33 +836,38 @@ class _Run:
             except (NoteError, CheckpointFormatError) as exc:
                 st.fail(f"{label}: {exc}", where=where)
                 continue
-            root = self.roots.get(cp.size)
-            if origin is None or cp.origin != origin:
-                st.fail(
-                    f"{label}: origin {cp.origin!r:.80} is not the log's origin {origin!r}",
-                    where=where,
-                )
-            elif cp.size > n:
-                # the first event the checkpoint covers and the log lacks is seq n
-                st.fail(f"{label}: size exceeds log size {n}", n, where=where)
-            elif root is None or cp.root != root:
-                st.fail(
-                    f"{label}: root differs from the recomputed root at size {cp.size}",
-                    where=where,
-                )
-            elif not self._signed_at(signers, cp.size, trusted):
-                st.fail(
-                    f"{label}: not signed by a trusted key or by a ledger key valid at size "
-                    f"{cp.size} (verified signers: {', '.join(k.actor for k in signers)})",
-                    where=where,
-                )
-            elif s.size_col != cp.size or type(s.size_col) is not int:
-                st.fail(
-                    f"{label}: size column is {s.size_col!r:.40}, the note says {cp.size}",
-                    where=where,
-                )
-            elif s.root_col != cp.root:
-                st.fail(f"{label}: root column differs from the note's root", where=where)
+            problem = self._stored_checkpoint_problem(s, cp, signers, trusted)
+            if problem is not None:
+                st.fail(f"{label}: {problem[0]}", problem[1], where=where)
+
+    def _stored_checkpoint_problem(
+        self,
+        s: _StoredCheckpoint,
+        cp: Checkpoint,
+        signers: Sequence[Vkey],
+        trusted: Sequence[Vkey],
+    ) -> tuple[str, int | None] | None:
+        """What is wrong with an opened stored checkpoint, and at which seq; or None."""
+        origin = self.registry.origin
+        root = self.roots.get(cp.size)
+        n = self.size
+        if origin is None or cp.origin != origin:
+            return f"origin {cp.origin!r:.80} is not the log's origin {origin!r}", None
+        if cp.size > n:
+            # the first event the checkpoint covers and the log lacks is seq n
+            return f"size exceeds log size {n}", n
+        if root is None or cp.root != root:
+            return f"root differs from the recomputed root at size {cp.size}", None
+        if not self._signed_at(signers, cp.size, trusted):
+            return (
+                f"not signed by a trusted key or by a ledger key valid at size "
+                f"{cp.size} (verified signers: {', '.join(k.actor for k in signers)})"
+            ), None
+        if s.size_col != cp.size or type(s.size_col) is not int:
+            return f"size column is {s.size_col!r:.40}, the note says {cp.size}", None
+        if s.root_col != cp.root:
+            return "root column differs from the note's root", None
+        return None
 
     def _check_published(self, trusted: Sequence[Vkey], final_root: bytes) -> None:
         st = self.states["published-checkpoints"]
@@ -1268,6 +955,469 @@ class _Run:
                 continue
             checks.append(state.check(passes[name]))
         return checks
+
+
+class _Stream:
+    """One pass over the event rows in seq order, for :meth:`_Run._stream`.
+
+    The attributes carry what one row hands to the next (the expected seq, the previous leaf
+    hash, the compact range of the tree, the keys authorized since the last key event, the
+    chunk of signatures not yet handed to a worker ...); :meth:`row` runs the checks of
+    ``docs/ledger-format.md`` §8 on one row, one method per check, in the order they depend on
+    each other.
+    """
+
+    __slots__ = (
+        "authorized",
+        "blob_refs",
+        "buffer",
+        "check_tree",
+        "chunk",
+        "chunk_lo",
+        "chunk_n",
+        "expected",
+        "first_faulty",
+        "first_skimmed",
+        "futures",
+        "inline",
+        "key_map",
+        "leaves",
+        "n_faulty",
+        "n_skimmed",
+        "overrides",
+        "parse",
+        "pending",
+        "pool",
+        "position",
+        "prev_hex",
+        "prev_seq",
+        "prev_time",
+        "prev_time_seq",
+        "reg_keys",
+        "roots",
+        "run",
+        "sig_time",
+        "snapshot_sizes",
+        "st_chain",
+        "st_env",
+        "st_keys",
+        "st_leaf",
+        "st_seq",
+        "st_sig",
+        "st_time",
+        "stack",
+        "tree_rows",
+    )
+
+    def __init__(
+        self,
+        run: _Run,
+        con: Any,
+        snapshot_sizes: set[int],
+        pool: ProcessPoolExecutor | None,
+        total: int,
+    ) -> None:
+        st = run.states
+        self.run = run
+        self.st_env, self.st_seq, self.st_chain = st["envelopes"], st["sequence"], st["chain"]
+        self.st_leaf, self.st_keys = st["leaf-hashes"], st["keys"]
+        self.st_sig, self.st_time = st["signatures"], st["time-order"]
+        self.parse = Canonicalizer().parse
+        self.stack: list[bytes] = []  # complete-subtree hashes, largest first (a compact range)
+        self.leaves = run.leaves
+        self.roots = run.roots
+        self.snapshot_sizes = snapshot_sizes
+        if 0 in snapshot_sizes:
+            self.roots[0] = EMPTY_ROOT
+        self.reg_keys = run.registry.keys
+        self.blob_refs = run.blob_refs
+        self.pool = pool
+        self.inline = pool is None
+        self.tree_rows = run._tree_rows(con)
+        self.pending = next(self.tree_rows, None)
+        self.check_tree = run.has_tree
+        self.buffer = run.sig_buffer if pool is not None else None
+        # (actor, kind) -> key, for pairs that were valid and allowed; valid for every later
+        # seq until the next key event, because validity only starts (a < seq) or ends
+        # (revocation)
+        self.authorized: dict[tuple[str, str], Ed25519PublicKey] = {}
+        self.futures: list[Future[list[tuple[int, str]]]] = []
+        self.chunk = max(256, min(8192, total // (run.jobs * 8) + 1))
+        self.chunk_lo: int | None = None
+        self.chunk_n = 0
+        self.overrides: dict[int, str | None] = {}
+        self.key_map: dict[str, bytes] = {}
+        self.expected = 0
+        self.n_faulty = 0
+        self.first_faulty = -1
+        self.n_skimmed = 0
+        self.first_skimmed = -1
+        self.position = 0
+        self.prev_hex = ZERO_PREV
+        self.prev_seq = -1
+        self.prev_time: str | None = None
+        self.prev_time_seq = -1
+        self.sig_time = 0.0
+
+    # ------------------------------------------------------------------------------ one row
+
+    def row(
+        self,
+        seq: int,
+        kind_col: Any,
+        actor_col: Any,
+        time_col: Any,
+        envelope: Any,
+        signature: Any,
+        stored_leaf: Any,
+    ) -> None:
+        """Every check on one ``(seq, kind, actor, time, envelope, signature, leaf_hash)`` row."""
+        faulty = self.sequence(seq)
+        envelope, lh = self.leaf_hash(seq, envelope, stored_leaf)
+        skim = kind_col is SKIMMED  # an archive line not parsed (MAX_FAULTY_KEPT)
+        env: Any = None
+        env_ok = False
+        if not skim:
+            env, env_ok = self.envelope(seq, envelope, kind_col, actor_col, time_col)
+        is_obj = env_ok or type(env) is dict
+        if env_ok:
+            kind, actor, prev = env["kind"], env["actor"], env["prev"]
+        elif is_obj:
+            kind, actor, prev = env.get("kind"), env.get("actor"), env.get("prev")
+        else:
+            kind = actor = prev = None
+        faulty = self.chain(seq, lh, prev, is_obj, skim) or faulty or not env_ok
+        self.tree(lh)
+        if skim:  # hashed into the tree (checkpoints are still compared), nothing else
+            if self.first_skimmed < 0:
+                self.first_skimmed = seq
+            self.n_skimmed += 1
+            return
+        self.keys(seq, kind, actor, env, is_obj)
+        faulty = self.signature(seq, kind, actor, actor_col, env_ok, envelope, signature) or faulty
+        if not self.inline:
+            self.hand_over(seq, actor_col, envelope, signature)
+        if faulty:
+            self.count_faulty(seq)
+        if env_ok:
+            self.blobs_and_time(seq, env)
+
+    def sequence(self, seq: int) -> bool:
+        """Check that ``seq`` is the next one; return whether it is not (the line is faulty)."""
+        expected = self.expected
+        self.expected = seq + 1
+        if seq == expected:
+            return False
+        if self.position == 0:
+            self.st_seq.fail(f"the first row has seq {seq}, not 0", seq=0)
+        else:
+            self.st_seq.fail(
+                f"seq {expected} is missing (the row after seq {self.prev_seq} has seq {seq})",
+                seq=expected,
+            )
+        return True
+
+    def leaf_hash(self, seq: int, envelope: Any, stored_leaf: Any) -> tuple[bytes, bytes]:
+        """The envelope as bytes and its leaf hash, compared with the stored one if any."""
+        if type(envelope) is not bytes:
+            self.st_env.fail(
+                f"seq {seq}: envelope is stored as {type(envelope).__name__}, not as a BLOB", seq
+            )
+            envelope = _as_bytes(envelope)
+        lh = _sha256(b"\x00" + envelope).digest()
+        if stored_leaf is not RECOMPUTED and stored_leaf != lh:
+            self.st_leaf.fail(
+                f"seq {seq}: stored leaf_hash differs from SHA-256(0x00 || envelope)", seq
+            )
+        return envelope, lh
+
+    def envelope(
+        self, seq: int, envelope: bytes, kind_col: Any, actor_col: Any, time_col: Any
+    ) -> tuple[Any, bool]:
+        """The parsed envelope (or None) and whether it is a well-formed event matching its row."""
+        try:
+            env, canonical = self.run._parsed(envelope) or self.parse(envelope)
+        except CanonicalError as exc:
+            self.st_env.fail(f"seq {seq}: envelope is not valid JSON for JCS: {exc}", seq)
+            return None, False
+        problem = self.form_problem(seq, envelope, canonical, env)
+        if problem is None:
+            problem = _row_mismatch(env, kind_col, actor_col, time_col)
+        if problem is not None:
+            self.st_env.fail(f"seq {seq}: {problem}", seq)
+            return env, False
+        return env, True
+
+    def form_problem(self, seq: int, envelope: bytes, canonical: bytes, env: Any) -> str | None:
+        """What is wrong with a parsed envelope's size, bytes or fields, if anything."""
+        if len(envelope) > MAX_ENVELOPE_BYTES:
+            return f"envelope is {len(envelope)} bytes, more than {MAX_ENVELOPE_BYTES}"
+        if canonical != envelope:
+            return "envelope bytes are not in RFC 8785 canonical form"
+        return envelope_problem(
+            env, seq, prev_ok=type(env) is dict and env.get("prev") == self.prev_hex
+        )
+
+    def chain(self, seq: int, lh: bytes, prev: Any, is_obj: bool, skim: bool) -> bool:
+        """Check ``prev`` against the previous leaf hash; return whether it breaks the chain."""
+        broken: bool = prev != self.prev_hex
+        if broken and not skim:
+            if not is_obj:
+                self.st_chain.fail(
+                    f"seq {seq}: prev cannot be read: the envelope is not a JSON object", seq
+                )
+            elif self.position == 0:
+                self.st_chain.fail(f"seq {seq}: prev of the first event is not 64 zeros", seq)
+            else:
+                self.st_chain.fail(
+                    f"seq {seq}: prev does not match leaf hash of seq {self.prev_seq}", seq
+                )
+        self.prev_hex = lh.hex()
+        self.prev_seq = seq
+        return broken
+
+    def tree(self, lh: bytes) -> None:
+        """Append ``lh`` to the compact range, checking each subtree it completes.
+
+        Each completed subtree is compared with the next stored row, which the ORDER BY of
+        :meth:`_Run._tree_rows` puts in exactly this order.
+        """
+        if self.leaves is not None:
+            self.leaves.append(lh)
+        h = lh
+        m = self.position
+        self.position = position = m + 1
+        stack = self.stack
+        level = 0
+        while m & 1:
+            h = _sha256(b"\x01" + stack.pop() + h).digest()
+            m >>= 1
+            level += 1
+            if self.check_tree:
+                self.compare_node(level, m, h, position)
+        stack.append(h)
+        if position in self.snapshot_sizes:
+            self.roots[position] = _stack_root(stack)
+
+    def compare_node(self, level: int, idx: int, h: bytes, size: int) -> None:
+        """Compare the completed node ``(level, idx)`` with the stored tree rows."""
+        pending = self.pending
+        if pending is not None and pending[0] == level and pending[1] == idx:
+            if pending[2] != h:
+                self.run._tree_mismatch(level, idx, size, h, pending)
+            self.pending = next(self.tree_rows, None)
+        else:
+            self.pending = self.run._compare_tree([(level, idx, h)], pending, self.tree_rows, size)
+
+    def keys(self, seq: int, kind: Any, actor: Any, env: Any, is_obj: bool) -> None:
+        """The first event is a genesis; key events update the registry."""
+        if self.position == 1 and kind != "ledger.genesis":
+            self.st_seq.fail(
+                f"seq {seq}: the first event is {kind!r:.80}, not ledger.genesis"
+                if is_obj
+                else f"seq {seq}: the first event is unreadable, not a ledger.genesis",
+                seq,
+            )
+            self.st_keys.fail(f"seq {seq}: no ledger.genesis event registers an owner key", seq)
+        if kind not in _KEY_KINDS:
+            return
+        self.authorized.clear()  # validity and roles may change from here on
+        body = env.get("body")
+        if type(body) is not dict:
+            self.st_keys.fail(f"seq {seq}: {kind} body is not a JSON object", seq)
+            return
+        problem = self.run.registry.apply(seq, kind, actor, body)
+        if problem is not None:
+            self.st_keys.fail(f"seq {seq}: {problem}", seq)
+
+    def signer(
+        self, seq: int, kind: Any, actor: Any, env_ok: bool
+    ) -> tuple[Ed25519PublicKey | None, str | None]:
+        """The key that must have signed this event, or why there is none."""
+        if type(actor) is not str:
+            return None, f"seq {seq}: actor cannot be read, so the signature cannot be checked"
+        record = self.reg_keys.get(actor)
+        if record is None:
+            return None, f"seq {seq}: actor {actor} is not a registered key"
+        if not record.valid_for(seq):
+            if record.revoked_seq is not None and seq > record.revoked_seq:
+                return None, f"seq {seq}: key {actor} was revoked at seq {record.revoked_seq}"
+            return None, (
+                f"seq {seq}: key {actor} is registered by this event and may sign only later events"
+            )
+        if type(kind) is not str or not role_may_append(record.role, kind):
+            return None, (
+                f"seq {seq}: key {actor} has role {record.role}, which may not append {kind!r:.80}"
+            )
+        key_obj = record.vkey.ed25519
+        if env_ok:
+            self.authorized[(actor, kind)] = key_obj
+        return key_obj, None
+
+    def signature(
+        self,
+        seq: int,
+        kind: Any,
+        actor: Any,
+        actor_col: Any,
+        env_ok: bool,
+        envelope: bytes,
+        signature: Any,
+    ) -> bool:
+        """Check who signed, and the signature itself when inline; return whether it fails."""
+        problem = None
+        key_obj = self.authorized.get((actor, kind)) if env_ok else None
+        if key_obj is None:  # else: passed every check of signer for this kind since the last
+            key_obj, problem = self.signer(seq, kind, actor, env_ok)  # key event
+        if problem is not None:
+            self.st_sig.fail(problem, seq)
+            if not self.inline:
+                self.run.structural_sig_fails.add(seq)
+                self.overrides[seq] = None
+            return True
+        if key_obj is not None and self.n_faulty >= MAX_FAULTY_KEPT:
+            # the log is junk from here on: a signature costs as much as a thousand lines,
+            # so none is verified any more (and the line is not kept), only counted
+            self.st_sig.fail(
+                f"seq {seq}: signature not verified: {self.n_faulty:,} earlier lines (the first "
+                f"at seq {self.first_faulty}) are not the next event of the log",
+                seq,
+                rank=1,
+            )
+            if not self.inline:
+                self.overrides[seq] = None
+            return True
+        if key_obj is not None and self.inline:
+            return self.verify_inline(seq, actor, key_obj, envelope, signature)
+        if actor != actor_col:
+            self.overrides[seq] = actor
+        return False
+
+    def verify_inline(
+        self, seq: int, actor: Any, key_obj: Ed25519PublicKey, envelope: bytes, signature: Any
+    ) -> bool:
+        """Verify the Ed25519 signature here; return whether it fails."""
+        t0 = time.perf_counter()
+        failed = True
+        if type(signature) is not bytes or len(signature) != 64:
+            self.st_sig.fail(f"seq {seq}: signature is not a 64-byte BLOB", seq)
+        else:
+            try:
+                key_obj.verify(signature, envelope)
+            except InvalidSignature:
+                # inline, no structural problem was found at this seq: counted at once
+                self.st_sig.fail(f"seq {seq}: signature does not verify under key {actor}", seq)
+            else:
+                failed = False
+        self.sig_time += time.perf_counter() - t0
+        return failed
+
+    def hand_over(self, seq: int, actor_col: Any, envelope: bytes, signature: Any) -> None:
+        """Add the row to the chunk of signatures for the workers; submit a full chunk."""
+        if self.buffer is not None:
+            self.buffer.append((seq, actor_col, envelope, signature))
+        if self.chunk_lo is None:
+            self.chunk_lo = seq
+        self.chunk_n += 1
+        if self.chunk_n >= self.chunk:
+            reg_keys = self.reg_keys
+            if len(self.key_map) != len(reg_keys):
+                self.key_map = {a: r.vkey.public_key for a, r in reg_keys.items()}
+            self.futures.append(
+                self.run._submit(self.pool, self.chunk_lo, seq, self.key_map, self.overrides)  # type: ignore[arg-type]
+            )
+            self.chunk_lo, self.chunk_n, self.overrides = None, 0, {}
+
+    def count_faulty(self, seq: int) -> None:
+        """Count a faulty line.
+
+        Beyond MAX_FAULTY_KEPT, neither the envelope (the source's business, through
+        ``unkept_row``) nor its blob references are kept.
+        """
+        self.n_faulty += 1
+        if self.first_faulty < 0:
+            self.first_faulty = seq
+        if self.n_faulty > MAX_FAULTY_KEPT:
+            self.run.unkept_row = seq
+            if self.run.unkept is None:
+                self.run.unkept = seq
+
+    def blobs_and_time(self, seq: int, env: dict[str, Any]) -> None:
+        """Note the blobs the event references; warn if its time runs backwards."""
+        blobs = env["blobs"]
+        if blobs and self.n_faulty <= MAX_FAULTY_KEPT:
+            blob_refs = self.blob_refs
+            for name, digest in blobs.items():
+                if digest not in blob_refs:
+                    blob_refs[digest] = (seq, name)
+        t = env["time"]
+        prev_time = self.prev_time
+        if prev_time is not None and t < prev_time:
+            self.st_time.warn(
+                f"seq {seq}: time {t} is earlier than seq {self.prev_time_seq}'s {prev_time}", seq
+            )
+        self.prev_time, self.prev_time_seq = t, seq
+
+    # ------------------------------------------------------------------------------ the end
+
+    def finish(self) -> list[Future[list[tuple[int, str]]]]:
+        """After the last row: report what is left over and return the workers' futures.
+
+        The lines not parsed, the last chunk, the tree rows left over, an empty log; the run's
+        size, roots and counts.
+        """
+        run = self.run
+        run.sig_time += self.sig_time
+        run.faulty = self.n_faulty
+        if self.n_skimmed:
+            self.report_skimmed()
+        if self.pool is not None and self.chunk_lo is not None:
+            key_map = {a: r.vkey.public_key for a, r in self.reg_keys.items()}
+            self.futures.append(
+                run._submit(self.pool, self.chunk_lo, self.prev_seq, key_map, self.overrides)
+            )
+        pending = self.pending
+        while pending is not None:
+            run._tree_extra(pending)
+            pending = next(self.tree_rows, None)
+        position = self.position
+        if position == 0:
+            self.st_seq.fail("the log has no events (no ledger.genesis)", seq=0)
+            self.st_keys.fail("the log has no events, so no owner key is registered", seq=0)
+        run.size = position
+        self.roots[position] = _stack_root(self.stack)
+        run.tree_nodes = position - bin(position).count("1")
+        return self.futures
+
+    def report_skimmed(self) -> None:
+        """One failure each for envelopes and signatures over the lines only hashed."""
+        n_skimmed, first_skimmed = self.n_skimmed, self.first_skimmed
+        why = (
+            f"{self.n_faulty:,} earlier lines (the first at seq {self.first_faulty}) are not the "
+            "next event of the log"
+        )
+        self.st_env.fail(
+            f"seq {first_skimmed}: this line and the {n_skimmed - 1:,} after it were not "
+            f"parsed, only hashed into the tree: {why}",
+            first_skimmed,
+            rank=1,
+            count=n_skimmed,
+        )
+        self.st_sig.fail(
+            f"seq {first_skimmed}: the signatures of this line and the {n_skimmed - 1:,} "
+            f"after it were not verified: {why}",
+            first_skimmed,
+            rank=1,
+            count=n_skimmed,
+        )
+
+
+def _row_mismatch(env: dict[str, Any], kind_col: Any, actor_col: Any, time_col: Any) -> str | None:
+    """How the row's kind, actor or time columns differ from the envelope's, if they do."""
+    for name, column in (("kind", kind_col), ("actor", actor_col), ("time", time_col)):
+        if env[name] != column:
+            return f"row {name} {column!r:.80} differs from the envelope's {env[name]!r}"
+    return None
 
 
 def verify_ledger_file(

@@ -443,13 +443,13 @@ def _sd(values: Sequence[float]) -> float:
     return math.sqrt(sum((v - m) ** 2 for v in values) / (len(values) - 1))
 
 
-def _groups(
-    table: Sequence[Row], arm: str, model: str, orders: Sequence[str], incomplete: str, what: str
-) -> tuple[dict[tuple[str, int], dict[str, Row]], list[dict[str, Any]]]:
-    if incomplete not in ("exclude", "error"):
-        raise McqStatError(f"incomplete: {incomplete!r}")
-    if len(orders) < 2 or len(set(orders)) != len(orders):
-        raise McqStatError(f"{what}: orders must be >= 2 distinct variants")
+def _order_groups(
+    table: Sequence[Row], arm: str, model: str, orders: Sequence[str], what: str
+) -> dict[tuple[str, int], dict[str, Row]]:
+    """The arm and model's trials in ``orders``, by (item, rep) and then by variant.
+
+    Each order must have at least one trial.
+    """
     groups: dict[tuple[str, int], dict[str, Row]] = defaultdict(dict)
     for r in table:
         if r["arm"] == arm and r["model"] == model and r["variant"] in orders:
@@ -462,28 +462,44 @@ def _groups(
             raise McqStatError(
                 f"{what}: variant {v!r} has no trial for arm {arm!r}, model {model!r}"
             )
+    return groups
+
+
+def _incomplete(
+    key: tuple[str, int], arm: str, model: str, missing: list[str], have: dict[str, Row]
+) -> dict[str, Any]:
+    """The exclusion record of an (item, rep) group that lacks some orders."""
+    return {
+        "item": key[0],
+        "rep": key[1],
+        "arm": arm,
+        "model": model,
+        "reason": f"incomplete orders: missing {', '.join(missing)}",
+        "trials": sorted(r["trial"] for r in have.values()),
+    }
+
+
+def _groups(
+    table: Sequence[Row], arm: str, model: str, orders: Sequence[str], incomplete: str, what: str
+) -> tuple[dict[tuple[str, int], dict[str, Row]], list[dict[str, Any]]]:
+    if incomplete not in ("exclude", "error"):
+        raise McqStatError(f"incomplete: {incomplete!r}")
+    if len(orders) < 2 or len(set(orders)) != len(orders):
+        raise McqStatError(f"{what}: orders must be >= 2 distinct variants")
+    groups = _order_groups(table, arm, model, orders, what)
     exclusions = []
     complete = {}
     for key in sorted(groups):
         have = groups[key]
         missing = [v for v in orders if v not in have]
-        if missing:
-            if incomplete == "error":
-                raise McqStatError(
-                    f"{what}: item {key[0]!r} rep {key[1]} has no trial for variant {missing[0]!r}"
-                )
-            exclusions.append(
-                {
-                    "item": key[0],
-                    "rep": key[1],
-                    "arm": arm,
-                    "model": model,
-                    "reason": f"incomplete orders: missing {', '.join(missing)}",
-                    "trials": sorted(r["trial"] for r in have.values()),
-                }
-            )
-        else:
+        if not missing:
             complete[key] = have
+            continue
+        if incomplete == "error":
+            raise McqStatError(
+                f"{what}: item {key[0]!r} rep {key[1]} has no trial for variant {missing[0]!r}"
+            )
+        exclusions.append(_incomplete(key, arm, model, missing, have))
     if not complete:
         raise McqStatError(f"{what}: no (item, rep) group has every order")
     return complete, exclusions
@@ -611,6 +627,18 @@ def permutation_vote(
     }
 
 
+def _check_sampling(c: Any, n_samples: Any, temperature: Any, incomplete: str) -> None:
+    """Self-consistency's arguments: n_samples >= 2, a positive temperature, a known rule."""
+    if isinstance(n_samples, bool) or int(n_samples) != n_samples or n_samples < 2:
+        raise McqStatError("self-consistency: n_samples must be an integer >= 2")
+    if not math.isfinite(float(temperature)) or float(temperature) <= 0:
+        raise McqStatError(
+            f"self-consistency {'/'.join(c)}: temperature {temperature} is a configuration error"
+        )
+    if incomplete not in ("exclude", "error"):
+        raise McqStatError(f"incomplete: {incomplete!r}")
+
+
 def self_consistency(
     rows: Sequence[Mapping[str, Any]],
     condition: Any,
@@ -622,14 +650,7 @@ def self_consistency(
 ) -> dict[str, Any]:
     """Majority over the first n_samples reps per item; temperature 0 refused."""
     c = _cond(condition)
-    if isinstance(n_samples, bool) or int(n_samples) != n_samples or n_samples < 2:
-        raise McqStatError("self-consistency: n_samples must be an integer >= 2")
-    if not math.isfinite(float(temperature)) or float(temperature) <= 0:
-        raise McqStatError(
-            f"self-consistency {'/'.join(c)}: temperature {temperature} is a configuration error"
-        )
-    if incomplete not in ("exclude", "error"):
-        raise McqStatError(f"incomplete: {incomplete!r}")
+    _check_sampling(c, n_samples, temperature, incomplete)
     table = check_trials(rows, letters)
     by_item: dict[str, list[Row]] = defaultdict(list)
     for r in _select(table, c):
@@ -750,6 +771,21 @@ def cloze(
     }
 
 
+def _dummies(
+    table: Sequence[Row],
+    column: str,
+    levels: Sequence[str],
+    reference: str,
+    names: list[str],
+    cols: list[list[float]],
+) -> None:
+    """Append a treatment-coded 0/1 column (and its name) per level other than ``reference``."""
+    for v in levels:
+        if v != reference:
+            names.append(f"{column}[T.{v}]")
+            cols.append([1.0 if r[column] == v else 0.0 for r in table])
+
+
 def _design(
     table: Sequence[Row], reference: str, factors: Mapping[str, str]
 ) -> tuple[list[str], np.ndarray[Any, np.dtype[np.float64]], list[str]]:
@@ -758,20 +794,14 @@ def _design(
     arms = sorted({r["arm"] for r in table})
     if reference not in arms or len(arms) < 2:
         raise McqStatError(f"arm: reference {reference!r} not among {arms} or one arm")
-    for a in arms:
-        if a != reference:
-            names.append(f"arm[T.{a}]")
-            cols.append([1.0 if r["arm"] == a else 0.0 for r in table])
+    _dummies(table, "arm", arms, reference, names, cols)
     for column, ref in factors.items():
         if column not in ("model", "variant"):
             raise McqStatError(f"factors: {column!r}")
         levels = sorted({r[column] for r in table})
         if ref not in levels:
             raise McqStatError(f"{column}: reference {ref!r} not among {levels}")
-        for v in levels:
-            if v != ref:
-                names.append(f"{column}[T.{v}]")
-                cols.append([1.0 if r[column] == v else 0.0 for r in table])
+        _dummies(table, column, levels, ref, names, cols)
     x = np.array(cols, dtype=np.float64).T
     if np.linalg.matrix_rank(x) < x.shape[1]:
         raise McqStatError("GEE design: columns are linearly dependent")

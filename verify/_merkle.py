@@ -176,6 +176,17 @@ def verify_consistency(
         return False
     if old_size & (old_size - 1) == 0:  # an exact power of two: the old root is a proof node
         path.insert(0, old_root)
+    roots = _consistency_roots(old_size, new_size, path)
+    return roots is not None and roots == (old_root, new_root)
+
+
+def _consistency_roots(
+    old_size: int, new_size: int, path: list[bytes]
+) -> tuple[bytes, bytes] | None:
+    """RFC 9162 §2.1.4.2: the old and new roots a consistency path leads to.
+
+    None when the path does not fit the sizes (too long, or too short to reach the root).
+    """
     fn, sn = old_size - 1, new_size - 1
     while fn & 1:
         fn >>= 1
@@ -183,7 +194,7 @@ def verify_consistency(
     fr = sr = path[0]
     for c in path[1:]:
         if sn == 0:
-            return False
+            return None
         if fn & 1 or fn == sn:
             fr = node_hash(c, fr)
             sr = node_hash(c, sr)
@@ -195,7 +206,7 @@ def verify_consistency(
             sr = node_hash(sr, c)
         fn >>= 1
         sn >>= 1
-    return fr == old_root and sr == new_root and sn == 0
+    return (fr, sr) if sn == 0 else None
 
 
 class LeafHashes(Sequence[bytes]):

@@ -290,6 +290,15 @@ class PgRun(_Run):
             )
             raise _NotALedger
         self.meta = {k: v for k, v in con.execute(f"SELECT key, value FROM {self.q}.meta")}
+        self._check_meta()
+        self._check_columns(have)
+        if "origin" not in self.meta:
+            st.fail("meta has no origin row", where="meta.origin")
+
+    def _check_meta(self) -> None:
+        """The meta table names a PROMPT ledger of the schema version this verifier knows."""
+        st = self.states["file"]
+        where = self.where
         if self.meta.get("format") != "prompt-ledger":
             st.fail(
                 f"{where} is not a PROMPT ledger: meta format is "
@@ -313,6 +322,11 @@ class PgRun(_Run):
                 where="meta.schema_version",
             )
             raise _NotALedger
+
+    def _check_columns(self, have: dict[str, dict[str, str]]) -> None:
+        """Every required table and column, of an allowed type (``have``: their types)."""
+        st = self.states["file"]
+        where, schema = self.where, self.where.schema
         for table, columns in _REQUIRED.items():
             if table not in have:
                 st.fail(f"{where}: schema {schema!r} has no table {table}", where=table)
@@ -329,8 +343,6 @@ class PgRun(_Run):
                         where=f"{table}.{column}",
                     )
                     raise _NotALedger
-        if "origin" not in self.meta:
-            st.fail("meta has no origin row", where="meta.origin")
 
     def _file_pass(self) -> str:
         return (

@@ -71,22 +71,32 @@ def _close(a: Any, b: Any, tol: float) -> bool:
     return abs(fa - fb) <= tol * max(abs(fa), abs(fb)) or fa == fb
 
 
+def _same_objects(where: str, recorded: Any, derived: Any, tol: float) -> None:
+    """:func:`_same` where either is an object: both, with the same members, each the same."""
+    if not (isinstance(recorded, dict) and isinstance(derived, dict)):
+        raise _Mismatch(where, recorded, derived)
+    if set(recorded) != set(derived):
+        raise _Mismatch(f"{where} (members)", sorted(recorded), sorted(derived))
+    for k in recorded:
+        _same(f"{where}.{k}", recorded[k], derived[k], tol)
+
+
+def _same_arrays(where: str, recorded: Any, derived: Any, tol: float) -> None:
+    """:func:`_same` where either is an array: both, as long, each element the same."""
+    if not (isinstance(recorded, list) and isinstance(derived, list)):
+        raise _Mismatch(where, recorded, derived)
+    if len(recorded) != len(derived):
+        raise _Mismatch(f"{where} (length)", len(recorded), len(derived))
+    for i, (x, y) in enumerate(zip(recorded, derived, strict=True)):
+        _same(f"{where}[{i}]", x, y, tol)
+
+
 def _same(where: str, recorded: Any, derived: Any, tol: float) -> None:
     if isinstance(recorded, dict) or isinstance(derived, dict):
-        if not (isinstance(recorded, dict) and isinstance(derived, dict)):
-            raise _Mismatch(where, recorded, derived)
-        if set(recorded) != set(derived):
-            raise _Mismatch(f"{where} (members)", sorted(recorded), sorted(derived))
-        for k in recorded:
-            _same(f"{where}.{k}", recorded[k], derived[k], tol)
+        _same_objects(where, recorded, derived, tol)
         return
     if isinstance(recorded, list) or isinstance(derived, list):
-        if not (isinstance(recorded, list) and isinstance(derived, list)):
-            raise _Mismatch(where, recorded, derived)
-        if len(recorded) != len(derived):
-            raise _Mismatch(f"{where} (length)", len(recorded), len(derived))
-        for i, (x, y) in enumerate(zip(recorded, derived, strict=True)):
-            _same(f"{where}[{i}]", x, y, tol)
+        _same_arrays(where, recorded, derived, tol)
         return
     if isinstance(recorded, int | float) and isinstance(derived, int | float):
         if not _close(recorded, derived, tol):

@@ -98,16 +98,80 @@ def _listing(names: Sequence[str]) -> str:
     return hashlib.sha256("".join(f"{n}\n" for n in sorted(names)).encode("ascii")).hexdigest()
 
 
-def privacy_of(envs: Sequence[dict[str, Any] | None]) -> Privacy | None:
-    """The :class:`Privacy` of a public archive's events, or ``None`` for any other archive."""
+def _export_privacy(envs: Sequence[dict[str, Any] | None]) -> dict[str, Any] | None:
+    """The ``privacy`` object of the last export.created, if it has one."""
     exports = [e for e in envs if e is not None and e.get("kind") == "export.created"]
     body = exports[-1].get("body") if exports else None
     privacy = body.get("privacy") if isinstance(body, dict) else None
-    if not isinstance(privacy, dict):
+    return privacy if isinstance(privacy, dict) else None
+
+
+def privacy_of(envs: Sequence[dict[str, Any] | None]) -> Privacy | None:
+    """The :class:`Privacy` of a public archive's events, or ``None`` for any other archive."""
+    privacy = _export_privacy(envs)
+    if privacy is None:
         return None
     withhold = [str(x) for x in privacy.get("withhold") or [] if isinstance(x, str)]
     pairs = {tuple(x.split(":", 1)) for x in withhold if ":" in x}
     roles = {name for kind, name in pairs if kind == "artifact.locked"}
+    blobs, sealed, where = _withheld_blobs(envs, pairs, roles)
+    listed = privacy.get("withheld_blobs")
+    listed = listed if isinstance(listed, dict) else {}
+    files = privacy.get("withheld_files")
+    files = {str(k): str(v) for k, v in files.items()} if isinstance(files, dict) else {}
+    found = Privacy(
+        withhold,
+        blobs,
+        files,
+        (listed.get("count"), listed.get("listing_sha256")),
+        sealed=sealed,
+        where=where,
+    )
+    found.problems.extend(_policy_problems(envs, privacy, found, pairs, roles))
+    return found
+
+
+def _policy_problems(
+    envs: Sequence[dict[str, Any] | None],
+    privacy: dict[str, Any],
+    found: Privacy,
+    pairs: set[tuple[str, ...]],
+    roles: set[str],
+) -> list[str]:
+    """How export.created's privacy departs from the locked policy and the events."""
+    problems: list[str] = []
+    allowed = _allowed_files(envs, pairs, roles)
+    for rel in sorted(found.files):
+        if not allowed(rel):
+            problems.append(
+                f"export.created withholds {rel}, which the locked policy does not withhold "
+                "(docs/privacy.md §3 lists the files each entry withholds)"
+            )
+            break
+    locked = [e for e in envs if e is not None and e.get("kind") == "protocol.locked"]
+    lbody = locked[-1].get("body") if locked else None
+    lpriv = lbody.get("privacy") if isinstance(lbody, dict) else None
+    if not isinstance(lpriv, dict) or lpriv.get("withhold") != privacy.get("withhold"):
+        problems.append(
+            "export.created privacy.withhold is not the policy locked in protocol.locked"
+        )
+    blobs = found.blobs
+    if found.listing != (len(blobs), _listing(sorted(blobs))):
+        problems.append(
+            f"export.created privacy.withheld_blobs {found.listing} is not the {len(blobs)} "
+            "blob(s) the locked policy names in the events"
+        )
+    return problems
+
+
+def _withheld_blobs(
+    envs: Sequence[dict[str, Any] | None], pairs: set[tuple[str, ...]], roles: set[str]
+) -> tuple[set[str], set[str], dict[str, str]]:
+    """(every blob the policy withholds, those sealed, where each blob is referenced).
+
+    The content of locked files of a withheld role and of their amendments; the blobs of
+    each withheld ``kind:name`` pair, sealed (docs/privacy.md §3).
+    """
     blobs: set[str] = set()
     sealed: set[str] = set()
     where: dict[str, str] = {}
@@ -125,51 +189,27 @@ def privacy_of(envs: Sequence[dict[str, Any] | None]) -> Privacy | None:
             if ebody.get("role") in roles:
                 locked_by_path[str(ebody.get("path"))] = True
                 blobs.update(str(v) for k, v in eblobs.items() if k == "content")
-            continue
-        if kind == "protocol.amended":
-            for change in ebody.get("changes") or []:
-                if isinstance(change, dict) and locked_by_path.get(str(change.get("path"))):
-                    ref = eblobs.get(str(change.get("blob")))
-                    if isinstance(ref, str):
-                        blobs.add(ref)
-            continue
-        for name, ref in eblobs.items():
-            if (kind, name) in pairs and isinstance(ref, str):
-                blobs.add(ref)
-                sealed.add(ref)
-    listed = privacy.get("withheld_blobs")
-    listed = listed if isinstance(listed, dict) else {}
-    files = privacy.get("withheld_files")
-    files = {str(k): str(v) for k, v in files.items()} if isinstance(files, dict) else {}
-    found = Privacy(
-        withhold,
-        blobs,
-        files,
-        (listed.get("count"), listed.get("listing_sha256")),
-        sealed=sealed,
-        where=where,
-    )
-    allowed = _allowed_files(envs, pairs, roles)
-    for rel in sorted(files):
-        if not allowed(rel):
-            found.problems.append(
-                f"export.created withholds {rel}, which the locked policy does not withhold "
-                "(docs/privacy.md §3 lists the files each entry withholds)"
-            )
-            break
-    locked = [e for e in envs if e is not None and e.get("kind") == "protocol.locked"]
-    lbody = locked[-1].get("body") if locked else None
-    lpriv = lbody.get("privacy") if isinstance(lbody, dict) else None
-    if not isinstance(lpriv, dict) or lpriv.get("withhold") != privacy.get("withhold"):
-        found.problems.append(
-            "export.created privacy.withhold is not the policy locked in protocol.locked"
-        )
-    if found.listing != (len(blobs), _listing(sorted(blobs))):
-        found.problems.append(
-            f"export.created privacy.withheld_blobs {found.listing} is not the {len(blobs)} "
-            "blob(s) the locked policy names in the events"
-        )
-    return found
+        elif kind == "protocol.amended":
+            blobs.update(_amended_blobs(ebody, eblobs, locked_by_path))
+        else:
+            for name, ref in eblobs.items():
+                if (kind, name) in pairs and isinstance(ref, str):
+                    blobs.add(ref)
+                    sealed.add(ref)
+    return blobs, sealed, where
+
+
+def _amended_blobs(
+    body: dict[str, Any], blobs: dict[str, Any], withheld_paths: dict[str, bool]
+) -> list[str]:
+    """The new content blobs a protocol.amended gives withheld locked files."""
+    out: list[str] = []
+    for change in body.get("changes") or []:
+        if isinstance(change, dict) and withheld_paths.get(str(change.get("path"))):
+            ref = blobs.get(str(change.get("blob")))
+            if isinstance(ref, str):
+                out.append(ref)
+    return out
 
 
 def _allowed_files(
@@ -268,51 +308,15 @@ def read_identity(path: str) -> tuple[str, bytes]:
 def open_annex(path: str, identity: str) -> Annex:
     """Decrypt the annex at ``path`` with the auditor secret key file ``identity``."""
     from cryptography.exceptions import InvalidTag
-    from cryptography.hazmat.primitives import hpke
     from cryptography.hazmat.primitives.asymmetric.x25519 import X25519PrivateKey
     from cryptography.hazmat.primitives.ciphers.aead import ChaCha20Poly1305
 
     name, secret = read_identity(identity)
-    try:
-        size = os.path.getsize(path)
-        if size > MAX_ANNEX_BYTES:
-            raise AnnexError(f"--annex {path}: {size:,} bytes, more than the 4 GiB limit")
-        with open(path, "rb") as fh:
-            raw = fh.read(MAX_ANNEX_BYTES + 1)
-    except OSError as exc:
-        raise AnnexError(f"--annex {path}: cannot be read ({exc.strerror or exc})") from None
-    try:
-        doc = json.loads(raw)
-    except (ValueError, UnicodeDecodeError):
-        raise AnnexError(f"--annex {path}: not an annex (not JSON); is it corrupted?") from None
-    if not isinstance(doc, dict) or not isinstance(doc.get("header"), dict):
-        raise AnnexError(f"--annex {path}: not an annex (no header)")
+    doc = _read_annex(path)
     header = doc["header"]
-    if header.get("annex") != ANNEX_MAGIC:
-        raise AnnexError(f"--annex {path}: not a '{ANNEX_MAGIC}' file")
     head = canonical_json(header)
     key = X25519PrivateKey.from_private_bytes(secret)
-    mine = key.public_key().public_bytes_raw()
-    suite = hpke.Suite(hpke.KEM.X25519, hpke.KDF.HKDF_SHA256, hpke.AEAD.CHACHA20_POLY1305)
-    listed = doc.get("recipients")
-    recipients: list[Any] = listed if isinstance(listed, list) else []
-    file_key = None
-    for r in recipients:
-        if isinstance(r, dict) and _b64(r.get("public_key"), "a recipient's key") == mine:
-            try:
-                file_key = suite.decrypt(_b64(r.get("sealed_key"), "a sealed key"), key, info=head)
-            except Exception:
-                raise AnnexError(
-                    f"--annex {path}: the file key sealed to {name} does not open (a corrupted "
-                    "or altered annex)"
-                ) from None
-            break
-    if file_key is None:
-        named = ", ".join(str(r.get("auditor")) for r in recipients if isinstance(r, dict))
-        raise AnnexError(
-            f"--annex {path}: not sealed to the identity {name!r} "
-            f"(it is sealed to: {named or 'nobody'})"
-        )
+    file_key = _file_key(path, name, doc, key, head)
     try:
         plain = ChaCha20Poly1305(file_key).decrypt(
             _b64(doc.get("nonce"), "the nonce"), _b64(doc.get("ciphertext"), "the payload"), head
@@ -334,6 +338,79 @@ def open_annex(path: str, identity: str) -> Annex:
     return Annex(header, blobs, files)
 
 
+def _read_annex(path: str) -> dict[str, Any]:
+    """The annex file's JSON document, its header checked; :class:`AnnexError` if it is not."""
+    try:
+        size = os.path.getsize(path)
+        if size > MAX_ANNEX_BYTES:
+            raise AnnexError(f"--annex {path}: {size:,} bytes, more than the 4 GiB limit")
+        with open(path, "rb") as fh:
+            raw = fh.read(MAX_ANNEX_BYTES + 1)
+    except OSError as exc:
+        raise AnnexError(f"--annex {path}: cannot be read ({exc.strerror or exc})") from None
+    try:
+        doc = json.loads(raw)
+    except (ValueError, UnicodeDecodeError):
+        raise AnnexError(f"--annex {path}: not an annex (not JSON); is it corrupted?") from None
+    if not isinstance(doc, dict) or not isinstance(doc.get("header"), dict):
+        raise AnnexError(f"--annex {path}: not an annex (no header)")
+    if doc["header"].get("annex") != ANNEX_MAGIC:
+        raise AnnexError(f"--annex {path}: not a '{ANNEX_MAGIC}' file")
+    return doc
+
+
+def _file_key(path: str, name: str, doc: dict[str, Any], key: Any, head: bytes) -> bytes:
+    """The annex's file key, unsealed (HPKE) from the recipient entry of ``key``."""
+    from cryptography.hazmat.primitives import hpke
+
+    mine = key.public_key().public_bytes_raw()
+    suite = hpke.Suite(hpke.KEM.X25519, hpke.KDF.HKDF_SHA256, hpke.AEAD.CHACHA20_POLY1305)
+    listed = doc.get("recipients")
+    recipients: list[Any] = listed if isinstance(listed, list) else []
+    for r in recipients:
+        if isinstance(r, dict) and _b64(r.get("public_key"), "a recipient's key") == mine:
+            try:
+                file_key: bytes = suite.decrypt(
+                    _b64(r.get("sealed_key"), "a sealed key"), key, info=head
+                )
+            except Exception:
+                raise AnnexError(
+                    f"--annex {path}: the file key sealed to {name} does not open (a corrupted "
+                    "or altered annex)"
+                ) from None
+            return file_key
+    named = ", ".join(str(r.get("auditor")) for r in recipients if isinstance(r, dict))
+    raise AnnexError(
+        f"--annex {path}: not sealed to the identity {name!r} "
+        f"(it is sealed to: {named or 'nobody'})"
+    )
+
+
+def _annex_header_problem(
+    h: dict[str, Any],
+    envs: Sequence[dict[str, Any] | None],
+    leaf_hash: str | None,
+    export_seq: int | None,
+) -> str | None:
+    """Why the annex's header is not for this archive's study, origin and export, or None."""
+    exports = [e for e in envs if e is not None and e.get("kind") == "export.created"]
+    body = exports[-1].get("body") if exports else {}
+    genesis = envs[0].get("body") if envs and envs[0] is not None else {}
+    study = body.get("study") if isinstance(body, dict) else None
+    origin = genesis.get("origin") if isinstance(genesis, dict) else None
+    if h.get("study") != study or h.get("origin") != origin:
+        return (
+            f"the annex is for study {h.get('study')!r} (origin {h.get('origin')!r}), not "
+            f"this archive's {study!r} (origin {origin!r})"
+        )
+    if h.get("export_seq") != export_seq or h.get("export_leaf_hash") != leaf_hash:
+        return (
+            f"the annex is for export.created seq {h.get('export_seq')!r}, not this "
+            f"archive's export (seq {export_seq}): another export of the study"
+        )
+    return None
+
+
 def annex_problems(
     annex: Annex,
     privacy: Privacy,
@@ -342,38 +419,14 @@ def annex_problems(
     export_seq: int | None,
 ) -> list[str]:
     """Why ``annex`` does not complete this public archive (empty: it does), naming the item."""
-    h = annex.header
-    exports = [e for e in envs if e is not None and e.get("kind") == "export.created"]
-    body = exports[-1].get("body") if exports else {}
-    genesis = envs[0].get("body") if envs and envs[0] is not None else {}
-    study = body.get("study") if isinstance(body, dict) else None
-    origin = genesis.get("origin") if isinstance(genesis, dict) else None
-    if h.get("study") != study or h.get("origin") != origin:
-        return [
-            f"the annex is for study {h.get('study')!r} (origin {h.get('origin')!r}), not "
-            f"this archive's {study!r} (origin {origin!r})"
-        ]
-    if h.get("export_seq") != export_seq or h.get("export_leaf_hash") != leaf_hash:
-        return [
-            f"the annex is for export.created seq {h.get('export_seq')!r}, not this "
-            f"archive's export (seq {export_seq}): another export of the study"
-        ]
-    out: list[str] = []
-    for address in sorted(privacy.blobs):
-        stored = annex.blobs.get(address)
-        if stored is None:
-            out.append(f"withheld blob {address} is not in the annex")
-        elif hashlib.sha256(stored).hexdigest() != address:
-            out.append(
-                f"annex blob {address} does not open its commitment (its bytes hash to "
-                f"{hashlib.sha256(stored).hexdigest()})"
-            )
-        elif address in privacy.sealed and _sealed.salt_of(stored) is None:
-            what = privacy.describe("blobs/" + address)
-            out.append(
-                f"withheld blob {what} is not sealed: its address is its content's "
-                "plain SHA-256, which does not hide it"
-            )
+    wrong = _annex_header_problem(annex.header, envs, leaf_hash, export_seq)
+    if wrong is not None:
+        return [wrong]
+    out = [
+        problem
+        for address in sorted(privacy.blobs)
+        if (problem := _annex_blob_problem(annex, privacy, address)) is not None
+    ]
     for address in sorted(set(annex.blobs) - privacy.blobs):
         out.append(f"annex blob {address} is not withheld by this archive")
     for rel, commitment in sorted(privacy.files.items()):
@@ -388,6 +441,25 @@ def annex_problems(
     for rel in sorted(set(annex.files) - set(privacy.files)):
         out.append(f"annex file {rel} is not withheld by this archive")
     return out
+
+
+def _annex_blob_problem(annex: Annex, privacy: Privacy, address: str) -> str | None:
+    """Why the annex does not give withheld blob ``address`` (sealed if it must be), or None."""
+    stored = annex.blobs.get(address)
+    if stored is None:
+        return f"withheld blob {address} is not in the annex"
+    if hashlib.sha256(stored).hexdigest() != address:
+        return (
+            f"annex blob {address} does not open its commitment (its bytes hash to "
+            f"{hashlib.sha256(stored).hexdigest()})"
+        )
+    if address in privacy.sealed and _sealed.salt_of(stored) is None:
+        what = privacy.describe("blobs/" + address)
+        return (
+            f"withheld blob {what} is not sealed: its address is its content's "
+            "plain SHA-256, which does not hide it"
+        )
+    return None
 
 
 def _safe_rel(rel: str) -> bool:

@@ -236,17 +236,7 @@ def item_values(
             values[name] = value
     options = fields.get("options")
     if isinstance(options, list) and options:
-        item = f"item {fields.get('id')!r}"
-        rendered: list[str] = []
-        for label, text in zip(_LABELS, options, strict=False):
-            rendered.append(option_format.render({"label": label, "text": str(text)}, item))
-            values[f"option_{label}"] = str(text)
-        values["options"] = separator.join(rendered)
-        if answer:
-            labels = _LABELS[: len(options)]
-            given = fields.get("answer")
-            if isinstance(given, str) and len(given) == 1 and given in labels:
-                values["answer_text"] = str(options[labels.index(given)])
+        _option_values(fields, options, option_format, separator, answer, values)
     metadata = fields.get("metadata")
     if isinstance(metadata, dict):
         for key, value in metadata.items():
@@ -257,6 +247,28 @@ def item_values(
                     value, ensure_ascii=False, separators=(",", ":")
                 )
     return values
+
+
+def _option_values(
+    fields: Mapping[str, Any],
+    options: list[Any],
+    option_format: Template,
+    separator: str,
+    answer: bool,
+    values: dict[str, str],
+) -> None:
+    """§2: ``{options}``, each ``{option_X}`` and (with ``answer``) ``{answer_text}``."""
+    item = f"item {fields.get('id')!r}"
+    rendered: list[str] = []
+    for label, text in zip(_LABELS, options, strict=False):
+        rendered.append(option_format.render({"label": label, "text": str(text)}, item))
+        values[f"option_{label}"] = str(text)
+    values["options"] = separator.join(rendered)
+    if answer:
+        labels = _LABELS[: len(options)]
+        given = fields.get("answer")
+        if isinstance(given, str) and len(given) == 1 and given in labels:
+            values["answer_text"] = str(options[labels.index(given)])
 
 
 def _refuse_answer_slots(template: Template) -> None:
@@ -1122,6 +1134,35 @@ class LockedStudy:
             for e in self._draws[key]
         ]
 
+    def _arm_parts(self, arm: str) -> list[tuple[str, str]]:
+        """§3.2: (kind, component name) of each part of an arm's text, in order.
+
+        The kind is "item", "examples" or "component"; the item block is appended when the
+        study has an item template and the arm does not place it, the inline examples put
+        before the item block when the arm does not place them.
+        """
+        fs = self.fewshot_of(arm)
+        inline = fs is not None and fs.style == "inline"
+        parts = [(n if self.reserved(n) else "component", n) for n in self.arms[arm].components]
+        kinds = [kind for kind, _ in parts]
+        if self.template is not None and "item" not in kinds:
+            parts.append(("item", ""))
+            kinds.append("item")
+        if inline and "examples" not in kinds:
+            at = kinds.index("item") if "item" in kinds else len(parts)
+            parts.insert(at, ("examples", ""))
+        return parts
+
+    def _prior_component(self, name: str, trial: str | None) -> str:
+        """§9: an answer-dependent arm's component, filled with its trial's ``{prior.*}``."""
+        path = self.component_paths.get(name, name)
+        raw = self._bytes(path, f"component {name!r}").decode("utf-8")
+        return (
+            parse_template(raw, path)
+            .render(self.prior_values.get(trial or "", {}), f"trial {trial}")
+            .rstrip("\n")
+        )
+
     def arm_text(
         self, arm: str, item_id: str, variant: str | None = None, trial: str | None = None
     ) -> str | None:
@@ -1131,19 +1172,8 @@ class LockedStudy:
         values of ``trial`` (§9).
         """
         info = self.arms[arm]
-        fs = self.fewshot_of(arm)
-        inline = fs is not None and fs.style == "inline"
-        # (kind, component name): kind "item", "examples" or "component"
-        parts = [(n if self.reserved(n) else "component", n) for n in info.components]
-        kinds = [kind for kind, _ in parts]
-        if self.template is not None and "item" not in kinds:
-            parts.append(("item", ""))
-            kinds.append("item")
-        if inline and "examples" not in kinds:
-            at = kinds.index("item") if "item" in kinds else len(parts)
-            parts.insert(at, ("examples", ""))
         texts: list[str] = []
-        for kind, name in parts:
+        for kind, name in self._arm_parts(arm):
             if kind == "item":
                 texts.append(self.item_block(item_id, variant, arm))
             elif kind == "examples":
@@ -1151,13 +1181,7 @@ class LockedStudy:
                     "\n\n".join(f"{u}\n{a}" for u, a in self.examples(arm, item_id)).rstrip("\n")
                 )
             elif info.after is not None:
-                path = self.component_paths.get(name, name)
-                raw = self._bytes(path, f"component {name!r}").decode("utf-8")
-                texts.append(
-                    parse_template(raw, path)
-                    .render(self.prior_values.get(trial or "", {}), f"trial {trial}")
-                    .rstrip("\n")
-                )
+                texts.append(self._prior_component(name, trial))
             else:
                 texts.append(self.component(name))
         joined = "\n\n".join(texts)

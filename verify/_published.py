@@ -70,6 +70,50 @@ def _tiles(leaves: list[bytes]) -> list[tuple[str, bytes]]:
     return out
 
 
+def _envelopes(events: str) -> list[bytes]:
+    """The canonical envelope of each line of an archive's ``ledger/events.jsonl``."""
+    with open(events, "rb") as handle:
+        lines = handle.read().splitlines()
+    return [canonical_json(json.loads(line)["envelope"]) for line in lines if line]
+
+
+def _tree_problem(url: str, size: int, root: bytes, leaves: list[bytes]) -> str | None:
+    """Why the published checkpoint is not the archive's tree (its size, then its root)."""
+    if size != len(leaves):
+        return f"the log published at {url} has {size} events, the archive {len(leaves)}"
+    if merkle_root(leaves) != root:
+        return f"the archive's Merkle root is not the root of the checkpoint published at {url}"
+    return None
+
+
+def _tiles_problem(
+    get: Callable[[str], bytes | None], url: str, leaves: list[bytes]
+) -> tuple[str, str] | None:
+    """(why, tile path) of the first published hash tile that is not the archive's, or None."""
+    for path, expected in _tiles(leaves):
+        if get(path) != expected:
+            return f"{url}/{path} is not the tile the archive's events give", path
+    return None
+
+
+def _bundles(
+    get: Callable[[str], bytes | None], url: str, envelopes: list[bytes]
+) -> tuple[int, tuple[str, str] | None]:
+    """(entry bundles withheld, (why, path) of the first that is not the archive's, or None)."""
+    withheld = 0
+    for i in range(0, len(envelopes), _WIDTH):
+        chunk = envelopes[i : i + _WIDTH]
+        path = tile_path("entries", i // _WIDTH, len(chunk))
+        got = get(path)
+        if got is None:
+            withheld += 1
+            continue
+        if got != b"".join(len(e).to_bytes(2, "big") + e for e in chunk):
+            why = f"{url}/{path} does not hold the archive's envelopes {i}..{i + len(chunk) - 1}"
+            return withheld, (why, path)
+    return withheld, None
+
+
 def check_published_log(
     archive: str | os.PathLike[str],
     url: str,
@@ -85,9 +129,7 @@ def check_published_log(
     get = fetch or _http(url, timeout)
     events = os.path.join(os.fspath(archive), "ledger", "events.jsonl")
     try:
-        with open(events, "rb") as handle:
-            lines = handle.read().splitlines()
-        envelopes = [canonical_json(json.loads(line)["envelope"]) for line in lines if line]
+        envelopes = _envelopes(events)
     except (OSError, ValueError, KeyError, TypeError) as exc:
         return [Check(name, Status.FAIL, f"cannot read {events}: {exc}", where=events)]
     leaves = [hashlib.sha256(b"\x00" + e).digest() for e in envelopes]
@@ -104,54 +146,23 @@ def check_published_log(
         return [Check(name, Status.FAIL, f"cannot fetch the published log: {exc}")]
     except Exception as exc:  # this package's note and key errors, each with its reason
         return [Check(name, Status.FAIL, f"{url}/checkpoint does not verify: {exc}")]
-    if checkpoint.size != len(leaves):
-        return [
-            Check(
-                name,
-                Status.FAIL,
-                f"the log published at {url} has {checkpoint.size} "
-                f"events, the archive {len(leaves)}",
-            )
-        ]
-    if merkle_root(leaves) != checkpoint.root:
-        return [
-            Check(
-                name,
-                Status.FAIL,
-                f"the archive's Merkle root is not the root of the checkpoint published at {url}",
-            )
-        ]
-    withheld = 0
+    differs = _tree_problem(url, checkpoint.size, checkpoint.root, leaves)
+    if differs is not None:
+        return [Check(name, Status.FAIL, differs)]
     try:
-        for path, expected in _tiles(leaves):
-            if get(path) != expected:
-                return [
-                    Check(
-                        name,
-                        Status.FAIL,
-                        f"{url}/{path} is not the tile the archive's events give",
-                        where=path,
-                    )
-                ]
-        for i in range(0, len(envelopes), _WIDTH):
-            chunk = envelopes[i : i + _WIDTH]
-            path = tile_path("entries", i // _WIDTH, len(chunk))
-            got = get(path)
-            if got is None:
-                withheld += 1
-                continue
-            if got != b"".join(len(e).to_bytes(2, "big") + e for e in chunk):
-                return [
-                    Check(
-                        name,
-                        Status.FAIL,
-                        f"{url}/{path} does not hold the archive's "
-                        f"envelopes {i}..{i + len(chunk) - 1}",
-                        where=path,
-                    )
-                ]
+        withheld, failed = 0, _tiles_problem(get, url, leaves)
+        if failed is None:
+            withheld, failed = _bundles(get, url, envelopes)
     except OSError as exc:
         return [Check(name, Status.FAIL, f"cannot fetch the published log: {exc}")]
+    if failed is not None:
+        return [Check(name, Status.FAIL, failed[0], where=failed[1])]
+    return _equal(url, len(leaves), self_asserted, withheld)
+
+
+def _equal(url: str, n: int, self_asserted: bool, withheld: int) -> list[Check]:
+    """The checks of a published log equal to the archive (WARN: self-asserted, withheld)."""
+    name = "published-log"
     how = (
         "signed by the archive's own genesis key (self-asserted: give --trusted-key)"
         if self_asserted
@@ -161,7 +172,7 @@ def check_published_log(
         Check(
             name,
             Status.WARN if self_asserted else Status.PASS,
-            f"the log published at {url} is exactly the archive's {len(leaves)} events: "
+            f"the log published at {url} is exactly the archive's {n} events: "
             f"checkpoint {how}, every hash tile and entry bundle equal",
         )
     ]

@@ -23,8 +23,14 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 from verify._merkle import verify_inclusion
-from verify._note import _b64decode_strict, open_checkpoint, parse_note, parse_vkey
-from verify._witness import parse_cosigner_vkey
+from verify._note import (
+    NoteSignature,
+    _b64decode_strict,
+    open_checkpoint,
+    parse_note,
+    parse_vkey,
+)
+from verify._witness import CosignerKey, parse_cosigner_vkey
 
 __all__ = ["ReceiptReport", "check_receipt"]
 
@@ -80,6 +86,36 @@ def _split(text: str, report: ReceiptReport) -> tuple[bytes, list[bytes], str] |
     return envelope, path, note
 
 
+def _cosigned(
+    report: ReceiptReport, key: CosignerKey, text: str, signatures: Sequence[NoteSignature]
+) -> None:
+    """Note the witness ``key`` as a cosigner if one of ``signatures`` is its valid one."""
+    for sig in signatures:
+        try:
+            if key.verify(text, sig) is not None:
+                report.cosigners.append(key.name)
+                return
+        except ValueError as exc:
+            report.problems.append(f"cosignature of {key.name}: {exc}")
+            return
+
+
+def _read_envelope(report: ReceiptReport, envelope: bytes) -> None:
+    """The receipt's kind and trial from its envelope, whose seq must be its index."""
+    try:
+        body = json.loads(envelope)
+    except (UnicodeDecodeError, ValueError):
+        body = None
+    if not isinstance(body, dict):
+        report.problems.append("the envelope is not a JSON object")
+        return
+    report.kind = str(body.get("kind", ""))
+    inner = body.get("body")
+    report.trial = str(inner.get("trial", "")) if isinstance(inner, dict) else ""
+    if body.get("seq") != report.index:
+        report.problems.append(f"the envelope's seq is not the index {report.index}")
+
+
 def check_receipt(
     text: str | bytes,
     trusted_keys: Sequence[str],
@@ -109,32 +145,13 @@ def check_receipt(
         return report
     report.size, report.origin = checkpoint.size, checkpoint.origin
     for vkey in witnesses:
-        key = parse_cosigner_vkey(vkey)
-        for sig in signatures:
-            try:
-                if key.verify(note.text, sig) is not None:
-                    report.cosigners.append(key.name)
-                    break
-            except ValueError as exc:
-                report.problems.append(f"cosignature of {key.name}: {exc}")
-                break
+        _cosigned(report, parse_cosigner_vkey(vkey), note.text, signatures)
     need = len(witnesses) if quorum is None else quorum
     if len(report.cosigners) < need:
         report.problems.append(
             f"cosigned by {len(report.cosigners)} trusted witness(es), fewer than the quorum {need}"
         )
-    try:
-        body = json.loads(envelope)
-    except (UnicodeDecodeError, ValueError):
-        body = None
-    if not isinstance(body, dict):
-        report.problems.append("the envelope is not a JSON object")
-    else:
-        report.kind = str(body.get("kind", ""))
-        inner = body.get("body")
-        report.trial = str(inner.get("trial", "")) if isinstance(inner, dict) else ""
-        if body.get("seq") != report.index:
-            report.problems.append(f"the envelope's seq is not the index {report.index}")
+    _read_envelope(report, envelope)
     leaf = hashlib.sha256(b"\x00" + envelope).digest()
     if not verify_inclusion(report.index, checkpoint.size, leaf, path, checkpoint.root):
         report.problems.append(

@@ -115,19 +115,29 @@ def response_text(raw: bytes, fmt: str) -> str:
     if not isinstance(body, dict):
         raise BodyError("not an object")
     if fmt == "anthropic-messages":
-        content = body.get("content")
-        if not isinstance(content, list):
-            raise BodyError("no content array")
-        parts: list[str] = []
-        for block in content:
-            if not isinstance(block, dict):
-                raise BodyError("content element not an object")
-            if block.get("type") == "text":
-                text = block.get("text")
-                if not isinstance(text, str):
-                    raise BodyError("text block without a string text")
-                parts.append(text)
-        return "".join(parts)
+        return _messages_text(body)
+    return _chat_text(body)
+
+
+def _messages_text(body: dict[str, Any]) -> str:
+    """The text blocks of a Messages response, joined; :class:`BodyError` if malformed."""
+    content = body.get("content")
+    if not isinstance(content, list):
+        raise BodyError("no content array")
+    parts: list[str] = []
+    for block in content:
+        if not isinstance(block, dict):
+            raise BodyError("content element not an object")
+        if block.get("type") == "text":
+            text = block.get("text")
+            if not isinstance(text, str):
+                raise BodyError("text block without a string text")
+            parts.append(text)
+    return "".join(parts)
+
+
+def _chat_text(body: dict[str, Any]) -> str:
+    """The first choice's content of a chat completion; :class:`BodyError` if malformed."""
     choices = body.get("choices")
     if not isinstance(choices, list) or not choices:
         raise BodyError("no choices")
@@ -247,6 +257,11 @@ def json_equal(x: Any, y: Any) -> bool:
         return x == y
     if isinstance(x, str) and isinstance(y, str):
         return x == y
+    return _containers_equal(x, y)
+
+
+def _containers_equal(x: Any, y: Any) -> bool:
+    """:func:`json_equal` of two arrays or two objects, element by element; else False."""
     if isinstance(x, list) and isinstance(y, list):
         return len(x) == len(y) and all(json_equal(a, b) for a, b in zip(x, y, strict=True))
     if isinstance(x, dict) and isinstance(y, dict):

@@ -92,20 +92,24 @@ def open_regular(
     except OSError as exc:
         raise UnsafeFileError(f"cannot be opened ({exc.strerror or exc})") from None
     try:
-        opened = os.fstat(fd)
-        if not stat.S_ISREG(opened.st_mode) or (opened.st_dev, opened.st_ino) != (
-            st.st_dev,
-            st.st_ino,
-        ):
-            raise UnsafeFileError("changed while it was opened: not read")
-        if opened.st_size > limit:
-            raise UnsafeFileError(
-                f"is {opened.st_size:,} bytes, more than the {human_bytes(limit)} limit: not read"
-            )
+        _check_opened(os.fstat(fd), st, limit)
         return os.fdopen(fd, "rb")
     except BaseException:
         os.close(fd)
         raise
+
+
+def _check_opened(opened: os.stat_result, st: os.stat_result, limit: int) -> None:
+    """The file opened is the regular file examined, still within ``limit``."""
+    if not stat.S_ISREG(opened.st_mode) or (opened.st_dev, opened.st_ino) != (
+        st.st_dev,
+        st.st_ino,
+    ):
+        raise UnsafeFileError("changed while it was opened: not read")
+    if opened.st_size > limit:
+        raise UnsafeFileError(
+            f"is {opened.st_size:,} bytes, more than the {human_bytes(limit)} limit: not read"
+        )
 
 
 def read_regular(

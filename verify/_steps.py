@@ -39,6 +39,9 @@ TRIAL_SLOTS = ("response", "reference", "reference_text")
 ANSWER = ("answer", "answer_text", "rationale")
 _WORD = re.compile(r"[a-z0-9_-]+")
 
+Blob = Callable[[str], bytes | None]
+"""An event's blob getter: the bytes of its blob by name, or None."""
+
 
 @dataclass(frozen=True)
 class StepPlan:
@@ -75,13 +78,7 @@ class StepPlan:
         if not isinstance(decision, dict):
             return False
         for name, want in (self.keep_rule.get("equals") or {}).items():
-            if name not in decision:
-                return False
-            got = decision[name]
-            if isinstance(got, bool) or isinstance(want, bool):
-                if not (isinstance(got, bool) and isinstance(want, bool) and got == want):
-                    return False
-            elif isinstance(got, str) != isinstance(want, str) or got != want:
+            if name not in decision or not _json_equal(decision[name], want):
                 return False
         for name, low in (self.keep_rule.get("at_least") or {}).items():
             got = decision.get(name)
@@ -110,6 +107,13 @@ class StepPlan:
         }
 
 
+def _json_equal(got: Any, want: Any) -> bool:
+    """§8.3 ``equals``: the same JSON value (a boolean equals only a boolean, a string a string)."""
+    if isinstance(got, bool) or isinstance(want, bool):
+        return isinstance(got, bool) and isinstance(want, bool) and got == want
+    return isinstance(got, str) == isinstance(want, str) and got == want
+
+
 def plans_of(
     protocol: Mapping[str, Any], study: LockedStudy, read: Callable[[str], bytes | None]
 ) -> dict[str, StepPlan]:
@@ -119,86 +123,124 @@ def plans_of(
         return {}
     if type(steps) is not dict:
         raise PromptError("protocol.locked steps is not an object")
-    out: dict[str, StepPlan] = {}
-    for name, rec in steps.items():
-        where = f"protocol.locked steps.{name}"
-        if type(rec) is not dict:
-            raise PromptError(f"{where} is not an object")
-        on = rec.get("on")
-        if on not in ("item", "trial"):
-            raise PromptError(f"{where}.on: {on!r}")
-        models = rec.get("models")
-        if type(models) is not list or not models:
-            raise PromptError(f"{where}.models is not a list of model names")
-        names = tuple(m or None for m in models)
-        for m in names:
-            if m not in study.models:
-                raise PromptError(f"{where}.models: {m!r} is not a locked model")
-        path = rec.get("template")
-        data = read(path) if type(path) is str else None
-        if data is None or type(path) is not str:
-            raise PromptError(f"{where}.template: {path!r} is not a locked file")
-        template = read_template(data, path)
-        system_names = rec.get("system") or []
-        system = "\n\n".join(study.component(n) for n in system_names) if system_names else None
-        parser = rec.get("parser")
-        if parser not in ("text", "label", "json"):
-            raise PromptError(f"{where}.parser: {parser!r}")
-        schema = None
-        if parser == "json":
-            schema_path = rec.get("schema")
-            raw = read(schema_path) if type(schema_path) is str else None
-            if raw is None:
-                raise PromptError(f"{where}.schema: {schema_path!r} is not a locked file")
-            schema = json.loads(raw)
-        unparseable = rec.get("on_unparseable") or {}
-        rule = rec.get("aggregate")
-        if isinstance(rule, dict):
-            rule = rule.get("k")
-        if rule not in ("majority", "unanimous") and not (type(rule) is int and rule >= 1):
-            raise PromptError(f"{where}.aggregate: {rec.get('aggregate')!r}")
-        keep = rec.get("keep")
-        rule_keep = None
-        if isinstance(keep, dict):
-            if (
-                parser != "json"
-                or not set(keep) <= {"equals", "at_least"}
-                or not all(isinstance(v, dict) for v in keep.values())
-            ):
-                raise PromptError(f"{where}.keep: {keep!r} is not a json screening rule")
-            rule_keep, keep = keep, None
-        verified = rec.get("verified_by")
-        if verified is not None and (
-            type(verified) is not dict
-            or set(verified) != {"step", "accept", "retry", "then"}
-            or type(verified["retry"]) is not int
-            or verified["retry"] < 0
-            or type(verified["accept"]) is not list
-            or on != "item"
-        ):
-            raise PromptError(
-                f"{where}.verified_by: {verified!r} is not "
-                "{step, accept, retry, then} of an item step"
-            )
-        out[name] = StepPlan(
-            name,
-            on,
-            names,
-            template,
-            system,
-            parser,
-            tuple(rec.get("labels") or ()),
-            schema,
-            int(unparseable.get("retry", 0)),
-            str(unparseable.get("then", "exclude")),
-            rule,
-            str(rec.get("sees", "blind")),
-            tuple(keep) if keep is not None else None,
-            rule_keep,
-            verified,
-            rec.get("match_by"),
+    out = {name: _plan_of(name, rec, study, read) for name, rec in steps.items()}
+    _check_verifiers(out)
+    _check_matchers(out)
+    return out
+
+
+def _plan_of(
+    name: str, rec: Any, study: LockedStudy, read: Callable[[str], bytes | None]
+) -> StepPlan:
+    """One locked step's plan; :class:`PromptError` naming the first member that is wrong."""
+    where = f"protocol.locked steps.{name}"
+    if type(rec) is not dict:
+        raise PromptError(f"{where} is not an object")
+    on = rec.get("on")
+    if on not in ("item", "trial"):
+        raise PromptError(f"{where}.on: {on!r}")
+    names = _plan_models(where, rec, study)
+    path = rec.get("template")
+    data = read(path) if type(path) is str else None
+    if data is None or type(path) is not str:
+        raise PromptError(f"{where}.template: {path!r} is not a locked file")
+    template = read_template(data, path)
+    system_names = rec.get("system") or []
+    system = "\n\n".join(study.component(n) for n in system_names) if system_names else None
+    parser = rec.get("parser")
+    if parser not in ("text", "label", "json"):
+        raise PromptError(f"{where}.parser: {parser!r}")
+    schema = _plan_schema(where, rec, read) if parser == "json" else None
+    unparseable = rec.get("on_unparseable") or {}
+    rule = _plan_aggregate(where, rec)
+    keep, rule_keep = _plan_keep(where, rec, parser)
+    verified = _plan_verified_by(where, rec, on)
+    return StepPlan(
+        name,
+        on,
+        names,
+        template,
+        system,
+        parser,
+        tuple(rec.get("labels") or ()),
+        schema,
+        int(unparseable.get("retry", 0)),
+        str(unparseable.get("then", "exclude")),
+        rule,
+        str(rec.get("sees", "blind")),
+        tuple(keep) if keep is not None else None,
+        rule_keep,
+        verified,
+        rec.get("match_by"),
+    )
+
+
+def _plan_models(where: str, rec: dict[str, Any], study: LockedStudy) -> tuple[str | None, ...]:
+    """A step's models: a non-empty list of locked model names (``""`` for the only model)."""
+    models = rec.get("models")
+    if type(models) is not list or not models:
+        raise PromptError(f"{where}.models is not a list of model names")
+    names = tuple(m or None for m in models)
+    for m in names:
+        if m not in study.models:
+            raise PromptError(f"{where}.models: {m!r} is not a locked model")
+    return names
+
+
+def _plan_schema(where: str, rec: dict[str, Any], read: Callable[[str], bytes | None]) -> Any:
+    """A json step's schema, read from its locked file."""
+    schema_path = rec.get("schema")
+    raw = read(schema_path) if type(schema_path) is str else None
+    if raw is None:
+        raise PromptError(f"{where}.schema: {schema_path!r} is not a locked file")
+    return json.loads(raw)
+
+
+def _plan_aggregate(where: str, rec: dict[str, Any]) -> Any:
+    """A step's aggregation rule: majority, unanimous or at least k votes (``{k = N}``)."""
+    rule = rec.get("aggregate")
+    if isinstance(rule, dict):
+        rule = rule.get("k")
+    if rule not in ("majority", "unanimous") and not (type(rule) is int and rule >= 1):
+        raise PromptError(f"{where}.aggregate: {rec.get('aggregate')!r}")
+    return rule
+
+
+def _plan_keep(where: str, rec: dict[str, Any], parser: str) -> tuple[Any, Any]:
+    """A screening step's ``keep``: (labels, None) or, for a json step, (None, the rule)."""
+    keep = rec.get("keep")
+    if not isinstance(keep, dict):
+        return keep, None
+    if (
+        parser != "json"
+        or not set(keep) <= {"equals", "at_least"}
+        or not all(isinstance(v, dict) for v in keep.values())
+    ):
+        raise PromptError(f"{where}.keep: {keep!r} is not a json screening rule")
+    return None, keep
+
+
+def _plan_verified_by(where: str, rec: dict[str, Any], on: str) -> Any:
+    """§8.6: an item step's ``verified_by`` table ``{step, accept, retry, then}``, or None."""
+    verified = rec.get("verified_by")
+    if verified is not None and (
+        type(verified) is not dict
+        or set(verified) != {"step", "accept", "retry", "then"}
+        or type(verified["retry"]) is not int
+        or verified["retry"] < 0
+        or type(verified["accept"]) is not list
+        or on != "item"
+    ):
+        raise PromptError(
+            f"{where}.verified_by: {verified!r} is not "
+            "{step, accept, retry, then} of an item step"
         )
-    for name, plan in out.items():  # §8.6: the verifier is an item step reading the sample
+    return verified
+
+
+def _check_verifiers(out: Mapping[str, StepPlan]) -> None:
+    """§8.6: the verifier is a label item step reading the sample, whose labels hold accept."""
+    for name, plan in out.items():
         ver = plan.verified_by
         if ver is None:
             continue
@@ -215,8 +257,31 @@ def plans_of(
                 "not a label item step reading {steps." + name + "} whose labels "
                 "hold accept"
             )
+
+
+def _matcher_fits(plan: StepPlan, m: StepPlan, matchers: set[str]) -> bool:
+    """§8.3: whether ``m`` may match ``plan`` (both plain item steps, ``m`` one-model, new).
+
+    ``m`` is a one-model json item step with only "groups", matching no other step, neither
+    screening nor verified, and so is ``plan``.
+    """
+    return not (
+        m.on != "item"
+        or m.sets != ("groups",)
+        or len(m.models) != 1
+        or m.match_by is not None
+        or m.verified_by is not None
+        or m.screens
+        or plan.verified_by is not None
+        or plan.screens
+        or m.name in matchers
+    )
+
+
+def _check_matchers(out: Mapping[str, StepPlan]) -> None:
+    """§8.3: each synonym matcher of the right kind, no cycle, one set-valued step each."""
     matchers: set[str] = set()
-    for name, plan in out.items():  # §8.3: a synonym matcher of the right kind, no cycle
+    for name, plan in out.items():
         if plan.match_by is None:
             continue
         m = out.get(str(plan.match_by))
@@ -225,17 +290,7 @@ def plans_of(
             or plan.on != "item"
             or m is None
             or m.name == name
-            or (
-                m.on != "item"
-                or m.sets != ("groups",)
-                or len(m.models) != 1
-                or m.match_by is not None
-                or m.verified_by is not None
-                or m.screens
-                or plan.verified_by is not None
-                or plan.screens
-                or m.name in matchers
-            )
+            or not _matcher_fits(plan, m, matchers)
         ):
             raise PromptError(
                 f"protocol.locked steps.{name}.match_by: {plan.match_by!r} is "
@@ -243,7 +298,6 @@ def plans_of(
                 "this set-valued item step alone"
             )
         matchers.add(m.name)
-    return out
 
 
 def matched_step(plans: Mapping[str, StepPlan], matcher: str) -> str | None:
@@ -270,44 +324,66 @@ def groups_of(decision: Any) -> list[list[str]]:
 def step_lock_problems(plans: Mapping[str, StepPlan], study: LockedStudy) -> list[str]:
     """The lock rules of ``docs/prompts.md`` §8 on the locked steps (what a lock refuses)."""
     out: list[str] = []
-
-    def read_problem(on: str, slot: str) -> str | None:
-        parts = slot.split(".")
-        if len(parts) not in (2, 3) or parts[1] not in plans:
-            return f"no step named {parts[1] if len(parts) > 1 else slot!r} produces it"
-        target = plans[parts[1]]
-        if target.on == "trial" and on == "item":
-            return f"{parts[1]!r} is a trial step, read before its trial"
-        if len(parts) == 3 and (
-            target.schema is None or parts[2] not in target.schema.get("properties", {})
-        ):
-            return f"step {parts[1]!r} has no field {parts[2]!r}"
-        return None
-
     for name, plan in plans.items():
         for slot in plan.template.slots:
-            where = f"{plan.template.name}:{slot.line}:{slot.column}: slot {{{slot.name}}}"
-            if slot.name in LEAK or slot.name.startswith("factor."):
-                if not (slot.name == "request" and plan.sees == "request"):
-                    out.append(f"{where}: a blind step ({name}) may not see the condition")
-            elif slot.name.startswith("steps."):
-                problem = read_problem(plan.on, slot.name)
-                if problem:
-                    out.append(f"{where}: {problem}")
-            elif slot.name.startswith("votes."):
-                if matched_step(plans, name) != slot.name[len("votes.") :]:
-                    out.append(f"{where}: only a set-valued step's matcher reads its votes")
-            elif slot.name in TRIAL_SLOTS and plan.on == "item":
-                out.append(f"{where}: an item step ({name}) may not read it")
-            elif slot.name in ANSWER:
-                out.append(f"{where}: not a step slot")
+            problem = _slot_problem(plans, name, plan, slot.name)
+            if problem:
+                where = f"{plan.template.name}:{slot.line}:{slot.column}: slot {{{slot.name}}}"
+                out.append(f"{where}: {problem}")
     for template in study.item_templates():  # [prompt] item and each factor level's
         for slot in template.slots:
             if slot.name.startswith("steps."):
-                problem = read_problem("item", slot.name)
+                problem = _read_problem(plans, "item", slot.name)
                 if problem:
                     out.append(f"{template.name}: slot {{{slot.name}}}: {problem}")
-    # a cycle among the steps
+    for name, plan in plans.items():
+        if plan.match_by in plans and f"votes.{name}" not in {
+            x.name for x in plans[str(plan.match_by)].template.slots
+        }:
+            out.append(f"steps.{name}.match_by: the matcher reads no {{votes.{name}}}")
+    if _cyclic(plans):
+        out.append("protocol.locked steps: the steps read each other in a cycle")
+    return out
+
+
+def _slot_problem(
+    plans: Mapping[str, StepPlan], name: str, plan: StepPlan, slot: str
+) -> str | None:
+    """Why step ``name``'s template may not read ``slot``, or None if it may."""
+    if slot in LEAK or slot.startswith("factor."):
+        if not (slot == "request" and plan.sees == "request"):
+            return f"a blind step ({name}) may not see the condition"
+        return None
+    if slot.startswith("steps."):
+        return _read_problem(plans, plan.on, slot)
+    if slot.startswith("votes."):
+        if matched_step(plans, name) != slot[len("votes.") :]:
+            return "only a set-valued step's matcher reads its votes"
+        return None
+    if slot in TRIAL_SLOTS and plan.on == "item":
+        return f"an item step ({name}) may not read it"
+    if slot in ANSWER:
+        return "not a step slot"
+    return None
+
+
+def _read_problem(plans: Mapping[str, StepPlan], on: str, slot: str) -> str | None:
+    """Why a template of an ``on`` step or prompt may not read ``{steps.*}`` slot ``slot``."""
+    parts = slot.split(".")
+    if len(parts) not in (2, 3) or parts[1] not in plans:
+        return f"no step named {parts[1] if len(parts) > 1 else slot!r} produces it"
+    target = plans[parts[1]]
+    if target.on == "trial" and on == "item":
+        return f"{parts[1]!r} is a trial step, read before its trial"
+    if len(parts) == 3 and (
+        target.schema is None or parts[2] not in target.schema.get("properties", {})
+    ):
+        return f"step {parts[1]!r} has no field {parts[2]!r}"
+    return None
+
+
+def _cyclic(plans: Mapping[str, StepPlan]) -> bool:
+    """Whether the steps read each other in a cycle (a depth-first walk of what each reads)."""
     state: dict[str, int] = {}
 
     def cyclic(node: str) -> bool:
@@ -318,14 +394,7 @@ def step_lock_problems(plans: Mapping[str, StepPlan], study: LockedStudy) -> lis
         state[node] = 2
         return False
 
-    for name, plan in plans.items():
-        if plan.match_by in plans and f"votes.{name}" not in {
-            x.name for x in plans[str(plan.match_by)].template.slots
-        }:
-            out.append(f"steps.{name}.match_by: the matcher reads no {{votes.{name}}}")
-    if any(state.get(n) is None and cyclic(n) for n in sorted(plans)):
-        out.append("protocol.locked steps: the steps read each other in a cycle")
-    return out
+    return any(state.get(n) is None and cyclic(n) for n in sorted(plans))
 
 
 # ------------------------------------------------------------------ parsing and votes
@@ -391,30 +460,42 @@ def decide_sets(
     parsed = [v for v in votes if isinstance(v, dict)]
     if len(parsed) < need:
         return None
-    seen_any = {_norm(x) for v in parsed for f in fields for x in v.get(f) or []}
-    same: dict[str, str] = {}
-    for group in groups or ():
-        live = [g for g in group if g in seen_any and g not in same]
-        same.update((g, live[0]) for g in live)
+    same = _synonyms(parsed, fields, groups)
 
     def norm(x: str) -> str:
         key = _norm(x)
         return same.get(key, key)
 
-    out: dict[str, list[str]] = {}
-    for name in fields:
-        tally: dict[str, list[Any]] = {}  # normalised -> [count, first surface]
-        for vote in parsed:
-            for key in {norm(x) for x in vote.get(name) or []} - {""}:
-                tally.setdefault(key, [0, None])[0] += 1
-        firsts: list[tuple[str, str]] = []
-        for vote in parsed:
-            for x in vote.get(name) or []:
-                key = norm(x)
-                if key and key not in {k for k, _ in firsts}:
-                    firsts.append((key, " ".join(unicodedata.normalize("NFC", x).split())))
-        out[name] = [surface for key, surface in firsts if tally[key][0] >= need]
-    return out
+    return {name: _set_decision(need, parsed, name, norm) for name in fields}
+
+
+def _synonyms(
+    parsed: list[dict[str, Any]], fields: Sequence[str], groups: Sequence[Sequence[str]] | None
+) -> dict[str, str]:
+    """Each element of a synonym group some vote contains -> the group's first such member."""
+    seen_any = {_norm(x) for v in parsed for f in fields for x in v.get(f) or []}
+    same: dict[str, str] = {}
+    for group in groups or ():
+        live = [g for g in group if g in seen_any and g not in same]
+        same.update((g, live[0]) for g in live)
+    return same
+
+
+def _set_decision(
+    need: int, parsed: list[dict[str, Any]], name: str, norm: Callable[[str], str]
+) -> list[str]:
+    """§8.3: the members of field ``name`` at least ``need`` votes hold, as first written."""
+    tally: dict[str, list[Any]] = {}  # normalised -> [count, first surface]
+    for vote in parsed:
+        for key in {norm(x) for x in vote.get(name) or []} - {""}:
+            tally.setdefault(key, [0, None])[0] += 1
+    firsts: list[tuple[str, str]] = []
+    for vote in parsed:
+        for x in vote.get(name) or []:
+            key = norm(x)
+            if key and key not in {k for k, _ in firsts}:
+                firsts.append((key, " ".join(unicodedata.normalize("NFC", x).split())))
+    return [surface for key, surface in firsts if tally[key][0] >= need]
 
 
 _norm = norm
@@ -457,12 +538,21 @@ def text_of(raw: bytes, fmt: str) -> str:
     if not isinstance(body, dict):
         return ""
     if fmt == "openai-chat":
-        try:
-            content = body["choices"][0]["message"]["content"]
-        except (KeyError, IndexError, TypeError):
-            return ""
-        return content if isinstance(content, str) else ""
-    content = body.get("content")
+        return _openai_text(body)
+    return _content_text(body.get("content"))
+
+
+def _openai_text(body: dict[str, Any]) -> str:
+    """The text of an OpenAI chat completion's first choice; ``""`` when it has none."""
+    try:
+        content = body["choices"][0]["message"]["content"]
+    except (KeyError, IndexError, TypeError):
+        return ""
+    return content if isinstance(content, str) else ""
+
+
+def _content_text(content: Any) -> str:
+    """The text blocks of a Messages response's ``content`` list, joined; ``""`` for none."""
     if not isinstance(content, list):
         return ""
     return "".join(
@@ -479,6 +569,19 @@ def slot_text(value: Any, field_name: str | None) -> str | None:
             return None
         value = value[field_name]
     return value if isinstance(value, str) else _key(value)
+
+
+def step_slot(name: str) -> tuple[str, str | None] | None:
+    """A ``{steps.NAME}`` or ``{steps.NAME.FIELD}`` slot's ``(NAME, FIELD)``; None for others."""
+    parts = name.split(".")
+    if parts[0] != "steps" or len(parts) not in (2, 3):
+        return None
+    return parts[1], (parts[2] if len(parts) == 3 else None)
+
+
+def decision_text(decision: Any, field_name: str | None) -> str | None:
+    """A decision's slot text; None when there is no decision, or it lacks the field read."""
+    return None if decision is None else slot_text(decision, field_name)
 
 
 # ------------------------------------------------------------------ the replay
@@ -524,6 +627,9 @@ class Replay:
     rendered: int = 0
     reference_step: str | None = None  # scoring.md §12: a ddx study's reference item step
     first_trial: int | None = None  # seq of the first trial.requested
+    trial_requests: dict[int, str] = field(default_factory=dict)  # seq -> trial
+    request_call: dict[int, str] = field(default_factory=dict)  # step.requested seq -> call id
+    needs_steps: bool = False  # some trial reads a step's decision
 
     def fail(self, seq: int | None, message: str) -> None:
         """Record a problem at ``seq``."""
@@ -555,23 +661,28 @@ class Replay:
             self.matched_votes[(step, unit)] = votes
             return
         decision = decide(plan.aggregate, votes, plan.sets)
-        target = matched_step(self.plans, step)
-        if target is not None and (target, unit) in self.matched_votes:
-            tp = self.plans[target]
-            self.decisions[(target, unit)] = (
-                seq,
-                None
-                if decision is None
-                else decide(
-                    tp.aggregate, self.matched_votes[(target, unit)], tp.sets, groups_of(decision)
-                ),
-            )
+        self._decide_matched(step, unit, seq, decision)
         host = self.host_of(step) if plan.on == "item" else None
         if host is None:
             self.decisions[(step, unit)] = (seq, decision)
             return
         self.samples[(step, unit, k)] = (seq, decision)
         self._resolve(host, unit, seq)
+
+    def _decide_matched(self, step: str, unit: str, seq: int, decision: Any) -> None:
+        """§8.3: a matcher's decision decides the set-valued step whose votes it groups."""
+        target = matched_step(self.plans, step)
+        if target is None or (target, unit) not in self.matched_votes:
+            return
+        tp = self.plans[target]
+        self.decisions[(target, unit)] = (
+            seq,
+            None
+            if decision is None
+            else decide(
+                tp.aggregate, self.matched_votes[(target, unit)], tp.sets, groups_of(decision)
+            ),
+        )
 
     def _resolve(self, host: str, item: str, seq: int) -> None:
         """§8.6: the verified step's and its verifier's decisions once the chain settles."""
@@ -691,16 +802,13 @@ class Replay:
             return None
         blocked = False
         for slot in plan.template.slots:
-            parts = slot.name.split(".")
-            if parts[0] != "steps" or len(parts) not in (2, 3) or parts[1] not in self.plans:
+            ref = step_slot(slot.name)
+            if ref is None or ref[0] not in self.plans:
                 continue
-            found = self.decided(parts[1], item)
+            found = self.decided(ref[0], item)
             if found is None:
                 return None
-            if (
-                found[1] is None
-                or slot_text(found[1], parts[2] if len(parts) == 3 else None) is None
-            ):
+            if decision_text(found[1], ref[1]) is None:
                 blocked = True
         return (None, None) if blocked else None
 
@@ -723,13 +831,10 @@ class Replay:
             return None  # scoring.md §12: no reference sets, the item's trials are excluded
         out: dict[str, str] = {}
         for slot in [s for t in self.study.item_templates() for s in t.slots]:
-            parts = slot.name.split(".")
-            if parts[0] != "steps" or len(parts) not in (2, 3):
+            ref = step_slot(slot.name)
+            if ref is None:
                 continue
-            value = decided[parts[1]]
-            text = (
-                None if value is None else slot_text(value, parts[2] if len(parts) == 3 else None)
-            )
+            text = decision_text(decided[ref[0]], ref[1])
             if text is None:
                 return None
             out[slot.name] = text
@@ -741,45 +846,55 @@ class Replay:
         fields = self.study.fields(call.item)
         values = item_values(fields, self.study.option_format, self.study.option_separator)
         if plan.on == "trial":
-            answer = fields.get("answer")
-            values["reference"] = str(answer)
-            options = fields.get("options")
-            if isinstance(options, list) and isinstance(answer, str) and len(answer) == 1:
-                index = ord(answer) - ord("A")
-                if 0 <= index < len(options):
-                    values["reference_text"] = str(options[index])
-            answered = self.responses.get(call.trial or "")
-            if answered is None:
-                return f"its trial {call.trial} had no response yet"
-            values["response"] = answered[1]
-            if call.trial in self.request_texts:
-                values["request"] = self.request_texts[call.trial]
+            missing = self._trial_values(call, fields, values)
+            if missing is not None:
+                return missing
         matched = matched_step(self.plans, call.step)
         if matched is not None:  # §8.3: a matcher reads the final votes it groups
             got = self.matched_votes.get((matched, call.item))
             if got is None:
                 return f"the votes of step {matched!r} on {call.item!r} were not all final yet"
             values[f"votes.{matched}"] = votes_slot(got, self.plans[matched].sets)
+        missing = self._step_values(call, plan, values)
+        return values if missing is None else missing
+
+    def _trial_values(
+        self, call: Call, fields: Mapping[str, Any], values: dict[str, str]
+    ) -> str | None:
+        """Add a trial step's reference, response and request slots; or say what is missing."""
+        answer = fields.get("answer")
+        values["reference"] = str(answer)
+        options = fields.get("options")
+        if isinstance(options, list) and isinstance(answer, str) and len(answer) == 1:
+            index = ord(answer) - ord("A")
+            if 0 <= index < len(options):
+                values["reference_text"] = str(options[index])
+        answered = self.responses.get(call.trial or "")
+        if answered is None:
+            return f"its trial {call.trial} had no response yet"
+        values["response"] = answered[1]
+        if call.trial in self.request_texts:
+            values["request"] = self.request_texts[call.trial]
+        return None
+
+    def _step_values(self, call: Call, plan: StepPlan, values: dict[str, str]) -> str | None:
+        """Add ``call``'s ``{steps.*}`` slots from earlier decisions, or say what is missing."""
         for slot in plan.template.slots:
-            parts = slot.name.split(".")
-            if parts[0] != "steps" or len(parts) not in (2, 3):
+            ref = step_slot(slot.name)
+            if ref is None:
                 continue
-            target = self.plans[parts[1]]
+            target = self.plans[ref[0]]
             unit = call.item if target.on == "item" else (call.trial or "")
-            decided = self.decisions.get((parts[1], unit))
+            decided = self.decisions.get((ref[0], unit))
             if target.verified_by is not None and target.verified_by["step"] == call.step:
-                decided = self.samples.get((parts[1], unit, call.k))  # §8.6: its own sample
+                decided = self.samples.get((ref[0], unit, call.k))  # §8.6: its own sample
             if decided is None:
-                return f"step {parts[1]!r} had not decided for {unit!r} yet"
-            text = (
-                None
-                if decided[1] is None
-                else slot_text(decided[1], parts[2] if len(parts) == 3 else None)
-            )
+                return f"step {ref[0]!r} had not decided for {unit!r} yet"
+            text = decision_text(decided[1], ref[1])
             if text is None:
-                return f"step {parts[1]!r} reached no decision for {unit!r}"
+                return f"step {ref[0]!r} reached no decision for {unit!r}"
             values[slot.name] = text
-        return values
+        return None
 
     def request_bytes(self, call: Call, values: Mapping[str, str], wire: str) -> bytes:
         """§8: the canonical JSON of the call's request."""
@@ -794,126 +909,141 @@ class Replay:
 
     def run(self) -> None:
         """Replay every event (``self.events``: (seq, kind, body, blob getter) in order)."""
-        trial_requests: dict[int, str] = {}
-        request_call: dict[int, str] = {}
-        needed = self.needed()
+        self.needs_steps = bool(self.needed())
+        handlers: dict[str, Callable[[int, str, dict[str, Any], Blob], None]] = {
+            "trial.requested": self._on_trial_requested,
+            "trial.responded": self._on_trial_responded,
+            "trial.failed": self._on_trial_failed,
+            "trial.excluded": self._on_trial_excluded,
+            "step.requested": self._on_step_requested,
+            "step.responded": self._on_step_outcome,
+            "step.failed": self._on_step_outcome,
+        }
         for seq, kind, body, blob in self.events:
-            if kind == "trial.requested":
-                trial = str(body.get("trial"))
-                trial_requests[seq] = trial
-                if self.first_trial is None:
-                    self.first_trial = seq
-                item = str(body.get("stimulus"))
-                self.stimulus[trial] = item
-                after = self._after(trial)
-                if after is not None and trial not in self.prior_values:
-                    prior = self.prior(trial, after)
-                    if isinstance(prior, str):
-                        self.fail(seq, f"trial {trial} (a second stage) was requested, but {prior}")
-                    else:
-                        self.prior_values[trial] = prior
-                try:
-                    values = self.item_values(item) if needed else {}
-                except KeyError as missing:
-                    self.fail(
-                        seq,
-                        f"trial {trial} was requested before step {missing} "
-                        f"decided for item {item!r}",
-                    )
-                    continue
-                if values is None:
-                    self.fail(
-                        seq, f"trial {trial} was requested, but the steps exclude item {item!r}"
-                    )
-            elif kind == "trial.responded":
-                trial = trial_requests.get(body.get("request_seq"), "")  # type: ignore[arg-type]
-                raw = blob("response") or b""
-                self.responses[trial] = (seq, text_of(raw, str(body.get("format"))))
-                if any(p.sees == "request" for p in self.plans.values()):
-                    req = blob("__request__")
-                    if req is not None:
-                        # a data arm's request blob is its source record, no messages:
-                        # its {request} is empty (trials.md §6; runner.step_state)
-                        messages = json.loads(req).get("messages") or [{"content": ""}]
-                        message = messages[-1].get("content") or ""
-                        self.request_texts[trial] = (
-                            message
-                            if isinstance(message, str)
-                            else (
-                                "".join(
-                                    b.get("text", "") for b in message if b.get("type") == "text"
-                                )
-                            )
-                        )
-            elif kind == "trial.failed":
-                if body.get("final") is True:
-                    self.given_up.add(trial_requests.get(body.get("request_seq"), ""))  # type: ignore[arg-type]
-            elif kind == "trial.excluded" and "prior" in body:
-                trial = str(body.get("trial"))
-                self.excluded[trial] = seq
-                after = self._after(trial)
-                found = self.prior(trial, after) if after is not None else "it has no first stage"
-                if not isinstance(found, str):
-                    self.fail(
-                        seq, f"trial {trial} was excluded, but its first stage gave what it reads"
-                    )
-                elif found.startswith("waiting"):
-                    self.fail(seq, f"trial {trial} was excluded before {found[8:]}")
-            elif kind == "trial.excluded":
-                trial, item = str(body.get("trial")), str(body.get("item"))
-                self.excluded[trial] = seq
-                try:
-                    values = self.item_values(item)
-                except KeyError as missing:
-                    self.fail(
-                        seq,
-                        f"trial {trial} was excluded before step {missing} decided "
-                        f"for item {item!r}",
-                    )
-                    continue
-                if values is not None:
-                    self.fail(
-                        seq,
-                        f"trial {trial} was excluded, but every step it reads "
-                        f"decided for item {item!r}",
-                    )
-            elif kind == "step.requested":
-                if body.get("step") == self.reference_step and self.first_trial is not None:
-                    self.fail(
-                        seq,
-                        f"call {body.get('call')} of the reference step "
-                        f"{self.reference_step!r} was requested after the first trial "
-                        f"(seq {self.first_trial}): reference sets are final before any "
-                        "trial is sent (scoring.md §12)",
-                    )
-                self._requested(seq, body, blob, request_call)
-            elif kind in ("step.responded", "step.failed"):
-                call_id = request_call.get(body.get("request_seq"))  # type: ignore[arg-type]
-                call = self.calls.get(call_id or "")
-                if call is None:
-                    self.fail(
-                        seq, f"{kind} request_seq {body.get('request_seq')!r} is no step.requested"
-                    )
-                    continue
-                if call.final_seq is not None:
-                    self.fail(
-                        seq,
-                        f"call {call.id} has an outcome after its final one (seq {call.final_seq})",
-                    )
-                    continue
-                plan = self.plans[call.step]
-                if kind == "step.responded":
-                    call.responses += 1
-                    value = parse(plan, text_of(blob("response") or b"", str(body.get("format"))))
-                    if value is not None:
-                        call.value, call.status, call.final_seq = value, "parsed", seq
-                    elif call.responses >= plan.retry + 1:
-                        call.status, call.final_seq = "unparseable", seq
-                elif body.get("final") is True:
-                    call.status, call.final_seq = "given-up", seq
-                if call.final_seq is not None:
-                    unit = call.item if plan.on == "item" else (call.trial or "")
-                    self._settle(call.step, unit, seq, call.k)
+            handler = handlers.get(kind)
+            if handler is not None:
+                handler(seq, kind, body, blob)
+
+    def _on_trial_requested(self, seq: int, kind: str, body: dict[str, Any], blob: Blob) -> None:
+        """A trial may be requested once the steps it reads decided, and kept its item."""
+        trial = str(body.get("trial"))
+        self.trial_requests[seq] = trial
+        if self.first_trial is None:
+            self.first_trial = seq
+        item = str(body.get("stimulus"))
+        self.stimulus[trial] = item
+        after = self._after(trial)
+        if after is not None and trial not in self.prior_values:
+            prior = self.prior(trial, after)
+            if isinstance(prior, str):
+                self.fail(seq, f"trial {trial} (a second stage) was requested, but {prior}")
+            else:
+                self.prior_values[trial] = prior
+        try:
+            values = self.item_values(item) if self.needs_steps else {}
+        except KeyError as missing:
+            self.fail(
+                seq,
+                f"trial {trial} was requested before step {missing} decided for item {item!r}",
+            )
+            return
+        if values is None:
+            self.fail(seq, f"trial {trial} was requested, but the steps exclude item {item!r}")
+
+    def _on_trial_responded(self, seq: int, kind: str, body: dict[str, Any], blob: Blob) -> None:
+        """A trial's response text, and its request's text for steps that see it."""
+        trial = self.trial_requests.get(body.get("request_seq"), "")  # type: ignore[arg-type]
+        raw = blob("response") or b""
+        self.responses[trial] = (seq, text_of(raw, str(body.get("format"))))
+        if not any(p.sees == "request" for p in self.plans.values()):
+            return
+        req = blob("__request__")
+        if req is None:
+            return
+        # a data arm's request blob is its source record, no messages:
+        # its {request} is empty (trials.md §6; runner.step_state)
+        messages = json.loads(req).get("messages") or [{"content": ""}]
+        message = messages[-1].get("content") or ""
+        self.request_texts[trial] = (
+            message
+            if isinstance(message, str)
+            else "".join(b.get("text", "") for b in message if b.get("type") == "text")
+        )
+
+    def _on_trial_failed(self, seq: int, kind: str, body: dict[str, Any], blob: Blob) -> None:
+        """A trial given up for good."""
+        if body.get("final") is True:
+            self.given_up.add(self.trial_requests.get(body.get("request_seq"), ""))  # type: ignore[arg-type]
+
+    def _on_trial_excluded(self, seq: int, kind: str, body: dict[str, Any], blob: Blob) -> None:
+        """A trial excluded by its first stage (§9) or by the steps it reads."""
+        if "prior" in body:
+            self._excluded_by_prior(seq, body)
+            return
+        trial, item = str(body.get("trial")), str(body.get("item"))
+        self.excluded[trial] = seq
+        try:
+            values = self.item_values(item)
+        except KeyError as missing:
+            self.fail(
+                seq,
+                f"trial {trial} was excluded before step {missing} decided for item {item!r}",
+            )
+            return
+        if values is not None:
+            self.fail(
+                seq,
+                f"trial {trial} was excluded, but every step it reads decided for item {item!r}",
+            )
+
+    def _excluded_by_prior(self, seq: int, body: dict[str, Any]) -> None:
+        """§9: a second-stage trial excluded because its first stage gave nothing to read."""
+        trial = str(body.get("trial"))
+        self.excluded[trial] = seq
+        after = self._after(trial)
+        found = self.prior(trial, after) if after is not None else "it has no first stage"
+        if not isinstance(found, str):
+            self.fail(seq, f"trial {trial} was excluded, but its first stage gave what it reads")
+        elif found.startswith("waiting"):
+            self.fail(seq, f"trial {trial} was excluded before {found[8:]}")
+
+    def _on_step_requested(self, seq: int, kind: str, body: dict[str, Any], blob: Blob) -> None:
+        """A step call; a reference step's only before the first trial (scoring.md §12)."""
+        if body.get("step") == self.reference_step and self.first_trial is not None:
+            self.fail(
+                seq,
+                f"call {body.get('call')} of the reference step "
+                f"{self.reference_step!r} was requested after the first trial "
+                f"(seq {self.first_trial}): reference sets are final before any "
+                "trial is sent (scoring.md §12)",
+            )
+        self._requested(seq, body, blob, self.request_call)
+
+    def _on_step_outcome(self, seq: int, kind: str, body: dict[str, Any], blob: Blob) -> None:
+        """A step call's response or failure; a final outcome settles its unit."""
+        call_id = self.request_call.get(body.get("request_seq"))  # type: ignore[arg-type]
+        call = self.calls.get(call_id or "")
+        if call is None:
+            self.fail(seq, f"{kind} request_seq {body.get('request_seq')!r} is no step.requested")
+            return
+        if call.final_seq is not None:
+            self.fail(
+                seq, f"call {call.id} has an outcome after its final one (seq {call.final_seq})"
+            )
+            return
+        plan = self.plans[call.step]
+        if kind == "step.responded":
+            call.responses += 1
+            value = parse(plan, text_of(blob("response") or b"", str(body.get("format"))))
+            if value is not None:
+                call.value, call.status, call.final_seq = value, "parsed", seq
+            elif call.responses >= plan.retry + 1:
+                call.status, call.final_seq = "unparseable", seq
+        elif body.get("final") is True:
+            call.status, call.final_seq = "given-up", seq
+        if call.final_seq is not None:
+            unit = call.item if plan.on == "item" else (call.trial or "")
+            self._settle(call.step, unit, seq, call.k)
 
     def _after(self, trial: str) -> Mapping[str, str] | None:
         arm = self.study.arms.get(trial.split("|", 1)[0])
@@ -965,39 +1095,9 @@ class Replay:
         request_call: dict[int, str],
     ) -> None:
         call_id = str(body.get("call"))
-        head, _, rest = call_id.partition("|")
-        step = head[len("step:") :] if head.startswith("step:") else ""
-        plan = self.plans.get(step)
-        if plan is None or body.get("step") != step:
-            self.fail(seq, f"step.requested call {call_id!r} names no locked step")
+        call = self._call_of(seq, call_id, body)
+        if call is None:
             return
-        model, _, unit = rest.partition("|")
-        sample = 1
-        if plan.on == "item":
-            item, _, k = unit.rpartition("|")
-            trial = None
-            sample = int(k) if k.isdigit() and k == str(int(k)) else 0
-            if (
-                sample < 1
-                or (sample > 1 and self.host_of(step) is None)
-                or (item not in self.study.item_ids)
-            ):  # §8.6: samples k > 1 only of a verified step and its verifier
-                self.fail(seq, f"call {call_id!r} is not a call of item step {step!r}")
-                return
-        else:
-            trial, item = unit, self.stimulus.get(unit, "")
-        if (
-            (model or None) not in plan.models
-            or body.get("item") != item
-            or (body.get("trial") != trial)
-        ):
-            self.fail(
-                seq, f"call {call_id!r}: the event's model, item or trial differ from its call id"
-            )
-            return
-        call = self.calls.setdefault(
-            call_id, Call(call_id, step, model or None, item, trial, k=sample)
-        )
         request_call[seq] = call_id
         if call.attempts == 0:
             why = self.sample_due(call)
@@ -1015,6 +1115,55 @@ class Replay:
                 f"call {call_id} was requested again after its final outcome "
                 f"(seq {call.final_seq}): a call made twice",
             )
+        self._check_request(seq, call, body, blob)
+
+    def _call_of(self, seq: int, call_id: str, body: dict[str, Any]) -> Call | None:
+        """The call a step.requested names, if its id and fields are one of a locked step."""
+        head, _, rest = call_id.partition("|")
+        step = head[len("step:") :] if head.startswith("step:") else ""
+        plan = self.plans.get(step)
+        if plan is None or body.get("step") != step:
+            self.fail(seq, f"step.requested call {call_id!r} names no locked step")
+            return None
+        model, _, unit = rest.partition("|")
+        trial: str | None = None
+        if plan.on == "item":
+            found = self._item_unit(step, unit)
+            if found is None:
+                self.fail(seq, f"call {call_id!r} is not a call of item step {step!r}")
+                return None
+            item, sample = found
+        else:
+            trial, item, sample = unit, self.stimulus.get(unit, ""), 1
+        if (
+            (model or None) not in plan.models
+            or body.get("item") != item
+            or (body.get("trial") != trial)
+        ):
+            self.fail(
+                seq, f"call {call_id!r}: the event's model, item or trial differ from its call id"
+            )
+            return None
+        return self.calls.setdefault(
+            call_id, Call(call_id, step, model or None, item, trial, k=sample)
+        )
+
+    def _item_unit(self, step: str, unit: str) -> tuple[str, int] | None:
+        """An item step call's ``ITEM|K`` as (item, sample k), if it names a locked item.
+
+        §8.6: samples k > 1 only of a verified step and its verifier.
+        """
+        item, _, k = unit.rpartition("|")
+        sample = int(k) if k.isdigit() and k == str(int(k)) else 0
+        if sample < 1 or (sample > 1 and self.host_of(step) is None):
+            return None
+        return (item, sample) if item in self.study.item_ids else None
+
+    def _check_request(
+        self, seq: int, call: Call, body: dict[str, Any], blob: Callable[[str], bytes | None]
+    ) -> None:
+        """§8: the recorded request is the one re-rendered from the locked template and inputs."""
+        call_id = call.id
         values = self.values(call)
         if isinstance(values, str):
             self.fail(seq, f"call {call_id} was requested before its inputs existed: {values}")
@@ -1032,7 +1181,8 @@ class Replay:
             self.fail(
                 seq,
                 f"call {call_id}: the step request is not the one re-rendered from "
-                f"the locked template {plan.template.name} and its recorded inputs",
+                f"the locked template {self.plans[call.step].template.name} and its recorded "
+                "inputs",
             )
 
     def judge_record(self, step: str, trial: str) -> dict[str, Any] | None:
@@ -1193,21 +1343,13 @@ def review_sample(judged: Sequence[tuple[int, bool]], n: int, seed: str) -> list
     return sorted(chosen)
 
 
-def item_decisions(
-    protocol: Mapping[str, Any],
-    step: str,
-    schema: Mapping[str, Any] | None,
-    events: Sequence[tuple[int, str, dict[str, Any], Callable[..., bytes | None]]],
-) -> dict[str, Any]:
-    """§8.3: the decision of plain item step ``step`` on each item whose calls are all final.
-
-    From the step's recorded responses alone: each call ``step:{step}|{model}|{item}|1``
-    re-parsed by the locked parser (``schema`` for ``json``) and ``on_unparseable`` rule, the
-    votes aggregated by the locked rule (None: no decision).
-    """
+def _item_plan(
+    protocol: Mapping[str, Any], step: str, schema: Mapping[str, Any] | None
+) -> StepPlan:
+    """The plan of plain item step ``step`` as far as its decisions need it (no template)."""
     rec, rule = _locked_step(protocol, step)
     models = tuple(m or None for m in rec.get("models") or [])
-    plan = StepPlan(
+    return StepPlan(
         step,
         "item",
         models,
@@ -1222,6 +1364,21 @@ def item_decisions(
         "blind",
         None,
     )
+
+
+def item_decisions(
+    protocol: Mapping[str, Any],
+    step: str,
+    schema: Mapping[str, Any] | None,
+    events: Sequence[tuple[int, str, dict[str, Any], Callable[..., bytes | None]]],
+) -> dict[str, Any]:
+    """§8.3: the decision of plain item step ``step`` on each item whose calls are all final.
+
+    From the step's recorded responses alone: each call ``step:{step}|{model}|{item}|1``
+    re-parsed by the locked parser (``schema`` for ``json``) and ``on_unparseable`` rule, the
+    votes aggregated by the locked rule (None: no decision).
+    """
+    plan = _item_plan(protocol, step, schema)
     calls: dict[str, Call] = {}
     request_call: dict[int, str] = {}
     for seq, kind, body, blob in events:
@@ -1233,12 +1390,18 @@ def item_decisions(
             _settle(calls, request_call, plan, seq, kind, body, blob)
     out: dict[str, Any] = {}
     for item in sorted({c.item for c in calls.values()}):
-        votes = []
-        for call_id in unit_call_ids(plan, item):
-            made = calls.get(call_id)
-            if made is None or made.final_seq is None:
-                break
-            votes.append(made.value if made.status == "parsed" else None)
-        else:
+        votes = _final_votes(plan, calls, item)
+        if votes is not None:
             out[item] = decide(plan.aggregate, votes, plan.sets)
     return out
+
+
+def _final_votes(plan: StepPlan, calls: Mapping[str, Call], item: str) -> list[Any] | None:
+    """The votes of ``item``'s calls (None for one not parsed), or None while one is not final."""
+    votes = []
+    for call_id in unit_call_ids(plan, item):
+        made = calls.get(call_id)
+        if made is None or made.final_seq is None:
+            return None
+        votes.append(made.value if made.status == "parsed" else None)
+    return votes

@@ -141,18 +141,7 @@ class Variants:
         self.declared: dict[str, dict[str, Any]] = {}
         self.stopwords: dict[str, frozenset[str]] = {}
         for name, table in declared.items():
-            if type(table) is not dict or table.get("kind") not in REORDER | TEXT:
-                raise VariantError(f"protocol.locked variants.{name}: not a declaration of a kind")
-            _check_declaration(name, table)
-            self.declared[name] = table
-            if table["kind"] == "keep-salient":
-                path = table.get("stopwords")
-                data = read(path) if type(path) is str else None
-                if data is None:
-                    raise VariantError(
-                        f"protocol.locked variants.{name}.stopwords: {path!r} is not a locked file"
-                    )
-                self.stopwords[name] = parse_stopwords(data, str(path))
+            self._declare(name, table, read)
         order = protocol.get("variant_order")
         if type(order) is not list or any(type(v) is not str for v in order):
             raise VariantError("protocol.locked variant_order is not a list of names")
@@ -160,16 +149,7 @@ class Variants:
         # the declaration order is the order of first appearance in variant_order
         self.defs: dict[str, tuple[str, str | None]] = {}  # name -> (declaration, fixed order)
         expected: list[str] = []
-        seen: list[str] = []
-        for name in order:
-            base = name if name in self.declared else name.rsplit("-", 1)[0]
-            if base not in self.declared:
-                raise VariantError(f"protocol.locked variant_order: {name!r} is not declared")
-            if base not in seen:
-                seen.append(base)
-        if sorted(seen) != sorted(self.declared):
-            raise VariantError("protocol.locked variant_order does not list every declaration")
-        for base in seen:
+        for base in self._declaration_order(order):
             if self.declared[base]["kind"] != "all-orders":
                 expected.append(base)
                 self.defs[base] = (base, None)
@@ -200,6 +180,34 @@ class Variants:
             return list(self.order)
         return [v for v in self.order if v in arm_variants or self.defs[v][0] in arm_variants]
 
+    def _declare(self, name: str, table: Any, read: Callable[[str], bytes | None]) -> None:
+        """Check one declaration and keep it (with a keep-salient one's stopwords)."""
+        if type(table) is not dict or table.get("kind") not in REORDER | TEXT:
+            raise VariantError(f"protocol.locked variants.{name}: not a declaration of a kind")
+        _check_declaration(name, table)
+        self.declared[name] = table
+        if table["kind"] == "keep-salient":
+            path = table.get("stopwords")
+            data = read(path) if type(path) is str else None
+            if data is None:
+                raise VariantError(
+                    f"protocol.locked variants.{name}.stopwords: {path!r} is not a locked file"
+                )
+            self.stopwords[name] = parse_stopwords(data, str(path))
+
+    def _declaration_order(self, order: list[str]) -> list[str]:
+        """The declarations in order of first appearance in ``variant_order``, every one."""
+        seen: list[str] = []
+        for name in order:
+            base = name if name in self.declared else name.rsplit("-", 1)[0]
+            if base not in self.declared:
+                raise VariantError(f"protocol.locked variant_order: {name!r} is not declared")
+            if base not in seen:
+                seen.append(base)
+        if sorted(seen) != sorted(self.declared):
+            raise VariantError("protocol.locked variant_order does not list every declaration")
+        return seen
+
     def order_for(self, name: str, item: Mapping[str, Any]) -> str | None:
         """§2: the order string of a permutation variant for the item (None: a text variant)."""
         base, fixed = self.defs[name]
@@ -211,40 +219,11 @@ class Variants:
         options = item.get("options")
         if type(options) is not list or len(options) < 2:
             raise VariantError(f"{where}: the item has no options to reorder")
-        n = len(options)
-        labels = LABELS[:n]
+        labels = LABELS[: len(options)]
         if fixed is not None:
             result = fixed
-        elif kind == "identity":
-            result = labels
-        elif kind == "rotate":
-            k = table.get("k")
-            if type(k) is not int or k < 1 or k >= n:
-                raise VariantError(f"{where}: rotate k={k!r} does not apply to {n} options")
-            result = "".join(labels[(p - k) % n] for p in range(n))
-        elif kind == "reverse":
-            result = "".join(reversed(labels))
-        elif kind == "swap-distractors":
-            others = [p for p in range(n) if labels[p] != item.get("answer")]
-            if len(others) < 2:
-                raise VariantError(f"{where}: fewer than two distractors")
-            chars = list(labels)
-            chars[others[0]], chars[others[1]] = labels[others[1]], labels[others[0]]
-            result = "".join(chars)
-        elif kind == "shuffle":
-            seed = table.get("seed")
-            if type(seed) is int:
-                seed = str(seed)
-            if type(seed) is not str or not seed.isdigit():
-                raise VariantError(f"{where}: seed {seed!r} is not a decimal integer")
-            index = list(range(n))
-            for i in range(n - 1, 0, -1):
-                digest = hashlib.sha256(f"{seed}|{item['id']}|{i}".encode()).hexdigest()
-                j = int(digest, 16) % (i + 1)
-                index[i], index[j] = index[j], index[i]
-            result = "".join(labels[p] for p in index)
-        else:  # order
-            result = str(table.get("order"))
+        else:
+            result = _ORDERS.get(kind, _declared_order)(where, table, item, labels)
         if sorted(result) != sorted(labels):
             raise VariantError(f"{where}: {result!r} is not a permutation of {labels}")
         return result
@@ -353,6 +332,100 @@ _KEYS: dict[str, tuple[str, ...]] = {
 """§1: the keys each kind needs (``labels_from`` and ``query`` have defaults)."""
 
 
+def _positive_int(value: Any) -> bool:
+    return type(value) is int and value >= 1
+
+
+def _seed(value: Any) -> bool:
+    return (type(value) is int and value >= 0) or (type(value) is str and value.isdigit())
+
+
+def _fraction(value: Any) -> bool:
+    return type(value) in (int, float) and 0 < value < 1
+
+
+def _labels(value: Any) -> bool:
+    return type(value) is list and bool(value) and all(type(v) is str for v in value)
+
+
+def _text(value: Any) -> bool:
+    return type(value) is str and value != ""
+
+
+_VALUE_RULES: dict[str, Callable[[Any], bool]] = {
+    "k": _positive_int,
+    "count": _positive_int,
+    "seed": _seed,
+    "fraction": _fraction,
+    "labels": _labels,
+    **dict.fromkeys(("order", "field", "labels_from", "query", "stopwords", "kind"), _text),
+}
+"""§1: the type each key of a variant declaration must have; a key not here is refused."""
+
+
+def _identity_order(where: str, table: dict[str, Any], item: Mapping[str, Any], labels: str) -> str:
+    """§2 ``identity``: the options as written."""
+    return labels
+
+
+def _rotate(where: str, table: dict[str, Any], item: Mapping[str, Any], labels: str) -> str:
+    """§2 ``rotate``: every option moved ``k`` places on, wrapping round."""
+    n = len(labels)
+    k = table.get("k")
+    if type(k) is not int or k < 1 or k >= n:
+        raise VariantError(f"{where}: rotate k={k!r} does not apply to {n} options")
+    return "".join(labels[(p - k) % n] for p in range(n))
+
+
+def _reverse(where: str, table: dict[str, Any], item: Mapping[str, Any], labels: str) -> str:
+    """§2 ``reverse``: the options last to first."""
+    return "".join(reversed(labels))
+
+
+def _swap_distractors(
+    where: str, table: dict[str, Any], item: Mapping[str, Any], labels: str
+) -> str:
+    """§2 ``swap-distractors``: the first two options that are not the answer swapped."""
+    others = [p for p in range(len(labels)) if labels[p] != item.get("answer")]
+    if len(others) < 2:
+        raise VariantError(f"{where}: fewer than two distractors")
+    chars = list(labels)
+    chars[others[0]], chars[others[1]] = labels[others[1]], labels[others[0]]
+    return "".join(chars)
+
+
+def _shuffle(where: str, table: dict[str, Any], item: Mapping[str, Any], labels: str) -> str:
+    """§2 ``shuffle``: a Fisher-Yates shuffle drawn from SHA-256("{seed}|{item}|{i}")."""
+    seed = table.get("seed")
+    if type(seed) is int:
+        seed = str(seed)
+    if type(seed) is not str or not seed.isdigit():
+        raise VariantError(f"{where}: seed {seed!r} is not a decimal integer")
+    n = len(labels)
+    index = list(range(n))
+    for i in range(n - 1, 0, -1):
+        digest = hashlib.sha256(f"{seed}|{item['id']}|{i}".encode()).hexdigest()
+        j = int(digest, 16) % (i + 1)
+        index[i], index[j] = index[j], index[i]
+    return "".join(labels[p] for p in index)
+
+
+def _declared_order(where: str, table: dict[str, Any], item: Mapping[str, Any], labels: str) -> str:
+    """§2 ``order``: the order the declaration gives."""
+    return str(table.get("order"))
+
+
+_ORDERS: dict[str, Callable[[str, dict[str, Any], Mapping[str, Any], str], str]] = {
+    "identity": _identity_order,
+    "rotate": _rotate,
+    "reverse": _reverse,
+    "swap-distractors": _swap_distractors,
+    "shuffle": _shuffle,
+    "order": _declared_order,
+}
+"""§2: how each permutation kind orders an item's options (all-orders: fixed per variant)."""
+
+
 def _check_declaration(name: str, table: dict[str, Any]) -> None:
     """§1: every key a kind needs, of its type; :class:`VariantError` naming the first fault."""
     where = f"protocol.locked variants.{name}"
@@ -360,20 +433,8 @@ def _check_declaration(name: str, table: dict[str, Any]) -> None:
         if key not in table:
             raise VariantError(f"{where}: kind {table['kind']!r} needs {key!r}")
     for key, value in table.items():
-        ok = True
-        if key in ("k", "count"):
-            ok = type(value) is int and value >= 1
-        elif key == "seed":
-            ok = (type(value) is int and value >= 0) or (type(value) is str and value.isdigit())
-        elif key == "fraction":
-            ok = type(value) in (int, float) and 0 < value < 1
-        elif key == "labels":
-            ok = type(value) is list and bool(value) and all(type(v) is str for v in value)
-        elif key in ("order", "field", "labels_from", "query", "stopwords", "kind"):
-            ok = type(value) is str and value != ""
-        else:
-            ok = False
-        if not ok:
+        rule = _VALUE_RULES.get(key)
+        if rule is None or not rule(value):
             raise VariantError(f"{where}.{key}: {value!r} is not what docs/variants.md §1 allows")
 
 

@@ -32,7 +32,7 @@ from __future__ import annotations
 import hashlib
 import os
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -263,6 +263,53 @@ def verify_archive(
     return _verify(name, kwargs)
 
 
+def _archive_checks(
+    run: ArchiveRun, archive: Archive, report: Report, privacy: Privacy | None
+) -> None:
+    """Run every check of ``_ARCHIVE_CHECKS`` in order, each timed, none stopping the others."""
+    for check_name, func in _ARCHIVE_CHECKS:
+        t0 = time.perf_counter()
+        archive.current = None
+        try:
+            check = func(archive)
+        except Withheld as withheld:  # a public archive: it needs what is withheld
+            check = _limited(check_name, withheld, privacy)
+        except Exception as exc:  # fail closed, but keep the other checks
+            check = stopped(check_name, exc, archive.current)
+        report.timings[check_name] = time.perf_counter() - t0
+        report.checks.append(run._archive_check(check))
+
+
+def _optional_check(
+    name: str,
+    func: Callable[[Archive], Check | None],
+    archive: Archive,
+    privacy: Privacy | None,
+) -> Check | None:
+    """A check that may not apply (None), such as ``witnesses``; fails closed."""
+    try:
+        return func(archive)
+    except Withheld as withheld:
+        return _limited(name, withheld, privacy)
+    except Exception as exc:
+        return stopped(name, exc, archive.current)
+
+
+def _science_checks(run: ArchiveRun, report: Report, privacy: Privacy | None) -> None:
+    """The re-scoring and re-analysis checks; a generic LIMITED one names what it needs."""
+    try:
+        for check in _science(run):
+            generic = check.reason.startswith("not re-derived: it needs")
+            if check.status is Status.LIMITED and check.where and generic:  # name it
+                check = _limited(check.name, Withheld(check.where), privacy)
+            report.checks.append(run._archive_check(check))
+    except Withheld as withheld:
+        report.checks.append(_limited("rescore", withheld, privacy))
+        report.checks.append(_limited("reanalysis", withheld, privacy))
+    except Exception as exc:
+        report.checks.append(stopped("rescore", exc, None))
+
+
 def _verify(name: str, kwargs: dict[str, Any], restored: frozenset[str] = frozenset()) -> Report:
     """:func:`verify_archive` of ``name`` (``restored``: paths an annex put back)."""
     trusted_keys, checkpoints, jobs = kwargs["trusted_keys"], kwargs["checkpoints"], kwargs["jobs"]
@@ -285,47 +332,18 @@ def _verify(name: str, kwargs: dict[str, Any], restored: frozenset[str] = frozen
         archive.witness_quorum = quorum
         archive.witness_skew = skew
         archive.tsa_roots = tsa_roots
-        for check_name, func in _ARCHIVE_CHECKS:
-            t0 = time.perf_counter()
-            archive.current = None
-            try:
-                check = func(archive)
-            except Withheld as withheld:  # a public archive: it needs what is withheld
-                check = _limited(check_name, withheld, privacy)
-            except Exception as exc:  # fail closed, but keep the other checks
-                check = stopped(check_name, exc, archive.current)
-            report.timings[check_name] = time.perf_counter() - t0
-            report.checks.append(run._archive_check(check))
+        _archive_checks(run, archive, report, privacy)
         t0 = time.perf_counter()
-        try:
-            witnessed = check_witnesses(archive)
-        except Withheld as withheld:
-            witnessed = _limited("witnesses", withheld, privacy)
-        except Exception as exc:
-            witnessed = stopped("witnesses", exc, archive.current)
-        if witnessed is not None:
-            report.checks.append(witnessed)
-        try:
-            stamped = check_timestamps(archive)
-        except Withheld as withheld:
-            stamped = _limited("timestamps", withheld, privacy)
-        except Exception as exc:
-            stamped = stopped("timestamps", exc, archive.current)
-        if stamped is not None:
-            report.checks.append(stamped)
+        for check_name, optional in (
+            ("witnesses", check_witnesses),
+            ("timestamps", check_timestamps),
+        ):
+            found = _optional_check(check_name, optional, archive, privacy)
+            if found is not None:
+                report.checks.append(found)
         report.timings["witnesses"] = time.perf_counter() - t0
         t0 = time.perf_counter()
-        try:
-            for check in _science(run):
-                generic = check.reason.startswith("not re-derived: it needs")
-                if check.status is Status.LIMITED and check.where and generic:  # name it
-                    check = _limited(check.name, Withheld(check.where), privacy)
-                report.checks.append(run._archive_check(check))
-        except Withheld as withheld:
-            report.checks.append(_limited("rescore", withheld, privacy))
-            report.checks.append(_limited("reanalysis", withheld, privacy))
-        except Exception as exc:
-            report.checks.append(stopped("rescore", exc, None))
+        _science_checks(run, report, privacy)
         report.timings["science"] = time.perf_counter() - t0
         if privacy is not None:
             report.checks.append(privacy_check(privacy))

@@ -372,6 +372,32 @@ def expected_files(a: Archive) -> dict[str, tuple[str, list[str]]]:
     return out
 
 
+def _compare_file(st: _State, a: Archive, rel: str, want: str, ids: list[str]) -> bool:
+    """Compare checklist ``rel`` with what the events give; False if it cannot be read."""
+    data = a.file(rel)
+    if data is None:
+        st.fail(a.absent(rel), where=rel)
+        return False
+    try:
+        got = data.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        st.fail(f"{rel} is not UTF-8 (byte {exc.start})", where=rel)
+        return False
+    got_lines, want_lines = got.split("\n"), want.split("\n")
+    for number, (g, w) in enumerate(zip(got_lines, want_lines, strict=False), start=1):
+        if g != w:
+            item = ids[number - 1] if number - 1 < len(ids) else ""
+            what = f" (item {item})" if item else ""
+            st.fail(
+                f"{rel} line {number}{what} says {g[:160]!r}; the events give {w[:160]!r}",
+                where=f"{rel} line {number}",
+            )
+            return True
+    if len(got_lines) != len(want_lines):
+        st.fail(f"{rel} has {len(got_lines)} lines; the events give {len(want_lines)}", where=rel)
+    return True
+
+
 def check_checklists(a: Archive) -> Check:
     """Each checklist file is, line for line, the one the events give (§2)."""
     st = _State("checklists")
@@ -387,33 +413,8 @@ def check_checklists(a: Archive) -> Check:
         return st.check("")
     mechanical = 0
     for rel, (want, ids) in expected.items():
-        data = a.file(rel)
-        if data is None:
-            st.fail(a.absent(rel), where=rel)
-            continue
-        try:
-            got = data.decode("utf-8")
-        except UnicodeDecodeError as exc:
-            st.fail(f"{rel} is not UTF-8 (byte {exc.start})", where=rel)
-            continue
-        got_lines, want_lines = got.split("\n"), want.split("\n")
-        for number, (g, w) in enumerate(zip(got_lines, want_lines, strict=False), start=1):
-            if g != w:
-                item = ids[number - 1] if number - 1 < len(ids) else ""
-                what = f" (item {item})" if item else ""
-                st.fail(
-                    f"{rel} line {number}{what} says {g[:160]!r}; the events give {w[:160]!r}",
-                    where=f"{rel} line {number}",
-                )
-                break
-        else:
-            if len(got_lines) != len(want_lines):
-                st.fail(
-                    f"{rel} has {len(got_lines)} lines; the events give {len(want_lines)}",
-                    where=rel,
-                )
-        if rel.endswith(".md"):
-            mechanical += sum(1 for line in want_lines if "](/proof/" in line)
+        if _compare_file(st, a, rel, want, ids) and rel.endswith(".md"):
+            mechanical += sum(1 for line in want.split("\n") if "](/proof/" in line)
     return st.check(
         f"{len(expected)} checklist files (Markdown and HTML) re-derived line by line from the "
         f"events; {mechanical} mechanical answers, each with the seqs that prove it"

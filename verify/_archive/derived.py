@@ -46,10 +46,37 @@ def _compare_csv(
             )
 
 
+def _outcomes(a: Archive, kinds: tuple[str, str]) -> dict[int, int]:
+    """The seq of each request's (last) outcome event among ``kinds``, by request seq."""
+    outcome: dict[int, int] = {}
+    for seq in sorted(a.of_kind(kinds[0]) + a.of_kind(kinds[1])):
+        rseq = a.body(seq).get("request_seq")
+        if type(rseq) is int:
+            outcome[rseq] = seq
+    return outcome
+
+
+_STEPS_HEADER = [
+    "request_seq",
+    "call",
+    "step",
+    "model",
+    "item",
+    "trial",
+    "attempt",
+    "request_sha256",
+    "outcome",
+    "outcome_seq",
+    "response_sha256",
+    "vote",
+    "error_type",
+    "final",
+]
+
+
 def _compare_steps(st: _State, a: Archive) -> None:
     """``trials/steps.csv``: each step attempt, its outcome and its re-parsed vote (§1)."""
     from verify._archive.steps import replay_of
-    from verify._steps import parse, slot_text, text_of
 
     study, _ = a.study()
     replay = replay_of(a, study)[0] if study is not None else None
@@ -59,72 +86,65 @@ def _compare_steps(st: _State, a: Archive) -> None:
             where="trials/steps.csv",
         )
         return
-    outcome: dict[int, int] = {}
-    for seq in sorted(a.of_kind("step.responded") + a.of_kind("step.failed")):
-        rseq = a.body(seq).get("request_seq")
-        if type(rseq) is int:
-            outcome[rseq] = seq
+    outcome = _outcomes(a, ("step.responded", "step.failed"))
     responses: dict[str, int] = {}
-    rows = []
-    for seq in a.of_kind("step.requested"):
-        b = a.body(seq)
-        out = outcome.get(seq)
-        kind = str((a.envs[out] or {}).get("kind")) if out is not None else ""
-        ob = a.body(out) if out is not None else {}
-        plan = replay.plans.get(str(b.get("step")))
-        vote, final = "", False
-        if kind == "step.responded" and plan is not None and out is not None:
-            raw = a.blob(a.blob_ref(out, "response")) or b""
-            value = parse(plan, text_of(raw, str(ob.get("format"))))
-            responses[str(b.get("call"))] = responses.get(str(b.get("call")), 0) + 1
-            vote = "" if value is None else str(slot_text(value, None))
-            final = value is not None or responses[str(b.get("call"))] >= plan.retry + 1
-        elif out is not None:
-            final = ob.get("final") is True
-        rows.append(
-            [
-                _cell(seq),
-                _cell(b.get("call")),
-                _cell(b.get("step")),
-                _cell(b.get("model")),
-                _cell(b.get("item")),
-                _cell(b.get("trial")) if "trial" in b else "",
-                _cell(b.get("attempt")),
-                _cell(b.get("request_sha256")),
-                kind.split(".")[1] if kind else "none",
-                _cell(out),
-                _cell(a.blob_ref(out, "response")) if kind == "step.responded" and out else "",
-                vote,
-                _cell(ob.get("error_type")) if kind == "step.failed" else "",
-                str(final),
-            ]
-        )
-    _compare_csv(
-        st,
-        a,
-        "trials/steps.csv",
-        [
-            "request_seq",
-            "call",
-            "step",
-            "model",
-            "item",
-            "trial",
-            "attempt",
-            "request_sha256",
-            "outcome",
-            "outcome_seq",
-            "response_sha256",
-            "vote",
-            "error_type",
-            "final",
-        ],
-        rows,
-    )
+    rows = [
+        _step_row(a, replay.plans, seq, outcome.get(seq), responses)
+        for seq in a.of_kind("step.requested")
+    ]
+    _compare_csv(st, a, "trials/steps.csv", _STEPS_HEADER, rows)
 
 
-def _check_readme_study(st: _State, a: Archive, text: list[str]) -> None:
-    """The README's arm table and simulated-data notice say what the events say."""
+def _step_row(
+    a: Archive, plans: dict[str, Any], seq: int, out: int | None, responses: dict[str, int]
+) -> list[str]:
+    """The ``trials/steps.csv`` row of the step.requested at ``seq``, its outcome at ``out``.
+
+    ``responses`` counts each call's responses so far (its vote is final once parsed or out
+    of retries).
+    """
+    b = a.body(seq)
+    kind = str((a.envs[out] or {}).get("kind")) if out is not None else ""
+    ob = a.body(out) if out is not None else {}
+    plan = plans.get(str(b.get("step")))
+    vote, final = "", False
+    if kind == "step.responded" and plan is not None and out is not None:
+        vote, final = _step_vote(a, plan, str(b.get("call")), out, ob, responses)
+    elif out is not None:
+        final = ob.get("final") is True
+    return [
+        _cell(seq),
+        _cell(b.get("call")),
+        _cell(b.get("step")),
+        _cell(b.get("model")),
+        _cell(b.get("item")),
+        _cell(b.get("trial")) if "trial" in b else "",
+        _cell(b.get("attempt")),
+        _cell(b.get("request_sha256")),
+        kind.split(".")[1] if kind else "none",
+        _cell(out),
+        _cell(a.blob_ref(out, "response")) if kind == "step.responded" and out else "",
+        vote,
+        _cell(ob.get("error_type")) if kind == "step.failed" else "",
+        str(final),
+    ]
+
+
+def _step_vote(
+    a: Archive, plan: Any, call: str, out: int, ob: dict[str, Any], responses: dict[str, int]
+) -> tuple[str, bool]:
+    """(the re-parsed vote, whether it is final) of a step.responded at ``out``."""
+    from verify._steps import parse, slot_text, text_of
+
+    raw = a.blob(a.blob_ref(out, "response")) or b""
+    value = parse(plan, text_of(raw, str(ob.get("format"))))
+    responses[call] = responses.get(call, 0) + 1
+    vote = "" if value is None else str(slot_text(value, None))
+    return vote, value is not None or responses[call] >= plan.retry + 1
+
+
+def _check_readme_arms(st: _State, a: Archive, text: list[str]) -> None:
+    """The README's arm table gives each arm's composed prompt SHA-256 as locked."""
     arms = a.protocol.get("arms")
     arms = arms if type(arms) is dict else {}
     for number, line in enumerate(text, start=1):
@@ -140,6 +160,11 @@ def _check_readme_study(st: _State, a: Archive, text: list[str]) -> None:
                 f"says {locked}",
                 where=where,
             )
+
+
+def _check_readme_study(st: _State, a: Archive, text: list[str]) -> None:
+    """The README's arm table and simulated-data notice say what the events say."""
+    _check_readme_arms(st, a, text)
     notice = identity_notice(a)
     if notice is not None and f"**{notice}**" not in text:
         st.fail(
@@ -157,87 +182,84 @@ def _check_readme_study(st: _State, a: Archive, text: list[str]) -> None:
         )
 
 
-def check_derived(a: Archive) -> Check:
-    """The human-readable tables and the README verdicts say what the events say."""
-    st = _State("derived")
+_SCORE_MEMBERS = (
+    "response_seq",
+    "arm_code",
+    "stimulus",
+    "status",
+    "n_items",
+    "n_answered",
+    "n_correct",
+    "scores_sha256",
+)
+
+
+def _compare_scores(st: _State, a: Archive) -> int:
+    """``scores/scores.csv``: one row per trial.scored; return how many."""
     scores = [
-        [_cell(seq)]
-        + [
-            _cell(a.body(seq).get(k))
-            for k in (
-                "response_seq",
-                "arm_code",
-                "stimulus",
-                "status",
-                "n_items",
-                "n_answered",
-                "n_correct",
-                "scores_sha256",
-            )
-        ]
+        [_cell(seq)] + [_cell(a.body(seq).get(k)) for k in _SCORE_MEMBERS]
         for seq in a.of_kind("trial.scored")
     ]
-    header = [
-        "scored_seq",
-        "response_seq",
-        "arm_code",
-        "stimulus",
-        "status",
-        "n_items",
-        "n_answered",
-        "n_correct",
-        "scores_sha256",
+    _compare_csv(st, a, "scores/scores.csv", ["scored_seq", *_SCORE_MEMBERS], scores)
+    return len(scores)
+
+
+_ATTEMPTS_HEADER = [
+    "request_seq",
+    "position",
+    "trial",
+    "attempt",
+    "request_sha256",
+    "outcome",
+    "outcome_seq",
+    "response_sha256",
+    "error_type",
+    "final",
+]
+
+
+def _attempt_row(a: Archive, seq: int, out: int | None) -> list[str]:
+    """The ``trials/attempts.csv`` row of the trial.requested at ``seq``, its outcome at ``out``."""
+    b = a.body(seq)
+    env = a.envs[out] if out is not None else None
+    kind = env.get("kind") if env is not None else None
+    ob = a.body(out) if out is not None else {}
+    final = kind == "trial.responded" or bool(ob.get("final")) if out is not None else False
+    return [
+        _cell(seq),
+        _cell(b.get("position")),
+        _cell(b.get("trial")),
+        _cell(b.get("attempt")),
+        _cell(b.get("request_sha256")),
+        str(kind).split(".")[1] if kind else "none",
+        _cell(out),
+        _cell(a.blob_ref(out, "response")) if out is not None else "",
+        _cell(ob.get("error_type")) if kind == "trial.failed" else "",
+        str(final),
     ]
-    _compare_csv(st, a, "scores/scores.csv", header, scores)
-    outcome: dict[int, int] = {}
-    for seq in sorted(a.of_kind("trial.responded") + a.of_kind("trial.failed")):
-        rseq = a.body(seq).get("request_seq")
-        if type(rseq) is int:
-            outcome[rseq] = seq
-    attempts = []
-    for seq in a.of_kind("trial.requested"):
-        b = a.body(seq)
-        out = outcome.get(seq)
-        env = a.envs[out] if out is not None else None
-        kind = env.get("kind") if env is not None else None
-        ob = a.body(out) if out is not None else {}
-        final = kind == "trial.responded" or bool(ob.get("final")) if out is not None else False
-        attempts.append(
-            [
-                _cell(seq),
-                _cell(b.get("position")),
-                _cell(b.get("trial")),
-                _cell(b.get("attempt")),
-                _cell(b.get("request_sha256")),
-                str(kind).split(".")[1] if kind else "none",
-                _cell(out),
-                _cell(a.blob_ref(out, "response")) if out is not None else "",
-                _cell(ob.get("error_type")) if kind == "trial.failed" else "",
-                str(final),
-            ]
+
+
+def _compare_attempts(st: _State, a: Archive) -> int:
+    """``trials/attempts.csv``: one row per trial.requested and its outcome; return how many."""
+    outcome = _outcomes(a, ("trial.responded", "trial.failed"))
+    attempts = [_attempt_row(a, seq, outcome.get(seq)) for seq in a.of_kind("trial.requested")]
+    _compare_csv(st, a, "trials/attempts.csv", _ATTEMPTS_HEADER, attempts)
+    return len(attempts)
+
+
+def _same_verdict(row: list[str], want: list[str]) -> bool:
+    """Two verdicts.csv rows are the same, ``decided_by`` compared as JSON."""
+    try:
+        parsed = json.loads(row[4]) if row[4] else None
+        return row[:4] + row[5:] == want[:4] + want[5:] and parsed == (
+            json.loads(want[4]) if want[4] else None
         )
-    _compare_csv(
-        st,
-        a,
-        "trials/attempts.csv",
-        [
-            "request_seq",
-            "position",
-            "trial",
-            "attempt",
-            "request_sha256",
-            "outcome",
-            "outcome_seq",
-            "response_sha256",
-            "error_type",
-            "final",
-        ],
-        attempts,
-    )
-    if "steps" in a.protocol:
-        _compare_steps(st, a)
-    results = [a.body(seq) for seq in a.of_kind("analysis.result")]
-    hyps = [r for r in results if r.get("hypothesis")]
+    except (ValueError, IndexError, RecursionError):
+        return False
+
+
+def _compare_verdicts(st: _State, a: Archive, hyps: list[dict[str, Any]]) -> None:
+    """``analysis/tables/verdicts.csv``: one row per hypothesis's analysis.result."""
     verdicts = [
         [
             _cell(r.get("hypothesis")),
@@ -249,55 +271,62 @@ def check_derived(a: Archive) -> Check:
         ]
         for r in hyps
     ]
-
-    def same_verdict(row: list[str], want: list[str]) -> bool:  # decided_by compared as JSON
-        try:
-            parsed = json.loads(row[4]) if row[4] else None
-            return row[:4] + row[5:] == want[:4] + want[5:] and parsed == (
-                json.loads(want[4]) if want[4] else None
-            )
-        except (ValueError, IndexError, RecursionError):
-            return False
-
     _compare_csv(
         st,
         a,
         "analysis/tables/verdicts.csv",
         ["hypothesis", "test", "status", "verdict", "decided_by", "error"],
         verdicts,
-        same_verdict,
+        _same_verdict,
     )
+
+
+def _check_readme_verdicts(st: _State, text: list[str], hyps: list[dict[str, Any]]) -> None:
+    """The README's verdict table: one row per hypothesis, with its test and verdict."""
+    table = {}
+    for number, line in enumerate(text, start=1):
+        cells = [c.strip() for c in line.strip().strip("|").split("|")]
+        if line.startswith("| ") and len(cells) == 3 and cells[0] not in ("hypothesis",):
+            table[cells[0]] = (cells[1], cells[2], number)
+    for r in hyps:
+        h = str(r.get("hypothesis"))
+        got = table.pop(h, None)
+        want_cells = (_cell(r.get("test")), _cell(r.get("verdict")))
+        if got is None:
+            st.fail(f"README.md has no verdict row for {h}", where="README.md")
+        elif got[:2] != want_cells:
+            st.fail(
+                f"README.md line {got[2]}: {h} says {got[0]} / {got[1]}, the "
+                f"analysis.result says {want_cells[0]} / {want_cells[1]}",
+                where=f"README.md line {got[2]}",
+            )
+    for h, (_, _, number) in table.items():
+        if not h.startswith("---"):
+            st.fail(
+                f"README.md line {number}: verdict row {h} has no analysis.result",
+                where=f"README.md line {number}",
+            )
+
+
+def check_derived(a: Archive) -> Check:
+    """The human-readable tables and the README verdicts say what the events say."""
+    st = _State("derived")
+    n_scores = _compare_scores(st, a)
+    n_attempts = _compare_attempts(st, a)
+    if "steps" in a.protocol:
+        _compare_steps(st, a)
+    results = [a.body(seq) for seq in a.of_kind("analysis.result")]
+    hyps = [r for r in results if r.get("hypothesis")]
+    _compare_verdicts(st, a, hyps)
     readme = a.file("README.md")
     if readme is None:
         st.fail(a.absent("README.md"), where="README.md")
     else:
         text = readme.decode("utf-8", errors="replace").split("\n")
-        table = {}
-        for number, line in enumerate(text, start=1):
-            cells = [c.strip() for c in line.strip().strip("|").split("|")]
-            if line.startswith("| ") and len(cells) == 3 and cells[0] not in ("hypothesis",):
-                table[cells[0]] = (cells[1], cells[2], number)
-        for r in hyps:
-            h = str(r.get("hypothesis"))
-            got = table.pop(h, None)
-            want_cells = (_cell(r.get("test")), _cell(r.get("verdict")))
-            if got is None:
-                st.fail(f"README.md has no verdict row for {h}", where="README.md")
-            elif got[:2] != want_cells:
-                st.fail(
-                    f"README.md line {got[2]}: {h} says {got[0]} / {got[1]}, the "
-                    f"analysis.result says {want_cells[0]} / {want_cells[1]}",
-                    where=f"README.md line {got[2]}",
-                )
-        for h, (_, _, number) in table.items():
-            if not h.startswith("---"):
-                st.fail(
-                    f"README.md line {number}: verdict row {h} has no analysis.result",
-                    where=f"README.md line {number}",
-                )
+        _check_readme_verdicts(st, text, hyps)
         _check_readme_study(st, a, text)
     return st.check(
         f"scores/scores.csv, trials/attempts.csv, analysis/tables/verdicts.csv and the README "
-        f"(verdicts, arm hashes, simulated-data notice) match the events ({len(scores)} scores, "
-        f"{len(attempts)} attempts, {len(hyps)} verdicts)"
+        f"(verdicts, arm hashes, simulated-data notice) match the events ({n_scores} scores, "
+        f"{n_attempts} attempts, {len(hyps)} verdicts)"
     )

@@ -113,24 +113,28 @@ def _outcome(a: Archive, dataset: dict[int, tuple[str, str]]) -> dict[str, list[
         if rseq not in scored:
             out[tid] = ["requested", "responded", "not_scored"]
             continue
-        status = scored[rseq]
-        kind = (
-            "parsed"
-            if status in ("ok", "partial")
-            else "refused"
-            if status == "refused"
-            else "unparseable"
-        )
-        control, excluded = dataset.get(rseq, ("False", "False"))
-        last = (
-            "control"
-            if control == "True"
-            else "excluded_unparseable"
-            if excluded == "True"
-            else "analysed"
-        )
-        out[tid] = ["requested", "responded", kind, last]
+        out[tid] = ["requested", "responded", *_scored_counts(scored[rseq], dataset.get(rseq))]
     return out
+
+
+def _scored_counts(status: Any, row: tuple[str, str] | None) -> list[str]:
+    """The last two counts of a scored trial: how it parsed, and whether it was analysed."""
+    kind = (
+        "parsed"
+        if status in ("ok", "partial")
+        else "refused"
+        if status == "refused"
+        else "unparseable"
+    )
+    control, excluded = row if row is not None else ("False", "False")
+    last = (
+        "control"
+        if control == "True"
+        else "excluded_unparseable"
+        if excluded == "True"
+        else "analysed"
+    )
+    return [kind, last]
 
 
 def flow_counts(a: Archive) -> tuple[dict[Key, dict[str, int]], str | None]:

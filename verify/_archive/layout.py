@@ -84,12 +84,8 @@ def _folder_of(rel: str) -> str:
     return top if top in FOLDERS else ""
 
 
-def check_layout(a: Archive) -> Check:
-    """Every entry is a regular file or folder at a place the archive format allows."""
-    st = _State("layout")
-    files = a.files
-    for where, reason in files.problems:
-        st.fail(reason, where=show(where))
+def _allowed_files(a: Archive) -> set[str]:
+    """Every file path the format allows in this archive, beside blobs and checkpoints."""
     allowed: set[str] = set(_FIXED_FILES)
     for path, (role, _, _) in a.locked_files.items():
         allowed.add(locked_archive_path(path, role))
@@ -109,39 +105,66 @@ def check_layout(a: Archive) -> Check:
         allowed.add("trials/steps.csv")  # docs/archive-format.md §1: a study with steps
     if any("witnessing" in a.body(s) for s in a.of_kind("protocol.locked")):
         allowed.add(POLICY_FILE)  # the trust policy of a witnessed study (docs/witness.md)
+    return allowed
+
+
+def _referenced_blobs(a: Archive) -> set[str]:
+    """The blob digests some event references."""
     referenced: set[str] = set()
     for env in a.envs:
         blobs = env.get("blobs") if env is not None else None
         if type(blobs) is dict:
             referenced.update(d for d in blobs.values() if type(d) is str)
+    return referenced
+
+
+def _allowed_dirs(allowed: set[str]) -> set[str]:
+    """The fixed folders and every folder on the way to an allowed file."""
     dirs = set(_FIXED_DIRS)
     for rel in allowed:
         parts = rel.split("/")[:-1]
         dirs.update("/".join(parts[: i + 1]) for i in range(len(parts)))
+    return dirs
+
+
+def _holds(rel: str) -> str:
+    """What the folder of ``rel`` holds, for a message: ``(protocol/ holds ...)``."""
+    folder = _folder_of(rel)
+    return f"({folder or 'the root'}{'/' if folder else ''} holds {FOLDERS[folder]})"
+
+
+def _file_problem(rel: str, allowed: set[str], referenced: set[str]) -> str | None:
+    """Why file ``rel`` is not part of the archive, or None if it is."""
+    if rel in allowed or _CHECKPOINT.fullmatch(rel):
+        return None
+    blob = _BLOB.fullmatch(rel)
+    if blob is not None:
+        if blob.group(1) in referenced:
+            return None
+        return f"{rel} is referenced by no event: not part of the archive"
+    return f"{show(rel)} is not part of the archive format {_holds(rel)}"
+
+
+def check_layout(a: Archive) -> Check:
+    """Every entry is a regular file or folder at a place the archive format allows."""
+    st = _State("layout")
+    files = a.files
+    for where, reason in files.problems:
+        st.fail(reason, where=show(where))
+    allowed = _allowed_files(a)
+    referenced = _referenced_blobs(a)
+    dirs = _allowed_dirs(allowed)
     for rel, what in sorted(files.others.items()):
         st.fail(f"{show(rel)} {what}", where=show(rel))
     for rel in sorted(files.dirs - dirs):
-        folder = _folder_of(rel)
         st.fail(
-            f"{show(rel)}/ is a folder the archive format does not have ({folder or 'the root'}"
-            f"{'/' if folder else ''} holds {FOLDERS[folder]})",
+            f"{show(rel)}/ is a folder the archive format does not have {_holds(rel)}",
             where=show(rel),
         )
     for rel in sorted(files.files):
-        if rel in allowed or _CHECKPOINT.fullmatch(rel):
-            continue
-        blob = _BLOB.fullmatch(rel)
-        if blob is not None:
-            if blob.group(1) in referenced:
-                continue
-            st.fail(f"{rel} is referenced by no event: not part of the archive", where=rel)
-            continue
-        folder = _folder_of(rel)
-        st.fail(
-            f"{show(rel)} is not part of the archive format ({folder or 'the root'}"
-            f"{'/' if folder else ''} holds {FOLDERS[folder]})",
-            where=show(rel),
-        )
+        problem = _file_problem(rel, allowed, referenced)
+        if problem is not None:
+            st.fail(problem, where=rel if _BLOB.fullmatch(rel) else show(rel))
     return st.check(
         f"{len(files.files)} files and {len(files.dirs)} folders, each where the format puts it "
         "(no link, pipe, device or socket; no extra file)"

@@ -141,34 +141,14 @@ class ArchiveRun(_Run):
     def run(self) -> Report:
         report = Report(path=self.path)
         st_file = self.states["file"]
-        files = self.files
-        t0 = time.perf_counter()
-        files.walk()
-        if files.problems and not files.complete:
-            where, reason = files.problems[0]
-            st_file.fail(f"{reason}: not verified", where=show(where))
-            report.checks = [st_file.check("")]
-            return report
-        if EVENTS not in files.files:
-            st_file.fail(
-                f"{self.path}: {EVENTS} {files.describe(EVENTS)}: not an archive", where=EVENTS
-            )
-            report.checks = [st_file.check("")]
-            return report
-        files.hash_all()
-        self.hash_time += time.perf_counter() - t0
-        if EVENTS in files.unhashed:
-            st_file.fail(f"{EVENTS} {files.unhashed[EVENTS]}: not an archive", where=EVENTS)
+        problem = self._walk_and_hash()
+        if problem is not None:
+            st_file.fail(problem[0], where=problem[1])
             report.checks = [st_file.check("")]
             return report
         self.stored = self._read_checkpoints()
-        sizes: set[int] = set()
-        for s in self.stored:
-            if s.cp is not None:
-                sizes.add(s.cp.size)
-        for p in self.published:
-            if p.cp is not None:
-                sizes.add(p.cp.size)
+        sizes = {s.cp.size for s in self.stored if s.cp is not None}
+        sizes.update(p.cp.size for p in self.published if p.cp is not None)
         pool: ProcessPoolExecutor | None = None
         from verify import _ledgerfile
 
@@ -213,6 +193,22 @@ class ArchiveRun(_Run):
         report.timings["signatures"] = self.sig_time
         report.timings["hashing"] = self.hash_time
         return report
+
+    def _walk_and_hash(self) -> tuple[str, str] | None:
+        """Walk and hash the archive's files; (why it is not an archive, where) if it is not."""
+        files = self.files
+        t0 = time.perf_counter()
+        files.walk()
+        if files.problems and not files.complete:
+            where, reason = files.problems[0]
+            return f"{reason}: not verified", show(where)
+        if EVENTS not in files.files:
+            return f"{self.path}: {EVENTS} {files.describe(EVENTS)}: not an archive", EVENTS
+        files.hash_all()
+        self.hash_time += time.perf_counter() - t0
+        if EVENTS in files.unhashed:
+            return f"{EVENTS} {files.unhashed[EVENTS]}: not an archive", EVENTS
+        return None
 
     def _check_promised_checkpoints(self) -> None:
         """Require the checkpoints the protocol promises (``docs/archive-format.md`` §4).
@@ -317,12 +313,7 @@ class ArchiveRun(_Run):
                 st.fail(
                     f"{prefix} does not hash to its name", ref[0] if ref else None, where=show(rel)
                 )
-        withheld: set[str] = set()
-        if not self.restored:
-            from verify._privacy import privacy_of
-
-            privacy = privacy_of(self.envs)
-            withheld = privacy.blobs if privacy is not None else set()
+        withheld = self._withheld_blobs()
         for address, (seq, bname) in refs.items():
             if address not in seen and address in withheld:
                 self.withheld_missing += 1  # its address is signed; its content is withheld
@@ -336,6 +327,15 @@ class ArchiveRun(_Run):
                 f"(first: blobs/{show(unreferenced[0])})",
                 where=f"blobs/{show(unreferenced[0])}",
             )
+
+    def _withheld_blobs(self) -> set[str]:
+        """The blobs a public archive withholds (docs/privacy.md); none once restored."""
+        if self.restored:
+            return set()
+        from verify._privacy import privacy_of
+
+        privacy = privacy_of(self.envs)
+        return privacy.blobs if privacy is not None else set()
 
     def _read_checkpoints(self) -> list[FileCheckpoint]:
         files = self.files

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import hashlib
 import re
+from typing import Any
 
 from verify._archive.view import Archive
 from verify._ledgerfile import _State
@@ -16,20 +17,8 @@ __all__ = ["check_export", "check_manifest"]
 _MANIFEST_LINE = re.compile(r"^([0-9a-f]{64})  (.+)$")
 
 
-def check_manifest(a: Archive) -> Check:
-    """``MANIFEST.sha256`` lists exactly the files present, sorted, with their SHA-256."""
-    st = _State("manifest")
-    data = a.file(MANIFEST)
-    if data is None:
-        st.fail(a.absent(MANIFEST), where=MANIFEST)
-        return st.check("")
-    try:
-        text = data.decode("utf-8")
-    except UnicodeDecodeError as exc:
-        st.fail(f"{MANIFEST} is not UTF-8 (byte {exc.start})", where=MANIFEST)
-        return st.check("")
-    if text and not text.endswith("\n"):
-        st.fail(f"{MANIFEST}: the last line does not end in a newline", where=MANIFEST)
+def _manifest_lines(st: _State, text: str) -> dict[str, tuple[str, int]]:
+    """The (digest, line number) by path of each well-formed line, each path's first."""
     listed: dict[str, tuple[str, int]] = {}
     previous: bytes | None = None
     for number, line in enumerate(text.split("\n")[:-1] if text else [], start=1):
@@ -47,13 +36,37 @@ def check_manifest(a: Archive) -> Check:
             st.fail(f"{where}: {path} is out of order (paths are sorted by bytes)", where=where)
         previous = key
         listed[path] = (digest, number)
+    return listed
+
+
+def _absent(a: Archive, path: str) -> str:
+    """Why a listed file is not there: ``missing``, or ``it is a folder`` and the like."""
+    why = a.files.describe(path)
+    return "missing" if why == "is missing" else f"it {why}"
+
+
+def check_manifest(a: Archive) -> Check:
+    """``MANIFEST.sha256`` lists exactly the files present, sorted, with their SHA-256."""
+    st = _State("manifest")
+    data = a.file(MANIFEST)
+    if data is None:
+        st.fail(a.absent(MANIFEST), where=MANIFEST)
+        return st.check("")
+    try:
+        text = data.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        st.fail(f"{MANIFEST} is not UTF-8 (byte {exc.start})", where=MANIFEST)
+        return st.check("")
+    if text and not text.endswith("\n"):
+        st.fail(f"{MANIFEST}: the last line does not end in a newline", where=MANIFEST)
+    listed = _manifest_lines(st, text)
     present = {p: h for p, h in a.hashes.items() if p != MANIFEST}
     for path, (digest, number) in listed.items():
         have = present.get(path)
         if have is None:
-            why = a.files.describe(path)
-            why = "missing" if why == "is missing" else f"it {why}"
-            st.fail(f"{path} is listed ({MANIFEST} line {number}) but {why}", where=path)
+            st.fail(
+                f"{path} is listed ({MANIFEST} line {number}) but {_absent(a, path)}", where=path
+            )
         elif have != digest:
             st.fail(
                 f"{path}: SHA-256 {have} differs from {MANIFEST} line {number} ({digest})",
@@ -64,15 +77,8 @@ def check_manifest(a: Archive) -> Check:
     return st.check(f"{len(listed)} files listed, present and matching their SHA-256")
 
 
-def check_export(a: Archive) -> Check:
-    """The last event, ``export.created``, covers every file outside ``ledger/`` and ``blobs/``."""
-    st = _State("export-coverage")
-    exports = a.of_kind("export.created")
-    if not exports:
-        st.fail("the ledger has no export.created event", where=EVENTS)
-        return st.check("")
-    seq = exports[-1]
-    body = a.body(seq)
+def _check_export_event(a: Archive, st: _State, seq: int, body: dict[str, Any]) -> None:
+    """export.created is the last event, of archive format 1, of the locked study."""
     if seq != a.n - 1:
         st.fail(
             f"seq {seq}: export.created is not the last event ({a.n - 1 - seq} event(s) follow it, "
@@ -85,18 +91,13 @@ def check_export(a: Archive) -> Check:
     study = a.protocol.get("study")
     if study is not None and body.get("study") != study:
         st.fail(f"seq {seq}: study {body.get('study')!r} is not the locked study {study!r}", seq)
-    files = body.get("files")
-    if type(files) is not dict:
-        st.fail(f"seq {seq}: export.created has no files object", seq)
-        return st.check("")
-    covered = {
-        p: a.hashes.get(p)
-        for p in a.files.files
-        if p != MANIFEST
-        and not p.startswith("ledger/")
-        and not p.startswith("blobs/")
-        and p not in a.restored  # a withheld file put back from the annex (docs/privacy.md)
-    }
+
+
+def _check_blobs(a: Archive, st: _State, seq: int, body: dict[str, Any]) -> int:
+    """Each blob hashes to its name, and the set of blobs is the one export.created recorded.
+
+    Return how many blobs there are.
+    """
     entries = [*a.files.files, *a.files.others, *a.files.dirs]
     blob_names = sorted(
         p[len("blobs/") :] for p in entries if p.startswith("blobs/") and p not in a.restored
@@ -128,12 +129,30 @@ def check_export(a: Archive) -> Check:
             seq,
             where="blobs/",
         )
+    return len(blob_names)
+
+
+def _check_covered(a: Archive, st: _State, seq: int, files: dict[str, Any]) -> None:
+    """export.created lists every file outside ledger/ and blobs/ with its SHA-256.
+
+    A withheld file put back from the annex (docs/privacy.md) is not among them.
+    """
+    covered = {
+        p: a.hashes.get(p)
+        for p in a.files.files
+        if p != MANIFEST
+        and not p.startswith("ledger/")
+        and not p.startswith("blobs/")
+        and p not in a.restored
+    }
     for path in sorted(files):
         have = covered.get(path)
         if have is None:
-            why = a.files.describe(path)
-            why = "missing" if why == "is missing" else f"it {why}"
-            st.fail(f"{path} is covered by export.created (seq {seq}) but {why}", seq, where=path)
+            st.fail(
+                f"{path} is covered by export.created (seq {seq}) but {_absent(a, path)}",
+                seq,
+                where=path,
+            )
         elif have != files[path]:
             st.fail(
                 f"{path}: SHA-256 {have} differs from export.created (seq {seq}): {files[path]}",
@@ -142,6 +161,24 @@ def check_export(a: Archive) -> Check:
             )
     for path in sorted(set(covered) - set(files)):
         st.fail(f"{show(path)} is not covered by export.created (seq {seq})", seq, where=show(path))
+
+
+def check_export(a: Archive) -> Check:
+    """The last event, ``export.created``, covers every file outside ``ledger/`` and ``blobs/``."""
+    st = _State("export-coverage")
+    exports = a.of_kind("export.created")
+    if not exports:
+        st.fail("the ledger has no export.created event", where=EVENTS)
+        return st.check("")
+    seq = exports[-1]
+    body = a.body(seq)
+    _check_export_event(a, st, seq, body)
+    files = body.get("files")
+    if type(files) is not dict:
+        st.fail(f"seq {seq}: export.created has no files object", seq)
+        return st.check("")
+    n_blobs = _check_blobs(a, st, seq, body)
+    _check_covered(a, st, seq, files)
     if a.n not in a.checkpoint_sizes:
         st.fail(
             f"no checkpoint in ledger/checkpoints/ has size {a.n}, so none covers export.created "
@@ -151,6 +188,6 @@ def check_export(a: Archive) -> Check:
         )
     return st.check(
         f"export.created (seq {seq}, the last event) covers the {len(files)} files outside "
-        f"ledger/ and blobs/ with matching SHA-256 and the {len(blob_names)} blobs by their "
+        f"ledger/ and blobs/ with matching SHA-256 and the {n_blobs} blobs by their "
         f"listing; checkpoint {a.n:08d} covers it"
     )

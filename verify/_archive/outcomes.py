@@ -13,14 +13,9 @@ from verify._report import Check
 __all__ = ["check_blinding", "check_outcomes"]
 
 
-def check_outcomes(a: Archive) -> Check:
-    """Every request has one outcome; every scheduled trial exactly one final outcome."""
-    st = _State("outcomes")
-    requests: dict[int, dict[str, Any]] = {seq: a.body(seq) for seq in a.of_kind("trial.requested")}
-    outcomes: dict[int, list[int]] = {seq: [] for seq in requests}
-    final: dict[str, list[int]] = {}
+def _check_attempts(st: _State, requests: dict[int, dict[str, Any]]) -> None:
+    """Each trial's requests count their attempts 1, 2, ... in seq order."""
     attempts: dict[str, int] = {}
-    outcome_seqs = sorted(a.of_kind("trial.responded") + a.of_kind("trial.failed"))
     for seq in sorted(requests):
         body = requests[seq]
         tid = body.get("trial")
@@ -30,7 +25,18 @@ def check_outcomes(a: Archive) -> Check:
                 f"seq {seq}: trial {tid} attempt is {body.get('attempt')!r}, expected {want}", seq
             )
         attempts[str(tid)] = want
-    for seq in outcome_seqs:
+
+
+def _check_outcome_events(
+    a: Archive, st: _State, requests: dict[int, dict[str, Any]]
+) -> tuple[dict[int, list[int]], dict[str, list[int]]]:
+    """Each trial.responded or trial.failed answers an earlier request of its trial and attempt.
+
+    Return each request's outcomes by request seq, and each trial's final outcomes by trial.
+    """
+    outcomes: dict[int, list[int]] = {seq: [] for seq in requests}
+    final: dict[str, list[int]] = {}
+    for seq in sorted(a.of_kind("trial.responded") + a.of_kind("trial.failed")):
         env = a.envs[seq]
         kind = env.get("kind") if env is not None else None
         body = a.body(seq)
@@ -52,6 +58,13 @@ def check_outcomes(a: Archive) -> Check:
                 )
         if kind == "trial.responded" or body.get("final") is True:
             final.setdefault(str(req.get("trial")), []).append(seq)
+    return outcomes, final
+
+
+def _check_one_outcome(
+    st: _State, requests: dict[int, dict[str, Any]], outcomes: dict[int, list[int]]
+) -> None:
+    """Each request has exactly one outcome."""
     for rseq, outs in outcomes.items():
         if not outs:
             st.fail(
@@ -63,6 +76,12 @@ def check_outcomes(a: Archive) -> Check:
                 f"{', '.join(map(str, outs))})",
                 outs[1],
             )
+
+
+def _check_after_final(
+    st: _State, requests: dict[int, dict[str, Any]], final: dict[str, list[int]]
+) -> None:
+    """No trial is requested again after its final outcome."""
     for seq, body in requests.items():
         first_final = final.get(str(body.get("trial")), [])
         if first_final and first_final[0] < seq:
@@ -71,11 +90,10 @@ def check_outcomes(a: Archive) -> Check:
                 f"(seq {first_final[0]})",
                 seq,
             )
-    for seq in a.of_kind("trial.excluded"):  # docs/trials.md §5: the steps check justifies it
-        final.setdefault(str(a.body(seq).get("trial")), []).append(seq)
-    for values in final.values():
-        values.sort()
-    ids = a.schedule()
+
+
+def _check_one_final(st: _State, ids: list[str], final: dict[str, list[int]]) -> None:
+    """Each scheduled trial has exactly one final outcome, and no other trial has one."""
     for i, tid in enumerate(ids, start=1):
         finals = final.get(tid, [])
         if not finals:
@@ -88,6 +106,22 @@ def check_outcomes(a: Archive) -> Check:
             )
     for tid in sorted(set(final) - set(ids)):
         st.fail(f"trial {tid!r} has an outcome but is not in the schedule", final[tid][0])
+
+
+def check_outcomes(a: Archive) -> Check:
+    """Every request has one outcome; every scheduled trial exactly one final outcome."""
+    st = _State("outcomes")
+    requests: dict[int, dict[str, Any]] = {seq: a.body(seq) for seq in a.of_kind("trial.requested")}
+    _check_attempts(st, requests)
+    outcomes, final = _check_outcome_events(a, st, requests)
+    _check_one_outcome(st, requests, outcomes)
+    _check_after_final(st, requests, final)
+    for seq in a.of_kind("trial.excluded"):  # docs/trials.md §5: the steps check justifies it
+        final.setdefault(str(a.body(seq).get("trial")), []).append(seq)
+    for values in final.values():
+        values.sort()
+    ids = a.schedule()
+    _check_one_final(st, ids, final)
     sessions = _check_sessions(a, st)
     return st.check(
         f"{len(requests)} requests have one outcome each; each of {len(ids)} scheduled trials has "
@@ -148,6 +182,17 @@ def _concurrent(a: Archive, st: _State, seq: int, opened: list[int]) -> list[int
     return [s for s in listed if s in opened]
 
 
+def _stop(st: _State, seq: int, named: Any, known: bool, opened: list[int]) -> None:
+    """A run.stopped closes the open session it names."""
+    if not isinstance(named, int) or not known:
+        st.fail(
+            f"seq {seq}: run.stopped names run session {named!r}, but {_open_sessions(opened)}",
+            seq,
+        )
+    else:
+        opened.remove(named)
+
+
 def _check_sessions(a: Archive, st: _State) -> int:
     """Every event of :data:`SESSION_KINDS` lies inside a run session; returns the sessions.
 
@@ -172,14 +217,7 @@ def _check_sessions(a: Archive, st: _State) -> int:
         named = a.body(seq).get("session")
         known = isinstance(named, int) and not isinstance(named, bool) and named in opened
         if kind == "run.stopped":
-            if not isinstance(named, int) or not known:
-                st.fail(
-                    f"seq {seq}: run.stopped names run session {named!r}, but "
-                    f"{_open_sessions(opened)}",
-                    seq,
-                )
-            else:
-                opened.remove(named)
+            _stop(st, seq, named, known, opened)
         elif not opened:
             st.fail(
                 f"seq {seq}: {kind} lies outside every run session (no run.started since the "
@@ -197,12 +235,8 @@ def _check_sessions(a: Archive, st: _State) -> int:
     return len(a.of_kind("run.started"))
 
 
-def check_blinding(a: Archive) -> Check:
-    """Scores sealed before unblinding; the revealed secret opens the commitment."""
-    st = _State("blinding")
-    seals = a.of_kind("scoring.sealed")
-    revealed = a.of_kind("blinding.revealed")
-    scored = a.of_kind("trial.scored")
+def _check_counts(st: _State, seals: list[int], revealed: list[int]) -> None:
+    """Exactly one scoring.sealed and one blinding.revealed."""
     if len(seals) != 1:
         st.fail(
             f"the ledger has {len(seals)} scoring.sealed events; exactly one is required",
@@ -213,14 +247,10 @@ def check_blinding(a: Archive) -> Check:
             f"the ledger has {len(revealed)} blinding.revealed events; exactly one is required",
             revealed[1] if len(revealed) > 1 else None,
         )
-    if not seals or not revealed:
-        return st.check("")
-    seal, reveal = seals[0], revealed[0]
-    last_trial = max((s for k in TRIAL_KINDS for s in a.of_kind(k)), default=-1)
-    if last_trial > seal:
-        st.fail(f"seq {last_trial}: a trial event follows scoring.sealed (seq {seal})", last_trial)
-    if reveal < seal:
-        st.fail(f"seq {reveal}: blinding.revealed comes before scoring.sealed (seq {seal})", reveal)
+
+
+def _secret(a: Archive, st: _State, reveal: int) -> bytes | None:
+    """The revealed secret, checked against the locked commitment; None if it is not hex."""
     commitment = a.protocol.get("blinding_commitment")
     rbody = a.body(reveal)
     secret_hex = rbody.get("secret_hex")
@@ -230,7 +260,7 @@ def check_blinding(a: Archive) -> Check:
         secret = None
     if secret is None:
         st.fail(f"seq {reveal}: secret_hex is not hex", reveal)
-        return st.check("")
+        return None
     if sha_hex(secret) != commitment:
         st.fail(
             f"seq {reveal}: SHA-256(secret) {sha_hex(secret)} does not open the commitment "
@@ -239,18 +269,19 @@ def check_blinding(a: Archive) -> Check:
         )
     if rbody.get("commitment") != commitment:
         st.fail(f"seq {reveal}: commitment differs from protocol.locked's", reveal)
-    codes = a.codes(secret)
-    if rbody.get("arm_codes") != codes:
-        st.fail(
-            f"seq {reveal}: arm_codes are not HMAC-SHA256(secret, arm)[:12] of the locked arms",
-            reveal,
-        )
-    # every trial.scored: one per trial.responded, the code of its trial's arm
+    return secret
+
+
+def _check_scores(a: Archive, st: _State, codes: dict[str, str]) -> list[tuple[int, str]]:
+    """Every trial.scored: one per trial.responded, the code of its trial's arm.
+
+    Return the (response seq, scores_sha256) pairs, in scored order.
+    """
     responded = set(a.of_kind("trial.responded"))
     requests = {seq: a.body(seq) for seq in a.of_kind("trial.requested")}
     seen: dict[int, int] = {}
     pairs: list[tuple[int, str]] = []
-    for seq in scored:
+    for seq in a.of_kind("trial.scored"):
         body = a.body(seq)
         rseq = body.get("response_seq")
         if type(rseq) is not int or rseq not in responded:
@@ -276,6 +307,11 @@ def check_blinding(a: Archive) -> Check:
             st.fail(f"seq {seq}: stimulus differs from its trial's", seq)
     for rseq in sorted(responded - set(seen)):
         st.fail(f"seq {rseq}: trial.responded has no trial.scored", rseq)
+    return pairs
+
+
+def _check_seal(a: Archive, st: _State, seal: int, pairs: list[tuple[int, str]]) -> None:
+    """The seal's scores_sha256 and count are those of the recorded scores."""
     sbody = a.body(seal)
     pairs.sort()
     digest = sha_hex(canonical_json([[r, h] for r, h in pairs]))
@@ -289,6 +325,33 @@ def check_blinding(a: Archive) -> Check:
         st.fail(
             f"seq {seal}: scored is {sbody.get('scored')!r}, {len(pairs)} trials were scored", seal
         )
+
+
+def check_blinding(a: Archive) -> Check:
+    """Scores sealed before unblinding; the revealed secret opens the commitment."""
+    st = _State("blinding")
+    seals = a.of_kind("scoring.sealed")
+    revealed = a.of_kind("blinding.revealed")
+    _check_counts(st, seals, revealed)
+    if not seals or not revealed:
+        return st.check("")
+    seal, reveal = seals[0], revealed[0]
+    last_trial = max((s for k in TRIAL_KINDS for s in a.of_kind(k)), default=-1)
+    if last_trial > seal:
+        st.fail(f"seq {last_trial}: a trial event follows scoring.sealed (seq {seal})", last_trial)
+    if reveal < seal:
+        st.fail(f"seq {reveal}: blinding.revealed comes before scoring.sealed (seq {seal})", reveal)
+    secret = _secret(a, st, reveal)
+    if secret is None:
+        return st.check("")
+    codes = a.codes(secret)
+    if a.body(reveal).get("arm_codes") != codes:
+        st.fail(
+            f"seq {reveal}: arm_codes are not HMAC-SHA256(secret, arm)[:12] of the locked arms",
+            reveal,
+        )
+    pairs = _check_scores(a, st, codes)
+    _check_seal(a, st, seal, pairs)
     return st.check(
         f"scoring sealed (seq {seal}) after every trial event and before blinding.revealed "
         f"(seq {reveal}); the commitment opens; {len(pairs)} scores carry their arm's code"

@@ -50,31 +50,29 @@ UNCHANGED_MEMBERS = (
 _GROWABLE = ("items", "truth")
 
 
+def _kept(st: _State, seq: int, what: str, prev: Any, new: Any, *, by_name: bool = True) -> None:
+    """Every entry of an earlier phase's table is in the new one, unchanged.
+
+    Arms and models are taken by name (``by_name``); hypotheses in the order they were listed.
+    """
+    prev = prev if type(prev) is dict else {}
+    new = new if type(new) is dict else {}
+    for name, record in sorted(prev.items()) if by_name else prev.items():
+        if new.get(name) != record:
+            st.fail(
+                f"seq {seq}: {what} {name} of an earlier phase is "
+                + ("missing" if name not in new else "changed"),
+                seq,
+            )
+
+
 def _plan(st: _State, seq: int, prev: dict[str, Any], new: dict[str, Any]) -> None:
     """Every way the plan at ``seq`` changes the earlier phase's plan, as a FAIL."""
     for member in UNCHANGED_MEMBERS:
         if prev.get(member) != new.get(member):
             st.fail(f"seq {seq}: protocol.locked {member} differs from the earlier phase's", seq)
-    prev_arms, new_arms = prev.get("arms"), new.get("arms")
-    prev_arms = prev_arms if type(prev_arms) is dict else {}
-    new_arms = new_arms if type(new_arms) is dict else {}
-    for arm, record in sorted(prev_arms.items()):
-        if new_arms.get(arm) != record:
-            st.fail(
-                f"seq {seq}: arm {arm} of an earlier phase is "
-                + ("missing" if arm not in new_arms else "changed"),
-                seq,
-            )
-    prev_models, new_models = prev.get("models"), new.get("models")
-    prev_models = prev_models if type(prev_models) is dict else {}
-    new_models = new_models if type(new_models) is dict else {}
-    for name, record in sorted(prev_models.items()):
-        if new_models.get(name) != record:
-            st.fail(
-                f"seq {seq}: model {name} of an earlier phase is "
-                + ("missing" if name not in new_models else "changed"),
-                seq,
-            )
+    _kept(st, seq, "arm", prev.get("arms"), new.get("arms"))
+    _kept(st, seq, "model", prev.get("models"), new.get("models"))
     order, new_order = prev.get("model_order"), new.get("model_order")
     if type(order) is list and (type(new_order) is not list or new_order[: len(order)] != order):
         st.fail(f"seq {seq}: model_order does not begin with the earlier phase's", seq)
@@ -99,13 +97,7 @@ def _hypotheses(st: _State, seq: int, prev: dict[str, Any], new: dict[str, Any],
     earlier = {h.get("id"): h for h in prev_h if type(h) is dict}
     families = {h.get("family") for h in earlier.values() if h.get("family")}
     now = {h.get("id"): h for h in new_h if type(h) is dict}
-    for hid, record in earlier.items():
-        if now.get(hid) != record:
-            st.fail(
-                f"seq {seq}: hypothesis {hid} of an earlier phase is "
-                + ("missing" if hid not in now else "changed"),
-                seq,
-            )
+    _kept(st, seq, "hypothesis", earlier, now, by_name=False)
     for hid, record in now.items():
         if hid in earlier:
             continue
@@ -162,72 +154,109 @@ def _schedule(a: Archive, seq: int) -> list[str] | None:
         return None
 
 
+def _phase_of(a: Archive, index: int, seq: int, body: dict[str, Any]) -> Any:
+    """The phase object of the protocol.locked at ``seq``.
+
+    A study first locked with no phase name: its first lock is the unnamed phase 0.
+    """
+    phase = body.get("phase")
+    if index == 0 and "phase" not in body and _schedule(a, seq) is not None:
+        phase = {
+            "index": 0,
+            "name": None,
+            "previous": None,
+            "trials": len(_schedule(a, seq) or []),
+        }
+    return phase
+
+
+def _check_phase_object(
+    st: _State, seqs: list[int], index: int, phase: dict[str, Any], names: set[Any]
+) -> None:
+    """A phase's index, new name and previous lock (``names``: the names so far, updated)."""
+    seq = seqs[index]
+    name = phase.get("name")
+    if phase.get("index") != index:
+        st.fail(f"seq {seq}: phase.index is {phase.get('index')!r}, expected {index}", seq)
+    if index and (type(name) is not str or name in names):
+        st.fail(f"seq {seq}: phase.name {name!r} is not a new name", seq)
+    names.add(name)
+    want_prev = seqs[index - 1] if index else None
+    if phase.get("previous") != want_prev:
+        st.fail(
+            f"seq {seq}: phase.previous is {phase.get('previous')!r}, expected {want_prev}", seq
+        )
+
+
+def _check_phase_schedule(
+    st: _State, seq: int, phase: dict[str, Any], order: list[str], prev_order: list[str]
+) -> None:
+    """A phase's schedule extends the earlier phases' by its ``trials``."""
+    if order[: len(prev_order)] != prev_order:
+        st.fail(f"seq {seq}: the earlier phases' schedule is not a prefix of this phase's", seq)
+    if phase.get("trials") != len(order) - len(prev_order):
+        st.fail(
+            f"seq {seq}: phase.trials is {phase.get('trials')!r}, the schedule adds "
+            f"{len(order) - len(prev_order)}",
+            seq,
+        )
+
+
+def _check_single(st: _State, a: Archive, seqs: list[int]) -> None:
+    """The only protocol.locked, if it names a phase, is phase 0."""
+    phase = a.protocol.get("phase")
+    if phase is not None and (
+        type(phase) is not dict or phase.get("index") != 0 or phase.get("previous") is not None
+    ):
+        st.fail(
+            f"seq {seqs[0]}: the only protocol.locked is not phase 0 (phase {phase!r})", seqs[0]
+        )
+
+
+def _check_each_phase(st: _State, a: Archive, seqs: list[int]) -> dict[str, int]:
+    """Each phase's object, schedule, plan, hypotheses and files.
+
+    Return the protocol.locked seq of each trial's phase, by trial.
+    """
+    names: set[Any] = set()
+    first_of: dict[str, int] = {}
+    prev_order: list[str] = []
+    for index, seq in enumerate(seqs):
+        body = a.body(seq)
+        phase = _phase_of(a, index, seq, body)
+        if type(phase) is not dict:
+            st.fail(f"seq {seq}: protocol.locked has no phase object", seq)
+            continue
+        _check_phase_object(st, seqs, index, phase, names)
+        order = _schedule(a, seq)
+        if order is None:
+            st.fail(f"seq {seq}: the schedule blob is missing or unreadable", seq)
+            continue
+        _check_phase_schedule(st, seq, phase, order, prev_order)
+        for trial in order[len(prev_order) :]:
+            first_of.setdefault(trial, seq)
+        if index:
+            prev = a.body(seqs[index - 1])
+            _plan(st, seq, prev, body)
+            _hypotheses(st, seq, prev, body, phase.get("name"))
+            _files(st, a, seqs[index - 1], seq)
+        prev_order = order
+    return first_of
+
+
 def check_phases(a: Archive) -> Check:
     """A study locked in phases changed nothing an earlier phase locked (module docstring)."""
     st = _State("phases")
     seqs = a.phase_seqs
     if len(seqs) < 2:
-        phase = a.protocol.get("phase")
-        if phase is not None and (
-            type(phase) is not dict or phase.get("index") != 0 or phase.get("previous") is not None
-        ):
-            st.fail(
-                f"seq {seqs[0]}: the only protocol.locked is not phase 0 (phase {phase!r})", seqs[0]
-            )
+        _check_single(st, a, seqs)
         return st.check("one protocol.locked: the study is locked in one phase")
     sealed = a.of_kind("scoring.sealed")
     if sealed and sealed[0] < seqs[-1]:
         st.fail(
             f"seq {seqs[-1]}: a phase is locked after scoring.sealed (seq {sealed[0]})", seqs[-1]
         )
-    names: set[Any] = set()
-    first_of: dict[str, int] = {}  # trial -> the protocol.locked seq of its phase
-    prev_order: list[str] = []
-    for index, seq in enumerate(seqs):
-        body = a.body(seq)
-        phase = body.get("phase")
-        if index == 0 and "phase" not in body and _schedule(a, seq) is not None:
-            # a study first locked with no phase name: its first lock is the unnamed phase 0
-            phase = {
-                "index": 0,
-                "name": None,
-                "previous": None,
-                "trials": len(_schedule(a, seq) or []),
-            }
-        if type(phase) is not dict:
-            st.fail(f"seq {seq}: protocol.locked has no phase object", seq)
-            continue
-        name = phase.get("name")
-        if phase.get("index") != index:
-            st.fail(f"seq {seq}: phase.index is {phase.get('index')!r}, expected {index}", seq)
-        if index and (type(name) is not str or name in names):
-            st.fail(f"seq {seq}: phase.name {name!r} is not a new name", seq)
-        names.add(name)
-        want_prev = seqs[index - 1] if index else None
-        if phase.get("previous") != want_prev:
-            st.fail(
-                f"seq {seq}: phase.previous is {phase.get('previous')!r}, expected {want_prev}", seq
-            )
-        order = _schedule(a, seq)
-        if order is None:
-            st.fail(f"seq {seq}: the schedule blob is missing or unreadable", seq)
-            continue
-        if order[: len(prev_order)] != prev_order:
-            st.fail(f"seq {seq}: the earlier phases' schedule is not a prefix of this phase's", seq)
-        if phase.get("trials") != len(order) - len(prev_order):
-            st.fail(
-                f"seq {seq}: phase.trials is {phase.get('trials')!r}, the schedule adds "
-                f"{len(order) - len(prev_order)}",
-                seq,
-            )
-        for trial in order[len(prev_order) :]:
-            first_of.setdefault(trial, seq)
-        if index:
-            prev = a.body(seqs[index - 1])
-            _plan(st, seq, prev, body)
-            _hypotheses(st, seq, prev, body, name)
-            _files(st, a, seqs[index - 1], seq)
-        prev_order = order
+    first_of = _check_each_phase(st, a, seqs)
     for kind, member in (("trial.requested", "trial"), ("run.preflight", "as_trial")):
         for seq in a.of_kind(kind):
             named = a.body(seq).get(member)

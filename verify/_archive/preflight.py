@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import json
 import re
+from dataclasses import dataclass
 from typing import Any
 
 from verify._archive.requests import _request_problem
@@ -139,7 +140,25 @@ def identity_problem(record: Any) -> str | None:
     if type(record) is not dict or set(record) != {"asked", "models", "listed", "note"}:
         return "'server_identity' is not {asked, models, listed, note}"
     asked, models, listed, note = (record[k] for k in ("asked", "models", "listed", "note"))
-    if type(asked) is not list or not all(
+    if type(asked) is not list or not all(_is_asked(a) for a in asked):
+        return "'server_identity.asked' is not a list of {url, http_status, headers, error}"
+    return _types_problem(models, listed, note) or _listed_problem(listed, models)
+
+
+def _types_problem(models: Any, listed: Any, note: Any) -> str | None:
+    """``server_identity``'s models, listed and note are of their types, or say which is not."""
+    if models is not None and (type(models) is not list or not all(type(m) is str for m in models)):
+        return "'server_identity.models' is neither null nor a list of strings"
+    if type(listed) is not dict or not all(v is None or type(v) is bool for v in listed.values()):
+        return "'server_identity.listed' is not an object of true, false or null"
+    if note is not None and type(note) is not str:
+        return "'server_identity.note' is neither null nor a string"
+    return None
+
+
+def _is_asked(a: Any) -> bool:
+    """One ``server_identity.asked`` entry: ``{url, http_status, headers, error}``."""
+    return (
         type(a) is dict
         and set(a) == {"url", "http_status", "headers", "error"}
         and type(a["url"]) is str
@@ -147,15 +166,11 @@ def identity_problem(record: Any) -> str | None:
         and type(a["headers"]) is dict
         and all(type(v) is str for v in a["headers"].values())
         and (a["error"] is None or type(a["error"]) is str)
-        for a in asked
-    ):
-        return "'server_identity.asked' is not a list of {url, http_status, headers, error}"
-    if models is not None and (type(models) is not list or not all(type(m) is str for m in models)):
-        return "'server_identity.models' is neither null nor a list of strings"
-    if type(listed) is not dict or not all(v is None or type(v) is bool for v in listed.values()):
-        return "'server_identity.listed' is not an object of true, false or null"
-    if note is not None and type(note) is not str:
-        return "'server_identity.note' is neither null nor a string"
+    )
+
+
+def _listed_problem(listed: dict[str, Any], models: list[str] | None) -> str | None:
+    """``server_identity.listed`` agrees with the models the server named, or says how not."""
     for model_id, value in listed.items():
         found = type(models) is list and any(model_matches(model_id, m) for m in models)
         if (value is True) != found:
@@ -195,8 +210,11 @@ def _step_model(a: Archive, call: str, step: str) -> tuple[str | None, str | Non
     return (found, None) if type(found) is str else (None, f"model {name!r} has no locked id")
 
 
-def _body_problem(body: dict[str, Any]) -> str | None:
-    """How a ``run.preflight`` body departs from ``docs/trials.md`` §3, or ``None``."""
+def _members_problem(body: dict[str, Any]) -> str | None:
+    """How a ``run.preflight`` body's members depart from ``docs/trials.md`` §3, or ``None``.
+
+    Each required member present and of its type, each optional one of its type, no other.
+    """
     want = dict(_COMMON)
     ok = body.get("ok")
     want.update(_ANSWERED if ok is True else _FAILED)
@@ -215,6 +233,23 @@ def _body_problem(body: dict[str, Any]) -> str | None:
     extra = sorted(set(body) - set(want) - set(optional))
     if extra:
         return f"has unexpected member(s) {', '.join(extra)}"
+    return None
+
+
+def _shape_problem(shape: Any) -> str | None:
+    """A preflight's ``shape``: {images, system, prior_turns: bool, parameters: [str]}."""
+    if set(shape) != set(_SHAPE) or not all(_is(shape[k], t) for k, t in _SHAPE.items()):
+        return "'shape' is not {images, system, prior_turns: bool, parameters: [str]}"
+    if not all(type(p) is str for p in shape["parameters"]):
+        return "'shape.parameters' holds a non-string"
+    return None
+
+
+def _body_problem(body: dict[str, Any]) -> str | None:
+    """How a ``run.preflight`` body departs from ``docs/trials.md`` §3, or ``None``."""
+    problem = _members_problem(body)
+    if problem is not None:
+        return problem
     slots = body.get("empty_slots", ["-"])
     if not slots or not all(type(x) is str for x in slots):
         return "'empty_slots' is not a non-empty list of slot names"
@@ -225,11 +260,9 @@ def _body_problem(body: dict[str, Any]) -> str | None:
         problem = identity_problem(body["server_identity"])
         if problem is not None:
             return problem
-    shape = body["shape"]
-    if set(shape) != set(_SHAPE) or not all(_is(shape[k], t) for k, t in _SHAPE.items()):
-        return "'shape' is not {images, system, prior_turns: bool, parameters: [str]}"
-    if not all(type(p) is str for p in shape["parameters"]):
-        return "'shape.parameters' holds a non-string"
+    problem = _shape_problem(body["shape"])
+    if problem is not None:
+        return problem
     if body["attempt"] < 1 or body.get("position", 1) < 1:
         return "'attempt' and 'position' must be at least 1"
     if not is_hex64(body["request_sha256"]):
@@ -237,19 +270,155 @@ def _body_problem(body: dict[str, Any]) -> str | None:
     return None
 
 
-def check_preflight(a: Archive) -> Check:
-    """Every ``run.preflight``: its body, its blobs, and the locked request it copies."""
-    st = _State("preflight")
+@dataclass(frozen=True)
+class _Locked:
+    """What a preflight request is compared with: the locked arms, model, stimuli, schedule."""
+
+    texts: dict[str, str]
+    model: dict[str, Any]
+    stimuli: dict[str, bytes | None]
+    ids: list[str]
+    position: dict[str, int]
+    sealed: list[int]
+
+
+def _locked(a: Archive) -> _Locked:
+    """The locked arm texts, ``model`` table, stimulus bytes by name and schedule."""
     texts, _ = a.arm_texts()
     model = a.protocol.get("model")
-    model = model if type(model) is dict else {}
     stimuli: dict[str, bytes | None] = {}
     for path, (role, _, _) in a.locked_files.items():
         if role == "stimulus":
             stimuli[path.rsplit("/", 1)[-1].rsplit(".", 1)[0]] = a.locked_blob(path)
     ids = a.schedule()
-    position = {tid: i for i, tid in enumerate(ids, start=1)}
-    sealed = a.of_kind("scoring.sealed")
+    return _Locked(
+        texts,
+        model if type(model) is dict else {},
+        stimuli,
+        ids,
+        {tid: i for i, tid in enumerate(ids, start=1)},
+        a.of_kind("scoring.sealed"),
+    )
+
+
+def _request_json(a: Archive, st: _State, seq: int, body: dict[str, Any]) -> tuple[bool, Any]:
+    """(whether the request blob was read, its JSON or None); checks both blobs' presence."""
+    ref = a.blob_ref(seq, "request")
+    if ref is None or ref != body["request_sha256"]:
+        st.fail(
+            f"seq {seq}: request_sha256 {body['request_sha256']} is not the request "
+            f"blob's hash {ref!r}",
+            seq,
+        )
+        return False, None
+    response = a.blob_ref(seq, "response")
+    if body["ok"] and response is None:
+        st.fail(f"seq {seq}: an answered run.preflight has no response blob", seq)
+    if response is not None and not a.blob_ok(response):
+        st.fail(
+            f"seq {seq}: response blob {response} is missing or altered",
+            seq,
+            where=f"blobs/{response}",
+        )
+    data = a.blob(ref, MAX_PARSED_BYTES)
+    if data is None:
+        st.fail(
+            f"seq {seq}: request blob {ref} is missing, too large or altered",
+            seq,
+            where=f"blobs/{ref}",
+        )
+        return False, None
+    try:
+        return True, json.loads(data)
+    except (ValueError, RecursionError):
+        return True, None
+
+
+def _as_messages(req: Any, body: dict[str, Any]) -> tuple[Any, Any]:
+    """(the model the request carries, the request as the Messages request it stands for)."""
+    carried = req.get("model") if type(req) is dict else None
+    wire = wire_form(body.get("backend"))
+    if (
+        wire in ANTHROPIC_VERSIONS
+        and type(req) is dict
+        and "model" not in req
+        and req.get("anthropic_version") == ANTHROPIC_VERSIONS[wire]
+    ):
+        # docs/backends.md: the model travels in the URL; the event names it. Checked
+        # below as the Messages request it stands for.
+        carried = body.get("model")
+        req = {**{k: v for k, v in req.items() if k != "anthropic_version"}, "model": carried}
+    return carried, req
+
+
+def _check_call_model(a: Archive, st: _State, seq: int, body: dict[str, Any], carried: Any) -> None:
+    """A step call's preflight (docs/trials.md §3, §5) carries the step's locked model."""
+    locked, why = _step_model(a, body["as_call"], body["step"])
+    if why is not None:
+        st.fail(f"seq {seq}: run.preflight {why}", seq)
+    elif carried != locked or body["model"] != locked:
+        st.fail(
+            f"seq {seq}: the preflight request carries model {carried!r} (body: "
+            f"{body['model']!r}); step call {body['as_call']} locks model "
+            f"{locked!r}",
+            seq,
+        )
+
+
+def _check_trial_request(
+    a: Archive, st: _State, lk: _Locked, seq: int, body: dict[str, Any], req: Any, carried: Any
+) -> None:
+    """A trial's preflight carries its locked model and place, and is its locked request."""
+    trial = body["as_trial"]
+    locked = _locked_model(a, trial)
+    if carried != locked or body["model"] != locked:
+        st.fail(
+            f"seq {seq}: the preflight request carries model {carried!r} (body: "
+            f"{body['model']!r}); the locked model is {locked!r}",
+            seq,
+        )
+        return
+    if lk.ids and lk.position.get(trial) != body["position"]:
+        st.fail(
+            f"seq {seq}: as_trial {trial!r} at position {body['position']} is not a "
+            "trial of the locked schedule at that place",
+            seq,
+        )
+        return
+    parts = trial.split("|")
+    if len(parts) == 3 and parts[0] in lk.texts and lk.stimuli.get(parts[1]) is not None:
+        found = _request_problem(req, lk.texts[parts[0]], lk.stimuli[parts[1]] or b"", lk.model)
+        if found is not None:
+            st.fail(
+                f"seq {seq}: the preflight request is not the locked request of trial "
+                f"{trial}: {found}",
+                seq,
+            )
+
+
+def _check_one(a: Archive, st: _State, lk: _Locked, seq: int, body: dict[str, Any]) -> bool:
+    """Check one well-formed ``run.preflight``; return whether it copies a step call."""
+    if lk.sealed and seq > lk.sealed[0]:
+        st.fail(
+            f"seq {seq}: run.preflight after scoring.sealed (seq {lk.sealed[0]}): data "
+            "collection was closed",
+            seq,
+        )
+    read, req = _request_json(a, st, seq, body)
+    if not read:
+        return False
+    carried, req = _as_messages(req, body)
+    if "as_call" in body:  # a step call's request (docs/trials.md §3, §5)
+        _check_call_model(a, st, seq, body, carried)
+        return True
+    _check_trial_request(a, st, lk, seq, body, req, carried)
+    return False
+
+
+def check_preflight(a: Archive) -> Check:
+    """Every ``run.preflight``: its body, its blobs, and the locked request it copies."""
+    st = _State("preflight")
+    lk = _locked(a)
     count = ok = calls = 0
     for seq in a.of_kind("run.preflight"):
         count += 1
@@ -259,91 +428,7 @@ def check_preflight(a: Archive) -> Check:
             st.fail(f"seq {seq}: run.preflight {problem}", seq)
             continue
         ok += body["ok"]
-        if sealed and seq > sealed[0]:
-            st.fail(
-                f"seq {seq}: run.preflight after scoring.sealed (seq {sealed[0]}): data "
-                "collection was closed",
-                seq,
-            )
-        ref = a.blob_ref(seq, "request")
-        if ref is None or ref != body["request_sha256"]:
-            st.fail(
-                f"seq {seq}: request_sha256 {body['request_sha256']} is not the request "
-                f"blob's hash {ref!r}",
-                seq,
-            )
-            continue
-        response = a.blob_ref(seq, "response")
-        if body["ok"] and response is None:
-            st.fail(f"seq {seq}: an answered run.preflight has no response blob", seq)
-        if response is not None and not a.blob_ok(response):
-            st.fail(
-                f"seq {seq}: response blob {response} is missing or altered",
-                seq,
-                where=f"blobs/{response}",
-            )
-        data = a.blob(ref, MAX_PARSED_BYTES)
-        if data is None:
-            st.fail(
-                f"seq {seq}: request blob {ref} is missing, too large or altered",
-                seq,
-                where=f"blobs/{ref}",
-            )
-            continue
-        try:
-            req = json.loads(data)
-        except (ValueError, RecursionError):
-            req = None
-        carried = req.get("model") if type(req) is dict else None
-        wire = wire_form(body.get("backend"))
-        if (
-            wire in ANTHROPIC_VERSIONS
-            and type(req) is dict
-            and "model" not in req
-            and req.get("anthropic_version") == ANTHROPIC_VERSIONS[wire]
-        ):
-            # docs/backends.md: the model travels in the URL; the event names it. Checked
-            # below as the Messages request it stands for.
-            carried = body.get("model")
-            req = {**{k: v for k, v in req.items() if k != "anthropic_version"}, "model": carried}
-        if "as_call" in body:  # a step call's request (docs/trials.md §3, §5)
-            locked, why = _step_model(a, body["as_call"], body["step"])
-            if why is not None:
-                st.fail(f"seq {seq}: run.preflight {why}", seq)
-            elif carried != locked or body["model"] != locked:
-                st.fail(
-                    f"seq {seq}: the preflight request carries model {carried!r} (body: "
-                    f"{body['model']!r}); step call {body['as_call']} locks model "
-                    f"{locked!r}",
-                    seq,
-                )
-            calls += 1
-            continue
-        trial = body["as_trial"]
-        locked = _locked_model(a, trial)
-        if carried != locked or body["model"] != locked:
-            st.fail(
-                f"seq {seq}: the preflight request carries model {carried!r} (body: "
-                f"{body['model']!r}); the locked model is {locked!r}",
-                seq,
-            )
-            continue
-        if ids and position.get(trial) != body["position"]:
-            st.fail(
-                f"seq {seq}: as_trial {trial!r} at position {body['position']} is not a "
-                "trial of the locked schedule at that place",
-                seq,
-            )
-            continue
-        parts = trial.split("|")
-        if len(parts) == 3 and parts[0] in texts and stimuli.get(parts[1]) is not None:
-            found = _request_problem(req, texts[parts[0]], stimuli[parts[1]] or b"", model)
-            if found is not None:
-                st.fail(
-                    f"seq {seq}: the preflight request is not the locked request of trial "
-                    f"{trial}: {found}",
-                    seq,
-                )
+        calls += _check_one(a, st, lk, seq, body)
     of_calls = (
         f", {calls} of them of step calls, each naming a locked step model's id" if calls else ""
     )
@@ -385,36 +470,48 @@ def identity_warnings(a: Archive) -> list[tuple[int, str]]:
             continue
         if identity_problem(record) is not None:
             continue  # the preflight check fails it; nothing to read here
-        models = record["models"]
-        named = (
-            ", ".join(repr(m) for m in models[:8]) + (" ..." if len(models) > 8 else "")
-            if (models)
-            else "none"
-        )
-        for model_id, value in sorted(record["listed"].items()):
-            if value is True or (model_id, value) in said:
-                continue
-            said.add((model_id, value))
-            if value is False:
-                out.append(
-                    (
-                        seq,
-                        f"{kind} seq {seq}: the locked model {model_id!r} is not among "
-                        f"the models the server reports serving (it named: {named}); "
-                        "its answers report the model the server says, which proves "
-                        "nothing about which model answered",
-                    )
+        out.extend(_identity_warnings(seq, kind, record, said))
+    return out
+
+
+def _identity_warnings(
+    seq: int, kind: Any, record: dict[str, Any], said: set[tuple[str, object]]
+) -> list[tuple[int, str]]:
+    """(seq, text) per locked model one valid ``server_identity`` did not list or ask about.
+
+    Unless an earlier event said the same of that model (``said``, updated here).
+    """
+    out: list[tuple[int, str]] = []
+    models = record["models"]
+    named = (
+        ", ".join(repr(m) for m in models[:8]) + (" ..." if len(models) > 8 else "")
+        if (models)
+        else "none"
+    )
+    for model_id, value in sorted(record["listed"].items()):
+        if value is True or (model_id, value) in said:
+            continue
+        said.add((model_id, value))
+        if value is False:
+            out.append(
+                (
+                    seq,
+                    f"{kind} seq {seq}: the locked model {model_id!r} is not among "
+                    f"the models the server reports serving (it named: {named}); "
+                    "its answers report the model the server says, which proves "
+                    "nothing about which model answered",
                 )
-            else:
-                errors = [str(x.get("error")) for x in record["asked"] if x.get("error")]
-                why = record["note"] or "; ".join(errors)
-                out.append(
-                    (
-                        seq,
-                        f"{kind} seq {seq}: the server could not be asked whether it "
-                        f"serves the locked model {model_id!r}" + (f" ({why})" if why else ""),
-                    )
+            )
+        else:
+            errors = [str(x.get("error")) for x in record["asked"] if x.get("error")]
+            why = record["note"] or "; ".join(errors)
+            out.append(
+                (
+                    seq,
+                    f"{kind} seq {seq}: the server could not be asked whether it "
+                    f"serves the locked model {model_id!r}" + (f" ({why})" if why else ""),
                 )
+            )
     return out
 
 
@@ -458,6 +555,22 @@ def identity_notice(a: Archive) -> str | None:
     )
 
 
+def _requested_reported(a: Archive, seq: int, body: dict[str, Any]) -> tuple[Any, Any, str]:
+    """(model requested, model reported, what) of a trial.responded or a run.preflight.
+
+    The requested model is None when there is nothing to compare.
+    """
+    env = a.envs[seq]
+    if env is not None and env.get("kind") == "trial.responded":
+        trial = body.get("trial")
+        requested = _locked_model(a, trial) if type(trial) is str else None
+        return requested, body.get("model"), f"trial {trial}"
+    if body.get("ok") is not True:
+        return None, None, "preflight"
+    requested = body.get("model") if type(body.get("model")) is str else None
+    return requested, body.get("reported_model"), "preflight"
+
+
 def check_provenance(a: Archive) -> Check:
     """WARN for each answer whose reported model is not the requested one (nor its snapshot).
 
@@ -475,23 +588,11 @@ def check_provenance(a: Archive) -> Check:
             listed += sum(v is True for v in record["listed"].values())
     compared = unreported = simulated = 0
     for seq in sorted(a.of_kind("trial.responded") + a.of_kind("run.preflight")):
-        env = a.envs[seq]
-        kind = env.get("kind") if env is not None else None
         body = a.body(seq)
         if body.get("simulated") is True:
             simulated += 1  # the simulation reports "simulated/<id>" and is labelled as such
             continue
-        if kind == "trial.responded":
-            trial = body.get("trial")
-            requested = _locked_model(a, trial) if type(trial) is str else None
-            reported = body.get("model")
-            what = f"trial {trial}"
-        else:
-            if body.get("ok") is not True:
-                continue
-            requested = body.get("model") if type(body.get("model")) is str else None
-            reported = body.get("reported_model")
-            what = "preflight"
+        requested, reported, what = _requested_reported(a, seq, body)
         if requested is None:
             continue
         if type(reported) is not str:

@@ -141,16 +141,8 @@ def _identity_problems(
     return out
 
 
-def check_protocol(a: Archive) -> Check:
-    """Locked before the first request; every locked file as locked or as amended."""
-    st = _State("protocol")
-    locked = a.of_kind("protocol.locked")
-    if not locked:
-        st.fail(
-            "the ledger has 0 protocol.locked events; exactly one is required, or one per phase",
-            where=EVENTS,
-        )
-        return st.check("")
+def _check_lock_events(a: Archive, st: _State, locked: list[int]) -> None:
+    """One protocol.locked, or one per phase; nothing requested or locked out of order."""
     # the first lock may name no phase: it is then the unnamed phase 0 (study-spec.md, Phases)
     if len(locked) > 1 and any(type(a.body(seq).get("phase")) is not dict for seq in locked[1:]):
         st.fail(
@@ -170,14 +162,14 @@ def check_protocol(a: Archive) -> Check:
     for seq in a.of_kind("artifact.locked"):
         if seq > pseq:
             st.fail(f"seq {seq}: artifact.locked after protocol.locked (seq {pseq})", seq)
-    # artifacts and each phase's manifest: the files in force when that phase was locked
-    manifest = a.protocol.get("manifest")
-    if type(manifest) is not dict:
+    if type(a.protocol.get("manifest")) is not dict:
         st.fail(f"seq {pseq}: protocol.locked has no manifest object", pseq)
-        manifest = {}
+
+
+def _check_artifact_blobs(a: Archive, st: _State) -> None:
+    """Each artifact.locked names its content blob, present, unaltered and of its size."""
     for path, versions in sorted(a.locked_versions.items()):
         for _role, digest, seq in versions:
-            body = a.body(seq)
             ref = a.blob_ref(seq, "content")
             if ref != digest:
                 st.fail(f"seq {seq}: artifact.locked {path}: content blob is not its sha256", seq)
@@ -187,8 +179,68 @@ def check_protocol(a: Archive) -> Check:
                     seq,
                     where=f"blobs/{ref}",
                 )
-            elif body.get("size") != a.blob_size(ref):
+            elif a.body(seq).get("size") != a.blob_size(ref):
                 st.fail(f"seq {seq}: artifact.locked {path}: size differs from the blob's", seq)
+
+
+def _check_lock_manifest(
+    st: _State, seq: int, body: dict[str, Any], running: dict[str, str]
+) -> None:
+    """A protocol.locked manifest lists exactly the files in force, with their hashes."""
+    locked_manifest = body.get("manifest")
+    locked_manifest = locked_manifest if type(locked_manifest) is dict else {}
+    for path in sorted(set(running) | set(locked_manifest)):
+        have, want = running.get(path), locked_manifest.get(path)
+        if want is None:
+            st.fail(
+                f"seq {seq}: artifact.locked {path} ({have}) is not in the "
+                f"protocol.locked manifest (seq {seq})",
+                seq,
+            )
+        elif have is None:
+            st.fail(f"seq {seq}: manifest path {path} has no artifact.locked event", seq)
+        elif have != want:
+            st.fail(
+                f"seq {seq}: artifact.locked {path} ({have}) differs from the "
+                f"protocol.locked manifest (seq {seq}): {want!r}",
+                seq,
+            )
+
+
+def _check_amendment(
+    a: Archive,
+    st: _State,
+    seq: int,
+    body: dict[str, Any],
+    running: dict[str, str],
+    patterns: list[str],
+    first: int,
+) -> None:
+    """A protocol.amended after the lock, changing only amendable files from the hash in force."""
+    if seq < first:
+        st.fail(f"seq {seq}: protocol.amended before protocol.locked", seq)
+    changes = body.get("changes")
+    for change in changes if type(changes) is list else [None]:
+        if type(change) is not dict or type(change.get("path")) is not str:
+            st.fail(f"seq {seq}: protocol.amended change is not an object with a path", seq)
+            continue
+        path = change["path"]
+        if not any(fnmatch.fnmatch(path, p) for p in patterns):
+            st.fail(f"seq {seq}: protocol.amended changes {path}, which is not amendable", seq)
+        if change.get("previous_sha256") != running.get(path):
+            st.fail(
+                f"seq {seq}: protocol.amended {path}: previous_sha256 is not the hash in force",
+                seq,
+            )
+        blob_name = change.get("blob")
+        ref = a.blob_ref(seq, blob_name) if type(blob_name) is str else None
+        if ref != change.get("sha256") or not a.blob_ok(ref):
+            st.fail(f"seq {seq}: protocol.amended {path}: blob missing or not its sha256", seq)
+        running[path] = str(change.get("sha256"))
+
+
+def _replay_manifest(a: Archive, st: _State, locked: list[int]) -> None:
+    """Replay artifact locks and amendments in seq order against each lock's manifest."""
     running: dict[str, str] = {}
     amendable = a.protocol.get("amendable")
     patterns = [p for p in amendable if type(p) is str] if type(amendable) is list else []
@@ -202,99 +254,82 @@ def check_protocol(a: Archive) -> Check:
             if type(locked_path) is str and type(locked_digest) is str:
                 running[locked_path] = locked_digest
         elif kind == "protocol.locked":
-            locked_manifest = body.get("manifest")
-            locked_manifest = locked_manifest if type(locked_manifest) is dict else {}
-            for path in sorted(set(running) | set(locked_manifest)):
-                have, want = running.get(path), locked_manifest.get(path)
-                if want is None:
-                    st.fail(
-                        f"seq {seq}: artifact.locked {path} ({have}) is not in the "
-                        f"protocol.locked manifest (seq {seq})",
-                        seq,
-                    )
-                elif have is None:
-                    st.fail(f"seq {seq}: manifest path {path} has no artifact.locked event", seq)
-                elif have != want:
-                    st.fail(
-                        f"seq {seq}: artifact.locked {path} ({have}) differs from the "
-                        f"protocol.locked manifest (seq {seq}): {want!r}",
-                        seq,
-                    )
+            _check_lock_manifest(st, seq, body, running)
         else:
-            if seq < first:
-                st.fail(f"seq {seq}: protocol.amended before protocol.locked", seq)
-            changes = body.get("changes")
-            for change in changes if type(changes) is list else [None]:
-                if type(change) is not dict or type(change.get("path")) is not str:
-                    st.fail(f"seq {seq}: protocol.amended change is not an object with a path", seq)
-                    continue
-                path = change["path"]
-                if not any(fnmatch.fnmatch(path, p) for p in patterns):
-                    st.fail(
-                        f"seq {seq}: protocol.amended changes {path}, which is not amendable", seq
-                    )
-                if change.get("previous_sha256") != running.get(path):
-                    st.fail(
-                        f"seq {seq}: protocol.amended {path}: previous_sha256 is not the "
-                        "hash in force",
-                        seq,
-                    )
-                blob_name = change.get("blob")
-                ref = a.blob_ref(seq, blob_name) if type(blob_name) is str else None
-                if ref != change.get("sha256") or not a.blob_ok(ref):
-                    st.fail(
-                        f"seq {seq}: protocol.amended {path}: blob missing or not its sha256", seq
-                    )
-                running[path] = str(change.get("sha256"))
-    current = a.current_manifest()
-    # protocol/files.csv and every locked file
-    files_csv = a.file("protocol/files.csv")
-    listed: set[str] = set()
-    if files_csv is None:
-        st.fail(a.absent("protocol/files.csv"), where="protocol/files.csv")
-    else:
-        try:
-            rows = read_csv(files_csv)
-        except (UnicodeDecodeError, csv.Error) as exc:
-            rows = []
-            st.fail(f"protocol/files.csv cannot be read: {exc}", where="protocol/files.csv")
-        if rows and rows[0] != ["locked_path", "role", "sha256", "archive_path"]:
-            st.fail(
-                "protocol/files.csv line 1: header is not locked_path,role,sha256,archive_path",
-                where="protocol/files.csv line 1",
-            )
-        for number, row in enumerate(rows[1:], start=2):
-            where = f"protocol/files.csv line {number}"
-            if len(row) != 4:
-                st.fail(f"{where}: expected 4 cells, found {len(row)}", where=where)
-                continue
-            path, role, digest, archive_path = row
-            listed.add(path)
-            entry = a.locked_files.get(path)
-            want = current.get(path)
-            if entry is None or want is None:
-                st.fail(f"{where}: {path} is not a locked file", where=where)
-                continue
-            if role != entry[0]:
-                st.fail(f"{where}: role {role!r} is not the locked role {entry[0]!r}", where=where)
-            if digest != want[0]:
-                st.fail(
-                    f"{where}: {path}: sha256 {digest} is not the locked (or amended) "
-                    f"{want[0]} (seq {want[1]})",
-                    want[1],
-                    where=where,
-                )
-            if archive_path != locked_archive_path(path, entry[0]):
-                st.fail(
-                    f"{where}: archive_path {archive_path!r} should be "
-                    f"{locked_archive_path(path, entry[0])!r}",
-                    where=where,
-                )
-    for path in sorted(set(a.locked_files) - listed):
+            _check_amendment(a, st, seq, body, running, patterns, locked[0])
+
+
+_FILES_CSV = "protocol/files.csv"
+_FILES_HEADER = ["locked_path", "role", "sha256", "archive_path"]
+
+
+def _files_csv_row(
+    a: Archive, st: _State, number: int, row: list[str], current: dict[str, tuple[str, int]]
+) -> str | None:
+    """Check one row of protocol/files.csv; return the locked path it lists, if it has 4 cells."""
+    where = f"{_FILES_CSV} line {number}"
+    if len(row) != 4:
+        st.fail(f"{where}: expected 4 cells, found {len(row)}", where=where)
+        return None
+    path, role, digest, archive_path = row
+    entry = a.locked_files.get(path)
+    want = current.get(path)
+    if entry is None or want is None:
+        st.fail(f"{where}: {path} is not a locked file", where=where)
+        return path
+    if role != entry[0]:
+        st.fail(f"{where}: role {role!r} is not the locked role {entry[0]!r}", where=where)
+    if digest != want[0]:
         st.fail(
-            f"protocol/files.csv does not list the locked file {path}", where="protocol/files.csv"
+            f"{where}: {path}: sha256 {digest} is not the locked (or amended) "
+            f"{want[0]} (seq {want[1]})",
+            want[1],
+            where=where,
         )
-    expected_files: set[str] = {"protocol/files.csv", "protocol/protocol.json"}
+    if archive_path != locked_archive_path(path, entry[0]):
+        st.fail(
+            f"{where}: archive_path {archive_path!r} should be "
+            f"{locked_archive_path(path, entry[0])!r}",
+            where=where,
+        )
+    return path
+
+
+def _files_csv_rows(a: Archive, st: _State) -> list[list[str]]:
+    """The rows of protocol/files.csv (header included), or none if it is absent or unreadable."""
+    files_csv = a.file(_FILES_CSV)
+    if files_csv is None:
+        st.fail(a.absent(_FILES_CSV), where=_FILES_CSV)
+        return []
+    try:
+        rows = read_csv(files_csv)
+    except (UnicodeDecodeError, csv.Error) as exc:
+        st.fail(f"{_FILES_CSV} cannot be read: {exc}", where=_FILES_CSV)
+        return []
+    if rows and rows[0] != _FILES_HEADER:
+        st.fail(
+            f"{_FILES_CSV} line 1: header is not locked_path,role,sha256,archive_path",
+            where=f"{_FILES_CSV} line 1",
+        )
+    return rows
+
+
+def _check_files_csv(a: Archive, st: _State, current: dict[str, tuple[str, int]]) -> None:
+    """protocol/files.csv lists every locked file with its role, hash in force and place."""
+    listed: set[str] = set()
+    for number, row in enumerate(_files_csv_rows(a, st)[1:], start=2):
+        path = _files_csv_row(a, st, number, row, current)
+        if path is not None:
+            listed.add(path)
+    for path in sorted(set(a.locked_files) - listed):
+        st.fail(f"{_FILES_CSV} does not list the locked file {path}", where=_FILES_CSV)
+
+
+def _check_locked_copies(
+    a: Archive, st: _State, current: dict[str, tuple[str, int]], pseq: int
+) -> set[str]:
+    """Each locked file's archive copy has the hash in force; return the archive paths expected."""
+    expected_files: set[str] = {_FILES_CSV, "protocol/protocol.json"}
     for path, (role, _, seq) in sorted(a.locked_files.items()):
         target = locked_archive_path(path, role)
         expected_files.add(target)
@@ -311,7 +346,13 @@ def check_protocol(a: Archive) -> Check:
                 want[1],
                 where=target,
             )
-    # composed arms
+    return expected_files
+
+
+def _check_arm_texts(
+    a: Archive, st: _State, pseq: int, expected_files: set[str]
+) -> tuple[int, int]:
+    """Composed arm texts hash as locked and are archived; return (arm count, identity version)."""
     texts, problem = a.arm_texts()
     if problem is not None:
         st.fail(f"seq {pseq}: cannot compose the arms: {problem}", pseq)
@@ -334,37 +375,71 @@ def check_protocol(a: Archive) -> Check:
         expected_files.add(target)
         if a.hashes.get(target) != digest:
             st.fail(f"{target} is not the composed text of arm {arm}", where=target)
-    # items, templates, few-shot examples, models (docs/prompts.md)
-    for reason, at, place in _prompt_problems(a):
-        st.fail(reason, at, where=place)
-    if version == 2 and type(arms) is dict:  # after the specific problems, which say more
-        for reason, at, place in _identity_problems(a, arms, expected_files):
-            st.fail(reason, at, where=place)
-    # protocol.json
+    return len(texts), version
+
+
+def _check_protocol_json(a: Archive, st: _State, pseq: int) -> None:
+    """protocol/protocol.json is the protocol.locked body with its seq."""
     data = a.file("protocol/protocol.json")
     if data is None:
         st.fail(a.absent("protocol/protocol.json"), where="protocol/protocol.json")
-    else:
-        try:
-            doc = json.loads(data)
-        except (ValueError, UnicodeDecodeError, RecursionError):
-            doc = None
-        want_doc = dict(a.protocol)
-        want_doc["seq"] = pseq
-        if doc != want_doc:
-            st.fail(
-                f"protocol/protocol.json differs from the protocol.locked body (seq {pseq})",
-                pseq,
-                where="protocol/protocol.json",
-            )
+        return
+    try:
+        doc = json.loads(data)
+    except (ValueError, UnicodeDecodeError, RecursionError):
+        doc = None
+    want_doc = dict(a.protocol)
+    want_doc["seq"] = pseq
+    if doc != want_doc:
+        st.fail(
+            f"protocol/protocol.json differs from the protocol.locked body (seq {pseq})",
+            pseq,
+            where="protocol/protocol.json",
+        )
+
+
+def _check_unexpected_files(a: Archive, st: _State, expected_files: set[str]) -> None:
+    """Nothing under protocol/, stimuli/ or truth/ but locked files, arm texts and records."""
     for path in sorted([*a.files.files, *a.files.others]):
         if path.split("/", 1)[0] in ("protocol", "stimuli", "truth") and path not in expected_files:
             st.fail(
                 f"{show(path)} is not a locked file, arm text or protocol record", where=show(path)
             )
+
+
+def check_protocol(a: Archive) -> Check:
+    """Locked before the first request; every locked file as locked or as amended."""
+    st = _State("protocol")
+    locked = a.of_kind("protocol.locked")
+    if not locked:
+        st.fail(
+            "the ledger has 0 protocol.locked events; exactly one is required, or one per phase",
+            where=EVENTS,
+        )
+        return st.check("")
+    pseq = locked[-1]
+    _check_lock_events(a, st, locked)
+    # artifacts and each phase's manifest: the files in force when that phase was locked
+    _check_artifact_blobs(a, st)
+    _replay_manifest(a, st, locked)
+    current = a.current_manifest()
+    # protocol/files.csv and every locked file
+    _check_files_csv(a, st, current)
+    expected_files = _check_locked_copies(a, st, current, pseq)
+    # composed arms
+    n_texts, version = _check_arm_texts(a, st, pseq, expected_files)
+    # items, templates, few-shot examples, models (docs/prompts.md)
+    for reason, at, place in _prompt_problems(a):
+        st.fail(reason, at, where=place)
+    arms = a.protocol.get("arms")
+    if version == 2 and type(arms) is dict:  # after the specific problems, which say more
+        for reason, at, place in _identity_problems(a, arms, expected_files):
+            st.fail(reason, at, where=place)
+    _check_protocol_json(a, st, pseq)
+    _check_unexpected_files(a, st, expected_files)
     return st.check(
         f"protocol.locked (seq {pseq}) precedes every request; {len(a.locked_files)} locked "
-        f"files match their locked or amended hash; {len(texts)} arm texts and protocol.json "
+        f"files match their locked or amended hash; {n_texts} arm texts and protocol.json "
         "match; the items, templates, few-shot examples and models are as docs/prompts.md locks "
         "them"
     )

@@ -46,6 +46,33 @@ def _b64(text: object) -> bytes | None:
 
 def _request_problem(req: Any, arm_text: str, stimulus: bytes, model: dict[str, Any]) -> str | None:
     """How a decoded request differs from the locked one (docs/trials.md §1), or ``None``."""
+    content = _content_of(req)
+    if isinstance(content, str):
+        return content
+    image, text = content
+    openai = type(image) is dict and image.get("type") == "image_url"
+    problem = _parameters_problem(req, model, openai)
+    if problem is not None:
+        return problem
+    found = _openai_image(image) if openai else _messages_image(image)
+    if isinstance(found, str):
+        return found
+    media, data = found
+    if data is None:
+        return "the image data is not standard padded base64"
+    if data != stimulus:
+        return "the image bytes are not the locked stimulus file"
+    if media != _media_type(stimulus):
+        return f"media_type {media!r} does not follow the stimulus's magic bytes"
+    if type(text) is not dict or text.get("type") != "text" or set(text) != {"type", "text"}:
+        return "the second block is not a text block"
+    if text.get("text") != arm_text:
+        return "the text is not the locked arm text"
+    return None
+
+
+def _content_of(req: Any) -> list[Any] | str:
+    """The two content blocks of the request's single user message, or what is wrong."""
     if type(req) is not dict:
         return "the request is not a JSON object"
     messages = req.get("messages")
@@ -57,8 +84,11 @@ def _request_problem(req: Any, arm_text: str, stimulus: bytes, model: dict[str, 
     content = message.get("content")
     if type(content) is not list or len(content) != 2:
         return "the message does not hold exactly an image block and a text block"
-    image, text = content
-    openai = type(image) is dict and image.get("type") == "image_url"
+    return content
+
+
+def _parameters_problem(req: dict[str, Any], model: dict[str, Any], openai: bool) -> str | None:
+    """The request's members beside ``messages`` are the locked model's id and sampling."""
     allowed = {"model", "messages", "max_tokens", "temperature", "top_p"}
     if not openai:
         allowed.add("top_k")
@@ -79,32 +109,28 @@ def _request_problem(req: Any, arm_text: str, stimulus: bytes, model: dict[str, 
             and (type(got) is bool or got != value or (name in ("model",) and type(got) is not str))
         ):
             return f"{name} is {got!r}, the locked model says {value!r}"
-    if openai:
-        url = image.get("image_url", {}).get("url") if type(image) is dict else None
-        match = re.fullmatch(r"data:([a-z/]+);base64,(.*)", url or "", re.S)
-        media, data = (match.group(1), _b64(match.group(2))) if match else (None, None)
-        if set(image) != {"type", "image_url"}:
-            return "the image block has unexpected members"
-    else:
-        source = image.get("source") if type(image) is dict else None
-        if type(image) is not dict or image.get("type") != "image" or type(source) is not dict:
-            return "the first block is not an image block"
-        if set(image) != {"type", "source"} or set(source) != {"type", "media_type", "data"}:
-            return "the image block has unexpected members"
-        if source.get("type") != "base64":
-            return "the image source is not base64"
-        media, data = source.get("media_type"), _b64(source.get("data"))
-    if data is None:
-        return "the image data is not standard padded base64"
-    if data != stimulus:
-        return "the image bytes are not the locked stimulus file"
-    if media != _media_type(stimulus):
-        return f"media_type {media!r} does not follow the stimulus's magic bytes"
-    if type(text) is not dict or text.get("type") != "text" or set(text) != {"type", "text"}:
-        return "the second block is not a text block"
-    if text.get("text") != arm_text:
-        return "the text is not the locked arm text"
     return None
+
+
+def _openai_image(image: Any) -> tuple[Any, bytes | None] | str:
+    """(media type, bytes) of a chat-completions ``image_url`` data URL block, or the problem."""
+    url = image.get("image_url", {}).get("url") if type(image) is dict else None
+    match = re.fullmatch(r"data:([a-z/]+);base64,(.*)", url or "", re.S)
+    if set(image) != {"type", "image_url"}:
+        return "the image block has unexpected members"
+    return (match.group(1), _b64(match.group(2))) if match else (None, None)
+
+
+def _messages_image(image: Any) -> tuple[Any, bytes | None] | str:
+    """(media type, bytes) of a Messages base64 ``image`` block, or the problem."""
+    source = image.get("source") if type(image) is dict else None
+    if type(image) is not dict or image.get("type") != "image" or type(source) is not dict:
+        return "the first block is not an image block"
+    if set(image) != {"type", "source"} or set(source) != {"type", "media_type", "data"}:
+        return "the image block has unexpected members"
+    if source.get("type") != "base64":
+        return "the image source is not base64"
+    return source.get("media_type"), _b64(source.get("data"))
 
 
 _NEW_MEMBERS = ("items", "prompt", "fewshot", "models")
@@ -138,37 +164,52 @@ def first_difference(got: Any, want: Any, path: str = "") -> str | None:
     """Where two JSON values first differ (``messages[0].content[1].text: ...``), or ``None``."""
     here = path or "the request"
     if type(got) is dict and type(want) is dict:
-        for key in sorted(set(got) | set(want)):
-            found = first_difference(
-                got.get(key, _ABSENT), want.get(key, _ABSENT), f"{path}.{key}" if path else key
-            )
-            if found is not None:
-                return found
-        return None
+        return _dict_difference(got, want, path)
     if type(got) is list and type(want) is list:
-        for i, (g, w) in enumerate(zip(got, want, strict=False)):
-            found = first_difference(g, w, f"{path}[{i}]")
-            if found is not None:
-                return found
-        if len(got) != len(want):
-            return f"{here}: {len(got)} elements recorded, {len(want)} re-rendered"
-        return None
+        return _list_difference(got, want, path)
     if type(got) is str and type(want) is str and got != want:
-        at = next(
-            (i for i, (g, w) in enumerate(zip(got, want, strict=False)) if g != w),
-            min(len(got), len(want)),
-        )
-        start = max(0, at - 30)
-        return (
-            f"{here}: differs at character {at + 1}: recorded "
-            f"{_short(got[start : at + 50])}, re-rendered {_short(want[start : at + 50])}"
-        )
+        return _text_difference(got, want, here)
     same_number = (
         type(got) in (int, float) and type(want) in (int, float) and got == want
     )  # canonical JSON writes 1.0 as 1
     if same_number or (type(got) is type(want) and got == want):
         return None
     return f"{here}: recorded {_short(got)}, re-rendered {_short(want)}"
+
+
+def _dict_difference(got: dict[str, Any], want: dict[str, Any], path: str) -> str | None:
+    """The first member, in key order, where two objects differ."""
+    for key in sorted(set(got) | set(want)):
+        found = first_difference(
+            got.get(key, _ABSENT), want.get(key, _ABSENT), f"{path}.{key}" if path else key
+        )
+        if found is not None:
+            return found
+    return None
+
+
+def _list_difference(got: list[Any], want: list[Any], path: str) -> str | None:
+    """The first element where two arrays differ, or their lengths."""
+    for i, (g, w) in enumerate(zip(got, want, strict=False)):
+        found = first_difference(g, w, f"{path}[{i}]")
+        if found is not None:
+            return found
+    if len(got) != len(want):
+        return f"{path or 'the request'}: {len(got)} elements recorded, {len(want)} re-rendered"
+    return None
+
+
+def _text_difference(got: str, want: str, here: str) -> str:
+    """The first character where two different strings differ, shown in context."""
+    at = next(
+        (i for i, (g, w) in enumerate(zip(got, want, strict=False)) if g != w),
+        min(len(got), len(want)),
+    )
+    start = max(0, at - 30)
+    return (
+        f"{here}: differs at character {at + 1}: recorded "
+        f"{_short(got[start : at + 50])}, re-rendered {_short(want[start : at + 50])}"
+    )
 
 
 def _verdict(
@@ -217,6 +258,89 @@ def _verdict(
     return f"request blob {ref} is not the request re-rendered from the locked files: {where}"
 
 
+def _request_ref(a: Archive, st: _State, seq: int, body: dict[str, Any]) -> str | None:
+    """The request blob a trial.requested names, if it is its ``request_sha256``."""
+    ref = a.blob_ref(seq, "request")
+    if ref is None or body.get("request_sha256") != ref:
+        st.fail(
+            f"seq {seq}: request_sha256 {body.get('request_sha256')!r} is not the "
+            f"request blob's hash {ref!r}",
+            seq,
+        )
+        return None
+    return ref
+
+
+def _legacy(a: Archive) -> _Legacy:
+    """An image study's arm texts, stimulus bytes by name and ``model`` table."""
+    texts, _ = a.arm_texts()
+    model = a.protocol.get("model")
+    stimuli: dict[str, bytes | None] = {}
+    for path, (role, _, _) in a.locked_files.items():
+        if role == "stimulus":
+            stimuli[path.rsplit("/", 1)[-1].rsplit(".", 1)[0]] = a.locked_blob(path)
+    return texts, stimuli, model if type(model) is dict else {}
+
+
+def _trial_of(
+    st: _State, study: LockedStudy, seq: int, body: dict[str, Any]
+) -> tuple[str, str | None, str, str | None] | None:
+    """(arm, model, item, variant) of a request's trial id, or None if it cannot be read.
+
+    The event's variant, arm and stimulus are checked against them.
+    """
+    trial = body.get("trial")
+    try:
+        arm, model_name, item, _ = parse_trial_id(
+            str(trial), study.multi_model, study.variants is not None
+        )
+    except PromptError as exc:
+        st.fail(f"seq {seq}: {exc}", seq)
+        return None
+    variant = trial_variant(str(trial))
+    if body.get("variant") != variant:
+        st.fail(
+            f"seq {seq}: trial {trial}: the event names variant "
+            f"{body.get('variant')!r}, its trial id {variant!r}",
+            seq,
+        )
+    if (body.get("arm"), body.get("stimulus")) != (arm, item):
+        st.fail(
+            f"seq {seq}: trial {trial}: the event names arm {body.get('arm')!r} and "
+            f"stimulus {body.get('stimulus')!r}, its trial id arm {arm!r} and item "
+            f"{item!r} (the request is checked against the trial id's)",
+            seq,
+        )
+    return arm, model_name, item, variant
+
+
+_VerdictKey = tuple[str, str, str | None, str, str, str | None, str | None]
+_Legacy = tuple[dict[str, str], dict[str, bytes | None], dict[str, Any]]
+
+
+def _cached_verdict(
+    a: Archive,
+    study: LockedStudy,
+    ref: str,
+    body: dict[str, Any],
+    parsed: tuple[str, str | None, str, str | None],
+    legacy: _Legacy | None,
+    verdicts: dict[_VerdictKey, str | None],
+) -> str | None:
+    """The :func:`_verdict` on a sent request, once per distinct request body.
+
+    A second stage's request (prompts.md §9) reads its own first stage: one per trial.
+    """
+    arm, model_name, item, variant = parsed
+    trial = str(body.get("trial"))
+    wire = wire_form(body.get("backend"))
+    second = arm in study.arms and study.arms[arm].after is not None
+    key = (ref, arm, model_name, item, wire, variant, trial if second else None)
+    if key not in verdicts:
+        verdicts[key] = _verdict(a, study, ref, parsed, wire, legacy, trial)
+    return verdicts[key]
+
+
 def check_requests(a: Archive) -> Check:
     """Every request is byte for byte the one re-rendered from the locked files.
 
@@ -231,68 +355,29 @@ def check_requests(a: Archive) -> Check:
         st.fail(f"the locked study cannot be re-rendered: {problem}", a.protocol_seq)
     elif staged(a.protocol):  # docs/prompts.md §8-9: requests that read steps or a first stage
         attach_steps(a, study)
-    legacy = None
-    if is_legacy(a.protocol):
-        texts, _ = a.arm_texts()
-        model = a.protocol.get("model")
-        stimuli: dict[str, bytes | None] = {}
-        for path, (role, _, _) in a.locked_files.items():
-            if role == "stimulus":
-                stimuli[path.rsplit("/", 1)[-1].rsplit(".", 1)[0]] = a.locked_blob(path)
-        legacy = (texts, stimuli, model if type(model) is dict else {})
-    verdicts: dict[tuple[str, str, str | None, str, str, str | None, str | None], str | None] = {}
+    legacy = _legacy(a) if is_legacy(a.protocol) else None
+    verdicts: dict[_VerdictKey, str | None] = {}
     count = 0
     answered = {a.body(s).get("request_seq"): s for s in a.of_kind("trial.responded")}
     supplied = 0
     for seq in a.of_kind("trial.requested"):
         count += 1
         body = a.body(seq)
-        ref = a.blob_ref(seq, "request")
-        if ref is None or body.get("request_sha256") != ref:
-            st.fail(
-                f"seq {seq}: request_sha256 {body.get('request_sha256')!r} is not the "
-                f"request blob's hash {ref!r}",
-                seq,
-            )
-            continue
-        if study is None:
+        ref = _request_ref(a, st, seq, body)
+        if ref is None or study is None:
             continue
         trial = body.get("trial")
-        try:
-            arm, model_name, item, _ = parse_trial_id(
-                str(trial), study.multi_model, study.variants is not None
-            )
-        except PromptError as exc:
-            st.fail(f"seq {seq}: {exc}", seq)
+        parsed = _trial_of(st, study, seq, body)
+        if parsed is None:
             continue
-        variant = trial_variant(str(trial))
-        if body.get("variant") != variant:
-            st.fail(
-                f"seq {seq}: trial {trial}: the event names variant "
-                f"{body.get('variant')!r}, its trial id {variant!r}",
-                seq,
-            )
-        if (body.get("arm"), body.get("stimulus")) != (arm, item):
-            st.fail(
-                f"seq {seq}: trial {trial}: the event names arm {body.get('arm')!r} and "
-                f"stimulus {body.get('stimulus')!r}, its trial id arm {arm!r} and item "
-                f"{item!r} (the request is checked against the trial id's)",
-                seq,
-            )
+        arm, _, item, _ = parsed
         data_arm = arm in study.arms and study.arms[arm].response_from is not None
         if data_arm or body.get("backend") == "data":  # docs/trials.md §6: no request sent
             supplied += 1
             for at, why in _data_trial(a, study, seq, body, arm, item, answered.get(seq)):
                 st.fail(f"seq {at}: trial {trial}: {why}", at)
             continue
-        wire = wire_form(body.get("backend"))
-        second = arm in study.arms and study.arms[arm].after is not None  # prompts.md §9
-        key = (ref, arm, model_name, item, wire, variant, str(trial) if second else None)
-        if key not in verdicts:
-            verdicts[key] = _verdict(
-                a, study, ref, (arm, model_name, item, variant), wire, legacy, str(trial)
-            )
-        verdict = verdicts[key]
+        verdict = _cached_verdict(a, study, ref, body, parsed, legacy, verdicts)
         if verdict is not None:
             st.fail(f"seq {seq}: trial {trial}: {verdict}", seq)
     return st.check(

@@ -140,6 +140,48 @@ def check_steps(a: Archive) -> Check:
     )
 
 
+def _judged(a: Archive) -> dict[str, list[tuple[int, bool]]]:
+    """Each judge step's judged responses: (response seq, whether its votes were unanimous)."""
+    judged: dict[str, list[tuple[int, bool]]] = {}
+    for seq in a.of_kind("trial.scored"):
+        body = a.body(seq)
+        judge = body.get("judge")
+        if type(judge) is dict and type(body.get("response_seq")) is int:
+            votes = [v.get("vote") for v in judge.get("votes") or [] if type(v) is dict]
+            judged.setdefault(str(judge.get("step")), []).append(
+                (body["response_seq"], None not in votes and len(set(votes)) == 1)
+            )
+    return judged
+
+
+_REVIEW_KINDS = {"judge-label": "judge-label", "reference-set": "reference-set", "contrast": "code"}
+"""A locked sample's kind -> the kind of its review.recorded events."""
+
+
+def _review_misfit(
+    a: Archive, seq: int, env: dict[str, Any], body: dict[str, Any], plan: Any
+) -> str | None:
+    """Why a review.recorded is not a reviewer's review of a locked sample of its kind."""
+    role = a.roles.get(str(env.get("actor")))
+    name = str(body.get("sample"))
+    if role != "reviewer":
+        return (
+            f"seq {seq}: review.recorded signed by {env.get('actor')!r}, a key with "
+            f"the role {role!r}, not 'reviewer'"
+        )
+    if type(plan) is not dict:
+        return f"seq {seq}: review.recorded names sample {name!r}, which was not locked"
+    if _REVIEW_KINDS.get(str(plan.get("kind"))) != body.get("kind") or (
+        plan.get("kind") == "contrast" and not plan.get("codes")
+    ):
+        return (
+            f"seq {seq}: review.recorded of kind {body.get('kind')!r} names sample "
+            f"{name!r}, locked as a {plan.get('kind')!r} sample"
+            + (" without codes" if plan.get("kind") == "contrast" else "")
+        )
+    return None
+
+
 def _check_reviews(st: _State, a: Archive, replay: Replay | None) -> int:
     """scoring.md §11: each review.recorded by a reviewer key, of a subject of its sample.
 
@@ -152,39 +194,14 @@ def _check_reviews(st: _State, a: Archive, replay: Replay | None) -> int:
     plans = a.protocol.get("reviews") if type(a.protocol.get("reviews")) is dict else {}
     seal = next(iter(a.of_kind("scoring.sealed")), None)
     analysed = next(iter(a.of_kind("analysis.result")), None)
-    judged: dict[str, list[tuple[int, bool]]] = {}
-    for seq in a.of_kind("trial.scored"):
-        body = a.body(seq)
-        judge = body.get("judge")
-        if type(judge) is dict and type(body.get("response_seq")) is int:
-            votes = [v.get("vote") for v in judge.get("votes") or [] if type(v) is dict]
-            judged.setdefault(str(judge.get("step")), []).append(
-                (body["response_seq"], None not in votes and len(set(votes)) == 1)
-            )
-    kinds = {"judge-label": "judge-label", "reference-set": "reference-set", "contrast": "code"}
+    judged = _judged(a)
     for seq in reviews:
-        env = a.envs[seq] or {}
         body = a.body(seq)
-        role = a.roles.get(str(env.get("actor")))
         name = str(body.get("sample"))
-        plan = (plans or {}).get(name)
-        if role != "reviewer":
-            st.fail(
-                f"seq {seq}: review.recorded signed by {env.get('actor')!r}, a key with "
-                f"the role {role!r}, not 'reviewer'",
-                seq,
-            )
-        elif type(plan) is not dict:
-            st.fail(f"seq {seq}: review.recorded names sample {name!r}, which was not locked", seq)
-        elif kinds.get(str(plan.get("kind"))) != body.get("kind") or (
-            plan.get("kind") == "contrast" and not plan.get("codes")
-        ):
-            st.fail(
-                f"seq {seq}: review.recorded of kind {body.get('kind')!r} names sample "
-                f"{name!r}, locked as a {plan.get('kind')!r} sample"
-                + (" without codes" if plan.get("kind") == "contrast" else ""),
-                seq,
-            )
+        plan: Any = (plans or {}).get(name)
+        misfit = _review_misfit(a, seq, a.envs[seq] or {}, body, plan)
+        if misfit is not None:
+            st.fail(misfit, seq)
         elif seal is None or seq < seal:
             st.fail(f"seq {seq}: review.recorded before scoring.sealed", seq)
         elif analysed is not None and seq > analysed:
@@ -209,49 +226,73 @@ def _review_problem(
     replay: Replay | None,
 ) -> str | None:
     """Why a review's subject or value does not fit its locked sample, or None."""
-    subject, value, kind = body.get("subject"), body.get("value"), plan.get("kind")
+    kind = plan.get("kind")
     if kind == "reference-set":
-        study, why = a.study()
-        if study is None:
-            return f"cannot be checked: the locked items cannot be read ({why})"
-        sample = _human.item_sample(study.item_ids, int(plan.get("n", 0)), str(plan.get("seed")))
-        if subject not in sample:
-            return f"subject {subject!r} is not an item of the sample (re-derived: {sample})"
-        reference = str(plan.get("reference"))
-        if reference == "supplied":
-            sets = _human.supplied_sets(study.fields(str(subject)).get("metadata"))
-        elif replay is None or reference not in replay.plans:
-            return f"cannot be checked: step {reference!r} is not a locked step"
-        else:  # the re-derived decision of the reference step (scoring.md §11.1)
-            decided = replay.decisions.get((reference, str(subject)))
-            value_of = decided[1] if decided is not None else None
-            sets = _human.supplied_sets(
-                {f"reference_{k}": v for k, v in value_of.items()}
-                if type(value_of) is dict
-                else None
-            )
-        if sets is None:
-            return f"item {subject!r} has no reference sets (from {reference!r}) to edit"
-        problem = _human.edit_problem(value, sets)
-        return None if problem is None else f"value: {problem}"
+        return _reference_set_problem(a, plan, body, replay)
     if kind == "contrast":
-        name = str(body.get("sample"))
-        result = next(
-            (
-                a.body(s)
-                for s in a.of_kind("analysis.result")
-                if a.body(s).get("id") == f"review.{name}"
-            ),
-            None,
+        return _contrast_problem(a, plan, body)
+    return _judge_label_problem(a, plan, body, judged, replay)
+
+
+def _reference_set_problem(
+    a: Archive, plan: dict[str, Any], body: dict[str, Any], replay: Replay | None
+) -> str | None:
+    """scoring.md §11.1: an edit of a sampled item's reference sets (supplied or decided)."""
+    subject, value = body.get("subject"), body.get("value")
+    study, why = a.study()
+    if study is None:
+        return f"cannot be checked: the locked items cannot be read ({why})"
+    sample = _human.item_sample(study.item_ids, int(plan.get("n", 0)), str(plan.get("seed")))
+    if subject not in sample:
+        return f"subject {subject!r} is not an item of the sample (re-derived: {sample})"
+    reference = str(plan.get("reference"))
+    if reference == "supplied":
+        sets = _human.supplied_sets(study.fields(str(subject)).get("metadata"))
+    elif replay is None or reference not in replay.plans:
+        return f"cannot be checked: step {reference!r} is not a locked step"
+    else:  # the re-derived decision of the reference step (scoring.md §11.1)
+        decided = replay.decisions.get((reference, str(subject)))
+        value_of = decided[1] if decided is not None else None
+        sets = _human.supplied_sets(
+            {f"reference_{k}": v for k, v in value_of.items()} if type(value_of) is dict else None
         )
-        cases = ((result or {}).get("values") or {}).get("cases")
-        if type(cases) is not list:
-            return f"cannot be checked: the archive has no drawn review.{name}"
-        seqs = [c.get("failed_response_seq") for c in cases if type(c) is dict]
-        if subject not in seqs:
-            return f"subject {subject!r} is not a case of the sample (cases: {seqs})"
-        problem = _human.code_problem(value, [str(c) for c in plan.get("codes") or []])
-        return None if problem is None else f"value: {problem}"
+    if sets is None:
+        return f"item {subject!r} has no reference sets (from {reference!r}) to edit"
+    problem = _human.edit_problem(value, sets)
+    return None if problem is None else f"value: {problem}"
+
+
+def _contrast_problem(a: Archive, plan: dict[str, Any], body: dict[str, Any]) -> str | None:
+    """A contrast review: declared codes of a case the analysis drew."""
+    subject, value = body.get("subject"), body.get("value")
+    name = str(body.get("sample"))
+    result = next(
+        (
+            a.body(s)
+            for s in a.of_kind("analysis.result")
+            if a.body(s).get("id") == f"review.{name}"
+        ),
+        None,
+    )
+    cases = ((result or {}).get("values") or {}).get("cases")
+    if type(cases) is not list:
+        return f"cannot be checked: the archive has no drawn review.{name}"
+    seqs = [c.get("failed_response_seq") for c in cases if type(c) is dict]
+    if subject not in seqs:
+        return f"subject {subject!r} is not a case of the sample (cases: {seqs})"
+    problem = _human.code_problem(value, [str(c) for c in plan.get("codes") or []])
+    return None if problem is None else f"value: {problem}"
+
+
+def _judge_label_problem(
+    a: Archive,
+    plan: dict[str, Any],
+    body: dict[str, Any],
+    judged: dict[str, list[tuple[int, bool]]],
+    replay: Replay | None,
+) -> str | None:
+    """A judge-label review: a label of the judge step, on a response of the re-drawn sample."""
+    subject, value = body.get("subject"), body.get("value")
     drawn = review_sample(
         judged.get(str(plan.get("step")), []), int(plan.get("n", 0)), str(plan.get("seed"))
     )

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import hashlib
 from datetime import UTC, datetime
+from typing import Any
 
 from verify._archive.view import Archive
 from verify._errors import NoteError
@@ -70,9 +71,107 @@ def _time(a: Archive, seq: int) -> float | None:
         return None
 
 
+_NAME = "timestamps"
+
+
+def _token_time(
+    a: Archive, seq: int, body: dict[str, Any], size: int, roots: bytes
+) -> datetime | Check:
+    """The time a ``checkpoint.timestamped`` token gives its checkpoint, or the failing check."""
+    raw_size = body.get("size")
+    where = f"{TIMESTAMP_KIND} seq {seq}"
+    fc = a.stored_checkpoints.get(size)
+    if fc is None or fc.note is None:
+        return Check(
+            _NAME,
+            Status.FAIL,
+            f"{where}: no checkpoint of size {raw_size!r} to check the token against",
+            seq,
+        )
+    try:
+        text, _ = parse_note(fc.note)
+    except NoteError as exc:
+        return Check(_NAME, Status.FAIL, f"{where}: {fc.where}: {exc}", seq, fc.where)
+    message = text.encode("utf-8")
+    if body.get("message_sha256") != hashlib.sha256(message).hexdigest():
+        return Check(
+            _NAME,
+            Status.FAIL,
+            f"{where}: message_sha256 is not the SHA-256 of the checkpoint of size {size}",
+            seq,
+        )
+    token = a.blob(a.blob_ref(seq, "token"))
+    if token is None:
+        return Check(_NAME, Status.FAIL, f"{where}: its token blob is missing", seq)
+    try:
+        when = verify_token(token, message, roots)
+    except ValueError as exc:
+        return Check(_NAME, Status.FAIL, f"{where}: {exc}", seq)
+    claimed = {"hash": "sha256", "gen_time": f"{when:%Y-%m-%dT%H:%M:%SZ}"}
+    for field, value in claimed.items():  # the body says what the token says, or nothing
+        if body.get(field) != value:
+            return Check(
+                _NAME,
+                Status.FAIL,
+                f"{where}: {field} {body.get(field)!r} is not the token's ({value!r})",
+                seq,
+            )
+    return when
+
+
+def _window_problem(
+    a: Archive, seq: int, size: int, when: datetime, skew: float, requests: list[int]
+) -> Check | None:
+    """The failing check if a token's time is out of its window, within the skew.
+
+    The window: after its checkpoint's last event, before the next trial.requested.
+    """
+    where = f"{TIMESTAMP_KIND} seq {seq}"
+    last = _time(a, size - 1)
+    if last is not None and when.timestamp() < last - skew:
+        return Check(
+            _NAME,
+            Status.FAIL,
+            f"{where}: the token's time {when:%Y-%m-%dT%H:%M:%SZ}"
+            f" is before the checkpoint's last event (seq {size - 1}) by more than "
+            f"{skew:g} s",
+            seq,
+        )
+    following = next((s for s in requests if s >= size), None)
+    limit = _time(a, following) if following is not None else None
+    if limit is not None and when.timestamp() > limit + skew:
+        return Check(
+            _NAME,
+            Status.FAIL,
+            f"{where}: the token's time {when:%Y-%m-%dT%H:%M:%SZ}"
+            f" is after trial.requested seq {following} by more than {skew:g} s",
+            seq,
+        )
+    return None
+
+
+def _stamped(a: Archive, events: list[int], roots: bytes) -> dict[int, str] | Check:
+    """The time of each verified token by checkpoint size, or the first failing check."""
+    stamped: dict[int, str] = {}
+    skew = float(getattr(a, "witness_skew", 300.0))
+    requests = a.of_kind("trial.requested")
+    for seq in events:
+        body = a.body(seq)
+        raw_size = body.get("size")
+        size = raw_size if type(raw_size) is int else -1
+        when = _token_time(a, seq, body, size, roots)
+        if isinstance(when, Check):
+            return when
+        problem = _window_problem(a, seq, size, when, skew, requests)
+        if problem is not None:
+            return problem
+        stamped[size] = f"{when:%Y-%m-%dT%H:%M:%SZ}"
+    return stamped
+
+
 def check_timestamps(a: Archive) -> Check | None:
     """The ``timestamps`` check, or None when there is neither a TSA nor ``--tsa-cert``."""
-    name = "timestamps"
+    name = _NAME
     roots: bytes | None = getattr(a, "tsa_roots", None)
     declared = a.protocol.get("timestamping")
     events = a.of_kind(TIMESTAMP_KIND)
@@ -97,75 +196,22 @@ def check_timestamps(a: Archive) -> Check | None:
             f"{len(events)} RFC 3161 time stamp(s) recorded, not "
             "checked: pass --tsa-cert FILE (the TSA's root certificate) to check them",
         )
-    stamped: dict[int, str] = {}
-    skew = float(getattr(a, "witness_skew", 300.0))
-    requests = a.of_kind("trial.requested")
-    for seq in events:
-        body = a.body(seq)
-        raw_size = body.get("size")
-        where = f"{TIMESTAMP_KIND} seq {seq}"
-        size = raw_size if type(raw_size) is int else -1
-        fc = a.stored_checkpoints.get(size)
-        if fc is None or fc.note is None:
-            return Check(
-                name,
-                Status.FAIL,
-                f"{where}: no checkpoint of size {raw_size!r} to check the token against",
-                seq,
-            )
-        try:
-            text, _ = parse_note(fc.note)
-        except NoteError as exc:
-            return Check(name, Status.FAIL, f"{where}: {fc.where}: {exc}", seq, fc.where)
-        message = text.encode("utf-8")
-        if body.get("message_sha256") != hashlib.sha256(message).hexdigest():
-            return Check(
-                name,
-                Status.FAIL,
-                f"{where}: message_sha256 is not the SHA-256 of the checkpoint of size {size}",
-                seq,
-            )
-        token = a.blob(a.blob_ref(seq, "token"))
-        if token is None:
-            return Check(name, Status.FAIL, f"{where}: its token blob is missing", seq)
-        try:
-            when = verify_token(token, message, roots)
-        except ValueError as exc:
-            return Check(name, Status.FAIL, f"{where}: {exc}", seq)
-        claimed = {"hash": "sha256", "gen_time": f"{when:%Y-%m-%dT%H:%M:%SZ}"}
-        for field, value in claimed.items():  # the body says what the token says, or nothing
-            if body.get(field) != value:
-                return Check(
-                    name,
-                    Status.FAIL,
-                    f"{where}: {field} {body.get(field)!r} is not the token's ({value!r})",
-                    seq,
-                )
-        last = _time(a, size - 1)
-        if last is not None and when.timestamp() < last - skew:
-            return Check(
-                name,
-                Status.FAIL,
-                f"{where}: the token's time {when:%Y-%m-%dT%H:%M:%SZ}"
-                f" is before the checkpoint's last event (seq {size - 1}) by more than "
-                f"{skew:g} s",
-                seq,
-            )
-        following = next((s for s in requests if s >= size), None)
-        limit = _time(a, following) if following is not None else None
-        if limit is not None and when.timestamp() > limit + skew:
-            return Check(
-                name,
-                Status.FAIL,
-                f"{where}: the token's time {when:%Y-%m-%dT%H:%M:%SZ}"
-                f" is after trial.requested seq {following} by more than {skew:g} s",
-                seq,
-            )
-        stamped[size] = f"{when:%Y-%m-%dT%H:%M:%SZ}"
+    stamped = _stamped(a, events, roots)
+    if isinstance(stamped, Check):
+        return stamped
+    return _result(registration, declared is not None, stamped)
+
+
+def _result(registration: list[int], declared: bool, stamped: dict[int, str]) -> Check:
+    """The check once every token verified: the registration stamped, and when the lock was.
+
+    A registration checkpoint without a token fails when the study declared a TSA, or when
+    no token verified at all.
+    """
     missing = [s for s in registration if s not in stamped]
-    if missing and (declared is not None or not stamped):
+    if missing and (declared or not stamped):
         return Check(
-            name,
+            _NAME,
             Status.FAIL,
             f"the registration checkpoint of size {missing[0]} has no RFC 3161 time stamp",
             where=f"ledger/checkpoints/{missing[0]:08d}.txt",
@@ -180,7 +226,7 @@ def check_timestamps(a: Archive) -> Check | None:
         else "; no token is on a tree that holds the lock: no claim of when it was locked"
     )
     return Check(
-        name,
+        _NAME,
         Status.PASS,
         f"{len(stamped)} RFC 3161 token(s) verify against --tsa-cert ({shown}){claim}",
     )

@@ -20,6 +20,15 @@ from verify._sealed import content_of
 __all__ = ["Archive"]
 
 
+def _by_kind(envs: list[dict[str, Any] | None]) -> dict[str, list[int]]:
+    """The seqs of each kind's events, ascending."""
+    by_kind: dict[str, list[int]] = {}
+    for seq, env in enumerate(envs):
+        if env is not None and type(env.get("kind")) is str:
+            by_kind.setdefault(env["kind"], []).append(seq)
+    return by_kind
+
+
 class Archive:
     """What the archive checks share: the events, the files and their hashes, the blobs."""
 
@@ -43,10 +52,7 @@ class Archive:
         self.witness_quorum: int | None = None
         self.witness_skew = 300.0
         self.tsa_roots: bytes | None = None  # ``--tsa-cert``: PEM root certificates
-        self.by_kind: dict[str, list[int]] = {}
-        for seq, env in enumerate(self.envs):
-            if env is not None and type(env.get("kind")) is str:
-                self.by_kind.setdefault(env["kind"], []).append(seq)
+        self.by_kind = _by_kind(self.envs)
         # the protocol in force is the last protocol.locked: a study locked in phases has one
         # per phase, each holding the whole plan (docs/study-spec.md, "Phases")
         locked = self.of_kind("protocol.locked")
@@ -55,12 +61,7 @@ class Archive:
         self.protocol: dict[str, Any] = self.body(locked[-1]) if locked else {}
         self.locked_files: dict[str, tuple[str, str, int]] = {}  # path -> (role, sha256, seq)
         self.locked_versions: dict[str, list[tuple[str, str, int]]] = {}  # every version
-        for seq in self.of_kind("artifact.locked"):
-            body = self.body(seq)
-            path, role, digest = body.get("path"), body.get("role"), body.get("sha256")
-            if type(path) is str and type(role) is str and type(digest) is str:
-                self.locked_files[path] = (role, digest, seq)  # the last version is in force
-                self.locked_versions.setdefault(path, []).append((role, digest, seq))
+        self._read_artifacts()
         self._arm_texts: dict[str, str] | None = None
         self._arm_problem: str | None = None
         self._blob_cache: dict[str, bytes | None] = {}
@@ -72,6 +73,15 @@ class Archive:
         # a public archive whose trial set cannot be re-derived (its items are withheld): the
         # withheld path; the schedule is then the signed schedule blob, checked in seed order
         self.signed_schedule: str | None = None
+
+    def _read_artifacts(self) -> None:
+        """Every artifact.locked version by path; the last one is in force."""
+        for seq in self.of_kind("artifact.locked"):
+            body = self.body(seq)
+            path, role, digest = body.get("path"), body.get("role"), body.get("sha256")
+            if type(path) is str and type(role) is str and type(digest) is str:
+                self.locked_files[path] = (role, digest, seq)  # the last version is in force
+                self.locked_versions.setdefault(path, []).append((role, digest, seq))
 
     def of_kind(self, kind: str) -> list[int]:
         """The seqs of the events of ``kind``, ascending."""
@@ -202,30 +212,34 @@ class Archive:
             problem = "the locked study.toml cannot be read or has no [components] table"
         else:
             for arm, info in arms.items():
-                names = info.get("components") if type(info) is dict else None
-                if type(names) is not list:
-                    problem = problem or f"arm {arm} has no component list in protocol.locked"
-                    continue
-                parts: list[str] = []
-                for name in names:
-                    if name in RESERVED_COMPONENTS and name not in components:
-                        continue  # the item block or the inline examples (docs/prompts.md §3)
-                    path = components.get(name)
-                    data = self.locked_blob(path) if type(path) is str else None
-                    if data is None:
-                        problem = problem or (
-                            f"arm {arm}: component {name!r} is not a locked file with a blob"
-                        )
-                        break
-                    try:
-                        parts.append(data.decode("utf-8").rstrip("\n"))
-                    except UnicodeDecodeError:
-                        problem = problem or f"arm {arm}: component {name!r} is not UTF-8"
-                        break
+                text, why = self._arm_text(arm, info, components)
+                if text is None:
+                    problem = problem or why
                 else:
-                    texts[arm] = "\n\n".join(parts) + "\n" if parts else ""
+                    texts[arm] = text
         self._arm_texts, self._arm_problem = texts, problem
         return texts, problem
+
+    def _arm_text(
+        self, arm: str, info: Any, components: dict[str, Any]
+    ) -> tuple[str | None, str | None]:
+        """One arm's composed prompt and None, or None and why it cannot be composed."""
+        names = info.get("components") if type(info) is dict else None
+        if type(names) is not list:
+            return None, f"arm {arm} has no component list in protocol.locked"
+        parts: list[str] = []
+        for name in names:
+            if name in RESERVED_COMPONENTS and name not in components:
+                continue  # the item block or the inline examples (docs/prompts.md §3)
+            path = components.get(name)
+            data = self.locked_blob(path) if type(path) is str else None
+            if data is None:
+                return None, f"arm {arm}: component {name!r} is not a locked file with a blob"
+            try:
+                parts.append(data.decode("utf-8").rstrip("\n"))
+            except UnicodeDecodeError:
+                return None, f"arm {arm}: component {name!r} is not UTF-8"
+        return ("\n\n".join(parts) + "\n" if parts else ""), None
 
     def study(self) -> tuple[LockedStudy | None, str | None]:
         """The locked study as ``docs/prompts.md`` renders it, or ``(None, why not)``.

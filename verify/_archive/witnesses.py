@@ -22,6 +22,7 @@ then the check at best WARNs, saying so.
 from __future__ import annotations
 
 import json
+from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 
@@ -130,15 +131,22 @@ def _promised(a: Archive, interval: int) -> list[tuple[int, str, bool]]:
     return sorted(set(out))
 
 
-def check_witnesses(a: Archive) -> Check | None:
-    """The ``witnesses`` check, or None when neither the study nor the auditor names witnesses."""
+_Problem = tuple[str, int | None, str | None]  # (reason, seq, where)
+
+
+@dataclass(frozen=True)
+class _Witnessing:
+    """The witness keys to trust, the quorum each promised checkpoint needs, the clock skew."""
+
+    keys: list[CosignerKey]
+    quorum: int
+    skew: float
+    given: bool  # the keys came from --witness, not from the study's own policy file
+
+
+def _witnessing(a: Archive, record: dict[str, Any] | None, given: list[str]) -> _Witnessing | Check:
+    """The keys, quorum and skew to check with, or the failing check saying why there are none."""
     name = "witnesses"
-    record, problem = witness_policy(a)
-    given: list[str] = list(getattr(a, "witness_keys", ()) or ())
-    if record is None and problem is None and not given:
-        return None
-    if problem is not None:
-        return Check(name, Status.FAIL, problem, a.protocol_seq, POLICY_FILE)
     skew = getattr(a, "witness_skew", 300.0)
     if isinstance(skew, bool) or not isinstance(skew, int | float) or not 0 <= skew <= 86400:
         return Check(
@@ -147,20 +155,10 @@ def check_witnesses(a: Archive) -> Check | None:
             f"the witness skew {skew!r} is not a number of seconds "
             "from 0 to 86400: no time could be checked",
         )
-    skew = float(skew)
-    keys: list[CosignerKey] = []
+    source = "--witness" if given else POLICY_FILE
     try:
-        if given:
-            keys = [parse_cosigner_vkey(v) for v in given]
-        else:
-            assert record is not None
-            keys = [
-                parse_cosigner_vkey(str(w.get("vkey")))
-                for w in record["witnesses"]
-                if type(w) is dict
-            ]
+        keys = _witness_keys(record, given)
     except KeyFormatError as exc:
-        source = "--witness" if given else POLICY_FILE
         return Check(name, Status.FAIL, f"{source}: {exc}", where=source)
     if given:
         quorum = int(getattr(a, "witness_quorum", None) or len(keys))
@@ -177,7 +175,6 @@ def check_witnesses(a: Archive) -> Check | None:
         names_of.setdefault(key.public_key, []).append(key.name)
     twins = next((names for names in names_of.values() if len(names) > 1), None)
     if twins is not None:  # one witness under two names must not count twice toward a quorum
-        source = "--witness" if given else POLICY_FILE
         return Check(
             name,
             Status.FAIL,
@@ -189,12 +186,23 @@ def check_witnesses(a: Archive) -> Check | None:
         return Check(
             name, Status.FAIL, f"a quorum of {quorum} cannot be met by {len(keys)} witness key(s)"
         )
-    may_continue = record is not None and record.get("unreachable") in _UNREACHABLE[1:]
-    stored = getattr(a, "stored_checkpoints", {})
-    fails: list[tuple[str, int | None, str | None]] = []
-    warns: list[tuple[str, int | None, str | None]] = []
-    times: dict[int, dict[str, int]] = {}  # size -> witness -> timestamp
-    for size, fc in sorted(stored.items()):
+    return _Witnessing(keys, quorum, float(skew), bool(given))
+
+
+def _witness_keys(record: dict[str, Any] | None, given: list[str]) -> list[CosignerKey]:
+    """The cosigner keys of ``--witness`` if given, else of the policy file's witnesses."""
+    if given:
+        return [parse_cosigner_vkey(v) for v in given]
+    assert record is not None
+    return [parse_cosigner_vkey(str(w.get("vkey"))) for w in record["witnesses"] if type(w) is dict]
+
+
+def _cosign_times(
+    a: Archive, keys: list[CosignerKey], fails: list[_Problem]
+) -> dict[int, dict[str, int]]:
+    """The timestamps of valid cosignatures on the stored checkpoints: size -> witness -> time."""
+    times: dict[int, dict[str, int]] = {}
+    for size, fc in sorted(getattr(a, "stored_checkpoints", {}).items()):
         if fc.note is None:
             continue
         try:
@@ -202,16 +210,30 @@ def check_witnesses(a: Archive) -> Check | None:
         except NoteError:
             continue  # the checkpoints check reports it
         for key in keys:
-            for sig in sigs:
-                try:
-                    stamp = key.verify(text, sig)
-                except ValueError as exc:
-                    fails.append((f"{fc.where}: {exc}", size - 1, fc.where))
-                    break
-                if stamp is not None:
-                    times.setdefault(size, {})[key.name] = stamp
-                    break
-    for started in a.of_kind("run.started"):  # docs/witness.md §8: one session at a time
+            stamp = _cosigned(key, text, sigs, fc.where, size, fails)
+            if stamp is not None:
+                times.setdefault(size, {})[key.name] = stamp
+    return times
+
+
+def _cosigned(
+    key: CosignerKey, text: str, sigs: Any, where: str, size: int, fails: list[_Problem]
+) -> int | None:
+    """The timestamp of ``key``'s first valid cosignature among ``sigs``, or None."""
+    for sig in sigs:
+        try:
+            stamp = key.verify(text, sig)
+        except ValueError as exc:
+            fails.append((f"{where}: {exc}", size - 1, where))
+            return None
+        if stamp is not None:
+            return stamp
+    return None
+
+
+def _concurrent_sessions(a: Archive, fails: list[_Problem]) -> None:
+    """docs/witness.md §8: a witnessed study runs one session at a time."""
+    for started in a.of_kind("run.started"):
         if "concurrent" in a.body(started):
             fails.append(
                 (
@@ -222,16 +244,30 @@ def check_witnesses(a: Archive) -> Check | None:
                     None,
                 )
             )
-    locked_interval = record.get("interval_trials") if record is not None else None
-    promised = _promised(a, locked_interval if type(locked_interval) is int else 0)
+
+
+def _check_promised(
+    a: Archive,
+    w: _Witnessing,
+    promised: list[tuple[int, str, bool]],
+    times: dict[int, dict[str, int]],
+    may_continue: bool,
+    fails: list[_Problem],
+    warns: list[_Problem],
+) -> None:
+    """Each promised checkpoint carries a quorum of cosignatures made in time.
+
+    In time: after its last event and (when the requests wait for it) before the next
+    trial.requested, within the skew.
+    """
     requests = a.of_kind("trial.requested")
     for size, what, before_sending in promised:
         at = f"ledger/checkpoints/{size:08d}.txt"
         got = times.get(size, {})
-        if len(got) < quorum:
+        if len(got) < w.quorum:
             message = (
                 f"{at}: the {what} carries {len(got)} valid cosignature(s) of the "
-                f"{quorum} required from {', '.join(k.name for k in keys)}"
+                f"{w.quorum} required from {', '.join(k.name for k in w.keys)}"
             )
             if may_continue:
                 warns.append(
@@ -239,32 +275,55 @@ def check_witnesses(a: Archive) -> Check | None:
                 )
             else:
                 fails.append((message, size - 1, at))
-        last = _time(a, size - 1)
         following = next((s for s in requests if s >= size), None)
         limit = _time(a, following) if before_sending and following is not None else None
-        for witness, stamp in got.items():
-            if last is not None and stamp < last - skew:
-                fails.append(
-                    (
-                        f"{at}: {witness} cosigned the {what} at {_iso(stamp)}, before "
-                        f"its last event (seq {size - 1}, {_iso(last)}) by more than the "
-                        f"{skew:g} s skew",
-                        size - 1,
-                        at,
-                    )
+        _check_stamps(a, w.skew, size, what, got, following, limit, fails)
+
+
+def _check_stamps(
+    a: Archive,
+    skew: float,
+    size: int,
+    what: str,
+    got: dict[str, int],
+    following: int | None,
+    limit: float | None,
+    fails: list[_Problem],
+) -> None:
+    """A promised checkpoint's cosignatures were made in time, within the skew.
+
+    Not older than its last event, nor (when the next request must wait for them) newer than
+    that request, by more than the skew.
+    """
+    at = f"ledger/checkpoints/{size:08d}.txt"
+    last = _time(a, size - 1)
+    for witness, stamp in got.items():
+        if last is not None and stamp < last - skew:
+            fails.append(
+                (
+                    f"{at}: {witness} cosigned the {what} at {_iso(stamp)}, before "
+                    f"its last event (seq {size - 1}, {_iso(last)}) by more than the "
+                    f"{skew:g} s skew",
+                    size - 1,
+                    at,
                 )
-            if limit is not None and stamp > limit + skew:
-                fails.append(
-                    (
-                        f"{at}: {witness} cosigned the {what} at {_iso(stamp)}, after "
-                        f"trial.requested seq {following} ({_iso(limit)}) by more than the "
-                        f"{skew:g} s skew: the request did not wait for the witness",
-                        following,
-                        at,
-                    )
+            )
+        if limit is not None and stamp > limit + skew:
+            fails.append(
+                (
+                    f"{at}: {witness} cosigned the {what} at {_iso(stamp)}, after "
+                    f"trial.requested seq {following} ({_iso(limit)}) by more than the "
+                    f"{skew:g} s skew: the request did not wait for the witness",
+                    following,
+                    at,
                 )
+            )
+
+
+def _check_order(w: _Witnessing, times: dict[int, dict[str, int]], fails: list[_Problem]) -> None:
+    """A witness's cosignatures, and all of them within the skew, grow older with size."""
     sizes = sorted(times)
-    for key in keys:
+    for key in w.keys:
         previous: tuple[int, int] | None = None
         for size in sizes:
             stamp = times[size].get(key.name)
@@ -283,11 +342,11 @@ def check_witnesses(a: Archive) -> Check | None:
             previous = (size, stamp)
     newest = None
     for size in sizes:
-        if newest is not None and min(times[size].values()) < newest[1] - skew:
+        if newest is not None and min(times[size].values()) < newest[1] - w.skew:
             fails.append(
                 (
                     f"cosignatures on size {size} are older than a cosignature on size "
-                    f"{newest[0]} by more than the {skew:g} s skew",
+                    f"{newest[0]} by more than the {w.skew:g} s skew",
                     size - 1,
                     None,
                 )
@@ -295,26 +354,62 @@ def check_witnesses(a: Archive) -> Check | None:
         top = max(times[size].values())
         if newest is None or top > newest[1]:
             newest = (size, top)
-    if fails:
-        reason, seq, where = fails[0]
-        more = f" (and {len(fails) - 1} more)" if len(fails) > 1 else ""
-        return Check(name, Status.FAIL, reason + more, seq, where)
+
+
+def _summary(
+    w: _Witnessing, promised: list[tuple[int, str, bool]], times: dict[int, dict[str, int]]
+) -> str:
+    """What a passing check says: the quorum met, and when the registration was witnessed."""
     registration = next((p for p in promised if p[1].startswith("registration")), None)
     summary = (
-        f"{len(promised)} promised checkpoint(s) carry {quorum} of {len(keys)} witness "
-        f"cosignatures, with times consistent within {skew:g} s"
+        f"{len(promised)} promised checkpoint(s) carry {w.quorum} of {len(w.keys)} witness "
+        f"cosignatures, with times consistent within {w.skew:g} s"
     )
-    if registration is not None and len(times.get(registration[0], {})) >= quorum:
+    if registration is not None and len(times.get(registration[0], {})) >= w.quorum:
         ranked = sorted(times[registration[0]].items(), key=lambda kv: kv[1])
-        when = ranked[quorum - 1][1]
+        when = ranked[w.quorum - 1][1]
         summary += (
             f"; locked no later than {_iso(when)} (witnessed by {', '.join(n for n, _ in ranked)})"
         )
+    return summary
+
+
+def _first(problems: list[_Problem]) -> tuple[str, int | None, str | None]:
+    """The first problem, its reason counting the others."""
+    reason, seq, where = problems[0]
+    more = f" (and {len(problems) - 1} more)" if len(problems) > 1 else ""
+    return reason + more, seq, where
+
+
+def check_witnesses(a: Archive) -> Check | None:
+    """The ``witnesses`` check, or None when neither the study nor the auditor names witnesses."""
+    name = "witnesses"
+    record, problem = witness_policy(a)
+    given: list[str] = list(getattr(a, "witness_keys", ()) or ())
+    if record is None and problem is None and not given:
+        return None
+    if problem is not None:
+        return Check(name, Status.FAIL, problem, a.protocol_seq, POLICY_FILE)
+    w = _witnessing(a, record, given)
+    if isinstance(w, Check):
+        return w
+    may_continue = record is not None and record.get("unreachable") in _UNREACHABLE[1:]
+    fails: list[_Problem] = []
+    warns: list[_Problem] = []
+    times = _cosign_times(a, w.keys, fails)
+    _concurrent_sessions(a, fails)
+    locked_interval = record.get("interval_trials") if record is not None else None
+    promised = _promised(a, locked_interval if type(locked_interval) is int else 0)
+    _check_promised(a, w, promised, times, may_continue, fails, warns)
+    _check_order(w, times, fails)
+    if fails:
+        reason, seq, where = _first(fails)
+        return Check(name, Status.FAIL, reason, seq, where)
+    summary = _summary(w, promised, times)
     if warns:
-        reason, seq, where = warns[0]
-        more = f" (and {len(warns) - 1} more)" if len(warns) > 1 else ""
-        return Check(name, Status.WARN, reason + more + "; " + summary, seq, where)
-    if not given:
+        reason, seq, where = _first(warns)
+        return Check(name, Status.WARN, reason + "; " + summary, seq, where)
+    if not w.given:
         return Check(
             name,
             Status.WARN,

@@ -157,6 +157,17 @@ class EventReader:
                 index += 1
 
 
+def _signature_bytes(sig_text: Any) -> bytes | None:
+    """A line's signature: standard padded base64 decoded, or None if it is not that."""
+    if type(sig_text) is not str:
+        return None
+    try:
+        raw = base64.b64decode(sig_text.encode("ascii"), validate=True)
+    except (binascii.Error, UnicodeEncodeError, ValueError):
+        return None
+    return raw if base64.b64encode(raw).decode("ascii") == sig_text else None
+
+
 def _parse_line(parse: Any, index: int, line: bytes) -> EventLine:
     where = line_where(index)
     out = EventLine(index, line)
@@ -172,14 +183,9 @@ def _parse_line(parse: Any, index: int, line: bytes) -> EventLine:
     env: Any = None
     if type(obj) is dict:
         env = obj.get("envelope")
-        sig_text = obj.get("signature")
-        if type(sig_text) is str:
-            try:
-                raw = base64.b64decode(sig_text.encode("ascii"), validate=True)
-                if base64.b64encode(raw).decode("ascii") == sig_text:
-                    out.signature = raw
-            except (binascii.Error, UnicodeEncodeError, ValueError):
-                pass
+        sig = _signature_bytes(obj.get("signature"))
+        if sig is not None:
+            out.signature = sig
     if canonical != line:
         out.problems.append(
             f"{where} (seq {index}): the line is not the RFC 8785 canonical JSON of its "

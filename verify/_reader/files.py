@@ -143,6 +143,41 @@ class ArchiveFiles:
 
     # ------------------------------------------------------------------------------ walk
 
+    def _record(
+        self, entry: os.DirEntry[str], rel: str, depth: int, children: list[tuple[str, int]]
+    ) -> int:
+        """Record one entry as a folder (to walk), a file or another thing.
+
+        Return its size if it is a regular file, else 0.
+        """
+        try:
+            est = entry.stat(follow_symlinks=False)
+        except OSError as exc:
+            self.others[rel] = f"cannot be examined ({exc.strerror})"
+            return 0
+        mode = est.st_mode
+        if stat.S_ISDIR(mode):
+            self.dirs.add(rel)
+            if depth + 1 >= MAX_DEPTH:
+                self.problems.append(
+                    (rel, f"{show(rel)}/ is {MAX_DEPTH} levels deep: not examined")
+                )
+            else:
+                children.append((rel, depth + 1))
+        elif stat.S_ISREG(mode):
+            self.files[rel] = Entry(est.st_size, (est.st_dev, est.st_ino))
+            return est.st_size
+        elif stat.S_ISLNK(mode):
+            try:
+                target = f" to {show(os.readlink(entry.path))!r}"
+            except OSError:
+                target = ""
+            self.others[rel] = f"is a symbolic link{target}, not a regular file: not followed"
+        else:
+            what = describe_mode(mode)
+            self.others[rel] = f"is {what}, not a regular file: not opened"
+        return 0
+
     def walk(self) -> None:
         """List the archive (``lstat`` only; nothing is opened or followed)."""
         try:
@@ -186,34 +221,7 @@ class ArchiveFiles:
                     )
                     return
                 rel = f"{rel_dir}/{entry.name}" if rel_dir else entry.name
-                try:
-                    est = entry.stat(follow_symlinks=False)
-                except OSError as exc:
-                    self.others[rel] = f"cannot be examined ({exc.strerror})"
-                    continue
-                mode = est.st_mode
-                if stat.S_ISDIR(mode):
-                    self.dirs.add(rel)
-                    if depth + 1 >= MAX_DEPTH:
-                        self.problems.append(
-                            (rel, f"{show(rel)}/ is {MAX_DEPTH} levels deep: not examined")
-                        )
-                    else:
-                        children.append((rel, depth + 1))
-                elif stat.S_ISREG(mode):
-                    self.files[rel] = Entry(est.st_size, (est.st_dev, est.st_ino))
-                    total += est.st_size
-                elif stat.S_ISLNK(mode):
-                    try:
-                        target = f" to {show(os.readlink(entry.path))!r}"
-                    except OSError:
-                        target = ""
-                    self.others[rel] = (
-                        f"is a symbolic link{target}, not a regular file: not followed"
-                    )
-                else:
-                    what = describe_mode(mode)
-                    self.others[rel] = f"is {what}, not a regular file: not opened"
+                total += self._record(entry, rel, depth, children)
             pending.extend(reversed(children))
         if total > MAX_TOTAL_BYTES:
             self.problems.append(
