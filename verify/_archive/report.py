@@ -39,9 +39,9 @@ from verify._archive.flow import FLOW_FIGURE, flow_table, has_flow
 from verify._archive.preflight import identity_notice
 from verify._archive.view import Archive
 from verify._ledgerfile import _State
+from verify._recompute.archive import TUMBLING_E
+from verify._recompute.dataset import _labels as parser_labels
 from verify._report import CHECK_NAMES, Check
-from verify._science import TUMBLING_E
-from verify._science import _labels as parser_labels
 
 __all__ = ["REPORT", "STYLESHEET_SHA256", "check_report", "expected_figures", "figure_names"]
 
@@ -708,7 +708,7 @@ class _Expect:
         self.tumbling = _tumbling(a.protocol)
         declared = a.protocol.get("models")
         order = a.protocol.get("model_order")
-        from verify._science import trial_models
+        from verify._recompute.dataset import trial_models
 
         self.models: list[str] = trial_models(
             a.protocol,

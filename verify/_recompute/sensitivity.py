@@ -1,0 +1,327 @@
+"""``sensitivity.lmm`` (statistics.md "Sensitivity"), every fit checked by the own REML.
+
+Part of the science checks (:mod:`verify._science`); imports nothing from ``ledger``,
+``runner`` or ``analysis``.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import numpy as np
+from scipy import stats as sps
+
+from verify import _restats as st
+from verify._recompute.dataset import _Dataset
+from verify._recompute.model import _model
+from verify._recompute.results import _guard, _obj_of, _Result
+from verify._reml import RemlModel, check_point
+
+SENSITIVITY_MODELS = ("registered", "probe_by_arm", "probe_by_arm_arm_residual")
+"""statistics.md "Sensitivity": the models of ``sensitivity.lmm``, in order."""
+
+
+SENSITIVITY_NAMES = {
+    "registered": "registered random-intercept (Satterthwaite df, expected information)",
+    "probe_by_arm": "probe-by-arm",
+    "probe_by_arm_arm_residual": "probe-by-arm with a residual variance per arm",
+}
+
+
+def _without_df_method_where_unrecorded(contrasts: list[dict[str, Any]], recorded: Any) -> None:
+    """An archive written before ``df_method`` was recorded: the member is not recomputed.
+
+    ``docs/archive-format.md`` §5: every sensitivity df this tool ever wrote is Satterthwaite's
+    with the expected information, so a model's row without ``df_method`` means just that.
+    """
+    by_id = {_obj_of(x).get("hypothesis"): _obj_of(x) for x in recorded or []}
+    for row in contrasts:
+        old = by_id.get(row.get("hypothesis"), {})
+        for name in SENSITIVITY_MODELS:
+            rec, new = old.get(name), row.get(name)
+            if isinstance(rec, dict) and isinstance(new, dict) and "df_method" not in rec:
+                new.pop("df_method", None)
+
+
+def _unfittable(arms: list[str], groups: list[str], y: list[float], per_arm: bool) -> str | None:
+    """statistics.md "Sensitivity": why a probe-by-arm model cannot be fitted, or None."""
+    probes = sorted(set(groups))
+    if len(probes) < 3:
+        return f"fewer than 3 probes ({len(probes)})"
+    cells: dict[tuple[str, str], list[float]] = {}
+    for a, g, v in zip(arms, groups, y, strict=True):
+        cells.setdefault((g, a), []).append(v)
+    for g in probes:
+        if len({a for (gg, a) in cells if gg == g}) < 2:
+            return f"probe {g!r} has one arm"
+    if max(len(c) for c in cells.values()) < 2:
+        return "no cell with two trials"
+    if per_arm:
+        for arm in sorted(set(arms)):
+            spread = [max(c) - min(c) for (_, a), c in cells.items() if a == arm]
+            if max(spread) <= 0:
+                return f"arm {arm} has zero residual variance"
+    return None
+
+
+def _unexplained(y: Any, exog: Any, cells: list[str], arm: list[str]) -> dict[str, float]:
+    """statistics.md "Sensitivity": per arm, the squares left by ``X`` and the cell indicators.
+
+    The cell means are removed from ``y`` and every column of ``X`` (Frisch–Waugh), then the
+    centred ``y`` is regressed on the centred ``X``.
+    """
+    rows_of: dict[str, list[int]] = {}
+    for i, c in enumerate(cells):
+        rows_of.setdefault(c, []).append(i)
+    data = np.column_stack([exog, y])
+    for rows in rows_of.values():
+        data[rows] -= data[rows].mean(axis=0)
+    beta = np.linalg.lstsq(data[:, :-1], data[:, -1], rcond=None)[0]
+    left = (data[:, -1] - data[:, :-1] @ beta) ** 2
+    return {a: float(sum(left[i] for i, x in enumerate(arm) if x == a)) for a in sorted(set(arm))}
+
+
+def _support(h: dict[str, Any], registered: dict[str, Any], p: Any, est: Any) -> bool | None:
+    if not isinstance(p, float) or not isinstance(est, float) or not math.isfinite(p):
+        return None
+    raw, adjusted = registered.get("p_raw"), registered.get("p_adjusted")
+    factor = adjusted / raw if isinstance(adjusted, float) and raw else 1.0
+    ok = min(1.0, p * factor) < float(h.get("alpha") or 0.05)
+    if (h.get("sides") or "two-sided") == "one-sided":
+        ok = ok and est > 0
+    if h.get("min_difference_pp") is not None:
+        ok = ok and est * 100 >= float(h["min_difference_pp"])
+    return bool(ok)
+
+
+def _sensitivity(
+    ds: _Dataset,
+    plan: dict[str, Any],
+    fit: dict[str, Any] | None,
+    tested: list[_Result],
+    recorded: dict[str, Any] | None,
+    model: str | None = None,
+) -> _Result | None:
+    """``sensitivity.lmm`` (statistics.md "Sensitivity"), every fit checked by the own REML.
+
+    With several models ``fit`` is the pooled model (the model a fixed factor in every
+    sensitivity model); ``model`` gives ``sensitivity.lmm@<model>`` on that model's dataset and
+    fit, its rows the ``<id>@<model>`` hypotheses.
+    """
+    lmm = [h for h in plan["hypotheses"] if h["test"] == "lmm" and not h.get("stimuli")]
+    subsets = [h for h in plan["hypotheses"] if h["test"] == "lmm" and h.get("stimuli")]
+    if not (lmm or subsets):
+        return None
+    suffix = f"@{model}" if model is not None else ""
+    r = _Result(f"sensitivity.lmm{suffix}")
+    design = plan["design"]
+    by_id = {x.hypothesis: x for x in tested}
+    rec_models = (recorded or {}).get("models") if isinstance(recorded, dict) else None
+
+    def block(
+        fit: dict[str, Any], hyps: list[dict[str, Any]], rec_models: Any
+    ) -> tuple[dict[str, Any], list[dict[str, Any]], list[str]]:
+        y = np.asarray(fit["_y"], dtype=np.float64)
+        arm, groups = list(fit["_arm"]), list(fit["_groups"])
+        others = list(fit["arms"][1:])
+        factor = (
+            ("model", list(fit["_models"]), fit["factor_references"][0])
+            if fit.get("factors")
+            else None
+        )
+        exog, _, _ = st._design(y, np.asarray(arm), fit["arms"][0], factor, False)
+        cells = [f"{g}|{a}" for g, a in zip(groups, arm, strict=True)]
+        params: dict[str, Any] = {}
+        reml: dict[str, RemlModel] = {}
+        problems: list[str] = []
+        reg = RemlModel(y, exog, groups, [groups])
+        params["registered"] = np.array([fit["group_variance"], fit["residual_variance"]])
+        reg_ll = reg.loglik(params["registered"])
+        reml["registered"] = reg
+        models: dict[str, Any] = {
+            "registered": {
+                "fitted": True,
+                "log_likelihood": reg_ll,
+                "variances": {"group": fit["group_variance"], "residual": fit["residual_variance"]},
+            }
+        }
+        left = (
+            _unexplained(y, exog, cells, arm)
+            if _unfittable(arm, groups, list(y), False) is None
+            else {}
+        )
+        tiny = 1e-12 * max(float(np.sum((y - y.mean()) ** 2)), 1e-300)
+        for name in SENSITIVITY_MODELS[1:]:
+            per_arm = name == "probe_by_arm_arm_residual"
+            reason = _unfittable(arm, groups, list(y), per_arm)
+            if reason is None and not per_arm and sum(left.values()) <= tiny:
+                reason = "no residual variation within the probe x arm cells"
+            if reason is None and per_arm:
+                reason = next(
+                    (
+                        f"arm {a} has zero residual variance"
+                        for a in sorted(left)
+                        if left[a] <= tiny
+                    ),
+                    None,
+                )
+            if reason is not None:
+                models[name] = {"fitted": False, "reason": reason}
+                continue
+            classes = arm if per_arm else None
+            names = ["group", "group_by_arm"] + (
+                [f"residual[{c}]" for c in sorted(set(arm))] if per_arm else ["residual"]
+            )
+            model = RemlModel(y, exog, groups, [groups, cells], classes)
+            got = (rec_models or {}).get(name) if isinstance(rec_models, dict) else None
+            variances = got.get("variances") if isinstance(got, dict) else None
+            at = [variances.get(n) for n in names] if isinstance(variances, dict) else None
+            if at is not None and all(isinstance(v, float) and math.isfinite(v) for v in at):
+                point, problem = check_point(model, [float(v) for v in at if v is not None])
+                if problem is not None:
+                    problems.append(f"sensitivity model {name}: {problem}")
+                    point = model.maximise()
+            else:
+                point = model.maximise()
+            reml[name] = model
+            params[name] = point.params
+            entry: dict[str, Any] = {
+                "fitted": True,
+                "log_likelihood": point.loglik,
+                "variances": dict(zip(names, (float(v) for v in point.params), strict=True)),
+            }
+            if name == "probe_by_arm":
+                chi2 = max(0.0, 2.0 * (point.loglik - reg_ll))
+                entry["lrt_chi2"] = chi2
+                entry["lrt_p"] = 0.5 * float(sps.chi2.sf(chi2, 1)) if chi2 > 0 else 1.0
+            models[name] = entry
+        contrasts = []
+        for h in hyps:
+            a, b = h["contrast"]
+            sides = h.get("sides") or "two-sided"
+            hyp = by_id.get(h["id"] + suffix)
+            registered = hyp.values if hyp is not None else {}
+            weights = np.zeros(exog.shape[1])
+            for level, sign in ((a, 1.0), (b, -1.0)):
+                if level in others:
+                    weights[1 + others.index(level)] += sign
+            row: dict[str, Any] = {
+                "hypothesis": h["id"] + suffix,
+                "a": a,
+                "b": b,
+                "sides": sides,
+                "as_registered": {
+                    k: registered.get(k)
+                    for k in ("estimate", "lower", "upper", "p_raw", "p_adjusted")
+                },
+                "registered_verdict": hyp.verdict if hyp is not None else None,
+            }
+            for name in SENSITIVITY_MODELS:
+                if name in reml:
+                    c = st.satterthwaite(reml[name], params[name], weights, sides)
+                    c["supports"] = _support(h, registered, c["p"], c["estimate"])
+                    row[name] = c
+                else:
+                    row[name] = None
+            # per probe: the mean over models of the (model, probe) cells' a − b (statistics.md)
+            per_cell: dict[tuple[str, str, str], list[float]] = {}
+            for v, aa, gg, mm in zip(y, arm, groups, fit["_models"], strict=True):
+                per_cell.setdefault((gg, mm, aa), []).append(float(v))
+            diffs = []
+            for g in sorted(set(groups)):
+                ds_g = [
+                    float(np.mean(per_cell[(g, m, a)])) - float(np.mean(per_cell[(g, m, b)]))
+                    for m in sorted({mm for gg, mm, _ in per_cell if gg == g})
+                    if (g, m, a) in per_cell and (g, m, b) in per_cell
+                ]
+                if ds_g:
+                    diffs.append(float(np.mean(ds_g)))
+            boot = st.probe_bootstrap(
+                diffs, int(design["bootstrap_iterations"]), design["bootstrap_seed"], sides
+            )
+            lower, upper = boot["lower"], boot["upper"]
+            excludes = lower > 0 or (upper is not None and upper < 0)
+            boot["supports"] = bool(lower > 0 if sides == "one-sided" else excludes)
+            row["cluster_bootstrap"] = boot
+            primary = next((m for m in SENSITIVITY_MODELS[:0:-1] if row[m] is not None), None)
+            row["primary"] = primary
+            row["supports"] = row[primary]["supports"] if primary else None
+            if row["registered_verdict"] == "supported" and row["supports"] is False:
+                row["flag"] = None  # text not compared
+            contrasts.append(row)
+        return models, contrasts, problems
+
+    def compute() -> dict[str, Any]:
+        if fit is None:
+            raise st.StatError("the registered mixed model could not be fitted")
+        models, contrasts, problems = block(fit, lmm, rec_models)
+        rec_rows = (recorded or {}).get("contrasts") if isinstance(recorded, dict) else None
+        for h in subsets:  # statistics.md "Sensitivity": the subset's own models
+            sub_plan = {
+                **plan,
+                "analysis": {
+                    k: v for k, v in (plan.get("analysis") or {}).items() if k != "model_arms"
+                },
+            }
+            rec_hyp = by_id.get(h["id"])
+            rec_subset = rec_hyp.values.get("subset_model") if rec_hyp is not None else None
+            _, sub_fit = _model(
+                ds.for_stimuli(list(h["stimuli"])),
+                sub_plan,
+                recorded=rec_subset if isinstance(rec_subset, dict) else None,
+            )
+            if sub_fit is None:
+                contrasts.append(
+                    {"hypothesis": h["id"] + suffix, "stimuli": list(h["stimuli"]), "error": None}
+                )
+                continue
+            rec_row = next(
+                (
+                    _obj_of(x)
+                    for x in rec_rows or []
+                    if _obj_of(x).get("hypothesis") == h["id"] + suffix
+                ),
+                {},
+            )
+            sub_models, rows, sub_problems = block(sub_fit, [h], rec_row.get("subset_models"))
+            rows[0]["stimuli"] = list(h["stimuli"])
+            rows[0]["subset_models"] = sub_models
+            contrasts.append(rows[0])
+            problems += [f"{h['id']}: {x}" for x in sub_problems]
+        _without_df_method_where_unrecorded(contrasts, rec_rows)
+        out: dict[str, Any] = {
+            "group_col": fit["_group_col"],
+            "reference": fit["arms"][0],
+            "n_groups": fit["n_groups"],
+            "models": models,
+            "contrasts": contrasts,
+        }
+        if fit.get("factors"):  # the pooled fit of several models
+            out["factors"] = list(fit["factors"])
+            out["factor_references"] = list(fit["factor_references"])
+        if model is not None:
+            out["model"] = model
+        if problems:
+            out["_reml_problem"] = "; ".join(problems)
+        return out
+
+    return _guard(r, compute)
+
+
+def _sensitivity_per_model(
+    ds: _Dataset, plan: dict[str, Any], tested: list[_Result], recorded: dict[str, Any]
+) -> list[_Result]:
+    """``sensitivity.lmm@<model>`` per model in model order (statistics.md "Sensitivity")."""
+    if not ds.several_models:
+        return []
+    out = []
+    for name in ds.models:
+        sub = ds.for_model(name)
+        _, sub_fit = _model(sub, plan, recorded=recorded.get(f"model.lmm@{name}"))
+        r = _sensitivity(
+            sub, plan, sub_fit, tested, recorded.get(f"sensitivity.lmm@{name}"), model=name
+        )
+        if r is not None:
+            out.append(r)
+    return out
