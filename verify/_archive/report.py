@@ -25,8 +25,6 @@ import binascii
 import csv
 import hashlib
 import io
-import json
-import math
 import re
 import struct
 import zlib
@@ -35,6 +33,7 @@ from html.parser import HTMLParser
 from typing import Any
 
 from verify import _plan, _qrboot
+from verify import _statistics as statistics
 from verify._archive.flow import FLOW_FIGURE, flow_table, has_flow
 from verify._archive.preflight import identity_notice
 from verify._archive.view import Archive
@@ -42,6 +41,11 @@ from verify._ledgerfile import _State
 from verify._recompute.archive import TUMBLING_E
 from verify._recompute.dataset import _labels as parser_labels
 from verify._report import CHECK_NAMES, Check
+from verify._statistics._cells import fmt as _fmt
+from verify._statistics._cells import obj as _obj
+from verify._statistics._cells import p_value as _p
+from verify._statistics._cells import pct as _pct
+from verify._statistics._cells import pp as _pp
 
 __all__ = ["REPORT", "STYLESHEET_SHA256", "check_report", "expected_figures", "figure_names"]
 
@@ -173,6 +177,23 @@ def _distribution(a: Archive, first: int | None, arms: list[str]) -> list[list[s
     return rows
 
 
+def _component_effect(h: dict[str, Any], result: dict[str, Any]) -> str | None:
+    """What a computed hypothesis says of its components (its kind's rule), or None."""
+    if result.get("status") != "ok":
+        return None
+    return statistics.component_effect(h, result)
+
+
+def _component_class(effects: set[str]) -> str:
+    """analysis.md "Component classes": the class the evidence of one unit gives."""
+    if {"benefit", "harm"} <= effects:
+        return "task-dependent"
+    for effect, cls in (("benefit", "active"), ("harm", "harmful"), ("no effect", "inactive")):
+        if effect in effects:
+            return cls
+    return "not established"
+
+
 def _component_classes(protocol: dict[str, Any], results: list[dict[str, Any]]) -> list[list[str]]:
     """analysis.md "Component classes": one row (unit, evidence, class) per unit."""
     arms = _obj(protocol.get("arms"))
@@ -180,12 +201,8 @@ def _component_classes(protocol: dict[str, Any], results: list[dict[str, Any]]) 
     units: dict[str, list[tuple[str, str]]] = {}
     for r in results:
         h = plan.get(r.get("hypothesis"))
-        if (
-            h is None
-            or h.get("test") == "chi-square"
-            or r.get("status") != "ok"
-            or (h.get("test") == "qr-bootstrap" and h.get("statistic") != "difference")
-        ):
+        effect = None if h is None else _component_effect(h, r)
+        if h is None or effect is None:
             continue
         contrast = h.get("contrast") or ["", ""]
         a, b = str(contrast[0]), str(contrast[1])
@@ -194,33 +211,15 @@ def _component_classes(protocol: dict[str, Any], results: list[dict[str, Any]]) 
         added = sorted(str(c) for c in have - lack)
         if not added:
             continue
-        est = _obj(r.get("values")).get("estimate")
-        if h.get("test") == "equivalence":
-            effect = "no effect" if r.get("verdict") == "supported" else "not shown"
-        elif r.get("verdict") == "supported" and isinstance(est, int | float):
-            effect = "benefit" if est > 0 else "harm" if est < 0 else "not shown"
-        else:
-            effect = "not shown"
         stimuli = h.get("stimuli")
         where = f" on {', '.join(str(x) for x in stimuli)}" if stimuli else ""
         units.setdefault(" + ".join(added), []).append(
             (f"{h.get('id')} ({a} vs {b}{where}): {effect}", effect)
         )
-    rows = []
-    for unit, evidence in units.items():
-        effects = {e for _, e in evidence}
-        if {"benefit", "harm"} <= effects:
-            cls = "task-dependent"
-        elif "benefit" in effects:
-            cls = "active"
-        elif "harm" in effects:
-            cls = "harmful"
-        elif "no effect" in effects:
-            cls = "inactive"
-        else:
-            cls = "not established"
-        rows.append([unit, "; ".join(t for t, _ in evidence), cls])
-    return rows
+    return [
+        [unit, "; ".join(t for t, _ in evidence), _component_class({e for _, e in evidence})]
+        for unit, evidence in units.items()
+    ]
 
 
 def _safe(name: str) -> str:
@@ -528,74 +527,12 @@ class _ReportParser(HTMLParser):
 # ------------------------------------------------------------------------------ formats (§7)
 
 
-def _num(value: Any) -> float | None:
-    if isinstance(value, bool) or value is None:
-        return None
-    if isinstance(value, int | float) and math.isfinite(float(value)):
-        return float(value)
-    return None
-
-
-def _pct(value: Any, digits: int = 1) -> str:
-    v = _num(value)
-    return "–" if v is None else f"{v * 100:.{digits}f}%"
-
-
-def _pp(value: Any, *, signed: bool = True) -> str:
-    v = _num(value)
-    if v is None:
-        return "–"
-    return f"{v * 100:+.1f} pp" if signed else f"{v * 100:.1f} pp"
-
-
-def _p(value: Any) -> str:
-    v = _num(value)
-    if v is None:
-        return "–"
-    if v == 0:
-        return "< 1e-300"
-    if v < 1e-4:
-        return f"{v:.1e}"
-    return f"{v:.4f}"
-
-
-def _fmt(value: Any) -> str:
-    if value is None:
-        return "–"
-    if isinstance(value, bool):
-        return "yes" if value else "no"
-    if isinstance(value, float):
-        return f"{value:.4g}"
-    if isinstance(value, list | tuple):
-        return ", ".join(_fmt(v) for v in value)
-    if isinstance(value, dict):
-        return json.dumps(value, sort_keys=True, default=str)
-    return str(value)
-
-
 def _cell(value: Any) -> str:
     return value if isinstance(value, str) else _fmt(value)
 
 
 def _get(value: Any, key: str) -> Any:
     return value.get(key) if isinstance(value, dict) else None
-
-
-def _obj(value: Any) -> dict[str, Any]:
-    return value if isinstance(value, dict) else {}
-
-
-def _contrast(values: dict[str, Any]) -> tuple[float | None, float | None, float | None]:
-    est = _num(values.get("estimate", values.get("difference")))
-    lower = _num(values.get("lower", values.get("ci_lower")))
-    upper = _num(values.get("upper", values.get("ci_upper")))
-    return est, lower, upper
-
-
-def _diagnoses(value: Any, *, signed: bool = True) -> str:
-    """A difference in breadth (a ddx hypothesis): a signed number of diagnoses."""
-    v = _num(value)
-    return "–" if v is None else f"{v:+.3g} diagnoses"
 
 
 NOT_APPLICABLE = "not applicable"  # analysis.md §3: a test that does not apply, with a reason
@@ -611,56 +548,7 @@ def _estimate_text(result: dict[str, Any]) -> str:
         return "not computed"
     if result.get("status") == NOT_APPLICABLE:
         return NOT_APPLICABLE
-    v = _obj(result.get("values"))
-    test = result.get("test")
-    if test == "equivalence":
-        return (
-            f"max |diff| {_pp(v.get('max_abs_diff'), signed=False)} "
-            f"(at {v.get('group', '?')}); margin ±{_pp(v.get('margin'), signed=False)}"
-        )
-    if test == "mcnemar":  # the discordant counts; with variants "b" names a condition
-        counts = [v[f"{n}_count"] if f"{n}_count" in v else v.get(n) for n in ("b", "c")]
-        return f"discordant b={_fmt(counts[0])}, c={_fmt(counts[1])}"
-    if test == "gee":
-        return (
-            f"log OR {_fmt(v.get('estimate'))} (95% CI {_fmt(v.get('lower'))} to "
-            f"{_fmt(v.get('upper'))}; OR {_fmt(v.get('odds_ratio'))})"
-        )
-    if test == "factorial":  # analysis.md "Factorial designs": the term's joint Wald test
-        tested = v.get("tested") or []
-        text = (
-            f"{' × '.join(map(str, v.get('effect') or []))}: Wald chi2 {_fmt(v.get('chi2'))}, "
-            f"df {_fmt(v.get('df'))} ({', '.join(map(str, tested))})"
-        )
-        if v.get("estimate") is not None:
-            text += f"; coefficient {_fmt(v.get('estimate'))}"
-        if v.get("odds_ratio") is not None:
-            text += f" (OR {_fmt(v.get('odds_ratio'))})"
-        return text
-    if test == "flip-rate":
-        return (
-            f"flip rate {_pct(v.get('rate'))} ({_pct(v.get('conf'), 0)} CI "
-            f"{_pct(v.get('lower'))} to {_pct(v.get('upper'))})"
-        )
-    if test == "chi-square":
-        return f"chi2 {_fmt(v.get('chi2'))}, df {_fmt(v.get('df'))}"
-    if test == "qr-bootstrap":
-        return _qrboot.estimate_text(v)
-    est, lower, upper = _contrast(v)
-    if est is None:
-        return "–"
-    conf = _num(v.get("conf")) or 0.95
-    # a ddx breadth difference is a number of diagnoses, not percentage points (analysis.md §9)
-    pp = _pp if v.get("outcome") != "breadth" else _diagnoses
-    lo = "−∞" if lower is None else pp(lower)
-    hi = "+∞" if upper is None else pp(upper)
-    both = v.get("ci_two_sided")
-    extra = (
-        f"; two-sided 95% CI {pp(both[0])} to {pp(both[1])}"
-        if isinstance(both, list) and len(both) == 2
-        else ""
-    )
-    return f"{pp(est)} ({conf * 100:.0f}% CI {lo} to {hi}{extra})"
+    return statistics.estimate_text(result.get("test"), _obj(result.get("values")))
 
 
 def _p_text(result: dict[str, Any]) -> str:
@@ -735,10 +623,8 @@ class _Expect:
 
     def _contrast_text(self, result: dict[str, Any]) -> str:
         plan = self._plan_of(result)
-        if plan.get("arm") and plan.get("test") == "qr-bootstrap":  # one arm, no variants
-            return f"arm {plan['arm']}"
-        if plan.get("arm"):  # a seed-002 test of one arm (mcq-statistics.md §11)
-            return f"arm {plan['arm']}: " + " vs ".join(map(str, plan.get("variants") or []))
+        if plan.get("arm"):  # a test of one arm: its kind says how (mcq-statistics.md §11)
+            return statistics.arm_text(plan)
         contrast = _get(plan, "contrast") or []
         if not isinstance(contrast, list) or len(contrast) != 2:
             return ""
@@ -903,16 +789,7 @@ class _Expect:
                 continue
             v = _obj(r.get("values"))
             c = _obj(v.get("contrast"))
-            kind = r.get("test")
-            if kind == "bootstrap":
-                test = (
-                    f"percentile bootstrap, {_fmt(v.get('iterations'))} draws (seed "
-                    f"{_cell(v.get('seed'))})"
-                )
-            elif kind in ("paired-t", "independent-t"):
-                test = f"t {_fmt(c.get('t'))} (df {_fmt(c.get('df'))}), p {_p(c.get('p'))}"
-            else:
-                test = f"z {_fmt(c.get('z'))}, p {_p(c.get('p'))}"
+            test, icc, caution = statistics.posthoc_cells(r.get("test"), v, c)
             rows.append(
                 [
                     _cell(r.get("id")),
@@ -920,8 +797,8 @@ class _Expect:
                     _cell(r.get("title")),
                     f"{_pp(c.get('estimate'))} ({_pp(c.get('lower'))} to {_pp(c.get('upper'))})",
                     test,
-                    _fmt(v.get("icc")) if kind == "lmm" else "–",
-                    "singular fit" if kind == "lmm" and v.get("singular") else "–",
+                    icc,
+                    caution,
                     _cell(d.get("reason")),
                 ]
             )
@@ -1127,92 +1004,39 @@ class _Expect:
                 )
         return out
 
+    def _mcq_row(self, r: dict[str, Any]) -> list[str] | None:
+        """One seed-002 hypothesis's row (mcq-statistics.md §11), or None if not one of them."""
+        plan = self._plan_of(r)
+        test = str(r.get("test"))
+        kind = statistics.get(test)
+        if kind is None or kind.mcq_cells is None or not kind.mcq_listed(plan):
+            return None
+        what = self._contrast_text(r) + (f" at {plan['variant']}" if plan.get("variant") else "")
+        head = [_cell(r.get("hypothesis")), test, what]
+        if r.get("status") == NOT_APPLICABLE:
+            return [*head, "–", "–", "–", "–", "–", _inapplicable(r)]
+        if r.get("status") != "ok":
+            return [*head, "–", "–", "–", "–", "–", f"not computed: {r.get('error')}"]
+        v = _obj(r.get("values"))
+        n, stat, interval = kind.mcq_cells(v)
+        return [
+            *head,
+            str(n),
+            stat,
+            _fmt(v.get("estimate")),
+            interval,
+            str(v.get("excluded", "–")),
+            str(r.get("verdict")),
+        ]
+
     def _mcq_tables(self) -> list[tuple[str, list[str], list[list[str]]]]:
         """archive-format §7: seed 002's registered statistics and ``descriptive.mcq``."""
         out: list[tuple[str, list[str], list[list[str]]]] = []
-        kinds = ("flip-rate", "position-bias", "voting", "self-consistency", "gee")
-        rows = []
-        for r in (r for r in self.results if r.get("hypothesis")):
-            plan = self._plan_of(r)
-            test = str(r.get("test"))
-            if test not in kinds and not (
-                test == "mcnemar" and (plan.get("arm") or plan.get("variant"))
-            ):
-                continue
-            v = _obj(r.get("values"))
-            what = self._contrast_text(r) + (
-                f" at {plan['variant']}" if plan.get("variant") else ""
-            )
-            if r.get("status") == NOT_APPLICABLE:
-                rows.append(
-                    [
-                        _cell(r.get("hypothesis")),
-                        test,
-                        what,
-                        "–",
-                        "–",
-                        "–",
-                        "–",
-                        "–",
-                        _inapplicable(r),
-                    ]
-                )
-                continue
-            if r.get("status") != "ok":
-                rows.append(
-                    [
-                        _cell(r.get("hypothesis")),
-                        test,
-                        what,
-                        "–",
-                        "–",
-                        "–",
-                        "–",
-                        "–",
-                        f"not computed: {r.get('error')}",
-                    ]
-                )
-                continue
-            lo, hi = _num(v.get("lower")), _num(v.get("upper"))
-            interval = (
-                f"{_pct(v.get('conf'), 0)} CI {_fmt(lo)} to {_fmt(hi)}"
-                if test != "mcnemar"
-                else f"p {_p(v.get('p_raw'))}"
-            )
-            if test == "flip-rate":
-                n, stat = v.get("n_pairs"), f"{v.get('flips')} flips ({v.get('basis')})"
-            elif test == "position-bias":
-                n = f"{_obj(v.get('a')).get('n')}/{_obj(v.get('b')).get('n')}"
-                stat = f"bias {_fmt(v.get('bias_a'))} vs {_fmt(v.get('bias_b'))}"
-            elif test == "voting":
-                n = v.get("n_groups")
-                stat = (
-                    f"vote {_pct(v.get('accuracy_vote'))} vs mean order "
-                    f"{_pct(v.get('accuracy_orders'))}"
-                )
-            elif test == "self-consistency":
-                n = v.get("n_units")
-                stat = (
-                    f"majority {_pct(v.get('accuracy_majority'))} vs single "
-                    f"{_pct(v.get('accuracy_single'))}"
-                )
-            elif test == "mcnemar":
-                n, stat = v.get("n_pairs"), f"b={v.get('b_count')}, c={v.get('c_count')}"
-            else:
-                n, stat = _obj(v.get("fit")).get("n_obs"), f"OR {_fmt(v.get('odds_ratio'))}"
-            rows.append(
-                [
-                    _cell(r.get("hypothesis")),
-                    test,
-                    what,
-                    str(n),
-                    stat,
-                    _fmt(v.get("estimate")),
-                    interval,
-                    str(v.get("excluded", "–")),
-                    str(r.get("verdict")),
-                ]
-            )
+        rows = [
+            row
+            for row in (self._mcq_row(r) for r in self.results if r.get("hypothesis"))
+            if row is not None
+        ]
         if rows:
             out.append(
                 (
@@ -1233,6 +1057,12 @@ class _Expect:
                     rows,
                 )
             )
+        out += self._mcq_descriptive_tables()
+        return out
+
+    def _mcq_descriptive_tables(self) -> list[tuple[str, list[str], list[list[str]]]]:
+        """``descriptive.mcq``: accuracy per cell, and over the shuffle seeds."""
+        out: list[tuple[str, list[str], list[list[str]]]] = []
         desc = self.result("descriptive.mcq")
         if desc is not None and desc.get("status") == "ok":
             v = _obj(desc.get("values"))

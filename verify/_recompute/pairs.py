@@ -10,9 +10,8 @@ import math
 from typing import Any
 
 from verify import _restats as st
-from verify._recompute.compare import _close
 from verify._recompute.dataset import _Dataset
-from verify._recompute.results import REL_TOL, _mean
+from verify._recompute.results import _mean
 
 
 def _stimulus_pairs(ds: _Dataset, a: str, b: str) -> dict[str, tuple[float, float]]:
@@ -53,14 +52,6 @@ def _pair_accuracies(ds: _Dataset, a: str, b: str) -> tuple[list[float], list[fl
     return [r["accuracy"] for r in keep if r["arm"] == a], [
         r["accuracy"] for r in keep if r["arm"] == b
     ]
-
-
-def _equivalence(ds: _Dataset, a: str, b: str, margin: float) -> dict[str, Any]:
-    diffs = _per_group_diff(ds, a, b)
-    values = st.equivalence(diffs, margin)
-    best = values["max_abs_diff"]
-    values["_group_ok"] = [g for g, d in diffs.items() if _close(abs(d), best, REL_TOL)]
-    return values
 
 
 def _paired_t_means(ds: _Dataset, a: str, b: str) -> dict[str, Any] | None:

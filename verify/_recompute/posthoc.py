@@ -10,17 +10,17 @@ from dataclasses import replace
 from typing import Any
 
 from verify import _restats as st
+from verify import _statistics as registry
 from verify._recompute.archive import _Archive, _Event, _sources
 from verify._recompute.compare import _first_difference, _fmt
 from verify._recompute.dataset import _Dataset
 from verify._recompute.model import _model
-from verify._recompute.pairs import _pair_accuracies, _pairs_by_trial
 from verify._recompute.results import REL_TOL, _guard, _Result
 
 POSTHOC_KIND = "analysis.posthoc"
 
 
-POSTHOC_TESTS = ("lmm", "paired-t", "independent-t", "bootstrap")
+POSTHOC_TESTS = registry.POSTHOC_TESTS
 """analysis.md §6: the kinds of post-hoc analysis (the body's ``test``)."""
 
 
@@ -28,45 +28,10 @@ def _posthoc_values(
     ds: _Dataset, plan: dict[str, Any], a: str, b: str, test: str
 ) -> dict[str, Any]:
     """analysis.md §6: a post-hoc t-test or bootstrap of a − b, with its ``contrast`` summary."""
-    design = plan["design"]
-    summary: dict[str, Any] = {"a": a, "b": b, "sides": "two-sided"}
-    if test == "bootstrap":
-        values = st.bootstrap_diff(
-            *_pair_accuracies(ds, a, b),
-            int(design["bootstrap_iterations"]),
-            design["bootstrap_seed"],
-        )
-        summary.update(
-            estimate=values["estimate"],
-            lower=values["lower"],
-            upper=values["upper"],
-            p=None,
-            conf=values["conf"],
-        )
-        return {**values, "contrast": summary}
-    dropped: list[dict[str, Any]] = []
-    if test == "paired-t":
-        xs, ys, dropped = _pairs_by_trial(ds, a, b)
-        res = st.paired_t(xs, ys)
-    else:
-        res = st.independent_t(*_pair_accuracies(ds, a, b))
-    values = {**res, "estimate": res["difference"]}
-    if test == "paired-t":
-        values |= {
-            "pairing": ["stimulus", "rep"],
-            "n_dropped": len(dropped),
-            "dropped_pairs": dropped,
-        }
-    summary.update(
-        estimate=res["difference"],
-        lower=res["ci_lower"],
-        upper=res["ci_upper"],
-        p=res["p"],
-        t=res["t"],
-        df=res["df"],
-        conf=0.95,
-    )
-    return {**values, "contrast": summary}
+    kind = registry.get(test)
+    if kind is None or kind.posthoc is None:
+        raise st.StatError(f"no post-hoc analysis of test {test!r} on a contrast")
+    return kind.posthoc(ds, plan, a, b)
 
 
 POSTHOC_KEYS = frozenset(
@@ -87,16 +52,8 @@ POSTHOC_KEYS = frozenset(
 )
 
 
-def _posthoc_problem(
-    archive: _Archive,
-    event: _Event,
-    ds: _Dataset,
-    plan: dict[str, Any],
-    inputs: dict[str, Any],
-    last_result: int,
-) -> str | None:
-    """analysis.md §6: what is wrong with one analysis.posthoc event, or None."""
-    body = archive.at(event).body
+def _labelling_problem(body: Any, event: _Event, inputs: dict[str, Any], last: int) -> str | None:
+    """The members, the post-hoc label, the place after the analysis and the inputs."""
     if not isinstance(body, dict) or set(body) != POSTHOC_KEYS:
         return "has not the members of a post-hoc result"
     declared = body.get("declared")
@@ -109,43 +66,51 @@ def _posthoc_problem(
         or body.get("decided_by") is not None
     ):
         return "is not labelled post hoc with no hypothesis and no verdict"
-    if event.seq < last_result or declared.get("after_seq") != last_result:
+    if event.seq < last or declared.get("after_seq") != last:
         return (
             f"must follow the registered analysis (last analysis.result at seq "
-            f"{last_result}); declared after_seq {_fmt(declared.get('after_seq'))}"
+            f"{last}); declared after_seq {_fmt(declared.get('after_seq'))}"
         )
     if body.get("inputs") != inputs:
         return str(_first_difference(body.get("inputs"), inputs, "inputs", 0.0))
+    return None
+
+
+def _declaration_valid(declared: dict[str, Any], ds: _Dataset, fits_model: bool) -> bool:
+    """A contrast of two, a model of the study, and the random intercept and arms of an lmm."""
     contrast, arms = declared.get("contrast"), declared.get("arms")
-    group, test, model = declared.get("random_intercept"), body.get("test"), declared.get("model")
-    if test not in POSTHOC_TESTS:
-        return f"has test {_fmt(test)}, not one of {', '.join(POSTHOC_TESTS)}"
-    if (
-        not isinstance(contrast, list)
-        or len(contrast) != 2
-        or not (model is None or model in ds.models)
-        or (
-            test == "lmm"
-            and (
-                group not in ("stimulus", "source") or not (arms is None or isinstance(arms, list))
-            )
-        )
-        or (test != "lmm" and (group is not None or arms is not None))
-    ):
-        return "declares no valid contrast, random intercept, arms or model for its test"
+    group, model = declared.get("random_intercept"), declared.get("model")
+    if not isinstance(contrast, list) or len(contrast) != 2:
+        return False
+    if not (model is None or model in ds.models):
+        return False
+    if fits_model:
+        return group in ("stimulus", "source") and (arms is None or isinstance(arms, list))
+    return group is None and arms is None
+
+
+def _id_problem(archive: _Archive, body: dict[str, Any]) -> str | None:
     name = str(body.get("id")).removeprefix("posthoc.")
     if body.get("id") != f"posthoc.{name}" or not name:
         return "has an id that is not posthoc.<name>"
     if [e.body.get("id") for e in archive.of(POSTHOC_KIND)].count(body.get("id")) != 1:
         return "repeats the id of another post-hoc analysis"
-    if model is not None:
-        ds = ds.for_model(str(model))
-    variant = declared.get("variant")  # analysis.md §6: absent (older events) means null
-    compared = (
-        [str(x) for x in contrast]
-        if test != "lmm"
-        else ([str(x) for x in arms] if isinstance(arms, list) else sorted(plan.get("arms") or {}))
-    )
+    return None
+
+
+def _compared(declared: dict[str, Any], plan: dict[str, Any], fits_model: bool) -> list[str]:
+    """The arms a post-hoc analysis compares: its contrast's, or its model's."""
+    if not fits_model:
+        return [str(x) for x in declared["contrast"]]
+    arms = declared.get("arms")
+    return [str(x) for x in arms] if isinstance(arms, list) else sorted(plan.get("arms") or {})
+
+
+def _at_variant(
+    ds: _Dataset, declared: dict[str, Any], compared: list[str]
+) -> tuple[_Dataset, str | None]:
+    """analysis.md §6: the dataset at the declared variant, or why the arms cannot be compared."""
+    variant = declared.get("variant")  # absent (older events) means null
     ran = {arm: {str(t["variant"]) for t in ds.trials if t["arm"] == arm} for arm in compared}
     if variant is not None:
         if (
@@ -153,24 +118,23 @@ def _posthoc_problem(
             or not ds.variants
             or not all(variant in v for v in ran.values())
         ):
-            return f"declares variant {_fmt(variant)}, which not every arm compared ran"
-        ds = ds.for_variant(variant)
-    elif len({frozenset(v) for v in ran.values() if v}) > 1:
-        return (
+            return ds, f"declares variant {_fmt(variant)}, which not every arm compared ran"
+        return ds.for_variant(variant), None
+    if len({frozenset(v) for v in ran.values() if v}) > 1:
+        return ds, (
             "compares arms that ran different variants ("
             + "; ".join(f"{arm}: {', '.join(sorted(v))}" for arm, v in ran.items() if v)
             + ") without choosing one"
         )
-    if test != "lmm":
-        a, b = str(contrast[0]), str(contrast[1])
-        recomputed = _guard(_Result("posthoc"), lambda: _posthoc_values(ds, plan, a, b, test))
-        if body.get("status") != recomputed.status:
-            return (
-                f"status: recorded {_fmt(body.get('status'))}, recomputed {_fmt(recomputed.status)}"
-            )
-        if recomputed.status != "ok":
-            return None
-        return _first_difference(body.get("values"), recomputed.values, "values", REL_TOL)
+    return ds, None
+
+
+def _model_values(
+    archive: _Archive, body: dict[str, Any], ds: _Dataset, plan: dict[str, Any]
+) -> tuple[str, dict[str, Any]]:
+    """analysis.md §6, ``lmm``: its own mixed model (checked by the own REML) and contrast."""
+    declared = body["declared"]
+    group, arms, contrast = declared["random_intercept"], declared.get("arms"), declared["contrast"]
     sub = replace(ds, sources=_sources(archive)) if group == "source" else ds
     sub_plan = {
         **plan,
@@ -184,6 +148,51 @@ def _posthoc_problem(
             values["contrast"] = st.contrast(fit, str(contrast[0]), str(contrast[1]), "two-sided")
         except st.StatError:
             status = "failed"
+    return status, values
+
+
+def _contrast_values(
+    body: dict[str, Any], ds: _Dataset, plan: dict[str, Any]
+) -> tuple[str, dict[str, Any]]:
+    """analysis.md §6, a t-test or the bootstrap of the declared a − b."""
+    contrast, test = body["declared"]["contrast"], str(body.get("test"))
+    a, b = str(contrast[0]), str(contrast[1])
+    recomputed = _guard(_Result("posthoc"), lambda: _posthoc_values(ds, plan, a, b, test))
+    return recomputed.status, recomputed.values
+
+
+def _posthoc_problem(
+    archive: _Archive,
+    event: _Event,
+    ds: _Dataset,
+    plan: dict[str, Any],
+    inputs: dict[str, Any],
+    last_result: int,
+) -> str | None:
+    """analysis.md §6: what is wrong with one analysis.posthoc event, or None."""
+    body = archive.at(event).body
+    labelling = _labelling_problem(body, event, inputs, last_result)
+    if labelling is not None:
+        return labelling
+    declared, test = body["declared"], body.get("test")
+    kind = registry.get(test)
+    if kind is None or test not in POSTHOC_TESTS:
+        return f"has test {_fmt(test)}, not one of {', '.join(POSTHOC_TESTS)}"
+    if not _declaration_valid(declared, ds, kind.posthoc_fits_model):
+        return "declares no valid contrast, random intercept, arms or model for its test"
+    named = _id_problem(archive, body)
+    if named is not None:
+        return named
+    if declared.get("model") is not None:
+        ds = ds.for_model(str(declared["model"]))
+    compared = _compared(declared, plan, kind.posthoc_fits_model)
+    ds, variant_problem = _at_variant(ds, declared, compared)
+    if variant_problem is not None:
+        return variant_problem
+    if kind.posthoc_fits_model:
+        status, values = _model_values(archive, body, ds, plan)
+    else:
+        status, values = _contrast_values(body, ds, plan)
     if isinstance(values.get("_reml_problem"), str):
         return f"values: {values['_reml_problem']} (the verifier's own REML check, numpy only)"
     if body.get("status") != status:

@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 
 from verify import _copies, _ddx
+from verify import _statistics as registry
 from verify._privacy import Withheld
 from verify._recompute.archive import (
     _address,
@@ -36,7 +37,6 @@ from verify._recompute.posthoc import POSTHOC_KIND, _posthoc_problem
 from verify._recompute.recompute import _phases, _recompute
 from verify._recompute.results import (
     ABS_TOL,
-    GEE_REL_TOL,
     MAX_BOOTSTRAP_ITERATIONS,
     MAX_BOOTSTRAP_WORK,
     REL_TOL,
@@ -166,9 +166,12 @@ def _reanalysis(archive: _Archive) -> tuple[Check, list[str]]:
     }
     for event, r in zip(results, recomputed, strict=True):
         body = archive.at(event).body
-        rel = REL_TOL
-        if r.hypothesis and test_of.get(r.hypothesis.split("@", 1)[0]) in ("gee", "factorial"):
-            rel = GEE_REL_TOL  # statsmodels stops at its own tolerance (mcq-statistics.md §11)
+        # a kind fitted iteratively is compared at its own tolerance (mcq-statistics.md §11)
+        rel = (
+            registry.rel_tol(test_of.get(r.hypothesis.split("@", 1)[0]))
+            if r.hypothesis
+            else REL_TOL
+        )
         problem: str | None = None
         reml_problem = r.values.get("_reml_problem")
         if isinstance(reml_problem, str):

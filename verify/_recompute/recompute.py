@@ -10,6 +10,7 @@ from typing import Any
 
 from verify import _ddx, _mcqhyp, _qrboot
 from verify import _restats as st
+from verify import _statistics as registry
 from verify._recompute.archive import _Archive
 from verify._recompute.dataset import _Dataset, _restrict
 from verify._recompute.descriptive import _descriptive
@@ -138,7 +139,7 @@ def _recompute(
             ]
         return [*ddx_out, *ddx_tested, _multiplicity(ddx_tested)]
     out = _descriptive(ds)
-    if _mcqhyp.registers_mcq(plan):  # docs/mcq-statistics.md §11
+    if registry.registers_mcq(plan):  # docs/mcq-statistics.md §11
         out.append(_guard(_Result("descriptive.mcq"), lambda: _mcqhyp.descriptive_values(ds, plan)))
     if _qrboot.registers_qr(plan):
         out.append(

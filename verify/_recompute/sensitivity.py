@@ -13,6 +13,7 @@ import numpy as np
 from scipy import stats as sps
 
 from verify import _restats as st
+from verify import _statistics as registry
 from verify._recompute.dataset import _Dataset
 from verify._recompute.model import _model
 from verify._recompute.results import _guard, _obj_of, _Result
@@ -95,6 +96,12 @@ def _support(h: dict[str, Any], registered: dict[str, Any], p: Any, est: Any) ->
     return bool(ok)
 
 
+def _of_the_model(h: dict[str, Any]) -> bool:
+    """A hypothesis testing a contrast of the mixed model (its kind's ``mixed_model``)."""
+    kind = registry.get(h["test"])
+    return kind is not None and kind.mixed_model
+
+
 def _sensitivity(
     ds: _Dataset,
     plan: dict[str, Any],
@@ -109,8 +116,9 @@ def _sensitivity(
     sensitivity model); ``model`` gives ``sensitivity.lmm@<model>`` on that model's dataset and
     fit, its rows the ``<id>@<model>`` hypotheses.
     """
-    lmm = [h for h in plan["hypotheses"] if h["test"] == "lmm" and not h.get("stimuli")]
-    subsets = [h for h in plan["hypotheses"] if h["test"] == "lmm" and h.get("stimuli")]
+    mixed = [h for h in plan["hypotheses"] if _of_the_model(h)]
+    lmm = [h for h in mixed if not h.get("stimuli")]
+    subsets = [h for h in mixed if h.get("stimuli")]
     if not (lmm or subsets):
         return None
     suffix = f"@{model}" if model is not None else ""
