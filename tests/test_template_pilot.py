@@ -310,7 +310,7 @@ def test_agreement_with_one_judge_is_not_applicable_on_both_sides(
     the reason (never a failed result naming ValueError), and the verifier says the same."""
     from types import SimpleNamespace
 
-    from verify._recompute.exploratory import _judge_agreement
+    from verify._recompute.agreement import _judge_agreement
 
     found = analysed["exploratory.judge_agreement"]
     assert found["status"] == "not applicable" and found["error"] is None

@@ -206,18 +206,29 @@ def descriptive_values(ds: Any, plan: dict[str, Any]) -> dict[str, Any]:
     seeds = []
     for arm in sorted({c[0] for c in by_cell}):
         for model in sorted({c[2] for c in by_cell if c[0] == arm}):
-            ran = sorted(v for v in shuffles if (arm, v, model) in by_cell)
-            values = {shuffles[v]: by_cell[(arm, v, model)]["accuracy"] for v in ran}
-            if len(values) >= 2 and all(
-                isinstance(x, float) and math.isfinite(x) for x in values.values()
-            ):
-                seeds.append(
-                    {
-                        "arm": arm,
-                        "model": model,
-                        "statistic": "accuracy",
-                        "variants": ran,
-                        "summary": vm.mean_over_seeds(values),
-                    }
-                )
+            summary = _over_seeds(by_cell, shuffles, arm, model)
+            if summary is not None:
+                seeds.append(summary)
     return {"cells": cells, "seeds": seeds}
+
+
+def _over_seeds(
+    by_cell: dict[tuple[str, str, str], dict[str, Any]],
+    shuffles: dict[str, str],
+    arm: str,
+    model: str,
+) -> dict[str, Any] | None:
+    """One (arm, model)'s accuracy over its shuffle seeds, if it ran two with finite accuracy."""
+    ran = sorted(v for v in shuffles if (arm, v, model) in by_cell)
+    values = {shuffles[v]: by_cell[(arm, v, model)]["accuracy"] for v in ran}
+    if len(values) < 2 or not all(
+        isinstance(x, float) and math.isfinite(x) for x in values.values()
+    ):
+        return None
+    return {
+        "arm": arm,
+        "model": model,
+        "statistic": "accuracy",
+        "variants": ran,
+        "summary": vm.mean_over_seeds(values),
+    }

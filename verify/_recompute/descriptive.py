@@ -61,22 +61,44 @@ def _covariates_result(ds: _Dataset, plan: dict[str, Any]) -> _Result:
     return _guard(_Result("descriptive.covariates"), compute)
 
 
+def _statuses(trials: list[dict[str, Any]]) -> dict[str, int]:
+    """Trials per scoring status, in status order."""
+    counts: dict[str, int] = {}
+    for t in trials:
+        counts[t["status"]] = counts.get(t["status"], 0) + 1
+    return dict(sorted(counts.items()))
+
+
+def _parse_rate(statuses: dict[str, int], n: int) -> float | None:
+    """The share of trials parsed (``ok`` or ``partial``), None without trials."""
+    return (statuses.get("ok", 0) + statuses.get("partial", 0)) / n if n else None
+
+
+def _clustered(items: list[dict[str, Any]]) -> dict[str, Any]:
+    """The glyph accuracy clustered by stimulus."""
+    by: dict[str, list[int]] = {}
+    for i in items:
+        cell = by.setdefault(str(i["stimulus"]), [0, 0])
+        cell[0] += 1 if i["correct"] else 0
+        cell[1] += 1
+    ordered = [by[k] for k in sorted(by)]
+    return st.cluster_proportion([c for c, _ in ordered], [m for _, m in ordered]) | {
+        "cluster": "stimulus"
+    }
+
+
 def _arm_entry(
     trials: list[dict[str, Any]], items: list[dict[str, Any]], given_up: int
 ) -> dict[str, Any]:
     """analysis.md §3 ``descriptive.arms``: one arm's (or arm x model cell's) counts."""
     tumbling = [t for t in trials if not t["control"]]
-    statuses: dict[str, int] = {}
-    for t in tumbling:
-        statuses[t["status"]] = statuses.get(t["status"], 0) + 1
+    statuses = _statuses(tumbling)
     correct = sum(1 for i in items if i["correct"])
     entry: dict[str, Any] = {
         "trials_scored": len(tumbling),
-        "status": dict(sorted(statuses.items())),
+        "status": statuses,
         "excluded": sum(1 for t in tumbling if t["excluded"]),
-        "parse_rate": (statuses.get("ok", 0) + statuses.get("partial", 0)) / len(tumbling)
-        if tumbling
-        else None,
+        "parse_rate": _parse_rate(statuses, len(tumbling)),
         "given_up": given_up,
         "glyphs": len(items),
         "correct": correct,
@@ -85,15 +107,7 @@ def _arm_entry(
     if not items:
         entry["note"] = None  # text not compared
     else:
-        by: dict[str, list[int]] = {}
-        for i in items:
-            cell = by.setdefault(str(i["stimulus"]), [0, 0])
-            cell[0] += 1 if i["correct"] else 0
-            cell[1] += 1
-        ordered = [by[k] for k in sorted(by)]
-        entry["accuracy_clustered"] = st.cluster_proportion(
-            [c for c, _ in ordered], [m for _, m in ordered]
-        ) | {"cluster": "stimulus"}
+        entry["accuracy_clustered"] = _clustered(items)
     return entry
 
 

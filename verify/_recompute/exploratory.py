@@ -7,10 +7,11 @@ Part of the science checks (:mod:`verify._science`); imports nothing from ``ledg
 from __future__ import annotations
 
 import math
+from functools import partial
 from typing import Any
 
 from verify import _restats as st
-from verify._recompute.archive import TUMBLING_E, _Archive
+from verify._recompute.archive import TUMBLING_E
 from verify._recompute.dataset import _Dataset, _labels
 from verify._recompute.model import _model
 from verify._recompute.pairs import (
@@ -23,9 +24,135 @@ from verify._recompute.pairs import (
 from verify._recompute.results import _guard, _Result
 
 
+def _error_spread(
+    it: list[dict[str, Any]], labels: tuple[str, ...], tumbling: bool, oriented: bool
+) -> dict[str, Any]:
+    """The wrong answers: per label, their chi-square tests, the canonical-right share."""
+    wrong = [i for i in it if not i["correct"] and i["answer"] in labels]
+    if not wrong:
+        return {}
+    values: dict[str, Any] = {}
+    if tumbling:
+        values["canonical_right_share"] = st.canonical_share(
+            [str(i["truth"]) for i in wrong], [str(i["answer"]) for i in wrong]
+        )
+    counts = _wrong_counts(it, labels)
+    name = "error_directions" if oriented else "error_answers"
+    values[name] = dict(zip(labels, counts, strict=True))
+    try:
+        values["error_chi_square"] = st.chi_square_gof(counts)
+    except st.StatError:
+        values["error_chi_square"] = {"error": None}
+    try:
+        shares = st.error_null_excluding_truth([str(i["truth"]) for i in wrong], labels)
+        kept = [k for k, sh in enumerate(shares) if sh > 0]
+        values["error_chi_square_excluding_truth"] = st.chi_square_gof(
+            [counts[k] for k in kept], [shares[k] for k in kept]
+        ) | {"labels": [labels[k] for k in kept]}
+    except st.StatError:
+        values["error_chi_square_excluding_truth"] = {"error": None}
+    return values
+
+
+def _by_row(it: list[dict[str, Any]]) -> dict[str, Any]:
+    """A tumbling-E chart's accuracy per row."""
+    rows: dict[int, list[bool]] = {}
+    for i in it:
+        rows.setdefault(int(i["row"]), []).append(bool(i["correct"]))
+    return {
+        str(row): {"correct": sum(c), "n": len(c), "accuracy": sum(c) / len(c)}
+        for row, c in sorted(rows.items())
+    }
+
+
+def _errors(
+    it: list[dict[str, Any]], labels: tuple[str, ...], tumbling: bool, oriented: bool
+) -> dict[str, Any]:
+    """``exploratory.errors.<arm>``: confusion, the wrong answers' spread, position bias."""
+    if not it:
+        raise st.StatError("no parseable responses in this arm")
+    answers = [_answer(i["answer"]) for i in it]
+    truth = [str(i["truth"]) for i in it]
+    values: dict[str, Any] = {"confusion": st.confusion_matrix(truth, answers, labels)}
+    values.update(_error_spread(it, labels, tumbling, oriented))
+    if tumbling:
+        values["accuracy_by_row"] = _by_row(it)
+    values["position_bias"] = st.position_bias_tvd(answers, truth, labels)
+    return values
+
+
+def _pair(ds: _Dataset, design: dict[str, Any], tumbling: bool, a: str, b: str) -> dict[str, Any]:
+    """``exploratory.pair.<a>-<b>``: every test of the pair, registered or not."""
+    values: dict[str, Any] = {}
+    paired = _paired_items(ds, a, b)
+    if paired:
+        values["mcnemar"] = st.mcnemar_paired(
+            [bool(x["correct"]) for x, _ in paired], [bool(y["correct"]) for _, y in paired]
+        )
+        values["flip_rate"] = st.flip_rate(
+            [_answer(x["answer"]) for x, _ in paired],
+            [_answer(y["answer"]) for _, y in paired],
+        )
+    x, y = _pair_accuracies(ds, a, b)
+    values["independent_t"] = st.independent_t(x, y)
+    paired_t = _paired_t_means(ds, a, b)
+    if paired_t is not None:
+        values["paired_t"] = paired_t
+    values["bootstrap_diff"] = st.bootstrap_diff(
+        x, y, int(design["bootstrap_iterations"]), design["bootstrap_seed"]
+    )
+    binary = all(v in (0.0, 1.0) for v in [*x, *y])
+    if not tumbling and x and y and binary:  # one answer per trial (statistics.md)
+        values["newcombe"] = st.newcombe_diff(
+            round(math.fsum(x)), len(x), round(math.fsum(y)), len(y)
+        )
+    return values
+
+
+def _run_of(ds: _Dataset, r: dict[str, Any], pooled: bool) -> Any:
+    """A trial's run: its replicate, with its model when pooled, its variant with variants."""
+    if not (ds.variants or pooled):
+        return r["rep"]
+    run = f"{r['model']}|{r['rep']}" if pooled else str(r["rep"])
+    return (f"{r['variant']}|" if ds.variants else "") + run
+
+
+def _question_run(
+    ds: _Dataset, design: dict[str, Any], arm: str, model: str | None
+) -> dict[str, Any]:
+    """``exploratory.question_run.<arm>[@<model>]``: the (question, run) bootstrap."""
+    t = [r for r in ds.analysable() if r["arm"] == arm]
+    if model is not None:
+        t = [r for r in t if r["model"] == model]
+    pooled = model is None and ds.several_models  # a run: (model, replicate)
+    return st.bootstrap_clustered(
+        [r["accuracy"] for r in t],
+        [r["stimulus"] for r in t],
+        [_run_of(ds, r, pooled) for r in t],
+        int(design["bootstrap_iterations"]),
+        design["bootstrap_seed"],
+    )
+
+
+def _question_runs(ds: _Dataset, design: dict[str, Any]) -> list[_Result]:
+    out = []
+    for arm in ds.arms:
+        ran = {t["model"] for t in ds.trials if t["arm"] == arm}
+        for model in [None] + [m for m in ds.models if m in ran and ds.several_models]:
+            name = arm if model is None else f"{arm}@{model}"
+            out.append(
+                _guard(
+                    _Result(f"exploratory.question_run.{name}"),
+                    partial(_question_run, ds, design, arm, model),
+                )
+            )
+    return out
+
+
 def _exploratory(
     ds: _Dataset, plan: dict[str, Any], recorded: dict[str, Any] | None = None
 ) -> list[_Result]:
+    """Every ``exploratory.*`` result of analysis.md §3, in its order."""
     out: list[_Result] = []
     items = ds.analysable_items()
     labels = _labels(plan)
@@ -34,109 +161,20 @@ def _exploratory(
     oriented = parser in (TUMBLING_E, "orientation-word")
     for arm in ds.arms if labels is not None else []:
         it = [i for i in items if i["arm"] == arm]
-
-        def errors(
-            it: list[dict[str, Any]] = it, labels: tuple[str, ...] = labels or ()
-        ) -> dict[str, Any]:
-            if not it:
-                raise st.StatError("no parseable responses in this arm")
-            answers = [_answer(i["answer"]) for i in it]
-            truth = [str(i["truth"]) for i in it]
-            values: dict[str, Any] = {"confusion": st.confusion_matrix(truth, answers, labels)}
-            wrong = [i for i in it if not i["correct"] and i["answer"] in labels]
-            if wrong:
-                if tumbling:
-                    values["canonical_right_share"] = st.canonical_share(
-                        [str(i["truth"]) for i in wrong], [str(i["answer"]) for i in wrong]
-                    )
-                counts = _wrong_counts(it, labels)
-                name = "error_directions" if oriented else "error_answers"
-                values[name] = dict(zip(labels, counts, strict=True))
-                try:
-                    values["error_chi_square"] = st.chi_square_gof(counts)
-                except st.StatError:
-                    values["error_chi_square"] = {"error": None}
-                try:
-                    shares = st.error_null_excluding_truth([str(i["truth"]) for i in wrong], labels)
-                    kept = [k for k, sh in enumerate(shares) if sh > 0]
-                    values["error_chi_square_excluding_truth"] = st.chi_square_gof(
-                        [counts[k] for k in kept], [shares[k] for k in kept]
-                    ) | {"labels": [labels[k] for k in kept]}
-                except st.StatError:
-                    values["error_chi_square_excluding_truth"] = {"error": None}
-            if tumbling:
-                rows: dict[int, list[bool]] = {}
-                for i in it:
-                    rows.setdefault(int(i["row"]), []).append(bool(i["correct"]))
-                values["accuracy_by_row"] = {
-                    str(row): {"correct": sum(c), "n": len(c), "accuracy": sum(c) / len(c)}
-                    for row, c in sorted(rows.items())
-                }
-            values["position_bias"] = st.position_bias_tvd(answers, truth, labels)
-            return values
-
+        errors = partial(_errors, it, labels or (), tumbling, oriented)
         out.append(_guard(_Result(f"exploratory.errors.{arm}"), errors))
     design = plan["design"]
     for a, b in sorted(
         {(h["contrast"][0], h["contrast"][1]) for h in plan["hypotheses"] if h.get("contrast")}
     ):
-
-        def pair(a: str = a, b: str = b) -> dict[str, Any]:
-            values: dict[str, Any] = {}
-            paired = _paired_items(ds, a, b)
-            if paired:
-                values["mcnemar"] = st.mcnemar_paired(
-                    [bool(x["correct"]) for x, _ in paired], [bool(y["correct"]) for _, y in paired]
-                )
-                values["flip_rate"] = st.flip_rate(
-                    [_answer(x["answer"]) for x, _ in paired],
-                    [_answer(y["answer"]) for _, y in paired],
-                )
-            x, y = _pair_accuracies(ds, a, b)
-            values["independent_t"] = st.independent_t(x, y)
-            paired_t = _paired_t_means(ds, a, b)
-            if paired_t is not None:
-                values["paired_t"] = paired_t
-            values["bootstrap_diff"] = st.bootstrap_diff(
-                x, y, int(design["bootstrap_iterations"]), design["bootstrap_seed"]
-            )
-            binary = all(v in (0.0, 1.0) for v in [*x, *y])
-            if not tumbling and x and y and binary:  # one answer per trial (statistics.md)
-                values["newcombe"] = st.newcombe_diff(
-                    round(math.fsum(x)), len(x), round(math.fsum(y)), len(y)
-                )
-            return values
-
-        out.append(_guard(_Result(f"exploratory.pair.{a}-{b}"), pair))
+        out.append(
+            _guard(_Result(f"exploratory.pair.{a}-{b}"), partial(_pair, ds, design, tumbling, a, b))
+        )
     if parser == "orientation-word" and labels is not None:
         out.append(_by_truth(ds, plan, labels))
     if tumbling and _nested_pairs(plan):
         out.append(_by_stimulus(ds, plan))
-    for arm in ds.arms:
-        ran = {t["model"] for t in ds.trials if t["arm"] == arm}
-        for model in [None] + [m for m in ds.models if m in ran and ds.several_models]:
-
-            def question_run(arm: str = arm, model: str | None = model) -> dict[str, Any]:
-                t = [r for r in ds.analysable() if r["arm"] == arm]
-                if model is not None:
-                    t = [r for r in t if r["model"] == model]
-                pooled = model is None and ds.several_models  # a run: (model, replicate)
-                return st.bootstrap_clustered(
-                    [r["accuracy"] for r in t],
-                    [r["stimulus"] for r in t],
-                    [
-                        (f"{r['variant']}|" if ds.variants else "")
-                        + (f"{r['model']}|{r['rep']}" if pooled else str(r["rep"]))
-                        if ds.variants or pooled
-                        else r["rep"]
-                        for r in t
-                    ],
-                    int(design["bootstrap_iterations"]),
-                    design["bootstrap_seed"],
-                )
-
-            name = arm if model is None else f"{arm}@{model}"
-            out.append(_guard(_Result(f"exploratory.question_run.{name}"), question_run))
+    out.extend(_question_runs(ds, design))
     if ds.several_models:
         out.append(_model(ds, plan, True, (recorded or {}).get("exploratory.arm_by_model"))[0])
     return out
@@ -229,74 +267,3 @@ def _by_truth(ds: _Dataset, plan: dict[str, Any], labels: tuple[str, ...]) -> _R
         return {"labels": list(labels), "cells": cells, "contrasts": contrasts, "note": None}
 
     return _guard(_Result("exploratory.by_truth"), compute)
-
-
-def _judge_agreement(archive: _Archive, plan: dict[str, Any], step: str) -> _Result:
-    """analysis.md §8: Cohen's kappa (two judges) or Fleiss' kappa (more), by their formulas.
-
-    Over the trials every judge gave a parsed vote, the categories being the step's labels.
-    Cohen: (p_o - p_e) / (1 - p_e) with p_e the sum over labels of the product of the two
-    judges' label shares. Fleiss: (P - P_e) / (1 - P_e), P the mean over trials of
-    (sum_j n_ij^2 - n) / (n (n - 1)), P_e the sum over labels of the squared overall share.
-    """
-    spec = (plan.get("steps") or {}).get(step) or {}
-    labels = [str(x) for x in spec.get("labels") or []]
-    judged = [
-        e.body["judge"] for e in archive.of("trial.scored") if isinstance(e.body.get("judge"), dict)
-    ]
-
-    def compute() -> dict[str, Any]:
-        if not judged:
-            raise ValueError("no judged trial")
-        raters = [v["model"] for v in judged[0]["votes"]]
-        if len(raters) < 2:  # analysis.md §8: agreement does not apply to one judge
-            raise st.NotApplicable("one judge")
-        rows = [
-            [v["vote"] for v in j["votes"]]
-            for j in judged
-            if all(v["vote"] in labels for v in j["votes"])
-        ]
-        if not rows:
-            raise ValueError("no complete trial")
-        n, m = len(rows), len(raters)
-        agree = math.fsum(len(set(r)) == 1 for r in rows) / n
-        if len({vote for r in rows for vote in r}) == 1:  # analysis.md §8: p_e = 1, kappa 0/0
-            return {
-                "judges": raters,
-                "labels": labels,
-                "method": "cohen" if m == 2 else "fleiss",
-                "n_trials": n,
-                "incomplete": len(judged) - n,
-                "all_agree": agree,
-                "kappa": None,
-                "kappa_undefined": "every vote is the same label, so chance agreement is 1 and "
-                "kappa is 0/0 (docs/analysis.md section 8)",
-            }
-        if m == 2:
-            p_o = math.fsum(a == b for a, b in rows) / n
-            p_e = math.fsum(
-                (sum(r[0] == c for r in rows) / n) * (sum(r[1] == c for r in rows) / n)
-                for c in labels
-            )
-            kappa = (p_o - p_e) / (1 - p_e)
-            method = "cohen"
-        else:
-            counts = [[r.count(c) for c in labels] for r in rows]
-            big_p = (
-                math.fsum((math.fsum(x * x for x in row) - m) / (m * (m - 1)) for row in counts) / n
-            )
-            shares = [math.fsum(row[j] for row in counts) / (n * m) for j in range(len(labels))]
-            p_e = math.fsum(s * s for s in shares)
-            kappa = (big_p - p_e) / (1 - p_e)
-            method = "fleiss"
-        return {
-            "judges": raters,
-            "labels": labels,
-            "method": method,
-            "n_trials": n,
-            "incomplete": len(judged) - n,
-            "all_agree": math.fsum(len(set(r)) == 1 for r in rows) / n,
-            "kappa": kappa,
-        }
-
-    return _guard(_Result("exploratory.judge_agreement"), compute)

@@ -35,6 +35,39 @@ def _recorded_point(
     return ((float(g), float(e)) if ok else None), texts  # type: ignore[arg-type]
 
 
+def _groups(ds: _Dataset, t: list[dict[str, Any]], group: str) -> list[Any]:
+    """Each trial's random-intercept group: a column of the trial table, or its source."""
+    if group == "source":
+        if any(r["stimulus"] not in ds.sources for r in t):
+            raise st.StatError("a stimulus has no source")
+        return [ds.sources[r["stimulus"]] for r in t]
+    if group in ("stimulus", "arm", "trial", "rep"):
+        return [r[group] for r in t]
+    raise st.StatError(f"no column {group!r} in the trial table")
+
+
+def _model_factor(ds: _Dataset, t: list[dict[str, Any]]) -> tuple[str, list[Any], Any] | None:
+    """With several models: the model as a fixed factor, its first level the reference."""
+    if not ds.several_models:
+        return None
+    seen = {r["model"] for r in t}
+    first = next((m for m in ds.models if m in seen), ds.models[0])
+    return ("model", [r["model"] for r in t], first)
+
+
+def _model_values(fit: dict[str, Any], group: str, ref: str, interaction: bool) -> dict[str, Any]:
+    """What ``model.lmm`` records of a fit (the REML check's verdict kept, not compared)."""
+    values = {k: v for k, v in fit.items() if not k.startswith("_")}
+    values["_reml_problem"] = fit["_reml_problem"]
+    values.update(outcome="accuracy", arm_col="arm", group_col=group, reference=ref)
+    if interaction:
+        cells = [n for n in fit["_names"] if ":" in n]
+        values["interaction_test"] = st.wald(fit, cells)
+    if fit["singular"] or not fit["converged"]:
+        values["caution"] = None  # text not compared
+    return values
+
+
 def _model(
     ds: _Dataset,
     plan: dict[str, Any],
@@ -59,27 +92,15 @@ def _model(
         t = ds.analysable()
         if isinstance(model_arms, list):
             t = [r for r in t if str(r["arm"]) in set(model_arms)]
-        if group == "source":
-            if any(r["stimulus"] not in ds.sources for r in t):
-                raise st.StatError("a stimulus has no source")
-            groups = [ds.sources[r["stimulus"]] for r in t]
-        elif group in ("stimulus", "arm", "trial", "rep"):
-            groups = [r[group] for r in t]
-        else:
-            raise st.StatError(f"no column {group!r} in the trial table")
+        groups = _groups(ds, t, group)
         present = {str(r["arm"]) for r in t}
         ref = reference if reference in present or not present else min(present)
-        factor = None
-        if ds.several_models:
-            seen = {r["model"] for r in t}
-            first = next((m for m in ds.models if m in seen), ds.models[0])
-            factor = ("model", [r["model"] for r in t], first)
         fit = st.mixed_model(
             [r["accuracy"] for r in t],
             [r["arm"] for r in t],
             groups,
             ref,
-            factor=factor,
+            factor=_model_factor(ds, t),
             interaction=interaction,
             at=at,
             recorded_warnings=recorded_warnings,
@@ -92,15 +113,7 @@ def _model(
             _models=[str(r["model"]) for r in t],
         )
         holder.append(fit)
-        values = {k: v for k, v in fit.items() if not k.startswith("_")}
-        values["_reml_problem"] = fit["_reml_problem"]
-        values.update(outcome="accuracy", arm_col="arm", group_col=group, reference=ref)
-        if interaction:
-            cells = [n for n in fit["_names"] if ":" in n]
-            values["interaction_test"] = st.wald(fit, cells)
-        if fit["singular"] or not fit["converged"]:
-            values["caution"] = None  # text not compared
-        return values
+        return _model_values(fit, group, ref, interaction)
 
     name = "exploratory.arm_by_model" if interaction else "model.lmm"
     result = _guard(_Result(name, lmm=True), compute)

@@ -11,6 +11,7 @@ import json
 from verify import _copies, _ddx
 from verify import _statistics as registry
 from verify._privacy import Withheld
+from verify._recompute.agreement import _judge_agreement
 from verify._recompute.archive import (
     _address,
     _Archive,
@@ -32,7 +33,6 @@ from verify._recompute.dataset import (
     _dataset,
 )
 from verify._recompute.descriptive import _covariates_result
-from verify._recompute.exploratory import _judge_agreement
 from verify._recompute.posthoc import POSTHOC_KIND, _posthoc_problem
 from verify._recompute.recompute import _phases, _recompute
 from verify._recompute.results import (

@@ -71,6 +71,20 @@ def _phases(archive: _Archive) -> tuple[dict[str, int], dict[str, int]] | None:
     return trials, names
 
 
+def _named_for(results: list[_Result], name: str) -> list[_Result]:
+    """One model's results, named ``<id>@<model>`` (analysis.md §4)."""
+    for r in results:
+        r.id += f"@{name}"
+        r.hypothesis = f"{r.hypothesis}@{name}"
+        r.values["model"] = name
+    return results
+
+
+def _interleaved(pooled: list[_Result], per_model: list[list[_Result]]) -> list[_Result]:
+    """Each pooled result followed by every model's own."""
+    return [r for i, one in enumerate(pooled) for r in [one] + [res[i] for res in per_model]]
+
+
 def _tested(
     ds: _Dataset,
     plan: dict[str, Any],
@@ -80,26 +94,85 @@ def _tested(
 ) -> list[_Result]:
     """The hypotheses' results (pooled, then each model's); each model's fit goes to ``out``."""
     tested = _hypotheses(ds, plan, fit, recorded)
+    if not ds.several_models:
+        return tested
+    # analysis.md §4: each model's own fit and verdicts, named <id>@<model>
+    per_model: list[list[_Result]] = []
+    for name in ds.models:
+        sub = ds.for_model(name)
+        sub_model, sub_fit = _model(sub, plan, recorded=recorded.get(f"model.lmm@{name}"))
+        sub_model.id += f"@{name}"
+        out.append(sub_model)
+        per_model.append(_named_for(_hypotheses(sub, plan, sub_fit, recorded, f"@{name}"), name))
+    return _interleaved(tested, per_model)
+
+
+def _ddx_results(ds: _Dataset, plan: dict[str, Any], recorded: dict[str, Any]) -> list[_Result]:
+    """analysis.md §9: the metrics per arm (and model), the hypotheses, multiplicity."""
+    ddx_out = [
+        _guard(
+            _Result("descriptive.ddx"),
+            lambda: _ddx.ddx_descriptive(ds.trials, ds.several_models),
+        )
+    ]
+    tested = _hypotheses(ds, plan, None, recorded)
     if ds.several_models:
-        # analysis.md §4: each model's own fit and verdicts, named <id>@<model>
-        per_model: list[list[_Result]] = []
-        for name in ds.models:
-            sub = ds.for_model(name)
-            sub_model, sub_fit = _model(sub, plan, recorded=recorded.get(f"model.lmm@{name}"))
-            sub_model.id += f"@{name}"
-            out.append(sub_model)
-            results = _hypotheses(sub, plan, sub_fit, recorded, f"@{name}")
-            for r in results:
-                r.id += f"@{name}"
-                r.hypothesis = f"{r.hypothesis}@{name}"
-                r.values["model"] = name
-            per_model.append(results)
-        tested = [
-            r
-            for i, pooled in enumerate(tested)
-            for r in [pooled] + [results[i] for results in per_model]
+        per = [
+            _named_for(_hypotheses(ds.for_model(name), plan, None, recorded, f"@{name}"), name)
+            for name in ds.models
         ]
-    return tested
+        tested = _interleaved(tested, per)
+    return [*ddx_out, *tested, _multiplicity(tested)]
+
+
+def _kind_descriptives(ds: _Dataset, plan: dict[str, Any]) -> list[_Result]:
+    """``descriptive.mcq`` and ``descriptive.qr_bootstrap`` of a plan registering their kinds."""
+    out = []
+    if registry.registers_mcq(plan):  # docs/mcq-statistics.md §11
+        out.append(_guard(_Result("descriptive.mcq"), lambda: _mcqhyp.descriptive_values(ds, plan)))
+    if _qrboot.registers_qr(plan):
+        out.append(
+            _guard(
+                _Result("descriptive.qr_bootstrap"), lambda: _qrboot.descriptive_values(ds, plan)
+            )
+        )
+    return out
+
+
+def _phased(
+    ds: _Dataset,
+    plan: dict[str, Any],
+    fit: dict[str, Any] | None,
+    out: list[_Result],
+    recorded: dict[str, Any],
+    phases: tuple[dict[str, int], dict[str, int]],
+) -> tuple[list[_Result], dict[str, Any]]:
+    """docs/analysis.md "Phases": (the results, the last phase's plan).
+
+    A hypothesis of phase k is tested, with its own mixed model, on the trials of phases up
+    to k; the last phase's on all of them.
+    """
+    trial_phase, index = phases
+    level_of = {h["id"]: index.get(h.get("phase"), 0) for h in plan["hypotheses"]}
+    last = max(trial_phase.values())
+    tested: list[_Result] = []
+    last_plan = plan
+    for level in sorted(set(level_of.values())):
+        part = {
+            **plan,
+            "hypotheses": [h for h in plan["hypotheses"] if level_of[h["id"]] == level],
+        }
+        last_plan = {**plan, "hypotheses": []}
+        if level >= last:
+            tested += _tested(ds, part, fit, out, recorded)
+            last_plan = part
+            continue
+        sub = _restrict(ds, {t for t, p in trial_phase.items() if p <= level})
+        _, sub_fit = _model(sub, plan)
+        tested += _tested(sub, part, sub_fit, [], recorded)
+    order = {h["id"]: i for i, h in enumerate(plan["hypotheses"])}
+    tested.sort(key=lambda r: order[str(r.hypothesis).split("@", 1)[0]])
+    return tested, last_plan
 
 
 def _recompute(
@@ -117,63 +190,15 @@ def _recompute(
             )
             for h in plan["hypotheses"]
         ]
-    if ds.ddx:  # analysis.md §9: the metrics per arm (and model), the hypotheses, multiplicity
-        ddx_out = [
-            _guard(
-                _Result("descriptive.ddx"),
-                lambda: _ddx.ddx_descriptive(ds.trials, ds.several_models),
-            )
-        ]
-        ddx_tested = _hypotheses(ds, plan, None, recorded)
-        if ds.several_models:
-            per = []
-            for name in ds.models:
-                results = _hypotheses(ds.for_model(name), plan, None, recorded, f"@{name}")
-                for r in results:
-                    r.id += f"@{name}"
-                    r.hypothesis = f"{r.hypothesis}@{name}"
-                    r.values["model"] = name
-                per.append(results)
-            ddx_tested = [
-                r for i, pooled in enumerate(ddx_tested) for r in [pooled] + [res[i] for res in per]
-            ]
-        return [*ddx_out, *ddx_tested, _multiplicity(ddx_tested)]
-    out = _descriptive(ds)
-    if registry.registers_mcq(plan):  # docs/mcq-statistics.md §11
-        out.append(_guard(_Result("descriptive.mcq"), lambda: _mcqhyp.descriptive_values(ds, plan)))
-    if _qrboot.registers_qr(plan):
-        out.append(
-            _guard(
-                _Result("descriptive.qr_bootstrap"), lambda: _qrboot.descriptive_values(ds, plan)
-            )
-        )
+    if ds.ddx:
+        return _ddx_results(ds, plan, recorded)
+    out = _descriptive(ds) + _kind_descriptives(ds, plan)
     model, fit = _model(ds, plan, recorded=recorded.get("model.lmm"))
     out.append(model)
-    last_plan = plan
     if phases is None:
-        tested = _tested(ds, plan, fit, out, recorded)
+        tested, last_plan = _tested(ds, plan, fit, out, recorded), plan
     else:
-        # docs/analysis.md "Phases": a hypothesis of phase k is tested, with its own mixed
-        # model, on the trials of phases up to k; the last phase's on all of them
-        trial_phase, index = phases
-        level_of = {h["id"]: index.get(h.get("phase"), 0) for h in plan["hypotheses"]}
-        last = max(trial_phase.values())
-        tested = []
-        for level in sorted(set(level_of.values())):
-            part = {
-                **plan,
-                "hypotheses": [h for h in plan["hypotheses"] if level_of[h["id"]] == level],
-            }
-            last_plan = {**plan, "hypotheses": []}
-            if level >= last:
-                tested += _tested(ds, part, fit, out, recorded)
-                last_plan = part
-                continue
-            sub = _restrict(ds, {t for t, p in trial_phase.items() if p <= level})
-            _, sub_fit = _model(sub, plan)
-            tested += _tested(sub, part, sub_fit, [], recorded)
-        order = {h["id"]: i for i, h in enumerate(plan["hypotheses"])}
-        tested.sort(key=lambda r: order[str(r.hypothesis).split("@", 1)[0]])
+        tested, last_plan = _phased(ds, plan, fit, out, recorded, phases)
     out.extend(tested)
     out.extend(_exploratory(ds, plan, recorded))
     out.append(_multiplicity(tested))
