@@ -93,6 +93,34 @@ def _id_parts(trial: str) -> tuple[str, str, int]:
     return parts[0], stimulus, int(parts[-1])
 
 
+Keyed = dict[str, dict[tuple[str, int], tuple[str, str, float]]]
+"""Per arm: (stimulus, rep) -> (kind, trial id, accuracy) of its trial there."""
+
+
+def _put(seen: Keyed, arm: str, key: tuple[str, int], entry: tuple[str, str, float]) -> None:
+    if key in seen[arm]:
+        raise st.StatError(f"pairing: arm {arm} has a key twice")
+    seen[arm][key] = entry
+
+
+def _keyed(ds: _Dataset, a: str, b: str) -> Keyed:
+    """Every scheduled trial of a and b by (stimulus, rep): scored, given up or excluded."""
+    controls = {str(t["stimulus"]) for t in ds.trials if t["control"]}
+    stimuli = {str(t["stimulus"]) for t in ds.trials}
+    seen: Keyed = {a: {}, b: {}}
+    for t in ds.trials:
+        if t["arm"] in seen and not t["control"]:
+            kind = "unparseable" if t["excluded"] else "ok"
+            entry = (kind, str(t["trial"]), float(t["accuracy"]))
+            _put(seen, t["arm"], (str(t["stimulus"]), int(t["rep"])), entry)
+    for kind, ids in (("given-up", ds.given_up), ("excluded", ds.excluded_trials)):
+        for g in ids:
+            arm, stimulus, rep = _id_parts(g)
+            if arm in seen and stimulus in stimuli and stimulus not in controls:
+                _put(seen, arm, (stimulus, rep), (kind, g, math.nan))
+    return seen
+
+
 def _pairs_by_trial(
     ds: _Dataset, a: str, b: str
 ) -> tuple[list[float], list[float], list[dict[str, Any]]]:
@@ -102,27 +130,7 @@ def _pairs_by_trial(
     either arm is unparseable-and-excluded, given up or a recorded exclusion is a dropped pair;
     a key one arm never had fails the test.
     """
-    controls = {str(t["stimulus"]) for t in ds.trials if t["control"]}
-    stimuli = {str(t["stimulus"]) for t in ds.trials}
-    seen: dict[str, dict[tuple[str, int], tuple[str, str, float]]] = {a: {}, b: {}}
-
-    def put(arm: str, key: tuple[str, int], entry: tuple[str, str, float]) -> None:
-        if key in seen[arm]:
-            raise st.StatError(f"pairing: arm {arm} has a key twice")
-        seen[arm][key] = entry
-
-    for t in ds.trials:
-        if t["arm"] in seen and not t["control"]:
-            put(
-                t["arm"],
-                (str(t["stimulus"]), int(t["rep"])),
-                ("unparseable" if t["excluded"] else "ok", str(t["trial"]), float(t["accuracy"])),
-            )
-    for kind, ids in (("given-up", ds.given_up), ("excluded", ds.excluded_trials)):
-        for g in ids:
-            arm, stimulus, rep = _id_parts(g)
-            if arm in seen and stimulus in stimuli and stimulus not in controls:
-                put(arm, (stimulus, rep), (kind, g, math.nan))
+    seen = _keyed(ds, a, b)
     if set(seen[a]) != set(seen[b]):
         raise st.StatError(
             "pairing (stimulus, rep) does not pair: a key was never scheduled in one arm"
@@ -136,15 +144,10 @@ def _pairs_by_trial(
             xs.append(ea[2])
             ys.append(eb[2])
             continue
-        dropped.append(
-            {
-                "stimulus": key[0],
-                "rep": key[1],
-                "excluded": [
-                    {"arm": arm, "kind": e[0], "trial": e[1]}
-                    for arm, e in ((a, ea), (b, eb))
-                    if e[0] != "ok"
-                ],
-            }
-        )
+        excluded = [
+            {"arm": arm, "kind": e[0], "trial": e[1]}
+            for arm, e in ((a, ea), (b, eb))
+            if e[0] != "ok"
+        ]
+        dropped.append({"stimulus": key[0], "rep": key[1], "excluded": excluded})
     return xs, ys, dropped
