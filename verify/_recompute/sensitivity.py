@@ -102,6 +102,218 @@ def _of_the_model(h: dict[str, Any]) -> bool:
     return kind is not None and kind.mixed_model
 
 
+def _probe_diffs(block: _Block, a: str, b: str) -> list[float]:
+    """Per probe: the mean over models of the (model, probe) cells' a − b (statistics.md)."""
+    per_cell: dict[tuple[str, str, str], list[float]] = {}
+    for v, aa, gg, mm in zip(block.y, block.arm, block.groups, block.fit["_models"], strict=True):
+        per_cell.setdefault((gg, mm, aa), []).append(float(v))
+    diffs = []
+    for g in sorted(set(block.groups)):
+        ds_g = [
+            float(np.mean(per_cell[(g, m, a)])) - float(np.mean(per_cell[(g, m, b)]))
+            for m in sorted({mm for gg, mm, _ in per_cell if gg == g})
+            if (g, m, a) in per_cell and (g, m, b) in per_cell
+        ]
+        if ds_g:
+            diffs.append(float(np.mean(ds_g)))
+    return diffs
+
+
+def _cluster_bootstrap(
+    block: _Block, a: str, b: str, sides: str, design: dict[str, Any]
+) -> dict[str, Any]:
+    """The probe bootstrap of a − b and whether its interval supports the hypothesis."""
+    boot = st.probe_bootstrap(
+        _probe_diffs(block, a, b),
+        int(design["bootstrap_iterations"]),
+        design["bootstrap_seed"],
+        sides,
+    )
+    lower, upper = boot["lower"], boot["upper"]
+    excludes = lower > 0 or (upper is not None and upper < 0)
+    boot["supports"] = bool(lower > 0 if sides == "one-sided" else excludes)
+    return boot
+
+
+class _Block:
+    """The sensitivity models of one registered fit (the whole data's, or a subset's)."""
+
+    def __init__(self, fit: dict[str, Any]) -> None:
+        self.fit = fit
+        self.y = np.asarray(fit["_y"], dtype=np.float64)
+        self.arm, self.groups = list(fit["_arm"]), list(fit["_groups"])
+        self.others = list(fit["arms"][1:])
+        factor = (
+            ("model", list(fit["_models"]), fit["factor_references"][0])
+            if fit.get("factors")
+            else None
+        )
+        self.exog, _, _ = st._design(self.y, np.asarray(self.arm), fit["arms"][0], factor, False)
+        self.cells = [f"{g}|{a}" for g, a in zip(self.groups, self.arm, strict=True)]
+        self.params: dict[str, Any] = {}
+        self.reml: dict[str, RemlModel] = {}
+        self.problems: list[str] = []
+        self.models: dict[str, Any] = {}
+
+    def fit_models(self, rec_models: Any) -> None:
+        """The registered model at its recorded point, then each probe-by-arm model."""
+        fit, y = self.fit, self.y
+        reg = RemlModel(y, self.exog, self.groups, [self.groups])
+        self.params["registered"] = np.array([fit["group_variance"], fit["residual_variance"]])
+        self.reg_ll = reg.loglik(self.params["registered"])
+        self.reml["registered"] = reg
+        self.models["registered"] = {
+            "fitted": True,
+            "log_likelihood": self.reg_ll,
+            "variances": {"group": fit["group_variance"], "residual": fit["residual_variance"]},
+        }
+        left = (
+            _unexplained(y, self.exog, self.cells, self.arm)
+            if _unfittable(self.arm, self.groups, list(y), False) is None
+            else {}
+        )
+        tiny = 1e-12 * max(float(np.sum((y - y.mean()) ** 2)), 1e-300)
+        for name in SENSITIVITY_MODELS[1:]:
+            reason = self._why_not(name, left, tiny)
+            if reason is not None:
+                self.models[name] = {"fitted": False, "reason": reason}
+                continue
+            self.models[name] = self._fit_one(name, rec_models)
+
+    def _why_not(self, name: str, left: dict[str, float], tiny: float) -> str | None:
+        """statistics.md "Sensitivity": why the model cannot be fitted, or None."""
+        per_arm = name == "probe_by_arm_arm_residual"
+        reason = _unfittable(self.arm, self.groups, list(self.y), per_arm)
+        if reason is not None:
+            return reason
+        if not per_arm:
+            if sum(left.values()) <= tiny:
+                return "no residual variation within the probe x arm cells"
+            return None
+        return next(
+            (f"arm {a} has zero residual variance" for a in sorted(left) if left[a] <= tiny),
+            None,
+        )
+
+    def _fit_one(self, name: str, rec_models: Any) -> dict[str, Any]:
+        """One probe-by-arm model: at its recorded point if that is a REML maximum."""
+        per_arm = name == "probe_by_arm_arm_residual"
+        classes = self.arm if per_arm else None
+        names = ["group", "group_by_arm"] + (
+            [f"residual[{c}]" for c in sorted(set(self.arm))] if per_arm else ["residual"]
+        )
+        model = RemlModel(self.y, self.exog, self.groups, [self.groups, self.cells], classes)
+        got = (rec_models or {}).get(name) if isinstance(rec_models, dict) else None
+        variances = got.get("variances") if isinstance(got, dict) else None
+        at = [variances.get(n) for n in names] if isinstance(variances, dict) else None
+        if at is not None and all(isinstance(v, float) and math.isfinite(v) for v in at):
+            point, problem = check_point(model, [float(v) for v in at if v is not None])
+            if problem is not None:
+                self.problems.append(f"sensitivity model {name}: {problem}")
+                point = model.maximise()
+        else:
+            point = model.maximise()
+        self.reml[name] = model
+        self.params[name] = point.params
+        entry: dict[str, Any] = {
+            "fitted": True,
+            "log_likelihood": point.loglik,
+            "variances": dict(zip(names, (float(v) for v in point.params), strict=True)),
+        }
+        if name == "probe_by_arm":
+            chi2 = max(0.0, 2.0 * (point.loglik - self.reg_ll))
+            entry["lrt_chi2"] = chi2
+            entry["lrt_p"] = 0.5 * float(sps.chi2.sf(chi2, 1)) if chi2 > 0 else 1.0
+        return entry
+
+    def row(
+        self, h: dict[str, Any], hyp: _Result | None, suffix: str, design: dict[str, Any]
+    ) -> dict[str, Any]:
+        """One hypothesis's contrast under every model and the probe bootstrap."""
+        a, b = h["contrast"]
+        sides = h.get("sides") or "two-sided"
+        registered = hyp.values if hyp is not None else {}
+        weights = np.zeros(self.exog.shape[1])
+        for level, sign in ((a, 1.0), (b, -1.0)):
+            if level in self.others:
+                weights[1 + self.others.index(level)] += sign
+        row: dict[str, Any] = {
+            "hypothesis": h["id"] + suffix,
+            "a": a,
+            "b": b,
+            "sides": sides,
+            "as_registered": {
+                k: registered.get(k) for k in ("estimate", "lower", "upper", "p_raw", "p_adjusted")
+            },
+            "registered_verdict": hyp.verdict if hyp is not None else None,
+        }
+        for name in SENSITIVITY_MODELS:
+            row[name] = None
+            if name in self.reml:
+                c = st.satterthwaite(self.reml[name], self.params[name], weights, sides)
+                c["supports"] = _support(h, registered, c["p"], c["estimate"])
+                row[name] = c
+        row["cluster_bootstrap"] = _cluster_bootstrap(self, a, b, sides, design)
+        primary = next((m for m in SENSITIVITY_MODELS[:0:-1] if row[m] is not None), None)
+        row["primary"] = primary
+        row["supports"] = row[primary]["supports"] if primary else None
+        if row["registered_verdict"] == "supported" and row["supports"] is False:
+            row["flag"] = None  # text not compared
+        return row
+
+
+def _block(
+    fit: dict[str, Any],
+    hyps: list[dict[str, Any]],
+    rec_models: Any,
+    by_id: dict[str | None, _Result],
+    suffix: str,
+    design: dict[str, Any],
+) -> tuple[dict[str, Any], list[dict[str, Any]], list[str]]:
+    """(models, contrast rows, REML problems) of one registered fit."""
+    block = _Block(fit)
+    block.fit_models(rec_models)
+    rows = [block.row(h, by_id.get(h["id"] + suffix), suffix, design) for h in hyps]
+    return block.models, rows, block.problems
+
+
+def _recorded_row(rec_rows: Any, hypothesis: str) -> dict[str, Any]:
+    return next(
+        (_obj_of(x) for x in rec_rows or [] if _obj_of(x).get("hypothesis") == hypothesis), {}
+    )
+
+
+def _subset_row(
+    ds: _Dataset,
+    plan: dict[str, Any],
+    h: dict[str, Any],
+    by_id: dict[str | None, _Result],
+    rec_rows: Any,
+    suffix: str,
+) -> tuple[dict[str, Any], list[str]]:
+    """statistics.md "Sensitivity": a subset hypothesis's row, from the subset's own models."""
+    sub_plan = {
+        **plan,
+        "analysis": {k: v for k, v in (plan.get("analysis") or {}).items() if k != "model_arms"},
+    }
+    rec_hyp = by_id.get(h["id"])
+    rec_subset = rec_hyp.values.get("subset_model") if rec_hyp is not None else None
+    _, sub_fit = _model(
+        ds.for_stimuli(list(h["stimuli"])),
+        sub_plan,
+        recorded=rec_subset if isinstance(rec_subset, dict) else None,
+    )
+    if sub_fit is None:
+        return {"hypothesis": h["id"] + suffix, "stimuli": list(h["stimuli"]), "error": None}, []
+    rec_row = _recorded_row(rec_rows, h["id"] + suffix)
+    sub_models, rows, sub_problems = _block(
+        sub_fit, [h], rec_row.get("subset_models"), by_id, suffix, plan["design"]
+    )
+    rows[0]["stimuli"] = list(h["stimuli"])
+    rows[0]["subset_models"] = sub_models
+    return rows[0], [f"{h['id']}: {x}" for x in sub_problems]
+
+
 def _sensitivity(
     ds: _Dataset,
     plan: dict[str, Any],
@@ -122,181 +334,19 @@ def _sensitivity(
     if not (lmm or subsets):
         return None
     suffix = f"@{model}" if model is not None else ""
-    r = _Result(f"sensitivity.lmm{suffix}")
     design = plan["design"]
     by_id = {x.hypothesis: x for x in tested}
     rec_models = (recorded or {}).get("models") if isinstance(recorded, dict) else None
 
-    def block(
-        fit: dict[str, Any], hyps: list[dict[str, Any]], rec_models: Any
-    ) -> tuple[dict[str, Any], list[dict[str, Any]], list[str]]:
-        y = np.asarray(fit["_y"], dtype=np.float64)
-        arm, groups = list(fit["_arm"]), list(fit["_groups"])
-        others = list(fit["arms"][1:])
-        factor = (
-            ("model", list(fit["_models"]), fit["factor_references"][0])
-            if fit.get("factors")
-            else None
-        )
-        exog, _, _ = st._design(y, np.asarray(arm), fit["arms"][0], factor, False)
-        cells = [f"{g}|{a}" for g, a in zip(groups, arm, strict=True)]
-        params: dict[str, Any] = {}
-        reml: dict[str, RemlModel] = {}
-        problems: list[str] = []
-        reg = RemlModel(y, exog, groups, [groups])
-        params["registered"] = np.array([fit["group_variance"], fit["residual_variance"]])
-        reg_ll = reg.loglik(params["registered"])
-        reml["registered"] = reg
-        models: dict[str, Any] = {
-            "registered": {
-                "fitted": True,
-                "log_likelihood": reg_ll,
-                "variances": {"group": fit["group_variance"], "residual": fit["residual_variance"]},
-            }
-        }
-        left = (
-            _unexplained(y, exog, cells, arm)
-            if _unfittable(arm, groups, list(y), False) is None
-            else {}
-        )
-        tiny = 1e-12 * max(float(np.sum((y - y.mean()) ** 2)), 1e-300)
-        for name in SENSITIVITY_MODELS[1:]:
-            per_arm = name == "probe_by_arm_arm_residual"
-            reason = _unfittable(arm, groups, list(y), per_arm)
-            if reason is None and not per_arm and sum(left.values()) <= tiny:
-                reason = "no residual variation within the probe x arm cells"
-            if reason is None and per_arm:
-                reason = next(
-                    (
-                        f"arm {a} has zero residual variance"
-                        for a in sorted(left)
-                        if left[a] <= tiny
-                    ),
-                    None,
-                )
-            if reason is not None:
-                models[name] = {"fitted": False, "reason": reason}
-                continue
-            classes = arm if per_arm else None
-            names = ["group", "group_by_arm"] + (
-                [f"residual[{c}]" for c in sorted(set(arm))] if per_arm else ["residual"]
-            )
-            model = RemlModel(y, exog, groups, [groups, cells], classes)
-            got = (rec_models or {}).get(name) if isinstance(rec_models, dict) else None
-            variances = got.get("variances") if isinstance(got, dict) else None
-            at = [variances.get(n) for n in names] if isinstance(variances, dict) else None
-            if at is not None and all(isinstance(v, float) and math.isfinite(v) for v in at):
-                point, problem = check_point(model, [float(v) for v in at if v is not None])
-                if problem is not None:
-                    problems.append(f"sensitivity model {name}: {problem}")
-                    point = model.maximise()
-            else:
-                point = model.maximise()
-            reml[name] = model
-            params[name] = point.params
-            entry: dict[str, Any] = {
-                "fitted": True,
-                "log_likelihood": point.loglik,
-                "variances": dict(zip(names, (float(v) for v in point.params), strict=True)),
-            }
-            if name == "probe_by_arm":
-                chi2 = max(0.0, 2.0 * (point.loglik - reg_ll))
-                entry["lrt_chi2"] = chi2
-                entry["lrt_p"] = 0.5 * float(sps.chi2.sf(chi2, 1)) if chi2 > 0 else 1.0
-            models[name] = entry
-        contrasts = []
-        for h in hyps:
-            a, b = h["contrast"]
-            sides = h.get("sides") or "two-sided"
-            hyp = by_id.get(h["id"] + suffix)
-            registered = hyp.values if hyp is not None else {}
-            weights = np.zeros(exog.shape[1])
-            for level, sign in ((a, 1.0), (b, -1.0)):
-                if level in others:
-                    weights[1 + others.index(level)] += sign
-            row: dict[str, Any] = {
-                "hypothesis": h["id"] + suffix,
-                "a": a,
-                "b": b,
-                "sides": sides,
-                "as_registered": {
-                    k: registered.get(k)
-                    for k in ("estimate", "lower", "upper", "p_raw", "p_adjusted")
-                },
-                "registered_verdict": hyp.verdict if hyp is not None else None,
-            }
-            for name in SENSITIVITY_MODELS:
-                if name in reml:
-                    c = st.satterthwaite(reml[name], params[name], weights, sides)
-                    c["supports"] = _support(h, registered, c["p"], c["estimate"])
-                    row[name] = c
-                else:
-                    row[name] = None
-            # per probe: the mean over models of the (model, probe) cells' a − b (statistics.md)
-            per_cell: dict[tuple[str, str, str], list[float]] = {}
-            for v, aa, gg, mm in zip(y, arm, groups, fit["_models"], strict=True):
-                per_cell.setdefault((gg, mm, aa), []).append(float(v))
-            diffs = []
-            for g in sorted(set(groups)):
-                ds_g = [
-                    float(np.mean(per_cell[(g, m, a)])) - float(np.mean(per_cell[(g, m, b)]))
-                    for m in sorted({mm for gg, mm, _ in per_cell if gg == g})
-                    if (g, m, a) in per_cell and (g, m, b) in per_cell
-                ]
-                if ds_g:
-                    diffs.append(float(np.mean(ds_g)))
-            boot = st.probe_bootstrap(
-                diffs, int(design["bootstrap_iterations"]), design["bootstrap_seed"], sides
-            )
-            lower, upper = boot["lower"], boot["upper"]
-            excludes = lower > 0 or (upper is not None and upper < 0)
-            boot["supports"] = bool(lower > 0 if sides == "one-sided" else excludes)
-            row["cluster_bootstrap"] = boot
-            primary = next((m for m in SENSITIVITY_MODELS[:0:-1] if row[m] is not None), None)
-            row["primary"] = primary
-            row["supports"] = row[primary]["supports"] if primary else None
-            if row["registered_verdict"] == "supported" and row["supports"] is False:
-                row["flag"] = None  # text not compared
-            contrasts.append(row)
-        return models, contrasts, problems
-
     def compute() -> dict[str, Any]:
         if fit is None:
             raise st.StatError("the registered mixed model could not be fitted")
-        models, contrasts, problems = block(fit, lmm, rec_models)
+        models, contrasts, problems = _block(fit, lmm, rec_models, by_id, suffix, design)
         rec_rows = (recorded or {}).get("contrasts") if isinstance(recorded, dict) else None
         for h in subsets:  # statistics.md "Sensitivity": the subset's own models
-            sub_plan = {
-                **plan,
-                "analysis": {
-                    k: v for k, v in (plan.get("analysis") or {}).items() if k != "model_arms"
-                },
-            }
-            rec_hyp = by_id.get(h["id"])
-            rec_subset = rec_hyp.values.get("subset_model") if rec_hyp is not None else None
-            _, sub_fit = _model(
-                ds.for_stimuli(list(h["stimuli"])),
-                sub_plan,
-                recorded=rec_subset if isinstance(rec_subset, dict) else None,
-            )
-            if sub_fit is None:
-                contrasts.append(
-                    {"hypothesis": h["id"] + suffix, "stimuli": list(h["stimuli"]), "error": None}
-                )
-                continue
-            rec_row = next(
-                (
-                    _obj_of(x)
-                    for x in rec_rows or []
-                    if _obj_of(x).get("hypothesis") == h["id"] + suffix
-                ),
-                {},
-            )
-            sub_models, rows, sub_problems = block(sub_fit, [h], rec_row.get("subset_models"))
-            rows[0]["stimuli"] = list(h["stimuli"])
-            rows[0]["subset_models"] = sub_models
-            contrasts.append(rows[0])
-            problems += [f"{h['id']}: {x}" for x in sub_problems]
+            row, sub_problems = _subset_row(ds, plan, h, by_id, rec_rows, suffix)
+            contrasts.append(row)
+            problems += sub_problems
         _without_df_method_where_unrecorded(contrasts, rec_rows)
         out: dict[str, Any] = {
             "group_col": fit["_group_col"],
@@ -314,7 +364,7 @@ def _sensitivity(
             out["_reml_problem"] = "; ".join(problems)
         return out
 
-    return _guard(r, compute)
+    return _guard(_Result(f"sensitivity.lmm{suffix}"), compute)
 
 
 def _sensitivity_per_model(
