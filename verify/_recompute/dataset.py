@@ -22,6 +22,7 @@ from verify._recompute.archive import (
     ORIENTATIONS,
     TUMBLING_E,
     _Archive,
+    _Event,
     _locked_bytes,
     _Problem,
     _sources,
@@ -192,118 +193,173 @@ def _csv_bytes(rows: list[dict[str, Any]], columns: tuple[str, ...]) -> bytes:
     return out.getvalue().encode("utf-8")
 
 
-def _dataset(archive: _Archive, plan: dict[str, Any]) -> _Dataset:
-    revealed = archive.first("blinding.revealed")
-    sealed = archive.first("scoring.sealed")
-    if revealed is None or sealed is None:
-        raise _Problem("the dataset needs scoring.sealed and blinding.revealed events")
+def _arm_codes(revealed: _Event) -> dict[str, str]:
+    """The revealed arm codes, each checked to be HMAC-SHA256(secret, arm) (randomization)."""
     arm_codes: dict[str, str] = revealed.body.get("arm_codes") or {}
     secret_hex = revealed.body.get("secret_hex")
-    if isinstance(secret_hex, str):
-        try:
-            secret = bytes.fromhex(secret_hex)
-        except ValueError:
-            secret = b""
-        for arm, code in arm_codes.items():
-            expected = hmac.new(secret, arm.encode("utf-8"), hashlib.sha256).hexdigest()[:12]
-            if code != expected:
-                raise _Problem(
-                    f"blinding.revealed seq {revealed.seq}: code of arm {arm} is not "
-                    "HMAC-SHA256(secret, arm)",
-                    revealed.seq,
-                )
-    code_arm = {code: arm for arm, code in arm_codes.items()}
-    exclude = bool((plan.get("analysis") or {}).get("exclude_unparseable", True))
-    tumbling = (plan.get("response") or {}).get("parser", TUMBLING_E) == TUMBLING_E
-    ddx = (plan.get("response") or {}).get("parser") == "ddx"
-    trials: list[tuple[int, dict[str, Any], list[dict[str, Any]]]] = []
-    for event in archive.of("trial.scored"):
-        b = archive.at(event).body
-        response = archive.by_seq.get(b.get("response_seq", -1))
-        request = archive.by_seq.get(response.body.get("request_seq", -1)) if response else None
-        if response is None or request is None or request.kind != "trial.requested":
-            raise _Problem(f"trial.scored seq {event.seq}: its request cannot be found", event.seq)
-        rq = request.body
-        trial_arm = code_arm.get(b.get("arm_code", ""))
-        if trial_arm is None or trial_arm != rq.get("arm"):
+    if not isinstance(secret_hex, str):
+        return arm_codes
+    try:
+        secret = bytes.fromhex(secret_hex)
+    except ValueError:
+        secret = b""
+    for arm, code in arm_codes.items():
+        expected = hmac.new(secret, arm.encode("utf-8"), hashlib.sha256).hexdigest()[:12]
+        if code != expected:
             raise _Problem(
-                f"trial.scored seq {event.seq}: arm code {b.get('arm_code')} is not the code of "
-                f"arm {rq.get('arm')} of trial {rq.get('trial')}",
-                event.seq,
+                f"blinding.revealed seq {revealed.seq}: code of arm {arm} is not "
+                "HMAC-SHA256(secret, arm)",
+                revealed.seq,
             )
-        try:
-            items = [] if ddx else json.loads(archive.event_blob(event, "scores"))
-        except (ValueError, RecursionError):
-            raise _Problem(
-                f"trial.scored seq {event.seq}: scores blob is not JSON", event.seq
-            ) from None
-        metrics = (b.get("ddx") or {}).get("metrics") if ddx else None
-        n_items = int(b["n_items"])
-        common = {
-            "trial": rq["trial"],
-            "arm": trial_arm,
-            "model": _trial_model(str(rq["trial"])),
-            "stimulus": rq["stimulus"],
-            "variant": str(rq.get("variant", "")),
-            "rep": int(rq["rep"]),
-        }
-        order = str(b.get("order", ""))
-        row = {
-            **common,
-            "response_seq": b["response_seq"],
-            "status": b["status"],
-            "n_items": n_items,
-            "n_answered": int(b["n_answered"]),
-            "n_correct": int(b["n_correct"]),
-            "accuracy": int(b["n_correct"]) / n_items if n_items else math.nan,
-            "control": tumbling and len(items) == 1 and items[0].get("truth") == CONTROL_TRUTH,
-            "excluded": exclude and b["status"] == "unparseable",
-        }
-        for name in _ddx.METRICS:  # scoring.md §12: None (undefined) is an empty cell
-            value = (metrics or {}).get(name) if isinstance(metrics, dict) else None
-            row[name] = math.nan if value is None else float(value)
-        item_rows = [
-            {
-                **common,
-                "row": i.get("row"),
-                "position": i.get("position"),
-                "truth": i.get("truth"),
-                "answer": i.get("answer"),
-                "correct": i.get("correct"),
-                "order": order,
-                "truth_original": _original(order, i.get("truth")),
-                "answer_original": _original(order, i.get("answer")),
-                "logprobs": (
-                    bytes(rfc8785.dumps(i["logprobs"])).decode("utf-8") if "logprobs" in i else None
-                ),
-                "margin": i.get("margin"),
-            }
-            for i in items
-        ]
-        trials.append((int(b["response_seq"]), row, item_rows))
-    trials.sort(key=lambda t: t[0])
+    return arm_codes
+
+
+@dataclass(frozen=True)
+class _Reading:
+    """What every trial row is read with: the arm of each code and the locked settings."""
+
+    code_arm: dict[str, str]
+    exclude: bool
+    tumbling: bool
+    ddx: bool
+
+
+def _request_of(archive: _Archive, event: _Event, b: dict[str, Any]) -> dict[str, Any]:
+    """The trial.requested body a trial.scored event scores."""
+    response = archive.by_seq.get(b.get("response_seq", -1))
+    request = archive.by_seq.get(response.body.get("request_seq", -1)) if response else None
+    if response is None or request is None or request.kind != "trial.requested":
+        raise _Problem(f"trial.scored seq {event.seq}: its request cannot be found", event.seq)
+    return request.body
+
+
+def _scored_items(archive: _Archive, event: _Event, ddx: bool) -> list[dict[str, Any]]:
+    try:
+        items: list[dict[str, Any]] = [] if ddx else json.loads(archive.event_blob(event, "scores"))
+    except (ValueError, RecursionError):
+        raise _Problem(
+            f"trial.scored seq {event.seq}: scores blob is not JSON", event.seq
+        ) from None
+    return items
+
+
+def _item_row(common: dict[str, Any], order: str, i: dict[str, Any]) -> dict[str, Any]:
+    """analysis.md §2: one row of ``items.csv``."""
+    return {
+        **common,
+        "row": i.get("row"),
+        "position": i.get("position"),
+        "truth": i.get("truth"),
+        "answer": i.get("answer"),
+        "correct": i.get("correct"),
+        "order": order,
+        "truth_original": _original(order, i.get("truth")),
+        "answer_original": _original(order, i.get("answer")),
+        "logprobs": (
+            bytes(rfc8785.dumps(i["logprobs"])).decode("utf-8") if "logprobs" in i else None
+        ),
+        "margin": i.get("margin"),
+    }
+
+
+def _trial_rows(
+    archive: _Archive, event: _Event, reading: _Reading
+) -> tuple[int, dict[str, Any], list[dict[str, Any]]]:
+    """(response seq, the ``trials.csv`` row, the ``items.csv`` rows) of one trial.scored."""
+    b = archive.at(event).body
+    rq = _request_of(archive, event, b)
+    trial_arm = reading.code_arm.get(b.get("arm_code", ""))
+    if trial_arm is None or trial_arm != rq.get("arm"):
+        raise _Problem(
+            f"trial.scored seq {event.seq}: arm code {b.get('arm_code')} is not the code of "
+            f"arm {rq.get('arm')} of trial {rq.get('trial')}",
+            event.seq,
+        )
+    items = _scored_items(archive, event, reading.ddx)
+    metrics = (b.get("ddx") or {}).get("metrics") if reading.ddx else None
+    n_items = int(b["n_items"])
+    common = {
+        "trial": rq["trial"],
+        "arm": trial_arm,
+        "model": _trial_model(str(rq["trial"])),
+        "stimulus": rq["stimulus"],
+        "variant": str(rq.get("variant", "")),
+        "rep": int(rq["rep"]),
+    }
+    order = str(b.get("order", ""))
+    row = {
+        **common,
+        "response_seq": b["response_seq"],
+        "status": b["status"],
+        "n_items": n_items,
+        "n_answered": int(b["n_answered"]),
+        "n_correct": int(b["n_correct"]),
+        "accuracy": int(b["n_correct"]) / n_items if n_items else math.nan,
+        "control": (
+            reading.tumbling and len(items) == 1 and items[0].get("truth") == CONTROL_TRUTH
+        ),
+        "excluded": reading.exclude and b["status"] == "unparseable",
+    }
+    for name in _ddx.METRICS:  # scoring.md §12: None (undefined) is an empty cell
+        value = (metrics or {}).get(name) if isinstance(metrics, dict) else None
+        row[name] = math.nan if value is None else float(value)
+    item_rows = [_item_row(common, order, i) for i in items]
+    return int(b["response_seq"]), row, item_rows
+
+
+def _add_covariates(
+    archive: _Archive, plan: dict[str, Any], rows: list[dict[str, Any]]
+) -> list[str]:
+    """analysis.md §11: each trial's item labels, from the step's responses; the names."""
     covariates = _covariate_names(plan)
-    if covariates:  # analysis.md §11: each trial's item labels, from the step's responses
-        labels = _item_labels(archive, plan)
-        for _, row, _ in trials:
-            decision = labels.get(str(row["stimulus"]))
-            for name in covariates:
-                value = decision.get(name) if isinstance(decision, dict) else None
-                row[f"covariate.{name}"] = value if isinstance(value, bool) else None
+    if not covariates:
+        return covariates
+    labels = _item_labels(archive, plan)
+    for row in rows:
+        decision = labels.get(str(row["stimulus"]))
+        for name in covariates:
+            value = decision.get(name) if isinstance(decision, dict) else None
+            row[f"covariate.{name}"] = value if isinstance(value, bool) else None
+    return covariates
+
+
+def _add_factors(plan: dict[str, Any], rows: list[dict[str, Any]]) -> list[str]:
+    """analysis.md §2: a factorial study's ``factor.<NAME>`` columns; the names."""
     factorial = plan.get("factorial")
     factor_names = (
         [str(f) for f in factorial.get("factors") or []] if isinstance(factorial, dict) else []
     )
     arm_table = plan.get("arms") if isinstance(plan.get("arms"), dict) else {}
-    for _, row, _ in trials:  # analysis.md §2: a factorial study's factor.<NAME> columns
+    for row in rows:
         info = arm_table.get(row["arm"]) if isinstance(arm_table, dict) else None
         cell = info.get("factors") if isinstance(info, dict) else None
         for f in factor_names:
             row[f"factor.{f}"] = str(cell.get(f, "")) if isinstance(cell, dict) else ""
+    return factor_names
+
+
+def _dataset(archive: _Archive, plan: dict[str, Any]) -> _Dataset:
+    revealed = archive.first("blinding.revealed")
+    sealed = archive.first("scoring.sealed")
+    if revealed is None or sealed is None:
+        raise _Problem("the dataset needs scoring.sealed and blinding.revealed events")
+    arm_codes = _arm_codes(revealed)
+    response = plan.get("response") or {}
+    reading = _Reading(
+        {code: arm for arm, code in arm_codes.items()},
+        bool((plan.get("analysis") or {}).get("exclude_unparseable", True)),
+        response.get("parser", TUMBLING_E) == TUMBLING_E,
+        response.get("parser") == "ddx",
+    )
+    trials = [_trial_rows(archive, event, reading) for event in archive.of("trial.scored")]
+    trials.sort(key=lambda t: t[0])
+    rows = [t[1] for t in trials]
+    covariates = _add_covariates(archive, plan, rows)
+    factor_names = _add_factors(plan, rows)
     given_up = [str(e.body.get("trial")) for e in archive.of("trial.failed") if e.body.get("final")]
     by_source = (plan.get("analysis") or {}).get("random_intercept") == "source"
     return _Dataset(
-        [t[1] for t in trials],
+        rows,
         [i for t in trials for i in t[2]],
         sorted(arm_codes),
         given_up,
@@ -311,8 +367,8 @@ def _dataset(archive: _Archive, plan: dict[str, Any]) -> _Dataset:
         _sources(archive) if by_source else {},
         _plan_models(plan),
         variants=plan.get("variants") is not None,
-        cloze=(plan.get("response") or {}).get("parser") == "cloze",
-        ddx=ddx,
+        cloze=response.get("parser") == "cloze",
+        ddx=reading.ddx,
         covariates=covariates,
         factors=factor_names,
         excluded_trials=sorted({str(e.body.get("trial")) for e in archive.of("trial.excluded")}),
