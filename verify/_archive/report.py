@@ -28,6 +28,7 @@ import io
 import re
 import struct
 import zlib
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from html.parser import HTMLParser
 from typing import Any
@@ -194,6 +195,13 @@ def _component_class(effects: set[str]) -> str:
     return "not established"
 
 
+def _added(arms: dict[str, Any], a: str, b: str) -> list[str]:
+    """The components arm a has and arm b lacks."""
+    have = set(_obj(arms.get(a)).get("components") or [])
+    lack = set(_obj(arms.get(b)).get("components") or [])
+    return sorted(str(c) for c in have - lack)
+
+
 def _component_classes(protocol: dict[str, Any], results: list[dict[str, Any]]) -> list[list[str]]:
     """analysis.md "Component classes": one row (unit, evidence, class) per unit."""
     arms = _obj(protocol.get("arms"))
@@ -206,9 +214,7 @@ def _component_classes(protocol: dict[str, Any], results: list[dict[str, Any]]) 
             continue
         contrast = h.get("contrast") or ["", ""]
         a, b = str(contrast[0]), str(contrast[1])
-        have = set(_obj(arms.get(a)).get("components") or [])
-        lack = set(_obj(arms.get(b)).get("components") or [])
-        added = sorted(str(c) for c in have - lack)
+        added = _added(arms, a, b)
         if not added:
             continue
         stimuli = h.get("stimuli")
@@ -316,53 +322,77 @@ def figure_names(a: Archive) -> list[str]:
     return [name for name, _, _ in expected_figures(a)]
 
 
-def png_problem(data: bytes) -> str | None:
-    """Why ``data`` is not a well-formed PNG without text chunks, or ``None``."""
-    if not data.startswith(_PNG_SIGNATURE):
-        return "does not start with the PNG signature"
+class _PngProblem(Exception):
+    """Why a PNG is refused."""
+
+
+def _png_chunk(data: bytes, pos: int) -> tuple[bytes, bytes, int]:
+    """(kind, payload, end) of the chunk at ``pos``: whole, its CRC right, an image chunk."""
+    if pos + 12 > len(data):
+        raise _PngProblem(f"chunk at byte {pos} is truncated")
+    (length,) = struct.unpack(">I", data[pos : pos + 4])
+    kind = data[pos + 4 : pos + 8]
+    end = pos + 12 + length
+    if end > len(data):
+        raise _PngProblem(f"chunk {kind!r} at byte {pos} runs past the end of the file")
+    payload = data[pos + 8 : pos + 8 + length]
+    (crc,) = struct.unpack(">I", data[end - 4 : end])
+    if zlib.crc32(kind + payload) != crc:
+        raise _PngProblem(f"chunk {kind!r} at byte {pos} has a wrong CRC")
+    if kind not in _PNG_CHUNKS:
+        raise _PngProblem(
+            f"chunk {kind!r} at byte {pos} is not an image chunk (no text or private data)"
+        )
+    return kind, payload, end
+
+
+def _png_expected(payload: bytes, seen: list[bytes]) -> int:
+    """The bytes the image data decode to, by IHDR (the first chunk, once, supported)."""
+    if seen or len(payload) != 13:
+        raise _PngProblem("IHDR is repeated or malformed")
+    width, height, depth, colour = struct.unpack(">IIBB", payload[:10])
+    channels = {0: 1, 2: 3, 3: 1, 4: 2, 6: 4}.get(colour)
+    if channels is None or depth not in (1, 2, 4, 8, 16) or payload[12] != 0:
+        raise _PngProblem("IHDR has an unsupported colour type, depth or interlace")
+    if not 0 < width * height <= _MAX_PIXELS:
+        raise _PngProblem(f"IHDR says {width} x {height} pixels")
+    return int(height * (1 + (width * channels * depth + 7) // 8))
+
+
+def _png_walk(data: bytes) -> None:
     pos = len(_PNG_SIGNATURE)
     seen: list[bytes] = []
     idat = zlib.decompressobj()
     raw = 0
     expected = -1
     while pos < len(data):
-        if pos + 12 > len(data):
-            return f"chunk at byte {pos} is truncated"
-        (length,) = struct.unpack(">I", data[pos : pos + 4])
-        kind = data[pos + 4 : pos + 8]
-        end = pos + 12 + length
-        if end > len(data):
-            return f"chunk {kind!r} at byte {pos} runs past the end of the file"
-        payload = data[pos + 8 : pos + 8 + length]
-        (crc,) = struct.unpack(">I", data[end - 4 : end])
-        if zlib.crc32(kind + payload) != crc:
-            return f"chunk {kind!r} at byte {pos} has a wrong CRC"
-        if kind not in _PNG_CHUNKS:
-            return f"chunk {kind!r} at byte {pos} is not an image chunk (no text or private data)"
+        kind, payload, end = _png_chunk(data, pos)
         if not seen and kind != b"IHDR":
-            return "the first chunk is not IHDR"
+            raise _PngProblem("the first chunk is not IHDR")
         if kind == b"IHDR":
-            if seen or length != 13:
-                return "IHDR is repeated or malformed"
-            width, height, depth, colour = struct.unpack(">IIBB", payload[:10])
-            channels = {0: 1, 2: 3, 3: 1, 4: 2, 6: 4}.get(colour)
-            if channels is None or depth not in (1, 2, 4, 8, 16) or payload[12] != 0:
-                return "IHDR has an unsupported colour type, depth or interlace"
-            if not 0 < width * height <= _MAX_PIXELS:
-                return f"IHDR says {width} x {height} pixels"
-            expected = height * (1 + (width * channels * depth + 7) // 8)
+            expected = _png_expected(payload, seen)
         if kind == b"IDAT":
             raw += len(idat.decompress(payload, max(expected - raw + 1, 1)))
             if raw > expected or idat.unconsumed_tail:
-                return "the image data decode to more bytes than IHDR states"
+                raise _PngProblem("the image data decode to more bytes than IHDR states")
         seen.append(kind)
         pos = end
         if kind == b"IEND":
             break
     if not seen or seen[-1] != b"IEND" or pos != len(data):
-        return "does not end with IEND (or has bytes after it)"
+        raise _PngProblem("does not end with IEND (or has bytes after it)")
     if raw != expected or not idat.eof:
-        return f"the image data decode to {raw} bytes, IHDR states {expected}"
+        raise _PngProblem(f"the image data decode to {raw} bytes, IHDR states {expected}")
+
+
+def png_problem(data: bytes) -> str | None:
+    """Why ``data`` is not a well-formed PNG without text chunks, or ``None``."""
+    if not data.startswith(_PNG_SIGNATURE):
+        return "does not start with the PNG signature"
+    try:
+        _png_walk(data)
+    except _PngProblem as exc:
+        return str(exc)
     return None
 
 
@@ -423,24 +453,9 @@ class _ReportParser(HTMLParser):
         values = dict(attrs)
         if tag not in _VOID:
             self._stack.append(tag)
-        if tag == "table":
-            self._table = _Table(self.getpos()[0])
-        elif tag == "tr" and self._table is not None:
-            self._row = []
-            self._table.row_lines.append(self.getpos()[0])
-            self._table.verdict_classes.append([])
-        elif tag in ("td", "th", "caption", "title", "h1", "figcaption", "style"):
-            self._text = []
-        elif tag == "span" and self._table is not None and self._row is not None:
-            cls = values.get("class") or ""
-            if cls.startswith("verdict "):
-                self._table.verdict_classes[-1].append(cls)
-        elif tag == "img":
-            self.figures.append(
-                _Figure(self.getpos()[0], values.get("src") or "", values.get("alt") or "")
-            )
-        elif tag == "div" and "banner" in (values.get("class") or "").split():
-            self._banner = [values.get("class") or "", []]
+        opener = _OPENERS.get(tag)
+        if opener is not None:
+            opener(self, values)
         is_banner = tag == "div" and "banner" in (values.get("class") or "").split()
         if (tag in _BLOCKS or is_banner) and self._table is None:
             if self._block is not None:
@@ -448,6 +463,32 @@ class _ReportParser(HTMLParser):
             self._block = (tag, [], self.getpos()[0])
         if tag == "meta" and (values.get("charset") or "").lower() != "utf-8":
             self.problems.append(f"{self._where()}: <meta> other than charset utf-8")
+
+    def _open_table(self, values: dict[str, str | None]) -> None:
+        self._table = _Table(self.getpos()[0])
+
+    def _open_row(self, values: dict[str, str | None]) -> None:
+        if self._table is not None:
+            self._row = []
+            self._table.row_lines.append(self.getpos()[0])
+            self._table.verdict_classes.append([])
+
+    def _open_text(self, values: dict[str, str | None]) -> None:
+        self._text = []
+
+    def _open_span(self, values: dict[str, str | None]) -> None:
+        cls = values.get("class") or ""
+        if self._table is not None and self._row is not None and cls.startswith("verdict "):
+            self._table.verdict_classes[-1].append(cls)
+
+    def _open_img(self, values: dict[str, str | None]) -> None:
+        self.figures.append(
+            _Figure(self.getpos()[0], values.get("src") or "", values.get("alt") or "")
+        )
+
+    def _open_div(self, values: dict[str, str | None]) -> None:
+        if "banner" in (values.get("class") or "").split():
+            self._banner = [values.get("class") or "", []]
 
     def handle_startendtag(self, tag: str, attrs: list[tuple[str, str | None]]) -> None:
         self.handle_starttag(tag, attrs)
@@ -461,36 +502,54 @@ class _ReportParser(HTMLParser):
             while self._stack and self._stack.pop() != tag:
                 pass
         text = "".join(self._text) if self._text is not None else ""
-        table = self._table
-        if tag in ("td", "th") and self._row is not None:
-            self._row.append(text)
-        elif tag == "tr" and table is not None and self._row is not None:
-            table.rows.append(self._row)
-            self._row = None
-        elif tag == "caption" and table is not None:
-            table.caption = text
-        elif tag == "table" and table is not None:
-            if table.rows:
-                table.header = table.rows.pop(0)
-                table.row_lines.pop(0)
-                table.verdict_classes.pop(0)
-            self.tables.append(table)
-            self._table = None
-        elif tag == "title":
-            self.title = text
-        elif tag == "figcaption" and self.figures:
-            self.figures[-1].caption = text
-        elif tag == "style":
-            self.styles.append(text)
-        elif tag == "div" and self._banner is not None:
-            self.banners.append((self._banner[0], "".join(self._banner[1])))
-            self._banner = None
+        closer = _CLOSERS.get(tag)
+        if closer is not None:
+            closer(self, text)
         if self._block is not None and tag == self._block[0]:
             kind, parts, line = self._block
             self.blocks.append(("div" if kind == "div" else kind, "".join(parts), line))
             self._block = None
-        if tag in ("td", "th", "caption", "title", "h1", "figcaption", "style"):
+        if tag in _TEXT_TAGS:
             self._text = None
+
+    def _close_cell(self, text: str) -> None:
+        if self._row is not None:
+            self._row.append(text)
+
+    def _close_row(self, text: str) -> None:
+        if self._table is not None and self._row is not None:
+            self._table.rows.append(self._row)
+            self._row = None
+
+    def _close_caption(self, text: str) -> None:
+        if self._table is not None:
+            self._table.caption = text
+
+    def _close_table(self, text: str) -> None:
+        table = self._table
+        if table is None:
+            return
+        if table.rows:
+            table.header = table.rows.pop(0)
+            table.row_lines.pop(0)
+            table.verdict_classes.pop(0)
+        self.tables.append(table)
+        self._table = None
+
+    def _close_title(self, text: str) -> None:
+        self.title = text
+
+    def _close_figcaption(self, text: str) -> None:
+        if self.figures:
+            self.figures[-1].caption = text
+
+    def _close_style(self, text: str) -> None:
+        self.styles.append(text)
+
+    def _close_div(self, text: str) -> None:
+        if self._banner is not None:
+            self.banners.append((self._banner[0], "".join(self._banner[1])))
+            self._banner = None
 
     def handle_data(self, data: str) -> None:
         if self._text is not None:
@@ -523,6 +582,30 @@ class _ReportParser(HTMLParser):
     def unknown_decl(self, data: str) -> None:
         self.problems.append(f"{self._where()}: a marked section <![{data[:40]}")
 
+
+_TEXT_TAGS = ("td", "th", "caption", "title", "h1", "figcaption", "style")
+"""Elements whose text the parser collects."""
+_OPENERS: dict[str, Callable[[_ReportParser, dict[str, str | None]], None]] = {
+    "table": _ReportParser._open_table,
+    "tr": _ReportParser._open_row,
+    **dict.fromkeys(_TEXT_TAGS, _ReportParser._open_text),
+    "span": _ReportParser._open_span,
+    "img": _ReportParser._open_img,
+    "div": _ReportParser._open_div,
+}
+"""What opening each element does (besides the stack, blocks and the meta check)."""
+_CLOSERS: dict[str, Callable[[_ReportParser, str], None]] = {
+    "td": _ReportParser._close_cell,
+    "th": _ReportParser._close_cell,
+    "tr": _ReportParser._close_row,
+    "caption": _ReportParser._close_caption,
+    "table": _ReportParser._close_table,
+    "title": _ReportParser._close_title,
+    "figcaption": _ReportParser._close_figcaption,
+    "style": _ReportParser._close_style,
+    "div": _ReportParser._close_div,
+}
+"""What closing each element does with its collected text."""
 
 # ------------------------------------------------------------------------------ formats (§7)
 
@@ -1995,11 +2078,8 @@ class _Expect:
 # ------------------------------------------------------------------------------ the check
 
 
-def _compare_tables(st: _State, parsed: list[_Table], want: list[Any], a: Archive) -> None:
-    if not parsed:
-        st.fail(f"{REPORT} has no table", where=REPORT)
-        return
-    body, last = parsed[:-1], parsed[-1]
+def _check_checks_table(st: _State, last: _Table) -> None:
+    """The last table lists the verifier's checks, in its order, PASS, WARN or FAIL."""
     names = [row[0] for row in last.rows if row]
     order = [n for n in CHECK_NAMES if n in names]
     if (
@@ -2013,65 +2093,88 @@ def _compare_tables(st: _State, parsed: list[_Table], want: list[Any], a: Archiv
             "(one row per check, in the verifier's order, PASS, WARN or FAIL)",
             where=f"{REPORT} line {last.line}",
         )
-    for i, (caption, header, rows) in enumerate(want):
-        if i >= len(body):
-            st.fail(f"{REPORT}: table {caption!r} is missing (the events give it)", where=REPORT)
+
+
+def _compare_row(
+    st: _State, caption: str, header: list[str], row: list[str], want_row: list[str], line: int
+) -> None:
+    """The first cell that differs, or the row's length."""
+    at = f"{REPORT} line {line}"
+    for col, (got, exp) in enumerate(zip(row, want_row, strict=False)):
+        if got != exp:
+            name = header[col] if col < len(header) else f"column {col + 1}"
+            st.fail(
+                f"{at}: table {caption!r}, row {want_row[0]!r}, {name}: the report "
+                f"says {got!r}, the events say {exp!r}",
+                where=at,
+            )
+            return
+    st.fail(
+        f"{at}: table {caption!r}, row {want_row[0]!r} has {len(row)} cells, not {len(want_row)}",
+        where=at,
+    )
+
+
+def _compare_table(st: _State, i: int, table: _Table, want: Any) -> bool:
+    """One table against the events' (caption, header, rows); False if they no longer line up."""
+    caption, header, rows = want
+    where = f"{REPORT} line {table.line}"
+    if table.caption != caption:
+        st.fail(
+            f"{where}: table {i + 1} is {table.caption!r}; the events give {caption!r}",
+            where=where,
+        )
+        return False
+    if table.header != header:
+        st.fail(
+            f"{where}: table {caption!r} has the header {table.header}, not {header}",
+            where=where,
+        )
+    if len(table.rows) != len(rows):
+        st.fail(
+            f"{where}: table {caption!r} has {len(table.rows)} rows; the events give {len(rows)}",
+            where=where,
+        )
+    for row, want_row, line in zip(table.rows, rows, table.row_lines, strict=False):
+        if row != want_row:
+            _compare_row(st, caption, header, row, want_row, line)
+    return True
+
+
+def _check_verdict_classes(st: _State, body: list[_Table], a: Archive) -> None:
+    """The verdict cells carry the class of their verdict (it colours them)."""
+    hyps = [r for r in (a.body(s) for s in a.of_kind("analysis.result")) if r.get("hypothesis")]
+    for table in body:
+        if not table.caption.startswith("Pre-registered hypotheses: each verdict"):
             continue
-        table = body[i]
-        where = f"{REPORT} line {table.line}"
-        if table.caption != caption:
-            st.fail(
-                f"{where}: table {i + 1} is {table.caption!r}; the events give {caption!r}",
-                where=where,
-            )
-            return  # the tables no longer line up; one message is enough
-        if table.header != header:
-            st.fail(
-                f"{where}: table {caption!r} has the header {table.header}, not {header}",
-                where=where,
-            )
-        if len(table.rows) != len(rows):
-            st.fail(
-                f"{where}: table {caption!r} has {len(table.rows)} rows; the events give "
-                f"{len(rows)}",
-                where=where,
-            )
-        for row, want_row, line in zip(table.rows, rows, table.row_lines, strict=False):
-            if row == want_row:
-                continue
-            at = f"{REPORT} line {line}"
-            for col, (got, exp) in enumerate(zip(row, want_row, strict=False)):
-                if got != exp:
-                    name = header[col] if col < len(header) else f"column {col + 1}"
-                    st.fail(
-                        f"{at}: table {caption!r}, row {want_row[0]!r}, {name}: the report "
-                        f"says {got!r}, the events say {exp!r}",
-                        where=at,
-                    )
-                    break
-            else:
+        for classes, r, line in zip(table.verdict_classes, hyps, table.row_lines, strict=False):
+            text = str(r.get("verdict") or "–")
+            want_cls = f"verdict v-{text.replace(' ', '-')}"
+            if classes[:1] != [want_cls]:
+                at = f"{REPORT} line {line}"
                 st.fail(
-                    f"{at}: table {caption!r}, row {want_row[0]!r} has {len(row)} cells, "
-                    f"not {len(want_row)}",
+                    f"{at}: the verdict of {r.get('hypothesis')} is styled "
+                    f"{classes[:1]}, not [{want_cls!r}]",
                     where=at,
                 )
+
+
+def _compare_tables(st: _State, parsed: list[_Table], want: list[Any], a: Archive) -> None:
+    if not parsed:
+        st.fail(f"{REPORT} has no table", where=REPORT)
+        return
+    body, last = parsed[:-1], parsed[-1]
+    _check_checks_table(st, last)
+    for i, wanted in enumerate(want):
+        if i >= len(body):
+            st.fail(f"{REPORT}: table {wanted[0]!r} is missing (the events give it)", where=REPORT)
+            continue
+        if not _compare_table(st, i, body[i], wanted):
+            return  # the tables no longer line up; one message is enough
     for table in body[len(want) :]:
         where = f"{REPORT} line {table.line}"
         st.fail(f"{where}: table {table.caption!r} is not one the events give", where=where)
-    # the verdict cells carry the class of their verdict (it colours them)
-    hyps = [r for r in (a.body(s) for s in a.of_kind("analysis.result")) if r.get("hypothesis")]
-    for table in body:
-        if table.caption.startswith("Pre-registered hypotheses: each verdict"):
-            for classes, r, line in zip(table.verdict_classes, hyps, table.row_lines, strict=False):
-                text = str(r.get("verdict") or "–")
-                want_cls = f"verdict v-{text.replace(' ', '-')}"
-                if classes[:1] != [want_cls]:
-                    at = f"{REPORT} line {line}"
-                    st.fail(
-                        f"{at}: the verdict of {r.get('hypothesis')} is styled "
-                        f"{classes[:1]}, not [{want_cls!r}]",
-                        where=at,
-                    )
+    _check_verdict_classes(st, body, a)
 
 
 def _compare_blocks(
@@ -2103,52 +2206,72 @@ def _compare_blocks(
         st.fail(f"{REPORT} lacks <{want_tag}> {shown[:120]!r}", where=REPORT)
 
 
+def _embedded_png(st: _State, fig: _Figure, name: str, where: str) -> bytes | None:
+    """The bytes a figure embeds, or None (a FAIL) if it is not a base64 PNG data URL."""
+    if not fig.src.startswith(_DATA_PNG):
+        st.fail(
+            f"{where}: figure {name} is not an embedded PNG (data:image/png;base64)",
+            where=where,
+        )
+        return None
+    text = fig.src[len(_DATA_PNG) :]
+    try:
+        return base64.b64decode(text.encode("ascii"), validate=True)
+    except (binascii.Error, UnicodeEncodeError, ValueError):
+        st.fail(f"{where}: figure {name} is not valid base64", where=where)
+        return None
+
+
+def _compare_figure(
+    st: _State, a: Archive, i: int, fig: _Figure, want: tuple[str, str, str]
+) -> str | None:
+    """One figure: its title and caption, its bytes those of its file, a well-formed PNG.
+
+    Returns the file it embeds, or None.
+    """
+    where = f"{REPORT} line {fig.line}"
+    name, title, caption = want
+    rel = f"analysis/figures/{name}"
+    if fig.alt != title or fig.caption != caption:
+        st.fail(
+            f"{where}: figure {i + 1} is titled {fig.alt!r}; the report's figure {i + 1} "
+            f"is {title!r} with its caption",
+            where=where,
+        )
+    data = _embedded_png(st, fig, name, where)
+    if data is None:
+        return None
+    file_data = a.file(rel)
+    if file_data is None:
+        st.fail(f"{a.absent(rel)} (embedded at {where})", where=rel)
+        return None
+    if data != file_data:
+        st.fail(
+            f"{where}: the image embedded as {name} is not the bytes of {rel} "
+            f"(SHA-256 {hashlib.sha256(data).hexdigest()[:16]}… vs "
+            f"{hashlib.sha256(file_data).hexdigest()[:16]}…)",
+            where=rel,
+        )
+    problem = png_problem(file_data)
+    if problem is not None:
+        st.fail(f"{rel} {problem}", where=rel)
+    return rel
+
+
 def _compare_figures(st: _State, a: Archive, figures: list[_Figure]) -> int:
     want = expected_figures(a)
     present = sorted(r for r in a.files.files if r.startswith("analysis/figures/"))
     embedded: set[str] = set()
     for i, fig in enumerate(figures):
-        where = f"{REPORT} line {fig.line}"
         if i >= len(want):
+            where = f"{REPORT} line {fig.line}"
             st.fail(
                 f"{where}: image {i + 1} ({fig.alt!r}) is not a figure of the report", where=where
             )
             continue
-        name, title, caption = want[i]
-        rel = f"analysis/figures/{name}"
-        if fig.alt != title or fig.caption != caption:
-            st.fail(
-                f"{where}: figure {i + 1} is titled {fig.alt!r}; the report's figure {i + 1} "
-                f"is {title!r} with its caption",
-                where=where,
-            )
-        if not fig.src.startswith(_DATA_PNG):
-            st.fail(
-                f"{where}: figure {name} is not an embedded PNG (data:image/png;base64)",
-                where=where,
-            )
-            continue
-        text = fig.src[len(_DATA_PNG) :]
-        try:
-            data = base64.b64decode(text.encode("ascii"), validate=True)
-        except (binascii.Error, UnicodeEncodeError, ValueError):
-            st.fail(f"{where}: figure {name} is not valid base64", where=where)
-            continue
-        file_data = a.file(rel)
-        if file_data is None:
-            st.fail(f"{a.absent(rel)} (embedded at {where})", where=rel)
-            continue
-        embedded.add(rel)
-        if data != file_data:
-            st.fail(
-                f"{where}: the image embedded as {name} is not the bytes of {rel} "
-                f"(SHA-256 {hashlib.sha256(data).hexdigest()[:16]}… vs "
-                f"{hashlib.sha256(file_data).hexdigest()[:16]}…)",
-                where=rel,
-            )
-        problem = png_problem(file_data)
-        if problem is not None:
-            st.fail(f"{rel} {problem}", where=rel)
+        rel = _compare_figure(st, a, i, fig, want[i])
+        if rel is not None:
+            embedded.add(rel)
     for _, title, _ in want[len(figures) :]:
         st.fail(f"{REPORT} does not embed the figure {title!r}", where=REPORT)
     for rel in present:
@@ -2157,9 +2280,8 @@ def _compare_figures(st: _State, a: Archive, figures: list[_Figure]) -> int:
     return len(figures)
 
 
-def check_report(a: Archive) -> Check:
-    """``report.html`` and every figure say what the events say (§7)."""
-    st = _State("report")
+def _report_text(st: _State, a: Archive) -> str | None:
+    """The report's text, or None after a WARN (no report at all) or a FAIL."""
     data = a.file(REPORT)
     if data is None:
         figures = [r for r in a.files.files if r.startswith("analysis/figures/")]
@@ -2169,14 +2291,14 @@ def check_report(a: Archive) -> Check:
                 "without the report module)",
                 where=REPORT,
             )
-            return st.check("")
+            return None
         st.fail(a.absent(REPORT), where=REPORT)
-        return st.check("")
+        return None
     try:
         text = data.decode("utf-8")
     except UnicodeDecodeError as exc:
         st.fail(f"{REPORT} is not UTF-8 (byte {exc.start})", where=REPORT)
-        return st.check("")
+        return None
     hidden = re.search(r"<!--|<!\[|<\?", text)
     if hidden is not None:
         line = text.count("\n", 0, hidden.start()) + 1
@@ -2184,17 +2306,16 @@ def check_report(a: Archive) -> Check:
             f"{REPORT} line {line}: a comment or marked section, which the report never has",
             where=f"{REPORT} line {line}",
         )
-        return st.check("")
-    parser = _ReportParser()
-    parser.feed(text)
-    parser.close()
-    for problem in parser.problems:
-        st.fail(problem, where=problem.split(":", 1)[0])
+        return None
+    return text
+
+
+def _compare_frame(st: _State, parser: _ReportParser, expect: _Expect) -> None:
+    """The stylesheet, the title and the SIMULATED DATA banner."""
     if len(parser.styles) != 1 or (
         hashlib.sha256(parser.styles[0].encode("utf-8")).hexdigest() != STYLESHEET_SHA256
     ):
         st.fail(f"{REPORT}: the stylesheet is not the report's (format 1) stylesheet", where=REPORT)
-    expect = _Expect(a)
     title = expect.title()
     if title is not None and parser.title != title:
         st.fail(
@@ -2209,6 +2330,21 @@ def check_report(a: Archive) -> Check:
         )
     if banner is None and simulated:
         st.fail(f"{REPORT} says SIMULATED DATA, but no run.started is simulated", where=REPORT)
+
+
+def check_report(a: Archive) -> Check:
+    """``report.html`` and every figure say what the events say (§7)."""
+    st = _State("report")
+    text = _report_text(st, a)
+    if text is None:
+        return st.check("")
+    parser = _ReportParser()
+    parser.feed(text)
+    parser.close()
+    for problem in parser.problems:
+        st.fail(problem, where=problem.split(":", 1)[0])
+    expect = _Expect(a)
+    _compare_frame(st, parser, expect)
     _compare_blocks(st, parser.blocks, expect.blocks())
     wanted = expect.tables()
     _compare_tables(st, parser.tables, wanted, a)

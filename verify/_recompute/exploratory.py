@@ -7,6 +7,7 @@ Part of the science checks (:mod:`verify._science`); imports nothing from ``ledg
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from functools import partial
 from typing import Any
 
@@ -39,19 +40,30 @@ def _error_spread(
     counts = _wrong_counts(it, labels)
     name = "error_directions" if oriented else "error_answers"
     values[name] = dict(zip(labels, counts, strict=True))
-    try:
-        values["error_chi_square"] = st.chi_square_gof(counts)
-    except st.StatError:
-        values["error_chi_square"] = {"error": None}
-    try:
-        shares = st.error_null_excluding_truth([str(i["truth"]) for i in wrong], labels)
-        kept = [k for k, sh in enumerate(shares) if sh > 0]
-        values["error_chi_square_excluding_truth"] = st.chi_square_gof(
-            [counts[k] for k in kept], [shares[k] for k in kept]
-        ) | {"labels": [labels[k] for k in kept]}
-    except st.StatError:
-        values["error_chi_square_excluding_truth"] = {"error": None}
+    values["error_chi_square"] = _or_error(lambda: st.chi_square_gof(counts))
+    values["error_chi_square_excluding_truth"] = _or_error(
+        lambda: _excluding_truth(counts, wrong, labels)
+    )
     return values
+
+
+def _or_error(compute: Callable[[], dict[str, Any]]) -> dict[str, Any]:
+    """A member that may not be computable: ``{"error": ...}`` instead (text not compared)."""
+    try:
+        return compute()
+    except st.StatError:
+        return {"error": None}
+
+
+def _excluding_truth(
+    counts: list[int], wrong: list[dict[str, Any]], labels: tuple[str, ...]
+) -> dict[str, Any]:
+    """The wrong answers' chi-square against the null that never gives the truth."""
+    shares = st.error_null_excluding_truth([str(i["truth"]) for i in wrong], labels)
+    kept = [k for k, sh in enumerate(shares) if sh > 0]
+    return st.chi_square_gof([counts[k] for k in kept], [shares[k] for k in kept]) | {
+        "labels": [labels[k] for k in kept]
+    }
 
 
 def _by_row(it: list[dict[str, Any]]) -> dict[str, Any]:
@@ -109,6 +121,19 @@ def _pair(ds: _Dataset, design: dict[str, Any], tumbling: bool, a: str, b: str) 
     return values
 
 
+def _pairs(
+    ds: _Dataset, plan: dict[str, Any], design: dict[str, Any], tumbling: bool
+) -> list[_Result]:
+    """``exploratory.pair.<a>-<b>`` of every hypothesis contrast, in (a, b) order."""
+    contrasts = {
+        (h["contrast"][0], h["contrast"][1]) for h in plan["hypotheses"] if h.get("contrast")
+    }
+    return [
+        _guard(_Result(f"exploratory.pair.{a}-{b}"), partial(_pair, ds, design, tumbling, a, b))
+        for a, b in sorted(contrasts)
+    ]
+
+
 def _run_of(ds: _Dataset, r: dict[str, Any], pooled: bool) -> Any:
     """A trial's run: its replicate, with its model when pooled, its variant with variants."""
     if not (ds.variants or pooled):
@@ -164,12 +189,7 @@ def _exploratory(
         errors = partial(_errors, it, labels or (), tumbling, oriented)
         out.append(_guard(_Result(f"exploratory.errors.{arm}"), errors))
     design = plan["design"]
-    for a, b in sorted(
-        {(h["contrast"][0], h["contrast"][1]) for h in plan["hypotheses"] if h.get("contrast")}
-    ):
-        out.append(
-            _guard(_Result(f"exploratory.pair.{a}-{b}"), partial(_pair, ds, design, tumbling, a, b))
-        )
+    out.extend(_pairs(ds, plan, design, tumbling))
     if parser == "orientation-word" and labels is not None:
         out.append(_by_truth(ds, plan, labels))
     if tumbling and _nested_pairs(plan):

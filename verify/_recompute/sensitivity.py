@@ -135,6 +135,16 @@ def _cluster_bootstrap(
     return boot
 
 
+def _recorded_variances(rec_models: Any, name: str, names: list[str]) -> list[float] | None:
+    """A recorded sensitivity model's variance components, if every one is a finite float."""
+    got = (rec_models or {}).get(name) if isinstance(rec_models, dict) else None
+    variances = got.get("variances") if isinstance(got, dict) else None
+    at = [variances.get(n) for n in names] if isinstance(variances, dict) else None
+    if at is None or not all(isinstance(v, float) and math.isfinite(v) for v in at):
+        return None
+    return [float(v) for v in at if v is not None]
+
+
 class _Block:
     """The sensitivity models of one registered fit (the whole data's, or a subset's)."""
 
@@ -203,11 +213,9 @@ class _Block:
             [f"residual[{c}]" for c in sorted(set(self.arm))] if per_arm else ["residual"]
         )
         model = RemlModel(self.y, self.exog, self.groups, [self.groups, self.cells], classes)
-        got = (rec_models or {}).get(name) if isinstance(rec_models, dict) else None
-        variances = got.get("variances") if isinstance(got, dict) else None
-        at = [variances.get(n) for n in names] if isinstance(variances, dict) else None
-        if at is not None and all(isinstance(v, float) and math.isfinite(v) for v in at):
-            point, problem = check_point(model, [float(v) for v in at if v is not None])
+        at = _recorded_variances(rec_models, name, names)
+        if at is not None:
+            point, problem = check_point(model, at)
             if problem is not None:
                 self.problems.append(f"sensitivity model {name}: {problem}")
                 point = model.maximise()
