@@ -444,25 +444,32 @@ class _ReportParser(HTMLParser):
         if tag not in _ALLOWED_TAGS:
             self.problems.append(f"{self._where()}: <{tag}> is not an element of the report")
             return
-        names = {k for k, _ in attrs}
-        extra = sorted(names - _ALLOWED_ATTRS.get(tag, {"class"} if tag != "code" else set()))
-        if extra:
-            self.problems.append(
-                f"{self._where()}: <{tag}> has attribute {extra[0]!r}, which the report never uses"
-            )
+        self._check_attributes(tag, attrs)
         values = dict(attrs)
         if tag not in _VOID:
             self._stack.append(tag)
         opener = _OPENERS.get(tag)
         if opener is not None:
             opener(self, values)
+        self._open_block(tag, values)
+        if tag == "meta" and (values.get("charset") or "").lower() != "utf-8":
+            self.problems.append(f"{self._where()}: <meta> other than charset utf-8")
+
+    def _check_attributes(self, tag: str, attrs: list[tuple[str, str | None]]) -> None:
+        names = {k for k, _ in attrs}
+        extra = sorted(names - _ALLOWED_ATTRS.get(tag, {"class"} if tag != "code" else set()))
+        if extra:
+            self.problems.append(
+                f"{self._where()}: <{tag}> has attribute {extra[0]!r}, which the report never uses"
+            )
+
+    def _open_block(self, tag: str, values: dict[str, str | None]) -> None:
+        """A heading, paragraph or banner outside the tables starts a block."""
         is_banner = tag == "div" and "banner" in (values.get("class") or "").split()
         if (tag in _BLOCKS or is_banner) and self._table is None:
             if self._block is not None:
                 self.problems.append(f"{self._where()}: <{tag}> inside <{self._block[0]}>")
             self._block = (tag, [], self.getpos()[0])
-        if tag == "meta" and (values.get("charset") or "").lower() != "utf-8":
-            self.problems.append(f"{self._where()}: <meta> other than charset utf-8")
 
     def _open_table(self, values: dict[str, str | None]) -> None:
         self._table = _Table(self.getpos()[0])
