@@ -16,8 +16,9 @@ and ``docs/archive-format.md``; it imports nothing from ``ledger``, ``runner`` o
   ``analysis/results.json`` must equal the events' bodies plus their seq.
 
 The stages live in :mod:`verify._recompute` (one module each, mirroring the writer's: archive,
-rescore, dataset, model, descriptive, hypotheses, exploratory, sensitivity, reviews, recompute,
-reanalysis, posthoc); the statistic kinds in :mod:`verify._statistics`. This module runs them.
+rescore, dataset, model, descriptive, hypotheses, exploratory, agreement, sensitivity, reviews,
+recompute, reanalysis, posthoc); the statistic kinds in :mod:`verify._statistics`. This module
+runs them.
 """
 
 from __future__ import annotations

@@ -2,6 +2,6 @@
 
 One module per stage the writer runs: ``archive`` (what is read), ``rescore``, ``dataset``,
 ``model``, ``descriptive``, ``hypotheses`` (through :mod:`verify._statistics`), ``exploratory``,
-``sensitivity``, ``reviews``, ``recompute`` (their order), ``reanalysis`` (the check) and
-``posthoc``; ``results``, ``compare`` and ``pairs`` are shared by them.
+``agreement``, ``sensitivity``, ``reviews``, ``recompute`` (their order), ``reanalysis`` (the
+check) and ``posthoc``; ``results``, ``compare`` and ``pairs`` are shared by them.
 """
