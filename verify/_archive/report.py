@@ -743,118 +743,145 @@ class _Expect:
 
     def tables(self) -> list[tuple[str, list[str], list[list[str]]]]:
         """Every table but the verification one, in order: (caption, header, rows)."""
-        out: list[tuple[str, list[str], list[list[str]]]] = []
-        failed = [r for r in self.results if r.get("status") == "failed"]
-        if failed:
-            out.append(
-                (
-                    "Results that could not be computed",
-                    ["result", "label", "error"],
-                    [
-                        [
-                            _cell(r.get("id")),
-                            _cell(r.get("label")),
-                            _cell(r.get("error") or "unknown error"),
-                        ]
-                        for r in failed
-                    ],
-                )
-            )
         hyps = [r for r in self.results if r.get("hypothesis")]
-        if hyps:
-            rows = []
-            for r in hyps:
-                caution = _obj(r.get("values")).get("caution")
-                verdict = str(r.get("verdict") or "–") + (f"caution: {caution}" if caution else "")
-                rows.append(
-                    [
-                        _cell(r.get("hypothesis")),
-                        f"{r.get('title', '')} [{self._contrast_text(r)}]",
-                        _cell(r.get("test")),
-                        _estimate_text(r),
-                        _p_text(r),
-                        verdict,
-                        _rule_text(r),
-                    ]
-                )
-            out.append(
-                (
-                    "Pre-registered hypotheses: each verdict and the locked rule that decided it",
-                    [
-                        "hypothesis",
-                        "description",
-                        "test",
-                        "estimate (CI)",
-                        "p",
-                        "verdict",
-                        "decided by",
-                    ],
-                    rows,
-                )
+        return [
+            *self._failed_tables(),
+            *self._hypothesis_tables(hyps),
+            *self._component_tables(hyps),
+            *self._protocol_tables(),
+            *self._plan_tables(),
+            *self._deviation_tables(),
+            *self._amendment_tables(),
+            *self._flow_tables(),
+            *self._data_tables(),
+            *self._distribution_tables(),
+            *self._model_tables(),
+            *self._exploratory_tables(),
+            *self._posthoc_tables(),
+        ]
+
+    def _failed_tables(self) -> list[tuple[str, list[str], list[list[str]]]]:
+        failed = [r for r in self.results if r.get("status") == "failed"]
+        if not failed:
+            return []
+        rows = [
+            [
+                _cell(r.get("id")),
+                _cell(r.get("label")),
+                _cell(r.get("error") or "unknown error"),
+            ]
+            for r in failed
+        ]
+        return [("Results that could not be computed", ["result", "label", "error"], rows)]
+
+    def _hypothesis_row(self, r: dict[str, Any]) -> list[str]:
+        caution = _obj(r.get("values")).get("caution")
+        verdict = str(r.get("verdict") or "–") + (f"caution: {caution}" if caution else "")
+        return [
+            _cell(r.get("hypothesis")),
+            f"{r.get('title', '')} [{self._contrast_text(r)}]",
+            _cell(r.get("test")),
+            _estimate_text(r),
+            _p_text(r),
+            verdict,
+            _rule_text(r),
+        ]
+
+    def _hypothesis_tables(
+        self, hyps: list[dict[str, Any]]
+    ) -> list[tuple[str, list[str], list[list[str]]]]:
+        if not hyps:
+            return []
+        return [
+            (
+                "Pre-registered hypotheses: each verdict and the locked rule that decided it",
+                [
+                    "hypothesis",
+                    "description",
+                    "test",
+                    "estimate (CI)",
+                    "p",
+                    "verdict",
+                    "decided by",
+                ],
+                [self._hypothesis_row(r) for r in hyps],
             )
+        ]
+
+    def _component_tables(
+        self, hyps: list[dict[str, Any]]
+    ) -> list[tuple[str, list[str], list[list[str]]]]:
         classes = _component_classes(self.protocol, hyps)
-        if classes:
-            out.append(
-                (
-                    "Prompt components classified from the registered contrasts",
-                    ["component(s) under test", "registered evidence", "class"],
-                    classes,
-                )
+        if not classes:
+            return []
+        return [
+            (
+                "Prompt components classified from the registered contrasts",
+                ["component(s) under test", "registered evidence", "class"],
+                classes,
             )
-        out.extend(self._protocol_tables())
+        ]
+
+    def _plan_tables(self) -> list[tuple[str, list[str], list[list[str]]]]:
         plan = self._plan()
-        if plan is not None:  # docs/planning.md §8
-            out.append(
-                (_plan.REPORT_CAPTION, list(_plan.REPORT_HEADER), _plan.report_rows(plan[0]))
-            )
+        if plan is None:
+            return []
+        # docs/planning.md §8
+        return [(_plan.REPORT_CAPTION, list(_plan.REPORT_HEADER), _plan.report_rows(plan[0]))]
+
+    def _deviation_tables(self) -> list[tuple[str, list[str], list[list[str]]]]:
         declared = self.protocol.get("deviations")
-        if isinstance(declared, list) and declared:
-            out.append(
-                (
-                    "Declared deviations from the source protocol ([[deviations]], locked "
-                    "before the run)",
-                    ["id", "source protocol says", "this study does", "reason"],
-                    [
-                        [_cell(_obj(d).get(k)) for k in ("id", "source", "choice", "reason")]
-                        for d in declared
-                    ],
-                )
+        if not isinstance(declared, list) or not declared:
+            return []
+        return [
+            (
+                "Declared deviations from the source protocol ([[deviations]], locked "
+                "before the run)",
+                ["id", "source protocol says", "this study does", "reason"],
+                [
+                    [_cell(_obj(d).get(k)) for k in ("id", "source", "choice", "reason")]
+                    for d in declared
+                ],
             )
-        if self.amendments:
-            out.append(
-                (
-                    "Recorded amendments (protocol.amended)",
-                    ["seq", "time", "reason", "files changed"],
+        ]
+
+    def _amendment_tables(self) -> list[tuple[str, list[str], list[list[str]]]]:
+        if not self.amendments:
+            return []
+        return [
+            (
+                "Recorded amendments (protocol.amended)",
+                ["seq", "time", "reason", "files changed"],
+                [
                     [
-                        [
-                            _cell(m["seq"]),
-                            _cell(m.get("time")),
-                            _cell(m.get("reason")),
-                            ", ".join(str(_get(c, "path")) for c in m.get("changes") or []),
-                        ]
-                        for m in self.amendments
-                    ],
-                )
+                        _cell(m["seq"]),
+                        _cell(m.get("time")),
+                        _cell(m.get("reason")),
+                        ", ".join(str(_get(c, "path")) for c in m.get("changes") or []),
+                    ]
+                    for m in self.amendments
+                ],
             )
-        if has_flow(self.a):
-            flow = flow_table(self.a)
-            if flow is not None:
-                out.append(flow)
-        out.extend(self._data_tables())
+        ]
+
+    def _flow_tables(self) -> list[tuple[str, list[str], list[list[str]]]]:
+        if not has_flow(self.a):
+            return []
+        flow = flow_table(self.a)
+        return [flow] if flow is not None else []
+
+    def _distribution_tables(self) -> list[tuple[str, list[str], list[list[str]]]]:
         first_seq = self.results[0].get("seq") if self.results else None
         dist = _distribution(self.a, first_seq, self.arms) if self.tumbling else None
-        if dist:
-            out.append(
-                (
-                    "Analysable trials per arm by glyph accuracy",
-                    ["arm", "trials", "mean", *(f"{10 * i}–{10 * i + 10}%" for i in range(10))],
-                    dist,
-                )
+        if not dist:
+            return []
+        return [
+            (
+                "Analysable trials per arm by glyph accuracy",
+                ["arm", "trials", "mean", *(f"{10 * i}–{10 * i + 10}%" for i in range(10))],
+                dist,
             )
-        out.extend(self._model_tables())
-        out.extend(self._exploratory_tables())
-        out.extend(self._posthoc_tables())
-        return out
+        ]
 
     def _posthoc_tables(self) -> list[tuple[str, list[str], list[list[str]]]]:
         """analysis.md §6: one row per analysis.posthoc event; none without one."""
