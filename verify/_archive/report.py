@@ -669,6 +669,22 @@ def _chi_text(chi: Any) -> str:
     return f"chi2 {_fmt(chi.get('chi2'))}, p {_p(chi.get('p'))}"
 
 
+def _registered_row(h: dict[str, Any]) -> list[str]:
+    """One registered hypothesis as the protocol table shows it."""
+    return [
+        _cell(h.get("id")),
+        " vs ".join(map(str, h.get("contrast") or []))
+        or f"arm {h.get('arm')}: {', '.join(map(str, h.get('variants') or []))}",
+        _cell(h.get("test")),
+        _cell(h.get("sides")),
+        _cell(h.get("alpha")),
+        _cell(h.get("correction")),
+        _cell(h.get("family")),
+        "–" if h.get("min_difference_pp") is None else f"{h['min_difference_pp']} pp",
+        "–" if h.get("margin_pp") is None else f"±{h['margin_pp']} pp",
+    ]
+
+
 class _Expect:
     """The report's content as the events give it."""
 
@@ -936,6 +952,20 @@ class _Expect:
             )
         ]
 
+    def _models_table(self, model: dict[str, Any]) -> tuple[str, list[str], list[list[str]]]:
+        """The locked model, or the models in declaration order."""
+        if not self.models:
+            return ("Model", ["field", "value"], [[k, _cell(v)] for k, v in sorted(model.items())])
+        declared = _obj(self.protocol.get("models"))
+        return (
+            "Models, in declaration order",
+            MODEL_FIELDS,
+            [
+                [m] + [_cell(_obj(declared.get(m)).get(k)) for k in MODEL_FIELDS[1:]]
+                for m in self.models
+            ],
+        )
+
     def _protocol_tables(self) -> list[tuple[str, list[str], list[list[str]]]]:
         p = self.protocol
         design, model = _obj(p.get("design")), _obj(p.get("model"))
@@ -955,22 +985,7 @@ class _Expect:
                 ],
             )
         ]
-        if self.models:
-            declared = _obj(p.get("models"))
-            out.append(
-                (
-                    "Models, in declaration order",
-                    MODEL_FIELDS,
-                    [
-                        [m] + [_cell(_obj(declared.get(m)).get(k)) for k in MODEL_FIELDS[1:]]
-                        for m in self.models
-                    ],
-                )
-            )
-        else:
-            out.append(
-                ("Model", ["field", "value"], [[k, _cell(v)] for k, v in sorted(model.items())])
-            )
+        out.append(self._models_table(model))
         keys = ("replicates", "seed", "order", "bootstrap_seed", "bootstrap_iterations")
         design_rows = [(k, design.get(k)) for k in keys if k in design]
         design_rows += [(k, v) for k, v in sorted(design.items()) if k not in keys]
@@ -983,23 +998,7 @@ class _Expect:
             )
         )
         hyps = p.get("hypotheses")
-        rows = []
-        for item in hyps if isinstance(hyps, list) else []:
-            h = _obj(item)
-            rows.append(
-                [
-                    _cell(h.get("id")),
-                    " vs ".join(map(str, h.get("contrast") or []))
-                    or f"arm {h.get('arm')}: {', '.join(map(str, h.get('variants') or []))}",
-                    _cell(h.get("test")),
-                    _cell(h.get("sides")),
-                    _cell(h.get("alpha")),
-                    _cell(h.get("correction")),
-                    _cell(h.get("family")),
-                    "–" if h.get("min_difference_pp") is None else f"{h['min_difference_pp']} pp",
-                    "–" if h.get("margin_pp") is None else f"±{h['margin_pp']} pp",
-                ]
-            )
+        rows = [_registered_row(_obj(item)) for item in (hyps if isinstance(hyps, list) else [])]
         out.append(
             (
                 "Pre-registered hypotheses",
