@@ -470,6 +470,18 @@ def _fit_point(model: RemlModel, at: tuple[float, float] | None) -> tuple[Any, s
     return point, problem
 
 
+def _boundary_or_infinite(
+    group_var: float, resid_var: float, total_var: float, cov: Any, se: Any
+) -> bool:
+    """A variance component at the boundary, or a covariance or SE that is not finite."""
+    return bool(
+        group_var <= 1e-6 * total_var
+        or resid_var <= 1e-6 * total_var
+        or not np.all(np.isfinite(cov))
+        or not np.all(np.isfinite(se))
+    )
+
+
 def _warned_singular(recorded_warnings: Sequence[str]) -> bool:
     """A writer's optimiser warning naming a singular or not positive definite Hessian."""
     return any("singular" in m.lower() or "not positive definite" in m for m in recorded_warnings)
@@ -548,10 +560,7 @@ def mixed_model(
     with np.errstate(invalid="ignore"):
         se = np.sqrt(np.diag(cov))
     singular = (
-        group_var <= 1e-6 * total_var
-        or resid_var <= 1e-6 * total_var
-        or not np.all(np.isfinite(cov))
-        or not np.all(np.isfinite(se))
+        _boundary_or_infinite(group_var, resid_var, total_var, cov, se)
         or _warned_singular(recorded_warnings)
         or _zero_group_variance_fits_as_well(ya, exog, grp, group_var, resid_var)
     )
