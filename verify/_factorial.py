@@ -62,6 +62,20 @@ class FactorialNotApplicable(FactorialError, NotApplicable):
     """analysis.md "Factorial designs": a GEE the data cannot fit (not applicable)."""
 
 
+def _check_edit(where: str, kind: str, edit: Any) -> None:
+    """A level's ``insert`` or ``replace`` edit, if any, has the members of its kind."""
+    if edit is None:
+        return
+    ok = type(edit) is dict and type(edit.get("field")) is str and type(edit.get("text")) is str
+    if kind == "insert":
+        ok = ok and edit.get("at") in ("start", "end") and type(edit.get("separator")) is str
+    if not ok:
+        raise FactorialError(
+            f"{where}.{kind}: {edit!r} is not "
+            "{field, text" + (", at, separator}" if kind == "insert" else "}")
+        )
+
+
 class Factors:
     """``protocol.locked`` ``factors`` and ``factorial``, as the requests use them."""
 
@@ -75,48 +89,34 @@ class Factors:
         self.order: dict[str, list[str]] = {}
         self.scope: dict[str, str] = {}
         for name, table in raw.items():
-            where = f"protocol.locked factors.{name}"
-            if type(table) is not dict or table.get("scope") not in ("item", "prompt"):
-                raise FactorialError(f"{where}: not an object with scope item or prompt")
-            levels = table.get("levels")
-            if type(levels) is not list or len(levels) < 2:
-                raise FactorialError(f"{where}.levels: not a list of two or more levels")
-            self.scope[name] = table["scope"]
-            self.levels[name] = {}
-            self.order[name] = []
-            for i, lv in enumerate(levels):
-                if type(lv) is not dict or type(lv.get("name")) is not str:
-                    raise FactorialError(f"{where}.levels[{i}]: not an object with a name")
-                self.levels[name][lv["name"]] = lv
-                self.order[name].append(lv["name"])
-                for kind in ("insert", "replace"):
-                    edit = lv.get(kind)
-                    if edit is None:
-                        continue
-                    ok = (
-                        type(edit) is dict
-                        and type(edit.get("field")) is str
-                        and type(edit.get("text")) is str
-                    )
-                    if kind == "insert":
-                        ok = (
-                            ok
-                            and edit.get("at") in ("start", "end")
-                            and type(edit.get("separator")) is str
-                        )
-                    if not ok:
-                        raise FactorialError(
-                            f"{where}.levels[{i}].{kind}: {edit!r} is not "
-                            "{field, text" + (", at, separator}" if kind == "insert" else "}")
-                        )
-                if "remove" in lv and type(lv["remove"]) is not str:
-                    raise FactorialError(f"{where}.levels[{i}].remove: not a field name")
-            if any(k != "name" for k in levels[0]):
-                raise FactorialError(f"{where}.levels[0]: the reference level makes an edit")
+            self._read_factor(name, table)
         names = fx.get("factors")
         if type(names) is not list or any(n not in self.levels for n in names):
             raise FactorialError(f"protocol.locked factorial.factors: {names!r} are not factors")
         self.crossed: list[str] = list(names)
+
+    def _read_factor(self, name: str, table: Any) -> None:
+        """One factor's scope and levels, in order; the first (reference) makes no edit."""
+        where = f"protocol.locked factors.{name}"
+        if type(table) is not dict or table.get("scope") not in ("item", "prompt"):
+            raise FactorialError(f"{where}: not an object with scope item or prompt")
+        levels = table.get("levels")
+        if type(levels) is not list or len(levels) < 2:
+            raise FactorialError(f"{where}.levels: not a list of two or more levels")
+        self.scope[name] = table["scope"]
+        self.levels[name] = {}
+        self.order[name] = []
+        for i, lv in enumerate(levels):
+            if type(lv) is not dict or type(lv.get("name")) is not str:
+                raise FactorialError(f"{where}.levels[{i}]: not an object with a name")
+            self.levels[name][lv["name"]] = lv
+            self.order[name].append(lv["name"])
+            for kind in ("insert", "replace"):
+                _check_edit(f"{where}.levels[{i}]", kind, lv.get(kind))
+            if "remove" in lv and type(lv["remove"]) is not str:
+                raise FactorialError(f"{where}.levels[{i}].remove: not a field name")
+        if any(k != "name" for k in levels[0]):
+            raise FactorialError(f"{where}.levels[0]: the reference level makes an edit")
 
     def cell_levels(self, cell: Mapping[str, str]) -> list[tuple[str, str, dict[str, Any]]]:
         """(factor, level, level record) of each factor of a cell, in ``[factorial]`` order."""
