@@ -105,21 +105,23 @@ def load_average() -> str:
 
 
 def science_split(archive: Path) -> dict[str, float]:
-    """Time re-scoring and re-analysis separately (``verify._science`` internals, if present)."""
+    """Time re-scoring and re-analysis separately (``verify._recompute`` internals, if present)."""
     try:
-        from verify import _science as science
+        from verify._recompute.archive import _load
+        from verify._recompute.reanalysis import _reanalysis
+        from verify._recompute.rescore import _rescore
     except ImportError:
         return {}
     out: dict[str, float] = {}
     try:
         started = time.perf_counter()
-        loaded = science._load(archive)
+        loaded = _load(archive)
         out["science load"] = time.perf_counter() - started
         started = time.perf_counter()
-        science._rescore(loaded)
+        _rescore(loaded)
         out["rescore"] = time.perf_counter() - started
         started = time.perf_counter()
-        science._reanalysis(loaded)
+        _reanalysis(loaded)
         out["statistics"] = time.perf_counter() - started
     except Exception as exc:  # the split is informative only
         print(f"  (science split unavailable: {type(exc).__name__}: {exc})")

@@ -138,7 +138,9 @@ def test_dismantling_contrasts_per_probe_match_the_verifiers_twin() -> None:
     import pandas as pd
 
     from analysis.analyze import Dataset, by_stimulus, nested_pairs
-    from verify import _science as vs
+    from verify._recompute.compare import _first_difference
+    from verify._recompute.dataset import _Dataset
+    from verify._recompute.exploratory import _by_stimulus
 
     plan = {"arms": ARMS}
     assert nested_pairs(plan) == [("A", "D"), ("A", "E"), ("B", "D"), ("E", "D")]
@@ -182,6 +184,6 @@ def test_dismantling_contrasts_per_probe_match_the_verifiers_twin() -> None:
     b = trials[(trials["arm"] == "B") & (trials["stimulus"] == "p3")]["accuracy"]
     d = trials[(trials["arm"] == "D") & (trials["stimulus"] == "p3")]["accuracy"]
     assert bd["difference"] == pytest.approx(b.mean() - d.mean())
-    twin = vs._by_stimulus(vs._Dataset(rows, [], list(ARMS), [], "0" * 64), plan)
+    twin = _by_stimulus(_Dataset(rows, [], list(ARMS), [], "0" * 64), plan)
     assert twin.status == "ok"
-    assert vs._first_difference(values, twin.values, "values", 1e-9) is None
+    assert _first_difference(values, twin.values, "values", 1e-9) is None

@@ -52,6 +52,7 @@ from verify import _mcqhyp as vmh
 from verify import verify_archive
 from verify._report import Status
 from verify._science import science_checks
+from verify._statistics import mcq_values_from_rows
 
 ITEMS = [
     {
@@ -759,7 +760,7 @@ def test_an_incomplete_group_is_a_counted_exclusion_or_a_failure_as_declared(
     assert e["item"] == "q03" and trial not in e["trials"] and e["reason"].startswith("incomplete")
     # the verifier's mirror counts the same exclusion
     pooled, by_model = vmh._tables(VerifyDs(short), plan)
-    assert vmh.values_from_rows(pooled, by_model, plan, h, ["small", "large"])["excluded"] == 1
+    assert mcq_values_from_rows(pooled, by_model, plan, h, ["small", "large"])["excluded"] == 1
     [failed_] = hypothesis_results(
         short, {**plan, "hypotheses": [{**h, "incomplete": "fail"}]}, None
     )
@@ -962,7 +963,7 @@ def both_ways(frame: pd.DataFrame, h: dict[str, Any]) -> dict[str, Any]:
     table = mcq.check_trials(frame)
     got = hypothesis_values(table, table, SEED_PLAN, h)
     rows = vm.check_trials(records(frame))
-    mirror = vmh.values_from_rows(rows, rows, SEED_PLAN, h)
+    mirror = mcq_values_from_rows(rows, rows, SEED_PLAN, h)
     same(json.loads(json.dumps(_clean(got))), json.loads(json.dumps(mirror)))
     return got
 

@@ -20,7 +20,9 @@ import pytest
 
 from analysis.analyze import Dataset, hypothesis_results
 from runner.spec import SpecError, load_study
-from verify import _science as vsci
+from verify import _restats as st
+from verify._recompute.dataset import _Dataset
+from verify._recompute.pairs import _pairs_by_trial
 
 SEED = Path(__file__).resolve().parents[1] / ".." / "shared" / "seeds" / "000_430eb21b5fed3159.txt"
 
@@ -232,9 +234,9 @@ def test_a_pairing_key_that_does_not_pair_fails_the_hypothesis_clearly() -> None
     assert "3 key(s) in one arm only" in str(bad.error)
     # the verifier's mirror refuses the same data
     trials = _dataset({"A": 3, "B": 2}).trials.to_dict("records")
-    ds = vsci._Dataset(trials, [], ["A", "B"], [], "0" * 64)
-    with pytest.raises(vsci.st.StatError, match="does not pair"):
-        vsci._pairs_by_trial(ds, "A", "B")
+    ds = _Dataset(trials, [], ["A", "B"], [], "0" * 64)
+    with pytest.raises(st.StatError, match="does not pair"):
+        _pairs_by_trial(ds, "A", "B")
 
 
 def _lose(ds: Dataset, trial: str, how: str) -> Dataset:
@@ -270,7 +272,7 @@ def test_a_pair_lost_to_an_exclusion_is_dropped_listed_and_counted(how: str) -> 
 
     assert values["t"] == pytest.approx(paired_t(a, b).t, rel=1e-12)  # the complete pairs
     # the verifier's mirror drops the same pair and agrees on every number
-    vds = vsci._Dataset(
+    vds = _Dataset(
         ds.trials.to_dict("records"),
         [],
         ["A", "B"],
@@ -278,6 +280,6 @@ def test_a_pair_lost_to_an_exclusion_is_dropped_listed_and_counted(how: str) -> 
         "0" * 64,
         excluded_trials=list(ds.excluded_trials),
     )
-    xs, ys, dropped = vsci._pairs_by_trial(vds, "A", "B")
+    xs, ys, dropped = _pairs_by_trial(vds, "A", "B")
     assert dropped == values["dropped_pairs"]
-    assert vsci.st.paired_t(xs, ys)["t"] == pytest.approx(values["t"], rel=1e-12)
+    assert st.paired_t(xs, ys)["t"] == pytest.approx(values["t"], rel=1e-12)

@@ -20,7 +20,10 @@ from scipy import stats as sps
 from analysis.analyze import Dataset
 from analysis.posthoc import POSTHOC_LABEL, posthoc_result
 from analysis.view_app import _posthoc_row
-from verify import _science as vs
+from verify._recompute.compare import _first_difference
+from verify._recompute.dataset import _Dataset
+from verify._recompute.posthoc import _posthoc_values
+from verify._recompute.results import _guard, _Result
 
 PLAN: dict[str, Any] = {
     "arms": {"A": {"role": "full"}, "B": {"role": "matched-control"}, "C": {"role": "vehicle"}},
@@ -72,7 +75,7 @@ def _datasets(rows: list[dict[str, Any]], models: tuple[str, ...] = ()) -> tuple
         ]
     )
     ds = Dataset(pd.DataFrame(rows), items, ("A", "B", "C"), (), "0" * 64, models=models)
-    twin = vs._Dataset(rows, [], ["A", "B", "C"], [], "0" * 64, models=list(models))
+    twin = _Dataset(rows, [], ["A", "B", "C"], [], "0" * 64, models=list(models))
     return ds, twin
 
 
@@ -114,10 +117,10 @@ def test_posthoc_tests_match_scipy_and_the_verifier(test: str) -> None:
         assert c["p"] is None and v["iterations"] == 300 and v["seed"] == 11
         assert c["lower"] < c["estimate"] < c["upper"]
     assert c["estimate"] == pytest.approx(np.mean(list(a.values())) - np.mean(list(b.values())))
-    again = vs._posthoc_values(twin, PLAN, "A", "B", test)
-    assert vs._first_difference(v, again, "values", 1e-6) is None
+    again = _posthoc_values(twin, PLAN, "A", "B", test)
+    assert _first_difference(v, again, "values", 1e-6) is None
     moved = {**v, "contrast": {**c, "upper": c["upper"] * (1 + 1e-4)}}
-    assert "values.contrast.upper" in str(vs._first_difference(moved, again, "values", 1e-6))
+    assert "values.contrast.upper" in str(_first_difference(moved, again, "values", 1e-6))
 
 
 def test_posthoc_on_one_model_uses_that_models_trials_only() -> None:
@@ -126,8 +129,8 @@ def test_posthoc_on_one_model_uses_that_models_trials_only() -> None:
     body = posthoc_result(ds, PLAN, _declared("small"), "ab-small", "paired-t").as_dict()
     assert body["status"] == "ok", body["error"]
     assert body["values"]["n_x"] == 15  # five probes x three replicates of model small
-    again = vs._posthoc_values(twin.for_model("small"), PLAN, "A", "B", "paired-t")
-    assert vs._first_difference(body["values"], again, "values", 1e-6) is None
+    again = _posthoc_values(twin.for_model("small"), PLAN, "A", "B", "paired-t")
+    assert _first_difference(body["values"], again, "values", 1e-6) is None
     # pooled over both models, (stimulus, rep) does not pair one trial with one trial
     pooled = posthoc_result(ds, PLAN, _declared(), "ab", "paired-t").as_dict()
     assert pooled["status"] == "failed" and "has a key twice" in str(pooled["error"])
@@ -143,9 +146,7 @@ def test_a_pairing_that_does_not_pair_is_a_failed_posthoc_result_naming_the_tria
     assert "arm A has replicate 3 of stimulus 's2' and arm B has no such trial" in str(
         body["error"]
     )
-    failed = vs._guard(
-        vs._Result("posthoc"), lambda: vs._posthoc_values(twin, PLAN, "A", "B", "paired-t")
-    )
+    failed = _guard(_Result("posthoc"), lambda: _posthoc_values(twin, PLAN, "A", "B", "paired-t"))
     assert failed.status == "failed"
 
 

@@ -36,8 +36,9 @@ from ledger.cli import main
 from runner.lock import ledger_path, protocol_event
 from runner.spec import SpecError, load_study
 from verify import _qrboot as vq
-from verify import _science as vs
 from verify import verify_archive
+from verify._recompute.compare import _first_difference
+from verify._recompute.dataset import _Dataset
 from verify._report import Status
 from verify._science import science_checks
 
@@ -351,9 +352,9 @@ def test_the_vectorised_draw_is_the_per_iteration_draw_bit_for_bit() -> None:
         assert mirrored[0][i] == got[0][i] and mirrored[1][i] == got[1][i], i
 
 
-def twin(ds: Dataset) -> vs._Dataset:
+def twin(ds: Dataset) -> _Dataset:
     """The verifier's dataset with the same rows."""
-    return vs._Dataset(
+    return _Dataset(
         ds.trials.to_dict("records"),
         ds.items.to_dict("records"),
         list(ds.arms),
@@ -748,7 +749,7 @@ def test_glyph_accuracy_pairs_charts_and_leaves_the_controls_out() -> None:
     v = qr_boot.qr_values(ds, plan, h)
     assert v["n"] == 6 and v["excluded"] == [] and v["conf"] == 0.9
     assert v["estimate"] == pytest.approx(0.1)
-    vds = vs._Dataset(trials.to_dict("records"), [], ["A", "B"], [], "0" * 64)
+    vds = _Dataset(trials.to_dict("records"), [], ["A", "B"], [], "0" * 64)
     assert vq.values_of(vds, plan, h) == v
     with pytest.raises(qr_boot.st.StatsError, match="values other than 0 and 1"):
         qr_boot.qr_values(ds, plan, h | {"statistic": "success-rate", "max_pp": 50})
@@ -824,7 +825,7 @@ def test_a_row_that_cannot_pair_is_shown_not_computed_both_ways(
     lost = without(ds, "default|small|q05|2")
     mine = qr_boot.descriptive_values(lost, plan)
     theirs = vq.descriptive_values(twin(lost), plan)
-    assert vs._first_difference(mine, theirs, "values", 1e-12) is None
+    assert _first_difference(mine, theirs, "values", 1e-12) is None
     rows = {r["model"]: r for r in mine["entries"][0]["rows"]}
     assert set(rows[None]) == set(rows["small"]) == {"model", "error"}
     assert "default" in rows["large"] and "error" not in rows["large"]

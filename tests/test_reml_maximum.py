@@ -24,7 +24,8 @@ import pytest
 
 from analysis import sensitivity as sens
 from analysis import stats
-from verify import Status, _restats, _science, verify_archive
+from verify import Status, _restats, verify_archive
+from verify._recompute import sensitivity as verify_sensitivity
 from verify._reml import (
     OPTIMUM_TOL,
     STATIONARY_TOL,
@@ -241,7 +242,7 @@ def recorded_against_own_maximum(
         )
         return point, problem
 
-    monkeypatch.setattr(_science, "check_point", recording)
+    monkeypatch.setattr(verify_sensitivity, "check_point", recording)
     monkeypatch.setattr(_restats, "check_point", recording)
     return verify_archive(archive), seen
 

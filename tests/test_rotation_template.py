@@ -40,7 +40,10 @@ from runner.stimuli import (
     write_rotation_set,
 )
 from verify import _restats as vst
-from verify import _science as vs
+from verify._recompute.compare import _first_difference
+from verify._recompute.dataset import _Dataset
+from verify._recompute.exploratory import _by_truth
+from verify._recompute.model import _model
 
 SEED = 20260425
 
@@ -339,12 +342,12 @@ def test_by_truth_counts_cells_and_matches_the_verifiers_twin() -> None:
     a, b = values["cells"]["A"]["DOWN"], values["cells"]["B"]["DOWN"]
     assert down["estimate"] == pytest.approx(a["correct"] / a["n"] - b["correct"] / b["n"])
     assert down["lower"] < down["estimate"] < down["upper"]
-    twin = vs._Dataset(
+    twin = _Dataset(
         ds.trials.to_dict("records"), ds.items.to_dict("records"), list(ds.arms), [], "0" * 64
     )
-    recomputed = vs._by_truth(twin, PLAN, ORIENTATIONS)
+    recomputed = _by_truth(twin, PLAN, ORIENTATIONS)
     assert recomputed.status == "ok"
-    assert vs._first_difference(values, recomputed.values, "values", 1e-9) is None
+    assert _first_difference(values, recomputed.values, "values", 1e-9) is None
     moved = {
         **values,
         "cells": {
@@ -353,7 +356,7 @@ def test_by_truth_counts_cells_and_matches_the_verifiers_twin() -> None:
         },
     }
     assert "values.cells.A.UP.correct" in str(
-        vs._first_difference(moved, recomputed.values, "values", 1e-9)
+        _first_difference(moved, recomputed.values, "values", 1e-9)
     )
     assert vst.wilson(1, 2)  # the twin's own statistics, not the writer's
 
@@ -384,7 +387,7 @@ def test_subsets_keep_the_datasets_flags() -> None:
     one = ds.for_model("m1")
     assert (one.variants, one.cloze, one.models, one.sources) == (True, True, (), {"s0": "src"})
     assert sub.trials_csv().startswith(b"trial,arm,model,stimulus,variant,")
-    twin = vs._Dataset(
+    twin = _Dataset(
         ds.trials.to_dict("records"),
         ds.items.to_dict("records"),
         list(ds.arms),
@@ -479,16 +482,16 @@ def test_posthoc_result_is_labelled_post_hoc_and_matches_the_verifier() -> None:
     c = body["values"]["contrast"]
     assert (c["a"], c["b"], c["sides"]) == ("A", "B", "two-sided")
     assert body["values"]["group_col"] == "stimulus"  # the declaration's, not the plan's
-    twin = vs._Dataset(
+    twin = _Dataset(
         ds.trials.to_dict("records"), ds.items.to_dict("records"), list(ds.arms), [], "0" * 64
     )
     sub_plan = {**plan, "analysis": {"random_intercept": "stimulus", "model_arms": ["A", "B"]}}
-    fitted, fit = vs._model(twin, sub_plan, recorded=body["values"])
+    fitted, fit = _model(twin, sub_plan, recorded=body["values"])
     assert fit is not None and fitted.values["_reml_problem"] is None
     values = dict(fitted.values) | {"contrast": vst.contrast(fit, "A", "B", "two-sided")}
-    assert vs._first_difference(body["values"], values, "values", 1e-6) is None
+    assert _first_difference(body["values"], values, "values", 1e-6) is None
     moved = {**body["values"], "contrast": {**c, "estimate": c["estimate"] * (1 + 1e-4)}}
-    assert "values.contrast.estimate" in str(vs._first_difference(moved, values, "values", 1e-6))
+    assert "values.contrast.estimate" in str(_first_difference(moved, values, "values", 1e-6))
 
 
 def _small_rotation(root: Path, images: Path) -> None:

@@ -19,7 +19,12 @@ import pytest
 from analysis import sensitivity as sens
 from analysis.analyze import Dataset, Result, fit_model, hypothesis_results, sensitivity_lmm
 from verify import _restats as vst
-from verify import _science as vsci
+from verify._recompute.compare import _first_difference
+from verify._recompute.dataset import _Dataset
+from verify._recompute.hypotheses import _hypotheses
+from verify._recompute.model import _model
+from verify._recompute.recompute import _recompute
+from verify._recompute.sensitivity import _sensitivity
 from verify._reml import RemlModel
 from verify._reml import check_point as vst_check
 
@@ -515,16 +520,16 @@ def test_a_stimulus_subset_hypothesis_gets_its_own_sensitivity_models() -> None:
     assert sub["registered_verdict"] == tested[2].verdict
     assert sub["as_registered"]["estimate"] == (tested[2].values or {})["estimate"]
     assert sub["probe_by_arm"]["df"] > 0
-    twin = vsci._Dataset(ds.trials.to_dict("records"), [], ["A", "B", "C"], [], "0" * 64)
-    _, vfit = vsci._model(twin, plan, recorded=None)
-    vtested = vsci._hypotheses(
+    twin = _Dataset(ds.trials.to_dict("records"), [], ["A", "B", "C"], [], "0" * 64)
+    _, vfit = _model(twin, plan, recorded=None)
+    vtested = _hypotheses(
         twin, plan, vfit, {f"hypothesis.{r.hypothesis}": r.values for r in tested}
     )
     recorded = result.as_dict()["values"]  # as the event holds it (JSON: inf as null)
-    again = vsci._sensitivity(twin, plan, vfit, vtested, recorded)
+    again = _sensitivity(twin, plan, vfit, vtested, recorded)
     assert again is not None and again.status == "ok"
     assert again.values.get("_reml_problem") is None
-    assert vsci._first_difference(recorded, again.values, "values", 1e-6) is None
+    assert _first_difference(recorded, again.values, "values", 1e-6) is None
 
 
 # ------------------------------------------------------------------------------ several models
@@ -585,19 +590,19 @@ def _several(rows: list[Any], only: str | None = None) -> tuple[list[Result], li
 
     ds = _models_dataset(rows)
     results = run_analyses(ds, PLAN)
-    twin = vsci._Dataset(
+    twin = _Dataset(
         ds.trials.to_dict("records"), [], ["A", "B", "C"], [], "0" * 64, models=["big", "small"]
     )
     recorded = {r.id: r.as_dict()["values"] for r in results}
     if only is None:
-        return results, vsci._recompute(twin, PLAN, None, recorded)
+        return results, _recompute(twin, PLAN, None, recorded)
     sub = twin.for_model(only)
-    _, fit = vsci._model(sub, PLAN, recorded=recorded[f"model.lmm@{only}"])
-    tested = vsci._hypotheses(sub, PLAN, fit, recorded, f"@{only}")
+    _, fit = _model(sub, PLAN, recorded=recorded[f"model.lmm@{only}"])
+    tested = _hypotheses(sub, PLAN, fit, recorded, f"@{only}")
     for r in tested:
         r.hypothesis = f"{r.hypothesis}@{only}"
     return results, [
-        vsci._sensitivity(sub, PLAN, fit, tested, recorded[f"sensitivity.lmm@{only}"], model=only)
+        _sensitivity(sub, PLAN, fit, tested, recorded[f"sensitivity.lmm@{only}"], model=only)
     ]
 
 
@@ -636,11 +641,11 @@ def test_several_models_get_pooled_and_per_model_sensitivity_rederived_by_the_ve
     for rid in ("sensitivity.lmm", "sensitivity.lmm@big", "sensitivity.lmm@small"):
         assert mine[rid].status == "ok" and mine[rid].values.get("_reml_problem") is None
         recorded = by_id[rid].as_dict()["values"]
-        assert vsci._first_difference(recorded, mine[rid].values, "values", 1e-6) is None
+        assert _first_difference(recorded, mine[rid].values, "values", 1e-6) is None
     # a moved per-model variance is caught by the verifier's own REML check
     moved = by_id["sensitivity.lmm@small"].as_dict()["values"]
     moved["models"]["probe_by_arm"]["variances"]["group_by_arm"] *= 1.01
-    twin = vsci._Dataset(
+    twin = _Dataset(
         _models_dataset(_model_rows(7)).trials.to_dict("records"),
         [],
         ["A", "B", "C"],
@@ -649,10 +654,10 @@ def test_several_models_get_pooled_and_per_model_sensitivity_rederived_by_the_ve
         models=["big", "small"],
     )
     tested = [r for r in again if r.hypothesis is not None]
-    check = vsci._sensitivity(
+    check = _sensitivity(
         twin.for_model("small"),
         PLAN,
-        vsci._model(twin.for_model("small"), PLAN)[1],
+        _model(twin.for_model("small"), PLAN)[1],
         tested,
         moved,
         model="small",
@@ -691,7 +696,7 @@ def test_one_models_unfittable_probe_by_arm_model_leaves_the_others_untouched() 
     assert len(bare) == len(results) - 3
     mine = {r.id: r for r in again}
     assert (
-        vsci._first_difference(
+        _first_difference(
             by_id["sensitivity.lmm@small"].as_dict()["values"],
             mine["sensitivity.lmm@small"].values,
             "values",
@@ -721,12 +726,12 @@ def test_cells_without_residual_variation_leave_the_probe_by_arm_models_unfitted
     assert v["models"]["probe_by_arm_arm_residual"]["fitted"] is False
     assert v["models"]["registered"]["fitted"] is True
     assert all(t.status == "ok" for t in tested)
-    twin = vsci._Dataset(ds.trials.to_dict("records"), [], ["A", "B", "C"], [], "0" * 64)
-    _, vfit = vsci._model(twin, PLAN, recorded=None)
-    vtested = vsci._hypotheses(
+    twin = _Dataset(ds.trials.to_dict("records"), [], ["A", "B", "C"], [], "0" * 64)
+    _, vfit = _model(twin, PLAN, recorded=None)
+    vtested = _hypotheses(
         twin, PLAN, vfit, {f"hypothesis.{r.hypothesis}": r.values for r in tested}
     )
     recorded = result.as_dict()["values"] if result is not None else {}
-    again = vsci._sensitivity(twin, PLAN, vfit, vtested, recorded)
+    again = _sensitivity(twin, PLAN, vfit, vtested, recorded)
     assert again is not None
-    assert vsci._first_difference(recorded, again.values, "values", 1e-6) is None
+    assert _first_difference(recorded, again.values, "values", 1e-6) is None

@@ -310,7 +310,7 @@ def test_agreement_with_one_judge_is_not_applicable_on_both_sides(
     the reason (never a failed result naming ValueError), and the verifier says the same."""
     from types import SimpleNamespace
 
-    from verify import _science
+    from verify._recompute.agreement import _judge_agreement
 
     found = analysed["exploratory.judge_agreement"]
     assert found["status"] == "not applicable" and found["error"] is None
@@ -319,7 +319,7 @@ def test_agreement_with_one_judge_is_not_applicable_on_both_sides(
     plan = {"steps": {"judge": {"labels": ["correct", "incorrect"]}}}
     scored = [SimpleNamespace(body={"judge": {"votes": [{"model": "judge", "vote": "correct"}]}})]
     archive = SimpleNamespace(of=lambda kind: scored if kind == "trial.scored" else [])
-    mine = _science._judge_agreement(archive, plan, "judge")  # type: ignore[arg-type]
+    mine = _judge_agreement(archive, plan, "judge")  # type: ignore[arg-type]
     assert (mine.status, mine.verdict, set(mine.values)) == ("not applicable", None, {"reason"})
 
 

@@ -21,7 +21,7 @@ import pytest
 from test_archive_tamper import read_events, resign
 
 from verify import Status, verify_archive
-from verify import _science as sci
+from verify._recompute.compare import _first_difference
 from verify._reml import RemlModel, check_point
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -141,8 +141,12 @@ def test_probe_by_arm_model_matches_statsmodels_variance_components() -> None:
 
 
 def test_the_verifier_reml_path_does_not_use_statsmodels() -> None:
-    for name in ("_reml.py", "_restats.py", "_science.py"):
-        tree = ast.parse((ROOT / "verify" / name).read_text("utf-8"))
+    paths = [ROOT / "verify" / n for n in ("_reml.py", "_restats.py", "_science.py")]
+    paths += sorted((ROOT / "verify" / "_recompute").glob("*.py"))
+    paths += [ROOT / "verify" / "_statistics" / "lmm.py"]
+    for path in paths:
+        name = path.name
+        tree = ast.parse(path.read_text("utf-8"))
         imported = [
             a.name for n in ast.walk(tree) if isinstance(n, ast.Import) for a in n.names
         ] + [n.module or "" for n in ast.walk(tree) if isinstance(n, ast.ImportFrom)]
@@ -150,18 +154,16 @@ def test_the_verifier_reml_path_does_not_use_statsmodels() -> None:
 
 
 def test_p_values_compare_on_a_relative_scale() -> None:
-    assert sci._first_difference({"p": 0.0}, {"p": 3.4e-87}, "values", 1e-6) is not None
-    assert (
-        sci._first_difference({"p": 3.4e-87}, {"p": 3.4e-87 * (1 + 1e-9)}, "values", 1e-6) is None
-    )
-    assert sci._first_difference({"p": 3.4e-87}, {"p": 3.5e-87}, "values", 1e-6) is not None
+    assert _first_difference({"p": 0.0}, {"p": 3.4e-87}, "values", 1e-6) is not None
+    assert _first_difference({"p": 3.4e-87}, {"p": 3.4e-87 * (1 + 1e-9)}, "values", 1e-6) is None
+    assert _first_difference({"p": 3.4e-87}, {"p": 3.5e-87}, "values", 1e-6) is not None
     listed = {"bonferroni": {"pvalues": [1e-40, 0.2]}}
     assert (
-        sci._first_difference({"bonferroni": {"pvalues": [0.0, 0.2]}}, listed, "values", 1e-6)
+        _first_difference({"bonferroni": {"pvalues": [0.0, 0.2]}}, listed, "values", 1e-6)
         is not None
     )
     # a proportion near zero keeps the absolute slack
-    assert sci._first_difference({"share": 0.0}, {"share": 1e-12}, "values", 1e-6) is None
+    assert _first_difference({"share": 0.0}, {"share": 1e-12}, "values", 1e-6) is None
 
 
 # ------------------------------------------------------------------------------ archives

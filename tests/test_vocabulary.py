@@ -57,21 +57,22 @@ def verifier_side() -> dict[str, Any]:
     from verify import _keys, _qrboot, _science
     from verify._archive import report
     from verify._archive.timestamps import TIMESTAMP_KIND
+    from verify._recompute import posthoc, results
 
     return {
         "extension_kinds": [TIMESTAMP_KIND],
         "roles": sorted(_keys.ROLES),
         "role_kinds": {k: sorted(v) for k, v in _keys._ROLE_KINDS.items()},
-        "posthoc_tests": list(_science.POSTHOC_TESTS),
+        "posthoc_tests": list(posthoc.POSTHOC_TESTS),
         "share_outcomes": sorted(_qrboot.SHARES),
         "tolerances": {
             "rel": _science.REL_TOL,
             "abs": _science.ABS_TOL,
             "lmm_rel": _science.LMM_REL_TOL,
-            "gee_rel": _science.GEE_REL_TOL,
+            "gee_rel": results.GEE_REL_TOL,
         },
         "bootstrap_iterations": {"max": _science.MAX_BOOTSTRAP_ITERATIONS},
-        "status_words": {"not_applicable": _science.NOT_APPLICABLE},
+        "status_words": {"not_applicable": results.NOT_APPLICABLE},
         "report": _report_constants(report),
     }
 

@@ -62,6 +62,20 @@ class FactorialNotApplicable(FactorialError, NotApplicable):
     """analysis.md "Factorial designs": a GEE the data cannot fit (not applicable)."""
 
 
+def _check_edit(where: str, kind: str, edit: Any) -> None:
+    """A level's ``insert`` or ``replace`` edit, if any, has the members of its kind."""
+    if edit is None:
+        return
+    ok = type(edit) is dict and type(edit.get("field")) is str and type(edit.get("text")) is str
+    if kind == "insert":
+        ok = ok and edit.get("at") in ("start", "end") and type(edit.get("separator")) is str
+    if not ok:
+        raise FactorialError(
+            f"{where}.{kind}: {edit!r} is not "
+            "{field, text" + (", at, separator}" if kind == "insert" else "}")
+        )
+
+
 class Factors:
     """``protocol.locked`` ``factors`` and ``factorial``, as the requests use them."""
 
@@ -75,48 +89,34 @@ class Factors:
         self.order: dict[str, list[str]] = {}
         self.scope: dict[str, str] = {}
         for name, table in raw.items():
-            where = f"protocol.locked factors.{name}"
-            if type(table) is not dict or table.get("scope") not in ("item", "prompt"):
-                raise FactorialError(f"{where}: not an object with scope item or prompt")
-            levels = table.get("levels")
-            if type(levels) is not list or len(levels) < 2:
-                raise FactorialError(f"{where}.levels: not a list of two or more levels")
-            self.scope[name] = table["scope"]
-            self.levels[name] = {}
-            self.order[name] = []
-            for i, lv in enumerate(levels):
-                if type(lv) is not dict or type(lv.get("name")) is not str:
-                    raise FactorialError(f"{where}.levels[{i}]: not an object with a name")
-                self.levels[name][lv["name"]] = lv
-                self.order[name].append(lv["name"])
-                for kind in ("insert", "replace"):
-                    edit = lv.get(kind)
-                    if edit is None:
-                        continue
-                    ok = (
-                        type(edit) is dict
-                        and type(edit.get("field")) is str
-                        and type(edit.get("text")) is str
-                    )
-                    if kind == "insert":
-                        ok = (
-                            ok
-                            and edit.get("at") in ("start", "end")
-                            and type(edit.get("separator")) is str
-                        )
-                    if not ok:
-                        raise FactorialError(
-                            f"{where}.levels[{i}].{kind}: {edit!r} is not "
-                            "{field, text" + (", at, separator}" if kind == "insert" else "}")
-                        )
-                if "remove" in lv and type(lv["remove"]) is not str:
-                    raise FactorialError(f"{where}.levels[{i}].remove: not a field name")
-            if any(k != "name" for k in levels[0]):
-                raise FactorialError(f"{where}.levels[0]: the reference level makes an edit")
+            self._read_factor(name, table)
         names = fx.get("factors")
         if type(names) is not list or any(n not in self.levels for n in names):
             raise FactorialError(f"protocol.locked factorial.factors: {names!r} are not factors")
         self.crossed: list[str] = list(names)
+
+    def _read_factor(self, name: str, table: Any) -> None:
+        """One factor's scope and levels, in order; the first (reference) makes no edit."""
+        where = f"protocol.locked factors.{name}"
+        if type(table) is not dict or table.get("scope") not in ("item", "prompt"):
+            raise FactorialError(f"{where}: not an object with scope item or prompt")
+        levels = table.get("levels")
+        if type(levels) is not list or len(levels) < 2:
+            raise FactorialError(f"{where}.levels: not a list of two or more levels")
+        self.scope[name] = table["scope"]
+        self.levels[name] = {}
+        self.order[name] = []
+        for i, lv in enumerate(levels):
+            if type(lv) is not dict or type(lv.get("name")) is not str:
+                raise FactorialError(f"{where}.levels[{i}]: not an object with a name")
+            self.levels[name][lv["name"]] = lv
+            self.order[name].append(lv["name"])
+            for kind in ("insert", "replace"):
+                _check_edit(f"{where}.levels[{i}]", kind, lv.get(kind))
+            if "remove" in lv and type(lv["remove"]) is not str:
+                raise FactorialError(f"{where}.levels[{i}].remove: not a field name")
+        if any(k != "name" for k in levels[0]):
+            raise FactorialError(f"{where}.levels[0]: the reference level makes an edit")
 
     def cell_levels(self, cell: Mapping[str, str]) -> list[tuple[str, str, dict[str, Any]]]:
         """(factor, level, level record) of each factor of a cell, in ``[factorial]`` order."""
@@ -174,6 +174,57 @@ def _norm(path: str) -> str:
     return posixpath.normpath(path.replace("\\", "/"))
 
 
+class _LevelProblem(Exception):
+    """A factor level's edit the locked files cannot give."""
+
+
+def _edit(
+    edit: dict[str, Any], kind: str, where: str, read: Callable[[str], bytes | None]
+) -> dict[str, Any]:
+    """One ``replace`` or ``insert`` edit of a level, its text read from a locked file."""
+    e: dict[str, Any] = {"field": edit.get("field")}
+    if "file" in edit:
+        path = _norm(str(edit["file"]))
+        data = read(path)
+        if data is None:
+            raise _LevelProblem(f"{where}.{kind}.file: {path} is not a locked file")
+        try:
+            e["text"] = data.decode("utf-8").rstrip("\n")
+        except UnicodeDecodeError:
+            raise _LevelProblem(f"{path}: not UTF-8") from None
+        e["file"] = path
+    else:
+        e["text"] = edit.get("text")
+    if kind == "insert":
+        e["at"] = edit.get("at")
+        e["separator"] = edit.get("separator", " ")
+    return e
+
+
+def _level(
+    lname: Any, lv: dict[str, Any], where: str, read: Callable[[str], bytes | None]
+) -> tuple[dict[str, Any], list[str]]:
+    """One level's record, and the problems of its edits (an edit with a problem is left out)."""
+    rec: dict[str, Any] = {"name": lname}
+    problems: list[str] = []
+    if "remove" in lv:
+        rec["remove"] = lv["remove"]
+    for kind in ("replace", "insert"):
+        edit = lv.get(kind)
+        if type(edit) is not dict:
+            continue
+        try:
+            rec[kind] = _edit(edit, kind, where, read)
+        except _LevelProblem as exc:
+            problems.append(str(exc))
+    if "template" in lv:
+        rec["template"] = _norm(str(lv["template"]))
+    for key in ("components", "system"):
+        if key in lv:
+            rec[key] = lv[key]
+    return rec, problems
+
+
 def _spec_factors(
     spec: Mapping[str, Any], read: Callable[[str], bytes | None]
 ) -> tuple[dict[str, Any], list[str]]:
@@ -189,59 +240,35 @@ def _spec_factors(
             continue
         levels = []
         for lname, lv in table["levels"].items():
-            rec: dict[str, Any] = {"name": lname}
+            where = f"study.toml factors.{name}.levels.{lname}"
             if type(lv) is not dict:
-                problems.append(f"study.toml factors.{name}.levels.{lname}: not a table")
+                problems.append(f"{where}: not a table")
                 continue
-            if "remove" in lv:
-                rec["remove"] = lv["remove"]
-            for kind in ("replace", "insert"):
-                edit = lv.get(kind)
-                if type(edit) is not dict:
-                    continue
-                e: dict[str, Any] = {"field": edit.get("field")}
-                if "file" in edit:
-                    path = _norm(str(edit["file"]))
-                    data = read(path)
-                    if data is None:
-                        problems.append(
-                            f"study.toml factors.{name}.levels.{lname}.{kind}.file: "
-                            f"{path} is not a locked file"
-                        )
-                        continue
-                    try:
-                        e["text"] = data.decode("utf-8").rstrip("\n")
-                    except UnicodeDecodeError:
-                        problems.append(f"{path}: not UTF-8")
-                        continue
-                    e["file"] = path
-                else:
-                    e["text"] = edit.get("text")
-                if kind == "insert":
-                    e["at"] = edit.get("at")
-                    e["separator"] = edit.get("separator", " ")
-                rec[kind] = e
-            if "template" in lv:
-                rec["template"] = _norm(str(lv["template"]))
-            for key in ("components", "system"):
-                if key in lv:
-                    rec[key] = lv[key]
+            rec, level_problems = _level(lname, lv, where, read)
+            problems += level_problems
             levels.append(rec)
         out[name] = {"scope": table.get("scope"), "levels": levels}
     return out, problems
 
 
+def _generators(fx: Mapping[str, Any]) -> dict[str, tuple[bool, list[str]]]:
+    """A fractional design's generated factors: target -> (negated, the factors multiplied)."""
+    generated: dict[str, tuple[bool, list[str]]] = {}
+    fraction = fx.get("fraction")
+    if type(fraction) is not dict:
+        return generated
+    for g in fraction.get("generators") or []:
+        m = _GENERATOR.match(str(g))
+        if m is None:
+            raise FactorialError(f"[factorial] fraction: {g!r} is not a generator")
+        generated[m.group(1)] = (m.group(2) == "-", [p.strip() for p in m.group(3).split("*")])
+    return generated
+
+
 def _cells(spec_factors: Mapping[str, Any], fx: Mapping[str, Any]) -> list[dict[str, str]]:
     """The cells of ``[factorial]`` in crossing order (the first factor slowest)."""
     names = [str(n) for n in fx.get("factors") or []]
-    generated: dict[str, tuple[bool, list[str]]] = {}
-    fraction = fx.get("fraction")
-    if type(fraction) is dict:
-        for g in fraction.get("generators") or []:
-            m = _GENERATOR.match(str(g))
-            if m is None:
-                raise FactorialError(f"[factorial] fraction: {g!r} is not a generator")
-            generated[m.group(1)] = (m.group(2) == "-", [p.strip() for p in m.group(3).split("*")])
+    generated = _generators(fx)
     level_names = {n: [lv["name"] for lv in spec_factors[n]["levels"]] for n in names}
     free = [n for n in names if n not in generated]
     cells = []

@@ -2,9 +2,9 @@
 
 The verifier's own second implementation of what ``analysis/mcq_tests.py`` records: the trials
 table built from the rebuilt dataset (§11 "The table"), pooled over several models by
-renumbering replicates, each hypothesis kind's ``values`` (through :mod:`verify._mcq`), the
-decision rule of the interval kinds and ``descriptive.mcq``. Imports nothing from ``ledger``,
-``runner`` or ``analysis``; numpy and scipy only.
+renumbering replicates, the helpers the kinds' ``values`` share (each kind's own module in
+:mod:`verify._statistics` computes them, through :mod:`verify._mcq`) and ``descriptive.mcq``.
+Imports nothing from ``ledger``, ``runner`` or ``analysis``; numpy and scipy only.
 """
 
 from __future__ import annotations
@@ -14,45 +14,35 @@ from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
-from scipy import stats as sps
 
 from verify import _mcq as vm
-from verify._restats import CHUNK_ELEMENTS, bootstrap_clustered
+from verify._restats import CHUNK_ELEMENTS
 
 __all__ = [
-    "INTERVAL_TESTS",
-    "MCQ_TESTS",
-    "decide_interval",
+    "CI_METHOD",
+    "ORIGINAL",
+    "bias_bootstrap",
+    "bootstrap_design",
     "descriptive_values",
-    "is_mcq_hypothesis",
-    "registers_mcq",
-    "values_from_rows",
-    "values_of",
+    "gains",
+    "incomplete_rule",
+    "level",
+    "pooled_model",
+    "temperature",
 ]
 
-MCQ_TESTS = ("flip-rate", "position-bias", "voting", "self-consistency", "gee")
-INTERVAL_TESTS = ("flip-rate", "position-bias", "voting", "self-consistency")
 ORIGINAL = "original"
 CI_METHOD = "item-cluster-bootstrap-percentile"
-
-
-def is_mcq_hypothesis(h: dict[str, Any]) -> bool:
-    """§11: the kinds above, and ``mcnemar`` naming ``arm`` or ``variant``."""
-    return h["test"] in MCQ_TESTS or (h["test"] == "mcnemar" and ("arm" in h or "variant" in h))
-
-
-def registers_mcq(plan: dict[str, Any]) -> bool:
-    """Whether ``descriptive.mcq`` is part of the plan's results."""
-    return any(is_mcq_hypothesis(h) for h in plan.get("hypotheses") or [])
 
 
 def _letters(plan: dict[str, Any]) -> tuple[str, ...]:
     return tuple(str((plan.get("response") or {}).get("letters") or "ABCD"))
 
 
-def _level(h: dict[str, Any]) -> float:
+def level(h: dict[str, Any], one_sided: bool = False) -> float:
+    """§11: the interval's level, 1 − 2 alpha when one-sided (``one_sided``: always)."""
     alpha = float(h.get("alpha") or 0.05)
-    one = h["test"] == "flip-rate" or (h.get("sides") or "two-sided") == "one-sided"
+    one = one_sided or (h.get("sides") or "two-sided") == "one-sided"
     return 1.0 - 2.0 * alpha if one else 1.0 - alpha
 
 
@@ -109,14 +99,15 @@ def _tables(ds: Any, plan: dict[str, Any]) -> tuple[list[dict[str, Any]], list[d
     return cache[0], cache[1]
 
 
-def _model(rows: list[dict[str, Any]]) -> str:
+def pooled_model(rows: list[dict[str, Any]]) -> str:
+    """The one model label of a checked table."""
     models = {r["model"] for r in rows}
     if len(models) != 1:
         raise vm.McqStatError(f"the table holds models {sorted(models)}")
     return str(models.pop())
 
 
-def _bias_bootstrap(
+def bias_bootstrap(
     a: list[dict[str, Any]],
     b: list[dict[str, Any]],
     letters: Sequence[str],
@@ -171,7 +162,8 @@ def _bias_bootstrap(
     }
 
 
-def _temperature(plan: dict[str, Any], arm: str, model: str) -> float:
+def temperature(plan: dict[str, Any], arm: str, model: str) -> float:
+    """The sampling temperature of an arm's model (self-consistency, §11)."""
     spec = (plan.get("arms") or {}).get(arm) or {}
     if "temperature" in (spec.get("sampling") or {}):
         return float(spec["sampling"]["temperature"])
@@ -182,216 +174,23 @@ def _temperature(plan: dict[str, Any], arm: str, model: str) -> float:
     return float((plan.get("model") or {}).get("temperature", 1.0))
 
 
-def _gain(answers: list[dict[str, Any]], correct: dict[str, bool]) -> list[float]:
+def gains(answers: list[dict[str, Any]], correct: dict[str, bool]) -> list[float]:
+    """Per unit: the combined answer's correctness less the mean of its trials'."""
     return [
         float(x["correct"]) - sum(1.0 for t in x["trials"] if correct[t]) / len(x["trials"])
         for x in answers
     ]
 
 
-def values_of(ds: Any, plan: dict[str, Any], h: dict[str, Any]) -> dict[str, Any]:
-    """§11: the ``values`` one seed-002 hypothesis records, recomputed."""
-    pooled, by_model = _tables(ds, plan)
-    return values_from_rows(pooled, by_model, plan, h, list(ds.models))
-
-
-def values_from_rows(
-    pooled: list[dict[str, Any]],
-    by_model: list[dict[str, Any]],
-    plan: dict[str, Any],
-    h: dict[str, Any],
-    models: Sequence[str] = (),
-) -> dict[str, Any]:
-    """:func:`values_of` on given checked rows (pooled: one model label)."""
-    letters = _letters(plan)
-    model = _model(pooled)
+def bootstrap_design(plan: dict[str, Any]) -> tuple[int, int]:
+    """The design's bootstrap (iterations, seed)."""
     design = plan["design"]
-    iterations, seed = int(design["bootstrap_iterations"]), int(design["bootstrap_seed"])
-    test = h["test"]
-    if test == "flip-rate":
-        v1, v2 = h["variants"]
-        flip = vm.flip_rate_between(
-            pooled,
-            (h["arm"], v1, model),
-            (h["arm"], v2, model),
-            h.get("basis", "answer"),
-            iterations,
-            seed,
-            _level(h),
-            letters,
-        )
-        return flip | {"estimate": flip["rate"]}
-    if test == "position-bias":
-        a, b = h["contrast"]
-        variant = h.get("variant") or ORIGINAL
-        pa = vm.position_metrics(pooled, (a, variant, model), letters=letters)
-        pb = vm.position_metrics(pooled, (b, variant, model), letters=letters)
-        rows_a = [r for r in pooled if (r["arm"], r["variant"]) == (a, variant)]
-        rows_b = [r for r in pooled if (r["arm"], r["variant"]) == (b, variant)]
-        return {
-            "a": pa,
-            "b": pb,
-            "bias_a": pa["bias"],
-            "bias_b": pb["bias"],
-            "estimate": pa["bias"] - pb["bias"],
-            **_bias_bootstrap(rows_a, rows_b, letters, iterations, seed, _level(h)),
-        }
-    if test == "voting":
-        orders = list(h["variants"])
-        incomplete = "error" if h.get("incomplete") == "fail" else "exclude"
-        vote = vm.permutation_vote(pooled, h["arm"], model, orders, incomplete, letters=letters)
-        if not vote["answers"]:
-            raise vm.McqStatError("voting: no complete group")
-        correct = {r["trial"]: r["correct"] for r in pooled if r["arm"] == h["arm"]}
-        gains = _gain(vote["answers"], correct)
-        boot = bootstrap_clustered(
-            gains,
-            [x["item"] for x in vote["answers"]],
-            [x["rep"] for x in vote["answers"]],
-            iterations,
-            seed,
-            _level(h),
-            unit="question",
-        )
-        return {
-            "vote": vote,
-            "n_groups": len(gains),
-            "n_items": boot["n_clusters"],
-            "excluded": len(vote["exclusions"]),
-            "accuracy_vote": vote["accuracy"],
-            "accuracy_orders": vote["accuracy"] - boot["estimate"],
-            "estimate": boot["estimate"],
-            "lower": boot["lower"],
-            "upper": boot["upper"],
-            "conf": boot["conf"],
-            "iterations": boot["iterations"],
-            "seed": boot["seed"],
-            "ci_method": CI_METHOD,
-        }
-    if test == "self-consistency":
-        variant = h.get("variant") or ORIGINAL
-        incomplete = "error" if h.get("incomplete") == "fail" else "exclude"
-        present = {r["model"] for r in by_model if r["arm"] == h["arm"]}
-        order = list(models)
-        ran = sorted(present, key=lambda m: (order.index(m) if m in order else -1, m))
-        results, gains, items, runs = [], [], [], []
-        for j, m in enumerate(ran):
-            sc = vm.self_consistency(
-                by_model,
-                (h["arm"], variant, m),
-                int(h["samples"]),
-                _temperature(plan, h["arm"], m),
-                incomplete,
-                letters=letters,
-            )
-            results.append(sc)
-            correct = {
-                r["trial"]: r["correct"]
-                for r in by_model
-                if (r["arm"], r["model"]) == (h["arm"], m)
-            }
-            for x, g in zip(sc["answers"], _gain(sc["answers"], correct), strict=True):
-                gains.append(g)
-                items.append(x["item"])
-                runs.append(j)
-        if not gains:
-            raise vm.McqStatError("self-consistency: no trials")
-        boot = bootstrap_clustered(gains, items, runs, iterations, seed, _level(h), unit="question")
-        majority = sum(r["correct"] for r in results) / len(gains)
-        return {
-            "results": results,
-            "n_units": len(gains),
-            "n_items": boot["n_clusters"],
-            "excluded": sum(len(r["exclusions"]) for r in results),
-            "accuracy_majority": majority,
-            "accuracy_single": majority - boot["estimate"],
-            "estimate": boot["estimate"],
-            "lower": boot["lower"],
-            "upper": boot["upper"],
-            "conf": boot["conf"],
-            "iterations": boot["iterations"],
-            "seed": boot["seed"],
-            "ci_method": CI_METHOD,
-        }
-    if test == "mcnemar":
-        if "arm" in h:
-            v1, v2 = h["variants"]
-            ca, cb = (h["arm"], v1, model), (h["arm"], v2, model)
-        else:
-            a, b = h["contrast"]
-            ca, cb = (a, h["variant"], model), (b, h["variant"], model)
-        mc = vm.paired_mcnemar(pooled, ca, cb, letters)
-        return mc | {"p_raw": mc["test"]["p"], "estimate": mc["difference"]}
-    if test == "gee":
-        a, b = h["contrast"]
-        rows = [r for r in by_model if r["arm"] in (a, b)]
-        if h.get("variant"):
-            rows = [r for r in rows if r["variant"] == h["variant"]]
-        else:
-            shared = {r["variant"] for r in rows if r["arm"] == a} & {
-                r["variant"] for r in rows if r["arm"] == b
-            }
-            rows = [r for r in rows if r["variant"] in shared]
-        factors: dict[str, str] = {}
-        models_present = {r["model"] for r in rows}
-        if len(models_present) > 1:
-            factors["model"] = next((m for m in models if m in models_present), min(models_present))
-        variants_present = {r["variant"] for r in rows}
-        if len(variants_present) > 1:
-            order = [str(v) for v in plan.get("variant_order") or []]
-            factors["variant"] = next(
-                (v for v in order if v in variants_present), min(variants_present)
-            )
-        dropped: list[str] = []
-        while True:  # §11: a declared fallback "drop-factor" refits without the factor at fault
-            try:
-                fit = vm.gee_arm_effects(rows, b, factors, letters=letters)
-                break
-            except vm.GeeNotFittable as exc:
-                if h.get("fallback") != "drop-factor" or exc.column not in factors:
-                    raise
-                factors.pop(exc.column)
-                dropped.append(exc.column)
-        term = next(t for t in fit["terms"] if t["name"] == f"arm[T.{a}]")
-        one = (h.get("sides") or "two-sided") == "one-sided"
-        out = {
-            "fit": fit,
-            "term": term["name"],
-            "estimate": term["estimate"],
-            "odds_ratio": term["odds_ratio"],
-            "lower": term["lower"],
-            "upper": term["upper"],
-            "p_raw": float(sps.norm.sf(term["z"])) if one else term["p"],
-        }
-        if dropped:
-            out["fallback"] = {"rule": "drop-factor", "dropped": dropped, "reason": None}
-        return out
-    raise vm.McqStatError(f"unknown test {test!r}")
+    return int(design["bootstrap_iterations"]), int(design["bootstrap_seed"])
 
 
-def decide_interval(h: dict[str, Any], v: dict[str, Any]) -> tuple[str, dict[str, Any]]:
-    """§11's decision rule of an interval kind: (verdict, decided_by)."""
-    lower, upper, est = v["lower"], v["upper"], v["estimate"]
-    level = f"{round(100 * v['conf'], 6):g}%"
-    if h["test"] == "flip-rate":
-        if h.get("min_pp") is not None:
-            ok = lower is not None and lower * 100 > float(h["min_pp"])
-            rule = f"{level} interval lower bound > {float(h['min_pp']):g} pp"
-        else:
-            ok = upper is not None and upper * 100 < float(h["max_pp"])
-            rule = f"{level} interval upper bound < {float(h['max_pp']):g} pp"
-    else:
-        if (h.get("sides") or "two-sided") == "one-sided":
-            ok = lower is not None and lower > 0
-            rule = f"{level} interval lower bound > 0"
-        else:
-            ok = (lower is not None and lower > 0) or (upper is not None and upper < 0)
-            rule = f"{level} interval excludes 0"
-        if h.get("min_difference_pp") is not None:
-            ok = ok and est * 100 >= float(h["min_difference_pp"])
-            rule += f" and estimate >= {h['min_difference_pp']} pp"
-    verdict = "supported" if ok else "not supported"
-    return verdict, {"rule": rule, "estimate": est, "lower": lower, "upper": upper}
+def incomplete_rule(h: dict[str, Any]) -> str:
+    """§11: what an incomplete group does (``error`` when the hypothesis says ``fail``)."""
+    return "error" if h.get("incomplete") == "fail" else "exclude"
 
 
 def descriptive_values(ds: Any, plan: dict[str, Any]) -> dict[str, Any]:
@@ -407,18 +206,29 @@ def descriptive_values(ds: Any, plan: dict[str, Any]) -> dict[str, Any]:
     seeds = []
     for arm in sorted({c[0] for c in by_cell}):
         for model in sorted({c[2] for c in by_cell if c[0] == arm}):
-            ran = sorted(v for v in shuffles if (arm, v, model) in by_cell)
-            values = {shuffles[v]: by_cell[(arm, v, model)]["accuracy"] for v in ran}
-            if len(values) >= 2 and all(
-                isinstance(x, float) and math.isfinite(x) for x in values.values()
-            ):
-                seeds.append(
-                    {
-                        "arm": arm,
-                        "model": model,
-                        "statistic": "accuracy",
-                        "variants": ran,
-                        "summary": vm.mean_over_seeds(values),
-                    }
-                )
+            summary = _over_seeds(by_cell, shuffles, arm, model)
+            if summary is not None:
+                seeds.append(summary)
     return {"cells": cells, "seeds": seeds}
+
+
+def _over_seeds(
+    by_cell: dict[tuple[str, str, str], dict[str, Any]],
+    shuffles: dict[str, str],
+    arm: str,
+    model: str,
+) -> dict[str, Any] | None:
+    """One (arm, model)'s accuracy over its shuffle seeds, if it ran two with finite accuracy."""
+    ran = sorted(v for v in shuffles if (arm, v, model) in by_cell)
+    values = {shuffles[v]: by_cell[(arm, v, model)]["accuracy"] for v in ran}
+    if len(values) < 2 or not all(
+        isinstance(x, float) and math.isfinite(x) for x in values.values()
+    ):
+        return None
+    return {
+        "arm": arm,
+        "model": model,
+        "statistic": "accuracy",
+        "variants": ran,
+        "summary": vm.mean_over_seeds(values),
+    }

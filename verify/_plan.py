@@ -27,7 +27,11 @@ from typing import Any
 import numpy as np
 import rfc8785
 
-from verify import _science as sci
+from verify._recompute import archive as sci_archive
+from verify._recompute import dataset as sci_dataset
+from verify._recompute import hypotheses as sci_hypotheses
+from verify._recompute import model as sci_model
+from verify._recompute import sensitivity as sci_sensitivity
 from verify._report import Check, Status
 
 PLAN_PATH = "plan/plan.json"
@@ -280,7 +284,7 @@ def _rerun(
     if (protocol.get("analysis") or {}).get("exclude_unparseable", True) is False:
         for trial in rows:  # analysis.md §2: an unparseable trial then scores 0 and stays
             trial["excluded"] = False
-    ds = sci._Dataset(
+    ds = sci_dataset._Dataset(
         rows,
         [],
         sorted(protocol["arms"]),
@@ -290,8 +294,8 @@ def _rerun(
         list(protocol.get("model_order") or []),
         bool(protocol.get("variants")),
     )
-    _, fit = sci._model(ds, protocol)
-    tested = sci._hypotheses(ds, protocol, fit)
+    _, fit = sci_model._model(ds, protocol)
+    tested = sci_hypotheses._hypotheses(ds, protocol, fit)
     analysed = sorted(s for s, i in stimuli.items() if not i["control"])
     out: dict[str, Any] = {}
     for h, r in zip(protocol["hypotheses"], tested, strict=True):
@@ -311,7 +315,7 @@ def _rerun(
             row["two_sided"] = _bounds(*v["ci_two_sided"])
         out[h["id"]] = row
     if settings["sensitivity"] and any(h["test"] == "lmm" for h in protocol["hypotheses"]):
-        sens = sci._sensitivity(ds, protocol, fit, tested, None)
+        sens = sci_sensitivity._sensitivity(ds, protocol, fit, tested, None)
         for c in (sens.values.get("contrasts") or []) if sens is not None else []:
             target = out.get(str(c.get("hypothesis")))
             if target is None:
@@ -410,12 +414,12 @@ def aggregates(
 
 def plan_check(archive: Any) -> Check | None:
     """The ``plan`` check, or None when no ``plan/plan.json`` was locked."""
-    data = sci._locked_bytes(archive, PLAN_PATH)
+    data = sci_archive._locked_bytes(archive, PLAN_PATH)
     if data is None:
         return None
     event = archive.current
     seq = event.seq if event is not None else None
-    protocol_event = sci._protocol(archive)
+    protocol_event = sci_archive._protocol(archive)
     if protocol_event is None:
         return Check("plan", Status.FAIL, "a plan is locked but no protocol.locked.", seq)
     schedule = archive.event_blob(protocol_event, "schedule").decode("utf-8").splitlines()

@@ -119,45 +119,56 @@ def _excluded(key: tuple[str, str, str, int], kind: str, trials: list[str]) -> d
     }
 
 
-def _observations(ds: Any, outcome: str, a: str, b: str | None) -> dict[str, Any]:
-    """{keys, a, b, excluded, undefined, given_up} as docs/statistics.md defines them."""
-    first = _arm_trials(ds, a, outcome)
-    if b is None:
-        keys = sorted(k for k, (_, v) in first.items() if v is not None)
-        excluded = [
-            _excluded(k, "undefined", [t]) for k, (t, v) in sorted(first.items()) if v is None
-        ]
-        items = {k[0] for k in first}
-        return {
-            "keys": keys,
-            "a": np.array([first[k][1] for k in keys], dtype=float),
-            "b": None,
-            "excluded": excluded,
-            "undefined": len(excluded),
-            "given_up": len([k for k in _lost(ds, a) if k[0] in items]),
-        }
-    second = _arm_trials(ds, b, outcome)
-    lost_a, lost_b = _lost(ds, a), _lost(ds, b)
-    skip_a, skip_b = _lost(ds, a, "excluded_trials"), _lost(ds, b, "excluded_trials")
+def _one_arm(ds: Any, first: dict[Any, Any], a: str) -> dict[str, Any]:
+    """The observations of a one-arm statistic: its defined values, the rest excluded."""
+    keys = sorted(k for k, (_, v) in first.items() if v is not None)
+    excluded = [_excluded(k, "undefined", [t]) for k, (t, v) in sorted(first.items()) if v is None]
+    items = {k[0] for k in first}
+    return {
+        "keys": keys,
+        "a": np.array([first[k][1] for k in keys], dtype=float),
+        "b": None,
+        "excluded": excluded,
+        "undefined": len(excluded),
+        "given_up": len([k for k in _lost(ds, a) if k[0] in items]),
+    }
+
+
+def _key_text(k: tuple[Any, ...]) -> str:
+    return (
+        f"item {k[0]!r}"
+        + (f" model {k[1]!r}" if k[1] else "")
+        + (f" variant {k[2]!r}" if k[2] else "")
+        + f" rep {k[3]}"
+    )
+
+
+def _check_paired(
+    first: dict[Any, Any], second: dict[Any, Any], a: str, b: str, lost: list[dict[Any, Any]]
+) -> None:
+    """Every key one arm has and the other lacks was lost there (given up or never sent)."""
     only = [
         k
         for k in sorted(set(first) | set(second))
-        if (k in first) != (k in second)
-        and k not in lost_a
-        and k not in lost_b
-        and k not in skip_a
-        and k not in skip_b
+        if (k in first) != (k in second) and not any(k in x for x in lost)
     ]
     if only:
         k = only[0]
         has, lacks = (a, b) if k in first else (b, a)
-        where = (
-            f"item {k[0]!r}"
-            + (f" model {k[1]!r}" if k[1] else "")
-            + (f" variant {k[2]!r}" if k[2] else "")
-            + f" rep {k[3]}"
+        raise QrError(
+            f"arm {has!r} has {_key_text(k)} and arm {lacks!r} does not ({len(only)} unpaired)"
         )
-        raise QrError(f"arm {has!r} has {where} and arm {lacks!r} does not ({len(only)} unpaired)")
+
+
+def _observations(ds: Any, outcome: str, a: str, b: str | None) -> dict[str, Any]:
+    """{keys, a, b, excluded, undefined, given_up} as docs/statistics.md defines them."""
+    first = _arm_trials(ds, a, outcome)
+    if b is None:
+        return _one_arm(ds, first, a)
+    second = _arm_trials(ds, b, outcome)
+    lost_a, lost_b = _lost(ds, a), _lost(ds, b)
+    skip_a, skip_b = _lost(ds, a, "excluded_trials"), _lost(ds, b, "excluded_trials")
+    _check_paired(first, second, a, b, [lost_a, lost_b, skip_a, skip_b])
     keys, excluded = [], []
     undefined = lost = 0
     for k in sorted(set(first) | set(second)):
@@ -167,16 +178,16 @@ def _observations(ds: Any, outcome: str, a: str, b: str | None) -> dict[str, Any
                 undefined += 1
             else:
                 keys.append(k)
-        else:
-            mine, gone, skipped = (
-                (first[k][0], lost_b, skip_b) if k in first else (second[k][0], lost_a, skip_a)
-            )
-            if k in gone:
-                excluded.append(_excluded(k, "given-up", [mine, gone[k]]))
-                lost += 1
-            else:  # statistics.md: the partner was never sent (trial.excluded)
-                excluded.append(_excluded(k, "excluded", [mine, skipped[k]]))
-                undefined += 1
+            continue
+        mine, gone, skipped = (
+            (first[k][0], lost_b, skip_b) if k in first else (second[k][0], lost_a, skip_a)
+        )
+        if k in gone:
+            excluded.append(_excluded(k, "given-up", [mine, gone[k]]))
+            lost += 1
+        else:  # statistics.md: the partner was never sent (trial.excluded)
+            excluded.append(_excluded(k, "excluded", [mine, skipped[k]]))
+            undefined += 1
     return {
         "keys": keys,
         "a": np.array([first[k][1] for k in keys], dtype=float),
@@ -401,6 +412,48 @@ def estimate_text(v: dict[str, Any]) -> str:
     return f"{v.get('statistic')} {body}"
 
 
+def _contrast_row(row: dict[str, Any], share: bool) -> list[str]:
+    """One model's row of a contrast's table."""
+    model = "all (pooled)" if row.get("model") is None else str(row.get("model"))
+    if "error" in row:
+        return [model, f"not computed: {row['error']}", "–", "–", "–", "–", "–"]
+    return [
+        model,
+        str(row.get("n")),
+        _pm(row.get("default"), share),
+        _pm(row.get("success_rate"), True),
+        _pm(row.get("perturbed"), share),
+        _pm(row.get("difference"), share),
+        f"{row.get('undefined', 0)} undefined, {row.get('given_up', 0)} given up",
+    ]
+
+
+def _arm_row(entry: dict[str, Any], row: dict[str, Any], outcome: str, share: bool) -> list[str]:
+    """One model's row of the one-arm table."""
+    model = "all (pooled)" if row.get("model") is None else str(row.get("model"))
+    note = f"not computed: {row['error']}" if "error" in row else None
+    gone = f"{row.get('undefined', 0)} undefined, {row.get('given_up', 0)} given up"
+    return [
+        str(entry.get("arm")),
+        outcome,
+        model,
+        note or str(row.get("n")),
+        "–" if note else _pm(row.get("mean"), share),
+        "–" if note else gone,
+    ]
+
+
+CONTRAST_HEADER = [
+    "model",
+    "pairs",
+    "default",
+    "success rate",
+    "perturbed",
+    "difference (perturbed − default)",
+    "excluded",
+]
+
+
 def report_tables(result: dict[str, Any] | None) -> list[tuple[str, list[str], list[list[str]]]]:
     """``descriptive.qr_bootstrap`` as the report tables it: a table per contrast, one of arms."""
     if not isinstance(result, dict) or result.get("status") != "ok":
@@ -411,53 +464,18 @@ def report_tables(result: dict[str, Any] | None) -> list[tuple[str, list[str], l
     for entry in (values or {}).get("entries") or []:
         outcome = str(entry.get("outcome"))
         share = outcome in SHARES
-        rows = []
-        for row in entry.get("rows") or []:
-            model = "all (pooled)" if row.get("model") is None else str(row.get("model"))
-            note = f"not computed: {row['error']}" if "error" in row else None
-            gone = f"{row.get('undefined', 0)} undefined, {row.get('given_up', 0)} given up"
-            if "contrast" in entry:
-                rows.append(
-                    [model, note, "–", "–", "–", "–", "–"]
-                    if note
-                    else [
-                        model,
-                        str(row.get("n")),
-                        _pm(row.get("default"), share),
-                        _pm(row.get("success_rate"), True),
-                        _pm(row.get("perturbed"), share),
-                        _pm(row.get("difference"), share),
-                        gone,
-                    ]
-                )
-            else:
-                arm_rows.append(
-                    [
-                        str(entry.get("arm")),
-                        outcome,
-                        model,
-                        note or str(row.get("n")),
-                        "–" if note else _pm(row.get("mean"), share),
-                        "–" if note else gone,
-                    ]
-                )
-        if "contrast" in entry:
-            pair = " vs ".join(map(str, entry["contrast"]))
-            tables.append(
-                (
-                    f"{result.get('title')}: {pair} ({outcome}); {PM}",
-                    [
-                        "model",
-                        "pairs",
-                        "default",
-                        "success rate",
-                        "perturbed",
-                        "difference (perturbed − default)",
-                        "excluded",
-                    ],
-                    rows,
-                )
+        rows = entry.get("rows") or []
+        if "contrast" not in entry:
+            arm_rows += [_arm_row(entry, row, outcome, share) for row in rows]
+            continue
+        pair = " vs ".join(map(str, entry["contrast"]))
+        tables.append(
+            (
+                f"{result.get('title')}: {pair} ({outcome}); {PM}",
+                list(CONTRAST_HEADER),
+                [_contrast_row(row, share) for row in rows],
             )
+        )
     if arm_rows:
         tables.append(
             (

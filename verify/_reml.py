@@ -72,6 +72,23 @@ class RemlPoint:
     the scale of its rounding error."""
 
 
+def _columns(
+    terms: Sequence[Sequence[Any]], gcode: Any, n_groups: int, n: int
+) -> tuple[list[list[tuple[int, str]]], Any]:
+    """The columns of Z per group (every (term, cluster) in it) and each row's column per term."""
+    cols: list[list[tuple[int, str]]] = [[] for _ in range(n_groups)]
+    col_of_row = np.zeros((len(terms), n), dtype=np.intp)
+    for k, labels in enumerate(terms):
+        seen: dict[tuple[int, str], int] = {}
+        for i, lab in enumerate(labels):
+            key = (int(gcode[i]), f"{k}\x00{lab}")
+            if key not in seen:
+                seen[key] = len(cols[key[0]])
+                cols[key[0]].append((k, str(lab)))
+            col_of_row[k, i] = seen[key]
+    return cols, col_of_row
+
+
 class RemlModel:
     """``y = Xβ + Zu + e`` with block-diagonal ``V`` (see the module docstring).
 
@@ -105,17 +122,7 @@ class RemlModel:
         self.resid_labels = rlabels
         self.k = len(terms)
         self.r = len(rlabels)
-        # columns of Z per group: every (term, cluster) in the group, padded to the same width
-        cols: list[list[tuple[int, str]]] = [[] for _ in range(self.n_groups)]
-        col_of_row = np.zeros((self.k, n), dtype=np.intp)
-        for k, labels in enumerate(terms):
-            seen: dict[tuple[int, str], int] = {}
-            for i, lab in enumerate(labels):
-                key = (int(gcode[i]), f"{k}\x00{lab}")
-                if key not in seen:
-                    seen[key] = len(cols[key[0]])
-                    cols[key[0]].append((k, str(lab)))
-                col_of_row[k, i] = seen[key]
+        cols, col_of_row = _columns(terms, gcode, self.n_groups, n)
         q = max((len(c) for c in cols), default=0)
         self.q = q
         self.term_of_col = np.full((self.n_groups, q), -1, dtype=np.intp)
@@ -144,13 +151,20 @@ class RemlModel:
             self.yy[c] = float(yr @ yr)
             self.nr[c] = float(rows.sum())
         self.n_params = self.k + self.r
-        # per group, its *atoms*: the rows that share every cluster and the residual class are
-        # exchangeable in V, so V_j acts on the atom indicators (normalised, 1_a/√m_a) as a
-        # small dense matrix and on the contrasts within an atom as φ_class·I (information())
+        self._atoms(x, gcode, col_of_row, rcode)
+
+    def _atoms(self, x: Any, gcode: Any, col_of_row: Any, rcode: Any) -> None:
+        """Per group, its *atoms*, and the within-atom sums of squares of X per class.
+
+        The rows that share every cluster and the residual class are exchangeable in V, so V_j
+        acts on the atom indicators (normalised, 1_a/√m_a) as a small dense matrix and on the
+        contrasts within an atom as φ_class·I (information()).
+        """
+        p, q = self.p, self.q
         self._groups = []
         self.within_n = np.zeros(self.r)
         self.within_xx = np.zeros((self.r, p, p))
-        for j in range(g):
+        for j in range(self.n_groups):
             rows = np.flatnonzero(gcode == j)
             keys = np.column_stack([col_of_row[:, rows].T, rcode[rows]])
             atoms, inverse = np.unique(keys, axis=0, return_inverse=True)

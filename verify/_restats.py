@@ -349,6 +349,32 @@ def _no_residual_variation(y: Floats, exog: Floats, grp: NDArray[Any]) -> bool:
     return bool(float(left @ left) <= EXACT_FIT_FRACTION * float(dev @ dev))
 
 
+def _factor_columns(
+    arm: NDArray[Any],
+    others: list[str],
+    factor: tuple[str, Sequence[str], str],
+    interaction: bool,
+) -> tuple[list[str], list[Floats]]:
+    """A fixed factor's treatment-coded columns, and the arm x factor cells with rows."""
+    fname, fvalues, fref = factor
+    fv = np.asarray([str(v) for v in fvalues])
+    flevels = sorted(set(fv.tolist()))
+    if fref not in flevels:
+        raise StatError(f"mixed_model: {fname} reference {fref!r} has no rows")
+    fothers = [lv for lv in flevels if lv != fref]
+    names = [f"{fname}[T.{lv}]" for lv in fothers]
+    columns = [(fv == lv).astype(np.float64) for lv in fothers]
+    if not interaction:
+        return names, columns
+    for a in others:
+        for lv in fothers:
+            cell = ((arm == a) & (fv == lv)).astype(np.float64)
+            if cell.sum() > 0:
+                names.append(f"arm[T.{a}]:{fname}[T.{lv}]")
+                columns.append(cell)
+    return names, columns
+
+
 def _design(
     ya: Floats,
     arm: NDArray[Any],
@@ -364,21 +390,9 @@ def _design(
     names = ["Intercept"] + [f"arm[T.{lv}]" for lv in others]
     columns = [np.ones(ya.size)] + [(arm == lv).astype(np.float64) for lv in others]
     if factor is not None:
-        fname, fvalues, fref = factor
-        fv = np.asarray([str(v) for v in fvalues])
-        flevels = sorted(set(fv.tolist()))
-        if fref not in flevels:
-            raise StatError(f"mixed_model: {fname} reference {fref!r} has no rows")
-        fothers = [lv for lv in flevels if lv != fref]
-        names += [f"{fname}[T.{lv}]" for lv in fothers]
-        columns += [(fv == lv).astype(np.float64) for lv in fothers]
-        if interaction:
-            for a in others:
-                for lv in fothers:
-                    cell = ((arm == a) & (fv == lv)).astype(np.float64)
-                    if cell.sum() > 0:
-                        names.append(f"arm[T.{a}]:{fname}[T.{lv}]")
-                        columns.append(cell)
+        factor_names, factor_columns = _factor_columns(arm, others, factor, interaction)
+        names += factor_names
+        columns += factor_columns
     exog = np.column_stack(columns)
     if ya.size <= exog.shape[1] + 1:
         raise StatError("mixed_model: too few rows")
@@ -446,6 +460,53 @@ def _withhold_wide_intervals(
     return (bounds[0], bounds[1], bounds[2], bounds[3]), withheld
 
 
+def _fit_point(model: RemlModel, at: tuple[float, float] | None) -> tuple[Any, str | None]:
+    """The recorded point if it is a REML maximum, else the own optimum (and why)."""
+    if at is None:
+        return model.maximise(), None
+    point, problem = check_point(model, at)
+    if problem is not None:
+        point = model.maximise()
+    return point, problem
+
+
+def _boundary_or_infinite(
+    group_var: float, resid_var: float, total_var: float, cov: Any, se: Any
+) -> bool:
+    """A variance component at the boundary, or a covariance or SE that is not finite."""
+    return bool(
+        group_var <= 1e-6 * total_var
+        or resid_var <= 1e-6 * total_var
+        or not np.all(np.isfinite(cov))
+        or not np.all(np.isfinite(se))
+    )
+
+
+def _warned_singular(recorded_warnings: Sequence[str]) -> bool:
+    """A writer's optimiser warning naming a singular or not positive definite Hessian."""
+    return any("singular" in m.lower() or "not positive definite" in m for m in recorded_warnings)
+
+
+def _effects(names: list[str], fe: Any, se: Any) -> list[dict[str, Any]]:
+    """Each fixed effect: estimate, SE, Wald z and p, 95% interval."""
+    z975 = float(sps.norm.ppf(0.975))
+    effects = []
+    for name, b, s in zip(names, fe, se, strict=True):
+        z = b / s if s > 0 else math.nan
+        effects.append(
+            {
+                "name": name,
+                "estimate": num(b),
+                "se": num(s),
+                "z": num(z),
+                "p": num(2 * sps.norm.sf(abs(z))),
+                "ci_lower": num(b - z975 * s),
+                "ci_upper": num(b + z975 * s),
+            }
+        )
+    return effects
+
+
 def mixed_model(
     y: Any,
     arms: Sequence[str],
@@ -491,44 +552,21 @@ def mixed_model(
         model = RemlModel(ya, exog, grp.tolist(), [grp.tolist()])
     except ValueError as exc:
         raise StatError(f"mixed_model: {exc}") from None
-    problem: str | None = None
-    if at is not None:
-        point, problem = check_point(model, at)
-        if problem is not None:
-            point = model.maximise()
-    else:
-        point = model.maximise()
+    point, problem = _fit_point(model, at)
     if not math.isfinite(point.loglik):
         raise StatError("mixed_model: the REML likelihood has no finite maximum")
     group_var, resid_var = (float(v) for v in point.params)
     fe, cov = point.beta, point.cov
     with np.errstate(invalid="ignore"):
         se = np.sqrt(np.diag(cov))
-    z975 = float(sps.norm.ppf(0.975))
     singular = (
-        group_var <= 1e-6 * total_var
-        or resid_var <= 1e-6 * total_var
-        or not np.all(np.isfinite(cov))
-        or not np.all(np.isfinite(se))
-        or any("singular" in m.lower() or "not positive definite" in m for m in recorded_warnings)
+        _boundary_or_infinite(group_var, resid_var, total_var, cov, se)
+        or _warned_singular(recorded_warnings)
         or _zero_group_variance_fits_as_well(ya, exog, grp, group_var, resid_var)
     )
-    effects = []
-    for name, b, s in zip(names, fe, se, strict=True):
-        z = b / s if s > 0 else math.nan
-        effects.append(
-            {
-                "name": name,
-                "estimate": num(b),
-                "se": num(s),
-                "z": num(z),
-                "p": num(2 * sps.norm.sf(abs(z))),
-                "ci_lower": num(b - z975 * s),
-                "ci_upper": num(b + z975 * s),
-            }
-        )
+    effects = _effects(names, fe, se)
     total = group_var + resid_var
-    cis = (math.nan,) * 4
+    cis: tuple[float, ...] = (math.nan,) * 4
     withheld: list[str] = []
     if not singular:
         with np.errstate(all="ignore"):

@@ -25,23 +25,28 @@ import binascii
 import csv
 import hashlib
 import io
-import json
-import math
 import re
 import struct
 import zlib
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from html.parser import HTMLParser
 from typing import Any
 
 from verify import _plan, _qrboot
+from verify import _statistics as statistics
 from verify._archive.flow import FLOW_FIGURE, flow_table, has_flow
 from verify._archive.preflight import identity_notice
 from verify._archive.view import Archive
 from verify._ledgerfile import _State
+from verify._recompute.archive import TUMBLING_E
+from verify._recompute.dataset import _labels as parser_labels
 from verify._report import CHECK_NAMES, Check
-from verify._science import TUMBLING_E
-from verify._science import _labels as parser_labels
+from verify._statistics._cells import fmt as _fmt
+from verify._statistics._cells import obj as _obj
+from verify._statistics._cells import p_value as _p
+from verify._statistics._cells import pct as _pct
+from verify._statistics._cells import pp as _pp
 
 __all__ = ["REPORT", "STYLESHEET_SHA256", "check_report", "expected_figures", "figure_names"]
 
@@ -173,6 +178,30 @@ def _distribution(a: Archive, first: int | None, arms: list[str]) -> list[list[s
     return rows
 
 
+def _component_effect(h: dict[str, Any], result: dict[str, Any]) -> str | None:
+    """What a computed hypothesis says of its components (its kind's rule), or None."""
+    if result.get("status") != "ok":
+        return None
+    return statistics.component_effect(h, result)
+
+
+def _component_class(effects: set[str]) -> str:
+    """analysis.md "Component classes": the class the evidence of one unit gives."""
+    if {"benefit", "harm"} <= effects:
+        return "task-dependent"
+    for effect, cls in (("benefit", "active"), ("harm", "harmful"), ("no effect", "inactive")):
+        if effect in effects:
+            return cls
+    return "not established"
+
+
+def _added(arms: dict[str, Any], a: str, b: str) -> list[str]:
+    """The components arm a has and arm b lacks."""
+    have = set(_obj(arms.get(a)).get("components") or [])
+    lack = set(_obj(arms.get(b)).get("components") or [])
+    return sorted(str(c) for c in have - lack)
+
+
 def _component_classes(protocol: dict[str, Any], results: list[dict[str, Any]]) -> list[list[str]]:
     """analysis.md "Component classes": one row (unit, evidence, class) per unit."""
     arms = _obj(protocol.get("arms"))
@@ -180,47 +209,23 @@ def _component_classes(protocol: dict[str, Any], results: list[dict[str, Any]]) 
     units: dict[str, list[tuple[str, str]]] = {}
     for r in results:
         h = plan.get(r.get("hypothesis"))
-        if (
-            h is None
-            or h.get("test") == "chi-square"
-            or r.get("status") != "ok"
-            or (h.get("test") == "qr-bootstrap" and h.get("statistic") != "difference")
-        ):
+        effect = None if h is None else _component_effect(h, r)
+        if h is None or effect is None:
             continue
         contrast = h.get("contrast") or ["", ""]
         a, b = str(contrast[0]), str(contrast[1])
-        have = set(_obj(arms.get(a)).get("components") or [])
-        lack = set(_obj(arms.get(b)).get("components") or [])
-        added = sorted(str(c) for c in have - lack)
+        added = _added(arms, a, b)
         if not added:
             continue
-        est = _obj(r.get("values")).get("estimate")
-        if h.get("test") == "equivalence":
-            effect = "no effect" if r.get("verdict") == "supported" else "not shown"
-        elif r.get("verdict") == "supported" and isinstance(est, int | float):
-            effect = "benefit" if est > 0 else "harm" if est < 0 else "not shown"
-        else:
-            effect = "not shown"
         stimuli = h.get("stimuli")
         where = f" on {', '.join(str(x) for x in stimuli)}" if stimuli else ""
         units.setdefault(" + ".join(added), []).append(
             (f"{h.get('id')} ({a} vs {b}{where}): {effect}", effect)
         )
-    rows = []
-    for unit, evidence in units.items():
-        effects = {e for _, e in evidence}
-        if {"benefit", "harm"} <= effects:
-            cls = "task-dependent"
-        elif "benefit" in effects:
-            cls = "active"
-        elif "harm" in effects:
-            cls = "harmful"
-        elif "no effect" in effects:
-            cls = "inactive"
-        else:
-            cls = "not established"
-        rows.append([unit, "; ".join(t for t, _ in evidence), cls])
-    return rows
+    return [
+        [unit, "; ".join(t for t, _ in evidence), _component_class({e for _, e in evidence})]
+        for unit, evidence in units.items()
+    ]
 
 
 def _safe(name: str) -> str:
@@ -317,53 +322,77 @@ def figure_names(a: Archive) -> list[str]:
     return [name for name, _, _ in expected_figures(a)]
 
 
-def png_problem(data: bytes) -> str | None:
-    """Why ``data`` is not a well-formed PNG without text chunks, or ``None``."""
-    if not data.startswith(_PNG_SIGNATURE):
-        return "does not start with the PNG signature"
+class _PngProblem(Exception):
+    """Why a PNG is refused."""
+
+
+def _png_chunk(data: bytes, pos: int) -> tuple[bytes, bytes, int]:
+    """(kind, payload, end) of the chunk at ``pos``: whole, its CRC right, an image chunk."""
+    if pos + 12 > len(data):
+        raise _PngProblem(f"chunk at byte {pos} is truncated")
+    (length,) = struct.unpack(">I", data[pos : pos + 4])
+    kind = data[pos + 4 : pos + 8]
+    end = pos + 12 + length
+    if end > len(data):
+        raise _PngProblem(f"chunk {kind!r} at byte {pos} runs past the end of the file")
+    payload = data[pos + 8 : pos + 8 + length]
+    (crc,) = struct.unpack(">I", data[end - 4 : end])
+    if zlib.crc32(kind + payload) != crc:
+        raise _PngProblem(f"chunk {kind!r} at byte {pos} has a wrong CRC")
+    if kind not in _PNG_CHUNKS:
+        raise _PngProblem(
+            f"chunk {kind!r} at byte {pos} is not an image chunk (no text or private data)"
+        )
+    return kind, payload, end
+
+
+def _png_expected(payload: bytes, seen: list[bytes]) -> int:
+    """The bytes the image data decode to, by IHDR (the first chunk, once, supported)."""
+    if seen or len(payload) != 13:
+        raise _PngProblem("IHDR is repeated or malformed")
+    width, height, depth, colour = struct.unpack(">IIBB", payload[:10])
+    channels = {0: 1, 2: 3, 3: 1, 4: 2, 6: 4}.get(colour)
+    if channels is None or depth not in (1, 2, 4, 8, 16) or payload[12] != 0:
+        raise _PngProblem("IHDR has an unsupported colour type, depth or interlace")
+    if not 0 < width * height <= _MAX_PIXELS:
+        raise _PngProblem(f"IHDR says {width} x {height} pixels")
+    return int(height * (1 + (width * channels * depth + 7) // 8))
+
+
+def _png_walk(data: bytes) -> None:
     pos = len(_PNG_SIGNATURE)
     seen: list[bytes] = []
     idat = zlib.decompressobj()
     raw = 0
     expected = -1
     while pos < len(data):
-        if pos + 12 > len(data):
-            return f"chunk at byte {pos} is truncated"
-        (length,) = struct.unpack(">I", data[pos : pos + 4])
-        kind = data[pos + 4 : pos + 8]
-        end = pos + 12 + length
-        if end > len(data):
-            return f"chunk {kind!r} at byte {pos} runs past the end of the file"
-        payload = data[pos + 8 : pos + 8 + length]
-        (crc,) = struct.unpack(">I", data[end - 4 : end])
-        if zlib.crc32(kind + payload) != crc:
-            return f"chunk {kind!r} at byte {pos} has a wrong CRC"
-        if kind not in _PNG_CHUNKS:
-            return f"chunk {kind!r} at byte {pos} is not an image chunk (no text or private data)"
+        kind, payload, end = _png_chunk(data, pos)
         if not seen and kind != b"IHDR":
-            return "the first chunk is not IHDR"
+            raise _PngProblem("the first chunk is not IHDR")
         if kind == b"IHDR":
-            if seen or length != 13:
-                return "IHDR is repeated or malformed"
-            width, height, depth, colour = struct.unpack(">IIBB", payload[:10])
-            channels = {0: 1, 2: 3, 3: 1, 4: 2, 6: 4}.get(colour)
-            if channels is None or depth not in (1, 2, 4, 8, 16) or payload[12] != 0:
-                return "IHDR has an unsupported colour type, depth or interlace"
-            if not 0 < width * height <= _MAX_PIXELS:
-                return f"IHDR says {width} x {height} pixels"
-            expected = height * (1 + (width * channels * depth + 7) // 8)
+            expected = _png_expected(payload, seen)
         if kind == b"IDAT":
             raw += len(idat.decompress(payload, max(expected - raw + 1, 1)))
             if raw > expected or idat.unconsumed_tail:
-                return "the image data decode to more bytes than IHDR states"
+                raise _PngProblem("the image data decode to more bytes than IHDR states")
         seen.append(kind)
         pos = end
         if kind == b"IEND":
             break
     if not seen or seen[-1] != b"IEND" or pos != len(data):
-        return "does not end with IEND (or has bytes after it)"
+        raise _PngProblem("does not end with IEND (or has bytes after it)")
     if raw != expected or not idat.eof:
-        return f"the image data decode to {raw} bytes, IHDR states {expected}"
+        raise _PngProblem(f"the image data decode to {raw} bytes, IHDR states {expected}")
+
+
+def png_problem(data: bytes) -> str | None:
+    """Why ``data`` is not a well-formed PNG without text chunks, or ``None``."""
+    if not data.startswith(_PNG_SIGNATURE):
+        return "does not start with the PNG signature"
+    try:
+        _png_walk(data)
+    except _PngProblem as exc:
+        return str(exc)
     return None
 
 
@@ -415,40 +444,58 @@ class _ReportParser(HTMLParser):
         if tag not in _ALLOWED_TAGS:
             self.problems.append(f"{self._where()}: <{tag}> is not an element of the report")
             return
+        self._check_attributes(tag, attrs)
+        values = dict(attrs)
+        if tag not in _VOID:
+            self._stack.append(tag)
+        opener = _OPENERS.get(tag)
+        if opener is not None:
+            opener(self, values)
+        self._open_block(tag, values)
+        if tag == "meta" and (values.get("charset") or "").lower() != "utf-8":
+            self.problems.append(f"{self._where()}: <meta> other than charset utf-8")
+
+    def _check_attributes(self, tag: str, attrs: list[tuple[str, str | None]]) -> None:
         names = {k for k, _ in attrs}
         extra = sorted(names - _ALLOWED_ATTRS.get(tag, {"class"} if tag != "code" else set()))
         if extra:
             self.problems.append(
                 f"{self._where()}: <{tag}> has attribute {extra[0]!r}, which the report never uses"
             )
-        values = dict(attrs)
-        if tag not in _VOID:
-            self._stack.append(tag)
-        if tag == "table":
-            self._table = _Table(self.getpos()[0])
-        elif tag == "tr" and self._table is not None:
-            self._row = []
-            self._table.row_lines.append(self.getpos()[0])
-            self._table.verdict_classes.append([])
-        elif tag in ("td", "th", "caption", "title", "h1", "figcaption", "style"):
-            self._text = []
-        elif tag == "span" and self._table is not None and self._row is not None:
-            cls = values.get("class") or ""
-            if cls.startswith("verdict "):
-                self._table.verdict_classes[-1].append(cls)
-        elif tag == "img":
-            self.figures.append(
-                _Figure(self.getpos()[0], values.get("src") or "", values.get("alt") or "")
-            )
-        elif tag == "div" and "banner" in (values.get("class") or "").split():
-            self._banner = [values.get("class") or "", []]
+
+    def _open_block(self, tag: str, values: dict[str, str | None]) -> None:
+        """A heading, paragraph or banner outside the tables starts a block."""
         is_banner = tag == "div" and "banner" in (values.get("class") or "").split()
         if (tag in _BLOCKS or is_banner) and self._table is None:
             if self._block is not None:
                 self.problems.append(f"{self._where()}: <{tag}> inside <{self._block[0]}>")
             self._block = (tag, [], self.getpos()[0])
-        if tag == "meta" and (values.get("charset") or "").lower() != "utf-8":
-            self.problems.append(f"{self._where()}: <meta> other than charset utf-8")
+
+    def _open_table(self, values: dict[str, str | None]) -> None:
+        self._table = _Table(self.getpos()[0])
+
+    def _open_row(self, values: dict[str, str | None]) -> None:
+        if self._table is not None:
+            self._row = []
+            self._table.row_lines.append(self.getpos()[0])
+            self._table.verdict_classes.append([])
+
+    def _open_text(self, values: dict[str, str | None]) -> None:
+        self._text = []
+
+    def _open_span(self, values: dict[str, str | None]) -> None:
+        cls = values.get("class") or ""
+        if self._table is not None and self._row is not None and cls.startswith("verdict "):
+            self._table.verdict_classes[-1].append(cls)
+
+    def _open_img(self, values: dict[str, str | None]) -> None:
+        self.figures.append(
+            _Figure(self.getpos()[0], values.get("src") or "", values.get("alt") or "")
+        )
+
+    def _open_div(self, values: dict[str, str | None]) -> None:
+        if "banner" in (values.get("class") or "").split():
+            self._banner = [values.get("class") or "", []]
 
     def handle_startendtag(self, tag: str, attrs: list[tuple[str, str | None]]) -> None:
         self.handle_starttag(tag, attrs)
@@ -462,36 +509,54 @@ class _ReportParser(HTMLParser):
             while self._stack and self._stack.pop() != tag:
                 pass
         text = "".join(self._text) if self._text is not None else ""
-        table = self._table
-        if tag in ("td", "th") and self._row is not None:
-            self._row.append(text)
-        elif tag == "tr" and table is not None and self._row is not None:
-            table.rows.append(self._row)
-            self._row = None
-        elif tag == "caption" and table is not None:
-            table.caption = text
-        elif tag == "table" and table is not None:
-            if table.rows:
-                table.header = table.rows.pop(0)
-                table.row_lines.pop(0)
-                table.verdict_classes.pop(0)
-            self.tables.append(table)
-            self._table = None
-        elif tag == "title":
-            self.title = text
-        elif tag == "figcaption" and self.figures:
-            self.figures[-1].caption = text
-        elif tag == "style":
-            self.styles.append(text)
-        elif tag == "div" and self._banner is not None:
-            self.banners.append((self._banner[0], "".join(self._banner[1])))
-            self._banner = None
+        closer = _CLOSERS.get(tag)
+        if closer is not None:
+            closer(self, text)
         if self._block is not None and tag == self._block[0]:
             kind, parts, line = self._block
             self.blocks.append(("div" if kind == "div" else kind, "".join(parts), line))
             self._block = None
-        if tag in ("td", "th", "caption", "title", "h1", "figcaption", "style"):
+        if tag in _TEXT_TAGS:
             self._text = None
+
+    def _close_cell(self, text: str) -> None:
+        if self._row is not None:
+            self._row.append(text)
+
+    def _close_row(self, text: str) -> None:
+        if self._table is not None and self._row is not None:
+            self._table.rows.append(self._row)
+            self._row = None
+
+    def _close_caption(self, text: str) -> None:
+        if self._table is not None:
+            self._table.caption = text
+
+    def _close_table(self, text: str) -> None:
+        table = self._table
+        if table is None:
+            return
+        if table.rows:
+            table.header = table.rows.pop(0)
+            table.row_lines.pop(0)
+            table.verdict_classes.pop(0)
+        self.tables.append(table)
+        self._table = None
+
+    def _close_title(self, text: str) -> None:
+        self.title = text
+
+    def _close_figcaption(self, text: str) -> None:
+        if self.figures:
+            self.figures[-1].caption = text
+
+    def _close_style(self, text: str) -> None:
+        self.styles.append(text)
+
+    def _close_div(self, text: str) -> None:
+        if self._banner is not None:
+            self.banners.append((self._banner[0], "".join(self._banner[1])))
+            self._banner = None
 
     def handle_data(self, data: str) -> None:
         if self._text is not None:
@@ -525,52 +590,31 @@ class _ReportParser(HTMLParser):
         self.problems.append(f"{self._where()}: a marked section <![{data[:40]}")
 
 
+_TEXT_TAGS = ("td", "th", "caption", "title", "h1", "figcaption", "style")
+"""Elements whose text the parser collects."""
+_OPENERS: dict[str, Callable[[_ReportParser, dict[str, str | None]], None]] = {
+    "table": _ReportParser._open_table,
+    "tr": _ReportParser._open_row,
+    **dict.fromkeys(_TEXT_TAGS, _ReportParser._open_text),
+    "span": _ReportParser._open_span,
+    "img": _ReportParser._open_img,
+    "div": _ReportParser._open_div,
+}
+"""What opening each element does (besides the stack, blocks and the meta check)."""
+_CLOSERS: dict[str, Callable[[_ReportParser, str], None]] = {
+    "td": _ReportParser._close_cell,
+    "th": _ReportParser._close_cell,
+    "tr": _ReportParser._close_row,
+    "caption": _ReportParser._close_caption,
+    "table": _ReportParser._close_table,
+    "title": _ReportParser._close_title,
+    "figcaption": _ReportParser._close_figcaption,
+    "style": _ReportParser._close_style,
+    "div": _ReportParser._close_div,
+}
+"""What closing each element does with its collected text."""
+
 # ------------------------------------------------------------------------------ formats (§7)
-
-
-def _num(value: Any) -> float | None:
-    if isinstance(value, bool) or value is None:
-        return None
-    if isinstance(value, int | float) and math.isfinite(float(value)):
-        return float(value)
-    return None
-
-
-def _pct(value: Any, digits: int = 1) -> str:
-    v = _num(value)
-    return "–" if v is None else f"{v * 100:.{digits}f}%"
-
-
-def _pp(value: Any, *, signed: bool = True) -> str:
-    v = _num(value)
-    if v is None:
-        return "–"
-    return f"{v * 100:+.1f} pp" if signed else f"{v * 100:.1f} pp"
-
-
-def _p(value: Any) -> str:
-    v = _num(value)
-    if v is None:
-        return "–"
-    if v == 0:
-        return "< 1e-300"
-    if v < 1e-4:
-        return f"{v:.1e}"
-    return f"{v:.4f}"
-
-
-def _fmt(value: Any) -> str:
-    if value is None:
-        return "–"
-    if isinstance(value, bool):
-        return "yes" if value else "no"
-    if isinstance(value, float):
-        return f"{value:.4g}"
-    if isinstance(value, list | tuple):
-        return ", ".join(_fmt(v) for v in value)
-    if isinstance(value, dict):
-        return json.dumps(value, sort_keys=True, default=str)
-    return str(value)
 
 
 def _cell(value: Any) -> str:
@@ -579,23 +623,6 @@ def _cell(value: Any) -> str:
 
 def _get(value: Any, key: str) -> Any:
     return value.get(key) if isinstance(value, dict) else None
-
-
-def _obj(value: Any) -> dict[str, Any]:
-    return value if isinstance(value, dict) else {}
-
-
-def _contrast(values: dict[str, Any]) -> tuple[float | None, float | None, float | None]:
-    est = _num(values.get("estimate", values.get("difference")))
-    lower = _num(values.get("lower", values.get("ci_lower")))
-    upper = _num(values.get("upper", values.get("ci_upper")))
-    return est, lower, upper
-
-
-def _diagnoses(value: Any, *, signed: bool = True) -> str:
-    """A difference in breadth (a ddx hypothesis): a signed number of diagnoses."""
-    v = _num(value)
-    return "–" if v is None else f"{v:+.3g} diagnoses"
 
 
 NOT_APPLICABLE = "not applicable"  # analysis.md §3: a test that does not apply, with a reason
@@ -611,56 +638,7 @@ def _estimate_text(result: dict[str, Any]) -> str:
         return "not computed"
     if result.get("status") == NOT_APPLICABLE:
         return NOT_APPLICABLE
-    v = _obj(result.get("values"))
-    test = result.get("test")
-    if test == "equivalence":
-        return (
-            f"max |diff| {_pp(v.get('max_abs_diff'), signed=False)} "
-            f"(at {v.get('group', '?')}); margin ±{_pp(v.get('margin'), signed=False)}"
-        )
-    if test == "mcnemar":  # the discordant counts; with variants "b" names a condition
-        counts = [v[f"{n}_count"] if f"{n}_count" in v else v.get(n) for n in ("b", "c")]
-        return f"discordant b={_fmt(counts[0])}, c={_fmt(counts[1])}"
-    if test == "gee":
-        return (
-            f"log OR {_fmt(v.get('estimate'))} (95% CI {_fmt(v.get('lower'))} to "
-            f"{_fmt(v.get('upper'))}; OR {_fmt(v.get('odds_ratio'))})"
-        )
-    if test == "factorial":  # analysis.md "Factorial designs": the term's joint Wald test
-        tested = v.get("tested") or []
-        text = (
-            f"{' × '.join(map(str, v.get('effect') or []))}: Wald chi2 {_fmt(v.get('chi2'))}, "
-            f"df {_fmt(v.get('df'))} ({', '.join(map(str, tested))})"
-        )
-        if v.get("estimate") is not None:
-            text += f"; coefficient {_fmt(v.get('estimate'))}"
-        if v.get("odds_ratio") is not None:
-            text += f" (OR {_fmt(v.get('odds_ratio'))})"
-        return text
-    if test == "flip-rate":
-        return (
-            f"flip rate {_pct(v.get('rate'))} ({_pct(v.get('conf'), 0)} CI "
-            f"{_pct(v.get('lower'))} to {_pct(v.get('upper'))})"
-        )
-    if test == "chi-square":
-        return f"chi2 {_fmt(v.get('chi2'))}, df {_fmt(v.get('df'))}"
-    if test == "qr-bootstrap":
-        return _qrboot.estimate_text(v)
-    est, lower, upper = _contrast(v)
-    if est is None:
-        return "–"
-    conf = _num(v.get("conf")) or 0.95
-    # a ddx breadth difference is a number of diagnoses, not percentage points (analysis.md §9)
-    pp = _pp if v.get("outcome") != "breadth" else _diagnoses
-    lo = "−∞" if lower is None else pp(lower)
-    hi = "+∞" if upper is None else pp(upper)
-    both = v.get("ci_two_sided")
-    extra = (
-        f"; two-sided 95% CI {pp(both[0])} to {pp(both[1])}"
-        if isinstance(both, list) and len(both) == 2
-        else ""
-    )
-    return f"{pp(est)} ({conf * 100:.0f}% CI {lo} to {hi}{extra})"
+    return statistics.estimate_text(result.get("test"), _obj(result.get("values")))
 
 
 def _p_text(result: dict[str, Any]) -> str:
@@ -691,6 +669,22 @@ def _chi_text(chi: Any) -> str:
     return f"chi2 {_fmt(chi.get('chi2'))}, p {_p(chi.get('p'))}"
 
 
+def _registered_row(h: dict[str, Any]) -> list[str]:
+    """One registered hypothesis as the protocol table shows it."""
+    return [
+        _cell(h.get("id")),
+        " vs ".join(map(str, h.get("contrast") or []))
+        or f"arm {h.get('arm')}: {', '.join(map(str, h.get('variants') or []))}",
+        _cell(h.get("test")),
+        _cell(h.get("sides")),
+        _cell(h.get("alpha")),
+        _cell(h.get("correction")),
+        _cell(h.get("family")),
+        "–" if h.get("min_difference_pp") is None else f"{h['min_difference_pp']} pp",
+        "–" if h.get("margin_pp") is None else f"±{h['margin_pp']} pp",
+    ]
+
+
 class _Expect:
     """The report's content as the events give it."""
 
@@ -708,7 +702,7 @@ class _Expect:
         self.tumbling = _tumbling(a.protocol)
         declared = a.protocol.get("models")
         order = a.protocol.get("model_order")
-        from verify._science import trial_models
+        from verify._recompute.dataset import trial_models
 
         self.models: list[str] = trial_models(
             a.protocol,
@@ -735,10 +729,8 @@ class _Expect:
 
     def _contrast_text(self, result: dict[str, Any]) -> str:
         plan = self._plan_of(result)
-        if plan.get("arm") and plan.get("test") == "qr-bootstrap":  # one arm, no variants
-            return f"arm {plan['arm']}"
-        if plan.get("arm"):  # a seed-002 test of one arm (mcq-statistics.md §11)
-            return f"arm {plan['arm']}: " + " vs ".join(map(str, plan.get("variants") or []))
+        if plan.get("arm"):  # a test of one arm: its kind says how (mcq-statistics.md §11)
+            return statistics.arm_text(plan)
         contrast = _get(plan, "contrast") or []
         if not isinstance(contrast, list) or len(contrast) != 2:
             return ""
@@ -767,118 +759,145 @@ class _Expect:
 
     def tables(self) -> list[tuple[str, list[str], list[list[str]]]]:
         """Every table but the verification one, in order: (caption, header, rows)."""
-        out: list[tuple[str, list[str], list[list[str]]]] = []
-        failed = [r for r in self.results if r.get("status") == "failed"]
-        if failed:
-            out.append(
-                (
-                    "Results that could not be computed",
-                    ["result", "label", "error"],
-                    [
-                        [
-                            _cell(r.get("id")),
-                            _cell(r.get("label")),
-                            _cell(r.get("error") or "unknown error"),
-                        ]
-                        for r in failed
-                    ],
-                )
-            )
         hyps = [r for r in self.results if r.get("hypothesis")]
-        if hyps:
-            rows = []
-            for r in hyps:
-                caution = _obj(r.get("values")).get("caution")
-                verdict = str(r.get("verdict") or "–") + (f"caution: {caution}" if caution else "")
-                rows.append(
-                    [
-                        _cell(r.get("hypothesis")),
-                        f"{r.get('title', '')} [{self._contrast_text(r)}]",
-                        _cell(r.get("test")),
-                        _estimate_text(r),
-                        _p_text(r),
-                        verdict,
-                        _rule_text(r),
-                    ]
-                )
-            out.append(
-                (
-                    "Pre-registered hypotheses: each verdict and the locked rule that decided it",
-                    [
-                        "hypothesis",
-                        "description",
-                        "test",
-                        "estimate (CI)",
-                        "p",
-                        "verdict",
-                        "decided by",
-                    ],
-                    rows,
-                )
+        return [
+            *self._failed_tables(),
+            *self._hypothesis_tables(hyps),
+            *self._component_tables(hyps),
+            *self._protocol_tables(),
+            *self._plan_tables(),
+            *self._deviation_tables(),
+            *self._amendment_tables(),
+            *self._flow_tables(),
+            *self._data_tables(),
+            *self._distribution_tables(),
+            *self._model_tables(),
+            *self._exploratory_tables(),
+            *self._posthoc_tables(),
+        ]
+
+    def _failed_tables(self) -> list[tuple[str, list[str], list[list[str]]]]:
+        failed = [r for r in self.results if r.get("status") == "failed"]
+        if not failed:
+            return []
+        rows = [
+            [
+                _cell(r.get("id")),
+                _cell(r.get("label")),
+                _cell(r.get("error") or "unknown error"),
+            ]
+            for r in failed
+        ]
+        return [("Results that could not be computed", ["result", "label", "error"], rows)]
+
+    def _hypothesis_row(self, r: dict[str, Any]) -> list[str]:
+        caution = _obj(r.get("values")).get("caution")
+        verdict = str(r.get("verdict") or "–") + (f"caution: {caution}" if caution else "")
+        return [
+            _cell(r.get("hypothesis")),
+            f"{r.get('title', '')} [{self._contrast_text(r)}]",
+            _cell(r.get("test")),
+            _estimate_text(r),
+            _p_text(r),
+            verdict,
+            _rule_text(r),
+        ]
+
+    def _hypothesis_tables(
+        self, hyps: list[dict[str, Any]]
+    ) -> list[tuple[str, list[str], list[list[str]]]]:
+        if not hyps:
+            return []
+        return [
+            (
+                "Pre-registered hypotheses: each verdict and the locked rule that decided it",
+                [
+                    "hypothesis",
+                    "description",
+                    "test",
+                    "estimate (CI)",
+                    "p",
+                    "verdict",
+                    "decided by",
+                ],
+                [self._hypothesis_row(r) for r in hyps],
             )
+        ]
+
+    def _component_tables(
+        self, hyps: list[dict[str, Any]]
+    ) -> list[tuple[str, list[str], list[list[str]]]]:
         classes = _component_classes(self.protocol, hyps)
-        if classes:
-            out.append(
-                (
-                    "Prompt components classified from the registered contrasts",
-                    ["component(s) under test", "registered evidence", "class"],
-                    classes,
-                )
+        if not classes:
+            return []
+        return [
+            (
+                "Prompt components classified from the registered contrasts",
+                ["component(s) under test", "registered evidence", "class"],
+                classes,
             )
-        out.extend(self._protocol_tables())
+        ]
+
+    def _plan_tables(self) -> list[tuple[str, list[str], list[list[str]]]]:
         plan = self._plan()
-        if plan is not None:  # docs/planning.md §8
-            out.append(
-                (_plan.REPORT_CAPTION, list(_plan.REPORT_HEADER), _plan.report_rows(plan[0]))
-            )
+        if plan is None:
+            return []
+        # docs/planning.md §8
+        return [(_plan.REPORT_CAPTION, list(_plan.REPORT_HEADER), _plan.report_rows(plan[0]))]
+
+    def _deviation_tables(self) -> list[tuple[str, list[str], list[list[str]]]]:
         declared = self.protocol.get("deviations")
-        if isinstance(declared, list) and declared:
-            out.append(
-                (
-                    "Declared deviations from the source protocol ([[deviations]], locked "
-                    "before the run)",
-                    ["id", "source protocol says", "this study does", "reason"],
-                    [
-                        [_cell(_obj(d).get(k)) for k in ("id", "source", "choice", "reason")]
-                        for d in declared
-                    ],
-                )
+        if not isinstance(declared, list) or not declared:
+            return []
+        return [
+            (
+                "Declared deviations from the source protocol ([[deviations]], locked "
+                "before the run)",
+                ["id", "source protocol says", "this study does", "reason"],
+                [
+                    [_cell(_obj(d).get(k)) for k in ("id", "source", "choice", "reason")]
+                    for d in declared
+                ],
             )
-        if self.amendments:
-            out.append(
-                (
-                    "Recorded amendments (protocol.amended)",
-                    ["seq", "time", "reason", "files changed"],
+        ]
+
+    def _amendment_tables(self) -> list[tuple[str, list[str], list[list[str]]]]:
+        if not self.amendments:
+            return []
+        return [
+            (
+                "Recorded amendments (protocol.amended)",
+                ["seq", "time", "reason", "files changed"],
+                [
                     [
-                        [
-                            _cell(m["seq"]),
-                            _cell(m.get("time")),
-                            _cell(m.get("reason")),
-                            ", ".join(str(_get(c, "path")) for c in m.get("changes") or []),
-                        ]
-                        for m in self.amendments
-                    ],
-                )
+                        _cell(m["seq"]),
+                        _cell(m.get("time")),
+                        _cell(m.get("reason")),
+                        ", ".join(str(_get(c, "path")) for c in m.get("changes") or []),
+                    ]
+                    for m in self.amendments
+                ],
             )
-        if has_flow(self.a):
-            flow = flow_table(self.a)
-            if flow is not None:
-                out.append(flow)
-        out.extend(self._data_tables())
+        ]
+
+    def _flow_tables(self) -> list[tuple[str, list[str], list[list[str]]]]:
+        if not has_flow(self.a):
+            return []
+        flow = flow_table(self.a)
+        return [flow] if flow is not None else []
+
+    def _distribution_tables(self) -> list[tuple[str, list[str], list[list[str]]]]:
         first_seq = self.results[0].get("seq") if self.results else None
         dist = _distribution(self.a, first_seq, self.arms) if self.tumbling else None
-        if dist:
-            out.append(
-                (
-                    "Analysable trials per arm by glyph accuracy",
-                    ["arm", "trials", "mean", *(f"{10 * i}–{10 * i + 10}%" for i in range(10))],
-                    dist,
-                )
+        if not dist:
+            return []
+        return [
+            (
+                "Analysable trials per arm by glyph accuracy",
+                ["arm", "trials", "mean", *(f"{10 * i}–{10 * i + 10}%" for i in range(10))],
+                dist,
             )
-        out.extend(self._model_tables())
-        out.extend(self._exploratory_tables())
-        out.extend(self._posthoc_tables())
-        return out
+        ]
 
     def _posthoc_tables(self) -> list[tuple[str, list[str], list[list[str]]]]:
         """analysis.md §6: one row per analysis.posthoc event; none without one."""
@@ -903,16 +922,7 @@ class _Expect:
                 continue
             v = _obj(r.get("values"))
             c = _obj(v.get("contrast"))
-            kind = r.get("test")
-            if kind == "bootstrap":
-                test = (
-                    f"percentile bootstrap, {_fmt(v.get('iterations'))} draws (seed "
-                    f"{_cell(v.get('seed'))})"
-                )
-            elif kind in ("paired-t", "independent-t"):
-                test = f"t {_fmt(c.get('t'))} (df {_fmt(c.get('df'))}), p {_p(c.get('p'))}"
-            else:
-                test = f"z {_fmt(c.get('z'))}, p {_p(c.get('p'))}"
+            test, icc, caution = statistics.posthoc_cells(r.get("test"), v, c)
             rows.append(
                 [
                     _cell(r.get("id")),
@@ -920,8 +930,8 @@ class _Expect:
                     _cell(r.get("title")),
                     f"{_pp(c.get('estimate'))} ({_pp(c.get('lower'))} to {_pp(c.get('upper'))})",
                     test,
-                    _fmt(v.get("icc")) if kind == "lmm" else "–",
-                    "singular fit" if kind == "lmm" and v.get("singular") else "–",
+                    icc,
+                    caution,
                     _cell(d.get("reason")),
                 ]
             )
@@ -942,6 +952,20 @@ class _Expect:
             )
         ]
 
+    def _models_table(self, model: dict[str, Any]) -> tuple[str, list[str], list[list[str]]]:
+        """The locked model, or the models in declaration order."""
+        if not self.models:
+            return ("Model", ["field", "value"], [[k, _cell(v)] for k, v in sorted(model.items())])
+        declared = _obj(self.protocol.get("models"))
+        return (
+            "Models, in declaration order",
+            MODEL_FIELDS,
+            [
+                [m] + [_cell(_obj(declared.get(m)).get(k)) for k in MODEL_FIELDS[1:]]
+                for m in self.models
+            ],
+        )
+
     def _protocol_tables(self) -> list[tuple[str, list[str], list[list[str]]]]:
         p = self.protocol
         design, model = _obj(p.get("design")), _obj(p.get("model"))
@@ -961,22 +985,7 @@ class _Expect:
                 ],
             )
         ]
-        if self.models:
-            declared = _obj(p.get("models"))
-            out.append(
-                (
-                    "Models, in declaration order",
-                    MODEL_FIELDS,
-                    [
-                        [m] + [_cell(_obj(declared.get(m)).get(k)) for k in MODEL_FIELDS[1:]]
-                        for m in self.models
-                    ],
-                )
-            )
-        else:
-            out.append(
-                ("Model", ["field", "value"], [[k, _cell(v)] for k, v in sorted(model.items())])
-            )
+        out.append(self._models_table(model))
         keys = ("replicates", "seed", "order", "bootstrap_seed", "bootstrap_iterations")
         design_rows = [(k, design.get(k)) for k in keys if k in design]
         design_rows += [(k, v) for k, v in sorted(design.items()) if k not in keys]
@@ -989,23 +998,7 @@ class _Expect:
             )
         )
         hyps = p.get("hypotheses")
-        rows = []
-        for item in hyps if isinstance(hyps, list) else []:
-            h = _obj(item)
-            rows.append(
-                [
-                    _cell(h.get("id")),
-                    " vs ".join(map(str, h.get("contrast") or []))
-                    or f"arm {h.get('arm')}: {', '.join(map(str, h.get('variants') or []))}",
-                    _cell(h.get("test")),
-                    _cell(h.get("sides")),
-                    _cell(h.get("alpha")),
-                    _cell(h.get("correction")),
-                    _cell(h.get("family")),
-                    "–" if h.get("min_difference_pp") is None else f"{h['min_difference_pp']} pp",
-                    "–" if h.get("margin_pp") is None else f"±{h['margin_pp']} pp",
-                ]
-            )
+        rows = [_registered_row(_obj(item)) for item in (hyps if isinstance(hyps, list) else [])]
         out.append(
             (
                 "Pre-registered hypotheses",
@@ -1127,92 +1120,39 @@ class _Expect:
                 )
         return out
 
+    def _mcq_row(self, r: dict[str, Any]) -> list[str] | None:
+        """One seed-002 hypothesis's row (mcq-statistics.md §11), or None if not one of them."""
+        plan = self._plan_of(r)
+        test = str(r.get("test"))
+        kind = statistics.get(test)
+        if kind is None or kind.mcq_cells is None or not kind.mcq_listed(plan):
+            return None
+        what = self._contrast_text(r) + (f" at {plan['variant']}" if plan.get("variant") else "")
+        head = [_cell(r.get("hypothesis")), test, what]
+        if r.get("status") == NOT_APPLICABLE:
+            return [*head, "–", "–", "–", "–", "–", _inapplicable(r)]
+        if r.get("status") != "ok":
+            return [*head, "–", "–", "–", "–", "–", f"not computed: {r.get('error')}"]
+        v = _obj(r.get("values"))
+        n, stat, interval = kind.mcq_cells(v)
+        return [
+            *head,
+            str(n),
+            stat,
+            _fmt(v.get("estimate")),
+            interval,
+            str(v.get("excluded", "–")),
+            str(r.get("verdict")),
+        ]
+
     def _mcq_tables(self) -> list[tuple[str, list[str], list[list[str]]]]:
         """archive-format §7: seed 002's registered statistics and ``descriptive.mcq``."""
         out: list[tuple[str, list[str], list[list[str]]]] = []
-        kinds = ("flip-rate", "position-bias", "voting", "self-consistency", "gee")
-        rows = []
-        for r in (r for r in self.results if r.get("hypothesis")):
-            plan = self._plan_of(r)
-            test = str(r.get("test"))
-            if test not in kinds and not (
-                test == "mcnemar" and (plan.get("arm") or plan.get("variant"))
-            ):
-                continue
-            v = _obj(r.get("values"))
-            what = self._contrast_text(r) + (
-                f" at {plan['variant']}" if plan.get("variant") else ""
-            )
-            if r.get("status") == NOT_APPLICABLE:
-                rows.append(
-                    [
-                        _cell(r.get("hypothesis")),
-                        test,
-                        what,
-                        "–",
-                        "–",
-                        "–",
-                        "–",
-                        "–",
-                        _inapplicable(r),
-                    ]
-                )
-                continue
-            if r.get("status") != "ok":
-                rows.append(
-                    [
-                        _cell(r.get("hypothesis")),
-                        test,
-                        what,
-                        "–",
-                        "–",
-                        "–",
-                        "–",
-                        "–",
-                        f"not computed: {r.get('error')}",
-                    ]
-                )
-                continue
-            lo, hi = _num(v.get("lower")), _num(v.get("upper"))
-            interval = (
-                f"{_pct(v.get('conf'), 0)} CI {_fmt(lo)} to {_fmt(hi)}"
-                if test != "mcnemar"
-                else f"p {_p(v.get('p_raw'))}"
-            )
-            if test == "flip-rate":
-                n, stat = v.get("n_pairs"), f"{v.get('flips')} flips ({v.get('basis')})"
-            elif test == "position-bias":
-                n = f"{_obj(v.get('a')).get('n')}/{_obj(v.get('b')).get('n')}"
-                stat = f"bias {_fmt(v.get('bias_a'))} vs {_fmt(v.get('bias_b'))}"
-            elif test == "voting":
-                n = v.get("n_groups")
-                stat = (
-                    f"vote {_pct(v.get('accuracy_vote'))} vs mean order "
-                    f"{_pct(v.get('accuracy_orders'))}"
-                )
-            elif test == "self-consistency":
-                n = v.get("n_units")
-                stat = (
-                    f"majority {_pct(v.get('accuracy_majority'))} vs single "
-                    f"{_pct(v.get('accuracy_single'))}"
-                )
-            elif test == "mcnemar":
-                n, stat = v.get("n_pairs"), f"b={v.get('b_count')}, c={v.get('c_count')}"
-            else:
-                n, stat = _obj(v.get("fit")).get("n_obs"), f"OR {_fmt(v.get('odds_ratio'))}"
-            rows.append(
-                [
-                    _cell(r.get("hypothesis")),
-                    test,
-                    what,
-                    str(n),
-                    stat,
-                    _fmt(v.get("estimate")),
-                    interval,
-                    str(v.get("excluded", "–")),
-                    str(r.get("verdict")),
-                ]
-            )
+        rows = [
+            row
+            for row in (self._mcq_row(r) for r in self.results if r.get("hypothesis"))
+            if row is not None
+        ]
         if rows:
             out.append(
                 (
@@ -1233,6 +1173,12 @@ class _Expect:
                     rows,
                 )
             )
+        out += self._mcq_descriptive_tables()
+        return out
+
+    def _mcq_descriptive_tables(self) -> list[tuple[str, list[str], list[list[str]]]]:
+        """``descriptive.mcq``: accuracy per cell, and over the shuffle seeds."""
+        out: list[tuple[str, list[str], list[list[str]]]] = []
         desc = self.result("descriptive.mcq")
         if desc is not None and desc.get("status") == "ok":
             v = _obj(desc.get("values"))
@@ -2165,11 +2111,8 @@ class _Expect:
 # ------------------------------------------------------------------------------ the check
 
 
-def _compare_tables(st: _State, parsed: list[_Table], want: list[Any], a: Archive) -> None:
-    if not parsed:
-        st.fail(f"{REPORT} has no table", where=REPORT)
-        return
-    body, last = parsed[:-1], parsed[-1]
+def _check_checks_table(st: _State, last: _Table) -> None:
+    """The last table lists the verifier's checks, in its order, PASS, WARN or FAIL."""
     names = [row[0] for row in last.rows if row]
     order = [n for n in CHECK_NAMES if n in names]
     if (
@@ -2183,65 +2126,88 @@ def _compare_tables(st: _State, parsed: list[_Table], want: list[Any], a: Archiv
             "(one row per check, in the verifier's order, PASS, WARN or FAIL)",
             where=f"{REPORT} line {last.line}",
         )
-    for i, (caption, header, rows) in enumerate(want):
-        if i >= len(body):
-            st.fail(f"{REPORT}: table {caption!r} is missing (the events give it)", where=REPORT)
+
+
+def _compare_row(
+    st: _State, caption: str, header: list[str], row: list[str], want_row: list[str], line: int
+) -> None:
+    """The first cell that differs, or the row's length."""
+    at = f"{REPORT} line {line}"
+    for col, (got, exp) in enumerate(zip(row, want_row, strict=False)):
+        if got != exp:
+            name = header[col] if col < len(header) else f"column {col + 1}"
+            st.fail(
+                f"{at}: table {caption!r}, row {want_row[0]!r}, {name}: the report "
+                f"says {got!r}, the events say {exp!r}",
+                where=at,
+            )
+            return
+    st.fail(
+        f"{at}: table {caption!r}, row {want_row[0]!r} has {len(row)} cells, not {len(want_row)}",
+        where=at,
+    )
+
+
+def _compare_table(st: _State, i: int, table: _Table, want: Any) -> bool:
+    """One table against the events' (caption, header, rows); False if they no longer line up."""
+    caption, header, rows = want
+    where = f"{REPORT} line {table.line}"
+    if table.caption != caption:
+        st.fail(
+            f"{where}: table {i + 1} is {table.caption!r}; the events give {caption!r}",
+            where=where,
+        )
+        return False
+    if table.header != header:
+        st.fail(
+            f"{where}: table {caption!r} has the header {table.header}, not {header}",
+            where=where,
+        )
+    if len(table.rows) != len(rows):
+        st.fail(
+            f"{where}: table {caption!r} has {len(table.rows)} rows; the events give {len(rows)}",
+            where=where,
+        )
+    for row, want_row, line in zip(table.rows, rows, table.row_lines, strict=False):
+        if row != want_row:
+            _compare_row(st, caption, header, row, want_row, line)
+    return True
+
+
+def _check_verdict_classes(st: _State, body: list[_Table], a: Archive) -> None:
+    """The verdict cells carry the class of their verdict (it colours them)."""
+    hyps = [r for r in (a.body(s) for s in a.of_kind("analysis.result")) if r.get("hypothesis")]
+    for table in body:
+        if not table.caption.startswith("Pre-registered hypotheses: each verdict"):
             continue
-        table = body[i]
-        where = f"{REPORT} line {table.line}"
-        if table.caption != caption:
-            st.fail(
-                f"{where}: table {i + 1} is {table.caption!r}; the events give {caption!r}",
-                where=where,
-            )
-            return  # the tables no longer line up; one message is enough
-        if table.header != header:
-            st.fail(
-                f"{where}: table {caption!r} has the header {table.header}, not {header}",
-                where=where,
-            )
-        if len(table.rows) != len(rows):
-            st.fail(
-                f"{where}: table {caption!r} has {len(table.rows)} rows; the events give "
-                f"{len(rows)}",
-                where=where,
-            )
-        for row, want_row, line in zip(table.rows, rows, table.row_lines, strict=False):
-            if row == want_row:
-                continue
-            at = f"{REPORT} line {line}"
-            for col, (got, exp) in enumerate(zip(row, want_row, strict=False)):
-                if got != exp:
-                    name = header[col] if col < len(header) else f"column {col + 1}"
-                    st.fail(
-                        f"{at}: table {caption!r}, row {want_row[0]!r}, {name}: the report "
-                        f"says {got!r}, the events say {exp!r}",
-                        where=at,
-                    )
-                    break
-            else:
+        for classes, r, line in zip(table.verdict_classes, hyps, table.row_lines, strict=False):
+            text = str(r.get("verdict") or "–")
+            want_cls = f"verdict v-{text.replace(' ', '-')}"
+            if classes[:1] != [want_cls]:
+                at = f"{REPORT} line {line}"
                 st.fail(
-                    f"{at}: table {caption!r}, row {want_row[0]!r} has {len(row)} cells, "
-                    f"not {len(want_row)}",
+                    f"{at}: the verdict of {r.get('hypothesis')} is styled "
+                    f"{classes[:1]}, not [{want_cls!r}]",
                     where=at,
                 )
+
+
+def _compare_tables(st: _State, parsed: list[_Table], want: list[Any], a: Archive) -> None:
+    if not parsed:
+        st.fail(f"{REPORT} has no table", where=REPORT)
+        return
+    body, last = parsed[:-1], parsed[-1]
+    _check_checks_table(st, last)
+    for i, wanted in enumerate(want):
+        if i >= len(body):
+            st.fail(f"{REPORT}: table {wanted[0]!r} is missing (the events give it)", where=REPORT)
+            continue
+        if not _compare_table(st, i, body[i], wanted):
+            return  # the tables no longer line up; one message is enough
     for table in body[len(want) :]:
         where = f"{REPORT} line {table.line}"
         st.fail(f"{where}: table {table.caption!r} is not one the events give", where=where)
-    # the verdict cells carry the class of their verdict (it colours them)
-    hyps = [r for r in (a.body(s) for s in a.of_kind("analysis.result")) if r.get("hypothesis")]
-    for table in body:
-        if table.caption.startswith("Pre-registered hypotheses: each verdict"):
-            for classes, r, line in zip(table.verdict_classes, hyps, table.row_lines, strict=False):
-                text = str(r.get("verdict") or "–")
-                want_cls = f"verdict v-{text.replace(' ', '-')}"
-                if classes[:1] != [want_cls]:
-                    at = f"{REPORT} line {line}"
-                    st.fail(
-                        f"{at}: the verdict of {r.get('hypothesis')} is styled "
-                        f"{classes[:1]}, not [{want_cls!r}]",
-                        where=at,
-                    )
+    _check_verdict_classes(st, body, a)
 
 
 def _compare_blocks(
@@ -2273,52 +2239,72 @@ def _compare_blocks(
         st.fail(f"{REPORT} lacks <{want_tag}> {shown[:120]!r}", where=REPORT)
 
 
+def _embedded_png(st: _State, fig: _Figure, name: str, where: str) -> bytes | None:
+    """The bytes a figure embeds, or None (a FAIL) if it is not a base64 PNG data URL."""
+    if not fig.src.startswith(_DATA_PNG):
+        st.fail(
+            f"{where}: figure {name} is not an embedded PNG (data:image/png;base64)",
+            where=where,
+        )
+        return None
+    text = fig.src[len(_DATA_PNG) :]
+    try:
+        return base64.b64decode(text.encode("ascii"), validate=True)
+    except (binascii.Error, UnicodeEncodeError, ValueError):
+        st.fail(f"{where}: figure {name} is not valid base64", where=where)
+        return None
+
+
+def _compare_figure(
+    st: _State, a: Archive, i: int, fig: _Figure, want: tuple[str, str, str]
+) -> str | None:
+    """One figure: its title and caption, its bytes those of its file, a well-formed PNG.
+
+    Returns the file it embeds, or None.
+    """
+    where = f"{REPORT} line {fig.line}"
+    name, title, caption = want
+    rel = f"analysis/figures/{name}"
+    if fig.alt != title or fig.caption != caption:
+        st.fail(
+            f"{where}: figure {i + 1} is titled {fig.alt!r}; the report's figure {i + 1} "
+            f"is {title!r} with its caption",
+            where=where,
+        )
+    data = _embedded_png(st, fig, name, where)
+    if data is None:
+        return None
+    file_data = a.file(rel)
+    if file_data is None:
+        st.fail(f"{a.absent(rel)} (embedded at {where})", where=rel)
+        return None
+    if data != file_data:
+        st.fail(
+            f"{where}: the image embedded as {name} is not the bytes of {rel} "
+            f"(SHA-256 {hashlib.sha256(data).hexdigest()[:16]}… vs "
+            f"{hashlib.sha256(file_data).hexdigest()[:16]}…)",
+            where=rel,
+        )
+    problem = png_problem(file_data)
+    if problem is not None:
+        st.fail(f"{rel} {problem}", where=rel)
+    return rel
+
+
 def _compare_figures(st: _State, a: Archive, figures: list[_Figure]) -> int:
     want = expected_figures(a)
     present = sorted(r for r in a.files.files if r.startswith("analysis/figures/"))
     embedded: set[str] = set()
     for i, fig in enumerate(figures):
-        where = f"{REPORT} line {fig.line}"
         if i >= len(want):
+            where = f"{REPORT} line {fig.line}"
             st.fail(
                 f"{where}: image {i + 1} ({fig.alt!r}) is not a figure of the report", where=where
             )
             continue
-        name, title, caption = want[i]
-        rel = f"analysis/figures/{name}"
-        if fig.alt != title or fig.caption != caption:
-            st.fail(
-                f"{where}: figure {i + 1} is titled {fig.alt!r}; the report's figure {i + 1} "
-                f"is {title!r} with its caption",
-                where=where,
-            )
-        if not fig.src.startswith(_DATA_PNG):
-            st.fail(
-                f"{where}: figure {name} is not an embedded PNG (data:image/png;base64)",
-                where=where,
-            )
-            continue
-        text = fig.src[len(_DATA_PNG) :]
-        try:
-            data = base64.b64decode(text.encode("ascii"), validate=True)
-        except (binascii.Error, UnicodeEncodeError, ValueError):
-            st.fail(f"{where}: figure {name} is not valid base64", where=where)
-            continue
-        file_data = a.file(rel)
-        if file_data is None:
-            st.fail(f"{a.absent(rel)} (embedded at {where})", where=rel)
-            continue
-        embedded.add(rel)
-        if data != file_data:
-            st.fail(
-                f"{where}: the image embedded as {name} is not the bytes of {rel} "
-                f"(SHA-256 {hashlib.sha256(data).hexdigest()[:16]}… vs "
-                f"{hashlib.sha256(file_data).hexdigest()[:16]}…)",
-                where=rel,
-            )
-        problem = png_problem(file_data)
-        if problem is not None:
-            st.fail(f"{rel} {problem}", where=rel)
+        rel = _compare_figure(st, a, i, fig, want[i])
+        if rel is not None:
+            embedded.add(rel)
     for _, title, _ in want[len(figures) :]:
         st.fail(f"{REPORT} does not embed the figure {title!r}", where=REPORT)
     for rel in present:
@@ -2327,9 +2313,8 @@ def _compare_figures(st: _State, a: Archive, figures: list[_Figure]) -> int:
     return len(figures)
 
 
-def check_report(a: Archive) -> Check:
-    """``report.html`` and every figure say what the events say (§7)."""
-    st = _State("report")
+def _report_text(st: _State, a: Archive) -> str | None:
+    """The report's text, or None after a WARN (no report at all) or a FAIL."""
     data = a.file(REPORT)
     if data is None:
         figures = [r for r in a.files.files if r.startswith("analysis/figures/")]
@@ -2339,14 +2324,14 @@ def check_report(a: Archive) -> Check:
                 "without the report module)",
                 where=REPORT,
             )
-            return st.check("")
+            return None
         st.fail(a.absent(REPORT), where=REPORT)
-        return st.check("")
+        return None
     try:
         text = data.decode("utf-8")
     except UnicodeDecodeError as exc:
         st.fail(f"{REPORT} is not UTF-8 (byte {exc.start})", where=REPORT)
-        return st.check("")
+        return None
     hidden = re.search(r"<!--|<!\[|<\?", text)
     if hidden is not None:
         line = text.count("\n", 0, hidden.start()) + 1
@@ -2354,17 +2339,16 @@ def check_report(a: Archive) -> Check:
             f"{REPORT} line {line}: a comment or marked section, which the report never has",
             where=f"{REPORT} line {line}",
         )
-        return st.check("")
-    parser = _ReportParser()
-    parser.feed(text)
-    parser.close()
-    for problem in parser.problems:
-        st.fail(problem, where=problem.split(":", 1)[0])
+        return None
+    return text
+
+
+def _compare_frame(st: _State, parser: _ReportParser, expect: _Expect) -> None:
+    """The stylesheet, the title and the SIMULATED DATA banner."""
     if len(parser.styles) != 1 or (
         hashlib.sha256(parser.styles[0].encode("utf-8")).hexdigest() != STYLESHEET_SHA256
     ):
         st.fail(f"{REPORT}: the stylesheet is not the report's (format 1) stylesheet", where=REPORT)
-    expect = _Expect(a)
     title = expect.title()
     if title is not None and parser.title != title:
         st.fail(
@@ -2379,6 +2363,21 @@ def check_report(a: Archive) -> Check:
         )
     if banner is None and simulated:
         st.fail(f"{REPORT} says SIMULATED DATA, but no run.started is simulated", where=REPORT)
+
+
+def check_report(a: Archive) -> Check:
+    """``report.html`` and every figure say what the events say (§7)."""
+    st = _State("report")
+    text = _report_text(st, a)
+    if text is None:
+        return st.check("")
+    parser = _ReportParser()
+    parser.feed(text)
+    parser.close()
+    for problem in parser.problems:
+        st.fail(problem, where=problem.split(":", 1)[0])
+    expect = _Expect(a)
+    _compare_frame(st, parser, expect)
     _compare_blocks(st, parser.blocks, expect.blocks())
     wanted = expect.tables()
     _compare_tables(st, parser.tables, wanted, a)

@@ -1,0 +1,446 @@
+"""The analysis dataset rebuilt from the scores: ``trials.csv`` and ``items.csv`` (analysis.md §2).
+
+Part of the science checks (:mod:`verify._science`); imports nothing from ``ledger``,
+``runner`` or ``analysis``.
+"""
+
+from __future__ import annotations
+
+import csv
+import hashlib
+import hmac
+import io
+import json
+import math
+from dataclasses import dataclass, field, replace
+from typing import Any
+
+import rfc8785
+
+from verify import _ddx
+from verify._recompute.archive import (
+    ORIENTATIONS,
+    TUMBLING_E,
+    _Archive,
+    _Event,
+    _locked_bytes,
+    _Problem,
+    _sources,
+)
+from verify._rescore import (
+    CONTROL_TRUTH,
+)
+from verify._variants import back_to_original
+
+TRIAL_COLUMNS = (
+    "trial",
+    "arm",
+    "stimulus",
+    "rep",
+    "response_seq",
+    "status",
+    "n_items",
+    "n_answered",
+    "n_correct",
+    "accuracy",
+    "control",
+    "excluded",
+)
+
+
+ITEM_COLUMNS = ("trial", "arm", "stimulus", "rep", "row", "position", "truth", "answer", "correct")
+
+
+MODEL_TRIAL_COLUMNS = (*TRIAL_COLUMNS[:2], "model", *TRIAL_COLUMNS[2:])
+"""``trials.csv`` of a study with ``[models]``: the model after the arm (analysis.md §2)."""
+
+
+MODEL_ITEM_COLUMNS = (*ITEM_COLUMNS[:2], "model", *ITEM_COLUMNS[2:])
+
+
+VARIANT_TRIAL_COLUMNS = (*MODEL_TRIAL_COLUMNS[:4], "variant", *MODEL_TRIAL_COLUMNS[4:])
+"""``trials.csv`` of a study with variants: the variant after the stimulus (variants.md §5)."""
+
+
+VARIANT_ITEM_COLUMNS = (
+    *MODEL_ITEM_COLUMNS[:4],
+    "variant",
+    "order",
+    *MODEL_ITEM_COLUMNS[4:],
+    "truth_original",
+    "answer_original",
+)
+
+
+@dataclass
+class _Dataset:
+    trials: list[dict[str, Any]]
+    items: list[dict[str, Any]]
+    arms: list[str]
+    given_up: list[str]
+    scores_sha256: str
+    sources: dict[str, str] = field(default_factory=dict)
+    models: list[str] = field(default_factory=list)  # model_order of a [models] study
+    variants: bool = False  # the study declares variants (docs/variants.md)
+    cloze: bool = False  # the parser is cloze: items.csv ends in logprobs, margin
+    ddx: bool = False  # the parser is ddx: trials.csv ends in the metrics (scoring.md §12)
+    covariates: list[str] = field(default_factory=list)  # analysis.md §11: covariate.NAME
+    factors: list[str] = field(default_factory=list)  # analysis.md §2: factor.<NAME> columns
+    excluded_trials: list[str] = field(default_factory=list)  # trial.excluded: never sent
+
+    @property
+    def several_models(self) -> bool:
+        return len(self.models) >= 2
+
+    def for_model(self, model: str) -> _Dataset:
+        """Only the rows of one model, as the dataset of a one-model study."""
+        return replace(
+            self,
+            # with a data arm's rows (model ""), compared within each model (trials.md §6)
+            trials=[t | {"model": model} for t in self.trials if t["model"] in (model, "")],
+            items=[i | {"model": model} for i in self.items if i["model"] in (model, "")],
+            given_up=[g for g in self.given_up if _trial_model(g) == model],
+            excluded_trials=[g for g in self.excluded_trials if _trial_model(g) == model],
+            models=[],
+        )  # a one-model study's dataset; every other member (variants, cloze, ...) kept
+
+    def for_variant(self, variant: str) -> _Dataset:
+        """Only the rows of one variant (a post-hoc ``variant``, analysis.md §6)."""
+
+        def of(trial: str) -> str | None:
+            parts = trial.split("|")
+            return parts[3] if len(parts) == 5 else None
+
+        return replace(
+            self,
+            trials=[t for t in self.trials if str(t["variant"]) == variant],
+            items=[i for i in self.items if str(i["variant"]) == variant],
+            given_up=[g for g in self.given_up if of(g) == variant],
+            excluded_trials=[g for g in self.excluded_trials if of(g) == variant],
+        )
+
+    def for_stimuli(self, stimuli: list[str]) -> _Dataset:
+        """Only the rows of these stimuli (a hypothesis's ``stimuli``, study-spec.md)."""
+        keep = {str(s) for s in stimuli}
+        return replace(
+            self,
+            trials=[t for t in self.trials if str(t["stimulus"]) in keep],
+            items=[i for i in self.items if str(i["stimulus"]) in keep],
+        )  # every other member (given_up, sources, models, variants, cloze) kept
+
+    def analysable(self) -> list[dict[str, Any]]:
+        return [t for t in self.trials if not t["control"] and not t["excluded"]]
+
+    def analysable_items(self) -> list[dict[str, Any]]:
+        ids = {t["trial"] for t in self.analysable()}
+        return [i for i in self.items if i["trial"] in ids and i["truth"] != CONTROL_TRUTH]
+
+
+def _trial_model(trial: str) -> str:
+    """The model part of a trial id ``arm|model|item|rep`` (``""`` for ``arm|stimulus|rep``).
+
+    A five-part id (with a variant, ``docs/variants.md`` §4) has it second too (maybe empty).
+    """
+    parts = trial.split("|")
+    return parts[1] if len(parts) in (4, 5) else ""
+
+
+def _plan_models(plan: dict[str, Any]) -> list[str]:
+    """The model order of a ``[models]`` study (prompts.md §7), else an empty list."""
+    declared = plan.get("models")
+    if not isinstance(declared, dict):
+        return []
+    order = plan.get("model_order")
+    names = [str(m) for m in order] if isinstance(order, list) else sorted(declared)
+    return trial_models(plan, names)
+
+
+def trial_models(plan: dict[str, Any], names: list[str]) -> list[str]:
+    """``names`` less the models only steps use (docs/prompts.md §8), in their order.
+
+    A model only steps use: every arm lists its models and none lists it. A study without
+    steps keeps every name.
+    """
+    arms = plan.get("arms")
+    if not plan.get("steps") or not isinstance(arms, dict):
+        return names
+    used: set[str] = set()
+    for arm in arms.values():
+        if isinstance(arm, dict) and "response_from" in arm:
+            continue  # a data arm runs no model (docs/trials.md §6)
+        listed = arm.get("models") if isinstance(arm, dict) else None
+        if not isinstance(listed, list):
+            return names
+        used.update(str(m) for m in listed)
+    return [n for n in names if n in used]
+
+
+def _csv_bytes(rows: list[dict[str, Any]], columns: tuple[str, ...]) -> bytes:
+    out = io.StringIO()
+    writer = csv.writer(out, lineterminator="\n")
+    writer.writerow(columns)
+    for row in rows:
+        cells: list[Any] = []
+        for c in columns:
+            v = row[c]
+            if v is None or (isinstance(v, float) and math.isnan(v)):
+                cells.append("")
+            elif isinstance(v, float):
+                cells.append(f"{v:.10g}")
+            else:
+                cells.append(v)
+        writer.writerow(cells)
+    return out.getvalue().encode("utf-8")
+
+
+def _arm_codes(revealed: _Event) -> dict[str, str]:
+    """The revealed arm codes, each checked to be HMAC-SHA256(secret, arm) (randomization)."""
+    arm_codes: dict[str, str] = revealed.body.get("arm_codes") or {}
+    secret_hex = revealed.body.get("secret_hex")
+    if not isinstance(secret_hex, str):
+        return arm_codes
+    try:
+        secret = bytes.fromhex(secret_hex)
+    except ValueError:
+        secret = b""
+    for arm, code in arm_codes.items():
+        expected = hmac.new(secret, arm.encode("utf-8"), hashlib.sha256).hexdigest()[:12]
+        if code != expected:
+            raise _Problem(
+                f"blinding.revealed seq {revealed.seq}: code of arm {arm} is not "
+                "HMAC-SHA256(secret, arm)",
+                revealed.seq,
+            )
+    return arm_codes
+
+
+@dataclass(frozen=True)
+class _Reading:
+    """What every trial row is read with: the arm of each code and the locked settings."""
+
+    code_arm: dict[str, str]
+    exclude: bool
+    tumbling: bool
+    ddx: bool
+
+
+def _request_of(archive: _Archive, event: _Event, b: dict[str, Any]) -> dict[str, Any]:
+    """The trial.requested body a trial.scored event scores."""
+    response = archive.by_seq.get(b.get("response_seq", -1))
+    request = archive.by_seq.get(response.body.get("request_seq", -1)) if response else None
+    if response is None or request is None or request.kind != "trial.requested":
+        raise _Problem(f"trial.scored seq {event.seq}: its request cannot be found", event.seq)
+    return request.body
+
+
+def _scored_items(archive: _Archive, event: _Event, ddx: bool) -> list[dict[str, Any]]:
+    try:
+        items: list[dict[str, Any]] = [] if ddx else json.loads(archive.event_blob(event, "scores"))
+    except (ValueError, RecursionError):
+        raise _Problem(
+            f"trial.scored seq {event.seq}: scores blob is not JSON", event.seq
+        ) from None
+    return items
+
+
+def _item_row(common: dict[str, Any], order: str, i: dict[str, Any]) -> dict[str, Any]:
+    """analysis.md §2: one row of ``items.csv``."""
+    return {
+        **common,
+        "row": i.get("row"),
+        "position": i.get("position"),
+        "truth": i.get("truth"),
+        "answer": i.get("answer"),
+        "correct": i.get("correct"),
+        "order": order,
+        "truth_original": _original(order, i.get("truth")),
+        "answer_original": _original(order, i.get("answer")),
+        "logprobs": (
+            bytes(rfc8785.dumps(i["logprobs"])).decode("utf-8") if "logprobs" in i else None
+        ),
+        "margin": i.get("margin"),
+    }
+
+
+def _trial_rows(
+    archive: _Archive, event: _Event, reading: _Reading
+) -> tuple[int, dict[str, Any], list[dict[str, Any]]]:
+    """(response seq, the ``trials.csv`` row, the ``items.csv`` rows) of one trial.scored."""
+    b = archive.at(event).body
+    rq = _request_of(archive, event, b)
+    trial_arm = reading.code_arm.get(b.get("arm_code", ""))
+    if trial_arm is None or trial_arm != rq.get("arm"):
+        raise _Problem(
+            f"trial.scored seq {event.seq}: arm code {b.get('arm_code')} is not the code of "
+            f"arm {rq.get('arm')} of trial {rq.get('trial')}",
+            event.seq,
+        )
+    items = _scored_items(archive, event, reading.ddx)
+    metrics = (b.get("ddx") or {}).get("metrics") if reading.ddx else None
+    n_items = int(b["n_items"])
+    common = {
+        "trial": rq["trial"],
+        "arm": trial_arm,
+        "model": _trial_model(str(rq["trial"])),
+        "stimulus": rq["stimulus"],
+        "variant": str(rq.get("variant", "")),
+        "rep": int(rq["rep"]),
+    }
+    order = str(b.get("order", ""))
+    row = {
+        **common,
+        "response_seq": b["response_seq"],
+        "status": b["status"],
+        "n_items": n_items,
+        "n_answered": int(b["n_answered"]),
+        "n_correct": int(b["n_correct"]),
+        "accuracy": int(b["n_correct"]) / n_items if n_items else math.nan,
+        "control": (
+            reading.tumbling and len(items) == 1 and items[0].get("truth") == CONTROL_TRUTH
+        ),
+        "excluded": reading.exclude and b["status"] == "unparseable",
+    }
+    for name in _ddx.METRICS:  # scoring.md §12: None (undefined) is an empty cell
+        value = (metrics or {}).get(name) if isinstance(metrics, dict) else None
+        row[name] = math.nan if value is None else float(value)
+    item_rows = [_item_row(common, order, i) for i in items]
+    return int(b["response_seq"]), row, item_rows
+
+
+def _add_covariates(
+    archive: _Archive, plan: dict[str, Any], rows: list[dict[str, Any]]
+) -> list[str]:
+    """analysis.md §11: each trial's item labels, from the step's responses; the names."""
+    covariates = _covariate_names(plan)
+    if not covariates:
+        return covariates
+    labels = _item_labels(archive, plan)
+    for row in rows:
+        decision = labels.get(str(row["stimulus"]))
+        for name in covariates:
+            value = decision.get(name) if isinstance(decision, dict) else None
+            row[f"covariate.{name}"] = value if isinstance(value, bool) else None
+    return covariates
+
+
+def _add_factors(plan: dict[str, Any], rows: list[dict[str, Any]]) -> list[str]:
+    """analysis.md §2: a factorial study's ``factor.<NAME>`` columns; the names."""
+    factorial = plan.get("factorial")
+    factor_names = (
+        [str(f) for f in factorial.get("factors") or []] if isinstance(factorial, dict) else []
+    )
+    arm_table = plan.get("arms") if isinstance(plan.get("arms"), dict) else {}
+    for row in rows:
+        info = arm_table.get(row["arm"]) if isinstance(arm_table, dict) else None
+        cell = info.get("factors") if isinstance(info, dict) else None
+        for f in factor_names:
+            row[f"factor.{f}"] = str(cell.get(f, "")) if isinstance(cell, dict) else ""
+    return factor_names
+
+
+def _dataset(archive: _Archive, plan: dict[str, Any]) -> _Dataset:
+    revealed = archive.first("blinding.revealed")
+    sealed = archive.first("scoring.sealed")
+    if revealed is None or sealed is None:
+        raise _Problem("the dataset needs scoring.sealed and blinding.revealed events")
+    arm_codes = _arm_codes(revealed)
+    response = plan.get("response") or {}
+    reading = _Reading(
+        {code: arm for arm, code in arm_codes.items()},
+        bool((plan.get("analysis") or {}).get("exclude_unparseable", True)),
+        response.get("parser", TUMBLING_E) == TUMBLING_E,
+        response.get("parser") == "ddx",
+    )
+    trials = [_trial_rows(archive, event, reading) for event in archive.of("trial.scored")]
+    trials.sort(key=lambda t: t[0])
+    rows = [t[1] for t in trials]
+    covariates = _add_covariates(archive, plan, rows)
+    factor_names = _add_factors(plan, rows)
+    given_up = [str(e.body.get("trial")) for e in archive.of("trial.failed") if e.body.get("final")]
+    by_source = (plan.get("analysis") or {}).get("random_intercept") == "source"
+    return _Dataset(
+        rows,
+        [i for t in trials for i in t[2]],
+        sorted(arm_codes),
+        given_up,
+        str(sealed.body.get("scores_sha256")),
+        _sources(archive) if by_source else {},
+        _plan_models(plan),
+        variants=plan.get("variants") is not None,
+        cloze=response.get("parser") == "cloze",
+        ddx=reading.ddx,
+        covariates=covariates,
+        factors=factor_names,
+        excluded_trials=sorted({str(e.body.get("trial")) for e in archive.of("trial.excluded")}),
+    )
+
+
+def _covariate_names(plan: dict[str, Any]) -> list[str]:
+    """analysis.md §11: the declared labels, perturbable then indicators (else [])."""
+    table = (plan.get("analysis") or {}).get("covariates")
+    if not isinstance(table, dict):
+        return []
+    return [str(n) for key in ("perturbable", "indicators") for n in table.get(key) or []]
+
+
+def _item_labels(archive: _Archive, plan: dict[str, Any]) -> dict[str, Any]:
+    """analysis.md §11: the covariate step's decision per item, re-derived from its responses."""
+    from verify._steps import item_decisions
+
+    step = str(plan["analysis"]["covariates"].get("step"))
+    rec = (plan.get("steps") or {}).get(step) or {}
+    schema_path = rec.get("schema")
+    raw = _locked_bytes(archive, schema_path) if isinstance(schema_path, str) else None
+    if raw is None:
+        raise _Problem(f"protocol.locked analysis.covariates: step {step!r} has no locked schema")
+    kinds = ("step.requested", "step.responded", "step.failed")
+    events = [
+        (
+            e.seq,
+            e.kind,
+            e.body,
+            (lambda name, e=e: archive.event_blob(e, name) if name in e.blobs else None),
+        )
+        for e in archive.events
+        if e.kind in kinds
+    ]
+    return item_decisions(plan, step, json.loads(raw), events)
+
+
+def _original(order: str, label: Any) -> Any:
+    """variants.md §2/§5: a label of a permuted trial mapped back (unchanged without order)."""
+    if order and type(label) is str and len(label) == 1 and "A" <= label < chr(65 + len(order)):
+        return back_to_original(order, label)
+    return label
+
+
+def _labels(plan: dict[str, Any]) -> tuple[str, ...] | None:
+    """analysis.md §3: the answers the locked parser can give; None for free text."""
+    response = plan.get("response") or {}
+    parser = response.get("parser", TUMBLING_E)
+    if parser in (TUMBLING_E, "orientation-word"):
+        return ORIENTATIONS
+    if parser == "yes-no-maybe":
+        return ("yes", "no", "maybe")
+    if parser in ("multiple-choice", "cloze"):
+        return tuple(str(response.get("letters") or "ABCD"))
+    return None
+
+
+def _restrict(ds: _Dataset, keep: set[str]) -> _Dataset:
+    return replace(
+        ds,
+        trials=[t for t in ds.trials if t["trial"] in keep],
+        items=[i for i in ds.items if i["trial"] in keep],
+        given_up=[g for g in ds.given_up if g in keep],
+        excluded_trials=[g for g in ds.excluded_trials if g in keep],
+    )  # every other member (models, variants, cloze, ...) as the whole study's
+
+
+def _metric_ds(ds: _Dataset, outcome: str) -> _Dataset:
+    """analysis.md §9: ``ds`` with a ddx metric as each trial's accuracy; undefined: excluded."""
+    rows = [
+        {**t, "accuracy": t[outcome], "excluded": bool(t["excluded"]) or math.isnan(t[outcome])}
+        for t in ds.trials
+    ]
+    return replace(ds, trials=rows)
