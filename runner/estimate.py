@@ -8,8 +8,8 @@ from pathlib import Path
 from typing import Any
 
 from ledger import Ledger
+from runner._budget import request_input_tokens
 from runner.backends import Backend
-from runner.execute import request_input_tokens
 from runner.lock import check_integrity, ledger_path
 from runner.pricing import BATCH_DISCOUNT, PRICES_AS_OF, Price, backend_price
 from runner.request import RequestBuilder

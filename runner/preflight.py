@@ -66,14 +66,42 @@ SAME_ERROR_ATTEMPTS = 3
 class PreflightHost(Protocol):
     """What the preflight needs of the session it precedes (:class:`runner.execute.Runner`)."""
 
-    study: Study
-    log: Ledger
-    key: SigningKey
-    backend: Backend
-    builder: RequestBuilder
-    control: RunControl | None
-    price: Price | None
     identity: ServerIdentity | None
+
+    @property
+    def study(self) -> Study:
+        """The locked study."""
+        ...
+
+    @property
+    def log(self) -> Ledger:
+        """The study's ledger."""
+        ...
+
+    @property
+    def key(self) -> SigningKey:
+        """The key the preflight events are signed with."""
+        ...
+
+    @property
+    def backend(self) -> Backend:
+        """The backend the session sends to."""
+        ...
+
+    @property
+    def builder(self) -> RequestBuilder:
+        """The study's request builder."""
+        ...
+
+    @property
+    def control(self) -> RunControl | None:
+        """The session's signal handling, if any."""
+        ...
+
+    @property
+    def price(self) -> Price | None:
+        """The price the session is costed with (None: unpriced)."""
+        ...
 
     @property
     def options(self) -> Any:
