@@ -119,15 +119,7 @@ class LeaseQueue:
             raced = True
             while raced:  # lost a race for the lowest free trials: ask again
                 claimed, finals, raced = link.claim(ids[start : start + CLAIM_CHUNK], want)
-            late = [
-                c.trial
-                for c in claimed
-                if c.attempts == 0 and self.by_id[c.trial].position < self.high
-            ]
-            if late:
-                link.release(late)
-                self.deferred.update(late)
-                claimed = [c for c in claimed if c.trial not in self.deferred]
+            claimed = self._defer_late(claimed)
             if not claimed and not finals:
                 continue
             self._forget(finals | {c.trial for c in claimed})
@@ -137,6 +129,22 @@ class LeaseQueue:
                 s.tick()
                 return True
         return False
+
+    def _defer_late(self, claimed: list[Any]) -> list[Any]:
+        """The claimed trials this session keeps; the others are given back.
+
+        A never-requested trial before this session's highest first request is left to a new
+        session (first requests ascend within each session, ``docs/trials.md`` §8).
+        """
+        late = [
+            c.trial for c in claimed if c.attempts == 0 and self.by_id[c.trial].position < self.high
+        ]
+        if not late:
+            return claimed
+        assert self.s.shared is not None
+        self.s.shared.link.release(late)
+        self.deferred.update(late)
+        return [c for c in claimed if c.trial not in self.deferred]
 
     def _forget(self, taken: set[str]) -> None:
         """Drop ``taken`` (claimed here, or final) from the trials waited for."""

@@ -708,18 +708,31 @@ def session_models(
                 "one [model]"
             )
         return (None,)
-    if names:
-        unknown = [n for n in names if n not in study.models]
-        if unknown:
-            raise StudyError(
-                f"--model {', '.join(unknown)}: not a model of {study.spec_path} (models: "
-                f"{', '.join(study.models)})"
-            )
-        chosen = [n for n in study.models if n in names]
-    else:
-        chosen = list(study.models)
+    chosen = _named_models(study, names)
     if backend.simulated:
         return tuple(chosen)
+    return _served_models(study, backend, names, chosen)
+
+
+def _named_models(study: Study, names: Sequence[str] | None) -> list[str]:
+    """The models ``--model`` names (all of a ``[models]`` study's without it), in study order."""
+    assert study.models is not None
+    if not names:
+        return list(study.models)
+    unknown = [n for n in names if n not in study.models]
+    if unknown:
+        raise StudyError(
+            f"--model {', '.join(unknown)}: not a model of {study.spec_path} (models: "
+            f"{', '.join(study.models)})"
+        )
+    return [n for n in study.models if n in names]
+
+
+def _served_models(
+    study: Study, backend: Backend, names: Sequence[str] | None, chosen: list[str]
+) -> tuple[str | None, ...]:
+    """Of ``chosen``, the models whose provider the real ``backend`` serves."""
+    assert study.models is not None
     served = [n for n in chosen if provider_refusal(study.models[n].provider, backend.name) is None]
     if names and len(served) < len(chosen):
         bad = next(n for n in chosen if n not in served)
