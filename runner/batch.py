@@ -21,6 +21,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 from ledger import Ledger, SigningKey
+from runner._session import Session
 from runner.backends import (
     AnthropicBackend,
     BackendError,
@@ -33,6 +34,7 @@ from runner.execute import ProgressHook, Runner, RunOptions
 from runner.pricing import cost_at
 from runner.request import Trial
 from runner.spec import Study
+from runner.state import TrialState
 
 FORMAT_BATCH = "anthropic-batch-result"
 
@@ -51,8 +53,13 @@ class AnthropicBatchBackend(AnthropicBackend):
         progress: ProgressHook | None,
         control: RunControl | None = None,
     ) -> Runner:
-        """The session driver for batches (:func:`runner.execute.run_study` calls this)."""
-        return BatchRunner(study, log, key, self, options, progress, control)
+        """A runner whose session is driven in batches.
+
+        :func:`runner.execute.run_study` calls this.
+        """
+        return Runner(
+            study, log, key, self, options, progress, control, driver=BatchRunner, batch=True
+        )
 
     async def submit(self, requests: list[dict[str, Any]]) -> str:
         """Create a batch of ``{"custom_id", "params"}`` requests; return its id."""
@@ -94,126 +101,25 @@ class AnthropicBatchBackend(AnthropicBackend):
                 yield line
 
 
-class BatchRunner(Runner):
-    """A session that submits, polls and collects Message Batches instead of single calls."""
+class BatchRunner:
+    """Drives a session in Message Batches: submit, poll and collect instead of single calls.
 
-    backend: AnthropicBatchBackend
+    A driver of :class:`runner.execute.Runner` (which opens and closes the session): it
+    composes the session's context (:class:`runner._session.Session`: its budget, recorder
+    and counters) rather than extending the call-by-call runner.
+    """
+
     batch = True
     chunk: int = 10_000
-    _task: asyncio.Future[None] | None = None
 
-    async def _collect(self, batch_id: str, by_custom: dict[str, tuple[Trial, int, int]]) -> None:
-        """Poll ``batch_id`` until it ends; record every result not yet recorded."""
-        assert self.state is not None
-        while True:
-            status, _counts, url = await self.backend.status(batch_id)
-            if self.progress is not None:
-                self.progress(self.counters, self.final, len(self.state.order))
-            if status == "ended" and url:
-                break
-            if self.stop_reason is not None:
-                return
-            await self._pause(self.options.poll_interval)
-        seen: set[str] = set()
-        async for line in self.backend.results(url):
-            try:
-                item = json.loads(line)
-                custom_id = item["custom_id"]
-                result = item["result"]
-                kind = result["type"]
-            except (ValueError, KeyError, TypeError):
-                continue
-            entry = by_custom.get(custom_id)
-            if entry is None or custom_id in seen:
-                continue
-            seen.add(custom_id)
-            trial, attempt, seq = entry
-            record = self.state.trials[trial.id]
-            if record.open_request != seq:
-                continue  # recorded by an earlier session
-            record.open_request = None
-            if kind == "succeeded":
-                message = result["message"]
-                usage = message.get("usage") if isinstance(message.get("usage"), dict) else {}
-                reply = Reply(
-                    raw=line,
-                    http_status=200,
-                    request_id=message.get("id"),
-                    model=message.get("model"),
-                    stop_reason=message.get("stop_reason"),
-                    usage=usage,
-                    format=FORMAT_BATCH,
-                )
-                cost = self._append_batch_response(trial, attempt, seq, reply)
-                record.responded = seq
-                self.counters.responded += 1
-                self.counters.cost_usd += cost or 0.0
-                self.final += 1
-            else:
-                error = result.get("error", {}) if kind == "errored" else {}
-                inner = error.get("error", error) if isinstance(error, dict) else {}
-                message_text = inner.get("message", kind) if isinstance(inner, dict) else kind
-                err_type = inner.get("type", kind) if isinstance(inner, dict) else kind
-                retryable = kind in ("expired", "canceled") or err_type != "invalid_request_error"
-                record.failures += 1
-                self.counters.failed += 1
-                final = (not retryable) or record.failures >= self.options.max_attempts
-                self._append_failure(
-                    trial,
-                    attempt,
-                    seq,
-                    BackendError(
-                        f"batch_{kind}:{err_type}", str(message_text), retryable=retryable, raw=line
-                    ),
-                    final=final,
-                )
-                if final:
-                    record.given_up = seq
-                    self.counters.given_up += 1
-                    self.final += 1
-            if self.progress is not None:
-                self.progress(self.counters, self.final, len(self.state.order))
+    def __init__(self, session: Session) -> None:
+        """Drive ``session``, whose backend is :class:`AnthropicBatchBackend`."""
+        assert isinstance(session.backend, AnthropicBatchBackend)
+        self.s = session
+        self.backend: AnthropicBatchBackend = session.backend
+        self._task: asyncio.Future[None] | None = None
 
-    def _append_batch_response(
-        self, trial: Trial, attempt: int, request_seq: int, reply: Reply
-    ) -> float | None:
-        cost = cost_at(self.price, reply.usage, batch=True) if self.price is not None else None
-        self.log.append(
-            "trial.responded",
-            {
-                "trial": trial.id,
-                "attempt": attempt,
-                "request_seq": request_seq,
-                "request_id": reply.request_id,
-                "http_status": 200,
-                "latency_ms": None,
-                "stop_reason": reply.stop_reason,
-                "usage": reply.usage,
-                "cost_usd": cost,
-                "model": reply.model,
-                "format": FORMAT_BATCH,
-                "simulated": False,
-            },
-            key=self.key,
-            blobs={"response": reply.raw},
-        )
-        return cost
-
-    def _open_batches(self) -> dict[str, dict[str, tuple[Trial, int, int]]]:
-        assert self.state is not None
-        by_id = {t.id: t for t in self.state.order}
-        out: dict[str, dict[str, tuple[Trial, int, int]]] = {}
-        for trial_id, record in self.state.trials.items():
-            if record.open_batch and record.open_request is not None:
-                trial = by_id[trial_id]
-                out.setdefault(record.open_batch, {})[trial.custom_id] = (
-                    trial,
-                    record.attempts,
-                    record.open_request,
-                )
-        return out
-
-    async def _session(self) -> list[BaseException]:
+    async def drive(self) -> list[BaseException]:
         """Resume open batches, then submit and collect the pending trials chunk by chunk.
 
         A second Ctrl-C, or SIGTERM, stops waiting (:meth:`on_signal`): a submitted batch keeps
@@ -230,15 +136,16 @@ class BatchRunner(Runner):
 
     def on_signal(self, name: str, *, first: bool, interrupt: bool) -> str | None:
         """Ctrl-C: submit no new batch; a second one (or SIGTERM): stop waiting for results."""
-        if self.signalled is None:
-            self.signalled = name
-        self.request_stop(f"interrupted: {name}")
+        s = self.s
+        if s.signalled is None:
+            s.signalled = name
+        s.request_stop(f"interrupted: {name}")
         waiting = (
             "the batch in progress keeps running on the API and the next 'ledger run' "
             "collects its results"
         )
         if interrupt:
-            self.interrupted_by = name
+            s.interrupted_by = name
             if self._task is not None:
                 self._task.cancel()
             return f"{name}: no longer waiting; {waiting}"
@@ -246,77 +153,278 @@ class BatchRunner(Runner):
             return f"stopping: no new batches; {waiting}; press Ctrl-C again to stop waiting"
         return None
 
+    # ------------------------------------------------------------------ collecting
+
+    async def _collect(self, batch_id: str, by_custom: dict[str, tuple[Trial, int, int]]) -> None:
+        """Poll ``batch_id`` until it ends; record every result not yet recorded."""
+        url = await self._ended(batch_id)
+        if url is None:
+            return
+        seen: set[str] = set()
+        async for line in self.backend.results(url):
+            parsed = _result(line)
+            if parsed is None:
+                continue
+            custom_id, result, kind = parsed
+            entry = by_custom.get(custom_id)
+            if entry is None or custom_id in seen:
+                continue
+            seen.add(custom_id)
+            if self._record_result(entry, line, result, kind):
+                self.s.tick()
+
+    async def _ended(self, batch_id: str) -> str | None:
+        """Poll until the batch ends: its results URL, or None if the session stopped first."""
+        s = self.s
+        while True:
+            status, _counts, url = await self.backend.status(batch_id)
+            s.tick()
+            if status == "ended" and url:
+                return url
+            if s.stop_reason is not None:
+                return None
+            await s.pause(s.options.poll_interval)
+
+    def _record_result(
+        self, entry: tuple[Trial, int, int], line: bytes, result: dict[str, Any], kind: str
+    ) -> bool:
+        """Record one result of the batch; False when an earlier session recorded it."""
+        assert self.s.state is not None
+        trial, attempt, seq = entry
+        record = self.s.state.trials[trial.id]
+        if record.open_request != seq:
+            return False  # recorded by an earlier session
+        record.open_request = None
+        if kind == "succeeded":
+            self._succeeded(trial, record, attempt, seq, line, result["message"])
+        else:
+            self._errored(trial, record, attempt, seq, line, result, kind)
+        return True
+
+    def _succeeded(
+        self,
+        trial: Trial,
+        record: TrialState,
+        attempt: int,
+        seq: int,
+        line: bytes,
+        message: Any,
+    ) -> None:
+        s = self.s
+        usage = message.get("usage") if isinstance(message.get("usage"), dict) else {}
+        reply = Reply(
+            raw=line,
+            http_status=200,
+            request_id=message.get("id"),
+            model=message.get("model"),
+            stop_reason=message.get("stop_reason"),
+            usage=usage,
+            format=FORMAT_BATCH,
+        )
+        cost = self._append_batch_response(trial, attempt, seq, reply)
+        record.responded = seq
+        s.counters.responded += 1
+        s.counters.cost_usd += cost or 0.0
+        s.final += 1
+
+    def _errored(
+        self,
+        trial: Trial,
+        record: TrialState,
+        attempt: int,
+        seq: int,
+        line: bytes,
+        result: dict[str, Any],
+        kind: str,
+    ) -> None:
+        s = self.s
+        error = _batch_error(result, kind, line)
+        record.failures += 1
+        s.counters.failed += 1
+        final = (not error.retryable) or record.failures >= s.options.max_attempts
+        s.recorder.append_failure(trial, attempt, seq, error, final=final)
+        if final:
+            record.given_up = seq
+            s.counters.given_up += 1
+            s.final += 1
+
+    def _append_batch_response(
+        self, trial: Trial, attempt: int, request_seq: int, reply: Reply
+    ) -> float | None:
+        price = self.s.budget.price
+        cost = cost_at(price, reply.usage, batch=True) if price is not None else None
+        self.s.log.append(
+            "trial.responded",
+            {
+                "trial": trial.id,
+                "attempt": attempt,
+                "request_seq": request_seq,
+                "request_id": reply.request_id,
+                "http_status": 200,
+                "latency_ms": None,
+                "stop_reason": reply.stop_reason,
+                "usage": reply.usage,
+                "cost_usd": cost,
+                "model": reply.model,
+                "format": FORMAT_BATCH,
+                "simulated": False,
+            },
+            key=self.s.key,
+            blobs={"response": reply.raw},
+        )
+        return cost
+
+    # ------------------------------------------------------------------ submitting
+
+    def _open_batches(self) -> dict[str, dict[str, tuple[Trial, int, int]]]:
+        assert self.s.state is not None
+        state = self.s.state
+        by_id = {t.id: t for t in state.order}
+        out: dict[str, dict[str, tuple[Trial, int, int]]] = {}
+        for trial_id, record in state.trials.items():
+            if record.open_batch and record.open_request is not None:
+                trial = by_id[trial_id]
+                out.setdefault(record.open_batch, {})[trial.custom_id] = (
+                    trial,
+                    record.attempts,
+                    record.open_request,
+                )
+        return out
+
+    def _supply_data(self) -> None:
+        """Record the data trials (``docs/trials.md`` §6: never batched), chunk by chunk."""
+        s = self.s
+        assert s.state is not None
+        data = [t for t in s.pending(s.state) if s.is_data(t)]
+        for start in range(0, len(data), s.DATA_CHUNK):
+            chunk = data[start : start + s.DATA_CHUNK]
+            attempts = [s.state.trials[t.id].attempts + 1 for t in chunk]
+            for trial, attempt, seq in zip(
+                chunk, attempts, s.record_data(chunk, attempts), strict=True
+            ):
+                s.supplied(s.state.trials[trial.id], attempt, seq)
+
+    def _next_chunk(self) -> list[Trial]:
+        """The pending trials of the next batch, within ``--max-trials`` and the budget."""
+        s = self.s
+        assert s.state is not None
+        state = s.state
+        pending = [t for t in s.pending(state) if state.trials[t.id].open_request is None]
+        if s.options.max_trials is not None:
+            done_here = s.counters.responded + s.counters.given_up
+            pending = pending[: max(s.options.max_trials - done_here, 0)]
+        chunk: list[Trial] = []
+        for trial in pending[: self.chunk]:
+            if s.reserve(trial, s.builder.body(trial)) is None:
+                break  # the budget forbids more; the stop reason is recorded
+            chunk.append(trial)
+        return chunk
+
+    def _request(
+        self, chunk: list[Trial]
+    ) -> tuple[dict[str, tuple[Trial, int, int]], list[dict[str, Any]]]:
+        """Append ``trial.requested`` for each trial of ``chunk``.
+
+        Returns the requests by custom id, and the batch's requests as submitted.
+        """
+        s = self.s
+        assert s.state is not None
+        by_custom: dict[str, tuple[Trial, int, int]] = {}
+        requests: list[dict[str, Any]] = []
+        for trial in chunk:
+            record = s.state.trials[trial.id]
+            record.attempts += 1
+            wire = s.builder.body(trial)
+            seq = s.recorder.append_request(trial, record.attempts, wire)
+            record.open_request = seq
+            by_custom[trial.custom_id] = (trial, record.attempts, seq)
+            requests.append({"custom_id": trial.custom_id, "params": wire})
+        return by_custom, requests
+
+    def _close_requests(
+        self, by_custom: dict[str, tuple[Trial, int, int]], error: BackendError, *, count: bool
+    ) -> None:
+        """Record every request of a batch that was not submitted as failed with ``error``."""
+        s = self.s
+        assert s.state is not None
+        for trial, attempt, seq in by_custom.values():
+            s.recorder.append_failure(trial, attempt, seq, error, final=False)
+            s.state.trials[trial.id].open_request = None
+            if count:
+                s.counters.interrupted += 1
+
+    async def _submit(
+        self, by_custom: dict[str, tuple[Trial, int, int]], requests: list[dict[str, Any]]
+    ) -> str | None:
+        """Submit the batch; its id, or None (the run stops) when the API refused it."""
+        s = self.s
+        try:
+            return await self.backend.submit(requests)
+        except asyncio.CancelledError:
+            # interrupted while submitting: the batch may or may not exist on the API; its
+            # requests are closed here, and submitted again by the next session
+            error = BackendError(
+                "interrupted",
+                f"interrupted by {s.interrupted_by or 'a signal'} while the batch was "
+                "being submitted; it may or may not have been created",
+                retryable=True,
+            )
+            self._close_requests(by_custom, error, count=True)
+            raise
+        except BackendError as error:
+            self._close_requests(by_custom, error, count=False)
+            s.fatal = error.message
+            s.request_stop(f"error: batch submission failed: {error.message}")
+            return None
+
     async def _run_batches(self) -> None:
-        assert self.state is not None
+        s = self.s
         for batch_id, entries in self._open_batches().items():
             await self._collect(batch_id, entries)
-        data = [t for t in self.pending(self.state) if self._is_data(t)]
-        for start in range(0, len(data), self.DATA_CHUNK):  # docs/trials.md §6: never batched
-            chunk = data[start : start + self.DATA_CHUNK]
-            attempts = [self.state.trials[t.id].attempts + 1 for t in chunk]
-            for trial, attempt, seq in zip(
-                chunk, attempts, self._record_data(chunk, attempts), strict=True
-            ):
-                self._supplied(self.state.trials[trial.id], attempt, seq)
-        while self.stop_reason is None:
-            pending = [
-                t for t in self.pending(self.state) if self.state.trials[t.id].open_request is None
-            ]
-            if self.options.max_trials is not None:
-                done_here = self.counters.responded + self.counters.given_up
-                pending = pending[: max(self.options.max_trials - done_here, 0)]
-            if not pending:
-                break
-            chunk = []
-            for trial in pending[: self.chunk]:
-                if self._reserve(trial, self.builder.body(trial)) is None:
-                    break  # the budget forbids more; the stop reason is recorded
-                chunk.append(trial)
+        self._supply_data()
+        while s.stop_reason is None:
+            chunk = self._next_chunk()
             if not chunk:
                 break
-            requests = []
-            seqs = []
-            by_custom: dict[str, tuple[Trial, int, int]] = {}
-            for trial in chunk:
-                record = self.state.trials[trial.id]
-                record.attempts += 1
-                wire = self.builder.body(trial)
-                seq = self._append_request(trial, record.attempts, wire)
-                record.open_request = seq
-                seqs.append(seq)
-                by_custom[trial.custom_id] = (trial, record.attempts, seq)
-                requests.append({"custom_id": trial.custom_id, "params": wire})
-            try:
-                batch_id = await self.backend.submit(requests)
-            except asyncio.CancelledError:
-                # interrupted while submitting: the batch may or may not exist on the API; its
-                # requests are closed here, and submitted again by the next session
-                error = BackendError(
-                    "interrupted",
-                    f"interrupted by {self.interrupted_by or 'a signal'} while the batch was "
-                    "being submitted; it may or may not have been created",
-                    retryable=True,
-                )
-                for trial in chunk:
-                    _, attempt, seq = by_custom[trial.custom_id]
-                    self._append_failure(trial, attempt, seq, error, final=False)
-                    self.state.trials[trial.id].open_request = None
-                    self.counters.interrupted += 1
-                raise
-            except BackendError as error:
-                for trial in chunk:
-                    _, attempt, seq = by_custom[trial.custom_id]
-                    self._append_failure(trial, attempt, seq, error, final=False)
-                    self.state.trials[trial.id].open_request = None
-                self.fatal = error.message
-                self.request_stop(f"error: batch submission failed: {error.message}")
+            by_custom, requests = self._request(chunk)
+            submitted = await self._submit(by_custom, requests)
+            if submitted is None:
                 break
-            self.log.append(
+            s.log.append(
                 "batch.submitted",
-                {"batch_id": batch_id, "requests": seqs, "trials": [t.id for t in chunk]},
-                key=self.key,
+                {
+                    "batch_id": submitted,
+                    "requests": [seq for _, _, seq in by_custom.values()],
+                    "trials": [t.id for t in chunk],
+                },
+                key=s.key,
             )
-            await self._collect(batch_id, by_custom)
-            self.counters.reserved_usd = 0.0  # the batch ended: what it cost is now counted
-            if self.options.until is not None and datetime.now(UTC) >= self.options.until:
-                self.request_stop(f"until: reached {self.options.until.isoformat()}")
+            await self._collect(submitted, by_custom)
+            s.counters.reserved_usd = 0.0  # the batch ended: what it cost is now counted
+            until = s.options.until
+            if until is not None and datetime.now(UTC) >= until:
+                s.request_stop(f"until: reached {until.isoformat()}")
+
+
+def _result(line: bytes) -> tuple[str, dict[str, Any], str] | None:
+    """(custom_id, result, type) of one line of a batch's results; None if it is not one."""
+    try:
+        item = json.loads(line)
+        custom_id = item["custom_id"]
+        result = item["result"]
+        kind = result["type"]
+    except (ValueError, KeyError, TypeError):
+        return None
+    return custom_id, result, kind
+
+
+def _batch_error(result: dict[str, Any], kind: str, line: bytes) -> BackendError:
+    """The failure of an errored, expired or cancelled result (retried unless invalid)."""
+    error = result.get("error", {}) if kind == "errored" else {}
+    inner = error.get("error", error) if isinstance(error, dict) else {}
+    message_text = inner.get("message", kind) if isinstance(inner, dict) else kind
+    err_type = inner.get("type", kind) if isinstance(inner, dict) else kind
+    retryable = kind in ("expired", "canceled") or err_type != "invalid_request_error"
+    return BackendError(
+        f"batch_{kind}:{err_type}", str(message_text), retryable=retryable, raw=line
+    )

@@ -126,20 +126,43 @@ def throttle_delay(headers: Mapping[str, str], body: object) -> float | None:
     own, with jitter).
     """
     lower = {k.lower(): v for k, v in headers.items()}
+    for signal in (_retry_after_ms(lower), _retry_after(lower), _retry_info(body)):
+        if signal is not None:
+            return signal
+    resets = [
+        _duration(lower[name])
+        for name in ("x-ratelimit-reset-requests", "x-ratelimit-reset-tokens")
+        if name in lower
+    ]
+    known = [r for r in resets if r is not None]
+    return max(known) if known else None
+
+
+def _retry_after_ms(lower: Mapping[str, str]) -> float | None:
+    """``retry-after-ms`` (Azure, OpenAI), in seconds."""
     ms = lower.get("retry-after-ms")
-    if ms is not None:
-        try:
-            return max(float(ms) / 1000.0, 0.0)
-        except ValueError:
-            pass
+    if ms is None:
+        return None
+    try:
+        return max(float(ms) / 1000.0, 0.0)
+    except ValueError:
+        return None
+
+
+def _retry_after(lower: Mapping[str, str]) -> float | None:
+    """``retry-after``: seconds, or an HTTP date (seconds from now)."""
     after = lower.get("retry-after")
-    if after is not None:
-        try:
-            return max(float(after), 0.0)
-        except ValueError:
-            moment = email.utils.parsedate_to_datetime(after) if after.strip() else None
-            if moment is not None:
-                return max(moment.timestamp() - time.time(), 0.0)
+    if after is None:
+        return None
+    try:
+        return max(float(after), 0.0)
+    except ValueError:
+        moment = email.utils.parsedate_to_datetime(after) if after.strip() else None
+        return max(moment.timestamp() - time.time(), 0.0) if moment is not None else None
+
+
+def _retry_info(body: object) -> float | None:
+    """A Google ``RetryInfo`` detail's ``retryDelay`` in the error body, in seconds."""
     errors = body if isinstance(body, list) else [body]
     for entry in errors:
         error = entry.get("error") if isinstance(entry, dict) else None
@@ -148,13 +171,17 @@ def throttle_delay(headers: Mapping[str, str], body: object) -> float | None:
             delay = detail.get("retryDelay") if isinstance(detail, dict) else None
             if isinstance(delay, str) and _duration(delay) is not None:
                 return _duration(delay)
-    resets = [
-        _duration(lower[name])
-        for name in ("x-ratelimit-reset-requests", "x-ratelimit-reset-tokens")
-        if name in lower
-    ]
-    known = [r for r in resets if r is not None]
-    return max(known) if known else None
+    return None
+
+
+def _nested_error(error: dict[str, Any]) -> tuple[str | None, str | None]:
+    """(type or code, message) of an ``{"error": {...}}`` body: its code, else type, else status."""
+    code, kind, status = (
+        value if isinstance(value := error.get(k), str) else None
+        for k in ("code", "type", "status")
+    )
+    message = error.get("message")
+    return code or kind or status, message if isinstance(message, str) else None
 
 
 def _error_fields(headers: Mapping[str, str], body: object) -> tuple[str | None, str | None]:
@@ -165,16 +192,24 @@ def _error_fields(headers: Mapping[str, str], body: object) -> tuple[str | None,
     if isinstance(entry, dict):
         error = entry.get("error")
         if isinstance(error, dict):
-            kind = error.get("code") if isinstance(error.get("code"), str) else None
-            kind = kind or (error.get("type") if isinstance(error.get("type"), str) else None)
-            kind = kind or (error.get("status") if isinstance(error.get("status"), str) else None)
-            message = error.get("message")
-            return kind, message if isinstance(message, str) else None
+            return _nested_error(error)
         message = entry.get("message") or entry.get("Message")
         if aws:
             return aws.split(":")[0], message if isinstance(message, str) else None
         return None, message if isinstance(message, str) else None
     return (aws.split(":")[0] if aws else None), None
+
+
+def _bedrock_resolved(raw: bytes) -> str | None:
+    """The model id (or inference profile id) a Bedrock control-plane answer names."""
+    try:
+        info = json.loads(raw)
+    except ValueError:
+        return None
+    details = info.get("modelDetails") if isinstance(info, dict) else None
+    named = (details or {}).get("modelId") if isinstance(details, dict) else None
+    named = named or (info.get("inferenceProfileId") if isinstance(info, dict) else None)
+    return named if isinstance(named, str) else None
 
 
 def status_error(status: int, headers: Mapping[str, str], body: object, where: str) -> BackendError:
@@ -597,14 +632,8 @@ class AnthropicBedrockBackend(_ClaudeCloud):
                 continue
             asked.append(Asked(url, status, found))
             answered[model_id] = True
-            try:
-                info = json.loads(raw)
-            except ValueError:
-                continue
-            details = info.get("modelDetails") if isinstance(info, dict) else None
-            named = (details or {}).get("modelId") if isinstance(details, dict) else None
-            named = named or (info.get("inferenceProfileId") if isinstance(info, dict) else None)
-            if isinstance(named, str):
+            named = _bedrock_resolved(raw)
+            if named is not None:
                 models.append(named)
         listed = {
             m: True if listed_in(m, models) else (False if answered.get(m) else None)

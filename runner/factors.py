@@ -239,62 +239,106 @@ def _level(
     if not isinstance(table, dict):
         add(where, "must be a table: {} for the reference level, or the level's edit")
         return None
-    item_keys = ("insert", "remove", "replace", "template")
-    prompt_keys = ("components", "system")
+    _scope_keys(table, where, scope, add)
+    edits: list[ItemEdit] = []
+    template: Path | None = None
+    added: dict[str, tuple[str, ...]] = {}
+    if scope == "item":
+        edits = _item_edits(table, where, add, inside, read, rel)
+        template = _level_template(table, where, add, inside, read)
+    else:
+        added = _added_components(table, where, add, components, scope)
+    return Level(name, tuple(edits), template, added.get("components", ()), added.get("system", ()))
+
+
+_ITEM_KEYS: Final = ("insert", "remove", "replace", "template")
+_PROMPT_KEYS: Final = ("components", "system")
+
+
+def _scope_keys(table: dict[str, Any], where: str, scope: str, add: Any) -> None:
+    """A level edits the item (``scope = "item"``) or adds components (``"prompt"``)."""
     for key in table:
-        if key in item_keys and scope != "item":
+        if key in _ITEM_KEYS and scope != "item":
             add(f"{where}.{key}", f'edits the item: it needs scope = "item", not {scope!r}')
-        elif key in prompt_keys and scope != "prompt":
+        elif key in _PROMPT_KEYS and scope != "prompt":
             add(
                 f"{where}.{key}",
                 f'adds prompt components: it needs scope = "prompt", not {scope!r}',
             )
+
+
+def _item_edits(
+    table: dict[str, Any], where: str, add: Any, inside: Any, read: Any, rel: Any
+) -> list[ItemEdit]:
+    """An item level's edits: ``remove``, then ``replace`` and ``insert``; one per field."""
     edits: list[ItemEdit] = []
-    if "remove" in table and scope == "item":
+    if "remove" in table:
         got = _field_name(table["remove"], f"{where}.remove", add)
         if got is not None:
             edits.append(ItemEdit("remove", got))
     for kind in ("replace", "insert"):
-        if kind not in table or scope != "item":
-            continue
-        sub = table[kind]
-        if not isinstance(sub, dict):
-            add(
-                f"{where}.{kind}",
-                f'must be a table {{ field = "question", text = "..."}}, got {sub!r}',
-            )
-            continue
-        got = _field_name(sub.get("field"), f"{where}.{kind}.field", add)
-        text, file = _text_of(sub, f"{where}.{kind}", add, inside, read, rel)
-        at = sub.get("at")
-        sep = sub.get("separator", " ")
-        if kind == "insert":
-            if at not in AT:
-                add(f"{where}.insert.at", f'must be "start" or "end", got {at!r}')
-                at = None
-            if not isinstance(sep, str):
-                add(f"{where}.insert.separator", f"must be a string, got {sep!r}")
-                sep = None
-        if got is None or text is None or (kind == "insert" and (at is None or sep is None)):
-            continue
-        if kind == "insert":
-            edits.append(ItemEdit("insert", got, text, str(at), str(sep), file))
-        else:
-            edits.append(ItemEdit("replace", got, text, None, None, file))
+        if kind in table:
+            edit = _text_edit(kind, table[kind], where, add, (inside, read, rel))
+            if edit is not None:
+                edits.append(edit)
     fields = [e.field for e in edits]
     if len(set(fields)) != len(fields):
         add(where, f"edits the field {fields[0]!r} twice; one edit per field")
-    template: Path | None = None
-    if "template" in table and scope == "item":
-        value = table["template"]
-        if not isinstance(value, str) or not value:
-            add(f"{where}.template", f"must be a study-relative file path, got {value!r}")
-        else:
-            template = inside(value, f"{where}.template")
-            if template.is_file():
-                read(template, f"{where}.template")
+    return edits
+
+
+def _text_edit(
+    kind: str, sub: Any, where: str, add: Any, files: tuple[Any, Any, Any]
+) -> ItemEdit | None:
+    """A ``replace`` or ``insert`` edit ``{ field, text | file, at, separator }``."""
+    inside, read, rel = files
+    if not isinstance(sub, dict):
+        add(
+            f"{where}.{kind}",
+            f'must be a table {{ field = "question", text = "..."}}, got {sub!r}',
+        )
+        return None
+    got = _field_name(sub.get("field"), f"{where}.{kind}.field", add)
+    text, file = _text_of(sub, f"{where}.{kind}", add, inside, read, rel)
+    if kind != "insert":
+        if got is None or text is None:
+            return None
+        return ItemEdit("replace", got, text, None, None, file)
+    at = sub.get("at")
+    sep = sub.get("separator", " ")
+    if at not in AT:
+        add(f"{where}.insert.at", f'must be "start" or "end", got {at!r}')
+        at = None
+    if not isinstance(sep, str):
+        add(f"{where}.insert.separator", f"must be a string, got {sep!r}")
+        sep = None
+    if got is None or text is None or at is None or sep is None:
+        return None
+    return ItemEdit("insert", got, text, str(at), str(sep), file)
+
+
+def _level_template(
+    table: dict[str, Any], where: str, add: Any, inside: Any, read: Any
+) -> Path | None:
+    """An item level's own item ``template`` (read to check it), or None."""
+    if "template" not in table:
+        return None
+    value = table["template"]
+    if not isinstance(value, str) or not value:
+        add(f"{where}.template", f"must be a study-relative file path, got {value!r}")
+        return None
+    template: Path = inside(value, f"{where}.template")
+    if template.is_file():
+        read(template, f"{where}.template")
+    return template
+
+
+def _added_components(
+    table: dict[str, Any], where: str, add: Any, components: Mapping[str, Path], scope: str
+) -> dict[str, tuple[str, ...]]:
+    """A prompt level's ``components`` and ``system``, each a list of the study's components."""
     added: dict[str, tuple[str, ...]] = {}
-    for key in prompt_keys:
+    for key in _PROMPT_KEYS:
         if key not in table or scope != "prompt":
             continue
         names = table[key]
@@ -309,7 +353,7 @@ def _level(
             if n not in components:
                 add(f"{where}.{key}", f"unknown component {n!r}")
         added[key] = tuple(names)
-    return Level(name, tuple(edits), template, added.get("components", ()), added.get("system", ()))
+    return added
 
 
 def parse_factors(
@@ -333,45 +377,60 @@ def parse_factors(
         return {}
     out: dict[str, Factor] = {}
     for name, table in raw.items():
-        where = f"factors.{name}"
-        if not NAME_RE.match(name):
-            add(where, "factor names are letters, digits, '_' or '-' (at most 32; no '.')")
-        scope = table.get("scope")
-        if scope not in SCOPES:
-            add(f"{where}.scope", f'must be "item" or "prompt", got {scope!r}')
-            continue
-        levels_raw = table.get("levels")
-        if not isinstance(levels_raw, dict) or len(levels_raw) < 2:
-            add(
-                f"{where}.levels",
-                "must be a table of at least two levels, the reference "
-                "level first: levels.none = {}, levels.<NAME> = { <edit> }",
-            )
-            continue
-        levels: list[Level] = []
-        for lname, ltable in levels_raw.items():
-            lv = _level(
-                lname, ltable, f"{where}.levels.{lname}", scope, add, inside, read, rel, components
-            )
-            if lv is not None:
-                levels.append(lv)
-        if len(levels) != len(levels_raw):
-            continue
-        if not levels[0].reference or _nonempty(levels_raw[levels[0].name]):
-            add(
-                f"{where}.levels.{levels[0].name}",
-                "the first level is the reference level and must be {} (no edit)",
-            )
-            continue
-        for lv in levels[1:]:
-            if lv.reference:
-                add(
-                    f"{where}.levels.{lv.name}",
-                    "makes no edit: only the first (reference) "
-                    "level is {}; a second level without an edit would be a silent null arm",
-                )
-        out[name] = Factor(name, str(scope), tuple(levels))
+        factor = _factor(name, table, add, inside, read, rel, components)
+        if factor is not None:
+            out[name] = factor
     return out
+
+
+def _factor(
+    name: str,
+    table: dict[str, Any],
+    add: Any,
+    inside: Any,
+    read: Any,
+    rel: Any,
+    components: Mapping[str, Path],
+) -> Factor | None:
+    """One ``[factors.<NAME>]`` table: its scope and levels, the reference level first."""
+    where = f"factors.{name}"
+    if not NAME_RE.match(name):
+        add(where, "factor names are letters, digits, '_' or '-' (at most 32; no '.')")
+    scope = table.get("scope")
+    if scope not in SCOPES:
+        add(f"{where}.scope", f'must be "item" or "prompt", got {scope!r}')
+        return None
+    levels_raw = table.get("levels")
+    if not isinstance(levels_raw, dict) or len(levels_raw) < 2:
+        add(
+            f"{where}.levels",
+            "must be a table of at least two levels, the reference "
+            "level first: levels.none = {}, levels.<NAME> = { <edit> }",
+        )
+        return None
+    levels: list[Level] = []
+    for lname, ltable in levels_raw.items():
+        lv = _level(
+            lname, ltable, f"{where}.levels.{lname}", scope, add, inside, read, rel, components
+        )
+        if lv is not None:
+            levels.append(lv)
+    if len(levels) != len(levels_raw):
+        return None
+    if not levels[0].reference or _nonempty(levels_raw[levels[0].name]):
+        add(
+            f"{where}.levels.{levels[0].name}",
+            "the first level is the reference level and must be {} (no edit)",
+        )
+        return None
+    for lv in levels[1:]:
+        if lv.reference:
+            add(
+                f"{where}.levels.{lv.name}",
+                "makes no edit: only the first (reference) "
+                "level is {}; a second level without an edit would be a silent null arm",
+            )
+    return Factor(name, str(scope), tuple(levels))
 
 
 def _nonempty(table: Any) -> bool:
@@ -396,27 +455,11 @@ def _generators(
         return (), {}
     parsed: dict[str, tuple[bool, tuple[str, ...]]] = {}
     for g in gens:
-        m = _GENERATOR.match(g)
-        if m is None:
-            add(
-                f"{where}.generators",
-                f"{g!r} is not \"C = A*B\" (a factor = an optional '-' "
-                "and a product of two or more other factors)",
-            )
-            continue
-        target, neg = m.group(1), m.group(2) == "-"
-        of = tuple(p.strip() for p in m.group(3).split("*"))
-        bad = [f for f in (target, *of) if f not in factors]
-        if bad:
-            add(f"{where}.generators", f"{g!r}: {bad[0]!r} is not a factor of [factorial]")
-            continue
-        if target in of or len(set(of)) != len(of):
-            add(f"{where}.generators", f"{g!r}: a factor appears twice")
-            continue
-        if target in parsed:
-            add(f"{where}.generators", f"{target!r} is generated twice")
-            continue
-        parsed[target] = (neg, of)
+        got = _generator(g, factors, parsed)
+        if isinstance(got, str):
+            add(f"{where}.generators", got)
+        else:
+            parsed[got[0]] = got[1]
     for f in factors:
         if f in known and len(known[f].levels) != 2:
             add(
@@ -433,6 +476,28 @@ def _generators(
             )
             return (), {}
     return tuple(gens), parsed
+
+
+def _generator(
+    g: str, factors: Sequence[str], parsed: Mapping[str, Any]
+) -> tuple[str, tuple[bool, tuple[str, ...]]] | str:
+    """One generator ``"C = A*B"``: (target, (negated, of)), or why it cannot be one."""
+    m = _GENERATOR.match(g)
+    if m is None:
+        return (
+            f"{g!r} is not \"C = A*B\" (a factor = an optional '-' "
+            "and a product of two or more other factors)"
+        )
+    target, neg = m.group(1), m.group(2) == "-"
+    of = tuple(p.strip() for p in m.group(3).split("*"))
+    bad = [f for f in (target, *of) if f not in factors]
+    if bad:
+        return f"{g!r}: {bad[0]!r} is not a factor of [factorial]"
+    if target in of or len(set(of)) != len(of):
+        return f"{g!r}: a factor appears twice"
+    if target in parsed:
+        return f"{target!r} is generated twice"
+    return target, (neg, of)
 
 
 def parse_factorial(
@@ -452,16 +517,46 @@ def parse_factorial(
     if not isinstance(raw, dict):
         add("factorial", "must be a table")
         return None
-    base = raw.get("base")
+    base = _base_arm(raw.get("base"), arms, add)
+    names = _crossed(raw.get("factors"), factors, add)
+    if names is None:
+        return None
+    gens: tuple[str, ...] = ()
+    parsed: dict[str, tuple[bool, tuple[str, ...]]] = {}
+    if "fraction" in raw:
+        gens, parsed = _generators(raw["fraction"], names, factors, add)
+        if not gens:
+            return None
+    cells = _cells(names, factors, parsed)
+    if base is None:
+        return None
+    ids = [cell_arm_id(base, names, c) for c in cells]
+    for arm_id in ids:
+        if arm_id in arms:
+            add("factorial", f"cell arm {arm_id!r} clashes with a declared arm")
+        if len(arm_id) > 64:
+            add(
+                "factorial",
+                f"cell arm id {arm_id!r} is longer than 64 characters; use shorter level names",
+            )
+    return Factorial(base, tuple(names), gens, tuple(cells))
+
+
+def _base_arm(base: Any, arms: Mapping[str, Any], add: Any) -> str | None:
+    """``[factorial] base``: a declared arm with ``role = "factorial"`` (None if undeclared)."""
     if not isinstance(base, str) or base not in arms:
         add("factorial.base", f"must name a declared arm, got {base!r}")
-        base = None
-    elif getattr(arms[base], "role", None) != "factorial":
+        return None
+    if getattr(arms[base], "role", None) != "factorial":
         add(
             "factorial.base",
             f'arm {base!r} is the template of the cells: give it role = "factorial"',
         )
-    names = raw.get("factors")
+    return base
+
+
+def _crossed(names: Any, factors: Mapping[str, Factor], add: Any) -> list[str] | None:
+    """``[factorial] factors``: distinct declared factor names, or None."""
     if not isinstance(names, list) or not names or not all(isinstance(n, str) for n in names):
         add("factorial.factors", "must be a non-empty list of factor names")
         return None
@@ -475,12 +570,15 @@ def parse_factorial(
             f"unknown factor {unknown[0]!r} (factors: {', '.join(factors) or 'none declared'})",
         )
         return None
-    gens: tuple[str, ...] = ()
-    parsed: dict[str, tuple[bool, tuple[str, ...]]] = {}
-    if "fraction" in raw:
-        gens, parsed = _generators(raw["fraction"], names, factors, add)
-        if not gens:
-            return None
+    return names
+
+
+def _cells(
+    names: list[str],
+    factors: Mapping[str, Factor],
+    parsed: Mapping[str, tuple[bool, tuple[str, ...]]],
+) -> list[dict[str, str]]:
+    """The cells in crossing order (the generated factors' levels from their generators)."""
     free = [n for n in names if n not in parsed]
     cells: list[dict[str, str]] = []
     for combo in itertools.product(*(factors[n].levels for n in free)):
@@ -491,18 +589,7 @@ def parse_factorial(
                 code *= -1 if cell[o] == factors[o].reference else 1
             cell[target] = factors[target].levels[0 if code < 0 else 1].name
         cells.append({n: cell[n] for n in names})
-    if base is None:
-        return None
-    ids = [cell_arm_id(base, names, c) for c in cells]
-    for arm_id in ids:
-        if arm_id in arms:
-            add("factorial", f"cell arm {arm_id!r} clashes with a declared arm")
-        if len(arm_id) > 64:
-            add(
-                "factorial",
-                f"cell arm id {arm_id!r} is longer than 64 characters; use shorter level names",
-            )
-    return Factorial(base, tuple(names), gens, tuple(cells))
+    return cells
 
 
 def apply_edits(

@@ -76,25 +76,30 @@ def edit_problem(value: Any, sets: Mapping[str, Sequence[str]]) -> str | None:
             return f"unknown set {name!r} (sets: {', '.join(REFERENCE_SETS)})"
         if not isinstance(edit, dict) or any(k not in EDIT_KEYS for k in edit):
             return f'{name}: an edit is {{"remove": [...], "add": [...]}}'
-        have = {normal(x) for x in sets[name]}
         for key in EDIT_KEYS:
-            entries = edit.get(key, [])
-            if not isinstance(entries, list) or not all(
-                isinstance(x, str) and normal(x) for x in entries
-            ):
-                return f"{name}.{key}: a list of diagnoses (non-empty strings)"
-            seen: set[str] = set()
-            for entry in entries:
-                if normal(entry) in seen:
-                    return f"{name}.{key}: {entry!r} is listed twice"
-                seen.add(normal(entry))
-                if key == "remove" and normal(entry) not in have:
-                    return (
-                        f"{name}.remove: {entry!r} is not in the {name} set "
-                        f"({', '.join(sets[name]) or 'empty'})"
-                    )
-                if key == "add" and normal(entry) in have:
-                    return f"{name}.add: {entry!r} is already in the {name} set"
+            problem = _entries_problem(name, key, edit.get(key, []), sets[name])
+            if problem is not None:
+                return problem
+    return None
+
+
+def _entries_problem(name: str, key: str, entries: Any, have_set: Sequence[str]) -> str | None:
+    """Why the ``remove`` or ``add`` list of the edit of set ``name`` is wrong, or None."""
+    if not isinstance(entries, list) or not all(isinstance(x, str) and normal(x) for x in entries):
+        return f"{name}.{key}: a list of diagnoses (non-empty strings)"
+    have = {normal(x) for x in have_set}
+    seen: set[str] = set()
+    for entry in entries:
+        if normal(entry) in seen:
+            return f"{name}.{key}: {entry!r} is listed twice"
+        seen.add(normal(entry))
+        if key == "remove" and normal(entry) not in have:
+            return (
+                f"{name}.remove: {entry!r} is not in the {name} set "
+                f"({', '.join(have_set) or 'empty'})"
+            )
+        if key == "add" and normal(entry) in have:
+            return f"{name}.add: {entry!r} is already in the {name} set"
     return None
 
 
@@ -135,36 +140,52 @@ def reference_table(
     reviewers = sorted(latest)
     items = [i for i in sample if reviewers and all(i in latest[r] for r in reviewers)]
     n = len(items)
-    sets: dict[str, Any] = {}
-    for name in REFERENCE_SETS:
-        entry: dict[str, Any] = {}
-        for criterion in ("agreement", "either"):
-            removed = added = removals = additions = 0
-            for item in items:
-                flags: dict[str, list[set[str]]] = {k: [] for k in EDIT_KEYS}
-                for r in reviewers:
-                    edit = (latest[r][item] or {}).get(name) or {}
-                    for key in EDIT_KEYS:
-                        flags[key].append({normal(x) for x in edit.get(key, [])})
-                pick = set.intersection if criterion == "agreement" else set.union
-                rem, add = pick(*flags["remove"]), pick(*flags["add"])
-                removed += bool(rem)
-                added += bool(add)
-                removals += len(rem)
-                additions += len(add)
-            entry[criterion] = {
-                "commission": _share(removed, n),
-                "omission": _share(added, n),
-                "mean_removals": removals / n if n else None,
-                "mean_additions": additions / n if n else None,
-            }
-        sets[name] = entry
+    sets = {
+        name: {
+            criterion: _set_edits(name, criterion, items, reviewers, latest)
+            for criterion in ("agreement", "either")
+        }
+        for name in REFERENCE_SETS
+    }
     return {
         "reviewers": reviewers,
         "sample": list(sample),
         "reviewed": n,
         "partial": len([i for i in sample if any(i in latest[r] for r in reviewers)]) - n,
         "sets": sets,
+    }
+
+
+def _set_edits(
+    name: str,
+    criterion: str,
+    items: Sequence[str],
+    reviewers: Sequence[str],
+    latest: Mapping[str, Mapping[Any, Any]],
+) -> dict[str, Any]:
+    """Commission and omission of one set over ``items``.
+
+    An edit counts when every reviewer made it (``agreement``) or any did (``either``).
+    """
+    n = len(items)
+    removed = added = removals = additions = 0
+    for item in items:
+        flags: dict[str, list[set[str]]] = {k: [] for k in EDIT_KEYS}
+        for r in reviewers:
+            edit = (latest[r][item] or {}).get(name) or {}
+            for key in EDIT_KEYS:
+                flags[key].append({normal(x) for x in edit.get(key, [])})
+        pick = set.intersection if criterion == "agreement" else set.union
+        rem, add = pick(*flags["remove"]), pick(*flags["add"])
+        removed += bool(rem)
+        added += bool(add)
+        removals += len(rem)
+        additions += len(add)
+    return {
+        "commission": _share(removed, n),
+        "omission": _share(added, n),
+        "mean_removals": removals / n if n else None,
+        "mean_additions": additions / n if n else None,
     }
 
 
@@ -216,21 +237,37 @@ def label_table(
             if decisions.get(s) is not None
         ]
         n = len(pairs)
-        by_stratum = {}
-        for name, flag in (("unanimous", True), ("split", False)):
-            mine = [(v, d) for s, v, d in pairs if strata.get(s) is flag]
-            by_stratum[name] = {
-                "n": len(mine),
-                "agreement": sum(a == b for a, b in mine) / len(mine) if mine else None,
-            }
+        by_stratum = _strata(pairs, strata)
         if not n:
             out[reviewer] = {"n": 0, "agreement": None, "kappa": None, "strata": by_stratum}
             continue
-        p_o = sum(v == d for _, v, d in pairs) / n
-        p_e = sum(
-            (sum(v == c for _, v, _ in pairs) / n) * (sum(d == c for _, _, d in pairs) / n)
-            for c in labels
-        )
-        kappa = (p_o - p_e) / (1 - p_e) if p_e != 1 else None
+        p_o, kappa = _kappa(pairs, labels)
         out[reviewer] = {"n": n, "agreement": p_o, "kappa": kappa, "strata": by_stratum}
     return {"reviewers": sorted(latest), "labels": list(labels), "by_reviewer": out}
+
+
+def _strata(
+    pairs: Sequence[tuple[int, Any, Any]], strata: Mapping[int, bool]
+) -> dict[str, dict[str, Any]]:
+    """Count and share agreeing of (subject, label, decision) pairs, per stratum."""
+    by_stratum = {}
+    for name, flag in (("unanimous", True), ("split", False)):
+        mine = [(v, d) for s, v, d in pairs if strata.get(s) is flag]
+        by_stratum[name] = {
+            "n": len(mine),
+            "agreement": sum(a == b for a, b in mine) / len(mine) if mine else None,
+        }
+    return by_stratum
+
+
+def _kappa(
+    pairs: Sequence[tuple[int, Any, Any]], labels: Sequence[str]
+) -> tuple[float, float | None]:
+    """(share agreeing, Cohen's kappa) of a reviewer's labels vs the judges' decisions."""
+    n = len(pairs)
+    p_o = sum(v == d for _, v, d in pairs) / n
+    p_e = sum(
+        (sum(v == c for _, v, _ in pairs) / n) * (sum(d == c for _, _, d in pairs) / n)
+        for c in labels
+    )
+    return p_o, (p_o - p_e) / (1 - p_e) if p_e != 1 else None

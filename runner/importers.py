@@ -674,11 +674,18 @@ def _check_format(fmt: str) -> None:
         raise DatasetError([f"unknown dataset format {fmt!r}; use one of {', '.join(FORMATS)}"])
 
 
-def _convert(
-    fmt: str, src: Path, name: str, id_prefix: str | None, cop_base: int | None
-) -> tuple[int, list[dict[str, Any]]]:
-    """(how many records SRC has, its items in file order); DatasetError on any problem."""
-    _check_format(fmt)
+def _item_id(fmt: str, record: _Record, source_id: str | None, id_prefix: str | None) -> str:
+    """A converted record's item id: from its source id, else from its record number.
+
+    Empty when the source id has no letter or digit to make one of.
+    """
+    if source_id is None:
+        return item_id_for(str(record.number), id_prefix or _DEFAULT_PREFIX[fmt])
+    return item_id_for(source_id, id_prefix)
+
+
+def _check_options(id_prefix: str | None, cop_base: int | None) -> None:
+    """``--id-prefix`` and ``--cop-base`` as the command gives them (DatasetError if not)."""
     if id_prefix is not None and not ITEM_ID_RE.match(id_prefix):
         raise DatasetError(
             [
@@ -688,6 +695,14 @@ def _convert(
         )
     if cop_base not in (None, 0, 1):
         raise DatasetError([f"cop base {cop_base!r}: use 0 or 1"])
+
+
+def _convert(
+    fmt: str, src: Path, name: str, id_prefix: str | None, cop_base: int | None
+) -> tuple[int, list[dict[str, Any]]]:
+    """(how many records SRC has, its items in file order); DatasetError on any problem."""
+    _check_format(fmt)
+    _check_options(id_prefix, cop_base)
     text = _read_text(src, name)
     problems: list[str] = []
     records = _records(fmt, text, name, problems)
@@ -704,15 +719,10 @@ def _convert(
         converted = converter(record, fields, options)
         if converted is None:
             continue
-        if converted.source_id is None:
-            item_id = item_id_for(str(record.number), id_prefix or _DEFAULT_PREFIX[fmt])
-        else:
-            item_id = item_id_for(converted.source_id, id_prefix)
-            if not item_id:
-                fields.fail(
-                    f"id {converted.source_id!r} has no letter or digit to make an item id of"
-                )
-                continue
+        item_id = _item_id(fmt, record, converted.source_id, id_prefix)
+        if not item_id and converted.source_id is not None:
+            fields.fail(f"id {converted.source_id!r} has no letter or digit to make an item id of")
+            continue
         if item_id in first:
             problems.append(f"{record.where}: item id {item_id!r} again (first: {first[item_id]})")
             continue

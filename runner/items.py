@@ -14,7 +14,7 @@ import hashlib
 import io
 import json
 import re
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Final
@@ -143,30 +143,45 @@ class ItemSet:
         return out
 
 
+def _is_string(value: Any) -> bool:
+    return isinstance(value, str)
+
+
+def _is_options(value: Any) -> bool:
+    return (
+        isinstance(value, list)
+        and 2 <= len(value) <= 26
+        and all(isinstance(v, str) and v.strip() for v in value)
+    )
+
+
+def _is_images(value: Any) -> bool:
+    return isinstance(value, list) and bool(value) and all(isinstance(v, str) and v for v in value)
+
+
+def _is_metadata(value: Any) -> bool:
+    return isinstance(value, dict) and all(
+        isinstance(v, str | bool | int | float)
+        or (isinstance(v, list) and all(isinstance(x, str) for x in v))
+        for v in value.values()
+    )
+
+
+#: The members with a type of their own: (the check, what it must be).
+_MEMBER_TYPES: Final[dict[str, tuple[Callable[[Any], bool], str]]] = {
+    "id": (_is_string, "a string"),
+    "answer": (_is_string, "a string"),
+    "options": (_is_options, "an array of 2 to 26 non-empty strings"),
+    "images": (_is_images, "a non-empty array of file paths"),
+    "metadata": (_is_metadata, "an object of strings, numbers, booleans or arrays of strings"),
+}
+
+
 def _check_value(name: str, value: Any, where: str, problems: list[str]) -> bool:
     """Whether member ``name`` has a type the format allows (recording why not)."""
-    if name == "id" or name == "answer":
-        ok = isinstance(value, str)
-        what = "a string"
-    elif name == "options":
-        ok = (
-            isinstance(value, list)
-            and 2 <= len(value) <= 26
-            and all(isinstance(v, str) and v.strip() for v in value)
-        )
-        what = "an array of 2 to 26 non-empty strings"
-    elif name == "images":
-        ok = (
-            isinstance(value, list) and bool(value) and all(isinstance(v, str) and v for v in value)
-        )
-        what = "a non-empty array of file paths"
-    elif name == "metadata":
-        ok = isinstance(value, dict) and all(
-            isinstance(v, str | bool | int | float)
-            or (isinstance(v, list) and all(isinstance(x, str) for x in v))
-            for v in value.values()
-        )
-        what = "an object of strings, numbers, booleans or arrays of strings"
+    if name in _MEMBER_TYPES:
+        check, what = _MEMBER_TYPES[name]
+        ok = check(value)
     else:
         if not TEXT_FIELD_RE.match(name) or name in RESERVED or _OPTION_SLOT.match(name):
             problems.append(
@@ -292,6 +307,23 @@ def _jsonl(text: str, name: str, problems: list[str]) -> list[tuple[int, dict[st
 
 
 def _csv_rows(text: str, name: str, problems: list[str]) -> list[tuple[int, dict[str, Any]]]:
+    table = _csv_table(text, name, problems)
+    if not table:
+        return []
+    header = table[0][1]
+    option_columns = _header_problems(header, name, problems)
+    if problems:
+        return []
+    rows: list[tuple[int, dict[str, Any]]] = []
+    for line, cells in table[1:]:
+        data = _csv_row(header, option_columns, cells, f"{name}:{line}", problems)
+        if data is not None:
+            rows.append((line, data))
+    return rows
+
+
+def _csv_table(text: str, name: str, problems: list[str]) -> list[tuple[int, list[str]]]:
+    """The CSV's rows, each with the line it starts on (none, recorded, if it does not parse)."""
     reader = csv.reader(io.StringIO(text, newline=""), strict=True)
     table: list[tuple[int, list[str]]] = []  # (the line the row starts on, its cells)
     start = 1
@@ -310,8 +342,11 @@ def _csv_rows(text: str, name: str, problems: list[str]) -> list[tuple[int, dict
         return []
     if not table:
         problems.append(f"{name}: empty file (a CSV item file needs a header row)")
-        return []
-    header = table[0][1]
+    return table
+
+
+def _header_problems(header: list[str], name: str, problems: list[str]) -> list[str]:
+    """Check the header row (recording problems); its option columns."""
     if len(set(header)) != len(header):
         dup = sorted({h for h in header if header.count(h) > 1})
         problems.append(f"{name}:1: column(s) {', '.join(dup)} appear more than once")
@@ -327,49 +362,70 @@ def _csv_rows(text: str, name: str, problems: list[str]) -> list[tuple[int, dict
             f"{', '.join(option_columns)}"
         )
     for h in header:
-        if h in ("id", "answer", "image") or h in option_columns:
-            continue
-        if h.startswith("metadata.") and len(h) > len("metadata."):
-            continue
-        if not TEXT_FIELD_RE.match(h) or h in RESERVED:
+        if h not in option_columns and not _known_column(h):
             problems.append(f"{name}:1: column {h!r} is not a field an item may have")
-    if problems:
-        return []
-    rows: list[tuple[int, dict[str, Any]]] = []
-    for line, cells in table[1:]:
-        where = f"{name}:{line}"
-        if not any(cells):
-            problems.append(f"{where}: blank row")
-            continue
-        if len(cells) != len(header):
-            problems.append(f"{where}: {len(cells)} cells, the header has {len(header)}")
-            continue
-        data: dict[str, Any] = {}
-        options: list[str] = []
-        metadata: dict[str, str] = {}
-        gap = False
-        for h, cell in zip(header, cells, strict=True):
-            if h in option_columns:
-                if cell:
-                    if gap:
-                        problems.append(f"{where}: {h} follows an empty option cell")
-                    options.append(cell)
-                else:
-                    gap = True
-            elif not cell:
-                continue
-            elif h == "image":
-                data["images"] = [cell]
-            elif h.startswith("metadata."):
-                metadata[h[len("metadata.") :]] = cell
+    return option_columns
+
+
+def _known_column(h: str) -> bool:
+    """Whether ``h`` (not an option column) names a member an item may have."""
+    if h in ("id", "answer", "image"):
+        return True
+    if h.startswith("metadata.") and len(h) > len("metadata."):
+        return True
+    return bool(TEXT_FIELD_RE.match(h)) and h not in RESERVED
+
+
+def _csv_row(
+    header: list[str], option_columns: list[str], cells: list[str], where: str, problems: list[str]
+) -> dict[str, Any] | None:
+    """One data row as an item's members (None, recorded, for a blank or short row)."""
+    if not any(cells):
+        problems.append(f"{where}: blank row")
+        return None
+    if len(cells) != len(header):
+        problems.append(f"{where}: {len(cells)} cells, the header has {len(header)}")
+        return None
+    data: dict[str, Any] = {}
+    options: list[str] = []
+    metadata: dict[str, str] = {}
+    gap = False
+    for h, cell in zip(header, cells, strict=True):
+        if h in option_columns:
+            if cell:
+                if gap:
+                    problems.append(f"{where}: {h} follows an empty option cell")
+                options.append(cell)
             else:
-                data[h] = cell
-        if options:
-            data["options"] = options
-        if metadata:
-            data["metadata"] = metadata
-        rows.append((line, data))
-    return rows
+                gap = True
+        elif not cell:
+            continue
+        elif h == "image":
+            data["images"] = [cell]
+        elif h.startswith("metadata."):
+            metadata[h[len("metadata.") :]] = cell
+        else:
+            data[h] = cell
+    if options:
+        data["options"] = options
+    if metadata:
+        data["metadata"] = metadata
+    return data
+
+
+def _read_text(path: Path, name: str) -> str:
+    """The item file's text: UTF-8 without a byte-order mark (else :class:`SpecError`)."""
+    try:
+        raw = path.read_bytes()
+    except OSError as exc:
+        raise SpecError([f"cannot read {describe_os_error(exc, path)}"]) from None
+    if raw.startswith(b"\xef\xbb\xbf"):
+        raise SpecError([f"{name}:1: starts with a UTF-8 byte-order mark; save it without one"])
+    try:
+        return raw.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        line = raw.count(b"\n", 0, exc.start) + 1
+        raise SpecError([f"{name}:{line}: {describe_utf8_error(raw, exc)}"]) from None
 
 
 def load_items(path: str | Path, *, display: str | None = None) -> ItemSet:
@@ -383,17 +439,7 @@ def load_items(path: str | Path, *, display: str | None = None) -> ItemSet:
     suffix = path.suffix.lower()
     if suffix not in (".jsonl", ".csv"):
         raise SpecError([f"{name}: an item file's name ends in .jsonl or .csv"])
-    try:
-        raw = path.read_bytes()
-    except OSError as exc:
-        raise SpecError([f"cannot read {describe_os_error(exc, path)}"]) from None
-    if raw.startswith(b"\xef\xbb\xbf"):
-        raise SpecError([f"{name}:1: starts with a UTF-8 byte-order mark; save it without one"])
-    try:
-        text = raw.decode("utf-8")
-    except UnicodeDecodeError as exc:
-        line = raw.count(b"\n", 0, exc.start) + 1
-        raise SpecError([f"{name}:{line}: {describe_utf8_error(raw, exc)}"]) from None
+    text = _read_text(path, name)
     problems: list[str] = []
     fmt = "jsonl" if suffix == ".jsonl" else "csv"
     rows = _jsonl(text, name, problems) if fmt == "jsonl" else _csv_rows(text, name, problems)

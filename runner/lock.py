@@ -258,16 +258,19 @@ def validate_for_lock(study: Study) -> list[str]:
     return problems
 
 
-def protocol_design(study: Study) -> dict[str, Any]:
-    """The members of ``protocol.locked`` that shape every request (``docs/prompts.md`` §7)."""
-    from runner.items import load_items
-
-    out: dict[str, Any] = {}
+def _model_design(study: Study) -> dict[str, Any]:
+    """``model`` (a ``[model]`` study) or ``models`` and ``model_order``."""
     if study.models is None:
-        out["model"] = study.model
-    else:
-        out["models"] = {name: m.record() for name, m in study.models.items()}
-        out["model_order"] = list(study.models)
+        return {"model": study.model}
+    return {
+        "models": {name: m.record() for name, m in study.models.items()},
+        "model_order": list(study.models),
+    }
+
+
+def _stimulus_design(study: Study) -> dict[str, Any]:
+    """``items`` (with ``prompt``) or ``stimuli`` (with ``prompt`` if it has an item template)."""
+    out: dict[str, Any] = {}
     if study.item_study:
         assert study.items_path is not None
         out["items"] = study.load_items().record(study.rel(study.items_path))
@@ -279,6 +282,14 @@ def protocol_design(study: Study) -> dict[str, Any]:
             "option_format": study.prompt.option_format,
             "option_separator": study.prompt.option_separator,
         }
+    return out
+
+
+def protocol_design(study: Study) -> dict[str, Any]:
+    """The members of ``protocol.locked`` that shape every request (``docs/prompts.md`` §7)."""
+    from runner.items import load_items
+
+    out: dict[str, Any] = {**_model_design(study), **_stimulus_design(study)}
     if study.fewshot:
         sets = {}
         for name, fs in study.fewshot.items():

@@ -148,16 +148,7 @@ def merge_hypotheses(
         seen.add(record["id"])
         old = earlier.get(record["id"])
         if old is not None:
-            bare_old = {k: v for k, v in old.items() if k != "phase"}
-            bare_new = {k: v for k, v in record.items() if k != "phase"}
-            if bare_old != bare_new:
-                changed = sorted(
-                    k for k in set(bare_old) | set(bare_new) if bare_old.get(k) != bare_new.get(k)
-                )
-                problems.append(
-                    f"hypothesis {record['id']!r} of an earlier phase changed "
-                    f"({', '.join(changed)})"
-                )
+            problems += _changed(old, record)
             out.append(old)
             continue
         if record.get("family") in families:
@@ -170,6 +161,16 @@ def merge_hypotheses(
         if hid not in seen:
             problems.append(f"hypothesis {hid!r} of an earlier phase is missing")
     return out, problems
+
+
+def _changed(old: dict[str, Any], record: dict[str, Any]) -> list[str]:
+    """A hypothesis of an earlier phase must come back as it was locked (its phase aside)."""
+    bare_old = {k: v for k, v in old.items() if k != "phase"}
+    bare_new = {k: v for k, v in record.items() if k != "phase"}
+    if bare_old == bare_new:
+        return []
+    changed = sorted(k for k in set(bare_old) | set(bare_new) if bare_old.get(k) != bare_new.get(k))
+    return [f"hypothesis {record['id']!r} of an earlier phase changed ({', '.join(changed)})"]
 
 
 def locked_bytes(log: Ledger, rel: str, digest: str) -> bytes | None:

@@ -30,7 +30,7 @@ import contextlib
 import time
 from dataclasses import dataclass
 from importlib.metadata import version
-from typing import Any, Protocol
+from typing import Any, NoReturn, Protocol
 
 from ledger import Ledger, SigningKey
 from runner._errors import PreflightError, StudyError
@@ -66,14 +66,42 @@ SAME_ERROR_ATTEMPTS = 3
 class PreflightHost(Protocol):
     """What the preflight needs of the session it precedes (:class:`runner.execute.Runner`)."""
 
-    study: Study
-    log: Ledger
-    key: SigningKey
-    backend: Backend
-    builder: RequestBuilder
-    control: RunControl | None
-    price: Price | None
     identity: ServerIdentity | None
+
+    @property
+    def study(self) -> Study:
+        """The locked study."""
+        ...
+
+    @property
+    def log(self) -> Ledger:
+        """The study's ledger."""
+        ...
+
+    @property
+    def key(self) -> SigningKey:
+        """The key the preflight events are signed with."""
+        ...
+
+    @property
+    def backend(self) -> Backend:
+        """The backend the session sends to."""
+        ...
+
+    @property
+    def builder(self) -> RequestBuilder:
+        """The study's request builder."""
+        ...
+
+    @property
+    def control(self) -> RunControl | None:
+        """The session's signal handling, if any."""
+        ...
+
+    @property
+    def price(self) -> Price | None:
+        """The price the session is costed with (None: unpriced)."""
+        ...
 
     @property
     def options(self) -> Any:
@@ -411,98 +439,130 @@ async def run_preflights(
     a signal cancels one (recorded as ``interrupted``).
     """
     out: list[Preflight] = []
+    for entry in first_per_shape(planned):
+        wire = runner.backend.wire_body(entry.body)
+        _budget_check(runner, entry.subject, wire, spent)
+        preflight, cost = await _preflight_one(runner, entry, wire, check=check)
+        spent += cost or 0.0
+        out.append(preflight)
+    return out
+
+
+async def _preflight_one(
+    runner: PreflightHost, entry: Planned, wire: dict[str, Any], *, check: bool
+) -> tuple[Preflight, float | None]:
+    """Send one preflight until it is answered (retrying as a trial would); it and its cost."""
+    trial, shape = entry.subject, entry.shape
+    control = runner.control
+    seqs: list[int] = []
+    errors: list[tuple[str, int | None, str]] = []
+    attempt = 0
+    while True:
+        attempt += 1
+        if control is not None:
+            control.start_preflight()
+        started = time.monotonic()
+        try:
+            reply = await _send(runner, wire, f"{runner.study.seed}|preflight|{trial.id}")
+        except _Cancelled as stop:
+            _interrupted(runner, entry, attempt, wire, stop, check=check)
+        except BackendError as exc:
+            seq = _record(runner, entry, attempt, wire, check=check, error=exc)
+            seqs.append(seq)
+            _end(control, seq)
+            errors.append((exc.error_type, exc.http_status, exc.message))
+            _refuse(runner, entry, exc, attempt, errors, seqs)
+            if control is not None:
+                control.check()
+            await _wait(runner, runner.backoff(attempt, exc))
+            if control is not None:
+                control.check()
+            continue
+        latency = time.monotonic() - started
+        cost = cost_at(runner.price, reply.usage) if runner.price is not None else None
+        seq = _record(
+            runner, entry, attempt, wire, check=check, reply=reply, latency=latency, cost=cost
+        )
+        _end(control, seq)
+        simulated = runner.backend.simulated
+        return Preflight(
+            seq,
+            trial.id,
+            shape.model,
+            shape,
+            attempt,
+            reply.http_status,
+            reply.model,
+            None if simulated else model_matches(shape.model, reply.model),
+            simulated,
+            trial.step if isinstance(trial, StepCall) else None,
+            entry.empty_slots,
+            _warnings(runner, shape.model),
+        ), cost
+
+
+def _end(control: RunControl | None, seq: int) -> None:
+    """Tell the signal handling the preflight at ``seq`` is recorded."""
+    if control is not None:
+        control.end_preflight(
+            f"the preflight was recorded (run.preflight at seq {seq}); no trial was sent"
+        )
+
+
+def _interrupted(
+    runner: PreflightHost,
+    entry: Planned,
+    attempt: int,
+    wire: dict[str, Any],
+    stop: _Cancelled,
+    *,
+    check: bool,
+) -> NoReturn:
+    """Record a preflight a signal cancelled as ``interrupted``, and stop the run."""
+    error = BackendError(
+        "interrupted",
+        f"interrupted by {stop.signal_name} while in flight; the preflight request "
+        "may or may not have reached the API",
+        retryable=True,
+    )
+    seq = _record(runner, entry, attempt, wire, check=check, error=error)
+    control = runner.control
+    assert control is not None
+    raise RunInterruptedError(
+        f"interrupted by {stop.signal_name} during the preflight (recorded as "
+        f"interrupted, run.preflight at seq {seq}); no trial was sent",
+        control.exit_code or 130,
+    ) from None
+
+
+def _refuse(
+    runner: PreflightHost,
+    entry: Planned,
+    exc: BackendError,
+    attempt: int,
+    errors: list[tuple[str, int | None, str]],
+    seqs: list[int],
+) -> None:
+    """Raise :class:`PreflightError` when a failed preflight is not to be tried again.
+
+    Not retryable, ``--max-attempts`` used up, or the same error (not a "later" one) the last
+    ``min(3, --max-attempts)`` times.
+    """
     options = runner.options
+    needed = min(SAME_ERROR_ATTEMPTS, options.max_attempts)
+    later = exc.http_status is None or exc.http_status in LATER
+    same = len(errors) >= needed and len(set(errors[-needed:])) == 1
+    if exc.retryable and attempt < options.max_attempts and (not same or later):
+        return
     name, url = runner.backend.name, backend_url(runner.backend)
     where = f"the {name} backend" + (f" at {url}" if url else "")
-    control = runner.control
-    for entry in first_per_shape(planned):
-        trial, shape = entry.subject, entry.shape
-        wire = runner.backend.wire_body(entry.body)
-        _budget_check(runner, trial, wire, spent)
-        seqs: list[int] = []
-        errors: list[tuple[str, int | None, str]] = []
-        attempt = 0
-        while True:
-            attempt += 1
-            if control is not None:
-                control.start_preflight()
-            started = time.monotonic()
-            try:
-                reply = await _send(runner, wire, f"{runner.study.seed}|preflight|{trial.id}")
-            except _Cancelled as stop:
-                error = BackendError(
-                    "interrupted",
-                    f"interrupted by {stop.signal_name} while in flight; the preflight request "
-                    "may or may not have reached the API",
-                    retryable=True,
-                )
-                seq = _record(runner, entry, attempt, wire, check=check, error=error)
-                assert control is not None
-                raise RunInterruptedError(
-                    f"interrupted by {stop.signal_name} during the preflight (recorded as "
-                    f"interrupted, run.preflight at seq {seq}); no trial was sent",
-                    control.exit_code or 130,
-                ) from None
-            except BackendError as exc:
-                seq = _record(runner, entry, attempt, wire, check=check, error=exc)
-                seqs.append(seq)
-                if control is not None:
-                    control.end_preflight(
-                        f"the preflight was recorded (run.preflight at seq {seq}); no trial was "
-                        "sent"
-                    )
-                errors.append((exc.error_type, exc.http_status, exc.message))
-                needed = min(SAME_ERROR_ATTEMPTS, options.max_attempts)
-                later = exc.http_status is None or exc.http_status in LATER
-                same = len(errors) >= needed and len(set(errors[-needed:])) == 1
-                if not exc.retryable or attempt >= options.max_attempts or (same and not later):
-                    tries = f" ({attempt} attempts)" if attempt > 1 else ""
-                    raise PreflightError(
-                        f"preflight failed{tries}: {where} did not accept the request for model "
-                        f"{shape.model!r} ({shape.describe()}; built as {entry.what} would be): "
-                        f"{exc.message.rstrip('.')}. {_hint(exc, shape)}. No trial was sent or "
-                        f"given up, nor any step call (run.preflight at seq {seq}); fix the "
-                        "cause and run again",
-                        seqs,
-                    ) from None
-                if control is not None:
-                    control.check()
-                await _wait(runner, runner.backoff(attempt, exc))
-                if control is not None:
-                    control.check()
-                continue
-            latency = time.monotonic() - started
-            cost = cost_at(runner.price, reply.usage) if runner.price is not None else None
-            spent += cost or 0.0
-            seq = _record(
-                runner,
-                entry,
-                attempt,
-                wire,
-                check=check,
-                reply=reply,
-                latency=latency,
-                cost=cost,
-            )
-            if control is not None:
-                control.end_preflight(
-                    f"the preflight was recorded (run.preflight at seq {seq}); no trial was sent"
-                )
-            out.append(
-                Preflight(
-                    seq,
-                    trial.id,
-                    shape.model,
-                    shape,
-                    attempt,
-                    reply.http_status,
-                    reply.model,
-                    None if runner.backend.simulated else model_matches(shape.model, reply.model),
-                    runner.backend.simulated,
-                    trial.step if isinstance(trial, StepCall) else None,
-                    entry.empty_slots,
-                    _warnings(runner, shape.model),
-                )
-            )
-            break
-    return out
+    shape = entry.shape
+    tries = f" ({attempt} attempts)" if attempt > 1 else ""
+    raise PreflightError(
+        f"preflight failed{tries}: {where} did not accept the request for model "
+        f"{shape.model!r} ({shape.describe()}; built as {entry.what} would be): "
+        f"{exc.message.rstrip('.')}. {_hint(exc, shape)}. No trial was sent or "
+        f"given up, nor any step call (run.preflight at seq {seqs[-1]}); fix the "
+        "cause and run again",
+        seqs,
+    ) from None

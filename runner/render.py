@@ -14,15 +14,16 @@ import base64
 import hashlib
 import json
 import re
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Final
 
 from ledger import describe_utf8_error
 from runner._errors import SpecError, StimulusError
+from runner.factors import Factor, Level
 from runner.items import Item, ItemSet, load_items
-from runner.spec import FewShotSpec, ModelSpec, Study
+from runner.spec import Arm, FewShotSpec, ModelSpec, Study
 from runner.stimuli import check_image_for_api
 
 __all__ = [
@@ -196,29 +197,7 @@ def draw_examples(spec: FewShotSpec, examples: ItemSet, item: Item) -> list[Item
         drawn = [examples.by_id[i] for i in spec.ids]
     else:
         order = random_order(spec.seed or "0", item.id, list(examples))
-        if spec.rule == "random":
-            drawn = order[: spec.count]
-        elif spec.rule == "label-balanced":
-            labels = sorted({e.answer for e in order})
-            queues = {label: [e for e in order if e.answer == label] for label in labels}
-            drawn = []
-            while len(drawn) < spec.count and any(queues.values()):
-                for label in labels:
-                    if queues[label] and len(drawn) < spec.count:
-                        drawn.append(queues[label].pop(0))
-        elif spec.rule == "same-metadata":
-            mine = item.metadata.get(spec.field or "")
-            if not isinstance(mine, str):
-                raise ValueError(f"item {item.id!r} has no string metadata {spec.field!r}")
-            drawn = [e for e in order if e.metadata.get(spec.field or "") == mine][: spec.count]
-        else:  # distinct-metadata
-            seen: set[str] = set()
-            drawn = []
-            for e in order:
-                value = e.metadata.get(spec.field or "")
-                if isinstance(value, str) and value not in seen and len(drawn) < spec.count:
-                    seen.add(value)
-                    drawn.append(e)
+        drawn = _DRAW_RULES.get(spec.rule, _draw_distinct)(spec, order, item)
         if len(drawn) < spec.count:
             raise ValueError(
                 f"the {spec.rule} rule finds {len(drawn)} example(s) for item {item.id!r}, "
@@ -229,6 +208,53 @@ def draw_examples(spec: FewShotSpec, examples: ItemSet, item: Item) -> list[Item
     elif spec.order == "reverse":
         drawn = drawn[::-1]
     return drawn
+
+
+def _draw_random(spec: FewShotSpec, order: list[Item], item: Item) -> list[Item]:
+    """``random``: the first ``count`` examples of the item's random order."""
+    return order[: spec.count]
+
+
+def _draw_balanced(spec: FewShotSpec, order: list[Item], item: Item) -> list[Item]:
+    """``label-balanced``: one example per answer label in turn, in the item's random order."""
+    labels = sorted({e.answer for e in order})
+    queues = {label: [e for e in order if e.answer == label] for label in labels}
+    drawn: list[Item] = []
+    while len(drawn) < spec.count and any(queues.values()):
+        for label in labels:
+            if queues[label] and len(drawn) < spec.count:
+                drawn.append(queues[label].pop(0))
+    return drawn
+
+
+def _draw_same(spec: FewShotSpec, order: list[Item], item: Item) -> list[Item]:
+    """``same-metadata``: examples whose ``field`` equals the item's."""
+    mine = item.metadata.get(spec.field or "")
+    if not isinstance(mine, str):
+        raise ValueError(f"item {item.id!r} has no string metadata {spec.field!r}")
+    return [e for e in order if e.metadata.get(spec.field or "") == mine][: spec.count]
+
+
+def _draw_distinct(spec: FewShotSpec, order: list[Item], item: Item) -> list[Item]:
+    """``distinct-metadata``: one example per value of ``field``."""
+    seen: set[str] = set()
+    drawn: list[Item] = []
+    for e in order:
+        value = e.metadata.get(spec.field or "")
+        if isinstance(value, str) and value not in seen and len(drawn) < spec.count:
+            seen.add(value)
+            drawn.append(e)
+    return drawn
+
+
+#: The drawing rules other than ``fixed`` (``docs/prompts.md`` section 4); the spec allows
+#: no other.
+_DRAW_RULES: dict[str, Callable[[FewShotSpec, list[Item], Item], list[Item]]] = {
+    "random": _draw_random,
+    "label-balanced": _draw_balanced,
+    "same-metadata": _draw_same,
+    "distinct-metadata": _draw_distinct,
+}
 
 
 def request_parameters(model: ModelSpec, sampling: Mapping[str, Any]) -> dict[str, Any]:
@@ -242,6 +268,28 @@ def request_parameters(model: ModelSpec, sampling: Mapping[str, Any]) -> dict[st
     if "logprobs" in merged:  # docs/prompts.md §5: cloze scoring reads them
         out["logprobs"] = True
         out["top_logprobs"] = merged["logprobs"]
+    return out
+
+
+def _level_templates(study: Study) -> dict[Path, Template]:
+    """The item templates the factors' levels name, each read once."""
+    out: dict[Path, Template] = {}
+    for factor in study.factors.values():
+        for lv in factor.levels:
+            if lv.template is not None and lv.template not in out:
+                out[lv.template] = _read_template(lv.template, study.rel(lv.template))
+    return out
+
+
+def _component_templates(study: Study, texts: Mapping[str, str]) -> dict[str, Template]:
+    """The components of answer-dependent arms, as templates of ``{prior.*}`` (§9)."""
+    out: dict[str, Template] = {}
+    for arm in study.arms.values():
+        if arm.after is None:
+            continue
+        for name in arm.components:
+            if name in texts and name not in out:
+                out[name] = parse_template(texts[name], study.rel(study.components[name]))
     return out
 
 
@@ -263,13 +311,7 @@ class Renderer:
             _read_template(prompt.item, study.rel(prompt.item)) if prompt.item else None
         )
         # docs/study-spec.md "Factors": a level's item template, and the cells' edited items
-        self.level_templates: dict[Path, Template] = {}
-        for factor in study.factors.values():
-            for lv in factor.levels:
-                if lv.template is not None and lv.template not in self.level_templates:
-                    self.level_templates[lv.template] = _read_template(
-                        lv.template, study.rel(lv.template)
-                    )
+        self.level_templates = _level_templates(study)
         self._edited: dict[tuple[str, str, str | None], Item] = {}
         self.items: ItemSet | None = study.load_items() if study.item_study else None
         self.examples: dict[str, ItemSet] = {}
@@ -286,14 +328,7 @@ class Renderer:
         # {steps.NAME} slot values per item, once the item steps are decided (docs/prompts.md §8)
         self.step_values: dict[str, dict[str, str]] = {}
         # docs/prompts.md §9: an answer-dependent arm's components are templates of {prior.*}
-        self.component_templates: dict[str, Template] = {}
-        for arm in study.arms.values():
-            if arm.after is not None:
-                for name in arm.components:
-                    if name in self.texts and name not in self.component_templates:
-                        self.component_templates[name] = parse_template(
-                            self.texts[name], study.rel(study.components[name])
-                        )
+        self.component_templates = _component_templates(study, self.texts)
         self.prior_values: dict[str, dict[str, str]] = {}  # trial id -> {prior.*} values
 
     # ------------------------------------------------------------------ pieces
@@ -491,23 +526,7 @@ class Renderer:
 
     def problems(self) -> list[str]:
         """Everything that stops a lock in the prompts: slots, draws, overlaps, images."""
-        out: list[str] = []
-        study = self.study
-        if self.item_template is not None:
-            for slot in self.item_template.slots():
-                if slot.name in ANSWER_SLOTS:
-                    out.append(
-                        f"{self.item_template.name}:{slot.line}:{slot.column}: slot "
-                        f"{{{slot.name}}} would show the test item's key to the model; it is "
-                        "for few-shot answer templates only"
-                    )
-        for slot in self.option_format.slots():
-            if slot.name not in ("label", "text"):
-                out.append(
-                    f"[prompt] option_format: slot {{{slot.name}}}: only {{label}} and "
-                    "{text} may be used"
-                )
-        out += self._level_template_problems()
+        out = self._slot_problems() + self._level_template_problems()
         if out:
             return out
         if self.study.factorial is not None:
@@ -522,46 +541,78 @@ class Renderer:
                 return out
             out += self._unfilled(self.item_template, varied or pool, answers=False)
         for name, examples in self.examples.items():
-            where = f"[fewshot.{name}]"
-            if self.item_template is not None:
-                out += self._unfilled(self.item_template, list(examples), answers=False)
-            out += self._unfilled(self.answer_templates[name], list(examples), answers=True)
-            out += self._overlap(name, examples)
-            if self.items is None:
-                out.append(f"{where}: few-shot examples need an item file ([stimuli] items)")
-                continue
-            spec = study.fewshot[name]
-            users = [a for a in study.arms.values() if a.fewshot == name]
-            if not users:
-                continue
-            for item in self.items:
-                try:
-                    draw_examples(spec, examples, item)
-                except ValueError as exc:
-                    out.append(f"{where}: {exc}")
-                    break
+            out += self._fewshot_problems(name, examples)
         if self.items is not None:
             out += self._images_ok()
-        for arm in study.arms.values():
-            if arm.subset is not None:
-                total = len(study.stimulus_ids())
-                if arm.subset[0] > total:
+        for arm in self.study.arms.values():
+            out += self._arm_problems(arm)
+        return out
+
+    def _slot_problems(self) -> list[str]:
+        """The item template may not show the key; the option format takes label and text."""
+        out: list[str] = []
+        if self.item_template is not None:
+            for slot in self.item_template.slots():
+                if slot.name in ANSWER_SLOTS:
                     out.append(
-                        f"{study.spec_path}: arms.{arm.id}.items.n: {arm.subset[0]} items "
-                        f"asked for, the study has {total}"
+                        f"{self.item_template.name}:{slot.line}:{slot.column}: slot "
+                        f"{{{slot.name}}} would show the test item's key to the model; it is "
+                        "for few-shot answer templates only"
                     )
-            if self.item_template is None and "item" in arm.components:
+        for slot in self.option_format.slots():
+            if slot.name not in ("label", "text"):
                 out.append(
-                    f"{study.spec_path}: arms.{arm.id}.components: 'item' needs an item "
-                    "template ([prompt] item)"
+                    f"[prompt] option_format: slot {{{slot.name}}}: only {{label}} and "
+                    "{text} may be used"
                 )
-            if arm.after is not None:
-                out += self._after_problems(arm.id)
-            if arm.fewshot is None and "examples" in arm.components:
+        return out
+
+    def _fewshot_problems(self, name: str, examples: ItemSet) -> list[str]:
+        """An example set: its templates fill, it shares no item, and every draw succeeds."""
+        study = self.study
+        where = f"[fewshot.{name}]"
+        out: list[str] = []
+        if self.item_template is not None:
+            out += self._unfilled(self.item_template, list(examples), answers=False)
+        out += self._unfilled(self.answer_templates[name], list(examples), answers=True)
+        out += self._overlap(name, examples)
+        if self.items is None:
+            out.append(f"{where}: few-shot examples need an item file ([stimuli] items)")
+            return out
+        if not any(a.fewshot == name for a in study.arms.values()):
+            return out
+        spec = study.fewshot[name]
+        for item in self.items:
+            try:
+                draw_examples(spec, examples, item)
+            except ValueError as exc:
+                out.append(f"{where}: {exc}")
+                break
+        return out
+
+    def _arm_problems(self, arm: Arm) -> list[str]:
+        """An arm's subset, the components it names, and (section 9) its first stage."""
+        study = self.study
+        out: list[str] = []
+        if arm.subset is not None:
+            total = len(study.stimulus_ids())
+            if arm.subset[0] > total:
                 out.append(
-                    f"{study.spec_path}: arms.{arm.id}.components: 'examples' needs "
-                    'an example set (fewshot = "NAME")'
+                    f"{study.spec_path}: arms.{arm.id}.items.n: {arm.subset[0]} items "
+                    f"asked for, the study has {total}"
                 )
+        if self.item_template is None and "item" in arm.components:
+            out.append(
+                f"{study.spec_path}: arms.{arm.id}.components: 'item' needs an item "
+                "template ([prompt] item)"
+            )
+        if arm.after is not None:
+            out += self._after_problems(arm.id)
+        if arm.fewshot is None and "examples" in arm.components:
+            out.append(
+                f"{study.spec_path}: arms.{arm.id}.components: 'examples' needs "
+                'an example set (fewshot = "NAME")'
+            )
         return out
 
     def _level_template_problems(self) -> list[str]:
@@ -586,66 +637,88 @@ class Renderer:
         reference level (alone, the other factors at their reference): a level that leaves it
         unchanged would be a silent null arm, refused naming item, factor and level.
         """
-        from runner.factors import FactorError, apply_edits
-        from runner.schedule import subset
-
         study = self.study
         fx = study.factorial
         assert fx is not None
         out: list[str] = []
-        name = study.rel(study.items_path) if study.items_path is not None else "items"
-        stims = study.stimulus_ids()
-        cells = [a for a in study.arms.values() if a.factors]
-        for arm in cells:
-            items = stims if arm.subset is None else subset(arm.subset[1], stims, arm.subset[0])
-            template = self.template_of(arm.id)
-            edited: list[Item] = []
-            for item_id in items if self.items is not None else ():
-                try:
-                    edited.append(self.edited_item(arm.id, item_id))
-                except FactorError as exc:
-                    line = self.items.by_id[item_id].line if self.items is not None else 0
-                    out.append(f"{name}:{line}: {exc} (arm {arm.id})")
-                    break
-            if template is not None and edited:
-                out += self._unfilled(template, edited, answers=False)
+        for arm in study.arms.values():
+            if arm.factors:
+                out += self._cell_problems(arm)
         if out:
             return list(dict.fromkeys(out))
         for factor_name in fx.factors:
             factor = study.factors[factor_name]
             for lv in factor.levels[1:]:
                 if factor.scope == "prompt":
-                    texts = [self.texts[n].strip() for n in (*lv.components, *lv.system)]
-                    if not any(texts):
-                        out.append(
-                            f"{study.spec_path}: factors.{factor.name}.levels.{lv.name}: "
-                            "its components are empty, so it leaves every request "
-                            "unchanged (a silent null arm)"
-                        )
-                    continue
-                ref_tpl = self.item_template
-                tpl = self.level_templates.get(lv.template) if lv.template else ref_tpl
-                for item in self.items or ():
-                    edits = [(factor.name, lv.name, e) for e in lv.edits]
-                    try:
-                        data = apply_edits(item.data, edits, item.id)
-                    except FactorError:
-                        continue  # reported above for the cells that run it
-                    if ref_tpl is None or tpl is None:
-                        continue
-                    changed = Item(item.id, data, item.line)
-                    try:
-                        same = tpl.render(self._filled(tpl, changed)) == ref_tpl.render(
-                            self._filled(ref_tpl, item)
-                        )
-                    except KeyError:
-                        continue  # an unfilled slot: reported by the cells' checks
-                    if same:
-                        out.append(
-                            f"{name}:{item.line}: item {item.id!r}: factor "
-                            f"{factor.name!r} level {lv.name!r} leaves the item's "
-                            "request unchanged (a silent null arm)"
-                        )
+                    out += self._empty_level(factor, lv)
+                else:
+                    out += self._unchanged_items(factor, lv)
+        return out
+
+    def _items_name(self) -> str:
+        study = self.study
+        return study.rel(study.items_path) if study.items_path is not None else "items"
+
+    def _cell_problems(self, arm: Arm) -> list[str]:
+        """A factorial cell: its edits apply to its items, and its template fills for them."""
+        from runner.factors import FactorError
+        from runner.schedule import subset
+
+        stims = self.study.stimulus_ids()
+        items = stims if arm.subset is None else subset(arm.subset[1], stims, arm.subset[0])
+        template = self.template_of(arm.id)
+        out: list[str] = []
+        edited: list[Item] = []
+        for item_id in items if self.items is not None else ():
+            try:
+                edited.append(self.edited_item(arm.id, item_id))
+            except FactorError as exc:
+                line = self.items.by_id[item_id].line if self.items is not None else 0
+                out.append(f"{self._items_name()}:{line}: {exc} (arm {arm.id})")
+                break
+        if template is not None and edited:
+            out += self._unfilled(template, edited, answers=False)
+        return out
+
+    def _empty_level(self, factor: Factor, lv: Level) -> list[str]:
+        """A prompt factor's level whose components are all empty is a silent null arm."""
+        texts = [self.texts[n].strip() for n in (*lv.components, *lv.system)]
+        if any(texts):
+            return []
+        return [
+            f"{self.study.spec_path}: factors.{factor.name}.levels.{lv.name}: "
+            "its components are empty, so it leaves every request "
+            "unchanged (a silent null arm)"
+        ]
+
+    def _unchanged_items(self, factor: Factor, lv: Level) -> list[str]:
+        """The items an item factor's level leaves unchanged against the reference level."""
+        from runner.factors import FactorError, apply_edits
+
+        ref_tpl = self.item_template
+        tpl = self.level_templates.get(lv.template) if lv.template else ref_tpl
+        out: list[str] = []
+        for item in self.items or ():
+            edits = [(factor.name, lv.name, e) for e in lv.edits]
+            try:
+                data = apply_edits(item.data, edits, item.id)
+            except FactorError:
+                continue  # reported above for the cells that run it
+            if ref_tpl is None or tpl is None:
+                continue
+            changed = Item(item.id, data, item.line)
+            try:
+                same = tpl.render(self._filled(tpl, changed)) == ref_tpl.render(
+                    self._filled(ref_tpl, item)
+                )
+            except KeyError:
+                continue  # an unfilled slot: reported by the cells' checks
+            if same:
+                out.append(
+                    f"{self._items_name()}:{item.line}: item {item.id!r}: factor "
+                    f"{factor.name!r} level {lv.name!r} leaves the item's "
+                    "request unchanged (a silent null arm)"
+                )
         return out
 
     def _filled(self, template: Template, item: Item) -> dict[str, str]:
@@ -660,17 +733,7 @@ class Renderer:
         spec = study.arms[arm]
         assert spec.after is not None
         where = f"{study.spec_path}: arms.{arm}.after"
-        out: list[str] = []
-        ids = set(study.trial_ids())
-        for tid in study.trial_ids():
-            if tid.split("|", 1)[0] == arm:
-                prior = prior_trial(tid, spec.after["arm"])
-                if prior not in ids:
-                    out.append(
-                        f"{where}: trial {tid} has no first-stage trial {prior} (the "
-                        "prior arm must run the same models, items and replicates)"
-                    )
-                    break
+        out = self._missing_prior(arm, spec.after["arm"], where)
         answer = spec.after.get("answer")
         if answer is not None:
             step = study.steps.get(answer)
@@ -684,10 +747,31 @@ class Renderer:
             allowed |= {"prior.answer"}
         if spec.after.get("rule") == "next-option":
             allowed |= {"prior.answer_text", "prior.other", "prior.other_text"}
-            if self.items is not None and any(not i.options for i in self.items):
-                lacking = next(i for i in self.items if not i.options)
+            lacking = next((i for i in self.items or () if not i.options), None)
+            if lacking is not None:
                 out.append(f"{where}.rule: next-option needs options; item {lacking.id!r} has none")
-        for name in spec.components:
+        out += self._prior_slot_problems(arm, allowed)
+        return out
+
+    def _missing_prior(self, arm: str, first: str, where: str) -> list[str]:
+        """The first trial of ``arm`` whose first-stage trial (of arm ``first``) is missing."""
+        study = self.study
+        ids = set(study.trial_ids())
+        for tid in study.trial_ids():
+            if tid.split("|", 1)[0] != arm:
+                continue
+            prior = prior_trial(tid, first)
+            if prior not in ids:
+                return [
+                    f"{where}: trial {tid} has no first-stage trial {prior} (the "
+                    "prior arm must run the same models, items and replicates)"
+                ]
+        return []
+
+    def _prior_slot_problems(self, arm: str, allowed: set[str]) -> list[str]:
+        """The ``{prior.*}`` slots an answer-dependent arm's components may not use."""
+        out: list[str] = []
+        for name in self.study.arms[arm].components:
             tpl = self.component_templates.get(name)
             if tpl is None:
                 continue
@@ -708,7 +792,6 @@ class Renderer:
         (``docs/variants.md``); a variant that fails on many items is reported for the first
         three.
         """
-        from runner.schedule import subset
         from runner.variants import VariantError
 
         study = self.study
@@ -718,8 +801,43 @@ class Renderer:
             study.variant_list()
         except VariantError as exc:
             return [], [f"{study.spec_path}: {exc}"]
-        name = study.rel(study.items_path) if study.items_path is not None else "items"
+        problems = self._variant_problems()
+        if problems:
+            return [], [p for found in problems.values() for p in found]
+        return self._vary_all(problems)
+
+    def _vary_all(self, problems: dict[str, list[str]]) -> tuple[list[Item], list[str]]:
+        """Apply every variant of every arm to every item it runs (see :meth:`_varied_pool`)."""
+        from runner.schedule import subset
+        from runner.variants import VariantError
+
+        study = self.study
+        assert self.items is not None
         pool: dict[tuple[str, str], Item] = {}
+        stims = [i.id for i in self.items]
+        for arm in study.arms.values():
+            items = stims if arm.subset is None else subset(arm.subset[1], stims, arm.subset[0])
+            for variant in study.arm_variants(arm.id):
+                for item_id in items:
+                    if (item_id, variant.name) in pool:
+                        continue
+                    try:
+                        pool[(item_id, variant.name)] = self.varied_item(item_id, variant.name)
+                    except VariantError as exc:
+                        self._variant_failed(problems.setdefault(variant.name, []), item_id, exc)
+        out = [p for found in problems.values() for p in found]
+        return list(pool.values()), out
+
+    def _variant_failed(self, found: list[str], item_id: str, exc: Exception) -> None:
+        """Note a variant that cannot apply to an item (its first three distinct failures)."""
+        assert self.items is not None
+        item = self.items.by_id[item_id]
+        if len(found) < 3 and not any(f.endswith(str(exc)) for f in found):
+            found.append(f"{self._items_name()}:{item.line}: {exc}")
+
+    def _variant_problems(self) -> dict[str, list[str]]:
+        """Variants an arm names that the study lacks; drop-field variants of placed fields."""
+        study = self.study
         problems: dict[str, list[str]] = {}
         every = study.variant_list()
         for arm in study.arms.values():
@@ -729,34 +847,18 @@ class Renderer:
                         f"{study.spec_path}: arms.{arm.id}.variants: {listed!r} is not a "
                         f"variant of the study (its variants: {', '.join(v.name for v in every)})"
                     )
-        slots = {s.name: s for s in self.item_template.slots()} if self.item_template else {}
+        template = self.item_template
+        slots = {s.name: s for s in template.slots()} if template else {}
         for variant in every:
             dropped = variant.spec.params.get("field")
             if variant.spec.kind == "drop-field" and dropped in slots:
                 slot = slots[str(dropped)]
                 problems.setdefault(variant.name, []).append(
-                    f"{self.item_template.name if self.item_template else ''}:{slot.line}:"
+                    f"{template.name if template else ''}:{slot.line}:"
                     f"{slot.column}: slot {{{dropped}}}: variant {variant.name!r} (drop-field) "
                     f"removes the field {dropped!r} that the item template places"
                 )
-        if problems:
-            return [], [p for found in problems.values() for p in found]
-        stims = [i.id for i in self.items]
-        for arm in study.arms.values():
-            items = stims if arm.subset is None else subset(arm.subset[1], stims, arm.subset[0])
-            for variant in study.arm_variants(arm.id):
-                for item_id in items:
-                    if (item_id, variant.name) in pool:
-                        continue
-                    item = self.items.by_id[item_id]
-                    try:
-                        pool[(item_id, variant.name)] = self.varied_item(item_id, variant.name)
-                    except VariantError as exc:
-                        found = problems.setdefault(variant.name, [])
-                        if len(found) < 3 and not any(f.endswith(str(exc)) for f in found):
-                            found.append(f"{name}:{item.line}: {exc}")
-        out = [p for found in problems.values() for p in found]
-        return list(pool.values()), out
+        return problems
 
     def _unfilled(self, template: Template, items: Sequence[Item], *, answers: bool) -> list[str]:
         """For each slot some item cannot fill, a problem naming the first such item."""

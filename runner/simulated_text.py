@@ -867,12 +867,8 @@ class SimulatedTextModel:
         first = f"The context holds {len(covered)} of the {len(asked)} key terms of the question."
         if coverage < self.params.coverage_threshold:
             return _Reading("maybe", (first, "That is too little to decide."))
-        window = self.params.negation_window
-        for sentence in sentences:
-            hits = [i for i, w in enumerate(sentence) if w in covered]
-            negations = [i for i, w in enumerate(sentence) if w in NEGATIONS]
-            if any(abs(i - j) <= window for i in hits for j in negations):
-                return _Reading("no", (first, "The context negates them."))
+        if _negated(sentences, covered, self.params.negation_window):
+            return _Reading("no", (first, "The context negates them."))
         return _Reading("yes", (first, "Nothing in the context negates them."))
 
     def _free_candidates(self, prompt: TextPrompt) -> list[str]:
@@ -1166,3 +1162,13 @@ def _cut(text: str, request: dict[str, Any]) -> tuple[str, str, str | None]:
     if chars is not None and len(text) > chars:
         return text[: max(0, chars)], "max_tokens", None
     return text, "end_turn", None
+
+
+def _negated(sentences: list[list[str]], covered: set[str], window: int) -> bool:
+    """Whether a sentence has a negation within ``window`` words of a covered key term."""
+    for sentence in sentences:
+        hits = [i for i, w in enumerate(sentence) if w in covered]
+        negations = [i for i, w in enumerate(sentence) if w in NEGATIONS]
+        if any(abs(i - j) <= window for i in hits for j in negations):
+            return True
+    return False

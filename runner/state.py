@@ -7,10 +7,11 @@ waiting for its answer) is rebuilt from ``trial.requested``, ``trial.responded``
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from ledger import Ledger
+from ledger import Event, Ledger
 from runner.lock import StudyError, check_integrity, ledger_path, protocol_event
 from runner.request import Trial
 from runner.schedule import schedule, schedule_sha256
@@ -96,80 +97,116 @@ def locked_order(study: Study, log: Ledger) -> list[Trial]:
 
 def load_state(study: Study, log: Ledger) -> StudyState:
     """Rebuild every trial's state from the ledger."""
-    order = locked_order(study, log)
-    trials = {t.id: TrialState() for t in order}
-    state = StudyState(order, trials)
-    request_trial: dict[int, str] = {}
-    request_session: dict[int, int | None] = {}
-    failures: list[tuple[str, int | None]] = []  # counted-type failures: (trial, session)
-    configured: set[int | None] = set()  # sessions stopped by a configuration error
+    replay = _Replay(locked_order(study, log), log)
     for event in log.events():
-        kind, body = event.kind, event.body
-        if kind == "run.started":
-            state.sessions += 1
-        elif kind == "run.preflight":  # not a trial; its cost counts against the budget
+        handler = _HANDLERS.get(event.kind)
+        if handler is not None:
+            handler(replay, event)
+    return replay.finish()
+
+
+class _Replay:
+    """The trials' state, event by event (:func:`load_state`)."""
+
+    def __init__(self, order: list[Trial], log: Ledger) -> None:
+        self.log = log
+        self.trials = {t.id: TrialState() for t in order}
+        self.state = StudyState(order, self.trials)
+        self.request_trial: dict[int, str] = {}
+        self.request_session: dict[int, int | None] = {}
+        self.failures: list[tuple[str, int | None]] = []  # counted-type: (trial, session)
+        self.configured: set[int | None] = set()  # sessions stopped by a configuration error
+
+    def started(self, event: Event) -> None:
+        self.state.sessions += 1
+
+    def spent(self, event: Event) -> None:
+        """A preflight's or a step call's cost counts against the budget (not a trial)."""
+        cost = event.body.get("cost_usd")
+        if isinstance(cost, int | float):
+            self.state.cost_usd += cost
+
+    def requested(self, event: Event) -> None:
+        body = event.body
+        trial = self.trials.get(body.get("trial", ""))
+        if trial is None:
+            raise StudyError(
+                f"{self.log.path}: seq {event.seq}: trial.requested for {body.get('trial')!r}, "
+                "which is not in the locked schedule"
+            )
+        trial.attempts = max(trial.attempts, int(body["attempt"]))
+        trial.open_request = event.seq
+        trial.open_session = body.get("session")
+        self.request_trial[event.seq] = body["trial"]
+        self.request_session[event.seq] = body.get("session")
+
+    def outcome(self, event: Event) -> None:
+        body = event.body
+        trial = self.trials[self.request_trial[body["request_seq"]]]
+        if trial.open_request == body["request_seq"]:
+            trial.open_request = None
+            trial.open_batch = None
+        if event.kind == "trial.responded":
+            trial.responded = event.seq
             cost = body.get("cost_usd")
             if isinstance(cost, int | float):
-                state.cost_usd += cost
-        elif kind == "trial.requested":
-            trial = trials.get(body.get("trial", ""))
-            if trial is None:
-                raise StudyError(
-                    f"{log.path}: seq {event.seq}: trial.requested for {body.get('trial')!r}, "
-                    "which is not in the locked schedule"
-                )
-            trial.attempts = max(trial.attempts, int(body["attempt"]))
-            trial.open_request = event.seq
-            trial.open_session = body.get("session")
-            request_trial[event.seq] = body["trial"]
-            request_session[event.seq] = body.get("session")
-        elif kind in ("trial.responded", "trial.failed"):
-            trial = trials[request_trial[body["request_seq"]]]
-            if trial.open_request == body["request_seq"]:
-                trial.open_request = None
-                trial.open_batch = None
-            if kind == "trial.responded":
-                trial.responded = event.seq
-                cost = body.get("cost_usd")
-                if isinstance(cost, int | float):
-                    trial.cost_usd += cost
-                    state.cost_usd += cost
+                trial.cost_usd += cost
+                self.state.cost_usd += cost
+            return
+        session = self.request_session.get(body["request_seq"])
+        if body.get("error_type") == "configuration":
+            self.configured.add(session)
+        if body.get("error_type") not in NOT_COUNTED:
+            self.failures.append((self.request_trial[body["request_seq"]], session))
+        if body.get("final"):
+            trial.given_up = event.seq
+
+    def excluded(self, event: Event) -> None:
+        self.trials[event.body["trial"]].excluded = event.seq
+
+    def batch(self, event: Event) -> None:
+        body = event.body
+        open_seqs = []
+        for seq in body["requests"]:
+            trial = self.trials[self.request_trial[seq]]
+            if trial.open_request == seq:
+                trial.open_batch = body["batch_id"]
+                open_seqs.append(seq)
+        self.state.open_batches[body["batch_id"]] = open_seqs
+
+    def finish(self) -> StudyState:
+        """The state: failures counted (none of a session a configuration error stopped).
+
+        Only the batches with requests still open are kept.
+        """
+        trials, state = self.trials, self.state
+        for trial_id, session in self.failures:
+            if session not in self.configured:
+                trials[trial_id].failures += 1
+        for batch_id in list(state.open_batches):
+            still = [
+                seq
+                for seq in state.open_batches[batch_id]
+                if trials[self.request_trial[seq]].open_request == seq
+            ]
+            if still:
+                state.open_batches[batch_id] = still
             else:
-                session = request_session.get(body["request_seq"])
-                if body.get("error_type") == "configuration":
-                    configured.add(session)
-                if body.get("error_type") not in NOT_COUNTED:
-                    failures.append((request_trial[body["request_seq"]], session))
-                if body.get("final"):
-                    trial.given_up = event.seq
-        elif kind == "step.responded":  # a step call's cost counts against the budget
-            cost = body.get("cost_usd")
-            if isinstance(cost, int | float):
-                state.cost_usd += cost
-        elif kind == "trial.excluded":
-            trials[body["trial"]].excluded = event.seq
-        elif kind == "batch.submitted":
-            open_seqs = []
-            for seq in body["requests"]:
-                trial = trials[request_trial[seq]]
-                if trial.open_request == seq:
-                    trial.open_batch = body["batch_id"]
-                    open_seqs.append(seq)
-            state.open_batches[body["batch_id"]] = open_seqs
-    for trial_id, session in failures:
-        if session not in configured:  # a session a configuration error stopped: none count
-            trials[trial_id].failures += 1
-    for batch_id in list(state.open_batches):
-        still = [
-            seq
-            for seq in state.open_batches[batch_id]
-            if trials[request_trial[seq]].open_request == seq
-        ]
-        if still:
-            state.open_batches[batch_id] = still
-        else:
-            del state.open_batches[batch_id]
-    return state
+                del state.open_batches[batch_id]
+        return state
+
+
+#: What each kind of event does to the trials' state (other kinds do nothing).
+_HANDLERS: dict[str, Callable[[_Replay, Event], None]] = {
+    "run.started": _Replay.started,
+    "run.preflight": _Replay.spent,
+    "trial.requested": _Replay.requested,
+    "trial.responded": _Replay.outcome,
+    "trial.failed": _Replay.outcome,
+    "step.responded": _Replay.spent,
+    "trial.excluded": _Replay.excluded,
+    "batch.submitted": _Replay.batch,
+}
 
 
 def study_state(root: str | Path) -> StudyState:

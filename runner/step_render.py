@@ -312,18 +312,22 @@ class StepRenderer:
             parts = slot.name.split(".")
             if parts[0] != "steps" or len(parts) not in (2, 3):
                 continue
-            target = self.study.steps[parts[1]]
-            unit = call.stimulus if target.on == "item" else (call.trial or "")
-            decision = outputs.get((parts[1], unit))
-            text = (
-                None
-                if decision is None
-                else output_text(decision, parts[2] if len(parts) == 3 else None)
-            )
+            text = self._step_output(call, parts, outputs)
             if text is None:
                 return None
             values[slot.name] = text
         return values
+
+    def _step_output(
+        self, call: StepCall, parts: list[str], outputs: Mapping[tuple[str, str], Any]
+    ) -> str | None:
+        """The text of a ``{steps.NAME}`` (``{steps.NAME.FIELD}``) slot of ``call``, or None."""
+        target = self.study.steps[parts[1]]
+        unit = call.stimulus if target.on == "item" else (call.trial or "")
+        decision = outputs.get((parts[1], unit))
+        if decision is None:
+            return None
+        return output_text(decision, parts[2] if len(parts) == 3 else None)
 
     def rough_values(self, call: StepCall) -> dict[str, str]:
         """Every slot of ``call``'s template filled: the item's fields, the rest empty.

@@ -26,6 +26,7 @@ from runner.spec import Study
 from runner.step_render import StepRenderer
 from runner.steps import (
     StepCall,
+    StepSpec,
     aggregate,
     item_call_id,
     item_step_calls,
@@ -56,11 +57,21 @@ def reply_text(raw: bytes, fmt: str) -> str:
     if not isinstance(body, dict):
         return ""
     if fmt == "openai-chat":
-        try:
-            content = body["choices"][0]["message"]["content"]
-        except (KeyError, IndexError, TypeError):
-            return ""
-        return content if isinstance(content, str) else ""
+        return _chat_text(body)
+    return _message_text(body)
+
+
+def _chat_text(body: dict[str, Any]) -> str:
+    """The text of an OpenAI-compatible chat completion (its first choice)."""
+    try:
+        content = body["choices"][0]["message"]["content"]
+    except (KeyError, IndexError, TypeError):
+        return ""
+    return content if isinstance(content, str) else ""
+
+
+def _message_text(body: dict[str, Any]) -> str:
+    """The text of an Anthropic message: its text blocks, joined."""
     content = body.get("content")
     if not isinstance(content, list):
         return ""
@@ -510,35 +521,42 @@ def step_status(study: Study, log: Ledger) -> list[dict[str, Any]]:
     work = StepWork(study, Renderer(study))
     work.load(log)
     order = list(work.responses)
-    out = []
-    for name, spec in study.steps.items():
-        prefix = f"step:{name}|"
-        made = {c: r for c, r in work.calls.items() if c.startswith(prefix)}
-        pending = (
-            work.pending_item_calls([name], spec.models)
-            if spec.on == "item"
-            else work.pending_trial_calls([name], order, spec.models)
-        )
-        units = work.items if spec.on == "item" else order
-        decided = work.decisions([name], units)
-        out.append(
-            {
-                "step": name,
-                "on": spec.on,
-                "models": [m or "" for m in spec.models],
-                "calls": len(set(made) | {c.id for c in pending}),
-                "parsed": sum(r.responded is not None for r in made.values()),
-                "unparseable_responses": sum(r.unparseable for r in made.values()),
-                "retries_used_up": sum(r.exhausted is not None for r in made.values()),
-                "given_up": sum(r.given_up is not None for r in made.values()),
-                "awaiting": sum(r.open_request is not None for r in made.values()),
-                "pending": len([c for c in pending if c.id not in made or not made[c.id].final]),
-                "decided": sum(v is not None for v in decided.values()),
-                "undecided": sum(v is None for v in decided.values()),
-                "cost_usd": round(sum(r.cost_usd for r in made.values()), 8),
-            }
-        )
-    return out
+    return [_step_row(work, name, spec, order) for name, spec in study.steps.items()]
+
+
+def _step_row(work: StepWork, name: str, spec: StepSpec, order: list[str]) -> dict[str, Any]:
+    """One step's row of :func:`step_status`."""
+    prefix = f"step:{name}|"
+    made = {c: r for c, r in work.calls.items() if c.startswith(prefix)}
+    pending = (
+        work.pending_item_calls([name], spec.models)
+        if spec.on == "item"
+        else work.pending_trial_calls([name], order, spec.models)
+    )
+    units = work.items if spec.on == "item" else order
+    decided = work.decisions([name], units)
+    return {
+        "step": name,
+        "on": spec.on,
+        "models": [m or "" for m in spec.models],
+        "calls": len(set(made) | {c.id for c in pending}),
+        **_call_counts(list(made.values())),
+        "pending": len([c for c in pending if c.id not in made or not made[c.id].final]),
+        "decided": sum(v is not None for v in decided.values()),
+        "undecided": sum(v is None for v in decided.values()),
+        "cost_usd": round(sum(r.cost_usd for r in made.values()), 8),
+    }
+
+
+def _call_counts(made: list[CallState]) -> dict[str, int]:
+    """How a step's calls made so far stand (the middle columns of :func:`step_status`)."""
+    return {
+        "parsed": sum(r.responded is not None for r in made),
+        "unparseable_responses": sum(r.unparseable for r in made),
+        "retries_used_up": sum(r.exhausted is not None for r in made),
+        "given_up": sum(r.given_up is not None for r in made),
+        "awaiting": sum(r.open_request is not None for r in made),
+    }
 
 
 def prior_values(

@@ -191,6 +191,24 @@ def _verified_by(value: Any, where: str, add: Any, on: str) -> Verification | No
     if not isinstance(value, dict):
         add(where, f"must be a table: {shape}")
         return None
+    ok = _verifier_named(value, where, add, shape)
+    step = value.get("step")
+    accept = value.get("accept")
+    retry = value.get("retry", 0)
+    if isinstance(retry, bool) or not isinstance(retry, int) or not 0 <= retry <= 10:
+        add(f"{where}.retry", f"must be an integer from 0 to 10, got {retry!r}")
+        ok = False
+    then = value.get("then", "exclude")
+    if then not in ("exclude", "stop"):
+        add(f"{where}.then", f'must be "exclude" or "stop", got {then!r}')
+        ok = False
+    if not ok:
+        return None
+    return Verification(str(step), tuple(accept or ()), int(retry), str(then))
+
+
+def _verifier_named(value: dict[str, Any], where: str, add: Any, shape: str) -> bool:
+    """``verified_by``'s keys, its ``step`` and its ``accept`` labels; False if one is wrong."""
     ok = True
     for key in value:
         if key not in VERIFIED_BY_KEYS:
@@ -207,17 +225,7 @@ def _verified_by(value: Any, where: str, add: Any, on: str) -> Verification | No
             "must be a non-empty list of the verifier's labels that accept a sample",
         )
         ok = False
-    retry = value.get("retry", 0)
-    if isinstance(retry, bool) or not isinstance(retry, int) or not 0 <= retry <= 10:
-        add(f"{where}.retry", f"must be an integer from 0 to 10, got {retry!r}")
-        ok = False
-    then = value.get("then", "exclude")
-    if then not in ("exclude", "stop"):
-        add(f"{where}.then", f'must be "exclude" or "stop", got {then!r}')
-        ok = False
-    if not ok:
-        return None
-    return Verification(str(step), tuple(accept or ()), int(retry), str(then))
+    return ok
 
 
 def _check_verifiers(steps: Mapping[str, StepSpec], add: Any) -> None:
@@ -316,121 +324,167 @@ def parse_steps(
     if not isinstance(raw, dict) or not all(isinstance(v, dict) for v in raw.values()):
         add("steps", "declare each step as a [steps.<NAME>] table")
         return {}
-    out: dict[str, StepSpec] = {}
-    for name, table in raw.items():
-        where = f"steps.{name}"
-        if not STEP_NAME.match(name):
-            add(
-                where,
-                "step names are a lowercase letter, then lowercase letters, digits or "
-                "'_' (at most 32): they are slot names ({steps.NAME})",
-            )
-        on = table.get("on")
-        if on not in ("item", "trial"):
-            add(f"{where}.on", f'must be "item" or "trial", got {on!r}')
-            on = "item"
-        step_models = _step_models(table, where, add, models)
-        template_rel = table.get("template")
-        if not isinstance(template_rel, str) or not template_rel:
-            add(f"{where}.template", f"must be a template file path, got {template_rel!r}")
-            template = root / "."
-        else:
-            template = inside(template_rel, f"{where}.template")
-        system = table.get("system", [])
-        if not isinstance(system, list) or not all(isinstance(s, str) for s in system):
-            add(f"{where}.system", "must be a list of component names")
-            system = []
-        for comp in system:
-            if comp not in components:
-                add(f"{where}.system", f"unknown component {comp!r}")
-        parser = table.get("parser", "text")
-        if parser not in STEP_PARSERS:
-            add(
-                f"{where}.parser",
-                f"unknown step parser {parser!r}; use one of {', '.join(STEP_PARSERS)}",
-            )
-            parser = "text"
-        labels = _labels(table, where, add, parser)
-        schema = None
-        sets: tuple[str, ...] = ()
-        if parser == "json":
-            rel = table.get("schema")
-            if not isinstance(rel, str) or not rel:
-                add(
-                    f"{where}.schema",
-                    "the json parser needs a locked JSON Schema file "
-                    '(schema = "schemas/NAME.json")',
-                )
-            else:
-                schema = inside(rel, f"{where}.schema")
-                if schema.is_file():
-                    problem = schema_problem(schema.read_bytes())
-                    if problem:
-                        add(f"{where}.schema", f"{rel}: {problem}")
-                    else:
-                        sets = set_fields(json.loads(schema.read_bytes()))
-        elif "schema" in table:
-            add(f"{where}.schema", f"applies to the json parser only, not {parser!r}")
-        retry, then = _unparseable(table, where, add)
-        rule = _aggregate(table, where, add, len(step_models))
-        sees = table.get("sees", "blind")
-        if sees not in SEES:
-            add(f"{where}.sees", f'must be "blind" or "request", got {sees!r}')
-            sees = "blind"
-        if sees == "request" and on == "item":
-            add(
-                f"{where}.sees",
-                "an item step runs before any request exists; only a trial "
-                "step may see the request",
-            )
-        verified = (
-            _verified_by(table["verified_by"], f"{where}.verified_by", add, on)
-            if "verified_by" in table
-            else None
-        )
-        keep = None
-        keep_rule = None
-        if "keep" in table:
-            value = table["keep"]
-            if on != "item" or parser not in ("label", "json"):
-                add(
-                    f"{where}.keep",
-                    "applies to item steps with the label or json parser (screening)",
-                )
-            elif parser == "json":
-                keep_rule = _keep_rule(value, f"{where}.keep", add, schema)
-            elif not isinstance(value, list) or not value or not all(v in labels for v in value):
-                add(
-                    f"{where}.keep", f"must be a non-empty list of the step's labels {list(labels)}"
-                )
-            else:
-                keep = tuple(value)
-        match_by = table.get("match_by")
-        if match_by is not None and not (isinstance(match_by, str) and match_by):
-            add(f"{where}.match_by", f"must be the name of a matcher step, got {match_by!r}")
-            match_by = None
-        out[name] = StepSpec(
-            name,
-            on,
-            step_models,
-            template,
-            tuple(system),
-            parser,
-            labels,
-            schema,
-            retry,
-            then,
-            rule,
-            sees,
-            keep,
-            sets,
-            verified,
-            keep_rule,
-            match_by,
-        )
+    out = {
+        name: _parse_step(name, table, root, add, models, components, inside)
+        for name, table in raw.items()
+    }
     _check_verifiers(out, add)
     _check_matchers(out, add)
     return out
+
+
+def _parse_step(
+    name: str,
+    table: dict[str, Any],
+    root: Path,
+    add: Any,
+    models: Sequence[str] | None,
+    components: Mapping[str, Path],
+    inside: Any,
+) -> StepSpec:
+    """Validate one ``[steps.<NAME>]`` table (problems in the order of its keys' checks)."""
+    where = f"steps.{name}"
+    if not STEP_NAME.match(name):
+        add(
+            where,
+            "step names are a lowercase letter, then lowercase letters, digits or "
+            "'_' (at most 32): they are slot names ({steps.NAME})",
+        )
+    on = table.get("on")
+    if on not in ("item", "trial"):
+        add(f"{where}.on", f'must be "item" or "trial", got {on!r}')
+        on = "item"
+    step_models = _step_models(table, where, add, models)
+    template = _step_template(table, where, add, root, inside)
+    system = _step_system(table, where, add, components)
+    parser = table.get("parser", "text")
+    if parser not in STEP_PARSERS:
+        add(
+            f"{where}.parser",
+            f"unknown step parser {parser!r}; use one of {', '.join(STEP_PARSERS)}",
+        )
+        parser = "text"
+    labels = _labels(table, where, add, parser)
+    schema, sets = _step_schema(table, where, add, parser, inside)
+    retry, then = _unparseable(table, where, add)
+    rule = _aggregate(table, where, add, len(step_models))
+    sees = _sees(table, where, add, on)
+    verified = (
+        _verified_by(table["verified_by"], f"{where}.verified_by", add, on)
+        if "verified_by" in table
+        else None
+    )
+    keep, keep_rule = _keep(table, where, add, (on, parser), labels, schema)
+    match_by = table.get("match_by")
+    if match_by is not None and not (isinstance(match_by, str) and match_by):
+        add(f"{where}.match_by", f"must be the name of a matcher step, got {match_by!r}")
+        match_by = None
+    return StepSpec(
+        name,
+        on,
+        step_models,
+        template,
+        system,
+        parser,
+        labels,
+        schema,
+        retry,
+        then,
+        rule,
+        sees,
+        keep,
+        sets,
+        verified,
+        keep_rule,
+        match_by,
+    )
+
+
+def _step_template(table: dict[str, Any], where: str, add: Any, root: Path, inside: Any) -> Path:
+    """A step's ``template`` (the study folder itself when it is missing: reported)."""
+    template_rel = table.get("template")
+    if not isinstance(template_rel, str) or not template_rel:
+        add(f"{where}.template", f"must be a template file path, got {template_rel!r}")
+        return root / "."
+    path: Path = inside(template_rel, f"{where}.template")
+    return path
+
+
+def _step_system(
+    table: dict[str, Any], where: str, add: Any, components: Mapping[str, Path]
+) -> tuple[str, ...]:
+    """A step's ``system`` components, each a component of the study."""
+    system = table.get("system", [])
+    if not isinstance(system, list) or not all(isinstance(s, str) for s in system):
+        add(f"{where}.system", "must be a list of component names")
+        system = []
+    for comp in system:
+        if comp not in components:
+            add(f"{where}.system", f"unknown component {comp!r}")
+    return tuple(system)
+
+
+def _step_schema(
+    table: dict[str, Any], where: str, add: Any, parser: str, inside: Any
+) -> tuple[Path | None, tuple[str, ...]]:
+    """The json parser's locked schema, and the set-valued fields it declares."""
+    if parser != "json":
+        if "schema" in table:
+            add(f"{where}.schema", f"applies to the json parser only, not {parser!r}")
+        return None, ()
+    rel = table.get("schema")
+    if not isinstance(rel, str) or not rel:
+        add(
+            f"{where}.schema",
+            'the json parser needs a locked JSON Schema file (schema = "schemas/NAME.json")',
+        )
+        return None, ()
+    schema: Path = inside(rel, f"{where}.schema")
+    if not schema.is_file():
+        return schema, ()
+    problem = schema_problem(schema.read_bytes())
+    if problem:
+        add(f"{where}.schema", f"{rel}: {problem}")
+        return schema, ()
+    return schema, set_fields(json.loads(schema.read_bytes()))
+
+
+def _sees(table: dict[str, Any], where: str, add: Any, on: str) -> str:
+    """What a step sees: ``blind``, or (trial steps) the ``request``."""
+    sees = table.get("sees", "blind")
+    if sees not in SEES:
+        add(f"{where}.sees", f'must be "blind" or "request", got {sees!r}')
+        sees = "blind"
+    if sees == "request" and on == "item":
+        add(
+            f"{where}.sees",
+            "an item step runs before any request exists; only a trial step may see the request",
+        )
+    return str(sees)
+
+
+def _keep(
+    table: dict[str, Any],
+    where: str,
+    add: Any,
+    kind: tuple[str, str],
+    labels: tuple[str, ...],
+    schema: Path | None,
+) -> tuple[tuple[str, ...] | None, Any]:
+    """A screening step's ``keep``: (labels kept, None), or (None, a json rule)."""
+    if "keep" not in table:
+        return None, None
+    on, parser = kind
+    value = table["keep"]
+    if on != "item" or parser not in ("label", "json"):
+        add(f"{where}.keep", "applies to item steps with the label or json parser (screening)")
+        return None, None
+    if parser == "json":
+        return None, _keep_rule(value, f"{where}.keep", add, schema)
+    if not isinstance(value, list) or not value or not all(v in labels for v in value):
+        add(f"{where}.keep", f"must be a non-empty list of the step's labels {list(labels)}")
+        return None, None
+    return tuple(value), None
 
 
 def _check_matchers(steps: Mapping[str, StepSpec], add: Any) -> None:
@@ -440,45 +494,53 @@ def _check_matchers(steps: Mapping[str, StepSpec], add: Any) -> None:
         if spec.match_by is None:
             continue
         where = f"steps.{name}.match_by"
-        matcher = steps.get(spec.match_by)
-        if not spec.sets:
-            add(
-                where,
-                "applies to set-valued steps only (the json parser, a schema whose "
-                "properties are all arrays of strings)",
-            )
-        elif spec.on != "item":
-            add(where, "applies to item steps only (a trial step's synonym matcher is not built)")
-        elif spec.verified_by is not None or spec.screens:
-            add(where, "a verified or screening step may not also be synonym-matched")
-        elif matcher is None:
-            add(where, f"no step named {spec.match_by!r}")
-        elif matcher.name == name or matcher.match_by is not None:
-            add(
-                where,
-                f"{spec.match_by!r} is itself synonym-matched or is this step: "
-                "a matcher may not be matched (a cycle)",
-            )
-        elif matcher.on != spec.on:
-            add(where, f"the matcher {spec.match_by!r} must run on {spec.on!r} like this step")
-        elif matcher.parser != "json" or matcher.sets != ("groups",):
-            add(
-                where,
-                f"the matcher {spec.match_by!r} must have the json parser and a schema "
-                'whose only property is "groups", an array of strings',
-            )
-        elif len(matcher.models) != 1:
-            add(
-                where,
-                f"the matcher {spec.match_by!r} must have one model (several matchers' "
-                "groups are not aggregated)",
-            )
-        elif matcher.verified_by is not None or matcher.screens:
-            add(where, f"the matcher {spec.match_by!r} may not be verified or screen items")
-        elif spec.match_by in used:
-            add(where, f"{spec.match_by!r} already matches step {used[spec.match_by]!r}")
+        problem = _matched_problem(spec) or _matcher_problem(spec, steps.get(spec.match_by))
+        if problem is None and spec.match_by in used:
+            problem = f"{spec.match_by!r} already matches step {used[spec.match_by]!r}"
+        if problem is not None:
+            add(where, problem)
         else:
             used[spec.match_by] = name
+
+
+def _matched_problem(spec: StepSpec) -> str | None:
+    """Why ``spec`` may not be synonym-matched, or None."""
+    if not spec.sets:
+        return (
+            "applies to set-valued steps only (the json parser, a schema whose "
+            "properties are all arrays of strings)"
+        )
+    if spec.on != "item":
+        return "applies to item steps only (a trial step's synonym matcher is not built)"
+    if spec.verified_by is not None or spec.screens:
+        return "a verified or screening step may not also be synonym-matched"
+    return None
+
+
+def _matcher_problem(spec: StepSpec, matcher: StepSpec | None) -> str | None:
+    """Why ``matcher`` (the step ``spec.match_by`` names) cannot match ``spec``, or None."""
+    if matcher is None:
+        return f"no step named {spec.match_by!r}"
+    if matcher.name == spec.name or matcher.match_by is not None:
+        return (
+            f"{spec.match_by!r} is itself synonym-matched or is this step: "
+            "a matcher may not be matched (a cycle)"
+        )
+    if matcher.on != spec.on:
+        return f"the matcher {spec.match_by!r} must run on {spec.on!r} like this step"
+    if matcher.parser != "json" or matcher.sets != ("groups",):
+        return (
+            f"the matcher {spec.match_by!r} must have the json parser and a schema "
+            'whose only property is "groups", an array of strings'
+        )
+    if len(matcher.models) != 1:
+        return (
+            f"the matcher {spec.match_by!r} must have one model (several matchers' "
+            "groups are not aggregated)"
+        )
+    if matcher.verified_by is not None or matcher.screens:
+        return f"the matcher {spec.match_by!r} may not be verified or screen items"
+    return None
 
 
 def synonym_groups(decision: Any) -> list[list[str]]:
@@ -525,9 +587,7 @@ def _keep_rule(
     if not isinstance(value, dict) or not value:
         add(where, f"a json screening step's keep is a table: {shape}")
         return None
-    props: dict[str, Any] = {}
-    if schema is not None and schema.is_file() and schema_problem(schema.read_bytes()) is None:
-        props = json.loads(schema.read_bytes())["properties"]
+    props = _schema_properties(schema)
     ok = True
     for key in value:
         if key not in KEEP_RULE_KEYS:
@@ -543,29 +603,39 @@ def _keep_rule(
             ok = False
             continue
         for name, want in table.items():
-            prop = props.get(name)
-            kind = prop.get("type") if isinstance(prop, dict) else None
-            if props and kind is None:
-                add(f"{where}.{key}.{name}", f"the step's schema declares no field {name!r}")
-                ok = False
-            elif key == "at_least" and (
-                not _number(want) or kind not in (None, "number", "integer")
-            ):
-                add(
-                    f"{where}.{key}.{name}",
-                    "at_least compares a number or integer field "
-                    f"with a number, got {want!r} for a {kind} field",
-                )
-                ok = False
-            elif key == "equals" and not _fits(kind, want):
-                add(
-                    f"{where}.{key}.{name}",
-                    f"{want!r} is not a value of the field's type "
-                    f"({kind}): equals compares a string, number, integer or boolean field",
-                )
+            problem = _keep_field_problem(key, name, want, props)
+            if problem is not None:
+                add(f"{where}.{key}.{name}", problem)
                 ok = False
         out[key] = dict(table)
     return out if ok and out else None
+
+
+def _schema_properties(schema: Path | None) -> dict[str, Any]:
+    """The properties of a step's schema when it is one we can check, else none."""
+    if schema is None or not schema.is_file() or schema_problem(schema.read_bytes()) is not None:
+        return {}
+    props: dict[str, Any] = json.loads(schema.read_bytes())["properties"]
+    return props
+
+
+def _keep_field_problem(key: str, name: str, want: Any, props: Mapping[str, Any]) -> str | None:
+    """Why ``{key} = { name = want }`` does not fit the schema's field ``name``, or None."""
+    prop = props.get(name)
+    kind = prop.get("type") if isinstance(prop, dict) else None
+    if props and kind is None:
+        return f"the step's schema declares no field {name!r}"
+    if key == "at_least" and (not _number(want) or kind not in (None, "number", "integer")):
+        return (
+            "at_least compares a number or integer field "
+            f"with a number, got {want!r} for a {kind} field"
+        )
+    if key == "equals" and not _fits(kind, want):
+        return (
+            f"{want!r} is not a value of the field's type "
+            f"({kind}): equals compares a string, number, integer or boolean field"
+        )
+    return None
 
 
 def _fits(kind: str | None, value: Any) -> bool:
@@ -695,17 +765,25 @@ def schema_problem(data: bytes) -> str | None:
         ):
             return f"unsupported schema keyword {key!r}"
     for name, prop in props.items():
-        if not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", name):
-            return f"property {name!r}: names are letters, digits and '_' (they are slot names)"
-        if not isinstance(prop, dict) or prop.get("type") not in _SCHEMA_TYPES[1:]:
-            return f'property {name!r}: needs a "type" of {", ".join(_SCHEMA_TYPES[1:])}'
-        if prop["type"] == "array" and prop.get("items") != {"type": "string"}:
-            return f'property {name!r}: an array must have "items": {{"type": "string"}}'
+        problem = _property_problem(name, prop)
+        if problem is not None:
+            return problem
     required = schema.get("required", [])
     if not isinstance(required, list) or not all(r in props for r in required):
         return '"required" must list properties the schema declares'
     if schema.get("additionalProperties", True) not in (True, False):
         return '"additionalProperties" must be true or false'
+    return None
+
+
+def _property_problem(name: str, prop: Any) -> str | None:
+    """Why a step schema's property ``name`` is not one we can check, or None."""
+    if not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", name):
+        return f"property {name!r}: names are letters, digits and '_' (they are slot names)"
+    if not isinstance(prop, dict) or prop.get("type") not in _SCHEMA_TYPES[1:]:
+        return f'property {name!r}: needs a "type" of {", ".join(_SCHEMA_TYPES[1:])}'
+    if prop["type"] == "array" and prop.get("items") != {"type": "string"}:
+        return f'property {name!r}: an array must have "items": {{"type": "string"}}'
     return None
 
 
@@ -855,29 +933,40 @@ def aggregate_sets(
     parsed = [v for v in votes if isinstance(v, dict)]
     if len(parsed) < need:
         return UNDECIDED
+    canon = _group_keys(parsed, fields, groups) if groups else {}
+    return {name: _agreed(parsed, name, canon, need) for name in fields}
+
+
+def _group_keys(
+    parsed: Sequence[dict[str, Any]], fields: Sequence[str], groups: Sequence[Sequence[str]]
+) -> dict[str, str]:
+    """Each normalised element some vote contains -> the key of its synonym group."""
     canon: dict[str, str] = {}
-    if groups:
-        present = {normalise_element(e) for v in parsed for f in fields for e in v.get(f) or []}
-        for group in groups:
-            members = [m for m in group if m in present and m not in canon]
-            for m in members:
-                canon[m] = members[0]
-    out: dict[str, list[str]] = {}
-    for name in fields:
-        counts: dict[str, int] = {}
-        first: dict[str, str] = {}
-        for vote in parsed:
-            seen: set[str] = set()
-            for element in vote.get(name) or []:
-                key = normalise_element(element)
-                key = canon.get(key, key)
-                if not key or key in seen:
-                    continue
-                seen.add(key)
-                first.setdefault(key, _surface(element))
-                counts[key] = counts.get(key, 0) + 1
-        out[name] = [first[k] for k in first if counts[k] >= need]
-    return out
+    present = {normalise_element(e) for v in parsed for f in fields for e in v.get(f) or []}
+    for group in groups:
+        members = [m for m in group if m in present and m not in canon]
+        for m in members:
+            canon[m] = members[0]
+    return canon
+
+
+def _agreed(
+    parsed: Sequence[dict[str, Any]], name: str, canon: Mapping[str, str], need: int
+) -> list[str]:
+    """The elements of member ``name`` that at least ``need`` votes contain (see above)."""
+    counts: dict[str, int] = {}
+    first: dict[str, str] = {}
+    for vote in parsed:
+        seen: set[str] = set()
+        for element in vote.get(name) or []:
+            key = normalise_element(element)
+            key = canon.get(key, key)
+            if not key or key in seen:
+                continue
+            seen.add(key)
+            first.setdefault(key, _surface(element))
+            counts[key] = counts.get(key, 0) + 1
+    return [first[k] for k in first if counts[k] >= need]
 
 
 def output_text(value: Any, field: str | None = None) -> str | None:
@@ -1065,16 +1154,12 @@ def covariates_table(value: Any, add: Any) -> dict[str, Any] | None:
         ok = False
     lists: dict[str, list[str]] = {}
     for key in ("perturbable", "indicators"):
-        names = value.get(key, [])
-        if (
-            not isinstance(names, list)
-            or not all(isinstance(n, str) for n in names)
-            or (len(set(names)) != len(names))
-        ):
+        names = _field_names(value.get(key, []))
+        if names is None:
             add(f"{where}.{key}", "must be a list of distinct field names of the step's schema")
             ok = False
             names = []
-        lists[key] = list(names)
+        lists[key] = names
     both = set(lists["perturbable"]) & set(lists["indicators"])
     if both:
         add(
@@ -1087,6 +1172,13 @@ def covariates_table(value: Any, add: Any) -> dict[str, Any] | None:
         add(where, "lists no covariate (perturbable or indicators)")
         ok = False
     return {"step": step, **lists} if ok else None
+
+
+def _field_names(names: Any) -> list[str] | None:
+    """``names`` as a list of distinct strings, or None when it is not one."""
+    if not isinstance(names, list) or not all(isinstance(n, str) for n in names):
+        return None
+    return list(names) if len(set(names)) == len(names) else None
 
 
 def covariate_problems(table: Mapping[str, Any], steps: Mapping[str, StepSpec], add: Any) -> None:

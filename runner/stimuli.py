@@ -32,7 +32,7 @@ import io
 import itertools
 import re
 import warnings
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Final
@@ -713,6 +713,23 @@ def _write_new(path: Path, data: bytes) -> None:
         raise StimulusError(f"{path}: cannot write: {exc.strerror or exc}") from None
 
 
+def _annotation(fields: list[str], where: str, lines: Mapping[str, int]) -> tuple[str, str]:
+    """One row of ``orientation.csv``: (source, orientation); a source annotated once."""
+    if len(fields) != 2:
+        raise StimulusError(f"{where}: expected 2 fields, got {len(fields)}")
+    source, orientation = (f.strip() for f in fields)
+    if orientation not in ORIENTATIONS:
+        raise StimulusError(
+            f"{where}: source {source!r}: unknown orientation {orientation!r}; expected "
+            f"one of {', '.join(ORIENTATIONS)}"
+        )
+    if source in lines:
+        raise StimulusError(
+            f"{where}: source {source!r} is annotated twice (first on line {lines[source]})"
+        )
+    return source, orientation
+
+
 def read_orientation_annotations(path: Path, stems: Iterable[str]) -> dict[str, str]:
     """Read a source folder's ``orientation.csv``: each source image's annotated base orientation.
 
@@ -747,24 +764,13 @@ def read_orientation_annotations(path: Path, stems: Iterable[str]) -> dict[str, 
     lines: dict[str, int] = {}
     try:
         for fields in reader:
-            where = f"{path}:{reader.line_num}"
             if not fields:
                 continue
-            if len(fields) != 2:
-                raise StimulusError(f"{where}: expected 2 fields, got {len(fields)}")
-            source, orientation = (f.strip() for f in fields)
-            if orientation not in ORIENTATIONS:
-                raise StimulusError(
-                    f"{where}: source {source!r}: unknown orientation {orientation!r}; expected "
-                    f"one of {', '.join(ORIENTATIONS)}"
-                )
-            if source in found:
-                raise StimulusError(
-                    f"{where}: source {source!r} is annotated twice (first on line {lines[source]})"
-                )
+            source, orientation = _annotation(fields, f"{path}:{reader.line_num}", lines)
             if source not in wanted:
                 raise StimulusError(
-                    f"{where}: source {source!r} has no .png, .jpg or .jpeg image in {path.parent}"
+                    f"{path}:{reader.line_num}: source {source!r} has no .png, .jpg or .jpeg "
+                    f"image in {path.parent}"
                 )
             found[source], lines[source] = orientation, reader.line_num
     except csv.Error as exc:

@@ -18,12 +18,14 @@ from __future__ import annotations
 
 import csv
 import io
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Final
 
 from ledger import describe_os_error, describe_utf8_error
 from runner._errors import SpecError, StimulusError
+from runner.items import Item
 from runner.spec import DEFAULT_LETTERS, LOGPROB_PROVIDERS, SINGLE_ANSWER_PARSERS, Study
 from runner.stimuli import ORIENTATIONS, TRUTH_HEADER, Glyph, read_truth_csv
 
@@ -88,6 +90,21 @@ def _text(path: Path) -> str:
         raise StimulusError(f"{path}: {describe_utf8_error(data, exc)}") from None
 
 
+def _answer_header(path: Path, header: list[str] | None, column: str) -> list[str]:
+    """An answer table's header: ``stimulus`` and ``column`` among distinct column names."""
+    if header is None:
+        raise StimulusError(f"{path}: empty file; expected a header with stimulus,{column}")
+    missing = [name for name in ("stimulus", column) if name not in header]
+    if missing:
+        raise StimulusError(
+            f"{path}:1: no {' or '.join(repr(m) for m in missing)} column (the header is "
+            f"{','.join(header)})"
+        )
+    if len(set(header)) != len(header):
+        raise StimulusError(f"{path}:1: a column name appears twice in {','.join(header)}")
+    return header
+
+
 def read_answer_table(path: str | Path, column: str) -> AnswerTable:
     """Read an answer table: one row per stimulus, its answer in ``column``.
 
@@ -98,17 +115,7 @@ def read_answer_table(path: str | Path, column: str) -> AnswerTable:
     path = Path(path)
     reader = csv.reader(io.StringIO(_text(path), newline=""), strict=True)
     try:
-        header = next(reader, None)
-        if header is None:
-            raise StimulusError(f"{path}: empty file; expected a header with stimulus,{column}")
-        missing = [name for name in ("stimulus", column) if name not in header]
-        if missing:
-            raise StimulusError(
-                f"{path}:1: no {' or '.join(repr(m) for m in missing)} column (the header is "
-                f"{','.join(header)})"
-            )
-        if len(set(header)) != len(header):
-            raise StimulusError(f"{path}:1: a column name appears twice in {','.join(header)}")
+        header = _answer_header(path, next(reader, None), column)
         at = {name: i for i, name in enumerate(header)}
         answers: dict[str, str] = {}
         lines: dict[str, int] = {}
@@ -233,40 +240,54 @@ def truth_problems(study: Study) -> list[str]:
             f"[stimuli] answer_column): {exc}"
         ]
     problems: list[str] = []
-    allowed = labels(study.parser, study.letters)
     for stimulus, answer in table.answers.items():
-        where = f"{table.path}:{table.lines[stimulus]}"
-        if allowed is not None:
-            canonical = answer.strip(ANSWER_WHITESPACE).lower()
-            if canonical not in {label.lower() for label in allowed} or not canonical.isascii():
-                source = (
-                    "[response] letters"
-                    if study.parser in ("multiple-choice", "cloze")
-                    else (f"the {study.parser} parser")
-                )
-                problems.append(
-                    f"{where}: stimulus {stimulus!r}: {column} {answer!r} is not one of "
-                    f"{', '.join(allowed)} ({source}), so no answer could ever be scored correct"
-                )
-        else:
-            why = _fits_text(answer, study.parser)
-            if why:
-                problems.append(f"{where}: stimulus {stimulus!r}: {column} {answer!r} {why}")
+        problem = _answer_problem(study, answer, column)
+        if problem:
+            where = f"{table.path}:{table.lines[stimulus]}"
+            problems.append(f"{where}: stimulus {stimulus!r}: {column} {answer!r} {problem}")
     if study.analysis.get("random_intercept") == "source":
-        if table.sources is None:
-            problems.append(
-                f"{study.spec_path}: analysis.random_intercept: 'source' needs a 'source' column "
-                f"in {table.path.name} (columns {','.join(table.columns)}); the rotation builder "
-                "writes one"
-            )
-        else:
-            empty = sorted(s for s, v in table.sources.items() if not v)
-            if empty:
-                problems.append(
-                    f"{table.path}:{table.lines[empty[0]]}: stimulus {empty[0]!r} has no source "
-                    "(analysis.random_intercept is 'source')"
-                )
+        problems += _source_problems(study, table)
     return problems
+
+
+def _scorable(answer: str, allowed: Sequence[str]) -> bool:
+    """Whether ``answer`` is one of the parser's labels (case-insensitively, ASCII)."""
+    canonical = answer.strip(ANSWER_WHITESPACE).lower()
+    return canonical in {label.lower() for label in allowed} and canonical.isascii()
+
+
+def _answer_problem(study: Study, answer: str, column: str) -> str | None:
+    """Why a truth table's answer can never be scored correct by the study's parser, or None."""
+    allowed = labels(study.parser, study.letters)
+    if allowed is None:
+        return _fits_text(answer, study.parser) or None
+    if _scorable(answer, allowed):
+        return None
+    source = (
+        "[response] letters"
+        if study.parser in ("multiple-choice", "cloze")
+        else (f"the {study.parser} parser")
+    )
+    return (
+        f"is not one of {', '.join(allowed)} ({source}), so no answer could ever be scored correct"
+    )
+
+
+def _source_problems(study: Study, table: AnswerTable) -> list[str]:
+    """``random_intercept = "source"``: the table's ``source`` column, filled for every row."""
+    if table.sources is None:
+        return [
+            f"{study.spec_path}: analysis.random_intercept: 'source' needs a 'source' column "
+            f"in {table.path.name} (columns {','.join(table.columns)}); the rotation builder "
+            "writes one"
+        ]
+    empty = sorted(s for s, v in table.sources.items() if not v)
+    if not empty:
+        return []
+    return [
+        f"{table.path}:{table.lines[empty[0]]}: stimulus {empty[0]!r} has no source "
+        "(analysis.random_intercept is 'source')"
+    ]
 
 
 def _item_problems(study: Study) -> list[str]:
@@ -286,30 +307,9 @@ def _item_problems(study: Study) -> list[str]:
     except SpecError as exc:
         return list(exc.problems)
     name = study.rel(study.items_path) if study.items_path is not None else "items"
-    allowed = labels(study.parser, study.letters)
     problems: list[str] = []
     for item in items:
-        where = f"{name}:{item.line}: item {item.id!r}"
-        if study.parser in ("multiple-choice", "cloze"):
-            letters = study.letters or DEFAULT_LETTERS
-            if len(item.options) > len(letters):
-                problems.append(
-                    f"{where} has {len(item.options)} options, but [response] letters is "
-                    f"{letters!r}: the model could not answer its last options"
-                )
-            if not item.options:
-                problems.append(f"{where} has no options for the multiple-choice parser")
-        if allowed is not None:
-            canonical = item.answer.strip(ANSWER_WHITESPACE).lower()
-            if canonical not in {label.lower() for label in allowed} or not canonical.isascii():
-                problems.append(
-                    f"{where}: answer {item.answer!r} is not one of {', '.join(allowed)} (the "
-                    f"{study.parser} parser), so no answer could ever be scored correct"
-                )
-        else:
-            why = _fits_text(item.answer, study.parser)
-            if why:
-                problems.append(f"{where}: answer {item.answer!r} {why}")
+        problems += _item_answer_problems(study, item, f"{name}:{item.line}: item {item.id!r}")
         if len(problems) >= 20:
             problems.append(f"{name}: (stopped after 20 problems)")
             break
@@ -320,6 +320,32 @@ def _item_problems(study: Study) -> list[str]:
                 f"{name}:{lacking[0].line}: item {lacking[0].id!r} has no string metadata "
                 "'source' (analysis.random_intercept is 'source')"
             )
+    return problems
+
+
+def _item_answer_problems(study: Study, item: Item, where: str) -> list[str]:
+    """An item's options (choice parsers) and answer, against the study's parser."""
+    problems: list[str] = []
+    if study.parser in ("multiple-choice", "cloze"):
+        letters = study.letters or DEFAULT_LETTERS
+        if len(item.options) > len(letters):
+            problems.append(
+                f"{where} has {len(item.options)} options, but [response] letters is "
+                f"{letters!r}: the model could not answer its last options"
+            )
+        if not item.options:
+            problems.append(f"{where} has no options for the multiple-choice parser")
+    allowed = labels(study.parser, study.letters)
+    if allowed is not None:
+        if not _scorable(item.answer, allowed):
+            problems.append(
+                f"{where}: answer {item.answer!r} is not one of {', '.join(allowed)} (the "
+                f"{study.parser} parser), so no answer could ever be scored correct"
+            )
+    else:
+        why = _fits_text(item.answer, study.parser)
+        if why:
+            problems.append(f"{where}: answer {item.answer!r} {why}")
     return problems
 
 

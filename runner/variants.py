@@ -183,6 +183,30 @@ def _where(variant: Variant, item: Item) -> str:
     return f"item {item.id!r}, variant {variant.name!r} ({variant.spec.kind})"
 
 
+def _rotated(variant: Variant, item: Item, labels: str, k: int) -> str:
+    """``rotate``: the labels rotated by ``k`` (less than their number)."""
+    n = len(labels)
+    if k >= n:
+        raise VariantError(
+            f"{_where(variant, item)}: cannot rotate {n} options by k = {k} (k must be "
+            f"less than the number of options)"
+        )
+    return "".join(labels[(j - k) % n] for j in range(n))
+
+
+def _swapped(variant: Variant, item: Item, labels: str) -> str:
+    """``swap-distractors``: the first two distractors swapped (the key stays)."""
+    distractors = [i for i, label in enumerate(labels) if label != item.answer]
+    if len(distractors) < 2:
+        raise VariantError(
+            f"{_where(variant, item)}: {len(distractors)} distractor(s); swapping needs two"
+        )
+    chars = list(labels)
+    d1, d2 = distractors[0], distractors[1]
+    chars[d1], chars[d2] = chars[d2], chars[d1]
+    return "".join(chars)
+
+
 def order_of(variant: Variant, item: Item) -> str:
     """The order string (section 2) of a permutation variant for ``item``.
 
@@ -199,25 +223,11 @@ def order_of(variant: Variant, item: Item) -> str:
     elif kind == "identity":
         order = labels
     elif kind == "rotate":
-        k = int(params["k"])
-        if k >= n:
-            raise VariantError(
-                f"{_where(variant, item)}: cannot rotate {n} options by k = {k} (k must be "
-                f"less than the number of options)"
-            )
-        order = "".join(labels[(j - k) % n] for j in range(n))
+        order = _rotated(variant, item, labels, int(params["k"]))
     elif kind == "reverse":
         order = labels[::-1]
     elif kind == "swap-distractors":
-        distractors = [i for i, label in enumerate(labels) if label != item.answer]
-        if len(distractors) < 2:
-            raise VariantError(
-                f"{_where(variant, item)}: {len(distractors)} distractor(s); swapping needs two"
-            )
-        chars = list(labels)
-        d1, d2 = distractors[0], distractors[1]
-        chars[d1], chars[d2] = chars[d2], chars[d1]
-        order = "".join(chars)
+        order = _swapped(variant, item, labels)
     elif kind == "shuffle":
         order = shuffle_order(str(params["seed"]), item.id, n)
     elif kind == "order":

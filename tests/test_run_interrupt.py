@@ -32,6 +32,7 @@ from click.testing import CliRunner
 from fake_messages import FakeMessagesServer
 from helpers import make_study
 
+import runner._session
 import runner.control
 import runner.engines
 import runner.execute
@@ -339,13 +340,13 @@ def pressed_inside(
     elif where == "session-opening":  # while run.started is being written
         after(runner.execute, "version")
     elif where == "before-tasks":  # the session's first progress tick, before any task
-        original_tick: Callable[[runner.execute.Runner], None] = runner.execute.Runner._tick
+        original_tick: Callable[[runner._session.Session], None] = runner._session.Session.tick
 
-        def tick(self: runner.execute.Runner) -> None:
+        def tick(self: runner._session.Session) -> None:
             original_tick(self)
             press()
 
-        monkeypatch.setattr(runner.execute.Runner, "_tick", tick)
+        monkeypatch.setattr(runner._session.Session, "tick", tick)
     else:
         raise AssertionError(where)
     yield made
