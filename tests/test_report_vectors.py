@@ -87,6 +87,7 @@ def test_every_test_kind_has_an_estimate_vector() -> None:
         "flip-rate",
         "chi-square",
         "qr-bootstrap",
+        "sign-test",
     }
     assert special <= pinned
     # the others (position-bias, voting, self-consistency) take the difference-and-CI cell
