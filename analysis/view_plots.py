@@ -3,8 +3,8 @@
 Each plot is one entry of :data:`PLOTS` (a name, a title, a function of the :class:`PlotData`
 giving a matplotlib figure or the sentence saying why there is none), drawn as SVG with its
 text kept as text (``svg.fonttype = none``: a screen reader reads it, the blinding crawl of
-``tests/test_view.py`` searches it) and no date, so the same index gives the same bytes. The
-static bundle writes the same SVG files.
+``tests/analysis/test_view.py`` searches it) and no date, so the same index gives the same bytes.
+The static bundle writes the same SVG files.
 
 Blinding (``docs/viewer.md``): while the study is blind every plot groups trials by arm code,
 never by arm, and the plots that would tie a trial to its arm (the factorial cell means, whose

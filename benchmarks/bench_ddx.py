@@ -2,8 +2,8 @@
 
     .venv/bin/python benchmarks/bench_ddx.py [--items 60] [--quick]
 
-Writes the study of ``tests/ddx_study.py`` with ``items`` cases (its six cases repeated under
-new ids): a semantic extractor and a reference item step voted element-wise by three
+Writes the study of ``tests/support/ddx_study.py`` with ``items`` cases (its six cases repeated
+under new ids): a semantic extractor and a reference item step voted element-wise by three
 simulated models, two target models under two arms (4 trials per item), a list extractor, a
 matcher voted by three models, a grounding and an uncertainty judge (6 trial step calls per
 trial). Times ``ledger run`` (simulated; every trial and step call recorded), ``ledger score``
@@ -25,7 +25,7 @@ from pathlib import Path
 from typing import Any
 
 ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT / "tests"))
+sys.path.insert(0, str(ROOT / "tests" / "support"))
 
 
 def main() -> None:

@@ -3,7 +3,7 @@
     python benchmarks/bench_inspect.py [--repeat 10] [--reps 3]
 
 The MCQ task of ``tests/inspect_tasks/ledger_mcq.py`` (12 questions x ``--repeat``) against
-the project's fake OpenAI-compatible server (``tests/inspect_support.py``, real HTTP on
+the project's fake OpenAI-compatible server (``tests/support/inspect_support.py``, real HTTP on
 127.0.0.1, in this process's threads), each side a fresh ``inspect eval`` process, start to
 exit. Repetitions are interleaved (the order alternating), medians compared: overhead per
 sample = (median with - median without) / samples. Each run with the extension writes a fresh
@@ -24,8 +24,9 @@ import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT / "tests"))
-# the fake server and the `inspect eval` runner the tests use (tests/inspect_support.py)
+sys.path.insert(0, str(ROOT / "tests" / "support"))
+sys.path.insert(0, str(ROOT))  # the package `tests`, for the helpers that import test modules
+# the fake server and the `inspect eval` runner the tests use (tests/support/inspect_support.py)
 support = importlib.import_module("inspect_support")
 
 

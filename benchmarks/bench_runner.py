@@ -3,7 +3,7 @@
     python benchmarks/bench_runner.py [--latencies 0,200] [--concurrency 1,8,32,128]
         [--rounds 10] [--min-trials 20] [--fast-trials 350] [--quick] [--json]
 
-The fake Messages API server (``tests/fake_messages.py``) runs as a separate process, so its
+The fake Messages API server (``tests/support/fake_messages.py``) runs as a separate process, so its
 threads do not share this process's GIL. For each server latency and each concurrency, in the
 same run, this measures:
 
@@ -75,7 +75,7 @@ from runner.spec import load_study
 from runner.state import load_state
 
 ROOT = Path(__file__).resolve().parent.parent
-FAKE_SERVER = ROOT / "tests" / "fake_messages.py"
+FAKE_SERVER = ROOT / "tests" / "support" / "fake_messages.py"
 TEMPLATE = "prompt-tumbling-e"
 TRIALS_PER_REPLICATE = 35
 TARGET = (200.0, 32, 0.9)  # latency ms, concurrency, runner / plain
@@ -101,7 +101,7 @@ class Row:
 
 @contextlib.contextmanager
 def fake_server(latency_ms: float, log: Path | None = None) -> Iterator[str]:
-    """Run ``tests/fake_messages.py`` as a child process; yield its base URL.
+    """Run ``tests/support/fake_messages.py`` as a child process; yield its base URL.
 
     With ``log``, the server writes one line there per message it answered with 200.
     """

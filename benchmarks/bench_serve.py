@@ -4,7 +4,7 @@
 
 A ledger of ``--events`` events is published (``ledger tiles``' writer, ``docs/service.md``)
 into a directory that a real nginx (Debian's ``nginx-light``, the configuration of
-``tests/nginx_server.py``, one worker) and ``ledger serve`` (uvicorn, in a thread of this
+``tests/support/nginx_server.py``, one worker) and ``ledger serve`` (uvicorn, in a thread of this
 process) both serve on 127.0.0.1. For ``--seconds`` each, ``--clients`` threads with keep-alive
 HTTP/1.1 connections (httpx) fetch random full level-0 hash tiles (8,192 bytes) and random entry
 bundles. Printed, for this machine and this run: the publishing rate (events per second into
@@ -15,8 +15,8 @@ client as much as by the server. Timings are never asserted; ``--quick`` shrinks
 
 ``python benchmarks/bench_serve.py append [--seconds 5] [--repeat 3] [--clients 1,4] [--batch
 1,20] [--own-logs] [--durable]`` measures the append API instead: a throwaway PostgreSQL cluster
-(``tests/pg_server.py``: ``fsync`` off like the tests' cluster, or PostgreSQL's defaults with
-``--durable``) holds the logs. For each events-per-call and number of clients, three paths run
+(``tests/support/pg_server.py``: ``fsync`` off like the tests' cluster, or PostgreSQL's defaults
+with ``--durable``) holds the logs. For each events-per-call and number of clients, three paths run
 in turn, ``--repeat`` times, each run on a fresh log: (a) direct (each client its own
 :class:`ledger.Ledger` on PostgreSQL), (b) through one and (c) through four ``ledger serve``
 processes on that PostgreSQL (each client a remote ledger spreading its requests over all of
@@ -49,7 +49,7 @@ from pathlib import Path
 from typing import Any
 
 ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT / "tests"))
+sys.path.insert(0, str(ROOT / "tests" / "support"))
 
 from nginx_server import Nginx, available  # type: ignore[import-not-found]  # noqa: E402
 

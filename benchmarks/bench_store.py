@@ -10,7 +10,7 @@ two windows), since each event is signed once: a ratio of 1.0 would mean the sto
 nothing beyond the signatures. Target (issue 34): PostgreSQL one writer >= 0.3x the sign rate.
 
 The PostgreSQL server is a throwaway cluster started from the installed binaries
-(``tests/pg_server.py``) with its default durability (``fsync`` on, ``synchronous_commit``
+(``tests/support/pg_server.py``) with its default durability (``fsync`` on, ``synchronous_commit``
 on), so each commit waits for the WAL to reach the disk, as a production server's does.
 
 Usage::
@@ -34,7 +34,7 @@ from pathlib import Path
 from typing import Any
 
 ROOT = Path(__file__).resolve().parent.parent
-for extra in (ROOT, ROOT / "tests"):
+for extra in (ROOT, ROOT / "tests" / "support"):
     if str(extra) not in sys.path:
         sys.path.insert(0, str(extra))
 

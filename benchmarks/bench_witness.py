@@ -20,7 +20,7 @@ cosignature is returned. Prints, for this machine and this run:
     spent waiting on the witness (requests and back-off, ``RunResult.witness_wait``) and their
     share of the witnessed run, beside the unwitnessed run's time measured in the same run.
 
-Timings are never asserted; ``--quick`` (used by tests/test_benchmark_runs.py) shrinks
+Timings are never asserted; ``--quick`` (used by tests/project/test_benchmark_runs.py) shrinks
 everything so that every figure is printed in a few seconds.
 """
 

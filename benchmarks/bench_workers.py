@@ -8,15 +8,16 @@ Run through ``benchmarks/bench_store.py workers`` (its first part measures signe
 ``workers`` (issue 34, ``docs/trials.md`` §8): the same never-run study of the
 ``prompt-tumbling-e`` template (35 trials per replicate), its ledger on PostgreSQL, run to the
 end once by one ``ledger run`` process and once by ``--workers`` processes started together,
-every one at ``--concurrency``, against the fake Messages server (``tests/fake_messages.py``,
-its own process) answering after ``--latency-ms``. Each side gets a fresh schema. Reported:
-trials per second over the trial phase (first ``trial.requested`` to last outcome, from the
-events' times) and over the wall clock (first process start to last exit, start-up included),
-and the ratio N workers / one worker of each. Target: >= 3x with 4 workers at 200 ms.
+every one at ``--concurrency``, against the fake Messages server
+(``tests/support/fake_messages.py``, its own process) answering after ``--latency-ms``. Each side
+gets a fresh schema. Reported: trials per second over the trial phase (first ``trial.requested`` to
+last outcome, from the events' times) and over the wall clock (first process start to last exit,
+start-up included), and the ratio N workers / one worker of each. Target: >= 3x with 4 workers at
+200 ms.
 
 Without ``--pg-url`` a throwaway PostgreSQL server is started from the installed binaries
-(``tests/pg_server.py``) and stopped at the end. Timings are never asserted in tests; this script
-is where they are read. On a shared machine the figures move with the neighbours' load, which
+(``tests/support/pg_server.py``) and stopped at the end. Timings are never asserted in tests; this
+script is where they are read. On a shared machine the figures move with the neighbours' load, which
 is printed at the start and the end.
 """
 
@@ -38,7 +39,7 @@ from typing import Any
 
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
-sys.path.insert(0, str(HERE.parent / "tests"))
+sys.path.insert(0, str(HERE.parent / "tests" / "support"))
 
 from bench_runner import fake_server  # noqa: E402
 

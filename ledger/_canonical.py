@@ -8,7 +8,7 @@ point order equals UTF-16 order for BMP keys), which runs in C, except for float
 written as RFC 8785 section 3.2.2.3 requires (ECMAScript's Number-to-String, from Python's
 shortest round-trip ``repr``, exactly as the reference does) by :func:`ecma_number`, and only
 the containers on the way to a float are joined in Python; everything else is still encoded in
-C. ``tests/test_canonical.py`` checks both against the reference with hypothesis.
+C. ``tests/ledger/test_canonical.py`` checks both against the reference with hypothesis.
 """
 
 from __future__ import annotations
@@ -85,7 +85,7 @@ def ecma_number(value: float) -> str:
     The digits are Python's shortest round-trip ``repr`` (the ``k`` digits ECMAScript asks
     for); the form follows ECMA-262 7.1.12.1: plain digits up to 21 integer digits, ``0.000ddd``
     down to 1e-6, exponent form (``1e+21``, ``1.5e-7``) beyond; ``-0`` is ``0``. Equal to
-    ``rfc8785.dumps`` for every finite float (``tests/test_canonical.py``).
+    ``rfc8785.dumps`` for every finite float (``tests/ledger/test_canonical.py``).
     """
     if value == 0:
         return "0"

@@ -149,7 +149,7 @@ def envelope_bytes(
     For the store (its own clock, hashes and keys, a checked kind; ``seq`` a safe integer):
     RFC 8785 writes an object as its members in the order of their (here ASCII) keys, each
     value canonical, so the fixed members around the body's and the blobs' own canonical forms
-    are exactly ``canonical_json`` of the whole envelope (``tests/test_canonical.py``), for
+    are exactly ``canonical_json`` of the whole envelope (``tests/ledger/test_canonical.py``), for
     less than half the cost. The body is still checked (a :class:`CanonicalError` names the
     kind) and the size limit applies.
     """

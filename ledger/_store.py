@@ -1476,8 +1476,8 @@ def _remote_engine() -> Any:
     """:class:`ledger._remote.RemoteLedger`, the engine behind an ``http(s)://`` location.
 
     It is a :class:`Ledger` subclass, so this module cannot import it by name (the import graph
-    stays acyclic, ``tests/test_structure.py``): it is loaded by name when a remote location is
-    opened, the way the CLI loads a package's commands (``ledger/cli.py``), and only then.
+    stays acyclic, ``tests/project/test_structure.py``): it is loaded by name when a remote location
+    is opened, the way the CLI loads a package's commands (``ledger/cli.py``), and only then.
     """
     return importlib.import_module("ledger._remote").RemoteLedger
 

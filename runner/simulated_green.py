@@ -66,7 +66,7 @@ model is the same at every call): it omits a candidate whose hash is 0 mod 8 (it
 then takes the next ones), and, when the hash of its id and the summary is 0 mod 3, adds one
 candidate of an entry only some of whose cues occur (plausible only; safety-critical when in
 :data:`SEVERE`). Each model's sets are nested, so the element-wise 2-of-3 vote is too; the vote
-differs from every single model's sets in most cases (``tests/test_template_green.py``). These
+differs from every single model's sets in most cases (``tests/e2e/test_template_green.py``). These
 models never give an unparseable answer.
 
 **The target** (:func:`target_answer`) matches the query against :data:`KNOWLEDGE` (an entry

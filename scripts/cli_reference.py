@@ -4,7 +4,7 @@
     .venv/bin/python scripts/cli_reference.py --check   # exit 1 if README.md is out of date
 
 The block sits between the ``<!-- cli-reference:start -->`` and ``<!-- cli-reference:end -->``
-markers; ``tests/test_cli_reference.py`` runs ``--check``.
+markers; ``tests/project/test_cli_reference.py`` runs ``--check``.
 """
 
 from __future__ import annotations

@@ -1,8 +1,8 @@
 """Write ``tests/vectors/sealed-blob.json``: sealed-blob test vectors (docs/ledger-format.md §6.1).
 
 Each vector is a content and a fixed salt (``SHA-256("prompt-ledger sealed blob test salt
-<n>")``) with the stored bytes and the address they give. ``tests/test_sealed.py`` regenerates
-the file byte for byte and checks the writer (``ledger``) and the verifier (``verify``)
+<n>")``) with the stored bytes and the address they give. ``tests/ledger/test_sealed.py``
+regenerates the file byte for byte and checks the writer (``ledger``) and the verifier (``verify``)
 against it. Run: ``python scripts/make_sealed_vectors.py``.
 """
 

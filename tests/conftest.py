@@ -58,12 +58,12 @@ def pytest_configure(config: pytest.Config) -> None:
 SERIAL_MODULES = frozenset(
     f"tests/{name}.py"
     for name in (
-        "test_faults",
-        "test_runner",
-        "test_runner_audit",
-        "test_runner_crash",
-        "test_run_interrupt",
-        "test_witness",
+        "ledger/test_faults",
+        "runner/test_runner",
+        "runner/test_runner_audit",
+        "runner/test_runner_crash",
+        "runner/test_run_interrupt",
+        "ledger/test_witness",
     )
 )
 """Modules whose tests start processes and SIGKILL or SIGINT them, or depend on timeouts,
@@ -73,11 +73,11 @@ run on one worker one after another and never beside each other."""
 SPREAD_MODULES = frozenset(
     f"tests/{name}.py"
     for name in (
-        "test_hostile_archive",
-        "test_archive",
-        "test_benchmark_runs",
-        "test_conformance",
-        "test_conformance_soak",
+        "verify/test_hostile_archive",
+        "e2e/test_archive",
+        "project/test_benchmark_runs",
+        "verify/test_conformance",
+        "verify/test_conformance_soak",
     )
 )
 """Large modules of independent tests (no module-scoped fixture; each copies what it changes):
@@ -87,27 +87,27 @@ holding one of them for minutes."""
 
 LONG_UNITS = (
     "serial: processes and timing",
-    "tests/test_archive_tamper.py",
-    "tests/test_template_green.py",
-    "tests/test_steps_crash.py",
-    "tests/test_template_mcq.py",
-    "tests/test_steps_seed_crash.py",
-    "tests/test_human_inputs.py",
-    "tests/test_analysis_pipeline.py",
-    "tests/test_report.py",
-    "tests/test_demo.py",
-    "tests/test_structure.py",
-    "tests/test_readme_commands.py",
-    "tests/test_template_mcq_data.py",
-    "tests/test_serve_append.py",
-    "tests/test_workers.py",
-    "tests/test_store_postgres.py",
-    "tests/test_provenance.py",
-    "tests/test_plan.py",
-    "tests/test_reporting.py",
-    "tests/test_verify_sessions.py",
-    "tests/test_canonical.py",
-    "tests/test_stats.py",
+    "tests/verify/test_archive_tamper.py",
+    "tests/e2e/test_template_green.py",
+    "tests/runner/test_steps_crash.py",
+    "tests/e2e/test_template_mcq.py",
+    "tests/runner/test_steps_seed_crash.py",
+    "tests/analysis/test_human_inputs.py",
+    "tests/analysis/test_analysis_pipeline.py",
+    "tests/analysis/test_report.py",
+    "tests/e2e/test_demo.py",
+    "tests/project/test_structure.py",
+    "tests/e2e/test_readme_commands.py",
+    "tests/e2e/test_template_mcq_data.py",
+    "tests/ledger/test_serve_append.py",
+    "tests/runner/test_workers.py",
+    "tests/ledger/test_store_postgres.py",
+    "tests/runner/test_provenance.py",
+    "tests/analysis/test_plan.py",
+    "tests/analysis/test_reporting.py",
+    "tests/verify/test_verify_sessions.py",
+    "tests/ledger/test_canonical.py",
+    "tests/analysis/test_stats.py",
 )
 """Units of work that take longest, longest first (measured on two cores: in the slow set the
 serial unit about 90 s, the judge-phase kill soak 56 s, the medmcqa demo module 45 s; in the
@@ -232,8 +232,8 @@ def ledger_home(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
 def pg_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
     """A real PostgreSQL server for this worker's session, with an empty ``ledgers`` database.
 
-    Started from the installed binaries (``tests/pg_server.py``); the tests that use it skip,
-    saying why, only where no PostgreSQL binaries exist (``.ci/run`` installs Debian's
+    Started from the installed binaries (``tests/support/pg_server.py``); the tests that use it
+    skip, saying why, only where no PostgreSQL binaries exist (``.ci/run`` installs Debian's
     ``postgresql`` when they are missing, so CI always runs them).
     """
     from pg_server import PW_USER, PW_USER_PASSWORD, PgServer, find_bindir

@@ -12,8 +12,8 @@ when it provably equals RFC 8785:
 * string escaping of both is identical (``\\" \\\\ \\b \\f \\n \\r \\t``, other controls
   as lowercase ``\\u00xx``, everything else literal UTF-8).
 
-Otherwise ``rfc8785.dumps`` is used.  ``tests/test_verify_canonical.py`` checks the equivalence with
-hypothesis.
+Otherwise ``rfc8785.dumps`` is used.  ``tests/verify/test_verify_canonical.py`` checks the
+equivalence with hypothesis.
 """
 
 from __future__ import annotations

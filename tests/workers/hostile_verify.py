@@ -1,8 +1,8 @@
 """Run ``python -m verify ARCHIVE --json`` under resource limits and an audit hook on ``open``.
 
-Used by tests/test_hostile_archive.py, one process per case (an audit hook cannot be removed).
-Usage: ``python hostile_verify.py CONFIG_JSON ARG...``; CONFIG_JSON holds ``archive`` (its real
-path), ``forbidden`` (paths that must never be opened, e.g. a named pipe or a link inside the
+Used by tests/verify/test_hostile_archive.py, one process per case (an audit hook cannot be
+removed). Usage: ``python hostile_verify.py CONFIG_JSON ARG...``; CONFIG_JSON holds ``archive`` (its
+real path), ``forbidden`` (paths that must never be opened, e.g. a named pipe or a link inside the
 archive), ``source`` (the project's source folder), ``as_bytes`` and ``cpu_seconds`` (the
 limits). The report goes to stdout as ``python -m verify --json`` writes it; the last line of
 stderr is JSON: ``{"rc", "outside", "forbidden", "maxrss_kib"}``, where ``outside`` lists every

@@ -1,0 +1,1 @@
+"""Whole pipelines: the shipped templates, the demo, the README's blocks, docs' studies."""

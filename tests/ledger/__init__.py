@@ -1,0 +1,1 @@
+"""Tests of the ledger package: store, envelopes, Merkle, notes, service, witness."""

@@ -1,0 +1,1 @@
+"""The house: structure, public API, the CLI as a whole, shared vectors, benchmarks."""

@@ -1,0 +1,1 @@
+"""Tests of the independent verifier: archives, ledgers, re-derivations, conformance."""

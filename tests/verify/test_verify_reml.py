@@ -1,0 +1,251 @@
+"""The verifier's own REML check (``verify/_reml.py``): numpy and scipy only, no statsmodels.
+
+Its log-likelihood is checked against the dense textbook formula and against statsmodels; the
+check accepts the writer's recorded point on honest archives and refuses a recorded fixed
+effect moved by 1e-4 relative (re-signed), a variance component moved off the maximum
+(re-signed), and a tiny p-value re-reported as 0 (re-signed).
+"""
+
+from __future__ import annotations
+
+import ast
+import json
+import math
+import shutil
+import warnings
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+from locations import REPO
+
+from tests.verify.test_archive_tamper import read_events, resign
+from verify import Status, verify_archive
+from verify._recompute.compare import _first_difference
+from verify._reml import RemlModel, check_point
+
+ROOT = REPO
+SHIPPED = ROOT / "archive" / "prompt-tumbling-e"
+
+
+def _data(seed: int, probes: int = 6, reps: int = 5) -> dict[str, Any]:
+    rng = np.random.default_rng(seed)
+    arms = ["A", "B", "C"]
+    mean = {"A": 0.9, "B": 0.5, "C": 0.7}
+    rows = []
+    for p in range(probes):
+        u = rng.normal(0, 0.15)
+        for a in arms:
+            cell = rng.normal(0, 0.1)
+            for _ in range(reps):
+                sd = 0.02 if a == "A" else 0.12
+                rows.append((a, f"p{p}", mean[a] + u + cell + rng.normal(0, sd)))
+    arm = [r[0] for r in rows]
+    x = np.column_stack([np.ones(len(rows))] + [[a == b for a in arm] for b in arms[1:]])
+    return {
+        "y": np.array([r[2] for r in rows]),
+        "x": x.astype(float),
+        "arm": arm,
+        "g": [r[1] for r in rows],
+        "cell": [f"{r[1]}|{r[0]}" for r in rows],
+    }
+
+
+def _dense(
+    d: dict[str, Any], theta: list[float], terms: list[list[str]], resid: list[str] | None
+) -> tuple[float, np.ndarray, np.ndarray]:
+    """The textbook REML log-likelihood with the n x n matrix V."""
+    y, x, g = d["y"], d["x"], np.array(d["g"])
+    n, p = x.shape
+    classes = sorted(set(resid)) if resid else [""]
+    rc = [classes.index(r) for r in resid] if resid else [0] * n
+    v = np.diag([theta[len(terms) + c] for c in rc])
+    for k, t in enumerate(terms):
+        ta = np.array(t)
+        v += theta[k] * (np.equal.outer(ta, ta) & np.equal.outer(g, g))
+    vi = np.linalg.inv(v)
+    a = x.T @ vi @ x
+    beta = np.linalg.solve(a, x.T @ vi @ y)
+    r = y - x @ beta
+    ll = -0.5 * (
+        np.linalg.slogdet(v)[1]
+        + np.linalg.slogdet(a)[1]
+        + r @ vi @ r
+        + (n - p) * math.log(2 * math.pi)
+    )
+    return float(ll), beta, np.linalg.inv(a)
+
+
+@pytest.mark.parametrize("structure", ["intercept", "probe_by_arm", "per_arm_residual"])
+def test_loglik_beta_and_cov_match_the_dense_formula(structure: str) -> None:
+    d = _data(1)
+    terms = [d["g"]] if structure == "intercept" else [d["g"], d["cell"]]
+    resid = d["arm"] if structure == "per_arm_residual" else None
+    n_resid = 3 if resid else 1
+    theta = [0.02, 0.01][: len(terms)] + [0.005, 0.01, 0.02][:n_resid]
+    model = RemlModel(d["y"], d["x"], d["g"], terms, resid)
+    pt = model.point(theta)
+    ll, beta, cov = _dense(d, theta, terms, resid)
+    assert pt.loglik == pytest.approx(ll, rel=1e-12)
+    assert pt.beta == pytest.approx(beta, rel=1e-10)
+    assert pt.cov == pytest.approx(cov, rel=1e-10)
+    # a zero variance component is allowed (the boundary), a zero residual is not
+    zero = list(theta)
+    zero[0] = 0.0
+    assert model.point(zero).loglik == pytest.approx(_dense(d, zero, terms, resid)[0], rel=1e-12)
+    zero[-1] = 0.0
+    assert model.point(zero).loglik == -math.inf
+
+
+def test_own_optimum_matches_statsmodels_and_its_point_passes_the_check() -> None:
+    from statsmodels.regression.mixed_linear_model import MixedLM
+
+    d = _data(2)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        ref = MixedLM(d["y"], d["x"], groups=d["g"]).fit(reml=True)
+    model = RemlModel(d["y"], d["x"], d["g"], [d["g"]])
+    best = model.maximise()
+    assert best.loglik >= float(ref.llf) - 1e-7
+    assert best.loglik == pytest.approx(float(ref.llf), abs=1e-6)
+    assert best.params == pytest.approx([float(np.asarray(ref.cov_re)[0, 0]), ref.scale], rel=1e-3)
+    recorded = [float(np.asarray(ref.cov_re)[0, 0]), float(ref.scale)]
+    pt, problem = check_point(model, recorded)
+    assert problem is None
+    assert pt.beta == pytest.approx(np.asarray(ref.fe_params), rel=1e-9)
+    assert pt.loglik == pytest.approx(float(ref.llf), abs=1e-9)
+    # moved off the maximum: not stationary
+    _, problem = check_point(model, [recorded[0] * 1.05, recorded[1]])
+    assert problem is not None and "not a stationary point" in problem
+    # a stationary point that is not the maximum: the saddle/minimum is refused too
+    _, problem = check_point(model, [recorded[0], recorded[1] * 40])
+    assert problem is not None
+
+
+def test_probe_by_arm_model_matches_statsmodels_variance_components() -> None:
+    import pandas as pd
+    import statsmodels.formula.api as smf
+
+    d = _data(3)
+    df = pd.DataFrame({"y": d["y"], "arm": d["arm"], "g": d["g"]})
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        formula = smf.mixedlm(
+            "y ~ arm", df, groups="g", re_formula="1", vc_formula={"cell": "0 + C(arm)"}
+        )
+        ref = formula.fit(reml=True)
+    model = RemlModel(d["y"], d["x"], d["g"], [d["g"], d["cell"]])
+    theta = [float(np.asarray(ref.cov_re)[0, 0]), float(ref.vcomp[0]), float(ref.scale)]
+    assert model.loglik(theta) == pytest.approx(float(ref.llf), abs=1e-8)
+    assert model.maximise().loglik >= float(ref.llf) - 1e-7
+
+
+def test_the_verifier_reml_path_does_not_use_statsmodels() -> None:
+    paths = [ROOT / "verify" / n for n in ("_reml.py", "_restats.py", "_science.py")]
+    paths += sorted((ROOT / "verify" / "_recompute").glob("*.py"))
+    paths += [ROOT / "verify" / "_statistics" / "lmm.py"]
+    for path in paths:
+        name = path.name
+        tree = ast.parse(path.read_text("utf-8"))
+        imported = [
+            a.name for n in ast.walk(tree) if isinstance(n, ast.Import) for a in n.names
+        ] + [n.module or "" for n in ast.walk(tree) if isinstance(n, ast.ImportFrom)]
+        assert not [m for m in imported if m.startswith("statsmodels")], name
+
+
+def test_p_values_compare_on_a_relative_scale() -> None:
+    assert _first_difference({"p": 0.0}, {"p": 3.4e-87}, "values", 1e-6) is not None
+    assert _first_difference({"p": 3.4e-87}, {"p": 3.4e-87 * (1 + 1e-9)}, "values", 1e-6) is None
+    assert _first_difference({"p": 3.4e-87}, {"p": 3.5e-87}, "values", 1e-6) is not None
+    listed = {"bonferroni": {"pvalues": [1e-40, 0.2]}}
+    assert (
+        _first_difference({"bonferroni": {"pvalues": [0.0, 0.2]}}, listed, "values", 1e-6)
+        is not None
+    )
+    # a proportion near zero keeps the absolute slack
+    assert _first_difference({"share": 0.0}, {"share": 1e-12}, "values", 1e-6) is None
+
+
+# ------------------------------------------------------------------------------ archives
+
+
+@pytest.fixture
+def copy_(simulated_archive: Path, tmp_path: Path) -> Path:
+    target = tmp_path / "archive"
+    shutil.copytree(simulated_archive, target)
+    return target
+
+
+def _reanalysis(root: Path) -> Any:
+    report = verify_archive(root)
+    check = report.get("reanalysis")
+    assert check is not None
+    return report, check
+
+
+def test_honest_archives_pass_the_own_reml_check(simulated_archive: Path) -> None:
+    for root in (simulated_archive, SHIPPED):
+        _, check = _reanalysis(root)
+        assert check.status is Status.PASS, check
+
+
+def _edit_result(root: Path, result_id: str, edit: Any) -> int:
+    events = read_events(root)
+    event = next(
+        e for e in events if e["kind"] == "analysis.result" and e["body"]["id"] == result_id
+    )
+    edit(event["body"]["values"])
+    resign(root, events)
+    results = [
+        e["body"] | {"seq": e["seq"]} for e in read_events(root) if e["kind"] == "analysis.result"
+    ]
+    path = root / "analysis" / "results.json"
+    path.write_text(json.dumps(results, sort_keys=True, indent=2) + "\n", "utf-8")
+    return int(event["seq"])
+
+
+def test_fixed_effect_moved_1e4_relative_and_resigned_fails_reanalysis(copy_: Path) -> None:
+    def move(values: dict[str, Any]) -> None:
+        effect = values["fixed_effects"][1]
+        effect["estimate"] *= 1 + 1e-4
+        effect["estimate"] = -effect["estimate"] if effect["estimate"] == 0 else effect["estimate"]
+
+    _edit_result(copy_, "model.lmm", move)
+    report, check = _reanalysis(copy_)
+    assert report.get("signatures").status is Status.PASS
+    assert check.status is Status.FAIL
+    assert "model.lmm values.fixed_effects[1].estimate" in check.reason, check.reason
+
+
+def test_variance_component_moved_and_resigned_fails_the_reml_check(copy_: Path) -> None:
+    def move(values: dict[str, Any]) -> None:
+        values["group_variance"] *= 1.02
+
+    _edit_result(copy_, "model.lmm", move)
+    report, check = _reanalysis(copy_)
+    assert report.get("signatures").status is Status.PASS
+    assert check.status is Status.FAIL
+    assert "REML" in check.reason and "model.lmm" in check.reason, check.reason
+
+
+def test_tiny_p_value_reported_as_zero_and_resigned_fails(copy_: Path) -> None:
+    events = read_events(copy_)
+    smallest = min(
+        (
+            e
+            for e in events
+            if e["kind"] == "analysis.result"
+            and isinstance((e["body"].get("values") or {}).get("p_raw"), float)
+        ),
+        key=lambda e: e["body"]["values"]["p_raw"],
+    )
+    assert 0 < smallest["body"]["values"]["p_raw"] < 1e-3
+
+    def zero(values: dict[str, Any]) -> None:
+        values["p_raw"] = 0.0
+
+    _edit_result(copy_, smallest["body"]["id"], zero)
+    _, check = _reanalysis(copy_)
+    assert check.status is Status.FAIL
+    assert "p_raw" in check.reason, check.reason
