@@ -376,3 +376,20 @@ def test_bench_serve_quick_reports_nginx_and_ledger_serve() -> None:
         "ledger monitor, first check",
     ):
         assert label in result.stdout, result.stdout
+
+
+def test_bench_scale_runs_every_command_on_a_small_study() -> None:
+    """bench_scale at 350 trials: each command after ``ledger run`` runs and is measured."""
+    result = subprocess.run(
+        [sys.executable, str(ROOT / "benchmarks" / "bench_scale.py"), "--trials", "350"],
+        capture_output=True,
+        text=True,
+        timeout=600,
+        check=True,
+    )
+    assert "350 trials" in result.stdout, result.stdout
+    for command in ("run", "score", "unblind", "analyze", "report", "export", "verify"):
+        row = re.search(rf"^  {command} +([\d.]+) +(\d+) +(\d+)", result.stdout, re.M)
+        assert row is not None, (command, result.stdout)
+        assert float(row.group(1)) > 0 and int(row.group(2)) > 0, row.group(0)
+    assert "EXIT" not in result.stdout, result.stdout
