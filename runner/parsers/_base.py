@@ -11,9 +11,14 @@ the registry; it never names a parser. How a parser reads a response is the anal
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Final
 
-__all__ = ["ParserSpec"]
+__all__ = ["ANSWER_WHITESPACE", "ParserSpec"]
+
+ANSWER_WHITESPACE: Final = " \t\n\r\x0b\x0c"
+"""Whitespace as ``docs/scoring.md`` section 3 defines it (what strip removes)."""
 
 
 @dataclass(frozen=True)
@@ -25,7 +30,8 @@ class ParserSpec:
     (``[stimuli] answer_column``); ``letters``: its answers are option letters (it takes
     ``[response] letters``); ``modes``: a closed vocabulary that takes ``[response] mode =
     "first-token"``; ``whole_text``: compares the whole response text with the truth;
-    ``answer_column``: the truth-table column read by default.
+    ``answer_column``: the truth-table column read by default; ``answer_problem(answer)``: why
+    a truth answer can never be matched by this parser (None: it can), checked at lock.
     """
 
     name: str
@@ -35,3 +41,4 @@ class ParserSpec:
     modes: bool = False
     whole_text: bool = False
     answer_column: str = "answer"
+    answer_problem: Callable[[str], str | None] | None = None

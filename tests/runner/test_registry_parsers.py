@@ -61,6 +61,16 @@ def test_the_parser_groups_are_the_ones_the_spec_documents() -> None:
     assert {n for n, c in columns.items() if c != "answer"} == {"orientation-word"}
 
 
+def test_only_the_whole_text_parsers_refuse_truth_answers_they_can_never_match() -> None:
+    """An answer an ``exact`` or ``normalized`` parser can never equal is the entry's to say."""
+    refusing = {n for n, s in REGISTRY.items() if s.answer_problem is not None}
+    assert refusing == set(runner.spec.TEXT_PARSERS)
+    exact, normalized = REGISTRY["exact"].answer_problem, REGISTRY["normalized"].answer_problem
+    assert exact is not None and normalized is not None
+    assert exact(" aspirin") is not None and exact("aspirin") is None
+    assert normalized("*-!* ") is not None and normalized("a-b") is None
+
+
 def test_the_step_kind_registry_is_the_vocabulary_s_step_kinds_in_order() -> None:
     assert list(runner.step_kinds.REGISTRY) == VOCABULARY["step_kinds"]
     assert tuple(VOCABULARY["step_kinds"]) == runner.steps.STEP_PARSERS
