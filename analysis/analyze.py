@@ -31,7 +31,7 @@ import pandas as pd
 import rfc8785
 from scipy import stats as sps
 
-from analysis import statistics, stats
+from analysis import parsers, statistics, stats
 from analysis.rows import split_trial
 from analysis.statistics.lmm import MODEL_CAUTION
 from ledger import EventSpec, Ledger, SealPolicy, SigningKey
@@ -253,18 +253,15 @@ def _csv(df: pd.DataFrame, columns: Sequence[str]) -> bytes:
 def labels(plan: dict[str, Any]) -> tuple[str, ...] | None:
     """The answers the study's parser can give (``docs/analysis.md`` §3), or None.
 
-    UP RIGHT DOWN LEFT for ``tumbling-e-json`` and ``orientation-word``; yes no maybe; the
-    letters of ``multiple-choice``; None for ``exact`` and ``normalized`` (free text).
+    Its registry entry's closed answer set (:mod:`analysis.parsers`): UP RIGHT DOWN LEFT for
+    ``tumbling-e-json`` and ``orientation-word``; yes no maybe; the letters of
+    ``multiple-choice`` and ``cloze``; None for ``exact`` and ``normalized`` (free text).
     """
     response = plan.get("response") or {}
-    parser = response.get("parser", TUMBLING_E)
-    if parser in (TUMBLING_E, "orientation-word"):
-        return ORIENTATIONS
-    if parser == "yes-no-maybe":
-        return YES_NO_MAYBE
-    if parser in ("multiple-choice", "cloze"):
-        return tuple(str(response.get("letters") or "ABCD"))
-    return None
+    entry = parsers.lookup(str(response.get("parser", TUMBLING_E)))
+    if entry is None or entry.answers is None:
+        return None
+    return entry.answers(str(response.get("letters") or "ABCD"))
 
 
 def models(plan: dict[str, Any]) -> tuple[str, ...]:

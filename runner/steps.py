@@ -26,6 +26,10 @@ from pathlib import Path
 from typing import Any, Final
 
 from runner._schema import STEP_KEYS as STEP_KEYS
+from runner.step_kinds import REGISTRY as STEP_KIND_REGISTRY
+from runner.step_kinds import STEP_KINDS, StepParts
+from runner.step_kinds.json import schema_problem as schema_problem
+from runner.step_kinds.json import set_fields as set_fields
 
 __all__ = [
     "AGGREGATES",
@@ -57,7 +61,8 @@ __all__ = [
 ]
 
 UNPARSEABLE_KEYS: Final = ("retry", "then")
-STEP_PARSERS: Final = ("text", "label", "json")
+STEP_PARSERS: Final = STEP_KINDS
+"""The step parsers (step kinds) of :mod:`runner.step_kinds`, in registry order."""
 AGGREGATES: Final = ("majority", "unanimous")
 SEES: Final = ("blind", "request")
 STEP_NAME: Final = re.compile(r"^[a-z][a-z0-9_]{0,31}$")
@@ -358,14 +363,14 @@ def _parse_step(
     template = _step_template(table, where, add, root, inside)
     system = _step_system(table, where, add, components)
     parser = table.get("parser", "text")
-    if parser not in STEP_PARSERS:
+    if parser not in STEP_KIND_REGISTRY:
         add(
             f"{where}.parser",
             f"unknown step parser {parser!r}; use one of {', '.join(STEP_PARSERS)}",
         )
         parser = "text"
-    labels = _labels(table, where, add, parser)
-    schema, sets = _step_schema(table, where, add, parser, inside)
+    parts = _kind_parts(table, where, add, parser, inside)
+    labels, schema, sets = parts.labels, parts.schema, parts.sets
     retry, then = _unparseable(table, where, add)
     rule = _aggregate(table, where, add, len(step_models))
     sees = _sees(table, where, add, on)
@@ -424,29 +429,15 @@ def _step_system(
     return tuple(system)
 
 
-def _step_schema(
-    table: dict[str, Any], where: str, add: Any, parser: str, inside: Any
-) -> tuple[Path | None, tuple[str, ...]]:
-    """The json parser's locked schema, and the set-valued fields it declares."""
-    if parser != "json":
-        if "schema" in table:
-            add(f"{where}.schema", f"applies to the json parser only, not {parser!r}")
-        return None, ()
-    rel = table.get("schema")
-    if not isinstance(rel, str) or not rel:
-        add(
-            f"{where}.schema",
-            'the json parser needs a locked JSON Schema file (schema = "schemas/NAME.json")',
-        )
-        return None, ()
-    schema: Path = inside(rel, f"{where}.schema")
-    if not schema.is_file():
-        return schema, ()
-    problem = schema_problem(schema.read_bytes())
-    if problem:
-        add(f"{where}.schema", f"{rel}: {problem}")
-        return schema, ()
-    return schema, set_fields(json.loads(schema.read_bytes()))
+def _kind_parts(table: dict[str, Any], where: str, add: Any, parser: str, inside: Any) -> StepParts:
+    """The step kind's own key read by its entry; every other kind's key refused, in order."""
+    parts = StepParts()
+    for kind in STEP_KIND_REGISTRY.values():
+        if kind.name == parser and kind.read is not None:
+            parts = kind.read(table, where, add, inside)
+        elif kind.key is not None and kind.name != parser and kind.key in table:
+            add(f"{where}.{kind.key}", f"applies to the {kind.name} parser only, not {parser!r}")
+    return parts
 
 
 def _sees(table: dict[str, Any], where: str, add: Any, on: str) -> str:
@@ -673,27 +664,6 @@ def _step_models(
     return tuple(value)
 
 
-def _labels(table: dict[str, Any], where: str, add: Any, parser: str) -> tuple[str, ...]:
-    value = table.get("labels")
-    if parser != "label":
-        if value is not None:
-            add(f"{where}.labels", f"applies to the label parser only, not {parser!r}")
-        return ()
-    if (
-        not isinstance(value, list)
-        or len(value) < 2
-        or not all(isinstance(v, str) and re.fullmatch(r"[a-z][a-z0-9_-]*", v) for v in value)
-        or len(set(value)) != len(value)
-    ):
-        add(
-            f"{where}.labels",
-            "the label parser needs 2 or more distinct lowercase words "
-            f'(labels = ["correct", "incorrect"]), got {value!r}',
-        )
-        return ("yes", "no")
-    return tuple(value)
-
-
 def _unparseable(table: dict[str, Any], where: str, add: Any) -> tuple[int, str]:
     value = table.get("on_unparseable", {"retry": 0, "then": "exclude"})
     if not isinstance(value, dict):
@@ -733,100 +703,7 @@ def _aggregate(table: dict[str, Any], where: str, add: Any, n: int) -> str | int
 # ------------------------------------------------------------------ json schema
 
 
-_SCHEMA_TYPES: Final = ("object", "string", "number", "integer", "boolean", "array")
-
-
-def schema_problem(data: bytes) -> str | None:
-    """Why ``data`` is not a step schema we can check, or None.
-
-    A step schema is the subset of JSON Schema the runner and the verifier both implement: an
-    ``object`` with ``properties`` (each ``{"type": T}`` with T one of ``string``, ``number``,
-    ``integer``, ``boolean``, ``array`` of strings via ``{"type": "array", "items": {"type":
-    "string"}}``), ``required`` and ``additionalProperties: false`` (``docs/prompts.md`` §8).
-    """
-    try:
-        schema = json.loads(data.decode("utf-8"))
-    except (UnicodeDecodeError, ValueError) as exc:
-        return f"not a JSON file: {exc}"
-    if not isinstance(schema, dict) or schema.get("type") != "object":
-        return 'a step schema is a JSON object with "type": "object"'
-    props = schema.get("properties")
-    if not isinstance(props, dict) or not props:
-        return 'a step schema needs "properties"'
-    for key in schema:
-        if key not in (
-            "type",
-            "properties",
-            "required",
-            "additionalProperties",
-            "$schema",
-            "title",
-            "description",
-        ):
-            return f"unsupported schema keyword {key!r}"
-    for name, prop in props.items():
-        problem = _property_problem(name, prop)
-        if problem is not None:
-            return problem
-    required = schema.get("required", [])
-    if not isinstance(required, list) or not all(r in props for r in required):
-        return '"required" must list properties the schema declares'
-    if schema.get("additionalProperties", True) not in (True, False):
-        return '"additionalProperties" must be true or false'
-    return None
-
-
-def _property_problem(name: str, prop: Any) -> str | None:
-    """Why a step schema's property ``name`` is not one we can check, or None."""
-    if not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", name):
-        return f"property {name!r}: names are letters, digits and '_' (they are slot names)"
-    if not isinstance(prop, dict) or prop.get("type") not in _SCHEMA_TYPES[1:]:
-        return f'property {name!r}: needs a "type" of {", ".join(_SCHEMA_TYPES[1:])}'
-    if prop["type"] == "array" and prop.get("items") != {"type": "string"}:
-        return f'property {name!r}: an array must have "items": {{"type": "string"}}'
-    return None
-
-
-def set_fields(schema: Mapping[str, Any]) -> tuple[str, ...]:
-    """The members of a set-valued step schema (every property an array of strings), else ().
-
-    ``docs/prompts.md`` §8.3: such a step's votes are aggregated element by element.
-    """
-    props = schema.get("properties") or {}
-    if props and all(p.get("type") == "array" for p in props.values()):
-        return tuple(props)
-    return ()
-
-
-def _matches(schema: dict[str, Any], value: Any) -> bool:
-    if not isinstance(value, dict):
-        return False
-    props: dict[str, Any] = schema["properties"]
-    if any(r not in value for r in schema.get("required", [])):
-        return False
-    if schema.get("additionalProperties", True) is False and any(k not in props for k in value):
-        return False
-    for key, item in value.items():
-        prop = props.get(key)
-        if prop is None:
-            continue
-        kind = prop["type"]
-        ok = {
-            "string": isinstance(item, str),
-            "number": isinstance(item, int | float) and not isinstance(item, bool),
-            "integer": isinstance(item, int) and not isinstance(item, bool),
-            "boolean": isinstance(item, bool),
-            "array": isinstance(item, list) and all(isinstance(x, str) for x in item),
-        }[kind]
-        if not ok:
-            return False
-    return True
-
-
 # ------------------------------------------------------------------ parsing and votes
-
-
-_WORD: Final = re.compile(r"[a-z0-9_-]+")
 
 
 def parse_output(spec: StepSpec, text: str, schema: dict[str, Any] | None = None) -> Any:
@@ -837,23 +714,8 @@ def parse_output(spec: StepSpec, text: str, schema: dict[str, Any] | None = None
     ones: unparseable); ``json``: the text (or the first ```` ```json ```` fenced block in it)
     as a JSON object that satisfies the locked schema (``docs/prompts.md`` §8).
     """
-    if spec.parser == "text":
-        stripped = text.strip()
-        return stripped or None
-    if spec.parser == "label":
-        found = {w for w in _WORD.findall(text.lower()) if w in spec.labels}
-        return next(iter(found)) if len(found) == 1 else None
-    body = text.strip()
-    fence = re.search(r"```(?:json)?\n(.*?)```", body, re.S)
-    if fence:
-        body = fence.group(1).strip()
-    try:
-        value = json.loads(body)
-    except ValueError:
-        return None
-    if schema is None or not _matches(schema, value):
-        return None
-    return value
+    kind = STEP_KIND_REGISTRY[spec.parser]
+    return kind.parse(text, spec.labels, schema)
 
 
 def value_key(value: Any) -> str:

@@ -26,6 +26,8 @@ from typing import Final
 from ledger import describe_os_error, describe_utf8_error
 from runner._errors import SpecError, StimulusError
 from runner.items import Item
+from runner.parsers import lookup
+from runner.parsers._base import ANSWER_WHITESPACE as ANSWER_WHITESPACE
 from runner.spec import DEFAULT_LETTERS, LOGPROB_PROVIDERS, SINGLE_ANSWER_PARSERS, Study
 from runner.stimuli import ORIENTATIONS, TRUTH_HEADER, Glyph, read_truth_csv
 
@@ -44,13 +46,6 @@ __all__ = [
 
 YES_NO_MAYBE: Final = ("yes", "no", "maybe")
 """The labels of the ``yes-no-maybe`` parser (lower case, as PubMedQA writes them)."""
-
-ANSWER_WHITESPACE: Final = " \t\n\r\x0b\x0c"
-"""Whitespace as ``docs/scoring.md`` section 3 defines it (what strip removes)."""
-
-_PUNCTUATION: Final = frozenset(
-    "!\"#$%&'()*+,-./:;<=>?@[\\]^_`{|}~\u2010\u2011\u2012\u2013\u2014\u2019"
-)
 
 
 def labels(parser: str, letters: str | None = None) -> tuple[str, ...] | None:
@@ -170,13 +165,11 @@ def _glyph_problems(study: Study) -> list[str]:
 
 
 def _fits_text(answer: str, parser: str) -> str | None:
-    if parser == "exact" and answer != answer.strip(ANSWER_WHITESPACE):
-        return "has whitespace at its start or end, which an exact match can never equal"
-    if parser == "normalized" and all(
-        ch in _PUNCTUATION or ch in ANSWER_WHITESPACE or ch in "*`" for ch in answer
-    ):
-        return "is only punctuation and whitespace, so it normalizes to nothing"
-    return None
+    """Why the parser's registry entry can never match ``answer`` (``exact``, ``normalized``)."""
+    spec = lookup(parser)
+    if spec is None or spec.answer_problem is None:
+        return None
+    return spec.answer_problem(answer)
 
 
 def cloze_problems(study: Study) -> list[str]:

@@ -4,13 +4,15 @@ Nothing here comes from ``analysis/``: the response text (section 2), the tumbli
 (section 4), the single-answer parsers with their modes (section 5), the scorer (section 6),
 the item bytes (section 7) and the truth tables (section 8) are re-implemented from the page.
 Only the status, the answers and the item bytes are normative; problems are counted (to tell
-``ok`` from ``partial``), their wording is not kept.
+``ok`` from ``partial``), their wording is not kept. Which parser reads a response, and how its
+answer is compared with the truth, is each parser's entry of the verifier's own registry
+(``verify/_parsers/``), which dispatches :func:`~verify._parsers.parse_text`,
+:func:`~verify._parsers.parse_body` and :func:`~verify._parsers.score` over the pieces here.
 """
 
 from __future__ import annotations
 
 import csv
-import hashlib
 import io
 import json
 import math
@@ -23,7 +25,6 @@ import rfc8785
 
 __all__ = [
     "CONTROL_TRUTH",
-    "PARSERS",
     "Glyph",
     "Parsed",
     "Scored",
@@ -32,13 +33,9 @@ __all__ = [
     "batch_message",
     "item_bytes",
     "normalized",
-    "parse_body",
-    "parse_text",
     "read_sources",
     "read_truth",
     "response_text",
-    "score",
-    "score_body",
 ]
 
 CONTROL_TRUTH = "not-a-tumbling-e-chart"
@@ -516,18 +513,6 @@ def _letters(letters: str) -> _Single:
     return _MC[letters]
 
 
-PARSERS: dict[str, Callable[[str], Parsed]] = {
-    "tumbling-e-json": parse_tumbling_e,
-    "multiple-choice": lambda text: _run_single(_MC["ABCD"], text),
-    "yes-no-maybe": lambda text: _run_single(_YNM, text),
-    "orientation-word": lambda text: _run_single(_OW, text),
-    "exact": _exact,
-    "normalized": _normalized,
-    "cloze": lambda text: UNPARSEABLE,
-}
-"""Every parser with its defaults (letters ``ABCD``, mode ``exactly-one``)."""
-
-
 def _finite(value: Any) -> float | None:
     if type(value) not in (int, float):
         return None
@@ -572,44 +557,6 @@ def parse_cloze(raw: bytes, fmt: str, letters: str) -> Parsed:
         answers=((1, (top,)),),
         cloze={"logprobs": logprobs, "margin": best[top] - runner_up},
     )
-
-
-VOCABULARY_PARSERS = ("multiple-choice", "yes-no-maybe", "orientation-word")
-
-
-def parse_text(text: str, parser: str, letters: str = "ABCD", mode: str = "exactly-one") -> Parsed:
-    """Parse ``text`` with the named parser, letters and mode (KeyError for an unknown parser).
-
-    A mode other than ``exactly-one`` for a parser without a vocabulary is a ValueError.
-    """
-    if parser not in PARSERS:
-        raise KeyError(parser)
-    if parser == "multiple-choice":
-        return _run_single(_letters(letters), text, mode)
-    if parser == "yes-no-maybe":
-        return _run_single(_YNM, text, mode)
-    if parser == "orientation-word":
-        return _run_single(_OW, text, mode)
-    if mode != "exactly-one":
-        raise ValueError(f"parser {parser!r} has no mode {mode!r}")
-    return PARSERS[parser](text)
-
-
-def parse_body(
-    raw: bytes, fmt: str, parser: str, letters: str = "ABCD", mode: str = "exactly-one"
-) -> Parsed:
-    """Sections 2-5: take the text of a stored body and parse it."""
-    if parser not in PARSERS:
-        raise KeyError(parser)
-    if fmt == "anthropic-batch-result":
-        raw, fmt = batch_message(raw), "anthropic-messages"
-    if parser == "cloze":
-        return parse_cloze(raw, fmt, letters)
-    try:
-        text = response_text(raw, fmt)
-    except BodyError:
-        return UNPARSEABLE
-    return parse_text(text, parser, letters, mode)
 
 
 # ------------------------------------------------------------------------------ section 6
@@ -659,71 +606,6 @@ def _item(
         "row": row,
         "truth": truth,
     }
-
-
-def score(parsed: Parsed, parser: str, truth: Truth) -> Scored:
-    """Section 6: items, status and counts of one parse against its truth."""
-    status = parsed.status
-    items: list[dict[str, Any]]
-    if parser == "tumbling-e-json" and not isinstance(truth, str):
-        answers = dict(parsed.answers) if status in ("ok", "partial") else {}
-        glyphs = sorted(truth, key=lambda g: (g.row, g.position))
-        items = []
-        for g in glyphs:
-            values = answers.get(g.row, ())
-            answer = values[g.position - 1] if 1 <= g.position <= len(values) else None
-            items.append(_item(g.row, g.position, g.orientation, answer, answer == g.orientation))
-        if status == "ok":
-            chart: dict[int, set[int]] = {}
-            for g in glyphs:
-                chart.setdefault(g.row, set()).add(g.position)
-            for row in set(chart) | set(answers):
-                if set(range(1, len(answers.get(row, ())) + 1)) != chart.get(row, set()):
-                    status = "partial"
-                    break
-    elif parser == "tumbling-e-json" and isinstance(truth, str):
-        answer = {"refused": CONTROL_TRUTH, "ok": "orientations", "partial": "orientations"}.get(
-            status
-        )
-        items = [_item(None, None, truth, answer, answer == CONTROL_TRUTH)]
-    else:
-        if not isinstance(truth, str):
-            raise ValueError(f"parser {parser!r} needs a single truth answer")
-        value = parsed.answers[0][1][0] if status == "ok" and parsed.answers else None
-        if value is None:
-            correct = False
-        elif parser == "exact":
-            correct = value == truth
-        elif parser == "normalized":
-            correct = value == normalized(truth)
-        else:
-            correct = lower(value) == lower(strip(truth))
-        items = [_item(None, None, truth, value, correct)]
-        if parser == "cloze":  # section 6.4: the letters' log-probabilities and the margin
-            cloze = parsed.cloze or {"logprobs": {}, "margin": None}
-            items[0]["logprobs"] = dict(cloze["logprobs"])
-            items[0]["margin"] = cloze["margin"]
-    data = item_bytes(items) if parser != "cloze" else bytes(rfc8785.dumps(items))
-    return Scored(
-        status,
-        len(items),
-        sum(1 for i in items if i["answered"]),
-        sum(1 for i in items if i["correct"]),
-        data,
-        hashlib.sha256(data).hexdigest(),
-    )
-
-
-def score_body(
-    raw: bytes,
-    fmt: str,
-    parser: str,
-    truth: Truth,
-    letters: str = "ABCD",
-    mode: str = "exactly-one",
-) -> Scored:
-    """Parse and score one stored response body."""
-    return score(parse_body(raw, fmt, parser, letters, mode), parser, truth)
 
 
 # ------------------------------------------------------------------------------ truth table

@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import hashlib
 import json
-import re
 import unicodedata
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -31,13 +30,13 @@ from verify._prompts import (
     wire_form,
     wire_request,
 )
+from verify._step_kinds import REGISTRY as STEP_KINDS
 
 __all__ = ["Replay", "StepPlan", "item_decisions", "plans_of", "step_lock_problems"]
 
 LEAK = frozenset({"arm", "trial", "target_model", "request"})
 TRIAL_SLOTS = ("response", "reference", "reference_text")
 ANSWER = ("answer", "answer_text", "rationale")
-_WORD = re.compile(r"[a-z0-9_-]+")
 
 Blob = Callable[[str], bytes | None]
 """An event's blob getter: the bytes of its blob by name, or None."""
@@ -91,7 +90,7 @@ class StepPlan:
         """§8.3: the members of a set-valued json step (every property an array), else ()."""
         props = (self.schema or {}).get("properties") or {}
         if (
-            self.parser == "json"
+            STEP_KINDS[self.parser].schema
             and props
             and all(isinstance(p, dict) and p.get("type") == "array" for p in props.values())
         ):
@@ -148,9 +147,11 @@ def _plan_of(
     system_names = rec.get("system") or []
     system = "\n\n".join(study.component(n) for n in system_names) if system_names else None
     parser = rec.get("parser")
-    if parser not in ("text", "label", "json"):
+    kind = STEP_KINDS.get(parser) if type(parser) is str else None
+    if kind is None:
         raise PromptError(f"{where}.parser: {parser!r}")
-    schema = _plan_schema(where, rec, read) if parser == "json" else None
+    parser = kind.name
+    schema = _plan_schema(where, rec, read) if kind.schema else None
     unparseable = rec.get("on_unparseable") or {}
     rule = _plan_aggregate(where, rec)
     keep, rule_keep = _plan_keep(where, rec, parser)
@@ -212,7 +213,7 @@ def _plan_keep(where: str, rec: dict[str, Any], parser: str) -> tuple[Any, Any]:
     if not isinstance(keep, dict):
         return keep, None
     if (
-        parser != "json"
+        not STEP_KINDS[parser].schema
         or not set(keep) <= {"equals", "at_least"}
         or not all(isinstance(v, dict) for v in keep.values())
     ):
@@ -400,40 +401,9 @@ def _cyclic(plans: Mapping[str, StepPlan]) -> bool:
 # ------------------------------------------------------------------ parsing and votes
 
 
-def _matches(schema: Mapping[str, Any], value: Any) -> bool:
-    if not isinstance(value, dict):
-        return False
-    props = schema.get("properties") or {}
-    if any(r not in value for r in schema.get("required", [])):
-        return False
-    if schema.get("additionalProperties", True) is False and any(k not in props for k in value):
-        return False
-    kinds: dict[str, Callable[[Any], bool]] = {
-        "string": lambda v: isinstance(v, str),
-        "number": lambda v: isinstance(v, int | float) and not isinstance(v, bool),
-        "integer": lambda v: isinstance(v, int) and not isinstance(v, bool),
-        "boolean": lambda v: isinstance(v, bool),
-        "array": lambda v: isinstance(v, list) and all(isinstance(x, str) for x in v),
-    }
-    return all(kinds[props[k]["type"]](v) for k, v in value.items() if k in props)
-
-
 def parse(plan: StepPlan, text: str) -> Any:
-    """§8: the parsed value of a step response's text, or None (unparseable)."""
-    if plan.parser == "text":
-        return text.strip() or None
-    if plan.parser == "label":
-        found = {w for w in _WORD.findall(text.lower()) if w in plan.labels}
-        return next(iter(found)) if len(found) == 1 else None
-    body = text.strip()
-    fence = re.search(r"```(?:json)?\n(.*?)```", body, re.S)
-    if fence:
-        body = fence.group(1).strip()
-    try:
-        value = json.loads(body)
-    except ValueError:
-        return None
-    return value if plan.schema is not None and _matches(plan.schema, value) else None
+    """§8: the parsed value of a step response's text, or None (unparseable); the step kind's."""
+    return STEP_KINDS[plan.parser].parse(text, plan.labels, plan.schema)
 
 
 def _key(value: Any) -> str:

@@ -1,32 +1,41 @@
-"""``[response]``: format, parser, letters and mode (``docs/scoring.md``)."""
+"""``[response]``: format, parser, letters and mode (``docs/scoring.md``).
+
+What each parser allows is its entry's in :mod:`runner.parsers`; the parser groups below are
+re-exported from there for the modules that import them from here.
+"""
 
 from __future__ import annotations
 
 import re
 from typing import Any, Final
 
+from runner.parsers import (
+    LETTER_PARSERS,
+    PARSERS,
+    SINGLE_ANSWER_PARSERS,
+    TEXT_PARSERS,
+    VOCABULARY_PARSERS,
+    lookup,
+)
 from runner.spec._collector import Collector
 from runner.spec._fields import section_table, string
 from runner.spec._state import Loading
 
-PARSERS: Final = (
-    "tumbling-e-json",
-    "multiple-choice",
-    "yes-no-maybe",
-    "orientation-word",
-    "exact",
-    "normalized",
-    "cloze",
-)
-"""Every parser a study may name (``docs/scoring.md``)."""
-VOCABULARY_PARSERS: Final = ("multiple-choice", "yes-no-maybe", "orientation-word")
-"""Single-answer parsers with a closed set of labels (they take ``[response] mode``)."""
-TEXT_PARSERS: Final = ("exact", "normalized")
-"""Single-answer parsers that compare the whole response text with the truth."""
-LETTER_PARSERS: Final = ("multiple-choice", "cloze")
-"""Parsers whose answers are option letters (they take ``[response] letters``)."""
-SINGLE_ANSWER_PARSERS: Final = (*VOCABULARY_PARSERS, *TEXT_PARSERS, "cloze")
-"""Parsers scored against one answer per stimulus (``[stimuli] answer_column``)."""
+__all__ = [
+    "DEFAULT_LETTERS",
+    "JUDGE_PREFIX",
+    "LETTER_PARSERS",
+    "MODES",
+    "PARSERS",
+    "SINGLE_ANSWER_PARSERS",
+    "TEXT_PARSERS",
+    "VOCABULARY_PARSERS",
+    "answer_column",
+    "check_judge",
+    "default_answer_column",
+    "parse_response",
+]
+
 JUDGE_PREFIX: Final = "judge:"
 """``[response] parser = "judge:<step>"``: a trial step scores each trial (scoring.md §10)."""
 MODES: Final = ("exactly-one", "first-token")
@@ -35,11 +44,12 @@ DEFAULT_LETTERS: Final = "ABCD"
 
 
 def default_answer_column(parser: str) -> str:
-    """The truth-table column a single-answer parser reads by default.
+    """The truth-table column a single-answer parser reads by default (its registry entry's).
 
     ``orientation`` for ``orientation-word`` (the rotation builder's table), else ``answer``.
     """
-    return "orientation" if parser == "orientation-word" else "answer"
+    spec = lookup(parser)
+    return spec.answer_column if spec is not None else "answer"
 
 
 def parse_response(st: Loading) -> None:
@@ -60,7 +70,7 @@ def _letters(c: Collector, response: dict[str, Any], parser: str) -> str | None:
     if "letters" in response and parser not in LETTER_PARSERS:
         c.add(
             "response.letters",
-            f"applies to the multiple-choice and cloze parsers only, not {parser!r}",
+            f"applies to the {' and '.join(LETTER_PARSERS)} parsers only, not {parser!r}",
         )
         return None
     if parser not in LETTER_PARSERS:

@@ -31,6 +31,7 @@ from analysis.parse import (
 )
 from analysis.score import score_choice, score_text
 from runner.simulated import SimParams, SimulatedModel, answer_format, image_direction
+from verify import _parsers as vp
 from verify import _rescore as rs
 
 DOC = REPO / "docs" / "scoring.md"
@@ -71,7 +72,7 @@ def test_multiple_choice_reads_the_documented_table(
         parsed = parse_multiple_choice(reply, mode=mode)
         assert parsed.answer == expected, (mode, reply)
         assert parsed.status == ("ok" if expected else "unparseable")
-        mine = rs.parse_text(reply, "multiple-choice", "ABCD", mode)
+        mine = vp.parse_text(reply, "multiple-choice", "ABCD", mode)
         assert mine.status == parsed.status
         assert mine.answers == (((1, (expected,)),) if expected else ())
 
@@ -94,7 +95,7 @@ def test_first_token_mode_of_the_word_parsers(
     for mode, expected in (("exactly-one", exactly_one), ("first-token", first_token)):
         assert function(text, mode=mode).answer == expected, (mode, text)
         assert ParserConfig(parser, mode=mode).parse(text).answer == expected
-        mine = rs.parse_text(text, parser, mode=mode)
+        mine = vp.parse_text(text, parser, mode=mode)
         assert (mine.answers[0][1][0] if mine.answers else None) == expected
 
 
@@ -106,9 +107,9 @@ def test_modes_and_parsers_are_checked() -> None:
     with pytest.raises(KeyError, match="unknown parser 'free-text'"):
         parse_response(b"{}", "anthropic-messages", ParserConfig("free-text"))
     with pytest.raises(ValueError, match="letters must be 2-26 distinct"):
-        rs.parse_text("A", "multiple-choice", "AAB")
+        vp.parse_text("A", "multiple-choice", "AAB")
     with pytest.raises(ValueError, match="has no mode"):
-        rs.parse_text("A", "normalized", mode="first-token")
+        vp.parse_text("A", "normalized", mode="first-token")
 
 
 # ------------------------------------------------------------------------------ text parsers
@@ -182,7 +183,7 @@ def test_single_answers_are_scored_as_documented(
     }
     assert score.status == ("ok" if answer is not None else "unparseable")
     assert score == score_choice(PARSERS[parser](text), truth, parser)
-    mine = rs.score(rs.parse_text(text, parser), parser, truth)
+    mine = vp.score(vp.parse_text(text, parser), parser, truth)
     assert (mine.status, mine.n_correct, mine.sha256) == (score.status, int(correct), score.sha256)
     assert mine.items == score.items_bytes()
 
@@ -231,7 +232,7 @@ def test_the_verifier_agrees_on_random_texts_for_every_parser_and_mode() -> None
             text = text[:k] + rng.choice(alphabet) + text[k + 1 :]
         for parser, letters, mode in configs:
             ref = ParserConfig(parser, letters, mode).parse(text)
-            mine = rs.parse_text(text, parser, letters, mode)
+            mine = vp.parse_text(text, parser, letters, mode)
             assert mine.status == ref.status, (parser, letters, mode, text)
             assert mine.answers == tuple((a.row, tuple(a.values)) for a in ref.answers)
 

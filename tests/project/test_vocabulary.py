@@ -2,8 +2,9 @@
 
 The writer (``ledger/``, ``runner/``, ``analysis/``) and the verifier (``verify/``) each keep
 their own constants for the event kinds, the roles and what each may append, the registered
-statistics, the post-hoc tests, the verdict words, the share outcomes, the tolerances, the
-bootstrap bounds and the report's fixed captions and labels. Each side is compared here with the
+statistics, the response parsers and step kinds (their registries' keys), the post-hoc tests,
+the verdict words, the share outcomes, the tolerances, the bootstrap bounds and the report's
+fixed captions and labels. Each side is compared here with the
 one data file, never with the other side's code, so a change that one side makes and the other
 does not follow fails a test naming the member. ``verify/`` still imports nothing from the
 others (``tests/verify/test_verify_imports.py``); number formats are pinned by ``report-cells.json``
@@ -37,7 +38,8 @@ def writer_side() -> dict[str, Any]:
     from analysis.posthoc import POSTHOC_TESTS
     from ledger import _roles
     from runner.qrboot import QR_OUTCOMES
-    from runner.spec import TESTS
+    from runner.spec import PARSERS, TESTS
+    from runner.steps import STEP_PARSERS
     from runner.timestamping import TIMESTAMP_KIND
 
     return {
@@ -46,6 +48,8 @@ def writer_side() -> dict[str, Any]:
         "roles": list(_roles.ROLES),
         "role_kinds": {k: sorted(v) for k, v in _roles.ROLE_KINDS.items()},
         "tests": list(TESTS),
+        "parsers": list(PARSERS),
+        "step_kinds": list(STEP_PARSERS),
         "posthoc_tests": list(POSTHOC_TESTS),
         "share_outcomes": sorted(k for k, v in QR_OUTCOMES.items() if v.share),
         "status_words": {"not_applicable": NOT_APPLICABLE},
@@ -55,13 +59,15 @@ def writer_side() -> dict[str, Any]:
 
 def verifier_side() -> dict[str, Any]:
     """The verifier's constants, in the vocabulary's shape."""
-    from verify import _keys, _qrboot, _science
+    from verify import _keys, _parsers, _qrboot, _science, _step_kinds
     from verify._archive import report
     from verify._archive.timestamps import TIMESTAMP_KIND
     from verify._recompute import posthoc, results
 
     return {
         "extension_kinds": [TIMESTAMP_KIND],
+        "parsers": list(_parsers.REGISTRY),
+        "step_kinds": list(_step_kinds.REGISTRY),
         "roles": sorted(_keys.ROLES),
         "role_kinds": {k: sorted(v) for k, v in _keys._ROLE_KINDS.items()},
         "posthoc_tests": list(posthoc.POSTHOC_TESTS),

@@ -19,6 +19,7 @@ from locations import REPO
 from scipy import stats as sps
 
 from verify import Status
+from verify import _parsers as vp
 from verify import _rescore as rs
 from verify import _restats as st
 from verify._science import science_checks
@@ -235,7 +236,7 @@ def test_documented_item_bytes() -> None:
         ("Answer: (c)", "multiple-choice", "B", "ok"),
     ]
     for (text_, parser, truth, status), digest in zip(cases, hashes, strict=True):
-        scored = rs.score(rs.parse_text(text_, parser), parser, truth)
+        scored = vp.score(vp.parse_text(text_, parser), parser, truth)
         assert scored.status == status
         assert scored.sha256 == digest
         assert hashlib.sha256(scored.items).hexdigest() == digest
@@ -267,7 +268,7 @@ def test_parsers_agree_with_the_reference_on_random_texts() -> None:
                 text = text[:k] + text[k + 1 :]
         for name, reference in PARSERS.items():
             ref = reference(text)
-            mine = rs.parse_text(text, name)
+            mine = vp.parse_text(text, name)
             assert mine.status == ref.status, (name, text)
             assert mine.answers == tuple((a.row, tuple(a.values)) for a in ref.answers)
 
@@ -286,9 +287,9 @@ def test_response_text_formats() -> None:
     chat = json.dumps({"choices": [{"message": {"content": "hi"}}]}).encode()
     assert rs.response_text(chat, "openai-chat") == "hi"
     for raw, fmt in ((b"\xef\xbb\xbf{}", "anthropic-messages"), (b"[]", "openai-chat")):
-        assert rs.parse_body(raw, fmt, "tumbling-e-json").status == "unparseable"
+        assert vp.parse_body(raw, fmt, "tumbling-e-json").status == "unparseable"
     batch = json.dumps({"result": {"message": json.loads(messages)}}).encode()
-    assert rs.parse_body(batch, "anthropic-batch-result", "multiple-choice").status == "unparseable"
+    assert vp.parse_body(batch, "anthropic-batch-result", "multiple-choice").status == "unparseable"
     assert rs.batch_message(b"{}") == b"null"
 
 

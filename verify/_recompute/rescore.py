@@ -14,6 +14,7 @@ from typing import Any
 import rfc8785
 
 from verify import _ddx
+from verify._parsers import score_body
 from verify._prompts import PromptError
 from verify._recompute.archive import (
     TUMBLING_E,
@@ -32,7 +33,6 @@ from verify._rescore import (
     Scored,
     Truth,
     item_bytes,
-    score_body,
 )
 from verify._variants import VariantError
 
