@@ -155,12 +155,13 @@ def _fields(p: dict[str, Any], plan: dict[str, Any] | None) -> list[tuple[str, s
     commitment = p.get("blinding_commitment")
     models = p.get("models")
     n_models = len(models) if isinstance(models, dict) else 1
-    design_lines = [
-        f"- Arm {a} (role {(arms[a] or {}).get('role')}): "
-        f"{' + '.join(str(c) for c in (arms[a] or {}).get('components') or []) or 'no components'}; "
-        f"arm hash {(arms[a] or {}).get('sha256')}"
-        for a in sorted(arms)
-    ]
+    design_lines = []
+    for a in sorted(arms):
+        record = arms[a] or {}
+        parts = " + ".join(str(c) for c in record.get("components") or []) or "no components"
+        design_lines.append(
+            f"- Arm {a} (role {record.get('role')}): {parts}; arm hash {record.get('sha256')}"
+        )
     design_lines.append(f"- Model(s): {_models_text(p)}")
     items = p.get("items")
     if isinstance(items, dict) and "stimuli" not in p:
