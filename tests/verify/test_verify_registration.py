@@ -44,3 +44,27 @@ def test_a_study_locked_before_the_registration_warns() -> None:
     )
     check = check_registration(old)
     assert check.status is Status.WARN and "nothing to check" in check.reason
+
+
+def test_a_relocked_and_resigned_registration_still_fails_naming_the_field(
+    simulated_archive: Path, tmp_path: Path
+) -> None:
+    """A careful forger re-locks a changed file and re-signs every event: the signatures pass,
+    the verifier's own re-derivation from protocol.locked does not."""
+    from tests.verify.test_archive_tamper import failed, passed
+    from tests.verify.test_verify_text_study import relocked_report
+
+    copy = tmp_path / "archive"
+    shutil.copytree(simulated_archive, copy)
+
+    def change(data: bytes) -> bytes:
+        text = data.decode("utf-8")
+        out = re.sub(r"alpha 0\.05", "alpha 0.5", text, count=1)
+        assert out != text
+        return out.encode("utf-8")
+
+    report = relocked_report(copy, OSF_PATH, change)
+    passed(report, "signatures")
+    passed(report, "protocol")
+    reason = failed(report, "registration")
+    assert "(Study information / Hypotheses)" in reason and "alpha 0.5" in reason
