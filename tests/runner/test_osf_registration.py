@@ -120,3 +120,21 @@ def test_the_registration_may_not_be_amended(locked: Path) -> None:
     (locked / OSF_FILE).write_text("# edited\n", "utf-8")
     with pytest.raises(StudyError, match=r"osf-preregistration\.md is the registration"):
         amend(locked, study_key(), "edit the registration")
+
+
+def test_ledger_lock_says_where_the_registration_is(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, study_template: Path
+) -> None:
+    from click.testing import CliRunner
+
+    from ledger.cli import main
+
+    monkeypatch.setenv("PROMPT_LEDGER_HOME", str(tmp_path / "home"))
+    root = tmp_path / "study"
+    shutil.copytree(study_template, root)
+    key_file = tmp_path / "owner.key"
+    study_key().save(key_file)
+    result = CliRunner().invoke(main, ["lock", str(root), "--key", str(key_file)])
+    assert result.exit_code == 0, result.output
+    assert f"OSF preregistration locked as {root / OSF_FILE}" in result.output
+    assert (root / OSF_FILE).is_file()
