@@ -384,6 +384,14 @@ def lock(study_dir: Path, key_file: str | None) -> None:
         f"registration checkpoint written to {result.checkpoint_path}: publish it now, for "
         "example in your preregistration, so the lock can be proven later"
     )
+    from runner.osf import OSF_FILE
+
+    if (study_dir / OSF_FILE).is_file():
+        click.echo(
+            f"OSF preregistration locked as {study_dir / OSF_FILE}: its fields are filled from "
+            "the locked protocol; copy them into the OSF form and answer the ones it leaves to "
+            "the authors (docs/reporting.md §3)"
+        )
     for warning in result.warnings:
         click.echo(f"warning: {warning}", err=True)
 

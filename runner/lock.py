@@ -34,6 +34,7 @@ from runner.arm_identity import (
     identity_sha256,
     identity_version,
 )
+from runner.osf import OSF_FILE, OSF_ROLE, osf_preregistration
 from runner.phases import (
     GROWABLE_ROLES,
     locked_bytes,
@@ -493,7 +494,7 @@ def lock_study(root: str | Path, key: SigningKey) -> LockResult:
             raise StudyError("cannot lock:" + sep + "\n".join(planned.problems))
         secret = blinding_secret(study, create=True)
         order = schedule(study.seed, study.trial_ids())
-        files = study.locked_files()
+        files = {r: role for r, role in study.locked_files().items() if r != OSF_FILE}
         specs: list[EventSpec] = []
         manifest: dict[str, str] = {}
         for rel, role in files.items():
@@ -501,6 +502,11 @@ def lock_study(root: str | Path, key: SigningKey) -> LockResult:
             specs.append(spec)
         body = protocol_body(study, secret, order)
         body["manifest"] = manifest
+        registration = _write_registration(root, body, files)  # docs/reporting.md §3
+        spec, manifest[OSF_FILE] = artifact_event(OSF_FILE, OSF_ROLE, registration)
+        specs.append(spec)
+        files[OSF_FILE] = OSF_ROLE
+        body["manifest"] = dict(sorted(manifest.items()))
         if study.phase is not None:
             body["phase"] = {
                 "index": 0,
@@ -529,6 +535,26 @@ def lock_study(root: str | Path, key: SigningKey) -> LockResult:
         checkpoint_path,
         tuple(study.replication_warnings()) + planned.warnings,
     )
+
+
+def _write_registration(root: Path, body: dict[str, Any], files: dict[str, str]) -> bytes:
+    """Write ``osf-preregistration.md`` for the ``protocol.locked`` ``body``; return its bytes.
+
+    From the body and the locked ``plan/plan.json`` (``runner/osf.py``, ``docs/reporting.md``
+    §3), written before the lock commits (a lock that fails after leaves a file the next lock
+    overwrites) and replaced atomically.
+    """
+    plan = next((rel for rel, role in files.items() if role == "plan"), None)
+    plan_text = (root / plan).read_text(encoding="utf-8") if plan is not None else None
+    try:
+        data = osf_preregistration(body, plan_text)
+    except ValueError as exc:
+        raise StudyError(f"cannot lock: {exc}") from None
+    target = root / OSF_FILE
+    tmp = target.with_name(f".{OSF_FILE}.tmp-{os.getpid()}")
+    tmp.write_bytes(data)
+    os.replace(tmp, target)
+    return data
 
 
 def _lock_phase(
@@ -561,6 +587,8 @@ def _lock_phase(
     problems: list[str] = []
     current = locked_manifest(log)
     files = study.locked_files()
+    if OSF_FILE in current:  # the registration of the first lock, kept unchanged
+        files[OSF_FILE] = OSF_ROLE
     specs: list[EventSpec] = []
     manifest: dict[str, str] = {}
     roles = {e.body["path"]: e.body["role"] for e in log.events("artifact.locked")}
@@ -746,6 +774,11 @@ def amend(root: str | Path, key: SigningKey, reason: str) -> int:
         changes = changed_files(root, log)
         if not changes:
             raise StudyError(f"{root}: no locked file has changed; nothing to amend")
+        if any(rel == OSF_FILE for rel, _, _ in changes):
+            raise StudyError(
+                f"{OSF_FILE} is the registration written by 'ledger lock' and may not be "
+                "amended; restore it (docs/reporting.md §3)"
+            )
         patterns = event.body.get("amendable", [])
         refused = [
             rel for rel, _, _ in changes if not any(fnmatch.fnmatch(rel, p) for p in patterns)

@@ -43,6 +43,7 @@ ARCHIVE_CHECK_NAMES: tuple[str, ...] = (
     "report",
     "flow",
     "checklists",
+    "registration",
     "rescore",
     "reanalysis",
     "plan",

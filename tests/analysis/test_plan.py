@@ -304,6 +304,23 @@ def test_lock_locks_the_plan_and_warns_from_it(planned: Any, tmp_path: Path) -> 
     with Ledger.open(copy_root / "ledger.db") as log:
         roles = {e.body["path"]: e.body["role"] for e in log.events("artifact.locked")}
     assert roles["plan/plan.json"] == "plan"
+    assert roles["osf-preregistration.md"] == "registration"
+    # the OSF preregistration's sample-size rationale is the locked plan's (docs/reporting.md §3)
+    text = (copy_root / "osf-preregistration.md").read_text("utf-8")
+    block = text.split("### Sample size rationale\n\n", 1)[1].split("\n\nSource: ", 1)[0]
+    lines = block.split("\n")
+    record = run.record
+    assert lines[0].startswith("Design diagnostics by simulation (ledger plan;")
+    assert f"{record['settings']['studies']} simulated studies per scenario (demo)" in lines[0]
+    assert f"seed {record['settings']['seed']}" in lines[0]
+    hyps = [(r, h) for r in record["results"] for h in r["hypotheses"]]
+    assert len(lines) == 1 + len(hyps)
+    for line, (r, h) in zip(lines[1:], hyps, strict=True):
+        share = f"P(supported) {100 * h['supported']['share']:.1f}% ({h['role']})"
+        assert line.startswith(
+            f"- {r['scenario']}, {r['replicates']} replicates, {h['hypothesis']}"
+        )
+        assert share in line and (", primary)" in line) == h["primary"]
 
 
 def test_a_plan_of_another_design_is_refused_at_lock(planned: Any, tmp_path: Path) -> None:
@@ -436,6 +453,8 @@ def test_a_locked_plan_verifies_in_the_exported_archive_and_report(
     report = verify_path(tmp_path / "archive")
     checks = {c.name: c for c in report.checks}
     assert checks["plan"].status.value == "PASS", checks["plan"].reason
+    assert checks["registration"].status.value == "PASS", checks["registration"].reason
+    assert "and plan/plan.json" in checks["registration"].reason
     assert report.ok, [c.to_dict() for c in report.checks if c.status.value == "FAIL"]
     html = (tmp_path / "archive" / "analysis" / "report.html").read_text("utf-8")
     assert "Sample-size justification (ledger plan, locked before the run)" in html

@@ -147,6 +147,12 @@ def test_the_two_phase_example_runs_and_verifies(phased: dict[str, Any]) -> None
     assert not failed, failed
     check = next(c for c in report.checks if c.name == "phases")
     assert check.status is Status.PASS and "2 phases" in check.reason
+    # the OSF preregistration is the first lock's, kept unchanged by the second phase
+    check = next(c for c in report.checks if c.name == "registration")
+    assert check.status is Status.PASS, check
+    events = (phased["archive"] / "ledger/events.jsonl").read_text("utf-8").splitlines()
+    osf = [e for e in events if '"path":"osf-preregistration.md"' in e]
+    assert len(osf) == 1
     schedule = (phased["archive"] / "trials/schedule.csv").read_text().splitlines()[1:]
     assert len(schedule) == 3 * 2 * 6 * 2  # the whole example's trials
     # the earlier phase's trials come first, in their locked order

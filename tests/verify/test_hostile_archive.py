@@ -261,7 +261,7 @@ def test_the_audit_hook_sees_an_open_outside_the_archive(copy: Path, tmp_path: P
 
 PIPES = {
     "events": EVENTS,
-    "checkpoint": "ledger/checkpoints/00000018.txt",
+    "checkpoint": "ledger/checkpoints/00000019.txt",  # the registration checkpoint
     "key": "ledger/keys/*.vkey",
     "blob": "blobs/<response>",
     "manifest": "MANIFEST.sha256",

@@ -24,6 +24,9 @@ One module per check or group of checks:
 ``outcomes``       ``outcomes`` and ``blinding``
 ``derived``        ``derived``
 ``report``         ``report``: ``analysis/report.html`` and the figures
+``flow``           ``flow``: the CONSORT-style trial flow
+``checklists``     ``checklists``: the reporting checklists
+``osf``            ``registration``: the OSF preregistration locked at lock
 =================  ======================================================================
 """
 
@@ -42,6 +45,7 @@ from verify._archive.flow import check_flow
 from verify._archive.layout import check_layout
 from verify._archive.ledger_checks import ArchiveRun
 from verify._archive.manifest import check_export, check_manifest
+from verify._archive.osf import check_registration
 from verify._archive.outcomes import check_blinding, check_outcomes
 from verify._archive.phases import check_phases
 from verify._archive.preflight import check_preflight, check_provenance
@@ -88,6 +92,7 @@ _ARCHIVE_CHECKS = (
     ("report", check_report),
     ("flow", check_flow),
     ("checklists", check_checklists),
+    ("registration", check_registration),
 )
 
 
