@@ -42,6 +42,7 @@ __all__ = [
     "not_fittable",
     "polish",
     "satterthwaite_contrast",
+    "scan_starts",
 ]
 
 Floats = npt.NDArray[np.float64]
@@ -431,7 +432,10 @@ def fit_reml(
     """Maximise the REML likelihood: three starts, L-BFGS-B, then Newton steps to the maximum.
 
     Each start's L-BFGS-B answer is polished by :func:`polish` (Newton steps in log θ on the
-    exact score) and the most likely is kept; :func:`check_maximum` then refuses it
+    exact score) and the most likely is kept. The likelihood can have several maxima, so the
+    starts of :func:`scan_starts` are climbed the same way and the boundary is tried
+    (:func:`_boundary_candidate`); either replaces the three starts' best only when it is more
+    likely by more than :data:`DECREMENT_TOL`. :func:`check_maximum` then refuses the answer
     (:class:`RemlConvergenceError`, naming ``label`` and the Newton decrement) unless it is the
     REML maximum to :data:`DECREMENT_TOL`.
 
@@ -454,23 +458,25 @@ def fit_reml(
             pass
         else:
             best, best_theta = model.loglik(theta0), theta0
-    for share in () if best_theta is not None else (0.1, 0.5, 0.9):
+    searched = best_theta is None
+    for share in (0.1, 0.5, 0.9) if searched else ():
         start = np.concatenate([np.full(k, share * v / max(k, 1)), np.full(r, (1 - share) * v)])
-
-        def neg(s: Floats) -> float:
-            ll = model.loglik(s * s)
-            return -ll if math.isfinite(ll) else 1e300
-
-        res = optimize.minimize(
-            neg,
-            np.sqrt(start),
-            method="L-BFGS-B",
-            options={"maxiter": 500, "ftol": 1e-10, "gtol": 1e-7},
-        )
-        theta = polish(model, np.asarray(res.x) ** 2)
+        theta = _climb(model, start)
         ll = model.loglik(theta)
         if ll > best:
             best, best_theta = ll, theta
+    if searched:
+        # the likelihood can have several maxima (docs/statistics.md, "several maxima"): the
+        # scan's starts and the boundary replace the shares' best only by a real gain
+        for start in scan_starts(model):
+            theta = _climb(model, start)
+            ll = model.loglik(theta)
+            if math.isfinite(ll) and ll > best + DECREMENT_TOL:
+                best, best_theta = ll, theta
+        if best_theta is not None:
+            better = _boundary_candidate(model, best_theta, best)
+            if better is not None:
+                best_theta, best = better
     if best_theta is None or not math.isfinite(best):
         raise ValueError("the REML likelihood has no finite maximum")
     if warm is None or best_theta is not theta0:  # a kept warm start was checked above
@@ -484,6 +490,106 @@ def fit_reml(
     free = _free(model, best_theta)
     info_cov = _info_cov(model, best_theta, free)
     return RemlFit(names, best_theta, best, beta, cov, free, info_cov, model)
+
+
+SCAN_EXPONENTS = tuple(0.5 * j for j in range(13))
+"""The scan's grid (:func:`scan_starts`): each random-effect variance at ``var(y)·10^(−e)``."""
+SCAN_STARTS = 3
+"""At most this many of the scan's local maxima are climbed, the most likely first."""
+
+
+def _climb(model: _Blocks, start: Floats) -> Floats:
+    """L-BFGS-B in ``s`` (``θ = s²``) from ``start``, then :func:`polish`."""
+
+    def neg(s: Floats) -> float:
+        ll = model.loglik(s * s)
+        return -ll if math.isfinite(ll) else 1e300
+
+    res = optimize.minimize(
+        neg,
+        np.sqrt(start),
+        method="L-BFGS-B",
+        options={"maxiter": 500, "ftol": 1e-10, "gtol": 1e-7},
+    )
+    return polish(model, np.asarray(res.x) ** 2)
+
+
+def _residuals_alone(model: _Blocks) -> Floats:
+    """The residual variances maximising ``l_R`` with every random-effect variance at 0.
+
+    L-BFGS-B in ``s`` (``φ = s²``) from ``var(y)`` for every class; the model is then a
+    weighted least squares, whose likelihood is well behaved.
+    """
+    v = model.var if model.var > 0 else 1.0
+    zeros = np.zeros(model.k)
+
+    def neg(s: Floats) -> float:
+        ll = model.loglik(np.concatenate([zeros, s * s]))
+        return -ll if math.isfinite(ll) else 1e300
+
+    res = optimize.minimize(
+        neg,
+        np.full(len(model.class_labels), math.sqrt(v)),
+        method="L-BFGS-B",
+        options={"maxiter": 500, "ftol": 1e-12, "gtol": 1e-9},
+    )
+    return np.asarray(res.x, dtype=np.float64) ** 2
+
+
+def scan_starts(model: _Blocks) -> list[Floats]:
+    """Starts in every basin of the random-effect variances (``docs/statistics.md``).
+
+    With residual classes of very different sizes (an arm at ceiling beside two that are not)
+    a random-effect variance can match the small class's scale or the large ones', and the
+    three shares of ``var(y)`` all start in the second basin. So the residual variances are
+    set to their maximum with the random effects at 0 (:func:`_residuals_alone`), ``l_R`` is
+    evaluated on the grid ``θ_k = var(y)·10^(−e)``, ``e`` in :data:`SCAN_EXPONENTS`, for every
+    combination of the terms, and every grid point at least as likely as each of its
+    neighbours (the points one step away in any terms, diagonals included) is a start, at most
+    :data:`SCAN_STARTS` of them, the most likely first (ties: grid order). No random term: none.
+    """
+    if model.k == 0:
+        return []
+    v = model.var if model.var > 0 else 1.0
+    phi = _residuals_alone(model)
+    levels = v * 10.0 ** -np.asarray(SCAN_EXPONENTS)
+    shape = (levels.size,) * model.k
+    values = np.full(shape, -math.inf)
+    for idx in np.ndindex(*shape):
+        values[idx] = model.loglik(np.concatenate([levels[list(idx)], phi]))
+    peaks: list[tuple[float, tuple[int, ...]]] = []
+    for idx in np.ndindex(*shape):
+        here = float(values[idx])
+        if not math.isfinite(here):
+            continue
+        around = tuple(slice(max(0, i - 1), min(levels.size, i + 2)) for i in idx)
+        if here >= float(np.max(values[around])):
+            peaks.append((here, idx))
+    peaks.sort(key=lambda x: -x[0])  # stable: ties stay in grid order
+    return [np.concatenate([levels[list(idx)], phi]) for _, idx in peaks[:SCAN_STARTS]]
+
+
+def _boundary_candidate(model: _Blocks, theta: Floats, best: float) -> tuple[Floats, float] | None:
+    """A more likely point with random-effect variances at exactly 0, or ``None``.
+
+    :func:`polish` approaches a maximum on the boundary without reaching it, and an interior
+    local maximum can sit beside a more likely one on the boundary. As the verifier's own
+    optimum does (``docs/statistics.md``), each random-effect variance still above the
+    boundary, and then all of them at once, is set to exactly 0 and the point polished again;
+    the most likely of these is returned when it beats ``best`` by more than
+    :data:`DECREMENT_TOL` (a smaller gain is the same maximum, reached twice).
+    """
+    above = [i for i in _free(model, theta) if i < model.k]
+    subsets = [[i] for i in above] + ([above] if len(above) > 1 else [])
+    found: tuple[Floats, float] | None = None
+    for subset in subsets:
+        start = theta.copy()
+        start[subset] = 0.0
+        cand = polish(model, start)
+        ll = model.loglik(cand)
+        if math.isfinite(ll) and ll > (best if found is None else found[1]) + DECREMENT_TOL:
+            found = (cand, ll)
+    return found
 
 
 def fit_at(

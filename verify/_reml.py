@@ -354,17 +354,70 @@ class RemlModel:
             out.append(np.concatenate([re, np.full(self.r, (1 - share) * v)]))
         return out
 
+    def scan(self) -> list[Floats]:
+        """More starts: the local maxima of a grid over the random-effect variances.
+
+        The likelihood can have a maximum for each scale the random effects can take (residual
+        classes of very different sizes: docs/statistics.md, "several maxima"), and the shares
+        of :meth:`starts` all lie near the largest. The residual variances are fixed at their
+        REML values with no random effect (:meth:`_residuals_alone`); every term's variance
+        takes the values ``var(y)·10^(−e)``, ``e = 0, 0.5, ..., 6``, in every combination; a
+        grid point whose ``l_R`` is not below any point one step away (in one or several terms)
+        is a start, the three most likely of them (the earlier grid point first on a tie).
+        """
+        if self.k == 0:
+            return []
+        v = self.total_var if self.total_var > 0 else 1.0
+        resid = self._residuals_alone()
+        values = [v / 10.0 ** (e / 2) for e in range(13)]
+        grid: dict[tuple[int, ...], float] = {}
+        for combo in np.ndindex(*([len(values)] * self.k)):
+            theta = np.array([values[i] for i in combo] + list(resid))
+            grid[tuple(int(i) for i in combo)] = self.loglik(theta)
+        found = []
+        for combo, ll in grid.items():
+            if not math.isfinite(ll):
+                continue
+            steps = (
+                tuple(c + d - 1 for c, d in zip(combo, step, strict=True))
+                for step in np.ndindex(*([3] * self.k))
+            )
+            if all(ll >= grid[key] for key in steps if key in grid):
+                found.append((ll, combo))
+        found.sort(key=lambda x: -x[0])
+        return [
+            np.array([values[i] for i in combo] + list(resid), dtype=np.float64)
+            for _, combo in found[:3]
+        ]
+
+    def _residuals_alone(self) -> Floats:
+        """The residual variances of the REML maximum with every random-effect variance 0."""
+        v = self.total_var if self.total_var > 0 else 1.0
+
+        def negative(s: Floats) -> float:
+            ll = self.loglik(np.concatenate([np.zeros(self.k), s * s]))
+            return -ll if math.isfinite(ll) else 1e300
+
+        res = optimize.minimize(
+            negative,
+            np.full(self.r, math.sqrt(v)),
+            method="L-BFGS-B",
+            options={"maxiter": 2000, "ftol": 1e-12, "gtol": 1e-9},
+        )
+        return np.asarray(res.x, dtype=np.float64) ** 2
+
     def maximise(self) -> RemlPoint:
         """The verifier's own REML maximum.
 
-        L-BFGS-B in ``s`` (``θ = s²``) from every start, then Newton steps in ``log θ`` on the
-        components away from zero. L-BFGS-B only has to reach the maximum's basin
+        L-BFGS-B in ``s`` (``θ = s²``) from every start (:meth:`starts`, then :meth:`scan`),
+        then Newton steps in ``log θ`` on the components away from zero; the most likely, then
+        the boundary (:meth:`_to_boundary`). L-BFGS-B only has to reach the maximum's basin
         (``ftol`` 1e-9): the Newton steps, whose convergence is quadratic, give the precision
         (on the demo archive the optimum's ``l_R`` agrees to 1e-11 with ``ftol`` 1e-15, at 0.7
         of the likelihood evaluations).
         """
         best: RemlPoint | None = None
-        for start in self.starts():
+        for start in self.starts() + self.scan():
 
             def negative(s: Floats) -> float:
                 ll = self.loglik(s * s)

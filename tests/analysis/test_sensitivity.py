@@ -8,6 +8,7 @@ fitted, arms at ceiling, all arms at ceiling.
 
 from __future__ import annotations
 
+import json
 import math
 import warnings
 from typing import Any
@@ -15,6 +16,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 import pytest
+from locations import REPO
 
 from analysis import sensitivity as sens
 from analysis.analyze import Dataset, Result, fit_model, hypothesis_results, sensitivity_lmm
@@ -27,6 +29,8 @@ from verify._recompute.recompute import _recompute
 from verify._recompute.sensitivity import _sensitivity
 from verify._reml import RemlModel
 from verify._reml import check_point as vst_check
+
+ROOT = REPO
 
 
 def _balanced(
@@ -735,3 +739,45 @@ def test_cells_without_residual_variation_leave_the_probe_by_arm_models_unfitted
     again = _sensitivity(twin, PLAN, vfit, vtested, recorded)
     assert again is not None
     assert _first_difference(recorded, again.values, "values", 1e-6) is None
+
+
+def test_a_likelihood_with_two_maxima_is_fitted_at_the_higher_on_both_sides() -> None:
+    """The per-arm residual model of a 350-trial tumbling-E study (arms A, B, C; ``bench_scale``).
+
+    Arm A is at ceiling (residual variance 2e-4 beside 0.1 and 0.16), so ``l_R`` has a maximum
+    with the random effects at B and C's scale and a more likely one at A's; the three shares
+    of ``var(y)`` all start in the first. The writer (``fit_reml``) and the verifier
+    (``maximise``) must each reach the higher one, agree there on the df, and the verifier must
+    read the writer's variance of exactly 0 back from RFC 8785 JSON (an integer there).
+    """
+    from verify._canonical import canonical_json
+    from verify._recompute.sensitivity import _recorded_variances
+
+    t = pd.read_csv(ROOT / "tests" / "vectors" / "reml-two-maxima.csv")
+    y = (t["n_correct"] / t["n_items"]).to_numpy(dtype=np.float64)
+    arm = t["arm"].astype(str).tolist()
+    groups = t["stimulus"].astype(str).tolist()
+    cells = [f"{g}|{a}" for g, a in zip(groups, arm, strict=True)]
+    exog = sens.design_matrix(arm, ["B", "C"], arm, None)
+    names = ["group", "group_by_arm", "residual[A]", "residual[B]", "residual[C]"]
+    fit = sens.fit_reml(y, exog, groups, [groups, cells], arm, names)
+    model = sens._Blocks(y, exog, groups, [groups, cells], arm)
+    v = model.var
+    first = sens._climb(model, np.array([0.05 * v, 0.05 * v, 0.9 * v, 0.9 * v, 0.9 * v]))
+    assert model.loglik(first) < fit.loglik - 0.5  # the shares' maximum is the lower one
+
+    mine = RemlModel(y, exog, groups, [groups, cells], arm)
+    own = mine.maximise()
+    assert abs(own.loglik - fit.loglik) <= 1e-6
+    assert own.loglik == pytest.approx(mine.loglik(fit.params), abs=1e-6)
+    assert own.params[0] == 0.0 and fit.params[0] <= sens.BOUNDARY_FRACTION * v
+
+    for weights in (np.array([0.0, -1.0, 0.0]), np.array([0.0, 1.0, -1.0])):
+        ours = sens.satterthwaite_contrast(fit, weights, "two-sided")
+        theirs = vst.satterthwaite(mine, fit.params, weights, "two-sided")
+        assert theirs["df"] == pytest.approx(ours["df"], rel=1e-9)
+        assert theirs["se"] == pytest.approx(ours["se"], rel=1e-9)
+
+    recorded = {"m": {"variances": dict(zip(names, own.params.tolist(), strict=True))}}
+    read = _recorded_variances(json.loads(canonical_json(recorded)), "m", names)
+    assert read == own.params.tolist()

@@ -136,11 +136,17 @@ def _cluster_bootstrap(
 
 
 def _recorded_variances(rec_models: Any, name: str, names: list[str]) -> list[float] | None:
-    """A recorded sensitivity model's variance components, if every one is a finite float."""
+    """A recorded sensitivity model's variance components, if every one is a finite number.
+
+    An integer counts: RFC 8785 JSON writes a float with no fraction as one, so a variance on
+    the boundary (exactly 0) reads back as ``0``, not ``0.0``.
+    """
     got = (rec_models or {}).get(name) if isinstance(rec_models, dict) else None
     variances = got.get("variances") if isinstance(got, dict) else None
     at = [variances.get(n) for n in names] if isinstance(variances, dict) else None
-    if at is None or not all(isinstance(v, float) and math.isfinite(v) for v in at):
+    if at is None or not all(
+        isinstance(v, int | float) and not isinstance(v, bool) and math.isfinite(v) for v in at
+    ):
         return None
     return [float(v) for v in at if v is not None]
 
