@@ -26,7 +26,8 @@ from __future__ import annotations
 import hashlib
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any, Final
+from functools import cached_property
+from typing import Any, Final, NamedTuple, TypeAlias
 
 import rfc8785
 
@@ -36,12 +37,16 @@ from runner.stimuli import EXPECTED_ORIENTATIONS, NOT_A_TUMBLING_E_CHART, Glyph
 __all__ = [
     "ANSWER_NOT_A_CHART",
     "ANSWER_ORIENTATIONS",
+    "ChartTruth",
     "Item",
+    "ScoreRecord",
     "TrialScore",
     "canonical_items",
+    "prepare_chart",
     "score_choice",
     "score_judged",
     "score_parsed",
+    "score_record",
     "score_text",
     "score_tumbling_e",
 ]
@@ -52,7 +57,7 @@ ANSWER_NOT_A_CHART: Final = NOT_A_TUMBLING_E_CHART
 ANSWER_ORIENTATIONS: Final = EXPECTED_ORIENTATIONS
 """Answer recorded for the Snellen control when the response read the chart as tumbling E."""
 
-Truth = Sequence[Glyph] | str
+Truth: TypeAlias = "Sequence[Glyph] | ChartTruth | str"
 
 _SPACE: Final = " \t\n\r\x0b\x0c"
 _LOWER: Final = str.maketrans("ABCDEFGHIJKLMNOPQRSTUVWXYZ", "abcdefghijklmnopqrstuvwxyz")
@@ -99,6 +104,27 @@ def canonical_items(items: Sequence[Item]) -> bytes:
     return bytes(rfc8785.dumps([item.as_dict() for item in items]))
 
 
+class ScoreRecord(NamedTuple):
+    """A score as ``trial.scored`` records it: status, counts, the items' bytes, the problems.
+
+    ``items_bytes`` is :func:`canonical_items` of the trial's items, the same bytes
+    :meth:`TrialScore.items_bytes` gives; a record holds no :class:`Item` objects, so scoring
+    a large study (:func:`score_record` with a :class:`ChartTruth`) builds none.
+    """
+
+    status: Status
+    n_items: int
+    n_answered: int
+    n_correct: int
+    items_bytes: bytes
+    problems: tuple[str, ...]
+
+    @property
+    def sha256(self) -> str:
+        """Lower-case hex SHA-256 of ``items_bytes``."""
+        return hashlib.sha256(self.items_bytes).hexdigest()
+
+
 @dataclass(frozen=True)
 class TrialScore:
     """The score of one trial: status, counts, the items and the problems found on the way."""
@@ -110,14 +136,32 @@ class TrialScore:
     items: tuple[Item, ...]
     problems: tuple[str, ...] = ()
 
-    def items_bytes(self) -> bytes:
-        """The canonical JSON of the items (:func:`canonical_items`): deterministic bytes."""
+    @cached_property
+    def _canonical(self) -> bytes:
         return canonical_items(self.items)
+
+    def items_bytes(self) -> bytes:
+        """The canonical JSON of the items (:func:`canonical_items`): deterministic bytes.
+
+        Computed once per score (the items are immutable).
+        """
+        return self._canonical
 
     @property
     def sha256(self) -> str:
         """Lower-case hex SHA-256 of :meth:`items_bytes`."""
         return hashlib.sha256(self.items_bytes()).hexdigest()
+
+    def record(self) -> ScoreRecord:
+        """What a ``trial.scored`` event records of this score (:class:`ScoreRecord`)."""
+        return ScoreRecord(
+            self.status,
+            self.n_items,
+            self.n_answered,
+            self.n_correct,
+            self.items_bytes(),
+            self.problems,
+        )
 
     def as_dict(self) -> dict[str, Any]:
         """JSON-ready form: status, counts, ``items_sha256``, problems and items."""
@@ -162,7 +206,8 @@ def score_tumbling_e(parsed: Parsed, truth: Truth) -> TrialScore:
     """Score a tumbling-E parse against a chart's glyphs or the Snellen control.
 
     ``truth`` is the chart's list of :class:`~runner.stimuli.Glyph` (as from
-    :func:`runner.stimuli.read_truth_csv` or ``Chart.glyphs``), or the string
+    :func:`runner.stimuli.read_truth_csv` or ``Chart.glyphs``; or those glyphs prepared once
+    by :func:`prepare_chart`), or the string
     ``"not-a-tumbling-e-chart"`` for the Snellen control. Raises :class:`ValueError` for any
     other string, an empty list or a glyph listed twice (errors in the truth, not the
     response).
@@ -173,27 +218,113 @@ def score_tumbling_e(parsed: Parsed, truth: Truth) -> TrialScore:
                 f"truth must be glyphs or {NOT_A_TUMBLING_E_CHART!r}, got the string {truth!r}"
             )
         return _score_control(parsed)
-    glyphs = _check_glyphs(truth)
-    grid = parsed.grid() if parsed.status in ("ok", "partial") else {}
+    chart = truth if isinstance(truth, ChartTruth) else prepare_chart(truth)
+    answers = chart.answers(parsed)
     items = [
         Item(
             row=g.row,
             position=g.position,
             truth=g.orientation,
-            answer=grid.get((g.row, g.position)),
-            answered=grid.get((g.row, g.position)) is not None,
-            correct=grid.get((g.row, g.position)) == g.orientation,
+            answer=answer,
+            answered=answer is not None,
+            correct=answer == g.orientation,
         )
-        for g in glyphs
+        for g, answer in zip(chart.glyphs, answers, strict=True)
     ]
-    problems = list(parsed.problems)
-    status = parsed.status
-    if status in ("ok", "partial"):
-        mismatches = _count_mismatches(glyphs, parsed)
-        problems.extend(mismatches)
-        if mismatches and status == "ok":
-            status = "partial"
+    status, problems = chart.status(parsed)
     return _trial(status, items, problems)
+
+
+def _item_bytes(glyph: Glyph, answer: str | None) -> bytes:
+    """RFC 8785 bytes of the item of ``glyph`` answered ``answer`` (as :func:`canonical_items`)."""
+    item = Item(
+        row=glyph.row,
+        position=glyph.position,
+        truth=glyph.orientation,
+        answer=answer,
+        answered=answer is not None,
+        correct=answer == glyph.orientation,
+    )
+    return bytes(rfc8785.dumps(item.as_dict()))
+
+
+_FRAGMENTS_PER_GLYPH: Final = 16
+"""Answers whose item bytes a :class:`ChartTruth` keeps per glyph (the orientations and None)."""
+
+
+class ChartTruth:
+    """A chart's truth prepared once for scoring many responses (:func:`prepare_chart`).
+
+    Holds the glyphs in reading order, the positions of each row, and per glyph the canonical
+    bytes of its item for the answers seen so far (at most :data:`_FRAGMENTS_PER_GLYPH` each,
+    so memory stays bounded whatever the responses say). :func:`score_tumbling_e` and
+    :func:`score_record` accept it in place of the list of glyphs; the result is the same.
+    """
+
+    def __init__(self, glyphs: Sequence[Glyph]) -> None:
+        """Check ``glyphs`` (as :func:`score_tumbling_e` does) and prepare them."""
+        self.glyphs: tuple[Glyph, ...] = tuple(_check_glyphs(glyphs))
+        self._keys = tuple((g.row, g.position) for g in self.glyphs)
+        positions: dict[int, set[int]] = {}
+        for g in self.glyphs:
+            positions.setdefault(g.row, set()).add(g.position)
+        # rows whose glyphs are exactly positions 1..n: a parse giving n answers on each of
+        # them, and on no other row, has no mismatch (the usual case, checked in one compare)
+        self._full: dict[int, int] | None = {row: len(p) for row, p in positions.items()}
+        if any(p != set(range(1, len(p) + 1)) for p in positions.values()):
+            self._full = None
+        self._fragments: tuple[dict[str | None, bytes], ...] = tuple({} for _ in self.glyphs)
+
+    def answers(self, parsed: Parsed) -> list[str | None]:
+        """Each glyph's answer in reading order (None: unanswered or unreadable)."""
+        if parsed.status not in ("ok", "partial"):
+            return [None] * len(self.glyphs)
+        grid = parsed.grid()
+        return [grid.get(key) for key in self._keys]
+
+    def status(self, parsed: Parsed) -> tuple[Status, list[str]]:
+        """The trial status and problems: the parse's, with a row mismatch making ok partial."""
+        problems = list(parsed.problems)
+        status = parsed.status
+        if status in ("ok", "partial"):
+            if self._full is not None and self._full == {
+                row.row: len(row.values) for row in parsed.answers
+            }:
+                return status, problems
+            mismatches = _count_mismatches(self.glyphs, parsed)
+            problems.extend(mismatches)
+            if mismatches and status == "ok":
+                status = "partial"
+        return status, problems
+
+    def record(self, parsed: Parsed) -> ScoreRecord:
+        """The :class:`ScoreRecord` of ``parsed`` against this chart, built without items."""
+        answers = self.answers(parsed)
+        parts: list[bytes] = []
+        answered = correct = 0
+        for glyph, fragments, answer in zip(self.glyphs, self._fragments, answers, strict=True):
+            part = fragments.get(answer)
+            if part is None:
+                part = _item_bytes(glyph, answer)
+                if len(fragments) < _FRAGMENTS_PER_GLYPH:
+                    fragments[answer] = part
+            parts.append(part)
+            if answer is not None:
+                answered += 1
+                if answer == glyph.orientation:
+                    correct += 1
+        status, problems = self.status(parsed)
+        data = b"[" + b",".join(parts) + b"]"
+        return ScoreRecord(status, len(parts), answered, correct, data, tuple(problems))
+
+
+def prepare_chart(truth: Sequence[Glyph]) -> ChartTruth:
+    """A chart's glyphs prepared for scoring many responses (:class:`ChartTruth`).
+
+    Raises :class:`ValueError` for an empty list or a glyph listed twice, as
+    :func:`score_tumbling_e` does.
+    """
+    return ChartTruth(truth)
 
 
 def _count_mismatches(glyphs: Sequence[Glyph], parsed: Parsed) -> list[str]:
@@ -280,6 +411,18 @@ def score_parsed(parsed: Parsed, parser: str, truth: Truth) -> TrialScore:
     if not isinstance(truth, str):
         raise ValueError(f"parser {parser!r} needs a single truth answer (a string)")
     return score_choice(parsed, truth, parser)
+
+
+def score_record(parsed: Parsed, parser: str, truth: Truth) -> ScoreRecord:
+    """:func:`score_parsed`'s score as a :class:`ScoreRecord` (what ``trial.scored`` records).
+
+    With a :class:`ChartTruth` (``"tumbling-e-json"``) no :class:`Item` is built: the items'
+    bytes come from the chart's per-glyph item bytes, the same bytes
+    :meth:`TrialScore.items_bytes` gives.
+    """
+    if parser == "tumbling-e-json" and isinstance(truth, ChartTruth):
+        return truth.record(parsed)
+    return score_parsed(parsed, parser, truth).record()
 
 
 def score_judged(decision: str | None, truth: str, problems: Sequence[str] = ()) -> TrialScore:
