@@ -24,14 +24,15 @@ judges the form of a response; only the scorer knows how many glyphs there are.
 from __future__ import annotations
 
 import hashlib
+import operator
 from collections.abc import Sequence
 from dataclasses import dataclass
 from functools import cached_property
-from typing import Any, Final, NamedTuple, TypeAlias
+from typing import Any, Final, NamedTuple, TypeAlias, cast
 
 import rfc8785
 
-from analysis.parse import PARSERS, Parsed, ParserConfig, Status, normalize_text
+from analysis.parse import PARSERS, AnswerRow, Parsed, ParserConfig, Status, normalize_text
 from runner.stimuli import EXPECTED_ORIENTATIONS, NOT_A_TUMBLING_E_CHART, Glyph
 
 __all__ = [
@@ -219,7 +220,7 @@ def score_tumbling_e(parsed: Parsed, truth: Truth) -> TrialScore:
             )
         return _score_control(parsed)
     chart = truth if isinstance(truth, ChartTruth) else prepare_chart(truth)
-    answers = chart.answers(parsed)
+    answers, status, problems = chart.read(parsed)
     items = [
         Item(
             row=g.row,
@@ -231,8 +232,11 @@ def score_tumbling_e(parsed: Parsed, truth: Truth) -> TrialScore:
         )
         for g, answer in zip(chart.glyphs, answers, strict=True)
     ]
-    status, problems = chart.status(parsed)
     return _trial(status, items, problems)
+
+
+def _row_number(row: AnswerRow) -> int:
+    return row.row
 
 
 def _item_bytes(glyph: Glyph, answer: str | None) -> bytes:
@@ -273,48 +277,48 @@ class ChartTruth:
         self._full: dict[int, int] | None = {row: len(p) for row, p in positions.items()}
         if any(p != set(range(1, len(p) + 1)) for p in positions.values()):
             self._full = None
+        self._orientations = tuple(g.orientation for g in self.glyphs)
         self._fragments: tuple[dict[str | None, bytes], ...] = tuple({} for _ in self.glyphs)
 
-    def answers(self, parsed: Parsed) -> list[str | None]:
-        """Each glyph's answer in reading order (None: unanswered or unreadable)."""
-        if parsed.status not in ("ok", "partial"):
-            return [None] * len(self.glyphs)
-        grid = parsed.grid()
-        return [grid.get(key) for key in self._keys]
+    def read(self, parsed: Parsed) -> tuple[list[str | None], Status, list[str]]:
+        """Each glyph's answer in reading order, the trial status and its problems.
 
-    def status(self, parsed: Parsed) -> tuple[Status, list[str]]:
-        """The trial status and problems: the parse's, with a row mismatch making ok partial."""
+        An answer is None when unanswered or unreadable; the status and problems are the
+        parse's, with a row mismatch (:func:`_count_mismatches`) making ``"ok"`` partial.
+        """
         problems = list(parsed.problems)
         status = parsed.status
-        if status in ("ok", "partial"):
-            if self._full is not None and self._full == {
-                row.row: len(row.values) for row in parsed.answers
-            }:
-                return status, problems
-            mismatches = _count_mismatches(self.glyphs, parsed)
-            problems.extend(mismatches)
-            if mismatches and status == "ok":
-                status = "partial"
-        return status, problems
+        if status not in ("ok", "partial"):
+            return [None] * len(self.glyphs), status, problems
+        rows = parsed.answers
+        given = {row.row: len(row.values) for row in rows}
+        if self._full is not None and given == self._full and len(given) == len(rows):
+            # every row of the chart answered in full, once, and no other row: the answers in
+            # reading order are the rows' values in row order, and nothing mismatches
+            ordered = sorted(rows, key=_row_number)
+            return [value for row in ordered for value in row.values], status, problems
+        grid = parsed.grid()
+        answers = [grid.get(key) for key in self._keys]
+        mismatches = _count_mismatches(self.glyphs, parsed)
+        problems.extend(mismatches)
+        if mismatches and status == "ok":
+            status = "partial"
+        return answers, status, problems
 
     def record(self, parsed: Parsed) -> ScoreRecord:
         """The :class:`ScoreRecord` of ``parsed`` against this chart, built without items."""
-        answers = self.answers(parsed)
-        parts: list[bytes] = []
-        answered = correct = 0
-        for glyph, fragments, answer in zip(self.glyphs, self._fragments, answers, strict=True):
-            part = fragments.get(answer)
-            if part is None:
-                part = _item_bytes(glyph, answer)
-                if len(fragments) < _FRAGMENTS_PER_GLYPH:
-                    fragments[answer] = part
-            parts.append(part)
-            if answer is not None:
-                answered += 1
-                if answer == glyph.orientation:
-                    correct += 1
-        status, problems = self.status(parsed)
-        data = b"[" + b",".join(parts) + b"]"
+        answers, status, problems = self.read(parsed)
+        parts: list[bytes | None] = list(map(dict.get, self._fragments, answers))
+        if None in parts:  # an answer not seen yet on a glyph: encode its item
+            for index, part in enumerate(parts):
+                if part is None:
+                    answer, fragments = answers[index], self._fragments[index]
+                    parts[index] = part = _item_bytes(self.glyphs[index], answer)
+                    if len(fragments) < _FRAGMENTS_PER_GLYPH:
+                        fragments[answer] = part
+        answered = len(answers) - answers.count(None)
+        correct = sum(map(operator.eq, answers, self._orientations))
+        data = b"[" + b",".join(cast("list[bytes]", parts)) + b"]"
         return ScoreRecord(status, len(parts), answered, correct, data, tuple(problems))
 
 

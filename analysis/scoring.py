@@ -41,7 +41,8 @@ from runner.state import load_state
 from runner.stimuli import Glyph
 from runner.truth import study_truth, variant_truth
 
-BATCH = 500
+BATCH = 2000
+"""``trial.scored`` events appended per transaction (one signed batch, one fsync)."""
 
 
 @dataclass(frozen=True)
@@ -241,6 +242,7 @@ def score_study(root: str | Path, key: SigningKey) -> ScoreResult:
             else:  # docs/variants.md §5: the varied item's (remapped) key
                 answer, order = varied[(blind.stimulus, blind.variant)]
             rec = record_blind(blind, config, answer)
+            digest = rec.sha256
             by_status[rec.status] = by_status.get(rec.status, 0) + 1
             specs.append(
                 EventSpec(
@@ -256,13 +258,13 @@ def score_study(root: str | Path, key: SigningKey) -> ScoreResult:
                         "n_items": rec.n_items,
                         "n_answered": rec.n_answered,
                         "n_correct": rec.n_correct,
-                        "scores_sha256": rec.sha256,
+                        "scores_sha256": digest,
                         "problems": _problems(rec.problems, private),
                     },
                     {"scores": rec.items_bytes},
                 )
             )
-            scored[blind.response_seq] = rec.sha256
+            scored[blind.response_seq] = digest
             count += 1
             if len(specs) >= BATCH:
                 _note_digests(scored, log.append_many(specs, key=key))
