@@ -24,24 +24,30 @@ judges the form of a response; only the scorer knows how many glyphs there are.
 from __future__ import annotations
 
 import hashlib
+import operator
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any, Final
+from functools import cached_property
+from typing import Any, Final, NamedTuple, TypeAlias, cast
 
 import rfc8785
 
-from analysis.parse import PARSERS, Parsed, ParserConfig, Status, normalize_text
+from analysis.parse import PARSERS, AnswerRow, Parsed, ParserConfig, Status, normalize_text
 from runner.stimuli import EXPECTED_ORIENTATIONS, NOT_A_TUMBLING_E_CHART, Glyph
 
 __all__ = [
     "ANSWER_NOT_A_CHART",
     "ANSWER_ORIENTATIONS",
+    "ChartTruth",
     "Item",
+    "ScoreRecord",
     "TrialScore",
     "canonical_items",
+    "prepare_chart",
     "score_choice",
     "score_judged",
     "score_parsed",
+    "score_record",
     "score_text",
     "score_tumbling_e",
 ]
@@ -52,7 +58,7 @@ ANSWER_NOT_A_CHART: Final = NOT_A_TUMBLING_E_CHART
 ANSWER_ORIENTATIONS: Final = EXPECTED_ORIENTATIONS
 """Answer recorded for the Snellen control when the response read the chart as tumbling E."""
 
-Truth = Sequence[Glyph] | str
+Truth: TypeAlias = "Sequence[Glyph] | ChartTruth | str"
 
 _SPACE: Final = " \t\n\r\x0b\x0c"
 _LOWER: Final = str.maketrans("ABCDEFGHIJKLMNOPQRSTUVWXYZ", "abcdefghijklmnopqrstuvwxyz")
@@ -99,6 +105,27 @@ def canonical_items(items: Sequence[Item]) -> bytes:
     return bytes(rfc8785.dumps([item.as_dict() for item in items]))
 
 
+class ScoreRecord(NamedTuple):
+    """A score as ``trial.scored`` records it: status, counts, the items' bytes, the problems.
+
+    ``items_bytes`` is :func:`canonical_items` of the trial's items, the same bytes
+    :meth:`TrialScore.items_bytes` gives; a record holds no :class:`Item` objects, so scoring
+    a large study (:func:`score_record` with a :class:`ChartTruth`) builds none.
+    """
+
+    status: Status
+    n_items: int
+    n_answered: int
+    n_correct: int
+    items_bytes: bytes
+    problems: tuple[str, ...]
+
+    @property
+    def sha256(self) -> str:
+        """Lower-case hex SHA-256 of ``items_bytes``."""
+        return hashlib.sha256(self.items_bytes).hexdigest()
+
+
 @dataclass(frozen=True)
 class TrialScore:
     """The score of one trial: status, counts, the items and the problems found on the way."""
@@ -110,14 +137,32 @@ class TrialScore:
     items: tuple[Item, ...]
     problems: tuple[str, ...] = ()
 
-    def items_bytes(self) -> bytes:
-        """The canonical JSON of the items (:func:`canonical_items`): deterministic bytes."""
+    @cached_property
+    def _canonical(self) -> bytes:
         return canonical_items(self.items)
+
+    def items_bytes(self) -> bytes:
+        """The canonical JSON of the items (:func:`canonical_items`): deterministic bytes.
+
+        Computed once per score (the items are immutable).
+        """
+        return self._canonical
 
     @property
     def sha256(self) -> str:
         """Lower-case hex SHA-256 of :meth:`items_bytes`."""
         return hashlib.sha256(self.items_bytes()).hexdigest()
+
+    def record(self) -> ScoreRecord:
+        """What a ``trial.scored`` event records of this score (:class:`ScoreRecord`)."""
+        return ScoreRecord(
+            self.status,
+            self.n_items,
+            self.n_answered,
+            self.n_correct,
+            self.items_bytes(),
+            self.problems,
+        )
 
     def as_dict(self) -> dict[str, Any]:
         """JSON-ready form: status, counts, ``items_sha256``, problems and items."""
@@ -162,7 +207,8 @@ def score_tumbling_e(parsed: Parsed, truth: Truth) -> TrialScore:
     """Score a tumbling-E parse against a chart's glyphs or the Snellen control.
 
     ``truth`` is the chart's list of :class:`~runner.stimuli.Glyph` (as from
-    :func:`runner.stimuli.read_truth_csv` or ``Chart.glyphs``), or the string
+    :func:`runner.stimuli.read_truth_csv` or ``Chart.glyphs``; or those glyphs prepared once
+    by :func:`prepare_chart`), or the string
     ``"not-a-tumbling-e-chart"`` for the Snellen control. Raises :class:`ValueError` for any
     other string, an empty list or a glyph listed twice (errors in the truth, not the
     response).
@@ -173,27 +219,116 @@ def score_tumbling_e(parsed: Parsed, truth: Truth) -> TrialScore:
                 f"truth must be glyphs or {NOT_A_TUMBLING_E_CHART!r}, got the string {truth!r}"
             )
         return _score_control(parsed)
-    glyphs = _check_glyphs(truth)
-    grid = parsed.grid() if parsed.status in ("ok", "partial") else {}
+    chart = truth if isinstance(truth, ChartTruth) else prepare_chart(truth)
+    answers, status, problems = chart.read(parsed)
     items = [
         Item(
             row=g.row,
             position=g.position,
             truth=g.orientation,
-            answer=grid.get((g.row, g.position)),
-            answered=grid.get((g.row, g.position)) is not None,
-            correct=grid.get((g.row, g.position)) == g.orientation,
+            answer=answer,
+            answered=answer is not None,
+            correct=answer == g.orientation,
         )
-        for g in glyphs
+        for g, answer in zip(chart.glyphs, answers, strict=True)
     ]
-    problems = list(parsed.problems)
-    status = parsed.status
-    if status in ("ok", "partial"):
-        mismatches = _count_mismatches(glyphs, parsed)
+    return _trial(status, items, problems)
+
+
+def _row_number(row: AnswerRow) -> int:
+    return row.row
+
+
+def _item_bytes(glyph: Glyph, answer: str | None) -> bytes:
+    """RFC 8785 bytes of the item of ``glyph`` answered ``answer`` (as :func:`canonical_items`)."""
+    item = Item(
+        row=glyph.row,
+        position=glyph.position,
+        truth=glyph.orientation,
+        answer=answer,
+        answered=answer is not None,
+        correct=answer == glyph.orientation,
+    )
+    return bytes(rfc8785.dumps(item.as_dict()))
+
+
+_FRAGMENTS_PER_GLYPH: Final = 16
+"""Answers whose item bytes a :class:`ChartTruth` keeps per glyph (the orientations and None)."""
+
+
+class ChartTruth:
+    """A chart's truth prepared once for scoring many responses (:func:`prepare_chart`).
+
+    Holds the glyphs in reading order, the positions of each row, and per glyph the canonical
+    bytes of its item for the answers seen so far (at most :data:`_FRAGMENTS_PER_GLYPH` each,
+    so memory stays bounded whatever the responses say). :func:`score_tumbling_e` and
+    :func:`score_record` accept it in place of the list of glyphs; the result is the same.
+    """
+
+    def __init__(self, glyphs: Sequence[Glyph]) -> None:
+        """Check ``glyphs`` (as :func:`score_tumbling_e` does) and prepare them."""
+        self.glyphs: tuple[Glyph, ...] = tuple(_check_glyphs(glyphs))
+        self._keys = tuple((g.row, g.position) for g in self.glyphs)
+        positions: dict[int, set[int]] = {}
+        for g in self.glyphs:
+            positions.setdefault(g.row, set()).add(g.position)
+        # rows whose glyphs are exactly positions 1..n: a parse giving n answers on each of
+        # them, and on no other row, has no mismatch (the usual case, checked in one compare)
+        self._full: dict[int, int] | None = {row: len(p) for row, p in positions.items()}
+        if any(p != set(range(1, len(p) + 1)) for p in positions.values()):
+            self._full = None
+        self._orientations = tuple(g.orientation for g in self.glyphs)
+        self._fragments: tuple[dict[str | None, bytes], ...] = tuple({} for _ in self.glyphs)
+
+    def read(self, parsed: Parsed) -> tuple[list[str | None], Status, list[str]]:
+        """Each glyph's answer in reading order, the trial status and its problems.
+
+        An answer is None when unanswered or unreadable; the status and problems are the
+        parse's, with a row mismatch (:func:`_count_mismatches`) making ``"ok"`` partial.
+        """
+        problems = list(parsed.problems)
+        status = parsed.status
+        if status not in ("ok", "partial"):
+            return [None] * len(self.glyphs), status, problems
+        rows = parsed.answers
+        given = {row.row: len(row.values) for row in rows}
+        if self._full is not None and given == self._full and len(given) == len(rows):
+            # every row of the chart answered in full, once, and no other row: the answers in
+            # reading order are the rows' values in row order, and nothing mismatches
+            ordered = sorted(rows, key=_row_number)
+            return [value for row in ordered for value in row.values], status, problems
+        grid = parsed.grid()
+        answers = [grid.get(key) for key in self._keys]
+        mismatches = _count_mismatches(self.glyphs, parsed)
         problems.extend(mismatches)
         if mismatches and status == "ok":
             status = "partial"
-    return _trial(status, items, problems)
+        return answers, status, problems
+
+    def record(self, parsed: Parsed) -> ScoreRecord:
+        """The :class:`ScoreRecord` of ``parsed`` against this chart, built without items."""
+        answers, status, problems = self.read(parsed)
+        parts: list[bytes | None] = list(map(dict.get, self._fragments, answers))
+        if None in parts:  # an answer not seen yet on a glyph: encode its item
+            for index, part in enumerate(parts):
+                if part is None:
+                    answer, fragments = answers[index], self._fragments[index]
+                    parts[index] = part = _item_bytes(self.glyphs[index], answer)
+                    if len(fragments) < _FRAGMENTS_PER_GLYPH:
+                        fragments[answer] = part
+        answered = len(answers) - answers.count(None)
+        correct = sum(map(operator.eq, answers, self._orientations))
+        data = b"[" + b",".join(cast("list[bytes]", parts)) + b"]"
+        return ScoreRecord(status, len(parts), answered, correct, data, tuple(problems))
+
+
+def prepare_chart(truth: Sequence[Glyph]) -> ChartTruth:
+    """A chart's glyphs prepared for scoring many responses (:class:`ChartTruth`).
+
+    Raises :class:`ValueError` for an empty list or a glyph listed twice, as
+    :func:`score_tumbling_e` does.
+    """
+    return ChartTruth(truth)
 
 
 def _count_mismatches(glyphs: Sequence[Glyph], parsed: Parsed) -> list[str]:
@@ -280,6 +415,18 @@ def score_parsed(parsed: Parsed, parser: str, truth: Truth) -> TrialScore:
     if not isinstance(truth, str):
         raise ValueError(f"parser {parser!r} needs a single truth answer (a string)")
     return score_choice(parsed, truth, parser)
+
+
+def score_record(parsed: Parsed, parser: str, truth: Truth) -> ScoreRecord:
+    """:func:`score_parsed`'s score as a :class:`ScoreRecord` (what ``trial.scored`` records).
+
+    With a :class:`ChartTruth` (``"tumbling-e-json"``) no :class:`Item` is built: the items'
+    bytes come from the chart's per-glyph item bytes, the same bytes
+    :meth:`TrialScore.items_bytes` gives.
+    """
+    if parser == "tumbling-e-json" and isinstance(truth, ChartTruth):
+        return truth.record(parsed)
+    return score_parsed(parsed, parser, truth).record()
 
 
 def score_judged(decision: str | None, truth: str, problems: Sequence[str] = ()) -> TrialScore:

@@ -24,7 +24,15 @@ from typing import Any
 import rfc8785
 
 from analysis.parse import ParserConfig, parse_response
-from analysis.score import TrialScore, score_judged, score_parsed
+from analysis.score import (
+    ChartTruth,
+    ScoreRecord,
+    TrialScore,
+    prepare_chart,
+    score_judged,
+    score_parsed,
+    score_record,
+)
 from ledger import Event, EventSpec, Ledger, SigningKey
 from runner.lock import StudyError, blinding_secret, check_integrity, ledger_path, protocol_event
 from runner.schedule import arm_code, commitment
@@ -33,7 +41,8 @@ from runner.state import load_state
 from runner.stimuli import Glyph
 from runner.truth import study_truth, variant_truth
 
-BATCH = 500
+BATCH = 2000
+"""``trial.scored`` events appended per transaction (one signed batch, one fsync)."""
 
 
 @dataclass(frozen=True)
@@ -59,6 +68,19 @@ def score_blind(
     config = parser if isinstance(parser, ParserConfig) else ParserConfig(parser)
     raw, fmt = unwrap_batch(trial.raw, trial.format)
     return score_parsed(parse_response(raw, fmt, config), config.parser, truth)
+
+
+def record_blind(
+    trial: BlindTrial, config: ParserConfig, truth: list[Glyph] | ChartTruth | str
+) -> ScoreRecord:
+    """:func:`score_blind` as the :class:`~analysis.score.ScoreRecord` ``trial.scored`` records.
+
+    The same pure function of the blinded record and the truth; with a
+    :class:`~analysis.score.ChartTruth` (the chart prepared once per stimulus) it builds no
+    per-item objects, which is how :func:`score_study` scores a large study.
+    """
+    raw, fmt = unwrap_batch(trial.raw, trial.format)
+    return score_record(parse_response(raw, fmt, config), config.parser, truth)
 
 
 def unwrap_batch(raw: bytes, format: str) -> tuple[bytes, str]:
@@ -134,7 +156,8 @@ def score_study(root: str | Path, key: SigningKey) -> ScoreResult:
         scored = {
             e.body["response_seq"]: e.body["scores_sha256"] for e in log.events("trial.scored")
         }
-        requests = {e.seq: e.body for e in log.events("trial.requested")}
+        requests = _requests(log)
+        charts: dict[str, ChartTruth] = {}
         specs: list[EventSpec] = []
         by_status: dict[str, int] = {}
         count = 0
@@ -144,11 +167,11 @@ def score_study(root: str | Path, key: SigningKey) -> ScoreResult:
         for event in log.events("trial.responded"):
             if event.seq in scored:
                 continue
-            request = requests[event.body["request_seq"]]
+            trial_id, arm, stimulus, variant = requests[event.body["request_seq"]]
             if ddx_work is not None:  # docs/scoring.md §12: scored from the recorded steps
                 from analysis.ddx import score_trial
 
-                found = score_trial(study, ddx_work, request["trial"], request["stimulus"])
+                found = score_trial(study, ddx_work, trial_id, stimulus)
                 if found is None:
                     unjudged += 1  # a step call still to make: score after the next run
                     continue
@@ -159,8 +182,8 @@ def score_study(root: str | Path, key: SigningKey) -> ScoreResult:
                         "trial.scored",
                         {
                             "response_seq": event.seq,
-                            "arm_code": codes[request["arm"]],
-                            "stimulus": request["stimulus"],
+                            "arm_code": codes[arm],
+                            "stimulus": stimulus,
                             "parser": study.parser,
                             **found,
                         },
@@ -171,7 +194,7 @@ def score_study(root: str | Path, key: SigningKey) -> ScoreResult:
                 count += 1
                 continue
             if judges is not None:
-                judged = judges.score(request["trial"], truth[request["stimulus"]])
+                judged = judges.score(trial_id, truth[stimulus])
                 if judged is None:
                     unjudged += 1  # a judge call still to make: score after the next run
                     continue
@@ -182,8 +205,8 @@ def score_study(root: str | Path, key: SigningKey) -> ScoreResult:
                         "trial.scored",
                         {
                             "response_seq": event.seq,
-                            "arm_code": codes[request["arm"]],
-                            "stimulus": request["stimulus"],
+                            "arm_code": codes[arm],
+                            "stimulus": stimulus,
                             "parser": study.parser,
                             "status": result.status,
                             "n_items": result.n_items,
@@ -201,19 +224,26 @@ def score_study(root: str | Path, key: SigningKey) -> ScoreResult:
                 continue
             blind = BlindTrial(
                 response_seq=event.seq,
-                arm_code=codes[request["arm"]],
-                stimulus=request["stimulus"],
+                arm_code=codes[arm],
+                stimulus=stimulus,
                 raw=log.blob(event.blobs["response"]),
                 format=str(event.body.get("format", "anthropic-messages")),
-                variant=request.get("variant"),
+                variant=variant,
             )
             order: str | None = None
+            answer: list[Glyph] | ChartTruth | str
             if blind.variant is None:
                 answer = truth[blind.stimulus]
+                if not isinstance(answer, str) and config.parser == "tumbling-e-json":
+                    chart = charts.get(blind.stimulus)
+                    if chart is None:  # checked and prepared once per stimulus
+                        chart = charts[blind.stimulus] = prepare_chart(answer)
+                    answer = chart
             else:  # docs/variants.md §5: the varied item's (remapped) key
                 answer, order = varied[(blind.stimulus, blind.variant)]
-            result = score_blind(blind, config, answer)
-            by_status[result.status] = by_status.get(result.status, 0) + 1
+            rec = record_blind(blind, config, answer)
+            digest = rec.sha256
+            by_status[rec.status] = by_status.get(rec.status, 0) + 1
             specs.append(
                 EventSpec(
                     "trial.scored",
@@ -224,17 +254,17 @@ def score_study(root: str | Path, key: SigningKey) -> ScoreResult:
                         **({"variant": blind.variant} if blind.variant is not None else {}),
                         **({"order": order} if order is not None else {}),
                         "parser": study.parser,
-                        "status": result.status,
-                        "n_items": result.n_items,
-                        "n_answered": result.n_answered,
-                        "n_correct": result.n_correct,
-                        "scores_sha256": result.sha256,
-                        "problems": _problems(result.problems, private),
+                        "status": rec.status,
+                        "n_items": rec.n_items,
+                        "n_answered": rec.n_answered,
+                        "n_correct": rec.n_correct,
+                        "scores_sha256": digest,
+                        "problems": _problems(rec.problems, private),
                     },
-                    {"scores": result.items_bytes()},
+                    {"scores": rec.items_bytes},
                 )
             )
-            scored[blind.response_seq] = result.sha256
+            scored[blind.response_seq] = digest
             count += 1
             if len(specs) >= BATCH:
                 _note_digests(scored, log.append_many(specs, key=key))
@@ -259,6 +289,26 @@ def score_study(root: str | Path, key: SigningKey) -> ScoreResult:
             sealed_seq = seal.seq
             log.sign_checkpoint(key)
     return ScoreResult(count, len(scored) - count, by_status, sealed_seq, pending)
+
+
+def _requests(log: Ledger) -> dict[int, tuple[str, str, str, str | None]]:
+    """Every ``trial.requested`` seq -> (trial id, arm, stimulus, variant), streamed.
+
+    Only what scoring needs of a request is kept (the repeated arm, stimulus and variant names
+    shared, not copied), never the request bodies.
+    """
+    shared: dict[str, str] = {}
+    out: dict[int, tuple[str, str, str, str | None]] = {}
+    for event in log.events("trial.requested"):
+        body = event.body
+        arm, stimulus, variant = body["arm"], body["stimulus"], body.get("variant")
+        out[event.seq] = (
+            body["trial"],
+            shared.setdefault(arm, arm),
+            shared.setdefault(stimulus, stimulus),
+            None if variant is None else shared.setdefault(variant, variant),
+        )
+    return out
 
 
 def _problems(problems: tuple[str, ...] | list[str], private: bool) -> list[str]:
