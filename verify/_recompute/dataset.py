@@ -12,6 +12,7 @@ import hmac
 import io
 import json
 import math
+import sys
 from dataclasses import dataclass, field, replace
 from typing import Any
 
@@ -75,7 +76,7 @@ VARIANT_ITEM_COLUMNS = (
 @dataclass
 class _Dataset:
     trials: list[dict[str, Any]]
-    items: list[dict[str, Any]]
+    items: list[Any]  # ItemRow, read like a dict
     arms: list[str]
     given_up: list[str]
     scores_sha256: str
@@ -131,7 +132,7 @@ class _Dataset:
     def analysable(self) -> list[dict[str, Any]]:
         return [t for t in self.trials if not t["control"] and not t["excluded"]]
 
-    def analysable_items(self) -> list[dict[str, Any]]:
+    def analysable_items(self) -> list[Any]:
         ids = {t["trial"] for t in self.analysable()}
         return [i for i in self.items if i["trial"] in ids and i["truth"] != CONTROL_TRUTH]
 
@@ -243,28 +244,128 @@ def _scored_items(archive: _Archive, event: _Event, ddx: bool) -> list[dict[str,
     return items
 
 
-def _item_row(common: dict[str, Any], order: str, i: dict[str, Any]) -> dict[str, Any]:
-    """analysis.md §2: one row of ``items.csv``."""
-    return {
-        **common,
-        "row": i.get("row"),
-        "position": i.get("position"),
-        "truth": i.get("truth"),
-        "answer": i.get("answer"),
-        "correct": i.get("correct"),
-        "order": order,
-        "truth_original": _original(order, i.get("truth")),
-        "answer_original": _original(order, i.get("answer")),
-        "logprobs": (
-            bytes(rfc8785.dumps(i["logprobs"])).decode("utf-8") if "logprobs" in i else None
-        ),
-        "margin": i.get("margin"),
-    }
+_ITEM_FIELDS = (
+    "trial",
+    "arm",
+    "model",
+    "stimulus",
+    "variant",
+    "rep",
+    "row",
+    "position",
+    "truth",
+    "answer",
+    "correct",
+    "order",
+    "truth_original",
+    "answer_original",
+    "logprobs",
+    "margin",
+)
+
+
+class ItemRow:
+    """One row of ``items.csv`` (analysis.md §2), read by column name like a dict.
+
+    A study of 10^5 trials has millions of item rows: each is a slotted object (about a third
+    of a dict's size) whose short strings are shared (:func:`_shared`), not a dict of its own.
+    ``row["truth"]``, ``row.get("answer")`` and ``row | {"model": m}`` (a copy with columns
+    replaced) read and derive it as a dict would.
+    """
+
+    __slots__ = _ITEM_FIELDS
+
+    trial: Any
+    arm: Any
+    model: Any
+    stimulus: Any
+    variant: Any
+    rep: Any
+    row: Any
+    position: Any
+    truth: Any
+    answer: Any
+    correct: Any
+    order: Any
+    truth_original: Any
+    answer_original: Any
+    logprobs: Any
+    margin: Any
+
+    def __init__(self, *values: Any) -> None:
+        for name, value in zip(_ITEM_FIELDS, values, strict=True):
+            object.__setattr__(self, name, value)
+
+    def __getitem__(self, key: str) -> Any:
+        if key not in _ITEM_SET:
+            raise KeyError(key)
+        return getattr(self, key)
+
+    def get(self, key: str, default: Any = None) -> Any:
+        """The value of column ``key``, or ``default`` when there is no such column."""
+        return getattr(self, key) if key in _ITEM_SET else default
+
+    def __contains__(self, key: object) -> bool:
+        return key in _ITEM_SET
+
+    def keys(self) -> tuple[str, ...]:
+        """The column names, in ``items.csv``'s widest order."""
+        return _ITEM_FIELDS
+
+    def __or__(self, other: dict[str, Any]) -> ItemRow:
+        unknown = set(other) - _ITEM_SET
+        if unknown:
+            raise KeyError(sorted(unknown)[0])
+        return ItemRow(*(other[n] if n in other else getattr(self, n) for n in _ITEM_FIELDS))
+
+    def __eq__(self, other: object) -> bool:
+        if isinstance(other, ItemRow):
+            return all(getattr(self, n) == getattr(other, n) for n in _ITEM_FIELDS)
+        if isinstance(other, dict):
+            return other == {n: getattr(self, n) for n in _ITEM_FIELDS}
+        return NotImplemented
+
+    __hash__ = None  # type: ignore[assignment]
+
+    def __repr__(self) -> str:
+        return f"ItemRow({ {n: getattr(self, n) for n in _ITEM_FIELDS}!r})"
+
+
+_ITEM_SET = frozenset(_ITEM_FIELDS)
+_SHORT = 64  # strings up to this length are shared between rows
+
+
+def _shared(value: Any) -> Any:
+    """``value``, a short string being the one shared copy of its text (``sys.intern``)."""
+    if type(value) is str and len(value) <= _SHORT:
+        return sys.intern(value)
+    return value
+
+
+def _item_row(common: tuple[Any, ...], order: str, i: dict[str, Any]) -> ItemRow:
+    """analysis.md §2: one row of ``items.csv``.
+
+    ``common`` is the trial's (trial, arm, model, stimulus, variant, rep), shared by its rows.
+    """
+    truth, answer = _shared(i.get("truth")), _shared(i.get("answer"))
+    return ItemRow(
+        *common,
+        i.get("row"),
+        i.get("position"),
+        truth,
+        answer,
+        i.get("correct"),
+        order,
+        _shared(_original(order, truth)),
+        _shared(_original(order, answer)),
+        bytes(rfc8785.dumps(i["logprobs"])).decode("utf-8") if "logprobs" in i else None,
+        i.get("margin"),
+    )
 
 
 def _trial_rows(
     archive: _Archive, event: _Event, reading: _Reading
-) -> tuple[int, dict[str, Any], list[dict[str, Any]]]:
+) -> tuple[int, dict[str, Any], list[ItemRow]]:
     """(response seq, the ``trials.csv`` row, the ``items.csv`` rows) of one trial.scored."""
     b = archive.at(event).body
     rq = _request_of(archive, event, b)
@@ -281,12 +382,12 @@ def _trial_rows(
     common = {
         "trial": rq["trial"],
         "arm": trial_arm,
-        "model": _trial_model(str(rq["trial"])),
-        "stimulus": rq["stimulus"],
-        "variant": str(rq.get("variant", "")),
+        "model": _shared(_trial_model(str(rq["trial"]))),
+        "stimulus": _shared(rq["stimulus"]),
+        "variant": _shared(str(rq.get("variant", ""))),
         "rep": int(rq["rep"]),
     }
-    order = str(b.get("order", ""))
+    order = sys.intern(str(b.get("order", "")))
     row = {
         **common,
         "response_seq": b["response_seq"],
@@ -303,7 +404,15 @@ def _trial_rows(
     for name in _ddx.METRICS:  # scoring.md §12: None (undefined) is an empty cell
         value = (metrics or {}).get(name) if isinstance(metrics, dict) else None
         row[name] = math.nan if value is None else float(value)
-    item_rows = [_item_row(common, order, i) for i in items]
+    shared = (
+        common["trial"],
+        common["arm"],
+        common["model"],
+        common["stimulus"],
+        common["variant"],
+        common["rep"],
+    )
+    item_rows = [_item_row(shared, order, i) for i in items]
     return int(b["response_seq"]), row, item_rows
 
 
