@@ -13,6 +13,7 @@ import io
 import json
 import math
 import sys
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
 
@@ -176,11 +177,17 @@ def trial_models(plan: dict[str, Any], names: list[str]) -> list[str]:
     return [n for n in names if n in used]
 
 
-def _csv_bytes(rows: list[dict[str, Any]], columns: tuple[str, ...]) -> bytes:
+def _csv_chunks(
+    rows: Sequence[Any], columns: tuple[str, ...], per_chunk: int = 4096
+) -> Iterator[bytes]:
+    """The UTF-8 CSV of ``rows`` (header first), in pieces of ``per_chunk`` rows.
+
+    A table of millions of rows is hashed piece by piece and never held whole.
+    """
     out = io.StringIO()
     writer = csv.writer(out, lineterminator="\n")
     writer.writerow(columns)
-    for row in rows:
+    for n, row in enumerate(rows, 1):
         cells: list[Any] = []
         for c in columns:
             v = row[c]
@@ -191,7 +198,16 @@ def _csv_bytes(rows: list[dict[str, Any]], columns: tuple[str, ...]) -> bytes:
             else:
                 cells.append(v)
         writer.writerow(cells)
-    return out.getvalue().encode("utf-8")
+        if n % per_chunk == 0:
+            yield out.getvalue().encode("utf-8")
+            out.seek(0)
+            out.truncate()
+    yield out.getvalue().encode("utf-8")
+
+
+def _csv_bytes(rows: Sequence[Any], columns: tuple[str, ...]) -> bytes:
+    """The UTF-8 CSV of ``rows`` (header first), whole."""
+    return b"".join(_csv_chunks(rows, columns))
 
 
 def _arm_codes(revealed: _Event) -> dict[str, str]:
