@@ -267,84 +267,103 @@ _ITEM_FIELDS = (
     "stimulus",
     "variant",
     "rep",
+    "order",
     "row",
     "position",
     "truth",
     "answer",
     "correct",
-    "order",
     "truth_original",
     "answer_original",
     "logprobs",
     "margin",
 )
+_COMMON = {name: k for k, name in enumerate(_ITEM_FIELDS[:7])}
+"""The columns a trial's item rows share: one tuple per trial, by position."""
+_OWN_ORDER = ("row", "position", "truth", "answer", "correct", "logprobs", "margin")
+"""The columns each item row holds itself, in :class:`ItemRow`'s argument order."""
+_OWN = frozenset(_OWN_ORDER)
 
 
 class ItemRow:
     """One row of ``items.csv`` (analysis.md §2), read by column name like a dict.
 
-    A study of 10^5 trials has millions of item rows: each is a slotted object (about a third
-    of a dict's size) whose short strings are shared (:func:`_shared`), not a dict of its own.
-    ``row["truth"]``, ``row.get("answer")`` and ``row | {"model": m}`` (a copy with columns
-    replaced) read and derive it as a dict would.
+    A study of 10^5 trials has millions of item rows, so each is a small slotted object, not a
+    dict: the trial's columns (trial, arm, model, stimulus, variant, rep, order) are one tuple
+    shared by its rows, short strings are shared (:func:`_shared`), and ``truth_original`` and
+    ``answer_original`` are derived when read (variants.md §2/§5). ``row["truth"]``,
+    ``row.get("answer")`` and ``row | {"model": m}`` (a copy with columns replaced) read and
+    derive it as a dict would.
     """
 
-    __slots__ = _ITEM_FIELDS
+    __slots__ = ("answer", "common", "correct", "logprobs", "margin", "position", "row", "truth")
 
-    trial: Any
-    arm: Any
-    model: Any
-    stimulus: Any
-    variant: Any
-    rep: Any
-    row: Any
-    position: Any
-    truth: Any
-    answer: Any
-    correct: Any
-    order: Any
-    truth_original: Any
-    answer_original: Any
-    logprobs: Any
-    margin: Any
-
-    def __init__(self, *values: Any) -> None:
-        for name, value in zip(_ITEM_FIELDS, values, strict=True):
-            object.__setattr__(self, name, value)
+    def __init__(
+        self,
+        common: tuple[Any, ...],
+        row: Any,
+        position: Any,
+        truth: Any,
+        answer: Any,
+        correct: Any,
+        logprobs: Any = None,
+        margin: Any = None,
+    ) -> None:
+        self.common = common
+        self.row = row
+        self.position = position
+        self.truth = truth
+        self.answer = answer
+        self.correct = correct
+        self.logprobs = logprobs
+        self.margin = margin
 
     def __getitem__(self, key: str) -> Any:
-        if key not in _ITEM_SET:
-            raise KeyError(key)
-        return getattr(self, key)
+        k = _COMMON.get(key)
+        if k is not None:
+            return self.common[k]
+        if key in _OWN:
+            return getattr(self, key)
+        if key == "truth_original":
+            return _shared(_original(self.common[6], self.truth))
+        if key == "answer_original":
+            return _shared(_original(self.common[6], self.answer))
+        raise KeyError(key)
 
     def get(self, key: str, default: Any = None) -> Any:
         """The value of column ``key``, or ``default`` when there is no such column."""
-        return getattr(self, key) if key in _ITEM_SET else default
+        return self[key] if key in _ITEM_SET else default
 
     def __contains__(self, key: object) -> bool:
         return key in _ITEM_SET
 
     def keys(self) -> tuple[str, ...]:
-        """The column names, in ``items.csv``'s widest order."""
+        """The column names."""
         return _ITEM_FIELDS
 
+    def as_dict(self) -> dict[str, Any]:
+        """The row as a dict of every column."""
+        return {n: self[n] for n in _ITEM_FIELDS}
+
     def __or__(self, other: dict[str, Any]) -> ItemRow:
-        unknown = set(other) - _ITEM_SET
+        unknown = set(other) - _COMMON.keys() - _OWN
         if unknown:
             raise KeyError(sorted(unknown)[0])
-        return ItemRow(*(other[n] if n in other else getattr(self, n) for n in _ITEM_FIELDS))
+        common = tuple(other.get(n, v) for n, v in zip(_COMMON, self.common, strict=True))
+        own = [other.get(n, getattr(self, n)) for n in _OWN_ORDER]
+        return ItemRow(common, *own)
 
     def __eq__(self, other: object) -> bool:
         if isinstance(other, ItemRow):
-            return all(getattr(self, n) == getattr(other, n) for n in _ITEM_FIELDS)
+            return self.as_dict() == other.as_dict()
         if isinstance(other, dict):
-            return other == {n: getattr(self, n) for n in _ITEM_FIELDS}
+            return self.as_dict() == other
         return NotImplemented
 
     __hash__ = None  # type: ignore[assignment]
 
     def __repr__(self) -> str:
-        return f"ItemRow({ {n: getattr(self, n) for n in _ITEM_FIELDS}!r})"
+        return f"ItemRow({self.as_dict()!r})"
 
 
 _ITEM_SET = frozenset(_ITEM_FIELDS)
@@ -358,22 +377,19 @@ def _shared(value: Any) -> Any:
     return value
 
 
-def _item_row(common: tuple[Any, ...], order: str, i: dict[str, Any]) -> ItemRow:
+def _item_row(common: tuple[Any, ...], i: dict[str, Any]) -> ItemRow:
     """analysis.md §2: one row of ``items.csv``.
 
-    ``common`` is the trial's (trial, arm, model, stimulus, variant, rep), shared by its rows.
+    ``common`` is the trial's (trial, arm, model, stimulus, variant, rep, order), shared by its
+    rows.
     """
-    truth, answer = _shared(i.get("truth")), _shared(i.get("answer"))
     return ItemRow(
-        *common,
+        common,
         i.get("row"),
         i.get("position"),
-        truth,
-        answer,
+        _shared(i.get("truth")),
+        _shared(i.get("answer")),
         i.get("correct"),
-        order,
-        _shared(_original(order, truth)),
-        _shared(_original(order, answer)),
         bytes(rfc8785.dumps(i["logprobs"])).decode("utf-8") if "logprobs" in i else None,
         i.get("margin"),
     )
@@ -427,8 +443,9 @@ def _trial_rows(
         common["stimulus"],
         common["variant"],
         common["rep"],
+        order,
     )
-    item_rows = [_item_row(shared, order, i) for i in items]
+    item_rows = [_item_row(shared, i) for i in items]
     return int(b["response_seq"]), row, item_rows
 
 
