@@ -107,3 +107,29 @@ def test_large_integer_literals_read_as_doubles() -> None:
 def test_refused_inputs(data: bytes, reason: str) -> None:
     with pytest.raises(CanonicalError, match=reason):
         Canonicalizer().parse(data)
+
+
+@given(values)
+def test_shared_strings_parse_the_same(value: Any) -> None:
+    """``Canonicalizer(shared=True)`` (the archive reader's) gives equal values and bytes."""
+    data = json.dumps(value, ensure_ascii=False).encode("utf-8")
+    try:
+        plain = Canonicalizer().parse(data)
+    except CanonicalError:
+        with pytest.raises(CanonicalError):
+            Canonicalizer(shared=True).parse(data)
+        return
+    shared = Canonicalizer(shared=True).parse(data)
+    assert shared == plain
+    assert json.dumps(shared[0]) == json.dumps(plain[0])  # the same member order too
+
+
+def test_shared_strings_keep_duplicate_keys_as_the_parser_does() -> None:
+    """A key given twice keeps its first place and its last value, as without sharing."""
+    data = b'{"b":1,"a":{"x":"same","x":"last"},"b":2}'
+    plain, shared = Canonicalizer().parse(data), Canonicalizer(shared=True).parse(data)
+    assert shared == plain == ({"b": 2, "a": {"x": "last"}}, b'{"a":{"x":"last"},"b":2}')
+    assert list(shared[0]) == list(plain[0]) == ["b", "a"]
+    value, _ = Canonicalizer(shared=True).parse(b'{"kind":"trial.scored"}')
+    again, _ = Canonicalizer(shared=True).parse(b'{"kind":"trial.scored"}')
+    assert next(iter(value)) is next(iter(again)) and value["kind"] is again["kind"]

@@ -108,7 +108,7 @@ class EventReader:
         self.cut_problem: str | None = None
 
     def __iter__(self) -> Iterator[EventLine]:
-        parse = Canonicalizer().parse
+        parse = Canonicalizer(shared=True).parse  # every line's envelope is kept
         with self.files.open(EVENTS) as fh:
             index = 0
             while True:

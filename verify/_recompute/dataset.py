@@ -12,6 +12,8 @@ import hmac
 import io
 import json
 import math
+import sys
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
 
@@ -75,7 +77,7 @@ VARIANT_ITEM_COLUMNS = (
 @dataclass
 class _Dataset:
     trials: list[dict[str, Any]]
-    items: list[dict[str, Any]]
+    items: list[Any]  # ItemRow, read like a dict
     arms: list[str]
     given_up: list[str]
     scores_sha256: str
@@ -131,7 +133,7 @@ class _Dataset:
     def analysable(self) -> list[dict[str, Any]]:
         return [t for t in self.trials if not t["control"] and not t["excluded"]]
 
-    def analysable_items(self) -> list[dict[str, Any]]:
+    def analysable_items(self) -> list[Any]:
         ids = {t["trial"] for t in self.analysable()}
         return [i for i in self.items if i["trial"] in ids and i["truth"] != CONTROL_TRUTH]
 
@@ -175,11 +177,17 @@ def trial_models(plan: dict[str, Any], names: list[str]) -> list[str]:
     return [n for n in names if n in used]
 
 
-def _csv_bytes(rows: list[dict[str, Any]], columns: tuple[str, ...]) -> bytes:
+def _csv_chunks(
+    rows: Sequence[Any], columns: tuple[str, ...], per_chunk: int = 4096
+) -> Iterator[bytes]:
+    """The UTF-8 CSV of ``rows`` (header first), in pieces of ``per_chunk`` rows.
+
+    A table of millions of rows is hashed piece by piece and never held whole.
+    """
     out = io.StringIO()
     writer = csv.writer(out, lineterminator="\n")
     writer.writerow(columns)
-    for row in rows:
+    for n, row in enumerate(rows, 1):
         cells: list[Any] = []
         for c in columns:
             v = row[c]
@@ -190,7 +198,16 @@ def _csv_bytes(rows: list[dict[str, Any]], columns: tuple[str, ...]) -> bytes:
             else:
                 cells.append(v)
         writer.writerow(cells)
-    return out.getvalue().encode("utf-8")
+        if n % per_chunk == 0:
+            yield out.getvalue().encode("utf-8")
+            out.seek(0)
+            out.truncate()
+    yield out.getvalue().encode("utf-8")
+
+
+def _csv_bytes(rows: Sequence[Any], columns: tuple[str, ...]) -> bytes:
+    """The UTF-8 CSV of ``rows`` (header first), whole."""
+    return b"".join(_csv_chunks(rows, columns))
 
 
 def _arm_codes(revealed: _Event) -> dict[str, str]:
@@ -243,28 +260,144 @@ def _scored_items(archive: _Archive, event: _Event, ddx: bool) -> list[dict[str,
     return items
 
 
-def _item_row(common: dict[str, Any], order: str, i: dict[str, Any]) -> dict[str, Any]:
-    """analysis.md §2: one row of ``items.csv``."""
-    return {
-        **common,
-        "row": i.get("row"),
-        "position": i.get("position"),
-        "truth": i.get("truth"),
-        "answer": i.get("answer"),
-        "correct": i.get("correct"),
-        "order": order,
-        "truth_original": _original(order, i.get("truth")),
-        "answer_original": _original(order, i.get("answer")),
-        "logprobs": (
-            bytes(rfc8785.dumps(i["logprobs"])).decode("utf-8") if "logprobs" in i else None
-        ),
-        "margin": i.get("margin"),
-    }
+_ITEM_FIELDS = (
+    "trial",
+    "arm",
+    "model",
+    "stimulus",
+    "variant",
+    "rep",
+    "order",
+    "row",
+    "position",
+    "truth",
+    "answer",
+    "correct",
+    "truth_original",
+    "answer_original",
+    "logprobs",
+    "margin",
+)
+_COMMON = {name: k for k, name in enumerate(_ITEM_FIELDS[:7])}
+"""The columns a trial's item rows share: one tuple per trial, by position."""
+_OWN_ORDER = ("row", "position", "truth", "answer", "correct", "logprobs", "margin")
+"""The columns each item row holds itself, in :class:`ItemRow`'s argument order."""
+_OWN = frozenset(_OWN_ORDER)
+
+
+class ItemRow:
+    """One row of ``items.csv`` (analysis.md §2), read by column name like a dict.
+
+    A study of 10^5 trials has millions of item rows, so each is a small slotted object, not a
+    dict: the trial's columns (trial, arm, model, stimulus, variant, rep, order) are one tuple
+    shared by its rows, short strings are shared (:func:`_shared`), and ``truth_original`` and
+    ``answer_original`` are derived when read (variants.md §2/§5). ``row["truth"]``,
+    ``row.get("answer")`` and ``row | {"model": m}`` (a copy with columns replaced) read and
+    derive it as a dict would.
+    """
+
+    __slots__ = ("answer", "common", "correct", "logprobs", "margin", "position", "row", "truth")
+
+    def __init__(
+        self,
+        common: tuple[Any, ...],
+        row: Any,
+        position: Any,
+        truth: Any,
+        answer: Any,
+        correct: Any,
+        logprobs: Any = None,
+        margin: Any = None,
+    ) -> None:
+        self.common = common
+        self.row = row
+        self.position = position
+        self.truth = truth
+        self.answer = answer
+        self.correct = correct
+        self.logprobs = logprobs
+        self.margin = margin
+
+    def __getitem__(self, key: str) -> Any:
+        k = _COMMON.get(key)
+        if k is not None:
+            return self.common[k]
+        if key in _OWN:
+            return getattr(self, key)
+        if key == "truth_original":
+            return _shared(_original(self.common[6], self.truth))
+        if key == "answer_original":
+            return _shared(_original(self.common[6], self.answer))
+        raise KeyError(key)
+
+    def get(self, key: str, default: Any = None) -> Any:
+        """The value of column ``key``, or ``default`` when there is no such column."""
+        return self[key] if key in _ITEM_SET else default
+
+    def __contains__(self, key: object) -> bool:
+        return key in _ITEM_SET
+
+    def keys(self) -> tuple[str, ...]:
+        """The column names."""
+        return _ITEM_FIELDS
+
+    def as_dict(self) -> dict[str, Any]:
+        """The row as a dict of every column."""
+        return {n: self[n] for n in _ITEM_FIELDS}
+
+    def __or__(self, other: dict[str, Any]) -> ItemRow:
+        unknown = set(other) - _COMMON.keys() - _OWN
+        if unknown:
+            raise KeyError(sorted(unknown)[0])
+        common = tuple(other.get(n, v) for n, v in zip(_COMMON, self.common, strict=True))
+        own = [other.get(n, getattr(self, n)) for n in _OWN_ORDER]
+        return ItemRow(common, *own)
+
+    def __eq__(self, other: object) -> bool:
+        if isinstance(other, ItemRow):
+            return self.as_dict() == other.as_dict()
+        if isinstance(other, dict):
+            return self.as_dict() == other
+        return NotImplemented
+
+    __hash__ = None  # type: ignore[assignment]
+
+    def __repr__(self) -> str:
+        return f"ItemRow({self.as_dict()!r})"
+
+
+_ITEM_SET = frozenset(_ITEM_FIELDS)
+_SHORT = 64  # strings up to this length are shared between rows
+
+
+def _shared(value: Any) -> Any:
+    """``value``, a short string being the one shared copy of its text (``sys.intern``)."""
+    if type(value) is str and len(value) <= _SHORT:
+        return sys.intern(value)
+    return value
+
+
+def _item_row(common: tuple[Any, ...], i: dict[str, Any]) -> ItemRow:
+    """analysis.md §2: one row of ``items.csv``.
+
+    ``common`` is the trial's (trial, arm, model, stimulus, variant, rep, order), shared by its
+    rows.
+    """
+    return ItemRow(
+        common,
+        i.get("row"),
+        i.get("position"),
+        _shared(i.get("truth")),
+        _shared(i.get("answer")),
+        i.get("correct"),
+        bytes(rfc8785.dumps(i["logprobs"])).decode("utf-8") if "logprobs" in i else None,
+        i.get("margin"),
+    )
 
 
 def _trial_rows(
     archive: _Archive, event: _Event, reading: _Reading
-) -> tuple[int, dict[str, Any], list[dict[str, Any]]]:
+) -> tuple[int, dict[str, Any], list[ItemRow]]:
     """(response seq, the ``trials.csv`` row, the ``items.csv`` rows) of one trial.scored."""
     b = archive.at(event).body
     rq = _request_of(archive, event, b)
@@ -281,12 +414,12 @@ def _trial_rows(
     common = {
         "trial": rq["trial"],
         "arm": trial_arm,
-        "model": _trial_model(str(rq["trial"])),
-        "stimulus": rq["stimulus"],
-        "variant": str(rq.get("variant", "")),
+        "model": _shared(_trial_model(str(rq["trial"]))),
+        "stimulus": _shared(rq["stimulus"]),
+        "variant": _shared(str(rq.get("variant", ""))),
         "rep": int(rq["rep"]),
     }
-    order = str(b.get("order", ""))
+    order = sys.intern(str(b.get("order", "")))
     row = {
         **common,
         "response_seq": b["response_seq"],
@@ -303,7 +436,16 @@ def _trial_rows(
     for name in _ddx.METRICS:  # scoring.md §12: None (undefined) is an empty cell
         value = (metrics or {}).get(name) if isinstance(metrics, dict) else None
         row[name] = math.nan if value is None else float(value)
-    item_rows = [_item_row(common, order, i) for i in items]
+    shared = (
+        common["trial"],
+        common["arm"],
+        common["model"],
+        common["stimulus"],
+        common["variant"],
+        common["rep"],
+        order,
+    )
+    item_rows = [_item_row(shared, i) for i in items]
     return int(b["response_seq"]), row, item_rows
 
 

@@ -6,23 +6,25 @@ Part of the science checks (:mod:`verify._science`); imports nothing from ``ledg
 
 from __future__ import annotations
 
+import hashlib
 import json
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from verify import _copies, _ddx
+from verify import _copies, _ddx, _sealed
 from verify import _statistics as registry
+from verify._envelope import is_hex64
 from verify._privacy import Withheld
+from verify._reader.files import MAX_PARSED_BYTES, ArchiveFileError
 from verify._recompute.agreement import _judge_agreement
 from verify._recompute.archive import (
-    _address,
     _Archive,
     _Event,
     _file_sha,
     _plan,
     _Problem,
     _protocol,
-    _sha,
 )
 from verify._recompute.compare import _first_difference, _fmt
 from verify._recompute.dataset import (
@@ -32,7 +34,7 @@ from verify._recompute.dataset import (
     TRIAL_COLUMNS,
     VARIANT_ITEM_COLUMNS,
     VARIANT_TRIAL_COLUMNS,
-    _csv_bytes,
+    _csv_chunks,
     _Dataset,
     _dataset,
 )
@@ -72,33 +74,69 @@ def _within_bounds(archive: _Archive, plan: dict[str, Any], protocol: _Event | N
         )
 
 
-def _csvs(ds: _Dataset) -> dict[str, bytes]:
-    """analysis.md §2: ``trials.csv`` and ``items.csv`` of the rebuilt dataset."""
+_Table = tuple[Sequence[Any], tuple[str, ...]]
+"""A rebuilt table: its rows and its columns."""
+
+
+def _csvs(ds: _Dataset) -> dict[str, _Table]:
+    """analysis.md §2: ``trials.csv`` and ``items.csv`` of the rebuilt dataset (rows, columns)."""
     trial_extra = (
         *(f"factor.{f}" for f in ds.factors),
         *(_ddx.METRICS if ds.ddx else ()),
         *(f"covariate.{n}" for n in ds.covariates),
     )
     if ds.variants:  # analysis.md §2: factor.<NAME>, a ddx study's metrics, covariate.<NAME>
-        trials_csv = _csv_bytes(ds.trials, (*VARIANT_TRIAL_COLUMNS, *trial_extra))
+        trials_csv: _Table = (ds.trials, (*VARIANT_TRIAL_COLUMNS, *trial_extra))
         item_columns: tuple[str, ...] = VARIANT_ITEM_COLUMNS
     else:
-        trials_csv = _csv_bytes(
-            ds.trials, (*(MODEL_TRIAL_COLUMNS if ds.models else TRIAL_COLUMNS), *trial_extra)
+        trials_csv = (
+            ds.trials,
+            (*(MODEL_TRIAL_COLUMNS if ds.models else TRIAL_COLUMNS), *trial_extra),
         )
         item_columns = MODEL_ITEM_COLUMNS if ds.models else ITEM_COLUMNS
     if ds.cloze:  # analysis.md §2: each letter's log-probability and the margin
         item_columns = (*item_columns, "logprobs", "margin")
-    return {"trials_csv": trials_csv, "items_csv": _csv_bytes(ds.items, item_columns)}
+    return {"trials_csv": trials_csv, "items_csv": (ds.items, item_columns)}
+
+
+def _salt(archive: _Archive, event: _Event, name: str) -> bytes | None:
+    """The salt of ``event``'s stored blob ``name`` if sealed, read from its header only.
+
+    ``None`` for a plain or unreadable blob (docs/ledger-format.md §6.1).
+    """
+    ref = event.blobs.get(name)
+    if not isinstance(ref, str) or not is_hex64(ref):
+        return None
+    try:
+        with archive.files.open(f"blobs/{ref}", MAX_PARSED_BYTES) as fh:
+            head = fh.read(len(_sealed.MAGIC) + _sealed.SALT_BYTES)
+    except (ArchiveFileError, OSError):
+        return None
+    return _sealed.salt_of(head)
+
+
+def _table_digests(table: _Table, salt: bytes | None) -> tuple[str, str]:
+    """(SHA-256 of the table's CSV bytes, its address stored sealed with ``salt`` or plain)."""
+    plain = hashlib.sha256()
+    sealed = hashlib.sha256(_sealed.MAGIC + salt) if salt is not None else None
+    for chunk in _csv_chunks(*table):
+        plain.update(chunk)
+        if sealed is not None:
+            sealed.update(chunk)
+    return plain.hexdigest(), (sealed or plain).hexdigest()
 
 
 def _blob_addresses(
-    archive: _Archive, first: _Event, csvs: dict[str, bytes]
+    archive: _Archive, first: _Event, csvs: dict[str, _Table]
 ) -> tuple[dict[str, str], Check | None]:
-    """The rebuilt tables' addresses, and a FAIL if the blobs or analysis/ files differ."""
+    """The rebuilt tables' addresses, and a FAIL if the blobs or analysis/ files differ.
+
+    Each table's CSV is hashed piece by piece, never held whole (issue 41).
+    """
     addresses: dict[str, str] = {}
-    for name, data in csvs.items():
-        digest = addresses[name] = _address(archive, first, name, data, _sha(data))
+    for name, table in csvs.items():
+        sha, digest = _table_digests(table, _salt(archive, first, name))
+        addresses[name] = digest
         ref = first.blobs.get(name)
         if ref != digest or _file_sha(archive, f"blobs/{ref}") != digest:
             return addresses, _fail(
@@ -108,7 +146,7 @@ def _blob_addresses(
                 f"blobs/{ref}",
             )
         where = f"analysis/{name.replace('_', '.')}"
-        if where in archive.files.files and _file_sha(archive, where) != _sha(data):
+        if where in archive.files.files and _file_sha(archive, where) != sha:
             return addresses, _fail(f"{where} differs from the rebuilt dataset.", None, where)
     return addresses, None
 
