@@ -32,7 +32,7 @@ import rfc8785
 from scipy import stats as sps
 
 from analysis import statistics, stats
-from analysis.rows import split_trial
+from analysis.rows import Column, columns_frame, split_trial
 from analysis.statistics.lmm import MODEL_CAUTION
 from ledger import EventSpec, Ledger, SealPolicy, SigningKey
 from runner.ddx import DDX_METRICS
@@ -323,86 +323,58 @@ def load_dataset(
             "run 'ledger score' and 'ledger unblind' first"
         )
     code_arm = {code: arm for arm, code in revealed.body["arm_codes"].items()}
-    requests = {e.seq: e.body for e in log.events("trial.requested")}
-    responses = {e.seq: e.body for e in log.events("trial.responded")}
-    trial_rows: list[dict[str, Any]] = []
-    item_rows: list[dict[str, Any]] = []
-    for event in log.events("trial.scored"):
-        body = event.body
-        request = requests[responses[body["response_seq"]]["request_seq"]]
-        arm = code_arm.get(body["arm_code"])
-        if arm != request["arm"]:
-            raise StudyError(
-                f"{log.path}: seq {event.seq}: arm code {body['arm_code']} does not belong to "
-                f"arm {request['arm']} of trial {request['trial']}"
-            )
-        metric_values = (body.get("ddx") or {}).get("metrics") if parser == "ddx" else None
-        items = [] if parser == "ddx" else json.loads(log.blob(event.blobs["scores"]))
-        control = parser == TUMBLING_E and len(items) == 1 and items[0]["truth"] == CONTROL_TRUTH
-        n_items = int(body["n_items"])
-        model = split_trial(request["trial"])[1] or ""
-        variant = str(request.get("variant", ""))
-        order = str(body.get("order", ""))
-        trial_rows.append(
-            {
-                "trial": request["trial"],
-                "arm": arm,
-                "model": model,
-                "stimulus": request["stimulus"],
-                "variant": variant,
-                "rep": int(request["rep"]),
-                "response_seq": body["response_seq"],
-                "status": body["status"],
-                "n_items": n_items,
-                "n_answered": int(body["n_answered"]),
-                "n_correct": int(body["n_correct"]),
-                "accuracy": int(body["n_correct"]) / n_items if n_items else math.nan,
-                "control": control,
-                "excluded": exclude_unparseable and body["status"] == "unparseable",
-                **{name: _metric((metric_values or {}).get(name)) for name in DDX_METRICS},
-            }
-        )
-        for item in items:
-            item_rows.append(
-                {
-                    "trial": request["trial"],
-                    "arm": arm,
-                    "model": model,
-                    "stimulus": request["stimulus"],
-                    "variant": variant,
-                    "order": order,
-                    "rep": int(request["rep"]),
-                    "row": item["row"],
-                    "position": item["position"],
-                    "truth": item["truth"],
-                    "answer": item["answer"],
-                    "correct": item["correct"],
-                    "truth_original": _back(order, item["truth"]),
-                    "answer_original": _back(order, item["answer"]),
-                    "logprobs": (
-                        rfc8785.dumps(item["logprobs"]).decode("utf-8")
-                        if "logprobs" in item
-                        else None
-                    ),
-                    "margin": item.get("margin"),
-                }
-            )
+    # One pass in seq order (issue 41): each request kept as a small tuple, each response as
+    # its request's seq, each scored trial and item as compact columns (analysis.rows.Column);
+    # a trial's scores blob is read when its trial.scored is reached, one at a time.
+    requests: dict[int, tuple[Any, ...]] = {}
+    responses: dict[int, int] = {}
     names, cells = factorial or ((), {})
-    for row in trial_rows:
-        for f in names:
-            row[f"factor.{f}"] = (cells.get(row["arm"]) or {}).get(f, "")
-    trials = pd.DataFrame(
-        trial_rows,
-        columns=[*VARIANT_TRIAL_COLUMNS, *(f"factor.{f}" for f in names), *DDX_METRICS],
-    )
-    items_df = pd.DataFrame(item_rows, columns=[*VARIANT_ITEM_COLUMNS, *CLOZE_ITEM_COLUMNS])
+    trial_names = [*VARIANT_TRIAL_COLUMNS, *(f"factor.{f}" for f in names), *DDX_METRICS]
+    item_names = [*VARIANT_ITEM_COLUMNS, *CLOZE_ITEM_COLUMNS]
+    tcol = {name: Column() for name in trial_names}
+    icol = {name: Column() for name in item_names}
+    given_up: list[str] = []
+    excluded: set[str] = set()
+    for event in log.events():
+        kind = event.kind
+        if kind == "trial.requested":
+            b = event.body
+            requests[event.seq] = (
+                b["trial"],
+                b["arm"],
+                b["stimulus"],
+                b["rep"],
+                str(b.get("variant", "")),
+            )
+        elif kind == "trial.responded":
+            responses[event.seq] = event.body["request_seq"]
+        elif kind == "trial.failed":
+            if event.body.get("final"):
+                given_up.append(event.body["trial"])
+        elif kind == "trial.excluded":
+            excluded.add(str(event.body["trial"]))
+        elif kind == "trial.scored":
+            _fold_scored(
+                log,
+                event,
+                requests[responses[event.body["response_seq"]]],
+                code_arm,
+                parser,
+                exclude_unparseable,
+                cells,
+                names,
+                tcol,
+                icol,
+            )
+    trials = columns_frame(tcol, trial_names)
+    items_df = columns_frame(icol, item_names)
+    del tcol, icol
     trials = trials.sort_values("response_seq", kind="stable").reset_index(drop=True)
-    given_up = tuple(e.body["trial"] for e in log.events("trial.failed") if e.body.get("final"))
     return Dataset(
         trials,
         items_df,
         tuple(sorted(revealed.body["arm_codes"])),
-        given_up,
+        tuple(given_up),
         sealed.body["scores_sha256"],
         dict(sources or {}),
         tuple(models),
@@ -410,8 +382,73 @@ def load_dataset(
         parser == "cloze",
         ddx=parser == "ddx",
         factors=tuple(names),
-        excluded_trials=tuple(sorted({str(e.body["trial"]) for e in log.events("trial.excluded")})),
+        excluded_trials=tuple(sorted(excluded)),
     )
+
+
+def _fold_scored(
+    log: Ledger,
+    event: Any,
+    request: tuple[Any, ...],
+    code_arm: Mapping[str, str],
+    parser: str,
+    exclude_unparseable: bool,
+    cells: Mapping[str, Mapping[str, str]],
+    names: Sequence[str],
+    tcol: dict[str, Column],
+    icol: dict[str, Column],
+) -> None:
+    """Add one ``trial.scored`` (its trial row and its items) to the dataset's columns."""
+    trial, request_arm, stimulus, rep, variant = request
+    body = event.body
+    arm = code_arm.get(body["arm_code"])
+    if arm != request_arm:
+        raise StudyError(
+            f"{log.path}: seq {event.seq}: arm code {body['arm_code']} does not belong to "
+            f"arm {request_arm} of trial {trial}"
+        )
+    metric_values = (body.get("ddx") or {}).get("metrics") if parser == "ddx" else None
+    items = [] if parser == "ddx" else json.loads(log.blob(event.blobs["scores"]))
+    control = parser == TUMBLING_E and len(items) == 1 and items[0]["truth"] == CONTROL_TRUTH
+    n_items = int(body["n_items"])
+    model = split_trial(trial)[1] or ""
+    order = str(body.get("order", ""))
+    row = {
+        "trial": trial,
+        "arm": arm,
+        "model": model,
+        "stimulus": stimulus,
+        "variant": variant,
+        "rep": int(rep),
+        "response_seq": body["response_seq"],
+        "status": body["status"],
+        "n_items": n_items,
+        "n_answered": int(body["n_answered"]),
+        "n_correct": int(body["n_correct"]),
+        "accuracy": int(body["n_correct"]) / n_items if n_items else math.nan,
+        "control": control,
+        "excluded": exclude_unparseable and body["status"] == "unparseable",
+        **{name: _metric((metric_values or {}).get(name)) for name in DDX_METRICS},
+        **{f"factor.{f}": (cells.get(str(arm)) or {}).get(f, "") for f in names},
+    }
+    for name, column in tcol.items():
+        column.append(row[name])
+    count = len(items)
+    for name in ("trial", "arm", "model", "stimulus", "variant", "rep"):
+        icol[name].extend_code(tcol[name], count)
+    icol["order"].extend_value(order, count)
+    for item in items:
+        icol["row"].append(item["row"])
+        icol["position"].append(item["position"])
+        icol["truth"].append(item["truth"])
+        icol["answer"].append(item["answer"])
+        icol["correct"].append(item["correct"])
+        icol["truth_original"].append(_back(order, item["truth"]))
+        icol["answer_original"].append(_back(order, item["answer"]))
+        icol["logprobs"].append(
+            rfc8785.dumps(item["logprobs"]).decode("utf-8") if "logprobs" in item else None
+        )
+        icol["margin"].append(item.get("margin"))
 
 
 def _metric(value: Any) -> float:
