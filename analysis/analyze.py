@@ -234,20 +234,35 @@ class Dataset:
         return _csv(self.items, columns + CLOZE_ITEM_COLUMNS if self.cloze else columns)
 
 
+_CSV_CHUNK = 65_536
+"""Rows per chunk when a dataset is written as CSV (the cells of one chunk are held at once)."""
+
+
 def _csv(df: pd.DataFrame, columns: Sequence[str]) -> bytes:
+    """``df``'s ``columns`` as CSV: empty for None/NaN, floats as ``%.10g``, else ``str``.
+
+    Column by column within chunks of :data:`_CSV_CHUNK` rows (each column's values as its
+    Series iterates them, as ``itertuples`` gives them), so no row tuple of boxed scalars per
+    row is built and the memory held is one chunk's cells (issue 41).
+    """
     out = io.StringIO()
     writer = csv.writer(out, lineterminator="\n")
     writer.writerow(columns)
-    for row in df.loc[:, list(columns)].itertuples(index=False):
-        writer.writerow(
-            [
-                ""
-                if v is None or (isinstance(v, float) and math.isnan(v))
-                else (f"{v:.10g}" if isinstance(v, float) else v)
-                for v in row
-            ]
-        )
+    series = [df[name] for name in columns]
+    for start in range(0, len(df), _CSV_CHUNK):
+        cells = [_csv_cells(s.iloc[start : start + _CSV_CHUNK]) for s in series]
+        writer.writerows(zip(*cells, strict=True))
     return out.getvalue().encode("utf-8")
+
+
+def _csv_cells(values: pd.Series) -> list[Any]:
+    """One column's CSV cells (see :func:`_csv`)."""
+    return [
+        ""
+        if v is None or (isinstance(v, float) and math.isnan(v))
+        else (f"{v:.10g}" if isinstance(v, float) else v)
+        for v in values
+    ]
 
 
 def labels(plan: dict[str, Any]) -> tuple[str, ...] | None:
