@@ -18,10 +18,11 @@ from __future__ import annotations
 
 import csv
 import hashlib
+import heapq
 import io
 import json
 import math
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
@@ -256,12 +257,14 @@ def _csv(df: pd.DataFrame, columns: Sequence[str]) -> bytes:
 
 
 def _csv_cells(values: pd.Series) -> list[Any]:
-    """One column's CSV cells (see :func:`_csv`)."""
+    """One column's CSV cells (see :func:`_csv`); ``tolist`` gives what iterating gives."""
+    if values.dtype.kind in "iub":  # numpy ints and bools: never empty, never a float
+        return list(values.tolist())
     return [
         ""
         if v is None or (isinstance(v, float) and math.isnan(v))
         else (f"{v:.10g}" if isinstance(v, float) else v)
-        for v in values
+        for v in values.tolist()
     ]
 
 
@@ -2140,6 +2143,11 @@ def _study_results(
     return out
 
 
+def _events_of(log: Ledger, *kinds: str) -> Iterator[Any]:
+    """The events of these kinds in seq order, one query per kind merged (nothing held)."""
+    return heapq.merge(*(log.events(kind) for kind in kinds), key=lambda e: e.seq)
+
+
 def analyze_study(root: str | Path, key: SigningKey) -> AnalyzeResult:
     """Run the locked plan on the scored data; append one ``analysis.result`` per result."""
     root = Path(root)
@@ -2175,16 +2183,14 @@ def analyze_study(root: str | Path, key: SigningKey) -> AnalyzeResult:
         ]
         events = log.append_many(specs, key=key)
         log.sign_checkpoint(key)
-        answers = [e for e in log.events() if e.kind in ("trial.responded", "run.preflight")]
-        sessions = [e for e in log.events() if e.kind in ("run.started", "run.preflight")]
-    mismatches = model_mismatches(plan, answers)
+        # streamed in seq order (issue 41): no list of every response's envelope
+        mismatches = model_mismatches(plan, _events_of(log, "trial.responded", "run.preflight"))
+        warned = recorded_warnings(_events_of(log, "run.started", "run.preflight"))
     provenance = {
         "environment": plan.get("environment"),
         "model_mismatches": len(mismatches),
         "first_mismatches": [m.as_dict() for m in mismatches[:5]],
-        "model_identity_warnings": [
-            {"seq": seq, "warning": line} for seq, line in recorded_warnings(sessions)
-        ],
+        "model_identity_warnings": [{"seq": seq, "warning": line} for seq, line in warned],
     }
     return AnalyzeResult(
         [r.as_dict() for r in results], events[0].seq, inputs["trials_csv_sha256"], provenance
