@@ -249,4 +249,4 @@ def columns_frame(columns: Mapping[str, Column], names: Sequence[str]) -> pd.Dat
                 raise ValueError(f"column {name!r} has {len(column)} rows, not {n}")
             objects = column.objects()
         data[name] = convert_object_array([objects], dtype=None)[0]
-    return pd.DataFrame(data, columns=list(names))
+    return pd.DataFrame(data, columns=list(names), copy=False)
