@@ -244,16 +244,22 @@ def _csv(df: pd.DataFrame, columns: Sequence[str]) -> bytes:
 
     Column by column within chunks of :data:`_CSV_CHUNK` rows (each column's values as its
     Series iterates them, as ``itertuples`` gives them), so no row tuple of boxed scalars per
-    row is built and the memory held is one chunk's cells (issue 41).
+    row is built and the memory held is one chunk's cells and text besides the bytes written
+    (issue 41).
     """
-    out = io.StringIO()
-    writer = csv.writer(out, lineterminator="\n")
+    out = io.BytesIO()
+    text = io.StringIO()
+    writer = csv.writer(text, lineterminator="\n")
     writer.writerow(columns)
     series = [df[name] for name in columns]
     for start in range(0, len(df), _CSV_CHUNK):
         cells = [_csv_cells(s.iloc[start : start + _CSV_CHUNK]) for s in series]
         writer.writerows(zip(*cells, strict=True))
-    return out.getvalue().encode("utf-8")
+        out.write(text.getvalue().encode("utf-8"))  # one chunk's text at a time
+        text.seek(0)
+        text.truncate()
+    out.write(text.getvalue().encode("utf-8"))
+    return out.getvalue()
 
 
 def _csv_cells(values: pd.Series) -> list[Any]:
