@@ -187,7 +187,7 @@ class Column:
 
     def __init__(self) -> None:
         self._codes = array("i")
-        self._index: dict[tuple[type, Any], int] = {}
+        self._index: dict[Any, int] = {}
         self._values: list[Any] = []
 
     def __len__(self) -> int:
@@ -195,8 +195,8 @@ class Column:
 
     def append(self, value: Any) -> None:
         """Add one row's value."""
-        try:
-            key = (type(value), value)
+        try:  # a str is its own key (no other type's key is a str); others keyed by type
+            key = value if value.__class__ is str else (value.__class__, value)
             code = self._index.get(key)
             if code is None:
                 code = self._index[key] = len(self._values)
