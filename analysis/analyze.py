@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import csv
 import hashlib
-import heapq
 import io
 import json
 import math
@@ -2149,9 +2148,17 @@ def _study_results(
     return out
 
 
-def _events_of(log: Ledger, *kinds: str) -> Iterator[Any]:
-    """The events of these kinds in seq order, one query per kind merged (nothing held)."""
-    return heapq.merge(*(log.events(kind) for kind in kinds), key=lambda e: e.seq)
+def _answers(log: Ledger, sessions: list[Any]) -> Iterator[Any]:
+    """Each ``trial.responded`` and ``run.preflight`` in seq order, read as they come.
+
+    One query (a PostgreSQL ledger reads through one named cursor); ``run.started`` and
+    ``run.preflight`` events are also appended to ``sessions``.
+    """
+    for event in log.events():
+        if event.kind in ("run.started", "run.preflight"):
+            sessions.append(event)
+        if event.kind in ("trial.responded", "run.preflight"):
+            yield event
 
 
 def analyze_study(root: str | Path, key: SigningKey) -> AnalyzeResult:
@@ -2189,9 +2196,14 @@ def analyze_study(root: str | Path, key: SigningKey) -> AnalyzeResult:
         ]
         events = log.append_many(specs, key=key)
         log.sign_checkpoint(key)
-        # streamed in seq order (issue 41): no list of every response's envelope
-        mismatches = model_mismatches(plan, _events_of(log, "trial.responded", "run.preflight"))
-        warned = recorded_warnings(_events_of(log, "run.started", "run.preflight"))
+        # one streamed pass in seq order (issue 41): no list of every response's envelope;
+        # the sessions (run.started, run.preflight: a few) are kept for their warnings
+        sessions: list[Any] = []
+        answers = _answers(log, sessions)
+        mismatches = model_mismatches(plan, answers)
+        for _ in answers:  # anything model_mismatches left unread: sessions complete
+            pass
+        warned = recorded_warnings(sessions)
     provenance = {
         "environment": plan.get("environment"),
         "model_mismatches": len(mismatches),
