@@ -21,7 +21,7 @@ import hashlib
 import io
 import json
 import math
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
@@ -32,7 +32,7 @@ import rfc8785
 from scipy import stats as sps
 
 from analysis import parsers, statistics, stats
-from analysis.rows import split_trial
+from analysis.rows import Column, columns_frame, split_trial
 from analysis.statistics.lmm import MODEL_CAUTION
 from ledger import EventSpec, Ledger, SealPolicy, SigningKey
 from runner.ddx import DDX_METRICS
@@ -234,20 +234,43 @@ class Dataset:
         return _csv(self.items, columns + CLOZE_ITEM_COLUMNS if self.cloze else columns)
 
 
+_CSV_CHUNK = 65_536
+"""Rows per chunk when a dataset is written as CSV (the cells of one chunk are held at once)."""
+
+
 def _csv(df: pd.DataFrame, columns: Sequence[str]) -> bytes:
-    out = io.StringIO()
-    writer = csv.writer(out, lineterminator="\n")
+    """``df``'s ``columns`` as CSV: empty for None/NaN, floats as ``%.10g``, else ``str``.
+
+    Column by column within chunks of :data:`_CSV_CHUNK` rows (each column's values as its
+    Series iterates them, as ``itertuples`` gives them), so no row tuple of boxed scalars per
+    row is built and the memory held is one chunk's cells and text besides the bytes written
+    (issue 41).
+    """
+    out = io.BytesIO()
+    text = io.StringIO()
+    writer = csv.writer(text, lineterminator="\n")
     writer.writerow(columns)
-    for row in df.loc[:, list(columns)].itertuples(index=False):
-        writer.writerow(
-            [
-                ""
-                if v is None or (isinstance(v, float) and math.isnan(v))
-                else (f"{v:.10g}" if isinstance(v, float) else v)
-                for v in row
-            ]
-        )
-    return out.getvalue().encode("utf-8")
+    series = [df[name] for name in columns]
+    for start in range(0, len(df), _CSV_CHUNK):
+        cells = [_csv_cells(s.iloc[start : start + _CSV_CHUNK]) for s in series]
+        writer.writerows(zip(*cells, strict=True))
+        out.write(text.getvalue().encode("utf-8"))  # one chunk's text at a time
+        text.seek(0)
+        text.truncate()
+    out.write(text.getvalue().encode("utf-8"))
+    return out.getvalue()
+
+
+def _csv_cells(values: pd.Series) -> list[Any]:
+    """One column's CSV cells (see :func:`_csv`); ``tolist`` gives what iterating gives."""
+    if values.dtype.kind in "iub":  # numpy ints and bools: never empty, never a float
+        return list(values.tolist())
+    return [
+        ""
+        if v is None or (isinstance(v, float) and math.isnan(v))
+        else (f"{v:.10g}" if isinstance(v, float) else v)
+        for v in values.tolist()
+    ]
 
 
 def labels(plan: dict[str, Any]) -> tuple[str, ...] | None:
@@ -320,86 +343,58 @@ def load_dataset(
             "run 'ledger score' and 'ledger unblind' first"
         )
     code_arm = {code: arm for arm, code in revealed.body["arm_codes"].items()}
-    requests = {e.seq: e.body for e in log.events("trial.requested")}
-    responses = {e.seq: e.body for e in log.events("trial.responded")}
-    trial_rows: list[dict[str, Any]] = []
-    item_rows: list[dict[str, Any]] = []
-    for event in log.events("trial.scored"):
-        body = event.body
-        request = requests[responses[body["response_seq"]]["request_seq"]]
-        arm = code_arm.get(body["arm_code"])
-        if arm != request["arm"]:
-            raise StudyError(
-                f"{log.path}: seq {event.seq}: arm code {body['arm_code']} does not belong to "
-                f"arm {request['arm']} of trial {request['trial']}"
-            )
-        metric_values = (body.get("ddx") or {}).get("metrics") if parser == "ddx" else None
-        items = [] if parser == "ddx" else json.loads(log.blob(event.blobs["scores"]))
-        control = parser == TUMBLING_E and len(items) == 1 and items[0]["truth"] == CONTROL_TRUTH
-        n_items = int(body["n_items"])
-        model = split_trial(request["trial"])[1] or ""
-        variant = str(request.get("variant", ""))
-        order = str(body.get("order", ""))
-        trial_rows.append(
-            {
-                "trial": request["trial"],
-                "arm": arm,
-                "model": model,
-                "stimulus": request["stimulus"],
-                "variant": variant,
-                "rep": int(request["rep"]),
-                "response_seq": body["response_seq"],
-                "status": body["status"],
-                "n_items": n_items,
-                "n_answered": int(body["n_answered"]),
-                "n_correct": int(body["n_correct"]),
-                "accuracy": int(body["n_correct"]) / n_items if n_items else math.nan,
-                "control": control,
-                "excluded": exclude_unparseable and body["status"] == "unparseable",
-                **{name: _metric((metric_values or {}).get(name)) for name in DDX_METRICS},
-            }
-        )
-        for item in items:
-            item_rows.append(
-                {
-                    "trial": request["trial"],
-                    "arm": arm,
-                    "model": model,
-                    "stimulus": request["stimulus"],
-                    "variant": variant,
-                    "order": order,
-                    "rep": int(request["rep"]),
-                    "row": item["row"],
-                    "position": item["position"],
-                    "truth": item["truth"],
-                    "answer": item["answer"],
-                    "correct": item["correct"],
-                    "truth_original": _back(order, item["truth"]),
-                    "answer_original": _back(order, item["answer"]),
-                    "logprobs": (
-                        rfc8785.dumps(item["logprobs"]).decode("utf-8")
-                        if "logprobs" in item
-                        else None
-                    ),
-                    "margin": item.get("margin"),
-                }
-            )
+    # One pass in seq order (issue 41): each request kept as a small tuple, each response as
+    # its request's seq, each scored trial and item as compact columns (analysis.rows.Column);
+    # a trial's scores blob is read when its trial.scored is reached, one at a time.
+    requests: dict[int, tuple[Any, ...]] = {}
+    responses: dict[int, int] = {}
     names, cells = factorial or ((), {})
-    for row in trial_rows:
-        for f in names:
-            row[f"factor.{f}"] = (cells.get(row["arm"]) or {}).get(f, "")
-    trials = pd.DataFrame(
-        trial_rows,
-        columns=[*VARIANT_TRIAL_COLUMNS, *(f"factor.{f}" for f in names), *DDX_METRICS],
-    )
-    items_df = pd.DataFrame(item_rows, columns=[*VARIANT_ITEM_COLUMNS, *CLOZE_ITEM_COLUMNS])
+    trial_names = [*VARIANT_TRIAL_COLUMNS, *(f"factor.{f}" for f in names), *DDX_METRICS]
+    item_names = [*VARIANT_ITEM_COLUMNS, *CLOZE_ITEM_COLUMNS]
+    tcol = {name: Column() for name in trial_names}
+    icol = {name: Column() for name in item_names}
+    given_up: list[str] = []
+    excluded: set[str] = set()
+    for event in log.events():
+        kind = event.kind
+        if kind == "trial.requested":
+            b = event.body
+            requests[event.seq] = (
+                b["trial"],
+                b["arm"],
+                b["stimulus"],
+                b["rep"],
+                str(b.get("variant", "")),
+            )
+        elif kind == "trial.responded":
+            responses[event.seq] = event.body["request_seq"]
+        elif kind == "trial.failed":
+            if event.body.get("final"):
+                given_up.append(event.body["trial"])
+        elif kind == "trial.excluded":
+            excluded.add(str(event.body["trial"]))
+        elif kind == "trial.scored":
+            _fold_scored(
+                log,
+                event,
+                requests[responses[event.body["response_seq"]]],
+                code_arm,
+                parser,
+                exclude_unparseable,
+                cells,
+                names,
+                tcol,
+                icol,
+            )
+    trials = columns_frame(tcol, trial_names)
+    items_df = columns_frame(icol, item_names)
+    del tcol, icol
     trials = trials.sort_values("response_seq", kind="stable").reset_index(drop=True)
-    given_up = tuple(e.body["trial"] for e in log.events("trial.failed") if e.body.get("final"))
     return Dataset(
         trials,
         items_df,
         tuple(sorted(revealed.body["arm_codes"])),
-        given_up,
+        tuple(given_up),
         sealed.body["scores_sha256"],
         dict(sources or {}),
         tuple(models),
@@ -407,8 +402,73 @@ def load_dataset(
         parser == "cloze",
         ddx=parser == "ddx",
         factors=tuple(names),
-        excluded_trials=tuple(sorted({str(e.body["trial"]) for e in log.events("trial.excluded")})),
+        excluded_trials=tuple(sorted(excluded)),
     )
+
+
+def _fold_scored(
+    log: Ledger,
+    event: Any,
+    request: tuple[Any, ...],
+    code_arm: Mapping[str, str],
+    parser: str,
+    exclude_unparseable: bool,
+    cells: Mapping[str, Mapping[str, str]],
+    names: Sequence[str],
+    tcol: dict[str, Column],
+    icol: dict[str, Column],
+) -> None:
+    """Add one ``trial.scored`` (its trial row and its items) to the dataset's columns."""
+    trial, request_arm, stimulus, rep, variant = request
+    body = event.body
+    arm = code_arm.get(body["arm_code"])
+    if arm != request_arm:
+        raise StudyError(
+            f"{log.path}: seq {event.seq}: arm code {body['arm_code']} does not belong to "
+            f"arm {request_arm} of trial {trial}"
+        )
+    metric_values = (body.get("ddx") or {}).get("metrics") if parser == "ddx" else None
+    items = [] if parser == "ddx" else json.loads(log.blob(event.blobs["scores"]))
+    control = parser == TUMBLING_E and len(items) == 1 and items[0]["truth"] == CONTROL_TRUTH
+    n_items = int(body["n_items"])
+    model = split_trial(trial)[1] or ""
+    order = str(body.get("order", ""))
+    row = {
+        "trial": trial,
+        "arm": arm,
+        "model": model,
+        "stimulus": stimulus,
+        "variant": variant,
+        "rep": int(rep),
+        "response_seq": body["response_seq"],
+        "status": body["status"],
+        "n_items": n_items,
+        "n_answered": int(body["n_answered"]),
+        "n_correct": int(body["n_correct"]),
+        "accuracy": int(body["n_correct"]) / n_items if n_items else math.nan,
+        "control": control,
+        "excluded": exclude_unparseable and body["status"] == "unparseable",
+        **{name: _metric((metric_values or {}).get(name)) for name in DDX_METRICS},
+        **{f"factor.{f}": (cells.get(str(arm)) or {}).get(f, "") for f in names},
+    }
+    for name, column in tcol.items():
+        column.append(row[name])
+    count = len(items)
+    for name in ("trial", "arm", "model", "stimulus", "variant", "rep"):
+        icol[name].extend_code(tcol[name], count)
+    icol["order"].extend_value(order, count)
+    for item in items:
+        icol["row"].append(item["row"])
+        icol["position"].append(item["position"])
+        icol["truth"].append(item["truth"])
+        icol["answer"].append(item["answer"])
+        icol["correct"].append(item["correct"])
+        icol["truth_original"].append(_back(order, item["truth"]))
+        icol["answer_original"].append(_back(order, item["answer"]))
+        icol["logprobs"].append(
+            rfc8785.dumps(item["logprobs"]).decode("utf-8") if "logprobs" in item else None
+        )
+        icol["margin"].append(item.get("margin"))
 
 
 def _metric(value: Any) -> float:
@@ -2085,6 +2145,19 @@ def _study_results(
     return out
 
 
+def _answers(log: Ledger, sessions: list[Any]) -> Iterator[Any]:
+    """Each ``trial.responded`` and ``run.preflight`` in seq order, read as they come.
+
+    One query (a PostgreSQL ledger reads through one named cursor); ``run.started`` and
+    ``run.preflight`` events are also appended to ``sessions``.
+    """
+    for event in log.events():
+        if event.kind in ("run.started", "run.preflight"):
+            sessions.append(event)
+        if event.kind in ("trial.responded", "run.preflight"):
+            yield event
+
+
 def analyze_study(root: str | Path, key: SigningKey) -> AnalyzeResult:
     """Run the locked plan on the scored data; append one ``analysis.result`` per result."""
     root = Path(root)
@@ -2120,16 +2193,19 @@ def analyze_study(root: str | Path, key: SigningKey) -> AnalyzeResult:
         ]
         events = log.append_many(specs, key=key)
         log.sign_checkpoint(key)
-        answers = [e for e in log.events() if e.kind in ("trial.responded", "run.preflight")]
-        sessions = [e for e in log.events() if e.kind in ("run.started", "run.preflight")]
-    mismatches = model_mismatches(plan, answers)
+        # one streamed pass in seq order (issue 41): no list of every response's envelope;
+        # the sessions (run.started, run.preflight: a few) are kept for their warnings
+        sessions: list[Any] = []
+        answers = _answers(log, sessions)
+        mismatches = model_mismatches(plan, answers)
+        for _ in answers:  # anything model_mismatches left unread: sessions complete
+            pass
+        warned = recorded_warnings(sessions)
     provenance = {
         "environment": plan.get("environment"),
         "model_mismatches": len(mismatches),
         "first_mismatches": [m.as_dict() for m in mismatches[:5]],
-        "model_identity_warnings": [
-            {"seq": seq, "warning": line} for seq, line in recorded_warnings(sessions)
-        ],
+        "model_identity_warnings": [{"seq": seq, "warning": line} for seq, line in warned],
     }
     return AnalyzeResult(
         [r.as_dict() for r in results], events[0].seq, inputs["trials_csv_sha256"], provenance

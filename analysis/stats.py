@@ -1063,6 +1063,12 @@ def _reml_maximum(
 #: REML maximum is found directly (:func:`_closed_form_fit`) from a moment start.
 CLOSED_FORM_MIN_GROUPS = 1000
 
+#: A design with at least this many rows is fitted by the same closed-form path, from its
+#: sufficient statistics (:func:`reml_parts`: per-group sizes and sums, ``XᵀX``, ``Xᵀy``,
+#: ``yᵀy``), whatever its number of groups: statsmodels' optimiser costs 2-3 s per fit at
+#: 100,000 rows over 7 groups (``docs/statistics.md``, "Designs of many rows").
+CLOSED_FORM_MIN_ROWS = 20_000
+
 #: ``ledger plan`` fits every mixed model by the closed-form path (:func:`closed_form_fits`):
 #: both paths report the REML maximum (the same convergence check), and it is ~10 times faster
 #: on the template's simulated studies than statsmodels' optimiser. The analysis never sets it.
@@ -1423,7 +1429,11 @@ def mixed_model(
             "estimated"
         )
     direct = None
-    if n_groups >= CLOSED_FORM_MIN_GROUPS or _CLOSED_FORM_ALWAYS.get():
+    if (
+        n_groups >= CLOSED_FORM_MIN_GROUPS
+        or y.size >= CLOSED_FORM_MIN_ROWS
+        or _CLOSED_FORM_ALWAYS.get()
+    ):
         with np.errstate(all="ignore"):
             try:
                 direct = _closed_form_fit(y, exog, codes)

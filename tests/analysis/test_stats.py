@@ -501,6 +501,56 @@ def test_a_large_design_gets_the_reml_maximum_without_statsmodels(
     assert [e.se for e in fit.fixed_effects] == pytest.approx(list(ref.bse_fe), rel=1e-4)
 
 
+def test_a_design_of_many_rows_over_few_groups_is_fitted_from_its_sums(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """CLOSED_FORM_MIN_ROWS rows over 7 groups (here the threshold lowered to the test's 3,500
+    rows): statsmodels is not called; the verifier accepts the point, and statsmodels' own fit
+    is no more likely and agrees (docs/statistics.md, "Designs of many rows")."""
+    from verify._reml import RemlModel, check_point
+
+    rng = np.random.default_rng(41)
+    n_rows = 3500
+    assert n_rows < stats.CLOSED_FORM_MIN_ROWS  # a 3,500-row design takes statsmodels' path
+    u = rng.normal(0.0, 0.2, 7)
+    probe = rng.integers(0, 7, n_rows)
+    arm = np.array(["A", "B", "C"])[rng.integers(0, 3, n_rows)]
+    effect = (arm == "B") * 0.3 + (arm == "C") * 0.1
+    df = pd.DataFrame(
+        {
+            "probe": [f"p{g}" for g in probe],
+            "arm": arm,
+            "acc": effect + u[probe] + rng.normal(0.0, 0.4, n_rows),
+        }
+    )
+
+    def refuse(*args: Any, **kwargs: Any) -> Any:
+        raise AssertionError("statsmodels' MixedLM was called")
+
+    with monkeypatch.context() as patch:
+        patch.setattr(stats, "CLOSED_FORM_MIN_ROWS", n_rows)
+        patch.setattr(stats, "MixedLM", refuse)
+        fit = stats.mixed_model(df, "acc", "arm", "probe", "A")
+    assert fit.converged and not fit.singular and fit.n_groups == 7
+    exog = np.column_stack(
+        [np.ones(n_rows), (arm == "B").astype(float), (arm == "C").astype(float)]
+    )
+    point, reason = check_point(
+        RemlModel(df["acc"], exog, df["probe"].tolist(), [df["probe"].tolist()]),
+        [fit.group_variance, fit.residual_variance],
+    )
+    assert reason is None and point.loglik == pytest.approx(fit.log_likelihood, abs=1e-6)
+    small = stats.mixed_model(df, "acc", "arm", "probe", "A")  # statsmodels' path, polished
+    assert fit.log_likelihood == pytest.approx(small.log_likelihood, rel=1e-9)
+    assert fit.group_variance == pytest.approx(small.group_variance, rel=1e-6)
+    assert fit.residual_variance == pytest.approx(small.residual_variance, rel=1e-6)
+    for mine, theirs in zip(fit.fixed_effects, small.fixed_effects, strict=True):
+        assert mine.estimate == pytest.approx(theirs.estimate, rel=1e-6)
+        assert mine.se == pytest.approx(theirs.se, rel=1e-6)
+    assert fit.group_variance_ci_lower == pytest.approx(small.group_variance_ci_lower, rel=1e-6)
+    assert fit.group_variance_ci_upper == pytest.approx(small.group_variance_ci_upper, rel=1e-6)
+
+
 def _quiet_fit(model: Any) -> Any:
     """``model.fit(reml=True)`` without statsmodels' boundary warnings (σ²_g < 0.01 here)."""
     with warnings.catch_warnings():
