@@ -64,7 +64,8 @@ def test_new_lock_log_and_checkpoint(tmp_path: Path, monkeypatch: pytest.MonkeyP
         kinds = [e.kind for e in log.events()]
         protocol = next(log.events("protocol.locked"))
         vkeys = list(log.keys())
-    assert kinds.count("artifact.locked") == 1 + 6 + 1 + 7 + 1  # spec, prompts, truth, PNGs, README
+    # spec, prompts, truth, PNGs, README, the OSF preregistration
+    assert kinds.count("artifact.locked") == 1 + 6 + 1 + 7 + 1 + 1
     assert kinds[-1] == "protocol.locked"
     assert protocol.body["trials"] == 1050
     note = (root / "registration-checkpoint.txt").read_text()
