@@ -20,6 +20,7 @@ import json
 import os
 import shutil
 from collections.abc import Iterable, Iterator, Sequence
+from contextlib import suppress
 from dataclasses import dataclass
 from functools import partial
 from pathlib import Path
@@ -211,6 +212,7 @@ class _Writer:
         self._blobs = bytearray()  # the written blobs' SHA-256s, 32 bytes each
         self._directories = {root, root / "blobs"}
         self._blob_dir = str(root / "blobs")
+        self._open: set[BinaryIO] = set()  # files made by create() and not finished yet
         self._sync_each = True
         self.guard((root / "blobs").mkdir)
 
@@ -248,7 +250,9 @@ class _Writer:
         except OSError as exc:
             self.guard(partial(_raise, exc))
             raise
-        return os.fdopen(fd, "wb", buffering=1 << 16)
+        file = os.fdopen(fd, "wb", buffering=1 << 16)
+        self._open.add(file)
+        return file
 
     def finish(self, file: BinaryIO) -> None:
         """Flush and close a file made by :meth:`create` (synced now unless synced at the end)."""
@@ -257,7 +261,15 @@ class _Writer:
             if self._sync_each:
                 self.guard(os.fsync, file.fileno())
         finally:
+            self._open.discard(file)
             file.close()
+
+    def close_all(self) -> None:
+        """Close every file still open (an export that failed half way); errors ignored."""
+        for file in self._open:
+            with suppress(OSError):
+                file.close()
+        self._open.clear()
 
     def record(self, rel: str, digest: str, size: int) -> None:
         """Count a written file."""
@@ -1200,6 +1212,7 @@ def export_study(
         raise OutputError(f"cannot write the archive: {describe_os_error(exc, target)}") from exc
     committed = False
     annex_written: Path | None = None
+    w: _Writer | None = None
     try:
         # One transaction holds export.created, the final checkpoint and any promised checkpoint
         # signed here; it commits only once every archive file is written and synced, so an
@@ -1305,6 +1318,8 @@ def export_study(
         committed = True
         _swap_into_place(tmp, target)
     except BaseException as exc:
+        if w is not None:
+            w.close_all()
         if not committed:
             shutil.rmtree(tmp, ignore_errors=True)
             if annex_written is not None:
