@@ -521,6 +521,14 @@ class _Fold:
         self.flow.feed(kind, event.seq, b)
         self.checklist.feed(event)
 
+    def release(self) -> None:
+        """Drop the per-trial records once the tables and the flow are written."""
+        from analysis.flow import FlowFold
+
+        self.requests, self.outcomes = [], {}
+        self.step_requests, self.step_outcomes = [], {}
+        self.flow = FlowFold()
+
 
 def _trial_files(w: _Writer, log: Ledger, fold: _Fold) -> None:
     revealed = next(iter(log.events("blinding.revealed")), None)
@@ -637,6 +645,8 @@ def _analysis_files(
         _csv_bytes(("hypothesis", "test", "status", "verdict", "decided_by", "error"), verdicts),
     )
     flow = _reporting_files(w, log, fold)
+    if fold is not None:
+        fold.release()  # before the report, which verifies the whole ledger
     try:
         from analysis.report import build_report
     except ImportError:  # the report module is optional for an export
