@@ -103,6 +103,20 @@ def _event_line(event: Event) -> bytes:
     return b'{"envelope":' + event.envelope + b',"signature":"' + signature + b'"}\n'
 
 
+PAGE = 4096
+"""Events read per query by :func:`_events_in_pages`."""
+
+
+def _events_in_pages(log: Ledger, start: int, end: int) -> Iterator[Event]:
+    """Events ``[start, end)`` in seq order, a page of :data:`PAGE` per query.
+
+    Inside the export's transaction PostgreSQL's client fetches a query's whole result at
+    once; pages of seqs keep that to a page of envelopes (SQLite reads each page by its key).
+    """
+    for low in range(start, end, PAGE):
+        yield from log.events(start=low, end=min(end, low + PAGE))
+
+
 def blob_listing_sha256(names: Iterable[str]) -> str:
     """SHA-256 of the sorted blob names, each followed by ``\n`` (``docs/archive-format.md``).
 
@@ -1243,7 +1257,7 @@ def export_study(
             size = log.size
             events = w.open(f"{LEDGER_DIR}/events.jsonl")
             fold = _Fold(study, w.csv("scores/scores.csv", SCORE_COLUMNS))
-            for e in log.events(end=size):
+            for e in _events_in_pages(log, 0, size):
                 events.write(_event_line(e))
                 for digest in e.blobs.values():
                     w.blob(digest, partial(log.stored_blob, digest), e.seq)
