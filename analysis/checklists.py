@@ -20,7 +20,18 @@ from analysis.flow import Flow
 from ledger import Ledger
 from runner.lock import StudyError
 
-__all__ = ["DATA_ROLES", "FACTS", "PERSON", "Fact", "checklist_files", "checklists", "facts"]
+__all__ = [
+    "DATA_ROLES",
+    "FACTS",
+    "KEPT_KINDS",
+    "PERSON",
+    "ChecklistEvents",
+    "Fact",
+    "checklist_files",
+    "checklists",
+    "facts",
+    "read_events",
+]
 
 CHECKLISTS_FILE = Path(__file__).with_name("checklists.json")
 PERSON = "to be completed by the authors"
@@ -45,13 +56,61 @@ def _value(v: Any) -> str:
     return v if isinstance(v, str) else json.dumps(v, sort_keys=True, ensure_ascii=False)
 
 
-class _Events:
-    """The events the facts read, gathered in one pass."""
+KEPT_KINDS = frozenset(
+    {
+        "protocol.locked",
+        "run.started",
+        "scoring.sealed",
+        "blinding.revealed",
+        "protocol.amended",
+        "analysis.result",
+        "artifact.locked",
+    }
+)
+"""The event kinds the facts read whole: a handful per study, however many trials it has."""
 
-    def __init__(self, log: Ledger) -> None:
+
+class ChecklistEvents:
+    """The events the facts read, folded in one pass in seq order.
+
+    The few study-level kinds (:data:`KEPT_KINDS`) are kept whole; of the per-trial events only
+    what the facts say: the count, first and last of ``trial.requested`` and, per model a
+    response names, its count and first seq. Feed every event with :meth:`feed`.
+    """
+
+    def __init__(self) -> None:
         self.by_kind: dict[str, list[Any]] = {}
-        for e in log.events():
-            self.by_kind.setdefault(e.kind, []).append(e)
+        self.requests = 0
+        self.first_request: tuple[int, str] | None = None
+        self.last_request: tuple[int, str] | None = None
+        self.reported: dict[str, list[int]] = {}  # model -> [responses, first seq]
+
+    def feed(self, e: Any) -> None:
+        """Fold one event (an :class:`ledger.Event`)."""
+        kind = e.kind
+        if kind == "trial.requested":
+            self.requests += 1
+            self.last_request = (e.seq, e.time)
+            if self.first_request is None:
+                self.first_request = self.last_request
+        elif kind == "trial.responded":
+            name = e.body.get("model")
+            if isinstance(name, str) and name:
+                found = self.reported.get(name)
+                if found is None:
+                    self.reported[name] = [1, e.seq]
+                else:
+                    found[0] += 1
+        elif kind in KEPT_KINDS:
+            self.by_kind.setdefault(kind, []).append(e)
+
+
+class _Events:
+    """The facts' view of a :class:`ChecklistEvents`."""
+
+    def __init__(self, folded: ChecklistEvents) -> None:
+        self.folded = folded
+        self.by_kind = folded.by_kind
         locked = self.by_kind.get("protocol.locked") or []
         if not locked:
             raise StudyError("the checklists need a locked study (run 'ledger lock')")
@@ -60,6 +119,7 @@ class _Events:
         self.p: dict[str, Any] = dict(self.lock.body)
 
     def of(self, kind: str) -> list[Any]:
+        assert kind in KEPT_KINDS, kind
         return self.by_kind.get(kind) or []
 
     def first(self, kind: str) -> Any:
@@ -96,12 +156,8 @@ def _fact_model(ev: _Events, flow: Flow) -> Fact:
         locked = "; ".join(f"{n} = {m.get('id')} (provider {m.get('provider')})" for n, m in models)
     else:
         locked = f"{models[0][1].get('id')} (provider {models[0][1].get('provider')})"
-    reported: dict[str, list[int]] = {}
-    for e in ev.of("trial.responded"):
-        name = e.body.get("model")
-        if isinstance(name, str) and name:
-            reported.setdefault(name, []).append(e.seq)
-    said = ", ".join(f"{m} ({len(s)})" for m, s in sorted(reported.items())) or "none reported"
+    reported = ev.folded.reported
+    said = ", ".join(f"{m} ({s[0]})" for m, s in sorted(reported.items())) or "none reported"
     runs = ev.of("run.started")
     backends = ", ".join(sorted({str(r.body.get("backend")) for r in runs})) or "none"
     simulated = (
@@ -109,20 +165,20 @@ def _fact_model(ev: _Events, flow: Flow) -> Fact:
     )
     return (
         f"Locked: {locked}. Reported by the responses: {said}. Backends: {backends}{simulated}.",
-        _seqs(ev.lock.seq, [r.seq for r in runs], [s[0] for s in reported.values()]),
+        _seqs(ev.lock.seq, [r.seq for r in runs], [s[1] for s in reported.values()]),
     )
 
 
 def _fact_query_dates(ev: _Events, flow: Flow) -> Fact:
-    requests = ev.of("trial.requested")
-    if not requests:
+    folded = ev.folded
+    if folded.first_request is None or folded.last_request is None:
         return "No trial request was sent.", _seqs(ev.lock.seq)
-    a, b = requests[0], requests[-1]
+    (a_seq, a_time), (b_seq, b_time) = folded.first_request, folded.last_request
     return (
-        f"First request {a.time} (seq {a.seq}); last request {b.time} (seq {b.seq}); "
-        f"{len(requests)} requests. Times are the appender's clock, bounded by the signed "
+        f"First request {a_time} (seq {a_seq}); last request {b_time} (seq {b_seq}); "
+        f"{folded.requests} requests. Times are the appender's clock, bounded by the signed "
         "checkpoints.",
-        _seqs(a.seq, b.seq),
+        _seqs(a_seq, b_seq),
     )
 
 
@@ -164,7 +220,7 @@ def _fact_runs(ev: _Events, flow: Flow) -> Fact:
     settings = ", ".join(f"{k} {_value(analysis[k])}" for k in sorted(analysis)) or "none"
     return (
         f"{ev.p.get('trials')} trials scheduled with {_value(design.get('replicates'))} "
-        f"replicate(s) per arm and stimulus or item; {len(ev.of('trial.requested'))} requests "
+        f"replicate(s) per arm and stimulus or item; {ev.folded.requests} requests "
         f"sent in {len(runs)} run session(s). Each replicate is an independent stateless call "
         f"at the locked sampling parameters and every replicate is analysed; analysis "
         f"settings as locked: {settings}.",
@@ -205,16 +261,16 @@ def _fact_blinding(ev: _Events, flow: Flow) -> Fact:
 
 def _fact_registration(ev: _Events, flow: Flow) -> Fact:
     lock = ev.first_lock
-    first = ev.first("trial.requested")
+    first = ev.folded.first_request
     before = (
-        f"before the first trial request (seq {first.seq})"
+        f"before the first trial request (seq {first[0]})"
         if first is not None
         else "no trial request followed"
     )
     return (
         f"Protocol locked at seq {lock.seq} ({lock.time}), {before}; its registration "
         f"checkpoint is ledger/checkpoints/{lock.seq + 1:08d}.txt.",
-        _seqs(lock.seq, first.seq if first is not None else None),
+        _seqs(lock.seq, first[0] if first is not None else None),
     )
 
 
@@ -315,9 +371,22 @@ FACTS: dict[str, Callable[[_Events, Flow], Fact]] = {
 """Each mechanical fact by name (``docs/reporting.md`` §2.2)."""
 
 
-def facts(log: Ledger, flow: Flow) -> dict[str, Fact]:
-    """Every fact of the study in ``log``: name -> (answer, seqs)."""
-    ev = _Events(log)
+def read_events(log: Ledger) -> ChecklistEvents:
+    """The :class:`ChecklistEvents` of the study in ``log``, read kind by kind."""
+    folded = ChecklistEvents()
+    for kind in (*sorted(KEPT_KINDS), "trial.requested", "trial.responded"):
+        for e in log.events(kind):
+            folded.feed(e)
+    return folded
+
+
+def facts(log: Ledger, flow: Flow, events: ChecklistEvents | None = None) -> dict[str, Fact]:
+    """Every fact of the study in ``log``: name -> (answer, seqs).
+
+    ``events``, when given, holds every event of ``log`` folded already (one pass shared with
+    other readers); otherwise they are read here.
+    """
+    ev = _Events(events if events is not None else read_events(log))
     return {name: fn(ev, flow) for name, fn in FACTS.items()}
 
 
@@ -395,9 +464,14 @@ def _html(checklist: dict[str, Any], title: str, study: str, known: dict[str, Fa
     return "\n".join(lines)
 
 
-def checklist_files(log: Ledger, flow: Flow) -> dict[str, bytes]:
-    """``analysis/checklists/<id>.md`` and ``.html`` of every checklist, by archive path."""
-    known = facts(log, flow)
+def checklist_files(
+    log: Ledger, flow: Flow, events: ChecklistEvents | None = None
+) -> dict[str, bytes]:
+    """``analysis/checklists/<id>.md`` and ``.html`` of every checklist, by archive path.
+
+    ``events`` as for :func:`facts`.
+    """
+    known = facts(log, flow, events)
     locked = list(log.events("protocol.locked"))
     if not locked:
         raise StudyError("the checklists need a locked study (run 'ledger lock')")

@@ -14,20 +14,22 @@ from __future__ import annotations
 import base64
 import csv
 import hashlib
+import heapq
 import io
 import json
 import os
 import shutil
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Iterator, Sequence
+from contextlib import suppress
 from dataclasses import dataclass
+from functools import partial
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any, BinaryIO
 
 from analysis.analyze import describe_decision
 from analysis.rows import (
     ATTEMPT_COLUMNS,
     SCORE_COLUMNS,
-    attempts,
     schedule_columns,
     schedule_ids,
     schedule_rows,
@@ -35,6 +37,7 @@ from analysis.rows import (
 )
 from analysis.statistics import kind_of
 from ledger import (
+    Event,
     Ledger,
     OutputError,
     SealPolicy,
@@ -43,7 +46,7 @@ from ledger import (
     commitment,
     describe_os_error,
 )
-from ledger._files import fsync_directory
+from ledger._files import can_sync_file_system, fsync_directory, sync_file_system
 from ledger._sealed import SALT_BYTES
 from runner.arm_identity import identity_bytes, identity_object, identity_version
 from runner.identity import session_notice
@@ -56,6 +59,9 @@ from runner.lock import (
 )
 from runner.spec import Study
 from runner.witnessing import POLICY_FILE
+
+if TYPE_CHECKING:
+    from analysis.flow import Flow
 
 ARCHIVE_FORMAT = 1
 LEDGER_DIR = "ledger"
@@ -86,6 +92,31 @@ def _json_bytes(value: Any) -> bytes:
     return (json.dumps(value, indent=2, sort_keys=True, ensure_ascii=False) + "\n").encode()
 
 
+def _event_line(event: Event) -> bytes:
+    """The event's line of ``ledger/events.jsonl``, from its bytes as stored.
+
+    ``{"envelope":ENVELOPE,"signature":"BASE64"}`` and a newline: the canonical JSON of that
+    object, whose members are in canonical order already and whose envelope is stored as its
+    own RFC 8785 canonical JSON (the bytes the signature covers), so nothing is re-encoded.
+    """
+    signature = base64.b64encode(event.signature)
+    return b'{"envelope":' + event.envelope + b',"signature":"' + signature + b'"}\n'
+
+
+PAGE = 4096
+"""Events read per query by :func:`_events_in_pages`."""
+
+
+def _events_in_pages(log: Ledger, start: int, end: int) -> Iterator[Event]:
+    """Events ``[start, end)`` in seq order, a page of :data:`PAGE` per query.
+
+    Inside the export's transaction PostgreSQL's client fetches a query's whole result at
+    once; pages of seqs keep that to a page of envelopes (SQLite reads each page by its key).
+    """
+    for low in range(start, end, PAGE):
+        yield from log.events(start=low, end=min(end, low + PAGE))
+
+
 def blob_listing_sha256(names: Iterable[str]) -> str:
     """SHA-256 of the sorted blob names, each followed by ``\n`` (``docs/archive-format.md``).
 
@@ -106,34 +137,238 @@ def archive_path(rel: str, role: str) -> str:
     return f"protocol/{rel}"
 
 
+class _Sink:
+    """One archive file being written: buffered, hashed as it goes, synced when closed."""
+
+    def __init__(self, writer: _Writer, rel: str) -> None:
+        self.writer, self.rel = writer, rel
+        self.digest = hashlib.sha256()
+        self.size = 0
+        self.held: io.BytesIO | None = None  # a file a public export withholds
+        self.file: BinaryIO | None = None
+        if writer.withholds(rel):
+            self.held = io.BytesIO()
+        else:
+            self.file = writer.create(rel)
+
+    def write(self, data: bytes) -> None:
+        """Append ``data`` to the file."""
+        if self.held is not None:
+            self.held.write(data)
+            return
+        assert self.file is not None
+        self.digest.update(data)
+        self.size += len(data)
+        self.writer.guard(self.file.write, data)
+
+    def close(self) -> None:
+        """Finish the file: sync it (unless the whole tree is synced at the end), record it."""
+        if self.held is not None:
+            self.writer.hold(self.rel, self.held.getvalue())
+            return
+        assert self.file is not None
+        self.writer.finish(self.file)
+        self.writer.record(self.rel, self.digest.hexdigest(), self.size)
+
+
+class _CsvSink:
+    """A CSV file written row by row (``None`` as an empty cell), in chunks of about 1 MB."""
+
+    def __init__(self, sink: _Sink, header: Sequence[str]) -> None:
+        self.sink = sink
+        self.buffer = io.StringIO()
+        self.writer = csv.writer(self.buffer, lineterminator="\n")
+        self.writer.writerow(header)
+
+    def row(self, values: Iterable[Any]) -> None:
+        """Write one row."""
+        self.writer.writerow(["" if v is None else v for v in values])
+        if self.buffer.tell() >= 1 << 20:
+            self._drain()
+
+    def _drain(self) -> None:
+        self.sink.write(self.buffer.getvalue().encode("utf-8"))
+        self.buffer.seek(0)
+        self.buffer.truncate()
+
+    def close(self) -> None:
+        """Write what is buffered and finish the file."""
+        self._drain()
+        self.sink.close()
+
+
 class _Writer:
-    def __init__(self, root: Path) -> None:
+    """Writes the archive's files straight into the (new, empty) ``root``, one at a time.
+
+    Nothing is held: each file is hashed as it is written and only its archive path, SHA-256
+    and size are kept (a blob's, whose name is its SHA-256, only as 32 bytes). The files are
+    made durable together at the end by one ``syncfs`` where the system has it, else each is
+    synced as it is closed. A public export's withheld blobs and files are kept aside instead
+    (``docs/privacy.md``), for the annex.
+    """
+
+    def __init__(
+        self,
+        root: Path,
+        target: Path,
+        withheld_paths: set[str] | None = None,
+        withheld_blobs: set[str] | None = None,
+    ) -> None:
         self.root = root
-        self.files: dict[str, bytes] = {}
+        self.target = target
+        self.hashes: dict[str, str] = {}
+        """Every file written but the blobs: archive path -> SHA-256."""
+        self.files = 0
+        self.bytes = 0
+        self.withheld = _Withheld({}, {})
+        self._withheld_paths = withheld_paths or set()
+        self._withheld_blobs = withheld_blobs or set()
+        self._blobs = bytearray()  # the written blobs' SHA-256s, 32 bytes each
+        self._directories = {root, root / "blobs"}
+        self._blob_dir = str(root / "blobs")
+        self._open: set[BinaryIO] = set()  # files made by create() and not finished yet
+        self._sync_each = True
+        self.guard((root / "blobs").mkdir)
+
+    def guard(self, call: Any, *args: Any) -> Any:
+        """``call(*args)``, an ``OSError`` turned into the export's :class:`OutputError`."""
+        try:
+            return call(*args)
+        except OSError as exc:
+            raise OutputError(
+                f"cannot write the archive: {describe_os_error(exc, self.target)}; nothing "
+                "was exported and the ledger is unchanged"
+            ) from exc
+
+    def withholds(self, rel: str) -> bool:
+        """True when a public export leaves ``rel`` out (``_withheld_paths``)."""
+        paths = self._withheld_paths
+        return rel in paths or any(p.endswith("/") and rel.startswith(p) for p in paths)
+
+    def hold(self, rel: str, data: bytes) -> None:
+        """Keep a withheld file for the annex, with the salt of its commitment."""
+        if rel in self.withheld.files:
+            raise StudyError(f"archive: two files map to {rel}")
+        self.withheld.files[rel] = (os.urandom(SALT_BYTES), data)
+
+    def create(self, rel: str) -> BinaryIO:
+        """A new file at ``rel`` (its directories made), open for buffered writing."""
+        path = self.root / rel
+        if path.parent not in self._directories:
+            self.guard(partial(path.parent.mkdir, parents=True, exist_ok=True))
+            self._directories.update((path.parent, *path.parent.parents))
+        try:
+            fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666)
+        except FileExistsError:
+            raise StudyError(f"archive: two files map to {rel}") from None
+        except OSError as exc:
+            self.guard(partial(_raise, exc))
+            raise
+        file = os.fdopen(fd, "wb", buffering=1 << 16)
+        self._open.add(file)
+        return file
+
+    def finish(self, file: BinaryIO) -> None:
+        """Flush and close a file made by :meth:`create` (synced now unless synced at the end)."""
+        try:
+            self.guard(file.flush)
+            if self._sync_each:
+                self.guard(os.fsync, file.fileno())
+        finally:
+            self._open.discard(file)
+            file.close()
+
+    def close_all(self) -> None:
+        """Close every file still open (an export that failed half way); errors ignored."""
+        for file in self._open:
+            with suppress(OSError):
+                file.close()
+        self._open.clear()
+
+    def record(self, rel: str, digest: str, size: int) -> None:
+        """Count a written file."""
+        self.hashes[rel] = digest
+        self.files += 1
+        self.bytes += size
 
     def put(self, rel: str, data: bytes) -> None:
-        if rel in self.files:
-            raise StudyError(f"archive: two files map to {rel}")
-        self.files[rel] = data
+        """Write the file ``rel`` whole."""
+        sink = self.open(rel)
+        sink.write(data)
+        sink.close()
 
-    def flush(self) -> None:
-        """Write every file into the (new, empty) root, each synced, then the directories."""
-        directories = {self.root}
-        for rel, data in sorted(self.files.items()):
-            path = self.root / rel
-            if path.parent not in directories:
-                path.parent.mkdir(parents=True, exist_ok=True)
-                directories.add(path.parent)
-            fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666)
-            try:
-                view = memoryview(data)
-                while view:
-                    view = view[os.write(fd, view) :]
-                os.fsync(fd)
-            finally:
-                os.close(fd)
-        for directory in sorted(directories, key=lambda d: len(d.parts), reverse=True):
-            fsync_directory(directory)
+    def open(self, rel: str) -> _Sink:
+        """The file ``rel``, written piece by piece; close it when done."""
+        return _Sink(self, rel)
+
+    def csv(self, rel: str, header: Sequence[str]) -> _CsvSink:
+        """The CSV file ``rel`` with ``header``, written row by row; close it when done."""
+        return _CsvSink(self.open(rel), header)
+
+    def blob(self, digest: str, read: Any, seq: int) -> None:
+        """``blobs/<digest>`` with the stored bytes ``read()`` gives, once however often named.
+
+        The bytes must hash to ``digest`` (the store's own promise, checked as they pass).
+        """
+        if digest in self._withheld_blobs:
+            if digest not in self.withheld.blobs:
+                self.withheld.blobs[digest] = read()
+            return
+        try:
+            fd = os.open(f"{self._blob_dir}/{digest}", os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666)
+        except FileExistsError:
+            return  # written for an earlier event
+        except OSError as exc:
+            self.guard(partial(_raise, exc))
+            raise
+        try:
+            data = read()
+            found = hashlib.sha256(data).hexdigest()
+            if found != digest:
+                raise StudyError(
+                    f"blob {digest} (named by event seq {seq}): its stored bytes hash to "
+                    f"{found}; the store is damaged"
+                )
+            view = memoryview(data)
+            while view:
+                view = view[self.guard(os.write, fd, view) :]
+            if self._sync_each:
+                self.guard(os.fsync, fd)
+        finally:
+            os.close(fd)
+        self._blobs += bytes.fromhex(digest)
+        self.files += 1
+        self.bytes += len(data)
+
+    def blob_names(self) -> Iterator[str]:
+        """The written blobs' names, sorted (from 32 bytes each, never a list of them all)."""
+        import numpy as np
+
+        for digest in np.sort(np.frombuffer(bytes(self._blobs), dtype="V32")):
+            yield bytes(digest).hex()
+
+    def blob_listing(self) -> dict[str, Any]:
+        """``export.created``'s ``blobs``: the count and :func:`blob_listing_sha256`."""
+        listing = hashlib.sha256()
+        for name in self.blob_names():
+            listing.update(f"{name}\n".encode("ascii"))
+        return {"count": len(self._blobs) // 32, "listing_sha256": listing.hexdigest()}
+
+    def sync_at_end(self) -> None:
+        """From now on files are not synced one by one, where :meth:`sync` syncs them all."""
+        self._sync_each = not can_sync_file_system()
+
+    def sync(self) -> None:
+        """Make every written file and directory durable."""
+        if not self._sync_each:
+            self.guard(sync_file_system, self.root)
+        for directory in sorted(self._directories, key=lambda d: len(d.parts), reverse=True):
+            if directory == self.root or self.root in directory.parents:
+                fsync_directory(directory)
+
+
+def _raise(exc: BaseException) -> None:
+    raise exc
 
 
 def _protocol_files(w: _Writer, study: Study, log: Ledger) -> None:
@@ -229,16 +464,102 @@ def _arm_settings_text(arm: dict[str, Any]) -> str:
     return f" ({'; '.join(said)})" if said else ""
 
 
-def _trial_files(w: _Writer, log: Ledger) -> None:
+class _Fold:
+    """What the archive's tables need from the events, folded in one pass in seq order.
+
+    Each trial attempt and step call as a small tuple, each outcome as one (the last recorded
+    wins, as :func:`analysis.rows.attempts` has it); the flow's and the checklists' facts in
+    their own folds; ``scores/scores.csv`` written as its events pass.
+    """
+
+    def __init__(self, study: Study, scores: _CsvSink) -> None:
+        from analysis.checklists import ChecklistEvents
+        from analysis.flow import FlowFold
+
+        self.steps = bool(study.steps)
+        self.scores = scores
+        self.flow = FlowFold()
+        self.checklist = ChecklistEvents()
+        self.requests: list[tuple[Any, ...]] = []
+        self.outcomes: dict[int, tuple[Any, ...]] = {}
+        self.step_requests: list[tuple[Any, ...]] = []
+        self.step_outcomes: dict[int, tuple[Any, ...]] = {}
+
+    def feed(self, event: Event) -> None:
+        """Fold one event."""
+        kind, b = event.kind, event.body
+        if kind == "trial.requested":
+            self.requests.append(
+                (event.seq, b["position"], b["trial"], b["attempt"], b["request_sha256"])
+            )
+        elif kind == "trial.responded":
+            self.outcomes[b["request_seq"]] = (
+                "responded",
+                event.seq,
+                event.blobs.get("response"),
+                None,
+                True,
+            )
+        elif kind == "trial.failed":
+            self.outcomes[b["request_seq"]] = (
+                "failed",
+                event.seq,
+                event.blobs.get("response"),
+                b.get("error_type"),
+                bool(b.get("final")),
+            )
+        elif kind == "trial.scored":
+            self.scores.row(score_row(event))
+        elif self.steps and kind == "step.requested":
+            self.step_requests.append(
+                (
+                    event.seq,
+                    b["call"],
+                    b["step"],
+                    b["model"],
+                    b["item"],
+                    b.get("trial", ""),
+                    b["attempt"],
+                    b["request_sha256"],
+                )
+            )
+        elif self.steps and kind in ("step.responded", "step.failed"):
+            self.step_outcomes[b["request_seq"]] = (
+                kind.split(".")[1],
+                event.seq,
+                event.blobs.get("response"),
+                b.get("format", ""),
+                b.get("error_type", ""),
+                bool(b.get("final")),
+            )
+        self.flow.feed(kind, event.seq, b)
+        self.checklist.feed(event)
+
+    def release(self) -> None:
+        """Drop the per-trial records once the tables and the flow are written."""
+        from analysis.flow import FlowFold
+
+        self.requests, self.outcomes = [], {}
+        self.step_requests, self.step_outcomes = [], {}
+        self.flow = FlowFold()
+
+
+def _trial_files(w: _Writer, log: Ledger, fold: _Fold) -> None:
     revealed = next(iter(log.events("blinding.revealed")), None)
     codes: dict[str, str] = revealed.body["arm_codes"] if revealed else {}
     protocol = protocol_event(log)
     assert protocol is not None
     schedule = schedule_ids(log.blob(protocol.blobs["schedule"]))
-    columns = schedule_columns(schedule)
-    w.put("trials/schedule.csv", _csv_bytes(columns, schedule_rows(schedule, codes)))
-    rows = (attempt.row() for attempt in attempts(log.events()))
-    w.put("trials/attempts.csv", _csv_bytes(ATTEMPT_COLUMNS, rows))
+    out = w.csv("trials/schedule.csv", schedule_columns(schedule))
+    for row in schedule_rows(schedule, codes):
+        out.row(row)
+    out.close()
+    del schedule
+    out = w.csv("trials/attempts.csv", ATTEMPT_COLUMNS)
+    none = ("none", None, None, None, False)
+    for request in fold.requests:  # as analysis.rows.Attempt.row() writes each attempt
+        out.row(request + fold.outcomes.get(request[0], none))
+    out.close()
 
 
 STEP_COLUMNS = (
@@ -260,68 +581,58 @@ STEP_COLUMNS = (
 """``trials/steps.csv``: one row per step call attempt (``docs/archive-format.md`` §1)."""
 
 
-def _step_file(w: _Writer, study: Study, log: Ledger) -> None:
+def _step_file(w: _Writer, study: Study, log: Ledger, fold: _Fold) -> None:
     """``trials/steps.csv``: each step request, its outcome and the vote its response parses to.
 
     ``vote`` is the parsed value as the slot writes it (a string as is, other JSON as canonical
     JSON), empty for an unparseable response or a failure; ``final`` says whether the attempt
-    made its call final (``docs/prompts.md`` §8.3).
+    made its call final (``docs/prompts.md`` §8.3). Responses are read one at a time.
     """
     from runner.render import Renderer
     from runner.step_state import StepWork, reply_text
     from runner.steps import output_text
 
     work = StepWork(study, Renderer(study))
-    outcomes: dict[int, Any] = {}
-    for event in log.events():
-        if event.kind in ("step.responded", "step.failed"):
-            outcomes[event.body["request_seq"]] = event
     responses: dict[str, int] = {}
-    rows = []
-    for event in log.events("step.requested"):
-        b = event.body
-        out = outcomes.get(event.seq)
+    out = w.csv("trials/steps.csv", STEP_COLUMNS)
+    for seq, call, step, model, item, trial, attempt, request_sha256 in fold.step_requests:
+        found = fold.step_outcomes.get(seq)
         vote = ""
         final = False
-        if out is not None and out.kind == "step.responded":
-            text = reply_text(log.blob(out.blobs["response"]), out.body.get("format", ""))
-            value = work.parsed(b["step"], text)
-            responses[b["call"]] = responses.get(b["call"], 0) + 1
-            spec = study.steps[b["step"]]
+        if found is not None and found[0] == "responded":
+            if found[2] is None:
+                raise StudyError(f"step.responded seq {found[1]}: no response blob")
+            text = reply_text(log.blob(found[2]), found[3])
+            value = work.parsed(step, text)
+            responses[call] = responses.get(call, 0) + 1
+            spec = study.steps[step]
             vote = "" if value is None else str(output_text(value))
-            final = value is not None or responses[b["call"]] >= spec.retry + 1
-        elif out is not None:
-            final = bool(out.body.get("final"))
-        rows.append(
+            final = value is not None or responses[call] >= spec.retry + 1
+        elif found is not None:
+            final = found[5]
+        out.row(
             (
-                event.seq,
-                b["call"],
-                b["step"],
-                b["model"],
-                b["item"],
-                b.get("trial", ""),
-                b["attempt"],
-                b["request_sha256"],
-                out.kind.split(".")[1] if out is not None else "none",
-                out.seq if out is not None else "",
-                out.blobs.get("response", "") if out is not None else "",
+                seq,
+                call,
+                step,
+                model,
+                item,
+                trial,
+                attempt,
+                request_sha256,
+                found[0] if found is not None else "none",
+                found[1] if found is not None else "",
+                (found[2] or "") if found is not None else "",
                 vote,
-                out.body.get("error_type", "")
-                if out is not None and out.kind == "step.failed"
-                else "",
+                found[4] if found is not None and found[0] == "failed" else "",
                 str(final),
             )
         )
-    w.put("trials/steps.csv", _csv_bytes(STEP_COLUMNS, rows))
-
-
-def _score_files(w: _Writer, log: Ledger) -> None:
-    rows = (score_row(e) for e in log.events("trial.scored"))
-    w.put("scores/scores.csv", _csv_bytes(SCORE_COLUMNS, rows))
+    out.close()
 
 
 def _analysis_files(
-    w: _Writer, root: Path, log: Ledger, study: Study | None = None
+    w: _Writer, root: Path, log: Ledger, study: Study | None = None, fold: _Fold | None = None
 ) -> list[dict[str, Any]]:
     results = [{"seq": e.seq, **e.body} for e in log.events("analysis.result")]
     if not results:
@@ -347,7 +658,9 @@ def _analysis_files(
         "analysis/tables/verdicts.csv",
         _csv_bytes(("hypothesis", "test", "status", "verdict", "decided_by", "error"), verdicts),
     )
-    _reporting_files(w, log)
+    flow = _reporting_files(w, log, fold)
+    if fold is not None:
+        fold.release()  # before the report, which verifies the whole ledger
     try:
         from analysis.report import build_report
     except ImportError:  # the report module is optional for an export
@@ -355,7 +668,7 @@ def _analysis_files(
     import tempfile
 
     with tempfile.TemporaryDirectory() as tmp:
-        build_report(root, Path(tmp))
+        build_report(root, Path(tmp), flow=flow)
         for path in sorted(Path(tmp).rglob("*")):
             if path.is_file():
                 rel = path.relative_to(tmp).as_posix()
@@ -364,19 +677,24 @@ def _analysis_files(
     return results
 
 
-def _reporting_files(w: _Writer, log: Ledger) -> None:
-    """The trial flow's data and SVG, and the reporting checklists (``docs/reporting.md``)."""
+def _reporting_files(w: _Writer, log: Ledger, fold: _Fold | None = None) -> Flow:
+    """The trial flow's data and SVG, and the reporting checklists (``docs/reporting.md``).
+
+    ``fold``, when given, has read every event already (the export's one pass).
+    """
     from analysis.checklists import checklist_files
     from analysis.flow import check_invariants, flow_csv, flow_svg, study_flow
 
-    flow = study_flow(log)
+    flow = study_flow(log, fold.flow if fold is not None else None)
     broken = list(check_invariants(flow))
     if broken:  # a writer bug, never the user's input
         raise StudyError(f"export: the trial flow does not add up: {broken[0]}")
     w.put("analysis/tables/flow.csv", flow_csv(flow))
     w.put("analysis/figures/flow.svg", flow_svg(flow))
-    for rel, data in checklist_files(log, flow).items():
+    checklist = fold.checklist if fold is not None else None
+    for rel, data in checklist_files(log, flow, checklist).items():
         w.put(rel, data)
+    return flow
 
 
 def _review_files(w: _Writer, study: Study, log: Ledger, results: list[dict[str, Any]]) -> None:
@@ -826,8 +1144,8 @@ def _withheld_paths(log: Ledger, withhold: Sequence[str]) -> set[str]:
     return paths
 
 
-def _withhold(w: _Writer, log: Ledger, withhold: Sequence[str]) -> _Withheld:
-    """Take every withheld blob and file out of ``w`` (``docs/privacy.md`` §3)."""
+def _withheld_blobs(log: Ledger, withhold: Sequence[str]) -> set[str]:
+    """The addresses of every blob a public export withholds (``docs/privacy.md`` §3)."""
     policy = SealPolicy.from_entries(withhold)
     amended: dict[str, list[str]] = {}
     for event in log.events("protocol.amended"):
@@ -841,13 +1159,7 @@ def _withhold(w: _Writer, log: Ledger, withhold: Sequence[str]) -> _Withheld:
         if event.kind == "artifact.locked" and event.body["role"] in policy.roles:
             addresses.add(event.blobs["content"])
             addresses.update(amended.get(event.body["path"], ()))
-    blobs = {a: w.files.pop(f"blobs/{a}") for a in sorted(addresses) if f"blobs/{a}" in w.files}
-    files: dict[str, tuple[bytes, bytes]] = {}
-    paths = _withheld_paths(log, withhold)
-    for rel in sorted(w.files):
-        if rel in paths or any(p.endswith("/") and rel.startswith(p) for p in paths):
-            files[rel] = (os.urandom(SALT_BYTES), w.files.pop(rel))
-    return _Withheld(blobs, files)
+    return addresses
 
 
 def _public_notice(withheld: _Withheld, withhold: Sequence[str]) -> bytes:
@@ -924,32 +1236,46 @@ def export_study(
         raise OutputError(f"cannot write the archive: {describe_os_error(exc, target)}") from exc
     committed = False
     annex_written: Path | None = None
+    w: _Writer | None = None
     try:
         # One transaction holds export.created, the final checkpoint and any promised checkpoint
         # signed here; it commits only once every archive file is written and synced, so an
         # archive that cannot be written (a full disk) leaves the ledger as it was.
         with Ledger.open(ledger_path(root)) as log, log.transaction():
             sign_missing_checkpoints(log, key)  # a lock or a session killed before signing
-            w = _Writer(tmp)
+            withhold = _locked_withhold(log) if public is not None else []
+            w = _Writer(
+                tmp,
+                target,
+                _withheld_paths(log, withhold) if public is not None else None,
+                _withheld_blobs(log, withhold) if public is not None else None,
+            )
+            w.sync_at_end()
             _protocol_files(w, study, log)
-            _trial_files(w, log)
+            # One pass over the events in seq order: the ledger's lines and the blobs are
+            # copied as stored, the tables' rows and the flow's and checklists' facts folded.
+            size = log.size
+            events = w.open(f"{LEDGER_DIR}/events.jsonl")
+            fold = _Fold(study, w.csv("scores/scores.csv", SCORE_COLUMNS))
+            for e in _events_in_pages(log, 0, size):
+                events.write(_event_line(e))
+                for digest in e.blobs.values():
+                    w.blob(digest, partial(log.stored_blob, digest), e.seq)
+                fold.feed(e)
+            fold.scores.close()
+            _trial_files(w, log, fold)
             if study.steps:
-                _step_file(w, study, log)
-            _score_files(w, log)
-            results = _analysis_files(w, root, log, study)
-            w.put("README.md", _readme(study, log, results))
-            for event in log.events():
-                for digest in event.blobs.values():
-                    if f"blobs/{digest}" not in w.files:
-                        w.put(f"blobs/{digest}", log.stored_blob(digest))
-            withheld = None
+                _step_file(w, study, log, fold)
+            results = _analysis_files(w, root, log, study, fold)
+            del fold
+            readme = _readme(study, log, results)
             privacy: dict[str, Any] = {}
+            withheld = w.withheld
             if public is not None:
-                withheld = _withhold(w, log, _locked_withhold(log))
-                w.files["README.md"] += _public_notice(withheld, _locked_withhold(log))
+                readme += _public_notice(withheld, withhold)
                 privacy = {
                     "privacy": {
-                        "withhold": _locked_withhold(log),
+                        "withhold": withhold,
                         "withheld_blobs": {
                             "count": len(withheld.blobs),
                             "listing_sha256": blob_listing_sha256(withheld.blobs),
@@ -957,37 +1283,29 @@ def export_study(
                         "withheld_files": withheld.commitments(),
                     }
                 }
-            covered = {
-                rel: hashlib.sha256(data).hexdigest()
-                for rel, data in w.files.items()
-                if not rel.startswith("blobs/")
-            }
-            blobs = sorted(rel[len("blobs/") :] for rel in w.files if rel.startswith("blobs/"))
+            w.put("README.md", readme)
+            covered = {rel: digest for rel, digest in w.hashes.items() if rel != events.rel}
             event = log.append(
                 "export.created",
                 {
                     "archive_format": ARCHIVE_FORMAT,
                     "study": study.id,
                     "files": covered,
-                    "blobs": {"count": len(blobs), "listing_sha256": blob_listing_sha256(blobs)},
+                    "blobs": w.blob_listing(),
                     **privacy,
                 },
                 key=key,
             )
             note = log.sign_checkpoint(key)
-            lines = [
-                canonical_json(
-                    {
-                        "envelope": json.loads(e.envelope),
-                        "signature": base64.b64encode(e.signature).decode("ascii"),
-                    }
-                )
-                for e in log.events()  # this connection sees its own uncommitted events
-            ]
-            w.put(f"{LEDGER_DIR}/events.jsonl", b"\n".join(lines) + b"\n")
+            for e in log.events(start=size):  # this connection sees its own uncommitted events
+                events.write(_event_line(e))
+            events.close()
             # of two notes of one size, the one with the most (co)signatures is the one kept
+            checkpoints: dict[str, bytes] = {}
             for cp in sorted(log.checkpoints(), key=lambda c: c.note.count("\n")):
-                w.put(f"{LEDGER_DIR}/checkpoints/{cp.size:08d}.txt", cp.note.encode("utf-8"))
+                checkpoints[f"{LEDGER_DIR}/checkpoints/{cp.size:08d}.txt"] = cp.note.encode()
+            for rel, data in checkpoints.items():
+                w.put(rel, data)
             policy = witness_policy_file(log)
             if policy is not None:
                 w.put(POLICY_FILE, policy)
@@ -995,19 +1313,21 @@ def export_study(
             for k in registered:
                 stem = k.actor.replace("/", "_").replace(":", "_").replace("+", "_")
                 w.put(f"{LEDGER_DIR}/keys/{stem}.vkey", (k.vkey + "\n").encode("ascii"))
-            manifest = "".join(
-                f"{hashlib.sha256(data).hexdigest()}  {rel}\n"
-                for rel, data in sorted(w.files.items())
+            manifest = w.open(MANIFEST)
+            listed = heapq.merge(
+                sorted(w.hashes.items()),
+                ((f"blobs/{name}", name) for name in w.blob_names()),
             )
-            w.put(MANIFEST, manifest.encode("utf-8"))
-            try:
-                w.flush()
-            except OSError as exc:
-                raise OutputError(
-                    f"cannot write the archive: {describe_os_error(exc, target)}; nothing "
-                    "was exported and the ledger is unchanged"
-                ) from exc
-            if public is not None and withheld is not None:
+            chunk: list[str] = []
+            for rel, digest in listed:
+                chunk.append(f"{digest}  {rel}\n")
+                if len(chunk) >= 4096:
+                    manifest.write("".join(chunk).encode("utf-8"))
+                    chunk.clear()
+            manifest.write("".join(chunk).encode("utf-8"))
+            manifest.close()
+            w.sync()
+            if public is not None:
                 from analysis.annex import ANNEX_MAGIC, annex_bytes, write_annex
 
                 header = {
@@ -1022,6 +1342,8 @@ def export_study(
         committed = True
         _swap_into_place(tmp, target)
     except BaseException as exc:
+        if w is not None:
+            w.close_all()
         if not committed:
             shutil.rmtree(tmp, ignore_errors=True)
             if annex_written is not None:
@@ -1033,5 +1355,4 @@ def export_study(
             ) from exc
         raise
     fsync_directory(target.parent)
-    size = sum(len(d) for d in w.files.values())
-    return ExportResult(target, len(w.files), size, event.seq, note)
+    return ExportResult(target, w.files, w.bytes, event.seq, note)

@@ -35,8 +35,11 @@ from runner.lock import StudyError, protocol_event
 __all__ = [
     "COUNTS",
     "FLOW_COLUMNS",
+    "FLOW_KINDS",
     "Flow",
+    "FlowFold",
     "FlowRow",
+    "dataset_flags",
     "flow_csv",
     "flow_figure",
     "flow_lines",
@@ -121,103 +124,149 @@ def _parts(trial: str) -> tuple[str, str, str]:
     return parts[0], "", ""
 
 
-def _trial_states(log: Ledger) -> dict[str, dict[str, Any]]:
-    """Per trial id: what the events say happened to it."""
-    states: dict[str, dict[str, Any]] = {}
+FLOW_KINDS = (
+    "trial.requested",
+    "trial.responded",
+    "trial.failed",
+    "trial.excluded",
+    "trial.scored",
+)
+"""The event kinds the trial flow reads (besides ``protocol.locked`` and ``analysis.result``)."""
 
-    def state(trial: str) -> dict[str, Any]:
-        return states.setdefault(
-            trial,
-            {
-                "requested": False,
-                "responded": None,
-                "given_up": False,
-                "excluded": False,
-                "interrupted": 0,
-            },
-        )
-
-    for e in log.events():
-        if e.kind == "trial.requested":
-            state(str(e.body.get("trial")))["requested"] = True
-        elif e.kind == "trial.responded":
-            state(str(e.body.get("trial")))["responded"] = e.seq
-        elif e.kind == "trial.failed":
-            s = state(str(e.body.get("trial")))
-            if e.body.get("final") is True:
-                s["given_up"] = True
-            if e.body.get("error_type") == "interrupted":
-                s["interrupted"] += 1
-        elif e.kind == "trial.excluded":
-            state(str(e.body.get("trial")))["excluded"] = True
-    return states
+_REQUESTED, _GIVEN_UP, _EXCLUDED = 1, 2, 4
 
 
-def _dataset_flags(log: Ledger) -> dict[int, tuple[bool, bool]]:
-    """``response_seq`` -> (control, excluded) of the analysis dataset's trial table."""
+class FlowFold:
+    """The trial flow's facts folded from the events, read once in seq order.
+
+    Per trial id a compact record ``[flags, responded seq or -1, interrupted attempts]`` and per
+    response seq the scored status; nothing else of an event is kept, so a study of any size is
+    followed in memory proportional to its trial count only.
+    """
+
+    def __init__(self) -> None:
+        self.states: dict[str, list[int]] = {}
+        self.statuses: dict[int, str] = {}
+
+    def _state(self, trial: str) -> list[int]:
+        found = self.states.get(trial)
+        if found is None:
+            found = self.states[trial] = [0, -1, 0]
+        return found
+
+    def feed(self, kind: str, seq: int, body: dict[str, Any]) -> None:
+        """Fold one event (any kind; the ones the flow does not read are ignored)."""
+        if kind == "trial.requested":
+            self._state(str(body.get("trial")))[0] |= _REQUESTED
+        elif kind == "trial.responded":
+            self._state(str(body.get("trial")))[1] = seq
+        elif kind == "trial.failed":
+            s = self._state(str(body.get("trial")))
+            if body.get("final") is True:
+                s[0] |= _GIVEN_UP
+            if body.get("error_type") == "interrupted":
+                s[2] += 1
+        elif kind == "trial.excluded":
+            self._state(str(body.get("trial")))[0] |= _EXCLUDED
+        elif kind == "trial.scored":
+            self.statuses[int(body["response_seq"])] = str(body.get("status"))
+
+    def flow(self, schedule: Iterable[str], flags: dict[int, int]) -> Flow:
+        """The flow of the ``schedule``'s trial ids; ``flags`` from :func:`dataset_flags`."""
+        total = FlowRow("all")
+        by_key: dict[tuple[str, ...], FlowRow] = {}
+        for trial in schedule:
+            arm, model, variant = _parts(trial)
+            rows = [total, by_key.setdefault(("arm", arm), FlowRow("arm", arm))]
+            if model or variant or trial.count("|") >= 3:
+                rows.append(
+                    by_key.setdefault(("arm-model", arm, model), FlowRow("arm-model", arm, model))
+                )
+            if trial.count("|") == 4:
+                rows.append(
+                    by_key.setdefault(
+                        ("arm-model-variant", arm, model, variant),
+                        FlowRow("arm-model-variant", arm, model, variant),
+                    )
+                )
+            state = self.states.get(trial)
+            for name in _stages(state, self.statuses, flags):
+                for row in rows:
+                    row.counts[name] += 1
+            interrupted = state[2] if state is not None else 0
+            for row in rows:
+                row.counts["interrupted_attempts"] += interrupted
+        order = {"arm": 1, "arm-model": 2, "arm-model-variant": 3}
+        ordered = sorted(by_key.values(), key=lambda r: (order[r.level], r.arm, r.model, r.variant))
+        return Flow([total, *ordered])
+
+
+CONTROL, EXCLUDED = 1, 2
+"""The bits of :func:`dataset_flags`: the trial is a control, the trial is excluded."""
+
+
+def dataset_flags(trials_csv: bytes) -> dict[int, int]:
+    """``response_seq`` -> :data:`CONTROL` | :data:`EXCLUDED` bits of the dataset's trial table."""
+    reader = csv.reader(io.StringIO(trials_csv.decode("utf-8")))
+    header = next(reader, [])
+    where = {name: i for i, name in enumerate(header)}
+    need = ("response_seq", "control", "excluded")
+    if any(name not in where for name in need):
+        missing = ", ".join(n for n in need if n not in where)
+        raise StudyError(f"the analysis dataset's trials.csv has no column {missing}")
+    at, control, excluded = (where[n] for n in need)
+    out: dict[int, int] = {}
+    for r in reader:
+        if r[at]:
+            out[int(r[at])] = (CONTROL if r[control] == "True" else 0) | (
+                EXCLUDED if r[excluded] == "True" else 0
+            )
+    return out
+
+
+def analysis_trials_csv(log: Ledger) -> bytes:
+    """The analysis dataset's ``trials.csv`` (the first ``analysis.result``'s blob)."""
     first = next(iter(log.events("analysis.result")), None)
     if first is None or "trials_csv" not in first.blobs:
         raise StudyError("the trial flow needs the analysis dataset: run 'ledger analyze' first")
-    rows = csv.DictReader(io.StringIO(log.blob(first.blobs["trials_csv"]).decode("utf-8")))
-    return {
-        int(r["response_seq"]): (r["control"] == "True", r["excluded"] == "True")
-        for r in rows
-        if r.get("response_seq")
-    }
+    return log.blob(first.blobs["trials_csv"])
 
 
-def study_flow(log: Ledger) -> Flow:
-    """The trial flow of the analysed study in ``log`` (``docs/reporting.md`` §1)."""
+def locked_schedule(log: Ledger) -> list[str]:
+    """The trial ids of the locked schedule, in execution order."""
     protocol = protocol_event(log)
     if protocol is None:
         raise StudyError("the trial flow needs a locked study (run 'ledger lock')")
-    schedule = log.blob(protocol.blobs["schedule"]).decode("utf-8").splitlines()
-    states = _trial_states(log)
-    flags = _dataset_flags(log)
-    statuses = {
-        int(e.body["response_seq"]): str(e.body.get("status")) for e in log.events("trial.scored")
-    }
-    total = FlowRow("all")
-    by_key: dict[tuple[str, ...], FlowRow] = {}
-    for trial in schedule:
-        arm, model, variant = _parts(trial)
-        rows = [total, by_key.setdefault(("arm", arm), FlowRow("arm", arm))]
-        if model or variant or trial.count("|") >= 3:
-            rows.append(
-                by_key.setdefault(("arm-model", arm, model), FlowRow("arm-model", arm, model))
-            )
-        if trial.count("|") == 4:
-            rows.append(
-                by_key.setdefault(
-                    ("arm-model-variant", arm, model, variant),
-                    FlowRow("arm-model-variant", arm, model, variant),
-                )
-            )
-        for name in _stages(states.get(trial), statuses, flags):
-            for row in rows:
-                row.counts[name] += 1
-        interrupted = (states.get(trial) or {}).get("interrupted", 0)
-        for row in rows:
-            row.counts["interrupted_attempts"] += interrupted
-    order = {"arm": 1, "arm-model": 2, "arm-model-variant": 3}
-    ordered = sorted(by_key.values(), key=lambda r: (order[r.level], r.arm, r.model, r.variant))
-    return Flow([total, *ordered])
+    return log.blob(protocol.blobs["schedule"]).decode("utf-8").splitlines()
 
 
-def _stages(
-    state: dict[str, Any] | None, statuses: dict[int, str], flags: dict[int, tuple[bool, bool]]
-) -> list[str]:
-    """The counts one scheduled trial adds 1 to."""
+def study_flow(log: Ledger, fold: FlowFold | None = None) -> Flow:
+    """The trial flow of the analysed study in ``log`` (``docs/reporting.md`` §1).
+
+    ``fold``, when given, already holds every event of ``log`` (a caller reading the ledger
+    once for several purposes); otherwise the flow's own event kinds are read here.
+    """
+    schedule = locked_schedule(log)
+    if fold is None:
+        fold = FlowFold()
+        for kind in FLOW_KINDS:
+            for e in log.events(kind):
+                fold.feed(e.kind, e.seq, e.body)
+    return fold.flow(schedule, dataset_flags(analysis_trials_csv(log)))
+
+
+def _stages(state: list[int] | None, statuses: dict[int, str], flags: dict[int, int]) -> list[str]:
+    """The counts one scheduled trial adds 1 to (``state``: a :class:`FlowFold` record)."""
     out = ["scheduled"]
-    if state is None or not state["requested"]:
+    if state is None or not state[0] & _REQUESTED:
         return [
             *out,
-            "excluded_unsent" if state is not None and state["excluded"] else "never_sent",
+            "excluded_unsent" if state is not None and state[0] & _EXCLUDED else "never_sent",
         ]
     out.append("requested")
-    response = state["responded"]
-    if response is None:
-        return [*out, "given_up" if state["given_up"] else "no_outcome"]
+    response = state[1]
+    if response < 0:
+        return [*out, "given_up" if state[0] & _GIVEN_UP else "no_outcome"]
     out.append("responded")
     status = statuses.get(response)
     if status is None:
@@ -225,10 +274,10 @@ def _stages(
     out.append(
         "parsed" if status in PARSED else "refused" if status == "refused" else "unparseable"
     )
-    control, excluded = flags.get(response, (False, False))
-    if control:
+    bits = flags.get(response, 0)
+    if bits & CONTROL:
         out.append("control")
-    elif excluded:
+    elif bits & EXCLUDED:
         out.append("excluded_unparseable")
     else:
         out.append("analysed")

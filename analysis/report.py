@@ -128,7 +128,9 @@ class Report:
     trials: list[dict[str, str]] = field(default_factory=list)
     flow: trial_flow.Flow | None = None
     """The CONSORT-style trial flow (``docs/reporting.md`` §1)."""
-    """The rows of the analysis dataset's ``trials.csv`` (the first result's blob)."""
+    distribution: list[list[str]] | None = None
+    """The trial-level accuracy distribution's rows (:func:`trial_distribution_csv`); when None,
+    computed from ``trials`` (rows of the analysis dataset's ``trials.csv``)."""
     """The ``analysis.posthoc`` bodies (with ``seq``): declared after unblinding, no verdict."""
 
     @property
@@ -227,7 +229,44 @@ def _verify(path: Path | PostgresLocation | RemoteLocation) -> Any:
         return verify_path(str(copy))
 
 
-def _load(root: Path, out_dir: Path, html_path: Path) -> Report:
+DISTRIBUTION_COLUMNS = ("arm", "accuracy", "control", "excluded")
+"""The columns of the dataset's ``trials.csv`` the trial-level distribution reads."""
+
+
+def trial_distribution_csv(trials_csv: bytes, arms: list[str]) -> list[list[str]] | None:
+    """:func:`trial_distribution` of the dataset's ``trials.csv``, folded row by row.
+
+    Per arm only the count, the running sum (in row order, so the mean is the same float) and
+    the ten bins are kept, never the rows. None when the table has no row.
+    """
+    reader = csv.reader(io.StringIO(trials_csv.decode("utf-8")))
+    where = {name: i for i, name in enumerate(next(reader, []))}
+    folded: dict[str, list[Any]] = {arm: [0, 0, [0] * 10] for arm in arms}
+    rows = 0
+    if all(name in where for name in DISTRIBUTION_COLUMNS):
+        arm_at, accuracy, control, excluded = (where[n] for n in DISTRIBUTION_COLUMNS)
+        for r in reader:
+            rows += 1
+            found = folded.get(r[arm_at])
+            if found is None or r[control] != "False" or r[excluded] != "False":
+                continue
+            value = float(r[accuracy])
+            found[0] += 1
+            found[1] += value
+            found[2][min(9, max(0, int(value * 10)))] += 1
+    else:
+        rows = sum(1 for _ in reader)
+    if not rows:
+        return None
+    return [
+        [arm, str(n), _pct(total / n) if n else "–", *(str(b) for b in bins)]
+        for arm, (n, total, bins) in folded.items()
+    ]
+
+
+def _load(
+    root: Path, out_dir: Path, html_path: Path, flow: trial_flow.Flow | None = None
+) -> Report:
     path = ledger_path(root)
     if not path.is_file():
         raise StudyError(f"{path}: no study ledger here; run 'ledger new' and 'ledger lock'")
@@ -246,11 +285,13 @@ def _load(root: Path, out_dir: Path, html_path: Path) -> Report:
             {"seq": e.seq, "time": e.time, **e.body} for e in log.events("protocol.amended")
         ]
         runs = [{"seq": e.seq, **e.body} for e in log.events("run.started")]
+        body = dict(protocol.body)
+        body_arms = list(body.get("arms", {}))
         posthoc = [{"seq": e.seq, **e.body} for e in log.events("analysis.posthoc")]
         blob = events[0].blobs.get("trials_csv")
-        trials = list(csv.DictReader(io.StringIO(log.blob(blob).decode("utf-8")))) if blob else []
-        body = dict(protocol.body)
-        flow = trial_flow.study_flow(log)
+        distribution = trial_distribution_csv(log.blob(blob), sorted(body_arms)) if blob else None
+        if flow is None:
+            flow = trial_flow.study_flow(log)
     verification = _verify(path)
     return Report(
         root,
@@ -263,24 +304,30 @@ def _load(root: Path, out_dir: Path, html_path: Path) -> Report:
         runs,
         verification,
         posthoc=posthoc,
-        trials=trials,
+        distribution=distribution,
         flow=flow,
     )
 
 
 def build_report(
-    root: Path | str, out_dir: Path | str | None = None, *, html_path: Path | str | None = None
+    root: Path | str,
+    out_dir: Path | str | None = None,
+    *,
+    html_path: Path | str | None = None,
+    flow: trial_flow.Flow | None = None,
 ) -> Report:
     """Read the study ledger under ``root`` and write the figures and the HTML report.
 
     Figures go to ``out_dir`` (default ``root/report``); the HTML to ``html_path`` (default
-    ``out_dir/report.html``). Raises :class:`runner.lock.StudyError` when the study has no
+    ``out_dir/report.html``). ``flow``, when given, is the study's trial flow computed already
+    (``ledger export`` reads the events once for it and the archive's tables).
+    Raises :class:`runner.lock.StudyError` when the study has no
     ledger or has not been analysed yet. A failed result is reported with its error.
     """
     root = Path(root)
     out = Path(out_dir) if out_dir is not None else root / "report"
     html_file = Path(html_path) if html_path is not None else out / "report.html"
-    report = _load(root, out, html_file)
+    report = _load(root, out, html_file, flow)
     for name, title, caption, label, draw in _figure_specs(report):
         png = _render_png(draw)
         if png is None:
@@ -1872,7 +1919,10 @@ def trial_distribution(trials: list[dict[str, str]], arms: list[str]) -> list[li
 
 
 def _section_distribution(report: Report) -> str:
-    if not report.tumbling or not report.trials:
+    rows = report.distribution
+    if rows is None and report.trials:
+        rows = trial_distribution(report.trials, report.arms)
+    if not report.tumbling or not rows:
         return ""
     return (
         "<h3>Trial-level accuracy distribution per arm (descriptive)</h3>"
@@ -1880,7 +1930,7 @@ def _section_distribution(report: Report) -> str:
         + _table(
             "Analysable trials per arm by glyph accuracy",
             ("arm", "trials", "mean", *DISTRIBUTION_BINS),
-            trial_distribution(report.trials, report.arms),
+            rows,
         )
     )
 

@@ -13,18 +13,21 @@ same words for a failure no library site caught.
 
 from __future__ import annotations
 
+import ctypes
 import errno
 import os
 import secrets
 import stat
+import sys
 from collections.abc import Mapping
 from contextlib import suppress
 from pathlib import Path
-from typing import BinaryIO
+from typing import Any, BinaryIO
 
 from ledger._errors import OutputError
 
 __all__ = [
+    "can_sync_file_system",
     "describe_os_error",
     "describe_utf8_error",
     "fsync_directory",
@@ -32,6 +35,7 @@ __all__ = [
     "os_error_advice",
     "os_error_reason",
     "read_regular_file",
+    "sync_file_system",
     "write_files",
 ]
 
@@ -152,6 +156,46 @@ def fsync_directory(directory: Path) -> None:
         pass  # some file systems cannot sync a directory; the data itself is synced
     finally:
         os.close(fd)
+
+
+_SYNCFS: Any = None
+
+
+def _syncfs() -> Any:
+    """The C library's ``syncfs`` (Linux), or False where there is none."""
+    global _SYNCFS
+    if _SYNCFS is None:
+        _SYNCFS = False
+        if sys.platform.startswith("linux"):
+            with suppress(OSError, AttributeError):
+                _SYNCFS = ctypes.CDLL(None, use_errno=True).syncfs
+    return _SYNCFS
+
+
+def can_sync_file_system() -> bool:
+    """True where :func:`sync_file_system` syncs (Linux); elsewhere sync each file."""
+    return _syncfs() is not False
+
+
+def sync_file_system(directory: Path) -> bool:
+    """Flush every written file of the file system holding ``directory`` to disk, in one call.
+
+    Linux's ``syncfs(2)``: one journal commit for a directory tree of many thousand new files,
+    where an ``fsync`` each would cost a commit apiece. Returns False where the call does not
+    exist (the caller then syncs each file itself); raises ``OSError`` when the file system
+    reports a write-back error (Linux 5.8 and later), as ``fsync`` would.
+    """
+    call = _syncfs()
+    if call is False:
+        return False
+    fd = os.open(directory, os.O_RDONLY)
+    try:
+        if call(fd) != 0:
+            code = ctypes.get_errno()
+            raise OSError(code, os.strerror(code), str(directory))
+    finally:
+        os.close(fd)
+    return True
 
 
 def _stage(target: Path, data: bytes) -> Path:

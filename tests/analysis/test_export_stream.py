@@ -1,0 +1,119 @@
+"""``ledger export`` and ``ledger report`` read the ledger once, in seq order (issue 41).
+
+The export copies each event's envelope and signature as stored into ``ledger/events.jsonl``
+and each blob once, checked against its name; it folds the tables, the trial flow and the
+checklists' facts from the same pass. These tests pin that the shortcuts say what the long way
+said: the lines are the canonical JSON the format defines, the one-pass folds equal the
+kind-by-kind reads, the report's folded distribution equals the row-by-row one, a damaged blob
+stops the export with its name and seq, and the archive is the same where each file is synced
+on its own (no ``syncfs``).
+"""
+
+from __future__ import annotations
+
+import base64
+import csv
+import io
+import json
+import shutil
+import sqlite3
+from pathlib import Path
+
+import pytest
+from helpers import study_key
+
+from analysis.checklists import ChecklistEvents, facts
+from analysis.export import export_study
+from analysis.flow import FlowFold, study_flow
+from analysis.report import trial_distribution, trial_distribution_csv
+from ledger import Ledger, canonical_json
+from runner.lock import StudyError
+from verify import verify_path
+
+
+def _study_copy(simulated_archive: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """A copy of the simulated archive's study (analysed and exported once), with its home."""
+    base = simulated_archive.parent
+    monkeypatch.setenv("PROMPT_LEDGER_HOME", str(base / "home"))
+    root = tmp_path / "study"
+    shutil.copytree(base / "study", root)
+    return root
+
+
+def test_each_ledger_line_is_the_canonical_json_of_its_event(simulated_archive: Path) -> None:
+    lines = (simulated_archive / "ledger" / "events.jsonl").read_bytes().splitlines()
+    with Ledger.open(simulated_archive.parent / "study" / "ledger.db", readonly=True) as log:
+        events = list(log.events(end=len(lines)))
+    assert len(lines) == len(events) > 70
+    for line, event in zip(lines, events, strict=True):
+        expected = canonical_json(
+            {
+                "envelope": json.loads(event.envelope),
+                "signature": base64.b64encode(event.signature).decode("ascii"),
+            }
+        )
+        assert line == expected, event.seq
+
+
+def test_the_one_pass_folds_equal_the_kind_by_kind_reads(simulated_archive: Path) -> None:
+    with Ledger.open(simulated_archive.parent / "study" / "ledger.db", readonly=True) as log:
+        flow = study_flow(log)
+        folded_flow, folded = FlowFold(), ChecklistEvents()
+        for e in log.events():
+            folded_flow.feed(e.kind, e.seq, e.body)
+            folded.feed(e)
+        assert study_flow(log, folded_flow) == flow
+        assert flow.total.counts["requested"] == folded.requests == 70
+        assert facts(log, flow, folded) == facts(log, flow)
+
+
+def test_the_folded_distribution_is_the_row_by_row_one() -> None:
+    rows = [("arm", "trial", "accuracy", "control", "excluded")]
+    for i in range(50):
+        arm = "ABC"[i % 3]
+        rows.append((arm, f"t{i}", repr((i % 7) / 7 + 0.1), str(i % 11 == 0), str(i % 13 == 0)))
+    rows.append(("Z", "tz", "0.5", "False", "False"))  # an arm the protocol does not have
+    text = io.StringIO()
+    csv.writer(text, lineterminator="\n").writerows(rows)
+    data = text.getvalue().encode("utf-8")
+    arms = ["A", "B", "C", "D"]  # D: no trial, its mean a dash
+    expected = trial_distribution(list(csv.DictReader(io.StringIO(text.getvalue()))), arms)
+    assert trial_distribution_csv(data, arms) == expected
+    assert expected[3][1:3] == ["0", "–"] and int(expected[0][1]) > 0
+    assert trial_distribution_csv(b"arm,trial,accuracy,control,excluded\n", arms) is None
+
+
+def test_a_damaged_blob_stops_the_export_naming_it(
+    simulated_archive: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    root = _study_copy(simulated_archive, tmp_path, monkeypatch)
+    with Ledger.open(root / "ledger.db", readonly=True) as log:
+        size = log.size
+        responded = next(iter(log.events("trial.responded")))
+    digest = responded.blobs["response"]
+    db = sqlite3.connect(root / "ledger.db")
+    with db:
+        (data,) = db.execute("SELECT data FROM blobs WHERE sha256 = ?", (digest,)).fetchone()
+        db.execute("UPDATE blobs SET data = ? WHERE sha256 = ?", (bytes(data) + b" ", digest))
+    db.close()
+    out = tmp_path / "archive"
+    with pytest.raises(StudyError, match=rf"blob {digest} \(named by event seq \d+\).*damaged"):
+        export_study(root, out, study_key())
+    assert not out.exists() and not list(tmp_path.glob(".archive.tmp-*"))
+    with Ledger.open(root / "ledger.db", readonly=True) as log:
+        assert log.size == size  # no export.created without its archive
+
+
+def test_an_archive_synced_file_by_file_verifies(
+    simulated_archive: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import analysis.export
+
+    root = _study_copy(simulated_archive, tmp_path, monkeypatch)
+    monkeypatch.setattr(analysis.export, "can_sync_file_system", lambda: False)
+    result = export_study(root, tmp_path / "archive", study_key())
+    report = verify_path(tmp_path / "archive")
+    assert report.ok, [(c.name, c.reason) for c in report.checks if c.status.value == "FAIL"]
+    manifest = (tmp_path / "archive" / "MANIFEST.sha256").read_text("utf-8").splitlines()
+    assert result.files == len(manifest) + 1  # every file but the manifest is listed in it
+    assert sorted(manifest, key=lambda line: line.split("  ", 1)[1]) == manifest
