@@ -34,45 +34,66 @@ from typing import TYPE_CHECKING
 from ledger._lazy import lazy_exports
 
 if TYPE_CHECKING:
+    from analysis._analyze import (
+        ITEM_COLUMNS,
+        TRIAL_COLUMNS,
+        AnalyzeResult,
+        Dataset,
+        analyze_study,
+        run_analyses,
+    )
+    from analysis._demo import DemoResult, run_demo
     from analysis._errors import AnalysisError
-    from analysis.analyze import AnalyzeResult, analyze_study
-    from analysis.demo import DemoResult, run_demo
-    from analysis.export import ExportResult, export_study
-    from analysis.frames import StudyFrames, load
-    from analysis.plan import PlanError, PlanRun, plan_study
-    from analysis.report import Report, build_report
-    from analysis.scoring import ScoreResult, UnblindResult, score_study, unblind_study
+    from analysis._export import ExportResult, export_study
+    from analysis._frames import StudyFrames, load
+    from analysis._plan import PlanError, PlanRun, plan_study
+    from analysis._qr_boot import resample_means
+    from analysis._report import Report, build_report
+    from analysis._scoring import ScoreResult, UnblindResult, score_study, unblind_study
+    from analysis._stats import CHUNK_ELEMENTS, bootstrap_diff
 
 # Public name -> the module that defines it (imported on first use).
 _EXPORTS: dict[str, str] = {
     "AnalysisError": "analysis._errors",
     # score blind, seal, unblind
-    "score_study": "analysis.scoring",
-    "ScoreResult": "analysis.scoring",
-    "unblind_study": "analysis.scoring",
-    "UnblindResult": "analysis.scoring",
+    "score_study": "analysis._scoring",
+    "ScoreResult": "analysis._scoring",
+    "unblind_study": "analysis._scoring",
+    "UnblindResult": "analysis._scoring",
     # design diagnostics before the lock (docs/planning.md)
-    "plan_study": "analysis.plan",
-    "PlanRun": "analysis.plan",
-    "PlanError": "analysis.plan",
+    "plan_study": "analysis._plan",
+    "PlanRun": "analysis._plan",
+    "PlanError": "analysis._plan",
     # the locked analysis plan, the report, the archive
-    "analyze_study": "analysis.analyze",
-    "AnalyzeResult": "analysis.analyze",
-    "build_report": "analysis.report",
-    "Report": "analysis.report",
-    "export_study": "analysis.export",
-    "ExportResult": "analysis.export",
+    "analyze_study": "analysis._analyze",
+    "AnalyzeResult": "analysis._analyze",
+    "build_report": "analysis._report",
+    "Report": "analysis._report",
+    "export_study": "analysis._export",
+    "ExportResult": "analysis._export",
     # DataFrames of a study or an archive
-    "load": "analysis.frames",
-    "StudyFrames": "analysis.frames",
+    "load": "analysis._frames",
+    "StudyFrames": "analysis._frames",
     # everything, offline
-    "run_demo": "analysis.demo",
-    "DemoResult": "analysis.demo",
+    "run_demo": "analysis._demo",
+    "DemoResult": "analysis._demo",
+    # what other packages use (make_faces.py)
+    "Dataset": "analysis._analyze",
+    "ITEM_COLUMNS": "analysis._analyze",
+    "TRIAL_COLUMNS": "analysis._analyze",
+    "run_analyses": "analysis._analyze",
+    "resample_means": "analysis._qr_boot",
+    "CHUNK_ELEMENTS": "analysis._stats",
+    "bootstrap_diff": "analysis._stats",
 }
 
 __all__ = [
+    "CHUNK_ELEMENTS",
+    "ITEM_COLUMNS",
+    "TRIAL_COLUMNS",
     "AnalysisError",
     "AnalyzeResult",
+    "Dataset",
     "DemoResult",
     "ExportResult",
     "PlanError",
@@ -82,10 +103,13 @@ __all__ = [
     "StudyFrames",
     "UnblindResult",
     "analyze_study",
+    "bootstrap_diff",
     "build_report",
     "export_study",
     "load",
     "plan_study",
+    "resample_means",
+    "run_analyses",
     "run_demo",
     "score_study",
     "unblind_study",

@@ -14,7 +14,7 @@ raised.
 
 from __future__ import annotations
 
-from runner._errors import StudyError
+from runner import StudyError
 
 
 class AnalysisError(StudyError):

@@ -9,10 +9,10 @@ in a separate pass, because tracing inflates the time):
 1. **Full analysis**: an unblinded dataset of ``--trials`` tumbling-E trials x 61 glyphs (five
    arms, six stimuli, per-arm accuracies like the paper's, and a real between-stimulus effect
    so the mixed model is not near-singular) built in memory, then
-   :func:`analysis.analyze.run_analyses` with the tumbling-E template's locked plan: Wilson
+   :func:`analysis._analyze.run_analyses` with the tumbling-E template's locked plan: Wilson
    tables, the mixed model (with its variance-component CIs), H1-H5 with corrections, error
    phenotypes, paired-arm metrics and the bootstraps (``--iterations``, the plan's 10,000).
-2. **Bootstrap**: :func:`analysis.stats.bootstrap_diff`, ``--boot-iterations`` (5,000) over
+2. **Bootstrap**: :func:`analysis._stats.bootstrap_diff`, ``--boot-iterations`` (5,000) over
    ``--boot-trials`` (10,000) trials in two arms, beside the per-iteration pandas loop of
    ``benchmarks/bench_bootstrap.py`` measured in the same run. The loop runs ``--loop``
    iterations (default: all of them, no extrapolation); when fewer, its time is scaled up and
@@ -41,8 +41,7 @@ from bench_bootstrap import REPEATS as BOOT_REPEATS
 from bench_bootstrap import SEED as BOOT_SEED
 from bench_bootstrap import make_arms, pandas_loop
 
-from analysis.analyze import ITEM_COLUMNS, TRIAL_COLUMNS, Dataset, run_analyses
-from analysis.stats import bootstrap_diff
+from analysis import ITEM_COLUMNS, TRIAL_COLUMNS, Dataset, bootstrap_diff, run_analyses
 
 T = TypeVar("T")
 

@@ -1,4 +1,5 @@
-"""Bootstrap benchmark: vectorized analysis.stats.bootstrap_diff beside a per-iteration pandas loop.
+"""Bootstrap benchmark: vectorized analysis._stats.bootstrap_diff beside a per-iteration pandas
+loop.
 
     python benchmarks/bench_bootstrap.py [--iterations 5000] [--trials 10000] [--loop 200]
                                          [--quick] [--json]
@@ -9,7 +10,7 @@ Prints, for this machine and this run:
   * a per-iteration pandas loop (``df.sample(frac=1, replace=True)`` per arm per iteration),
     timed on ``--loop`` iterations in the same run and extrapolated to ``--iterations``;
   * the speed ratio (target >= 20x);
-  * seed 001's (question, run) bootstrap as registered (``analysis.qr_boot.resample_means``, the
+  * seed 001's (question, run) bootstrap as registered (``analysis._qr_boot.resample_means``, the
     triple default / success / perturbed from one draw over ``trials/2`` pairs): iterations per
     second beside a measured numpy floor (the index draws alone, which the documented draw order
     requires) and the direct per-iteration loop of the seed's Appendix A.
@@ -29,8 +30,7 @@ import numpy as np
 import numpy.typing as npt
 import pandas as pd
 
-from analysis.qr_boot import resample_means
-from analysis.stats import CHUNK_ELEMENTS, bootstrap_diff
+from analysis import CHUNK_ELEMENTS, bootstrap_diff, resample_means
 
 SEED = 20260425
 REPEATS = 5

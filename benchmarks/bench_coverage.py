@@ -4,7 +4,7 @@
                                         [--replicates 4 30] [--seed 20260501] [--quick]
 
 The variance components are the demo's: the tool's own sensitivity model (probe intercept,
-probe x arm cell, a residual variance per arm; ``analysis.sensitivity.fit_reml``) fitted to the
+probe x arm cell, a residual variance per arm; ``analysis._sensitivity.fit_reml``) fitted to the
 trials of ``--trials`` (default ``benchmarks/data/demo30_trials.csv``: the
 ``archive/analysis/trials.csv`` of ``ledger demo DIR``, the template's 30 replicates; the shipped
 4-replicate archive's ``analysis/trials.csv`` works too) on the registered model's arms A, B
@@ -23,8 +23,8 @@ The design is balanced, so both are computed from sufficient statistics, vectori
 studies: the REML likelihood splits into the within-cell part (per arm, ``G(R - 1)`` df) and the
 cell-mean part (``(G - 1)·log|V| + tr(V⁻¹S)``, ``V = σ²_u·J + diag(σ²_w + σ²_a/R)``), the GLS
 estimate of A - B is the difference of the arm means and its variance ``(V_AA + V_BB −
-2V_AB)/G``. The first studies are also fitted with the tool itself (``analysis.stats`` and
-``analysis.sensitivity``) and the largest difference is printed: the closed forms are the
+2V_AB)/G``. The first studies are also fitted with the tool itself (``analysis._stats`` and
+``analysis._sensitivity``) and the largest difference is printed: the closed forms are the
 tool's intervals. Coverage is printed with its Monte Carlo standard error. Timings are printed,
 never asserted; the target is sensitivity coverage within 93-97 % in both settings.
 """
@@ -43,8 +43,8 @@ import numpy.typing as npt
 import pandas as pd
 from scipy import stats as sps
 
-from analysis import sensitivity as sens
-from analysis import stats as ast
+from analysis import _sensitivity as sens
+from analysis import _stats as ast
 
 ROOT = Path(__file__).resolve().parents[1]
 DEMO_TRIALS = ROOT / "benchmarks" / "data" / "demo30_trials.csv"

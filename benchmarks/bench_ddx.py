@@ -41,12 +41,9 @@ def main() -> None:
     from ddx_study import items, write_study  # type: ignore[import-not-found]
     from helpers import fixed_key  # type: ignore[import-not-found]
 
-    from analysis.analyze import analyze_study
-    from analysis.scoring import score_study, unblind_study
+    from analysis import analyze_study, score_study, unblind_study
     from ledger import Ledger
-    from runner.backends import SimulatedBackend
-    from runner.execute import RunOptions, run_study
-    from runner.lock import lock_study
+    from runner import RunOptions, SimulatedBackend, lock_study, run_study
 
     load = os.getloadavg()
     base = Path(tempfile.mkdtemp(prefix="bench-ddx-"))

@@ -6,7 +6,7 @@
 ``--analyse`` (issue 16): a synthetic dataset of 100,000 scored multiple-choice trials (2,500
 items x 2 models x 20: arms ``direct``, ``fewshot`` and ``cot`` each under five option orders
 and a ``sampled`` arm with five samples at temperature 0.7), analysed by
-``analysis.analyze.run_analyses`` (what ``ledger analyze`` runs) with a plan of seed 002's
+``analysis._analyze.run_analyses`` (what ``ledger analyze`` runs) with a plan of seed 002's
 registered kinds (two flip rates, position bias, two votes, self-consistency, two McNemars, a
 GEE) on top of the always-run mixed model, descriptive and exploratory results, in a fresh
 process: the wall time of ``run_analyses`` and the process's peak RSS against the targets (10
@@ -47,18 +47,18 @@ started, cpu = time.perf_counter(), time.process_time()
 what, root, key = sys.argv[1], sys.argv[2], sys.argv[3]
 if what == "lock":
     from ledger import SigningKey
-    from runner.lock import lock_study
+    from runner._lock import lock_study
     result = lock_study(root, SigningKey.load(key))
     count = result.trials
 elif what == "schedule":
     from ledger import Ledger
-    from runner.lock import check_integrity, ledger_path
-    from runner.state import locked_order
+    from runner._lock import check_integrity, ledger_path
+    from runner._state import locked_order
     study = check_integrity(root)
     with Ledger.open(ledger_path(root), readonly=True) as log:
         count = len(locked_order(study, log))
 else:
-    from runner.request import RequestBuilder, Trial, request_blob
+    from runner._request import RequestBuilder, Trial, request_blob
     from runner.spec import load_study
     study = load_study(root, strict=False)
     builder = RequestBuilder(study)
@@ -163,7 +163,7 @@ _ANALYSE = r"""
 import json, resource, sys, time
 sys.path.insert(0, sys.argv[2])
 import bench_design
-from analysis.analyze import run_analyses
+from analysis._analyze import run_analyses
 items, iterations = int(sys.argv[1]), int(sys.argv[3])
 ds, plan = bench_design.mcq_dataset(items, iterations)
 floor = bench_design.pandas_floor(ds)
@@ -183,14 +183,14 @@ def breakdown(ds: Any, plan: dict[str, Any]) -> dict[str, float]:
     """Where ``run_analyses``'s time goes, re-timed part by part on fresh copies of ``ds``.
 
     ``mixed models``: the registered model pooled, per model and with the arm x model cells
-    (2,500 stimuli: the closed-form REML maximum, ``analysis.stats.CLOSED_FORM_MIN_GROUPS``;
+    (2,500 stimuli: the closed-form REML maximum, ``analysis._stats.CLOSED_FORM_MIN_GROUPS``;
     smaller designs go through statsmodels' MixedLM and the polish); ``seed-002 kinds``:
     every seed-002 hypothesis (pooled and per model, the trials table built as analyze builds
     it) and ``descriptive.mcq``.
     """
     from dataclasses import replace
 
-    from analysis import analyze
+    from analysis import _analyze as analyze
 
     out = {}
     fresh = replace(ds)
@@ -218,7 +218,7 @@ def mcq_dataset(items: int, iterations: int = 1000) -> tuple[Any, dict[str, Any]
     import numpy as np
     import pandas as pd
 
-    from analysis.analyze import Dataset
+    from analysis import Dataset
 
     rng = np.random.default_rng(16)
     letters = np.array(list("ABCD"), dtype=object)

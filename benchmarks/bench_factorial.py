@@ -105,9 +105,8 @@ def main() -> None:
     import numpy as np
     import pandas as pd
 
-    from analysis import factorial as af
-    from runner.lock import validate_for_lock
-    from runner.render import Renderer
+    from analysis import _factorial as af
+    from runner import Renderer, validate_for_lock
     from runner.spec import load_study
     from verify import _factorial as vf
 

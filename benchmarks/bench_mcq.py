@@ -6,8 +6,8 @@ Builds a synthetic trials table (docs/mcq-statistics.md) of ``items`` four-optio
 ``models`` models: arms ``direct`` and ``cot`` under five option orders (original, rotate-1,
 rotate-2, swap, shuffle-42), a ``cloze`` arm with log-probabilities under the same orders, and a
 ``cot-sc`` arm with five samples per item at temperature 0.7 (default 2,500 x 2 = 100,000
-trials). Then runs every statistic of analysis/mcq.py over it: validation, accuracy per cell, a
-McNemar family with Holm, flip rates on both bases (cluster bootstrap), position metrics per
+trials). Then runs every statistic of analysis/mcq/_stats.py over it: validation, accuracy per cell,
+a McNemar family with Holm, flip rates on both bases (cluster bootstrap), position metrics per
 cell, consistency and permutation voting per arm and model, self-consistency, cloze, the
 logistic GEE and a review sample. Prints the wall time (one pass) and the tracemalloc peak
 (a second pass) against the targets (10 s, 500 MB) and against a limit measured in the same run:
@@ -29,7 +29,7 @@ import pandas as pd
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from analysis import mcq
+from analysis.mcq import _stats as mcq
 
 TARGET_SECONDS = 10.0
 TARGET_MB = 500.0
@@ -135,7 +135,7 @@ class Figures:
 
 
 def analyse(frame: pd.DataFrame, models: int, iterations: int) -> Figures:
-    """Every statistic of analysis/mcq.py over the table."""
+    """Every statistic of analysis/mcq/_stats.py over the table."""
     table = mcq.check_trials(frame)
     cells = mcq.accuracy_by_cell(table)
     family = []

@@ -7,12 +7,12 @@ The fake Messages API server (``tests/support/fake_messages.py``) runs as a sepa
 threads do not share this process's GIL. For each server latency and each concurrency, in the
 same run, this measures:
 
-  * plain: the trials' exact request bodies (:class:`runner.request.RequestBuilder`) sent with
+  * plain: the trials' exact request bodies (:class:`runner._request.RequestBuilder`) sent with
     plain ``anthropic.AsyncAnthropic(max_retries=0).messages.create(...)``, one task per
     trial, at most ``concurrency`` at once (an ``asyncio.Semaphore``): no ledger and none of
     this project's code on the request path (``max_retries=0`` as in the runner, which does its
     own retries; the fake server injects no faults, so none happen either way);
-  * runner: :func:`runner.execute.run_study` with the ``anthropic`` backend on a fresh copy of a
+  * runner: :func:`runner._execute.run_study` with the ``anthropic`` backend on a fresh copy of a
     locked, never-run study (every trial appends ``trial.requested`` and ``trial.responded``,
     each a signed, durable SQLite transaction);
 
@@ -66,13 +66,17 @@ from typing import Any
 import anthropic
 
 from ledger import Ledger, SigningKey
-from runner.backends import AnthropicBackend
-from runner.execute import Counters, RunOptions, run_study
-from runner.lock import lock_study
-from runner.new import new_study
-from runner.request import RequestBuilder
+from runner import (
+    AnthropicBackend,
+    Counters,
+    RequestBuilder,
+    RunOptions,
+    load_state,
+    lock_study,
+    new_study,
+    run_study,
+)
 from runner.spec import load_study
-from runner.state import load_state
 
 ROOT = Path(__file__).resolve().parent.parent
 FAKE_SERVER = ROOT / "tests" / "support" / "fake_messages.py"

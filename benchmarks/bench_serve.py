@@ -56,7 +56,7 @@ from nginx_server import Nginx, available  # type: ignore[import-not-found]  # n
 from ledger import FixedClock, Ledger, SigningKey  # noqa: E402
 from ledger._tiles import ENTRIES, TileRef  # noqa: E402
 from ledger.tiles_server import LocalTiles  # noqa: E402
-from runner.publish import StudyPublisher  # noqa: E402
+from runner import StudyPublisher  # noqa: E402
 
 ORIGIN = "bench.example/serve"
 OWNER_NAME, OWNER_SEED = "bench.example/owner", b"\x07" * 32

@@ -40,10 +40,10 @@ started = time.perf_counter()
 what, root, key = sys.argv[1], sys.argv[2], sys.argv[3]
 if what == "lock":
     from ledger import SigningKey
-    from runner.lock import lock_study
+    from runner._lock import lock_study
     count = lock_study(root, SigningKey.load(key)).trials
 elif what == "render":
-    from runner.request import RequestBuilder, Trial, request_blob
+    from runner._request import RequestBuilder, Trial, request_blob
     from runner.spec import load_study
     study = load_study(root, strict=False)
     builder = RequestBuilder(study)

@@ -47,13 +47,8 @@ def _key() -> Any:
 
 def build_archive(target: Path, replicates: int) -> float:
     """Build and export a simulated study with ``replicates``; return the seconds it took."""
-    from analysis.analyze import analyze_study
-    from analysis.export import export_study
-    from analysis.scoring import score_study, unblind_study
-    from runner.backends import SimulatedBackend
-    from runner.execute import RunOptions, run_study
-    from runner.lock import lock_study
-    from runner.new import new_study
+    from analysis import analyze_study, export_study, score_study, unblind_study
+    from runner import RunOptions, SimulatedBackend, lock_study, new_study, run_study
 
     started = time.perf_counter()
     work = target.with_name(target.name + ".work")

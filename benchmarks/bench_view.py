@@ -160,8 +160,7 @@ def measure(archive: Path) -> dict[str, Any]:
     """Index ``archive`` and time its pages (run in a fresh process: see :func:`main`)."""
     from starlette.testclient import TestClient
 
-    from analysis.view import open_viewer
-    from analysis.view_app import make_app
+    from analysis.view import make_app, open_viewer
 
     started = time.perf_counter()
     viewer = open_viewer(archive, verify=False)
@@ -255,8 +254,7 @@ def pages_report(rows: list[dict[str, Any]]) -> None:
 
 def _run_once(base_url: str, locked: Path, work: Path, conc: int, poll_s: float | None) -> float:
     from ledger import SigningKey
-    from runner.backends import AnthropicBackend
-    from runner.execute import RunOptions, run_study
+    from runner import AnthropicBackend, RunOptions, run_study
 
     shutil.rmtree(work, ignore_errors=True)
     shutil.copytree(locked, work)

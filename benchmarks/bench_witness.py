@@ -158,10 +158,7 @@ def study_runs(base: Path, replicates: int, interval: int) -> dict[str, float]:
 
     from ledger import Ledger
     from ledger.witness_server import LocalWitness
-    from runner.backends import SimulatedBackend
-    from runner.execute import RunOptions, run_study
-    from runner.lock import lock_study
-    from runner.new import new_study
+    from runner import RunOptions, SimulatedBackend, lock_study, new_study, run_study
 
     os.environ["PROMPT_LEDGER_HOME"] = str(base / "home")
     owner = SigningKey.generate("bench.example/study/owner")

@@ -77,8 +77,7 @@ def postgres(url: str | None, base: Path) -> Iterator[str]:
 
 def make_study(root: Path, url: str, schema: str, replicates: int, home: Path) -> Path:
     """A locked, never-run template study whose ledger is the schema ``schema`` at ``url``."""
-    from runner.lock import lock_study
-    from runner.new import new_study
+    from runner import lock_study, new_study
 
     key_file = home / "keys" / f"{TEMPLATE}-owner.key"
     if key_file.exists():  # both studies are the template's: one owner key

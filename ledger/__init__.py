@@ -37,13 +37,16 @@ if TYPE_CHECKING:
         StoreError,
     )
     from ledger._files import (
+        can_sync_file_system,
         describe_os_error,
         describe_utf8_error,
+        fsync_directory,
         open_regular_file,
         read_regular_file,
+        sync_file_system,
         write_files,
     )
-    from ledger._http import RemoteLocation
+    from ledger._http import RemoteLocation, is_http_url
     from ledger._keys import SigningKey, VerifierKey, load_verifier, user_home
     from ledger._merkle import (
         EMPTY_ROOT,
@@ -63,8 +66,18 @@ if TYPE_CHECKING:
         sign_note,
     )
     from ledger._postgres import PostgresLocation, is_url, schema_for
+    from ledger._receipt import cosigned_by, make_receipt
+    from ledger._remote import RemoteLedger
     from ledger._roles import KNOWN_KINDS, ROLES, role_may_append
-    from ledger._sealed import SealPolicy, commitment, is_sealed, open_blob, seal, split_sealed
+    from ledger._sealed import (
+        SALT_BYTES,
+        SealPolicy,
+        commitment,
+        is_sealed,
+        open_blob,
+        seal,
+        split_sealed,
+    )
     from ledger._store import (
         ConsistencyProof,
         Event,
@@ -73,6 +86,19 @@ if TYPE_CHECKING:
         KeyRecord,
         Ledger,
         StoredCheckpoint,
+        check_origin,
+    )
+    from ledger._tiles import TileError, publish
+    from ledger._workers import (
+        WorkerLink,
+        WorkerRecord,
+        dead_workers,
+        list_workers,
+        new_worker_id,
+        open_requests,
+        register_worker,
+        remove_worker,
+        session_open,
     )
 
 __all__ = [
@@ -80,6 +106,7 @@ __all__ = [
     "KNOWN_KINDS",
     "MAX_SAFE_INTEGER",
     "ROLES",
+    "SALT_BYTES",
     "AuthorizationError",
     "CanonicalError",
     "Checkpoint",
@@ -103,38 +130,57 @@ __all__ = [
     "PostgresLocation",
     "ProofError",
     "RefusedError",
+    "RemoteLedger",
     "RemoteLocation",
     "SchemaVersionError",
     "SealPolicy",
     "SigningKey",
     "StoreError",
     "StoredCheckpoint",
+    "TileError",
     "VerifierKey",
+    "WorkerLink",
+    "WorkerRecord",
+    "can_sync_file_system",
     "canonical_json",
+    "check_origin",
     "commitment",
     "copy_ledger",
+    "cosigned_by",
+    "dead_workers",
     "describe_os_error",
     "describe_utf8_error",
+    "fsync_directory",
+    "is_http_url",
     "is_sealed",
     "is_url",
     "leaf_hash",
+    "list_workers",
     "load_verifier",
+    "make_receipt",
+    "new_worker_id",
     "node_hash",
     "open_blob",
     "open_checkpoint",
     "open_note",
     "open_regular_file",
+    "open_requests",
     "parse_checkpoint",
     "parse_envelope",
+    "publish",
     "read_regular_file",
+    "register_worker",
+    "remove_worker",
     "role_may_append",
     "root_from_leaf_hashes",
     "root_from_leaves",
     "schema_for",
     "seal",
+    "session_open",
     "sign_note",
     "split_sealed",
     "study_ledger",
+    "sync_file_system",
     "user_home",
     "verify_consistency",
     "verify_inclusion",
@@ -207,6 +253,27 @@ _LAZY: dict[str, str] = {
     "verify_consistency": "ledger._merkle",
     "verify_inclusion": "ledger._merkle",
     "write_files": "ledger._files",
+    # what other packages use (make_faces.py)
+    "can_sync_file_system": "ledger._files",
+    "fsync_directory": "ledger._files",
+    "sync_file_system": "ledger._files",
+    "is_http_url": "ledger._http",
+    "cosigned_by": "ledger._receipt",
+    "make_receipt": "ledger._receipt",
+    "RemoteLedger": "ledger._remote",
+    "SALT_BYTES": "ledger._sealed",
+    "check_origin": "ledger._store",
+    "TileError": "ledger._tiles",
+    "publish": "ledger._tiles",
+    "WorkerLink": "ledger._workers",
+    "WorkerRecord": "ledger._workers",
+    "dead_workers": "ledger._workers",
+    "list_workers": "ledger._workers",
+    "new_worker_id": "ledger._workers",
+    "open_requests": "ledger._workers",
+    "register_worker": "ledger._workers",
+    "remove_worker": "ledger._workers",
+    "session_open": "ledger._workers",
 }
 
 

@@ -233,7 +233,7 @@ class PublishResult:
     tiles_written: list[str]
     blobs_written: list[str]
     checkpoint_replaced: bool
-    plan: Any = None  # what decided it (runner.publish.Plan for a study)
+    plan: Any = None  # what decided it (runner._publish.Plan for a study)
 
 
 def publish(

@@ -11,7 +11,7 @@ A worker claims trials with one atomic upsert: a trial with no final outcome (``
 trial, the second's ``ON CONFLICT ... DO UPDATE ... WHERE`` sees the first's committed lease and
 takes nothing. A worker whose heartbeat stopped (killed, or cut off for longer than its lease)
 is *dead*: its leases are free to claim, and the next worker that looks reaps it (closes its
-open requests as interrupted and its session with ``run.stopped``, ``runner/workers.py``).
+open requests as interrupted and its session with ``run.stopped``, ``runner/_workers.py``).
 """
 
 from __future__ import annotations

@@ -2,8 +2,8 @@
 
 This module owns the commands of the signed event store (``keygen``, ``init``, ``append``,
 ``log``, ``show``, ``checkpoint``, ``proof``, ``key``) and the top-level ``ledger`` group. The
-study's commands belong to the packages that implement them (``runner.cli``: new, arms, lock,
-amend, schedule, estimate, run, status; ``analysis.cli``: score, unblind, analyze, report,
+study's commands belong to the packages that implement them (``runner._cli``: new, arms, lock,
+amend, schedule, estimate, run, status; ``analysis._cli``: score, unblind, analyze, report,
 export, demo; ``verify.cli``: verify) and are registered as entry points in the group
 ``prompt_ledger.commands`` (see ``pyproject.toml``). The group loads a command's module only
 when that command is asked for, so the core imports nothing above it and ``ledger --help``

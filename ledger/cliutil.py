@@ -1,7 +1,7 @@
 """What every package's command group shares: help formatting, error boundary, output.
 
 The ``ledger`` command is composed of command groups owned by the packages that implement them
-(``ledger.cli``: the core's low-level commands; ``runner.cli``, ``analysis.cli``, ``verify.cli``:
+(``ledger.cli``: the core's low-level commands; ``runner._cli``, ``analysis._cli``, ``verify.cli``:
 the study's). Each group is a plain :class:`click.Group` of :class:`Command` objects built with
 the helpers here, so every command formats its help the same way and meets the same error
 boundary (:class:`Group`): library errors become one line and exit status 1; filesystem and

@@ -2,7 +2,7 @@
 
 Registered through the ``prompt_ledger.commands`` entry point (``docs/service.md``). They work on
 published files and receipts only, never on a ledger: the study's own commands (``ledger tiles``,
-``ledger receipt``) are in :mod:`runner.publish_cli`.
+``ledger receipt``) are in :mod:`runner._publish_cli`.
 """
 
 from __future__ import annotations

@@ -13,17 +13,17 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
+from runner._backends import Backend
 from runner._errors import StudyError
 from runner._options import Counters, RunOptions, given_prices
-from runner.backends import Backend
-from runner.pricing import PRICES_AS_OF, Price, backend_price, max_cost_usd, price_record
-from runner.request import RequestBuilder, Trial
+from runner._pricing import PRICES_AS_OF, Price, backend_price, max_cost_usd, price_record
+from runner._request import RequestBuilder, Trial
+from runner._workers import SharedRun
 from runner.spec import Study
-from runner.steps import StepCall
-from runner.workers import SharedRun
+from runner.steps._core import StepCall
 
 #: Where the price table's prices come from (``run.started`` records it).
-LISTED = f"runner/pricing.py (prices as of {PRICES_AS_OF})"
+LISTED = f"runner/_pricing.py (prices as of {PRICES_AS_OF})"
 
 
 def request_input_tokens(body: dict[str, Any], sizes: Sequence[tuple[int, int]]) -> int:
@@ -95,7 +95,7 @@ class SessionBudget:
             return listed, LISTED
         if self.options.budget_usd is not None:
             what = (
-                f"for model {model!r} (runner/pricing.py lists the known models)"
+                f"for model {model!r} (runner/_pricing.py lists the known models)"
                 if backend.priced
                 else f"for the {backend.name} backend"
             )

@@ -18,17 +18,17 @@ from datetime import UTC, datetime
 from typing import Any
 
 from ledger import Event, EventSpec, RefusedError
+from runner._backends import BackendError, Reply
 from runner._leases import LeaseQueue
 from runner._limit import AdaptiveLimit
 from runner._recording import superseded_failure
+from runner._render import prior_trial
+from runner._request import Trial
 from runner._retry import Verdict
 from runner._session import Session
-from runner.backends import BackendError, Reply
-from runner.render import prior_trial
-from runner.request import Trial
-from runner.state import NOT_COUNTED, TrialState
-from runner.step_state import CallState, prior_values, reply_text
-from runner.steps import StepCall
+from runner._state import NOT_COUNTED, TrialState
+from runner.steps._core import StepCall
+from runner.steps._state import CallState, prior_values, reply_text
 
 
 class CallDriver:
@@ -45,7 +45,7 @@ class CallDriver:
     # ------------------------------------------------------------------ signals
 
     def on_signal(self, name: str, *, first: bool, interrupt: bool) -> str | None:
-        """Ctrl-C or SIGTERM in the session (called in the event loop by :mod:`runner.control`).
+        """Ctrl-C or SIGTERM in the session (called in the event loop by :mod:`runner._control`).
 
         The first starts no new attempt (a request already being recorded is still sent and
         awaited); ``interrupt`` (a second Ctrl-C, or SIGTERM) cancels the calls in flight,

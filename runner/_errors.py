@@ -8,9 +8,9 @@
         ├── StimulusError   a stimulus that cannot be generated, read, written or checked
         └── PreflightError  the backend refused the preflight request: no trial was sent
 
-Every message names the study, file or field at fault. :class:`runner.backends.BackendError`
+Every message names the study, file or field at fault. :class:`runner._backends.BackendError`
 stands apart: it is one failed attempt (data the runner records and retries), and only
-:func:`runner.backends.make_backend` raises it to a caller, for a backend it cannot configure.
+:func:`runner._backends.make_backend` raises it to a caller, for a backend it cannot configure.
 """
 
 from __future__ import annotations

@@ -16,12 +16,12 @@ from collections.abc import Awaitable, Callable
 from typing import Any
 
 from runner._limit import AdaptiveLimit
+from runner._request import Trial
 from runner._session import Session
-from runner.request import Trial
-from runner.workers import reap_dead
+from runner._workers import reap_dead
 
 #: The reason a worker's session ends to let a new session take trials that come before its
-#: own in the locked order (``docs/trials.md`` §8); :func:`runner.execute.run_study` then
+#: own in the locked order (``docs/trials.md`` §8); :func:`runner._execute.run_study` then
 #: starts that session.
 ROTATE = "rotate"
 #: Trial ids offered to the store per claim.

@@ -2,7 +2,7 @@
 
 :class:`RunOptions` (one field per CLI option), :class:`Counters` (what a session did, shown
 live and recorded in ``run.stopped``) and :class:`RunResult` (one session's outcome). Public
-through :mod:`runner.execute` and :mod:`runner`.
+through :mod:`runner._execute` and :mod:`runner`.
 """
 
 from __future__ import annotations
@@ -12,9 +12,9 @@ from dataclasses import dataclass
 from datetime import datetime
 
 from runner._errors import StudyError
-from runner.preflight import Preflight
-from runner.pricing import Price, given_price
-from runner.workers import DEFAULT_LEASE_SECONDS
+from runner._preflight import Preflight
+from runner._pricing import Price, given_price
+from runner._workers import DEFAULT_LEASE_SECONDS
 
 
 @dataclass(frozen=True)
@@ -25,7 +25,7 @@ class RunOptions:
     price the session instead of the price table, and make ``budget_usd`` possible on a backend
     or model that has no listed price. ``preflight`` (the CLI has no option for it: every
     ``ledger run`` preflights) sends the recorded preflight requests before the session
-    (:mod:`runner.preflight`); a library caller or a test may turn it off. ``lease_seconds``
+    (:mod:`runner._preflight`); a library caller or a test may turn it off. ``lease_seconds``
     (PostgreSQL only) is how long after this worker's last heartbeat others count it as dead
     and take over its trials (``docs/trials.md`` §8).
     """

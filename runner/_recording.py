@@ -17,11 +17,11 @@ from collections.abc import Callable
 from typing import Any
 
 from ledger import Event, EventSpec, Ledger, RefusedError, SigningKey
-from runner.backends import Backend, BackendError, Reply
-from runner.pricing import Price, cost_at
-from runner.request import Trial, request_blob, trial_requested
-from runner.steps import StepCall
-from runner.witnessing import is_final_outcome
+from runner._backends import Backend, BackendError, Reply
+from runner._pricing import Price, cost_at
+from runner._request import Trial, request_blob, trial_requested
+from runner._witnessing import is_final_outcome
+from runner.steps._core import StepCall
 
 
 class GroupWriter:
@@ -52,7 +52,7 @@ class GroupWriter:
         """Start the writer thread for ``log``; nothing else may write to it until closed.
 
         With ``interval`` N > 0, ``on_interval(size)`` runs in the writer thread right after
-        every N-th final trial outcome it commits (:func:`runner.witnessing.is_final_outcome`),
+        every N-th final trial outcome it commits (:func:`runner._witnessing.is_final_outcome`),
         with the tree at that outcome (``size`` = its seq + 1) and before anything after it
         is committed: the interval checkpoints of ``docs/witness.md`` section 8.
         """

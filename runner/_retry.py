@@ -11,8 +11,8 @@ from __future__ import annotations
 import enum
 import random
 
+from runner._backends import CONFIGURATION, BackendError
 from runner._options import RunOptions
-from runner.backends import CONFIGURATION, BackendError
 
 #: A session whose first attempts all fail with the same error (at most this many, and never
 #: more than --max-attempts) stops as a configuration error (``docs/trials.md`` §3).

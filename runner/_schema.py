@@ -211,7 +211,7 @@ DEVIATION_KEYS: Final = ("id", "source", "choice", "reason")
 RANGE_KEYS: Final = ("first",)
 """The keys of ``[stimuli] range`` (``docs/prompts.md`` §1.4)."""
 DDX_KEYS: Final = ("list", "match", "reference", "grounding", "uncertainty")
-"""The keys of ``[response.ddx]`` (``docs/scoring.md`` §12; ``runner.ddx``)."""
+"""The keys of ``[response.ddx]`` (``docs/scoring.md`` §12; ``runner._ddx``)."""
 STEP_KEYS: Final = (
     "on",
     "models",
@@ -260,7 +260,7 @@ SCENARIO_KEYS: Final = (
     "residual_sd",
     "parse_failure",
 )
-"""The keys of each ``[[plan.scenarios]]`` (``docs/planning.md``; ``runner.planspec``)."""
+"""The keys of each ``[[plan.scenarios]]`` (``docs/planning.md``; ``runner._planspec``)."""
 CONDITION_KEYS: Final = ("arm", "variant")
 """The keys of a contrast review's ``failed`` and ``succeeded`` tables."""
 

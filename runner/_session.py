@@ -5,9 +5,9 @@ the backend; the trials' state and the session's counters; the stop (the first r
 wins, and wakes every sleeper); and the collaborators that each own one concern: the money
 (:class:`runner._budget.SessionBudget`), the events (:class:`runner._recording.EventRecorder`),
 the witnesses (:class:`runner._session_witness.SessionWitness`) and the retries
-(:class:`runner._retry.RetryPolicy`). The runner (:class:`runner.execute.Runner`) opens and
+(:class:`runner._retry.RetryPolicy`). The runner (:class:`runner._execute.Runner`) opens and
 closes a session around a driver that sends its requests: call by call
-(:class:`runner._calls.CallDriver`) or in Message Batches (:class:`runner.batch.BatchRunner`);
+(:class:`runner._calls.CallDriver`) or in Message Batches (:class:`runner._batch.BatchRunner`);
 both drivers compose this context instead of extending the runner.
 """
 
@@ -20,20 +20,20 @@ from dataclasses import replace
 from typing import Any
 
 from ledger import EventSpec, Ledger, RefusedError, SigningKey
+from runner._backends import Backend
 from runner._budget import SessionBudget
+from runner._control import RunControl
+from runner._data_arm import data_trial_events
 from runner._options import Counters, ProgressHook, RunOptions
 from runner._recording import EventRecorder
+from runner._request import RequestBuilder, Trial
 from runner._retry import RetryPolicy
 from runner._session_witness import SessionWitness
-from runner.backends import Backend
-from runner.control import RunControl
-from runner.data_arm import data_trial_events
-from runner.request import RequestBuilder, Trial
+from runner._state import StudyState, TrialState
+from runner._workers import SharedRun
 from runner.spec import Study
-from runner.state import StudyState, TrialState
-from runner.step_state import StepWork
-from runner.steps import StepCall
-from runner.workers import SharedRun
+from runner.steps._core import StepCall
+from runner.steps._state import StepWork
 
 
 class Session:

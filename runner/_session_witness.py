@@ -2,7 +2,7 @@
 
 Cosigned checkpoints at the session's start, every N final trial outcomes, and at its stop.
 
-:class:`SessionWitness` runs the cosigning jobs of :class:`runner.witnessing.Cosigner` in any
+:class:`SessionWitness` runs the cosigning jobs of :class:`runner._witnessing.Cosigner` in any
 thread and keeps what the session must report: the first refusal (the runner turns it into a
 stop), the checkpoints that went on unwitnessed (``continue``), and the time spent waiting.
 """
@@ -38,7 +38,7 @@ class SessionWitness:
         return int(self.policy.interval_trials) if self.policy is not None else 0
 
     def _cosigner(self) -> Any:
-        from runner.witnessing import Cosigner
+        from runner._witnessing import Cosigner
 
         assert self.policy is not None
         return Cosigner(self.log, self.key, self.policy, should_stop=self.should_stop)
@@ -48,7 +48,7 @@ class SessionWitness:
 
         The caller, in the event loop, turns :attr:`error` into a stop.
         """
-        from runner.witnessing import WitnessOutcome
+        from runner._witnessing import WitnessOutcome
 
         with self._cosigner() as cosigner:
             try:

@@ -19,7 +19,7 @@ README's test command and CI install with. Then the same code gives the same byt
 machine; a dependency upgrade that renders differently shows up as a difference, and the fix is
 to rerun this script and commit the result.
 
-``protocol.locked`` records the environment (``runner/provenance.py``): the package versions are
+``protocol.locked`` records the environment (``runner/_provenance.py``): the package versions are
 those of ``constraints.txt``, and Python's version is recorded as major.minor only (``3.11``), so
 a Python patch release does not change the archive's bytes.
 """
@@ -85,11 +85,11 @@ def build(out: Path, store: str | None = None) -> None:
     try:
         os.environ["PROMPT_LEDGER_HOME"] = str(work / "home")
         os.environ["PROMPT_LEDGER_FIXED_CLOCK"] = CLOCK_START
-        import runner.stimuli
+        import runner._stimuli
 
-        runner.stimuli._font_available = lambda: False  # rectangles, not FreeType glyphs
-        import runner.lock
-        from runner.provenance import environment
+        runner._stimuli._font_available = lambda: False  # rectangles, not FreeType glyphs
+        import runner._lock
+        from runner import environment
 
         def pinned_environment() -> dict[str, object]:
             """The environment, with Python's version as major.minor (see the module doc)."""
@@ -97,16 +97,18 @@ def build(out: Path, store: str | None = None) -> None:
             env["python"] = ".".join(str(env["python"]).split(".")[:2])
             return env
 
-        runner.lock.environment = pinned_environment
+        runner._lock.environment = pinned_environment
 
-        from analysis.analyze import analyze_study
-        from analysis.export import export_study
-        from analysis.scoring import score_study, unblind_study
+        from analysis import analyze_study, export_study, score_study, unblind_study
         from ledger import SigningKey
-        from runner.backends import SimulatedBackend
-        from runner.execute import RunOptions, run_study
-        from runner.lock import lock_study, secret_path
-        from runner.new import new_study
+        from runner import (
+            RunOptions,
+            SimulatedBackend,
+            lock_study,
+            new_study,
+            run_study,
+            secret_path,
+        )
         from runner.spec import load_study
 
         key = SigningKey(

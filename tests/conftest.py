@@ -182,7 +182,7 @@ def study_template(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """The tumbling-E template with its stimuli drawn once per test session (no ledger)."""
     from helpers import study_key
 
-    from runner.new import new_study
+    from runner._new import new_study
 
     root = tmp_path_factory.mktemp("template") / "study"
     new_study(root, "prompt-tumbling-e", study_key())
@@ -200,11 +200,11 @@ def simulated_archive(tmp_path_factory: pytest.TempPathFactory, study_template: 
     """
     from helpers import make_study, study_key
 
-    from analysis.analyze import analyze_study
-    from analysis.export import export_study
-    from analysis.scoring import score_study, unblind_study
-    from runner.backends import SimulatedBackend
-    from runner.execute import RunOptions, run_study
+    from analysis._analyze import analyze_study
+    from analysis._export import export_study
+    from analysis._scoring import score_study, unblind_study
+    from runner._backends import SimulatedBackend
+    from runner._execute import RunOptions, run_study
 
     base = tmp_path_factory.mktemp("simulated-archive")
     with pytest.MonkeyPatch.context() as mp:

@@ -1,6 +1,6 @@
 """Seed 002's registered hypotheses, re-derived from ``docs/mcq-statistics.md`` §11.
 
-The verifier's own second implementation of what ``analysis/mcq_tests.py`` records: the trials
+The verifier's own second implementation of what ``analysis/mcq/_kinds.py`` records: the trials
 table built from the rebuilt dataset (§11 "The table"), pooled over several models by
 renumbering replicates, the helpers the kinds' ``values`` share (each kind's own module in
 :mod:`verify._statistics` computes them, through :mod:`verify._mcq`) and ``descriptive.mcq``.

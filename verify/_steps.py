@@ -931,7 +931,7 @@ class Replay:
         if req is None:
             return
         # a data arm's request blob is its source record, no messages:
-        # its {request} is empty (trials.md §6; runner.step_state)
+        # its {request} is empty (trials.md §6; runner.steps._state)
         messages = json.loads(req).get("messages") or [{"content": ""}]
         message = messages[-1].get("content") or ""
         self.request_texts[trial] = (

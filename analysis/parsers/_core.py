@@ -3,7 +3,7 @@
 ``docs/scoring.md`` is the normative description. Each parser is one module of
 :mod:`analysis.parsers` (its ``PARSER`` entry and its function); this module holds what they
 share: the result types, the text of a stored body, JSON extraction, refusals and the tiers of
-the single-answer parsers. :mod:`analysis.parse` is the face the rest of ``analysis/`` imports.
+the single-answer parsers. :mod:`analysis._parse` is the face the rest of ``analysis/`` imports.
 A parser reads
 one response *text* (see :func:`response_text` for how the text is taken from a stored
 response body) and returns a :class:`Parsed`:
@@ -15,7 +15,7 @@ response body) and returns a :class:`Parsed`:
 - ``problems`` says, in words, everything that kept the status from being ``"ok"``.
 
 The parsers know the *form* of an answer, never the truth: whether a grid has the right number
-of rows and glyphs is decided by the scorer (:mod:`analysis.score`), which may downgrade a
+of rows and glyphs is decided by the scorer (:mod:`analysis._score`), which may downgrade a
 trial from ``"ok"`` to ``"partial"``. Single-answer parsers (multiple choice, yes/no/maybe,
 orientation word, exact and normalized text) return one row ``1`` holding one value when they
 find an answer, and no rows otherwise; their status is ``"ok"`` or ``"unparseable"``. The
@@ -72,7 +72,7 @@ Status = Literal["ok", "partial", "unparseable", "refused"]
 STATUSES: Final[tuple[Status, ...]] = ("ok", "partial", "unparseable", "refused")
 
 ORIENTATIONS: Final = ("UP", "RIGHT", "DOWN", "LEFT")
-"""The orientation vocabulary (same as :data:`runner.stimuli.ORIENTATIONS`)."""
+"""The orientation vocabulary (same as :data:`runner._stimuli.ORIENTATIONS`)."""
 
 YES_NO_MAYBE: Final = ("yes", "no", "maybe")
 """The yes/no/maybe vocabulary; answers are reported in lower case (PubMedQA labels)."""

@@ -13,7 +13,9 @@ import importlib
 import pkgutil
 from typing import Any
 
-from analysis import mcq, mcq_tests, stats
+from analysis import _stats as stats
+from analysis.mcq import _kinds as mcq_tests
+from analysis.mcq import _stats as mcq
 from analysis.statistics._base import Data, Posthoc, Statistic
 
 __all__ = [
@@ -68,7 +70,7 @@ POSTHOC_TESTS: tuple[str, ...] = tuple(k for k, s in REGISTRY.items() if s.posth
 
 
 def statistic(test: Any) -> Statistic:
-    """The registered kind ``test``; an unknown one raises :class:`analysis.stats.StatsError`."""
+    """The registered kind ``test``; an unknown one raises :class:`analysis._stats.StatsError`."""
     found = REGISTRY.get(str(test)) if isinstance(test, str) else None
     if found is None:
         raise stats.StatsError(f"unknown test {test!r}")
@@ -108,7 +110,7 @@ def seed002_values(
 
     ``pooled`` has one model label, ``by_model`` each model's; ``models`` is the model order.
     Interval kinds give ``estimate``, ``lower``, ``upper``, ``conf``; ``mcnemar`` and ``gee``
-    give ``p_raw`` and ``estimate``. Raises :class:`analysis.mcq.McqError` (a ``StatsError``)
+    give ``p_raw`` and ``estimate``. Raises :class:`analysis.mcq._stats.McqError` (a ``StatsError``)
     when the data cannot give the statistic, naming what is missing.
     """
     found = REGISTRY.get(str(h["test"]))

@@ -5,8 +5,8 @@ Each module of :mod:`analysis.statistics` defines one module-level ``STATISTIC``
 what the writer does with it: its computation from the analysis dataset and the locked
 hypothesis (:attr:`Statistic.compute`), the keys every computed result holds
 (:attr:`Statistic.schema`), the decision rule (:attr:`Statistic.decide`) and the report's cells
-(:attr:`Statistic.estimate_text` and the others). :mod:`analysis.analyze`, :mod:`analysis.report`
-and :mod:`analysis.posthoc` ask the registry rather than name a test.
+(:attr:`Statistic.estimate_text` and the others). :mod:`analysis._analyze`, :mod:`analysis._report`
+and :mod:`analysis._posthoc` ask the registry rather than name a test.
 """
 
 from __future__ import annotations
@@ -37,9 +37,9 @@ Decision = tuple[str, dict[str, Any]]
 
 
 class Data(Protocol):
-    """The analysis dataset as a statistic reads it (:class:`analysis.analyze.StatisticData`).
+    """The analysis dataset as a statistic reads it (:class:`analysis._analyze.StatisticData`).
 
-    ``ds`` is the :class:`analysis.analyze.Dataset` of the hypothesis (its stimulus subset, its
+    ``ds`` is the :class:`analysis._analyze.Dataset` of the hypothesis (its stimulus subset, its
     ddx metric as the outcome), ``plan`` the locked protocol, ``fit`` the study's mixed model
     (``model.lmm``) or ``None``, ``vocabulary`` the parser's closed set of labels or ``None``.
     """
@@ -133,11 +133,11 @@ class Statistic:
 
     ``order`` places the kind in :data:`analysis.statistics.TESTS` (the vocabulary's order).
     ``in_pp``: the estimate is a difference of shares, written in pp by the report and
-    :func:`analysis.analyze.describe_decision`. ``accuracy_difference``: the forest plot
+    :func:`analysis._analyze.describe_decision`. ``accuracy_difference``: the forest plot
     draws it (else it is tabled elsewhere). ``estimate_text``: the report's estimate cell
     (``None``: the difference and its interval). ``seed002``: whether a hypothesis of this kind
     is one of seed 002's statistics (computed on the long-format table, tabled in that section);
-    ``seed002_values`` then computes it from :class:`analysis.mcq_tests.Tables` and
+    ``seed002_values`` then computes it from :class:`analysis.mcq._kinds.Tables` and
     ``seed002_cells`` gives the row's (n, statistic, interval) cells. ``component_effect``:
     what a result says of its prompt-component unit (``None``: nothing). ``forest_span`` and
     ``forest_marks``: extra extent and drawing of the forest plot (``None``: the interval).

@@ -1,6 +1,6 @@
 """How the report writes a statistic's numbers: the shared cell formatters.
 
-One place for the report (:mod:`analysis.report`) and the statistic modules of this package,
+One place for the report (:mod:`analysis._report`) and the statistic modules of this package,
 which render their own cells (``docs/analysis.md`` §3): a missing or non-finite number is
 ``–``; shares are percentages, differences of shares percentage points.
 """

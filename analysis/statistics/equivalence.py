@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from analysis import stats
+from analysis import _stats as stats
 from analysis.statistics._base import Data, Statistic, contrast_of
 from analysis.statistics._format import num, pp
 

@@ -1,13 +1,13 @@
 """``factorial``: a term's joint Wald test in a factorial design (``docs/analysis.md``).
 
-The computation is :func:`analysis.factorial.factorial_values` ("Factorial designs").
+The computation is :func:`analysis._factorial.factorial_values` ("Factorial designs").
 """
 
 from __future__ import annotations
 
 from typing import Any
 
-from analysis.factorial import factorial_values
+from analysis._factorial import factorial_values
 from analysis.statistics._base import Data, Statistic, decide_by_p
 from analysis.statistics._format import fmt
 

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from analysis import mcq, mcq_tests
+from analysis.mcq import _kinds as mcq_tests
+from analysis.mcq import _stats as mcq
 from analysis.statistics._base import Data, Statistic
 from analysis.statistics._format import interval_cell, pct
 

@@ -6,7 +6,7 @@ from typing import Any
 
 from scipy import stats as sps
 
-from analysis import mcq_tests
+from analysis.mcq import _kinds as mcq_tests
 from analysis.statistics._base import Data, Statistic, decide_by_p
 from analysis.statistics._format import fmt, interval_cell
 from analysis.statistics.flip_rate import always

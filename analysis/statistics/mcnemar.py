@@ -10,7 +10,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from analysis import mcq, mcq_tests, stats
+from analysis import _stats as stats
+from analysis.mcq import _kinds as mcq_tests
+from analysis.mcq import _stats as mcq
 from analysis.statistics._base import Data, Statistic, contrast_of, decide_by_p
 from analysis.statistics._format import count, fmt, p
 

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from analysis import stats
+from analysis import _stats as stats
 from analysis.statistics._base import Data, Posthoc, Statistic, contrast_of, decide_by_p, sides_of
 from analysis.statistics._format import fmt, p
 

@@ -4,8 +4,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from analysis import mcq, mcq_tests
-from analysis.mcq_rows import ORIGINAL
+from analysis.mcq import _kinds as mcq_tests
+from analysis.mcq import _stats as mcq
+from analysis.mcq._rows import ORIGINAL
 from analysis.statistics._base import Data, Statistic, decide_by_interval
 from analysis.statistics._format import fmt, interval_cell
 from analysis.statistics.flip_rate import always

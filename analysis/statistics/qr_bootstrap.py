@@ -1,6 +1,6 @@
 """``qr-bootstrap``: seed 001's bootstrap over (question, run) observations.
 
-The computation, decision and estimate text are :mod:`analysis.qr_boot`'s
+The computation, decision and estimate text are :mod:`analysis._qr_boot`'s
 (``docs/statistics.md``, "(question, run) bootstrap as a registered test").
 """
 
@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from analysis import qr_boot
+from analysis import _qr_boot as qr_boot
 from analysis.statistics._base import Data, Statistic, difference_effect
 
 

@@ -14,7 +14,7 @@ from typing import Any
 import numpy as np
 from scipy import stats as sps
 
-from analysis import stats
+from analysis import _stats as stats
 from analysis.statistics._base import Data, Statistic, contrast_of, decide_by_p, sides_of
 from analysis.statistics._format import fmt
 

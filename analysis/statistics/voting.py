@@ -4,8 +4,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from analysis import mcq, mcq_tests
-from analysis import stats as st
+from analysis import _stats as st
+from analysis.mcq import _kinds as mcq_tests
+from analysis.mcq import _stats as mcq
 from analysis.statistics._base import Data, Statistic
 from analysis.statistics._format import interval_cell, pct
 from analysis.statistics.flip_rate import always

@@ -51,7 +51,7 @@ def _analysis(c: Collector, data: dict[str, Any], arms: Iterable[str] = ()) -> d
             c.add("analysis.model_arms", f"unknown arm {unknown[0]!r}")
         analysis_out["model_arms"] = list(model_arms)
     if "covariates" in analysis:  # docs/analysis.md §11 (checked against the step below)
-        from runner.steps import covariates_table
+        from runner.steps._core import covariates_table
 
         covariates = covariates_table(analysis["covariates"], c.add)
         if covariates is not None:

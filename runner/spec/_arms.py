@@ -6,6 +6,7 @@ from collections.abc import Iterable
 from pathlib import Path
 from typing import Any, Final
 
+from runner._variants import VariantSpec
 from runner.spec._collector import Collector
 from runner.spec._components import RESERVED_COMPONENTS
 from runner.spec._data_arm import data_arm
@@ -14,7 +15,6 @@ from runner.spec._fields import ID_RE, MAX_REPLICATES, int_seed, section_table, 
 from runner.spec._models import providers, sampling_params
 from runner.spec._state import Loading
 from runner.spec._types import Arm, FewShotSpec, ModelSpec
-from runner.variants import VariantSpec
 
 ARM_ROLES: Final = ("full", "matched-control", "vehicle", "dismantling", "factorial")
 

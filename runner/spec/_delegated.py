@@ -1,19 +1,19 @@
 """Sections whose parsers live in other runner modules, each called with the collector.
 
-``[[witnesses]]`` / ``[witnessing]`` (:mod:`runner.witnessing`), ``[timestamping]``,
-``[privacy]``, ``[steps.<NAME>]`` (:mod:`runner.steps`), ``[response.ddx]`` (:mod:`runner.ddx`)
-and ``[plan]`` (:mod:`runner.planspec`).
+``[[witnesses]]`` / ``[witnessing]`` (:mod:`runner._witnessing`), ``[timestamping]``,
+``[privacy]``, ``[steps.<NAME>]`` (:mod:`runner.steps`), ``[response.ddx]`` (:mod:`runner._ddx`)
+and ``[plan]`` (:mod:`runner._planspec`).
 """
 
 from __future__ import annotations
 
-from runner.ddx import hypothesis_problems, parse_ddx
-from runner.planspec import parse_plan
-from runner.privacy import parse_privacy
+from runner._ddx import hypothesis_problems, parse_ddx
+from runner._planspec import parse_plan
+from runner._privacy import parse_privacy
+from runner._timestamping import parse_timestamping
+from runner._witnessing import parse_policy
 from runner.spec._state import Loading
-from runner.steps import covariate_problems, parse_steps
-from runner.timestamping import parse_timestamping
-from runner.witnessing import parse_policy
+from runner.steps._core import covariate_problems, parse_steps
 
 
 def parse_records(st: Loading) -> None:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from runner.factors import Factor, Factorial, Level, cell_arm_id, parse_factorial, parse_factors
+from runner._factors import Factor, Factorial, Level, cell_arm_id, parse_factorial, parse_factors
 from runner.spec._arms import check_after
 from runner.spec._collector import Collector
 from runner.spec._state import Loading

@@ -12,7 +12,7 @@ from runner.statistics import _base as statistics
 
 ID_RE: Final = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$")
 """An id or name of the spec: letters, digits, '.', '_' or '-', at most 64."""
-MAX_REPLICATES: Final = 100_000  # with the schedule's own cap, runner.schedule.MAX_TRIALS
+MAX_REPLICATES: Final = 100_000  # with the schedule's own cap, runner._schedule.MAX_TRIALS
 
 
 def section_table(c: Collector, data: dict[str, Any], name: str) -> dict[str, Any]:

@@ -5,15 +5,15 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any, Final, TypeGuard
 
+from runner._human_review import REFERENCE_FIELDS, supplied_sets
 from runner._schema import CONTRAST_REVIEW_KEYS, KeyPath
-from runner.human_review import REFERENCE_FIELDS, supplied_sets
 from runner.spec._arms import arm_runs
 from runner.spec._collector import Collector
 from runner.spec._fields import ID_RE, int_seed
 from runner.spec._response import LETTER_PARSERS
 from runner.spec._state import Loading
 from runner.spec._types import ModelSpec, Review
-from runner.steps import StepSpec
+from runner.steps._core import StepSpec
 
 
 def _review_kind(c: Collector, name: str, table: dict[str, Any]) -> str | None:

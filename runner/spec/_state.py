@@ -12,16 +12,16 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from runner.ddx import DdxSpec
-from runner.factors import Factor, Factorial
-from runner.planspec import PlanSpec
+from runner._ddx import DdxSpec
+from runner._factors import Factor, Factorial
+from runner._planspec import PlanSpec
+from runner._timestamping import TimestampSpec
+from runner._variants import VariantSpec
+from runner._witnessing import WitnessPolicy
 from runner.spec._collector import Collector
 from runner.spec._fields import inside, read_text
 from runner.spec._types import Arm, FewShotSpec, Hypothesis, ModelSpec, PromptSpec, Review
-from runner.steps import StepSpec
-from runner.timestamping import TimestampSpec
-from runner.variants import VariantSpec
-from runner.witnessing import WitnessPolicy
+from runner.steps._core import StepSpec
 
 
 @dataclass
@@ -53,7 +53,7 @@ class Loading:
     truth_path: Path = Path()
     stimuli: dict[str, Path] = field(default_factory=dict)
     items: Any = None
-    """The :class:`runner.items.ItemSet` of an item study (None if it has problems)."""
+    """The :class:`runner._items.ItemSet` of an item study (None if it has problems)."""
     items_path: Path | None = None
     answer_column: str | None = None
     replicates: int = 1

@@ -38,14 +38,14 @@ def parse_stimuli(st: Loading) -> None:
     response = st.data.get("response")
     named = isinstance(response, dict) and "letters" in response
     if st.items is not None and st.parser in LETTER_PARSERS and not named and not c.problems:
-        from runner.items import OPTION_LABELS
+        from runner._items import OPTION_LABELS
 
         widest = max((len(i.options) for i in st.items), default=4)
         st.letters = OPTION_LABELS[: max(widest, 2)]
 
 
 def _items_stimuli(c: Collector, root: Path, table: dict[str, Any]) -> tuple[Path, Any]:
-    """The item file's path and its :class:`runner.items.ItemSet` (None if it has problems)."""
+    """The item file's path and its :class:`runner._items.ItemSet` (None if it has problems)."""
     for key in ("directory", "truth", "answer_column"):
         if key in table:
             c.add(
@@ -57,7 +57,7 @@ def _items_stimuli(c: Collector, root: Path, table: dict[str, Any]) -> tuple[Pat
     first = _item_range(c, table)
     items = None
     if path.is_file():
-        from runner.items import load_items
+        from runner._items import load_items
 
         try:
             items = load_items(path, display=str(path.relative_to(root.resolve())))

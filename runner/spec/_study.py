@@ -1,4 +1,4 @@
-"""The validated study (:class:`Study`): everything :mod:`runner.lock` needs."""
+"""The validated study (:class:`Study`): everything :mod:`runner._lock` needs."""
 
 from __future__ import annotations
 
@@ -8,22 +8,22 @@ from pathlib import Path
 from typing import Any
 
 from ledger import describe_utf8_error
+from runner._ddx import DdxSpec
 from runner._errors import SpecError, StudyError
-from runner.ddx import DdxSpec
-from runner.factors import Factor, Factorial, ItemEdit
-from runner.planspec import PLAN_FILE, PlanSpec
+from runner._factors import Factor, Factorial, ItemEdit
+from runner._planspec import PLAN_FILE, PlanSpec
+from runner._timestamping import TimestampSpec
+from runner._variants import Variant, VariantSpec
+from runner._witnessing import WitnessPolicy
 from runner.spec._components import RESERVED_COMPONENTS
 from runner.spec._response import LETTER_PARSERS, SINGLE_ANSWER_PARSERS, VOCABULARY_PARSERS
 from runner.spec._types import Arm, FewShotSpec, Hypothesis, ModelSpec, PromptSpec, Review
-from runner.steps import StepSpec
-from runner.timestamping import TimestampSpec
-from runner.variants import Variant, VariantSpec
-from runner.witnessing import WitnessPolicy
+from runner.steps._core import StepSpec
 
 
 @dataclass(frozen=True)
 class Study:
-    """A validated study: everything :mod:`runner.lock` needs, with paths resolved."""
+    """A validated study: everything :mod:`runner._lock` needs, with paths resolved."""
 
     root: Path
     spec_path: Path
@@ -260,8 +260,8 @@ class Study:
         return path.resolve().relative_to(self.root.resolve()).as_posix()
 
     def load_items(self) -> Any:
-        """The study's :class:`runner.items.ItemSet` (read once, then kept)."""
-        from runner.items import load_items
+        """The study's :class:`runner._items.ItemSet` (read once, then kept)."""
+        from runner._items import load_items
 
         if self.items_path is None:
             raise StudyError(f"{self.spec_path}: the study has an image folder, not an item file")
@@ -305,7 +305,7 @@ class Study:
 
     def trial_ids(self) -> list[str]:
         """Every trial of the design (``docs/prompts.md`` section 7), in listing order."""
-        from runner.schedule import crossed_trial_ids, subset
+        from runner._schedule import crossed_trial_ids, subset
 
         stims = self.stimulus_ids()
         names: list[str | None] = [None] if self.models is None else list(self.models)
@@ -323,9 +323,9 @@ class Study:
     def variant_list(self) -> list[Variant]:
         """The variant order (``docs/variants.md`` section 1), ``all-orders`` expanded.
 
-        Raises :class:`runner.variants.VariantError` when an ``all-orders`` cannot expand.
+        Raises :class:`runner._variants.VariantError` when an ``all-orders`` cannot expand.
         """
-        from runner.variants import expand
+        from runner._variants import expand
 
         cache = self.__dict__.get("_variant_list")
         if cache is None:
@@ -351,7 +351,7 @@ class Study:
 
     def _variant_trial_ids(self, stims: list[str], names: list[str | None]) -> list[str]:
         """``arm|model|item|variant|rep`` of every trial (``docs/variants.md`` section 4)."""
-        from runner.schedule import subset
+        from runner._schedule import subset
 
         out: list[str] = []
         for arm in self.arms.values():

@@ -6,7 +6,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from runner.human_review import REFERENCE_SETS
+from runner._human_review import REFERENCE_SETS
 from runner.statistics import KIND_ONLY_KEYS
 
 
@@ -159,7 +159,7 @@ class Hypothesis:
     max_pp: float | None = None
     """flip-rate: supported when the interval's upper bound is below this (percentage points)."""
     statistic: str | None = None
-    """qr-bootstrap: the statistic bootstrapped (``runner.qrboot.STATISTICS``)."""
+    """qr-bootstrap: the statistic bootstrapped (``runner._qrboot.STATISTICS``)."""
     effect: tuple[str, ...] | None = None
     """factorial: the factor (main effect) or factors (interaction) whose term is tested."""
     fallback: str | None = None

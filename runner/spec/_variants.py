@@ -8,10 +8,10 @@ from pathlib import Path
 from typing import Any, Final
 
 from runner._schema import KeyPath
+from runner._variants import FIELD_KINDS, KIND_KEYS, KINDS, VariantSpec
 from runner.spec._collector import Collector
 from runner.spec._fields import ID_RE, inside, string
 from runner.spec._state import Loading
-from runner.variants import FIELD_KINDS, KIND_KEYS, KINDS, VariantSpec
 
 
 def parse_variants(st: Loading) -> None:
@@ -157,7 +157,7 @@ def _stopwords(
     c: Collector, root: Path, where: str, value: str, path: KeyPath
 ) -> tuple[str, frozenset[str] | None]:
     """A stop-word file in the study folder: its study path and its words (None if bad)."""
-    from runner.variants import VariantError, read_stopwords
+    from runner._variants import VariantError, read_stopwords
 
     file = inside(c, root, value, f"{where}.stopwords")
     if not file.is_file():

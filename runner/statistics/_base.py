@@ -17,7 +17,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Final, Protocol
 
-from runner.ddx import DDX_METRICS
+from runner._ddx import DDX_METRICS
 
 __all__ = [
     "COMMON_KEYS",
@@ -103,7 +103,7 @@ def name_list(add: Add, h: Mapping[str, Any], key: str, where: str) -> tuple[str
 def standard_outcome(add: Add, h: Mapping[str, Any], where: str, parser: str) -> str:
     """The outcome of most kinds: the parser's own (:func:`default_outcome`) or a ddx metric.
 
-    A ddx metric, and any outcome of a ``ddx`` study, is checked by :mod:`runner.ddx`.
+    A ddx metric, and any outcome of a ``ddx`` study, is checked by :mod:`runner._ddx`.
     """
     outcome = text(add, h, "outcome", where, default_outcome(parser))
     if not outcome or outcome in DDX_METRICS or parser == "ddx":

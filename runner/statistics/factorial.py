@@ -2,7 +2,7 @@
 
 ``effect`` names the factor of a main effect or the factors of an interaction; the term must
 be crossed by ``[factorial]`` and estimable over its cells (``docs/analysis.md``, "Factorial
-designs"), and the outcome one of :data:`runner.factors.FACTORIAL_OUTCOMES`.
+designs"), and the outcome one of :data:`runner._factors.FACTORIAL_OUTCOMES`.
 """
 
 from __future__ import annotations
@@ -10,7 +10,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any, Final
 
-from runner.factors import FACTORIAL_OUTCOMES, Factor, design_columns
+from runner._factors import FACTORIAL_OUTCOMES, Factor, design_columns
 from runner.statistics._base import Add, Design, Registered, StatisticSpec, name_list, text
 
 NAME: Final = "factorial"
@@ -18,7 +18,7 @@ Columns = list[tuple[str, dict[str, str]]]
 
 
 def _outcome(add: Add, h: dict[str, Any], where: str, parser: str) -> str:
-    """A factorial hypothesis's outcome: a name of :data:`runner.factors.FACTORIAL_OUTCOMES`."""
+    """A factorial hypothesis's outcome: a name of :data:`runner._factors.FACTORIAL_OUTCOMES`."""
     if parser == "tumbling-e-json":
         add(
             f"{where}.test",

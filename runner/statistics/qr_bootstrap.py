@@ -1,6 +1,6 @@
 """``qr-bootstrap``: seed 001's bootstrap over (question, run) observations.
 
-Its keys and outcomes are read by :mod:`runner.qrboot` (``docs/statistics.md``, "(question,
+Its keys and outcomes are read by :mod:`runner._qrboot` (``docs/statistics.md``, "(question,
 run) bootstrap as a registered test"): ``arm`` or ``contrast`` by statistic, the outcome
 checked once the parser and ``[steps]`` are known, a contrast's arms paired by design.
 """
@@ -10,7 +10,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from runner.qrboot import QR_KEYS, QR_TEST, check_outcomes, check_pairing, qr_keys
+from runner._qrboot import QR_KEYS, QR_TEST, check_outcomes, check_pairing, qr_keys
 from runner.statistics._base import Add, Design, StatisticSpec, declared_outcome
 
 

@@ -11,15 +11,15 @@ import pytest
 from click.testing import CliRunner
 from helpers import make_study, study_key
 
-import analysis.scoring as scoring
-from analysis.analyze import analyze_study, load_dataset, run_analyses
-from analysis.scoring import BlindTrial, score_blind, score_study, unblind_study
+import analysis._scoring as scoring
+from analysis._analyze import analyze_study, load_dataset, run_analyses
+from analysis._scoring import BlindTrial, score_blind, score_study, unblind_study
 from ledger import Ledger
 from ledger.cli import main
-from runner.backends import SimulatedBackend
-from runner.execute import RunOptions, run_study
-from runner.lock import StudyError, protocol_event
-from runner.stimuli import read_truth_csv
+from runner._backends import SimulatedBackend
+from runner._execute import RunOptions, run_study
+from runner._lock import StudyError, protocol_event
+from runner._stimuli import read_truth_csv
 
 
 def events(root: Path, kind: str) -> list[Any]:
@@ -289,8 +289,8 @@ def test_a_really_singular_model_is_flagged_beside_every_model_verdict(
 ) -> None:
     from rich.console import Console
 
-    from analysis.analyze import MODEL_CAUTION
-    from analysis.report import Report, render_html, render_terminal
+    from analysis._analyze import MODEL_CAUTION
+    from analysis._report import Report, render_html, render_terminal
 
     plan, ds = _scored(study)
     flat = _singular_dataset(ds)

@@ -3,7 +3,7 @@
 A fake OpenAI-compatible server on 127.0.0.1 answers chat completions as vLLM and llama.cpp's
 server do when asked for ``logprobs`` and ``top_logprobs``: the reply text and, for the first
 generated token, its log-probability and the top alternatives (here the simulated text model's
-letter distribution, :meth:`runner.simulated_text.SimulatedTextModel.respond_openai`). A cloze
+letter distribution, :meth:`runner.simulated._text.SimulatedTextModel.respond_openai`). A cloze
 study with option-order variants is locked, run through the real ``openai-compatible`` backend
 over HTTP, scored, analysed, exported and verified; the verifier re-derives every cloze score
 from the recorded responses. Responses that lack an option letter's log-probability are
@@ -27,10 +27,10 @@ import pytest
 from click.testing import CliRunner
 from helpers import fixed_key
 
-from analysis.parse import parse_cloze
+from analysis._parse import parse_cloze
 from ledger import Ledger
 from ledger.cli import main
-from runner.simulated_text import SimulatedTextModel
+from runner.simulated._text import SimulatedTextModel
 from tests.verify.test_archive_tamper import failed, passed, read_events
 from tests.verify.test_verify_text_study import blob, forge, put_blob
 from verify import verify_archive
@@ -426,8 +426,8 @@ def test_logprobs_on_an_anthropic_model_is_refused_naming_the_line(tmp_path: Pat
 def test_the_mcq_trials_table_carries_each_letters_log_probability(
     built: tuple[Path, Path, Any, str],
 ) -> None:
-    from analysis.analyze import load_dataset
-    from analysis.mcq_rows import mcq_trials
+    from analysis._analyze import load_dataset
+    from analysis.mcq._rows import mcq_trials
 
     root, _, _, _ = built
     with Ledger.open(root / "ledger.db", readonly=True) as log:

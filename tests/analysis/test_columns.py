@@ -1,4 +1,4 @@
-"""analysis.rows.Column and columns_frame: the frame pandas' records path builds, compactly."""
+"""analysis._rows.Column and columns_frame: the frame pandas' records path builds, compactly."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ from typing import Any
 import pandas as pd
 import pytest
 
-from analysis.rows import Column, columns_frame
+from analysis._rows import Column, columns_frame
 
 ROWS: list[dict[str, Any]] = [
     {"s": "UP", "i": 1, "f": 0.5, "b": True, "o": None, "m": None, "l": [1, 2], "n": 3},

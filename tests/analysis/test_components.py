@@ -1,6 +1,6 @@
 """The report's component classes and trial-level distribution (docs/analysis.md §7).
 
-The rule is applied to hand-made registered results, by the writer (``analysis.report``) and
+The rule is applied to hand-made registered results, by the writer (``analysis._report``) and
 by the verifier's twin (``verify._archive.report``), which must agree row for row.
 """
 
@@ -10,7 +10,7 @@ from typing import Any
 
 import pytest
 
-from analysis.report import component_classes, trial_distribution
+from analysis._report import component_classes, trial_distribution
 from verify._archive import report as twin
 
 ARMS = {
@@ -137,7 +137,7 @@ def test_dismantling_contrasts_per_probe_match_the_verifiers_twin() -> None:
     import numpy as np
     import pandas as pd
 
-    from analysis.analyze import Dataset, by_stimulus, nested_pairs
+    from analysis._analyze import Dataset, by_stimulus, nested_pairs
     from verify._recompute.compare import _first_difference
     from verify._recompute.dataset import _Dataset
     from verify._recompute.exploratory import _by_stimulus

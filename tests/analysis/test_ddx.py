@@ -27,10 +27,10 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from locations import REPO
 
-from analysis.ddx import metrics
+from analysis._ddx import metrics
 from ledger import Ledger
 from ledger.cli import main
-from runner.steps import aggregate, aggregate_sets
+from runner.steps._core import aggregate, aggregate_sets
 from tests.runner.test_steps_archive import replace_locked
 from tests.verify.test_archive_tamper import failed, passed, read_events, resign
 from verify import _ddx as vddx

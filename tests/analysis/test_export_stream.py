@@ -22,12 +22,12 @@ from pathlib import Path
 import pytest
 from helpers import study_key
 
-from analysis.checklists import ChecklistEvents, facts
-from analysis.export import export_study
-from analysis.flow import FlowFold, study_flow
-from analysis.report import trial_distribution, trial_distribution_csv
+from analysis._checklists import ChecklistEvents, facts
+from analysis._export import export_study
+from analysis._flow import FlowFold, study_flow
+from analysis._report import trial_distribution, trial_distribution_csv
 from ledger import Ledger, canonical_json
-from runner.lock import StudyError
+from runner._lock import StudyError
 from verify import verify_path
 
 
@@ -107,10 +107,10 @@ def test_a_damaged_blob_stops_the_export_naming_it(
 def test_an_archive_synced_file_by_file_verifies(
     simulated_archive: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    import analysis.export
+    import analysis._export
 
     root = _study_copy(simulated_archive, tmp_path, monkeypatch)
-    monkeypatch.setattr(analysis.export, "can_sync_file_system", lambda: False)
+    monkeypatch.setattr(analysis._export, "can_sync_file_system", lambda: False)
     result = export_study(root, tmp_path / "archive", study_key())
     report = verify_path(tmp_path / "archive")
     assert report.ok, [(c.name, c.reason) for c in report.checks if c.status.value == "FAIL"]

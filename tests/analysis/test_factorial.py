@@ -27,10 +27,10 @@ import pytest
 from helpers import cli_export, fixed_key
 from locations import REPO
 
-from analysis import factorial as af
+from analysis import _factorial as af
 from analysis.statistics import REGISTRY
-from runner.lock import validate_for_lock
-from runner.render import Renderer
+from runner._lock import validate_for_lock
+from runner._render import Renderer
 from runner.spec import SpecError, check_matched_controls, load_study
 from tests.verify.test_archive_tamper import failed, passed, read_events
 from tests.verify.test_verify_text_study import forge, relocked_report
@@ -607,7 +607,7 @@ def test_a_gee_the_data_cannot_fit_is_not_applicable_on_both_sides(case: str) ->
     """Issue 31: separation (a model or a level at the ceiling) and a degenerate term (two
     models answering alike) make the factorial test not applicable on both sides, by the rule
     of docs/mcq-statistics.md §8, never a failure one side has and the other not."""
-    from analysis.stats import NotApplicableError
+    from analysis._stats import NotApplicableError
 
     levels = {"belief": ["none", "strong"], "tone": ["neutral", "urgent"]}
     plan = plan_for(levels, [["belief"]])

@@ -26,7 +26,7 @@ from click.testing import CliRunner
 from helpers import fixed_key
 from locations import REPO
 
-from analysis import mcq
+from analysis.mcq import _stats as mcq
 from ledger.cli import main
 from verify import _mcq as vm
 from verify import verify_archive
@@ -338,8 +338,8 @@ def test_a_posthoc_of_arms_over_different_variants_needs_a_variant(
 def test_the_viewer_shows_the_reason_and_the_copies(archive: Path) -> None:
     from starlette.testclient import TestClient
 
-    from analysis.view import open_viewer
-    from analysis.view_app import make_app
+    from analysis.view._app import make_app
+    from analysis.view._viewer import open_viewer
 
     viewer = open_viewer(archive, verify=False)
     page = TestClient(make_app(viewer), base_url="http://127.0.0.1").get("/").text

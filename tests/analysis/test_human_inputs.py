@@ -23,9 +23,9 @@ from human_study import ITEMS, write_study
 
 from ledger import Ledger
 from ledger.cli import main
-from runner.backends import SimulatedBackend
-from runner.execute import RunOptions, run_study
-from runner.lock import StudyError, lock_study
+from runner._backends import SimulatedBackend
+from runner._execute import RunOptions, run_study
+from runner._lock import StudyError, lock_study
 from runner.spec import SpecError, load_study
 from tests.verify.test_archive_tamper import failed, read_events, resign
 from verify import verify_archive
@@ -184,7 +184,7 @@ def test_a_batch_session_records_data_trials_without_batching_them(tmp_path: Pat
     from fake_messages import FakeMessagesServer
     from human_study import spec_text
 
-    from runner.batch import AnthropicBatchBackend
+    from runner._batch import AnthropicBatchBackend
 
     text = spec_text(reviews="")
     start = text.index("[steps.judge]")
@@ -367,7 +367,7 @@ def _reviewer(study: Path) -> Any:
 
 
 def test_review_of_an_item_outside_the_sample_is_refused(study: Path) -> None:
-    from analysis.reviewing import record_review, review_subjects
+    from analysis._reviewing import record_review, review_subjects
 
     sample = {str(s.response_seq) for s in review_subjects(study, "refsets")}
     outside = next(i["id"] for i in ITEMS if i["id"] not in sample)
@@ -378,7 +378,7 @@ def test_review_of_an_item_outside_the_sample_is_refused(study: Path) -> None:
 
 
 def test_an_edit_removing_a_diagnosis_not_in_the_set_is_refused(study: Path) -> None:
-    from analysis.reviewing import record_review, review_subjects
+    from analysis._reviewing import record_review, review_subjects
 
     item = str(review_subjects(study, "refsets")[0].response_seq)
     size = _size(study)
@@ -399,7 +399,7 @@ def test_an_edit_removing_a_diagnosis_not_in_the_set_is_refused(study: Path) -> 
 
 
 def test_review_before_the_seal_is_refused(tmp_path: Path) -> None:
-    from analysis.reviewing import record_review
+    from analysis._reviewing import record_review
 
     root = write_study(tmp_path / "s")
     with pytest.MonkeyPatch.context() as patch:
@@ -785,7 +785,7 @@ def test_data_trials_survive_sigkills_and_the_study_verifies(tmp_path: Path) -> 
 
 def test_a_review_after_the_analysis_is_refused(study: Path) -> None:
     """Issue 32: the analysis is recorded once; a review after it would be in no result."""
-    from analysis.reviewing import record_review, review_subjects
+    from analysis._reviewing import record_review, review_subjects
 
     item = str(review_subjects(study, "refsets")[0].response_seq)
     size = _size(study)
@@ -800,7 +800,7 @@ def test_a_review_appended_after_the_analysis_leaves_a_re_export_verifying(
     """Issue 32: a reviewer key appends a valid review after the analysis by hand (ledger
     append); the study is exported again. The analysis holds the reviews before it, as
     recorded, so the re-export verifies; the steps check WARNs, naming the late review."""
-    from analysis.reviewing import review_subjects
+    from analysis._reviewing import review_subjects
 
     copy = tmp_path / "study"
     shutil.copytree(study, copy)

@@ -13,7 +13,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from analysis import stats
+from analysis import _stats as stats
 from verify import _restats as vst
 from verify._reml import RemlModel
 

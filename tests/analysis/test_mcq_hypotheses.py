@@ -35,15 +35,15 @@ from statsmodels.stats.contingency_tables import mcnemar as sm_mcnemar
 from statsmodels.stats.multitest import multipletests
 from statsmodels.stats.proportion import proportion_confint
 
-from analysis import mcq
-from analysis.analyze import Dataset, _clean, hypothesis_results, load_dataset, models
-from analysis.mcq_rows import mcq_trials
+from analysis._analyze import Dataset, _clean, hypothesis_results, load_dataset, models
+from analysis.mcq import _stats as mcq
+from analysis.mcq._rows import mcq_trials
 from analysis.statistics import REGISTRY
 from analysis.statistics import decide as decide_interval
 from analysis.statistics import seed002_values as hypothesis_values
 from ledger import Ledger
 from ledger.cli import main
-from runner.lock import ledger_path, protocol_event
+from runner._lock import ledger_path, protocol_event
 from runner.spec import SpecError, load_study
 from tests.verify.test_archive_tamper import failed, passed, read_events
 from tests.verify.test_verify_text_study import forge
@@ -915,7 +915,7 @@ def test_the_terminal_report_tables_them_too(
 ) -> None:
     from rich.console import Console
 
-    from analysis.report import build_report, render_terminal
+    from analysis._report import build_report, render_terminal
 
     console = Console(record=True, width=400)
     render_terminal(build_report(built[0], tmp_path / "report"), console)
@@ -1266,8 +1266,8 @@ def test_ledger_review_refuses_a_contrast_sample_naming_its_export(
     built: tuple[Path, Path, Path],
 ) -> None:
     """`ledger review` lists and labels judge-label samples; a contrast one is analyzed."""
-    from analysis.reviewing import review_subjects
-    from runner.lock import StudyError
+    from analysis._reviewing import review_subjects
+    from runner._lock import StudyError
 
     with pytest.raises(
         StudyError,

@@ -21,9 +21,9 @@ from statsmodels.stats.contingency_tables import mcnemar as sm_mcnemar
 from statsmodels.stats.multitest import multipletests
 from statsmodels.stats.proportion import proportion_confint
 
-from analysis import mcq
-from analysis.mcq import McqError
-from analysis.stats import bonferroni, mcnemar, wilson
+from analysis._stats import bonferroni, mcnemar, wilson
+from analysis.mcq import _stats as mcq
+from analysis.mcq._stats import McqError
 
 ROOT = REPO
 ORDERS = ["original", "rotate-1", "rotate-2", "swap"]

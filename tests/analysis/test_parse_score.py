@@ -14,8 +14,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from locations import REPO
 
-from analysis import parse as parse_module
-from analysis.parse import (
+from analysis import _parse as parse_module
+from analysis._parse import (
     PARSERS,
     AnswerRow,
     Parsed,
@@ -27,7 +27,7 @@ from analysis.parse import (
     parse_yes_no_maybe,
     response_text,
 )
-from analysis.score import (
+from analysis._score import (
     ANSWER_NOT_A_CHART,
     ANSWER_ORIENTATIONS,
     TrialScore,
@@ -37,7 +37,7 @@ from analysis.score import (
     score_tumbling_e,
 )
 from runner import spec
-from runner.stimuli import (
+from runner._stimuli import (
     KIND_SNELLEN,
     NOT_A_TUMBLING_E_CHART,
     ORIENTATIONS,

@@ -20,9 +20,9 @@ import numpy as np
 import pytest
 from locations import REPO
 
-from analysis.plan import PlanError, plan_study, simulate_trials
-from runner.lock import lock_study, protocol_body
-from runner.planspec import lock_warnings
+from analysis._plan import PlanError, plan_study, simulate_trials
+from runner._lock import lock_study, protocol_body
+from runner._planspec import lock_warnings
 from runner.spec import SpecError, load_study
 from verify._plan import check_record
 
@@ -177,8 +177,8 @@ def test_icc_gives_the_stimulus_sd_from_the_mean_residual_variance(
 
 
 def test_parse_failures_are_drawn_at_the_declared_rate(planned: Any) -> None:
-    from analysis.plan import _design
-    from runner.plancheck import plan_stimuli
+    from analysis._plan import _design
+    from runner._plancheck import plan_stimuli
 
     root, _run, _home = planned
     study = load_study(root)
@@ -211,8 +211,8 @@ def _registered_closed_form(frame: Any) -> tuple[float, float]:
 
 def test_each_simulated_study_is_analysed_by_the_registered_model(planned: Any) -> None:
     """The recorded two-sided H1 interval of every study equals the closed-form REML one."""
-    from analysis.plan import _design
-    from runner.plancheck import plan_stimuli
+    from analysis._plan import _design
+    from runner._plancheck import plan_stimuli
 
     root, run, _home = planned
     study = load_study(root)
@@ -326,7 +326,7 @@ def test_lock_locks_the_plan_and_warns_from_it(planned: Any, tmp_path: Path) -> 
 def test_a_plan_of_another_design_is_refused_at_lock(planned: Any, tmp_path: Path) -> None:
     from helpers import study_key
 
-    from runner.lock import StudyError
+    from runner._lock import StudyError
 
     root, _run, home = planned
     copy_root = Path(shutil.copytree(root, tmp_path / "s"))
@@ -432,11 +432,11 @@ def test_a_locked_plan_verifies_in_the_exported_archive_and_report(
     """Lock, run, score, unblind, analyse, export: the plan and report checks pass."""
     from helpers import study_key
 
-    from analysis.analyze import analyze_study
-    from analysis.export import export_study
-    from analysis.scoring import score_study, unblind_study
-    from runner.backends import SimulatedBackend
-    from runner.execute import RunOptions, run_study
+    from analysis._analyze import analyze_study
+    from analysis._export import export_study
+    from analysis._scoring import score_study, unblind_study
+    from runner._backends import SimulatedBackend
+    from runner._execute import RunOptions, run_study
     from verify import verify_path
 
     root, _run, home = planned
@@ -534,7 +534,7 @@ def test_plan_on_a_locked_study_writes_nothing_and_compares(planned: Any, tmp_pa
         again = plan_study(copy_root)
     assert again.path is None and again.locked_match is True
     assert (copy_root / "plan" / "plan.json").read_bytes() == before
-    from analysis.plan import dumps
+    from analysis._plan import dumps
 
     assert dumps(again.record).encode() == before  # the same bytes: no time, no randomness
 
@@ -549,7 +549,7 @@ def test_a_variance_interval_beyond_a_double_is_withheld_on_both_sides() -> None
     """
     import pandas as pd
 
-    from analysis import stats
+    from analysis import _stats as stats
     from verify import _restats
 
     t = pd.read_csv(ROOT / "tests" / "vectors" / "variance-ci-overflow.csv")
@@ -568,7 +568,7 @@ def test_a_variance_interval_beyond_a_double_is_withheld_on_both_sides() -> None
 
 
 def test_clip_mean_is_the_mean_of_the_clipped_normal() -> None:
-    from analysis.plan import _clip_mean
+    from analysis._plan import _clip_mean
     from verify._plan import _clip_mean as verifier_clip_mean
 
     rng = np.random.default_rng(3)
@@ -635,7 +635,7 @@ def test_binomial_plan_with_two_models_verifies(tmp_path: Path, study_template: 
     (res,) = run.record["results"]
     assert res["trials"] == 140
     h1 = next(h for h in res["hypotheses"] if h["hypothesis"] == "H1")
-    from analysis.plan import _clip_mean
+    from analysis._plan import _clip_mean
 
     spread = float(np.hypot(0.1, 0.05))
     want = np.mean(
@@ -653,8 +653,8 @@ def test_binomial_plan_with_two_models_verifies(tmp_path: Path, study_template: 
 
 
 def test_report_section_twins_agree() -> None:
-    """The writer's section (analysis/report_plan.py) and the verifier's (verify/_plan.py)."""
-    from analysis import report_plan as rp
+    """The writer's section (analysis/_report_plan.py) and the verifier's (verify/_plan.py)."""
+    from analysis import _report_plan as rp
     from verify import _plan as vp
 
     def h(hid: str, role: str, primary: bool, sens: float | None) -> dict[str, Any]:
@@ -773,7 +773,7 @@ def test_a_variant_study_plans_with_a_variant_shift_and_verifies(tmp_path: Path)
     (res,) = run.record["results"]
     (h1,) = res["hypotheses"]
     # A runs 7 variants (one shifted by -0.3), B runs 2 (one shifted): the means over cells
-    from analysis.plan import _clip_mean as cm
+    from analysis._plan import _clip_mean as cm
 
     want = (6 * cm(0.8, 0.1) + cm(0.5, 0.1)) / 7 - (cm(0.5, 0.1) + cm(0.2, 0.1)) / 2
     assert h1["truth"] == pytest.approx(want, rel=1e-12)

@@ -17,9 +17,9 @@ import pandas as pd
 import pytest
 from scipy import stats as sps
 
-from analysis.analyze import Dataset
-from analysis.posthoc import POSTHOC_LABEL, posthoc_result
-from analysis.view_app import _posthoc_row
+from analysis._analyze import Dataset
+from analysis._posthoc import POSTHOC_LABEL, posthoc_result
+from analysis.view._app import _posthoc_row
 from verify._recompute.compare import _first_difference
 from verify._recompute.dataset import _Dataset
 from verify._recompute.posthoc import _posthoc_values
@@ -169,8 +169,8 @@ def test_posthoc_kinds_end_to_end_viewed_verified_and_a_forged_one_fails(tmp_pat
     from helpers import fixed_key
     from starlette.testclient import TestClient
 
-    from analysis.view import open_viewer
-    from analysis.view_app import make_app
+    from analysis.view._app import make_app
+    from analysis.view._viewer import open_viewer
     from ledger.cli import main
     from tests.e2e.test_rotation_template import _small_rotation
     from tests.verify.test_archive_tamper import read_events, resign

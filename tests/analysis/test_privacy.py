@@ -36,7 +36,7 @@ from privacy_study import (
     write_study,
 )
 
-from analysis.annex import ANNEX_MAGIC, AuditorKey, annex_bytes, read_auditor_public_key
+from analysis._annex import ANNEX_MAGIC, AuditorKey, annex_bytes, read_auditor_public_key
 from ledger import Ledger, SigningKey, canonical_json, is_sealed, open_blob, seal
 from tests.verify.test_archive_tamper import resign
 from verify import verify_path

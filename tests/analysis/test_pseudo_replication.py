@@ -15,7 +15,7 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from analysis.identical import identical_values
+from analysis._identical import identical_values
 from runner.spec import load_study
 from verify import _copies
 

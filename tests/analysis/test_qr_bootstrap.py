@@ -26,12 +26,12 @@ from click.testing import CliRunner
 from helpers import fixed_key
 from locations import REPO
 
-from analysis import qr_boot
-from analysis.analyze import Dataset, hypothesis_results, load_dataset, models
+from analysis import _qr_boot as qr_boot
+from analysis._analyze import Dataset, hypothesis_results, load_dataset, models
 from analysis.statistics import REGISTRY
 from ledger import Ledger
 from ledger.cli import main
-from runner.lock import ledger_path, protocol_event
+from runner._lock import ledger_path, protocol_event
 from runner.spec import SpecError, load_study
 from tests.analysis.test_mcq_hypotheses import edit_result
 from tests.verify.test_archive_tamper import failed, passed
@@ -663,7 +663,7 @@ def test_a_statistic_that_does_not_fit_is_refused(
 
 
 def test_a_correctness_statistic_of_a_non_binary_outcome_is_refused() -> None:
-    from runner import qrboot
+    from runner import _qrboot as qrboot
 
     problems: list[str] = []
     assert not qrboot.QR_OUTCOMES["breadth"].binary  # a ddx study's count (scoring.md §12)
@@ -773,12 +773,12 @@ def test_a_contrast_whose_arms_cannot_pair_is_refused_at_lock(
 
 
 def test_the_verifier_knows_every_outcome_of_the_table() -> None:
-    """runner.qrboot.QR_OUTCOMES and the verifier's own lists describe the same outcomes.
+    """runner._qrboot.QR_OUTCOMES and the verifier's own lists describe the same outcomes.
 
     A row added to the table (a new per-trial metric) must be added to the verifier too: its
     column when it is not the outcome's own name, whether it is 0/1 and whether it is a share.
     """
-    from runner.qrboot import QR_OUTCOMES
+    from runner._qrboot import QR_OUTCOMES
 
     assert {k: o.column for k, o in QR_OUTCOMES.items() if o.column != k} == vq.COLUMNS
     assert {k for k, o in QR_OUTCOMES.items() if o.binary} == set(vq.BINARY)

@@ -13,8 +13,9 @@ from typing import Any
 import pytest
 from locations import REPO
 
-from analysis import statistics, stats
-from analysis.analyze import describe_decision
+from analysis import _stats as stats
+from analysis import statistics
+from analysis._analyze import describe_decision
 
 ROOT = REPO
 VOCABULARY = json.loads((ROOT / "tests" / "vectors" / "vocabulary.json").read_text("utf-8"))

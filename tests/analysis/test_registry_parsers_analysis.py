@@ -2,7 +2,7 @@
 
 Each response parser is one module of ``analysis/parsers/`` defining a ``PARSER`` whose function
 lives in that module; the registry's keys must be ``tests/vectors/vocabulary.json`` "parsers"
-in order, :data:`analysis.parse.PARSERS` and :class:`~analysis.parse.ParserConfig` must
+in order, :data:`analysis._parse.PARSERS` and :class:`~analysis._parse.ParserConfig` must
 dispatch through it, and the analysis's closed answer sets are the entries'.
 """
 
@@ -15,8 +15,8 @@ import pytest
 from locations import REPO
 
 import analysis.parsers
-from analysis import analyze
-from analysis.parse import PARSERS, ParserConfig, parse_response
+from analysis import _analyze as analyze
+from analysis._parse import PARSERS, ParserConfig, parse_response
 from analysis.parsers import REGISTRY, ResponseParser
 
 VOCABULARY = json.loads((REPO / "tests" / "vectors" / "vocabulary.json").read_text("utf-8"))

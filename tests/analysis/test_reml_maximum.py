@@ -23,8 +23,8 @@ import numpy as np
 import pytest
 from locations import REPO
 
-from analysis import sensitivity as sens
-from analysis import stats
+from analysis import _sensitivity as sens
+from analysis import _stats as stats
 from verify import Status, _restats, verify_archive
 from verify._recompute import sensitivity as verify_sensitivity
 from verify._reml import (

@@ -16,15 +16,15 @@ from helpers import make_study, study_key
 from PIL import Image, ImageStat
 from rich.console import Console
 
-from analysis import stats
-from analysis.analyze import analyze_study
-from analysis.report import EXPLORATORY, build_report, render_terminal
-from analysis.scoring import score_study, unblind_study
+from analysis import _stats as stats
+from analysis._analyze import analyze_study
+from analysis._report import EXPLORATORY, build_report, render_terminal
+from analysis._scoring import score_study, unblind_study
 from ledger import Ledger
 from ledger.cli import main
-from runner.backends import SimulatedBackend
-from runner.execute import RunOptions, run_study
-from runner.lock import StudyError, amend
+from runner._backends import SimulatedBackend
+from runner._execute import RunOptions, run_study
+from runner._lock import StudyError, amend
 
 INJECTED = "injected failure: the model matrix is singular <&>"
 REASON = "fixed a <typo> & clarified the README"
@@ -306,7 +306,7 @@ def test_the_verifier_reads_the_report_as_written(
 ) -> None:
     """The verifier's ``report`` check re-derives every table of report.html from the events;
     it agrees with the writer, also on an amendment and on results that could not be computed."""
-    from analysis.export import export_study
+    from analysis._export import export_study
     from verify import Status, verify_archive
 
     export_study(studies[which], tmp_path / "archive", study_key())

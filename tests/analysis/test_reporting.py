@@ -78,8 +78,8 @@ def test_every_mechanical_item_is_filled_and_links_a_seq_the_viewer_opens(
 ) -> None:
     from starlette.testclient import TestClient
 
-    from analysis.view import open_viewer
-    from analysis.view_app import make_app
+    from analysis.view._app import make_app
+    from analysis.view._viewer import open_viewer
 
     items = next(
         c

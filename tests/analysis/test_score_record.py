@@ -1,9 +1,9 @@
 """The scale path of the scorer: a chart prepared once (ChartTruth) gives the same record.
 
-``ledger score`` scores a tumbling-E study through :func:`analysis.score.score_record` with
-each stimulus's glyphs prepared once (:func:`analysis.score.prepare_chart`), building no
-:class:`~analysis.score.Item`; these tests hold that path to the reference one
-(:func:`analysis.score.score_tumbling_e` and RFC 8785 over the items), byte for byte.
+``ledger score`` scores a tumbling-E study through :func:`analysis._score.score_record` with
+each stimulus's glyphs prepared once (:func:`analysis._score.prepare_chart`), building no
+:class:`~analysis._score.Item`; these tests hold that path to the reference one
+(:func:`analysis._score.score_tumbling_e` and RFC 8785 over the items), byte for byte.
 """
 
 from __future__ import annotations
@@ -15,15 +15,9 @@ import rfc8785
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from analysis.parse import AnswerRow, Parsed, ParserConfig, parse_tumbling_e
-from analysis.score import (
-    ScoreRecord,
-    prepare_chart,
-    score_parsed,
-    score_record,
-    score_tumbling_e,
-)
-from runner.stimuli import NOT_A_TUMBLING_E_CHART, ORIENTATIONS, SNELLEN_ROWS, Glyph, probe_set
+from analysis._parse import AnswerRow, Parsed, ParserConfig, parse_tumbling_e
+from analysis._score import ScoreRecord, prepare_chart, score_parsed, score_record, score_tumbling_e
+from runner._stimuli import NOT_A_TUMBLING_E_CHART, ORIENTATIONS, SNELLEN_ROWS, Glyph, probe_set
 
 ALL_GLYPHS = [
     (row, position) for row, n in enumerate(SNELLEN_ROWS, start=1) for position in range(1, n + 1)

@@ -1,4 +1,4 @@
-"""Sensitivity analyses beside the registered mixed model (``analysis/sensitivity.py``).
+"""Sensitivity analyses beside the registered mixed model (``analysis/_sensitivity.py``).
 
 Satterthwaite degrees of freedom against the closed forms of balanced designs, the REML fits
 against statsmodels and the verifier's independent REML, the cluster bootstrap against its
@@ -18,8 +18,8 @@ import pandas as pd
 import pytest
 from locations import REPO
 
-from analysis import sensitivity as sens
-from analysis.analyze import Dataset, Result, fit_model, hypothesis_results, sensitivity_lmm
+from analysis import _sensitivity as sens
+from analysis._analyze import Dataset, Result, fit_model, hypothesis_results, sensitivity_lmm
 from verify import _restats as vst
 from verify._recompute.compare import _first_difference
 from verify._recompute.dataset import _Dataset
@@ -286,7 +286,7 @@ def test_cluster_proportion_matches_statsmodels_cluster_robust_mean() -> None:
     import statsmodels.api as sm
     from scipy import stats as sps
 
-    from analysis import stats as ast
+    from analysis import _stats as ast
 
     rng = np.random.default_rng(4)
     groups, ys = [], []
@@ -316,7 +316,7 @@ def test_cluster_proportion_matches_statsmodels_cluster_robust_mean() -> None:
 
 
 def test_error_null_excludes_the_true_direction() -> None:
-    from analysis import stats as ast
+    from analysis import _stats as ast
 
     labels = ("UP", "RIGHT", "DOWN", "LEFT")
     # every error of an UP glyph is RIGHT, DOWN or LEFT, each with 1/3 under the null
@@ -340,7 +340,7 @@ def test_error_null_excludes_the_true_direction() -> None:
 def test_newcombe_hybrid_score_interval_matches_statsmodels() -> None:
     from statsmodels.stats.proportion import confint_proportions_2indep
 
-    from analysis import stats as ast
+    from analysis import _stats as ast
 
     for x1, n1, x2, n2 in ((47, 64, 38, 64), (0, 10, 3, 10), (16, 16, 10, 16), (5, 40, 9, 31)):
         got = ast.newcombe_diff(x1, n1, x2, n2)
@@ -590,7 +590,7 @@ def _model_rows(seed: int, small_probes: int = 5) -> list[Any]:
 
 def _several(rows: list[Any], only: str | None = None) -> tuple[list[Result], list[Any]]:
     """The writer's results, and the verifier's sensitivity results (``only`` that model's)."""
-    from analysis.analyze import run_analyses
+    from analysis._analyze import run_analyses
 
     ds = _models_dataset(rows)
     results = run_analyses(ds, PLAN)

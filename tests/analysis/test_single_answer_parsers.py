@@ -1,6 +1,6 @@
 """Single-answer parsing and scoring: modes, exact and normalized text, the documented cases.
 
-Both implementations are checked, the reference (``analysis.parse`` / ``analysis.score``) and
+Both implementations are checked, the reference (``analysis._parse`` / ``analysis._score``) and
 the verifier's own (``verify._rescore``, written from ``docs/scoring.md``), against the page's
 tables and against each other on random texts.
 """
@@ -18,7 +18,7 @@ import pytest
 from locations import REPO
 from PIL import Image
 
-from analysis.parse import (
+from analysis._parse import (
     PARSERS,
     ParserConfig,
     normalize_text,
@@ -29,8 +29,8 @@ from analysis.parse import (
     parse_response,
     parse_yes_no_maybe,
 )
-from analysis.score import score_choice, score_text
-from runner.simulated import SimParams, SimulatedModel, answer_format, image_direction
+from analysis._score import score_choice, score_text
+from runner.simulated._vision import SimParams, SimulatedModel, answer_format, image_direction
 from verify import _parsers as vp
 from verify import _rescore as rs
 

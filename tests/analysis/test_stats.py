@@ -1,4 +1,4 @@
-"""analysis.stats against known answers: textbook values, scipy/statsmodels, simulation truth."""
+"""analysis._stats against known answers: textbook values, scipy/statsmodels, simulation truth."""
 
 from __future__ import annotations
 
@@ -16,8 +16,8 @@ from statsmodels.stats.contingency_tables import mcnemar as sm_mcnemar
 from statsmodels.stats.multitest import multipletests
 from statsmodels.stats.proportion import proportion_confint
 
-from analysis import stats
-from analysis.stats import StatsError
+from analysis import _stats as stats
+from analysis._stats import StatsError
 
 
 def _json(result: object) -> str:

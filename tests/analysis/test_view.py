@@ -27,9 +27,9 @@ import pytest
 from click.testing import CliRunner
 from starlette.testclient import TestClient
 
-from analysis.view import DEFAULT_PORT, PortInUseError, bind, open_viewer, write_bundle
-from analysis.view_app import Viewer, make_app
-from analysis.view_index import FILTERS
+from analysis.view._app import Viewer, make_app
+from analysis.view._index import FILTERS
+from analysis.view._viewer import DEFAULT_PORT, PortInUseError, bind, open_viewer, write_bundle
 from ledger import Ledger
 from ledger.cli import main
 from tests.e2e.test_text_studies import MC, write_example
@@ -124,9 +124,9 @@ def hostile_study(
     from fake_messages import FakeMessagesServer, default_responder
     from helpers import make_study, study_key
 
-    from analysis.scoring import score_study
-    from runner.backends import AnthropicBackend
-    from runner.execute import RunOptions, run_study
+    from analysis._scoring import score_study
+    from runner._backends import AnthropicBackend
+    from runner._execute import RunOptions, run_study
 
     root = make_study(
         tmp_path_factory.mktemp("hostile") / "study", replicates=1, template=study_template

@@ -249,7 +249,7 @@ def test_browser_a_hostile_archive_runs_no_script_in_the_viewer_or_its_bundle(
     """
     import json
 
-    from analysis.view import write_bundle
+    from analysis.view._viewer import write_bundle
     from tests.analysis.test_view_hostile import with_request_image
 
     copy = tmp_path / "hostile"

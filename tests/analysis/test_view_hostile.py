@@ -23,8 +23,8 @@ import pytest
 from starlette.testclient import TestClient
 
 from analysis import AnalysisError
-from analysis.view import BundleResult, open_viewer, write_bundle
-from analysis.view_app import host_name, image_media_type, make_app
+from analysis.view._app import host_name, image_media_type, make_app
+from analysis.view._viewer import BundleResult, open_viewer, write_bundle
 
 PAYLOAD = (
     b"<!doctype html><title>VERIFIED</title><h1>VERIFIED: every check PASSED</h1>"

@@ -19,9 +19,9 @@ from pathlib import Path
 import pytest
 from starlette.testclient import TestClient
 
-from analysis.view import open_viewer
-from analysis.view_app import Viewer, make_app
-from analysis.view_plots import PLOTS, wilson
+from analysis.view._app import Viewer, make_app
+from analysis.view._plots import PLOTS, wilson
+from analysis.view._viewer import open_viewer
 
 
 @pytest.fixture(scope="module")

@@ -99,8 +99,8 @@ def test_flipping_a_byte_of_any_file_fails(rel: str, tmp_path: Path) -> None:
 def test_export_refuses_the_study_directory_its_parents_and_cwd(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from analysis.export import export_study
-    from runner.lock import StudyError
+    from analysis._export import export_study
+    from runner._lock import StudyError
 
     study = tmp_path / "project" / "study"
     study.mkdir(parents=True)

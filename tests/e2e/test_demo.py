@@ -162,7 +162,7 @@ def view_the_demo(demo: Path, env: dict[str, str]) -> None:
 
 def test_demo_prints_commands_that_run(tmp_path: Path) -> None:
     """Without the venv activated, the printed commands name the ledger that ran the demo."""
-    from analysis.demo import _ledger_command
+    from analysis._demo import _ledger_command
 
     exe = tmp_path / "bin" / "ledger"
     exe.parent.mkdir()

@@ -19,7 +19,7 @@ import pandas as pd
 import pytest
 from locations import REPO
 
-from analysis.analyze import Dataset, hypothesis_results
+from analysis._analyze import Dataset, hypothesis_results
 from runner.spec import SpecError, load_study
 from verify import _restats as st
 from verify._recompute.dataset import _Dataset
@@ -269,7 +269,7 @@ def test_a_pair_lost_to_an_exclusion_is_dropped_listed_and_counted(how: str) -> 
     keep = full.trials[~full.trials["stimulus"].eq("s2") | full.trials["rep"].ne(3)]
     a = keep[keep["arm"] == "A"].sort_values(["stimulus", "rep"])["accuracy"].to_numpy()
     b = keep[keep["arm"] == "B"].sort_values(["stimulus", "rep"])["accuracy"].to_numpy()
-    from analysis.stats import paired_t
+    from analysis._stats import paired_t
 
     assert values["t"] == pytest.approx(paired_t(a, b).t, rel=1e-12)  # the complete pairs
     # the verifier's mirror drops the same pair and agrees on every number

@@ -70,8 +70,8 @@ def viewed(study: Path) -> None:
     """What `ledger view STUDY` serves, fetched in process: the overview and the trial table."""
     from starlette.testclient import TestClient
 
-    from analysis.view import open_viewer
-    from analysis.view_app import make_app
+    from analysis.view._app import make_app
+    from analysis.view._viewer import open_viewer
 
     viewer = open_viewer(study, verify=False)
     try:

@@ -26,12 +26,10 @@ import pytest
 from helpers import assert_flow_matches_ledger, fixed_key
 from PIL import Image
 
-from analysis.analyze import Dataset, by_truth, truth_contrasts
-from runner.lock import StudyError
-from runner.new import new_study
-from runner.simulated import SimulatedModel, image_direction
-from runner.spec import load_study
-from runner.stimuli import (
+from analysis._analyze import Dataset, by_truth, truth_contrasts
+from runner._lock import StudyError
+from runner._new import new_study
+from runner._stimuli import (
     ANNOTATED_TRUTH_HEADER,
     ORIENTATIONS,
     StimulusError,
@@ -39,6 +37,8 @@ from runner.stimuli import (
     synthetic_crop,
     write_rotation_set,
 )
+from runner.simulated._vision import SimulatedModel, image_direction
+from runner.spec import load_study
 from verify import _restats as vst
 from verify._recompute.compare import _first_difference
 from verify._recompute.dataset import _Dataset
@@ -457,7 +457,7 @@ def test_rotation_demo_runs_offline_and_its_export_verifies(tmp_path: Path) -> N
 def test_posthoc_result_is_labelled_post_hoc_and_matches_the_verifier() -> None:
     """The paper's post-hoc model (stimulus as random intercept) on a small dataset: the
     writer's result and the verifier's recomputation (its own REML check) agree."""
-    from analysis.posthoc import POSTHOC_LABEL, posthoc_result
+    from analysis._posthoc import POSTHOC_LABEL, posthoc_result
 
     ds = _dataset()
     for frame in (ds.trials, ds.items):  # each stimulus seen several times: a group variance

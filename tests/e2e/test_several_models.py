@@ -618,7 +618,7 @@ def test_the_stimulus_heatmap_of_a_large_item_file_stays_a_bounded_png() -> None
     """Hundreds of items (a MedQA-sized file): a fixed-width heatmap the verifier accepts."""
     import struct
 
-    from analysis.report import Report, _fig_heatmap, _render_png
+    from analysis._report import Report, _fig_heatmap, _render_png
     from verify._archive.report import png_problem
 
     cells = {

@@ -24,9 +24,9 @@ from typing import Any
 import pytest
 from helpers import assert_flow_matches_ledger, fixed_key, template_demo
 
-from runner import simulated_green as g
-from runner.importers import DatasetError, convert, merge_metadata
-from runner.new import new_study
+from runner._importers import DatasetError, convert, merge_metadata
+from runner._new import new_study
+from runner.simulated import _green as g
 from runner.spec import load_study
 
 TEMPLATE = "green-shielding"
@@ -89,7 +89,7 @@ def test_the_simulated_annotator_gives_the_supplied_labels(items: list[dict[str,
 
 
 def test_ledger_new_scaffolds_a_lockable_study(tmp_path: Path) -> None:
-    from runner.lock import validate_for_lock
+    from runner._lock import validate_for_lock
 
     made = new_study(tmp_path / "gs", TEMPLATE, fixed_key("green"), study_id="gs-test")
     study = load_study(made.root)
@@ -172,7 +172,7 @@ def test_the_simulated_models_are_deterministic_and_labelled() -> None:
     assert a == _target(QUERY, "claude-haiku-4-5", "s|1")
     assert a.startswith("Possible diagnoses to consider:\n1. ")
     assert {_target(QUERY, "claude-haiku-4-5", f"s|{r}") for r in range(6)} != {a}  # T > 0
-    from runner.backends import SimulatedBackend
+    from runner._backends import SimulatedBackend
 
     reply = SimulatedBackend().model.respond(
         {
@@ -300,7 +300,7 @@ def demo(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Any, str]]:
 def test_the_demo_verifies_and_shows_the_tradeoff(
     demo: tuple[Any, str], references: dict[str, dict[str, list[str]]]
 ) -> None:
-    from analysis.demo import GREEN_LEVEL_CELLS, green_figures
+    from analysis._demo import GREEN_LEVEL_CELLS, green_figures
     from ledger import Ledger
 
     result, printed = demo
@@ -445,7 +445,7 @@ def test_the_simulation_reads_no_file_and_imports_no_item_reader(
         "re",
         "typing",
         "ledger",
-        "runner.simulated_text",
+        "runner.simulated._text",
     }, imported
 
 
@@ -456,7 +456,7 @@ def test_the_demo_strata_are_the_annotators_labels(demo: tuple[Any, str]) -> Non
     recorded strata count those trials, and the demo prints the recorded table."""
     import csv
 
-    from analysis.demo import GREEN_STRATA_ARMS, green_strata
+    from analysis._demo import GREEN_STRATA_ARMS, green_strata
     from ledger import Ledger
 
     result, printed = demo

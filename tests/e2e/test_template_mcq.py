@@ -22,13 +22,13 @@ import pytest
 from helpers import assert_flow_matches_ledger, template_demo
 from locations import REPO
 
-from analysis import mcq
-from analysis.parse import parse_multiple_choice
+from analysis._parse import parse_multiple_choice
+from analysis.mcq import _stats as mcq
 from ledger import SigningKey
-from runner.lock import lock_study
-from runner.new import SUITES, NewStudy, new_study, new_template
-from runner.render import Renderer
-from runner.simulated_text import SimulatedTextModel, TextParams, read_prompt
+from runner._lock import lock_study
+from runner._new import SUITES, NewStudy, new_study, new_template
+from runner._render import Renderer
+from runner.simulated._text import SimulatedTextModel, TextParams, read_prompt
 from runner.spec import load_study
 
 TEMPLATE = "medmcqa-prompt-sensitivity"
@@ -96,7 +96,7 @@ def test_the_mcq_study_registers_seed_002s_statistics(suite: list[NewStudy]) -> 
 
 
 def test_a_template_of_several_studies_is_refused_by_new_study(home: Path) -> None:
-    from runner.lock import StudyError
+    from runner._lock import StudyError
 
     with pytest.raises(StudyError, match=r"is 4 studies .*new_template"):
         new_study(home / "one", TEMPLATE)
@@ -104,7 +104,7 @@ def test_a_template_of_several_studies_is_refused_by_new_study(home: Path) -> No
 
 
 def test_new_template_refuses_a_directory_that_is_not_empty(home: Path) -> None:
-    from runner.lock import StudyError
+    from runner._lock import StudyError
 
     target = home / "busy"
     target.mkdir()
@@ -337,7 +337,7 @@ def test_a_changed_few_shot_example_fails_verification_naming_it(forged: Path) -
 
 def test_the_docs_numbers_of_the_phenomena_are_the_models() -> None:
     """docs/simulated.md §2: capture shares and knowledge coverage, recomputed."""
-    from runner.simulated_text import knowledge_coverage
+    from runner.simulated._text import knowledge_coverage
 
     path = REPO / "docs" / "simulated.md"
     doc = " ".join(path.read_text(encoding="utf-8").split())
@@ -360,7 +360,7 @@ def test_the_docs_numbers_of_the_phenomena_are_the_models() -> None:
 
 def test_the_demo_rows_read_the_recorded_values() -> None:
     """suite_figures: one row per seed-002 result, from its recorded values alone."""
-    from analysis.demo import suite_figures
+    from analysis._demo import suite_figures
 
     plan = {
         "hypotheses": [

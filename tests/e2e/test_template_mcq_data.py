@@ -1,8 +1,8 @@
 """The data and prompts of the medmcqa-prompt-sensitivity template (seed 002), checked as the
 study language reads them.
 
-Every item file is read by the strict reader (``runner.items.load_items``) and by ``ledger items
-check``; every prompt file is used in a study that ``runner.lock.validate_for_lock`` (what
+Every item file is read by the strict reader (``runner._items.load_items``) and by ``ledger items
+check``; every prompt file is used in a study that ``runner._lock.validate_for_lock`` (what
 ``ledger lock`` checks: slots, few-shot draws, overlaps) and ``ledger arms`` accept; and the
 properties the template promises in its README are checked on the data: a balanced answer key,
 few-shot pools disjoint from the test items with enough examples for every seed draw rule,
@@ -26,10 +26,10 @@ from locations import REPO
 
 from ledger import SigningKey
 from ledger.cli import main
-from runner.importers import import_dataset
-from runner.items import ItemSet, load_items
-from runner.lock import validate_for_lock
-from runner.render import Renderer, draw_examples
+from runner._importers import import_dataset
+from runner._items import ItemSet, load_items
+from runner._lock import validate_for_lock
+from runner._render import Renderer, draw_examples
 from runner.spec import load_study
 
 TEMPLATE = REPO / "runner" / "templates" / "medmcqa_prompt_sensitivity"

@@ -20,8 +20,8 @@ from typing import Any
 import pytest
 from helpers import assert_flow_matches_ledger, fixed_key, template_demo
 
-from runner import simulated_pilot as p
-from runner.importers import convert
+from runner._importers import convert
+from runner.simulated import _pilot as p
 
 TEMPLATE = "green-shielding-pilot"
 DATA = resources.files("runner") / "templates" / "green_shielding_pilot" / "data"
@@ -150,13 +150,13 @@ def test_the_simulation_reads_no_file_and_answers_deterministically(
         "re",
         "typing",
         "ledger",
-        "runner.simulated_text",
+        "runner.simulated._text",
     }, imported
 
 
 def test_an_after_arm_may_follow_a_factorial_cell_but_not_the_base(tmp_path: Path) -> None:
-    from runner.lock import StudyError
-    from runner.new import new_study
+    from runner._lock import StudyError
+    from runner._new import new_study
     from runner.spec import load_study
 
     made = new_study(tmp_path / "s", TEMPLATE, fixed_key("pilot-a"), study_id="pilot-a")
@@ -225,8 +225,8 @@ def test_a_second_stage_never_sent_is_a_counted_exclusion_of_the_pairs() -> None
     """A ``belief`` trial recorded as ``trial.excluded`` (the default's answer named no option)
     leaves its pair out, listed and counted, in both implementations; with no record at all the
     arms do not pair and the result fails."""
-    from analysis import qr_boot
-    from analysis.stats import StatsError
+    from analysis import _qr_boot as qr_boot
+    from analysis._stats import StatsError
     from verify import _qrboot
 
     ours, theirs = _pairs_data(["belief|m|q2|1"])
@@ -258,13 +258,13 @@ def test_a_second_stage_never_sent_is_a_counted_exclusion_of_the_pairs() -> None
 @pytest.fixture(scope="module")
 def analysed(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, dict[str, Any]]]:
     """The template at one replicate, locked, run, judged, scored, unblinded and analysed."""
-    from analysis.analyze import analyze_study
-    from analysis.scoring import score_study, unblind_study
+    from analysis._analyze import analyze_study
+    from analysis._scoring import score_study, unblind_study
     from ledger import Ledger
-    from runner.backends import SimulatedBackend
-    from runner.execute import RunOptions, run_study
-    from runner.lock import lock_study
-    from runner.new import new_study
+    from runner._backends import SimulatedBackend
+    from runner._execute import RunOptions, run_study
+    from runner._lock import lock_study
+    from runner._new import new_study
 
     base = tmp_path_factory.mktemp("pilot")
     with pytest.MonkeyPatch.context() as mp:
@@ -364,7 +364,7 @@ def demo(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Any, str]]:
 
 @pytest.mark.slow
 def test_the_demo_verifies_and_prints_table_1(demo: tuple[Any, str]) -> None:
-    from analysis.demo import pilot_figures
+    from analysis._demo import pilot_figures
     from ledger import Ledger
 
     result, printed = demo

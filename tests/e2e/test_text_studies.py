@@ -22,7 +22,7 @@ from locations import REPO
 
 from ledger import Ledger, SigningKey
 from ledger.cli import main
-from runner.request import RequestBuilder, Trial
+from runner._request import RequestBuilder, Trial
 from runner.spec import load_study
 
 DOCS = REPO / "docs"

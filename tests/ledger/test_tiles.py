@@ -40,7 +40,7 @@ from ledger.cli import main
 from ledger.tiles_server import LocalTiles
 from ledger.witness import Witness, add_checkpoint
 from ledger.witness_server import LocalWitness
-from runner.publish import StudyPublisher, trial_receipts
+from runner._publish import StudyPublisher, trial_receipts
 
 ORIGIN = "example.org/tiles-test"
 OWNER = fixed_key("example.org/owner")

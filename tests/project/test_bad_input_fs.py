@@ -435,7 +435,7 @@ def test_disk_full_during_export(
 def test_unexpected_exception_prints_one_line_and_where_the_trace_is(
     study: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    import runner.lock
+    import runner._lock
 
     home = tmp_path / "crash-home"
     monkeypatch.setenv("PROMPT_LEDGER_HOME", str(home))
@@ -443,7 +443,7 @@ def test_unexpected_exception_prints_one_line_and_where_the_trace_is(
     def broken(root: object) -> None:
         raise RuntimeError("injected failure")
 
-    monkeypatch.setattr(runner.lock, "check_integrity", broken)
+    monkeypatch.setattr(runner._lock, "check_integrity", broken)
     result = run("status", study)
     line = refused(
         result,

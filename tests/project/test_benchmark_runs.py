@@ -147,7 +147,7 @@ def test_bench_runner_plain_baseline_is_plain_sdk_calls(
     from fake_messages import FakeMessagesServer, canonical_sha256
     from helpers import make_study
 
-    from runner.backends import AnthropicBackend
+    from runner._backends import AnthropicBackend
 
     spec = importlib.util.spec_from_file_location(
         "bench_runner", ROOT / "benchmarks" / "bench_runner.py"

@@ -1,6 +1,6 @@
 """The model-identity notice, pinned by data for both sides (issue 31; DESIGN.md §16).
 
-``runner.identity.session_notice`` (the writer's report and README) and
+``runner._identity.session_notice`` (the writer's report and README) and
 ``verify._archive.preflight.identity_notice`` (what the verifier requires them to carry) are
 two implementations of ``docs/trials.md`` §2; each is run over ``identity-notices.json`` here,
 so a change one side makes and the other does not follow fails a named case.
@@ -34,7 +34,7 @@ class _Runs:
 
 @pytest.mark.parametrize("case", CASES, ids=[c["name"] for c in CASES])
 def test_the_writer_writes_the_notice(case: dict[str, Any]) -> None:
-    from runner.identity import session_notice
+    from runner._identity import session_notice
 
     assert session_notice(case["runs"]) == case["notice"]
 

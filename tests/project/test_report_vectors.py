@@ -1,6 +1,6 @@
 """Report cell formats pinned by test vectors (``tests/vectors/report-cells.json``).
 
-The writer (``analysis/report.py``) and the verifier (``verify/_archive/report.py``) format the
+The writer (``analysis/_report.py``) and the verifier (``verify/_archive/report.py``) format the
 report's cells each with its own code; neither reads the vector file. Every vector is run through
 both, so a format changed on one side and not on the other fails here, naming the vector. Issue
 31: a McNemar with variants printed ``discordant b={"arm": ...}`` on both sides (the second
@@ -17,7 +17,7 @@ from typing import Any
 import pytest
 from locations import TESTS_DIR
 
-from analysis import report as writer
+from analysis import _report as writer
 from verify._archive import report as verifier
 
 VECTORS = json.loads((TESTS_DIR / "vectors" / "report-cells.json").read_text(encoding="utf-8"))
@@ -65,7 +65,7 @@ def test_each_side_formats_each_vector(side: ModuleType, section: str, vector: A
 def test_the_decision_line_of_each_vector(section: str, vector: Any) -> None:
     """The writer's one line per verdict (``ledger analyze``, the README): numbers beside a
     rule in pp are in pp, float noise is 0 (issue 31)."""
-    from analysis.analyze import describe_decision
+    from analysis._analyze import describe_decision
 
     assert describe_decision(value(vector["result"])) == vector["text"]
 

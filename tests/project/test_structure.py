@@ -120,9 +120,9 @@ def cycles(graph: dict[str, set[str]]) -> list[list[str]]:
 
 def test_the_graph_sees_every_module_and_real_edges() -> None:
     graph = import_graph()
-    assert {"ledger.cli", "runner.cli", "analysis.cli", "verify.cli"} <= set(graph)
+    assert {"ledger.cli", "runner._cli", "analysis._cli", "verify.cli"} <= set(graph)
     # a deferred import inside a function counts: the demo imports the runner inside run_demo
-    assert "runner.execute" in graph["analysis.demo"]
+    assert "runner" in graph["analysis._demo"]
     assert "ledger._store" in graph["ledger"]
 
 
@@ -146,3 +146,112 @@ def test_no_import_cycle_anywhere() -> None:
 def test_cycle_finder_finds_a_cycle() -> None:
     assert cycles({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}) == [["a", "b", "c"]]
     assert cycles({"a": {"b"}, "b": set()}) == []
+
+
+# --- faces (issue 33): added by make_faces.py ---
+# A package's modules are private (``_name.py``, or inside a private package) unless they are a
+# face: a package ``__init__`` whose ``__all__`` is what other packages use. Privacy is per
+# top-level package: ``runner._lock`` may be imported anywhere in ``runner``, never by
+# ``analysis``. A registry's entries (the modules a package discovers with pkgutil, named by the
+# vocabulary: ``runner/statistics/paired_t.py``) are public by that contract.
+FACES = {
+    "ledger",
+    "runner",
+    "runner.spec",
+    "runner.statistics",
+    "runner.parsers",
+    "runner.step_kinds",
+    "runner.steps",
+    "runner.simulated",
+    "analysis",
+    "analysis.statistics",
+    "analysis.parsers",
+    "analysis.view",
+    "analysis.mcq",
+    "verify",
+}
+SHARED_HELPER = "ledger._lazy"  # the PEP 562 helper each face uses to be lazy
+LAZY_SUBPACKAGE_FACES = ("runner.steps", "runner.simulated", "analysis.view", "analysis.mcq")
+
+
+def is_private(module: str) -> bool:
+    """Whether a module is private: a part after the package's name starts with ``_``."""
+    return any(part.startswith("_") for part in module.split(".")[1:])
+
+
+def registry_entries() -> set[str]:
+    """The modules of the packages that discover their modules by name (pkgutil)."""
+    modules = _modules()
+    found: set[str] = set()
+    for name, path in modules.items():
+        if path.name == "__init__.py" and "pkgutil.iter_modules" in path.read_text("utf-8"):
+            found.update(m for m in modules if m.rpartition(".")[0] == name)
+    return found
+
+
+def private_crossings(graph: dict[str, set[str]]) -> list[str]:
+    """Every import of another top-level package's private module."""
+    return sorted(
+        f"{module} imports {target}"
+        for module, targets in graph.items()
+        for target in targets
+        if target.partition(".")[0] != module.partition(".")[0]
+        and is_private(target)
+        and target != SHARED_HELPER
+    )
+
+
+def test_no_package_imports_another_packages_private_module() -> None:
+    assert private_crossings(import_graph()) == []
+
+
+def test_private_crossings_are_found() -> None:
+    graph = {
+        "analysis._report": {"runner._lock", "runner", "runner.steps", "analysis._stats"},
+        "runner._execute": {"ledger._workers", "ledger._lazy", "runner.steps._core"},
+    }
+    assert private_crossings(graph) == [
+        "analysis._report imports runner._lock",
+        "runner._execute imports ledger._workers",
+    ]
+    assert is_private("runner.steps._core") and is_private("runner._lock")
+    assert not is_private("runner.steps") and not is_private("runner")
+
+
+def test_every_runner_and_analysis_module_is_private_or_a_face() -> None:
+    entries = registry_entries()
+    assert "runner.statistics.paired_t" in entries
+    public = sorted(
+        name
+        for name in _modules()
+        if name.partition(".")[0] in ("runner", "analysis")
+        and not is_private(name)
+        and name not in FACES
+        and name not in entries
+    )
+    assert public == [], f"make these private (_name.py) or list them as faces: {public}"
+
+
+def test_the_subpackage_faces_are_lazy_and_resolve() -> None:
+    import importlib
+    import json
+    import subprocess
+    import sys
+
+    code = (
+        "import json, sys\n"
+        f"for face in {LAZY_SUBPACKAGE_FACES!r}: __import__(face)\n"
+        "print(json.dumps(sorted(m for m in sys.modules if m.startswith(('runner', 'analysis')))))"
+    )
+    result = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, check=True, timeout=120
+    )
+    assert json.loads(result.stdout) == sorted(
+        {"runner", "analysis", *LAZY_SUBPACKAGE_FACES}
+    )  # importing a face loads none of its modules
+    for face in LAZY_SUBPACKAGE_FACES:
+        module = importlib.import_module(face)
+        assert module.__all__, face
+        assert dir(module) == sorted(module.__all__)
+        for name in module.__all__:
+            assert getattr(module, name) is not None, f"{face}.{name}"

@@ -33,14 +33,14 @@ _KIND = re.compile(
 
 def writer_side() -> dict[str, Any]:
     """The writer's constants, in the vocabulary's shape."""
-    from analysis import report
-    from analysis.analyze import NOT_APPLICABLE
-    from analysis.posthoc import POSTHOC_TESTS
+    from analysis import _report as report
+    from analysis._analyze import NOT_APPLICABLE
+    from analysis._posthoc import POSTHOC_TESTS
     from ledger import _roles
-    from runner.qrboot import QR_OUTCOMES
+    from runner._qrboot import QR_OUTCOMES
+    from runner._timestamping import TIMESTAMP_KIND
     from runner.spec import PARSERS, TESTS
-    from runner.steps import STEP_PARSERS
-    from runner.timestamping import TIMESTAMP_KIND
+    from runner.steps._core import STEP_PARSERS
 
     return {
         "event_kinds": sorted(_roles.KNOWN_KINDS),

@@ -21,8 +21,8 @@ from click.testing import CliRunner
 from helpers import cli_export, fixed_key
 
 from ledger.cli import main
-from runner.arm_identity import identity_differences
-from runner.lock import arm_identities
+from runner._arm_identity import identity_differences
+from runner._lock import arm_identities
 from runner.spec import load_study
 from tests.analysis.test_factorial import write_study
 from tests.verify.test_archive_tamper import failed, passed, read_events
@@ -313,8 +313,10 @@ def test_an_archive_of_version_1_still_verifies(copy_: Path) -> None:
     readme = (copy_ / "README.md").read_text("utf-8")
     html = (copy_ / "analysis" / "report.html").read_text("utf-8")
     lists = {p: p.read_text("utf-8") for p in (copy_ / "analysis" / "checklists").iterdir()}
+    hashes: dict[str, str] = {}  # version 2's hash -> version 1's
     for arm, info in body["arms"].items():
         old = sha((copy_ / "protocol" / "arms" / f"{arm}.txt").read_bytes())
+        hashes[info["sha256"]] = old
         readme = readme.replace(info["sha256"], old)
         html = html.replace(info["sha256"][:16], old[:16])
         lists = {p: t.replace(info["sha256"], old) for p, t in lists.items()}
@@ -324,6 +326,21 @@ def test_an_archive_of_version_1_still_verifies(copy_: Path) -> None:
     (copy_ / "analysis" / "report.html").write_text(html, "utf-8")
     for path, text in lists.items():  # the reporting checklists quote the arms' hashes too
         path.write_text(text, "utf-8")
+    # so does the OSF preregistration, a locked blob: rewritten and every reference moved
+    osf = copy_ / "protocol" / "osf-preregistration.md"
+    text, before = osf.read_text("utf-8"), sha(osf.read_bytes())
+    for v2, v1 in hashes.items():
+        text = text.replace(v2, v1)
+    osf.write_text(text, "utf-8")
+    after = sha(osf.read_bytes())
+    (copy_ / "blobs" / after).write_bytes(osf.read_bytes())
+    files_csv = copy_ / "protocol" / "files.csv"
+    files_csv.write_text(files_csv.read_text("utf-8").replace(before, after), "utf-8")
+    for event in events:
+        moved = json.loads(json.dumps(event).replace(before, after))
+        event.clear()
+        event.update(moved)
+    body = protocol_event(events)["body"]
     forge(copy_, events)
     report = verify_archive(copy_)
     assert report.ok, [c for c in report.checks if c.status.name == "FAIL"]

@@ -25,9 +25,9 @@ from helpers import fixed_key
 
 from ledger import Ledger, canonical_json
 from ledger.cli import main
-from runner.backends import BackendError
-from runner.engines import make_backend
-from runner.provenance import model_matches
+from runner._backends import BackendError
+from runner._engines import make_backend
+from runner._provenance import model_matches
 from verify import verify_archive
 from verify._prompts import wire_form, wire_request
 
@@ -176,7 +176,7 @@ def scaffold(kind: str, root: Path, provider: str, model: str) -> Path:
 
         study = write_study(root)
     else:
-        from runner.new import new_template
+        from runner._new import new_template
 
         template = {"demo": "prompt-tumbling-e", "seed-002": "medmcqa-prompt-sensitivity"}[kind]
         made = new_template(root, template, KEY)

@@ -19,8 +19,8 @@ from click.testing import CliRunner, Result
 from locations import TESTS_DIR
 
 from ledger.cli import main
-from runner.importers import FORMATS, DatasetError, convert, import_dataset, item_id_for
-from runner.items import ITEM_ID_RE, ItemSet, load_items
+from runner._importers import FORMATS, DatasetError, convert, import_dataset, item_id_for
+from runner._items import ITEM_ID_RE, ItemSet, load_items
 
 DATA = TESTS_DIR / "fixtures" / "datasets"
 
@@ -452,7 +452,7 @@ def test_nesting_past_the_limit_names_the_line_never_a_recursion_error(
 def test_a_source_past_the_size_limit_is_refused_before_it_is_read(tmp_path: Path) -> None:
     """Issue 32: a source is parsed whole (about ten times its size in memory): over 512 MiB
     it is refused at once, naming it (a sparse file: nothing is written to disk)."""
-    from runner.importers import MAX_SOURCE_BYTES
+    from runner._importers import MAX_SOURCE_BYTES
 
     src = tmp_path / "test.jsonl"
     with src.open("wb") as handle:

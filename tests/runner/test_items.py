@@ -15,7 +15,7 @@ from click.testing import CliRunner, Result
 from ledger import canonical_json
 from ledger.cli import main
 from runner._errors import SpecError
-from runner.items import ITEM_ID_RE, load_items
+from runner._items import ITEM_ID_RE, load_items
 
 
 def run(*args: str | Path) -> Result:

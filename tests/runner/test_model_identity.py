@@ -21,10 +21,10 @@ from click.testing import CliRunner
 from fake_messages import FakeMessagesServer
 from helpers import make_study, study_key
 
-from analysis.analyze import analyze_study
-from analysis.export import export_study
-from analysis.report import build_report, render_terminal
-from analysis.scoring import score_study, unblind_study
+from analysis._analyze import analyze_study
+from analysis._export import export_study
+from analysis._report import build_report, render_terminal
+from analysis._scoring import score_study, unblind_study
 from ledger import Ledger
 from ledger.cli import main
 from tests.runner.test_openai_backend import FINGERPRINT, FakeChatServer

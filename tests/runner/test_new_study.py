@@ -10,8 +10,8 @@ from click.testing import CliRunner, Result
 
 from ledger import Ledger, SigningKey, VerifierKey, open_checkpoint
 from ledger.cli import main
-from runner.lock import study_owner_key
-from runner.new import new_study, study_id_from_directory
+from runner._lock import study_owner_key
+from runner._new import new_study, study_id_from_directory
 from runner.spec import load_study
 
 

@@ -16,12 +16,12 @@ import pytest
 from helpers import make_study, study_key
 
 from ledger import Ledger, canonical_json
-from runner.backends import FORMAT_OPENAI, OpenAICompatibleBackend
-from runner.execute import RunOptions, run_study
+from runner._backends import FORMAT_OPENAI, OpenAICompatibleBackend
+from runner._execute import RunOptions, run_study
 from runner.spec import load_study
 from verify import verify_ledger_file
 
-# The preflight (runner/preflight.py; tests/runner/test_preflight.py) would meet the faults these
+# The preflight (runner/_preflight.py; tests/runner/test_preflight.py) would meet the faults these
 # tests inject for the trials: library runs here go without it. The CLI always preflights.
 FAST = {"backoff_base": 0.01, "backoff_max": 0.05, "jitter_seed": 1, "preflight": False}
 ANSWER = '{"chart_type": "tumbling-e", "rows": []}'
@@ -294,7 +294,7 @@ def test_malformed_response_is_kept_and_retried(
 
 
 def test_content_null_is_a_response_scored_unparseable(study: Path, server: FakeChatServer) -> None:
-    from analysis.parse import parse_response
+    from analysis._parse import parse_response
 
     server.inject("null")
     result = run_study(

@@ -19,8 +19,8 @@ import pytest
 from helpers import make_study, study_key
 
 from ledger import Ledger
-from runner.lock import StudyError, amend, blinding_secret, protocol_event
-from runner.osf import OSF_FILE, OSF_ROLE, PERSON
+from runner._lock import StudyError, amend, blinding_secret, protocol_event
+from runner._osf import OSF_FILE, OSF_ROLE, PERSON
 from runner.spec import load_study
 from verify._archive.osf import expected_registration
 

@@ -14,8 +14,8 @@ from collections.abc import Iterator
 
 import pytest
 
+from runner._backends import AnthropicBackend
 from runner._pool import socket_readable
-from runner.backends import AnthropicBackend
 
 MESSAGE = {
     "id": "msg_1",

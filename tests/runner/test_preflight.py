@@ -1,4 +1,4 @@
-"""The preflight (``runner/preflight.py``, ``docs/trials.md`` §3): before any trial, one recorded
+"""The preflight (``runner/_preflight.py``, ``docs/trials.md`` §3): before any trial, one recorded
 request per request shape shows the backend accepts a request naming the locked model and takes
 the study's requests; a refused preflight costs no trial. Bad input: a server without the
 locked model (404 at the preflight), a server that answers 500, a budget too small for the
@@ -16,15 +16,15 @@ from click.testing import CliRunner
 from fake_messages import FakeMessagesServer
 from helpers import make_study, study_key
 
-import runner.control
+import runner._control
 from ledger import Ledger
 from ledger.cli import main
+from runner._backends import AnthropicBackend, SimulatedBackend
+from runner._control import RunInterruptedError
 from runner._errors import PreflightError
-from runner.backends import AnthropicBackend, SimulatedBackend
-from runner.control import RunInterruptedError
-from runner.execute import RunOptions, check_study, run_study
-from runner.preflight import plan_preflights, request_shape
-from runner.request import Trial
+from runner._execute import RunOptions, check_study, run_study
+from runner._preflight import plan_preflights, request_shape
+from runner._request import Trial
 from verify import verify_ledger_file
 
 FAST = {"backoff_base": 0.01, "backoff_max": 0.05, "jitter_seed": 1}
@@ -253,7 +253,7 @@ def test_a_budget_too_small_for_the_preflight_sends_nothing(study: Path) -> None
 
 
 def test_ctrl_c_with_the_preflight_in_flight_records_it_interrupted(study: Path) -> None:
-    control = runner.control.RunControl()
+    control = runner._control.RunControl()
     released = threading.Event()
     with FakeMessagesServer(latency_ms=0) as server:
 

@@ -16,15 +16,15 @@ from click.testing import CliRunner
 from fake_messages import FakeMessagesServer
 from helpers import make_study, study_key
 
-from analysis.analyze import analyze_study
-from analysis.export import export_study
-from analysis.scoring import score_study, unblind_study
+from analysis._analyze import analyze_study
+from analysis._export import export_study
+from analysis._scoring import score_study, unblind_study
 from ledger import Ledger, SigningKey, canonical_json
 from ledger.cli import main
-from runner.backends import AnthropicBackend, SimulatedBackend
-from runner.execute import RunOptions, run_study
-from runner.lock import protocol_event
-from runner.provenance import ENVIRONMENT_PACKAGES, environment, model_matches
+from runner._backends import AnthropicBackend, SimulatedBackend
+from runner._execute import RunOptions, run_study
+from runner._lock import protocol_event
+from runner._provenance import ENVIRONMENT_PACKAGES, environment, model_matches
 from tests.verify.test_archive_tamper import read_events, resign, rewrite_manifest
 from verify import Status, verify_archive, verify_ledger_file
 from verify._archive.preflight import model_matches as verify_model_matches

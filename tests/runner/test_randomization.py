@@ -6,7 +6,7 @@ import re
 
 from locations import REPO
 
-from runner.schedule import (
+from runner._schedule import (
     arm_code,
     commitment,
     order_key,

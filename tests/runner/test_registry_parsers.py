@@ -19,7 +19,7 @@ from locations import REPO
 import runner.parsers
 import runner.spec
 import runner.step_kinds
-import runner.steps
+import runner.steps._core
 from runner.parsers import REGISTRY, ParserSpec
 from runner.step_kinds import StepKind
 
@@ -73,7 +73,7 @@ def test_only_the_whole_text_parsers_refuse_truth_answers_they_can_never_match()
 
 def test_the_step_kind_registry_is_the_vocabulary_s_step_kinds_in_order() -> None:
     assert list(runner.step_kinds.REGISTRY) == VOCABULARY["step_kinds"]
-    assert tuple(VOCABULARY["step_kinds"]) == runner.steps.STEP_PARSERS
+    assert tuple(VOCABULARY["step_kinds"]) == runner.steps._core.STEP_PARSERS
     assert _modules(runner.step_kinds) == sorted(runner.step_kinds.REGISTRY)
     for name, kind in runner.step_kinds.REGISTRY.items():
         assert isinstance(kind, StepKind) and kind.name == name
@@ -117,7 +117,7 @@ def test_the_response_section_and_step_dispatch_name_no_kind() -> None:
     """``[response]`` asks :mod:`runner.parsers`; step parsing asks :mod:`runner.step_kinds`."""
     response = (REPO / "runner" / "spec" / "_response.py").read_text("utf-8")
     assert _compared(response, set(VOCABULARY["parsers"])) == []
-    source = (REPO / "runner" / "steps.py").read_text("utf-8")
+    source = (REPO / "runner" / "steps" / "_core.py").read_text("utf-8")
     functions = {
         n.name: ast.get_source_segment(source, n) or ""
         for n in ast.walk(ast.parse(source))

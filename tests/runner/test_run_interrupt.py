@@ -32,10 +32,10 @@ from click.testing import CliRunner
 from fake_messages import FakeMessagesServer
 from helpers import make_study
 
+import runner._control
+import runner._engines
+import runner._execute
 import runner._session
-import runner.control
-import runner.engines
-import runner.execute
 from ledger import Ledger
 from ledger.cli import main
 from verify import verify_ledger_file
@@ -298,20 +298,20 @@ def test_sigterm_interrupts_the_calls_in_flight_at_once(
 @contextlib.contextmanager
 def pressed_inside(
     monkeypatch: pytest.MonkeyPatch, where: str, presses: int
-) -> Iterator[list[runner.control.RunControl]]:
+) -> Iterator[list[runner._control.RunControl]]:
     """Press Ctrl-C ``presses`` times inside the step ``where`` of ``ledger run``.
 
-    The press is :meth:`runner.control.RunControl.press`, what the signal handler calls, on
+    The press is :meth:`runner._control.RunControl.press`, what the signal handler calls, on
     the control the command made (a real SIGINT is the subprocess tests' part).
     """
-    made: list[runner.control.RunControl] = []
+    made: list[runner._control.RunControl] = []
 
-    class Recorded(runner.control.RunControl):
+    class Recorded(runner._control.RunControl):
         def __init__(self, *args: Any, **kwargs: Any) -> None:
             super().__init__(*args, **kwargs)
             made.append(self)
 
-    monkeypatch.setattr(runner.control, "RunControl", Recorded)
+    monkeypatch.setattr(runner._control, "RunControl", Recorded)
     done = False
 
     def press() -> None:
@@ -332,13 +332,13 @@ def pressed_inside(
         monkeypatch.setattr(module, name, wrapped)
 
     if where == "backend-client":
-        after(runner.engines, "make_backend")
+        after(runner._engines, "make_backend")
     elif where == "study-check":
-        after(runner.execute, "check_integrity")
+        after(runner._execute, "check_integrity")
     elif where == "ledger-read":
-        after(runner.execute, "load_state")
+        after(runner._execute, "load_state")
     elif where == "session-opening":  # while run.started is being written
-        after(runner.execute, "version")
+        after(runner._execute, "version")
     elif where == "before-tasks":  # the session's first progress tick, before any task
         original_tick: Callable[[runner._session.Session], None] = runner._session.Session.tick
 
@@ -398,11 +398,11 @@ def test_ctrl_c_wakes_a_retry_that_waits_out_a_long_retry_after(
 ) -> None:
     from helpers import study_key
 
-    from runner.backends import AnthropicBackend
-    from runner.execute import RunOptions, RunResult, run_study
+    from runner._backends import AnthropicBackend
+    from runner._execute import RunOptions, RunResult, run_study
 
     study = make_study(tmp_path / "study", replicates=1, template=study_template)
-    control = runner.control.RunControl()
+    control = runner._control.RunControl()
 
     def progress(counters: Any, final: int, total: int) -> None:
         if counters.retries == 1 and not control.signals:

@@ -17,14 +17,14 @@ from helpers import make_study, study_key
 
 from ledger import Ledger
 from ledger.cli import main
-from runner.backends import AnthropicBackend
-from runner.execute import RunOptions, run_lock, run_study
-from runner.lock import StudyError
+from runner._backends import AnthropicBackend
+from runner._execute import RunOptions, run_lock, run_study
+from runner._lock import StudyError
+from runner._state import load_state
 from runner.spec import load_study
-from runner.state import load_state
 from verify import verify_ledger_file
 
-# The preflight (runner/preflight.py; tests/runner/test_preflight.py) would meet the faults these
+# The preflight (runner/_preflight.py; tests/runner/test_preflight.py) would meet the faults these
 # tests inject for the trials: library runs here go without it. The CLI always preflights.
 FAST = {"backoff_base": 0.01, "backoff_max": 0.05, "jitter_seed": 1, "preflight": False}
 
@@ -266,7 +266,7 @@ def test_budget_stops_before_it_is_exceeded(study: Path, server: FakeMessagesSer
 def test_budget_refused_for_a_model_without_price(study: Path, server: FakeMessagesServer) -> None:
     spec = study / "study.toml"
     assert "claude-sonnet-4-6" in spec.read_text()
-    from runner.pricing import PRICES
+    from runner._pricing import PRICES
 
     saved = PRICES.pop("claude-sonnet-4-6")
     try:
@@ -280,7 +280,7 @@ def test_budget_refused_for_a_model_without_price(study: Path, server: FakeMessa
 def test_budget_without_a_price_is_refused_before_anything_is_recorded(
     name: str, study: Path, server: FakeMessagesServer, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from runner.pricing import PRICES
+    from runner._pricing import PRICES
 
     monkeypatch.delitem(PRICES, "claude-sonnet-4-6")  # anthropic: a model the table lacks
     where = {
@@ -432,7 +432,7 @@ def test_status_and_estimate_commands(study: Path, server: FakeMessagesServer) -
 
 
 def test_simulated_backend_runs_offline_and_is_labelled(study: Path) -> None:
-    from runner.backends import SimulatedBackend
+    from runner._backends import SimulatedBackend
 
     result = run_study(study, study_key(), SimulatedBackend(), RunOptions(concurrency=8))
     assert result.reason == "complete" and result.final == 35
@@ -450,7 +450,7 @@ def test_simulated_backend_runs_offline_and_is_labelled(study: Path) -> None:
 def test_replay_backend_reissues_recorded_responses(
     study: Path, tmp_path: Path, study_template: Path
 ) -> None:
-    from runner.backends import ReplayBackend, SimulatedBackend
+    from runner._backends import ReplayBackend, SimulatedBackend
 
     run_study(study, study_key(), SimulatedBackend(), RunOptions(concurrency=4))
     copy = make_study(tmp_path / "copy", replicates=1, template=study_template)

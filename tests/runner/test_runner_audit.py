@@ -13,12 +13,12 @@ from fake_messages import FakeMessagesServer
 from helpers import make_study, study_key
 
 from ledger import Ledger
-from runner.backends import AnthropicBackend, ReplayBackend, SimulatedBackend
-from runner.batch import AnthropicBatchBackend
-from runner.execute import RunOptions, run_study
+from runner._backends import AnthropicBackend, ReplayBackend, SimulatedBackend
+from runner._batch import AnthropicBatchBackend
+from runner._execute import RunOptions, run_study
 from tests.runner.test_runner_crash import count_kind, start_run
 
-# The preflight (runner/preflight.py; tests/runner/test_preflight.py) would meet the faults these
+# The preflight (runner/_preflight.py; tests/runner/test_preflight.py) would meet the faults these
 # tests inject for the trials: library runs here go without it. The CLI always preflights.
 FAST = {"backoff_base": 0.01, "backoff_max": 0.05, "jitter_seed": 1, "preflight": False}
 

@@ -17,8 +17,8 @@ from fake_messages import FakeMessagesServer
 from helpers import make_study, study_key
 
 from ledger import Ledger
-from runner.batch import AnthropicBatchBackend
-from runner.execute import RunOptions, run_study
+from runner._batch import AnthropicBatchBackend
+from runner._execute import RunOptions, run_study
 from verify import verify_ledger_file
 
 CLI = [sys.executable, "-c", "from ledger.cli import main; main()"]

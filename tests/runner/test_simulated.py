@@ -17,10 +17,10 @@ from typing import Any
 
 import pytest
 
-import runner.simulated as simulated
+import runner.simulated._vision as simulated
 from ledger import canonical_json
-from runner import stimuli
-from runner.simulated import (
+from runner import _stimuli as stimuli
+from runner.simulated._vision import (
     PARAMS_VERSION,
     SimParams,
     SimulatedModel,

@@ -19,14 +19,13 @@ import pytest
 from locations import REPO
 from PIL import Image
 
-import runner.simulated as simulated
-import runner.simulated_knowledge as simulated_knowledge
-import runner.simulated_text as simulated_text
-from analysis.parse import ParserConfig, parse_exact, parse_multiple_choice, parse_yes_no_maybe
+import runner.simulated._knowledge as simulated_knowledge
+import runner.simulated._text as simulated_text
+import runner.simulated._vision as simulated
+from analysis._parse import ParserConfig, parse_exact, parse_multiple_choice, parse_yes_no_maybe
 from ledger import canonical_json
-from runner.backends import SimulatedBackend
-from runner.simulated import SimParams, SimulatedModel
-from runner.simulated_text import (
+from runner._backends import SimulatedBackend
+from runner.simulated._text import (
     TEXT_PARAMS_VERSION,
     SimulatedTextModel,
     TextParams,
@@ -34,6 +33,7 @@ from runner.simulated_text import (
     model_base,
     read_prompt,
 )
+from runner.simulated._vision import SimParams, SimulatedModel
 
 MODEL = "claude-sonnet-4-6"
 N_ITEMS = 200
@@ -612,7 +612,7 @@ def test_image_answers_are_pinned() -> None:
 
 
 IMAGE_PIN = "e4a6ce528ae638f1005059fbd9bd356731e82a92436dc3b2fdc2688a62f4548d"
-"""Computed with ``runner/simulated.py`` of commit 184c475, before text requests existed."""
+"""Computed with ``runner/simulated/_vision.py`` of commit 184c475, before text requests existed."""
 
 
 def test_the_text_reader_never_sees_an_answer(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -626,7 +626,7 @@ def test_the_text_reader_never_sees_an_answer(monkeypatch: pytest.MonkeyPatch) -
         "typing",
         "numpy",
         "ledger",
-        "runner.simulated_knowledge",
+        "runner.simulated._knowledge",
     }
     tree = ast.parse(Path(simulated_text.__file__).read_text(encoding="utf-8"))
     # the background knowledge is data only: no import but __future__, no call, only strings

@@ -21,12 +21,12 @@ from steps_study import STEPS, write_study
 
 from ledger import Ledger
 from ledger.cli import main
-from runner.backends import SimulatedBackend
-from runner.execute import RunOptions, run_study
-from runner.lock import lock_study
+from runner._backends import SimulatedBackend
+from runner._execute import RunOptions, run_study
+from runner._lock import lock_study
+from runner._state import load_state
 from runner.spec import SpecError, load_study
-from runner.state import load_state
-from runner.steps import aggregate, parse_output
+from runner.steps._core import aggregate, parse_output
 
 KEY = fixed_key("steps.example/owner")
 
@@ -219,7 +219,7 @@ def test_parsers_and_aggregation_rules() -> None:
     assert study_steps
     root = TESTS_DIR
     assert root.is_dir()
-    from runner.steps import StepSpec
+    from runner.steps._core import StepSpec
 
     label = StepSpec(
         "j",
@@ -345,7 +345,7 @@ def _judged(rows: list[list[str]]) -> list[dict[str, object]]:
 
 def test_cohens_kappa_matches_the_textbook_table() -> None:
     """Two judges, the 2x2 table [[20, 5], [10, 15]]: p_o 0.7, p_e 0.5, kappa 0.4."""
-    from analysis.agreement import judge_agreement_values
+    from analysis._agreement import judge_agreement_values
 
     rows = (
         [["yes", "yes"]] * 20
@@ -363,7 +363,7 @@ def test_cohens_kappa_matches_the_textbook_table() -> None:
 
 def test_fleiss_kappa_matches_the_published_example() -> None:
     """Fleiss (1971) as Wikipedia works it: 10 subjects, 14 raters, 5 categories, 0.210."""
-    from analysis.agreement import judge_agreement_values
+    from analysis._agreement import judge_agreement_values
 
     table = [
         [0, 0, 0, 0, 14],
@@ -398,7 +398,7 @@ class _Unsure(SimulatedBackend):
     async def send(self, body: dict[str, object], *, seed: str):  # type: ignore[no-untyped-def]
         import json as _json
 
-        from runner.backends import reply_from_messages_json
+        from runner._backends import reply_from_messages_json
 
         reply = await super().send(body, seed=seed)
         text = None
@@ -415,7 +415,7 @@ class _Unsure(SimulatedBackend):
 
 @pytest.fixture(scope="module")
 def unsure(home: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
-    from analysis.scoring import score_study
+    from analysis._scoring import score_study
 
     root = write_study(tmp_path_factory.mktemp("unsure") / "study")
     lock_study(root, KEY)
@@ -541,7 +541,7 @@ class _GivesUp(SimulatedBackend):
     """The simulation, except that one first-stage trial always fails (HTTP 500)."""
 
     async def send(self, body: dict[str, object], *, seed: str):  # type: ignore[no-untyped-def]
-        from runner.backends import BackendError
+        from runner._backends import BackendError
 
         if "|plain|target|q02|1|" in seed:
             raise BackendError("server", "HTTP 500: boom", http_status=500, retryable=True)
@@ -565,7 +565,7 @@ class _RefusesLateJudges(SimulatedBackend):
     """The simulation, except that judge calls on second-stage trials are refused (HTTP 400)."""
 
     async def send(self, body: dict[str, object], *, seed: str):  # type: ignore[no-untyped-def]
-        from runner.backends import BackendError
+        from runner._backends import BackendError
 
         if "|step:judge|" in seed and "|doubt|" in seed:
             raise BackendError(
@@ -594,8 +594,8 @@ def test_a_session_with_only_judges_left_runs_them(home: Path, tmp_path: Path) -
 def test_batch_backend_is_refused_before_anything_is_recorded(
     home: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from runner.engines import make_backend
-    from runner.lock import StudyError
+    from runner._engines import make_backend
+    from runner._lock import StudyError
 
     monkeypatch.setenv("ANTHROPIC_API_KEY", "test")
     root = write_study(tmp_path / "study")
@@ -613,7 +613,7 @@ def test_batch_backend_is_refused_before_anything_is_recorded(
 
 
 def test_review_sample_is_seeded_and_stratified_by_agreement() -> None:
-    from runner.steps import review_sample
+    from runner.steps._core import review_sample
     from verify._steps import review_sample as verify_sample
 
     judged = [(s, s % 3 == 0) for s in range(100, 160)]
@@ -624,9 +624,9 @@ def test_review_sample_is_seeded_and_stratified_by_agreement() -> None:
 
 
 def test_review_needs_a_reviewer_key_and_a_subject_of_the_sample(unsure: Path) -> None:
-    from analysis.reviewing import record_review, review_subjects
+    from analysis._reviewing import record_review, review_subjects
     from ledger import SigningKey
-    from runner.lock import StudyError
+    from runner._lock import StudyError
 
     subjects = review_subjects(unsure, "audit")
     assert subjects and all(s.decision is None for s in subjects)  # judge_b never decides

@@ -26,10 +26,10 @@ from steps_study import write_study
 
 from ledger import Ledger
 from ledger.cli import main
-from runner.render import Renderer
+from runner._render import Renderer
 from runner.spec import load_study
-from runner.step_state import StepWork
-from runner.steps import StepCall
+from runner.steps._core import StepCall
+from runner.steps._state import StepWork
 from tests.verify.test_archive_tamper import failed, passed, read_events, resign
 from verify import verify_archive
 
@@ -325,9 +325,9 @@ def test_viewer_filters_trials_by_judge_verdict(study: Path) -> None:
     """The judge filter reads trial.scored (arm codes only), so it is offered while blind too."""
     from starlette.testclient import TestClient
 
-    from analysis.view import open_viewer
-    from analysis.view_app import make_app
-    from analysis.view_index import FILTERS
+    from analysis.view._app import make_app
+    from analysis.view._index import FILTERS
+    from analysis.view._viewer import open_viewer
 
     assert next(f for f in FILTERS if f.param == "judge").blind
     events = read_events(study.parent / "archive")

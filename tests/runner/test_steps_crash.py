@@ -26,8 +26,8 @@ from helpers import fixed_key, sigkill_sessions
 from steps_study import spec_text, write_study
 
 from ledger import Ledger
-from runner.lock import lock_study
-from runner.simulated_steps import answer
+from runner._lock import lock_study
+from runner.simulated._steps import answer
 from verify import verify_ledger_file
 
 CLI = [sys.executable, "-c", "from ledger.cli import main; main()"]

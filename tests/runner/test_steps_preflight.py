@@ -25,10 +25,10 @@ from steps_study import write_study
 
 from ledger import Ledger
 from ledger.cli import main
+from runner._backends import AnthropicBackend
 from runner._errors import PreflightError
-from runner.backends import AnthropicBackend
-from runner.execute import RunOptions, check_study, run_study
-from runner.lock import lock_study
+from runner._execute import RunOptions, check_study, run_study
+from runner._lock import lock_study
 from verify import verify_ledger_file
 
 KEY = fixed_key("steps.example/owner")

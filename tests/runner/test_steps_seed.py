@@ -25,8 +25,8 @@ from stepsx_study import SCHEMA, Scripted, steps, write
 
 from ledger import Ledger
 from ledger.cli import main
-from runner.execute import RunOptions, run_study
-from runner.lock import lock_study
+from runner._execute import RunOptions, run_study
+from runner._lock import lock_study
 from runner.spec import StudyError
 from tests.verify.test_archive_tamper import failed, passed, read_events, resign
 from verify import verify_archive
@@ -396,7 +396,7 @@ def test_doctored_label_fails_verification(archive: Path) -> None:
 
 def test_the_simulated_semantic_verifier() -> None:
     """docs/simulated.md §3: a rewrite that drops a number is lost; sampling noise 0.1."""
-    from runner.simulated_steps import answer
+    from runner.simulated._steps import answer
 
     ask = "Does the rewrite keep every fact? Answer retained or lost.\nOriginal: {o}\nRewrite: {r}"
     keep = [0.5, 0.5, 0.5, 0.5]

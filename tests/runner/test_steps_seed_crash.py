@@ -28,8 +28,8 @@ from helpers import fixed_key, sigkill_sessions
 from stepsx_study import write
 
 from ledger import Ledger
-from runner.lock import lock_study
-from runner.simulated_steps import answer
+from runner._lock import lock_study
+from runner.simulated._steps import answer
 from verify import verify_archive
 
 CLI = [sys.executable, "-c", "from ledger.cli import main; main()"]

@@ -21,10 +21,10 @@ from steps_study import STEPS, write_study
 
 from ledger import Ledger
 from ledger.cli import main
-from runner.backends import SimulatedBackend
-from runner.execute import RunOptions, run_study
-from runner.lock import lock_study
-from runner.steps import aggregate, normalise_element, synonym_groups, votes_text
+from runner._backends import SimulatedBackend
+from runner._execute import RunOptions, run_study
+from runner._lock import lock_study
+from runner.steps._core import aggregate, normalise_element, synonym_groups, votes_text
 from verify._steps import decide, groups_of, votes_slot
 
 KEY = fixed_key("steps.example/owner")

@@ -12,8 +12,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from PIL import Image, features
 
-from runner import stimuli
-from runner.stimuli import (
+from runner import _stimuli as stimuli
+from runner._stimuli import (
     ACUITY_LINES,
     ORIENTATIONS,
     PROBE_IDS,

@@ -11,7 +11,7 @@ from click.testing import CliRunner, Result
 
 from ledger import Ledger, SigningKey, open_checkpoint
 from ledger.cli import main
-from runner.lock import StudyError, check_integrity
+from runner._lock import StudyError, check_integrity
 from runner.spec import SpecError, load_study
 
 
@@ -237,7 +237,7 @@ def test_image_the_api_cannot_take_is_refused(study: Path) -> None:
 def test_a_design_past_the_schedule_cap_is_refused_before_any_id_is_built() -> None:
     """Issue 32: 200 items x 100,000 replicates would be 20 million ids held in memory."""
     from runner import StudyError
-    from runner.schedule import crossed_trial_ids
+    from runner._schedule import crossed_trial_ids
 
     items = [f"q{i}" for i in range(200)]
     with pytest.raises(StudyError, match=r"crosses to 20,000,000 trials, more than the 10,000,000"):

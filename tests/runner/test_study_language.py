@@ -20,7 +20,7 @@ from click.testing import CliRunner, Result
 
 from ledger import SigningKey
 from ledger.cli import main
-from runner.request import RequestBuilder, Trial
+from runner._request import RequestBuilder, Trial
 from runner.spec import load_study
 
 SUBJECTS = ("anatomy", "pharmacology", "physiology")

@@ -45,7 +45,7 @@ def home(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
 @pytest.fixture(scope="module")
 def template(home: Path) -> Path:
     """A tumbling-E study with one replicate per arm and probe, not locked (no ledger)."""
-    from runner.new import new_study
+    from runner._new import new_study
 
     root = home / "template"
     new_study(root, "prompt-tumbling-e", study_key())
@@ -84,17 +84,17 @@ def witnessed_study(
 
 
 def run(root: Path) -> object:
-    from runner.backends import SimulatedBackend
-    from runner.execute import RunOptions, run_study
+    from runner._backends import SimulatedBackend
+    from runner._execute import RunOptions, run_study
 
     return run_study(root, study_key(), SimulatedBackend(), RunOptions(concurrency=2))
 
 
 def export(root: Path, target: Path) -> Path:
     """Score, unblind, analyse and export the study at ``root`` to ``target``."""
-    from analysis.analyze import analyze_study
-    from analysis.export import export_study
-    from analysis.scoring import score_study, unblind_study
+    from analysis._analyze import analyze_study
+    from analysis._export import export_study
+    from analysis._scoring import score_study, unblind_study
 
     key = study_key()
     score_study(root, key)
@@ -254,7 +254,7 @@ def witnessed(home: Path, template: Path) -> Iterator[Witnessed]:
             quorum=2,
             interval_trials=10,
         )
-        from runner.lock import lock_study
+        from runner._lock import lock_study
 
         lock_study(root, key)
         run(root)
@@ -270,7 +270,7 @@ def exported(witnessed: Witnessed, home: Path) -> Witnessed:
 
 
 def test_lock_and_every_session_checkpoint_are_cosigned(witnessed: Witnessed) -> None:
-    from runner.witnessing import promised_sizes
+    from runner._witnessing import promised_sizes
 
     published = (witnessed.root / "registration-checkpoint.txt").read_text("utf-8")
     assert cosigners(published, witnessed.vkeys) == [W1, W2]
@@ -424,8 +424,8 @@ def test_the_fork_attack_is_caught_by_the_runner_the_witness_and_the_verifier(
     again: the witness refuses, ``ledger run`` stops with its answer, the evidence command prints
     both checkpoints; and the second branch, run to the end by a runner altered to skip the
     witnesses, exports an archive that fails ``verify --witness``."""
-    import runner.execute
-    from runner.lock import lock_study
+    import runner._execute
+    from runner._lock import lock_study
 
     def restore() -> None:
         for suffix in ("-wal", "-shm"):
@@ -457,7 +457,7 @@ def test_the_fork_attack_is_caught_by_the_runner_the_witness_and_the_verifier(
     assert evidence.output.count(f"    {STUDY_ORIGIN}") == 2  # both checkpoints, printed
 
     restore()  # and runs the second branch with a runner that skips the witnesses
-    monkeypatch.setattr(runner.execute, "session_witnesses", lambda log: None)
+    monkeypatch.setattr(runner._execute, "session_witnesses", lambda log: None)
     run(root)
     second = export(root, tmp_path / "second")
     assert checks(first, "--witness", vkey)["witnesses"]["status"] == "PASS"
@@ -494,8 +494,8 @@ def test_the_fork_attack_is_caught_by_the_runner_the_witness_and_the_verifier(
 def test_an_unreachable_witness_stops_the_run_before_any_request(
     home: Path, template: Path, tmp_path: Path
 ) -> None:
-    from runner.lock import lock_study
-    from runner.witnessing import WitnessUnavailable
+    from runner._lock import lock_study
+    from runner._witnessing import WitnessUnavailable
 
     key = study_key()
     vkey = new_witness(tmp_path / "w", W1, key)
@@ -514,7 +514,7 @@ def test_an_unreachable_witness_stops_the_run_before_any_request(
     with LocalWitness(tmp_path / "w") as served:
         spec = root / "study.toml"
         assert "http://127.0.0.1:9" in spec.read_text("utf-8")
-        import runner.witnessing as witnessing
+        import runner._witnessing as witnessing
 
         policy = witnessing.WitnessPolicy((witnessing.WitnessSpec(W1, vkey, served.url),), 1)
         with Ledger.open(root / "ledger.db") as log, witnessing.Cosigner(log, key, policy) as c:
@@ -531,7 +531,7 @@ def test_an_unreachable_witness_pauses_the_run_and_it_goes_on_once_the_witness_a
     import socket
     import threading
 
-    from runner.lock import lock_study
+    from runner._lock import lock_study
 
     key = study_key()
     vkey = new_witness(tmp_path / "w", W1, key)
@@ -547,15 +547,15 @@ def test_an_unreachable_witness_pauses_the_run_and_it_goes_on_once_the_witness_a
     timer = threading.Timer(
         1.0, lambda: back.append(LocalWitness(tmp_path / "w", port=port).start())
     )
-    import runner.execute
+    import runner._execute
 
-    original = runner.execute.Runner._witness_start
+    original = runner._execute.Runner._witness_start
 
-    async def start_then_witness(self: runner.execute.Runner, loop: object) -> None:
+    async def start_then_witness(self: runner._execute.Runner, loop: object) -> None:
         timer.start()  # the witness comes back one second after the session asks for it
         await original(self, loop)  # type: ignore[arg-type]
 
-    monkeypatch.setattr(runner.execute.Runner, "_witness_start", start_then_witness)
+    monkeypatch.setattr(runner._execute.Runner, "_witness_start", start_then_witness)
     try:
         result = run(root)
     finally:
@@ -587,8 +587,8 @@ def test_a_witness_that_refuses_stops_the_run_with_its_answer(
 ) -> None:
     """A witness that does not know the study's log answers 404: the lock stands unwitnessed,
     and ``ledger run`` records run.stopped with the witness's answer and sends nothing."""
-    from runner.lock import lock_study
-    from runner.witnessing import WitnessRefusal
+    from runner._lock import lock_study
+    from runner._witnessing import WitnessRefusal
 
     with Witness.init(tmp_path / "w", W1) as w:  # no add-log: the study's log is unknown
         vkey = w.key.vkey
@@ -610,7 +610,7 @@ def test_a_witness_that_refuses_stops_the_run_with_its_answer(
 def test_a_study_that_may_continue_unwitnessed_says_so_in_the_archive(
     home: Path, template: Path, tmp_path: Path
 ) -> None:
-    from runner.lock import lock_study
+    from runner._lock import lock_study
 
     key = study_key()
     vkey = new_witness(tmp_path / "w", W1, key)
@@ -670,7 +670,7 @@ def test_ml_dsa_44_cosignatures_verify_in_the_writer_and_the_verifier(tmp_path: 
     with pytest.raises(ValueError, match="does not verify"):
         independent.verify(parsed_text, type(sigs[1])(sigs[1].name, sigs[1].key_id, bytes(forged)))
     # a study can declare an ML-DSA-44 witness like any other
-    from runner.witnessing import parse_policy
+    from runner._witnessing import parse_policy
 
     problems: list[str] = []
     policy = parse_policy(

@@ -200,7 +200,7 @@ def home(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
     key_file = base / "home" / "keys" / "prompt-tumbling-e-owner.key"
     key_file.parent.mkdir(parents=True)
     study_key().save(key_file)
-    from runner.new import new_study
+    from runner._new import new_study
 
     template = base / "template"
     new_study(template, "prompt-tumbling-e", study_key())
@@ -240,7 +240,7 @@ def recorded(root: Path) -> tuple[bytes, bytes, dict[str, object]]:
 def test_lock_time_stamps_the_registration_checkpoint(
     pki: tuple[Tsa, Path, Path], home: Path, tmp_path: Path
 ) -> None:
-    from runner.lock import lock_study
+    from runner._lock import lock_study
 
     tsa, root_ca, _ = pki
     root = stamped_study(home, tmp_path / "study", tsa.url)
@@ -255,8 +255,8 @@ def test_lock_time_stamps_the_registration_checkpoint(
 def test_a_tsa_token_for_a_different_hash_is_refused(
     pki: tuple[Tsa, Path, Path], home: Path, tmp_path: Path
 ) -> None:
-    from runner.lock import lock_study
-    from runner.timestamping import TimestampError
+    from runner._lock import lock_study
+    from runner._timestamping import TimestampError
 
     tsa, root_ca, _ = pki
     root = stamped_study(home, tmp_path / "study", tsa.url)
@@ -268,7 +268,7 @@ def test_a_tsa_token_for_a_different_hash_is_refused(
             assert list(log.events("protocol.locked"))  # the lock stands, unstamped
             assert not list(log.events("checkpoint.timestamped"))
         # and the verifier refuses such a token on its own
-        from runner.timestamping import request_timestamp
+        from runner._timestamping import request_timestamp
 
         with pytest.raises(Exception, match="different hash"):
             request_timestamp(tsa.url, b"the checkpoint")
@@ -280,7 +280,7 @@ def test_a_tsa_token_for_a_different_hash_is_refused(
 
 
 def _token(tsa: Tsa, message: bytes) -> bytes:
-    from runner.timestamping import request_timestamp
+    from runner._timestamping import request_timestamp
 
     return request_timestamp(tsa.url, message)
 
@@ -309,12 +309,12 @@ def test_an_expired_tsa_certificate_is_refused(tmp_path: Path) -> None:
 def test_verify_tsa_cert_checks_the_archives_time_stamp(
     pki: tuple[Tsa, Path, Path], home: Path, tmp_path: Path
 ) -> None:
-    from analysis.analyze import analyze_study
-    from analysis.export import export_study
-    from analysis.scoring import score_study, unblind_study
-    from runner.backends import SimulatedBackend
-    from runner.execute import RunOptions, run_study
-    from runner.lock import lock_study
+    from analysis._analyze import analyze_study
+    from analysis._export import export_study
+    from analysis._scoring import score_study, unblind_study
+    from runner._backends import SimulatedBackend
+    from runner._execute import RunOptions, run_study
+    from runner._lock import lock_study
 
     tsa, root_ca, other_ca = pki
     root = stamped_study(home, tmp_path / "study", tsa.url)
@@ -350,13 +350,13 @@ def test_time_claims_are_exact(pki: tuple[Tsa, Path, Path], home: Path, tmp_path
     """
     import time
 
-    from analysis.analyze import analyze_study
-    from analysis.export import export_study
-    from analysis.scoring import score_study, unblind_study
-    from runner.backends import SimulatedBackend
-    from runner.execute import RunOptions, run_study
-    from runner.lock import lock_study
-    from runner.timestamping import TimestampSpec, timestamp_checkpoint
+    from analysis._analyze import analyze_study
+    from analysis._export import export_study
+    from analysis._scoring import score_study, unblind_study
+    from runner._backends import SimulatedBackend
+    from runner._execute import RunOptions, run_study
+    from runner._lock import lock_study
+    from runner._timestamping import TimestampSpec, timestamp_checkpoint
     from tests.verify.test_archive_tamper import resign
 
     tsa, root_ca, _ = pki

@@ -1,6 +1,6 @@
 """Per-item variants (docs/variants.md): the transformations, a study end to end, bad input.
 
-The runner (``runner/variants.py``) and the verifier (``verify/_variants.py``) are two
+The runner (``runner/_variants.py``) and the verifier (``verify/_variants.py``) are two
 implementations of one page; every kind is applied by both to the same items and must agree.
 One module-scoped study with variants on a one-``[model]`` study (trial ids ``arm||item|v|rep``)
 is locked, run on the simulated backend, scored, unblinded, analysed, exported and verified;
@@ -27,10 +27,10 @@ from helpers import cli_export, fixed_key
 
 from ledger import Ledger
 from ledger.cli import main
-from runner import variants as rv
-from runner.items import Item
-from runner.request import RequestBuilder, Trial
-from runner.simulated_text import SimulatedTextModel
+from runner import _variants as rv
+from runner._items import Item
+from runner._request import RequestBuilder, Trial
+from runner.simulated._text import SimulatedTextModel
 from runner.spec import load_study
 from tests.verify.test_archive_tamper import failed, passed, read_events
 from tests.verify.test_verify_text_study import forge, relocked_report
@@ -603,7 +603,7 @@ def mc_request(question: str, options: list[str], shots: int, model: str = "m-1"
 
 def test_the_simulated_model_favours_a_more_with_examples_and_flips_on_reordering() -> None:
     """Seed 002's phenomena, from the prompt and options alone (docs/simulated.md)."""
-    from analysis.parse import parse_response
+    from analysis._parse import parse_response
 
     model = SimulatedTextModel()
     words = ["heart", "lung", "liver", "kidney", "spleen", "brain", "skin", "bone"]
@@ -692,8 +692,8 @@ def test_an_arm_naming_an_order_beyond_the_expansion_is_refused(tmp_path: Path) 
 
 def test_the_mcq_trials_table_has_what_the_statistics_need(built: tuple[Path, Path]) -> None:
     """The MCQ statistics' trials table from the dataset: keys remapped, answers mapped back."""
-    from analysis.analyze import load_dataset
-    from analysis.mcq_rows import MCQ_COLUMNS, mcq_trials
+    from analysis._analyze import load_dataset
+    from analysis.mcq._rows import MCQ_COLUMNS, mcq_trials
 
     root, _ = built
     with Ledger.open(root / "ledger.db", readonly=True) as log:
@@ -722,8 +722,8 @@ def test_the_viewer_filters_an_unblinded_variant_study_by_variant(
 ) -> None:
     from starlette.testclient import TestClient
 
-    from analysis.view import open_viewer
-    from analysis.view_app import make_app
+    from analysis.view._app import make_app
+    from analysis.view._viewer import open_viewer
 
     _, archive = built
     viewer = open_viewer(archive, verify=False)

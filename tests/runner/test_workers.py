@@ -24,9 +24,9 @@ from fake_messages import FakeMessagesServer
 from helpers import STUDY_ORIGIN, study_key
 
 from ledger import EventSpec, Ledger, RefusedError
-from runner.backends import AnthropicBackend
-from runner.execute import RunOptions, run_study
-from runner.lock import StudyError
+from runner._backends import AnthropicBackend
+from runner._execute import RunOptions, run_study
+from runner._lock import StudyError
 
 CLI = [sys.executable, "-c", "from ledger.cli import main; main()"]
 
@@ -36,7 +36,7 @@ def pg_study(
 ) -> Path:
     """The tumbling-E template with its ledger on PostgreSQL at ``url``, locked."""
     from ledger import user_home
-    from runner.lock import lock_study
+    from runner._lock import lock_study
 
     key = study_key()
     key_file = user_home() / "keys" / "prompt-tumbling-e-owner.key"

@@ -748,7 +748,7 @@ def write_study(design: Design, root: Path, spec: str | None = None) -> None:
     if design.image_sources and not (root / "stimuli").exists():
         from single_answer import write_sources
 
-        from runner.stimuli import rotate_images
+        from runner._stimuli import rotate_images
 
         write_sources(root / "sources", design.image_sources)
         rotate_images(root / "sources", root / "stimuli")
@@ -776,8 +776,8 @@ class MixBackend:
     priced = False
 
     def __init__(self, design: Design) -> None:
-        """Wrap a fresh :class:`runner.backends.SimulatedBackend`."""
-        from runner.backends import SimulatedBackend
+        """Wrap a fresh :class:`runner._backends.SimulatedBackend`."""
+        from runner._backends import SimulatedBackend
 
         self.inner = SimulatedBackend()
         self.wire_format = self.inner.wire_format
@@ -815,8 +815,8 @@ class MixBackend:
 
     async def send(self, body: dict[str, Any], *, seed: str) -> Any:
         """Answer as the simulation does, then apply the arm's behaviour to a target trial."""
-        from runner.backends import reply_from_messages_json
-        from runner.simulated_steps import is_step_seed
+        from runner._backends import reply_from_messages_json
+        from runner.simulated._steps import is_step_seed
 
         reply = await self.inner.send(body, seed=seed)
         if is_step_seed(seed):

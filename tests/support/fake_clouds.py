@@ -55,8 +55,8 @@ from botocore.credentials import Credentials
 from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import padding, rsa
 
-from runner.provenance import anthropic_name
-from runner.simulated import SimulatedModel
+from runner._provenance import anthropic_name
+from runner.simulated._vision import SimulatedModel
 
 AWS_KEY = ("AKIAFAKEKEY000000001", "fake-aws-secret-canary-7f3a9c")
 REGION = "us-east-1"

@@ -41,14 +41,14 @@ def make_study(
 ) -> Path:
     """A study from the tumbling-E template with ``replicates`` replicates, locked.
 
-    ``template`` (a folder made by :func:`runner.new.new_study` whose ledger was removed) is
+    ``template`` (a folder made by :func:`runner._new.new_study` whose ledger was removed) is
     copied when given, which saves drawing the stimuli again. ``PROMPT_LEDGER_HOME`` must point
     at a temporary directory (the blinding secret is written there). ``provider`` replaces the
     template's ``[model] provider``.
     """
     from ledger import user_home
-    from runner.lock import lock_study
-    from runner.new import new_study
+    from runner._lock import lock_study
+    from runner._new import new_study
 
     key = study_key()
     key_file = user_home() / "keys" / "prompt-tumbling-e-owner.key"
@@ -175,7 +175,7 @@ def template_demo(base: Path, template: str, width: int = 220) -> Iterator[tuple
     import pytest
     from rich.console import Console
 
-    from analysis.demo import run_demo
+    from analysis._demo import run_demo
 
     out = io.StringIO()
     with pytest.MonkeyPatch.context() as mp:

@@ -37,7 +37,7 @@ def write_sources(directory: Path, count: int = 3) -> None:
 
 def rotation_study(root: Path) -> Path:
     """The rotation study of ``docs/study-spec.md``, built in ``root`` as the page says."""
-    from runner.stimuli import rotate_images
+    from runner._stimuli import rotate_images
 
     root.mkdir(parents=True)
     write_sources(root / "sources")
@@ -149,10 +149,10 @@ YES_NO_MAYBE_QUESTION = (
 def yes_no_maybe_study(root: Path) -> Path:
     """A yes/no/maybe study on the tumbling-E probe set: is every symbol an E?
 
-    The images are the seven probes of ``runner.stimuli``; the truth is an answer table
+    The images are the seven probes of ``runner._stimuli``; the truth is an answer table
     ``stimulus,answer`` (yes for the six tumbling-E charts, no for the Snellen letters).
     """
-    from runner.stimuli import write_probe_set
+    from runner._stimuli import write_probe_set
 
     root.mkdir(parents=True)
     stimuli = root / "stimuli"

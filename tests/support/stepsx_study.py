@@ -16,7 +16,7 @@ from typing import Any
 
 from steps_study import write_study
 
-from runner.backends import SimulatedBackend, reply_from_messages_json
+from runner._backends import SimulatedBackend, reply_from_messages_json
 
 SCHEMA = {
     "type": "object",

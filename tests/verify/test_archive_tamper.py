@@ -771,7 +771,7 @@ def test_readme_without_simulated_notice_signed_by_the_owner(copy_: Path) -> Non
 def test_force_export_never_leaves_the_target_without_an_archive(
     archive: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    import analysis.export as export
+    import analysis._export as export
 
     study = tmp_path / "study"  # a private copy: each export appends to the study's ledger
     shutil.copytree(archive.parent / "study", study)
@@ -880,13 +880,13 @@ def test_checkpoints_missing_after_a_kill_are_signed_before_export(
     the next ``ledger run`` or ``ledger export`` signs it, so an honest study still verifies."""
     import sqlite3
 
-    from analysis.analyze import analyze_study
-    from analysis.export import export_study
-    from analysis.scoring import score_study, unblind_study
+    from analysis._analyze import analyze_study
+    from analysis._export import export_study
+    from analysis._scoring import score_study, unblind_study
     from ledger import Ledger
-    from runner.backends import SimulatedBackend
-    from runner.execute import RunOptions, run_study
-    from runner.lock import promised_checkpoint_sizes
+    from runner._backends import SimulatedBackend
+    from runner._execute import RunOptions, run_study
+    from runner._lock import promised_checkpoint_sizes
 
     monkeypatch.setenv("PROMPT_LEDGER_HOME", str(tmp_path / "home"))
     root = make_study(tmp_path / "study", replicates=1, template=study_template)

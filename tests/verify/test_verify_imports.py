@@ -57,8 +57,8 @@ def test_the_import_checker_catches_forbidden_imports() -> None:
         "import ledger",
         "import ledger.store as s",
         "from ledger import x",
-        "from runner.backends import y",
-        "import analysis.stats",
+        "from runner._backends import y",
+        "import analysis._stats",
         "importlib.import_module('ledger')",
         "__import__('runner')",
     ):

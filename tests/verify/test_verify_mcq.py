@@ -16,7 +16,7 @@ from mcq_tables import records, synthetic_trials
 from scipy import stats as sps
 from statsmodels.stats.contingency_tables import mcnemar as sm_mcnemar
 
-from analysis import mcq
+from analysis.mcq import _stats as mcq
 from verify import _mcq as vm
 
 ORDERS = ["original", "rotate-1", "rotate-2", "swap", "shuffle-42"]

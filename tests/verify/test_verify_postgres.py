@@ -416,11 +416,11 @@ def pg_study(
     pg_server: Any, study_template: Path, tmp_path_factory: pytest.TempPathFactory
 ) -> Iterator[Path]:
     """A locked, run and scored tumbling-E study (1 replicate) whose ledger is on PostgreSQL."""
-    from analysis.scoring import score_study
+    from analysis._scoring import score_study
     from ledger import user_home
-    from runner.backends import SimulatedBackend
-    from runner.execute import RunOptions, run_study
-    from runner.lock import lock_study
+    from runner._backends import SimulatedBackend
+    from runner._execute import RunOptions, run_study
+    from runner._lock import lock_study
 
     base = tmp_path_factory.mktemp("pg-study")
     with pytest.MonkeyPatch.context() as mp:
@@ -452,8 +452,8 @@ def test_a_postgres_study_verifies_through_its_folder(pg_study: Path) -> None:
 
 
 def test_ledger_view_serves_a_postgres_study(pg_study: Path) -> None:
-    from analysis.view import open_viewer
-    from analysis.view_app import make_app
+    from analysis.view._app import make_app
+    from analysis.view._viewer import open_viewer
 
     url = (pg_study / "ledger.store").read_text().strip()
     viewer = open_viewer(pg_study)

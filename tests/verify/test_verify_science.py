@@ -243,7 +243,7 @@ def test_documented_item_bytes() -> None:
 
 
 def test_parsers_agree_with_the_reference_on_random_texts() -> None:
-    from analysis.parse import PARSERS
+    from analysis._parse import PARSERS
 
     seeds = [
         '{"chart_type": "tumbling-e", "rows": [{"row": 1, "orientations": ["UP"]}, '

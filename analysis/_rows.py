@@ -1,0 +1,252 @@
+"""Rows derived from the trial and score events, shared by the archive and :func:`analysis.load`.
+
+``docs/archive-format.md`` §1 defines ``trials/schedule.csv``, ``trials/attempts.csv`` and
+``scores/scores.csv`` as functions of the events. :mod:`analysis._export` writes those files from
+the rows made here, and :func:`analysis.load` builds its DataFrames on the same rows, so a
+notebook and the archive cannot disagree. Everything here takes events from either a study's
+ledger or an archive (:mod:`runner._recorded`).
+"""
+
+from __future__ import annotations
+
+from array import array
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+import numpy.typing as npt
+import pandas as pd
+
+from runner import RecordedEvent
+
+SCHEDULE_COLUMNS = ("position", "arm_code", "stimulus", "rep", "trial")
+MODEL_SCHEDULE_COLUMNS = ("position", "arm_code", "model", "stimulus", "rep", "trial")
+"""``trials/schedule.csv`` of a study with ``[models]`` (trial ids ``arm|model|item|rep``)."""
+
+
+VARIANT_SCHEDULE_COLUMNS = ("position", "arm_code", "model", "stimulus", "variant", "rep", "trial")
+"""``trials/schedule.csv`` of a study with variants (trial ids ``arm|model|item|variant|rep``)."""
+
+
+def split_trial(trial: str) -> tuple[str, str | None, str, str]:
+    """(arm, model or None, stimulus, rep) of ``"{arm}|{stimulus}|{rep}"`` or the 4-part id.
+
+    The five-part id of a study with variants (``arm|model|item|variant|rep``, an empty model
+    part for a ``[model]`` study: ``docs/variants.md`` section 4) gives its arm, model, item
+    and rep; :func:`trial_variant` gives its variant.
+    """
+    parts = trial.split("|")
+    if len(parts) == 5:
+        return parts[0], parts[1] or None, parts[2], parts[4]
+    if len(parts) == 4:
+        return parts[0], parts[1], parts[2], parts[3]
+    arm, stimulus, rep = parts
+    return arm, None, stimulus, rep
+
+
+def trial_variant(trial: str) -> str | None:
+    """The variant part of a five-part trial id, or None (``docs/variants.md`` section 4)."""
+    parts = trial.split("|")
+    return parts[3] if len(parts) == 5 else None
+
+
+def schedule_columns(order: Sequence[str]) -> tuple[str, ...]:
+    """The columns of ``trials/schedule.csv`` for a schedule (a model column with models).
+
+    With variants, a model column (empty for a ``[model]`` study) and a variant column.
+    """
+    if order and order[0].count("|") == 4:
+        return VARIANT_SCHEDULE_COLUMNS
+    return MODEL_SCHEDULE_COLUMNS if order and order[0].count("|") == 3 else SCHEDULE_COLUMNS
+
+
+ATTEMPT_COLUMNS = (
+    "request_seq",
+    "position",
+    "trial",
+    "attempt",
+    "request_sha256",
+    "outcome",
+    "outcome_seq",
+    "response_sha256",
+    "error_type",
+    "final",
+)
+SCORE_COLUMNS = (
+    "scored_seq",
+    "response_seq",
+    "arm_code",
+    "stimulus",
+    "status",
+    "n_items",
+    "n_answered",
+    "n_correct",
+    "scores_sha256",
+)
+
+
+def schedule_ids(schedule_blob: bytes) -> list[str]:
+    """The trial ids of the locked schedule, in execution order (the ``schedule`` blob)."""
+    return schedule_blob.decode("utf-8").splitlines()
+
+
+def schedule_rows(order: Sequence[str], arm_codes: Mapping[str, str]) -> list[tuple[Any, ...]]:
+    """``trials/schedule.csv`` rows (:data:`SCHEDULE_COLUMNS`); codes empty before the reveal."""
+    rows: list[tuple[Any, ...]] = []
+    for position, trial in enumerate(order, 1):
+        arm, model, stimulus, rep = split_trial(trial)
+        variant = trial_variant(trial)
+        if variant is not None:
+            rows.append(
+                (position, arm_codes.get(arm, ""), model or "", stimulus, variant, rep, trial)
+            )
+        elif model is None:
+            rows.append((position, arm_codes.get(arm, ""), stimulus, rep, trial))
+        else:
+            rows.append((position, arm_codes.get(arm, ""), model, stimulus, rep, trial))
+    return rows
+
+
+@dataclass(frozen=True)
+class Attempt:
+    """One ``trial.requested`` event and the ``trial.responded`` or ``trial.failed`` closing it."""
+
+    request: RecordedEvent
+    outcome: RecordedEvent | None
+
+    @property
+    def outcome_kind(self) -> str:
+        """``responded``, ``failed``, or ``none`` while no outcome is recorded."""
+        return self.outcome.kind.split(".")[1] if self.outcome is not None else "none"
+
+    @property
+    def final(self) -> bool:
+        """True when this attempt gave its trial a final outcome (``docs/trials.md`` §3)."""
+        out = self.outcome
+        if out is None:
+            return False
+        return out.kind == "trial.responded" or bool(out.body.get("final"))
+
+    def row(self) -> tuple[Any, ...]:
+        """The ``trials/attempts.csv`` row (:data:`ATTEMPT_COLUMNS`)."""
+        b, out = self.request.body, self.outcome
+        return (
+            self.request.seq,
+            b["position"],
+            b["trial"],
+            b["attempt"],
+            b["request_sha256"],
+            self.outcome_kind,
+            out.seq if out else None,
+            out.blobs.get("response") if out else None,
+            out.body.get("error_type") if out and out.kind == "trial.failed" else None,
+            self.final,
+        )
+
+
+def attempts(events: Iterable[RecordedEvent]) -> list[Attempt]:
+    """Every attempt in request order, each with its outcome (the last recorded, if several)."""
+    requests: list[RecordedEvent] = []
+    outcomes: dict[int, RecordedEvent] = {}
+    for event in events:
+        if event.kind == "trial.requested":
+            requests.append(event)
+        elif event.kind in ("trial.responded", "trial.failed"):
+            outcomes[event.body["request_seq"]] = event
+    return [Attempt(r, outcomes.get(r.seq)) for r in requests]
+
+
+def score_row(event: RecordedEvent) -> tuple[Any, ...]:
+    """The ``scores/scores.csv`` row (:data:`SCORE_COLUMNS`) of one ``trial.scored`` event."""
+    b = event.body
+    return (
+        event.seq,
+        b["response_seq"],
+        b["arm_code"],
+        b["stimulus"],
+        b["status"],
+        b["n_items"],
+        b["n_answered"],
+        b["n_correct"],
+        b["scores_sha256"],
+    )
+
+
+class Column:
+    """One column of a table built row by row, kept compact: a code per row, each value once.
+
+    Values are stored once in a table (keyed by type and value, so ``True``, ``1`` and ``1.0``
+    stay distinct; an unhashable value gets its own entry) and each row holds a 4-byte code,
+    so a column of a few distinct values (an arm, a stimulus, an answer) costs 4 bytes a row
+    instead of a pointer and an object. :meth:`objects` gives the values back as an object
+    array holding the very objects appended (issue 41: the analysis dataset at 10^5 trials).
+    """
+
+    __slots__ = ("_codes", "_index", "_values")
+
+    def __init__(self) -> None:
+        self._codes = array("i")
+        self._index: dict[Any, int] = {}
+        self._values: list[Any] = []
+
+    def __len__(self) -> int:
+        return len(self._codes)
+
+    def append(self, value: Any) -> None:
+        """Add one row's value."""
+        try:  # a str is its own key (no other type's key is a str); others keyed by type
+            key = value if value.__class__ is str else (value.__class__, value)
+            code = self._index.get(key)
+            if code is None:
+                code = self._index[key] = len(self._values)
+                self._values.append(value)
+        except TypeError:  # unhashable (a list, a dict): its own entry
+            code = len(self._values)
+            self._values.append(value)
+        self._codes.append(code)
+
+    def extend_code(self, other: Column, count: int) -> None:
+        """Repeat ``other``'s last value ``count`` times (a trial's value on each of its items)."""
+        self.extend_value(other._values[other._codes[-1]], count)
+
+    def extend_value(self, value: Any, count: int) -> None:
+        """Add ``count`` rows of one value."""
+        if count <= 0:
+            return
+        self.append(value)
+        if count > 1:
+            self._codes.extend(array("i", [self._codes[-1]]) * (count - 1))
+
+    def objects(self) -> npt.NDArray[np.object_]:
+        """The column as an object array of the appended values (shared, not copied)."""
+        table = np.empty(len(self._values), dtype=object)
+        for i, value in enumerate(self._values):
+            table[i] = value
+        return np.asarray(table[np.frombuffer(self._codes, dtype=np.int32)], dtype=object)
+
+
+def columns_frame(columns: Mapping[str, Column], names: Sequence[str]) -> pd.DataFrame:
+    """The DataFrame ``pd.DataFrame(rows_as_dicts, columns=names)`` would build, from columns.
+
+    The same per-column inference as pandas' records path (``convert_object_array`` on each
+    column's object array: ints to ``int64``, floats with ``None`` to ``float64``, strings to
+    ``str``), one column at a time, so no list of row dicts and no 2-D object array is held.
+    A name without a column is all ``None``.
+    """
+    from pandas.core.internals.construction import convert_object_array
+
+    n = max((len(c) for c in columns.values()), default=0)
+    if n == 0:
+        return pd.DataFrame([], columns=list(names))
+    data: dict[str, Any] = {}
+    for name in names:
+        column = columns.get(name)
+        if column is None:
+            objects = np.empty(n, dtype=object)
+        else:
+            if len(column) != n:
+                raise ValueError(f"column {name!r} has {len(column)} rows, not {n}")
+            objects = column.objects()
+        data[name] = convert_object_array([objects], dtype=None)[0]
+    return pd.DataFrame(data, columns=list(names), copy=False)
