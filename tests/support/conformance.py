@@ -175,7 +175,7 @@ def _pair_hypotheses(
                 )
         elif test == "paired-t" and rng.random() < 0.5:
             out.append(_hyp(hid, test, contrast=[a, b], pairing=["stimulus", "rep"], alpha=0.05))
-        elif test in ("paired-t", "independent-t", "bootstrap", "lmm", "gee", "sign-test"):
+        elif test in ("paired-t", "independent-t", "bootstrap", "lmm", "gee"):
             sides = rng.choice(["one-sided", "two-sided"])
             out.append(_hyp(hid, test, contrast=[a, b], sides=sides, alpha=0.05))
         else:
@@ -318,7 +318,6 @@ def _mc(rng: random.Random, design: Design, phases: bool = False) -> None:
         "chi-square",
         "gee",
         "qr-bootstrap",
-        "sign-test",
     ]
     hyps = _pair_hypotheses(rng, names, tests, count=rng.choice([2, 3, 4]))
     extra = len(hyps) + 1
@@ -495,7 +494,6 @@ def _text(rng: random.Random, design: Design) -> None:
         "lmm",
         "equivalence",
         "qr-bootstrap",
-        "sign-test",
     ]
     if parser == "yes-no-maybe":
         tests.append("chi-square")
@@ -550,7 +548,6 @@ def _image(rng: random.Random, design: Design) -> None:
         "bootstrap",
         "qr-bootstrap",
         "independent-t",
-        "sign-test",
     ]
     hyps = _pair_hypotheses(rng, names, tests, count=rng.choice([2, 3]))
     intercept = rng.choice(["stimulus", "source"])
