@@ -249,8 +249,6 @@ def trial_distribution_csv(trials_csv: bytes, arms: list[str]) -> list[list[str]
             found = folded.get(r[arm_at])
             if found is None or r[control] != "False" or r[excluded] != "False":
                 continue
-            if not r[accuracy]:  # no accuracy (a ddx study's trials): the table is tumbling-E's
-                continue
             value = float(r[accuracy])
             found[0] += 1
             found[1] += value
@@ -290,7 +288,11 @@ def _load(
         body_arms = list(body.get("arms", {}))
         posthoc = [{"seq": e.seq, **e.body} for e in log.events("analysis.posthoc")]
         blob = events[0].blobs.get("trials_csv")
-        distribution = trial_distribution_csv(log.blob(blob), sorted(body_arms)) if blob else None
+        tumbling = (body.get("response") or {}).get("parser", TUMBLING_E) == TUMBLING_E
+        # the distribution is a tumbling-E study's section only (_section_distribution)
+        distribution = (
+            trial_distribution_csv(log.blob(blob), sorted(body_arms)) if blob and tumbling else None
+        )
         if flow is None:
             flow = trial_flow.study_flow(log)
     verification = _verify(path)
