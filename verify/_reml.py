@@ -22,7 +22,7 @@ optimiser.
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -49,6 +49,10 @@ NOISE_FACTOR = 16.0
 and on 2,500 groups, the evaluation's rounding stays within ``4.4·ε·S``."""
 GRADIENT_STEP = 2e-3
 """The larger of the two central-difference steps (:meth:`RemlModel.log_gradient_hessian`)."""
+CLIMB_STEP = 1e-8
+"""The forward-difference step of the L-BFGS-B climbs (:meth:`RemlModel._climb`).
+
+scipy's default ``eps`` for L-BFGS-B, which the climbs used when scipy differenced for them."""
 BOUNDARY_FRACTION = 1e-6
 """A variance at or below this fraction of the outcome variance is on the boundary (zero)."""
 
@@ -244,63 +248,108 @@ class RemlModel:
     def point(self, params: Any) -> RemlPoint:
         """``l_R``, ``β̂`` and ``(XᵀV⁻¹X)⁻¹`` at ``params``; ``loglik = -inf`` where undefined."""
         theta = np.asarray(params, dtype=np.float64)
-        bad = RemlPoint(
-            theta, -math.inf, np.full(self.p, math.nan), np.full((self.p, self.p), math.nan)
-        )
-        if theta.size != self.n_params or not np.all(np.isfinite(theta)):
-            return bad
-        re, phi = theta[: self.k], theta[self.k :]
-        if np.any(re < 0) or np.any(phi <= 0):
-            return bad
-        w = 1.0 / phi
-        ztz = np.einsum("r,rgab->gab", w, self.zz)
-        ztx = np.einsum("r,rgap->gap", w, self.zx)
-        zty = np.einsum("r,rga->ga", w, self.zy)
-        xtx = np.einsum("r,rpq->pq", w, self.xx)
-        xty = np.einsum("r,rp->p", w, self.xy)
-        yty = float(w @ self.yy)
-        lam = np.where(self.term_of_col >= 0, np.sqrt(re[np.maximum(self.term_of_col, 0)]), 0.0)
-        m = np.eye(self.q)[None] + lam[:, :, None] * ztz * lam[:, None, :]
-        try:
-            chol = np.linalg.cholesky(m)
-        except np.linalg.LinAlgError:
-            return bad
-        logdet_v = float(self.nr @ np.log(phi)) + 2.0 * float(
-            np.sum(np.log(np.diagonal(chol, axis1=1, axis2=2)))
-        )
-        ux = lam[:, :, None] * ztx
-        uy = lam * zty
-        sx = np.linalg.solve(chol, ux)  # C⁻¹·L·ZᵀR⁻¹X per group
-        sy = np.linalg.solve(chol, uy[:, :, None])[:, :, 0]
-        a = xtx - np.einsum("gap,gaq->pq", sx, sx)
-        b = xty - np.einsum("gap,ga->p", sx, sy)
-        c = yty - float(np.sum(sy * sy))
-        try:
-            ca = np.linalg.cholesky(a)
-        except np.linalg.LinAlgError:
-            return bad
-        cov = np.linalg.inv(a)
-        cov = (cov + cov.T) / 2
-        beta = cov @ b
-        logdet_a = 2.0 * float(np.sum(np.log(np.diag(ca))))
-        fitted = float(b @ beta)
-        quad = c - fitted
-        beta[0] += self.mean
-        const = (self.n - self.p) * math.log(2 * math.pi)
-        ll = -0.5 * (logdet_v + logdet_a + quad + const)
-        magnitude = 0.5 * (
-            float(self.nr @ np.abs(np.log(phi)))
-            + abs(logdet_v)
-            + abs(logdet_a)
-            + yty
-            + abs(fitted)
-            + const
-        )
-        return RemlPoint(theta, ll if math.isfinite(ll) else -math.inf, beta, cov, magnitude)
+        if theta.size != self.n_params:
+            return RemlPoint(
+                theta, -math.inf, np.full(self.p, math.nan), np.full((self.p, self.p), math.nan)
+            )
+        return self.points(theta.reshape(1, -1))[0]
+
+    def points(self, thetas: Any) -> list[RemlPoint]:
+        """:meth:`point` at every row of ``thetas`` (``B × n_params``), in one evaluation."""
+        theta = np.asarray(thetas, dtype=np.float64).reshape(-1, self.n_params)
+        ll, beta, cov, magnitude = self._evaluate(theta)
+        return [
+            RemlPoint(theta[i].copy(), float(ll[i]), beta[i], cov[i], float(magnitude[i]))
+            for i in range(theta.shape[0])
+        ]
+
+    def logliks(self, thetas: Any) -> Floats:
+        """``l_R`` at every row of ``thetas`` (``B × n_params``; ``-inf`` where undefined)."""
+        theta = np.asarray(thetas, dtype=np.float64).reshape(-1, self.n_params)
+        return self._evaluate(theta)[0]
 
     def loglik(self, params: Any) -> float:
         """``l_R`` at ``params`` (``-inf`` outside the parameter space)."""
         return self.point(params).loglik
+
+    def _evaluate(self, theta: Floats) -> tuple[Floats, Floats, Floats, Floats]:
+        """``l_R``, ``β̂``, ``(XᵀV⁻¹X)⁻¹`` and the magnitude ``S`` at every row of ``theta``.
+
+        Every row is computed by the same elementwise and per-matrix operations whatever the
+        batch, so a row's numbers do not depend on the rows beside it (a test checks this bit
+        for bit). Rows outside the parameter space, or whose factorisations fail, get
+        ``l_R = -inf``: should a factorisation fail, the batch is redone row by row so that only
+        the failing rows are lost.
+        """
+        nb, p = theta.shape[0], self.p
+        ll = np.full(nb, -math.inf)
+        beta = np.full((nb, p), math.nan)
+        cov = np.full((nb, p, p), math.nan)
+        magnitude = np.zeros(nb)
+        inside = (
+            np.all(np.isfinite(theta), axis=1)
+            & np.all(theta[:, : self.k] >= 0, axis=1)
+            & np.all(theta[:, self.k :] > 0, axis=1)
+        )
+        rows = np.flatnonzero(inside)
+        try:
+            parts = [(rows, self._kernel(theta[rows]))] if rows.size else []
+        except np.linalg.LinAlgError:
+            parts = []
+            for i in rows:
+                try:
+                    parts.append((np.array([i]), self._kernel(theta[i : i + 1])))
+                except np.linalg.LinAlgError:
+                    continue
+        for where, (l_r, b, c, s) in parts:
+            ll[where], beta[where], cov[where], magnitude[where] = l_r, b, c, s
+        ll[~np.isfinite(ll)] = -math.inf
+        return ll, beta, cov, magnitude
+
+    def _kernel(self, theta: Floats) -> tuple[Floats, Floats, Floats, Floats]:
+        """:meth:`_evaluate` on rows inside the parameter space (raises ``LinAlgError``)."""
+        re, phi = theta[:, : self.k], theta[:, self.k :]
+        w = 1.0 / phi
+        ztz = np.einsum("sr,rgab->sgab", w, self.zz)
+        ztx = np.einsum("sr,rgap->sgap", w, self.zx)
+        zty = np.einsum("sr,rga->sga", w, self.zy)
+        xtx = np.einsum("sr,rpq->spq", w, self.xx)
+        xty = np.einsum("sr,rp->sp", w, self.xy)
+        yty = _dots(w, self.yy)
+        root = np.sqrt(re[:, np.maximum(self.term_of_col, 0)])
+        lam = np.where(self.term_of_col >= 0, root, 0.0)
+        m = np.eye(self.q) + lam[:, :, :, None] * ztz * lam[:, :, None, :]
+        chol = np.linalg.cholesky(m)
+        log_phi = np.log(phi)
+        logdet_v = _dots(log_phi, self.nr) + 2.0 * np.sum(
+            np.log(np.diagonal(chol, axis1=2, axis2=3)), axis=(1, 2)
+        )
+        ux = lam[:, :, :, None] * ztx
+        uy = lam * zty
+        sx = np.linalg.solve(chol, ux)  # C⁻¹·L·ZᵀR⁻¹X per group
+        sy = np.linalg.solve(chol, uy[:, :, :, None])[:, :, :, 0]
+        a = xtx - np.einsum("sgap,sgaq->spq", sx, sx)
+        b = xty - np.einsum("sgap,sga->sp", sx, sy)
+        c = yty - np.sum(sy * sy, axis=(1, 2))
+        ca = np.linalg.cholesky(a)
+        cov = np.linalg.inv(a)
+        cov = (cov + np.swapaxes(cov, 1, 2)) / 2
+        beta = (cov @ b[:, :, None])[:, :, 0]
+        logdet_a = 2.0 * np.sum(np.log(np.diagonal(ca, axis1=1, axis2=2)), axis=1)
+        fitted = (b[:, None, :] @ beta[:, :, None])[:, 0, 0]
+        quad = c - fitted
+        beta[:, 0] += self.mean
+        const = (self.n - self.p) * math.log(2 * math.pi)
+        ll = -0.5 * (logdet_v + logdet_a + quad + const)
+        magnitude = 0.5 * (
+            _dots(np.abs(log_phi), self.nr)
+            + np.abs(logdet_v)
+            + np.abs(logdet_a)
+            + yty
+            + np.abs(fitted)
+            + const
+        )
+        return ll, beta, cov, magnitude
 
     # -------------------------------------------------------------------------- derivatives
 
@@ -308,39 +357,46 @@ class RemlModel:
         """Gradient and Hessian of ``l_R`` in ``log`` of the ``free`` params.
 
         Central differences with steps ``h = GRADIENT_STEP`` and ``h/2``, combined by Richardson
-        extrapolation (error ``O(h⁴)``), so they agree with an analytic Hessian to ~1e-9.
+        extrapolation (error ``O(h⁴)``), so they agree with an analytic Hessian to ~1e-9. The
+        whole stencil (``1 + 2·(2m + 2m(m−1))`` points for ``m`` free params) is one
+        :meth:`logliks` call.
         """
         theta = np.asarray(params, dtype=np.float64)
         idx = list(free)
         base = np.log(theta[idx])
-
-        def f(v: Floats) -> float:
-            t = theta.copy()
-            t[idx] = np.exp(v)
-            return self.loglik(t)
-
         m = len(idx)
-        f0 = f(base)
-
-        def at(h: float) -> tuple[Floats, Floats]:
-            grad = np.zeros(m)
-            hess = np.zeros((m, m))
+        steps = (GRADIENT_STEP, GRADIENT_STEP / 2)
+        stencil = [base]
+        for h in steps:
             e = np.eye(m) * h
             for i in range(m):
-                fp, fm = f(base + e[i]), f(base - e[i])
+                stencil += [base + e[i], base - e[i]]
+                for j in range(i):
+                    stencil += [
+                        base + e[i] + e[j],
+                        base + e[i] - e[j],
+                        base - e[i] + e[j],
+                        base - e[i] - e[j],
+                    ]
+        at = np.repeat(theta[None, :], len(stencil), axis=0)
+        at[:, idx] = np.exp(np.array(stencil))
+        values = iter(self.logliks(at).tolist())
+        f0 = next(values)
+
+        def combine(h: float) -> tuple[Floats, Floats]:
+            grad = np.zeros(m)
+            hess = np.zeros((m, m))
+            for i in range(m):
+                fp, fm = next(values), next(values)
                 grad[i] = (fp - fm) / (2 * h)
                 hess[i, i] = (fp - 2 * f0 + fm) / h**2
                 for j in range(i):
-                    hess[i, j] = hess[j, i] = (
-                        f(base + e[i] + e[j])
-                        - f(base + e[i] - e[j])
-                        - f(base - e[i] + e[j])
-                        + f(base - e[i] - e[j])
-                    ) / (4 * h * h)
+                    pp, pm, mp, mm = (next(values) for _ in range(4))
+                    hess[i, j] = hess[j, i] = (pp - pm - mp + mm) / (4 * h * h)
             return grad, hess
 
-        g1, h1 = at(GRADIENT_STEP)
-        g2, h2 = at(GRADIENT_STEP / 2)
+        g1, h1 = combine(steps[0])
+        g2, h2 = combine(steps[1])
         return (4 * g2 - g1) / 3, (4 * h2 - h1) / 3
 
     # -------------------------------------------------------------------------- optimisation
@@ -361,19 +417,19 @@ class RemlModel:
         classes of very different sizes: docs/statistics.md, "several maxima"), and the shares
         of :meth:`starts` all lie near the largest. The residual variances are fixed at their
         REML values with no random effect (:meth:`_residuals_alone`); every term's variance
-        takes the values ``var(y)·10^(−e)``, ``e = 0, 0.5, ..., 6``, in every combination; a
-        grid point whose ``l_R`` is not below any point one step away (in one or several terms)
-        is a start, the three most likely of them (the earlier grid point first on a tie).
+        takes the values ``var(y)·10^(−e)``, ``e = 0, 0.5, ..., 6``, in every combination (one
+        :meth:`logliks` call); a grid point whose ``l_R`` is not below any point one step away
+        (in one or several terms) is a start, the three most likely of them (the earlier grid
+        point first on a tie).
         """
         if self.k == 0:
             return []
         v = self.total_var if self.total_var > 0 else 1.0
         resid = self._residuals_alone()
         values = [v / 10.0 ** (e / 2) for e in range(13)]
-        grid: dict[tuple[int, ...], float] = {}
-        for combo in np.ndindex(*([len(values)] * self.k)):
-            theta = np.array([values[i] for i in combo] + list(resid))
-            grid[tuple(int(i) for i in combo)] = self.loglik(theta)
+        combos = [tuple(int(i) for i in c) for c in np.ndindex(*([len(values)] * self.k))]
+        thetas = np.array([[values[i] for i in combo] + list(resid) for combo in combos])
+        grid = dict(zip(combos, self.logliks(thetas).tolist(), strict=True))
         found = []
         for combo, ll in grid.items():
             if not math.isfinite(ll):
@@ -390,21 +446,50 @@ class RemlModel:
             for _, combo in found[:3]
         ]
 
+    def _climb(
+        self, to_theta: Callable[[Floats], Floats], x0: Floats, ftol: float, gtol: float
+    ) -> Floats:
+        """L-BFGS-B on ``−l_R(to_theta(x))`` from ``x0`` (``1e300`` where ``l_R`` is undefined).
+
+        The gradient is the one scipy's L-BFGS-B computes when given none: forward
+        differences with the absolute step ``eps`` = :data:`CLIMB_STEP` (``sqrt(ε)·max(1, |x|)``
+        where that step vanishes in ``x + h``), divided by ``(x + h) − x``. Here the value and
+        the ``n`` shifted points are one :meth:`logliks` call, so the climb takes exactly the
+        steps of scipy's own differences at a fraction of the cost; ``maxfun`` is scaled by
+        ``n + 1`` as scipy counts those evaluations.
+        """
+        n = x0.size
+        cols = np.arange(n)
+
+        def value_and_gradient(x: Floats) -> tuple[float, Floats]:
+            h = np.full(n, CLIMB_STEP)
+            sign = (x >= 0).astype(np.float64) * 2 - 1
+            rel = math.sqrt(float(np.finfo(np.float64).eps)) * sign * np.maximum(1.0, np.abs(x))
+            h = np.where((x + h) - x == 0, rel, h)
+            xs = np.repeat(x[None, :], n + 1, axis=0)
+            xs[cols + 1, cols] = x + h
+            ll = self.logliks(to_theta(xs))
+            f = np.where(np.isfinite(ll), -ll, 1e300)
+            return float(f[0]), (f[1:] - f[0]) / ((x + h) - x)
+
+        res = optimize.minimize(
+            value_and_gradient,
+            x0,
+            jac=True,
+            method="L-BFGS-B",
+            options={"maxiter": 2000, "maxfun": 15000 // (n + 1), "ftol": ftol, "gtol": gtol},
+        )
+        return np.asarray(res.x, dtype=np.float64)
+
     def _residuals_alone(self) -> Floats:
         """The residual variances of the REML maximum with every random-effect variance 0."""
         v = self.total_var if self.total_var > 0 else 1.0
+        zeros = np.zeros((1, self.k))
 
-        def negative(s: Floats) -> float:
-            ll = self.loglik(np.concatenate([np.zeros(self.k), s * s]))
-            return -ll if math.isfinite(ll) else 1e300
+        def theta(s: Floats) -> Floats:
+            return np.hstack([np.repeat(zeros, s.shape[0], axis=0), s * s])
 
-        res = optimize.minimize(
-            negative,
-            np.full(self.r, math.sqrt(v)),
-            method="L-BFGS-B",
-            options={"maxiter": 2000, "ftol": 1e-12, "gtol": 1e-9},
-        )
-        return np.asarray(res.x, dtype=np.float64) ** 2
+        return self._climb(theta, np.full(self.r, math.sqrt(v)), 1e-12, 1e-9) ** 2
 
     def maximise(self) -> RemlPoint:
         """The verifier's own REML maximum.
@@ -418,19 +503,8 @@ class RemlModel:
         """
         best: RemlPoint | None = None
         for start in self.starts() + self.scan():
-
-            def negative(s: Floats) -> float:
-                ll = self.loglik(s * s)
-                return -ll if math.isfinite(ll) else 1e300
-
-            res = optimize.minimize(
-                negative,
-                np.sqrt(start),
-                method="L-BFGS-B",
-                options={"maxiter": 2000, "ftol": 1e-9, "gtol": 1e-6},
-            )
-            cand = self.point(np.asarray(res.x) ** 2)
-            cand = self._polish(cand)
+            s = self._climb(np.square, np.sqrt(start), 1e-9, 1e-6)
+            cand = self._polish(self.point(s**2))
             if best is None or cand.loglik > best.loglik:
                 best = cand
         assert best is not None
@@ -467,6 +541,13 @@ class RemlModel:
         return [i for i in range(self.n_params) if theta[i] > floor]
 
     def _polish(self, pt: RemlPoint) -> RemlPoint:
+        """Newton steps in ``log θ`` on the components away from zero, to the maximum.
+
+        Each step is the first of the full Newton step, ½, ¼ and ⅛ of it whose ``l_R`` is not
+        below the current point's (the four are one :meth:`points` call); the polish stops when
+        none is, when ``l_R`` no longer grows, or once ``gᵀ(−H)⁻¹g`` is below 1e-14.
+        """
+        scales = np.array([1.0, 0.5, 0.25, 0.125])
         for _ in range(20):
             free = self._free(pt.params)
             if not free or not math.isfinite(pt.loglik):
@@ -478,11 +559,10 @@ class RemlModel:
                 return pt
             if not np.all(np.isfinite(step)) or np.any(np.linalg.eigvalsh(-h) <= 0):
                 return pt
+            trial = np.repeat(pt.params[None, :], scales.size, axis=0)
+            trial[:, free] = trial[:, free] * np.exp(np.outer(scales, step))
             improved = False
-            for scale in (1.0, 0.5, 0.25, 0.125):
-                t = pt.params.copy()
-                t[free] = t[free] * np.exp(scale * step)
-                cand = self.point(t)
+            for cand in self.points(trial):
                 if cand.loglik >= pt.loglik:
                     improved = cand.loglik > pt.loglik
                     pt = cand
@@ -554,6 +634,11 @@ def stationary_limit(eta: float, m: int, smallest: float) -> float:
     """
     allowance = 0.5 * m * (3.0 * eta / GRADIENT_STEP) ** 2 / smallest
     return (math.sqrt(STATIONARY_TOL) + math.sqrt(allowance)) ** 2
+
+
+def _dots(rows: Floats, vector: Floats) -> Floats:
+    """``row · vector`` for every row, as the 1-D dot product ``row @ vector`` rounds it."""
+    return (rows[:, None, :] @ vector[:, None])[:, 0, 0]
 
 
 def _fmt(values: Floats) -> str:
