@@ -155,6 +155,9 @@ class RemlModel:
             self.yy[c] = float(yr @ yr)
             self.nr[c] = float(rows.sum())
         self.n_params = self.k + self.r
+        self._sums = np.concatenate(
+            [a.reshape(r, -1) for a in (self.zz, self.zx, self.zy, self.xx, self.xy)], axis=1
+        )
         self._atoms(x, gcode, col_of_row, rcode)
 
     def _atoms(self, x: Any, gcode: Any, col_of_row: Any, rcode: Any) -> None:
@@ -281,21 +284,29 @@ class RemlModel:
         ``l_R = -inf``: should a factorisation fail, the batch is redone row by row so that only
         the failing rows are lost.
         """
+        inside = (
+            np.isfinite(theta).all(axis=1)
+            & (theta[:, : self.k] >= 0).all(axis=1)
+            & (theta[:, self.k :] > 0).all(axis=1)
+        )
+        if inside.all():
+            try:
+                ll, beta, cov, magnitude = self._kernel(theta)
+                ll[~np.isfinite(ll)] = -math.inf
+                return ll, beta, cov, magnitude
+            except np.linalg.LinAlgError:
+                pass
         nb, p = theta.shape[0], self.p
         ll = np.full(nb, -math.inf)
         beta = np.full((nb, p), math.nan)
         cov = np.full((nb, p, p), math.nan)
         magnitude = np.zeros(nb)
-        inside = (
-            np.all(np.isfinite(theta), axis=1)
-            & np.all(theta[:, : self.k] >= 0, axis=1)
-            & np.all(theta[:, self.k :] > 0, axis=1)
-        )
         rows = np.flatnonzero(inside)
         try:
-            parts = [(rows, self._kernel(theta[rows]))] if rows.size else []
+            parts = [(rows, self._kernel(theta[rows]))] if 1 < rows.size < nb else []
         except np.linalg.LinAlgError:
             parts = []
+        if not parts:
             for i in rows:
                 try:
                     parts.append((np.array([i]), self._kernel(theta[i : i + 1])))
@@ -310,11 +321,14 @@ class RemlModel:
         """:meth:`_evaluate` on rows inside the parameter space (raises ``LinAlgError``)."""
         re, phi = theta[:, : self.k], theta[:, self.k :]
         w = 1.0 / phi
-        ztz = np.einsum("sr,rgab->sgab", w, self.zz)
-        ztx = np.einsum("sr,rgap->sgap", w, self.zx)
-        zty = np.einsum("sr,rga->sga", w, self.zy)
-        xtx = np.einsum("sr,rpq->spq", w, self.xx)
-        xty = np.einsum("sr,rp->sp", w, self.xy)
+        nb, g, q, p = theta.shape[0], self.n_groups, self.q, self.p
+        sums = np.einsum("sr,rf->sf", w, self._sums)  # the weighted sums, as one array
+        ends = np.cumsum([g * q * q, g * q * p, g * q, p * p])
+        ztz = sums[:, : ends[0]].reshape(nb, g, q, q)
+        ztx = sums[:, ends[0] : ends[1]].reshape(nb, g, q, p)
+        zty = sums[:, ends[1] : ends[2]].reshape(nb, g, q)
+        xtx = sums[:, ends[2] : ends[3]].reshape(nb, p, p)
+        xty = sums[:, ends[3] :]
         yty = _dots(w, self.yy)
         root = np.sqrt(re[:, np.maximum(self.term_of_col, 0)])
         lam = np.where(self.term_of_col >= 0, root, 0.0)

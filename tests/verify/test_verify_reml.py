@@ -98,6 +98,76 @@ def test_loglik_beta_and_cov_match_the_dense_formula(structure: str) -> None:
     assert model.point(zero).loglik == -math.inf
 
 
+def _same(a: Any, b: Any) -> bool:
+    return bool(np.array_equal(a, b, equal_nan=True))
+
+
+@pytest.mark.parametrize("structure", ["intercept", "probe_by_arm", "per_arm_residual"])
+def test_a_batch_row_is_the_point_of_that_row_bit_for_bit(structure: str) -> None:
+    """``points``/``logliks`` of a batch: each row exactly as ``point`` of that row alone.
+
+    The batch mixes rows inside the parameter space, on the boundary, outside it (a negative
+    variance, a zero, NaN or infinite residual), one whose residual's reciprocal overflows and
+    one whose factorisation fails (a group variance of 1e12 beside 1e-3): those are ``-inf``,
+    and the failure costs no other row its value.
+    """
+    d = _data(4)
+    terms = [d["g"]] if structure == "intercept" else [d["g"], d["cell"]]
+    resid = d["arm"] if structure == "per_arm_residual" else None
+    model = RemlModel(d["y"], d["x"], d["g"], terms, resid)
+    rng = np.random.default_rng(5)
+    thetas = model.total_var * 10 ** rng.uniform(-6, 0.5, size=(40, model.n_params))
+    thetas[::7, 0] = 0.0
+    thetas[1, 0] = -1e-3
+    thetas[2, -1] = 0.0
+    thetas[3, -1] = math.nan
+    thetas[4, -1] = math.inf
+    thetas[5, -1] = 1e-320
+    thetas[8] = [0.02, 0.01][: len(terms)] + [0.005, 0.01, 0.02][: model.r]
+    thetas[6] = [1e12] + [1e-3] * (model.n_params - 1)
+    with np.errstate(over="ignore", invalid="ignore"), pytest.raises(np.linalg.LinAlgError):
+        model._kernel(thetas[6:7])  # X'V^-1X is not positive definite in floating point
+    with np.errstate(over="ignore", invalid="ignore"):
+        batch = model.points(thetas)
+        logliks = model.logliks(thetas)
+        alone_rows = [model.point(theta) for theta in thetas]
+    assert _same(logliks, [pt.loglik for pt in batch])
+    for i, (theta, alone) in enumerate(zip(thetas, alone_rows, strict=True)):
+        assert _same(batch[i].params, theta)
+        assert _same(batch[i].loglik, alone.loglik), i
+        assert _same(batch[i].beta, alone.beta), i
+        assert _same(batch[i].cov, alone.cov), i
+        assert _same(batch[i].magnitude, alone.magnitude), i
+    assert all(batch[i].loglik == -math.inf for i in (1, 2, 3, 4, 5, 6))
+    assert all(
+        math.isfinite(pt.loglik) for i, pt in enumerate(batch) if i not in (1, 2, 3, 4, 5, 6)
+    )
+    assert batch[8].loglik == pytest.approx(_dense(d, list(thetas[8]), terms, resid)[0], rel=1e-12)
+
+
+def test_the_climb_takes_scipys_own_finite_difference_steps() -> None:
+    """``_climb`` (batched forward differences) ends where scipy's L-BFGS-B, left to difference
+    ``−l_R`` itself one point at a time, ends: the same point, bit for bit."""
+    from scipy import optimize
+
+    d = _data(6)
+    model = RemlModel(d["y"], d["x"], d["g"], [d["g"], d["cell"]], d["arm"])
+
+    def negative(s: np.ndarray) -> float:
+        ll = model.loglik(s * s)
+        return -ll if math.isfinite(ll) else 1e300
+
+    for start in model.starts():
+        scipys = optimize.minimize(
+            negative,
+            np.sqrt(start),
+            method="L-BFGS-B",
+            options={"maxiter": 2000, "ftol": 1e-9, "gtol": 1e-6},
+        )
+        ours = model._climb(np.square, np.sqrt(start), 1e-9, 1e-6)
+        assert _same(ours, scipys.x)
+
+
 def test_own_optimum_matches_statsmodels_and_its_point_passes_the_check() -> None:
     from statsmodels.regression.mixed_linear_model import MixedLM
 
