@@ -9,7 +9,9 @@ with the rate measured interleaved with the work: a window of Ed25519 verificati
 before and just after each archive's verification, as long as it, whose mean is the rate (1.0
 means signature checking costs exactly the raw Ed25519 verifications), so a busy neighbour
 slows both sides alike. The machine's load average is printed at the start and at the end.
-Targets: 2,000 trials verify in under 10 s; cost linear in trials.
+Targets: 2,000 trials verify in under 10 s; cost linear in trials. Last, the verifier's REML
+maximum (``verify/_reml.py``) batched against one likelihood evaluation at a time, with the
+ratio of the two times (:func:`reml_batching`).
 
 Usage::
 
@@ -91,6 +93,65 @@ def ed25519_rate(seconds: float = 0.5) -> float:
         elapsed = time.perf_counter() - started
         if elapsed >= seconds:
             return done / elapsed
+
+
+def reml_batching() -> dict[str, float]:
+    """The verifier's REML maximum batched, against the same arithmetic one point at a time.
+
+    The three mixed models of the sensitivity analysis (probe intercept; probe and probe x
+    arm; that with a residual variance per arm) of ``tests/vectors/reml-two-maxima.csv``, each
+    maximised by ``verify._reml.RemlModel`` as it is (``points``: a grid, a difference stencil
+    or a climb's gradient per call) and by a subclass that evaluates every row of each batch
+    alone, as the verifier did before the batching; both must reach the same optimum bit for
+    bit. Prints both times, the evaluation counts and their ratio.
+    """
+    import csv
+
+    import numpy as np
+
+    from verify._reml import RemlModel
+
+    with (ROOT / "tests" / "vectors" / "reml-two-maxima.csv").open(encoding="utf-8") as f:
+        rows = list(csv.DictReader(f))
+    y = np.array([int(r["n_correct"]) / int(r["n_items"]) for r in rows])
+    arm = [r["arm"] for r in rows]
+    groups = [r["stimulus"] for r in rows]
+    cells = [f"{g}|{a}" for g, a in zip(groups, arm, strict=True)]
+    exog = np.column_stack([np.ones(len(rows))] + [[a == b for a in arm] for b in ("B", "C")])
+    models = [([groups], None), ([groups, cells], None), ([groups, cells], arm)]
+    counts = {"calls": 0, "rows": 0}
+
+    class Counted(RemlModel):
+        def _evaluate(self, theta: Any) -> Any:
+            counts["calls"] += 1
+            counts["rows"] += theta.shape[0]
+            return super()._evaluate(theta)
+
+    class RowByRow(Counted):
+        def _evaluate(self, theta: Any) -> Any:
+            each = [Counted._evaluate(self, theta[i : i + 1]) for i in range(theta.shape[0])]
+            return tuple(np.concatenate([e[j] for e in each]) for j in range(4))
+
+    out: dict[str, float] = {}
+    optima = {}
+    for name, cls in (("batched", Counted), ("one at a time", RowByRow)):
+        counts.update(calls=0, rows=0)
+        started = time.perf_counter()
+        optima[name] = [cls(y, exog, groups, t, r).maximise() for t, r in models]
+        out[name] = time.perf_counter() - started
+        out[f"{name} calls"] = counts["calls"]
+    same = all(
+        np.array_equal(a.params, b.params) and a.loglik == b.loglik
+        for a, b in zip(optima["batched"], optima["one at a time"], strict=True)
+    )
+    print(
+        f"verifier REML maximise (3 models, tests/vectors/reml-two-maxima.csv): batched "
+        f"{out['batched']:.3f} s in {out['batched calls']:,.0f} calls, one at a time "
+        f"{out['one at a time']:.3f} s in {out['one at a time calls']:,.0f} evaluations: "
+        f"ratio {out['one at a time'] / out['batched']:.1f} "
+        f"(same optimum: {'yes' if same else 'NO'})"
+    )
+    return out
 
 
 def load_average() -> str:
@@ -217,6 +278,7 @@ def main(argv: list[str] | None = None) -> int:
                 f"ratio per trial {n} vs {base_n}: "
                 f"{(r['total'] / n) / (base['total'] / base_n):.2f} (1.00 = linear)"
             )
+    reml_batching()
     print(f"load average at end: {load_average()}")
     return 0
 

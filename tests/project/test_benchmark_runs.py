@@ -96,6 +96,8 @@ def test_bench_verify_quick_runs_and_reports_every_share(tmp_path: Path) -> None
         "/s before",
         "load average at start",
         "load average at end",
+        "verifier REML maximise",
+        "same optimum: yes",
     ):
         assert label in result.stdout, result.stdout
 
