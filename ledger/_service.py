@@ -33,9 +33,11 @@ import binascii
 import json
 import queue
 import re
+import secrets
 import threading
 import time
 from collections.abc import Callable, Iterator
+from concurrent.futures import Future
 from contextlib import contextmanager, suppress
 from dataclasses import dataclass
 from pathlib import Path
@@ -57,7 +59,7 @@ from ledger._errors import (
     RefusedError,
     StoreError,
 )
-from ledger._http import READ_HEADER, read_message
+from ledger._http import READ_HEADER, TURN_ASK, TURN_HEADER, read_message
 from ledger._keys import VerifierKey
 from ledger._postgres import PostgresLocation, is_url, schema_for
 from ledger._store import Ledger
@@ -72,6 +74,8 @@ MAX_ENTRIES = 10_000
 READ_SKEW_SECONDS = 300
 CONTENDED_SECONDS = 5.0
 """After a 409 for a study, its batches are checked for their position first for this long."""
+TURN_SECONDS = 2.0
+"""How long a turn holds the study's write lock for the writer it was given to (§7)."""
 STUDY_RE = re.compile(r"^[a-z0-9][a-z0-9_-]{0,62}$")
 HEX64 = re.compile(r"^[0-9a-f]{64}$")
 
@@ -125,8 +129,13 @@ class AppendService:
         allow_create: bool = False,
         connections: int = 4,
         max_request_bytes: int = MAX_REQUEST_BYTES,
+        turn_seconds: float = TURN_SECONDS,
     ) -> None:
-        """Serve the studies of ``store``; ``connections`` bounds the open ledgers per study."""
+        """Serve the studies of ``store``; ``connections`` bounds the open ledgers per study.
+
+        ``turn_seconds`` is how long a writer that lost a race may take to re-sign while its
+        turn holds the study's write lock (0: no turns, a loser gets a plain 409).
+        """
         self.store = store
         self.allow_create = allow_create
         self.connections = connections
@@ -136,6 +145,9 @@ class AppendService:
         self._lock = threading.Lock()
         self._conflicts: dict[str, float] = {}
         """When this process last answered 409 for each study (``time.monotonic``)."""
+        self.turn_seconds = turn_seconds
+        self._turns: dict[str, _Turn] = {}
+        """The turns this process holds, by token."""
 
     def contended(self, study: str) -> bool:
         """True when this process answered a 409 for ``study`` in the last few seconds."""
@@ -145,6 +157,47 @@ class AppendService:
     def conflict(self, study: str) -> None:
         """Note a 409 answered for ``study``: its next batches are checked before signatures."""
         self._conflicts[study] = time.monotonic()
+
+    def offer_turn(self, study: str) -> Future[Response]:
+        """Queue a writer that lost a race for its turn; the 409 that gives it comes later.
+
+        A thread of its own waits for the study's write lock (in arrival order on PostgreSQL,
+        whose row-lock waiters queue; on SQLite whoever the busy handler lets in first), then
+        answers the 409 with the head and a token and keeps the lock for ``turn_seconds``
+        while the writer re-signs: its batch, sent back with the token
+        (:meth:`hand_over`), is appended in that transaction. Returns the future of the 409.
+        """
+        first: Future[Response] = Future()
+        token = secrets.token_urlsafe(18)
+        thread = threading.Thread(
+            target=_turn_session, args=(self, study, token, first), daemon=True
+        )
+        thread.start()
+        return first
+
+    def hand_over(self, study: str, token: str, data: Any) -> Future[Response] | None:
+        """Give a re-signed batch to the turn ``token`` holds; None when there is no such turn.
+
+        The future is answered once the batch is committed (or refused, nothing appended).
+        """
+        reply: Future[Response] = Future()
+        with self._lock:
+            turn = self._turns.get(token)
+            if turn is None or turn.study != study:
+                return None
+            del self._turns[token]
+            turn.inbox.put_nowait((data, reply))
+        return reply
+
+    def _wait_turn(self, turn: _Turn) -> tuple[Any, Future[Response]] | None:
+        """The batch handed to ``turn``, or None when none came within ``turn_seconds``."""
+        try:
+            return turn.inbox.get(timeout=self.turn_seconds)
+        except queue.Empty:
+            with self._lock:
+                if self._turns.pop(turn.token, None) is not None:
+                    return None  # expired: a late batch takes the ordinary way
+            return turn.inbox.get_nowait()  # handed over while the wait ended
 
     def close(self) -> None:
         """Close every pooled ledger."""
@@ -215,6 +268,78 @@ class AppendService:
             raise
         log.close()
         return 1
+
+
+@dataclass
+class _Turn:
+    """A turn this process holds: the study's write lock, kept for the writer with ``token``."""
+
+    study: str
+    token: str
+    inbox: queue.Queue[tuple[Any, Future[Response]]]
+
+
+class _TurnRefused(Exception):
+    """The batch handed to a turn was refused: roll the turn's transaction back, then answer."""
+
+    def __init__(self, error: LedgerError) -> None:
+        super().__init__(str(error))
+        self.error = error
+
+
+def _turn_session(service: AppendService, study: str, token: str, first: Future[Response]) -> None:
+    """One turn (:meth:`AppendService.offer_turn`): lock, 409 with the head, append, commit."""
+    reply: Future[Response] | None = None
+    try:
+        with service.ledger(study) as log, log.transaction():  # waits for the write lock
+            head = head_json(log)
+            turn = _Turn(study, token, queue.Queue(maxsize=1))
+            with service._lock:
+                service._turns[token] = turn
+            first.set_result(
+                JSONResponse(
+                    {
+                        "error": (
+                            f"another writer appended first; your turn: re-sign against this "
+                            f"head (size {head['size']}) and send the batch with {TURN_HEADER}: "
+                            f"<turn> within {service.turn_seconds:g} s"
+                        ),
+                        "type": "ConflictError",
+                        "head": head,
+                        "turn": token,
+                        "turn_seconds": service.turn_seconds,
+                    },
+                    409,
+                )
+            )
+            item = service._wait_turn(turn)
+            if item is None:
+                return  # the writer did not come back: the lock goes to the next in line
+            data, reply = item
+            try:
+                result = _append(log, data, contended=False)
+            except StoreError as exc:
+                if not isinstance(exc, ConflictError):
+                    raise  # the store itself failed: this connection is dropped, 503
+                raise _TurnRefused(exc) from exc
+            except LedgerError as exc:
+                raise _TurnRefused(exc) from exc
+        reply.set_result(JSONResponse(result))  # only once committed
+    except _TurnRefused as refused:
+        assert reply is not None
+        reply.set_result(_answer_error(refused.error, None))
+    except LedgerError as exc:  # the store: no lock, no commit
+        _settle(first, reply, _answer_error(exc, None))
+    except BaseException as exc:  # pragma: no cover - a bug: answer it rather than hang
+        _settle(first, reply, JSONResponse({"error": f"internal error: {exc}"}, 500))
+        raise
+
+
+def _settle(first: Future[Response], reply: Future[Response] | None, answer: Response) -> None:
+    """Answer whichever request of a turn is still waiting."""
+    for future in (first, reply):
+        if future is not None and not future.done():
+            future.set_result(answer)
 
 
 def _b64(value: Any, what: str) -> bytes:
@@ -335,7 +460,7 @@ def _append(log: Ledger, data: Any, contended: bool) -> dict[str, Any]:
     entries, blobs, cps = _parse_append(data)
     if contended:
         _check_position(log, entries)
-    if not cps:  # one write transaction of the store's own (no savepoint around it)
+    if not cps or log._in_transaction:  # the store's own transaction, or a turn's
         events, replayed = log.append_signed(entries, blobs)
         ids: list[tuple[int, bool]] = []
     else:
@@ -496,7 +621,17 @@ def api_routes(service: AppendService) -> list[Route]:
                 data = await _read_body(request, service.max_request_bytes)
             if op == "create" and method == "POST":
                 return await run_in_threadpool(_create, service, study, data)
-            return await run_in_threadpool(_dispatch, service, study, op, method, request, data)
+            turn = request.headers.get(TURN_HEADER, "") if op == "append" else ""
+            if turn and turn != TURN_ASK:
+                pending = service.hand_over(study, turn, data)
+                if pending is not None:
+                    return await asyncio.wrap_future(pending)
+            answer = await run_in_threadpool(
+                _dispatch, service, study, op, method, request, data, bool(turn)
+            )
+            if isinstance(answer, Future):
+                return await asyncio.wrap_future(answer)
+            return answer
         except LedgerError as exc:
             return _answer_error(exc, None)
 
@@ -525,13 +660,22 @@ def _create(service: AppendService, study: str, data: Any) -> Response:
 
 
 def _dispatch(
-    service: AppendService, study: str, op: str, method: str, request: Request, data: Any
-) -> Response:
+    service: AppendService,
+    study: str,
+    op: str,
+    method: str,
+    request: Request,
+    data: Any,
+    wants_turn: bool = False,
+) -> Response | Future[Response]:
+    """Answer one request; a writer that lost a race and asked for turns gets a future 409."""
     with service.ledger(study) as log:  # a StoreError (a lost server) closes this connection
         try:
             return _route(log, op, method, request, data, service.contended(study))
         except ConflictError as exc:
             service.conflict(study)
+            if wants_turn and service.turn_seconds > 0:
+                return service.offer_turn(study)
             return _answer_error(exc, lambda: head_json(log))
         except StoreError:
             raise
