@@ -14,7 +14,8 @@ nginx. The clients run in this Python process, so on few cores the figures are b
 client as much as by the server. Timings are never asserted; ``--quick`` shrinks everything.
 
 ``python benchmarks/bench_serve.py append [--seconds 5] [--repeat 3] [--clients 1,4] [--batch
-1,20] [--own-logs] [--durable] [--turn-seconds S]`` measures the append API instead: a throwaway PostgreSQL cluster
+1,20] [--own-logs] [--durable] [--turn-seconds S]`` measures the append API instead (the
+services' ``--turn-seconds``, 0 for no turns, docs/service.md §7): a throwaway PostgreSQL cluster
 (``tests/support/pg_server.py``: ``fsync`` off like the tests' cluster, or PostgreSQL's defaults
 with ``--durable``) holds the logs. For each events-per-call and number of clients, three paths run
 in turn, ``--repeat`` times, each run on a fresh log: (a) direct (each client its own
