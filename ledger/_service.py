@@ -62,7 +62,7 @@ from ledger._errors import (
 from ledger._http import READ_HEADER, TURN_ASK, TURN_HEADER, read_message
 from ledger._keys import VerifierKey
 from ledger._postgres import PostgresLocation, is_url, schema_for
-from ledger._store import Ledger
+from ledger._store import Ledger, PreparedBatch
 
 __all__ = ["MAX_REQUEST_BYTES", "AppendService", "StoreRoot", "api_routes"]
 
@@ -158,19 +158,23 @@ class AppendService:
         """Note a 409 answered for ``study``: its next batches are checked before signatures."""
         self._conflicts[study] = time.monotonic()
 
-    def offer_turn(self, study: str) -> Future[Response]:
+    def offer_turn(
+        self, study: str, attempt: tuple[PreparedBatch, list[Any]] | None = None
+    ) -> Future[Response]:
         """Queue a writer that lost a race for its turn; the 409 that gives it comes later.
 
         A thread of its own waits for the study's write lock (in arrival order on PostgreSQL,
         whose row-lock waiters queue; on SQLite whoever the busy handler lets in first), then
         answers the 409 with the head and a token and keeps the lock for ``turn_seconds``
         while the writer re-signs: its batch, sent back with the token
-        (:meth:`hand_over`), is appended in that transaction. Returns the future of the 409.
+        (:meth:`hand_over`), is appended in that transaction. ``attempt`` (a batch prepared
+        outside the lock, with its checkpoints) is tried first under the lock: a batch that
+        still continues the head is answered 200 without a turn. Returns the future answer.
         """
         first: Future[Response] = Future()
         token = secrets.token_urlsafe(18)
         thread = threading.Thread(
-            target=_turn_session, args=(self, study, token, first), daemon=True
+            target=_turn_session, args=(self, study, token, first, attempt), daemon=True
         )
         thread.start()
         return first
@@ -287,52 +291,83 @@ class _TurnRefused(Exception):
         self.error = error
 
 
-def _turn_session(service: AppendService, study: str, token: str, first: Future[Response]) -> None:
-    """One turn (:meth:`AppendService.offer_turn`): lock, 409 with the head, append, commit."""
-    reply: Future[Response] | None = None
+def _turn_session(
+    service: AppendService,
+    study: str,
+    token: str,
+    first: Future[Response],
+    attempt: tuple[PreparedBatch, list[Any]] | None,
+) -> None:
+    """One turn (:meth:`AppendService.offer_turn`): lock, try, 409 with the head, append, commit.
+
+    ``attempt`` is the writer's batch when it may still continue the head: it is tried first
+    under the lock (answered 200 when it does), so a writer waits in the queue once.
+    """
+    waiting = first  # the request a failure is answered to
     try:
         with service.ledger(study) as log, log.transaction():  # waits for the write lock
-            head = head_json(log)
-            turn = _Turn(study, token, queue.Queue(maxsize=1))
-            with service._lock:
-                service._turns[token] = turn
-            first.set_result(
-                JSONResponse(
-                    {
-                        "error": (
-                            f"another writer appended first; your turn: re-sign against this "
-                            f"head (size {head['size']}) and send the batch with {TURN_HEADER}: "
-                            f"<turn> within {service.turn_seconds:g} s"
-                        ),
-                        "type": "ConflictError",
-                        "head": head,
-                        "turn": token,
-                        "turn_seconds": service.turn_seconds,
-                    },
-                    409,
-                )
-            )
-            item = service._wait_turn(turn)
-            if item is None:
-                return  # the writer did not come back: the lock goes to the next in line
-            data, reply = item
-            try:
-                result = _append(log, data, contended=False)
-            except StoreError as exc:
-                if not isinstance(exc, ConflictError):
+            result = None
+            if attempt is not None:
+                try:
+                    result = _commit(log, *attempt)
+                except ConflictError:
+                    service.conflict(study)
+                except StoreError:
                     raise  # the store itself failed: this connection is dropped, 503
-                raise _TurnRefused(exc) from exc
-            except LedgerError as exc:
-                raise _TurnRefused(exc) from exc
-        reply.set_result(JSONResponse(result))  # only once committed
+                except LedgerError as exc:
+                    raise _TurnRefused(exc) from exc
+            if result is None:
+                taken = _take_turn(service, log, study, token, first)
+                if taken is None:
+                    return  # the writer did not come back: the lock goes to the next in line
+                waiting, data = taken
+                try:
+                    result = _append(log, data, contended=False)
+                except StoreError as exc:
+                    if not isinstance(exc, ConflictError):
+                        raise
+                    raise _TurnRefused(exc) from exc
+                except LedgerError as exc:
+                    raise _TurnRefused(exc) from exc
+        waiting.set_result(JSONResponse(result))  # only once committed
     except _TurnRefused as refused:
-        assert reply is not None
-        reply.set_result(_answer_error(refused.error, None))
+        waiting.set_result(_answer_error(refused.error, None))
     except LedgerError as exc:  # the store: no lock, no commit
-        _settle(first, reply, _answer_error(exc, None))
+        _settle(first, waiting, _answer_error(exc, None))
     except BaseException as exc:  # pragma: no cover - a bug: answer it rather than hang
-        _settle(first, reply, JSONResponse({"error": f"internal error: {exc}"}, 500))
+        _settle(first, waiting, JSONResponse({"error": f"internal error: {exc}"}, 500))
         raise
+
+
+def _take_turn(
+    service: AppendService, log: Ledger, study: str, token: str, first: Future[Response]
+) -> tuple[Future[Response], Any] | None:
+    """Under the lock: answer ``first`` 409 with the head and the turn, wait for the batch."""
+    head = head_json(log)
+    turn = _Turn(study, token, queue.Queue(maxsize=1))
+    with service._lock:
+        service._turns[token] = turn
+    first.set_result(
+        JSONResponse(
+            {
+                "error": (
+                    f"another writer appended first; your turn: re-sign against this head "
+                    f"(size {head['size']}) and send the batch with {TURN_HEADER}: <turn> "
+                    f"within {service.turn_seconds:g} s"
+                ),
+                "type": "ConflictError",
+                "head": head,
+                "turn": token,
+                "turn_seconds": service.turn_seconds,
+            },
+            409,
+        )
+    )
+    item = service._wait_turn(turn)
+    if item is None:
+        return None
+    data, reply = item
+    return reply, data
 
 
 def _settle(first: Future[Response], reply: Future[Response] | None, answer: Response) -> None:
@@ -454,6 +489,17 @@ def _check_position(log: Ledger, entries: list[tuple[bytes, bytes]]) -> None:
         size=size,
         last=last.hex(),
     )
+
+
+def _commit(log: Ledger, batch: PreparedBatch, cps: list[Any]) -> dict[str, Any]:
+    """Append a prepared batch and store its checkpoints (inside a turn's transaction)."""
+    events, replayed = log.append_prepared(batch)
+    ids = [log.store_checkpoint(cp["note"], cp["created"]) for cp in cps]
+    return {
+        "seqs": [e.seq for e in events],
+        "replayed": replayed,
+        "checkpoints": [{"id": i, "replayed": r} for i, r in ids],
+    }
 
 
 def _append(log: Ledger, data: Any, contended: bool) -> dict[str, Any]:
@@ -669,18 +715,41 @@ def _dispatch(
     wants_turn: bool = False,
 ) -> Response | Future[Response]:
     """Answer one request; a writer that lost a race and asked for turns gets a future 409."""
+    turns = wants_turn and service.turn_seconds > 0 and op == "append" and method == "POST"
     with service.ledger(study) as log:  # a StoreError (a lost server) closes this connection
         try:
+            if turns and service.contended(study):
+                queued = _queue(service, study, log, data)
+                if queued is not None:
+                    return queued
             return _route(log, op, method, request, data, service.contended(study))
         except ConflictError as exc:
             service.conflict(study)
-            if wants_turn and service.turn_seconds > 0:
+            if turns:
                 return service.offer_turn(study)
             return _answer_error(exc, lambda: head_json(log))
         except StoreError:
             raise
         except LedgerError as exc:
             return _answer_error(exc, None)
+
+
+def _queue(service: AppendService, study: str, log: Ledger, data: Any) -> Future[Response] | None:
+    """A contended study's append that asks for turns: wait for the write lock once.
+
+    A batch that no longer continues the head (checked without the lock, before its
+    signatures: §7) waits for a turn; one that may still continue it is prepared here (parsed,
+    signatures checked, outside the lock) and tried under the lock first.
+    """
+    entries, blobs, cps = _parse_append(data)
+    try:
+        _check_position(log, entries)
+    except ConflictError:
+        service.conflict(study)
+        return service.offer_turn(study)
+    if not entries:
+        return None  # checkpoints alone cannot lose a race
+    return service.offer_turn(study, (log.prepare_signed(entries, blobs), cps))
 
 
 def _route(
