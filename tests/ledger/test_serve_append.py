@@ -322,6 +322,17 @@ def test_a_batch_refused_on_its_turn_appends_nothing_and_frees_the_log(
     refused = _ask(url, {"entries": [unknown]}, lost.json()["turn"])
     assert refused.status_code == 403 and STRANGER.actor in refused.json()["error"]
     assert _size(path) == 5
+    # the study is contended now: an append asking for turns waits for the lock at once and
+    # is checked as ever (signatures outside the lock, the rest under it)
+    forged = _signed(RUNNER, "run.started", {"n": 2}, head)
+    forged["signature"] = base64.b64encode(bytes(64)).decode()
+    refused = _ask(url, {"entries": [forged]})
+    assert refused.status_code == 403 and "does not verify" in refused.json()["error"]
+    raw = base64.b64decode(forged["envelope"]).replace(b'"kind"', b' "kind"', 1)
+    refused = _ask(url, {"entries": [{**forged, "envelope": base64.b64encode(raw).decode()}]})
+    assert refused.status_code == 400 and "entry 0" in refused.json()["error"]
+    assert _ask(url, {"entries": "no"}).status_code == 400
+    assert _size(path) == 5
     with Ledger.open(url) as log:  # the turns are over: the lock is free
         assert log.append("run.started", {"n": 3}, key=RUNNER).seq == 5
 
