@@ -9,7 +9,9 @@ so any number of service processes may share one PostgreSQL. Routes, under
   times (hashes only: public);
 * ``POST append``: ``{"entries": [{"envelope", "signature"}], "blobs": {sha256: base64},
   "checkpoints": [{"note", "created"}]}``, all in one transaction; 200 with the seqs and
-  ``replayed`` (an identical batch already stored), 409 with the new head when the log moved;
+  ``replayed`` (an identical batch already stored), 409 with the new head when the log moved
+  (with ``Ledger-Turn: ask``, a 409 that comes with a turn: the write lock held for the
+  writer's re-signed batch, sent back with ``Ledger-Turn: <token>``; docs/service.md §7);
 * ``POST create``: a new study's genesis (only with ``--allow-create``);
 * ``POST cosign``: witness cosignature lines for a stored checkpoint;
 * ``GET keys``, ``GET checkpoints``, ``GET root?size=``, ``GET proof/inclusion?index=&size=``,
