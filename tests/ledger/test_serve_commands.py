@@ -148,3 +148,22 @@ def test_checkpoint_through_the_service_is_stored_signed_and_all_or_nothing(
     refused = _ledger("checkpoint", root, "--key", owner_file, "--out", blocked / "cp", ok=False)
     assert "--out" in refused
     assert _checkpoints(stored) == before  # neither reached the store
+
+
+def test_the_viewers_verification_of_a_study_behind_the_service_reads_a_copy(
+    remote_study: tuple[Path, str, Path],
+) -> None:
+    """`ledger view`'s background check fetches the study into a SQLite copy and verifies it
+    (``python -m verify`` cannot read a URL); a study the service does not hold is an error."""
+    from analysis.view._app import Verification, verify_target
+
+    root, url, _ = remote_study
+    assert verify_target(root) == url
+    verification = Verification()
+    verification.start(verify_target(root)).join(timeout=300)
+    assert verification.state == "passed", verification.summary()
+    assert verification.size == len(_events(remote_study[2]))
+    gone = Verification()
+    gone.start(url.rsplit("/", 1)[0] + "/no-such-study").join(timeout=300)
+    assert gone.state == "error" and "cannot fetch the study from the service" in str(gone.error)
+    assert "no study 'no-such-study'" in str(gone.error)
